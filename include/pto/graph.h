@@ -1,0 +1,131 @@
+// The Tensor Graph (level 1): SSA values, nodes in topological order, graph inputs, outputs and
+// initializers. Values are referred to by index (ValueId); kNoValue marks a missing optional input.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "pto/shape.h"
+#include "pto/tensor.h"
+
+namespace pto {
+
+struct OpDef;
+
+using ValueId = int32_t;
+inline constexpr ValueId kNoValue = -1;
+
+// What a value is: its dtype and, when known, its (possibly symbolic) shape.
+struct TensorType {
+  DType dtype = DType::kUndefined;
+  std::optional<Shape> shape;  // nullopt: rank unknown
+
+  std::string str() const;  // "f32[batch, 3, 224, 224]" or "f32[*]"
+};
+
+struct Value {
+  std::string name;
+  TensorType type;
+  int32_t producer = -1;  // node index, -1 for graph inputs, initializers and constants
+};
+
+using Attribute = std::variant<int64_t, double, std::string, std::vector<int64_t>,
+                               std::vector<double>, std::vector<std::string>, Tensor>;
+
+// Named node attributes with typed getters whose errors name the node and the attribute.
+class Attributes {
+ public:
+  void set(const std::string& name, Attribute value) { map_[name] = std::move(value); }
+  bool has(const std::string& name) const { return map_.count(name) != 0; }
+  const std::map<std::string, Attribute>& all() const { return map_; }
+
+  int64_t get_int(const std::string& name) const;
+  int64_t get_int(const std::string& name, int64_t fallback) const;
+  double get_float(const std::string& name) const;
+  double get_float(const std::string& name, double fallback) const;
+  std::string get_string(const std::string& name) const;
+  std::string get_string(const std::string& name, const std::string& fallback) const;
+  std::vector<int64_t> get_ints(const std::string& name) const;
+  std::vector<int64_t> get_ints(const std::string& name, std::vector<int64_t> fallback) const;
+  std::vector<double> get_floats(const std::string& name) const;
+  std::vector<double> get_floats(const std::string& name, std::vector<double> fallback) const;
+  std::vector<std::string> get_strings(const std::string& name) const;
+  const Tensor& get_tensor(const std::string& name) const;
+
+  // Prefix for error messages, e.g. "[Conv] node 'conv1'"; set by the graph when a node is added.
+  std::string where;
+
+ private:
+  const Attribute& get(const std::string& name, const char* kind) const;
+  std::map<std::string, Attribute> map_;
+};
+
+struct Node {
+  std::string name;
+  std::string op;      // "Conv", "MatMul", ...
+  std::string domain;  // "" for the ONNX default domain
+  int opset = 0;       // the opset version of `domain` the node was written against
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  Attributes attrs;
+  const OpDef* def = nullptr;  // set by Graph::add_node from the registry
+
+  // "[Conv] node 'conv1'": how errors about this node start.
+  std::string where() const;
+};
+
+class Graph {
+ public:
+  Graph() = default;
+
+  ValueId add_value(std::string name, TensorType type = {});
+  ValueId add_input(std::string name, TensorType type);
+  void add_output(ValueId v);
+  // Binds constant data to a value (an initializer); also sets the value's type from the tensor.
+  void set_initializer(ValueId v, Tensor t);
+  // Appends a node; looks the op up in the registry and throws UnsupportedError if it is absent.
+  Node& add_node(std::string op, std::vector<ValueId> inputs, std::vector<ValueId> outputs,
+                 Attributes attrs = {}, std::string name = "", int opset = 0);
+
+  const std::vector<Value>& values() const { return values_; }
+  Value& value(ValueId v);
+  const Value& value(ValueId v) const;
+  const std::vector<Node>& nodes() const { return nodes_; }
+  std::vector<Node>& mutable_nodes() { return nodes_; }
+  const std::vector<ValueId>& inputs() const { return inputs_; }
+  const std::vector<ValueId>& outputs() const { return outputs_; }
+  const std::unordered_map<ValueId, Tensor>& initializers() const { return initializers_; }
+  const Tensor* initializer(ValueId v) const;
+  std::optional<ValueId> find_value(const std::string& name) const;
+
+  std::string name;
+  int opset = 0;  // default-domain opset the graph was imported with (0: not from ONNX)
+
+ private:
+  std::vector<Value> values_;
+  std::vector<Node> nodes_;
+  std::vector<ValueId> inputs_;
+  std::vector<ValueId> outputs_;
+  std::unordered_map<ValueId, Tensor> initializers_;
+  std::unordered_map<std::string, ValueId> by_name_;
+};
+
+// Checks structure: every op is registered, arities are within the OpDef's range, every value is
+// defined once and before it is used, outputs exist. Throws ValueError naming the node.
+void verify(const Graph& g);
+
+// Runs each node's shape and dtype inference in order and stores the results in the values.
+// Where an op cannot infer (data-dependent shapes), the result is left with an unknown shape.
+void infer_types(Graph& g);
+
+// A stable, readable text form, one node a line:
+//   %3: f32[1, 64, 112, 112] = Conv(%x, %w, %b) {kernel_shape=[7, 7], strides=[2, 2]}
+std::string print(const Graph& g);
+
+}  // namespace pto

@@ -1,0 +1,28 @@
+// ONNX import: ModelProto -> Tensor Graph. Parsing uses protobuf with the onnx.proto schema of the
+// installed onnx package (generated at build time).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "pto/graph.h"
+
+namespace pto::onnx {
+
+// Loads a model file; external-data initializers are read relative to the file's folder.
+// Every malformed input gives a pto::Error whose message names the file (and node, op).
+Graph load(const std::string& path);
+
+// Loads a model from serialized bytes. `base_dir` resolves external data ("" forbids it);
+// `source` names the model in error messages.
+Graph load_from_bytes(std::string_view bytes, const std::string& base_dir,
+                      const std::string& source);
+
+// Reads a serialized TensorProto file (the ONNX test-data format, input_0.pb).
+Tensor load_tensor(const std::string& path);
+
+// Opset range of the default domain this importer accepts.
+inline constexpr int kMinOpset = 7;
+int max_opset();  // the newest the generated schema's onnx release knows
+
+}  // namespace pto::onnx

@@ -1,0 +1,82 @@
+// The OpDef registry: every op is defined once, with its arity, properties that passes query, and
+// shape/dtype inference. Passes ask the registry (def.is_elementwise()), never keep op-name lists.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "pto/graph.h"
+
+namespace pto {
+
+enum OpProperty : uint32_t {
+  kElementwise = 1u << 0,  // output[i] depends on input[i] only (after broadcasting)
+  kBroadcast = 1u << 1,    // inputs broadcast numpy-style
+  kReduction = 1u << 2,    // reduces one or more axes
+  kInjective = 1u << 3,    // each output element reads at most one element per input (reshape,
+                           // transpose, slice, gather, concat, ...)
+  kCommutative = 1u << 4,  // two inputs that may be swapped
+  kInPlace = 1u << 5,      // output may reuse the first input's buffer
+  kShapeOnly = 1u << 6,    // the output depends on input shapes only, never data (Shape, Size)
+  kOpaque = 1u << 7,       // none of the above: heavy or irregular (Conv, MatMul, TopK)
+};
+
+// What an inference function sees: the node, its inputs' types, constant input data where the
+// value is an initializer (nullptr elsewhere), and the outputs to fill in.
+struct InferContext {
+  const Node& node;
+  std::vector<TensorType> inputs;         // DType::kUndefined for a missing optional input
+  std::vector<const Tensor*> constants;   // same length as inputs
+  std::vector<TensorType> outputs;        // pre-sized to the node's output count
+
+  size_t num_inputs() const { return inputs.size(); }
+  bool has_input(size_t i) const { return i < inputs.size() && inputs[i].dtype != DType::kUndefined; }
+  const TensorType& input(size_t i) const;  // throws ValueError when the input is missing
+  const Attributes& attrs() const { return node.attrs; }
+  std::string where() const { return node.where(); }
+};
+
+using InferFn = std::function<void(InferContext&)>;
+
+struct OpDef {
+  std::string name;
+  int min_inputs = 0;
+  int max_inputs = 0;  // -1: variadic
+  int min_outputs = 1;
+  int max_outputs = 1;
+  uint32_t properties = 0;
+  InferFn infer;  // may leave output shapes unknown, never throws on unknown input shapes
+  std::string doc;
+
+  bool has(OpProperty p) const { return (properties & p) != 0; }
+  bool is_elementwise() const { return has(kElementwise); }
+  bool is_broadcast() const { return has(kBroadcast); }
+  bool is_reduction() const { return has(kReduction); }
+  bool is_injective() const { return has(kInjective); }
+  bool is_commutative() const { return has(kCommutative); }
+};
+
+class OpRegistry {
+ public:
+  static OpRegistry& global();  // filled with every built-in op on first use
+
+  void add(OpDef def);  // a second definition of the same name is an InternalError
+  const OpDef* find(std::string_view name) const;
+  std::vector<std::string> names() const;  // sorted
+
+ private:
+  std::unordered_map<std::string, OpDef> defs_;
+};
+
+// Each op family registers itself here (src/ir/ops/*.cpp). Explicit calls rather than static
+// initializers, so that linking a static library can never drop a family.
+void register_elementwise_ops(OpRegistry& r);
+void register_nn_ops(OpRegistry& r);
+void register_tensor_ops(OpRegistry& r);
+void register_reduction_ops(OpRegistry& r);
+void register_indexing_ops(OpRegistry& r);
+
+}  // namespace pto

@@ -1,0 +1,55 @@
+// The reference interpreter: executes a Tensor Graph op by op with plain, obviously-correct
+// loops. It is the oracle every pass, kernel and backend is tested against.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pto/graph.h"
+
+namespace pto::reference {
+
+// What a reference kernel sees. Inputs are contiguous; a missing optional input is undefined.
+struct KernelContext {
+  const Node& node;
+  std::vector<Tensor> inputs;
+  size_t num_outputs;
+
+  const Attributes& attrs() const { return node.attrs; }
+  std::string where() const { return node.where(); }
+  bool has_input(size_t i) const { return i < inputs.size() && inputs[i].defined(); }
+  const Tensor& input(size_t i) const;  // throws ValueError when missing
+};
+
+// Returns the node's outputs (as many as num_outputs; an unused optional output may be undefined).
+using Kernel = std::function<std::vector<Tensor>(const KernelContext&)>;
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& global();  // every built-in kernel, registered on first use
+  void add(const std::string& op, Kernel k);
+  const Kernel* find(std::string_view op) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::vector<std::pair<std::string, Kernel>> kernels_;
+};
+
+// Called after each node with its outputs; `pto check` and tests use it to see every value.
+using NodeObserver = std::function<void(const Node&, const std::vector<Tensor>& outputs)>;
+
+// Runs `g` on `inputs` (one per graph input, in order). Checks each input's dtype, rank and
+// known or symbolic dimensions against the graph's declaration (ValueError naming the input).
+std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
+                        const NodeObserver& observer = {});
+
+// Kernel families (src/reference/ops/*.cpp) register themselves through these.
+void register_elementwise_kernels(KernelRegistry& r);
+void register_nn_kernels(KernelRegistry& r);
+void register_tensor_kernels(KernelRegistry& r);
+void register_reduction_kernels(KernelRegistry& r);
+void register_indexing_kernels(KernelRegistry& r);
+
+}  // namespace pto::reference

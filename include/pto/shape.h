@@ -1,0 +1,55 @@
+// Shapes. A graph value's shape may hold symbolic dimensions ("batch", "seq") or unknown ones; a
+// tensor's shape is always concrete (std::vector<int64_t>).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pto {
+
+// One dimension of a graph value: a known size, a named symbol, or unknown (neither).
+struct Dim {
+  int64_t value = -1;  // >= 0 when known
+  std::string symbol;  // non-empty when symbolic
+
+  Dim() = default;
+  Dim(int64_t v) : value(v) {}  // NOLINT: implicit on purpose, `Shape s = {1, 3, 224, 224}`
+  static Dim sym(std::string name) {
+    Dim d;
+    d.symbol = std::move(name);
+    return d;
+  }
+  static Dim unknown() { return Dim(); }
+
+  bool is_known() const { return value >= 0; }
+  bool is_symbolic() const { return value < 0 && !symbol.empty(); }
+  bool operator==(const Dim& o) const { return value == o.value && symbol == o.symbol; }
+  std::string str() const;
+};
+
+using Shape = std::vector<Dim>;
+using Dims = std::vector<int64_t>;  // a concrete shape
+
+std::string shape_str(const Shape& s);  // "[batch, 3, 224, 224]", unknown dims print as "?"
+std::string dims_str(const Dims& d);    // "[1, 3, 224, 224]"
+bool is_static(const Shape& s);
+Dims to_dims(const Shape& s);  // requires is_static
+Shape to_shape(const Dims& d);
+
+// Element count with an overflow check; throws ValueError naming `where` on overflow or negatives.
+int64_t checked_numel(const Dims& d, const char* where = "shape");
+
+// Contiguous row-major strides, in elements.
+Dims contiguous_strides(const Dims& d);
+
+// Numpy broadcasting of two concrete shapes; throws ValueError naming `where` when incompatible.
+Dims broadcast_dims(const Dims& a, const Dims& b, const std::string& where);
+// The same on symbolic shapes: equal symbols broadcast, 1 broadcasts, unknown stays unknown.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& where);
+
+// Normalizes a possibly negative axis into [0, rank); throws ValueError when out of range.
+int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where);
+
+}  // namespace pto

@@ -1,0 +1,103 @@
+// Tensor: a dtype, a concrete shape, strides in elements and a view into shared storage. Storage
+// is 64-byte aligned; it may also wrap memory owned by someone else (numpy, torch) with no copy.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "pto/dtype.h"
+#include "pto/shape.h"
+
+namespace pto {
+
+inline constexpr size_t kTensorAlignment = 64;
+
+// A block of bytes. Owns 64-byte aligned memory, or wraps external memory with a release hook.
+class Storage {
+ public:
+  explicit Storage(size_t nbytes);  // allocates, uninitialized; throws ValueError past the limit
+  Storage(void* data, size_t nbytes, std::function<void()> release);  // wraps external memory
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  std::byte* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t nbytes_ = 0;
+  std::function<void()> release_;  // empty when we own data_
+};
+
+// Largest single tensor allocation PyPTO makes; defaults to the machine's physical memory.
+// Malformed models that ask for more get a ValueError instead of an out-of-memory kill.
+size_t max_tensor_bytes();
+void set_max_tensor_bytes(size_t n);
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: a missing optional input
+
+  static Tensor empty(DType dtype, Dims shape);  // contiguous, uninitialized
+  static Tensor zeros(DType dtype, Dims shape);
+  template <class T>
+  static Tensor scalar(T v) {
+    Tensor t = empty(dtype_of<T>, {});
+    *t.data<T>() = v;
+    return t;
+  }
+  // Copies `count` elements of type T into a new tensor of the given shape.
+  template <class T>
+  static Tensor from_vector(const std::vector<T>& v, Dims shape) {
+    Tensor t = empty(dtype_of<T>, std::move(shape));
+    PTO_CHECK(static_cast<size_t>(t.numel()) == v.size()) << "from_vector size mismatch";
+    for (size_t i = 0; i < v.size(); ++i) t.data<T>()[i] = v[i];
+    return t;
+  }
+  // Wraps external memory (no copy). `strides` in elements; empty means contiguous.
+  static Tensor wrap(void* data, DType dtype, Dims shape, Dims strides,
+                     std::function<void()> release);
+
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const Dims& shape() const { return shape_; }
+  const Dims& strides() const { return strides_; }
+  int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t dim(int64_t i) const;  // negative i counts from the end
+  int64_t numel() const { return numel_; }
+  size_t itemsize() const { return dtype_size(dtype_); }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * itemsize(); }
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+  void* raw_data() const { return storage_ ? storage_->data() + offset_bytes_ : nullptr; }
+  template <class T>
+  T* data() const {
+    PTO_CHECK(dtype_of<T> == dtype_) << "data<" << dtype_name(dtype_of<T>) << ">() on a "
+                                     << dtype_name(dtype_) << " tensor";
+    return static_cast<T*>(raw_data());
+  }
+
+  Tensor contiguous() const;   // this tensor if already contiguous, else a packed copy
+  Tensor clone() const;        // always a packed copy
+  Tensor reshape(Dims shape) const;  // a view when contiguous; element counts must match
+  // A strided view sharing storage: element offset and new shape/strides.
+  Tensor view(Dims shape, Dims strides, int64_t element_offset) const;
+
+  // Reads element i (row-major logical index) converted to double; for tests and printing.
+  double item_as_double(int64_t i = 0) const;
+  std::string str() const;  // "f32[2, 3]"
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t offset_bytes_ = 0;
+  DType dtype_ = DType::kUndefined;
+  Dims shape_;
+  Dims strides_;
+  int64_t numel_ = 0;
+};
+
+}  // namespace pto

@@ -1,0 +1,149 @@
+#include "pto/graph.h"
+
+#include "pto/op_registry.h"
+
+namespace pto {
+
+std::string TensorType::str() const {
+  std::string s(dtype_name(dtype));
+  return s + (shape ? shape_str(*shape) : "[*]");
+}
+
+// ---- Attributes ----
+
+const Attribute& Attributes::get(const std::string& name, const char* kind) const {
+  auto it = map_.find(name);
+  if (it == map_.end())
+    throw ValueError(cat(where, ": required attribute '", name, "' (", kind, ") is missing"));
+  return it->second;
+}
+
+namespace {
+
+template <class T>
+const T& typed(const Attribute& a, const std::string& where, const std::string& name,
+               const char* kind) {
+  if (const T* v = std::get_if<T>(&a)) return *v;
+  throw ValueError(cat(where, ": attribute '", name, "' should be ", kind));
+}
+
+}  // namespace
+
+int64_t Attributes::get_int(const std::string& name) const {
+  return typed<int64_t>(get(name, "int"), where, name, "an int");
+}
+int64_t Attributes::get_int(const std::string& name, int64_t fallback) const {
+  return has(name) ? get_int(name) : fallback;
+}
+double Attributes::get_float(const std::string& name) const {
+  const Attribute& a = get(name, "float");
+  if (const int64_t* i = std::get_if<int64_t>(&a)) return static_cast<double>(*i);
+  return typed<double>(a, where, name, "a float");
+}
+double Attributes::get_float(const std::string& name, double fallback) const {
+  return has(name) ? get_float(name) : fallback;
+}
+std::string Attributes::get_string(const std::string& name) const {
+  return typed<std::string>(get(name, "string"), where, name, "a string");
+}
+std::string Attributes::get_string(const std::string& name, const std::string& fallback) const {
+  return has(name) ? get_string(name) : fallback;
+}
+std::vector<int64_t> Attributes::get_ints(const std::string& name) const {
+  return typed<std::vector<int64_t>>(get(name, "ints"), where, name, "a list of ints");
+}
+std::vector<int64_t> Attributes::get_ints(const std::string& name,
+                                          std::vector<int64_t> fallback) const {
+  return has(name) ? get_ints(name) : fallback;
+}
+std::vector<double> Attributes::get_floats(const std::string& name) const {
+  return typed<std::vector<double>>(get(name, "floats"), where, name, "a list of floats");
+}
+std::vector<double> Attributes::get_floats(const std::string& name,
+                                           std::vector<double> fallback) const {
+  return has(name) ? get_floats(name) : fallback;
+}
+std::vector<std::string> Attributes::get_strings(const std::string& name) const {
+  return typed<std::vector<std::string>>(get(name, "strings"), where, name, "a list of strings");
+}
+const Tensor& Attributes::get_tensor(const std::string& name) const {
+  return typed<Tensor>(get(name, "tensor"), where, name, "a tensor");
+}
+
+// ---- Node and Graph ----
+
+std::string Node::where() const { return cat("[", op, "] node '", name, "'"); }
+
+ValueId Graph::add_value(std::string name, TensorType type) {
+  auto id = static_cast<ValueId>(values_.size());
+  if (name.empty()) name = cat("%", id);
+  if (!by_name_.emplace(name, id).second)
+    throw ValueError(cat("graph: value '", name, "' is defined twice"));
+  values_.push_back({std::move(name), std::move(type), -1});
+  return id;
+}
+
+ValueId Graph::add_input(std::string name, TensorType type) {
+  ValueId v = add_value(std::move(name), std::move(type));
+  inputs_.push_back(v);
+  return v;
+}
+
+void Graph::add_output(ValueId v) {
+  PTO_CHECK(v >= 0 && v < static_cast<ValueId>(values_.size())) << "bad output value " << v;
+  outputs_.push_back(v);
+}
+
+void Graph::set_initializer(ValueId v, Tensor t) {
+  Value& val = value(v);
+  val.type.dtype = t.dtype();
+  val.type.shape = to_shape(t.shape());
+  initializers_[v] = std::move(t);
+}
+
+Node& Graph::add_node(std::string op, std::vector<ValueId> inputs, std::vector<ValueId> outputs,
+                      Attributes attrs, std::string name, int node_opset) {
+  Node n;
+  n.def = OpRegistry::global().find(op);
+  if (name.empty()) name = cat(op, "_", nodes_.size());
+  n.name = std::move(name);
+  n.op = std::move(op);
+  n.opset = node_opset ? node_opset : opset;
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  n.attrs = std::move(attrs);
+  n.attrs.where = n.where();
+  if (!n.def) throw UnsupportedError(cat(n.where(), ": operator '", n.op, "' is not supported"));
+  auto index = static_cast<int32_t>(nodes_.size());
+  for (ValueId o : n.outputs) {
+    if (o == kNoValue) continue;
+    Value& v = value(o);
+    if (v.producer != -1 || initializers_.count(o))
+      throw ValueError(cat(n.where(), ": output '", v.name, "' is already defined"));
+    v.producer = index;
+  }
+  nodes_.push_back(std::move(n));
+  return nodes_.back();
+}
+
+Value& Graph::value(ValueId v) {
+  PTO_CHECK(v >= 0 && v < static_cast<ValueId>(values_.size())) << "bad value id " << v;
+  return values_[v];
+}
+const Value& Graph::value(ValueId v) const {
+  PTO_CHECK(v >= 0 && v < static_cast<ValueId>(values_.size())) << "bad value id " << v;
+  return values_[v];
+}
+
+const Tensor* Graph::initializer(ValueId v) const {
+  auto it = initializers_.find(v);
+  return it == initializers_.end() ? nullptr : &it->second;
+}
+
+std::optional<ValueId> Graph::find_value(const std::string& name) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace pto

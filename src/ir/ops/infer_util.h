@@ -1,0 +1,23 @@
+// Shared pieces of shape and dtype inference for the op families in src/ir/ops.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "pto/op_registry.h"
+
+namespace pto::infer {
+
+// Output i has input j's type (dtype and shape).
+void same_as_input(InferContext& c, size_t out = 0, size_t in = 0);
+
+// All present inputs broadcast numpy-style; output dtype is `dtype`, or input 0's when undefined.
+void broadcast(InferContext& c, DType dtype = DType::kUndefined);
+
+// The constant data of input i as int64s, when it is an initializer of an integer type.
+std::optional<std::vector<int64_t>> constant_ints(const InferContext& c, size_t i);
+
+// Sets output `out` to dtype with the given shape (nullopt: unknown rank).
+void set(InferContext& c, size_t out, DType dtype, std::optional<Shape> shape);
+
+}  // namespace pto::infer

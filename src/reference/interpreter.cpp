@@ -1,0 +1,152 @@
+// The interpreter loop: bind inputs and initializers, run each node's kernel in order, release a
+// value after its last reader, and return the graph outputs.
+#include <algorithm>
+#include <new>
+#include <unordered_map>
+
+#include "pto/op_registry.h"
+#include "pto/reference.h"
+
+namespace pto::reference {
+
+const Tensor& KernelContext::input(size_t i) const {
+  if (!has_input(i)) throw ValueError(cat(where(), ": required input ", i, " is missing"));
+  return inputs[i];
+}
+
+KernelRegistry& KernelRegistry::global() {
+  static KernelRegistry* registry = [] {
+    auto* r = new KernelRegistry();
+    register_elementwise_kernels(*r);
+    register_nn_kernels(*r);
+    register_tensor_kernels(*r);
+    register_reduction_kernels(*r);
+    register_indexing_kernels(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void KernelRegistry::add(const std::string& op, Kernel k) {
+  PTO_CHECK(find(op) == nullptr) << "reference kernel '" << op << "' registered twice";
+  PTO_CHECK(OpRegistry::global().find(op) != nullptr)
+      << "reference kernel for '" << op << "' has no OpDef";
+  kernels_.emplace_back(op, std::move(k));
+}
+
+const Kernel* KernelRegistry::find(std::string_view op) const {
+  for (const auto& [name, k] : kernels_)
+    if (name == op) return &k;
+  return nullptr;
+}
+
+std::vector<std::string> KernelRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, k] : kernels_) out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+void check_input(const Graph& g, ValueId v, const Tensor& t,
+                 std::unordered_map<std::string, int64_t>& symbols) {
+  const Value& val = g.value(v);
+  std::string where = cat("input '", val.name, "'");
+  if (!t.defined()) throw ValueError(cat(where, ": no tensor was given"));
+  if (val.type.dtype != DType::kUndefined && t.dtype() != val.type.dtype)
+    throw TypeError(cat(where, ": expected dtype ", dtype_name(val.type.dtype), ", got ",
+                        dtype_name(t.dtype())));
+  if (!val.type.shape) return;
+  const Shape& s = *val.type.shape;
+  if (static_cast<int64_t>(s.size()) != t.rank())
+    throw ValueError(cat(where, ": expected rank ", s.size(), " ", shape_str(s), ", got shape ",
+                         dims_str(t.shape())));
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i].is_known() && s[i].value != t.shape()[i])
+      throw ValueError(cat(where, ": dimension ", i, " should be ", s[i].value, ", got ",
+                           t.shape()[i], " (expected ", shape_str(s), ", got ",
+                           dims_str(t.shape()), ")"));
+    if (s[i].is_symbolic()) {
+      auto [it, fresh] = symbols.emplace(s[i].symbol, t.shape()[i]);
+      if (!fresh && it->second != t.shape()[i])
+        throw ValueError(cat(where, ": dimension ", i, " ('", s[i].symbol, "') is ",
+                             t.shape()[i], " but another input set it to ", it->second));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
+                        const NodeObserver& observer) {
+  if (inputs.size() != g.inputs().size())
+    throw ValueError(cat("graph '", g.name, "': expected ", g.inputs().size(), " inputs, got ",
+                         inputs.size()));
+  std::vector<Tensor> env(g.values().size());
+  std::unordered_map<std::string, int64_t> symbols;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_input(g, g.inputs()[i], inputs[i], symbols);
+    env[g.inputs()[i]] = inputs[i];
+  }
+  for (const auto& [v, t] : g.initializers())
+    if (!env[v].defined()) env[v] = t;  // a graph input with a default keeps the caller's value
+
+  // Last reader of each value, so intermediates are freed as soon as possible.
+  std::vector<int64_t> last_use(g.values().size(), -1);
+  const auto& nodes = g.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (ValueId v : nodes[i].inputs)
+      if (v != kNoValue) last_use[v] = static_cast<int64_t>(i);
+  for (ValueId v : g.outputs()) last_use[v] = static_cast<int64_t>(nodes.size());
+
+  const KernelRegistry& kernels = KernelRegistry::global();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    const Kernel* k = kernels.find(n.op);
+    if (!k) throw UnsupportedError(cat(n.where(), ": the reference interpreter has no kernel"));
+    KernelContext ctx{n, {}, n.outputs.size()};
+    for (ValueId v : n.inputs) {
+      if (v == kNoValue) {
+        ctx.inputs.emplace_back();
+        continue;
+      }
+      if (!env[v].defined())
+        throw ValueError(cat(n.where(), ": input '", g.value(v).name, "' has no value"));
+      ctx.inputs.push_back(env[v].contiguous());
+    }
+    std::vector<Tensor> outs;
+    try {
+      outs = (*k)(ctx);
+    } catch (const std::bad_alloc&) {
+      throw ValueError(cat(n.where(), ": out of memory"));
+    } catch (const std::length_error& e) {
+      throw ValueError(cat(n.where(), ": size too large (", e.what(), ")"));
+    }
+    PTO_CHECK(outs.size() <= n.outputs.size())
+        << n.where() << ": kernel returned " << outs.size() << " outputs";
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      if (n.outputs[o] == kNoValue) continue;
+      if (o >= outs.size() || !outs[o].defined())
+        throw UnsupportedError(cat(n.where(), ": output ", o, " is not produced"));
+      env[n.outputs[o]] = std::move(outs[o]);
+    }
+    if (observer) {
+      std::vector<Tensor> seen;
+      for (ValueId v : n.outputs) seen.push_back(v == kNoValue ? Tensor() : env[v]);
+      observer(n, seen);
+    }
+    for (ValueId v : n.inputs)
+      if (v != kNoValue && last_use[v] == static_cast<int64_t>(i) && !g.initializer(v))
+        env[v] = Tensor();
+  }
+  std::vector<Tensor> out;
+  for (ValueId v : g.outputs()) {
+    if (!env[v].defined())
+      throw ValueError(cat("graph output '", g.value(v).name, "' was never computed"));
+    out.push_back(env[v]);
+  }
+  return out;
+}
+
+}  // namespace pto::reference
