@@ -29,3 +29,15 @@ add_library(pto_onnx_proto STATIC "${_gen}/onnx.pb.cc")
 set_target_properties(pto_onnx_proto PROPERTIES POSITION_INDEPENDENT_CODE ON)
 target_include_directories(pto_onnx_proto SYSTEM PUBLIC "${_gen}")
 target_link_libraries(pto_onnx_proto PUBLIC protobuf::libprotobuf)
+
+# The newest default-domain opset the installed onnx knows: the importer accepts up to it.
+if(PTO_PYTHON)
+  execute_process(
+    COMMAND ${PTO_PYTHON} -c "import onnx.defs; print(onnx.defs.onnx_opset_version())"
+    OUTPUT_VARIABLE PTO_ONNX_MAX_OPSET OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+endif()
+if(NOT PTO_ONNX_MAX_OPSET)
+  set(PTO_ONNX_MAX_OPSET 23)
+endif()
+message(STATUS "newest ONNX opset: ${PTO_ONNX_MAX_OPSET}")
+target_compile_definitions(pto_onnx_proto PUBLIC PTO_ONNX_MAX_OPSET=${PTO_ONNX_MAX_OPSET})

@@ -28,12 +28,14 @@ enum OpProperty : uint32_t {
 // value is an initializer (nullptr elsewhere), and the outputs to fill in.
 struct InferContext {
   const Node& node;
-  std::vector<TensorType> inputs;         // DType::kUndefined for a missing optional input
-  std::vector<const Tensor*> constants;   // same length as inputs
-  std::vector<TensorType> outputs;        // pre-sized to the node's output count
+  std::vector<TensorType> inputs;        // DType::kUndefined for a missing optional input
+  std::vector<const Tensor*> constants;  // same length as inputs
+  std::vector<TensorType> outputs;       // pre-sized to the node's output count
 
   size_t num_inputs() const { return inputs.size(); }
-  bool has_input(size_t i) const { return i < inputs.size() && inputs[i].dtype != DType::kUndefined; }
+  bool has_input(size_t i) const {
+    return i < inputs.size() && inputs[i].dtype != DType::kUndefined;
+  }
   const TensorType& input(size_t i) const;  // throws ValueError when the input is missing
   const Attributes& attrs() const { return node.attrs; }
   std::string where() const { return node.where(); }

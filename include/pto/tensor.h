@@ -76,13 +76,13 @@ class Tensor {
   void* raw_data() const { return storage_ ? storage_->data() + offset_bytes_ : nullptr; }
   template <class T>
   T* data() const {
-    PTO_CHECK(dtype_of<T> == dtype_) << "data<" << dtype_name(dtype_of<T>) << ">() on a "
-                                     << dtype_name(dtype_) << " tensor";
+    PTO_CHECK(dtype_of<T> == dtype_)
+        << "data<" << dtype_name(dtype_of<T>) << ">() on a " << dtype_name(dtype_) << " tensor";
     return static_cast<T*>(raw_data());
   }
 
-  Tensor contiguous() const;   // this tensor if already contiguous, else a packed copy
-  Tensor clone() const;        // always a packed copy
+  Tensor contiguous() const;         // this tensor if already contiguous, else a packed copy
+  Tensor clone() const;              // always a packed copy
   Tensor reshape(Dims shape) const;  // a view when contiguous; element counts must match
   // A strided view sharing storage: element offset and new shape/strides.
   Tensor view(Dims shape, Dims strides, int64_t element_offset) const;

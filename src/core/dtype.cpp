@@ -37,8 +37,12 @@ const DTypeInfo& info(DType dt) {
 
 }  // namespace
 
-size_t dtype_size(DType dt) { return info(dt).size; }
-std::string_view dtype_name(DType dt) { return info(dt).name; }
+size_t dtype_size(DType dt) {
+  return info(dt).size;
+}
+std::string_view dtype_name(DType dt) {
+  return info(dt).name;
+}
 
 DType dtype_from_name(std::string_view n) {
   for (const auto& row : kTable)
@@ -51,8 +55,14 @@ bool is_floating(DType dt) {
 }
 bool is_integral(DType dt) {
   switch (dt) {
-    case DType::kI8: case DType::kI16: case DType::kI32: case DType::kI64:
-    case DType::kU8: case DType::kU16: case DType::kU32: case DType::kU64:
+    case DType::kI8:
+    case DType::kI16:
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kU8:
+    case DType::kU16:
+    case DType::kU32:
+    case DType::kU64:
       return true;
     default:
       return false;
@@ -74,10 +84,10 @@ uint16_t Float16::from_float(float f) {
   uint32_t abs = x & 0x7fffffff;
   if (abs >= 0x7f800000) return static_cast<uint16_t>(sign | (abs > 0x7f800000 ? 0x7e00 : 0x7c00));
   if (abs >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // rounds to >= 65520: Inf
-  if (abs < 0x38800000) {  // subnormal or zero in half
+  if (abs < 0x38800000) {                                              // subnormal or zero in half
     // value = abs_float; half subnormal unit = 2^-24
     float a = std::bit_cast<float>(abs);
-    float scaled = a * 16777216.0f;  // 2^24, exact
+    float scaled = a * 16777216.0f;                              // 2^24, exact
     uint32_t m = static_cast<uint32_t>(std::nearbyint(scaled));  // ties to even (default mode)
     return static_cast<uint16_t>(sign | m);
   }

@@ -38,7 +38,9 @@ Dims to_dims(const Shape& s) {
   return d;
 }
 
-Shape to_shape(const Dims& d) { return Shape(d.begin(), d.end()); }
+Shape to_shape(const Dims& d) {
+  return Shape(d.begin(), d.end());
+}
 
 int64_t checked_numel(const Dims& d, const char* where) {
   int64_t n = 1;

@@ -43,15 +43,19 @@ void pack_copy(const std::byte* src, const Dims& shape, const Dims& strides, siz
 
 }  // namespace
 
-size_t max_tensor_bytes() { return max_bytes().load(); }
-void set_max_tensor_bytes(size_t n) { max_bytes().store(n); }
+size_t max_tensor_bytes() {
+  return max_bytes().load();
+}
+void set_max_tensor_bytes(size_t n) {
+  max_bytes().store(n);
+}
 
 Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
   if (nbytes > max_tensor_bytes())
     throw ValueError(cat("allocation of ", nbytes, " bytes exceeds the limit of ",
                          max_tensor_bytes(), " bytes"));
-  size_t rounded = (std::max<size_t>(nbytes, 1) + kTensorAlignment - 1) / kTensorAlignment *
-                   kTensorAlignment;
+  size_t rounded =
+      (std::max<size_t>(nbytes, 1) + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   data_ = static_cast<std::byte*>(std::aligned_alloc(kTensorAlignment, rounded));
   if (!data_) throw ValueError(cat("out of memory allocating ", nbytes, " bytes"));
 }
@@ -136,8 +140,8 @@ Tensor Tensor::clone() const {
 Tensor Tensor::reshape(Dims shape) const {
   int64_t n = checked_numel(shape, "reshape");
   if (n != numel_)
-    throw ValueError(cat("reshape: cannot view ", dims_str(shape_), " (", numel_,
-                         " elements) as ", dims_str(shape), " (", n, " elements)"));
+    throw ValueError(cat("reshape: cannot view ", dims_str(shape_), " (", numel_, " elements) as ",
+                         dims_str(shape), " (", n, " elements)"));
   Tensor t = contiguous();
   t.strides_ = contiguous_strides(shape);
   t.shape_ = std::move(shape);

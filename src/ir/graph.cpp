@@ -72,7 +72,9 @@ const Tensor& Attributes::get_tensor(const std::string& name) const {
 
 // ---- Node and Graph ----
 
-std::string Node::where() const { return cat("[", op, "] node '", name, "'"); }
+std::string Node::where() const {
+  return cat("[", op, "] node '", name, "'");
+}
 
 ValueId Graph::add_value(std::string name, TensorType type) {
   auto id = static_cast<ValueId>(values_.size());

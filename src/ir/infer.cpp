@@ -1,15 +1,24 @@
 // Type inference over a whole graph: each node's OpDef::infer in topological order.
+#include <unordered_map>
+
 #include "pto/op_registry.h"
 
 namespace pto {
 
 void infer_types(Graph& g) {
+  // Data known before running: initializers and the outputs of Constant nodes.
+  std::unordered_map<ValueId, const Tensor*> known;
+  for (const auto& [v, t] : g.initializers()) known[v] = &t;
   for (const Node& n : g.nodes()) {
     InferContext ctx{n, {}, {}, {}};
     for (ValueId v : n.inputs) {
       ctx.inputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
-      ctx.constants.push_back(v == kNoValue ? nullptr : g.initializer(v));
+      auto it = v == kNoValue ? known.end() : known.find(v);
+      ctx.constants.push_back(it == known.end() ? nullptr : it->second);
     }
+    if (n.op == "Constant" && n.outputs.size() == 1 && n.outputs[0] != kNoValue &&
+        n.attrs.has("value") && std::holds_alternative<Tensor>(n.attrs.all().at("value")))
+      known[n.outputs[0]] = &n.attrs.get_tensor("value");
     ctx.outputs.resize(n.outputs.size());
     if (n.def->infer) n.def->infer(ctx);
     for (size_t i = 0; i < n.outputs.size(); ++i) {

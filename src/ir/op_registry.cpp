@@ -6,8 +6,7 @@
 namespace pto {
 
 const TensorType& InferContext::input(size_t i) const {
-  if (!has_input(i))
-    throw ValueError(cat(where(), ": required input ", i, " is missing"));
+  if (!has_input(i)) throw ValueError(cat(where(), ": required input ", i, " is missing"));
   return inputs[i];
 }
 

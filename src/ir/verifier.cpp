@@ -10,7 +10,8 @@ void verify(const Graph& g) {
   const auto n_values = static_cast<ValueId>(g.values().size());
   std::vector<char> defined(g.values().size(), 0);
   auto check_id = [&](ValueId v, const std::string& where) {
-    if (v < 0 || v >= n_values) throw ValueError(cat(where, ": refers to value id ", v, " that does not exist"));
+    if (v < 0 || v >= n_values)
+      throw ValueError(cat(where, ": refers to value id ", v, " that does not exist"));
   };
   for (ValueId v : g.inputs()) {
     check_id(v, "graph input");
@@ -30,8 +31,8 @@ void verify(const Graph& g) {
       throw ValueError(cat(n.where(), ": has ", n_in, " inputs, expected ", d.min_inputs,
                            d.max_inputs < 0 ? " or more" : cat(" to ", d.max_inputs)));
     if (n_out < d.min_outputs || n_out > d.max_outputs)
-      throw ValueError(cat(n.where(), ": has ", n_out, " outputs, expected ", d.min_outputs,
-                           " to ", d.max_outputs));
+      throw ValueError(cat(n.where(), ": has ", n_out, " outputs, expected ", d.min_outputs, " to ",
+                           d.max_outputs));
     for (int i = 0; i < n_in; ++i) {
       ValueId v = n.inputs[i];
       if (v == kNoValue) {

@@ -65,13 +65,13 @@ void check_input(const Graph& g, ValueId v, const Tensor& t,
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i].is_known() && s[i].value != t.shape()[i])
       throw ValueError(cat(where, ": dimension ", i, " should be ", s[i].value, ", got ",
-                           t.shape()[i], " (expected ", shape_str(s), ", got ",
-                           dims_str(t.shape()), ")"));
+                           t.shape()[i], " (expected ", shape_str(s), ", got ", dims_str(t.shape()),
+                           ")"));
     if (s[i].is_symbolic()) {
       auto [it, fresh] = symbols.emplace(s[i].symbol, t.shape()[i]);
       if (!fresh && it->second != t.shape()[i])
-        throw ValueError(cat(where, ": dimension ", i, " ('", s[i].symbol, "') is ",
-                             t.shape()[i], " but another input set it to ", it->second));
+        throw ValueError(cat(where, ": dimension ", i, " ('", s[i].symbol, "') is ", t.shape()[i],
+                             " but another input set it to ", it->second));
     }
   }
 }
@@ -81,8 +81,8 @@ void check_input(const Graph& g, ValueId v, const Tensor& t,
 std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
                         const NodeObserver& observer) {
   if (inputs.size() != g.inputs().size())
-    throw ValueError(cat("graph '", g.name, "': expected ", g.inputs().size(), " inputs, got ",
-                         inputs.size()));
+    throw ValueError(
+        cat("graph '", g.name, "': expected ", g.inputs().size(), " inputs, got ", inputs.size()));
   std::vector<Tensor> env(g.values().size());
   std::unordered_map<std::string, int64_t> symbols;
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -1,3 +1,6 @@
 #include <iostream>
 
-int main() { std::cout << "pto\n"; return 0; }
+int main() {
+  std::cout << "pto\n";
+  return 0;
+}

@@ -25,9 +25,9 @@ TEST(DType, Float16MatchesIeee) {
   EXPECT_EQ(Float16(-2.0f).bits, 0xc000);
   EXPECT_EQ(Float16(65504.0f).bits, 0x7bff);
   EXPECT_EQ(Float16(65520.0f).bits, 0x7c00);            // rounds to +Inf
-  EXPECT_EQ(Float16(5.9604645e-8f).bits, 0x0001);        // smallest subnormal
-  EXPECT_EQ(Float16(1.0f + 1.0f / 2048).bits, 0x3c00);   // tie rounds to even
-  EXPECT_EQ(Float16(1.0f + 3.0f / 2048).bits, 0x3c02);   // tie rounds to even (up)
+  EXPECT_EQ(Float16(5.9604645e-8f).bits, 0x0001);       // smallest subnormal
+  EXPECT_EQ(Float16(1.0f + 1.0f / 2048).bits, 0x3c00);  // tie rounds to even
+  EXPECT_EQ(Float16(1.0f + 3.0f / 2048).bits, 0x3c02);  // tie rounds to even (up)
   EXPECT_TRUE(std::isnan(static_cast<float>(Float16(NAN))));
   for (uint32_t h = 0; h < 0x7c00; ++h)  // every finite positive half survives a round trip
     ASSERT_EQ(Float16::from_float(Float16::to_float(static_cast<uint16_t>(h))), h);

@@ -2,6 +2,8 @@
 
 namespace pto {
 
-void register_indexing_ops(OpRegistry& r) { (void)r; }
+void register_indexing_ops(OpRegistry& r) {
+  (void)r;
+}
 
 }  // namespace pto

@@ -2,6 +2,8 @@
 
 namespace pto {
 
-void register_nn_ops(OpRegistry& r) { (void)r; }
+void register_nn_ops(OpRegistry& r) {
+  (void)r;
+}
 
 }  // namespace pto

@@ -2,6 +2,8 @@
 
 namespace pto {
 
-void register_tensor_ops(OpRegistry& r) { (void)r; }
+void register_tensor_ops(OpRegistry& r) {
+  (void)r;
+}
 
 }  // namespace pto

@@ -49,7 +49,8 @@ Kernel binary_kernel(uint32_t types, F f) {
 }  // namespace
 
 void register_elementwise_kernels(KernelRegistry& r) {
-  r.add("Relu", unary_kernel(kFloatTypes | kSignedInts, [](auto x) { return x > 0 ? x : decltype(x)(0); }));
+  r.add("Relu",
+        unary_kernel(kFloatTypes | kSignedInts, [](auto x) { return x > 0 ? x : decltype(x)(0); }));
   r.add("Exp", unary_kernel(kFloatTypes, [](auto x) { return std::exp(x); }));
   r.add("Add", binary_kernel(kNumericTypes, [](auto a, auto b) { return a + b; }));
   r.add("Sub", binary_kernel(kNumericTypes, [](auto a, auto b) { return a - b; }));

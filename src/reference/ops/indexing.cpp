@@ -2,6 +2,8 @@
 
 namespace pto::reference {
 
-void register_indexing_kernels(KernelRegistry& r) { (void)r; }
+void register_indexing_kernels(KernelRegistry& r) {
+  (void)r;
+}
 
 }  // namespace pto::reference

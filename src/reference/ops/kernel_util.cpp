@@ -3,8 +3,8 @@
 namespace pto::reference {
 
 std::vector<int64_t> broadcast_offsets(const Dims& in, const Dims& out) {
-  PTO_CHECK(in.size() <= out.size()) << "broadcast_offsets: rank " << in.size() << " > "
-                                      << out.size();
+  PTO_CHECK(in.size() <= out.size())
+      << "broadcast_offsets: rank " << in.size() << " > " << out.size();
   size_t lead = out.size() - in.size();
   Dims in_strides = contiguous_strides(in);
   int64_t n = checked_numel(out);

@@ -1,0 +1,268 @@
+// ONNX ModelProto -> Tensor Graph. Checks everything a malformed file could get wrong (opsets,
+// domains, names, attribute kinds, tensor sizes) and reports it as a pto::Error that names the
+// file, the node and the op.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unordered_set>
+
+#include "proto_util.h"
+#include "pto/onnx.h"
+#include "pto/op_registry.h"
+
+namespace pto::onnx {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_default_domain(const std::string& d) {
+  return d.empty() || d == "ai.onnx";
+}
+
+TensorType type_from_proto(const ::onnx::TypeProto& tp, const std::string& where) {
+  TensorType out;
+  if (!tp.has_tensor_type()) {
+    if (tp.value_case() == ::onnx::TypeProto::VALUE_NOT_SET) return out;  // untyped
+    throw UnsupportedError(cat(where,
+                               ": only tensor types are supported (sequences, maps, "
+                               "optionals and sparse tensors are not)"));
+  }
+  const auto& tt = tp.tensor_type();
+  if (tt.has_elem_type()) out.dtype = dtype_from_onnx(tt.elem_type(), where);
+  if (tt.has_shape()) {
+    Shape s;
+    for (const auto& d : tt.shape().dim()) {
+      if (d.has_dim_value()) {
+        if (d.dim_value() < 0) throw ValueError(cat(where, ": negative dimension ", d.dim_value()));
+        s.emplace_back(d.dim_value());
+      } else if (d.has_dim_param() && !d.dim_param().empty()) {
+        s.push_back(Dim::sym(d.dim_param()));
+      } else {
+        s.push_back(Dim::unknown());
+      }
+    }
+    out.shape = std::move(s);
+  }
+  return out;
+}
+
+Attribute attribute_from_proto(const ::onnx::AttributeProto& a, const std::string& base_dir,
+                               const std::string& where) {
+  using AP = ::onnx::AttributeProto;
+  std::string w = cat(where, " attribute '", a.name(), "'");
+  AP::AttributeType type = a.type();
+  if (type == AP::UNDEFINED) {  // very old models leave the discriminator unset
+    if (a.has_f())
+      type = AP::FLOAT;
+    else if (a.has_i())
+      type = AP::INT;
+    else if (a.has_s())
+      type = AP::STRING;
+    else if (a.has_t())
+      type = AP::TENSOR;
+    else if (a.has_g())
+      type = AP::GRAPH;
+    else if (a.floats_size())
+      type = AP::FLOATS;
+    else if (a.ints_size())
+      type = AP::INTS;
+    else if (a.strings_size())
+      type = AP::STRINGS;
+  }
+  if (!a.ref_attr_name().empty())
+    throw UnsupportedError(cat(w, ": references to function attributes are not supported"));
+  switch (type) {
+    case AP::FLOAT:
+      return static_cast<double>(a.f());
+    case AP::INT:
+      return a.i();
+    case AP::STRING:
+      return a.s();
+    case AP::TENSOR:
+      return tensor_from_proto(a.t(), base_dir, w);
+    case AP::FLOATS:
+      return std::vector<double>(a.floats().begin(), a.floats().end());
+    case AP::INTS:
+      return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+    case AP::STRINGS:
+      return std::vector<std::string>(a.strings().begin(), a.strings().end());
+    case AP::GRAPH:
+    case AP::GRAPHS:
+      throw UnsupportedError(cat(w,
+                                 ": subgraphs (control flow: If, Loop, Scan) are not "
+                                 "supported yet"));
+    default:
+      throw UnsupportedError(cat(w, ": attribute type ",
+                                 AP::AttributeType_IsValid(type)
+                                     ? AP::AttributeType_Name(type)
+                                     : std::to_string(static_cast<int>(type)),
+                                 " is not supported"));
+  }
+}
+
+int default_opset(const ::onnx::ModelProto& m, const std::string& src) {
+  int opset = -1;
+  for (const auto& o : m.opset_import())
+    if (is_default_domain(o.domain())) opset = static_cast<int>(o.version());
+  if (opset < 0) {
+    if (m.opset_import_size() == 0) return 1;  // IR version 2 models had no opset_import
+    return 0;                                  // only other domains
+  }
+  if (opset < kMinOpset || opset > max_opset())
+    throw UnsupportedError(cat(src, ": opset ", opset,
+                               " of the default domain is not supported "
+                               "(supported: ",
+                               kMinOpset, " to ", max_opset(), ")"));
+  return opset;
+}
+
+Graph convert(const ::onnx::ModelProto& m, const std::string& base_dir, const std::string& src) {
+  Graph g;
+  g.opset = default_opset(m, src);
+  const auto& gp = m.graph();
+  g.name = gp.name();
+
+  std::unordered_set<std::string> init_names;
+  for (const auto& t : gp.initializer()) init_names.insert(t.name());
+  if (gp.sparse_initializer_size())
+    throw UnsupportedError(cat(src, ": sparse initializers are not supported"));
+
+  // Graph inputs that are not initializers are what the caller feeds.
+  for (const auto& vi : gp.input()) {
+    if (init_names.count(vi.name())) continue;
+    if (vi.name().empty()) throw ValueError(cat(src, ": a graph input has no name"));
+    g.add_input(vi.name(), type_from_proto(vi.type(), cat(src, ": input '", vi.name(), "'")));
+  }
+  for (const auto& t : gp.initializer()) {
+    if (t.name().empty()) throw ValueError(cat(src, ": an initializer has no name"));
+    std::string where = cat(src, ": initializer");
+    ValueId v = g.add_value(t.name());
+    g.set_initializer(v, tensor_from_proto(t, base_dir, where));
+  }
+
+  for (int i = 0; i < gp.node_size(); ++i) {
+    const auto& np = gp.node(i);
+    std::string name = np.name().empty() ? cat(np.op_type(), "_", i) : np.name();
+    std::string where = cat(src, ": [", np.op_type(), "] node '", name, "'");
+    if (!is_default_domain(np.domain()))
+      throw UnsupportedError(cat(where, ": operator domain '", np.domain(), "' is not supported"));
+    if (np.op_type().empty()) throw ValueError(cat(where, ": node has no op_type"));
+    std::vector<ValueId> inputs;
+    for (const auto& in : np.input()) {
+      if (in.empty()) {
+        inputs.push_back(kNoValue);
+        continue;
+      }
+      auto v = g.find_value(in);
+      if (!v) throw ValueError(cat(where, ": input '", in, "' is not defined before this node"));
+      inputs.push_back(*v);
+    }
+    std::vector<ValueId> outputs;
+    for (const auto& out : np.output()) {
+      if (out.empty()) {
+        outputs.push_back(kNoValue);
+        continue;
+      }
+      if (g.find_value(out)) throw ValueError(cat(where, ": output '", out, "' is defined twice"));
+      outputs.push_back(g.add_value(out));
+    }
+    Attributes attrs;
+    for (const auto& a : np.attribute()) {
+      if (a.name().empty()) throw ValueError(cat(where, ": an attribute has no name"));
+      attrs.set(a.name(), attribute_from_proto(a, base_dir, where));
+    }
+    try {
+      g.add_node(np.op_type(), std::move(inputs), std::move(outputs), std::move(attrs), name);
+    } catch (const UnsupportedError& e) {
+      throw UnsupportedError(cat(src, ": ", e.what()));
+    }
+  }
+
+  for (const auto& vi : gp.output()) {
+    auto v = g.find_value(vi.name());
+    if (!v) throw ValueError(cat(src, ": graph output '", vi.name(), "' is never defined"));
+    TensorType declared = type_from_proto(vi.type(), cat(src, ": output '", vi.name(), "'"));
+    Value& val = g.value(*v);
+    if (val.type.dtype == DType::kUndefined) val.type.dtype = declared.dtype;
+    if (!val.type.shape) val.type.shape = declared.shape;
+    g.add_output(*v);
+  }
+  for (const auto& vi : gp.value_info()) {
+    auto v = g.find_value(vi.name());
+    if (!v || g.initializer(*v)) continue;
+    try {
+      TensorType t = type_from_proto(vi.type(), src);
+      Value& val = g.value(*v);
+      if (val.type.dtype == DType::kUndefined) val.type.dtype = t.dtype;
+      if (!val.type.shape) val.type.shape = t.shape;
+    } catch (const UnsupportedError&) {
+      // value_info is a hint; an unusual type there does not stop the import
+    }
+  }
+  return g;
+}
+
+// Rethrows a pto::Error with the same type and `prefix` in front of its message.
+[[noreturn]] void rethrow_with(const std::string& prefix) {
+  try {
+    throw;
+  } catch (const UnsupportedError& e) {
+    throw UnsupportedError(prefix + e.what());
+  } catch (const TypeError& e) {
+    throw TypeError(prefix + e.what());
+  } catch (const ValueError& e) {
+    throw ValueError(prefix + e.what());
+  }
+}
+
+}  // namespace
+
+int max_opset() {
+  return PTO_ONNX_MAX_OPSET;
+}
+
+Graph load_from_bytes(std::string_view bytes, const std::string& base_dir,
+                      const std::string& source) {
+  ::onnx::ModelProto m;
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    throw ValueError(cat(source, ": model is larger than 2 GB; store weights as external data"));
+  if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    throw ValueError(cat(source,
+                         ": not a valid ONNX model (protobuf parsing failed: the file "
+                         "is truncated, corrupted or not ONNX)"));
+  if (!m.has_graph()) throw ValueError(cat(source, ": the model has no graph"));
+  Graph g = convert(m, base_dir, source);
+  try {
+    verify(g);
+    infer_types(g);
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error&) {
+    rethrow_with(source + ": ");
+  }
+  return g;
+}
+
+Graph load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ValueError(cat(path, ": cannot open the model file"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string dir = fs::absolute(fs::path(path)).parent_path().string();
+  return load_from_bytes(ss.str(), dir, path);
+}
+
+Tensor load_tensor(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ValueError(cat(path, ": cannot open the tensor file"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string bytes = ss.str();
+  ::onnx::TensorProto t;
+  if (!t.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    throw ValueError(cat(path, ": not a valid serialized TensorProto"));
+  std::string dir = fs::absolute(fs::path(path)).parent_path().string();
+  return tensor_from_proto(t, dir, path);
+}
+
+}  // namespace pto::onnx

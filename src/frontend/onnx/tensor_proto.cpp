@@ -1,0 +1,167 @@
+// TensorProto -> Tensor. Every size is checked against the declared shape before a byte is copied.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "proto_util.h"
+
+namespace pto::onnx {
+
+DType dtype_from_onnx(int32_t t, const std::string& where) {
+  using TP = ::onnx::TensorProto;
+  switch (t) {
+    case TP::FLOAT:
+      return DType::kF32;
+    case TP::DOUBLE:
+      return DType::kF64;
+    case TP::FLOAT16:
+      return DType::kF16;
+    case TP::BFLOAT16:
+      return DType::kBF16;
+    case TP::INT8:
+      return DType::kI8;
+    case TP::INT16:
+      return DType::kI16;
+    case TP::INT32:
+      return DType::kI32;
+    case TP::INT64:
+      return DType::kI64;
+    case TP::UINT8:
+      return DType::kU8;
+    case TP::UINT16:
+      return DType::kU16;
+    case TP::UINT32:
+      return DType::kU32;
+    case TP::UINT64:
+      return DType::kU64;
+    case TP::BOOL:
+      return DType::kBool;
+    default:
+      break;
+  }
+  std::string name = TP::DataType_IsValid(t) ? TP::DataType_Name(static_cast<TP::DataType>(t))
+                                             : cat("unknown (", t, ")");
+  throw UnsupportedError(cat(where, ": element type ", name, " is not supported"));
+}
+
+namespace {
+
+// Reads [offset, offset+length) of an external data file that must live under base_dir.
+std::string read_external(const ::onnx::TensorProto& t, const std::string& base_dir,
+                          size_t expected, const std::string& where) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : t.external_data()) {
+    try {
+      if (kv.key() == "location") location = kv.value();
+      if (kv.key() == "offset") offset = std::stoll(kv.value());
+      if (kv.key() == "length") length = std::stoll(kv.value());
+    } catch (const std::exception&) {
+      throw ValueError(
+          cat(where, ": external data key '", kv.key(), "' has a bad value '", kv.value(), "'"));
+    }
+  }
+  if (base_dir.empty())
+    throw ValueError(cat(where, ": uses external data, which needs the model loaded from a file"));
+  namespace fs = std::filesystem;
+  fs::path rel(location);
+  if (location.empty() || rel.is_absolute() ||
+      std::any_of(rel.begin(), rel.end(), [](const fs::path& p) { return p == ".."; }))
+    throw ValueError(cat(where, ": external data location '", location,
+                         "' must be a relative path inside the model's folder"));
+  if (offset < 0) throw ValueError(cat(where, ": external data offset ", offset, " is negative"));
+  if (length >= 0 && static_cast<size_t>(length) != expected)
+    throw ValueError(cat(where, ": external data length ", length, " does not match the ", expected,
+                         " bytes its shape needs"));
+  fs::path file = fs::path(base_dir) / rel;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ValueError(cat(where, ": cannot open external data file '", file.string(), "'"));
+  std::error_code ec;
+  auto size = fs::file_size(file, ec);
+  if (ec || static_cast<uintmax_t>(offset) + expected > size)
+    throw ValueError(cat(where, ": external data file '", file.string(), "' holds ", size,
+                         " bytes, fewer than offset ", offset, " + ", expected));
+  std::string bytes(expected, '\0');
+  in.seekg(offset);
+  in.read(bytes.data(), static_cast<std::streamsize>(expected));
+  if (!in) throw ValueError(cat(where, ": reading external data '", file.string(), "' failed"));
+  return bytes;
+}
+
+template <class Field>
+void check_count(const Field& f, int64_t n, const char* field, const std::string& where) {
+  if (static_cast<int64_t>(f.size()) != n)
+    throw ValueError(
+        cat(where, ": ", field, " holds ", f.size(), " values but the shape needs ", n));
+}
+
+}  // namespace
+
+Tensor tensor_from_proto(const ::onnx::TensorProto& t, const std::string& base_dir,
+                         const std::string& where_in) {
+  std::string where = t.name().empty() ? where_in : cat(where_in, " tensor '", t.name(), "'");
+  if (t.has_segment()) throw UnsupportedError(cat(where, ": segmented tensors are not supported"));
+  DType dt = dtype_from_onnx(t.data_type(), where);
+  Dims dims(t.dims().begin(), t.dims().end());
+  for (int64_t d : dims)
+    if (d < 0) throw ValueError(cat(where, ": negative dimension in ", dims_str(dims)));
+  int64_t n = checked_numel(dims, where.c_str());
+  size_t nbytes = 0;
+  if (__builtin_mul_overflow(static_cast<size_t>(n), dtype_size(dt), &nbytes))
+    throw ValueError(cat(where, ": shape ", dims_str(dims), " is too large"));
+
+  if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
+    std::string bytes = read_external(t, base_dir, nbytes, where);
+    Tensor out = Tensor::empty(dt, dims);
+    std::memcpy(out.raw_data(), bytes.data(), nbytes);
+    return out;
+  }
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != nbytes)
+      throw ValueError(cat(where, ": raw_data holds ", t.raw_data().size(), " bytes but shape ",
+                           dims_str(dims), " of ", dtype_name(dt), " needs ", nbytes));
+    Tensor out = Tensor::empty(dt, dims);
+    std::memcpy(out.raw_data(), t.raw_data().data(), nbytes);
+    return out;
+  }
+  Tensor out = Tensor::empty(dt, dims);
+  auto copy = [&]<class Src>(const Src& field, const char* name, auto convert) {
+    check_count(field, n, name, where);
+    dispatch(dt, kAllTypes, where, [&]<class T>() {
+      T* p = out.data<T>();
+      for (int64_t i = 0; i < n; ++i) p[i] = convert.template operator()<T>(field[i]);
+    });
+  };
+  auto same = []<class T>(auto v) { return static_cast<T>(v); };
+  // f16 and bf16 travel as their bit patterns in int32_data.
+  auto bits = []<class T>(int32_t v) {
+    if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+      T h;
+      h.bits = static_cast<uint16_t>(v);
+      return h;
+    } else {
+      return static_cast<T>(v);
+    }
+  };
+  switch (dt) {
+    case DType::kF32:
+      copy(t.float_data(), "float_data", same);
+      break;
+    case DType::kF64:
+      copy(t.double_data(), "double_data", same);
+      break;
+    case DType::kI64:
+      copy(t.int64_data(), "int64_data", same);
+      break;
+    case DType::kU32:
+    case DType::kU64:
+      copy(t.uint64_data(), "uint64_data", same);
+      break;
+    default:
+      copy(t.int32_data(), "int32_data", bits);
+      break;
+  }
+  return out;
+}
+
+}  // namespace pto::onnx

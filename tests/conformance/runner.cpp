@@ -1,0 +1,188 @@
+// pto_conformance: runs ONNX backend node tests (written by write_cases.py) through the importer
+// and the reference interpreter and compares with the expected outputs the onnx package ships.
+//
+//   pto_conformance CASES_DIR [--filter SUBSTR]... [--floor N] [--json FILE] [--verbose]
+//
+// Each test is pass, fail (wrong answer, or an error on a supported op: a bug) or unsupported
+// (an op, dtype or feature PyPTO does not implement). Exit status is 1 when any test fails or
+// fewer than --floor tests pass.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "onnx.pb.h"
+#include "pto/onnx.h"
+#include "pto/reference.h"
+
+namespace fs = std::filesystem;
+using pto::Tensor;
+
+namespace {
+
+enum class Status { kPass, kFail, kUnsupported };
+
+struct Result {
+  std::string name;
+  Status status;
+  std::string detail;
+};
+
+// Compares one output with ONNX's backend-test rule |got - want| <= atol + rtol * |want|.
+std::string compare(const Tensor& got, const Tensor& want, double rtol, double atol) {
+  if (got.dtype() != want.dtype())
+    return pto::cat("dtype ", pto::dtype_name(got.dtype()), ", expected ",
+                    pto::dtype_name(want.dtype()));
+  if (got.shape() != want.shape())
+    return pto::cat("shape ", pto::dims_str(got.shape()), ", expected ",
+                    pto::dims_str(want.shape()));
+  bool exact = !pto::is_floating(want.dtype());
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    double g = got.item_as_double(i), w = want.item_as_double(i);
+    if (std::isnan(w) && std::isnan(g)) continue;
+    if (std::isinf(w) && g == w) continue;
+    bool ok = exact ? g == w : std::fabs(g - w) <= atol + rtol * std::fabs(w);
+    if (!ok) return pto::cat("element ", i, " is ", g, ", expected ", w);
+  }
+  return "";
+}
+
+std::vector<Tensor> load_set(const fs::path& dir, const char* kind) {
+  std::vector<Tensor> out;
+  for (int k = 0;; ++k) {
+    fs::path p = dir / pto::cat(kind, "_", k, ".pb");
+    if (!fs::exists(p)) break;
+    out.push_back(pto::onnx::load_tensor(p.string()));
+  }
+  return out;
+}
+
+Result run_case(const fs::path& dir) {
+  Result r{dir.filename().string(), Status::kPass, ""};
+  double rtol = 1e-3, atol = 1e-7;
+  std::ifstream(dir / "tolerance.txt") >> rtol >> atol;
+  try {
+    pto::Graph g = pto::onnx::load((dir / "model.onnx").string());
+    if (fs::exists(dir / "UNSUPPORTED")) {
+      std::ifstream in(dir / "UNSUPPORTED");
+      std::getline(in, r.detail);
+      r.status = Status::kUnsupported;
+      return r;
+    }
+    for (int n = 0;; ++n) {
+      fs::path ds = dir / pto::cat("test_data_set_", n);
+      if (!fs::exists(ds)) break;
+      std::vector<Tensor> inputs = load_set(ds, "input");
+      std::vector<Tensor> want = load_set(ds, "output");
+      std::vector<Tensor> got = pto::reference::run(g, inputs);
+      if (got.size() != want.size()) {
+        r.status = Status::kFail;
+        r.detail = pto::cat(got.size(), " outputs, expected ", want.size());
+        return r;
+      }
+      for (size_t k = 0; k < want.size(); ++k) {
+        std::string diff = compare(got[k], want[k], rtol, atol);
+        if (!diff.empty()) {
+          r.status = Status::kFail;
+          r.detail = pto::cat("output ", k, ": ", diff);
+          return r;
+        }
+      }
+    }
+  } catch (const pto::UnsupportedError& e) {
+    r.status = Status::kUnsupported;
+    r.detail = e.what();
+  } catch (const std::exception& e) {
+    r.status = Status::kFail;
+    r.detail = e.what();
+  }
+  return r;
+}
+
+// Ops a test uses, read from the model even when import fails (for the per-op summary).
+std::set<std::string> ops_of(const fs::path& dir) {
+  std::ifstream in(dir / "model.onnx", std::ios::binary);
+  ::onnx::ModelProto m;
+  std::set<std::string> ops;
+  if (m.ParseFromIstream(&in))
+    for (const auto& n : m.graph().node()) ops.insert(n.op_type());
+  return ops;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << "usage: pto_conformance CASES_DIR [--filter S]... [--floor N] [--json FILE] "
+                 "[--verbose]\n";
+    return 2;
+  }
+  fs::path root = argv[1];
+  std::vector<std::string> filters;
+  long floor = 0;
+  std::string json;
+  bool verbose = false;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--filter" && i + 1 < argc)
+      filters.push_back(argv[++i]);
+    else if (a == "--floor" && i + 1 < argc)
+      floor = std::stol(argv[++i]);
+    else if (a == "--json" && i + 1 < argc)
+      json = argv[++i];
+    else if (a == "--verbose" || a == "-v")
+      verbose = true;
+    else {
+      std::cerr << "unknown argument " << a << "\n";
+      return 2;
+    }
+  }
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (!e.is_directory()) continue;
+    std::string name = e.path().filename().string();
+    bool keep = filters.empty() || std::any_of(filters.begin(), filters.end(), [&](auto& f) {
+                  return name.find(f) != std::string::npos;
+                });
+    if (keep) dirs.push_back(e.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+
+  std::vector<Result> results;
+  std::map<std::string, std::array<int, 3>> by_op;  // pass, fail, unsupported
+  int counts[3] = {0, 0, 0};
+  for (const auto& d : dirs) {
+    Result r = run_case(d);
+    int s = static_cast<int>(r.status);
+    ++counts[s];
+    for (const auto& op : ops_of(d)) ++by_op[op][s];
+    if (r.status == Status::kFail) std::cout << "FAIL " << r.name << ": " << r.detail << "\n";
+    if (verbose && r.status == Status::kUnsupported)
+      std::cout << "UNSUPPORTED " << r.name << ": " << r.detail << "\n";
+    if (verbose && r.status == Status::kPass) std::cout << "PASS " << r.name << "\n";
+    results.push_back(std::move(r));
+  }
+
+  std::cout << "\nBy op (tests using it: pass / fail / unsupported)\n";
+  for (const auto& [op, c] : by_op)
+    if (c[0] + c[1] > 0 || verbose)
+      std::printf("  %-28s %4d %4d %4d\n", op.c_str(), c[0], c[1], c[2]);
+  int total = static_cast<int>(results.size());
+  std::printf("\nONNX node tests: %d total, %d pass (%.1f%%), %d fail, %d unsupported\n", total,
+              counts[0], total ? 100.0 * counts[0] / total : 0.0, counts[1], counts[2]);
+  if (!json.empty()) {
+    std::ofstream out(json);
+    out << "{\"total\": " << total << ", \"pass\": " << counts[0] << ", \"fail\": " << counts[1]
+        << ", \"unsupported\": " << counts[2] << "}\n";
+  }
+  bool ok = counts[1] == 0 && counts[0] >= floor;
+  if (counts[0] < floor)
+    std::cout << "pass count " << counts[0] << " is below the recorded floor " << floor << "\n";
+  std::printf("conformance: %d passed, %d failed\n", counts[0], counts[1]);
+  return ok ? 0 : 1;
+}
