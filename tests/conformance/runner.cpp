@@ -18,6 +18,7 @@
 
 #include "onnx.pb.h"
 #include "pto/onnx.h"
+#include "pto/op_registry.h"
 #include "pto/reference.h"
 
 namespace fs = std::filesystem;
@@ -156,11 +157,16 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
   std::map<std::string, std::array<int, 3>> by_op;  // pass, fail, unsupported
   int counts[3] = {0, 0, 0};
+  int covered = 0;  // tests whose ops all have an OpDef
+  const auto& registry = pto::OpRegistry::global();
   for (const auto& d : dirs) {
     Result r = run_case(d);
     int s = static_cast<int>(r.status);
     ++counts[s];
-    for (const auto& op : ops_of(d)) ++by_op[op][s];
+    std::set<std::string> ops = ops_of(d);
+    for (const auto& op : ops) ++by_op[op][s];
+    covered += std::all_of(ops.begin(), ops.end(),
+                           [&](const std::string& op) { return registry.find(op) != nullptr; });
     if (r.status == Status::kFail) std::cout << "FAIL " << r.name << ": " << r.detail << "\n";
     if (verbose && r.status == Status::kUnsupported)
       std::cout << "UNSUPPORTED " << r.name << ": " << r.detail << "\n";
@@ -175,10 +181,12 @@ int main(int argc, char** argv) {
   int total = static_cast<int>(results.size());
   std::printf("\nONNX node tests: %d total, %d pass (%.1f%%), %d fail, %d unsupported\n", total,
               counts[0], total ? 100.0 * counts[0] / total : 0.0, counts[1], counts[2]);
+  std::printf("Op coverage: %d of %d tests (%.1f%%) use only supported ops\n", covered, total,
+              total ? 100.0 * covered / total : 0.0);
   if (!json.empty()) {
     std::ofstream out(json);
     out << "{\"total\": " << total << ", \"pass\": " << counts[0] << ", \"fail\": " << counts[1]
-        << ", \"unsupported\": " << counts[2] << "}\n";
+        << ", \"unsupported\": " << counts[2] << ", \"covered\": " << covered << "}\n";
   }
   bool ok = counts[1] == 0 && counts[0] >= floor;
   if (counts[0] < floor)
