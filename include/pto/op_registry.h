@@ -80,5 +80,8 @@ void register_nn_ops(OpRegistry& r);
 void register_tensor_ops(OpRegistry& r);
 void register_reduction_ops(OpRegistry& r);
 void register_indexing_ops(OpRegistry& r);
+void register_attention_ops(OpRegistry& r);
+void register_quantization_ops(OpRegistry& r);
+void register_loss_ops(OpRegistry& r);
 
 }  // namespace pto

@@ -51,5 +51,8 @@ void register_nn_kernels(KernelRegistry& r);
 void register_tensor_kernels(KernelRegistry& r);
 void register_reduction_kernels(KernelRegistry& r);
 void register_indexing_kernels(KernelRegistry& r);
+void register_attention_kernels(KernelRegistry& r);
+void register_quantization_kernels(KernelRegistry& r);
+void register_loss_kernels(KernelRegistry& r);
 
 }  // namespace pto::reference

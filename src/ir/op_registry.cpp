@@ -18,6 +18,9 @@ OpRegistry& OpRegistry::global() {
     register_tensor_ops(*r);
     register_reduction_ops(*r);
     register_indexing_ops(*r);
+    register_attention_ops(*r);
+    register_quantization_ops(*r);
+    register_loss_ops(*r);
     return r;
   }();
   return *registry;

@@ -22,6 +22,9 @@ KernelRegistry& KernelRegistry::global() {
     register_tensor_kernels(*r);
     register_reduction_kernels(*r);
     register_indexing_kernels(*r);
+    register_attention_kernels(*r);
+    register_quantization_kernels(*r);
+    register_loss_kernels(*r);
     return r;
   }();
   return *registry;

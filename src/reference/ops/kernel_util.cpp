@@ -43,4 +43,26 @@ std::vector<int64_t> to_int64s(const Tensor& t, const std::string& where) {
   });
 }
 
+std::vector<double> to_doubles(const Tensor& t, const std::string& where) {
+  Tensor c = t.contiguous();
+  return dispatch(t.dtype(), kNumericTypes | kBoolType, where, [&]<class T>() {
+    const T* p = c.data<T>();
+    std::vector<double> v(c.numel());
+    for (int64_t i = 0; i < c.numel(); ++i)
+      v[i] = static_cast<double>(static_cast<compute_t<T>>(p[i]));
+    return v;
+  });
+}
+
+Tensor from_doubles(DType dtype, Dims shape, const std::vector<double>& v,
+                    const std::string& where) {
+  Tensor out = Tensor::empty(dtype, std::move(shape));
+  PTO_CHECK(static_cast<size_t>(out.numel()) == v.size()) << where << ": from_doubles size";
+  dispatch(dtype, kFloatTypes, where, [&]<class T>() {
+    T* p = out.data<T>();
+    for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<T>(static_cast<compute_t<T>>(v[i]));
+  });
+  return out;
+}
+
 }  // namespace pto::reference

@@ -20,6 +20,12 @@ Dims broadcast_all(const std::vector<Dims>& shapes, const std::string& where,
 // The int64 values of a 0-D or 1-D integer tensor (shape inputs like Reshape's).
 std::vector<int64_t> to_int64s(const Tensor& t, const std::string& where);
 
+// All elements of a float or integer tensor as doubles, and back: for kernels whose math is
+// easiest to state once in double precision (attention, normalizations, losses).
+std::vector<double> to_doubles(const Tensor& t, const std::string& where);
+Tensor from_doubles(DType dtype, Dims shape, const std::vector<double>& v,
+                    const std::string& where);
+
 // Row-major multi-index of a flat index.
 inline void unravel(int64_t flat, const Dims& shape, Dims& idx) {
   for (size_t k = shape.size(); k-- > 0;) {

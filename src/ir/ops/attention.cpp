@@ -1,0 +1,52 @@
+// Transformer building blocks as single ops: Attention (opset 23+), RMSNormalization and
+// RotaryEmbedding. Graph passes may decompose them; backends may run them fused.
+#include "infer_util.h"
+
+namespace pto {
+namespace {
+
+void infer_attention(InferContext& c) {
+  if (!c.has_input(0) || !c.has_input(2)) return;
+  const TensorType& q = c.inputs[0];
+  const TensorType& v = c.inputs[2];
+  std::optional<Shape> y;
+  if (q.shape && v.shape && q.shape->size() == v.shape->size()) {
+    const Shape& qs = *q.shape;
+    const Shape& vs = *v.shape;
+    if (qs.size() == 4) {
+      y = Shape{qs[0], qs[1], qs[2], vs[3]};
+    } else if (qs.size() == 3) {
+      int64_t qh = c.attrs().get_int("q_num_heads", 0), kvh = c.attrs().get_int("kv_num_heads", 0);
+      Dim hidden = Dim::unknown();
+      if (vs[2].is_known() && qh > 0 && kvh > 0) hidden = Dim(vs[2].value / kvh * qh);
+      y = Shape{qs[0], qs[1], hidden};
+    }
+  }
+  infer::set(c, 0, q.dtype, y);
+  for (size_t i = 1; i < c.outputs.size(); ++i) infer::set(c, i, q.dtype, std::nullopt);
+}
+
+}  // namespace
+
+void register_attention_ops(OpRegistry& r) {
+  r.add({.name = "Attention",
+         .min_inputs = 3,
+         .max_inputs = 7,
+         .min_outputs = 1,
+         .max_outputs = 4,
+         .properties = kOpaque,
+         .infer = infer_attention,
+         .doc = "softmax(Q K^T * scale + mask) V with GQA, KV cache, causal and window masks"});
+  r.add({.name = "RMSNormalization",
+         .min_inputs = 2,
+         .max_inputs = 2,
+         .properties = kReduction,
+         .infer = [](InferContext& c) { infer::same_as_input(c); }});
+  r.add({.name = "RotaryEmbedding",
+         .min_inputs = 3,
+         .max_inputs = 4,
+         .properties = kOpaque,
+         .infer = [](InferContext& c) { infer::same_as_input(c); }});
+}
+
+}  // namespace pto
