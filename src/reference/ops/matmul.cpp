@@ -45,17 +45,36 @@ Plan plan_matmul(const Dims& a, const Dims& b, const std::string& where) {
 
 template <class V>
 std::vector<V> run_plan(const Plan& p, const std::vector<V>& a, const std::vector<V>& b) {
+  // A 4 x 12 tile of results lives in registers while k runs over a packed panel of 12 columns of
+  // B. Each result still sums its products in k order, so the tiling does not change the bits.
+  constexpr int64_t MR = 4, NR = 12;
   std::vector<V> y(p.a_off.size() * p.M * p.N, V(0));
-  for (size_t bt = 0; bt < p.a_off.size(); ++bt)
-    for (int64_t i = 0; i < p.M; ++i) {
-      V* yrow = y.data() + (bt * p.M + i) * p.N;
-      const V* arow = a.data() + p.a_off[bt] + i * p.K;
-      for (int64_t k = 0; k < p.K; ++k) {
-        const V av = arow[k];
-        const V* brow = b.data() + p.b_off[bt] + k * p.N;
-        for (int64_t j = 0; j < p.N; ++j) yrow[j] += av * brow[j];
+  std::vector<V> panel(static_cast<size_t>(p.K * NR));
+  for (size_t bt = 0; bt < p.a_off.size(); ++bt) {
+    const V* A = a.data() + p.a_off[bt];
+    const V* B = b.data() + p.b_off[bt];
+    V* Y = y.data() + bt * p.M * p.N;
+    for (int64_t j0 = 0; j0 < p.N; j0 += NR) {
+      const int64_t nc = std::min(NR, p.N - j0);
+      for (int64_t k = 0; k < p.K; ++k)
+        for (int64_t c = 0; c < NR; ++c) panel[k * NR + c] = c < nc ? B[k * p.N + j0 + c] : V(0);
+      for (int64_t i0 = 0; i0 < p.M; i0 += MR) {
+        const int64_t nr = std::min(MR, p.M - i0);
+        const V* rows[MR];
+        for (int64_t r = 0; r < MR; ++r) rows[r] = A + (i0 + std::min(r, nr - 1)) * p.K;
+        V acc[MR][NR] = {};
+        for (int64_t k = 0; k < p.K; ++k) {
+          const V* bp = panel.data() + k * NR;
+          for (int64_t r = 0; r < MR; ++r) {
+            const V av = rows[r][k];
+            for (int64_t c = 0; c < NR; ++c) acc[r][c] += av * bp[c];
+          }
+        }
+        for (int64_t r = 0; r < nr; ++r)
+          for (int64_t c = 0; c < nc; ++c) Y[(i0 + r) * p.N + j0 + c] = acc[r][c];
       }
     }
+  }
   return y;
 }
 
