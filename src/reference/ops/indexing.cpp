@@ -91,7 +91,8 @@ std::vector<Tensor> gather_nd(const KernelContext& c) {
 }
 
 // OneHot: depth slots inserted at `axis`, on_value where the slot equals the index (negative
-// indices count from depth), off_value elsewhere; out-of-range indices give all off_value.
+// indices count from depth from opset 11), off_value elsewhere; out-of-range indices give all
+// off_value.
 std::vector<Tensor> one_hot(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& ind = c.input(0);
@@ -109,14 +110,16 @@ std::vector<Tensor> one_hot(const KernelContext& c) {
   Dims out_shape = ind.shape();
   out_shape.insert(out_shape.begin() + axis, depth);
   Tensor y = Tensor::empty(values.dtype(), out_shape);
+  if (y.numel() == 0) return {y};
   const std::vector<double> idx = to_doubles(ind, w);  // any numeric type, truncated to int
+  const bool negative_ok = c.node.opset == 0 || c.node.opset >= 11;  // OneHot-9: [0, depth) only
   const int64_t outer = dims_product(ind.shape(), 0, axis);
   const int64_t inner = dims_product(ind.shape(), axis, ind.shape().size());
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < depth; ++j)
       for (int64_t i = 0; i < inner; ++i) {
         double v = std::trunc(idx[o * inner + i]);
-        if (v < 0) v += static_cast<double>(depth);
+        if (v < 0 && negative_ok) v += static_cast<double>(depth);
         copy_elems(y, (o * depth + j) * inner + i, values, v == static_cast<double>(j) ? 1 : 0, 1);
       }
   return {y};

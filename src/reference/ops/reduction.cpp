@@ -226,6 +226,9 @@ Kernel reduce_kernel(Op op) {
   const bool float_only = op == Op::kLogSum || op == Op::kLogSumExp || op == Op::kL2;
   return [op, logical, float_only](const KernelContext& c) {
     const Tensor& x = c.input(0);
+    if ((op == Op::kLogSum || op == Op::kLogSumExp) && c.node.opset >= 28 &&
+        !is_floating(x.dtype()))
+      throw TypeError(cat(c.where(), ": integer inputs were removed in opset 28, got ", x.str()));
     Plan p = make_plan(c, x);
     Tensor y = Tensor::empty(x.dtype(), p.out_shape);
     dispatch(x.dtype(), kNumericTypes | (logical ? kBoolType : 0u), c.where(), [&]<class T>() {

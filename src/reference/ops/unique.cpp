@@ -36,6 +36,7 @@ std::vector<Tensor> unique(const KernelContext& c) {
       return a < b ? -1 : (b < a ? 1 : 0);
     };
     auto compare = [&](int64_t i, int64_t j) {  // lexicographic over the slices' elements
+      if (inner == 0) return 0;                 // empty slices (outer may still be huge)
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t e = 0; e < inner; ++e)
           if (int r = cmp3(static_cast<C>(p[(o * n + i) * inner + e]),
@@ -71,7 +72,7 @@ std::vector<Tensor> unique(const KernelContext& c) {
     counts.data<int64_t>()[g] = group_start[grp + 1] - group_start[grp];
     for (int64_t k = group_start[grp]; k < group_start[grp + 1]; ++k)
       inverse.data<int64_t>()[order[k]] = g;
-    for (int64_t o = 0; o < outer; ++o)
+    for (int64_t o = 0; o < outer && inner > 0; ++o)
       copy_elems(y, (o * u + g) * inner, x, (o * n + src) * inner, inner);
   }
   std::vector<Tensor> out = {y, first, inverse, counts};
