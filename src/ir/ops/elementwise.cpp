@@ -92,7 +92,7 @@ void register_elementwise_ops(OpRegistry& r) {
   variadic(r, "Sum", kCommutative);
   variadic(r, "Max", kCommutative);
   variadic(r, "Min", kCommutative);
-  variadic(r, "Mean");
+  variadic(r, "Mean", kCommutative);
 
   // Where(cond, x, y): three-way broadcast; output has x's dtype.
   r.add({.name = "Where",

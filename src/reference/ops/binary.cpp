@@ -162,8 +162,8 @@ Kernel comparison(Cmp cmp) {
   });
 }
 
-// Sum, Mean, Max, Min over 1..N inputs of one dtype, broadcast together. `init` starts the fold
-// from the first input; `step` folds in the next; `finish` gets the count.
+// Sum, Mean, Max, Min over 1..N inputs of one dtype, broadcast together: the fold starts from the
+// first input, `step` folds in each next one, `finish` gets the result and the input count.
 template <uint32_t Types, class Step, class Finish>
 Kernel variadic(Step step, Finish finish) {
   return [step, finish](const KernelContext& c) {
