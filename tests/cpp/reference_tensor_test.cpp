@@ -473,5 +473,21 @@ TEST(TensorOps, ResizeKeepsAspectRatioAndRejectsBadInput) {
                ValueError);
 }
 
+// A zero-size dim next to a huge one: no allocation or loop may scale with the huge dim.
+TEST(TensorOps, EmptyOutputsWithHugeDimsReturnAtOnce) {
+  const int64_t kHuge = int64_t{1} << 40;
+  Tensor e = Tensor::zeros(DType::kF32, {0, 2});
+  auto p = run_op("Pad", {in(e), in(ints({0, kHuge, 0, kHuge}))});
+  EXPECT_EQ(p.out[0].shape(), (Dims{0, 2 + 2 * kHuge}));
+  auto r = run_op("Resize", {in(e), none(), none(), in(ints({0, kHuge}))});
+  EXPECT_EQ(r.out[0].shape(), (Dims{0, kHuge}));
+  auto t = run_op("Tile", {in(e), in(ints({kHuge, kHuge}))});
+  EXPECT_EQ(t.out[0].shape(), (Dims{0, 2 * kHuge}));
+  auto i = run_op("EyeLike", {in(Tensor::zeros(DType::kF32, {kHuge, 0}))});
+  EXPECT_EQ(i.out[0].numel(), 0);
+  EXPECT_THROW(run_op("Pad", {in(e), in(ints({0, kHuge << 22, 0, kHuge << 22}))}), ValueError);
+  EXPECT_THROW(run_op("ConstantOfShape", {in(ints({kHuge, kHuge}))}), ValueError);
+}
+
 }  // namespace
 }  // namespace pto

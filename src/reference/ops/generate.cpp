@@ -104,6 +104,7 @@ std::vector<Tensor> eye_like_kernel(const KernelContext& c) {
   int64_t rows = x.shape()[0], cols = x.shape()[1];
   int64_t k = std::clamp<int64_t>(c.attrs().get_int("k", 0), -rows, cols);
   Tensor out = Tensor::zeros(dt, x.shape());
+  if (out.numel() == 0) return {out};
   dispatch(dt, kAllTypes, c.where(), [&]<class T>() {
     T* p = out.data<T>();
     for (int64_t i = 0; i < rows; ++i)

@@ -83,11 +83,14 @@ std::vector<Tensor> pad_kernel(const KernelContext& c) {
       throw ValueError(
           cat(c.where(), ": negative pads remove more than axis ", a, " of ", x.str(), " holds"));
     int64_t pb = std::max<int64_t>(begin[a], 0), pe = std::max<int64_t>(end[a], 0);
-    out_shape[a] = kept + pb + pe;
+    if (__builtin_add_overflow(kept, pb, &out_shape[a]) ||
+        __builtin_add_overflow(out_shape[a], pe, &out_shape[a]))
+      throw ValueError(cat(c.where(), ": padded axis ", a, " is too large"));
     if (kept == 0 && out_shape[a] > 0 && mode != "constant")
       throw ValueError(cat(c.where(), ": cannot ", mode, "-pad an empty axis ", a));
   }
   Tensor y = Tensor::empty(x.dtype(), out_shape);
+  if (y.numel() == 0) return {y};  // also keeps the index maps below small
   for (int64_t a = 0; a < rank; ++a) {
     int64_t crop_b = std::max<int64_t>(-begin[a], 0), pb = std::max<int64_t>(begin[a], 0);
     int64_t kept = x.shape()[a] - crop_b - std::max<int64_t>(-end[a], 0);

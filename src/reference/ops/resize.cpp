@@ -103,6 +103,13 @@ void resize_axis(std::vector<double>& data, Dims& shape, int64_t axis, int64_t o
   for (size_t k = axis + 1; k < shape.size(); ++k) inner *= shape[k];
   std::vector<double> result(
       static_cast<size_t>(checked_numel({outer, out, inner}, "[Resize] output")));
+  shape[axis] = out;
+  if (result.empty()) {  // nothing to compute (and `out` alone may be huge)
+    data = std::move(result);
+    return;
+  }
+  if (p.antialias && scale < 1.0 / (1 << 20))
+    throw ValueError(cat(where, ": antialiasing a downscale by ", scale, " is not supported"));
   for (int64_t o = 0; o < out; ++o) {
     double x = source_coordinate(p, static_cast<double>(o), scale, in, out, roi_start, roi_end);
     if (std::isnan(x)) throw ValueError(cat(where, ": the scale gives an invalid coordinate"));
@@ -143,7 +150,6 @@ void resize_axis(std::vector<double>& data, Dims& shape, int64_t axis, int64_t o
       }
   }
   data = std::move(result);
-  shape[axis] = out;
 }
 
 // Rounds back to T as the ONNX reference's saturate_cast does: integers round half to even and
