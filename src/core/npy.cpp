@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 
@@ -302,6 +303,9 @@ Tensor parse_npy(std::string_view bytes, const std::string& source) {
 }
 
 Tensor read_npy(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ValueError(cat(path, ": is a folder, not a .npy file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ValueError(cat(path, ": cannot open the file"));
   in.seekg(0, std::ios::end);

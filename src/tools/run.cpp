@@ -1,10 +1,12 @@
 // `pto run`: load an ONNX model, feed it inputs from .npy files or random ones made from the
 // declared shapes, run it and summarize (or save) the outputs.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -22,7 +24,8 @@ using Clock = std::chrono::steady_clock;
 
 const char* kUsage =
     "usage: pto run model.onnx [--input NAME=FILE.npy ...] [--output-dir DIR] [--seed N]\n"
-    "               [--dim SYMBOL=VALUE ...] [--repeat N] [--print-graph]\n"
+    "               [--dim SYMBOL=VALUE ...] [--repeat N] [--print-graph] [--threads N]\n"
+    "               [--level L]\n"
     "\n"
     "Loads an ONNX model, runs it and prints each output's name, dtype, shape, min/max/mean/std\n"
     "and first values, with the load time and the run time (median of --repeat runs).\n"
@@ -39,6 +42,8 @@ const char* kUsage =
     "  --output-dir DIR       write each output to DIR/NAME.npy; characters of NAME outside\n"
     "                         [A-Za-z0-9_.-] become '_' (bf16 outputs are saved as float32)\n"
     "  --print-graph          print the imported graph\n"
+    "  --threads N, --level L accepted for the compiled engine (API.md); the reference engine\n"
+    "                         ignores them and says so\n"
     "\n"
     "Inputs not given with --input are random, from a fixed-seed generator: floats uniform in\n"
     "[-1, 1), integers uniform in [0, 10), bools true or false with equal chance.\n";
@@ -51,6 +56,7 @@ struct Options {
   uint64_t seed = 0;
   int64_t repeat = 1;
   bool print_graph = false;
+  std::optional<int64_t> threads, level;  // for the compiled engine; the reference ignores them
 };
 
 std::optional<Options> parse(const std::vector<std::string>& args) {
@@ -61,7 +67,10 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       std::cout << kUsage;
       return std::nullopt;
     } else if (a.is("--input")) {
-      o.inputs.push_back(split_assignment(a.value(), "--input", a));
+      auto in = split_assignment(a.value(), "--input", a);
+      for (const auto& prev : o.inputs)
+        if (prev.first == in.first) a.fail(cat("--input ", in.first, " is given twice"));
+      o.inputs.push_back(std::move(in));
     } else if (a.is("--dim")) {
       auto [sym, v] = split_assignment(a.value(), "--dim", a);
       char* end = nullptr;
@@ -77,6 +86,10 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       o.seed = static_cast<uint64_t>(a.int_value(0, INT64_MAX));
     } else if (a.is("--repeat")) {
       o.repeat = a.int_value(1, 1000000);
+    } else if (a.is("--threads")) {
+      o.threads = a.int_value(1, 4096);
+    } else if (a.is("--level")) {
+      o.level = a.int_value(0, 3);
     } else if (a.is("--print-graph")) {
       o.print_graph = true;
     } else if (a.positional() && o.model.empty()) {
@@ -163,11 +176,15 @@ std::vector<Tensor> make_inputs(const Graph& g, const Options& o) {
   return out;
 }
 
-void write_outputs(const Graph& g, const std::vector<Tensor>& outs, const std::string& dir) {
+void make_output_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
-    throw ValueError(cat(dir, ": cannot create the output folder (", ec.message(), ")"));
+    throw ValueError(cat(dir, ": cannot create the output folder",
+                         ec ? cat(" (", ec.message(), ")") : std::string(" (a file is there)")));
+}
+
+void write_outputs(const Graph& g, const std::vector<Tensor>& outs, const std::string& dir) {
   std::set<std::string> taken;
   for (size_t i = 0; i < outs.size(); ++i) {
     std::string base = sanitize_file_name(g.value(g.outputs()[i]).name, i);
@@ -190,12 +207,16 @@ int run_main(const std::vector<std::string>& args) {
   if (!opts) return 0;
   const Options& o = *opts;
 
+  if (o.threads || o.level)
+    std::cerr << "note: --threads and --level have no effect on the reference engine, the only "
+                 "one in this version\n";
   auto t0 = Clock::now();
   Graph g = onnx::load(o.model);
   double load_ms = ms_since(t0);
   if (o.print_graph) std::cout << print(g);
 
   std::vector<Tensor> inputs = make_inputs(g, o);
+  if (!o.output_dir.empty()) make_output_dir(o.output_dir);  // fail before a long run
   std::vector<Tensor> outs;
   std::vector<double> times;
   for (int64_t r = 0; r < o.repeat; ++r) {

@@ -215,6 +215,7 @@ TEST(Npy, FileErrorsNameThePath) {
 
 // Random damage to a valid file: every result is a tensor or a pto::Error, never a crash.
 TEST(Npy, MutatedFilesNeverCrash) {
+  TempDir dir;
   std::string base = encode_npy(sample(DType::kF32, {3, 5}));
   std::mt19937_64 rng(5);
   int ok = 0, errors = 0;
@@ -233,7 +234,10 @@ TEST(Npy, MutatedFilesNeverCrash) {
         break;
     }
     try {
-      parse_npy(m, "mutant");
+      if (i % 10 == 0)  // the file reader has its own size checks
+        read_npy(dir.write("mutant.npy", m));
+      else
+        parse_npy(m, "mutant");
       ++ok;
     } catch (const Error&) {
       ++errors;

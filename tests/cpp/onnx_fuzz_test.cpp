@@ -1,10 +1,12 @@
 // Mutation fuzzing of the ONNX importer and the reference interpreter: thousands of randomly
 // damaged versions of a valid model must each load and run, or throw a pto::Error. Any other
 // exception fails the test; a crash, hang or out-of-bounds access (run it under ASan/UBSan with
-// -DPTO_SANITIZE=ON) fails the run. PTO_FUZZ_VERBOSE=1 prints every error message.
+// -DPTO_SANITIZE=ON) fails the run. PTO_FUZZ_VERBOSE=1 prints every error message;
+// PTO_FUZZ_SCALE and PTO_FUZZ_SEED (below) run longer or different hunts.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <random>
 
 #include "onnx_model_builder.h"
@@ -280,6 +282,17 @@ void try_model(const std::string& bytes, const std::string& src, std::mt19937_64
   }
 }
 
+// PTO_FUZZ_SCALE=N runs N times as many mutants and PTO_FUZZ_SEED=S changes the seeds, for
+// longer hunts than CI's few seconds.
+int scaled(int n) {
+  const char* s = std::getenv("PTO_FUZZ_SCALE");
+  return s ? n * std::max(1, std::atoi(s)) : n;
+}
+uint64_t seed(uint64_t s) {
+  const char* e = std::getenv("PTO_FUZZ_SEED");
+  return e ? s ^ std::strtoull(e, nullptr, 10) : s;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -296,10 +309,10 @@ TEST(OnnxFuzz, BaseModelRuns) {
 TEST(OnnxFuzz, ByteMutationsLoadOrThrowPtoErrors) {
   MaxTensorBytesGuard guard(size_t{64} << 20);
   const std::string base = base_model();
-  std::mt19937_64 rng(20240611);
+  std::mt19937_64 rng(seed(20240611));
   Tally tally;
   auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 10000; ++i) {
+  for (int i = 0; i < scaled(10000); ++i) {
     std::string m = base;
     int n = 1 + static_cast<int>(rng() % 3);
     for (int k = 0; k < n; ++k) mutate(m, rng);
@@ -316,10 +329,10 @@ TEST(OnnxFuzz, StructuredMutationsLoadOrThrowPtoErrors) {
   MaxTensorBytesGuard guard(size_t{64} << 20);
   ::onnx::ModelProto base;
   ASSERT_TRUE(base.ParseFromString(base_model()));
-  std::mt19937_64 rng(77);
+  std::mt19937_64 rng(seed(77));
   Tally tally;
   auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 3000; ++i) {
+  for (int i = 0; i < scaled(3000); ++i) {
     ::onnx::ModelProto m = base;
     int n = 1 + static_cast<int>(rng() % 3);
     for (int k = 0; k < n; ++k) mutate_structure(m, rng);

@@ -69,6 +69,7 @@ def test_usage_errors_exit_2():
     expect_error(pto("run", "m.onnx", "--repeat", "0"), "--repeat", code=2)
     expect_error(pto("run", "m.onnx", "--seed", "abc"), "--seed", code=2)
     expect_error(pto("run", "m.onnx", "--input", "no_equals_sign"), "NAME=VALUE", code=2)
+    expect_error(pto("run", "m.onnx", "--input", "a=1.npy", "--input", "a=2.npy"), "twice", code=2)
     expect_error(pto("run", "m.onnx", "--dim", "n=-3"), "--dim n", code=2)
     expect_error(pto("run", "m.onnx", "--bogus"), "unknown option '--bogus'", code=2)
     expect_error(pto("run", "m.onnx", "--output-dir"), "needs a value", code=2)
@@ -232,6 +233,13 @@ def test_symbolic_dims_default_to_one_with_a_note(tmp_path):
     assert "output x: f32[6, 3]" in r.stdout and "input  %x: f32[batch, 3]" in r.stdout
 
 
+def test_threads_and_level_are_accepted_with_a_note(tmp_path):
+    model = identity_model(tmp_path / "m.onnx", TP.FLOAT, [3])
+    r = pto("run", model, "--threads", "4", "--level", "2")
+    assert r.returncode == 0 and "no effect on the reference engine" in r.stderr
+    expect_error(pto("run", model, "--level", "7"), "--level", code=2)
+
+
 def test_output_names_are_sanitized(tmp_path):
     x = helper.make_tensor_value_info("x", TP.FLOAT, [2])
     outs = [helper.make_tensor_value_info(n, TP.FLOAT, None) for n in ["out/y:0", "out_y_0", ".."]]
@@ -258,6 +266,7 @@ def test_bad_files_exit_1_with_a_message(tmp_path):
     expect_error(pto("run", model, "--input", f"x={tmp_path / 'rank.npy'}"), "'x'", "rank")
     (tmp_path / "cut.npy").write_bytes((tmp_path / "rank.npy").read_bytes()[:-3])
     expect_error(pto("run", model, "--input", f"x={tmp_path / 'cut.npy'}"), "cut.npy")
+    expect_error(pto("run", tmp_path), "is a folder")
     (tmp_path / "a_file").write_text("x")
     expect_error(pto("run", model, "--output-dir", tmp_path / "a_file"), "a_file")
     unknown_op = tmp_path / "op.onnx"

@@ -248,6 +248,7 @@ Graph load_from_bytes(std::string_view bytes, const std::string& base_dir,
 }
 
 Graph load(const std::string& path) {
+  if (fs::is_directory(path)) throw ValueError(cat(path, ": is a folder, not an ONNX model file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ValueError(cat(path, ": cannot open the model file"));
   std::ostringstream ss;
