@@ -149,6 +149,11 @@ enum DTypeSet : uint32_t {
   kAllTypes = kNumericTypes | kBoolType,
 };
 
+// ONNX's TensorProto.DataType numbering, used by dtype attributes in the IR (Cast's `to`,
+// QuantizeLinear's `output_dtype`, ...). Codes without a PyPTO dtype throw UnsupportedError.
+DType dtype_from_onnx_code(int64_t code, std::string_view where);
+int onnx_code(DType dt);
+
 [[noreturn]] void throw_unsupported_dtype(DType dt, std::string_view where);
 
 // Calls f.template operator()<T>() with T the C++ type of dt, if dt is in `allowed`; otherwise

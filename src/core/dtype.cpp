@@ -10,23 +10,24 @@ struct DTypeInfo {
   std::string_view name;
   std::string_view numpy_name;
   size_t size;
+  int onnx;  // TensorProto.DataType
 };
 
 constexpr std::array<DTypeInfo, kNumDTypes> kTable = {{
-    {DType::kUndefined, "undefined", "undefined", 0},
-    {DType::kF32, "f32", "float32", 4},
-    {DType::kF64, "f64", "float64", 8},
-    {DType::kF16, "f16", "float16", 2},
-    {DType::kBF16, "bf16", "bfloat16", 2},
-    {DType::kI8, "i8", "int8", 1},
-    {DType::kI16, "i16", "int16", 2},
-    {DType::kI32, "i32", "int32", 4},
-    {DType::kI64, "i64", "int64", 8},
-    {DType::kU8, "u8", "uint8", 1},
-    {DType::kU16, "u16", "uint16", 2},
-    {DType::kU32, "u32", "uint32", 4},
-    {DType::kU64, "u64", "uint64", 8},
-    {DType::kBool, "bool", "bool", 1},
+    {DType::kUndefined, "undefined", "undefined", 0, 0},
+    {DType::kF32, "f32", "float32", 4, 1},
+    {DType::kF64, "f64", "float64", 8, 11},
+    {DType::kF16, "f16", "float16", 2, 10},
+    {DType::kBF16, "bf16", "bfloat16", 2, 16},
+    {DType::kI8, "i8", "int8", 1, 3},
+    {DType::kI16, "i16", "int16", 2, 5},
+    {DType::kI32, "i32", "int32", 4, 6},
+    {DType::kI64, "i64", "int64", 8, 7},
+    {DType::kU8, "u8", "uint8", 1, 2},
+    {DType::kU16, "u16", "uint16", 2, 4},
+    {DType::kU32, "u32", "uint32", 4, 12},
+    {DType::kU64, "u64", "uint64", 8, 13},
+    {DType::kBool, "bool", "bool", 1, 9},
 }};
 
 const DTypeInfo& info(DType dt) {
@@ -49,6 +50,14 @@ DType dtype_from_name(std::string_view n) {
     if (row.dtype != DType::kUndefined && (row.name == n || row.numpy_name == n)) return row.dtype;
   throw ValueError(cat("unknown dtype '", n, "'"));
 }
+
+DType dtype_from_onnx_code(int64_t code, std::string_view where) {
+  for (const auto& row : kTable)
+    if (row.dtype != DType::kUndefined && row.onnx == code) return row.dtype;
+  throw UnsupportedError(cat(where, ": ONNX element type ", code, " is not supported"));
+}
+
+int onnx_code(DType dt) { return info(dt).onnx; }
 
 bool is_floating(DType dt) {
   return dt == DType::kF32 || dt == DType::kF64 || dt == DType::kF16 || dt == DType::kBF16;

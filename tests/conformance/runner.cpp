@@ -85,7 +85,29 @@ Result run_case(const fs::path& dir) {
       if (!fs::exists(ds)) break;
       std::vector<Tensor> inputs = load_set(ds, "input");
       std::vector<Tensor> want = load_set(ds, "output");
-      std::vector<Tensor> got = pto::reference::run(g, inputs);
+      // Every value's inferred dtype and known dimensions must match what the kernels produce.
+      std::string infer_error;
+      auto check_types = [&](const pto::Node& node, const std::vector<Tensor>& outs) {
+        for (size_t o = 0; o < outs.size() && infer_error.empty(); ++o) {
+          if (node.outputs[o] == pto::kNoValue || !outs[o].defined()) continue;
+          const pto::TensorType& t = g.value(node.outputs[o]).type;
+          bool ok = t.dtype == pto::DType::kUndefined || t.dtype == outs[o].dtype();
+          if (t.shape) {
+            ok = ok && t.shape->size() == outs[o].shape().size();
+            for (size_t k = 0; ok && k < t.shape->size(); ++k)
+              ok = !(*t.shape)[k].is_known() || (*t.shape)[k].value == outs[o].shape()[k];
+          }
+          if (!ok)
+            infer_error = pto::cat(node.where(), " output ", o, ": inferred ", t.str(),
+                                   ", computed ", outs[o].str());
+        }
+      };
+      std::vector<Tensor> got = pto::reference::run(g, inputs, check_types);
+      if (!infer_error.empty()) {
+        r.status = Status::kFail;
+        r.detail = "type inference: " + infer_error;
+        return r;
+      }
       if (got.size() != want.size()) {
         r.status = Status::kFail;
         r.detail = pto::cat(got.size(), " outputs, expected ", want.size());

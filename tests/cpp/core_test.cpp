@@ -76,3 +76,16 @@ TEST(Tensor, AllocationLimitIsAnError) {
 
 }  // namespace
 }  // namespace pto
+
+namespace pto {
+namespace {
+
+TEST(DType, OnnxCodes) {
+  EXPECT_EQ(dtype_from_onnx_code(1, "t"), DType::kF32);
+  EXPECT_EQ(dtype_from_onnx_code(16, "t"), DType::kBF16);
+  EXPECT_EQ(onnx_code(DType::kI64), 7);
+  EXPECT_THROW(dtype_from_onnx_code(8, "t"), UnsupportedError);  // string
+}
+
+}  // namespace
+}  // namespace pto

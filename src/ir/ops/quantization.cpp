@@ -1,7 +1,54 @@
+// Linear quantization ops: QuantizeLinear, DequantizeLinear (per-tensor, per-axis, blocked) and
+// DynamicQuantizeLinear.
 #include "infer_util.h"
 
 namespace pto {
+namespace {
 
-void register_quantization_ops(OpRegistry& r) { (void)r; }
+// QuantizeLinear's output type: the zero point's, else output_dtype, else uint8.
+void infer_quantize(InferContext& c) {
+  if (!c.has_input(0)) return;
+  DType dt = DType::kU8;
+  if (c.has_input(2))
+    dt = c.inputs[2].dtype;
+  else if (c.attrs().get_int("output_dtype", 0) != 0)
+    dt = dtype_from_onnx_code(c.attrs().get_int("output_dtype"), c.where());
+  infer::set(c, 0, dt, c.inputs[0].shape);
+}
+
+void infer_dequantize(InferContext& c) {
+  if (!c.has_input(0) || !c.has_input(1)) return;
+  DType dt = c.attrs().get_int("output_dtype", 0) != 0
+                 ? dtype_from_onnx_code(c.attrs().get_int("output_dtype"), c.where())
+                 : c.inputs[1].dtype;
+  infer::set(c, 0, dt, c.inputs[0].shape);
+}
+
+}  // namespace
+
+void register_quantization_ops(OpRegistry& r) {
+  r.add({.name = "QuantizeLinear",
+         .min_inputs = 2,
+         .max_inputs = 3,
+         .properties = kElementwise,
+         .infer = infer_quantize});
+  r.add({.name = "DequantizeLinear",
+         .min_inputs = 2,
+         .max_inputs = 3,
+         .properties = kElementwise,
+         .infer = infer_dequantize});
+  r.add({.name = "DynamicQuantizeLinear",
+         .min_inputs = 1,
+         .max_inputs = 1,
+         .min_outputs = 3,
+         .max_outputs = 3,
+         .properties = kReduction,
+         .infer = [](InferContext& c) {
+           if (!c.has_input(0)) return;
+           infer::set(c, 0, DType::kU8, c.inputs[0].shape);
+           infer::set(c, 1, DType::kF32, Shape{});
+           infer::set(c, 2, DType::kU8, Shape{});
+         }});
+}
 
 }  // namespace pto

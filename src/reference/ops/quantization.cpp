@@ -1,7 +1,161 @@
+// Reference kernels for linear quantization. Arithmetic follows the ONNX reference: division in
+// the input's precision, round half to even, saturate to the target integer range.
+#include <cmath>
+
 #include "kernel_util.h"
 
 namespace pto::reference {
+namespace {
 
-void register_quantization_kernels(KernelRegistry& r) { (void)r; }
+// For each element of a tensor of shape `x`, the index into a scale / zero-point tensor `s` that
+// is a scalar, a 1-D per-axis vector, or a blocked tensor (block_size > 0).
+std::vector<int64_t> param_index(const Dims& x, const Dims& s, int64_t axis, int64_t block,
+                                 const std::string& where) {
+  const int64_t n = checked_numel(x);
+  std::vector<int64_t> idx(n, 0);
+  const int64_t s_numel = checked_numel(s);
+  if (s_numel == 1) return idx;
+  const int64_t rank = static_cast<int64_t>(x.size());
+  axis = normalize_axis(axis, rank, where);
+  Dims coord(rank);
+  if (block <= 0) {
+    if (s.size() != 1 || s[0] != x[axis])
+      throw ValueError(cat(where, ": per-axis scale ", dims_str(s), " must be 1-D of length ",
+                           x[axis], " (axis ", axis, ")"));
+    for (int64_t i = 0; i < n; ++i) {
+      unravel(i, x, coord);
+      idx[i] = coord[axis];
+    }
+    return idx;
+  }
+  if (static_cast<int64_t>(s.size()) != rank)
+    throw ValueError(
+        cat(where, ": blocked scale ", dims_str(s), " must have the rank of ", dims_str(x)));
+  for (int64_t d = 0; d < rank; ++d) {
+    bool ok = d == axis ? (s[d] * block >= x[d] && (s[d] - 1) * block < std::max<int64_t>(x[d], 1))
+                        : s[d] == x[d];
+    if (!ok)
+      throw ValueError(cat(where, ": blocked scale ", dims_str(s), " does not fit input ",
+                           dims_str(x), " with block_size ", block, " on axis ", axis));
+  }
+  Dims sstr = contiguous_strides(s);
+  for (int64_t i = 0; i < n; ++i) {
+    unravel(i, x, coord);
+    int64_t off = 0;
+    for (int64_t d = 0; d < rank; ++d) off += (d == axis ? coord[d] / block : coord[d]) * sstr[d];
+    idx[i] = off;
+  }
+  return idx;
+}
+
+template <class T>
+std::pair<double, double> int_range() {
+  return {static_cast<double>(std::numeric_limits<T>::lowest()),
+          static_cast<double>(std::numeric_limits<T>::max())};
+}
+
+std::vector<Tensor> quantize_linear(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor &X = c.input(0), &S = c.input(1);
+  const auto& a = c.attrs();
+  DType out = DType::kU8;
+  if (c.has_input(2))
+    out = c.input(2).dtype();
+  else if (a.get_int("output_dtype", 0) != 0)
+    out = dtype_from_onnx_code(a.get_int("output_dtype"), w);
+  if (a.get_int("output_dtype", 0) != 0 && c.has_input(2) &&
+      dtype_from_onnx_code(a.get_int("output_dtype"), w) != out)
+    throw TypeError(cat(w, ": output_dtype differs from the zero point's dtype"));
+  if (c.node.opset < 21 && S.rank() > 1)
+    throw ValueError(cat(w, ": y_scale must be a scalar or a vector before opset 21"));
+  const int64_t axis = a.get_int("axis", 1), block = a.get_int("block_size", 0);
+  std::vector<int64_t> si = param_index(X.shape(), S.shape(), axis, block, w);
+  std::vector<double> s = to_doubles(S, w);
+  std::vector<double> zp(s.size(), 0.0);
+  if (c.has_input(2)) {
+    const Tensor& Z = c.input(2);
+    if (Z.shape() != S.shape())
+      throw ValueError(cat(w, ": zero point ", Z.str(), " must match the scale ", S.str()));
+    zp = to_doubles(Z, w);
+  }
+  // The division happens in the input's precision (or `precision`, opset 23+).
+  DType prec =
+      a.get_int("precision", 0) ? dtype_from_onnx_code(a.get_int("precision"), w) : X.dtype();
+  std::vector<double> x = to_doubles(X, w);
+  Tensor y = Tensor::empty(out, X.shape());
+  dispatch(out, kIntTypes, w, [&]<class Q>() {
+    if constexpr (sizeof(Q) > 2) {
+      throw UnsupportedError(cat(w, ": quantizing to ", dtype_name(out), " is not supported"));
+    } else {
+      auto [lo, hi] = int_range<Q>();
+      Q* p = y.data<Q>();
+      dispatch(prec, kFloatTypes, w, [&]<class P>() {
+        for (int64_t i = 0; i < X.numel(); ++i) {
+          using C = compute_t<P>;
+          P q = static_cast<P>(static_cast<C>(static_cast<P>(static_cast<C>(x[i]))) /
+                               static_cast<C>(static_cast<P>(static_cast<C>(s[si[i]]))));
+          double r = std::nearbyint(static_cast<double>(static_cast<C>(q)));
+          if (std::isnan(r)) r = 0;
+          p[i] = static_cast<Q>(std::clamp(r + zp[si[i]], lo, hi));
+        }
+      });
+    }
+  });
+  return {y};
+}
+
+std::vector<Tensor> dequantize_linear(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor &X = c.input(0), &S = c.input(1);
+  const auto& a = c.attrs();
+  if (!is_integral(X.dtype()))
+    throw UnsupportedError(cat(w, ": dequantizing ", dtype_name(X.dtype()), " is not supported"));
+  if (c.node.opset < 21 && S.rank() > 1)
+    throw ValueError(cat(w, ": x_scale must be a scalar or a vector before opset 21"));
+  DType out =
+      a.get_int("output_dtype", 0) ? dtype_from_onnx_code(a.get_int("output_dtype"), w) : S.dtype();
+  std::vector<int64_t> si =
+      param_index(X.shape(), S.shape(), a.get_int("axis", 1), a.get_int("block_size", 0), w);
+  std::vector<double> s = to_doubles(S, w), x = to_doubles(X, w);
+  std::vector<double> zp(s.size(), 0.0);
+  if (c.has_input(2)) {
+    const Tensor& Z = c.input(2);
+    if (Z.dtype() != X.dtype()) throw TypeError(cat(w, ": zero point dtype differs from x's"));
+    if (Z.shape() != S.shape())
+      throw ValueError(cat(w, ": zero point ", Z.str(), " must match the scale ", S.str()));
+    zp = to_doubles(Z, w);
+  }
+  // (float(x) - float(zp)) * scale in float32, as the ONNX reference computes it.
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    y[i] = static_cast<float>(static_cast<float>(x[i]) - static_cast<float>(zp[si[i]])) *
+           static_cast<float>(s[si[i]]);
+  return {from_doubles(out, X.shape(), y, w)};
+}
+
+std::vector<Tensor> dynamic_quantize_linear(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor& X = c.input(0);
+  if (X.dtype() != DType::kF32) throw UnsupportedError(cat(w, ": input must be f32"));
+  const float* x = X.data<float>();
+  float mx = 0, mn = 0;
+  for (int64_t i = 0; i < X.numel(); ++i) mx = std::max(mx, x[i]), mn = std::min(mn, x[i]);
+  const float scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
+  const float zp = std::nearbyint(std::clamp(0.0f - mn / scale, 0.0f, 255.0f));
+  Tensor y = Tensor::empty(DType::kU8, X.shape());
+  for (int64_t i = 0; i < X.numel(); ++i) {
+    float q = std::nearbyint(x[i] / scale) + zp;
+    y.data<uint8_t>()[i] = static_cast<uint8_t>(std::isnan(q) ? 0 : std::clamp(q, 0.0f, 255.0f));
+  }
+  return {y, Tensor::scalar<float>(scale), Tensor::scalar<uint8_t>(static_cast<uint8_t>(zp))};
+}
+
+}  // namespace
+
+void register_quantization_kernels(KernelRegistry& r) {
+  r.add("QuantizeLinear", quantize_linear);
+  r.add("DequantizeLinear", dequantize_linear);
+  r.add("DynamicQuantizeLinear", dynamic_quantize_linear);
+}
 
 }  // namespace pto::reference
