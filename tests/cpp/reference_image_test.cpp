@@ -251,5 +251,37 @@ TEST(NonMaxSuppression, SuppressesByIouAndScore) {
   EXPECT_THROW(run({}, 2), ValueError);
 }
 
+TEST(ImageOps, MalformedInputsThrowInsteadOfCrashing) {
+  // An empty input cannot be sampled; an empty grid gives an empty output.
+  EXPECT_THROW(
+      run_op({"GridSample", {f32({}, {1, 1, 0, 2}), f32({0, 0}, {1, 1, 1, 2})}, {}, 1, 22}),
+      ValueError);
+  EXPECT_EQ(
+      run_op({"GridSample", {f32({1}, {1, 1, 1, 1}), f32({}, {1, 0, 1, 2})}, {}, 1, 22})[0].shape(),
+      (Dims{1, 1, 0, 1}));
+  // NaN regions: an adaptive grid cannot be sized; a fixed one samples nothing inside.
+  Tensor x = f32({1, 2, 3, 4}, {1, 1, 2, 2});
+  Tensor nan_roi = f32({NAN, 0, 1, 1}, {1, 4});
+  EXPECT_THROW(run_op({"RoiAlign", {x, nan_roi, i64({0}, {1})}, {}, 1, 22}), ValueError);
+  auto y = run_op(
+      {"RoiAlign", {x, nan_roi, i64({0}, {1})}, attrs({{"sampling_ratio", int64_t{1}}}), 1, 22});
+  EXPECT_EQ(values(y[0]), (V{0}));
+  EXPECT_THROW(run_op({"RoiAlign",
+                       {x, f32({0, 0, 1, 1}, {1, 4}), i64({0}, {1})},
+                       attrs({{"sampling_ratio", int64_t{1} << 40}}),
+                       1,
+                       22}),
+               ValueError);
+  // Sizes from data past the memory limit are refused before allocating.
+  EXPECT_THROW(run_op({"AffineGrid",
+                       {f32({1, 0, 0, 0, 1, 0}, {1, 2, 3}), i64({1, 1, 1 << 30, 1 << 30}, {4})},
+                       {},
+                       1,
+                       20}),
+               ValueError);
+  EXPECT_THROW(run_op({"CenterCropPad", {f32({1}, {1}), i64({int64_t{1} << 62}, {1})}}),
+               ValueError);
+}
+
 }  // namespace
 }  // namespace pto

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "index_math.h"
+#include "output_buffer.h"
 
 namespace pto::reference {
 
@@ -225,11 +226,13 @@ std::vector<Tensor> affine_grid(const KernelContext& c) {
         cat(w, ": theta must be [", size[0], ", ", r, ", ", r + 1, "], got ", theta.str()));
   for (int64_t v : size)
     if (v < 0) throw ValueError(cat(w, ": size has a negative entry"));
+  if (!is_floating(theta.dtype())) throw TypeError(cat(w, ": theta must be a float tensor"));
   const bool align = c.attrs().get_int("align_corners", 0) != 0;
   Dims out_shape{size[0]};
   for (int64_t k = 2; k < r + 2; ++k) out_shape.push_back(size[k]);
   out_shape.push_back(r);
-  checked_numel(out_shape, "AffineGrid output");
+  std::vector<double> out = output_buffer(out_shape, w);
+  if (out.empty()) return {from_doubles(theta.dtype(), out_shape, out, w)};
   // base[k][i]: the normalized coordinate of index i along spatial axis k (D/H/W order).
   std::vector<std::vector<double>> base(r);
   for (int64_t k = 0; k < r; ++k) {
@@ -244,11 +247,9 @@ std::vector<Tensor> affine_grid(const KernelContext& c) {
         base[k].push_back((2.0 * di + 1) / ds - 1);
     }
   }
-  if (!is_floating(theta.dtype())) throw TypeError(cat(w, ": theta must be a float tensor"));
   const std::vector<double> th = to_doubles(theta, w);
   const Dims spatial(out_shape.begin() + 1, out_shape.end() - 1);
   const int64_t points = dims_product(spatial, 0, spatial.size());
-  std::vector<double> out(static_cast<size_t>(size[0] * points * r));
   Dims idx(r);
   std::vector<double> homo(r + 1, 1.0);
   for (int64_t n = 0; n < size[0]; ++n)

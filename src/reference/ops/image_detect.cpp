@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "index_math.h"
+#include "output_buffer.h"
 
 namespace pto::reference {
 namespace {
@@ -82,14 +83,14 @@ std::vector<Tensor> roi_align(const KernelContext& c) {
   if (sampling < 0) throw ValueError(cat(w, ": sampling_ratio must be >= 0"));
   const int64_t N = X.dim(0), C = X.dim(1), H = X.dim(2), W = X.dim(3), R = rois.dim(0);
   Dims out_shape{R, C, ph, pw};
-  checked_numel(out_shape, "RoiAlign output");
-  std::vector<double> out(static_cast<size_t>(R * C * ph * pw), 0.0);
+  std::vector<double> out = output_buffer(out_shape, w);
   if (!out.empty() && (H == 0 || W == 0))
     throw ValueError(cat(w, ": cannot pool from an empty feature map ", X.str()));
   const std::vector<double> box = to_doubles(rois, w);
   const std::vector<double> data = to_doubles(X, w);
-  // Sample grids past this size are a malformed region, not a real workload.
-  constexpr double kMaxGrid = 1 << 16;
+  // Sample grids past these sizes are a malformed region, not a real workload.
+  constexpr double kMaxGrid = 1 << 20;
+  constexpr int64_t kMaxSamples = 1 << 20;  // per bin
   for (int64_t r = 0; r < R && C > 0; ++r) {
     if (batch[r] < 0 || batch[r] >= N)
       throw ValueError(cat(w, ": batch index ", batch[r], " is outside [0, ", N, ")"));
@@ -104,17 +105,19 @@ std::vector<Tensor> roi_align(const KernelContext& c) {
     }
     const double bin_h = roi_h / static_cast<double>(ph), bin_w = roi_w / static_cast<double>(pw);
     auto grid_size = [&](double bin) -> int64_t {
-      if (sampling > 0) return sampling;
-      const double g = std::ceil(bin);
+      const double g = sampling > 0 ? static_cast<double>(sampling) : std::ceil(bin);
       if (!(g <= kMaxGrid)) throw ValueError(cat(w, ": region ", r, " is too large or NaN"));
       return g > 0 ? static_cast<int64_t>(g) : 0;  // a negative grid samples nothing
     };
     const int64_t gh = grid_size(bin_h), gw = grid_size(bin_w);
+    if (gh * gw > kMaxSamples)
+      throw ValueError(
+          cat(w, ": region ", r, " needs ", gh, " x ", gw, " samples per bin; set sampling_ratio"));
     const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
-    // The sample points of every bin, shared by all channels.
-    std::vector<Corners> samples;
+    std::vector<Corners> samples;  // one bin's sample points, shared by all channels
     for (int64_t y = 0; y < ph; ++y)
-      for (int64_t x = 0; x < pw; ++x)
+      for (int64_t x = 0; x < pw; ++x) {
+        samples.clear();
         for (int64_t iy = 0; iy < gh; ++iy) {
           const double yy = start_h + static_cast<double>(y) * bin_h +
                             (static_cast<double>(iy) + 0.5) * bin_h / static_cast<double>(gh);
@@ -124,24 +127,22 @@ std::vector<Tensor> roi_align(const KernelContext& c) {
             samples.push_back(bilinear_corners(yy, xx, H, W));
           }
         }
-    const int64_t per_bin = gh * gw;
-    for (int64_t ch = 0; ch < C; ++ch) {
-      const double* plane = data.data() + (batch[r] * C + ch) * H * W;
-      for (int64_t b = 0; b < ph * pw; ++b) {
-        double acc = 0;
-        for (int64_t s = 0; s < per_bin; ++s) {
-          const Corners& k = samples[b * per_bin + s];
-          if (mode == "avg") {
-            for (int q = 0; q < 4; ++q) acc += k.weight[q] * plane[k.pos[q]];
-          } else {
-            double v = k.weight[0] * plane[k.pos[0]];
-            for (int q = 1; q < 4; ++q) v = std::max(v, k.weight[q] * plane[k.pos[q]]);
-            acc = s == 0 ? v : std::max(acc, v);
+        for (int64_t ch = 0; ch < C; ++ch) {
+          const double* plane = data.data() + (batch[r] * C + ch) * H * W;
+          double acc = 0;
+          for (size_t s = 0; s < samples.size(); ++s) {
+            const Corners& k = samples[s];
+            if (mode == "avg") {
+              for (int q = 0; q < 4; ++q) acc += k.weight[q] * plane[k.pos[q]];
+            } else {
+              double v = k.weight[0] * plane[k.pos[0]];
+              for (int q = 1; q < 4; ++q) v = std::max(v, k.weight[q] * plane[k.pos[q]]);
+              acc = s == 0 ? v : std::max(acc, v);
+            }
           }
+          out[((r * C + ch) * ph + y) * pw + x] = mode == "avg" ? acc / count : acc;
         }
-        out[(r * C + ch) * ph * pw + b] = mode == "avg" ? acc / count : acc;
       }
-    }
   }
   return {from_doubles(X.dtype(), out_shape, out, w)};
 }

@@ -94,6 +94,7 @@ std::vector<Tensor> col2im(const KernelContext& c) {
   Dims out_shape{N, C};
   out_shape.insert(out_shape.end(), image.begin(), image.end());
   Tensor y = Tensor::empty(x.dtype(), out_shape);
+  if (y.numel() == 0) return {y};
   const int64_t plane = checked_numel(image, "Col2Im image");
   const Dims img_strides = contiguous_strides(image);
   dispatch(x.dtype(), kNumericTypes, w, [&]<class T>() {

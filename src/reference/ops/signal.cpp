@@ -1,11 +1,11 @@
 // Reference kernels for the signal family's transforms, DFT and STFT, and for Det. The windows
-// and MelWeightMatrix are in signal_window.cpp. Transforms are the plain O(n^2) sums in double,
-// with twiddles indexed by (k * t) mod n so no phase is computed from a large product.
+// and MelWeightMatrix are in signal_window.cpp. Transforms run in double.
 #include <cmath>
 #include <complex>
 #include <numbers>
 
 #include "index_math.h"
+#include "output_buffer.h"
 
 namespace pto::reference {
 
@@ -15,32 +15,62 @@ namespace {
 
 using Complex = std::complex<double>;
 
-// exp(-2 pi i j / n) for j in [0, n): the forward twiddles of an n-point transform.
-std::vector<Complex> twiddles(int64_t n) {
-  std::vector<Complex> tw(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) {
-    const double phase = -2.0 * std::numbers::pi * static_cast<double>(j) / static_cast<double>(n);
-    tw[j] = Complex(std::cos(phase), std::sin(phase));
-  }
-  return tw;
-}
-
-// out[k] = sum_{t < in.size()} in[t] * tw[(k t) mod n] for k < out.size(); conj(tw) when inverse.
-void transform(const std::vector<Complex>& in, const std::vector<Complex>& tw, bool inverse,
-               std::vector<Complex>& out) {
-  const int64_t n = static_cast<int64_t>(tw.size());
-  for (size_t k = 0; k < out.size(); ++k) {
-    Complex acc = 0;
-    int64_t j = 0;  // (k * t) mod n, advanced by k each step
-    const int64_t step = static_cast<int64_t>(k) % n;
-    for (const Complex& v : in) {
-      acc += v * (inverse ? std::conj(tw[j]) : tw[j]);
-      j += step;
-      if (j >= n) j -= n;
+// An n-point DFT, out[k] = sum_t in[t] w^(k t) with w = exp(-+2 pi i / n), by recursive
+// decimation in time over the smallest prime factor p of n (p sub-transforms of n / p points,
+// combined in n * p steps); a prime length is the plain O(n^2) sum. Twiddles are computed once,
+// directly from cos and sin, and indexed by (k t) mod n so no phase is a large product.
+class Dft {
+ public:
+  Dft(int64_t n, const std::string& where)
+      : n_(n), tw_(bounded_buffer<Complex>(n, where, "DFT length")) {
+    for (int64_t j = 0; j < n; ++j) {
+      const double phase =
+          -2.0 * std::numbers::pi * static_cast<double>(j) / static_cast<double>(n);
+      tw_[j] = Complex(std::cos(phase), std::sin(phase));
     }
-    out[k] = acc;
   }
-}
+
+  // `in` and `out` hold n points; `inverse` conjugates the twiddles (no 1 / n scaling).
+  void run(const std::vector<Complex>& in, bool inverse, std::vector<Complex>& out) const {
+    PTO_CHECK(static_cast<int64_t>(in.size()) == n_) << "Dft::run: " << in.size() << " points";
+    out.resize(static_cast<size_t>(n_));
+    step(in.data(), 1, n_, inverse, out.data());
+  }
+
+ private:
+  // The n-point transform of x[0], x[stride], ..., into out[0..n).
+  void step(const Complex* x, int64_t stride, int64_t n, bool inverse, Complex* out) const {
+    const int64_t scale = n_ / n;  // w_n^j = tw_[j * scale]
+    auto w = [&](int64_t j) { return inverse ? std::conj(tw_[j * scale]) : tw_[j * scale]; };
+    int64_t p = n;
+    for (int64_t d = 2; d * d <= n; ++d)
+      if (n % d == 0) {
+        p = d;
+        break;
+      }
+    if (p == n) {  // prime (or 1): the plain sum
+      for (int64_t k = 0; k < n; ++k) {
+        Complex acc = 0;
+        for (int64_t t = 0, j = 0; t < n; ++t, j = (j + k) % n) acc += x[t * stride] * w(j);
+        out[k] = acc;
+      }
+      return;
+    }
+    // x[r + p s] for s < m is sub-sequence r; X[k] = sum_r w_n^(r k) DFT_m(sub r)[k mod m].
+    const int64_t m = n / p;
+    std::vector<Complex> sub(static_cast<size_t>(n));
+    for (int64_t r = 0; r < p; ++r)
+      step(x + r * stride, stride * p, m, inverse, sub.data() + r * m);
+    for (int64_t k = 0; k < n; ++k) {
+      Complex acc = 0;
+      for (int64_t r = 0, j = 0; r < p; ++r, j = (j + k) % n) acc += w(j) * sub[r * m + k % m];
+      out[k] = acc;
+    }
+  }
+
+  int64_t n_;
+  std::vector<Complex> tw_;
+};
 
 // The single integer of a scalar (or one-element) integer input.
 int64_t scalar_input(const KernelContext& c, size_t i, const char* what) {
@@ -79,33 +109,30 @@ std::vector<Tensor> dft(const KernelContext& c) {
   const int64_t outer = dims_product(x.shape(), 0, axis);
   const int64_t inner = dims_product(x.shape(), axis + 1, rank - 1);
   const int64_t cin = x.dim(-1), cout = out_shape.back();
-  std::vector<double> out(static_cast<size_t>(checked_numel(out_shape, "DFT output")));
+  std::vector<double> out = output_buffer(out_shape, w);
   if (out.empty()) return {from_doubles(x.dtype(), out_shape, out, w)};
   if (!is_floating(x.dtype())) throw TypeError(cat(w, ": input must be a float tensor"));
   const std::vector<double> in = to_doubles(x, w);
-  const std::vector<Complex> tw = twiddles(length);
+  const Dft transform(length, w);
   const double scale = inverse ? 1.0 / static_cast<double>(length) : 1.0;
-  // The inverse one-sided input: bins [0, length / 2] are used, the rest follow by symmetry.
+  // Input points read: the axis zero-padded or truncated to the length, or for an inverse
+  // one-sided transform its bins [0, length / 2], the rest following by symmetry.
   const int64_t used = real_out ? std::min(n, length / 2 + 1) : std::min(n, length);
-  std::vector<Complex> line, spectrum(static_cast<size_t>(out_len));
+  std::vector<Complex> line, spectrum;
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       auto at = [&](int64_t t) { return ((o * n + t) * inner + i) * cin; };
-      line.assign(static_cast<size_t>(used), 0);
+      line.assign(static_cast<size_t>(length), 0);
       for (int64_t t = 0; t < used; ++t)
         line[t] = Complex(in[at(t)], cin == 2 ? in[at(t) + 1] : 0.0);
       if (real_out) {
         // Hermitian extension, ignoring the imaginary parts of bin 0 and (even length) bin n/2.
-        std::vector<Complex> full(static_cast<size_t>(length), 0);
-        for (int64_t k = 0; k < used; ++k) {
-          full[k] = line[k];
-          if (k > 0 && length - k != k) full[length - k] = std::conj(line[k]);
-        }
-        full[0] = full[0].real();
-        if (length % 2 == 0 && length / 2 < used) full[length / 2] = full[length / 2].real();
-        line.swap(full);
+        for (int64_t k = 1; k < used; ++k)
+          if (length - k != k) line[length - k] = std::conj(line[k]);
+        line[0] = line[0].real();
+        if (length % 2 == 0 && length / 2 < used) line[length / 2] = line[length / 2].real();
       }
-      transform(line, tw, inverse, spectrum);
+      transform.run(line, inverse, spectrum);
       for (int64_t k = 0; k < out_len; ++k) {
         const int64_t dst = ((o * out_len + k) * inner + i) * cout;
         out[dst] = spectrum[k].real() * scale;
@@ -144,19 +171,19 @@ std::vector<Tensor> stft(const KernelContext& c) {
   const int64_t bins = onesided ? frame / 2 + 1 : frame;
   const int64_t B = x.dim(0), cin = x.dim(2);
   const Dims out_shape{B, frames, bins, 2};
-  std::vector<double> out(static_cast<size_t>(checked_numel(out_shape, "STFT output")));
+  std::vector<double> out = output_buffer(out_shape, w);
   const std::vector<double> in = to_doubles(x, w);
   const std::vector<double> window =
       has_window ? to_doubles(c.input(2), w) : std::vector<double>(frame, 1.0);
-  const std::vector<Complex> tw = twiddles(frame);
-  std::vector<Complex> line(static_cast<size_t>(frame)), spectrum(static_cast<size_t>(bins));
+  const Dft transform(frame, w);
+  std::vector<Complex> line(static_cast<size_t>(frame)), spectrum;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t f = 0; f < frames; ++f) {
       for (int64_t t = 0; t < frame; ++t) {
         const int64_t at = (b * length + f * step + t) * cin;
         line[t] = Complex(in[at], cin == 2 ? in[at + 1] : 0.0) * window[t];
       }
-      transform(line, tw, false, spectrum);
+      transform.run(line, false, spectrum);
       for (int64_t k = 0; k < bins; ++k) {
         const int64_t dst = ((b * frames + f) * bins + k) * 2;
         out[dst] = spectrum[k].real();

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "index_math.h"
+#include "output_buffer.h"
 
 namespace pto::reference {
 namespace {
@@ -31,7 +32,7 @@ Kernel window_kernel(std::function<double(double n, double N)> f) {
     if (size < 0) throw ValueError(cat(w, ": size must be >= 0, got ", size));
     const bool periodic = c.attrs().get_int("periodic", 1) != 0;
     const double N = static_cast<double>(periodic ? size : size - 1);
-    std::vector<double> v(static_cast<size_t>(checked_numel({size}, "window")));
+    std::vector<double> v = output_buffer({size}, w);
     for (int64_t n = 0; n < size; ++n) v[n] = N == 0 ? 1.0 : f(static_cast<double>(n), N);
     return std::vector<Tensor>{cast_doubles(output_dtype(c), {size}, v, w)};
   };
@@ -74,9 +75,9 @@ std::vector<Tensor> mel_weight_matrix(const KernelContext& c) {
   const double low = to_mel(3), high = to_mel(4);
   const int64_t bins = dft_length / 2 + 1;
   const Dims shape{bins, mels};
-  std::vector<double> out(static_cast<size_t>(checked_numel(shape, "MelWeightMatrix")), 0.0);
+  std::vector<double> out = output_buffer(shape, w);
   const double step = (high - low) / static_cast<double>(mels + 2);
-  std::vector<int64_t> edge(static_cast<size_t>(mels + 2));
+  std::vector<int64_t> edge = bounded_buffer<int64_t>(mels + 2, w, "num_mel_bins");
   for (int64_t i = 0; i < mels + 2; ++i) {
     const double mel = static_cast<double>(i) * step + low;
     const double hz = 700 * std::expm1(mel / 2595 * std::log(10.0));
