@@ -134,7 +134,10 @@ void infer_max_unpool(InferContext& c) {
     for (size_t k = 0; k < n; ++k) {
       const Dim& d = (*x.shape)[k + 2];
       Dim out = Dim::unknown();
-      if (d.is_known() && kernel.size() == n && strides.size() == n && pads.size() == 2 * n) {
+      auto sane = [](int64_t v, int64_t lo) { return v >= lo && v < (int64_t{1} << 31); };
+      if (d.is_known() && sane(d.value, 1) && kernel.size() == n && strides.size() == n &&
+          pads.size() == 2 * n && sane(kernel[k], 1) && sane(strides[k], 1) && sane(pads[k], 0) &&
+          sane(pads[k + n], 0)) {
         const int64_t v = (d.value - 1) * strides[k] - pads[k] - pads[k + n] + kernel[k];
         if (v >= 0) out = Dim(v);
       }

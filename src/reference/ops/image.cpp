@@ -127,8 +127,7 @@ std::vector<Tensor> grid_sample(const KernelContext& c) {
     throw ValueError(
         cat(w, ": grid must be [N, spatial..., ", r, "] for X ", X.str(), ", got ", G.str()));
   if (!is_floating(G.dtype())) throw TypeError(cat(w, ": grid must be a float tensor"));
-  const std::string mode_name =
-      c.attrs().get_string("mode", c.node.opset == 16 ? "bilinear" : "linear");
+  const std::string mode_name = c.attrs().get_string("mode", "linear");
   SampleMode mode;
   if (mode_name == "nearest")
     mode = SampleMode::kNearest;
