@@ -44,10 +44,12 @@ std::string compare(const Tensor& got, const Tensor& want, double rtol, double a
                     pto::dims_str(want.shape()));
   bool exact = !pto::is_floating(want.dtype());
   // The expected values of low-precision tests were computed with a rounding after every step,
-  // so they carry several ulps of error themselves; like torch.testing, never ask for more than
-  // the dtype resolves (bf16: rtol 1.6e-2, f16: rtol 1e-3, atol 1e-5).
+  // so they carry several ulps of error themselves: never ask for more than the dtype resolves
+  // (bf16: rtol 1.6e-2 as in torch.testing, atol 1e-5).
   if (want.dtype() == pto::DType::kBF16) rtol = std::max(rtol, 1.6e-2), atol = std::max(atol, 1e-5);
-  if (want.dtype() == pto::DType::kF16) rtol = std::max(rtol, 1e-3), atol = std::max(atol, 1e-5);
+  // f16: two step-by-step roundings of one formula (an op and its expanded graph) can land two
+  // ulps apart, 2^-9 relative.
+  if (want.dtype() == pto::DType::kF16) rtol = std::max(rtol, 2e-3), atol = std::max(atol, 1e-5);
   for (int64_t i = 0; i < want.numel(); ++i) {
     double g = got.item_as_double(i), w = want.item_as_double(i);
     if (std::isnan(w) && std::isnan(g)) continue;
