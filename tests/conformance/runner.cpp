@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> filters;
   long floor = 0;
   std::string json;
-  fs::path tolerances;
+  fs::path tolerances = PTO_DEFAULT_TOLERANCES;
   bool verbose = false;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
