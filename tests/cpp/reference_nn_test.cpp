@@ -435,5 +435,31 @@ TEST(Dropout, InferenceIsIdentityAndTrainingIsUnsupported) {
       UnsupportedError);
 }
 
+// ---- Empty tensors ----
+
+TEST(NnEmpty, EmptyTensorsWithLargeDimsReturnAtOnce) {
+  // 2^40 planes of nothing: walking them one by one would take hours.
+  const int64_t kBig = int64_t{1} << 20;
+  const Tensor x = Tensor::zeros(DType::kF32, {kBig, kBig, 0, 4});
+  auto y = run_op({"MaxPool", {x}, attrs({{"kernel_shape", Ints{1, 2}}}), 2});
+  EXPECT_EQ(y[0].shape(), (Dims{kBig, kBig, 0, 3}));
+  y = run_op({"AveragePool", {x}, attrs({{"kernel_shape", Ints{1, 2}}})});
+  EXPECT_EQ(y[0].shape(), (Dims{kBig, kBig, 0, 3}));
+  y = run_op({"Softmax", {x}, {}});
+  EXPECT_EQ(y[0].shape(), x.shape());
+  y = run_op({"LpNormalization", {x}, attrs({{"axis", int64_t{1}}})});
+  EXPECT_EQ(y[0].numel(), 0);
+  y = run_op({"Conv", {Tensor::zeros(DType::kF32, {kBig, 4, 0}), ones({kBig, 4, 1})}, {}});
+  EXPECT_EQ(y[0].shape(), (Dims{kBig, kBig, 0}));
+  y = run_op({"MatMul",
+              {Tensor::zeros(DType::kF32, {kBig, kBig, 0, 3}), Tensor::zeros(DType::kF32, {3, 2})},
+              {}});
+  EXPECT_EQ(y[0].shape(), (Dims{kBig, kBig, 0, 2}));
+  y = run_op({"Einsum",
+              {Tensor::zeros(DType::kF32, {kBig, 0, kBig})},
+              attrs({{"equation", std::string("abc->cb")}})});
+  EXPECT_EQ(y[0].shape(), (Dims{kBig, 0}));
+}
+
 }  // namespace
 }  // namespace pto

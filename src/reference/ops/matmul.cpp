@@ -35,7 +35,7 @@ Plan plan_matmul(const Dims& a, const Dims& b, const std::string& where) {
   p.yshape = batch;
   if (a.size() > 1) p.yshape.push_back(p.M);
   if (b.size() > 1) p.yshape.push_back(p.N);
-  checked_numel(p.yshape, where.c_str());
+  if (checked_numel(p.yshape, where.c_str()) == 0) return p;  // no batches to walk
   p.a_off = broadcast_offsets(ab, batch);
   p.b_off = broadcast_offsets(bb, batch);
   for (int64_t& o : p.a_off) o *= p.M * p.K;
@@ -157,7 +157,7 @@ std::vector<uint64_t> zero_point_per_element(const KernelContext& c, size_t zp_i
                                              const Tensor& t, bool is_a) {
   const std::string w = c.where();
   std::vector<uint64_t> out(static_cast<size_t>(t.numel()), 0);
-  if (!c.has_input(zp_index)) return out;
+  if (!c.has_input(zp_index) || t.numel() == 0) return out;
   const Tensor& zp = c.input(zp_index);
   if (zp.dtype() != t.dtype())
     throw TypeError(cat(w, ": zero point ", zp.str(), " must have the dtype of ", t.str()));
