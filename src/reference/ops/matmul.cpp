@@ -49,6 +49,20 @@ std::vector<V> run_plan(const Plan& p, const std::vector<V>& a, const std::vecto
   // B. Each result still sums its products in k order, so the tiling does not change the bits.
   constexpr int64_t MR = 4, NR = 12;
   std::vector<V> y(p.a_off.size() * p.M * p.N, V(0));
+  if (p.M < MR || p.N < NR) {
+    // Thin products (matrix-vector, single-row decode steps) would waste most of a tile: plain
+    // i-k-j loops, with the same per-result summation order.
+    for (size_t bt = 0; bt < p.a_off.size(); ++bt)
+      for (int64_t i = 0; i < p.M; ++i) {
+        V* yrow = y.data() + (bt * p.M + i) * p.N;
+        for (int64_t k = 0; k < p.K; ++k) {
+          const V av = a[p.a_off[bt] + i * p.K + k];
+          const V* brow = b.data() + p.b_off[bt] + k * p.N;
+          for (int64_t j = 0; j < p.N; ++j) yrow[j] += av * brow[j];
+        }
+      }
+    return y;
+  }
   std::vector<V> panel(static_cast<size_t>(p.K * NR));
   for (size_t bt = 0; bt < p.a_off.size(); ++bt) {
     const V* A = a.data() + p.a_off[bt];
