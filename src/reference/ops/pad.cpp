@@ -75,7 +75,7 @@ std::vector<Tensor> pad_kernel(const KernelContext& c) {
   const int64_t kLimit = int64_t{1} << 62;
   for (int64_t a = 0; a < rank; ++a) {
     int64_t d = x.shape()[a];
-    if (std::abs(begin[a]) > kLimit || std::abs(end[a]) > kLimit)
+    if (begin[a] < -kLimit || begin[a] > kLimit || end[a] < -kLimit || end[a] > kLimit)
       throw ValueError(cat(c.where(), ": pad ", begin[a], ", ", end[a], " is too large"));
     int64_t crop_b = std::max<int64_t>(-begin[a], 0), crop_e = std::max<int64_t>(-end[a], 0);
     int64_t kept = d - crop_b - crop_e;
