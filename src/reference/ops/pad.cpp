@@ -89,6 +89,7 @@ std::vector<Tensor> pad_kernel(const KernelContext& c) {
     if (kept == 0 && out_shape[a] > 0 && mode != "constant")
       throw ValueError(cat(c.where(), ": cannot ", mode, "-pad an empty axis ", a));
   }
+  check_output_dims(out_shape, c.where());
   Tensor y = Tensor::empty(x.dtype(), out_shape);
   if (y.numel() == 0) return {y};  // also keeps the index maps below small
   for (int64_t a = 0; a < rank; ++a) {
