@@ -21,6 +21,9 @@ OpRegistry& OpRegistry::global() {
     register_attention_ops(*r);
     register_quantization_ops(*r);
     register_loss_ops(*r);
+    register_image_ops(*r);
+    register_signal_ops(*r);
+    register_recurrent_ops(*r);
     return r;
   }();
   return *registry;

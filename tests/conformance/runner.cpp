@@ -1,7 +1,8 @@
 // pto_conformance: runs ONNX backend node tests (written by write_cases.py) through the importer
 // and the reference interpreter and compares with the expected outputs the onnx package ships.
 //
-//   pto_conformance CASES_DIR [--filter SUBSTR]... [--floor N] [--json FILE] [--verbose]
+//   pto_conformance CASES_DIR [--filter SUBSTR]... [--floor N] [--json FILE]
+//                   [--tolerances FILE] [--verbose]
 //
 // Each test is pass, fail (wrong answer, or an error on a supported op: a bug) or unsupported
 // (an op, dtype or feature PyPTO does not implement). Exit status is 1 when any test fails or
@@ -13,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,10 +46,12 @@ std::string compare(const Tensor& got, const Tensor& want, double rtol, double a
                     pto::dims_str(want.shape()));
   bool exact = !pto::is_floating(want.dtype());
   // The expected values of low-precision tests were computed with a rounding after every step,
-  // so they carry several ulps of error themselves; like torch.testing, never ask for more than
-  // the dtype resolves (bf16: rtol 1.6e-2, f16: rtol 1e-3, atol 1e-5).
+  // so they carry several ulps of error themselves: never ask for more than the dtype resolves
+  // (bf16: rtol 1.6e-2 as in torch.testing, atol 1e-5).
   if (want.dtype() == pto::DType::kBF16) rtol = std::max(rtol, 1.6e-2), atol = std::max(atol, 1e-5);
-  if (want.dtype() == pto::DType::kF16) rtol = std::max(rtol, 1e-3), atol = std::max(atol, 1e-5);
+  // f16: two step-by-step roundings of one formula (an op and its expanded graph) can land two
+  // ulps apart, 2^-9 relative.
+  if (want.dtype() == pto::DType::kF16) rtol = std::max(rtol, 2e-3), atol = std::max(atol, 1e-5);
   for (int64_t i = 0; i < want.numel(); ++i) {
     double g = got.item_as_double(i), w = want.item_as_double(i);
     if (std::isnan(w) && std::isnan(g)) continue;
@@ -68,10 +72,36 @@ std::vector<Tensor> load_set(const fs::path& dir, const char* kind) {
   return out;
 }
 
-Result run_case(const fs::path& dir) {
+struct Tolerance {
+  double atol = -1, rtol = -1;  // -1: keep the test's own
+};
+
+// tolerances.txt: "TEST atol=X rtol=Y  # why" lines for tests whose expected data is noisy.
+std::map<std::string, Tolerance> read_overrides(const fs::path& file) {
+  std::map<std::string, Tolerance> out;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream ss(line);
+    std::string name, kv;
+    if (!(ss >> name)) continue;
+    Tolerance t;
+    while (ss >> kv) {
+      if (kv.rfind("atol=", 0) == 0) t.atol = std::stod(kv.substr(5));
+      if (kv.rfind("rtol=", 0) == 0) t.rtol = std::stod(kv.substr(5));
+    }
+    out[name] = t;
+  }
+  return out;
+}
+
+Result run_case(const fs::path& dir, const Tolerance& override_tol) {
   Result r{dir.filename().string(), Status::kPass, ""};
   double rtol = 1e-3, atol = 1e-7;
   std::ifstream(dir / "tolerance.txt") >> rtol >> atol;
+  if (override_tol.atol >= 0) atol = override_tol.atol;
+  if (override_tol.rtol >= 0) rtol = override_tol.rtol;
   try {
     pto::Graph g = pto::onnx::load((dir / "model.onnx").string());
     if (fs::exists(dir / "UNSUPPORTED")) {
@@ -85,7 +115,29 @@ Result run_case(const fs::path& dir) {
       if (!fs::exists(ds)) break;
       std::vector<Tensor> inputs = load_set(ds, "input");
       std::vector<Tensor> want = load_set(ds, "output");
-      std::vector<Tensor> got = pto::reference::run(g, inputs);
+      // Every value's inferred dtype and known dimensions must match what the kernels produce.
+      std::string infer_error;
+      auto check_types = [&](const pto::Node& node, const std::vector<Tensor>& outs) {
+        for (size_t o = 0; o < outs.size() && infer_error.empty(); ++o) {
+          if (node.outputs[o] == pto::kNoValue || !outs[o].defined()) continue;
+          const pto::TensorType& t = g.value(node.outputs[o]).type;
+          bool ok = t.dtype == pto::DType::kUndefined || t.dtype == outs[o].dtype();
+          if (t.shape) {
+            ok = ok && t.shape->size() == outs[o].shape().size();
+            for (size_t k = 0; ok && k < t.shape->size(); ++k)
+              ok = !(*t.shape)[k].is_known() || (*t.shape)[k].value == outs[o].shape()[k];
+          }
+          if (!ok)
+            infer_error = pto::cat(node.where(), " output ", o, ": inferred ", t.str(),
+                                   ", computed ", outs[o].str());
+        }
+      };
+      std::vector<Tensor> got = pto::reference::run(g, inputs, check_types);
+      if (!infer_error.empty()) {
+        r.status = Status::kFail;
+        r.detail = "type inference: " + infer_error;
+        return r;
+      }
       if (got.size() != want.size()) {
         r.status = Status::kFail;
         r.detail = pto::cat(got.size(), " outputs, expected ", want.size());
@@ -132,6 +184,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> filters;
   long floor = 0;
   std::string json;
+  fs::path tolerances = PTO_DEFAULT_TOLERANCES;
   bool verbose = false;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
@@ -141,6 +194,8 @@ int main(int argc, char** argv) {
       floor = std::stol(argv[++i]);
     else if (a == "--json" && i + 1 < argc)
       json = argv[++i];
+    else if (a == "--tolerances" && i + 1 < argc)
+      tolerances = argv[++i];
     else if (a == "--verbose" || a == "-v")
       verbose = true;
     else {
@@ -159,13 +214,15 @@ int main(int argc, char** argv) {
   }
   std::sort(dirs.begin(), dirs.end());
 
+  std::map<std::string, Tolerance> overrides = read_overrides(tolerances);
   std::vector<Result> results;
   std::map<std::string, std::array<int, 3>> by_op;  // pass, fail, unsupported
   int counts[3] = {0, 0, 0};
   int covered = 0;  // tests whose ops all have an OpDef
   const auto& registry = pto::OpRegistry::global();
   for (const auto& d : dirs) {
-    Result r = run_case(d);
+    auto it = overrides.find(d.filename().string());
+    Result r = run_case(d, it == overrides.end() ? Tolerance{} : it->second);
     int s = static_cast<int>(r.status);
     ++counts[s];
     std::set<std::string> ops = ops_of(d);
