@@ -83,5 +83,7 @@ void register_indexing_ops(OpRegistry& r);
 void register_attention_ops(OpRegistry& r);
 void register_quantization_ops(OpRegistry& r);
 void register_loss_ops(OpRegistry& r);
+void register_image_ops(OpRegistry& r);
+void register_signal_ops(OpRegistry& r);
 
 }  // namespace pto

@@ -54,5 +54,7 @@ void register_indexing_kernels(KernelRegistry& r);
 void register_attention_kernels(KernelRegistry& r);
 void register_quantization_kernels(KernelRegistry& r);
 void register_loss_kernels(KernelRegistry& r);
+void register_image_kernels(KernelRegistry& r);
+void register_signal_kernels(KernelRegistry& r);
 
 }  // namespace pto::reference

@@ -21,6 +21,8 @@ OpRegistry& OpRegistry::global() {
     register_attention_ops(*r);
     register_quantization_ops(*r);
     register_loss_ops(*r);
+    register_image_ops(*r);
+    register_signal_ops(*r);
     return r;
   }();
   return *registry;

@@ -25,6 +25,8 @@ KernelRegistry& KernelRegistry::global() {
     register_attention_kernels(*r);
     register_quantization_kernels(*r);
     register_loss_kernels(*r);
+    register_image_kernels(*r);
+    register_signal_kernels(*r);
     return r;
   }();
   return *registry;

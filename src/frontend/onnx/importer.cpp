@@ -101,19 +101,19 @@ Attribute attribute_from_proto(const ::onnx::AttributeProto& a, const std::strin
 }
 
 int default_opset(const ::onnx::ModelProto& m, const std::string& src) {
-  int opset = -1;
+  int64_t opset = -1;  // compared as read: a huge version must not wrap into the valid range
   for (const auto& o : m.opset_import())
-    if (is_default_domain(o.domain())) opset = static_cast<int>(o.version());
+    if (is_default_domain(o.domain())) opset = o.version();
   if (opset < 0) {
-    if (m.opset_import_size() == 0) return 1;  // IR version 2 models had no opset_import
-    return 0;                                  // only other domains
+    if (m.opset_import_size() != 0) return 0;  // only other domains
+    opset = 1;  // IR version 2 models had no opset_import: opset 1, older than we support
   }
   if (opset < kMinOpset || opset > max_opset())
     throw UnsupportedError(cat(src, ": opset ", opset,
                                " of the default domain is not supported "
                                "(supported: ",
                                kMinOpset, " to ", max_opset(), ")"));
-  return opset;
+  return static_cast<int>(opset);
 }
 
 Graph convert(const ::onnx::ModelProto& m, const std::string& base_dir, const std::string& src) {
@@ -131,10 +131,14 @@ Graph convert(const ::onnx::ModelProto& m, const std::string& base_dir, const st
   for (const auto& vi : gp.input()) {
     if (init_names.count(vi.name())) continue;
     if (vi.name().empty()) throw ValueError(cat(src, ": a graph input has no name"));
+    if (g.find_value(vi.name()))
+      throw ValueError(cat(src, ": graph input '", vi.name(), "' is declared twice"));
     g.add_input(vi.name(), type_from_proto(vi.type(), cat(src, ": input '", vi.name(), "'")));
   }
   for (const auto& t : gp.initializer()) {
     if (t.name().empty()) throw ValueError(cat(src, ": an initializer has no name"));
+    if (g.find_value(t.name()))
+      throw ValueError(cat(src, ": initializer '", t.name(), "' is defined twice"));
     std::string where = cat(src, ": initializer");
     ValueId v = g.add_value(t.name());
     g.set_initializer(v, tensor_from_proto(t, base_dir, where));
@@ -244,6 +248,7 @@ Graph load_from_bytes(std::string_view bytes, const std::string& base_dir,
 }
 
 Graph load(const std::string& path) {
+  if (fs::is_directory(path)) throw ValueError(cat(path, ": is a folder, not an ONNX model file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ValueError(cat(path, ": cannot open the model file"));
   std::ostringstream ss;

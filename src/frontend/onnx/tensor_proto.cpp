@@ -88,6 +88,15 @@ std::string read_external(const ::onnx::TensorProto& t, const std::string& base_
   return bytes;
 }
 
+// Tensor::empty with the tensor's name in the error past the allocation limit.
+Tensor allocate(DType dt, const Dims& dims, const std::string& where) {
+  try {
+    return Tensor::empty(dt, dims);
+  } catch (const ValueError& e) {
+    throw ValueError(cat(where, ": ", e.what()));
+  }
+}
+
 template <class Field>
 void check_count(const Field& f, int64_t n, const char* field, const std::string& where) {
   if (static_cast<int64_t>(f.size()) != n)
@@ -112,7 +121,7 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& t, const std::string& base_d
 
   if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
     std::string bytes = read_external(t, base_dir, nbytes, where);
-    Tensor out = Tensor::empty(dt, dims);
+    Tensor out = allocate(dt, dims, where);
     std::memcpy(out.raw_data(), bytes.data(), nbytes);
     return out;
   }
@@ -120,13 +129,15 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& t, const std::string& base_d
     if (t.raw_data().size() != nbytes)
       throw ValueError(cat(where, ": raw_data holds ", t.raw_data().size(), " bytes but shape ",
                            dims_str(dims), " of ", dtype_name(dt), " needs ", nbytes));
-    Tensor out = Tensor::empty(dt, dims);
+    Tensor out = allocate(dt, dims, where);
     std::memcpy(out.raw_data(), t.raw_data().data(), nbytes);
     return out;
   }
-  Tensor out = Tensor::empty(dt, dims);
+  // Typed fields: the count is checked before allocating, so a tiny file cannot claim gigabytes.
+  Tensor out;
   auto copy = [&]<class Src>(const Src& field, const char* name, auto convert) {
     check_count(field, n, name, where);
+    out = allocate(dt, dims, where);
     dispatch(dt, kAllTypes, where, [&]<class T>() {
       T* p = out.data<T>();
       for (int64_t i = 0; i < n; ++i) p[i] = convert.template operator()<T>(field[i]);

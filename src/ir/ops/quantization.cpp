@@ -24,9 +24,30 @@ void infer_dequantize(InferContext& c) {
   infer::set(c, 0, dt, c.inputs[0].shape);
 }
 
+// Quantized contractions: the output type is the output zero point's, else the input's.
+void infer_qlinear(InferContext& c) {
+  if (!c.has_input(0)) return;
+  infer::set(c, 0, c.has_input(7) ? c.inputs[7].dtype : c.inputs[0].dtype, std::nullopt);
+}
+
 }  // namespace
 
 void register_quantization_ops(OpRegistry& r) {
+  r.add({.name = "QLinearMatMul",
+         .min_inputs = 8,
+         .max_inputs = 8,
+         .properties = kOpaque,
+         .infer = infer_qlinear});
+  r.add({.name = "QLinearConv",
+         .min_inputs = 8,
+         .max_inputs = 9,
+         .properties = kOpaque,
+         .infer = infer_qlinear});
+  r.add({.name = "ConvInteger",
+         .min_inputs = 2,
+         .max_inputs = 4,
+         .properties = kOpaque,
+         .infer = [](InferContext& c) { infer::set(c, 0, DType::kI32, std::nullopt); }});
   r.add({.name = "QuantizeLinear",
          .min_inputs = 2,
          .max_inputs = 3,

@@ -1,61 +1,102 @@
-// Reference kernels for elementwise ops. Half types compute in float and round once.
+// Reference kernels for unary elementwise math and logic (Abs ... Identity). Activations live in
+// activation.cpp, binary and variadic ops in binary.cpp; all are registered from here. Half types
+// compute in float and round once.
 #include <cmath>
 
-#include "kernel_util.h"
+#include "elementwise_util.h"
 
 namespace pto::reference {
-namespace {
 
-// out[i] = f(x[i]) over the dtypes in `types`.
-template <class F>
-Kernel unary_kernel(uint32_t types, F f) {
-  return [types, f](const KernelContext& c) {
-    const Tensor& x = c.input(0);
-    Tensor y = Tensor::empty(x.dtype(), x.shape());
-    dispatch(x.dtype(), types, c.where(), [&]<class T>() {
-      const T* in = x.data<T>();
-      T* out = y.data<T>();
-      for (int64_t i = 0; i < x.numel(); ++i)
-        out[i] = static_cast<T>(f(static_cast<compute_t<T>>(in[i])));
-    });
-    return std::vector<Tensor>{y};
-  };
+void check_same_dtype(const KernelContext& c, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype())
+    throw TypeError(cat(c.where(), ": input dtypes differ: ", dtype_name(a.dtype()), " and ",
+                        dtype_name(b.dtype())));
 }
 
-// out = f(a, b) with numpy broadcasting; both inputs must share a dtype.
+namespace {
+
+// Round half to even, independent of the floating-point environment's rounding mode.
 template <class F>
-Kernel binary_kernel(uint32_t types, F f) {
-  return [types, f](const KernelContext& c) {
-    const Tensor& a = c.input(0);
-    const Tensor& b = c.input(1);
-    if (a.dtype() != b.dtype())
-      throw TypeError(cat(c.where(), ": input dtypes differ: ", dtype_name(a.dtype()), " and ",
-                          dtype_name(b.dtype())));
-    std::vector<std::vector<int64_t>> off;
-    Dims shape = broadcast_all({a.shape(), b.shape()}, c.where(), &off);
-    Tensor y = Tensor::empty(a.dtype(), shape);
-    dispatch(a.dtype(), types, c.where(), [&]<class T>() {
-      const T* pa = a.data<T>();
-      const T* pb = b.data<T>();
-      T* out = y.data<T>();
-      for (int64_t i = 0; i < y.numel(); ++i)
-        out[i] = static_cast<T>(
-            f(static_cast<compute_t<T>>(pa[off[0][i]]), static_cast<compute_t<T>>(pb[off[1][i]])));
-    });
-    return std::vector<Tensor>{y};
-  };
+F round_half_even(F x) {
+  F r = std::round(x);  // half away from zero
+  if (std::fabs(x - std::trunc(x)) == F(0.5)) r = F(2) * std::round(x / F(2));
+  return r;
+}
+
+template <class T>
+T abs_value(T x) {
+  if constexpr (std::is_unsigned_v<T>)
+    return x;
+  else if constexpr (is_int_v<T>)
+    return x < 0 ? wrap_neg(x) : x;  // abs(INT_MIN) wraps to INT_MIN, as in numpy
+  else
+    return static_cast<T>(std::fabs(static_cast<compute_t<T>>(x)));
+}
+
+template <class T>
+T sign_value(T x) {
+  if constexpr (is_int_v<T>) {
+    return static_cast<T>(x > 0 ? 1 : (x < T(0) ? -1 : 0));
+  } else {
+    compute_t<T> v = static_cast<compute_t<T>>(x);
+    if (std::isnan(v)) return x;
+    return static_cast<T>(compute_t<T>(v > 0 ? 1 : (v < 0 ? -1 : 0)));
+  }
+}
+
+void register_unary_math(KernelRegistry& r) {
+  r.add("Abs", unary_kernel<kNumericTypes>([](auto x) { return abs_value(x); }));
+  r.add("Neg", unary_kernel<kFloatTypes | kSignedInts>([](auto x) {
+          using T = decltype(x);
+          if constexpr (is_int_v<T>)
+            return wrap_neg(x);
+          else
+            return static_cast<T>(-static_cast<compute_t<T>>(x));
+        }));
+  r.add("Sign", unary_kernel<kNumericTypes>([](auto x) { return sign_value(x); }));
+  r.add("Exp", float_kernel([](auto x) { return std::exp(x); }));
+  r.add("Log", float_kernel([](auto x) { return std::log(x); }));
+  r.add("Sqrt", float_kernel([](auto x) { return std::sqrt(x); }));
+  r.add("Reciprocal", float_kernel([](auto x) { return decltype(x)(1) / x; }));
+  r.add("Floor", float_kernel([](auto x) { return std::floor(x); }));
+  r.add("Ceil", float_kernel([](auto x) { return std::ceil(x); }));
+  r.add("Round", float_kernel([](auto x) { return round_half_even(x); }));
+  r.add("Sin", float_kernel([](auto x) { return std::sin(x); }));
+  r.add("Cos", float_kernel([](auto x) { return std::cos(x); }));
+  r.add("Tan", float_kernel([](auto x) { return std::tan(x); }));
+  r.add("Asin", float_kernel([](auto x) { return std::asin(x); }));
+  r.add("Acos", float_kernel([](auto x) { return std::acos(x); }));
+  r.add("Atan", float_kernel([](auto x) { return std::atan(x); }));
+  r.add("Sinh", float_kernel([](auto x) { return std::sinh(x); }));
+  r.add("Cosh", float_kernel([](auto x) { return std::cosh(x); }));
+  r.add("Asinh", float_kernel([](auto x) { return std::asinh(x); }));
+  r.add("Acosh", float_kernel([](auto x) { return std::acosh(x); }));
+  r.add("Atanh", float_kernel([](auto x) { return std::atanh(x); }));
+  r.add("Erf", float_kernel([](auto x) { return std::erf(x); }));
+
+  r.add("IsNaN", unary_kernel<kFloatTypes>(
+                     [](auto x) { return std::isnan(static_cast<compute_t<decltype(x)>>(x)); }));
+  r.add("IsInf", [](const KernelContext& c) {
+    bool pos = c.attrs().get_int("detect_positive", 1) != 0;
+    bool neg = c.attrs().get_int("detect_negative", 1) != 0;
+    return unary_kernel<kFloatTypes>([pos, neg](auto x) {
+      auto v = static_cast<compute_t<decltype(x)>>(x);
+      return std::isinf(v) && (v > 0 ? pos : neg);
+    })(c);
+  });
+
+  r.add("Not", unary_kernel<kBoolType>([](bool x) { return !x; }));
+  r.add("BitwiseNot", unary_kernel<kIntTypes>([](auto x) { return static_cast<decltype(x)>(~x); }));
+  // Identity copies: outputs never alias inputs in the reference interpreter.
+  r.add("Identity", [](const KernelContext& c) { return std::vector<Tensor>{c.input(0).clone()}; });
 }
 
 }  // namespace
 
 void register_elementwise_kernels(KernelRegistry& r) {
-  r.add("Relu",
-        unary_kernel(kFloatTypes | kSignedInts, [](auto x) { return x > 0 ? x : decltype(x)(0); }));
-  r.add("Exp", unary_kernel(kFloatTypes, [](auto x) { return std::exp(x); }));
-  r.add("Add", binary_kernel(kNumericTypes, [](auto a, auto b) { return a + b; }));
-  r.add("Sub", binary_kernel(kNumericTypes, [](auto a, auto b) { return a - b; }));
-  r.add("Mul", binary_kernel(kNumericTypes, [](auto a, auto b) { return a * b; }));
-  r.add("Div", binary_kernel(kNumericTypes, [](auto a, auto b) { return a / b; }));
+  register_unary_math(r);
+  register_activation_kernels(r);
+  register_binary_kernels(r);
 }
 
 }  // namespace pto::reference

@@ -1,9 +1,15 @@
-#include "kernel_util.h"
+// The NN kernel family: conv.cpp, pool.cpp, norm.cpp, softmax.cpp, matmul.cpp and einsum.cpp.
+#include "nn_kernels.h"
 
 namespace pto::reference {
 
 void register_nn_kernels(KernelRegistry& r) {
-  (void)r;
+  register_conv_kernels(r);
+  register_pool_kernels(r);
+  register_norm_kernels(r);
+  register_softmax_kernels(r);
+  register_matmul_kernels(r);
+  register_einsum_kernels(r);
 }
 
 }  // namespace pto::reference

@@ -150,9 +150,129 @@ std::vector<Tensor> dynamic_quantize_linear(const KernelContext& c) {
   return {y, Tensor::scalar<float>(scale), Tensor::scalar<uint8_t>(static_cast<uint8_t>(zp))};
 }
 
+// The integer ops below compute (x - x_zp) and (w - w_zp) exactly in f64, run the float Conv or
+// MatMul reference kernel on them (exact: integer sums stay far below 2^53), and requantize.
+Tensor minus_zero_point(const Tensor& x, const KernelContext& c, size_t zp_input, int64_t axis,
+                        const std::string& what) {
+  const std::string w = c.where();
+  if (!is_integral(x.dtype()))
+    throw UnsupportedError(cat(w, ": ", what, " of dtype ", dtype_name(x.dtype())));
+  std::vector<double> v = to_doubles(x, w);
+  if (c.has_input(zp_input)) {
+    const Tensor& Z = c.input(zp_input);
+    std::vector<double> z = to_doubles(Z, w);
+    if (z.size() == 1) {
+      for (double& e : v) e -= z[0];
+    } else if (Z.rank() == 1 && axis < x.rank() && Z.dim(0) == x.dim(axis)) {
+      Dims coord(x.rank());
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        unravel(i, x.shape(), coord);
+        v[i] -= z[coord[axis]];
+      }
+    } else {
+      throw ValueError(cat(w, ": zero point ", Z.str(), " of ", what,
+                           " must be a scalar or one "
+                           "value per channel of ",
+                           x.str()));
+    }
+  }
+  return from_doubles(DType::kF64, x.shape(), v, w);
+}
+
+std::vector<double> run_float_kernel(const std::string& op, const KernelContext& c,
+                                     std::vector<Tensor> inputs, Dims* shape) {
+  Node n = c.node;
+  n.op = op;
+  KernelContext inner{n, std::move(inputs), 1};
+  Tensor y = (*KernelRegistry::global().find(op))(inner).at(0);
+  *shape = y.shape();
+  return to_doubles(y, c.where());
+}
+
+// Requantizes integer accumulators: round(acc * x_scale * w_scale / y_scale + y_zp), saturated.
+// The multiplier is formed in the scales' precision, the product in double (numpy's promotion of
+// int32 with a float scale).
+Tensor requantize(const std::vector<double>& acc, const Dims& shape, const Tensor& xs,
+                  const Tensor& ws, const Tensor& ys, const Tensor* yzp, DType out, int64_t axis,
+                  bool round_then_clip, const std::string& w) {
+  std::vector<double> a = to_doubles(xs, w), b = to_doubles(ws, w), y = to_doubles(ys, w);
+  if (a.size() != 1 || y.size() != 1)
+    throw UnsupportedError(cat(w, ": per-axis input or output scales are not supported"));
+  const int64_t channels = static_cast<int64_t>(b.size());
+  if (channels != 1 && (static_cast<int64_t>(shape.size()) <= axis || shape[axis] != channels))
+    throw ValueError(
+        cat(w, ": ", channels, " weight scales do not match output ", dims_str(shape)));
+  const double zp = yzp ? to_doubles(*yzp, w).at(0) : 0.0;
+  Tensor result = Tensor::empty(out, shape);
+  Dims coord(shape.size());
+  dispatch(out, kIntTypes, w, [&]<class Q>() {
+    Q* p = result.data<Q>();
+    const double lo = static_cast<double>(std::numeric_limits<Q>::lowest());
+    const double hi = static_cast<double>(std::numeric_limits<Q>::max());
+    dispatch(ws.dtype(), kFloatTypes, w, [&]<class S>() {
+      using C = compute_t<S>;
+      for (size_t i = 0; i < acc.size(); ++i) {
+        int64_t ch = 0;
+        if (channels > 1) {
+          unravel(static_cast<int64_t>(i), shape, coord);
+          ch = coord[axis];
+        }
+        const S prod = static_cast<S>(static_cast<C>(a[0]) * static_cast<C>(b[ch]));
+        const S mult = static_cast<S>(static_cast<C>(prod) / static_cast<C>(y[0]));
+        double v = acc[i] * static_cast<double>(static_cast<C>(mult)) + zp;
+        v = round_then_clip ? std::clamp(std::nearbyint(v), lo, hi)
+                            : std::nearbyint(std::clamp(v, lo, hi));
+        p[i] = static_cast<Q>(std::isnan(v) ? 0 : v);
+      }
+    });
+  });
+  return result;
+}
+
+std::vector<Tensor> qlinear_matmul(const KernelContext& c) {
+  const std::string w = c.where();
+  Tensor a = minus_zero_point(c.input(0), c, 2, 0, "a");
+  Tensor b = minus_zero_point(c.input(3), c, 5, 0, "b");
+  Dims shape;
+  std::vector<double> acc = run_float_kernel("MatMul", c, {a, b}, &shape);
+  DType out = c.has_input(7) ? c.input(7).dtype() : c.input(0).dtype();
+  const Tensor* yzp = c.has_input(7) ? &c.input(7) : nullptr;
+  return {requantize(acc, shape, c.input(1), c.input(4), c.input(6), yzp, out, 0, true, w)};
+}
+
+std::vector<Tensor> conv_integer(const KernelContext& c) {
+  Tensor x = minus_zero_point(c.input(0), c, 2, 1, "x");
+  Tensor wt = minus_zero_point(c.input(1), c, 3, 0, "w");
+  Dims shape;
+  std::vector<double> acc = run_float_kernel("Conv", c, {x, wt}, &shape);
+  Tensor y = Tensor::empty(DType::kI32, shape);
+  for (size_t i = 0; i < acc.size(); ++i) y.data<int32_t>()[i] = static_cast<int32_t>(acc[i]);
+  return {y};
+}
+
+std::vector<Tensor> qlinear_conv(const KernelContext& c) {
+  const std::string w = c.where();
+  Tensor x = minus_zero_point(c.input(0), c, 2, 1, "x");
+  Tensor wt = minus_zero_point(c.input(3), c, 5, 0, "w");
+  std::vector<Tensor> inputs = {x, wt};
+  if (c.has_input(8)) {
+    const Tensor& B = c.input(8);
+    if (B.dtype() != DType::kI32) throw TypeError(cat(w, ": B must be i32"));
+    inputs.push_back(from_doubles(DType::kF64, B.shape(), to_doubles(B, w), w));
+  }
+  Dims shape;
+  std::vector<double> acc = run_float_kernel("Conv", c, inputs, &shape);
+  DType out = c.has_input(7) ? c.input(7).dtype() : c.input(0).dtype();
+  const Tensor* yzp = c.has_input(7) ? &c.input(7) : nullptr;
+  return {requantize(acc, shape, c.input(1), c.input(4), c.input(6), yzp, out, 1, false, w)};
+}
+
 }  // namespace
 
 void register_quantization_kernels(KernelRegistry& r) {
+  r.add("QLinearMatMul", qlinear_matmul);
+  r.add("ConvInteger", conv_integer);
+  r.add("QLinearConv", qlinear_conv);
   r.add("QuantizeLinear", quantize_linear);
   r.add("DequantizeLinear", dequantize_linear);
   r.add("DynamicQuantizeLinear", dynamic_quantize_linear);

@@ -1,0 +1,42 @@
+// The machine as the tiling planner sees it: usable cores, ISA extensions, cache sizes, memory.
+// Read once from CPUID, /sys and sched_getaffinity; nothing here is a built-in constant.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace pto {
+
+struct DeviceInfo {
+  int logical_cores = 1;   // hardware threads this process may run on (sched_getaffinity)
+  int physical_cores = 1;  // distinct cores among them (SMT siblings counted once)
+  std::string cpu_name;    // CPUID brand string, or /proc/cpuinfo's "model name"
+  // ISA extensions the CPU has and the OS has enabled (XSAVE state checked with XGETBV).
+  bool avx2 = false, fma = false, avx512f = false, avx512bw = false, avx512vl = false,
+       avx512_bf16 = false, avx512_vnni = false, avx512_fp16 = false;
+  size_t l1d_bytes = 0;     // per core
+  size_t l2_bytes = 0;      // per core (or per cluster where shared)
+  size_t l3_bytes = 0;      // the whole shared last-level cache slice this core sees; 0 if none
+  size_t cacheline = 64;    // bytes
+  size_t memory_bytes = 0;  // physical memory, or the cgroup limit when lower
+  // The kernel ISA chosen: "avx512" | "avx2" | "generic". The best the machine supports, unless
+  // the environment variable PTO_ISA names another (which must be supported here).
+  std::string isa;
+  bool isa_from_env = false;  // true when PTO_ISA chose it
+};
+
+// Detected on first call; throws ValueError/UnsupportedError if PTO_ISA is invalid or names an
+// ISA this machine lacks (and again on the next call: nothing is cached until it succeeds).
+const DeviceInfo& device_info();
+
+// Detection without the PTO_ISA override and without caching; `isa` is the best supported.
+DeviceInfo detect_device();
+
+// The ISA to use on `d`: `override_value` (from PTO_ISA; null or empty for none) when valid and
+// supported, else the best the machine supports. Throws as device_info() describes.
+std::string choose_isa(const DeviceInfo& d, const char* override_value);
+
+// Whether `d` can run kernels built for `isa` ("avx512", "avx2", "generic").
+bool supports_isa(const DeviceInfo& d, const std::string& isa);
+
+}  // namespace pto

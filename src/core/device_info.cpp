@@ -1,0 +1,255 @@
+// Machine detection: CPUID for the ISA (checked against the OS-enabled XSAVE state), sysfs for
+// caches and core topology (sysconf as the fallback), sched_getaffinity for the usable cores.
+#include "pto/device_info.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "pto/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define PTO_X86 1
+#endif
+
+namespace pto {
+namespace {
+
+std::optional<std::string> read_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return std::nullopt;
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\n' || line.back() == '\r'))
+    line.pop_back();
+  return line;
+}
+
+std::optional<long long> read_number(const std::string& path) {
+  auto s = read_line(path);
+  if (!s || s->empty()) return std::nullopt;
+  char* end = nullptr;
+  long long v = std::strtoll(s->c_str(), &end, 10);
+  if (end == s->c_str()) return std::nullopt;
+  return v;
+}
+
+// "48K", "2048K", "32M", "1G" or a plain byte count.
+size_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (end == s.c_str()) return 0;
+  switch (*end) {
+    case 'K':
+    case 'k':
+      return v << 10;
+    case 'M':
+    case 'm':
+      return v << 20;
+    case 'G':
+    case 'g':
+      return v << 30;
+    default:
+      return v;
+  }
+}
+
+// CPUs this process may run on, in increasing order.
+std::vector<int> allowed_cpus() {
+  long configured = sysconf(_SC_NPROCESSORS_CONF);
+  int n = static_cast<int>(std::max<long>(configured, 1024));
+  cpu_set_t* set = CPU_ALLOC(n);
+  std::vector<int> out;
+  if (set) {
+    size_t size = CPU_ALLOC_SIZE(n);
+    CPU_ZERO_S(size, set);
+    if (sched_getaffinity(0, size, set) == 0)
+      for (int i = 0; i < n; ++i)
+        if (CPU_ISSET_S(i, size, set)) out.push_back(i);
+    CPU_FREE(set);
+  }
+  if (out.empty()) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long i = 0; i < std::max<long>(online, 1); ++i) out.push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
+int count_physical_cores(const std::vector<int>& cpus) {
+  std::set<std::pair<long long, long long>> cores;
+  for (int c : cpus) {
+    std::string dir = cat("/sys/devices/system/cpu/cpu", c, "/topology/");
+    auto pkg = read_number(dir + "physical_package_id");
+    auto core = read_number(dir + "core_id");
+    if (!pkg || !core) return static_cast<int>(cpus.size());  // no topology: assume no SMT
+    cores.emplace(*pkg, *core);
+  }
+  return static_cast<int>(cores.size());
+}
+
+void read_caches(int cpu, DeviceInfo& d) {
+  for (int i = 0; i < 16; ++i) {
+    std::string dir = cat("/sys/devices/system/cpu/cpu", cpu, "/cache/index", i, "/");
+    auto level = read_number(dir + "level");
+    auto type = read_line(dir + "type");
+    auto size = read_line(dir + "size");
+    if (!level || !type) break;
+    if (!size || *type == "Instruction") continue;
+    size_t bytes = parse_size(*size);
+    if (*level == 1) {
+      d.l1d_bytes = bytes;
+      if (auto line = read_number(dir + "coherency_line_size"); line && *line > 0)
+        d.cacheline = static_cast<size_t>(*line);
+    } else if (*level == 2) {
+      d.l2_bytes = bytes;
+    } else if (*level == 3) {
+      d.l3_bytes = bytes;
+    }
+  }
+  auto from_sysconf = [](size_t& field, int name) {
+    if (field) return;
+    long v = sysconf(name);
+    if (v > 0) field = static_cast<size_t>(v);
+  };
+  from_sysconf(d.l1d_bytes, _SC_LEVEL1_DCACHE_SIZE);
+  from_sysconf(d.l2_bytes, _SC_LEVEL2_CACHE_SIZE);
+  from_sysconf(d.l3_bytes, _SC_LEVEL3_CACHE_SIZE);
+  if (!read_number(cat("/sys/devices/system/cpu/cpu", cpu, "/cache/index0/coherency_line_size"))) {
+    long line = sysconf(_SC_LEVEL1_DCACHE_LINESIZE);
+    if (line > 0) d.cacheline = static_cast<size_t>(line);
+  }
+}
+
+size_t memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page = sysconf(_SC_PAGESIZE);
+  size_t mem = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+  // A container's memory limit is what we may actually use (cgroup v2, then v1).
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    auto limit = read_number(path);  // "max" reads as no number
+    if (limit && *limit > 0 && (mem == 0 || static_cast<size_t>(*limit) < mem))
+      mem = static_cast<size_t>(*limit);
+  }
+  return mem;
+}
+
+std::string cpu_name_from_proc() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+#ifdef PTO_X86
+uint64_t xgetbv0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+void read_cpuid(DeviceInfo& d) {
+  unsigned a = 0, b = 0, c = 0, e = 0;
+  unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  if (max_leaf < 1) return;
+  __cpuid_count(1, 0, a, b, c, e);
+  bool osxsave = c & (1u << 27);
+  bool has_fma = c & (1u << 12);
+  bool has_avx = c & (1u << 28);
+  uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+  bool os_avx = (xcr0 & 0x6) == 0x6;                 // XMM and YMM state
+  bool os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM
+  d.fma = has_fma && has_avx && os_avx;
+  if (max_leaf >= 7) {
+    __cpuid_count(7, 0, a, b, c, e);
+    unsigned sub_leaves = a;
+    d.avx2 = os_avx && (b & (1u << 5));
+    d.avx512f = os_avx512 && (b & (1u << 16));
+    d.avx512bw = d.avx512f && (b & (1u << 30));
+    d.avx512vl = d.avx512f && (b & (1u << 31));
+    d.avx512_vnni = d.avx512f && (c & (1u << 11));
+    d.avx512_fp16 = d.avx512f && (e & (1u << 23));
+    if (sub_leaves >= 1) {
+      __cpuid_count(7, 1, a, b, c, e);
+      d.avx512_bf16 = d.avx512f && (a & (1u << 5));
+    }
+  }
+  if (__get_cpuid_max(0x80000000, nullptr) >= 0x80000004) {
+    unsigned regs[12];
+    for (unsigned i = 0; i < 3; ++i)
+      __cpuid(0x80000002 + i, regs[4 * i], regs[4 * i + 1], regs[4 * i + 2], regs[4 * i + 3]);
+    std::string name(reinterpret_cast<const char*>(regs), sizeof(regs));
+    name = name.substr(0, name.find('\0'));
+    auto first = name.find_first_not_of(' ');
+    auto last = name.find_last_not_of(' ');
+    if (first != std::string::npos) d.cpu_name = name.substr(first, last - first + 1);
+  }
+}
+#else
+void read_cpuid(DeviceInfo&) {}  // not x86: no SIMD ISA we have kernels for
+#endif
+
+}  // namespace
+
+bool supports_isa(const DeviceInfo& d, const std::string& isa) {
+  if (isa == "generic") return true;
+  if (isa == "avx2") return d.avx2 && d.fma;
+  if (isa == "avx512") return d.avx2 && d.fma && d.avx512f && d.avx512bw && d.avx512vl;
+  return false;
+}
+
+DeviceInfo detect_device() {
+  DeviceInfo d;
+  std::vector<int> cpus = allowed_cpus();
+  d.logical_cores = static_cast<int>(cpus.size());
+  d.physical_cores = count_physical_cores(cpus);
+  read_cpuid(d);
+  if (d.cpu_name.empty()) d.cpu_name = cpu_name_from_proc();
+  read_caches(cpus.front(), d);
+  d.memory_bytes = memory_bytes();
+  d.isa = choose_isa(d, nullptr);
+  return d;
+}
+
+std::string choose_isa(const DeviceInfo& d, const char* override_value) {
+  if (override_value && *override_value) {
+    std::string want = override_value;
+    if (want != "avx512" && want != "avx2" && want != "generic")
+      throw ValueError(cat("PTO_ISA='", want, "' is not an ISA: expected avx512, avx2 or generic"));
+    if (!supports_isa(d, want))
+      throw UnsupportedError(cat("PTO_ISA='", want, "' is not supported by this CPU (", d.cpu_name,
+                                 "); the best it supports is '", choose_isa(d, nullptr), "'"));
+    return want;
+  }
+  for (const char* isa : {"avx512", "avx2"})
+    if (supports_isa(d, isa)) return isa;
+  return "generic";
+}
+
+const DeviceInfo& device_info() {
+  static std::mutex mu;
+  static std::optional<DeviceInfo> cached;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!cached) {
+    DeviceInfo d = detect_device();
+    const char* env = std::getenv("PTO_ISA");
+    d.isa = choose_isa(d, env);
+    d.isa_from_env = env && *env;
+    cached = std::move(d);
+  }
+  return *cached;
+}
+
+}  // namespace pto

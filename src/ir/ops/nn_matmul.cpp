@@ -1,0 +1,99 @@
+// Contractions: Gemm, MatMul (numpy matmul), MatMulInteger and Einsum.
+#include "einsum_equation.h"
+#include "infer_util.h"
+
+namespace pto {
+namespace {
+
+// numpy matmul's result shape; 1-D operands get a 1 prepended (A) or appended (B), then dropped.
+std::optional<Shape> matmul_shape(const InferContext& c) {
+  if (!c.has_input(0) || !c.has_input(1)) return std::nullopt;
+  const std::optional<Shape>&a = c.inputs[0].shape, &b = c.inputs[1].shape;
+  if (!a || !b) return std::nullopt;
+  if (a->empty() || b->empty())
+    throw ValueError(cat(c.where(), ": operands must have rank >= 1, got ", shape_str(*a), " and ",
+                         shape_str(*b)));
+  Shape sa = *a, sb = *b;
+  if (sa.size() == 1) sa.insert(sa.begin(), Dim(1));
+  if (sb.size() == 1) sb.push_back(Dim(1));
+  const Dim &ka = sa.back(), &kb = sb[sb.size() - 2];
+  if (ka.is_known() && kb.is_known() && ka.value != kb.value)
+    throw ValueError(
+        cat(c.where(), ": inner dimensions differ: ", shape_str(*a), " x ", shape_str(*b)));
+  Shape batch =
+      broadcast_shapes(Shape(sa.begin(), sa.end() - 2), Shape(sb.begin(), sb.end() - 2), c.where());
+  if (a->size() > 1) batch.push_back(sa[sa.size() - 2]);
+  if (b->size() > 1) batch.push_back(sb.back());
+  return batch;
+}
+
+void infer_gemm(InferContext& c) {
+  if (!c.has_input(0)) return;
+  std::optional<Shape> y;
+  const std::optional<Shape>&a = c.inputs[0].shape, &b = c.input(1).shape;
+  if (a && b) {
+    if (a->size() != 2 || b->size() != 2)
+      throw ValueError(
+          cat(c.where(), ": A and B must be 2-D, got ", shape_str(*a), " and ", shape_str(*b)));
+    const bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;
+    y = Shape{(*a)[ta ? 1 : 0], (*b)[tb ? 0 : 1]};
+  }
+  infer::set(c, 0, c.inputs[0].dtype, y);
+}
+
+void infer_einsum(InferContext& c) {
+  if (!c.has_input(0)) return;
+  std::vector<int64_t> ranks;
+  bool all_static = true;
+  for (size_t i = 0; i < c.num_inputs(); ++i) {
+    if (!c.has_input(i) || !c.inputs[i].shape)
+      return infer::set(c, 0, c.inputs[0].dtype, std::nullopt);
+    ranks.push_back(static_cast<int64_t>(c.inputs[i].shape->size()));
+    all_static = all_static && is_static(*c.inputs[i].shape);
+  }
+  einsum::Equation e = einsum::parse(c.attrs().get_string("equation"), ranks, c.where());
+  Shape y;
+  if (all_static) {
+    std::vector<Dims> shapes;
+    for (size_t i = 0; i < c.num_inputs(); ++i) shapes.push_back(to_dims(*c.inputs[i].shape));
+    std::vector<int64_t> size = einsum::label_sizes(e, shapes, c.where());
+    for (int l : e.output) y.push_back(size[l]);
+  } else {
+    y.assign(e.output.size(), Dim::unknown());
+  }
+  infer::set(c, 0, c.inputs[0].dtype, y);
+}
+
+}  // namespace
+
+void register_nn_matmul_ops(OpRegistry& r) {
+  r.add({.name = "MatMul",
+         .min_inputs = 2,
+         .max_inputs = 2,
+         .properties = kOpaque,
+         .infer =
+             [](InferContext& c) {
+               if (c.has_input(0)) infer::set(c, 0, c.inputs[0].dtype, matmul_shape(c));
+             },
+         .doc = "numpy matmul: batched, broadcasting, 1-D operands"});
+  r.add({.name = "MatMulInteger",
+         .min_inputs = 2,
+         .max_inputs = 4,
+         .properties = kOpaque,
+         .infer = [](InferContext& c) { infer::set(c, 0, DType::kI32, matmul_shape(c)); },
+         .doc = "(A - a_zero_point) x (B - b_zero_point) on 8-bit integers, int32 result"});
+  r.add({.name = "Gemm",
+         .min_inputs = 2,
+         .max_inputs = 3,
+         .properties = kOpaque,
+         .infer = infer_gemm,
+         .doc = "alpha * A' B' + beta * C, with optional transposes and broadcast C"});
+  r.add({.name = "Einsum",
+         .min_inputs = 1,
+         .max_inputs = -1,
+         .properties = kOpaque,
+         .infer = infer_einsum,
+         .doc = "Einstein summation with diagonals, broadcasting and ellipsis"});
+}
+
+}  // namespace pto

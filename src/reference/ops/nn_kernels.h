@@ -1,0 +1,103 @@
+// Shared pieces of the NN reference kernels (conv.cpp, pool.cpp, norm.cpp, softmax.cpp,
+// matmul.cpp, einsum.cpp), all registered from register_nn_kernels in nn.cpp.
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "ir/ops/window.h"
+#include "kernel_util.h"
+
+namespace pto::reference {
+
+void register_conv_kernels(KernelRegistry& r);
+void register_pool_kernels(KernelRegistry& r);
+void register_norm_kernels(KernelRegistry& r);
+void register_softmax_kernels(KernelRegistry& r);
+void register_matmul_kernels(KernelRegistry& r);
+void register_einsum_kernels(KernelRegistry& r);
+
+// The opset a node was written for; 0 (a graph not from ONNX) means the newest.
+inline int opset_of(const KernelContext& c) {
+  return c.node.opset > 0 ? c.node.opset : 1 << 30;
+}
+
+// Throws UnsupportedError unless dt is a floating type (the float-only NN ops).
+inline void require_float(DType dt, const std::string& where) {
+  if (!is_floating(dt)) throw_unsupported_dtype(dt, where);
+}
+
+// A window op's geometry lifted to exactly three spatial axes (leading axes of size 1 with unit
+// kernel, stride and dilation), so that one loop nest serves 1-D, 2-D and 3-D.
+struct Geom3 {
+  int64_t in[3] = {1, 1, 1};
+  int64_t out[3] = {1, 1, 1};
+  int64_t k[3] = {1, 1, 1};
+  int64_t s[3] = {1, 1, 1};
+  int64_t d[3] = {1, 1, 1};
+  int64_t pb[3] = {0, 0, 0};
+  int64_t pe[3] = {0, 0, 0};
+
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  int64_t k_size() const { return k[0] * k[1] * k[2]; }
+};
+
+inline Geom3 lift(const window::Params& p, const std::vector<window::Axis>& axes,
+                  const Dims& in_spatial) {
+  Geom3 g;
+  const size_t lead = 3 - p.rank();
+  for (size_t i = 0; i < p.rank(); ++i) {
+    g.in[lead + i] = in_spatial[i];
+    g.out[lead + i] = axes[i].out;
+    g.k[lead + i] = p.kernel[i];
+    g.s[lead + i] = p.strides[i];
+    g.d[lead + i] = p.dilations[i];
+    g.pb[lead + i] = axes[i].pad_begin;
+    g.pe[lead + i] = axes[i].pad_end;
+  }
+  return g;
+}
+
+// The indices i in [0, count) for which i * stride + offset lies in [0, limit), as [lo, hi).
+struct Range {
+  int64_t lo, hi;
+};
+inline Range valid_range(int64_t count, int64_t limit, int64_t stride, int64_t offset) {
+  int64_t lo = std::max<int64_t>(0, window::ceil_div(-offset, stride));
+  int64_t hi = std::min<int64_t>(count, window::floor_div(limit - 1 - offset, stride) + 1);
+  return {lo, std::max(lo, hi)};
+}
+
+// Values of a numeric tensor in the accumulation type V: double for floats, uint64 for integers.
+template <class V>
+std::vector<V> values_as(const Tensor& t, const std::string& where) {
+  if constexpr (std::is_same_v<V, double>) {
+    return to_doubles(t, where);
+  } else {
+    return dispatch(t.dtype(), kIntTypes, where, [&]<class T>() {
+      const T* p = t.data<T>();
+      std::vector<V> v(static_cast<size_t>(t.numel()));
+      for (size_t i = 0; i < v.size(); ++i)
+        v[i] = static_cast<uint64_t>(
+            static_cast<std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>(p[i]));
+      return v;
+    });
+  }
+}
+
+template <class V>
+Tensor tensor_from(DType dt, Dims shape, const std::vector<V>& v, const std::string& where) {
+  if constexpr (std::is_same_v<V, double>) {
+    return from_doubles(dt, std::move(shape), v, where);
+  } else {
+    Tensor out = Tensor::empty(dt, std::move(shape));
+    dispatch(dt, kIntTypes, where, [&]<class T>() {
+      T* p = out.data<T>();
+      for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<T>(v[i]);  // modular
+    });
+    return out;
+  }
+}
+
+}  // namespace pto::reference

@@ -1,0 +1,177 @@
+// Reference kernels for ScatterElements (and its old name Scatter), ScatterND and TensorScatter.
+// Each copies the data input and writes updates into the copy in row-major order of the updates,
+// so with duplicate indices and no reduction the last write wins (as in the ONNX reference).
+// Reductions: add and mul wrap on integers; max and min propagate NaN like numpy.
+#include <cmath>
+
+#include "index_math.h"
+
+namespace pto::reference {
+namespace {
+
+enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
+
+Reduction parse_reduction(const KernelContext& c) {
+  const std::string r = c.attrs().get_string("reduction", "none");
+  if (r == "none") return Reduction::kNone;
+  if (r == "add") return Reduction::kAdd;
+  if (r == "mul") return Reduction::kMul;
+  if (r == "max") return Reduction::kMax;
+  if (r == "min") return Reduction::kMin;
+  throw ValueError(cat(c.where(), ": reduction must be none, add, mul, max or min, got '", r, "'"));
+}
+
+template <class T>
+T combine(Reduction r, T old, T update) {
+  using C = compute_t<T>;
+  const C a = static_cast<C>(old), b = static_cast<C>(update);
+  switch (r) {
+    case Reduction::kNone:
+      return update;
+    case Reduction::kAdd:
+      return wrap_add(old, update);
+    case Reduction::kMul:
+      return wrap_mul(old, update);
+    case Reduction::kMax:
+      if constexpr (std::is_floating_point_v<C>)
+        if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? old : update;
+      return a >= b ? old : update;
+    case Reduction::kMin:
+      if constexpr (std::is_floating_point_v<C>)
+        if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? old : update;
+      return a <= b ? old : update;
+  }
+  return update;
+}
+
+void check_updates(const Tensor& data, const Tensor& updates, const Dims& want,
+                   const std::string& w) {
+  if (updates.dtype() != data.dtype())
+    throw TypeError(
+        cat(w, ": updates ", updates.str(), " must have the dtype of data ", data.str()));
+  if (updates.shape() != want)
+    throw ValueError(cat(w, ": updates ", updates.str(), " should have shape ", dims_str(want)));
+}
+
+// out[flat_offsets[i] + e] = combine(out[...], updates[i * slice + e]) for e < slice.
+Tensor apply(const KernelContext& c, const Tensor& data, const Tensor& updates,
+             const std::vector<int64_t>& offsets, int64_t slice) {
+  const Reduction red = parse_reduction(c);
+  Tensor out = data.clone();
+  dispatch(data.dtype(), kAllTypes, c.where(), [&]<class T>() {
+    T* o = out.data<T>();
+    const T* u = updates.data<T>();
+    for (size_t i = 0; i < offsets.size(); ++i)
+      for (int64_t e = 0; e < slice; ++e)
+        o[offsets[i] + e] = combine(red, o[offsets[i] + e], u[i * slice + e]);
+  });
+  return out;
+}
+
+// ScatterElements: output[..., indices[i, j, ...], ...] (index along `axis`) = updates[i, j, ...].
+std::vector<Tensor> scatter_elements(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor& data = c.input(0);
+  const Tensor& ind = c.input(1);
+  const Tensor& upd = c.input(2);
+  const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), data.rank(), w);
+  check_elements_shape(data, ind, axis, w);
+  check_updates(data, upd, ind.shape(), w);
+  std::vector<int64_t> idx = index_values(ind, w, "indices");
+  const Dims strides = contiguous_strides(data.shape());
+  std::vector<int64_t> offsets(idx.size());
+  Dims pos(ind.rank(), 0);
+  for (int64_t i = 0; i < ind.numel(); ++i) {
+    unravel(i, ind.shape(), pos);
+    pos[axis] = fix_index(idx[i], data.dim(axis), w, axis);
+    int64_t off = 0;
+    for (int64_t k = 0; k < data.rank(); ++k) off += pos[k] * strides[k];
+    offsets[i] = off;
+  }
+  return {apply(c, data, upd, offsets, 1)};
+}
+
+// ScatterND: indices [..., k] address slices data[i_0, ..., i_{k-1}, :, ...]; updates has shape
+// indices.shape[:-1] + data.shape[k:].
+std::vector<Tensor> scatter_nd(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor& data = c.input(0);
+  const Tensor& ind = c.input(1);
+  const Tensor& upd = c.input(2);
+  if (ind.rank() < 1) throw ValueError(cat(w, ": indices must have rank >= 1"));
+  const int64_t k = ind.dim(-1);
+  if (k > data.rank())
+    throw ValueError(
+        cat(w, ": indices' last dimension ", k, " exceeds the rank of data ", data.str()));
+  const Dims& d = data.shape();
+  Dims want(ind.shape().begin(), ind.shape().end() - 1);
+  want.insert(want.end(), d.begin() + k, d.end());
+  check_updates(data, upd, want, w);
+  std::vector<int64_t> idx = index_values(ind, w, "indices");
+  const int64_t rows = dims_product(ind.shape(), 0, ind.rank() - 1);
+  const int64_t slice = dims_product(d, k, d.size());
+  const Dims strides = contiguous_strides(d);
+  std::vector<int64_t> offsets(rows);
+  for (int64_t j = 0; j < rows; ++j) {
+    int64_t off = 0;
+    for (int64_t t = 0; t < k; ++t) off += fix_index(idx[j * k + t], d[t], w, t) * strides[t];
+    offsets[j] = off;
+  }
+  return {apply(c, data, upd, offsets, slice)};
+}
+
+// TensorScatter (KV-cache update): for each batch entry b, writes update's `sequence` steps along
+// `axis` into the cache starting at write_indices[b] (0 when absent); mode "circular" wraps
+// around the cache length, "linear" must stay inside it.
+std::vector<Tensor> tensor_scatter(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor& cache = c.input(0);
+  const Tensor& upd = c.input(1);
+  const std::string mode = c.attrs().get_string("mode", "linear");
+  if (mode != "linear" && mode != "circular")
+    throw ValueError(cat(w, ": mode must be linear or circular, got '", mode, "'"));
+  if (cache.rank() < 2) throw ValueError(cat(w, ": past_cache must have rank >= 2"));
+  const int64_t axis = normalize_axis(c.attrs().get_int("axis", -2), cache.rank(), w);
+  if (axis == 0) throw ValueError(cat(w, ": axis must not be the batch axis 0"));
+  if (upd.dtype() != cache.dtype() || upd.rank() != cache.rank())
+    throw ValueError(cat(w, ": update ", upd.str(), " does not match past_cache ", cache.str()));
+  for (int64_t k = 0; k < cache.rank(); ++k)
+    if (k == axis ? upd.dim(k) > cache.dim(k) : upd.dim(k) != cache.dim(k))
+      throw ValueError(cat(w, ": update ", upd.str(), " does not fit past_cache ", cache.str()));
+  const int64_t batch = cache.dim(0), max_len = cache.dim(axis), len = upd.dim(axis);
+  std::vector<int64_t> start(batch, 0);
+  if (c.has_input(2)) {
+    const Tensor& wi = c.input(2);
+    if (wi.rank() != 1 || wi.dim(0) != batch)
+      throw ValueError(cat(w, ": write_indices must be [", batch, "], got ", wi.str()));
+    start = index_values(wi, w, "write_indices");
+  }
+  const Dims& s = cache.shape();
+  const int64_t prefix = dims_product(s, 0, axis), per_batch = dims_product(s, 1, axis);
+  const int64_t inner = dims_product(s, axis + 1, s.size());
+  Tensor out = cache.clone();
+  if (out.numel() == 0 || len == 0) return {out};
+  for (int64_t p = 0; p < prefix; ++p) {
+    const int64_t b = p / per_batch;
+    if (mode == "linear" && (start[b] < 0 || start[b] > max_len - len))
+      throw ValueError(cat(w, ": writing ", len, " steps at write_indices[", b, "] = ", start[b],
+                           " leaves the cache length ", max_len));
+    for (int64_t t = 0; t < len; ++t) {
+      const int64_t pos =
+          mode == "circular" ? ((start[b] % max_len) + max_len + t) % max_len : start[b] + t;
+      copy_elems(out, (p * max_len + pos) * inner, upd, (p * len + t) * inner, inner);
+    }
+  }
+  return {out};
+}
+
+}  // namespace
+
+void register_scatter_kernels(KernelRegistry& r) {
+  r.add("Scatter", scatter_elements);
+  r.add("ScatterElements", scatter_elements);
+  r.add("ScatterND", scatter_nd);
+  r.add("TensorScatter", tensor_scatter);
+}
+
+}  // namespace pto::reference

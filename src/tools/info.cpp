@@ -1,0 +1,76 @@
+// `pto info`: the machine as the tiling planner sees it, and what this build supports.
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "cli.h"
+#include "pto/device_info.h"
+#include "pto/onnx.h"
+#include "pto/op_registry.h"
+#include "pto/reference.h"
+
+namespace pto::cli {
+namespace {
+
+std::string bytes_str(size_t n) {
+  if (n == 0) return "unknown";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  std::ostringstream os;
+  os << std::setprecision(v < 10 && u ? 3 : 4) << v << " " << units[u];
+  return os.str();
+}
+
+const char* kUsage =
+    "usage: pto info\n\n"
+    "Prints the machine as the tiling planner sees it: the cores this process may use, the CPU's\n"
+    "ISA extensions, the kernel ISA chosen (override with PTO_ISA=avx512|avx2|generic), cache\n"
+    "sizes and memory; then the PyPTO version, the ONNX opsets the importer accepts and the\n"
+    "number of ops registered.\n";
+
+int info_main(const std::vector<std::string>& args) {
+  ArgReader a(args, "info");
+  while (a.next()) {
+    if (a.is_help()) {
+      std::cout << kUsage;
+      return 0;
+    }
+    a.unknown();
+  }
+  const DeviceInfo& d = device_info();
+  auto flag = [](const char* name, bool on) { return cat(on ? "+" : "-", name); };
+  std::cout << "PyPTO " << kVersion << "\n"
+            << "cpu:         " << d.cpu_name << "\n"
+            << "cores:       " << d.logical_cores << " logical, " << d.physical_cores
+            << " physical (usable by this process)\n"
+            << "isa flags:   " << flag("avx2", d.avx2) << " " << flag("fma", d.fma) << " "
+            << flag("avx512f", d.avx512f) << " " << flag("avx512bw", d.avx512bw) << " "
+            << flag("avx512vl", d.avx512vl) << " " << flag("avx512_vnni", d.avx512_vnni) << " "
+            << flag("avx512_bf16", d.avx512_bf16) << " " << flag("avx512_fp16", d.avx512_fp16)
+            << "\n"
+            << "isa:         " << d.isa
+            << (d.isa_from_env ? " (from PTO_ISA)" : " (best supported)") << "\n"
+            << "caches:      L1d " << bytes_str(d.l1d_bytes) << ", L2 " << bytes_str(d.l2_bytes)
+            << ", L3 " << bytes_str(d.l3_bytes) << ", line " << d.cacheline << " B\n"
+            << "memory:      " << bytes_str(d.memory_bytes) << "\n"
+            << "onnx opsets: " << onnx::kMinOpset << " to " << onnx::max_opset()
+            << " (default domain)\n"
+            << "ops:         " << OpRegistry::global().names().size() << " registered, "
+            << reference::KernelRegistry::global().names().size() << " reference kernels\n"
+            << "engines:     reference\n";
+  return 0;
+}
+
+}  // namespace
+
+Command info_command() {
+  return {"info", "Show the machine as the tiling planner sees it, and what this build supports.",
+          kUsage, info_main};
+}
+
+}  // namespace pto::cli

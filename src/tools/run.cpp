@@ -1,0 +1,248 @@
+// `pto run`: load an ONNX model, feed it inputs from .npy files or random ones made from the
+// declared shapes, run it and summarize (or save) the outputs.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "cli.h"
+#include "pto/npy.h"
+#include "pto/onnx.h"
+#include "pto/reference.h"
+#include "run_util.h"
+
+namespace pto::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+const char* kUsage =
+    "usage: pto run model.onnx [--input NAME=FILE.npy ...] [--output-dir DIR] [--seed N]\n"
+    "               [--dim SYMBOL=VALUE ...] [--repeat N] [--print-graph] [--threads N]\n"
+    "               [--level L]\n"
+    "\n"
+    "Loads an ONNX model, runs it and prints each output's name, dtype, shape, min/max/mean/std\n"
+    "and first values, with the load time and the run time (median of --repeat runs).\n"
+    "The engine is the reference interpreter (the only one in this version).\n"
+    "\n"
+    "options:\n"
+    "  --input NAME=FILE.npy  feed graph input NAME from a .npy file; its dtype and rank must\n"
+    "                         match the model's declaration\n"
+    "  --dim SYMBOL=VALUE     the size of a symbolic dimension (e.g. --dim batch=8) for the\n"
+    "                         random inputs; default 1 (a note says so), or the size a --input\n"
+    "                         file gave the same symbol\n"
+    "  --seed N               seed of the random inputs (default 0)\n"
+    "  --repeat N             run N times and report the median time (default 1)\n"
+    "  --output-dir DIR       write each output to DIR/NAME.npy; characters of NAME outside\n"
+    "                         [A-Za-z0-9_.-] become '_' (bf16 outputs are saved as float32)\n"
+    "  --print-graph          print the imported graph\n"
+    "  --threads N, --level L accepted for the compiled engine (API.md); the reference engine\n"
+    "                         ignores them and says so\n"
+    "\n"
+    "Inputs not given with --input are random, from a fixed-seed generator: floats uniform in\n"
+    "[-1, 1), integers uniform in [0, 10), bools true or false with equal chance.\n";
+
+struct Options {
+  std::string model;
+  std::vector<std::pair<std::string, std::string>> inputs;  // name, file
+  std::map<std::string, int64_t> dims;
+  std::string output_dir;
+  uint64_t seed = 0;
+  int64_t repeat = 1;
+  bool print_graph = false;
+  std::optional<int64_t> threads, level;  // for the compiled engine; the reference ignores them
+};
+
+std::optional<Options> parse(const std::vector<std::string>& args) {
+  Options o;
+  ArgReader a(args, "run");
+  while (a.next()) {
+    if (a.is_help()) {
+      std::cout << kUsage;
+      return std::nullopt;
+    } else if (a.is("--input")) {
+      auto in = split_assignment(a.value(), "--input", a);
+      for (const auto& prev : o.inputs)
+        if (prev.first == in.first) a.fail(cat("--input ", in.first, " is given twice"));
+      o.inputs.push_back(std::move(in));
+    } else if (a.is("--dim")) {
+      auto [sym, v] = split_assignment(a.value(), "--dim", a);
+      char* end = nullptr;
+      errno = 0;
+      long long n = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end || errno == ERANGE || n < 0)
+        a.fail(cat("--dim ", sym, ": expected a non-negative integer, got '", v, "'"));
+      o.dims[sym] = n;
+    } else if (a.is("--output-dir")) {
+      o.output_dir = a.value();
+      if (o.output_dir.empty()) a.fail("--output-dir needs a folder");
+    } else if (a.is("--seed")) {
+      o.seed = static_cast<uint64_t>(a.int_value(0, INT64_MAX));
+    } else if (a.is("--repeat")) {
+      o.repeat = a.int_value(1, 1000000);
+    } else if (a.is("--threads")) {
+      o.threads = a.int_value(1, 4096);
+    } else if (a.is("--level")) {
+      o.level = a.int_value(0, 3);
+    } else if (a.is("--print-graph")) {
+      o.print_graph = true;
+    } else if (a.positional() && o.model.empty()) {
+      o.model = a.arg();
+    } else {
+      a.unknown();
+    }
+  }
+  if (o.model.empty()) a.fail("no model file given");
+  return o;
+}
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Graph inputs in order: from files where given, else random from the declared type.
+std::vector<Tensor> make_inputs(const Graph& g, const Options& o) {
+  std::map<std::string, std::string> files(o.inputs.begin(), o.inputs.end());
+  std::vector<std::string> names;
+  for (ValueId v : g.inputs()) names.push_back(g.value(v).name);
+  for (const auto& [name, file] : o.inputs) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
+      throw ValueError(cat("--input ", name, ": the model has no input named '", name,
+                           "' (its inputs: ", list.empty() ? "none" : list, ")"));
+    }
+  }
+
+  // Symbol sizes: --dim first, then whatever the given files say.
+  std::map<std::string, int64_t> symbols = o.dims;
+  std::vector<Tensor> out(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto f = files.find(names[i]);
+    if (f == files.end()) continue;
+    out[i] = read_npy(f->second);
+    const auto& shape = g.value(g.inputs()[i]).type.shape;
+    if (shape && shape->size() == static_cast<size_t>(out[i].rank()))
+      for (size_t k = 0; k < shape->size(); ++k)
+        if ((*shape)[k].is_symbolic()) symbols.emplace((*shape)[k].symbol, out[i].shape()[k]);
+    std::cout << "input  " << names[i] << ": " << out[i].str() << " from " << f->second << "\n";
+  }
+
+  std::set<std::string> used;
+  std::mt19937_64 rng(o.seed);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const TensorType& type = g.value(g.inputs()[i]).type;
+    if (type.shape)
+      for (const Dim& d : *type.shape)
+        if (d.is_symbolic()) used.insert(d.symbol);
+    if (out[i].defined()) continue;
+    std::string where = cat("input '", names[i], "'");
+    if (type.dtype == DType::kUndefined || !type.shape)
+      throw ValueError(cat(where, ": the model does not declare its ",
+                           type.dtype == DType::kUndefined ? "element type" : "shape",
+                           "; give it with --input ", names[i], "=FILE.npy"));
+    Dims dims;
+    for (size_t k = 0; k < type.shape->size(); ++k) {
+      const Dim& d = (*type.shape)[k];
+      if (d.is_known()) {
+        dims.push_back(d.value);
+      } else if (d.is_symbolic() && symbols.count(d.symbol)) {
+        dims.push_back(symbols[d.symbol]);
+      } else {
+        if (d.is_symbolic()) {
+          std::cerr << "note: dimension '" << d.symbol << "' set to 1 (use --dim " << d.symbol
+                    << "=N)\n";
+          symbols[d.symbol] = 1;
+        } else {
+          std::cerr << "note: dimension " << k << " of " << where
+                    << " is unnamed and unknown; using 1 (give the input with --input)\n";
+        }
+        dims.push_back(1);
+      }
+    }
+    out[i] = random_tensor(type.dtype, dims, rng);
+    std::cout << "input  " << names[i] << ": " << out[i].str() << " random (seed " << o.seed
+              << ")\n";
+  }
+  for (const auto& [sym, v] : o.dims)
+    if (!used.count(sym))
+      std::cerr << "note: --dim " << sym << ": no input of the model has this dimension\n";
+  return out;
+}
+
+void make_output_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    throw ValueError(cat(dir, ": cannot create the output folder",
+                         ec ? cat(" (", ec.message(), ")") : std::string(" (a file is there)")));
+}
+
+void write_outputs(const Graph& g, const std::vector<Tensor>& outs, const std::string& dir) {
+  std::set<std::string> taken;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    std::string base = sanitize_file_name(g.value(g.outputs()[i]).name, i);
+    std::string name = base;
+    for (int k = 1; !taken.insert(name).second; ++k) name = cat(base, "_", k);
+    std::string path = (fs::path(dir) / (name + ".npy")).string();
+    Tensor t = outs[i];
+    if (t.dtype() == DType::kBF16) {
+      std::cerr << "note: output '" << g.value(g.outputs()[i]).name
+                << "' is bf16, which numpy lacks; saved as float32\n";
+      t = bf16_to_f32(t);
+    }
+    write_npy(path, t);
+    std::cout << "wrote " << path << "\n";
+  }
+}
+
+int run_main(const std::vector<std::string>& args) {
+  auto opts = parse(args);
+  if (!opts) return 0;
+  const Options& o = *opts;
+
+  if (o.threads || o.level)
+    std::cerr << "note: --threads and --level have no effect on the reference engine, the only "
+                 "one in this version\n";
+  auto t0 = Clock::now();
+  Graph g = onnx::load(o.model);
+  double load_ms = ms_since(t0);
+  if (o.print_graph) std::cout << print(g);
+
+  std::vector<Tensor> inputs = make_inputs(g, o);
+  if (!o.output_dir.empty()) make_output_dir(o.output_dir);  // fail before a long run
+  std::vector<Tensor> outs;
+  std::vector<double> times;
+  for (int64_t r = 0; r < o.repeat; ++r) {
+    auto t1 = Clock::now();
+    outs = reference::run(g, inputs);
+    times.push_back(ms_since(t1));
+  }
+  std::sort(times.begin(), times.end());
+  double median = times.size() % 2 ? times[times.size() / 2]
+                                   : (times[times.size() / 2 - 1] + times[times.size() / 2]) / 2;
+
+  std::cout << "engine: reference\n"
+            << "load:   " << format_ms(load_ms) << "\n"
+            << "run:    " << format_ms(median)
+            << (o.repeat > 1 ? cat(" (median of ", o.repeat, " runs)") : std::string()) << "\n";
+  for (size_t i = 0; i < outs.size(); ++i)
+    std::cout << "output " << g.value(g.outputs()[i]).name << ": " << summarize(outs[i]) << "\n";
+  if (!o.output_dir.empty()) write_outputs(g, outs, o.output_dir);
+  return 0;
+}
+
+}  // namespace
+
+Command run_command() {
+  return {"run", "Run an ONNX model on random or given inputs and summarize its outputs.", kUsage,
+          run_main};
+}
+
+}  // namespace pto::cli

@@ -1,0 +1,48 @@
+// The subcommands API.md promises that this version does not have yet. Each answers --help with
+// its planned usage and otherwise fails with a clear message (exit 1). When one is implemented it
+// moves to its own file, like info.cpp and run.cpp.
+#include <iostream>
+
+#include "cli.h"
+#include "pto/error.h"
+
+namespace pto::cli {
+namespace {
+
+Command planned(const char* name, const char* summary, const char* usage) {
+  std::string cmd = name;
+  std::string text = cat("usage: ", usage, "\n\n", summary,
+                         "\n\nNot implemented yet in this version of PyPTO (", kVersion, ").\n");
+  return {cmd, cat(summary, " (not implemented yet)"), text,
+          [cmd, text](const std::vector<std::string>& args) {
+            ArgReader a(args, cmd);
+            while (a.next()) {
+              if (a.is_help()) {
+                std::cout << text;
+                return 0;
+              }
+            }
+            throw UnsupportedError(cat("'pto ", cmd, "' is not implemented yet in this version (",
+                                       kVersion,
+                                       "); 'pto run' runs a model on the reference interpreter"));
+          }};
+}
+
+}  // namespace
+
+std::vector<Command> unimplemented_commands() {
+  return {
+      planned("bench", "Time a model against ONNX Runtime or PyTorch.",
+              "pto bench model.onnx [--batch N] [--compare onnxruntime|torch]"),
+      planned("profile", "Profile a model run and write a Chrome trace.",
+              "pto profile model.onnx --trace trace.json"),
+      planned("compile", "Compile a model ahead of time to a .pto file.",
+              "pto compile model.onnx -o model.pto [--dump-after PASS]"),
+      planned("tune", "Auto-tune the kernels of a model.",
+              "pto tune model.onnx [--level fast|normal|exhaustive]"),
+      planned("check", "Compare the compiled model with the reference interpreter, op by op.",
+              "pto check model.onnx"),
+  };
+}
+
+}  // namespace pto::cli

@@ -1,0 +1,276 @@
+"""The `pto` command: help and exit codes, `pto info`, and `pto run` against numpy and onnxruntime.
+
+Runs the built binary: $PTO_BUILD_DIR/pto (default <repo>/build/pto). Models are made with
+onnx.helper; .npy files with numpy. Run with:
+    /root/.cache/pypto/venv/bin/python -m pytest tests/python/test_cli.py
+"""
+
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("PTO_BUILD_DIR", REPO / "build"))
+PTO = BUILD / "pto"
+
+pytestmark = pytest.mark.skipif(not PTO.exists(), reason=f"{PTO} not built")
+
+
+def pto(*args, env=None):
+    full_env = dict(os.environ)
+    full_env.pop("PTO_ISA", None)
+    full_env.update(env or {})
+    return subprocess.run([str(PTO), *map(str, args)], capture_output=True, text=True,
+                          env=full_env, timeout=120)
+
+
+def save_model(path, nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.save(model, str(path))
+    return path
+
+
+def identity_model(path, elem_type, dims):
+    """A graph whose output is its input: `pto run` reads the .npy and writes it back."""
+    x = helper.make_tensor_value_info("x", elem_type, dims)
+    return save_model(path, [], [x], [x])
+
+
+def expect_error(result, *parts, code=1):
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert "pto: error: " in result.stderr
+    for p in parts:
+        assert str(p) in result.stderr, result.stderr
+
+
+# ---- help, usage and exit codes ----
+
+def test_help_lists_every_command():
+    r = pto("--help")
+    assert r.returncode == 0
+    for cmd in ["info", "run", "bench", "profile", "compile", "tune", "check"]:
+        assert f"  {cmd} " in r.stdout
+    r = pto("run", "--help")
+    assert r.returncode == 0 and "--output-dir" in r.stdout and "[-1, 1)" in r.stdout
+    assert pto("help", "info").returncode == 0
+
+
+def test_usage_errors_exit_2():
+    expect_error(pto(), "no command", code=2)
+    expect_error(pto("frobnicate"), "unknown command 'frobnicate'", code=2)
+    expect_error(pto("run"), "no model file", code=2)
+    expect_error(pto("run", "m.onnx", "--repeat", "0"), "--repeat", code=2)
+    expect_error(pto("run", "m.onnx", "--seed", "abc"), "--seed", code=2)
+    expect_error(pto("run", "m.onnx", "--input", "no_equals_sign"), "NAME=VALUE", code=2)
+    expect_error(pto("run", "m.onnx", "--input", "a=1.npy", "--input", "a=2.npy"), "twice", code=2)
+    expect_error(pto("run", "m.onnx", "--dim", "n=-3"), "--dim n", code=2)
+    expect_error(pto("run", "m.onnx", "--bogus"), "unknown option '--bogus'", code=2)
+    expect_error(pto("run", "m.onnx", "--output-dir"), "needs a value", code=2)
+    expect_error(pto("info", "extra"), "unexpected argument", code=2)
+
+
+@pytest.mark.parametrize("cmd", ["bench", "profile", "compile", "tune", "check"])
+def test_planned_commands_say_not_implemented(cmd, tmp_path):
+    expect_error(pto(cmd, tmp_path / "m.onnx"), "not implemented yet in this version")
+    r = pto(cmd, "--help")
+    assert r.returncode == 0 and "usage: pto " + cmd in r.stdout
+
+
+# ---- pto info ----
+
+def sysfs_cache_bytes(level):
+    base = pathlib.Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(base.glob("index*")):
+        if (int((index / "level").read_text()) == level
+                and (index / "type").read_text().strip() != "Instruction"):
+            size = (index / "size").read_text().strip()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
+            return int(size.rstrip("KMG")) * mult
+    return None
+
+
+def test_info_shows_the_machine():
+    r = pto("info")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert f"onnx opsets: 7 to {onnx.defs.onnx_opset_version()}" in out
+    assert f"{len(os.sched_getaffinity(0))} logical" in out
+    assert "isa:         " in out and "(best supported)" in out
+    assert "ops:" in out and "registered" in out
+    l1 = sysfs_cache_bytes(1)
+    if l1:  # read from the machine, not a constant
+        assert f"L1d {l1 // 1024} KiB" in out or f"L1d {l1} B" in out
+
+
+def test_info_isa_override():
+    r = pto("info", env={"PTO_ISA": "generic"})
+    assert r.returncode == 0 and "isa:         generic (from PTO_ISA)" in r.stdout
+    expect_error(pto("info", env={"PTO_ISA": "sse9"}), "PTO_ISA='sse9'")
+
+
+# ---- pto run ----
+
+def test_run_matches_onnxruntime(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    a = helper.make_tensor_value_info("a", TP.FLOAT, ["batch", 4])
+    b = helper.make_tensor_value_info("b", TP.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TP.FLOAT, None)
+    c = onnx.numpy_helper.from_array(np.array([0.5, -1, 2, 3], np.float32), "c")
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Mul", ["s", "c"], ["y"])]
+    model = save_model(tmp_path / "addmul.onnx", nodes, [a, b], [y], [c])
+
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.standard_normal((5, 4), np.float32),
+             "b": rng.standard_normal((1, 4), np.float32)}
+    for name, v in feeds.items():
+        np.save(tmp_path / f"{name}.npy", v)
+    out_dir = tmp_path / "out"
+    r = pto("run", model, "--input", f"a={tmp_path / 'a.npy'}", f"--input=b={tmp_path / 'b.npy'}",
+            "--output-dir", out_dir, "--repeat", "3")
+    assert r.returncode == 0, r.stderr
+    assert "engine: reference" in r.stdout and "median of 3 runs" in r.stdout
+    assert "output y: f32[5, 4]" in r.stdout
+
+    expect = ort.InferenceSession(str(model)).run(None, feeds)[0]
+    got = np.load(out_dir / "y.npy")
+    assert got.dtype == np.float32 and got.shape == (5, 4)
+    np.testing.assert_allclose(got, expect, rtol=1e-6, atol=1e-6)
+
+
+def test_run_integer_model_matches_onnxruntime(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    a = helper.make_tensor_value_info("a", TP.INT64, [3])
+    y = helper.make_tensor_value_info("y", TP.INT64, None)
+    k = onnx.numpy_helper.from_array(np.array([2, -3, 4], np.int64), "k")
+    model = save_model(tmp_path / "imul.onnx", [helper.make_node("Mul", ["a", "k"], ["y"])],
+                       [a], [y], [k])
+    r = pto("run", model, "--seed", "11", "--output-dir", tmp_path)
+    assert r.returncode == 0, r.stderr
+    got = np.load(tmp_path / "y.npy")
+    # Random integer inputs lie in [0, 10): recover the input and compare with onnxruntime.
+    x = got // np.array([2, -3, 4])
+    assert ((0 <= x) & (x < 10)).all()
+    expect = ort.InferenceSession(str(model)).run(None, {"a": x.astype(np.int64)})[0]
+    np.testing.assert_array_equal(got, expect)
+
+
+NUMPY_DTYPES = {
+    TP.FLOAT: np.float32, TP.DOUBLE: np.float64, TP.FLOAT16: np.float16, TP.INT8: np.int8,
+    TP.INT16: np.int16, TP.INT32: np.int32, TP.INT64: np.int64, TP.UINT8: np.uint8,
+    TP.UINT16: np.uint16, TP.UINT32: np.uint32, TP.UINT64: np.uint64, TP.BOOL: np.bool_,
+}
+
+
+@pytest.mark.parametrize("elem_type", list(NUMPY_DTYPES), ids=lambda t: TP.DataType.Name(t))
+def test_npy_round_trip_through_pto(elem_type, tmp_path):
+    dtype = NUMPY_DTYPES[elem_type]
+    rng = np.random.default_rng(elem_type)
+    cases = {
+        "c_order": (rng.standard_normal((3, 5)) * 40),
+        "fortran": np.asfortranarray(rng.standard_normal((4, 3)) * 40),
+        "scalar": np.array(7.0),
+        "empty": np.zeros((0, 3)),
+        "big_endian": (rng.standard_normal((2, 3)) * 40),
+    }
+    for name, raw in cases.items():
+        v = raw.astype(dtype) if dtype is not np.bool_ else raw > 0
+        if name == "big_endian":
+            v = v.astype(v.dtype.newbyteorder(">"))
+        if name == "fortran":
+            v = np.asfortranarray(v)
+        model = identity_model(tmp_path / f"{name}.onnx", elem_type, list(v.shape))
+        np.save(tmp_path / f"{name}_in.npy", v)
+        out = tmp_path / name
+        r = pto("run", model, "--input", f"x={tmp_path / f'{name}_in.npy'}", "--output-dir", out)
+        assert r.returncode == 0, (name, r.stderr)
+        back = np.load(out / "x.npy")
+        assert back.dtype == np.dtype(dtype), name  # native little-endian
+        assert back.shape == v.shape, name
+        np.testing.assert_array_equal(back, v, err_msg=name)
+        # What pto writes is byte-identical to what numpy writes for the same array.
+        assert (out / "x.npy").read_bytes() == _npy_bytes(np.asarray(v, dtype, order="C"), tmp_path)
+
+
+def _npy_bytes(arr, tmp_path):
+    p = tmp_path / "ref.npy"
+    np.save(p, arr)
+    return p.read_bytes()
+
+
+def test_random_inputs_are_seeded_and_in_range(tmp_path):
+    model = identity_model(tmp_path / "f.onnx", TP.FLOAT, ["n", 1000])
+    outs = []
+    for seed in ["3", "3", "4"]:
+        d = tmp_path / f"s{len(outs)}"
+        r = pto("run", model, "--seed", seed, "--dim", "n=2", "--output-dir", d)
+        assert r.returncode == 0, r.stderr
+        outs.append(np.load(d / "x.npy"))
+    assert outs[0].shape == (2, 1000)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert not np.array_equal(outs[0], outs[2])
+    assert outs[0].min() >= -1 and outs[0].max() < 1 and outs[0].std() > 0.5
+
+    b = identity_model(tmp_path / "b.onnx", TP.BOOL, [500])
+    r = pto("run", b, "--output-dir", tmp_path / "b")
+    assert r.returncode == 0, r.stderr
+    bools = np.load(tmp_path / "b" / "x.npy")
+    assert 150 < bools.sum() < 350
+
+
+def test_symbolic_dims_default_to_one_with_a_note(tmp_path):
+    model = identity_model(tmp_path / "m.onnx", TP.FLOAT, ["batch", 3])
+    r = pto("run", model)
+    assert r.returncode == 0, r.stderr
+    assert "note: dimension 'batch' set to 1" in r.stderr and "output x: f32[1, 3]" in r.stdout
+    r = pto("run", model, "--dim", "batch=6", "--print-graph")
+    assert "output x: f32[6, 3]" in r.stdout and "input  %x: f32[batch, 3]" in r.stdout
+
+
+def test_threads_and_level_are_accepted_with_a_note(tmp_path):
+    model = identity_model(tmp_path / "m.onnx", TP.FLOAT, [3])
+    r = pto("run", model, "--threads", "4", "--level", "2")
+    assert r.returncode == 0 and "no effect on the reference engine" in r.stderr
+    expect_error(pto("run", model, "--level", "7"), "--level", code=2)
+
+
+def test_output_names_are_sanitized(tmp_path):
+    x = helper.make_tensor_value_info("x", TP.FLOAT, [2])
+    outs = [helper.make_tensor_value_info(n, TP.FLOAT, None) for n in ["out/y:0", "out_y_0", ".."]]
+    nodes = [helper.make_node("Relu", ["x"], ["out/y:0"]),
+             helper.make_node("Exp", ["x"], ["out_y_0"]),
+             helper.make_node("Relu", ["out_y_0"], [".."])]
+    model = save_model(tmp_path / "m.onnx", nodes, [x], outs)
+    r = pto("run", model, "--output-dir", tmp_path / "o")
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "o").iterdir())
+    assert names == ["out_y_0.npy", "out_y_0_1.npy", "output_2.npy"]
+
+
+def test_bad_files_exit_1_with_a_message(tmp_path):
+    model = identity_model(tmp_path / "m.onnx", TP.FLOAT, [2, 3])
+    expect_error(pto("run", tmp_path / "absent.onnx"), "absent.onnx")
+    (tmp_path / "junk.onnx").write_bytes(os.urandom(300))
+    expect_error(pto("run", tmp_path / "junk.onnx"), "junk.onnx")
+    expect_error(pto("run", model, "--input", f"x={tmp_path / 'none.npy'}"), "none.npy")
+    expect_error(pto("run", model, "--input", f"nope={tmp_path / 'none.npy'}"), "'nope'", "'x'")
+    np.save(tmp_path / "i32.npy", np.zeros((2, 3), np.int32))
+    expect_error(pto("run", model, "--input", f"x={tmp_path / 'i32.npy'}"), "'x'", "dtype")
+    np.save(tmp_path / "rank.npy", np.zeros((6,), np.float32))
+    expect_error(pto("run", model, "--input", f"x={tmp_path / 'rank.npy'}"), "'x'", "rank")
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "rank.npy").read_bytes()[:-3])
+    expect_error(pto("run", model, "--input", f"x={tmp_path / 'cut.npy'}"), "cut.npy")
+    expect_error(pto("run", tmp_path), "is a folder")
+    (tmp_path / "a_file").write_text("x")
+    expect_error(pto("run", model, "--output-dir", tmp_path / "a_file"), "a_file")
+    unknown_op = tmp_path / "op.onnx"
+    x = helper.make_tensor_value_info("x", TP.FLOAT, [2])
+    save_model(unknown_op, [helper.make_node("NoSuchOp", ["x"], ["y"], name="n0")], [x],
+               [helper.make_tensor_value_info("y", TP.FLOAT, None)])
+    expect_error(pto("run", unknown_op), "NoSuchOp", "n0")
