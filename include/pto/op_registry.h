@@ -85,5 +85,6 @@ void register_quantization_ops(OpRegistry& r);
 void register_loss_ops(OpRegistry& r);
 void register_image_ops(OpRegistry& r);
 void register_signal_ops(OpRegistry& r);
+void register_recurrent_ops(OpRegistry& r);
 
 }  // namespace pto

@@ -23,6 +23,7 @@ OpRegistry& OpRegistry::global() {
     register_loss_ops(*r);
     register_image_ops(*r);
     register_signal_ops(*r);
+    register_recurrent_ops(*r);
     return r;
   }();
   return *registry;

@@ -27,6 +27,7 @@ KernelRegistry& KernelRegistry::global() {
     register_loss_kernels(*r);
     register_image_kernels(*r);
     register_signal_kernels(*r);
+    register_recurrent_kernels(*r);
     return r;
   }();
   return *registry;

@@ -24,6 +24,8 @@ def main() -> int:
     if "--floor" not in rest:
         floor = (Path(__file__).parent / "floor.txt").read_text().split()[0]
         rest += ["--floor", floor]
+    if "--tolerances" not in rest:
+        rest += ["--tolerances", str(Path(__file__).parent / "tolerances.txt")]
     return subprocess.call([args.runner, str(cases), *rest])
 
 

@@ -11,6 +11,7 @@
 
 #include "onnx_model_builder.h"
 #include "pto/onnx.h"
+#include "pto/op_registry.h"
 #include "pto/reference.h"
 
 namespace pto {
@@ -183,9 +184,12 @@ void mutate_structure(::onnx::ModelProto& m, std::mt19937_64& rng) {
       }
       break;
     }
-    case 5:  // a node's op
-      g.mutable_node(pick(g.node_size()))->set_op_type(kOps[pick(std::size(kOps))]);
+    case 5: {  // a node's op: one of the base model's, or any registered op
+      static const std::vector<std::string> kAll = OpRegistry::global().names();
+      g.mutable_node(pick(g.node_size()))
+          ->set_op_type(rng() % 2 ? kOps[pick(std::size(kOps))] : kAll[pick(kAll.size())]);
       break;
+    }
     case 6: {  // a node's inputs
       auto& n = *g.mutable_node(pick(g.node_size()));
       int what = pick(3);
@@ -205,12 +209,15 @@ void mutate_structure(::onnx::ModelProto& m, std::mt19937_64& rng) {
     case 8: {  // an attribute value or kind
       auto& n = *g.mutable_node(pick(g.node_size()));
       auto* a = n.add_attribute();
-      static const char* kNames[] = {"axis", "epsilon", "stash_type", "note"};
+      static const char* kNames[] = {
+          "axis", "axes",  "epsilon",   "stash_type", "keepdims",   "k",       "mode",
+          "to",   "alpha", "reduction", "direction",  "batch_dims", "largest", "note"};
       a->set_name(kNames[pick(std::size(kNames))]);
       a->set_type(static_cast<::onnx::AttributeProto::AttributeType>(pick(15)));
       a->set_i(interesting_int(rng));
       if (rng() % 2) a->set_f(static_cast<float>(interesting_int(rng)));
       if (rng() % 2) a->add_ints(interesting_int(rng));
+      if (rng() % 2) a->set_s(rng() % 2 ? "LEFT" : "constant");
       break;
     }
     case 9:  // a node's domain

@@ -487,6 +487,10 @@ TEST(TensorOps, EmptyOutputsWithHugeDimsReturnAtOnce) {
   EXPECT_EQ(i.out[0].numel(), 0);
   EXPECT_THROW(run_op("Pad", {in(e), in(ints({0, kHuge << 22, 0, kHuge << 22}))}), ValueError);
   EXPECT_THROW(run_op("ConstantOfShape", {in(ints({kHuge, kHuge}))}), ValueError);
+  // Empty, but with strides that would overflow.
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_THROW(run_op("Expand", {in(e), in(ints({0, kMax, 100}))}), ValueError);
+  EXPECT_THROW(run_op("ConstantOfShape", {in(ints({kMax, 0, kMax}))}), ValueError);
 }
 
 }  // namespace

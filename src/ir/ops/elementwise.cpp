@@ -94,6 +94,13 @@ void register_elementwise_ops(OpRegistry& r) {
   variadic(r, "Min", kCommutative);
   variadic(r, "Mean", kCommutative);
 
+  // SwiGLU(a, b) = a * sigmoid(alpha * a) * b on two tensors of one shape (no broadcasting).
+  r.add({.name = "SwiGLU",
+         .min_inputs = 2,
+         .max_inputs = 2,
+         .properties = kElementwise | kInPlace,
+         .infer = [](InferContext& c) { infer::same_as_input(c); }});
+
   // Where(cond, x, y): three-way broadcast; output has x's dtype.
   r.add({.name = "Where",
          .min_inputs = 3,

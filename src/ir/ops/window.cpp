@@ -20,6 +20,10 @@ Wide floor_div_wide(Wide a, Wide b) {
   return q - ((a % b != 0) && ((a < 0) != (b < 0)));
 }
 
+// No real model comes near this; the cap keeps index arithmetic like k * dilation far from int64
+// overflow in the kernels.
+constexpr int64_t kMaxValue = int64_t{1} << 24;
+
 Dims read_list(const Attributes& a, const char* name, size_t n, int64_t fallback, int64_t min,
                const std::string& where) {
   Dims v = a.get_ints(name, Dims(n, fallback));
@@ -28,9 +32,9 @@ Dims read_list(const Attributes& a, const char* name, size_t n, int64_t fallback
     throw ValueError(
         cat(where, ": attribute '", name, "' has ", v.size(), " values, expected ", n));
   for (int64_t x : v)
-    if (x < min)
-      throw ValueError(
-          cat(where, ": attribute '", name, "' values must be >= ", min, ", got ", dims_str(v)));
+    if (x < min || x > kMaxValue)
+      throw ValueError(cat(where, ": attribute '", name, "' values must be in [", min, ", ",
+                           kMaxValue, "], got ", dims_str(v)));
   return v;
 }
 
@@ -39,7 +43,9 @@ Dims read_list(const Attributes& a, const char* name, size_t n, int64_t fallback
 Params read_params(const Attributes& a, Dims kernel, bool pooling, const std::string& where) {
   Params p;
   for (int64_t k : kernel)
-    if (k < 1) throw ValueError(cat(where, ": kernel sizes must be >= 1, got ", dims_str(kernel)));
+    if (k < 1 || k > kMaxValue)
+      throw ValueError(
+          cat(where, ": kernel sizes must be in [1, ", kMaxValue, "], got ", dims_str(kernel)));
   const size_t n = kernel.size();
   p.kernel = std::move(kernel);
   p.strides = read_list(a, "strides", n, 1, 1, where);
@@ -57,6 +63,7 @@ Params read_params(const Attributes& a, Dims kernel, bool pooling, const std::st
   else
     throw ValueError(
         cat(where, ": auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '", mode, "'"));
+  p.pooling = pooling;
   if (pooling) p.ceil_mode = a.get_int("ceil_mode", 0) != 0;
   return p;
 }
@@ -92,7 +99,7 @@ Axis forward_axis(const Params& p, size_t i, int64_t in, const std::string& wher
       break;
     }
   }
-  if (out < 1 && in > 0)
+  if (out < 1 && in > 0 && !p.pooling)
     throw ValueError(cat(where, ": a window of extent ", narrow(ext, where), " (kernel ",
                          p.kernel[i], ", dilation ", p.dilations[i], ") does not fit axis ", i,
                          " of size ", in, " with pads ", narrow(pb, where), "+",

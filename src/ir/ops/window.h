@@ -20,6 +20,7 @@ struct Params {
   Dims pads;       // begins then ends (2 * rank), >= 0; ignored unless auto_pad is NOTSET
   AutoPad auto_pad = AutoPad::kNotSet;
   bool ceil_mode = false;  // pooling only
+  bool pooling = false;    // a window that does not fit gives an empty output, not an error
 
   size_t rank() const { return kernel.size(); }
   int64_t extent(size_t i) const { return (kernel[i] - 1) * dilations[i] + 1; }  // dilated kernel
@@ -37,8 +38,9 @@ struct Axis {
 };
 
 // Conv and pooling: output size of axis i for an input of size `in` (ONNX's formulas, with the
-// ceil_mode rule that the last window must start inside the input or its leading pad). Throws
-// ValueError when the window does not fit.
+// ceil_mode rule that the last window must start inside the input or its leading pad). When the
+// window does not fit, Conv throws ValueError and pooling gives size 0 (as ONNX's reference and
+// ONNX Runtime do).
 Axis forward_axis(const Params& p, size_t i, int64_t in, const std::string& where);
 
 // ConvTranspose: output size and pads of axis i. `output_padding` and `output_shape` (-1: not

@@ -46,14 +46,47 @@ Tensor einsum_typed(const KernelContext& c, const einsum::Equation& e,
   }
 
   std::vector<V> y(static_cast<size_t>(out_count), V(0));
-  const int64_t total = out_count * sum_count;
+  if (out_count == 0 || sum_count == 0 || L == 0) {
+    if (L == 0 && out_count == 1) {  // every operand is a scalar
+      V prod = V(1);
+      for (size_t op = 0; op < nops; ++op) prod *= vals[op][0];
+      y[0] = prod;
+    }
+    return tensor_from(c.inputs[0].dtype(), yshape, y, w);
+  }
+  // The odometer walks every label but the last; the last one runs as a tight inner loop. When it
+  // is a summed label the run adds into one result, otherwise each step is its own result.
+  const size_t last = L - 1;
+  const int64_t run = dims[last];
+  const bool last_summed = last >= nout;
+  std::vector<int64_t> step(nops);
+  for (size_t op = 0; op < nops; ++op) step[op] = strides[op][last];
+  const int64_t outer = out_count * sum_count / run;
   Dims idx(L, 0);
   std::vector<int64_t> off(nops, 0);
-  for (int64_t it = 0; it < total; ++it) {
-    V prod = V(1);
-    for (size_t op = 0; op < nops; ++op) prod *= vals[op][off[op]];
-    y[it / sum_count] += prod;
-    for (size_t j = L; j-- > 0;) {
+  for (int64_t it = 0; it < outer; ++it) {
+    const int64_t flat = it * run;  // iteration index of the run's first element
+    if (last_summed) {
+      V acc = V(0);
+      if (nops == 2) {
+        const V *a = vals[0].data() + off[0], *b = vals[1].data() + off[1];
+        for (int64_t r = 0; r < run; ++r) acc += a[r * step[0]] * b[r * step[1]];
+      } else {
+        for (int64_t r = 0; r < run; ++r) {
+          V prod = V(1);
+          for (size_t op = 0; op < nops; ++op) prod *= vals[op][off[op] + r * step[op]];
+          acc += prod;
+        }
+      }
+      y[flat / sum_count] += acc;
+    } else {
+      for (int64_t r = 0; r < run; ++r) {
+        V prod = V(1);
+        for (size_t op = 0; op < nops; ++op) prod *= vals[op][off[op] + r * step[op]];
+        y[flat + r] += prod;  // no summed labels: iteration index == output index
+      }
+    }
+    for (size_t j = last; j-- > 0;) {
       for (size_t op = 0; op < nops; ++op) off[op] += strides[op][j];
       if (++idx[j] < dims[j]) break;
       for (size_t op = 0; op < nops; ++op) off[op] -= strides[op][j] * dims[j];

@@ -45,9 +45,7 @@ Tensor filled(const Tensor& value, const Dims& shape) {
 
 std::vector<Tensor> constant_of_shape_kernel(const KernelContext& c) {
   Dims shape = to_int64s(c.input(0), c.where());
-  for (int64_t d : shape)
-    if (d < 0) throw ValueError(cat(c.where(), ": negative dimension in ", dims_str(shape)));
-  checked_numel(shape, "[ConstantOfShape] shape");
+  check_output_dims(shape, c.where());
   Tensor value = Tensor::zeros(DType::kF32, {1});
   if (c.attrs().has("value")) {
     value = c.attrs().get_tensor("value").contiguous();

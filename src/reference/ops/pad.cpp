@@ -75,7 +75,7 @@ std::vector<Tensor> pad_kernel(const KernelContext& c) {
   const int64_t kLimit = int64_t{1} << 62;
   for (int64_t a = 0; a < rank; ++a) {
     int64_t d = x.shape()[a];
-    if (std::abs(begin[a]) > kLimit || std::abs(end[a]) > kLimit)
+    if (begin[a] < -kLimit || begin[a] > kLimit || end[a] < -kLimit || end[a] > kLimit)
       throw ValueError(cat(c.where(), ": pad ", begin[a], ", ", end[a], " is too large"));
     int64_t crop_b = std::max<int64_t>(-begin[a], 0), crop_e = std::max<int64_t>(-end[a], 0);
     int64_t kept = d - crop_b - crop_e;
@@ -89,6 +89,7 @@ std::vector<Tensor> pad_kernel(const KernelContext& c) {
     if (kept == 0 && out_shape[a] > 0 && mode != "constant")
       throw ValueError(cat(c.where(), ": cannot ", mode, "-pad an empty axis ", a));
   }
+  check_output_dims(out_shape, c.where());
   Tensor y = Tensor::empty(x.dtype(), out_shape);
   if (y.numel() == 0) return {y};  // also keeps the index maps below small
   for (int64_t a = 0; a < rank; ++a) {

@@ -71,7 +71,9 @@ std::vector<double> coefficients(const ResizeParams& p, double ratio, double sca
 // The source coordinate of output index y along an axis of `in` pixels resized to `out`.
 double source_coordinate(const ResizeParams& p, double y, double scale, int64_t in, int64_t out,
                          double roi_start, double roi_end) {
-  double out_width = scale * static_cast<double>(in);  // fractional, as the ONNX reference has it
+  // Fractional for non-integer scales, as in the ONNX reference and the backend tests;
+  // onnxruntime uses the integer output length for align_corners and tf_crop_and_resize.
+  double out_width = scale * static_cast<double>(in);
   double last = static_cast<double>(in - 1);
   const std::string& m = p.coord;
   if (m == "align_corners") return out_width == 1 ? 0.0 : y * last / (out_width - 1);
@@ -172,7 +174,7 @@ T saturate(double v) {
 Tensor interpolate(const Tensor& x, const Dims& out, const std::vector<double>& scales,
                    const std::vector<double>& roi, const std::vector<int64_t>& order,
                    const ResizeParams& p, const std::string& where) {
-  checked_numel(out, "[Resize] output");
+  check_output_dims(out, where);
   int64_t r = x.rank();
   std::vector<double> data = to_doubles(x, where);
   Dims shape = x.shape();

@@ -65,12 +65,12 @@ std::vector<Tensor> reshape_kernel(const KernelContext& c) {
   }
   if (infer_at >= 0) {
     if (has_zero) throw ValueError(cat(c.where(), ": allowzero=1 with both 0 and -1 in the shape"));
-    int64_t known = checked_numel(out, "[Reshape] shape");
+    int64_t known = check_output_dims(out, c.where());
     if (known == 0 || x.numel() % known != 0)
       throw ValueError(cat(c.where(), ": cannot reshape ", x.str(), " to ", dims_str(*spec)));
     out[infer_at] = x.numel() / known;
   }
-  if (checked_numel(out, "[Reshape] shape") != x.numel())
+  if (check_output_dims(out, c.where()) != x.numel())
     throw ValueError(cat(c.where(), ": cannot reshape ", x.str(), " (", x.numel(), " elements) to ",
                          dims_str(out)));
   return one(x.reshape(out));
@@ -154,7 +154,7 @@ std::vector<Tensor> expand_kernel(const KernelContext& c) {
   size_t lead = out.size() - x.shape().size();
   for (size_t i = 0; i < x.shape().size(); ++i)
     if (x.shape()[i] != 1) strides[lead + i] = x.strides()[i];
-  checked_numel(out, "[Expand] output");
+  check_output_dims(out, c.where());
   return one(x.view(out, strides, 0).clone());
 }
 
@@ -180,7 +180,7 @@ std::vector<Tensor> tile_kernel(const KernelContext& c) {
     strides.insert(strides.end(), {0, x.strides()[i]});
     out.push_back(checked_numel({repeats[i], x.shape()[i]}, "[Tile] output"));
   }
-  checked_numel(out, "[Tile] output");
+  if (check_output_dims(out, c.where()) == 0) return one(Tensor::empty(x.dtype(), out));
   return one(x.view(shape, strides, 0).clone().reshape(out));
 }
 
@@ -202,6 +202,7 @@ std::vector<Tensor> concat_kernel(const KernelContext& c) {
                            first.str(), " outside axis ", axis));
     out[axis] += t.shape()[axis];
   }
+  check_output_dims(out, c.where());
   Tensor y = Tensor::empty(first.dtype(), out);
   if (y.numel() == 0) return one(y);
   // Each input contributes one block of shape[axis:] per index of the outer dims.

@@ -2,9 +2,25 @@
 // (tensor.cpp) calls each file's registration function.
 #pragma once
 
+#include <algorithm>
+
 #include "kernel_util.h"
 
 namespace pto::reference {
+
+// Checks an output shape computed from data (Reshape's target, Expand's shape, pads, sizes):
+// no negative dim, and the product of the non-zero dims fits in int64, so that even an empty
+// tensor of this shape has representable strides. Returns the element count.
+inline int64_t check_output_dims(const Dims& d, const std::string& where) {
+  int64_t n = 1, strided = 1;
+  for (int64_t x : d) {
+    if (x < 0) throw ValueError(cat(where, ": negative dimension in output shape ", dims_str(d)));
+    if (__builtin_mul_overflow(strided, std::max<int64_t>(x, 1), &strided))
+      throw ValueError(cat(where, ": output shape ", dims_str(d), " is too large"));
+    n *= x;
+  }
+  return n;
+}
 
 void register_layout_kernels(KernelRegistry& r);     // tensor.cpp: Reshape, Transpose, Slice, ...
 void register_cast_kernels(KernelRegistry& r);       // cast.cpp: Cast, CastLike
