@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Installs what PyPTO needs and is missing; quick and changes nothing when all is there.
+#   - Debian packages: compilers, CMake, Ninja, protobuf, GoogleTest (apt-get update only if one
+#     is missing)
+#   - a Python virtual environment outside the clone, ${PTO_VENV:-~/.cache/pypto/venv}, with
+#     numpy, onnx, onnxruntime, onnxscript, torch, torchvision, transformers, pytest, nanobind and
+#     scikit-build-core from PyPI (only the missing ones are installed)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/common.sh
+
+t0=$SECONDS
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"
+  elif command -v sudo >/dev/null; then sudo "$@"
+  else echo "setup: need root (or sudo) to run: $*" >&2; return 1
+  fi
+}
+
+# ---- Debian packages ----
+need=(cmake ninja-build g++ protobuf-compiler libprotobuf-dev libgtest-dev)
+if [ ! -x "$PY" ]; then
+  need+=(python3)
+  python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need+=(python3-venv)
+fi
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update -q </dev/null
+  as_root apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+fi
+
+# ---- Python environment ----
+if [ ! -x "$PY" ]; then
+  echo "setup: creating the Python environment $PTO_VENV"
+  mkdir -p "$(dirname "$PTO_VENV")"
+  python3 -m venv "$PTO_VENV"
+fi
+# "pip name:module name"; each module is imported, so a broken install counts as missing.
+packages=(numpy:numpy onnx:onnx onnxruntime:onnxruntime onnxscript:onnxscript torch:torch
+          torchvision:torchvision transformers:transformers pytest:pytest nanobind:nanobind
+          scikit-build-core:scikit_build_core)
+missing=$("$PY" - "${packages[@]}" <<'PY'
+import importlib, sys
+for spec in sys.argv[1:]:
+    pip_name, module = spec.split(":")
+    try:
+        importlib.import_module(module)
+    except Exception:
+        print(pip_name)
+PY
+)
+if [ -n "$missing" ]; then
+  echo "setup: installing Python packages into $PTO_VENV:" $missing
+  # shellcheck disable=SC2086
+  "$PY" -m pip install -q --no-input $missing </dev/null
+fi
+echo "setup: ready ($((SECONDS - t0)) s; Python environment $PTO_VENV)"

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Builds PyPTO and runs every test; exits non-zero if anything fails. CI runs exactly this.
+#
+#   1. build         Release build with warnings as errors, in build/
+#   2. ctest         C++ unit tests and the ONNX node-test conformance run (tests/conformance)
+#   3. asan build    the same tests built with AddressSanitizer + UBSan (-O1), in build-asan/
+#   4. asan ctest    ... and run
+#   5. pytest        tests/python: whole models through `pto run` against onnxruntime
+#
+# Installs what is missing first (scripts/setup.sh). PTO_SANITIZE=0 skips phases 3-4 for a quick
+# local run; PTO_JOBS=N limits build parallelism.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/common.sh
+
+bash scripts/setup.sh || { echo "test: setup failed" >&2; exit 1; }
+
+t_start=$SECONDS
+results=()
+failed=0
+# phase NAME COMMAND...: runs one phase, records PASS/FAIL and its time.
+phase() {
+  local name=$1 t0=$SECONDS rc=0
+  shift
+  echo
+  echo "==== $name: $*"
+  "$@" || rc=$?
+  local status=PASS
+  if [ $rc -ne 0 ]; then status="FAIL (exit $rc)"; failed=1; fi
+  results+=("$(printf '%-12s %-16s %5d s' "$name" "$status" $((SECONDS - t0)))")
+  return $rc
+}
+skip() { results+=("$(printf '%-12s %-16s' "$1" "SKIP ($2)")"); failed=1; }
+
+run_pytest() {
+  local rc=0
+  PTO_BIN=$PWD/build/pto "$PY" -m pytest tests/python -p no:cacheprovider -ra </dev/null || rc=$?
+  if [ $rc -eq 5 ]; then echo "pytest: no tests collected"; return 0; fi
+  return $rc
+}
+
+if phase build pto_build build; then
+  phase ctest ctest --test-dir build --output-on-failure
+  built=1
+else
+  skip ctest "build failed"
+  built=0
+fi
+
+if [ "${PTO_SANITIZE:-1}" = 0 ]; then
+  results+=("$(printf '%-12s %-16s' "asan" "not run (PTO_SANITIZE=0)")")
+elif phase "asan build" pto_build build-asan -DPTO_SANITIZE=ON \
+    -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -- pto_tests pto_conformance; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+    phase "asan ctest" ctest --test-dir build-asan --output-on-failure
+else
+  skip "asan ctest" "build failed"
+fi
+
+if [ $built = 1 ]; then
+  phase pytest run_pytest
+else
+  skip pytest "build failed"
+fi
+
+echo
+echo "==== summary"
+printf '  %s\n' "${results[@]}"
+total=$((SECONDS - t_start))
+if [ $failed = 0 ]; then
+  echo "ALL PASSED in $((total / 60)) min $((total % 60)) s"
+else
+  echo "FAILED (see the phases above) after $((total / 60)) min $((total % 60)) s"
+fi
+exit $failed
