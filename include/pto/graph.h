@@ -57,6 +57,9 @@ class Attributes {
   std::vector<double> get_floats(const std::string& name, std::vector<double> fallback) const;
   std::vector<std::string> get_strings(const std::string& name) const;
   const Tensor& get_tensor(const std::string& name) const;
+  // A dtype attribute: an ONNX element-type code (Cast's `to`), or the type name Cast-1 used
+  // ("FLOAT", "INT64", ...).
+  DType get_dtype(const std::string& name) const;
 
   // Prefix for error messages, e.g. "[Conv] node 'conv1'"; set by the graph when a node is added.
   std::string where;

@@ -70,6 +70,21 @@ const Tensor& Attributes::get_tensor(const std::string& name) const {
   return typed<Tensor>(get(name, "tensor"), where, name, "a tensor");
 }
 
+DType Attributes::get_dtype(const std::string& name) const {
+  const Attribute& a = get(name, "dtype");
+  if (const auto* s = std::get_if<std::string>(&a)) {
+    static const std::pair<const char*, int> kNames[] = {
+        {"FLOAT", 1},   {"UINT8", 2},   {"INT8", 3},     {"UINT16", 4},   {"INT16", 5},
+        {"INT32", 6},   {"INT64", 7},   {"BOOL", 9},     {"FLOAT16", 10}, {"DOUBLE", 11},
+        {"UINT32", 12}, {"UINT64", 13}, {"BFLOAT16", 16}};
+    for (const auto& [type_name, code] : kNames)
+      if (*s == type_name) return dtype_from_onnx_code(code, where);
+    throw UnsupportedError(
+        cat(where, ": attribute '", name, "': type '", *s, "' is not supported"));
+  }
+  return dtype_from_onnx_code(get_int(name), where);
+}
+
 // ---- Node and Graph ----
 
 std::string Node::where() const {

@@ -9,23 +9,13 @@
 namespace pto {
 namespace {
 
+using testing::attrs;
+using testing::f32;
+using testing::i64;
 using testing::OpCall;
 using testing::run_op;
 using testing::values;
 using V = std::vector<double>;
-
-Attributes attrs(std::initializer_list<std::pair<std::string, Attribute>> kv) {
-  Attributes a;
-  for (auto& [k, v] : kv) a.set(k, v);
-  return a;
-}
-
-Tensor i64(std::vector<int64_t> v, Dims s) {
-  return Tensor::from_vector<int64_t>(v, std::move(s));
-}
-Tensor f32(std::vector<float> v, Dims s) {
-  return Tensor::from_vector<float>(v, std::move(s));
-}
 
 void expect_near(const std::vector<double>& got, const std::vector<double>& want,
                  double tol = 1e-5) {

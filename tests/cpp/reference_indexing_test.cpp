@@ -9,24 +9,14 @@
 namespace pto {
 namespace {
 
+using testing::attrs;
 using testing::error_of;
+using testing::f32;
+using testing::i64;
 using testing::OpCall;
 using testing::run_op;
 using testing::values;
 using V = std::vector<double>;
-
-Attributes attrs(std::initializer_list<std::pair<std::string, Attribute>> kv) {
-  Attributes a;
-  for (auto& [k, v] : kv) a.set(k, v);
-  return a;
-}
-
-Tensor i64(std::vector<int64_t> v, Dims s) {
-  return Tensor::from_vector<int64_t>(v, std::move(s));
-}
-Tensor f32(std::vector<float> v, Dims s) {
-  return Tensor::from_vector<float>(v, std::move(s));
-}
 
 // x = [[0, 1, 2], [3, 4, 5]]
 Tensor x23() {

@@ -11,21 +11,13 @@
 namespace pto {
 namespace {
 
+using testing::attrs;
 using testing::error_of;
+using testing::f32;
 using testing::OpCall;
 using testing::run_op;
 using testing::values;
 using V = std::vector<double>;
-
-Attributes attrs(std::initializer_list<std::pair<std::string, Attribute>> kv) {
-  Attributes a;
-  for (auto& [k, v] : kv) a.set(k, v);
-  return a;
-}
-
-Tensor f32(std::vector<float> v, Dims s) {
-  return Tensor::from_vector<float>(v, std::move(s));
-}
 
 Tensor iota(Dims s, float start = 1) {
   std::vector<float> v(static_cast<size_t>(checked_numel(s)));

@@ -10,25 +10,17 @@
 namespace pto {
 namespace {
 
+using testing::attrs;
 using testing::error_of;
+using testing::f32;
 using testing::OpCall;
 using testing::run_op;
 using testing::values;
 using V = std::vector<double>;
 
-Attributes attrs(std::initializer_list<std::pair<std::string, Attribute>> kv) {
-  Attributes a;
-  for (auto& [k, v] : kv) a.set(k, v);
-  return a;
-}
-
 Tensor axes(std::vector<int64_t> a) {
   int64_t n = static_cast<int64_t>(a.size());
   return Tensor::from_vector<int64_t>(a, {n});
-}
-
-Tensor f32(std::vector<float> v, Dims s) {
-  return Tensor::from_vector<float>(v, std::move(s));
 }
 
 // x = [[1, 2, 3], [4, 5, 6]]

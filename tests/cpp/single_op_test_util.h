@@ -101,4 +101,17 @@ std::string error_of(F&& f) {
   return "";
 }
 
+// Small builders the op tests share.
+inline Attributes attrs(std::initializer_list<std::pair<std::string, Attribute>> kv) {
+  Attributes a;
+  for (const auto& [k, v] : kv) a.set(k, v);
+  return a;
+}
+inline Tensor f32(std::vector<float> v, Dims s) {
+  return Tensor::from_vector<float>(v, std::move(s));
+}
+inline Tensor i64(std::vector<int64_t> v, Dims s) {
+  return Tensor::from_vector<int64_t>(v, std::move(s));
+}
+
 }  // namespace pto::testing

@@ -25,19 +25,7 @@ namespace {
 
 // Cast-1 names its target type with a string ("FLOAT"); later versions with an element-type code.
 DType cast_target(const KernelContext& c) {
-  const auto& attrs = c.attrs().all();
-  auto it = attrs.find("to");
-  if (it == attrs.end()) throw ValueError(cat(c.where(), ": attribute 'to' is required"));
-  if (const auto* s = std::get_if<std::string>(&it->second)) {
-    static const std::pair<const char*, int> kNames[] = {
-        {"FLOAT", 1},   {"UINT8", 2},   {"INT8", 3},     {"UINT16", 4},   {"INT16", 5},
-        {"INT32", 6},   {"INT64", 7},   {"BOOL", 9},     {"FLOAT16", 10}, {"DOUBLE", 11},
-        {"UINT32", 12}, {"UINT64", 13}, {"BFLOAT16", 16}};
-    for (const auto& [name, code] : kNames)
-      if (*s == name) return dtype_from_onnx_code(code, c.where());
-    throw UnsupportedError(cat(c.where(), ": cast to '", *s, "' is not supported"));
-  }
-  return dtype_from_onnx_code(c.attrs().get_int("to"), c.where());
+  return c.attrs().get_dtype("to");
 }
 
 std::vector<Tensor> cast_kernel(const KernelContext& c) {
