@@ -57,6 +57,6 @@ PY
 if [ -n "$missing" ]; then
   echo "setup: installing Python packages into $PTO_VENV:" $missing
   # shellcheck disable=SC2086
-  "$PY" -m pip install -q --no-input $missing </dev/null
+  "$PY" -m pip install --no-input --progress-bar off $missing </dev/null
 fi
 echo "setup: ready ($((SECONDS - t0)) s; Python environment $PTO_VENV)"
