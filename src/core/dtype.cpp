@@ -57,7 +57,9 @@ DType dtype_from_onnx_code(int64_t code, std::string_view where) {
   throw UnsupportedError(cat(where, ": ONNX element type ", code, " is not supported"));
 }
 
-int onnx_code(DType dt) { return info(dt).onnx; }
+int onnx_code(DType dt) {
+  return info(dt).onnx;
+}
 
 bool is_floating(DType dt) {
   return dt == DType::kF32 || dt == DType::kF64 || dt == DType::kF16 || dt == DType::kBF16;

@@ -1,6 +1,7 @@
 #include "pto/shape.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "pto/error.h"
@@ -57,7 +58,10 @@ Dims contiguous_strides(const Dims& d) {
   int64_t acc = 1;
   for (size_t i = d.size(); i-- > 0;) {
     s[i] = acc;
-    acc *= std::max<int64_t>(d[i], 1);
+    // Only an empty tensor with huge other dimensions can overflow here (checked_numel rejects
+    // the rest); its strides are never used to address memory, so saturate.
+    if (__builtin_mul_overflow(acc, std::max<int64_t>(d[i], 1), &acc))
+      acc = std::numeric_limits<int64_t>::max();
   }
   return s;
 }

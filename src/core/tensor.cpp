@@ -113,6 +113,7 @@ int64_t Tensor::dim(int64_t i) const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel_ == 0) return true;  // nothing to address; also avoids overflow on huge empty dims
   int64_t expect = 1;
   for (size_t i = shape_.size(); i-- > 0;) {
     if (shape_[i] != 1 && strides_[i] != expect) return false;

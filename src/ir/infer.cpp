@@ -27,7 +27,15 @@ void infer_types(Graph& g) {
       const TensorType& inferred = ctx.outputs[i];
       // Keep what the model declared when inference knows less.
       if (inferred.dtype != DType::kUndefined) declared.dtype = inferred.dtype;
-      if (inferred.shape) declared.shape = inferred.shape;
+      if (!inferred.shape) continue;
+      if (declared.shape && declared.shape->size() == inferred.shape->size()) {
+        // Merge dim by dim: what inference knows wins, what only the model declared stays.
+        for (size_t d = 0; d < inferred.shape->size(); ++d)
+          if ((*inferred.shape)[d].is_known() || !(*declared.shape)[d].is_known())
+            (*declared.shape)[d] = (*inferred.shape)[d];
+      } else {
+        declared.shape = inferred.shape;
+      }
     }
   }
 }

@@ -371,6 +371,28 @@ TEST(MatMul, VectorsBatchesAndBroadcasting) {
   EXPECT_THROW(run_op({"MatMul", {iota({2, 3}), iota({2, 3})}, {}}), ValueError);
 }
 
+TEST(MatMul, TiledPathMatchesPlainLoopsBitForBit) {
+  // Sizes that leave partial 4 x 12 tiles, with a broadcast batch.
+  const int64_t M = 9, K = 7, N = 29;
+  std::vector<double> av(2 * M * K), bv(K * N);
+  uint32_t r = 12345;
+  auto next = [&] { return (r = r * 1664525u + 1013904223u) / 4294967296.0 - 0.5; };
+  for (double& v : av) v = next();
+  for (double& v : bv) v = next();
+  auto y =
+      run_op({"MatMul",
+              {Tensor::from_vector<double>(av, {2, M, K}), Tensor::from_vector<double>(bv, {K, N})},
+              {}});
+  ASSERT_EQ(y[0].shape(), (Dims{2, M, N}));
+  for (int64_t bt = 0; bt < 2; ++bt)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += av[(bt * M + i) * K + k] * bv[k * N + j];
+        EXPECT_EQ(y[0].data<double>()[(bt * M + i) * N + j], acc) << bt << "," << i << "," << j;
+      }
+}
+
 TEST(MatMul, IntegersWrapAround) {
   Tensor a = Tensor::from_vector<int8_t>({100, 100}, {1, 2});
   Tensor b = Tensor::from_vector<int8_t>({2, 2}, {2, 1});
@@ -433,6 +455,32 @@ TEST(Dropout, InferenceIsIdentityAndTrainingIsUnsupported) {
   EXPECT_THROW(
       run_op({"Dropout", {x, Tensor::scalar<float>(0.1f), Tensor::scalar<bool>(true)}, {}, 1, 13}),
       UnsupportedError);
+}
+
+// ---- Empty tensors ----
+
+TEST(NnEmpty, EmptyTensorsWithLargeDimsReturnAtOnce) {
+  // 2^40 planes of nothing: walking them one by one would take hours.
+  const int64_t kBig = int64_t{1} << 20;
+  const Tensor x = Tensor::zeros(DType::kF32, {kBig, kBig, 0, 4});
+  auto y = run_op({"MaxPool", {x}, attrs({{"kernel_shape", Ints{1, 2}}}), 2});
+  EXPECT_EQ(y[0].shape(), (Dims{kBig, kBig, 0, 3}));
+  y = run_op({"AveragePool", {x}, attrs({{"kernel_shape", Ints{1, 2}}})});
+  EXPECT_EQ(y[0].shape(), (Dims{kBig, kBig, 0, 3}));
+  y = run_op({"Softmax", {x}, {}});
+  EXPECT_EQ(y[0].shape(), x.shape());
+  y = run_op({"LpNormalization", {x}, attrs({{"axis", int64_t{1}}})});
+  EXPECT_EQ(y[0].numel(), 0);
+  y = run_op({"Conv", {Tensor::zeros(DType::kF32, {kBig, 4, 0}), ones({kBig, 4, 1})}, {}});
+  EXPECT_EQ(y[0].shape(), (Dims{kBig, kBig, 0}));
+  y = run_op({"MatMul",
+              {Tensor::zeros(DType::kF32, {kBig, kBig, 0, 3}), Tensor::zeros(DType::kF32, {3, 2})},
+              {}});
+  EXPECT_EQ(y[0].shape(), (Dims{kBig, kBig, 0, 2}));
+  y = run_op({"Einsum",
+              {Tensor::zeros(DType::kF32, {kBig, 0, kBig})},
+              attrs({{"equation", std::string("abc->cb")}})});
+  EXPECT_EQ(y[0].shape(), (Dims{kBig, 0}));
 }
 
 }  // namespace

@@ -72,6 +72,16 @@ OpRun run_op(const std::string& op, const std::vector<Arg>& args, Attributes a =
   OpRun r;
   for (ValueId v : outs) r.types.push_back(g.value(v).type);
   r.out = reference::run(g, feed);
+  for (size_t i = 0; i < r.out.size(); ++i) {  // what inference claims must hold
+    const TensorType& t = r.types[i];
+    EXPECT_EQ(t.dtype, r.out[i].dtype()) << op << " output " << i;
+    if (!t.shape) continue;
+    EXPECT_EQ(t.shape->size(), r.out[i].shape().size()) << op << ": " << t.str();
+    for (size_t k = 0; k < t.shape->size() && k < r.out[i].shape().size(); ++k)
+      if ((*t.shape)[k].is_known()) {
+        EXPECT_EQ((*t.shape)[k].value, r.out[i].shape()[k]) << op << ": " << t.str();
+      }
+  }
   return r;
 }
 

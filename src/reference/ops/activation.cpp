@@ -160,8 +160,8 @@ void register_activation_kernels(KernelRegistry& r) {
   r.add("SwiGLU", [](const KernelContext& c) {
     const Tensor &a = c.input(0), &b = c.input(1);
     if (a.shape() != b.shape() || a.dtype() != b.dtype())
-      throw ValueError(cat(c.where(), ": A ", a.str(), " and B ", b.str(),
-                           " must have one shape and dtype"));
+      throw ValueError(
+          cat(c.where(), ": A ", a.str(), " and B ", b.str(), " must have one shape and dtype"));
     const double alpha = c.attrs().get_float("alpha", 1.0);
     std::vector<double> x = to_doubles(a, c.where()), y = to_doubles(b, c.where());
     for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] / (1 + std::exp(-alpha * x[i])) * y[i];

@@ -67,12 +67,13 @@ std::vector<Tensor> conv(const KernelContext& c) {
     axes.push_back(window::forward_axis(p, i, s.in_spatial[i], w));
   const Geom3 g = lift(p, axes, s.in_spatial);
   const Dims yshape = output_shape(s, g);
-  checked_numel(yshape, w.c_str());
+  if (checked_numel(yshape, w.c_str()) == 0) return {Tensor::empty(c.input(0).dtype(), yshape)};
 
   const std::vector<double> x = to_doubles(c.input(0), w), wt = to_doubles(c.input(1), w);
   std::vector<double> bias = c.has_input(2) ? to_doubles(c.input(2), w) : std::vector<double>();
   const int64_t Cg = s.C / s.group, Mg = s.M / s.group;
-  const int64_t in_size = g.in_size(), out_size = g.out_size(), k_size = g.k_size();
+  const int64_t in_size = c.input(0).numel() ? g.in_size() : 0;
+  const int64_t out_size = g.out_size(), k_size = g.k_size();
   std::vector<double> y(static_cast<size_t>(s.N * s.M * out_size));
   for (int64_t n = 0; n < s.N; ++n)
     for (int64_t m = 0; m < s.M; ++m) {
@@ -131,12 +132,13 @@ std::vector<Tensor> conv_transpose(const KernelContext& c) {
   }
   const Geom3 g = lift(p, axes, s.in_spatial);
   const Dims yshape = output_shape(s, g);
-  checked_numel(yshape, w.c_str());
+  if (checked_numel(yshape, w.c_str()) == 0) return {Tensor::empty(c.input(0).dtype(), yshape)};
 
   const std::vector<double> x = to_doubles(c.input(0), w), wt = to_doubles(c.input(1), w);
   std::vector<double> bias = c.has_input(2) ? to_doubles(c.input(2), w) : std::vector<double>();
   const int64_t Cg = s.C / s.group, Mg = s.M / s.group;
-  const int64_t in_size = g.in_size(), out_size = g.out_size(), k_size = g.k_size();
+  const int64_t in_size = c.input(0).numel() ? g.in_size() : 0;
+  const int64_t out_size = g.out_size(), k_size = g.k_size();
   std::vector<double> y(static_cast<size_t>(s.N * s.M * out_size));
   // Scatter: input position i feeds output position i * stride + k * dilation - pad_begin.
   for (int64_t n = 0; n < s.N; ++n)

@@ -36,6 +36,10 @@ Tensor einsum_typed(const KernelContext& c, const einsum::Equation& e,
   std::vector<std::vector<V>> vals;
   for (size_t op = 0; op < nops; ++op) {
     const Tensor& t = c.inputs[op];
+    if (t.numel() == 0) {  // nothing to iterate; skip strides of possibly huge empty shapes
+      vals.emplace_back();
+      continue;
+    }
     const Dims st = contiguous_strides(t.shape());
     for (size_t a = 0; a < e.inputs[op].size(); ++a) {
       if (t.dim(static_cast<int64_t>(a)) == 1 && size[e.inputs[op][a]] != 1) continue;

@@ -35,7 +35,7 @@ Plan plan_matmul(const Dims& a, const Dims& b, const std::string& where) {
   p.yshape = batch;
   if (a.size() > 1) p.yshape.push_back(p.M);
   if (b.size() > 1) p.yshape.push_back(p.N);
-  checked_numel(p.yshape, where.c_str());
+  if (checked_numel(p.yshape, where.c_str()) == 0) return p;  // no batches to walk
   p.a_off = broadcast_offsets(ab, batch);
   p.b_off = broadcast_offsets(bb, batch);
   for (int64_t& o : p.a_off) o *= p.M * p.K;
@@ -49,6 +49,20 @@ std::vector<V> run_plan(const Plan& p, const std::vector<V>& a, const std::vecto
   // B. Each result still sums its products in k order, so the tiling does not change the bits.
   constexpr int64_t MR = 4, NR = 12;
   std::vector<V> y(p.a_off.size() * p.M * p.N, V(0));
+  if (p.M < MR || p.N < NR) {
+    // Thin products (matrix-vector, single-row decode steps) would waste most of a tile: plain
+    // i-k-j loops, with the same per-result summation order.
+    for (size_t bt = 0; bt < p.a_off.size(); ++bt)
+      for (int64_t i = 0; i < p.M; ++i) {
+        V* yrow = y.data() + (bt * p.M + i) * p.N;
+        for (int64_t k = 0; k < p.K; ++k) {
+          const V av = a[p.a_off[bt] + i * p.K + k];
+          const V* brow = b.data() + p.b_off[bt] + k * p.N;
+          for (int64_t j = 0; j < p.N; ++j) yrow[j] += av * brow[j];
+        }
+      }
+    return y;
+  }
   std::vector<V> panel(static_cast<size_t>(p.K * NR));
   for (size_t bt = 0; bt < p.a_off.size(); ++bt) {
     const V* A = a.data() + p.a_off[bt];
@@ -157,7 +171,7 @@ std::vector<uint64_t> zero_point_per_element(const KernelContext& c, size_t zp_i
                                              const Tensor& t, bool is_a) {
   const std::string w = c.where();
   std::vector<uint64_t> out(static_cast<size_t>(t.numel()), 0);
-  if (!c.has_input(zp_index)) return out;
+  if (!c.has_input(zp_index) || t.numel() == 0) return out;
   const Tensor& zp = c.input(zp_index);
   if (zp.dtype() != t.dtype())
     throw TypeError(cat(w, ": zero point ", zp.str(), " must have the dtype of ", t.str()));

@@ -117,7 +117,8 @@ std::vector<Tensor> instance_norm(const KernelContext& c) {
   const double eps = c.attrs().get_float("epsilon", 1e-5);
   const std::vector<double> x = to_doubles(X, w), scale = to_doubles(c.input(1), w),
                             bias = to_doubles(c.input(2), w);
-  const int64_t C = X.dim(1), planes = X.dim(0) * C, size = planes ? X.numel() / planes : 0;
+  if (X.numel() == 0) return {Tensor::empty(X.dtype(), X.shape())};
+  const int64_t C = X.dim(1), planes = X.dim(0) * C, size = X.numel() / planes;
   std::vector<double> y(x.size());
   for (int64_t p = 0; p < planes; ++p) {
     const Moments m = moments(x.data() + p * size, size);
@@ -143,15 +144,13 @@ std::vector<Tensor> layer_norm(const KernelContext& c) {
     if (broadcast_dims(X.shape(), c.input(i).shape(), w) != X.shape())
       throw ValueError(cat(w, ": ", i == 1 ? "Scale " : "B ", c.input(i).str(),
                            " does not broadcast to X ", X.str()));
-    (i == 1 ? soff : boff) = broadcast_offsets(c.input(i).shape(), X.shape());
+    if (X.numel() > 0) (i == 1 ? soff : boff) = broadcast_offsets(c.input(i).shape(), X.shape());
   }
   const std::vector<double> x = to_doubles(X, w), scale = to_doubles(c.input(1), w);
   const std::vector<double> bias =
       c.has_input(2) ? to_doubles(c.input(2), w) : std::vector<double>();
-  int64_t inner = 1;
-  for (int64_t i = axis; i < X.rank(); ++i) inner *= X.dim(i);
-  int64_t rows = 1;
-  for (int64_t i = 0; i < axis; ++i) rows *= X.dim(i);
+  const int64_t rows = checked_numel(Dims(X.shape().begin(), X.shape().begin() + axis), w.c_str());
+  const int64_t inner = checked_numel(Dims(X.shape().begin() + axis, X.shape().end()), w.c_str());
   std::vector<double> y(x.size()), mean(rows), inv_std(rows);
   for (int64_t r = 0; r < rows; ++r) {
     const Moments m = moments(x.data() + r * inner, inner);
@@ -191,7 +190,8 @@ std::vector<Tensor> group_norm(const KernelContext& c) {
   }
   const double eps = c.attrs().get_float("epsilon", 1e-5);
   const std::vector<double> x = to_doubles(X, w), scale = to_doubles(S, w), bias = to_doubles(B, w);
-  const int64_t spatial = N * C != 0 ? X.numel() / (N * C) : 0;
+  if (X.numel() == 0) return {Tensor::empty(X.dtype(), X.shape())};
+  const int64_t spatial = X.numel() / (N * C);
   const int64_t gsize = C / G * spatial;
   std::vector<double> y(x.size());
   for (int64_t n = 0; n < N; ++n)
@@ -228,6 +228,7 @@ std::vector<Tensor> lp_normalization(const KernelContext& c) {
   if (p != 1 && p != 2) throw ValueError(cat(w, ": p must be 1 or 2, got ", p));
   const std::vector<double> x = to_doubles(X, w);
   std::vector<double> y(x.size());
+  if (X.numel() == 0) return {Tensor::empty(X.dtype(), X.shape())};
   const AxisSplit s = split_at(X.shape(), axis);
   for (int64_t o = 0; o < s.outer; ++o)
     for (int64_t in = 0; in < s.inner; ++in) {
@@ -248,6 +249,7 @@ std::vector<Tensor> mean_variance_normalization(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& X = c.input(0);
   require_float(X.dtype(), w);
+  if (X.numel() == 0) return {Tensor::empty(X.dtype(), X.shape())};
   std::vector<bool> reduced(X.rank(), false);
   for (int64_t a : c.attrs().get_ints("axes", {0, 2, 3})) {
     const int64_t ax = normalize_axis(a, X.rank(), w);
@@ -296,6 +298,7 @@ std::vector<Tensor> lrn(const KernelContext& c) {
   const double alpha = c.attrs().get_float("alpha", 1e-4), beta = c.attrs().get_float("beta", 0.75),
                bias = c.attrs().get_float("bias", 1.0);
   const std::vector<double> x = to_doubles(X, w);
+  if (X.numel() == 0) return {Tensor::empty(X.dtype(), X.shape())};
   const AxisSplit s = split_at(X.shape(), 1);
   // Channels [ch - floor((size-1)/2), ch + ceil((size-1)/2)], clipped to the tensor.
   const int64_t before = (size - 1) / 2, after = size - 1 - before;

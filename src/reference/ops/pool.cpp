@@ -34,11 +34,11 @@ PoolSetup setup_pool(const KernelContext& c) {
   for (size_t i = 0; i < p.rank(); ++i)
     axes.push_back(window::forward_axis(p, i, in_spatial[i], w));
   PoolSetup s;
-  s.planes = X.dim(0) * X.dim(1);
   s.g = lift(p, axes, in_spatial);
   s.yshape = {X.dim(0), X.dim(1)};
   for (const window::Axis& a : axes) s.yshape.push_back(a.out);
-  checked_numel(s.yshape, w.c_str());
+  // An empty output walks nothing; otherwise N * C and the input plane cannot overflow.
+  s.planes = checked_numel(s.yshape, w.c_str()) == 0 ? 0 : X.dim(0) * X.dim(1);
   return s;
 }
 
@@ -167,7 +167,7 @@ std::vector<Tensor> global_pool(const KernelContext& c, PoolKind kind) {
   if (X.rank() < 2) throw ValueError(cat(w, ": X must be [N, C, spatial...], got ", X.str()));
   Dims yshape = X.shape();
   for (size_t i = 2; i < yshape.size(); ++i) yshape[i] = 1;
-  const int64_t planes = X.dim(0) * X.dim(1);
+  const int64_t planes = checked_numel(yshape, w.c_str());
   const int64_t size = planes ? X.numel() / planes : 0;
   if (kind == PoolKind::kMax) {
     Tensor Y = Tensor::empty(X.dtype(), yshape);

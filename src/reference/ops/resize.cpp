@@ -103,8 +103,11 @@ void resize_axis(std::vector<double>& data, Dims& shape, int64_t axis, int64_t o
   int64_t outer = 1, inner = 1;
   for (int64_t k = 0; k < axis; ++k) outer *= shape[k];
   for (size_t k = axis + 1; k < shape.size(); ++k) inner *= shape[k];
-  std::vector<double> result(
-      static_cast<size_t>(checked_numel({outer, out, inner}, "[Resize] output")));
+  int64_t count = checked_numel({outer, out, inner}, "[Resize] output");
+  if (static_cast<uint64_t>(count) > max_tensor_bytes() / sizeof(double))
+    throw ValueError(cat(where, ": resizing axis ", axis, " to ", out, " needs ", count,
+                         " intermediate values, more than the memory limit allows"));
+  std::vector<double> result(static_cast<size_t>(count));
   shape[axis] = out;
   if (result.empty()) {  // nothing to compute (and `out` alone may be huge)
     data = std::move(result);

@@ -26,6 +26,7 @@ Rows rows_of(const KernelContext& c, const Tensor& X) {
           cat(c.where(), ": axis ", c.attrs().get_int("axis", 1), " out of range for ", X.str()));
   }
   Rows r;
+  if (X.numel() == 0) return r;  // the caller returns early; huge empty dims must not overflow
   for (int64_t i = 0; i < rank; ++i) {
     int64_t& part = i < axis ? r.outer : (per_axis && i > axis) ? r.inner : r.len;
     part *= X.dim(i);
@@ -37,7 +38,8 @@ std::vector<Tensor> softmax_like(const KernelContext& c, MaxKind kind) {
   const std::string w = c.where();
   const Tensor& X = c.input(0);
   require_float(X.dtype(), w);
-  const Rows r = rows_of(c, X);
+  const Rows r = rows_of(c, X);  // validates axis even for an empty X
+  if (X.numel() == 0) return {Tensor::empty(X.dtype(), X.shape())};
   const std::vector<double> x = to_doubles(X, w);
   std::vector<double> y(x.size());
   for (int64_t o = 0; o < r.outer; ++o)
