@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts in this folder: paths and the one CMake configuration they share.
 
 PTO_VENV=${PTO_VENV:-$HOME/.cache/pypto/venv}

@@ -44,7 +44,7 @@ fi
 packages=(numpy:numpy onnx:onnx onnxruntime:onnxruntime onnxscript:onnxscript torch:torch
           torchvision:torchvision transformers:transformers pytest:pytest nanobind:nanobind
           scikit-build-core:scikit_build_core)
-missing=$("$PY" - "${packages[@]}" <<'PY'
+check=$("$PY" - "${packages[@]}" <<'PY'
 import importlib, sys
 for spec in sys.argv[1:]:
     pip_name, module = spec.split(":")
@@ -53,10 +53,10 @@ for spec in sys.argv[1:]:
     except Exception:
         print(pip_name)
 PY
-)
-if [ -n "$missing" ]; then
-  echo "setup: installing Python packages into $PTO_VENV:" $missing
-  # shellcheck disable=SC2086
-  "$PY" -m pip install -q --no-input $missing </dev/null
+) || { echo "setup: $PY does not run; remove $PTO_VENV to recreate it" >&2; exit 1; }
+mapfile -t missing < <(printf '%s' "$check" | grep .)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Python packages into $PTO_VENV: ${missing[*]}"
+  "$PY" -m pip install --no-input --progress-bar off "${missing[@]}" </dev/null
 fi
 echo "setup: ready ($((SECONDS - t0)) s; Python environment $PTO_VENV)"

@@ -10,7 +10,7 @@
 # Installs what is missing first (scripts/setup.sh). PTO_SANITIZE=0 skips phases 3-4 for a quick
 # local run; PTO_JOBS=N limits build parallelism.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 source scripts/common.sh
 
 bash scripts/setup.sh || { echo "test: setup failed" >&2; exit 1; }
@@ -32,11 +32,12 @@ phase() {
 }
 skip() { results+=("$(printf '%-12s %-16s' "$1" "SKIP ($2)")"); failed=1; }
 
+# shellcheck disable=SC2317  # called through `phase`
 run_pytest() {
   local rc=0
   PTO_BIN=$PWD/build/pto "$PY" -m pytest tests/python -p no:cacheprovider -ra </dev/null || rc=$?
-  if [ $rc -eq 5 ]; then echo "pytest: no tests collected"; return 0; fi
-  return $rc
+  if [ "$rc" -eq 5 ]; then echo "pytest: no tests collected"; return 0; fi
+  return "$rc"
 }
 
 if phase build pto_build build; then
