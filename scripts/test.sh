@@ -67,6 +67,7 @@ fi
 echo
 echo "==== summary"
 printf '  %s\n' "${results[@]}"
+[ -f build/conformance.json ] && echo "  ONNX node tests: $(cat build/conformance.json)"
 total=$((SECONDS - t_start))
 if [ $failed = 0 ]; then
   echo "ALL PASSED in $((total / 60)) min $((total % 60)) s"
