@@ -147,30 +147,24 @@ void infer_max_unpool(InferContext& c) {
   infer::set(c, 0, x.dtype, shape);
 }
 
-void add(OpRegistry& r, const std::string& name, int min_in, int max_in, InferFn infer,
-         std::string doc) {
-  r.add({.name = name,
-         .min_inputs = min_in,
-         .max_inputs = max_in,
-         .properties = kOpaque,
-         .infer = std::move(infer),
-         .doc = std::move(doc)});
-}
-
 }  // namespace
 
 void register_image_ops(OpRegistry& r) {
-  add(r, "GridSample", 2, 2, infer_grid_sample,
+  infer::add_opaque(
+      r, "GridSample", 2, 2, infer_grid_sample,
       "samples X at the normalized coordinates of grid (nearest, N-linear or N-cubic)");
-  add(r, "AffineGrid", 2, 2, infer_affine_grid,
+  infer::add_opaque(
+      r, "AffineGrid", 2, 2, infer_affine_grid,
       "the sampling grid of an affine transform theta for an output of the given size");
-  add(r, "CenterCropPad", 2, 2, infer_center_crop_pad,
-      "center-crops or zero-pads the given axes to the given sizes");
-  add(r, "Col2Im", 3, 3, infer_col2im, "sums sliding blocks back into an image (fold)");
-  add(r, "RoiAlign", 3, 3, infer_roi_align,
-      "bilinear-sampled average or max pooling of each region of interest");
-  add(r, "MaxUnpool", 2, 3, infer_max_unpool, "scatters MaxPool values back to their indices");
-  add(
+  infer::add_opaque(r, "CenterCropPad", 2, 2, infer_center_crop_pad,
+                    "center-crops or zero-pads the given axes to the given sizes");
+  infer::add_opaque(r, "Col2Im", 3, 3, infer_col2im,
+                    "sums sliding blocks back into an image (fold)");
+  infer::add_opaque(r, "RoiAlign", 3, 3, infer_roi_align,
+                    "bilinear-sampled average or max pooling of each region of interest");
+  infer::add_opaque(r, "MaxUnpool", 2, 3, infer_max_unpool,
+                    "scatters MaxPool values back to their indices");
+  infer::add_opaque(
       r, "NonMaxSuppression", 2, 5,
       [](InferContext& c) {
         infer::set(c, 0, DType::kI64, Shape{Dim::unknown(), Dim(3)});

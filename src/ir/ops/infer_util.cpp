@@ -37,4 +37,14 @@ void set(InferContext& c, size_t out, DType dtype, std::optional<Shape> shape) {
   c.outputs[out].shape = std::move(shape);
 }
 
+void add_opaque(OpRegistry& r, const std::string& name, int min_inputs, int max_inputs,
+                InferFn infer, std::string doc) {
+  r.add({.name = name,
+         .min_inputs = min_inputs,
+         .max_inputs = max_inputs,
+         .properties = kOpaque,
+         .infer = std::move(infer),
+         .doc = std::move(doc)});
+}
+
 }  // namespace pto::infer

@@ -20,4 +20,8 @@ std::optional<std::vector<int64_t>> constant_ints(const InferContext& c, size_t 
 // Sets output `out` to dtype with the given shape (nullopt: unknown rank).
 void set(InferContext& c, size_t out, DType dtype, std::optional<Shape> shape);
 
+// Registers a single-output kOpaque op (heavy or irregular: GridSample, DFT, ...).
+void add_opaque(OpRegistry& r, const std::string& name, int min_inputs, int max_inputs,
+                InferFn infer, std::string doc);
+
 }  // namespace pto::infer

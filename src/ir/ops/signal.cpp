@@ -104,28 +104,21 @@ void infer_det(InferContext& c) {
   infer::set(c, 0, x.dtype, shape);
 }
 
-void add(OpRegistry& r, const std::string& name, int min_in, int max_in, InferFn infer,
-         std::string doc) {
-  r.add({.name = name,
-         .min_inputs = min_in,
-         .max_inputs = max_in,
-         .properties = kOpaque,
-         .infer = std::move(infer),
-         .doc = std::move(doc)});
-}
-
 }  // namespace
 
 void register_signal_ops(OpRegistry& r) {
-  add(r, "DFT", 1, 3, infer_dft,
+  infer::add_opaque(
+      r, "DFT", 1, 3, infer_dft,
       "discrete Fourier transform along one axis; complex values as a trailing [re, im] axis");
-  add(r, "STFT", 2, 4, infer_stft, "short-time Fourier transform of windowed frames");
-  add(r, "HannWindow", 1, 1, infer_window, "sin^2(pi n / N)");
-  add(r, "HammingWindow", 1, 1, infer_window, "25/46 - 21/46 cos(2 pi n / N)");
-  add(r, "BlackmanWindow", 1, 1, infer_window, "0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N)");
-  add(r, "MelWeightMatrix", 5, 5, infer_mel,
-      "triangular mel filter bank, [dft_length / 2 + 1, num_mel_bins]");
-  add(r, "Det", 1, 1, infer_det, "determinant of the square matrices in the last two axes");
+  infer::add_opaque(r, "STFT", 2, 4, infer_stft, "short-time Fourier transform of windowed frames");
+  infer::add_opaque(r, "HannWindow", 1, 1, infer_window, "sin^2(pi n / N)");
+  infer::add_opaque(r, "HammingWindow", 1, 1, infer_window, "25/46 - 21/46 cos(2 pi n / N)");
+  infer::add_opaque(r, "BlackmanWindow", 1, 1, infer_window,
+                    "0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N)");
+  infer::add_opaque(r, "MelWeightMatrix", 5, 5, infer_mel,
+                    "triangular mel filter bank, [dft_length / 2 + 1, num_mel_bins]");
+  infer::add_opaque(r, "Det", 1, 1, infer_det,
+                    "determinant of the square matrices in the last two axes");
 }
 
 }  // namespace pto
