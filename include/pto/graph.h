@@ -29,6 +29,12 @@ struct TensorType {
   std::string str() const;  // "f32[batch, 3, 224, 224]" or "f32[*]"
 };
 
+// The sizes a symbolic dimension may take, as its frontend declared them (inclusive).
+struct DimRange {
+  int64_t min = 0;
+  int64_t max = INT64_MAX;
+};
+
 struct Value {
   std::string name;
   TensorType type;
@@ -109,6 +115,8 @@ class Graph {
 
   std::string name;
   int opset = 0;  // default-domain opset the graph was imported with (0: not from ONNX)
+  // Declared ranges of symbolic dimensions ("batch" -> [1, 64]); a symbol absent here is >= 0.
+  std::map<std::string, DimRange> symbol_ranges;
 
  private:
   std::vector<Value> values_;

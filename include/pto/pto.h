@@ -3,6 +3,7 @@
 
 #include "pto/dtype.h"
 #include "pto/error.h"
+#include "pto/executable.h"
 #include "pto/graph.h"
 #include "pto/onnx.h"
 #include "pto/op_registry.h"

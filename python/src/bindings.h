@@ -1,0 +1,30 @@
+// Shared declarations of the binding files (one per area, STYLE.md habit 13): each registers its
+// part of the module; tensors cross the boundary through DLPack (tensor.cpp) with no copy.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include "pto/tensor.h"
+
+namespace pto::python {
+
+namespace nb = nanobind;
+
+// Wraps any DLPack-capable CPU array (torch.Tensor, numpy.ndarray, nb_ndarray) as a pto::Tensor
+// without copying; strides are kept, so a non-contiguous view is read correctly. The Tensor holds
+// a reference to the array until it is destroyed. `what` names the argument in errors.
+Tensor tensor_from_python(nb::handle array, const std::string& what);
+
+// Exposes a pto::Tensor as a DLPack-capable array (no copy); the array keeps the storage alive.
+// torch.from_dlpack / numpy.from_dlpack turn it into the user's type.
+nb::object tensor_to_python(const Tensor& t);
+
+void bind_errors(nb::module_& m);
+void bind_tensor(nb::module_& m);
+void bind_graph(nb::module_& m);
+void bind_runtime(nb::module_& m);
+void bind_onnx(nb::module_& m);
+void bind_device(nb::module_& m);
+
+}  // namespace pto::python

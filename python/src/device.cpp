@@ -1,0 +1,40 @@
+// pypto._C.device_info: the machine as the tiling planner sees it.
+#include <nanobind/stl/string.h>
+
+#include "bindings.h"
+#include "pto/device_info.h"
+
+namespace pto::python {
+
+void bind_device(nb::module_& m) {
+  m.def(
+      "device_info",
+      [] {
+        const DeviceInfo& d = device_info();
+        nb::dict out;
+        out["cpu_name"] = d.cpu_name;
+        out["logical_cores"] = d.logical_cores;
+        out["physical_cores"] = d.physical_cores;
+        out["isa"] = d.isa;
+        out["isa_from_env"] = d.isa_from_env;
+        nb::dict ext;
+        ext["avx2"] = d.avx2;
+        ext["fma"] = d.fma;
+        ext["avx512f"] = d.avx512f;
+        ext["avx512bw"] = d.avx512bw;
+        ext["avx512vl"] = d.avx512vl;
+        ext["avx512_bf16"] = d.avx512_bf16;
+        ext["avx512_vnni"] = d.avx512_vnni;
+        ext["avx512_fp16"] = d.avx512_fp16;
+        out["extensions"] = ext;
+        out["l1d_bytes"] = d.l1d_bytes;
+        out["l2_bytes"] = d.l2_bytes;
+        out["l3_bytes"] = d.l3_bytes;
+        out["cacheline_bytes"] = d.cacheline;
+        out["memory_bytes"] = d.memory_bytes;
+        return out;
+      },
+      "The machine as the tiling planner sees it (cores, ISA, cache sizes, memory).");
+}
+
+}  // namespace pto::python

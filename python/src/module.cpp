@@ -1,0 +1,13 @@
+// pypto._C: the C++ core seen from Python. The package python/pypto builds on it.
+#include "bindings.h"
+
+NB_MODULE(_C, m) {
+  m.doc() = "PyPTO's C++ core (graphs, ONNX import/export, compilation, execution)";
+  using namespace pto::python;
+  bind_errors(m);
+  bind_tensor(m);
+  bind_graph(m);
+  bind_runtime(m);
+  bind_onnx(m);
+  bind_device(m);
+}

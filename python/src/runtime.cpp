@@ -1,0 +1,49 @@
+// pypto._C.compile and Executable: compile a graph, run it on arrays (no copies either way).
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "pto/executable.h"
+
+namespace pto::python {
+
+void bind_runtime(nb::module_& m) {
+  nb::class_<CompileOptions>(m, "CompileOptions")
+      .def(nb::init<>())
+      .def_rw("level", &CompileOptions::level)
+      .def_rw("memory_optimization", &CompileOptions::memory_optimization)
+      .def_rw("auto_mixed_precision", &CompileOptions::auto_mixed_precision);
+
+  nb::class_<Executable>(m, "Executable", "A compiled graph; call run() with one array per input.")
+      .def(
+          "run",
+          [](const Executable& exe, const nb::list& args) {
+            const Graph& g = exe.graph();
+            std::vector<Tensor> inputs;
+            for (size_t i = 0; i < nb::len(args); ++i) {
+              std::string what = i < g.inputs().size()
+                                     ? cat("input '", g.value(g.inputs()[i]).name, "'")
+                                     : cat("input ", i);
+              inputs.push_back(tensor_from_python(args[i], what));
+            }
+            std::vector<Tensor> outputs;
+            {
+              nb::gil_scoped_release unlocked;
+              outputs = exe.run(inputs);
+              inputs.clear();  // drop the references to the callers' arrays before the GIL returns
+            }
+            nb::list out;
+            for (const Tensor& t : outputs) out.append(tensor_to_python(t));
+            return out;
+          },
+          nb::arg("inputs"), "Runs on a list of arrays; returns a list of DLPack-capable arrays.")
+      .def_prop_ro("graph", &Executable::graph, nb::rv_policy::reference_internal)
+      .def_prop_ro("level", [](const Executable& e) { return e.options().level; });
+
+  m.def(
+      "compile", [](const Graph& g, const CompileOptions& o) { return compile(g, o); },
+      nb::arg("graph"), nb::arg("options") = CompileOptions(),
+      "Verifies, types and prepares a graph for execution.");
+}
+
+}  // namespace pto::python
