@@ -1,0 +1,871 @@
+"""ATen op -> Tensor Graph converters, one small function per op (or family of ops).
+
+Each converter gets the importer, the FX node (whose FakeTensor metadata gives the output's dtype
+and shape) and the node's arguments with FX nodes replaced by ``V`` (tensors), ``SymV`` (symbolic
+sizes) or plain Python values. It builds nodes with ``ctx.op`` and returns a ``V`` (or a list of
+them for multi-output ops). The set covers torch's core ATen opset as models use it after
+``torch.export``'s default decompositions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import dtypes
+from .fx_importer import INT64_MAX, FxImporter, SymV, V, converter, is_static
+
+aten = torch.ops.aten
+
+
+# ---- helpers ----
+
+
+def _rep(x):
+    """A stand-in for torch.result_type: dimensioned and 0-dim tensors promote differently."""
+    if isinstance(x, V):
+        return torch.empty((1,) if x.rank else (), dtype=x.dtype)
+    if isinstance(x, SymV):
+        return 1
+    return x
+
+
+def promote(*xs) -> torch.dtype:
+    """torch's type promotion over the operands as they are in the graph."""
+    reps = [_rep(x) for x in xs if x is not None]
+    if len(reps) == 1:
+        r = reps[0]
+        return r.dtype if isinstance(r, torch.Tensor) else torch.result_type(torch.empty(()), r)
+    out = reps[0]
+    for r in reps[1:]:
+        dt = torch.result_type(out, r)
+        out = torch.empty((1,), dtype=dt) if any(isinstance(z, torch.Tensor) and z.dim()
+                                                 for z in (out, r)) else torch.empty((), dtype=dt)
+    return out.dtype
+
+
+def out(ctx: FxImporter, node, id) -> V:
+    return ctx.value(id, like=node)
+
+
+def axis(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+def _float_out(node) -> torch.dtype:
+    return node.meta["val"].dtype
+
+
+# ---- elementwise arithmetic with torch's promotion ----
+
+
+def _arith(onnx_op):
+    def convert(ctx, node, a, b, alpha=1):
+        dt = _float_out(node)
+        if alpha != 1:
+            b = V(ctx.op("Mul", [ctx.as_tensor(b, dt), ctx.as_tensor(alpha, dt)]), dt, ())
+        return out(ctx, node, ctx.op(onnx_op, [ctx.as_tensor(a, dt), ctx.as_tensor(b, dt)]))
+
+    return convert
+
+
+converter(aten.add.Tensor, aten.add.Scalar)(_arith("Add"))
+converter(aten.sub.Tensor, aten.sub.Scalar)(_arith("Sub"))
+converter(aten.mul.Tensor, aten.mul.Scalar)(_arith("Mul"))
+converter(aten.maximum.default)(_arith("Max"))
+converter(aten.minimum.default)(_arith("Min"))
+
+
+@converter(aten.rsub.Tensor, aten.rsub.Scalar)
+def _rsub(ctx, node, a, b, alpha=1):
+    dt = _float_out(node)
+    if alpha != 1:
+        a = V(ctx.op("Mul", [ctx.as_tensor(a, dt), ctx.as_tensor(alpha, dt)]), dt, ())
+    return out(ctx, node, ctx.op("Sub", [ctx.as_tensor(b, dt), ctx.as_tensor(a, dt)]))
+
+
+@converter(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div(ctx, node, a, b, rounding_mode=None):
+    dt = _float_out(node)
+    if rounding_mode is None or dt.is_floating_point:
+        q = ctx.op("Div", [ctx.as_tensor(a, dt), ctx.as_tensor(b, dt)])
+        if rounding_mode == "floor":
+            q = ctx.op("Floor", [q])
+        elif rounding_mode == "trunc":
+            q = _trunc(ctx, q)
+        return out(ctx, node, q)
+    # Integer division with a rounding mode: compute in double (exact for |x| < 2^53), round.
+    fa, fb = ctx.as_tensor(a, torch.float64), ctx.as_tensor(b, torch.float64)
+    q = ctx.op("Div", [fa, fb])
+    q = ctx.op("Floor", [q]) if rounding_mode == "floor" else _trunc(ctx, q)
+    return out(ctx, node, ctx.op("Cast", [q], {"to": dtypes.onnx_code(dt)}))
+
+
+def _trunc(ctx, q):
+    # trunc(x) = sign(x) * floor(|x|)
+    return ctx.op("Mul", [ctx.op("Sign", [q]), ctx.op("Floor", [ctx.op("Abs", [q])])])
+
+
+@converter(aten.remainder.Tensor, aten.remainder.Scalar)
+def _remainder(ctx, node, a, b):
+    dt = _float_out(node)
+    if not dt.is_floating_point:  # Python semantics (sign of the divisor) = ONNX Mod fmod=0
+        return out(ctx, node, ctx.op("Mod", [ctx.as_tensor(a, dt), ctx.as_tensor(b, dt)]))
+    ta, tb = ctx.as_tensor(a, dt), ctx.as_tensor(b, dt)
+    fl = ctx.op("Floor", [ctx.op("Div", [ta, tb])])
+    return out(ctx, node, ctx.op("Sub", [ta, ctx.op("Mul", [fl, tb])]))
+
+
+@converter(aten.fmod.Tensor, aten.fmod.Scalar)
+def _fmod(ctx, node, a, b):
+    dt = _float_out(node)
+    fmod = 1 if dt.is_floating_point else 0
+    if not dt.is_floating_point:
+        # C truncation semantics for ints: a - trunc(a / b) * b
+        fa, fb = ctx.as_tensor(a, torch.float64), ctx.as_tensor(b, torch.float64)
+        t = _trunc(ctx, ctx.op("Div", [fa, fb]))
+        r = ctx.op("Sub", [fa, ctx.op("Mul", [t, fb])])
+        return out(ctx, node, ctx.op("Cast", [r], {"to": dtypes.onnx_code(dt)}))
+    return out(ctx, node, ctx.op("Mod", [ctx.as_tensor(a, dt), ctx.as_tensor(b, dt)],
+                                 {"fmod": fmod}))
+
+
+@converter(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow(ctx, node, a, b):
+    dt = _float_out(node)
+    if is_static(b) and b == 2:
+        ta = ctx.as_tensor(a, dt)
+        return out(ctx, node, ctx.op("Mul", [ta, ta]))
+    if is_static(b) and b == 0.5 and dt.is_floating_point:
+        return out(ctx, node, ctx.op("Sqrt", [ctx.as_tensor(a, dt)]))
+    return out(ctx, node, ctx.op("Pow", [ctx.as_tensor(a, dt), ctx.as_tensor(b, dt)]))
+
+
+def _compare(onnx_op, negate=False):
+    def convert(ctx, node, a, b):
+        dt = promote(a, b)
+        r = ctx.op(onnx_op, [ctx.as_tensor(a, dt), ctx.as_tensor(b, dt)])
+        return out(ctx, node, ctx.op("Not", [r]) if negate else r)
+
+    return convert
+
+
+converter(aten.eq.Tensor, aten.eq.Scalar)(_compare("Equal"))
+converter(aten.ne.Tensor, aten.ne.Scalar)(_compare("Equal", negate=True))
+converter(aten.lt.Tensor, aten.lt.Scalar)(_compare("Less"))
+converter(aten.le.Tensor, aten.le.Scalar)(_compare("LessOrEqual"))
+converter(aten.gt.Tensor, aten.gt.Scalar)(_compare("Greater"))
+converter(aten.ge.Tensor, aten.ge.Scalar)(_compare("GreaterOrEqual"))
+
+
+def _logical(onnx_op):
+    def convert(ctx, node, a, b):
+        return out(ctx, node, ctx.op(onnx_op, [ctx.as_tensor(a, torch.bool),
+                                              ctx.as_tensor(b, torch.bool)]))
+
+    return convert
+
+
+converter(aten.logical_and.default)(_logical("And"))
+converter(aten.logical_or.default)(_logical("Or"))
+converter(aten.logical_xor.default)(_logical("Xor"))
+
+
+@converter(aten.logical_not.default)
+def _logical_not(ctx, node, a):
+    return out(ctx, node, ctx.op("Not", [ctx.as_tensor(a, torch.bool)]))
+
+
+@converter(aten.bitwise_not.default)
+def _bitwise_not(ctx, node, a):
+    return out(ctx, node, ctx.op("Not" if a.dtype == torch.bool else "BitwiseNot", [a]))
+
+
+@converter(aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, aten.bitwise_xor.Tensor,
+           aten.bitwise_and.Scalar, aten.bitwise_or.Scalar, aten.bitwise_xor.Scalar)
+def _bitwise(ctx, node, a, b):
+    dt = _float_out(node)
+    kind = node.target.__name__.split(".")[0].split("_")[1]  # and / or / xor
+    op = {"and": "And", "or": "Or", "xor": "Xor"}[kind] if dt == torch.bool else \
+        {"and": "BitwiseAnd", "or": "BitwiseOr", "xor": "BitwiseXor"}[kind]
+    return out(ctx, node, ctx.op(op, [ctx.as_tensor(a, dt), ctx.as_tensor(b, dt)]))
+
+
+@converter(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(ctx, node, cond, a, b):
+    dt = _float_out(node)
+    return out(ctx, node, ctx.op("Where", [ctx.as_tensor(cond, torch.bool), ctx.as_tensor(a, dt),
+                                           ctx.as_tensor(b, dt)]))
+
+
+@converter(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(ctx, node, x, mask, value):
+    dt = x.dtype
+    return out(ctx, node, ctx.op("Where", [ctx.as_tensor(mask, torch.bool),
+                                           ctx.as_tensor(value, dt), x]))
+
+
+# ---- elementwise unary ----
+
+_UNARY = {
+    aten.relu.default: "Relu",
+    aten.sigmoid.default: "Sigmoid",
+    aten.tanh.default: "Tanh",
+    aten.exp.default: "Exp",
+    aten.log.default: "Log",
+    aten.sqrt.default: "Sqrt",
+    aten.abs.default: "Abs",
+    aten.neg.default: "Neg",
+    aten.reciprocal.default: "Reciprocal",
+    aten.erf.default: "Erf",
+    aten.sin.default: "Sin",
+    aten.cos.default: "Cos",
+    aten.tan.default: "Tan",
+    aten.asin.default: "Asin",
+    aten.acos.default: "Acos",
+    aten.atan.default: "Atan",
+    aten.sinh.default: "Sinh",
+    aten.cosh.default: "Cosh",
+    aten.asinh.default: "Asinh",
+    aten.acosh.default: "Acosh",
+    aten.atanh.default: "Atanh",
+    aten.floor.default: "Floor",
+    aten.ceil.default: "Ceil",
+    aten.round.default: "Round",
+    aten.sign.default: "Sign",
+    aten.isnan.default: "IsNaN",
+    aten.hardswish.default: "HardSwish",
+    aten.mish.default: "Mish",
+    aten.clone.default: "Identity",
+    aten.alias.default: "Identity",
+    aten.detach.default: "Identity",
+    aten.lift_fresh_copy.default: "Identity",
+    aten.contiguous.default: "Identity",
+}
+
+
+def _unary(onnx_op):
+    def convert(ctx, node, x, *args, **kwargs):
+        dt = _float_out(node)
+        return out(ctx, node, ctx.op(onnx_op, [ctx.as_tensor(x, dt)]))
+
+    return convert
+
+
+for _t, _op in _UNARY.items():
+    converter(_t)(_unary(_op))
+
+
+@converter(aten.isinf.default)
+def _isinf(ctx, node, x):
+    return out(ctx, node, ctx.op("IsInf", [x]))
+
+
+@converter(aten.rsqrt.default)
+def _rsqrt(ctx, node, x):
+    dt = _float_out(node)
+    return out(ctx, node, ctx.op("Reciprocal", [ctx.op("Sqrt", [ctx.as_tensor(x, dt)])]))
+
+
+@converter(aten.log1p.default)
+def _log1p(ctx, node, x):
+    dt = _float_out(node)
+    return out(ctx, node, ctx.op("Log", [ctx.op("Add", [ctx.as_tensor(x, dt),
+                                                       ctx.constant(1, dt)])]))
+
+
+@converter(aten.expm1.default)
+def _expm1(ctx, node, x):
+    dt = _float_out(node)
+    return out(ctx, node, ctx.op("Sub", [ctx.op("Exp", [ctx.as_tensor(x, dt)]),
+                                         ctx.constant(1, dt)]))
+
+
+@converter(aten.trunc.default)
+def _trunc_op(ctx, node, x):
+    return out(ctx, node, _trunc(ctx, x.id))
+
+
+@converter(aten.silu.default)
+def _silu(ctx, node, x):
+    return out(ctx, node, ctx.op("Mul", [x, ctx.op("Sigmoid", [x])]))
+
+
+@converter(aten.gelu.default)
+def _gelu(ctx, node, x, approximate="none"):
+    return out(ctx, node, ctx.op("Gelu", [x], {"approximate": approximate}))
+
+
+@converter(aten.hardsigmoid.default)
+def _hardsigmoid(ctx, node, x):
+    return out(ctx, node, ctx.op("HardSigmoid", [x], {"alpha": 1.0 / 6, "beta": 0.5}))
+
+
+@converter(aten.hardtanh.default, aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default,
+           aten.clamp_max.default, aten.clamp_min.Tensor, aten.clamp_max.Tensor)
+def _clamp(ctx, node, x, lo=None, hi=None):
+    name = node.target.__name__
+    if name.startswith("clamp_max"):
+        lo, hi = None, lo
+    if name.startswith("hardtanh"):
+        lo = -1.0 if lo is None else lo
+        hi = 1.0 if hi is None else hi
+    dt = _float_out(node)
+    tx = ctx.as_tensor(x, dt)
+    # Clip's bounds are scalars; a tensor bound (clamp.Tensor) broadcasts, so use Max/Min.
+    if isinstance(lo, V) or isinstance(hi, V):
+        if lo is not None:
+            tx = ctx.op("Max", [tx, ctx.as_tensor(lo, dt)])
+        if hi is not None:
+            tx = ctx.op("Min", [tx, ctx.as_tensor(hi, dt)])
+        return out(ctx, node, tx)
+    lo_id = None if lo is None else ctx.constant(lo, dt)
+    hi_id = None if hi is None else ctx.constant(hi, dt)
+    return out(ctx, node, ctx.op("Clip", [tx, lo_id, hi_id]))
+
+
+@converter(aten.leaky_relu.default)
+def _leaky_relu(ctx, node, x, slope=0.01):
+    return out(ctx, node, ctx.op("LeakyRelu", [x], {"alpha": float(slope)}))
+
+
+@converter(aten.elu.default)
+def _elu(ctx, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    if scale != 1.0 or input_scale != 1.0:
+        ctx.unsupported("elu with scale or input_scale != 1")
+    return out(ctx, node, ctx.op("Elu", [x], {"alpha": float(alpha)}))
+
+
+@converter(aten.softplus.default)
+def _softplus(ctx, node, x, beta=1, threshold=20):
+    if beta != 1:
+        ctx.unsupported("softplus with beta != 1")
+    # torch returns x itself above the threshold; Softplus is within rounding of it there.
+    return out(ctx, node, ctx.op("Softplus", [x]))
+
+
+@converter(aten._to_copy.default, aten.to.dtype)
+def _to_copy(ctx, node, x, *args, dtype=None, **kwargs):
+    dt = _float_out(node)
+    dev = kwargs.get("device")
+    if dev is not None and torch.device(dev).type != "cpu":
+        ctx.unsupported(f"copy to device {dev}")
+    return out(ctx, node, ctx.cast(x, dt).id if dt != x.dtype else ctx.op("Identity", [x]))
+
+
+@converter(aten._assert_tensor_metadata.default, aten._assert_scalar.default,
+           aten.sym_constrain_range_for_size.default, aten._assert_async.msg)
+def _assert(ctx, node, *args, **kwargs):
+    return None
+
+
+# ---- creation ----
+
+
+def _fill(ctx, node, shape_id, value, dt):
+    value_t = torch.tensor([value], dtype=dt)
+    return ctx.op("ConstantOfShape", [shape_id], {"value": value_t})
+
+
+@converter(aten.full.default, aten.zeros.default, aten.ones.default, aten.empty.memory_format,
+           aten.scalar_tensor.default, aten.new_full.default, aten.new_zeros.default,
+           aten.new_ones.default, aten.new_empty.default, aten.empty_strided.default)
+def _full(ctx, node, *args, **kwargs):
+    name = node.target.__name__
+    val = node.meta["val"]
+    if name.startswith("new_"):
+        args = args[1:]
+    if name.startswith("scalar_tensor"):
+        return out(ctx, node, ctx.constant(args[0], val.dtype))
+    size = args[0]
+    if name.startswith("full") or name.startswith("new_full"):
+        fill = args[1]
+    elif "zeros" in name or "empty" in name:
+        fill = 0
+    else:
+        fill = 1
+    if isinstance(fill, (V, SymV)):
+        ctx.unsupported("a fill value computed in the graph")
+    return out(ctx, node, _fill(ctx, node, ctx.shape_tensor(size), fill, val.dtype))
+
+
+@converter(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default,
+           aten.empty_like.default, aten.fill.Scalar)
+def _full_like(ctx, node, x, *args, **kwargs):
+    name = node.target.__name__
+    fill = args[0] if name.startswith(("full_like", "fill")) else (1 if "ones" in name else 0)
+    if isinstance(fill, (V, SymV)):
+        ctx.unsupported("a fill value computed in the graph")
+    dt = _float_out(node)
+    return out(ctx, node, _fill(ctx, node, ctx.op("Shape", [x]), fill, dt))
+
+
+@converter(aten.arange.start_step, aten.arange.start, aten.arange.default)
+def _arange(ctx, node, *args, **kwargs):
+    name = node.target.__name__
+    if name == "arange.default" or (name == "arange" and len(args) == 1):
+        start, end, step = 0, args[0], 1
+    else:
+        start, end = args[0], args[1]
+        step = args[2] if len(args) > 2 else kwargs.get("step", 1)
+    dt = _float_out(node)
+    ids = [ctx.as_tensor(v, dt) for v in (start, end, step)]
+    return out(ctx, node, ctx.op("Range", ids))
+
+
+# ---- shape and layout ----
+
+
+def _reshape_target(ctx, x: V, sizes) -> int:
+    """A Reshape shape input for torch sizes that may hold SymVs."""
+    sizes = list(sizes)
+    dynamic = [i for i, s in enumerate(sizes) if not is_static(s)]
+    if len(dynamic) == 1 and -1 not in sizes and all(s != 0 for s in sizes if is_static(s)):
+        sizes[dynamic[0]] = -1  # the one symbolic size is what the others leave
+        return ctx.ints(sizes)
+    return ctx.shape_tensor(sizes)
+
+
+@converter(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _view(ctx, node, x, sizes):
+    attrs = {"allowzero": 1} if any(is_static(s) and s == 0 for s in sizes) else {}
+    return out(ctx, node, ctx.op("Reshape", [x, _reshape_target(ctx, x, sizes)], attrs))
+
+
+@converter(aten.permute.default)
+def _permute(ctx, node, x, dims):
+    return out(ctx, node, ctx.op("Transpose", [x], {"perm": [axis(d, x.rank) for d in dims]}))
+
+
+@converter(aten.t.default)
+def _t(ctx, node, x):
+    return out(ctx, node, ctx.op("Transpose", [x], {"perm": list(range(x.rank))[::-1]}))
+
+
+@converter(aten.transpose.int)
+def _transpose(ctx, node, x, d0, d1):
+    perm = list(range(x.rank))
+    a, b = axis(d0, x.rank), axis(d1, x.rank)
+    perm[a], perm[b] = perm[b], perm[a]
+    return out(ctx, node, ctx.op("Transpose", [x], {"perm": perm}))
+
+
+@converter(aten.expand.default, aten.expand_copy.default)
+def _expand(ctx, node, x, sizes, implicit=False):
+    sizes = list(sizes)
+    off = len(sizes) - x.rank
+    meta = node.meta["val"].shape
+    for i, s in enumerate(sizes):
+        j = i - off
+        if is_static(s):
+            if s == -1:
+                sizes[i] = 1  # keep the input's size: 1 broadcasts to it
+            continue
+        # A symbolic target that is the input's own size there is a no-op: 1 broadcasts to it.
+        if j >= 0 and isinstance(x.shape[j], torch.SymInt) and str(x.shape[j]) == str(meta[i]):
+            sizes[i] = 1
+    return out(ctx, node, ctx.op("Expand", [x, ctx.shape_tensor(sizes)]))
+
+
+@converter(aten.unsqueeze.default)
+def _unsqueeze(ctx, node, x, d):
+    return out(ctx, node, ctx.op("Unsqueeze", [x, ctx.ints([axis(d, x.rank + 1)])]))
+
+
+@converter(aten.squeeze.dims, aten.squeeze.dim, aten.squeeze.default)
+def _squeeze(ctx, node, x, dims=None):
+    if dims is None:
+        dims = [i for i, s in enumerate(x.shape) if is_static(s) and s == 1]
+    elif isinstance(dims, int):
+        dims = [dims]
+    # torch ignores dims whose size is not 1; ONNX rejects them.
+    dims = [axis(d, x.rank) for d in dims]
+    dims = [d for d in dims if is_static(x.shape[d]) and x.shape[d] == 1]
+    if not dims:
+        return out(ctx, node, ctx.op("Identity", [x]))
+    return out(ctx, node, ctx.op("Squeeze", [x, ctx.ints(dims)]))
+
+
+@converter(aten.cat.default)
+def _cat(ctx, node, tensors, dim=0):
+    dt = _float_out(node)
+    rank = node.meta["val"].dim()
+    # torch.cat skips 1-D empty tensors of any other shape (legacy behaviour).
+    ts = [t for t in tensors if not (t.rank == 1 and is_static(t.shape[0]) and t.shape[0] == 0)
+          or rank == 1]
+    return out(ctx, node, ctx.op("Concat", [ctx.as_tensor(t, dt) for t in ts],
+                                 {"axis": axis(dim, rank)}))
+
+
+@converter(aten.stack.default)
+def _stack(ctx, node, tensors, dim=0):
+    rank = node.meta["val"].dim()
+    d = axis(dim, rank)
+    dt = _float_out(node)
+    parts = [ctx.op("Unsqueeze", [ctx.as_tensor(t, dt), ctx.ints([d])]) for t in tensors]
+    return out(ctx, node, ctx.op("Concat", parts, {"axis": d}))
+
+
+@converter(aten.split_with_sizes.default, aten.split.Tensor, aten.split_with_sizes_copy.default,
+           aten.split_copy.Tensor)
+def _split(ctx, node, x, sizes, dim=0):
+    vals = node.meta["val"]
+    d = axis(dim, x.rank)
+    lens = [int(v.shape[d]) for v in vals]
+    ids = ctx.op("Split", [x, ctx.ints(lens)], {"axis": d}, num_outputs=len(lens))
+    if len(lens) == 1:
+        ids = [ids]
+    return [V(i, v.dtype, v.shape) for i, v in zip(ids, vals)]
+
+
+@converter(aten.unbind.int)
+def _unbind(ctx, node, x, dim=0):
+    vals = node.meta["val"]
+    d = axis(dim, x.rank)
+    n = len(vals)
+    ids = ctx.op("Split", [x, ctx.ints([1] * n)], {"axis": d}, num_outputs=n) if n > 1 else [x.id]
+    return [V(ctx.op("Squeeze", [i, ctx.ints([d])]), v.dtype, v.shape) for i, v in zip(ids, vals)]
+
+
+@converter(aten.slice.Tensor, aten.slice_copy.Tensor)
+def _slice(ctx, node, x, dim=0, start=None, end=None, step=1):
+    d = axis(dim, x.rank)
+    start = 0 if start is None else start
+    end = INT64_MAX if end is None else end
+    if is_static(start) and is_static(end) and step == 1 and start == 0 and end >= INT64_MAX:
+        return out(ctx, node, ctx.op("Identity", [x]))
+    return out(ctx, node, ctx.op("Slice", [x, ctx.sym(start), ctx.sym(end), ctx.ints([d]),
+                                           ctx.ints([step])]))
+
+
+@converter(aten.select.int, aten.select_copy.int)
+def _select(ctx, node, x, dim, index):
+    d = axis(dim, x.rank)
+    idx = ctx.constant(index, torch.int64) if is_static(index) else \
+        ctx.op("Squeeze", [index.id, ctx.ints([0])])
+    return out(ctx, node, ctx.op("Gather", [x, idx], {"axis": d}))
+
+
+@converter(aten.index_select.default)
+def _index_select(ctx, node, x, dim, index):
+    return out(ctx, node, ctx.op("Gather", [x, index], {"axis": axis(dim, x.rank)}))
+
+
+@converter(aten.embedding.default)
+def _embedding(ctx, node, weight, indices, padding_idx=-1, *rest):
+    return out(ctx, node, ctx.op("Gather", [weight, indices], {"axis": 0}))
+
+
+@converter(aten.gather.default)
+def _gather(ctx, node, x, dim, index, sparse_grad=False):
+    return out(ctx, node, ctx.op("GatherElements", [x, index], {"axis": axis(dim, x.rank)}))
+
+
+@converter(aten.index.Tensor)
+def _index(ctx, node, x, indices):
+    # x[i0, i1, ...] with index tensors on leading dims (None for ':' on a dim) — the forms models
+    # use. Consecutive index tensors on dims k..k+n broadcast together, as GatherND expects.
+    present = [i for i, t in enumerate(indices) if t is not None]
+    if len(present) == 1:
+        d = present[0]
+        return out(ctx, node, ctx.op("Gather", [x, ctx.cast(indices[d], torch.int64)],
+                                     {"axis": d}))
+    ctx.unsupported("advanced indexing with several index tensors")
+
+
+@converter(aten.constant_pad_nd.default)
+def _pad(ctx, node, x, pad, value=0):
+    # torch's pad lists (begin, end) pairs from the last dim backwards; ONNX wants all begins
+    # then all ends, from the first dim.
+    n = len(pad) // 2
+    begins, ends = [0] * x.rank, [0] * x.rank
+    for i in range(n):
+        begins[x.rank - 1 - i] = pad[2 * i]
+        ends[x.rank - 1 - i] = pad[2 * i + 1]
+    if any(p < 0 for p in begins + ends):
+        ctx.unsupported("negative padding")
+    return out(ctx, node, ctx.op("Pad", [x, ctx.ints(begins + ends), ctx.constant(value, x.dtype)],
+                                 {"mode": "constant"}))
+
+
+@converter(aten.tril.default, aten.triu.default)
+def _trilu(ctx, node, x, diagonal=0):
+    upper = node.target.__name__.startswith("triu")
+    return out(ctx, node, ctx.op("Trilu", [x, ctx.constant(diagonal, torch.int64)],
+                                 {"upper": int(upper)}))
+
+
+@converter(aten.flip.default)
+def _flip(ctx, node, x, dims):
+    ids = x.id
+    for d in dims:
+        d = axis(d, x.rank)
+        ids = ctx.op("Slice", [ids, ctx.ints([-1]), ctx.ints([-INT64_MAX]), ctx.ints([d]),
+                               ctx.ints([-1])])
+    return out(ctx, node, ids)
+
+
+@converter(aten.repeat.default)
+def _repeat(ctx, node, x, repeats):
+    repeats = list(repeats)
+    xin = x.id
+    if len(repeats) > x.rank:
+        xin = ctx.op("Reshape", [x, ctx.ints([1] * (len(repeats) - x.rank) + [0] * x.rank)])
+    return out(ctx, node, ctx.op("Tile", [xin, ctx.shape_tensor(repeats)]))
+
+
+@converter(aten.sym_size.int)
+def _sym_size(ctx, node, x, dim):
+    val = node.meta["val"]
+    if is_static(val):
+        return int(val)
+    d = axis(dim, x.rank)
+    return SymV(ctx.op("Shape", [x], {"start": d, "end": d + 1}))
+
+
+@converter(aten.sym_numel.default)
+def _sym_numel(ctx, node, x):
+    val = node.meta["val"]
+    if is_static(val):
+        return int(val)
+    return SymV(ctx.op("Reshape", [ctx.op("Size", [x]), ctx.ints([1])]))
+
+
+# ---- reductions ----
+
+
+def _dims(ctx, x: V, dims):
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(x.rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return [axis(d, x.rank) for d in dims]
+
+
+def _reduce(onnx_op):
+    def convert(ctx, node, x, dims=None, keepdim=False, *, dtype=None):
+        dt = _float_out(node)
+        tx = ctx.as_tensor(x, dt)
+        if x.rank == 0:
+            return out(ctx, node, ctx.op("Identity", [tx]))
+        return out(ctx, node, ctx.op(onnx_op, [tx, ctx.ints(_dims(ctx, x, dims))],
+                                     {"keepdims": int(bool(keepdim))}))
+
+    return convert
+
+
+converter(aten.mean.dim, aten.mean.default)(_reduce("ReduceMean"))
+converter(aten.sum.dim_IntList, aten.sum.default)(_reduce("ReduceSum"))
+converter(aten.amax.default)(_reduce("ReduceMax"))
+converter(aten.amin.default)(_reduce("ReduceMin"))
+converter(aten.prod.dim_int, aten.prod.default)(_reduce("ReduceProd"))
+
+
+@converter(aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims,
+           aten.all.default)
+def _any_all(ctx, node, x, dims=None, keepdim=False):
+    is_any = node.target.__name__.startswith("any")
+    t = ctx.op("Cast", [x], {"to": dtypes.onnx_code(torch.int64)})
+    if x.rank == 0:
+        r = t
+    else:
+        r = ctx.op("ReduceMax" if is_any else "ReduceMin", [t, ctx.ints(_dims(ctx, x, dims))],
+                   {"keepdims": int(bool(keepdim))})
+    return out(ctx, node, ctx.op("Cast", [r], {"to": dtypes.onnx_code(torch.bool)}))
+
+
+@converter(aten.max.dim, aten.min.dim)
+def _max_dim(ctx, node, x, dim, keepdim=False):
+    is_max = node.target.__name__.startswith("max")
+    d = axis(dim, x.rank)
+    v = ctx.op("ReduceMax" if is_max else "ReduceMin", [x, ctx.ints([d])],
+               {"keepdims": int(keepdim)})
+    i = ctx.op("ArgMax" if is_max else "ArgMin", [x],
+               {"axis": d, "keepdims": int(keepdim), "select_last_index": 0})
+    vals = node.meta["val"]
+    return [V(v, vals[0].dtype, vals[0].shape), V(i, vals[1].dtype, vals[1].shape)]
+
+
+@converter(aten.argmax.default, aten.argmin.default)
+def _argmax(ctx, node, x, dim=None, keepdim=False):
+    op = "ArgMax" if node.target.__name__.startswith("argmax") else "ArgMin"
+    if dim is None:
+        flat = ctx.op("Reshape", [x, ctx.ints([-1])])
+        return out(ctx, node, ctx.op(op, [flat], {"axis": 0, "keepdims": 0}))
+    return out(ctx, node, ctx.op(op, [x], {"axis": axis(dim, x.rank), "keepdims": int(keepdim)}))
+
+
+@converter(aten.cumsum.default)
+def _cumsum(ctx, node, x, dim, dtype=None):
+    dt = _float_out(node)
+    return out(ctx, node, ctx.op("CumSum", [ctx.as_tensor(x, dt),
+                                            ctx.constant(axis(dim, x.rank), torch.int64)]))
+
+
+@converter(aten.topk.default)
+def _topk(ctx, node, x, k, dim=-1, largest=True, sorted=True):
+    vals = node.meta["val"]
+    v, i = ctx.op("TopK", [x, ctx.ints([k])], {"axis": axis(dim, x.rank),
+                                               "largest": int(largest), "sorted": 1},
+                  num_outputs=2)
+    return [V(v, vals[0].dtype, vals[0].shape), V(i, vals[1].dtype, vals[1].shape)]
+
+
+@converter(aten._softmax.default, aten.softmax.int)
+def _softmax(ctx, node, x, dim, half_to_float=False):
+    dt = _float_out(node)
+    return out(ctx, node, ctx.op("Softmax", [ctx.as_tensor(x, dt)], {"axis": axis(dim, x.rank)}))
+
+
+@converter(aten._log_softmax.default, aten.log_softmax.int)
+def _log_softmax(ctx, node, x, dim, half_to_float=False):
+    dt = _float_out(node)
+    return out(ctx, node, ctx.op("LogSoftmax", [ctx.as_tensor(x, dt)],
+                                 {"axis": axis(dim, x.rank)}))
+
+
+# ---- linear algebra ----
+
+
+@converter(aten.mm.default, aten.bmm.default, aten.matmul.default)
+def _matmul(ctx, node, a, b):
+    return out(ctx, node, ctx.op("MatMul", [a, b]))
+
+
+@converter(aten.addmm.default)
+def _addmm(ctx, node, bias, a, b, beta=1, alpha=1):
+    return out(ctx, node, ctx.op("Gemm", [a, b, bias], {"alpha": float(alpha),
+                                                       "beta": float(beta)}))
+
+
+@converter(aten.baddbmm.default)
+def _baddbmm(ctx, node, bias, a, b, beta=1, alpha=1):
+    dt = _float_out(node)
+    p = ctx.op("MatMul", [a, b])
+    if alpha != 1:
+        p = ctx.op("Mul", [p, ctx.constant(alpha, dt)])
+    if beta == 0:
+        return out(ctx, node, p)
+    bb = bias.id if beta == 1 else ctx.op("Mul", [bias, ctx.constant(beta, dt)])
+    return out(ctx, node, ctx.op("Add", [p, bb]))
+
+
+# ---- neural-network ops ----
+
+
+@converter(aten.convolution.default)
+def _convolution(ctx, node, x, w, b, stride, padding, dilation, transposed, output_padding,
+                 groups):
+    nd = x.rank - 2
+    attrs = {"strides": list(stride), "pads": list(padding) * 2, "dilations": list(dilation),
+             "group": int(groups), "kernel_shape": [int(s) for s in w.shape[2:]]}
+    if len(attrs["strides"]) == 1 and nd > 1:
+        attrs["strides"] *= nd
+    if transposed:
+        if any(p != 0 for p in output_padding):
+            attrs["output_padding"] = list(output_padding)
+        return out(ctx, node, ctx.op("ConvTranspose", [x, w, b], attrs))
+    return out(ctx, node, ctx.op("Conv", [x, w, b], attrs))
+
+
+def _ones_or(ctx, t, n, value, dt):
+    return t if t is not None else ctx.constant([value] * n, dt)
+
+
+@converter(aten._native_batch_norm_legit_no_training.default)
+def _batch_norm(ctx, node, x, w, b, mean, var, momentum, eps):
+    c = int(x.shape[1])
+    w = _ones_or(ctx, w, c, 1.0, x.dtype)
+    b = _ones_or(ctx, b, c, 0.0, x.dtype)
+    y = ctx.op("BatchNormalization", [x, w, b, mean, var], {"epsilon": float(eps)})
+    return [V(y, x.dtype, x.shape), None, None]
+
+
+@converter(aten.native_layer_norm.default)
+def _layer_norm(ctx, node, x, normalized_shape, w, b, eps):
+    n = math.prod(int(s) for s in normalized_shape)
+    w = _ones_or(ctx, w, n, 1.0, x.dtype)
+    if w is not None and not isinstance(w, V) and len(normalized_shape) > 1:
+        w = ctx.op("Reshape", [w, ctx.ints(normalized_shape)])
+    attrs = {"axis": -len(normalized_shape), "epsilon": float(eps)}
+    y = ctx.op("LayerNormalization", [x, w, b], attrs)
+    return [V(y, x.dtype, x.shape), None, None]
+
+
+@converter(aten.native_group_norm.default)
+def _group_norm(ctx, node, x, w, b, n, c, hw, groups, eps):
+    c = int(c)
+    w = _ones_or(ctx, w, c, 1.0, x.dtype)
+    b = _ones_or(ctx, b, c, 0.0, x.dtype)
+    y = ctx.op("GroupNormalization", [x, w, b], {"num_groups": int(groups),
+                                                 "epsilon": float(eps)})
+    return [V(y, x.dtype, x.shape), None, None]
+
+
+def _pool_attrs(x, kernel, stride, padding, dilation=None, ceil_mode=False):
+    nd = x.rank - 2
+    kernel = list(kernel) * (nd if len(kernel) == 1 else 1)
+    stride = list(stride) if stride else kernel
+    stride = stride * (nd if len(stride) == 1 else 1)
+    padding = list(padding) * (nd if len(padding) == 1 else 1)
+    attrs = {"kernel_shape": kernel, "strides": stride, "pads": padding * 2,
+             "ceil_mode": int(bool(ceil_mode))}
+    if dilation is not None:
+        dilation = list(dilation) * (nd if len(dilation) == 1 else 1)
+        attrs["dilations"] = dilation
+    return attrs
+
+
+@converter(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default,
+           aten.max_pool1d_with_indices.default, aten.max_pool2d.default)
+def _max_pool(ctx, node, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    attrs = _pool_attrs(x, kernel, stride, padding, dilation, ceil_mode)
+    y = ctx.op("MaxPool", [x], attrs)
+    val = node.meta["val"]
+    if isinstance(val, torch.Tensor):
+        return V(y, val.dtype, val.shape)
+    return [V(y, val[0].dtype, val[0].shape), None]
+
+
+@converter(aten.avg_pool2d.default, aten.avg_pool1d.default, aten.avg_pool3d.default)
+def _avg_pool(ctx, node, x, kernel, stride=(), padding=(0,), ceil_mode=False,
+              count_include_pad=True, divisor_override=None):
+    if divisor_override is not None:
+        ctx.unsupported("avg_pool with divisor_override")
+    attrs = _pool_attrs(x, kernel, stride, padding, None, ceil_mode)
+    attrs["count_include_pad"] = int(bool(count_include_pad))
+    return out(ctx, node, ctx.op("AveragePool", [x], attrs))
+
+
+@converter(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default,
+           aten._adaptive_avg_pool3d.default, aten.adaptive_avg_pool1d.default)
+def _adaptive_avg_pool(ctx, node, x, output_size):
+    nd = x.rank - 2
+    output_size = list(output_size) * (nd if len(output_size) == 1 else 1)
+    if all(s == 1 for s in output_size):
+        return out(ctx, node, ctx.op("GlobalAveragePool", [x]))
+    spatial = x.shape[2:]
+    if not all(is_static(s) and s % o == 0 for s, o in zip(spatial, output_size)):
+        ctx.unsupported(f"adaptive_avg_pool to {output_size} from a size it does not divide")
+    k = [s // o for s, o in zip(spatial, output_size)]
+    return out(ctx, node, ctx.op("AveragePool", [x], {"kernel_shape": k, "strides": k}))
+
+
+@converter(aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
+           aten.upsample_bilinear2d.vec, aten.upsample_bilinear2d.default)
+def _upsample(ctx, node, x, output_size, *args):
+    nearest = "nearest" in node.target.__name__
+    val = node.meta["val"]
+    if not all(is_static(s) for s in val.shape[2:]):
+        ctx.unsupported("upsampling to a symbolic size")
+    sizes = ctx.shape_tensor(list(x.shape[:2]) + [int(s) for s in val.shape[2:]]) \
+        if all(is_static(s) for s in x.shape[:2]) else ctx.op(
+            "Concat", [ctx.op("Shape", [x], {"start": 0, "end": 2}),
+                       ctx.ints([int(s) for s in val.shape[2:]])], {"axis": 0})
+    align = (args[0] if args and isinstance(args[0], bool) else False) if not nearest else False
+    attrs = {"mode": "nearest" if nearest else "linear",
+             "coordinate_transformation_mode": "align_corners" if align else
+             ("asymmetric" if nearest else "pytorch_half_pixel"),
+             "nearest_mode": "floor"}
+    return out(ctx, node, ctx.op("Resize", [x, None, None, sizes], attrs))

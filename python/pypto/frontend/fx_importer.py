@@ -1,0 +1,283 @@
+"""FX graphs of ATen ops -> Tensor Graphs.
+
+The torch frontends (``torch.export`` in ``optimize``, ``torch.compile``'s backend, ``@jit``) all
+end here: an FX graph whose call nodes are ATen ops (after torch's own decompositions), with
+FakeTensor metadata on every node. ``FxImporter`` walks it once, in order, and builds a
+``_C.Graph`` through the converters in ``aten_ops`` — one small function per ATen op, registered in
+a table. Nothing here computes on tensor data: it only builds nodes.
+
+Symbolic sizes (a dynamic batch) travel as int64 tensors of shape [1] computed from the inputs
+(``Shape``), so one graph serves every size; static sizes stay Python ints and become constants.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from .. import _C
+from .. import dtypes
+
+OPSET = 21  # the ONNX default-domain opset of every node the torch frontends build
+
+INT64_MAX = 2**63 - 1
+
+
+class V:
+    """A tensor value of the graph under construction: its id plus torch's view of its type."""
+
+    __slots__ = ("id", "dtype", "shape")
+
+    def __init__(self, id: int, dtype: torch.dtype, shape: tuple):
+        self.id, self.dtype, self.shape = id, dtype, tuple(shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self):
+        return f"V(%{self.id}: {self.dtype} {list(self.shape)})"
+
+
+class SymV:
+    """A symbolic integer (a SymInt such as the batch size) held as an int64 tensor of shape [1]."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, id: int):
+        self.id = id
+
+
+def is_static(x) -> bool:
+    return isinstance(x, (int, float, bool)) and not isinstance(x, torch.SymInt)
+
+
+Converter = Callable[..., Any]
+CONVERTERS: dict[Any, Converter] = {}
+
+
+def converter(*targets):
+    """Registers a function as the converter of the given ATen overloads (or Python callables)."""
+
+    def register(fn):
+        for t in targets:
+            assert t not in CONVERTERS, f"converter for {t} registered twice"
+            CONVERTERS[t] = fn
+        return fn
+
+    return register
+
+
+def target_name(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    return getattr(target, "__name__", str(target))
+
+
+def supported(node: torch.fx.Node) -> bool:
+    """Whether a call node can be converted (the torch.compile partitioner asks)."""
+    return node.op != "call_function" or node.target in CONVERTERS or _is_custom(node.target)
+
+
+def _is_custom(target) -> bool:
+    from .. import custom_op
+
+    return custom_op.lookup(target) is not None
+
+
+@dataclass
+class ImportedGraph:
+    graph: _C.Graph
+    input_names: list[str]
+    symbol_ranges: dict[str, tuple[int, int]]
+
+
+class FxImporter:
+    """Builds one ``_C.Graph`` from one FX graph."""
+
+    def __init__(self, name: str = "main"):
+        self.g = _C.Graph()
+        self.g.name = name
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.symbol_names: dict[Any, str] = {}  # sympy symbol -> symbol name in the graph
+        self._consts: dict[tuple, int] = {}
+        self._count = 0
+        self.node: torch.fx.Node | None = None  # the node being converted (for errors)
+
+    # ---- building blocks used by the converters ----
+
+    def where(self) -> str:
+        n = self.node
+        return f"[{target_name(n.target)}] node '{n.name}'" if n is not None else "[import]"
+
+    def unsupported(self, what: str):
+        raise NotImplementedError(f"{self.where()}: {what}")
+
+    def op(self, op: str, inputs: list, attrs: dict | None = None, num_outputs: int = 1):
+        ids = [-1 if x is None else (x if isinstance(x, int) else x.id) for x in inputs]
+        self._count += 1
+        base = self.node.name if self.node is not None else "n"
+        outs = self.g.add_node(op, ids, num_outputs, attrs or {}, f"{base}/{op}_{self._count}",
+                               OPSET)
+        return outs[0] if num_outputs == 1 else outs
+
+    def value(self, id: int, like: torch.fx.Node | None = None, dtype=None, shape=None) -> V:
+        """Wraps an id as a V, typed from a node's FakeTensor unless dtype/shape are given."""
+        if like is not None:
+            val = like.meta["val"]
+            dtype = dtype or val.dtype
+            shape = val.shape if shape is None else shape
+        return V(id, dtype, tuple(shape))
+
+    def constant(self, data, dtype: torch.dtype, shape: tuple | None = None) -> int:
+        """An initializer holding `data` (a scalar or a list), deduplicated."""
+        t = torch.tensor(data, dtype=dtype)
+        if shape is not None:
+            t = t.reshape(shape)
+        key = (dtype, tuple(t.shape), tuple(t.flatten().tolist()))
+        if key not in self._consts:
+            self._count += 1
+            self._consts[key] = self.g.add_initializer(f"const_{self._count}", t)
+        return self._consts[key]
+
+    def tensor_constant(self, name: str, t: torch.Tensor) -> int:
+        """An initializer sharing memory with a torch tensor (parameters, buffers)."""
+        return self.g.add_initializer(name, t.detach())
+
+    def ints(self, values) -> int:
+        return self.constant([int(v) for v in values], torch.int64)
+
+    def as_tensor(self, x, dtype: torch.dtype) -> int:
+        """A tensor id for an operand: a V (cast to `dtype` if needed) or a Python scalar."""
+        if isinstance(x, V):
+            return self.cast(x, dtype).id
+        if isinstance(x, SymV):
+            t = self.op("Squeeze", [x.id, self.ints([0])])
+            return t if dtype == torch.int64 else self.op("Cast", [t], {"to": dtypes.onnx_code(dtype)})
+        if isinstance(x, torch.SymInt):  # a SymInt the importer has not materialized
+            self.unsupported("a symbolic size was used in an unsupported position")
+        return self.constant(x, dtype)
+
+    def cast(self, x: V, dtype: torch.dtype) -> V:
+        if x.dtype == dtype:
+            return x
+        return V(self.op("Cast", [x], {"to": dtypes.onnx_code(dtype)}), dtype, x.shape)
+
+    def sym(self, x) -> int:
+        """An int64 [1] tensor for a size: a Python int or a SymV."""
+        if isinstance(x, SymV):
+            return x.id
+        return self.ints([x])
+
+    def shape_tensor(self, sizes) -> int:
+        """A 1-D int64 tensor of sizes that may mix Python ints and SymVs."""
+        if all(is_static(s) for s in sizes):
+            return self.ints(sizes)
+        return self.op("Concat", [self.sym(s) for s in sizes], {"axis": 0})
+
+    # ---- the walk ----
+
+    def resolve(self, a):
+        if isinstance(a, torch.fx.Node):
+            if a not in self.env:
+                raise RuntimeError(f"[import] node '{a.name}' is used before it is defined")
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.resolve(x) for x in a)
+        if isinstance(a, dict):
+            return {k: self.resolve(x) for k, x in a.items()}
+        return a
+
+    def input_type(self, val) -> tuple[str, list]:
+        shape = []
+        for d in val.shape:
+            if isinstance(d, torch.SymInt):
+                expr = d.node.expr
+                shape.append(self.symbol_names.get(expr, str(expr)) if expr.is_Symbol else None)
+            else:
+                shape.append(int(d))
+        return dtypes.name(val.dtype), shape
+
+    def add_input(self, node: torch.fx.Node, name: str | None = None):
+        val = node.meta.get("val")
+        name = name or node.name
+        if isinstance(val, torch.Tensor):
+            dt, shape = self.input_type(val)
+            self.env[node] = V(self.g.add_input(name, dt, shape), val.dtype, val.shape)
+        elif isinstance(val, torch.SymInt):
+            self.env[node] = SymV(self.g.add_input(name, "i64", [1]))
+        elif isinstance(val, (int, float, bool)) or val is None:
+            self.env[node] = val
+        else:
+            raise NotImplementedError(
+                f"[import] input '{name}' has type {type(val).__name__}; only tensors, "
+                "ints and floats can be graph inputs")
+
+    def add_constant_input(self, node: torch.fx.Node, name: str, t: torch.Tensor):
+        if not isinstance(t, torch.Tensor):
+            self.env[node] = t
+            return
+        self.env[node] = V(self.tensor_constant(name, t), t.dtype, t.shape)
+
+    def convert(self, node: torch.fx.Node):
+        self.node = node
+        if node.op == "get_attr":
+            t = getattr(node.graph.owning_module, node.target)
+            self.add_constant_input(node, node.target, t)
+            return
+        if node.op != "call_function":
+            raise NotImplementedError(f"[import] node '{node.name}': unsupported FX op {node.op}")
+        fn = CONVERTERS.get(node.target)
+        args, kwargs = self.resolve(node.args), self.resolve(node.kwargs)
+        if fn is None:
+            from .. import custom_op
+
+            body = custom_op.lookup(node.target)
+            if body is None:
+                raise NotImplementedError(
+                    f"{self.where()}: PyPTO has no conversion for the op "
+                    f"{target_name(node.target)}")
+            self.env[node] = custom_op.inline(self, node, body, args, kwargs)
+            return
+        out = fn(self, node, *args, **kwargs)
+        self.env[node] = out
+
+    def set_outputs(self, values):
+        for i, v in enumerate(values):
+            if isinstance(v, V):
+                self.g.add_output(v.id)
+            elif isinstance(v, SymV):
+                self.g.add_output(v.id)
+            else:
+                raise NotImplementedError(
+                    f"[import] output {i} is a {type(v).__name__}, not a tensor; PyPTO graphs "
+                    "return tensors only")
+        self.node = None
+
+
+# ---- Python-level operators on sizes (SymInt arithmetic in exported graphs) ----
+
+
+def _sym_binary(onnx_op: str, py: Callable):
+    def convert(ctx: FxImporter, node, a, b):
+        if is_static(a) and is_static(b):
+            return py(a, b)
+        return SymV(ctx.op(onnx_op, [ctx.sym(a), ctx.sym(b)]))
+
+    return convert
+
+
+converter(operator.add)(_sym_binary("Add", operator.add))
+converter(operator.sub)(_sym_binary("Sub", operator.sub))
+converter(operator.mul)(_sym_binary("Mul", operator.mul))
+# Sizes are non-negative, so ONNX's truncating integer Div is Python's floor division here.
+converter(operator.floordiv)(_sym_binary("Div", operator.floordiv))
+
+
+@converter(operator.getitem)
+def _getitem(ctx, node, seq, i):
+    return seq[i]

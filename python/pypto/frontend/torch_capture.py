@@ -1,0 +1,185 @@
+"""Capturing a torch.nn.Module as an ATen graph with torch.export, and importing it.
+
+``capture`` runs ``torch.export.export`` (non-strict) with the batch dimension declared dynamic,
+applies torch's core-ATen decompositions, and hands the graph to ``FxImporter``. Parameters and
+buffers become initializers that share memory with the module's own tensors.
+
+Why a batch of 2 when the example has 1: torch.export specializes sizes 0 and 1 (a size-1 dim
+broadcasts, so torch cannot keep it symbolic). Capturing with the example repeated to batch 2
+gives the general graph; batch 1 then runs through the same graph.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim, ExportedProgram
+from torch.export.graph_signature import InputKind
+
+from .. import _C
+from . import aten_ops  # noqa: F401  (registers the converters)
+from .fx_importer import FxImporter, SymV, V, target_name
+
+log = logging.getLogger("pypto")
+
+BATCH = "batch"
+INT64_MAX = 2**63 - 1
+
+
+@dataclass
+class Captured:
+    graph: _C.Graph
+    in_spec: pytree.TreeSpec  # of (args, kwargs)
+    out_spec: pytree.TreeSpec
+    # One entry per flat user input (the leaves of (args, kwargs)): ("tensor", name) for a graph
+    # input, ("int", name) for a symbolic int input, ("const", value) for a Python value
+    # torch.export specialized on (a call with another value is an error, not a wrong result).
+    inputs: list[tuple[str, Any]]
+    dynamic: dict[str, tuple[int, int]]  # symbol -> declared range
+
+
+def _batch_spec(module, flat: list, args, kwargs, max_batch: int | None):
+    """dynamic_shapes marking dim 0 of every tensor input that shares the first one's batch,
+    keyed by the names of forward's parameters (the form torch.export accepts with kwargs)."""
+    tensors = [x for x in flat if isinstance(x, torch.Tensor) and x.dim() > 0]
+    if not tensors:
+        return None, None
+    b0 = tensors[0].shape[0]
+    dim = Dim(BATCH, min=1, max=max_batch) if max_batch else Dim(BATCH, min=1)
+
+    def spec(x):
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == b0:
+            return {0: dim}
+        return None
+
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"[capture] the example inputs do not match "
+                        f"{type(module).__name__}.forward: {e}") from None
+    params = inspect.signature(module.forward).parameters
+    out = {}
+    for name, value in bound.arguments.items():
+        if params[name].kind == inspect.Parameter.VAR_POSITIONAL:
+            out[name] = tuple(pytree.tree_map(spec, v, is_leaf=lambda x: x is None)
+                              for v in value)
+        elif params[name].kind == inspect.Parameter.VAR_KEYWORD:
+            out[name] = {k: pytree.tree_map(spec, v, is_leaf=lambda x: x is None)
+                         for k, v in value.items()}
+        else:
+            out[name] = pytree.tree_map(spec, value, is_leaf=lambda x: x is None)
+    return b0, out
+
+
+def _repeat_batch(x, b0):
+    if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == b0 == 1:
+        return x.expand(2, *x.shape[1:]).clone()
+    return x
+
+
+def export(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
+           dynamic: bool = True, dynamic_shapes=None, max_batch: int | None = None
+           ) -> ExportedProgram:
+    """torch.export with the batch dimension dynamic (see the module docstring)."""
+    kwargs = kwargs or {}
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"expected a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(args, tuple):
+        args = (args,)
+    flat, _ = pytree.tree_flatten((args, kwargs))
+    for i, x in enumerate(flat):
+        if isinstance(x, torch.Tensor) and x.device.type != "cpu":
+            raise ValueError(f"example input {i} is on {x.device}; PyPTO runs on the CPU")
+    if dynamic_shapes is None and dynamic:
+        b0, spec = _batch_spec(module, flat, args, kwargs, max_batch)
+        if spec is not None:
+            eargs, ekwargs = pytree.tree_map(lambda x: _repeat_batch(x, b0), (args, kwargs))
+            try:
+                return _export(module, eargs, ekwargs, spec)
+            except Exception as e:  # the model ties the batch to a constant: stay static
+                log.warning("pypto: the batch dimension cannot be dynamic for this model (%s); "
+                            "compiling for batch %d only", str(e).splitlines()[0][:200], b0)
+    return _export(module, args, kwargs, dynamic_shapes)
+
+
+def _export(module, args, kwargs, dynamic_shapes) -> ExportedProgram:
+    try:
+        ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+    except torch._dynamo.exc.UserError:
+        raise
+    except Exception as e:
+        raise ValueError(f"[capture] torch.export could not capture "
+                         f"{type(module).__name__}: {type(e).__name__}: {e}") from e
+    return ep.run_decompositions()
+
+
+def import_program(ep: ExportedProgram, name: str = "main",
+                   symbol_names: dict[str, str] | None = None) -> Captured:
+    """Converts an ExportedProgram (core ATen) into a Tensor Graph."""
+    imp = FxImporter(name)
+    sig = ep.graph_signature
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    user_inputs = []
+    # Name the symbols: the ones torch.export made for our batch Dim get "batch".
+    for spec, node in zip(sig.input_specs, placeholders):
+        if spec.kind == InputKind.USER_INPUT:
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor) and val.dim() > 0:
+                d0 = val.shape[0]
+                if isinstance(d0, torch.SymInt) and d0.node.expr.is_Symbol:
+                    imp.symbol_names.setdefault(d0.node.expr, BATCH)
+    for spec, node in zip(sig.input_specs, placeholders):
+        imp.node = None
+        if spec.kind == InputKind.USER_INPUT:
+            imp.add_input(node, spec.arg.name)
+            v = imp.env[node]
+            kind = "tensor" if isinstance(v, V) else "int" if isinstance(v, SymV) else "const"
+            user_inputs.append((kind, v if kind == "const" else spec.arg.name))
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            t = ep.state_dict[spec.target] if spec.target in ep.state_dict else \
+                ep.constants[spec.target]
+            imp.add_constant_input(node, spec.target, t)
+        elif spec.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
+            imp.add_constant_input(node, spec.target, ep.constants[spec.target])
+        else:
+            raise NotImplementedError(f"[capture] input '{node.name}' of kind {spec.kind.name}")
+    output_node = None
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            output_node = node
+            break
+        imp.convert(node)
+    outs = [imp.resolve(a) for a in output_node.args[0]]
+    imp.set_outputs(outs)
+
+    ranges = {}
+    for sym, vr in ep.range_constraints.items():
+        n = imp.symbol_names.get(sym, str(sym))
+        lo, hi = _bound(vr.lower, 0), _bound(vr.upper, INT64_MAX)
+        ranges[n] = (max(lo, 0), hi)
+    for n, (lo, hi) in ranges.items():
+        imp.g.set_symbol_range(n, lo, hi)
+    return Captured(imp.g, ep.call_spec.in_spec, ep.call_spec.out_spec, user_inputs, ranges)
+
+
+def _bound(x, infinite: int) -> int:
+    """A range bound as an int; torch's int_oo and sympy's oo are `infinite`."""
+    try:
+        v = int(x)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return infinite
+    return v if abs(v) < INT64_MAX else infinite
+
+
+def unsupported_ops(ep: ExportedProgram) -> list[str]:
+    from .fx_importer import supported
+
+    return sorted({target_name(n.target) for n in ep.graph.nodes
+                   if n.op == "call_function" and not supported(n)})

@@ -1,0 +1,91 @@
+"""@pypto.jit: a Python function over tensors becomes one compiled graph.
+
+    @pypto.jit
+    def lj_potential(r):
+        s6 = (3.4 / r) ** 6
+        return 4 * 0.1 * (s6 * s6 - s6)
+
+The first call with a given set of input shapes and dtypes captures the function with
+torch.export and compiles it; later calls with the same signature reuse the compiled graph.
+Tensors go in and come out without copies; numpy arrays work too (numpy in, numpy out).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+
+from .frontend import torch_capture
+from .runtime import CompiledGraph
+
+
+class _AsModule(torch.nn.Module):
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+def _key(x: Any):
+    if isinstance(x, torch.Tensor):
+        return ("tensor", tuple(x.shape), x.dtype)
+    if isinstance(x, (int, float, bool, str, type(None))):
+        return ("value", type(x), x)
+    raise TypeError(f"@pypto.jit: arguments must be tensors, numpy arrays or Python scalars, "
+                    f"got {type(x).__name__}")
+
+
+class JitFunction:
+    """The compiled form of a function; one compiled graph per input signature."""
+
+    def __init__(self, fn: Callable, level: int | None):
+        self.fn, self.level = fn, level
+        self._cache: dict[Any, tuple[torch_capture.Captured, CompiledGraph]] = {}
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        numpy_in = any(isinstance(x, np.ndarray) for x in flat)
+        flat = [torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in flat]
+        key = (spec, tuple(_key(x) for x in flat))
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is None:
+                entry = self._compile(*pytree.tree_unflatten(flat, spec))
+                self._cache[key] = entry
+        cap, compiled = entry
+        tensors = [x for x, (kind, _) in zip(flat, cap.inputs) if kind == "tensor"]
+        outs = compiled.run(tensors, like="numpy" if numpy_in else "torch")
+        return pytree.tree_unflatten(outs, cap.out_spec)
+
+    def _compile(self, args, kwargs):
+        with torch.no_grad():
+            ep = torch_capture.export(_AsModule(self.fn), tuple(args), kwargs, dynamic=False)
+        missing = torch_capture.unsupported_ops(ep)
+        if missing:
+            raise NotImplementedError(f"@pypto.jit {self.fn.__name__}: uses op(s) PyPTO cannot "
+                                      f"run yet: {', '.join(missing)}")
+        cap = torch_capture.import_program(ep, name=self.fn.__name__)
+        return cap, CompiledGraph(cap.graph, self.level)
+
+    @property
+    def cache_size(self) -> int:
+        """How many input signatures have been compiled."""
+        return len(self._cache)
+
+
+def jit(fn: Callable | None = None, *, level: int | None = None):
+    """Decorator: ``@pypto.jit`` or ``@pypto.jit(level=1)``."""
+    if fn is None:
+        return lambda f: JitFunction(f, level)
+    if not callable(fn):
+        raise TypeError(f"@pypto.jit decorates a function, got {type(fn).__name__}")
+    return JitFunction(fn, level)

@@ -1,0 +1,92 @@
+"""ONNX models in and out.
+
+    exe = pypto.onnx.load("model.onnx")      # compiled; exe(x) or exe(input_ids=..., ...)
+    pypto.onnx.export(fast, (x,), "out.onnx")  # a module or an optimized module to ONNX
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from . import _C
+from .runtime import CompiledGraph
+
+
+class OnnxModel:
+    """A compiled ONNX model. Call with arrays positionally (graph-input order) or by input name;
+    returns one array, or a tuple for several outputs, of the kind given (torch or numpy)."""
+
+    def __init__(self, graph: _C.Graph, level: int | None = None, path: str | None = None):
+        self.path = path
+        self._compiled = CompiledGraph(graph, level)
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self._compiled.input_names)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self._compiled.output_names)
+
+    @property
+    def graph(self) -> _C.Graph:
+        return self._compiled.graph
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        names = self._compiled.input_names
+        if len(args) > len(names):
+            raise TypeError(f"the model takes {len(names)} input(s) ({', '.join(names)}), "
+                            f"got {len(args)} positional")
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise TypeError(f"the model has no input '{k}' (inputs: {', '.join(names)})")
+            if k in given:
+                raise TypeError(f"input '{k}' given twice")
+            given[k] = v
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise TypeError(f"missing input(s): {', '.join(missing)}")
+        inputs = [given[n] for n in names]
+        like = "numpy" if any(isinstance(x, np.ndarray) for x in inputs) else "torch"
+        outs = self._compiled.run(inputs, like=like)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def __repr__(self):
+        return f"pypto.onnx.OnnxModel({self.path or ''}: {self._compiled!r})"
+
+
+def load(path: str | os.PathLike, level: int | None = None) -> OnnxModel:
+    """Loads and compiles an ONNX model file."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"pypto.onnx.load: no such file: {path}")
+    return OnnxModel(_C.onnx_load(path), level, path)
+
+
+def export(model: Any, args: Any, path: str | os.PathLike, **optimize_kwargs) -> None:
+    """Writes an ONNX file of `model`: an OptimizedModule, an OnnxModel, a CompiledGraph or a
+    torch.nn.Module (captured first with pypto.optimize's importer)."""
+    path = os.fspath(path)
+    graph = _graph_of(model, args, optimize_kwargs)
+    _C.onnx_save(graph, path)
+
+
+def _graph_of(model, args, optimize_kwargs) -> _C.Graph:
+    if isinstance(model, (OnnxModel, CompiledGraph)):
+        return model.graph
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and isinstance(model, torch.nn.Module):
+        from .optimize import OptimizedModule, optimize
+
+        if not isinstance(model, OptimizedModule):
+            model = optimize(model, args, **optimize_kwargs)
+        return model.graph
+    raise TypeError(f"pypto.onnx.export: cannot export a {type(model).__name__}; pass a "
+                    "torch.nn.Module, an OptimizedModule or an OnnxModel")

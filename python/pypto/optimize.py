@@ -1,0 +1,107 @@
+"""pypto.optimize: a torch.nn.Module in, a torch.nn.Module running the compiled graph out."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from .frontend import torch_capture
+from .runtime import CompiledGraph
+
+log = logging.getLogger("pypto")
+
+
+class OptimizedModule(torch.nn.Module):
+    """Runs a module's captured graph on PyPTO. Takes and returns what the module does (torch
+    tensors, and the same output structure: tuples, dicts, transformers' ModelOutput)."""
+
+    def __init__(self, module: torch.nn.Module, captured: torch_capture.Captured,
+                 compiled: CompiledGraph):
+        super().__init__()
+        # Registered like torch.compile's OptimizedModule does: the parameters stay the
+        # module's (the compiled graph shares their memory), state_dict() still works.
+        self._orig_mod = module
+        self._captured = captured
+        self._compiled = compiled
+
+    @property
+    def compiled(self) -> CompiledGraph:
+        return self._compiled
+
+    @property
+    def graph(self):
+        """The Tensor Graph (``print(fast.graph)`` shows it)."""
+        return self._compiled.graph
+
+    @property
+    def dynamic_dims(self) -> dict[str, tuple[int, int]]:
+        """Symbolic dimensions and their declared ranges, e.g. {"batch": (1, 2**63 - 1)}."""
+        return dict(self._captured.dynamic)
+
+    def forward(self, *args, **kwargs):
+        cap = self._captured
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        if spec != cap.in_spec:
+            raise TypeError(f"{type(self._orig_mod).__name__}: the arguments do not have the "
+                            f"structure of the example inputs it was optimized with "
+                            f"(expected {cap.in_spec}, got {spec})")
+        inputs = []
+        for i, (x, (kind, payload)) in enumerate(zip(flat, cap.inputs)):
+            if kind == "const":
+                if x != payload:
+                    raise ValueError(f"argument {i} was {payload!r} when the module was "
+                                     f"optimized and is {x!r} now; optimize again for it")
+            elif kind == "int":
+                if not isinstance(x, int):
+                    raise TypeError(f"argument '{payload}' must be an int, got "
+                                    f"{type(x).__name__}")
+                inputs.append(torch.tensor([x], dtype=torch.int64))
+            else:
+                if not isinstance(x, torch.Tensor):
+                    raise TypeError(f"argument '{payload}' must be a torch.Tensor, got "
+                                    f"{type(x).__name__}")
+                inputs.append(x)
+        outs = self._compiled.run(inputs)
+        return pytree.tree_unflatten(outs, cap.out_spec)
+
+    def extra_repr(self) -> str:
+        return repr(self._compiled)
+
+
+def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | None = None, *,
+             example_kwargs: dict | None = None, dynamic: bool = True, dynamic_shapes=None,
+             max_batch: int | None = None) -> OptimizedModule:
+    """Compiles `model` for inference on PyPTO.
+
+    example_inputs: a tuple of arguments (or a single tensor) the model is called with.
+    level: 0..3 (default: the graph_optimization_level option, 2).
+    dynamic: make the batch (dim 0 of the inputs) symbolic, so one compiled module serves every
+        batch size in [1, max_batch]; False compiles for the example shapes only.
+    dynamic_shapes: torch.export's dynamic_shapes spec, for full control (overrides dynamic).
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"pypto.optimize expects a torch.nn.Module, got {type(model).__name__}"
+                        " (use @pypto.jit for a function)")
+    if example_inputs is None:
+        raise ValueError("pypto.optimize needs example_inputs: the arguments the model is called "
+                         "with, e.g. example_inputs=(x,)")
+    if not isinstance(example_inputs, tuple):
+        example_inputs = (example_inputs,)
+    if model.training:
+        log.warning("pypto.optimize: %s is in training mode; PyPTO compiles for inference "
+                    "(call model.eval() first)", type(model).__name__)
+    from .options import compile_options
+
+    compile_options(level)  # validates level before the (slow) capture
+    with torch.no_grad():
+        ep = torch_capture.export(model, example_inputs, example_kwargs, dynamic=dynamic,
+                                  dynamic_shapes=dynamic_shapes, max_batch=max_batch)
+        missing = torch_capture.unsupported_ops(ep)
+        if missing:
+            raise NotImplementedError(f"pypto.optimize: {type(model).__name__} uses op(s) PyPTO "
+                                      f"cannot run yet: {', '.join(missing)}")
+        captured = torch_capture.import_program(ep, name=type(model).__name__)
+    return OptimizedModule(model, captured, CompiledGraph(captured.graph, level))

@@ -1,0 +1,69 @@
+"""Process-wide optimization options: ``pypto.set_optimization_options({...})``.
+
+They are the defaults every later compilation starts from (``optimize``, ``torch.compile``,
+``@jit``, ``onnx.load``); an explicit argument such as ``optimize(..., level=1)`` wins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _C
+
+_DEFAULTS: dict[str, Any] = {
+    "graph_optimization_level": 2,  # 0..3, see docs/python.md
+    "memory_optimization": True,  # reuse intermediate buffers as soon as they are dead
+    "auto_mixed_precision": False,  # bf16 compute with fp32 islands (not implemented yet)
+}
+_TYPES = {"graph_optimization_level": int, "memory_optimization": bool,
+          "auto_mixed_precision": bool}
+_current = dict(_DEFAULTS)
+
+
+def set_optimization_options(options: dict[str, Any]) -> None:
+    """Updates the given keys; an unknown key or a value of the wrong type is an error."""
+    if not isinstance(options, dict):
+        raise TypeError(f"set_optimization_options expects a dict, got {type(options).__name__}")
+    checked = {}
+    for key, value in options.items():
+        if key not in _DEFAULTS:
+            raise ValueError(f"set_optimization_options: unknown option '{key}' "
+                             f"(known: {', '.join(sorted(_DEFAULTS))})")
+        want = _TYPES[key]
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            raise TypeError(f"set_optimization_options: '{key}' must be {want.__name__}, "
+                            f"got {type(value).__name__}")
+        if key == "graph_optimization_level" and not 0 <= value <= 3:
+            raise ValueError(f"set_optimization_options: graph_optimization_level must be 0..3, "
+                             f"got {value}")
+        if key == "auto_mixed_precision" and value:
+            raise NotImplementedError("set_optimization_options: auto_mixed_precision is not "
+                                      "implemented yet (mixed precision is on the roadmap)")
+        checked[key] = value
+    _current.update(checked)
+
+
+def get_optimization_options() -> dict[str, Any]:
+    """A copy of the current options."""
+    return dict(_current)
+
+
+def reset_optimization_options() -> None:
+    """Back to the defaults."""
+    _current.clear()
+    _current.update(_DEFAULTS)
+
+
+def compile_options(level: int | None = None) -> _C.CompileOptions:
+    """The C++ CompileOptions for one compilation: the current options, `level` if given."""
+    if level is None:
+        level = _current["graph_optimization_level"]
+    if isinstance(level, bool) or not isinstance(level, int):
+        raise TypeError(f"level must be an int 0..3, got {type(level).__name__}")
+    if not 0 <= level <= 3:
+        raise ValueError(f"level must be 0..3, got {level}")
+    o = _C.CompileOptions()
+    o.level = level
+    o.memory_optimization = _current["memory_optimization"]
+    o.auto_mixed_precision = _current["auto_mixed_precision"]
+    return o

@@ -1,0 +1,78 @@
+"""CompiledGraph: a compiled Tensor Graph called with torch tensors or numpy arrays.
+
+Inputs go to C++ through DLPack without a copy (strided views included) and outputs come back
+the same way, as the caller's kind of array. Checks that need Python types (a non-tensor
+argument, a CUDA tensor) happen here; shape and dtype checks happen in C++, at the boundary of
+the Executable, with messages that name the input.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import _C
+from . import options as _options
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # torch is optional for ONNX-only use
+        return None
+    return torch
+
+
+def to_boundary(x: Any, what: str):
+    """An object C++ can take through DLPack, or TypeError/ValueError naming `what`."""
+    torch = _torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        if x.device.type != "cpu":
+            raise ValueError(f"{what} is on {x.device}; PyPTO runs on the CPU (use .cpu())")
+        if x.is_conj() or x.is_neg():
+            x = x.resolve_conj().resolve_neg()
+        return x.detach() if x.requires_grad else x
+    if isinstance(x, np.ndarray):
+        if not x.dtype.isnative:
+            x = x.astype(x.dtype.newbyteorder("="))
+        return x
+    if isinstance(x, np.generic):
+        return np.asarray(x)
+    raise TypeError(f"{what} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+class CompiledGraph:
+    """A Tensor Graph compiled by ``_C.compile``; ``run`` takes one array per graph input."""
+
+    def __init__(self, graph: _C.Graph, level: int | None = None):
+        self._exe = _C.compile(graph, _options.compile_options(level))
+        g = self._exe.graph
+        self.input_names = [g.value_name(v) for v in g.inputs]
+        self.input_types = [g.type(v) for v in g.inputs]
+        self.output_names = [g.value_name(v) for v in g.outputs]
+
+    @property
+    def graph(self) -> _C.Graph:
+        return self._exe.graph
+
+    @property
+    def level(self) -> int:
+        return self._exe.level
+
+    def run(self, inputs: Sequence[Any], *, like: str = "torch") -> list:
+        """Runs on arrays (torch or numpy); returns torch tensors (like="torch") or numpy arrays."""
+        if len(inputs) != len(self.input_names):
+            raise TypeError(f"expected {len(self.input_names)} input(s) "
+                            f"({', '.join(self.input_names)}), got {len(inputs)}")
+        arrays = [to_boundary(x, f"input '{n}'") for x, n in zip(inputs, self.input_names)]
+        outs = self._exe.run(arrays)
+        if like == "numpy":
+            return [np.from_dlpack(o) for o in outs]
+        torch = _torch()
+        return [torch.from_dlpack(o) for o in outs]
+
+    def __repr__(self):
+        ins = ", ".join(f"{n}: {dt}{list(s) if s is not None else '[*]'}"
+                        for n, (dt, s) in zip(self.input_names, self.input_types))
+        return f"CompiledGraph({ins}) -> {len(self.output_names)} output(s), level {self.level}"
