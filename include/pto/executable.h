@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pto/graph.h"
+#include "pto/reference.h"
 
 namespace pto {
 
@@ -34,6 +35,9 @@ class Executable {
   // that each symbolic dimension is consistent across inputs and inside its declared range
   // (ValueError/TypeError naming the input). Safe to call from several threads at once.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+  // The same, calling `observer` after each node with its outputs (debugging tools, tests).
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs,
+                          const reference::NodeObserver& observer) const;
 
   const Graph& graph() const { return *graph_; }
   const CompileOptions& options() const { return options_; }

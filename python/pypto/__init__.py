@@ -25,7 +25,7 @@ except ImportError:  # ONNX-only use: the torch entry points are absent
 if _torch is not None:
     from .optimize import OptimizedModule, optimize
     from .jit import jit
-    from .custom_op import custom_op
+    from .custom_ops import custom_op
     from . import dynamo as _dynamo
 
     _dynamo.register()

@@ -13,19 +13,24 @@ import logging
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
 from .frontend import aten_ops  # noqa: F401  (registers the converters)
 from .frontend.fx_importer import FxImporter, SymV, V, supported, target_name
 from .runtime import CompiledGraph
 
 log = logging.getLogger("pypto")
-_logged: set[str] = set()
+_stats = {"graphs": 0, "pypto_pieces": 0, "pypto_runs": 0, "fallback_ops": set()}
+
+
+def stats() -> dict:
+    """What the backend did so far: graphs received, pieces compiled by PyPTO, runs of those
+    pieces, and the ops left to PyTorch."""
+    return {k: (sorted(v) if isinstance(v, set) else v) for k, v in _stats.items()}
 
 
 def _log_fallback(op: str):
-    if op not in _logged:
-        _logged.add(op)
+    if op not in _stats["fallback_ops"]:
+        _stats["fallback_ops"].add(op)
         log.warning("pypto: %s is not supported yet; that part of the graph runs in PyTorch", op)
 
 
@@ -44,6 +49,7 @@ class PyptoPiece(torch.nn.Module):
         if entry is None:
             entry = self._compiled[key] = self._compile()
         compiled, single = entry
+        _stats["pypto_runs"] += 1
         inputs = [a if isinstance(a, torch.Tensor) else torch.tensor([a], dtype=torch.int64)
                   for a in args]
         outs = compiled.run(inputs)
@@ -65,6 +71,7 @@ class PyptoPiece(torch.nn.Module):
         single = not isinstance(result, (tuple, list))
         outs = [imp.resolve(r) for r in ([result] if single else result)]
         imp.set_outputs(outs)
+        _stats["pypto_pieces"] += 1
         return CompiledGraph(imp.g, self.level), single
 
 
@@ -81,6 +88,7 @@ class _Support(torch.fx.passes.operator_support.OperatorSupportBase):
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, level=None):
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
+    _stats["graphs"] += 1
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
     if calls and all(supported(n) for n in calls):
         return PyptoPiece(gm, level)
@@ -115,4 +123,4 @@ def register():
         register_backend(name="pypto")(backend)
 
 
-__all__ = ["backend", "register", "pytree"]
+__all__ = ["backend", "register", "stats"]

@@ -5,6 +5,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+
 #include "bindings.h"
 #include "pto/graph.h"
 #include "pto/op_registry.h"
@@ -126,6 +128,22 @@ void bind_graph(nb::module_& m) {
             return nb::make_tuple(std::string(dtype_name(t.dtype)), shape_to_python(t.shape));
           },
           nb::arg("value"), "(dtype name, shape) of a value; shape None when the rank is unknown.")
+      .def(
+          "initializer",
+          [](const Graph& g, const std::string& name) -> nb::object {
+            auto v = g.find_value(name);
+            const Tensor* t = v ? g.initializer(*v) : nullptr;
+            if (t == nullptr) throw ValueError(cat("graph: no initializer named '", name, "'"));
+            return tensor_to_python(*t);
+          },
+          nb::arg("name"), "An initializer's data as an array sharing its memory.")
+      .def_prop_ro("initializer_names",
+                   [](const Graph& g) {
+                     std::vector<std::string> names;
+                     for (const auto& [v, t] : g.initializers()) names.push_back(g.value(v).name);
+                     std::sort(names.begin(), names.end());
+                     return names;
+                   })
       .def("value_name", [](const Graph& g, ValueId v) { return g.value(v).name; })
       .def_prop_ro("inputs", &Graph::inputs)
       .def_prop_ro("outputs", &Graph::outputs)

@@ -4,6 +4,9 @@
 NB_MODULE(_C, m) {
   m.doc() = "PyPTO's C++ core (graphs, ONNX import/export, compilation, execution)";
   using namespace pto::python;
+  // Objects cached by Python code (compiled modules, jit caches) may outlive the interpreter's
+  // teardown order; that is not a leak worth a report at every exit.
+  nb::set_leak_warnings(false);
   bind_errors(m);
   bind_tensor(m);
   bind_graph(m);

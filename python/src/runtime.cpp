@@ -1,4 +1,6 @@
 // pypto._C.compile and Executable: compile a graph, run it on arrays (no copies either way).
+#include <tuple>
+
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -37,6 +39,30 @@ void bind_runtime(nb::module_& m) {
             return out;
           },
           nb::arg("inputs"), "Runs on a list of arrays; returns a list of DLPack-capable arrays.")
+      .def(
+          "run_traced",
+          [](const Executable& exe, const nb::list& args) {
+            std::vector<Tensor> inputs;
+            for (size_t i = 0; i < nb::len(args); ++i)
+              inputs.push_back(tensor_from_python(args[i], cat("input ", i)));
+            std::vector<std::tuple<std::string, std::string, std::vector<Tensor>>> trace;
+            {
+              nb::gil_scoped_release unlocked;
+              exe.run(inputs, [&](const Node& n, const std::vector<Tensor>& outs) {
+                trace.emplace_back(n.name, n.op, outs);
+              });
+              inputs.clear();
+            }
+            nb::list out;
+            for (auto& [name, op, outs] : trace) {
+              nb::list arrays;
+              for (const Tensor& t : outs)
+                arrays.append(t.defined() ? tensor_to_python(t) : nb::none());
+              out.append(nb::make_tuple(name, op, arrays));
+            }
+            return out;
+          },
+          nb::arg("inputs"), "Runs and returns (node name, op, outputs) for every node, in order.")
       .def_prop_ro("graph", &Executable::graph, nb::rv_policy::reference_internal)
       .def_prop_ro("level", [](const Executable& e) { return e.options().level; });
 

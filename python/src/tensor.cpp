@@ -119,7 +119,7 @@ nb::object tensor_to_python(const Tensor& t) {
   auto* keep = new Tensor(t);
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
   nb::ndarray<nb::array_api> a(t.raw_data(), shape.size(), shape.data(), owner, t.strides().data(),
-                  dtype_to_dlpack(t.dtype()), nb::device::cpu::value);
+                               dtype_to_dlpack(t.dtype()), nb::device::cpu::value);
   return nb::cast(a);
 }
 

@@ -42,12 +42,17 @@ Executable::Executable(std::shared_ptr<const Graph> g, CompileOptions options)
 Executable::~Executable() = default;
 
 std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs) const {
+  return run(inputs, {});
+}
+
+std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
+                                    const reference::NodeObserver& observer) const {
   const Graph& g = *graph_;
   if (inputs.size() != g.inputs().size())
     throw ValueError(
         cat("graph '", g.name, "' takes ", g.inputs().size(), " input(s), got ", inputs.size()));
   check_symbol_ranges(g, inputs);
-  return reference::run(g, inputs);
+  return reference::run(g, inputs, observer);
 }
 
 Executable compile(Graph g, const CompileOptions& options) {

@@ -1,13 +1,15 @@
 """Shared fixtures for the Python tests.
 
-The tests run the built `pto` program: $PTO_BIN, or build/pto in the clone (scripts/test.sh
-builds it first). A missing program is a test failure, never a skip.
+The CLI tests run the built `pto` program: $PTO_BIN, or build/pto in the clone (scripts/test.sh
+builds it first). The package tests import pypto from python/ in the clone, whose extension the
+same build writes there. A missing program or extension is a test failure, never a skip.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,9 @@ import pytest
 import export_models
 
 REPO = Path(__file__).resolve().parents[2]
+# The in-tree package (python/pypto, with the extension the build wrote next to it) is what the
+# tests test, ahead of any installed copy.
+sys.path.insert(0, str(REPO / "python"))
 # A hang must fail the run, not eat CI's time limit. The reference interpreter needs well under a
 # minute for the largest test model; this leaves room for slow, shared machines.
 RUN_TIMEOUT_S = float(os.environ.get("PTO_RUN_TIMEOUT", "900"))

@@ -417,6 +417,11 @@ def _arange(ctx, node, *args, **kwargs):
 # ---- shape and layout ----
 
 
+def _same_sizes(a, b) -> bool:
+    return len(a) == len(b) and all(str(p) == str(q) if not (is_static(p) and is_static(q))
+                                    else p == q for p, q in zip(a, b))
+
+
 def _reshape_target(ctx, x: V, sizes) -> int:
     """A Reshape shape input for torch sizes that may hold SymVs."""
     sizes = list(sizes)
@@ -429,18 +434,32 @@ def _reshape_target(ctx, x: V, sizes) -> int:
 
 @converter(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _view(ctx, node, x, sizes):
+    if x.pending and x.broadcast_of is not None and _same_sizes(sizes, x.shape):
+        return x  # a no-op view of a pending broadcast stays pending
     attrs = {"allowzero": 1} if any(is_static(s) and s == 0 for s in sizes) else {}
     return out(ctx, node, ctx.op("Reshape", [x, _reshape_target(ctx, x, sizes)], attrs))
 
 
 @converter(aten.permute.default)
 def _permute(ctx, node, x, dims):
-    return out(ctx, node, ctx.op("Transpose", [x], {"perm": [axis(d, x.rank) for d in dims]}))
+    perm = [axis(d, x.rank) for d in dims]
+    if perm == [1, 0]:
+        return _transposed(ctx, node, x)
+    return out(ctx, node, ctx.op("Transpose", [x], {"perm": perm}))
 
 
 @converter(aten.t.default)
 def _t(ctx, node, x):
+    if x.rank == 2:
+        return _transposed(ctx, node, x)
     return out(ctx, node, ctx.op("Transpose", [x], {"perm": list(range(x.rank))[::-1]}))
+
+
+def _transposed(ctx, node, x: V) -> V:
+    """A 2-D transpose, emitted only if a consumer cannot absorb it (Gemm takes transB)."""
+    val = node.meta["val"]
+    return V(None, val.dtype, val.shape, emit=lambda: ctx.op("Transpose", [x], {"perm": [1, 0]}),
+             transpose_of=x)
 
 
 @converter(aten.transpose.int)
@@ -456,6 +475,8 @@ def _expand(ctx, node, x, sizes, implicit=False):
     sizes = list(sizes)
     off = len(sizes) - x.rank
     meta = node.meta["val"].shape
+    keeps_matrix = x.rank >= 2 and off >= 0 and all(
+        (is_static(t) and t == -1) or _same_sizes([t], [d]) for t, d in zip(sizes[-2:], x.shape[-2:]))
     for i, s in enumerate(sizes):
         j = i - off
         if is_static(s):
@@ -465,7 +486,11 @@ def _expand(ctx, node, x, sizes, implicit=False):
         # A symbolic target that is the input's own size there is a no-op: 1 broadcasts to it.
         if j >= 0 and isinstance(x.shape[j], torch.SymInt) and str(x.shape[j]) == str(meta[i]):
             sizes[i] = 1
-    return out(ctx, node, ctx.op("Expand", [x, ctx.shape_tensor(sizes)]))
+    emit = lambda: ctx.op("Expand", [x, ctx.shape_tensor(sizes)])  # noqa: E731
+    if keeps_matrix:
+        # Only batch dims grow: a matmul consumer broadcasts them itself (see _matmul).
+        return V(None, node.meta["val"].dtype, meta, emit=emit, broadcast_of=x)
+    return out(ctx, node, emit())
 
 
 @converter(aten.unsqueeze.default)
@@ -728,15 +753,39 @@ def _log_softmax(ctx, node, x, dim, half_to_float=False):
 # ---- linear algebra ----
 
 
-@converter(aten.mm.default, aten.bmm.default, aten.matmul.default)
-def _matmul(ctx, node, a, b):
+def _gemm_b(b: V):
+    """Gemm's B operand and transB: a pending transpose is absorbed."""
+    if b.transpose_of is not None and b._id is None:
+        return b.transpose_of, 1
+    return b, 0
+
+
+@converter(aten.mm.default)
+def _mm(ctx, node, a, b):
+    bb, trans = _gemm_b(b)
+    if trans:
+        return out(ctx, node, ctx.op("Gemm", [a, bb], {"transB": 1}))
     return out(ctx, node, ctx.op("MatMul", [a, b]))
+
+
+@converter(aten.bmm.default, aten.matmul.default)
+def _matmul(ctx, node, a, b):
+    # bmm(expand(w), ...) is how torch decomposes a batched-by-2-D matmul; MatMul broadcasts the
+    # batch dims itself, so the copies are never made. One operand keeps the output's rank.
+    rank = node.meta["val"].dim()
+    a2 = a.broadcast_of if a.pending and a.broadcast_of is not None else a
+    b2 = b.broadcast_of if b.pending and b.broadcast_of is not None else b
+    if max(a2.rank, b2.rank) < rank:
+        a2 = a if a2.rank <= b2.rank else a2
+        b2 = b if max(a2.rank, b2.rank) < rank else b2
+    return out(ctx, node, ctx.op("MatMul", [a2, b2]))
 
 
 @converter(aten.addmm.default)
 def _addmm(ctx, node, bias, a, b, beta=1, alpha=1):
-    return out(ctx, node, ctx.op("Gemm", [a, b, bias], {"alpha": float(alpha),
-                                                       "beta": float(beta)}))
+    bb, trans = _gemm_b(b)
+    return out(ctx, node, ctx.op("Gemm", [a, bb, bias], {"alpha": float(alpha),
+                                                        "beta": float(beta), "transB": trans}))
 
 
 @converter(aten.baddbmm.default)

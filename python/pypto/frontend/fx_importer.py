@@ -28,19 +28,35 @@ INT64_MAX = 2**63 - 1
 
 
 class V:
-    """A tensor value of the graph under construction: its id plus torch's view of its type."""
+    """A tensor value of the graph under construction: its id plus torch's view of its type.
 
-    __slots__ = ("id", "dtype", "shape")
+    A value may be *pending*: its node is emitted on first use of ``id``. Converters use this for
+    forms a consumer can absorb: a transposed weight becomes Gemm's transB, a weight expanded to
+    a batch of copies becomes MatMul's own broadcasting, and the node is never built."""
 
-    def __init__(self, id: int, dtype: torch.dtype, shape: tuple):
-        self.id, self.dtype, self.shape = id, dtype, tuple(shape)
+    __slots__ = ("_id", "dtype", "shape", "_emit", "transpose_of", "broadcast_of")
+
+    def __init__(self, id, dtype: torch.dtype, shape: tuple, emit=None, transpose_of=None,
+                 broadcast_of=None):
+        self._id, self.dtype, self.shape = id, dtype, tuple(shape)
+        self._emit, self.transpose_of, self.broadcast_of = emit, transpose_of, broadcast_of
+
+    @property
+    def pending(self) -> bool:
+        return self._id is None
+
+    @property
+    def id(self) -> int:
+        if self._id is None:
+            self._id = self._emit()
+        return self._id
 
     @property
     def rank(self) -> int:
         return len(self.shape)
 
     def __repr__(self):
-        return f"V(%{self.id}: {self.dtype} {list(self.shape)})"
+        return f"V(%{self._id}: {self.dtype} {list(self.shape)})"
 
 
 class SymV:
@@ -84,7 +100,7 @@ def supported(node: torch.fx.Node) -> bool:
 
 
 def _is_custom(target) -> bool:
-    from .. import custom_op
+    from .. import custom_ops as custom_op
 
     return custom_op.lookup(target) is not None
 
@@ -234,7 +250,7 @@ class FxImporter:
         fn = CONVERTERS.get(node.target)
         args, kwargs = self.resolve(node.args), self.resolve(node.kwargs)
         if fn is None:
-            from .. import custom_op
+            from .. import custom_ops as custom_op
 
             body = custom_op.lookup(node.target)
             if body is None:
