@@ -161,7 +161,7 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp) {
   for (const Node& n : g.nodes()) {
     auto* np = gp.add_node();
     np->set_op_type(n.op);
-    np->set_name(n.name);
+    if (!n.name.empty()) np->set_name(n.name);
     if (!is_default_domain(n.domain)) np->set_domain(n.domain);
     for (ValueId v : n.inputs) np->add_input(name_of(v));
     for (ValueId v : n.outputs) np->add_output(name_of(v));
