@@ -1,5 +1,5 @@
-// ONNX import: ModelProto -> Tensor Graph. Parsing uses protobuf with the onnx.proto schema of the
-// installed onnx package (generated at build time).
+// ONNX import (ModelProto -> Tensor Graph) and export (the inverse). Both use protobuf with the
+// onnx.proto schema of the installed onnx package (generated at build time).
 #pragma once
 
 #include <string>
@@ -17,6 +17,16 @@ Graph load(const std::string& path);
 // `source` names the model in error messages.
 Graph load_from_bytes(std::string_view bytes, const std::string& base_dir,
                       const std::string& source);
+
+// Serializes `g` as an ONNX ModelProto: names kept (empty or repeated value names get generated
+// ones), weights inline as raw_data (so at most 2 GB), one opset per domain (a node with opset 0
+// takes its domain's; a graph with none gets g.opset or the newest onnxruntime 1.32 loads).
+// Throws UnsupportedError naming the node for what ONNX cannot express (nodes of one domain with
+// different opsets, undefined tensors), ValueError for a graph verify() rejects.
+std::string save_to_bytes(const Graph& g);
+
+// Writes save_to_bytes(g) to `path`; errors name the path.
+void save(const Graph& g, const std::string& path);
 
 // Reads a serialized TensorProto file (the ONNX test-data format, input_0.pb).
 Tensor load_tensor(const std::string& path);

@@ -1,5 +1,6 @@
 // pto_conformance: runs ONNX backend node tests (written by write_cases.py) through the importer
 // and the reference interpreter and compares with the expected outputs the onnx package ships.
+// Each passing test is also exported, re-imported and rerun: the outputs must be bit-identical.
 //
 //   pto_conformance CASES_DIR [--filter SUBSTR]... [--floor N] [--json FILE]
 //                   [--tolerances FILE] [--verbose]
@@ -9,6 +10,7 @@
 // fewer than --floor tests pass.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -96,6 +98,32 @@ std::map<std::string, Tolerance> read_overrides(const fs::path& file) {
   return out;
 }
 
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  if (!a.defined()) return true;
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  return ca.nbytes() == 0 || std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
+}
+
+// The exporter's check on a passing test: save the imported graph, load the bytes back, and
+// require the same printed graph and bit-identical outputs on every data set. "" when it holds.
+std::string round_trip(const pto::Graph& g, const std::vector<std::vector<Tensor>>& inputs,
+                       const std::vector<std::vector<Tensor>>& outputs) {
+  pto::Graph back = pto::onnx::load_from_bytes(pto::onnx::save_to_bytes(g), "", "exported");
+  if (pto::print(back) != pto::print(g))
+    return pto::cat("the re-imported graph prints differently:\n", pto::print(g), "vs\n",
+                    pto::print(back));
+  for (size_t n = 0; n < inputs.size(); ++n) {
+    std::vector<Tensor> got = pto::reference::run(back, inputs[n]);
+    if (got.size() != outputs[n].size()) return pto::cat(got.size(), " outputs after re-import");
+    for (size_t k = 0; k < got.size(); ++k)
+      if (!same_bits(got[k], outputs[n][k]))
+        return pto::cat("data set ", n, " output ", k, " differs after re-import");
+  }
+  return "";
+}
+
 Result run_case(const fs::path& dir, const Tolerance& override_tol) {
   Result r{dir.filename().string(), Status::kPass, ""};
   double rtol = 1e-3, atol = 1e-7;
@@ -110,6 +138,7 @@ Result run_case(const fs::path& dir, const Tolerance& override_tol) {
       r.status = Status::kUnsupported;
       return r;
     }
+    std::vector<std::vector<Tensor>> all_inputs, all_outputs;  // for the round trip
     for (int n = 0;; ++n) {
       fs::path ds = dir / pto::cat("test_data_set_", n);
       if (!fs::exists(ds)) break;
@@ -151,6 +180,13 @@ Result run_case(const fs::path& dir, const Tolerance& override_tol) {
           return r;
         }
       }
+      all_inputs.push_back(std::move(inputs));
+      all_outputs.push_back(std::move(got));
+    }
+    std::string trip = round_trip(g, all_inputs, all_outputs);
+    if (!trip.empty()) {
+      r.status = Status::kFail;
+      r.detail = "export round trip: " + trip;
     }
   } catch (const pto::UnsupportedError& e) {
     r.status = Status::kUnsupported;

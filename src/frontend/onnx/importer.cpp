@@ -206,8 +206,9 @@ Graph convert(const ::onnx::ModelProto& m, const std::string& base_dir, const st
   return g;
 }
 
-// Rethrows a pto::Error with the same type and `prefix` in front of its message.
-[[noreturn]] void rethrow_with(const std::string& prefix) {
+}  // namespace
+
+void rethrow_with(const std::string& prefix) {
   try {
     throw;
   } catch (const UnsupportedError& e) {
@@ -218,8 +219,6 @@ Graph convert(const ::onnx::ModelProto& m, const std::string& base_dir, const st
     throw ValueError(prefix + e.what());
   }
 }
-
-}  // namespace
 
 int max_opset() {
   return PTO_ONNX_MAX_OPSET;

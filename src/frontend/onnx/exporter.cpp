@@ -1,0 +1,226 @@
+// Tensor Graph -> ONNX ModelProto, the inverse of importer.cpp. Values keep their names (empty or
+// repeated ones get generated, deterministic names); types become ValueInfos with symbolic dims
+// as dim_param; initializers become little-endian raw_data TensorProtos; attributes map one to one
+// from the variant. ONNX has one opset per domain, so a node's opset becomes its domain's.
+#include <algorithm>
+#include <bit>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <unordered_set>
+
+#include "proto_util.h"
+#include "pto/onnx.h"
+
+namespace pto::onnx {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "raw_data is little-endian; a big-endian host needs a byte swap here");
+
+// The default-domain opset for a graph that names none (built in C++, not imported): the newest
+// the schema knows, which is what the reference kernels assume for opset 0, but no newer than
+// onnxruntime 1.32 (the test environment's) loads: it accepts 28 and refuses 29.
+constexpr int kNewestExportOpset = 28;
+
+bool is_default_domain(const std::string& d) {
+  return d.empty() || d == "ai.onnx";
+}
+
+// The IR version of the onnx release that introduced `opset` (onnx.helper.VERSION_TABLE), so
+// older runtimes can load what we write. At least 4: IR 3 required every initializer to be a
+// graph input as well.
+int64_t ir_version_for(int opset) {
+  static constexpr std::pair<int, int64_t> kFirstIr[] = {
+      {9, 4},   {10, 5},  {11, 6},  {12, 7},  {15, 8},  {19, 9},
+      {21, 10}, {23, 11}, {24, 12}, {25, 13}, {28, 14},
+  };
+  int64_t ir = 4;
+  for (const auto& [first_opset, version] : kFirstIr)
+    if (opset >= first_opset) ir = version;
+  return std::min<int64_t>(ir, ::onnx::IR_VERSION);
+}
+
+// Domain ("" for the default one) -> opset. Nodes that say opset 0 take their domain's opset;
+// a domain none of whose nodes says gets g.opset (default domain) or 1.
+std::map<std::string, int> domain_opsets(const Graph& g) {
+  std::map<std::string, const Node*> first;  // the first node with a nonzero opset, per domain
+  std::map<std::string, int> out = {{"", 0}};
+  for (const Node& n : g.nodes()) {
+    std::string d = is_default_domain(n.domain) ? "" : n.domain;
+    int& opset = out[d];
+    if (n.opset == 0) continue;
+    if (opset == 0) {
+      opset = n.opset;
+      first[d] = &n;
+    } else if (opset != n.opset) {
+      throw UnsupportedError(cat(n.where(), ": opset ", n.opset, " of domain '", d,
+                                 "' differs from opset ", opset, " of node '", first[d]->name,
+                                 "'; an ONNX model has one opset per domain"));
+    }
+  }
+  for (auto& [d, opset] : out)
+    if (opset == 0)
+      opset = !d.empty() ? 1 : g.opset ? g.opset : std::min(max_opset(), kNewestExportOpset);
+  return out;
+}
+
+// One unique, non-empty name per value, in value order: its own when free, else "<name>_<k>" (a
+// repeated name) or "v<id>" (an empty one), skipping names any value already holds.
+std::vector<std::string> unique_names(const Graph& g) {
+  const auto& values = g.values();
+  std::vector<std::string> names(values.size());
+  std::unordered_set<std::string> taken;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!values[i].name.empty() && taken.insert(values[i].name).second) names[i] = values[i].name;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!names[i].empty()) continue;
+    std::string base = values[i].name.empty() ? cat("v", i) : values[i].name;
+    std::string name = base;
+    for (int k = 1; !taken.insert(name).second; ++k) name = cat(base, "_", k);
+    names[i] = std::move(name);
+  }
+  return names;
+}
+
+void type_to_proto(const TensorType& t, ::onnx::ValueInfoProto& vi) {
+  if (t.dtype == DType::kUndefined && !t.shape) return;  // untyped, as the importer reads it
+  auto* tt = vi.mutable_type()->mutable_tensor_type();
+  if (t.dtype != DType::kUndefined) tt->set_elem_type(onnx_code(t.dtype));
+  if (!t.shape) return;               // unknown rank: no shape field
+  auto* shape = tt->mutable_shape();  // present even for a scalar (rank 0)
+  for (const Dim& d : *t.shape) {
+    auto* dim = shape->add_dim();
+    if (d.is_known())
+      dim->set_dim_value(d.value);
+    else if (d.is_symbolic())
+      dim->set_dim_param(d.symbol);
+    // unknown: an empty Dimension
+  }
+}
+
+void tensor_to_proto(const Tensor& t, const std::string& where, ::onnx::TensorProto& p) {
+  if (!t.defined() || t.dtype() == DType::kUndefined)
+    throw UnsupportedError(cat(where, ": an undefined tensor has no ONNX form"));
+  p.set_data_type(onnx_code(t.dtype()));
+  for (int64_t d : t.shape()) p.add_dims(d);
+  Tensor c = t.contiguous();
+  // raw_data is set even when empty, so a zero-element tensor still reads back as raw data.
+  p.mutable_raw_data()->assign(c.nbytes() ? static_cast<const char*>(c.raw_data()) : "",
+                               c.nbytes());
+}
+
+void attribute_to_proto(const std::string& name, const Attribute& a, const std::string& where,
+                        ::onnx::AttributeProto& p) {
+  using AP = ::onnx::AttributeProto;
+  p.set_name(name);
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          p.set_type(AP::INT), p.set_i(x);
+        } else if constexpr (std::is_same_v<T, double>) {
+          p.set_type(AP::FLOAT), p.set_f(static_cast<float>(x));
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          p.set_type(AP::STRING), p.set_s(x);
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          p.set_type(AP::INTS);
+          for (int64_t i : x) p.add_ints(i);
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          p.set_type(AP::FLOATS);
+          for (double f : x) p.add_floats(static_cast<float>(f));
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          p.set_type(AP::STRINGS);
+          for (const auto& s : x) p.add_strings(s);
+        } else {
+          static_assert(std::is_same_v<T, Tensor>, "a new Attribute kind needs a case here");
+          p.set_type(AP::TENSOR);
+          tensor_to_proto(x, cat(where, " attribute '", name, "'"), *p.mutable_t());
+        }
+      },
+      a);
+}
+
+void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp) {
+  const std::vector<std::string> names = unique_names(g);
+  auto name_of = [&](ValueId v) { return v == kNoValue ? std::string() : names[v]; };
+  gp.set_name(g.name.empty() ? "pypto_graph" : g.name);
+
+  for (ValueId v : g.inputs()) {
+    auto* vi = gp.add_input();
+    vi->set_name(names[v]);
+    type_to_proto(g.value(v).type, *vi);
+  }
+  for (ValueId v = 0; v < static_cast<ValueId>(names.size()); ++v) {  // in value order: stable
+    const Tensor* t = g.initializer(v);
+    if (!t) continue;
+    auto* p = gp.add_initializer();
+    p->set_name(names[v]);
+    tensor_to_proto(*t, cat("initializer '", names[v], "'"), *p);
+  }
+  for (const Node& n : g.nodes()) {
+    auto* np = gp.add_node();
+    np->set_op_type(n.op);
+    if (!n.name.empty()) np->set_name(n.name);
+    if (!is_default_domain(n.domain)) np->set_domain(n.domain);
+    for (ValueId v : n.inputs) np->add_input(name_of(v));
+    for (ValueId v : n.outputs) np->add_output(name_of(v));
+    for (const auto& [key, a] : n.attrs.all())
+      attribute_to_proto(key, a, n.where(), *np->add_attribute());
+  }
+  std::unordered_set<ValueId> is_output;
+  for (ValueId v : g.outputs()) {
+    auto* vi = gp.add_output();
+    vi->set_name(names[v]);
+    type_to_proto(g.value(v).type, *vi);
+    is_output.insert(v);
+  }
+  // Types of intermediate values: inferred once here, they spare other tools a re-inference.
+  for (const Node& n : g.nodes()) {
+    for (ValueId v : n.outputs) {
+      if (v == kNoValue || is_output.count(v) || g.value(v).type.dtype == DType::kUndefined)
+        continue;
+      auto* vi = gp.add_value_info();
+      vi->set_name(names[v]);
+      type_to_proto(g.value(v).type, *vi);
+    }
+  }
+}
+
+}  // namespace
+
+std::string save_to_bytes(const Graph& g) {
+  verify(g);
+  ::onnx::ModelProto m;
+  const std::map<std::string, int> opsets = domain_opsets(g);
+  m.set_ir_version(ir_version_for(opsets.at("")));
+  m.set_producer_name("pypto");
+  for (const auto& [domain, version] : opsets) {
+    auto* o = m.add_opset_import();
+    o->set_domain(domain);
+    o->set_version(version);
+  }
+  graph_to_proto(g, *m.mutable_graph());
+  if (m.ByteSizeLong() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    throw UnsupportedError(cat("graph '", g.name, "': the model exceeds protobuf's 2 GB limit ",
+                               "and saving weights as external data is not supported yet"));
+  return m.SerializeAsString();
+}
+
+void save(const Graph& g, const std::string& path) {
+  std::string bytes;
+  try {
+    bytes = save_to_bytes(g);
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error&) {
+    rethrow_with(path + ": ");
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw ValueError(cat(path, ": cannot open the file for writing"));
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) throw ValueError(cat(path, ": writing the model failed"));
+}
+
+}  // namespace pto::onnx

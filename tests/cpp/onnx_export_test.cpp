@@ -1,0 +1,272 @@
+// The ONNX exporter: what it writes is checked in the ModelProto itself and by importing it back
+// with the (independently tested) importer: types with symbolic dims, initializers of every dtype
+// bit for bit, attributes of every kind, generated names, opsets per domain, files.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "onnx_model_builder.h"
+#include "pto/onnx.h"
+#include "pto/reference.h"
+
+namespace pto {
+namespace {
+
+using testing::TempDir;
+
+::onnx::ModelProto parse(const std::string& bytes) {
+  ::onnx::ModelProto m;
+  EXPECT_TRUE(m.ParseFromString(bytes));
+  return m;
+}
+
+Graph round_trip(const Graph& g) {
+  return onnx::load_from_bytes(onnx::save_to_bytes(g), "", "exported");
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  return ca.dtype() == cb.dtype() && ca.shape() == cb.shape() &&
+         (ca.nbytes() == 0 || std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0);
+}
+
+// y = Relu(x) on x: f32[batch, 3, ?].
+Graph relu_graph() {
+  Graph g;
+  g.name = "relu_graph";
+  g.opset = 17;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{Dim::sym("batch"), 3, Dim::unknown()}});
+  ValueId y = g.add_value("y");
+  g.add_node("Relu", {x}, {y}, {}, "relu");
+  g.add_output(y);
+  infer_types(g);
+  return g;
+}
+
+TEST(OnnxExport, SymbolicAndUnknownDimsSurvive) {
+  Graph g = relu_graph();
+  ValueId s = g.add_input("s", {DType::kI64, Shape{}});       // a scalar: a shape with no dims
+  ValueId r = g.add_input("r", {DType::kF16, std::nullopt});  // unknown rank: no shape at all
+  g.add_output(s);  // graph inputs as graph outputs are valid ONNX
+  g.add_output(r);
+  ::onnx::ModelProto m = parse(onnx::save_to_bytes(g));
+  const auto& gp = m.graph();
+  ASSERT_EQ(gp.input_size(), 3);
+  const auto& x = gp.input(0).type().tensor_type();
+  EXPECT_EQ(x.elem_type(), ::onnx::TensorProto::FLOAT);
+  ASSERT_EQ(x.shape().dim_size(), 3);
+  EXPECT_EQ(x.shape().dim(0).dim_param(), "batch");
+  EXPECT_EQ(x.shape().dim(1).dim_value(), 3);
+  EXPECT_FALSE(x.shape().dim(2).has_dim_value());
+  EXPECT_FALSE(x.shape().dim(2).has_dim_param());
+  EXPECT_TRUE(gp.input(1).type().tensor_type().has_shape());
+  EXPECT_EQ(gp.input(1).type().tensor_type().shape().dim_size(), 0);
+  EXPECT_FALSE(gp.input(2).type().tensor_type().has_shape());
+  EXPECT_EQ(m.producer_name(), "pypto");
+
+  Graph back = round_trip(g);
+  EXPECT_EQ(print(back), print(g));
+  EXPECT_EQ(back.value(back.inputs()[0]).type.str(), "f32[batch, 3, ?]");
+  EXPECT_EQ(back.value(back.outputs()[0]).type.str(), "f32[batch, 3, ?]");
+  EXPECT_EQ(back.value(back.inputs()[2]).type.str(), "f16[*]");
+}
+
+// Random bytes of every dtype (bools 0 or 1), so NaN payloads and odd bit patterns must survive.
+Tensor random_tensor(DType dt, Dims shape, std::mt19937& rng) {
+  Tensor t = Tensor::empty(dt, std::move(shape));
+  auto* p = static_cast<unsigned char*>(t.raw_data());
+  for (size_t i = 0; i < t.nbytes(); ++i)
+    p[i] = static_cast<unsigned char>(dt == DType::kBool ? rng() & 1 : rng());
+  return t;
+}
+
+TEST(OnnxExport, InitializersOfEveryDTypeAreBitExact) {
+  std::mt19937 rng(7);
+  Graph g;
+  std::vector<Tensor> want;
+  for (int d = 1; d < kNumDTypes; ++d) {
+    auto dt = static_cast<DType>(d);
+    Tensor t7 = random_tensor(dt, {7}, rng);
+    Tensor wide = random_tensor(dt, {2, 3}, rng);
+    Tensor transposed = wide.view({3, 2}, {1, 3}, 0);  // non-contiguous: written packed
+    for (const Tensor& t :
+         {t7, transposed, random_tensor(dt, {}, rng), Tensor::empty(dt, {0, 4})}) {
+      ValueId v = g.add_value(cat(dtype_name(dt), "_", g.values().size()));
+      g.set_initializer(v, t);
+      g.add_output(v);  // an initializer as a graph output is valid ONNX
+      want.push_back(t);
+    }
+  }
+  Graph back = round_trip(g);
+  ASSERT_EQ(back.outputs().size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const Tensor* got = back.initializer(back.outputs()[i]);
+    ASSERT_NE(got, nullptr) << i;
+    EXPECT_TRUE(same_bits(*got, want[i])) << back.value(back.outputs()[i]).name;
+  }
+}
+
+TEST(OnnxExport, AttributesOfEveryKind) {
+  Graph g = relu_graph();
+  Attributes& a = g.mutable_nodes()[0].attrs;  // Relu ignores them; the exporter must not
+  a.set("i", int64_t{-5});
+  a.set("f", 0.75);  // exactly a float: ONNX attributes are single precision
+  a.set("s", std::string("hello\0world", 11));
+  a.set("ints", std::vector<int64_t>{1, -2, INT64_MAX});
+  a.set("no_ints", std::vector<int64_t>{});
+  a.set("floats", std::vector<double>{0.5, -2.25, 1e30});
+  a.set("strings", std::vector<std::string>{"a", "", "c"});
+  a.set("t", Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3}));
+
+  ::onnx::ModelProto m = parse(onnx::save_to_bytes(g));
+  std::map<std::string, int> kinds;
+  for (const auto& ap : m.graph().node(0).attribute()) kinds[ap.name()] = ap.type();
+  using AP = ::onnx::AttributeProto;
+  EXPECT_EQ(kinds, (std::map<std::string, int>{{"f", AP::FLOAT},
+                                               {"floats", AP::FLOATS},
+                                               {"i", AP::INT},
+                                               {"ints", AP::INTS},
+                                               {"no_ints", AP::INTS},
+                                               {"s", AP::STRING},
+                                               {"strings", AP::STRINGS},
+                                               {"t", AP::TENSOR}}));
+
+  Graph back = round_trip(g);
+  EXPECT_EQ(print(back), print(g));
+  const Attributes& b = back.nodes()[0].attrs;
+  EXPECT_EQ(b.get_int("i"), -5);
+  EXPECT_EQ(b.get_float("f"), 0.75);
+  EXPECT_EQ(b.get_string("s"), std::string("hello\0world", 11));
+  EXPECT_EQ(b.get_ints("ints"), (std::vector<int64_t>{1, -2, INT64_MAX}));
+  EXPECT_TRUE(b.get_ints("no_ints").empty());
+  EXPECT_EQ(b.get_floats("floats"), (std::vector<double>{0.5, -2.25, double(1e30f)}));
+  EXPECT_EQ(b.get_strings("strings"), (std::vector<std::string>{"a", "", "c"}));
+  EXPECT_TRUE(same_bits(b.get_tensor("t"), a.get_tensor("t")));
+}
+
+TEST(OnnxExport, UndefinedTensorAttributeNamesTheNode) {
+  Graph g = relu_graph();
+  g.mutable_nodes()[0].attrs.set("t", Tensor());
+  try {
+    onnx::save_to_bytes(g);
+    FAIL() << "no exception";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("[Relu] node 'relu' attribute 't'"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(OnnxExport, EmptyAndRepeatedNamesGetUniqueOnes) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{4}});
+  ValueId a = g.add_value("a"), b = g.add_value("b"), c = g.add_value("c");
+  g.add_node("Relu", {x}, {a});
+  g.add_node("Neg", {a}, {b});
+  g.add_node("Add", {a, b}, {c});
+  g.add_output(c);
+  g.add_output(a);
+  infer_types(g);
+  g.value(a).name = "";   // passes may leave names empty ...
+  g.value(b).name = "x";  // ... or repeat one
+  g.value(c).name = "x_1";
+
+  std::string bytes = onnx::save_to_bytes(g);
+  EXPECT_EQ(bytes, onnx::save_to_bytes(g)) << "generated names must be deterministic";
+  ::onnx::ModelProto m = parse(bytes);
+  std::set<std::string> names;
+  for (const auto& n : m.graph().node())
+    for (const auto& o : n.output()) {
+      EXPECT_FALSE(o.empty());
+      EXPECT_TRUE(names.insert(o).second) << o << " is defined twice";
+    }
+  EXPECT_EQ(names, (std::set<std::string>{"v1", "x_2", "x_1"}));
+  EXPECT_EQ(m.graph().node(2).input(0), "v1");
+  EXPECT_EQ(m.graph().output(1).name(), "v1");
+
+  Graph back = round_trip(g);
+  Tensor in = Tensor::from_vector<float>({-1, 2, -3, 4}, {4});
+  auto want = reference::run(g, {in});
+  auto got = reference::run(back, {in});
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(same_bits(got[i], want[i])) << i;
+}
+
+int opset_of(const ::onnx::ModelProto& m, const std::string& domain) {
+  for (const auto& o : m.opset_import())
+    if (o.domain() == domain) return static_cast<int>(o.version());
+  return -1;
+}
+
+TEST(OnnxExport, OneOpsetPerDomain) {
+  Graph g = relu_graph();  // g.opset 17: the node carries 17
+  ::onnx::ModelProto m = parse(onnx::save_to_bytes(g));
+  EXPECT_EQ(opset_of(m, ""), 17);
+  EXPECT_EQ(m.ir_version(), 8);  // onnx 1.12's, the release of opset 17
+  EXPECT_EQ(m.opset_import_size(), 1);
+
+  // Opset 0 ("unspecified") takes the domain's opset from the nodes that say one.
+  g.mutable_nodes()[0].opset = 0;
+  ValueId z = g.add_value("z");
+  g.add_node("Neg", {g.outputs()[0]}, {z}, {}, "neg", 13);
+  g.add_output(z);
+  EXPECT_EQ(opset_of(parse(onnx::save_to_bytes(g)), ""), 13);
+
+  // Nothing said anywhere: the newest opset onnxruntime 1.32 loads, at most.
+  g.opset = 0;
+  g.mutable_nodes()[1].opset = 0;
+  int newest = opset_of(parse(onnx::save_to_bytes(g)), "");
+  EXPECT_EQ(newest, std::min(onnx::max_opset(), 28));
+
+  // Another domain gets its own entry (version 1 when no node says one); "ai.onnx" is the default.
+  g.mutable_nodes()[0].domain = "ai.onnx";
+  g.mutable_nodes()[1].domain = "com.example";
+  m = parse(onnx::save_to_bytes(g));
+  EXPECT_EQ(opset_of(m, "com.example"), 1);
+  EXPECT_EQ(opset_of(m, ""), newest);
+  EXPECT_EQ(m.graph().node(0).domain(), "");
+  EXPECT_EQ(m.graph().node(1).domain(), "com.example");
+}
+
+TEST(OnnxExport, MixedOpsetsInOneDomainAreUnsupported) {
+  Graph g = relu_graph();
+  ValueId z = g.add_value("z");
+  g.add_node("Neg", {g.outputs()[0]}, {z}, {}, "neg", 13);
+  g.add_output(z);
+  try {
+    onnx::save_to_bytes(g);
+    FAIL() << "no exception";
+  } catch (const UnsupportedError& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("[Neg] node 'neg': opset 13", 0), 0u) << msg;
+    EXPECT_NE(msg.find("node 'relu'"), std::string::npos) << msg;
+  }
+}
+
+TEST(OnnxExport, SaveWritesAFileThatLoads) {
+  TempDir dir;
+  Graph g = relu_graph();
+  std::string path = dir.file("relu.onnx");
+  onnx::save(g, path);
+  EXPECT_EQ(print(onnx::load(path)), print(g));
+
+  std::string bad = (dir.path() / "missing_dir" / "relu.onnx").string();
+  try {
+    onnx::save(g, bad);
+    FAIL() << "no exception";
+  } catch (const ValueError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(bad + ": ", 0), 0u) << e.what();
+  }
+  // An export error keeps its type and gets the path in front.
+  g.mutable_nodes()[0].attrs.set("t", Tensor());
+  try {
+    onnx::save(g, path);
+    FAIL() << "no exception";
+  } catch (const UnsupportedError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(path + ": [Relu] node 'relu'", 0), 0u) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pto
