@@ -1,4 +1,4 @@
-// pypto._C.onnx_load: ONNX files and bytes to Tensor Graphs.
+// pypto._C.onnx_*: ONNX files and bytes to Tensor Graphs and back.
 #include <nanobind/stl/string.h>
 
 #include "bindings.h"
@@ -15,6 +15,15 @@ void bind_onnx(nb::module_& m) {
         return onnx::load_from_bytes(std::string_view(b.c_str(), b.size()), "", source);
       },
       nb::arg("data"), nb::arg("source") = "<bytes>", "Loads a serialized ONNX model.");
+  m.def("onnx_save", &onnx::save, nb::arg("graph"), nb::arg("path"),
+        "Writes a Tensor Graph as an ONNX model file.");
+  m.def(
+      "onnx_save_bytes",
+      [](const Graph& g) {
+        std::string b = onnx::save_to_bytes(g);
+        return nb::bytes(b.data(), b.size());
+      },
+      nb::arg("graph"), "Serializes a Tensor Graph as ONNX model bytes.");
   m.def("onnx_max_opset", &onnx::max_opset);
 }
 

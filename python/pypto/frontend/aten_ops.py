@@ -417,6 +417,11 @@ def _arange(ctx, node, *args, **kwargs):
 # ---- shape and layout ----
 
 
+def _meta_ints(args) -> list:
+    """Size arguments as torch's metadata has them (FX nodes -> their SymInt values)."""
+    return [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args]
+
+
 def _same_sizes(a, b) -> bool:
     return len(a) == len(b) and all(str(p) == str(q) if not (is_static(p) and is_static(q))
                                     else p == q for p, q in zip(a, b))
@@ -434,7 +439,8 @@ def _reshape_target(ctx, x: V, sizes) -> int:
 
 @converter(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _view(ctx, node, x, sizes):
-    if x.pending and x.broadcast_of is not None and _same_sizes(sizes, x.shape):
+    if x.pending and x.broadcast_of is not None and _same_sizes(_meta_ints(node.args[1]),
+                                                                x.shape):
         return x  # a no-op view of a pending broadcast stays pending
     attrs = {"allowzero": 1} if any(is_static(s) and s == 0 for s in sizes) else {}
     return out(ctx, node, ctx.op("Reshape", [x, _reshape_target(ctx, x, sizes)], attrs))
@@ -589,14 +595,36 @@ def _gather(ctx, node, x, dim, index, sparse_grad=False):
 
 @converter(aten.index.Tensor)
 def _index(ctx, node, x, indices):
-    # x[i0, i1, ...] with index tensors on leading dims (None for ':' on a dim) — the forms models
-    # use. Consecutive index tensors on dims k..k+n broadcast together, as GatherND expects.
+    """x[i0, i1, ...] with integer index tensors (None for a ':' dim), numpy's rules: the index
+    tensors broadcast together to B; B replaces the indexed dims where they are consecutive, or
+    goes first when a ':' separates them."""
     present = [i for i, t in enumerate(indices) if t is not None]
+    if any(indices[i].dtype == torch.bool for i in present):
+        ctx.unsupported("indexing with a boolean mask (its result size depends on the data)")
     if len(present) == 1:
         d = present[0]
         return out(ctx, node, ctx.op("Gather", [x, ctx.cast(indices[d], torch.int64)],
                                      {"axis": d}))
-    ctx.unsupported("advanced indexing with several index tensors")
+    idx = [ctx.cast(indices[i], torch.int64).id for i in present]
+    zero = None  # sum of idx*0: broadcasts every index tensor to B, symbolic sizes included
+    for i in idx:
+        z = ctx.op("Mul", [i, ctx.constant(0, torch.int64)])
+        zero = z if zero is None else ctx.op("Add", [zero, z])
+    last = ctx.ints([-1])
+    stacked = ctx.op("Concat", [ctx.op("Unsqueeze", [ctx.op("Add", [i, zero]), last]) for i in idx],
+                     {"axis": -1})
+    rest = [d for d in range(x.rank) if d not in present]
+    perm = present + rest
+    xt = x.id if perm == list(range(x.rank)) else ctx.op("Transpose", [x], {"perm": perm})
+    y = ctx.op("GatherND", [xt, stacked])  # B + the dims not indexed
+    consecutive = present == list(range(present[0], present[-1] + 1))
+    if consecutive and present[0] > 0:
+        nb = node.meta["val"].dim() - len(rest)
+        lead = present[0]
+        perm2 = [nb + i for i in range(lead)] + list(range(nb)) + \
+            [nb + i for i in range(lead, len(rest))]
+        y = ctx.op("Transpose", [y], {"perm": perm2})
+    return out(ctx, node, y)
 
 
 @converter(aten.constant_pad_nd.default)
@@ -638,6 +666,33 @@ def _repeat(ctx, node, x, repeats):
     if len(repeats) > x.rank:
         xin = ctx.op("Reshape", [x, ctx.ints([1] * (len(repeats) - x.rank) + [0] * x.rank)])
     return out(ctx, node, ctx.op("Tile", [xin, ctx.shape_tensor(repeats)]))
+
+
+@converter(aten.as_strided.default, aten.as_strided_copy.default)
+def _as_strided(ctx, node, x, sizes, strides, offset=0):
+    """A view by explicit strides over x's elements in row-major order (the graph is functional,
+    so x is laid out contiguously). Same sizes with strides that differ only on size-1 dims (a
+    memory-format change) is x itself; other static views gather their elements."""
+    offset = offset or 0
+    sizes = _meta_ints(node.args[1])  # SymInts as torch knows them, comparable with x.shape
+    contiguous, acc = [], 1
+    for d in reversed(x.shape):
+        contiguous.insert(0, acc)
+        acc = acc * d
+    if offset == 0 and _same_sizes(sizes, x.shape) and all(
+            _same_sizes([sz], [1]) or _same_sizes([st], [c])
+            for sz, st, c in zip(sizes, strides, contiguous)):
+        return out(ctx, node, ctx.op("Identity", [x]))
+    if not all(is_static(v) for v in [*sizes, *strides, offset, *x.shape]):
+        ctx.unsupported("as_strided with symbolic sizes")
+    idx = torch.full([int(s) for s in sizes], int(offset), dtype=torch.int64)
+    for d, (sz, st) in enumerate(zip(sizes, strides)):
+        shape = [1] * len(sizes)
+        shape[d] = int(sz)
+        idx = idx + torch.arange(int(sz)).reshape(shape) * int(st)
+    flat = ctx.op("Reshape", [x, ctx.ints([-1])])
+    return out(ctx, node, ctx.op("Gather", [flat, ctx.tensor_constant(f"as_strided_{node.name}",
+                                                                     idx)], {"axis": 0}))
 
 
 @converter(aten.sym_size.int)
@@ -801,6 +856,64 @@ def _baddbmm(ctx, node, bias, a, b, beta=1, alpha=1):
 
 
 # ---- neural-network ops ----
+
+
+@converter(aten.scaled_dot_product_attention.default)
+def _sdpa(ctx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+          enable_gqa=False):
+    """softmax(q k^T * scale + mask) v, as torch's math path computes it; rows that the mask
+    hides entirely give 0, as torch's CPU kernel does."""
+    if dropout_p:
+        ctx.unsupported("attention dropout (PyPTO compiles for inference: call model.eval())")
+    dt = q.dtype
+    e = q.shape[-1]
+    if scale is None:
+        if not is_static(e):
+            ctx.unsupported("attention with a symbolic head size and no explicit scale")
+        scale = 1.0 / math.sqrt(e)
+    kk, vv = k.id, v.id
+    if enable_gqa and is_static(q.shape[-3]) and is_static(k.shape[-3]) and \
+            q.shape[-3] != k.shape[-3]:
+        hq, hk = int(q.shape[-3]), int(k.shape[-3])
+        kk, vv = (_repeat_heads(ctx, t, hq, hk, t.shape) for t in (k, v))
+    perm = list(range(k.rank))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    scores = ctx.op("MatMul", [q, ctx.op("Transpose", [kk], {"perm": perm})])
+    scores = ctx.op("Mul", [scores, ctx.constant(scale, dt)])
+    masked = is_causal or attn_mask is not None
+    neg_inf = ctx.constant(float("-inf"), dt)
+    if is_causal:
+        l_, s_ = q.shape[-2], k.shape[-2]
+        if not (is_static(l_) and is_static(s_)):
+            ctx.unsupported("causal attention with a symbolic sequence length")
+        causal = ctx.constant(torch.ones(int(l_), int(s_), dtype=torch.bool).tril().tolist(),
+                              torch.bool)
+        scores = ctx.op("Where", [causal, scores, neg_inf])
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = ctx.op("Where", [attn_mask, scores, neg_inf])
+        else:
+            scores = ctx.op("Add", [scores, ctx.cast(attn_mask, dt)])
+    p = ctx.op("Softmax", [scores], {"axis": -1})
+    if masked:
+        # A row whose every score is -inf would be NaN; torch's CPU kernel returns zeros there.
+        alive = ctx.op("Not", [ctx.op("Equal", [scores, neg_inf])])
+        any_alive = ctx.op("Cast", [ctx.op("ReduceMax", [
+            ctx.op("Cast", [alive], {"to": dtypes.onnx_code(torch.int64)}), ctx.ints([-1])],
+            {"keepdims": 1})], {"to": dtypes.onnx_code(torch.bool)})
+        p = ctx.op("Where", [any_alive, p, ctx.constant(0.0, dt)])
+    return out(ctx, node, ctx.op("MatMul", [p, vv]))
+
+
+def _repeat_heads(ctx, t: V, hq: int, hk: int, shape) -> int:
+    """[.., hk, S, E] -> [.., hq, S, E], each head repeated hq/hk times (grouped-query)."""
+    g = hq // hk
+    u = ctx.op("Unsqueeze", [t, ctx.ints([t.rank - 2])])
+    ones = [1] * (t.rank + 1)
+    ones[t.rank - 2] = g
+    ex = ctx.op("Expand", [u, ctx.ints(ones)])
+    target = [0] * (t.rank - 3) + [hq, -1, int(shape[-1])]
+    return ctx.op("Reshape", [ex, ctx.ints(target)])
 
 
 @converter(aten.convolution.default)

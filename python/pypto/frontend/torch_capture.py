@@ -115,7 +115,19 @@ def _export(module, args, kwargs, dynamic_shapes) -> ExportedProgram:
     except Exception as e:
         raise ValueError(f"[capture] torch.export could not capture "
                          f"{type(module).__name__}: {type(e).__name__}: {e}") from e
-    return ep.run_decompositions()
+    return ep.run_decompositions(_decompositions())
+
+
+def _decompositions():
+    """torch's core-ATen decompositions, minus the ops PyPTO converts whole: attention stays one
+    node (its decomposition also trips a torch bug with a symbolic batch, in GPT-2)."""
+    table = torch.export.default_decompositions()
+    for op in KEEP_WHOLE:
+        table.pop(op, None)
+    return table
+
+
+KEEP_WHOLE = [torch.ops.aten.scaled_dot_product_attention.default]
 
 
 def import_program(ep: ExportedProgram, name: str = "main",
