@@ -68,7 +68,8 @@ class JitFunction:
 
     def _compile(self, args, kwargs):
         with torch.no_grad():
-            ep = torch_capture.export(_AsModule(self.fn), tuple(args), kwargs, dynamic=False)
+            ep = torch_capture.export(_AsModule(self.fn), tuple(args), kwargs, dynamic=False,
+                                      what=f"@pypto.jit function {self.fn.__name__}")
         missing = torch_capture.unsupported_ops(ep)
         if missing:
             raise NotImplementedError(f"@pypto.jit {self.fn.__name__}: uses op(s) PyPTO cannot "

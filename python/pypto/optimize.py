@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any
 
@@ -45,9 +46,7 @@ class OptimizedModule(torch.nn.Module):
         cap = self._captured
         flat, spec = pytree.tree_flatten((args, kwargs))
         if spec != cap.in_spec:
-            raise TypeError(f"{type(self._orig_mod).__name__}: the arguments do not have the "
-                            f"structure of the example inputs it was optimized with "
-                            f"(expected {cap.in_spec}, got {spec})")
+            raise TypeError(self._mismatch(args, kwargs))
         inputs = []
         for i, (x, (kind, payload)) in enumerate(zip(flat, cap.inputs)):
             if kind == "const":
@@ -66,6 +65,24 @@ class OptimizedModule(torch.nn.Module):
                 inputs.append(x)
         outs = self._compiled.run(inputs)
         return pytree.tree_unflatten(outs, cap.out_spec)
+
+    def _mismatch(self, args, kwargs) -> str:
+        """Why the arguments do not fit the example's structure, in the user's terms."""
+        name = type(self._orig_mod).__name__
+        args_spec, kwargs_spec = self._captured.in_spec.children()
+        if len(args) != args_spec.num_children:
+            return (f"{name}: expected {args_spec.num_children} positional argument(s) like the "
+                    f"example inputs, got {len(args)}")
+        params = [p for p in inspect.signature(self._orig_mod.forward).parameters]
+        for i, (a, sub) in enumerate(zip(args, args_spec.children())):
+            if sub.is_leaf() and not isinstance(a, (torch.Tensor, int, float, bool)):
+                label = f"'{params[i]}'" if i < len(params) else str(i)
+                return f"argument {label} must be a torch.Tensor, got {type(a).__name__}"
+        if set(kwargs) != set(kwargs_spec.context or []):
+            return (f"{name}: expected keyword arguments {sorted(kwargs_spec.context or [])}, "
+                    f"got {sorted(kwargs)}")
+        return (f"{name}: the arguments do not have the structure of the example inputs "
+                f"(nested lists, tuples or dicts differ)")
 
     def extra_repr(self) -> str:
         return repr(self._compiled)

@@ -83,8 +83,8 @@ def _repeat_batch(x, b0):
 
 
 def export(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
-           dynamic: bool = True, dynamic_shapes=None, max_batch: int | None = None
-           ) -> ExportedProgram:
+           dynamic: bool = True, dynamic_shapes=None, max_batch: int | None = None,
+           what: str | None = None) -> ExportedProgram:
     """torch.export with the batch dimension dynamic (see the module docstring)."""
     kwargs = kwargs or {}
     if not isinstance(module, torch.nn.Module):
@@ -100,21 +100,21 @@ def export(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
         if spec is not None:
             eargs, ekwargs = pytree.tree_map(lambda x: _repeat_batch(x, b0), (args, kwargs))
             try:
-                return _export(module, eargs, ekwargs, spec)
+                return _export(module, eargs, ekwargs, spec, what)
             except Exception as e:  # the model ties the batch to a constant: stay static
                 log.warning("pypto: the batch dimension cannot be dynamic for this model (%s); "
                             "compiling for batch %d only", str(e).splitlines()[0][:200], b0)
-    return _export(module, args, kwargs, dynamic_shapes)
+    return _export(module, args, kwargs, dynamic_shapes, what)
 
 
-def _export(module, args, kwargs, dynamic_shapes) -> ExportedProgram:
+def _export(module, args, kwargs, dynamic_shapes, what=None) -> ExportedProgram:
     try:
         ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
     except torch._dynamo.exc.UserError:
         raise
     except Exception as e:
         raise ValueError(f"[capture] torch.export could not capture "
-                         f"{type(module).__name__}: {type(e).__name__}: {e}") from e
+                         f"{what or type(module).__name__}: {type(e).__name__}: {e}") from e
     return ep.run_decompositions(_decompositions())
 
 

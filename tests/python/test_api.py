@@ -1,0 +1,119 @@
+"""The small entry points: options, device_info, is_available, ONNX load/export."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import pypto
+
+
+@pytest.fixture(autouse=True)
+def default_options():
+    pypto.reset_optimization_options()
+    yield
+    pypto.reset_optimization_options()
+
+
+def test_set_optimization_options_as_api_md_spells_it():
+    pypto.set_optimization_options({"graph_optimization_level": 3, "memory_optimization": True,
+                                    "auto_mixed_precision": False})
+    assert pypto.get_optimization_options()["graph_optimization_level"] == 3
+    model = torch.nn.Linear(4, 4).eval()
+    assert pypto.optimize(model, (torch.randn(2, 4),)).compiled.level == 3
+    assert pypto.optimize(model, (torch.randn(2, 4),), level=1).compiled.level == 1
+
+
+def test_bad_options_are_errors():
+    with pytest.raises(ValueError, match="unknown option 'graph_opt_level'"):
+        pypto.set_optimization_options({"graph_opt_level": 1})
+    with pytest.raises(ValueError, match="graph_optimization_level must be 0..3"):
+        pypto.set_optimization_options({"graph_optimization_level": 9})
+    with pytest.raises(TypeError, match="'memory_optimization' must be bool"):
+        pypto.set_optimization_options({"memory_optimization": 1})
+    with pytest.raises(NotImplementedError, match="auto_mixed_precision is not implemented"):
+        pypto.set_optimization_options({"auto_mixed_precision": True})
+    with pytest.raises(TypeError, match="expects a dict"):
+        pypto.set_optimization_options([("graph_optimization_level", 1)])
+    assert pypto.get_optimization_options()["graph_optimization_level"] == 2  # unchanged
+
+
+def test_device_info_and_is_available():
+    info = pypto.device_info()
+    assert pypto.is_available()
+    assert info["logical_cores"] >= 1 and info["physical_cores"] >= 1
+    assert info["isa"] in ("avx512", "avx2", "generic")
+    assert info["l1d_bytes"] > 0 and info["l2_bytes"] > 0
+    with open("/proc/cpuinfo") as f:
+        flags = next(line for line in f if line.startswith("flags")).split()
+    assert info["extensions"]["avx2"] == ("avx2" in flags)
+    assert info["extensions"]["avx512f"] == ("avx512f" in flags)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x)).mean(dim=(2, 3))
+        return torch.softmax(self.fc(h), dim=-1)
+
+
+def test_onnx_export_then_onnxruntime_and_pypto_load(tmp_path):
+    torch.manual_seed(0)
+    model = Net().eval()
+    x = torch.randn(2, 3, 8, 8)
+    fast = pypto.optimize(model, (x,))
+    path = tmp_path / "net.onnx"
+    pypto.onnx.export(fast, (x,), path)
+    want = model(x).detach().numpy()
+    # onnxruntime reads what we wrote, with the batch still symbolic.
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert sess.get_inputs()[0].shape[0] == "batch"
+    for b in (2, 3):
+        xb = np.random.default_rng(b).standard_normal((b, 3, 8, 8)).astype(np.float32)
+        (got,) = sess.run(None, {sess.get_inputs()[0].name: xb})
+        np.testing.assert_allclose(got, model(torch.from_numpy(xb)).detach().numpy(),
+                                   rtol=1e-5, atol=1e-6)
+    # ... and so does pypto.onnx.load, with numpy in and numpy out.
+    exe = pypto.onnx.load(path)
+    got = exe(x.numpy())
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # torch in, torch out; by name too.
+    got_t = exe(**{exe.input_names[0]: x})
+    assert isinstance(got_t, torch.Tensor)
+    np.testing.assert_allclose(got_t.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_onnx_export_of_a_plain_module(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh()).eval()
+    x = torch.randn(2, 4)
+    path = tmp_path / "plain.onnx"
+    pypto.onnx.export(model, (x,), path)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_onnx_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        pypto.onnx.load(tmp_path / "missing.onnx")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="bad.onnx"):
+        pypto.onnx.load(bad)
+    model = torch.nn.Linear(4, 3).eval()
+    path = tmp_path / "lin.onnx"
+    pypto.onnx.export(model, (torch.randn(2, 4),), path)
+    exe = pypto.onnx.load(path)
+    with pytest.raises(TypeError, match="missing input"):
+        exe()
+    with pytest.raises(TypeError, match="has no input 'nope'"):
+        exe(nope=np.zeros((2, 4), np.float32))
+    with pytest.raises(TypeError, match="expected dtype f32, got i64"):
+        exe(np.zeros((2, 4), np.int64))
+    with pytest.raises(TypeError, match="cannot export a str"):
+        pypto.onnx.export("model", (), tmp_path / "x.onnx")

@@ -1,0 +1,168 @@
+"""pypto.optimize: the module it returns, the symbolic batch, shared parameters and bad input."""
+
+import logging
+
+import pytest
+import torch
+
+import pypto
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.fc2 = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class TwoInputs(torch.nn.Module):
+    def forward(self, x, y, *, scale: float = 2.0):
+        return {"sum": x + y, "scaled": x * scale}
+
+
+def mlp():
+    torch.manual_seed(0)
+    return MLP().eval()
+
+
+def test_returns_a_module_that_matches_eager():
+    model = mlp()
+    x = torch.randn(3, 16)
+    fast = pypto.optimize(model, example_inputs=(x,), level=2)
+    assert isinstance(fast, torch.nn.Module)
+    torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    assert "Gemm" in fast.graph.ops
+
+
+def test_one_compiled_module_serves_every_batch_size():
+    model = mlp()
+    fast = pypto.optimize(model, example_inputs=(torch.randn(1, 16),))
+    assert fast.dynamic_dims["batch"][0] == 1
+    for b in (1, 2, 5, 64):
+        x = torch.randn(b, 16)
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    # The graph input really is symbolic: one compiled object, no recompilation per size.
+    assert fast.graph.type(fast.graph.inputs[0]) == ("f32", ["batch", 16])
+
+
+def test_a_batch_outside_the_declared_range_is_an_error():
+    fast = pypto.optimize(mlp(), example_inputs=(torch.randn(2, 16),), max_batch=4)
+    assert fast.dynamic_dims["batch"] == (1, 4)
+    fast(torch.randn(4, 16))
+    with pytest.raises(ValueError, match=r"input 'x': dimension 0 \('batch'\) is 5, outside "
+                                         r"the declared range \[1, 4\]"):
+        fast(torch.randn(5, 16))
+
+
+def test_static_compilation_rejects_other_shapes():
+    fast = pypto.optimize(mlp(), example_inputs=(torch.randn(2, 16),), dynamic=False)
+    assert fast.dynamic_dims == {}
+    with pytest.raises(ValueError, match=r"input 'x': dimension 0 should be 2, got 3"):
+        fast(torch.randn(3, 16))
+
+
+def test_parameters_are_shared_with_the_module_not_copied():
+    model = mlp()
+    fast = pypto.optimize(model, example_inputs=(torch.randn(2, 16),))
+    g = fast.graph
+    for name, p in model.named_parameters():
+        shared = torch.from_dlpack(g.initializer(name))
+        assert shared.data_ptr() == p.data_ptr(), name
+    # Updating a weight in place is seen by the compiled module (same memory).
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        model.fc2.bias.add_(1.0)
+    torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_structured_inputs_and_outputs_and_keyword_arguments():
+    model = TwoInputs()
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    fast = pypto.optimize(model, example_inputs=(x, y), example_kwargs={"scale": 3.0})
+    got = fast(x, y, scale=3.0)
+    assert set(got) == {"sum", "scaled"}
+    torch.testing.assert_close(got["sum"], x + y)
+    torch.testing.assert_close(got["scaled"], x * 3.0)
+    with pytest.raises(ValueError, match="was 3.0 when the module was optimized and is 4.0"):
+        fast(x, y, scale=4.0)
+
+
+def test_levels():
+    x = torch.randn(2, 16)
+    for level in range(4):
+        assert pypto.optimize(mlp(), (x,), level=level).compiled.level == level
+    with pytest.raises(ValueError, match="level must be 0..3, got 7"):
+        pypto.optimize(mlp(), (x,), level=7)
+    with pytest.raises(TypeError, match="level must be an int"):
+        pypto.optimize(mlp(), (x,), level="fast")
+
+
+def test_wrong_inputs_are_clear_errors():
+    fast = pypto.optimize(mlp(), example_inputs=(torch.randn(2, 16),))
+    with pytest.raises(ValueError, match=r"input 'x': expected rank 2"):
+        fast(torch.randn(2, 16, 1))
+    with pytest.raises(TypeError, match=r"input 'x': expected dtype f32, got f64"):
+        fast(torch.randn(2, 16, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"input 'x': dimension 1 should be 16, got 8"):
+        fast(torch.randn(2, 8))
+    with pytest.raises(TypeError, match=r"argument 'x' must be a torch.Tensor, got list"):
+        fast([[0.0] * 16])
+    with pytest.raises(ValueError, match=r"input 'x' is on meta"):
+        fast(torch.randn(2, 16, device="meta"))
+    with pytest.raises(TypeError, match=r"MLP: expected 1 positional argument\(s\) like the "
+                                        r"example inputs, got 2"):
+        fast(torch.randn(2, 16), torch.randn(2, 16))
+
+
+def test_bad_calls_to_optimize():
+    with pytest.raises(TypeError, match="expects a torch.nn.Module, got function"):
+        pypto.optimize(lambda x: x, (torch.randn(2),))
+    with pytest.raises(ValueError, match="needs example_inputs"):
+        pypto.optimize(mlp())
+    with pytest.raises(TypeError, match="do not match MLP.forward"):
+        pypto.optimize(mlp(), (torch.randn(2, 16), torch.randn(2, 16)))
+
+
+class UsesUnsupportedOp(torch.nn.Module):
+    def forward(self, x):
+        return torch.special.i0(x) + 1
+
+
+class DataDependent(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # control flow on data: torch.export cannot capture this
+            return x * 2
+        return x - 1
+
+
+def test_an_unsupported_op_is_named():
+    with pytest.raises(NotImplementedError, match=r"UsesUnsupportedOp uses op\(s\) PyPTO cannot "
+                                                  r"run yet: aten\.i0\.default"):
+        pypto.optimize(UsesUnsupportedOp(), (torch.randn(3),))
+
+
+def test_a_model_that_cannot_be_captured_is_a_value_error():
+    with pytest.raises(ValueError, match=r"\[capture\] torch.export could not capture "
+                                         r"DataDependent"):
+        pypto.optimize(DataDependent(), (torch.randn(3),), dynamic=False)
+
+
+def test_training_mode_warns(caplog):
+    model = MLP()  # training mode
+    with caplog.at_level(logging.WARNING, logger="pypto"):
+        pypto.optimize(model, (torch.randn(2, 16),))
+    assert "training mode" in caplog.text
+
+
+def test_integer_and_bool_inputs():
+    class Select(torch.nn.Module):
+        def forward(self, ids, mask):
+            return torch.where(mask, ids * 2, ids - 1)
+
+    ids = torch.arange(12).reshape(3, 4)
+    mask = ids % 3 == 0
+    fast = pypto.optimize(Select(), (ids, mask))
+    assert torch.equal(fast(ids, mask), Select()(ids, mask))
