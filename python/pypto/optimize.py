@@ -43,6 +43,15 @@ class OptimizedModule(torch.nn.Module):
         return dict(self._captured.dynamic)
 
     def forward(self, *args, **kwargs):
+        outs = self._compiled.run(self._graph_inputs(args, kwargs))
+        return pytree.tree_unflatten(outs, self._captured.out_spec)
+
+    def profile(self, *args, **kwargs) -> list[tuple[str, str, float]]:
+        """Runs once on these arguments; returns (node name, op, seconds) per graph node."""
+        return self._compiled.profile(self._graph_inputs(args, kwargs))
+
+    def _graph_inputs(self, args, kwargs) -> list:
+        """The graph's inputs for a call, checked against what the module was optimized with."""
         cap = self._captured
         flat, spec = pytree.tree_flatten((args, kwargs))
         if spec != cap.in_spec:
@@ -63,8 +72,7 @@ class OptimizedModule(torch.nn.Module):
                     raise TypeError(f"argument '{payload}' must be a torch.Tensor, got "
                                     f"{type(x).__name__}")
                 inputs.append(x)
-        outs = self._compiled.run(inputs)
-        return pytree.tree_unflatten(outs, cap.out_spec)
+        return inputs
 
     def _mismatch(self, args, kwargs) -> str:
         """Why the arguments do not fit the example's structure, in the user's terms."""

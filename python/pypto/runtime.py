@@ -72,6 +72,11 @@ class CompiledGraph:
         torch = _torch()
         return [torch.from_dlpack(o) for o in outs]
 
+    def profile(self, inputs: Sequence[Any]) -> list[tuple[str, str, float]]:
+        """Runs once; returns (node name, op, seconds) per node, in execution order."""
+        arrays = [to_boundary(x, f"input '{n}'") for x, n in zip(inputs, self.input_names)]
+        return self._exe.profile(arrays)
+
     def __repr__(self):
         ins = ", ".join(f"{n}: {dt}{list(s) if s is not None else '[*]'}"
                         for n, (dt, s) in zip(self.input_names, self.input_types))

@@ -1,7 +1,9 @@
 // pypto._C.compile and Executable: compile a graph, run it on arrays (no copies either way).
+#include <chrono>
 #include <tuple>
 
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
@@ -63,6 +65,27 @@ void bind_runtime(nb::module_& m) {
             return out;
           },
           nb::arg("inputs"), "Runs and returns (node name, op, outputs) for every node, in order.")
+      .def(
+          "profile",
+          [](const Executable& exe, const nb::list& args) {
+            std::vector<Tensor> inputs;
+            for (size_t i = 0; i < nb::len(args); ++i)
+              inputs.push_back(tensor_from_python(args[i], cat("input ", i)));
+            std::vector<std::tuple<std::string, std::string, double>> times;
+            {
+              nb::gil_scoped_release unlocked;
+              auto last = std::chrono::steady_clock::now();
+              exe.run(inputs, [&](const Node& n, const std::vector<Tensor>&) {
+                auto now = std::chrono::steady_clock::now();
+                times.emplace_back(n.name, n.op, std::chrono::duration<double>(now - last).count());
+                last = now;
+              });
+              inputs.clear();
+            }
+            return times;
+          },
+          nb::arg("inputs"),
+          "Runs once and returns (node name, op, seconds) for every node, in order.")
       .def_prop_ro("graph", &Executable::graph, nb::rv_policy::reference_internal)
       .def_prop_ro("level", [](const Executable& e) { return e.options().level; });
 

@@ -1,0 +1,98 @@
+// pto::compile and Executable: option validation, the checks at the run boundary (input count,
+// declared symbol ranges), the node observer. Values are compared with hand-computed results.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+
+#include "pto/executable.h"
+
+namespace pto {
+namespace {
+
+// y = relu(x * w), x: f32[batch, 3]
+Graph small_graph() {
+  Graph g;
+  g.name = "small";
+  ValueId x = g.add_input("x", {DType::kF32, Shape{Dim::sym("batch"), 3}});
+  ValueId w = g.add_value("w");
+  g.set_initializer(w, Tensor::from_vector<float>({1, -2, 3}, {3}));
+  ValueId y = g.add_value("y"), z = g.add_value("z");
+  g.add_node("Mul", {x, w}, {y}, {}, "mul");
+  g.add_node("Relu", {y}, {z}, {}, "relu");
+  g.add_output(z);
+  return g;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Executable, RunsAndTypesTheGraph) {
+  Executable exe = compile(small_graph(), {.level = 2});
+  EXPECT_EQ(exe.options().level, 2);
+  EXPECT_EQ(exe.graph().value(exe.graph().outputs()[0]).type.str(), "f32[batch, 3]");
+  auto out = exe.run({Tensor::from_vector<float>({1, 1, 1, -1, -1, -1}, {2, 3})});
+  ASSERT_EQ(out.size(), 1u);
+  const double expect[] = {1, 0, 3, 0, 2, 0};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(out[0].item_as_double(i), expect[i]);
+}
+
+TEST(Executable, RejectsBadOptions) {
+  EXPECT_THROW(compile(small_graph(), {.level = 4}), ValueError);
+  EXPECT_THROW(compile(small_graph(), {.level = -1}), ValueError);
+  EXPECT_THROW(compile(small_graph(), {.auto_mixed_precision = true}), UnsupportedError);
+  Graph g = small_graph();
+  g.symbol_ranges["batch"] = {5, 2};
+  EXPECT_THROW(compile(g), ValueError);
+}
+
+TEST(Executable, ChecksInputCountAndDeclaredRanges) {
+  Graph g = small_graph();
+  g.symbol_ranges["batch"] = {1, 4};
+  Executable exe = compile(g);
+  EXPECT_EQ(exe.run({Tensor::zeros(DType::kF32, {4, 3})})[0].shape(), (Dims{4, 3}));
+  EXPECT_EQ(message_of([&] {
+              exe.run({Tensor::zeros(DType::kF32, {5, 3})});
+            }),
+            "input 'x': dimension 0 ('batch') is 5, outside the declared range [1, 4]");
+  EXPECT_EQ(message_of([&] { exe.run({}); }), "graph 'small' takes 1 input(s), got 0");
+  EXPECT_THROW(exe.run({Tensor::zeros(DType::kF32, {0, 3})}), ValueError);  // below min 1
+  EXPECT_THROW(exe.run({Tensor::zeros(DType::kI32, {2, 3})}), TypeError);
+}
+
+TEST(Executable, ObserverSeesEveryNodeInOrder) {
+  Executable exe = compile(small_graph());
+  std::vector<std::string> seen;
+  auto out = exe.run({Tensor::from_vector<float>({-1, 2, -3}, {1, 3})},
+                     [&](const Node& n, const std::vector<Tensor>& outs) {
+                       seen.push_back(n.name + ":" + outs[0].str());
+                     });
+  EXPECT_EQ(seen, (std::vector<std::string>{"mul:f32[1, 3]", "relu:f32[1, 3]"}));
+  EXPECT_EQ(out[0].item_as_double(1), 0.0);  // 2 * -2 = -4 -> relu 0
+}
+
+TEST(Executable, ConcurrentRunsAreIndependent) {
+  Executable exe = compile(small_graph());
+  std::vector<double> results(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      float v = static_cast<float>(t + 1);
+      results[t] = exe.run({Tensor::from_vector<float>({v, v, v}, {1, 3})})[0].item_as_double(2);
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(results[t], 3.0 * (t + 1));
+}
+
+TEST(Executable, AGraphWithoutOutputsIsAnError) {
+  EXPECT_EQ(message_of([] { compile(Graph()); }), "graph: has no outputs");
+}
+
+}  // namespace
+}  // namespace pto
