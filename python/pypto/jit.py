@@ -68,13 +68,12 @@ class JitFunction:
 
     def _compile(self, args, kwargs):
         with torch.no_grad():
-            ep = torch_capture.export(_AsModule(self.fn), tuple(args), kwargs, dynamic=False,
-                                      what=f"@pypto.jit function {self.fn.__name__}")
-        missing = torch_capture.unsupported_ops(ep)
-        if missing:
-            raise NotImplementedError(f"@pypto.jit {self.fn.__name__}: uses op(s) PyPTO cannot "
-                                      f"run yet: {', '.join(missing)}")
-        cap = torch_capture.import_program(ep, name=self.fn.__name__)
+            try:
+                cap = torch_capture.capture(_AsModule(self.fn), tuple(args), kwargs,
+                                            dynamic=False,
+                                            what=f"@pypto.jit function {self.fn.__name__}")
+            except NotImplementedError as e:
+                raise NotImplementedError(str(e)) from None
         return cap, CompiledGraph(cap.graph, self.level)
 
     @property

@@ -122,11 +122,10 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
 
     compile_options(level)  # validates level before the (slow) capture
     with torch.no_grad():
-        ep = torch_capture.export(model, example_inputs, example_kwargs, dynamic=dynamic,
-                                  dynamic_shapes=dynamic_shapes, max_batch=max_batch)
-        missing = torch_capture.unsupported_ops(ep)
-        if missing:
-            raise NotImplementedError(f"pypto.optimize: {type(model).__name__} uses op(s) PyPTO "
-                                      f"cannot run yet: {', '.join(missing)}")
-        captured = torch_capture.import_program(ep, name=type(model).__name__)
+        try:
+            captured = torch_capture.capture(model, example_inputs, example_kwargs,
+                                             dynamic=dynamic, dynamic_shapes=dynamic_shapes,
+                                             max_batch=max_batch)
+        except NotImplementedError as e:
+            raise NotImplementedError(f"pypto.optimize: {e}") from None
     return OptimizedModule(model, captured, CompiledGraph(captured.graph, level))

@@ -150,6 +150,26 @@ def test_a_model_that_cannot_be_captured_is_a_value_error():
         pypto.optimize(DataDependent(), (torch.randn(3),), dynamic=False)
 
 
+class TakesAConfigObject(torch.nn.Module):
+    def forward(self, x, cfg):
+        return x * cfg.scale + cfg.shift
+
+
+def test_fx_tracing_takes_over_where_export_cannot(caplog):
+    import types
+
+    cfg = types.SimpleNamespace(scale=2.0, shift=1.0)  # torch.export rejects this input type
+    x = torch.randn(3, 4)
+    with caplog.at_level(logging.WARNING, logger="pypto"):
+        fast = pypto.optimize(TakesAConfigObject().eval(), (x, cfg))
+    assert "tracing TakesAConfigObject with FX" in caplog.text
+    torch.testing.assert_close(fast(x, cfg), x * 2 + 1)
+    with pytest.raises(ValueError, match=r"input 'input_0': dimension 0 should be 3, got 5"):
+        fast(torch.randn(5, 4), cfg)  # FX tracing compiles for the example's shapes only
+    with pytest.raises(ValueError, match="when the module was optimized"):
+        fast(x, types.SimpleNamespace(scale=3.0, shift=1.0))
+
+
 def test_training_mode_warns(caplog):
     model = MLP()  # training mode
     with caplog.at_level(logging.WARNING, logger="pypto"):

@@ -23,7 +23,7 @@ from torch.export.graph_signature import InputKind
 
 from .. import _C
 from . import aten_ops  # noqa: F401  (registers the converters)
-from .fx_importer import FxImporter, SymV, V, target_name
+from .fx_importer import FxImporter, SymV, V, supported, target_name
 
 log = logging.getLogger("pypto")
 
@@ -101,10 +101,16 @@ def export(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
             eargs, ekwargs = pytree.tree_map(lambda x: _repeat_batch(x, b0), (args, kwargs))
             try:
                 return _export(module, eargs, ekwargs, spec, what)
-            except Exception as e:  # the model ties the batch to a constant: stay static
+            except Exception as e:  # maybe the model ties the batch to a constant: try static
+                ep = _export(module, args, kwargs, None, what)
                 log.warning("pypto: the batch dimension cannot be dynamic for this model (%s); "
                             "compiling for batch %d only", str(e).splitlines()[0][:200], b0)
+                return ep
     return _export(module, args, kwargs, dynamic_shapes, what)
+
+
+class ExportError(ValueError):
+    """torch.export could not capture the model."""
 
 
 def _export(module, args, kwargs, dynamic_shapes, what=None) -> ExportedProgram:
@@ -113,9 +119,79 @@ def _export(module, args, kwargs, dynamic_shapes, what=None) -> ExportedProgram:
     except torch._dynamo.exc.UserError:
         raise
     except Exception as e:
-        raise ValueError(f"[capture] torch.export could not capture "
-                         f"{what or type(module).__name__}: {type(e).__name__}: {e}") from e
+        raise ExportError(f"[capture] torch.export could not capture "
+                          f"{what or type(module).__name__}: {type(e).__name__}: {e}") from e
     return ep.run_decompositions(_decompositions())
+
+
+def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
+            dynamic: bool = True, dynamic_shapes=None, max_batch: int | None = None,
+            what: str | None = None) -> Captured:
+    """torch.export, or FX tracing at the example's shapes where export cannot; then import.
+
+    The fallback traces with fake tensors, so control flow on data still fails (no branch is
+    silently baked in), and compiles for the example shapes only (the input checks enforce
+    them): a shape-dependent branch cannot be taken wrongly for another size."""
+    what = what or type(module).__name__
+    try:
+        ep = export(module, args, kwargs, dynamic=dynamic, dynamic_shapes=dynamic_shapes,
+                    max_batch=max_batch, what=what)
+    except ExportError as e:
+        log.warning("pypto: %s; tracing %s with FX at the example's shapes instead",
+                    str(e).splitlines()[0][:300], what)
+        try:
+            return trace_fx(module, args, kwargs or {}, what)
+        except NotImplementedError:
+            raise
+        except Exception as e2:
+            raise ValueError(f"{e}\n[capture] FX tracing failed too: {type(e2).__name__}: "
+                             f"{str(e2).splitlines()[0] if str(e2) else ''}") from e2
+    missing = unsupported_ops(ep)
+    if missing:
+        raise NotImplementedError(f"{what} uses op(s) PyPTO cannot run yet: "
+                                  f"{', '.join(missing)}")
+    return import_program(ep, name=what)
+
+
+def trace_fx(module, args: tuple, kwargs: dict, what: str) -> Captured:
+    """Captures with make_fx (fake tensors, core-ATen decompositions) at the example's shapes."""
+    from torch._decomp import core_aten_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    flat, in_spec = pytree.tree_flatten((args, kwargs))
+    where = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
+
+    def run(*tensors):
+        leaves = list(flat)
+        for i, t in zip(where, tensors):
+            leaves[i] = t
+        a, k = pytree.tree_unflatten(leaves, in_spec)
+        return module(*a, **k)
+
+    table = {op: fn for op, fn in core_aten_decompositions().items() if op not in KEEP_WHOLE}
+    gm = make_fx(run, decomposition_table=table, tracing_mode="fake")(*[flat[i] for i in where])
+    unsupported = sorted({target_name(n.target) for n in gm.graph.nodes
+                          if n.op == "call_function" and not supported(n)})
+    if unsupported:
+        raise NotImplementedError(f"{what} uses op(s) PyPTO cannot run yet: "
+                                  f"{', '.join(unsupported)}")
+    imp = FxImporter(what)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    names = {i: f"input_{k}" for k, i in enumerate(where)}
+    for n, i in zip(placeholders, where):
+        imp.add_input(n, names[i])
+    out_node = None
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            continue
+        if n.op == "output":
+            out_node = n
+            break
+        imp.convert(n)
+    outs, out_spec = pytree.tree_flatten(out_node.args[0])
+    imp.set_outputs([imp.resolve(o) for o in outs])
+    inputs = [("tensor", names[i]) if i in names else ("const", x) for i, x in enumerate(flat)]
+    return Captured(imp.g, in_spec, out_spec, inputs, {})
 
 
 def _decompositions():
@@ -191,7 +267,5 @@ def _bound(x, infinite: int) -> int:
 
 
 def unsupported_ops(ep: ExportedProgram) -> list[str]:
-    from .fx_importer import supported
-
     return sorted({target_name(n.target) for n in ep.graph.nodes
                    if n.op == "call_function" and not supported(n)})
