@@ -186,3 +186,24 @@ def test_integer_and_bool_inputs():
     mask = ids % 3 == 0
     fast = pypto.optimize(Select(), (ids, mask))
     assert torch.equal(fast(ids, mask), Select()(ids, mask))
+
+
+def test_declared_sequence_dimension_is_symbolic_too():
+    import transformers
+    from torch.export import Dim
+
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=128)
+    model = transformers.BertModel(cfg).eval()
+    ids = torch.randint(0, 1000, (2, 12))
+    fast = pypto.optimize(model, (ids,), dynamic_shapes={
+        "input_ids": {0: Dim("batch", min=1, max=8), 1: Dim("seq", min=2, max=64)}})
+    assert fast.graph.type(fast.graph.inputs[0]) == ("i64", ["batch", "seq"])
+    assert fast.dynamic_dims["seq"] == (2, 64)
+    for shape in ((2, 12), (1, 7), (3, 30)):
+        x = torch.randint(0, 1000, shape)
+        with torch.inference_mode():
+            want = model(x).last_hidden_state
+        got = fast(x).last_hidden_state
+        assert ((got - want).abs().max() / want.abs().max()).item() <= 1e-4, shape

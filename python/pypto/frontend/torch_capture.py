@@ -82,6 +82,43 @@ def _repeat_batch(x, b0):
     return x
 
 
+def dim_names(module, args: tuple, kwargs: dict, dynamic_shapes) -> list[dict[int, str]]:
+    """The name of each declared dynamic dim, per flat tensor input ((args, kwargs) leaves):
+    the names of the torch.export Dims in a dynamic_shapes spec (tuple or dict form)."""
+    names: list[dict[int, str]] = []
+
+    def per_tensor(spec) -> dict[int, str]:
+        items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
+        return {int(d): getattr(dim, "__name__", None) or str(dim) for d, dim in items
+                if dim is not None and not isinstance(dim, int)}
+
+    def walk(value, spec):
+        if isinstance(value, torch.Tensor):
+            names.append(per_tensor(spec))
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                walk(v, spec[i] if isinstance(spec, (list, tuple)) and i < len(spec) else None)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, spec.get(k) if isinstance(spec, dict) else None)
+        else:
+            names.append({})
+
+    try:
+        params = list(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):
+        params = []
+    for i, a in enumerate(args):
+        if isinstance(dynamic_shapes, dict):
+            spec = dynamic_shapes.get(params[i]) if i < len(params) else None
+        else:
+            spec = dynamic_shapes[i] if dynamic_shapes and i < len(dynamic_shapes) else None
+        walk(a, spec)
+    for k, v in kwargs.items():
+        walk(v, dynamic_shapes.get(k) if isinstance(dynamic_shapes, dict) else None)
+    return names
+
+
 def export(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
            dynamic: bool = True, dynamic_shapes=None, max_batch: int | None = None,
            what: str | None = None) -> ExportedProgram:
@@ -150,7 +187,15 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     if missing:
         raise NotImplementedError(f"{what} uses op(s) PyPTO cannot run yet: "
                                   f"{', '.join(missing)}")
-    return import_program(ep, name=what)
+    if dynamic_shapes is None and dynamic:
+        flat = pytree.tree_flatten((args, kwargs or {}))[0]
+        tensors = [x for x in flat if isinstance(x, torch.Tensor) and x.dim() > 0]
+        b0 = tensors[0].shape[0] if tensors else None
+        names = [{0: BATCH} if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == b0
+                 else {} for x in flat]
+    else:
+        names = dim_names(module, args, kwargs or {}, dynamic_shapes)
+    return import_program(ep, name=what, names=names)
 
 
 def trace_fx(module, args: tuple, kwargs: dict, what: str) -> Captured:
@@ -207,20 +252,23 @@ KEEP_WHOLE = [torch.ops.aten.scaled_dot_product_attention.default]
 
 
 def import_program(ep: ExportedProgram, name: str = "main",
-                   symbol_names: dict[str, str] | None = None) -> Captured:
-    """Converts an ExportedProgram (core ATen) into a Tensor Graph."""
+                   names: list[dict[int, str]] | None = None) -> Captured:
+    """Converts an ExportedProgram (core ATen) into a Tensor Graph. `names` gives the declared
+    names of dynamic dims per user input (see dim_names); other symbols keep torch's names."""
     imp = FxImporter(name)
     sig = ep.graph_signature
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
     user_inputs = []
-    # Name the symbols: the ones torch.export made for our batch Dim get "batch".
-    for spec, node in zip(sig.input_specs, placeholders):
-        if spec.kind == InputKind.USER_INPUT:
-            val = node.meta.get("val")
-            if isinstance(val, torch.Tensor) and val.dim() > 0:
-                d0 = val.shape[0]
-                if isinstance(d0, torch.SymInt) and d0.node.expr.is_Symbol:
-                    imp.symbol_names.setdefault(d0.node.expr, BATCH)
+    users = [node for spec, node in zip(sig.input_specs, placeholders)
+             if spec.kind == InputKind.USER_INPUT]
+    for node, declared in zip(users, names or []):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for d, n in declared.items():
+            size = val.shape[d] if d < val.dim() else None
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                imp.symbol_names.setdefault(size.node.expr, n)
     for spec, node in zip(sig.input_specs, placeholders):
         imp.node = None
         if spec.kind == InputKind.USER_INPUT:
