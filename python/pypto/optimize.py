@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 from typing import Any
 
 import torch
@@ -19,35 +20,51 @@ class OptimizedModule(torch.nn.Module):
     """Runs a module's captured graph on PyPTO. Takes and returns what the module does (torch
     tensors, and the same output structure: tuples, dicts, transformers' ModelOutput)."""
 
-    def __init__(self, module: torch.nn.Module, captured: torch_capture.Captured,
-                 compiled: CompiledGraph):
+    def __init__(self, module: torch.nn.Module, compile_fn):
         super().__init__()
         # Registered like torch.compile's OptimizedModule does: the parameters stay the
         # module's (the compiled graph shares their memory), state_dict() still works.
         self._orig_mod = module
-        self._captured = captured
-        self._compiled = compiled
+        self._compile_fn = compile_fn  # (args, kwargs) -> (Captured, CompiledGraph)
+        self._captured: torch_capture.Captured | None = None
+        self._compiled: CompiledGraph | None = None
+        self._lock = threading.Lock()
+
+    def _ensure_compiled(self, args=None, kwargs=None):
+        """Captures and compiles on first use, from these arguments when no example was given."""
+        if self._compiled is not None:
+            return
+        with self._lock:
+            if self._compiled is None:
+                if args is None:
+                    raise RuntimeError("this module was optimized without example_inputs and "
+                                       "has not been called yet: it compiles on its first call")
+                self._captured, self._compiled = self._compile_fn(args, kwargs)
 
     @property
     def compiled(self) -> CompiledGraph:
+        self._ensure_compiled()
         return self._compiled
 
     @property
     def graph(self):
         """The Tensor Graph (``print(fast.graph)`` shows it)."""
-        return self._compiled.graph
+        return self.compiled.graph
 
     @property
     def dynamic_dims(self) -> dict[str, tuple[int, int]]:
         """Symbolic dimensions and their declared ranges, e.g. {"batch": (1, 2**63 - 1)}."""
+        self._ensure_compiled()
         return dict(self._captured.dynamic)
 
     def forward(self, *args, **kwargs):
+        self._ensure_compiled(args, kwargs)
         outs = self._compiled.run(self._graph_inputs(args, kwargs))
         return pytree.tree_unflatten(outs, self._captured.out_spec)
 
     def profile(self, *args, **kwargs) -> list[tuple[str, str, float]]:
         """Runs once on these arguments; returns (node name, op, seconds) per graph node."""
+        self._ensure_compiled(args, kwargs)
         return self._compiled.profile(self._graph_inputs(args, kwargs))
 
     def _graph_inputs(self, args, kwargs) -> list:
@@ -93,7 +110,7 @@ class OptimizedModule(torch.nn.Module):
                 f"(nested lists, tuples or dicts differ)")
 
     def extra_repr(self) -> str:
-        return repr(self._compiled)
+        return repr(self._compiled) if self._compiled is not None else "not compiled yet"
 
 
 def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | None = None, *,
@@ -101,7 +118,8 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
              max_batch: int | None = None) -> OptimizedModule:
     """Compiles `model` for inference on PyPTO.
 
-    example_inputs: a tuple of arguments (or a single tensor) the model is called with.
+    example_inputs: a tuple of arguments (or a single tensor) the model is called with. Without
+        it, the module compiles on its first call, from that call's arguments.
     level: 0..3 (default: the graph_optimization_level option, 2).
     dynamic: make the batch (dim 0 of the inputs) symbolic, so one compiled module serves every
         batch size in [1, max_batch]; False compiles for the example shapes only.
@@ -110,10 +128,7 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"pypto.optimize expects a torch.nn.Module, got {type(model).__name__}"
                         " (use @pypto.jit for a function)")
-    if example_inputs is None:
-        raise ValueError("pypto.optimize needs example_inputs: the arguments the model is called "
-                         "with, e.g. example_inputs=(x,)")
-    if not isinstance(example_inputs, tuple):
+    if example_inputs is not None and not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
     if model.training:
         log.warning("pypto.optimize: %s is in training mode; PyPTO compiles for inference "
@@ -121,11 +136,18 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
     from .options import compile_options
 
     compile_options(level)  # validates level before the (slow) capture
-    with torch.no_grad():
-        try:
-            captured = torch_capture.capture(model, example_inputs, example_kwargs,
-                                             dynamic=dynamic, dynamic_shapes=dynamic_shapes,
-                                             max_batch=max_batch)
-        except NotImplementedError as e:
-            raise NotImplementedError(f"pypto.optimize: {e}") from None
-    return OptimizedModule(model, captured, CompiledGraph(captured.graph, level))
+
+    def compile_fn(args, kwargs):
+        with torch.no_grad():
+            try:
+                captured = torch_capture.capture(model, args, kwargs or None, dynamic=dynamic,
+                                                 dynamic_shapes=dynamic_shapes,
+                                                 max_batch=max_batch)
+            except NotImplementedError as e:
+                raise NotImplementedError(f"pypto.optimize: {e}") from None
+        return captured, CompiledGraph(captured.graph, level)
+
+    fast = OptimizedModule(model, compile_fn)
+    if example_inputs is not None:
+        fast._ensure_compiled(example_inputs, example_kwargs or {})
+    return fast

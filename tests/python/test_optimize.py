@@ -37,6 +37,17 @@ def test_returns_a_module_that_matches_eager():
     assert "Gemm" in fast.graph.ops
 
 
+def test_without_example_inputs_it_compiles_on_the_first_call():
+    model = mlp()
+    fast = pypto.optimize(model)  # as the seeds' users write it
+    assert "not compiled yet" in repr(fast)
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    assert fast.dynamic_dims["batch"][0] == 1
+    x = torch.randn(5, 16)
+    torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+
+
 def test_one_compiled_module_serves_every_batch_size():
     model = mlp()
     fast = pypto.optimize(model, example_inputs=(torch.randn(1, 16),))
@@ -120,8 +131,6 @@ def test_wrong_inputs_are_clear_errors():
 def test_bad_calls_to_optimize():
     with pytest.raises(TypeError, match="expects a torch.nn.Module, got function"):
         pypto.optimize(lambda x: x, (torch.randn(2),))
-    with pytest.raises(ValueError, match="needs example_inputs"):
-        pypto.optimize(mlp())
     with pytest.raises(TypeError, match="do not match MLP.forward"):
         pypto.optimize(mlp(), (torch.randn(2, 16), torch.randn(2, 16)))
 
