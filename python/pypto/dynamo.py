@@ -57,17 +57,12 @@ class PyptoPiece(torch.nn.Module):
 
     def _compile(self):
         imp = FxImporter("torch_compile")
-        out_node = None
         for n in self.gm.graph.nodes:
             if n.op == "placeholder":
                 imp.add_input(n)
                 if not isinstance(imp.env[n], (V, SymV)):
                     raise NotImplementedError(f"[torch.compile] input '{n.name}' is not a tensor")
-            elif n.op == "output":
-                out_node = n
-            else:
-                imp.convert(n)
-        result = out_node.args[0]
+        result = imp.convert_body(self.gm.graph).args[0]
         single = not isinstance(result, (tuple, list))
         outs = [imp.resolve(r) for r in ([result] if single else result)]
         imp.set_outputs(outs)

@@ -11,6 +11,31 @@
 
 namespace pto::python {
 
+namespace {
+
+// One tensor per graph input, named after the input in errors; no copies.
+std::vector<Tensor> inputs_from_python(const Executable& exe, const nb::list& args) {
+  const Graph& g = exe.graph();
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < nb::len(args); ++i) {
+    std::string what =
+        i < g.inputs().size() ? cat("input '", g.value(g.inputs()[i]).name, "'") : cat("input ", i);
+    inputs.push_back(tensor_from_python(args[i], what));
+  }
+  return inputs;
+}
+
+// Runs without the GIL; the references to the callers' arrays are dropped before it returns.
+std::vector<Tensor> run_unlocked(const Executable& exe, std::vector<Tensor> inputs,
+                                 const reference::NodeObserver& observer = {}) {
+  nb::gil_scoped_release unlocked;
+  std::vector<Tensor> outputs = exe.run(inputs, observer);
+  inputs.clear();
+  return outputs;
+}
+
+}  // namespace
+
 void bind_runtime(nb::module_& m) {
   nb::class_<CompileOptions>(m, "CompileOptions")
       .def(nb::init<>())
@@ -22,39 +47,20 @@ void bind_runtime(nb::module_& m) {
       .def(
           "run",
           [](const Executable& exe, const nb::list& args) {
-            const Graph& g = exe.graph();
-            std::vector<Tensor> inputs;
-            for (size_t i = 0; i < nb::len(args); ++i) {
-              std::string what = i < g.inputs().size()
-                                     ? cat("input '", g.value(g.inputs()[i]).name, "'")
-                                     : cat("input ", i);
-              inputs.push_back(tensor_from_python(args[i], what));
-            }
-            std::vector<Tensor> outputs;
-            {
-              nb::gil_scoped_release unlocked;
-              outputs = exe.run(inputs);
-              inputs.clear();  // drop the references to the callers' arrays before the GIL returns
-            }
             nb::list out;
-            for (const Tensor& t : outputs) out.append(tensor_to_python(t));
+            for (const Tensor& t : run_unlocked(exe, inputs_from_python(exe, args)))
+              out.append(tensor_to_python(t));
             return out;
           },
           nb::arg("inputs"), "Runs on a list of arrays; returns a list of DLPack-capable arrays.")
       .def(
           "run_traced",
           [](const Executable& exe, const nb::list& args) {
-            std::vector<Tensor> inputs;
-            for (size_t i = 0; i < nb::len(args); ++i)
-              inputs.push_back(tensor_from_python(args[i], cat("input ", i)));
             std::vector<std::tuple<std::string, std::string, std::vector<Tensor>>> trace;
-            {
-              nb::gil_scoped_release unlocked;
-              exe.run(inputs, [&](const Node& n, const std::vector<Tensor>& outs) {
-                trace.emplace_back(n.name, n.op, outs);
-              });
-              inputs.clear();
-            }
+            run_unlocked(exe, inputs_from_python(exe, args),
+                         [&](const Node& n, const std::vector<Tensor>& outs) {
+                           trace.emplace_back(n.name, n.op, outs);
+                         });
             nb::list out;
             for (auto& [name, op, outs] : trace) {
               nb::list arrays;
@@ -68,20 +74,15 @@ void bind_runtime(nb::module_& m) {
       .def(
           "profile",
           [](const Executable& exe, const nb::list& args) {
-            std::vector<Tensor> inputs;
-            for (size_t i = 0; i < nb::len(args); ++i)
-              inputs.push_back(tensor_from_python(args[i], cat("input ", i)));
             std::vector<std::tuple<std::string, std::string, double>> times;
-            {
-              nb::gil_scoped_release unlocked;
-              auto last = std::chrono::steady_clock::now();
-              exe.run(inputs, [&](const Node& n, const std::vector<Tensor>&) {
-                auto now = std::chrono::steady_clock::now();
-                times.emplace_back(n.name, n.op, std::chrono::duration<double>(now - last).count());
-                last = now;
-              });
-              inputs.clear();
-            }
+            auto last = std::chrono::steady_clock::now();
+            run_unlocked(exe, inputs_from_python(exe, args),
+                         [&](const Node& n, const std::vector<Tensor>&) {
+                           auto now = std::chrono::steady_clock::now();
+                           times.emplace_back(n.name, n.op,
+                                              std::chrono::duration<double>(now - last).count());
+                           last = now;
+                         });
             return times;
           },
           nb::arg("inputs"),

@@ -262,6 +262,16 @@ class FxImporter:
         out = fn(self, node, *args, **kwargs)
         self.env[node] = out
 
+    def convert_body(self, graph: torch.fx.Graph) -> torch.fx.Node:
+        """Converts every call node of `graph` (placeholders must be bound already); returns its
+        output node."""
+        for n in graph.nodes:
+            if n.op == "output":
+                return n
+            if n.op != "placeholder":
+                self.convert(n)
+        raise ValueError("[import] the FX graph has no output node")
+
     def set_outputs(self, values):
         for i, v in enumerate(values):
             if isinstance(v, V):

@@ -225,14 +225,7 @@ def trace_fx(module, args: tuple, kwargs: dict, what: str) -> Captured:
     names = {i: f"input_{k}" for k, i in enumerate(where)}
     for n, i in zip(placeholders, where):
         imp.add_input(n, names[i])
-    out_node = None
-    for n in gm.graph.nodes:
-        if n.op == "placeholder":
-            continue
-        if n.op == "output":
-            out_node = n
-            break
-        imp.convert(n)
+    out_node = imp.convert_body(gm.graph)
     outs, out_spec = pytree.tree_flatten(out_node.args[0])
     imp.set_outputs([imp.resolve(o) for o in outs])
     inputs = [("tensor", names[i]) if i in names else ("const", x) for i, x in enumerate(flat)]
@@ -284,14 +277,7 @@ def import_program(ep: ExportedProgram, name: str = "main",
             imp.add_constant_input(node, spec.target, ep.constants[spec.target])
         else:
             raise NotImplementedError(f"[capture] input '{node.name}' of kind {spec.kind.name}")
-    output_node = None
-    for node in ep.graph.nodes:
-        if node.op == "placeholder":
-            continue
-        if node.op == "output":
-            output_node = node
-            break
-        imp.convert(node)
+    output_node = imp.convert_body(ep.graph)
     outs = [imp.resolve(a) for a in output_node.args[0]]
     imp.set_outputs(outs)
 
