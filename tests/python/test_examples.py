@@ -1,0 +1,34 @@
+"""The programs in examples/ run and pass their own checks, so they never rot.
+
+Each runs as a separate process, the way a new user runs it, with python/ of this clone first on
+PYTHONPATH; a non-zero exit code (a failed check or an exception) fails the test.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = ["optimize_resnet.py", "jit_lennard_jones.py", "onnx_round_trip.py"]
+# Each example takes well under 20 s on a 2-core machine; the margin is for loaded CI machines.
+TIMEOUT_S = float(os.environ.get("PTO_EXAMPLE_TIMEOUT", "300"))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_runs(name):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO / "python")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    try:
+        p = subprocess.run([sys.executable, str(REPO / "examples" / name)], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=TIMEOUT_S,
+                           stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"examples/{name} timed out after {TIMEOUT_S:.0f} s", pytrace=False)
+    if p.returncode != 0:
+        pytest.fail(f"examples/{name} exited with {p.returncode}\n--- stdout\n{p.stdout[-3000:]}"
+                    f"\n--- stderr\n{p.stderr[-3000:]}", pytrace=False)
+    assert p.stdout.rstrip().endswith("OK"), p.stdout
