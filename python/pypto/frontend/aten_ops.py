@@ -946,10 +946,9 @@ def _batch_norm(ctx, node, x, w, b, mean, var, momentum, eps):
 
 @converter(aten.native_layer_norm.default)
 def _layer_norm(ctx, node, x, normalized_shape, w, b, eps):
-    n = math.prod(int(s) for s in normalized_shape)
-    w = _ones_or(ctx, w, n, 1.0, x.dtype)
-    if w is not None and not isinstance(w, V) and len(normalized_shape) > 1:
-        w = ctx.op("Reshape", [w, ctx.ints(normalized_shape)])
+    shape = tuple(int(s) for s in normalized_shape)
+    if w is None:  # LayerNormalization needs a scale
+        w = ctx.constant([1.0] * math.prod(shape), x.dtype, shape)
     attrs = {"axis": -len(normalized_shape), "epsilon": float(eps)}
     y = ctx.op("LayerNormalization", [x, w, b], attrs)
     return [V(y, x.dtype, x.shape), None, None]
@@ -1021,11 +1020,10 @@ def _upsample(ctx, node, x, output_size, *args):
     val = node.meta["val"]
     if not all(is_static(s) for s in val.shape[2:]):
         ctx.unsupported("upsampling to a symbolic size")
-    sizes = ctx.shape_tensor(list(x.shape[:2]) + [int(s) for s in val.shape[2:]]) \
-        if all(is_static(s) for s in x.shape[:2]) else ctx.op(
-            "Concat", [ctx.op("Shape", [x], {"start": 0, "end": 2}),
-                       ctx.ints([int(s) for s in val.shape[2:]])], {"axis": 0})
-    align = (args[0] if args and isinstance(args[0], bool) else False) if not nearest else False
+    # N and C come from the input (the batch may be symbolic), the spatial sizes from torch.
+    sizes = ctx.op("Concat", [ctx.op("Shape", [x], {"start": 0, "end": 2}),
+                              ctx.ints([int(s) for s in val.shape[2:]])], {"axis": 0})
+    align = not nearest and bool(args) and args[0] is True  # bilinear's align_corners
     attrs = {"mode": "nearest" if nearest else "linear",
              "coordinate_transformation_mode": "align_corners" if align else
              ("asymmetric" if nearest else "pytorch_half_pixel"),
