@@ -15,8 +15,10 @@ pto_build() {
   [ $# -gt 0 ] && shift
   targets=("$@")
   mkdir -p "$dir"
+  local launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTO_WERROR=ON \
-    -DPTO_PYTHON="$PY" "${cmake_args[@]}" >"$dir/configure.log" 2>&1 ||
+    -DPTO_PYTHON="$PY" "${launcher[@]}" "${cmake_args[@]}" >"$dir/configure.log" 2>&1 ||
     { cat "$dir/configure.log"; echo "cmake configure failed in $dir" >&2; return 1; }
   ninja -C "$dir" ${PTO_JOBS:+-j "$PTO_JOBS"} "${targets[@]}"
 }

@@ -14,6 +14,7 @@
 
 #include "pto/graph.h"
 #include "pto/reference.h"
+#include "pto/runtime.h"
 
 namespace pto {
 
@@ -41,13 +42,20 @@ class Executable {
 
   const Graph& graph() const { return *graph_; }
   const CompileOptions& options() const { return options_; }
+  // For node i of graph(): "cpu" when the CPU backend runs it, "reference" when it falls back.
+  const std::string& node_backend(size_t i) const;
+  // The pool every run allocates from (stats show whether steady state reuses everything).
+  MemoryPoolStats memory_stats() const;
+
+  struct Plan;  // per-node kernels and prepared state (src/runtime/executable.cpp)
 
  private:
   friend Executable compile(Graph g, const CompileOptions& options);
-  Executable(std::shared_ptr<const Graph> g, CompileOptions options);
+  Executable(std::shared_ptr<const Graph> g, CompileOptions options, std::shared_ptr<Plan> plan);
 
   std::shared_ptr<const Graph> graph_;
   CompileOptions options_;
+  std::shared_ptr<Plan> plan_;
 };
 
 // Verifies `g`, infers its types and prepares it for execution. Throws ValueError for an invalid

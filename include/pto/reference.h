@@ -40,6 +40,10 @@ class KernelRegistry {
 // Called after each node with its outputs; `pto check` and tests use it to see every value.
 using NodeObserver = std::function<void(const Node&, const std::vector<Tensor>& outputs)>;
 
+// Checks each input's dtype, rank and known or symbolic dimensions against the graph's declaration
+// (ValueError/TypeError naming the input); the input count must already match.
+void check_inputs(const Graph& g, const std::vector<Tensor>& inputs);
+
 // Runs `g` on `inputs` (one per graph input, in order). Checks each input's dtype, rank and
 // known or symbolic dimensions against the graph's declaration (ValueError naming the input).
 std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,

@@ -14,6 +14,29 @@ namespace pto {
 
 inline constexpr size_t kTensorAlignment = 64;
 
+// Where Tensor::empty gets its memory. The default is the system heap; an Executable installs
+// its memory pool for the duration of a run (AllocatorScope), so that every tensor a kernel makes
+// comes from, and goes back to, the pool.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;  // 64-byte aligned; throws ValueError when out
+  virtual void deallocate(void* p, size_t nbytes) = 0;
+};
+
+// Makes `a` the allocator of Tensor::empty on this thread until the scope ends (scopes nest).
+// Storage made inside keeps `a` alive and returns its memory to it when released.
+class AllocatorScope {
+ public:
+  explicit AllocatorScope(std::shared_ptr<Allocator> a);
+  ~AllocatorScope();
+  AllocatorScope(const AllocatorScope&) = delete;
+  AllocatorScope& operator=(const AllocatorScope&) = delete;
+
+ private:
+  std::shared_ptr<Allocator> saved_;
+};
+
 // A block of bytes. Owns 64-byte aligned memory, or wraps external memory with a release hook.
 class Storage {
  public:

@@ -43,6 +43,15 @@ void pack_copy(const std::byte* src, const Dims& shape, const Dims& strides, siz
 
 }  // namespace
 
+static thread_local std::shared_ptr<Allocator> t_allocator;
+
+AllocatorScope::AllocatorScope(std::shared_ptr<Allocator> a) : saved_(std::move(t_allocator)) {
+  t_allocator = std::move(a);
+}
+AllocatorScope::~AllocatorScope() {
+  t_allocator = std::move(saved_);
+}
+
 size_t max_tensor_bytes() {
   return max_bytes().load();
 }
@@ -54,6 +63,11 @@ Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
   if (nbytes > max_tensor_bytes())
     throw ValueError(cat("allocation of ", nbytes, " bytes exceeds the limit of ",
                          max_tensor_bytes(), " bytes"));
+  if (t_allocator) {
+    data_ = static_cast<std::byte*>(t_allocator->allocate(nbytes));
+    release_ = [a = t_allocator, p = data_, nbytes] { a->deallocate(p, nbytes); };
+    return;
+  }
   size_t rounded =
       (std::max<size_t>(nbytes, 1) + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   data_ = static_cast<std::byte*>(std::aligned_alloc(kTensorAlignment, rounded));

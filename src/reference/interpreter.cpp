@@ -84,17 +84,19 @@ void check_input(const Graph& g, ValueId v, const Tensor& t,
 
 }  // namespace
 
+void check_inputs(const Graph& g, const std::vector<Tensor>& inputs) {
+  std::unordered_map<std::string, int64_t> symbols;
+  for (size_t i = 0; i < inputs.size(); ++i) check_input(g, g.inputs()[i], inputs[i], symbols);
+}
+
 std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
                         const NodeObserver& observer) {
   if (inputs.size() != g.inputs().size())
     throw ValueError(
         cat("graph '", g.name, "': expected ", g.inputs().size(), " inputs, got ", inputs.size()));
+  check_inputs(g, inputs);
   std::vector<Tensor> env(g.values().size());
-  std::unordered_map<std::string, int64_t> symbols;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    check_input(g, g.inputs()[i], inputs[i], symbols);
-    env[g.inputs()[i]] = inputs[i];
-  }
+  for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];
   for (const auto& [v, t] : g.initializers())
     if (!env[v].defined()) env[v] = t;  // a graph input with a default keeps the caller's value
 

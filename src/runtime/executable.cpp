@@ -1,14 +1,30 @@
-// compile() and Executable::run(). For now the plan is trivial: the verified, typed graph runs on
-// the reference kernels, op by op. Issue 4's CPU backend replaces the body of run(), and graph
-// passes (levels 1..3) slot in before it; the checks at the boundary stay as they are.
+// compile() and Executable::run(). The plan picks a kernel per node: the CPU backend's when it has
+// one that accepts the node's types and attributes, else the reference interpreter's. run() checks
+// the inputs at the boundary, then executes the nodes in order with every allocation served by the
+// Executable's memory pool, releasing each intermediate after its last reader.
 #include "pto/executable.h"
 
+#include <any>
+#include <new>
 #include <unordered_map>
 
+#include "backend/cpu/kernel.h"
 #include "pto/op_registry.h"
 #include "pto/reference.h"
 
 namespace pto {
+
+struct Executable::Plan {
+  struct Step {
+    const cpu::Kernel* cpu = nullptr;             // the backend kernel, or
+    const reference::Kernel* reference = nullptr;  // the fallback
+    std::any state;                               // what cpu->prepare returned
+    std::string backend;                          // "cpu" | "reference"
+  };
+  std::vector<Step> steps;                  // one per node
+  std::vector<std::vector<ValueId>> dead_after;  // values to release after node i
+  std::shared_ptr<MemoryPool> pool = std::make_shared<MemoryPool>(kAllocHugeFirst);
+};
 
 namespace {
 
@@ -34,12 +50,65 @@ void check_symbol_ranges(const Graph& g, const std::vector<Tensor>& inputs) {
   }
 }
 
+cpu::NodeInfo node_info(const Graph& g, const Node& n) {
+  cpu::NodeInfo info{n, {}, {}, {}};
+  for (ValueId v : n.inputs) {
+    info.inputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
+    info.constants.push_back(v == kNoValue ? nullptr : g.initializer(v));
+  }
+  for (ValueId v : n.outputs) info.outputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
+  return info;
+}
+
+std::shared_ptr<Executable::Plan> make_plan(const Graph& g) {
+  auto plan = std::make_shared<Executable::Plan>();
+  const auto& nodes = g.nodes();
+  for (const Node& n : nodes) {
+    Executable::Plan::Step step;
+    if (const cpu::Kernel* k = cpu::KernelRegistry::global().find(n.op)) {
+      cpu::NodeInfo info = node_info(g, n);
+      if (!k->accepts || k->accepts(info)) {
+        step.cpu = k;
+        step.backend = "cpu";
+        if (k->prepare) step.state = k->prepare(info);
+      }
+    }
+    if (!step.cpu) {
+      step.reference = reference::KernelRegistry::global().find(n.op);
+      if (!step.reference) throw UnsupportedError(cat(n.where(), ": no kernel for this op"));
+      step.backend = "reference";
+    }
+    plan->steps.push_back(std::move(step));
+  }
+  // Release each intermediate after its last reader; graph outputs and initializers never.
+  std::vector<int64_t> last_use(g.values().size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (ValueId v : nodes[i].inputs)
+      if (v != kNoValue) last_use[v] = static_cast<int64_t>(i);
+  for (ValueId v : g.outputs()) last_use[v] = -1;
+  for (const auto& [v, t] : g.initializers()) last_use[v] = -1;
+  plan->dead_after.resize(nodes.size());
+  for (size_t v = 0; v < last_use.size(); ++v)
+    if (last_use[v] >= 0) plan->dead_after[last_use[v]].push_back(static_cast<ValueId>(v));
+  return plan;
+}
+
 }  // namespace
 
-Executable::Executable(std::shared_ptr<const Graph> g, CompileOptions options)
-    : graph_(std::move(g)), options_(options) {}
+Executable::Executable(std::shared_ptr<const Graph> g, CompileOptions options,
+                       std::shared_ptr<Plan> plan)
+    : graph_(std::move(g)), options_(options), plan_(std::move(plan)) {}
 
 Executable::~Executable() = default;
+
+const std::string& Executable::node_backend(size_t i) const {
+  PTO_CHECK(i < plan_->steps.size()) << "node_backend: node " << i << " out of range";
+  return plan_->steps[i].backend;
+}
+
+MemoryPoolStats Executable::memory_stats() const {
+  return plan_->pool->stats();
+}
 
 std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs) const {
   return run(inputs, {});
@@ -51,8 +120,60 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
   if (inputs.size() != g.inputs().size())
     throw ValueError(
         cat("graph '", g.name, "' takes ", g.inputs().size(), " input(s), got ", inputs.size()));
+  reference::check_inputs(g, inputs);
   check_symbol_ranges(g, inputs);
-  return reference::run(g, inputs, observer);
+
+  AllocatorScope scope(plan_->pool);
+  std::vector<Tensor> env(g.values().size());
+  for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];
+  for (const auto& [v, t] : g.initializers())
+    if (!env[v].defined()) env[v] = t;  // a graph input with a default keeps the caller's value
+
+  const auto& nodes = g.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    const Plan::Step& step = plan_->steps[i];
+    cpu::KernelContext ctx{{n, {}, n.outputs.size()}, &step.state};
+    ctx.inputs.reserve(n.inputs.size());
+    for (ValueId v : n.inputs) {
+      if (v == kNoValue) {
+        ctx.inputs.emplace_back();
+        continue;
+      }
+      if (!env[v].defined())
+        throw ValueError(cat(n.where(), ": input '", g.value(v).name, "' has no value"));
+      ctx.inputs.push_back(env[v].contiguous());
+    }
+    std::vector<Tensor> outs;
+    try {
+      outs = step.cpu ? step.cpu->run(ctx) : (*step.reference)(ctx);
+    } catch (const std::bad_alloc&) {
+      throw ValueError(cat(n.where(), ": out of memory"));
+    } catch (const std::length_error& e) {
+      throw ValueError(cat(n.where(), ": size too large (", e.what(), ")"));
+    }
+    PTO_CHECK(outs.size() <= n.outputs.size())
+        << n.where() << ": kernel returned " << outs.size() << " outputs";
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      if (n.outputs[o] == kNoValue) continue;
+      if (o >= outs.size() || !outs[o].defined())
+        throw UnsupportedError(cat(n.where(), ": output ", o, " is not produced"));
+      env[n.outputs[o]] = std::move(outs[o]);
+    }
+    if (observer) {
+      std::vector<Tensor> seen;
+      for (ValueId v : n.outputs) seen.push_back(v == kNoValue ? Tensor() : env[v]);
+      observer(n, seen);
+    }
+    for (ValueId v : plan_->dead_after[i]) env[v] = Tensor();
+  }
+  std::vector<Tensor> out;
+  for (ValueId v : g.outputs()) {
+    if (!env[v].defined())
+      throw ValueError(cat("graph output '", g.value(v).name, "' was never computed"));
+    out.push_back(env[v]);
+  }
+  return out;
 }
 
 Executable compile(Graph g, const CompileOptions& options) {
@@ -61,15 +182,14 @@ Executable compile(Graph g, const CompileOptions& options) {
   if (options.auto_mixed_precision)
     throw UnsupportedError("compile: auto_mixed_precision is not implemented yet");
   verify(g);
-  for (const Node& n : g.nodes())
-    if (reference::KernelRegistry::global().find(n.op) == nullptr)
-      throw UnsupportedError(cat(n.where(), ": no kernel for this op"));
   infer_types(g);
   for (const auto& [symbol, r] : g.symbol_ranges)
     if (r.min < 0 || r.min > r.max)
       throw ValueError(
           cat("compile: symbol '", symbol, "' has an empty range [", r.min, ", ", r.max, "]"));
-  return Executable(std::make_shared<const Graph>(std::move(g)), options);
+  auto graph = std::make_shared<const Graph>(std::move(g));
+  auto plan = make_plan(*graph);
+  return Executable(std::move(graph), options, std::move(plan));
 }
 
 }  // namespace pto

@@ -1,0 +1,34 @@
+// The CPU thread pool and parallel-for every kernel uses.
+//
+//   pto::parallel_for(0, rows, /*grain=*/16, [&](int64_t begin, int64_t end) { ... });
+//
+// One persistent pool per process: PTO_NUM_THREADS threads (default: the cores this process may
+// run on), the calling thread being one of them. A range is cut into fixed chunks that depend only
+// on its size, the grain and the thread count, so a kernel that reduces inside chunks gives the same
+// bits on every run with the same thread count. The first exception thrown by a chunk (the lowest
+// chunk index, not the first in time) is rethrown on the calling thread after all chunks finish.
+// A parallel_for inside another runs serially on the thread that calls it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace pto {
+
+// Threads the pool runs kernels on (>= 1).
+int num_threads();
+// Resizes the pool (n >= 1; 0 means the default). Not to be called while kernels run.
+void set_num_threads(int n);
+
+// Calls fn(begin, end) over [begin, end) in chunks of at least `grain` elements, in parallel.
+void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                  const std::function<void(int64_t, int64_t)>& fn);
+
+// Runs fn(task) for task in [0, tasks) with one task per call, spread over the pool. For work
+// that is already cut into pieces of similar cost (GEMM tiles, conv blocks).
+void parallel_tasks(int64_t tasks, const std::function<void(int64_t)>& fn);
+
+// True on a pool thread, or on the caller while it runs a parallel region.
+bool in_parallel_region();
+
+}  // namespace pto

@@ -1,0 +1,7 @@
+#include "backend/cpu/kernel.h"
+
+namespace pto::cpu {
+
+void register_elementwise_kernels(KernelRegistry& r) {}
+
+}  // namespace pto::cpu

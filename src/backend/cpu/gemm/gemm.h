@@ -1,0 +1,91 @@
+// Single-precision GEMM with a fused epilogue:
+//
+//   C[m, n] = act(alpha * sum_k A[m, k] * B[k, n] + bias + residual_scale * R[m, n])
+//
+// A is M x K (or K x M when trans_a), B is K x N (or N x K when trans_b), all row-major with
+// leading dimensions in elements. Packed panels, register-blocked micro-kernels per ISA, cache
+// blocking from the machine's cache sizes, parallel over both M and N (gemm/README in
+// docs/architecture.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace pto::cpu {
+
+enum class Activation {
+  kNone,
+  kRelu,
+  kClip,       // min(max(x, lo), hi): ReLU6 and Clip
+  kLeakyRelu,  // x < 0 ? slope * x : x (slope in `lo`)
+  kSigmoid,
+  kTanh,
+  kGelu,       // exact (erf) GELU
+  kGeluTanh,   // tanh approximation
+  kSilu,       // x * sigmoid(x)
+  kHardSwish,
+};
+
+// What is applied to each output element after the dot product, before it is stored.
+struct Epilogue {
+  enum class Bias { kNone, kPerRow, kPerCol, kScalar };
+  Bias bias_kind = Bias::kNone;
+  const float* bias = nullptr;      // M values (kPerRow), N (kPerCol) or 1 (kScalar)
+  const float* residual = nullptr;  // M x N added before the activation
+  int64_t ldr = 0;                  // residual leading dimension
+  float residual_scale = 1.0f;
+  Activation act = Activation::kNone;
+  float lo = 0.0f, hi = 0.0f;  // activation parameters (see Activation)
+};
+
+struct GemmArgs {
+  int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  bool trans_a = false;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  bool trans_b = false;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  float alpha = 1.0f;
+  Epilogue epilogue;
+};
+
+// C = epilogue(alpha * op(A) op(B)); parallel over the thread pool unless called from inside a
+// parallel region (then it runs on the calling thread).
+void sgemm(const GemmArgs& args);
+
+// B packed once into the panel layout the micro-kernel reads (a constant weight), for any later
+// sgemm_packed with the same K, N and ISA.
+class PackedB {
+ public:
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  const float* data() const { return data_.get(); }
+  int isa() const { return isa_; }
+
+ private:
+  friend PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b);
+  int64_t k_ = 0, n_ = 0;
+  int isa_ = 0;  // the cpu::Isa it was packed for
+  std::shared_ptr<float[]> data_;
+};
+
+PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b);
+
+// As sgemm with B taken from `packed` (args.b, ldb and trans_b are ignored; args.k and args.n
+// must match the packing). Falls back to unpacking when the active ISA differs from the packing's.
+void sgemm_packed(const GemmArgs& args, const PackedB& packed);
+
+// Batched: `batch` independent GEMMs at the given element strides (a stride of 0 broadcasts that
+// operand over the batch). Parallel over batch, M and N together.
+void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b,
+                   int64_t stride_c, int64_t stride_r = 0);
+
+// Applies the epilogue to an M x N block of C in place (row offset m0, column offset n0 within the
+// full problem, for bias and residual indexing). Shared by every kernel that ends in an epilogue.
+void apply_epilogue(const Epilogue& ep, float* c, int64_t ldc, int64_t m0, int64_t m, int64_t n0,
+                    int64_t n);
+
+}  // namespace pto::cpu

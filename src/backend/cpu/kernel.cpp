@@ -1,0 +1,43 @@
+#include "backend/cpu/kernel.h"
+
+#include <algorithm>
+
+#include "pto/op_registry.h"
+
+namespace pto::cpu {
+
+KernelRegistry& KernelRegistry::global() {
+  static KernelRegistry* registry = [] {
+    auto* r = new KernelRegistry();
+    register_gemm_kernels(*r);
+    register_conv_kernels(*r);
+    register_elementwise_kernels(*r);
+    register_reduce_kernels(*r);
+    register_movement_kernels(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void KernelRegistry::add(const std::string& op, Kernel k) {
+  PTO_CHECK(find(op) == nullptr) << "CPU kernel '" << op << "' registered twice";
+  PTO_CHECK(OpRegistry::global().find(op) != nullptr)
+      << "CPU kernel for '" << op << "' has no OpDef";
+  PTO_CHECK(static_cast<bool>(k.run)) << "CPU kernel '" << op << "' has no run function";
+  kernels_.emplace_back(op, std::move(k));
+}
+
+const Kernel* KernelRegistry::find(std::string_view op) const {
+  for (const auto& [name, k] : kernels_)
+    if (name == op) return &k;
+  return nullptr;
+}
+
+std::vector<std::string> KernelRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, k] : kernels_) out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace pto::cpu

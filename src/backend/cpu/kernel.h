@@ -1,0 +1,70 @@
+// CPU kernels: what the Executable runs for each node (level 0 of DESIGN.md's backend contract).
+//
+// A kernel is registered per op with three parts:
+//   accepts  — asked once at compile time with the node and its inferred input types; a kernel
+//              that returns false (an unusual dtype or attribute) leaves the node to the reference
+//              interpreter, which the plan records and `pto` reports;
+//   prepare  — optional, also at compile time: work that depends only on the node and its constant
+//              inputs (packing a weight matrix into GEMM panels), kept for every later run;
+//   run      — computes the outputs. Inputs are contiguous. Outputs are made with Tensor::empty,
+//              which draws from the Executable's memory pool during a run, and may be views of an
+//              input (Reshape) when the data is unchanged. Work is spread with pto::parallel_for.
+#pragma once
+
+#include <any>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pto/graph.h"
+#include "pto/reference.h"
+
+namespace pto::cpu {
+
+// What accepts() and prepare() see.
+struct NodeInfo {
+  const Node& node;
+  std::vector<TensorType> inputs;        // inferred types, DType::kUndefined where absent
+  std::vector<const Tensor*> constants;  // an input's initializer, or nullptr
+  std::vector<TensorType> outputs;
+
+  bool is_constant(size_t i) const { return i < constants.size() && constants[i] != nullptr; }
+  DType dtype(size_t i) const {
+    return i < inputs.size() ? inputs[i].dtype : DType::kUndefined;
+  }
+};
+
+struct KernelContext : reference::KernelContext {
+  const std::any* state = nullptr;  // what prepare() returned (empty std::any when none)
+  template <class T>
+  const T& prepared() const {
+    return std::any_cast<const T&>(*state);
+  }
+};
+
+struct Kernel {
+  std::function<bool(const NodeInfo&)> accepts;    // empty: accepts every node of the op
+  std::function<std::any(const NodeInfo&)> prepare;  // empty: nothing to prepare
+  std::function<std::vector<Tensor>(const KernelContext&)> run;
+};
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& global();  // every CPU kernel, registered on first use
+  void add(const std::string& op, Kernel k);  // a second kernel for an op is an InternalError
+  const Kernel* find(std::string_view op) const;
+  std::vector<std::string> names() const;  // sorted
+
+ private:
+  std::vector<std::pair<std::string, Kernel>> kernels_;
+};
+
+// Kernel families register themselves through these (explicit calls, as for the reference).
+void register_gemm_kernels(KernelRegistry& r);         // gemm/: MatMul, Gemm
+void register_conv_kernels(KernelRegistry& r);         // conv/: Conv
+void register_elementwise_kernels(KernelRegistry& r);  // elementwise: unary, binary, Where, Cast
+void register_reduce_kernels(KernelRegistry& r);       // reduce: Reduce*, Softmax, norms, pooling
+void register_movement_kernels(KernelRegistry& r);     // movement: Transpose, Gather, Concat, ...
+
+}  // namespace pto::cpu

@@ -1,0 +1,209 @@
+// The persistent thread pool behind pto::parallel_for.
+//
+// A job is a number of tasks and a function; every thread, the caller included, takes the next task
+// index from an atomic counter until none are left. Task boundaries are fixed before the job starts,
+// so results never depend on which thread ran which task. Idle workers spin briefly (kernels in a
+// graph follow each other within microseconds) and then sleep on a condition variable.
+#include <immintrin.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "pto/error.h"
+#include "pto/parallel.h"
+
+namespace pto {
+namespace {
+
+thread_local bool t_in_region = false;
+
+struct RegionGuard {
+  bool saved = t_in_region;
+  RegionGuard() { t_in_region = true; }
+  ~RegionGuard() { t_in_region = saved; }
+};
+
+int default_threads() {
+  if (const char* env = std::getenv("PTO_NUM_THREADS"); env && *env) {
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    if (*end != '\0' || n < 1 || n > 4096)
+      throw ValueError(cat("PTO_NUM_THREADS must be a positive integer, got '", env, "'"));
+    return static_cast<int>(n);
+  }
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+struct Job {
+  const std::function<void(int64_t)>* fn;
+  int64_t tasks;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+  std::mutex error_mutex;
+  int64_t error_task = -1;
+  std::exception_ptr error;
+
+  // Runs tasks until none are left.
+  void work() {
+    RegionGuard guard;
+    for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) {
+      try {
+        (*fn)(t);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (error_task < 0 || t < error_task) {
+          error_task = t;
+          error = std::current_exception();
+        }
+      }
+      done.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+};
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads) : threads_(threads) {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+
+  ~ThreadPool() {
+    {
+      std::lock_guard lock(wake_mutex_);
+      stop_.store(true);
+      generation_.fetch_add(1);
+    }
+    wake_cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+
+  int threads() const { return threads_; }
+
+  void run(int64_t tasks, const std::function<void(int64_t)>& fn) {
+    // One job at a time; a second caller (another thread running a graph) works alone.
+    std::unique_lock busy(job_mutex_, std::try_to_lock);
+    if (!busy.owns_lock() || tasks == 1 || workers_.empty()) {
+      run_serial(tasks, fn);
+      return;
+    }
+    Job job;
+    job.fn = &fn;
+    job.tasks = tasks;
+    job_.store(&job);
+    {
+      std::lock_guard lock(wake_mutex_);
+      generation_.fetch_add(1);
+    }
+    if (sleepers_.load() > 0) wake_cv_.notify_all();
+    job.work();
+    for (int spins = 0; job.done.load(std::memory_order_acquire) < tasks; ++spins)
+      spins < 4096 ? _mm_pause() : std::this_thread::yield();
+    job_.store(nullptr);
+    while (active_.load() > 0) _mm_pause();  // a worker may still hold &job
+    if (job.error) std::rethrow_exception(job.error);
+  }
+
+ private:
+  static void run_serial(int64_t tasks, const std::function<void(int64_t)>& fn) {
+    RegionGuard guard;
+    for (int64_t t = 0; t < tasks; ++t) fn(t);  // the first failing task throws first
+  }
+
+  void worker_loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      for (int spins = 0; spins < 20000 && generation_.load() == seen; ++spins) _mm_pause();
+      if (generation_.load() == seen) {
+        std::unique_lock lock(wake_mutex_);
+        sleepers_.fetch_add(1);
+        wake_cv_.wait(lock, [&] { return generation_.load() != seen; });
+        sleepers_.fetch_sub(1);
+      }
+      seen = generation_.load();
+      if (stop_.load()) return;
+      active_.fetch_add(1);
+      if (Job* job = job_.load()) job->work();
+      active_.fetch_sub(1);
+    }
+  }
+
+  int threads_;
+  std::vector<std::thread> workers_;
+  std::mutex job_mutex_;
+  std::atomic<Job*> job_{nullptr};
+  std::atomic<int> active_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex wake_mutex_;
+  std::condition_variable wake_cv_;
+};
+
+std::mutex g_pool_mutex;
+std::unique_ptr<ThreadPool> g_pool;
+
+ThreadPool& pool() {
+  std::lock_guard lock(g_pool_mutex);
+  if (!g_pool) g_pool = std::make_unique<ThreadPool>(default_threads());
+  return *g_pool;
+}
+
+}  // namespace
+
+int num_threads() {
+  return pool().threads();
+}
+
+void set_num_threads(int n) {
+  if (n < 0 || n > 4096) throw ValueError(cat("set_num_threads: expected 1..4096, got ", n));
+  if (t_in_region) throw ValueError("set_num_threads: called from inside a parallel region");
+  int want = n == 0 ? default_threads() : n;
+  std::lock_guard lock(g_pool_mutex);
+  if (g_pool && g_pool->threads() == want) return;
+  g_pool.reset();
+  g_pool = std::make_unique<ThreadPool>(want);
+}
+
+bool in_parallel_region() {
+  return t_in_region;
+}
+
+void parallel_tasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
+  if (tasks <= 0) return;
+  if (t_in_region) {
+    for (int64_t t = 0; t < tasks; ++t) fn(t);
+    return;
+  }
+  pool().run(tasks, fn);
+}
+
+void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                  const std::function<void(int64_t, int64_t)>& fn) {
+  int64_t n = end - begin;
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  int64_t chunks = t_in_region ? 1 : std::min<int64_t>((n + grain - 1) / grain, num_threads());
+  if (chunks <= 1) {
+    RegionGuard guard;
+    fn(begin, end);
+    return;
+  }
+  // Balanced fixed chunks: the first n % chunks get one more element.
+  int64_t base = n / chunks, extra = n % chunks;
+  pool().run(chunks, [&](int64_t c) {
+    int64_t b = begin + c * base + std::min(c, extra);
+    fn(b, b + base + (c < extra ? 1 : 0));
+  });
+}
+
+}  // namespace pto
