@@ -8,9 +8,10 @@
 namespace pto::cpu::PTO_ISA_NS {
 
 // e^x: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-6 polynomial, times 2^n built in the
-// exponent bits. Max error about 1 ulp on [-87.3, 88.7].
+// exponent bits as two factors (each a normal float even when 2^n is not), so results underflow
+// gradually through the subnormals. About 1 ulp.
 inline Vec exp(Vec x) {
-  const Vec hi = Vec::set1(88.7228391f), lo = Vec::set1(-87.3365448f);
+  const Vec hi = Vec::set1(88.7228391f), lo = Vec::set1(-103.972084f);
   Vec xc = min(max(x, lo), hi);
   Vec n = round(xc * Vec::set1(1.44269504088896341f));
   Vec r = fnma(n, Vec::set1(0.693359375f), xc);  // ln2 split in two for an exact product
@@ -22,8 +23,10 @@ inline Vec exp(Vec x) {
   p = fma(p, r, Vec::set1(1.6666665459e-1f));
   p = fma(p, r, Vec::set1(5.0000001201e-1f));
   p = fma(p, r * r, r + Vec::set1(1.0f));
-  Vec scale = from_bits(shift_left<23>(to_int(n) + set1_int(127)));
-  Vec y = p * scale;
+  VecI ni = to_int(n);
+  VecI n1 = shift_right_arith<1>(ni), n2 = ni - n1;
+  Vec y = p * from_bits(shift_left<23>(n1 + set1_int(127))) *
+          from_bits(shift_left<23>(n2 + set1_int(127)));
   y = select(x > hi, Vec::set1(INFINITY), y);
   y = select(x < lo, Vec::zero(), y);
   return select(is_nan(x), x, y);
