@@ -4,10 +4,10 @@
 //
 // One persistent pool per process: PTO_NUM_THREADS threads (default: the cores this process may
 // run on), the calling thread being one of them. A range is cut into fixed chunks that depend only
-// on its size, the grain and the thread count, so a kernel that reduces inside chunks gives the same
-// bits on every run with the same thread count. The first exception thrown by a chunk (the lowest
-// chunk index, not the first in time) is rethrown on the calling thread after all chunks finish.
-// A parallel_for inside another runs serially on the thread that calls it.
+// on its size, the grain and the thread count, so a kernel that reduces inside chunks gives the
+// same bits on every run with the same thread count. The first exception thrown by a chunk (the
+// lowest chunk index, not the first in time) is rethrown on the calling thread after all chunks
+// finish. A parallel_for inside another runs serially on the thread that calls it.
 #pragma once
 
 #include <cstdint>

@@ -41,9 +41,9 @@ inline AllocFlags operator|(AllocFlags a, AllocFlags b) {
 }
 
 struct MemoryPoolStats {
-  size_t reserved_bytes = 0;     // held from the system, in use or cached
-  size_t in_use_bytes = 0;       // handed out and not yet returned
-  size_t peak_in_use_bytes = 0;  // high-water mark of in_use_bytes
+  size_t reserved_bytes = 0;        // held from the system, in use or cached
+  size_t in_use_bytes = 0;          // handed out and not yet returned
+  size_t peak_in_use_bytes = 0;     // high-water mark of in_use_bytes
   uint64_t system_allocations = 0;  // blocks taken from the system (misses)
   uint64_t pool_hits = 0;           // requests served from cached blocks
 };

@@ -1,9 +1,10 @@
 // The persistent thread pool behind pto::parallel_for.
 //
 // A job is a number of tasks and a function; every thread, the caller included, takes the next task
-// index from an atomic counter until none are left. Task boundaries are fixed before the job starts,
-// so results never depend on which thread ran which task. Idle workers spin briefly (kernels in a
-// graph follow each other within microseconds) and then sleep on a condition variable.
+// index from an atomic counter until none are left. Task boundaries are fixed before the job
+// starts, so results never depend on which thread ran which task. Idle workers spin briefly
+// (kernels in a graph follow each other within microseconds) and then sleep on a condition
+// variable.
 #include <immintrin.h>
 #include <sched.h>
 

@@ -1,6 +1,8 @@
 // pto_conformance: runs ONNX backend node tests (written by write_cases.py) through the importer
 // and the reference interpreter and compares with the expected outputs the onnx package ships.
-// Each passing test is also exported, re-imported and rerun: the outputs must be bit-identical.
+// Each passing test is also exported, re-imported and rerun: the outputs must be bit-identical;
+// and compiled at level 0 and run by the Executable, whose CPU kernels must meet the same
+// tolerance (a test whose nodes all fall back to the reference kernels is counted apart).
 //
 //   pto_conformance CASES_DIR [--filter SUBSTR]... [--floor N] [--json FILE]
 //                   [--tolerances FILE] [--verbose]
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "onnx.pb.h"
+#include "pto/executable.h"
 #include "pto/onnx.h"
 #include "pto/op_registry.h"
 #include "pto/reference.h"
@@ -36,6 +39,7 @@ struct Result {
   std::string name;
   Status status;
   std::string detail;
+  int cpu_nodes = 0;  // nodes the Executable ran on the CPU backend (passing tests)
 };
 
 // Compares one output with ONNX's backend-test rule |got - want| <= atol + rtol * |want|.
@@ -124,6 +128,25 @@ std::string round_trip(const pto::Graph& g, const std::vector<std::vector<Tensor
   return "";
 }
 
+// The Executable (CPU kernels where the backend has them) on every data set, against the
+// expected outputs. "" when it holds.
+std::string run_backend(const fs::path& dir, const pto::Graph& g,
+                        const std::vector<std::vector<Tensor>>& inputs, double rtol, double atol,
+                        int& cpu_nodes) {
+  pto::Executable exe = pto::compile(g, {.level = 0});
+  for (size_t i = 0; i < g.nodes().size(); ++i) cpu_nodes += exe.node_backend(i) == "cpu";
+  for (size_t n = 0; n < inputs.size(); ++n) {
+    std::vector<Tensor> got = exe.run(inputs[n]);
+    std::vector<Tensor> want = load_set(dir / pto::cat("test_data_set_", n), "output");
+    if (got.size() != want.size()) return pto::cat(got.size(), " outputs");
+    for (size_t k = 0; k < want.size(); ++k) {
+      std::string diff = compare(got[k], want[k], rtol, atol);
+      if (!diff.empty()) return pto::cat("data set ", n, " output ", k, ": ", diff);
+    }
+  }
+  return "";
+}
+
 Result run_case(const fs::path& dir, const Tolerance& override_tol) {
   Result r{dir.filename().string(), Status::kPass, ""};
   double rtol = 1e-3, atol = 1e-7;
@@ -187,6 +210,12 @@ Result run_case(const fs::path& dir, const Tolerance& override_tol) {
     if (!trip.empty()) {
       r.status = Status::kFail;
       r.detail = "export round trip: " + trip;
+      return r;
+    }
+    std::string backend = run_backend(dir, g, all_inputs, rtol, atol, r.cpu_nodes);
+    if (!backend.empty()) {
+      r.status = Status::kFail;
+      r.detail = "CPU backend: " + backend;
     }
   } catch (const pto::UnsupportedError& e) {
     r.status = Status::kUnsupported;
@@ -254,13 +283,15 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
   std::map<std::string, std::array<int, 3>> by_op;  // pass, fail, unsupported
   int counts[3] = {0, 0, 0};
-  int covered = 0;  // tests whose ops all have an OpDef
+  int covered = 0;     // tests whose ops all have an OpDef
+  int on_backend = 0;  // passing tests with at least one node on the CPU backend
   const auto& registry = pto::OpRegistry::global();
   for (const auto& d : dirs) {
     auto it = overrides.find(d.filename().string());
     Result r = run_case(d, it == overrides.end() ? Tolerance{} : it->second);
     int s = static_cast<int>(r.status);
     ++counts[s];
+    on_backend += r.status == Status::kPass && r.cpu_nodes > 0;
     std::set<std::string> ops = ops_of(d);
     for (const auto& op : ops) ++by_op[op][s];
     covered += std::all_of(ops.begin(), ops.end(),
@@ -281,10 +312,12 @@ int main(int argc, char** argv) {
               counts[0], total ? 100.0 * counts[0] / total : 0.0, counts[1], counts[2]);
   std::printf("Op coverage: %d of %d tests (%.1f%%) use only supported ops\n", covered, total,
               total ? 100.0 * covered / total : 0.0);
+  std::printf("CPU backend: %d passing tests ran at least one node on a CPU kernel\n", on_backend);
   if (!json.empty()) {
     std::ofstream out(json);
     out << "{\"total\": " << total << ", \"pass\": " << counts[0] << ", \"fail\": " << counts[1]
-        << ", \"unsupported\": " << counts[2] << ", \"covered\": " << covered << "}\n";
+        << ", \"unsupported\": " << counts[2] << ", \"covered\": " << covered
+        << ", \"on_cpu_backend\": " << on_backend << "}\n";
   }
   bool ok = counts[1] == 0 && counts[0] >= floor;
   if (counts[0] < floor)

@@ -30,9 +30,7 @@ struct NodeInfo {
   std::vector<TensorType> outputs;
 
   bool is_constant(size_t i) const { return i < constants.size() && constants[i] != nullptr; }
-  DType dtype(size_t i) const {
-    return i < inputs.size() ? inputs[i].dtype : DType::kUndefined;
-  }
+  DType dtype(size_t i) const { return i < inputs.size() ? inputs[i].dtype : DType::kUndefined; }
 };
 
 struct KernelContext : reference::KernelContext {
@@ -44,14 +42,14 @@ struct KernelContext : reference::KernelContext {
 };
 
 struct Kernel {
-  std::function<bool(const NodeInfo&)> accepts;    // empty: accepts every node of the op
+  std::function<bool(const NodeInfo&)> accepts;      // empty: accepts every node of the op
   std::function<std::any(const NodeInfo&)> prepare;  // empty: nothing to prepare
   std::function<std::vector<Tensor>(const KernelContext&)> run;
 };
 
 class KernelRegistry {
  public:
-  static KernelRegistry& global();  // every CPU kernel, registered on first use
+  static KernelRegistry& global();            // every CPU kernel, registered on first use
   void add(const std::string& op, Kernel k);  // a second kernel for an op is an InternalError
   const Kernel* find(std::string_view op) const;
   std::vector<std::string> names() const;  // sorted

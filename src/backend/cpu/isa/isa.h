@@ -2,10 +2,11 @@
 //
 // Every kernel with vector code is compiled three times, once per ISA, into namespaces
 // pto::cpu::avx512, pto::cpu::avx2 and pto::cpu::generic: a source file named `*_avx512.cpp`,
-// `*_avx2.cpp` or `*_generic.cpp` gets that ISA's compiler flags and PTO_ISA_NS set to its namespace
-// (CMakeLists.txt). Usually the three files are one line each, including a shared `*_impl.h` written
-// against simd.h. The choice is made at run time: active_isa() is the best the CPU has (CPUID, see
-// device_info()) unless PTO_ISA forces a lower one; tests and benchmarks switch with IsaScope.
+// `*_avx2.cpp` or `*_generic.cpp` gets that ISA's compiler flags and PTO_ISA_NS set to its
+// namespace (CMakeLists.txt). Usually the three files are one line each, including a shared
+// `*_impl.h` written against simd.h. The choice is made at run time: active_isa() is the best the
+// CPU has (CPUID, see device_info()) unless PTO_ISA forces a lower one; tests and benchmarks switch
+// with IsaScope.
 //
 // Code in a per-ISA file must stay inside its ISA namespace: an inline function or template from a
 // shared header instantiated there may be compiled with that ISA's instructions, and the linker
@@ -19,8 +20,8 @@ namespace pto::cpu {
 
 enum class Isa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
 
-const char* isa_name(Isa isa);  // "generic", "avx2", "avx512"
-Isa active_isa();               // the IsaScope override on this thread, else device_info().isa
+const char* isa_name(Isa isa);      // "generic", "avx2", "avx512"
+Isa active_isa();                   // the IsaScope override on this thread, else device_info().isa
 std::vector<Isa> supported_isas();  // every ISA this machine can run, best first
 
 // Forces `isa` process-wide while alive, so pool workers see it too (tests and benchmarks).
@@ -39,26 +40,26 @@ class IsaScope {
 }  // namespace pto::cpu
 
 // Calls ns::fn(args...) for the active ISA's namespace ns.
-#define PTO_ISA_DISPATCH(fn, ...)                                 \
-  [&]() -> decltype(auto) {                                        \
-    switch (::pto::cpu::active_isa()) {                            \
-      case ::pto::cpu::Isa::kAvx512:                               \
-        return ::pto::cpu::avx512::fn(__VA_ARGS__);                \
-      case ::pto::cpu::Isa::kAvx2:                                 \
-        return ::pto::cpu::avx2::fn(__VA_ARGS__);                  \
-      default:                                                     \
-        return ::pto::cpu::generic::fn(__VA_ARGS__);               \
-    }                                                              \
+#define PTO_ISA_DISPATCH(fn, ...)                    \
+  [&]() -> decltype(auto) {                          \
+    switch (::pto::cpu::active_isa()) {              \
+      case ::pto::cpu::Isa::kAvx512:                 \
+        return ::pto::cpu::avx512::fn(__VA_ARGS__);  \
+      case ::pto::cpu::Isa::kAvx2:                   \
+        return ::pto::cpu::avx2::fn(__VA_ARGS__);    \
+      default:                                       \
+        return ::pto::cpu::generic::fn(__VA_ARGS__); \
+    }                                                \
   }()
 
 // Declares the same functions in the three ISA namespaces: PTO_ISA_DECLARE(void f(int);)
-#define PTO_ISA_DECLARE(...)          \
-  namespace avx512 {                  \
-  __VA_ARGS__                         \
-  }                                   \
-  namespace avx2 {                    \
-  __VA_ARGS__                         \
-  }                                   \
-  namespace generic {                 \
-  __VA_ARGS__                         \
+#define PTO_ISA_DECLARE(...) \
+  namespace avx512 {         \
+  __VA_ARGS__                \
+  }                          \
+  namespace avx2 {           \
+  __VA_ARGS__                \
+  }                          \
+  namespace generic {        \
+  __VA_ARGS__                \
   }
