@@ -1,0 +1,38 @@
+#include "backend/cpu/scratch.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "pto/error.h"
+
+namespace pto::cpu {
+namespace {
+
+struct Slots {
+  void* data[kScratchSlots] = {};
+  size_t size[kScratchSlots] = {};
+  ~Slots() {
+    for (void* p : data) std::free(p);
+  }
+};
+
+thread_local Slots t_slots;
+
+}  // namespace
+
+void* scratch(size_t bytes, int slot) {
+  PTO_CHECK(slot >= 0 && slot < kScratchSlots) << "scratch slot " << slot << " out of range";
+  if (bytes > t_slots.size[slot]) {
+    std::free(t_slots.data[slot]);
+    t_slots.data[slot] = nullptr;
+    t_slots.size[slot] = 0;
+    size_t rounded = (bytes + (bytes >> 3) + 4095) / 4096 * 4096;  // 12% headroom, whole pages
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) throw ValueError(cat("out of memory allocating ", bytes, " bytes of kernel scratch"));
+    t_slots.data[slot] = p;
+    t_slots.size[slot] = rounded;
+  }
+  return t_slots.data[slot];
+}
+
+}  // namespace pto::cpu
