@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -276,6 +278,46 @@ TEST(CpuConv, Deterministic) {
   Executable exe = compile(b.g, {.level = 0});
   const Tensor a = exe.run(b.feeds)[0], c = exe.run(b.feeds)[0];
   for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data<float>()[i], c.data<float>()[i]);
+  set_num_threads(saved);
+}
+
+// Timing, not a test: build/tests/cpp/pto_tests --gtest_also_run_disabled_tests
+// --gtest_filter='CpuConv.DISABLED_Bench' prints the median milliseconds per shape on one thread.
+TEST(CpuConv, DISABLED_Bench) {
+  struct Shape {
+    const char* name;
+    Dims x, w;
+    int64_t stride, pad, group;
+  };
+  const Shape shapes[] = {
+      {"resnet 3x3 64", {1, 64, 56, 56}, {64, 64, 3, 3}, 1, 1, 1},
+      {"resnet 1x1 256->64", {1, 256, 56, 56}, {64, 256, 1, 1}, 1, 0, 1},
+      {"resnet 7x7 s2", {1, 3, 224, 224}, {64, 3, 7, 7}, 2, 3, 1},
+      {"mbv2 dw 3x3 144", {1, 144, 56, 56}, {144, 1, 3, 3}, 1, 1, 144},
+      {"mbv2 dw 3x3 s2 96", {1, 96, 112, 112}, {96, 1, 3, 3}, 2, 1, 96},
+  };
+  const int saved = num_threads();
+  set_num_threads(1);
+  for (const Shape& s : shapes) {
+    const Attributes a = attrs_of({{"strides", Dims{s.stride, s.stride}},
+                                   {"pads", Dims{s.pad, s.pad, s.pad, s.pad}},
+                                   {"group", s.group}});
+    const cpu::ConvGeometry g = cpu::conv_geometry(a, s.x, s.w, "bench");
+    const Tensor x = random_tensor(s.x, 1), w = random_tensor(s.w, 2),
+                 b = random_tensor({s.w[0]}, 3);
+    Tensor y = Tensor::empty(DType::kF32, {g.n, g.m, g.oh, g.ow});
+    std::vector<double> ms;
+    for (int rep = 0; rep < 15; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      cpu::conv2d(g, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>());
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    const double gflop = 2.0 * g.n * g.m * g.out_plane() * g.cg() * g.kh * g.kw * 1e-9;
+    std::printf("%-22s %9.3f ms  %7.1f GFLOP/s\n", s.name, ms[ms.size() / 2],
+                gflop / ms[ms.size() / 2] * 1e3);
+  }
   set_num_threads(saved);
 }
 

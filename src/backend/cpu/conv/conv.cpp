@@ -138,38 +138,12 @@ void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const floa
 // ---- depthwise path ----
 
 DepthwisePlane depthwise_plane_of(const ConvGeometry& g) {
-  DepthwisePlane p{g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, 0, 0, 0};
+  DepthwisePlane p{g.ih, g.iw, g.ph, g.pw, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, 0, 0, 0};
   p.rows = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
   const int64_t cols = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;  // padded row length read
   p.phase_len = ceil_div(cols, g.sw);
   p.row_len = g.sw * p.phase_len;
   return p;
-}
-
-// Copies input plane x into `padded` as the depthwise kernel reads it: padded row r is input row
-// r - ph (zeros outside), and within a row, phase q holds padded columns q, q + sw, q + 2 sw, ...
-void pad_and_split(const ConvGeometry& g, const DepthwisePlane& p, const float* x, float* padded) {
-  for (int64_t r = 0; r < p.rows; ++r) {
-    float* dst = padded + r * p.row_len;
-    const int64_t iy = r - g.ph;
-    if (iy < 0 || iy >= g.ih) {
-      std::fill(dst, dst + p.row_len, 0.0f);
-      continue;
-    }
-    const float* xr = x + iy * g.iw;
-    for (int64_t q = 0; q < g.sw; ++q) {
-      float* d = dst + q * p.phase_len;
-      int64_t lo = 0, hi = 0;  // phase indices i with 0 <= i * sw + q - pw < iw
-      valid_span(0, p.phase_len, g.iw, g.sw, q - g.pw, &lo, &hi);
-      std::fill(d, d + lo, 0.0f);
-      const float* src = xr + q - g.pw;
-      if (g.sw == 1)
-        std::memcpy(d + lo, src + lo, static_cast<size_t>(hi - lo) * sizeof(float));
-      else
-        for (int64_t i = lo; i < hi; ++i) d[i] = src[i * g.sw];
-      std::fill(d + hi, d + p.phase_len, 0.0f);
-    }
-  }
 }
 
 void conv_depthwise(const ConvGeometry& g, const float* x, const float* w, const float* bias,
@@ -186,7 +160,7 @@ void conv_depthwise(const ConvGeometry& g, const float* x, const float* w, const
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n = t / g.m, m = t % g.m, plane = n * g.c + m / mult;
       if (plane != padded_plane) {
-        pad_and_split(g, p, x + plane * g.in_plane(), padded.get());
+        PTO_ISA_DISPATCH(depthwise_pad, p, x + plane * g.in_plane(), padded.get());
         padded_plane = plane;
       }
       float* yp = y + t * HW;

@@ -69,7 +69,45 @@ void plane(const DepthwisePlane& p, const float* padded, const float* w, float b
   }
 }
 
+// The phase indices i in [0, n) for which i * sw + off lies in [0, limit).
+void valid_phase(int64_t n, int64_t limit, int64_t sw, int64_t off, int64_t* lo, int64_t* hi) {
+  int64_t a = off >= 0 ? 0 : (-off + sw - 1) / sw;
+  int64_t b = limit - off <= 0 ? 0 : (limit - 1 - off) / sw + 1;
+  *lo = a < n ? a : n;
+  *hi = b < *lo ? *lo : (b < n ? b : n);
+}
+
+void fill_zero(float* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = 0.0f;
+}
+
 }  // namespace
+
+void depthwise_pad(const DepthwisePlane& p, const float* x, float* padded) {
+  for (int64_t r = 0; r < p.rows; ++r) {
+    float* dst = padded + r * p.row_len;
+    const int64_t iy = r - p.ph;
+    if (iy < 0 || iy >= p.ih) {
+      fill_zero(dst, p.row_len);
+      continue;
+    }
+    const float* xr = x + iy * p.iw - p.pw;  // xr[c] is padded column c
+    for (int64_t q = 0; q < p.sw; ++q) {
+      float* d = dst + q * p.phase_len;
+      int64_t lo, hi;
+      valid_phase(p.phase_len, p.iw, p.sw, q - p.pw, &lo, &hi);
+      fill_zero(d, lo);
+      const float* src = xr + q;
+      if (p.sw == 1)
+        for (int64_t i = lo; i < hi; ++i) d[i] = src[i];
+      else if (p.sw == 2)  // a constant stride the compiler vectorises with permutes
+        for (int64_t i = lo; i < hi; ++i) d[i] = src[2 * i];
+      else
+        for (int64_t i = lo; i < hi; ++i) d[i] = src[i * p.sw];
+      fill_zero(d + hi, p.phase_len - hi);
+    }
+  }
+}
 
 void depthwise_plane(const DepthwisePlane& p, const float* padded, const float* w, float bias,
                      float* y) {
