@@ -6,7 +6,6 @@
 #include <cstring>
 #include <memory>
 
-#include "backend/cpu/conv/conv_depthwise.h"
 #include "ir/ops/window.h"
 #include "pto/error.h"
 #include "pto/parallel.h"
@@ -15,14 +14,6 @@ namespace pto::cpu {
 namespace {
 
 using window::ceil_div;
-using window::floor_div;
-
-// The output indices o in [lo, hi) for which o * stride + offset lies in [0, limit).
-void valid_span(int64_t lo, int64_t hi, int64_t limit, int64_t stride, int64_t offset, int64_t* vlo,
-                int64_t* vhi) {
-  *vlo = std::clamp(ceil_div(-offset, stride), lo, hi);
-  *vhi = std::clamp(floor_div(limit - 1 - offset, stride) + 1, *vlo, hi);
-}
 
 std::unique_ptr<float[]> scratch(int64_t n) {
   return std::unique_ptr<float[]>(new float[static_cast<size_t>(std::max<int64_t>(n, 1))]);
@@ -34,36 +25,6 @@ std::unique_ptr<float[]> scratch(int64_t n) {
 bool is_pointwise(const ConvGeometry& g) {
   return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 &&
          g.oh == g.ih && g.ow == g.iw;
-}
-
-// Rows [k0, k1) of col[Cg*kh*kw, j1 - j0]: for each (channel, ky, kx) row, the input value each
-// output position j in [j0, j1) of the flattened output plane reads, zero where it reads padding.
-void im2col(const ConvGeometry& g, const float* x, int64_t j0, int64_t j1, int64_t k0, int64_t k1,
-            float* col) {
-  const int64_t cols = j1 - j0;
-  for (int64_t k = k0; k < k1; ++k) {
-    const int64_t kx = k % g.kw, ky = (k / g.kw) % g.kh, ci = k / (g.kw * g.kh);
-    const float* xc = x + ci * g.in_plane();
-    float* dst = col + k * cols;
-    const int64_t xoff = kx * g.dw - g.pw;
-    for (int64_t j = j0; j < j1;) {
-      const int64_t oy = j / g.ow, ox0 = j % g.ow, ox1 = std::min(g.ow, ox0 + (j1 - j));
-      float* d = dst + (j - j0) - ox0;  // d[ox] is output position (oy, ox)
-      const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-      int64_t lo = ox1, hi = ox1;
-      if (iy >= 0 && iy < g.ih) valid_span(ox0, ox1, g.iw, g.sw, xoff, &lo, &hi);
-      std::fill(d + ox0, d + lo, 0.0f);
-      if (hi > lo) {
-        const float* xr = xc + iy * g.iw + xoff;  // xr[ox * sw] is what (oy, ox) reads
-        if (g.sw == 1)
-          std::memcpy(d + lo, xr + lo, static_cast<size_t>(hi - lo) * sizeof(float));
-        else
-          for (int64_t ox = lo; ox < hi; ++ox) d[ox] = xr[ox * g.sw];
-      }
-      std::fill(d + hi, d + ox1, 0.0f);
-      j += ox1 - ox0;
-    }
-  }
 }
 
 // Columns per block: enough that the weights, re-read once per block, are amortised over at
@@ -98,9 +59,11 @@ void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const floa
       a.ldb = g.in_plane();
     } else {
       if (split_im2col)
-        parallel_for(0, K, 16, [&](int64_t k0, int64_t k1) { im2col(g, xg, j0, j1, k0, k1, col); });
+        parallel_for(0, K, 16, [&](int64_t k0, int64_t k1) {
+          PTO_ISA_DISPATCH(im2col, g, xg, j0, j1, k0, k1, col);
+        });
       else
-        im2col(g, xg, j0, j1, 0, K, col);
+        PTO_ISA_DISPATCH(im2col, g, xg, j0, j1, 0, K, col);
       a.b = col;
       a.ldb = j1 - j0;
     }
@@ -138,7 +101,8 @@ void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const floa
 // ---- depthwise path ----
 
 DepthwisePlane depthwise_plane_of(const ConvGeometry& g) {
-  DepthwisePlane p{g.ih, g.iw, g.ph, g.pw, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, 0, 0, 0};
+  DepthwisePlane p;
+  static_cast<ConvWindow&>(p) = g;
   p.rows = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
   const int64_t cols = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;  // padded row length read
   p.phase_len = ceil_div(cols, g.sw);
@@ -166,8 +130,9 @@ void conv_depthwise(const ConvGeometry& g, const float* x, const float* w, const
       float* yp = y + t * HW;
       PTO_ISA_DISPATCH(depthwise_plane, p, padded.get(), w + m * K, bias ? bias[m] : 0.0f, yp);
       if (has_rest) {
-        if (ep.residual) rest.residual = ep.residual + t * HW;
-        apply_epilogue(rest, yp, g.ow, 0, g.oh, 0, g.ow);
+        Epilogue e = rest;
+        if (ep.residual) e.residual = ep.residual + t * HW;
+        apply_epilogue(e, yp, g.ow, 0, g.oh, 0, g.ow);
       }
     }
   });

@@ -14,18 +14,15 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cpu/conv/conv_isa.h"
 #include "backend/cpu/gemm/gemm.h"
 #include "pto/graph.h"
 
 namespace pto::cpu {
 
 // One 2-D convolution's sizes; a 1-D conv is the case ih = kh = 1.
-struct ConvGeometry {
+struct ConvGeometry : ConvWindow {
   int64_t n = 0, c = 0, m = 0, group = 1;  // batch, input and output channels, groups
-  int64_t ih = 1, iw = 1, oh = 1, ow = 1;  // input and output spatial sizes
-  int64_t kh = 1, kw = 1;                  // kernel
-  int64_t sh = 1, sw = 1, dh = 1, dw = 1;  // strides and dilations
-  int64_t ph = 0, pw = 0;                  // leading (top, left) pads; trailing ones are implied
 
   int64_t cg() const { return c / group; }  // input channels per group
   int64_t mg() const { return m / group; }  // output channels per group

@@ -2,8 +2,8 @@
 // generic}.cpp). Each output row is computed in chunks of kBlock vectors: the accumulators start
 // at the bias and take one fused multiply-add per tap, every tap a contiguous load from the padded,
 // phase-split plane (conv_depthwise.h), so there is no edge case besides the row's masked tail.
-#include "backend/cpu/conv/conv_depthwise.h"
-#include "backend/cpu/isa/simd.h"
+#include "backend/cpu/conv/conv_isa.h"
+#include "backend/cpu/conv/conv_simd.h"
 
 namespace pto::cpu::PTO_ISA_NS {
 namespace {
@@ -69,18 +69,6 @@ void plane(const DepthwisePlane& p, const float* padded, const float* w, float b
   }
 }
 
-// The phase indices i in [0, n) for which i * sw + off lies in [0, limit).
-void valid_phase(int64_t n, int64_t limit, int64_t sw, int64_t off, int64_t* lo, int64_t* hi) {
-  int64_t a = off >= 0 ? 0 : (-off + sw - 1) / sw;
-  int64_t b = limit - off <= 0 ? 0 : (limit - 1 - off) / sw + 1;
-  *lo = a < n ? a : n;
-  *hi = b < *lo ? *lo : (b < n ? b : n);
-}
-
-void fill_zero(float* d, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) d[i] = 0.0f;
-}
-
 }  // namespace
 
 void depthwise_pad(const DepthwisePlane& p, const float* x, float* padded) {
@@ -95,15 +83,9 @@ void depthwise_pad(const DepthwisePlane& p, const float* x, float* padded) {
     for (int64_t q = 0; q < p.sw; ++q) {
       float* d = dst + q * p.phase_len;
       int64_t lo, hi;
-      valid_phase(p.phase_len, p.iw, p.sw, q - p.pw, &lo, &hi);
+      valid_span(0, p.phase_len, p.iw, p.sw, q - p.pw, &lo, &hi);
       fill_zero(d, lo);
-      const float* src = xr + q;
-      if (p.sw == 1)
-        for (int64_t i = lo; i < hi; ++i) d[i] = src[i];
-      else if (p.sw == 2)  // a constant stride the compiler vectorises with permutes
-        for (int64_t i = lo; i < hi; ++i) d[i] = src[2 * i];
-      else
-        for (int64_t i = lo; i < hi; ++i) d[i] = src[i * p.sw];
+      copy_strided(d + lo, xr + q + lo * p.sw, hi - lo, p.sw);
       fill_zero(d + hi, p.phase_len - hi);
     }
   }
