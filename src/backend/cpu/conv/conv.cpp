@@ -1,0 +1,193 @@
+// Conv geometry, im2col in column blocks, the implicit-GEMM path and the depthwise driver
+// (the vector code of the depthwise kernel is in conv_depthwise_impl.h).
+#include "backend/cpu/conv/conv.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "ir/ops/window.h"
+#include "pto/error.h"
+#include "pto/parallel.h"
+
+namespace pto::cpu {
+namespace {
+
+using window::ceil_div;
+
+std::unique_ptr<float[]> scratch(int64_t n) {
+  return std::unique_ptr<float[]>(new float[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+}
+
+// ---- general path: implicit GEMM ----
+
+// The 1x1, stride-1, unpadded conv: the input plane is already the GEMM's B matrix.
+bool is_pointwise(const ConvGeometry& g) {
+  return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 &&
+         g.oh == g.ih && g.ow == g.iw;
+}
+
+// Columns per block: enough that the weights, re-read once per block, are amortised over at
+// least 256 columns, and otherwise a block of col of about 512 KB (a share of L2).
+int64_t column_block(const ConvGeometry& g, int64_t k) {
+  const int64_t target = std::max<int64_t>(256, (int64_t{128} << 10) / std::max<int64_t>(k, 1));
+  return std::min(g.out_plane(), (target + 15) / 16 * 16);
+}
+
+void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
+               const Epilogue& ep) {
+  const int64_t K = g.cg() * g.kh * g.kw, Mg = g.mg(), HW = g.out_plane();
+  const bool direct = is_pointwise(g);
+  const int64_t nb = column_block(g, K), blocks = ceil_div(HW, nb);
+  const int64_t tasks = g.n * g.group * blocks;
+
+  // One GEMM for column block `b` of image `n`, group `gi`; `col` holds K x nb floats. With
+  // `split_im2col`, the im2col is spread over the pool (the GEMM then parallelises itself).
+  auto task = [&](int64_t t, float* col, bool split_im2col) {
+    const int64_t b = t % blocks, gi = (t / blocks) % g.group, n = t / (blocks * g.group);
+    const int64_t j0 = b * nb, j1 = std::min(HW, j0 + nb);
+    const float* xg = x + (n * g.c + gi * g.cg()) * g.in_plane();
+    const int64_t yoff = (n * g.m + gi * Mg) * HW;
+    GemmArgs a;
+    a.m = Mg;
+    a.n = j1 - j0;
+    a.k = K;
+    a.a = w + gi * Mg * K;
+    a.lda = K;
+    if (direct) {
+      a.b = xg + j0;
+      a.ldb = g.in_plane();
+    } else {
+      if (split_im2col)
+        parallel_for(0, K, 16, [&](int64_t k0, int64_t k1) {
+          PTO_ISA_DISPATCH(im2col, g, xg, j0, j1, k0, k1, col);
+        });
+      else
+        PTO_ISA_DISPATCH(im2col, g, xg, j0, j1, 0, K, col);
+      a.b = col;
+      a.ldb = j1 - j0;
+    }
+    a.c = y + yoff + j0;
+    a.ldc = HW;
+    a.epilogue = ep;
+    a.epilogue.bias_kind = bias ? Epilogue::Bias::kPerRow : Epilogue::Bias::kNone;
+    a.epilogue.bias = bias ? bias + gi * Mg : nullptr;
+    if (ep.residual) {
+      a.epilogue.residual = ep.residual + yoff + j0;
+      a.epilogue.ldr = HW;
+    }
+    if (K == 0) {  // no input channels: the output is the epilogue of zero
+      for (int64_t i = 0; i < a.m; ++i) std::fill(a.c + i * HW, a.c + i * HW + a.n, 0.0f);
+      apply_epilogue(a.epilogue, a.c, a.ldc, 0, a.m, 0, a.n);
+      return;
+    }
+    sgemm(a);
+  };
+
+  const int64_t threads = num_threads();
+  const int64_t col_size = direct ? 0 : K * nb;
+  if (threads > 1 && (tasks >= 3 * threads || tasks % threads == 0)) {
+    // Enough independent GEMMs: one per task, each serial, with a col buffer per chunk.
+    parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+      std::unique_ptr<float[]> col = scratch(col_size);
+      for (int64_t t = t0; t < t1; ++t) task(t, col.get(), false);
+    });
+  } else {
+    std::unique_ptr<float[]> col = scratch(col_size);
+    for (int64_t t = 0; t < tasks; ++t) task(t, col.get(), threads > 1);
+  }
+}
+
+// ---- depthwise path ----
+
+DepthwisePlane depthwise_plane_of(const ConvGeometry& g) {
+  DepthwisePlane p;
+  static_cast<ConvWindow&>(p) = g;
+  p.rows = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  const int64_t cols = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;  // padded row length read
+  p.phase_len = ceil_div(cols, g.sw);
+  p.row_len = g.sw * p.phase_len;
+  return p;
+}
+
+void conv_depthwise(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                    float* y, const Epilogue& ep) {
+  const DepthwisePlane p = depthwise_plane_of(g);
+  const int64_t mult = g.m / g.c, HW = g.out_plane(), K = g.kh * g.kw;
+  Epilogue rest = ep;  // residual and activation, applied per plane while it is in cache
+  rest.bias_kind = Epilogue::Bias::kNone;
+  rest.ldr = g.ow;
+  const bool has_rest = ep.residual || ep.act != Activation::kNone;
+  parallel_for(0, g.n * g.m, 1, [&](int64_t t0, int64_t t1) {
+    std::unique_ptr<float[]> padded = scratch(p.rows * p.row_len);
+    int64_t padded_plane = -1;  // which input plane `padded` holds
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / g.m, m = t % g.m, plane = n * g.c + m / mult;
+      if (plane != padded_plane) {
+        PTO_ISA_DISPATCH(depthwise_pad, p, x + plane * g.in_plane(), padded.get());
+        padded_plane = plane;
+      }
+      float* yp = y + t * HW;
+      PTO_ISA_DISPATCH(depthwise_plane, p, padded.get(), w + m * K, bias ? bias[m] : 0.0f, yp);
+      if (has_rest) {
+        Epilogue e = rest;
+        if (ep.residual) e.residual = ep.residual + t * HW;
+        apply_epilogue(e, yp, g.ow, 0, g.oh, 0, g.ow);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+ConvGeometry conv_geometry(const Attributes& attrs, const Dims& x, const Dims& w,
+                           const std::string& where) {
+  if ((x.size() != 3 && x.size() != 4) || w.size() != x.size())
+    throw ValueError(cat(where, ": X ", dims_str(x), " and W ", dims_str(w),
+                         " must both be [N, C, W] or [N, C, H, W]"));
+  ConvGeometry g;
+  g.n = x[0];
+  g.c = x[1];
+  g.m = w[0];
+  g.group = attrs.get_int("group", 1);
+  if (g.group < 1 || g.group > std::max<int64_t>(g.c, 1) || g.c % g.group != 0)
+    throw ValueError(
+        cat(where, ": group ", g.group, " must be >= 1 and divide the ", g.c, " input channels"));
+  if (w[1] * g.group != g.c || g.m % g.group != 0)
+    throw ValueError(cat(where, ": W ", dims_str(w), " does not match ", g.c, " input channels in ",
+                         g.group, " groups"));
+  const Dims kernel(w.begin() + 2, w.end());
+  if (attrs.has("kernel_shape") && attrs.get_ints("kernel_shape") != kernel)
+    throw ValueError(cat(where, ": kernel_shape ", dims_str(attrs.get_ints("kernel_shape")),
+                         " does not match W ", dims_str(w)));
+  const window::Params p = window::read_params(attrs, kernel, false, where);
+  const size_t rank = kernel.size(), wi = rank - 1;  // the width axis; height only when 2-D
+  const window::Axis ax = window::forward_axis(p, wi, x[2 + wi], where);
+  g.iw = x[2 + wi];
+  g.ow = ax.out;
+  g.kw = kernel[wi];
+  g.sw = p.strides[wi];
+  g.dw = p.dilations[wi];
+  g.pw = ax.pad_begin;
+  if (rank == 2) {
+    const window::Axis ay = window::forward_axis(p, 0, x[2], where);
+    g.ih = x[2];
+    g.oh = ay.out;
+    g.kh = kernel[0];
+    g.sh = p.strides[0];
+    g.dh = p.dilations[0];
+    g.ph = ay.pad_begin;
+  }
+  return g;
+}
+
+void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
+            const Epilogue& ep) {
+  if (g.n * g.m * g.out_plane() == 0) return;
+  if (g.depthwise())
+    conv_depthwise(g, x, w, bias, y, ep);
+  else
+    conv_gemm(g, x, w, bias, y, ep);
+}
+
+}  // namespace pto::cpu

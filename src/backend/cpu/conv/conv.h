@@ -1,0 +1,46 @@
+// CPU convolution (ONNX Conv, float32, NCHW, 1-D and 2-D).
+//
+// Two paths, chosen per call from the geometry:
+//   depthwise  — group == C with one input channel per group: a direct vectorized kernel per
+//                output plane (conv_depthwise_impl.h), rows padded and split by stride phase so
+//                every tap is a contiguous vector load;
+//   general    — implicit GEMM per image and group, C[Mg, Ho*Wo] = W[Mg, Cg*kh*kw] x
+//                col[Cg*kh*kw, Ho*Wo], with col built (im2col) in column blocks that fit the cache,
+//                and no col at all for a 1x1, stride-1, unpadded conv (the input is the B matrix).
+// Bias, residual and activation are applied by the GEMM's epilogue (or, for depthwise, while the
+// output row is still in L1). docs/notes/conv.md argues the layout choice.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/cpu/conv/conv_isa.h"
+#include "backend/cpu/gemm/gemm.h"
+#include "pto/graph.h"
+
+namespace pto::cpu {
+
+// One 2-D convolution's sizes; a 1-D conv is the case ih = kh = 1.
+struct ConvGeometry : ConvWindow {
+  int64_t n = 0, c = 0, m = 0, group = 1;  // batch, input and output channels, groups
+
+  int64_t cg() const { return c / group; }  // input channels per group
+  int64_t mg() const { return m / group; }  // output channels per group
+  int64_t in_plane() const { return ih * iw; }
+  int64_t out_plane() const { return oh * ow; }
+  bool depthwise() const { return group == c && group > 1 && m % group == 0; }
+};
+
+// Reads a Conv node's attributes for X and W of the given shapes (rank 3 or 4), resolving
+// auto_pad; throws ValueError naming `where` when they do not fit together.
+ConvGeometry conv_geometry(const Attributes& attrs, const Dims& x, const Dims& w,
+                           const std::string& where);
+
+// y = act(conv(x, w) + bias[m] + residual_scale * residual) for NCHW x [n, c, ih, iw], w
+// [m, c/group, kh, kw], y and residual [n, m, oh, ow]. `bias` (m values) may be null; of `ep` only
+// residual (the start of the residual tensor), residual_scale, act, lo and hi are used, so a fused
+// Conv + Add + ReLU passes them here. Parallel over the pool; deterministic per thread count.
+void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
+            const Epilogue& ep = {});
+
+}  // namespace pto::cpu

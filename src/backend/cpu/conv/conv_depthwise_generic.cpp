@@ -1,0 +1,1 @@
+#include "backend/cpu/conv/conv_depthwise_impl.h"

@@ -1,0 +1,1 @@
+#include "backend/cpu/conv/conv_im2col_impl.h"

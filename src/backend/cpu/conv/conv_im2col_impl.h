@@ -1,0 +1,38 @@
+// im2col for the implicit-GEMM path, compiled once per ISA (conv_im2col_{avx512,avx2,generic}.cpp).
+// A column block spans a few output rows; per col row (c, ky, kx) the valid input columns are
+// found once and each output row costs one bounds check, a vector copy and the zero fills.
+#include "backend/cpu/conv/conv_isa.h"
+#include "backend/cpu/conv/conv_simd.h"
+
+namespace pto::cpu::PTO_ISA_NS {
+
+void im2col(const ConvWindow& g, const float* x, int64_t j0, int64_t j1, int64_t k0, int64_t k1,
+            float* col) {
+  const int64_t cols = j1 - j0, oy0 = j0 / g.ow, ox_first = j0 % g.ow;
+  if (cols <= 0) return;
+  for (int64_t k = k0; k < k1; ++k) {
+    const int64_t kx = k % g.kw, ky = (k / g.kw) % g.kh, ci = k / (g.kw * g.kh);
+    const float* xc = x + ci * g.ih * g.iw;
+    const int64_t xoff = kx * g.dw - g.pw;
+    int64_t row_lo, row_hi;  // output columns whose tap kx lands inside the input row
+    valid_span(0, g.ow, g.iw, g.sw, xoff, &row_lo, &row_hi);
+    float* dst = col + k * cols;
+    for (int64_t oy = oy0; oy * g.ow < j1; ++oy) {
+      const int64_t base = oy * g.ow - j0;  // dst[base + ox] is output (oy, ox)
+      const int64_t ox0 = oy == oy0 ? ox_first : 0;
+      const int64_t ox1 = j1 - oy * g.ow < g.ow ? j1 - oy * g.ow : g.ow;
+      const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+      if (iy < 0 || iy >= g.ih) {
+        fill_zero(dst + base + ox0, ox1 - ox0);
+        continue;
+      }
+      const int64_t lo = row_lo < ox0 ? ox0 : (row_lo > ox1 ? ox1 : row_lo);
+      const int64_t hi = row_hi < lo ? lo : (row_hi > ox1 ? ox1 : row_hi);
+      fill_zero(dst + base + ox0, lo - ox0);
+      copy_strided(dst + base + lo, xc + iy * g.iw + xoff + lo * g.sw, hi - lo, g.sw);
+      fill_zero(dst + base + hi, ox1 - hi);
+    }
+  }
+}
+
+}  // namespace pto::cpu::PTO_ISA_NS

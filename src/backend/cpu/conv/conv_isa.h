@@ -1,0 +1,42 @@
+// What conv.cpp calls in the per-ISA files (conv_depthwise_*.cpp, conv_im2col_*.cpp): plain
+// structs and declarations only, so those files include no inline code of ours (isa.h).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/isa/isa.h"
+
+namespace pto::cpu {
+
+// One 2-D sliding window (a 1-D conv is the case ih = kh = 1).
+struct ConvWindow {
+  int64_t ih = 1, iw = 1, oh = 1, ow = 1;  // input and output spatial sizes
+  int64_t kh = 1, kw = 1;                  // kernel
+  int64_t sh = 1, sw = 1, dh = 1, dw = 1;  // strides and dilations
+  int64_t ph = 0, pw = 0;                  // leading (top, left) pads; trailing ones are implied
+};
+
+// Rows [k0, k1) of col[Cg * kh * kw, j1 - j0] for the input planes x (one per channel of a
+// group): row (c, ky, kx) holds, for each position j in [j0, j1) of the flattened output plane,
+// the input value that position reads through tap (ky, kx), zero where it reads padding.
+PTO_ISA_DECLARE(void im2col(const ConvWindow& g, const float* x, int64_t j0, int64_t j1, int64_t k0,
+                            int64_t k1, float* col);)
+
+// A depthwise plane as the kernel reads it: the window plus the padded, phase-split input layout.
+struct DepthwisePlane : ConvWindow {
+  int64_t rows = 0;       // padded input rows read: (oh - 1) * sh + (kh - 1) * dh + 1
+  int64_t phase_len = 0;  // elements per stride phase of a padded row
+  int64_t row_len = 0;    // sw * phase_len: one padded, phase-split row
+};
+
+// Copies input plane x into `padded` as depthwise_plane reads it: padded row r is input row r - ph
+// (zeros outside); within it, phase q holds padded columns q, q + sw, ... (padded column c is input
+// column c - pw, zero outside).
+PTO_ISA_DECLARE(void depthwise_pad(const DepthwisePlane& p, const float* x, float* padded);)
+
+// y[oy, ox] = bias + sum over (ky, kx) of w[ky, kx] * padded row (oy sh + ky dh), column
+// (ox sw + kx dw): with the rows split into phases, every tap is a contiguous vector load.
+PTO_ISA_DECLARE(void depthwise_plane(const DepthwisePlane& p, const float* padded, const float* w,
+                                     float bias, float* y);)
+
+}  // namespace pto::cpu

@@ -1,0 +1,327 @@
+// The CPU Conv kernel (src/backend/cpu/conv) against the reference interpreter: single-node graphs
+// compiled at level 0 must run on "cpu" and match reference::run, on every ISA and with 1 and 2
+// threads; the fused epilogue (bias + residual + activation) against reference conv then plain
+// loops; 3-D and float64 convs fall back to the reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/conv/conv.h"
+#include "backend/cpu/isa/isa.h"
+#include "pto/executable.h"
+#include "pto/parallel.h"
+#include "pto/reference.h"
+
+namespace pto {
+namespace {
+
+using cpu::IsaScope;
+
+Tensor random_tensor(Dims shape, uint32_t seed, DType dt = DType::kF32) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Tensor t = Tensor::empty(dt, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dt == DType::kF32)
+      t.data<float>()[i] = u(rng);
+    else
+      t.data<double>()[i] = u(rng);
+  }
+  return t;
+}
+
+struct ConvCase {
+  Dims x, w;
+  bool bias = false;
+  Attributes attrs;
+  bool weights_as_inputs = false;  // W and B graph inputs instead of initializers
+};
+
+Attributes attrs_of(std::initializer_list<std::pair<std::string, Attribute>> kv) {
+  Attributes a;
+  for (const auto& [k, v] : kv) a.set(k, v);
+  return a;
+}
+
+struct Built {
+  Graph g;
+  std::vector<Tensor> feeds;
+};
+
+Built conv_graph(const ConvCase& c, DType dt = DType::kF32) {
+  Built b;
+  std::vector<Tensor> vals = {random_tensor(c.x, 1, dt), random_tensor(c.w, 2, dt)};
+  if (c.bias) vals.push_back(random_tensor({c.w[0]}, 3, dt));
+  std::vector<ValueId> ins;
+  for (size_t i = 0; i < vals.size(); ++i) {
+    const std::string name = "in" + std::to_string(i);
+    if (i == 0 || c.weights_as_inputs) {
+      ins.push_back(b.g.add_input(name, {vals[i].dtype(), to_shape(vals[i].shape())}));
+      b.feeds.push_back(vals[i]);
+    } else {
+      ins.push_back(b.g.add_value(name));
+      b.g.set_initializer(ins.back(), vals[i]);
+    }
+  }
+  ValueId y = b.g.add_value("y");
+  b.g.add_node("Conv", ins, {y}, c.attrs, "conv");
+  b.g.add_output(y);
+  return b;
+}
+
+// Inputs lie in [-1, 1], so each output is a sum of K products of magnitude <= 1.
+void expect_close(const Tensor& got, const Tensor& want, int64_t k, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const double tol = 1e-5 + 2e-6 * static_cast<double>(k);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double a = got.item_as_double(i), b = want.item_as_double(i);
+    if (!(std::fabs(a - b) <= tol) && bad++ < 3)
+      ADD_FAILURE() << what << ": element " << i << " is " << a << ", reference " << b;
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.numel() << " elements differ";
+}
+
+// Runs the case on every ISA with 1 and 2 threads; the node must run on the CPU kernel.
+void check(const ConvCase& c) {
+  Built b = conv_graph(c);
+  const std::vector<Tensor> want = reference::run(b.g, b.feeds);
+  const int64_t k = c.w[1] * (c.w.size() > 2 ? c.w[2] : 1) * (c.w.size() > 3 ? c.w[3] : 1);
+  const int saved = num_threads();
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    IsaScope scope(isa);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Executable exe = compile(b.g, {.level = 0});
+      ASSERT_EQ(exe.node_backend(0), "cpu");
+      const std::string what = cat("X ", dims_str(c.x), " W ", dims_str(c.w), " on ",
+                                   cpu::isa_name(isa), ", ", threads, " thread(s)");
+      expect_close(exe.run(b.feeds)[0], want[0], k, what);
+    }
+  }
+  set_num_threads(saved);
+}
+
+TEST(CpuConv, Pointwise) {
+  check({{1, 20, 7, 9}, {17, 20, 1, 1}, true});
+  check({{3, 9, 1, 1}, {10, 9, 1, 1}, false});
+  check({{2, 8, 7, 9}, {5, 8, 1, 1}, true, attrs_of({{"strides", Dims{2, 2}}})});
+  check({{1, 6, 5, 4}, {3, 6, 1, 1}, true, attrs_of({{"pads", Dims{1, 0, 0, 2}}})});
+}
+
+TEST(CpuConv, Dense3x3And7x7) {
+  const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
+  check({{1, 19, 9, 11}, {18, 19, 3, 3}, true, pad1});
+  check({{3, 5, 9, 7},
+         {7, 5, 3, 3},
+         false,
+         attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}})});
+  check({{1, 3, 23, 21},
+         {16, 3, 7, 7},
+         true,
+         attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{2, 2}}})});
+  check({{1, 5, 1, 1}, {4, 5, 3, 3}, true, pad1});
+  check({{1, 4, 7, 9}, {6, 4, 3, 3}, false});  // no padding
+  // Several column blocks (K = 576 gives blocks of 256 columns), batch 3 in parallel tasks.
+  check({{1, 64, 20, 20}, {8, 64, 3, 3}, true, pad1});
+  check({{3, 64, 17, 19}, {5, 64, 3, 3}, true, pad1});
+}
+
+TEST(CpuConv, DilationsAndAsymmetricPads) {
+  check({{1, 6, 11, 13},
+         {5, 6, 3, 3},
+         true,
+         attrs_of({{"dilations", Dims{2, 2}}, {"pads", Dims{2, 2, 2, 2}}})});
+  check(
+      {{2, 3, 10, 12},
+       {4, 3, 3, 2},
+       false,
+       attrs_of({{"dilations", Dims{1, 3}}, {"pads", Dims{1, 0, 0, 2}}, {"strides", Dims{2, 3}}})});
+}
+
+TEST(CpuConv, AutoPad) {
+  for (const char* mode : {"SAME_UPPER", "SAME_LOWER", "VALID", "NOTSET"}) {
+    SCOPED_TRACE(mode);
+    for (int64_t s : {1, 2}) {
+      const Attributes a = attrs_of({{"auto_pad", std::string(mode)}, {"strides", Dims{s, s}}});
+      check({{1, 4, 7, 8}, {6, 4, 3, 3}, true, a});
+      check({{2, 6, 8, 7}, {6, 1, 3, 3}, false, [&] {
+               Attributes d = a;
+               d.set("group", int64_t{6});
+               return d;
+             }()});
+    }
+  }
+}
+
+TEST(CpuConv, Grouped) {
+  check({{1, 8, 7, 9},
+         {6, 4, 3, 3},
+         false,
+         attrs_of({{"group", int64_t{2}}, {"pads", Dims{1, 1, 1, 1}}})});
+  check({{3, 12, 6, 5},
+         {8, 3, 3, 3},
+         true,
+         attrs_of({{"group", int64_t{4}}, {"strides", Dims{2, 1}}})});
+  check({{1, 8, 5, 5}, {8, 2, 1, 1}, true, attrs_of({{"group", int64_t{4}}})});
+}
+
+TEST(CpuConv, Depthwise) {
+  const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
+  auto dw = [](Attributes a, int64_t g) {
+    a.set("group", g);
+    return a;
+  };
+  check({{1, 19, 9, 21}, {19, 1, 3, 3}, true, dw(pad1, 19)});  // 3x3 s1
+  check({{3, 16, 13, 34},
+         {16, 1, 3, 3},
+         false,  // 3x3 s2, batch 3
+         dw(attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}}), 16)});
+  check({{1, 7, 11, 40},
+         {7, 1, 5, 5},
+         true,  // 5x5
+         dw(attrs_of({{"pads", Dims{2, 2, 2, 2}}}), 7)});
+  check({{1, 4, 7, 9}, {8, 1, 3, 3}, true, dw(pad1, 4)});  // channel multiplier 2
+  check({{2, 5, 17, 19},
+         {5, 1, 3, 4},
+         true,  // dilated, strided, asymmetric
+         dw(attrs_of(
+                {{"dilations", Dims{2, 3}}, {"pads", Dims{0, 2, 1, 3}}, {"strides", Dims{3, 2}}}),
+            5)});
+  check({{1, 3, 1, 1}, {3, 1, 3, 3}, false, dw(pad1, 3)});  // 1x1 input
+  check({{1, 33, 2, 70}, {33, 1, 1, 7}, true, dw(attrs_of({{"pads", Dims{0, 3, 0, 2}}}), 33)});
+}
+
+TEST(CpuConv, OneDimensional) {
+  check({{2, 6, 17}, {5, 6, 3}, true, attrs_of({{"pads", Dims{1, 1}}, {"strides", Dims{2}}})});
+  check({{1, 6, 33}, {6, 1, 5}, false, attrs_of({{"group", int64_t{6}}, {"pads", Dims{2, 1}}})});
+}
+
+TEST(CpuConv, WeightsAsInputsAndEmpty) {
+  ConvCase c{{2, 5, 6, 7}, {4, 5, 3, 3}, true, attrs_of({{"pads", Dims{1, 1, 1, 1}}})};
+  c.weights_as_inputs = true;
+  check(c);
+  check({{0, 4, 5, 5}, {3, 4, 3, 3}, true});  // no images
+  check({{1, 0, 5, 5}, {3, 0, 3, 3}, true});  // no input channels: the output is the bias
+}
+
+TEST(CpuConv, DeclinesThreeDAndFloat64) {
+  Built b3 = conv_graph({{1, 2, 4, 4, 4}, {3, 2, 3, 3, 3}, true});
+  EXPECT_EQ(compile(b3.g, {.level = 0}).node_backend(0), "reference");
+  Built b64 = conv_graph({{1, 2, 5, 5}, {3, 2, 3, 3}, true}, DType::kF64);
+  EXPECT_EQ(compile(b64.g, {.level = 0}).node_backend(0), "reference");
+}
+
+TEST(CpuConv, GeometryErrors) {
+  Attributes none;
+  EXPECT_THROW(
+      cpu::conv_geometry(attrs_of({{"group", int64_t{3}}}), {1, 4, 5, 5}, {2, 2, 3, 3}, "conv"),
+      ValueError);
+  EXPECT_THROW(cpu::conv_geometry(none, {1, 4, 5, 5}, {2, 3, 3, 3}, "conv"), ValueError);
+  EXPECT_THROW(cpu::conv_geometry(none, {1, 4, 2, 2}, {2, 4, 3, 3}, "conv"), ValueError);
+  EXPECT_THROW(cpu::conv_geometry(none, {1, 4, 5, 5, 5}, {2, 4, 3, 3, 3}, "conv"), ValueError);
+}
+
+// conv2d's epilogue (the fusion entry point): y = relu(conv + bias + 0.5 residual), against the
+// reference conv with bias followed by plain loops.
+TEST(CpuConv, FusedResidualAndRelu) {
+  const std::vector<ConvCase> cases = {
+      {{2, 6, 9, 7}, {5, 6, 3, 3}, true, attrs_of({{"pads", Dims{1, 1, 1, 1}}})},
+      {{1, 16, 8, 8}, {8, 16, 1, 1}, true, {}},
+      {{2, 8, 9, 11},
+       {8, 1, 3, 3},
+       true,
+       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{8}}})},
+  };
+  const int saved = num_threads();
+  for (const ConvCase& c : cases) {
+    Built b = conv_graph(c);
+    const Tensor& x = b.feeds[0];
+    const Tensor want_conv = reference::run(b.g, b.feeds)[0];
+    const Tensor& w = *b.g.initializer(1);
+    const Tensor& bias = *b.g.initializer(2);
+    const Tensor res = random_tensor(want_conv.shape(), 7);
+    Tensor want = Tensor::empty(DType::kF32, want_conv.shape());
+    for (int64_t i = 0; i < want.numel(); ++i)
+      want.data<float>()[i] = std::max(
+          0.0f, static_cast<float>(want_conv.item_as_double(i)) + 0.5f * res.data<float>()[i]);
+    const cpu::ConvGeometry g = cpu::conv_geometry(c.attrs, c.x, c.w, "conv");
+    cpu::Epilogue ep;
+    ep.residual = res.data<float>();
+    ep.residual_scale = 0.5f;
+    ep.act = cpu::Activation::kRelu;
+    for (cpu::Isa isa : cpu::supported_isas()) {
+      IsaScope scope(isa);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Tensor y = Tensor::empty(DType::kF32, want.shape());
+        cpu::conv2d(g, x.data<float>(), w.data<float>(), bias.data<float>(), y.data<float>(), ep);
+        expect_close(y, want, c.w[1] * 9, cat(dims_str(c.x), " on ", cpu::isa_name(isa)));
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
+// Same bits on every run for a given thread count (fixed task split, serial GEMM per task).
+TEST(CpuConv, Deterministic) {
+  Built b =
+      conv_graph({{3, 16, 12, 12}, {8, 16, 3, 3}, true, attrs_of({{"pads", Dims{1, 1, 1, 1}}})});
+  const int saved = num_threads();
+  set_num_threads(2);
+  Executable exe = compile(b.g, {.level = 0});
+  const Tensor a = exe.run(b.feeds)[0], c = exe.run(b.feeds)[0];
+  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data<float>()[i], c.data<float>()[i]);
+  set_num_threads(saved);
+}
+
+// Timing, not a test: build/tests/cpp/pto_tests --gtest_also_run_disabled_tests
+// --gtest_filter='CpuConv.DISABLED_Bench' prints the median milliseconds per shape on one thread.
+TEST(CpuConv, DISABLED_Bench) {
+  struct Shape {
+    const char* name;
+    Dims x, w;
+    int64_t stride, pad, group;
+  };
+  const Shape shapes[] = {
+      {"resnet 3x3 64", {1, 64, 56, 56}, {64, 64, 3, 3}, 1, 1, 1},
+      {"resnet 1x1 256->64", {1, 256, 56, 56}, {64, 256, 1, 1}, 1, 0, 1},
+      {"resnet 7x7 s2", {1, 3, 224, 224}, {64, 3, 7, 7}, 2, 3, 1},
+      {"mbv2 dw 3x3 144", {1, 144, 56, 56}, {144, 1, 3, 3}, 1, 1, 144},
+      {"mbv2 dw 3x3 s2 96", {1, 96, 112, 112}, {96, 1, 3, 3}, 2, 1, 96},
+      {"mbv2 dw 3x3 576 14x14", {1, 576, 14, 14}, {576, 1, 3, 3}, 1, 1, 576},
+      {"mbv2 dw 3x3 960 7x7", {1, 960, 7, 7}, {960, 1, 3, 3}, 1, 1, 960},
+  };
+  const int saved = num_threads();
+  set_num_threads(1);
+  for (const Shape& s : shapes) {
+    const Attributes a = attrs_of({{"strides", Dims{s.stride, s.stride}},
+                                   {"pads", Dims{s.pad, s.pad, s.pad, s.pad}},
+                                   {"group", s.group}});
+    const cpu::ConvGeometry g = cpu::conv_geometry(a, s.x, s.w, "bench");
+    const Tensor x = random_tensor(s.x, 1), w = random_tensor(s.w, 2),
+                 b = random_tensor({s.w[0]}, 3);
+    Tensor y = Tensor::empty(DType::kF32, {g.n, g.m, g.oh, g.ow});
+    std::vector<double> ms;
+    for (int rep = 0; rep < 15; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      cpu::conv2d(g, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>());
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    const double gflop = 2.0 * g.n * g.m * g.out_plane() * g.cg() * g.kh * g.kw * 1e-9;
+    std::printf("%-22s %9.3f ms  %7.1f GFLOP/s\n", s.name, ms[ms.size() / 2],
+                gflop / ms[ms.size() / 2] * 1e3);
+  }
+  set_num_threads(saved);
+}
+
+}  // namespace
+}  // namespace pto
