@@ -13,7 +13,9 @@
 //   float ms = pto::Event::elapsed_ms(start, stop);
 //
 // A Stream is an in-order queue served by its own thread; work on different streams runs
-// concurrently. An exception thrown by work on a stream is rethrown by the next synchronize().
+// concurrently. An exception thrown by work on a stream is rethrown by the next synchronize();
+// until then the stream skips later work (which may depend on what failed) but still completes
+// event records and waits.
 #pragma once
 
 #include <cstddef>
@@ -41,9 +43,9 @@ inline AllocFlags operator|(AllocFlags a, AllocFlags b) {
 }
 
 struct MemoryPoolStats {
-  size_t reserved_bytes = 0;     // held from the system, in use or cached
-  size_t in_use_bytes = 0;       // handed out and not yet returned
-  size_t peak_in_use_bytes = 0;  // high-water mark of in_use_bytes
+  size_t reserved_bytes = 0;        // held from the system, in use or cached
+  size_t in_use_bytes = 0;          // handed out and not yet returned
+  size_t peak_in_use_bytes = 0;     // high-water mark of in_use_bytes
   uint64_t system_allocations = 0;  // blocks taken from the system (misses)
   uint64_t pool_hits = 0;           // requests served from cached blocks
 };
@@ -112,6 +114,7 @@ class Stream {
   bool query() const;             // true when the queue is empty
 
  private:
+  friend class Event;
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -16,12 +16,12 @@ namespace pto {
 
 struct Executable::Plan {
   struct Step {
-    const cpu::Kernel* cpu = nullptr;             // the backend kernel, or
+    const cpu::Kernel* cpu = nullptr;              // the backend kernel, or
     const reference::Kernel* reference = nullptr;  // the fallback
-    std::any state;                               // what cpu->prepare returned
-    std::string backend;                          // "cpu" | "reference"
+    std::any state;                                // what cpu->prepare returned
+    std::string backend;                           // "cpu" | "reference"
   };
-  std::vector<Step> steps;                  // one per node
+  std::vector<Step> steps;                       // one per node
   std::vector<std::vector<ValueId>> dead_after;  // values to release after node i
   std::shared_ptr<MemoryPool> pool = std::make_shared<MemoryPool>(kAllocHugeFirst);
 };
@@ -56,7 +56,8 @@ cpu::NodeInfo node_info(const Graph& g, const Node& n) {
     info.inputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
     info.constants.push_back(v == kNoValue ? nullptr : g.initializer(v));
   }
-  for (ValueId v : n.outputs) info.outputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
+  for (ValueId v : n.outputs)
+    info.outputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
   return info;
 }
 
