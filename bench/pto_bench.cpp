@@ -196,9 +196,11 @@ void bench_fma(Json& j, const std::vector<int>& threads, const Timing& timing) {
     for (int t : threads) {
       set_num_threads(t);
       std::cerr << "fma " << cpu::isa_name(isa) << " threads " << t << "\n";
+      std::vector<float> sums(static_cast<size_t>(t));  // one per task: no shared writes
       Sample s = measure(timing, [&] {
-        parallel_tasks(t, [&](int64_t) { sink = run_fma(isa, iterations, mul, add); });
+        parallel_tasks(t, [&](int64_t i) { sums[i] = run_fma(isa, iterations, mul, add); });
       });
+      for (float x : sums) sink = sink + x;
       double gflop =
           static_cast<double>(fma_flops(isa)) * static_cast<double>(iterations) * t / 1e9;
       j.open('{').key("isa").str(cpu::isa_name(isa)).key("threads").num(t);
