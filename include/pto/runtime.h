@@ -13,7 +13,9 @@
 //   float ms = pto::Event::elapsed_ms(start, stop);
 //
 // A Stream is an in-order queue served by its own thread; work on different streams runs
-// concurrently. An exception thrown by work on a stream is rethrown by the next synchronize().
+// concurrently. An exception thrown by work on a stream is rethrown by the next synchronize();
+// until then the stream skips later work (which may depend on what failed) but still completes
+// event records and waits.
 #pragma once
 
 #include <cstddef>
@@ -112,6 +114,7 @@ class Stream {
   bool query() const;             // true when the queue is empty
 
  private:
+  friend class Event;
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from . import _C
 from .device import device_info, is_available
-from .options import get_optimization_options, reset_optimization_options, set_optimization_options
+from .options import (get_num_threads, get_optimization_options, reset_optimization_options,
+                      set_num_threads, set_optimization_options)
 from .runtime import CompiledGraph
 from . import onnx
 
@@ -31,7 +32,7 @@ if _torch is not None:
     _dynamo.register()
 
 __all__ = [
-    "CompiledGraph", "OptimizedModule", "custom_op", "device_info", "get_optimization_options",
-    "is_available", "jit", "onnx", "optimize", "reset_optimization_options",
-    "set_optimization_options",
+    "CompiledGraph", "OptimizedModule", "custom_op", "device_info", "get_num_threads",
+    "get_optimization_options", "is_available", "jit", "onnx", "optimize",
+    "reset_optimization_options", "set_num_threads", "set_optimization_options",
 ]

@@ -1,7 +1,9 @@
-"""Process-wide optimization options: ``pypto.set_optimization_options({...})``.
+"""Process-wide options: ``pypto.set_optimization_options({...})`` and the kernel thread count
+``pypto.set_num_threads(n)``.
 
-They are the defaults every later compilation starts from (``optimize``, ``torch.compile``,
-``@jit``, ``onnx.load``); an explicit argument such as ``optimize(..., level=1)`` wins.
+The optimization options are the defaults every later compilation starts from (``optimize``,
+``torch.compile``, ``@jit``, ``onnx.load``); an explicit argument such as
+``optimize(..., level=1)`` wins. The thread count applies to every run from then on.
 """
 
 from __future__ import annotations
@@ -67,3 +69,21 @@ def compile_options(level: int | None = None) -> _C.CompileOptions:
     o.memory_optimization = _current["memory_optimization"]
     o.auto_mixed_precision = _current["auto_mixed_precision"]
     return o
+
+
+def set_num_threads(n: int | None) -> None:
+    """Runs kernels on `n` threads (1..4096), the calling thread included; None restores the
+    default (PTO_NUM_THREADS, else the cores this process may use). Not while models run."""
+    if n is None:
+        _C.set_num_threads(0)
+        return
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"set_num_threads expects an int, got {type(n).__name__}")
+    if not 1 <= n <= 4096:
+        raise ValueError(f"set_num_threads: expected 1..4096 threads, got {n}")
+    _C.set_num_threads(n)
+
+
+def get_num_threads() -> int:
+    """The number of threads kernels run on."""
+    return _C.num_threads()

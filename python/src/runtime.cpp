@@ -8,6 +8,7 @@
 
 #include "bindings.h"
 #include "pto/executable.h"
+#include "pto/parallel.h"
 
 namespace pto::python {
 
@@ -94,6 +95,10 @@ void bind_runtime(nb::module_& m) {
       "compile", [](const Graph& g, const CompileOptions& o) { return compile(g, o); },
       nb::arg("graph"), nb::arg("options") = CompileOptions(),
       "Verifies, types and prepares a graph for execution.");
+
+  m.def("set_num_threads", &set_num_threads, nb::arg("n"),
+        "Resizes the kernel thread pool (n >= 1; 0 means the default).");
+  m.def("num_threads", &num_threads, "Threads the kernel thread pool runs on.");
 }
 
 }  // namespace pto::python

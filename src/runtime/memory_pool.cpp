@@ -1,7 +1,12 @@
 // MemoryPool: a caching allocator in size classes (64-byte steps up to 4 KiB, then eight steps per
 // power of two, so at most 12.5% is wasted), with the ACL-style allocation flags.
+//
+// Blocks of 2 MiB and more taken with kAllocHugeFirst are 2 MiB aligned and advised to use huge
+// pages; they are cached apart (their key is the class plus one; classes are multiples of 64), so a
+// later huge-first request gets a huge-page block again. A plain request may take either kind.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +19,12 @@ namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kPage = 4096;
+
+// A block's cache key: its class, plus one for a huge-page block (recognized by its alignment).
+size_t cache_key(size_t cls, const void* p) {
+  bool huge = cls >= kHugePage && reinterpret_cast<uintptr_t>(p) % kHugePage == 0;
+  return cls + (huge ? 1 : 0);
+}
 
 }  // namespace
 
@@ -38,31 +49,35 @@ void* MemoryPool::allocate(size_t nbytes, AllocFlags flags) {
   void* p = nullptr;
   {
     std::lock_guard lock(mutex_);
-    auto it = free_.find(cls);
-    if (it != free_.end() && !it->second.empty()) {
+    bool want_huge = (flags & kAllocHugeFirst) && cls >= kHugePage;
+    for (size_t key : {cls + 1, cls}) {
+      if (key == cls && want_huge) break;  // a huge-first request only takes huge-page blocks
+      auto it = free_.find(key);
+      if (it == free_.end() || it->second.empty()) continue;
       p = it->second.back();
       it->second.pop_back();
-      ++stats_.pool_hits;
-    } else {
-      ++stats_.system_allocations;
-      stats_.reserved_bytes += cls;
+      break;
     }
-    stats_.in_use_bytes += cls;
-    stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
+    if (p) {
+      ++stats_.pool_hits;
+      stats_.in_use_bytes += cls;
+      stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
+    }
   }
   if (!p) {
+    // From the system, outside the lock; counted once it succeeded.
     bool huge = (flags & kAllocHugeFirst) && cls >= kHugePage;
     size_t align = huge ? kHugePage : kTensorAlignment;
     p = std::aligned_alloc(align, (cls + align - 1) / align * align);
-    if (!p) {
-      std::lock_guard lock(mutex_);
-      stats_.in_use_bytes -= cls;
-      stats_.reserved_bytes -= cls;
-      throw ValueError(cat("out of memory allocating ", nbytes, " bytes"));
-    }
+    if (!p) throw ValueError(cat("out of memory allocating ", nbytes, " bytes"));
     if (huge) madvise(p, cls, MADV_HUGEPAGE);  // a hint: falls back to small pages silently
     if ((flags & kAllocPrefetch) && !(flags & kAllocZero))
       for (size_t off = 0; off < cls; off += kPage) static_cast<volatile char*>(p)[off] = 0;
+    std::lock_guard lock(mutex_);
+    ++stats_.system_allocations;
+    stats_.reserved_bytes += cls;
+    stats_.in_use_bytes += cls;
+    stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
   }
   if (flags & kAllocZero) std::memset(p, 0, nbytes);
   return p;
@@ -72,15 +87,15 @@ void MemoryPool::deallocate(void* p, size_t nbytes) {
   if (!p) return;
   size_t cls = size_class(nbytes);
   std::lock_guard lock(mutex_);
-  free_[cls].push_back(p);
+  free_[cache_key(cls, p)].push_back(p);
   stats_.in_use_bytes -= cls;
 }
 
 void MemoryPool::release_cached() {
   std::lock_guard lock(mutex_);
-  for (auto& [cls, blocks] : free_) {
+  for (auto& [key, blocks] : free_) {
     for (void* p : blocks) std::free(p);
-    stats_.reserved_bytes -= cls * blocks.size();
+    stats_.reserved_bytes -= (key & ~size_t{1}) * blocks.size();
   }
   free_.clear();
 }

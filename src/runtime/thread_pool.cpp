@@ -45,6 +45,21 @@ int default_threads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+// Runs every task on this thread; as in a parallel run, all tasks run and the lowest failing one's
+// exception is rethrown, so side effects do not depend on the thread count.
+void run_serial(int64_t tasks, const std::function<void(int64_t)>& fn) {
+  RegionGuard guard;
+  std::exception_ptr error;
+  for (int64_t t = 0; t < tasks; ++t) {
+    try {
+      fn(t);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 struct Job {
   const std::function<void(int64_t)>* fn;
   int64_t tasks;
@@ -115,11 +130,6 @@ class ThreadPool {
   }
 
  private:
-  static void run_serial(int64_t tasks, const std::function<void(int64_t)>& fn) {
-    RegionGuard guard;
-    for (int64_t t = 0; t < tasks; ++t) fn(t);  // the first failing task throws first
-  }
-
   void worker_loop() {
     uint64_t seen = 0;
     for (;;) {
@@ -182,7 +192,7 @@ bool in_parallel_region() {
 void parallel_tasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
   if (tasks <= 0) return;
   if (t_in_region) {
-    for (int64_t t = 0; t < tasks; ++t) fn(t);
+    run_serial(tasks, fn);
     return;
   }
   pool().run(tasks, fn);
@@ -193,7 +203,8 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
   int64_t n = end - begin;
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  int64_t chunks = t_in_region ? 1 : std::min<int64_t>((n + grain - 1) / grain, num_threads());
+  // At most one chunk per thread, and every chunk at least `grain` long (n / grain rounds down).
+  int64_t chunks = t_in_region ? 1 : std::min<int64_t>(n / grain, num_threads());
   if (chunks <= 1) {
     RegionGuard guard;
     fn(begin, end);

@@ -1,4 +1,5 @@
 // `pto info`: the machine as the tiling planner sees it, and what this build supports.
+#include <cstdlib>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -7,6 +8,7 @@
 #include "pto/device_info.h"
 #include "pto/onnx.h"
 #include "pto/op_registry.h"
+#include "pto/parallel.h"
 #include "pto/reference.h"
 
 namespace pto::cli {
@@ -30,8 +32,8 @@ const char* kUsage =
     "usage: pto info\n\n"
     "Prints the machine as the tiling planner sees it: the cores this process may use, the CPU's\n"
     "ISA extensions, the kernel ISA chosen (override with PTO_ISA=avx512|avx2|generic), cache\n"
-    "sizes and memory; then the PyPTO version, the ONNX opsets the importer accepts and the\n"
-    "number of ops registered.\n";
+    "sizes, memory and the kernel thread count (set with PTO_NUM_THREADS); then the PyPTO\n"
+    "version, the ONNX opsets the importer accepts and the number of ops registered.\n";
 
 int info_main(const std::vector<std::string>& args) {
   ArgReader a(args, "info");
@@ -43,6 +45,7 @@ int info_main(const std::vector<std::string>& args) {
     a.unknown();
   }
   const DeviceInfo& d = device_info();
+  const char* env_threads = std::getenv("PTO_NUM_THREADS");
   auto flag = [](const char* name, bool on) { return cat(on ? "+" : "-", name); };
   std::cout << "PyPTO " << kVersion << "\n"
             << "cpu:         " << d.cpu_name << "\n"
@@ -58,6 +61,8 @@ int info_main(const std::vector<std::string>& args) {
             << "caches:      L1d " << bytes_str(d.l1d_bytes) << ", L2 " << bytes_str(d.l2_bytes)
             << ", L3 " << bytes_str(d.l3_bytes) << ", line " << d.cacheline << " B\n"
             << "memory:      " << bytes_str(d.memory_bytes) << "\n"
+            << "threads:     " << num_threads()
+            << (env_threads && *env_threads ? " (from PTO_NUM_THREADS)" : " (default)") << "\n"
             << "onnx opsets: " << onnx::kMinOpset << " to " << onnx::max_opset()
             << " (default domain)\n"
             << "ops:         " << OpRegistry::global().names().size() << " registered, "

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "pto/npy.h"
 #include "pto/onnx.h"
+#include "pto/parallel.h"
 #include "pto/reference.h"
 #include "run_util.h"
 
@@ -42,8 +43,10 @@ const char* kUsage =
     "  --output-dir DIR       write each output to DIR/NAME.npy; characters of NAME outside\n"
     "                         [A-Za-z0-9_.-] become '_' (bf16 outputs are saved as float32)\n"
     "  --print-graph          print the imported graph\n"
-    "  --threads N, --level L accepted for the compiled engine (API.md); the reference engine\n"
-    "                         ignores them and says so\n"
+    "  --threads N            run kernels on N threads (default: PTO_NUM_THREADS, else the\n"
+    "                         cores this process may use)\n"
+    "  --level L              accepted for the compiled engine (API.md); the reference engine\n"
+    "                         ignores it and says so\n"
     "\n"
     "Inputs not given with --input are random, from a fixed-seed generator: floats uniform in\n"
     "[-1, 1), integers uniform in [0, 10), bools true or false with equal chance.\n";
@@ -56,7 +59,8 @@ struct Options {
   uint64_t seed = 0;
   int64_t repeat = 1;
   bool print_graph = false;
-  std::optional<int64_t> threads, level;  // for the compiled engine; the reference ignores them
+  std::optional<int64_t> threads;
+  std::optional<int64_t> level;  // for the compiled engine; the reference ignores it
 };
 
 std::optional<Options> parse(const std::vector<std::string>& args) {
@@ -207,9 +211,10 @@ int run_main(const std::vector<std::string>& args) {
   if (!opts) return 0;
   const Options& o = *opts;
 
-  if (o.threads || o.level)
-    std::cerr << "note: --threads and --level have no effect on the reference engine, the only "
-                 "one in this version\n";
+  if (o.threads) set_num_threads(static_cast<int>(*o.threads));
+  if (o.level)
+    std::cerr << "note: --level has no effect on the reference engine, the only one in this "
+                 "version\n";
   auto t0 = Clock::now();
   Graph g = onnx::load(o.model);
   double load_ms = ms_since(t0);
@@ -229,6 +234,7 @@ int run_main(const std::vector<std::string>& args) {
                                    : (times[times.size() / 2 - 1] + times[times.size() / 2]) / 2;
 
   std::cout << "engine: reference\n"
+            << "threads: " << num_threads() << "\n"
             << "load:   " << format_ms(load_ms) << "\n"
             << "run:    " << format_ms(median)
             << (o.repeat > 1 ? cat(" (median of ", o.repeat, " runs)") : std::string()) << "\n";

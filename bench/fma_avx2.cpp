@@ -1,0 +1,1 @@
+#include "fma_impl.h"  // compiled for avx2 (bench/CMakeLists.txt)

@@ -1,0 +1,1 @@
+#include "fma_impl.h"  // compiled for generic (bench/CMakeLists.txt)

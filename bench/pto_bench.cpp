@@ -1,0 +1,438 @@
+// pto_bench: the machine's ceilings and PyPTO's SGEMM, measured in one run, as JSON on stdout
+// (progress on stderr). bench/run.py runs it and sets the numbers beside PyTorch's.
+//
+//   pto_bench [--threads 1,2] [--only fma,memory,sgemm] [--shapes 512,128x768x3072] [--quick]
+//             [--warmup-calls N] [--warmup-time S] [--min-calls N] [--min-time S] [--max-time S]
+//
+// - fma: the FMA peak of each ISA path the machine runs (fma_impl.h), GFLOP/s on T threads.
+// - memory: STREAM-like copy (memcpy) and triad (a = b + s * c) on arrays far larger than the
+//   last-level cache; GB/s counting the bytes read and written.
+// - sgemm: pto::cpu::sgemm on square and model shapes (C = A B, row-major, A: M x K, B: K x N),
+//   checked against a double-precision dot product on sampled entries before it is timed.
+// Every measurement times calls one by one after a warm-up and reports the median, p10, p90, the
+// count and the CPU utilisation (CPU seconds / wall seconds) of the timed calls.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/isa/isa.h"
+#include "fma.h"
+#include "pto/device_info.h"
+#include "pto/error.h"
+#include "pto/parallel.h"
+
+namespace pto::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Timing {
+  int warmup_calls = 3;
+  double warmup_s = 1.0;
+  int min_calls = 10;
+  double min_s = 2.0;
+  double max_s = 20.0;  // stop measuring past this, with at least one call timed
+};
+
+struct Sample {
+  std::vector<double> seconds;  // sorted
+  double cpu_util = 0;
+  double median() const { return quantile(0.5); }
+  double quantile(double q) const {
+    if (seconds.empty()) return 0;
+    double pos = q * static_cast<double>(seconds.size() - 1);
+    size_t lo = static_cast<size_t>(pos);
+    size_t hi = std::min(lo + 1, seconds.size() - 1);
+    return seconds[lo] + (seconds[hi] - seconds[lo]) * (pos - static_cast<double>(lo));
+  }
+};
+
+double now_s() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+double cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+Sample measure(const Timing& t, const std::function<void()>& fn) {
+  double start = now_s();
+  for (int i = 0; i < t.warmup_calls || now_s() - start < t.warmup_s; ++i) {
+    fn();
+    if (now_s() - start > t.max_s) break;
+  }
+  Sample s;
+  double wall0 = now_s(), cpu0 = cpu_s();
+  for (;;) {
+    double t0 = now_s();
+    fn();
+    double t1 = now_s();
+    s.seconds.push_back(t1 - t0);
+    bool enough = static_cast<int>(s.seconds.size()) >= t.min_calls && t1 - wall0 >= t.min_s;
+    if (enough || t1 - wall0 >= t.max_s) break;
+  }
+  double wall = now_s() - wall0;
+  s.cpu_util = wall > 0 ? (cpu_s() - cpu0) / wall : 0;
+  std::sort(s.seconds.begin(), s.seconds.end());
+  return s;
+}
+
+// A tiny JSON writer: objects and arrays of numbers, strings and booleans.
+class Json {
+ public:
+  Json& open(char c) {
+    sep();
+    os_ << c;
+    first_ = true;
+    return *this;
+  }
+  Json& close(char c) {
+    os_ << c;
+    first_ = false;
+    return *this;
+  }
+  Json& key(const std::string& k) {
+    sep();
+    os_ << '"' << k << "\":";
+    first_ = true;
+    return *this;
+  }
+  Json& str(const std::string& v) {
+    sep();
+    os_ << '"';
+    for (char c : v) {
+      if (c == '"' || c == '\\') os_ << '\\';
+      os_ << c;
+    }
+    os_ << '"';
+    return *this;
+  }
+  Json& num(double v) {
+    sep();
+    if (std::isfinite(v))
+      os_ << v;
+    else
+      os_ << "null";
+    return *this;
+  }
+  Json& boolean(bool v) {
+    sep();
+    os_ << (v ? "true" : "false");
+    return *this;
+  }
+  Json& sample(const Sample& s, double work, const char* unit) {
+    // Seconds per call, and the rate `work / seconds` in `unit` (higher is better: p10 of the
+    // rate is the p90 of the time).
+    key("seconds").open('{');
+    key("median").num(s.median()).key("p10").num(s.quantile(0.1));
+    key("p90").num(s.quantile(0.9)).key("count").num(static_cast<double>(s.seconds.size()));
+    close('}');
+    key(unit).num(work / s.median());
+    key(std::string(unit) + "_p10").num(work / s.quantile(0.9));
+    key(std::string(unit) + "_p90").num(work / s.quantile(0.1));
+    key("cpu_util").num(s.cpu_util);
+    return *this;
+  }
+  std::string text() const { return os_.str(); }
+
+ private:
+  void sep() {
+    if (!first_) os_ << ',';
+    first_ = false;
+  }
+  std::ostringstream os_;
+  bool first_ = true;
+};
+
+// ---- FMA peak ----
+
+float run_fma(cpu::Isa isa, int64_t iterations, float mul, float add) {
+  switch (isa) {
+    case cpu::Isa::kAvx512:
+      return avx512::fma_chains(iterations, mul, add);
+    case cpu::Isa::kAvx2:
+      return avx2::fma_chains(iterations, mul, add);
+    default:
+      return generic::fma_chains(iterations, mul, add);
+  }
+}
+
+int64_t fma_flops(cpu::Isa isa) {
+  switch (isa) {
+    case cpu::Isa::kAvx512:
+      return avx512::fma_flops_per_iteration();
+    case cpu::Isa::kAvx2:
+      return avx2::fma_flops_per_iteration();
+    default:
+      return generic::fma_flops_per_iteration();
+  }
+}
+
+void bench_fma(Json& j, const std::vector<int>& threads, const Timing& timing) {
+  j.key("fma").open('[');
+  volatile float mul = 0.9999f, add = 1e-4f;  // opaque to the optimizer
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    // Iterations for about 20 ms per thread per call.
+    int64_t probe = 100000;
+    double t0 = now_s();
+    volatile float sink = run_fma(isa, probe, mul, add);
+    double dt = std::max(now_s() - t0, 1e-6);
+    int64_t iterations = std::max<int64_t>(1000, static_cast<int64_t>(probe * 0.02 / dt));
+    for (int t : threads) {
+      set_num_threads(t);
+      std::cerr << "fma " << cpu::isa_name(isa) << " threads " << t << "\n";
+      std::vector<float> sums(static_cast<size_t>(t));  // one per task: no shared writes
+      Sample s = measure(timing, [&] {
+        parallel_tasks(t, [&](int64_t i) { sums[i] = run_fma(isa, iterations, mul, add); });
+      });
+      for (float x : sums) sink = sink + x;
+      double gflop =
+          static_cast<double>(fma_flops(isa)) * static_cast<double>(iterations) * t / 1e9;
+      j.open('{').key("isa").str(cpu::isa_name(isa)).key("threads").num(t);
+      j.key("flops_per_iteration").num(static_cast<double>(fma_flops(isa)));
+      j.sample(s, gflop, "gflops").close('}');
+    }
+    (void)sink;
+  }
+  j.close(']');
+}
+
+// ---- memory bandwidth ----
+
+void bench_memory(Json& j, const std::vector<int>& threads, const Timing& timing, bool quick) {
+  size_t l3 = device_info().l3_bytes;
+  size_t bytes =
+      quick ? size_t{32} << 20 : std::clamp<size_t>(4 * l3, size_t{64} << 20, size_t{512} << 20);
+  int64_t n = static_cast<int64_t>(bytes / sizeof(float));
+  std::unique_ptr<float[]> a(new float[n]), b(new float[n]), c(new float[n]);
+  parallel_for(0, n, 1 << 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      a[i] = 0;
+      b[i] = static_cast<float>(i % 7);
+      c[i] = static_cast<float>(i % 5);
+    }
+  });
+  j.key("memory").open('[');
+  for (int t : threads) {
+    set_num_threads(t);
+    std::cerr << "memory threads " << t << "\n";
+    Sample copy = measure(timing, [&] {
+      parallel_for(0, n, 1 << 16, [&](int64_t lo, int64_t hi) {
+        std::memcpy(a.get() + lo, b.get() + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+      });
+    });
+    j.open('{').key("kernel").str("copy").key("threads").num(t).key("array_bytes").num(bytes);
+    j.sample(copy, 2.0 * static_cast<double>(bytes) / 1e9, "gbps").close('}');
+    Sample triad = measure(timing, [&] {
+      parallel_for(0, n, 1 << 16, [&](int64_t lo, int64_t hi) {
+        float* pa = a.get();
+        const float* pb = b.get();
+        const float* pc = c.get();
+        for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + 3.0f * pc[i];
+      });
+    });
+    j.open('{').key("kernel").str("triad").key("threads").num(t).key("array_bytes").num(bytes);
+    j.sample(triad, 3.0 * static_cast<double>(bytes) / 1e9, "gbps").close('}');
+  }
+  j.close(']');
+}
+
+// ---- SGEMM ----
+
+struct Shape {
+  int64_t m, k, n;
+  std::string label;
+};
+
+std::vector<Shape> default_shapes(bool quick) {
+  if (quick)
+    return {{256, 256, 256, "square"},
+            {512, 512, 512, "square"},
+            {128, 768, 768, "BERT b1 attention proj"},
+            {8, 768, 768, "BERT b1 seq 8"},
+            {784, 1152, 128, "ResNet-50 layer2 3x3"}};
+  return {{256, 256, 256, "square"},
+          {512, 512, 512, "square"},
+          {1024, 1024, 1024, "square"},
+          {2048, 2048, 2048, "square"},
+          {4096, 4096, 4096, "square"},
+          {128, 768, 768, "BERT b1 attention proj"},
+          {128, 768, 3072, "BERT b1 FFN up"},
+          {128, 3072, 768, "BERT b1 FFN down"},
+          {1024, 768, 3072, "BERT b8 FFN up"},
+          {8, 768, 768, "BERT b1 seq 8"},
+          {12544, 147, 64, "ResNet-50 conv1 7x7 (im2col)"},
+          {3136, 576, 64, "ResNet-50 layer1 3x3"},
+          {3136, 64, 256, "ResNet-50 layer1 1x1 expand"},
+          {784, 1152, 128, "ResNet-50 layer2 3x3"},
+          {196, 2304, 256, "ResNet-50 layer3 3x3"},
+          {49, 4608, 512, "ResNet-50 layer4 3x3"}};
+}
+
+Shape parse_shape(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, 'x');) {
+    char* end = nullptr;
+    long long x = std::strtoll(part.c_str(), &end, 10);
+    if (part.empty() || *end || x < 1) throw ValueError(cat("bad shape '", s, "'"));
+    v.push_back(x);
+  }
+  if (v.size() == 1) return {v[0], v[0], v[0], "square"};
+  if (v.size() == 3) return {v[0], v[1], v[2], "custom"};
+  throw ValueError(cat("bad shape '", s, "': expected S or MxKxN"));
+}
+
+// max |C - C_ref| / max |C_ref| over sampled entries, C_ref in double precision.
+double sgemm_error(const Shape& s, const float* a, const float* b, const float* c) {
+  std::mt19937_64 rng(7);
+  double max_err = 0, max_ref = 0;
+  for (int e = 0; e < 64; ++e) {
+    int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(s.m));
+    int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(s.n));
+    double ref = 0;
+    for (int64_t p = 0; p < s.k; ++p) ref += static_cast<double>(a[i * s.k + p]) * b[p * s.n + j];
+    max_err = std::max(max_err, std::abs(c[i * s.n + j] - ref));
+    max_ref = std::max(max_ref, std::abs(ref));
+  }
+  return max_ref > 0 ? max_err / max_ref : max_err;
+}
+
+void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
+                 const std::vector<Shape>& shapes) {
+  j.key("sgemm").open('[');
+  for (const Shape& s : shapes) {
+    std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
+    std::vector<float> c(static_cast<size_t>(s.m * s.n));
+    std::mt19937 rng(0);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (float& x : a) x = u(rng);
+    for (float& x : b) x = u(rng);
+    cpu::GemmArgs g;
+    g.m = s.m, g.n = s.n, g.k = s.k;
+    g.a = a.data(), g.lda = s.k;
+    g.b = b.data(), g.ldb = s.n;
+    g.c = c.data(), g.ldc = s.n;
+    for (int t : threads) {
+      set_num_threads(t);
+      std::cerr << "sgemm " << s.m << "x" << s.k << "x" << s.n << " threads " << t << "\n";
+      std::fill(c.begin(), c.end(), std::nanf(""));
+      cpu::sgemm(g);
+      double err = sgemm_error(s, a.data(), b.data(), c.data());
+      bool ok = err <= 1e-4;
+      j.open('{').key("m").num(s.m).key("k").num(s.k).key("n").num(s.n).key("label").str(s.label);
+      j.key("threads").num(t).key("isa").str(cpu::isa_name(cpu::active_isa()));
+      j.key("max_rel_err").num(err).key("ok").boolean(ok);
+      if (ok) {
+        Sample sm = measure(timing, [&] { cpu::sgemm(g); });
+        j.sample(sm, 2.0 * s.m * s.n * s.k / 1e9, "gflops");
+      }
+      j.close('}');
+    }
+  }
+  j.close(']');
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, sep);)
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+const char* kUsage =
+    "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm] [--shapes S|MxKxN,...] [--quick]\n"
+    "                 [--warmup-calls N] [--warmup-time S] [--min-calls N] [--min-time S]\n"
+    "                 [--max-time S]\n";
+
+int main_impl(int argc, char** argv) {
+  std::vector<int> threads = {1, 2};
+  std::vector<std::string> only = {"fma", "memory", "sgemm"};
+  std::vector<Shape> shapes;
+  bool quick = false;
+  Timing timing;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ValueError(cat(arg, " needs a value"));
+      return argv[++i];
+    };
+    auto number = [&] {
+      std::string v = value();
+      char* end = nullptr;
+      double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end || x < 0) throw ValueError(cat(arg, ": bad value '", v, "'"));
+      return x;
+    };
+    if (arg == "--threads") {
+      threads.clear();
+      for (const auto& t : split(value(), ',')) threads.push_back(std::stoi(t));
+    } else if (arg == "--only") {
+      only = split(value(), ',');
+    } else if (arg == "--shapes") {
+      for (const auto& s : split(value(), ',')) shapes.push_back(parse_shape(s));
+    } else if (arg == "--quick") {
+      quick = true;
+      timing = {1, 0.0, 3, 0.1, 3.0};
+    } else if (arg == "--warmup-calls") {
+      timing.warmup_calls = static_cast<int>(number());
+    } else if (arg == "--warmup-time") {
+      timing.warmup_s = number();
+    } else if (arg == "--min-calls") {
+      timing.min_calls = std::max(1, static_cast<int>(number()));
+    } else if (arg == "--min-time") {
+      timing.min_s = number();
+    } else if (arg == "--max-time") {
+      timing.max_s = number();
+    } else if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else {
+      std::cerr << kUsage;
+      return 2;
+    }
+  }
+  if (shapes.empty()) shapes = default_shapes(quick);
+  auto wants = [&](const char* what) { return std::count(only.begin(), only.end(), what) > 0; };
+
+  const DeviceInfo& d = device_info();
+  Json j;
+  j.open('{');
+  j.key("machine").open('{').key("cpu").str(d.cpu_name).key("logical_cores").num(d.logical_cores);
+  j.key("physical_cores").num(d.physical_cores).key("isa").str(d.isa);
+  j.key("l3_bytes").num(static_cast<double>(d.l3_bytes)).close('}');
+  if (wants("fma")) bench_fma(j, threads, timing);
+  if (wants("memory")) bench_memory(j, threads, timing, quick);
+  if (wants("sgemm")) bench_sgemm(j, threads, timing, shapes);
+  j.close('}');
+  std::cout << j.text() << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace pto::bench
+
+int main(int argc, char** argv) {
+  try {
+    return pto::bench::main_impl(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "pto_bench: " << e.what() << "\n";
+    return 1;
+  }
+}
