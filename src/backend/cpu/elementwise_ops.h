@@ -23,7 +23,7 @@ inline Vec unary(Vec x, const UnaryParams& p) {
   if constexpr (Op == kThresholdedRelu) return select(x > a, x, zero);
   if constexpr (Op == kSigmoid) return sigmoid(x);
   if constexpr (Op == kHardSigmoid || Op == kHardSwish) {
-    Vec g = Op == kHardSigmoid ? a * x + b : x / Vec::set1(6.0f) + Vec::set1(0.5f);
+    Vec g = Op == kHardSigmoid ? rounded(a * x) + b : x / Vec::set1(6.0f) + Vec::set1(0.5f);
     g = select(g < one, g, one);  // NaN -> 1, as std::min(1, g)
     g = select(zero < g, g, zero);
     if constexpr (Op == kHardSigmoid) return g;

@@ -13,8 +13,8 @@
 #endif
 #if defined(PTO_ISA_AVX512) && defined(__GNUC__) && !defined(__clang__)
 // GCC 12 reports the _mm512_undefined_* pass-through operands of AVX-512 intrinsics inlined into
-// larger functions as (maybe-)uninitialized (a false positive); it has to stay off for the whole
-// translation unit because the warning is raised where the intrinsics are inlined (GCC bug 105593).
+// larger functions as (maybe-)uninitialized, a false positive (GCC bug 105593); it has to stay off
+// for the whole translation unit because the warning is raised where the intrinsics are inlined.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
@@ -47,136 +47,54 @@ struct Vec {
     _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
   }
 };
-inline Vec operator+(Vec a, Vec b) {
-  return {_mm512_add_ps(a.v, b.v)};
-}
-inline Vec operator-(Vec a, Vec b) {
-  return {_mm512_sub_ps(a.v, b.v)};
-}
-inline Vec operator*(Vec a, Vec b) {
-  return {_mm512_mul_ps(a.v, b.v)};
-}
-inline Vec operator/(Vec a, Vec b) {
-  return {_mm512_div_ps(a.v, b.v)};
-}
-inline Vec fma(Vec a, Vec b, Vec c) {
-  return {_mm512_fmadd_ps(a.v, b.v, c.v)};
-}  // a*b+c
-inline Vec fnma(Vec a, Vec b, Vec c) {
-  return {_mm512_fnmadd_ps(a.v, b.v, c.v)};
-}  // c-a*b
-inline Vec fms(Vec a, Vec b, Vec c) {
-  return {_mm512_fmsub_ps(a.v, b.v, c.v)};
-}  // a*b-c
-inline Vec min(Vec a, Vec b) {
-  return {_mm512_min_ps(a.v, b.v)};
-}
-inline Vec max(Vec a, Vec b) {
-  return {_mm512_max_ps(a.v, b.v)};
-}
-inline Vec sqrt(Vec a) {
-  return {_mm512_sqrt_ps(a.v)};
-}
-inline Vec abs(Vec a) {
-  return {_mm512_abs_ps(a.v)};
-}
+inline Vec operator+(Vec a, Vec b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline Vec operator-(Vec a, Vec b) { return {_mm512_sub_ps(a.v, b.v)}; }
+inline Vec operator*(Vec a, Vec b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline Vec operator/(Vec a, Vec b) { return {_mm512_div_ps(a.v, b.v)}; }
+inline Vec fma(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }  // a*b+c
+inline Vec fnma(Vec a, Vec b, Vec c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }  // c-a*b
+inline Vec fms(Vec a, Vec b, Vec c) { return {_mm512_fmsub_ps(a.v, b.v, c.v)}; }    // a*b-c
+inline Vec min(Vec a, Vec b) { return {_mm512_min_ps(a.v, b.v)}; }
+inline Vec max(Vec a, Vec b) { return {_mm512_max_ps(a.v, b.v)}; }
+inline Vec sqrt(Vec a) { return {_mm512_sqrt_ps(a.v)}; }
+inline Vec abs(Vec a) { return {_mm512_abs_ps(a.v)}; }
 inline Vec round(Vec a) {  // to nearest, ties to even
   return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
 }
-inline Vec floor(Vec a) {
-  return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)};
-}
-inline Mask operator<(Vec a, Vec b) {
-  return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ)};
-}
-inline Mask operator<=(Vec a, Vec b) {
-  return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LE_OQ)};
-}
-inline Mask operator>(Vec a, Vec b) {
-  return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ)};
-}
-inline Mask operator>=(Vec a, Vec b) {
-  return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_GE_OQ)};
-}
-inline Mask operator==(Vec a, Vec b) {
-  return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_EQ_OQ)};
-}
-inline Mask is_nan(Vec a) {
-  return {_mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q)};
-}
+inline Vec floor(Vec a) { return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)}; }
+inline Mask operator<(Vec a, Vec b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ)}; }
+inline Mask operator<=(Vec a, Vec b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LE_OQ)}; }
+inline Mask operator>(Vec a, Vec b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ)}; }
+inline Mask operator>=(Vec a, Vec b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_GE_OQ)}; }
+inline Mask operator==(Vec a, Vec b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_EQ_OQ)}; }
+inline Mask is_nan(Vec a) { return {_mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q)}; }
 inline Vec select(Mask m, Vec if_true, Vec if_false) {
   return {_mm512_mask_blend_ps(m.m, if_false.v, if_true.v)};
 }
-inline VecI to_int(Vec a) {
-  return {_mm512_cvtps_epi32(a.v)};
-}  // rounds to nearest
-inline Vec to_float(VecI a) {
-  return {_mm512_cvtepi32_ps(a.v)};
-}
-inline VecI bits(Vec a) {
-  return {_mm512_castps_si512(a.v)};
-}
-inline Vec from_bits(VecI a) {
-  return {_mm512_castsi512_ps(a.v)};
-}
-inline VecI operator+(VecI a, VecI b) {
-  return {_mm512_add_epi32(a.v, b.v)};
-}
-inline VecI operator-(VecI a, VecI b) {
-  return {_mm512_sub_epi32(a.v, b.v)};
-}
-inline VecI operator&(VecI a, VecI b) {
-  return {_mm512_and_si512(a.v, b.v)};
-}
-inline VecI operator|(VecI a, VecI b) {
-  return {_mm512_or_si512(a.v, b.v)};
-}
-inline VecI operator^(VecI a, VecI b) {
-  return {_mm512_xor_si512(a.v, b.v)};
-}
-inline VecI set1_int(int32_t x) {
-  return {_mm512_set1_epi32(x)};
-}
+inline VecI to_int(Vec a) { return {_mm512_cvtps_epi32(a.v)}; }  // rounds to nearest
+inline Vec to_float(VecI a) { return {_mm512_cvtepi32_ps(a.v)}; }
+inline VecI bits(Vec a) { return {_mm512_castps_si512(a.v)}; }
+inline Vec from_bits(VecI a) { return {_mm512_castsi512_ps(a.v)}; }
+inline VecI operator+(VecI a, VecI b) { return {_mm512_add_epi32(a.v, b.v)}; }
+inline VecI operator-(VecI a, VecI b) { return {_mm512_sub_epi32(a.v, b.v)}; }
+inline VecI operator&(VecI a, VecI b) { return {_mm512_and_si512(a.v, b.v)}; }
+inline VecI operator|(VecI a, VecI b) { return {_mm512_or_si512(a.v, b.v)}; }
+inline VecI operator^(VecI a, VecI b) { return {_mm512_xor_si512(a.v, b.v)}; }
+inline VecI set1_int(int32_t x) { return {_mm512_set1_epi32(x)}; }
 template <int S>
-inline VecI shift_left(VecI a) {
-  return {_mm512_slli_epi32(a.v, S)};
-}
+inline VecI shift_left(VecI a) { return {_mm512_slli_epi32(a.v, S)}; }
 template <int S>
-inline VecI shift_right(VecI a) {
-  return {_mm512_srli_epi32(a.v, S)};
-}  // logical
+inline VecI shift_right(VecI a) { return {_mm512_srli_epi32(a.v, S)}; }  // logical
 template <int S>
-inline VecI shift_right_arith(VecI a) {
-  return {_mm512_srai_epi32(a.v, S)};
-}
-inline float reduce_add(Vec a) {
-  return _mm512_reduce_add_ps(a.v);
-}
-inline float reduce_max(Vec a) {
-  return _mm512_reduce_max_ps(a.v);
-}
-inline float reduce_min(Vec a) {
-  return _mm512_reduce_min_ps(a.v);
-}
-inline Vec ceil(Vec a) {
-  return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)};
-}
-inline Vec trunc(Vec a) {
-  return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)};
-}
-inline Mask operator!=(Vec a, Vec b) {
-  return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_NEQ_UQ)};
-}
-inline Mask operator&(Mask a, Mask b) {
-  return {static_cast<__mmask16>(a.m & b.m)};
-}
-inline Mask operator|(Mask a, Mask b) {
-  return {static_cast<__mmask16>(a.m | b.m)};
-}
-inline bool any(Mask m) {
-  return m.m != 0;
-}
-// n (<= kLanes) bools <-> a mask; bools are bytes 0 or 1.
+inline VecI shift_right_arith(VecI a) { return {_mm512_srai_epi32(a.v, S)}; }
+inline float reduce_add(Vec a) { return _mm512_reduce_add_ps(a.v); }
+inline float reduce_max(Vec a) { return _mm512_reduce_max_ps(a.v); }
+inline float reduce_min(Vec a) { return _mm512_reduce_min_ps(a.v); }
+inline Vec ceil(Vec a) { return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)}; }
+inline Mask operator!=(Vec a, Vec b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_NEQ_UQ)}; }
+inline Mask operator&(Mask a, Mask b) { return {static_cast<__mmask16>(a.m & b.m)}; }
+inline Mask operator|(Mask a, Mask b) { return {static_cast<__mmask16>(a.m | b.m)}; }
+// n (<= kLanes) bools <-> a mask; a bool is a byte, 0 or 1.
 inline Mask load_bool(const bool* p, int n) {
   __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << n) - 1), p);
   return {_mm_test_epi8_mask(b, b)};
@@ -206,140 +124,60 @@ struct Vec {
   void store(float* p) const { _mm256_storeu_ps(p, v); }
   void store(float* p, int n) const { _mm256_maskstore_ps(p, tail_mask(n), v); }
 };
-inline Vec operator+(Vec a, Vec b) {
-  return {_mm256_add_ps(a.v, b.v)};
-}
-inline Vec operator-(Vec a, Vec b) {
-  return {_mm256_sub_ps(a.v, b.v)};
-}
-inline Vec operator*(Vec a, Vec b) {
-  return {_mm256_mul_ps(a.v, b.v)};
-}
-inline Vec operator/(Vec a, Vec b) {
-  return {_mm256_div_ps(a.v, b.v)};
-}
-inline Vec fma(Vec a, Vec b, Vec c) {
-  return {_mm256_fmadd_ps(a.v, b.v, c.v)};
-}
-inline Vec fnma(Vec a, Vec b, Vec c) {
-  return {_mm256_fnmadd_ps(a.v, b.v, c.v)};
-}
-inline Vec fms(Vec a, Vec b, Vec c) {
-  return {_mm256_fmsub_ps(a.v, b.v, c.v)};
-}
-inline Vec min(Vec a, Vec b) {
-  return {_mm256_min_ps(a.v, b.v)};
-}
-inline Vec max(Vec a, Vec b) {
-  return {_mm256_max_ps(a.v, b.v)};
-}
-inline Vec sqrt(Vec a) {
-  return {_mm256_sqrt_ps(a.v)};
-}
+inline Vec operator+(Vec a, Vec b) { return {_mm256_add_ps(a.v, b.v)}; }
+inline Vec operator-(Vec a, Vec b) { return {_mm256_sub_ps(a.v, b.v)}; }
+inline Vec operator*(Vec a, Vec b) { return {_mm256_mul_ps(a.v, b.v)}; }
+inline Vec operator/(Vec a, Vec b) { return {_mm256_div_ps(a.v, b.v)}; }
+inline Vec fma(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+inline Vec fnma(Vec a, Vec b, Vec c) { return {_mm256_fnmadd_ps(a.v, b.v, c.v)}; }
+inline Vec fms(Vec a, Vec b, Vec c) { return {_mm256_fmsub_ps(a.v, b.v, c.v)}; }
+inline Vec min(Vec a, Vec b) { return {_mm256_min_ps(a.v, b.v)}; }
+inline Vec max(Vec a, Vec b) { return {_mm256_max_ps(a.v, b.v)}; }
+inline Vec sqrt(Vec a) { return {_mm256_sqrt_ps(a.v)}; }
 inline Vec abs(Vec a) {
   return {_mm256_and_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)))};
 }
 inline Vec round(Vec a) {
   return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
 }
-inline Vec floor(Vec a) {
-  return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)};
-}
-inline Mask operator<(Vec a, Vec b) {
-  return {_mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ)};
-}
-inline Mask operator<=(Vec a, Vec b) {
-  return {_mm256_cmp_ps(a.v, b.v, _CMP_LE_OQ)};
-}
-inline Mask operator>(Vec a, Vec b) {
-  return {_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ)};
-}
-inline Mask operator>=(Vec a, Vec b) {
-  return {_mm256_cmp_ps(a.v, b.v, _CMP_GE_OQ)};
-}
-inline Mask operator==(Vec a, Vec b) {
-  return {_mm256_cmp_ps(a.v, b.v, _CMP_EQ_OQ)};
-}
-inline Mask is_nan(Vec a) {
-  return {_mm256_cmp_ps(a.v, a.v, _CMP_UNORD_Q)};
-}
+inline Vec floor(Vec a) { return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)}; }
+inline Mask operator<(Vec a, Vec b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ)}; }
+inline Mask operator<=(Vec a, Vec b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LE_OQ)}; }
+inline Mask operator>(Vec a, Vec b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ)}; }
+inline Mask operator>=(Vec a, Vec b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_GE_OQ)}; }
+inline Mask operator==(Vec a, Vec b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_EQ_OQ)}; }
+inline Mask is_nan(Vec a) { return {_mm256_cmp_ps(a.v, a.v, _CMP_UNORD_Q)}; }
 inline Vec select(Mask m, Vec if_true, Vec if_false) {
   return {_mm256_blendv_ps(if_false.v, if_true.v, m.m)};
 }
-inline VecI to_int(Vec a) {
-  return {_mm256_cvtps_epi32(a.v)};
-}
-inline Vec to_float(VecI a) {
-  return {_mm256_cvtepi32_ps(a.v)};
-}
-inline VecI bits(Vec a) {
-  return {_mm256_castps_si256(a.v)};
-}
-inline Vec from_bits(VecI a) {
-  return {_mm256_castsi256_ps(a.v)};
-}
-inline VecI operator+(VecI a, VecI b) {
-  return {_mm256_add_epi32(a.v, b.v)};
-}
-inline VecI operator-(VecI a, VecI b) {
-  return {_mm256_sub_epi32(a.v, b.v)};
-}
-inline VecI operator&(VecI a, VecI b) {
-  return {_mm256_and_si256(a.v, b.v)};
-}
-inline VecI operator|(VecI a, VecI b) {
-  return {_mm256_or_si256(a.v, b.v)};
-}
-inline VecI operator^(VecI a, VecI b) {
-  return {_mm256_xor_si256(a.v, b.v)};
-}
-inline VecI set1_int(int32_t x) {
-  return {_mm256_set1_epi32(x)};
-}
+inline VecI to_int(Vec a) { return {_mm256_cvtps_epi32(a.v)}; }
+inline Vec to_float(VecI a) { return {_mm256_cvtepi32_ps(a.v)}; }
+inline VecI bits(Vec a) { return {_mm256_castps_si256(a.v)}; }
+inline Vec from_bits(VecI a) { return {_mm256_castsi256_ps(a.v)}; }
+inline VecI operator+(VecI a, VecI b) { return {_mm256_add_epi32(a.v, b.v)}; }
+inline VecI operator-(VecI a, VecI b) { return {_mm256_sub_epi32(a.v, b.v)}; }
+inline VecI operator&(VecI a, VecI b) { return {_mm256_and_si256(a.v, b.v)}; }
+inline VecI operator|(VecI a, VecI b) { return {_mm256_or_si256(a.v, b.v)}; }
+inline VecI operator^(VecI a, VecI b) { return {_mm256_xor_si256(a.v, b.v)}; }
+inline VecI set1_int(int32_t x) { return {_mm256_set1_epi32(x)}; }
 template <int S>
-inline VecI shift_left(VecI a) {
-  return {_mm256_slli_epi32(a.v, S)};
-}
+inline VecI shift_left(VecI a) { return {_mm256_slli_epi32(a.v, S)}; }
 template <int S>
-inline VecI shift_right(VecI a) {
-  return {_mm256_srli_epi32(a.v, S)};
-}
+inline VecI shift_right(VecI a) { return {_mm256_srli_epi32(a.v, S)}; }
 template <int S>
-inline VecI shift_right_arith(VecI a) {
-  return {_mm256_srai_epi32(a.v, S)};
-}
+inline VecI shift_right_arith(VecI a) { return {_mm256_srai_epi32(a.v, S)}; }
 inline __m128 fold(__m256 a, __m128 (*op)(__m128, __m128)) {
   __m128 x = op(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   x = op(x, _mm_movehl_ps(x, x));
   return op(x, _mm_shuffle_ps(x, x, 1));
 }
-inline float reduce_add(Vec a) {
-  return _mm_cvtss_f32(fold(a.v, _mm_add_ps));
-}
-inline float reduce_max(Vec a) {
-  return _mm_cvtss_f32(fold(a.v, _mm_max_ps));
-}
-inline float reduce_min(Vec a) {
-  return _mm_cvtss_f32(fold(a.v, _mm_min_ps));
-}
-inline Vec ceil(Vec a) {
-  return {_mm256_round_ps(a.v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)};
-}
-inline Vec trunc(Vec a) {
-  return {_mm256_round_ps(a.v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)};
-}
-inline Mask operator!=(Vec a, Vec b) {
-  return {_mm256_cmp_ps(a.v, b.v, _CMP_NEQ_UQ)};
-}
-inline Mask operator&(Mask a, Mask b) {
-  return {_mm256_and_ps(a.m, b.m)};
-}
-inline Mask operator|(Mask a, Mask b) {
-  return {_mm256_or_ps(a.m, b.m)};
-}
-inline bool any(Mask m) {
-  return _mm256_movemask_ps(m.m) != 0;
-}
+inline float reduce_add(Vec a) { return _mm_cvtss_f32(fold(a.v, _mm_add_ps)); }
+inline float reduce_max(Vec a) { return _mm_cvtss_f32(fold(a.v, _mm_max_ps)); }
+inline float reduce_min(Vec a) { return _mm_cvtss_f32(fold(a.v, _mm_min_ps)); }
+inline Vec ceil(Vec a) { return {_mm256_round_ps(a.v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)}; }
+inline Mask operator!=(Vec a, Vec b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_NEQ_UQ)}; }
+inline Mask operator&(Mask a, Mask b) { return {_mm256_and_ps(a.m, b.m)}; }
+inline Mask operator|(Mask a, Mask b) { return {_mm256_or_ps(a.m, b.m)}; }
 inline Mask load_bool(const bool* p, int n) {
   int64_t b = 0;
   std::memcpy(&b, p, static_cast<size_t>(n));
@@ -373,72 +211,28 @@ struct Vec {
     if (n > 0) *p = v;
   }
 };
-inline Vec operator+(Vec a, Vec b) {
-  return {a.v + b.v};
-}
-inline Vec operator-(Vec a, Vec b) {
-  return {a.v - b.v};
-}
-inline Vec operator*(Vec a, Vec b) {
-  return {a.v * b.v};
-}
-inline Vec operator/(Vec a, Vec b) {
-  return {a.v / b.v};
-}
-inline Vec fma(Vec a, Vec b, Vec c) {
-  return {std::fma(a.v, b.v, c.v)};
-}
-inline Vec fnma(Vec a, Vec b, Vec c) {
-  return {std::fma(-a.v, b.v, c.v)};
-}
-inline Vec fms(Vec a, Vec b, Vec c) {
-  return {std::fma(a.v, b.v, -c.v)};
-}
-inline Vec min(Vec a, Vec b) {
-  return {b.v < a.v ? b.v : a.v};
-}  // as minps: b when unordered
-inline Vec max(Vec a, Vec b) {
-  return {b.v > a.v ? b.v : a.v};
-}
-inline Vec sqrt(Vec a) {
-  return {std::sqrt(a.v)};
-}
-inline Vec abs(Vec a) {
-  return {std::fabs(a.v)};
-}
-inline Vec round(Vec a) {
-  return {std::nearbyint(a.v)};
-}
-inline Vec floor(Vec a) {
-  return {std::floor(a.v)};
-}
-inline Mask operator<(Vec a, Vec b) {
-  return {a.v < b.v};
-}
-inline Mask operator<=(Vec a, Vec b) {
-  return {a.v <= b.v};
-}
-inline Mask operator>(Vec a, Vec b) {
-  return {a.v > b.v};
-}
-inline Mask operator>=(Vec a, Vec b) {
-  return {a.v >= b.v};
-}
-inline Mask operator==(Vec a, Vec b) {
-  return {a.v == b.v};
-}
-inline Mask is_nan(Vec a) {
-  return {a.v != a.v};
-}
-inline Vec select(Mask m, Vec if_true, Vec if_false) {
-  return m.m ? if_true : if_false;
-}
-inline VecI to_int(Vec a) {
-  return {static_cast<int32_t>(std::nearbyint(a.v))};
-}
-inline Vec to_float(VecI a) {
-  return {static_cast<float>(a.v)};
-}
+inline Vec operator+(Vec a, Vec b) { return {a.v + b.v}; }
+inline Vec operator-(Vec a, Vec b) { return {a.v - b.v}; }
+inline Vec operator*(Vec a, Vec b) { return {a.v * b.v}; }
+inline Vec operator/(Vec a, Vec b) { return {a.v / b.v}; }
+inline Vec fma(Vec a, Vec b, Vec c) { return {std::fma(a.v, b.v, c.v)}; }
+inline Vec fnma(Vec a, Vec b, Vec c) { return {std::fma(-a.v, b.v, c.v)}; }
+inline Vec fms(Vec a, Vec b, Vec c) { return {std::fma(a.v, b.v, -c.v)}; }
+inline Vec min(Vec a, Vec b) { return {b.v < a.v ? b.v : a.v}; }  // as minps: b when unordered
+inline Vec max(Vec a, Vec b) { return {b.v > a.v ? b.v : a.v}; }
+inline Vec sqrt(Vec a) { return {std::sqrt(a.v)}; }
+inline Vec abs(Vec a) { return {std::fabs(a.v)}; }
+inline Vec round(Vec a) { return {std::nearbyint(a.v)}; }
+inline Vec floor(Vec a) { return {std::floor(a.v)}; }
+inline Mask operator<(Vec a, Vec b) { return {a.v < b.v}; }
+inline Mask operator<=(Vec a, Vec b) { return {a.v <= b.v}; }
+inline Mask operator>(Vec a, Vec b) { return {a.v > b.v}; }
+inline Mask operator>=(Vec a, Vec b) { return {a.v >= b.v}; }
+inline Mask operator==(Vec a, Vec b) { return {a.v == b.v}; }
+inline Mask is_nan(Vec a) { return {a.v != a.v}; }
+inline Vec select(Mask m, Vec if_true, Vec if_false) { return m.m ? if_true : if_false; }
+inline VecI to_int(Vec a) { return {static_cast<int32_t>(std::nearbyint(a.v))}; }
+inline Vec to_float(VecI a) { return {static_cast<float>(a.v)}; }
 inline VecI bits(Vec a) {
   int32_t i;
   std::memcpy(&i, &a.v, 4);
@@ -455,60 +249,24 @@ inline VecI operator+(VecI a, VecI b) {
 inline VecI operator-(VecI a, VecI b) {
   return {static_cast<int32_t>(static_cast<uint32_t>(a.v) - static_cast<uint32_t>(b.v))};
 }
-inline VecI operator&(VecI a, VecI b) {
-  return {a.v & b.v};
-}
-inline VecI operator|(VecI a, VecI b) {
-  return {a.v | b.v};
-}
-inline VecI operator^(VecI a, VecI b) {
-  return {a.v ^ b.v};
-}
-inline VecI set1_int(int32_t x) {
-  return {x};
-}
+inline VecI operator&(VecI a, VecI b) { return {a.v & b.v}; }
+inline VecI operator|(VecI a, VecI b) { return {a.v | b.v}; }
+inline VecI operator^(VecI a, VecI b) { return {a.v ^ b.v}; }
+inline VecI set1_int(int32_t x) { return {x}; }
 template <int S>
-inline VecI shift_left(VecI a) {
-  return {static_cast<int32_t>(static_cast<uint32_t>(a.v) << S)};
-}
+inline VecI shift_left(VecI a) { return {static_cast<int32_t>(static_cast<uint32_t>(a.v) << S)}; }
 template <int S>
-inline VecI shift_right(VecI a) {
-  return {static_cast<int32_t>(static_cast<uint32_t>(a.v) >> S)};
-}
+inline VecI shift_right(VecI a) { return {static_cast<int32_t>(static_cast<uint32_t>(a.v) >> S)}; }
 template <int S>
-inline VecI shift_right_arith(VecI a) {
-  return {a.v >> S};
-}
-inline float reduce_add(Vec a) {
-  return a.v;
-}
-inline float reduce_max(Vec a) {
-  return a.v;
-}
-inline float reduce_min(Vec a) {
-  return a.v;
-}
-inline Vec ceil(Vec a) {
-  return {std::ceil(a.v)};
-}
-inline Vec trunc(Vec a) {
-  return {std::trunc(a.v)};
-}
-inline Mask operator!=(Vec a, Vec b) {
-  return {a.v != b.v};
-}
-inline Mask operator&(Mask a, Mask b) {
-  return {a.m && b.m};
-}
-inline Mask operator|(Mask a, Mask b) {
-  return {a.m || b.m};
-}
-inline bool any(Mask m) {
-  return m.m;
-}
-inline Mask load_bool(const bool* p, int n) {
-  return {n > 0 && *p};
-}
+inline VecI shift_right_arith(VecI a) { return {a.v >> S}; }
+inline float reduce_add(Vec a) { return a.v; }
+inline float reduce_max(Vec a) { return a.v; }
+inline float reduce_min(Vec a) { return a.v; }
+inline Vec ceil(Vec a) { return {std::ceil(a.v)}; }
+inline Mask operator!=(Vec a, Vec b) { return {a.v != b.v}; }
+inline Mask operator&(Mask a, Mask b) { return {a.m && b.m}; }
+inline Mask operator|(Mask a, Mask b) { return {a.m || b.m}; }
+inline Mask load_bool(const bool* p, int n) { return {n > 0 && *p}; }
 inline void store_bool(Mask m, bool* p, int n) {
   if (n > 0) *p = m.m;
 }
@@ -517,8 +275,15 @@ inline void store_bool(Mask m, bool* p, int n) {
 #error "define PTO_ISA_AVX512, PTO_ISA_AVX2 or PTO_ISA_GENERIC"
 #endif
 
-inline Vec operator-(Vec a) {
-  return from_bits(bits(a) ^ set1_int(INT32_MIN));
-}  // -(+0) is -0
+inline Vec operator-(Vec a) { return from_bits(bits(a) ^ set1_int(INT32_MIN)); }  // -(+0) is -0
+
+// a, but opaque to the optimizer: GCC contracts a * b + c on vectors into one fma even in ISO mode,
+// which changes the rounding of formulas that must match a reference exactly (HardSigmoid).
+inline Vec rounded(Vec a) {
+#if defined(__GNUC__) && !defined(PTO_ISA_GENERIC)
+  __asm__("" : "+v"(a.v));
+#endif
+  return a;
+}
 
 }  // namespace pto::cpu::PTO_ISA_NS
