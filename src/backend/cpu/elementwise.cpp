@@ -293,29 +293,34 @@ void register_unary(KernelRegistry& r) {
 
 // ---- binary, variadic, comparisons, Where, logic ----
 
-// out = op(a, b) broadcast, into `out` of the broadcast shape.
-void map_binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, const Broadcast& bc) {
-  const float *pa = a.data<float>(), *pb = b.data<float>();
-  float* po = out.data<float>();
-  const int64_t sa = bc.row_stride(0), sb = bc.row_stride(1);
-  bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
-    binary_f32(op, pa + off[0], sa, pb + off[1], sb, po + o, n);
-  });
-}
-
-Kernel binary_kernel(BinaryOp op) {
+// A kernel on two broadcast inputs of type In (opset 7+ broadcasting) writing an Out tensor row by
+// row: row(a, sa, b, sb, out, n) with input strides 0 or 1.
+template <class In, class Out, class Row>
+Kernel broadcast_kernel(Row row) {
   return {.accepts =
               [](const NodeInfo& info) {
-                return info.inputs.size() == 2 && all_dtype(info, DType::kF32) &&
+                return info.inputs.size() == 2 && all_dtype(info, dtype_of<In>) &&
                        !legacy_broadcast(info);
               },
           .run =
-              [op](const KernelContext& c) {
-                Broadcast bc({&c.input(0), &c.input(1)}, c.where());
-                Tensor y = Tensor::empty(DType::kF32, bc.shape());
-                map_binary(op, c.input(0), c.input(1), y, bc);
+              [row](const KernelContext& c) {
+                const Tensor &a = c.input(0), &b = c.input(1);
+                Broadcast bc({&a, &b}, c.where());
+                Tensor y = Tensor::empty(dtype_of<Out>, bc.shape());
+                const In *pa = a.data<In>(), *pb = b.data<In>();
+                Out* po = y.data<Out>();
+                const int64_t sa = bc.row_stride(0), sb = bc.row_stride(1);
+                bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
+                  row(pa + off[0], sa, pb + off[1], sb, po + o, n);
+                });
                 return std::vector<Tensor>{y};
               }};
+}
+
+Kernel binary_kernel(BinaryOp op) {
+  return broadcast_kernel<float, float>([op](const float* a, int64_t sa, const float* b, int64_t sb,
+                                             float* y,
+                                             int64_t n) { binary_f32(op, a, sa, b, sb, y, n); });
 }
 
 // Max/Min over 1..N inputs: folded in input order, as the reference does, row by row.
@@ -351,13 +356,13 @@ Kernel sum_kernel(bool mean) {
                 std::vector<const Tensor*> in = all_inputs(c);
                 Broadcast bc(in, c.where());
                 Tensor y = Tensor::empty(DType::kF32, bc.shape());
-                if (in.size() == 2 && !mean) {
-                  map_binary(BinaryOp::kAdd, *in[0], *in[1], y, bc);
-                  return std::vector<Tensor>{y};
-                }
                 float* po = y.data<float>();
                 const double count = static_cast<double>(in.size());
                 bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
+                  if (in.size() == 2 && !mean)  // a + b rounds once in float too
+                    return binary_f32(BinaryOp::kAdd, in[0]->data<float>() + off[0],
+                                      bc.row_stride(0), in[1]->data<float>() + off[1],
+                                      bc.row_stride(1), po + o, n);
                   for (int64_t i = 0; i < n; ++i) {
                     double acc = 0;
                     for (size_t k = 0; k < in.size(); ++k)
@@ -370,24 +375,9 @@ Kernel sum_kernel(bool mean) {
 }
 
 Kernel compare_kernel(CompareOp op) {
-  return {.accepts =
-              [](const NodeInfo& info) {
-                return info.inputs.size() == 2 && all_dtype(info, DType::kF32) &&
-                       !legacy_broadcast(info);
-              },
-          .run =
-              [op](const KernelContext& c) {
-                const Tensor &a = c.input(0), &b = c.input(1);
-                Broadcast bc({&a, &b}, c.where());
-                Tensor y = Tensor::empty(DType::kBool, bc.shape());
-                const float *pa = a.data<float>(), *pb = b.data<float>();
-                bool* po = y.data<bool>();
-                bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
-                  compare_f32(op, pa + off[0], bc.row_stride(0), pb + off[1], bc.row_stride(1),
-                              po + o, n);
-                });
-                return std::vector<Tensor>{y};
-              }};
+  return broadcast_kernel<float, bool>([op](const float* a, int64_t sa, const float* b, int64_t sb,
+                                            bool* y,
+                                            int64_t n) { compare_f32(op, a, sa, b, sb, y, n); });
 }
 
 // Where on any dtype: 32-bit elements through the vector blend, others element by element.
@@ -438,25 +428,10 @@ Kernel where_kernel() {
 
 template <class F>
 Kernel bool_kernel(F f) {
-  return {.accepts =
-              [](const NodeInfo& info) {
-                return info.inputs.size() == 2 && all_dtype(info, DType::kBool) &&
-                       !legacy_broadcast(info);
-              },
-          .run =
-              [f](const KernelContext& c) {
-                const Tensor &a = c.input(0), &b = c.input(1);
-                Broadcast bc({&a, &b}, c.where());
-                Tensor y = Tensor::empty(DType::kBool, bc.shape());
-                const bool *pa = a.data<bool>(), *pb = b.data<bool>();
-                bool* po = y.data<bool>();
-                const int64_t sa = bc.row_stride(0), sb = bc.row_stride(1);
-                bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
-                  for (int64_t i = 0; i < n; ++i)
-                    po[o + i] = f(pa[off[0] + i * sa], pb[off[1] + i * sb]);
-                });
-                return std::vector<Tensor>{y};
-              }};
+  return broadcast_kernel<bool, bool>(
+      [f](const bool* a, int64_t sa, const bool* b, int64_t sb, bool* y, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) y[i] = f(a[i * sa], b[i * sb]);
+      });
 }
 
 // ---- Pow ----

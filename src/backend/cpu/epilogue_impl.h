@@ -66,29 +66,30 @@ void apply_epilogue(const Epilogue& ep, float* c, int64_t ldc, int64_t m0, int64
                     int64_t n) {
   if (m <= 0 || n <= 0) return;
   const UnaryParams p{ep.lo, ep.hi};
+  auto go = [&]<UnaryOp Op>() { epilogue_for<Op>(ep, p, c, ldc, m0, m, n0, n); };
   using enum UnaryOp;
   switch (ep.act) {
     case Activation::kNone:
-      if (ep.bias_kind == Epilogue::Bias::kNone && !ep.residual) return;
-      return epilogue_for<kIdentity>(ep, p, c, ldc, m0, m, n0, n);
+      if (ep.bias_kind != Epilogue::Bias::kNone || ep.residual) go.template operator()<kIdentity>();
+      return;
     case Activation::kRelu:
-      return epilogue_for<kRelu>(ep, p, c, ldc, m0, m, n0, n);
+      return go.template operator()<kRelu>();
     case Activation::kClip:
-      return epilogue_for<kClip>(ep, p, c, ldc, m0, m, n0, n);
+      return go.template operator()<kClip>();
     case Activation::kLeakyRelu:
-      return epilogue_for<kLeakyRelu>(ep, p, c, ldc, m0, m, n0, n);
+      return go.template operator()<kLeakyRelu>();
     case Activation::kSigmoid:
-      return epilogue_for<kSigmoid>(ep, p, c, ldc, m0, m, n0, n);
+      return go.template operator()<kSigmoid>();
     case Activation::kTanh:
-      return epilogue_for<kTanh>(ep, p, c, ldc, m0, m, n0, n);
+      return go.template operator()<kTanh>();
     case Activation::kGelu:
-      return epilogue_for<kGelu>(ep, p, c, ldc, m0, m, n0, n);
+      return go.template operator()<kGelu>();
     case Activation::kGeluTanh:
-      return epilogue_for<kGeluTanh>(ep, p, c, ldc, m0, m, n0, n);
+      return go.template operator()<kGeluTanh>();
     case Activation::kSilu:
-      return epilogue_for<kSilu>(ep, p, c, ldc, m0, m, n0, n);
+      return go.template operator()<kSilu>();
     case Activation::kHardSwish:
-      return epilogue_for<kHardSwish>(ep, p, c, ldc, m0, m, n0, n);
+      return go.template operator()<kHardSwish>();
   }
 }
 
