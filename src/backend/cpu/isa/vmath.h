@@ -131,29 +131,31 @@ inline Vec erfc_tail(Vec t) {
   return erfc_tail(t, hi, fms(t, t, hi));
 }
 
+// erf(x) / x - 1 as a polynomial in x^2 on |x| < 1.
+inline constexpr float kErfQ[] = {1.283791661e-01f,  -3.761262596e-01f, 1.128357872e-01f,
+                                  -2.685334720e-02f, 5.187162198e-03f,  -7.997853099e-04f,
+                                  7.806903159e-05f};
+
 // erf: x (1 + q(x^2)) for |x| < 1 (q fitted), +-(1 - erfc_tail(|x|)) beyond.
 inline Vec erf(Vec x) {
-  static constexpr float kQ[] = {1.283791661e-01f,  -3.761262596e-01f, 1.128357872e-01f,
-                                 -2.685334720e-02f, 5.187162198e-03f,  -7.997853099e-04f,
-                                 7.806903159e-05f};
   Vec t = abs(x);
-  Vec small = fma(x, poly(x * x, kQ), x);
+  Vec small = fma(x, poly(x * x, kErfQ), x);
   Vec big = Vec::set1(1.0f) - erfc_tail(t);
   big = select(x < Vec::zero(), -big, big);
   return select(is_nan(x), x, select(t < Vec::set1(1.0f), small, big));
 }
 
-// GELU, exact form: x/2 (1 + erf(x / sqrt2)). Below x = -sqrt2 the sum 1 + erf is cancellation,
-// so it is taken as erfc_tail directly.
+// GELU, exact form: x/2 (1 + erf(z)), z = x / sqrt2: 1 + erf's polynomial for |z| < 1, else
+// erfc(|z|) (or 2 - it) straight from erfc_tail, so negative x has no cancellation. z^2 is taken
+// as x^2 / 2 exactly (z itself is rounded, an error that would grow with z^2).
 inline Vec gelu_erf(Vec x) {
-  Vec z = x * Vec::set1(0.707106781186547524f);
-  Vec one_plus = Vec::set1(1.0f) + erf(z);
-  // z^2 = x^2 / 2 exactly from x (z itself is rounded; that error would grow with z^2).
-  Vec xc = max(x, Vec::set1(-15.0f)), hi = xc * xc, lo = fms(xc, xc, hi);
-  Vec half = Vec::set1(0.5f);
-  Vec tail = erfc_tail(-(xc * Vec::set1(0.707106781186547524f)), hi * half, lo * half);
-  one_plus = select(z < Vec::set1(-1.0f), tail, one_plus);
-  return half * x * one_plus;
+  const Vec half = Vec::set1(0.5f), one = Vec::set1(1.0f), c = Vec::set1(0.707106781186547524f);
+  Vec z = x * c;
+  Vec small = one + fma(z, poly(z * z, kErfQ), z);
+  Vec xc = min(max(x, Vec::set1(-15.0f)), Vec::set1(15.0f)), hi = xc * xc;
+  Vec tail = erfc_tail(abs(xc * c), hi * half, fms(xc, xc, hi) * half);
+  Vec big = select(z < Vec::zero(), tail, Vec::set1(2.0f) - tail);
+  return half * x * select(abs(z) < one, small, big);
 }
 
 // GELU, tanh form: x/2 (1 + tanh(u)) = x sigmoid(2u) with u = sqrt(2/pi) (x + 0.044715 x^3).
