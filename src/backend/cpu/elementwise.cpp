@@ -1,7 +1,569 @@
+// Elementwise CPU kernels: float32 unary math and activations, binary arithmetic, comparisons and
+// Where with numpy broadcasting, variadic Max/Min/Sum/Mean, Pow, logic on bools, and Cast.
+//
+// Broadcasting: the output shape's dimensions of size 1 are dropped and adjacent dimensions merged
+// wherever every input steps through them alike, leaving rows whose inputs are each either
+// contiguous (stride 1) or one repeated value (stride 0). Rows run in parallel in chunks of at
+// least kGrain elements, so small tensors stay on one thread. The vector loops are in
+// elementwise_impl.h; forms not handled here decline in accepts() and run on the reference.
+#include "backend/cpu/elementwise.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/isa/isa.h"
 #include "backend/cpu/kernel.h"
+#include "pto/parallel.h"
+#include "reference/ops/cast.h"
 
 namespace pto::cpu {
 
-void register_elementwise_kernels(KernelRegistry& r) {}
+PTO_ISA_DECLARE(void unary_f32(UnaryOp op, const UnaryParams& p, const float* x, float* y,
+                               int64_t n);
+                void binary_f32(BinaryOp op, const float* a, int64_t sa, const float* b, int64_t sb,
+                                float* y, int64_t n);
+                void compare_f32(CompareOp op, const float* a, int64_t sa, const float* b,
+                                 int64_t sb, bool* y, int64_t n);
+                void where_b32(const bool* c, int64_t sc, const float* a, int64_t sa,
+                               const float* b, int64_t sb, float* y, int64_t n);)
+
+void unary_f32(UnaryOp op, const UnaryParams& p, const float* x, float* y, int64_t n) {
+  PTO_ISA_DISPATCH(unary_f32, op, p, x, y, n);
+}
+void binary_f32(BinaryOp op, const float* a, int64_t sa, const float* b, int64_t sb, float* y,
+                int64_t n) {
+  PTO_ISA_DISPATCH(binary_f32, op, a, sa, b, sb, y, n);
+}
+void compare_f32(CompareOp op, const float* a, int64_t sa, const float* b, int64_t sb, bool* y,
+                 int64_t n) {
+  PTO_ISA_DISPATCH(compare_f32, op, a, sa, b, sb, y, n);
+}
+void where_b32(const bool* c, int64_t sc, const float* a, int64_t sa, const float* b, int64_t sb,
+               float* y, int64_t n) {
+  PTO_ISA_DISPATCH(where_b32, c, sc, a, sa, b, sb, y, n);
+}
+
+namespace {
+
+constexpr int64_t kGrain = 16384;  // elements per parallel chunk at least
+
+// Inputs broadcast to one output shape, as rows: dims_ holds the merged dimensions (the last one
+// is the row), strides_[k] input k's element strides through them (0 where it is broadcast).
+class Broadcast {
+ public:
+  Broadcast(const std::vector<const Tensor*>& in, const std::string& where) {
+    size_t rank = 0;
+    for (const Tensor* t : in) rank = std::max(rank, t->shape().size());
+    shape_.assign(rank, 1);
+    for (const Tensor* t : in) {
+      const Dims& s = t->shape();
+      for (size_t d = 0; d < s.size(); ++d) {
+        int64_t& o = shape_[rank - s.size() + d];
+        if (s[d] == o || s[d] == 1) continue;
+        if (o != 1)
+          throw ValueError(
+              cat(where, ": shapes do not broadcast (", t->str(), " against ", shape_str(), ")"));
+        o = s[d];
+      }
+    }
+    strides_.resize(in.size());
+    std::vector<std::vector<int64_t>> full(in.size(), std::vector<int64_t>(rank, 0));
+    for (size_t k = 0; k < in.size(); ++k) {
+      const Dims& s = in[k]->shape();
+      int64_t step = 1;
+      for (size_t d = s.size(); d-- > 0;) {
+        if (s[d] != 1) full[k][rank - s.size() + d] = step;
+        step *= s[d];
+      }
+    }
+    for (size_t d = 0; d < rank; ++d) {
+      if (shape_[d] == 1) continue;
+      bool merge = !dims_.empty();
+      for (size_t k = 0; k < in.size() && merge; ++k)
+        merge = strides_[k].back() == full[k][d] * shape_[d];
+      if (merge) {
+        dims_.back() *= shape_[d];
+        for (size_t k = 0; k < in.size(); ++k) strides_[k].back() = full[k][d];
+      } else {
+        dims_.push_back(shape_[d]);
+        for (size_t k = 0; k < in.size(); ++k) strides_[k].push_back(full[k][d]);
+      }
+    }
+    if (dims_.empty()) {  // a scalar result
+      dims_.push_back(1);
+      for (auto& s : strides_) s.push_back(0);
+    }
+  }
+
+  const Dims& shape() const { return shape_; }
+  int64_t row() const { return dims_.back(); }
+  // Stride (0 or 1) of input k along a row.
+  int64_t row_stride(size_t k) const { return strides_[k].back(); }
+
+  // fn(offsets, out_offset, n) for every row in parallel; offsets[k] is input k's row start.
+  template <class F>
+  void for_rows(F fn) const {
+    int64_t numel = 1;
+    for (int64_t d : dims_) numel *= d;
+    const int64_t n = row(), rows = numel / n;
+    const size_t outer = dims_.size() - 1, inputs = strides_.size();
+    if (numel == 0) return;
+    parallel_for(0, rows, std::max<int64_t>(1, kGrain / n), [&](int64_t begin, int64_t end) {
+      std::vector<int64_t> idx(outer), off(inputs, 0);
+      for (size_t d = outer, r = static_cast<size_t>(begin); d-- > 0;) {
+        idx[d] = static_cast<int64_t>(r) % dims_[d];
+        r /= static_cast<size_t>(dims_[d]);
+        for (size_t k = 0; k < inputs; ++k) off[k] += idx[d] * strides_[k][d];
+      }
+      for (int64_t r = begin; r < end; ++r) {
+        fn(off.data(), r * n, n);
+        for (size_t d = outer; d-- > 0;) {  // next row: an odometer over the outer dimensions
+          for (size_t k = 0; k < inputs; ++k) off[k] += strides_[k][d];
+          if (++idx[d] < dims_[d]) break;
+          for (size_t k = 0; k < inputs; ++k) off[k] -= dims_[d] * strides_[k][d];
+          idx[d] = 0;
+        }
+      }
+    });
+  }
+
+ private:
+  std::string shape_str() const {
+    std::string s = "[";
+    for (size_t d = 0; d < shape_.size(); ++d) s += (d ? ", " : "") + std::to_string(shape_[d]);
+    return s + "]";
+  }
+  Dims shape_;
+  std::vector<int64_t> dims_;
+  std::vector<std::vector<int64_t>> strides_;
+};
+
+std::vector<const Tensor*> all_inputs(const KernelContext& c) {
+  std::vector<const Tensor*> in;
+  for (size_t i = 0; i < c.inputs.size(); ++i) in.push_back(&c.input(i));
+  return in;
+}
+
+bool all_dtype(const NodeInfo& info, DType dt) {
+  if (info.inputs.empty()) return false;
+  for (size_t i = 0; i < info.inputs.size(); ++i)
+    if (info.dtype(i) != dt) return false;
+  return true;
+}
+
+// Opset 1-6 broadcasting with `axis` aligns B with the middle of A: left to the reference.
+bool legacy_broadcast(const NodeInfo& info) {
+  return info.node.opset > 0 && info.node.opset < 7 && info.node.attrs.has("axis");
+}
+
+// Runs the reference kernel for forms only known at run time to be unusual.
+std::vector<Tensor> run_reference(const KernelContext& c) {
+  return (*reference::KernelRegistry::global().find(c.node.op))(c);
+}
+
+// ---- unary ----
+
+using ParamsFn = UnaryParams (*)(const Attributes&);
+
+UnaryParams no_params(const Attributes&) {
+  return {};
+}
+
+void map_unary(UnaryOp op, const UnaryParams& p, const Tensor& x, Tensor& y) {
+  const float* in = x.data<float>();
+  float* out = y.data<float>();
+  parallel_for(0, x.numel(), kGrain,
+               [&](int64_t b, int64_t e) { unary_f32(op, p, in + b, out + b, e - b); });
+}
+
+Kernel unary_kernel(UnaryOp op, ParamsFn params = no_params,
+                    bool (*extra)(const NodeInfo&) = nullptr) {
+  return {.accepts =
+              [extra](const NodeInfo& info) {
+                return info.inputs.size() == 1 && info.dtype(0) == DType::kF32 &&
+                       (!extra || extra(info));
+              },
+          .run =
+              [op, params](const KernelContext& c) {
+                const Tensor& x = c.input(0);
+                Tensor y = Tensor::empty(DType::kF32, x.shape());
+                map_unary(op, params(c.attrs()), x, y);
+                return std::vector<Tensor>{y};
+              }};
+}
+
+// ONNX float attributes are float32; the defaults are the reference's.
+float attr(const Attributes& a, const char* name, float fallback) {
+  return static_cast<float>(a.get_float(name, fallback));
+}
+
+bool gelu_form_known(const NodeInfo& info) {
+  std::string s = info.node.attrs.get_string("approximate", "none");
+  return s == "none" || s == "tanh";
+}
+
+// Clip: float attributes before opset 11, optional scalar inputs from 11 (reference clip()).
+Kernel clip_kernel() {
+  auto attrs_form = [](const Node& n) { return n.opset > 0 && n.opset < 11; };
+  return {
+      .accepts =
+          [attrs_form](const NodeInfo& info) {
+            if (info.dtype(0) != DType::kF32 || info.inputs.size() > 3) return false;
+            if (attrs_form(info.node)) return true;
+            for (size_t i = 1; i < info.inputs.size(); ++i)
+              if (info.dtype(i) != DType::kF32 && info.dtype(i) != DType::kUndefined) return false;
+            return true;
+          },
+      .run =
+          [attrs_form](const KernelContext& c) {
+            UnaryParams p{-std::numeric_limits<float>::max(), std::numeric_limits<float>::max()};
+            if (attrs_form(c.node)) {
+              p = {attr(c.attrs(), "min", -INFINITY), attr(c.attrs(), "max", INFINITY)};
+            } else {
+              for (size_t i : {1, 2}) {
+                if (!c.has_input(i)) continue;
+                if (c.input(i).numel() != 1) return run_reference(c);  // its error message
+                (i == 1 ? p.a : p.b) = c.input(i).data<float>()[0];
+              }
+            }
+            Tensor y = Tensor::empty(DType::kF32, c.input(0).shape());
+            map_unary(UnaryOp::kClip, p, c.input(0), y);
+            return std::vector<Tensor>{y};
+          }};
+}
+
+void register_unary(KernelRegistry& r) {
+  using enum UnaryOp;
+  for (auto [name, op] : {std::pair{"Relu", kRelu},
+                          {"Sigmoid", kSigmoid},
+                          {"Tanh", kTanh},
+                          {"Exp", kExp},
+                          {"Log", kLog},
+                          {"Erf", kErf},
+                          {"Sqrt", kSqrt},
+                          {"Reciprocal", kReciprocal},
+                          {"Neg", kNeg},
+                          {"Abs", kAbs},
+                          {"Sign", kSign},
+                          {"Floor", kFloor},
+                          {"Ceil", kCeil},
+                          {"Round", kRound},
+                          {"HardSwish", kHardSwish},
+                          {"Softplus", kSoftplus},
+                          {"Softsign", kSoftsign},
+                          {"Mish", kMish}})
+    r.add(name, unary_kernel(op));
+  r.add("LeakyRelu", unary_kernel(kLeakyRelu, [](const Attributes& a) {
+          return UnaryParams{attr(a, "alpha", 0.01f)};
+        }));
+  r.add("ThresholdedRelu", unary_kernel(kThresholdedRelu, [](const Attributes& a) {
+          return UnaryParams{attr(a, "alpha", 1.0f)};
+        }));
+  r.add("Elu", unary_kernel(
+                   kElu, [](const Attributes& a) { return UnaryParams{attr(a, "alpha", 1.0f)}; }));
+  r.add("Celu",
+        unary_kernel(
+            kCelu, [](const Attributes& a) { return UnaryParams{attr(a, "alpha", 1.0f)}; },
+            [](const NodeInfo& info) { return info.node.attrs.get_float("alpha", 1) != 0; }));
+  r.add("Selu", unary_kernel(kSelu, [](const Attributes& a) {
+          return UnaryParams{attr(a, "alpha", 1.67326319217681884765625f),
+                             attr(a, "gamma", 1.05070102214813232421875f)};
+        }));
+  r.add("HardSigmoid", unary_kernel(kHardSigmoid, [](const Attributes& a) {
+          return UnaryParams{attr(a, "alpha", 0.2f), attr(a, "beta", 0.5f)};
+        }));
+  r.add("Swish", unary_kernel(kSwish, [](const Attributes& a) {
+          return UnaryParams{attr(a, "alpha", 1.0f)};
+        }));
+  r.add("Gelu", {.accepts =
+                     [](const NodeInfo& info) {
+                       return info.inputs.size() == 1 && info.dtype(0) == DType::kF32 &&
+                              gelu_form_known(info);
+                     },
+                 .run =
+                     [](const KernelContext& c) {
+                       bool tanh = c.attrs().get_string("approximate", "none") == "tanh";
+                       const Tensor& x = c.input(0);
+                       Tensor y = Tensor::empty(DType::kF32, x.shape());
+                       map_unary(tanh ? kGeluTanh : kGelu, {}, x, y);
+                       return std::vector<Tensor>{y};
+                     }});
+  r.add("Clip", clip_kernel());
+}
+
+// ---- binary, variadic, comparisons, Where, logic ----
+
+// A kernel on two broadcast inputs of type In (opset 7+ broadcasting) writing an Out tensor row by
+// row: row(a, sa, b, sb, out, n) with input strides 0 or 1.
+template <class In, class Out, class Row>
+Kernel broadcast_kernel(Row row) {
+  return {.accepts =
+              [](const NodeInfo& info) {
+                return info.inputs.size() == 2 && all_dtype(info, dtype_of<In>) &&
+                       !legacy_broadcast(info);
+              },
+          .run =
+              [row](const KernelContext& c) {
+                const Tensor &a = c.input(0), &b = c.input(1);
+                Broadcast bc({&a, &b}, c.where());
+                Tensor y = Tensor::empty(dtype_of<Out>, bc.shape());
+                const In *pa = a.data<In>(), *pb = b.data<In>();
+                Out* po = y.data<Out>();
+                const int64_t sa = bc.row_stride(0), sb = bc.row_stride(1);
+                bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
+                  row(pa + off[0], sa, pb + off[1], sb, po + o, n);
+                });
+                return std::vector<Tensor>{y};
+              }};
+}
+
+Kernel binary_kernel(BinaryOp op) {
+  return broadcast_kernel<float, float>([op](const float* a, int64_t sa, const float* b, int64_t sb,
+                                             float* y,
+                                             int64_t n) { binary_f32(op, a, sa, b, sb, y, n); });
+}
+
+// Max/Min over 1..N inputs: folded in input order, as the reference does, row by row.
+Kernel fold_kernel(BinaryOp op) {
+  return {.accepts = [](const NodeInfo& info) { return all_dtype(info, DType::kF32); },
+          .run =
+              [op](const KernelContext& c) {
+                std::vector<const Tensor*> in = all_inputs(c);
+                Broadcast bc(in, c.where());
+                Tensor y = Tensor::empty(DType::kF32, bc.shape());
+                float* po = y.data<float>();
+                bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
+                  if (in.size() == 1) {
+                    std::memcpy(po + o, in[0]->data<float>() + off[0], sizeof(float) * n);
+                    return;
+                  }
+                  binary_f32(op, in[0]->data<float>() + off[0], bc.row_stride(0),
+                             in[1]->data<float>() + off[1], bc.row_stride(1), po + o, n);
+                  for (size_t k = 2; k < in.size(); ++k)
+                    binary_f32(op, po + o, 1, in[k]->data<float>() + off[k], bc.row_stride(k),
+                               po + o, n);
+                });
+                return std::vector<Tensor>{y};
+              }};
+}
+
+// Sum/Mean of 3+ inputs (and Mean of 2): accumulated in double and rounded once, as the
+// reference does. Sum of 2 is Add; of 1, a copy.
+Kernel sum_kernel(bool mean) {
+  return {.accepts = [](const NodeInfo& info) { return all_dtype(info, DType::kF32); },
+          .run =
+              [mean](const KernelContext& c) {
+                std::vector<const Tensor*> in = all_inputs(c);
+                Broadcast bc(in, c.where());
+                Tensor y = Tensor::empty(DType::kF32, bc.shape());
+                float* po = y.data<float>();
+                const double count = static_cast<double>(in.size());
+                bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
+                  if (in.size() == 2 && !mean)  // a + b rounds once in float too
+                    return binary_f32(BinaryOp::kAdd, in[0]->data<float>() + off[0],
+                                      bc.row_stride(0), in[1]->data<float>() + off[1],
+                                      bc.row_stride(1), po + o, n);
+                  for (int64_t i = 0; i < n; ++i) {
+                    double acc = 0;
+                    for (size_t k = 0; k < in.size(); ++k)
+                      acc += in[k]->data<float>()[off[k] + i * bc.row_stride(k)];
+                    po[o + i] = static_cast<float>(mean ? acc / count : acc);
+                  }
+                });
+                return std::vector<Tensor>{y};
+              }};
+}
+
+Kernel compare_kernel(CompareOp op) {
+  return broadcast_kernel<float, bool>([op](const float* a, int64_t sa, const float* b, int64_t sb,
+                                            bool* y,
+                                            int64_t n) { compare_f32(op, a, sa, b, sb, y, n); });
+}
+
+// Where on any dtype: 32-bit elements through the vector blend, others element by element.
+std::vector<Tensor> where_run(const KernelContext& c) {
+  const Tensor &cond = c.input(0), &x = c.input(1), &y = c.input(2);
+  Broadcast bc({&cond, &x, &y}, c.where());
+  Tensor out = Tensor::empty(x.dtype(), bc.shape());
+  const bool* pc = cond.data<bool>();
+  const int64_t sc = bc.row_stride(0), sx = bc.row_stride(1), sy = bc.row_stride(2);
+  auto scalar = [&]<class T>() {
+    const T *px = static_cast<const T*>(x.raw_data()), *py = static_cast<const T*>(y.raw_data());
+    T* po = static_cast<T*>(out.raw_data());
+    bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
+      for (int64_t i = 0; i < n; ++i)
+        po[o + i] = pc[off[0] + i * sc] ? px[off[1] + i * sx] : py[off[2] + i * sy];
+    });
+  };
+  switch (x.itemsize()) {
+    case 4: {
+      const float *px = static_cast<const float*>(x.raw_data()),
+                  *py = static_cast<const float*>(y.raw_data());
+      float* po = static_cast<float*>(out.raw_data());
+      bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
+        where_b32(pc + off[0], sc, px + off[1], sx, py + off[2], sy, po + o, n);
+      });
+      break;
+    }
+    case 8:
+      scalar.template operator()<uint64_t>();
+      break;
+    case 2:
+      scalar.template operator()<uint16_t>();
+      break;
+    default:
+      scalar.template operator()<uint8_t>();
+  }
+  return {out};
+}
+
+Kernel where_kernel() {
+  return {.accepts =
+              [](const NodeInfo& info) {
+                return info.inputs.size() == 3 && info.dtype(0) == DType::kBool &&
+                       info.dtype(1) != DType::kUndefined && info.dtype(1) == info.dtype(2);
+              },
+          .run = where_run};
+}
+
+template <class F>
+Kernel bool_kernel(F f) {
+  return broadcast_kernel<bool, bool>(
+      [f](const bool* a, int64_t sa, const bool* b, int64_t sb, bool* y, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) y[i] = f(a[i * sa], b[i * sb]);
+      });
+}
+
+// ---- Pow ----
+
+// pow(a, b) for float32 a and b: a scalar exponent of 1, 2, 0.5 or 3 takes a fast path with the
+// reference's exact results; any other is std::pow in double, rounded once, as the reference.
+std::vector<Tensor> pow_run(const KernelContext& c) {
+  const Tensor &a = c.input(0), &b = c.input(1);
+  Broadcast bc({&a, &b}, c.where());
+  Tensor y = Tensor::empty(DType::kF32, bc.shape());
+  const float *pa = a.data<float>(), *pb = b.data<float>();
+  float* po = y.data<float>();
+  if (b.numel() == 1 && a.numel() == y.numel()) {
+    float e = pb[0];
+    if (e == 1.0f || e == 2.0f || e == 0.5f) {
+      map_unary(e == 1.0f   ? UnaryOp::kIdentity
+                : e == 2.0f ? UnaryOp::kSquare
+                            : UnaryOp::kPowHalf,
+                {}, a, y);
+      return {y};
+    }
+    if (e == 3.0f) {  // x^2 is exact in double, so this is pow's correctly rounded double
+      parallel_for(0, y.numel(), kGrain, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) {
+          double x = pa[i];
+          po[i] = static_cast<float>(x * x * x);
+        }
+      });
+      return {y};
+    }
+  }
+  const int64_t sa = bc.row_stride(0), sb = bc.row_stride(1);
+  bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      po[o + i] = static_cast<float>(std::pow(static_cast<double>(pa[off[0] + i * sa]),
+                                              static_cast<double>(pb[off[1] + i * sb])));
+  });
+  return {y};
+}
+
+// ---- Cast ----
+
+// Calls f.template operator()<T>() for the dtypes Cast handles here.
+template <class F>
+bool with_cast_type(DType dt, F&& f) {
+  switch (dt) {
+    case DType::kF32:
+      f.template operator()<float>();
+      return true;
+    case DType::kF64:
+      f.template operator()<double>();
+      return true;
+    case DType::kF16:
+      f.template operator()<Float16>();
+      return true;
+    case DType::kI64:
+      f.template operator()<int64_t>();
+      return true;
+    case DType::kI32:
+      f.template operator()<int32_t>();
+      return true;
+    case DType::kBool:
+      f.template operator()<bool>();
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool cast_handles(DType dt) {
+  return with_cast_type(dt, []<class T>() {});
+}
+
+// Cast element by element with the reference's own conversion (reference/ops/cast.h), in parallel.
+Kernel cast_kernel() {
+  return {.accepts =
+              [](const NodeInfo& info) {
+                if (info.inputs.size() != 1 || !info.node.attrs.has("to")) return false;
+                try {
+                  return cast_handles(info.dtype(0)) &&
+                         cast_handles(info.node.attrs.get_dtype("to"));
+                } catch (const Error&) {
+                  return false;  // an unknown target: the reference reports it
+                }
+              },
+          .run =
+              [](const KernelContext& c) {
+                const Tensor& x = c.input(0);
+                DType to = c.attrs().get_dtype("to");
+                if (to == x.dtype()) return std::vector<Tensor>{x};
+                Tensor y = Tensor::empty(to, x.shape());
+                with_cast_type(x.dtype(), [&]<class From>() {
+                  with_cast_type(to, [&]<class To>() {
+                    const From* in = x.data<From>();
+                    To* out = y.data<To>();
+                    parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+                      for (int64_t i = b; i < e; ++i) out[i] = reference::cast_value<To>(in[i]);
+                    });
+                  });
+                });
+                return std::vector<Tensor>{y};
+              }};
+}
+
+}  // namespace
+
+void register_elementwise_kernels(KernelRegistry& r) {
+  register_unary(r);
+  r.add("Add", binary_kernel(BinaryOp::kAdd));
+  r.add("Sub", binary_kernel(BinaryOp::kSub));
+  r.add("Mul", binary_kernel(BinaryOp::kMul));
+  r.add("Div", binary_kernel(BinaryOp::kDiv));
+  r.add("Max", fold_kernel(BinaryOp::kMax));
+  r.add("Min", fold_kernel(BinaryOp::kMin));
+  r.add("Sum", sum_kernel(false));
+  r.add("Mean", sum_kernel(true));
+  r.add("Equal", compare_kernel(CompareOp::kEqual));
+  r.add("Less", compare_kernel(CompareOp::kLess));
+  r.add("LessOrEqual", compare_kernel(CompareOp::kLessOrEqual));
+  r.add("Greater", compare_kernel(CompareOp::kGreater));
+  r.add("GreaterOrEqual", compare_kernel(CompareOp::kGreaterOrEqual));
+  r.add("Where", where_kernel());
+  r.add("And", bool_kernel([](bool a, bool b) { return a && b; }));
+  r.add("Or", bool_kernel([](bool a, bool b) { return a || b; }));
+  r.add("Xor", bool_kernel([](bool a, bool b) { return a != b; }));
+  r.add("Pow", {.accepts =
+                    [](const NodeInfo& info) {
+                      return info.inputs.size() == 2 && all_dtype(info, DType::kF32) &&
+                             !legacy_broadcast(info);
+                    },
+                .run = pow_run});
+  r.add("Cast", cast_kernel());
+}
 
 }  // namespace pto::cpu

@@ -11,6 +11,13 @@
 #if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
 #include <immintrin.h>
 #endif
+#if defined(PTO_ISA_AVX512) && defined(__GNUC__) && !defined(__clang__)
+// GCC 12 reports the _mm512_undefined_* pass-through operands of AVX-512 intrinsics inlined into
+// larger functions as (maybe-)uninitialized, a false positive (GCC bug 105593); it has to stay off
+// for the whole translation unit because the warning is raised where the intrinsics are inlined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #if !defined(PTO_ISA_NS)
 #error "simd.h is for per-ISA translation units (*_avx512.cpp, *_avx2.cpp, *_generic.cpp)"
@@ -58,6 +65,9 @@ inline Vec fma(Vec a, Vec b, Vec c) {
 inline Vec fnma(Vec a, Vec b, Vec c) {
   return {_mm512_fnmadd_ps(a.v, b.v, c.v)};
 }  // c-a*b
+inline Vec fms(Vec a, Vec b, Vec c) {
+  return {_mm512_fmsub_ps(a.v, b.v, c.v)};
+}  // a*b-c
 inline Vec min(Vec a, Vec b) {
   return {_mm512_min_ps(a.v, b.v)};
 }
@@ -121,6 +131,9 @@ inline VecI operator&(VecI a, VecI b) {
 inline VecI operator|(VecI a, VecI b) {
   return {_mm512_or_si512(a.v, b.v)};
 }
+inline VecI operator^(VecI a, VecI b) {
+  return {_mm512_xor_si512(a.v, b.v)};
+}
 inline VecI set1_int(int32_t x) {
   return {_mm512_set1_epi32(x)};
 }
@@ -144,6 +157,26 @@ inline float reduce_max(Vec a) {
 }
 inline float reduce_min(Vec a) {
   return _mm512_reduce_min_ps(a.v);
+}
+inline Vec ceil(Vec a) {
+  return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)};
+}
+inline Mask operator!=(Vec a, Vec b) {
+  return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_NEQ_UQ)};
+}
+inline Mask operator&(Mask a, Mask b) {
+  return {static_cast<__mmask16>(a.m & b.m)};
+}
+inline Mask operator|(Mask a, Mask b) {
+  return {static_cast<__mmask16>(a.m | b.m)};
+}
+// n (<= kLanes) bools <-> a mask; a bool is a byte, 0 or 1.
+inline Mask load_bool(const bool* p, int n) {
+  __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << n) - 1), p);
+  return {_mm_test_epi8_mask(b, b)};
+}
+inline void store_bool(Mask m, bool* p, int n) {
+  _mm_mask_storeu_epi8(p, static_cast<__mmask16>((1u << n) - 1), _mm_maskz_set1_epi8(m.m, 1));
 }
 
 #elif defined(PTO_ISA_AVX2)
@@ -184,6 +217,9 @@ inline Vec fma(Vec a, Vec b, Vec c) {
 }
 inline Vec fnma(Vec a, Vec b, Vec c) {
   return {_mm256_fnmadd_ps(a.v, b.v, c.v)};
+}
+inline Vec fms(Vec a, Vec b, Vec c) {
+  return {_mm256_fmsub_ps(a.v, b.v, c.v)};
 }
 inline Vec min(Vec a, Vec b) {
   return {_mm256_min_ps(a.v, b.v)};
@@ -248,6 +284,9 @@ inline VecI operator&(VecI a, VecI b) {
 inline VecI operator|(VecI a, VecI b) {
   return {_mm256_or_si256(a.v, b.v)};
 }
+inline VecI operator^(VecI a, VecI b) {
+  return {_mm256_xor_si256(a.v, b.v)};
+}
 inline VecI set1_int(int32_t x) {
   return {_mm256_set1_epi32(x)};
 }
@@ -276,6 +315,30 @@ inline float reduce_max(Vec a) {
 }
 inline float reduce_min(Vec a) {
   return _mm_cvtss_f32(fold(a.v, _mm_min_ps));
+}
+inline Vec ceil(Vec a) {
+  return {_mm256_round_ps(a.v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)};
+}
+inline Mask operator!=(Vec a, Vec b) {
+  return {_mm256_cmp_ps(a.v, b.v, _CMP_NEQ_UQ)};
+}
+inline Mask operator&(Mask a, Mask b) {
+  return {_mm256_and_ps(a.m, b.m)};
+}
+inline Mask operator|(Mask a, Mask b) {
+  return {_mm256_or_ps(a.m, b.m)};
+}
+inline Mask load_bool(const bool* p, int n) {
+  int64_t b = 0;
+  std::memcpy(&b, p, static_cast<size_t>(n));
+  __m256i w = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(b));
+  return {_mm256_castsi256_ps(_mm256_cmpgt_epi32(w, _mm256_setzero_si256()))};
+}
+inline void store_bool(Mask m, bool* p, int n) {
+  __m256i w = _mm256_srli_epi32(_mm256_castps_si256(m.m), 31);  // 0 or 1 per lane
+  __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+  int64_t b = _mm_cvtsi128_si64(_mm_packus_epi16(h, h));
+  std::memcpy(p, &b, static_cast<size_t>(n));
 }
 
 #elif defined(PTO_ISA_GENERIC)
@@ -315,6 +378,9 @@ inline Vec fma(Vec a, Vec b, Vec c) {
 }
 inline Vec fnma(Vec a, Vec b, Vec c) {
   return {std::fma(-a.v, b.v, c.v)};
+}
+inline Vec fms(Vec a, Vec b, Vec c) {
+  return {std::fma(a.v, b.v, -c.v)};
 }
 inline Vec min(Vec a, Vec b) {
   return {b.v < a.v ? b.v : a.v};
@@ -383,6 +449,9 @@ inline VecI operator&(VecI a, VecI b) {
 inline VecI operator|(VecI a, VecI b) {
   return {a.v | b.v};
 }
+inline VecI operator^(VecI a, VecI b) {
+  return {a.v ^ b.v};
+}
 inline VecI set1_int(int32_t x) {
   return {x};
 }
@@ -407,13 +476,40 @@ inline float reduce_max(Vec a) {
 inline float reduce_min(Vec a) {
   return a.v;
 }
+inline Vec ceil(Vec a) {
+  return {std::ceil(a.v)};
+}
+inline Mask operator!=(Vec a, Vec b) {
+  return {a.v != b.v};
+}
+inline Mask operator&(Mask a, Mask b) {
+  return {a.m && b.m};
+}
+inline Mask operator|(Mask a, Mask b) {
+  return {a.m || b.m};
+}
+inline Mask load_bool(const bool* p, int n) {
+  return {n > 0 && *p};
+}
+inline void store_bool(Mask m, bool* p, int n) {
+  if (n > 0) *p = m.m;
+}
 
 #else
 #error "define PTO_ISA_AVX512, PTO_ISA_AVX2 or PTO_ISA_GENERIC"
 #endif
 
 inline Vec operator-(Vec a) {
-  return Vec::zero() - a;
+  return from_bits(bits(a) ^ set1_int(INT32_MIN));
+}  // -(+0) is -0
+
+// a, but opaque to the optimizer: GCC contracts a * b + c on vectors into one fma even in ISO mode,
+// which changes the rounding of formulas that must match a reference exactly (HardSigmoid).
+inline Vec rounded(Vec a) {
+#if defined(__GNUC__) && !defined(PTO_ISA_GENERIC)
+  __asm__("" : "+v"(a.v));
+#endif
+  return a;
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS

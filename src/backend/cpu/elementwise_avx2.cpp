@@ -1,0 +1,1 @@
+#include "backend/cpu/elementwise_impl.h"

@@ -1,0 +1,66 @@
+// One element-wise function per UnaryOp on a Vec, for per-ISA translation units (the elementwise
+// loops and the GEMM epilogue). Each mirrors the reference kernel's formula, comparisons included,
+// so that NaN, -0 and out-of-order bounds come out the same.
+#pragma once
+
+#include "backend/cpu/elementwise.h"
+#include "backend/cpu/isa/vmath.h"
+
+namespace pto::cpu::PTO_ISA_NS {
+
+template <UnaryOp Op>
+inline Vec unary(Vec x, const UnaryParams& p) {
+  const Vec zero = Vec::zero(), one = Vec::set1(1.0f);
+  const Vec a = Vec::set1(p.a), b = Vec::set1(p.b);
+  using enum UnaryOp;
+  if constexpr (Op == kIdentity) return x;
+  if constexpr (Op == kRelu) return select((x > zero) | is_nan(x), x, zero);
+  if constexpr (Op == kLeakyRelu) return select(x < zero, a * x, x);
+  if constexpr (Op == kClip) {  // std::min(std::max(x, lo), hi): lo > hi gives hi, NaN stays
+    Vec r = select(x < a, a, x);
+    return select(b < r, b, r);
+  }
+  if constexpr (Op == kThresholdedRelu) return select(x > a, x, zero);
+  if constexpr (Op == kSigmoid) return sigmoid(x);
+  if constexpr (Op == kHardSigmoid || Op == kHardSwish) {
+    Vec g = Op == kHardSigmoid ? rounded(a * x) + b : x / Vec::set1(6.0f) + Vec::set1(0.5f);
+    g = select(g < one, g, one);  // NaN -> 1, as std::min(1, g)
+    g = select(zero < g, g, zero);
+    if constexpr (Op == kHardSigmoid) return g;
+    if constexpr (Op == kHardSwish) return x * g;
+  }
+  if constexpr (Op == kTanh) return tanh(x);
+  if constexpr (Op == kExp) return exp(x);
+  if constexpr (Op == kExpm1) return expm1(x);
+  if constexpr (Op == kLog) return log(x);
+  if constexpr (Op == kLog1p) return log1p(x);
+  if constexpr (Op == kErf) return erf(x);
+  if constexpr (Op == kSqrt) return sqrt(x);
+  if constexpr (Op == kPowHalf) return select(x == Vec::set1(-INFINITY), -x, sqrt(x) + zero);
+  if constexpr (Op == kReciprocal) return one / x;
+  if constexpr (Op == kNeg) return -x;
+  if constexpr (Op == kAbs) return abs(x);
+  if constexpr (Op == kSign) {  // +-1, 0 for +-0, NaN kept
+    Vec s = select(x > zero, one, select(x < zero, Vec::set1(-1.0f), zero));
+    return select(is_nan(x), x, s);
+  }
+  if constexpr (Op == kFloor) return floor(x);
+  if constexpr (Op == kCeil) return ceil(x);
+  if constexpr (Op == kRound) return round(x);
+  if constexpr (Op == kSquare) return x * x;
+  if constexpr (Op == kGelu) return gelu_erf(x);
+  if constexpr (Op == kGeluTanh) return gelu_tanh(x);
+  if constexpr (Op == kSilu) return silu(x);
+  if constexpr (Op == kSwish) return x * sigmoid(a * x);
+  if constexpr (Op == kSoftplus) return softplus(x);
+  if constexpr (Op == kSoftsign) return x / (one + abs(x));
+  if constexpr (Op == kMish) return mish(x);
+  if constexpr (Op == kElu) return select(x < zero, a * expm1(x), x);
+  if constexpr (Op == kSelu) return select(x > zero, b * x, b * (a * expm1(x)));
+  if constexpr (Op == kCelu) {  // max(0, x) + min(0, a expm1(x / a)), NaN -> 0 as in std::max/min
+    Vec w = a * expm1(x / a);
+    return select(zero < x, x, zero) + select(w < zero, w, zero);
+  }
+}
+
+}  // namespace pto::cpu::PTO_ISA_NS

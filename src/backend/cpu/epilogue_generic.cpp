@@ -1,0 +1,1 @@
+#include "backend/cpu/epilogue_impl.h"

@@ -1,0 +1,176 @@
+// Accuracy of the vector math (src/backend/cpu/isa/vmath.h) through the float32 unary loops, on
+// every ISA, against double-precision std:: functions: a sweep over every 4096th float bit
+// pattern of both signs (the whole range, subnormals to huge), random values where the functions
+// vary, and the special values. Max errors in ulp of the double result rounded to float are
+// printed and bounded; docs/notes/elementwise.md quotes them.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/elementwise.h"
+#include "backend/cpu/isa/isa.h"
+
+namespace pto::cpu {
+namespace {
+
+// The spacing of floats at |t|; 2^-149 among the subnormals.
+double ulp_of(double t) {
+  t = std::fabs(t);
+  if (t < FLT_MIN) return std::ldexp(1.0, -149);
+  if (t >= FLT_MAX) return std::ldexp(1.0, 104);
+  int e;
+  std::frexp(t, &e);
+  return std::ldexp(1.0, e - 24);
+}
+
+double gelu_erf(double x) {
+  return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+}
+double sigmoid(double x) {
+  return 1 / (1 + std::exp(-x));
+}
+double softplus(double x) {
+  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+
+struct Case {
+  const char* name;
+  UnaryOp op;
+  std::function<double(double)> truth;
+  double max_ulp;
+  // Where the function is too ill-conditioned for float (an exponent of -x^2 or -x^3 scale, or a
+  // product with a subnormal factor), the error is bounded relative to x instead: |err| / |x|.
+  std::function<bool(double)> absolute = nullptr;
+  double max_abs = 1e-12;
+};
+
+std::vector<Case> cases() {
+  return {
+      {"exp", UnaryOp::kExp, [](double x) { return std::exp(x); }, 2},
+      {"expm1", UnaryOp::kExpm1, [](double x) { return std::expm1(x); }, 3},
+      {"log", UnaryOp::kLog, [](double x) { return std::log(x); }, 2},
+      {"log1p", UnaryOp::kLog1p, [](double x) { return std::log1p(x); }, 3},
+      {"tanh", UnaryOp::kTanh, [](double x) { return std::tanh(x); }, 3},
+      {"sigmoid", UnaryOp::kSigmoid, sigmoid, 3},
+      {"erf", UnaryOp::kErf, [](double x) { return std::erf(x); }, 3},
+      {"gelu", UnaryOp::kGelu, gelu_erf, 7, [](double x) { return x < -6.36; }},
+      {"gelu_tanh", UnaryOp::kGeluTanh,
+       [](double x) {
+         double u = std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x);
+         return x / (1 + std::exp(-2 * u));
+       },
+       12, [](double x) { return x < -3; }, 1e-8},
+      {"silu", UnaryOp::kSilu, [](double x) { return x * sigmoid(x); }, 4,
+       [](double x) { return x < -87; }},
+      {"softplus", UnaryOp::kSoftplus, softplus, 3},
+      {"mish", UnaryOp::kMish, [](double x) { return x * std::tanh(softplus(x)); }, 5,
+       [](double x) { return x < -87; }},
+  };
+}
+
+std::vector<float> inputs() {
+  std::vector<float> x;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4096 + 1) {  // odd step: varied low bits
+    float f = std::bit_cast<float>(static_cast<uint32_t>(b));
+    if (!std::isnan(f)) x.push_back(f);
+  }
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> near(-12.0f, 12.0f), unit(-1.5f, 1.5f);
+  for (int i = 0; i < 300000; ++i) x.push_back(i % 2 ? near(rng) : unit(rng));
+  return x;
+}
+
+TEST(CpuVmath, MaxUlpErrorPerIsa) {
+  const std::vector<float> x = inputs();
+  std::vector<float> y(x.size());
+  for (const Case& c : cases()) {
+    std::vector<double> truth(x.size());
+    for (size_t i = 0; i < x.size(); ++i) truth[i] = c.truth(x[i]);
+    for (Isa isa : supported_isas()) {
+      IsaScope scope(isa);
+      unary_f32(c.op, {}, x.data(), y.data(), static_cast<int64_t>(x.size()));
+      double worst = 0, worst_abs = 0;
+      float at = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        double t = truth[i];
+        if (std::isnan(t)) {
+          EXPECT_TRUE(std::isnan(y[i])) << c.name << "(" << x[i] << ") " << isa_name(isa);
+          continue;
+        }
+        double tf = static_cast<float>(t);  // overflow to inf is the correct float answer
+        if (std::isinf(tf)) {
+          EXPECT_EQ(y[i], tf) << c.name << "(" << x[i] << ") " << isa_name(isa);
+          continue;
+        }
+        double err = std::fabs(y[i] - t);
+        if (c.absolute && c.absolute(x[i])) {
+          worst_abs = std::max(worst_abs, err / std::fabs(x[i]));
+          continue;
+        }
+        double u = err / ulp_of(t);
+        if (!(u <= worst)) {
+          worst = u;
+          at = x[i];
+        }
+      }
+      std::printf("  %-10s %-8s max %.2f ulp (at %.9g)", c.name, isa_name(isa), worst, at);
+      if (c.absolute) std::printf(", tail |err|/|x| %.3g", worst_abs);
+      std::printf("\n");
+      EXPECT_LE(worst, c.max_ulp) << c.name << " on " << isa_name(isa) << " at x = " << at;
+      EXPECT_LE(worst_abs, c.max_abs) << c.name << " on " << isa_name(isa);
+    }
+  }
+}
+
+TEST(CpuVmath, SpecialValues) {
+  const float inf = INFINITY, nan = NAN;
+  struct Expect {
+    UnaryOp op;
+    float x, y;
+  };
+  const Expect table[] = {
+      {UnaryOp::kExp, -inf, 0},        {UnaryOp::kExp, inf, inf},
+      {UnaryOp::kExp, 0, 1},           {UnaryOp::kExp, -0.0f, 1},
+      {UnaryOp::kExp, 89, inf},        {UnaryOp::kExp, -104, 0},
+      {UnaryOp::kExp, nan, nan},       {UnaryOp::kLog, 0, -inf},
+      {UnaryOp::kLog, -0.0f, -inf},    {UnaryOp::kLog, -1, nan},
+      {UnaryOp::kLog, -inf, nan},      {UnaryOp::kLog, inf, inf},
+      {UnaryOp::kLog, 1, 0},           {UnaryOp::kLog, nan, nan},
+      {UnaryOp::kLog1p, -1, -inf},     {UnaryOp::kLog1p, -2, nan},
+      {UnaryOp::kLog1p, inf, inf},     {UnaryOp::kLog1p, -0.0f, -0.0f},
+      {UnaryOp::kExpm1, -inf, -1},     {UnaryOp::kExpm1, inf, inf},
+      {UnaryOp::kExpm1, -0.0f, -0.0f}, {UnaryOp::kTanh, inf, 1},
+      {UnaryOp::kTanh, -inf, -1},      {UnaryOp::kTanh, -0.0f, -0.0f},
+      {UnaryOp::kTanh, nan, nan},      {UnaryOp::kErf, inf, 1},
+      {UnaryOp::kErf, -inf, -1},       {UnaryOp::kErf, -0.0f, -0.0f},
+      {UnaryOp::kErf, nan, nan},       {UnaryOp::kSigmoid, inf, 1},
+      {UnaryOp::kSigmoid, -inf, 0},    {UnaryOp::kSigmoid, nan, nan},
+      {UnaryOp::kGelu, inf, inf},      {UnaryOp::kGelu, nan, nan},
+      {UnaryOp::kGeluTanh, inf, inf},  {UnaryOp::kSoftplus, inf, inf},
+      {UnaryOp::kSoftplus, -inf, 0},   {UnaryOp::kSoftplus, nan, nan},
+      {UnaryOp::kSilu, inf, inf},      {UnaryOp::kSilu, -inf, nan},
+  };
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (const Expect& e : table) {
+      float y;
+      unary_f32(e.op, {}, &e.x, &y, 1);
+      if (std::isnan(e.y))
+        EXPECT_TRUE(std::isnan(y)) << static_cast<int>(e.op) << "(" << e.x << ") " << isa_name(isa);
+      else
+        EXPECT_EQ(std::bit_cast<uint32_t>(y), std::bit_cast<uint32_t>(e.y))
+            << static_cast<int>(e.op) << "(" << e.x << ") = " << y << ", expected " << e.y << " "
+            << isa_name(isa);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pto::cpu
