@@ -4,6 +4,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "backend/cpu/isa/isa.h"
+#include "backend/cpu/kernel.h"
 #include "cli.h"
 #include "pto/device_info.h"
 #include "pto/onnx.h"
@@ -66,8 +68,9 @@ int info_main(const std::vector<std::string>& args) {
             << "onnx opsets: " << onnx::kMinOpset << " to " << onnx::max_opset()
             << " (default domain)\n"
             << "ops:         " << OpRegistry::global().names().size() << " registered, "
-            << reference::KernelRegistry::global().names().size() << " reference kernels\n"
-            << "engines:     reference\n";
+            << reference::KernelRegistry::global().names().size() << " reference kernels, "
+            << cpu::KernelRegistry::global().names().size() << " CPU kernels\n"
+            << "engines:     cpu (" << cpu::isa_name(cpu::active_isa()) << "), reference\n";
   return 0;
 }
 

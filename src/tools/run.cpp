@@ -11,6 +11,7 @@
 #include <set>
 
 #include "cli.h"
+#include "pto/executable.h"
 #include "pto/npy.h"
 #include "pto/onnx.h"
 #include "pto/parallel.h"
@@ -26,11 +27,12 @@ using Clock = std::chrono::steady_clock;
 const char* kUsage =
     "usage: pto run model.onnx [--input NAME=FILE.npy ...] [--output-dir DIR] [--seed N]\n"
     "               [--dim SYMBOL=VALUE ...] [--repeat N] [--print-graph] [--threads N]\n"
-    "               [--level L]\n"
+    "               [--level L] [--engine cpu|reference]\n"
     "\n"
     "Loads an ONNX model, runs it and prints each output's name, dtype, shape, min/max/mean/std\n"
     "and first values, with the load time and the run time (median of --repeat runs).\n"
-    "The engine is the reference interpreter (the only one in this version).\n"
+    "The model is compiled (pto::compile) and runs on the CPU backend; nodes the backend has no\n"
+    "kernel for run on the reference interpreter's, and the summary lists them.\n"
     "\n"
     "options:\n"
     "  --input NAME=FILE.npy  feed graph input NAME from a .npy file; its dtype and rank must\n"
@@ -45,8 +47,9 @@ const char* kUsage =
     "  --print-graph          print the imported graph\n"
     "  --threads N            run kernels on N threads (default: PTO_NUM_THREADS, else the\n"
     "                         cores this process may use)\n"
-    "  --level L              accepted for the compiled engine (API.md); the reference engine\n"
-    "                         ignores it and says so\n"
+    "  --level L              optimization level 0..3 (default 2)\n"
+    "  --engine E             cpu (default: the compiled Executable) or reference (the\n"
+    "                         reference interpreter alone, the oracle)\n"
     "\n"
     "Inputs not given with --input are random, from a fixed-seed generator: floats uniform in\n"
     "[-1, 1), integers uniform in [0, 10), bools true or false with equal chance.\n";
@@ -60,7 +63,8 @@ struct Options {
   int64_t repeat = 1;
   bool print_graph = false;
   std::optional<int64_t> threads;
-  std::optional<int64_t> level;  // for the compiled engine; the reference ignores it
+  std::optional<int64_t> level;
+  std::string engine = "cpu";
 };
 
 std::optional<Options> parse(const std::vector<std::string>& args) {
@@ -92,6 +96,10 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       o.repeat = a.int_value(1, 1000000);
     } else if (a.is("--threads")) {
       o.threads = a.int_value(1, 4096);
+    } else if (a.is("--engine")) {
+      o.engine = a.value();
+      if (o.engine != "cpu" && o.engine != "reference")
+        throw UsageError(cat("--engine must be cpu or reference, got '", o.engine, "'"), "run");
     } else if (a.is("--level")) {
       o.level = a.int_value(0, 3);
     } else if (a.is("--print-graph")) {
@@ -212,9 +220,8 @@ int run_main(const std::vector<std::string>& args) {
   const Options& o = *opts;
 
   if (o.threads) set_num_threads(static_cast<int>(*o.threads));
-  if (o.level)
-    std::cerr << "note: --level has no effect on the reference engine, the only one in this "
-                 "version\n";
+  if (o.level && o.engine == "reference")
+    std::cerr << "note: --level has no effect on the reference engine\n";
   auto t0 = Clock::now();
   Graph g = onnx::load(o.model);
   double load_ms = ms_since(t0);
@@ -222,18 +229,39 @@ int run_main(const std::vector<std::string>& args) {
 
   std::vector<Tensor> inputs = make_inputs(g, o);
   if (!o.output_dir.empty()) make_output_dir(o.output_dir);  // fail before a long run
+  std::optional<Executable> exe;
+  std::string engine = "reference";
+  if (o.engine == "cpu") {
+    auto t1 = Clock::now();
+    exe.emplace(compile(g, {.level = static_cast<int>(o.level.value_or(2))}));
+    size_t on_cpu = 0;
+    std::map<std::string, int> fallback;
+    for (size_t i = 0; i < exe->graph().nodes().size(); ++i) {
+      if (exe->node_backend(i) == "cpu")
+        ++on_cpu;
+      else
+        ++fallback[exe->graph().nodes()[i].op];
+    }
+    engine =
+        cat("cpu, level ", exe->options().level, ", ", on_cpu, " of ", exe->graph().nodes().size(),
+            " nodes on CPU kernels (compiled in ", format_ms(ms_since(t1)), ")");
+    if (!fallback.empty()) {
+      engine += "; on the reference:";
+      for (const auto& [op, n] : fallback) engine += cat(" ", op, "x", n);
+    }
+  }
   std::vector<Tensor> outs;
   std::vector<double> times;
   for (int64_t r = 0; r < o.repeat; ++r) {
     auto t1 = Clock::now();
-    outs = reference::run(g, inputs);
+    outs = exe ? exe->run(inputs) : reference::run(g, inputs);
     times.push_back(ms_since(t1));
   }
   std::sort(times.begin(), times.end());
   double median = times.size() % 2 ? times[times.size() / 2]
                                    : (times[times.size() / 2 - 1] + times[times.size() / 2]) / 2;
 
-  std::cout << "engine: reference\n"
+  std::cout << "engine: " << engine << "\n"
             << "threads: " << num_threads() << "\n"
             << "load:   " << format_ms(load_ms) << "\n"
             << "run:    " << format_ms(median)

@@ -138,7 +138,8 @@ def test_run_matches_onnxruntime(tmp_path):
     r = pto("run", model, "--input", f"a={tmp_path / 'a.npy'}", f"--input=b={tmp_path / 'b.npy'}",
             "--output-dir", out_dir, "--repeat", "3")
     assert r.returncode == 0, r.stderr
-    assert "engine: reference" in r.stdout and "median of 3 runs" in r.stdout
+    assert "engine: cpu, level 2, 2 of 2 nodes on CPU kernels" in r.stdout, r.stdout
+    assert "median of 3 runs" in r.stdout
     assert "output y: f32[5, 4]" in r.stdout
 
     expect = ort.InferenceSession(str(model)).run(None, feeds)[0]
@@ -236,11 +237,15 @@ def test_symbolic_dims_default_to_one_with_a_note(tmp_path):
     assert "output x: f32[6, 3]" in r.stdout and "input  %x: f32[batch, 3]" in r.stdout
 
 
-def test_threads_and_level_are_accepted_with_a_note(tmp_path):
+def test_threads_level_and_engine(tmp_path):
     model = identity_model(tmp_path / "m.onnx", TP.FLOAT, [3])
-    r = pto("run", model, "--threads", "4", "--level", "2")
-    assert r.returncode == 0 and "no effect on the reference engine" in r.stderr
+    r = pto("run", model, "--threads", "4", "--level", "0")
+    assert r.returncode == 0 and "engine: cpu, level 0" in r.stdout, r.stdout
+    r = pto("run", model, "--engine", "reference", "--level", "2")
+    assert r.returncode == 0 and "engine: reference" in r.stdout
+    assert "no effect on the reference engine" in r.stderr
     expect_error(pto("run", model, "--level", "7"), "--level", code=2)
+    expect_error(pto("run", model, "--engine", "gpu"), "--engine", code=2)
 
 
 def test_output_names_are_sanitized(tmp_path):
