@@ -3,6 +3,9 @@
 // on 1 and 2 threads; view ops must share the input's storage.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -240,6 +243,37 @@ TEST(CpuMovement, GatherOutOfRangeNamesTheNode) {
       {"Gather", {random_tensor(DType::kF32, {4, 0}), Tensor::from_vector<int64_t>({9}, {1})}});
 }
 
+TEST(CpuMovement, GatherElements) {
+  for (DType dt : kDTypes)
+    for (int64_t axis : {0, 1, 2, -1}) {
+      const Dims data_shape = {4, 5, 6};
+      const int64_t n = data_shape[axis < 0 ? axis + 3 : axis];
+      for (Dims ind_shape : {Dims{4, 5, 6}, Dims{2, 3, 4}, Dims{1, 1, 1}, Dims{0, 5, 6}}) {
+        ind_shape[axis < 0 ? axis + 3 : axis] += 1;  // the axis may be longer than data's
+        Tensor ind = Tensor::empty(DType::kI64, ind_shape);
+        for (int64_t i = 0; i < ind.numel(); ++i)
+          ind.data<int64_t>()[i] = static_cast<int64_t>(rng()() % (2 * n)) - n;
+        check(
+            {"GatherElements", {random_tensor(dt, data_shape), ind}, {}, attrs({{"axis", axis}})});
+        if (ind.numel() == 0 || dt != DType::kF32) continue;
+        Tensor i32 = Tensor::empty(DType::kI32, ind_shape);
+        for (int64_t i = 0; i < ind.numel(); ++i)
+          i32.data<int32_t>()[i] = static_cast<int32_t>(ind.data<int64_t>()[i]);
+        check(
+            {"GatherElements", {random_tensor(dt, data_shape), i32}, {}, attrs({{"axis", axis}})});
+      }
+    }
+  Tensor x = random_tensor(DType::kF32, {3, 4});
+  error_of({"GatherElements",
+            {x, Tensor::from_vector<int64_t>({0, 1, 3, 2}, {2, 2})},
+            {},
+            attrs({{"axis", int64_t{0}}})});
+  error_of({"GatherElements",
+            {x, Tensor::from_vector<int64_t>({0, 1, 2, 0, 1}, {1, 5})},
+            {},
+            attrs({{"axis", int64_t{0}}})});
+}
+
 // ---- Concat and Split ----
 
 TEST(CpuMovement, Concat) {
@@ -351,6 +385,32 @@ TEST(CpuMovement, Pad) {
          {random_tensor(DType::kF32, {1, 3, 60, 60})},
          {ints({0, 0, 2, 2, 0, 0, 2, 2})},
          attrs({{"mode", std::string("reflect")}})});
+}
+
+// Medians of Transpose through the Executable, for docs/notes/movement.md (compare with torch's
+// x.permute(...).contiguous() at the same thread count). Run with --gtest_also_run_disabled_tests.
+TEST(CpuMovement, DISABLED_TransposeTiming) {
+  const std::vector<std::pair<Dims, Ints>> cases = {{{1, 12, 128, 64}, {0, 2, 1, 3}},
+                                                    {{768, 3072}, {1, 0}}};
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const auto& [shape, perm] : cases) {
+      Case c{"Transpose", {random_tensor(DType::kF32, shape)}, {}, attrs({{"perm", perm}})};
+      Executable exe = compile(graph_of(c), {.level = 0});
+      std::vector<double> us;
+      for (int i = 0; i < 200; ++i) {
+        auto t0 = std::chrono::steady_clock::now();
+        exe.run(c.data);
+        us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
+      }
+      std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+      std::printf("Transpose %s perm %s, %d threads: median %.1f us\n", dims_str(shape).c_str(),
+                  dims_str(perm).c_str(), threads, us[us.size() / 2]);
+    }
+  }
+  set_num_threads(0);
 }
 
 }  // namespace

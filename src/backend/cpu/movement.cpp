@@ -33,16 +33,8 @@ std::vector<Tensor> tile(const KernelContext& c) {
 }
 
 std::vector<Tensor> split(const KernelContext& c) {
-  const Tensor& x = c.input(0);
-  int64_t axis = 0;
   std::vector<Tensor> outs;
-  int64_t start = 0;
-  for (int64_t s : ref::split_sizes(c, &axis)) {
-    Dims shape = x.shape();
-    shape[axis] = s;
-    outs.push_back(pack(x.view(shape, x.strides(), start * x.strides()[axis])));
-    start += s;
-  }
+  for (const Tensor& v : ref::split_views(c)) outs.push_back(pack(v));
   return outs;
 }
 

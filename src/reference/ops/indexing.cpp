@@ -24,6 +24,18 @@ std::vector<int64_t> gather_indices(const KernelContext& c, int64_t* axis_out, D
   return idx;
 }
 
+std::vector<int64_t> gather_elements_indices(const KernelContext& c, int64_t* axis_out) {
+  const std::string w = c.where();
+  const Tensor& data = c.input(0);
+  const Tensor& ind = c.input(1);
+  const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), data.rank(), w);
+  check_elements_shape(data, ind, axis, w);
+  std::vector<int64_t> idx = index_values(ind, w, "indices");
+  for (int64_t& i : idx) i = fix_index(i, data.dim(axis), w, axis);
+  *axis_out = axis;
+  return idx;
+}
+
 namespace {
 
 // Gather: out[outer, indices..., inner] = data[outer, indices[...], inner] along `axis`.
@@ -44,18 +56,16 @@ std::vector<Tensor> gather(const KernelContext& c) {
 }
 
 std::vector<Tensor> gather_elements(const KernelContext& c) {
-  const std::string w = c.where();
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), data.rank(), w);
-  check_elements_shape(data, ind, axis, w);
+  int64_t axis = 0;
+  const std::vector<int64_t> idx = gather_elements_indices(c, &axis);
   Tensor y = Tensor::empty(data.dtype(), ind.shape());
-  std::vector<int64_t> idx = index_values(ind, w, "indices");
   const Dims strides = contiguous_strides(data.shape());
   Dims pos(ind.rank(), 0);
   for (int64_t i = 0; i < ind.numel(); ++i) {
     unravel(i, ind.shape(), pos);
-    pos[axis] = fix_index(idx[i], data.dim(axis), w, axis);
+    pos[axis] = idx[i];
     int64_t from = 0;
     for (int64_t k = 0; k < data.rank(); ++k) from += pos[k] * strides[k];
     copy_elems(y, i, data, from, 1);

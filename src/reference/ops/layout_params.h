@@ -29,14 +29,17 @@ Tensor slice_view(const KernelContext& c);
 // Tile: the view has shape [r0, d0, r1, d1, ...]; its packed copy reshaped to `out` is the output.
 Tensor tile_view(const KernelContext& c, Dims* out);
 
-// Split: the size of each output along `*axis` (normalized).
-std::vector<int64_t> split_sizes(const KernelContext& c, int64_t* axis);
+// Split: one view of input 0 per output.
+std::vector<Tensor> split_views(const KernelContext& c);
 // Concat: the output shape after checking every input against input 0; `*axis` normalized.
 Dims concat_dims(const KernelContext& c, int64_t* axis);
 
 // Gather: the indices, bounds-checked and made non-negative; the normalized axis and the output
 // shape through the pointers.
 std::vector<int64_t> gather_indices(const KernelContext& c, int64_t* axis, Dims* out_shape);
+// GatherElements: the same for its indices (the output has their shape), after checking that they
+// fit inside the data on every other axis.
+std::vector<int64_t> gather_elements_indices(const KernelContext& c, int64_t* axis);
 
 // Pad: for each output index along each axis, the input index it reads, or -1 for the constant.
 // The maps are left empty when the output has no elements.

@@ -212,7 +212,7 @@ Dims concat_dims(const KernelContext& c, int64_t* axis_out) {
 
 // ---- Pieces: Split and Slice ----
 
-Ints split_sizes(const KernelContext& c, int64_t* axis_out) {
+std::vector<Tensor> split_views(const KernelContext& c) {
   const Tensor& x = c.input(0);
   int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), x.rank(), c.where());
   int64_t dim = x.shape()[axis];
@@ -243,8 +243,15 @@ Ints split_sizes(const KernelContext& c, int64_t* axis_out) {
   }
   if (total != dim)
     throw ValueError(cat(c.where(), ": split ", dims_str(sizes), " does not sum to ", dim));
-  *axis_out = axis;
-  return sizes;
+  std::vector<Tensor> views;
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    Dims shape = x.shape();
+    shape[axis] = s;
+    views.push_back(x.view(shape, x.strides(), start * x.strides()[axis]));
+    start += s;
+  }
+  return views;
 }
 
 Tensor slice_view(const KernelContext& c) {
@@ -349,16 +356,8 @@ std::vector<Tensor> concat_kernel(const KernelContext& c) {
 }
 
 std::vector<Tensor> split_kernel(const KernelContext& c) {
-  const Tensor& x = c.input(0);
-  int64_t axis = 0;
   std::vector<Tensor> outs;
-  int64_t start = 0;
-  for (int64_t s : split_sizes(c, &axis)) {
-    Dims shape = x.shape();
-    shape[axis] = s;
-    outs.push_back(x.view(shape, x.strides(), start * x.strides()[axis]).clone());
-    start += s;
-  }
+  for (const Tensor& v : split_views(c)) outs.push_back(v.clone());
   return outs;
 }
 
