@@ -152,7 +152,7 @@ void copy_typed(T* dst, const T* src, const Layout& l) {
   }
   // Strips of kStrip destination rows (along a): each reads kStrip contiguous source elements
   // from each of nb source rows and writes kStrip destination rows.
-  constexpr int64_t kStrip = 64;
+  constexpr int64_t kStrip = 32;
   const int64_t na = l.shape[a], a_dst = l.dst[a];
   const int64_t strips = (na + kStrip - 1) / kStrip;
   const int64_t task_bytes = std::min(na, kStrip) * nb * static_cast<int64_t>(sizeof(T));
