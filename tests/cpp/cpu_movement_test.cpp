@@ -211,6 +211,20 @@ TEST(CpuMovement, TransposeBlockedPaths) {
       check({"Transpose", {random_tensor(dt, shape)}, {}, attrs({{"perm", perm}})});
 }
 
+TEST(CpuMovement, DepthToSpaceAndSpaceToDepth) {
+  for (DType dt : {DType::kF32, DType::kU8, DType::kI64}) {
+    for (const char* mode : {"DCR", "CRD"}) {
+      Attributes a = attrs({{"blocksize", int64_t{2}}, {"mode", std::string(mode)}});
+      check({"DepthToSpace", {random_tensor(dt, {2, 12, 3, 5})}, {}, a});
+      check({"SpaceToDepth", {random_tensor(dt, {2, 3, 6, 10})}, {}, a, 1, 25});
+    }
+    check({"DepthToSpace",
+           {random_tensor(dt, {1, 9, 0, 4})},
+           {},
+           attrs({{"blocksize", int64_t{3}}})});
+  }
+}
+
 // ---- Gather ----
 
 TEST(CpuMovement, Gather) {

@@ -1,9 +1,10 @@
 // CPU kernels for the data-movement ops. Ops that only rename dimensions (Reshape, Flatten,
 // Squeeze, Unsqueeze, Identity) return a view sharing the input's storage: no copy at all. Ops
-// whose output is a strided view of the input (Transpose, Slice, Expand, Tile, Split) build that
-// view with the reference's own parameter code (reference/ops/layout_params.h: same attributes,
-// same errors) and pack it with the strided-copy engine; Concat unpacks each input into its region
-// of the output. Every dtype works: elements move as bytes.
+// whose output is a strided view of the input (Transpose, Slice, Expand, Tile, Split,
+// DepthToSpace, SpaceToDepth) build that view with the reference's own parameter code
+// (reference/ops/layout_params.h: same attributes, same errors) and pack it with the strided-copy
+// engine; Concat unpacks each input into its region of the output. Every dtype works: elements
+// move as bytes.
 #include "backend/cpu/movement/movement.h"
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/movement/strided_copy.h"
@@ -26,10 +27,13 @@ std::vector<Tensor> transpose(const KernelContext& c) {
   return one(pack(ref::permuted_view(c.input(0), ref::transpose_perm(c))));
 }
 
-std::vector<Tensor> tile(const KernelContext& c) {
-  Dims out;
-  Tensor view = ref::tile_view(c, &out);
-  return one(pack(view).reshape(out));
+// Ops whose output is a packed view reshaped: Tile, DepthToSpace, SpaceToDepth.
+Kernel reshaped_view_kernel(Tensor (*view)(const ref::KernelContext&, Dims*)) {
+  return {.run = [view](const KernelContext& c) {
+    Dims out;
+    Tensor v = view(c, &out);
+    return one(pack(v).reshape(out));
+  }};
 }
 
 std::vector<Tensor> split(const KernelContext& c) {
@@ -60,7 +64,9 @@ void register_movement_kernels(KernelRegistry& r) {
   r.add("Transpose", {.run = transpose});
   r.add("Slice", {.run = [](const KernelContext& c) { return one(pack(ref::slice_view(c))); }});
   r.add("Expand", {.run = [](const KernelContext& c) { return one(pack(ref::expand_view(c))); }});
-  r.add("Tile", {.run = tile});
+  r.add("Tile", reshaped_view_kernel(ref::tile_view));
+  r.add("DepthToSpace", reshaped_view_kernel(ref::depth_to_space_view));
+  r.add("SpaceToDepth", reshaped_view_kernel(ref::space_to_depth_view));
   r.add("Split", {.run = split});
   r.add("Concat", {.run = concat});
   register_gather_kernels(r);

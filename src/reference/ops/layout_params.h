@@ -29,6 +29,10 @@ Tensor slice_view(const KernelContext& c);
 // Tile: the view has shape [r0, d0, r1, d1, ...]; its packed copy reshaped to `out` is the output.
 Tensor tile_view(const KernelContext& c, Dims* out);
 
+// DepthToSpace and SpaceToDepth (NCHW): the view is 6-D; its packed copy reshaped to `out` is the
+// output.
+Tensor depth_to_space_view(const KernelContext& c, Dims* out);
+Tensor space_to_depth_view(const KernelContext& c, Dims* out);
 // Split: one view of input 0 per output.
 std::vector<Tensor> split_views(const KernelContext& c);
 // Concat: the output shape after checking every input against input 0; `*axis` normalized.

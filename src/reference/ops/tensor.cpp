@@ -303,6 +303,39 @@ Tensor slice_view(const KernelContext& c) {
   return x.view(shape, strides, offset);
 }
 
+// ---- Blocks between depth and space (NCHW) ----
+
+Tensor depth_to_space_view(const KernelContext& c, Dims* out) {
+  const Tensor& x = c.input(0);
+  int64_t b = c.attrs().get_int("blocksize");
+  std::string mode = c.attrs().get_string("mode", "DCR");
+  if (x.rank() != 4) throw ValueError(cat(c.where(), ": expected a 4-D input, got ", x.str()));
+  if (b <= 0 || b > x.shape()[1] / b || x.shape()[1] % (b * b) != 0)
+    throw ValueError(cat(c.where(), ": channels of ", x.str(), " are not a multiple of blocksize ",
+                         b, " squared"));
+  int64_t n = x.shape()[0], ch = x.shape()[1] / (b * b), h = x.shape()[2], w = x.shape()[3];
+  *out = {n, ch, h * b, w * b};
+  if (mode == "DCR") return permuted_view(x.reshape({n, b, b, ch, h, w}), {0, 3, 4, 1, 5, 2});
+  if (mode == "CRD") return permuted_view(x.reshape({n, ch, b, b, h, w}), {0, 1, 4, 2, 5, 3});
+  throw ValueError(cat(c.where(), ": unknown mode '", mode, "'"));
+}
+
+Tensor space_to_depth_view(const KernelContext& c, Dims* out) {
+  const Tensor& x = c.input(0);
+  int64_t b = c.attrs().get_int("blocksize");
+  if (x.rank() != 4) throw ValueError(cat(c.where(), ": expected a 4-D input, got ", x.str()));
+  if (b <= 0 || x.shape()[2] % b != 0 || x.shape()[3] % b != 0)
+    throw ValueError(
+        cat(c.where(), ": spatial dims of ", x.str(), " are not multiples of blocksize ", b));
+  std::string mode = c.attrs().get_string("mode", "DCR");  // CRD: since opset 25
+  if (mode != "DCR" && mode != "CRD")
+    throw ValueError(cat(c.where(), ": unknown mode '", mode, "'"));
+  int64_t n = x.shape()[0], ch = x.shape()[1], h = x.shape()[2] / b, w = x.shape()[3] / b;
+  Ints perm = mode == "DCR" ? Ints{0, 3, 5, 1, 2, 4} : Ints{0, 1, 3, 5, 2, 4};
+  *out = {n, ch * b * b, h, w};
+  return permuted_view(x.reshape({n, ch, h, b, w, b}), perm);
+}
+
 namespace {
 
 // ---- The kernels ----
@@ -365,41 +398,16 @@ std::vector<Tensor> slice_kernel(const KernelContext& c) {
   return one(slice_view(c).clone());
 }
 
-// ---- Blocks between depth and space (NCHW) ----
-
 std::vector<Tensor> depth_to_space_kernel(const KernelContext& c) {
-  const Tensor& x = c.input(0);
-  int64_t b = c.attrs().get_int("blocksize");
-  std::string mode = c.attrs().get_string("mode", "DCR");
-  if (x.rank() != 4) throw ValueError(cat(c.where(), ": expected a 4-D input, got ", x.str()));
-  if (b <= 0 || b > x.shape()[1] / b || x.shape()[1] % (b * b) != 0)
-    throw ValueError(cat(c.where(), ": channels of ", x.str(), " are not a multiple of blocksize ",
-                         b, " squared"));
-  int64_t n = x.shape()[0], ch = x.shape()[1] / (b * b), h = x.shape()[2], w = x.shape()[3];
-  Tensor y;
-  if (mode == "DCR")
-    y = permuted_view(x.reshape({n, b, b, ch, h, w}), {0, 3, 4, 1, 5, 2}).clone();
-  else if (mode == "CRD")
-    y = permuted_view(x.reshape({n, ch, b, b, h, w}), {0, 1, 4, 2, 5, 3}).clone();
-  else
-    throw ValueError(cat(c.where(), ": unknown mode '", mode, "'"));
-  return one(y.reshape({n, ch, h * b, w * b}));
+  Dims out;
+  Tensor v = depth_to_space_view(c, &out);
+  return one(v.clone().reshape(out));
 }
 
 std::vector<Tensor> space_to_depth_kernel(const KernelContext& c) {
-  const Tensor& x = c.input(0);
-  int64_t b = c.attrs().get_int("blocksize");
-  if (x.rank() != 4) throw ValueError(cat(c.where(), ": expected a 4-D input, got ", x.str()));
-  if (b <= 0 || x.shape()[2] % b != 0 || x.shape()[3] % b != 0)
-    throw ValueError(
-        cat(c.where(), ": spatial dims of ", x.str(), " are not multiples of blocksize ", b));
-  std::string mode = c.attrs().get_string("mode", "DCR");  // CRD: since opset 25
-  if (mode != "DCR" && mode != "CRD")
-    throw ValueError(cat(c.where(), ": unknown mode '", mode, "'"));
-  int64_t n = x.shape()[0], ch = x.shape()[1], h = x.shape()[2] / b, w = x.shape()[3] / b;
-  Ints perm = mode == "DCR" ? Ints{0, 3, 5, 1, 2, 4} : Ints{0, 1, 3, 5, 2, 4};
-  Tensor y = permuted_view(x.reshape({n, ch, h, b, w, b}), perm).clone();
-  return one(y.reshape({n, ch * b * b, h, w}));
+  Dims out;
+  Tensor v = space_to_depth_view(c, &out);
+  return one(v.clone().reshape(out));
 }
 
 // ---- Shape queries ----
