@@ -2,29 +2,52 @@
 // and ReverseSequence. Data moves as raw elements (any dtype); every index is bounds-checked
 // before use and negative indices count from the end where ONNX allows them.
 #include "index_math.h"
+#include "layout_params.h"
 
 namespace pto::reference {
 
 void register_scatter_kernels(KernelRegistry& r);  // scatter.cpp
 void register_unique_kernels(KernelRegistry& r);   // unique.cpp
 
-namespace {
-
-// Gather: out[outer, indices..., inner] = data[outer, indices[...], inner] along `axis`.
-std::vector<Tensor> gather(const KernelContext& c) {
+std::vector<int64_t> gather_indices(const KernelContext& c, int64_t* axis_out, Dims* out_shape) {
   const std::string w = c.where();
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
   const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), data.rank(), w);
   const Dims& d = data.shape();
-  Dims out_shape(d.begin(), d.begin() + axis);
-  out_shape.insert(out_shape.end(), ind.shape().begin(), ind.shape().end());
-  out_shape.insert(out_shape.end(), d.begin() + axis + 1, d.end());
-  Tensor y = Tensor::empty(data.dtype(), out_shape);
+  out_shape->assign(d.begin(), d.begin() + axis);
+  out_shape->insert(out_shape->end(), ind.shape().begin(), ind.shape().end());
+  out_shape->insert(out_shape->end(), d.begin() + axis + 1, d.end());
   std::vector<int64_t> idx = index_values(ind, w, "indices");
-  const int64_t n = d[axis], m = ind.numel();
-  for (int64_t& i : idx) i = fix_index(i, n, w, axis);  // checked even when the output is empty
+  for (int64_t& i : idx) i = fix_index(i, d[axis], w, axis);  // checked even for an empty output
+  *axis_out = axis;
+  return idx;
+}
+
+std::vector<int64_t> gather_elements_indices(const KernelContext& c, int64_t* axis_out) {
+  const std::string w = c.where();
+  const Tensor& data = c.input(0);
+  const Tensor& ind = c.input(1);
+  const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), data.rank(), w);
+  check_elements_shape(data, ind, axis, w);
+  std::vector<int64_t> idx = index_values(ind, w, "indices");
+  for (int64_t& i : idx) i = fix_index(i, data.dim(axis), w, axis);
+  *axis_out = axis;
+  return idx;
+}
+
+namespace {
+
+// Gather: out[outer, indices..., inner] = data[outer, indices[...], inner] along `axis`.
+std::vector<Tensor> gather(const KernelContext& c) {
+  const Tensor& data = c.input(0);
+  int64_t axis = 0;
+  Dims out_shape;
+  const std::vector<int64_t> idx = gather_indices(c, &axis, &out_shape);
+  Tensor y = Tensor::empty(data.dtype(), out_shape);
   if (y.numel() == 0) return {y};
+  const Dims& d = data.shape();
+  const int64_t n = d[axis], m = static_cast<int64_t>(idx.size());
   const int64_t outer = dims_product(d, 0, axis), inner = dims_product(d, axis + 1, d.size());
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < m; ++j)
@@ -33,18 +56,16 @@ std::vector<Tensor> gather(const KernelContext& c) {
 }
 
 std::vector<Tensor> gather_elements(const KernelContext& c) {
-  const std::string w = c.where();
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), data.rank(), w);
-  check_elements_shape(data, ind, axis, w);
+  int64_t axis = 0;
+  const std::vector<int64_t> idx = gather_elements_indices(c, &axis);
   Tensor y = Tensor::empty(data.dtype(), ind.shape());
-  std::vector<int64_t> idx = index_values(ind, w, "indices");
   const Dims strides = contiguous_strides(data.shape());
   Dims pos(ind.rank(), 0);
   for (int64_t i = 0; i < ind.numel(); ++i) {
     unravel(i, ind.shape(), pos);
-    pos[axis] = fix_index(idx[i], data.dim(axis), w, axis);
+    pos[axis] = idx[i];
     int64_t from = 0;
     for (int64_t k = 0; k < data.rank(); ++k) from += pos[k] * strides[k];
     copy_elems(y, i, data, from, 1);

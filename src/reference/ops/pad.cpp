@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cast.h"
+#include "layout_params.h"
 #include "tensor_kernels.h"
 
 namespace pto::reference {
@@ -22,7 +23,9 @@ int64_t source_index(int64_t i, int64_t d, const std::string& mode) {
   return m < d ? m : period - m;
 }
 
-std::vector<Tensor> pad_kernel(const KernelContext& c) {
+}  // namespace
+
+PadPlan pad_plan(const KernelContext& c) {
   const Tensor& x = c.input(0);
   int64_t rank = x.rank();
   std::string mode = c.attrs().get_string("mode", "constant");
@@ -70,8 +73,10 @@ std::vector<Tensor> pad_kernel(const KernelContext& c) {
   }
 
   // Per axis: crop (negative pads), then map each output index to a source index or -1.
-  Dims out_shape(rank);
-  std::vector<std::vector<int64_t>> src(rank);
+  PadPlan plan;
+  plan.value = value;
+  Dims& out_shape = plan.out_shape;
+  out_shape.resize(rank);
   const int64_t kLimit = int64_t{1} << 62;
   for (int64_t a = 0; a < rank; ++a) {
     int64_t d = x.shape()[a];
@@ -89,9 +94,10 @@ std::vector<Tensor> pad_kernel(const KernelContext& c) {
     if (kept == 0 && out_shape[a] > 0 && mode != "constant")
       throw ValueError(cat(c.where(), ": cannot ", mode, "-pad an empty axis ", a));
   }
-  check_output_dims(out_shape, c.where());
-  Tensor y = Tensor::empty(x.dtype(), out_shape);
-  if (y.numel() == 0) return {y};  // also keeps the index maps below small
+  // The maps are built only for a non-empty output, which keeps them small.
+  if (check_output_dims(out_shape, c.where()) == 0) return plan;
+  std::vector<std::vector<int64_t>>& src = plan.source;
+  src.resize(rank);
   for (int64_t a = 0; a < rank; ++a) {
     int64_t crop_b = std::max<int64_t>(-begin[a], 0), pb = std::max<int64_t>(begin[a], 0);
     int64_t kept = x.shape()[a] - crop_b - std::max<int64_t>(-end[a], 0);
@@ -101,6 +107,20 @@ std::vector<Tensor> pad_kernel(const KernelContext& c) {
       src[a][o] = i < 0 ? -1 : i + crop_b;
     }
   }
+  return plan;
+}
+
+namespace {
+
+std::vector<Tensor> pad_kernel(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const int64_t rank = x.rank();
+  PadPlan plan = pad_plan(c);
+  const Dims& out_shape = plan.out_shape;
+  const auto& src = plan.source;
+  const Tensor& value = plan.value;
+  Tensor y = Tensor::empty(x.dtype(), out_shape);
+  if (y.numel() == 0) return {y};
 
   size_t item = x.itemsize();
   const auto* in = static_cast<const std::byte*>(x.raw_data());

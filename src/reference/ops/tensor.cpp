@@ -7,6 +7,7 @@
 #include <numeric>
 #include <optional>
 
+#include "layout_params.h"
 #include "tensor_kernels.h"
 
 namespace pto::reference {
@@ -25,19 +26,20 @@ std::optional<Ints> input_or_attr(const KernelContext& c, size_t i, const std::s
   return std::nullopt;
 }
 
-// A packed copy of `t` with its axes permuted: out.shape[i] = t.shape[perm[i]].
-Tensor permute(const Tensor& t, const Ints& perm) {
+}  // namespace
+
+Tensor permuted_view(const Tensor& t, const Ints& perm) {
   Dims shape, strides;
   for (int64_t p : perm) {
     shape.push_back(t.shape()[p]);
     strides.push_back(t.strides()[p]);
   }
-  return t.view(shape, strides, 0).clone();
+  return t.view(shape, strides, 0);
 }
 
 // ---- Reshape and friends: same elements, new shape ----
 
-std::vector<Tensor> reshape_kernel(const KernelContext& c) {
+Dims reshape_dims(const KernelContext& c) {
   const Tensor& x = c.input(0);
   std::optional<Ints> spec = input_or_attr(c, 1, "shape");
   if (!spec) throw ValueError(cat(c.where(), ": the target shape is missing"));
@@ -73,10 +75,10 @@ std::vector<Tensor> reshape_kernel(const KernelContext& c) {
   if (check_output_dims(out, c.where()) != x.numel())
     throw ValueError(cat(c.where(), ": cannot reshape ", x.str(), " (", x.numel(), " elements) to ",
                          dims_str(out)));
-  return one(x.reshape(out));
+  return out;
 }
 
-std::vector<Tensor> flatten_kernel(const KernelContext& c) {
+Dims flatten_dims(const KernelContext& c) {
   const Tensor& x = c.input(0);
   int64_t axis = c.attrs().get_int("axis", 1);
   if (axis < -x.rank() || axis > x.rank())
@@ -84,10 +86,10 @@ std::vector<Tensor> flatten_kernel(const KernelContext& c) {
   if (axis < 0) axis += x.rank();
   Dims lead(x.shape().begin(), x.shape().begin() + axis);
   Dims rest(x.shape().begin() + axis, x.shape().end());
-  return one(x.reshape({checked_numel(lead), checked_numel(rest)}));
+  return {checked_numel(lead), checked_numel(rest)};
 }
 
-std::vector<Tensor> squeeze_kernel(const KernelContext& c) {
+Dims squeeze_dims(const KernelContext& c) {
   const Tensor& x = c.input(0);
   std::optional<Ints> axes = input_or_attr(c, 1, "axes");
   std::vector<bool> drop(x.rank(), false);
@@ -106,10 +108,10 @@ std::vector<Tensor> squeeze_kernel(const KernelContext& c) {
   Dims out;
   for (int64_t i = 0; i < x.rank(); ++i)
     if (!drop[i]) out.push_back(x.shape()[i]);
-  return one(x.reshape(out));
+  return out;
 }
 
-std::vector<Tensor> unsqueeze_kernel(const KernelContext& c) {
+Dims unsqueeze_dims(const KernelContext& c) {
   const Tensor& x = c.input(0);
   std::optional<Ints> axes = input_or_attr(c, 1, "axes");
   if (!axes) throw ValueError(cat(c.where(), ": axes are required"));
@@ -123,12 +125,12 @@ std::vector<Tensor> unsqueeze_kernel(const KernelContext& c) {
   Dims out;
   size_t k = 0;
   for (int64_t i = 0; i < rank; ++i) out.push_back(inserted[i] ? 1 : x.shape()[k++]);
-  return one(x.reshape(out));
+  return out;
 }
 
 // ---- Layout changes ----
 
-std::vector<Tensor> transpose_kernel(const KernelContext& c) {
+Ints transpose_perm(const KernelContext& c) {
   const Tensor& x = c.input(0);
   Ints perm(x.rank());
   for (int64_t i = 0; i < x.rank(); ++i) perm[i] = x.rank() - 1 - i;
@@ -141,10 +143,10 @@ std::vector<Tensor> transpose_kernel(const KernelContext& c) {
     if (seen[p]) throw ValueError(cat(c.where(), ": perm ", dims_str(perm), " repeats an axis"));
     seen[p] = true;
   }
-  return one(permute(x, perm));
+  return perm;
 }
 
-std::vector<Tensor> expand_kernel(const KernelContext& c) {
+Tensor expand_view(const KernelContext& c) {
   const Tensor& x = c.input(0);
   Ints shape = to_int64s(c.input(1), c.where());
   for (int64_t d : shape)
@@ -155,10 +157,10 @@ std::vector<Tensor> expand_kernel(const KernelContext& c) {
   for (size_t i = 0; i < x.shape().size(); ++i)
     if (x.shape()[i] != 1) strides[lead + i] = x.strides()[i];
   check_output_dims(out, c.where());
-  return one(x.view(out, strides, 0).clone());
+  return x.view(out, strides, 0);
 }
 
-std::vector<Tensor> tile_kernel(const KernelContext& c) {
+Tensor tile_view(const KernelContext& c, Dims* out) {
   const Tensor& x = c.input(0);
   Ints repeats(x.rank(), 1);
   if (c.node.opset > 0 && c.node.opset < 6) {  // Tile-1: a count `tiles` along one `axis`
@@ -173,18 +175,19 @@ std::vector<Tensor> tile_kernel(const KernelContext& c) {
   if (static_cast<int64_t>(repeats.size()) != x.rank())
     throw ValueError(cat(c.where(), ": repeats ", dims_str(repeats), " do not match ", x.str()));
   // View x as [r0, d0, r1, d1, ...] with zero strides on the repeat axes, then merge the pairs.
-  Dims shape, strides, out;
+  Dims shape, strides;
+  out->clear();
   for (int64_t i = 0; i < x.rank(); ++i) {
     if (repeats[i] < 0) throw ValueError(cat(c.where(), ": negative repeat ", repeats[i]));
     shape.insert(shape.end(), {repeats[i], x.shape()[i]});
     strides.insert(strides.end(), {0, x.strides()[i]});
-    out.push_back(checked_numel({repeats[i], x.shape()[i]}, "[Tile] output"));
+    out->push_back(checked_numel({repeats[i], x.shape()[i]}, "[Tile] output"));
   }
-  if (check_output_dims(out, c.where()) == 0) return one(Tensor::empty(x.dtype(), out));
-  return one(x.view(shape, strides, 0).clone().reshape(out));
+  check_output_dims(*out, c.where());
+  return x.view(shape, strides, 0);
 }
 
-std::vector<Tensor> concat_kernel(const KernelContext& c) {
+Dims concat_dims(const KernelContext& c, int64_t* axis_out) {
   if (c.inputs.empty()) throw ValueError(cat(c.where(), ": no inputs"));
   const Tensor& first = c.input(0);
   int64_t rank = first.rank();
@@ -203,27 +206,13 @@ std::vector<Tensor> concat_kernel(const KernelContext& c) {
     out[axis] += t.shape()[axis];
   }
   check_output_dims(out, c.where());
-  Tensor y = Tensor::empty(first.dtype(), out);
-  if (y.numel() == 0) return one(y);
-  // Each input contributes one block of shape[axis:] per index of the outer dims.
-  int64_t outer = 1;
-  for (int64_t k = 0; k < axis; ++k) outer *= out[k];
-  size_t out_row = static_cast<size_t>(y.numel() / outer) * y.itemsize();
-  auto* dst = static_cast<std::byte*>(y.raw_data());
-  size_t col = 0;
-  for (const Tensor& t : c.inputs) {
-    size_t row = static_cast<size_t>(t.numel() / outer) * t.itemsize();
-    const auto* src = static_cast<const std::byte*>(t.raw_data());
-    for (int64_t o = 0; o < outer && row; ++o)
-      std::memcpy(dst + o * out_row + col, src + o * row, row);
-    col += row;
-  }
-  return one(y);
+  *axis_out = axis;
+  return out;
 }
 
 // ---- Pieces: Split and Slice ----
 
-std::vector<Tensor> split_kernel(const KernelContext& c) {
+std::vector<Tensor> split_views(const KernelContext& c) {
   const Tensor& x = c.input(0);
   int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), x.rank(), c.where());
   int64_t dim = x.shape()[axis];
@@ -254,18 +243,18 @@ std::vector<Tensor> split_kernel(const KernelContext& c) {
   }
   if (total != dim)
     throw ValueError(cat(c.where(), ": split ", dims_str(sizes), " does not sum to ", dim));
-  std::vector<Tensor> outs;
+  std::vector<Tensor> views;
   int64_t start = 0;
   for (int64_t s : sizes) {
     Dims shape = x.shape();
     shape[axis] = s;
-    outs.push_back(x.view(shape, x.strides(), start * x.strides()[axis]).clone());
+    views.push_back(x.view(shape, x.strides(), start * x.strides()[axis]));
     start += s;
   }
-  return outs;
+  return views;
 }
 
-std::vector<Tensor> slice_kernel(const KernelContext& c) {
+Tensor slice_view(const KernelContext& c) {
   const Tensor& x = c.input(0);
   Ints starts, ends, axes, steps;
   if (c.attrs().has("starts")) {  // Slice-1: attributes
@@ -311,12 +300,12 @@ std::vector<Tensor> slice_kernel(const KernelContext& c) {
     if (count > 0) offset += s * x.strides()[a];
     strides[a] = count > 1 ? x.strides()[a] * step : x.strides()[a];  // |step| < d here
   }
-  return one(x.view(shape, strides, offset).clone());
+  return x.view(shape, strides, offset);
 }
 
 // ---- Blocks between depth and space (NCHW) ----
 
-std::vector<Tensor> depth_to_space_kernel(const KernelContext& c) {
+Tensor depth_to_space_view(const KernelContext& c, Dims* out) {
   const Tensor& x = c.input(0);
   int64_t b = c.attrs().get_int("blocksize");
   std::string mode = c.attrs().get_string("mode", "DCR");
@@ -325,17 +314,13 @@ std::vector<Tensor> depth_to_space_kernel(const KernelContext& c) {
     throw ValueError(cat(c.where(), ": channels of ", x.str(), " are not a multiple of blocksize ",
                          b, " squared"));
   int64_t n = x.shape()[0], ch = x.shape()[1] / (b * b), h = x.shape()[2], w = x.shape()[3];
-  Tensor y;
-  if (mode == "DCR")
-    y = permute(x.reshape({n, b, b, ch, h, w}), {0, 3, 4, 1, 5, 2});
-  else if (mode == "CRD")
-    y = permute(x.reshape({n, ch, b, b, h, w}), {0, 1, 4, 2, 5, 3});
-  else
-    throw ValueError(cat(c.where(), ": unknown mode '", mode, "'"));
-  return one(y.reshape({n, ch, h * b, w * b}));
+  *out = {n, ch, h * b, w * b};
+  if (mode == "DCR") return permuted_view(x.reshape({n, b, b, ch, h, w}), {0, 3, 4, 1, 5, 2});
+  if (mode == "CRD") return permuted_view(x.reshape({n, ch, b, b, h, w}), {0, 1, 4, 2, 5, 3});
+  throw ValueError(cat(c.where(), ": unknown mode '", mode, "'"));
 }
 
-std::vector<Tensor> space_to_depth_kernel(const KernelContext& c) {
+Tensor space_to_depth_view(const KernelContext& c, Dims* out) {
   const Tensor& x = c.input(0);
   int64_t b = c.attrs().get_int("blocksize");
   if (x.rank() != 4) throw ValueError(cat(c.where(), ": expected a 4-D input, got ", x.str()));
@@ -347,8 +332,82 @@ std::vector<Tensor> space_to_depth_kernel(const KernelContext& c) {
     throw ValueError(cat(c.where(), ": unknown mode '", mode, "'"));
   int64_t n = x.shape()[0], ch = x.shape()[1], h = x.shape()[2] / b, w = x.shape()[3] / b;
   Ints perm = mode == "DCR" ? Ints{0, 3, 5, 1, 2, 4} : Ints{0, 1, 3, 5, 2, 4};
-  Tensor y = permute(x.reshape({n, ch, h, b, w, b}), perm);
-  return one(y.reshape({n, ch * b * b, h, w}));
+  *out = {n, ch * b * b, h, w};
+  return permuted_view(x.reshape({n, ch, h, b, w, b}), perm);
+}
+
+namespace {
+
+// ---- The kernels ----
+
+std::vector<Tensor> reshape_kernel(const KernelContext& c) {
+  return one(c.input(0).reshape(reshape_dims(c)));
+}
+std::vector<Tensor> flatten_kernel(const KernelContext& c) {
+  return one(c.input(0).reshape(flatten_dims(c)));
+}
+std::vector<Tensor> squeeze_kernel(const KernelContext& c) {
+  return one(c.input(0).reshape(squeeze_dims(c)));
+}
+std::vector<Tensor> unsqueeze_kernel(const KernelContext& c) {
+  return one(c.input(0).reshape(unsqueeze_dims(c)));
+}
+
+std::vector<Tensor> transpose_kernel(const KernelContext& c) {
+  return one(permuted_view(c.input(0), transpose_perm(c)).clone());
+}
+
+std::vector<Tensor> expand_kernel(const KernelContext& c) {
+  return one(expand_view(c).clone());
+}
+
+std::vector<Tensor> tile_kernel(const KernelContext& c) {
+  Dims out;
+  Tensor v = tile_view(c, &out);
+  if (v.numel() == 0) return one(Tensor::empty(v.dtype(), out));
+  return one(v.clone().reshape(out));
+}
+
+std::vector<Tensor> concat_kernel(const KernelContext& c) {
+  int64_t axis = 0;
+  Tensor y = Tensor::empty(c.input(0).dtype(), concat_dims(c, &axis));
+  if (y.numel() == 0) return one(y);
+  // Each input contributes one block of shape[axis:] per index of the outer dims.
+  int64_t outer = 1;
+  for (int64_t k = 0; k < axis; ++k) outer *= y.shape()[k];
+  size_t out_row = static_cast<size_t>(y.numel() / outer) * y.itemsize();
+  auto* dst = static_cast<std::byte*>(y.raw_data());
+  size_t col = 0;
+  for (const Tensor& t : c.inputs) {
+    size_t row = static_cast<size_t>(t.numel() / outer) * t.itemsize();
+    const auto* src = static_cast<const std::byte*>(t.raw_data());
+    for (int64_t o = 0; o < outer && row; ++o)
+      std::memcpy(dst + o * out_row + col, src + o * row, row);
+    col += row;
+  }
+  return one(y);
+}
+
+std::vector<Tensor> split_kernel(const KernelContext& c) {
+  std::vector<Tensor> outs;
+  for (const Tensor& v : split_views(c)) outs.push_back(v.clone());
+  return outs;
+}
+
+std::vector<Tensor> slice_kernel(const KernelContext& c) {
+  return one(slice_view(c).clone());
+}
+
+std::vector<Tensor> depth_to_space_kernel(const KernelContext& c) {
+  Dims out;
+  Tensor v = depth_to_space_view(c, &out);
+  return one(v.clone().reshape(out));
+}
+
+std::vector<Tensor> space_to_depth_kernel(const KernelContext& c) {
+  Dims out;
+  Tensor v = space_to_depth_view(c, &out);
+  return one(v.clone().reshape(out));
 }
 
 // ---- Shape queries ----

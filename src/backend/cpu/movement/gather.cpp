@@ -1,0 +1,87 @@
+// Gather and GatherElements on the CPU. The indices are read and checked by the reference's code
+// (same errors, raised before any copy); the copies then run in parallel over output rows.
+#include <cstring>
+
+#include "backend/cpu/movement/movement.h"
+#include "backend/cpu/movement/strided_copy.h"
+#include "pto/parallel.h"
+#include "reference/ops/layout_params.h"
+
+namespace pto::cpu {
+namespace {
+
+std::vector<Tensor> gather(const KernelContext& c) {
+  const Tensor& data = c.input(0);
+  int64_t axis = 0;
+  Dims out_shape;
+  const std::vector<int64_t> idx = reference::gather_indices(c, &axis, &out_shape);
+  Tensor y = Tensor::empty(data.dtype(), out_shape);
+  if (y.numel() == 0) return {y};
+  const Dims& d = data.shape();
+  const int64_t n = d[axis], m = static_cast<int64_t>(idx.size());
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < axis; ++k) outer *= d[k];
+  for (size_t k = axis + 1; k < d.size(); ++k) inner *= d[k];
+  const int64_t row_bytes = inner * static_cast<int64_t>(data.itemsize());
+  const int64_t grain = std::max<int64_t>(1, kCopyGrainBytes / row_bytes);
+  with_element_size(data.itemsize(), [&]<class U>() {
+    const U* src = static_cast<const U*>(data.raw_data());
+    U* dst = static_cast<U*>(y.raw_data());
+    parallel_for(0, outer * m, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const U* from = src + ((r / m) * n + idx[r % m]) * inner;
+        U* to = dst + r * inner;
+        if (row_bytes >= 32)
+          std::memcpy(to, from, static_cast<size_t>(row_bytes));
+        else
+          for (int64_t i = 0; i < inner; ++i) to[i] = from[i];
+      }
+    });
+  });
+  return {y};
+}
+
+// GatherElements: out[p] = data[p with p[axis] = indices[p]]. One data offset per row of the
+// indices' last dimension, then a loop along that row.
+std::vector<Tensor> gather_elements(const KernelContext& c) {
+  const Tensor& data = c.input(0);
+  const Tensor& ind = c.input(1);
+  int64_t axis = 0;
+  const std::vector<int64_t> idx = reference::gather_elements_indices(c, &axis);
+  Tensor y = Tensor::empty(data.dtype(), ind.shape());
+  if (y.numel() == 0) return {y};
+  const Dims& shape = ind.shape();
+  const Dims& strides = data.strides();
+  const int64_t last = ind.rank() - 1, width = shape[last], rows = y.numel() / width;
+  const int64_t grain =
+      std::max<int64_t>(1, kCopyGrainBytes / (width * static_cast<int64_t>(data.itemsize())));
+  with_element_size(data.itemsize(), [&]<class U>() {
+    const U* src = static_cast<const U*>(data.raw_data());
+    U* dst = static_cast<U*>(y.raw_data());
+    parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        int64_t base = 0;  // the data offset of (row's position, 0 along axis and last)
+        for (int64_t k = last, rest = row; k-- > 0;) {
+          if (k != axis) base += (rest % shape[k]) * strides[k];
+          rest /= shape[k];
+        }
+        const int64_t* ix = idx.data() + row * width;
+        U* to = dst + row * width;
+        if (axis == last)
+          for (int64_t j = 0; j < width; ++j) to[j] = src[base + ix[j]];
+        else
+          for (int64_t j = 0; j < width; ++j) to[j] = src[base + j + ix[j] * strides[axis]];
+      }
+    });
+  });
+  return {y};
+}
+
+}  // namespace
+
+void register_gather_kernels(KernelRegistry& r) {
+  r.add("Gather", {.run = gather});
+  r.add("GatherElements", {.run = gather_elements});
+}
+
+}  // namespace pto::cpu

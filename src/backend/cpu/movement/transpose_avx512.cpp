@@ -1,0 +1,1 @@
+#include "transpose_impl.h"
