@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 
+#include "backend/cpu/scratch.h"
 #include "ir/ops/window.h"
 #include "pto/error.h"
 #include "pto/parallel.h"
@@ -15,8 +15,12 @@ namespace {
 
 using window::ceil_div;
 
-std::unique_ptr<float[]> scratch(int64_t n) {
-  return std::unique_ptr<float[]>(new float[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+// The per-thread workspace slot of conv's im2col columns and padded depthwise planes (the GEMM
+// uses the others).
+constexpr int kConvScratch = 3;
+
+float* workspace(int64_t n) {
+  return scratch_as<float>(static_cast<size_t>(std::max<int64_t>(n, 1)), kConvScratch);
 }
 
 // ---- general path: implicit GEMM ----
@@ -89,12 +93,12 @@ void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const floa
   if (threads > 1 && (tasks >= 3 * threads || tasks % threads == 0)) {
     // Enough independent GEMMs: one per task, each serial, with a col buffer per chunk.
     parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
-      std::unique_ptr<float[]> col = scratch(col_size);
-      for (int64_t t = t0; t < t1; ++t) task(t, col.get(), false);
+      float* col = workspace(col_size);
+      for (int64_t t = t0; t < t1; ++t) task(t, col, false);
     });
   } else {
-    std::unique_ptr<float[]> col = scratch(col_size);
-    for (int64_t t = 0; t < tasks; ++t) task(t, col.get(), threads > 1);
+    float* col = workspace(col_size);
+    for (int64_t t = 0; t < tasks; ++t) task(t, col, threads > 1);
   }
 }
 
@@ -119,16 +123,16 @@ void conv_depthwise(const ConvGeometry& g, const float* x, const float* w, const
   rest.ldr = g.ow;
   const bool has_rest = ep.residual || ep.act != Activation::kNone;
   parallel_for(0, g.n * g.m, 1, [&](int64_t t0, int64_t t1) {
-    std::unique_ptr<float[]> padded = scratch(p.rows * p.row_len);
+    float* padded = workspace(p.rows * p.row_len);
     int64_t padded_plane = -1;  // which input plane `padded` holds
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n = t / g.m, m = t % g.m, plane = n * g.c + m / mult;
       if (plane != padded_plane) {
-        PTO_ISA_DISPATCH(depthwise_pad, p, x + plane * g.in_plane(), padded.get());
+        PTO_ISA_DISPATCH(depthwise_pad, p, x + plane * g.in_plane(), padded);
         padded_plane = plane;
       }
       float* yp = y + t * HW;
-      PTO_ISA_DISPATCH(depthwise_plane, p, padded.get(), w + m * K, bias ? bias[m] : 0.0f, yp);
+      PTO_ISA_DISPATCH(depthwise_plane, p, padded, w + m * K, bias ? bias[m] : 0.0f, yp);
       if (has_rest) {
         Epilogue e = rest;
         if (ep.residual) e.residual = ep.residual + t * HW;
