@@ -20,9 +20,9 @@ enum class Activation {
   kLeakyRelu,  // x < 0 ? slope * x : x (slope in `lo`)
   kSigmoid,
   kTanh,
-  kGelu,       // exact (erf) GELU
-  kGeluTanh,   // tanh approximation
-  kSilu,       // x * sigmoid(x)
+  kGelu,      // exact (erf) GELU
+  kGeluTanh,  // tanh approximation
+  kSilu,      // x * sigmoid(x)
   kHardSwish,
 };
 
