@@ -58,9 +58,10 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// Block sizes from the cache sizes of this machine (docs/notes/gemm.md):
-//   KC: an A micro-panel (MR x KC) and a B micro-panel (KC x NR) take 3/4 of L1, the rest is
-//       left for the C micro-tile and stray lines;
+// Block sizes from the cache sizes of this machine (docs/notes/gemm.md has the measurements):
+//   KC: the B micro-panel (KC x NR) is twice L1, clamped to [128, 512]. It then streams from L2
+//       while the micro-kernel runs; halving KC to keep it in L1 costs more in C tile loads and
+//       stores (once per KC) than it saves (AVX-512 on a 48 KiB L1: KC 384 beats 256 and 192);
 //   MC: the packed A block (MC x KC) takes half of L2, the other half streams B panels and C;
 //   NC: the packed B block (KC x NC) takes half of this core's share of L3 (L2 when none).
 Blocking blocking_for(Isa isa) {
@@ -73,7 +74,7 @@ Blocking blocking_for(Isa isa) {
   const int64_t l3 =
       d.l3_bytes ? static_cast<int64_t>(d.l3_bytes) / std::max(1, d.physical_cores) : l2;
   const int64_t f = sizeof(float);
-  b.kc = std::clamp<int64_t>(round_down(l1 * 3 / 4 / (f * (b.mr + b.nr)), 8), 16, 1024);
+  b.kc = std::clamp<int64_t>(round_down(2 * l1 / (f * b.nr), 8), 128, 512);
   b.mc = round_down(l2 / 2 / (f * b.kc), b.mr);
   b.nc = round_down(std::max(l3, l2) / 2 / (f * b.kc), b.nr);
   return b;
@@ -111,15 +112,18 @@ bool has_epilogue(const Epilogue& ep) {
          ep.act != Activation::kNone;
 }
 
-// Rows up to which a task reads B in place instead of packing it (non-transposed B only): with few
-// A panels, packing B costs more than the strided reads it saves.
+// When a task reads a non-transposed B in place (row stride ldb) instead of packing it: always
+// for a few A panels (packing B would cost more than the strided reads save), and for any M when
+// B's row stride is not a multiple of 4 KiB (rows that far apart share L1/L2 sets and evict each
+// other; measured here: in place wins on 256..768-wide B, packing wins on 1024 and 3072).
 constexpr int64_t kDirectBPanels = 4;
 
 // C[i0:i1, j0:j1] of one GEMM. `packed` is B pre-packed by pack_b (panels of K x NR), or null.
 void compute_block(const GemmArgs& g, const float* packed, const Blocking& bl, int64_t i0,
                    int64_t i1, int64_t j0, int64_t j1) {
   const int64_t K = g.k, nr = bl.nr;
-  const bool direct = packed == nullptr && !g.trans_b && i1 - i0 <= kDirectBPanels * bl.mr;
+  const bool direct = packed == nullptr && !g.trans_b &&
+                      (i1 - i0 <= kDirectBPanels * bl.mr || (g.ldb * sizeof(float)) % 4096 != 0);
   const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
   const int64_t slices = K == 0 ? 1 : ceil_div(K, bl.kc);
   for (int64_t jc = j0; jc < j1; jc += bl.nc) {
