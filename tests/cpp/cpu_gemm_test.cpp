@@ -90,9 +90,9 @@ void expect_matches(const GemmArgs& g, const std::string& what) {
 struct Case {
   int64_t m, n, k;
 };
-const Case kShapes[] = {{0, 5, 3},  {5, 0, 3},    {5, 3, 0},      {1, 1, 1},
-                        {7, 13, 5}, {33, 65, 17}, {129, 31, 257}, {1, 70, 600},
-                        {3, 1, 70}, {16, 33, 8},  {70, 45, 450},  {200, 100, 40}};
+const Case kShapes[] = {{0, 5, 3},     {5, 0, 3},      {5, 3, 0},      {1, 1, 1},  {7, 13, 5},
+                        {33, 65, 17},  {129, 31, 257}, {1, 70, 600},   {3, 1, 70}, {16, 33, 8},
+                        {70, 45, 450}, {200, 100, 40}, {40, 1023, 30}, {700, 9, 5}};
 
 std::string isa_and_threads(Isa isa, int threads) {
   return std::string(isa_name(isa)) + ", " + std::to_string(threads) + " thread(s)";
