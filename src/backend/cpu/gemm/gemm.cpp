@@ -23,28 +23,23 @@
 namespace pto::cpu {
 namespace {
 
-// The register block of `isa` (the kernels of every ISA are linked in; they are only run on
-// machines that support them, but asking their shape is safe anywhere).
-int64_t mr_of(Isa isa) {
+// The register block (MR rows x NR columns) of `isa`. The kernels of every ISA are linked in;
+// they only run on machines that support them, but asking their shape is safe anywhere.
+void register_block(Isa isa, int64_t* mr, int64_t* nr) {
   switch (isa) {
     case Isa::kAvx512:
-      return avx512::gemm_mr();
+      return avx512::gemm_block(mr, nr);
     case Isa::kAvx2:
-      return avx2::gemm_mr();
+      return avx2::gemm_block(mr, nr);
     default:
-      return generic::gemm_mr();
+      return generic::gemm_block(mr, nr);
   }
 }
 
 int64_t nr_of(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512:
-      return avx512::gemm_nr();
-    case Isa::kAvx2:
-      return avx2::gemm_nr();
-    default:
-      return generic::gemm_nr();
-  }
+  int64_t mr = 0, nr = 0;
+  register_block(isa, &mr, &nr);
+  return nr;
 }
 
 struct Blocking {
@@ -67,8 +62,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
 Blocking blocking_for(Isa isa) {
   const DeviceInfo& d = device_info();
   Blocking b{};
-  b.mr = mr_of(isa);
-  b.nr = nr_of(isa);
+  register_block(isa, &b.mr, &b.nr);
   const int64_t l1 = d.l1d_bytes ? static_cast<int64_t>(d.l1d_bytes) : 32 << 10;
   const int64_t l2 = d.l2_bytes ? static_cast<int64_t>(d.l2_bytes) : 256 << 10;
   const int64_t l3 =

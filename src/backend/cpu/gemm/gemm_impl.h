@@ -95,11 +95,9 @@ struct MicroTable {
 
 }  // namespace
 
-int gemm_mr() {
-  return kMR;
-}
-int gemm_nr() {
-  return kNR;
+void gemm_block(int64_t* mr, int64_t* nr) {
+  *mr = kMR;
+  *nr = kNR;
 }
 
 void gemm_pack_a(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, float* dst) {

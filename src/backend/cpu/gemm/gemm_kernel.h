@@ -30,7 +30,7 @@ struct MacroBlock {
 
 PTO_ISA_DECLARE(
     // The micro-kernel's register block: MR rows by NR columns of C.
-    int gemm_mr(); int gemm_nr();
+    void gemm_block(int64_t* mr, int64_t* nr);
     // Packs rows [0, m) x k of op(A) (a points at its first element) into ceil(m/MR) panels.
     void gemm_pack_a(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, float* dst);
     // Packs k x columns [0, n) of op(B) into ceil(n/NR) panels of k x NR, panel j at
