@@ -1,29 +1,245 @@
-// PLACEHOLDER (to be replaced by the packed, blocked implementation): plain loops, correct only.
+// SGEMM driver: cache blocking, the 2-D task decomposition over threads, and B handling (packed
+// per block, pre-packed, or read in place). The per-ISA packing and micro-kernels are in
+// gemm_impl.h; docs/notes/gemm.md explains the choices and the measured numbers.
+//
+// Loop nest of one task (a range of rows and columns of one GEMM of the batch), after Goto/BLIS:
+//   for jc over the task's columns, NC at a time        B block (KC x NC) lives in L3
+//     for pc over K, KC at a time                        pack B block once
+//       for ic over the task's rows, MC at a time        A block (MC x KC) lives in L2
+//         pack A block; macro-kernel: for each NR panel of B (stays in L1), for each MR panel of A
+//         the micro-kernel; on the last pc the epilogue runs on each micro-tile just stored.
 #include "backend/cpu/gemm/gemm.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/isa/isa.h"
+#include "backend/cpu/gemm/gemm_kernel.h"
+#include "pto/device_info.h"
+#include "pto/error.h"
 #include "pto/parallel.h"
 
 namespace pto::cpu {
+namespace {
 
-void sgemm(const GemmArgs& g) {
-  parallel_for(0, g.m, 1, [&](int64_t m0, int64_t m1) {
-    for (int64_t i = m0; i < m1; ++i) {
-      for (int64_t j = 0; j < g.n; ++j) {
-        float s = 0;
-        for (int64_t p = 0; p < g.k; ++p) {
-          float a = g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p];
-          float b = g.trans_b ? g.b[j * g.ldb + p] : g.b[p * g.ldb + j];
-          s += a * b;
-        }
-        g.c[i * g.ldc + j] = g.alpha * s;
-      }
-      apply_epilogue(g.epilogue, g.c + i * g.ldc, g.ldc, i, 1, 0, g.n);
+// The register block (MR rows x NR columns) of `isa`. The kernels of every ISA are linked in;
+// they only run on machines that support them, but asking their shape is safe anywhere.
+void register_block(Isa isa, int64_t* mr, int64_t* nr) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return avx512::gemm_block(mr, nr);
+    case Isa::kAvx2:
+      return avx2::gemm_block(mr, nr);
+    default:
+      return generic::gemm_block(mr, nr);
+  }
+}
+
+int64_t nr_of(Isa isa) {
+  int64_t mr = 0, nr = 0;
+  register_block(isa, &mr, &nr);
+  return nr;
+}
+
+struct Blocking {
+  int64_t mr, nr, kc, mc, nc;
+};
+
+int64_t round_down(int64_t x, int64_t to) {
+  return std::max(to, x / to * to);
+}
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Block sizes from the cache sizes of this machine (docs/notes/gemm.md has the measurements):
+//   KC: the B micro-panel (KC x NR) is twice L1, clamped to [128, 512]. It then streams from L2
+//       while the micro-kernel runs; halving KC to keep it in L1 costs more in C tile loads and
+//       stores (once per KC) than it saves (AVX-512 on a 48 KiB L1: KC 384 beats 256 and 192);
+//   MC: the packed A block (MC x KC) takes half of L2, the other half streams B panels and C;
+//   NC: the packed B block (KC x NC) takes half of this core's share of L3 (L2 when none).
+Blocking blocking_for(Isa isa) {
+  const DeviceInfo& d = device_info();
+  Blocking b{};
+  register_block(isa, &b.mr, &b.nr);
+  const int64_t l1 = d.l1d_bytes ? static_cast<int64_t>(d.l1d_bytes) : 32 << 10;
+  const int64_t l2 = d.l2_bytes ? static_cast<int64_t>(d.l2_bytes) : 256 << 10;
+  const int64_t l3 =
+      d.l3_bytes ? static_cast<int64_t>(d.l3_bytes) / std::max(1, d.physical_cores) : l2;
+  const int64_t f = sizeof(float);
+  b.kc = std::clamp<int64_t>(round_down(2 * l1 / (f * b.nr), 8), 128, 512);
+  b.mc = round_down(l2 / 2 / (f * b.kc), b.mr);
+  b.nc = round_down(std::max(l3, l2) / 2 / (f * b.kc), b.nr);
+  return b;
+}
+
+const Blocking& blocking() {
+  static const Blocking per_isa[3] = {blocking_for(Isa::kGeneric), blocking_for(Isa::kAvx2),
+                                      blocking_for(Isa::kAvx512)};
+  return per_isa[static_cast<int>(active_isa())];
+}
+
+// A per-thread, 64-byte aligned scratch buffer that only grows.
+class Scratch {
+ public:
+  ~Scratch() { std::free(p_); }
+  float* get(int64_t floats) {
+    const size_t bytes = (static_cast<size_t>(std::max<int64_t>(floats, 1)) * 4 + 63) / 64 * 64;
+    if (bytes > cap_) {
+      std::free(p_);
+      p_ = static_cast<float*>(std::aligned_alloc(64, bytes));
+      PTO_CHECK(p_ != nullptr) << "sgemm: out of memory for a " << bytes << "-byte panel";
+      cap_ = bytes;
     }
-  });
+    return p_;
+  }
+
+ private:
+  float* p_ = nullptr;
+  size_t cap_ = 0;
+};
+thread_local Scratch t_pack_a, t_pack_b, t_pack_edge;
+
+bool has_epilogue(const Epilogue& ep) {
+  return ep.bias_kind != Epilogue::Bias::kNone || ep.residual != nullptr ||
+         ep.act != Activation::kNone;
+}
+
+// When a task reads a non-transposed B in place (row stride ldb) instead of packing it: always
+// for a few A panels (packing B would cost more than the strided reads save), and for any M when
+// B's row stride is not a multiple of 4 KiB (rows that far apart share L1/L2 sets and evict each
+// other; measured here: in place wins on 256..768-wide B, packing wins on 1024 and 3072).
+constexpr int64_t kDirectBPanels = 4;
+
+// C[i0:i1, j0:j1] of one GEMM. `packed` is B pre-packed by pack_b (panels of K x NR), or null.
+void compute_block(const GemmArgs& g, const float* packed, const Blocking& bl, int64_t i0,
+                   int64_t i1, int64_t j0, int64_t j1) {
+  const int64_t K = g.k, nr = bl.nr;
+  const bool direct = packed == nullptr && !g.trans_b &&
+                      (i1 - i0 <= kDirectBPanels * bl.mr || (g.ldb * sizeof(float)) % 4096 != 0);
+  const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
+  const int64_t slices = K == 0 ? 1 : ceil_div(K, bl.kc);
+  for (int64_t jc = j0; jc < j1; jc += bl.nc) {
+    const int64_t nc = std::min(bl.nc, j1 - jc);
+    for (int64_t s = 0; s < slices; ++s) {
+      const int64_t pc = s * bl.kc, kc = std::min(bl.kc, K - pc);
+      MacroBlock blk;
+      blk.n = nc;
+      blk.k = kc;
+      if (packed) {
+        blk.b = packed + (jc / nr) * K * nr + pc * nr;
+        blk.b_panel_stride = K * nr;
+        blk.b_row_stride = nr;
+      } else if (direct) {
+        blk.b = g.b + pc * g.ldb + jc;
+        blk.b_panel_stride = nr;
+        blk.b_row_stride = g.ldb;
+        if (nc % nr) {
+          const int64_t e = nc / nr * nr;
+          float* edge = t_pack_edge.get(kc * nr);
+          PTO_ISA_DISPATCH(gemm_pack_b, g.b + pc * g.ldb + jc + e, g.ldb, false, kc, nc - e, edge,
+                           kc * nr);
+          blk.b_edge = edge;
+        }
+      } else {
+        float* bp = t_pack_b.get(ceil_div(nc, nr) * kc * nr);
+        const float* src = g.trans_b ? g.b + jc * g.ldb + pc : g.b + pc * g.ldb + jc;
+        PTO_ISA_DISPATCH(gemm_pack_b, src, g.ldb, g.trans_b, kc, nc, bp, kc * nr);
+        blk.b = bp;
+        blk.b_panel_stride = kc * nr;
+        blk.b_row_stride = nr;
+      }
+      blk.ldc = g.ldc;
+      blk.alpha = g.alpha;
+      blk.accumulate = s > 0;
+      blk.epilogue = s == slices - 1 ? ep : nullptr;
+      blk.n0 = jc;
+      for (int64_t ic = i0; ic < i1; ic += bl.mc) {
+        const int64_t mc = std::min(bl.mc, i1 - ic);
+        float* ap = t_pack_a.get(ceil_div(mc, bl.mr) * bl.mr * kc);
+        const float* src = g.trans_a ? g.a + pc * g.lda + ic : g.a + ic * g.lda + pc;
+        PTO_ISA_DISPATCH(gemm_pack_a, src, g.lda, g.trans_a, mc, kc, ap);
+        blk.m = mc;
+        blk.a = ap;
+        blk.c = g.c + ic * g.ldc + jc;
+        blk.m0 = ic;
+        PTO_ISA_DISPATCH(gemm_macro, blk);
+      }
+    }
+  }
+}
+
+struct Grid {
+  int64_t tm = 1, tn = 1;
+};
+
+// Splits each GEMM's rows into tm and columns into tn ranges (whole MR / NR panels) so that
+// items * tm * tn tasks keep every thread busy: the estimated time of the slowest wave of tasks,
+// counting each task's multiply-adds and its packing of A (rows x K) and B (columns x K).
+Grid choose_grid(int64_t items, const GemmArgs& g, const Blocking& bl, int threads) {
+  const int64_t mp = ceil_div(g.m, bl.mr), np = ceil_div(g.n, bl.nr);
+  // Below about 0.1 ms of work per thread the pool's wake-up is not worth it.
+  const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) *
+                       static_cast<double>(std::max<int64_t>(g.k, 1)) * static_cast<double>(items);
+  threads = static_cast<int>(std::min<double>(threads, std::max(1.0, flops / 2e5)));
+  Grid best;
+  if (threads <= 1) return best;
+  double best_cost = 1e300;
+  for (int64_t tm = 1; tm <= std::min<int64_t>(mp, 4 * threads); ++tm)
+    for (int64_t tn = 1; tn <= std::min<int64_t>(np, 4 * threads); ++tn) {
+      const int64_t tasks = items * tm * tn;
+      if (tasks > 16 * threads && (tm > 1 || tn > 1)) continue;
+      const double waves = static_cast<double>(ceil_div(tasks, threads));
+      const double mt = static_cast<double>(ceil_div(mp, tm) * bl.mr);
+      const double nt = static_cast<double>(ceil_div(np, tn) * bl.nr);
+      const double cost = waves * (mt * nt + 32.0 * (mt + nt)) + static_cast<double>(tasks);
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = {tm, tn};
+      }
+    }
+  return best;
+}
+
+void run_gemm(const GemmArgs& args, const float* packed, int64_t batch, int64_t stride_a,
+              int64_t stride_b, int64_t stride_c, int64_t stride_r) {
+  if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
+  const Blocking& bl = blocking();
+  const int threads = in_parallel_region() ? 1 : num_threads();
+  const Grid grid = choose_grid(batch, args, bl, threads);
+  const int64_t mp = ceil_div(args.m, bl.mr), np = ceil_div(args.n, bl.nr);
+  const int64_t per_item = grid.tm * grid.tn;
+  auto task = [&](int64_t t) {
+    const int64_t item = t / per_item, im = t % per_item / grid.tn, in = t % grid.tn;
+    GemmArgs g = args;
+    g.a += item * stride_a;
+    g.b += item * stride_b;
+    g.c += item * stride_c;
+    if (g.epilogue.residual) g.epilogue.residual += item * stride_r;
+    const int64_t i0 = std::min(args.m, im * mp / grid.tm * bl.mr);
+    const int64_t i1 = std::min(args.m, (im + 1) * mp / grid.tm * bl.mr);
+    const int64_t j0 = std::min(args.n, in * np / grid.tn * bl.nr);
+    const int64_t j1 = std::min(args.n, (in + 1) * np / grid.tn * bl.nr);
+    if (i0 < i1 && j0 < j1) compute_block(g, packed, bl, i0, i1, j0, j1);
+  };
+  const int64_t tasks = batch * per_item;
+  if (tasks == 1 || threads == 1) {
+    for (int64_t t = 0; t < tasks; ++t) task(t);
+  } else {
+    parallel_tasks(tasks, task);
+  }
+}
+
+}  // namespace
+
+void sgemm(const GemmArgs& args) {
+  run_gemm(args, nullptr, 1, 0, 0, 0, 0);
+}
+
+void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b,
+                   int64_t stride_c, int64_t stride_r) {
+  run_gemm(args, nullptr, batch, stride_a, stride_b, stride_c, stride_r);
 }
 
 PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b) {
@@ -31,30 +247,33 @@ PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b) 
   p.k_ = k;
   p.n_ = n;
   p.isa_ = static_cast<int>(active_isa());
-  p.data_ = std::shared_ptr<float[]>(new float[static_cast<size_t>(k * n) + 1]);
-  for (int64_t i = 0; i < k; ++i)
-    for (int64_t j = 0; j < n; ++j) p.data_[i * n + j] = trans_b ? b[j * ldb + i] : b[i * ldb + j];
+  const int64_t nr = nr_of(active_isa());
+  const int64_t floats = ceil_div(n, nr) * nr * k;
+  p.data_ = std::shared_ptr<float[]>(new float[static_cast<size_t>(floats) + 1]);
+  PTO_ISA_DISPATCH(gemm_pack_b, b, ldb, trans_b, k, n, p.data_.get(), k * nr);
   return p;
 }
 
 void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
+  PTO_CHECK(packed.k() == args.k && packed.n() == args.n)
+      << "sgemm_packed: B packed as " << packed.k() << " x " << packed.n() << ", used as " << args.k
+      << " x " << args.n;
+  const Isa isa = static_cast<Isa>(packed.isa());
+  if (isa == active_isa()) {
+    run_gemm(args, packed.data(), 1, 0, 0, 0, 0);
+    return;
+  }
+  // Packed for another ISA's panel width: unpack to K x N and run the ordinary path.
+  const int64_t nr = nr_of(isa), k = args.k, n = args.n;
+  std::vector<float> b(static_cast<size_t>(k * n));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t p = 0; p < k; ++p)
+      b[p * n + j] = packed.data()[(j / nr) * k * nr + p * nr + j % nr];
   GemmArgs g = args;
-  g.b = packed.data();
-  g.ldb = packed.n();
+  g.b = b.data();
+  g.ldb = n;
   g.trans_b = false;
   sgemm(g);
-}
-
-void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b,
-                   int64_t stride_c, int64_t stride_r) {
-  for (int64_t i = 0; i < batch; ++i) {
-    GemmArgs g = args;
-    g.a += i * stride_a;
-    g.b += i * stride_b;
-    g.c += i * stride_c;
-    if (g.epilogue.residual) g.epilogue.residual += i * stride_r;
-    sgemm(g);
-  }
 }
 
 }  // namespace pto::cpu

@@ -1,7 +1,189 @@
+// CPU kernels for MatMul (numpy semantics: 1-D operands promoted then removed, batch dimensions
+// broadcast) and Gemm (transA, transB, alpha, beta, C broadcast to M x N), on sgemm. float32 only;
+// other dtypes are declined and run on the reference interpreter. A constant B (a weight) is
+// packed once at compile time (prepare) and every run uses sgemm_packed.
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/kernel.h"
+#include "pto/error.h"
 
 namespace pto::cpu {
+namespace {
 
-void register_gemm_kernels(KernelRegistry& r) {}
+bool all_f32(const NodeInfo& n, size_t count) {
+  for (size_t i = 0; i < count; ++i)
+    if (n.dtype(i) != DType::kF32) return false;
+  return n.outputs.size() == 1 && n.outputs[0].dtype == DType::kF32;
+}
+
+bool rank_is(const TensorType& t, size_t rank) {
+  return t.shape && t.shape->size() == rank;
+}
+
+// A constant 2-D (or 1-D, as K x 1) B, packed for sgemm_packed; K x N as the product sees it.
+std::any pack_constant_b(const Tensor& b, bool trans) {
+  if (b.rank() == 1) return pack_b(b.dim(0), 1, b.data<float>(), 1, false);
+  const int64_t k = trans ? b.dim(1) : b.dim(0), n = trans ? b.dim(0) : b.dim(1);
+  return pack_b(k, n, b.data<float>(), b.dim(1), trans);
+}
+
+// sgemm, or sgemm_packed when prepare() packed B.
+void run_sgemm(const KernelContext& c, const GemmArgs& g) {
+  if (c.state && c.state->has_value())
+    sgemm_packed(g, c.prepared<PackedB>());
+  else
+    sgemm(g);
+}
+
+std::vector<Tensor> matmul(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor &A = c.input(0), &B = c.input(1);
+  if (A.rank() == 0 || B.rank() == 0)
+    throw ValueError(cat(w, ": operands must have rank >= 1, got ", dims_str(A.shape()), " and ",
+                         dims_str(B.shape())));
+  Dims a2 = A.shape(), b2 = B.shape();
+  if (a2.size() == 1) a2.insert(a2.begin(), 1);
+  if (b2.size() == 1) b2.push_back(1);
+  const int64_t M = a2[a2.size() - 2], K = a2.back(), N = b2.back();
+  if (b2[b2.size() - 2] != K)
+    throw ValueError(
+        cat(w, ": inner dimensions differ: ", dims_str(A.shape()), " x ", dims_str(B.shape())));
+  const Dims ab(a2.begin(), a2.end() - 2), bb(b2.begin(), b2.end() - 2);
+  const Dims batch = broadcast_dims(ab, bb, w);
+  Dims yshape = batch;
+  if (A.rank() > 1) yshape.push_back(M);
+  if (B.rank() > 1) yshape.push_back(N);
+  Tensor Y = Tensor::empty(DType::kF32, yshape);
+  if (Y.numel() == 0) return {Y};
+
+  GemmArgs g;
+  g.m = M;
+  g.n = N;
+  g.k = K;
+  g.a = A.data<float>();
+  g.lda = K;
+  g.b = B.data<float>();
+  g.ldb = N;
+  g.c = Y.data<float>();
+  g.ldc = N;
+  int64_t items = 1;
+  for (int64_t d : batch) items *= d;
+  int64_t a_items = 1, b_items = 1;
+  for (int64_t d : ab) a_items *= d;
+  for (int64_t d : bb) b_items *= d;
+  if (b_items == 1) {  // one B for every batch: fold A's batch into M (rows are contiguous)
+    g.m = M * items;
+    run_sgemm(c, g);
+    return {Y};
+  }
+  if ((a_items == 1 || a_items == items) && b_items == items) {  // A shared or batched in full
+    sgemm_batched(g, items, a_items == 1 ? 0 : M * K, K * N, M * N);
+    return {Y};
+  }
+  // General broadcasting between batch shapes: one GEMM per output batch item.
+  const size_t r = batch.size();
+  Dims idx(r, 0);
+  for (int64_t item = 0; item < items; ++item) {
+    int64_t ao = 0, bo = 0, as = 1, bs = 1;
+    for (size_t d = r; d-- > 0;) {
+      const size_t da = d + ab.size() - r, db = d + bb.size() - r;  // right-aligned
+      if (d + ab.size() >= r && ab[da] != 1) ao += idx[d] * as;
+      if (d + ab.size() >= r) as *= ab[da];
+      if (d + bb.size() >= r && bb[db] != 1) bo += idx[d] * bs;
+      if (d + bb.size() >= r) bs *= bb[db];
+    }
+    GemmArgs one = g;
+    one.a += ao * M * K;
+    one.b += bo * K * N;
+    one.c += item * M * N;
+    sgemm(one);
+    for (size_t d = r; d-- > 0;)
+      if (++idx[d] < batch[d])
+        break;
+      else
+        idx[d] = 0;
+  }
+  return {Y};
+}
+
+std::vector<Tensor> gemm(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor &A = c.input(0), &B = c.input(1);
+  if (A.rank() != 2 || B.rank() != 2)
+    throw ValueError(cat(w, ": A and B must be 2-D, got ", A.str(), " and ", B.str()));
+  const bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;
+  const int64_t M = ta ? A.dim(1) : A.dim(0), K = ta ? A.dim(0) : A.dim(1);
+  const int64_t N = tb ? B.dim(0) : B.dim(1);
+  if ((tb ? B.dim(1) : B.dim(0)) != K)
+    throw ValueError(cat(w, ": A' [", M, ", ", K, "] and B' ", B.str(), (tb ? " (transposed)" : ""),
+                         " do not multiply"));
+  const float alpha = static_cast<float>(c.attrs().get_float("alpha", 1.0));
+  const float beta = static_cast<float>(c.attrs().get_float("beta", 1.0));
+  Tensor Y = Tensor::empty(DType::kF32, {M, N});
+  GemmArgs g;
+  g.m = M;
+  g.n = N;
+  g.k = K;
+  g.a = A.data<float>();
+  g.lda = A.dim(1);
+  g.trans_a = ta;
+  g.b = B.data<float>();
+  g.ldb = B.dim(1);
+  g.trans_b = tb;
+  g.c = Y.data<float>();
+  g.ldc = N;
+  g.alpha = alpha;
+  std::vector<float> bias;  // beta * C when C is a row, a column or a scalar
+  if (c.has_input(2)) {
+    const Tensor& C = c.input(2);
+    const int64_t cm = C.rank() == 2 ? C.dim(0) : 1, cn = C.rank() >= 1 ? C.dim(-1) : 1;
+    if (C.rank() > 2 || (cm != 1 && cm != M) || (cn != 1 && cn != N))
+      throw ValueError(cat(w, ": C ", C.str(), " does not broadcast to [", M, ", ", N, "]"));
+    const float* cv = C.data<float>();
+    Epilogue& ep = g.epilogue;
+    if (cm == M && cn == N && M * N > 1) {
+      ep.residual = cv;
+      ep.ldr = N;
+      ep.residual_scale = beta;
+    } else {
+      bias.resize(static_cast<size_t>(cm * cn));
+      for (size_t i = 0; i < bias.size(); ++i) bias[i] = beta * cv[i];
+      ep.bias = bias.data();
+      ep.bias_kind = cm * cn == 1 ? Epilogue::Bias::kScalar
+                     : cm == 1    ? Epilogue::Bias::kPerCol
+                                  : Epilogue::Bias::kPerRow;
+    }
+  }
+  run_sgemm(c, g);
+  return {Y};
+}
+
+}  // namespace
+
+void register_gemm_kernels(KernelRegistry& r) {
+  Kernel mm;
+  mm.accepts = [](const NodeInfo& n) { return all_f32(n, 2); };
+  mm.prepare = [](const NodeInfo& n) -> std::any {
+    // Only a 1-D or 2-D constant B with a known A rank that folds into one GEMM is worth packing.
+    if (!n.is_constant(1) || n.constants[1]->rank() > 2) return {};
+    return pack_constant_b(*n.constants[1], false);
+  };
+  mm.run = matmul;
+  r.add("MatMul", std::move(mm));
+
+  Kernel gm;
+  gm.accepts = [](const NodeInfo& n) {
+    const size_t count = n.inputs.size() > 2 && n.inputs[2].dtype != DType::kUndefined ? 3 : 2;
+    return all_f32(n, count) && rank_is(n.inputs[0], 2) && rank_is(n.inputs[1], 2);
+  };
+  gm.prepare = [](const NodeInfo& n) -> std::any {
+    if (!n.is_constant(1) || n.constants[1]->rank() != 2) return {};
+    return pack_constant_b(*n.constants[1], n.node.attrs.get_int("transB", 0) != 0);
+  };
+  gm.run = gemm;
+  r.add("Gemm", std::move(gm));
+}
 
 }  // namespace pto::cpu

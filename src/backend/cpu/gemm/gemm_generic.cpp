@@ -1,0 +1,1 @@
+#include "backend/cpu/gemm/gemm_impl.h"

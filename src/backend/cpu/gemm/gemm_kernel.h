@@ -1,0 +1,42 @@
+// What the GEMM driver (gemm.cpp) asks of each ISA's kernels (gemm_impl.h, compiled once per ISA):
+// the register block, packing of A and B into panels, and the macro-kernel that runs the
+// micro-kernel over one block of C.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/isa/isa.h"
+
+namespace pto::cpu {
+
+// One (mc x nc) block of C over one KC slice of K. A is packed: panel i (rows i*MR..) at
+// a + i * k * MR, MR values per k. B panel j (columns j*NR..) is at b + j * b_panel_stride with
+// b_row_stride floats between consecutive k; a partial last panel is read from b_edge instead
+// (packed, row stride NR) when b_edge is set.
+struct MacroBlock {
+  int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  const float* b = nullptr;
+  int64_t b_panel_stride = 0, b_row_stride = 0;
+  const float* b_edge = nullptr;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  float alpha = 1.0f;
+  bool accumulate = false;  // C += alpha * AB (a later K slice) instead of C = alpha * AB
+  const Epilogue* epilogue = nullptr;  // applied per micro-tile when set (the last K slice)
+  int64_t m0 = 0, n0 = 0;              // this block's origin in the whole problem (epilogue)
+};
+
+PTO_ISA_DECLARE(
+    // The micro-kernel's register block: MR rows by NR columns of C.
+    void gemm_block(int64_t* mr, int64_t* nr);
+    // Packs rows [0, m) x k of op(A) (a points at its first element) into ceil(m/MR) panels.
+    void gemm_pack_a(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, float* dst);
+    // Packs k x columns [0, n) of op(B) into ceil(n/NR) panels of k x NR, panel j at
+    // dst + j * panel_stride (panel_stride >= k * NR), zero-padded to NR columns.
+    void gemm_pack_b(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float* dst,
+                     int64_t panel_stride);
+    void gemm_macro(const MacroBlock& blk);)
+
+}  // namespace pto::cpu

@@ -1,0 +1,350 @@
+// SGEMM (src/backend/cpu/gemm) against a double-precision loop, on every ISA this machine runs and
+// on 1 and 2 threads: sizes with 0 and 1 in each dimension, odd sizes, both transposes, leading
+// dimensions wider than the matrix, every epilogue, batches with broadcast operands, pre-packed B
+// (also across ISAs); and the MatMul / Gemm CPU kernels against the reference interpreter.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/isa/isa.h"
+#include "pto/error.h"
+#include "pto/executable.h"
+#include "pto/parallel.h"
+#include "pto/reference.h"
+
+namespace pto::cpu {
+namespace {
+
+std::vector<float> random_vector(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+double activate(const Epilogue& ep, double x) {
+  switch (ep.act) {
+    case Activation::kNone:
+      return x;
+    case Activation::kRelu:
+      return x > 0 ? x : 0;
+    case Activation::kClip:
+      return std::min<double>(std::max<double>(x, ep.lo), ep.hi);
+    case Activation::kLeakyRelu:
+      return x < 0 ? ep.lo * x : x;
+    case Activation::kSigmoid:
+      return 1 / (1 + std::exp(-x));
+    case Activation::kTanh:
+      return std::tanh(x);
+    case Activation::kGelu:
+      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case Activation::kGeluTanh:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case Activation::kSilu:
+      return x / (1 + std::exp(-x));
+    case Activation::kHardSwish:
+      return x * std::min(std::max(x / 6 + 0.5, 0.0), 1.0);
+  }
+  return x;
+}
+
+// Checks C (as sgemm left it) against the definition in double precision; the tolerance grows
+// with sqrt(K) and the magnitude of the terms.
+void expect_matches(const GemmArgs& g, const std::string& what) {
+  int bad = 0;
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t j = 0; j < g.n; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t p = 0; p < g.k; ++p) {
+        const double a = g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p];
+        const double b = g.trans_b ? g.b[j * g.ldb + p] : g.b[p * g.ldb + j];
+        s += a * b;
+        mag += std::fabs(a * b);
+      }
+      double x = g.alpha * s;
+      mag *= std::fabs(g.alpha);
+      const Epilogue& ep = g.epilogue;
+      double bias = 0;
+      if (ep.bias_kind == Epilogue::Bias::kPerRow) bias = ep.bias[i];
+      if (ep.bias_kind == Epilogue::Bias::kPerCol) bias = ep.bias[j];
+      if (ep.bias_kind == Epilogue::Bias::kScalar) bias = ep.bias[0];
+      x += bias;
+      mag += std::fabs(bias);
+      if (ep.residual) {
+        const double r = ep.residual_scale * ep.residual[i * ep.ldr + j];
+        x += r;
+        mag += std::fabs(r);
+      }
+      const double want = activate(ep, x), got = g.c[i * g.ldc + j];
+      const double tol =
+          1e-5 * std::sqrt(static_cast<double>(std::max<int64_t>(g.k, 1))) * (mag + 1.0) + 1e-6;
+      if (!(std::fabs(got - want) <= tol) && bad++ < 3)
+        ADD_FAILURE() << what << " at (" << i << ", " << j << "): got " << got << ", want " << want;
+    }
+}
+
+struct Case {
+  int64_t m, n, k;
+};
+const Case kShapes[] = {{0, 5, 3},     {5, 0, 3},      {5, 3, 0},      {1, 1, 1},  {7, 13, 5},
+                        {33, 65, 17},  {129, 31, 257}, {1, 70, 600},   {3, 1, 70}, {16, 33, 8},
+                        {70, 45, 450}, {200, 100, 40}, {40, 1023, 30}, {700, 9, 5}};
+
+std::string isa_and_threads(Isa isa, int threads) {
+  return std::string(isa_name(isa)) + ", " + std::to_string(threads) + " thread(s)";
+}
+
+// Runs `body` on every ISA and on 1 and 2 threads.
+template <class F>
+void for_each_config(F body) {
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      body(isa_and_threads(isa, threads));
+    }
+  }
+  set_num_threads(0);
+}
+
+// An sgemm problem with operands stored at leading dimensions wider than the matrices.
+struct Problem {
+  std::vector<float> a, b, c;
+  GemmArgs g;
+  Problem(Case s, bool ta, bool tb, uint32_t seed) {
+    const int64_t ar = ta ? s.k : s.m, ac = ta ? s.m : s.k;
+    const int64_t br = tb ? s.n : s.k, bc = tb ? s.k : s.n;
+    g.m = s.m;
+    g.n = s.n;
+    g.k = s.k;
+    g.lda = ac + 3;
+    g.ldb = bc + 1;
+    g.ldc = s.n + 2;
+    a = random_vector(ar * g.lda, seed);
+    b = random_vector(br * g.ldb, seed + 1);
+    c.assign(static_cast<size_t>(std::max<int64_t>(s.m * g.ldc, 1)), NAN);
+    g.a = a.data();
+    g.b = b.data();
+    g.c = c.data();
+    g.trans_a = ta;
+    g.trans_b = tb;
+  }
+};
+
+TEST(CpuGemm, MatchesDoubleLoopForEveryShapeAndTranspose) {
+  for_each_config([](const std::string& cfg) {
+    for (const Case& s : kShapes)
+      for (int t = 0; t < 4; ++t) {
+        Problem p(s, t & 1, t & 2, static_cast<uint32_t>(s.m * 31 + s.n * 7 + s.k + t));
+        p.g.alpha = t == 3 ? -0.5f : 1.0f;
+        sgemm(p.g);
+        expect_matches(p.g, cfg + ", " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                                std::to_string(s.k) + " transA " + std::to_string(t & 1) +
+                                " transB " + std::to_string((t >> 1) & 1));
+      }
+  });
+}
+
+TEST(CpuGemm, AppliesEveryEpilogue) {
+  struct Ep {
+    Epilogue::Bias bias;
+    bool residual;
+    Activation act;
+    float lo, hi;
+  };
+  const Ep eps[] = {{Epilogue::Bias::kPerRow, false, Activation::kNone, 0, 0},
+                    {Epilogue::Bias::kPerCol, true, Activation::kRelu, 0, 0},
+                    {Epilogue::Bias::kScalar, false, Activation::kClip, -0.3f, 0.4f},
+                    {Epilogue::Bias::kNone, true, Activation::kLeakyRelu, 0.1f, 0},
+                    {Epilogue::Bias::kPerCol, false, Activation::kSigmoid, 0, 0},
+                    {Epilogue::Bias::kPerRow, true, Activation::kTanh, 0, 0},
+                    {Epilogue::Bias::kPerCol, false, Activation::kGelu, 0, 0},
+                    {Epilogue::Bias::kPerCol, true, Activation::kGeluTanh, 0, 0},
+                    {Epilogue::Bias::kScalar, true, Activation::kSilu, 0, 0},
+                    {Epilogue::Bias::kPerRow, false, Activation::kHardSwish, 0, 0}};
+  for_each_config([&](const std::string& cfg) {
+    for (const Case& s : {Case{33, 65, 17}, Case{70, 45, 450}, Case{1, 9, 3}})
+      for (const Ep& e : eps) {
+        Problem p(s, false, true, 5);
+        const std::vector<float> bias = random_vector(std::max(s.m, s.n), 9);
+        const std::vector<float> res = random_vector(s.m * (s.n + 4), 10);
+        p.g.alpha = 0.75f;
+        p.g.epilogue.bias_kind = e.bias;
+        p.g.epilogue.bias = e.bias == Epilogue::Bias::kNone ? nullptr : bias.data();
+        if (e.residual) {
+          p.g.epilogue.residual = res.data();
+          p.g.epilogue.ldr = s.n + 4;
+          p.g.epilogue.residual_scale = -1.5f;
+        }
+        p.g.epilogue.act = e.act;
+        p.g.epilogue.lo = e.lo;
+        p.g.epilogue.hi = e.hi;
+        sgemm(p.g);
+        expect_matches(p.g, cfg + ", activation " + std::to_string(static_cast<int>(e.act)) + ", " +
+                                std::to_string(s.m) + "x" + std::to_string(s.n));
+      }
+  });
+}
+
+TEST(CpuGemm, BatchedBroadcastsAStrideOfZero) {
+  for_each_config([](const std::string& cfg) {
+    const int64_t batch = 3, m = 9, n = 21, k = 13;
+    for (int which = 0; which < 3; ++which) {  // 0: all strided, 1: A shared, 2: B shared
+      const std::vector<float> a = random_vector(batch * m * k, 1),
+                               b = random_vector(batch * k * n, 2);
+      const std::vector<float> res = random_vector(batch * m * n, 3);
+      std::vector<float> c(static_cast<size_t>(batch * m * n), NAN);
+      GemmArgs g;
+      g.m = m;
+      g.n = n;
+      g.k = k;
+      g.a = a.data();
+      g.lda = k;
+      g.b = b.data();
+      g.ldb = n;
+      g.c = c.data();
+      g.ldc = n;
+      g.epilogue.residual = res.data();
+      g.epilogue.ldr = n;
+      const int64_t sa = which == 1 ? 0 : m * k, sb = which == 2 ? 0 : k * n;
+      sgemm_batched(g, batch, sa, sb, m * n, m * n);
+      for (int64_t i = 0; i < batch; ++i) {
+        GemmArgs one = g;
+        one.a += i * sa;
+        one.b += i * sb;
+        one.c += i * m * n;
+        one.epilogue.residual += i * m * n;
+        expect_matches(one,
+                       cfg + ", batch " + std::to_string(i) + " mode " + std::to_string(which));
+      }
+    }
+  });
+}
+
+TEST(CpuGemm, PackedBMatchesAndCrossesIsas) {
+  for_each_config([](const std::string& cfg) {
+    for (const Case& s :
+         {Case{1, 70, 600}, Case{33, 65, 17}, Case{129, 31, 257}, Case{4, 0, 3}, Case{4, 5, 0}})
+      for (bool tb : {false, true}) {
+        Problem p(s, false, tb, 3);
+        const PackedB packed = pack_b(s.k, s.n, p.g.b, p.g.ldb, tb);
+        for (Isa run_isa : supported_isas()) {
+          IsaScope scope(run_isa);  // the ISA of the run may differ from the packing's
+          std::fill(p.c.begin(), p.c.end(), NAN);
+          p.g.epilogue.bias_kind = Epilogue::Bias::kScalar;
+          const float one = 1.0f;
+          p.g.epilogue.bias = &one;
+          sgemm_packed(p.g, packed);
+          expect_matches(p.g, cfg + ", packed, run on " + isa_name(run_isa));
+        }
+      }
+  });
+}
+
+TEST(CpuGemm, SameBitsOnEveryRun) {
+  Problem p({130, 90, 500}, false, false, 4);
+  sgemm(p.g);
+  const std::vector<float> first = p.c;
+  for (int r = 0; r < 3; ++r) {
+    sgemm(p.g);
+    EXPECT_EQ(std::memcmp(first.data(), p.c.data(), first.size() * 4), 0);
+  }
+}
+
+// One MatMul or Gemm node; the inputs listed in `constant` become initializers. Runs it compiled
+// (level 0: op by op on the CPU kernels) and on the reference interpreter, and checks that the
+// CPU kernel ran and the results agree.
+void expect_node_matches(const std::string& op, const std::vector<Dims>& shapes,
+                         const Attributes& attrs, const std::vector<bool>& constant,
+                         const std::string& what) {
+  Graph g;
+  std::vector<ValueId> ins;
+  std::vector<Tensor> feeds;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    int64_t n = 1;
+    for (int64_t d : shapes[i]) n *= d;
+    std::vector<float> values = random_vector(n, static_cast<uint32_t>(i + 7));
+    values.resize(static_cast<size_t>(n));
+    const Tensor t = Tensor::from_vector<float>(values, shapes[i]);
+    if (i < constant.size() && constant[i]) {
+      ins.push_back(g.add_value(cat("c", i)));
+      g.set_initializer(ins.back(), t);
+    } else {
+      ins.push_back(g.add_input(cat("x", i), {DType::kF32, to_shape(shapes[i])}));
+      feeds.push_back(t);
+    }
+  }
+  ValueId y = g.add_value("y");
+  g.add_node(op, ins, {y}, attrs, "node");
+  g.add_output(y);
+  Executable exe = compile(g, {.level = 0});
+  EXPECT_EQ(exe.node_backend(0), "cpu") << what;
+  const Tensor got = exe.run(feeds)[0], want = reference::run(g, feeds)[0];
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const int64_t k = shapes[0].empty() ? 1 : shapes[0].back();
+  int bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double a = got.item_as_double(i), b = want.item_as_double(i);
+    if (!(std::fabs(a - b) <= 1e-5 * std::sqrt(static_cast<double>(k)) * (std::fabs(b) + 4.0)) &&
+        bad++ < 3)
+      ADD_FAILURE() << what << " element " << i << ": got " << a << ", want " << b;
+  }
+}
+
+TEST(CpuGemmKernels, MatMulMatchesTheReference) {
+  const std::vector<std::vector<Dims>> cases = {
+      {{7, 13}, {13, 5}},       {{13}, {13, 5}},
+      {{7, 13}, {13}},          {{13}, {13}},
+      {{2, 3, 7, 13}, {13, 5}}, {{2, 1, 7, 13}, {3, 13, 5}},
+      {{3, 7, 13}, {3, 13, 5}}, {{7, 13}, {4, 13, 5}},
+      {{1, 33, 65}, {65, 17}},  {{0, 4, 3}, {3, 2}},
+      {{4, 0}, {0, 3}},         {{2, 1, 4, 6}, {1, 5, 6, 3}}};
+  for_each_config([&](const std::string& cfg) {
+    for (const auto& shapes : cases)
+      for (bool constant_b : {false, true})
+        expect_node_matches("MatMul", shapes, {}, {false, constant_b},
+                            cfg + ", MatMul " + dims_str(shapes[0]) + " x " + dims_str(shapes[1]) +
+                                (constant_b ? " (constant B)" : ""));
+  });
+}
+
+TEST(CpuGemmKernels, GemmMatchesTheReference) {
+  const int64_t M = 9, K = 17, N = 11;
+  const std::vector<Dims> cs = {{}, {N}, {1, N}, {M, 1}, {M, N}, {1}, {1, 1}};
+  for_each_config([&](const std::string& cfg) {
+    for (int t = 0; t < 4; ++t)
+      for (size_t ci = 0; ci <= cs.size(); ++ci)
+        for (bool constant_b : {false, true}) {
+          const bool ta = t & 1, tb = t & 2;
+          std::vector<Dims> shapes = {ta ? Dims{K, M} : Dims{M, K}, tb ? Dims{N, K} : Dims{K, N}};
+          if (ci < cs.size()) shapes.push_back(cs[ci]);
+          Attributes attrs;
+          attrs.set("transA", int64_t{ta});
+          attrs.set("transB", int64_t{tb});
+          attrs.set("alpha", 0.5);
+          attrs.set("beta", -2.0);
+          expect_node_matches("Gemm", shapes, attrs, {false, constant_b},
+                              cfg + ", Gemm trans " + std::to_string(t) + " C " +
+                                  (ci < cs.size() ? dims_str(cs[ci]) : "none") +
+                                  (constant_b ? " (constant B)" : ""));
+        }
+  });
+}
+
+TEST(CpuGemmKernels, OtherDtypesFallBackToTheReference) {
+  Graph g;
+  ValueId a = g.add_input("a", {DType::kF64, Shape{2, 3}});
+  ValueId b = g.add_input("b", {DType::kF64, Shape{3, 2}});
+  ValueId y = g.add_value("y");
+  g.add_node("MatMul", {a, b}, {y}, {}, "mm");
+  g.add_output(y);
+  EXPECT_EQ(compile(g, {.level = 0}).node_backend(0), "reference");
+}
+
+}  // namespace
+}  // namespace pto::cpu
