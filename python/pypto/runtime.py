@@ -60,6 +60,19 @@ class CompiledGraph:
     def level(self) -> int:
         return self._exe.level
 
+    @property
+    def node_backends(self) -> list[tuple[str, str]]:
+        """(op, "cpu" or "reference") for every node, in execution order: which ran on a CPU
+        backend kernel and which fell back to the reference interpreter's."""
+        g = self._exe.graph
+        return list(zip(g.ops, self._exe.node_backends))
+
+    @property
+    def memory_stats(self) -> dict:
+        """The memory pool's counters: reserved/in-use/peak bytes, system allocations, pool hits.
+        After the first run, runs with the same shapes add no system allocations."""
+        return self._exe.memory_stats
+
     def run(self, inputs: Sequence[Any], *, like: str = "torch") -> list:
         """Runs on arrays (torch or numpy); returns torch tensors (like="torch") or numpy arrays."""
         if len(inputs) != len(self.input_names):

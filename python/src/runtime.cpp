@@ -88,6 +88,28 @@ void bind_runtime(nb::module_& m) {
           },
           nb::arg("inputs"),
           "Runs once and returns (node name, op, seconds) for every node, in order.")
+      .def_prop_ro(
+          "node_backends",
+          [](const Executable& e) {
+            std::vector<std::string> out;
+            for (size_t i = 0; i < e.graph().nodes().size(); ++i) out.push_back(e.node_backend(i));
+            return out;
+          },
+          "For each node, in order: 'cpu' (a CPU backend kernel) or 'reference' (the fallback).")
+      .def_prop_ro(
+          "memory_stats",
+          [](const Executable& e) {
+            MemoryPoolStats s = e.memory_stats();
+            nb::dict d;
+            d["reserved_bytes"] = s.reserved_bytes;
+            d["in_use_bytes"] = s.in_use_bytes;
+            d["peak_in_use_bytes"] = s.peak_in_use_bytes;
+            d["system_allocations"] = s.system_allocations;
+            d["pool_hits"] = s.pool_hits;
+            return d;
+          },
+          "The memory pool's counters (bytes held, in use, peak; allocations from the system "
+          "and requests served from the pool).")
       .def_prop_ro("graph", &Executable::graph, nb::rv_policy::reference_internal)
       .def_prop_ro("level", [](const Executable& e) { return e.options().level; });
 
