@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -58,9 +59,10 @@ inline Graph one_node(const NodeCase& c, std::vector<Tensor>* feeds) {
 }
 
 inline std::string describe(const NodeCase& c) {
-  std::string s = c.op + " opset " + std::to_string(c.opset) + " on";
-  for (const Tensor& t : c.inputs) s += " " + (t.defined() ? t.str() : std::string("-"));
-  return s;
+  std::ostringstream s;
+  s << c.op << " opset " << c.opset << " on";
+  for (const Tensor& t : c.inputs) s << " " << (t.defined() ? t.str() : "-");
+  return s.str();
 }
 
 // Compares the CPU run with the reference on every ISA and 1 and 2 threads; expects node 0 to run

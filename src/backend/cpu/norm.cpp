@@ -112,14 +112,17 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
                      mp[r] = ip[r] = NAN;
                      continue;
                    }
-                   float var;
-                   PTO_ISA_DISPATCH(moments, xp + r * n, n, mp + r, &var);
+                   float shift, m, var;
+                   PTO_ISA_DISPATCH(moments, xp + r * n, n, &shift, &m, &var);
+                   mp[r] = shift + m;
                    ip[r] = 1.0f / std::sqrt(var + eps);
-                   PTO_ISA_DISPATCH(normalize_affine, xp + r * n, yp + r * n, n, mp[r], ip[r],
+                   PTO_ISA_DISPATCH(normalize_affine, xp + r * n, yp + r * n, n, shift, m, ip[r],
                                     scale, bias);
                  }
                });
-  return {y, mean, inv_std};
+  std::vector<Tensor> out = {y, mean, inv_std};
+  out.resize(std::min<size_t>(out.size(), c.num_outputs));
+  return out;
 }
 
 bool accepts_layer_norm(const NodeInfo& n) {
@@ -138,8 +141,8 @@ void normalize_planes(const float* x, float* y, int64_t planes, int64_t channels
                [&](int64_t p0, int64_t p1) {
                  for (int64_t p = p0; p < p1; ++p) {
                    const int64_t ch = p % channels;
-                   PTO_ISA_DISPATCH(normalize, x + p * size, y + p * size, size, mean[ch], a[ch],
-                                    b[ch]);
+                   PTO_ISA_DISPATCH(normalize, x + p * size, y + p * size, size, mean[ch], 0.0f,
+                                    a[ch], b[ch]);
                  }
                });
 }
@@ -184,13 +187,14 @@ std::vector<Tensor> normalize_groups(const KernelContext& c, int64_t groups, boo
   float* yp = y.data<float>();
   parallel_for(0, count, std::max<int64_t>(1, kParallelGrain / size), [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
-      float mean, var;
-      PTO_ISA_DISPATCH(moments, xp + g * size, size, &mean, &var);
+      float shift, mean, var;
+      PTO_ISA_DISPATCH(moments, xp + g * size, size, &shift, &mean, &var);
       const float inv = 1.0f / std::sqrt(var + eps);
       for (int64_t k = 0; k < per; ++k) {
         const int64_t p = per_group ? g % groups : g % groups * per + k;
         const int64_t off = g * size + k * spatial;
-        PTO_ISA_DISPATCH(normalize, xp + off, yp + off, spatial, mean, scale[p] * inv, bias[p]);
+        PTO_ISA_DISPATCH(normalize, xp + off, yp + off, spatial, shift, mean, scale[p] * inv,
+                         bias[p]);
       }
     }
   });

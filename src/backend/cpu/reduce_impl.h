@@ -175,11 +175,11 @@ inline void softmax_row(const float* x, float* y, int64_t len, bool log) {
     s0 = s0 + e;
   }
   const float sum = sum_lanes(s0 + s1);
-  if (log) {
-    const Vec c = Vec::set1(mx + std::log(sum));
+  if (log) {  // (x - max) first: exact near the max, where the outputs are small
+    const Vec c = Vec::set1(std::log(sum));
     for (j = 0; j < len; j += L) {
       const int n = lanes_left(len, j);
-      (Vec::load(x + j, n) - c).store(y + j, n);
+      (Vec::load(x + j, n) - m - c).store(y + j, n);
     }
   } else {
     const Vec inv = Vec::set1(1.0f / sum);
@@ -211,9 +211,9 @@ void softmax_columns(const float* x, float* y, int64_t len, int64_t inner, int64
       float s[L], c[L];
       sum.store(s);
       for (int k = 0; k < L; ++k) c[k] = std::log(s[k]);
-      const Vec shift = m + Vec::load(c);
+      const Vec logsum = Vec::load(c);
       for (int64_t j = 0; j < len; ++j)
-        (Vec::load(x + j * inner + i, n) - shift).store(y + j * inner + i, n);
+        (Vec::load(x + j * inner + i, n) - m - logsum).store(y + j * inner + i, n);
     } else {
       const Vec inv = Vec::set1(1.0f) / sum;
       for (int64_t j = 0; j < len; ++j)

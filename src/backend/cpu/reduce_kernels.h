@@ -48,13 +48,13 @@ PTO_ISA_DECLARE(
     void softmax_columns(const float* x, float* y, int64_t len, int64_t inner, int64_t i0,
                          int64_t i1, bool log);
 
-    // Mean and population variance of x[0, n) (two passes).
-    void moments(const float* x, int64_t n, float* mean, float* var);
-    // y = (x - mean) * a + b over n elements.
-    void normalize(const float* x, float* y, int64_t n, float mean, float a, float b);
-    // y = (x - mean) * inv_std * scale + bias over n elements; bias may be null.
-    void normalize_affine(const float* x, float* y, int64_t n, float mean, float inv_std,
-                          const float* scale, const float* bias);
+    // Population statistics of x[0, n), n > 0: the mean is shift + mean (shift = x[0]).
+    void moments(const float* x, int64_t n, float* shift, float* mean, float* var);
+    // y = (x - shift - mean) * a + b over n elements.
+    void normalize(const float* x, float* y, int64_t n, float shift, float mean, float a, float b);
+    // y = (x - shift - mean) * inv_std * scale + bias over n elements; bias may be null.
+    void normalize_affine(const float* x, float* y, int64_t n, float shift, float mean,
+                          float inv_std, const float* scale, const float* bias);
 
     // Max or average pooling of planes [p0, p1); `scratch` has room for 2 * g.span floats.
     void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,
