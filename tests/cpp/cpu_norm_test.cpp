@@ -6,6 +6,10 @@
 // of x - max, about eps * |x - max| relative, which the absolute term covers). The norms
 // compute mean and variance in float against the reference's double: within 32 ulp relative
 // plus 32 ulp absolute for outputs of order 1.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
 #include "cpu_reduce_test_util.h"
 
 namespace pto::testing {
@@ -145,6 +149,52 @@ TEST(CpuGroupNorm, PerChannelAndPerGroupScale) {
       c18.attrs.set("num_groups", groups);
       expect_matches(c18, norm_tol());
     }
+}
+
+}  // namespace
+}  // namespace pto::testing
+
+namespace pto::testing {
+namespace {
+
+// Medians of the kernels the design note quotes (run with --gtest_also_run_disabled_tests).
+TEST(CpuReduceBench, DISABLED_Medians) {
+  auto bench = [](const char* label, const NodeCase& c) {
+    std::vector<Tensor> feeds;
+    Graph g = one_node(c, &feeds);
+    Executable exe = compile(g, {.level = 0});
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      std::vector<double> us;
+      for (int i = 0; i < 60; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        exe.run(feeds);
+        us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
+      }
+      std::sort(us.begin(), us.end());
+      std::printf("%-28s %d thread(s): median %8.1f us (%s)\n", label, threads, us[us.size() / 2],
+                  exe.node_backend(0).c_str());
+    }
+    set_num_threads(0);
+  };
+  NodeCase softmax{"Softmax", {random_f32({12, 128, 128}, 1)}, {}, 13};
+  bench("softmax [12,128,128]", softmax);
+  NodeCase ln{"LayerNormalization",
+              {random_f32({128, 768}, 2), random_f32({768}, 3), random_f32({768}, 4)},
+              {},
+              17};
+  ln.constant = {false, true, true};
+  bench("layer_norm [128,768]", ln);
+  NodeCase mp{"MaxPool", {random_f32({1, 64, 112, 112}, 5)}, {}, 12};
+  mp.attrs.set("kernel_shape", Dims{3, 3});
+  mp.attrs.set("strides", Dims{2, 2});
+  mp.attrs.set("pads", Dims{1, 1, 1, 1});
+  bench("max_pool 3x3 s2 [1,64,112,112]", mp);
+  NodeCase mean{"ReduceMean", {random_f32({8, 2048, 7, 7}, 6), ints({2, 3})}, {}, 18};
+  mean.constant = {false, true};
+  bench("mean HW [8,2048,7,7]", mean);
 }
 
 }  // namespace

@@ -16,7 +16,6 @@ namespace pto::cpu::PTO_ISA_NS {
 template <class Term>
 float block_sum(const float* x, int64_t n, Term term) {
   constexpr int64_t L = Vec::kLanes, kBlock = 4096;
-  static const float kLane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   Vec total = Vec::zero();
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = b + kBlock < n ? b + kBlock : n;
@@ -29,7 +28,7 @@ float block_sum(const float* x, int64_t n, Term term) {
     for (; j < e; j += L) {
       const int k = lanes_left(e, j);
       const Vec t = term(Vec::load(x + j, k));
-      s1 = s1 + select(Vec::load(kLane) < Vec::set1(static_cast<float>(k)), t, Vec::zero());
+      s1 = s1 + select(first_lanes(k), t, Vec::zero());
     }
     total = total + (s0 + s1);
   }

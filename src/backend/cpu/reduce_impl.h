@@ -62,6 +62,32 @@ inline Vec result(Acc s) {
   return select(is_nan(s.nan), s.nan, s.a);
 }
 
+// The fold of the lanes of s, as a tree of halves (fixed order); NaN when kMax / kMin saw one.
+template <Fold F>
+float horizontal(Acc s) {
+  float a[Vec::kLanes];
+  s.a.store(a);
+  for (int w = Vec::kLanes / 2; w >= 1; w /= 2)
+    for (int k = 0; k < w; ++k) {
+      const float b = a[k + w];
+      if constexpr (F == Fold::kProd)
+        a[k] *= b;
+      else if constexpr (F == Fold::kMin)
+        a[k] = b < a[k] ? b : a[k];
+      else if constexpr (F == Fold::kMax || F == Fold::kMaxSkipNaN || F == Fold::kMaxFinite)
+        a[k] = b > a[k] ? b : a[k];
+      else
+        a[k] += b;
+    }
+  if constexpr (F == Fold::kMax || F == Fold::kMin) {
+    float nan[Vec::kLanes];
+    s.nan.store(nan);
+    for (int k = 0; k < Vec::kLanes; ++k)
+      if (std::isnan(nan[k])) return nan[k];
+  }
+  return a[0];
+}
+
 // Folds x[0, n) (contiguous) to one float.
 template <Fold F>
 float fold_contiguous(const float* x, int64_t n, float shift) {
@@ -79,16 +105,7 @@ float fold_contiguous(const float* x, int64_t n, float shift) {
   // kSumExp pads with -inf: exp(-inf - shift) adds 0 (shift is finite).
   if (j < n)
     s1 = step<F>(s1, load_padded(x + j, n - j, F == Fold::kSumExp ? -INFINITY : identity<F>()), sh);
-  const Acc s = merge<F>(merge<F>(s0, s1), merge<F>(s2, s3));
-  float lanes[L], nans[L];
-  s.a.store(lanes);
-  s.nan.store(nans);
-  Acc r = start<F>();  // lanes folded in order, one scalar at a time in lane 0
-  for (int64_t k = 0; k < L; ++k)
-    r = merge<F>(r, {Vec::load(lanes + k, 1), Vec::load(nans + k, 1)});
-  float out[L];
-  result(r).store(out);
-  return out[0];
+  return horizontal<F>(merge<F>(merge<F>(s0, s1), merge<F>(s2, s3)));
 }
 
 template <Fold F>

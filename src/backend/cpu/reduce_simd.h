@@ -18,11 +18,15 @@ inline int lanes_left(int64_t n, int64_t j) {
   return static_cast<int>(n - j < Vec::kLanes ? n - j : Vec::kLanes);
 }
 
+// A mask of the first n lanes (0 <= n <= kLanes).
+inline Mask first_lanes(int64_t n) {
+  static const float kLane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  return Vec::load(kLane) < Vec::set1(static_cast<float>(n));
+}
+
 // The first n elements of p in a vector, the other lanes `fill`.
 inline Vec load_padded(const float* p, int64_t n, float fill) {
-  float buf[Vec::kLanes];
-  for (int k = 0; k < Vec::kLanes; ++k) buf[k] = k < n ? p[k] : fill;
-  return Vec::load(buf);
+  return select(first_lanes(n), Vec::load(p, static_cast<int>(n)), Vec::set1(fill));
 }
 
 // The sum of the lanes, in lane order.
