@@ -4,6 +4,8 @@
 // own column, so the summation order depends only on the shape.
 #pragma once
 
+#include <iterator>
+
 #include "backend/cpu/isa/vmath.h"
 #include "backend/cpu/reduce_kernels.h"
 #include "backend/cpu/reduce_simd.h"
@@ -144,26 +146,14 @@ void fold_impl(const float* x, const FoldRange& g, const float* shift, float* y)
 }
 
 void fold(Fold op, const float* x, const FoldRange& r, const float* shift, float* y) {
-  switch (op) {
-    case Fold::kSum:
-      return fold_impl<Fold::kSum>(x, r, shift, y);
-    case Fold::kSumSquare:
-      return fold_impl<Fold::kSumSquare>(x, r, shift, y);
-    case Fold::kSumAbs:
-      return fold_impl<Fold::kSumAbs>(x, r, shift, y);
-    case Fold::kProd:
-      return fold_impl<Fold::kProd>(x, r, shift, y);
-    case Fold::kMax:
-      return fold_impl<Fold::kMax>(x, r, shift, y);
-    case Fold::kMin:
-      return fold_impl<Fold::kMin>(x, r, shift, y);
-    case Fold::kMaxSkipNaN:
-      return fold_impl<Fold::kMaxSkipNaN>(x, r, shift, y);
-    case Fold::kMaxFinite:
-      return fold_impl<Fold::kMaxFinite>(x, r, shift, y);
-    case Fold::kSumExp:
-      return fold_impl<Fold::kSumExp>(x, r, shift, y);
-  }
+  using Fn = void (*)(const float*, const FoldRange&, const float*, float*);
+  static constexpr Fn kFolds[] = {
+      // in the order of enum Fold
+      fold_impl<Fold::kSum>,        fold_impl<Fold::kSumSquare>, fold_impl<Fold::kSumAbs>,
+      fold_impl<Fold::kProd>,       fold_impl<Fold::kMax>,       fold_impl<Fold::kMin>,
+      fold_impl<Fold::kMaxSkipNaN>, fold_impl<Fold::kMaxFinite>, fold_impl<Fold::kSumExp>};
+  static_assert(std::size(kFolds) == static_cast<size_t>(Fold::kSumExp) + 1);
+  kFolds[static_cast<int>(op)](x, r, shift, y);
 }
 
 // ---- Softmax ----
