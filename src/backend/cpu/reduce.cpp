@@ -1,7 +1,311 @@
+// CPU kernels for the Reduce* family and ArgMax/ArgMin on float32 (other dtypes go to the
+// reference). A reduction drops size-1 axes, merges neighbouring axes of one kind and folds x as
+// [outer, reduce, inner]; reduced axes that are not adjacent are first gathered to the end with a
+// copy. Finishing steps (mean's division, L2's sqrt, the logs) run on the folded outputs.
+#include <cmath>
+#include <limits>
+
 #include "backend/cpu/kernel.h"
+#include "backend/cpu/reduce_kernels.h"
+#include "pto/parallel.h"
 
 namespace pto::cpu {
+namespace {
 
-void register_reduce_kernels(KernelRegistry& r) {}
+// How partial folds of one output combine (the scalar form of the per-ISA merge).
+float combine(Fold op, float a, float b) {
+  switch (op) {
+    case Fold::kProd:
+      return a * b;
+    case Fold::kMax:
+      return std::isnan(a) || std::isnan(b) ? NAN : std::fmax(a, b);
+    case Fold::kMin:
+      return std::isnan(a) || std::isnan(b) ? NAN : std::fmin(a, b);
+    case Fold::kMaxSkipNaN:
+    case Fold::kMaxFinite:
+      return b > a ? b : a;
+    default:
+      return a + b;
+  }
+}
+
+}  // namespace
+
+void fold_all(Fold op, const float* x, int64_t outer, int64_t reduce, int64_t inner,
+              const float* shift, float* y) {
+  if (outer == 0 || inner == 0) return;
+  auto run = [&](const FoldRange& r, float* out) { PTO_ISA_DISPATCH(fold, op, x, r, shift, out); };
+  const int64_t per_output = std::max<int64_t>(reduce, 1);
+  if (outer >= 16 || reduce == 0 || outer * per_output * inner <= kParallelGrain) {
+    const int64_t grain = std::max<int64_t>(1, kParallelGrain / (per_output * inner));
+    parallel_for(0, outer, grain, [&](int64_t o0, int64_t o1) {
+      run({reduce, inner, o0, o1, 0, reduce, 0, inner}, y);
+    });
+  } else if (inner >= 64) {  // few rows of long columns: split the columns
+    const int64_t block =
+        std::min(inner, std::max<int64_t>(64, kParallelGrain / per_output / 64 * 64));
+    const int64_t blocks = (inner + block - 1) / block;
+    parallel_for(0, outer * blocks, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t o = t / blocks, i0 = t % blocks * block;
+        run({reduce, inner, o, o + 1, 0, reduce, i0, std::min(inner, i0 + block)}, y);
+      }
+    });
+  } else {  // few short outputs of a long axis: fold fixed chunks of it, then combine in order
+    const int64_t rows = std::max<int64_t>(1, kParallelGrain / inner);
+    const int64_t chunks = (reduce + rows - 1) / rows, n = outer * inner;
+    std::vector<float> partial(static_cast<size_t>(chunks * n));
+    parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c)
+        run({reduce, inner, 0, outer, c * rows, std::min(reduce, (c + 1) * rows), 0, inner},
+            partial.data() + c * n);
+    });
+    for (int64_t k = 0; k < n; ++k) {
+      float a = partial[k];
+      for (int64_t c = 1; c < chunks; ++c) a = combine(op, a, partial[c * n + k]);
+      y[k] = a;
+    }
+  }
+}
+
+namespace {
+
+enum class Reduce { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kLogSum, kLogSumExp, kSumSquare };
+
+Fold fold_of(Reduce op) {
+  switch (op) {
+    case Reduce::kMax:
+      return Fold::kMax;
+    case Reduce::kMin:
+      return Fold::kMin;
+    case Reduce::kProd:
+      return Fold::kProd;
+    case Reduce::kL1:
+      return Fold::kSumAbs;
+    case Reduce::kL2:
+    case Reduce::kSumSquare:
+      return Fold::kSumSquare;
+    case Reduce::kLogSumExp:
+      return Fold::kSumExp;
+    default:
+      return Fold::kSum;
+  }
+}
+
+// Which axes are reduced, as the reference reads them: the `axes` input, else the attribute; none
+// means all unless noop_with_empty_axes.
+std::vector<bool> reduced_axes(const KernelContext& c, int64_t rank) {
+  std::vector<int64_t> axes;
+  if (c.has_input(1)) {
+    const Tensor& a = c.input(1);
+    if (a.rank() > 1)
+      throw ValueError(cat(c.where(), ": axes must be a 1-D tensor, got ", a.str()));
+    axes.assign(a.data<int64_t>(), a.data<int64_t>() + a.numel());
+  } else {
+    axes = c.attrs().get_ints("axes", {});
+  }
+  std::vector<bool> reduced(rank,
+                            axes.empty() && c.attrs().get_int("noop_with_empty_axes", 0) == 0);
+  for (int64_t a : axes) {
+    const int64_t k = normalize_axis(a, rank, c.where());
+    if (reduced[k]) throw ValueError(cat(c.where(), ": axis ", a, " is repeated in axes"));
+    reduced[k] = true;
+  }
+  return reduced;
+}
+
+// x as [outer, reduce, inner]; `data` is x's or a copy with the reduced axes moved last.
+struct Folded {
+  const float* data = nullptr;
+  Tensor copy;
+  int64_t outer = 1, reduce = 1, inner = 1;
+};
+
+// Copies x (merged into `sizes`) with the kept axes first and the reduced ones last.
+Tensor move_reduced_last(const Tensor& x, const Dims& sizes, const std::vector<bool>& reduced) {
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  Dims strides(rank, 1), order;
+  for (int64_t k = rank - 2; k >= 0; --k) strides[k] = strides[k + 1] * sizes[k + 1];
+  for (int pass = 0; pass < 2; ++pass)
+    for (int64_t k = 0; k < rank; ++k)
+      if (reduced[k] == (pass == 1)) order.push_back(k);
+  Tensor out = Tensor::empty(DType::kF32, {x.numel()});
+  const float* src = x.data<float>();
+  float* dst = out.data<float>();
+  const int64_t last = order.back(), run = sizes[last], step = strides[last];
+  Dims idx(rank, 0);  // odometer over the permuted axes but the last
+  for (int64_t o = 0; o < x.numel(); o += run) {
+    int64_t off = 0;
+    for (int64_t k = 0; k + 1 < rank; ++k) off += idx[k] * strides[order[k]];
+    for (int64_t j = 0; j < run; ++j) dst[o + j] = src[off + j * step];
+    for (int64_t k = rank - 2; k >= 0 && ++idx[k] == sizes[order[k]]; --k) idx[k] = 0;
+  }
+  return out;
+}
+
+Folded fold_view(const Tensor& x, const std::vector<bool>& reduced) {
+  Folded f;
+  f.data = x.data<float>();
+  Dims sizes;  // size-1 axes dropped, neighbours of one kind merged
+  std::vector<bool> kind;
+  for (int64_t k = 0; k < x.rank(); ++k) {
+    if (x.dim(k) == 1) continue;
+    if (!kind.empty() && kind.back() == reduced[k]) {
+      sizes.back() *= x.dim(k);
+    } else {
+      sizes.push_back(x.dim(k));
+      kind.push_back(reduced[k]);
+    }
+  }
+  int runs = 0;
+  for (bool r : kind) runs += r;
+  if (runs == 0) {  // only size-1 axes reduced: each element alone
+    f.outer = x.numel();
+    return f;
+  }
+  if (runs > 1) {
+    f.copy = move_reduced_last(x, sizes, kind);
+    f.data = f.copy.data<float>();
+    for (size_t k = 0; k < sizes.size(); ++k) (kind[k] ? f.reduce : f.outer) *= sizes[k];
+    return f;
+  }
+  bool seen = false;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    int64_t& part = kind[k] ? f.reduce : seen ? f.inner : f.outer;
+    part *= sizes[k];
+    seen = seen || kind[k];
+  }
+  return f;
+}
+
+std::vector<Tensor> run_reduce(const KernelContext& c, Reduce op) {
+  const Tensor& x = c.input(0);
+  const std::vector<bool> reduced = reduced_axes(c, x.rank());
+  const bool keepdims = c.attrs().get_int("keepdims", 1) != 0;
+  Dims out_shape;
+  int64_t out_numel = 1;
+  for (int64_t k = 0; k < x.rank(); ++k) {
+    if (!reduced[k]) out_numel *= x.dim(k);
+    if (!reduced[k] || keepdims) out_shape.push_back(reduced[k] ? 1 : x.dim(k));
+  }
+  Tensor y = Tensor::empty(DType::kF32, out_shape);
+  if (out_numel == 0) return {y};
+  Folded f;
+  if (x.numel() == 0) {  // an empty reduced axis: every output is the identity
+    f.outer = out_numel;
+    f.reduce = 0;
+  } else {
+    f = fold_view(x, reduced);
+  }
+  float* out = y.data<float>();
+  Tensor shift;
+  if (op == Reduce::kLogSumExp) {  // subtract the largest finite element, 0 when there is none
+    shift = Tensor::empty(DType::kF32, {out_numel});
+    float* s = shift.data<float>();
+    fold_all(Fold::kMaxFinite, f.data, f.outer, f.reduce, f.inner, nullptr, s);
+    for (int64_t k = 0; k < out_numel; ++k)
+      if (!std::isfinite(s[k])) s[k] = 0;
+  }
+  fold_all(fold_of(op), f.data, f.outer, f.reduce, f.inner,
+           shift.defined() ? shift.data<float>() : nullptr, out);
+  const float count = static_cast<float>(f.reduce);
+  for (int64_t k = 0; k < out_numel; ++k) {
+    switch (op) {
+      case Reduce::kMean:
+        out[k] /= count;
+        break;
+      case Reduce::kL2:
+        out[k] = std::sqrt(out[k]);
+        break;
+      case Reduce::kLogSum:
+        out[k] = std::log(out[k]);
+        break;
+      case Reduce::kLogSumExp:
+        out[k] = std::log(out[k]) + shift.data<float>()[k];
+        break;
+      default:
+        break;
+    }
+  }
+  return {y};
+}
+
+bool accepts_reduce(const NodeInfo& n) {
+  const DType axes = n.dtype(1);
+  return n.dtype(0) == DType::kF32 && (axes == DType::kUndefined || axes == DType::kI64);
+}
+
+// ArgMax / ArgMin along `axis` with the reference's rules: NaN is the extreme (the first one, or
+// the last with select_last_index), ties go to the first (or last) index.
+std::vector<Tensor> run_arg(const KernelContext& c, bool is_max) {
+  const Tensor& x = c.input(0);
+  const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), x.rank(), c.where());
+  const bool keepdims = c.attrs().get_int("keepdims", 1) != 0;
+  const bool last = c.attrs().get_int("select_last_index", 0) != 0;
+  const int64_t n = x.dim(axis);
+  int64_t outer = 1, inner = 1;
+  Dims out_shape;
+  for (int64_t k = 0; k < x.rank(); ++k) {
+    if (k < axis) outer *= x.dim(k);
+    if (k > axis) inner *= x.dim(k);
+    if (k != axis || keepdims) out_shape.push_back(k == axis ? 1 : x.dim(k));
+  }
+  Tensor y = Tensor::empty(DType::kI64, out_shape);
+  if (y.numel() == 0) return {y};
+  if (n == 0)
+    throw ValueError(cat(c.where(), ": cannot take the arg", is_max ? "max" : "min",
+                         " of an empty axis ", axis));
+  auto better = [&](float a, float b) {  // a replaces the current best b
+    if (std::isnan(b)) return last && std::isnan(a);
+    if (std::isnan(a)) return true;
+    if (a == b) return last;
+    return is_max ? a > b : a < b;
+  };
+  const float* xp = x.data<float>();
+  int64_t* yp = y.data<int64_t>();
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / (n * inner));
+  parallel_for(0, outer, grain, [&](int64_t o0, int64_t o1) {
+    std::vector<float> best(static_cast<size_t>(inner));
+    for (int64_t o = o0; o < o1; ++o) {
+      const float* xo = xp + o * n * inner;
+      int64_t* yo = yp + o * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        best[i] = xo[i];
+        yo[i] = 0;
+      }
+      for (int64_t j = 1; j < n; ++j)  // row by row, so that x streams
+        for (int64_t i = 0; i < inner; ++i)
+          if (better(xo[j * inner + i], best[i])) {
+            best[i] = xo[j * inner + i];
+            yo[i] = j;
+          }
+    }
+  });
+  return {y};
+}
+
+}  // namespace
+
+void register_reduce_kernels(KernelRegistry& r) {
+  const std::pair<const char*, Reduce> ops[] = {{"ReduceSum", Reduce::kSum},
+                                                {"ReduceMean", Reduce::kMean},
+                                                {"ReduceMax", Reduce::kMax},
+                                                {"ReduceMin", Reduce::kMin},
+                                                {"ReduceProd", Reduce::kProd},
+                                                {"ReduceL1", Reduce::kL1},
+                                                {"ReduceL2", Reduce::kL2},
+                                                {"ReduceLogSum", Reduce::kLogSum},
+                                                {"ReduceLogSumExp", Reduce::kLogSumExp},
+                                                {"ReduceSumSquare", Reduce::kSumSquare}};
+  for (const auto& [name, op] : ops)
+    r.add(name, {.accepts = accepts_reduce,
+                 .run = [op](const KernelContext& c) { return run_reduce(c, op); }});
+  for (bool is_max : {true, false})
+    r.add(is_max ? "ArgMax" : "ArgMin",
+          {.accepts = [](const NodeInfo& n) { return n.dtype(0) == DType::kF32; },
+           .run = [is_max](const KernelContext& c) { return run_arg(c, is_max); }});
+  register_norm_kernels(r);
+  register_pool_kernels(r);
+}
 
 }  // namespace pto::cpu

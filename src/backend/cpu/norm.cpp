@@ -1,0 +1,238 @@
+// CPU kernels for Softmax, LogSoftmax, LayerNormalization, BatchNormalization (inference),
+// InstanceNormalization and GroupNormalization on float32. Each row, plane or group is normalized
+// by one thread (its mean, variance, then one pass writing (x - mean) * a + b). Parameter shapes
+// the fast path does not cover (broadcast Scale, BatchNormalization's per-element form before
+// opset 9) are left to the reference kernel at run time, which also raises the shape errors.
+#include <cmath>
+
+#include "backend/cpu/kernel.h"
+#include "backend/cpu/reduce_kernels.h"
+#include "pto/parallel.h"
+
+namespace pto::cpu {
+namespace {
+
+int opset_of(const Node& n) {
+  return n.opset > 0 ? n.opset : 1 << 30;
+}  // 0: the newest
+
+std::vector<Tensor> run_reference(const KernelContext& c) {
+  return (*reference::KernelRegistry::global().find(c.node.op))(c);
+}
+
+// True when every given input is float32 (missing optional inputs are fine).
+bool all_f32(const NodeInfo& n) {
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (n.dtype(i) != DType::kF32 && n.dtype(i) != DType::kUndefined) return false;
+  return n.dtype(0) == DType::kF32;
+}
+
+// True when t is one value per channel: [C] (or a scalar when C is 1).
+bool per_channel(const Tensor& t, int64_t channels) {
+  return t.rank() <= 1 && t.numel() == channels;
+}
+
+// ---- Softmax, LogSoftmax ----
+
+// Before opset 13 these coerce x to 2-D at `axis` (default 1) and work on whole rows; from 13 on
+// they work along one axis (default -1), which is [outer, len, inner].
+std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
+  const Tensor& x = c.input(0);
+  const bool per_axis = opset_of(c.node) >= 13;
+  const int64_t rank = x.rank();
+  int64_t axis = c.attrs().get_int("axis", per_axis ? -1 : 1);
+  if (per_axis) {
+    axis = rank == 0 ? 0 : normalize_axis(axis, rank, c.where());
+  } else {
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis > rank)
+      throw ValueError(
+          cat(c.where(), ": axis ", c.attrs().get_int("axis", 1), " out of range for ", x.str()));
+  }
+  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  if (x.numel() == 0) return {y};
+  int64_t outer = 1, len = 1, inner = 1;
+  for (int64_t k = 0; k < rank; ++k)
+    (k < axis ? outer : per_axis && k > axis ? inner : len) *= x.dim(k);
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  if (inner == 1) {
+    parallel_for(0, outer, std::max<int64_t>(1, kParallelGrain / len), [&](int64_t r0, int64_t r1) {
+      PTO_ISA_DISPATCH(softmax_rows, xp + r0 * len, yp + r0 * len, r1 - r0, len, log);
+    });
+    return {y};
+  }
+  const int64_t block = std::min<int64_t>(inner, 64), blocks = (inner + block - 1) / block;
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / (len * block));
+  parallel_for(0, outer * blocks, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t o = t / blocks, i0 = t % blocks * block;
+      PTO_ISA_DISPATCH(softmax_columns, xp + o * len * inner, yp + o * len * inner, len, inner, i0,
+                       std::min(inner, i0 + block), log);
+    }
+  });
+  return {y};
+}
+
+// ---- LayerNormalization ----
+
+// Scale (or B) fits the fast path when it is the normalized shape X.shape[axis:], leading 1s aside.
+bool is_normalized_shape(const Tensor& t, const Tensor& x, int64_t axis) {
+  if (t.rank() > x.rank()) return false;
+  Dims a(t.shape()), b(x.shape().begin() + axis, x.shape().end());
+  while (!a.empty() && a.front() == 1) a.erase(a.begin());
+  while (!b.empty() && b.front() == 1) b.erase(b.begin());
+  return a == b;
+}
+
+std::vector<Tensor> run_layer_norm(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), x.rank(), c.where());
+  if (!is_normalized_shape(c.input(1), x, axis) ||
+      (c.has_input(2) && !is_normalized_shape(c.input(2), x, axis)))
+    return run_reference(c);
+  const float eps = static_cast<float>(c.attrs().get_float("epsilon", 1e-5));
+  int64_t rows = 1, n = 1;
+  Dims stat_shape = x.shape();
+  for (int64_t k = 0; k < x.rank(); ++k) {
+    (k < axis ? rows : n) *= x.dim(k);
+    if (k >= axis) stat_shape[k] = 1;
+  }
+  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  Tensor mean = Tensor::empty(DType::kF32, stat_shape),
+         inv_std = Tensor::empty(DType::kF32, stat_shape);
+  const float* xp = x.data<float>();
+  const float* scale = c.input(1).data<float>();
+  const float* bias = c.has_input(2) ? c.input(2).data<float>() : nullptr;
+  float *yp = y.data<float>(), *mp = mean.data<float>(), *ip = inv_std.data<float>();
+  parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   if (n == 0) {  // the reference's moments of nothing
+                     mp[r] = ip[r] = NAN;
+                     continue;
+                   }
+                   float shift, m, var;
+                   PTO_ISA_DISPATCH(moments, xp + r * n, n, &shift, &m, &var);
+                   mp[r] = shift + m;
+                   ip[r] = 1.0f / std::sqrt(var + eps);
+                   PTO_ISA_DISPATCH(normalize_affine, xp + r * n, yp + r * n, n, shift, m, ip[r],
+                                    scale, bias);
+                 }
+               });
+  std::vector<Tensor> out = {y, mean, inv_std};
+  out.resize(std::min<size_t>(out.size(), c.num_outputs));
+  return out;
+}
+
+bool accepts_layer_norm(const NodeInfo& n) {
+  if (!all_f32(n) || n.node.attrs.get_int("stash_type", 1) != 1) return false;
+  for (const TensorType& t : n.outputs)
+    if (t.dtype != DType::kF32 && t.dtype != DType::kUndefined) return false;
+  return true;
+}
+
+// ---- BatchNormalization (inference), InstanceNormalization, GroupNormalization ----
+
+// y = (x - mean[c]) * a[c] + b[c] over N * C planes of `size` elements.
+void normalize_planes(const float* x, float* y, int64_t planes, int64_t channels, int64_t size,
+                      const float* mean, const float* a, const float* b) {
+  parallel_for(0, planes, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(size, 1)),
+               [&](int64_t p0, int64_t p1) {
+                 for (int64_t p = p0; p < p1; ++p) {
+                   const int64_t ch = p % channels;
+                   PTO_ISA_DISPATCH(normalize, x + p * size, y + p * size, size, mean[ch], 0.0f,
+                                    a[ch], b[ch]);
+                 }
+               });
+}
+
+std::vector<Tensor> run_batch_norm(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  if (x.rank() < 2) return run_reference(c);
+  const int64_t channels = x.dim(1);
+  for (size_t i = 1; i <= 4; ++i)
+    if (!per_channel(c.input(i), channels)) return run_reference(c);
+  const double eps = c.attrs().get_float("epsilon", 1e-5);
+  const float *scale = c.input(1).data<float>(), *var = c.input(4).data<float>();
+  std::vector<float> a(static_cast<size_t>(channels));
+  for (int64_t k = 0; k < channels; ++k)
+    a[k] = static_cast<float>(scale[k] / std::sqrt(static_cast<double>(var[k]) + eps));
+  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  if (x.numel() == 0) return {y};
+  const int64_t planes = x.dim(0) * channels;
+  normalize_planes(x.data<float>(), y.data<float>(), planes, channels, x.numel() / planes,
+                   c.input(3).data<float>(), a.data(), c.input(2).data<float>());
+  return {y};
+}
+
+bool accepts_batch_norm(const NodeInfo& n) {
+  const bool training =
+      opset_of(n.node) >= 14 ? n.node.attrs.get_int("training_mode", 0) != 0 : n.outputs.size() > 1;
+  return all_f32(n) && !training && n.outputs.size() == 1;
+}
+
+// Normalizes N * groups groups of `channels / groups` channels each, with per-channel scale and
+// bias (or per-group ones when `per_group`).
+std::vector<Tensor> normalize_groups(const KernelContext& c, int64_t groups, bool per_group) {
+  const Tensor& x = c.input(0);
+  const int64_t channels = x.dim(1);
+  const float eps = static_cast<float>(c.attrs().get_float("epsilon", 1e-5));
+  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  if (x.numel() == 0) return {y};
+  const int64_t count = x.dim(0) * groups, per = channels / groups;
+  const int64_t spatial = x.numel() / (x.dim(0) * channels), size = per * spatial;
+  const float *xp = x.data<float>(), *scale = c.input(1).data<float>(),
+              *bias = c.input(2).data<float>();
+  float* yp = y.data<float>();
+  parallel_for(0, count, std::max<int64_t>(1, kParallelGrain / size), [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      float shift, mean, var;
+      PTO_ISA_DISPATCH(moments, xp + g * size, size, &shift, &mean, &var);
+      const float inv = 1.0f / std::sqrt(var + eps);
+      for (int64_t k = 0; k < per; ++k) {
+        const int64_t p = per_group ? g % groups : g % groups * per + k;
+        const int64_t off = g * size + k * spatial;
+        PTO_ISA_DISPATCH(normalize, xp + off, yp + off, spatial, shift, mean, scale[p] * inv,
+                         bias[p]);
+      }
+    }
+  });
+  return {y};
+}
+
+std::vector<Tensor> run_instance_norm(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  if (x.rank() < 2 || !per_channel(c.input(1), x.dim(1)) || !per_channel(c.input(2), x.dim(1)))
+    return run_reference(c);
+  return normalize_groups(c, x.dim(1), false);
+}
+
+std::vector<Tensor> run_group_norm(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const int64_t groups = c.attrs().get_int("num_groups");
+  if (x.rank() < 2 || groups < 1 || x.dim(1) % groups != 0) return run_reference(c);
+  const int64_t channels = x.dim(1);
+  if (per_channel(c.input(1), channels) && per_channel(c.input(2), channels) &&
+      c.input(1).rank() == 1 && c.input(2).rank() == 1)
+    return normalize_groups(c, groups, false);
+  const bool per_group = opset_of(c.node) < 21 && c.input(1).rank() == 1 &&
+                         c.input(2).rank() == 1 && c.input(1).numel() == groups &&
+                         c.input(2).numel() == groups;
+  return per_group ? normalize_groups(c, groups, true) : run_reference(c);
+}
+
+}  // namespace
+
+void register_norm_kernels(KernelRegistry& r) {
+  for (bool log : {false, true})
+    r.add(log ? "LogSoftmax" : "Softmax",
+          {.accepts = [](const NodeInfo& n) { return n.dtype(0) == DType::kF32; },
+           .run = [log](const KernelContext& c) { return run_softmax(c, log); }});
+  r.add("LayerNormalization", {.accepts = accepts_layer_norm, .run = run_layer_norm});
+  r.add("BatchNormalization", {.accepts = accepts_batch_norm, .run = run_batch_norm});
+  r.add("InstanceNormalization", {.accepts = all_f32, .run = run_instance_norm});
+  r.add("GroupNormalization", {.accepts = all_f32, .run = run_group_norm});
+}
+
+}  // namespace pto::cpu

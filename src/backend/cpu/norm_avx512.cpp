@@ -1,0 +1,1 @@
+#include "backend/cpu/norm_impl.h"

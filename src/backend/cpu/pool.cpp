@@ -1,0 +1,132 @@
+// CPU kernels for MaxPool and AveragePool (1-D and 2-D, float32; MaxPool without its Indices
+// output) and GlobalAveragePool / GlobalMaxPool (any rank, through the folds of reduce.cpp).
+// Window geometry comes from ir/ops/window.h, as in shape inference and the reference, and the
+// per-row and per-column window extents are tabulated once per node run.
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/kernel.h"
+#include "backend/cpu/reduce_kernels.h"
+#include "ir/ops/window.h"
+#include "pto/parallel.h"
+
+namespace pto::cpu {
+namespace {
+
+// Per output position along one axis: the first input index its window reads (-1: none) and how
+// many positions it counts. Positions past in + pad_begin + pad_end (ceil_mode's overhang) are
+// neither read nor counted; padding counts when count_pad.
+struct AxisTable {
+  std::vector<int64_t> first;
+  std::vector<float> count;
+};
+AxisTable axis_table(int64_t in, int64_t out, int64_t k, int64_t s, int64_t d, int64_t pb,
+                     int64_t pe, bool count_pad) {
+  AxisTable t{std::vector<int64_t>(out, -1), std::vector<float>(out, 0)};
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t q = o * s + j * d;
+      if (q >= in + pb + pe) break;
+      const bool inside = q - pb >= 0 && q - pb < in;
+      if (inside && t.first[o] < 0) t.first[o] = q - pb;
+      if (inside || count_pad) t.count[o] += 1;
+    }
+  return t;
+}
+
+std::vector<Tensor> run_pool(const KernelContext& c, bool is_max) {
+  const std::string w = c.where();
+  const Tensor& x = c.input(0);
+  const Dims kernel = c.attrs().get_ints("kernel_shape");
+  const size_t rank = static_cast<size_t>(x.rank() - 2);
+  if (kernel.size() != rank)
+    throw ValueError(cat(w, ": kernel_shape ", dims_str(kernel), " does not match ", rank,
+                         " spatial axes of X ", x.str()));
+  const window::Params p = window::read_params(c.attrs(), kernel, true, w);
+  window::Axis axes[2];
+  for (size_t i = 0; i < rank; ++i) axes[i] = window::forward_axis(p, i, x.dim(2 + i), w);
+  // Lift 1-D to 2-D: a leading axis of size 1 with a unit window.
+  const window::Axis ah = rank == 2 ? axes[0] : window::Axis{1, 0, 0};
+  const window::Axis aw = axes[rank - 1];
+  PoolGeom g{};
+  g.h = rank == 2 ? x.dim(2) : 1;
+  g.w = x.dim(-1);
+  g.oh = ah.out;
+  g.ow = aw.out;
+  g.kh = rank == 2 ? p.kernel[0] : 1;
+  g.kw = p.kernel[rank - 1];
+  g.sh = rank == 2 ? p.strides[0] : 1;
+  g.sw = p.strides[rank - 1];
+  g.dh = rank == 2 ? p.dilations[0] : 1;
+  g.dw = p.dilations[rank - 1];
+  g.ph = ah.pad_begin;
+  g.pw = aw.pad_begin;
+  Dims yshape = {x.dim(0), x.dim(1)};
+  if (rank == 2) yshape.push_back(g.oh);
+  yshape.push_back(g.ow);
+  Tensor y = Tensor::empty(DType::kF32, yshape);
+  if (y.numel() == 0) return {y};
+  g.span = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+  const bool count_pad = !is_max && c.attrs().get_int("count_include_pad", 0) != 0;
+  const AxisTable rows = axis_table(g.h, g.oh, g.kh, g.sh, g.dh, g.ph, ah.pad_end, count_pad);
+  const AxisTable cols = axis_table(g.w, g.ow, g.kw, g.sw, g.dw, g.pw, aw.pad_end, count_pad);
+  const PoolIndex ix{rows.first.data(), cols.first.data(), rows.count.data(), cols.count.data()};
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  const int64_t work = g.oh * (g.kh * g.span + g.kw * g.span) + 1;
+  parallel_for(0, x.dim(0) * x.dim(1), std::max<int64_t>(1, kParallelGrain / work),
+               [&](int64_t p0, int64_t p1) {
+                 std::vector<float> scratch(static_cast<size_t>(2 * g.span));
+                 PTO_ISA_DISPATCH(pool_planes, g, ix, is_max, xp, yp, p0, p1, scratch.data());
+               });
+  return {y};
+}
+
+bool accepts_pool(const NodeInfo& n, bool is_max) {
+  if (n.dtype(0) != DType::kF32 || !n.inputs[0].shape) return false;
+  const size_t rank = n.inputs[0].shape->size();
+  if (rank != 3 && rank != 4) return false;
+  if (!is_max) return true;
+  const bool indices = n.node.outputs.size() > 1 && n.node.outputs[1] != kNoValue;
+  return !indices && n.node.attrs.get_int("storage_order", 0) == 0;
+}
+
+// GlobalAveragePool and GlobalMaxPool: a fold over everything past [N, C].
+std::vector<Tensor> run_global_pool(const KernelContext& c, bool is_max) {
+  const Tensor& x = c.input(0);
+  if (x.rank() < 2)
+    throw ValueError(cat(c.where(), ": X must be [N, C, spatial...], got ", x.str()));
+  Dims yshape = x.shape();
+  for (size_t i = 2; i < yshape.size(); ++i) yshape[i] = 1;
+  Tensor y = Tensor::empty(DType::kF32, yshape);
+  const int64_t planes = y.numel();
+  if (planes == 0) return {y};
+  const int64_t size = x.numel() / planes;
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  fold_all(is_max ? Fold::kMaxSkipNaN : Fold::kSum, xp, planes, size, 1, nullptr, yp);
+  for (int64_t k = 0; k < planes; ++k) {
+    if (!is_max)
+      yp[k] /= static_cast<float>(size);
+    else if (size == 0)
+      yp[k] = std::numeric_limits<float>::lowest();  // the reference's empty max
+    else if (std::isnan(xp[k * size]))
+      yp[k] = xp[k * size];  // NaN wins only as the first element
+  }
+  return {y};
+}
+
+}  // namespace
+
+void register_pool_kernels(KernelRegistry& r) {
+  for (bool is_max : {true, false}) {
+    r.add(is_max ? "MaxPool" : "AveragePool",
+          {.accepts = [is_max](const NodeInfo& n) { return accepts_pool(n, is_max); },
+           .run = [is_max](const KernelContext& c) { return run_pool(c, is_max); }});
+    r.add(is_max ? "GlobalMaxPool" : "GlobalAveragePool",
+          {.accepts = [](const NodeInfo& n) { return n.dtype(0) == DType::kF32; },
+           .run = [is_max](const KernelContext& c) { return run_global_pool(c, is_max); }});
+  }
+}
+
+}  // namespace pto::cpu

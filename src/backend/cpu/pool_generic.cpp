@@ -1,0 +1,1 @@
+#include "backend/cpu/pool_impl.h"

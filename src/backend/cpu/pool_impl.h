@@ -1,0 +1,72 @@
+// 2-D max and average pooling for one ISA (included by pool_avx512.cpp, pool_avx2.cpp,
+// pool_generic.cpp). The window is separable: for each output row, the valid input rows of its
+// window are folded into one padded row (vectors along the width), then kw taps of that row are
+// folded at every column a window can start on (vectors again, for any stride), and a stride > 1
+// keeps every sw-th. Max ignores NaN here and the caller's rule (NaN only when it is the first
+// element the window reads, as the reference walks it) is applied per output at the end.
+#pragma once
+
+#include "backend/cpu/reduce_kernels.h"
+#include "backend/cpu/reduce_simd.h"
+
+namespace pto::cpu::PTO_ISA_NS {
+
+namespace {
+
+inline Vec take(bool is_max, Vec acc, Vec v) {
+  return is_max ? select(v > acc, v, acc) : acc + v;
+}
+
+// One output row r of plane x into y: buf (g.span) holds the folded rows, hb the horizontal folds.
+void pool_row(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,
+              int64_t r, float* buf, float* hb) {
+  const float id = is_max ? -INFINITY : 0.0f;
+  const Vec idv = Vec::set1(id);
+  const int64_t lo = g.pw < g.span ? g.pw : g.span;
+  const int64_t hi = g.pw + g.w < g.span ? g.pw + g.w : g.span;
+  for (int64_t j = 0; j < lo; ++j) buf[j] = id;
+  for (int64_t j = hi; j < g.span; ++j) buf[j] = id;
+  for (int64_t j = lo; j < hi; j += Vec::kLanes) {  // column j reads input column j - pw
+    const int n = lanes_left(hi, j);
+    Vec acc = idv;
+    for (int64_t k = 0; k < g.kh; ++k) {
+      const int64_t ih = r * g.sh + k * g.dh - g.ph;
+      if (ih >= 0 && ih < g.h) acc = take(is_max, acc, Vec::load(x + ih * g.w + j - g.pw, n));
+    }
+    acc.store(buf + j, n);
+  }
+  const int64_t starts = (g.ow - 1) * g.sw + 1;
+  float* h = g.sw == 1 ? y : hb;
+  for (int64_t q = 0; q < starts; q += Vec::kLanes) {
+    const int n = lanes_left(starts, q);
+    Vec acc = idv;
+    for (int64_t k = 0; k < g.kw; ++k) acc = take(is_max, acc, Vec::load(buf + q + k * g.dw, n));
+    acc.store(h + q, n);
+  }
+  if (g.sw != 1)
+    for (int64_t o = 0; o < g.ow; ++o) y[o] = hb[o * g.sw];
+  if (is_max) {
+    if (ix.row_first[r] < 0) return;
+    const float* first = x + ix.row_first[r] * g.w;
+    for (int64_t o = 0; o < g.ow; ++o)
+      if (ix.col_first[o] >= 0 && std::isnan(first[ix.col_first[o]])) y[o] = first[ix.col_first[o]];
+  } else {
+    const Vec rc = Vec::set1(ix.row_count[r]);
+    for (int64_t o = 0; o < g.ow; o += Vec::kLanes) {
+      const int n = lanes_left(g.ow, o);
+      (Vec::load(y + o, n) / (rc * Vec::load(ix.col_count + o, n))).store(y + o, n);
+    }
+  }
+}
+
+}  // namespace
+
+void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,
+                 int64_t p0, int64_t p1, float* scratch) {
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t r = 0; r < g.oh; ++r)
+      pool_row(g, ix, is_max, x + p * g.h * g.w, y + (p * g.oh + r) * g.ow, r, scratch,
+               scratch + g.span);
+}
+
+}  // namespace pto::cpu::PTO_ISA_NS

@@ -1,0 +1,1 @@
+#include "backend/cpu/reduce_impl.h"

@@ -1,0 +1,74 @@
+// The per-ISA inner loops of the reduction, normalization and pooling kernels (reduce_impl.h,
+// norm_impl.h, pool_impl.h, compiled once per ISA) and the drivers that cut the work into
+// parallel pieces (reduce.cpp, norm.cpp, pool.cpp). Everything is float32 and contiguous.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/isa/isa.h"
+
+namespace pto::cpu {
+
+class KernelRegistry;
+
+// What a fold accumulates over the reduced axis. The max/min folds propagate NaN; kMaxSkipNaN
+// ignores it (pooling's rule is applied by the caller); kMaxFinite is the largest finite element
+// (-inf when none), the shift of LogSumExp; kSumExp adds exp(x - shift) with shift per output.
+enum class Fold { kSum, kSumSquare, kSumAbs, kProd, kMax, kMin, kMaxSkipNaN, kMaxFinite, kSumExp };
+
+// x viewed as [outer, reduce, inner]. For o in [o0, o1) and i in [i0, i1):
+//   y[o * inner + i] = fold of x[(o * reduce + r) * inner + i] over r in [r0, r1),
+// the identity when the range is empty. `shift` is indexed like y (kSumExp only).
+struct FoldRange {
+  int64_t reduce, inner;
+  int64_t o0, o1, r0, r1, i0, i1;
+};
+
+// Sliding-window geometry of one 2-D pooling plane (1-D pools have h = 1, kh = 1).
+struct PoolGeom {
+  int64_t h, w, oh, ow;  // input and output sizes
+  int64_t kh, kw, sh, sw, dh, dw;
+  int64_t ph, pw;  // leading pads
+  int64_t span;    // (ow - 1) * sw + (kw - 1) * dw + 1: padded input columns the windows touch
+};
+
+// Per output row and column: the first input row / column its window reads (-1: none), and how
+// many positions it counts (AveragePool's divisor is row_count * col_count).
+struct PoolIndex {
+  const int64_t *row_first, *col_first;
+  const float *row_count, *col_count;
+};
+
+PTO_ISA_DECLARE(
+    void fold(Fold op, const float* x, const FoldRange& r, const float* shift, float* y);
+
+    // Softmax (or LogSoftmax) of `rows` contiguous rows of `len` elements.
+    void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log);
+    // The same along the middle axis of one [len, inner] slice, for columns [i0, i1).
+    void softmax_columns(const float* x, float* y, int64_t len, int64_t inner, int64_t i0,
+                         int64_t i1, bool log);
+
+    // Population statistics of x[0, n), n > 0: the mean is shift + mean (shift = x[0]).
+    void moments(const float* x, int64_t n, float* shift, float* mean, float* var);
+    // y = (x - shift - mean) * a + b over n elements.
+    void normalize(const float* x, float* y, int64_t n, float shift, float mean, float a, float b);
+    // y = (x - shift - mean) * inv_std * scale + bias over n elements; bias may be null.
+    void normalize_affine(const float* x, float* y, int64_t n, float shift, float mean,
+                          float inv_std, const float* scale, const float* bias);
+
+    // Max or average pooling of planes [p0, p1); `scratch` has room for 2 * g.span floats.
+    void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,
+                     int64_t p0, int64_t p1, float* scratch);)
+
+// Folds all of x ([outer, reduce, inner]) into y ([outer, inner]) in parallel; the result does not
+// depend on the thread count. kSumExp reads `shift` (indexed like y).
+void fold_all(Fold op, const float* x, int64_t outer, int64_t reduce, int64_t inner,
+              const float* shift, float* y);
+
+// Work below this many elements stays on one thread.
+inline constexpr int64_t kParallelGrain = 32768;
+
+void register_norm_kernels(KernelRegistry& r);  // norm.cpp: Softmax, LogSoftmax, the norms
+void register_pool_kernels(KernelRegistry& r);  // pool.cpp: MaxPool, AveragePool, Global*Pool
+
+}  // namespace pto::cpu

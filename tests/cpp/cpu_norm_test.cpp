@@ -1,0 +1,201 @@
+// CPU Softmax, LogSoftmax, LayerNormalization, BatchNormalization, InstanceNormalization and
+// GroupNormalization against the reference interpreter, on every ISA with 1 and 2 threads.
+//
+// Tolerances (kUlp = one float ulp at 1): Softmax and LogSoftmax within 8 ulp relative plus 8 ulp
+// absolute (vector exp ~1 ulp, the float sum, one division; tiny probabilities carry the rounding
+// of x - max, about eps * |x - max| relative, which the absolute term covers). The norms
+// compute mean and variance in float against the reference's double: within 32 ulp relative
+// plus 32 ulp absolute for outputs of order 1.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "cpu_reduce_test_util.h"
+
+namespace pto::testing {
+namespace {
+
+const std::vector<Dims> kShapes = {{}, {0}, {1}, {7}, {3, 5}, {2, 0, 3}, {4, 1, 33}, {2, 3, 4, 17}};
+
+TEST(CpuSoftmax, EveryAxisBothOpsetRules) {
+  uint32_t seed = 1;
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    const Tol tol = {8 * kUlp, 8 * kUlp};
+    for (const Dims& shape : kShapes) {
+      const int64_t rank = static_cast<int64_t>(shape.size());
+      const Tensor x = random_f32(shape, seed++, -4, 4);
+      for (int opset : {11, 13})
+        for (int64_t axis = -rank; axis < (opset < 13 ? rank + 1 : std::max<int64_t>(rank, 1));
+             ++axis) {
+          NodeCase c{op, {x}, {}, opset};
+          c.attrs.set("axis", axis);
+          expect_matches(c, tol);
+        }
+    }
+  }
+}
+
+TEST(CpuSoftmax, LargeRowsColumnsAndSpecials) {
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    const Tol tol = {8 * kUlp, 8 * kUlp};
+    for (const Dims& shape : {Dims{12, 128, 128}, Dims{3, 1000, 70}}) {
+      for (int64_t axis : {-1, 1}) {
+        NodeCase c{op, {random_f32(shape, 5, -30, 30)}, {}, 13};
+        c.attrs.set("axis", axis);
+        expect_matches(c, tol);
+      }
+    }
+    Tensor x = random_f32({6, 37}, 9);  // NaN, +inf, -inf in some rows; one row all -inf
+    x.data<float>()[3] = NAN;
+    x.data<float>()[37 + 5] = INFINITY;
+    x.data<float>()[2 * 37 + 8] = -INFINITY;
+    for (int64_t j = 0; j < 37; ++j) x.data<float>()[4 * 37 + j] = -INFINITY;
+    x.data<float>()[5 * 37 + 36] = 80;  // exp would overflow without the max subtraction
+    expect_matches({op, {x}, {}, 13}, tol);
+  }
+}
+
+Tol norm_tol() {
+  return {32 * kUlp, 32 * kUlp};
+}
+
+TEST(CpuLayerNorm, EveryAxisBiasAndStatistics) {
+  uint32_t seed = 50;
+  for (const Dims& shape :
+       {Dims{7}, Dims{3, 5}, Dims{4, 1, 33}, Dims{2, 0, 3}, Dims{2, 3, 4, 17}, Dims{128, 768}}) {
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    const Tensor x = random_f32(shape, seed++, -2, 3);
+    for (int64_t axis = -rank; axis < rank; ++axis) {
+      const Dims norm(shape.begin() + (axis < 0 ? axis + rank : axis), shape.end());
+      const Tensor scale = random_f32(norm, seed++), bias = random_f32(norm, seed++);
+      for (bool with_bias : {false, true})
+        for (size_t outputs : {1, 3}) {
+          NodeCase c{"LayerNormalization", {x, scale, with_bias ? bias : Tensor()}, {}, 17};
+          c.num_outputs = outputs;
+          c.constant = {false, true, true};
+          c.attrs.set("axis", axis);
+          c.attrs.set("epsilon", 1e-3);
+          expect_matches(c, norm_tol());
+        }
+    }
+  }
+}
+
+TEST(CpuLayerNorm, LargeMeanAndOtherScaleShapes) {
+  Tensor x = random_f32({5, 64}, 3);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] += 1000;  // cancels in E[x^2]-E[x]^2
+  expect_matches({"LayerNormalization", {x, random_f32({1, 64}, 4)}, {}, 17}, norm_tol());
+  // A Scale that broadcasts over rows is left to the reference at run time (still "cpu").
+  expect_matches({"LayerNormalization", {x, random_f32({5, 64}, 4)}, {}, 17}, norm_tol());
+  // stash_type double: declined.
+  NodeCase c{"LayerNormalization", {x, random_f32({64}, 4)}, {}, 17};
+  c.attrs.set("stash_type", int64_t{11});
+  expect_matches(c, norm_tol(), {}, "reference");
+}
+
+TEST(CpuBatchNorm, InferenceShapesAndTrainingDeclines) {
+  uint32_t seed = 80;
+  for (const Dims& shape : {Dims{2, 3}, Dims{1, 1, 1}, Dims{2, 5, 7}, Dims{2, 3, 5, 9},
+                            Dims{0, 3, 4}, Dims{2, 16, 17, 17}}) {
+    const int64_t ch = shape[1];
+    const Tensor var = random_f32({ch}, seed++, 0.1f, 2);
+    for (bool constant : {false, true}) {
+      NodeCase c{"BatchNormalization",
+                 {random_f32(shape, seed++, -2, 3), random_f32({ch}, seed++),
+                  random_f32({ch}, seed++), random_f32({ch}, seed++), var},
+                 {},
+                 15};
+      c.constant = {false, constant, constant, constant, constant};
+      expect_matches(c, norm_tol());
+    }
+  }
+  NodeCase train{"BatchNormalization",
+                 {random_f32({2, 3, 4}, 1), random_f32({3}, 2), random_f32({3}, 3),
+                  random_f32({3}, 4), random_f32({3}, 5, 0.1f, 1)},
+                 {},
+                 15};
+  train.attrs.set("training_mode", int64_t{1});
+  expect_matches(train, norm_tol(), {}, "reference");
+}
+
+TEST(CpuInstanceNorm, Shapes) {
+  uint32_t seed = 120;
+  for (const Dims& shape : {Dims{2, 3, 1}, Dims{1, 4, 7}, Dims{2, 3, 5, 9}, Dims{2, 3, 0}}) {
+    NodeCase c{"InstanceNormalization",
+               {random_f32(shape, seed++, -2, 3), random_f32({shape[1]}, seed++),
+                random_f32({shape[1]}, seed++)},
+               {},
+               6};
+    c.attrs.set("epsilon", 1e-4);
+    expect_matches(c, norm_tol());
+  }
+}
+
+TEST(CpuGroupNorm, PerChannelAndPerGroupScale) {
+  uint32_t seed = 140;
+  for (const Dims& shape : {Dims{2, 6, 5}, Dims{1, 4, 3, 3}, Dims{3, 8, 1}, Dims{2, 32, 9, 9}})
+    for (int64_t groups : {int64_t{1}, int64_t{2}, shape[1]}) {
+      const Tensor x = random_f32(shape, seed++, -2, 3);
+      NodeCase c21{"GroupNormalization",
+                   {x, random_f32({shape[1]}, seed++), random_f32({shape[1]}, seed++)},
+                   {},
+                   21};
+      c21.attrs.set("num_groups", groups);
+      expect_matches(c21, norm_tol());
+      NodeCase c18{"GroupNormalization",
+                   {x, random_f32({groups}, seed++), random_f32({groups}, seed++)},
+                   {},
+                   18};
+      c18.attrs.set("num_groups", groups);
+      expect_matches(c18, norm_tol());
+    }
+}
+
+}  // namespace
+}  // namespace pto::testing
+
+namespace pto::testing {
+namespace {
+
+// Medians of the kernels the design note quotes (run with --gtest_also_run_disabled_tests).
+TEST(CpuReduceBench, DISABLED_Medians) {
+  auto bench = [](const char* label, const NodeCase& c) {
+    std::vector<Tensor> feeds;
+    Graph g = one_node(c, &feeds);
+    Executable exe = compile(g, {.level = 0});
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      std::vector<double> us;
+      for (int i = 0; i < 60; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        exe.run(feeds);
+        us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
+      }
+      std::sort(us.begin(), us.end());
+      std::printf("%-28s %d thread(s): median %8.1f us (%s)\n", label, threads, us[us.size() / 2],
+                  exe.node_backend(0).c_str());
+    }
+    set_num_threads(0);
+  };
+  NodeCase softmax{"Softmax", {random_f32({12, 128, 128}, 1)}, {}, 13};
+  bench("softmax [12,128,128]", softmax);
+  NodeCase ln{"LayerNormalization",
+              {random_f32({128, 768}, 2), random_f32({768}, 3), random_f32({768}, 4)},
+              {},
+              17};
+  ln.constant = {false, true, true};
+  bench("layer_norm [128,768]", ln);
+  NodeCase mp{"MaxPool", {random_f32({1, 64, 112, 112}, 5)}, {}, 12};
+  mp.attrs.set("kernel_shape", Dims{3, 3});
+  mp.attrs.set("strides", Dims{2, 2});
+  mp.attrs.set("pads", Dims{1, 1, 1, 1});
+  bench("max_pool 3x3 s2 [1,64,112,112]", mp);
+  NodeCase mean{"ReduceMean", {random_f32({8, 2048, 7, 7}, 6), ints({2, 3})}, {}, 18};
+  mean.constant = {false, true};
+  bench("mean HW [8,2048,7,7]", mean);
+}
+
+}  // namespace
+}  // namespace pto::testing

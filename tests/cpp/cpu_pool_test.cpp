@@ -1,0 +1,102 @@
+// CPU MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool against the reference
+// interpreter: 1-D and 2-D windows over a grid of kernel, stride, dilation, pads, auto_pad,
+// ceil_mode and count_include_pad, odd and empty sizes, NaN and infinities; every ISA with 1 and
+// 2 threads. Max is exact; averages are within 8 ulp relative plus 8 ulp absolute (float sums of
+// at most a few dozen inputs in [-1, 1]).
+#include "cpu_reduce_test_util.h"
+
+namespace pto::testing {
+namespace {
+
+const Tol kAvgTol = {8 * kUlp, 8 * kUlp};
+
+NodeCase pool_case(const char* op, const Tensor& x, Dims kernel, Dims strides, Dims dilations,
+                   Dims pads, bool ceil, const char* auto_pad, bool count_pad) {
+  NodeCase c{op, {x}, {}, 19};
+  c.attrs.set("kernel_shape", kernel);
+  c.attrs.set("strides", strides);
+  c.attrs.set("dilations", dilations);
+  if (std::string(auto_pad) == "NOTSET")
+    c.attrs.set("pads", pads);
+  else
+    c.attrs.set("auto_pad", std::string(auto_pad));
+  c.attrs.set("ceil_mode", static_cast<int64_t>(ceil));
+  if (std::string(op) == "AveragePool") c.attrs.set("count_include_pad", int64_t{count_pad});
+  return c;
+}
+
+TEST(CpuPool, TwoDimensionalGrid) {
+  uint32_t seed = 1;
+  const Tensor inputs[] = {random_f32({1, 2, 7, 9}, seed++), random_f32({2, 1, 5, 20}, seed++),
+                           with_specials(random_f32({1, 3, 6, 6}, seed++))};
+  for (const char* op : {"MaxPool", "AveragePool"})
+    for (const Tensor& x : inputs)
+      for (int64_t k : {1, 2, 3})
+        for (int64_t s : {1, 2, 3})
+          for (int64_t d : {1, 2})
+            for (const char* auto_pad : {"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"})
+              for (bool ceil : {false, true}) {
+                const bool count_pad = (k + s + d) % 2 == 0;
+                const Dims pads = {k / 2, (k + 1) / 2 - 1 + s % 2, k - 1, 0};
+                expect_matches(pool_case(op, x, {k, k + s % 2}, {s, 3 - s % 2}, {d, 1}, pads, ceil,
+                                         auto_pad, count_pad),
+                               std::string(op) == "MaxPool" ? Tol{} : kAvgTol);
+              }
+}
+
+TEST(CpuPool, OneDimensionalAndEmpty) {
+  uint32_t seed = 40;
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    const Tol tol = std::string(op) == "MaxPool" ? Tol{} : kAvgTol;
+    for (const Dims& shape : {Dims{2, 3, 1}, Dims{1, 2, 17}, Dims{0, 2, 8}, Dims{1, 0, 8}})
+      for (int64_t k : {1, 3})
+        for (int64_t s : {1, 2})
+          for (bool count_pad : {false, true})
+            expect_matches(pool_case(op, random_f32(shape, seed++), {k}, {s}, {1}, {k / 2, 1}, true,
+                                     "NOTSET", count_pad),
+                           tol);
+    // A window that does not fit gives an empty output.
+    expect_matches(pool_case(op, random_f32({1, 1, 2, 2}, 3), {3, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0},
+                             false, "NOTSET", false),
+                   tol);
+  }
+}
+
+TEST(CpuPool, ResNetStemAndLargePlanes) {
+  const Tensor x = random_f32({2, 16, 57, 61}, 77);
+  expect_matches(
+      pool_case("MaxPool", x, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, false, "NOTSET", false), {});
+  expect_matches(
+      pool_case("AveragePool", x, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, false, "NOTSET", false),
+      kAvgTol);
+}
+
+TEST(CpuPool, DeclinesIndicesStorageOrderAnd3d) {
+  NodeCase with_indices = pool_case("MaxPool", random_f32({1, 2, 5, 5}, 1), {2, 2}, {1, 1}, {1, 1},
+                                    {0, 0, 0, 0}, false, "NOTSET", false);
+  with_indices.num_outputs = 2;
+  expect_matches(with_indices, {}, {}, "reference");
+  NodeCase order = pool_case("MaxPool", random_f32({1, 2, 5, 5}, 1), {2, 2}, {1, 1}, {1, 1},
+                             {0, 0, 0, 0}, false, "NOTSET", false);
+  order.attrs.set("storage_order", int64_t{1});
+  expect_matches(order, {}, {}, "reference");
+  expect_matches(pool_case("AveragePool", random_f32({1, 1, 3, 4, 5}, 2), {2, 2, 2}, {1, 1, 1},
+                           {1, 1, 1}, {0, 0, 0, 0, 0, 0}, false, "NOTSET", false),
+                 kAvgTol, {}, "reference");
+}
+
+TEST(CpuGlobalPool, RanksSpecialsAndEmpty) {
+  uint32_t seed = 90;
+  for (const Dims& shape :
+       {Dims{2, 3}, Dims{1, 1, 1}, Dims{2, 3, 7}, Dims{8, 64, 7, 7}, Dims{2, 3, 0, 4},
+        Dims{0, 3, 4}, Dims{1, 2, 3, 4, 5}, Dims{2, 3, 200, 200}})
+    for (bool specials : {false, true}) {
+      Tensor x = random_f32(shape, seed++);
+      if (specials) x = with_specials(x);
+      expect_matches({"GlobalMaxPool", {x}}, {});
+      expect_matches({"GlobalAveragePool", {x}}, {16 * kUlp, 16 * kUlp});
+    }
+}
+
+}  // namespace
+}  // namespace pto::testing
