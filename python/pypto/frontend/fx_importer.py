@@ -365,17 +365,42 @@ class FxImporter:
                 self.convert(n)
         raise ValueError("[import] the FX graph has no output node")
 
-    def set_outputs(self, values):
+    def set_outputs(self, values, names: list[str] | bool = False):
+        """Declares the graph outputs. names=True names them "output" (one) or "output_<i>",
+        a list names them so; False keeps the names of the nodes that make them. A named output
+        is an Identity of the value (a value's name is fixed when it is made)."""
+        self.node = None
+        if names is True:
+            names = ["output"] if len(values) == 1 else [f"output_{i}" for i in range(len(values))]
+            generated = True
+        else:
+            generated = False
+        if names is not False and len(names) != len(values):
+            raise ValueError(f"[import] {len(names)} output name(s) given for {len(values)} "
+                             "output(s)")
         for i, v in enumerate(values):
-            if isinstance(v, V):
-                self.g.add_output(v.id)
-            elif isinstance(v, SymV):
-                self.g.add_output(v.id)
-            else:
+            if not isinstance(v, (V, SymV)):
                 raise NotImplementedError(
                     f"[import] output {i} is a {type(v).__name__}, not a tensor; PyPTO graphs "
                     "return tensors only")
-        self.node = None
+            id = v.id
+            if names is not False:
+                id = self._named_copy(id, str(names[i]), generated)
+            self.g.add_output(id)
+
+    def _named_copy(self, id: int, name: str, generated: bool) -> int:
+        """An Identity of `id` whose output is called `name` (a generated name that an input or
+        weight holds already gets "_" appended until it is free)."""
+        while True:
+            try:
+                return self.g.add_node("Identity", [id], 1, {}, name, OPSET)[0]
+            except ValueError as e:
+                if "defined twice" not in str(e):
+                    raise
+                if not generated:
+                    raise ValueError(f"[import] output name '{name}' is already the name of an "
+                                     "input, a weight or another output") from None
+                name += "_"
 
 
 # ---- Python-level operators on sizes (SymInt arithmetic in exported graphs) ----
