@@ -284,14 +284,24 @@ def import_program(ep: ExportedProgram, name: str = "main",
     outs = [imp.resolve(a) for a in output_node.args[0]]
     imp.set_outputs(outs, output_names)
 
+    # A size of an input is at least 1, as the default batch is: torch.export's Dim has min=0
+    # unless told otherwise (and cannot say whether it was told), and a dimension that may be 0
+    # is rarely what a model means.
+    input_sizes = {d.node.expr for node in users for d in _tensor_shape(node)
+                   if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
     ranges = {}
     for sym, vr in ep.range_constraints.items():
         n = imp.symbol_names.get(sym, str(sym))
         lo, hi = _bound(vr.lower, 0), _bound(vr.upper, INT64_MAX)
-        ranges[n] = (max(lo, 0), hi)
+        ranges[n] = (max(lo, 1 if sym in input_sizes else 0), hi)
     for n, (lo, hi) in ranges.items():
         imp.g.set_symbol_range(n, lo, hi)
     return Captured(imp.g, ep.call_spec.in_spec, ep.call_spec.out_spec, user_inputs, ranges)
+
+
+def _tensor_shape(node: torch.fx.Node) -> tuple:
+    val = node.meta.get("val")
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else ()
 
 
 def _bound(x, infinite: int) -> int:
