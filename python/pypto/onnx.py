@@ -67,16 +67,21 @@ def load(path: str | os.PathLike, level: int | None = None) -> OnnxModel:
     return OnnxModel(_C.onnx_load(path), level, path)
 
 
-def export(model: Any, args: Any, path: str | os.PathLike, **optimize_kwargs) -> None:
+def export(model: Any, args: Any, path: str | os.PathLike, *,
+           output_names: list[str] | None = None, **optimize_kwargs) -> None:
     """Writes an ONNX file of `model`: an OptimizedModule, an OnnxModel, a CompiledGraph or a
-    torch.nn.Module (captured first with pypto.optimize's importer)."""
+    torch.nn.Module (captured first with pypto.optimize's importer). Outputs of a module are
+    named "output" (one) or "output_<i>", or `output_names`; inputs keep their names."""
     path = os.fspath(path)
-    graph = _graph_of(model, args, optimize_kwargs)
+    graph = _graph_of(model, args, output_names, optimize_kwargs)
     _C.onnx_save(graph, path)
 
 
-def _graph_of(model, args, optimize_kwargs) -> _C.Graph:
+def _graph_of(model, args, output_names, optimize_kwargs) -> _C.Graph:
     if isinstance(model, (OnnxModel, CompiledGraph)):
+        if output_names is not None:
+            raise TypeError("pypto.onnx.export: output_names applies to a torch.nn.Module or an "
+                            f"OptimizedModule; a {type(model).__name__} keeps its graph's names")
         return model.graph
     try:
         import torch
@@ -85,8 +90,10 @@ def _graph_of(model, args, optimize_kwargs) -> _C.Graph:
     if torch is not None and isinstance(model, torch.nn.Module):
         from .optimize import OptimizedModule, optimize
 
+        if args is not None and not isinstance(args, tuple):
+            args = (args,)
         if not isinstance(model, OptimizedModule):
-            model = optimize(model, args, **optimize_kwargs)
-        return model.graph
+            model = optimize(model, None, **optimize_kwargs)
+        return model.export_graph(args, None, output_names)
     raise TypeError(f"pypto.onnx.export: cannot export a {type(model).__name__}; pass a "
                     "torch.nn.Module, an OptimizedModule or an OnnxModel")

@@ -25,7 +25,8 @@ class OptimizedModule(torch.nn.Module):
         # Registered like torch.compile's OptimizedModule does: the parameters stay the
         # module's (the compiled graph shares their memory), state_dict() still works.
         self._orig_mod = module
-        self._compile_fn = compile_fn  # (args, kwargs) -> (Captured, CompiledGraph)
+        # (args, kwargs, output_names=True) -> (Captured, CompiledGraph); see export_graph
+        self._compile_fn = compile_fn
         self._captured: torch_capture.Captured | None = None
         self._compiled: CompiledGraph | None = None
         self._lock = threading.Lock()
@@ -56,6 +57,16 @@ class OptimizedModule(torch.nn.Module):
         """Symbolic dimensions and their declared ranges, e.g. {"batch": (1, 2**63 - 1)}."""
         self._ensure_compiled()
         return dict(self._captured.dynamic)
+
+    def export_graph(self, args, kwargs=None, output_names: list[str] | None = None):
+        """The graph pypto.onnx.export writes: the compiled one, or with `output_names` one
+        compiled again from these arguments with its outputs so named."""
+        if output_names is None:
+            self._ensure_compiled(args, kwargs)
+            return self._compiled.graph
+        if args is None:
+            raise TypeError("output_names needs example arguments to capture the module with")
+        return self._compile_fn(args, kwargs or {}, list(output_names))[1].graph
 
     def forward(self, *args, **kwargs):
         self._ensure_compiled(args, kwargs)
@@ -137,12 +148,12 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
 
     compile_options(level)  # validates level before the (slow) capture
 
-    def compile_fn(args, kwargs):
+    def compile_fn(args, kwargs, output_names=True):
         with torch.no_grad():
             try:
                 captured = torch_capture.capture(model, args, kwargs or None, dynamic=dynamic,
                                                  dynamic_shapes=dynamic_shapes,
-                                                 max_batch=max_batch)
+                                                 max_batch=max_batch, output_names=output_names)
             except NotImplementedError as e:
                 raise NotImplementedError(f"pypto.optimize: {e}") from None
         return captured, CompiledGraph(captured.graph, level)

@@ -117,3 +117,99 @@ def test_onnx_load_errors(tmp_path):
         exe(np.zeros((2, 4), np.int64))
     with pytest.raises(TypeError, match="cannot export a str"):
         pypto.onnx.export("model", (), tmp_path / "x.onnx")
+
+
+class SmallCNN(torch.nn.Module):
+    """A torchvision-like stem and block: Conv-BN-ReLU, a residual, pooling, a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = torch.relu(h + self.bn2(self.conv2(h)))
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+def _trained_bn(model):
+    torch.manual_seed(0)
+    for m in model.modules():  # non-trivial running statistics, as after training
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.num_batches_tracked.fill_(100)
+    return model.eval()
+
+
+def _unused_initializers(graph) -> set:
+    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    return {t.name for t in graph.initializer} - read
+
+
+@pytest.mark.parametrize("optimized_first", [False, True])
+def test_onnx_export_drops_unused_initializers_and_names_outputs(tmp_path, optimized_first):
+    import onnx
+
+    torch.manual_seed(0)
+    model = _trained_bn(SmallCNN())
+    x = torch.randn(2, 3, 12, 12)
+    path = tmp_path / "cnn.onnx"
+    pypto.onnx.export(pypto.optimize(model, (x,)) if optimized_first else model, (x,), path)
+    proto = onnx.load(str(path))
+    onnx.checker.check_model(proto)
+    assert _unused_initializers(proto.graph) == set()
+    assert not any("num_batches_tracked" in t.name for t in proto.graph.initializer)
+    assert [i.name for i in proto.graph.input] == ["x"]
+    assert [o.name for o in proto.graph.output] == ["output"]
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for b in (1, 3):
+        xb = torch.randn(b, 3, 12, 12)
+        got = sess.run(["output"], {"x": xb.numpy()})[0]
+        with torch.no_grad():
+            np.testing.assert_allclose(got, model(xb).numpy(), rtol=1e-4, atol=1e-5)
+    assert pypto.onnx.load(path).output_names == ["output"]
+
+
+class TwoHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 6)
+
+    def forward(self, output, y):  # an input called "output" keeps its name
+        h = self.fc(output)
+        return h.softmax(-1), h + y, y
+
+
+def test_onnx_export_output_names_default_and_given(tmp_path):
+    import onnx
+
+    torch.manual_seed(0)
+    model = TwoHeads().eval()
+    x, y = torch.randn(2, 4), torch.randn(2, 6)
+    with torch.no_grad():
+        want = [t.numpy() for t in model(x, y)]
+    for given in (None, ["probs", "logits", "passthrough"]):
+        path = tmp_path / f"heads_{given is None}.onnx"
+        pypto.onnx.export(model, (x, y), path, output_names=given)
+        proto = onnx.load(str(path))
+        names = [o.name for o in proto.graph.output]
+        assert [i.name for i in proto.graph.input] == ["output", "y"]
+        assert names == (given or ["output_0", "output_1", "output_2"])
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        got = sess.run(names, {"output": x.numpy(), "y": y.numpy()})
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    fast = pypto.optimize(model, (x, y))
+    pypto.onnx.export(fast, (x, y), tmp_path / "named.onnx", output_names=["a", "b", "c"])
+    assert pypto.onnx.load(tmp_path / "named.onnx").output_names == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="2 output name"):
+        pypto.onnx.export(model, (x, y), tmp_path / "bad.onnx", output_names=["a", "b"])
+    with pytest.raises(ValueError, match="'y' is already the name"):
+        pypto.onnx.export(model, (x, y), tmp_path / "bad.onnx", output_names=["a", "b", "y"])
+    with pytest.raises(TypeError, match="keeps its graph's names"):
+        pypto.onnx.export(pypto.onnx.load(path), None, tmp_path / "x.onnx", output_names=["a"])

@@ -216,3 +216,19 @@ def test_declared_sequence_dimension_is_symbolic_too():
             want = model(x).last_hidden_state
         got = fast(x).last_hidden_state
         assert ((got - want).abs().max() / want.abs().max()).item() <= 1e-4, shape
+
+
+def test_a_dim_without_min_starts_at_1():
+    from torch.export import Dim
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU()).eval()
+    fast = pypto.optimize(model, (torch.randn(3, 6),),
+                          dynamic_shapes={"input": {0: Dim("batch")}})
+    assert fast.dynamic_dims["batch"][0] == 1
+    for b in (1, 2, 7):
+        x = torch.randn(b, 6)
+        with torch.no_grad():
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"outside the declared range \[1, "):
+        fast(torch.randn(0, 6))

@@ -99,6 +99,99 @@ def supported(node: torch.fx.Node) -> bool:
     return node.op != "call_function" or node.target in CONVERTERS or _is_custom(node.target)
 
 
+def conversion_problem(node: torch.fx.Node) -> str | None:
+    """Why this call node cannot be converted in the form it has (None when it can): the
+    converter is tried on the node alone, with its inputs typed from their FakeTensors. A
+    converter may accept an op yet reject a form of it (elu with a scale, avg_pool with
+    divisor_override); the torch.compile partitioner then leaves the node to PyTorch. Answers
+    are cached by target and argument signature (dtypes, shapes, constants)."""
+    if node.op != "call_function":
+        return f"FX op {node.op}"
+    if not supported(node):
+        return "no conversion"
+    if "val" not in node.meta:
+        return "no FakeTensor metadata"
+    try:
+        key = (node.target, _signature(node.args), _signature(node.kwargs),
+               _signature(node.meta["val"]))
+        hash(key)
+    except TypeError:  # an unhashable constant argument: try without caching
+        key = None
+    if key is not None and key in _PROBLEMS:
+        return _PROBLEMS[key]
+    problem = _try_convert(node)
+    if key is not None:
+        _PROBLEMS[key] = problem
+    return problem
+
+
+_PROBLEMS: dict[tuple, str | None] = {}
+
+
+def _signature(a):
+    """A hashable summary of an argument: what a converter can see of it."""
+    if isinstance(a, torch.fx.Node):
+        return ("node", _signature(a.meta.get("val")))
+    if isinstance(a, torch.Tensor):
+        return ("tensor", a.dtype, tuple(str(d) for d in a.shape))
+    if isinstance(a, (list, tuple)):
+        return (type(a).__name__,) + tuple(_signature(x) for x in a)
+    if isinstance(a, dict):
+        return ("dict",) + tuple((k, _signature(v)) for k, v in a.items())
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return ("sym", type(a).__name__)
+    return (type(a).__name__, repr(a))
+
+
+def _try_convert(node: torch.fx.Node) -> str | None:
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    imp = FxImporter("trial")
+    # The partitioner runs under Dynamo's fake mode; constants must be real tensors.
+    with unset_fake_temporarily():
+        return _try_convert_with(imp, node)
+
+
+def _try_convert_with(imp: FxImporter, node: torch.fx.Node) -> str | None:
+    try:
+        for i, a in enumerate(node.all_input_nodes):
+            _bind_example(imp, a, f"in{i}")
+        imp.convert(node)
+        for v in _leaves(imp.env[node]):
+            if isinstance(v, V):
+                v.id  # a pending value is emitted now, as a consumer that cannot absorb it would
+    except Exception as e:  # noqa: BLE001  (any failure means: leave the node to PyTorch)
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return first.removeprefix(f"{imp.where()}: ")
+    return None
+
+
+def _bind_example(imp: FxImporter, a: torch.fx.Node, name: str):
+    """Binds an input node of the node under trial to a graph input of its FakeTensor's type."""
+    val = a.meta.get("val")
+    if isinstance(val, (list, tuple)):  # a multi-output producer, read through getitem
+        vals = []
+        for k, x in enumerate(val):
+            if isinstance(x, torch.Tensor):
+                dt, shape = imp.input_type(x)
+                vals.append(V(imp.g.add_input(f"{name}_{k}", dt, shape), x.dtype, x.shape))
+            else:
+                vals.append(x)
+        imp.env[a] = type(val)(vals)
+    elif "val" not in a.meta:
+        raise NotImplementedError(f"input '{a.name}' has no FakeTensor metadata")
+    else:
+        imp.add_input(a, name)
+
+
+def _leaves(x):
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _leaves(y)
+    else:
+        yield x
+
+
 def _is_custom(target) -> bool:
     from .. import custom_ops as custom_op
 
@@ -272,17 +365,42 @@ class FxImporter:
                 self.convert(n)
         raise ValueError("[import] the FX graph has no output node")
 
-    def set_outputs(self, values):
+    def set_outputs(self, values, names: list[str] | bool = False):
+        """Declares the graph outputs. names=True names them "output" (one) or "output_<i>",
+        a list names them so; False keeps the names of the nodes that make them. A named output
+        is an Identity of the value (a value's name is fixed when it is made)."""
+        self.node = None
+        if names is True:
+            names = ["output"] if len(values) == 1 else [f"output_{i}" for i in range(len(values))]
+            generated = True
+        else:
+            generated = False
+        if names is not False and len(names) != len(values):
+            raise ValueError(f"[import] {len(names)} output name(s) given for {len(values)} "
+                             "output(s)")
         for i, v in enumerate(values):
-            if isinstance(v, V):
-                self.g.add_output(v.id)
-            elif isinstance(v, SymV):
-                self.g.add_output(v.id)
-            else:
+            if not isinstance(v, (V, SymV)):
                 raise NotImplementedError(
                     f"[import] output {i} is a {type(v).__name__}, not a tensor; PyPTO graphs "
                     "return tensors only")
-        self.node = None
+            id = v.id
+            if names is not False:
+                id = self._named_copy(id, str(names[i]), generated)
+            self.g.add_output(id)
+
+    def _named_copy(self, id: int, name: str, generated: bool) -> int:
+        """An Identity of `id` whose output is called `name` (a generated name that an input or
+        weight holds already gets "_" appended until it is free)."""
+        while True:
+            try:
+                return self.g.add_node("Identity", [id], 1, {}, name, OPSET)[0]
+            except ValueError as e:
+                if "defined twice" not in str(e):
+                    raise
+                if not generated:
+                    raise ValueError(f"[import] output name '{name}' is already the name of an "
+                                     "input, a weight or another output") from None
+                name += "_"
 
 
 # ---- Python-level operators on sizes (SymInt arithmetic in exported graphs) ----

@@ -163,8 +163,9 @@ def _export(module, args, kwargs, dynamic_shapes, what=None) -> ExportedProgram:
 
 def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
             dynamic: bool = True, dynamic_shapes=None, max_batch: int | None = None,
-            what: str | None = None) -> Captured:
+            what: str | None = None, output_names: list[str] | bool = False) -> Captured:
     """torch.export, or FX tracing at the example's shapes where export cannot; then import.
+    output_names: see FxImporter.set_outputs (True: "output" / "output_<i>").
 
     The fallback traces with fake tensors, so control flow on data still fails (no branch is
     silently baked in), and compiles for the example shapes only (the input checks enforce
@@ -177,7 +178,7 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
         log.warning("pypto: %s; tracing %s with FX at the example's shapes instead",
                     str(e).splitlines()[0][:300], what)
         try:
-            return trace_fx(module, args, kwargs or {}, what)
+            return trace_fx(module, args, kwargs or {}, what, output_names)
         except NotImplementedError:
             raise
         except Exception as e2:
@@ -195,10 +196,11 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
                  else {} for x in flat]
     else:
         names = dim_names(module, args, kwargs or {}, dynamic_shapes)
-    return import_program(ep, name=what, names=names)
+    return import_program(ep, name=what, names=names, output_names=output_names)
 
 
-def trace_fx(module, args: tuple, kwargs: dict, what: str) -> Captured:
+def trace_fx(module, args: tuple, kwargs: dict, what: str,
+             output_names: list[str] | bool = False) -> Captured:
     """Captures with make_fx (fake tensors, core-ATen decompositions) at the example's shapes."""
     from torch._decomp import core_aten_decompositions
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -227,7 +229,7 @@ def trace_fx(module, args: tuple, kwargs: dict, what: str) -> Captured:
         imp.add_input(n, names[i])
     out_node = imp.convert_body(gm.graph)
     outs, out_spec = pytree.tree_flatten(out_node.args[0])
-    imp.set_outputs([imp.resolve(o) for o in outs])
+    imp.set_outputs([imp.resolve(o) for o in outs], output_names)
     inputs = [("tensor", names[i]) if i in names else ("const", x) for i, x in enumerate(flat)]
     return Captured(imp.g, in_spec, out_spec, inputs, {})
 
@@ -245,7 +247,8 @@ KEEP_WHOLE = [torch.ops.aten.scaled_dot_product_attention.default]
 
 
 def import_program(ep: ExportedProgram, name: str = "main",
-                   names: list[dict[int, str]] | None = None) -> Captured:
+                   names: list[dict[int, str]] | None = None,
+                   output_names: list[str] | bool = False) -> Captured:
     """Converts an ExportedProgram (core ATen) into a Tensor Graph. `names` gives the declared
     names of dynamic dims per user input (see dim_names); other symbols keep torch's names."""
     imp = FxImporter(name)
@@ -279,16 +282,26 @@ def import_program(ep: ExportedProgram, name: str = "main",
             raise NotImplementedError(f"[capture] input '{node.name}' of kind {spec.kind.name}")
     output_node = imp.convert_body(ep.graph)
     outs = [imp.resolve(a) for a in output_node.args[0]]
-    imp.set_outputs(outs)
+    imp.set_outputs(outs, output_names)
 
+    # A size of an input is at least 1, as the default batch is: torch.export's Dim has min=0
+    # unless told otherwise (and cannot say whether it was told), and a dimension that may be 0
+    # is rarely what a model means.
+    input_sizes = {d.node.expr for node in users for d in _tensor_shape(node)
+                   if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
     ranges = {}
     for sym, vr in ep.range_constraints.items():
         n = imp.symbol_names.get(sym, str(sym))
         lo, hi = _bound(vr.lower, 0), _bound(vr.upper, INT64_MAX)
-        ranges[n] = (max(lo, 0), hi)
+        ranges[n] = (max(lo, 1 if sym in input_sizes else 0), hi)
     for n, (lo, hi) in ranges.items():
         imp.g.set_symbol_range(n, lo, hi)
     return Captured(imp.g, ep.call_spec.in_spec, ep.call_spec.out_spec, user_inputs, ranges)
+
+
+def _tensor_shape(node: torch.fx.Node) -> tuple:
+    val = node.meta.get("val")
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else ()
 
 
 def _bound(x, infinite: int) -> int:

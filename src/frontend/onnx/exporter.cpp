@@ -1,7 +1,8 @@
 // Tensor Graph -> ONNX ModelProto, the inverse of importer.cpp. Values keep their names (empty or
 // repeated ones get generated, deterministic names); types become ValueInfos with symbolic dims
-// as dim_param; initializers become little-endian raw_data TensorProtos; attributes map one to one
-// from the variant. ONNX has one opset per domain, so a node's opset becomes its domain's.
+// as dim_param; initializers that a node or a graph output reads become little-endian raw_data
+// TensorProtos (unused ones are dropped); attributes map one to one from the variant. ONNX has one
+// opset per domain, so a node's opset becomes its domain's.
 #include <algorithm>
 #include <bit>
 #include <fstream>
@@ -151,9 +152,16 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp) {
     vi->set_name(names[v]);
     type_to_proto(g.value(v).type, *vi);
   }
+  // Only initializers something reads: a captured module's unused buffers (BatchNorm's
+  // num_batches_tracked) would otherwise be written, and ONNX checkers warn about them.
+  std::vector<bool> used(names.size(), false);
+  for (const Node& n : g.nodes())
+    for (ValueId v : n.inputs)
+      if (v != kNoValue) used[v] = true;
+  for (ValueId v : g.outputs()) used[v] = true;
   for (ValueId v = 0; v < static_cast<ValueId>(names.size()); ++v) {  // in value order: stable
     const Tensor* t = g.initializer(v);
-    if (!t) continue;
+    if (!t || !used[v]) continue;
     auto* p = gp.add_initializer();
     p->set_name(names[v]);
     tensor_to_proto(*t, cat("initializer '", names[v], "'"), *p);
