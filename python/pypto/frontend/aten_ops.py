@@ -897,10 +897,9 @@ def _sdpa(ctx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *,
     p = ctx.op("Softmax", [scores], {"axis": -1})
     if masked:
         # A row whose every score is -inf would be NaN; torch's CPU kernel returns zeros there.
-        alive = ctx.op("Not", [ctx.op("Equal", [scores, neg_inf])])
-        any_alive = ctx.op("Cast", [ctx.op("ReduceMax", [
-            ctx.op("Cast", [alive], {"to": dtypes.onnx_code(torch.int64)}), ctx.ints([-1])],
-            {"keepdims": 1})], {"to": dtypes.onnx_code(torch.bool)})
+        # A row is alive when its largest score is above -inf: one float reduction per row.
+        row_max = ctx.op("ReduceMax", [scores, ctx.ints([-1])], {"keepdims": 1})
+        any_alive = ctx.op("Not", [ctx.op("Equal", [row_max, neg_inf])])
         p = ctx.op("Where", [any_alive, p, ctx.constant(0.0, dt)])
     return out(ctx, node, ctx.op("MatMul", [p, vv]))
 

@@ -170,6 +170,9 @@ inline Mask operator&(Mask a, Mask b) {
 inline Mask operator|(Mask a, Mask b) {
   return {static_cast<__mmask16>(a.m | b.m)};
 }
+inline bool any(Mask m) {  // some lane is true
+  return m.m != 0;
+}
 // n (<= kLanes) bools <-> a mask; a bool is a byte, 0 or 1.
 inline Mask load_bool(const bool* p, int n) {
   __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << n) - 1), p);
@@ -327,6 +330,9 @@ inline Mask operator&(Mask a, Mask b) {
 }
 inline Mask operator|(Mask a, Mask b) {
   return {_mm256_or_ps(a.m, b.m)};
+}
+inline bool any(Mask m) {  // some lane is true
+  return _mm256_movemask_ps(m.m) != 0;
 }
 inline Mask load_bool(const bool* p, int n) {
   int64_t b = 0;
@@ -487,6 +493,9 @@ inline Mask operator&(Mask a, Mask b) {
 }
 inline Mask operator|(Mask a, Mask b) {
   return {a.m || b.m};
+}
+inline bool any(Mask m) {  // some lane is true
+  return m.m;
 }
 inline Mask load_bool(const bool* p, int n) {
   return {n > 0 && *p};
