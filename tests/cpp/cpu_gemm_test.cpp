@@ -246,6 +246,28 @@ TEST(CpuGemm, PackedBMatchesAndCrossesIsas) {
   });
 }
 
+// A packed once (as Conv packs its weights), run on every ISA; 700 rows and K = 450 cross the MC
+// and KC block edges of the packed panels.
+TEST(CpuGemm, PackedAMatchesAndCrossesIsas) {
+  for_each_config([](const std::string& cfg) {
+    for (const Case& s : {Case{1, 70, 600}, Case{33, 65, 17}, Case{129, 31, 257}, Case{700, 9, 450},
+                          Case{4, 0, 3}, Case{4, 5, 0}, Case{0, 5, 3}})
+      for (bool ta : {false, true}) {
+        Problem p(s, ta, false, 5);
+        const PackedA packed = pack_a(s.m, s.k, p.g.a, p.g.lda, ta);
+        for (Isa run_isa : supported_isas()) {
+          IsaScope scope(run_isa);  // the ISA of the run may differ from the packing's
+          std::fill(p.c.begin(), p.c.end(), NAN);
+          p.g.epilogue.bias_kind = Epilogue::Bias::kPerRow;
+          const std::vector<float> bias = random_vector(s.m, 9);
+          p.g.epilogue.bias = bias.data();
+          sgemm_packed_a(p.g, packed);
+          expect_matches(p.g, cfg + ", packed A, run on " + isa_name(run_isa));
+        }
+      }
+  });
+}
+
 TEST(CpuGemm, SameBitsOnEveryRun) {
   Problem p({130, 90, 500}, false, false, 4);
   sgemm(p.g);

@@ -39,7 +39,7 @@ int64_t column_block(const ConvGeometry& g, int64_t k) {
 }
 
 void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
-               const Epilogue& ep) {
+               const Epilogue& ep, const PackedA* packed_w) {
   const int64_t K = g.cg() * g.kh * g.kw, Mg = g.mg(), HW = g.out_plane();
   const bool direct = is_pointwise(g);
   const int64_t nb = column_block(g, K), blocks = ceil_div(HW, nb);
@@ -85,7 +85,10 @@ void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const floa
       apply_epilogue(a.epilogue, a.c, a.ldc, 0, a.m, 0, a.n);
       return;
     }
-    sgemm(a);
+    if (packed_w)
+      sgemm_packed_a(a, packed_w[gi]);
+    else
+      sgemm(a);
   };
 
   const int64_t threads = num_threads();
@@ -186,12 +189,21 @@ ConvGeometry conv_geometry(const Attributes& attrs, const Dims& x, const Dims& w
 }
 
 void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
-            const Epilogue& ep) {
+            const Epilogue& ep, const PackedA* packed_w) {
   if (g.n * g.m * g.out_plane() == 0) return;
   if (g.depthwise())
     conv_depthwise(g, x, w, bias, y, ep);
   else
-    conv_gemm(g, x, w, bias, y, ep);
+    conv_gemm(g, x, w, bias, y, ep, packed_w);
+}
+
+std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
+                                  int64_t group) {
+  std::vector<PackedA> packed;
+  if (cg == 1 && group > 1) return packed;  // depthwise
+  const int64_t mg = m / group, k = cg * kh * kw;
+  for (int64_t gi = 0; gi < group; ++gi) packed.push_back(pack_a(mg, k, w + gi * mg * k, k, false));
+  return packed;
 }
 
 }  // namespace pto::cpu

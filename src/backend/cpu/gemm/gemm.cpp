@@ -42,6 +42,12 @@ int64_t nr_of(Isa isa) {
   return nr;
 }
 
+int64_t mr_of(Isa isa) {
+  int64_t mr = 0, nr = 0;
+  register_block(isa, &mr, &nr);
+  return mr;
+}
+
 struct Blocking {
   int64_t mr, nr, kc, mc, nc;
 };
@@ -112,9 +118,17 @@ bool has_epilogue(const Epilogue& ep) {
 // other; measured here: in place wins on 256..768-wide B, packing wins on 1024 and 3072).
 constexpr int64_t kDirectBPanels = 4;
 
-// C[i0:i1, j0:j1] of one GEMM. `packed` is B pre-packed by pack_b (panels of K x NR), or null.
-void compute_block(const GemmArgs& g, const float* packed, const Blocking& bl, int64_t i0,
+// Operands packed ahead of the call (pack_a, pack_b), or null: A as panels of MR x K, B as
+// panels of K x NR.
+struct Prepacked {
+  const float* a = nullptr;
+  const float* b = nullptr;
+};
+
+// C[i0:i1, j0:j1] of one GEMM.
+void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, int64_t i0,
                    int64_t i1, int64_t j0, int64_t j1) {
+  const float* packed = pre.b;
   const int64_t K = g.k, nr = bl.nr;
   const bool direct = packed == nullptr && !g.trans_b &&
                       (i1 - i0 <= kDirectBPanels * bl.mr || (g.ldb * sizeof(float)) % 4096 != 0);
@@ -157,11 +171,17 @@ void compute_block(const GemmArgs& g, const float* packed, const Blocking& bl, i
       blk.n0 = jc;
       for (int64_t ic = i0; ic < i1; ic += bl.mc) {
         const int64_t mc = std::min(bl.mc, i1 - ic);
-        float* ap = t_pack_a.get(ceil_div(mc, bl.mr) * bl.mr * kc);
-        const float* src = g.trans_a ? g.a + pc * g.lda + ic : g.a + ic * g.lda + pc;
-        PTO_ISA_DISPATCH(gemm_pack_a, src, g.lda, g.trans_a, mc, kc, ap);
+        if (pre.a) {  // ic is a whole number of panels
+          blk.a = pre.a + ic * K + pc * bl.mr;
+          blk.a_panel_stride = K * bl.mr;
+        } else {
+          float* ap = t_pack_a.get(ceil_div(mc, bl.mr) * bl.mr * kc);
+          const float* src = g.trans_a ? g.a + pc * g.lda + ic : g.a + ic * g.lda + pc;
+          PTO_ISA_DISPATCH(gemm_pack_a, src, g.lda, g.trans_a, mc, kc, ap);
+          blk.a = ap;
+          blk.a_panel_stride = 0;
+        }
         blk.m = mc;
-        blk.a = ap;
         blk.c = g.c + ic * g.ldc + jc;
         blk.m0 = ic;
         PTO_ISA_DISPATCH(gemm_macro, blk);
@@ -202,7 +222,7 @@ Grid choose_grid(int64_t items, const GemmArgs& g, const Blocking& bl, int threa
   return best;
 }
 
-void run_gemm(const GemmArgs& args, const float* packed, int64_t batch, int64_t stride_a,
+void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t stride_a,
               int64_t stride_b, int64_t stride_c, int64_t stride_r) {
   if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
   const Blocking& bl = blocking();
@@ -221,7 +241,7 @@ void run_gemm(const GemmArgs& args, const float* packed, int64_t batch, int64_t 
     const int64_t i1 = std::min(args.m, (im + 1) * mp / grid.tm * bl.mr);
     const int64_t j0 = std::min(args.n, in * np / grid.tn * bl.nr);
     const int64_t j1 = std::min(args.n, (in + 1) * np / grid.tn * bl.nr);
-    if (i0 < i1 && j0 < j1) compute_block(g, packed, bl, i0, i1, j0, j1);
+    if (i0 < i1 && j0 < j1) compute_block(g, pre, bl, i0, i1, j0, j1);
   };
   const int64_t tasks = batch * per_item;
   if (tasks == 1 || threads == 1) {
@@ -234,12 +254,12 @@ void run_gemm(const GemmArgs& args, const float* packed, int64_t batch, int64_t 
 }  // namespace
 
 void sgemm(const GemmArgs& args) {
-  run_gemm(args, nullptr, 1, 0, 0, 0, 0);
+  run_gemm(args, {}, 1, 0, 0, 0, 0);
 }
 
 void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b,
                    int64_t stride_c, int64_t stride_r) {
-  run_gemm(args, nullptr, batch, stride_a, stride_b, stride_c, stride_r);
+  run_gemm(args, {}, batch, stride_a, stride_b, stride_c, stride_r);
 }
 
 PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b) {
@@ -260,7 +280,7 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
       << " x " << args.n;
   const Isa isa = static_cast<Isa>(packed.isa());
   if (isa == active_isa()) {
-    run_gemm(args, packed.data(), 1, 0, 0, 0, 0);
+    run_gemm(args, {nullptr, packed.data()}, 1, 0, 0, 0, 0);
     return;
   }
   // Packed for another ISA's panel width: unpack to K x N and run the ordinary path.
@@ -273,6 +293,39 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
   g.b = b.data();
   g.ldb = n;
   g.trans_b = false;
+  sgemm(g);
+}
+
+PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a) {
+  PackedA p;
+  p.m_ = m;
+  p.k_ = k;
+  p.isa_ = static_cast<int>(active_isa());
+  const int64_t floats = ceil_div(m, mr_of(active_isa())) * mr_of(active_isa()) * k;
+  p.data_ = std::shared_ptr<float[]>(new float[static_cast<size_t>(floats) + 1]);
+  PTO_ISA_DISPATCH(gemm_pack_a, a, lda, trans_a, m, k, p.data_.get());
+  return p;
+}
+
+void sgemm_packed_a(const GemmArgs& args, const PackedA& packed) {
+  PTO_CHECK(packed.m() == args.m && packed.k() == args.k)
+      << "sgemm_packed_a: A packed as " << packed.m() << " x " << packed.k() << ", used as "
+      << args.m << " x " << args.k;
+  const Isa isa = static_cast<Isa>(packed.isa());
+  if (isa == active_isa()) {
+    run_gemm(args, {packed.data(), nullptr}, 1, 0, 0, 0, 0);
+    return;
+  }
+  // Packed for another ISA's panel height: unpack to M x K and run the ordinary path.
+  const int64_t mr = mr_of(isa), m = args.m, k = args.k;
+  std::vector<float> a(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p)
+      a[i * k + p] = packed.data()[(i / mr) * k * mr + p * mr + i % mr];
+  GemmArgs g = args;
+  g.a = a.data();
+  g.lda = k;
+  g.trans_a = false;
   sgemm(g);
 }
 

@@ -78,6 +78,28 @@ PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b);
 // must match the packing). Falls back to unpacking when the active ISA differs from the packing's.
 void sgemm_packed(const GemmArgs& args, const PackedB& packed);
 
+// A packed once into the row panels the micro-kernel reads (a constant weight used as the left
+// operand, as Conv's), for any later sgemm_packed_a with the same M, K and ISA.
+class PackedA {
+ public:
+  int64_t m() const { return m_; }
+  int64_t k() const { return k_; }
+  const float* data() const { return data_.get(); }
+  int isa() const { return isa_; }
+
+ private:
+  friend PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a);
+  int64_t m_ = 0, k_ = 0;
+  int isa_ = 0;  // the cpu::Isa it was packed for
+  std::shared_ptr<float[]> data_;
+};
+
+PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a);
+
+// As sgemm with A taken from `packed` (args.a, lda and trans_a are ignored; args.m and args.k
+// must match the packing). Falls back to unpacking when the active ISA differs from the packing's.
+void sgemm_packed_a(const GemmArgs& args, const PackedA& packed);
+
 // Batched: `batch` independent GEMMs at the given element strides (a stride of 0 broadcasts that
 // operand over the batch). Parallel over batch, M and N together.
 void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b,

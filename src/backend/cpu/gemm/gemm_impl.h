@@ -155,6 +155,7 @@ void gemm_pack_b(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, 
 void gemm_macro(const MacroBlock& blk) {
   static const MicroTable table;
   const int64_t np = (blk.n + kNR - 1) / kNR, mp = (blk.m + kMR - 1) / kMR;
+  const int64_t as = blk.a_panel_stride ? blk.a_panel_stride : blk.k * kMR;
   for (int64_t j = 0; j < np; ++j) {
     const int nj = static_cast<int>(blk.n - j * kNR < kNR ? blk.n - j * kNR : kNR);
     const float* bp = blk.b + j * blk.b_panel_stride;
@@ -168,8 +169,8 @@ void gemm_macro(const MacroBlock& blk) {
     for (int64_t i = 0; i < mp; ++i) {
       const int mi = static_cast<int>(blk.m - i * kMR < kMR ? blk.m - i * kMR : kMR);
       float* c = blk.c + i * kMR * blk.ldc + j * kNR;
-      table.fn[mi - 1][nv - 1](blk.k, blk.a + i * blk.k * kMR, bp, bs, c, blk.ldc, n_last,
-                               blk.alpha, blk.accumulate);
+      table.fn[mi - 1][nv - 1](blk.k, blk.a + i * as, bp, bs, c, blk.ldc, n_last, blk.alpha,
+                               blk.accumulate);
       if (blk.epilogue)
         apply_epilogue(*blk.epilogue, c, blk.ldc, blk.m0 + i * kMR, mi, blk.n0 + j * kNR, nj);
     }

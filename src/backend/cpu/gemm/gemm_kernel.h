@@ -11,12 +11,13 @@
 namespace pto::cpu {
 
 // One (mc x nc) block of C over one KC slice of K. A is packed: panel i (rows i*MR..) at
-// a + i * k * MR, MR values per k. B panel j (columns j*NR..) is at b + j * b_panel_stride with
-// b_row_stride floats between consecutive k; a partial last panel is read from b_edge instead
-// (packed, row stride NR) when b_edge is set.
+// a + i * a_panel_stride (k * MR when 0), MR values per k. B panel j (columns j*NR..) is at b + j *
+// b_panel_stride with b_row_stride floats between consecutive k; a partial last panel is read from
+// b_edge instead (packed, row stride NR) when b_edge is set.
 struct MacroBlock {
   int64_t m = 0, n = 0, k = 0;
   const float* a = nullptr;
+  int64_t a_panel_stride = 0;
   const float* b = nullptr;
   int64_t b_panel_stride = 0, b_row_stride = 0;
   const float* b_edge = nullptr;
