@@ -130,8 +130,9 @@ void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, 
                    int64_t i1, int64_t j0, int64_t j1) {
   const float* packed = pre.b;
   const int64_t K = g.k, nr = bl.nr;
-  const bool direct = packed == nullptr && !g.trans_b &&
-                      (i1 - i0 <= kDirectBPanels * bl.mr || (g.ldb * sizeof(float)) % 4096 != 0);
+  const bool direct =
+      packed == nullptr && !g.trans_b &&
+      (g.b_rows || i1 - i0 <= kDirectBPanels * bl.mr || (g.ldb * sizeof(float)) % 4096 != 0);
   const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
   const int64_t slices = K == 0 ? 1 : ceil_div(K, bl.kc);
   for (int64_t jc = j0; jc < j1; jc += bl.nc) {
@@ -145,6 +146,19 @@ void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, 
         blk.b = packed + (jc / nr) * K * nr + pc * nr;
         blk.b_panel_stride = K * nr;
         blk.b_row_stride = nr;
+      } else if (g.b_rows) {
+        blk.b = g.b + jc;
+        blk.b_rows = g.b_rows + pc;
+        blk.b_panel_stride = nr;
+        if (nc % nr) {  // the partial panel, gathered row by row
+          const int64_t e = nc / nr * nr, w = nc - e;
+          float* edge = t_pack_edge.get(kc * nr);
+          for (int64_t p = 0; p < kc; ++p) {
+            std::memcpy(edge + p * nr, g.b + g.b_rows[pc + p] + jc + e, w * sizeof(float));
+            std::fill(edge + p * nr + w, edge + (p + 1) * nr, 0.0f);
+          }
+          blk.b_edge = edge;
+        }
       } else if (direct) {
         blk.b = g.b + pc * g.ldb + jc;
         blk.b_panel_stride = nr;
@@ -225,6 +239,7 @@ Grid choose_grid(int64_t items, const GemmArgs& g, const Blocking& bl, int threa
 void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t stride_a,
               int64_t stride_b, int64_t stride_c, int64_t stride_r) {
   if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
+  PTO_CHECK(!(args.b_rows && args.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
   const Blocking& bl = blocking();
   const int threads = in_parallel_region() ? 1 : num_threads();
   const Grid grid = choose_grid(batch, args, bl, threads);

@@ -38,6 +38,8 @@ struct Epilogue {
   float lo = 0.0f, hi = 0.0f;  // activation parameters (see Activation)
 };
 
+inline constexpr int kGemmRowsSlack = 8;
+
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
   const float* a = nullptr;
@@ -46,6 +48,10 @@ struct GemmArgs {
   const float* b = nullptr;
   int64_t ldb = 0;
   bool trans_b = false;
+  // When set (B not transposed), row p of B starts at b + b_rows[p] and ldb is unused: the
+  // shifted input rows of an implicit-GEMM convolution, read in place. The table holds
+  // k + kGemmRowsSlack entries (the last ones are only prefetched: any offset will do).
+  const int64_t* b_rows = nullptr;
   float* c = nullptr;
   int64_t ldc = 0;
   float alpha = 1.0f;
