@@ -277,15 +277,34 @@ void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_
   run_gemm(args, {}, batch, stride_a, stride_b, stride_c, stride_r);
 }
 
+float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width) {
+  k_ = k;
+  len_ = len;
+  isa_ = static_cast<int>(active_isa());
+  data_ = std::shared_ptr<float[]>(
+      new float[static_cast<size_t>(ceil_div(len, width) * width * k) + 1]);
+  return data_.get();
+}
+
+namespace {
+
+// Packed panels of `width` back to a plain len x k matrix (rows of A, columns of B).
+std::vector<float> unpack_panels(const PackedPanels& p, int64_t len, int64_t width) {
+  const int64_t k = p.k();
+  std::vector<float> out(static_cast<size_t>(len * k));
+  for (int64_t i = 0; i < len; ++i)
+    for (int64_t q = 0; q < k; ++q)
+      out[i * k + q] = p.data()[(i / width) * k * width + q * width + i % width];
+  return out;
+}
+
+}  // namespace
+
 PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b) {
   PackedB p;
-  p.k_ = k;
-  p.n_ = n;
-  p.isa_ = static_cast<int>(active_isa());
   const int64_t nr = nr_of(active_isa());
-  const int64_t floats = ceil_div(n, nr) * nr * k;
-  p.data_ = std::shared_ptr<float[]>(new float[static_cast<size_t>(floats) + 1]);
-  PTO_ISA_DISPATCH(gemm_pack_b, b, ldb, trans_b, k, n, p.data_.get(), k * nr);
+  float* dst = p.allocate(n, k, nr);
+  PTO_ISA_DISPATCH(gemm_pack_b, b, ldb, trans_b, k, n, dst, k * nr);
   return p;
 }
 
@@ -293,32 +312,24 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
   PTO_CHECK(packed.k() == args.k && packed.n() == args.n)
       << "sgemm_packed: B packed as " << packed.k() << " x " << packed.n() << ", used as " << args.k
       << " x " << args.n;
-  const Isa isa = static_cast<Isa>(packed.isa());
-  if (isa == active_isa()) {
+  if (static_cast<Isa>(packed.isa()) == active_isa()) {
     run_gemm(args, {nullptr, packed.data()}, 1, 0, 0, 0, 0);
     return;
   }
-  // Packed for another ISA's panel width: unpack to K x N and run the ordinary path.
-  const int64_t nr = nr_of(isa), k = args.k, n = args.n;
-  std::vector<float> b(static_cast<size_t>(k * n));
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t p = 0; p < k; ++p)
-      b[p * n + j] = packed.data()[(j / nr) * k * nr + p * nr + j % nr];
+  // Packed for another ISA's panel width: unpack to N x K (B transposed) and run the plain path.
+  const std::vector<float> b = unpack_panels(packed, args.n, nr_of(static_cast<Isa>(packed.isa())));
   GemmArgs g = args;
   g.b = b.data();
-  g.ldb = n;
-  g.trans_b = false;
+  g.ldb = args.k;
+  g.trans_b = true;
+  g.b_rows = nullptr;
   sgemm(g);
 }
 
 PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a) {
   PackedA p;
-  p.m_ = m;
-  p.k_ = k;
-  p.isa_ = static_cast<int>(active_isa());
-  const int64_t floats = ceil_div(m, mr_of(active_isa())) * mr_of(active_isa()) * k;
-  p.data_ = std::shared_ptr<float[]>(new float[static_cast<size_t>(floats) + 1]);
-  PTO_ISA_DISPATCH(gemm_pack_a, a, lda, trans_a, m, k, p.data_.get());
+  float* dst = p.allocate(m, k, mr_of(active_isa()));
+  PTO_ISA_DISPATCH(gemm_pack_a, a, lda, trans_a, m, k, dst);
   return p;
 }
 
@@ -326,20 +337,15 @@ void sgemm_packed_a(const GemmArgs& args, const PackedA& packed) {
   PTO_CHECK(packed.m() == args.m && packed.k() == args.k)
       << "sgemm_packed_a: A packed as " << packed.m() << " x " << packed.k() << ", used as "
       << args.m << " x " << args.k;
-  const Isa isa = static_cast<Isa>(packed.isa());
-  if (isa == active_isa()) {
+  if (static_cast<Isa>(packed.isa()) == active_isa()) {
     run_gemm(args, {packed.data(), nullptr}, 1, 0, 0, 0, 0);
     return;
   }
-  // Packed for another ISA's panel height: unpack to M x K and run the ordinary path.
-  const int64_t mr = mr_of(isa), m = args.m, k = args.k;
-  std::vector<float> a(static_cast<size_t>(m * k));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t p = 0; p < k; ++p)
-      a[i * k + p] = packed.data()[(i / mr) * k * mr + p * mr + i % mr];
+  // Packed for another ISA's panel height: unpack to M x K and run the plain path.
+  const std::vector<float> a = unpack_panels(packed, args.m, mr_of(static_cast<Isa>(packed.isa())));
   GemmArgs g = args;
   g.a = a.data();
-  g.lda = k;
+  g.lda = args.k;
   g.trans_a = false;
   sgemm(g);
 }

@@ -62,20 +62,29 @@ struct GemmArgs {
 // parallel region (then it runs on the calling thread).
 void sgemm(const GemmArgs& args);
 
-// B packed once into the panel layout the micro-kernel reads (a constant weight), for any later
-// sgemm_packed with the same K, N and ISA.
-class PackedB {
+// An operand packed once into the panels of `width` rows or columns (MR for A, NR for B) that
+// the micro-kernel of one ISA reads: panel i at data + i * k * width, `width` values per k.
+class PackedPanels {
  public:
   int64_t k() const { return k_; }
-  int64_t n() const { return n_; }
   const float* data() const { return data_.get(); }
   int isa() const { return isa_; }
 
+ protected:
+  // Storage for `len` rows (A) or columns (B) of K in panels of `width`, for the active ISA.
+  float* allocate(int64_t len, int64_t k, int64_t width);
+  int64_t k_ = 0, len_ = 0;  // len_: rows of A or columns of B
+  int isa_ = 0;              // the cpu::Isa it was packed for
+  std::shared_ptr<float[]> data_;
+};
+
+// B packed once (a constant weight), for any later sgemm_packed with the same K, N and ISA.
+class PackedB : public PackedPanels {
+ public:
+  int64_t n() const { return len_; }
+
  private:
   friend PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b);
-  int64_t k_ = 0, n_ = 0;
-  int isa_ = 0;  // the cpu::Isa it was packed for
-  std::shared_ptr<float[]> data_;
 };
 
 PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b);
@@ -84,20 +93,14 @@ PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b);
 // must match the packing). Falls back to unpacking when the active ISA differs from the packing's.
 void sgemm_packed(const GemmArgs& args, const PackedB& packed);
 
-// A packed once into the row panels the micro-kernel reads (a constant weight used as the left
-// operand, as Conv's), for any later sgemm_packed_a with the same M, K and ISA.
-class PackedA {
+// A packed once (a constant weight on the left, as Conv's), for any later sgemm_packed_a with
+// the same M, K and ISA.
+class PackedA : public PackedPanels {
  public:
-  int64_t m() const { return m_; }
-  int64_t k() const { return k_; }
-  const float* data() const { return data_.get(); }
-  int isa() const { return isa_; }
+  int64_t m() const { return len_; }
 
  private:
   friend PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a);
-  int64_t m_ = 0, k_ = 0;
-  int isa_ = 0;  // the cpu::Isa it was packed for
-  std::shared_ptr<float[]> data_;
 };
 
 PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a);
