@@ -133,6 +133,23 @@ TEST(CpuConv, Dense3x3And7x7) {
   check({{3, 64, 17, 19}, {5, 64, 3, 3}, true, pad1});
 }
 
+// Stride-1 outputs at least 16 wide take the shifted path (sgemm reading shifted rows of a padded
+// copy of the input, no col): pads, dilation, asymmetric pads, groups, batch, several row blocks.
+TEST(CpuConv, ShiftedRows) {
+  check({{1, 8, 30, 30}, {16, 8, 3, 3}, true, attrs_of({{"pads", Dims{1, 1, 1, 1}}})});
+  check({{1, 4, 40, 40},
+         {6, 4, 3, 3},
+         false,
+         attrs_of({{"dilations", Dims{2, 2}}, {"pads", Dims{2, 2, 2, 2}}})});
+  check({{1, 3, 33, 33}, {7, 3, 3, 3}, true, attrs_of({{"pads", Dims{0, 1, 2, 0}}})});
+  check({{2, 8, 24, 24},
+         {6, 4, 3, 3},
+         true,
+         attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{2}}})});
+  check({{1, 2, 70, 66}, {3, 2, 5, 5}, true, attrs_of({{"pads", Dims{2, 2, 2, 2}}})});
+  check({{1, 5, 40, 36}, {4, 5, 3, 3}, false, {}, true});  // weights not prepared
+}
+
 TEST(CpuConv, DilationsAndAsymmetricPads) {
   check({{1, 6, 11, 13},
          {5, 6, 3, 3},
@@ -233,6 +250,7 @@ TEST(CpuConv, GeometryErrors) {
 TEST(CpuConv, FusedResidualAndRelu) {
   const std::vector<ConvCase> cases = {
       {{2, 6, 9, 7}, {5, 6, 3, 3}, true, attrs_of({{"pads", Dims{1, 1, 1, 1}}})},
+      {{2, 6, 20, 24}, {5, 6, 3, 3}, true, attrs_of({{"pads", Dims{1, 1, 1, 1}}})},  // shifted
       {{1, 16, 8, 8}, {8, 16, 1, 1}, true, {}},
       {{2, 8, 9, 11},
        {8, 1, 3, 3},

@@ -246,6 +246,62 @@ TEST(CpuGemm, PackedBMatchesAndCrossesIsas) {
   });
 }
 
+// A packed once (as Conv packs its weights), run on every ISA; 700 rows and K = 450 cross the MC
+// and KC block edges of the packed panels.
+TEST(CpuGemm, PackedAMatchesAndCrossesIsas) {
+  for_each_config([](const std::string& cfg) {
+    for (const Case& s : {Case{1, 70, 600}, Case{33, 65, 17}, Case{129, 31, 257}, Case{700, 9, 450},
+                          Case{4, 0, 3}, Case{4, 5, 0}, Case{0, 5, 3}})
+      for (bool ta : {false, true}) {
+        Problem p(s, ta, false, 5);
+        const PackedA packed = pack_a(s.m, s.k, p.g.a, p.g.lda, ta);
+        for (Isa run_isa : supported_isas()) {
+          IsaScope scope(run_isa);  // the ISA of the run may differ from the packing's
+          std::fill(p.c.begin(), p.c.end(), NAN);
+          p.g.epilogue.bias_kind = Epilogue::Bias::kPerRow;
+          const std::vector<float> bias = random_vector(s.m, 9);
+          p.g.epilogue.bias = bias.data();
+          sgemm_packed_a(p.g, packed);
+          expect_matches(p.g, cfg + ", packed A, run on " + isa_name(run_isa));
+        }
+      }
+  });
+}
+
+// B given as a table of row offsets into one buffer (Conv's shifted rows), against the same rows
+// gathered into an ordinary B; K = 450 crosses a KC slice, odd N leaves partial panels.
+TEST(CpuGemm, RowTableB) {
+  for_each_config([](const std::string& cfg) {
+    for (const Case& s : {Case{7, 13, 5}, Case{33, 150, 450}, Case{70, 65, 17}, Case{1, 200, 9}}) {
+      const std::vector<float> buf = random_vector(4 * s.n + 500, 11),
+                               a = random_vector(s.m * s.k, 12);
+      std::mt19937 rng(13);
+      std::vector<int64_t> rows(static_cast<size_t>(s.k + kGemmRowsSlack));
+      std::vector<float> gathered(static_cast<size_t>(s.k * s.n));
+      for (int64_t p = 0; p < s.k; ++p) {
+        rows[p] = static_cast<int64_t>(rng() % 500);
+        for (int64_t j = 0; j < s.n; ++j) gathered[p * s.n + j] = buf[rows[p] + j];
+      }
+      std::vector<float> c(static_cast<size_t>(s.m * s.n), NAN);
+      GemmArgs g;
+      g.m = s.m;
+      g.n = s.n;
+      g.k = s.k;
+      g.a = a.data();
+      g.lda = s.k;
+      g.b = buf.data();
+      g.b_rows = rows.data();
+      g.c = c.data();
+      g.ldc = s.n;
+      sgemm(g);
+      g.b = gathered.data();
+      g.b_rows = nullptr;
+      g.ldb = s.n;
+      expect_matches(g, cfg + ", row table");
+    }
+  });
+}
+
 TEST(CpuGemm, SameBitsOnEveryRun) {
   Problem p({130, 90, 500}, false, false, 4);
   sgemm(p.g);

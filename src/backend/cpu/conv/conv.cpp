@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/scratch.h"
 #include "ir/ops/window.h"
@@ -18,6 +19,8 @@ using window::ceil_div;
 // The per-thread workspace slot of conv's im2col columns and padded depthwise planes (the GEMM
 // uses the others).
 constexpr int kConvScratch = 3;
+// The calling thread's slot for the shifted path's padded input, which every task reads.
+constexpr int kShiftedInputScratch = 2;
 
 float* workspace(int64_t n) {
   return scratch_as<float>(static_cast<size_t>(std::max<int64_t>(n, 1)), kConvScratch);
@@ -39,7 +42,7 @@ int64_t column_block(const ConvGeometry& g, int64_t k) {
 }
 
 void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
-               const Epilogue& ep) {
+               const Epilogue& ep, const PackedA* packed_w) {
   const int64_t K = g.cg() * g.kh * g.kw, Mg = g.mg(), HW = g.out_plane();
   const bool direct = is_pointwise(g);
   const int64_t nb = column_block(g, K), blocks = ceil_div(HW, nb);
@@ -85,7 +88,10 @@ void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const floa
       apply_epilogue(a.epilogue, a.c, a.ldc, 0, a.m, 0, a.n);
       return;
     }
-    sgemm(a);
+    if (packed_w)
+      sgemm_packed_a(a, packed_w[gi]);
+    else
+      sgemm(a);
   };
 
   const int64_t threads = num_threads();
@@ -100,6 +106,95 @@ void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const floa
     float* col = workspace(col_size);
     for (int64_t t = 0; t < tasks; ++t) task(t, col, threads > 1);
   }
+}
+
+// ---- shifted path: implicit GEMM on a padded, phase-split copy of the input ----
+
+ShiftedPlane shifted_plane_of(const ConvGeometry& g) {
+  ShiftedPlane p;
+  static_cast<ConvWindow&>(p) = g;
+  p.rpp = g.oh + (g.kh - 1) * g.dh / g.sh;
+  p.wp = g.ow + (g.kw - 1) * g.dw / g.sw;
+  return p;
+}
+
+// The shifted path computes wp - ow junk columns per output row but builds no col; it wins while
+// they are few (measured: 56 and 28 wide outputs; a 14 wide one does 14% more work and loses).
+bool use_shifted(const ConvGeometry& g) {
+  if (g.kh * g.kw == 1 || g.cg() == 0) return false;  // a 1x1 conv's col is a cheap copy
+  const ShiftedPlane p = shifted_plane_of(g);
+  return g.sh == 1 && g.sw == 1 && p.wp * 8 <= g.ow * 9 && g.oh * p.wp >= 256;
+}
+
+void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                  float* y, const Epilogue& ep, const PackedA* packed_w) {
+  const ShiftedPlane p = shifted_plane_of(g);
+  const int64_t phase = p.rpp * p.wp, chan = g.sh * g.sw * phase;
+  const int64_t K = g.cg() * g.kh * g.kw, Mg = g.mg(), HW = g.out_plane(), planes = g.n * g.c;
+  // The last tap's junk columns read up to (kw - 1) dw / sw floats past the last channel.
+  const int64_t slack = (g.kw - 1) * g.dw / g.sw + 16;
+  float* padded =
+      scratch_as<float>(static_cast<size_t>(planes * chan + slack), kShiftedInputScratch);
+  std::fill(padded + planes * chan, padded + planes * chan + slack, 0.0f);
+  parallel_for(0, planes, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      PTO_ISA_DISPATCH(shifted_pad, p, x + t * g.in_plane(), padded + t * chan);
+  });
+  // Row k = (c, ky, kx) of B: channel c's phase plane of the tap, shifted by the tap's offset.
+  std::vector<int64_t> rows(static_cast<size_t>(K + kGemmRowsSlack));
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t kx = k % g.kw, ky = k / g.kw % g.kh, ci = k / (g.kw * g.kh);
+    const int64_t py = ky * g.dh % g.sh, px = kx * g.dw % g.sw;
+    rows[static_cast<size_t>(k)] =
+        ci * chan + (py * g.sw + px) * phase + ky * g.dh / g.sh * p.wp + kx * g.dw / g.sw;
+  }
+  // Column blocks of whole output rows, a C block of about 256 KB (at least 512 columns).
+  const int64_t target = std::max<int64_t>(512, (int64_t{64} << 10) / Mg);
+  const int64_t rb = std::clamp<int64_t>(target / p.wp, 1, g.oh), blocks = ceil_div(g.oh, rb);
+  const int64_t tasks = g.n * g.group * blocks;
+  Epilogue rest = ep;
+  rest.bias_kind = bias ? Epilogue::Bias::kPerRow : Epilogue::Bias::kNone;
+  rest.ldr = HW;
+
+  auto task = [&](int64_t t) {
+    const int64_t b = t % blocks, gi = (t / blocks) % g.group, n = t / (blocks * g.group);
+    const int64_t oy0 = b * rb, oy1 = std::min(g.oh, oy0 + rb), cols = (oy1 - oy0) * p.wp;
+    float* cbuf = workspace(Mg * cols);
+    GemmArgs a;
+    a.m = Mg;
+    a.n = cols;
+    a.k = K;
+    a.a = w + gi * Mg * K;
+    a.lda = K;
+    a.b = padded + (n * g.c + gi * g.cg()) * chan + oy0 * p.wp;
+    a.b_rows = rows.data();
+    a.c = cbuf;
+    a.ldc = cols;
+    if (packed_w)
+      sgemm_packed_a(a, packed_w[gi]);
+    else
+      sgemm(a);
+    // Drop the junk columns, then the epilogue on each channel's rows while they are in cache.
+    const int64_t yoff = (n * g.m + gi * Mg) * HW;
+    Epilogue e = rest;
+    if (bias) e.bias = bias + gi * Mg;
+    if (ep.residual) e.residual = ep.residual + yoff;
+    for (int64_t m = 0; m < Mg; ++m) {
+      float* yrow = y + yoff + m * HW + oy0 * g.ow;
+      for (int64_t oy = oy0; oy < oy1; ++oy)
+        std::memcpy(yrow + (oy - oy0) * g.ow, cbuf + m * cols + (oy - oy0) * p.wp,
+                    static_cast<size_t>(g.ow) * sizeof(float));
+      apply_epilogue(e, yrow, HW, m, 1, oy0 * g.ow, (oy1 - oy0) * g.ow);
+    }
+  };
+
+  const int64_t threads = num_threads();
+  if (threads > 1 && (tasks >= 3 * threads || tasks % threads == 0))
+    parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) task(t);
+    });
+  else
+    for (int64_t t = 0; t < tasks; ++t) task(t);
 }
 
 // ---- depthwise path ----
@@ -186,12 +281,23 @@ ConvGeometry conv_geometry(const Attributes& attrs, const Dims& x, const Dims& w
 }
 
 void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
-            const Epilogue& ep) {
+            const Epilogue& ep, const PackedA* packed_w) {
   if (g.n * g.m * g.out_plane() == 0) return;
   if (g.depthwise())
     conv_depthwise(g, x, w, bias, y, ep);
+  else if (use_shifted(g))
+    conv_shifted(g, x, w, bias, y, ep, packed_w);
   else
-    conv_gemm(g, x, w, bias, y, ep);
+    conv_gemm(g, x, w, bias, y, ep, packed_w);
+}
+
+std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
+                                  int64_t group) {
+  std::vector<PackedA> packed;
+  if (cg == 1 && group > 1) return packed;  // depthwise
+  const int64_t mg = m / group, k = cg * kh * kw;
+  for (int64_t gi = 0; gi < group; ++gi) packed.push_back(pack_a(mg, k, w + gi * mg * k, k, false));
+  return packed;
 }
 
 }  // namespace pto::cpu

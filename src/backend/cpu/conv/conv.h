@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/conv/conv_isa.h"
 #include "backend/cpu/gemm/gemm.h"
@@ -40,7 +41,14 @@ ConvGeometry conv_geometry(const Attributes& attrs, const Dims& x, const Dims& w
 // [m, c/group, kh, kw], y and residual [n, m, oh, ow]. `bias` (m values) may be null; of `ep` only
 // residual (the start of the residual tensor), residual_scale, act, lo and hi are used, so a fused
 // Conv + Add + ReLU passes them here. Parallel over the pool; deterministic per thread count.
+// `packed_w`, when set, holds each group's weights as pack_weights packed them (the GEMM path then
+// does not read `w`).
 void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
-            const Epilogue& ep = {});
+            const Epilogue& ep = {}, const PackedA* packed_w = nullptr);
+
+// The weights w [m, cg, kh, kw] of a conv in `group` groups, packed per group as the GEMM's A
+// operand [m/group, cg*kh*kw]; empty for a depthwise conv (which does not use a GEMM).
+std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
+                                  int64_t group);
 
 }  // namespace pto::cpu

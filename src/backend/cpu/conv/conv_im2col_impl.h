@@ -1,4 +1,5 @@
-// im2col for the implicit-GEMM path, compiled once per ISA (conv_im2col_{avx512,avx2,generic}.cpp).
+// im2col for the implicit-GEMM path and the padded, phase-split input of the shifted path,
+// compiled once per ISA (conv_im2col_{avx512,avx2,generic}.cpp).
 // A column block spans a few output rows; per col row (c, ky, kx) the valid input columns are
 // found once and each output row costs one bounds check, a vector copy and the zero fills.
 #include "backend/cpu/conv/conv_isa.h"
@@ -33,6 +34,26 @@ void im2col(const ConvWindow& g, const float* x, int64_t j0, int64_t j1, int64_t
       fill_zero(dst + base + hi, ox1 - hi);
     }
   }
+}
+
+void shifted_pad(const ShiftedPlane& p, const float* x, float* dst) {
+  for (int64_t py = 0; py < p.sh; ++py)
+    for (int64_t px = 0; px < p.sw; ++px) {
+      float* plane = dst + (py * p.sw + px) * p.rpp * p.wp;
+      int64_t lo, hi;  // columns q whose input column q * sw + px - pw exists
+      valid_span(0, p.wp, p.iw, p.sw, px - p.pw, &lo, &hi);
+      for (int64_t i = 0; i < p.rpp; ++i) {
+        float* row = plane + i * p.wp;
+        const int64_t iy = i * p.sh + py - p.ph;
+        if (iy < 0 || iy >= p.ih) {
+          fill_zero(row, p.wp);
+          continue;
+        }
+        fill_zero(row, lo);
+        copy_strided(row + lo, x + iy * p.iw + lo * p.sw + px - p.pw, hi - lo, p.sw);
+        fill_zero(row + hi, p.wp - hi);
+      }
+    }
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS

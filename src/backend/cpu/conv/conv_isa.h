@@ -22,6 +22,20 @@ struct ConvWindow {
 PTO_ISA_DECLARE(void im2col(const ConvWindow& g, const float* x, int64_t j0, int64_t j1, int64_t k0,
                             int64_t k1, float* col);)
 
+// The input of a shifted implicit GEMM: each channel padded and split by stride phase into
+// sh * sw planes of rpp rows by wp columns, so that tap (ky, kx) reads output position
+// (oy, ox) at one fixed offset plus oy * wp + ox, and every row of the GEMM's B is a shifted view
+// of this copy (wp - ow junk columns per output row are computed and dropped).
+struct ShiftedPlane : ConvWindow {
+  int64_t rpp = 0;  // rows per phase plane: oh + (kh - 1) * dh / sh
+  int64_t wp = 0;   // columns per phase plane: ow + (kw - 1) * dw / sw
+};
+
+// Copies input plane x into dst as ShiftedPlane describes: phase plane (py, px), at
+// dst + (py * sw + px) * rpp * wp, row i column q holds input (i sh + py - ph, q sw + px - pw),
+// zero outside the input.
+PTO_ISA_DECLARE(void shifted_pad(const ShiftedPlane& p, const float* x, float* dst);)
+
 // A depthwise plane as the kernel reads it: the window plus the padded, phase-split input layout.
 struct DepthwisePlane : ConvWindow {
   int64_t rows = 0;       // padded input rows read: (oh - 1) * sh + (kh - 1) * dh + 1

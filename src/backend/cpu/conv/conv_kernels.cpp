@@ -14,6 +14,19 @@ bool accepts(const NodeInfo& info) {
   return x && (x->size() == 3 || x->size() == 4);
 }
 
+// A constant W is packed once per group as the GEMM's A operand.
+std::any prepare(const NodeInfo& info) {
+  if (!info.is_constant(1)) return {};
+  const Tensor& w = *info.constants[1];
+  if ((w.rank() != 3 && w.rank() != 4) || w.dtype() != DType::kF32) return {};
+  const int64_t group = info.node.attrs.get_int("group", 1);
+  if (group < 1 || w.dim(0) % group != 0) return {};  // run() reports the error
+  std::vector<PackedA> packed = pack_weights(w.data<float>(), w.dim(0), w.dim(1),
+                                             w.rank() == 4 ? w.dim(2) : 1, w.dim(-1), group);
+  if (packed.empty()) return {};
+  return packed;
+}
+
 std::vector<Tensor> run(const KernelContext& c) {
   const std::string where = c.where();
   const Tensor &x = c.input(0), &w = c.input(1);
@@ -28,14 +41,19 @@ std::vector<Tensor> run(const KernelContext& c) {
   Dims yshape = {g.n, g.m, g.oh, g.ow};
   if (x.rank() == 3) yshape.erase(yshape.begin() + 2);
   Tensor y = Tensor::empty(DType::kF32, yshape);
-  conv2d(g, x.data<float>(), w.data<float>(), bias, y.data<float>());
+  const PackedA* packed = nullptr;
+  if (c.state && c.state->has_value()) {
+    const auto& p = c.prepared<std::vector<PackedA>>();
+    if (static_cast<int64_t>(p.size()) == g.group) packed = p.data();
+  }
+  conv2d(g, x.data<float>(), w.data<float>(), bias, y.data<float>(), {}, packed);
   return {y};
 }
 
 }  // namespace
 
 void register_conv_kernels(KernelRegistry& r) {
-  r.add("Conv", {accepts, {}, run});
+  r.add("Conv", {accepts, prepare, run});
 }
 
 }  // namespace pto::cpu

@@ -42,6 +42,12 @@ int64_t nr_of(Isa isa) {
   return nr;
 }
 
+int64_t mr_of(Isa isa) {
+  int64_t mr = 0, nr = 0;
+  register_block(isa, &mr, &nr);
+  return mr;
+}
+
 struct Blocking {
   int64_t mr, nr, kc, mc, nc;
 };
@@ -112,12 +118,21 @@ bool has_epilogue(const Epilogue& ep) {
 // other; measured here: in place wins on 256..768-wide B, packing wins on 1024 and 3072).
 constexpr int64_t kDirectBPanels = 4;
 
-// C[i0:i1, j0:j1] of one GEMM. `packed` is B pre-packed by pack_b (panels of K x NR), or null.
-void compute_block(const GemmArgs& g, const float* packed, const Blocking& bl, int64_t i0,
+// Operands packed ahead of the call (pack_a, pack_b), or null: A as panels of MR x K, B as
+// panels of K x NR.
+struct Prepacked {
+  const float* a = nullptr;
+  const float* b = nullptr;
+};
+
+// C[i0:i1, j0:j1] of one GEMM.
+void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, int64_t i0,
                    int64_t i1, int64_t j0, int64_t j1) {
+  const float* packed = pre.b;
   const int64_t K = g.k, nr = bl.nr;
-  const bool direct = packed == nullptr && !g.trans_b &&
-                      (i1 - i0 <= kDirectBPanels * bl.mr || (g.ldb * sizeof(float)) % 4096 != 0);
+  const bool direct =
+      packed == nullptr && !g.trans_b &&
+      (g.b_rows || i1 - i0 <= kDirectBPanels * bl.mr || (g.ldb * sizeof(float)) % 4096 != 0);
   const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
   const int64_t slices = K == 0 ? 1 : ceil_div(K, bl.kc);
   for (int64_t jc = j0; jc < j1; jc += bl.nc) {
@@ -131,6 +146,19 @@ void compute_block(const GemmArgs& g, const float* packed, const Blocking& bl, i
         blk.b = packed + (jc / nr) * K * nr + pc * nr;
         blk.b_panel_stride = K * nr;
         blk.b_row_stride = nr;
+      } else if (g.b_rows) {
+        blk.b = g.b + jc;
+        blk.b_rows = g.b_rows + pc;
+        blk.b_panel_stride = nr;
+        if (nc % nr) {  // the partial panel, gathered row by row
+          const int64_t e = nc / nr * nr, w = nc - e;
+          float* edge = t_pack_edge.get(kc * nr);
+          for (int64_t p = 0; p < kc; ++p) {
+            std::memcpy(edge + p * nr, g.b + g.b_rows[pc + p] + jc + e, w * sizeof(float));
+            std::fill(edge + p * nr + w, edge + (p + 1) * nr, 0.0f);
+          }
+          blk.b_edge = edge;
+        }
       } else if (direct) {
         blk.b = g.b + pc * g.ldb + jc;
         blk.b_panel_stride = nr;
@@ -157,11 +185,17 @@ void compute_block(const GemmArgs& g, const float* packed, const Blocking& bl, i
       blk.n0 = jc;
       for (int64_t ic = i0; ic < i1; ic += bl.mc) {
         const int64_t mc = std::min(bl.mc, i1 - ic);
-        float* ap = t_pack_a.get(ceil_div(mc, bl.mr) * bl.mr * kc);
-        const float* src = g.trans_a ? g.a + pc * g.lda + ic : g.a + ic * g.lda + pc;
-        PTO_ISA_DISPATCH(gemm_pack_a, src, g.lda, g.trans_a, mc, kc, ap);
+        if (pre.a) {  // ic is a whole number of panels
+          blk.a = pre.a + ic * K + pc * bl.mr;
+          blk.a_panel_stride = K * bl.mr;
+        } else {
+          float* ap = t_pack_a.get(ceil_div(mc, bl.mr) * bl.mr * kc);
+          const float* src = g.trans_a ? g.a + pc * g.lda + ic : g.a + ic * g.lda + pc;
+          PTO_ISA_DISPATCH(gemm_pack_a, src, g.lda, g.trans_a, mc, kc, ap);
+          blk.a = ap;
+          blk.a_panel_stride = 0;
+        }
         blk.m = mc;
-        blk.a = ap;
         blk.c = g.c + ic * g.ldc + jc;
         blk.m0 = ic;
         PTO_ISA_DISPATCH(gemm_macro, blk);
@@ -202,9 +236,10 @@ Grid choose_grid(int64_t items, const GemmArgs& g, const Blocking& bl, int threa
   return best;
 }
 
-void run_gemm(const GemmArgs& args, const float* packed, int64_t batch, int64_t stride_a,
+void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t stride_a,
               int64_t stride_b, int64_t stride_c, int64_t stride_r) {
   if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
+  PTO_CHECK(!(args.b_rows && args.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
   const Blocking& bl = blocking();
   const int threads = in_parallel_region() ? 1 : num_threads();
   const Grid grid = choose_grid(batch, args, bl, threads);
@@ -221,7 +256,7 @@ void run_gemm(const GemmArgs& args, const float* packed, int64_t batch, int64_t 
     const int64_t i1 = std::min(args.m, (im + 1) * mp / grid.tm * bl.mr);
     const int64_t j0 = std::min(args.n, in * np / grid.tn * bl.nr);
     const int64_t j1 = std::min(args.n, (in + 1) * np / grid.tn * bl.nr);
-    if (i0 < i1 && j0 < j1) compute_block(g, packed, bl, i0, i1, j0, j1);
+    if (i0 < i1 && j0 < j1) compute_block(g, pre, bl, i0, i1, j0, j1);
   };
   const int64_t tasks = batch * per_item;
   if (tasks == 1 || threads == 1) {
@@ -234,23 +269,42 @@ void run_gemm(const GemmArgs& args, const float* packed, int64_t batch, int64_t 
 }  // namespace
 
 void sgemm(const GemmArgs& args) {
-  run_gemm(args, nullptr, 1, 0, 0, 0, 0);
+  run_gemm(args, {}, 1, 0, 0, 0, 0);
 }
 
 void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b,
                    int64_t stride_c, int64_t stride_r) {
-  run_gemm(args, nullptr, batch, stride_a, stride_b, stride_c, stride_r);
+  run_gemm(args, {}, batch, stride_a, stride_b, stride_c, stride_r);
 }
+
+float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width) {
+  k_ = k;
+  len_ = len;
+  isa_ = static_cast<int>(active_isa());
+  data_ = std::shared_ptr<float[]>(
+      new float[static_cast<size_t>(ceil_div(len, width) * width * k) + 1]);
+  return data_.get();
+}
+
+namespace {
+
+// Packed panels of `width` back to a plain len x k matrix (rows of A, columns of B).
+std::vector<float> unpack_panels(const PackedPanels& p, int64_t len, int64_t width) {
+  const int64_t k = p.k();
+  std::vector<float> out(static_cast<size_t>(len * k));
+  for (int64_t i = 0; i < len; ++i)
+    for (int64_t q = 0; q < k; ++q)
+      out[i * k + q] = p.data()[(i / width) * k * width + q * width + i % width];
+  return out;
+}
+
+}  // namespace
 
 PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b) {
   PackedB p;
-  p.k_ = k;
-  p.n_ = n;
-  p.isa_ = static_cast<int>(active_isa());
   const int64_t nr = nr_of(active_isa());
-  const int64_t floats = ceil_div(n, nr) * nr * k;
-  p.data_ = std::shared_ptr<float[]>(new float[static_cast<size_t>(floats) + 1]);
-  PTO_ISA_DISPATCH(gemm_pack_b, b, ldb, trans_b, k, n, p.data_.get(), k * nr);
+  float* dst = p.allocate(n, k, nr);
+  PTO_ISA_DISPATCH(gemm_pack_b, b, ldb, trans_b, k, n, dst, k * nr);
   return p;
 }
 
@@ -258,21 +312,41 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
   PTO_CHECK(packed.k() == args.k && packed.n() == args.n)
       << "sgemm_packed: B packed as " << packed.k() << " x " << packed.n() << ", used as " << args.k
       << " x " << args.n;
-  const Isa isa = static_cast<Isa>(packed.isa());
-  if (isa == active_isa()) {
-    run_gemm(args, packed.data(), 1, 0, 0, 0, 0);
+  if (static_cast<Isa>(packed.isa()) == active_isa()) {
+    run_gemm(args, {nullptr, packed.data()}, 1, 0, 0, 0, 0);
     return;
   }
-  // Packed for another ISA's panel width: unpack to K x N and run the ordinary path.
-  const int64_t nr = nr_of(isa), k = args.k, n = args.n;
-  std::vector<float> b(static_cast<size_t>(k * n));
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t p = 0; p < k; ++p)
-      b[p * n + j] = packed.data()[(j / nr) * k * nr + p * nr + j % nr];
+  // Packed for another ISA's panel width: unpack to N x K (B transposed) and run the plain path.
+  const std::vector<float> b = unpack_panels(packed, args.n, nr_of(static_cast<Isa>(packed.isa())));
   GemmArgs g = args;
   g.b = b.data();
-  g.ldb = n;
-  g.trans_b = false;
+  g.ldb = args.k;
+  g.trans_b = true;
+  g.b_rows = nullptr;
+  sgemm(g);
+}
+
+PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a) {
+  PackedA p;
+  float* dst = p.allocate(m, k, mr_of(active_isa()));
+  PTO_ISA_DISPATCH(gemm_pack_a, a, lda, trans_a, m, k, dst);
+  return p;
+}
+
+void sgemm_packed_a(const GemmArgs& args, const PackedA& packed) {
+  PTO_CHECK(packed.m() == args.m && packed.k() == args.k)
+      << "sgemm_packed_a: A packed as " << packed.m() << " x " << packed.k() << ", used as "
+      << args.m << " x " << args.k;
+  if (static_cast<Isa>(packed.isa()) == active_isa()) {
+    run_gemm(args, {packed.data(), nullptr}, 1, 0, 0, 0, 0);
+    return;
+  }
+  // Packed for another ISA's panel height: unpack to M x K and run the plain path.
+  const std::vector<float> a = unpack_panels(packed, args.m, mr_of(static_cast<Isa>(packed.isa())));
+  GemmArgs g = args;
+  g.a = a.data();
+  g.lda = args.k;
+  g.trans_a = false;
   sgemm(g);
 }
 

@@ -38,6 +38,8 @@ struct Epilogue {
   float lo = 0.0f, hi = 0.0f;  // activation parameters (see Activation)
 };
 
+inline constexpr int kGemmRowsSlack = 8;
+
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
   const float* a = nullptr;
@@ -46,6 +48,10 @@ struct GemmArgs {
   const float* b = nullptr;
   int64_t ldb = 0;
   bool trans_b = false;
+  // When set (B not transposed), row p of B starts at b + b_rows[p] and ldb is unused: the
+  // shifted input rows of an implicit-GEMM convolution, read in place. The table holds
+  // k + kGemmRowsSlack entries (the last ones are only prefetched: any offset will do).
+  const int64_t* b_rows = nullptr;
   float* c = nullptr;
   int64_t ldc = 0;
   float alpha = 1.0f;
@@ -56,20 +62,29 @@ struct GemmArgs {
 // parallel region (then it runs on the calling thread).
 void sgemm(const GemmArgs& args);
 
-// B packed once into the panel layout the micro-kernel reads (a constant weight), for any later
-// sgemm_packed with the same K, N and ISA.
-class PackedB {
+// An operand packed once into the panels of `width` rows or columns (MR for A, NR for B) that
+// the micro-kernel of one ISA reads: panel i at data + i * k * width, `width` values per k.
+class PackedPanels {
  public:
   int64_t k() const { return k_; }
-  int64_t n() const { return n_; }
   const float* data() const { return data_.get(); }
   int isa() const { return isa_; }
 
+ protected:
+  // Storage for `len` rows (A) or columns (B) of K in panels of `width`, for the active ISA.
+  float* allocate(int64_t len, int64_t k, int64_t width);
+  int64_t k_ = 0, len_ = 0;  // len_: rows of A or columns of B
+  int isa_ = 0;              // the cpu::Isa it was packed for
+  std::shared_ptr<float[]> data_;
+};
+
+// B packed once (a constant weight), for any later sgemm_packed with the same K, N and ISA.
+class PackedB : public PackedPanels {
+ public:
+  int64_t n() const { return len_; }
+
  private:
   friend PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b);
-  int64_t k_ = 0, n_ = 0;
-  int isa_ = 0;  // the cpu::Isa it was packed for
-  std::shared_ptr<float[]> data_;
 };
 
 PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b);
@@ -77,6 +92,22 @@ PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b);
 // As sgemm with B taken from `packed` (args.b, ldb and trans_b are ignored; args.k and args.n
 // must match the packing). Falls back to unpacking when the active ISA differs from the packing's.
 void sgemm_packed(const GemmArgs& args, const PackedB& packed);
+
+// A packed once (a constant weight on the left, as Conv's), for any later sgemm_packed_a with
+// the same M, K and ISA.
+class PackedA : public PackedPanels {
+ public:
+  int64_t m() const { return len_; }
+
+ private:
+  friend PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a);
+};
+
+PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a);
+
+// As sgemm with A taken from `packed` (args.a, lda and trans_a are ignored; args.m and args.k
+// must match the packing). Falls back to unpacking when the active ISA differs from the packing's.
+void sgemm_packed_a(const GemmArgs& args, const PackedA& packed);
 
 // Batched: `batch` independent GEMMs at the given element strides (a stride of 0 broadcasts that
 // operand over the batch). Parallel over batch, M and N together.

@@ -25,15 +25,18 @@ constexpr int kMR = 4, kNV = 4;
 #endif
 constexpr int kL = Vec::kLanes;
 constexpr int kNR = kNV * kL;
+constexpr int kRowsAhead = kGemmRowsSlack;
 
-using MicroFn = void (*)(int64_t k, const float* a, const float* b, int64_t ldb, float* c,
-                         int64_t ldc, int n_last, float alpha, bool accumulate);
+using MicroFn = void (*)(int64_t k, const float* a, const float* b, int64_t ldb,
+                         const int64_t* rows, float* c, int64_t ldc, int n_last, float alpha,
+                         bool accumulate);
 
 // C[R x (NV vectors)] (=|+=) alpha * A_panel * B_panel over k. A: kMR floats per k (R used);
-// B: ldb floats per k (NV vectors used). n_last: valid lanes of the last vector (1..kL).
-template <int R, int NV>
-void micro(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-           int n_last, float alpha, bool accumulate) {
+// B: ldb floats per k (NV vectors used), or with kRows row p at b + rows[p] (an implicit GEMM's
+// shifted input rows). n_last: valid lanes of the last vector (1..kL).
+template <bool kRows, int R, int NV>
+void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t* rows, float* c,
+           int64_t ldc, int n_last, float alpha, bool accumulate) {
   // The C tile is read and written only after the k loop; fetching it into L2 now hides the
   // latency of a tile that was evicted to L3 (large C, or row strides that alias in L1).
 #pragma GCC unroll 16
@@ -49,8 +52,17 @@ void micro(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int
 #pragma GCC unroll 2
   for (int64_t p = 0; p < k; ++p) {
     Vec bv[NV];
+    const float* bp = b;
+    if constexpr (kRows) {
+      // The rows are scattered, so the hardware prefetcher does not follow them: fetch the row
+      // kRowsAhead steps on (rows[] has that many entries of slack).
+      bp = b + rows[p];
+      const float* next = b + rows[p + kRowsAhead];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = Vec::load(b + v * kL);
+      for (int v = 0; v < NV; ++v) __builtin_prefetch(next + v * kL, 0, 3);
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = Vec::load(bp + v * kL);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const Vec av = Vec::set1(a[r]);
@@ -78,19 +90,22 @@ void micro(int64_t k, const float* a, const float* b, int64_t ldb, float* c, int
   }
 }
 
-// table[R - 1][NV - 1] = micro<R, NV>
-template <int R, int NV>
+// table[R - 1][NV - 1] = micro<kRows, R, NV>
+template <bool kRows, int R, int NV>
 void fill_table(MicroFn (*table)[kNV]) {
-  table[R - 1][NV - 1] = &micro<R, NV>;
+  table[R - 1][NV - 1] = &micro<kRows, R, NV>;
   if constexpr (NV > 1)
-    fill_table<R, NV - 1>(table);
+    fill_table<kRows, R, NV - 1>(table);
   else if constexpr (R > 1)
-    fill_table<R - 1, kNV>(table);
+    fill_table<kRows, R - 1, kNV>(table);
 }
 
 struct MicroTable {
-  MicroFn fn[kMR][kNV];
-  MicroTable() { fill_table<kMR, kNV>(fn); }
+  MicroFn fn[2][kMR][kNV];  // [rows given][R - 1][NV - 1]
+  MicroTable() {
+    fill_table<false, kMR, kNV>(fn[0]);
+    fill_table<true, kMR, kNV>(fn[1]);
+  }
 };
 
 }  // namespace
@@ -155,21 +170,25 @@ void gemm_pack_b(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, 
 void gemm_macro(const MacroBlock& blk) {
   static const MicroTable table;
   const int64_t np = (blk.n + kNR - 1) / kNR, mp = (blk.m + kMR - 1) / kMR;
+  const int64_t as = blk.a_panel_stride ? blk.a_panel_stride : blk.k * kMR;
   for (int64_t j = 0; j < np; ++j) {
     const int nj = static_cast<int>(blk.n - j * kNR < kNR ? blk.n - j * kNR : kNR);
     const float* bp = blk.b + j * blk.b_panel_stride;
     int64_t bs = blk.b_row_stride;
+    const int64_t* rows = blk.b_rows;
     if (nj < kNR && blk.b_edge) {
       bp = blk.b_edge;
       bs = kNR;
+      rows = nullptr;
     }
+    const auto& fn = table.fn[rows ? 1 : 0];
     const int nv = (nj + kL - 1) / kL;
     const int n_last = nj - (nv - 1) * kL;
     for (int64_t i = 0; i < mp; ++i) {
       const int mi = static_cast<int>(blk.m - i * kMR < kMR ? blk.m - i * kMR : kMR);
       float* c = blk.c + i * kMR * blk.ldc + j * kNR;
-      table.fn[mi - 1][nv - 1](blk.k, blk.a + i * blk.k * kMR, bp, bs, c, blk.ldc, n_last,
-                               blk.alpha, blk.accumulate);
+      fn[mi - 1][nv - 1](blk.k, blk.a + i * as, bp, bs, rows, c, blk.ldc, n_last, blk.alpha,
+                         blk.accumulate);
       if (blk.epilogue)
         apply_epilogue(*blk.epilogue, c, blk.ldc, blk.m0 + i * kMR, mi, blk.n0 + j * kNR, nj);
     }

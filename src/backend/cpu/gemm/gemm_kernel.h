@@ -11,14 +11,17 @@
 namespace pto::cpu {
 
 // One (mc x nc) block of C over one KC slice of K. A is packed: panel i (rows i*MR..) at
-// a + i * k * MR, MR values per k. B panel j (columns j*NR..) is at b + j * b_panel_stride with
-// b_row_stride floats between consecutive k; a partial last panel is read from b_edge instead
-// (packed, row stride NR) when b_edge is set.
+// a + i * a_panel_stride (k * MR when 0), MR values per k. B panel j (columns j*NR..) is at b + j *
+// b_panel_stride with b_row_stride floats between consecutive k; a partial last panel is read from
+// b_edge instead (packed, row stride NR) when b_edge is set. With b_rows, row p of panel j is at
+// b + j * b_panel_stride + b_rows[p] instead (b_row_stride unused).
 struct MacroBlock {
   int64_t m = 0, n = 0, k = 0;
   const float* a = nullptr;
+  int64_t a_panel_stride = 0;
   const float* b = nullptr;
   int64_t b_panel_stride = 0, b_row_stride = 0;
+  const int64_t* b_rows = nullptr;
   const float* b_edge = nullptr;
   float* c = nullptr;
   int64_t ldc = 0;
