@@ -401,7 +401,7 @@ TEST(CpuMovement, Pad) {
          attrs({{"mode", std::string("reflect")}})});
 }
 
-// Medians of Transpose through the Executable, for docs/notes/movement.md (compare with torch's
+// Medians of Transpose through the Executable, for docs/backend/movement.md (compare with torch's
 // x.permute(...).contiguous() at the same thread count). Run with --gtest_also_run_disabled_tests.
 TEST(CpuMovement, DISABLED_TransposeTiming) {
   const std::vector<std::pair<Dims, Ints>> cases = {{{1, 12, 128, 64}, {0, 2, 1, 3}},

@@ -2,7 +2,7 @@
 // every ISA, against double-precision std:: functions: a sweep over every 4096th float bit
 // pattern of both signs (the whole range, subnormals to huge), random values where the functions
 // vary, and the special values. Max errors in ulp of the double result rounded to float are
-// printed and bounded; docs/notes/elementwise.md quotes them.
+// printed and bounded; docs/backend/elementwise.md quotes them.
 #include <gtest/gtest.h>
 
 #include <bit>

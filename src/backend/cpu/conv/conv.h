@@ -8,7 +8,7 @@
 //                col[Cg*kh*kw, Ho*Wo], with col built (im2col) in column blocks that fit the cache,
 //                and no col at all for a 1x1, stride-1, unpadded conv (the input is the B matrix).
 // Bias, residual and activation are applied by the GEMM's epilogue (or, for depthwise, while the
-// output row is still in L1). docs/notes/conv.md argues the layout choice.
+// output row is still in L1). docs/backend/conv.md argues the layout choice.
 #pragma once
 
 #include <cstdint>

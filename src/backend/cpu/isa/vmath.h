@@ -1,7 +1,7 @@
 // Vectorized transcendental functions on simd.h's Vec, for per-ISA translation units only.
 // Each is a range reduction plus a minimax polynomial (coefficients fitted for float and rounded
 // to it), accurate to a few ulp over float's whole range, with IEEE special values: NaN
-// propagates, overflow gives inf, underflow is gradual. Measured errors: docs/notes/elementwise.md
+// propagates, overflow gives inf, underflow is gradual. Measured errors: docs/backend/elementwise.md
 // and tests/cpp/cpu_vmath_test.cpp.
 #pragma once
 
