@@ -105,9 +105,9 @@ class Broadcast {
   void for_rows(F fn) const {
     int64_t numel = 1;
     for (int64_t d : dims_) numel *= d;
+    if (numel == 0) return;
     const int64_t n = row(), rows = numel / n;
     const size_t outer = dims_.size() - 1, inputs = strides_.size();
-    if (numel == 0) return;
     parallel_for(0, rows, std::max<int64_t>(1, kGrain / n), [&](int64_t begin, int64_t end) {
       std::vector<int64_t> idx(outer), off(inputs, 0);
       for (size_t d = outer, r = static_cast<size_t>(begin); d-- > 0;) {
