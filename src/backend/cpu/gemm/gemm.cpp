@@ -281,9 +281,13 @@ float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width) {
   k_ = k;
   len_ = len;
   isa_ = static_cast<int>(active_isa());
-  data_ = std::shared_ptr<float[]>(
-      new float[static_cast<size_t>(ceil_div(len, width) * width * k) + 1]);
-  return data_.get();
+  // 64-byte aligned: B panels are k * NR floats apart, so no vector load of one splits a line.
+  const size_t floats = static_cast<size_t>(ceil_div(len, width) * width * k) + 1;
+  const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+  float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+  PTO_CHECK(p != nullptr) << "sgemm: out of memory for " << bytes << " bytes of packed panels";
+  data_ = std::shared_ptr<float[]>(p, std::free);
+  return p;
 }
 
 namespace {
