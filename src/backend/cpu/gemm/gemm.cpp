@@ -59,6 +59,14 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+// The block size that splits `total` into the fewest parts of at most `block` (a multiple of
+// `unit`), all about the same size in whole units: a short last K slice loads and stores its C
+// tiles as often as a full one for less work (K = 576 runs as 2 x 288, not 384 + 192).
+int64_t even_block(int64_t total, int64_t block, int64_t unit) {
+  const int64_t parts = std::max<int64_t>(1, ceil_div(total, block));
+  return std::min(block, ceil_div(ceil_div(total, parts), unit) * unit);
+}
+
 // Block sizes from the cache sizes of this machine (docs/notes/gemm.md has the measurements):
 //   KC: the B micro-panel (KC x NR) is twice L1, clamped to [128, 512]. It then streams from L2
 //       while the micro-kernel runs; halving KC to keep it in L1 costs more in C tile loads and
@@ -134,11 +142,14 @@ void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, 
       packed == nullptr && !g.trans_b &&
       (g.b_rows || i1 - i0 <= kDirectBPanels * bl.mr || (g.ldb * sizeof(float)) % 4096 != 0);
   const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
-  const int64_t slices = K == 0 ? 1 : ceil_div(K, bl.kc);
+  // The K slices depend on K alone, so every C element sums the same slices on any thread count.
+  const int64_t kc_even = even_block(K, bl.kc, 8);
+  const int64_t mc_even = even_block(i1 - i0, bl.mc, bl.mr);
+  const int64_t slices = K == 0 ? 1 : ceil_div(K, kc_even);
   for (int64_t jc = j0; jc < j1; jc += bl.nc) {
     const int64_t nc = std::min(bl.nc, j1 - jc);
     for (int64_t s = 0; s < slices; ++s) {
-      const int64_t pc = s * bl.kc, kc = std::min(bl.kc, K - pc);
+      const int64_t pc = s * kc_even, kc = std::min(kc_even, K - pc);
       MacroBlock blk;
       blk.n = nc;
       blk.k = kc;
@@ -183,8 +194,8 @@ void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, 
       blk.accumulate = s > 0;
       blk.epilogue = s == slices - 1 ? ep : nullptr;
       blk.n0 = jc;
-      for (int64_t ic = i0; ic < i1; ic += bl.mc) {
-        const int64_t mc = std::min(bl.mc, i1 - ic);
+      for (int64_t ic = i0; ic < i1; ic += mc_even) {
+        const int64_t mc = std::min(mc_even, i1 - ic);
         if (pre.a) {  // ic is a whole number of panels
           blk.a = pre.a + ic * K + pc * bl.mr;
           blk.a_panel_stride = K * bl.mr;

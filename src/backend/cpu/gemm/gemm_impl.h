@@ -26,23 +26,38 @@ constexpr int kMR = 4, kNV = 4;
 constexpr int kL = Vec::kLanes;
 constexpr int kNR = kNV * kL;
 constexpr int kRowsAhead = kGemmRowsSlack;
+// How far ahead (steps of k) a micro-kernel fetches the B row it reads in place with a stride.
+constexpr int kStridedAhead = 16;
+
+// How a micro-kernel reads its B panel: packed (NR floats per k, contiguous: the hardware
+// prefetcher follows it), in place with a row stride, or through a row table.
+enum class BRead { kPacked, kStrided, kRows };
+
+// The rows of the next B panel a micro-kernel fetches into L2 while it runs: one row (ld floats
+// on) every 2^shift steps of k, starting at `b`.
+struct NextPanel {
+  const float* b = nullptr;
+  int64_t ld = 0;
+  int shift = 0;
+};
 
 using MicroFn = void (*)(int64_t k, const float* a, const float* b, int64_t ldb,
                          const int64_t* rows, float* c, int64_t ldc, int n_last, float alpha,
-                         bool accumulate);
+                         bool accumulate, NextPanel next);
 
 // C[R x (NV vectors)] (=|+=) alpha * A_panel * B_panel over k. A: kMR floats per k (R used);
 // B: ldb floats per k (NV vectors used), or with kRows row p at b + rows[p] (an implicit GEMM's
-// shifted input rows). n_last: valid lanes of the last vector (1..kL).
-template <bool kRows, int R, int NV>
+// shifted input rows). n_last: valid lanes of the last vector (1..kL). `next`: a share of the
+// next B panel to fetch into L2 meanwhile (its first call would otherwise wait on L3 or memory).
+template <BRead kB, int R, int NV>
 void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t* rows, float* c,
-           int64_t ldc, int n_last, float alpha, bool accumulate) {
+           int64_t ldc, int n_last, float alpha, bool accumulate, NextPanel next) {
   // The C tile is read and written only after the k loop; fetching it into L2 now hides the
   // latency of a tile that was evicted to L3 (large C, or row strides that alias in L1).
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    __builtin_prefetch(c + r * ldc, 1, 2);
-    __builtin_prefetch(c + r * ldc + NV * kL - 1, 1, 2);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) __builtin_prefetch(c + r * ldc + v * kL, 1, 2);
   }
   Vec s[R][NV];
 #pragma GCC unroll 16
@@ -53,13 +68,22 @@ void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t
   for (int64_t p = 0; p < k; ++p) {
     Vec bv[NV];
     const float* bp = b;
-    if constexpr (kRows) {
+    if constexpr (kB == BRead::kRows) {
       // The rows are scattered, so the hardware prefetcher does not follow them: fetch the row
       // kRowsAhead steps on (rows[] has that many entries of slack).
       bp = b + rows[p];
-      const float* next = b + rows[p + kRowsAhead];
+      const float* ahead = b + rows[p + kRowsAhead];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) __builtin_prefetch(next + v * kL, 0, 3);
+      for (int v = 0; v < NV; ++v) __builtin_prefetch(ahead + v * kL, 0, 3);
+    } else if constexpr (kB == BRead::kStrided) {
+      // Each row is a new page-distant stream too short for the hardware prefetcher.
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) __builtin_prefetch(b + kStridedAhead * ldb + v * kL, 0, 3);
+    }
+    if (next.b && (p & ((int64_t{1} << next.shift) - 1)) == 0) {
+      const float* nb = next.b + (p >> next.shift) * next.ld;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) __builtin_prefetch(nb + v * kL, 0, 2);
     }
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = Vec::load(bp + v * kL);
@@ -90,21 +114,22 @@ void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t
   }
 }
 
-// table[R - 1][NV - 1] = micro<kRows, R, NV>
-template <bool kRows, int R, int NV>
+// table[R - 1][NV - 1] = micro<kB, R, NV>
+template <BRead kB, int R, int NV>
 void fill_table(MicroFn (*table)[kNV]) {
-  table[R - 1][NV - 1] = &micro<kRows, R, NV>;
+  table[R - 1][NV - 1] = &micro<kB, R, NV>;
   if constexpr (NV > 1)
-    fill_table<kRows, R, NV - 1>(table);
+    fill_table<kB, R, NV - 1>(table);
   else if constexpr (R > 1)
-    fill_table<kRows, R - 1, kNV>(table);
+    fill_table<kB, R - 1, kNV>(table);
 }
 
 struct MicroTable {
-  MicroFn fn[2][kMR][kNV];  // [rows given][R - 1][NV - 1]
+  MicroFn fn[3][kMR][kNV];  // [BRead][R - 1][NV - 1]
   MicroTable() {
-    fill_table<false, kMR, kNV>(fn[0]);
-    fill_table<true, kMR, kNV>(fn[1]);
+    fill_table<BRead::kPacked, kMR, kNV>(fn[0]);
+    fill_table<BRead::kStrided, kMR, kNV>(fn[1]);
+    fill_table<BRead::kRows, kMR, kNV>(fn[2]);
   }
 };
 
@@ -181,14 +206,29 @@ void gemm_macro(const MacroBlock& blk) {
       bs = kNR;
       rows = nullptr;
     }
-    const auto& fn = table.fn[rows ? 1 : 0];
+    const BRead read = rows ? BRead::kRows : bs == kNR ? BRead::kPacked : BRead::kStrided;
+    const auto& fn = table.fn[static_cast<int>(read)];
     const int nv = (nj + kL - 1) / kL;
     const int n_last = nj - (nv - 1) * kL;
+    // While panel j runs against the mp panels of A, the next panel of B (packed or read in
+    // place, not the edge panel or a row table's) comes into L2 a share at a time: a row every
+    // 2^shift steps, call i from row i * (k >> shift) on, so the first 2^shift calls cover it.
+    NextPanel next;
+    const bool next_plain = j + 2 < np || (j + 2 == np && !(blk.b_edge && blk.n % kNR));
+    if (!blk.b_rows && next_plain) {
+      next.b = blk.b + (j + 1) * blk.b_panel_stride;
+      next.ld = blk.b_row_stride;
+      while (next.shift < 4 && (int64_t{2} << next.shift) <= mp) ++next.shift;
+    }
+    const int64_t share = blk.k >> next.shift;
     for (int64_t i = 0; i < mp; ++i) {
       const int mi = static_cast<int>(blk.m - i * kMR < kMR ? blk.m - i * kMR : kMR);
       float* c = blk.c + i * kMR * blk.ldc + j * kNR;
+      NextPanel nx = next;
+      if (i * share >= blk.k) nx.b = nullptr;
+      if (nx.b) nx.b += i * share * nx.ld;
       fn[mi - 1][nv - 1](blk.k, blk.a + i * as, bp, bs, rows, c, blk.ldc, n_last, blk.alpha,
-                         blk.accumulate);
+                         blk.accumulate, nx);
       if (blk.epilogue)
         apply_epilogue(*blk.epilogue, c, blk.ldc, blk.m0 + i * kMR, mi, blk.n0 + j * kNR, nj);
     }
