@@ -140,6 +140,52 @@ void gemm_block(int64_t* mr, int64_t* nr) {
   *nr = kNR;
 }
 
+namespace {
+
+#if defined(PTO_ISA_AVX512)
+// Where the 6 x 16 transpose below takes each output lane from (see pack_a_6x16).
+struct PackA6x16 {
+  alignas(64) int64_t from01[3][8] = {};  // lane of pairs 0 (< 8) or 1 (8 + lane)
+  alignas(64) int64_t from2[3][8] = {};   // lane of pairs 2
+  __mmask8 take2[3] = {};                 // output lanes taken from pairs 2
+  constexpr PackA6x16() {
+    for (int j = 0; j < 3; ++j)
+      for (int t = 0; t < 8; ++t) {
+        const int q = 8 * j + t, step = q / 3, src = q % 3;
+        from01[j][t] = src == 1 ? 8 + step : step;
+        from2[j][t] = step;
+        if (src == 2) take2[j] = static_cast<__mmask8>(take2[j] | (1 << t));
+      }
+  }
+};
+
+// Steps p..p+15 of the six rows of one A panel into the panel (6 consecutive floats per step): a
+// 6 x 16 transpose in 18 permutes. Rows 2i and 2i+1 interleave into (x, y) pairs, one 64-bit
+// lane per step, eight steps a vector (pairs i); each output vector then takes its eight lanes
+// from the three pair vectors of its eight steps (lane q of the 24 is step q / 3, pairs q % 3).
+void pack_a_6x16(const float* const rows[6], int64_t p, float* dst) {
+  static constexpr PackA6x16 kT{};
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+  __m512d pair[2][3];  // [steps 0-7 or 8-15][rows 0-1, 2-3, 4-5]
+  for (int i = 0; i < 3; ++i) {
+    const __m512 x = _mm512_loadu_ps(rows[2 * i] + p), y = _mm512_loadu_ps(rows[2 * i + 1] + p);
+    pair[0][i] = _mm512_castps_pd(_mm512_permutex2var_ps(x, lo, y));
+    pair[1][i] = _mm512_castps_pd(_mm512_permutex2var_ps(x, hi, y));
+  }
+  for (int j = 0; j < 3; ++j) {
+    const __m512i i01 = _mm512_load_si512(kT.from01[j]), i2 = _mm512_load_si512(kT.from2[j]);
+    for (int h = 0; h < 2; ++h) {
+      __m512d v = _mm512_permutex2var_pd(pair[h][0], i01, pair[h][1]);
+      v = _mm512_mask_permutexvar_pd(v, kT.take2[j], i2, pair[h][2]);
+      _mm512_storeu_pd(reinterpret_cast<double*>(dst + 48 * h + 16 * j), v);
+    }
+  }
+}
+#endif
+
+}  // namespace
+
 void gemm_pack_a(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, float* dst) {
   for (int64_t i0 = 0; i0 < m; i0 += kMR, dst += k * kMR) {
     const int mr = static_cast<int>(m - i0 < kMR ? m - i0 : kMR);
@@ -155,7 +201,11 @@ void gemm_pack_a(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, 
     const float* rows[kMR];
     for (int r = 0; r < kMR; ++r) rows[r] = a + (i0 + (r < mr ? r : 0)) * lda;
     if (mr == kMR) {
-      for (int64_t p = 0; p < k; ++p)
+      int64_t p = 0;
+#if defined(PTO_ISA_AVX512)
+      for (; p + 16 <= k; p += 16) pack_a_6x16(rows, p, dst + p * kMR);
+#endif
+      for (; p < k; ++p)
 #pragma GCC unroll 16
         for (int r = 0; r < kMR; ++r) dst[p * kMR + r] = rows[r][p];
     } else {
