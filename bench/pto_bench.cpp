@@ -2,6 +2,7 @@
 // (progress on stderr). bench/run.py runs it and sets the numbers beside PyTorch's.
 //
 //   pto_bench [--threads 1,2] [--only fma,memory,sgemm] [--shapes 512,128x768x3072] [--quick]
+//             [--packed a|b]
 //             [--warmup-calls N] [--warmup-time S] [--min-calls N] [--min-time S] [--max-time S]
 //
 // - fma: the FMA peak of each ISA path the machine runs (fma_impl.h), GFLOP/s on T threads.
@@ -9,6 +10,8 @@
 //   last-level cache; GB/s counting the bytes read and written.
 // - sgemm: pto::cpu::sgemm on square and model shapes (C = A B, row-major, A: M x K, B: K x N),
 //   checked against a double-precision dot product on sampled entries before it is timed.
+//   --packed b times sgemm_packed with B packed ahead (constant weights, as MatMul and Gemm run
+//   them), --packed a sgemm_packed_a with A packed ahead (Conv's weights); packing is not timed.
 // Every measurement times calls one by one after a warm-up and reports the median, p10, p90, the
 // count and the CPU utilisation (CPU seconds / wall seconds) of the timed calls.
 #include <sys/resource.h>
@@ -313,8 +316,10 @@ double sgemm_error(const Shape& s, const float* a, const float* b, const float* 
   return max_ref > 0 ? max_err / max_ref : max_err;
 }
 
+// `packed`: "" (plain sgemm), "b" (B packed once with pack_b, then sgemm_packed: how MatMul and
+// Gemm run constant weights) or "a" (A packed once with pack_a, then sgemm_packed_a: Conv).
 void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
-                 const std::vector<Shape>& shapes) {
+                 const std::vector<Shape>& shapes, const std::string& packed) {
   j.key("sgemm").open('[');
   for (const Shape& s : shapes) {
     std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
@@ -328,18 +333,31 @@ void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
     g.a = a.data(), g.lda = s.k;
     g.b = b.data(), g.ldb = s.n;
     g.c = c.data(), g.ldc = s.n;
+    const cpu::PackedB pb =
+        packed == "b" ? cpu::pack_b(s.k, s.n, b.data(), s.n, false) : cpu::PackedB();
+    const cpu::PackedA pa =
+        packed == "a" ? cpu::pack_a(s.m, s.k, a.data(), s.k, false) : cpu::PackedA();
+    auto run = [&] {
+      if (packed == "b")
+        cpu::sgemm_packed(g, pb);
+      else if (packed == "a")
+        cpu::sgemm_packed_a(g, pa);
+      else
+        cpu::sgemm(g);
+    };
     for (int t : threads) {
       set_num_threads(t);
       std::cerr << "sgemm " << s.m << "x" << s.k << "x" << s.n << " threads " << t << "\n";
       std::fill(c.begin(), c.end(), std::nanf(""));
-      cpu::sgemm(g);
+      run();
       double err = sgemm_error(s, a.data(), b.data(), c.data());
       bool ok = err <= 1e-4;
       j.open('{').key("m").num(s.m).key("k").num(s.k).key("n").num(s.n).key("label").str(s.label);
+      j.key("packed").str(packed);
       j.key("threads").num(t).key("isa").str(cpu::isa_name(cpu::active_isa()));
       j.key("max_rel_err").num(err).key("ok").boolean(ok);
       if (ok) {
-        Sample sm = measure(timing, [&] { cpu::sgemm(g); });
+        Sample sm = measure(timing, run);
         j.sample(sm, 2.0 * s.m * s.n * s.k / 1e9, "gflops");
       }
       j.close('}');
@@ -358,14 +376,15 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 const char* kUsage =
     "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm] [--shapes S|MxKxN,...] [--quick]\n"
-    "                 [--warmup-calls N] [--warmup-time S] [--min-calls N] [--min-time S]\n"
-    "                 [--max-time S]\n";
+    "                 [--packed a|b] [--warmup-calls N] [--warmup-time S] [--min-calls N]\n"
+    "                 [--min-time S] [--max-time S]\n";
 
 int main_impl(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   std::vector<std::string> only = {"fma", "memory", "sgemm"};
   std::vector<Shape> shapes;
   bool quick = false;
+  std::string packed;
   Timing timing;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -387,6 +406,9 @@ int main_impl(int argc, char** argv) {
       only = split(value(), ',');
     } else if (arg == "--shapes") {
       for (const auto& s : split(value(), ',')) shapes.push_back(parse_shape(s));
+    } else if (arg == "--packed") {
+      packed = value();
+      if (packed != "a" && packed != "b") throw ValueError(cat("--packed: expected a or b"));
     } else if (arg == "--quick") {
       quick = true;
       timing = {1, 0.0, 3, 0.1, 3.0};
@@ -419,7 +441,7 @@ int main_impl(int argc, char** argv) {
   j.key("l3_bytes").num(static_cast<double>(d.l3_bytes)).close('}');
   if (wants("fma")) bench_fma(j, threads, timing);
   if (wants("memory")) bench_memory(j, threads, timing, quick);
-  if (wants("sgemm")) bench_sgemm(j, threads, timing, shapes);
+  if (wants("sgemm")) bench_sgemm(j, threads, timing, shapes, packed);
   j.close('}');
   std::cout << j.text() << "\n";
   return 0;

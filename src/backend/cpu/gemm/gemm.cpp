@@ -59,10 +59,19 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+// The block size that splits `total` into the fewest parts of at most `block` (a multiple of
+// `unit`), all about the same size in whole units: a short last K slice loads and stores its C
+// tiles as often as a full one for less work (K = 576 runs as 2 x 288, not 384 + 192).
+int64_t even_block(int64_t total, int64_t block, int64_t unit) {
+  const int64_t parts = std::max<int64_t>(1, ceil_div(total, block));
+  return std::min(block, ceil_div(ceil_div(total, parts), unit) * unit);
+}
+
 // Block sizes from the cache sizes of this machine (docs/notes/gemm.md has the measurements):
-//   KC: the B micro-panel (KC x NR) is twice L1, clamped to [128, 512]. It then streams from L2
-//       while the micro-kernel runs; halving KC to keep it in L1 costs more in C tile loads and
-//       stores (once per KC) than it saves (AVX-512 on a 48 KiB L1: KC 384 beats 256 and 192);
+//   KC: the B micro-panel (KC x NR) is four times L1, clamped to [128, 512]. It then streams
+//       from L2 (the next panel is fetched ahead) while the micro-kernel runs; keeping it in L1
+//       costs more in C tile loads and stores (once per KC) than it saves (AVX-512 on a 48 KiB
+//       L1: KC 512 beats 384 by 2-5% on 1024..2048 squares, and 384 beats 256 and 192);
 //   MC: the packed A block (MC x KC) takes half of L2, the other half streams B panels and C;
 //   NC: the packed B block (KC x NC) takes half of this core's share of L3 (L2 when none).
 Blocking blocking_for(Isa isa) {
@@ -74,7 +83,7 @@ Blocking blocking_for(Isa isa) {
   const int64_t l3 =
       d.l3_bytes ? static_cast<int64_t>(d.l3_bytes) / std::max(1, d.physical_cores) : l2;
   const int64_t f = sizeof(float);
-  b.kc = std::clamp<int64_t>(round_down(2 * l1 / (f * b.nr), 8), 128, 512);
+  b.kc = std::clamp<int64_t>(round_down(4 * l1 / (f * b.nr), 8), 128, 512);
   b.mc = round_down(l2 / 2 / (f * b.kc), b.mr);
   b.nc = round_down(std::max(l3, l2) / 2 / (f * b.kc), b.nr);
   return b;
@@ -134,11 +143,14 @@ void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, 
       packed == nullptr && !g.trans_b &&
       (g.b_rows || i1 - i0 <= kDirectBPanels * bl.mr || (g.ldb * sizeof(float)) % 4096 != 0);
   const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
-  const int64_t slices = K == 0 ? 1 : ceil_div(K, bl.kc);
+  // The K slices depend on K alone, so every C element sums the same slices on any thread count.
+  const int64_t kc_even = even_block(K, bl.kc, 8);
+  const int64_t mc_even = even_block(i1 - i0, bl.mc, bl.mr);
+  const int64_t slices = K == 0 ? 1 : ceil_div(K, kc_even);
   for (int64_t jc = j0; jc < j1; jc += bl.nc) {
     const int64_t nc = std::min(bl.nc, j1 - jc);
     for (int64_t s = 0; s < slices; ++s) {
-      const int64_t pc = s * bl.kc, kc = std::min(bl.kc, K - pc);
+      const int64_t pc = s * kc_even, kc = std::min(kc_even, K - pc);
       MacroBlock blk;
       blk.n = nc;
       blk.k = kc;
@@ -183,8 +195,8 @@ void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, 
       blk.accumulate = s > 0;
       blk.epilogue = s == slices - 1 ? ep : nullptr;
       blk.n0 = jc;
-      for (int64_t ic = i0; ic < i1; ic += bl.mc) {
-        const int64_t mc = std::min(bl.mc, i1 - ic);
+      for (int64_t ic = i0; ic < i1; ic += mc_even) {
+        const int64_t mc = std::min(mc_even, i1 - ic);
         if (pre.a) {  // ic is a whole number of panels
           blk.a = pre.a + ic * K + pc * bl.mr;
           blk.a_panel_stride = K * bl.mr;
@@ -281,9 +293,13 @@ float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width) {
   k_ = k;
   len_ = len;
   isa_ = static_cast<int>(active_isa());
-  data_ = std::shared_ptr<float[]>(
-      new float[static_cast<size_t>(ceil_div(len, width) * width * k) + 1]);
-  return data_.get();
+  // 64-byte aligned: B panels are k * NR floats apart, so no vector load of one splits a line.
+  const size_t floats = static_cast<size_t>(ceil_div(len, width) * width * k) + 1;
+  const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+  float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+  PTO_CHECK(p != nullptr) << "sgemm: out of memory for " << bytes << " bytes of packed panels";
+  data_ = std::shared_ptr<float[]>(p, std::free);
+  return p;
 }
 
 namespace {

@@ -26,23 +26,38 @@ constexpr int kMR = 4, kNV = 4;
 constexpr int kL = Vec::kLanes;
 constexpr int kNR = kNV * kL;
 constexpr int kRowsAhead = kGemmRowsSlack;
+// How far ahead (steps of k) a micro-kernel fetches the B row it reads in place with a stride.
+constexpr int kStridedAhead = 16;
+
+// How a micro-kernel reads its B panel: packed (NR floats per k, contiguous: the hardware
+// prefetcher follows it), in place with a row stride, or through a row table.
+enum class BRead { kPacked, kStrided, kRows };
+
+// The rows of the next B panel a micro-kernel fetches into L2 while it runs: one row (ld floats
+// on) every 2^shift steps of k, starting at `b`.
+struct NextPanel {
+  const float* b = nullptr;
+  int64_t ld = 0;
+  int shift = 0;
+};
 
 using MicroFn = void (*)(int64_t k, const float* a, const float* b, int64_t ldb,
                          const int64_t* rows, float* c, int64_t ldc, int n_last, float alpha,
-                         bool accumulate);
+                         bool accumulate, NextPanel next);
 
 // C[R x (NV vectors)] (=|+=) alpha * A_panel * B_panel over k. A: kMR floats per k (R used);
 // B: ldb floats per k (NV vectors used), or with kRows row p at b + rows[p] (an implicit GEMM's
-// shifted input rows). n_last: valid lanes of the last vector (1..kL).
-template <bool kRows, int R, int NV>
+// shifted input rows). n_last: valid lanes of the last vector (1..kL). `next`: a share of the
+// next B panel to fetch into L2 meanwhile (its first call would otherwise wait on L3 or memory).
+template <BRead kB, int R, int NV>
 void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t* rows, float* c,
-           int64_t ldc, int n_last, float alpha, bool accumulate) {
+           int64_t ldc, int n_last, float alpha, bool accumulate, NextPanel next) {
   // The C tile is read and written only after the k loop; fetching it into L2 now hides the
   // latency of a tile that was evicted to L3 (large C, or row strides that alias in L1).
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    __builtin_prefetch(c + r * ldc, 1, 2);
-    __builtin_prefetch(c + r * ldc + NV * kL - 1, 1, 2);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) __builtin_prefetch(c + r * ldc + v * kL, 1, 2);
   }
   Vec s[R][NV];
 #pragma GCC unroll 16
@@ -53,13 +68,22 @@ void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t
   for (int64_t p = 0; p < k; ++p) {
     Vec bv[NV];
     const float* bp = b;
-    if constexpr (kRows) {
+    if constexpr (kB == BRead::kRows) {
       // The rows are scattered, so the hardware prefetcher does not follow them: fetch the row
       // kRowsAhead steps on (rows[] has that many entries of slack).
       bp = b + rows[p];
-      const float* next = b + rows[p + kRowsAhead];
+      const float* ahead = b + rows[p + kRowsAhead];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) __builtin_prefetch(next + v * kL, 0, 3);
+      for (int v = 0; v < NV; ++v) __builtin_prefetch(ahead + v * kL, 0, 3);
+    } else if constexpr (kB == BRead::kStrided) {
+      // Each row is a new page-distant stream too short for the hardware prefetcher.
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) __builtin_prefetch(b + kStridedAhead * ldb + v * kL, 0, 3);
+    }
+    if (next.b && (p & ((int64_t{1} << next.shift) - 1)) == 0) {
+      const float* nb = next.b + (p >> next.shift) * next.ld;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) __builtin_prefetch(nb + v * kL, 0, 2);
     }
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = Vec::load(bp + v * kL);
@@ -90,21 +114,22 @@ void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t
   }
 }
 
-// table[R - 1][NV - 1] = micro<kRows, R, NV>
-template <bool kRows, int R, int NV>
+// table[R - 1][NV - 1] = micro<kB, R, NV>
+template <BRead kB, int R, int NV>
 void fill_table(MicroFn (*table)[kNV]) {
-  table[R - 1][NV - 1] = &micro<kRows, R, NV>;
+  table[R - 1][NV - 1] = &micro<kB, R, NV>;
   if constexpr (NV > 1)
-    fill_table<kRows, R, NV - 1>(table);
+    fill_table<kB, R, NV - 1>(table);
   else if constexpr (R > 1)
-    fill_table<kRows, R - 1, kNV>(table);
+    fill_table<kB, R - 1, kNV>(table);
 }
 
 struct MicroTable {
-  MicroFn fn[2][kMR][kNV];  // [rows given][R - 1][NV - 1]
+  MicroFn fn[3][kMR][kNV];  // [BRead][R - 1][NV - 1]
   MicroTable() {
-    fill_table<false, kMR, kNV>(fn[0]);
-    fill_table<true, kMR, kNV>(fn[1]);
+    fill_table<BRead::kPacked, kMR, kNV>(fn[0]);
+    fill_table<BRead::kStrided, kMR, kNV>(fn[1]);
+    fill_table<BRead::kRows, kMR, kNV>(fn[2]);
   }
 };
 
@@ -114,6 +139,52 @@ void gemm_block(int64_t* mr, int64_t* nr) {
   *mr = kMR;
   *nr = kNR;
 }
+
+namespace {
+
+#if defined(PTO_ISA_AVX512)
+// Where the 6 x 16 transpose below takes each output lane from (see pack_a_6x16).
+struct PackA6x16 {
+  alignas(64) int64_t from01[3][8] = {};  // lane of pairs 0 (< 8) or 1 (8 + lane)
+  alignas(64) int64_t from2[3][8] = {};   // lane of pairs 2
+  __mmask8 take2[3] = {};                 // output lanes taken from pairs 2
+  constexpr PackA6x16() {
+    for (int j = 0; j < 3; ++j)
+      for (int t = 0; t < 8; ++t) {
+        const int q = 8 * j + t, step = q / 3, src = q % 3;
+        from01[j][t] = src == 1 ? 8 + step : step;
+        from2[j][t] = step;
+        if (src == 2) take2[j] = static_cast<__mmask8>(take2[j] | (1 << t));
+      }
+  }
+};
+
+// Steps p..p+15 of the six rows of one A panel into the panel (6 consecutive floats per step): a
+// 6 x 16 transpose in 18 permutes. Rows 2i and 2i+1 interleave into (x, y) pairs, one 64-bit
+// lane per step, eight steps a vector (pairs i); each output vector then takes its eight lanes
+// from the three pair vectors of its eight steps (lane q of the 24 is step q / 3, pairs q % 3).
+void pack_a_6x16(const float* const rows[6], int64_t p, float* dst) {
+  static constexpr PackA6x16 kT{};
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+  __m512d pair[2][3];  // [steps 0-7 or 8-15][rows 0-1, 2-3, 4-5]
+  for (int i = 0; i < 3; ++i) {
+    const __m512 x = _mm512_loadu_ps(rows[2 * i] + p), y = _mm512_loadu_ps(rows[2 * i + 1] + p);
+    pair[0][i] = _mm512_castps_pd(_mm512_permutex2var_ps(x, lo, y));
+    pair[1][i] = _mm512_castps_pd(_mm512_permutex2var_ps(x, hi, y));
+  }
+  for (int j = 0; j < 3; ++j) {
+    const __m512i i01 = _mm512_load_si512(kT.from01[j]), i2 = _mm512_load_si512(kT.from2[j]);
+    for (int h = 0; h < 2; ++h) {
+      __m512d v = _mm512_permutex2var_pd(pair[h][0], i01, pair[h][1]);
+      v = _mm512_mask_permutexvar_pd(v, kT.take2[j], i2, pair[h][2]);
+      _mm512_storeu_pd(reinterpret_cast<double*>(dst + 48 * h + 16 * j), v);
+    }
+  }
+}
+#endif
+
+}  // namespace
 
 void gemm_pack_a(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, float* dst) {
   for (int64_t i0 = 0; i0 < m; i0 += kMR, dst += k * kMR) {
@@ -130,7 +201,11 @@ void gemm_pack_a(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, 
     const float* rows[kMR];
     for (int r = 0; r < kMR; ++r) rows[r] = a + (i0 + (r < mr ? r : 0)) * lda;
     if (mr == kMR) {
-      for (int64_t p = 0; p < k; ++p)
+      int64_t p = 0;
+#if defined(PTO_ISA_AVX512)
+      for (; p + 16 <= k; p += 16) pack_a_6x16(rows, p, dst + p * kMR);
+#endif
+      for (; p < k; ++p)
 #pragma GCC unroll 16
         for (int r = 0; r < kMR; ++r) dst[p * kMR + r] = rows[r][p];
     } else {
@@ -181,14 +256,29 @@ void gemm_macro(const MacroBlock& blk) {
       bs = kNR;
       rows = nullptr;
     }
-    const auto& fn = table.fn[rows ? 1 : 0];
+    const BRead read = rows ? BRead::kRows : bs == kNR ? BRead::kPacked : BRead::kStrided;
+    const auto& fn = table.fn[static_cast<int>(read)];
     const int nv = (nj + kL - 1) / kL;
     const int n_last = nj - (nv - 1) * kL;
+    // While panel j runs against the mp panels of A, the next panel of B (packed or read in
+    // place, not the edge panel or a row table's) comes into L2 a share at a time: a row every
+    // 2^shift steps, call i from row i * (k >> shift) on, so the first 2^shift calls cover it.
+    NextPanel next;
+    const bool next_plain = j + 2 < np || (j + 2 == np && !(blk.b_edge && blk.n % kNR));
+    if (!blk.b_rows && next_plain) {
+      next.b = blk.b + (j + 1) * blk.b_panel_stride;
+      next.ld = blk.b_row_stride;
+      while (next.shift < 4 && (int64_t{2} << next.shift) <= mp) ++next.shift;
+    }
+    const int64_t share = blk.k >> next.shift;
     for (int64_t i = 0; i < mp; ++i) {
       const int mi = static_cast<int>(blk.m - i * kMR < kMR ? blk.m - i * kMR : kMR);
       float* c = blk.c + i * kMR * blk.ldc + j * kNR;
+      NextPanel nx = next;
+      if (i * share >= blk.k) nx.b = nullptr;
+      if (nx.b) nx.b += i * share * nx.ld;
       fn[mi - 1][nv - 1](blk.k, blk.a + i * as, bp, bs, rows, c, blk.ldc, n_last, blk.alpha,
-                         blk.accumulate);
+                         blk.accumulate, nx);
       if (blk.epilogue)
         apply_epilogue(*blk.epilogue, c, blk.ldc, blk.m0 + i * kMR, mi, blk.n0 + j * kNR, nj);
     }
