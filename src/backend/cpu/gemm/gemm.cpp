@@ -1,6 +1,6 @@
 // SGEMM driver: cache blocking, the 2-D task decomposition over threads, and B handling (packed
 // per block, pre-packed, or read in place). The per-ISA packing and micro-kernels are in
-// gemm_impl.h; docs/notes/gemm.md explains the choices and the measured numbers.
+// gemm_impl.h; docs/backend/gemm.md explains the choices and the measured numbers.
 //
 // Loop nest of one task (a range of rows and columns of one GEMM of the batch), after Goto/BLIS:
 //   for jc over the task's columns, NC at a time        B block (KC x NC) lives in L3
@@ -67,7 +67,7 @@ int64_t even_block(int64_t total, int64_t block, int64_t unit) {
   return std::min(block, ceil_div(ceil_div(total, parts), unit) * unit);
 }
 
-// Block sizes from the cache sizes of this machine (docs/notes/gemm.md has the measurements):
+// Block sizes from the cache sizes of this machine (docs/backend/gemm.md has the measurements):
 //   KC: the B micro-panel (KC x NR) is four times L1, clamped to [128, 512]. It then streams
 //       from L2 (the next panel is fetched ahead) while the micro-kernel runs; keeping it in L1
 //       costs more in C tile loads and stores (once per KC) than it saves (AVX-512 on a 48 KiB
