@@ -40,6 +40,13 @@ class KernelRegistry {
 // Called after each node with its outputs; `pto check` and tests use it to see every value.
 using NodeObserver = std::function<void(const Node&, const std::vector<Tensor>& outputs)>;
 
+// One step of an interpreter loop, shared by run() below and the Executable: fills ctx.inputs from
+// `env` (made contiguous), calls `kernel` (which reads ctx), checks that every output the node
+// names was produced, stores the outputs in `env` and shows them to `observer`. Errors name the
+// node; out-of-memory becomes a ValueError.
+void run_node(const Graph& g, KernelContext& ctx, std::vector<Tensor>& env,
+              const std::function<std::vector<Tensor>()>& kernel, const NodeObserver& observer);
+
 // Checks each input's dtype, rank and known or symbolic dimensions against the graph's declaration
 // (ValueError/TypeError naming the input); the input count must already match.
 void check_inputs(const Graph& g, const std::vector<Tensor>& inputs);

@@ -84,6 +84,42 @@ void check_input(const Graph& g, ValueId v, const Tensor& t,
 
 }  // namespace
 
+void run_node(const Graph& g, KernelContext& ctx, std::vector<Tensor>& env,
+              const std::function<std::vector<Tensor>()>& kernel, const NodeObserver& observer) {
+  const Node& n = ctx.node;
+  ctx.inputs.reserve(n.inputs.size());
+  for (ValueId v : n.inputs) {
+    if (v == kNoValue) {
+      ctx.inputs.emplace_back();
+      continue;
+    }
+    if (!env[v].defined())
+      throw ValueError(cat(n.where(), ": input '", g.value(v).name, "' has no value"));
+    ctx.inputs.push_back(env[v].contiguous());
+  }
+  std::vector<Tensor> outs;
+  try {
+    outs = kernel();
+  } catch (const std::bad_alloc&) {
+    throw ValueError(cat(n.where(), ": out of memory"));
+  } catch (const std::length_error& e) {
+    throw ValueError(cat(n.where(), ": size too large (", e.what(), ")"));
+  }
+  PTO_CHECK(outs.size() <= n.outputs.size())
+      << n.where() << ": kernel returned " << outs.size() << " outputs";
+  for (size_t o = 0; o < n.outputs.size(); ++o) {
+    if (n.outputs[o] == kNoValue) continue;
+    if (o >= outs.size() || !outs[o].defined())
+      throw UnsupportedError(cat(n.where(), ": output ", o, " is not produced"));
+    env[n.outputs[o]] = std::move(outs[o]);
+  }
+  if (observer) {
+    std::vector<Tensor> seen;
+    for (ValueId v : n.outputs) seen.push_back(v == kNoValue ? Tensor() : env[v]);
+    observer(n, seen);
+  }
+}
+
 void check_inputs(const Graph& g, const std::vector<Tensor>& inputs) {
   std::unordered_map<std::string, int64_t> symbols;
   for (size_t i = 0; i < inputs.size(); ++i) check_input(g, g.inputs()[i], inputs[i], symbols);
@@ -114,36 +150,8 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
     const Kernel* k = kernels.find(n.op);
     if (!k) throw UnsupportedError(cat(n.where(), ": the reference interpreter has no kernel"));
     KernelContext ctx{n, {}, n.outputs.size()};
-    for (ValueId v : n.inputs) {
-      if (v == kNoValue) {
-        ctx.inputs.emplace_back();
-        continue;
-      }
-      if (!env[v].defined())
-        throw ValueError(cat(n.where(), ": input '", g.value(v).name, "' has no value"));
-      ctx.inputs.push_back(env[v].contiguous());
-    }
-    std::vector<Tensor> outs;
-    try {
-      outs = (*k)(ctx);
-    } catch (const std::bad_alloc&) {
-      throw ValueError(cat(n.where(), ": out of memory"));
-    } catch (const std::length_error& e) {
-      throw ValueError(cat(n.where(), ": size too large (", e.what(), ")"));
-    }
-    PTO_CHECK(outs.size() <= n.outputs.size())
-        << n.where() << ": kernel returned " << outs.size() << " outputs";
-    for (size_t o = 0; o < n.outputs.size(); ++o) {
-      if (n.outputs[o] == kNoValue) continue;
-      if (o >= outs.size() || !outs[o].defined())
-        throw UnsupportedError(cat(n.where(), ": output ", o, " is not produced"));
-      env[n.outputs[o]] = std::move(outs[o]);
-    }
-    if (observer) {
-      std::vector<Tensor> seen;
-      for (ValueId v : n.outputs) seen.push_back(v == kNoValue ? Tensor() : env[v]);
-      observer(n, seen);
-    }
+    run_node(
+        g, ctx, env, [&] { return (*k)(ctx); }, observer);
     for (ValueId v : n.inputs)
       if (v != kNoValue && last_use[v] == static_cast<int64_t>(i) && !g.initializer(v))
         env[v] = Tensor();

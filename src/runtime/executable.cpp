@@ -5,7 +5,6 @@
 #include "pto/executable.h"
 
 #include <any>
-#include <new>
 #include <unordered_map>
 
 #include "backend/cpu/kernel.h"
@@ -135,37 +134,9 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
     const Node& n = nodes[i];
     const Plan::Step& step = plan_->steps[i];
     cpu::KernelContext ctx{{n, {}, n.outputs.size()}, &step.state};
-    ctx.inputs.reserve(n.inputs.size());
-    for (ValueId v : n.inputs) {
-      if (v == kNoValue) {
-        ctx.inputs.emplace_back();
-        continue;
-      }
-      if (!env[v].defined())
-        throw ValueError(cat(n.where(), ": input '", g.value(v).name, "' has no value"));
-      ctx.inputs.push_back(env[v].contiguous());
-    }
-    std::vector<Tensor> outs;
-    try {
-      outs = step.cpu ? step.cpu->run(ctx) : (*step.reference)(ctx);
-    } catch (const std::bad_alloc&) {
-      throw ValueError(cat(n.where(), ": out of memory"));
-    } catch (const std::length_error& e) {
-      throw ValueError(cat(n.where(), ": size too large (", e.what(), ")"));
-    }
-    PTO_CHECK(outs.size() <= n.outputs.size())
-        << n.where() << ": kernel returned " << outs.size() << " outputs";
-    for (size_t o = 0; o < n.outputs.size(); ++o) {
-      if (n.outputs[o] == kNoValue) continue;
-      if (o >= outs.size() || !outs[o].defined())
-        throw UnsupportedError(cat(n.where(), ": output ", o, " is not produced"));
-      env[n.outputs[o]] = std::move(outs[o]);
-    }
-    if (observer) {
-      std::vector<Tensor> seen;
-      for (ValueId v : n.outputs) seen.push_back(v == kNoValue ? Tensor() : env[v]);
-      observer(n, seen);
-    }
+    reference::run_node(
+        g, ctx, env, [&] { return step.cpu ? step.cpu->run(ctx) : (*step.reference)(ctx); },
+        observer);
     for (ValueId v : plan_->dead_after[i]) env[v] = Tensor();
   }
   std::vector<Tensor> out;
