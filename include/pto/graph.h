@@ -112,6 +112,25 @@ class Graph {
   const std::unordered_map<ValueId, Tensor>& initializers() const { return initializers_; }
   const Tensor* initializer(ValueId v) const;
   std::optional<ValueId> find_value(const std::string& name) const;
+  bool is_output(ValueId v) const;
+
+  // ---- Rewriting, for passes (src/passes). Nodes stay in topological order. ----
+  // A value name not yet used, from `base` ("conv1_folded", "conv1_folded_1", ...).
+  std::string unique_name(const std::string& base) const;
+  // A new initializer holding `t`.
+  ValueId add_constant(const std::string& base_name, Tensor t);
+  void remove_initializer(ValueId v);
+  // Every use of `from` (node inputs, graph outputs) becomes `to`. When `from` is a graph output
+  // and `to` is an intermediate, `to` takes over `from`'s name, so outputs keep the names users
+  // see.
+  void replace_uses(ValueId from, ValueId to);
+  // Inserts a node before position `pos` (its inputs must be defined before `pos`).
+  Node& insert_node(size_t pos, std::string op, std::vector<ValueId> inputs,
+                    std::vector<ValueId> outputs, Attributes attrs = {}, std::string name = "");
+  // Removes the nodes whose flag is set; their outputs are left without a producer.
+  void remove_nodes(const std::vector<bool>& remove);
+  // How many node inputs and graph outputs read each value.
+  std::vector<int> use_counts() const;
 
   std::string name;
   int opset = 0;  // default-domain opset the graph was imported with (0: not from ONNX)

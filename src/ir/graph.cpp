@@ -1,5 +1,7 @@
 #include "pto/graph.h"
 
+#include <algorithm>
+
 #include "pto/op_registry.h"
 
 namespace pto {
@@ -161,6 +163,84 @@ std::optional<ValueId> Graph::find_value(const std::string& name) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) return std::nullopt;
   return it->second;
+}
+
+bool Graph::is_output(ValueId v) const {
+  for (ValueId o : outputs_)
+    if (o == v) return true;
+  return false;
+}
+
+// ---- Rewriting ----
+
+std::string Graph::unique_name(const std::string& base) const {
+  if (!by_name_.count(base)) return base;
+  for (int i = 1;; ++i) {
+    std::string name = cat(base, "_", i);
+    if (!by_name_.count(name)) return name;
+  }
+}
+
+ValueId Graph::add_constant(const std::string& base_name, Tensor t) {
+  ValueId v = add_value(unique_name(base_name));
+  set_initializer(v, std::move(t));
+  return v;
+}
+
+void Graph::remove_initializer(ValueId v) {
+  initializers_.erase(v);
+}
+
+void Graph::replace_uses(ValueId from, ValueId to) {
+  if (from == to) return;
+  const bool from_is_output = is_output(from);
+  // Keep the user-facing output name: an intermediate `to` takes it over (and gives `from` its
+  // own); a graph input, an initializer or another output keeps its name.
+  if (from_is_output && value(to).producer >= 0 && !initializers_.count(to) && !is_output(to)) {
+    std::swap(values_[from].name, values_[to].name);
+    by_name_[values_[from].name] = from;
+    by_name_[values_[to].name] = to;
+  }
+  for (Node& n : nodes_)
+    for (ValueId& v : n.inputs)
+      if (v == from) v = to;
+  for (ValueId& v : outputs_)
+    if (v == from) v = to;
+}
+
+Node& Graph::insert_node(size_t pos, std::string op, std::vector<ValueId> inputs,
+                         std::vector<ValueId> outputs, Attributes attrs, std::string name) {
+  PTO_CHECK(pos <= nodes_.size()) << "insert_node: position " << pos << " out of range";
+  add_node(std::move(op), std::move(inputs), std::move(outputs), std::move(attrs),
+           name.empty() ? "" : std::move(name));
+  if (pos != nodes_.size() - 1) {
+    std::rotate(nodes_.begin() + static_cast<std::ptrdiff_t>(pos), nodes_.end() - 1, nodes_.end());
+    for (size_t i = pos; i < nodes_.size(); ++i)
+      for (ValueId o : nodes_[i].outputs)
+        if (o != kNoValue) values_[o].producer = static_cast<int32_t>(i);
+  }
+  return nodes_[pos];
+}
+
+void Graph::remove_nodes(const std::vector<bool>& remove) {
+  std::vector<Node> kept;
+  kept.reserve(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    bool drop = i < remove.size() && remove[i];
+    for (ValueId o : nodes_[i].outputs)
+      if (o != kNoValue) values_[o].producer = drop ? -1 : static_cast<int32_t>(kept.size());
+    if (!drop) kept.push_back(std::move(nodes_[i]));
+  }
+  nodes_ = std::move(kept);
+}
+
+std::vector<int> Graph::use_counts() const {
+  std::vector<int> uses(values_.size(), 0);
+  for (const Node& n : nodes_)
+    for (ValueId v : n.inputs)
+      if (v != kNoValue) ++uses[v];
+  for (ValueId v : outputs_) ++uses[v];
+  return uses;
 }
 
 }  // namespace pto

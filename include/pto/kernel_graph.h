@@ -1,0 +1,37 @@
+// The Kernel Graph (level 2 of DESIGN.md): the Tensor Graph partitioned into kernels. Each kernel
+// is a group of nodes that runs as one compiled kernel, reading its inputs from memory once and
+// writing only its outputs; values inside a group never reach memory.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pto/graph.h"
+
+namespace pto {
+
+struct KernelGroup {
+  std::vector<int32_t> nodes;    // indices into the graph's nodes, in topological order
+  std::string rule;              // the fusion rule that formed it; "" for a single node
+  std::vector<ValueId> inputs;   // values read from outside the group, in first-use order
+  std::vector<ValueId> outputs;  // values the group produces that are read outside it
+  int32_t anchor = -1;           // the heavy node (Conv, MatMul) a group is built around, or -1
+
+  int32_t last_node() const { return nodes.back(); }
+};
+
+struct KernelGraph {
+  std::vector<KernelGroup> kernels;  // in an order that respects every dependency
+};
+
+// One group per node: what levels 0 and 1 run.
+KernelGraph single_node_kernels(const Graph& g);
+
+// Fills inputs and outputs of a group whose `nodes` are set (outputs: values used by a node
+// outside the group, or graph outputs).
+void finish_group(const Graph& g, KernelGroup& group);
+
+// "k3 ConvAddRelu [conv1, add1, relu1] (x, w, b, r) -> (y)": one line a kernel.
+std::string print(const Graph& g, const KernelGraph& kg);
+
+}  // namespace pto

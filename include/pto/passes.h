@@ -1,0 +1,71 @@
+// Graph passes (level 1 of DESIGN.md) and the pass manager that runs them.
+//
+// A pass is a named function Graph -> Graph (src/passes/<snake_name>.cpp, one per file, with a
+// header comment stating its algorithm). The manager runs the pipeline of an optimization level,
+// re-infers types and runs the verifier after every pass (a failure names the pass), times each
+// pass, and prints the graph after the passes named in PTO_DUMP_AFTER (comma-separated, or "all").
+//
+//   Graph g2 = run_passes(std::move(g), {.level = 1});
+//   PTO_DUMP_AFTER=FoldBatchNorm PTO_LOG=info pto compile model.onnx
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pto/graph.h"
+
+namespace pto {
+
+// What a pass sees besides the graph; passes report what they did through note().
+struct PassContext {
+  int level = 2;
+  // Rewrites that fired, by rule name ("FoldBatchNorm/Conv" -> 20); filled by note().
+  mutable std::map<std::string, int> fired;
+  void note(const std::string& rule, int count = 1) const { fired[rule] += count; }
+};
+
+using PassFn = std::function<Graph(Graph, const PassContext&)>;
+
+struct PassDef {
+  std::string name;  // "FoldBatchNorm": matches the file fold_batch_norm.cpp
+  PassFn run;
+  std::string doc;  // one line, for `pto compile --list-passes`
+};
+
+class PassRegistry {
+ public:
+  static PassRegistry& global();  // every built-in pass, registered on first use
+  void add(PassDef def);          // a second pass of the same name is an InternalError
+  const PassDef* find(const std::string& name) const;
+  std::vector<std::string> names() const;  // in registration order
+
+ private:
+  std::vector<PassDef> passes_;
+};
+
+// What one pass did to the graph.
+struct PassReport {
+  std::string name;
+  double seconds = 0;
+  size_t nodes_before = 0, nodes_after = 0;
+  std::map<std::string, int> fired;
+};
+
+struct PassOptions {
+  int level = 2;
+  // Names of passes after which the graph is printed to stderr (in addition to PTO_DUMP_AFTER);
+  // "all" prints after every pass. An unknown name is a ValueError listing the known ones.
+  std::vector<std::string> dump_after;
+  // When set, the pipeline of `level` is replaced by these passes, in order.
+  std::vector<std::string> only;
+};
+
+// The passes an optimization level runs, in order (level 0: none).
+std::vector<std::string> pipeline(int level);
+
+// Runs the pipeline on `g`; `report`, when given, receives one entry per pass.
+Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* report = nullptr);
+
+}  // namespace pto

@@ -1,0 +1,120 @@
+// The pass manager: the registry of passes, the pipeline of each optimization level, and
+// run_passes, which runs a pipeline with types re-inferred, the verifier run, the time taken and
+// the rewrites fired recorded after every pass, and dumps the graph where PTO_DUMP_AFTER asks.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "passes/passes.h"
+#include "pto/log.h"
+
+namespace pto {
+
+PassRegistry& PassRegistry::global() {
+  static PassRegistry* registry = [] {
+    auto* r = new PassRegistry();
+    passes::register_eliminate_dead_code(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void PassRegistry::add(PassDef def) {
+  PTO_CHECK(find(def.name) == nullptr) << "pass '" << def.name << "' registered twice";
+  passes_.push_back(std::move(def));
+}
+
+const PassDef* PassRegistry::find(const std::string& name) const {
+  for (const PassDef& p : passes_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::vector<std::string> PassRegistry::names() const {
+  std::vector<std::string> out;
+  for (const PassDef& p : passes_) out.push_back(p.name);
+  return out;
+}
+
+std::vector<std::string> pipeline(int level) {
+  if (level <= 0) return {};
+  // Level 1: clean-up that keeps every value's bits. Names absent from the registry (a pass not
+  // built yet) are skipped, so the list below is the whole intended order.
+  std::vector<std::string> order = {
+      "CanonicalizeOps",      "FoldConstants",         "EliminateNoOps",
+      "SimplifyTransposes",   "FoldBatchNorm",         "FoldTransposeIntoGemm",
+      "RecognizeComposites",  "EliminateCommonSubexpressions", "EliminateDeadCode",
+  };
+  std::vector<std::string> out;
+  for (const std::string& name : order)
+    if (PassRegistry::global().find(name)) out.push_back(name);
+  return out;
+}
+
+namespace {
+
+std::vector<std::string> split_names(const char* s) {
+  std::vector<std::string> out;
+  if (!s) return out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+void check_known(const std::vector<std::string>& names, const char* what) {
+  for (const std::string& n : names) {
+    if (n == "all" || PassRegistry::global().find(n)) continue;
+    std::string known;
+    for (const std::string& k : PassRegistry::global().names()) known += (known.empty() ? "" : ", ") + k;
+    throw ValueError(cat(what, ": unknown pass '", n, "' (passes: ", known, ")"));
+  }
+}
+
+}  // namespace
+
+Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* report) {
+  std::vector<std::string> names = options.only.empty() ? pipeline(options.level) : options.only;
+  check_known(options.only, "passes");
+  std::vector<std::string> dump = options.dump_after;
+  for (std::string& n : split_names(std::getenv("PTO_DUMP_AFTER"))) dump.push_back(n);
+  check_known(dump, "dump-after");
+  auto dumps = [&](const std::string& name) {
+    return std::find(dump.begin(), dump.end(), name) != dump.end() ||
+           std::find(dump.begin(), dump.end(), "all") != dump.end();
+  };
+
+  for (const std::string& name : names) {
+    const PassDef* pass = PassRegistry::global().find(name);
+    PTO_CHECK(pass) << "pass '" << name << "' is not registered";
+    PassContext ctx;
+    ctx.level = options.level;
+    PassReport r{name, 0, g.nodes().size(), 0, {}};
+    auto t0 = std::chrono::steady_clock::now();
+    g = pass->run(std::move(g), ctx);
+    try {
+      verify(g);
+      infer_types(g);
+    } catch (const Error& e) {
+      throw InternalError(cat("pass ", name, " left an invalid graph: ", e.what()));
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.nodes_after = g.nodes().size();
+    r.fired = std::move(ctx.fired);
+    if (log_enabled(LogLevel::kInfo)) {
+      std::string fired;
+      for (const auto& [rule, count] : r.fired) fired += cat(" ", rule, " x", count);
+      log(LogLevel::kInfo, cat("pass ", name, ": ", r.nodes_before, " -> ", r.nodes_after,
+                               " nodes in ", static_cast<int>(r.seconds * 1e6), " us",
+                               fired.empty() ? "" : ";", fired));
+    }
+    if (dumps(name)) std::cerr << "// after " << name << "\n" << print(g) << std::flush;
+    if (report) report->push_back(std::move(r));
+  }
+  return g;
+}
+
+}  // namespace pto

@@ -1,0 +1,12 @@
+// Each pass file registers its pass through one function here (explicit calls, not static
+// initializers, so that linking the static library can never drop one). The pipelines of the
+// optimization levels are in pass_manager.cpp.
+#pragma once
+
+#include "pto/passes.h"
+
+namespace pto::passes {
+
+void register_eliminate_dead_code(PassRegistry& r);
+
+}  // namespace pto::passes
