@@ -13,15 +13,39 @@
 #include <vector>
 
 #include "pto/graph.h"
+#include "pto/kernel_graph.h"
+#include "pto/passes.h"
 #include "pto/reference.h"
 #include "pto/runtime.h"
 
 namespace pto {
 
 struct CompileOptions {
-  int level = 2;                      // 0..3: op by op, + clean-up, + fusion, + layout changes
-  bool memory_optimization = true;    // reuse intermediate buffers as soon as they are dead
-  bool auto_mixed_precision = false;  // bf16 compute with fp32 islands (not implemented yet)
+  int level = 2;                        // 0..3: op by op, + clean-up, + fusion, + layout changes
+  bool memory_optimization = true;      // level >= 2: plan intermediates into one reused arena
+  bool auto_mixed_precision = false;    // bf16 compute with fp32 islands (not implemented yet)
+  std::vector<std::string> dump_after;  // passes after which the graph is printed (PTO_DUMP_AFTER)
+};
+
+// What one step of the plan is: one kernel covering a list of nodes.
+struct StepInfo {
+  std::string backend;         // "cpu", "reference"
+  std::string rule;            // the fusion rule ("Conv+Bias+Relu"), "" for a single node
+  std::vector<int32_t> nodes;  // indices into graph().nodes()
+  std::vector<ValueId> inputs, outputs;
+};
+
+// What compile() made, for people and tools (pto compile --stats, fast.stats()).
+struct ExecutableStats {
+  size_t nodes_in = 0;              // nodes of the graph given to compile()
+  size_t nodes = 0;                 // after the graph passes
+  size_t kernels = 0;               // plan steps
+  size_t fused_kernels = 0;         // steps covering more than one node
+  size_t peak_bytes = 0;            // the planned arena: peak intermediate memory with the plan
+  size_t unplanned_peak_bytes = 0;  // every intermediate in its own buffer (no plan)
+  size_t live_peak_bytes = 0;       // the most intermediate bytes live at once (lower bound)
+  size_t unplanned_values = 0;      // intermediates the plan left to the pool
+  bool memory_planned = false;      // false before the first run of a graph with symbolic dims
 };
 
 class Executable {
@@ -40,10 +64,20 @@ class Executable {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs,
                           const reference::NodeObserver& observer) const;
 
+  // The graph it runs: the one given to compile() after the passes of its level.
   const Graph& graph() const { return *graph_; }
   const CompileOptions& options() const { return options_; }
-  // For node i of graph(): "cpu" when the CPU backend runs it, "reference" when it falls back.
+  // For node i of graph(): the backend of the step that runs it ("cpu", "reference").
   const std::string& node_backend(size_t i) const;
+  size_t num_steps() const;
+  const StepInfo& step(size_t i) const;
+  // The kernel of step i as its backend describes it (a tile program), or "".
+  std::string describe_step(size_t i) const;
+  const std::vector<PassReport>& pass_report() const;
+  // Kernel count and memory; the memory plan of `input_shapes` when given, else of the last run
+  // (or of the static shapes).
+  ExecutableStats stats() const;
+  ExecutableStats stats(const std::vector<Dims>& input_shapes) const;
   // The pool every run allocates from (stats show whether steady state reuses everything).
   MemoryPoolStats memory_stats() const;
 

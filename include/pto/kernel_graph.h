@@ -3,6 +3,7 @@
 // writing only its outputs; values inside a group never reach memory.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,5 +34,21 @@ void finish_group(const Graph& g, KernelGroup& group);
 
 // "k3 ConvAddRelu [conv1, add1, relu1] (x, w, b, r) -> (y)": one line a kernel.
 std::string print(const Graph& g, const KernelGraph& kg);
+
+}  // namespace pto
+
+namespace pto {
+
+struct FusionOptions {
+  // Whether an elementwise node may join a fused elementwise kernel (the tile ISA can express
+  // it); empty: no elementwise fusion.
+  std::function<bool(const Graph&, int32_t node)> elementwise_fusible;
+};
+
+// FuseKernels (level 2, src/fusion): partitions `g` into kernels by the fusion rules: a Conv,
+// Gemm or MatMul with its epilogue (bias, residual add, activation), and maximal convex groups of
+// elementwise nodes of one output shape. Every other node is a kernel of its own. PTO_LOG=info
+// reports which rules fired.
+KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options = {});
 
 }  // namespace pto

@@ -22,6 +22,8 @@ enum OpProperty : uint32_t {
   kInPlace = 1u << 5,      // output may reuse the first input's buffer
   kShapeOnly = 1u << 6,    // the output depends on input shapes only, never data (Shape, Size)
   kOpaque = 1u << 7,       // none of the above: heavy or irregular (Conv, MatMul, TopK)
+  kView = 1u << 8,         // an output may share input 0's storage (Reshape, Transpose, Slice):
+                           // the memory planner keeps input 0's buffer alive as long as it
 };
 
 // What an inference function sees: the node, its inputs' types, constant input data where the
@@ -59,6 +61,7 @@ struct OpDef {
   bool is_reduction() const { return has(kReduction); }
   bool is_injective() const { return has(kInjective); }
   bool is_commutative() const { return has(kCommutative); }
+  bool is_view() const { return has(kView); }
 };
 
 class OpRegistry {

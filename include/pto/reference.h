@@ -3,10 +3,12 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "pto/backend.h"
 #include "pto/graph.h"
 
 namespace pto::reference {
@@ -55,6 +57,9 @@ void check_inputs(const Graph& g, const std::vector<Tensor>& inputs);
 // known or symbolic dimensions against the graph's declaration (ValueError naming the input).
 std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
                         const NodeObserver& observer = {});
+
+// The reference interpreter as a backend (pto/backend.h): single nodes only.
+std::unique_ptr<Backend> make_backend();
 
 // Kernel families (src/reference/ops/*.cpp) register themselves through these.
 void register_elementwise_kernels(KernelRegistry& r);

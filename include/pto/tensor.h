@@ -14,6 +14,18 @@ namespace pto {
 
 inline constexpr size_t kTensorAlignment = 64;
 
+// Where a tensor's bytes live. Every storage made today is on the CPU; a backend for another
+// device makes storage with its own Device, and the runtime checks devices at kernel boundaries.
+enum class DeviceKind : uint8_t { kCpu, kCuda };
+struct Device {
+  DeviceKind kind = DeviceKind::kCpu;
+  int index = 0;
+  bool operator==(const Device&) const = default;
+  std::string str() const {
+    return (kind == DeviceKind::kCpu ? "cpu:" : "cuda:") + std::to_string(index);
+  }
+};
+
 // Where Tensor::empty gets its memory. The default is the system heap; an Executable installs
 // its memory pool for the duration of a run (AllocatorScope), so that every tensor a kernel makes
 // comes from, and goes back to, the pool.
@@ -48,8 +60,10 @@ class Storage {
 
   std::byte* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
 
  private:
+  Device device_;
   std::byte* data_ = nullptr;
   size_t nbytes_ = 0;
   std::function<void()> release_;  // empty when we own data_
@@ -95,6 +109,7 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel_) * itemsize(); }
   bool is_contiguous() const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }
+  Device device() const { return storage_ ? storage_->device() : Device{}; }
 
   void* raw_data() const { return storage_ ? storage_->data() + offset_bytes_ : nullptr; }
   template <class T>

@@ -76,6 +76,14 @@ class JitFunction:
                 raise NotImplementedError(str(e)) from None
         return cap, CompiledGraph(cap.graph, self.level)
 
+    def stats(self) -> dict:
+        """Kernel count and planned memory of the most recently compiled signature (see
+        CompiledGraph.stats); a function not called yet has none."""
+        if not self._cache:
+            raise RuntimeError(f"@pypto.jit function {self.fn.__name__} has not been called yet: "
+                               "it compiles on its first call")
+        return next(reversed(self._cache.values()))[1].stats()
+
     @property
     def cache_size(self) -> int:
         """How many input signatures have been compiled."""

@@ -35,6 +35,11 @@ class OnnxModel:
     def graph(self) -> _C.Graph:
         return self._compiled.graph
 
+    def stats(self, *shapes) -> dict:
+        """Kernel count and planned memory (see CompiledGraph.stats); with symbolic input
+        dimensions, pass one shape per input (or arrays) or it reports the last run's plan."""
+        return self._compiled.stats(list(shapes) if shapes else None)
+
     def __call__(self, *args: Any, **kwargs: Any):
         names = self._compiled.input_names
         if len(args) > len(names):

@@ -30,6 +30,7 @@ class OptimizedModule(torch.nn.Module):
         self._captured: torch_capture.Captured | None = None
         self._compiled: CompiledGraph | None = None
         self._lock = threading.Lock()
+        self._example: list | None = None  # graph input shapes of the first call or example
 
     def _ensure_compiled(self, args=None, kwargs=None):
         """Captures and compiles on first use, from these arguments when no example was given."""
@@ -41,6 +42,7 @@ class OptimizedModule(torch.nn.Module):
                     raise RuntimeError("this module was optimized without example_inputs and "
                                        "has not been called yet: it compiles on its first call")
                 self._captured, self._compiled = self._compile_fn(args, kwargs)
+                self._example = [list(x.shape) for x in self._graph_inputs(args, kwargs or {})]
 
     @property
     def compiled(self) -> CompiledGraph:
@@ -72,6 +74,16 @@ class OptimizedModule(torch.nn.Module):
         self._ensure_compiled(args, kwargs)
         outs = self._compiled.run(self._graph_inputs(args, kwargs))
         return pytree.tree_unflatten(outs, self._captured.out_spec)
+
+    def stats(self, *args, **kwargs) -> dict:
+        """Kernel count and planned memory (see CompiledGraph.stats); the memory numbers are for
+        these arguments, or the example inputs, or the last call."""
+        self._ensure_compiled(args or None, kwargs or None)
+        if args or kwargs:
+            return self._compiled.stats(self._graph_inputs(args, kwargs))
+        if self._example is not None:
+            return self._compiled.stats(self._example)
+        return self._compiled.stats()
 
     def profile(self, *args, **kwargs) -> list[tuple[str, str, float]]:
         """Runs once on these arguments; returns (node name, op, seconds) per graph node."""

@@ -73,6 +73,27 @@ class CompiledGraph:
         After the first run, runs with the same shapes add no system allocations."""
         return self._exe.memory_stats
 
+    def stats(self, inputs: Sequence[Any] | None = None) -> dict:
+        """What compiling made: ``kernels`` (plan steps), ``fused_kernels``, ``nodes`` (after the
+        graph passes), ``nodes_in``, ``peak_bytes`` (the planned arena for intermediates),
+        ``unplanned_peak_bytes`` (every intermediate in its own buffer), ``live_peak_bytes``.
+        With symbolic shapes the memory numbers are for ``inputs`` (arrays or shapes), else for
+        the last run."""
+        shapes = None
+        if inputs is not None:
+            shapes = [list(x) if isinstance(x, (tuple, list)) else list(x.shape) for x in inputs]
+        return self._exe.stats(shapes)
+
+    @property
+    def steps(self) -> list[dict]:
+        """The plan, one dict per kernel: backend, fusion rule, names of the nodes it covers."""
+        return self._exe.steps
+
+    @property
+    def pass_report(self) -> list[dict]:
+        """One dict per graph pass that ran: name, seconds, nodes before/after, rules fired."""
+        return self._exe.pass_report
+
     def run(self, inputs: Sequence[Any], *, like: str = "torch") -> list:
         """Runs on arrays (torch or numpy); returns torch tensors (like="torch") or numpy arrays."""
         if len(inputs) != len(self.input_names):

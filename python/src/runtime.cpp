@@ -2,6 +2,7 @@
 #include <chrono>
 #include <tuple>
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -42,7 +43,8 @@ void bind_runtime(nb::module_& m) {
       .def(nb::init<>())
       .def_rw("level", &CompileOptions::level)
       .def_rw("memory_optimization", &CompileOptions::memory_optimization)
-      .def_rw("auto_mixed_precision", &CompileOptions::auto_mixed_precision);
+      .def_rw("auto_mixed_precision", &CompileOptions::auto_mixed_precision)
+      .def_rw("dump_after", &CompileOptions::dump_after);
 
   nb::class_<Executable>(m, "Executable", "A compiled graph; call run() with one array per input.")
       .def(
@@ -110,6 +112,62 @@ void bind_runtime(nb::module_& m) {
           },
           "The memory pool's counters (bytes held, in use, peak; allocations from the system "
           "and requests served from the pool).")
+      .def(
+          "stats",
+          [](const Executable& e, const std::optional<std::vector<std::vector<int64_t>>>& shapes) {
+            ExecutableStats s = shapes ? e.stats(*shapes) : e.stats();
+            nb::dict d;
+            d["kernels"] = s.kernels;
+            d["fused_kernels"] = s.fused_kernels;
+            d["nodes"] = s.nodes;
+            d["nodes_in"] = s.nodes_in;
+            d["peak_bytes"] = s.peak_bytes;
+            d["unplanned_peak_bytes"] = s.unplanned_peak_bytes;
+            d["live_peak_bytes"] = s.live_peak_bytes;
+            d["unplanned_values"] = s.unplanned_values;
+            d["memory_planned"] = s.memory_planned;
+            return d;
+          },
+          nb::arg("input_shapes") = nb::none(),
+          "Kernel count and memory: peak_bytes (the planned arena), unplanned_peak_bytes (every "
+          "intermediate in its own buffer), for these input shapes or the last run's.")
+      .def_prop_ro(
+          "steps",
+          [](const Executable& e) {
+            nb::list out;
+            for (size_t i = 0; i < e.num_steps(); ++i) {
+              const StepInfo& s = e.step(i);
+              nb::list names;
+              for (int32_t n : s.nodes) names.append(e.graph().nodes()[n].name);
+              nb::dict d;
+              d["backend"] = s.backend;
+              d["rule"] = s.rule;
+              d["nodes"] = names;
+              out.append(d);
+            }
+            return out;
+          },
+          "The plan: one dict per kernel (backend, fusion rule, the names of the nodes it covers).")
+      .def("describe_step", &Executable::describe_step, nb::arg("i"),
+           "Step i's kernel as its backend describes it (a tile program), or ''.")
+      .def_prop_ro(
+          "pass_report",
+          [](const Executable& e) {
+            nb::list out;
+            for (const PassReport& r : e.pass_report()) {
+              nb::dict d;
+              d["name"] = r.name;
+              d["seconds"] = r.seconds;
+              d["nodes_before"] = r.nodes_before;
+              d["nodes_after"] = r.nodes_after;
+              nb::dict fired;
+              for (const auto& [rule, count] : r.fired) fired[rule.c_str()] = count;
+              d["fired"] = fired;
+              out.append(d);
+            }
+            return out;
+          },
+          "One dict per graph pass that ran: name, seconds, nodes before/after, rewrites fired.")
       .def_prop_ro("graph", &Executable::graph, nb::rv_policy::reference_internal)
       .def_prop_ro("level", [](const Executable& e) { return e.options().level; });
 

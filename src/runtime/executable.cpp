@@ -1,28 +1,49 @@
-// compile() and Executable::run(). The plan picks a kernel per node: the CPU backend's when it has
-// one that accepts the node's types and attributes, else the reference interpreter's. run() checks
-// the inputs at the boundary, then executes the nodes in order with every allocation served by the
-// Executable's memory pool, releasing each intermediate after its last reader.
+// compile() and Executable::run() (level 4 of DESIGN.md).
+//
+// compile: verify and type the graph, run the passes of the level (src/passes), partition it into
+// kernels (level >= 2: src/fusion), give each kernel to the first backend that supports it (a
+// fused group no backend takes is split back into single nodes), and analyse liveness. The memory
+// plan (src/runtime/memory_plan.h) is made once for static shapes, per input-shape signature
+// otherwise.
+//
+// run: check the inputs at the boundary, then run the steps in order. During a step the runtime's
+// allocator hands each output the arena slot the plan gave it; everything else comes from the
+// Executable's memory pool. An output that lands in the arena where the plan did not put it (a
+// kernel returned a view the op did not declare) is copied out, so the plan can never be wrong.
 #include "pto/executable.h"
 
-#include <any>
-#include <unordered_map>
+#include <map>
+#include <mutex>
 
-#include "backend/cpu/kernel.h"
+#include "pto/backend.h"
+#include "pto/liveness.h"
+#include "pto/log.h"
 #include "pto/op_registry.h"
-#include "pto/reference.h"
+#include "runtime/memory_plan.h"
 
 namespace pto {
 
 struct Executable::Plan {
   struct Step {
-    const cpu::Kernel* cpu = nullptr;              // the backend kernel, or
-    const reference::Kernel* reference = nullptr;  // the fallback
-    std::any state;                                // what cpu->prepare returned
-    std::string backend;                           // "cpu" | "reference"
+    StepInfo info;
+    KernelGroup group;
+    std::unique_ptr<CompiledKernel> kernel;
   };
-  std::vector<Step> steps;                       // one per node
-  std::vector<std::vector<ValueId>> dead_after;  // values to release after node i
+  std::vector<Step> steps;
+  KernelGraph kernels;
+  Liveness live;
+  std::vector<size_t> step_of_node;
+  std::vector<PassReport> passes;
+  size_t nodes_in = 0;
+  bool plan_memory = false;
   std::shared_ptr<MemoryPool> pool = std::make_shared<MemoryPool>(kAllocHugeFirst);
+
+  // Memory plans by input shapes, and arenas free for the next run (runs may be concurrent).
+  std::mutex mutex;
+  std::map<std::vector<Dims>, std::shared_ptr<const MemoryPlan>> memory_plans;
+  std::shared_ptr<const MemoryPlan> last_plan;
+  std::vector<std::shared_ptr<std::byte[]>> free_arenas;  // each of arena_size bytes
+  size_t arena_size = 0;
 };
 
 namespace {
@@ -49,65 +70,153 @@ void check_symbol_ranges(const Graph& g, const std::vector<Tensor>& inputs) {
   }
 }
 
-cpu::NodeInfo node_info(const Graph& g, const Node& n) {
-  cpu::NodeInfo info{n, {}, {}, {}};
-  for (ValueId v : n.inputs) {
-    info.inputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
-    info.constants.push_back(v == kNoValue ? nullptr : g.initializer(v));
+bool all_static(const Graph& g) {
+  for (ValueId v : g.inputs()) {
+    const TensorType& t = g.value(v).type;
+    if (!t.shape) return false;
+    for (const Dim& d : *t.shape)
+      if (!d.is_known()) return false;
   }
-  for (ValueId v : n.outputs)
-    info.outputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
-  return info;
+  return true;
 }
 
-std::shared_ptr<Executable::Plan> make_plan(const Graph& g) {
-  auto plan = std::make_shared<Executable::Plan>();
-  const auto& nodes = g.nodes();
-  for (const Node& n : nodes) {
-    Executable::Plan::Step step;
-    if (const cpu::Kernel* k = cpu::KernelRegistry::global().find(n.op)) {
-      cpu::NodeInfo info = node_info(g, n);
-      if (!k->accepts || k->accepts(info)) {
-        step.cpu = k;
-        step.backend = "cpu";
-        if (k->prepare) step.state = k->prepare(info);
-      }
-    }
-    if (!step.cpu) {
-      step.reference = reference::KernelRegistry::global().find(n.op);
-      if (!step.reference) throw UnsupportedError(cat(n.where(), ": no kernel for this op"));
-      step.backend = "reference";
-    }
-    plan->steps.push_back(std::move(step));
-  }
-  // Release each intermediate after its last reader; graph outputs and initializers never.
-  std::vector<int64_t> last_use(g.values().size(), -1);
-  for (size_t i = 0; i < nodes.size(); ++i)
-    for (ValueId v : nodes[i].inputs)
-      if (v != kNoValue) last_use[v] = static_cast<int64_t>(i);
-  for (ValueId v : g.outputs()) last_use[v] = -1;
-  for (const auto& [v, t] : g.initializers()) last_use[v] = -1;
-  plan->dead_after.resize(nodes.size());
-  for (size_t v = 0; v < last_use.size(); ++v)
-    if (last_use[v] >= 0) plan->dead_after[last_use[v]].push_back(static_cast<ValueId>(v));
-  return plan;
+// The graph's types for these concrete input shapes.
+Graph with_input_shapes(const Graph& g, const std::vector<Dims>& shapes) {
+  Graph typed = g;
+  for (size_t i = 0; i < shapes.size() && i < g.inputs().size(); ++i)
+    typed.value(g.inputs()[i]).type.shape = to_shape(shapes[i]);
+  infer_types(typed);
+  return typed;
 }
+
+const Backend* backend_for(const Graph& g, const KernelGroup& k) {
+  for (const auto& b : BackendRegistry::global().backends())
+    if (b->supports(g, k)) return b.get();
+  return nullptr;
+}
+
+// Serves a step's outputs from their arena slots and everything else from the pool.
+class StepAllocator : public Allocator {
+ public:
+  StepAllocator(std::byte* arena, size_t arena_bytes, std::shared_ptr<MemoryPool> pool)
+      : arena_(arena), end_(arena + arena_bytes), pool_(std::move(pool)) {}
+
+  void set_slots(const std::vector<MemoryPlan::Slot>* slots) {
+    slots_ = slots;
+    taken_.assign(slots ? slots->size() : 0, 0);
+  }
+  void* allocate(size_t nbytes) override {
+    const size_t rounded = (nbytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+    if (slots_ && nbytes > 0)
+      for (size_t i = 0; i < slots_->size(); ++i)
+        if (!taken_[i] && (*slots_)[i].bytes == rounded) {
+          taken_[i] = 1;
+          return arena_ + (*slots_)[i].offset;
+        }
+    return pool_->allocate(nbytes);
+  }
+  void deallocate(void* p, size_t nbytes) override {
+    if (!in_arena(p)) pool_->deallocate(p, nbytes);
+  }
+  bool in_arena(const void* p) const {
+    auto* b = static_cast<const std::byte*>(p);
+    return b >= arena_ && b < end_;
+  }
+
+ private:
+  std::byte* arena_;
+  std::byte* end_;
+  std::shared_ptr<MemoryPool> pool_;
+  const std::vector<MemoryPlan::Slot>* slots_ = nullptr;
+  std::vector<char> taken_;
+};
 
 }  // namespace
 
 Executable::Executable(std::shared_ptr<const Graph> g, CompileOptions options,
                        std::shared_ptr<Plan> plan)
-    : graph_(std::move(g)), options_(options), plan_(std::move(plan)) {}
+    : graph_(std::move(g)), options_(std::move(options)), plan_(std::move(plan)) {}
 
 Executable::~Executable() = default;
 
 const std::string& Executable::node_backend(size_t i) const {
-  PTO_CHECK(i < plan_->steps.size()) << "node_backend: node " << i << " out of range";
-  return plan_->steps[i].backend;
+  PTO_CHECK(i < plan_->step_of_node.size()) << "node_backend: node " << i << " out of range";
+  return plan_->steps[plan_->step_of_node[i]].info.backend;
+}
+
+size_t Executable::num_steps() const {
+  return plan_->steps.size();
+}
+
+const StepInfo& Executable::step(size_t i) const {
+  PTO_CHECK(i < plan_->steps.size()) << "step " << i << " out of range";
+  return plan_->steps[i].info;
+}
+
+std::string Executable::describe_step(size_t i) const {
+  PTO_CHECK(i < plan_->steps.size()) << "step " << i << " out of range";
+  return plan_->steps[i].kernel->describe();
+}
+
+const std::vector<PassReport>& Executable::pass_report() const {
+  return plan_->passes;
 }
 
 MemoryPoolStats Executable::memory_stats() const {
   return plan_->pool->stats();
+}
+
+namespace {
+
+std::shared_ptr<const MemoryPlan> memory_plan_for(Executable::Plan& p, const Graph& g,
+                                                  const std::vector<Dims>& shapes) {
+  std::lock_guard<std::mutex> lock(p.mutex);
+  auto it = p.memory_plans.find(shapes);
+  if (it != p.memory_plans.end()) return p.last_plan = it->second;
+  const Graph typed = all_static(g) ? Graph() : with_input_shapes(g, shapes);
+  auto plan =
+      std::make_shared<const MemoryPlan>(plan_memory(all_static(g) ? g : typed, p.kernels, p.live));
+  if (p.memory_plans.size() >= 64) p.memory_plans.erase(p.memory_plans.begin());
+  p.memory_plans.emplace(shapes, plan);
+  if (plan->arena_bytes > p.arena_size) {  // older arenas are too small for this plan
+    p.arena_size = plan->arena_bytes;
+    p.free_arenas.clear();
+  }
+  return p.last_plan = plan;
+}
+
+ExecutableStats stats_of(const Executable::Plan& p, const Graph& g, const MemoryPlan* mp) {
+  ExecutableStats s;
+  s.nodes_in = p.nodes_in;
+  s.nodes = g.nodes().size();
+  s.kernels = p.steps.size();
+  for (const auto& step : p.steps) s.fused_kernels += step.info.nodes.size() > 1;
+  if (mp) {
+    s.memory_planned = p.plan_memory;
+    s.peak_bytes = p.plan_memory ? mp->arena_bytes : mp->unplanned_bytes;
+    s.unplanned_peak_bytes = mp->unplanned_bytes;
+    s.live_peak_bytes = mp->live_peak_bytes;
+    s.unplanned_values = mp->unplanned_values;
+  }
+  return s;
+}
+
+}  // namespace
+
+ExecutableStats Executable::stats() const {
+  std::shared_ptr<const MemoryPlan> mp;
+  {
+    std::lock_guard<std::mutex> lock(plan_->mutex);
+    mp = plan_->last_plan;
+  }
+  if (!mp && all_static(*graph_)) mp = memory_plan_for(*plan_, *graph_, {});
+  return stats_of(*plan_, *graph_, mp.get());
+}
+
+ExecutableStats Executable::stats(const std::vector<Dims>& input_shapes) const {
+  auto mp =
+      memory_plan_for(*plan_, *graph_, all_static(*graph_) ? std::vector<Dims>{} : input_shapes);
+  return stats_of(*plan_, *graph_, mp.get());
 }
 
 std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs) const {
@@ -117,33 +226,98 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs) const {
 std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
                                     const reference::NodeObserver& observer) const {
   const Graph& g = *graph_;
+  Plan& p = *plan_;
   if (inputs.size() != g.inputs().size())
     throw ValueError(
         cat("graph '", g.name, "' takes ", g.inputs().size(), " input(s), got ", inputs.size()));
   reference::check_inputs(g, inputs);
   check_symbol_ranges(g, inputs);
 
-  AllocatorScope scope(plan_->pool);
+  // The memory plan of these shapes and an arena for it. An observer may keep any value, so a
+  // run with one allocates every value on its own.
+  std::shared_ptr<const MemoryPlan> mp;
+  std::shared_ptr<std::byte[]> arena;
+  if (p.plan_memory && !observer) {
+    std::vector<Dims> shapes;
+    if (!all_static(g))
+      for (const Tensor& t : inputs) shapes.push_back(t.shape());
+    mp = memory_plan_for(p, g, shapes);
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (!p.free_arenas.empty()) {
+      arena = std::move(p.free_arenas.back());
+      p.free_arenas.pop_back();
+    } else if (p.arena_size > 0) {
+      arena = std::shared_ptr<std::byte[]>(
+          static_cast<std::byte*>(p.pool->allocate(p.arena_size)),
+          [pool = p.pool, n = p.arena_size](std::byte* b) { pool->deallocate(b, n); });
+    }
+  }
+  auto alloc = std::make_shared<StepAllocator>(arena.get(), arena ? p.arena_size : 0, p.pool);
+  AllocatorScope scope(alloc);
+
   std::vector<Tensor> env(g.values().size());
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];
   for (const auto& [v, t] : g.initializers())
     if (!env[v].defined()) env[v] = t;  // a graph input with a default keeps the caller's value
 
-  const auto& nodes = g.nodes();
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node& n = nodes[i];
-    const Plan::Step& step = plan_->steps[i];
-    cpu::KernelContext ctx{{n, {}, n.outputs.size()}, &step.state};
-    reference::run_node(
-        g, ctx, env, [&] { return step.cpu ? step.cpu->run(ctx) : (*step.reference)(ctx); },
-        observer);
-    for (ValueId v : plan_->dead_after[i]) env[v] = Tensor();
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Plan::Step& step = p.steps[s];
+    const Node& last = g.nodes()[step.group.last_node()];
+    std::vector<Tensor> args;
+    args.reserve(step.group.inputs.size());
+    for (ValueId v : step.group.inputs) {
+      if (!env[v].defined())
+        throw ValueError(cat(last.where(), ": input '", g.value(v).name, "' has no value"));
+      args.push_back(env[v].contiguous());
+    }
+    std::vector<Tensor> outs;
+    alloc->set_slots(mp ? &mp->step_slots[s] : nullptr);
+    try {
+      outs = step.kernel->run(args);
+    } catch (const std::bad_alloc&) {
+      throw ValueError(cat(last.where(), ": out of memory"));
+    } catch (const std::length_error& e) {
+      throw ValueError(cat(last.where(), ": size too large (", e.what(), ")"));
+    }
+    alloc->set_slots(nullptr);
+    args.clear();
+    PTO_CHECK(outs.size() == step.group.outputs.size())
+        << last.where() << ": kernel returned " << outs.size() << " outputs, expected "
+        << step.group.outputs.size();
+    for (size_t o = 0; o < outs.size(); ++o) {
+      const ValueId v = step.group.outputs[o];
+      if (!outs[o].defined())
+        throw UnsupportedError(
+            cat(last.where(), ": output '", g.value(v).name, "' is not produced"));
+      // In the arena but not where the plan put this value or its root: an undeclared view.
+      if (arena && p.live.root[v] == v && alloc->in_arena(outs[o].raw_data())) {
+        const auto* data = static_cast<const std::byte*>(outs[o].raw_data());
+        bool in_own_step = false;
+        for (const auto& slot : mp->step_slots[s])
+          in_own_step = in_own_step || (data >= arena.get() + slot.offset &&
+                                        data < arena.get() + slot.offset + slot.bytes);
+        if (!in_own_step) outs[o] = outs[o].clone();
+      }
+      env[v] = std::move(outs[o]);
+    }
+    if (observer) {
+      std::vector<Tensor> seen;
+      for (ValueId v : last.outputs) seen.push_back(v == kNoValue ? Tensor() : env[v]);
+      observer(last, seen);
+    }
+    for (ValueId v : p.live.release_after[s]) env[v] = Tensor();
   }
   std::vector<Tensor> out;
   for (ValueId v : g.outputs()) {
     if (!env[v].defined())
       throw ValueError(cat("graph output '", g.value(v).name, "' was never computed"));
     out.push_back(env[v]);
+  }
+  env.clear();
+  if (arena) {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (p.arena_size <= (mp ? mp->arena_bytes : 0) || p.free_arenas.size() < 4)
+      p.free_arenas.push_back(std::move(arena));
   }
   return out;
 }
@@ -159,8 +333,50 @@ Executable compile(Graph g, const CompileOptions& options) {
     if (r.min < 0 || r.min > r.max)
       throw ValueError(
           cat("compile: symbol '", symbol, "' has an empty range [", r.min, ", ", r.max, "]"));
+  auto plan = std::make_shared<Executable::Plan>();
+  plan->nodes_in = g.nodes().size();
+  PassOptions passes;
+  passes.level = options.level;
+  passes.dump_after = options.dump_after;
+  g = run_passes(std::move(g), passes, &plan->passes);
   auto graph = std::make_shared<const Graph>(std::move(g));
-  auto plan = make_plan(*graph);
+  const Graph& gr = *graph;
+
+  KernelGraph proposed = options.level >= 2 ? fuse_kernels(gr, {}) : single_node_kernels(gr);
+  // Fused groups no backend takes are split back into single nodes, in place.
+  KernelGraph& kg = plan->kernels;
+  for (KernelGroup& k : proposed.kernels) {
+    if (k.nodes.size() == 1 || backend_for(gr, k)) {
+      kg.kernels.push_back(std::move(k));
+      continue;
+    }
+    log(LogLevel::kInfo, cat("FuseKernels: no backend runs ", k.rule, " at ",
+                             gr.nodes()[k.last_node()].where(), "; kept unfused"));
+    KernelGraph singles;
+    for (int32_t n : k.nodes) {
+      KernelGroup one;
+      one.nodes = {n};
+      finish_group(gr, one);
+      one.outputs.clear();
+      for (ValueId o : gr.nodes()[n].outputs)
+        if (o != kNoValue) one.outputs.push_back(o);
+      kg.kernels.push_back(std::move(one));
+    }
+  }
+  plan->step_of_node.assign(gr.nodes().size(), 0);
+  for (size_t s = 0; s < kg.kernels.size(); ++s) {
+    const KernelGroup& k = kg.kernels[s];
+    const Backend* b = backend_for(gr, k);
+    if (!b) throw UnsupportedError(cat(gr.nodes()[k.nodes[0]].where(), ": no kernel for this op"));
+    Executable::Plan::Step step;
+    step.group = k;
+    step.info = {b->name(), k.rule, k.nodes, k.inputs, k.outputs};
+    step.kernel = b->compile(gr, k);
+    for (int32_t n : k.nodes) plan->step_of_node[n] = s;
+    plan->steps.push_back(std::move(step));
+  }
+  plan->live = analyze_liveness(gr, kg);
+  plan->plan_memory = options.level >= 2 && options.memory_optimization;
   return Executable(std::move(graph), options, std::move(plan));
 }
 

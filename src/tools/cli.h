@@ -36,7 +36,8 @@ struct Command {
 // One function per subcommand file.
 Command info_command();
 Command run_command();
-std::vector<Command> unimplemented_commands();  // bench, profile, compile, tune, check
+Command compile_command();
+std::vector<Command> unimplemented_commands();  // bench, profile, tune, check
 
 // Reads options in the forms `--name value` and `--name=value`; `--` ends the options.
 //   ArgReader a(args, "run");

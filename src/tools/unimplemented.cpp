@@ -36,8 +36,6 @@ std::vector<Command> unimplemented_commands() {
               "pto bench model.onnx [--batch N] [--compare onnxruntime|torch]"),
       planned("profile", "Profile a model run and write a Chrome trace.",
               "pto profile model.onnx --trace trace.json"),
-      planned("compile", "Compile a model ahead of time to a .pto file.",
-              "pto compile model.onnx -o model.pto [--dump-after PASS]"),
       planned("tune", "Auto-tune the kernels of a model.",
               "pto tune model.onnx [--level fast|normal|exhaustive]"),
       planned("check", "Compare the compiled model with the reference interpreter, op by op.",

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu/gemm/gemm.h"
+#include "pto/backend.h"
 #include "pto/graph.h"
 #include "pto/reference.h"
 
@@ -33,8 +35,18 @@ struct NodeInfo {
   DType dtype(size_t i) const { return i < inputs.size() ? inputs[i].dtype : DType::kUndefined; }
 };
 
+// What a fused group adds after a Conv, Gemm or MatMul (fusion/epilogue_chain.h), applied by the
+// anchor's kernel to each output tile while it is in cache.
+struct FusedEpilogue {
+  Tensor bias;      // per output channel (Conv) or column (MatMul); undefined when none
+  Tensor residual;  // the output's shape; undefined when none
+  Activation act = Activation::kNone;
+  float lo = 0.0f, hi = 0.0f;
+};
+
 struct KernelContext : reference::KernelContext {
-  const std::any* state = nullptr;  // what prepare() returned (empty std::any when none)
+  const std::any* state = nullptr;          // what prepare() returned (empty std::any when none)
+  const FusedEpilogue* epilogue = nullptr;  // set for the anchor of a fused group
   template <class T>
   const T& prepared() const {
     return std::any_cast<const T&>(*state);
@@ -64,5 +76,8 @@ void register_conv_kernels(KernelRegistry& r);         // conv/: Conv
 void register_elementwise_kernels(KernelRegistry& r);  // elementwise: unary, binary, Where, Cast
 void register_reduce_kernels(KernelRegistry& r);       // reduce: Reduce*, Softmax, norms, pooling
 void register_movement_kernels(KernelRegistry& r);     // movement: Transpose, Gather, Concat, ...
+
+// The CPU backend (backend.cpp): single nodes on the kernels above, and fused groups.
+std::unique_ptr<Backend> make_backend();
 
 }  // namespace pto::cpu

@@ -79,7 +79,7 @@ void register_nn_norm_ops(OpRegistry& r) {
          .max_inputs = 3,
          .min_outputs = 1,
          .max_outputs = 2,
-         .properties = kElementwise,
+         .properties = kElementwise | kView,
          .infer = infer_dropout,
          .doc = "inference: identity (mask all true); training with a nonzero ratio is "
                 "unsupported"});

@@ -40,13 +40,26 @@ std::vector<Tensor> run(const KernelContext& c) {
   }
   Dims yshape = {g.n, g.m, g.oh, g.ow};
   if (x.rank() == 3) yshape.erase(yshape.begin() + 2);
+  Epilogue ep;
+  if (const FusedEpilogue* f = c.epilogue) {
+    if (f->bias.defined()) bias = f->bias.data<float>();  // the group's bias (Conv had none)
+    if (f->residual.defined()) {
+      if (f->residual.shape() != yshape)
+        throw ValueError(cat(where, ": fused residual ", f->residual.str(),
+                             " does not match the output ", dims_str(yshape)));
+      ep.residual = f->residual.data<float>();
+    }
+    ep.act = f->act;
+    ep.lo = f->lo;
+    ep.hi = f->hi;
+  }
   Tensor y = Tensor::empty(DType::kF32, yshape);
   const PackedA* packed = nullptr;
   if (c.state && c.state->has_value()) {
     const auto& p = c.prepared<std::vector<PackedA>>();
     if (static_cast<int64_t>(p.size()) == g.group) packed = p.data();
   }
-  conv2d(g, x.data<float>(), w.data<float>(), bias, y.data<float>(), {}, packed);
+  conv2d(g, x.data<float>(), w.data<float>(), bias, y.data<float>(), ep, packed);
   return {y};
 }
 

@@ -37,6 +37,28 @@ void run_sgemm(const KernelContext& c, const GemmArgs& g) {
     sgemm(g);
 }
 
+// A fused group's epilogue on an M x N product Y: bias per column, residual with Y's shape (its
+// rows contiguous, N apart), then the activation. Gemm's own C already set bias or residual; the
+// fusion rules never add a second one.
+void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::string& where,
+                 Epilogue& ep) {
+  if (f.bias.defined()) {
+    ep.bias = f.bias.data<float>();
+    ep.bias_kind = Epilogue::Bias::kPerCol;
+  }
+  if (f.residual.defined()) {
+    if (f.residual.shape() != Y.shape())
+      throw ValueError(cat(where, ": fused residual ", f.residual.str(),
+                           " does not match the output ", Y.str()));
+    ep.residual = f.residual.data<float>();
+    ep.ldr = N;
+    ep.residual_scale = 1.0f;
+  }
+  ep.act = f.act;
+  ep.lo = f.lo;
+  ep.hi = f.hi;
+}
+
 std::vector<Tensor> matmul(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor &A = c.input(0), &B = c.input(1);
@@ -68,6 +90,7 @@ std::vector<Tensor> matmul(const KernelContext& c) {
   g.ldb = N;
   g.c = Y.data<float>();
   g.ldc = N;
+  if (const FusedEpilogue* f = c.epilogue) apply_fused(*f, Y, N, w, g.epilogue);
   int64_t items = 1;
   for (int64_t d : batch) items *= d;
   int64_t a_items = 1, b_items = 1;
@@ -156,6 +179,7 @@ std::vector<Tensor> gemm(const KernelContext& c) {
                                   : Epilogue::Bias::kPerRow;
     }
   }
+  if (const FusedEpilogue* f = c.epilogue) apply_fused(*f, Y, N, w, g.epilogue);
   run_sgemm(c, g);
   return {Y};
 }

@@ -1,0 +1,65 @@
+// The execution contract between the runtime and the backends (DESIGN.md "The execution
+// contract"; ggml's backend table is the model).
+//
+// A backend is a small interface: a name, the device it computes on, `supports(group)` and
+// `compile(group)`, which turns a group of nodes (one kernel of the Kernel Graph) into a
+// CompiledKernel. The runtime asks the registered backends in order and keeps the first that
+// supports a group; the reference interpreter is one backend among them, last, so every
+// single-node group has a kernel. The runtime includes no backend's private header.
+//
+// Buffers belong to the runtime: a kernel makes each output with Tensor::empty, and the runtime's
+// allocator hands it the destination the memory plan chose for that output (src/runtime). An
+// output may instead be a view of an input only for ops whose OpDef declares kView.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pto/kernel_graph.h"
+
+namespace pto {
+
+class CompiledKernel {
+ public:
+  virtual ~CompiledKernel() = default;
+  // `inputs`: the group's inputs in KernelGroup::inputs order, contiguous. Returns the group's
+  // outputs in KernelGroup::outputs order. Must be safe to call from several threads at once.
+  virtual std::vector<Tensor> run(const std::vector<Tensor>& inputs) const = 0;
+  // What `pto compile --dump-tiles` prints for it: the tile program, or "" for an opaque kernel.
+  virtual std::string describe() const { return ""; }
+  // Bytes held for the kernel's lifetime, e.g. weights packed into GEMM panels.
+  virtual size_t prepared_bytes() const { return 0; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu", "reference", "cuda"
+  virtual Device device() const = 0;
+  // Whether compile() can build this group. Asked at compile time with inferred types.
+  virtual bool supports(const Graph& g, const KernelGroup& group) const = 0;
+  virtual std::unique_ptr<CompiledKernel> compile(const Graph& g,
+                                                  const KernelGroup& group) const = 0;
+};
+
+class BackendRegistry {
+ public:
+  // The built-in backends in the order they are asked: cpu, then reference (src/backend).
+  static BackendRegistry& global();
+  void add(std::unique_ptr<Backend> backend);  // a second backend of the same name: InternalError
+  const Backend* find(const std::string& name) const;
+  const std::vector<std::unique_ptr<Backend>>& backends() const { return backends_; }
+
+ private:
+  std::vector<std::unique_ptr<Backend>> backends_;
+};
+
+// For a node of a group: the position in group.inputs of each of the node's inputs (-1 for a
+// missing optional input).
+std::vector<int> node_input_slots(const Node& n, const KernelGroup& group);
+// The node's inputs, in its own order, from the group's inputs (undefined where slots says -1).
+std::vector<Tensor> gather_node_inputs(const std::vector<int>& slots,
+                                       const std::vector<Tensor>& group_inputs);
+
+}  // namespace pto

@@ -1,0 +1,179 @@
+// match_epilogue walks forward from a Conv/Gemm/MatMul along single-use values, taking at most one
+// bias, one residual and one activation, in the order the epilogue applies them.
+#include "fusion/epilogue_chain.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace pto::fusion {
+namespace {
+
+bool is_f32(const Graph& g, ValueId v) {
+  return v != kNoValue && g.value(v).type.dtype == DType::kF32;
+}
+
+// The single node reading `v`, when exactly one node does and `v` is not a graph output.
+int32_t single_user(const Graph& g, ValueId v, const std::vector<int>& uses) {
+  if (uses[v] != 1 || g.is_output(v)) return -1;
+  const auto& nodes = g.nodes();
+  for (size_t i = static_cast<size_t>(g.value(v).producer) + 1; i < nodes.size(); ++i)
+    for (ValueId in : nodes[i].inputs)
+      if (in == v) return static_cast<int32_t>(i);
+  return -1;
+}
+
+// A constant whose shape broadcasts onto `out` along `axis` only (all other dims 1), with
+// out[axis] elements: a per-channel (Conv, axis 1) or per-column (MatMul, axis -1) bias.
+bool is_bias_for(const Graph& g, ValueId b, const Shape& out, int64_t axis) {
+  const Tensor* t = g.initializer(b);
+  if (!t || t->dtype() != DType::kF32 || t->rank() > static_cast<int64_t>(out.size())) return false;
+  const auto rank = static_cast<int64_t>(out.size());
+  if (axis < 0) axis += rank;
+  if (!out[axis].is_known() || t->numel() != out[axis].value) return false;
+  for (int64_t d = 0; d < t->rank(); ++d) {
+    const int64_t od = d + rank - t->rank();  // right-aligned
+    if (od != axis && t->dim(d) != 1) return false;
+  }
+  return true;
+}
+
+bool same_shape(const TensorType& a, const TensorType& b) {
+  return a.shape && b.shape && *a.shape == *b.shape && a.dtype == b.dtype;
+}
+
+// Reads Clip bounds from constant inputs (opset >= 11) or attributes; false when not constant.
+bool clip_bounds(const Graph& g, const Node& n, double& lo, double& hi) {
+  lo = -std::numeric_limits<double>::infinity();
+  hi = std::numeric_limits<double>::infinity();
+  lo = n.attrs.get_float("min", lo);
+  hi = n.attrs.get_float("max", hi);
+  for (size_t i = 1; i < n.inputs.size() && i < 3; ++i) {
+    if (n.inputs[i] == kNoValue) continue;
+    const Tensor* t = g.initializer(n.inputs[i]);
+    if (!t || t->numel() != 1) return false;
+    (i == 1 ? lo : hi) = t->item_as_double();
+  }
+  return true;
+}
+
+// The activation a node applies to `v`, if it is one the epilogue knows.
+bool activation_of(const Graph& g, const Node& n, ValueId v, EpilogueChain& c) {
+  if (n.inputs.empty() || n.inputs[0] != v || n.outputs.size() != 1) return false;
+  if (n.op == "Relu" || n.op == "Sigmoid" || n.op == "Tanh" || n.op == "HardSwish") {
+    c.activation = n.op;
+    return true;
+  }
+  if (n.op == "LeakyRelu") {
+    c.activation = n.op;
+    c.lo = n.attrs.get_float("alpha", 0.01);
+    return true;
+  }
+  if (n.op == "Gelu") {
+    c.activation = n.attrs.get_string("approximate", "none") == "tanh" ? "GeluTanh" : "Gelu";
+    return true;
+  }
+  if (n.op == "Clip" && clip_bounds(g, n, c.lo, c.hi)) {
+    c.activation = n.op;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string EpilogueChain::rule(const Graph& g) const {
+  std::string r = g.nodes()[anchor].op;
+  if (bias != kNoValue) r += "+Bias";
+  if (residual != kNoValue) r += "+Add";
+  if (!activation.empty()) r += "+" + activation;
+  return r;
+}
+
+std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
+                                            const std::vector<int>& uses) {
+  const Node& a = g.nodes()[anchor];
+  if (a.op != "Conv" && a.op != "Gemm" && a.op != "MatMul") return std::nullopt;
+  if (a.outputs.size() != 1 || !is_f32(g, a.outputs[0])) return std::nullopt;
+  const TensorType& out = g.value(a.outputs[0]).type;
+  if (!out.shape || out.shape->size() < 2) return std::nullopt;
+  const bool conv = a.op == "Conv";
+  const bool has_own_bias = a.inputs.size() > 2 && a.inputs[2] != kNoValue;
+  // MatMul applies a bias or residual only when B is one matrix (the batch folds into M rows).
+  const bool matmul_flat = a.op != "MatMul" || (g.value(a.inputs[1]).type.shape &&
+                                                g.value(a.inputs[1]).type.shape->size() <= 2);
+
+  EpilogueChain c;
+  c.anchor = anchor;
+  c.nodes = {anchor};
+  ValueId cur = a.outputs[0];
+  while (c.activation.empty()) {
+    const int32_t u = single_user(g, cur, uses);
+    if (u < 0) break;
+    const Node& n = g.nodes()[u];
+    if (n.op == "Add" && n.inputs.size() == 2 && n.outputs.size() == 1 &&
+        same_shape(g.value(n.outputs[0]).type, out)) {
+      const ValueId other = n.inputs[0] == cur ? n.inputs[1] : n.inputs[0];
+      if (other == cur || !is_f32(g, other)) break;
+      if (c.bias == kNoValue && c.residual == kNoValue && !has_own_bias && matmul_flat &&
+          a.op != "Gemm" && is_bias_for(g, other, *out.shape, conv ? 1 : -1)) {
+        c.bias = other;
+      } else if (c.residual == kNoValue && matmul_flat && !(a.op == "Gemm" && has_own_bias) &&
+                 same_shape(g.value(other).type, out)) {
+        c.residual = other;
+      } else {
+        break;
+      }
+      c.nodes.push_back(u);
+      cur = n.outputs[0];
+      continue;
+    }
+    if (activation_of(g, n, cur, c)) {
+      c.nodes.push_back(u);
+      cur = n.outputs[0];
+      break;
+    }
+    // SiLU spelled x * Sigmoid(x): `cur` read by a Sigmoid and the Mul that takes both.
+    break;
+  }
+  // x * sigmoid(x): cur has two readers, a Sigmoid and a Mul of (cur, sigmoid).
+  if (c.activation.empty() && uses[cur] == 2 && !g.is_output(cur)) {
+    int32_t sig = -1, mul = -1;
+    for (size_t i = static_cast<size_t>(g.value(cur).producer) + 1; i < g.nodes().size(); ++i) {
+      const Node& n = g.nodes()[i];
+      if (n.op == "Sigmoid" && n.inputs.size() == 1 && n.inputs[0] == cur)
+        sig = static_cast<int32_t>(i);
+    }
+    if (sig >= 0) {
+      const ValueId s = g.nodes()[sig].outputs[0];
+      mul = single_user(g, s, uses);
+      if (mul >= 0) {
+        const Node& m = g.nodes()[mul];
+        const bool pair =
+            m.op == "Mul" && m.inputs.size() == 2 &&
+            ((m.inputs[0] == cur && m.inputs[1] == s) || (m.inputs[1] == cur && m.inputs[0] == s));
+        if (pair) {
+          c.activation = "Silu";
+          c.nodes.push_back(sig);
+          c.nodes.push_back(mul);
+          cur = m.outputs[0];
+        }
+      }
+    }
+  }
+  if (c.nodes.size() == 1) return std::nullopt;
+  c.result = cur;
+  return c;
+}
+
+std::optional<EpilogueChain> epilogue_of_group(const Graph& g, const std::vector<int32_t>& nodes) {
+  if (nodes.size() < 2) return std::nullopt;
+  auto c = match_epilogue(g, nodes[0], g.use_counts());
+  if (!c) return std::nullopt;
+  std::vector<int32_t> sorted = c->nodes;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted != nodes) return std::nullopt;
+  return c;
+}
+
+}  // namespace pto::fusion

@@ -1,0 +1,39 @@
+// The epilogue of a heavy node: what follows a Conv, Gemm or MatMul along a chain of single-use
+// values and can be applied to each output tile while it is still in cache,
+//
+//   y = act(anchor(x, w) + bias + residual)
+//
+// in that order, each part optional. The fusion pass builds groups from it and a backend reads
+// the roles back from a group, so both agree on what a group means.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pto/graph.h"
+
+namespace pto::fusion {
+
+struct EpilogueChain {
+  int32_t anchor = -1;          // Conv, Gemm or MatMul
+  std::vector<int32_t> nodes;   // anchor first, then the epilogue nodes in order
+  ValueId bias = kNoValue;      // constant added per output channel (Conv) or column (MatMul)
+  ValueId residual = kNoValue;  // tensor of the output's shape added before the activation
+  std::string activation;       // "", or an op name: "Relu", "Clip", ..., "Silu"
+  double lo = 0, hi = 0;        // Clip bounds, LeakyRelu slope (lo)
+  ValueId result = kNoValue;    // the value the chain produces
+  // The rule's name: "Conv+Bias+Add+Relu" (anchor op, then the parts present).
+  std::string rule(const Graph& g) const;
+};
+
+// The longest epilogue chain starting at node `anchor` (whose op must be Conv, Gemm or MatMul with
+// float32 output), or nullopt when nothing follows it that can be fused. `uses` is
+// Graph::use_counts().
+std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
+                                            const std::vector<int>& uses);
+
+// Reads a group formed from match_epilogue back into its roles (nullopt when it is not one).
+std::optional<EpilogueChain> epilogue_of_group(const Graph& g, const std::vector<int32_t>& nodes);
+
+}  // namespace pto::fusion

@@ -1,0 +1,161 @@
+// FuseKernels: the partition of a Tensor Graph into kernels (level 2 of DESIGN.md).
+//
+// Two rules, in this order, each claiming only nodes no earlier group took:
+//  1. epilogue: a Conv, Gemm or MatMul takes the bias add, residual add and activation that
+//     follow it along single-use values (fusion/epilogue_chain.h);
+//  2. elementwise: starting from the first unclaimed fusible elementwise node, the group grows
+//     forward by the readers of its values that are fusible, have the group's output shape, and
+//     keep the group convex (no path leaves the group and comes back into it).
+// Every remaining node is a kernel of its own. Kernels are ordered by their last node, which
+// respects every dependency because groups are convex.
+#include <algorithm>
+#include <map>
+
+#include "fusion/epilogue_chain.h"
+#include "pto/kernel_graph.h"
+#include "pto/log.h"
+#include "pto/op_registry.h"
+
+namespace pto {
+namespace {
+
+// Whether the node set `in` (flags by node index, spanning [lo, hi]) is convex: no node outside
+// it both depends on the set and feeds it.
+bool convex(const Graph& g, const std::vector<char>& in, int32_t lo, int32_t hi) {
+  const auto& nodes = g.nodes();
+  std::vector<char> tainted(g.values().size(), 0);  // values depending on the set from outside
+  for (int32_t i = lo; i <= hi; ++i) {
+    const Node& n = nodes[i];
+    bool depends = false;  // reads a value that left the set and came back through outside nodes
+    for (ValueId v : n.inputs) depends = depends || (v != kNoValue && tainted[v] == 1);
+    if (in[i]) {
+      if (depends) return false;
+      for (ValueId o : n.outputs)
+        if (o != kNoValue) tainted[o] = 2;  // produced inside: taints readers outside
+      continue;
+    }
+    bool reads_set = false;
+    for (ValueId v : n.inputs) reads_set = reads_set || (v != kNoValue && tainted[v]);
+    if (reads_set)
+      for (ValueId o : n.outputs)
+        if (o != kNoValue) tainted[o] = 1;
+  }
+  return true;
+}
+
+bool same_output_shape(const Graph& g, const Node& n, const Shape& shape) {
+  if (n.outputs.size() != 1 || n.outputs[0] == kNoValue) return false;
+  const TensorType& t = g.value(n.outputs[0]).type;
+  return t.shape && *t.shape == shape;
+}
+
+// Grows an elementwise group from `seed`; returns its nodes (sorted), or just the seed.
+std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
+                                      const std::vector<int32_t>& owner,
+                                      const FusionOptions& options) {
+  const auto& nodes = g.nodes();
+  const Shape shape = *g.value(nodes[seed].outputs[0]).type.shape;
+  std::vector<char> in(nodes.size(), 0);
+  in[seed] = 1;
+  int32_t hi = seed;
+  std::vector<int32_t> members = {seed};
+  // Readers of each value, so the group can look at who reads what it produces.
+  std::map<ValueId, std::vector<int32_t>> readers;
+  for (size_t i = static_cast<size_t>(seed) + 1; i < nodes.size(); ++i)
+    for (ValueId v : nodes[i].inputs)
+      if (v != kNoValue) readers[v].push_back(static_cast<int32_t>(i));
+  for (size_t k = 0; k < members.size(); ++k) {
+    for (ValueId o : nodes[members[k]].outputs) {
+      if (o == kNoValue) continue;
+      for (int32_t r : readers[o]) {
+        if (in[r] || owner[r] >= 0 || !options.elementwise_fusible(g, r) ||
+            !same_output_shape(g, nodes[r], shape))
+          continue;
+        in[r] = 1;
+        if (!convex(g, in, seed, std::max(hi, r))) {
+          in[r] = 0;
+          continue;
+        }
+        hi = std::max(hi, r);
+        members.push_back(r);
+      }
+    }
+  }
+  std::sort(members.begin(), members.end());
+  return members;
+}
+
+}  // namespace
+
+KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options) {
+  const auto& nodes = g.nodes();
+  const std::vector<int> uses = g.use_counts();
+  std::vector<int32_t> owner(nodes.size(), -1);
+  std::vector<KernelGroup> groups;
+  std::map<std::string, int> fired;
+
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (owner[i] >= 0) continue;
+    auto chain = fusion::match_epilogue(g, static_cast<int32_t>(i), uses);
+    if (!chain) continue;
+    bool free = true;
+    for (int32_t n : chain->nodes) free = free && owner[n] < 0;
+    if (!free) continue;
+    KernelGroup k;
+    k.nodes = chain->nodes;
+    std::sort(k.nodes.begin(), k.nodes.end());
+    k.rule = chain->rule(g);
+    k.anchor = static_cast<int32_t>(i);
+    for (int32_t n : k.nodes) owner[n] = static_cast<int32_t>(groups.size());
+    ++fired[k.rule];
+    groups.push_back(std::move(k));
+  }
+
+  if (options.elementwise_fusible) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const auto seed = static_cast<int32_t>(i);
+      if (owner[i] >= 0 || !options.elementwise_fusible(g, seed)) continue;
+      const Node& n = nodes[i];
+      if (n.outputs.size() != 1 || n.outputs[0] == kNoValue || !g.value(n.outputs[0]).type.shape)
+        continue;
+      std::vector<int32_t> members = grow_elementwise(g, seed, owner, options);
+      if (members.size() < 2) continue;
+      KernelGroup k;
+      k.nodes = std::move(members);
+      k.rule = "Elementwise";
+      for (int32_t m : k.nodes) owner[m] = static_cast<int32_t>(groups.size());
+      ++fired[k.rule];
+      groups.push_back(std::move(k));
+    }
+  }
+
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (owner[i] >= 0) continue;
+    KernelGroup k;
+    k.nodes = {static_cast<int32_t>(i)};
+    owner[i] = static_cast<int32_t>(groups.size());
+    groups.push_back(std::move(k));
+  }
+  std::sort(groups.begin(), groups.end(), [](const KernelGroup& a, const KernelGroup& b) {
+    return a.last_node() < b.last_node();
+  });
+  KernelGraph kg;
+  for (KernelGroup& k : groups) {
+    finish_group(g, k);
+    if (k.nodes.size() == 1) {  // a single node's kernel produces all of its outputs
+      k.outputs.clear();
+      for (ValueId o : nodes[k.nodes[0]].outputs)
+        if (o != kNoValue) k.outputs.push_back(o);
+    }
+    kg.kernels.push_back(std::move(k));
+  }
+  if (log_enabled(LogLevel::kInfo)) {
+    std::string s;
+    for (const auto& [rule, count] : fired) s += cat(" ", rule, " x", count);
+    log(LogLevel::kInfo, cat("FuseKernels: ", nodes.size(), " nodes -> ", kg.kernels.size(),
+                             " kernels", s.empty() ? "" : ";", s));
+  }
+  return kg;
+}
+
+}  // namespace pto

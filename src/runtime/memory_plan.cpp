@@ -1,0 +1,100 @@
+// plan_memory: greedy best fit by size (the algorithm TFLite's arena planner uses).
+//
+// Buffers are the outputs of steps that own their storage (not views), with a static size and a
+// lifetime [def step, last step reading them or a view of them]. Taken largest first, each buffer
+// goes into the smallest gap between already placed buffers whose lifetimes overlap its own, or
+// after the last of them. Outputs of one step with the same size share the longest of their
+// lifetimes, because the kernel may hand them out in either order.
+#include "runtime/memory_plan.h"
+
+#include <algorithm>
+#include <map>
+
+namespace pto {
+namespace {
+
+size_t align_up(size_t n) {
+  return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+}
+
+// Bytes of a value's buffer, or 0 when its shape or dtype is not known.
+size_t static_bytes(const TensorType& t) {
+  if (!t.shape || t.dtype == DType::kUndefined) return 0;
+  size_t n = dtype_size(t.dtype);
+  for (const Dim& d : *t.shape) {
+    if (!d.is_known()) return 0;
+    n *= static_cast<size_t>(d.value);
+  }
+  return n;
+}
+
+struct Buffer {
+  ValueId value;
+  int32_t step, begin, end;
+  size_t bytes;
+  size_t offset = 0;
+};
+
+}  // namespace
+
+MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& live) {
+  MemoryPlan plan;
+  plan.step_slots.resize(kg.kernels.size());
+  std::vector<Buffer> buffers;
+  for (size_t s = 0; s < kg.kernels.size(); ++s) {
+    std::map<size_t, int32_t> end_by_size;  // same-size outputs of this step share a lifetime
+    const size_t first = buffers.size();
+    for (ValueId o : kg.kernels[s].outputs) {
+      if (live.root[o] != o) continue;  // a view: lives in its root's buffer
+      const size_t bytes = align_up(static_bytes(g.value(o).type));
+      const int32_t end = live.buffer_end[o];
+      if (bytes == 0 || end == Liveness::kForever) {
+        ++plan.unplanned_values;
+        continue;
+      }
+      const auto step = static_cast<int32_t>(s);
+      buffers.push_back({o, step, step, std::max(end, step), bytes});
+      int32_t& e = end_by_size[bytes];
+      e = std::max(e, buffers.back().end);
+    }
+    for (size_t b = first; b < buffers.size(); ++b) buffers[b].end = end_by_size[buffers[b].bytes];
+  }
+
+  std::vector<size_t> order(buffers.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
+  std::vector<size_t> placed;
+  for (size_t i : order) {
+    Buffer& buf = buffers[i];
+    std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of overlapping placed buffers
+    for (size_t j : placed) {
+      const Buffer& p = buffers[j];
+      if (p.begin <= buf.end && buf.begin <= p.end) busy.push_back({p.offset, p.offset + p.bytes});
+    }
+    std::sort(busy.begin(), busy.end());
+    size_t best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (lo > cursor && lo - cursor >= buf.bytes && lo - cursor < best_gap) {
+        best = cursor;
+        best_gap = lo - cursor;
+      }
+      cursor = std::max(cursor, hi);
+    }
+    buf.offset = best != SIZE_MAX ? best : cursor;
+    plan.arena_bytes = std::max(plan.arena_bytes, buf.offset + buf.bytes);
+    placed.push_back(i);
+  }
+
+  std::vector<size_t> live_bytes(kg.kernels.size() + 1, 0);
+  for (const Buffer& b : buffers) {
+    plan.unplanned_bytes += b.bytes;
+    plan.step_slots[b.step].push_back({b.value, b.bytes, b.offset});
+    for (int32_t s = b.begin; s <= b.end && s < static_cast<int32_t>(live_bytes.size()); ++s)
+      live_bytes[s] += b.bytes;
+  }
+  for (size_t b : live_bytes) plan.live_peak_bytes = std::max(plan.live_peak_bytes, b);
+  return plan;
+}
+
+}  // namespace pto

@@ -1,0 +1,30 @@
+// The memory plan (level 4 of DESIGN.md): every intermediate buffer whose size is known gets an
+// offset in one arena, chosen from liveness so that buffers whose lifetimes do not overlap share
+// bytes. Graph outputs (and what they are views of) are never placed in the arena: they leave the
+// run. Planned per concrete shape signature when dimensions are symbolic.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "pto/liveness.h"
+
+namespace pto {
+
+struct MemoryPlan {
+  struct Slot {
+    ValueId value = kNoValue;
+    size_t bytes = 0;  // rounded up to kTensorAlignment
+    size_t offset = 0;
+  };
+  std::vector<std::vector<Slot>> step_slots;  // per step: where its outputs go
+  size_t arena_bytes = 0;                     // the arena: the planned peak of intermediate memory
+  size_t unplanned_bytes = 0;                 // every planned buffer in its own allocation
+  size_t live_peak_bytes = 0;   // the most bytes live at one step (no plan can do better)
+  size_t unplanned_values = 0;  // intermediates left to the pool (size unknown, or escaping)
+};
+
+// `g` must carry the concrete shapes of this run (infer_types with concrete inputs).
+MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& live);
+
+}  // namespace pto

@@ -1,0 +1,246 @@
+// Level 2 end to end: the fusion rules form the kernels they should (and no others), the CPU
+// backend runs them, and every result equals the reference interpreter's on the unfused graph.
+// Also the memory plan: the arena is smaller than the sum of intermediates, steady-state runs
+// reuse it, and concurrent runs do not interfere.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "pto/executable.h"
+#include "pto/reference.h"
+
+namespace pto {
+namespace {
+
+Tensor random_tensor(Dims shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Tensor t = Tensor::empty(DType::kF32, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+ValueId constant(Graph& g, const std::string& name, Dims shape, uint32_t seed) {
+  ValueId v = g.add_value(name);
+  g.set_initializer(v, random_tensor(std::move(shape), seed));
+  return v;
+}
+
+void expect_near(const Tensor& a, const Tensor& b, double tol, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  double scale = 1;  // errors of a deep stack grow with the values: relative to the largest
+  for (int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, std::abs(b.item_as_double(i)));
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.item_as_double(i), y = b.item_as_double(i);
+    ASSERT_NEAR(x, y, tol * scale) << what << " element " << i;
+  }
+}
+
+// Compiles at `level`, runs on `inputs` twice (the second run reuses the arena) and compares with
+// the reference interpreter on the graph as built.
+Executable check_against_reference(const Graph& g, const std::vector<Tensor>& inputs, int level) {
+  Graph typed = g;
+  infer_types(typed);
+  const std::vector<Tensor> want = reference::run(typed, inputs);
+  Executable exe = compile(g, {.level = level});
+  for (int round = 0; round < 2; ++round) {
+    std::vector<Tensor> got = exe.run(inputs);
+    EXPECT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+      expect_near(got[i], want[i], 1e-5, cat("level ", level, " round ", round, " output ", i));
+  }
+  return exe;
+}
+
+// x -> Conv(w) -> Add(bias [C,1,1]) -> Add(residual r) -> Relu
+Graph conv_chain(int64_t n) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, to_shape({n, 8, 9, 9})});
+  ValueId r = g.add_input("r", {DType::kF32, to_shape({n, 16, 9, 9})});
+  ValueId w = constant(g, "w", {16, 8, 3, 3}, 1);
+  ValueId b = constant(g, "b", {16, 1, 1}, 2);
+  ValueId c = g.add_value("c"), cb = g.add_value("cb"), cr = g.add_value("cr"),
+          y = g.add_value("y");
+  Attributes a;
+  a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  g.add_node("Conv", {x, w}, {c}, a, "conv");
+  g.add_node("Add", {c, b}, {cb}, {}, "bias");
+  g.add_node("Add", {r, cb}, {cr}, {}, "residual");
+  g.add_node("Relu", {cr}, {y}, {}, "relu");
+  g.add_output(y);
+  return g;
+}
+
+TEST(Fusion, ConvBiasResidualReluIsOneKernel) {
+  Graph g = conv_chain(2);
+  std::vector<Tensor> in = {random_tensor({2, 8, 9, 9}, 3), random_tensor({2, 16, 9, 9}, 4)};
+  Executable exe = check_against_reference(g, in, 2);
+  ASSERT_EQ(exe.num_steps(), 1u);
+  EXPECT_EQ(exe.step(0).rule, "Conv+Bias+Add+Relu");
+  EXPECT_EQ(exe.step(0).backend, "cpu");
+  EXPECT_EQ(exe.step(0).nodes.size(), 4u);
+  // Level 0 runs the same graph op by op.
+  EXPECT_EQ(check_against_reference(g, in, 0).num_steps(), 4u);
+}
+
+TEST(Fusion, SharedIntermediateStaysUnfused) {
+  Graph g = conv_chain(1);
+  // A second reader of the conv output: the epilogue cannot swallow it.
+  ValueId c = *g.find_value("c");
+  ValueId z = g.add_value("z");
+  g.add_node("Sigmoid", {c}, {z}, {}, "other_reader");
+  g.add_output(z);
+  std::vector<Tensor> in = {random_tensor({1, 8, 9, 9}, 5), random_tensor({1, 16, 9, 9}, 6)};
+  Executable exe = check_against_reference(g, in, 2);
+  for (size_t s = 0; s < exe.num_steps(); ++s)
+    if (exe.step(s).rule.rfind("Conv", 0) == 0) ADD_FAILURE() << "conv fused: " << exe.step(s).rule;
+}
+
+TEST(Fusion, MatMulBiasActivations) {
+  for (const char* act : {"Gelu", "Tanh", "Sigmoid", "Relu", "Silu"}) {
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kF32, to_shape({3, 5, 32})});
+    ValueId w = constant(g, "w", {32, 24}, 7);
+    ValueId b = constant(g, "b", {24}, 8);
+    ValueId m = g.add_value("m"), mb = g.add_value("mb"), y = g.add_value("y");
+    g.add_node("MatMul", {x, w}, {m}, {}, "mm");
+    g.add_node("Add", {m, b}, {mb}, {}, "bias");
+    if (std::string(act) == "Silu") {
+      ValueId s = g.add_value("s");
+      g.add_node("Sigmoid", {mb}, {s}, {}, "sig");
+      g.add_node("Mul", {mb, s}, {y}, {}, "mul");
+    } else {
+      g.add_node(act, {mb}, {y}, {}, "act", 20);
+    }
+    g.add_output(y);
+    Executable exe = check_against_reference(g, {random_tensor({3, 5, 32}, 9)}, 2);
+    ASSERT_EQ(exe.num_steps(), 1u) << act;
+    EXPECT_EQ(exe.step(0).rule, cat("MatMul+Bias+", act)) << act;
+  }
+}
+
+TEST(Fusion, GemmWithCAndClip) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, to_shape({4, 16})});
+  ValueId w = constant(g, "w", {8, 16}, 10);
+  ValueId c = constant(g, "c", {8}, 11);
+  ValueId lo = g.add_value("lo"), hi = g.add_value("hi");
+  g.set_initializer(lo, Tensor::scalar(0.0f));
+  g.set_initializer(hi, Tensor::scalar(0.5f));
+  ValueId m = g.add_value("m"), y = g.add_value("y");
+  Attributes a;
+  a.set("transB", int64_t{1});
+  g.add_node("Gemm", {x, w, c}, {m}, a, "gemm");
+  g.add_node("Clip", {m, lo, hi}, {y}, {}, "clip");
+  g.add_output(y);
+  Executable exe = check_against_reference(g, {random_tensor({4, 16}, 12)}, 2);
+  ASSERT_EQ(exe.num_steps(), 1u);
+  EXPECT_EQ(exe.step(0).rule, "Gemm+Clip");
+}
+
+// A chain of convs: each intermediate is dead two steps later, so the arena holds two buffers.
+Graph conv_stack(int depth, const Shape& xshape) {
+  Graph g;
+  ValueId cur = g.add_input("x", {DType::kF32, xshape});
+  for (int i = 0; i < depth; ++i) {
+    ValueId w = constant(g, cat("w", i), {8, 8, 3, 3}, 20 + i);
+    ValueId y = g.add_value(cat("y", i));
+    Attributes a;
+    a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    g.add_node("Conv", {cur, w}, {y}, a, cat("conv", i));
+    ValueId r = g.add_value(cat("r", i));
+    g.add_node("Relu", {y}, {r}, {}, cat("relu", i));
+    cur = r;
+  }
+  g.add_output(cur);
+  return g;
+}
+
+TEST(MemoryPlan, ChainReusesTwoBuffers) {
+  Graph g = conv_stack(8, to_shape({1, 8, 16, 16}));
+  Executable exe = check_against_reference(g, {random_tensor({1, 8, 16, 16}, 30)}, 2);
+  const ExecutableStats s = exe.stats();
+  EXPECT_EQ(s.kernels, 8u);
+  EXPECT_TRUE(s.memory_planned);
+  const size_t one = 8 * 16 * 16 * sizeof(float);
+  EXPECT_EQ(s.unplanned_peak_bytes, 7 * one);  // the last conv's output is the graph output
+  EXPECT_EQ(s.peak_bytes, 2 * one);
+  // Steady state: the arena and the pool serve everything.
+  Tensor x = random_tensor({1, 8, 16, 16}, 31);
+  exe.run({x});
+  const size_t before = exe.memory_stats().system_allocations;
+  exe.run({x});
+  EXPECT_EQ(exe.memory_stats().system_allocations, before);
+}
+
+TEST(MemoryPlan, OptionOffRunsUnplanned) {
+  Graph g = conv_stack(4, to_shape({1, 8, 8, 8}));
+  CompileOptions o;
+  o.memory_optimization = false;
+  Executable exe = compile(g, o);
+  EXPECT_FALSE(exe.stats().memory_planned);
+  EXPECT_EQ(exe.stats().peak_bytes, exe.stats().unplanned_peak_bytes);
+}
+
+TEST(MemoryPlan, SymbolicBatchPlansPerShapeAndRunsConcurrently) {
+  Graph g = conv_stack(6, Shape{Dim::sym("batch"), Dim(8), Dim(12), Dim(12)});
+  Executable exe = compile(g, {.level = 2});
+  EXPECT_FALSE(exe.stats().memory_planned);  // no shapes yet
+  for (int64_t n : {1, 3, 2}) {
+    Tensor x = random_tensor({n, 8, 12, 12}, 40 + static_cast<uint32_t>(n));
+    Graph typed = g;
+    infer_types(typed);
+    const Tensor want = reference::run(typed, {x})[0];
+    expect_near(exe.run({x})[0], want, 1e-5, cat("batch ", n));
+    EXPECT_EQ(exe.stats({{n, 8, 12, 12}}).peak_bytes, 2 * static_cast<size_t>(n) * 8 * 144 * 4);
+  }
+  // Two threads running different batch sizes at once get their own arenas.
+  Tensor a = random_tensor({2, 8, 12, 12}, 50), b = random_tensor({3, 8, 12, 12}, 51);
+  const Tensor ya = exe.run({a})[0], yb = exe.run({b})[0];
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        const Tensor& x = t ? b : a;
+        const Tensor& want = t ? yb : ya;
+        Tensor got = exe.run({x})[0];
+        for (int64_t k = 0; k < got.numel(); ++k)
+          if (got.data<float>()[k] != want.data<float>()[k]) {
+            ++mismatches;
+            break;
+          }
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST(MemoryPlan, ViewsKeepTheirRootAlive) {
+  // conv -> Reshape (a view) -> ... the reshaped value is read after the conv's other uses end.
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, to_shape({1, 8, 6, 6})});
+  ValueId w = constant(g, "w", {8, 8, 3, 3}, 60);
+  ValueId y = g.add_value("y"), flat = g.add_value("flat"), shape = g.add_value("shape");
+  g.set_initializer(shape, Tensor::from_vector<int64_t>({1, 288}, {2}));
+  Attributes a;
+  a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  g.add_node("Conv", {x, w}, {y}, a, "conv");
+  g.add_node("Reshape", {y, shape}, {flat}, {}, "reshape");
+  ValueId cur = flat;
+  for (int i = 0; i < 4; ++i) {  // a chain that would reuse y's bytes if the view were ignored
+    ValueId s = g.add_value(cat("s", i));
+    g.add_node(i % 2 ? "Relu" : "Sigmoid", {i == 0 ? flat : cur}, {s}, {}, cat("f", i));
+    cur = s;
+  }
+  ValueId sum = g.add_value("sum");
+  g.add_node("Add", {cur, flat}, {sum}, {}, "add");
+  g.add_output(sum);
+  check_against_reference(g, {random_tensor({1, 8, 6, 6}, 61)}, 2);
+}
+
+}  // namespace
+}  // namespace pto
