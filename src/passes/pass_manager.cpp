@@ -16,6 +16,10 @@ PassRegistry& PassRegistry::global() {
   static PassRegistry* registry = [] {
     auto* r = new PassRegistry();
     passes::register_eliminate_dead_code(*r);
+    passes::register_canonicalize_ops(*r);
+    passes::register_fold_batch_norm(*r);
+    passes::register_fold_transpose_into_gemm(*r);
+    passes::register_recognize_composites(*r);
     return r;
   }();
   return *registry;
@@ -43,9 +47,11 @@ std::vector<std::string> pipeline(int level) {
   // Level 1: clean-up that keeps every value's bits. Names absent from the registry (a pass not
   // built yet) are skipped, so the list below is the whole intended order.
   std::vector<std::string> order = {
-      "CanonicalizeOps",      "FoldConstants",         "EliminateNoOps",
-      "SimplifyTransposes",   "FoldBatchNorm",         "FoldTransposeIntoGemm",
-      "RecognizeComposites",  "EliminateCommonSubexpressions", "EliminateDeadCode",
+      "CanonicalizeOps",     "FoldConstants",
+      "EliminateNoOps",      "SimplifyTransposes",
+      "FoldBatchNorm",       "FoldTransposeIntoGemm",
+      "RecognizeComposites", "EliminateCommonSubexpressions",
+      "EliminateDeadCode",
   };
   std::vector<std::string> out;
   for (const std::string& name : order)
@@ -69,7 +75,8 @@ void check_known(const std::vector<std::string>& names, const char* what) {
   for (const std::string& n : names) {
     if (n == "all" || PassRegistry::global().find(n)) continue;
     std::string known;
-    for (const std::string& k : PassRegistry::global().names()) known += (known.empty() ? "" : ", ") + k;
+    for (const std::string& k : PassRegistry::global().names())
+      known += (known.empty() ? "" : ", ") + k;
     throw ValueError(cat(what, ": unknown pass '", n, "' (passes: ", known, ")"));
   }
 }
@@ -107,9 +114,9 @@ Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* r
     if (log_enabled(LogLevel::kInfo)) {
       std::string fired;
       for (const auto& [rule, count] : r.fired) fired += cat(" ", rule, " x", count);
-      log(LogLevel::kInfo, cat("pass ", name, ": ", r.nodes_before, " -> ", r.nodes_after,
-                               " nodes in ", static_cast<int>(r.seconds * 1e6), " us",
-                               fired.empty() ? "" : ";", fired));
+      log(LogLevel::kInfo,
+          cat("pass ", name, ": ", r.nodes_before, " -> ", r.nodes_after, " nodes in ",
+              static_cast<int>(r.seconds * 1e6), " us", fired.empty() ? "" : ";", fired));
     }
     if (dumps(name)) std::cerr << "// after " << name << "\n" << print(g) << std::flush;
     if (report) report->push_back(std::move(r));
