@@ -47,11 +47,9 @@ std::vector<std::string> pipeline(int level) {
   // Level 1: clean-up that keeps every value's bits. Names absent from the registry (a pass not
   // built yet) are skipped, so the list below is the whole intended order.
   std::vector<std::string> order = {
-      "CanonicalizeOps",     "FoldConstants",
-      "EliminateNoOps",      "SimplifyTransposes",
-      "FoldBatchNorm",       "FoldTransposeIntoGemm",
-      "RecognizeComposites", "EliminateCommonSubexpressions",
-      "EliminateDeadCode",
+      "CanonicalizeOps",      "FoldConstants",         "EliminateNoOps",
+      "SimplifyTransposes",   "FoldBatchNorm",         "FoldTransposeIntoGemm",
+      "RecognizeComposites",  "EliminateCommonSubexpressions", "EliminateDeadCode",
   };
   std::vector<std::string> out;
   for (const std::string& name : order)
@@ -75,8 +73,7 @@ void check_known(const std::vector<std::string>& names, const char* what) {
   for (const std::string& n : names) {
     if (n == "all" || PassRegistry::global().find(n)) continue;
     std::string known;
-    for (const std::string& k : PassRegistry::global().names())
-      known += (known.empty() ? "" : ", ") + k;
+    for (const std::string& k : PassRegistry::global().names()) known += (known.empty() ? "" : ", ") + k;
     throw ValueError(cat(what, ": unknown pass '", n, "' (passes: ", known, ")"));
   }
 }
@@ -114,9 +111,9 @@ Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* r
     if (log_enabled(LogLevel::kInfo)) {
       std::string fired;
       for (const auto& [rule, count] : r.fired) fired += cat(" ", rule, " x", count);
-      log(LogLevel::kInfo,
-          cat("pass ", name, ": ", r.nodes_before, " -> ", r.nodes_after, " nodes in ",
-              static_cast<int>(r.seconds * 1e6), " us", fired.empty() ? "" : ";", fired));
+      log(LogLevel::kInfo, cat("pass ", name, ": ", r.nodes_before, " -> ", r.nodes_after,
+                               " nodes in ", static_cast<int>(r.seconds * 1e6), " us",
+                               fired.empty() ? "" : ";", fired));
     }
     if (dumps(name)) std::cerr << "// after " << name << "\n" << print(g) << std::flush;
     if (report) report->push_back(std::move(r));
