@@ -37,9 +37,13 @@ struct Matcher {
     consumed.push_back(static_cast<size_t>(g.value(v).producer));
     return n;
   }
+  // A scalar constant within 1e-4 of `want` (relative), or within two roundings of the half types.
   bool is_const(ValueId v, double want) {
     auto c = scalar_constant(g, v);
-    return c && std::fabs(*c - want) <= 1e-4 * std::fabs(want);
+    if (!c) return false;
+    const DType dt = dtype_of_value(g, v);
+    const double tol = dt == DType::kF16 ? 2e-3 : dt == DType::kBF16 ? 1.6e-2 : 1e-4;
+    return std::fabs(*c - want) <= tol * std::fabs(want);
   }
   // For a binary node n with operand `known` (either side), the other operand.
   static ValueId other(const Node& n, ValueId known) {
