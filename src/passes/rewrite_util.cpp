@@ -11,8 +11,20 @@ const Node* producer(const Graph& g, ValueId v) {
   return p >= 0 && static_cast<size_t>(p) < g.nodes().size() ? &g.nodes()[p] : nullptr;
 }
 
+// A Constant node's `value` (the importer keeps Constant nodes; FoldConstants may not have run).
+const Node* constant_node(const Graph& g, ValueId v) {
+  const Node* p = producer(g, v);
+  return p && p->op == "Constant" && p->outputs.size() == 1 ? p : nullptr;
+}
+
 const Tensor* constant(const Graph& g, ValueId v) {
   if (v == kNoValue) return nullptr;
+  if (const Node* c = constant_node(g, v)) {
+    if (!c->attrs.has("value") || !std::holds_alternative<Tensor>(c->attrs.all().at("value")))
+      return nullptr;
+    const Tensor& t = c->attrs.get_tensor("value");
+    return t.defined() ? &t : nullptr;
+  }
   const Tensor* t = g.initializer(v);
   if (!t || !t->defined()) return nullptr;
   if (std::find(g.inputs().begin(), g.inputs().end(), v) != g.inputs().end()) return nullptr;
@@ -20,6 +32,14 @@ const Tensor* constant(const Graph& g, ValueId v) {
 }
 
 std::optional<double> scalar_constant(const Graph& g, ValueId v) {
+  if (const Node* c = constant_node(g, v)) {
+    const auto& a = c->attrs.all();
+    if (auto it = a.find("value_float");
+        it != a.end() && std::holds_alternative<double>(it->second))
+      return std::get<double>(it->second);
+    if (auto it = a.find("value_int"); it != a.end() && std::holds_alternative<int64_t>(it->second))
+      return static_cast<double>(std::get<int64_t>(it->second));
+  }
   const Tensor* t = constant(g, v);
   if (!t || t->numel() != 1 || t->dtype() == DType::kBool) return std::nullopt;
   return t->item_as_double(0);

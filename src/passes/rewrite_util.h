@@ -18,10 +18,11 @@ namespace pto::passes {
 const Node* producer(const Graph& g, ValueId v);
 
 // The constant data of v: an initializer that is not also a graph input (an input's default can
-// be overridden by the caller, so it is not a constant).
+// be overridden by the caller, so it is not a constant), or the `value` of a Constant node.
 const Tensor* constant(const Graph& g, ValueId v);
 
-// The one element of a constant with a single element, as a double.
+// The one element of a constant with a single element (or a Constant node's value_float or
+// value_int), as a double.
 std::optional<double> scalar_constant(const Graph& g, ValueId v);
 
 // Every element of t, in row-major order, as doubles.

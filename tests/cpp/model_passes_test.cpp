@@ -41,6 +41,12 @@ struct Builder {
     return constant(name, random_f32(shape, ++seed, lo, hi));
   }
   ValueId scalar(const std::string& name, float v) { return constant(name, Tensor::scalar(v)); }
+  // A constant as a Constant node, as the torchscript exporter writes them.
+  ValueId constant_node(float v) {
+    Attributes a;
+    a.set("value", Tensor::scalar(v));
+    return op("Constant", {}, std::move(a));
+  }
   ValueId op(const std::string& op, std::vector<ValueId> in, Attributes a = {}, int opset = 0) {
     ValueId out = g.add_value(g.unique_name(op + "_out"));
     g.add_node(op, std::move(in), {out}, std::move(a), "", opset);
@@ -401,6 +407,21 @@ TEST(PassRecognizeComposites, TanhGeluAsGpt2WritesIt) {
     EXPECT_EQ(g.nodes().size(), 1u);
     EXPECT_EQ(only(g, "Gelu").attrs.get_string("approximate"), "tanh");
   }
+}
+
+TEST(PassRecognizeComposites, ConstantsAsConstantNodes) {
+  Builder b;
+  ValueId x = b.input("x", {4, 16});
+  // torchscript: Div(x, Constant), Erf, Add(., Constant), Mul(x, .), Mul(., Constant 0.5).
+  ValueId e = b.op("Erf", {b.op("Div", {x, b.constant_node(1.4142135f)})});
+  ValueId s = b.op("Add", {e, b.constant_node(1.0f)});
+  ValueId y = b.op("Mul", {b.op("Mul", {x, s}), b.constant_node(0.5f)});
+  b.g.add_output(b.op("Pow", {y, b.constant_node(2.0f)}));
+  Graph g = run_and_compare(b, "RecognizeComposites");
+  EXPECT_EQ(count(g, "Gelu"), 1);
+  EXPECT_EQ(count(g, "Erf"), 0);
+  g = run_and_compare(b, "CanonicalizeOps", 0);
+  EXPECT_EQ(count(g, "Pow"), 0);
 }
 
 TEST(PassRecognizeComposites, GeluWithASharedIntermediateStays) {
