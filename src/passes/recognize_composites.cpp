@@ -3,8 +3,8 @@
 // op that means it, so later levels see one op:
 //   x * 0.5 * (1 + Erf(x / 1.41421 | x * 0.70711))                   -> Gelu
 //   x * 0.5 * (1 + Tanh(0.79788 * (x + 0.044715 * x^3)))             -> Gelu approximate="tanh"
-//   (x - mean(x)) / Sqrt(mean((x - mean(x))^2) + eps) [* g] [+ b]    -> LayerNormalization
-//   x / Sqrt(mean(x^2) + eps) [* g]                                  -> RMSNormalization
+//   (x - mean(x)) / Sqrt(mean((x - mean(x))^2) [+ eps]) [* g] [+ b]  -> LayerNormalization
+//   x / Sqrt(mean(x^2) [+ eps]) [* g]                                -> RMSNormalization
 // Matching is backwards from the candidate root (the last node of the pattern). The product
 // x * 0.5 * s is matched in any association; commutative operands in either order; x^2 as Pow 2 or
 // Mul(d, d); x^3 as Pow 3 or Mul chains; the division as Div, Mul by Reciprocal or Mul by Div(1,
@@ -191,12 +191,19 @@ bool normalized(Matcher& m, ValueId v, int variant, Norm& out, bool root) {
     return false;
   }
   const Node* sq = m.inner(sd, "Sqrt");
-  const Node* add = sq ? m.inner(sq->inputs[0], "Add") : nullptr;
-  if (!add) return false;
-  const int e = (variant >> 1) & 1;  // which operand of the Add is eps
-  auto eps = scalar_constant(m.g, add->inputs[e]);
-  if (!eps || *eps < 0) return false;
-  const ValueId squares = mean_last_axis(m, add->inputs[1 - e]);
+  if (!sq) return false;
+  // Sqrt(var + eps), or Sqrt(var) where an exporter dropped a tiny eps (onnxscript's optimizer
+  // folds x + 1e-12 away in f32).
+  ValueId var = sq->inputs[0];
+  std::optional<double> eps = 0.0;
+  const Node* plus = producer(m.g, var);
+  if (plus && plus->op == "Add") {
+    const int e = (variant >> 1) & 1;  // which operand of the Add is eps
+    eps = scalar_constant(m.g, plus->inputs[e]);
+    if (!eps || *eps < 0 || !m.inner(var, "Add")) return false;
+    var = plus->inputs[1 - e];
+  }
+  const ValueId squares = mean_last_axis(m, var);
   const Node* p = producer(m.g, squares);
   if (!p) return false;
   // num is read by the square (once for Pow, twice for Mul) and the division, nowhere else when it

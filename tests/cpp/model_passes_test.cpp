@@ -468,6 +468,20 @@ TEST(PassRecognizeComposites, LayerNorm) {
   }
 }
 
+TEST(PassRecognizeComposites, LayerNormAsTorchDynamoExportsItWithoutEps) {
+  // onnxscript's optimizer drops `+ 1e-12`: ReduceMean, Sub, Pow, ReduceMean, Sqrt, Div, Mul, Add.
+  Builder b;
+  ValueId x = b.input("x", {2, 7, 16});
+  ValueId axes = b.constant("axes", Tensor::from_vector<int64_t>({-1}, {1}));
+  ValueId d = b.op("Sub", {x, b.op("ReduceMean", {x, axes})});
+  ValueId var = b.op("ReduceMean", {b.op("Pow", {d, b.scalar("two", 2.0f)}), axes});
+  ValueId n = b.op("Div", {d, b.op("Sqrt", {var})});
+  b.g.add_output(b.op("Add", {b.op("Mul", {b.random("w", {16}), n}), b.random("b", {16})}));
+  Graph g = run_and_compare(b, "RecognizeComposites");
+  EXPECT_EQ(g.nodes().size(), 1u);
+  EXPECT_EQ(only(g, "LayerNormalization").attrs.get_float("epsilon"), 0.0);
+}
+
 TEST(PassRecognizeComposites, LayerNormWithASharedIntermediateStays) {
   Builder b;
   ValueId x = b.input("x", {2, 12});
