@@ -7,6 +7,7 @@
 //   Pow(x, -1..-4)       -> Reciprocal(chain)                    level >= 3 (1 ulp)
 //   Pow(x, 0.5)          -> Sqrt(x)                              level >= 3 (-0 and -inf differ)
 //   Sub(x, c)            -> Add(x, -c)                           exact (IEEE: x - c == x + -c)
+//   Sum(a, b) | Sum(a)   -> Add(a, b) | Identity(a)              exact (ONNX function bodies)
 //   Div(x, c), c = ±2^k  -> Mul(x, 1/c)                          exact (both are x * 2^-k rounded)
 //   Clip{min, max}       -> Clip(x, min, max)                    exact (f32/f64; attrs before 11)
 //   Squeeze/Unsqueeze/Reduce*{axes} -> axes as a constant input  exact
@@ -107,6 +108,15 @@ bool sub_constant(Rewrite& rw, size_t i, const PassContext&) {
   if (!neg) return false;
   Node& m = g.mutable_nodes()[i];
   retarget(m, "Add", {m.inputs[0], *neg}, m.attrs, m.opset);
+  return true;
+}
+
+bool sum_of_two(Rewrite& rw, size_t i, const PassContext&) {
+  const Node& n = node_at(rw, i);
+  if (n.op != "Sum" || n.inputs.empty() || n.inputs.size() > 2) return false;
+  if (!is_floating(dtype_of_value(rw.graph(), n.outputs[0]))) return false;
+  Node& m = rw.graph().mutable_nodes()[i];
+  retarget(m, m.inputs.size() == 2 ? "Add" : "Identity", m.inputs);
   return true;
 }
 
@@ -215,6 +225,7 @@ Graph canonicalize_ops(Graph g, const PassContext& ctx) {
   apply_rules(g,
               {{nullptr, pow_chain},
                {"CanonicalizeOps/SubConstant", sub_constant},
+               {"CanonicalizeOps/SumOfTwo", sum_of_two},
                {"CanonicalizeOps/DivPowerOfTwo", div_power_of_two},
                {"CanonicalizeOps/ClipAttributes", clip_attributes},
                {"CanonicalizeOps/AxesAttribute", axes_attribute},

@@ -273,6 +273,17 @@ TEST(PassCanonicalizeOps, SubAndDivByConstants) {
   EXPECT_EQ(count(g, "Div"), 1);
 }
 
+TEST(PassCanonicalizeOps, SumOfTwoIsAdd) {
+  Builder b;
+  ValueId x = b.input("x", {3, 4});
+  ValueId y = b.input("y", {4});
+  b.g.add_output(b.op("Sum", {b.op("Sum", {x, y})}));
+  Graph g = run_and_compare(b, "CanonicalizeOps", 0);
+  EXPECT_EQ(count(g, "Add"), 1);
+  EXPECT_EQ(count(g, "Identity"), 1);
+  EXPECT_EQ(count(g, "Sum"), 0);
+}
+
 TEST(PassCanonicalizeOps, ClipAttributesBecomeInputs) {
   Builder b;
   ValueId x = b.input("x", {10});
