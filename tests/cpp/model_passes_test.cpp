@@ -543,6 +543,21 @@ TEST(PassLevelOne, ConvBatchNormGeluLayerNormThroughThePipeline) {
   EXPECT_EQ(print(again), print(after));
 }
 
+TEST(PassLevelOne, GeluWithHalvingAsDivByTwo) {
+  // (x / 2) * (1 + erf(x / sqrt 2)): CanonicalizeOps makes the halving a Mul by 0.5 first.
+  Builder b;
+  ValueId x = b.input("x", {5, 6});
+  ValueId s = b.op(
+      "Add", {b.op("Erf", {b.op("Div", {x, b.scalar("s2", 1.4142135f)})}), b.scalar("one", 1.0f)});
+  b.g.add_output(b.op("Mul", {b.op("Div", {x, b.scalar("two", 2.0f)}), s}));
+  infer_types(b.g);
+  const Graph before = b.g;
+  Graph after = run_passes(b.g, {.level = 1});
+  compare(before, after, b.inputs(9), 1e-5);
+  EXPECT_EQ(after.nodes().size(), 1u);
+  EXPECT_EQ(count(after, "Gelu"), 1);
+}
+
 TEST(PassLevelOne, OddGraphsAreLeftAlone) {
   Builder b;
   ValueId x = b.input("x", {3, 4});
