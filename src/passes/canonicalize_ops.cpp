@@ -42,7 +42,8 @@ bool pow_chain(Rewrite& rw, size_t i, const PassContext& ctx) {
   const ValueId x = n.inputs[0], y = n.outputs[0];
   if (!is_floating(dtype_of_value(g, x))) return false;
   auto c = scalar_constant(g, n.inputs[1]);
-  if (!c) return false;
+  // A [1, 1] exponent would broadcast x up; Mul(x, x) would not.
+  if (!c || !same_shape(g, x, y)) return false;
   const double e = *c;
   const bool fast = ctx.level >= 3;
   const std::string name = n.name;

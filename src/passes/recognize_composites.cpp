@@ -131,7 +131,8 @@ bool gelu(Rewrite& rw, size_t i, const PassContext& ctx) {
     x = xs;
     return gelu_sum(m, s, x, tanh);
   });
-  if (!consumed) return false;
+  // A broadcasting constant ([1, 1] 0.5) may have grown x: Gelu(x) must have the root's shape.
+  if (!consumed || !same_shape(g, x, root.outputs[0])) return false;
   Attributes attrs;
   if (tanh) attrs.set("approximate", std::string("tanh"));
   for (size_t n : *consumed) rw.remove(n);
@@ -296,7 +297,7 @@ bool norm(Rewrite& rw, size_t i, const PassContext& ctx) {
   const std::string& op = g.nodes()[i].op;
   if (op != "Add" && op != "Mul" && op != "Div") return false;
   auto r = match_norm(rw, i);
-  if (!r) return false;
+  if (!r || !same_shape(g, r->norm.x, g.nodes()[i].outputs[0])) return false;
   // A longer match ending at the reader (the scale or bias step) is preferred: let it fire there.
   const size_t user = single_user(g, g.nodes()[i].outputs[0], rw.uses());
   if (user != SIZE_MAX && match_norm(rw, user)) return false;

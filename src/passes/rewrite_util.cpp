@@ -67,6 +67,14 @@ std::optional<Tensor> float_tensor(DType dt, const Dims& shape, const std::vecto
   return t;
 }
 
+bool same_shape(const Graph& g, ValueId a, ValueId b) {
+  const auto &sa = g.value(a).type.shape, &sb = g.value(b).type.shape;
+  if (!sa || !sb || *sa != *sb) return false;
+  for (const Dim& d : *sa)
+    if (!d.is_known() && !d.is_symbolic()) return false;
+  return true;
+}
+
 void retarget(Node& n, const std::string& op, std::vector<ValueId> inputs, Attributes attrs,
               int opset) {
   const OpDef* def = OpRegistry::global().find(op);

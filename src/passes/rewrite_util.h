@@ -37,6 +37,10 @@ inline DType dtype_of_value(const Graph& g, ValueId v) {
   return v == kNoValue ? DType::kUndefined : g.value(v).type.dtype;
 }
 
+// Whether a and b are known to have one shape (every dimension known or the same symbol). A
+// rewrite that drops a broadcasting operand (x * 0.5 -> Gelu(x)) must check that it did not grow x.
+bool same_shape(const Graph& g, ValueId a, ValueId b);
+
 // Makes node `n` another op in place (op, inputs, attributes), keeping its name, outputs and
 // position; `opset` 0 means "the latest".
 void retarget(Node& n, const std::string& op, std::vector<ValueId> inputs, Attributes attrs = {},

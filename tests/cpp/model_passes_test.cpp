@@ -273,6 +273,14 @@ TEST(PassCanonicalizeOps, SubAndDivByConstants) {
   EXPECT_EQ(count(g, "Div"), 1);
 }
 
+TEST(PassCanonicalizeOps, PowByABroadcastingExponentStays) {
+  Builder b;
+  ValueId x = b.input("x", {3});
+  b.g.add_output(b.op("Pow", {x, b.constant("two", Tensor::from_vector<float>({2}, {1, 1}))}));
+  Graph g = run_and_compare(b, "CanonicalizeOps", 0);
+  EXPECT_EQ(count(g, "Pow"), 1);
+}
+
 TEST(PassCanonicalizeOps, SumOfTwoIsAdd) {
   Builder b;
   ValueId x = b.input("x", {3, 4});
