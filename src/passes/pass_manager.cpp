@@ -16,6 +16,10 @@ PassRegistry& PassRegistry::global() {
   static PassRegistry* registry = [] {
     auto* r = new PassRegistry();
     passes::register_eliminate_dead_code(*r);
+    passes::register_canonicalize_ops(*r);
+    passes::register_fold_batch_norm(*r);
+    passes::register_fold_transpose_into_gemm(*r);
+    passes::register_recognize_composites(*r);
     return r;
   }();
   return *registry;

@@ -8,5 +8,9 @@
 namespace pto::passes {
 
 void register_eliminate_dead_code(PassRegistry& r);
+void register_canonicalize_ops(PassRegistry& r);
+void register_fold_batch_norm(PassRegistry& r);
+void register_fold_transpose_into_gemm(PassRegistry& r);
+void register_recognize_composites(PassRegistry& r);
 
 }  // namespace pto::passes

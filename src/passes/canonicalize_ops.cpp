@@ -1,0 +1,246 @@
+// CanonicalizeOps: rewrites ops into the one form kernels and later passes look for. A rule
+// table applied until nothing changes; every rule keeps each value's bits unless it says so and
+// is then only used at level >= 3 (ctx.level), where a last-place difference is allowed.
+//   Pow(x, 1)            -> Identity(x)                          exact
+//   Pow(x, 2)            -> Mul(x, x)                            exact (see pow_chain)
+//   Pow(x, 3 | 4)        -> Mul chains                           level >= 3 (1 ulp)
+//   Pow(x, -1..-4)       -> Reciprocal(chain)                    level >= 3 (1 ulp)
+//   Pow(x, 0.5)          -> Sqrt(x)                              level >= 3 (-0 and -inf differ)
+//   Sub(x, c)            -> Add(x, -c)                           exact (IEEE: x - c == x + -c)
+//   Sum(a, b) | Sum(a)   -> Add(a, b) | Identity(a)              exact (ONNX function bodies)
+//   Div(x, c), c = ±2^k  -> Mul(x, 1/c)                          exact (both are x * 2^-k rounded)
+//   Clip{min, max}       -> Clip(x, min, max)                    exact (f32/f64; attrs before 11)
+//   Squeeze/Unsqueeze/Reduce*{axes} -> axes as a constant input  exact
+//   MatMul(Expand(a), b) -> MatMul(a, b) when the Expand only grows batch dimensions that
+//                           MatMul broadcasts itself (what the torch frontend does for bmm)
+// Floating types only for the arithmetic rules; constants are scalars unless stated.
+#include <cmath>
+#include <limits>
+
+#include "passes/rewrite_util.h"
+
+namespace pto::passes {
+namespace {
+
+const Node& node_at(Rewrite& rw, size_t i) {
+  return rw.graph().nodes()[i];
+}
+
+// A new value of the given type for an intermediate result.
+ValueId temp(Graph& g, const std::string& base, const TensorType& type) {
+  return g.add_value(g.unique_name(base), type);
+}
+
+// Pow(x, c) with a small integer or 0.5 exponent. Why 2 is exact: the reference computes pow in
+// double and rounds to the dtype; for f32 and the half types x*x is exact in double, so both give
+// x*x correctly rounded. For f64 glibc's pow is within one ulp of the exact square and in practice
+// returns the correctly rounded x*x; we accept that.
+bool pow_chain(Rewrite& rw, size_t i, const PassContext& ctx) {
+  const Node& n = node_at(rw, i);
+  if (n.op != "Pow" || n.inputs.size() != 2 || n.outputs.size() != 1) return false;
+  Graph& g = rw.graph();
+  const ValueId x = n.inputs[0], y = n.outputs[0];
+  if (!is_floating(dtype_of_value(g, x))) return false;
+  auto c = scalar_constant(g, n.inputs[1]);
+  // A [1, 1] exponent would broadcast x up; Mul(x, x) would not.
+  if (!c || !same_shape(g, x, y)) return false;
+  const double e = *c;
+  const bool fast = ctx.level >= 3;
+  const std::string name = n.name;
+  const TensorType type = g.value(y).type;
+  if (e == 1) {
+    retarget(g.mutable_nodes()[i], "Identity", {x});
+    ctx.note("CanonicalizeOps/Pow1");
+    return true;
+  }
+  if (e == 0.5 && fast) {
+    retarget(g.mutable_nodes()[i], "Sqrt", {x});
+    ctx.note("CanonicalizeOps/PowHalf");
+    return true;
+  }
+  const double k = std::fabs(e);
+  if (e != std::trunc(e) || k < 1 || k > 4 || (e != 2 && !fast)) return false;
+  // x^2 = x*x; x^3 = (x*x)*x; x^4 = (x*x)*(x*x); a negative exponent takes the reciprocal. The
+  // Muls before the last are inserted ahead of the node, which becomes the last step.
+  size_t at = i;
+  auto mul = [&](ValueId a, ValueId b) {
+    ValueId t = temp(g, name + "_pow", type);
+    rw.insert(at++, "Mul", {a, b}, {t}, {}, name + "_mul");
+    return t;
+  };
+  ValueId a = x, b = x;  // the last product is a * b
+  if (k == 3) a = mul(x, x);
+  if (k == 4) a = b = mul(x, x);
+  if (e > 0) {
+    retarget(g.mutable_nodes()[at], "Mul", {a, b});
+  } else {
+    const ValueId p = k == 1 ? x : mul(a, b);  // before indexing: mul() inserts a node
+    retarget(g.mutable_nodes()[at], "Reciprocal", {p});
+  }
+  ctx.note(e > 0 ? "CanonicalizeOps/PowMul" : "CanonicalizeOps/PowReciprocal");
+  return true;
+}
+
+// A constant operand of a floating dtype with every element transformed by f; f returns nullopt
+// to refuse.
+template <class F>
+std::optional<ValueId> mapped_constant(Graph& g, ValueId c, const std::string& base, F f) {
+  const Tensor* t = constant(g, c);
+  if (!t || !is_floating(t->dtype())) return {};
+  std::vector<double> v = to_doubles(*t);
+  for (double& d : v) {
+    auto m = f(d);
+    if (!m) return {};
+    d = *m;
+  }
+  auto out = float_tensor(t->dtype(), t->shape(), v);
+  if (!out) return {};
+  // Every value is exactly representable (the callers make sure), so rounding changes nothing.
+  return g.add_constant(base, std::move(*out));
+}
+
+bool sub_constant(Rewrite& rw, size_t i, const PassContext&) {
+  const Node& n = node_at(rw, i);
+  if (n.op != "Sub" || n.inputs.size() != 2) return false;
+  Graph& g = rw.graph();
+  if (!is_floating(dtype_of_value(g, n.inputs[0]))) return false;
+  auto neg = mapped_constant(g, n.inputs[1], g.value(n.inputs[1]).name + "_neg",
+                             [](double d) { return std::optional<double>(-d); });
+  if (!neg) return false;
+  Node& m = g.mutable_nodes()[i];
+  retarget(m, "Add", {m.inputs[0], *neg}, m.attrs, m.opset);
+  return true;
+}
+
+bool sum_of_two(Rewrite& rw, size_t i, const PassContext&) {
+  const Node& n = node_at(rw, i);
+  if (n.op != "Sum" || n.inputs.empty() || n.inputs.size() > 2) return false;
+  if (!is_floating(dtype_of_value(rw.graph(), n.outputs[0]))) return false;
+  Node& m = rw.graph().mutable_nodes()[i];
+  retarget(m, m.inputs.size() == 2 ? "Add" : "Identity", m.inputs);
+  return true;
+}
+
+bool div_power_of_two(Rewrite& rw, size_t i, const PassContext&) {
+  const Node& n = node_at(rw, i);
+  if (n.op != "Div" || n.inputs.size() != 2) return false;
+  Graph& g = rw.graph();
+  const DType dt = dtype_of_value(g, n.inputs[1]);
+  if (!is_floating(dtype_of_value(g, n.inputs[0])) || !is_floating(dt)) return false;
+  // The reciprocal must be exact in the constant's dtype: check by a round trip through it.
+  auto recip = [dt](double d) -> std::optional<double> {
+    int exp = 0;
+    if (!std::isfinite(d) || std::fabs(std::frexp(d, &exp)) != 0.5) return std::nullopt;
+    const double r = 1.0 / d;
+    auto t = float_tensor(dt, {}, {r});
+    if (!t || t->item_as_double(0) != r) return std::nullopt;
+    return r;
+  };
+  auto inv = mapped_constant(g, n.inputs[1], g.value(n.inputs[1]).name + "_recip", recip);
+  if (!inv) return false;
+  Node& m = g.mutable_nodes()[i];
+  retarget(m, "Mul", {m.inputs[0], *inv}, m.attrs, m.opset);
+  return true;
+}
+
+// Clip before opset 11 kept min and max as attributes (absent: -inf and +inf).
+bool clip_attributes(Rewrite& rw, size_t i, const PassContext&) {
+  const Node& n = node_at(rw, i);
+  if (n.op != "Clip" || n.opset <= 0 || n.opset >= 11 || n.inputs.size() != 1) return false;
+  Graph& g = rw.graph();
+  const DType dt = dtype_of_value(g, n.inputs[0]);
+  // Half types compare against the attribute in float but against an input in their own dtype.
+  if (dt != DType::kF32 && dt != DType::kF64) return false;
+  const double inf = std::numeric_limits<double>::infinity();
+  const double lo = n.attrs.get_float("min", -inf), hi = n.attrs.get_float("max", inf);
+  auto tlo = float_tensor(dt, {}, {lo}), thi = float_tensor(dt, {}, {hi});
+  if (!tlo || !thi) return false;
+  const std::string name = n.name;
+  ValueId vlo = g.add_constant(name + "_min", std::move(*tlo));
+  ValueId vhi = g.add_constant(name + "_max", std::move(*thi));
+  Node& m = g.mutable_nodes()[i];
+  retarget(m, "Clip", {m.inputs[0], vlo, vhi}, without(without(m.attrs, "min"), "max"));
+  return true;
+}
+
+// Squeeze, Unsqueeze and the Reduce* ops took `axes` as an attribute in older opsets and as an
+// optional second input later; the kernels read either, and the input is the form kept. This is
+// an op-name test: no OpDef property says "input 1 is the axes" (Slice-1 also has an `axes`
+// attribute but its input 1 is `starts`).
+bool axes_attribute(Rewrite& rw, size_t i, const PassContext&) {
+  const Node& n = node_at(rw, i);
+  const bool axes_op = n.op == "Squeeze" || n.op == "Unsqueeze" || n.op.starts_with("Reduce");
+  if (!axes_op || n.inputs.size() != 1 || !n.attrs.has("axes") || !n.def ||
+      (n.def->max_inputs != -1 && n.def->max_inputs < 2))
+    return false;
+  const std::vector<int64_t> axes = n.attrs.get_ints("axes");
+  if (axes.empty()) return false;
+  Graph& g = rw.graph();
+  ValueId a = g.add_constant(n.name + "_axes",
+                             Tensor::from_vector(axes, {static_cast<int64_t>(axes.size())}));
+  Node& m = g.mutable_nodes()[i];
+  retarget(m, m.op, {m.inputs[0], a}, without(m.attrs, "axes"));
+  return true;
+}
+
+// MatMul(Expand(a, shape), b): when the Expand leaves a's last two dimensions alone and MatMul's
+// own broadcasting of a and b gives the same output shape, the copy is never needed.
+bool matmul_expand(Rewrite& rw, size_t i, const PassContext&) {
+  const Node& n = node_at(rw, i);
+  if (n.op != "MatMul" || n.inputs.size() != 2) return false;
+  Graph& g = rw.graph();
+  const auto& out = g.value(n.outputs[0]).type.shape;
+  if (!out || out->size() < 2) return false;
+  for (size_t side = 0; side < 2; ++side) {
+    const Node* e = producer(g, n.inputs[side]);
+    if (!e || e->op != "Expand" || e->inputs.empty()) continue;
+    const ValueId a = e->inputs[0], other = n.inputs[1 - side];
+    const auto& as = g.value(a).type.shape;
+    const auto& es = g.value(n.inputs[side]).type.shape;
+    const auto& os = g.value(other).type.shape;
+    if (!as || !es || !os || as->size() < 2 || os->size() < 2 || as->size() > es->size()) continue;
+    if ((*as)[as->size() - 1] != (*es)[es->size() - 1] ||
+        (*as)[as->size() - 2] != (*es)[es->size() - 2])
+      continue;
+    // The batch dimensions MatMul would produce from (a, other) must be the output's own, each a
+    // known size or the same symbol: the other operand alone must already carry them.
+    if (os->size() != out->size()) continue;
+    bool same = true;
+    for (size_t d = 0; d + 2 < out->size(); ++d) {
+      const Dim& od = (*os)[d];
+      const size_t k = d + as->size() >= out->size() ? d + as->size() - out->size() : SIZE_MAX;
+      const bool a_one = k == SIZE_MAX || (*as)[k] == Dim(1) || (*as)[k] == od;
+      same = same && od == (*out)[d] && (od.is_known() || od.is_symbolic()) && a_one;
+    }
+    if (!same) continue;
+    const ValueId expanded = n.inputs[side];
+    const size_t expand_at = static_cast<size_t>(g.value(expanded).producer);
+    g.mutable_nodes()[i].inputs[side] = a;
+    if (g.use_counts()[expanded] == 0) rw.remove(expand_at);
+    return true;
+  }
+  return false;
+}
+
+Graph canonicalize_ops(Graph g, const PassContext& ctx) {
+  apply_rules(g,
+              {{nullptr, pow_chain},
+               {"CanonicalizeOps/SubConstant", sub_constant},
+               {"CanonicalizeOps/SumOfTwo", sum_of_two},
+               {"CanonicalizeOps/DivPowerOfTwo", div_power_of_two},
+               {"CanonicalizeOps/ClipAttributes", clip_attributes},
+               {"CanonicalizeOps/AxesAttribute", axes_attribute},
+               {"CanonicalizeOps/MatMulExpand", matmul_expand}},
+              ctx);
+  return g;
+}
+
+}  // namespace
+
+void register_canonicalize_ops(PassRegistry& r) {
+  r.add({"CanonicalizeOps", canonicalize_ops,
+         "one form per computation: Pow by small integers as Mul, Sub/Div by constants as "
+         "Add/Mul, attribute operands as inputs, broadcasts MatMul does itself removed"});
+}
+
+}  // namespace pto::passes

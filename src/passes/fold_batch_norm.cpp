@@ -1,0 +1,184 @@
+// FoldBatchNorm: an inference BatchNormalization whose input is the single-use output of a layer
+// with constant weights becomes part of that layer's weights. With s = gamma / sqrt(var + eps)
+// per channel c, BN(y) = s * (y - mean) + beta, and y is linear in the weight, so
+//   Conv          W[c, ...] *= s[c]                      (W: [Cout, Cin/g, k...])
+//   ConvTranspose W[ic, j, ...] *= s[c(ic, j)]           (W: [Cin, Cout/g, k...], c = group of ic
+//                                                         * Cout/g + j)
+//   Gemm/MatMul   the output column n of op(B) *= s[n]   (2-D [N, C] products only: BN's channel
+//                                                         axis must be the product's last axis)
+// and the bias becomes (b - mean) * s + beta (b = 0 when the layer has none; Gemm's beta * C is
+// taken in). The layer then produces BN's output and the BN node goes. New weights are computed
+// in double and stored in the weight's dtype. Training-mode BNs (batch statistics), BNs whose
+// parameters are not constant or not one per channel, and layers whose weight is not constant or
+// whose output has other readers are left as they are.
+//
+// Arithmetic on tensor data outside src/reference is against DESIGN habit 6; folding constants
+// into weights is the one thing this pass is for, so it does it here, in double.
+#include <cmath>
+
+#include "passes/rewrite_util.h"
+
+namespace pto::passes {
+namespace {
+
+// An inference BN per channel: y = scale * (x - mean) + shift.
+struct BnAffine {
+  std::vector<double> scale, shift, mean;
+};
+
+std::optional<BnAffine> bn_affine(const Graph& g, const Node& bn) {
+  if (bn.inputs.size() != 5 || bn.outputs.empty() || bn.outputs[0] == kNoValue) return {};
+  // The reference's rule for training mode: the attribute from opset 14, the output count before.
+  const bool latest = bn.opset == 0 || bn.opset >= 14;
+  if (latest ? bn.attrs.get_int("training_mode", 0) != 0 : bn.outputs.size() > 1) return {};
+  for (size_t k = 1; k < bn.outputs.size(); ++k)
+    if (bn.outputs[k] != kNoValue) return {};
+  if (bn.attrs.get_int("spatial", 1) == 0) return {};
+  std::vector<std::vector<double>> p;
+  for (size_t k = 1; k <= 4; ++k) {
+    const Tensor* t = constant(g, bn.inputs[k]);
+    if (!t || !is_floating(t->dtype()) || t->rank() != 1) return {};
+    p.push_back(to_doubles(*t));
+    if (p.back().size() != p[0].size()) return {};
+  }
+  const double eps = bn.attrs.get_float("epsilon", 1e-5);
+  BnAffine a;
+  a.scale.resize(p[0].size());
+  for (size_t c = 0; c < p[0].size(); ++c) a.scale[c] = p[0][c] / std::sqrt(p[3][c] + eps);
+  a.shift = p[1];
+  a.mean = p[2];
+  return a;
+}
+
+// The folded bias: (b - mean) * s + beta for each channel.
+std::vector<double> folded_bias(const BnAffine& a, const std::vector<double>& b) {
+  std::vector<double> out(a.scale.size());
+  for (size_t c = 0; c < out.size(); ++c) out[c] = (b[c] - a.mean[c]) * a.scale[c] + a.shift[c];
+  return out;
+}
+
+// A conv's optional bias as one value per channel (zeros when absent); nullopt if not constant.
+std::optional<std::vector<double>> conv_bias(const Graph& g, const Node& n, size_t channels) {
+  if (n.inputs.size() < 3 || n.inputs[2] == kNoValue) return std::vector<double>(channels, 0.0);
+  const Tensor* b = constant(g, n.inputs[2]);
+  if (!b || b->rank() != 1 || static_cast<size_t>(b->numel()) != channels) return {};
+  return to_doubles(*b);
+}
+
+// Folds into a Conv (transpose = false) or ConvTranspose: new constant W and B.
+bool fold_into_conv(Rewrite& rw, size_t layer, const BnAffine& a, bool transpose) {
+  Graph& g = rw.graph();
+  const Node& n = g.nodes()[layer];
+  const Tensor* w = n.inputs.size() >= 2 ? constant(g, n.inputs[1]) : nullptr;
+  if (!w || !is_floating(w->dtype()) || w->rank() < 3) return false;
+  const int64_t C = static_cast<int64_t>(a.scale.size());
+  const int64_t group = n.attrs.get_int("group", 1);
+  if (group < 1) return false;
+  const int64_t d0 = w->dim(0), d1 = w->dim(1);
+  if (transpose ? (d1 * group != C || d0 % group != 0) : d0 != C) return false;
+  auto bias = conv_bias(g, n, static_cast<size_t>(C));
+  if (!bias) return false;
+
+  std::vector<double> wv = to_doubles(*w);
+  const int64_t inner = d0 * d1 != 0 ? w->numel() / (d0 * d1) : 0;
+  for (int64_t i = 0; i < d0; ++i)
+    for (int64_t j = 0; j < d1; ++j) {
+      const int64_t c = transpose ? (i / (d0 / group)) * d1 + j : i;
+      for (int64_t k = 0; k < inner; ++k)
+        wv[static_cast<size_t>((i * d1 + j) * inner + k)] *= a.scale[c];
+    }
+  auto w2 = float_tensor(w->dtype(), w->shape(), wv);
+  auto b2 = float_tensor(w->dtype(), {C}, folded_bias(a, *bias));
+  if (!w2 || !b2) return false;
+  ValueId wid = g.add_constant(g.value(n.inputs[1]).name + "_bn", std::move(*w2));
+  ValueId bid = g.add_constant(n.name + "_bias_bn", std::move(*b2));
+  Node& m = g.mutable_nodes()[layer];
+  m.inputs.resize(3);
+  m.inputs[1] = wid;
+  m.inputs[2] = bid;
+  return true;
+}
+
+// Folds into Gemm(A, B, C) or MatMul(A, B) with a constant 2-D B and a 2-D product.
+bool fold_into_gemm(Rewrite& rw, size_t layer, const BnAffine& a) {
+  Graph& g = rw.graph();
+  const Node& n = g.nodes()[layer];
+  const bool gemm = n.op == "Gemm";
+  if (n.inputs.size() < 2) return false;
+  const auto& out_shape = g.value(n.outputs[0]).type.shape;
+  if (!out_shape || out_shape->size() != 2) return false;
+  const auto& a_shape = g.value(n.inputs[0]).type.shape;
+  if (!a_shape || a_shape->size() != 2) return false;
+  const Tensor* b = constant(g, n.inputs[1]);
+  if (!b || !is_floating(b->dtype()) || b->rank() != 2) return false;
+  const bool trans_b = gemm && n.attrs.get_int("transB", 0) != 0;
+  const size_t N = a.scale.size();
+  if (static_cast<size_t>(trans_b ? b->dim(0) : b->dim(1)) != N) return false;
+
+  // The bias the product had: beta * C, broadcast to one value per output column.
+  std::vector<double> bias(N, 0.0);
+  if (gemm && n.inputs.size() > 2 && n.inputs[2] != kNoValue) {
+    const Tensor* c = constant(g, n.inputs[2]);
+    if (!c) return false;
+    const bool per_column =
+        c->rank() >= 1 && static_cast<size_t>(c->numel()) == N && c->dim(-1) == c->numel();
+    if (c->numel() != 1 && !per_column) return false;
+    const double beta = n.attrs.get_float("beta", 1.0);
+    for (size_t j = 0; j < N; ++j)
+      bias[j] = beta * c->item_as_double(c->numel() == 1 ? 0 : static_cast<int64_t>(j));
+  }
+  std::vector<double> bv = to_doubles(*b);
+  const int64_t rows = b->dim(0), cols = b->dim(1);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k)
+      bv[static_cast<size_t>(r * cols + k)] *= a.scale[static_cast<size_t>(trans_b ? r : k)];
+  auto b2 = float_tensor(b->dtype(), b->shape(), bv);
+  auto c2 = float_tensor(b->dtype(), {static_cast<int64_t>(N)}, folded_bias(a, bias));
+  if (!b2 || !c2) return false;
+  ValueId bid = g.add_constant(g.value(n.inputs[1]).name + "_bn", std::move(*b2));
+  ValueId cid = g.add_constant(n.name + "_bias_bn", std::move(*c2));
+  Node& m = g.mutable_nodes()[layer];
+  Attributes attrs = gemm ? without(m.attrs, "beta") : Attributes{};
+  attrs.set("beta", 1.0);
+  retarget(m, "Gemm", {m.inputs[0], bid, cid}, std::move(attrs), gemm ? m.opset : 0);
+  return true;
+}
+
+bool fold(Rewrite& rw, size_t i, const PassContext& ctx) {
+  Graph& g = rw.graph();
+  const Node& bn = g.nodes()[i];
+  if (bn.op != "BatchNormalization") return false;
+  const ValueId x = bn.inputs.empty() ? kNoValue : bn.inputs[0];
+  const Node* p = producer(g, x);
+  if (!p || p->outputs.empty() || p->outputs[0] != x) return false;
+  if (rw.uses()[x] != 1 || g.is_output(x)) return false;
+  auto a = bn_affine(g, bn);
+  if (!a) return false;
+  const size_t layer = static_cast<size_t>(g.value(x).producer);
+  const std::string op = p->op;
+  bool done = false;
+  if (op == "Conv" || op == "ConvTranspose")
+    done = fold_into_conv(rw, layer, *a, op == "ConvTranspose");
+  else if (op == "Gemm" || op == "MatMul")
+    done = fold_into_gemm(rw, layer, *a);
+  if (!done) return false;
+  rw.move_output(layer, 0, g.nodes()[i].outputs[0]);
+  rw.remove(i);
+  ctx.note("FoldBatchNorm/" + op);
+  return true;
+}
+
+Graph fold_batch_norm(Graph g, const PassContext& ctx) {
+  apply_rules(g, {{nullptr, fold}}, ctx);  // fold() notes the layer it folded into
+  return g;
+}
+
+}  // namespace
+
+void register_fold_batch_norm(PassRegistry& r) {
+  r.add({"FoldBatchNorm", fold_batch_norm,
+         "folds an inference BatchNormalization into the constant weights of the Conv, "
+         "ConvTranspose, Gemm or MatMul before it"});
+}
+
+}  // namespace pto::passes

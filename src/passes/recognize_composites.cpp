@@ -1,0 +1,340 @@
+// RecognizeComposites: finds activations and normalizations spelled out in primitive ops (as
+// torch.onnx.export and hand-written model code produce them) and replaces each by the one ONNX
+// op that means it, so later levels see one op:
+//   x * 0.5 * (1 + Erf(x / 1.41421 | x * 0.70711))                   -> Gelu
+//   x * 0.5 * (1 + Tanh(0.79788 * (x + 0.044715 * x^3)))             -> Gelu approximate="tanh"
+//   (x - mean(x)) / Sqrt(mean((x - mean(x))^2) [+ eps]) [* g] [+ b]  -> LayerNormalization
+//   x / Sqrt(mean(x^2) [+ eps]) [* g]                                -> RMSNormalization
+// Matching is backwards from the candidate root (the last node of the pattern). The product
+// x * 0.5 * s is matched in any association; commutative operands in either order; x^2 as Pow 2 or
+// Mul(d, d); x^3 as Pow 3 or Mul chains; the division as Div, Mul by Reciprocal or Mul by Div(1,
+// .); the means are ReduceMean over the last axis with keepdims (axes as attribute or constant
+// input). Every intermediate must be read only inside the pattern; otherwise nothing changes.
+// Constants are compared to 1e-4 relative (exporters print them with 8 digits). SiLU (x *
+// Sigmoid(x)) is left alone: it has no ONNX op.
+//
+// The fused op is not bit-identical to the chain it replaces (the reference computes the fused
+// ops in double): results agree to a few float ulps.
+#include <cmath>
+#include <numbers>
+
+#include "passes/rewrite_util.h"
+
+namespace pto::passes {
+namespace {
+
+// What one match needs to know: the graph, use counts, and the nodes the match consumed.
+struct Matcher {
+  Graph& g;
+  const std::vector<int>& uses;
+  std::vector<size_t> consumed;  // nodes to remove (the root is retargeted, not listed)
+
+  // The producer of v when it is `op` and v is read once (by the pattern); records it.
+  const Node* inner(ValueId v, std::string_view op, int allowed_uses = 1) {
+    const Node* n = producer(g, v);
+    if (!n || n->op != op || n->outputs.size() != 1 || uses[v] != allowed_uses || g.is_output(v))
+      return nullptr;
+    consumed.push_back(static_cast<size_t>(g.value(v).producer));
+    return n;
+  }
+  // A scalar constant within 1e-4 of `want` (relative), or within two roundings of the half types.
+  bool is_const(ValueId v, double want) {
+    auto c = scalar_constant(g, v);
+    if (!c) return false;
+    const DType dt = dtype_of_value(g, v);
+    const double tol = dt == DType::kF16 ? 2e-3 : dt == DType::kBF16 ? 1.6e-2 : 1e-4;
+    return std::fabs(*c - want) <= tol * std::fabs(want);
+  }
+  // For a binary node n with operand `known` (either side), the other operand.
+  static ValueId other(const Node& n, ValueId known) {
+    if (n.inputs.size() != 2) return kNoValue;
+    return n.inputs[0] == known ? n.inputs[1] : n.inputs[1] == known ? n.inputs[0] : kNoValue;
+  }
+  // For a binary node n with a constant operand close to `want`, the other operand.
+  ValueId times_const(const Node& n, double want) {
+    if (n.inputs.size() != 2) return kNoValue;
+    if (is_const(n.inputs[1], want)) return n.inputs[0];
+    if (is_const(n.inputs[0], want)) return n.inputs[1];
+    return kNoValue;
+  }
+};
+
+// Tries `f` on a fresh Matcher for each alternative; the first that matches wins.
+template <class F>
+std::optional<std::vector<size_t>> first_match(Rewrite& rw, int alternatives, F f) {
+  for (int k = 0; k < alternatives; ++k) {
+    Matcher m{rw.graph(), rw.uses(), {}};
+    if (f(m, k)) return std::move(m.consumed);
+  }
+  return std::nullopt;
+}
+
+// ---- GELU ----
+
+// x^3 as Pow(x, 3), Mul(Mul(x, x), x) or Mul(x, Mul(x, x)).
+bool is_cube(Matcher& m, ValueId v, ValueId x) {
+  const Node* n = producer(m.g, v);
+  if (!n) return false;
+  if (n->op == "Pow") return n->inputs[0] == x && m.inner(v, "Pow") && m.is_const(n->inputs[1], 3);
+  if (n->op != "Mul" || !m.inner(v, "Mul")) return false;
+  const ValueId sq = Matcher::other(*n, x);
+  const Node* s = sq == kNoValue ? nullptr : m.inner(sq, "Mul");
+  return s && s->inputs[0] == x && s->inputs[1] == x;
+}
+
+// s = 1 + Erf(x / sqrt2) or 1 + Tanh(sqrt(2/pi) * (x + 0.044715 x^3)); sets `tanh`.
+bool gelu_sum(Matcher& m, ValueId s, ValueId x, bool& tanh) {
+  const Node* add = m.inner(s, "Add");
+  if (!add) return false;
+  const ValueId t = m.times_const(*add, 1.0);
+  const Node* f = producer(m.g, t);
+  if (!f) return false;
+  if (f->op == "Erf") {
+    tanh = false;
+    const Node* u = m.inner(t, "Erf") ? producer(m.g, f->inputs[0]) : nullptr;
+    if (!u) return false;
+    if (u->op == "Div")
+      return u->inputs[0] == x && m.is_const(u->inputs[1], std::numbers::sqrt2) &&
+             m.inner(f->inputs[0], "Div");
+    return u->op == "Mul" && m.times_const(*u, 1 / std::numbers::sqrt2) == x &&
+           m.inner(f->inputs[0], "Mul");
+  }
+  if (f->op != "Tanh" || !m.inner(t, "Tanh")) return false;
+  tanh = true;
+  const Node* scaled = m.inner(f->inputs[0], "Mul");
+  const ValueId w = scaled ? m.times_const(*scaled, std::sqrt(2 / std::numbers::pi)) : kNoValue;
+  const Node* sum = w == kNoValue ? nullptr : m.inner(w, "Add");
+  const ValueId cubic = sum ? Matcher::other(*sum, x) : kNoValue;
+  const Node* k = cubic == kNoValue ? nullptr : m.inner(cubic, "Mul");
+  const ValueId cube = k ? m.times_const(*k, 0.044715) : kNoValue;
+  return cube != kNoValue && is_cube(m, cube, x);
+}
+
+bool gelu(Rewrite& rw, size_t i, const PassContext& ctx) {
+  Graph& g = rw.graph();
+  const Node& root = g.nodes()[i];
+  if (root.op != "Mul" || root.inputs.size() != 2 || root.outputs.size() != 1) return false;
+  if (!is_floating(dtype_of_value(g, root.outputs[0]))) return false;
+  // The three factors {x, 0.5, s}: one root operand is a single-use Mul of two of them.
+  bool tanh = false;
+  ValueId x = kNoValue;
+  auto consumed = first_match(rw, 12, [&](Matcher& m, int k) {
+    const int side = k / 6, pick = k % 6;  // which operand is the inner Mul; which leaf is what
+    const Node* in = m.inner(root.inputs[side], "Mul");
+    if (!in) return false;
+    const ValueId leaves[3] = {in->inputs[0], in->inputs[1], root.inputs[1 - side]};
+    static constexpr int kOrder[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                         {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    const ValueId half = leaves[kOrder[pick][0]], xs = leaves[kOrder[pick][1]],
+                  s = leaves[kOrder[pick][2]];
+    if (!m.is_const(half, 0.5) || m.is_const(xs, 0.5)) return false;
+    x = xs;
+    return gelu_sum(m, s, x, tanh);
+  });
+  // A broadcasting constant ([1, 1] 0.5) may have grown x: Gelu(x) must have the root's shape.
+  if (!consumed || !same_shape(g, x, root.outputs[0])) return false;
+  Attributes attrs;
+  if (tanh) attrs.set("approximate", std::string("tanh"));
+  for (size_t n : *consumed) rw.remove(n);
+  retarget(g.mutable_nodes()[i], "Gelu", {x}, std::move(attrs));
+  ctx.note(tanh ? "RecognizeComposites/GeluTanh" : "RecognizeComposites/Gelu");
+  return true;
+}
+
+// ---- LayerNormalization and RMSNormalization ----
+
+// ReduceMean of v over the last axis with keepdims: returns its input.
+ValueId mean_last_axis(Matcher& m, ValueId v) {
+  const Node* n = m.inner(v, "ReduceMean");
+  if (!n || n->attrs.get_int("keepdims", 1) != 1) return kNoValue;
+  const auto& shape = m.g.value(n->inputs[0]).type.shape;
+  if (!shape || shape->empty()) return kNoValue;
+  std::vector<int64_t> axes = n->attrs.get_ints("axes", {});
+  if (n->inputs.size() > 1 && n->inputs[1] != kNoValue) {
+    const Tensor* a = constant(m.g, n->inputs[1]);
+    if (!a || !axes.empty()) return kNoValue;
+    for (double d : to_doubles(*a)) axes.push_back(static_cast<int64_t>(d));
+  }
+  const auto rank = static_cast<int64_t>(shape->size());
+  if (axes.size() != 1 || (axes[0] != -1 && axes[0] != rank - 1)) return kNoValue;
+  return n->inputs[0];
+}
+
+struct Norm {
+  bool layer = false;  // LayerNormalization (else RMSNormalization)
+  ValueId x = kNoValue;
+  double eps = 0;
+};
+
+// v = num / Sqrt(mean(num^2) + eps), with num = x - mean(x) (LayerNorm) or num = x (RMSNorm).
+// `root`: v is the pattern's last value, which may have any readers (its node is retargeted).
+bool normalized(Matcher& m, ValueId v, int variant, Norm& out, bool root) {
+  const Node* n = producer(m.g, v);
+  if (!n || n->inputs.size() != 2) return false;
+  // The division: Div(num, sd), or Mul(num, Reciprocal(sd) | Div(1, sd)) either way round.
+  ValueId num = kNoValue, sd = kNoValue;
+  if (n->op == "Div") {
+    if (!root && !m.inner(v, "Div")) return false;
+    num = n->inputs[0], sd = n->inputs[1];
+  } else if (n->op == "Mul") {
+    if (!root && !m.inner(v, "Mul")) return false;
+    const int r = variant & 1;
+    num = n->inputs[1 - r];
+    const Node* rec = producer(m.g, n->inputs[r]);
+    if (!rec) return false;
+    if (rec->op == "Reciprocal" && m.inner(n->inputs[r], "Reciprocal"))
+      sd = rec->inputs[0];
+    else if (rec->op == "Div" && m.is_const(rec->inputs[0], 1.0) && m.inner(n->inputs[r], "Div"))
+      sd = rec->inputs[1];
+    else
+      return false;
+  } else {
+    return false;
+  }
+  const Node* sq = m.inner(sd, "Sqrt");
+  if (!sq) return false;
+  // Sqrt(var + eps), or Sqrt(var) where an exporter dropped a tiny eps (onnxscript's optimizer
+  // folds x + 1e-12 away in f32).
+  ValueId var = sq->inputs[0];
+  std::optional<double> eps = 0.0;
+  const Node* plus = producer(m.g, var);
+  if (plus && plus->op == "Add") {
+    const int e = (variant >> 1) & 1;  // which operand of the Add is eps
+    eps = scalar_constant(m.g, plus->inputs[e]);
+    if (!eps || *eps < 0 || !m.inner(var, "Add")) return false;
+    var = plus->inputs[1 - e];
+  }
+  const ValueId squares = mean_last_axis(m, var);
+  const Node* p = producer(m.g, squares);
+  if (!p) return false;
+  // num is read by the square (once for Pow, twice for Mul) and the division, nowhere else when it
+  // is an intermediate of the pattern.
+  int square_reads = 0;
+  if (p->op == "Pow" && p->inputs[0] == num && m.is_const(p->inputs[1], 2))
+    square_reads = 1;
+  else if (p->op == "Mul" && p->inputs[0] == num && p->inputs[1] == num)
+    square_reads = 2;
+  if (!square_reads || !m.inner(squares, p->op)) return false;
+  out.eps = *eps;
+  // LayerNorm: num = Sub(x, ReduceMean(x)), read only here.
+  const size_t before = m.consumed.size();
+  const Node* sub = m.inner(num, "Sub", square_reads + 1);
+  if (sub && mean_last_axis(m, sub->inputs[1]) == sub->inputs[0]) {
+    out.layer = true;
+    out.x = sub->inputs[0];
+  } else {
+    m.consumed.resize(before);
+    out.layer = false;
+    out.x = num;
+  }
+  return true;
+}
+
+// A per-channel parameter for x: shape [1, ..., 1, C] with C x's last dimension, x's dtype.
+bool channel_param(const Graph& g, ValueId p, ValueId x) {
+  const auto& ps = g.value(p).type.shape;
+  const auto& xs = g.value(x).type.shape;
+  if (!ps || !xs || ps->empty() || xs->empty() || ps->size() > xs->size()) return false;
+  if (dtype_of_value(g, p) != dtype_of_value(g, x) || ps->back() != xs->back()) return false;
+  for (size_t d = 0; d + 1 < ps->size(); ++d)
+    if ((*ps)[d] != Dim(1)) return false;
+  return xs->back().is_known() || xs->back().is_symbolic();
+}
+
+struct NormMatch {
+  std::vector<size_t> consumed;
+  Norm norm;
+  ValueId gamma = kNoValue, beta = kNoValue;
+};
+
+// The whole pattern ending at node `i`: [Add(Mul(n, gamma), beta) | Mul(n, gamma) | n].
+std::optional<NormMatch> match_norm(Rewrite& rw, size_t i) {
+  Graph& g = rw.graph();
+  const Node& root = g.nodes()[i];
+  if (root.outputs.size() != 1 || root.inputs.size() != 2) return std::nullopt;
+  if (!is_floating(dtype_of_value(g, root.outputs[0]))) return std::nullopt;
+  const ValueId out = root.outputs[0];
+  for (int k = 0; k < 64; ++k) {
+    const int variant = k & 3, gs = (k >> 2) & 1, bs = (k >> 3) & 1, form = k >> 4;
+    NormMatch r;
+    Matcher m{g, rw.uses(), {}};
+    ValueId n = out;
+    if (form == 0) {  // Add(Mul(n, gamma), beta)
+      if (root.op != "Add") continue;
+      r.beta = root.inputs[1 - bs];
+      const Node* mul = m.inner(root.inputs[bs], "Mul");
+      if (!mul) continue;
+      n = mul->inputs[gs], r.gamma = mul->inputs[1 - gs];
+    } else if (form == 1) {  // Mul(n, gamma)
+      if (root.op != "Mul" || bs) continue;
+      n = root.inputs[gs], r.gamma = root.inputs[1 - gs];
+    } else if (form == 2) {  // Add(n, beta): LayerNorm without a scale
+      if (root.op != "Add" || gs) continue;
+      n = root.inputs[bs], r.beta = root.inputs[1 - bs];
+    } else if (gs || bs) {
+      continue;
+    }
+    if (!normalized(m, n, variant, r.norm, n == out)) continue;
+    if (r.gamma != kNoValue && !channel_param(g, r.gamma, r.norm.x)) continue;
+    if (r.beta != kNoValue && (!r.norm.layer || !channel_param(g, r.beta, r.norm.x))) continue;
+    r.consumed = std::move(m.consumed);
+    return r;
+  }
+  return std::nullopt;
+}
+
+// The node that is the single reader of v, or SIZE_MAX.
+size_t single_user(const Graph& g, ValueId v, const std::vector<int>& uses) {
+  if (uses[v] != 1 || g.is_output(v)) return SIZE_MAX;
+  for (size_t k = 0; k < g.nodes().size(); ++k)
+    for (ValueId in : g.nodes()[k].inputs)
+      if (in == v) return k;
+  return SIZE_MAX;
+}
+
+bool norm(Rewrite& rw, size_t i, const PassContext& ctx) {
+  Graph& g = rw.graph();
+  const std::string& op = g.nodes()[i].op;
+  if (op != "Add" && op != "Mul" && op != "Div") return false;
+  auto r = match_norm(rw, i);
+  if (!r || !same_shape(g, r->norm.x, g.nodes()[i].outputs[0])) return false;
+  // A longer match ending at the reader (the scale or bias step) is preferred: let it fire there.
+  const size_t user = single_user(g, g.nodes()[i].outputs[0], rw.uses());
+  if (user != SIZE_MAX && match_norm(rw, user)) return false;
+  ValueId gamma = r->gamma;
+  if (gamma == kNoValue) {  // the fused ops need a scale: ones, when the size is known
+    const auto& xs = g.value(r->norm.x).type.shape;
+    if (!xs || xs->empty() || !xs->back().is_known()) return false;
+    auto ones = float_tensor(dtype_of_value(g, r->norm.x), {xs->back().value},
+                             std::vector<double>(static_cast<size_t>(xs->back().value), 1.0));
+    if (!ones) return false;
+    gamma = g.add_constant(g.nodes()[i].name + "_scale", std::move(*ones));
+  }
+  Attributes attrs;
+  attrs.set("axis", int64_t{-1});
+  attrs.set("epsilon", r->norm.eps);
+  std::vector<ValueId> inputs = {r->norm.x, gamma};
+  if (r->beta != kNoValue) inputs.push_back(r->beta);
+  for (size_t n : r->consumed) rw.remove(n);
+  const bool layer = r->norm.layer;
+  retarget(g.mutable_nodes()[i], layer ? "LayerNormalization" : "RMSNormalization",
+           std::move(inputs), std::move(attrs));
+  ctx.note(layer ? "RecognizeComposites/LayerNormalization"
+                 : "RecognizeComposites/RMSNormalization");
+  return true;
+}
+
+Graph recognize_composites(Graph g, const PassContext& ctx) {
+  apply_rules(g, {{nullptr, gelu}, {nullptr, norm}}, ctx);
+  return g;
+}
+
+}  // namespace
+
+void register_recognize_composites(PassRegistry& r) {
+  r.add({"RecognizeComposites", recognize_composites,
+         "replaces GELU (erf and tanh forms), LayerNorm and RMSNorm spelled out in primitive ops "
+         "by Gelu, LayerNormalization and RMSNormalization"});
+}
+
+}  // namespace pto::passes

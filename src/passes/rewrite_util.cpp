@@ -1,0 +1,164 @@
+// The shared pieces of the local-rewrite passes (rewrite_util.h).
+#include "passes/rewrite_util.h"
+
+#include <algorithm>
+
+namespace pto::passes {
+
+const Node* producer(const Graph& g, ValueId v) {
+  if (v == kNoValue) return nullptr;
+  int32_t p = g.value(v).producer;
+  return p >= 0 && static_cast<size_t>(p) < g.nodes().size() ? &g.nodes()[p] : nullptr;
+}
+
+// A Constant node's `value` (the importer keeps Constant nodes; FoldConstants may not have run).
+const Node* constant_node(const Graph& g, ValueId v) {
+  const Node* p = producer(g, v);
+  return p && p->op == "Constant" && p->outputs.size() == 1 ? p : nullptr;
+}
+
+const Tensor* constant(const Graph& g, ValueId v) {
+  if (v == kNoValue) return nullptr;
+  if (const Node* c = constant_node(g, v)) {
+    if (!c->attrs.has("value") || !std::holds_alternative<Tensor>(c->attrs.all().at("value")))
+      return nullptr;
+    const Tensor& t = c->attrs.get_tensor("value");
+    return t.defined() ? &t : nullptr;
+  }
+  const Tensor* t = g.initializer(v);
+  if (!t || !t->defined()) return nullptr;
+  if (std::find(g.inputs().begin(), g.inputs().end(), v) != g.inputs().end()) return nullptr;
+  return t;
+}
+
+std::optional<double> scalar_constant(const Graph& g, ValueId v) {
+  if (const Node* c = constant_node(g, v)) {
+    const auto& a = c->attrs.all();
+    if (auto it = a.find("value_float");
+        it != a.end() && std::holds_alternative<double>(it->second))
+      return std::get<double>(it->second);
+    if (auto it = a.find("value_int"); it != a.end() && std::holds_alternative<int64_t>(it->second))
+      return static_cast<double>(std::get<int64_t>(it->second));
+  }
+  const Tensor* t = constant(g, v);
+  if (!t || t->numel() != 1 || t->dtype() == DType::kBool) return std::nullopt;
+  return t->item_as_double(0);
+}
+
+std::vector<double> to_doubles(const Tensor& t) {
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) out[static_cast<size_t>(i)] = t.item_as_double(i);
+  return out;
+}
+
+std::optional<Tensor> float_tensor(DType dt, const Dims& shape, const std::vector<double>& v) {
+  if (!is_floating(dt)) return std::nullopt;
+  Tensor t = Tensor::empty(dt, shape);
+  if (static_cast<size_t>(t.numel()) != v.size()) return std::nullopt;
+  dispatch(dt, kFloatTypes, "[rewrite]", [&]<class T>() {
+    T* p = t.data<T>();
+    for (size_t i = 0; i < v.size(); ++i) {
+      if constexpr (std::is_same_v<T, double>)
+        p[i] = v[i];
+      else
+        p[i] = T(static_cast<float>(v[i]));
+    }
+  });
+  return t;
+}
+
+bool same_shape(const Graph& g, ValueId a, ValueId b) {
+  const auto &sa = g.value(a).type.shape, &sb = g.value(b).type.shape;
+  if (!sa || !sb || *sa != *sb) return false;
+  for (const Dim& d : *sa)
+    if (!d.is_known() && !d.is_symbolic()) return false;
+  return true;
+}
+
+void retarget(Node& n, const std::string& op, std::vector<ValueId> inputs, Attributes attrs,
+              int opset) {
+  const OpDef* def = OpRegistry::global().find(op);
+  PTO_CHECK(def) << "retarget: op '" << op << "' is not registered";
+  n.op = op;
+  n.def = def;
+  n.opset = opset;
+  n.inputs = std::move(inputs);
+  n.attrs = std::move(attrs);
+  n.attrs.where = n.where();
+}
+
+Attributes without(const Attributes& a, const std::string& name) {
+  Attributes out;
+  for (const auto& [k, v] : a.all())
+    if (k != name) out.set(k, v);
+  out.where = a.where;
+  return out;
+}
+
+void Rewrite::move_output(size_t node, size_t slot, ValueId v) {
+  Node& n = g_.mutable_nodes()[node];
+  ValueId old = n.outputs.at(slot);
+  n.outputs[slot] = v;
+  g_.value(v).producer = static_cast<int32_t>(node);
+  if (old != kNoValue) g_.value(old).producer = -1;
+}
+
+const std::vector<int>& Rewrite::uses() {
+  if (!uses_valid_) uses_ = g_.use_counts();
+  uses_valid_ = true;
+  return uses_;
+}
+
+Node& Rewrite::insert(size_t pos, const std::string& op, std::vector<ValueId> inputs,
+                      std::vector<ValueId> outputs, Attributes attrs, std::string name, int opset) {
+  Node& n = g_.insert_node(pos, op, std::move(inputs), std::move(outputs), std::move(attrs),
+                           std::move(name));
+  n.opset = opset;
+  uses_valid_ = false;
+  doomed_.insert(doomed_.begin() + static_cast<std::ptrdiff_t>(pos), false);
+  return n;
+}
+
+int Rewrite::finish() {
+  int count = 0;
+  for (size_t i = 0; i < doomed_.size(); ++i) {
+    if (!doomed_[i]) continue;
+    ++count;
+    // An output another node has taken over (move_output) must keep its new producer.
+    for (ValueId& o : g_.mutable_nodes()[i].outputs)
+      if (o != kNoValue && g_.value(o).producer != static_cast<int32_t>(i)) o = kNoValue;
+  }
+  if (count) g_.remove_nodes(doomed_);
+  doomed_.assign(g_.nodes().size(), false);
+  return count;
+}
+
+void apply_rules(Graph& g, const std::vector<Rule>& rules, const PassContext& ctx, int max_sweeps) {
+  for (int sweep = 0; sweep < max_sweeps; ++sweep) {
+    Rewrite rw(g);
+    bool changed = false;
+    for (size_t i = 0; i < g.nodes().size(); ++i) {
+      if (rw.removed(i)) continue;
+      for (const Rule& rule : rules) {
+        bool fired = false;
+        try {
+          fired = rule.apply(rw, i, ctx);
+        } catch (const Error&) {
+          // A malformed attribute (a float where an int belongs, ...): no match. Rules read
+          // everything they need before they change the graph, so nothing is half done.
+          fired = false;
+        }
+        if (fired) {
+          rw.changed();
+          if (rule.name) ctx.note(rule.name);
+          changed = true;
+          break;
+        }
+      }
+    }
+    rw.finish();
+    if (!changed) return;
+  }
+}
+
+}  // namespace pto::passes

@@ -1,0 +1,93 @@
+// What the local-rewrite passes share: a rule table applied until nothing changes, and small
+// questions about the graph (which node produces a value, is it a constant, how many read it).
+// A rule returns false ("no match") on anything it does not recognise; it never throws on a graph
+// it cannot handle, and leaves such a graph as it was.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "passes/passes.h"
+#include "pto/op_registry.h"
+
+namespace pto::passes {
+
+// The node that produces v, or nullptr for graph inputs, initializers and missing values.
+const Node* producer(const Graph& g, ValueId v);
+
+// The constant data of v: an initializer that is not also a graph input (an input's default can
+// be overridden by the caller, so it is not a constant), or the `value` of a Constant node.
+const Tensor* constant(const Graph& g, ValueId v);
+
+// The one element of a constant with a single element (or a Constant node's value_float or
+// value_int), as a double.
+std::optional<double> scalar_constant(const Graph& g, ValueId v);
+
+// Every element of t, in row-major order, as doubles.
+std::vector<double> to_doubles(const Tensor& t);
+
+// A contiguous tensor of a floating dtype holding `v` (rounded to the dtype); nullopt when `dt`
+// is not floating.
+std::optional<Tensor> float_tensor(DType dt, const Dims& shape, const std::vector<double>& v);
+
+// The dtype of v if known.
+inline DType dtype_of_value(const Graph& g, ValueId v) {
+  return v == kNoValue ? DType::kUndefined : g.value(v).type.dtype;
+}
+
+// Whether a and b are known to have one shape (every dimension known or the same symbol). A
+// rewrite that drops a broadcasting operand (x * 0.5 -> Gelu(x)) must check that it did not grow x.
+bool same_shape(const Graph& g, ValueId a, ValueId b);
+
+// Makes node `n` another op in place (op, inputs, attributes), keeping its name, outputs and
+// position; `opset` 0 means "the latest".
+void retarget(Node& n, const std::string& op, std::vector<ValueId> inputs, Attributes attrs = {},
+              int opset = 0);
+
+// A copy of `a` without the attribute `name`.
+Attributes without(const Attributes& a, const std::string& name);
+
+// One sweep's bookkeeping: nodes marked for removal go at the end of the sweep. Rules insert
+// nodes through insert() so that the marks follow the nodes they were put on.
+class Rewrite {
+ public:
+  explicit Rewrite(Graph& g) : g_(g), doomed_(g.nodes().size(), false) {}
+  Graph& graph() { return g_; }
+  // Graph::use_counts, kept from one rule firing to the next (rules read it before they change
+  // the graph; apply_rules calls changed() after each firing). Nodes marked for removal still
+  // count as readers until the sweep ends.
+  const std::vector<int>& uses();
+  void changed() { uses_valid_ = false; }
+  void remove(size_t node) { doomed_.at(node) = true; }
+  bool removed(size_t node) const { return node < doomed_.size() && doomed_[node]; }
+  // Graph::insert_node, keeping the marks in step; the new node gets `opset` (0: the latest).
+  Node& insert(size_t pos, const std::string& op, std::vector<ValueId> inputs,
+               std::vector<ValueId> outputs, Attributes attrs = {}, std::string name = "",
+               int opset = 0);
+  // Node `node` now produces `v` as its output `slot` (v's old producer must be marked for
+  // removal); its old output is left with no producer and no reader.
+  void move_output(size_t node, size_t slot, ValueId v);
+  // Removes the marked nodes; returns how many.
+  int finish();
+
+ private:
+  Graph& g_;
+  std::vector<bool> doomed_;
+  std::vector<int> uses_;
+  bool uses_valid_ = false;
+};
+
+struct Rule {
+  const char* name;  // what note() records ("CanonicalizeOps/PowSquare"); nullptr: the rule notes
+  bool (*apply)(Rewrite& rw, size_t node, const PassContext& ctx);
+};
+
+// Applies the rules to every node, in order, sweep after sweep until a sweep changes nothing (at
+// most `max_sweeps`). A rule may insert nodes before `node` and must then leave the node it
+// matched at its new position; it may mark nodes for removal.
+void apply_rules(Graph& g, const std::vector<Rule>& rules, const PassContext& ctx,
+                 int max_sweeps = 8);
+
+}  // namespace pto::passes

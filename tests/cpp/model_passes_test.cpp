@@ -1,0 +1,594 @@
+// The model-level rewrites of level 1 (FoldBatchNorm, CanonicalizeOps, FoldTransposeIntoGemm,
+// RecognizeComposites): each test builds a small graph, runs one pass alone, checks the structure
+// it expects, and compares the reference interpreter's outputs on the graph before and after the
+// pass, on random inputs from a fixed seed. Negative cases must keep their form and their numbers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <random>
+
+#include "pto/passes.h"
+#include "pto/reference.h"
+
+namespace pto {
+namespace {
+
+Tensor random_f32(const Dims& shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  Tensor t = Tensor::empty(DType::kF32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+// A graph under construction: inputs, constants and nodes by one-liners.
+struct Builder {
+  Graph g;
+  std::vector<Dims> input_shapes;
+  uint32_t seed = 1;
+
+  ValueId input(const std::string& name, const Dims& shape) {
+    input_shapes.push_back(shape);
+    return g.add_input(name, {DType::kF32, to_shape(shape)});
+  }
+  ValueId constant(const std::string& name, Tensor t) {
+    ValueId v = g.add_value(g.unique_name(name));
+    g.set_initializer(v, std::move(t));
+    return v;
+  }
+  ValueId random(const std::string& name, const Dims& shape, float lo = -1, float hi = 1) {
+    return constant(name, random_f32(shape, ++seed, lo, hi));
+  }
+  ValueId scalar(const std::string& name, float v) { return constant(name, Tensor::scalar(v)); }
+  // A constant as a Constant node, as the torchscript exporter writes them.
+  ValueId constant_node(float v) {
+    Attributes a;
+    a.set("value", Tensor::scalar(v));
+    return op("Constant", {}, std::move(a));
+  }
+  ValueId op(const std::string& op, std::vector<ValueId> in, Attributes a = {}, int opset = 0) {
+    ValueId out = g.add_value(g.unique_name(op + "_out"));
+    g.add_node(op, std::move(in), {out}, std::move(a), "", opset);
+    return out;
+  }
+  Attributes attrs(std::initializer_list<std::pair<std::string, Attribute>> kv) {
+    Attributes a;
+    for (const auto& [k, v] : kv) a.set(k, v);
+    return a;
+  }
+  std::vector<Tensor> inputs(uint32_t s) const {
+    std::vector<Tensor> out;
+    for (const Dims& d : input_shapes) out.push_back(random_f32(d, s++));
+    return out;
+  }
+};
+
+int count(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const Node& node : g.nodes()) n += node.op == op;
+  return n;
+}
+
+const Node& only(const Graph& g, const std::string& op) {
+  for (const Node& node : g.nodes())
+    if (node.op == op) return node;
+  ADD_FAILURE() << "no " << op << " node";
+  return g.nodes().front();
+}
+
+// The reference's outputs of two graphs on the same inputs agree within `tol` relative (bit for
+// bit when tol is 0).
+void compare(const Graph& before, const Graph& after, const std::vector<Tensor>& in, double tol) {
+  std::vector<Tensor> want = reference::run(before, in), got = reference::run(after, in);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(want[k].shape(), got[k].shape());
+    for (int64_t i = 0; i < want[k].numel(); ++i) {
+      const double w = want[k].item_as_double(i), v = got[k].item_as_double(i);
+      if (w == v || (std::isnan(w) && std::isnan(v))) continue;  // equal, infinities included
+      if (tol == 0)
+        ASSERT_TRUE(w == v || (std::isnan(w) && std::isnan(v)))
+            << "output " << k << " element " << i << ": " << v << " != " << w;
+      else
+        ASSERT_NEAR(v, w, tol * std::max(1.0, std::fabs(w))) << "output " << k << " element " << i;
+    }
+  }
+}
+
+// Runs `pass` alone on b.g at `level` and compares the reference before and after on two random
+// inputs. Returns the rewritten graph.
+Graph run_and_compare(Builder& b, const std::string& pass, double tol = 1e-5, int level = 2) {
+  infer_types(b.g);
+  const Graph before = b.g;
+  Graph after = run_passes(b.g, {.level = level, .only = {pass}});
+  for (uint32_t seed : {7u, 8u}) compare(before, after, b.inputs(seed), tol);
+  return after;
+}
+
+// ---- FoldBatchNorm ----
+
+// BN(x) with random parameters over `channels`; variance positive.
+ValueId batch_norm(Builder& b, ValueId x, int64_t channels, Attributes a = {}) {
+  const Dims c = {channels};
+  return b.op("BatchNormalization",
+              {x, b.random("gamma", c), b.random("beta", c), b.random("mean", c),
+               b.random("var", c, 0.1f, 2.0f)},
+              std::move(a));
+}
+
+TEST(PassFoldBatchNorm, ConvWithBias) {
+  Builder b;
+  ValueId x = b.input("x", {2, 4, 7, 7});
+  ValueId y = b.op("Conv", {x, b.random("w", {6, 4, 3, 3}), b.random("b", {6})},
+                   b.attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
+  b.g.add_output(batch_norm(b, y, 6, b.attrs({{"epsilon", 1e-3}})));
+  Graph g = run_and_compare(b, "FoldBatchNorm");
+  EXPECT_EQ(count(g, "BatchNormalization"), 0);
+  EXPECT_EQ(g.nodes().size(), 1u);
+  EXPECT_EQ(only(g, "Conv").inputs.size(), 3u);
+}
+
+TEST(PassFoldBatchNorm, GroupedConvWithoutBiasKeepsOutputName) {
+  Builder b;
+  ValueId x = b.input("x", {1, 4, 6, 5});
+  ValueId y = b.op("Conv", {x, b.random("w", {6, 2, 3, 1})}, b.attrs({{"group", int64_t{2}}}));
+  ValueId z = batch_norm(b, y, 6);
+  b.g.value(z).name = "y_out";
+  b.g.add_output(b.op("Relu", {z}));
+  b.g.add_output(z);
+  Graph g = run_and_compare(b, "FoldBatchNorm");
+  EXPECT_EQ(count(g, "BatchNormalization"), 0);
+  EXPECT_EQ(g.value(g.outputs()[1]).name, "y_out");
+  EXPECT_EQ(g.nodes().size(), 2u);
+}
+
+TEST(PassFoldBatchNorm, GroupedConvTranspose) {
+  Builder b;
+  ValueId x = b.input("x", {1, 4, 5, 5});
+  // W: [Cin=4, Cout/g=3, 3, 3], group 2: Cout = 6.
+  ValueId y = b.op("ConvTranspose", {x, b.random("w", {4, 3, 3, 3}), b.random("b", {6})},
+                   b.attrs({{"group", int64_t{2}}, {"strides", std::vector<int64_t>{2, 2}}}));
+  b.g.add_output(batch_norm(b, y, 6));
+  Graph g = run_and_compare(b, "FoldBatchNorm");
+  EXPECT_EQ(count(g, "BatchNormalization"), 0);
+  EXPECT_EQ(count(g, "ConvTranspose"), 1);
+}
+
+TEST(PassFoldBatchNorm, GemmTransBWithBiasAlphaBeta) {
+  Builder b;
+  ValueId x = b.input("x", {5, 8});
+  ValueId y = b.op("Gemm", {x, b.random("w", {6, 8}), b.random("c", {6})},
+                   b.attrs({{"transB", int64_t{1}}, {"alpha", 0.5}, {"beta", 2.0}}));
+  b.g.add_output(batch_norm(b, y, 6));
+  Graph g = run_and_compare(b, "FoldBatchNorm");
+  EXPECT_EQ(g.nodes().size(), 1u);
+  const Node& gemm = only(g, "Gemm");
+  EXPECT_EQ(gemm.attrs.get_float("beta"), 1.0);
+  EXPECT_EQ(gemm.attrs.get_float("alpha"), 0.5);
+  EXPECT_EQ(gemm.attrs.get_int("transB"), 1);
+}
+
+TEST(PassFoldBatchNorm, MatMulBecomesGemm) {
+  Builder b;
+  ValueId x = b.input("x", {3, 8});
+  ValueId y = b.op("MatMul", {x, b.random("w", {8, 6})});
+  b.g.add_output(batch_norm(b, y, 6));
+  Graph g = run_and_compare(b, "FoldBatchNorm");
+  EXPECT_EQ(g.nodes().size(), 1u);
+  EXPECT_EQ(only(g, "Gemm").inputs.size(), 3u);
+}
+
+TEST(PassFoldBatchNorm, LeftAloneWhenNotFoldable) {
+  {  // the conv weight is a graph input
+    Builder b;
+    ValueId x = b.input("x", {1, 3, 5, 5});
+    ValueId w = b.input("w", {4, 3, 3, 3});
+    b.g.add_output(batch_norm(b, b.op("Conv", {x, w}), 4));
+    Graph g = run_and_compare(b, "FoldBatchNorm");
+    EXPECT_EQ(count(g, "BatchNormalization"), 1);
+  }
+  {  // the conv output has a second reader
+    Builder b;
+    ValueId x = b.input("x", {1, 3, 5, 5});
+    ValueId y = b.op("Conv", {x, b.random("w", {4, 3, 3, 3})});
+    b.g.add_output(batch_norm(b, y, 4));
+    b.g.add_output(b.op("Relu", {y}));
+    Graph g = run_and_compare(b, "FoldBatchNorm");
+    EXPECT_EQ(count(g, "BatchNormalization"), 1);
+  }
+  {  // training mode uses batch statistics
+    Builder b;
+    ValueId x = b.input("x", {2, 3, 5, 5});
+    ValueId y = b.op("Conv", {x, b.random("w", {4, 3, 3, 3})});
+    b.g.add_output(batch_norm(b, y, 4, b.attrs({{"training_mode", int64_t{1}}})));
+    Graph g = run_and_compare(b, "FoldBatchNorm");
+    EXPECT_EQ(count(g, "BatchNormalization"), 1);
+  }
+  {  // not after a layer with weights
+    Builder b;
+    ValueId x = b.input("x", {2, 3, 5, 5});
+    b.g.add_output(batch_norm(b, b.op("Relu", {x}), 3));
+    Graph g = run_and_compare(b, "FoldBatchNorm");
+    EXPECT_EQ(count(g, "BatchNormalization"), 1);
+  }
+}
+
+// ---- CanonicalizeOps ----
+
+TEST(PassCanonicalizeOps, PowSquareIsMulBitForBit) {
+  Builder b;
+  ValueId x = b.input("x", {4, 9});
+  b.g.add_output(b.op("Pow", {x, b.scalar("two", 2.0f)}));
+  Graph g = run_and_compare(b, "CanonicalizeOps", 0);
+  const Node& mul = only(g, "Mul");
+  EXPECT_EQ(mul.inputs[0], mul.inputs[1]);
+  EXPECT_EQ(count(g, "Pow"), 0);
+}
+
+TEST(PassCanonicalizeOps, PowOneIsIdentity) {
+  Builder b;
+  ValueId x = b.input("x", {3});
+  b.g.add_output(b.op("Pow", {x, b.scalar("one", 1.0f)}));
+  Graph g = run_and_compare(b, "CanonicalizeOps", 0);
+  EXPECT_EQ(count(g, "Identity"), 1);
+}
+
+TEST(PassCanonicalizeOps, InexactPowersOnlyAtLevelThree) {
+  for (float e : {3.0f, 4.0f, 0.5f, -1.0f, -2.0f, -3.0f}) {
+    SCOPED_TRACE(e);
+    {
+      Builder b;
+      ValueId x = b.input("x", {4, 5});
+      b.g.add_output(b.op("Pow", {x, b.scalar("e", e)}));
+      Graph g = run_and_compare(b, "CanonicalizeOps", 0, 2);
+      EXPECT_EQ(count(g, "Pow"), 1);
+    }
+    Builder b;
+    ValueId x = b.input("x", {4, 5});
+    // Positive bases: 0.5 and the negative powers are then finite.
+    ValueId ax = b.op("Add", {b.op("Abs", {x}), b.scalar("one", 1.0f)});
+    b.g.add_output(b.op("Pow", {ax, b.scalar("e", e)}));
+    Graph g = run_and_compare(b, "CanonicalizeOps", 1e-6, 3);
+    EXPECT_EQ(count(g, "Pow"), 0);
+    const int muls = e == 0.5f || e == -1.0f ? 0 : std::fabs(e) == 2.0f ? 1 : 2;
+    EXPECT_EQ(count(g, "Mul"), muls);
+    EXPECT_EQ(count(g, "Reciprocal"), e < 0 ? 1 : 0);
+    EXPECT_EQ(count(g, "Sqrt"), e == 0.5f ? 1 : 0);
+  }
+}
+
+TEST(PassCanonicalizeOps, SubAndDivByConstants) {
+  Builder b;
+  ValueId x = b.input("x", {3, 4});
+  ValueId s = b.op("Sub", {x, b.random("c", {4})});
+  ValueId d =
+      b.op("Div", {s, b.constant("q", Tensor::from_vector<float>({4, -0.5f, 1, 1024}, {4}))});
+  ValueId e = b.op("Div", {d, b.scalar("three", 3.0f)});  // not a power of two: stays
+  b.g.add_output(e);
+  Graph g = run_and_compare(b, "CanonicalizeOps", 0);
+  EXPECT_EQ(count(g, "Sub"), 0);
+  EXPECT_EQ(count(g, "Add"), 1);
+  EXPECT_EQ(count(g, "Mul"), 1);
+  EXPECT_EQ(count(g, "Div"), 1);
+}
+
+TEST(PassCanonicalizeOps, PowByABroadcastingExponentStays) {
+  Builder b;
+  ValueId x = b.input("x", {3});
+  b.g.add_output(b.op("Pow", {x, b.constant("two", Tensor::from_vector<float>({2}, {1, 1}))}));
+  Graph g = run_and_compare(b, "CanonicalizeOps", 0);
+  EXPECT_EQ(count(g, "Pow"), 1);
+}
+
+TEST(PassCanonicalizeOps, SumOfTwoIsAdd) {
+  Builder b;
+  ValueId x = b.input("x", {3, 4});
+  ValueId y = b.input("y", {4});
+  b.g.add_output(b.op("Sum", {b.op("Sum", {x, y})}));
+  Graph g = run_and_compare(b, "CanonicalizeOps", 0);
+  EXPECT_EQ(count(g, "Add"), 1);
+  EXPECT_EQ(count(g, "Identity"), 1);
+  EXPECT_EQ(count(g, "Sum"), 0);
+}
+
+TEST(PassCanonicalizeOps, ClipAttributesBecomeInputs) {
+  Builder b;
+  ValueId x = b.input("x", {10});
+  ValueId y = b.op("Clip", {x}, b.attrs({{"min", -0.25}, {"max", 0.5}}), 6);
+  ValueId z = b.op("Clip", {y}, b.attrs({{"min", 0.0}}), 6);
+  b.g.add_output(z);
+  Graph g = run_and_compare(b, "CanonicalizeOps", 0);
+  for (const Node& n : g.nodes()) {
+    EXPECT_EQ(n.inputs.size(), 3u);
+    EXPECT_FALSE(n.attrs.has("min"));
+  }
+}
+
+TEST(PassCanonicalizeOps, AxesAttributesBecomeInputs) {
+  Builder b;
+  ValueId x = b.input("x", {3, 4, 5});
+  ValueId m = b.op("ReduceMean", {x}, b.attrs({{"axes", std::vector<int64_t>{-1}}}), 13);
+  ValueId s = b.op("Squeeze", {m}, b.attrs({{"axes", std::vector<int64_t>{2}}}), 11);
+  b.g.add_output(b.op("Unsqueeze", {s}, b.attrs({{"axes", std::vector<int64_t>{0}}}), 11));
+  Graph g = run_and_compare(b, "CanonicalizeOps", 0);
+  for (const Node& n : g.nodes()) {
+    EXPECT_EQ(n.inputs.size(), 2u) << n.op;
+    EXPECT_FALSE(n.attrs.has("axes")) << n.op;
+  }
+}
+
+TEST(PassCanonicalizeOps, ExpandBeforeMatMulIsDropped) {
+  Builder b;
+  ValueId x = b.input("x", {3, 5, 8});
+  ValueId w = b.random("w", {8, 6});
+  ValueId e =
+      b.op("Expand", {w, b.constant("shape", Tensor::from_vector<int64_t>({3, 8, 6}, {3}))});
+  b.g.add_output(b.op("MatMul", {x, e}));
+  Graph g = run_and_compare(b, "CanonicalizeOps", 0);
+  EXPECT_EQ(count(g, "Expand"), 0);
+  EXPECT_EQ(only(g, "MatMul").inputs[1], w);
+}
+
+// ---- FoldTransposeIntoGemm ----
+
+Attributes perm10() {
+  Attributes a;
+  a.set("perm", std::vector<int64_t>{1, 0});
+  return a;
+}
+
+TEST(PassFoldTransposeIntoGemm, GemmFlipsTransFlags) {
+  Builder b;
+  ValueId a = b.input("a", {8, 5});  // A^T: [5, 8]
+  ValueId w = b.input("w", {6, 8});  // B = Transpose(w^T ...): transB=1 on a transposed [8, 6]
+  ValueId wt = b.op("Transpose", {w}, perm10());
+  ValueId y = b.op("Gemm", {b.op("Transpose", {a}, perm10()), b.op("Transpose", {wt}, perm10())},
+                   b.attrs({{"transB", int64_t{1}}}));
+  b.g.add_output(y);
+  Graph g = run_and_compare(b, "FoldTransposeIntoGemm");
+  const Node& gemm = only(g, "Gemm");
+  EXPECT_EQ(gemm.attrs.get_int("transA"), 1);
+  // Both transposes of w fold in (two sweeps), flipping transB twice.
+  EXPECT_EQ(count(g, "Transpose"), 0);
+  EXPECT_EQ(gemm.attrs.get_int("transB", 0), 1);
+}
+
+TEST(PassFoldTransposeIntoGemm, MatMulByTransposedMatrixIsGemm) {
+  Builder b;
+  ValueId a = b.input("a", {5, 8});
+  ValueId w = b.input("w", {6, 8});
+  b.g.add_output(b.op("MatMul", {a, b.op("Transpose", {w}, perm10())}));
+  Graph g = run_and_compare(b, "FoldTransposeIntoGemm");
+  EXPECT_EQ(g.nodes().size(), 1u);
+  EXPECT_EQ(only(g, "Gemm").attrs.get_int("transB"), 1);
+}
+
+TEST(PassFoldTransposeIntoGemm, BatchedMatMulByConstantTransposesTheWeight) {
+  Builder b;
+  ValueId a = b.input("a", {2, 5, 8});
+  b.g.add_output(b.op("MatMul", {a, b.op("Transpose", {b.random("w", {6, 8})}, perm10())}));
+  Graph g = run_and_compare(b, "FoldTransposeIntoGemm", 0);
+  EXPECT_EQ(g.nodes().size(), 1u);
+  const Tensor* w = g.initializer(only(g, "MatMul").inputs[1]);
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->shape(), (Dims{8, 6}));
+}
+
+TEST(PassFoldTransposeIntoGemm, SharedTransposeStays) {
+  Builder b;
+  ValueId a = b.input("a", {5, 8});
+  ValueId t = b.op("Transpose", {b.input("w", {6, 8})}, perm10());
+  b.g.add_output(b.op("MatMul", {a, t}));
+  b.g.add_output(t);
+  Graph g = run_and_compare(b, "FoldTransposeIntoGemm");
+  EXPECT_EQ(count(g, "Transpose"), 1);
+  EXPECT_EQ(count(g, "MatMul"), 1);
+}
+
+// ---- RecognizeComposites ----
+
+// The erf GELU in three spellings: 0.5 first, 0.5 last, multiply by 1/sqrt(2).
+ValueId erf_gelu(Builder& b, ValueId x, int form) {
+  ValueId u = form == 2 ? b.op("Mul", {b.scalar("rs2", 0.70710677f), x})
+                        : b.op("Div", {x, b.scalar("s2", 1.4142135f)});
+  ValueId s = b.op("Add", {b.op("Erf", {u}), b.scalar("one", 1.0f)});
+  if (form == 0) return b.op("Mul", {b.op("Mul", {x, b.scalar("half", 0.5f)}), s});
+  if (form == 1) return b.op("Mul", {b.op("Mul", {x, s}), b.scalar("half", 0.5f)});
+  return b.op("Mul", {x, b.op("Mul", {b.scalar("half", 0.5f), s})});
+}
+
+TEST(PassRecognizeComposites, ErfGelu) {
+  for (int form = 0; form < 3; ++form) {
+    SCOPED_TRACE(form);
+    Builder b;
+    ValueId x = b.input("x", {4, 16});
+    b.g.add_output(b.op("Relu", {erf_gelu(b, b.op("Neg", {x}), form)}));
+    Graph g = run_and_compare(b, "RecognizeComposites");
+    EXPECT_EQ(g.nodes().size(), 3u);
+    EXPECT_EQ(only(g, "Gelu").attrs.get_string("approximate", "none"), "none");
+  }
+}
+
+TEST(PassRecognizeComposites, TanhGeluAsGpt2WritesIt) {
+  for (bool pow : {true, false}) {
+    SCOPED_TRACE(pow);
+    Builder b;
+    ValueId x = b.input("x", {3, 10});
+    // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+    ValueId cube =
+        pow ? b.op("Pow", {x, b.scalar("three", 3.0f)}) : b.op("Mul", {b.op("Mul", {x, x}), x});
+    ValueId inner = b.op("Add", {x, b.op("Mul", {b.scalar("k", 0.044715f), cube})});
+    ValueId t = b.op("Tanh", {b.op("Mul", {b.scalar("c", 0.7978845608f), inner})});
+    ValueId s = b.op("Add", {b.scalar("one", 1.0f), t});
+    b.g.add_output(b.op("Mul", {b.op("Mul", {b.scalar("half", 0.5f), x}), s}));
+    Graph g = run_and_compare(b, "RecognizeComposites");
+    EXPECT_EQ(g.nodes().size(), 1u);
+    EXPECT_EQ(only(g, "Gelu").attrs.get_string("approximate"), "tanh");
+  }
+}
+
+TEST(PassRecognizeComposites, ConstantsAsConstantNodes) {
+  Builder b;
+  ValueId x = b.input("x", {4, 16});
+  // torchscript: Div(x, Constant), Erf, Add(., Constant), Mul(x, .), Mul(., Constant 0.5).
+  ValueId e = b.op("Erf", {b.op("Div", {x, b.constant_node(1.4142135f)})});
+  ValueId s = b.op("Add", {e, b.constant_node(1.0f)});
+  ValueId y = b.op("Mul", {b.op("Mul", {x, s}), b.constant_node(0.5f)});
+  b.g.add_output(b.op("Pow", {y, b.constant_node(2.0f)}));
+  Graph g = run_and_compare(b, "RecognizeComposites");
+  EXPECT_EQ(count(g, "Gelu"), 1);
+  EXPECT_EQ(count(g, "Erf"), 0);
+  g = run_and_compare(b, "CanonicalizeOps", 0);
+  EXPECT_EQ(count(g, "Pow"), 0);
+}
+
+TEST(PassRecognizeComposites, GeluWithASharedIntermediateStays) {
+  Builder b;
+  ValueId x = b.input("x", {4, 16});
+  ValueId u = b.op("Div", {x, b.scalar("s2", 1.4142135f)});
+  ValueId e = b.op("Erf", {u});
+  ValueId s = b.op("Add", {e, b.scalar("one", 1.0f)});
+  b.g.add_output(b.op("Mul", {b.op("Mul", {x, b.scalar("half", 0.5f)}), s}));
+  b.g.add_output(e);  // a second reader of the Erf
+  Graph g = run_and_compare(b, "RecognizeComposites");
+  EXPECT_EQ(count(g, "Gelu"), 0);
+  EXPECT_EQ(g.nodes().size(), 5u);
+}
+
+// LayerNorm over the last axis as written by hand: Pow 2 and Div, or Mul(d, d) and Reciprocal.
+ValueId layer_norm(Builder& b, ValueId x, bool pow_form, bool axes_input,
+                   ValueId* d_out = nullptr) {
+  auto mean = [&](ValueId v) {
+    if (axes_input)
+      return b.op("ReduceMean", {v, b.constant("axes", Tensor::from_vector<int64_t>({-1}, {1}))});
+    return b.op("ReduceMean", {v}, b.attrs({{"axes", std::vector<int64_t>{-1}}}), 13);
+  };
+  ValueId d = b.op("Sub", {x, mean(x)});
+  if (d_out) *d_out = d;
+  ValueId sq = pow_form ? b.op("Pow", {d, b.scalar("two", 2.0f)}) : b.op("Mul", {d, d});
+  ValueId sd = b.op("Sqrt", {b.op("Add", {mean(sq), b.scalar("eps", 1e-5f)})});
+  ValueId n = pow_form ? b.op("Div", {d, sd}) : b.op("Mul", {b.op("Reciprocal", {sd}), d});
+  ValueId scaled = b.op("Mul", {b.random("gamma", {12}), n});
+  return b.op("Add", {scaled, b.random("beta", {12})});
+}
+
+TEST(PassRecognizeComposites, LayerNorm) {
+  for (int k = 0; k < 4; ++k) {
+    SCOPED_TRACE(k);
+    Builder b;
+    ValueId x = b.input("x", {2, 3, 12});
+    b.g.add_output(layer_norm(b, x, k & 1, k & 2));
+    Graph g = run_and_compare(b, "RecognizeComposites");
+    EXPECT_EQ(g.nodes().size(), 1u);
+    const Node& ln = only(g, "LayerNormalization");
+    EXPECT_EQ(ln.inputs.size(), 3u);
+    EXPECT_NEAR(ln.attrs.get_float("epsilon"), 1e-5, 1e-9);
+  }
+}
+
+TEST(PassRecognizeComposites, LayerNormAsTorchDynamoExportsItWithoutEps) {
+  // onnxscript's optimizer drops `+ 1e-12`: ReduceMean, Sub, Pow, ReduceMean, Sqrt, Div, Mul, Add.
+  Builder b;
+  ValueId x = b.input("x", {2, 7, 16});
+  ValueId axes = b.constant("axes", Tensor::from_vector<int64_t>({-1}, {1}));
+  ValueId d = b.op("Sub", {x, b.op("ReduceMean", {x, axes})});
+  ValueId var = b.op("ReduceMean", {b.op("Pow", {d, b.scalar("two", 2.0f)}), axes});
+  ValueId n = b.op("Div", {d, b.op("Sqrt", {var})});
+  b.g.add_output(b.op("Add", {b.op("Mul", {b.random("w", {16}), n}), b.random("b", {16})}));
+  Graph g = run_and_compare(b, "RecognizeComposites");
+  EXPECT_EQ(g.nodes().size(), 1u);
+  EXPECT_EQ(only(g, "LayerNormalization").attrs.get_float("epsilon"), 0.0);
+}
+
+TEST(PassRecognizeComposites, LayerNormWithASharedIntermediateStays) {
+  Builder b;
+  ValueId x = b.input("x", {2, 12});
+  ValueId d;
+  b.g.add_output(layer_norm(b, x, true, false, &d));
+  b.g.add_output(d);
+  Graph g = run_and_compare(b, "RecognizeComposites");
+  EXPECT_EQ(count(g, "LayerNormalization"), 0);
+  // What is left is still d / sqrt(mean(d^2) + eps) * gamma on the shared d: an RMSNorm of d.
+  EXPECT_EQ(count(g, "RMSNormalization"), 1);
+  EXPECT_EQ(only(g, "RMSNormalization").inputs[0], d);
+  EXPECT_EQ(count(g, "Sub"), 1);
+}
+
+TEST(PassRecognizeComposites, RmsNormAsLlamaWritesIt) {
+  Builder b;
+  ValueId x = b.input("x", {2, 5, 12});
+  // x * rsqrt(mean(x^2) + eps) * w, rsqrt exported as Reciprocal(Sqrt(.)).
+  ValueId ms = b.op("ReduceMean", {b.op("Pow", {x, b.scalar("two", 2.0f)}),
+                                   b.constant("axes", Tensor::from_vector<int64_t>({-1}, {1}))});
+  ValueId r = b.op("Reciprocal", {b.op("Sqrt", {b.op("Add", {ms, b.scalar("eps", 1e-6f)})})});
+  b.g.add_output(b.op("Mul", {b.random("w", {12}), b.op("Mul", {x, r})}));
+  Graph g = run_and_compare(b, "RecognizeComposites");
+  EXPECT_EQ(g.nodes().size(), 1u);
+  EXPECT_EQ(only(g, "RMSNormalization").inputs.size(), 2u);
+}
+
+// ---- together ----
+
+TEST(PassLevelOne, ConvBatchNormGeluLayerNormThroughThePipeline) {
+  Builder b;
+  ValueId x = b.input("x", {2, 3, 6, 12});
+  ValueId y = b.op("Conv", {x, b.random("w", {4, 3, 3, 3}), b.random("b", {4})},
+                   b.attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
+  ValueId z = erf_gelu(b, batch_norm(b, y, 4), 0);
+  b.g.add_output(layer_norm(b, z, true, false));
+  Graph g = run_and_compare(b, "FoldBatchNorm");  // types, and a first check
+  infer_types(b.g);
+  const Graph before = b.g;
+  std::vector<PassReport> report;
+  Graph after = run_passes(b.g, {.level = 1}, &report);
+  for (uint32_t seed : {3u, 4u}) compare(before, after, b.inputs(seed), 1e-5);
+  std::vector<std::string> ops;
+  for (const Node& n : after.nodes()) ops.push_back(n.op);
+  EXPECT_EQ(ops, (std::vector<std::string>{"Conv", "Gelu", "LayerNormalization"}));
+  // Running the pipeline again changes nothing.
+  Graph again = run_passes(after, {.level = 1});
+  EXPECT_EQ(print(again), print(after));
+}
+
+TEST(PassLevelOne, GeluWithHalvingAsDivByTwo) {
+  // (x / 2) * (1 + erf(x / sqrt 2)): CanonicalizeOps makes the halving a Mul by 0.5 first.
+  Builder b;
+  ValueId x = b.input("x", {5, 6});
+  ValueId s = b.op(
+      "Add", {b.op("Erf", {b.op("Div", {x, b.scalar("s2", 1.4142135f)})}), b.scalar("one", 1.0f)});
+  b.g.add_output(b.op("Mul", {b.op("Div", {x, b.scalar("two", 2.0f)}), s}));
+  infer_types(b.g);
+  const Graph before = b.g;
+  Graph after = run_passes(b.g, {.level = 1});
+  compare(before, after, b.inputs(9), 1e-5);
+  EXPECT_EQ(after.nodes().size(), 1u);
+  EXPECT_EQ(count(after, "Gelu"), 1);
+}
+
+TEST(PassLevelOne, OddGraphsAreLeftAlone) {
+  Builder b;
+  ValueId x = b.input("x", {3, 4});
+  // Exponent not a scalar; divisor with a zero; Sub of a non-constant; Gemm fed by a 3-D
+  // transpose's input.
+  ValueId p = b.op("Pow", {x, b.constant("e", Tensor::from_vector<float>({2, 2, 2, 2}, {4}))});
+  ValueId d = b.op("Div", {p, b.constant("q", Tensor::from_vector<float>({2, 0, 4, 8}, {4}))});
+  ValueId s = b.op("Sub", {d, x});
+  ValueId t = b.op("Transpose", {s}, perm10());
+  ValueId bn = b.op("BatchNormalization",
+                    {b.op("MatMul", {t, b.random("w", {3, 5})}), b.random("g", {5}),
+                     b.random("bb", {5}), b.random("m", {5}), b.random("v", {5}, 0.5f, 1.0f)});
+  b.g.add_output(bn);
+  infer_types(b.g);
+  const Graph before = b.g;
+  Graph after = run_passes(b.g, {.level = 3, .only = {"CanonicalizeOps", "RecognizeComposites"}});
+  EXPECT_EQ(print(after), print(before));
+  // The transpose folds into a Gemm and the BN into that Gemm: both still agree with the original.
+  Graph folded = run_passes(after, {.only = {"FoldTransposeIntoGemm", "FoldBatchNorm"}});
+  EXPECT_EQ(count(folded, "Transpose"), 0);
+  EXPECT_EQ(count(folded, "BatchNormalization"), 0);
+  compare(before, folded, b.inputs(5), 1e-5);
+}
+
+}  // namespace
+}  // namespace pto
