@@ -3,7 +3,8 @@
 // The nodes are walked in order, each value becoming a virtual register (or an immediate, for
 // scalar float32 initializers): a group input is loaded at its first use, an op becomes one or a
 // few instructions from the table below (Pow with a constant integer exponent becomes
-// square-and-multiply, 0.5 a square root), and the group outputs are stored at the end. A last
+// square-and-multiply, 0.5 a square root; Softmax a row max, exp and row sum), and the group
+// outputs are stored at the end. A last
 // step maps the virtual registers onto as few registers as the live values need (a register is
 // free after its last read, so an instruction may overwrite its own source). A node without a
 // tile form makes the whole group decline, with the reason.
@@ -56,13 +57,14 @@ class Lowering {
 
   // Throws Unsupported.
   TileProgram run(ValueId accumulator, int32_t skip_node) {
+    if (group_.outputs.empty()) throw Unsupported{"the group has no outputs"};
+    const std::optional<Shape>& shape = g_.value(group_.outputs[0]).type.shape;
+    space_ = shape;
     if (accumulator != kNoValue) value(accumulator);  // input 0
     for (int32_t n : group_.nodes) {
       if (n == skip_node) continue;
       lower(g_.nodes()[static_cast<size_t>(n)]);
     }
-    if (group_.outputs.empty()) throw Unsupported{"the group has no outputs"};
-    const std::optional<Shape>& shape = g_.value(group_.outputs[0]).type.shape;
     if (!shape)
       throw Unsupported{cat("output '", g_.value(group_.outputs[0]).name, "' has no shape")};
     for (ValueId v : group_.outputs) {
@@ -185,7 +187,7 @@ class Lowering {
   }
 
   void lower(const Node& n) {
-    if (!n.def || !n.def->is_elementwise())
+    if (!n.def || !(n.def->is_elementwise() || n.def->is_reduction()))
       throw Unsupported{cat(n.where(), ": not an elementwise op")};
     if (n.outputs.size() != 1) throw Unsupported{cat(n.where(), ": more than one output")};
     if (n.opset > 0 && n.opset < 7 && n.attrs.has("axis"))
@@ -297,11 +299,62 @@ class Lowering {
         r = binary(TileBinary::kDiv, r, Val{.imm = static_cast<float>(n.inputs.size())});
       return r;
     }
+    if (op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceMean")
+      return lower_reduce(n);
+    if (op == "Softmax" || op == "LogSoftmax") {
+      Val x = row_input(n, n.attrs.get_int("axis", n.opset > 0 && n.opset < 13 ? 1 : -1));
+      Val d = binary(TileBinary::kSub, x, row_reduce(TileReduce::kMax, x));
+      Val e = unary(TileUnary::kExp, d), sum = row_reduce(TileReduce::kSum, e);
+      if (op == "Softmax") return binary(TileBinary::kDiv, e, sum);
+      return binary(TileBinary::kSub, d, unary(TileUnary::kLog, sum));
+    }
     if (op == "Where") {
       if (g_.value(n.inputs[0]).type.dtype != DType::kBool) return std::nullopt;
       return select(in(n, 0), in(n, 1), in(n, 2));
     }
     return std::nullopt;
+  }
+
+  Val row_reduce(TileReduce fn, Val x) {
+    return emit({.op = TileOpcode::kRowReduce,
+                 .fn = static_cast<uint8_t>(fn),
+                 .a = static_cast<int16_t>(reg(x))});
+  }
+
+  // Input 0 of a node reducing along `axis`, which must be the last axis of both the input and
+  // the index space (tiles hold whole rows of it).
+  Val row_input(const Node& n, int64_t axis) {
+    const std::optional<Shape>& s = g_.value(n.inputs[0]).type.shape;
+    if (!s || s->empty() || !space_ || space_->empty())
+      throw Unsupported{cat(n.where(), ": a row reduction needs known ranks")};
+    const int64_t rank = static_cast<int64_t>(s->size());
+    if (axis != -1 && axis != rank - 1)
+      throw Unsupported{cat(n.where(), ": reduces axis ", axis, ", tiles reduce the last only")};
+    if (!(s->back() == space_->back()) || !(s->back().is_known() || s->back().is_symbolic()))
+      throw Unsupported{cat(n.where(), ": the reduced axis is not the index space's last")};
+    return f32_in(n, 0);
+  }
+
+  // ReduceSum/Max/Min/Mean over the last axis with keepdims: a row reduction, broadcast back.
+  std::optional<Val> lower_reduce(const Node& n) {
+    if (n.attrs.get_int("keepdims", 1) != 1) return std::nullopt;
+    std::vector<int64_t> axes;
+    if (n.attrs.has("axes")) {
+      axes = n.attrs.get_ints("axes");
+    } else if (n.inputs.size() > 1 && n.inputs[1] != kNoValue) {
+      const Tensor* t = g_.initializer(n.inputs[1]);
+      if (!t || t->dtype() != DType::kI64) return std::nullopt;
+      axes.assign(t->data<int64_t>(), t->data<int64_t>() + t->numel());
+    }
+    if (axes.size() != 1) return std::nullopt;
+    Val x = row_input(n, axes[0]);
+    if (n.op == "ReduceMax") return row_reduce(TileReduce::kMax, x);
+    if (n.op == "ReduceMin") return row_reduce(TileReduce::kMin, x);
+    Val sum = row_reduce(TileReduce::kSum, x);
+    if (n.op == "ReduceSum") return sum;
+    const Dim& len = g_.value(n.inputs[0]).type.shape->back();
+    if (!len.is_known()) return std::nullopt;
+    return binary(TileBinary::kDiv, sum, Val{.imm = static_cast<float>(len.value)});
   }
 
   Val f32_in(const Node& n, size_t i) {
@@ -384,6 +437,7 @@ class Lowering {
 
   const Graph& g_;
   const KernelGroup& group_;
+  std::optional<Shape> space_;  // the index space: the first output's shape
   TileProgram prog_;
   std::vector<TileInstr> code_;  // on virtual registers
   std::unordered_map<ValueId, Val> env_;
@@ -431,6 +485,7 @@ std::optional<TileProgram> lower_epilogue(const Graph& g, const KernelGroup& gro
       *out.type.shape != *g.value(accumulator).type.shape)
     return fail("the output's shape is not the accumulator's");
   std::optional<TileProgram> p = lower_with(g, group, accumulator, producer, why_not);
+  if (p && p->has_row_reduction()) return fail("row reductions do not fit a GEMM block");
   if (p && (p->inputs.empty() || p->inputs[0].value != accumulator))
     return fail("the accumulator is not input 0");
   return p;

@@ -10,11 +10,12 @@
 namespace pto {
 
 // A group of elementwise/broadcast nodes on float32 (and boolean) values, static or symbolic
-// shapes, as one tile program: inputs are group.inputs in first-use order minus the scalar
-// float32 initializers (inlined as immediates), outputs are group.outputs in order; the index
-// space is the common shape of the outputs. Returns nullopt and sets *why_not (when given) if some
-// node has no tile form, a value has another dtype or an unknown shape, or the outputs' shapes
-// differ.
+// shapes, as one tile program; row reductions over the index space's last axis (ReduceSum/Mean/
+// Max/Min with keepdims, Softmax, LogSoftmax) may be among them: inputs are group.inputs in
+// first-use order minus the scalar float32 initializers (inlined as immediates), outputs are
+// group.outputs in order; the index space is the common shape of the outputs. Returns nullopt and
+// sets *why_not (when given) if some node has no tile form, a value has another dtype or an unknown
+// shape, or the outputs' shapes differ.
 std::optional<TileProgram> lower_elementwise(const Graph& g, const KernelGroup& group,
                                              std::string* why_not = nullptr);
 

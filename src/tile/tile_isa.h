@@ -15,9 +15,10 @@ namespace pto {
 #define PTO_TILE_UNARY_OPS(X)                                                                     \
   X(Neg, "neg")                                                                                   \
   X(Abs, "abs")                                                                                   \
-  X(Exp, "exp") X(Expm1, "expm1") X(Log, "log") X(Log1p, "log1p") X(Sqrt, "sqrt")                 \
-      X(Rsqrt, "rsqrt") X(Reciprocal, "reciprocal") X(Square, "square") X(Relu, "relu")           \
-          X(LeakyRelu, "leaky_relu") X(ThresholdedRelu, "thresholded_relu") X(Sigmoid, "sigmoid") \
+  X(Exp, "exp")                                                                                   \
+  X(Expm1, "expm1") X(Log, "log") X(Log1p, "log1p") X(Sqrt, "sqrt") X(Rsqrt, "rsqrt")             \
+      X(Reciprocal, "reciprocal") X(Square, "square") X(Relu, "relu") X(LeakyRelu, "leaky_relu")  \
+          X(ThresholdedRelu, "thresholded_relu") X(Sigmoid, "sigmoid")                            \
               X(HardSigmoid, "hard_sigmoid") X(HardSwish, "hard_swish") X(Tanh, "tanh")           \
                   X(Erf, "erf") X(Gelu, "gelu") X(GeluTanh, "gelu_tanh") X(Silu, "silu")          \
                       X(Swish, "swish") X(Softplus, "softplus") X(Softsign, "softsign")           \
@@ -36,6 +37,7 @@ enum class TileUnary : uint8_t {
 // integer exponents into multiplications first. And/Or/Xor act on 0/1 booleans.
 enum class TileBinary : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kAnd, kOr, kXor };
 enum class TileCompare : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
+enum class TileReduce : uint8_t { kSum, kMax, kMin };
 
 // Element types of operands (registers are always float32). New dtypes slot in here and in the
 // executor's load/store.
@@ -53,6 +55,9 @@ enum class TileOpcode : uint8_t {
   kCompareImm,  // dst = (a fn imm0) ? 1 : 0, or (imm0 fn a) when imm_left
   kSelect,      // dst = a != 0 ? b : c
   kFma,         // dst = a * b + c, one rounding
+  // dst = fn over each row of a, in every column of that row. A row is the index space's last
+  // axis: a program with a reduction is run in tiles of whole rows.
+  kRowReduce,
 };
 
 struct TileInstr {

@@ -29,6 +29,17 @@ const char* tile_compare_name(TileCompare op) {
   return kNames[static_cast<int>(op)];
 }
 
+const char* tile_reduce_name(TileReduce op) {
+  static const char* const kNames[] = {"row_sum", "row_max", "row_min"};
+  return kNames[static_cast<int>(op)];
+}
+
+bool TileProgram::has_row_reduction() const {
+  for (const TileInstr& in : code)
+    if (in.op == TileOpcode::kRowReduce) return true;
+  return false;
+}
+
 size_t TileProgram::emit(const TileInstr& in) {
   for (int r : {in.dst, in.a, in.b, in.c}) num_regs = std::max(num_regs, r + 1);
   code.push_back(in);
@@ -89,6 +100,8 @@ std::string instr_str(const TileInstr& in) {
              (in.imm_left ? imm(in.imm0) + ", " + reg(in.a) : reg(in.a) + ", " + imm(in.imm0));
     case TileOpcode::kSelect:
       return d + "select " + reg(in.a) + ", " + reg(in.b) + ", " + reg(in.c);
+    case TileOpcode::kRowReduce:
+      return d + tile_reduce_name(static_cast<TileReduce>(in.fn)) + " " + reg(in.a);
     case TileOpcode::kFma:
       return d + "fma " + reg(in.a) + ", " + reg(in.b) + ", " + reg(in.c);
   }

@@ -28,6 +28,9 @@ struct TileProgram {
   int num_regs = 0;
   std::vector<TileInstr> code;
 
+  // Whether some instruction reduces rows (the executor then tiles whole rows).
+  bool has_row_reduction() const;
+
   // Appends an instruction and returns its index; grows num_regs to cover its registers.
   size_t emit(const TileInstr& in);
 
@@ -41,5 +44,6 @@ struct TileProgram {
 const char* tile_unary_name(TileUnary op);
 const char* tile_binary_name(TileBinary op);
 const char* tile_compare_name(TileCompare op);
+const char* tile_reduce_name(TileReduce op);
 
 }  // namespace pto

@@ -391,6 +391,54 @@ TEST(TileLower, DeclinesWithAReason) {
   }
 }
 
+TEST(TileExec, SoftmaxAndLayerNormRows) {
+  for (const Dims& shape : std::vector<Dims>{{7, 33}, {3, 5, 1000}, {5, 1}, {4099}, {2, 5000}}) {
+    Case c;
+    Graph& g = c.g;
+    ValueId x = g.add_input("x", {DType::kF32, to_shape(shape)});
+    ValueId gamma = g.add_input("gamma", {DType::kF32, Shape{shape.back()}});
+    ValueId axes = g.add_value("axes");
+    g.set_initializer(axes, Tensor::from_vector<int64_t>({-1}, {1}));
+    ValueId sm = g.add_value("sm"), lsm = g.add_value("lsm"), mean = g.add_value("mean"),
+            d = g.add_value("d"), d2 = g.add_value("d2"), var = g.add_value("var"),
+            ve = g.add_value("ve"), sd = g.add_value("sd"), nrm = g.add_value("nrm"),
+            y = g.add_value("y"), mx = g.add_value("mx"), z = g.add_value("z");
+    g.add_node("Softmax", {x}, {sm}, {}, "softmax");
+    g.add_node("LogSoftmax", {x}, {lsm}, {}, "logsoftmax");
+    g.add_node("ReduceMean", {x, axes}, {mean}, {}, "mean");
+    g.add_node("Sub", {x, mean}, {d}, {}, "center");
+    g.add_node("Mul", {d, d}, {d2}, {}, "square");
+    g.add_node("ReduceMean", {d2, axes}, {var}, {}, "var");
+    g.add_node("Add", {var, constant(g, "eps", 1e-5f)}, {ve}, {}, "eps");
+    g.add_node("Sqrt", {ve}, {sd}, {}, "sqrt");
+    g.add_node("Div", {d, sd}, {nrm}, {}, "norm");
+    g.add_node("Mul", {nrm, gamma}, {y}, {}, "scale");
+    g.add_node("ReduceMax", {sm, axes}, {mx}, {}, "max");
+    g.add_node("Add", {y, mx}, {z}, {}, "z");
+    g.add_output(sm);
+    g.add_output(lsm);
+    g.add_output(z);
+    c.feeds = {random_f32(shape, 21, -5, 5, false), random_f32({shape.back()}, 22, -2, 2, false)};
+    TileProgram p = check(c, "rows " + dims_str(shape), 16, 1e-5);
+    EXPECT_NE(p.str().find("row_max"), std::string::npos) << p.str();
+  }
+}
+
+TEST(TileLower, RowReductionNeedsTheLastAxis) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{4, 6}});
+  ValueId axes = g.add_value("axes");
+  g.set_initializer(axes, Tensor::from_vector<int64_t>({0}, {1}));
+  ValueId m = g.add_value("m"), y = g.add_value("y");
+  g.add_node("ReduceSum", {x, axes}, {m}, {}, "sum");
+  g.add_node("Sub", {x, m}, {y}, {}, "sub");
+  g.add_output(y);
+  infer_types(g);
+  std::string why;
+  EXPECT_FALSE(lower_elementwise(g, whole_group(g), &why));
+  EXPECT_NE(why.find("last"), std::string::npos) << why;
+}
+
 // MatMul + bias + residual + GELU * 0.5: the chain after the MatMul runs as the GEMM's epilogue.
 TEST(TileEpilogue, GemmRunsAnElementwiseChain) {
   const int64_t M = 37, K = 29, N = 53;

@@ -59,7 +59,8 @@ inline Vec tile_unary(Vec x, const UnaryParams& p) {
   if constexpr (Op == TileUnary::k##name) return unary<UnaryOp::k##name>(x, p);
   PTO_TILE_MAP(Neg)
   PTO_TILE_MAP(Abs)
-  PTO_TILE_MAP(Exp) PTO_TILE_MAP(Expm1) PTO_TILE_MAP(Log) PTO_TILE_MAP(Log1p) PTO_TILE_MAP(Sqrt)
+  PTO_TILE_MAP(Exp)
+  PTO_TILE_MAP(Expm1) PTO_TILE_MAP(Log) PTO_TILE_MAP(Log1p) PTO_TILE_MAP(Sqrt)
       PTO_TILE_MAP(Reciprocal) PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu) PTO_TILE_MAP(LeakyRelu)
           PTO_TILE_MAP(ThresholdedRelu) PTO_TILE_MAP(Sigmoid) PTO_TILE_MAP(HardSigmoid)
               PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh) PTO_TILE_MAP(Erf) PTO_TILE_MAP(Gelu)
@@ -212,6 +213,30 @@ void store_row(const TileOperandView& v, int64_t i, int64_t width, Src a, int64_
   }
 }
 
+// y[i * width + j] = fn over row i of a, for every j.
+void row_reduce(TileReduce fn, int64_t rows, int64_t width, float* y, Src a) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t base = i * width;
+    Vec acc = fn == TileReduce::kSum ? Vec::zero()
+                                     : Vec::set1(fn == TileReduce::kMax ? -INFINITY : INFINITY);
+    int64_t j = 0;
+    for (; j + L <= width; j += L) {
+      Vec x = a.at(base + j);
+      acc = fn == TileReduce::kSum ? acc + x : fn == TileReduce::kMax ? max(acc, x) : min(acc, x);
+    }
+    float r = fn == TileReduce::kSum   ? reduce_add(acc)
+              : fn == TileReduce::kMax ? reduce_max(acc)
+                                       : reduce_min(acc);
+    for (; j < width; ++j) {  // the tail, one value at a time: lanes past it must not count
+      float x = a.p[(base + j) & a.m];
+      r = fn == TileReduce::kSum   ? r + x
+          : fn == TileReduce::kMax ? (x > r ? x : r)
+                                   : (x < r ? x : r);
+    }
+    for (int64_t k = 0; k < width; ++k) y[base + k] = r;
+  }
+}
+
 }  // namespace
 
 void exec_tile(const TileArgs& t) {
@@ -253,6 +278,11 @@ void exec_tile(const TileArgs& t) {
     if (in.op == TileOpcode::kBinaryImm || in.op == TileOpcode::kCompareImm) {
       b = imm;
       if (in.imm_left) std::swap(a, b);
+    }
+    if (in.op == TileOpcode::kRowReduce) {
+      row_reduce(static_cast<TileReduce>(in.fn), t.rows, t.width, buf, a);
+      reg[in.dst] = Src{buf, -1};
+      continue;
     }
     // Every source a splat: compute one vector into the destination's splat.
     bool uniform = a.m == 0 && b.m == 0 && c.m == 0;

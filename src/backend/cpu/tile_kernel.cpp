@@ -70,7 +70,8 @@ struct RowSpace {
   std::vector<std::vector<int64_t>> strides;  // [input][dim]
 };
 
-RowSpace merge_dims(const Dims& out, const std::vector<Tensor>& inputs) {
+// keep_last: the last axis stays a dimension of its own (the rows a reduction runs over).
+RowSpace merge_dims(const Dims& out, const std::vector<Tensor>& inputs, bool keep_last) {
   const size_t rank = out.size();
   std::vector<std::vector<int64_t>> full(inputs.size(), std::vector<int64_t>(rank, 0));
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -91,8 +92,9 @@ RowSpace merge_dims(const Dims& out, const std::vector<Tensor>& inputs) {
   RowSpace r;
   r.strides.resize(inputs.size());
   for (size_t d = 0; d < rank; ++d) {
-    if (out[d] == 1) continue;
-    bool merge = !r.dims.empty();
+    const bool last = keep_last && d + 1 == rank;
+    if (out[d] == 1 && !last) continue;
+    bool merge = !r.dims.empty() && !last;
     for (size_t k = 0; k < inputs.size() && merge; ++k)
       merge = r.strides[k].back() == full[k][d] * out[d];
     if (merge) {
@@ -147,16 +149,18 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
                            ": expected a contiguous tensor of the program's dtype"));
   if (outputs[0].numel() == 0) return;
 
-  const RowSpace rs = merge_dims(shape, inputs);
+  const bool whole_rows = p.has_row_reduction();
+  const RowSpace rs = merge_dims(shape, inputs, whole_rows);
   const size_t nd = rs.dims.size();
   const int64_t n = rs.dims.back();
   int64_t rows = 1;
   for (int64_t d : rs.dims) rows *= d;
   rows /= n;
   // Tiles: pieces of one row, or blocks of `block` rows inside one step of dims[nd - 2].
-  const int64_t cap = capacity_;
+  // A reduction needs whole rows in a tile: the capacity grows to a row if need be.
+  const int64_t cap = whole_rows ? std::max(capacity_, (n + 15) / 16 * 16) : capacity_;
   const int64_t inner = nd >= 2 ? rs.dims[nd - 2] : 1;
-  const bool row_blocks = n < cap / 2 && inner > 1;
+  const bool row_blocks = whole_rows || (n < cap / 2 && inner > 1);
   const int64_t block = row_blocks ? std::min(cap / n, inner) : 1;
   const int64_t per_row = row_blocks ? 1 : (n + cap - 1) / cap;
   const int64_t blocks_per_inner = (inner + block - 1) / block;
