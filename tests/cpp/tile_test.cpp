@@ -439,6 +439,36 @@ TEST(TileLower, RowReductionNeedsTheLastAxis) {
   EXPECT_NE(why.find("last"), std::string::npos) << why;
 }
 
+TEST(TileExec, BooleanLogicAndCasts) {
+  Case c;
+  Graph& g = c.g;
+  ValueId a = g.add_input("a", {DType::kF32, Shape{17, 3}});
+  ValueId b = g.add_input("b", {DType::kF32, Shape{3}});
+  ValueId m = g.add_input("m", {DType::kBool, Shape{17, 3}});
+  auto v = [&](const char* name) { return g.add_value(name); };
+  ValueId eq = v("eq"), nm = v("nm"), o = v("o"), x = v("x"), nan = v("nan"), inf = v("inf"),
+          an = v("an"), ab = v("ab"), f = v("f"), y = v("y"), ge = v("ge"), w = v("w");
+  g.add_node("Equal", {a, b}, {eq}, {}, "eq");
+  g.add_node("Not", {m}, {nm}, {}, "not");
+  g.add_node("Or", {eq, nm}, {o}, {}, "or");
+  g.add_node("Xor", {o, m}, {x}, {}, "xor");
+  g.add_node("IsNaN", {a}, {nan}, {}, "isnan");
+  g.add_node("IsInf", {a}, {inf}, {}, "isinf");
+  g.add_node("And", {nan, inf}, {an}, {}, "and");
+  g.add_node("Cast", {a}, {ab}, attrs({{"to", int64_t{9}}}), "tobool");
+  g.add_node("Cast", {x}, {f}, attrs({{"to", int64_t{1}}}), "tofloat");
+  g.add_node("GreaterOrEqual", {a, f}, {ge}, {}, "ge");
+  g.add_node("Where", {ge, an, ab}, {w}, {}, "where");
+  g.add_node("Add", {f, a}, {y}, {}, "add");
+  g.add_output(w);
+  g.add_output(y);
+  g.add_output(x);
+  c.feeds = {random_f32({17, 3}, 31), random_f32({3}, 32), random_bool({17, 3}, 33)};
+  // Some equal pairs, so that Equal is not always false.
+  for (int i = 0; i < 17; i += 2) c.feeds[0].data<float>()[i * 3 + 1] = c.feeds[1].data<float>()[1];
+  check(c, "logic");
+}
+
 // MatMul + bias + residual + GELU * 0.5: the chain after the MatMul runs as the GEMM's epilogue.
 TEST(TileEpilogue, GemmRunsAnElementwiseChain) {
   const int64_t M = 37, K = 29, N = 53;
