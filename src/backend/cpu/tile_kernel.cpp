@@ -42,7 +42,9 @@ std::vector<int8_t> direct_writes(const TileProgram& p) {
   std::vector<int8_t> direct(p.code.size(), -1);
   for (size_t s = 0; s < p.code.size(); ++s) {
     const TileInstr& st = p.code[s];
-    if (st.op != TileOpcode::kStore || p.outputs[st.operand].dtype != TileDType::kF32) continue;
+    if (st.op != TileOpcode::kStore || p.outputs[st.operand].dtype != TileDType::kF32 ||
+        st.operand > 127)
+      continue;
     for (size_t d = s; d-- > 0;) {
       const TileInstr& def = p.code[d];
       if (def.op == TileOpcode::kStore || def.dst != st.a) continue;
@@ -220,12 +222,15 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
 void TileKernel::run_block(const EpilogueOperand* operands, float* c, int64_t ldc, int64_t m0,
                            int64_t m, int64_t n0, int64_t n) const {
   const TileProgram& p = program_;
+  if (p.inputs.size() > static_cast<size_t>(kTileMaxRegs) || p.outputs.size() != 1)
+    throw ValueError(
+        cat("[TileKernel] an epilogue takes at most ", kTileMaxRegs, " inputs and one output"));
   if (m <= 0 || n <= 0) return;
   float* scratch = scratch_for(p, capacity_);
   const int64_t width = std::min(n, capacity_);
   const int64_t block = std::max<int64_t>(1, capacity_ / width);
-  TileOperandView in[kTileMaxRegs];  // inputs beyond the registers cannot be loaded anyway
-  const size_t num_in = std::min<size_t>(p.inputs.size(), kTileMaxRegs);
+  TileOperandView in[kTileMaxRegs];
+  const size_t num_in = p.inputs.size();
   for (int64_t i0 = 0; i0 < m; i0 += block) {
     const int64_t rows = std::min(block, m - i0);
     for (int64_t j0 = 0; j0 < n; j0 += width) {
