@@ -469,6 +469,25 @@ TEST(TileExec, BooleanLogicAndCasts) {
   check(c, "logic");
 }
 
+TEST(TileExec, RejectsTensorsThatDoNotFit) {
+  Case c;
+  ValueId x = c.g.add_input("x", {DType::kF32, Shape{Dim::sym("n")}});
+  ValueId y = c.g.add_value("y");
+  c.g.add_node("Exp", {x}, {y}, {}, "exp");
+  c.g.add_output(y);
+  infer_types(c.g);
+  std::optional<TileProgram> p = lower_elementwise(c.g, whole_group(c.g));
+  ASSERT_TRUE(p);
+  cpu::TileKernel kernel(*p);
+  std::vector<Tensor> out = {Tensor::empty(DType::kF32, {4})};
+  EXPECT_THROW(kernel.run({Tensor::zeros(DType::kF32, {5})}, out), ValueError);     // no broadcast
+  EXPECT_THROW(kernel.run({Tensor::zeros(DType::kF32, {2, 4})}, out), ValueError);  // rank
+  EXPECT_THROW(kernel.run({Tensor::zeros(DType::kI64, {4})}, out), ValueError);     // dtype
+  EXPECT_THROW(kernel.run({}, out), ValueError);                                    // count
+  kernel.run({Tensor::zeros(DType::kF32, {1})}, out);                               // broadcasts
+  EXPECT_EQ(out[0].data<float>()[3], 1.0f);
+}
+
 // MatMul + bias + residual + GELU * 0.5: the chain after the MatMul runs as the GEMM's epilogue.
 TEST(TileEpilogue, GemmRunsAnElementwiseChain) {
   const int64_t M = 37, K = 29, N = 53;
