@@ -65,6 +65,7 @@ void epilogue_for(const Epilogue& ep, const UnaryParams& p, float* c, int64_t ld
 void apply_epilogue(const Epilogue& ep, float* c, int64_t ldc, int64_t m0, int64_t m, int64_t n0,
                     int64_t n) {
   if (m <= 0 || n <= 0) return;
+  if (ep.tile) return run_tile_epilogue(ep, c, ldc, m0, m, n0, n);
   const UnaryParams p{ep.lo, ep.hi};
   auto go = [&]<UnaryOp Op>() { epilogue_for<Op>(ep, p, c, ldc, m0, m, n0, n); };
   using enum UnaryOp;

@@ -118,7 +118,7 @@ thread_local Scratch t_pack_a, t_pack_b, t_pack_edge;
 
 bool has_epilogue(const Epilogue& ep) {
   return ep.bias_kind != Epilogue::Bias::kNone || ep.residual != nullptr ||
-         ep.act != Activation::kNone;
+         ep.act != Activation::kNone || ep.tile != nullptr;
 }
 
 // When a task reads a non-transposed B in place (row stride ldb) instead of packing it: always

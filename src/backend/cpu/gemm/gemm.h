@@ -27,6 +27,9 @@ enum class Activation {
 };
 
 // What is applied to each output element after the dot product, before it is stored.
+class TileKernel;        // tile_kernel.h
+struct EpilogueOperand;  // tile_kernel.h
+
 struct Epilogue {
   enum class Bias { kNone, kPerRow, kPerCol, kScalar };
   Bias bias_kind = Bias::kNone;
@@ -36,7 +39,16 @@ struct Epilogue {
   float residual_scale = 1.0f;
   Activation act = Activation::kNone;
   float lo = 0.0f, hi = 0.0f;  // activation parameters (see Activation)
+  // A general elementwise chain (tile/lower.h lower_epilogue) run on each C block while it is in
+  // L1, instead of bias, residual and act (which are then ignored): program input 0 is the
+  // accumulator (alpha already applied), input k >= 1 is tile_operands[k - 1].
+  const TileKernel* tile = nullptr;
+  const EpilogueOperand* tile_operands = nullptr;
 };
+
+// ep.tile->run_block(...) (tile_kernel.cpp): the general epilogue on one block.
+void run_tile_epilogue(const Epilogue& ep, float* c, int64_t ldc, int64_t m0, int64_t m, int64_t n0,
+                       int64_t n);
 
 inline constexpr int kGemmRowsSlack = 8;
 

@@ -1,0 +1,33 @@
+// The per-ISA tile interpreter's interface (tile_exec_impl.h): one call runs a whole tile program
+// on one tile. Plain data only, since the per-ISA translation units include it.
+#pragma once
+
+#include <cstdint>
+
+#include "tile/tile_isa.h"
+
+namespace pto::cpu {
+
+inline constexpr int kTileMaxRegs = 64;
+
+// One input or output as seen from one tile: element (i, j) of the tile (row i < rows, column
+// j < width) is at ptr + i * row_step + j * col_stride elements, col_stride 0 or 1.
+struct TileOperandView {
+  const void* ptr = nullptr;
+  int64_t row_step = 0;
+  int64_t col_stride = 1;
+  TileDType dtype = TileDType::kF32;
+};
+
+struct TileArgs {
+  const TileInstr* code = nullptr;
+  int num_code = 0;
+  const int8_t* direct = nullptr;  // per instruction: the output it may write in place, or -1
+  int64_t rows = 1, width = 0;     // the tile; registers hold rows * width values
+  const TileOperandView* inputs = nullptr;
+  const TileOperandView* outputs = nullptr;  // col_stride 1; ptr is written through
+  float* scratch = nullptr;                  // num_regs * capacity floats
+  int64_t capacity = 0;                      // >= rows * width, a multiple of 16
+};
+
+}  // namespace pto::cpu

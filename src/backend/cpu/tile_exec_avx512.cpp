@@ -1,0 +1,1 @@
+#include "backend/cpu/tile_exec_impl.h"

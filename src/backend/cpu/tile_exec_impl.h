@@ -1,0 +1,337 @@
+// The tile interpreter, compiled once per ISA (tile_exec_<isa>.cpp): runs a tile program's
+// instructions in order on one tile, each one a vector loop over the tile (rows * width values,
+// a few KiB, so every register stays in L1).
+//
+// A register is a pointer and an index mask: p[i & m]. Loads of contiguous float inputs alias the
+// input (no copy); a value that is the same over the whole tile (a broadcast scalar, a constant,
+// anything computed from those only) lives in a 16-float splat with m = 0 and is computed once;
+// other results go to the register's scratch buffer, or straight into an output when the
+// executor marked the instruction `direct` (its result is what a later store writes).
+#pragma once
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/elementwise_ops.h"
+#include "backend/cpu/tile_exec.h"
+
+namespace pto::cpu::PTO_ISA_NS {
+namespace {
+
+constexpr int L = Vec::kLanes;
+constexpr int kSplat = 16;  // floats in a splat: the widest Vec
+
+struct Src {
+  const float* p;
+  int64_t m;  // -1: a full tile; 0: one value, splat
+  Vec at(int64_t i) const { return Vec::load(p + (i & m)); }
+  Vec at(int64_t i, int k) const { return Vec::load(p + (i & m), k); }
+};
+
+// y[i] = f(sources at i) for i < n, two vectors a step to hide latency, a masked tail.
+template <class F, class... S>
+inline void map_n(int64_t n, float* y, F f, S... s) {
+  int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    Vec u = f(s.at(i)...), v = f(s.at(i + L)...);
+    u.store(y + i);
+    v.store(y + i + L);
+  }
+  for (; i < n; i += L) {
+    if (n - i >= L) {
+      f(s.at(i)...).store(y + i);
+    } else {
+      int k = static_cast<int>(n - i);
+      f(s.at(i, k)...).store(y + i, k);
+    }
+  }
+}
+
+template <TileUnary Op>
+inline Vec tile_unary(Vec x, const UnaryParams& p) {
+  const Vec zero = Vec::zero(), one = Vec::set1(1.0f);
+  using enum TileUnary;
+  if constexpr (Op == kRsqrt) return one / sqrt(x);
+  if constexpr (Op == kNot) return select(x == zero, one, zero);
+  if constexpr (Op == kIsNaN) return select(is_nan(x), one, zero);
+  if constexpr (Op == kIsInf) return select(abs(x) == Vec::set1(INFINITY), one, zero);
+#define PTO_TILE_MAP(name) \
+  if constexpr (Op == TileUnary::k##name) return unary<UnaryOp::k##name>(x, p);
+  PTO_TILE_MAP(Neg)
+  PTO_TILE_MAP(Abs)
+  PTO_TILE_MAP(Exp)
+  PTO_TILE_MAP(Expm1) PTO_TILE_MAP(Log) PTO_TILE_MAP(Log1p) PTO_TILE_MAP(Sqrt)
+      PTO_TILE_MAP(Reciprocal) PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu) PTO_TILE_MAP(LeakyRelu)
+          PTO_TILE_MAP(ThresholdedRelu) PTO_TILE_MAP(Sigmoid) PTO_TILE_MAP(HardSigmoid)
+              PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh) PTO_TILE_MAP(Erf) PTO_TILE_MAP(Gelu)
+                  PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu) PTO_TILE_MAP(Swish)
+                      PTO_TILE_MAP(Softplus) PTO_TILE_MAP(Softsign) PTO_TILE_MAP(Mish)
+                          PTO_TILE_MAP(Elu) PTO_TILE_MAP(Selu) PTO_TILE_MAP(Celu)
+                              PTO_TILE_MAP(Floor) PTO_TILE_MAP(Ceil) PTO_TILE_MAP(Round)
+                                  PTO_TILE_MAP(Sign) PTO_TILE_MAP(PowHalf)
+#undef PTO_TILE_MAP
+}
+
+inline Vec bool_vec(Mask m) {
+  return select(m, Vec::set1(1.0f), Vec::zero());
+}
+
+template <TileBinary Op>
+inline Vec tile_binary(Vec a, Vec b) {
+  using enum TileBinary;
+  const Vec zero = Vec::zero();
+  if constexpr (Op == kAdd) return a + b;
+  if constexpr (Op == kSub) return a - b;
+  if constexpr (Op == kMul) return a * b;
+  if constexpr (Op == kDiv) return a / b;
+  if constexpr (Op == kMax) return select(is_nan(b), b, select(a < b, b, a));
+  if constexpr (Op == kMin) return select(is_nan(b), b, select(b < a, b, a));
+  if constexpr (Op == kAnd) return bool_vec((a != zero) & (b != zero));
+  if constexpr (Op == kOr) return bool_vec((a != zero) | (b != zero));
+  if constexpr (Op == kXor) return abs(bool_vec(a != zero) - bool_vec(b != zero));
+  if constexpr (Op == kPow) return a;  // element by element in pow_n
+}
+
+template <TileCompare Op>
+inline Vec tile_compare(Vec a, Vec b) {
+  using enum TileCompare;
+  if constexpr (Op == kEq) return bool_vec(a == b);
+  if constexpr (Op == kNe) return bool_vec(a != b);
+  if constexpr (Op == kLt) return bool_vec(a < b);
+  if constexpr (Op == kLe) return bool_vec(a <= b);
+  if constexpr (Op == kGt) return bool_vec(a > b);
+  if constexpr (Op == kGe) return bool_vec(a >= b);
+}
+
+// std::pow in double, rounded once to float: the reference's Pow on float32.
+inline void pow_n(int64_t n, float* y, Src a, Src b) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = static_cast<float>(
+        std::pow(static_cast<double>(a.p[i & a.m]), static_cast<double>(b.p[i & b.m])));
+}
+
+void unary_n(TileUnary op, const UnaryParams& p, int64_t n, float* y, Src a) {
+  switch (op) {
+#define PTO_TILE_CASE(name, text) \
+  case TileUnary::k##name:        \
+    return map_n(                 \
+        n, y, [&](Vec x) { return tile_unary<TileUnary::k##name>(x, p); }, a);
+    PTO_TILE_UNARY_OPS(PTO_TILE_CASE)
+#undef PTO_TILE_CASE
+  }
+}
+
+void binary_n(TileBinary op, int64_t n, float* y, Src a, Src b) {
+  using enum TileBinary;
+  auto go = [&]<TileBinary Op>() {
+    map_n(
+        n, y, [](Vec u, Vec v) { return tile_binary<Op>(u, v); }, a, b);
+  };
+  switch (op) {
+    case kAdd:
+      return go.template operator()<kAdd>();
+    case kSub:
+      return go.template operator()<kSub>();
+    case kMul:
+      return go.template operator()<kMul>();
+    case kDiv:
+      return go.template operator()<kDiv>();
+    case kMax:
+      return go.template operator()<kMax>();
+    case kMin:
+      return go.template operator()<kMin>();
+    case kAnd:
+      return go.template operator()<kAnd>();
+    case kOr:
+      return go.template operator()<kOr>();
+    case kXor:
+      return go.template operator()<kXor>();
+    case kPow:
+      return pow_n(n, y, a, b);
+  }
+}
+
+void compare_n(TileCompare op, int64_t n, float* y, Src a, Src b) {
+  using enum TileCompare;
+  auto go = [&]<TileCompare Op>() {
+    map_n(
+        n, y, [](Vec u, Vec v) { return tile_compare<Op>(u, v); }, a, b);
+  };
+  switch (op) {
+    case kEq:
+      return go.template operator()<kEq>();
+    case kNe:
+      return go.template operator()<kNe>();
+    case kLt:
+      return go.template operator()<kLt>();
+    case kLe:
+      return go.template operator()<kLe>();
+    case kGt:
+      return go.template operator()<kGt>();
+    case kGe:
+      return go.template operator()<kGe>();
+  }
+}
+
+float load_one(const TileOperandView& v, int64_t offset) {
+  if (v.dtype == TileDType::kBool) return static_cast<const bool*>(v.ptr)[offset] ? 1.0f : 0.0f;
+  return static_cast<const float*>(v.ptr)[offset];
+}
+
+// Row i of a load that cannot alias its input: a copy, a conversion or a fill.
+void gather_row(const TileOperandView& v, int64_t i, int64_t width, float* y) {
+  const int64_t off = i * v.row_step;
+  if (v.col_stride == 0) {
+    const float x = load_one(v, off);
+    for (int64_t j = 0; j < width; ++j) y[j] = x;
+  } else if (v.dtype == TileDType::kF32) {
+    std::memcpy(y, static_cast<const float*>(v.ptr) + off, static_cast<size_t>(width) * 4);
+  } else {
+    const bool* b = static_cast<const bool*>(v.ptr) + off;
+    int64_t j = 0;
+    for (; j < width; j += L) {
+      int k = static_cast<int>(width - j < L ? width - j : L);
+      bool_vec(load_bool(b + j, k)).store(y + j, k);
+    }
+  }
+}
+
+void store_row(const TileOperandView& v, int64_t i, int64_t width, Src a, int64_t a0) {
+  if (v.dtype == TileDType::kF32) {
+    float* y = static_cast<float*>(const_cast<void*>(v.ptr)) + i * v.row_step;
+    if (a.m == 0) {
+      for (int64_t j = 0; j < width; ++j) y[j] = a.p[0];
+    } else if (a.p + a0 != y) {
+      std::memmove(y, a.p + a0, static_cast<size_t>(width) * 4);
+    }
+    return;
+  }
+  bool* y = static_cast<bool*>(const_cast<void*>(v.ptr)) + i * v.row_step;
+  for (int64_t j = 0; j < width; j += L) {
+    int k = static_cast<int>(width - j < L ? width - j : L);
+    store_bool(a.at(a0 + j, k) != Vec::zero(), y + j, k);
+  }
+}
+
+// y[i * width + j] = fn over row i of a, for every j.
+void row_reduce(TileReduce fn, int64_t rows, int64_t width, float* y, Src a) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t base = i * width;
+    Vec acc = fn == TileReduce::kSum ? Vec::zero()
+                                     : Vec::set1(fn == TileReduce::kMax ? -INFINITY : INFINITY);
+    int64_t j = 0;
+    for (; j + L <= width; j += L) {
+      Vec x = a.at(base + j);
+      acc = fn == TileReduce::kSum ? acc + x : fn == TileReduce::kMax ? max(acc, x) : min(acc, x);
+    }
+    float r = fn == TileReduce::kSum   ? reduce_add(acc)
+              : fn == TileReduce::kMax ? reduce_max(acc)
+                                       : reduce_min(acc);
+    for (; j < width; ++j) {  // the tail, one value at a time: lanes past it must not count
+      float x = a.p[(base + j) & a.m];
+      r = fn == TileReduce::kSum   ? r + x
+          : fn == TileReduce::kMax ? (x > r ? x : r)
+                                   : (x < r ? x : r);
+    }
+    for (int64_t k = 0; k < width; ++k) y[base + k] = r;
+  }
+}
+
+}  // namespace
+
+void exec_tile(const TileArgs& t) {
+  alignas(64) float splat[kTileMaxRegs + 1][kSplat];
+  Src reg[kTileMaxRegs];
+  const int64_t n = t.rows * t.width;
+  auto splat_of = [&](float x, int slot) {
+    for (int l = 0; l < kSplat; ++l) splat[slot][l] = x;
+    return Src{splat[slot], 0};
+  };
+  for (int pc = 0; pc < t.num_code; ++pc) {
+    const TileInstr& in = t.code[pc];
+    if (in.op == TileOpcode::kStore) {
+      const TileOperandView& v = t.outputs[in.operand];
+      for (int64_t i = 0; i < t.rows; ++i) store_row(v, i, t.width, reg[in.a], i * t.width);
+      continue;
+    }
+    float* buf = t.scratch + in.dst * t.capacity;
+    if (in.op == TileOpcode::kLoad) {
+      const TileOperandView& v = t.inputs[in.operand];
+      if (v.col_stride == 0 && (t.rows == 1 || v.row_step == 0)) {
+        reg[in.dst] = splat_of(load_one(v, 0), in.dst);
+      } else if (v.dtype == TileDType::kF32 && (t.rows == 1 || v.row_step == t.width)) {
+        reg[in.dst] = Src{static_cast<const float*>(v.ptr), -1};
+      } else {
+        for (int64_t i = 0; i < t.rows; ++i) gather_row(v, i, t.width, buf + i * t.width);
+        reg[in.dst] = Src{buf, -1};
+      }
+      continue;
+    }
+    if (in.op == TileOpcode::kConst) {
+      reg[in.dst] = splat_of(in.imm0, in.dst);
+      continue;
+    }
+    Src a = in.a >= 0 ? reg[in.a] : Src{nullptr, 0};
+    Src b = in.b >= 0 ? reg[in.b] : Src{nullptr, 0};
+    Src c = in.c >= 0 ? reg[in.c] : Src{nullptr, 0};
+    Src imm = splat_of(in.imm0, kTileMaxRegs);
+    if (in.op == TileOpcode::kBinaryImm || in.op == TileOpcode::kCompareImm) {
+      b = imm;
+      if (in.imm_left) std::swap(a, b);
+    }
+    if (in.op == TileOpcode::kRowReduce) {
+      row_reduce(static_cast<TileReduce>(in.fn), t.rows, t.width, buf, a);
+      reg[in.dst] = Src{buf, -1};
+      continue;
+    }
+    // Every source a splat: compute one vector into the destination's splat.
+    bool uniform = a.m == 0 && b.m == 0 && c.m == 0;
+    float* y = buf;
+    int64_t count = n;
+    if (uniform) {
+      y = splat[in.dst];
+      count = kSplat;
+    } else if (t.direct && t.direct[pc] >= 0) {
+      const TileOperandView& o = t.outputs[t.direct[pc]];
+      if (o.dtype == TileDType::kF32 && (t.rows == 1 || o.row_step == t.width))
+        y = static_cast<float*>(const_cast<void*>(o.ptr));
+    }
+    switch (in.op) {
+      case TileOpcode::kUnary:
+        unary_n(static_cast<TileUnary>(in.fn), UnaryParams{in.imm0, in.imm1}, count, y, a);
+        break;
+      case TileOpcode::kBinary:
+      case TileOpcode::kBinaryImm:
+        binary_n(static_cast<TileBinary>(in.fn), count, y, a, b);
+        break;
+      case TileOpcode::kCompare:
+      case TileOpcode::kCompareImm:
+        compare_n(static_cast<TileCompare>(in.fn), count, y, a, b);
+        break;
+      case TileOpcode::kClip: {
+        const Vec lo = Vec::set1(in.imm0), hi = Vec::set1(in.imm1);
+        map_n(
+            count, y,
+            [&](Vec x) {
+              Vec r = select(x < lo, lo, x);
+              return select(hi < r, hi, r);
+            },
+            a);
+        break;
+      }
+      case TileOpcode::kSelect:
+        map_n(
+            count, y, [](Vec m, Vec u, Vec v) { return select(m != Vec::zero(), u, v); }, a, b, c);
+        break;
+      case TileOpcode::kFma:
+        map_n(
+            count, y, [](Vec u, Vec v, Vec w) { return fma(u, v, w); }, a, b, c);
+        break;
+      default:
+        break;
+    }
+    reg[in.dst] = Src{y, uniform ? 0 : -1};
+  }
+}
+
+}  // namespace pto::cpu::PTO_ISA_NS

@@ -1,0 +1,53 @@
+// The CPU executor of tile programs (level 3 of DESIGN.md, src/tile): a TileKernel runs one
+// program over concrete tensors, in parallel over output tiles, writing outputs it is given.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pto/tensor.h"
+#include "tile/tile_program.h"
+
+namespace pto::cpu {
+
+// An operand of a GEMM/conv epilogue program: element (i, j) of C (global row i, column j) is
+// data[i * row_stride + j * col_stride], col_stride 0 or 1. Per-row (conv bias): {b, 1, 0};
+// per-column (GEMM bias): {b, 0, 1}; full (residual): {r, ldr, 1}; scalar: {s, 0, 0}.
+struct EpilogueOperand {
+  const float* data = nullptr;
+  int64_t row_stride = 0;
+  int64_t col_stride = 0;
+};
+
+class TileKernel {
+ public:
+  explicit TileKernel(TileProgram program);
+
+  const TileProgram& program() const { return program_; }
+  // Floats per register per tile, chosen from the L1 size and the register count.
+  int64_t capacity() const { return capacity_; }
+
+  // Runs the program over the shape of outputs[0]. `inputs` in program().inputs order, each
+  // contiguous, of the declared dtype, its shape broadcastable to the output shape; `outputs`
+  // allocated, contiguous, all of that shape and of the declared dtypes, overlapping no input.
+  // Parallel over tiles (pto::parallel_for) unless called inside a parallel region; the result
+  // does not depend on the thread count. Throws ValueError on mismatched tensors.
+  void run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const;
+
+  // The epilogue form, on the calling thread: program input 0 is the accumulator block
+  // c[i * ldc + j] (i < m, j < n; global row m0 + i, column n0 + j), updated in place with
+  // output 0; program input k >= 1 is operands[k - 1]. A single f32 output.
+  void run_block(const EpilogueOperand* operands, float* c, int64_t ldc, int64_t m0, int64_t m,
+                 int64_t n0, int64_t n) const;
+
+ private:
+  TileProgram program_;
+  std::vector<int8_t> direct_;  // per instruction: the output it writes in place, or -1
+  int64_t capacity_ = 0;
+};
+
+// TileKernel(program).run(inputs, outputs), for one-off runs.
+void run_tile_program(const TileProgram& program, const std::vector<Tensor>& inputs,
+                      std::vector<Tensor>& outputs);
+
+}  // namespace pto::cpu

@@ -1,0 +1,494 @@
+// Lowering elementwise kernel groups to tile programs.
+//
+// The nodes are walked in order, each value becoming a virtual register (or an immediate, for
+// scalar float32 initializers): a group input is loaded at its first use, an op becomes one or a
+// few instructions from the table below (Pow with a constant integer exponent becomes
+// square-and-multiply, 0.5 a square root; Softmax a row max, exp and row sum), and the group
+// outputs are stored at the end. A last
+// step maps the virtual registers onto as few registers as the live values need (a register is
+// free after its last read, so an instruction may overwrite its own source). A node without a
+// tile form makes the whole group decline, with the reason.
+#include "tile/lower.h"
+
+#include <cfloat>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <unordered_map>
+
+#include "pto/error.h"
+#include "pto/op_registry.h"
+
+namespace pto {
+namespace {
+
+// A value inside the program: a virtual register or an immediate.
+struct Val {
+  int reg = -1;
+  float imm = 0.0f;
+  bool is_imm() const { return reg < 0; }
+};
+
+struct Unsupported {
+  std::string why;
+};
+
+// The value of a one-element constant of any real dtype, if it is one.
+std::optional<double> scalar_constant(const Graph& g, ValueId v) {
+  const Tensor* t = g.initializer(v);
+  if (!t || t->numel() != 1) return std::nullopt;
+  switch (t->dtype()) {
+    case DType::kF32:
+      return *t->data<float>();
+    case DType::kF64:
+      return *t->data<double>();
+    case DType::kI32:
+      return *t->data<int32_t>();
+    case DType::kI64:
+      return static_cast<double>(*t->data<int64_t>());
+    default:
+      return std::nullopt;
+  }
+}
+
+class Lowering {
+ public:
+  Lowering(const Graph& g, const KernelGroup& group) : g_(g), group_(group) {}
+
+  // Throws Unsupported.
+  TileProgram run(ValueId accumulator, int32_t skip_node) {
+    if (group_.outputs.empty()) throw Unsupported{"the group has no outputs"};
+    const std::optional<Shape>& shape = g_.value(group_.outputs[0]).type.shape;
+    space_ = shape;
+    if (accumulator != kNoValue) value(accumulator);  // input 0
+    for (int32_t n : group_.nodes) {
+      if (n == skip_node) continue;
+      lower(g_.nodes()[static_cast<size_t>(n)]);
+    }
+    if (!shape)
+      throw Unsupported{cat("output '", g_.value(group_.outputs[0]).name, "' has no shape")};
+    for (ValueId v : group_.outputs) {
+      const Value& val = g_.value(v);
+      if (!val.type.shape || *val.type.shape != *shape)
+        throw Unsupported{cat("outputs '", g_.value(group_.outputs[0]).name, "' ",
+                              shape_str(*shape), " and '", val.name, "' ",
+                              val.type.shape ? shape_str(*val.type.shape) : "[*]",
+                              " differ in shape")};
+      if (!env_.count(v))
+        throw Unsupported{cat("output '", val.name, "' is not computed in the group")};
+      prog_.outputs.push_back({v, val.name, dtype_of_value(v), val.type.shape});
+      TileInstr st{.op = TileOpcode::kStore, .a = static_cast<int16_t>(reg(env_.at(v)))};
+      st.operand = static_cast<int32_t>(prog_.outputs.size() - 1);
+      code_.push_back(st);
+    }
+    prog_.shape = shape;
+    allocate_registers();
+    return std::move(prog_);
+  }
+
+ private:
+  TileDType dtype_of_value(ValueId v) const {
+    const Value& val = g_.value(v);
+    if (val.type.dtype == DType::kF32) return TileDType::kF32;
+    if (val.type.dtype == DType::kBool) return TileDType::kBool;
+    throw Unsupported{cat("value '", val.name, "' is ", dtype_name(val.type.dtype),
+                          ", tile programs take f32 and bool")};
+  }
+
+  // The program value of a graph value: computed, an immediate, or a load of a new input.
+  Val value(ValueId v) {
+    if (auto it = env_.find(v); it != env_.end()) return it->second;
+    if (g_.value(v).type.dtype == DType::kF32)
+      if (std::optional<double> c = scalar_constant(g_, v))
+        return env_[v] = Val{.imm = static_cast<float>(*c)};
+    TileDType dt = dtype_of_value(v);
+    const Value& val = g_.value(v);
+    prog_.inputs.push_back({v, val.name, dt, val.type.shape});
+    Val r{.reg = fresh()};
+    TileInstr ld{.op = TileOpcode::kLoad, .dst = static_cast<int16_t>(r.reg)};
+    ld.operand = static_cast<int32_t>(prog_.inputs.size() - 1);
+    code_.push_back(ld);
+    return env_[v] = r;
+  }
+
+  int fresh() { return next_reg_++; }
+
+  // A register holding v (an immediate is materialized).
+  int reg(Val v) {
+    if (!v.is_imm()) return v.reg;
+    return emit({.op = TileOpcode::kConst, .imm0 = v.imm}).reg;
+  }
+
+  Val emit(TileInstr in) {
+    in.dst = static_cast<int16_t>(fresh());
+    code_.push_back(in);
+    return Val{.reg = in.dst};
+  }
+
+  Val unary(TileUnary op, Val x, float p0 = 0.0f, float p1 = 0.0f) {
+    return emit({.op = TileOpcode::kUnary,
+                 .fn = static_cast<uint8_t>(op),
+                 .a = static_cast<int16_t>(reg(x)),
+                 .imm0 = p0,
+                 .imm1 = p1});
+  }
+
+  Val binary(TileBinary op, Val a, Val b) {
+    TileInstr in{.op = TileOpcode::kBinary, .fn = static_cast<uint8_t>(op)};
+    if (a.is_imm() && !b.is_imm()) {
+      in.op = TileOpcode::kBinaryImm, in.imm_left = true, in.a = static_cast<int16_t>(b.reg);
+      in.imm0 = a.imm;
+    } else if (b.is_imm()) {
+      in.op = TileOpcode::kBinaryImm, in.a = static_cast<int16_t>(reg(a)), in.imm0 = b.imm;
+    } else {
+      in.a = static_cast<int16_t>(a.reg), in.b = static_cast<int16_t>(b.reg);
+    }
+    return emit(in);
+  }
+
+  Val compare(TileCompare op, Val a, Val b) {
+    TileInstr in{.op = TileOpcode::kCompare, .fn = static_cast<uint8_t>(op)};
+    if (a.is_imm() && !b.is_imm()) {
+      in.op = TileOpcode::kCompareImm, in.imm_left = true, in.a = static_cast<int16_t>(b.reg);
+      in.imm0 = a.imm;
+    } else if (b.is_imm()) {
+      in.op = TileOpcode::kCompareImm, in.a = static_cast<int16_t>(reg(a)), in.imm0 = b.imm;
+    } else {
+      in.a = static_cast<int16_t>(a.reg), in.b = static_cast<int16_t>(b.reg);
+    }
+    return emit(in);
+  }
+
+  Val select(Val c, Val a, Val b) {
+    return emit({.op = TileOpcode::kSelect,
+                 .a = static_cast<int16_t>(reg(c)),
+                 .b = static_cast<int16_t>(reg(a)),
+                 .c = static_cast<int16_t>(reg(b))});
+  }
+
+  // x^n by square-and-multiply (left to right), 1 / x^-n for negative n.
+  Val power(Val x, int64_t n) {
+    if (n == 0) return Val{.imm = 1.0f};
+    uint64_t e = static_cast<uint64_t>(n < 0 ? -n : n);
+    int top = 63;
+    while (!((e >> top) & 1)) --top;
+    Val r = x;
+    for (int bit = top - 1; bit >= 0; --bit) {
+      r = binary(TileBinary::kMul, r, r);
+      if ((e >> bit) & 1) r = binary(TileBinary::kMul, r, x);
+    }
+    return n < 0 ? unary(TileUnary::kReciprocal, r) : r;
+  }
+
+  void require_f32(const Node& n, size_t i) {
+    if (g_.value(n.inputs[i]).type.dtype != DType::kF32)
+      throw Unsupported{cat(n.where(), ": input ", i, " is ",
+                            dtype_name(g_.value(n.inputs[i]).type.dtype), ", expected f32")};
+  }
+
+  void lower(const Node& n) {
+    if (!n.def || !(n.def->is_elementwise() || n.def->is_reduction()))
+      throw Unsupported{cat(n.where(), ": not an elementwise op")};
+    if (n.outputs.size() != 1) throw Unsupported{cat(n.where(), ": more than one output")};
+    if (n.opset > 0 && n.opset < 7 && n.attrs.has("axis"))
+      throw Unsupported{cat(n.where(), ": legacy broadcast with axis")};
+    dtype_of_value(n.outputs[0]);
+    std::optional<Val> out = lower_op(n);
+    if (!out) throw Unsupported{cat(n.where(), ": no tile form of ", n.op)};
+    env_[n.outputs[0]] = *out;
+  }
+
+  Val in(const Node& n, size_t i) {
+    if (i >= n.inputs.size() || n.inputs[i] == kNoValue)
+      throw Unsupported{cat(n.where(), ": input ", i, " is missing")};
+    return value(n.inputs[i]);
+  }
+
+  float attr(const Node& n, const char* name, float fallback) {
+    return static_cast<float>(n.attrs.get_float(name, fallback));
+  }
+
+  std::optional<Val> lower_op(const Node& n) {
+    const std::string& op = n.op;
+    using enum TileUnary;
+    static const std::unordered_map<std::string, TileUnary> kPlain = {{"Abs", kAbs},
+                                                                      {"Neg", kNeg},
+                                                                      {"Exp", kExp},
+                                                                      {"Log", kLog},
+                                                                      {"Sqrt", kSqrt},
+                                                                      {"Reciprocal", kReciprocal},
+                                                                      {"Floor", kFloor},
+                                                                      {"Ceil", kCeil},
+                                                                      {"Round", kRound},
+                                                                      {"Sign", kSign},
+                                                                      {"Erf", kErf},
+                                                                      {"Relu", kRelu},
+                                                                      {"Sigmoid", kSigmoid},
+                                                                      {"Tanh", kTanh},
+                                                                      {"Softplus", kSoftplus},
+                                                                      {"Softsign", kSoftsign},
+                                                                      {"HardSwish", kHardSwish},
+                                                                      {"Mish", kMish}};
+    if (auto it = kPlain.find(op); it != kPlain.end()) {
+      require_f32(n, 0);
+      return unary(it->second, in(n, 0));
+    }
+    if (op == "Identity") return in(n, 0);
+    if (op == "LeakyRelu") return unary(kLeakyRelu, f32_in(n, 0), attr(n, "alpha", 0.01f));
+    if (op == "ThresholdedRelu")
+      return unary(kThresholdedRelu, f32_in(n, 0), attr(n, "alpha", 1.0f));
+    if (op == "Elu") return unary(kElu, f32_in(n, 0), attr(n, "alpha", 1.0f));
+    if (op == "Celu") {
+      if (attr(n, "alpha", 1.0f) == 0.0f) return std::nullopt;
+      return unary(kCelu, f32_in(n, 0), attr(n, "alpha", 1.0f));
+    }
+    if (op == "Selu")
+      return unary(kSelu, f32_in(n, 0), attr(n, "alpha", 1.67326319217681884765625f),
+                   attr(n, "gamma", 1.05070102214813232421875f));
+    if (op == "HardSigmoid")
+      return unary(kHardSigmoid, f32_in(n, 0), attr(n, "alpha", 0.2f), attr(n, "beta", 0.5f));
+    if (op == "Swish") return unary(kSwish, f32_in(n, 0), attr(n, "alpha", 1.0f));
+    if (op == "Gelu") {
+      std::string form = n.attrs.get_string("approximate", "none");
+      if (form != "none" && form != "tanh") return std::nullopt;
+      return unary(form == "tanh" ? kGeluTanh : kGelu, f32_in(n, 0));
+    }
+    if (op == "Not") return unary(kNot, in(n, 0));
+    if (op == "IsNaN") return unary(kIsNaN, f32_in(n, 0));
+    if (op == "IsInf") {
+      if (n.attrs.get_int("detect_negative", 1) != 1 || n.attrs.get_int("detect_positive", 1) != 1)
+        return std::nullopt;
+      return unary(kIsInf, f32_in(n, 0));
+    }
+    if (op == "Cast") return lower_cast(n);
+    if (op == "Clip") return lower_clip(n);
+    if (op == "Pow") return lower_pow(n);
+    if (op == "PRelu") {  // x < 0 ? slope * x : x
+      Val x = f32_in(n, 0), s = f32_in(n, 1);
+      return select(compare(TileCompare::kLt, x, Val{.imm = 0.0f}), binary(TileBinary::kMul, s, x),
+                    x);
+    }
+    static const std::unordered_map<std::string, TileBinary> kBinary = {{"Add", TileBinary::kAdd},
+                                                                        {"Sub", TileBinary::kSub},
+                                                                        {"Mul", TileBinary::kMul},
+                                                                        {"Div", TileBinary::kDiv}};
+    if (auto it = kBinary.find(op); it != kBinary.end())
+      return binary(it->second, f32_in(n, 0), f32_in(n, 1));
+    static const std::unordered_map<std::string, TileBinary> kLogic = {
+        {"And", TileBinary::kAnd}, {"Or", TileBinary::kOr}, {"Xor", TileBinary::kXor}};
+    if (auto it = kLogic.find(op); it != kLogic.end())
+      return binary(it->second, in(n, 0), in(n, 1));
+    static const std::unordered_map<std::string, TileCompare> kCompare = {
+        {"Equal", TileCompare::kEq},
+        {"Less", TileCompare::kLt},
+        {"LessOrEqual", TileCompare::kLe},
+        {"Greater", TileCompare::kGt},
+        {"GreaterOrEqual", TileCompare::kGe}};
+    if (auto it = kCompare.find(op); it != kCompare.end()) {
+      DType a = g_.value(n.inputs[0]).type.dtype, b = g_.value(n.inputs[1]).type.dtype;
+      if (a != b || (a != DType::kF32 && a != DType::kBool)) return std::nullopt;
+      return compare(it->second, in(n, 0), in(n, 1));
+    }
+    if (op == "Max" || op == "Min" || op == "Sum" || op == "Mean") {
+      TileBinary f = op == "Max"   ? TileBinary::kMax
+                     : op == "Min" ? TileBinary::kMin
+                                   : TileBinary::kAdd;
+      Val r = f32_in(n, 0);
+      for (size_t i = 1; i < n.inputs.size(); ++i) r = binary(f, r, f32_in(n, i));
+      if (op == "Mean" && n.inputs.size() > 1)
+        r = binary(TileBinary::kDiv, r, Val{.imm = static_cast<float>(n.inputs.size())});
+      return r;
+    }
+    if (op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceMean")
+      return lower_reduce(n);
+    if (op == "Softmax" || op == "LogSoftmax") {
+      Val x = row_input(n, n.attrs.get_int("axis", n.opset > 0 && n.opset < 13 ? 1 : -1));
+      Val d = binary(TileBinary::kSub, x, row_reduce(TileReduce::kMax, x));
+      Val e = unary(TileUnary::kExp, d), sum = row_reduce(TileReduce::kSum, e);
+      if (op == "Softmax") return binary(TileBinary::kDiv, e, sum);
+      return binary(TileBinary::kSub, d, unary(TileUnary::kLog, sum));
+    }
+    if (op == "Where") {
+      if (g_.value(n.inputs[0]).type.dtype != DType::kBool) return std::nullopt;
+      return select(in(n, 0), in(n, 1), in(n, 2));
+    }
+    return std::nullopt;
+  }
+
+  Val row_reduce(TileReduce fn, Val x) {
+    return emit({.op = TileOpcode::kRowReduce,
+                 .fn = static_cast<uint8_t>(fn),
+                 .a = static_cast<int16_t>(reg(x))});
+  }
+
+  // Input 0 of a node reducing along `axis`, which must be the last axis of both the input and
+  // the index space (tiles hold whole rows of it).
+  Val row_input(const Node& n, int64_t axis) {
+    const std::optional<Shape>& s = g_.value(n.inputs[0]).type.shape;
+    if (!s || s->empty() || !space_ || space_->empty())
+      throw Unsupported{cat(n.where(), ": a row reduction needs known ranks")};
+    const int64_t rank = static_cast<int64_t>(s->size());
+    if (axis != -1 && axis != rank - 1)
+      throw Unsupported{cat(n.where(), ": reduces axis ", axis, ", tiles reduce the last only")};
+    if (!(s->back() == space_->back()) || !(s->back().is_known() || s->back().is_symbolic()))
+      throw Unsupported{cat(n.where(), ": the reduced axis is not the index space's last")};
+    return f32_in(n, 0);
+  }
+
+  // ReduceSum/Max/Min/Mean over the last axis with keepdims: a row reduction, broadcast back.
+  std::optional<Val> lower_reduce(const Node& n) {
+    if (n.attrs.get_int("keepdims", 1) != 1) return std::nullopt;
+    std::vector<int64_t> axes;
+    if (n.attrs.has("axes")) {
+      axes = n.attrs.get_ints("axes");
+    } else if (n.inputs.size() > 1 && n.inputs[1] != kNoValue) {
+      const Tensor* t = g_.initializer(n.inputs[1]);
+      if (!t || t->dtype() != DType::kI64) return std::nullopt;
+      axes.assign(t->data<int64_t>(), t->data<int64_t>() + t->numel());
+    }
+    if (axes.size() != 1) return std::nullopt;
+    Val x = row_input(n, axes[0]);
+    if (n.op == "ReduceMax") return row_reduce(TileReduce::kMax, x);
+    if (n.op == "ReduceMin") return row_reduce(TileReduce::kMin, x);
+    Val sum = row_reduce(TileReduce::kSum, x);
+    if (n.op == "ReduceSum") return sum;
+    const Dim& len = g_.value(n.inputs[0]).type.shape->back();
+    if (!len.is_known()) return std::nullopt;
+    return binary(TileBinary::kDiv, sum, Val{.imm = static_cast<float>(len.value)});
+  }
+
+  Val f32_in(const Node& n, size_t i) {
+    if (i < n.inputs.size() && n.inputs[i] != kNoValue) require_f32(n, i);
+    return in(n, i);
+  }
+
+  // Cast between f32 and bool: bool -> f32 is the 0/1 already in the register, f32 -> bool is
+  // x != 0 (NaN -> true).
+  std::optional<Val> lower_cast(const Node& n) {
+    DType from = g_.value(n.inputs[0]).type.dtype, to = g_.value(n.outputs[0]).type.dtype;
+    Val x = in(n, 0);
+    if (from == to || from == DType::kBool) return x;
+    if (from == DType::kF32 && to == DType::kBool)
+      return compare(TileCompare::kNe, x, Val{.imm = 0.0f});
+    return std::nullopt;
+  }
+
+  // Clip: attributes before opset 11 (defaults +-inf), optional scalar inputs from 11 (defaults
+  // +-FLT_MAX), as the reference kernel reads them.
+  std::optional<Val> lower_clip(const Node& n) {
+    float lo, hi;
+    if (n.opset > 0 && n.opset < 11) {
+      lo = attr(n, "min", -INFINITY), hi = attr(n, "max", INFINITY);
+    } else {
+      lo = -FLT_MAX, hi = FLT_MAX;
+      for (size_t i : {1, 2}) {
+        if (i >= n.inputs.size() || n.inputs[i] == kNoValue) continue;
+        if (g_.value(n.inputs[i]).type.dtype != DType::kF32) return std::nullopt;
+        std::optional<double> c = scalar_constant(g_, n.inputs[i]);
+        if (!c) return std::nullopt;
+        (i == 1 ? lo : hi) = static_cast<float>(*c);
+      }
+    }
+    return emit({.op = TileOpcode::kClip,
+                 .a = static_cast<int16_t>(reg(f32_in(n, 0))),
+                 .imm0 = lo,
+                 .imm1 = hi});
+  }
+
+  std::optional<Val> lower_pow(const Node& n) {
+    Val x = f32_in(n, 0);
+    if (std::optional<double> e = scalar_constant(g_, n.inputs[1])) {
+      if (*e == std::nearbyint(*e) && std::fabs(*e) <= 32)
+        return power(x, static_cast<int64_t>(*e));
+      if (*e == 0.5) return unary(TileUnary::kPowHalf, x);
+      return binary(TileBinary::kPow, x, Val{.imm = static_cast<float>(*e)});
+    }
+    return binary(TileBinary::kPow, x, f32_in(n, 1));
+  }
+
+  // Virtual registers onto physical ones: a register is freed after the last instruction that
+  // reads it, so the next destination may reuse it.
+  void allocate_registers() {
+    std::vector<int> last(static_cast<size_t>(next_reg_), -1);
+    for (size_t i = 0; i < code_.size(); ++i)
+      for (int r : {code_[i].a, code_[i].b, code_[i].c})
+        if (r >= 0) last[static_cast<size_t>(r)] = static_cast<int>(i);
+    std::vector<int> phys(static_cast<size_t>(next_reg_), -1);
+    std::vector<bool> busy;
+    for (size_t i = 0; i < code_.size(); ++i) {
+      TileInstr in = code_[i];
+      for (int16_t* r : {&in.a, &in.b, &in.c})
+        if (*r >= 0) *r = static_cast<int16_t>(phys[static_cast<size_t>(*r)]);
+      for (int r : {code_[i].a, code_[i].b, code_[i].c})
+        if (r >= 0 && last[static_cast<size_t>(r)] == static_cast<int>(i))
+          busy[static_cast<size_t>(phys[static_cast<size_t>(r)])] = false;
+      if (in.op != TileOpcode::kStore) {
+        size_t p = 0;
+        while (p < busy.size() && busy[p]) ++p;
+        if (p == busy.size()) busy.push_back(false);
+        // A value nobody reads still needs its register for the instruction itself.
+        busy[p] = last[static_cast<size_t>(code_[i].dst)] > static_cast<int>(i);
+        phys[static_cast<size_t>(code_[i].dst)] = static_cast<int>(p);
+        in.dst = static_cast<int16_t>(p);
+      }
+      prog_.emit(in);
+    }
+  }
+
+  const Graph& g_;
+  const KernelGroup& group_;
+  std::optional<Shape> space_;  // the index space: the first output's shape
+  TileProgram prog_;
+  std::vector<TileInstr> code_;  // on virtual registers
+  std::unordered_map<ValueId, Val> env_;
+  int next_reg_ = 0;
+};
+
+std::optional<TileProgram> lower_with(const Graph& g, const KernelGroup& group, ValueId acc,
+                                      int32_t skip, std::string* why_not) {
+  try {
+    TileProgram p = Lowering(g, group).run(acc, skip);
+    if (p.num_regs > 64) throw Unsupported{cat(p.num_regs, " registers needed, at most 64")};
+    return p;
+  } catch (const Unsupported& u) {
+    if (why_not) *why_not = u.why;
+    return std::nullopt;
+  } catch (const Error& e) {  // a malformed attribute
+    if (why_not) *why_not = e.what();
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::optional<TileProgram> lower_elementwise(const Graph& g, const KernelGroup& group,
+                                             std::string* why_not) {
+  return lower_with(g, group, kNoValue, -1, why_not);
+}
+
+std::optional<TileProgram> lower_epilogue(const Graph& g, const KernelGroup& group,
+                                          ValueId accumulator, std::string* why_not) {
+  auto fail = [&](std::string why) -> std::optional<TileProgram> {
+    if (why_not) *why_not = std::move(why);
+    return std::nullopt;
+  };
+  const int32_t producer = g.value(accumulator).producer;
+  bool found = false;
+  for (int32_t n : group.nodes) found = found || n == producer;
+  if (!found) return fail("the accumulator is not produced in the group");
+  for (ValueId v : group.outputs)
+    if (v == accumulator) return fail("the accumulator is read outside the group");
+  if (group.outputs.size() != 1) return fail("an epilogue writes one output");
+  if (g.value(accumulator).type.dtype != DType::kF32) return fail("the accumulator is not f32");
+  const Value& out = g.value(group.outputs[0]);
+  if (!out.type.shape || !g.value(accumulator).type.shape ||
+      *out.type.shape != *g.value(accumulator).type.shape)
+    return fail("the output's shape is not the accumulator's");
+  std::optional<TileProgram> p = lower_with(g, group, accumulator, producer, why_not);
+  if (p && p->has_row_reduction()) return fail("row reductions do not fit a GEMM block");
+  if (p && (p->inputs.empty() || p->inputs[0].value != accumulator))
+    return fail("the accumulator is not input 0");
+  return p;
+}
+
+}  // namespace pto

@@ -1,0 +1,590 @@
+// Tile programs (src/tile) and their CPU executor (src/backend/cpu/tile_kernel.h): small graphs of
+// elementwise ops are grouped whole, lowered, run on every ISA with 1 and 2 threads, and compared
+// with the reference interpreter on the same graph (random inputs from a fixed seed, odd sizes,
+// broadcasting, NaN and Inf).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/isa/isa.h"
+#include "backend/cpu/tile_kernel.h"
+#include "pto/executable.h"
+#include "pto/kernel_graph.h"
+#include "pto/parallel.h"
+#include "pto/reference.h"
+#include "tile/lower.h"
+
+namespace pto {
+namespace {
+
+using cpu::Isa;
+
+Attributes attrs(std::initializer_list<std::pair<const char*, Attribute>> list) {
+  Attributes a;
+  for (const auto& [k, v] : list) a.set(k, v);
+  return a;
+}
+
+KernelGroup whole_group(const Graph& g) {
+  KernelGroup group;
+  for (size_t n = 0; n < g.nodes().size(); ++n) group.nodes.push_back(static_cast<int32_t>(n));
+  finish_group(g, group);
+  return group;
+}
+
+Tensor random_f32(Dims shape, uint32_t seed, float lo = -4.0f, float hi = 4.0f,
+                  bool specials = true) {
+  Tensor t = Tensor::empty(DType::kF32, shape);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  if (specials) {
+    const float kSpecial[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-39f, -88.5f, 90.0f};
+    for (int64_t i = 0; i < t.numel() && i < 64; i += 3) p[i] = kSpecial[(i / 3) % 8];
+  }
+  return t;
+}
+
+Tensor random_bool(Dims shape, uint32_t seed) {
+  Tensor t = Tensor::empty(DType::kBool, shape);
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<bool>()[i] = (rng() & 1) != 0;
+  return t;
+}
+
+// Within `ulps` units in the last place, or `atol`; NaN matches NaN, infinities match exactly.
+void expect_near(const Tensor& got, const Tensor& want, int ulps, double atol,
+                 const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  if (got.dtype() == DType::kBool) {
+    ASSERT_EQ(std::memcmp(got.raw_data(), want.raw_data(), static_cast<size_t>(got.numel())), 0)
+        << what;
+    return;
+  }
+  const float *a = got.data<float>(), *b = want.data<float>();
+  int bad = 0;
+  for (int64_t i = 0; i < got.numel() && bad < 5; ++i) {
+    float x = a[i], y = b[i];
+    if (std::isnan(y) ? std::isnan(x) : x == y) continue;
+    double ulp = std::fabs(std::nextafter(y, INFINITY) - y);
+    if (std::isfinite(x) && std::isfinite(y) &&
+        (std::fabs(x - y) <= ulps * ulp || std::fabs(x - y) <= atol))
+      continue;
+    ADD_FAILURE() << what << ": element " << i << " is " << x << ", expected " << y;
+    ++bad;
+  }
+}
+
+struct Case {
+  Graph g;
+  std::vector<Tensor> feeds;  // graph inputs in order
+};
+
+// Lowers the whole graph as one group and checks it against the reference on every ISA and on 1
+// and 2 threads. Returns the program.
+TileProgram check(Case& c, const std::string& what, int ulps = 4, double atol = 0.0) {
+  infer_types(c.g);
+  KernelGroup group = whole_group(c.g);
+  std::string why;
+  std::optional<TileProgram> prog = lower_elementwise(c.g, group, &why);
+  if (!prog) {
+    ADD_FAILURE() << what << ": did not lower: " << why;
+    return {};
+  }
+  std::vector<Tensor> want = reference::run(c.g, c.feeds);
+  std::vector<Tensor> inputs;
+  for (const TileOperand& o : prog->inputs) {
+    const Tensor* init = c.g.initializer(o.value);
+    if (init) {
+      inputs.push_back(*init);
+      continue;
+    }
+    for (size_t i = 0; i < c.g.inputs().size(); ++i)
+      if (c.g.inputs()[i] == o.value) inputs.push_back(c.feeds[i]);
+  }
+  EXPECT_EQ(inputs.size(), prog->inputs.size()) << what;
+  cpu::TileKernel kernel(*prog);
+  const int saved = num_threads();
+  for (Isa isa : cpu::supported_isas()) {
+    cpu::IsaScope scope(isa);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      std::vector<Tensor> outs;
+      for (size_t k = 0; k < prog->outputs.size(); ++k) {
+        ValueId v = prog->outputs[k].value;
+        size_t idx = 0;
+        while (c.g.outputs()[idx] != v) ++idx;
+        outs.push_back(Tensor::empty(want[idx].dtype(), want[0].shape()));
+      }
+      kernel.run(inputs, outs);
+      for (size_t k = 0; k < outs.size(); ++k) {
+        size_t idx = 0;
+        while (c.g.outputs()[idx] != prog->outputs[k].value) ++idx;
+        expect_near(outs[k], want[idx], ulps, atol,
+                    what + " " + cpu::isa_name(isa) + " x" + std::to_string(threads));
+      }
+    }
+  }
+  set_num_threads(saved);
+  return *prog;
+}
+
+ValueId constant(Graph& g, const std::string& name, float v) {
+  ValueId c = g.add_value(name);
+  g.set_initializer(c, Tensor::scalar(v));
+  return c;
+}
+
+// e = 4 * 0.1 * (s6 * s6 - s6), s6 = (3.4 / r) ** 6: the Lennard-Jones energy.
+Case lennard_jones(int64_t n) {
+  Case c;
+  Graph& g = c.g;
+  ValueId r = g.add_input("r", {DType::kF32, Shape{n}});
+  ValueId q = g.add_value("q"), s6 = g.add_value("s6"), sq = g.add_value("sq"),
+          d = g.add_value("d"), k = g.add_value("k"), e = g.add_value("e");
+  g.add_node("Div", {constant(g, "sigma", 3.4f), r}, {q}, {}, "div");
+  g.add_node("Pow", {q, constant(g, "six", 6.0f)}, {s6}, {}, "pow");
+  g.add_node("Mul", {s6, s6}, {sq}, {}, "sq");
+  g.add_node("Sub", {sq, s6}, {d}, {}, "sub");
+  g.add_node("Mul", {constant(g, "four", 4.0f), constant(g, "eps", 0.1f)}, {k}, {}, "k");
+  g.add_node("Mul", {k, d}, {e}, {}, "e");
+  g.add_output(e);
+  c.feeds = {random_f32({n}, 7, 3.0f, 6.0f, false)};
+  return c;
+}
+
+TEST(TileLower, LennardJonesIsOneReadableProgram) {
+  Case c = lennard_jones(1000003);
+  TileProgram p = check(c, "lj", 8, 1e-6);
+  EXPECT_EQ(p.inputs.size(), 1u);
+  EXPECT_EQ(p.outputs.size(), 1u);
+  std::string s = p.str();
+  EXPECT_NE(s.find("div 3.4, r0"), std::string::npos) << s;
+  EXPECT_EQ(s.find("pow"), std::string::npos) << s;  // square-and-multiply
+  EXPECT_NE(s.find("in0 r: f32[1000003]"), std::string::npos) << s;
+  EXPECT_NE(s.find("store out0"), std::string::npos) << s;
+  EXPECT_LE(p.num_regs, 4) << s;
+  std::cout << s;
+}
+
+TEST(TileExec, LennardJonesTiming) {
+  const int64_t n = 1 << 20;
+  Case c = lennard_jones(n);
+  infer_types(c.g);
+  std::optional<TileProgram> p = lower_elementwise(c.g, whole_group(c.g));
+  ASSERT_TRUE(p);
+  cpu::TileKernel kernel(*p);
+  std::vector<Tensor> outs = {Tensor::empty(DType::kF32, {n})};
+  kernel.run(c.feeds, outs);
+  const int reps = 50;
+  double us = 1e30;  // the best run: the machine may be shared
+  for (int i = 0; i < reps; ++i) {
+    auto t = std::chrono::steady_clock::now();
+    kernel.run(c.feeds, outs);
+    us = std::min(
+        us,
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count());
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  Executable eager = compile(c.g, {.level = 0});  // one CPU kernel a node
+  eager.run(c.feeds);
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) eager.run(c.feeds);
+  double eager_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 5;
+  std::cout << "LJ 1<<20 floats: node by node " << eager_us << " us, tile program " << us
+            << " us per run (" << num_threads() << " threads, " << cpu::isa_name(cpu::active_isa())
+            << ", tile " << kernel.capacity() << ")\n";
+  expect_near(outs[0], reference::run(c.g, c.feeds)[0], 8, 1e-6, "lj timing");
+}
+
+struct UnaryCase {
+  const char* op;
+  Attributes attrs;
+  double atol = 0;  // the reference's own cancellation error (see cpu_elementwise_test.cpp)
+};
+
+TEST(TileExec, UnaryOpsMatchReference) {
+  const UnaryCase cases[] = {
+      {"Relu", {}},
+      {"Sigmoid", {}},
+      {"Tanh", {}},
+      {"Exp", {}},
+      {"Log", {}},
+      {"Erf", {}},
+      {"Sqrt", {}},
+      {"Abs", {}},
+      {"Neg", {}},
+      {"Reciprocal", {}},
+      {"Floor", {}},
+      {"Ceil", {}},
+      {"Round", {}},
+      {"Sign", {}},
+      {"HardSwish", {}},
+      {"HardSigmoid", attrs({{"alpha", 0.3}, {"beta", 0.4}})},
+      {"LeakyRelu", attrs({{"alpha", 0.2}})},
+      {"Elu", {}, 1e-6},
+      {"Selu", {}, 1e-6},
+      {"Celu", attrs({{"alpha", 2.0}}), 1e-6},
+      {"Softplus", {}},
+      {"Softsign", {}},
+      {"Mish", {}},
+      {"Gelu", {}, 1e-6},
+      {"Gelu", attrs({{"approximate", std::string("tanh")}}), 1e-6},
+      {"ThresholdedRelu", attrs({{"alpha", 0.5}})},
+      {"Identity", {}},
+  };
+  for (const UnaryCase& u : cases) {
+    for (int64_t n : {1, 7, 17, 4099}) {
+      Case c;
+      ValueId x = c.g.add_input("x", {DType::kF32, Shape{n}});
+      ValueId y = c.g.add_value("y");
+      c.g.add_node(u.op, {x}, {y}, u.attrs, "op");
+      c.g.add_output(y);
+      c.feeds = {random_f32({n}, static_cast<uint32_t>(n))};
+      check(c, std::string(u.op) + " n=" + std::to_string(n), 8, u.atol);
+    }
+  }
+}
+
+// a op b with broadcasting, for each binary op.
+TEST(TileExec, BinaryBroadcastMatchesReference) {
+  const std::vector<std::pair<Dims, Dims>> shapes = {
+      {{1}, {1}},          {{7}, {7}},         {{1000003}, {1}}, {{3, 1, 5}, {4, 1}},
+      {{7, 17}, {17}},     {{17, 7}, {17, 1}}, {{1000, 3}, {3}}, {{2, 3, 300}, {3, 1}},
+      {{5, 1}, {1, 4099}}, {{}, {2, 3}},       {{0, 3}, {3}}};
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"}) {
+    for (const auto& [sa, sb] : shapes) {
+      Case c;
+      ValueId a = c.g.add_input("a", {DType::kF32, to_shape(sa)});
+      ValueId b = c.g.add_input("b", {DType::kF32, to_shape(sb)});
+      ValueId y = c.g.add_value("y");
+      c.g.add_node(op, {a, b}, {y}, {}, "op");
+      c.g.add_output(y);
+      c.feeds = {random_f32(sa, 1), random_f32(sb, 2)};
+      check(c, std::string(op) + " " + dims_str(sa) + " " + dims_str(sb));
+    }
+  }
+}
+
+TEST(TileExec, PowConstantExponents) {
+  for (float e : {0.0f, 1.0f, 2.0f, 3.0f, 6.0f, -1.0f, -2.0f, -3.0f, 0.5f, -0.5f, 1.7f}) {
+    Case c;
+    ValueId x = c.g.add_input("x", {DType::kF32, Shape{1001}});
+    ValueId y = c.g.add_value("y");
+    c.g.add_node("Pow", {x, constant(c.g, "e", e)}, {y}, {}, "pow");
+    c.g.add_output(y);
+    c.feeds = {random_f32({1001}, 3, -3.0f, 3.0f)};
+    TileProgram p = check(c, "pow " + std::to_string(e), 6);
+    if (e == std::nearbyint(e)) {
+      EXPECT_EQ(p.str().find("pow"), std::string::npos) << p.str();
+    }
+  }
+  // An integer exponent initializer and a constant base.
+  Case c;
+  ValueId x = c.g.add_input("x", {DType::kF32, Shape{33}});
+  ValueId e = c.g.add_value("e"), y = c.g.add_value("y"), z = c.g.add_value("z");
+  c.g.set_initializer(e, Tensor::scalar<int64_t>(3));
+  c.g.add_node("Pow", {x, e}, {y}, {}, "pow");
+  c.g.add_node("Pow", {constant(c.g, "two", 2.0f), y}, {z}, {}, "pow2");
+  c.g.add_output(z);
+  c.feeds = {random_f32({33}, 4, -2.0f, 2.0f)};
+  check(c, "pow int", 8);
+}
+
+TEST(TileExec, WhereCompareClipPRelu) {
+  Case c;
+  Graph& g = c.g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{2, 3, 7, 5}});
+  ValueId s = g.add_input("slope", {DType::kF32, Shape{3, 1, 1}});
+  ValueId m = g.add_input("mask", {DType::kBool, Shape{7, 1}});
+  ValueId lt = g.add_value("lt"), w = g.add_value("w"), cl = g.add_value("cl"),
+          pr = g.add_value("pr"), cl6 = g.add_value("cl6"), sum = g.add_value("sum"),
+          gt = g.add_value("gt"), w2 = g.add_value("w2"), mean = g.add_value("mean");
+  g.add_node("Less", {x, constant(g, "half", 0.5f)}, {lt}, {}, "lt");
+  g.add_node("Where", {lt, x, constant(g, "big", 9.0f)}, {w}, {}, "where");
+  g.add_node("Clip", {w, constant(g, "lo", -1.0f), constant(g, "hi", 2.0f)}, {cl}, {}, "clip", 13);
+  g.add_node("PRelu", {x, s}, {pr}, {}, "prelu");
+  g.add_node("Clip", {pr}, {cl6}, attrs({{"min", -0.5}, {"max", 0.25}}), "clip6", 6);
+  g.add_node("Sum", {cl, cl6, x}, {sum}, {}, "sum");
+  g.add_node("Greater", {sum, x}, {gt}, {}, "gt");
+  g.add_node("Where", {m, sum, x}, {w2}, {}, "where2");
+  g.add_node("Mean", {w2, x, s}, {mean}, {}, "mean");
+  g.add_output(mean);
+  g.add_output(gt);
+  c.feeds = {random_f32({2, 3, 7, 5}, 5), random_f32({3, 1, 1}, 6), random_bool({7, 1}, 7)};
+  TileProgram p = check(c, "where/clip/prelu", 4, 1e-6);
+  ASSERT_EQ(p.outputs.size(), 2u);
+  EXPECT_EQ(p.outputs[0].value, gt);  // group outputs in node order
+  EXPECT_EQ(p.outputs[0].dtype, TileDType::kBool);
+}
+
+TEST(TileExec, SharedIntermediateAndTwoOutputs) {
+  Case c;
+  ValueId x = c.g.add_input("x", {DType::kF32, Shape{3, 1000}});
+  ValueId a = c.g.add_value("a"), b = c.g.add_value("b"), d = c.g.add_value("d");
+  c.g.add_node("Exp", {x}, {a}, {}, "exp");
+  c.g.add_node("Mul", {a, constant(c.g, "two", 2.0f)}, {b}, {}, "mul");
+  c.g.add_node("Add", {a, b}, {d}, {}, "add");
+  c.g.add_output(b);
+  c.g.add_output(a);
+  c.g.add_output(d);
+  c.feeds = {random_f32({3, 1000}, 8)};
+  check(c, "two outputs");
+}
+
+TEST(TileLower, SymbolicShapes) {
+  Case c;
+  ValueId x = c.g.add_input("x", {DType::kF32, Shape{Dim::sym("batch"), 3}});
+  ValueId b = c.g.add_input("b", {DType::kF32, Shape{3}});
+  ValueId y = c.g.add_value("y"), z = c.g.add_value("z");
+  c.g.add_node("Add", {x, b}, {y}, {}, "add");
+  c.g.add_node("Sigmoid", {y}, {z}, {}, "sig");
+  c.g.add_output(z);
+  c.feeds = {random_f32({5, 3}, 9), random_f32({3}, 10)};
+  TileProgram p = check(c, "symbolic");
+  EXPECT_NE(p.str().find("[batch, 3]"), std::string::npos) << p.str();
+}
+
+TEST(TileLower, DeclinesWithAReason) {
+  {  // outputs of different shapes
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kF32, Shape{3}});
+    ValueId w = g.add_input("w", {DType::kF32, Shape{2, 3}});
+    ValueId y = g.add_value("y"), z = g.add_value("z");
+    g.add_node("Relu", {x}, {y}, {}, "relu");
+    g.add_node("Add", {y, w}, {z}, {}, "add");
+    g.add_output(y);
+    g.add_output(z);
+    infer_types(g);
+    std::string why;
+    EXPECT_FALSE(lower_elementwise(g, whole_group(g), &why));
+    EXPECT_NE(why.find("differ in shape"), std::string::npos) << why;
+  }
+  {  // not elementwise
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kF32, Shape{3, 3}});
+    ValueId y = g.add_value("y");
+    g.add_node("MatMul", {x, x}, {y}, {}, "mm");
+    g.add_output(y);
+    infer_types(g);
+    std::string why;
+    EXPECT_FALSE(lower_elementwise(g, whole_group(g), &why));
+    EXPECT_NE(why.find("[MatMul] node 'mm'"), std::string::npos) << why;
+  }
+  {  // int64 values
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kI64, Shape{3}});
+    ValueId y = g.add_value("y");
+    g.add_node("Add", {x, x}, {y}, {}, "add");
+    g.add_output(y);
+    infer_types(g);
+    std::string why;
+    EXPECT_FALSE(lower_elementwise(g, whole_group(g), &why));
+    EXPECT_NE(why.find("i64"), std::string::npos) << why;
+  }
+}
+
+TEST(TileExec, SoftmaxAndLayerNormRows) {
+  for (const Dims& shape : std::vector<Dims>{{7, 33}, {3, 5, 1000}, {5, 1}, {4099}, {2, 5000}}) {
+    Case c;
+    Graph& g = c.g;
+    ValueId x = g.add_input("x", {DType::kF32, to_shape(shape)});
+    ValueId gamma = g.add_input("gamma", {DType::kF32, Shape{shape.back()}});
+    ValueId axes = g.add_value("axes");
+    g.set_initializer(axes, Tensor::from_vector<int64_t>({-1}, {1}));
+    ValueId sm = g.add_value("sm"), lsm = g.add_value("lsm"), mean = g.add_value("mean"),
+            d = g.add_value("d"), d2 = g.add_value("d2"), var = g.add_value("var"),
+            ve = g.add_value("ve"), sd = g.add_value("sd"), nrm = g.add_value("nrm"),
+            y = g.add_value("y"), mx = g.add_value("mx"), z = g.add_value("z");
+    g.add_node("Softmax", {x}, {sm}, {}, "softmax");
+    g.add_node("LogSoftmax", {x}, {lsm}, {}, "logsoftmax");
+    g.add_node("ReduceMean", {x, axes}, {mean}, {}, "mean");
+    g.add_node("Sub", {x, mean}, {d}, {}, "center");
+    g.add_node("Mul", {d, d}, {d2}, {}, "square");
+    g.add_node("ReduceMean", {d2, axes}, {var}, {}, "var");
+    g.add_node("Add", {var, constant(g, "eps", 1e-5f)}, {ve}, {}, "eps");
+    g.add_node("Sqrt", {ve}, {sd}, {}, "sqrt");
+    g.add_node("Div", {d, sd}, {nrm}, {}, "norm");
+    g.add_node("Mul", {nrm, gamma}, {y}, {}, "scale");
+    g.add_node("ReduceMax", {sm, axes}, {mx}, {}, "max");
+    g.add_node("Add", {y, mx}, {z}, {}, "z");
+    g.add_output(sm);
+    g.add_output(lsm);
+    g.add_output(z);
+    c.feeds = {random_f32(shape, 21, -5, 5, false), random_f32({shape.back()}, 22, -2, 2, false)};
+    TileProgram p = check(c, "rows " + dims_str(shape), 16, 1e-5);
+    EXPECT_NE(p.str().find("row_max"), std::string::npos) << p.str();
+  }
+}
+
+TEST(TileLower, RowReductionNeedsTheLastAxis) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{4, 6}});
+  ValueId axes = g.add_value("axes");
+  g.set_initializer(axes, Tensor::from_vector<int64_t>({0}, {1}));
+  ValueId m = g.add_value("m"), y = g.add_value("y");
+  g.add_node("ReduceSum", {x, axes}, {m}, {}, "sum");
+  g.add_node("Sub", {x, m}, {y}, {}, "sub");
+  g.add_output(y);
+  infer_types(g);
+  std::string why;
+  EXPECT_FALSE(lower_elementwise(g, whole_group(g), &why));
+  EXPECT_NE(why.find("last"), std::string::npos) << why;
+}
+
+TEST(TileExec, BooleanLogicAndCasts) {
+  Case c;
+  Graph& g = c.g;
+  ValueId a = g.add_input("a", {DType::kF32, Shape{17, 3}});
+  ValueId b = g.add_input("b", {DType::kF32, Shape{3}});
+  ValueId m = g.add_input("m", {DType::kBool, Shape{17, 3}});
+  auto v = [&](const char* name) { return g.add_value(name); };
+  ValueId eq = v("eq"), nm = v("nm"), o = v("o"), x = v("x"), nan = v("nan"), inf = v("inf"),
+          an = v("an"), ab = v("ab"), f = v("f"), y = v("y"), ge = v("ge"), w = v("w");
+  g.add_node("Equal", {a, b}, {eq}, {}, "eq");
+  g.add_node("Not", {m}, {nm}, {}, "not");
+  g.add_node("Or", {eq, nm}, {o}, {}, "or");
+  g.add_node("Xor", {o, m}, {x}, {}, "xor");
+  g.add_node("IsNaN", {a}, {nan}, {}, "isnan");
+  g.add_node("IsInf", {a}, {inf}, {}, "isinf");
+  g.add_node("And", {nan, inf}, {an}, {}, "and");
+  g.add_node("Cast", {a}, {ab}, attrs({{"to", int64_t{9}}}), "tobool");
+  g.add_node("Cast", {x}, {f}, attrs({{"to", int64_t{1}}}), "tofloat");
+  g.add_node("GreaterOrEqual", {a, f}, {ge}, {}, "ge");
+  g.add_node("Where", {ge, an, ab}, {w}, {}, "where");
+  g.add_node("Add", {f, a}, {y}, {}, "add");
+  g.add_output(w);
+  g.add_output(y);
+  g.add_output(x);
+  c.feeds = {random_f32({17, 3}, 31), random_f32({3}, 32), random_bool({17, 3}, 33)};
+  // Some equal pairs, so that Equal is not always false.
+  for (int i = 0; i < 17; i += 2) c.feeds[0].data<float>()[i * 3 + 1] = c.feeds[1].data<float>()[1];
+  check(c, "logic");
+}
+
+TEST(TileExec, RejectsTensorsThatDoNotFit) {
+  Case c;
+  ValueId x = c.g.add_input("x", {DType::kF32, Shape{Dim::sym("n")}});
+  ValueId y = c.g.add_value("y");
+  c.g.add_node("Exp", {x}, {y}, {}, "exp");
+  c.g.add_output(y);
+  infer_types(c.g);
+  std::optional<TileProgram> p = lower_elementwise(c.g, whole_group(c.g));
+  ASSERT_TRUE(p);
+  cpu::TileKernel kernel(*p);
+  std::vector<Tensor> out = {Tensor::empty(DType::kF32, {4})};
+  EXPECT_THROW(kernel.run({Tensor::zeros(DType::kF32, {5})}, out), ValueError);     // no broadcast
+  EXPECT_THROW(kernel.run({Tensor::zeros(DType::kF32, {2, 4})}, out), ValueError);  // rank
+  EXPECT_THROW(kernel.run({Tensor::zeros(DType::kI64, {4})}, out), ValueError);     // dtype
+  EXPECT_THROW(kernel.run({}, out), ValueError);                                    // count
+  kernel.run({Tensor::zeros(DType::kF32, {1})}, out);                               // broadcasts
+  EXPECT_EQ(out[0].data<float>()[3], 1.0f);
+}
+
+// MatMul + bias + residual + GELU * 0.5: the chain after the MatMul runs as the GEMM's epilogue.
+TEST(TileEpilogue, GemmRunsAnElementwiseChain) {
+  const int64_t M = 37, K = 29, N = 53;
+  Graph g;
+  ValueId a = g.add_input("a", {DType::kF32, Shape{M, K}});
+  ValueId w = g.add_input("w", {DType::kF32, Shape{K, N}});
+  ValueId bias = g.add_input("bias", {DType::kF32, Shape{N}});
+  ValueId res = g.add_input("res", {DType::kF32, Shape{M, N}});
+  ValueId mm = g.add_value("mm"), t1 = g.add_value("t1"), t2 = g.add_value("t2"),
+          t3 = g.add_value("t3"), y = g.add_value("y");
+  g.add_node("MatMul", {a, w}, {mm}, {}, "mm");
+  g.add_node("Add", {mm, bias}, {t1}, {}, "bias");
+  g.add_node("Add", {res, t1}, {t2}, {}, "res");
+  g.add_node("Gelu", {t2}, {t3}, {}, "gelu");
+  g.add_node("Mul", {t3, constant(g, "half", 0.5f)}, {y}, {}, "half");
+  g.add_output(y);
+  infer_types(g);
+  KernelGroup group = whole_group(g);
+  group.anchor = 0;
+  std::string why;
+  std::optional<TileProgram> p = lower_epilogue(g, group, mm, &why);
+  ASSERT_TRUE(p) << why;
+  ASSERT_EQ(p->inputs.size(), 3u) << p->str();
+  EXPECT_EQ(p->inputs[0].value, mm);
+  std::vector<Tensor> feeds = {random_f32({M, K}, 11, -1, 1, false),
+                               random_f32({K, N}, 12, -1, 1, false),
+                               random_f32({N}, 13, -1, 1, false), random_f32({M, N}, 14)};
+  Tensor want = reference::run(g, feeds)[0];
+  std::vector<cpu::EpilogueOperand> ops;
+  for (size_t k = 1; k < p->inputs.size(); ++k) {
+    if (p->inputs[k].value == bias) ops.push_back({feeds[2].data<float>(), 0, 1});
+    if (p->inputs[k].value == res) ops.push_back({feeds[3].data<float>(), N, 1});
+  }
+  ASSERT_EQ(ops.size(), 2u);
+  cpu::TileKernel kernel(*p);
+  const int saved = num_threads();
+  for (Isa isa : cpu::supported_isas()) {
+    cpu::IsaScope scope(isa);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Tensor out = Tensor::empty(DType::kF32, {M, N});
+      cpu::GemmArgs args{.m = M,
+                         .n = N,
+                         .k = K,
+                         .a = feeds[0].data<float>(),
+                         .lda = K,
+                         .b = feeds[1].data<float>(),
+                         .ldb = N,
+                         .c = out.data<float>(),
+                         .ldc = N};
+      args.epilogue.tile = &kernel;
+      args.epilogue.tile_operands = ops.data();
+      cpu::sgemm(args);
+      expect_near(
+          out, want, 16, 1e-5,
+          std::string("gemm epilogue ") + cpu::isa_name(isa) + " x" + std::to_string(threads));
+    }
+  }
+  set_num_threads(saved);
+}
+
+// A per-row operand (a conv bias) on blocks of a C with padded rows, through run_block.
+TEST(TileEpilogue, RunBlockWithPerRowOperand) {
+  const int64_t M = 13, N = 70, ldc = 75;
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{M, N}});
+  ValueId rb = g.add_input("rb", {DType::kF32, Shape{M, 1}});
+  ValueId acc = g.add_value("acc"), y = g.add_value("y"), z = g.add_value("z");
+  g.add_node("Identity", {x}, {acc}, {}, "anchor");
+  g.add_node("Add", {acc, rb}, {y}, {}, "bias");
+  g.add_node("Sigmoid", {y}, {z}, {}, "sig");
+  g.add_output(z);
+  infer_types(g);
+  std::string why;
+  std::optional<TileProgram> p = lower_epilogue(g, whole_group(g), acc, &why);
+  ASSERT_TRUE(p) << why;
+  std::vector<Tensor> feeds = {random_f32({M, N}, 15), random_f32({M, 1}, 16)};
+  Tensor want = reference::run(g, feeds)[0];
+  cpu::TileKernel kernel(*p);
+  const cpu::EpilogueOperand op{feeds[1].data<float>(), 1, 0};
+  for (Isa isa : cpu::supported_isas()) {
+    cpu::IsaScope scope(isa);
+    std::vector<float> c(static_cast<size_t>(M * ldc), -7.0f);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = feeds[0].data<float>()[i * N + j];
+    for (int64_t m0 = 0; m0 < M; m0 += 6)  // blocks of 6 x 16, as a micro-kernel would
+      for (int64_t n0 = 0; n0 < N; n0 += 16)
+        kernel.run_block(&op, c.data() + m0 * ldc + n0, ldc, m0, std::min<int64_t>(6, M - m0), n0,
+                         std::min<int64_t>(16, N - n0));
+    Tensor got = Tensor::empty(DType::kF32, {M, N});
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < N; ++j) got.data<float>()[i * N + j] = c[i * ldc + j];
+      EXPECT_EQ(c[i * ldc + N], -7.0f);  // the padding is untouched
+    }
+    expect_near(got, want, 4, 0, std::string("run_block ") + cpu::isa_name(isa));
+  }
+}
+
+}  // namespace
+}  // namespace pto
