@@ -20,6 +20,7 @@
 #include "pto/log.h"
 #include "pto/op_registry.h"
 #include "runtime/memory_plan.h"
+#include "tile/lower.h"
 
 namespace pto {
 
@@ -342,7 +343,15 @@ Executable compile(Graph g, const CompileOptions& options) {
   auto graph = std::make_shared<const Graph>(std::move(g));
   const Graph& gr = *graph;
 
-  KernelGraph proposed = options.level >= 2 ? fuse_kernels(gr, {}) : single_node_kernels(gr);
+  // An elementwise node may join a fused group when the tile ISA can express it.
+  FusionOptions fusion;
+  fusion.elementwise_fusible = [](const Graph& g, int32_t n) {
+    KernelGroup one;
+    one.nodes = {n};
+    finish_group(g, one);
+    return lower_elementwise(g, one).has_value();
+  };
+  KernelGraph proposed = options.level >= 2 ? fuse_kernels(gr, fusion) : single_node_kernels(gr);
   // Fused groups no backend takes are split back into single nodes, in place.
   KernelGraph& kg = plan->kernels;
   for (KernelGroup& k : proposed.kernels) {

@@ -67,7 +67,7 @@ TEST(Executable, ChecksInputCountAndDeclaredRanges) {
 }
 
 TEST(Executable, ObserverSeesEveryNodeInOrder) {
-  Executable exe = compile(small_graph());
+  Executable exe = compile(small_graph(), {.level = 0});
   std::vector<std::string> seen;
   auto out = exe.run({Tensor::from_vector<float>({-1, 2, -3}, {1, 3})},
                      [&](const Node& n, const std::vector<Tensor>& outs) {
@@ -75,6 +75,17 @@ TEST(Executable, ObserverSeesEveryNodeInOrder) {
                      });
   EXPECT_EQ(seen, (std::vector<std::string>{"mul:f32[1, 3]", "relu:f32[1, 3]"}));
   EXPECT_EQ(out[0].item_as_double(1), 0.0);  // 2 * -2 = -4 -> relu 0
+}
+
+// At level 2 Mul and Relu are one kernel: the observer sees the step once, as its last node.
+TEST(Executable, ObserverSeesFusedStepsOnce) {
+  Executable exe = compile(small_graph(), {.level = 2});
+  ASSERT_EQ(exe.num_steps(), 1u);
+  EXPECT_EQ(exe.step(0).rule, "Elementwise");
+  std::vector<std::string> seen;
+  exe.run({Tensor::from_vector<float>({-1, 2, -3}, {1, 3})},
+          [&](const Node& n, const std::vector<Tensor>&) { seen.push_back(n.name); });
+  EXPECT_EQ(seen, (std::vector<std::string>{"relu"}));
 }
 
 TEST(Executable, ConcurrentRunsAreIndependent) {

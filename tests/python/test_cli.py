@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto as TP
-from onnx import helper
+from onnx import helper, numpy_helper
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("PTO_BUILD_DIR", REPO / "build"))
@@ -79,7 +79,7 @@ def test_usage_errors_exit_2():
     expect_error(pto("info", "extra"), "unexpected argument", code=2)
 
 
-@pytest.mark.parametrize("cmd", ["bench", "profile", "compile", "tune", "check"])
+@pytest.mark.parametrize("cmd", ["bench", "profile", "tune", "check"])
 def test_planned_commands_say_not_implemented(cmd, tmp_path):
     expect_error(pto(cmd, tmp_path / "m.onnx"), "not implemented yet in this version")
     r = pto(cmd, "--help")
@@ -282,3 +282,51 @@ def test_bad_files_exit_1_with_a_message(tmp_path):
     save_model(unknown_op, [helper.make_node("NoSuchOp", ["x"], ["y"], name="n0")], [x],
                [helper.make_tensor_value_info("y", TP.FLOAT, None)])
     expect_error(pto("run", unknown_op), "NoSuchOp", "n0")
+
+
+def conv_bn_relu_model(path):
+    """Conv -> BatchNormalization -> Relu: level 1 folds the BN, level 2 makes one kernel."""
+    rng = np.random.default_rng(0)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    inits = [numpy_helper.from_array(f(4, 3, 3, 3), "w"),
+             numpy_helper.from_array(f(4), "scale"), numpy_helper.from_array(f(4), "bias"),
+             numpy_helper.from_array(f(4), "mean"),
+             numpy_helper.from_array(np.abs(f(4)) + 0.5, "var")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["b"],
+                              name="bn"),
+             helper.make_node("Relu", ["b"], ["y"], name="relu")]
+    x = helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TP.FLOAT, [1, 4, 8, 8])
+    return save_model(path, nodes, [x], [y], inits)
+
+
+def test_compile_stats_levels(tmp_path):
+    m = conv_bn_relu_model(tmp_path / "m.onnx")
+    l0 = pto("compile", m, "--level", "0", "--stats")
+    assert l0.returncode == 0, l0.stderr
+    assert "kernels: 3 (0 fused)" in l0.stdout
+    l2 = pto("compile", m, "--level", "2", "--stats")
+    assert l2.returncode == 0, l2.stderr
+    assert "nodes: 3 -> 2 after the passes" in l2.stdout
+    assert "FoldBatchNorm" in l2.stdout
+    assert "kernels: 1 (1 fused)" in l2.stdout
+
+
+def test_compile_dump_after_and_tiles(tmp_path):
+    m = conv_bn_relu_model(tmp_path / "m.onnx")
+    r = pto("compile", m, "--dump-after", "FoldBatchNorm", "--dump-tiles")
+    assert r.returncode == 0, r.stderr
+    assert "// after FoldBatchNorm" in r.stderr and "BatchNormalization" not in r.stderr
+    assert "kernel 0 [cpu] Conv+Relu: conv relu" in r.stdout
+    env = pto("compile", m, env={"PTO_DUMP_AFTER": "FoldBatchNorm"})
+    assert "// after FoldBatchNorm" in env.stderr
+    expect_error(pto("compile", m, "--dump-after", "NoSuchPass"), "unknown pass 'NoSuchPass'")
+
+
+def test_compile_refuses_what_it_does_not_do(tmp_path):
+    m = conv_bn_relu_model(tmp_path / "m.onnx")
+    expect_error(pto("compile", m, "-o", tmp_path / "m.pto"), "not implemented yet")
+    listed = pto("compile", "--list-passes")
+    assert listed.returncode == 0 and "FoldBatchNorm" in listed.stdout
+    assert "level 2:" in listed.stdout

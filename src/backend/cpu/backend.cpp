@@ -3,11 +3,15 @@
 //   single node          the op's kernel from KernelRegistry, when its accepts() takes the node;
 //                        its prepare() runs here, once (weights packed into GEMM panels);
 //   Conv/Gemm/MatMul     the anchor's kernel with a FusedEpilogue: bias, residual and activation
-//   + epilogue           applied to each output tile while it is in L1 (fusion/epilogue_chain.h).
+//   + epilogue           applied to each output tile while it is in L1 (fusion/epilogue_chain.h);
+//   Elementwise group    one tile program (src/tile) run by TileKernel over cache-sized tiles.
+#include <algorithm>
 #include <limits>
 
 #include "backend/cpu/kernel.h"
+#include "backend/cpu/tile_kernel.h"
 #include "fusion/epilogue_chain.h"
+#include "tile/lower.h"
 
 namespace pto::cpu {
 namespace {
@@ -107,6 +111,67 @@ class EpilogueKernel : public NodeKernel {
   int residual_slot_ = -1;
 };
 
+// A fused elementwise (and row-reduction) group: its tile program on the tile executor.
+class ElementwiseKernel : public CompiledKernel {
+ public:
+  ElementwiseKernel(const KernelGroup& group, TileProgram program)
+      : kernel_(std::move(program)),
+        where_(cat("[", kernel_.program().outputs.empty() ? "" : kernel_.program().outputs[0].name,
+                   "]")) {
+    const TileProgram& p = kernel_.program();
+    for (const TileOperand& in : p.inputs) {
+      auto it = std::find(group.inputs.begin(), group.inputs.end(), in.value);
+      PTO_CHECK(it != group.inputs.end())
+          << "tile operand '" << in.name << "' is not a group input";
+      slots_.push_back(static_cast<int>(it - group.inputs.begin()));
+    }
+    for (ValueId v : group.outputs) {
+      int found = -1;
+      for (size_t o = 0; o < p.outputs.size(); ++o)
+        if (p.outputs[o].value == v) found = static_cast<int>(o);
+      PTO_CHECK(found >= 0) << "group output has no tile operand";
+      order_.push_back(found);
+    }
+    if (p.shape) {
+      static_shape_ = true;
+      for (const Dim& d : *p.shape) {
+        if (!d.is_known()) static_shape_ = false;
+        shape_.push_back(d.value);
+      }
+    }
+  }
+
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
+    const TileProgram& p = kernel_.program();
+    std::vector<Tensor> args;
+    args.reserve(slots_.size());
+    Dims shape;
+    for (int s : slots_) {
+      args.push_back(inputs[s]);
+      shape = broadcast_dims(shape, inputs[s].shape(), where_);
+    }
+    if (static_shape_) shape = shape_;
+    std::vector<Tensor> outs;
+    for (const TileOperand& o : p.outputs)
+      outs.push_back(
+          Tensor::empty(o.dtype == TileDType::kBool ? DType::kBool : DType::kF32, shape));
+    kernel_.run(args, outs);
+    std::vector<Tensor> ordered;
+    for (int o : order_) ordered.push_back(outs[o]);
+    return ordered;
+  }
+
+  std::string describe() const override { return kernel_.program().str(); }
+
+ private:
+  TileKernel kernel_;
+  std::string where_;
+  std::vector<int> slots_;  // per program input: its position in the group's inputs
+  std::vector<int> order_;  // per group output: its program output
+  bool static_shape_ = false;
+  Dims shape_;
+};
+
 class CpuBackend : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -114,6 +179,7 @@ class CpuBackend : public Backend {
 
   bool supports(const Graph& g, const KernelGroup& group) const override {
     if (group.nodes.size() == 1) return accepted(g, g.nodes()[group.nodes[0]]) != nullptr;
+    if (group.rule == "Elementwise") return lower_elementwise(g, group).has_value();
     auto chain = fusion::epilogue_of_group(g, group.nodes);
     Activation act;
     return chain && activation_from(chain->activation, act) &&
@@ -124,6 +190,12 @@ class CpuBackend : public Backend {
     if (group.nodes.size() == 1)
       return std::make_unique<NodeKernel>(g, group, group.nodes[0],
                                           accepted(g, g.nodes()[group.nodes[0]]));
+    if (group.rule == "Elementwise") {
+      std::string why;
+      auto program = lower_elementwise(g, group, &why);
+      PTO_CHECK(program) << "cpu: elementwise group does not lower: " << why;
+      return std::make_unique<ElementwiseKernel>(group, std::move(*program));
+    }
     auto chain = fusion::epilogue_of_group(g, group.nodes);
     PTO_CHECK(chain) << "cpu: compile of an unsupported group";
     return std::make_unique<EpilogueKernel>(g, group, *chain,
