@@ -20,6 +20,18 @@
 
 namespace pto {
 
+// Thrown by a fused kernel, before it writes anything, when this run's concrete shapes do not
+// fit what it was compiled for (an unknown dimension turned out to broadcast). The runtime then
+// runs the group's nodes one by one, so the answer is always the unfused graph's.
+class KernelDeclined : public std::exception {
+ public:
+  explicit KernelDeclined(std::string why) : why_(std::move(why)) {}
+  const char* what() const noexcept override { return why_.c_str(); }
+
+ private:
+  std::string why_;
+};
+
 class CompiledKernel {
  public:
   virtual ~CompiledKernel() = default;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "pto/op_registry.h"
+
 namespace pto::fusion {
 namespace {
 
@@ -107,19 +109,32 @@ std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
   c.anchor = anchor;
   c.nodes = {anchor};
   ValueId cur = a.outputs[0];
+  TensorType cur_type = out;  // the shape the chain sees now (views change it)
+  const Dim n_cols = out.shape->back();
   while (c.activation.empty()) {
     const int32_t u = single_user(g, cur, uses);
     if (u < 0) break;
     const Node& n = g.nodes()[u];
+    // A view that keeps rows of N: the epilogue still applies in the product's layout.
+    if (!conv && n.def && n.def->is_view() && n.outputs.size() == 1 && n.inputs[0] == cur &&
+        n_cols.is_known()) {
+      const TensorType& t = g.value(n.outputs[0]).type;
+      if (!t.shape || t.shape->empty() || !(t.shape->back() == n_cols)) break;
+      c.nodes.push_back(u);
+      c.views.push_back(u);
+      cur = n.outputs[0];
+      cur_type = t;
+      continue;
+    }
     if (n.op == "Add" && n.inputs.size() == 2 && n.outputs.size() == 1 &&
-        same_shape(g.value(n.outputs[0]).type, out)) {
+        same_shape(g.value(n.outputs[0]).type, cur_type)) {
       const ValueId other = n.inputs[0] == cur ? n.inputs[1] : n.inputs[0];
       if (other == cur || !is_f32(g, other)) break;
       if (c.bias == kNoValue && c.residual == kNoValue && !has_own_bias && matmul_flat &&
-          a.op != "Gemm" && is_bias_for(g, other, *out.shape, conv ? 1 : -1)) {
+          a.op != "Gemm" && is_bias_for(g, other, *cur_type.shape, conv ? 1 : -1)) {
         c.bias = other;
       } else if (c.residual == kNoValue && matmul_flat && !(a.op == "Gemm" && has_own_bias) &&
-                 same_shape(g.value(other).type, out)) {
+                 same_shape(g.value(other).type, cur_type)) {
         c.residual = other;
       } else {
         break;
@@ -160,6 +175,12 @@ std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
         }
       }
     }
+  }
+  // Trailing views with nothing after them belong to no epilogue: leave them out.
+  while (!c.views.empty() && c.nodes.back() == c.views.back()) {
+    c.nodes.pop_back();
+    c.views.pop_back();
+    cur = g.nodes()[c.nodes.back()].outputs.back();
   }
   if (c.nodes.size() == 1) return std::nullopt;
   c.result = cur;

@@ -18,6 +18,9 @@ namespace pto::fusion {
 struct EpilogueChain {
   int32_t anchor = -1;          // Conv, Gemm or MatMul
   std::vector<int32_t> nodes;   // anchor first, then the epilogue nodes in order
+  // View nodes (Reshape, Flatten, Squeeze, Unsqueeze) on the way, for a Gemm or MatMul: they keep
+  // the product's rows of N and change only the shape the rest of the chain sees.
+  std::vector<int32_t> views;
   ValueId bias = kNoValue;      // constant added per output channel (Conv) or column (MatMul)
   ValueId residual = kNoValue;  // tensor of the output's shape added before the activation
   std::string activation;       // "", or an op name: "Relu", "Clip", ..., "Silu"

@@ -23,12 +23,17 @@ Liveness analyze_liveness(const Graph& g, const KernelGraph& kg) {
     const auto step = static_cast<int32_t>(s);
     for (ValueId v : k.inputs) l.last_use[v] = std::max(l.last_use[v], step);
     for (ValueId o : k.outputs) l.def[o] = step;
-    // A view op inside a group hands its root on to the group's outputs that descend from it.
+    // A view op inside a group hands its root on to the group's outputs that descend from it; a
+    // root made inside the group (a product the group then reshapes) is defined by this step.
     for (int32_t i : k.nodes) {
       const Node& n = g.nodes()[i];
       if (!n.def || !n.def->is_view() || n.inputs.empty() || n.inputs[0] == kNoValue) continue;
+      const ValueId root = l.root[n.inputs[0]];
       for (ValueId o : n.outputs)
-        if (o != kNoValue) l.root[o] = l.root[n.inputs[0]];
+        if (o != kNoValue) l.root[o] = root;
+      if (g.value(root).producer >= 0 &&
+          std::find(k.inputs.begin(), k.inputs.end(), root) == k.inputs.end())
+        l.def[root] = step;
     }
   }
   std::vector<char> keep(n_values, 0);  // inputs, initializers and outputs are never released

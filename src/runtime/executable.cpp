@@ -12,8 +12,10 @@
 // kernel returned a view the op did not declare) is copied out, so the plan can never be wrong.
 #include "pto/executable.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 #include "pto/backend.h"
 #include "pto/liveness.h"
@@ -25,10 +27,20 @@
 namespace pto {
 
 struct Executable::Plan {
+  // A node run on its own kernel: trailing views of a step, and the unfused form of a group.
+  struct NodeRun {
+    int32_t node;
+    KernelGroup group;  // the node alone
+    std::unique_ptr<CompiledKernel> kernel;
+  };
   struct Step {
     StepInfo info;
-    KernelGroup group;
+    KernelGroup group;  // everything the step covers
+    KernelGroup core;   // what `kernel` computes: the group less its trailing views
     std::unique_ptr<CompiledKernel> kernel;
+    std::vector<NodeRun> views;  // Reshape-like nodes applied to the core's one output
+    // The group node by node, made on the first KernelDeclined (under `mutex`).
+    std::shared_ptr<std::vector<NodeRun>> unfused;
   };
   std::vector<Step> steps;
   KernelGraph kernels;
@@ -94,6 +106,37 @@ const Backend* backend_for(const Graph& g, const KernelGroup& k) {
   for (const auto& b : BackendRegistry::global().backends())
     if (b->supports(g, k)) return b.get();
   return nullptr;
+}
+
+KernelGroup single_group(const Graph& g, int32_t n) {
+  KernelGroup one;
+  one.nodes = {n};
+  finish_group(g, one);
+  one.outputs.clear();  // a lone node's kernel produces every output it defines
+  for (ValueId o : g.nodes()[n].outputs)
+    if (o != kNoValue) one.outputs.push_back(o);
+  return one;
+}
+
+Executable::Plan::NodeRun compile_node(const Graph& g, int32_t n) {
+  Executable::Plan::NodeRun r{n, single_group(g, n), nullptr};
+  const Backend* b = backend_for(g, r.group);
+  if (!b) throw UnsupportedError(cat(g.nodes()[n].where(), ": no kernel for this op"));
+  r.kernel = b->compile(g, r.group);
+  return r;
+}
+
+// Runs nodes one by one on their own kernels; `values` holds what they read and receives what
+// they write.
+void run_nodes(const std::vector<Executable::Plan::NodeRun>& runs,
+               std::unordered_map<ValueId, Tensor>& values) {
+  for (const auto& r : runs) {
+    std::vector<Tensor> args;
+    for (ValueId v : r.group.inputs) args.push_back(values.at(v).contiguous());
+    std::vector<Tensor> outs = r.kernel->run(args);
+    for (size_t o = 0; o < outs.size() && o < r.group.outputs.size(); ++o)
+      values[r.group.outputs[o]] = std::move(outs[o]);
+  }
 }
 
 // Serves a step's outputs from their arena slots and everything else from the pool.
@@ -220,6 +263,54 @@ ExecutableStats Executable::stats(const std::vector<Dims>& input_shapes) const {
   return stats_of(*plan_, *graph_, mp.get());
 }
 
+namespace {
+
+// One step: the core kernel on the step's inputs, then its trailing views. A core that declines
+// these shapes runs node by node instead.
+std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
+                             const Executable::Plan::Step& step, const std::vector<Tensor>& args) {
+  auto value_map = [&] {
+    std::unordered_map<ValueId, Tensor> values;
+    for (size_t i = 0; i < args.size(); ++i) values[step.group.inputs[i]] = args[i];
+    return values;
+  };
+  std::vector<Tensor> core_args;
+  for (ValueId v : step.core.inputs) {
+    auto it = std::find(step.group.inputs.begin(), step.group.inputs.end(), v);
+    core_args.push_back(args[it - step.group.inputs.begin()]);
+  }
+  std::vector<Tensor> outs;
+  try {
+    outs = step.kernel->run(core_args);
+  } catch (const KernelDeclined& e) {
+    std::shared_ptr<std::vector<Executable::Plan::NodeRun>> unfused;
+    {
+      std::lock_guard<std::mutex> lock(p.mutex);
+      if (!step.unfused) {
+        auto runs = std::make_shared<std::vector<Executable::Plan::NodeRun>>();
+        for (int32_t n : step.group.nodes) runs->push_back(compile_node(g, n));
+        const_cast<Executable::Plan::Step&>(step).unfused = runs;
+        log(LogLevel::kInfo, cat(g.nodes()[step.group.last_node()].where(), ": ", step.info.rule,
+                                 " declined these shapes (", e.what(), "); running it unfused"));
+      }
+      unfused = step.unfused;
+    }
+    std::unordered_map<ValueId, Tensor> values = value_map();
+    run_nodes(*unfused, values);
+    for (ValueId v : step.group.outputs) outs.push_back(values[v]);
+    return outs;
+  }
+  if (step.views.empty()) return outs;
+  std::unordered_map<ValueId, Tensor> values = value_map();
+  for (size_t o = 0; o < outs.size(); ++o) values[step.core.outputs[o]] = outs[o];
+  run_nodes(step.views, values);
+  outs.clear();
+  for (ValueId v : step.group.outputs) outs.push_back(values[v]);
+  return outs;
+}
+
+}  // namespace
+
 std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs) const {
   return run(inputs, {});
 }
@@ -274,7 +365,7 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
     std::vector<Tensor> outs;
     alloc->set_slots(mp ? &mp->step_slots[s] : nullptr);
     try {
-      outs = step.kernel->run(args);
+      outs = run_step(p, g, step, args);
     } catch (const std::bad_alloc&) {
       throw ValueError(cat(last.where(), ": out of memory"));
     } catch (const std::length_error& e) {
@@ -372,15 +463,65 @@ Executable compile(Graph g, const CompileOptions& options) {
       kg.kernels.push_back(std::move(one));
     }
   }
+  // A view (Reshape, Flatten, ...) whose input is the one output of the kernel before it, read by
+  // nothing else, joins that kernel: it only relabels the kernel's output.
+  std::vector<std::vector<int32_t>> trailing(kg.kernels.size());
+  {
+    const std::vector<int> uses = gr.use_counts();
+    std::unordered_map<ValueId, size_t> made_by;  // single-output kernels by their output
+    std::vector<char> absorbed(kg.kernels.size(), 0);
+    for (size_t s = 0; s < kg.kernels.size(); ++s) {
+      KernelGroup& k = kg.kernels[s];
+      const Node& n = gr.nodes()[k.nodes[0]];
+      if (k.nodes.size() == 1 && n.def && n.def->is_view() && n.outputs.size() == 1 &&
+          !n.inputs.empty() && n.inputs[0] != kNoValue && uses[n.inputs[0]] == 1 &&
+          !gr.is_output(n.inputs[0]) && made_by.count(n.inputs[0])) {
+        const size_t into = made_by[n.inputs[0]];
+        KernelGroup& host = kg.kernels[into];
+        host.nodes.push_back(k.nodes[0]);
+        trailing[into].push_back(k.nodes[0]);
+        finish_group(gr, host);
+        absorbed[s] = 1;
+        made_by.erase(n.inputs[0]);
+        made_by[n.outputs[0]] = into;
+        continue;
+      }
+      if (k.outputs.size() == 1) made_by[k.outputs[0]] = s;
+    }
+    // Hosts now run where their last view was; order by last node again.
+    KernelGraph merged;
+    std::vector<size_t> order;
+    for (size_t s = 0; s < kg.kernels.size(); ++s)
+      if (!absorbed[s]) order.push_back(s);
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return kg.kernels[a].last_node() < kg.kernels[b].last_node();
+    });
+    std::vector<std::vector<int32_t>> trailing_sorted;
+    for (size_t s : order) {
+      merged.kernels.push_back(std::move(kg.kernels[s]));
+      trailing_sorted.push_back(std::move(trailing[s]));
+    }
+    kg = std::move(merged);
+    trailing = std::move(trailing_sorted);
+  }
+
   plan->step_of_node.assign(gr.nodes().size(), 0);
   for (size_t s = 0; s < kg.kernels.size(); ++s) {
     const KernelGroup& k = kg.kernels[s];
-    const Backend* b = backend_for(gr, k);
-    if (!b) throw UnsupportedError(cat(gr.nodes()[k.nodes[0]].where(), ": no kernel for this op"));
     Executable::Plan::Step step;
     step.group = k;
+    step.core.nodes.assign(k.nodes.begin(),
+                           k.nodes.end() - static_cast<std::ptrdiff_t>(trailing[s].size()));
+    step.core.rule = k.rule;
+    step.core.anchor = k.anchor;
+    finish_group(gr, step.core);
+    if (step.core.nodes.size() == 1) step.core = single_group(gr, step.core.nodes[0]);
+    step.core.rule = k.rule;
+    const Backend* b = backend_for(gr, step.core);
+    if (!b) throw UnsupportedError(cat(gr.nodes()[k.nodes[0]].where(), ": no kernel for this op"));
+    step.kernel = b->compile(gr, step.core);
+    for (int32_t v : trailing[s]) step.views.push_back(compile_node(gr, v));
     step.info = {b->name(), k.rule, k.nodes, k.inputs, k.outputs};
-    step.kernel = b->compile(gr, k);
     for (int32_t n : k.nodes) plan->step_of_node[n] = s;
     plan->steps.push_back(std::move(step));
   }

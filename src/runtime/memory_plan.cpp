@@ -44,8 +44,14 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
   for (size_t s = 0; s < kg.kernels.size(); ++s) {
     std::map<size_t, int32_t> end_by_size;  // same-size outputs of this step share a lifetime
     const size_t first = buffers.size();
+    std::vector<ValueId> roots;  // the buffers this step makes: its outputs' roots it defines
     for (ValueId o : kg.kernels[s].outputs) {
-      if (live.root[o] != o) continue;  // a view: lives in its root's buffer
+      const ValueId r = live.root[o];
+      if (live.def[r] == static_cast<int32_t>(s) &&
+          std::find(roots.begin(), roots.end(), r) == roots.end())
+        roots.push_back(r);
+    }
+    for (ValueId o : roots) {
       const size_t bytes = align_up(static_bytes(g.value(o).type));
       const int32_t end = live.buffer_end[o];
       if (bytes == 0 || end == Liveness::kForever) {

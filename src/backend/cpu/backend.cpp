@@ -11,6 +11,7 @@
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/tile_kernel.h"
 #include "fusion/epilogue_chain.h"
+#include "pto/op_registry.h"
 #include "tile/lower.h"
 
 namespace pto::cpu {
@@ -96,6 +97,12 @@ class EpilogueKernel : public NodeKernel {
         << "no CPU activation for '" << chain.activation << "'";
     epilogue_.lo = static_cast<float>(chain.lo);
     epilogue_.hi = static_cast<float>(chain.hi);
+    for (int32_t v : chain.views) {
+      const Node& n = g.nodes()[v];
+      const reference::Kernel* k = reference::KernelRegistry::global().find(n.op);
+      PTO_CHECK(k) << n.where() << ": no kernel for a view";
+      views_.push_back({&n, k, node_input_slots(n, group)});
+    }
   }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
@@ -103,18 +110,32 @@ class EpilogueKernel : public NodeKernel {
     if (residual_slot_ >= 0) ep.residual = inputs[residual_slot_];
     KernelContext ctx{{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()}, &state_};
     ctx.epilogue = &ep;
-    return outputs_of(ctx);
+    std::vector<Tensor> out = outputs_of(ctx);
+    // The views only relabel the product's shape (they are views of contiguous data).
+    for (const View& v : views_) {
+      std::vector<Tensor> args = gather_node_inputs(v.slots, inputs);
+      args[0] = out[0];
+      reference::KernelContext vc{*v.node, std::move(args), 1};
+      out = {(*v.kernel)(vc)[0]};
+    }
+    return out;
   }
 
  private:
+  struct View {
+    const Node* node;
+    const reference::Kernel* kernel;
+    std::vector<int> slots;
+  };
   FusedEpilogue epilogue_;
   int residual_slot_ = -1;
+  std::vector<View> views_;
 };
 
 // A fused elementwise (and row-reduction) group: its tile program on the tile executor.
 class ElementwiseKernel : public CompiledKernel {
  public:
-  ElementwiseKernel(const KernelGroup& group, TileProgram program)
+  ElementwiseKernel(const Graph& g, const KernelGroup& group, TileProgram program)
       : kernel_(std::move(program)),
         where_(cat("[", kernel_.program().outputs.empty() ? "" : kernel_.program().outputs[0].name,
                    "]")) {
@@ -132,6 +153,17 @@ class ElementwiseKernel : public CompiledKernel {
       PTO_CHECK(found >= 0) << "group output has no tile operand";
       order_.push_back(found);
     }
+    for (int32_t i : group.nodes) {
+      const Node& n = g.nodes()[i];
+      ShapeStep step{n.def && n.def->is_elementwise(), {}, n.outputs[0]};
+      for (ValueId v : n.inputs) {
+        auto it = std::find(group.inputs.begin(), group.inputs.end(), v);
+        step.inputs.push_back(
+            {v, it == group.inputs.end() ? -1 : static_cast<int>(it - group.inputs.begin())});
+      }
+      shape_steps_.push_back(std::move(step));
+    }
+    outputs_ = group.outputs;
     if (p.shape) {
       static_shape_ = true;
       for (const Dim& d : *p.shape) {
@@ -151,6 +183,7 @@ class ElementwiseKernel : public CompiledKernel {
       shape = broadcast_dims(shape, inputs[s].shape(), where_);
     }
     if (static_shape_) shape = shape_;
+    check_shapes(inputs, shape);
     std::vector<Tensor> outs;
     for (const TileOperand& o : p.outputs)
       outs.push_back(
@@ -164,7 +197,55 @@ class ElementwiseKernel : public CompiledKernel {
   std::string describe() const override { return kernel_.program().str(); }
 
  private:
+  // How one node's output shape follows from its inputs: the broadcast of them all (elementwise
+  // ops), or input 0's (Softmax and the other row ops the tile ISA takes).
+  struct ShapeStep {
+    bool broadcast;
+    std::vector<std::pair<ValueId, int>> inputs;  // value, and its group-input slot or -1
+    ValueId output;
+  };
+
+  // Every output of the group must have the program's index space: an unknown dimension that
+  // turns out to broadcast inside the group makes the program wrong for this run, and the
+  // runtime runs the nodes one by one instead.
+  void check_shapes(const std::vector<Tensor>& inputs, const Dims& shape) const {
+    std::vector<std::pair<ValueId, Dims>> known;
+    auto dims_of = [&](const std::pair<ValueId, int>& in) -> const Dims* {
+      if (in.second >= 0) return &inputs[in.second].shape();
+      for (const auto& [v, d] : known)
+        if (v == in.first) return &d;
+      return nullptr;
+    };
+    for (const ShapeStep& st : shape_steps_) {
+      Dims out;
+      for (size_t i = 0; i < st.inputs.size(); ++i) {
+        if (st.inputs[i].first == kNoValue) continue;
+        const Dims* d = dims_of(st.inputs[i]);
+        if (!d) continue;
+        if (!st.broadcast) {
+          out = *d;
+          break;
+        }
+        try {
+          out = broadcast_dims(out, *d, where_);
+        } catch (const ValueError& e) {
+          throw KernelDeclined(e.what());
+        }
+      }
+      // Inside, a smaller value is read broadcast, as the graph means it; an output must fill
+      // the index space.
+      const bool is_output =
+          std::find(outputs_.begin(), outputs_.end(), st.output) != outputs_.end();
+      if ((is_output || !st.broadcast) && out != shape)  // a row op must see whole rows
+        throw KernelDeclined(cat(where_, ": output of shape ", dims_str(out), " from a group over ",
+                                 dims_str(shape)));
+      known.push_back({st.output, std::move(out)});
+    }
+  }
+
   TileKernel kernel_;
+  std::vector<ShapeStep> shape_steps_;
+  std::vector<ValueId> outputs_;
   std::string where_;
   std::vector<int> slots_;  // per program input: its position in the group's inputs
   std::vector<int> order_;  // per group output: its program output
@@ -194,7 +275,7 @@ class CpuBackend : public Backend {
       std::string why;
       auto program = lower_elementwise(g, group, &why);
       PTO_CHECK(program) << "cpu: elementwise group does not lower: " << why;
-      return std::make_unique<ElementwiseKernel>(group, std::move(*program));
+      return std::make_unique<ElementwiseKernel>(g, group, std::move(*program));
     }
     auto chain = fusion::epilogue_of_group(g, group.nodes);
     PTO_CHECK(chain) << "cpu: compile of an unsupported group";

@@ -45,7 +45,7 @@ std::vector<Tensor> run(const KernelContext& c) {
     if (f->bias.defined()) bias = f->bias.data<float>();  // the group's bias (Conv had none)
     if (f->residual.defined()) {
       if (f->residual.shape() != yshape)
-        throw ValueError(cat(where, ": fused residual ", f->residual.str(),
+        throw KernelDeclined(cat(where, ": fused residual ", f->residual.str(),
                              " does not match the output ", dims_str(yshape)));
       ep.residual = f->residual.data<float>();
     }

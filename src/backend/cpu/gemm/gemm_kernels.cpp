@@ -47,8 +47,10 @@ void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::
     ep.bias_kind = Epilogue::Bias::kPerCol;
   }
   if (f.residual.defined()) {
-    if (f.residual.shape() != Y.shape())
-      throw ValueError(cat(where, ": fused residual ", f.residual.str(),
+    // The residual may be a reshaped view of the product (a Reshape inside the group): the same
+    // rows of N in the same order.
+    if (f.residual.numel() != Y.numel() || f.residual.rank() == 0 || f.residual.dim(-1) != N)
+      throw KernelDeclined(cat(where, ": fused residual ", f.residual.str(),
                            " does not match the output ", Y.str()));
     ep.residual = f.residual.data<float>();
     ep.ldr = N;
