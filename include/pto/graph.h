@@ -156,9 +156,11 @@ void infer_types(Graph& g);
 
 // A stable, readable text form, one node a line:
 //   %3: f32[1, 64, 112, 112] = Conv(%x, %w, %b) {kernel_shape=[7, 7], strides=[2, 2]}
-// Names that are not plain ([A-Za-z0-9_.:/@+%-]) print quoted (%"a b"), float attributes print
-// their shortest exact decimal with a point ("1.0"), a node of another domain prints as
-// "domain.Op", and constants and tensor attributes of at most 16 elements print their data:
+// Names that are not plain ([A-Za-z0-9_.:/@+%-]) print quoted (%"a b"); a float attribute prints
+// the shortest decimal of its float when a float holds it exactly ("1e-05", "1.0"; ONNX attributes
+// are single precision), else its shortest exact double with a "d" suffix ("0.1d"); a node of
+// another domain prints as "domain.Op"; constants and tensor attributes of at most 16 elements
+// print their data:
 //   const  %w: f32[2] = [1, 2.5]          {value=tensor<i64[1] = [3]>}
 std::string print(const Graph& g);
 

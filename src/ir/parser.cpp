@@ -182,6 +182,12 @@ class LineParser {
     }
   }
 
+  // A float attribute as the printer writes it: through float, or exactly with a "d" suffix.
+  double float_attribute(const std::string& t) {
+    if (!t.empty() && t.back() == 'd') return element<double>(t.substr(0, t.size() - 1));
+    return static_cast<double>(element<float>(t));
+  }
+
   Attribute attribute() {
     char c = peek();
     if (c == '"') return quoted_string();
@@ -218,12 +224,12 @@ class LineParser {
         return out;
       }
       std::vector<double> out;
-      for (const std::string& it : items) out.push_back(element<double>(it));
+      for (const std::string& it : items) out.push_back(float_attribute(it));
       return out;
     }
     std::string t = number_token();
     if (is_int(t)) return element<int64_t>(t);
-    return element<double>(t);
+    return float_attribute(t);
   }
 
  private:

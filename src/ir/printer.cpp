@@ -3,6 +3,7 @@
 // quoted, float attributes print their shortest exact decimal, and constants of at most
 // kInlineElements elements print their data.
 #include <charconv>
+#include <cmath>
 #include <sstream>
 
 #include "pto/graph.h"
@@ -41,13 +42,18 @@ std::string ref_name(const std::string& name) {
   return "%" + (plain ? name : quoted(name));
 }
 
-// Shortest decimal that reads back as the same double; always marked as a float ("1.0").
+// A float attribute. ONNX attributes are single precision, so a value a float holds exactly prints
+// as the shortest decimal of that float ("1e-05", not "9.999999747378752e-06") and reads back
+// through float; any other double prints its shortest exact decimal with a "d" suffix
+// ("0.1d"). Always marked as a float ("1.0"), so that it never reads back as an int.
 std::string float_str(double x) {
   char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof(buf), x);
+  const bool single = std::isnan(x) || static_cast<double>(static_cast<float>(x)) == x;
+  auto r = single ? std::to_chars(buf, buf + sizeof(buf), static_cast<float>(x))
+                  : std::to_chars(buf, buf + sizeof(buf), x);
   std::string s(buf, r.ptr);
   if (s.find_first_of(".eni") == std::string::npos) s += ".0";
-  return s;
+  return single ? s : s + "d";
 }
 
 template <class T>

@@ -100,7 +100,7 @@ TEST(PassTextForm, RoundTripsEveryKindOfLine) {
   EXPECT_EQ(g.opset, 17);
   EXPECT_EQ(g.nodes()[4].domain, "com.example");
   EXPECT_EQ(g.nodes()[4].attrs.get_string("s"), "a \"q\"");
-  EXPECT_EQ(g.nodes()[2].attrs.get_float("alpha"), 0.01);
+  EXPECT_EQ(g.nodes()[2].attrs.get_float("alpha"), static_cast<double>(0.01f));  // via float
   EXPECT_EQ(g.initializer(*g.find_value("w"))->item_as_double(2), static_cast<double>(0.1f));
   std::string why;
   EXPECT_TRUE(structurally_equal(g, parse_graph(print(g)), &why)) << why;
@@ -116,12 +116,15 @@ TEST(PassTextForm, RoundTripsABuiltGraph) {
   g.add_node("Add", {x, w}, {y});
   ValueId z = g.add_value("z");
   Attributes a;
-  a.set("epsilon", 1e-5);
+  a.set("epsilon", 1e-5);                     // not a float: prints "1e-05d"
+  a.set("alpha", static_cast<double>(0.1f));  // a float: prints "0.1"
   a.set("axis", int64_t{-1});
   g.add_node("LayerNormalization", {y, w, kNoValue}, {z}, a, "ln");
   g.add_output(z);
   infer_types(g);
   std::string text = print(g);
+  EXPECT_NE(text.find("epsilon=1e-05d"), std::string::npos) << text;
+  EXPECT_NE(text.find("alpha=0.1,"), std::string::npos) << text;
   Graph back = parse_graph(text);
   EXPECT_EQ(print(back), text);
   std::string why;
