@@ -71,8 +71,13 @@ std::optional<std::vector<Tensor>> evaluate(const Graph& g, const Node& n) {
   for (size_t o = 0; o < n.outputs.size(); ++o) {
     if (n.outputs[o] == kNoValue) continue;
     if (!outs[o].defined() || outs[o].nbytes() > kMaxFoldedBytes) return std::nullopt;
-    // A kernel may hand back an input's storage (Identity); a folded constant owns its data.
-    outs[o] = outs[o].clone();
+    // A kernel may hand back a view of an input (Identity, Reshape); a folded constant owns its
+    // data, so that rewriting one initializer in place can never change another.
+    for (const Tensor& in : kc.inputs)
+      if (in.defined() && in.storage() == outs[o].storage()) {
+        outs[o] = outs[o].clone();
+        break;
+      }
   }
   return outs;
 }

@@ -595,6 +595,49 @@ TEST(PassEliminateCommonSubexpressions, KeepsTwoGraphOutputs) {
 )");
 }
 
+// ---------------------------------------------------------------- nondeterministic ops
+
+// No random op is registered yet (RandomNormal and friends will carry kNondeterministic), so the
+// test marks Sin as one for its duration: the property alone must stop folding and merging.
+class MarkNondeterministic {
+ public:
+  explicit MarkNondeterministic(const char* op)
+      : def_(const_cast<OpDef*>(OpRegistry::global().find(op))), saved_(def_->properties) {
+    def_->properties |= kNondeterministic;
+  }
+  ~MarkNondeterministic() { def_->properties = saved_; }
+
+ private:
+  OpDef* def_;
+  uint32_t saved_;
+};
+
+TEST(PassNondeterministic, NeitherFoldedNorMerged) {
+  const char* text = R"(graph t (opset 18)
+  input %x: f32[2]
+  const %c: f32[2] = [1, 2]
+  %r1 = Sin(%c)
+  %r2 = Sin(%c)
+  %d = Sub(%r1, %r2)
+  %y = Add(%x, %d)
+  return %y
+)";
+  for (const char* pass : {"FoldConstants", "EliminateCommonSubexpressions"}) {
+    std::vector<PassReport> report;
+    {
+      MarkNondeterministic mark("Sin");
+      Graph out = run_passes(parse_graph(text), {.only = {pass}}, &report);
+      std::string why;
+      EXPECT_TRUE(structurally_equal(out, parse_graph(text), &why)) << pass << ": " << why;
+      EXPECT_TRUE(report.at(0).fired.empty()) << pass;
+    }
+    // Without the mark both passes do rewrite it.
+    report.clear();
+    run_passes(parse_graph(text), {.only = {pass}}, &report);
+    EXPECT_FALSE(report.at(0).fired.empty()) << pass;
+  }
+}
+
 // ---------------------------------------------------------------- the level-1 pipeline
 
 TEST(PassPipeline, Level1ResolvesAShapeChainToAStaticReshape) {
