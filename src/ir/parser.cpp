@@ -283,7 +283,13 @@ class GraphParser {
     }
     if (!header) throw ValueError("parse_graph: no 'graph' line");
     if (!done) throw ValueError(cat("parse_graph: line ", number, ": no 'return' line"));
-    if (untyped_) infer_types(g_);
+    if (untyped_) {
+      try {
+        infer_types(g_);
+      } catch (const Error& e) {
+        throw ValueError(cat("parse_graph: inferring the types left out: ", e.what()));
+      }
+    }
     return std::move(g_);
   }
 

@@ -156,6 +156,52 @@ TEST(PassTextForm, ErrorsNameTheLine) {
             std::string::npos);
 }
 
+// Random edits of a valid text either parse (and then print stably) or raise a ValueError that
+// starts with "parse_graph"; nothing else escapes.
+TEST(PassTextForm, MangledTextIsAValueErrorOrParsesStably) {
+  const std::string base =
+      "graph g (opset 17)\n"
+      "  input  %x: f32[batch, 3]\n"
+      "  const  %w: f32[3] = [1, -2.5, 0.1]\n"
+      "  const  %s: i64[2] = [3, 1]\n"
+      "  %m: f32[batch, 3] = Mul(%x, %w)  # mul\n"
+      "  %y: f32[batch, 3], _ = Dropout(%m)  # drop\n"
+      "  %z = LeakyRelu(%y) {alpha=0.01}\n"
+      "  %r = Reshape(%z, %s)\n"
+      "  %c: f32[2] = Constant() {value=tensor<f32[2] = [1.5, -inf]>}  # const\n"
+      "  %e = Relu(%z) {floats=[1.0, 2.5e-08], ints=[1, -2], s=\"a\", ss=[\"p\"]}\n"
+      "  return %e, %c, %r\n";
+  std::mt19937 rng(3);
+  const std::string alphabet = "%[](){}=,:#\"_ 0123456789-.eabcdfxyz\n*?<>";
+  for (int it = 0; it < 3000; ++it) {
+    std::string t = base;
+    for (int k = 0, edits = 1 + static_cast<int>(rng() % 4); k < edits; ++k) {
+      size_t pos = rng() % t.size();
+      switch (rng() % 3) {
+        case 0:
+          t[pos] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          t.erase(pos, 1 + rng() % 5);
+          break;
+        default:
+          t.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+          break;
+      }
+    }
+    try {
+      Graph g = parse_graph(t);
+      std::string printed = print(g);
+      Graph again = parse_graph(printed);
+      EXPECT_EQ(print(again), printed);
+      std::string why;
+      EXPECT_TRUE(structurally_equal(g, again, &why)) << why << "\n" << printed;
+    } catch (const ValueError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("parse_graph", 0), 0u) << e.what();
+    }
+  }
+}
+
 TEST(PassTextForm, StructuralEqualityIgnoresNamesAndOrderButNotWiring) {
   const char* a = R"(graph a (opset 18)
   input %x: f32[2]
