@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <random>
 
 #include "pto/op_registry.h"
@@ -682,6 +683,146 @@ TEST(PassNondeterministic, NeitherFoldedNorMerged) {
     run_passes(parse_graph(text), {.only = {pass}}, &report);
     EXPECT_FALSE(report.at(0).fired.empty()) << pass;
   }
+}
+
+// ---------------------------------------------------------------- random graphs
+
+Attributes attrs_of(const char* name, Attribute value) {
+  Attributes a;
+  a.set(name, std::move(value));
+  return a;
+}
+
+// A random chain over x: f32[2, 3, 4] of the layout ops, casts, arithmetic with 0, -0, 1 and 2,
+// Shape -> Reshape, and copies of earlier nodes (for CSE), keeping values whose shape is static.
+Graph random_graph(std::mt19937& rng) {
+  Graph g;
+  g.opset = 18;
+  std::vector<ValueId> pool = {g.add_input("x", {DType::kF32, Shape{2, 3, 4}})};
+  auto ints = [&](std::vector<int64_t> v) {
+    auto n = static_cast<int64_t>(v.size());
+    return g.add_constant("k", Tensor::from_vector(v, {n}));
+  };
+  const int steps = 3 + static_cast<int>(rng() % 10);
+  for (int i = 0; i < steps; ++i) {
+    ValueId x = pool[rng() % pool.size()];
+    Dims d = to_dims(*g.value(x).type.shape);
+    DType dt = g.value(x).type.dtype;
+    ValueId y = g.add_value("");
+    try {
+      switch (rng() % 11) {
+        case 0: {
+          std::vector<int64_t> p(d.size());
+          std::iota(p.begin(), p.end(), 0);
+          std::shuffle(p.begin(), p.end(), rng);
+          g.add_node("Transpose", {x}, {y}, rng() % 4 ? attrs_of("perm", p) : Attributes());
+          break;
+        }
+        case 1: {
+          int64_t rest = checked_numel(d);
+          std::vector<int64_t> s;
+          for (int64_t f : {2, 3, 2})
+            if (rest % f == 0 && rng() % 2) s.push_back(f), rest /= f;
+          s.push_back(rng() % 3 ? rest : -1);
+          g.add_node("Reshape", {x, ints(s)}, {y});
+          break;
+        }
+        case 2:
+          g.add_node("Flatten", {x}, {y}, attrs_of("axis", int64_t(rng() % (d.size() + 1))));
+          break;
+        case 3:
+          g.add_node("Unsqueeze", {x, ints({0})}, {y});
+          break;
+        case 4:
+          g.add_node(rng() % 2 ? "Identity" : "Dropout", {x}, {y});
+          break;
+        case 5: {
+          const int64_t codes[] = {1, 11, 10, 7, 6, 16};  // f32 f64 f16 i64 i32 bf16
+          g.add_node("Cast", {x}, {y}, attrs_of("to", codes[rng() % 6]));
+          break;
+        }
+        case 6: {
+          const char* ops[] = {"Add", "Sub", "Mul", "Div"};
+          const float vals[] = {0.0f, -0.0f, 1.0f, 2.0f};
+          Tensor c = Tensor::empty(dt, {});
+          float v = vals[rng() % 4];
+          dispatch(dt, kNumericTypes, "test", [&]<class T>() { *c.data<T>() = static_cast<T>(v); });
+          ValueId k = g.add_constant("c", c);
+          const char* op = ops[rng() % 4];
+          g.add_node(op, rng() % 2 ? std::vector{x, k} : std::vector{k, x}, {y});
+          break;
+        }
+        case 7:
+          g.add_node(is_floating(dt) ? "Exp" : "Neg", {x}, {y});
+          break;
+        case 8: {
+          ValueId s = g.add_value("");
+          g.add_node("Shape", {x}, {s});
+          g.add_node("Reshape", {x, s}, {y});
+          break;
+        }
+        case 9: {  // a copy of an earlier single-output node
+          Node m = g.nodes().empty() ? Node() : g.nodes()[rng() % g.nodes().size()];
+          if (m.outputs.size() == 1)
+            g.add_node(m.op, m.inputs, {y}, m.attrs);
+          else
+            g.add_node("Identity", {x}, {y});
+          break;
+        }
+        default:
+          g.add_node(rng() % 2 ? "Concat" : "Sum", rng() % 2 ? std::vector{x} : std::vector{x, x},
+                     {y}, attrs_of("axis", int64_t{0}));
+      }
+      infer_types(g);
+    } catch (const Error&) {
+      break;  // an op the chain cannot take here (e.g. Sub on a bool): stop growing
+    }
+    if (g.value(y).type.shape && is_static(*g.value(y).type.shape)) pool.push_back(y);
+  }
+  g.add_output(pool.back());
+  if (pool.size() > 2) g.add_output(pool[1 + rng() % (pool.size() - 2)]);
+  return g;
+}
+
+// Every pass alone, and the level-1 pipeline, keep the bits of every output (on an input holding
+// -0.0) and the names of the outputs.
+TEST(PassProperty, RandomGraphsKeepResultsAndOutputNames) {
+  std::mt19937 rng(11);
+  int tested = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    Graph g = random_graph(rng);
+    std::vector<Tensor> want;
+    Tensor in = random_tensor(DType::kF32, {2, 3, 4}, rng);
+    in.data<float>()[0] = -0.0f;
+    try {
+      verify(g);
+      want = reference::run(g, {in});
+    } catch (const Error&) {
+      continue;  // the chain stopped in an invalid state
+    }
+    ++tested;
+    for (const char* pass : {"FoldConstants", "EliminateNoOps", "SimplifyTransposes",
+                             "EliminateCommonSubexpressions", ""}) {
+      PassOptions options;
+      if (*pass)
+        options.only = {pass};
+      else
+        options.level = 1;
+      Graph out = run_passes(parse_graph(print(g)), options);  // small constants: exact text
+      std::vector<Tensor> got = reference::run(out, {in});
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        Tensor a = want[i].contiguous(), b = got[i].contiguous();
+        ASSERT_TRUE(a.dtype() == b.dtype() && a.shape() == b.shape() &&
+                    std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0)
+            << (*pass ? pass : "level 1") << " changed output " << i << " of\n"
+            << print(g) << "into\n"
+            << print(out);
+        EXPECT_EQ(out.value(out.outputs()[i]).name, g.value(g.outputs()[i]).name);
+      }
+    }
+  }
+  EXPECT_GT(tested, 100);
 }
 
 // ---------------------------------------------------------------- the level-1 pipeline
