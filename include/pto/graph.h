@@ -156,6 +156,33 @@ void infer_types(Graph& g);
 
 // A stable, readable text form, one node a line:
 //   %3: f32[1, 64, 112, 112] = Conv(%x, %w, %b) {kernel_shape=[7, 7], strides=[2, 2]}
+// Names that are not plain ([A-Za-z0-9_.:/@+%-]) print quoted (%"a b"); a float attribute prints
+// the shortest decimal of its float when a float holds it exactly ("1e-05", "1.0"; ONNX attributes
+// are single precision), else its shortest exact double with a "d" suffix ("0.1d"); a node of
+// another domain prints as "domain.Op"; constants and tensor attributes of at most 16 elements
+// print their data:
+//   const  %w: f32[2] = [1, 2.5]          {value=tensor<i64[1] = [3]>}
 std::string print(const Graph& g);
+
+// Reads the text `print` writes back into a graph, so that print(parse_graph(t)) == t. Also
+// accepted, for hand-written graphs: blank lines and lines starting with "//"; a node output
+// without a type (then types are inferred for the whole graph, as infer_types does); a node line
+// without "# name" (named like add_node). A constant printed without its data (more than 16
+// elements) reads back as zeros: its structure round-trips, its data does not. Node opsets are
+// not printed; parsed nodes take the graph's opset. Throws ValueError "parse_graph: line N: ...".
+Graph parse_graph(const std::string& text);
+
+// Whether `a` and `b` compute the same thing the same way: the same ops (and domains) with equal
+// attributes (tensor attributes by dtype, shape and bytes), wired the same way, with the same
+// input types, the same constant data (by dtype, shape and bytes) and the same outputs in order,
+// and the same node output types. Value and node names, node order and node opsets do not count:
+// nodes are matched by walking back from the outputs (then unreached nodes pairwise in order).
+// On a difference returns false and, when `why` is given, says where the graphs first differ.
+bool structurally_equal(const Graph& a, const Graph& b, std::string* why = nullptr);
+
+// Deep equality of attributes, as structurally_equal compares them: tensor attributes by dtype,
+// shape and bytes, floats by bits (any NaN equals any NaN), empty lists of any element type equal.
+bool same_attribute(const Attribute& a, const Attribute& b);
+bool same_attributes(const Attributes& a, const Attributes& b);
 
 }  // namespace pto

@@ -24,6 +24,9 @@ enum OpProperty : uint32_t {
   kOpaque = 1u << 7,       // none of the above: heavy or irregular (Conv, MatMul, TopK)
   kView = 1u << 8,         // an output may share input 0's storage (Reshape, Transpose, Slice):
                            // the memory planner keeps input 0's buffer alive as long as it
+  // Draws random numbers (RandomNormal, Bernoulli, ...): two nodes alike are two different
+  // values, and constant folding must not evaluate it.
+  kNondeterministic = 1u << 9,
 };
 
 // What an inference function sees: the node, its inputs' types, constant input data where the

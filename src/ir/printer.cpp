@@ -1,10 +1,60 @@
-// The text form of a Tensor Graph: stable (attributes sorted, values in order) so two dumps diff.
+// The text form of a Tensor Graph: stable (attributes sorted, values in order) so two dumps diff,
+// and exact, so that parse_graph (parser.cpp) reads it back: value names that are not plain are
+// quoted, float attributes print their shortest exact decimal, and constants of at most
+// kInlineElements elements print their data.
+#include <charconv>
+#include <cmath>
 #include <sstream>
 
 #include "pto/graph.h"
 
 namespace pto {
+
+std::string tensor_data_str(const Tensor& t);
+
 namespace {
+
+// Constants (and tensor attributes) this small print their data inline.
+constexpr int64_t kInlineElements = 16;
+
+bool is_plain_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':' ||
+         c == '/' || c == '@' || c == '+' || c == '-' || c == '%';
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+// A value reference: %name, or %"name" when the name has characters the parser stops at.
+std::string ref_name(const std::string& name) {
+  bool plain = !name.empty() && name.back() != ':';
+  for (char c : name) plain = plain && is_plain_char(c);
+  return "%" + (plain ? name : quoted(name));
+}
+
+// A float attribute. ONNX attributes are single precision, so a value a float holds exactly prints
+// as the shortest decimal of that float ("1e-05", not "9.999999747378752e-06") and reads back
+// through float; any other double prints its shortest exact decimal with a "d" suffix
+// ("0.1d"). Always marked as a float ("1.0"), so that it never reads back as an int.
+std::string float_str(double x) {
+  char buf[64];
+  const bool single = std::isnan(x) || static_cast<double>(static_cast<float>(x)) == x;
+  auto r = single ? std::to_chars(buf, buf + sizeof(buf), static_cast<float>(x))
+                  : std::to_chars(buf, buf + sizeof(buf), x);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
+  return single ? s : s + "d";
+}
 
 template <class T>
 void print_list(std::ostream& os, const std::vector<T>& v) {
@@ -18,12 +68,20 @@ void print_attr(std::ostream& os, const Attribute& a) {
       [&](const auto& x) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, std::string>) {
-          os << '"' << x << '"';
+          os << quoted(x);
         } else if constexpr (std::is_same_v<T, Tensor>) {
-          os << "tensor<" << x.str() << ">";
+          os << "tensor<" << x.str();
+          if (x.defined() && x.numel() <= kInlineElements) os << " = " << tensor_data_str(x);
+          os << ">";
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           os << "[";
-          for (size_t i = 0; i < x.size(); ++i) os << (i ? ", " : "") << '"' << x[i] << '"';
+          for (size_t i = 0; i < x.size(); ++i) os << (i ? ", " : "") << quoted(x[i]);
+          os << "]";
+        } else if constexpr (std::is_same_v<T, double>) {
+          os << float_str(x);
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          os << "[";
+          for (size_t i = 0; i < x.size(); ++i) os << (i ? ", " : "") << float_str(x[i]);
           os << "]";
         } else if constexpr (std::is_arithmetic_v<T>) {
           os << x;
@@ -36,20 +94,52 @@ void print_attr(std::ostream& os, const Attribute& a) {
 
 }  // namespace
 
+std::string tensor_data_str(const Tensor& t) {
+  std::string out = "[";
+  Tensor c = t.contiguous();
+  dispatch(c.dtype(), kAllTypes, "print", [&]<class T>() {
+    const T* p = c.data<T>();
+    for (int64_t i = 0; i < c.numel(); ++i) {
+      if (i) out += ", ";
+      if constexpr (std::is_same_v<T, bool>) {
+        out += p[i] ? "true" : "false";
+      } else if constexpr (std::is_integral_v<T>) {
+        out += std::to_string(p[i]);
+      } else {
+        char buf[64];
+        std::to_chars_result r;
+        if constexpr (std::is_same_v<T, double>)
+          r = std::to_chars(buf, buf + sizeof(buf), p[i]);
+        else
+          r = std::to_chars(buf, buf + sizeof(buf), static_cast<float>(p[i]));
+        out.append(buf, r.ptr);
+      }
+    }
+  });
+  return out + "]";
+}
+
 std::string print(const Graph& g) {
   std::ostringstream os;
-  auto ref = [&](ValueId v) { return v == kNoValue ? std::string("_") : "%" + g.value(v).name; };
+  auto ref = [&](ValueId v) {
+    return v == kNoValue ? std::string("_") : ref_name(g.value(v).name);
+  };
   os << "graph " << (g.name.empty() ? "main" : g.name) << " (opset " << g.opset << ")\n";
   for (ValueId v : g.inputs()) os << "  input  " << ref(v) << ": " << g.value(v).type.str() << "\n";
-  for (ValueId v = 0; v < static_cast<ValueId>(g.values().size()); ++v)
-    if (const Tensor* t = g.initializer(v)) os << "  const  " << ref(v) << ": " << t->str() << "\n";
+  for (ValueId v = 0; v < static_cast<ValueId>(g.values().size()); ++v) {
+    const Tensor* t = g.initializer(v);
+    if (!t) continue;
+    os << "  const  " << ref(v) << ": " << t->str();
+    if (t->numel() <= kInlineElements) os << " = " << tensor_data_str(*t);
+    os << "\n";
+  }
   for (const Node& n : g.nodes()) {
     os << "  ";
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       os << (i ? ", " : "") << ref(n.outputs[i]);
       if (n.outputs[i] != kNoValue) os << ": " << g.value(n.outputs[i]).type.str();
     }
-    os << " = " << n.op << "(";
+    os << " = " << (n.domain.empty() ? "" : n.domain + ".") << n.op << "(";
     for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : "") << ref(n.inputs[i]);
     os << ")";
     if (!n.attrs.all().empty()) {

@@ -20,6 +20,10 @@ PassRegistry& PassRegistry::global() {
     passes::register_fold_batch_norm(*r);
     passes::register_fold_transpose_into_gemm(*r);
     passes::register_recognize_composites(*r);
+    passes::register_fold_constants(*r);
+    passes::register_eliminate_no_ops(*r);
+    passes::register_simplify_transposes(*r);
+    passes::register_eliminate_common_subexpressions(*r);
     return r;
   }();
   return *registry;

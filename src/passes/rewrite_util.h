@@ -90,4 +90,49 @@ struct Rule {
 void apply_rules(Graph& g, const std::vector<Rule>& rules, const PassContext& ctx,
                  int max_sweeps = 8);
 
+// ---- Value queries of the level-1 clean-up passes (FoldConstants, EliminateNoOps, ...) ----
+
+// The concrete shape of `v` when its type knows every dimension.
+inline std::optional<Dims> static_dims(const Graph& g, ValueId v) {
+  if (v == kNoValue) return std::nullopt;
+  const TensorType& t = g.value(v).type;
+  if (!t.shape || !is_static(*t.shape)) return std::nullopt;
+  return to_dims(*t.shape);
+}
+
+inline bool is_graph_input(const Graph& g, ValueId v) {
+  for (ValueId in : g.inputs())
+    if (in == v) return true;
+  return false;
+}
+
+// The data of `v` when it is a constant: an initializer that is not also a graph input (a graph
+// input's initializer is only a default the caller may override).
+inline const Tensor* constant_of(const Graph& g, ValueId v) {
+  if (v == kNoValue) return nullptr;
+  const Tensor* t = g.initializer(v);
+  return t && !is_graph_input(g, v) ? t : nullptr;
+}
+
+// Input i of `n` as int64 values, when it is a constant of an integer type.
+inline std::optional<std::vector<int64_t>> constant_ints(const Graph& g, const Node& n, size_t i) {
+  if (i >= n.inputs.size()) return std::nullopt;
+  const Tensor* t = constant_of(g, n.inputs[i]);
+  if (!t || !is_integral(t->dtype())) return std::nullopt;
+  std::vector<int64_t> out;
+  Tensor c = t->contiguous();
+  dispatch(c.dtype(), kIntTypes, "constant_ints", [&]<class T>() {
+    for (int64_t k = 0; k < c.numel(); ++k) out.push_back(static_cast<int64_t>(c.data<T>()[k]));
+  });
+  return out;
+}
+
+// Whether every use of `from` may become a use of `to`. A graph output keeps the name callers
+// see only when `to` is an intermediate value (replace_uses then renames it); a graph input, a
+// constant or another output would show up under its own name, so such a rewrite is refused.
+inline bool can_replace(const Graph& g, ValueId from, ValueId to) {
+  if (!g.is_output(from)) return true;
+  return to != kNoValue && g.value(to).producer >= 0 && !g.initializer(to) && !g.is_output(to);
+}
+
 }  // namespace pto::passes

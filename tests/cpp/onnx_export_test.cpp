@@ -134,7 +134,9 @@ TEST(OnnxExport, AttributesOfEveryKind) {
                                                {"t", AP::TENSOR}}));
 
   Graph back = round_trip(g);
-  EXPECT_EQ(print(back), print(g));
+  Graph want = g;  // print() is exact: 1e30 comes back as the float ONNX keeps
+  want.mutable_nodes()[0].attrs.set("floats", std::vector<double>{0.5, -2.25, double(1e30f)});
+  EXPECT_EQ(print(back), print(want));
   const Attributes& b = back.nodes()[0].attrs;
   EXPECT_EQ(b.get_int("i"), -5);
   EXPECT_EQ(b.get_float("f"), 0.75);

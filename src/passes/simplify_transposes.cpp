@@ -1,0 +1,236 @@
+// SimplifyTransposes: merges chains of layout ops whose intermediate value has no other use.
+//   Transpose(Transpose(x, p), q)        -> Transpose(x, r) with r[i] = p[q[i]], or x when r is
+//                                           the identity
+//   Reshape-like(Reshape-like(x)) with a static result shape
+//                                        -> Reshape(x, constant shape) (Reshape, Flatten, Squeeze,
+//                                           Unsqueeze: all only relabel the row-major elements)
+//   Cast(Cast(x, T1), T2) where x -> T1 is lossless
+//                                        -> Cast(x, T2), or x when T2 is x's dtype
+// One forward sweep, rewriting the outer node in place: a chain of three collapses as it goes,
+// since the rewritten node is the inner one of the next pair. The inner node, now unused, goes.
+#include <algorithm>
+#include <numeric>
+
+#include "passes/passes.h"
+#include "passes/rewrite_util.h"
+#include "pto/op_registry.h"
+
+namespace pto::passes {
+namespace {
+
+struct Sweep {
+  Graph& g;
+  const PassContext& ctx;
+  std::vector<int> uses;
+  std::vector<bool> removed;
+
+  // The producer of `v` when it is op `op`-like (by `pred`), unremoved, and `v` has one use.
+  template <class Pred>
+  int single_use_producer(ValueId v, Pred pred) const {
+    if (v == kNoValue || uses[v] != 1 || g.is_output(v)) return -1;
+    int p = g.value(v).producer;
+    if (p < 0 || removed[p] || !pred(g.nodes()[p])) return -1;
+    if (g.nodes()[p].outputs.size() != 1 || !g.nodes()[p].domain.empty()) return -1;
+    return p;
+  }
+
+  void drop(int p) {
+    removed[p] = true;
+    for (ValueId v : g.nodes()[p].inputs)
+      if (v != kNoValue) --uses[v];
+  }
+
+  // The outer node `i` now reads `x` in place of `inner`'s output, which loses its only use.
+  void rewire(size_t i, int inner, ValueId x) {
+    g.mutable_nodes()[i].inputs[0] = x;
+    ++uses[x];
+    uses[g.nodes()[inner].outputs[0]] = 0;
+    drop(inner);
+  }
+
+  // Replaces the outer node `i` by `x` entirely (when can_replace allows); true when done.
+  bool bypass(size_t i, ValueId x) {
+    ValueId out = g.nodes()[i].outputs[0];
+    if (!can_replace(g, out, x)) return false;
+    uses[x] += uses[out];
+    uses[out] = 0;
+    drop(static_cast<int>(i));
+    g.replace_uses(out, x);
+    return true;
+  }
+
+  static std::optional<std::vector<int64_t>> perm_of(const Graph& g, const Node& n) {
+    if (n.attrs.has("perm")) return n.attrs.get_ints("perm");
+    const TensorType& t = g.value(n.inputs[0]).type;
+    if (!t.shape) return std::nullopt;
+    std::vector<int64_t> p(t.shape->size());
+    std::iota(p.rbegin(), p.rend(), 0);  // the default reverses the axes
+    return p;
+  }
+
+  void transposes(size_t i) {
+    const Node& outer = g.nodes()[i];
+    int inner =
+        single_use_producer(outer.inputs[0], [](const Node& n) { return n.op == "Transpose"; });
+    if (inner < 0) return;
+    const Node& in = g.nodes()[inner];
+    std::optional<std::vector<int64_t>> p = perm_of(g, in), q = perm_of(g, outer);
+    if (!p || !q || p->size() != q->size()) return;
+    std::vector<int64_t> r(q->size());
+    for (size_t k = 0; k < q->size(); ++k) {
+      int64_t a = (*q)[k];
+      if (a < 0 || a >= static_cast<int64_t>(p->size())) return;
+      r[k] = (*p)[static_cast<size_t>(a)];
+    }
+    ValueId x = in.inputs[0];
+    bool identity = true;
+    for (size_t k = 0; k < r.size(); ++k) identity = identity && r[k] == static_cast<int64_t>(k);
+    if (identity && bypass(i, x)) {
+      drop(inner);
+      uses[g.nodes()[inner].outputs[0]] = 0;
+      ctx.note("SimplifyTransposes/Transpose-Transpose=identity");
+      return;
+    }
+    g.mutable_nodes()[i].attrs.set("perm", r);
+    rewire(i, inner, x);
+    ctx.note("SimplifyTransposes/Transpose-Transpose");
+  }
+
+  static bool reshape_like(const Node& n) {
+    return n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze";
+  }
+
+  void reshapes(size_t i) {
+    const Node& outer = g.nodes()[i];
+    int inner = single_use_producer(outer.inputs[0], reshape_like);
+    if (inner < 0) return;
+    std::optional<Dims> dims = static_dims(g, outer.outputs[0]);
+    // A 0 in a Reshape shape means "copy the input's dim" unless allowzero; not worth the risk.
+    if (!dims || std::find(dims->begin(), dims->end(), 0) != dims->end()) return;
+    if (outer.opset > 0 && outer.opset < 5) return;  // Reshape-1 took its shape as an attribute
+    ValueId x = g.nodes()[inner].inputs[0];
+    ValueId shape =
+        g.add_constant(g.value(outer.outputs[0]).name + "_shape",
+                       Tensor::from_vector(*dims, {static_cast<int64_t>(dims->size())}));
+    uses.push_back(1);
+    Node& n = g.mutable_nodes()[i];
+    for (size_t k = 1; k < n.inputs.size(); ++k)
+      if (n.inputs[k] != kNoValue) --uses[n.inputs[k]];
+    n.op = "Reshape";
+    n.def = OpRegistry::global().find("Reshape");
+    n.attrs = Attributes();
+    n.attrs.where = n.where();
+    n.inputs = {n.inputs[0], shape};
+    rewire(i, inner, x);
+    ctx.note("SimplifyTransposes/Reshape-Reshape");
+  }
+
+  // Whether every value of `from` is exactly a value of `to`, so that casting through `to`
+  // changes nothing on the way.
+  static bool lossless(DType from, DType to) {
+    if (from == to || from == DType::kBool) return to != DType::kUndefined;
+    auto bits = [](DType d) -> int {  // value bits of an integer type (sign excluded)
+      switch (d) {
+        case DType::kI8:
+          return 7;
+        case DType::kU8:
+          return 8;
+        case DType::kI16:
+          return 15;
+        case DType::kU16:
+          return 16;
+        case DType::kI32:
+          return 31;
+        case DType::kU32:
+          return 32;
+        case DType::kI64:
+          return 63;
+        case DType::kU64:
+          return 64;
+        default:
+          return -1;
+      }
+    };
+    auto mantissa = [](DType d) -> int {  // significand bits, implicit bit included
+      switch (d) {
+        case DType::kF16:
+          return 11;
+        case DType::kBF16:
+          return 8;
+        case DType::kF32:
+          return 24;
+        case DType::kF64:
+          return 53;
+        default:
+          return -1;
+      }
+    };
+    if (is_floating(from))  // f16 and bf16 widen into f32 and f64, f32 into f64
+      return (to == DType::kF64 && from != DType::kF64) ||
+             (to == DType::kF32 && (from == DType::kF16 || from == DType::kBF16));
+    if (is_integral(from) && is_integral(to)) {
+      if (is_signed(from) && !is_signed(to)) return false;
+      return bits(to) >= bits(from);
+    }
+    if (is_integral(from) && is_floating(to)) return mantissa(to) >= bits(from);
+    return false;
+  }
+
+  void casts(size_t i) {
+    const Node& outer = g.nodes()[i];
+    if (outer.inputs.size() != 1) return;
+    int inner = single_use_producer(outer.inputs[0], [](const Node& n) {
+      return n.op == "Cast" && n.inputs.size() == 1 && n.inputs[0] != kNoValue;
+    });
+    if (inner < 0) return;
+    const Node& in = g.nodes()[inner];
+    ValueId x = in.inputs[0];
+    DType from = g.value(x).type.dtype;
+    DType mid = g.value(in.outputs[0]).type.dtype;
+    DType to = g.value(outer.outputs[0]).type.dtype;
+    if (from == DType::kUndefined || !lossless(from, mid)) return;
+    if (from == to && bypass(i, x)) {
+      drop(inner);
+      uses[g.nodes()[inner].outputs[0]] = 0;
+      ctx.note("SimplifyTransposes/Cast-Cast=identity");
+      return;
+    }
+    rewire(i, inner, x);
+    ctx.note("SimplifyTransposes/Cast-Cast");
+  }
+
+  void run() {
+    for (size_t i = 0; i < g.nodes().size(); ++i) {
+      const Node& n = g.nodes()[i];
+      if (removed[i] || n.inputs.empty() || n.inputs[0] == kNoValue || n.outputs.size() != 1 ||
+          n.outputs[0] == kNoValue || !n.domain.empty())
+        continue;
+      try {
+        if (n.op == "Transpose")
+          transposes(i);
+        else if (reshape_like(n))
+          reshapes(i);
+        else if (n.op == "Cast")
+          casts(i);
+      } catch (const Error&) {  // a malformed attribute: no match
+      }
+    }
+  }
+};
+
+Graph simplify_transposes(Graph g, const PassContext& ctx) {
+  Sweep s{g, ctx, g.use_counts(), std::vector<bool>(g.nodes().size(), false)};
+  s.run();
+  if (std::find(s.removed.begin(), s.removed.end(), true) != s.removed.end())
+    g.remove_nodes(s.removed);
+  return g;
+}
+
+}  // namespace
+
+void register_simplify_transposes(PassRegistry& r) {
+  r.add({"SimplifyTransposes", simplify_transposes,
+         "merges Transpose, Reshape-like and lossless Cast chains into one node"});
+}
+
+}  // namespace pto::passes

@@ -1,0 +1,867 @@
+// The text form (print/parse_graph/structurally_equal) and the level-1 graph passes. Each pass
+// rule is a Before/Expected pair in the text form, compared structurally; every pair is also run
+// through the reference interpreter before and after the pass on the same random inputs (fixed
+// seed), which must agree bit for bit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "pto/op_registry.h"
+#include "pto/passes.h"
+#include "pto/reference.h"
+
+namespace pto {
+namespace {
+
+Tensor random_tensor(DType dt, const Dims& dims, std::mt19937& rng) {
+  Tensor t = Tensor::empty(dt, dims);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> small(0, 2);
+  dispatch(dt, kAllTypes, "random_tensor", [&]<class T>() {
+    T* p = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if constexpr (std::is_same_v<T, bool>)
+        p[i] = small(rng) == 0;
+      else if constexpr (std::is_integral_v<T>)
+        p[i] = static_cast<T>(small(rng));
+      else
+        p[i] = static_cast<T>(normal(rng));
+    }
+  });
+  return t;
+}
+
+// Runs both graphs on the same random inputs and expects the same bits in every output.
+void expect_same_results(const Graph& before, const Graph& after, uint32_t seed = 7) {
+  std::mt19937 rng(seed);
+  std::vector<Tensor> inputs;
+  for (ValueId v : before.inputs()) {
+    const TensorType& t = before.value(v).type;
+    ASSERT_TRUE(t.shape && is_static(*t.shape)) << "test inputs need static shapes";
+    inputs.push_back(random_tensor(t.dtype, to_dims(*t.shape), rng));
+  }
+  std::vector<Tensor> a = reference::run(before, inputs);
+  std::vector<Tensor> b = reference::run(after, inputs);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].dtype(), b[i].dtype()) << "output " << i;
+    ASSERT_EQ(a[i].shape(), b[i].shape()) << "output " << i;
+    Tensor x = a[i].contiguous(), y = b[i].contiguous();
+    EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()), 0) << "output " << i;
+  }
+}
+
+// Runs `pass` alone on `before`; the result must equal `expected` structurally and compute the
+// same outputs as `before`. Returns the rules that fired.
+std::map<std::string, int> expect_pass(const std::string& pass, const std::string& before,
+                                       const std::string& expected) {
+  Graph g = parse_graph(before);
+  std::vector<PassReport> report;
+  Graph out = run_passes(parse_graph(before), {.only = {pass}}, &report);
+  Graph want = parse_graph(expected);
+  std::string why;
+  EXPECT_TRUE(structurally_equal(out, want, &why)) << why << "\ngot:\n"
+                                                   << print(out) << "expected:\n"
+                                                   << print(want);
+  expect_same_results(g, out);
+  return report.empty() ? std::map<std::string, int>{} : report[0].fired;
+}
+
+// A pass that must leave `text` as it is.
+void expect_unchanged(const std::string& pass, const std::string& text) {
+  std::map<std::string, int> fired = expect_pass(pass, text, text);
+  EXPECT_TRUE(fired.empty()) << pass << " fired " << fired.begin()->first;
+}
+
+// ---------------------------------------------------------------- text form
+
+TEST(PassTextForm, RoundTripsEveryKindOfLine) {
+  const std::string text =
+      "graph tiny (opset 17)\n"
+      "  input  %x: f32[batch, 3]\n"
+      "  input  %\"odd name\": i64[*]\n"
+      "  input  %q: f16[?, 2]\n"
+      "  const  %w: f32[3] = [1, -2.5, 0.1]\n"
+      "  const  %i: i64[] = [-7]\n"
+      "  const  %b: bool[2] = [true, false]\n"
+      "  const  %big: f32[17]\n"
+      "  %onnx::Mul_1: f32[batch, 3] = Mul(%x, %w)  # mul 1\n"
+      "  %y: f32[batch, 3], _ = Dropout(%onnx::Mul_1)  # drop\n"
+      "  %z: f32[batch, 3] = LeakyRelu(%y) {alpha=0.01}  # lrelu\n"
+      "  %c: f32[2] = Constant() {value=tensor<f32[2] = [1.5, -inf]>}  # const\n"
+      "  %e: f32[batch, 3] = com.example.Relu(%z) {floats=[1.0, 2.5e-08], ints=[1, -2], "
+      "s=\"a \\\"q\\\"\", ss=[\"p\", \"q\"]}  # custom\n"
+      "  return %e, %c\n";
+  Graph g = parse_graph(text);
+  EXPECT_EQ(print(g), text);
+  EXPECT_EQ(g.name, "tiny");
+  EXPECT_EQ(g.opset, 17);
+  EXPECT_EQ(g.nodes()[4].domain, "com.example");
+  EXPECT_EQ(g.nodes()[4].attrs.get_string("s"), "a \"q\"");
+  EXPECT_EQ(g.nodes()[2].attrs.get_float("alpha"), static_cast<double>(0.01f));  // via float
+  EXPECT_EQ(g.initializer(*g.find_value("w"))->item_as_double(2), static_cast<double>(0.1f));
+  std::string why;
+  EXPECT_TRUE(structurally_equal(g, parse_graph(print(g)), &why)) << why;
+}
+
+TEST(PassTextForm, RoundTripsABuiltGraph) {
+  Graph g;
+  g.opset = 18;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{Dim::sym("n"), 4}});
+  ValueId w = g.add_value("weights.0");
+  g.set_initializer(w, Tensor::from_vector<float>({0.1f, 0.2f, 1e-30f, 3.0f}, {4}));
+  ValueId y = g.add_value("");  // auto-named "%1"
+  g.add_node("Add", {x, w}, {y});
+  ValueId z = g.add_value("z");
+  Attributes a;
+  a.set("epsilon", 1e-5);                     // not a float: prints "1e-05d"
+  a.set("alpha", static_cast<double>(0.1f));  // a float: prints "0.1"
+  a.set("axis", int64_t{-1});
+  g.add_node("LayerNormalization", {y, w, kNoValue}, {z}, a, "ln");
+  g.add_output(z);
+  infer_types(g);
+  std::string text = print(g);
+  EXPECT_NE(text.find("epsilon=1e-05d"), std::string::npos) << text;
+  EXPECT_NE(text.find("alpha=0.1,"), std::string::npos) << text;
+  Graph back = parse_graph(text);
+  EXPECT_EQ(print(back), text);
+  std::string why;
+  EXPECT_TRUE(structurally_equal(g, back, &why)) << why;
+}
+
+TEST(PassTextForm, ErrorsNameTheLine) {
+  auto error_of = [](const std::string& text) {
+    try {
+      parse_graph(text);
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("graph g (opset 18)\n  input %x: f32[2]\n  %y = Relu(%nope)\n  return %y\n")
+                .find("line 3"),
+            std::string::npos);
+  EXPECT_NE(error_of("graph g (opset 18)\n  input %x: f32[2]\n  %y = NoSuchOp(%x)\n  return %y\n")
+                .find("line 3"),
+            std::string::npos);
+  EXPECT_NE(error_of("graph g (opset 18)\n  input %x: q7[2]\n  return %x\n").find("line 2"),
+            std::string::npos);
+  EXPECT_NE(error_of("graph g (opset 18)\n  const %w: f32[2] = [1]\n  return %w\n").find("line 2"),
+            std::string::npos);
+  EXPECT_NE(error_of("graph g (opset 18)\n  input %x: f32[2]\n").find("return"), std::string::npos);
+  EXPECT_NE(error_of("graph g (opset 18)\n  input %x: f32[2]\n  %x = Relu(%x)\n  return %x\n")
+                .find("line 3"),
+            std::string::npos);
+}
+
+// Random edits of a valid text either parse (and then print stably) or raise a ValueError that
+// starts with "parse_graph"; nothing else escapes.
+TEST(PassTextForm, MangledTextIsAValueErrorOrParsesStably) {
+  const std::string base =
+      "graph g (opset 17)\n"
+      "  input  %x: f32[batch, 3]\n"
+      "  const  %w: f32[3] = [1, -2.5, 0.1]\n"
+      "  const  %s: i64[2] = [3, 1]\n"
+      "  %m: f32[batch, 3] = Mul(%x, %w)  # mul\n"
+      "  %y: f32[batch, 3], _ = Dropout(%m)  # drop\n"
+      "  %z = LeakyRelu(%y) {alpha=0.01}\n"
+      "  %r = Reshape(%z, %s)\n"
+      "  %c: f32[2] = Constant() {value=tensor<f32[2] = [1.5, -inf]>}  # const\n"
+      "  %e = Relu(%z) {floats=[1.0, 2.5e-08], ints=[1, -2], s=\"a\", ss=[\"p\"]}\n"
+      "  return %e, %c, %r\n";
+  std::mt19937 rng(3);
+  const std::string alphabet = "%[](){}=,:#\"_ 0123456789-.eabcdfxyz\n*?<>";
+  for (int it = 0; it < 3000; ++it) {
+    std::string t = base;
+    for (int k = 0, edits = 1 + static_cast<int>(rng() % 4); k < edits; ++k) {
+      size_t pos = rng() % t.size();
+      switch (rng() % 3) {
+        case 0:
+          t[pos] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          t.erase(pos, 1 + rng() % 5);
+          break;
+        default:
+          t.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+          break;
+      }
+    }
+    try {
+      Graph g = parse_graph(t);
+      std::string printed = print(g);
+      Graph again = parse_graph(printed);
+      EXPECT_EQ(print(again), printed);
+      std::string why;
+      EXPECT_TRUE(structurally_equal(g, again, &why)) << why << "\n" << printed;
+    } catch (const ValueError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("parse_graph", 0), 0u) << e.what();
+    }
+  }
+}
+
+TEST(PassTextForm, StructuralEqualityIgnoresNamesAndOrderButNotWiring) {
+  const char* a = R"(graph a (opset 18)
+  input %x: f32[2]
+  input %y: f32[2]
+  const %c: f32[2] = [1, 2]
+  %p = Exp(%x)
+  %q = Log(%y)
+  %r = Sub(%p, %q)
+  %s = Mul(%r, %c)
+  return %s
+)";
+  const char* renamed_reordered = R"(graph b (opset 18)
+  input %u: f32[2]
+  input %v: f32[2]
+  const %k: f32[2] = [1, 2]
+  %b = Log(%v)
+  %a = Exp(%u)
+  %d = Sub(%a, %b)
+  %e = Mul(%d, %k)
+  return %e
+)";
+  const char* swapped = R"(graph b (opset 18)
+  input %x: f32[2]
+  input %y: f32[2]
+  const %c: f32[2] = [1, 2]
+  %p = Exp(%x)
+  %q = Log(%y)
+  %r = Sub(%q, %p)
+  %s = Mul(%r, %c)
+  return %s
+)";
+  const char* other_data = R"(graph b (opset 18)
+  input %x: f32[2]
+  input %y: f32[2]
+  const %c: f32[2] = [1, 3]
+  %p = Exp(%x)
+  %q = Log(%y)
+  %r = Sub(%p, %q)
+  %s = Mul(%r, %c)
+  return %s
+)";
+  const char* other_attr = R"(graph b (opset 18)
+  input %x: f32[2]
+  input %y: f32[2]
+  const %c: f32[2] = [1, 2]
+  %p = Exp(%x)
+  %q = Log(%y)
+  %r = Sub(%p, %q)
+  %s = Mul(%r, %c)
+  %t = Softmax(%s) {axis=0}
+  return %t
+)";
+  std::string why;
+  EXPECT_TRUE(structurally_equal(parse_graph(a), parse_graph(renamed_reordered), &why)) << why;
+  EXPECT_FALSE(structurally_equal(parse_graph(a), parse_graph(swapped), &why));
+  EXPECT_NE(why.find("Log"), std::string::npos) << why;
+  EXPECT_FALSE(structurally_equal(parse_graph(a), parse_graph(other_data), &why));
+  EXPECT_NE(why.find("constant"), std::string::npos) << why;
+  std::string t(other_attr);
+  Graph g1 = parse_graph(t);
+  Graph g2 = parse_graph(t.replace(t.find("axis=0"), 6, "axis=-1"));
+  EXPECT_FALSE(structurally_equal(g1, g2, &why));
+  EXPECT_NE(why.find("attributes"), std::string::npos) << why;
+}
+
+// ---------------------------------------------------------------- FoldConstants
+
+TEST(PassFoldConstants, FoldsAChainOfConstantNodes) {
+  auto fired = expect_pass("FoldConstants", R"(graph t (opset 18)
+  input %x: f32[2]
+  const %a: f32[2] = [1, 2]
+  const %b: f32[2] = [3, -4]
+  %c = Add(%a, %b)
+  %d = Abs(%c)
+  %y = Mul(%x, %d)
+  return %y
+)",
+                           R"(graph t (opset 18)
+  input %x: f32[2]
+  const %d: f32[2] = [4, 2]
+  %y = Mul(%x, %d)
+  return %y
+)");
+  EXPECT_EQ(fired["FoldConstants/Add"], 1);
+  EXPECT_EQ(fired["FoldConstants/Abs"], 1);
+}
+
+TEST(PassFoldConstants, FoldsShapeAndSizeOfStaticShapes) {
+  auto fired = expect_pass("FoldConstants", R"(graph t (opset 18)
+  input %x: f32[2, 3, 5]
+  input %v: f32[5]
+  input %w: f32[6]
+  %s = Shape(%x) {start=1}
+  %s2 = Shape(%x) {end=-1}
+  %n = Size(%x)
+  %f = Cast(%n) {to=1}
+  %y = Mul(%x, %f)
+  %e = Expand(%v, %s)
+  %z = Add(%y, %e)
+  %r = Reshape(%w, %s2)
+  return %z, %r
+)",
+                           R"(graph t (opset 18)
+  input %x: f32[2, 3, 5]
+  input %v: f32[5]
+  input %w: f32[6]
+  const %s: i64[2] = [3, 5]
+  const %s2: i64[2] = [2, 3]
+  const %f: f32[] = [30]
+  %y = Mul(%x, %f)
+  %e = Expand(%v, %s)
+  %z = Add(%y, %e)
+  %r = Reshape(%w, %s2)
+  return %z, %r
+)");
+  EXPECT_EQ(fired["FoldConstants/static Shape"], 2);
+  EXPECT_EQ(fired["FoldConstants/static Size"], 1);
+  EXPECT_EQ(fired["FoldConstants/Cast"], 1);
+}
+
+TEST(PassFoldConstants, LeavesWhatItCannotFold) {
+  // A symbolic shape, an overridable input default, a kernel that fails (index out of range) and
+  // a result over 64 MiB.
+  Graph g = parse_graph(R"(graph t (opset 18)
+  input %x: f32[n, 3]
+  input %d: f32[3]
+  const %d: f32[3] = [1, 2, 3]
+  const %bad: i64[1] = [7]
+  const %w: f32[3] = [1, 2, 3]
+  const %big: i64[2] = [5000, 5000]
+  %s = Shape(%x)
+  %e = Exp(%d)
+  %r = Gather(%w, %bad) {axis=0}
+  %z = ConstantOfShape(%big)
+  return %s, %e, %r, %z
+)");
+  std::vector<PassReport> report;
+  Graph out = run_passes(parse_graph(print(g)), {.only = {"FoldConstants"}}, &report);
+  std::string why;
+  EXPECT_TRUE(structurally_equal(out, g, &why)) << why;
+  EXPECT_TRUE(report.at(0).fired.empty());
+}
+
+// ---------------------------------------------------------------- EliminateNoOps
+
+TEST(PassEliminateNoOps, RemovesIdentityLikeNodes) {
+  auto fired = expect_pass("EliminateNoOps", R"(graph t (opset 18)
+  input %x: f32[2, 3]
+  const %s23: i64[2] = [2, 3]
+  const %ax: i64[1] = [1]
+  const %st: i64[1] = [0]
+  const %en: i64[1] = [3]
+  const %pz: i64[4] = [0, 0, 0, 0]
+  %a = Relu(%x)
+  %b = Identity(%a)
+  %c, _ = Dropout(%b)
+  %d = Cast(%c) {to=1}
+  %e = Reshape(%d, %s23)
+  %f = Flatten(%e) {axis=1}
+  %g = Expand(%f, %s23)
+  %h = Transpose(%g) {perm=[0, 1]}
+  %i = Slice(%h, %st, %en, %ax)
+  %j = Pad(%i, %pz)
+  %k = Concat(%j) {axis=0}
+  %l = Sum(%k)
+  %m = Max(%l)
+  %n = Min(%m)
+  %o = Neg(%n)
+  return %o
+)",
+                           R"(graph t (opset 18)
+  input %x: f32[2, 3]
+  %a = Relu(%x)
+  %o = Neg(%a)
+  return %o
+)");
+  for (const char* op : {"Identity", "Dropout", "Cast", "Reshape", "Flatten", "Expand", "Transpose",
+                         "Slice", "Pad", "Concat", "Sum", "Max", "Min"})
+    EXPECT_EQ(fired[cat("EliminateNoOps/", op)], 1) << op;
+}
+
+TEST(PassEliminateNoOps, RemovesASqueezeThatKeepsTheShape) {
+  // No axis of size 1: Squeeze without axes changes nothing.
+  expect_pass("EliminateNoOps", R"(graph t (opset 18)
+  input %x: f32[2, 3]
+  %a = Exp(%x)
+  %b = Squeeze(%a)
+  %c = Neg(%b)
+  return %c
+)",
+              R"(graph t (opset 18)
+  input %x: f32[2, 3]
+  %a = Exp(%x)
+  %c = Neg(%a)
+  return %c
+)");
+}
+
+TEST(PassEliminateNoOps, ArithmeticIdentitiesAreExact) {
+  // x*1, 1*x, x/1, x+(-0), x-(+0) go; x+(+0) (turns -0 into +0), x-(-0) and 0-x stay.
+  auto fired = expect_pass("EliminateNoOps", R"(graph t (opset 18)
+  input %x: f32[2, 3]
+  const %one: f32[3] = [1, 1, 1]
+  const %nz: f32[] = [-0]
+  const %pz: f32[] = [0]
+  %a = Mul(%x, %one)
+  %b = Mul(%one, %a)
+  %c = Div(%b, %one)
+  %d = Add(%c, %nz)
+  %e = Sub(%d, %pz)
+  %f = Add(%e, %pz)
+  %g = Sub(%f, %nz)
+  %h = Sub(%pz, %g)
+  return %h
+)",
+                           R"(graph t (opset 18)
+  input %x: f32[2, 3]
+  const %pz: f32[] = [0]
+  const %nz: f32[] = [-0]
+  %f = Add(%x, %pz)
+  %g = Sub(%f, %nz)
+  %h = Sub(%pz, %g)
+  return %h
+)");
+  EXPECT_EQ(fired["EliminateNoOps/Mul"], 2);
+  EXPECT_EQ(fired["EliminateNoOps/Add"], 1);
+  EXPECT_EQ(fired["EliminateNoOps/Sub"], 1);
+  // Broadcasting that changes the shape, and integer zero.
+  expect_unchanged("EliminateNoOps", R"(graph t (opset 18)
+  input %x: f32[3]
+  const %one: f32[2, 3] = [1, 1, 1, 1, 1, 1]
+  %a = Mul(%x, %one)
+  return %a
+)");
+  expect_pass("EliminateNoOps", R"(graph t (opset 18)
+  input %x: i32[3]
+  const %z: i32[] = [0]
+  %a = Add(%x, %z)
+  %b = Neg(%a)
+  return %b
+)",
+              R"(graph t (opset 18)
+  input %x: i32[3]
+  %b = Neg(%x)
+  return %b
+)");
+}
+
+TEST(PassEliminateNoOps, KeepsWhatChangesData) {
+  // A used Dropout mask, a reversing Slice, a shifting Pad, a real Cast and Transpose.
+  expect_unchanged("EliminateNoOps", R"(graph t (opset 18)
+  input %x: f32[2, 3]
+  const %st: i64[1] = [-1]
+  const %en: i64[1] = [-9]
+  const %ax: i64[1] = [1]
+  const %sp: i64[1] = [-1]
+  const %pads: i64[4] = [0, 1, 0, -1]
+  %y, %mask = Dropout(%x)
+  %m = Cast(%mask) {to=1}
+  %a = Add(%y, %m)
+  %b = Slice(%a, %st, %en, %ax, %sp)
+  %c = Pad(%b, %pads)
+  %d = Cast(%c) {to=10}
+  %e = Transpose(%d) {perm=[1, 0]}
+  return %e
+)");
+}
+
+TEST(PassEliminateNoOps, KeepsAnIdentityFromInputToOutput) {
+  // Removing it would make the graph output the input itself, under the input's name.
+  expect_unchanged("EliminateNoOps", R"(graph t (opset 18)
+  input %x: f32[2]
+  %y = Identity(%x)
+  return %y
+)");
+  // An intermediate takes over the output's name instead.
+  expect_pass("EliminateNoOps", R"(graph t (opset 18)
+  input %x: f32[2]
+  %a = Exp(%x)
+  %y = Identity(%a)
+  return %y
+)",
+              R"(graph t (opset 18)
+  input %x: f32[2]
+  %y = Exp(%x)
+  return %y
+)");
+  Graph out = run_passes(parse_graph(R"(graph t (opset 18)
+  input %x: f32[2]
+  %a = Exp(%x)
+  %y = Identity(%a)
+  return %y
+)"),
+                         {.only = {"EliminateNoOps"}});
+  EXPECT_EQ(out.value(out.outputs()[0]).name, "y");
+}
+
+// ---------------------------------------------------------------- SimplifyTransposes
+
+TEST(PassSimplifyTransposes, ComposesTransposes) {
+  auto fired = expect_pass("SimplifyTransposes", R"(graph t (opset 18)
+  input %x: f32[2, 3, 4]
+  %a = Transpose(%x) {perm=[1, 2, 0]}
+  %b = Transpose(%a) {perm=[0, 2, 1]}
+  %c = Transpose(%b)
+  return %c
+)",
+                           // [1,2,0] then [0,2,1] is [1,0,2]; then the default reverse [2,1,0]
+                           // gives [2,0,1].
+                           R"(graph t (opset 18)
+  input %x: f32[2, 3, 4]
+  %c = Transpose(%x) {perm=[2, 0, 1]}
+  return %c
+)");
+  EXPECT_EQ(fired["SimplifyTransposes/Transpose-Transpose"], 2);
+  expect_pass("SimplifyTransposes", R"(graph t (opset 18)
+  input %x: f32[2, 3, 4]
+  %a = Transpose(%x) {perm=[1, 2, 0]}
+  %b = Transpose(%a) {perm=[2, 0, 1]}
+  %c = Exp(%b)
+  return %c
+)",
+              R"(graph t (opset 18)
+  input %x: f32[2, 3, 4]
+  %c = Exp(%x)
+  return %c
+)");
+  // The intermediate is used twice: nothing to merge.
+  expect_unchanged("SimplifyTransposes", R"(graph t (opset 18)
+  input %x: f32[2, 3]
+  %a = Transpose(%x) {perm=[1, 0]}
+  %b = Transpose(%a) {perm=[1, 0]}
+  %c = Exp(%a)
+  return %b, %c
+)");
+}
+
+TEST(PassSimplifyTransposes, MergesReshapeChains) {
+  auto fired = expect_pass("SimplifyTransposes", R"(graph t (opset 18)
+  input %x: f32[2, 3, 4]
+  const %s: i64[2] = [6, 4]
+  const %ax: i64[1] = [0]
+  %a = Reshape(%x, %s)
+  %b = Unsqueeze(%a, %ax)
+  %c = Flatten(%b) {axis=2}
+  %d = Exp(%c)
+  return %d
+)",
+                           R"(graph t (opset 18)
+  input %x: f32[2, 3, 4]
+  const %s: i64[2] = [6, 4]
+  %c = Reshape(%x, %s)
+  %d = Exp(%c)
+  return %d
+)");
+  EXPECT_EQ(fired["SimplifyTransposes/Reshape-Reshape"], 2);
+}
+
+TEST(PassSimplifyTransposes, DropsLosslessIntermediateCasts) {
+  expect_pass("SimplifyTransposes", R"(graph t (opset 18)
+  input %x: f32[5]
+  input %i: i16[5]
+  %a = Cast(%x) {to=11}
+  %b = Cast(%a) {to=10}
+  %c = Cast(%x) {to=11}
+  %d = Cast(%c) {to=1}
+  %e = Cast(%i) {to=6}
+  %f = Cast(%e) {to=1}
+  %g = Add(%d, %f)
+  return %b, %g
+)",
+              R"(graph t (opset 18)
+  input %x: f32[5]
+  input %i: i16[5]
+  %b = Cast(%x) {to=10}
+  %f = Cast(%i) {to=1}
+  %g = Add(%x, %f)
+  return %b, %g
+)");
+  // f32 -> f16 loses bits: f32 -> f16 -> f32 is not the identity.
+  expect_unchanged("SimplifyTransposes", R"(graph t (opset 18)
+  input %x: f32[5]
+  %a = Cast(%x) {to=10}
+  %b = Cast(%a) {to=1}
+  return %b
+)");
+}
+
+// ---------------------------------------------------------------- CSE
+
+TEST(PassEliminateCommonSubexpressions, MergesEqualNodesAndConstants) {
+  auto fired = expect_pass("EliminateCommonSubexpressions", R"(graph t (opset 18)
+  input %x: f32[2, 3]
+  const %c1: f32[3] = [1, 2, 3]
+  const %c2: f32[3] = [1, 2, 3]
+  %a = Add(%x, %c1)
+  %b = Add(%x, %c2)
+  %p = Softmax(%a) {axis=1}
+  %q = Softmax(%b) {axis=1}
+  %r = Softmax(%b) {axis=0}
+  %k1 = Constant() {value=tensor<f32[2] = [1, 2]>}
+  %k2 = Constant() {value=tensor<f32[2] = [1, 2]>}
+  %k3 = Constant() {value=tensor<f32[2] = [1, 3]>}
+  %s = Sub(%p, %q)
+  %t = Add(%s, %r)
+  %u = Add(%k1, %k2)
+  %v = Add(%u, %k3)
+  return %t, %v
+)",
+                           R"(graph t (opset 18)
+  input %x: f32[2, 3]
+  const %c1: f32[3] = [1, 2, 3]
+  %a = Add(%x, %c1)
+  %p = Softmax(%a) {axis=1}
+  %r = Softmax(%a) {axis=0}
+  %k1 = Constant() {value=tensor<f32[2] = [1, 2]>}
+  %k3 = Constant() {value=tensor<f32[2] = [1, 3]>}
+  %s = Sub(%p, %p)
+  %t = Add(%s, %r)
+  %u = Add(%k1, %k1)
+  %v = Add(%u, %k3)
+  return %t, %v
+)");
+  EXPECT_EQ(fired["EliminateCommonSubexpressions/constant"], 1);
+  EXPECT_EQ(fired["EliminateCommonSubexpressions/Add"], 1);
+  EXPECT_EQ(fired["EliminateCommonSubexpressions/Softmax"], 1);
+  EXPECT_EQ(fired["EliminateCommonSubexpressions/Constant"], 1);
+}
+
+TEST(PassEliminateCommonSubexpressions, KeepsTwoGraphOutputs) {
+  // Both outputs are seen by callers under their names: merging would lose one.
+  expect_unchanged("EliminateCommonSubexpressions", R"(graph t (opset 18)
+  input %x: f32[2]
+  %a = Exp(%x)
+  %b = Exp(%x)
+  return %a, %b
+)");
+}
+
+// ---------------------------------------------------------------- nondeterministic ops
+
+// No random op is registered yet (RandomNormal and friends will carry kNondeterministic), so the
+// test marks Sin as one for its duration: the property alone must stop folding and merging.
+class MarkNondeterministic {
+ public:
+  explicit MarkNondeterministic(const char* op)
+      : def_(const_cast<OpDef*>(OpRegistry::global().find(op))), saved_(def_->properties) {
+    def_->properties |= kNondeterministic;
+  }
+  ~MarkNondeterministic() { def_->properties = saved_; }
+
+ private:
+  OpDef* def_;
+  uint32_t saved_;
+};
+
+TEST(PassNondeterministic, NeitherFoldedNorMerged) {
+  const char* text = R"(graph t (opset 18)
+  input %x: f32[2]
+  const %c: f32[2] = [1, 2]
+  %r1 = Sin(%c)
+  %r2 = Sin(%c)
+  %d = Sub(%r1, %r2)
+  %y = Add(%x, %d)
+  return %y
+)";
+  for (const char* pass : {"FoldConstants", "EliminateCommonSubexpressions"}) {
+    std::vector<PassReport> report;
+    {
+      MarkNondeterministic mark("Sin");
+      Graph out = run_passes(parse_graph(text), {.only = {pass}}, &report);
+      std::string why;
+      EXPECT_TRUE(structurally_equal(out, parse_graph(text), &why)) << pass << ": " << why;
+      EXPECT_TRUE(report.at(0).fired.empty()) << pass;
+    }
+    // Without the mark both passes do rewrite it.
+    report.clear();
+    run_passes(parse_graph(text), {.only = {pass}}, &report);
+    EXPECT_FALSE(report.at(0).fired.empty()) << pass;
+  }
+}
+
+// ---------------------------------------------------------------- random graphs
+
+Attributes attrs_of(const char* name, Attribute value) {
+  Attributes a;
+  a.set(name, std::move(value));
+  return a;
+}
+
+// A random chain over x: f32[2, 3, 4] of the layout ops, casts, arithmetic with 0, -0, 1 and 2,
+// Shape -> Reshape, and copies of earlier nodes (for CSE), keeping values whose shape is static.
+Graph random_graph(std::mt19937& rng) {
+  Graph g;
+  g.opset = 18;
+  std::vector<ValueId> pool = {g.add_input("x", {DType::kF32, Shape{2, 3, 4}})};
+  auto ints = [&](std::vector<int64_t> v) {
+    auto n = static_cast<int64_t>(v.size());
+    return g.add_constant("k", Tensor::from_vector(v, {n}));
+  };
+  const int steps = 3 + static_cast<int>(rng() % 10);
+  for (int i = 0; i < steps; ++i) {
+    ValueId x = pool[rng() % pool.size()];
+    Dims d = to_dims(*g.value(x).type.shape);
+    DType dt = g.value(x).type.dtype;
+    ValueId y = g.add_value("");
+    try {
+      switch (rng() % 11) {
+        case 0: {
+          std::vector<int64_t> p(d.size());
+          std::iota(p.begin(), p.end(), 0);
+          std::shuffle(p.begin(), p.end(), rng);
+          g.add_node("Transpose", {x}, {y}, rng() % 4 ? attrs_of("perm", p) : Attributes());
+          break;
+        }
+        case 1: {
+          int64_t rest = checked_numel(d);
+          std::vector<int64_t> s;
+          for (int64_t f : {2, 3, 2})
+            if (rest % f == 0 && rng() % 2) s.push_back(f), rest /= f;
+          s.push_back(rng() % 3 ? rest : -1);
+          g.add_node("Reshape", {x, ints(s)}, {y});
+          break;
+        }
+        case 2:
+          g.add_node("Flatten", {x}, {y}, attrs_of("axis", int64_t(rng() % (d.size() + 1))));
+          break;
+        case 3:
+          g.add_node("Unsqueeze", {x, ints({0})}, {y});
+          break;
+        case 4:
+          g.add_node(rng() % 2 ? "Identity" : "Dropout", {x}, {y});
+          break;
+        case 5: {
+          const int64_t codes[] = {1, 11, 10, 7, 6, 16};  // f32 f64 f16 i64 i32 bf16
+          g.add_node("Cast", {x}, {y}, attrs_of("to", codes[rng() % 6]));
+          break;
+        }
+        case 6: {
+          const char* ops[] = {"Add", "Sub", "Mul", "Div"};
+          const float vals[] = {0.0f, -0.0f, 1.0f, 2.0f};
+          Tensor c = Tensor::empty(dt, {});
+          float v = vals[rng() % 4];
+          dispatch(dt, kNumericTypes, "test", [&]<class T>() { *c.data<T>() = static_cast<T>(v); });
+          ValueId k = g.add_constant("c", c);
+          const char* op = ops[rng() % 4];
+          g.add_node(op, rng() % 2 ? std::vector{x, k} : std::vector{k, x}, {y});
+          break;
+        }
+        case 7:
+          g.add_node(is_floating(dt) ? "Exp" : "Neg", {x}, {y});
+          break;
+        case 8: {
+          ValueId s = g.add_value("");
+          g.add_node("Shape", {x}, {s});
+          g.add_node("Reshape", {x, s}, {y});
+          break;
+        }
+        case 9: {  // a copy of an earlier single-output node
+          Node m = g.nodes().empty() ? Node() : g.nodes()[rng() % g.nodes().size()];
+          if (m.outputs.size() == 1)
+            g.add_node(m.op, m.inputs, {y}, m.attrs);
+          else
+            g.add_node("Identity", {x}, {y});
+          break;
+        }
+        default:
+          g.add_node(rng() % 2 ? "Concat" : "Sum", rng() % 2 ? std::vector{x} : std::vector{x, x},
+                     {y}, attrs_of("axis", int64_t{0}));
+      }
+      infer_types(g);
+    } catch (const Error&) {
+      break;  // an op the chain cannot take here (e.g. Sub on a bool): stop growing
+    }
+    if (g.value(y).type.shape && is_static(*g.value(y).type.shape)) pool.push_back(y);
+  }
+  g.add_output(pool.back());
+  if (pool.size() > 2) g.add_output(pool[1 + rng() % (pool.size() - 2)]);
+  return g;
+}
+
+// Every pass alone, and the level-1 pipeline, keep the bits of every output (on an input holding
+// -0.0) and the names of the outputs.
+TEST(PassProperty, RandomGraphsKeepResultsAndOutputNames) {
+  std::mt19937 rng(11);
+  int tested = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    Graph g = random_graph(rng);
+    std::vector<Tensor> want;
+    Tensor in = random_tensor(DType::kF32, {2, 3, 4}, rng);
+    in.data<float>()[0] = -0.0f;
+    try {
+      verify(g);
+      want = reference::run(g, {in});
+    } catch (const Error&) {
+      continue;  // the chain stopped in an invalid state
+    }
+    ++tested;
+    for (const char* pass : {"FoldConstants", "EliminateNoOps", "SimplifyTransposes",
+                             "EliminateCommonSubexpressions", ""}) {
+      PassOptions options;
+      if (*pass)
+        options.only = {pass};
+      else
+        options.level = 1;
+      Graph out = run_passes(parse_graph(print(g)), options);  // small constants: exact text
+      std::vector<Tensor> got = reference::run(out, {in});
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        Tensor a = want[i].contiguous(), b = got[i].contiguous();
+        ASSERT_TRUE(a.dtype() == b.dtype() && a.shape() == b.shape() &&
+                    std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0)
+            << (*pass ? pass : "level 1") << " changed output " << i << " of\n"
+            << print(g) << "into\n"
+            << print(out);
+        EXPECT_EQ(out.value(out.outputs()[i]).name, g.value(g.outputs()[i]).name);
+      }
+    }
+  }
+  EXPECT_GT(tested, 100);
+}
+
+// ---------------------------------------------------------------- the level-1 pipeline
+
+TEST(PassPipeline, Level1ResolvesAShapeChainToAStaticReshape) {
+  const std::string before = R"(graph t (opset 18)
+  input %x: f32[2, 3, 4]
+  const %i0: i64[] = [0]
+  const %ax: i64[1] = [0]
+  const %m1: i64[1] = [-1]
+  %s = Shape(%x)
+  %d0 = Gather(%s, %i0) {axis=0}
+  %u = Unsqueeze(%d0, %ax)
+  %shape = Concat(%u, %m1) {axis=0}
+  %y = Reshape(%x, %shape)
+  %z = Identity(%y)
+  %r = Relu(%z)
+  return %r
+)";
+  for (const char* name : {"FoldConstants", "EliminateNoOps", "SimplifyTransposes",
+                           "EliminateCommonSubexpressions", "EliminateDeadCode"}) {
+    std::vector<std::string> p = pipeline(1);
+    EXPECT_NE(std::find(p.begin(), p.end(), name), p.end()) << name;
+  }
+  std::vector<PassReport> report;
+  Graph out = run_passes(parse_graph(before), {.level = 1}, &report);
+  Graph want = parse_graph(R"(graph t (opset 18)
+  input %x: f32[2, 3, 4]
+  const %shape: i64[2] = [2, -1]
+  %y = Reshape(%x, %shape)
+  %r = Relu(%y)
+  return %r
+)");
+  std::string why;
+  EXPECT_TRUE(structurally_equal(out, want, &why)) << why << "\n" << print(out);
+  EXPECT_EQ(out.value(out.nodes()[0].outputs[0]).type.str(), "f32[2, 12]");
+  EXPECT_EQ(out.initializers().size(), 1u);  // dead constants gone
+  expect_same_results(parse_graph(before), out);
+}
+
+}  // namespace
+}  // namespace pto
