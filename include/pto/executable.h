@@ -70,6 +70,7 @@ class Executable {
   // For node i of graph(): the backend of the step that runs it ("cpu", "reference").
   const std::string& node_backend(size_t i) const;
   size_t num_steps() const;
+  size_t step_of_node(size_t i) const;  // the step that runs node i of graph()
   const StepInfo& step(size_t i) const;
   // The kernel of step i as its backend describes it (a tile program), or "".
   std::string describe_step(size_t i) const;

@@ -77,19 +77,23 @@ void bind_runtime(nb::module_& m) {
       .def(
           "profile",
           [](const Executable& exe, const nb::list& args) {
+            // One entry per step: its last node's name, and its fusion rule or its op.
             std::vector<std::tuple<std::string, std::string, double>> times;
+            const Node* first = exe.graph().nodes().data();
             auto last = std::chrono::steady_clock::now();
             run_unlocked(exe, inputs_from_python(exe, args),
                          [&](const Node& n, const std::vector<Tensor>&) {
                            auto now = std::chrono::steady_clock::now();
-                           times.emplace_back(n.name, n.op,
+                           const StepInfo& s = exe.step(exe.step_of_node(&n - first));
+                           times.emplace_back(n.name, s.rule.empty() ? n.op : s.rule,
                                               std::chrono::duration<double>(now - last).count());
                            last = now;
                          });
             return times;
           },
           nb::arg("inputs"),
-          "Runs once and returns (node name, op, seconds) for every node, in order.")
+          "Runs once and returns (last node name, fusion rule or op, seconds) for every kernel, in "
+          "order.")
       .def_prop_ro(
           "node_backends",
           [](const Executable& e) {

@@ -101,6 +101,14 @@ std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
   if (!out.shape || out.shape->size() < 2) return std::nullopt;
   const bool conv = a.op == "Conv";
   const bool has_own_bias = a.inputs.size() > 2 && a.inputs[2] != kNoValue;
+  // Gemm's C takes the epilogue's bias when it is a row of N (or a scalar), its residual when it
+  // is a full matrix: a fused residual is possible only in the first case.
+  bool c_is_row = false;
+  if (a.op == "Gemm" && has_own_bias) {
+    const TensorType& ct = g.value(a.inputs[2]).type;
+    if (ct.shape && (ct.shape->size() <= 1 || (ct.shape->size() == 2 && (*ct.shape)[0] == Dim(1))))
+      c_is_row = true;
+  }
   // MatMul applies a bias or residual only when B is one matrix (the batch folds into M rows).
   const bool matmul_flat = a.op != "MatMul" || (g.value(a.inputs[1]).type.shape &&
                                                 g.value(a.inputs[1]).type.shape->size() <= 2);
@@ -133,7 +141,8 @@ std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
       if (c.bias == kNoValue && c.residual == kNoValue && !has_own_bias && matmul_flat &&
           a.op != "Gemm" && is_bias_for(g, other, *cur_type.shape, conv ? 1 : -1)) {
         c.bias = other;
-      } else if (c.residual == kNoValue && matmul_flat && !(a.op == "Gemm" && has_own_bias) &&
+      } else if (c.residual == kNoValue && matmul_flat &&
+                 !(a.op == "Gemm" && has_own_bias && !c_is_row) &&
                  same_shape(g.value(other).type, cur_type)) {
         c.residual = other;
       } else {

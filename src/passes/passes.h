@@ -16,5 +16,6 @@ void register_fold_constants(PassRegistry& r);
 void register_eliminate_no_ops(PassRegistry& r);
 void register_simplify_transposes(PassRegistry& r);
 void register_eliminate_common_subexpressions(PassRegistry& r);
+void register_resolve_shapes(PassRegistry& r);
 
 }  // namespace pto::passes

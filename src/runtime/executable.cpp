@@ -93,13 +93,25 @@ bool all_static(const Graph& g) {
   return true;
 }
 
-// The graph's types for these concrete input shapes.
+// The graph's types for these concrete input shapes. Shape arithmetic is folded on the copy, so
+// a Reshape whose target is computed at run time gets its concrete shape too. Value ids are
+// those of `g` (folding only adds values).
 Graph with_input_shapes(const Graph& g, const std::vector<Dims>& shapes) {
   Graph typed = g;
   for (size_t i = 0; i < shapes.size() && i < g.inputs().size(); ++i)
     typed.value(g.inputs()[i]).type.shape = to_shape(shapes[i]);
   infer_types(typed);
-  return typed;
+  PassOptions fold;
+  fold.only = {"FoldConstants"};
+  try {
+    return run_passes(std::move(typed), fold);
+  } catch (const Error&) {  // the plan then leaves unknown sizes to the pool
+    Graph plain = g;
+    for (size_t i = 0; i < shapes.size() && i < g.inputs().size(); ++i)
+      plain.value(g.inputs()[i]).type.shape = to_shape(shapes[i]);
+    infer_types(plain);
+    return plain;
+  }
 }
 
 const Backend* backend_for(const Graph& g, const KernelGroup& k) {
@@ -186,6 +198,11 @@ Executable::~Executable() = default;
 const std::string& Executable::node_backend(size_t i) const {
   PTO_CHECK(i < plan_->step_of_node.size()) << "node_backend: node " << i << " out of range";
   return plan_->steps[plan_->step_of_node[i]].info.backend;
+}
+
+size_t Executable::step_of_node(size_t i) const {
+  PTO_CHECK(i < plan_->step_of_node.size()) << "step_of_node: node " << i << " out of range";
+  return plan_->step_of_node[i];
 }
 
 size_t Executable::num_steps() const {
@@ -463,10 +480,10 @@ Executable compile(Graph g, const CompileOptions& options) {
       kg.kernels.push_back(std::move(one));
     }
   }
-  // A view (Reshape, Flatten, ...) whose input is the one output of the kernel before it, read by
-  // nothing else, joins that kernel: it only relabels the kernel's output.
+  // Level 2: a view (Reshape, Flatten, ...) whose input is the one output of the kernel before
+  // it, read by nothing else, joins that kernel: it only relabels the kernel's output.
   std::vector<std::vector<int32_t>> trailing(kg.kernels.size());
-  {
+  if (options.level >= 2) {
     const std::vector<int> uses = gr.use_counts();
     std::unordered_map<ValueId, size_t> made_by;  // single-output kernels by their output
     std::vector<char> absorbed(kg.kernels.size(), 0);

@@ -244,3 +244,63 @@ TEST(MemoryPlan, ViewsKeepTheirRootAlive) {
 
 }  // namespace
 }  // namespace pto
+
+namespace pto {
+namespace {
+
+// Gemm with a row C, then a Reshape (a view), then a residual Add: the transformer's output
+// projection. M = 1 is the case where a [1, N] C could be mistaken for a full residual.
+TEST(Fusion, GemmRowBiasThroughReshapeThenResidual) {
+  // [M, 8] viewed as [M, 1, 8] keeps rows of N = 8 and fuses; as [M, 2, 4] it does not (the
+  // epilogue works on rows of N) and runs as two kernels, with the same numbers.
+  for (auto [view, steps] : {std::pair<Dims, size_t>{{1, 8}, 1}, {{2, 4}, 2}}) {
+    for (int64_t m : {1, 6}) {
+      Graph g;
+      ValueId x = g.add_input("x", {DType::kF32, to_shape({m, 16})});
+      ValueId r = g.add_input("r", {DType::kF32, to_shape({m, view[0], view[1]})});
+      ValueId w = constant(g, "w", {8, 16}, 70);
+      ValueId c = constant(g, "c", {8}, 71);
+      ValueId shape = g.add_value("shape");
+      g.set_initializer(shape, Tensor::from_vector<int64_t>({-1, view[0], view[1]}, {3}));
+      ValueId p = g.add_value("p"), v = g.add_value("v"), y = g.add_value("y");
+      Attributes a;
+      a.set("transB", int64_t{1});
+      g.add_node("Gemm", {x, w, c}, {p}, a, "gemm");
+      g.add_node("Reshape", {p, shape}, {v}, {}, "view");
+      g.add_node("Add", {v, r}, {y}, {}, "residual");
+      g.add_output(y);
+      std::vector<Tensor> in = {random_tensor({m, 16}, 72),
+                                random_tensor({m, view[0], view[1]}, 73)};
+      Executable exe = check_against_reference(g, in, 2);
+      ASSERT_EQ(exe.num_steps(), steps) << m << " " << view[1];
+      if (steps == 1) {
+        EXPECT_EQ(exe.step(0).rule, "Gemm+Add");
+      }
+    }
+  }
+}
+
+// A residual that only broadcasts at run time (the unknown batch is 1 on one side): the fused
+// kernel declines and the runtime runs the group node by node, with the reference's answer.
+TEST(Fusion, UnknownDimThatBroadcastsRunsUnfused) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{Dim::unknown(), 16}});
+  ValueId r = g.add_input("r", {DType::kF32, Shape{Dim::unknown(), 8}});
+  ValueId w = constant(g, "w", {16, 8}, 80);
+  ValueId p = g.add_value("p"), y = g.add_value("y"), z = g.add_value("z");
+  g.add_node("MatMul", {x, w}, {p}, {}, "mm");
+  g.add_node("Add", {p, r}, {y}, {}, "residual");
+  g.add_node("Relu", {y}, {z}, {}, "relu");
+  g.add_output(z);
+  Executable exe = compile(g, {.level = 2});
+  ASSERT_EQ(exe.num_steps(), 1u);
+  for (auto [mx, mr] : {std::pair<int64_t, int64_t>{4, 4}, {4, 1}, {1, 5}}) {
+    std::vector<Tensor> in = {random_tensor({mx, 16}, 81), random_tensor({mr, 8}, 82)};
+    Graph typed = g;
+    infer_types(typed);
+    expect_near(exe.run(in)[0], reference::run(typed, in)[0], 1e-5, cat(mx, " x ", mr));
+  }
+}
+
+}  // namespace
+}  // namespace pto

@@ -168,7 +168,10 @@ std::vector<Tensor> gemm(const KernelContext& c) {
       throw ValueError(cat(w, ": C ", C.str(), " does not broadcast to [", M, ", ", N, "]"));
     const float* cv = C.data<float>();
     Epilogue& ep = g.epilogue;
-    if (cm == M && cn == N && M * N > 1) {
+    // A full C is the epilogue's residual, unless a fused residual takes that place (the
+    // fusion rules then only allow a row of C, which works as a bias too).
+    const bool fused_residual = c.epilogue && c.epilogue->residual.defined();
+    if (cm == M && cn == N && M * N > 1 && !(fused_residual && cm == 1)) {
       ep.residual = cv;
       ep.ldr = N;
       ep.residual_scale = beta;
