@@ -1,33 +1,52 @@
-"""PyPTO against PyTorch on this machine, in one run, as one markdown table (rules:
-BENCHMARKING.md).
+"""PyPTO against its peers on this machine, in one run, as markdown tables (rules:
+BENCHMARKING.md; usage and output: bench/README.md).
 
-    python bench/run.py                      # everything: about an hour on 2 cores
-    python bench/run.py --quick --models resnet18,bert --threads 1
+    python bench/run.py                      # everything: a few hours on 2 cores
+    python bench/run.py --quick --models resnet18 --batches 1 --threads 1 --levels 0,2 --no-gemm
 
 Measures, on each thread count:
 - the ceilings and PyPTO's SGEMM with build/bench/pto_bench (FMA peak per ISA, memory bandwidth),
   and torch.mm on the same shapes;
-- models built in code with random weights (seed 0): batch 1 latency and batch 8 throughput of
-  pypto.optimize(model, level=0) against PyTorch eager, both under torch.inference_mode, after
-  checking that the outputs agree.
+- models built in code with random weights (seed 0), batch 1 latency and batch 8 throughput, on
+  these engines (--engines):
+  - eager: PyTorch eager under torch.inference_mode (the floor);
+  - inductor: torch.compile (Inductor, default mode) with torch._inductor.config.freezing, under
+    torch.inference_mode; its compile time is reported (cold: a fresh Inductor cache per process);
+  - ort: ONNX Runtime (CPU provider, ORT_ENABLE_ALL, intra_op_num_threads=T,
+    inter_op_num_threads=1, sequential execution) on the model exported once with
+    torch.onnx.export (cached under $PTO_CACHE/bench-onnx or ~/.cache/pypto/bench-onnx), with the
+    node count of ORT's optimized graph;
+  - pypto: pypto.optimize(model, example_inputs=x, level=L) for each L of --levels, with the
+    kernel count and the planned / unplanned peak intermediate memory from fast.stats().
+  Every engine's outputs are checked against eager before it is timed.
 
-Every configuration (what x batch x threads x engine) runs in a process of its own with
-PTO_NUM_THREADS, OMP_NUM_THREADS and MKL_NUM_THREADS set to the thread count, engines one after
-the other (PyPTO, then PyTorch); PyTorch on 2+ threads runs with OMP_WAIT_POLICY unset and PASSIVE
-and the better one counts. Each call is timed on its own after a warm-up; the table quotes medians
-(p10-p90 and the count in the JSON, with peak RSS and CPU utilisation). The full results go to
-bench/results/ (git-ignored).
+Every configuration (what x batch x threads x engine [x level]) runs in a process of its own with
+PTO_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS and OPENBLAS_NUM_THREADS set to the thread count,
+the engines interleaved (eager, inductor, ort, pypto L0..L3, and again for each --rounds). PyTorch
+(eager and Inductor) on 2+ threads runs with OMP_WAIT_POLICY unset and PASSIVE and the better one
+counts. Each call is timed on its own after a warm-up; the tables quote medians (p10-p90, the
+count, peak RSS and CPU utilisation are in the JSON). A configuration that crashes, times out or
+raises is recorded as failed (the reason in the JSON and under the tables) and the run carries on;
+one whose outputs disagree with eager is WRONG and not timed. The full results go to bench/results/
+(git-ignored), rewritten after every configuration.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import importlib.metadata
 import json
 import os
 import resource
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,8 +57,12 @@ MODELS = {  # name in tests/python/torch_models.py -> (title, kind)
     "bert": ("BERT-base", "text"),
     "gpt2": ("GPT-2 small", "text"),
 }
+ENGINES = ["eager", "inductor", "ort", "pypto"]  # the order they run in (and the table's)
+TITLES = {"eager": "eager", "inductor": "Inductor", "ort": "ORT"}
+LEVELS = [0, 1, 2, 3]
 IMAGE, SEQ = 224, 128
-TOLERANCE = 1e-3  # max |pypto - torch| / max |torch| on the model's main output
+TOLERANCE = 1e-3  # max |engine - eager| / max |eager| on the model's main output
+MARK = "@@bench-result@@ "  # a child's result: this, then JSON, on one line of stdout
 
 # Timing protocol: warm-up calls and seconds, then at least `calls` calls and `seconds`, capped.
 FULL = dict(warmup_calls=3, warmup_s=1.0, calls=10, seconds=4.0, cap_s=60.0)
@@ -53,8 +76,12 @@ def cpu_seconds() -> float:
     return u.ru_utime + u.ru_stime
 
 
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def measure(fn, protocol: dict) -> dict:
-    """Times calls of fn one by one; returns seconds (sorted), median, p10, p90, CPU utilisation."""
+    """Times calls of fn one by one; returns median, p10, p90, count, CPU utilisation."""
     start = time.perf_counter()
     n = 0
     while n < protocol["warmup_calls"] or time.perf_counter() - start < protocol["warmup_s"]:
@@ -111,7 +138,7 @@ def child_torch_mm(args) -> dict:
             r = measure(lambda: torch.mm(a, b, out=c), protocol)
         r.update(m=m, k=k, n=n, gflops=2 * m * n * k / r["median"] / 1e9)
         out.append(r)
-    return {"sgemm": out, "torch_parallel": torch.__config__.parallel_info()}
+    return {"status": "ok", "sgemm": out, "torch_parallel": torch.__config__.parallel_info()}
 
 
 def model_inputs(name: str, batch: int):
@@ -123,47 +150,232 @@ def model_inputs(name: str, batch: int):
     return (torch.randint(0, 1000, (batch, SEQ)),)
 
 
-def child_model(args) -> dict:
+def onnx_cache_dir() -> Path:
+    if os.environ.get("PTO_CACHE"):
+        return Path(os.environ["PTO_CACHE"]) / "bench-onnx"
+    return Path.home() / ".cache" / "pypto" / "bench-onnx"
+
+
+def onnx_path(model: str, batch: int) -> Path:
+    """The exported model: keyed by model, batch, input size and the torch / transformers /
+    torchvision versions (the random weights depend on them)."""
+    def version(pkg):
+        try:
+            return importlib.metadata.version(pkg).split("+")[0]
+        except importlib.metadata.PackageNotFoundError:
+            return "none"
+
+    size = IMAGE if MODELS[model][1] == "image" else SEQ
+    lib = "torchvision" if MODELS[model][1] == "image" else "transformers"
+    key = f"{model}-b{batch}-s{size}-torch{version('torch')}-{lib}{version(lib)}"
+    return onnx_cache_dir() / key / "model.onnx"
+
+
+def child_export(args) -> dict:
+    """Exports the model once to onnx_path (written to a temporary folder, then renamed): the
+    TorchScript exporter (dynamo=False) first, the torch.export-based one if it fails."""
     import torch
 
     child_setup(args.threads)
     import torch_models
 
     model = torch_models.build(args.model)
+    if MODELS[args.model][1] == "text":
+        # transformers' forward takes many optional arguments (the TorchScript exporter passes
+        # its inputs so that one collides with use_cache) and returns a ModelOutput: export
+        # input_ids -> the output's fields, last_hidden_state first.
+        class Text(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, input_ids):
+                return self.inner(input_ids=input_ids).to_tuple()
+
+        model = Text(model)
+    x = model_inputs(args.model, args.batch)
+    final = onnx_path(args.model, args.batch)
+    if final.is_file():
+        return {"status": "ok", "path": str(final), "cached": True}
+    final.parent.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent.parent))
+    tmp.chmod(0o755)
+    names = ["input"] if MODELS[args.model][1] == "image" else ["input_ids"]
+    errors = []
+    try:
+        for dynamo in (False, True):
+            exporter = "dynamo" if dynamo else "torchscript"
+            print(f"export {args.model} batch {args.batch} ({exporter})", file=sys.stderr)
+            t0 = time.perf_counter()
+            try:
+                with torch.no_grad():
+                    if dynamo:
+                        torch.onnx.export(model, x, str(tmp / "model.onnx"), dynamo=True,
+                                          input_names=names)
+                    else:
+                        torch.onnx.export(model, x, str(tmp / "model.onnx"), dynamo=False,
+                                          opset_version=17, input_names=names)
+            except Exception as e:  # noqa: BLE001 - any exporter failure: try the other one
+                traceback.print_exc()
+                errors.append(f"{exporter}: {type(e).__name__}: {e}"[:1000])
+                for f in tmp.iterdir():
+                    f.unlink()
+                continue
+            meta = {"status": "ok", "exporter": exporter, "export_s": time.perf_counter() - t0,
+                    "torch": torch.__version__, "errors": errors}
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+            try:
+                tmp.rename(final.parent)
+            except OSError:  # another run exported it meanwhile
+                if not final.is_file():
+                    raise
+            meta["path"] = str(final)
+            return meta
+        return {"status": "failed", "error": "; ".join(errors)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def setup_eager(args, model, x, result):
+    """The reference itself; counts the model's FLOPs too."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with torch.inference_mode(), counter:
+        model(*x)
+    result["flops"] = counter.get_total_flops()
+    return (lambda: model(*x)), None
+
+
+def setup_inductor(args, model, x, result):
+    import torch
+    import torch._inductor.config as inductor_config
+
+    import torch_models
+
+    inductor_config.freezing = True
+    result["torch"] = torch.__version__
+    compiled = torch.compile(model)  # default mode, default backend (Inductor)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        got = torch_models.first_tensor(compiled(*x))
+    result["compile_s"] = time.perf_counter() - t0  # capture, lowering, C++ build, first call
+    return (lambda: compiled(*x)), got
+
+
+def ort_session(path: str, threads: int, optimized_path: str | None = None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if optimized_path:
+        so.optimized_model_filepath = optimized_path
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def setup_ort(args, model, x, result):
+    import onnxruntime as ort
+    import torch
+
+    result["onnxruntime"] = ort.__version__
+    meta = Path(args.onnx).parent / "meta.json"
+    if meta.is_file():
+        result["exporter"] = json.loads(meta.read_text()).get("exporter")
+    t0 = time.perf_counter()
+    sess = ort_session(args.onnx, args.threads)
+    result["compile_s"] = time.perf_counter() - t0  # session creation: graph optimizations
+    names = [i.name for i in sess.get_inputs()]
+    if len(names) != len(x):
+        raise RuntimeError(f"the exported model takes {len(names)} input(s) ({', '.join(names)}), "
+                           f"the benchmark gives {len(x)}")
+    feed = {n: t.numpy() for n, t in zip(names, x)}
+    got = torch.from_numpy(sess.run(None, feed)[0])
+    return (lambda: sess.run(None, feed)), got
+
+
+def ort_optimized_graph(args, result):
+    """Saves ORT's optimized graph and counts its nodes (after timing: a session of its own, so
+    neither the compile time nor the peak RSS of the measured one includes it)."""
+    import onnx
+
+    with tempfile.TemporaryDirectory(prefix="pto-bench-ort-") as d:
+        path = os.path.join(d, "optimized.onnx")
+        ort_session(args.onnx, args.threads, path)
+        graph = onnx.load(path, load_external_data=False).graph
+    ops = collections.Counter(n.op_type for n in graph.node)
+    result["ort_nodes"] = len(graph.node)
+    result["ort_op_types"] = dict(ops.most_common())
+
+
+def setup_pypto(args, model, x, result):
+    import torch
+
+    import pypto
+    import torch_models
+
+    pypto.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    fast = pypto.optimize(model, example_inputs=x, level=args.level)
+    result["compile_s"] = time.perf_counter() - t0
+    try:
+        result["stats"] = fast.stats()
+    except Exception as e:  # noqa: BLE001 - the timing is still worth having
+        result["stats_error"] = f"{type(e).__name__}: {e}"
+    with torch.inference_mode():
+        got = torch_models.first_tensor(fast(*x))
+    return (lambda: fast(*x)), got
+
+
+SETUP = {"eager": setup_eager, "inductor": setup_inductor, "ort": setup_ort,
+         "pypto": setup_pypto}
+
+
+def child_model(args) -> dict:
+    import torch
+
+    child_setup(args.threads)
+    import torch_models
+
+    what = f"{args.engine}{'' if args.level is None else f' L{args.level}'}"
+    result = {"model": args.model, "batch": args.batch, "threads": args.threads,
+              "engine": args.engine, "level": args.level}
+    policy = os.environ.get("OMP_WAIT_POLICY")
+    print(f"{what} {args.model} batch {args.batch} threads {args.threads}"
+          f"{f' OMP_WAIT_POLICY={policy}' if policy else ''}", file=sys.stderr)
+    model = torch_models.build(args.model)
     x = model_inputs(args.model, args.batch)
     protocol = QUICK if args.quick else FULL
-    result = {"model": args.model, "batch": args.batch, "threads": args.threads,
-              "engine": args.engine}
     with torch.inference_mode():
         want = torch_models.first_tensor(model(*x))
-    if args.engine == "torch":
-        from torch.utils.flop_counter import FlopCounterMode
-
-        counter = FlopCounterMode(display=False)
-        with torch.inference_mode(), counter:
-            model(*x)
-        result["flops"] = counter.get_total_flops()
-        run = lambda: model(*x)  # noqa: E731
-    else:
-        import pypto
-
-        pypto.set_num_threads(args.threads)
-        t0 = time.perf_counter()
-        fast = pypto.optimize(model, example_inputs=x, level=0)
+    try:
+        run, got = SETUP[args.engine](args, model, x, result)
+        if got is not None:
+            got = got.detach()
+            if got.shape != want.shape or got.dtype != want.dtype:
+                result.update(status="wrong", error=f"output {got.dtype}{list(got.shape)}, "
+                                                    f"eager {want.dtype}{list(want.shape)}")
+                return result
+            err = torch_models.relative_error(got, want)
+            result["max_rel_err"] = err
+            if not err <= TOLERANCE:  # a fast wrong answer is a failure, not a result
+                result.update(status="wrong", error=f"max relative error {err:.2e}")
+                return result
         with torch.inference_mode():
-            got = torch_models.first_tensor(fast(*x))
-        result["compile_s"] = time.perf_counter() - t0
-        err = torch_models.relative_error(got, want)
-        result["max_rel_err"] = err
-        result["ok"] = bool(err <= TOLERANCE)
-        if not result["ok"]:  # a fast wrong answer is a failure, not a result
-            return result
-        run = lambda: fast(*x)  # noqa: E731
-    print(f"{args.engine} {args.model} batch {args.batch} threads {args.threads}",
-          file=sys.stderr)
-    with torch.inference_mode():
-        result.update(measure(run, protocol))
-    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            result.update(measure(run, protocol))
+        result["peak_rss_mib"] = peak_rss_mib()
+        result["status"] = "ok"
+        if args.engine == "ort":
+            try:
+                ort_optimized_graph(args, result)
+            except Exception as e:  # noqa: BLE001 - the timing stands without it
+                result["ort_nodes_error"] = f"{type(e).__name__}: {e}"[:1000]
+    except Exception as e:  # noqa: BLE001 - recorded; the driver carries on
+        traceback.print_exc()
+        result.update(status="failed", error=f"{type(e).__name__}: {e}"[:2000])
     return result
 
 
@@ -180,12 +392,54 @@ def child_env(threads: int, wait_policy: str | None = None) -> dict:
     return env
 
 
-def run_child(cmd: list[str], env: dict, timeout: float) -> dict | None:
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, timeout=timeout)
-    if p.returncode != 0:
-        print(f"FAILED ({p.returncode}): {' '.join(cmd)}", file=sys.stderr)
-        return None
-    return json.loads(p.stdout.strip().splitlines()[-1])
+def run_child(cmd: list[str], env: dict, timeout: float, marker: str | None = MARK) -> dict:
+    """Runs one child in a process group of its own; its stderr goes through to ours. Returns
+    its JSON (the line after `marker`, or the last line of stdout without one), or
+    {"status": "failed", "error": why} when it crashed, timed out or printed no result."""
+    tail = collections.deque(maxlen=20)
+    out = []
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, errors="replace", start_new_session=True) as p:
+        def pump_err():
+            for line in p.stderr:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                tail.append(line.rstrip())
+
+        readers = [threading.Thread(target=pump_err, daemon=True),
+                   threading.Thread(target=lambda: out.append(p.stdout.read()), daemon=True)]
+        for r in readers:
+            r.start()
+        timed_out = False
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(p.pid, signal.SIGKILL)  # the child and what it started (compile workers)
+            rc = p.wait()
+        for r in readers:
+            r.join(timeout=10)
+    lines = "".join(out).splitlines()
+    result = None
+    for line in reversed(lines):
+        if marker is None or line.startswith(marker):
+            try:
+                result = json.loads(line[len(marker or ""):])
+            except json.JSONDecodeError:
+                pass
+            break
+    if timed_out:
+        why = f"timed out after {timeout:.0f} s"
+    elif result is None:
+        why = (f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}") + \
+              ", no result"
+    else:
+        if rc != 0:  # crashed on the way out, after its result: the result stands
+            result["exit_code"] = rc
+        return result
+    print(f"FAILED ({why}): {' '.join(cmd)}", file=sys.stderr)
+    last = [t for t in tail if t.strip()][-3:]
+    return {"status": "failed", "error": why + (": " + " | ".join(last) if last else "")}
 
 
 def self_cmd(args, *extra) -> list[str]:
@@ -193,17 +447,32 @@ def self_cmd(args, *extra) -> list[str]:
             *extra]
 
 
-def torch_child(args, threads: int, extra: list[str]) -> dict | None:
-    """PyTorch with the OpenMP wait policy that serves it best on 2+ threads."""
+def ok(r: dict | None) -> bool:
+    return bool(r) and r.get("status") == "ok"
+
+
+def torch_child(args, threads: int, extra: list[str], inductor: bool = False) -> dict:
+    """PyTorch (eager, Inductor or torch.mm) with the OpenMP wait policy that serves it best on 2+
+    threads. Inductor runs with a fresh cache (its compile time is a cold one) and compiles on the
+    child's own thread (TORCHINDUCTOR_COMPILE_THREADS=1: no worker pool beside the timing)."""
     best = None
     for policy in ([None] if threads == 1 else [None, "PASSIVE"]):
-        r = run_child(self_cmd(args, "--threads", str(threads), *extra),
-                      child_env(threads, policy), args.timeout)
-        if r is None:
-            continue
+        env = child_env(threads, policy)
+        cache = None
+        if inductor:
+            cache = tempfile.mkdtemp(prefix="pto-bench-inductor-")
+            env["TORCHINDUCTOR_CACHE_DIR"] = cache
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+        try:
+            r = run_child(self_cmd(args, "--threads", str(threads), *extra), env, args.timeout)
+        finally:
+            if cache:
+                shutil.rmtree(cache, ignore_errors=True)
         r["omp_wait_policy"] = policy or "default"
-        if best is None:
+        if best is None or (not ok(best) and ok(r)):
             best = r
+        elif not ok(r):
+            continue
         elif "sgemm" in r:  # torch.mm: the better policy per shape
             for i, new in enumerate(r["sgemm"]):
                 if new["median"] < best["sgemm"][i]["median"]:
@@ -214,73 +483,135 @@ def torch_child(args, threads: int, extra: list[str]) -> dict | None:
     return best
 
 
-def median_round(rounds: list[dict | None]) -> dict | None:
-    """The round with the median of the rounds' medians (any failed round fails the lot)."""
-    if not rounds or any(r is None for r in rounds):
+def median_round(rounds: list[dict]) -> dict | None:
+    """The round with the median of the rounds' medians (a failed or wrong round: the first such
+    one stands for the lot)."""
+    if not rounds:
         return None
-    if any("median" not in r for r in rounds):  # a wrong answer: report the first
-        return next(r for r in rounds if "median" not in r)
+    bad = [r for r in rounds if not ok(r)]
+    if bad:
+        return bad[0]
     return sorted(rounds, key=lambda r: r["median"])[(len(rounds) - 1) // 2]
 
 
-def fmt_time(r: dict) -> str:
-    return f"{r['median'] * 1e3:.2f} ms"
+def config_keys(engines: list[str], levels: list[int]) -> list[str]:
+    """eager, inductor, ort, pypto0, pypto1, ...: one process each, in this order."""
+    keys = []
+    for e in ENGINES:
+        if e in engines:
+            keys += [f"pypto{lv}" for lv in levels] if e == "pypto" else [e]
+    return keys
+
+
+def key_title(key: str) -> str:
+    return f"PyPTO L{key[5:]}" if key.startswith("pypto") else TITLES[key]
+
+
+def ensure_export(args, model: str, batch: int, threads: int) -> dict:
+    path = onnx_path(model, batch)
+    if path.is_file():
+        meta = path.parent / "meta.json"
+        r = json.loads(meta.read_text()) if meta.is_file() else {"status": "ok"}
+        r.update(path=str(path), cached=True)
+        return r
+    print(f"== export {model} batch {batch} to {path}", file=sys.stderr)
+    return run_child(self_cmd(args, "--threads", str(threads), "--child", "export", "--model",
+                              model, "--batch", str(batch)), child_env(threads), args.timeout)
+
+
+def run_config(args, key: str, m: str, b: int, t: int, export: dict | None) -> dict:
+    extra = ["--child", "model", "--model", m, "--batch", str(b)]
+    if key == "eager":
+        return torch_child(args, t, [*extra, "--engine", "eager"])
+    if key == "inductor":
+        return torch_child(args, t, [*extra, "--engine", "inductor"], inductor=True)
+    if key == "ort":
+        if not ok(export):
+            return {"status": "failed", "error": "ONNX export failed: " +
+                    str((export or {}).get("error", "?"))}
+        return run_child(self_cmd(args, "--threads", str(t), *extra, "--engine", "ort",
+                                  "--onnx", export["path"]), child_env(t), args.timeout)
+    return run_child(self_cmd(args, "--threads", str(t), *extra, "--engine", "pypto",
+                              "--level", key[5:]), child_env(t), args.timeout)
+
+
+def parse_list(text: str, known: list, what: str, conv=str) -> list:
+    try:
+        items = [conv(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        sys.exit(f"bad --{what} '{text}'")
+    for s in items:
+        if s not in known:
+            sys.exit(f"unknown {what} '{s}' (known: {', '.join(map(str, known))})")
+    if not items:
+        sys.exit(f"--{what} is empty")
+    return items
 
 
 def main_driver(args) -> int:
     threads = [int(t) for t in args.threads.split(",")]
-    models = [m for m in args.models.split(",") if m] if args.models else (
+    models = parse_list(args.models, list(MODELS), "models") if args.models else (
         ["resnet18", "bert"] if args.quick else list(MODELS))
-    for m in models:
-        if m not in MODELS:
-            sys.exit(f"unknown model '{m}' (known: {', '.join(MODELS)})")
+    engines = parse_list(args.engines, ENGINES, "engines")
+    levels = parse_list(args.levels, LEVELS, "levels", int) if "pypto" in engines else []
     batches = [1] if args.quick and not args.batches else [int(b) for b in
                                                            (args.batches or "1,8").split(",")]
+    keys = config_keys(engines, levels)
     bench_bin = Path(args.pto_bench)
-    if not bench_bin.is_file():
-        sys.exit(f"{bench_bin} is missing: build it (scripts/bench.sh does)")
+    if not args.no_ceilings and not bench_bin.is_file():
+        sys.exit(f"{bench_bin} is missing: build it (scripts/bench.sh does), or --no-ceilings")
 
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
     results = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
-               "pto_bench": {}, "torch_mm": {}, "models": []}
-    for t in threads:
+               "argv": sys.argv[1:], "engines": engines, "levels": levels, "keys": keys,
+               "pto_bench": {}, "torch_mm": {}, "exports": {}, "models": []}
+
+    def save():
+        results["table"] = markdown(results)
+        path.write_text(json.dumps(results, indent=1))
+
+    for t in threads if not args.no_ceilings else []:
         print(f"== pto_bench, {t} thread(s)", file=sys.stderr)
         cmd = [str(bench_bin), "--threads", str(t), *(["--quick"] if args.quick else [])]
         if args.no_gemm:
             cmd += ["--only", "fma,memory"]
-        results["pto_bench"][t] = run_child(cmd, child_env(t), args.timeout)
-        pb = results["pto_bench"][t]
-        if pb and pb.get("sgemm"):
+        pb = run_child(cmd, child_env(t), args.timeout, marker=None)
+        results["pto_bench"][t] = pb if "machine" in pb else None
+        if pb and pb.get("sgemm") and "eager" in engines:
             shapes = ",".join(f"{s['m']}x{s['k']}x{s['n']}" for s in pb["sgemm"])
             results["torch_mm"][t] = torch_child(args, t, ["--child", "torch-mm",
                                                            "--shapes", shapes])
+        save()
     for m in models:
         for b in batches:
+            export = None
+            if "ort" in engines:
+                export = ensure_export(args, m, b, max(threads))
+                results["exports"][f"{m}-b{b}"] = export
             for t in threads:
-                extra = ["--model", m, "--batch", str(b)]
-                ptos, refs = [], []
-                for _ in range(args.rounds):  # engines interleaved: A B A B ...
-                    ptos.append(run_child(self_cmd(args, "--threads", str(t), "--child", "model",
-                                                   "--engine", "pypto", *extra), child_env(t),
-                                          args.timeout))
-                    refs.append(torch_child(args, t, ["--child", "model", "--engine", "torch",
-                                                      *extra]))
+                print(f"== {m} batch {b} threads {t}: {', '.join(keys)}", file=sys.stderr)
+                rounds = {k: [] for k in keys}
+                for _ in range(args.rounds):  # engines interleaved: A B C ... A B C ...
+                    for k in keys:
+                        rounds[k].append(run_config(args, k, m, b, t, export))
                 results["models"].append({"model": m, "batch": b, "threads": t,
-                                          "pypto": median_round(ptos), "torch": median_round(refs),
-                                          "pypto_rounds": ptos, "torch_rounds": refs})
-    table = markdown(results)
-    print(table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    results["table"] = table
-    path.write_text(json.dumps(results, indent=1))
+                                          "results": {k: median_round(rs)
+                                                      for k, rs in rounds.items()},
+                                          "rounds": rounds})
+                save()
+    save()
+    print(results["table"])
     print(f"\nresults: {path}", file=sys.stderr)
     return 0
 
 
+# ---- the tables ----
+
 def peak(results: dict, threads: int) -> float | None:
     """The FMA peak (GFLOP/s) of the ISA the kernels run with, on `threads` threads."""
-    pb = results["pto_bench"].get(threads)
+    pb = results["pto_bench"].get(threads) or results["pto_bench"].get(str(threads))
     if not pb:
         return None
     isa = pb["machine"]["isa"]
@@ -290,7 +621,7 @@ def peak(results: dict, threads: int) -> float | None:
     return None
 
 
-def markdown(results: dict) -> str:
+def ceilings_table(results: dict) -> list[str]:
     rows = ["| benchmark | threads | PyPTO | PyTorch | speed-up | % of FMA peak (PyPTO / PyTorch) "
             "| check |",
             "|---|---|---|---|---|---|---|"]
@@ -307,7 +638,8 @@ def markdown(results: dict) -> str:
     for t, pb in results["pto_bench"].items():
         if not pb:
             continue
-        torch_mm = (results["torch_mm"].get(t) or {}).get("sgemm", [])
+        tmm = results["torch_mm"].get(t)
+        torch_mm = tmm.get("sgemm", []) if ok(tmm) else []
         p = peak(results, t)
         for i, s in enumerate(pb.get("sgemm", [])):
             name = f"SGEMM {s['m']}x{s['k']}x{s['n']} ({s['label']})"
@@ -322,33 +654,110 @@ def markdown(results: dict) -> str:
                 else "-"
             rows.append(f"| {name} | {t} | {ours} | {theirs} | {ratio} | {frac} | "
                         f"err {s['max_rel_err']:.1e} |")
-    for r in results["models"]:
-        title = MODELS[r["model"]][0]
-        b, t = r["batch"], r["threads"]
-        what = f"{title}, batch {b} " + ("latency" if b == 1 else "throughput")
-        pto, ref = r["pypto"], r["torch"]
-        if pto is None or ref is None:
-            rows.append(f"| {what} | {t} | {'failed' if pto is None else ''} | "
-                        f"{'failed' if ref is None else ''} | | | |")
-            continue
-        if not pto["ok"]:
-            rows.append(f"| {what} | {t} | WRONG | {fmt_time(ref)} | | | "
-                        f"err {pto['max_rel_err']:.1e} |")
-            continue
-        unit = "img/s" if MODELS[r["model"]][1] == "image" else "seq/s"
+    return rows if len(rows) > 2 else []
 
-        def show(x):
-            return fmt_time(x) if b == 1 else f"{b / x['median']:.1f} {unit}"
+
+def markdown(results: dict) -> str:
+    keys = results["keys"]
+    levels = results["levels"]
+    ref = (2 if 2 in levels else max(levels)) if levels else None  # the level compared
+    rk = f"pypto{ref}"
+    peers = [k for k in ("eager", "inductor", "ort") if k in keys]
+    if ref is not None and ref != 0 and 0 in levels:
+        peers.append("pypto0")
+    lk = [f"pypto{lv}" for lv in (0, ref) if lv in levels]
+    lk = list(dict.fromkeys(lk))
+
+    head = ["model", "batch", "threads", *(key_title(k) for k in keys)]
+    if ref is not None:
+        head += [f"L{ref} vs {key_title(k).replace('PyPTO ', '')}" for k in peers]
+        head += ["kernels " + " / ".join(f"L{k[5:]}" for k in lk) +
+                 (" (ORT nodes)" if "ort" in keys else "")]
+        head += [f"peak MiB L{ref} planned / unplanned"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    details_head = ["model", "batch", "threads", "compile s", "max rel. error",
+                    "% of FMA peak", "CPU util.", "peak RSS MiB"]
+    details = ["| " + " | ".join(details_head) + " |", "|" + "---|" * len(details_head)]
+    failures = []
+    busy = []  # 1-thread runs that did not get their core
+    short = {"eager": "eager", "inductor": "Ind", "ort": "ORT"}
+
+    def name(k):
+        return short.get(k, f"L{k[5:]}")
+
+    for entry in results["models"]:
+        res = entry["results"]
+        m, b, t = entry["model"], entry["batch"], entry["threads"]
+        unit = "img/s" if MODELS[m][1] == "image" else "seq/s"
+
+        def cell(r):
+            if r is None:
+                return "-"
+            if r.get("status") == "wrong":
+                return "WRONG"
+            if not ok(r):
+                return "failed"
+            return f"{r['median'] * 1e3:.2f} ms" if b == 1 else f"{b / r['median']:.1f} {unit}"
+
+        row = [MODELS[m][0], str(b), str(t), *(cell(res.get(k)) for k in keys)]
+        if ref is not None:
+            mine = res.get(rk)
+            for k in peers:
+                other = res.get(k)
+                row.append(f"{other['median'] / mine['median']:.2f}x"
+                           if ok(mine) and ok(other) else "-")
+            kern = []
+            for k in lk:
+                st = (res.get(k) or {}).get("stats") or {}
+                kern.append(str(st["kernels"]) if "kernels" in st else "-")
+            o = res.get("ort") or {}
+            row.append(" / ".join(kern) + (f" ({o.get('ort_nodes', '-')})" if "ort" in keys
+                                            else ""))
+            st = (mine or {}).get("stats") or {}
+            if "peak_bytes" in st and "unplanned_peak_bytes" in st:
+                row.append(f"{st['peak_bytes'] / 2**20:.1f} / "
+                           f"{st['unplanned_peak_bytes'] / 2**20:.1f}")
+            else:
+                row.append("-")
+        rows.append("| " + " | ".join(row) + " |")
 
         p = peak(results, t)
-        frac = "-"
-        if p and "flops" in ref:
-            gflop = ref["flops"] / 1e9
-            frac = f"{100 * gflop / pto['median'] / p:.0f}% / {100 * gflop / ref['median'] / p:.0f}%"
-        rows.append(f"| {what} | {t} | {show(pto)} | {show(ref)} | "
-                    f"{ref['median'] / pto['median']:.2f}x | {frac} | "
-                    f"err {pto['max_rel_err']:.1e} |")
-    return "\n".join(rows)
+        flops = (res.get("eager") or {}).get("flops")
+        comp, errs, frac, util, rss = [], [], [], [], []
+        for k in keys:
+            r = res.get(k) or {}
+            if "compile_s" in r:
+                comp.append(f"{name(k)} {r['compile_s']:.1f}")
+            if "max_rel_err" in r:
+                errs.append(f"{name(k)} {r['max_rel_err']:.0e}")
+            if ok(r):
+                if t == 1 and r["cpu_util"] < 0.9:
+                    busy.append(f"{MODELS[m][0]} batch {b} {key_title(k)} ({r['cpu_util']:.2f})")
+                if p and flops:
+                    frac.append(f"{name(k)} {100 * flops / 1e9 / r['median'] / p:.0f}%")
+                util.append(f"{name(k)} {r['cpu_util']:.2f}")
+                rss.append(f"{name(k)} {r['peak_rss_mib']:.0f}")
+            elif r:
+                failures.append(f"- {MODELS[m][0]}, batch {b}, {t} thread(s), {key_title(k)}: "
+                                f"{r.get('status', 'failed')}: "
+                                f"{str(r.get('error', '?')).splitlines()[0][:300]}")
+        details.append("| " + " | ".join([MODELS[m][0], str(b), str(t), ", ".join(comp) or "-",
+                                           ", ".join(errs) or "-", ", ".join(frac) or "-",
+                                           ", ".join(util) or "-", ", ".join(rss) or "-"]) + " |")
+    parts = []
+    ceil = ceilings_table(results)
+    if ceil:
+        parts.append("\n".join(ceil))
+    if results["models"]:
+        parts.append("\n".join(rows))
+        parts.append("\n".join(details))
+    if failures:
+        parts.append("Failed or wrong:\n" + "\n".join(failures))
+    if busy:
+        parts.append("CPU utilisation under 0.9 on 1 thread (the machine was busy: the times, "
+                     "and the ratios between processes, are not to be trusted): " +
+                     ", ".join(busy) + ".")
+    return "\n\n".join(parts)
 
 
 def main() -> int:
@@ -358,24 +767,34 @@ def main() -> int:
     ap.add_argument("--models", default="", help=f"comma-separated, from {', '.join(MODELS)}")
     ap.add_argument("--batches", default="", help="comma-separated batch sizes (default 1,8)")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    ap.add_argument("--engines", default=",".join(ENGINES),
+                    help=f"comma-separated, from {', '.join(ENGINES)} (default: all)")
+    ap.add_argument("--levels", default=",".join(map(str, LEVELS)),
+                    help="PyPTO optimization levels, comma-separated (default 0,1,2,3)")
     ap.add_argument("--no-gemm", action="store_true", help="skip the SGEMM comparison")
+    ap.add_argument("--no-ceilings", action="store_true",
+                    help="skip pto_bench (FMA peak, memory bandwidth, SGEMM) altogether")
     ap.add_argument("--rounds", type=int, default=1,
                     help="repeat each model configuration, engines interleaved; the table quotes "
                          "the median round (use 3 before claiming a 2-thread win)")
     ap.add_argument("--pto-bench", default=str(REPO / "build" / "bench" / "pto_bench"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per child process")
-    # A child process: one configuration, JSON on the last line of stdout.
-    ap.add_argument("--child", choices=["torch-mm", "model"], help=argparse.SUPPRESS)
-    ap.add_argument("--engine", choices=["pypto", "torch"], help=argparse.SUPPRESS)
+    # A child process: one configuration, its JSON on stdout after MARK.
+    ap.add_argument("--child", choices=["torch-mm", "model", "export"], help=argparse.SUPPRESS)
+    ap.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)
+    ap.add_argument("--level", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--onnx", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--shapes", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         args.threads = int(args.threads)
-        r = child_torch_mm(args) if args.child == "torch-mm" else child_model(args)
-        print(json.dumps(r))
+        child = {"torch-mm": child_torch_mm, "model": child_model, "export": child_export}
+        r = child[args.child](args)
+        sys.stdout.flush()
+        print(MARK + json.dumps(r), flush=True)
         return 0
     return main_driver(args)
 
