@@ -49,6 +49,10 @@ Dims broadcast_dims(const Dims& a, const Dims& b, const std::string& where);
 // The same on symbolic shapes: equal symbols broadcast, 1 broadcasts, unknown stays unknown.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& where);
 
+// Whether two shapes can be the same at run time: the same rank, and each pair of dimensions
+// equal, or one of them unknown. (A symbol never equals a different symbol or a known size.)
+bool may_equal(const Shape& a, const Shape& b);
+
 // Normalizes a possibly negative axis into [0, rank); throws ValueError when out of range.
 int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where);
 

@@ -115,4 +115,14 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where) {
   return a;
 }
 
+bool may_equal(const Shape& a, const Shape& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool unknown =
+        (!a[i].is_known() && !a[i].is_symbolic()) || (!b[i].is_known() && !b[i].is_symbolic());
+    if (!unknown && !(a[i] == b[i])) return false;
+  }
+  return true;
+}
+
 }  // namespace pto

@@ -40,8 +40,10 @@ bool is_bias_for(const Graph& g, ValueId b, const Shape& out, int64_t axis) {
   return true;
 }
 
+// Whether a and b can have the same shape at run time (an unknown dimension may be anything):
+// the kernels check the concrete shapes and decline the rest (KernelDeclined).
 bool same_shape(const TensorType& a, const TensorType& b) {
-  return a.shape && b.shape && *a.shape == *b.shape && a.dtype == b.dtype;
+  return a.shape && b.shape && may_equal(*a.shape, *b.shape) && a.dtype == b.dtype;
 }
 
 // Reads Clip bounds from constant inputs (opset >= 11) or attributes; false when not constant.

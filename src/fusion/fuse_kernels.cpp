@@ -46,7 +46,7 @@ bool convex(const Graph& g, const std::vector<char>& in, int32_t lo, int32_t hi)
 bool same_output_shape(const Graph& g, const Node& n, const Shape& shape) {
   if (n.outputs.size() != 1 || n.outputs[0] == kNoValue) return false;
   const TensorType& t = g.value(n.outputs[0]).type;
-  return t.shape && *t.shape == shape;
+  return t.shape && may_equal(*t.shape, shape);  // the kernel checks concrete shapes
 }
 
 // Grows an elementwise group from `seed`; returns its nodes (sorted), or just the seed.

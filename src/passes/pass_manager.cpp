@@ -17,6 +17,7 @@ PassRegistry& PassRegistry::global() {
     auto* r = new PassRegistry();
     passes::register_eliminate_dead_code(*r);
     passes::register_resolve_shapes(*r);
+    passes::register_unflatten_mat_mul(*r);
     passes::register_canonicalize_ops(*r);
     passes::register_fold_batch_norm(*r);
     passes::register_fold_transpose_into_gemm(*r);
@@ -52,9 +53,11 @@ std::vector<std::string> pipeline(int level) {
   // Level 1: clean-up that keeps every value's bits. Names absent from the registry (a pass not
   // built yet) are skipped, so the list below is the whole intended order.
   std::vector<std::string> order = {
-      "CanonicalizeOps",       "FoldConstants",       "ResolveShapes",
-      "EliminateNoOps",        "SimplifyTransposes",  "FoldBatchNorm",
-      "FoldTransposeIntoGemm", "RecognizeComposites", "EliminateCommonSubexpressions",
+      "CanonicalizeOps",     "FoldConstants",
+      "ResolveShapes",       "UnflattenMatMul",
+      "EliminateNoOps",      "SimplifyTransposes",
+      "FoldBatchNorm",       "FoldTransposeIntoGemm",
+      "RecognizeComposites", "EliminateCommonSubexpressions",
       "EliminateDeadCode",
   };
   std::vector<std::string> out;

@@ -5,6 +5,7 @@
 //   x * 0.5 * (1 + Tanh(0.79788 * (x + 0.044715 * x^3)))             -> Gelu approximate="tanh"
 //   (x - mean(x)) / Sqrt(mean((x - mean(x))^2) [+ eps]) [* g] [+ b]  -> LayerNormalization
 //   x / Sqrt(mean(x^2) [+ eps]) [* g]                                -> RMSNormalization
+//   x * Clip(x + 3, 0, 6) / 6 (one Clip or a min and a max Clip)       -> HardSwish
 // Matching is backwards from the candidate root (the last node of the pattern). The product
 // x * 0.5 * s is matched in any association; commutative operands in either order; x^2 as Pow 2 or
 // Mul(d, d); x^3 as Pow 3 or Mul chains; the division as Div, Mul by Reciprocal or Mul by Div(1,
@@ -16,6 +17,7 @@
 // The fused op is not bit-identical to the chain it replaces (the reference computes the fused
 // ops in double): results agree to a few float ulps.
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "passes/rewrite_util.h"
@@ -138,6 +140,51 @@ bool gelu(Rewrite& rw, size_t i, const PassContext& ctx) {
   for (size_t n : *consumed) rw.remove(n);
   retarget(g.mutable_nodes()[i], "Gelu", {x}, std::move(attrs));
   ctx.note(tanh ? "RecognizeComposites/GeluTanh" : "RecognizeComposites/Gelu");
+  return true;
+}
+
+// ---- HardSwish ----
+
+// Clip(v) bounds as a chain: Clip(a, lo, hi), or Clip(Clip(a, lo, _), _, hi) as torch.export
+// decomposes clamp(min, max). Returns a, or kNoValue.
+ValueId clip_0_6(Matcher& m, ValueId v) {
+  const Node* outer = m.inner(v, "Clip");
+  if (!outer || outer->inputs.size() < 2) return kNoValue;
+  auto bound = [&](const Node& c, size_t i, double want) {
+    if (i >= c.inputs.size() || c.inputs[i] == kNoValue) return want != want;  // absent: NaN
+    return m.is_const(c.inputs[i], want) || (want == 0 && scalar_constant(m.g, c.inputs[i]) == 0.0);
+  };
+  constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+  if (bound(*outer, 1, 0) && bound(*outer, 2, 6)) return outer->inputs[0];
+  if (bound(*outer, 1, kNone) && bound(*outer, 2, 6)) {
+    const Node* inner = m.inner(outer->inputs[0], "Clip");
+    if (inner && bound(*inner, 1, 0) && bound(*inner, 2, kNone)) return inner->inputs[0];
+  }
+  return kNoValue;
+}
+
+// x * Clip(x + 3, 0, 6) / 6 (torch's decomposition of hardswish) -> HardSwish(x).
+bool hard_swish(Rewrite& rw, size_t i, const PassContext& ctx) {
+  Graph& g = rw.graph();
+  const Node& root = g.nodes()[i];
+  if (root.op != "Div" || root.inputs.size() != 2 || root.outputs.size() != 1) return false;
+  if (!is_floating(dtype_of_value(g, root.outputs[0]))) return false;
+  ValueId x = kNoValue;
+  auto consumed = first_match(rw, 2, [&](Matcher& m, int side) {
+    if (!m.is_const(root.inputs[1], 6)) return false;
+    const Node* mul = m.inner(root.inputs[0], "Mul");
+    if (!mul || mul->inputs.size() != 2) return false;
+    x = mul->inputs[side];
+    const ValueId a = clip_0_6(m, mul->inputs[1 - side]);
+    const Node* add = a == kNoValue ? nullptr : producer(m.g, a);
+    if (!add || add->op != "Add" || m.times_const(*add, 3.0) != x) return false;
+    // x + 3 is read by the Clip only; x itself is read by the Add and the Mul.
+    return m.inner(a, "Add") != nullptr;
+  });
+  if (!consumed || !same_shape(g, x, root.outputs[0])) return false;
+  for (size_t n : *consumed) rw.remove(n);
+  retarget(g.mutable_nodes()[i], "HardSwish", {x});
+  ctx.note("RecognizeComposites/HardSwish");
   return true;
 }
 
@@ -325,7 +372,7 @@ bool norm(Rewrite& rw, size_t i, const PassContext& ctx) {
 }
 
 Graph recognize_composites(Graph g, const PassContext& ctx) {
-  apply_rules(g, {{nullptr, gelu}, {nullptr, norm}}, ctx);
+  apply_rules(g, {{nullptr, gelu}, {nullptr, hard_swish}, {nullptr, norm}}, ctx);
   return g;
 }
 

@@ -4,6 +4,7 @@
 #include <new>
 #include <unordered_map>
 
+#include "pto/liveness.h"
 #include "pto/op_registry.h"
 #include "pto/reference.h"
 
@@ -136,14 +137,9 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
   for (const auto& [v, t] : g.initializers())
     if (!env[v].defined()) env[v] = t;  // a graph input with a default keeps the caller's value
 
-  // Last reader of each value, so intermediates are freed as soon as possible.
-  std::vector<int64_t> last_use(g.values().size(), -1);
+  // Each intermediate is dropped after its last reader (the liveness every runtime shares).
+  const Liveness live = analyze_liveness(g, single_node_kernels(g));
   const auto& nodes = g.nodes();
-  for (size_t i = 0; i < nodes.size(); ++i)
-    for (ValueId v : nodes[i].inputs)
-      if (v != kNoValue) last_use[v] = static_cast<int64_t>(i);
-  for (ValueId v : g.outputs()) last_use[v] = static_cast<int64_t>(nodes.size());
-
   const KernelRegistry& kernels = KernelRegistry::global();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
@@ -152,9 +148,7 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
     KernelContext ctx{n, {}, n.outputs.size()};
     run_node(
         g, ctx, env, [&] { return (*k)(ctx); }, observer);
-    for (ValueId v : n.inputs)
-      if (v != kNoValue && last_use[v] == static_cast<int64_t>(i) && !g.initializer(v))
-        env[v] = Tensor();
+    for (ValueId v : live.release_after[i]) env[v] = Tensor();
   }
   std::vector<Tensor> out;
   for (ValueId v : g.outputs()) {

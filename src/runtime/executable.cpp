@@ -38,7 +38,8 @@ struct Executable::Plan {
     KernelGroup group;  // everything the step covers
     KernelGroup core;   // what `kernel` computes: the group less its trailing views
     std::unique_ptr<CompiledKernel> kernel;
-    std::vector<NodeRun> views;  // Reshape-like nodes applied to the core's one output
+    std::vector<NodeRun> leading;  // Reshape-like nodes whose outputs the core reads
+    std::vector<NodeRun> views;    // Reshape-like nodes applied to the core's one output
     // The group node by node, made on the first KernelDeclined (under `mutex`).
     std::shared_ptr<std::vector<NodeRun>> unfused;
   };
@@ -292,9 +293,15 @@ std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
     return values;
   };
   std::vector<Tensor> core_args;
-  for (ValueId v : step.core.inputs) {
-    auto it = std::find(step.group.inputs.begin(), step.group.inputs.end(), v);
-    core_args.push_back(args[it - step.group.inputs.begin()]);
+  if (step.leading.empty()) {
+    for (ValueId v : step.core.inputs) {
+      auto it = std::find(step.group.inputs.begin(), step.group.inputs.end(), v);
+      core_args.push_back(args[it - step.group.inputs.begin()]);
+    }
+  } else {
+    std::unordered_map<ValueId, Tensor> values = value_map();
+    run_nodes(step.leading, values);
+    for (ValueId v : step.core.inputs) core_args.push_back(values.at(v).contiguous());
   }
   std::vector<Tensor> outs;
   try {
@@ -482,7 +489,7 @@ Executable compile(Graph g, const CompileOptions& options) {
   }
   // Level 2: a view (Reshape, Flatten, ...) whose input is the one output of the kernel before
   // it, read by nothing else, joins that kernel: it only relabels the kernel's output.
-  std::vector<std::vector<int32_t>> trailing(kg.kernels.size());
+  std::vector<std::vector<int32_t>> trailing(kg.kernels.size()), leading;
   if (options.level >= 2) {
     const std::vector<int> uses = gr.use_counts();
     std::unordered_map<ValueId, size_t> made_by;  // single-output kernels by their output
@@ -520,15 +527,59 @@ Executable compile(Graph g, const CompileOptions& options) {
     }
     kg = std::move(merged);
     trailing = std::move(trailing_sorted);
+    leading.resize(kg.kernels.size());
+    // A view the kernel before it could not take (a graph input's, or a value others read too)
+    // joins the one kernel that reads it, as a leading view. Last first, so chains of views end
+    // up in the kernel at their end.
+    std::vector<size_t> group_of(gr.nodes().size());
+    for (size_t s = 0; s < kg.kernels.size(); ++s)
+      for (int32_t n : kg.kernels[s].nodes) group_of[n] = s;
+    std::vector<char> gone(kg.kernels.size(), 0);
+    for (size_t s = kg.kernels.size(); s-- > 0;) {
+      const KernelGroup& k = kg.kernels[s];
+      const Node& n = gr.nodes()[k.nodes[0]];
+      if (k.nodes.size() != 1 || !trailing[s].empty() || !n.def || !n.def->is_view() ||
+          n.outputs.size() != 1 || n.outputs[0] == kNoValue || uses[n.outputs[0]] != 1 ||
+          gr.is_output(n.outputs[0]))
+        continue;
+      size_t reader = 0;
+      for (size_t i = static_cast<size_t>(k.nodes[0]) + 1; i < gr.nodes().size(); ++i)
+        for (ValueId v : gr.nodes()[i].inputs)
+          if (v == n.outputs[0]) reader = i;
+      const size_t into = group_of[reader];
+      if (into == s) continue;
+      KernelGroup& host = kg.kernels[into];
+      host.nodes.push_back(k.nodes[0]);
+      std::sort(host.nodes.begin(), host.nodes.end());
+      leading[into].push_back(k.nodes[0]);
+      finish_group(gr, host);
+      group_of[k.nodes[0]] = into;
+      gone[s] = 1;
+    }
+    KernelGraph kept;
+    std::vector<std::vector<int32_t>> trailing_kept, leading_kept;
+    for (size_t s = 0; s < kg.kernels.size(); ++s) {
+      if (gone[s]) continue;
+      std::sort(leading[s].begin(), leading[s].end());
+      kept.kernels.push_back(std::move(kg.kernels[s]));
+      trailing_kept.push_back(std::move(trailing[s]));
+      leading_kept.push_back(std::move(leading[s]));
+    }
+    kg = std::move(kept);
+    trailing = std::move(trailing_kept);
+    leading = std::move(leading_kept);
   }
+  if (leading.size() != kg.kernels.size()) leading.assign(kg.kernels.size(), {});
 
   plan->step_of_node.assign(gr.nodes().size(), 0);
   for (size_t s = 0; s < kg.kernels.size(); ++s) {
     const KernelGroup& k = kg.kernels[s];
     Executable::Plan::Step step;
     step.group = k;
-    step.core.nodes.assign(k.nodes.begin(),
-                           k.nodes.end() - static_cast<std::ptrdiff_t>(trailing[s].size()));
+    for (int32_t n : k.nodes)  // the group less its leading and trailing views
+      if (std::find(leading[s].begin(), leading[s].end(), n) == leading[s].end() &&
+          std::find(trailing[s].begin(), trailing[s].end(), n) == trailing[s].end())
+        step.core.nodes.push_back(n);
     step.core.rule = k.rule;
     step.core.anchor = k.anchor;
     finish_group(gr, step.core);
@@ -537,6 +588,7 @@ Executable compile(Graph g, const CompileOptions& options) {
     const Backend* b = backend_for(gr, step.core);
     if (!b) throw UnsupportedError(cat(gr.nodes()[k.nodes[0]].where(), ": no kernel for this op"));
     step.kernel = b->compile(gr, step.core);
+    for (int32_t v : leading[s]) step.leading.push_back(compile_node(gr, v));
     for (int32_t v : trailing[s]) step.views.push_back(compile_node(gr, v));
     step.info = {b->name(), k.rule, k.nodes, k.inputs, k.outputs};
     for (int32_t n : k.nodes) plan->step_of_node[n] = s;

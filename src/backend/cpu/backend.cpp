@@ -118,6 +118,11 @@ class EpilogueKernel : public NodeKernel {
       reference::KernelContext vc{*v.node, std::move(args), 1};
       out = {(*v.kernel)(vc)[0]};
     }
+    // The anchor checked the residual's size; an Add that broadcasts it to another shape of the
+    // same size is the unfused graph's to compute (rare enough to compute twice).
+    if (ep.residual.defined() && ep.residual.shape() != out[0].shape())
+      throw KernelDeclined(cat(node_.where(), ": residual ", ep.residual.str(), " and output ",
+                               out[0].str(), " differ"));
     return out;
   }
 

@@ -1,4 +1,5 @@
-// Kernel Graph basics: one kernel per node (levels 0 and 1), a group's boundary values, printing.
+// The Kernel Graph data structure (level 2): one kernel per node (levels 0 and 1), a group's
+// boundary values, printing. The partitioning algorithm is src/fusion/fuse_kernels.cpp.
 #include <algorithm>
 #include <sstream>
 

@@ -1,0 +1,129 @@
+// UnflattenMatMul: undoes the flattening torch.export writes around a Linear layer on a 3-D (or
+// higher) input,
+//
+//   Reshape(Gemm(Reshape(x, [-1, K]), W, C, transB), [d0, .., dn-2, N])   (or MatMul(., W))
+//     -> Add(MatMul(x, W'), C)                                           (W' = W or W^T)
+//
+// when the second Reshape restores exactly x's leading dimensions (its known entries equal x's,
+// and at most one -1 stands where x's one unknown or symbolic dimension is). MatMul broadcasts over
+// the leading dimensions, so the result is the same, and the value keeps its symbolic batch
+// instead of the "?" that flattening leaves: shapes stay known for the rest of the pipeline
+// (composite recognition, epilogues) and two Reshapes per layer disappear. A transposed constant
+// weight is stored transposed (its original goes with EliminateDeadCode).
+#include <algorithm>
+#include <cstring>
+
+#include "passes/passes.h"
+#include "passes/rewrite_util.h"
+
+namespace pto::passes {
+namespace {
+
+// The single reader of v (and that v is not a graph output), or -1.
+int32_t single_reader(const Graph& g, ValueId v, const std::vector<int>& uses) {
+  if (uses[v] != 1 || g.is_output(v)) return -1;
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    for (ValueId in : g.nodes()[i].inputs)
+      if (in == v) return static_cast<int32_t>(i);
+  return -1;
+}
+
+// Whether Reshape target t puts back x's leading dimensions with n columns.
+bool restores_leading(const std::vector<int64_t>& t, const Shape& x, int64_t n) {
+  if (t.size() != x.size() || t.back() != n) return false;
+  int wild = 0;
+  for (size_t i = 0; i + 1 < t.size(); ++i) {
+    if (x[i].is_known()) {
+      if (t[i] != x[i].value) return false;
+    } else if (t[i] == -1) {
+      ++wild;
+    } else {
+      return false;
+    }
+  }
+  return wild <= 1;
+}
+
+Tensor transposed(const Tensor& w) {
+  const int64_t r = w.dim(0), c = w.dim(1);
+  Tensor t = Tensor::empty(w.dtype(), {c, r});
+  const Tensor src = w.contiguous();
+  const size_t item = w.itemsize();
+  auto* out = static_cast<std::byte*>(t.raw_data());
+  const auto* in = static_cast<const std::byte*>(src.raw_data());
+  constexpr int64_t kBlock = 32;  // square blocks, so both sides stay in cache
+  for (int64_t i0 = 0; i0 < r; i0 += kBlock)
+    for (int64_t j0 = 0; j0 < c; j0 += kBlock)
+      for (int64_t i = i0; i < std::min(r, i0 + kBlock); ++i)
+        for (int64_t j = j0; j < std::min(c, j0 + kBlock); ++j)
+          std::memcpy(out + (j * r + i) * item, in + (i * c + j) * item, item);
+  return t;
+}
+
+Graph unflatten_mat_mul(Graph g, const PassContext& ctx) {
+  const std::vector<int> uses = g.use_counts();
+  std::vector<bool> remove(g.nodes().size(), false);
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& flat = g.nodes()[i];
+    if (flat.op != "Reshape" || flat.outputs.size() != 1) continue;
+    const TensorType& xt = g.value(flat.inputs[0]).type;
+    const TensorType& ft = g.value(flat.outputs[0]).type;
+    if (!xt.shape || xt.shape->size() < 3 || !ft.shape || ft.shape->size() != 2) continue;
+    const Dim k = xt.shape->back();
+    if (!k.is_known() || !(ft.shape->back() == k)) continue;
+    const int32_t mm = single_reader(g, flat.outputs[0], uses);
+    if (mm < 0) continue;
+    const Node& m = g.nodes()[mm];
+    const bool gemm = m.op == "Gemm";
+    if ((!gemm && m.op != "MatMul") || m.inputs[0] != flat.outputs[0] || m.outputs.size() != 1)
+      continue;
+    if (gemm && (m.attrs.get_int("transA", 0) != 0 || m.attrs.get_float("alpha", 1.0) != 1.0 ||
+                 m.attrs.get_float("beta", 1.0) != 1.0))
+      continue;
+    const bool trans_b = gemm && m.attrs.get_int("transB", 0) != 0;
+    const ValueId w = m.inputs[1];
+    const TensorType& wt = g.value(w).type;
+    if (!wt.shape || wt.shape->size() != 2) continue;
+    const Dim n = (*wt.shape)[trans_b ? 0 : 1];
+    if (!n.is_known()) continue;
+    const Tensor* wc = constant_of(g, w);
+    if (trans_b && !wc) continue;  // a run-time transpose would cost what the Reshapes saved
+    ValueId c = gemm && m.inputs.size() > 2 ? m.inputs[2] : kNoValue;
+    if (c != kNoValue) {  // C must be a row of N (or a scalar) to broadcast the same way
+      const TensorType& ct = g.value(c).type;
+      if (!ct.shape || ct.shape->size() > 2 ||
+          (ct.shape->size() == 2 && !((*ct.shape)[0] == Dim(1))))
+        continue;
+    }
+    const int32_t un = single_reader(g, m.outputs[0], uses);
+    if (un < 0 || g.nodes()[un].op != "Reshape") continue;
+    const Node& unflat = g.nodes()[un];
+    auto target = constant_ints(g, unflat, 1);
+    if (!target || unflat.attrs.get_int("allowzero", 0) != 0 ||
+        !restores_leading(*target, *xt.shape, n.value))
+      continue;
+
+    const ValueId x = flat.inputs[0];
+    const ValueId weight = trans_b ? g.add_constant(g.value(w).name + "_t", transposed(*wc)) : w;
+    const ValueId product = m.outputs[0];
+    retarget(g.mutable_nodes()[mm], "MatMul", {x, weight});
+    Node& last = g.mutable_nodes()[un];
+    if (c != kNoValue)
+      retarget(last, "Add", {product, c});
+    else
+      retarget(last, "Identity", {product});
+    remove[i] = true;
+    ctx.note(gemm ? "UnflattenMatMul/Gemm" : "UnflattenMatMul/MatMul");
+  }
+  g.remove_nodes(remove);
+  return g;
+}
+
+}  // namespace
+
+void register_unflatten_mat_mul(PassRegistry& r) {
+  r.add({"UnflattenMatMul", unflatten_mat_mul,
+         "MatMul on the unflattened input instead of Reshape-Gemm-Reshape (Linear on 3-D inputs)"});
+}
+
+}  // namespace pto::passes

@@ -1,0 +1,117 @@
+"""The compiler levels from Python: what stats() reports, that level 2 fuses and plans memory,
+that the options change what is built, and that every level gives eager PyTorch's numbers."""
+
+import numpy as np
+import pytest
+import torch
+
+import pypto
+
+
+class ConvNet(torch.nn.Module):
+    """Conv-BN-ReLU blocks with a residual: what ResNets are made of."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.b1 = torch.nn.BatchNorm2d(8)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.b2 = torch.nn.BatchNorm2d(8)
+        self.c3 = torch.nn.Conv2d(8, 8, 1)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        z = torch.relu(self.b2(self.c2(y)) + y)
+        z = torch.nn.functional.hardswish(self.c3(z))
+        return self.fc(z.mean(dim=(2, 3)))
+
+
+def conv_net():
+    torch.manual_seed(0)
+    m = ConvNet().eval()
+    for bn in (m.b1, m.b2):  # non-trivial statistics, so folding them is visible in the numbers
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.data.uniform_(0.5, 1.5)
+        bn.bias.data.uniform_(-0.2, 0.2)
+    return m
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_every_level_matches_eager(level):
+    model = conv_net()
+    x = torch.randn(2, 3, 12, 12)
+    fast = pypto.optimize(model, example_inputs=(x,), level=level)
+    with torch.inference_mode():
+        want = model(x)
+    torch.testing.assert_close(fast(x), want, rtol=1e-4, atol=1e-5)
+    x3 = torch.randn(3, 3, 12, 12)  # another batch size through the same compiled module
+    torch.testing.assert_close(fast(x3), model(x3), rtol=1e-4, atol=1e-5)
+
+
+def test_level_2_fuses_and_plans_memory():
+    model = conv_net()
+    x = torch.randn(1, 3, 16, 16)
+    s0 = pypto.optimize(model, example_inputs=(x,), level=0).stats()
+    s1 = pypto.optimize(model, example_inputs=(x,), level=1).stats()
+    s2 = pypto.optimize(model, example_inputs=(x,), level=2).stats()
+    assert s0["kernels"] == s0["nodes"] and s0["fused_kernels"] == 0
+    assert s1["nodes"] < s0["nodes"]  # BatchNormalization folded into the convolutions
+    assert s2["kernels"] < s1["kernels"] and s2["fused_kernels"] >= 3
+    assert s2["memory_planned"] and s2["peak_bytes"] <= s2["unplanned_peak_bytes"] / 2
+    assert not s0["memory_planned"] and s0["peak_bytes"] == s0["unplanned_peak_bytes"]
+    rules = {step["rule"] for step in
+             pypto.optimize(model, example_inputs=(x,), level=2).compiled.steps}
+    assert any(r.startswith("Conv+") and r.endswith("+Relu") and "+Add" not in r for r in rules)
+    assert "Conv+Add+Relu" in rules  # the residual block: conv, BN (folded), add, relu
+
+
+def test_memory_optimization_option_has_an_effect():
+    model = conv_net()
+    x = torch.randn(1, 3, 16, 16)
+    try:
+        pypto.set_optimization_options({"memory_optimization": False})
+        off = pypto.optimize(model, example_inputs=(x,), level=2)
+        s = off.stats()
+        assert not s["memory_planned"] and s["peak_bytes"] == s["unplanned_peak_bytes"]
+        torch.testing.assert_close(off(x), model(x), rtol=1e-4, atol=1e-5)
+    finally:
+        pypto.reset_optimization_options()
+    assert pypto.optimize(model, example_inputs=(x,), level=2).stats()["memory_planned"]
+
+
+def test_jit_lennard_jones_is_one_kernel():
+    @pypto.jit
+    def lj(r):
+        s6 = (3.4 / r) ** 6
+        return 4 * 0.1 * (s6 * s6 - s6)
+
+    r = torch.rand(4099) + 1.0
+    torch.testing.assert_close(lj(r), lj.__wrapped__(r), rtol=2e-6, atol=0)
+    assert lj.stats()["kernels"] == 1
+    with pytest.raises(RuntimeError, match="not been called"):
+        pypto.jit(lambda r: r * 2).stats()
+
+
+def test_pass_report_and_profile_name_the_kernels():
+    model = conv_net()
+    x = torch.randn(1, 3, 16, 16)
+    fast = pypto.optimize(model, example_inputs=(x,), level=2)
+    report = fast.compiled.pass_report
+    fold = next(r for r in report if r["name"] == "FoldBatchNorm")
+    assert sum(fold["fired"].values()) == 2
+    prof = fast.profile(x)
+    assert len(prof) == fast.stats()["kernels"]
+    assert any(op.startswith("Conv+") for _, op, _ in prof)
+
+
+def test_onnx_model_stats(tmp_path):
+    model = conv_net()
+    x = torch.randn(1, 3, 16, 16)
+    path = tmp_path / "m.onnx"
+    pypto.onnx.export(model, (x,), str(path))
+    exe = pypto.onnx.load(str(path), level=2)
+    np.testing.assert_allclose(exe(x.numpy()), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+    s = exe.stats(x.shape)
+    assert s["kernels"] < s["nodes_in"] and s["memory_planned"]
