@@ -139,3 +139,101 @@ TEST(PassResolveShapes, HeadSplitFromAnotherInputsBatch) {
 
 }  // namespace
 }  // namespace pto
+
+namespace pto {
+namespace {
+
+std::vector<std::string> ops_of(const Graph& g) {
+  std::vector<std::string> out;
+  for (const Node& n : g.nodes()) out.push_back(n.op);
+  return out;
+}
+
+void expect_same_outputs(const Graph& a, const Graph& b, const std::vector<Tensor>& in) {
+  std::vector<Tensor> x = reference::run(a, in), y = reference::run(b, in);
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(x[i].shape(), y[i].shape());
+    for (int64_t k = 0; k < x[i].numel(); ++k)
+      ASSERT_NEAR(x[i].item_as_double(k), y[i].item_as_double(k), 1e-5) << k;
+  }
+}
+
+// Reshape(x, [-1, K]) -> Gemm(W, C, transB) -> Reshape([-1, 5, N]): MatMul on x, then Add C.
+TEST(PassUnflattenMatMul, LinearOnThreeDimensions) {
+  for (bool with_c : {true, false}) {
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kF32, Shape{Dim::sym("batch"), 5, 4}});
+    ValueId w = g.add_value("w"), c = g.add_value("c"), t1 = g.add_value("t1"),
+            t2 = g.add_value("t2");
+    g.set_initializer(w, random_tensor({3, 4}, 90));
+    g.set_initializer(c, random_tensor({3}, 91));
+    g.set_initializer(t1, Tensor::from_vector<int64_t>({-1, 4}, {2}));
+    g.set_initializer(t2, Tensor::from_vector<int64_t>({-1, 5, 3}, {3}));
+    ValueId f = g.add_value("f"), p = g.add_value("p"), y = g.add_value("y");
+    g.add_node("Reshape", {x, t1}, {f}, {}, "flat");
+    Attributes a;
+    a.set("transB", int64_t{1});
+    std::vector<ValueId> gemm_in = {f, w};
+    if (with_c) gemm_in.push_back(c);
+    g.add_node("Gemm", gemm_in, {p}, a, "gemm");
+    g.add_node("Reshape", {p, t2}, {y}, {}, "unflat");
+    g.add_output(y);
+    infer_types(g);
+    Graph out = run_passes(g, {.only = {"UnflattenMatMul", "EliminateNoOps", "EliminateDeadCode"}});
+    EXPECT_EQ(ops_of(out), with_c ? (std::vector<std::string>{"MatMul", "Add"})
+                                   : (std::vector<std::string>{"MatMul"}))
+        << print(out);
+    EXPECT_EQ(out.value(out.outputs()[0]).type.str(), "f32[batch, 5, 3]");
+    EXPECT_EQ(out.value(out.outputs()[0]).name, "y");
+    for (int64_t batch : {1, 3})
+      expect_same_outputs(g, out, {random_tensor({batch, 5, 4}, 92 + static_cast<uint32_t>(batch))});
+  }
+}
+
+TEST(PassUnflattenMatMul, ADifferentUnflattenStays) {
+  // [-1, 4] then back to [-1, 15]: not x's leading dimensions, so nothing changes.
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{2, 5, 4}});
+  ValueId w = g.add_value("w"), t1 = g.add_value("t1"), t2 = g.add_value("t2");
+  g.set_initializer(w, random_tensor({4, 3}, 93));
+  g.set_initializer(t1, Tensor::from_vector<int64_t>({-1, 4}, {2}));
+  g.set_initializer(t2, Tensor::from_vector<int64_t>({-1, 15}, {2}));
+  ValueId f = g.add_value("f"), p = g.add_value("p"), y = g.add_value("y");
+  g.add_node("Reshape", {x, t1}, {f}, {}, "flat");
+  g.add_node("MatMul", {f, w}, {p}, {}, "mm");
+  g.add_node("Reshape", {p, t2}, {y}, {}, "unflat");
+  g.add_output(y);
+  infer_types(g);
+  Graph out = run_passes(g, {.only = {"UnflattenMatMul"}});
+  EXPECT_EQ(ops_of(out), (std::vector<std::string>{"Reshape", "MatMul", "Reshape"}));
+}
+
+// x * Clip(x + 3, 0, 6) / 6, with the clamp as two Clips (torch.export's form) -> HardSwish.
+TEST(PassRecognizeComposites, HardSwishFromTorchDecomposition) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{4, 7}});
+  auto scalar = [&](const std::string& name, float v) {
+    ValueId c = g.add_value(name);
+    g.set_initializer(c, Tensor::scalar(v));
+    return c;
+  };
+  ValueId three = scalar("three", 3), zero = scalar("zero", 0), six = scalar("six", 6);
+  ValueId a = g.add_value("a"), c1 = g.add_value("c1"), c2 = g.add_value("c2"),
+          m = g.add_value("m"), y = g.add_value("y");
+  g.add_node("Add", {x, three}, {a}, {}, "add");
+  g.add_node("Clip", {a, zero, kNoValue}, {c1}, {}, "clip_min");
+  g.add_node("Clip", {c1, kNoValue, six}, {c2}, {}, "clip_max");
+  g.add_node("Mul", {x, c2}, {m}, {}, "mul");
+  g.add_node("Div", {m, six}, {y}, {}, "div");
+  g.add_output(y);
+  infer_types(g);
+  Graph out = run_passes(g, {.only = {"RecognizeComposites", "EliminateDeadCode"}});
+  EXPECT_EQ(ops_of(out), (std::vector<std::string>{"HardSwish"})) << print(out);
+  Tensor in = random_tensor({4, 7}, 94);
+  for (int64_t i = 0; i < in.numel(); ++i) in.data<float>()[i] *= 5;  // both sides of the kinks
+  expect_same_outputs(g, out, {in});
+}
+
+}  // namespace
+}  // namespace pto
