@@ -76,6 +76,11 @@ def main() -> int:
     backends = fast.compiled.node_backends
     fallback = collections.Counter(op for op, b in backends if b != "cpu")
     on_cpu = len(backends) - sum(fallback.values())
+    stats = fast.stats(*args)
+    print(f"compile  {stats['nodes_in']} nodes captured, {stats['nodes']} after the graph passes, "
+          f"{stats['kernels']} kernels ({stats['fused_kernels']} fused); intermediates "
+          f"{stats['peak_bytes'] / 2**20:.1f} MiB planned vs "
+          f"{stats['unplanned_peak_bytes'] / 2**20:.1f} MiB unplanned")
     print(f"kernels  {on_cpu} of {len(backends)} nodes on CPU kernels "
           f"({pypto.device_info()['isa']})" +
           (f"; on the reference: {', '.join(f'{op} x{n}' for op, n in fallback.items())}"
@@ -94,12 +99,12 @@ def main() -> int:
         by_op[op] += seconds
         count[op] += 1
     total = sum(by_op.values())
-    print("\nwhere the time goes (one profiled run, by op)")
-    print(f"  {'op':<22}{'nodes':>6}{'ms':>10}{'share':>8}")
+    print("\nwhere the time goes (one profiled run, by kernel: fusion rule or op)")
+    print(f"  {'kernel':<26}{'count':>6}{'ms':>10}{'share':>8}")
     for op, s in sorted(by_op.items(), key=lambda kv: -kv[1])[:10]:
-        print(f"  {op:<22}{count[op]:>6}{s * 1e3:>10.1f}{s / total:>8.1%}")
-    print("\nLevel 0 today: every op is its own kernel; fusion and the tiling planner come next. "
-          "Full tables: scripts/bench.sh.")
+        print(f"  {op:<26}{count[op]:>6}{s * 1e3:>10.1f}{s / total:>8.1%}")
+    print("\nLevel 2: graph passes, fusion into kernels, planned memory (docs/fusion.md). "
+          "Full tables against torch.compile and ONNX Runtime: scripts/bench.sh.")
     return 0 if ok else 1
 
 

@@ -25,12 +25,23 @@ struct KernelGraph {
   std::vector<KernelGroup> kernels;  // in an order that respects every dependency
 };
 
+// Node n as a kernel of its own: its inputs, and every output it defines (a lone node's kernel
+// produces them all, read or not).
+KernelGroup single_node_group(const Graph& g, int32_t n);
+
 // One group per node: what levels 0 and 1 run.
 KernelGraph single_node_kernels(const Graph& g);
 
 // Fills inputs and outputs of a group whose `nodes` are set (outputs: values used by a node
 // outside the group, or graph outputs).
 void finish_group(const Graph& g, KernelGroup& group);
+
+// Puts the kernels in an order that respects every dependency between them (a kernel runs after
+// every kernel whose outputs it reads), preferring the order of their last nodes. Ordering by last
+// node alone is not enough: a group may span nodes on both sides of another group that reads one
+// of its early values. Returns false, changing nothing, when the kernels depend on each other in
+// a cycle.
+bool order_kernels(const Graph& g, KernelGraph& kg);
 
 // "k3 ConvAddRelu [conv1, add1, relu1] (x, w, b, r) -> (y)": one line a kernel.
 std::string print(const Graph& g, const KernelGraph& kg);

@@ -6,8 +6,8 @@
 //  2. elementwise: starting from the first unclaimed fusible elementwise node, the group grows
 //     forward by the readers of its values that are fusible, have the group's output shape, and
 //     keep the group convex (no path leaves the group and comes back into it).
-// Every remaining node is a kernel of its own. Kernels are ordered by their last node, which
-// respects every dependency because groups are convex.
+// Every remaining node is a kernel of its own. Kernels are ordered topologically (order_kernels),
+// earliest last node first.
 #include <algorithm>
 #include <map>
 
@@ -131,23 +131,28 @@ KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options) {
 
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (owner[i] >= 0) continue;
-    KernelGroup k;
-    k.nodes = {static_cast<int32_t>(i)};
     owner[i] = static_cast<int32_t>(groups.size());
-    groups.push_back(std::move(k));
+    groups.push_back(single_node_group(g, static_cast<int32_t>(i)));
   }
-  std::sort(groups.begin(), groups.end(), [](const KernelGroup& a, const KernelGroup& b) {
-    return a.last_node() < b.last_node();
-  });
   KernelGraph kg;
   for (KernelGroup& k : groups) {
-    finish_group(g, k);
-    if (k.nodes.size() == 1) {  // a single node's kernel produces all of its outputs
-      k.outputs.clear();
-      for (ValueId o : nodes[k.nodes[0]].outputs)
-        if (o != kNoValue) k.outputs.push_back(o);
-    }
+    if (k.nodes.size() > 1) finish_group(g, k);
     kg.kernels.push_back(std::move(k));
+  }
+  // Convex groups can still depend on each other in a cycle (through a third group); then the
+  // elementwise groups go back to single nodes, which always orders.
+  if (!order_kernels(g, kg)) {
+    KernelGraph split;
+    for (KernelGroup& k : kg.kernels) {
+      if (k.rule != "Elementwise") {
+        split.kernels.push_back(std::move(k));
+        continue;
+      }
+      --fired["Elementwise"];
+      for (int32_t n : k.nodes) split.kernels.push_back(single_node_group(g, n));
+    }
+    kg = std::move(split);
+    PTO_CHECK(order_kernels(g, kg)) << "FuseKernels: epilogue groups depend on each other";
   }
   if (log_enabled(LogLevel::kInfo)) {
     std::string s;

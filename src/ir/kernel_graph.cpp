@@ -1,6 +1,7 @@
 // The Kernel Graph data structure (level 2): one kernel per node (levels 0 and 1), a group's
 // boundary values, printing. The partitioning algorithm is src/fusion/fuse_kernels.cpp.
 #include <algorithm>
+#include <queue>
 #include <sstream>
 
 #include "pto/kernel_graph.h"
@@ -36,20 +37,64 @@ void finish_group(const Graph& g, KernelGroup& group) {
       if (o != kNoValue && used_outside[o]) group.outputs.push_back(o);
 }
 
+KernelGroup single_node_group(const Graph& g, int32_t n) {
+  KernelGroup group;
+  group.nodes = {n};
+  finish_group(g, group);
+  group.outputs.clear();
+  for (ValueId o : g.nodes()[n].outputs)
+    if (o != kNoValue) group.outputs.push_back(o);
+  return group;
+}
+
 KernelGraph single_node_kernels(const Graph& g) {
   KernelGraph kg;
   kg.kernels.reserve(g.nodes().size());
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    KernelGroup group;
-    group.nodes = {static_cast<int32_t>(i)};
-    finish_group(g, group);
-    // A single node's outputs are all its defined outputs, used or not (kernels produce them).
-    group.outputs.clear();
-    for (ValueId o : g.nodes()[i].outputs)
-      if (o != kNoValue) group.outputs.push_back(o);
-    kg.kernels.push_back(std::move(group));
-  }
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    kg.kernels.push_back(single_node_group(g, static_cast<int32_t>(i)));
   return kg;
+}
+
+bool order_kernels(const Graph& g, KernelGraph& kg) {
+  const size_t n = kg.kernels.size();
+  std::vector<int64_t> made_by(g.values().size(), -1);
+  for (size_t k = 0; k < n; ++k)
+    for (int32_t node : kg.kernels[k].nodes)
+      for (ValueId o : g.nodes()[node].outputs)
+        if (o != kNoValue) made_by[o] = static_cast<int64_t>(k);
+  std::vector<std::vector<size_t>> readers(n);
+  std::vector<int> waiting(n, 0);
+  for (size_t k = 0; k < n; ++k) {
+    std::vector<size_t> deps;
+    for (ValueId v : kg.kernels[k].inputs)
+      if (made_by[v] >= 0 && static_cast<size_t>(made_by[v]) != k)
+        deps.push_back(static_cast<size_t>(made_by[v]));
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    for (size_t d : deps) readers[d].push_back(k);
+    waiting[k] = static_cast<int>(deps.size());
+  }
+  // Kahn's algorithm, always taking the ready kernel with the earliest last node.
+  auto later = [&](size_t a, size_t b) {
+    return kg.kernels[a].last_node() > kg.kernels[b].last_node();
+  };
+  std::priority_queue<size_t, std::vector<size_t>, decltype(later)> ready(later);
+  for (size_t k = 0; k < n; ++k)
+    if (waiting[k] == 0) ready.push(k);
+  std::vector<size_t> order;
+  while (!ready.empty()) {
+    const size_t k = ready.top();
+    ready.pop();
+    order.push_back(k);
+    for (size_t r : readers[k])
+      if (--waiting[r] == 0) ready.push(r);
+  }
+  if (order.size() != n) return false;
+  std::vector<KernelGroup> sorted;
+  sorted.reserve(n);
+  for (size_t k : order) sorted.push_back(std::move(kg.kernels[k]));
+  kg.kernels = std::move(sorted);
+  return true;
 }
 
 std::string print(const Graph& g, const KernelGraph& kg) {

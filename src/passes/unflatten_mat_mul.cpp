@@ -1,18 +1,16 @@
 // UnflattenMatMul: undoes the flattening torch.export writes around a Linear layer on a 3-D (or
 // higher) input,
 //
-//   Reshape(Gemm(Reshape(x, [-1, K]), W, C, transB), [d0, .., dn-2, N])   (or MatMul(., W))
-//     -> Add(MatMul(x, W'), C)                                           (W' = W or W^T)
+//   Reshape(Gemm(Reshape(x, [-1, K]), W, C), [d0, .., dn-2, N])   (or MatMul(., W))
+//     -> Add(MatMul(x, W), C)
 //
 // when the second Reshape restores exactly x's leading dimensions (its known entries equal x's,
 // and at most one -1 stands where x's one unknown or symbolic dimension is). MatMul broadcasts over
 // the leading dimensions, so the result is the same, and the value keeps its symbolic batch
 // instead of the "?" that flattening leaves: shapes stay known for the rest of the pipeline
-// (composite recognition, epilogues) and two Reshapes per layer disappear. A transposed constant
-// weight is stored transposed (its original goes with EliminateDeadCode).
-#include <algorithm>
-#include <cstring>
-
+// (composite recognition, epilogues) and two Reshapes per layer disappear. A Gemm with transB
+// stays: MatMul would need a transposed copy of the weight, which costs memory (the model keeps
+// its own copy) and buys nothing the Gemm epilogue through views does not already fuse.
 #include "passes/passes.h"
 #include "passes/rewrite_util.h"
 
@@ -44,22 +42,6 @@ bool restores_leading(const std::vector<int64_t>& t, const Shape& x, int64_t n) 
   return wild <= 1;
 }
 
-Tensor transposed(const Tensor& w) {
-  const int64_t r = w.dim(0), c = w.dim(1);
-  Tensor t = Tensor::empty(w.dtype(), {c, r});
-  const Tensor src = w.contiguous();
-  const size_t item = w.itemsize();
-  auto* out = static_cast<std::byte*>(t.raw_data());
-  const auto* in = static_cast<const std::byte*>(src.raw_data());
-  constexpr int64_t kBlock = 32;  // square blocks, so both sides stay in cache
-  for (int64_t i0 = 0; i0 < r; i0 += kBlock)
-    for (int64_t j0 = 0; j0 < c; j0 += kBlock)
-      for (int64_t i = i0; i < std::min(r, i0 + kBlock); ++i)
-        for (int64_t j = j0; j < std::min(c, j0 + kBlock); ++j)
-          std::memcpy(out + (j * r + i) * item, in + (i * c + j) * item, item);
-  return t;
-}
-
 Graph unflatten_mat_mul(Graph g, const PassContext& ctx) {
   const std::vector<int> uses = g.use_counts();
   std::vector<bool> remove(g.nodes().size(), false);
@@ -86,8 +68,9 @@ Graph unflatten_mat_mul(Graph g, const PassContext& ctx) {
     if (!wt.shape || wt.shape->size() != 2) continue;
     const Dim n = (*wt.shape)[trans_b ? 0 : 1];
     if (!n.is_known()) continue;
-    const Tensor* wc = constant_of(g, w);
-    if (trans_b && !wc) continue;  // a run-time transpose would cost what the Reshapes saved
+    // A transposed weight would need a transposed copy: one more copy of every Linear weight
+    // (the model keeps its own), while Gemm reads it transposed in place. Left as it is.
+    if (trans_b) continue;
     ValueId c = gemm && m.inputs.size() > 2 ? m.inputs[2] : kNoValue;
     if (c != kNoValue) {  // C must be a row of N (or a scalar) to broadcast the same way
       const TensorType& ct = g.value(c).type;
@@ -104,7 +87,7 @@ Graph unflatten_mat_mul(Graph g, const PassContext& ctx) {
       continue;
 
     const ValueId x = flat.inputs[0];
-    const ValueId weight = trans_b ? g.add_constant(g.value(w).name + "_t", transposed(*wc)) : w;
+    const ValueId weight = w;
     const ValueId product = m.outputs[0];
     retarget(g.mutable_nodes()[mm], "MatMul", {x, weight});
     Node& last = g.mutable_nodes()[un];

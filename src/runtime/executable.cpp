@@ -121,18 +121,8 @@ const Backend* backend_for(const Graph& g, const KernelGroup& k) {
   return nullptr;
 }
 
-KernelGroup single_group(const Graph& g, int32_t n) {
-  KernelGroup one;
-  one.nodes = {n};
-  finish_group(g, one);
-  one.outputs.clear();  // a lone node's kernel produces every output it defines
-  for (ValueId o : g.nodes()[n].outputs)
-    if (o != kNoValue) one.outputs.push_back(o);
-  return one;
-}
-
 Executable::Plan::NodeRun compile_node(const Graph& g, int32_t n) {
-  Executable::Plan::NodeRun r{n, single_group(g, n), nullptr};
+  Executable::Plan::NodeRun r{n, single_node_group(g, n), nullptr};
   const Backend* b = backend_for(g, r.group);
   if (!b) throw UnsupportedError(cat(g.nodes()[n].where(), ": no kernel for this op"));
   r.kernel = b->compile(g, r.group);
@@ -187,6 +177,85 @@ class StepAllocator : public Allocator {
   const std::vector<MemoryPlan::Slot>* slots_ = nullptr;
   std::vector<char> taken_;
 };
+
+// Level 2: Reshape-like views join a neighbouring kernel, since they only relabel a buffer. A view
+// whose input is the one output of the kernel before it, read by nothing else, joins that kernel
+// (trailing); a view the kernel before could not take joins the one kernel that reads it
+// (leading). Fills, per kernel of the result, the nodes that joined it each way.
+void absorb_views(const Graph& g, KernelGraph& kg, std::vector<std::vector<int32_t>>& trailing,
+                  std::vector<std::vector<int32_t>>& leading) {
+  const std::vector<int> uses = g.use_counts();
+  const size_t n = kg.kernels.size();
+  trailing.assign(n, {});
+  leading.assign(n, {});
+  std::vector<char> gone(n, 0);
+  auto view_node = [&](size_t s) -> const Node* {
+    const KernelGroup& k = kg.kernels[s];
+    if (k.nodes.size() != 1) return nullptr;
+    const Node& v = g.nodes()[k.nodes[0]];
+    if (!v.def || !v.def->is_view() || v.outputs.size() != 1 || v.outputs[0] == kNoValue ||
+        v.inputs.empty() || v.inputs[0] == kNoValue)
+      return nullptr;
+    return &v;
+  };
+  std::unordered_map<ValueId, size_t> made_by;  // single-output kernels by their output
+  for (size_t s = 0; s < n; ++s) {
+    const Node* v = view_node(s);
+    auto it = v ? made_by.find(v->inputs[0]) : made_by.end();
+    if (v && uses[v->inputs[0]] == 1 && !g.is_output(v->inputs[0]) && it != made_by.end()) {
+      const size_t into = it->second;
+      kg.kernels[into].nodes.push_back(kg.kernels[s].nodes[0]);
+      trailing[into].push_back(kg.kernels[s].nodes[0]);
+      finish_group(g, kg.kernels[into]);
+      gone[s] = 1;
+      made_by.erase(it);
+      made_by[v->outputs[0]] = into;
+      continue;
+    }
+    if (kg.kernels[s].outputs.size() == 1) made_by[kg.kernels[s].outputs[0]] = s;
+  }
+  std::vector<size_t> group_of(g.nodes().size());
+  for (size_t s = 0; s < n; ++s)
+    if (!gone[s])
+      for (int32_t node : kg.kernels[s].nodes) group_of[node] = s;
+  for (size_t s = n; s-- > 0;) {  // last first: a chain of views ends in the kernel at its end
+    const Node* v = view_node(s);
+    if (gone[s] || !v || !trailing[s].empty() || uses[v->outputs[0]] != 1 ||
+        g.is_output(v->outputs[0]))
+      continue;
+    size_t reader = 0;
+    for (size_t i = static_cast<size_t>(kg.kernels[s].nodes[0]) + 1; i < g.nodes().size(); ++i)
+      for (ValueId in : g.nodes()[i].inputs)
+        if (in == v->outputs[0]) reader = i;
+    const size_t into = group_of[reader];
+    if (into == s) continue;
+    KernelGroup& host = kg.kernels[into];
+    host.nodes.push_back(kg.kernels[s].nodes[0]);
+    std::sort(host.nodes.begin(), host.nodes.end());
+    leading[into].push_back(kg.kernels[s].nodes[0]);
+    finish_group(g, host);
+    group_of[kg.kernels[s].nodes[0]] = into;
+    gone[s] = 1;
+  }
+  // Keep the survivors, then order them again: a host runs where its last node now is.
+  KernelGraph kept;
+  std::unordered_map<int32_t, std::pair<std::vector<int32_t>, std::vector<int32_t>>> joined;
+  for (size_t s = 0; s < n; ++s) {
+    if (gone[s]) continue;
+    std::sort(leading[s].begin(), leading[s].end());
+    joined[kg.kernels[s].nodes.back()] = {std::move(leading[s]), std::move(trailing[s])};
+    kept.kernels.push_back(std::move(kg.kernels[s]));
+  }
+  PTO_CHECK(order_kernels(g, kept)) << "views made the kernels depend on each other";
+  kg = std::move(kept);
+  leading.assign(kg.kernels.size(), {});
+  trailing.assign(kg.kernels.size(), {});
+  for (size_t s = 0; s < kg.kernels.size(); ++s) {
+    auto& [lead, trail] = joined[kg.kernels[s].nodes.back()];
+    leading[s] = std::move(lead);
+    trailing[s] = std::move(trail);
+  }
+}
 
 }  // namespace
 
@@ -461,10 +530,7 @@ Executable compile(Graph g, const CompileOptions& options) {
   // An elementwise node may join a fused group when the tile ISA can express it.
   FusionOptions fusion;
   fusion.elementwise_fusible = [](const Graph& g, int32_t n) {
-    KernelGroup one;
-    one.nodes = {n};
-    finish_group(g, one);
-    return lower_elementwise(g, one).has_value();
+    return lower_elementwise(g, single_node_group(g, n)).has_value();
   };
   KernelGraph proposed = options.level >= 2 ? fuse_kernels(gr, fusion) : single_node_kernels(gr);
   // Fused groups no backend takes are split back into single nodes, in place.
@@ -476,100 +542,10 @@ Executable compile(Graph g, const CompileOptions& options) {
     }
     log(LogLevel::kInfo, cat("FuseKernels: no backend runs ", k.rule, " at ",
                              gr.nodes()[k.last_node()].where(), "; kept unfused"));
-    KernelGraph singles;
-    for (int32_t n : k.nodes) {
-      KernelGroup one;
-      one.nodes = {n};
-      finish_group(gr, one);
-      one.outputs.clear();
-      for (ValueId o : gr.nodes()[n].outputs)
-        if (o != kNoValue) one.outputs.push_back(o);
-      kg.kernels.push_back(std::move(one));
-    }
+    for (int32_t n : k.nodes) kg.kernels.push_back(single_node_group(gr, n));
   }
-  // Level 2: a view (Reshape, Flatten, ...) whose input is the one output of the kernel before
-  // it, read by nothing else, joins that kernel: it only relabels the kernel's output.
-  std::vector<std::vector<int32_t>> trailing(kg.kernels.size()), leading;
-  if (options.level >= 2) {
-    const std::vector<int> uses = gr.use_counts();
-    std::unordered_map<ValueId, size_t> made_by;  // single-output kernels by their output
-    std::vector<char> absorbed(kg.kernels.size(), 0);
-    for (size_t s = 0; s < kg.kernels.size(); ++s) {
-      KernelGroup& k = kg.kernels[s];
-      const Node& n = gr.nodes()[k.nodes[0]];
-      if (k.nodes.size() == 1 && n.def && n.def->is_view() && n.outputs.size() == 1 &&
-          !n.inputs.empty() && n.inputs[0] != kNoValue && uses[n.inputs[0]] == 1 &&
-          !gr.is_output(n.inputs[0]) && made_by.count(n.inputs[0])) {
-        const size_t into = made_by[n.inputs[0]];
-        KernelGroup& host = kg.kernels[into];
-        host.nodes.push_back(k.nodes[0]);
-        trailing[into].push_back(k.nodes[0]);
-        finish_group(gr, host);
-        absorbed[s] = 1;
-        made_by.erase(n.inputs[0]);
-        made_by[n.outputs[0]] = into;
-        continue;
-      }
-      if (k.outputs.size() == 1) made_by[k.outputs[0]] = s;
-    }
-    // Hosts now run where their last view was; order by last node again.
-    KernelGraph merged;
-    std::vector<size_t> order;
-    for (size_t s = 0; s < kg.kernels.size(); ++s)
-      if (!absorbed[s]) order.push_back(s);
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return kg.kernels[a].last_node() < kg.kernels[b].last_node();
-    });
-    std::vector<std::vector<int32_t>> trailing_sorted;
-    for (size_t s : order) {
-      merged.kernels.push_back(std::move(kg.kernels[s]));
-      trailing_sorted.push_back(std::move(trailing[s]));
-    }
-    kg = std::move(merged);
-    trailing = std::move(trailing_sorted);
-    leading.resize(kg.kernels.size());
-    // A view the kernel before it could not take (a graph input's, or a value others read too)
-    // joins the one kernel that reads it, as a leading view. Last first, so chains of views end
-    // up in the kernel at their end.
-    std::vector<size_t> group_of(gr.nodes().size());
-    for (size_t s = 0; s < kg.kernels.size(); ++s)
-      for (int32_t n : kg.kernels[s].nodes) group_of[n] = s;
-    std::vector<char> gone(kg.kernels.size(), 0);
-    for (size_t s = kg.kernels.size(); s-- > 0;) {
-      const KernelGroup& k = kg.kernels[s];
-      const Node& n = gr.nodes()[k.nodes[0]];
-      if (k.nodes.size() != 1 || !trailing[s].empty() || !n.def || !n.def->is_view() ||
-          n.outputs.size() != 1 || n.outputs[0] == kNoValue || uses[n.outputs[0]] != 1 ||
-          gr.is_output(n.outputs[0]))
-        continue;
-      size_t reader = 0;
-      for (size_t i = static_cast<size_t>(k.nodes[0]) + 1; i < gr.nodes().size(); ++i)
-        for (ValueId v : gr.nodes()[i].inputs)
-          if (v == n.outputs[0]) reader = i;
-      const size_t into = group_of[reader];
-      if (into == s) continue;
-      KernelGroup& host = kg.kernels[into];
-      host.nodes.push_back(k.nodes[0]);
-      std::sort(host.nodes.begin(), host.nodes.end());
-      leading[into].push_back(k.nodes[0]);
-      finish_group(gr, host);
-      group_of[k.nodes[0]] = into;
-      gone[s] = 1;
-    }
-    KernelGraph kept;
-    std::vector<std::vector<int32_t>> trailing_kept, leading_kept;
-    for (size_t s = 0; s < kg.kernels.size(); ++s) {
-      if (gone[s]) continue;
-      std::sort(leading[s].begin(), leading[s].end());
-      kept.kernels.push_back(std::move(kg.kernels[s]));
-      trailing_kept.push_back(std::move(trailing[s]));
-      leading_kept.push_back(std::move(leading[s]));
-    }
-    kg = std::move(kept);
-    trailing = std::move(trailing_kept);
-    leading = std::move(leading_kept);
-  }
-  if (leading.size() != kg.kernels.size()) leading.assign(kg.kernels.size(), {});
+  std::vector<std::vector<int32_t>> trailing(kg.kernels.size()), leading(kg.kernels.size());
+  if (options.level >= 2) absorb_views(gr, kg, trailing, leading);
 
   plan->step_of_node.assign(gr.nodes().size(), 0);
   for (size_t s = 0; s < kg.kernels.size(); ++s) {
@@ -583,7 +559,7 @@ Executable compile(Graph g, const CompileOptions& options) {
     step.core.rule = k.rule;
     step.core.anchor = k.anchor;
     finish_group(gr, step.core);
-    if (step.core.nodes.size() == 1) step.core = single_group(gr, step.core.nodes[0]);
+    if (step.core.nodes.size() == 1) step.core = single_node_group(gr, step.core.nodes[0]);
     step.core.rule = k.rule;
     const Backend* b = backend_for(gr, step.core);
     if (!b) throw UnsupportedError(cat(gr.nodes()[k.nodes[0]].where(), ": no kernel for this op"));

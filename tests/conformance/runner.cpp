@@ -1,7 +1,7 @@
 // pto_conformance: runs ONNX backend node tests (written by write_cases.py) through the importer
 // and the reference interpreter and compares with the expected outputs the onnx package ships.
 // Each passing test is also exported, re-imported and rerun: the outputs must be bit-identical;
-// and compiled at level 0 and run by the Executable, whose CPU kernels must meet the same
+// and compiled at levels 0, 2 and 3 and run by the Executable, whose kernels must meet the same
 // tolerance (a test whose nodes all fall back to the reference kernels is counted apart).
 //
 //   pto_conformance CASES_DIR [--filter SUBSTR]... [--floor N] [--json FILE]
@@ -129,19 +129,24 @@ std::string round_trip(const pto::Graph& g, const std::vector<std::vector<Tensor
 }
 
 // The Executable (CPU kernels where the backend has them) on every data set, against the
-// expected outputs. "" when it holds.
+// expected outputs: at level 0 (op by op), and at levels 2 and 3, where the graph passes, fusion
+// and the memory plan change what runs. "" when every level holds.
 std::string run_backend(const fs::path& dir, const pto::Graph& g,
                         const std::vector<std::vector<Tensor>>& inputs, double rtol, double atol,
                         int& cpu_nodes) {
-  pto::Executable exe = pto::compile(g, {.level = 0});
-  for (size_t i = 0; i < g.nodes().size(); ++i) cpu_nodes += exe.node_backend(i) == "cpu";
-  for (size_t n = 0; n < inputs.size(); ++n) {
-    std::vector<Tensor> got = exe.run(inputs[n]);
-    std::vector<Tensor> want = load_set(dir / pto::cat("test_data_set_", n), "output");
-    if (got.size() != want.size()) return pto::cat(got.size(), " outputs");
-    for (size_t k = 0; k < want.size(); ++k) {
-      std::string diff = compare(got[k], want[k], rtol, atol);
-      if (!diff.empty()) return pto::cat("data set ", n, " output ", k, ": ", diff);
+  for (int level : {0, 2, 3}) {
+    pto::Executable exe = pto::compile(g, {.level = level});
+    if (level == 0)
+      for (size_t i = 0; i < g.nodes().size(); ++i) cpu_nodes += exe.node_backend(i) == "cpu";
+    for (size_t n = 0; n < inputs.size(); ++n) {
+      std::vector<Tensor> got = exe.run(inputs[n]);
+      std::vector<Tensor> want = load_set(dir / pto::cat("test_data_set_", n), "output");
+      if (got.size() != want.size()) return pto::cat("level ", level, ": ", got.size(), " outputs");
+      for (size_t k = 0; k < want.size(); ++k) {
+        std::string diff = compare(got[k], want[k], rtol, atol);
+        if (!diff.empty())
+          return pto::cat("level ", level, " data set ", n, " output ", k, ": ", diff);
+      }
     }
   }
   return "";

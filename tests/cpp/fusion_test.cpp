@@ -11,17 +11,12 @@
 
 #include "pto/executable.h"
 #include "pto/reference.h"
+#include "random_tensor.h"
 
 namespace pto {
 namespace {
 
-Tensor random_tensor(Dims shape, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  Tensor t = Tensor::empty(DType::kF32, std::move(shape));
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
-  return t;
-}
+using testing::random_tensor;
 
 ValueId constant(Graph& g, const std::string& name, Dims shape, uint32_t seed) {
   ValueId v = g.add_value(name);
@@ -300,6 +295,34 @@ TEST(Fusion, UnknownDimThatBroadcastsRunsUnfused) {
     infer_types(typed);
     expect_near(exe.run(in)[0], reference::run(typed, in)[0], 1e-5, cat(mx, " x ", mr));
   }
+}
+
+}  // namespace
+}  // namespace pto
+
+namespace pto {
+namespace {
+
+// Group A = {Mul, Sqrt, Reciprocal} over [3, 1] spans group B = {Div, Relu} over [3, 4], which
+// reads Sqrt's output: A must run first although its last node comes after B's (kernels are
+// ordered by their dependencies, not by their last nodes). The conformance run found this on
+// the expanded LayerNormalization tests.
+TEST(Fusion, AGroupSpanningItsReaderRunsFirst) {
+  Graph g;
+  ValueId p = g.add_input("p", {DType::kF32, to_shape({3, 1})});
+  ValueId x = g.add_input("x", {DType::kF32, to_shape({3, 4})});
+  ValueId a = g.add_value("a"), s = g.add_value("s"), y = g.add_value("y"), r = g.add_value("r"),
+          z = g.add_value("z");
+  g.add_node("Mul", {p, p}, {a}, {}, "square");
+  g.add_node("Sqrt", {a}, {s}, {}, "sqrt");
+  g.add_node("Div", {x, s}, {y}, {}, "div");
+  g.add_node("Relu", {y}, {r}, {}, "relu");
+  g.add_node("Reciprocal", {s}, {z}, {}, "reciprocal");
+  g.add_output(r);
+  g.add_output(z);
+  Executable exe = check_against_reference(
+      g, {random_tensor({3, 1}, 100), random_tensor({3, 4}, 101)}, 2);
+  EXPECT_EQ(exe.num_steps(), 2u);
 }
 
 }  // namespace

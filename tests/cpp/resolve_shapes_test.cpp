@@ -7,17 +7,12 @@
 
 #include "pto/passes.h"
 #include "pto/reference.h"
+#include "random_tensor.h"
 
 namespace pto {
 namespace {
 
-Tensor random_tensor(Dims shape, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  Tensor t = Tensor::empty(DType::kF32, std::move(shape));
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
-  return t;
-}
+using testing::random_tensor;
 
 const Tensor& target_of(const Graph& g, const std::string& op) {
   for (const Node& n : g.nodes())
@@ -38,7 +33,8 @@ std::vector<int64_t> ints(const Tensor& t) {
 }
 
 // x: [batch, 6, 4] -> Reshape(x, Concat(Shape(x)[0:1], [3, 8])) and a head split as BERT's
-// exporters write it: Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), Gather(Shape(x), 1), [2, 2])).
+// exporters write it: Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), Gather(Shape(x), 1), [2,
+// 2])).
 Graph symbolic_graph() {
   Graph g;
   ValueId x = g.add_input("x", {DType::kF32, Shape{Dim::sym("batch"), 6, 4}});
@@ -52,11 +48,14 @@ Graph symbolic_graph() {
   g.add_node("Shape", {x}, {s}, {}, "shape");
   Attributes slice;
   g.add_node("Slice", {s, constant("st", {0}, {1}), constant("en", {1}, {1})}, {b}, {}, "slice");
-  g.add_node("Concat", {b, constant("rest", {3, 8}, {2})}, {t1}, [] {
-    Attributes a;
-    a.set("axis", int64_t{0});
-    return a;
-  }(), "concat");
+  g.add_node(
+      "Concat", {b, constant("rest", {3, 8}, {2})}, {t1},
+      [] {
+        Attributes a;
+        a.set("axis", int64_t{0});
+        return a;
+      }(),
+      "concat");
   g.add_node("Reshape", {x, t1}, {y}, {}, "reshape");
   // Expand x to its own shape: the batch it already has becomes 1. (A [1, 6, 4] constant expanded
   // to [batch, 6, 4] has no constant target: that stays computed.)
@@ -159,36 +158,44 @@ void expect_same_outputs(const Graph& a, const Graph& b, const std::vector<Tenso
   }
 }
 
-// Reshape(x, [-1, K]) -> Gemm(W, C, transB) -> Reshape([-1, 5, N]): MatMul on x, then Add C.
+// Reshape(x, [-1, K]) -> Gemm(W, C) -> Reshape([-1, 5, N]): MatMul on x, then Add C. With transB
+// the Gemm stays (MatMul would need a transposed copy of W).
 TEST(PassUnflattenMatMul, LinearOnThreeDimensions) {
-  for (bool with_c : {true, false}) {
-    Graph g;
-    ValueId x = g.add_input("x", {DType::kF32, Shape{Dim::sym("batch"), 5, 4}});
-    ValueId w = g.add_value("w"), c = g.add_value("c"), t1 = g.add_value("t1"),
-            t2 = g.add_value("t2");
-    g.set_initializer(w, random_tensor({3, 4}, 90));
-    g.set_initializer(c, random_tensor({3}, 91));
-    g.set_initializer(t1, Tensor::from_vector<int64_t>({-1, 4}, {2}));
-    g.set_initializer(t2, Tensor::from_vector<int64_t>({-1, 5, 3}, {3}));
-    ValueId f = g.add_value("f"), p = g.add_value("p"), y = g.add_value("y");
-    g.add_node("Reshape", {x, t1}, {f}, {}, "flat");
-    Attributes a;
-    a.set("transB", int64_t{1});
-    std::vector<ValueId> gemm_in = {f, w};
-    if (with_c) gemm_in.push_back(c);
-    g.add_node("Gemm", gemm_in, {p}, a, "gemm");
-    g.add_node("Reshape", {p, t2}, {y}, {}, "unflat");
-    g.add_output(y);
-    infer_types(g);
-    Graph out = run_passes(g, {.only = {"UnflattenMatMul", "EliminateNoOps", "EliminateDeadCode"}});
-    EXPECT_EQ(ops_of(out), with_c ? (std::vector<std::string>{"MatMul", "Add"})
-                                   : (std::vector<std::string>{"MatMul"}))
-        << print(out);
-    EXPECT_EQ(out.value(out.outputs()[0]).type.str(), "f32[batch, 5, 3]");
-    EXPECT_EQ(out.value(out.outputs()[0]).name, "y");
-    for (int64_t batch : {1, 3})
-      expect_same_outputs(g, out, {random_tensor({batch, 5, 4}, 92 + static_cast<uint32_t>(batch))});
-  }
+  for (bool trans_b : {false, true})
+    for (bool with_c : {true, false}) {
+      Graph g;
+      ValueId x = g.add_input("x", {DType::kF32, Shape{Dim::sym("batch"), 5, 4}});
+      ValueId w = g.add_value("w"), c = g.add_value("c"), t1 = g.add_value("t1"),
+              t2 = g.add_value("t2");
+      g.set_initializer(w, random_tensor(trans_b ? Dims{3, 4} : Dims{4, 3}, 90));
+      g.set_initializer(c, random_tensor({3}, 91));
+      g.set_initializer(t1, Tensor::from_vector<int64_t>({-1, 4}, {2}));
+      g.set_initializer(t2, Tensor::from_vector<int64_t>({-1, 5, 3}, {3}));
+      ValueId f = g.add_value("f"), p = g.add_value("p"), y = g.add_value("y");
+      g.add_node("Reshape", {x, t1}, {f}, {}, "flat");
+      Attributes a;
+      a.set("transB", int64_t{trans_b});
+      std::vector<ValueId> gemm_in = {f, w};
+      if (with_c) gemm_in.push_back(c);
+      g.add_node("Gemm", gemm_in, {p}, a, "gemm");
+      g.add_node("Reshape", {p, t2}, {y}, {}, "unflat");
+      g.add_output(y);
+      infer_types(g);
+      Graph out =
+          run_passes(g, {.only = {"UnflattenMatMul", "EliminateNoOps", "EliminateDeadCode"}});
+      if (trans_b) {
+        EXPECT_EQ(ops_of(out), (std::vector<std::string>{"Reshape", "Gemm", "Reshape"}));
+      } else {
+        EXPECT_EQ(ops_of(out), with_c ? (std::vector<std::string>{"MatMul", "Add"})
+                                      : (std::vector<std::string>{"MatMul"}))
+            << print(out);
+        EXPECT_EQ(out.value(out.outputs()[0]).type.str(), "f32[batch, 5, 3]");
+      }
+      EXPECT_EQ(out.value(out.outputs()[0]).name, "y");
+      for (int64_t batch : {1, 3})
+        expect_same_outputs(g, out,
+                            {random_tensor({batch, 5, 4}, 92 + static_cast<uint32_t>(batch))});
+    }
 }
 
 TEST(PassUnflattenMatMul, ADifferentUnflattenStays) {
