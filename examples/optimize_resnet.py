@@ -3,9 +3,9 @@
 Compiles the model once from a batch-1 example; the batch is symbolic, so batch 1 and batch 4
 then run through the same compiled module. Prints the largest difference from PyTorch eager
 (relative to the largest logit) and the time of each, measured in this process on this machine.
-PyPTO runs the graph op by op on its CPU kernels (AVX-512, AVX2 or generic, chosen from the CPU),
-on the same number of threads as eager (pypto.set_num_threads and torch.set_num_threads), so the
-two do the same work.
+PyPTO compiles it at level 2 (BatchNorm folded, Conv+ReLU and residual adds fused, memory
+planned) and runs the kernels on its CPU backend (AVX-512, AVX2 or generic, chosen from the CPU),
+on the same number of threads as eager (pypto.set_num_threads and torch.set_num_threads).
 
 Run from the root of a clone, after building the extension (see docs/python.md):
 

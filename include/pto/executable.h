@@ -46,6 +46,8 @@ struct ExecutableStats {
   size_t live_peak_bytes = 0;       // the most intermediate bytes live at once (lower bound)
   size_t unplanned_values = 0;      // intermediates the plan left to the pool
   bool memory_planned = false;      // false before the first run of a graph with symbolic dims
+  size_t weight_bytes = 0;          // the graph's constants (initializers)
+  size_t packed_weight_bytes = 0;   // kernels' compile-time copies of them (packed GEMM panels)
 };
 
 class Executable {

@@ -130,6 +130,8 @@ void bind_runtime(nb::module_& m) {
             d["live_peak_bytes"] = s.live_peak_bytes;
             d["unplanned_values"] = s.unplanned_values;
             d["memory_planned"] = s.memory_planned;
+            d["weight_bytes"] = s.weight_bytes;
+            d["packed_weight_bytes"] = s.packed_weight_bytes;
             return d;
           },
           nb::arg("input_shapes") = nb::none(),

@@ -2,7 +2,9 @@
 //
 // Two rules, in this order, each claiming only nodes no earlier group took:
 //  1. epilogue: a Conv, Gemm or MatMul takes the bias add, residual add and activation that
-//     follow it along single-use values (fusion/epilogue_chain.h);
+//     follow it along single-use values (fusion/epilogue_chain.h); a MatMul or Gemm may instead
+//     take the whole elementwise group that grows from its output, run as a tile-program
+//     epilogue, when that takes more nodes;
 //  2. elementwise: starting from the first unclaimed fusible elementwise node, the group grows
 //     forward by the readers of its values that are fusible, have the group's output shape, and
 //     keep the group convex (no path leaves the group and comes back into it).
@@ -10,6 +12,7 @@
 // earliest last node first.
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "fusion/epilogue_chain.h"
 #include "pto/kernel_graph.h"
@@ -85,6 +88,38 @@ std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
   return members;
 }
 
+// A MatMul or Gemm with the elementwise group that grows from its output's one reader, when that
+// group has one output of the product's shape and the product is read nowhere else: the chain
+// becomes the GEMM's epilogue (a tile program).
+std::optional<KernelGroup> tile_epilogue(const Graph& g, int32_t anchor,
+                                         const std::vector<int>& uses,
+                                         const std::vector<int32_t>& owner,
+                                         const FusionOptions& options) {
+  const Node& a = g.nodes()[anchor];
+  if (!options.epilogue_fusible || !options.elementwise_fusible ||
+      (a.op != "MatMul" && a.op != "Gemm") || a.outputs.size() != 1)
+    return std::nullopt;
+  const ValueId product = a.outputs[0];
+  const TensorType& t = g.value(product).type;
+  if (!t.shape || t.shape->size() < 2 || uses[product] != 1 || g.is_output(product))
+    return std::nullopt;
+  int32_t reader = -1;
+  for (size_t i = static_cast<size_t>(anchor) + 1; i < g.nodes().size() && reader < 0; ++i)
+    for (ValueId v : g.nodes()[i].inputs)
+      if (v == product) reader = static_cast<int32_t>(i);
+  if (reader < 0 || owner[reader] >= 0 || !options.elementwise_fusible(g, reader) ||
+      !same_output_shape(g, g.nodes()[reader], *t.shape))
+    return std::nullopt;
+  KernelGroup k;
+  k.nodes = grow_elementwise(g, reader, owner, options);
+  k.nodes.insert(k.nodes.begin(), anchor);
+  k.anchor = anchor;
+  k.rule = a.op + "+Elementwise";
+  finish_group(g, k);
+  if (k.outputs.size() != 1 || !options.epilogue_fusible(g, k)) return std::nullopt;
+  return k;
+}
+
 }  // namespace
 
 KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options) {
@@ -97,7 +132,16 @@ KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options) {
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (owner[i] >= 0) continue;
     auto chain = fusion::match_epilogue(g, static_cast<int32_t>(i), uses);
-    if (!chain) continue;
+    std::optional<KernelGroup> tile =
+        tile_epilogue(g, static_cast<int32_t>(i), uses, owner, options);
+    if (!chain && !tile) continue;
+    // The bias/residual/activation epilogue is the faster one; the general one when it takes more.
+    if (tile && (!chain || tile->nodes.size() > chain->nodes.size())) {
+      for (int32_t n : tile->nodes) owner[n] = static_cast<int32_t>(groups.size());
+      ++fired[tile->rule];
+      groups.push_back(std::move(*tile));
+      continue;
+    }
     bool free = true;
     for (int32_t n : chain->nodes) free = free && owner[n] < 0;
     if (!free) continue;

@@ -321,7 +321,11 @@ ExecutableStats stats_of(const Executable::Plan& p, const Graph& g, const Memory
   s.nodes_in = p.nodes_in;
   s.nodes = g.nodes().size();
   s.kernels = p.steps.size();
-  for (const auto& step : p.steps) s.fused_kernels += step.info.nodes.size() > 1;
+  for (const auto& step : p.steps) {
+    s.fused_kernels += step.info.nodes.size() > 1;
+    s.packed_weight_bytes += step.kernel->prepared_bytes();
+  }
+  for (const auto& [v, t] : g.initializers()) s.weight_bytes += t.nbytes();
   if (mp) {
     s.memory_planned = p.plan_memory;
     s.peak_bytes = p.plan_memory ? mp->arena_bytes : mp->unplanned_bytes;
@@ -531,6 +535,10 @@ Executable compile(Graph g, const CompileOptions& options) {
   FusionOptions fusion;
   fusion.elementwise_fusible = [](const Graph& g, int32_t n) {
     return lower_elementwise(g, single_node_group(g, n)).has_value();
+  };
+  // A GEMM may take an elementwise chain as its epilogue when a backend runs that group.
+  fusion.epilogue_fusible = [](const Graph& g, const KernelGroup& k) {
+    return backend_for(g, k) != nullptr;
   };
   KernelGraph proposed = options.level >= 2 ? fuse_kernels(gr, fusion) : single_node_kernels(gr);
   // Fused groups no backend takes are split back into single nodes, in place.

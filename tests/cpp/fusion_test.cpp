@@ -320,9 +320,50 @@ TEST(Fusion, AGroupSpanningItsReaderRunsFirst) {
   g.add_node("Reciprocal", {s}, {z}, {}, "reciprocal");
   g.add_output(r);
   g.add_output(z);
-  Executable exe = check_against_reference(
-      g, {random_tensor({3, 1}, 100), random_tensor({3, 4}, 101)}, 2);
+  Executable exe =
+      check_against_reference(g, {random_tensor({3, 1}, 100), random_tensor({3, 4}, 101)}, 2);
   EXPECT_EQ(exe.num_steps(), 2u);
+}
+
+}  // namespace
+}  // namespace pto
+
+namespace pto {
+namespace {
+
+// MatMul + bias + a chain the bias/residual/activation epilogue cannot express: the chain runs
+// as a tile program on each C block (per-column, scalar, per-row and full operands). An operand
+// the GEMM cannot index ([5, 8], broadcast over the batch) makes the kernel decline: same numbers.
+TEST(Fusion, MatMulWithAnElementwiseChainAsTileEpilogue) {
+  for (bool broadcast_operand : {false, true}) {
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kF32, to_shape({2, 5, 16})});
+    ValueId r = g.add_input("r", {DType::kF32, to_shape({2, 5, 8})});
+    ValueId p = g.add_input("p", {DType::kF32, to_shape({2, 5, 1})});
+    ValueId q =
+        g.add_input("q", {DType::kF32, broadcast_operand ? to_shape({5, 8}) : to_shape({1, 8})});
+    ValueId w = constant(g, "w", {16, 8}, 110);
+    ValueId b = constant(g, "b", {8}, 111);
+    ValueId half = g.add_value("half");
+    g.set_initializer(half, Tensor::scalar(0.5f));
+    ValueId m = g.add_value("m"), mb = g.add_value("mb"), h = g.add_value("h"),
+            d = g.add_value("d"), e = g.add_value("e"), f = g.add_value("f"), y = g.add_value("y");
+    g.add_node("MatMul", {x, w}, {m}, {}, "mm");
+    g.add_node("Add", {m, b}, {mb}, {}, "bias");
+    g.add_node("Mul", {mb, half}, {h}, {}, "half");
+    g.add_node("Sub", {h, r}, {d}, {}, "minus_full");
+    g.add_node("Add", {d, p}, {e}, {}, "plus_row");
+    g.add_node("Mul", {e, q}, {f}, {}, "times_q");
+    g.add_node("Abs", {f}, {y}, {}, "abs");
+    g.add_output(y);
+    std::vector<Tensor> in = {random_tensor({2, 5, 16}, 112), random_tensor({2, 5, 8}, 113),
+                              random_tensor({2, 5, 1}, 114),
+                              random_tensor(broadcast_operand ? Dims{5, 8} : Dims{1, 8}, 115)};
+    Executable exe = check_against_reference(g, in, 2);
+    ASSERT_EQ(exe.num_steps(), 1u) << broadcast_operand;
+    EXPECT_EQ(exe.step(0).rule, "MatMul+Elementwise");
+    EXPECT_NE(exe.describe_step(0).find("in0"), std::string::npos);  // the program is printable
+  }
 }
 
 }  // namespace

@@ -117,3 +117,15 @@ def test_onnx_model_stats(tmp_path):
     np.testing.assert_allclose(exe(x.numpy()), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
     s = exe.stats(x.shape)
     assert s["kernels"] < s["nodes_in"] and s["memory_planned"]
+
+
+def test_stats_count_weights_and_packed_copies():
+    model = conv_net()
+    x = torch.randn(1, 3, 16, 16)
+    s = pypto.optimize(model, example_inputs=(x,), level=2).stats()
+    params = sum(p.numel() * 4 for p in model.parameters())
+    # Folded BatchNorm adds conv biases and drops BN parameters: within the parameter count.
+    assert 0 < s["weight_bytes"] <= params + 4096  # plus a few scalar and shape constants
+    # The three convolutions and the Linear are packed; panels round up, never below the data.
+    conv_fc = sum(m.weight.numel() * 4 for m in (model.c1, model.c2, model.c3, model.fc))
+    assert s["packed_weight_bytes"] >= conv_fc

@@ -4,7 +4,8 @@
 //                        its prepare() runs here, once (weights packed into GEMM panels);
 //   Conv/Gemm/MatMul     the anchor's kernel with a FusedEpilogue: bias, residual and activation
 //   + epilogue           applied to each output tile while it is in L1 (fusion/epilogue_chain.h);
-//   Elementwise group    one tile program (src/tile) run by TileKernel over cache-sized tiles.
+//   Elementwise group    one tile program (src/tile) run by TileKernel over cache-sized tiles;
+//   MatMul + Elementwise the chain as a tile program the GEMM runs on each C block in L1.
 #include <algorithm>
 #include <limits>
 
@@ -63,6 +64,15 @@ class NodeKernel : public CompiledKernel {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
     KernelContext ctx{{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()}, &state_};
     return outputs_of(ctx);
+  }
+
+  // Weights packed at compile time: GEMM panels of B (MatMul, Gemm) or of A per group (Conv).
+  size_t prepared_bytes() const override {
+    if (const auto* b = std::any_cast<PackedB>(&state_)) return b->bytes();
+    size_t n = 0;
+    if (const auto* a = std::any_cast<std::vector<PackedA>>(&state_))
+      for (const PackedA& p : *a) n += p.bytes();
+    return n;
   }
 
  protected:
@@ -136,6 +146,51 @@ class EpilogueKernel : public NodeKernel {
   int residual_slot_ = -1;
   std::vector<View> views_;
 };
+
+// A MatMul or Gemm followed by any elementwise chain: the chain as a tile program the GEMM runs on
+// each C block while it is in L1 (Epilogue::tile).
+class TileEpilogueKernel : public NodeKernel {
+ public:
+  TileEpilogueKernel(const Graph& g, const KernelGroup& group, int32_t anchor, const Kernel* k,
+                     TileProgram program)
+      : NodeKernel(g, group, anchor, k), tile_(std::move(program)) {
+    const auto& ins = tile_.program().inputs;
+    for (size_t i = 1; i < ins.size(); ++i) {
+      auto it = std::find(group.inputs.begin(), group.inputs.end(), ins[i].value);
+      PTO_CHECK(it != group.inputs.end()) << "tile operand '" << ins[i].name << "' is not an input";
+      operand_slots_.push_back(static_cast<int>(it - group.inputs.begin()));
+    }
+  }
+
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
+    FusedEpilogue ep;
+    ep.tile = &tile_;
+    for (int s : operand_slots_) ep.tile_inputs.push_back(inputs[s]);
+    KernelContext ctx{{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()}, &state_};
+    ctx.epilogue = &ep;
+    return outputs_of(ctx);
+  }
+
+  std::string describe() const override { return tile_.program().str(); }
+
+ private:
+  TileKernel tile_;
+  std::vector<int> operand_slots_;  // per program input k >= 1: its group input
+};
+
+// Whether `group` is a MatMul (one B for every batch item) or a Gemm without C followed by an
+// elementwise chain the tile ISA lowers as an epilogue; the program when it is.
+std::optional<TileProgram> tile_epilogue_of(const Graph& g, const KernelGroup& group) {
+  if (group.anchor < 0 || group.rule.find("+Elementwise") == std::string::npos) return std::nullopt;
+  const Node& a = g.nodes()[group.anchor];
+  const bool matmul = a.op == "MatMul", gemm = a.op == "Gemm";
+  if (!matmul && !gemm) return std::nullopt;
+  if (gemm && a.inputs.size() > 2 && a.inputs[2] != kNoValue) return std::nullopt;
+  const TensorType& b = g.value(a.inputs[1]).type;
+  if (matmul && (!b.shape || b.shape->size() > 2)) return std::nullopt;
+  if (!accepted(g, a)) return std::nullopt;
+  return lower_epilogue(g, group, a.outputs[0]);
+}
 
 // A fused elementwise (and row-reduction) group: its tile program on the tile executor.
 class ElementwiseKernel : public CompiledKernel {
@@ -266,6 +321,8 @@ class CpuBackend : public Backend {
   bool supports(const Graph& g, const KernelGroup& group) const override {
     if (group.nodes.size() == 1) return accepted(g, g.nodes()[group.nodes[0]]) != nullptr;
     if (group.rule == "Elementwise") return lower_elementwise(g, group).has_value();
+    if (group.rule.find("+Elementwise") != std::string::npos)
+      return tile_epilogue_of(g, group).has_value();
     auto chain = fusion::epilogue_of_group(g, group.nodes);
     Activation act;
     return chain && activation_from(chain->activation, act) &&
@@ -282,6 +339,9 @@ class CpuBackend : public Backend {
       PTO_CHECK(program) << "cpu: elementwise group does not lower: " << why;
       return std::make_unique<ElementwiseKernel>(g, group, std::move(*program));
     }
+    if (auto program = tile_epilogue_of(g, group))
+      return std::make_unique<TileEpilogueKernel>(
+          g, group, group.anchor, accepted(g, g.nodes()[group.anchor]), std::move(*program));
     auto chain = fusion::epilogue_of_group(g, group.nodes);
     PTO_CHECK(chain) << "cpu: compile of an unsupported group";
     return std::make_unique<EpilogueKernel>(g, group, *chain,

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/tile_kernel.h"
 #include "pto/backend.h"
 #include "pto/graph.h"
 #include "pto/reference.h"
@@ -42,6 +43,11 @@ struct FusedEpilogue {
   Tensor residual;  // the output's shape; undefined when none
   Activation act = Activation::kNone;
   float lo = 0.0f, hi = 0.0f;
+  // Or a general elementwise chain as a tile program (MatMul/Gemm only; then the fields above are
+  // unused): program input k >= 1 is tile_inputs[k - 1]; the GEMM kernel fills tile_operands.
+  const TileKernel* tile = nullptr;
+  std::vector<Tensor> tile_inputs;
+  mutable std::vector<EpilogueOperand> tile_operands;
 };
 
 struct KernelContext : reference::KernelContext {

@@ -298,6 +298,7 @@ float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width) {
   const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
   float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
   PTO_CHECK(p != nullptr) << "sgemm: out of memory for " << bytes << " bytes of packed panels";
+  bytes_ = bytes;
   data_ = std::shared_ptr<float[]>(p, std::free);
   return p;
 }

@@ -81,11 +81,13 @@ class PackedPanels {
   int64_t k() const { return k_; }
   const float* data() const { return data_.get(); }
   int isa() const { return isa_; }
+  size_t bytes() const { return bytes_; }  // what the panels hold in memory
 
  protected:
   // Storage for `len` rows (A) or columns (B) of K in panels of `width`, for the active ISA.
   float* allocate(int64_t len, int64_t k, int64_t width);
   int64_t k_ = 0, len_ = 0;  // len_: rows of A or columns of B
+  size_t bytes_ = 0;
   int isa_ = 0;              // the cpu::Isa it was packed for
   std::shared_ptr<float[]> data_;
 };

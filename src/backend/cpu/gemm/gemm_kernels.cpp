@@ -2,6 +2,7 @@
 // broadcast) and Gemm (transA, transB, alpha, beta, C broadcast to M x N), on sgemm. float32 only;
 // other dtypes are declined and run on the reference interpreter. A constant B (a weight) is
 // packed once at compile time (prepare) and every run uses sgemm_packed.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,30 @@ void run_sgemm(const KernelContext& c, const GemmArgs& g) {
 // A fused group's epilogue on an M x N product Y: bias per column, residual with Y's shape (its
 // rows contiguous, N apart), then the activation. Gemm's own C already set bias or residual; the
 // fusion rules never add a second one.
+// How a tile-epilogue operand is read from the product's rows of N (EpilogueOperand): a scalar,
+// a row of N, a value per row, or a tensor of the product's shape.
+EpilogueOperand operand_of(const Tensor& t, const Tensor& Y, int64_t N, const std::string& where) {
+  const float* p = t.data<float>();
+  const int64_t rows = N ? Y.numel() / N : 0;
+  if (t.numel() == 1) return {p, 0, 0};
+  if (t.rank() >= 1 && t.dim(-1) == N && t.numel() == N) return {p, 0, 1};
+  if (t.shape() == Y.shape()) return {p, N, 1};
+  if (t.rank() == Y.rank() && t.dim(-1) == 1 && t.numel() == rows &&
+      std::equal(t.shape().begin(), t.shape().end() - 1, Y.shape().begin()))
+    return {p, 1, 0};
+  throw KernelDeclined(cat(where, ": epilogue operand ", t.str(), " is not a scalar, a row, a ",
+                           "column or the shape of ", Y.str()));
+}
+
 void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::string& where,
                  Epilogue& ep) {
+  if (f.tile) {
+    f.tile_operands.clear();
+    for (const Tensor& t : f.tile_inputs) f.tile_operands.push_back(operand_of(t, Y, N, where));
+    ep.tile = f.tile;
+    ep.tile_operands = f.tile_operands.data();
+    return;
+  }
   if (f.bias.defined()) {
     ep.bias = f.bias.data<float>();
     ep.bias_kind = Epilogue::Bias::kPerCol;
@@ -51,7 +74,7 @@ void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::
     // rows of N in the same order.
     if (f.residual.numel() != Y.numel() || f.residual.rank() == 0 || f.residual.dim(-1) != N)
       throw KernelDeclined(cat(where, ": fused residual ", f.residual.str(),
-                           " does not match the output ", Y.str()));
+                               " does not match the output ", Y.str()));
     ep.residual = f.residual.data<float>();
     ep.ldr = N;
     ep.residual_scale = 1.0f;
@@ -98,6 +121,8 @@ std::vector<Tensor> matmul(const KernelContext& c) {
   int64_t a_items = 1, b_items = 1;
   for (int64_t d : ab) a_items *= d;
   for (int64_t d : bb) b_items *= d;
+  if (c.epilogue && c.epilogue->tile && b_items != 1)  // operands index the folded rows
+    throw KernelDeclined(cat(w, ": a tile epilogue needs one B for every batch item"));
   if (b_items == 1) {  // one B for every batch: fold A's batch into M (rows are contiguous)
     g.m = M * items;
     run_sgemm(c, g);
@@ -184,6 +209,8 @@ std::vector<Tensor> gemm(const KernelContext& c) {
                                   : Epilogue::Bias::kPerRow;
     }
   }
+  if (c.epilogue && c.epilogue->tile && c.has_input(2))  // the program replaces C's bias
+    throw KernelDeclined(cat(w, ": a tile epilogue after a Gemm with C"));
   if (const FusedEpilogue* f = c.epilogue) apply_fused(*f, Y, N, w, g.epilogue);
   run_sgemm(c, g);
   return {Y};
