@@ -305,19 +305,22 @@ template <int S>
 inline VecI shift_right_arith(VecI a) {
   return {_mm256_srai_epi32(a.v, S)};
 }
-inline __m128 fold(__m256 a, __m128 (*op)(__m128, __m128)) {
+// The op is a lambda, not an intrinsic's address: intrinsics are always-inline functions with no
+// out-of-line copy, so taking their address fails to link where the call is not inlined (-O1).
+template <class Op>
+inline __m128 fold(__m256 a, Op op) {
   __m128 x = op(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   x = op(x, _mm_movehl_ps(x, x));
   return op(x, _mm_shuffle_ps(x, x, 1));
 }
 inline float reduce_add(Vec a) {
-  return _mm_cvtss_f32(fold(a.v, _mm_add_ps));
+  return _mm_cvtss_f32(fold(a.v, [](__m128 x, __m128 y) { return _mm_add_ps(x, y); }));
 }
 inline float reduce_max(Vec a) {
-  return _mm_cvtss_f32(fold(a.v, _mm_max_ps));
+  return _mm_cvtss_f32(fold(a.v, [](__m128 x, __m128 y) { return _mm_max_ps(x, y); }));
 }
 inline float reduce_min(Vec a) {
-  return _mm_cvtss_f32(fold(a.v, _mm_min_ps));
+  return _mm_cvtss_f32(fold(a.v, [](__m128 x, __m128 y) { return _mm_min_ps(x, y); }));
 }
 inline Vec ceil(Vec a) {
   return {_mm256_round_ps(a.v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)};
