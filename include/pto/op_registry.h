@@ -12,6 +12,8 @@
 
 namespace pto {
 
+struct ShapeValue;
+
 enum OpProperty : uint32_t {
   kElementwise = 1u << 0,  // output[i] depends on input[i] only (after broadcasting)
   kBroadcast = 1u << 1,    // inputs broadcast numpy-style
@@ -36,6 +38,9 @@ struct InferContext {
   std::vector<TensorType> inputs;        // DType::kUndefined for a missing optional input
   std::vector<const Tensor*> constants;  // same length as inputs
   std::vector<TensorType> outputs;       // pre-sized to the node's output count
+  // The symbolic contents of small integer inputs (shape arithmetic; pto/shape_value.h), nullptr
+  // where not known; empty when the caller does not propagate them.
+  std::vector<const ShapeValue*> values;
 
   size_t num_inputs() const { return inputs.size(); }
   bool has_input(size_t i) const {

@@ -53,6 +53,13 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& where)
 // equal, or one of them unknown. (A symbol never equals a different symbol or a known size.)
 bool may_equal(const Shape& a, const Shape& b);
 
+// Arithmetic on dims. A symbolic dim may be a product, written in a canonical form: an integer
+// factor first (when not 1), then the symbols in sorted order, "16*batch", "batch*seq", so two
+// equal products are equal Dims. dim_mul is unknown when either side is; dim_div gives the exact
+// quotient when the divisor's symbols all appear in the dividend and its factor divides.
+Dim dim_mul(const Dim& a, const Dim& b);
+std::optional<Dim> dim_div(const Dim& a, const Dim& b);
+
 // Normalizes a possibly negative axis into [0, rank); throws ValueError when out of range.
 int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where);
 

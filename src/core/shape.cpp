@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <sstream>
+#include <string_view>
 
 #include "pto/error.h"
 
@@ -106,6 +107,72 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& where)
     }
   }
   return out;
+}
+
+namespace {
+
+// A dim as factor × symbols; nullopt for an unknown dim.
+struct Monomial {
+  int64_t factor = 1;
+  std::vector<std::string> symbols;  // sorted
+};
+
+std::optional<Monomial> monomial(const Dim& d) {
+  if (d.is_known()) return Monomial{d.value, {}};
+  if (!d.is_symbolic()) return std::nullopt;
+  Monomial m;
+  std::string_view rest = d.symbol;
+  while (!rest.empty()) {
+    size_t star = rest.find('*');
+    std::string_view tok = rest.substr(0, star);
+    rest = star == std::string_view::npos ? std::string_view() : rest.substr(star + 1);
+    const bool digits = !tok.empty() && std::all_of(tok.begin(), tok.end(),
+                                                    [](char ch) { return ch >= '0' && ch <= '9'; });
+    int64_t v = 0;
+    if (digits && tok.size() < 18) {
+      for (char ch : tok) v = v * 10 + (ch - '0');
+      m.factor *= v;
+    } else {
+      m.symbols.emplace_back(tok);
+    }
+  }
+  std::sort(m.symbols.begin(), m.symbols.end());
+  return m;
+}
+
+Dim from_monomial(const Monomial& m) {
+  if (m.symbols.empty() || m.factor == 0) return Dim(m.factor);
+  std::string s = m.factor == 1 ? "" : std::to_string(m.factor);
+  for (const std::string& sym : m.symbols) s += (s.empty() ? "" : "*") + sym;
+  return Dim::sym(std::move(s));
+}
+
+}  // namespace
+
+Dim dim_mul(const Dim& a, const Dim& b) {
+  auto x = monomial(a), y = monomial(b);
+  if (!x || !y)
+    return (x && x->factor == 0 && x->symbols.empty()) ||
+                   (y && y->factor == 0 && y->symbols.empty())
+               ? Dim(0)
+               : Dim::unknown();
+  Monomial m;
+  if (__builtin_mul_overflow(x->factor, y->factor, &m.factor)) return Dim::unknown();
+  std::merge(x->symbols.begin(), x->symbols.end(), y->symbols.begin(), y->symbols.end(),
+             std::back_inserter(m.symbols));
+  return from_monomial(m);
+}
+
+std::optional<Dim> dim_div(const Dim& a, const Dim& b) {
+  auto x = monomial(a), y = monomial(b);
+  if (!x || !y || y->factor <= 0 || x->factor % y->factor != 0) return std::nullopt;
+  Monomial m{x->factor / y->factor, x->symbols};
+  for (const std::string& sym : y->symbols) {
+    auto it = std::find(m.symbols.begin(), m.symbols.end(), sym);
+    if (it == m.symbols.end()) return std::nullopt;
+    m.symbols.erase(it);
+  }
+  return from_monomial(m);
 }
 
 int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where) {

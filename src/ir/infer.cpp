@@ -1,24 +1,33 @@
-// Type inference over a whole graph: each node's OpDef::infer in topological order.
+// Type inference over a whole graph: each node's OpDef::infer in topological order, with the
+// symbolic contents of shape arithmetic (pto/shape_value.h) propagated alongside.
 #include <unordered_map>
 
 #include "pto/op_registry.h"
+#include "pto/shape_value.h"
 
 namespace pto {
 
 void infer_types(Graph& g) {
   // Data known before running: initializers and the outputs of Constant nodes.
   std::unordered_map<ValueId, const Tensor*> known;
-  for (const auto& [v, t] : g.initializers()) known[v] = &t;
+  std::unordered_map<ValueId, ShapeValue> values;
+  auto remember_constant = [&](ValueId v, const Tensor& t) {
+    known[v] = &t;
+    if (auto sv = shape_value_of_constant(t)) values[v] = std::move(*sv);
+  };
+  for (const auto& [v, t] : g.initializers()) remember_constant(v, t);
   for (const Node& n : g.nodes()) {
-    InferContext ctx{n, {}, {}, {}};
+    InferContext ctx{n, {}, {}, {}, {}};
     for (ValueId v : n.inputs) {
       ctx.inputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
       auto it = v == kNoValue ? known.end() : known.find(v);
       ctx.constants.push_back(it == known.end() ? nullptr : it->second);
+      auto sv = v == kNoValue ? values.end() : values.find(v);
+      ctx.values.push_back(sv == values.end() ? nullptr : &sv->second);
     }
     if (n.op == "Constant" && n.outputs.size() == 1 && n.outputs[0] != kNoValue &&
         n.attrs.has("value") && std::holds_alternative<Tensor>(n.attrs.all().at("value")))
-      known[n.outputs[0]] = &n.attrs.get_tensor("value");
+      remember_constant(n.outputs[0], n.attrs.get_tensor("value"));
     ctx.outputs.resize(n.outputs.size());
     if (n.def->infer) n.def->infer(ctx);
     for (size_t i = 0; i < n.outputs.size(); ++i) {
@@ -37,6 +46,10 @@ void infer_types(Graph& g) {
         declared.shape = inferred.shape;
       }
     }
+    if (n.outputs.size() == 1 && n.outputs[0] != kNoValue && !values.contains(n.outputs[0]) &&
+        is_integral(g.value(n.outputs[0]).type.dtype))
+      if (auto sv = evaluate_shape_value(n, ctx.inputs, ctx.values))
+        values[n.outputs[0]] = std::move(*sv);
   }
 }
 

@@ -22,6 +22,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_fold_batch_norm(*r);
     passes::register_fold_transpose_into_gemm(*r);
     passes::register_recognize_composites(*r);
+    passes::register_recognize_attention(*r);
     passes::register_fold_constants(*r);
     passes::register_eliminate_no_ops(*r);
     passes::register_simplify_transposes(*r);
@@ -53,11 +54,17 @@ std::vector<std::string> pipeline(int level) {
   // Level 1: clean-up that keeps every value's bits. Names absent from the registry (a pass not
   // built yet) are skipped, so the list below is the whole intended order.
   std::vector<std::string> order = {
-      "CanonicalizeOps",     "FoldConstants",
-      "ResolveShapes",       "UnflattenMatMul",
-      "EliminateNoOps",      "SimplifyTransposes",
-      "FoldBatchNorm",       "FoldTransposeIntoGemm",
-      "RecognizeComposites", "EliminateCommonSubexpressions",
+      "CanonicalizeOps",
+      "FoldConstants",
+      "ResolveShapes",
+      "UnflattenMatMul",
+      "EliminateNoOps",
+      "SimplifyTransposes",
+      "FoldBatchNorm",
+      "FoldTransposeIntoGemm",
+      "RecognizeComposites",
+      "RecognizeAttention",
+      "EliminateCommonSubexpressions",
       "EliminateDeadCode",
   };
   std::vector<std::string> out;
@@ -96,6 +103,13 @@ Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* r
   std::vector<std::string> dump = options.dump_after;
   for (std::string& n : split_names(std::getenv("PTO_DUMP_AFTER"))) dump.push_back(n);
   check_known(dump, "dump-after");
+  // PTO_DISABLE_PASSES=A,B leaves passes out of the level's pipeline (to bisect a problem, or to
+  // measure what a pass buys); a name that is not a pass is an error, never ignored.
+  const std::vector<std::string> disabled = split_names(std::getenv("PTO_DISABLE_PASSES"));
+  check_known(disabled, "PTO_DISABLE_PASSES");
+  std::erase_if(names, [&](const std::string& n) {
+    return std::find(disabled.begin(), disabled.end(), n) != disabled.end();
+  });
   auto dumps = [&](const std::string& name) {
     return std::find(dump.begin(), dump.end(), name) != dump.end() ||
            std::find(dump.begin(), dump.end(), "all") != dump.end();

@@ -590,5 +590,122 @@ TEST(PassLevelOne, OddGraphsAreLeftAlone) {
   compare(before, folded, b.inputs(5), 1e-5);
 }
 
+// ---- RecognizeAttention ----
+
+Tensor bool_tensor(const Dims& shape, uint32_t seed) {
+  Tensor t = Tensor::empty(DType::kBool, shape);
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<bool>()[i] = rng() % 5 != 0;
+  return t;
+}
+
+Tensor lower_triangle(int64_t n) {
+  Tensor t = Tensor::empty(DType::kBool, {n, n});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) t.data<bool>()[i * n + j] = j <= i;
+  return t;
+}
+
+Attributes perm(std::vector<int64_t> p) {
+  Attributes a;
+  a.set("perm", std::move(p));
+  return a;
+}
+
+// torch's SDPA decomposition (the PyTorch frontend's): q @ k^T * scale, Where(mask, s, -inf),
+// Softmax, the guard for fully masked rows, @ v.
+ValueId sdpa(Builder& b, ValueId q, ValueId k, ValueId v, ValueId mask, float scale) {
+  ValueId s = b.op("Mul", {b.op("MatMul", {q, b.op("Transpose", {k}, perm({0, 1, 3, 2}))}),
+                           b.scalar("scale", scale)});
+  const ValueId neg_inf = b.scalar("neg_inf", -INFINITY);
+  if (mask != kNoValue) s = b.op("Where", {mask, s, neg_inf});
+  ValueId p = b.op("Softmax", {s}, b.attrs({{"axis", int64_t{-1}}}));
+  ValueId top = b.op("ReduceMax", {s, b.constant("axes", Tensor::from_vector<int64_t>({-1}, {1}))},
+                     b.attrs({{"keepdims", int64_t{1}}}));
+  ValueId alive = b.op("Not", {b.op("Equal", {top, neg_inf})});
+  p = b.op("Where", {alive, p, b.scalar("zero", 0.0f)});
+  return b.op("MatMul", {p, v});
+}
+
+TEST(PassRecognizeAttention, TorchSdpaWithBooleanMaskAndGuard) {
+  for (bool with_mask : {true, false}) {
+    SCOPED_TRACE(with_mask);
+    Builder b;
+    ValueId q = b.input("q", {2, 3, 5, 8}), k = b.input("k", {2, 3, 7, 8}),
+            v = b.input("v", {2, 3, 7, 4});
+    ValueId mask = with_mask ? b.constant("mask", bool_tensor({2, 1, 5, 7}, 3)) : kNoValue;
+    b.g.add_output(sdpa(b, q, k, v, mask, 0.35f));
+    Graph g = run_and_compare(b, "RecognizeAttention");
+    ASSERT_EQ(g.nodes().size(), 1u) << print(g);
+    const Node& a = only(g, "Attention");
+    EXPECT_EQ(a.inputs[1], k);  // the transpose back is the identity: no node
+    EXPECT_EQ(a.inputs.size(), with_mask ? 4u : 3u);
+    EXPECT_NEAR(a.attrs.get_float("scale"), 0.35, 1e-7);
+  }
+}
+
+TEST(PassRecognizeAttention, BertEagerFormWithHeadSplitAndAdditiveMask) {
+  // scores = q @ k.permute(0, 2, 3, 1) / 8 + mask; softmax; @ v — K's head split is inside the
+  // transpose, so a [0, 2, 1, 3] transpose is inserted for K.
+  Builder b;
+  ValueId q = b.input("q", {1, 2, 6, 8}), kx = b.input("kx", {1, 6, 2, 8}),
+          v = b.input("v", {1, 2, 6, 8}), mask = b.input("mask", {1, 1, 1, 6});
+  ValueId s = b.op("MatMul", {q, b.op("Transpose", {kx}, perm({0, 2, 3, 1}))});
+  s = b.op("Add", {b.op("Div", {s, b.scalar("d", 8.0f)}), mask});
+  b.g.add_output(b.op("MatMul", {b.op("Softmax", {s}, b.attrs({{"axis", int64_t{3}}})), v}));
+  Graph g = run_and_compare(b, "RecognizeAttention");
+  ASSERT_EQ(g.nodes().size(), 2u) << print(g);
+  EXPECT_EQ(only(g, "Transpose").attrs.get_ints("perm"), (std::vector<int64_t>{0, 2, 1, 3}));
+  EXPECT_NEAR(only(g, "Attention").attrs.get_float("scale"), 0.125, 1e-9);
+}
+
+TEST(PassRecognizeAttention, ScaledOperandsCausalConstantAndMaskedFill) {
+  // The ONNX exporters' form: q * c and k^T * c (sqrt-scaling both), a causal Where with a
+  // lower-triangular constant, then masked_fill(mask, -inf) as Where(mask, -inf, s).
+  Builder b;
+  ValueId q = b.input("q", {2, 2, 6, 4}), k = b.input("k", {2, 2, 6, 4}),
+          v = b.input("v", {2, 2, 6, 4});
+  const ValueId c = b.scalar("c", 0.70710678f), neg_inf = b.scalar("neg_inf", -INFINITY);
+  ValueId kt = b.op("Mul", {b.op("Transpose", {k}, perm({0, 1, 3, 2})), c});
+  ValueId s = b.op("MatMul", {b.op("Mul", {q, c}), kt});
+  s = b.op("Where", {b.constant("causal", lower_triangle(6)), s, neg_inf});
+  // Key 0 stays visible: a row with every key hidden is NaN unguarded and 0 in Attention.
+  Tensor hidden = bool_tensor({2, 1, 1, 6}, 5);
+  hidden.data<bool>()[0] = hidden.data<bool>()[6] = false;
+  s = b.op("Where", {b.constant("hidden", hidden), neg_inf, s});
+  b.g.add_output(b.op("MatMul", {b.op("Softmax", {s}, b.attrs({{"axis", int64_t{-1}}})), v}));
+  Graph g = run_and_compare(b, "RecognizeAttention");
+  const Node& a = only(g, "Attention");
+  EXPECT_EQ(a.attrs.get_int("is_causal", 0), 1);
+  EXPECT_NEAR(a.attrs.get_float("scale"), 0.5, 1e-6);
+  EXPECT_EQ(count(g, "Not"), 1);  // masked_fill's mask is "true = hidden"
+  EXPECT_EQ(g.nodes().size(), 2u) << print(g);
+}
+
+TEST(PassRecognizeAttention, FormsThatAreNotAttentionStay) {
+  auto build = [](int variant) {
+    Builder b;
+    const bool q_broadcast = variant == 0, k_broadcast = variant == 1;
+    ValueId q = b.input("q", {q_broadcast ? 1 : 2, 2, 5, 4});
+    ValueId k = b.input("k", {2, k_broadcast ? 1 : 2, 5, 4}), v = b.input("v", {2, 2, 5, 4});
+    ValueId s = b.op("MatMul", {q, b.op("Transpose", {k}, perm({0, 1, 3, 2}))});
+    if (variant == 2) s = b.op("Add", {s, b.input("m", {2, 2, 5, 1})});  // short key axis
+    if (variant == 3) b.g.add_output(s);                                 // the scores are an output
+    if (variant == 4) s = b.op("Mul", {s, b.random("per_head", {2, 1, 1})});  // not a scalar
+    const int64_t axis = variant == 5 ? 2 : -1;  // softmax over queries
+    b.g.add_output(b.op("MatMul", {b.op("Softmax", {s}, b.attrs({{"axis", axis}})), v}));
+    return b;
+  };
+  for (int variant = 0; variant < 6; ++variant) {
+    SCOPED_TRACE(variant);
+    Builder b = build(variant);
+    infer_types(b.g);
+    const Graph before = b.g;
+    Graph after = run_passes(b.g, {.only = {"RecognizeAttention"}});
+    EXPECT_EQ(count(after, "Attention"), 0) << print(after);
+    compare(before, after, b.inputs(3), 0);
+  }
+}
+
 }  // namespace
 }  // namespace pto

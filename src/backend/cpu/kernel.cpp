@@ -14,6 +14,7 @@ KernelRegistry& KernelRegistry::global() {
     register_elementwise_kernels(*r);
     register_reduce_kernels(*r);
     register_movement_kernels(*r);
+    register_attention_kernels(*r);
     return r;
   }();
   return *registry;

@@ -82,6 +82,7 @@ void register_conv_kernels(KernelRegistry& r);         // conv/: Conv
 void register_elementwise_kernels(KernelRegistry& r);  // elementwise: unary, binary, Where, Cast
 void register_reduce_kernels(KernelRegistry& r);       // reduce: Reduce*, Softmax, norms, pooling
 void register_movement_kernels(KernelRegistry& r);     // movement: Transpose, Gather, Concat, ...
+void register_attention_kernels(KernelRegistry& r);    // attention: Attention (4-D, float32)
 
 // The CPU backend (backend.cpp): single nodes on the kernels above, and fused groups.
 std::unique_ptr<Backend> make_backend();

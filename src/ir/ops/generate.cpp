@@ -42,6 +42,8 @@ void infer_constant_of_shape(InferContext& c) {
       if (d < 0) throw ValueError(cat(c.where(), ": negative dimension in ", dims_str(*dims)));
     return infer::set(c, 0, dt, to_shape(*dims));
   }
+  if (const ShapeValue* v = infer::shape_value(c, 0); v && !v->scalar)
+    return infer::set(c, 0, dt, v->dims);
   std::optional<Shape> s = shape_of(c, 0);
   if (s && s->size() == 1 && (*s)[0].is_known())
     return infer::set(c, 0, dt, infer::unknown_dims(static_cast<size_t>((*s)[0].value)));
@@ -62,6 +64,11 @@ void infer_range(InferContext& c) {
     else if (q <= std::numeric_limits<int64_t>::max())
       n = Dim(static_cast<int64_t>(q));
   }
+  // Range(0, n, 1) with a symbolic n (arange over a sequence length): n elements.
+  const ShapeValue* lv = infer::shape_value(c, 1);
+  if (s && d && s->size() == 1 && d->size() == 1 && (*s)[0] == 0 && (*d)[0] == 1 && lv &&
+      lv->dims.size() == 1 && lv->dims[0].is_symbolic())
+    n = lv->dims[0];
   auto fs = infer::constant_floats(c, 0), fl = infer::constant_floats(c, 1),
        fd = infer::constant_floats(c, 2);
   if (fs && fl && fd && fs->size() == 1 && fl->size() == 1 && fd->size() == 1) {

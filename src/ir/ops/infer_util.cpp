@@ -31,6 +31,10 @@ std::optional<std::vector<int64_t>> constant_ints(const InferContext& c, size_t 
   });
 }
 
+const ShapeValue* shape_value(const InferContext& c, size_t i) {
+  return i < c.values.size() ? c.values[i] : nullptr;
+}
+
 void set(InferContext& c, size_t out, DType dtype, std::optional<Shape> shape) {
   if (out >= c.outputs.size()) return;
   c.outputs[out].dtype = dtype;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "pto/op_registry.h"
+#include "pto/shape_value.h"
 
 namespace pto::infer {
 
@@ -16,6 +17,9 @@ void broadcast(InferContext& c, DType dtype = DType::kUndefined);
 
 // The constant data of input i as int64s, when it is an initializer of an integer type.
 std::optional<std::vector<int64_t>> constant_ints(const InferContext& c, size_t i);
+
+// The shape value (symbolic contents) of integer input i, when type inference knows it.
+const ShapeValue* shape_value(const InferContext& c, size_t i);
 
 // Sets output `out` to dtype with the given shape (nullopt: unknown rank).
 void set(InferContext& c, size_t out, DType dtype, std::optional<Shape> shape);

@@ -32,20 +32,9 @@ std::optional<std::vector<int64_t>> ints_input_or_attr(const InferContext& c, si
 }
 
 Dim product(const Shape& s, size_t begin, size_t end) {
-  int64_t known = 1;
-  std::optional<Dim> other;
-  for (size_t i = begin; i < end; ++i) {
-    if (s[i].is_known()) {
-      if (__builtin_mul_overflow(known, s[i].value, &known)) return Dim::unknown();
-    } else if (other) {
-      return Dim::unknown();
-    } else {
-      other = s[i];
-    }
-  }
-  if (!other) return Dim(known);
-  if (known == 0) return Dim(0);
-  return known == 1 ? *other : Dim::unknown();
+  Dim out(1);
+  for (size_t i = begin; i < end; ++i) out = dim_mul(out, s[i]);
+  return out;
 }
 
 Shape unknown_dims(size_t rank) {
@@ -81,8 +70,17 @@ std::optional<size_t> length_of(const InferContext& c, size_t i) {
 }
 
 void infer_reshape(InferContext& c) {
-  std::optional<Ints> spec = infer::ints_input_or_attr(c, 1, "shape");
-  if (!spec) {
+  // The target: constant ints, or a shape value computed from Shape() whose elements may be
+  // symbols (copied as they are) or unknown (at most one can be solved from the element count).
+  Shape spec;
+  bool literal = true;
+  if (std::optional<Ints> ints = infer::ints_input_or_attr(c, 1, "shape")) {
+    spec = to_shape(*ints);
+    for (size_t i = 0; i < ints->size(); ++i) spec[i] = Dim((*ints)[i]);
+  } else if (const ShapeValue* v = infer::shape_value(c, 1); v && !v->scalar) {
+    spec = v->dims;
+    literal = false;
+  } else {
     std::optional<size_t> k = length_of(c, 1);
     set_like_input(c, k ? std::optional<Shape>(infer::unknown_dims(*k)) : std::nullopt);
     return;
@@ -91,45 +89,39 @@ void infer_reshape(InferContext& c) {
   const auto& in = shape_of(c, 0);
   Shape out;
   std::optional<size_t> minus_one;
-  for (size_t i = 0; i < spec->size(); ++i) {
-    int64_t v = (*spec)[i];
-    if (v == -1) {
-      if (minus_one) throw ValueError(cat(c.where(), ": more than one -1 in the shape"));
+  bool solvable = true;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    const Dim& d = spec[i];
+    if (d.is_symbolic()) {
+      out.push_back(d);
+    } else if (!d.is_known() && (d.value == -1 || !literal)) {
+      if (minus_one && literal) throw ValueError(cat(c.where(), ": more than one -1 in the shape"));
+      solvable = solvable && !minus_one;
       minus_one = i;
       out.push_back(Dim::unknown());
-    } else if (v == 0 && !allowzero) {
+    } else if (d.value == 0 && !allowzero) {
       if (in && i >= in->size())
         throw ValueError(cat(c.where(), ": shape[", i, "] = 0 copies a dimension that input ",
                              shape_str(*in), " does not have"));
       out.push_back(in ? (*in)[i] : Dim::unknown());
-    } else if (v < -1) {
-      throw ValueError(cat(c.where(), ": invalid dimension ", v, " in the shape"));
+    } else if (d.value < -1) {
+      throw ValueError(cat(c.where(), ": invalid dimension ", d.value, " in the shape"));
     } else {
-      out.push_back(Dim(v));
+      out.push_back(d);
     }
   }
-  if (minus_one && in) {
-    // Cancel symbols that appear on both sides; what remains of the input must be known.
-    Shape rest_in = *in;
-    int64_t in_known = 1, out_known = 1;
-    bool ok = true;
-    for (size_t i = 0; i < out.size() && ok; ++i) {
-      if (i == *minus_one) continue;
-      if (out[i].is_known()) {
-        ok = !__builtin_mul_overflow(out_known, out[i].value, &out_known);
-        continue;
-      }
-      auto it = std::find(rest_in.begin(), rest_in.end(), out[i]);
-      ok = out[i].is_symbolic() && it != rest_in.end();
-      if (ok) rest_in.erase(it);
-    }
-    for (const Dim& d : rest_in)
-      ok = ok && d.is_known() && !__builtin_mul_overflow(in_known, d.value, &in_known);
-    if (ok && out_known > 0 && in_known % out_known == 0)
-      out[*minus_one] = Dim(in_known / out_known);
-    else if (ok && is_static(*in))
+  if (minus_one && solvable && in) {
+    // The one unknown element is the input's element count over the others' (symbolic products
+    // cancel: [batch, 16, 64] to [-1, 64] gives 16*batch).
+    Dim rest(1);
+    for (size_t i = 0; i < out.size(); ++i)
+      if (i != *minus_one) rest = dim_mul(rest, out[i]);
+    const Dim total = infer::product(*in, 0, in->size());
+    if (std::optional<Dim> q = dim_div(total, rest))
+      out[*minus_one] = *q;
+    else if (total.is_known() && rest.is_known() && literal)
       throw ValueError(
-          cat(c.where(), ": cannot reshape ", shape_str(*in), " to ", dims_str(*spec)));
+          cat(c.where(), ": cannot reshape ", shape_str(*in), " to ", shape_str(spec)));
   }
   set_like_input(c, out);
 }
@@ -205,6 +197,8 @@ void infer_expand(InferContext& c) {
   const auto& in = shape_of(c, 0);
   std::optional<Ints> shape = infer::constant_ints(c, 1);
   if (in && shape) return set_like_input(c, broadcast_shapes(*in, to_shape(*shape), c.where()));
+  if (const ShapeValue* v = infer::shape_value(c, 1); in && v && !v->scalar)
+    return set_like_input(c, broadcast_shapes(*in, v->dims, c.where()));
   std::optional<size_t> k = length_of(c, 1);
   if (in && k) return set_like_input(c, infer::unknown_dims(std::max(*k, in->size())));
   set_like_input(c, std::nullopt);

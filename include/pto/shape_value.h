@@ -1,0 +1,33 @@
+// Shape values: the contents of the small integer vectors that shape arithmetic builds
+// (Shape -> Gather -> Concat -> Reshape), one Dim per element, symbols included. Type inference
+// propagates them so a Reshape or Expand whose target is computed at run time still gets a shape
+// with the model's symbolic dims (batch, seq) instead of unknowns; ResolveShapes uses the same
+// values to give such targets constants.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "pto/graph.h"
+
+namespace pto {
+
+struct ShapeValue {
+  Shape dims;            // one per element; Dim::unknown() where not known
+  bool scalar = false;   // a 0-D tensor (a Gather by a scalar index)
+  bool literal = false;  // every element is an exact integer (a -1 in dims is a real -1, as
+                         // Reshape's "infer this one"), not a symbol or an unknown
+};
+
+// The value of a constant integer tensor of rank <= 1 and at most 64 elements.
+std::optional<ShapeValue> shape_value_of_constant(const Tensor& t);
+
+// The value of a node's single output from its inputs' types and values (nullptr: not known),
+// for the ops shape arithmetic uses: Shape, Size, Identity, integer Cast, Gather (axis 0), Slice
+// (axis 0, step 1), Concat (axis 0), Unsqueeze/Squeeze of a scalar or 1-element vector, and
+// Add/Sub/Mul/Div of two values. nullopt for every other op.
+std::optional<ShapeValue> evaluate_shape_value(const Node& n,
+                                               const std::vector<TensorType>& input_types,
+                                               const std::vector<const ShapeValue*>& inputs);
+
+}  // namespace pto

@@ -1,0 +1,140 @@
+// Shape values (include/pto/shape_value.h): evaluation of shape arithmetic on symbolic dims.
+#include "pto/shape_value.h"
+
+#include <algorithm>
+
+namespace pto {
+namespace {
+
+// Input i's one element as a literal integer (-1 included), when it came from a constant.
+std::optional<int64_t> literal(const std::vector<const ShapeValue*>& in, size_t i) {
+  if (i >= in.size() || !in[i] || !in[i]->literal || in[i]->dims.size() != 1) return std::nullopt;
+  return in[i]->dims[0].value;
+}
+
+std::optional<int64_t> int_attr_or_input(const Node& n, const std::vector<const ShapeValue*>& in,
+                                         size_t i, const char* attr, int64_t fallback) {
+  if (i < n.inputs.size() && n.inputs[i] != kNoValue) return literal(in, i);
+  if (n.attrs.has(attr)) {
+    auto v = n.attrs.get_ints(attr, {});
+    if (v.size() == 1) return v[0];
+    return std::nullopt;
+  }
+  return fallback;
+}
+
+// One element of Add/Sub/Mul/Div: products and exact quotients of symbolic dims, sums and
+// differences of known ones, a symbol kept when the other side is 0 for Add/Sub.
+Dim arithmetic(const std::string& op, const Dim& a, const Dim& b) {
+  if (op == "Mul") return dim_mul(a, b);
+  if (op == "Div") {
+    if (a.is_known() && b.is_known()) return b.value > 0 ? Dim(a.value / b.value) : Dim();
+    return dim_div(a, b).value_or(Dim::unknown());
+  }
+  if (a.is_known() && b.is_known()) {
+    int64_t r = 0;
+    if (op == "Add" && !__builtin_add_overflow(a.value, b.value, &r)) return Dim(r);
+    if (op == "Sub" && a.value >= b.value) return Dim(a.value - b.value);
+    return Dim::unknown();
+  }
+  if (a.is_symbolic() && b.is_known() && b.value == 0) return a;
+  if (op == "Add" && b.is_symbolic() && a.is_known() && a.value == 0) return b;
+  return Dim::unknown();
+}
+
+}  // namespace
+
+std::optional<ShapeValue> shape_value_of_constant(const Tensor& t) {
+  if (!is_integral(t.dtype()) || t.rank() > 1 || t.numel() > 64) return std::nullopt;
+  ShapeValue out{{}, t.rank() == 0, true};
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out.dims.push_back(Dim(static_cast<int64_t>(t.item_as_double(i))));
+  return out;
+}
+
+std::optional<ShapeValue> evaluate_shape_value(const Node& n,
+                                               const std::vector<TensorType>& input_types,
+                                               const std::vector<const ShapeValue*>& in) {
+  auto value = [&](size_t i) -> const ShapeValue* { return i < in.size() ? in[i] : nullptr; };
+  if (n.op == "Shape") {
+    if (input_types.empty() || !input_types[0].shape) return std::nullopt;
+    const Shape& s = *input_types[0].shape;
+    const auto rank = static_cast<int64_t>(s.size());
+    int64_t start = n.attrs.get_int("start", 0), end = n.attrs.get_int("end", rank);
+    if (start < 0) start += rank;
+    if (end < 0) end += rank;
+    start = std::clamp<int64_t>(start, 0, rank);
+    end = std::clamp<int64_t>(end, start, rank);
+    ShapeValue out{{s.begin() + start, s.begin() + end}, false, true};
+    for (const Dim& d : out.dims) out.literal = out.literal && d.is_known();
+    return out;
+  }
+  if (n.op == "Size") {
+    if (input_types.empty() || !input_types[0].shape) return std::nullopt;
+    Dim total(1);
+    for (const Dim& d : *input_types[0].shape) total = arithmetic("Mul", total, d);
+    return ShapeValue{{total}, true, total.is_known()};
+  }
+  if (n.op == "Identity" || n.op == "Cast") {
+    if (!value(0) || (n.op == "Cast" && !is_integral(n.attrs.get_dtype("to")))) return std::nullopt;
+    return *value(0);
+  }
+  if (n.op == "Gather" && value(0) && value(1) && value(1)->literal &&
+      n.attrs.get_int("axis", 0) == 0) {
+    ShapeValue out{{}, value(1)->scalar, value(0)->literal};
+    const auto size = static_cast<int64_t>(value(0)->dims.size());
+    for (const Dim& d : value(1)->dims) {
+      int64_t i = d.value < 0 ? d.value + size : d.value;
+      if (i < 0 || i >= size) return std::nullopt;
+      out.dims.push_back(value(0)->dims[i]);
+    }
+    return out;
+  }
+  if (n.op == "Slice" && value(0) && !value(0)->scalar) {
+    auto start = int_attr_or_input(n, in, 1, "starts", 0);
+    auto end = int_attr_or_input(n, in, 2, "ends", 0);
+    auto axis = int_attr_or_input(n, in, 3, "axes", 0);
+    auto step = int_attr_or_input(n, in, 4, "steps", 1);
+    if (!start || !end || !axis || *axis != 0 || !step || *step != 1) return std::nullopt;
+    const auto size = static_cast<int64_t>(value(0)->dims.size());
+    int64_t s = *start < 0 ? *start + size : *start, e = *end < 0 ? *end + size : *end;
+    s = std::clamp<int64_t>(s, 0, size);
+    e = std::clamp<int64_t>(e, s, size);
+    return ShapeValue{
+        {value(0)->dims.begin() + s, value(0)->dims.begin() + e}, false, value(0)->literal};
+  }
+  if (n.op == "Concat" && n.attrs.get_int("axis", 0) == 0) {
+    ShapeValue out{{}, false, true};
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (!value(i) || value(i)->scalar) return std::nullopt;
+      out.literal = out.literal && value(i)->literal;
+      out.dims.insert(out.dims.end(), value(i)->dims.begin(), value(i)->dims.end());
+    }
+    return out;
+  }
+  if (n.op == "Unsqueeze" && value(0) && value(0)->scalar) {
+    std::optional<int64_t> axis;
+    if (n.inputs.size() > 1)
+      axis = literal(in, 1);
+    else if (n.attrs.has("axes") && n.attrs.get_ints("axes").size() == 1)
+      axis = n.attrs.get_ints("axes")[0];
+    if (!axis || (*axis != 0 && *axis != -1)) return std::nullopt;
+    return ShapeValue{value(0)->dims, false, value(0)->literal};
+  }
+  if (n.op == "Squeeze" && value(0) && !value(0)->scalar && value(0)->dims.size() == 1)
+    return ShapeValue{value(0)->dims, true, value(0)->literal};
+  if ((n.op == "Add" || n.op == "Sub" || n.op == "Mul" || n.op == "Div") && value(0) && value(1)) {
+    const ShapeValue &a = *value(0), &b = *value(1);
+    const size_t na = a.dims.size(), nb = b.dims.size();
+    if (na != nb && na != 1 && nb != 1) return std::nullopt;
+    ShapeValue out{{}, a.scalar && b.scalar, true};
+    for (size_t i = 0; i < std::max(na, nb); ++i) {
+      out.dims.push_back(arithmetic(n.op, a.dims[na == 1 ? 0 : i], b.dims[nb == 1 ? 0 : i]));
+      out.literal = out.literal && out.dims.back().is_known();
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
+}  // namespace pto

@@ -1,0 +1,316 @@
+// RecognizeAttention: finds scaled dot-product attention spelled out in primitive ops (as
+// torch.export, the ONNX exporters and hand-written model code produce it) and replaces it by one
+// ONNX Attention op, so the fusion and backends see one op and the [batch, heads, q, kv] score
+// tensor is never written to memory:
+//
+//   MatMul(Softmax(mask(MatMul(Q, Kt) * scale), axis=-1) [guarded], V)
+//     -> Attention(Q, K, V [, attn_mask]) {scale [, is_causal]}
+//
+// Matching is backwards from the root MatMul:
+// - the probabilities may be guarded as torch's SDPA decomposition writes it,
+//   Where(Not(Equal(ReduceMax(s, -1), -inf)), Softmax(s), 0) (a fully masked row gives 0, which
+//   is what Attention computes for it);
+// - Softmax over the last axis;
+// - up to two mask layers, each Add(s, m) (a float mask), Where(m, s, -inf) (a boolean mask,
+//   true = attend) or Where(m, -inf, s) (masked_fill: true = masked, negated with Not). A boolean
+//   constant that is exactly the lower triangle of a square [q, kv] matrix becomes is_causal=1.
+//   At most one mask remains as attn_mask;
+// - a scale as Mul or Div by a scalar constant on the scores, on Q, or on Kt, in any combination
+//   (the exporters' sqrt-scaling of both operands included); none means 1;
+// - Kt = Transpose(X, p) of rank 4: K is X transposed by p with its last two entries swapped
+//   (no node when that is the identity). Kt of another form gets a Transpose inserted.
+//
+// Conditions, each checked on the static or symbolic shapes (a rewrite never guesses): Q, K and
+// V of rank 4 and dtype float32; equal batch and head dims on Q, K and V (MatMul's broadcasting
+// of them is not Attention's grouped heads); a mask of rank <= 4 whose dims are 1 or equal to the
+// scores' and whose last dim is the key length (Attention pads a shorter one as masked); every
+// intermediate read only inside the pattern. Anything else is left as it was.
+//
+// The one change in meaning: an unguarded Softmax of a row whose every score is -inf is NaN in
+// the primitive form and 0 in Attention (as in torch's SDPA); rows with any visible key agree to
+// float rounding.
+#include <cmath>
+#include <limits>
+
+#include "passes/rewrite_util.h"
+
+namespace pto::passes {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+struct Match {
+  std::vector<size_t> consumed;  // nodes to remove (the root is retargeted)
+  ValueId q = kNoValue, kt = kNoValue, v = kNoValue, mask = kNoValue;
+  bool mask_negated = false;  // the mask is true where masked (Where(m, -inf, s))
+  bool causal = false;
+  double scale = 1.0;
+};
+
+class AttentionMatcher {
+ public:
+  AttentionMatcher(Graph& g, const std::vector<int>& uses) : g_(g), uses_(uses) {}
+
+  std::optional<Match> match(const Node& root) {
+    if (root.op != "MatMul" || root.inputs.size() != 2 || root.outputs.size() != 1)
+      return std::nullopt;
+    m_.v = root.inputs[1];
+    ValueId s = probabilities(root.inputs[0]);
+    if (s == kNoValue) return std::nullopt;
+    for (int layer = 0; layer < 2; ++layer) {
+      if (!mask_layer(s)) break;
+    }
+    s = scaled(s);
+    const Node* qk = inner(s, "MatMul");
+    if (!qk || qk->inputs.size() != 2) return std::nullopt;
+    m_.q = scaled(qk->inputs[0]);
+    m_.kt = scaled(qk->inputs[1]);
+    return m_;
+  }
+
+ private:
+  // The producer of v when it is `op` and only the pattern reads v; records it. The guarded form
+  // reads the scores twice (Softmax and ReduceMax).
+  const Node* inner(ValueId v, std::string_view op) {
+    const Node* n = producer(g_, v);
+    const int readers = v == guarded_scores_ ? 2 : 1;
+    if (!n || n->op != op || n->outputs.size() != 1 || uses_[v] != readers || g_.is_output(v))
+      return nullptr;
+    m_.consumed.push_back(static_cast<size_t>(g_.value(v).producer));
+    return n;
+  }
+  void undo(size_t count) { m_.consumed.resize(count); }
+
+  bool is_last_axis(const Node& n, ValueId x) {
+    const TensorType& t = g_.value(x).type;
+    if (!t.shape) return false;
+    const auto rank = static_cast<int64_t>(t.shape->size());
+    const int64_t axis = n.attrs.get_int("axis", -1);
+    return axis == -1 || axis == rank - 1;
+  }
+
+  // Softmax(s) or its guarded form; returns s.
+  ValueId probabilities(ValueId p) {
+    const size_t mark = m_.consumed.size();
+    if (const Node* w = inner(p, "Where"); w && w->inputs.size() == 3) {
+      // Where(alive, Softmax(s), 0), alive = Not(Equal(ReduceMax(s, -1, keepdims), -inf)).
+      const Node* soft = inner(w->inputs[1], "Softmax");
+      const Node* alive = inner(w->inputs[0], "Not");
+      const Node* eq = alive ? inner(alive->inputs[0], "Equal") : nullptr;
+      const Node* rmax = nullptr;
+      if (eq && eq->inputs.size() == 2 && scalar_constant(g_, eq->inputs[1]) == kNegInf)
+        rmax = inner(eq->inputs[0], "ReduceMax");
+      if (soft && rmax && scalar_constant(g_, w->inputs[2]) == 0.0 &&
+          rmax->inputs[0] == soft->inputs[0] && rmax->attrs.get_int("keepdims", 1) == 1 &&
+          reduces_last_axis(*rmax) && uses_[soft->inputs[0]] == 2 &&
+          is_last_axis(*soft, soft->inputs[0])) {
+        guarded_scores_ = soft->inputs[0];
+        return soft->inputs[0];
+      }
+      undo(mark);
+    }
+    const Node* soft = inner(p, "Softmax");
+    if (!soft || !is_last_axis(*soft, soft->inputs[0])) return kNoValue;
+    return soft->inputs[0];
+  }
+
+  bool reduces_last_axis(const Node& r) {
+    std::optional<std::vector<int64_t>> axes;
+    if (r.inputs.size() > 1 && r.inputs[1] != kNoValue) {
+      const Tensor* c = constant(g_, r.inputs[1]);
+      if (!c) return false;
+      axes = std::vector<int64_t>();
+      for (double d : to_doubles(*c)) axes->push_back(static_cast<int64_t>(d));
+    } else if (r.attrs.has("axes")) {
+      axes = r.attrs.get_ints("axes");
+    }
+    const TensorType& t = g_.value(r.inputs[0]).type;
+    if (!axes || axes->size() != 1 || !t.shape) return false;
+    const auto rank = static_cast<int64_t>(t.shape->size());
+    return (*axes)[0] == -1 || (*axes)[0] == rank - 1;
+  }
+
+  // One mask layer around the scores: moves s inside it and records the mask.
+  bool mask_layer(ValueId& s) {
+    const size_t mark = m_.consumed.size();
+    const Node* n = producer(g_, s);
+    if (!n) return false;
+    ValueId inside = kNoValue, mask = kNoValue;
+    bool negated = false;
+    if (n->op == "Add" && n->inputs.size() == 2 && inner(s, "Add")) {
+      // The scores are the operand that leads back to the MatMul; the mask is the other one.
+      const int side = leads_to_scores(n->inputs[0]) ? 0 : 1;
+      inside = n->inputs[side];
+      mask = n->inputs[1 - side];
+      if (!is_floating(dtype_of_value(g_, mask))) return undo(mark), false;
+    } else if (n->op == "Where" && n->inputs.size() == 3 && inner(s, "Where")) {
+      if (scalar_constant(g_, n->inputs[2]) == kNegInf) {
+        inside = n->inputs[1];
+      } else if (scalar_constant(g_, n->inputs[1]) == kNegInf) {
+        inside = n->inputs[2];
+        negated = true;
+      } else {
+        return undo(mark), false;
+      }
+      mask = n->inputs[0];
+    } else {
+      return false;
+    }
+    if (!negated && n->op == "Where" && is_causal_constant(mask)) {
+      if (m_.causal) return undo(mark), false;
+      m_.causal = true;
+    } else {
+      if (m_.mask != kNoValue) return undo(mark), false;
+      m_.mask = mask;
+      m_.mask_negated = negated;
+    }
+    s = inside;
+    return true;
+  }
+
+  // Whether v is (a scaled form of) a MatMul: tells scores from an added mask.
+  bool leads_to_scores(ValueId v) {
+    for (int hops = 0; hops < 4; ++hops) {
+      const Node* n = producer(g_, v);
+      if (!n) return false;
+      if (n->op == "MatMul") return true;
+      if ((n->op != "Mul" && n->op != "Div" && n->op != "Where" && n->op != "Add") ||
+          n->inputs.empty())
+        return false;
+      v = n->op == "Where" ? n->inputs[scalar_constant(g_, n->inputs[1]) == kNegInf ? 2 : 1]
+                           : n->inputs[0];
+    }
+    return false;
+  }
+
+  // A boolean constant [.., q, kv] with q == kv, true exactly on and below the diagonal.
+  bool is_causal_constant(ValueId v) {
+    const Tensor* c = constant(g_, v);
+    if (!c || c->dtype() != DType::kBool || c->rank() < 2) return false;
+    const int64_t q = c->dim(c->rank() - 2), kv = c->dim(c->rank() - 1);
+    if (q != kv || c->numel() != q * kv) return false;
+    const std::vector<double> d = to_doubles(*c);
+    for (int64_t i = 0; i < q; ++i)
+      for (int64_t j = 0; j < kv; ++j)
+        if ((d[i * kv + j] != 0) != (j <= i)) return false;
+    return true;
+  }
+
+  // v without a Mul or Div by a scalar constant (folded into the scale).
+  ValueId scaled(ValueId v) {
+    for (;;) {
+      const Node* n = producer(g_, v);
+      if (!n || (n->op != "Mul" && n->op != "Div") || n->inputs.size() != 2) return v;
+      const int k = n->op == "Mul" && scalar_constant(g_, n->inputs[0]) ? 0 : 1;
+      std::optional<double> c = scalar_constant(g_, n->inputs[k]);
+      if (!c || *c == 0 || !std::isfinite(*c) || !same_shape(g_, n->inputs[1 - k], v)) return v;
+      if (!inner(v, n->op)) return v;
+      m_.scale *= n->op == "Div" ? 1.0 / *c : *c;
+      v = n->inputs[1 - k];
+    }
+  }
+
+  Graph& g_;
+  const std::vector<int>& uses_;
+  Match m_;
+  ValueId guarded_scores_ = kNoValue;
+};
+
+bool same_dim(const Dim& a, const Dim& b) {
+  return (a.is_known() && b.is_known() && a.value == b.value) ||
+         (a.is_symbolic() && b.is_symbolic() && a.symbol == b.symbol);
+}
+
+const Shape* shape4(const Graph& g, ValueId v) {
+  const TensorType& t = g.value(v).type;
+  return t.dtype == DType::kF32 && t.shape && t.shape->size() == 4 ? &*t.shape : nullptr;
+}
+
+// K from Kt: the transpose's input permuted with the last two axes swapped back.
+struct KeyPlan {
+  ValueId source = kNoValue;
+  std::vector<int64_t> perm;  // empty: source is K itself
+};
+
+std::optional<KeyPlan> key_plan(const Graph& g, const std::vector<int>& uses, ValueId kt,
+                                std::vector<size_t>& consumed) {
+  const Node* t = producer(g, kt);
+  if (t && t->op == "Transpose" && uses[kt] == 1 && !g.is_output(kt) && t->attrs.has("perm")) {
+    std::vector<int64_t> p = t->attrs.get_ints("perm");
+    if (p.size() != 4) return std::nullopt;
+    std::swap(p[2], p[3]);
+    consumed.push_back(static_cast<size_t>(g.value(kt).producer));
+    if (p == std::vector<int64_t>{0, 1, 2, 3}) return KeyPlan{t->inputs[0], {}};
+    return KeyPlan{t->inputs[0], p};
+  }
+  return KeyPlan{kt, {0, 1, 3, 2}};
+}
+
+bool attention(Rewrite& rw, size_t i, const PassContext& ctx) {
+  Graph& g = rw.graph();
+  AttentionMatcher matcher(g, rw.uses());
+  std::optional<Match> m = matcher.match(g.nodes()[i]);
+  if (!m) return false;
+  const ValueId out = g.nodes()[i].outputs[0];
+  std::optional<KeyPlan> key = key_plan(g, rw.uses(), m->kt, m->consumed);
+  const Shape *q = shape4(g, m->q), *kt = shape4(g, m->kt), *v = shape4(g, m->v),
+              *y = shape4(g, out);
+  if (!key || !q || !kt || !v || !y) return false;
+  // Q [b, h, sq, d], Kt [b, h, d, skv], V [b, h, skv, dv]: no broadcasting between them.
+  for (int d = 0; d < 2; ++d)
+    if (!same_dim((*q)[d], (*kt)[d]) || !same_dim((*q)[d], (*v)[d])) return false;
+  if (!same_dim((*q)[3], (*kt)[2]) || !same_dim((*kt)[3], (*v)[2])) return false;
+  if (m->mask != kNoValue) {
+    const TensorType& mt = g.value(m->mask).type;
+    if (!mt.shape || mt.shape->size() > 4 || mt.shape->empty()) return false;
+    const Shape& ms = *mt.shape;
+    const Shape scores = {(*q)[0], (*q)[1], (*q)[2], (*kt)[3]};
+    const size_t off = 4 - ms.size();
+    for (size_t d = 0; d < ms.size(); ++d) {
+      const bool one = ms[d].is_known() && ms[d].value == 1;
+      if (!same_dim(ms[d], scores[off + d]) && !(one && off + d < 3)) return false;
+    }
+    if (m->mask_negated && mt.dtype != DType::kBool) return false;
+  }
+  if (m->causal && !(same_dim((*q)[2], (*kt)[3]))) return false;
+
+  // Rewrite: K (a transpose when needed), a negated mask, then the root becomes Attention.
+  const std::string& name = g.nodes()[i].name;
+  size_t at = i;
+  ValueId k = key->source;
+  if (!key->perm.empty()) {
+    k = g.add_value(g.unique_name(name + "_key"), TensorType{DType::kF32, std::nullopt});
+    Attributes a;
+    a.set("perm", key->perm);
+    rw.insert(at++, "Transpose", {key->source}, {k}, std::move(a), name + "_key");
+  }
+  ValueId mask = m->mask;
+  if (m->mask_negated) {
+    mask = g.add_value(g.unique_name(name + "_keep"), TensorType{DType::kBool, std::nullopt});
+    rw.insert(at++, "Not", {m->mask}, {mask}, {}, name + "_keep");
+  }
+  for (size_t n : m->consumed) rw.remove(n < i ? n : n + (at - i));
+  Attributes attrs;
+  attrs.set("scale", m->scale);
+  if (m->causal) attrs.set("is_causal", int64_t{1});
+  std::vector<ValueId> inputs = {m->q, k, m->v};
+  if (mask != kNoValue) inputs.push_back(mask);
+  retarget(g.mutable_nodes()[at], "Attention", std::move(inputs), std::move(attrs));
+  ctx.note(m->causal ? "RecognizeAttention/Causal" : "RecognizeAttention/Attention");
+  return true;
+}
+
+Graph recognize_attention(Graph g, const PassContext& ctx) {
+  apply_rules(g, {{nullptr, attention}}, ctx);
+  return g;
+}
+
+}  // namespace
+
+void register_recognize_attention(PassRegistry& r) {
+  r.add({"RecognizeAttention", recognize_attention,
+         "replaces MatMul-scale-mask-Softmax-MatMul (with SDPA's guard for fully masked rows) "
+         "by one Attention op"});
+}
+
+}  // namespace pto::passes
