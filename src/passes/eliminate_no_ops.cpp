@@ -21,13 +21,13 @@ struct RuleInput {
   const std::vector<int>& uses;
 };
 
+// The same dtype and the same shape, each dim known or the same symbol (equal at run time).
 bool same_static_type(const Graph& g, ValueId a, ValueId b) {
   if (a == kNoValue || b == kNoValue) return false;
-  std::optional<Dims> da = static_dims(g, a), db = static_dims(g, b);
-  return da && db && *da == *db && g.value(a).type.dtype == g.value(b).type.dtype;
+  return same_shape(g, a, b) && g.value(a).type.dtype == g.value(b).type.dtype;
 }
 
-// Output 0 is its input 0 whenever it has that input's static shape (and dtype): Reshape,
+// Output 0 is its input 0 whenever it has that input's shape (and dtype): Reshape,
 // Flatten, Squeeze, Unsqueeze and Expand only rearrange or repeat, so an unchanged shape is
 // an unchanged tensor.
 Match keeps_shape(const RuleInput& r) {

@@ -11,6 +11,15 @@
 // (composite recognition, epilogues) and two Reshapes per layer disappear. A Gemm with transB
 // stays: MatMul would need a transposed copy of the weight, which costs memory (the model keeps
 // its own copy) and buys nothing the Gemm epilogue through views does not already fuse.
+//
+// The batched form torch writes for a matmul of two 4-D (or higher) tensors,
+//
+//   Reshape(MatMul(Reshape(a, [-1, m, k]), Reshape(b, [-1, k, n])), [d0, .., m, n])
+//     -> MatMul(a, b)
+//
+// when a and b have the same leading dims, each flattened operand is exactly [product of them,
+// last two dims], and the result is put back into those leading dims: attention's
+// q @ k^T and p @ v keep their [batch, heads, ...] form for RecognizeAttention.
 #include "passes/passes.h"
 #include "passes/rewrite_util.h"
 
@@ -42,7 +51,61 @@ bool restores_leading(const std::vector<int64_t>& t, const Shape& x, int64_t n) 
   return wild <= 1;
 }
 
+bool same_dim(const Dim& a, const Dim& b) {
+  return a == b && (a.is_known() || a.is_symbolic());
+}
+
+// The input of a Reshape that merges the leading dims of a rank >= 4 value into one: v =
+// Reshape(x) with v [prod(x[:-2]), x[-2], x[-1]]. kNoValue otherwise.
+ValueId merged_batch(const Graph& g, ValueId v) {
+  const Node* r = producer(g, v);
+  if (!r || r->op != "Reshape" || r->outputs.size() != 1) return kNoValue;
+  const auto &xs = g.value(r->inputs[0]).type.shape, &vs = g.value(v).type.shape;
+  if (!xs || xs->size() < 4 || !vs || vs->size() != 3) return kNoValue;
+  const size_t rank = xs->size();
+  Dim batch(1);
+  for (size_t i = 0; i + 2 < rank; ++i) batch = dim_mul(batch, (*xs)[i]);
+  if (!same_dim((*vs)[0], batch) || !same_dim((*vs)[1], (*xs)[rank - 2]) ||
+      !same_dim((*vs)[2], (*xs)[rank - 1]))
+    return kNoValue;
+  return r->inputs[0];
+}
+
+// Reshape(MatMul(merged a, merged b)) -> MatMul(a, b); see the header.
+int unflatten_batched(Graph& g, const PassContext& ctx) {
+  const std::vector<int> uses = g.use_counts();
+  std::vector<bool> remove(g.nodes().size(), false);
+  int fired = 0;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& m = g.nodes()[i];
+    if (m.op != "MatMul" || m.inputs.size() != 2 || m.outputs.size() != 1) continue;
+    const ValueId a = merged_batch(g, m.inputs[0]), b = merged_batch(g, m.inputs[1]);
+    if (a == kNoValue || b == kNoValue) continue;
+    const Shape &as = *g.value(a).type.shape, &bs = *g.value(b).type.shape;
+    if (as.size() != bs.size()) continue;
+    const int32_t un = single_reader(g, m.outputs[0], uses);
+    if (un < 0 || g.nodes()[un].op != "Reshape") continue;
+    const auto& ys = g.value(g.nodes()[un].outputs[0]).type.shape;
+    const auto& ms = g.value(m.outputs[0]).type.shape;
+    if (!ys || ys->size() != as.size() || !ms || ms->size() != 3) continue;
+    bool ok = same_dim(ys->end()[-2], (*ms)[1]) && same_dim(ys->back(), (*ms)[2]);
+    for (size_t d = 0; ok && d + 2 < as.size(); ++d)
+      ok = same_dim(as[d], bs[d]) && same_dim(as[d], (*ys)[d]);
+    if (!ok) continue;
+    // The flattening Reshapes go when the MatMul was their only reader.
+    for (ValueId flat : m.inputs)
+      if (uses[flat] == 1 && !g.is_output(flat)) remove[g.value(flat).producer] = true;
+    remove[i] = true;
+    retarget(g.mutable_nodes()[un], "MatMul", {a, b});
+    ctx.note("UnflattenMatMul/Batched");
+    ++fired;
+  }
+  g.remove_nodes(remove);
+  return fired;
+}
+
 Graph unflatten_mat_mul(Graph g, const PassContext& ctx) {
+  unflatten_batched(g, ctx);
   const std::vector<int> uses = g.use_counts();
   std::vector<bool> remove(g.nodes().size(), false);
   for (size_t i = 0; i < g.nodes().size(); ++i) {

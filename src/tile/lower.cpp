@@ -3,7 +3,8 @@
 // The nodes are walked in order, each value becoming a virtual register (or an immediate, for
 // scalar float32 initializers): a group input is loaded at its first use, an op becomes one or a
 // few instructions from the table below (Pow with a constant integer exponent becomes
-// square-and-multiply, 0.5 a square root; Softmax a row max, exp and row sum), and the group
+// square-and-multiply, 0.5 a square root; Softmax a row max, exp and row sum; LayerNorm and
+// RMSNorm row sums of the values and of the squared deviations), and the group
 // outputs are stored at the end. A last
 // step maps the virtual registers onto as few registers as the live values need (a register is
 // free after its last read, so an instruction may overwrite its own source). A node without a
@@ -308,6 +309,7 @@ class Lowering {
       if (op == "Softmax") return binary(TileBinary::kDiv, e, sum);
       return binary(TileBinary::kSub, d, unary(TileUnary::kLog, sum));
     }
+    if (op == "LayerNormalization" || op == "RMSNormalization") return lower_norm(n);
     if (op == "Where") {
       if (g_.value(n.inputs[0]).type.dtype != DType::kBool) return std::nullopt;
       return select(in(n, 0), in(n, 1), in(n, 2));
@@ -355,6 +357,38 @@ class Lowering {
     const Dim& len = g_.value(n.inputs[0]).type.shape->back();
     if (!len.is_known()) return std::nullopt;
     return binary(TileBinary::kDiv, sum, Val{.imm = static_cast<float>(len.value)});
+  }
+
+  // LayerNormalization and RMSNormalization over the last axis, as row reductions: the mean, the
+  // variance of the deviations (two passes over the row in registers, as stable as the
+  // reference's), then (x - mean) * rsqrt(var + eps) * scale + bias; RMS: x * rsqrt(mean(x^2) +
+  // eps) * scale. Only the normalized output: the optional mean and inverse-deviation outputs of
+  // LayerNormalization decline.
+  std::optional<Val> lower_norm(const Node& n) {
+    for (size_t i = 1; i < n.outputs.size(); ++i)
+      if (n.outputs[i] != kNoValue) return std::nullopt;
+    if (n.attrs.get_int("stash_type", 1) != 1) return std::nullopt;
+    Val x = row_input(n, n.attrs.get_int("axis", -1));
+    const Dim& len = g_.value(n.inputs[0]).type.shape->back();
+    if (!len.is_known() || len.value == 0) return std::nullopt;
+    const Val count{.imm = static_cast<float>(len.value)};
+    const Val eps{.imm = static_cast<float>(n.attrs.get_float("epsilon", 1e-5))};
+    Val y;
+    if (n.op == "LayerNormalization") {
+      Val mean = binary(TileBinary::kDiv, row_reduce(TileReduce::kSum, x), count);
+      Val d = binary(TileBinary::kSub, x, mean);
+      Val var = binary(TileBinary::kDiv,
+                       row_reduce(TileReduce::kSum, binary(TileBinary::kMul, d, d)), count);
+      y = binary(TileBinary::kMul, d, unary(TileUnary::kRsqrt, binary(TileBinary::kAdd, var, eps)));
+    } else {
+      Val ms = binary(TileBinary::kDiv,
+                      row_reduce(TileReduce::kSum, binary(TileBinary::kMul, x, x)), count);
+      y = binary(TileBinary::kMul, x, unary(TileUnary::kRsqrt, binary(TileBinary::kAdd, ms, eps)));
+    }
+    y = binary(TileBinary::kMul, y, f32_in(n, 1));
+    if (n.op == "LayerNormalization" && n.inputs.size() > 2 && n.inputs[2] != kNoValue)
+      y = binary(TileBinary::kAdd, y, f32_in(n, 2));
+    return y;
   }
 
   Val f32_in(const Node& n, size_t i) {

@@ -117,6 +117,25 @@ PATTERNS = {
     "RMSNorm (spelled out)": (
         lambda: Pattern(lambda m, x: rms_norm(x, m.w), w=torch.nn.Parameter(torch.rand(C) + 0.5)),
         tokens, 1),
+    "Add+LayerNorm": (
+        lambda: Pattern(lambda m, x, r: m.n(x + r), n=torch.nn.LayerNorm(C)),
+        lambda b=2: (torch.randn(b, 5, C), torch.randn(b, 5, C)), 1),
+    "embeddings sum+LayerNorm": (
+        lambda: Pattern(lambda m, x, t: m.n(x + t + m.pos), n=torch.nn.LayerNorm(C),
+                        pos=torch.nn.Parameter(torch.randn(5, C))),
+        lambda b=2: (torch.randn(b, 5, C), torch.randn(b, 5, C)), 1),
+    "Add+RMSNorm": (
+        lambda: Pattern(lambda m, x, r: rms_norm(x + r, m.w),
+                        w=torch.nn.Parameter(torch.rand(C) + 0.5)),
+        lambda b=2: (torch.randn(b, 5, C), torch.randn(b, 5, C)), 1),
+    "attention (SDPA, causal)": (
+        lambda: Pattern(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+        lambda b=2: (torch.randn(b, 4, 6, 8), torch.randn(b, 4, 6, 8), torch.randn(b, 4, 6, 8)), 1),
+    "attention (BERT eager: /sqrt(d), +mask, softmax)": (
+        lambda: Pattern(lambda m, q, k, v, mask: torch.softmax(
+            q @ k.transpose(-1, -2) / math.sqrt(8) + mask, dim=-1) @ v),
+        lambda b=2: (torch.randn(b, 4, 6, 8), torch.randn(b, 4, 6, 8), torch.randn(b, 4, 6, 8),
+                     torch.randn(b, 1, 1, 6)), 1),
     "scale+mask+Softmax": (
         lambda: Pattern(lambda m, x, mask: torch.softmax(x * 0.125 + mask, dim=-1)),
         lambda b=2: (torch.randn(b, 4, 6, 6), torch.randn(b, 1, 1, 6)), 1),
