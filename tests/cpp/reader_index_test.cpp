@@ -22,7 +22,7 @@ std::vector<int32_t> list(std::span<const int32_t> s) {
 
 // a is read once; b by two nodes; c twice by one node; d is read once but is also an output;
 // e is read by nothing; f is the last output.
-const char* kGraph = R"(graph t
+const char* kGraph = R"(graph t (opset 18)
   input %x: f32[4]
   %a = Relu(%x)
   %b = Neg(%a)
