@@ -55,6 +55,9 @@ using InferFn = std::function<void(InferContext&)>;
 
 struct OpDef {
   std::string name;
+  // Dense, 0 to OpRegistry::size() - 1 in registration order, set by OpRegistry::add: tables
+  // indexed by op can be vectors, and hot paths compare ids instead of names (node.def->id).
+  int32_t id = -1;
   int min_inputs = 0;
   int max_inputs = 0;  // -1: variadic
   int min_outputs = 1;
@@ -79,9 +82,12 @@ class OpRegistry {
   void add(OpDef def);  // a second definition of the same name is an InternalError
   const OpDef* find(std::string_view name) const;
   std::vector<std::string> names() const;  // sorted
+  size_t size() const { return by_id_.size(); }
+  const OpDef& by_id(int32_t id) const;  // 0 <= id < size()
 
  private:
-  std::unordered_map<std::string, OpDef> defs_;
+  std::unordered_map<std::string, OpDef> defs_;  // node-based: an OpDef never moves
+  std::vector<const OpDef*> by_id_;
 };
 
 // Each op family registers itself here (src/ir/ops/*.cpp). Explicit calls rather than static

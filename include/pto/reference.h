@@ -33,10 +33,14 @@ class KernelRegistry {
   static KernelRegistry& global();  // every built-in kernel, registered on first use
   void add(const std::string& op, Kernel k);
   const Kernel* find(std::string_view op) const;
+  // The kernel of n.op, by the id of its OpDef (O(1), where find by name is a linear search):
+  // what the interpreter asks for every node it runs. The same answer as find(n.op).
+  const Kernel* find(const Node& n) const;
   std::vector<std::string> names() const;
 
  private:
   std::vector<std::pair<std::string, Kernel>> kernels_;
+  std::vector<int32_t> by_op_id_;  // OpDef id -> index into kernels_, -1 for none
 };
 
 // Called after each node with its outputs; `pto check` and tests use it to see every value.

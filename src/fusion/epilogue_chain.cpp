@@ -15,16 +15,6 @@ bool is_f32(const Graph& g, ValueId v) {
   return v != kNoValue && g.value(v).type.dtype == DType::kF32;
 }
 
-// The single node reading `v`, when exactly one node does and `v` is not a graph output.
-int32_t single_user(const Graph& g, ValueId v, const std::vector<int>& uses) {
-  if (uses[v] != 1 || g.is_output(v)) return -1;
-  const auto& nodes = g.nodes();
-  for (size_t i = static_cast<size_t>(g.value(v).producer) + 1; i < nodes.size(); ++i)
-    for (ValueId in : nodes[i].inputs)
-      if (in == v) return static_cast<int32_t>(i);
-  return -1;
-}
-
 // A constant whose shape broadcasts onto `out` along `axis` only (all other dims 1), with
 // out[axis] elements: a per-channel (Conv, axis 1) or per-column (MatMul, axis -1) bias.
 bool is_bias_for(const Graph& g, ValueId b, const Shape& out, int64_t axis) {
@@ -95,7 +85,7 @@ std::string EpilogueChain::rule(const Graph& g) const {
 }
 
 std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
-                                            const std::vector<int>& uses) {
+                                            const ReaderIndex& readers) {
   const Node& a = g.nodes()[anchor];
   if (a.op != "Conv" && a.op != "Gemm" && a.op != "MatMul") return std::nullopt;
   if (a.outputs.size() != 1 || !is_f32(g, a.outputs[0])) return std::nullopt;
@@ -122,7 +112,7 @@ std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
   TensorType cur_type = out;  // the shape the chain sees now (views change it)
   const Dim n_cols = out.shape->back();
   while (c.activation.empty()) {
-    const int32_t u = single_user(g, cur, uses);
+    const int32_t u = readers.single_reader(cur);
     if (u < 0) break;
     const Node& n = g.nodes()[u];
     // A view that keeps rows of N: the epilogue still applies in the product's layout.
@@ -163,16 +153,15 @@ std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
     break;
   }
   // x * sigmoid(x): cur has two readers, a Sigmoid and a Mul of (cur, sigmoid).
-  if (c.activation.empty() && uses[cur] == 2 && !g.is_output(cur)) {
+  if (c.activation.empty() && readers.uses(cur) == 2 && !readers.is_output(cur)) {
     int32_t sig = -1, mul = -1;
-    for (size_t i = static_cast<size_t>(g.value(cur).producer) + 1; i < g.nodes().size(); ++i) {
+    for (int32_t i : readers.readers(cur)) {
       const Node& n = g.nodes()[i];
-      if (n.op == "Sigmoid" && n.inputs.size() == 1 && n.inputs[0] == cur)
-        sig = static_cast<int32_t>(i);
+      if (n.op == "Sigmoid" && n.inputs.size() == 1 && n.inputs[0] == cur) sig = i;
     }
     if (sig >= 0) {
       const ValueId s = g.nodes()[sig].outputs[0];
-      mul = single_user(g, s, uses);
+      mul = readers.single_reader(s);
       if (mul >= 0) {
         const Node& m = g.nodes()[mul];
         const bool pair =
@@ -200,7 +189,7 @@ std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
 
 std::optional<EpilogueChain> epilogue_of_group(const Graph& g, const std::vector<int32_t>& nodes) {
   if (nodes.size() < 2) return std::nullopt;
-  auto c = match_epilogue(g, nodes[0], g.use_counts());
+  auto c = match_epilogue(g, nodes[0], ReaderIndex(g));
   if (!c) return std::nullopt;
   std::vector<int32_t> sorted = c->nodes;
   std::sort(sorted.begin(), sorted.end());

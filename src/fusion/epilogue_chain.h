@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "pto/graph.h"
+#include "pto/reader_index.h"
 
 namespace pto::fusion {
 
 struct EpilogueChain {
-  int32_t anchor = -1;          // Conv, Gemm or MatMul
-  std::vector<int32_t> nodes;   // anchor first, then the epilogue nodes in order
+  int32_t anchor = -1;         // Conv, Gemm or MatMul
+  std::vector<int32_t> nodes;  // anchor first, then the epilogue nodes in order
   // View nodes (Reshape, Flatten, Squeeze, Unsqueeze) on the way, for a Gemm or MatMul: they keep
   // the product's rows of N and change only the shape the rest of the chain sees.
   std::vector<int32_t> views;
@@ -31,10 +32,9 @@ struct EpilogueChain {
 };
 
 // The longest epilogue chain starting at node `anchor` (whose op must be Conv, Gemm or MatMul with
-// float32 output), or nullopt when nothing follows it that can be fused. `uses` is
-// Graph::use_counts().
+// float32 output), or nullopt when nothing follows it that can be fused. `readers` is the graph's.
 std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
-                                            const std::vector<int>& uses);
+                                            const ReaderIndex& readers);
 
 // Reads a group formed from match_epilogue back into its roles (nullopt when it is not one).
 std::optional<EpilogueChain> epilogue_of_group(const Graph& g, const std::vector<int32_t>& nodes);

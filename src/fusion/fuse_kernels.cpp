@@ -91,8 +91,7 @@ std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
 // A MatMul or Gemm with the elementwise group that grows from its output's one reader, when that
 // group has one output of the product's shape and the product is read nowhere else: the chain
 // becomes the GEMM's epilogue (a tile program).
-std::optional<KernelGroup> tile_epilogue(const Graph& g, int32_t anchor,
-                                         const std::vector<int>& uses,
+std::optional<KernelGroup> tile_epilogue(const Graph& g, int32_t anchor, const ReaderIndex& readers,
                                          const std::vector<int32_t>& owner,
                                          const FusionOptions& options) {
   const Node& a = g.nodes()[anchor];
@@ -101,12 +100,8 @@ std::optional<KernelGroup> tile_epilogue(const Graph& g, int32_t anchor,
     return std::nullopt;
   const ValueId product = a.outputs[0];
   const TensorType& t = g.value(product).type;
-  if (!t.shape || t.shape->size() < 2 || uses[product] != 1 || g.is_output(product))
-    return std::nullopt;
-  int32_t reader = -1;
-  for (size_t i = static_cast<size_t>(anchor) + 1; i < g.nodes().size() && reader < 0; ++i)
-    for (ValueId v : g.nodes()[i].inputs)
-      if (v == product) reader = static_cast<int32_t>(i);
+  if (!t.shape || t.shape->size() < 2) return std::nullopt;
+  const int32_t reader = readers.single_reader(product);
   if (reader < 0 || owner[reader] >= 0 || !options.elementwise_fusible(g, reader) ||
       !same_output_shape(g, g.nodes()[reader], *t.shape))
     return std::nullopt;
@@ -124,16 +119,16 @@ std::optional<KernelGroup> tile_epilogue(const Graph& g, int32_t anchor,
 
 KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options) {
   const auto& nodes = g.nodes();
-  const std::vector<int> uses = g.use_counts();
+  const ReaderIndex readers(g);
   std::vector<int32_t> owner(nodes.size(), -1);
   std::vector<KernelGroup> groups;
   std::map<std::string, int> fired;
 
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (owner[i] >= 0) continue;
-    auto chain = fusion::match_epilogue(g, static_cast<int32_t>(i), uses);
+    auto chain = fusion::match_epilogue(g, static_cast<int32_t>(i), readers);
     std::optional<KernelGroup> tile =
-        tile_epilogue(g, static_cast<int32_t>(i), uses, owner, options);
+        tile_epilogue(g, static_cast<int32_t>(i), readers, owner, options);
     if (!chain && !tile) continue;
     // The bias/residual/activation epilogue is the faster one; the general one when it takes more.
     if (tile && (!chain || tile->nodes.size() > chain->nodes.size())) {

@@ -32,7 +32,15 @@ OpRegistry& OpRegistry::global() {
 void OpRegistry::add(OpDef def) {
   std::string name = def.name;
   PTO_CHECK(!name.empty()) << "OpDef without a name";
-  PTO_CHECK(defs_.emplace(name, std::move(def)).second) << "op '" << name << "' defined twice";
+  def.id = static_cast<int32_t>(by_id_.size());
+  auto [it, added] = defs_.emplace(name, std::move(def));
+  PTO_CHECK(added) << "op '" << name << "' defined twice";
+  by_id_.push_back(&it->second);
+}
+
+const OpDef& OpRegistry::by_id(int32_t id) const {
+  PTO_CHECK(id >= 0 && static_cast<size_t>(id) < by_id_.size()) << "no op with id " << id;
+  return *by_id_[static_cast<size_t>(id)];
 }
 
 const OpDef* OpRegistry::find(std::string_view name) const {

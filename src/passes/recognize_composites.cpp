@@ -330,15 +330,6 @@ std::optional<NormMatch> match_norm(Rewrite& rw, size_t i) {
   return std::nullopt;
 }
 
-// The node that is the single reader of v, or SIZE_MAX.
-size_t single_user(const Graph& g, ValueId v, const std::vector<int>& uses) {
-  if (uses[v] != 1 || g.is_output(v)) return SIZE_MAX;
-  for (size_t k = 0; k < g.nodes().size(); ++k)
-    for (ValueId in : g.nodes()[k].inputs)
-      if (in == v) return k;
-  return SIZE_MAX;
-}
-
 bool norm(Rewrite& rw, size_t i, const PassContext& ctx) {
   Graph& g = rw.graph();
   const std::string& op = g.nodes()[i].op;
@@ -346,8 +337,8 @@ bool norm(Rewrite& rw, size_t i, const PassContext& ctx) {
   auto r = match_norm(rw, i);
   if (!r || !same_shape(g, r->norm.x, g.nodes()[i].outputs[0])) return false;
   // A longer match ending at the reader (the scale or bias step) is preferred: let it fire there.
-  const size_t user = single_user(g, g.nodes()[i].outputs[0], rw.uses());
-  if (user != SIZE_MAX && match_norm(rw, user)) return false;
+  const int32_t user = rw.readers().single_reader(g.nodes()[i].outputs[0]);
+  if (user >= 0 && match_norm(rw, static_cast<size_t>(user))) return false;
   ValueId gamma = r->gamma;
   if (gamma == kNoValue) {  // the fused ops need a scale: ones, when the size is known
     const auto& xs = g.value(r->norm.x).type.shape;

@@ -109,12 +109,18 @@ const std::vector<int>& Rewrite::uses() {
   return uses_;
 }
 
+const ReaderIndex& Rewrite::readers() {
+  if (!readers_) readers_.emplace(g_);
+  return *readers_;
+}
+
 Node& Rewrite::insert(size_t pos, const std::string& op, std::vector<ValueId> inputs,
                       std::vector<ValueId> outputs, Attributes attrs, std::string name, int opset) {
   Node& n = g_.insert_node(pos, op, std::move(inputs), std::move(outputs), std::move(attrs),
                            std::move(name));
   n.opset = opset;
   uses_valid_ = false;
+  readers_.reset();
   doomed_.insert(doomed_.begin() + static_cast<std::ptrdiff_t>(pos), false);
   return n;
 }
@@ -128,7 +134,10 @@ int Rewrite::finish() {
     for (ValueId& o : g_.mutable_nodes()[i].outputs)
       if (o != kNoValue && g_.value(o).producer != static_cast<int32_t>(i)) o = kNoValue;
   }
-  if (count) g_.remove_nodes(doomed_);
+  if (count) {
+    g_.remove_nodes(doomed_);
+    changed();  // node indices moved: uses() and readers() are rebuilt when next asked
+  }
   doomed_.assign(g_.nodes().size(), false);
   return count;
 }

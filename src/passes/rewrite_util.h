@@ -11,6 +11,7 @@
 
 #include "passes/passes.h"
 #include "pto/op_registry.h"
+#include "pto/reader_index.h"
 
 namespace pto::passes {
 
@@ -59,7 +60,12 @@ class Rewrite {
   // the graph; apply_rules calls changed() after each firing). Nodes marked for removal still
   // count as readers until the sweep ends.
   const std::vector<int>& uses();
-  void changed() { uses_valid_ = false; }
+  // The readers of every value (pto/reader_index.h), kept like uses().
+  const ReaderIndex& readers();
+  void changed() {
+    uses_valid_ = false;
+    readers_.reset();
+  }
   void remove(size_t node) { doomed_.at(node) = true; }
   bool removed(size_t node) const { return node < doomed_.size() && doomed_[node]; }
   // Graph::insert_node, keeping the marks in step; the new node gets `opset` (0: the latest).
@@ -77,6 +83,7 @@ class Rewrite {
   std::vector<bool> doomed_;
   std::vector<int> uses_;
   bool uses_valid_ = false;
+  std::optional<ReaderIndex> readers_;
 };
 
 struct Rule {

@@ -26,15 +26,6 @@
 namespace pto::passes {
 namespace {
 
-// The single reader of v (and that v is not a graph output), or -1.
-int32_t single_reader(const Graph& g, ValueId v, const std::vector<int>& uses) {
-  if (uses[v] != 1 || g.is_output(v)) return -1;
-  for (size_t i = 0; i < g.nodes().size(); ++i)
-    for (ValueId in : g.nodes()[i].inputs)
-      if (in == v) return static_cast<int32_t>(i);
-  return -1;
-}
-
 // Whether Reshape target t puts back x's leading dimensions with n columns.
 bool restores_leading(const std::vector<int64_t>& t, const Shape& x, int64_t n) {
   if (t.size() != x.size() || t.back() != n) return false;
@@ -73,7 +64,7 @@ ValueId merged_batch(const Graph& g, ValueId v) {
 
 // Reshape(MatMul(merged a, merged b)) -> MatMul(a, b); see the header.
 int unflatten_batched(Graph& g, const PassContext& ctx) {
-  const std::vector<int> uses = g.use_counts();
+  const ReaderIndex readers(g);
   std::vector<bool> remove(g.nodes().size(), false);
   int fired = 0;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
@@ -83,7 +74,7 @@ int unflatten_batched(Graph& g, const PassContext& ctx) {
     if (a == kNoValue || b == kNoValue) continue;
     const Shape &as = *g.value(a).type.shape, &bs = *g.value(b).type.shape;
     if (as.size() != bs.size()) continue;
-    const int32_t un = single_reader(g, m.outputs[0], uses);
+    const int32_t un = readers.single_reader(m.outputs[0]);
     if (un < 0 || g.nodes()[un].op != "Reshape") continue;
     const auto& ys = g.value(g.nodes()[un].outputs[0]).type.shape;
     const auto& ms = g.value(m.outputs[0]).type.shape;
@@ -94,7 +85,7 @@ int unflatten_batched(Graph& g, const PassContext& ctx) {
     if (!ok) continue;
     // The flattening Reshapes go when the MatMul was their only reader.
     for (ValueId flat : m.inputs)
-      if (uses[flat] == 1 && !g.is_output(flat)) remove[g.value(flat).producer] = true;
+      if (readers.single_reader(flat) >= 0) remove[g.value(flat).producer] = true;
     remove[i] = true;
     retarget(g.mutable_nodes()[un], "MatMul", {a, b});
     ctx.note("UnflattenMatMul/Batched");
@@ -106,7 +97,10 @@ int unflatten_batched(Graph& g, const PassContext& ctx) {
 
 Graph unflatten_mat_mul(Graph g, const PassContext& ctx) {
   unflatten_batched(g, ctx);
-  const std::vector<int> uses = g.use_counts();
+  // Readers as the pass found them. A rewrite moves readers only among the nodes it matched (the
+  // MatMul and the two Reshapes); a later match that meets such a stale reader fails its op and
+  // input checks exactly as it would on the rewritten graph.
+  const ReaderIndex readers(g);
   std::vector<bool> remove(g.nodes().size(), false);
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& flat = g.nodes()[i];
@@ -116,7 +110,7 @@ Graph unflatten_mat_mul(Graph g, const PassContext& ctx) {
     if (!xt.shape || xt.shape->size() < 3 || !ft.shape || ft.shape->size() != 2) continue;
     const Dim k = xt.shape->back();
     if (!k.is_known() || !(ft.shape->back() == k)) continue;
-    const int32_t mm = single_reader(g, flat.outputs[0], uses);
+    const int32_t mm = readers.single_reader(flat.outputs[0]);
     if (mm < 0) continue;
     const Node& m = g.nodes()[mm];
     const bool gemm = m.op == "Gemm";
@@ -141,7 +135,7 @@ Graph unflatten_mat_mul(Graph g, const PassContext& ctx) {
           (ct.shape->size() == 2 && !((*ct.shape)[0] == Dim(1))))
         continue;
     }
-    const int32_t un = single_reader(g, m.outputs[0], uses);
+    const int32_t un = readers.single_reader(m.outputs[0]);
     if (un < 0 || g.nodes()[un].op != "Reshape") continue;
     const Node& unflat = g.nodes()[un];
     auto target = constant_ints(g, unflat, 1);

@@ -32,11 +32,11 @@ class ReferenceBackend : public Backend {
   Device device() const override { return {}; }
   bool supports(const Graph& g, const KernelGroup& group) const override {
     return group.nodes.size() == 1 &&
-           KernelRegistry::global().find(g.nodes()[group.nodes[0]].op) != nullptr;
+           KernelRegistry::global().find(g.nodes()[group.nodes[0]]) != nullptr;
   }
   std::unique_ptr<CompiledKernel> compile(const Graph& g, const KernelGroup& group) const override {
     const Node& n = g.nodes()[group.nodes[0]];
-    return std::make_unique<NodeKernel>(n, group, KernelRegistry::global().find(n.op));
+    return std::make_unique<NodeKernel>(n, group, KernelRegistry::global().find(n));
   }
 };
 

@@ -38,7 +38,21 @@ void KernelRegistry::add(const std::string& op, Kernel k) {
   PTO_CHECK(find(op) == nullptr) << "reference kernel '" << op << "' registered twice";
   PTO_CHECK(OpRegistry::global().find(op) != nullptr)
       << "reference kernel for '" << op << "' has no OpDef";
+  const int32_t id = OpRegistry::global().find(op)->id;
+  if (by_op_id_.size() <= static_cast<size_t>(id))
+    by_op_id_.resize(static_cast<size_t>(id) + 1, -1);
+  by_op_id_[static_cast<size_t>(id)] = static_cast<int32_t>(kernels_.size());
   kernels_.emplace_back(op, std::move(k));
+}
+
+const Kernel* KernelRegistry::find(const Node& n) const {
+  // The name check keeps the answer right for a node whose OpDef came from another registry.
+  if (n.def && n.def->id >= 0 && static_cast<size_t>(n.def->id) < by_op_id_.size()) {
+    const int32_t k = by_op_id_[static_cast<size_t>(n.def->id)];
+    if (k >= 0 && kernels_[static_cast<size_t>(k)].first == n.op)
+      return &kernels_[static_cast<size_t>(k)].second;
+  }
+  return find(n.op);
 }
 
 const Kernel* KernelRegistry::find(std::string_view op) const {
@@ -143,7 +157,7 @@ std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
   const KernelRegistry& kernels = KernelRegistry::global();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
-    const Kernel* k = kernels.find(n.op);
+    const Kernel* k = kernels.find(n);
     if (!k) throw UnsupportedError(cat(n.where(), ": the reference interpreter has no kernel"));
     KernelContext ctx{n, {}, n.outputs.size()};
     run_node(

@@ -21,6 +21,7 @@
 #include "pto/liveness.h"
 #include "pto/log.h"
 #include "pto/op_registry.h"
+#include "pto/reader_index.h"
 #include "runtime/memory_plan.h"
 #include "tile/lower.h"
 
@@ -184,7 +185,7 @@ class StepAllocator : public Allocator {
 // (leading). Fills, per kernel of the result, the nodes that joined it each way.
 void absorb_views(const Graph& g, KernelGraph& kg, std::vector<std::vector<int32_t>>& trailing,
                   std::vector<std::vector<int32_t>>& leading) {
-  const std::vector<int> uses = g.use_counts();
+  const ReaderIndex readers(g);
   const size_t n = kg.kernels.size();
   trailing.assign(n, {});
   leading.assign(n, {});
@@ -202,7 +203,7 @@ void absorb_views(const Graph& g, KernelGraph& kg, std::vector<std::vector<int32
   for (size_t s = 0; s < n; ++s) {
     const Node* v = view_node(s);
     auto it = v ? made_by.find(v->inputs[0]) : made_by.end();
-    if (v && uses[v->inputs[0]] == 1 && !g.is_output(v->inputs[0]) && it != made_by.end()) {
+    if (v && readers.single_reader(v->inputs[0]) >= 0 && it != made_by.end()) {
       const size_t into = it->second;
       kg.kernels[into].nodes.push_back(kg.kernels[s].nodes[0]);
       trailing[into].push_back(kg.kernels[s].nodes[0]);
@@ -220,13 +221,9 @@ void absorb_views(const Graph& g, KernelGraph& kg, std::vector<std::vector<int32
       for (int32_t node : kg.kernels[s].nodes) group_of[node] = s;
   for (size_t s = n; s-- > 0;) {  // last first: a chain of views ends in the kernel at its end
     const Node* v = view_node(s);
-    if (gone[s] || !v || !trailing[s].empty() || uses[v->outputs[0]] != 1 ||
-        g.is_output(v->outputs[0]))
-      continue;
-    size_t reader = 0;
-    for (size_t i = static_cast<size_t>(kg.kernels[s].nodes[0]) + 1; i < g.nodes().size(); ++i)
-      for (ValueId in : g.nodes()[i].inputs)
-        if (in == v->outputs[0]) reader = i;
+    if (gone[s] || !v || !trailing[s].empty()) continue;
+    const int32_t reader = readers.single_reader(v->outputs[0]);
+    if (reader < 0) continue;
     const size_t into = group_of[reader];
     if (into == s) continue;
     KernelGroup& host = kg.kernels[into];

@@ -37,6 +37,7 @@ struct Command {
 Command info_command();
 Command run_command();
 Command compile_command();
+Command ops_command();
 std::vector<Command> unimplemented_commands();  // bench, profile, tune, check
 
 // Reads options in the forms `--name value` and `--name=value`; `--` ends the options.

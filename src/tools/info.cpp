@@ -4,11 +4,10 @@
 #include <iostream>
 #include <sstream>
 
-#include "backend/cpu/isa/isa.h"
-#include "backend/cpu/kernel.h"
 #include "cli.h"
 #include "pto/device_info.h"
 #include "pto/onnx.h"
+#include "pto/op_coverage.h"
 #include "pto/op_registry.h"
 #include "pto/parallel.h"
 #include "pto/reference.h"
@@ -47,6 +46,8 @@ int info_main(const std::vector<std::string>& args) {
     a.unknown();
   }
   const DeviceInfo& d = device_info();
+  size_t cpu_kernels = 0;
+  for (const OpCoverage& c : op_coverage()) cpu_kernels += c.cpu != CpuCoverage::kNone;
   const char* env_threads = std::getenv("PTO_NUM_THREADS");
   auto flag = [](const char* name, bool on) { return cat(on ? "+" : "-", name); };
   std::cout << "PyPTO " << kVersion << "\n"
@@ -69,8 +70,8 @@ int info_main(const std::vector<std::string>& args) {
             << " (default domain)\n"
             << "ops:         " << OpRegistry::global().names().size() << " registered, "
             << reference::KernelRegistry::global().names().size() << " reference kernels, "
-            << cpu::KernelRegistry::global().names().size() << " CPU kernels\n"
-            << "engines:     cpu (" << cpu::isa_name(cpu::active_isa()) << "), reference\n";
+            << cpu_kernels << " CPU kernels\n"
+            << "engines:     cpu (" << d.isa << "), reference\n";
   return 0;
 }
 

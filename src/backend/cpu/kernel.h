@@ -63,6 +63,9 @@ struct Kernel {
   std::function<bool(const NodeInfo&)> accepts;      // empty: accepts every node of the op
   std::function<std::any(const NodeInfo&)> prepare;  // empty: nothing to prepare
   std::function<std::vector<Tensor>(const KernelContext&)> run;
+  // run() hands some forms it only sees at run time (unusual input shapes) to the reference
+  // kernel: said in the op coverage (pto ops, docs/op_coverage.md).
+  bool reference_at_run_time = false;
 };
 
 class KernelRegistry {

@@ -229,10 +229,14 @@ void register_norm_kernels(KernelRegistry& r) {
     r.add(log ? "LogSoftmax" : "Softmax",
           {.accepts = [](const NodeInfo& n) { return n.dtype(0) == DType::kF32; },
            .run = [log](const KernelContext& c) { return run_softmax(c, log); }});
-  r.add("LayerNormalization", {.accepts = accepts_layer_norm, .run = run_layer_norm});
-  r.add("BatchNormalization", {.accepts = accepts_batch_norm, .run = run_batch_norm});
-  r.add("InstanceNormalization", {.accepts = all_f32, .run = run_instance_norm});
-  r.add("GroupNormalization", {.accepts = all_f32, .run = run_group_norm});
+  r.add("LayerNormalization",
+        {.accepts = accepts_layer_norm, .run = run_layer_norm, .reference_at_run_time = true});
+  r.add("BatchNormalization",
+        {.accepts = accepts_batch_norm, .run = run_batch_norm, .reference_at_run_time = true});
+  r.add("InstanceNormalization",
+        {.accepts = all_f32, .run = run_instance_norm, .reference_at_run_time = true});
+  r.add("GroupNormalization",
+        {.accepts = all_f32, .run = run_group_norm, .reference_at_run_time = true});
 }
 
 }  // namespace pto::cpu

@@ -1,0 +1,39 @@
+// Which backend runs which op: every op of the OpRegistry, whether the reference interpreter has a
+// kernel for it (the oracle: every op should) and how the CPU backend takes it. A node the CPU
+// backend does not take runs on the reference backend (pto/backend.h). `pto ops` prints this;
+// docs/op_coverage.md is its Markdown form, kept up to date by a test.
+//
+// Fused groups are not listed here: which ops a fused tile program can express is in
+// docs/fusion.md and decided per group (`pto compile --dump-tiles`).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pto {
+
+enum class CpuCoverage {
+  kNone,     // no CPU kernel: every node of the op runs on the reference backend
+  kAll,      // a CPU kernel that takes every node of the op
+  kSome,     // a CPU kernel that declines some nodes at compile time (dtypes, attributes, opsets);
+             // those run on the reference backend
+  kRunTime,  // a CPU kernel that also hands some inputs, seen only at run time (unusual shapes),
+             // to the reference kernel
+};
+
+struct OpCoverage {
+  std::string op;
+  bool reference = false;  // has a reference kernel
+  CpuCoverage cpu = CpuCoverage::kNone;
+};
+
+// Every registered op, sorted by name.
+std::vector<OpCoverage> op_coverage();
+
+// "kernel", "kernel, declines some nodes", ... : the CPU column of `pto ops`.
+const char* cpu_coverage_str(CpuCoverage c);
+
+// docs/op_coverage.md: a header saying how it is made, a table of every op, and totals.
+std::string op_coverage_markdown();
+
+}  // namespace pto

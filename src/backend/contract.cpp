@@ -1,0 +1,29 @@
+// The helpers of the execution contract (pto/backend.h) that every backend shares. Apart from the
+// registry (registry.cpp), which knows the backends, so that a backend can use them without
+// depending on every other backend.
+#include <algorithm>
+
+#include "pto/backend.h"
+
+namespace pto {
+
+std::vector<int> node_input_slots(const Node& n, const KernelGroup& group) {
+  std::vector<int> slots;
+  for (ValueId v : n.inputs) {
+    auto it = std::find(group.inputs.begin(), group.inputs.end(), v);
+    slots.push_back(v == kNoValue || it == group.inputs.end()
+                        ? -1
+                        : static_cast<int>(it - group.inputs.begin()));
+  }
+  return slots;
+}
+
+std::vector<Tensor> gather_node_inputs(const std::vector<int>& slots,
+                                       const std::vector<Tensor>& group_inputs) {
+  std::vector<Tensor> out;
+  out.reserve(slots.size());
+  for (int s : slots) out.push_back(s < 0 ? Tensor() : group_inputs[s]);
+  return out;
+}
+
+}  // namespace pto

@@ -1,0 +1,77 @@
+// The op x backend coverage table (pto/op_coverage.h), read from the registries themselves: the
+// OpRegistry, the reference KernelRegistry and the CPU KernelRegistry with each kernel's accepts()
+// and reference_at_run_time. It lives with the backend registry because it knows every backend.
+#include <sstream>
+
+#include "backend/cpu/kernel.h"
+#include "pto/op_coverage.h"
+#include "pto/op_registry.h"
+#include "pto/reference.h"
+
+namespace pto {
+
+std::vector<OpCoverage> op_coverage() {
+  std::vector<OpCoverage> out;
+  for (const std::string& op : OpRegistry::global().names()) {
+    OpCoverage c{op};
+    c.reference = reference::KernelRegistry::global().find(op) != nullptr;
+    if (const cpu::Kernel* k = cpu::KernelRegistry::global().find(op)) {
+      c.cpu = k->reference_at_run_time ? CpuCoverage::kRunTime
+              : k->accepts             ? CpuCoverage::kSome
+                                       : CpuCoverage::kAll;
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+const char* cpu_coverage_str(CpuCoverage c) {
+  switch (c) {
+    case CpuCoverage::kNone:
+      return "- (reference backend)";
+    case CpuCoverage::kAll:
+      return "kernel";
+    case CpuCoverage::kSome:
+      return "kernel; declines some nodes to the reference";
+    case CpuCoverage::kRunTime:
+      return "kernel; declines some nodes, and unusual shapes at run time, to the reference";
+  }
+  return "?";
+}
+
+std::string op_coverage_markdown() {
+  std::vector<OpCoverage> ops = op_coverage();
+  int reference = 0, counts[4] = {0, 0, 0, 0};
+  for (const OpCoverage& c : ops) {
+    reference += c.reference;
+    ++counts[static_cast<int>(c.cpu)];
+  }
+  std::ostringstream os;
+  os << "# Op coverage\n\n"
+        "Which backend runs which op, read from the registries. Generated: do not edit; after\n"
+        "adding an op or a kernel run `build/pto ops --markdown > docs/op_coverage.md` (the test\n"
+        "`OpCoverage.DocIsUpToDate` fails until then).\n\n"
+        "- **reference**: the reference interpreter (`src/reference`) has a kernel. It is the\n"
+        "  oracle, so every op has one (`OpCoverage.EveryOpHasAReferenceKernel`).\n"
+        "- **cpu**: the CPU backend (`src/backend/cpu`). *kernel*: a CPU kernel runs every node "
+        "of\n"
+        "  the op. *declines some nodes*: its `accepts` leaves some nodes (other dtypes than\n"
+        "  float32, unusual attributes or opsets) to the reference backend, decided at compile\n"
+        "  time and reported by the plan. *unusual shapes at run time*: the kernel itself calls\n"
+        "  the reference kernel for inputs it sees only at run time. *- (reference backend)*: no\n"
+        "  CPU kernel; every node of the op runs on the reference backend.\n"
+        "- Fused groups (epilogues, tile programs) are decided per group: see "
+        "[fusion.md](fusion.md).\n\n"
+     << ops.size() << " ops: " << reference << " with a reference kernel; on the CPU "
+     << counts[static_cast<int>(CpuCoverage::kAll)] << " with a kernel for every node, "
+     << counts[static_cast<int>(CpuCoverage::kSome)] << " declining some nodes, "
+     << counts[static_cast<int>(CpuCoverage::kRunTime)] << " also declining at run time, "
+     << counts[static_cast<int>(CpuCoverage::kNone)] << " on the reference backend only.\n\n"
+     << "| op | reference | cpu |\n|---|---|---|\n";
+  for (const OpCoverage& c : ops)
+    os << "| " << c.op << " | " << (c.reference ? "yes" : "**no**") << " | "
+       << cpu_coverage_str(c.cpu) << " |\n";
+  return os.str();
+}
+
+}  // namespace pto
