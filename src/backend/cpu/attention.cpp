@@ -171,7 +171,8 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
 }  // namespace
 
 void register_attention_kernels(KernelRegistry& r) {
-  r.add("Attention", {.accepts = accepts_attention, .run = run_attention});
+  r.add("Attention",
+        {.accepts = accepts_attention, .run = run_attention, .reference_at_run_time = true});
 }
 
 }  // namespace pto::cpu
