@@ -47,6 +47,7 @@ struct Executable::Plan {
   std::vector<Step> steps;
   KernelGraph kernels;
   Liveness live;
+  std::vector<bool> in_place;  // per step: may write its output over a dying input
   std::vector<size_t> step_of_node;
   std::vector<PassReport> passes;
   size_t nodes_in = 0;
@@ -302,8 +303,8 @@ std::shared_ptr<const MemoryPlan> memory_plan_for(Executable::Plan& p, const Gra
   auto it = p.memory_plans.find(shapes);
   if (it != p.memory_plans.end()) return p.last_plan = it->second;
   const Graph typed = all_static(g) ? Graph() : with_input_shapes(g, shapes);
-  auto plan =
-      std::make_shared<const MemoryPlan>(plan_memory(all_static(g) ? g : typed, p.kernels, p.live));
+  auto plan = std::make_shared<const MemoryPlan>(
+      plan_memory(all_static(g) ? g : typed, p.kernels, p.live, p.in_place));
   if (p.memory_plans.size() >= 64) p.memory_plans.erase(p.memory_plans.begin());
   p.memory_plans.emplace(shapes, plan);
   if (plan->arena_bytes > p.arena_size) {  // older arenas are too small for this plan
@@ -576,6 +577,7 @@ Executable compile(Graph g, const CompileOptions& options) {
     plan->steps.push_back(std::move(step));
   }
   plan->live = analyze_liveness(gr, kg);
+  for (const KernelGroup& k : kg.kernels) plan->in_place.push_back(may_run_in_place(gr, k));
   plan->plan_memory = options.level >= 2 && options.memory_optimization;
   return Executable(std::move(graph), options, std::move(plan));
 }

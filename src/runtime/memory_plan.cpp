@@ -5,10 +5,17 @@
 // goes into the smallest gap between already placed buffers whose lifetimes overlap its own, or
 // after the last of them. Outputs of one step with the same size share the longest of their
 // lifetimes, because the kernel may hand them out in either order.
+//
+// In place: a step that is one elementwise node of a kInPlace op, or an elementwise tile program,
+// with one output, writes that output over an input of the same dtype and size whose buffer
+// ends at this step (each element is read before the same element is written). The two become
+// one buffer with the longer lifetime, so a chain of such steps runs in one buffer.
 #include "runtime/memory_plan.h"
 
 #include <algorithm>
 #include <map>
+
+#include "pto/op_registry.h"
 
 namespace pto {
 namespace {
@@ -33,14 +40,26 @@ struct Buffer {
   int32_t step, begin, end;
   size_t bytes;
   size_t offset = 0;
+  std::vector<std::pair<ValueId, int32_t>> in_place;  // later values written over it, and steps
 };
 
 }  // namespace
 
-MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& live) {
+bool may_run_in_place(const Graph& g, const KernelGroup& k) {
+  if (k.outputs.size() != 1) return false;
+  if (k.nodes.size() == 1) {
+    const OpDef& d = *g.nodes()[k.nodes[0]].def;
+    return d.has(kInPlace) && d.is_elementwise();
+  }
+  return k.rule == "Elementwise";
+}
+
+MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& live,
+                       const std::vector<bool>& in_place) {
   MemoryPlan plan;
   plan.step_slots.resize(kg.kernels.size());
   std::vector<Buffer> buffers;
+  std::vector<int32_t> buffer_of(g.values().size(), -1);  // a root value's buffer
   for (size_t s = 0; s < kg.kernels.size(); ++s) {
     std::map<size_t, int32_t> end_by_size;  // same-size outputs of this step share a lifetime
     const size_t first = buffers.size();
@@ -59,6 +78,24 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
         continue;
       }
       const auto step = static_cast<int32_t>(s);
+      if (roots.size() == 1 && s < in_place.size() && in_place[s]) {
+        int32_t host = -1;
+        for (ValueId in : kg.kernels[s].inputs) {
+          const int32_t b = in == kNoValue || live.root.at(in) != in ? -1 : buffer_of.at(in);
+          if (b >= 0 && buffers.at(b).end == step && buffers[b].bytes == bytes &&
+              g.value(in).type.dtype == g.value(o).type.dtype) {
+            host = b;
+            break;
+          }
+        }
+        if (host >= 0) {
+          buffers[host].end = std::max(end, step);
+          buffers[host].in_place.push_back({o, step});
+          buffer_of[o] = host;
+          continue;
+        }
+      }
+      buffer_of[o] = static_cast<int32_t>(buffers.size());
       buffers.push_back({o, step, step, std::max(end, step), bytes});
       int32_t& e = end_by_size[bytes];
       e = std::max(e, buffers.back().end);
@@ -96,6 +133,10 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
   for (const Buffer& b : buffers) {
     plan.unplanned_bytes += b.bytes;
     plan.step_slots[b.step].push_back({b.value, b.bytes, b.offset});
+    for (const auto& [v, step] : b.in_place) {
+      plan.unplanned_bytes += b.bytes;
+      plan.step_slots[step].push_back({v, b.bytes, b.offset});
+    }
     for (int32_t s = b.begin; s <= b.end && s < static_cast<int32_t>(live_bytes.size()); ++s)
       live_bytes[s] += b.bytes;
   }

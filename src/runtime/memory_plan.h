@@ -24,7 +24,15 @@ struct MemoryPlan {
   size_t unplanned_values = 0;  // intermediates left to the pool (size unknown, or escaping)
 };
 
-// `g` must carry the concrete shapes of this run (infer_types with concrete inputs).
-MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& live);
+// Whether kernel k may write its one output over an input that dies there (each element read
+// before the same element is written): one elementwise node of a kInPlace op, or an elementwise
+// tile program. `g` is the graph the kernel graph was made from.
+bool may_run_in_place(const Graph& g, const KernelGroup& k);
+
+// `g` must carry the concrete shapes of this run (infer_types with concrete inputs; its nodes may
+// differ from the kernel graph's, as constant folding of the concrete shapes removes some: only
+// value types are read). `in_place[s]`: may_run_in_place for step s (empty: none).
+MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& live,
+                       const std::vector<bool>& in_place = {});
 
 }  // namespace pto

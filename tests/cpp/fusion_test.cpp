@@ -367,4 +367,44 @@ TEST(Fusion, MatMulWithAnElementwiseChainAsTileEpilogue) {
 }
 
 }  // namespace
+
+TEST(MemoryPlan, ElementwiseStepsRunInPlace) {
+  // Transpose -> (Exp, Neg, Add of a constant: one elementwise kernel) -> Transpose: the
+  // elementwise kernel writes over the first transpose's output, which dies there, so the arena
+  // holds one buffer where it would need two; not when the transpose's output is read later.
+  for (bool still_read : {false, true}) {
+    SCOPED_TRACE(still_read);
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kF32, Shape{Dim::sym("n"), Dim(64)}});
+    ValueId c = constant(g, "c", {64, 1}, 70);
+    ValueId t = g.add_value("t"), e = g.add_value("e"), ne = g.add_value("ne"),
+            a = g.add_value("a"), y = g.add_value("y");
+    g.add_node("Transpose", {x}, {t}, {}, "t1");
+    g.add_node("Exp", {t}, {e}, {}, "exp");
+    g.add_node("Neg", {e}, {ne}, {}, "neg");
+    g.add_node("Add", {ne, c}, {a}, {}, "add");
+    g.add_node("Transpose", {a}, {y}, {}, "t2");
+    g.add_output(y);
+    if (still_read) {
+      ValueId z = g.add_value("z");
+      g.add_node("Transpose", {t}, {z}, {}, "late");  // t is read after the elementwise kernel
+      g.add_output(z);
+    }
+    Executable exe = compile(g, {.level = 2});
+    for (int64_t n : {3, 64}) {
+      Tensor in = random_tensor({n, 64}, 71);
+      Graph typed = g;
+      typed.value(x).type.shape = to_shape({n, 64});
+      infer_types(typed);
+      const std::vector<Tensor> want = reference::run(typed, {in});
+      const std::vector<Tensor> got = exe.run({in});
+      for (size_t k = 0; k < want.size(); ++k) expect_near(got[k], want[k], 1e-6, cat("n ", n));
+      const size_t one = static_cast<size_t>(n) * 64 * sizeof(float);
+      const ExecutableStats st = exe.stats({{n, 64}});
+      EXPECT_EQ(st.unplanned_peak_bytes, 2 * one);
+      EXPECT_EQ(st.peak_bytes, still_read ? 2 * one : one);
+    }
+  }
+}
+
 }  // namespace pto
