@@ -86,7 +86,8 @@ class CompiledGraph:
 
     @property
     def steps(self) -> list[dict]:
-        """The plan, one dict per kernel: backend, fusion rule, names of the nodes it covers."""
+        """The plan, one dict per kernel: backend, fusion rule, op of its last node, names of the
+        nodes it covers."""
         return self._exe.steps
 
     @property

@@ -148,12 +148,15 @@ void bind_runtime(nb::module_& m) {
               nb::dict d;
               d["backend"] = s.backend;
               d["rule"] = s.rule;
+              d["op"] = e.graph().nodes()[s.nodes.back()].op;
               d["nodes"] = names;
               out.append(d);
             }
             return out;
           },
-          "The plan: one dict per kernel (backend, fusion rule, the names of the nodes it covers).")
+          "The plan: one dict per kernel (backend, fusion rule, the op of its last node, the names "
+          "of "
+          "the nodes it covers).")
       .def("describe_step", &Executable::describe_step, nb::arg("i"),
            "Step i's kernel as its backend describes it (a tile program), or ''.")
       .def_prop_ro(

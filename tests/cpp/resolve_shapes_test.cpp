@@ -216,6 +216,43 @@ TEST(PassUnflattenMatMul, ADifferentUnflattenStays) {
   EXPECT_EQ(ops_of(out), (std::vector<std::string>{"Reshape", "MatMul", "Reshape"}));
 }
 
+// torch's bmm form of a 4-D matmul: both operands flattened to [batch*heads, m, k], the product
+// reshaped back. With a symbolic batch the flattened dims are the product 4*batch.
+TEST(PassUnflattenMatMul, BatchedFourDimensionalMatMul) {
+  for (bool put_back : {true, false}) {
+    SCOPED_TRACE(put_back);
+    Graph g;
+    const Dim batch = Dim::sym("batch");
+    ValueId a = g.add_input("a", {DType::kF32, Shape{batch, 4, 6, 8}});
+    ValueId b = g.add_input("b", {DType::kF32, Shape{batch, 4, 8, 5}});
+    ValueId ta = g.add_value("ta"), tb = g.add_value("tb"), ty = g.add_value("ty");
+    g.set_initializer(ta, Tensor::from_vector<int64_t>({-1, 6, 8}, {3}));
+    g.set_initializer(tb, Tensor::from_vector<int64_t>({-1, 8, 5}, {3}));
+    // Put back into [batch, 4, 6, 5], or into [batch, 2, 12, 5]: not the operands' dims.
+    g.set_initializer(ty, put_back ? Tensor::from_vector<int64_t>({-1, 4, 6, 5}, {4})
+                                   : Tensor::from_vector<int64_t>({-1, 2, 12, 5}, {4}));
+    ValueId fa = g.add_value("fa"), fb = g.add_value("fb"), p = g.add_value("p"),
+            y = g.add_value("y");
+    g.add_node("Reshape", {a, ta}, {fa}, {}, "flat_a");
+    g.add_node("Reshape", {b, tb}, {fb}, {}, "flat_b");
+    g.add_node("MatMul", {fa, fb}, {p}, {}, "bmm");
+    g.add_node("Reshape", {p, ty}, {y}, {}, "unflat");
+    g.add_output(y);
+    infer_types(g);
+    EXPECT_EQ(g.value(fa).type.str(), "f32[4*batch, 6, 8]");
+    Graph out = run_passes(g, {.only = {"UnflattenMatMul"}});
+    if (put_back) {
+      EXPECT_EQ(ops_of(out), (std::vector<std::string>{"MatMul"})) << print(out);
+      EXPECT_EQ(out.value(out.outputs()[0]).type.str(), "f32[batch, 4, 6, 5]");
+    } else {
+      EXPECT_EQ(ops_of(out), (std::vector<std::string>{"Reshape", "Reshape", "MatMul", "Reshape"}));
+    }
+    for (int64_t n : {1, 3})
+      expect_same_outputs(g, out,
+                          {random_tensor({n, 4, 6, 8}, 95), random_tensor({n, 4, 8, 5}, 96)});
+  }
+}
+
 // x * Clip(x + 3, 0, 6) / 6, with the clamp as two Clips (torch.export's form) -> HardSwish.
 TEST(PassRecognizeComposites, HardSwishFromTorchDecomposition) {
   Graph g;
