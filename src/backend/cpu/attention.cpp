@@ -44,11 +44,15 @@ bool accepts_attention(const NodeInfo& n) {
          a.get_int("right_window_size", -1) == -1;
 }
 
-// The mask broadcast to [B, H, Sq, L]: the element strides of its four axes (0 where broadcast).
+// The mask broadcast to [B, H, Sq, L]: additive float values (a boolean mask as 0 / -inf), the
+// element strides of its first three axes (0 where broadcast; the key axis is contiguous), and
+// for each of its rows the first key not at -inf (L when none: the row sees no key).
 struct MaskView {
-  const float* f = nullptr;
-  const bool* b = nullptr;
-  int64_t stride[3] = {0, 0, 0};  // batch, head, query row; the key axis is contiguous
+  const float* raw = nullptr;    // a float mask's own data
+  std::vector<float> converted;  // a boolean mask's additive form
+  std::vector<int64_t> first_visible;
+  int64_t stride[3] = {0, 0, 0};
+  const float* values() const { return raw ? raw : converted.data(); }
 };
 
 std::optional<MaskView> mask_view(const Tensor& m, const int64_t full[4]) {
@@ -64,10 +68,20 @@ std::optional<MaskView> mask_view(const Tensor& m, const int64_t full[4]) {
     v.stride[i] = dims[i] == 1 ? 0 : stride;
     stride *= dims[i];
   }
-  if (m.dtype() == DType::kBool)
-    v.b = m.data<bool>();
-  else
-    v.f = m.data<float>();
+  if (m.dtype() == DType::kBool) {
+    const bool* p = m.data<bool>();
+    v.converted.resize(static_cast<size_t>(m.numel()));
+    for (int64_t i = 0; i < m.numel(); ++i) v.converted[i] = p[i] ? 0.0f : kNegInf;
+  } else {
+    v.raw = m.data<float>();
+  }
+  const int64_t L = dims[3];
+  v.first_visible.resize(static_cast<size_t>(L ? m.numel() / L : 0));
+  for (size_t row = 0; row < v.first_visible.size(); ++row) {
+    int64_t j = 0;
+    while (j < L && v.values()[row * L + j] == kNegInf) ++j;
+    v.first_visible[row] = j;
+  }
   return v;
 }
 
@@ -102,14 +116,14 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
   }
   // Rows per block: the R x L score block within half of L2.
   const int64_t l2 = static_cast<int64_t>(device_info().l2_bytes);
-  const int64_t rows = std::clamp<int64_t>(l2 / 2 / (L * 4), 8, 64);
+  const int64_t rows = std::clamp<int64_t>(l2 / 2 / (L * 4), 8, 256);
   const int64_t blocks = (Sq + rows - 1) / rows;
   const float *qp = Q.data<float>(), *kp = K.data<float>(), *vp = V.data<float>();
   float* yp = y.data<float>();
   const int64_t work_per_task = rows * L * (D + Dv);
   parallel_for(0, B * H * blocks, std::max<int64_t>(1, kParallelGrain / work_per_task),
                [&](int64_t t0, int64_t t1) {
-                 float* s = scratch_as<float>(static_cast<size_t>(rows * L), 3);
+                 float* s = scratch_as<float>(static_cast<size_t>(rows * L + rows), 3);
                  for (int64_t t = t0; t < t1; ++t) {
                    const int64_t bh = t / blocks, i0 = t % blocks * rows;
                    const int64_t b = bh / H, h = bh % H, hk = h / group;
@@ -129,30 +143,27 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
                                .ldc = L,
                                .alpha = scale};
                    sgemm(qk);
+                   // Mask and causal limit per row; then one softmax over the block's rows,
+                   // and rows with no visible key set to zeros (as the reference defines them).
+                   bool* hidden = reinterpret_cast<bool*>(s + rows * L);
                    for (int64_t i = 0; i < r; ++i) {
                      float* row = s + i * L;
                      const int64_t qi = i0 + i;
+                     const int64_t limit = causal ? std::min(qi + 1, L) : L;
+                     int64_t first_visible = 0;
                      if (mask) {
                        const int64_t off =
                            b * mask->stride[0] + h * mask->stride[1] + qi * mask->stride[2];
-                       if (mask->f) {
-                         const float* m = mask->f + off;
-                         for (int64_t j = 0; j < L; ++j) row[j] += m[j];
-                       } else {
-                         const bool* m = mask->b + off;
-                         for (int64_t j = 0; j < L; ++j)
-                           if (!m[j]) row[j] = kNegInf;
-                       }
+                       const float* m = mask->values() + off;
+                       for (int64_t j = 0; j < L; ++j) row[j] += m[j];
+                       first_visible = mask->first_visible[off / L];
                      }
-                     if (causal)
-                       for (int64_t j = qi + 1; j < L; ++j) row[j] = kNegInf;
-                     float top = kNegInf;
-                     for (int64_t j = 0; j < L; ++j) top = std::max(top, row[j]);
-                     if (top == kNegInf)
-                       std::fill_n(row, L, 0.0f);  // no visible key
-                     else
-                       PTO_ISA_DISPATCH(softmax_rows, row, row, 1, L, false);
+                     std::fill(row + limit, row + L, kNegInf);
+                     hidden[i] = first_visible >= limit;
                    }
+                   PTO_ISA_DISPATCH(softmax_rows, s, s, r, L, false);
+                   for (int64_t i = 0; i < r; ++i)
+                     if (hidden[i]) std::fill_n(s + i * L, L, 0.0f);
                    GemmArgs pv{.m = r,
                                .n = Dv,
                                .k = L,
