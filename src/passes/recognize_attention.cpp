@@ -8,8 +8,9 @@
 //
 // Matching is backwards from the root MatMul:
 // - the probabilities may be guarded as torch's SDPA decomposition writes it,
-//   Where(Not(Equal(ReduceMax(s, -1), -inf)), Softmax(s), 0) (a fully masked row gives 0, which
-//   is what Attention computes for it);
+//   Where(Not(Equal(ReduceMax(s, -1), -inf)), Softmax(s), 0), or as the ONNX exporter does,
+//   Where(IsNaN(Softmax(s)), 0, Softmax(s)) (a fully masked row gives 0, which is what Attention
+//   computes for it);
 // - Softmax over the last axis;
 // - up to two mask layers, each Add(s, m) (a float mask), Where(m, s, -inf) (a boolean mask,
 //   true = attend) or Where(m, -inf, s) (masked_fill: true = masked, negated with Not). A boolean
@@ -73,7 +74,7 @@ class AttentionMatcher {
   // reads the scores twice (Softmax and ReduceMax).
   const Node* inner(ValueId v, std::string_view op) {
     const Node* n = producer(g_, v);
-    const int readers = v == guarded_scores_ ? 2 : 1;
+    const int readers = v == guarded_scores_ || v == guarded_probabilities_ ? 2 : 1;
     if (!n || n->op != op || n->outputs.size() != 1 || uses_[v] != readers || g_.is_output(v))
       return nullptr;
     m_.consumed.push_back(static_cast<size_t>(g_.value(v).producer));
@@ -107,6 +108,18 @@ class AttentionMatcher {
         guarded_scores_ = soft->inputs[0];
         return soft->inputs[0];
       }
+      undo(mark);
+    }
+    if (const Node* w = inner(p, "Where"); w && w->inputs.size() == 3) {
+      // Where(IsNaN(p), 0, p), p = Softmax(s): the ONNX exporter's guard (a softmax is NaN
+      // where every score is -inf).
+      guarded_probabilities_ = w->inputs[2];
+      const Node* nan = inner(w->inputs[0], "IsNaN");
+      if (nan && nan->inputs[0] == w->inputs[2] && scalar_constant(g_, w->inputs[1]) == 0.0) {
+        const Node* soft = inner(w->inputs[2], "Softmax");
+        if (soft && is_last_axis(*soft, soft->inputs[0])) return soft->inputs[0];
+      }
+      guarded_probabilities_ = kNoValue;
       undo(mark);
     }
     const Node* soft = inner(p, "Softmax");
@@ -213,7 +226,8 @@ class AttentionMatcher {
   Graph& g_;
   const std::vector<int>& uses_;
   Match m_;
-  ValueId guarded_scores_ = kNoValue;
+  ValueId guarded_scores_ = kNoValue;         // read by Softmax and the guard's ReduceMax
+  ValueId guarded_probabilities_ = kNoValue;  // read by IsNaN and the guard's Where
 };
 
 bool same_dim(const Dim& a, const Dim& b) {

@@ -682,6 +682,26 @@ TEST(PassRecognizeAttention, ScaledOperandsCausalConstantAndMaskedFill) {
   EXPECT_EQ(g.nodes().size(), 2u) << print(g);
 }
 
+TEST(PassRecognizeAttention, OnnxExporterFormWithNanGuardAndReshapedKeyTranspose) {
+  // torch.onnx.export (dynamo) writes GPT-2's attention as: K^T by Reshape to 3-D, Transpose,
+  // Reshape back; sqrt-scaling of both operands; an additive mask; Where(IsNaN(p), 0, p).
+  Builder b;
+  ValueId q = b.input("q", {1, 3, 6, 8}), k = b.input("k", {1, 3, 6, 8}),
+          v = b.input("v", {1, 3, 6, 8}), mask = b.input("mask", {1, 1, 6, 6});
+  const ValueId c = b.scalar("c", 0.59460356f);  // 8^-0.25
+  ValueId k3 = b.op("Reshape", {k, b.constant("s3", Tensor::from_vector<int64_t>({3, 6, 8}, {3}))});
+  ValueId kt = b.op("Reshape", {b.op("Transpose", {k3}, perm({0, 2, 1})),
+                                b.constant("s4", Tensor::from_vector<int64_t>({1, 3, 8, 6}, {4}))});
+  ValueId s = b.op("MatMul", {b.op("Mul", {q, c}), b.op("Mul", {kt, c})});
+  ValueId p = b.op("Softmax", {b.op("Add", {s, mask})}, b.attrs({{"axis", int64_t{-1}}}));
+  p = b.op("Where", {b.op("IsNaN", {p}), b.scalar("zero", 0.0f), p});
+  b.g.add_output(b.op("MatMul", {p, v}));
+  Graph g = run_and_compare(b, "RecognizeAttention");
+  EXPECT_EQ(count(g, "Attention"), 1) << print(g);
+  EXPECT_EQ(count(g, "Softmax") + count(g, "IsNaN") + count(g, "Where") + count(g, "Mul"), 0);
+  EXPECT_NEAR(only(g, "Attention").attrs.get_float("scale"), 1 / std::sqrt(8.0), 1e-6);
+}
+
 TEST(PassRecognizeAttention, FormsThatAreNotAttentionStay) {
   auto build = [](int variant) {
     Builder b;
