@@ -51,4 +51,9 @@ void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* 
 std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
                                   int64_t group);
 
+class KernelRegistry;
+// ReorderToBlocked, ReorderFromBlocked and ConvBlocked (conv_blocked.cpp), registered from
+// register_conv_kernels.
+void register_blocked_conv_kernels(KernelRegistry& r);
+
 }  // namespace pto::cpu

@@ -1,5 +1,6 @@
 // Registers the CPU Conv kernel: float32, NCHW, 1-D and 2-D (conv.h). 3-D convolutions and other
-// dtypes are declined and run on the reference interpreter.
+// dtypes are declined and run on the reference interpreter. The blocked-layout kernels are in
+// conv_blocked.cpp.
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/kernel.h"
 
@@ -46,7 +47,7 @@ std::vector<Tensor> run(const KernelContext& c) {
     if (f->residual.defined()) {
       if (f->residual.shape() != yshape)
         throw KernelDeclined(cat(where, ": fused residual ", f->residual.str(),
-                             " does not match the output ", dims_str(yshape)));
+                                 " does not match the output ", dims_str(yshape)));
       ep.residual = f->residual.data<float>();
     }
     ep.act = f->act;
@@ -67,6 +68,7 @@ std::vector<Tensor> run(const KernelContext& c) {
 
 void register_conv_kernels(KernelRegistry& r) {
   r.add("Conv", {accepts, prepare, run});
+  register_blocked_conv_kernels(r);
 }
 
 }  // namespace pto::cpu
