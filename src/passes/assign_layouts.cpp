@@ -6,8 +6,9 @@
 //   1. Choose, in node order. A Conv the CPU backend runs blocked (float32, 2-D, constant weights,
 //      group 1 or depthwise, and `blocked_pays`, the cost rule) yields a blocked value. A
 //      layout-agnostic node yields one when its inputs allow (`propagates`): an elementwise op
-//      whose tensor inputs are blocked values of its output's shape, scalars, or constants per
-//      channel (reordered here); a Concat on channels of blocked values whose channel counts are
+//      with a blocked input whose other inputs are values of its output's shape, scalars, or
+//      constants per channel (reordered here; an NCHW operand costs one reorder, as reordering
+//      the blocked one back would); a Concat on channels of blocked values whose channel counts are
 //      multiples of c. Everything else (pooling, Flatten, Gemm, reductions, unknown ops) reads
 //      NCHW.
 //   2. Rewrite. A chosen Conv becomes ConvBlocked, its weights and bias reordered now (weights
@@ -107,13 +108,12 @@ bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked,
   bool any = false;
   for (ValueId in : n.inputs) {
     if (in == kNoValue) continue;
-    if (blocked[in]) {
-      if (!same_shape(g, in, n.outputs[0])) return false;
-      any = true;
-    } else if (const Tensor* t = constant(g, in)) {
+    if (const Tensor* t = constant(g, in)) {
       if (t->numel() != 1 && !per_channel(*t, (*out)[1].value)) return false;
-    } else {
+    } else if (!nchw_f32(g, in) || !same_shape(g, in, n.outputs[0])) {
       return false;
+    } else {
+      any = any || blocked[in];  // an NCHW operand is reordered (once): one reorder either way
     }
   }
   return any;
@@ -262,23 +262,26 @@ class Rewriter {
   }
 
   void to_blocked_reader(size_t i) {
-    Node& n = g_.mutable_nodes()[i];
-    const ValueId y = n.outputs[0];
+    const ValueId y = g_.nodes()[i].outputs[0];
     const int64_t C = channels_of(g_, y);
-    for (ValueId& in : n.inputs) {
+    std::vector<ValueId> inputs = g_.nodes()[i].inputs;  // blocked() may add nodes
+    for (ValueId& in : inputs) {
       if (in == kNoValue) continue;
-      if (blocked_of_[in] != kNoValue) {
-        in = blocked_of_[in];
-      } else if (const Tensor* t = constant(g_, in); t && t->numel() == C && t->numel() > 1) {
-        in = g_.add_constant(g_.value(in).name + "_blocked", blocked_constant(*t, C, block_));
+      if (const Tensor* t = constant(g_, in)) {
+        if (t->numel() == C && C > 1)
+          in = g_.add_constant(g_.value(in).name + "_blocked", blocked_constant(*t, C, block_));
+      } else {
+        in = blocked(in);
       }
     }
-    if (n.op == "Concat") n.attrs.set("axis", int64_t{1});
     const ValueId yb = new_blocked_value(y);
-    g_.mutable_nodes()[i].outputs[0] = yb;
+    Node& n = g_.mutable_nodes()[i];
+    n.inputs = std::move(inputs);
+    if (n.op == "Concat") n.attrs.set("axis", int64_t{1});
+    n.outputs[0] = yb;
     g_.value(yb).producer = static_cast<int32_t>(i);
     g_.value(y).producer = -1;
-    ctx_.note("AssignLayouts/Propagate/" + g_.nodes()[i].op);
+    ctx_.note("AssignLayouts/Propagate/" + n.op);
   }
 
   Graph& g_;

@@ -140,18 +140,25 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
   Tensor y = Tensor::empty(DType::kF32, yshape);
   const float *x = c.input(0).data<float>(), *w = c.input(1).data<float>();
   float* yp = y.data<float>();
-  const int64_t row = g.ow * g.block, rows = g.n * g.ocb * g.oh;
+  const int64_t row = g.ow * g.block;
+  // Tasks: (image, group of output blocks, output row), rows fastest so that consecutive tasks
+  // of a chunk reuse the group's weights. A general conv computes two blocks per task (the
+  // kernel's register block); a depthwise one, one.
+  const int64_t per = g.depthwise ? 1 : 2, groups = (g.ocb + per - 1) / per;
   const bool has_rest = ep.residual || ep.act != Activation::kNone;
-  parallel_for(0, rows, 1, [&](int64_t t0, int64_t t1) {
+  parallel_for(0, g.n * groups * g.oh, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t oy = t % g.oh, ob = t / g.oh % g.ocb, n = t / (g.oh * g.ocb);
-      if (!PTO_ISA_DISPATCH(conv_blocked_row, g, x, w, bias, yp, n, ob, oy))
-        generic::conv_blocked_row(g, x, w, bias, yp, n, ob, oy);
-      if (has_rest) {
+      const int64_t oy = t % g.oh, ob = t / g.oh % groups * per, n = t / (g.oh * groups);
+      const int64_t obs = std::min(per, g.ocb - ob);
+      if (!PTO_ISA_DISPATCH(conv_blocked_row, g, x, w, bias, yp, n, ob, obs, oy))
+        generic::conv_blocked_row(g, x, w, bias, yp, n, ob, obs, oy);
+      if (!has_rest) continue;
+      for (int64_t o = ob; o < ob + obs; ++o) {
+        const int64_t off = ((n * g.ocb + o) * g.oh + oy) * row;
         Epilogue e = ep;
-        if (ep.residual) e.residual = ep.residual + t * row;
+        if (ep.residual) e.residual = ep.residual + off;
         e.ldr = row;
-        apply_epilogue(e, yp + t * row, row, 0, 1, 0, row);
+        apply_epilogue(e, yp + off, row, 0, 1, 0, row);
       }
     }
   });

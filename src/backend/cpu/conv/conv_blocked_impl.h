@@ -1,7 +1,8 @@
 // The blocked direct convolution's vector code, compiled once per ISA (conv_blocked_{avx512,avx2,
-// generic}.cpp). One call computes one output row of one output channel block: the row is cut into
-// register blocks of R pixels, each holding R x (block / lanes) accumulators for the whole
-// reduction over input channels and taps, so every output is stored once.
+// generic}.cpp). One call computes one output row of a few output channel blocks: the row is cut
+// into register blocks of R pixels x OB output blocks (two for a general conv, so that a weight
+// load and a broadcast each feed several FMAs and the loop is FMA-bound, not load-bound), each
+// holding its accumulators for the whole reduction over input channels and taps.
 //   general    for each input lane i of each tap: load the weight vector w[.., i, 0:block] and
 //              broadcast-FMA x[pixel r, lane i] into accumulator r (a weight load serves R FMAs);
 //   depthwise  each tap is one vector load of the input pixel (its block channels) times the tap's
@@ -18,26 +19,29 @@ constexpr int kLanes = Vec::kLanes;
 // Accumulator registers a register block may use: the rest hold a weight and a broadcast input.
 constexpr int kAccRegs = kLanes == 16 ? 28 : (kLanes == 8 ? 12 : 16);
 
-template <int B>
+template <int B, int OB>
 struct RowKernel {
   static constexpr int kNV = B / kLanes;  // vectors per channel block
-  static constexpr int kRMax = kAccRegs / kNV < 1 ? 1 : (kAccRegs / kNV > 14 ? 14 : kAccRegs / kNV);
+  static constexpr int kAcc = kAccRegs / (kNV * OB);
+  static constexpr int kRMax = kAcc < 1 ? 1 : (kAcc > 14 ? 14 : kAcc);
 
   const BlockedConv& g;
   const float* x;     // the image (general) or its channel block (depthwise)
-  const float* w;     // the weights of output block ob
-  const float* bias;  // B values, or null
-  float* y;           // the output row
-  int64_t oy;
+  const float* w;     // the weights of output block ob (OB blocks, wstride apart)
+  const float* bias;  // OB * B values, or null
+  float* y;           // the output row of block ob (OB blocks, ystride apart)
+  int64_t oy, wstride, ystride;
 
-  // Output pixels [ox0, ox0 + R); with kChecked, taps outside the row are skipped (R == 1).
+  // Output pixels [ox0, ox0 + R) of OB output blocks; with kChecked, taps outside the row are
+  // skipped (R == 1). Per input lane: OB weight loads and R broadcasts feed OB x R FMAs.
   template <int R, bool kChecked>
   void general(int64_t ox0) const {
-    Vec acc[R][kNV];
-    for (int v = 0; v < kNV; ++v) {
-      const Vec b = bias ? Vec::load(bias + v * kLanes) : Vec::zero();
-      for (int r = 0; r < R; ++r) acc[r][v] = b;
-    }
+    Vec acc[R][OB][kNV];
+    for (int o = 0; o < OB; ++o)
+      for (int v = 0; v < kNV; ++v) {
+        const Vec b = bias ? Vec::load(bias + o * B + v * kLanes) : Vec::zero();
+        for (int r = 0; r < R; ++r) acc[r][o][v] = b;
+      }
     const int64_t xstep = g.sw * B;
     for (int64_t ib = 0; ib < g.icb; ++ib) {
       const int64_t lanes = g.channels - ib * B < B ? g.channels - ib * B : B;
@@ -50,19 +54,28 @@ struct RowKernel {
           if (kChecked && (ix < 0 || ix >= g.iw)) continue;
           const float* xp = xrow + ix * B;
           const float* wp = w + ((ib * g.kh + ky) * g.kw + kx) * B * B;
-          for (int64_t i = 0; i < lanes; ++i) {
-            Vec wv[kNV];
-            for (int v = 0; v < kNV; ++v) wv[v] = Vec::load(wp + i * B + v * kLanes);
+          auto lane = [&](int64_t i) {
+            Vec wv[OB][kNV];
+            for (int o = 0; o < OB; ++o)
+              for (int v = 0; v < kNV; ++v)
+                wv[o][v] = Vec::load(wp + o * wstride + i * B + v * kLanes);
             for (int r = 0; r < R; ++r) {
               const Vec xv = Vec::set1(xp[r * xstep + i]);
-              for (int v = 0; v < kNV; ++v) acc[r][v] = fma(xv, wv[v], acc[r][v]);
+              for (int o = 0; o < OB; ++o)
+                for (int v = 0; v < kNV; ++v) acc[r][o][v] = fma(xv, wv[o][v], acc[r][o][v]);
             }
-          }
+          };
+          if (lanes == B)
+            for (int i = 0; i < B; ++i) lane(i);  // a constant trip count the compiler unrolls
+          else
+            for (int64_t i = 0; i < lanes; ++i) lane(i);
         }
       }
     }
     for (int r = 0; r < R; ++r)
-      for (int v = 0; v < kNV; ++v) acc[r][v].store(y + (ox0 + r) * B + v * kLanes);
+      for (int o = 0; o < OB; ++o)
+        for (int v = 0; v < kNV; ++v)
+          acc[r][o][v].store(y + o * ystride + (ox0 + r) * B + v * kLanes);
   }
 
   template <int R, bool kChecked>
@@ -95,10 +108,9 @@ struct RowKernel {
 
   template <int R, bool kChecked>
   void block(int64_t ox0) const {
-    if (g.depthwise)
-      depthwise<R, kChecked>(ox0);
-    else
-      general<R, kChecked>(ox0);
+    if constexpr (OB == 1)
+      if (g.depthwise) return depthwise<R, kChecked>(ox0);
+    general<R, kChecked>(ox0);
   }
 
   // The last `r` (< kRMax) interior pixels from ox0, as one register block of r.
@@ -124,27 +136,38 @@ struct RowKernel {
   }
 };
 
+// Blocks [ob, ob + obs) of row oy of image n, two at a time where a general conv has two.
 template <int B>
 void row(const BlockedConv& g, const float* x, const float* w, const float* bias, float* y,
-         int64_t n, int64_t ob, int64_t oy) {
+         int64_t n, int64_t ob, int64_t obs, int64_t oy) {
   const int64_t plane = g.ih * g.iw * B;
-  const float* xs = g.depthwise ? x + (n * g.icb + ob) * plane : x + n * g.icb * plane;
-  const float* ws = w + ob * (g.depthwise ? 1 : g.icb * B) * g.kh * g.kw * B;
-  float* yr = y + ((n * g.ocb + ob) * g.oh + oy) * g.ow * B;
-  RowKernel<B>{g, xs, ws, bias ? bias + ob * B : nullptr, yr, oy}.run();
+  const int64_t wstride = (g.depthwise ? 1 : g.icb * B) * g.kh * g.kw * B;
+  const int64_t ystride = g.oh * g.ow * B;
+  for (int64_t o = ob; o < ob + obs;) {
+    const float* xs = g.depthwise ? x + (n * g.icb + o) * plane : x + n * g.icb * plane;
+    const float* bs = bias ? bias + o * B : nullptr;
+    float* yr = y + ((n * g.ocb + o) * g.oh + oy) * g.ow * B;
+    if (!g.depthwise && o + 2 <= ob + obs) {
+      RowKernel<B, 2>{g, xs, w + o * wstride, bs, yr, oy, wstride, ystride}.run();
+      o += 2;
+    } else {
+      RowKernel<B, 1>{g, xs, w + o * wstride, bs, yr, oy, wstride, ystride}.run();
+      o += 1;
+    }
+  }
 }
 
 }  // namespace
 
 bool conv_blocked_row(const BlockedConv& g, const float* x, const float* w, const float* bias,
-                      float* y, int64_t n, int64_t ob, int64_t oy) {
+                      float* y, int64_t n, int64_t ob, int64_t obs, int64_t oy) {
   if (g.block == 8) {
     if constexpr (8 % kLanes == 0) {
-      row<8>(g, x, w, bias, y, n, ob, oy);
+      row<8>(g, x, w, bias, y, n, ob, obs, oy);
       return true;
     }
   } else if (g.block == 16) {
-    row<16>(g, x, w, bias, y, n, ob, oy);
+    row<16>(g, x, w, bias, y, n, ob, obs, oy);
     return true;
   }
   return false;

@@ -62,11 +62,12 @@ struct BlockedConv : ConvWindow {
   bool depthwise = false;
 };
 
-// Output row oy of image n, output channel block ob: y + ((n * ocb + ob) * oh + oy) * ow * block
-// gets bias (ocb * block values, or zeros when null) plus the convolution. Returns false, having
-// written nothing, when this ISA's vectors do not divide `block` (the caller then uses generic).
+// Output row oy of image n in output channel blocks [ob, ob + obs): row y + ((n * ocb + o) * oh +
+// oy) * ow * block of each block o gets bias (ocb * block values, or zeros when null) plus the
+// convolution. Returns false, having written nothing, when this ISA's vectors do not divide
+// `block` (the caller then uses generic).
 PTO_ISA_DECLARE(bool conv_blocked_row(const BlockedConv& g, const float* x, const float* w,
                                       const float* bias, float* y, int64_t n, int64_t ob,
-                                      int64_t oy);)
+                                      int64_t obs, int64_t oy);)
 
 }  // namespace pto::cpu
