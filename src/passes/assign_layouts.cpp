@@ -52,17 +52,21 @@ int64_t blocks_of(int64_t c, int block) {
 }
 
 // The cost rule: where the blocked direct convolution is expected to beat the NCHW Conv kernel
-// (docs/passes.md has the measurements behind it).
-bool blocked_pays(const Shape& x, const Tensor& w, int64_t group) {
-  (void)x;
-  (void)w;
-  (void)group;
-  return true;
+// (docs/passes.md has the measurements behind it). The blocked kernel computes every padded
+// output lane, so a channel count that leaves much of its last block empty (24 channels in two
+// blocks of 16) loses up to 1.4x; input lanes past C are skipped, so only their loop overhead
+// counts, and a stem with fewer input channels than one block pays nothing for them. Where the
+// input is blocked already, the conv stays blocked anyway: the reorders around an NCHW conv in a
+// blocked region cost more than the padding (MobileNetV2's 24-channel stage, measured).
+bool blocked_pays(int64_t in_channels, int64_t out_channels, int block, bool input_blocked) {
+  if (input_blocked) return true;
+  auto filled = [&](int64_t c) { return blocks_of(c, block) * block * 8 <= c * 9; };
+  return filled(out_channels) && (in_channels < block || filled(in_channels));
 }
 
 // Whether Conv `n` runs blocked: float32, 2-D, constant weights (and bias), group 1 or
 // depthwise with one output per input channel, and the cost rule says it pays.
-bool conv_blockable(const Graph& g, const Node& n) {
+bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked) {
   if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
     return false;
   const std::optional<Shape> x = nchw_f32(g, n.inputs[0]);
@@ -76,7 +80,7 @@ bool conv_blockable(const Graph& g, const Node& n) {
   const int64_t group = n.attrs.get_int("group", 1), C = (*x)[1].value;
   const bool depthwise = group > 1 && group == C && w->dim(0) == C && w->dim(1) == 1;
   if (!(group == 1 && w->dim(1) == C) && !depthwise) return false;
-  return blocked_pays(*x, *w, group);
+  return blocked_pays(C, w->dim(0), block, input_blocked);
 }
 
 // A constant that varies along the channel axis of a [N, C, H, W] output only: its shape,
@@ -310,7 +314,8 @@ Graph assign_layouts(Graph g, const PassContext& ctx, int block) {
   bool any = false;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
-    if (conv_blockable(g, n))
+    if (conv_blockable(g, n, block,
+                       !n.inputs.empty() && n.inputs[0] != kNoValue && blocked[n.inputs[0]]))
       kind[i] = kConv;
     else if (propagates(g, n, blocked, block))
       kind[i] = kPropagate;
