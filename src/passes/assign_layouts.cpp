@@ -66,7 +66,7 @@ bool blocked_pays(int64_t in_channels, int64_t out_channels, int block, bool inp
 
 // Whether Conv `n` runs blocked: float32, 2-D, constant weights (and bias), group 1 or
 // depthwise with one output per input channel, and the cost rule says it pays.
-bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked) {
+bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked, bool cost_rule) {
   if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
     return false;
   const std::optional<Shape> x = nchw_f32(g, n.inputs[0]);
@@ -80,7 +80,7 @@ bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked
   const int64_t group = n.attrs.get_int("group", 1), C = (*x)[1].value;
   const bool depthwise = group > 1 && group == C && w->dim(0) == C && w->dim(1) == 1;
   if (!(group == 1 && w->dim(1) == C) && !depthwise) return false;
-  return blocked_pays(C, w->dim(0), block, input_blocked);
+  return !cost_rule || blocked_pays(C, w->dim(0), block, input_blocked);
 }
 
 // A constant that varies along the channel axis of a [N, C, H, W] output only: its shape,
@@ -307,7 +307,7 @@ int machine_channel_block() {
   return isa == "avx512" ? 16 : (isa == "avx2" ? 8 : 0);
 }
 
-Graph assign_layouts(Graph g, const PassContext& ctx, int block) {
+Graph assign_layouts(Graph g, const PassContext& ctx, int block, bool cost_rule) {
   if (block < 2) return g;
   std::vector<int8_t> kind(g.nodes().size(), kKeep);
   std::vector<bool> blocked(g.values().size(), false);
@@ -315,7 +315,8 @@ Graph assign_layouts(Graph g, const PassContext& ctx, int block) {
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
     if (conv_blockable(g, n, block,
-                       !n.inputs.empty() && n.inputs[0] != kNoValue && blocked[n.inputs[0]]))
+                       !n.inputs.empty() && n.inputs[0] != kNoValue && blocked[n.inputs[0]],
+                       cost_rule))
       kind[i] = kConv;
     else if (propagates(g, n, blocked, block))
       kind[i] = kPropagate;

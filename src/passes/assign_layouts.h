@@ -11,6 +11,7 @@ namespace pto::passes {
 int machine_channel_block();
 
 // AssignLayouts with channel block `block` (>= 2; anything else leaves the graph as it was).
-Graph assign_layouts(Graph g, const PassContext& ctx, int block);
+// Without `cost_rule`, every conv the blocked kernel can run is blocked (kernel tests).
+Graph assign_layouts(Graph g, const PassContext& ctx, int block, bool cost_rule = true);
 
 }  // namespace pto::passes
