@@ -9,8 +9,10 @@
 //      with a blocked input whose other inputs are values of its output's shape, scalars, or
 //      constants per channel (reordered here; an NCHW operand costs one reorder, as reordering
 //      the blocked one back would); a Concat on channels of blocked values whose channel counts are
-//      multiples of c. Everything else (pooling, Flatten, Gemm, reductions, unknown ops) reads
-//      NCHW.
+//      multiples of c; a mean over H and W (GlobalAveragePool, ReduceMean over {2, 3} keeping
+//      them) of a blocked value, as ReduceMean over {2, 3} of the 5-D value. An elementwise op may
+//      also read [N, C, 1, 1] values (squeeze-excitation's scale), blocked or reordered. Everything
+//      else (pooling, Flatten, Gemm, other reductions, unknown ops) reads NCHW.
 //   2. Rewrite. A chosen Conv becomes ConvBlocked, its weights and bias reordered now (weights
 //      [OC/c, IC/c, KH, KW, c, c], depthwise [C/c, 1, KH, KW, c], zero-padded). A blocked value v
 //      gets a new 5-D value; v itself survives as ReorderFromBlocked of it, placed right after the
@@ -94,6 +96,29 @@ bool per_channel(const Tensor& t, int64_t C) {
   return true;
 }
 
+// A value [N', C, 1, 1] (N' the output's N or 1) that broadcasts onto `out` per channel: its
+// blocked form [N', C/c, 1, 1, c] broadcasts onto the blocked output the same way.
+bool per_channel_value(const Graph& g, ValueId v, const Shape& out) {
+  const std::optional<Shape> s = nchw_f32(g, v);
+  if (!s || !((*s)[1] == out[1]) || !((*s)[2] == Dim(1)) || !((*s)[3] == Dim(1))) return false;
+  const Dim& n = (*s)[0];
+  return n == Dim(1) || (n == out[0] && (n.is_known() || n.is_symbolic()));
+}
+
+// A mean over H and W that keeps them, [N, C, H, W] -> [N, C, 1, 1]: GlobalAveragePool, or
+// ReduceMean over axes {2, 3} with keepdims. On the blocked value it is ReduceMean over axes
+// {2, 3} of the 5-D value, whose result is the blocked form of the mean.
+bool spatial_mean(const Graph& g, const Node& n) {
+  if (n.op == "GlobalAveragePool") return true;
+  if (n.op != "ReduceMean" || n.attrs.get_int("keepdims", 1) == 0) return false;
+  std::optional<std::vector<int64_t>> axes =
+      n.attrs.has("axes") ? std::optional(n.attrs.get_ints("axes")) : constant_ints(g, n, 1);
+  if (!axes || axes->size() != 2) return false;
+  for (int64_t& a : *axes) a = a < 0 ? a + 4 : a;
+  std::sort(axes->begin(), axes->end());
+  return *axes == std::vector<int64_t>{2, 3};
+}
+
 // Whether node `n` can read and write blocked values given which values are blocked.
 bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked, int block) {
   if (n.outputs.size() != 1 || !n.domain.empty() || !n.def) return false;
@@ -107,6 +132,8 @@ bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked,
     }
     return !n.inputs.empty();
   }
+  if (n.op == "GlobalAveragePool" || n.op == "ReduceMean")
+    return !n.inputs.empty() && blocked[n.inputs[0]] && spatial_mean(g, n);
   if (!n.def->is_elementwise() || n.def->has(kNondeterministic) || n.attrs.has("axis"))
     return false;
   bool any = false;
@@ -114,10 +141,10 @@ bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked,
     if (in == kNoValue) continue;
     if (const Tensor* t = constant(g, in)) {
       if (t->numel() != 1 && !per_channel(*t, (*out)[1].value)) return false;
-    } else if (!nchw_f32(g, in) || !same_shape(g, in, n.outputs[0])) {
-      return false;
-    } else {
+    } else if (nchw_f32(g, in) && same_shape(g, in, n.outputs[0])) {
       any = any || blocked[in];  // an NCHW operand is reordered (once): one reorder either way
+    } else if (!per_channel_value(g, in, *out)) {
+      return false;  // a per-channel value (squeeze-excitation's scale) is blocked or cheap
     }
   }
   return any;
@@ -269,18 +296,27 @@ class Rewriter {
     const ValueId y = g_.nodes()[i].outputs[0];
     const int64_t C = channels_of(g_, y);
     std::vector<ValueId> inputs = g_.nodes()[i].inputs;  // blocked() may add nodes
-    for (ValueId& in : inputs) {
-      if (in == kNoValue) continue;
-      if (const Tensor* t = constant(g_, in)) {
-        if (t->numel() == C && C > 1)
-          in = g_.add_constant(g_.value(in).name + "_blocked", blocked_constant(*t, C, block_));
-      } else {
-        in = blocked(in);
+    if (g_.nodes()[i].op == "GlobalAveragePool" || g_.nodes()[i].op == "ReduceMean") {
+      const ValueId axes =
+          g_.add_constant(g_.value(y).name + "_axes", Tensor::from_vector<int64_t>({2, 3}, {2}));
+      Attributes attrs;
+      attrs.set("keepdims", int64_t{1});
+      retarget(g_.mutable_nodes()[i], "ReduceMean", {blocked_of_[inputs[0]], axes},
+               std::move(attrs));
+    } else {
+      for (ValueId& in : inputs) {
+        if (in == kNoValue) continue;
+        if (const Tensor* t = constant(g_, in)) {
+          if (t->numel() == C && C > 1)
+            in = g_.add_constant(g_.value(in).name + "_blocked", blocked_constant(*t, C, block_));
+        } else {
+          in = blocked(in);
+        }
       }
+      g_.mutable_nodes()[i].inputs = std::move(inputs);
     }
     const ValueId yb = new_blocked_value(y);
     Node& n = g_.mutable_nodes()[i];
-    n.inputs = std::move(inputs);
     if (n.op == "Concat") n.attrs.set("axis", int64_t{1});
     n.outputs[0] = yb;
     g_.value(yb).producer = static_cast<int32_t>(i);

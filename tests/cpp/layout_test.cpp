@@ -198,6 +198,42 @@ TEST(LayoutPass, ConcatStaysBlockedOnlyOnWholeBlocks) {
   expect_same_results(part, b);
 }
 
+// Squeeze-excitation stays blocked: the spatial mean becomes ReduceMean over {2, 3} of the 5-D
+// value, the small convs read it blocked, and the Mul broadcasts the [N, C/c, 1, 1, c] scale.
+// A ReduceMean that drops the axes (no keepdims) reads NCHW.
+TEST(LayoutPass, SqueezeExcitationStaysBlocked) {
+  const Graph g = parse(
+      "  input  %x: f32[2, 8, 6, 5]\n"
+      "  const  %w: f32[8, 8, 3, 3]\n"
+      "  const  %w1: f32[4, 8, 1, 1]\n"
+      "  const  %w2: f32[8, 4, 1, 1]\n"
+      "  const  %axes: i64[2] = [-1, -2]\n"
+      "  %y = Conv(%x, %w) {pads=[1, 1, 1, 1]}\n"
+      "  %p = GlobalAveragePool(%y)\n"
+      "  %q = Relu(%p)\n"
+      "  %r = Conv(%q, %w1)\n"
+      "  %t = Relu(%r)\n"
+      "  %u = Conv(%t, %w2)\n"
+      "  %s = Sigmoid(%u)\n"
+      "  %z = Mul(%y, %s)\n"
+      "  %m = ReduceMean(%z, %axes)\n"
+      "  %f = ReduceMean(%z, %axes) {keepdims=0}\n"
+      "  return %z, %m, %f\n");
+  const Graph out = assign(g, 4);
+  EXPECT_EQ(count_ops(out, "ConvBlocked"), 3) << print(out);
+  EXPECT_EQ(count_ops(out, "ReorderToBlocked"), 1);
+  EXPECT_EQ(count_ops(out, "ReorderFromBlocked"), 2);  // %z (an output, read by %f) and %m
+  EXPECT_EQ(count_ops(out, "GlobalAveragePool"), 0);
+  EXPECT_EQ(count_ops(out, "ReduceMean"), 3);
+  expect_same_results(g, out);
+  // The same graph on the CPU kernels, at level 2 (fused), against the reference.
+  const std::vector<Tensor> in = random_inputs(g, 5);
+  const std::vector<Tensor> want = reference::run(g, in);
+  Executable exe = compile(assign(g, 8), {.level = 2});
+  const std::vector<Tensor> got = exe.run(in);
+  for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], cat("output ", i));
+}
+
 // Convs the blocked kernel does not run (grouped, 1-D, weights computed at run time) and graphs
 // without vectors (block < 2) are left as they are.
 TEST(LayoutPass, LeavesWhatItCannotBlock) {
