@@ -332,6 +332,52 @@ class Rewriter {
   std::vector<size_t> order_;        // the new node order, as indices into g_.nodes()
 };
 
+// Which nodes run blocked (kind) and which values are blocked, in one walk in node order.
+struct Choice {
+  std::vector<int8_t> kind;
+  std::vector<bool> blocked;
+};
+
+Choice choose(const Graph& g, int block, bool cost_rule, const std::vector<bool>& demoted) {
+  Choice c{std::vector<int8_t>(g.nodes().size(), kKeep),
+           std::vector<bool>(g.values().size(), false)};
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    const bool input_blocked =
+        !n.inputs.empty() && n.inputs[0] != kNoValue && c.blocked[n.inputs[0]];
+    if (!demoted[i] && conv_blockable(g, n, block, input_blocked, cost_rule))
+      c.kind[i] = kConv;
+    else if (propagates(g, n, c.blocked, block))
+      c.kind[i] = kPropagate;
+    else
+      continue;
+    c.blocked[n.outputs[0]] = true;
+  }
+  return c;
+}
+
+// Marks the convs with an NCHW input whose output reaches no blocked conv (through blocked
+// readers); returns whether it marked one.
+bool demote_isolated(const Graph& g, const Choice& c, std::vector<bool>& demoted) {
+  std::vector<bool> feeds(g.values().size(), false);  // reaches a blocked conv's input
+  for (size_t i = g.nodes().size(); i-- > 0;) {
+    const Node& n = g.nodes()[i];
+    if (c.kind[i] == kConv) feeds[n.inputs[0]] = true;
+    if (c.kind[i] == kPropagate && feeds[n.outputs[0]])
+      for (ValueId in : n.inputs)
+        if (in != kNoValue) feeds[in] = true;
+  }
+  bool any = false;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (c.kind[i] == kConv && !c.blocked[n.inputs[0]] && !feeds[n.outputs[0]]) {
+      demoted[i] = true;
+      any = true;
+    }
+  }
+  return any;
+}
+
 Graph run_assign_layouts(Graph g, const PassContext& ctx) {
   return assign_layouts(std::move(g), ctx, machine_channel_block());
 }
@@ -345,24 +391,14 @@ int machine_channel_block() {
 
 Graph assign_layouts(Graph g, const PassContext& ctx, int block, bool cost_rule) {
   if (block < 2) return g;
-  std::vector<int8_t> kind(g.nodes().size(), kKeep);
-  std::vector<bool> blocked(g.values().size(), false);
-  bool any = false;
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
-    if (conv_blockable(g, n, block,
-                       !n.inputs.empty() && n.inputs[0] != kNoValue && blocked[n.inputs[0]],
-                       cost_rule))
-      kind[i] = kConv;
-    else if (propagates(g, n, blocked, block))
-      kind[i] = kPropagate;
-    else
-      continue;
-    blocked[n.outputs[0]] = true;
-    any = true;
-  }
-  if (!any) return g;
-  Rewriter(g, kind, block, ctx).run();
+  std::vector<bool> demoted(g.nodes().size(), false);
+  Choice c = choose(g, block, cost_rule, demoted);
+  // A conv that starts a region (NCHW input) whose blocked values reach no other blocked conv
+  // pays two reorders for one conv (ResNet's stem, read by MaxPool): it stays NCHW. Demoting it
+  // may end a region that fed another such conv, so repeat until nothing changes.
+  while (cost_rule && demote_isolated(g, c, demoted)) c = choose(g, block, cost_rule, demoted);
+  if (std::find(c.kind.begin(), c.kind.end(), kConv) == c.kind.end()) return g;
+  Rewriter(g, c.kind, block, ctx).run();
   return g;
 }
 

@@ -278,6 +278,30 @@ TEST(LayoutPass, CostRuleKeepsPoorlyFilledRegionStartsNchw) {
   expect_same_results(g, out);
 }
 
+// The cost rule: a conv that would start a region whose blocked values reach no other blocked
+// conv (a stem read by MaxPool) stays NCHW; when a blocked conv reads its Relu, it is blocked (and
+// the conv after the pool, an output read by nothing blocked, is the isolated one).
+TEST(LayoutPass, CostRuleKeepsIsolatedConvsNchw) {
+  const std::string text =
+      "  input  %x: f32[1, 3, 16, 16]\n"
+      "  const  %w: f32[16, 3, 3, 3]\n"
+      "  const  %w2: f32[16, 16, 3, 3]\n"
+      "  %y = Conv(%x, %w) {pads=[1, 1, 1, 1]}\n"
+      "  %r = Relu(%y)\n"
+      "  %p = MaxPool(%r) {kernel_shape=[2, 2], strides=[2, 2]}\n";
+  const Graph alone = parse(text + "  return %p\n");
+  std::string why;
+  EXPECT_TRUE(structurally_equal(assign(alone, 16), alone, &why)) << why;
+  const Graph chained = parse(text +
+                              "  %z = Conv(%p, %w2) {pads=[1, 1, 1, 1]}\n"
+                              "  %q = Conv(%r, %w2) {pads=[1, 1, 1, 1]}\n"
+                              "  return %z, %q\n");
+  const Graph out = assign(chained, 16);
+  EXPECT_EQ(count_ops(out, "ConvBlocked"), 2) << print(out);
+  EXPECT_EQ(out.nodes()[static_cast<size_t>(out.value(out.outputs()[0]).producer)].op, "Conv");
+  expect_same_results(chained, out);
+}
+
 TEST(LayoutPass, IsInTheLevel3PipelineOnly) {
   auto has = [](int level) {
     const std::vector<std::string> p = pipeline(level);
