@@ -7,7 +7,6 @@ one compiled module, to max|got - want| / max|want| <= 1e-4.
 
 import pytest
 import torch
-import torch.utils._pytree as pytree
 
 import pypto
 import torch_models as tm
@@ -72,17 +71,7 @@ def test_small_cnn_at_level_3_matches_eager_and_runs_blocked_kernels():
 def test_zoo_model_at_level_3_matches_eager(name):
     model = tm.build(name)
     fast = pypto.optimize(model, example_inputs=tm.inputs(name, 1), level=3)
-    for batch in (1, 2):
-        args = tm.inputs(name, batch)
-        with torch.inference_mode():
-            want = model(*args)
-        got = fast(*args)
-        got_leaves, got_spec = pytree.tree_flatten(got)
-        want_leaves, want_spec = pytree.tree_flatten(want)
-        assert got_spec == want_spec
-        for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
-            err = tm.relative_error(g, w)
-            assert err <= TOLERANCE, f"batch {batch}, output {i}: relative error {err:.3e}"
+    tm.check_at_batch_sizes(model, fast, name, TOLERANCE)
     assert fast.compiled.level == 3
     on_reference = sorted({op for op, b in fast.compiled.node_backends
                            if b != "cpu" and op in ("Conv", "ConvBlocked", "ReorderToBlocked",

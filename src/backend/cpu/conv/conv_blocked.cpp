@@ -123,20 +123,9 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
     bias = c.input(2).data<float>();
   }
   const Dims yshape = {g.n, g.ocb, g.oh, g.ow, g.block};
-  Epilogue ep;
-  if (const FusedEpilogue* f = c.epilogue) {
-    if (f->bias.defined())
-      throw KernelDeclined(cat(c.where(), ": a fused bias is not supported on blocked tensors"));
-    if (f->residual.defined()) {
-      if (f->residual.shape() != yshape)
-        throw KernelDeclined(cat(c.where(), ": fused residual ", f->residual.str(),
-                                 " does not match the output ", dims_str(yshape)));
-      ep.residual = f->residual.data<float>();
-    }
-    ep.act = f->act;
-    ep.lo = f->lo;
-    ep.hi = f->hi;
-  }
+  if (c.epilogue && c.epilogue->bias.defined())
+    throw KernelDeclined(cat(c.where(), ": a fused bias is not supported on blocked tensors"));
+  const Epilogue ep = conv_epilogue(c.epilogue, yshape, c.where());
   Tensor y = Tensor::empty(DType::kF32, yshape);
   const float *x = c.input(0).data<float>(), *w = c.input(1).data<float>();
   float* yp = y.data<float>();
