@@ -12,7 +12,9 @@
 //      multiples of c; a mean over H and W (GlobalAveragePool, ReduceMean over {2, 3} keeping
 //      them) of a blocked value, as ReduceMean over {2, 3} of the 5-D value. An elementwise op may
 //      also read [N, C, 1, 1] values (squeeze-excitation's scale), blocked or reordered. Everything
-//      else (pooling, Flatten, Gemm, other reductions, unknown ops) reads NCHW.
+//      else (pooling, Flatten, Gemm, other reductions, unknown ops) reads NCHW. Then a conv that
+//      starts a region (NCHW input) reaching no other blocked conv is left NCHW, and the walk is
+//      redone, until nothing changes (`demote_isolated`).
 //   2. Rewrite. A chosen Conv becomes ConvBlocked, its weights and bias reordered now (weights
 //      [OC/c, IC/c, KH, KW, c, c], depthwise [C/c, 1, KH, KW, c], zero-padded). A blocked value v
 //      gets a new 5-D value; v itself survives as ReorderFromBlocked of it, placed right after the
@@ -302,7 +304,7 @@ class Rewriter {
       Attributes attrs;
       attrs.set("keepdims", int64_t{1});
       retarget(g_.mutable_nodes()[i], "ReduceMean", {blocked_of_[inputs[0]], axes},
-               std::move(attrs));
+               std::move(attrs), 18);  // opset 18: axes as an input
     } else {
       for (ValueId& in : inputs) {
         if (in == kNoValue) continue;
