@@ -353,14 +353,16 @@ Graph conv_graph(const Case& t, bool epilogue, std::mt19937& rng) {
 
 std::vector<Case> random_cases() {
   std::vector<Case> cases = {
-      {1, 3, 17, 19, 20, 3, 2, 1},                  // a stem: fewer input channels than a block
-      {2, 33, 9, 7, 17, 3, 1, 1, 1},                // odd channels both sides
-      {1, 16, 7, 7, 32, 3, 1, 1},                   // 7x7: the interior is one register block
-      {1, 40, 5, 30, 48, 5, 1, 2, 2},               // dilation with padding
-      {1, 32, 12, 12, 16, 1, 2, 0},                 // strided 1x1
-      {1, 8, 3, 3, 8, 5, 1, 2},                     // kernel larger than the image: no interior
-      {1, 48, 11, 13, 48, 3, 2, 1, 1, true},        // depthwise, strided
-      {2, 20, 8, 9, 20, 3, 1, 1, 1, true},          // depthwise, odd channels
+      {1, 3, 17, 19, 20, 3, 2, 1},            // a stem: fewer input channels than a block
+      {2, 33, 9, 7, 17, 3, 1, 1, 1},          // odd channels both sides
+      {1, 16, 7, 7, 32, 3, 1, 1},             // 7x7: the interior is one register block
+      {1, 40, 5, 30, 48, 5, 1, 2, 2},         // dilation with padding
+      {1, 32, 12, 12, 16, 1, 2, 0},           // strided 1x1
+      {1, 20, 9, 10, 100, 3, 1, 1},           // 13 blocks of 8 (4 + 4 + 4 + 1), 7 of 16 (4 + 2 + 1)
+      {1, 24, 7, 7, 80, 1, 1, 0},             // 5 blocks of 16: 4 + 1
+      {1, 8, 3, 3, 8, 5, 1, 2},               // kernel larger than the image: no interior
+      {1, 48, 11, 13, 48, 3, 2, 1, 1, true},  // depthwise, strided
+      {2, 20, 8, 9, 20, 3, 1, 1, 1, true},    // depthwise, odd channels
       {1, 17, 6, 40, 17, 5, 1, 4, 2, true, false},  // depthwise, dilated, no bias
   };
   std::mt19937 rng(5);

@@ -131,9 +131,9 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
   float* yp = y.data<float>();
   const int64_t row = g.ow * g.block;
   // Tasks: (image, group of output blocks, output row), rows fastest so that consecutive tasks
-  // of a chunk reuse the group's weights. A general conv computes two blocks per task (the
+  // of a chunk reuse the group's weights. A general conv computes four blocks per task (the
   // kernel's register block); a depthwise one, one.
-  const int64_t per = g.depthwise ? 1 : 2, groups = (g.ocb + per - 1) / per;
+  const int64_t per = g.depthwise ? 1 : 4, groups = (g.ocb + per - 1) / per;
   const bool has_rest = ep.residual || ep.act != Activation::kNone;
   parallel_for(0, g.n * groups * g.oh, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

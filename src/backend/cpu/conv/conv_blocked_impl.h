@@ -1,8 +1,8 @@
 // The blocked direct convolution's vector code, compiled once per ISA (conv_blocked_{avx512,avx2,
 // generic}.cpp). One call computes one output row of a few output channel blocks: the row is cut
-// into register blocks of R pixels x OB output blocks (two for a general conv, so that a weight
-// load and a broadcast each feed several FMAs and the loop is FMA-bound, not load-bound), each
-// holding its accumulators for the whole reduction over input channels and taps.
+// into register blocks of R pixels x OB output blocks (up to four for a general conv, so that a
+// weight load and a broadcast each feed several FMAs and the loop is FMA-bound, not load-bound),
+// each holding its accumulators for the whole reduction over input channels and taps.
 //   general    for each input lane i of each tap: load the weight vector w[.., i, 0:block] and
 //              broadcast-FMA x[pixel r, lane i] into accumulator r (a weight load serves R FMAs);
 //   depthwise  each tap is one vector load of the input pixel (its block channels) times the tap's
@@ -136,7 +136,10 @@ struct RowKernel {
   }
 };
 
-// Blocks [ob, ob + obs) of row oy of image n, two at a time where a general conv has two.
+// Blocks [ob, ob + obs) of row oy of image n: four at a time where a general conv has four (then
+// two, then one). Four blocks x 7 pixels (AVX-512) read 4 weight vectors and 7 broadcasts per 28
+// FMAs, and each input row once per four blocks: 2-7% faster than two blocks x 14 pixels on
+// ResNet-18/50 and MobileNetV2 (measured in one process, interleaved).
 template <int B>
 void row(const BlockedConv& g, const float* x, const float* w, const float* bias, float* y,
          int64_t n, int64_t ob, int64_t obs, int64_t oy) {
@@ -147,7 +150,10 @@ void row(const BlockedConv& g, const float* x, const float* w, const float* bias
     const float* xs = g.depthwise ? x + (n * g.icb + o) * plane : x + n * g.icb * plane;
     const float* bs = bias ? bias + o * B : nullptr;
     float* yr = y + ((n * g.ocb + o) * g.oh + oy) * g.ow * B;
-    if (!g.depthwise && o + 2 <= ob + obs) {
+    if (!g.depthwise && o + 4 <= ob + obs) {
+      RowKernel<B, 4>{g, xs, w + o * wstride, bs, yr, oy, wstride, ystride}.run();
+      o += 4;
+    } else if (!g.depthwise && o + 2 <= ob + obs) {
       RowKernel<B, 2>{g, xs, w + o * wstride, bs, yr, oy, wstride, ystride}.run();
       o += 2;
     } else {
