@@ -87,11 +87,13 @@ std::string EpilogueChain::rule(const Graph& g) const {
 std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
                                             const ReaderIndex& readers) {
   const Node& a = g.nodes()[anchor];
-  if (a.op != "Conv" && a.op != "Gemm" && a.op != "MatMul") return std::nullopt;
+  // ConvBlocked (the level-3 blocked layout) takes a residual and an activation, not a bias.
+  const bool blocked = a.op == "ConvBlocked";
+  if (a.op != "Conv" && a.op != "Gemm" && a.op != "MatMul" && !blocked) return std::nullopt;
   if (a.outputs.size() != 1 || !is_f32(g, a.outputs[0])) return std::nullopt;
   const TensorType& out = g.value(a.outputs[0]).type;
   if (!out.shape || out.shape->size() < 2) return std::nullopt;
-  const bool conv = a.op == "Conv";
+  const bool conv = a.op == "Conv" || blocked;
   const bool has_own_bias = a.inputs.size() > 2 && a.inputs[2] != kNoValue;
   // Gemm's C takes the epilogue's bias when it is a row of N (or a scalar), its residual when it
   // is a full matrix: a fused residual is possible only in the first case.
@@ -131,7 +133,7 @@ std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
       const ValueId other = n.inputs[0] == cur ? n.inputs[1] : n.inputs[0];
       if (other == cur || !is_f32(g, other)) break;
       if (c.bias == kNoValue && c.residual == kNoValue && !has_own_bias && matmul_flat &&
-          a.op != "Gemm" && is_bias_for(g, other, *cur_type.shape, conv ? 1 : -1)) {
+          a.op != "Gemm" && !blocked && is_bias_for(g, other, *cur_type.shape, conv ? 1 : -1)) {
         c.bias = other;
       } else if (c.residual == kNoValue && matmul_flat &&
                  !(a.op == "Gemm" && has_own_bias && !c_is_row) &&

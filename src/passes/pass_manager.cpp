@@ -27,6 +27,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_eliminate_no_ops(*r);
     passes::register_simplify_transposes(*r);
     passes::register_eliminate_common_subexpressions(*r);
+    passes::register_assign_layouts(*r);
     return r;
   }();
   return *registry;
@@ -67,6 +68,8 @@ std::vector<std::string> pipeline(int level) {
       "EliminateCommonSubexpressions",
       "EliminateDeadCode",
   };
+  // Level 3: layouts (blocked channels where the CPU's blocked kernels pay), on the cleaned graph.
+  if (level >= 3) order.push_back("AssignLayouts");
   std::vector<std::string> out;
   for (const std::string& name : order)
     if (PassRegistry::global().find(name)) out.push_back(name);

@@ -19,5 +19,6 @@ void register_simplify_transposes(PassRegistry& r);
 void register_eliminate_common_subexpressions(PassRegistry& r);
 void register_resolve_shapes(PassRegistry& r);
 void register_unflatten_mat_mul(PassRegistry& r);
+void register_assign_layouts(PassRegistry& r);
 
 }  // namespace pto::passes

@@ -8,7 +8,6 @@ kernels, not fall back to the reference interpreter's.
 
 import pytest
 import torch
-import torch.utils._pytree as pytree
 
 import pypto
 import torch_models as tm
@@ -27,18 +26,7 @@ def test_model_matches_eager_at_two_batch_sizes(name):
     fast = pypto.optimize(model, example_inputs=tm.inputs(name, 1))
     assert isinstance(fast, torch.nn.Module)
     assert fast.dynamic_dims.get("batch", (None,))[0] == 1, fast.dynamic_dims
-    for batch in (1, 2):
-        args = tm.inputs(name, batch)
-        with torch.inference_mode():
-            want = model(*args)
-        got = fast(*args)
-        assert type(got) is type(want)
-        got_leaves, got_spec = pytree.tree_flatten(got)
-        want_leaves, want_spec = pytree.tree_flatten(want)
-        assert got_spec == want_spec
-        for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
-            err = tm.relative_error(g, w)
-            assert err <= TOLERANCE, f"batch {batch}, output {i}: relative error {err:.3e}"
+    tm.check_at_batch_sizes(model, fast, name, TOLERANCE)
     assert fast.compiled.level == 2
     on_reference = sorted({op for op, b in fast.compiled.node_backends
                            if b != "cpu" and op in HEAVY_OPS})

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.utils._pytree as pytree
 
 SEED = 0
 IMAGE = 64  # CNNs run at 64x64: the reference kernels that back level 0 today are slow
@@ -74,6 +75,23 @@ def first_tensor(out):
     if hasattr(out, "last_hidden_state"):
         return out.last_hidden_state
     return out[0]
+
+
+def check_at_batch_sizes(model, fast, name: str, tolerance: float, batches=(1, 2)) -> None:
+    """Runs `fast` and eager `model` on the zoo inputs of each batch size: the output structures
+    must be the same and every output tensor within `tolerance` (relative_error)."""
+    for batch in batches:
+        args = inputs(name, batch)
+        with torch.inference_mode():
+            want = model(*args)
+        got = fast(*args)
+        assert type(got) is type(want)
+        got_leaves, got_spec = pytree.tree_flatten(got)
+        want_leaves, want_spec = pytree.tree_flatten(want)
+        assert got_spec == want_spec
+        for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
+            err = relative_error(g, w)
+            assert err <= tolerance, f"batch {batch}, output {i}: relative error {err:.3e}"
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:

@@ -1,12 +1,14 @@
 // The NN op family: convolutions and pooling here; normalizations, softmax and dropout in
-// nn_norm.cpp; Gemm, MatMul, MatMulInteger and Einsum in nn_matmul.cpp. All follow ONNX semantics.
+// nn_norm.cpp; Gemm, MatMul, MatMulInteger and Einsum in nn_matmul.cpp; the blocked-layout ops
+// in blocked_layout.cpp. All follow ONNX semantics.
 #include "infer_util.h"
 #include "window.h"
 
 namespace pto {
 
-void register_nn_norm_ops(OpRegistry& r);    // nn_norm.cpp
-void register_nn_matmul_ops(OpRegistry& r);  // nn_matmul.cpp
+void register_nn_norm_ops(OpRegistry& r);         // nn_norm.cpp
+void register_nn_matmul_ops(OpRegistry& r);       // nn_matmul.cpp
+void register_blocked_layout_ops(OpRegistry& r);  // blocked_layout.cpp (the blocked-channel layout)
 
 namespace {
 
@@ -147,6 +149,7 @@ void register_nn_ops(OpRegistry& r) {
            .infer = infer_global_pool});
   register_nn_norm_ops(r);
   register_nn_matmul_ops(r);
+  register_blocked_layout_ops(r);
 }
 
 }  // namespace pto

@@ -1,4 +1,5 @@
-// The NN kernel family: conv.cpp, pool.cpp, norm.cpp, softmax.cpp, matmul.cpp and einsum.cpp.
+// The NN kernel family: conv.cpp, pool.cpp, norm.cpp, softmax.cpp, matmul.cpp, einsum.cpp and
+// blocked_layout.cpp.
 #include "nn_kernels.h"
 
 namespace pto::reference {
@@ -10,6 +11,7 @@ void register_nn_kernels(KernelRegistry& r) {
   register_softmax_kernels(r);
   register_matmul_kernels(r);
   register_einsum_kernels(r);
+  register_blocked_layout_kernels(r);
 }
 
 }  // namespace pto::reference

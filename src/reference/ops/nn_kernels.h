@@ -16,6 +16,8 @@ void register_norm_kernels(KernelRegistry& r);
 void register_softmax_kernels(KernelRegistry& r);
 void register_matmul_kernels(KernelRegistry& r);
 void register_einsum_kernels(KernelRegistry& r);
+void register_blocked_layout_kernels(
+    KernelRegistry& r);  // blocked_layout.cpp: the blocked-layout ops
 
 // The opset a node was written for; 0 (a graph not from ONNX) means the newest.
 inline int opset_of(const KernelContext& c) {

@@ -51,4 +51,15 @@ void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* 
 std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
                                   int64_t group);
 
+class KernelRegistry;
+struct FusedEpilogue;
+
+// The residual and activation of a fused group (null: none) as the conv kernels' Epilogue; throws
+// KernelDeclined when the residual's shape is not the output's `yshape`. The bias is the caller's.
+Epilogue conv_epilogue(const FusedEpilogue* f, const Dims& yshape, const std::string& where);
+
+// ReorderToBlocked, ReorderFromBlocked and ConvBlocked (conv_blocked.cpp), registered from
+// register_conv_kernels.
+void register_blocked_conv_kernels(KernelRegistry& r);
+
 }  // namespace pto::cpu

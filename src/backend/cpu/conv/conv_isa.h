@@ -53,4 +53,21 @@ PTO_ISA_DECLARE(void depthwise_pad(const DepthwisePlane& p, const float* x, floa
 PTO_ISA_DECLARE(void depthwise_plane(const DepthwisePlane& p, const float* padded, const float* w,
                                      float bias, float* y);)
 
+// A 2-D convolution on channel-blocked tensors (ConvBlocked, src/ir/ops/blocked_layout.cpp): x
+// [n, icb, ih, iw, block], y [n, ocb, oh, ow, block], w [ocb, icb, kh, kw, block, block] or, for a
+// depthwise conv, [icb, 1, kh, kw, block]. Only the first `channels` input lanes are read.
+struct BlockedConv : ConvWindow {
+  int64_t n = 0, icb = 0, ocb = 0, block = 0;
+  int64_t channels = 0;  // real input channels
+  bool depthwise = false;
+};
+
+// Output row oy of image n in output channel blocks [ob, ob + obs): row y + ((n * ocb + o) * oh +
+// oy) * ow * block of each block o gets bias (ocb * block values, or zeros when null) plus the
+// convolution. Returns false, having written nothing, when this ISA's vectors do not divide
+// `block` (the caller then uses generic).
+PTO_ISA_DECLARE(bool conv_blocked_row(const BlockedConv& g, const float* x, const float* w,
+                                      const float* bias, float* y, int64_t n, int64_t ob,
+                                      int64_t obs, int64_t oy);)
+
 }  // namespace pto::cpu

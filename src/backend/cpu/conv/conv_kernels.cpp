@@ -1,5 +1,6 @@
 // Registers the CPU Conv kernel: float32, NCHW, 1-D and 2-D (conv.h). 3-D convolutions and other
-// dtypes are declined and run on the reference interpreter.
+// dtypes are declined and run on the reference interpreter. The blocked-layout kernels are in
+// conv_blocked.cpp.
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/kernel.h"
 
@@ -40,19 +41,9 @@ std::vector<Tensor> run(const KernelContext& c) {
   }
   Dims yshape = {g.n, g.m, g.oh, g.ow};
   if (x.rank() == 3) yshape.erase(yshape.begin() + 2);
-  Epilogue ep;
-  if (const FusedEpilogue* f = c.epilogue) {
-    if (f->bias.defined()) bias = f->bias.data<float>();  // the group's bias (Conv had none)
-    if (f->residual.defined()) {
-      if (f->residual.shape() != yshape)
-        throw KernelDeclined(cat(where, ": fused residual ", f->residual.str(),
-                             " does not match the output ", dims_str(yshape)));
-      ep.residual = f->residual.data<float>();
-    }
-    ep.act = f->act;
-    ep.lo = f->lo;
-    ep.hi = f->hi;
-  }
+  const Epilogue ep = conv_epilogue(c.epilogue, yshape, where);
+  if (c.epilogue && c.epilogue->bias.defined())
+    bias = c.epilogue->bias.data<float>();  // the group's bias (Conv had none)
   Tensor y = Tensor::empty(DType::kF32, yshape);
   const PackedA* packed = nullptr;
   if (c.state && c.state->has_value()) {
@@ -65,8 +56,24 @@ std::vector<Tensor> run(const KernelContext& c) {
 
 }  // namespace
 
+Epilogue conv_epilogue(const FusedEpilogue* f, const Dims& yshape, const std::string& where) {
+  Epilogue ep;
+  if (!f) return ep;
+  if (f->residual.defined()) {
+    if (f->residual.shape() != yshape)
+      throw KernelDeclined(cat(where, ": fused residual ", f->residual.str(),
+                               " does not match the output ", dims_str(yshape)));
+    ep.residual = f->residual.data<float>();
+  }
+  ep.act = f->act;
+  ep.lo = f->lo;
+  ep.hi = f->hi;
+  return ep;
+}
+
 void register_conv_kernels(KernelRegistry& r) {
   r.add("Conv", {accepts, prepare, run});
+  register_blocked_conv_kernels(r);
 }
 
 }  // namespace pto::cpu

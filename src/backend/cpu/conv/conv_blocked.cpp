@@ -1,0 +1,175 @@
+// The CPU kernels of the blocked-channel layout (src/ir/ops/blocked_layout.cpp): ReorderToBlocked,
+// ReorderFromBlocked and ConvBlocked (float32). ConvBlocked is a direct convolution
+// (conv_blocked_impl.h), parallel over (image, output channel block, output row) in fixed chunks;
+// a fused residual and activation are applied to each output row while it is in L1.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/conv/conv.h"
+#include "backend/cpu/kernel.h"
+#include "ir/ops/window.h"
+#include "pto/parallel.h"
+
+namespace pto::cpu {
+namespace {
+
+void to_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw, int64_t b) {
+  const int64_t cb = (c + b - 1) / b;
+  parallel_for(0, n * cb, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t ch0 = t % cb * b, lanes = std::min(b, c - ch0);
+      const float* xs = x + (t / cb * c + ch0) * hw;
+      float* yb = y + t * hw * b;
+      if (lanes < b) std::fill(yb, yb + hw * b, 0.0f);
+      for (int64_t p0 = 0; p0 < hw; p0 += 64) {  // 64 pixels: b source rows stay in L1
+        const int64_t p1 = std::min(hw, p0 + 64);
+        for (int64_t i = 0; i < lanes; ++i)
+          for (int64_t p = p0; p < p1; ++p) yb[p * b + i] = xs[i * hw + p];
+      }
+    }
+  });
+}
+
+void from_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw, int64_t b) {
+  const int64_t cb = (c + b - 1) / b;
+  parallel_for(0, n * cb, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t ch0 = t % cb * b, lanes = std::min(b, c - ch0);
+      const float* xb = x + t * hw * b;
+      float* ys = y + (t / cb * c + ch0) * hw;
+      for (int64_t p0 = 0; p0 < hw; p0 += 64) {
+        const int64_t p1 = std::min(hw, p0 + 64);
+        for (int64_t i = 0; i < lanes; ++i)
+          for (int64_t p = p0; p < p1; ++p) ys[i * hw + p] = xb[p * b + i];
+      }
+    }
+  });
+}
+
+bool is_f32(const NodeInfo& info, size_t i) {
+  return info.dtype(i) == DType::kF32;
+}
+
+bool rank_is(const NodeInfo& info, size_t i, size_t rank) {
+  return info.inputs[i].shape && info.inputs[i].shape->size() == rank;
+}
+
+std::vector<Tensor> run_to_blocked(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const int64_t b = c.attrs().get_int("block");
+  if (x.rank() != 4 || b < 1)
+    throw ValueError(cat(c.where(), ": X must be [N, C, H, W] and block >= 1, got ", x.str()));
+  const int64_t cb = (x.dim(1) + b - 1) / b;
+  Tensor y = Tensor::empty(DType::kF32, {x.dim(0), cb, x.dim(2), x.dim(3), b});
+  to_blocked(x.data<float>(), y.data<float>(), x.dim(0), x.dim(1), x.dim(2) * x.dim(3), b);
+  return {y};
+}
+
+std::vector<Tensor> run_from_blocked(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const int64_t ch = c.attrs().get_int("channels");
+  if (x.rank() != 5 || ch > x.dim(1) * x.dim(4) || ch <= (x.dim(1) - 1) * x.dim(4))
+    throw ValueError(
+        cat(c.where(), ": X must be [N, Cb, H, W, c] with ", ch, " channels, got ", x.str()));
+  Tensor y = Tensor::empty(DType::kF32, {x.dim(0), ch, x.dim(2), x.dim(3)});
+  from_blocked(x.data<float>(), y.data<float>(), x.dim(0), ch, x.dim(2) * x.dim(3), x.dim(4));
+  return {y};
+}
+
+// The ConvBlocked geometry from X, W and the attributes; throws ValueError when they disagree.
+BlockedConv blocked_geometry(const KernelContext& c) {
+  const std::string where = c.where();
+  const Tensor &x = c.input(0), &w = c.input(1);
+  BlockedConv g;
+  g.channels = c.attrs().get_int("channels");
+  g.depthwise = w.rank() == 5;
+  const int64_t group = c.attrs().get_int("group", 1);
+  const bool fits = x.rank() == 5 && (w.rank() == 5 || w.rank() == 6) && x.dim(4) == w.dim(-1) &&
+                    g.channels <= x.dim(1) * x.dim(4) && g.channels > (x.dim(1) - 1) * x.dim(4) &&
+                    (g.depthwise ? w.dim(0) == x.dim(1) && w.dim(1) == 1 && group == g.channels
+                                 : w.dim(1) == x.dim(1) && w.dim(4) == x.dim(4) && group == 1);
+  if (!fits)
+    throw ValueError(cat(where, ": X ", x.str(), " and W ", w.str(), " do not fit ", g.channels,
+                         " channels in ", group, " groups"));
+  g.n = x.dim(0);
+  g.icb = x.dim(1);
+  g.ih = x.dim(2);
+  g.iw = x.dim(3);
+  g.block = x.dim(4);
+  g.ocb = w.dim(0);
+  g.kh = w.dim(2);
+  g.kw = w.dim(3);
+  const window::Params p = window::read_params(c.attrs(), {g.kh, g.kw}, false, where);
+  const window::Axis ay = window::forward_axis(p, 0, g.ih, where);
+  const window::Axis ax = window::forward_axis(p, 1, g.iw, where);
+  g.oh = ay.out;
+  g.ow = ax.out;
+  g.sh = p.strides[0];
+  g.sw = p.strides[1];
+  g.dh = p.dilations[0];
+  g.dw = p.dilations[1];
+  g.ph = ay.pad_begin;
+  g.pw = ax.pad_begin;
+  return g;
+}
+
+std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
+  const BlockedConv g = blocked_geometry(c);
+  const float* bias = nullptr;
+  if (c.has_input(2)) {
+    if (c.input(2).numel() != g.ocb * g.block)
+      throw ValueError(
+          cat(c.where(), ": B must have ", g.ocb * g.block, " elements, got ", c.input(2).str()));
+    bias = c.input(2).data<float>();
+  }
+  const Dims yshape = {g.n, g.ocb, g.oh, g.ow, g.block};
+  if (c.epilogue && c.epilogue->bias.defined())
+    throw KernelDeclined(cat(c.where(), ": a fused bias is not supported on blocked tensors"));
+  const Epilogue ep = conv_epilogue(c.epilogue, yshape, c.where());
+  Tensor y = Tensor::empty(DType::kF32, yshape);
+  const float *x = c.input(0).data<float>(), *w = c.input(1).data<float>();
+  float* yp = y.data<float>();
+  const int64_t row = g.ow * g.block;
+  // Tasks: (image, group of output blocks, output row), rows fastest so that consecutive tasks
+  // of a chunk reuse the group's weights. A general conv computes four blocks per task (the
+  // kernel's register block); a depthwise one, one.
+  const int64_t per = g.depthwise ? 1 : 4, groups = (g.ocb + per - 1) / per;
+  const bool has_rest = ep.residual || ep.act != Activation::kNone;
+  parallel_for(0, g.n * groups * g.oh, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t oy = t % g.oh, ob = t / g.oh % groups * per, n = t / (g.oh * groups);
+      const int64_t obs = std::min(per, g.ocb - ob);
+      if (!PTO_ISA_DISPATCH(conv_blocked_row, g, x, w, bias, yp, n, ob, obs, oy))
+        generic::conv_blocked_row(g, x, w, bias, yp, n, ob, obs, oy);
+      if (!has_rest) continue;
+      for (int64_t o = ob; o < ob + obs; ++o) {
+        const int64_t off = ((n * g.ocb + o) * g.oh + oy) * row;
+        Epilogue e = ep;
+        if (ep.residual) e.residual = ep.residual + off;
+        e.ldr = row;
+        apply_epilogue(e, yp + off, row, 0, 1, 0, row);
+      }
+    }
+  });
+  return {y};
+}
+
+bool accepts_conv_blocked(const NodeInfo& info) {
+  const size_t n = info.inputs.size();
+  if (n < 2 || !is_f32(info, 0) || !is_f32(info, 1) || !rank_is(info, 0, 5)) return false;
+  if (n > 2 && !is_f32(info, 2) && info.dtype(2) != DType::kUndefined) return false;
+  const Dim& b = (*info.inputs[0].shape)[4];
+  return b == Dim(8) || b == Dim(16);  // the block sizes conv_blocked_row is built for
+}
+
+}  // namespace
+
+void register_blocked_conv_kernels(KernelRegistry& r) {
+  r.add("ReorderToBlocked",
+        {[](const NodeInfo& i) { return is_f32(i, 0) && rank_is(i, 0, 4); }, {}, run_to_blocked});
+  r.add("ReorderFromBlocked",
+        {[](const NodeInfo& i) { return is_f32(i, 0) && rank_is(i, 0, 5); }, {}, run_from_blocked});
+  r.add("ConvBlocked", {accepts_conv_blocked, {}, run_conv_blocked});
+}
+
+}  // namespace pto::cpu

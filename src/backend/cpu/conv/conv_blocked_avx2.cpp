@@ -1,0 +1,1 @@
+#include "backend/cpu/conv/conv_blocked_impl.h"

@@ -1,0 +1,100 @@
+// The blocked-channel layout (NCHWc) as ops of the "pto" domain, made by the AssignLayouts pass
+// (src/passes/assign_layouts.cpp, docs/passes.md). A blocked tensor is an ordinary 5-D value
+// [N, ceil(C/c), H, W, c]: channel k of the NCHW tensor is lane k % c of channel block k / c.
+// The lanes past C in the last block ("padded lanes") hold unspecified values; every op on
+// blocked tensors ignores them, so no op has to keep them zero.
+//
+//   ReorderToBlocked(X) {block=c}          [N, C, H, W] -> [N, ceil(C/c), H, W, c] (padded lanes 0)
+//   ReorderFromBlocked(X) {channels=C}     [N, Cb, H, W, c] -> [N, C, H, W]
+//   ConvBlocked(X, W[, B]) {Conv's attrs, kernel_shape required, channels=C}
+//       2-D convolution on blocked X [N, ICb, H, W, c] -> [N, OCb, OH, OW, c], with
+//       W [OCb, ICb, KH, KW, c(in), c(out)] (group 1) or [Cb, 1, KH, KW, c] (depthwise:
+//       group == C, one output channel per input channel) and B [OCb * c]; `channels` is the
+//       real input channel count C (the lanes it reads).
+#include "infer_util.h"
+#include "window.h"
+
+namespace pto {
+namespace {
+
+void infer_to_blocked(InferContext& c) {
+  if (!c.has_input(0)) return;
+  const int64_t block = c.attrs().get_int("block");
+  if (block < 1) throw ValueError(cat(c.where(), ": block must be >= 1, got ", block));
+  const std::optional<Shape>& x = c.inputs[0].shape;
+  std::optional<Shape> y;
+  if (x) {
+    if (x->size() != 4)
+      throw ValueError(cat(c.where(), ": X must be [N, C, H, W], got ", shape_str(*x)));
+    const Dim& ch = (*x)[1];
+    y = Shape{(*x)[0], ch.is_known() ? Dim((ch.value + block - 1) / block) : Dim::unknown(),
+              (*x)[2], (*x)[3], block};
+  }
+  infer::set(c, 0, c.inputs[0].dtype, y);
+}
+
+void infer_from_blocked(InferContext& c) {
+  if (!c.has_input(0)) return;
+  const int64_t channels = c.attrs().get_int("channels");
+  const std::optional<Shape>& x = c.inputs[0].shape;
+  std::optional<Shape> y;
+  if (x) {
+    if (x->size() != 5)
+      throw ValueError(cat(c.where(), ": X must be [N, Cb, H, W, c], got ", shape_str(*x)));
+    const Dim &cb = (*x)[1], &block = (*x)[4];
+    if (cb.is_known() && block.is_known() &&
+        (channels > cb.value * block.value || channels <= (cb.value - 1) * block.value))
+      throw ValueError(cat(c.where(), ": ", channels, " channels do not fill ", shape_str(*x)));
+    y = Shape{(*x)[0], channels, (*x)[2], (*x)[3]};
+  }
+  infer::set(c, 0, c.inputs[0].dtype, y);
+}
+
+void infer_conv_blocked(InferContext& c) {
+  if (!c.has_input(0)) return;
+  const std::optional<Shape>& x = c.inputs[0].shape;
+  std::optional<Shape> y;
+  if (x && c.has_input(1) && c.inputs[1].shape) {
+    const Shape& w = *c.inputs[1].shape;
+    if (x->size() != 5 || (w.size() != 5 && w.size() != 6))
+      throw ValueError(cat(c.where(), ": X must be [N, Cb, H, W, c] and W 5-D or 6-D, got ",
+                           shape_str(*x), " and ", shape_str(w)));
+    const window::Params p =
+        window::read_params(c.attrs(), c.attrs().get_ints("kernel_shape"), false, c.where());
+    if (p.rank() != 2)
+      throw ValueError(cat(c.where(), ": kernel_shape must have 2 values (a 2-D convolution)"));
+    y = Shape{(*x)[0], w[0]};
+    for (size_t i = 0; i < 2; ++i) {
+      const Dim& d = (*x)[i + 2];
+      y->push_back(d.is_known() ? Dim(window::forward_axis(p, i, d.value, c.where()).out)
+                                : Dim::unknown());
+    }
+    y->push_back((*x)[4]);
+  }
+  infer::set(c, 0, c.inputs[0].dtype, y);
+}
+
+}  // namespace
+
+void register_blocked_layout_ops(OpRegistry& r) {
+  r.add({.name = "ReorderToBlocked",
+         .min_inputs = 1,
+         .max_inputs = 1,
+         .properties = kInjective,
+         .infer = infer_to_blocked,
+         .doc = "[N, C, H, W] -> channel-blocked [N, ceil(C/block), H, W, block], padded lanes 0"});
+  r.add({.name = "ReorderFromBlocked",
+         .min_inputs = 1,
+         .max_inputs = 1,
+         .properties = kInjective,
+         .infer = infer_from_blocked,
+         .doc = "channel-blocked [N, Cb, H, W, c] -> [N, channels, H, W]"});
+  r.add({.name = "ConvBlocked",
+         .min_inputs = 2,
+         .max_inputs = 3,
+         .properties = kOpaque,
+         .infer = infer_conv_blocked,
+         .doc = "2-D Conv (group 1 or depthwise) on channel-blocked tensors and weights"});
+}
+
+}  // namespace pto

@@ -1,0 +1,413 @@
+// AssignLayouts (level 3): gives every 4-D float activation a layout, NCHW or channel-blocked
+// NCHWc (the ops of src/ir/ops/blocked_layout.cpp), and inserts reorders only where a reader needs
+// the other one. A blocked tensor is an explicit 5-D value [N, ceil(C/c), H, W, c]; c is the float
+// lanes of the machine's vectors (machine_channel_block).
+//
+//   1. Choose, in node order. A Conv the CPU backend runs blocked (float32, 2-D, constant weights,
+//      group 1 or depthwise, and `blocked_pays`, the cost rule) yields a blocked value. A
+//      layout-agnostic node yields one when its inputs allow (`propagates`): an elementwise op
+//      with a blocked input whose other inputs are values of its output's shape, scalars, or
+//      constants per channel (reordered here; an NCHW operand costs one reorder, as reordering
+//      the blocked one back would); a Concat on channels of blocked values whose channel counts are
+//      multiples of c; a mean over H and W (GlobalAveragePool, ReduceMean over {2, 3} keeping
+//      them) of a blocked value, as ReduceMean over {2, 3} of the 5-D value. An elementwise op may
+//      also read [N, C, 1, 1] values (squeeze-excitation's scale), blocked or reordered. Everything
+//      else (pooling, Flatten, Gemm, other reductions, unknown ops) reads NCHW. Then a conv that
+//      starts a region (NCHW input) reaching no other blocked conv is left NCHW, and the walk is
+//      redone, until nothing changes (`demote_isolated`).
+//   2. Rewrite. A chosen Conv becomes ConvBlocked, its weights and bias reordered now (weights
+//      [OC/c, IC/c, KH, KW, c, c], depthwise [C/c, 1, KH, KW, c], zero-padded). A blocked value v
+//      gets a new 5-D value; v itself survives as ReorderFromBlocked of it, placed right after the
+//      producer, only when something reads v in NCHW (a graph output keeps its name this way). An
+//      NCHW value a blocked node reads is reordered once, before its first such reader. Each value
+//      thus has at most one reorder whatever its number of readers.
+// Padded lanes (channels past C in the last block) hold unspecified values that no reader uses.
+//
+// Moving constant data (the weight reorder) outside src/reference is against DESIGN habit 6; it
+// is pure data movement, done once at compile time, as FoldBatchNorm folds weights.
+#include "passes/assign_layouts.h"
+
+#include <algorithm>
+
+#include "passes/rewrite_util.h"
+#include "pto/device_info.h"
+
+namespace pto::passes {
+namespace {
+
+enum Kind : int8_t { kKeep, kConv, kPropagate };
+
+// The shape of a 4-D float32 value with a known channel count, else nullopt (N, H and W may be
+// symbolic).
+std::optional<Shape> nchw_f32(const Graph& g, ValueId v) {
+  if (v == kNoValue || g.value(v).type.dtype != DType::kF32) return std::nullopt;
+  const std::optional<Shape>& s = g.value(v).type.shape;
+  if (!s || s->size() != 4 || !(*s)[1].is_known()) return std::nullopt;
+  return s;
+}
+
+// The channel count of a value nchw_f32 accepts.
+int64_t channels_of(const Graph& g, ValueId v) {
+  return (*g.value(v).type.shape)[1].value;
+}
+
+int64_t blocks_of(int64_t c, int block) {
+  return (c + block - 1) / block;
+}
+
+// The cost rule: where the blocked direct convolution is expected to beat the NCHW Conv kernel
+// (docs/passes.md has the measurements behind it). The blocked kernel computes every padded
+// output lane, so a channel count that leaves much of its last block empty (24 channels in two
+// blocks of 16) loses up to 1.4x; input lanes past C are skipped, so only their loop overhead
+// counts, and a stem with fewer input channels than one block pays nothing for them. Where the
+// input is blocked already, the conv stays blocked anyway: the reorders around an NCHW conv in a
+// blocked region cost more than the padding (MobileNetV2's 24-channel stage, measured).
+bool blocked_pays(int64_t in_channels, int64_t out_channels, int block, bool input_blocked) {
+  if (input_blocked) return true;
+  auto filled = [&](int64_t c) { return blocks_of(c, block) * block * 8 <= c * 9; };
+  return filled(out_channels) && (in_channels < block || filled(in_channels));
+}
+
+// Whether Conv `n` runs blocked: float32, 2-D, constant weights (and bias), group 1 or
+// depthwise with one output per input channel, and the cost rule says it pays.
+bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked, bool cost_rule) {
+  if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
+    return false;
+  const std::optional<Shape> x = nchw_f32(g, n.inputs[0]);
+  const Tensor* w = constant(g, n.inputs[1]);
+  if (!x || !w || w->dtype() != DType::kF32 || w->rank() != 4 || !nchw_f32(g, n.outputs[0]))
+    return false;
+  if (n.inputs.size() > 2 && n.inputs[2] != kNoValue) {
+    const Tensor* b = constant(g, n.inputs[2]);
+    if (!b || b->dtype() != DType::kF32 || b->numel() != w->dim(0)) return false;
+  }
+  const int64_t group = n.attrs.get_int("group", 1), C = (*x)[1].value;
+  const bool depthwise = group > 1 && group == C && w->dim(0) == C && w->dim(1) == 1;
+  if (!(group == 1 && w->dim(1) == C) && !depthwise) return false;
+  return !cost_rule || blocked_pays(C, w->dim(0), block, input_blocked);
+}
+
+// A constant that varies along the channel axis of a [N, C, H, W] output only: its shape,
+// right-aligned to 4 dims, is 1 everywhere but (optionally) C at axis 1.
+bool per_channel(const Tensor& t, int64_t C) {
+  if (t.rank() > 4 || t.dtype() != DType::kF32) return false;
+  for (int64_t d = 0; d < t.rank(); ++d) {
+    const int64_t axis = d + 4 - t.rank();
+    if (t.dim(d) != 1 && !(axis == 1 && t.dim(d) == C)) return false;
+  }
+  return true;
+}
+
+// A value [N', C, 1, 1] (N' the output's N or 1) that broadcasts onto `out` per channel: its
+// blocked form [N', C/c, 1, 1, c] broadcasts onto the blocked output the same way.
+bool per_channel_value(const Graph& g, ValueId v, const Shape& out) {
+  const std::optional<Shape> s = nchw_f32(g, v);
+  if (!s || !((*s)[1] == out[1]) || !((*s)[2] == Dim(1)) || !((*s)[3] == Dim(1))) return false;
+  const Dim& n = (*s)[0];
+  return n == Dim(1) || (n == out[0] && (n.is_known() || n.is_symbolic()));
+}
+
+// A mean over H and W that keeps them, [N, C, H, W] -> [N, C, 1, 1]: GlobalAveragePool, or
+// ReduceMean over axes {2, 3} with keepdims. On the blocked value it is ReduceMean over axes
+// {2, 3} of the 5-D value, whose result is the blocked form of the mean.
+bool spatial_mean(const Graph& g, const Node& n) {
+  if (n.op == "GlobalAveragePool") return true;
+  if (n.op != "ReduceMean" || n.attrs.get_int("keepdims", 1) == 0) return false;
+  std::optional<std::vector<int64_t>> axes =
+      n.attrs.has("axes") ? std::optional(n.attrs.get_ints("axes")) : constant_ints(g, n, 1);
+  if (!axes || axes->size() != 2) return false;
+  for (int64_t& a : *axes) a = a < 0 ? a + 4 : a;
+  std::sort(axes->begin(), axes->end());
+  return *axes == std::vector<int64_t>{2, 3};
+}
+
+// Whether node `n` can read and write blocked values given which values are blocked.
+bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked, int block) {
+  if (n.outputs.size() != 1 || !n.domain.empty() || !n.def) return false;
+  const std::optional<Shape> out = nchw_f32(g, n.outputs[0]);
+  if (!out) return false;
+  if (n.op == "Concat") {
+    const int64_t axis = n.attrs.get_int("axis", 1);
+    if (axis != 1 && axis != -3) return false;
+    for (ValueId in : n.inputs) {
+      if (!blocked[in] || !nchw_f32(g, in) || channels_of(g, in) % block != 0) return false;
+    }
+    return !n.inputs.empty();
+  }
+  if (n.op == "GlobalAveragePool" || n.op == "ReduceMean")
+    return !n.inputs.empty() && blocked[n.inputs[0]] && spatial_mean(g, n);
+  if (!n.def->is_elementwise() || n.def->has(kNondeterministic) || n.attrs.has("axis"))
+    return false;
+  bool any = false;
+  for (ValueId in : n.inputs) {
+    if (in == kNoValue) continue;
+    if (const Tensor* t = constant(g, in)) {
+      if (t->numel() != 1 && !per_channel(*t, (*out)[1].value)) return false;
+    } else if (nchw_f32(g, in) && same_shape(g, in, n.outputs[0])) {
+      any = any || blocked[in];  // an NCHW operand is reordered (once): one reorder either way
+    } else if (!per_channel_value(g, in, *out)) {
+      return false;  // a per-channel value (squeeze-excitation's scale) is blocked or cheap
+    }
+  }
+  return any;
+}
+
+// ---- constant data in the blocked layout ----
+
+// W [M, C, KH, KW] -> [M/c, C/c, KH, KW, c(in), c(out)], or depthwise [C, 1, KH, KW] ->
+// [C/c, 1, KH, KW, c]; zeros where a channel is past M or C.
+Tensor blocked_weights(const Tensor& w, bool depthwise, int block) {
+  const Tensor src = w.contiguous();
+  const float* s = src.data<float>();
+  const int64_t M = w.dim(0), C = w.dim(1), K = w.dim(2) * w.dim(3), b = block;
+  const int64_t ocb = blocks_of(M, block);
+  if (depthwise) {
+    Tensor t = Tensor::zeros(DType::kF32, {ocb, 1, w.dim(2), w.dim(3), b});
+    float* d = t.data<float>();
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) d[((m / b) * K + k) * b + m % b] = s[m * K + k];
+    return t;
+  }
+  const int64_t icb = blocks_of(C, block);
+  Tensor t = Tensor::zeros(DType::kF32, {ocb, icb, w.dim(2), w.dim(3), b, b});
+  float* d = t.data<float>();
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t k = 0; k < K; ++k)
+        d[((((m / b) * icb + c / b) * K + k) * b + c % b) * b + m % b] = s[(m * C + c) * K + k];
+  return t;
+}
+
+// A bias [M] zero-padded to [ceil(M/c) * c].
+Tensor padded_bias(const Tensor& bias, int block) {
+  const Tensor src = bias.contiguous();
+  Tensor t = Tensor::zeros(DType::kF32, {blocks_of(bias.numel(), block) * block});
+  std::copy_n(src.data<float>(), bias.numel(), t.data<float>());
+  return t;
+}
+
+// A per-channel constant (per_channel) as [1, C/c, 1, 1, c]; a constant without a channel axis
+// is returned as it is (it broadcasts onto the blocked value unchanged).
+Tensor blocked_constant(const Tensor& t, int64_t C, int block) {
+  if (t.numel() == 1 || t.numel() != C) return t;
+  const Tensor src = t.contiguous();
+  Tensor out = Tensor::zeros(DType::kF32, {1, blocks_of(C, block), 1, 1, block});
+  std::copy_n(src.data<float>(), C, out.data<float>());  // channel k is element k either way
+  return out;
+}
+
+class Rewriter {
+ public:
+  Rewriter(Graph& g, const std::vector<int8_t>& kind, int block, const PassContext& ctx)
+      : g_(g), kind_(kind), block_(block), ctx_(ctx), blocked_of_(g.values().size(), kNoValue) {}
+
+  void run() {
+    const size_t count = g_.nodes().size();
+    std::vector<bool> nchw_readers = nchw_needed();
+    for (size_t i = 0; i < count; ++i) {
+      if (kind_[i] == kKeep) {
+        order_.push_back(i);
+        continue;
+      }
+      const ValueId y = g_.nodes()[i].outputs[0];
+      if (kind_[i] == kConv)
+        to_conv_blocked(i);
+      else
+        to_blocked_reader(i);
+      order_.push_back(i);
+      if (nchw_readers[y]) {
+        g_.value(y).producer = -1;
+        Attributes attrs;
+        attrs.set("channels", channels_of(g_, y));
+        order_.push_back(add("ReorderFromBlocked", blocked_of_[y], y, std::move(attrs), "_nchw"));
+        ctx_.note("AssignLayouts/ReorderFromBlocked");
+      }
+    }
+    std::vector<Node> nodes;
+    for (size_t i : order_) nodes.push_back(std::move(g_.mutable_nodes()[i]));
+    g_.mutable_nodes() = std::move(nodes);
+    g_.remove_nodes({});  // renumbers every value's producer
+  }
+
+ private:
+  // Which blocked values something still reads in NCHW.
+  std::vector<bool> nchw_needed() const {
+    std::vector<bool> need(g_.values().size(), false);
+    for (ValueId v : g_.outputs()) need[v] = true;
+    for (size_t i = 0; i < g_.nodes().size(); ++i) {
+      const Node& n = g_.nodes()[i];
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        if (n.inputs[k] != kNoValue && !(kind_[i] == kPropagate || (kind_[i] == kConv && k == 0)))
+          need[n.inputs[k]] = true;
+    }
+    return need;
+  }
+
+  // Appends node `op`(in) -> out in the pto domain; returns its index.
+  size_t add(const std::string& op, ValueId in, ValueId out, Attributes attrs,
+             const std::string& suffix) {
+    Node& n =
+        g_.add_node(op, {in}, {out}, std::move(attrs), g_.unique_name(g_.value(out).name + suffix));
+    n.domain = "pto";
+    return g_.nodes().size() - 1;
+  }
+
+  // A new 5-D value for the blocked form of NCHW value v.
+  ValueId new_blocked_value(ValueId v) {
+    const Shape& d = *g_.value(v).type.shape;
+    Shape s = {d[0], blocks_of(d[1].value, block_), d[2], d[3], block_};
+    return blocked_of_[v] = g_.add_value(g_.unique_name(g_.value(v).name + "_blocked"),
+                                         TensorType{DType::kF32, s});
+  }
+
+  // The blocked form of v, reordering it (once) when it is an NCHW value.
+  ValueId blocked(ValueId v) {
+    if (blocked_of_[v] != kNoValue) return blocked_of_[v];
+    const ValueId b = new_blocked_value(v);
+    Attributes attrs;
+    attrs.set("block", int64_t{block_});
+    order_.push_back(add("ReorderToBlocked", v, b, std::move(attrs), "_reorder"));
+    ctx_.note("AssignLayouts/ReorderToBlocked");
+    return b;
+  }
+
+  void to_conv_blocked(size_t i) {
+    const Node n = g_.nodes()[i];  // a copy: blocked() may add nodes
+    const Tensor& w = *constant(g_, n.inputs[1]);
+    const int64_t group = n.attrs.get_int("group", 1);
+    std::vector<ValueId> inputs = {blocked(n.inputs[0])};
+    inputs.push_back(g_.add_constant(g_.value(n.inputs[1]).name + "_blocked",
+                                     blocked_weights(w, group > 1, block_)));
+    if (n.inputs.size() > 2 && n.inputs[2] != kNoValue)
+      inputs.push_back(g_.add_constant(g_.value(n.inputs[2]).name + "_blocked",
+                                       padded_bias(*constant(g_, n.inputs[2]), block_)));
+    Attributes attrs = n.attrs;
+    attrs.set("kernel_shape", Dims{w.dim(2), w.dim(3)});
+    attrs.set("channels", w.dim(1) * group);
+    const ValueId y = n.outputs[0];
+    Node& m = g_.mutable_nodes()[i];
+    retarget(m, "ConvBlocked", std::move(inputs), std::move(attrs));
+    m.domain = "pto";
+    m.outputs[0] = new_blocked_value(y);
+    g_.value(m.outputs[0]).producer = static_cast<int32_t>(i);
+    g_.value(y).producer = -1;
+    ctx_.note(group > 1 ? "AssignLayouts/ConvBlocked(depthwise)" : "AssignLayouts/ConvBlocked");
+  }
+
+  void to_blocked_reader(size_t i) {
+    const ValueId y = g_.nodes()[i].outputs[0];
+    const int64_t C = channels_of(g_, y);
+    std::vector<ValueId> inputs = g_.nodes()[i].inputs;  // blocked() may add nodes
+    if (g_.nodes()[i].op == "GlobalAveragePool" || g_.nodes()[i].op == "ReduceMean") {
+      const ValueId axes =
+          g_.add_constant(g_.value(y).name + "_axes", Tensor::from_vector<int64_t>({2, 3}, {2}));
+      Attributes attrs;
+      attrs.set("keepdims", int64_t{1});
+      retarget(g_.mutable_nodes()[i], "ReduceMean", {blocked_of_[inputs[0]], axes},
+               std::move(attrs), 18);  // opset 18: axes as an input
+    } else {
+      for (ValueId& in : inputs) {
+        if (in == kNoValue) continue;
+        if (const Tensor* t = constant(g_, in)) {
+          if (t->numel() == C && C > 1)
+            in = g_.add_constant(g_.value(in).name + "_blocked", blocked_constant(*t, C, block_));
+        } else {
+          in = blocked(in);
+        }
+      }
+      g_.mutable_nodes()[i].inputs = std::move(inputs);
+    }
+    const ValueId yb = new_blocked_value(y);
+    Node& n = g_.mutable_nodes()[i];
+    if (n.op == "Concat") n.attrs.set("axis", int64_t{1});
+    n.outputs[0] = yb;
+    g_.value(yb).producer = static_cast<int32_t>(i);
+    g_.value(y).producer = -1;
+    ctx_.note("AssignLayouts/Propagate/" + n.op);
+  }
+
+  Graph& g_;
+  const std::vector<int8_t>& kind_;
+  const int block_;
+  const PassContext& ctx_;
+  std::vector<ValueId> blocked_of_;  // the blocked form of an NCHW value, kNoValue if none
+  std::vector<size_t> order_;        // the new node order, as indices into g_.nodes()
+};
+
+// Which nodes run blocked (kind) and which values are blocked, in one walk in node order.
+struct Choice {
+  std::vector<int8_t> kind;
+  std::vector<bool> blocked;
+};
+
+Choice choose(const Graph& g, int block, bool cost_rule, const std::vector<bool>& demoted) {
+  Choice c{std::vector<int8_t>(g.nodes().size(), kKeep),
+           std::vector<bool>(g.values().size(), false)};
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    const bool input_blocked =
+        !n.inputs.empty() && n.inputs[0] != kNoValue && c.blocked[n.inputs[0]];
+    if (!demoted[i] && conv_blockable(g, n, block, input_blocked, cost_rule))
+      c.kind[i] = kConv;
+    else if (propagates(g, n, c.blocked, block))
+      c.kind[i] = kPropagate;
+    else
+      continue;
+    c.blocked[n.outputs[0]] = true;
+  }
+  return c;
+}
+
+// Marks the convs with an NCHW input whose output reaches no blocked conv (through blocked
+// readers); returns whether it marked one.
+bool demote_isolated(const Graph& g, const Choice& c, std::vector<bool>& demoted) {
+  std::vector<bool> feeds(g.values().size(), false);  // reaches a blocked conv's input
+  for (size_t i = g.nodes().size(); i-- > 0;) {
+    const Node& n = g.nodes()[i];
+    if (c.kind[i] == kConv) feeds[n.inputs[0]] = true;
+    if (c.kind[i] == kPropagate && feeds[n.outputs[0]])
+      for (ValueId in : n.inputs)
+        if (in != kNoValue) feeds[in] = true;
+  }
+  bool any = false;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (c.kind[i] == kConv && !c.blocked[n.inputs[0]] && !feeds[n.outputs[0]]) {
+      demoted[i] = true;
+      any = true;
+    }
+  }
+  return any;
+}
+
+Graph run_assign_layouts(Graph g, const PassContext& ctx) {
+  return assign_layouts(std::move(g), ctx, machine_channel_block());
+}
+
+}  // namespace
+
+int machine_channel_block() {
+  const std::string& isa = device_info().isa;
+  return isa == "avx512" ? 16 : (isa == "avx2" ? 8 : 0);
+}
+
+Graph assign_layouts(Graph g, const PassContext& ctx, int block, bool cost_rule) {
+  if (block < 2) return g;
+  std::vector<bool> demoted(g.nodes().size(), false);
+  Choice c = choose(g, block, cost_rule, demoted);
+  // A conv that starts a region (NCHW input) whose blocked values reach no other blocked conv
+  // pays two reorders for one conv (ResNet's stem, read by MaxPool): it stays NCHW. Demoting it
+  // may end a region that fed another such conv, so repeat until nothing changes.
+  while (cost_rule && demote_isolated(g, c, demoted)) c = choose(g, block, cost_rule, demoted);
+  if (std::find(c.kind.begin(), c.kind.end(), kConv) == c.kind.end()) return g;
+  Rewriter(g, c.kind, block, ctx).run();
+  return g;
+}
+
+void register_assign_layouts(PassRegistry& r) {
+  r.add({"AssignLayouts", run_assign_layouts,
+         "level 3: channel-blocked (NCHWc) layout for the convolutions the CPU runs blocked and "
+         "the elementwise ops and concats between them, with reorders only at the boundaries"});
+}
+
+}  // namespace pto::passes

@@ -1,0 +1,109 @@
+// Reference kernels of the blocked-channel layout ops (src/ir/ops/blocked_layout.cpp): the two
+// reorders and ConvBlocked as plain loops in double. ConvBlocked reads only the `channels` real
+// input lanes and writes the padded output lanes as bias + 0 (general) or 0 (depthwise); nothing
+// reads them.
+#include "nn_kernels.h"
+
+namespace pto::reference {
+namespace {
+
+std::vector<Tensor> to_blocked(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor& x = c.input(0);
+  const int64_t b = c.attrs().get_int("block");
+  if (x.rank() != 4 || b < 1)
+    throw ValueError(cat(w, ": X must be [N, C, H, W] and block >= 1, got ", x.str()));
+  const int64_t N = x.dim(0), C = x.dim(1), HW = x.dim(2) * x.dim(3), Cb = (C + b - 1) / b;
+  const std::vector<double> v = to_doubles(x, w);
+  std::vector<double> y(static_cast<size_t>(N * Cb * HW * b), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t p = 0; p < HW; ++p)
+        y[static_cast<size_t>(((n * Cb + ch / b) * HW + p) * b + ch % b)] =
+            v[static_cast<size_t>((n * C + ch) * HW + p)];
+  return {from_doubles(x.dtype(), {N, Cb, x.dim(2), x.dim(3), b}, y, w)};
+}
+
+std::vector<Tensor> from_blocked(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor& x = c.input(0);
+  const int64_t C = c.attrs().get_int("channels");
+  if (x.rank() != 5 || C > x.dim(1) * x.dim(4) || C <= (x.dim(1) - 1) * x.dim(4))
+    throw ValueError(cat(w, ": X must be [N, Cb, H, W, c] with ", C, " channels, got ", x.str()));
+  const int64_t N = x.dim(0), Cb = x.dim(1), HW = x.dim(2) * x.dim(3), b = x.dim(4);
+  const std::vector<double> v = to_doubles(x, w);
+  std::vector<double> y(static_cast<size_t>(N * C * HW));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t p = 0; p < HW; ++p)
+        y[static_cast<size_t>((n * C + ch) * HW + p)] =
+            v[static_cast<size_t>(((n * Cb + ch / b) * HW + p) * b + ch % b)];
+  return {from_doubles(x.dtype(), {N, C, x.dim(2), x.dim(3)}, y, w)};
+}
+
+std::vector<Tensor> conv_blocked(const KernelContext& c) {
+  const std::string where = c.where();
+  const Tensor &X = c.input(0), &W = c.input(1);
+  require_float(X.dtype(), where);
+  const int64_t C = c.attrs().get_int("channels"), group = c.attrs().get_int("group", 1);
+  const bool depthwise = W.rank() == 5;
+  if (X.rank() != 5 || (W.rank() != 5 && W.rank() != 6) || X.dim(4) != W.dim(-1) ||
+      (!depthwise && (W.dim(1) != X.dim(1) || W.dim(4) != X.dim(4) || group != 1)) ||
+      (depthwise && (W.dim(0) != X.dim(1) || W.dim(1) != 1 || group != C)) ||
+      C > X.dim(1) * X.dim(4) || C <= (X.dim(1) - 1) * X.dim(4))
+    throw ValueError(cat(where, ": X ", X.str(), " and W ", W.str(), " do not fit ", C,
+                         " channels in ", group, " groups"));
+  const int64_t N = X.dim(0), ICb = X.dim(1), IH = X.dim(2), IW = X.dim(3), b = X.dim(4);
+  const int64_t OCb = W.dim(0), KH = W.dim(2), KW = W.dim(3);
+  if (c.has_input(2) && c.input(2).numel() != OCb * b)
+    throw ValueError(cat(where, ": B must have ", OCb * b, " elements, got ", c.input(2).str()));
+  const window::Params p = window::read_params(c.attrs(), {KH, KW}, false, where);
+  const window::Axis ay = window::forward_axis(p, 0, IH, where);
+  const window::Axis ax = window::forward_axis(p, 1, IW, where);
+  const int64_t OH = ay.out, OW = ax.out;
+
+  const std::vector<double> x = to_doubles(X, where), wt = to_doubles(W, where);
+  const std::vector<double> bias =
+      c.has_input(2) ? to_doubles(c.input(2), where) : std::vector<double>(OCb * b, 0.0);
+  std::vector<double> y(static_cast<size_t>(N * OCb * OH * OW * b), 0.0);
+  auto xat = [&](int64_t n, int64_t cb, int64_t iy, int64_t ix, int64_t lane) {
+    return x[static_cast<size_t>((((n * ICb + cb) * IH + iy) * IW + ix) * b + lane)];
+  };
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t ob = 0; ob < OCb; ++ob)
+      for (int64_t oy = 0; oy < OH; ++oy)
+        for (int64_t ox = 0; ox < OW; ++ox)
+          for (int64_t o = 0; o < b; ++o) {
+            const bool real = ob * b + o < C || !depthwise;
+            double acc = real ? bias[static_cast<size_t>(ob * b + o)] : 0.0;
+            for (int64_t ky = 0; ky < KH && real; ++ky) {
+              const int64_t iy = oy * p.strides[0] + ky * p.dilations[0] - ay.pad_begin;
+              if (iy < 0 || iy >= IH) continue;
+              for (int64_t kx = 0; kx < KW; ++kx) {
+                const int64_t ix = ox * p.strides[1] + kx * p.dilations[1] - ax.pad_begin;
+                if (ix < 0 || ix >= IW) continue;
+                if (depthwise) {
+                  acc += xat(n, ob, iy, ix, o) *
+                         wt[static_cast<size_t>(((ob * KH + ky) * KW + kx) * b + o)];
+                  continue;
+                }
+                for (int64_t ic = 0; ic < C; ++ic)
+                  acc += xat(n, ic / b, iy, ix, ic % b) *
+                         wt[static_cast<size_t>(
+                             ((((ob * ICb + ic / b) * KH + ky) * KW + kx) * b + ic % b) * b + o)];
+              }
+            }
+            y[static_cast<size_t>((((n * OCb + ob) * OH + oy) * OW + ox) * b + o)] = acc;
+          }
+  return {from_doubles(X.dtype(), {N, OCb, OH, OW, b}, y, where)};
+}
+
+}  // namespace
+
+void register_blocked_layout_kernels(KernelRegistry& r) {
+  r.add("ReorderToBlocked", to_blocked);
+  r.add("ReorderFromBlocked", from_blocked);
+  r.add("ConvBlocked", conv_blocked);
+}
+
+}  // namespace pto::reference

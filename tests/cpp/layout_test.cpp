@@ -1,0 +1,461 @@
+// The blocked-channel layout (level 3): AssignLayouts as Before/Expected pairs in the text form,
+// every rewritten graph run through the reference interpreter against the original graph, and
+// the CPU kernels of ReorderToBlocked, ConvBlocked and ReorderFromBlocked against the reference
+// Conv over random shapes on every ISA (the rewritten graph compiled at level 0, node by node,
+// and at level 2, where ConvBlocked takes a residual and an activation).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backend/cpu/isa/isa.h"
+#include "passes/assign_layouts.h"
+#include "pto/executable.h"
+#include "pto/parallel.h"
+#include "pto/reference.h"
+
+namespace pto {
+namespace {
+
+Tensor random_tensor(const Dims& shape, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Tensor t = Tensor::empty(DType::kF32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+std::vector<Tensor> random_inputs(const Graph& g, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Tensor> in;
+  for (ValueId v : g.inputs()) in.push_back(random_tensor(to_dims(*g.value(v).type.shape), rng));
+  return in;
+}
+
+// Every element within tol of the reference's, relative to the largest reference magnitude.
+void expect_close(const Tensor& got, const Tensor& want, const std::string& what,
+                  double tol = 1e-5) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  double scale = 1e-30;
+  for (int64_t i = 0; i < want.numel(); ++i)
+    scale = std::max(scale, std::fabs(want.item_as_double(i)));
+  int64_t bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double a = got.item_as_double(i), b = want.item_as_double(i);
+    if (!(std::fabs(a - b) <= tol * scale) && bad++ < 3)
+      ADD_FAILURE() << what << ": element " << i << " is " << a << ", reference " << b;
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.numel() << " elements differ";
+}
+
+Graph parse(const std::string& body) {
+  return parse_graph("graph g (opset 18)\n" + body);
+}
+
+Graph assign(const Graph& g, int block, std::map<std::string, int>* fired = nullptr,
+             bool cost_rule = true) {
+  PassContext ctx;
+  Graph out = passes::assign_layouts(g, ctx, block, cost_rule);
+  verify(out);
+  infer_types(out);
+  if (fired) *fired = ctx.fired;
+  return out;
+}
+
+// The original and the rewritten graph on the reference interpreter, same random inputs.
+void expect_same_results(const Graph& before, const Graph& after) {
+  const std::vector<Tensor> in = random_inputs(before, 11);
+  const std::vector<Tensor> a = reference::run(before, in), b = reference::run(after, in);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) expect_close(b[i], a[i], cat("output ", i));
+}
+
+// AssignLayouts with `block` on `before` must give `expected` and compute the same outputs.
+std::map<std::string, int> expect_layouts(const std::string& before, const std::string& expected,
+                                          int block) {
+  const Graph g = parse(before);
+  std::map<std::string, int> fired;
+  const Graph out = assign(g, block, &fired, false);  // the structure, not the cost rule
+  const Graph want = parse(expected);
+  std::string why;
+  EXPECT_TRUE(structurally_equal(out, want, &why)) << why << "\ngot:\n"
+                                                   << print(out) << "expected:\n"
+                                                   << print(want);
+  expect_same_results(g, out);
+  return fired;
+}
+
+int count_ops(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const Node& node : g.nodes()) n += node.op == op;
+  return n;
+}
+
+// ---------------------------------------------------------------- the pass
+
+// Conv -> Relu -> Conv: one reorder in, one out; weights reordered to [OC/c, IC/c, 1, 1, c, c]
+// (wb[i, o] = W[o, i]), the 3 output channels of the second conv padded to two blocks of 2.
+TEST(LayoutPass, ConvReluConvGetsOneReorderInAndOneOut) {
+  const std::map<std::string, int> fired = expect_layouts(
+      "  input  %x: f32[1, 2, 5, 4]\n"
+      "  const  %w1: f32[2, 2, 1, 1] = [1, 2, 3, 4]\n"
+      "  const  %b1: f32[2] = [0.5, -0.5]\n"
+      "  const  %w2: f32[3, 2, 1, 1] = [1, 0, 0, 1, 1, 1]\n"
+      "  %y = Conv(%x, %w1, %b1)\n"
+      "  %r = Relu(%y)\n"
+      "  %z = Conv(%r, %w2)\n"
+      "  return %z\n",
+      "  input  %x: f32[1, 2, 5, 4]\n"
+      "  const  %w1b: f32[1, 1, 1, 1, 2, 2] = [1, 3, 2, 4]\n"
+      "  const  %b1b: f32[2] = [0.5, -0.5]\n"
+      "  const  %w2b: f32[2, 1, 1, 1, 2, 2] = [1, 0, 0, 1, 1, 0, 1, 0]\n"
+      "  %xb = pto.ReorderToBlocked(%x) {block=2}\n"
+      "  %yb = pto.ConvBlocked(%xb, %w1b, %b1b) {channels=2, kernel_shape=[1, 1]}\n"
+      "  %rb = Relu(%yb)\n"
+      "  %zb = pto.ConvBlocked(%rb, %w2b) {channels=2, kernel_shape=[1, 1]}\n"
+      "  %z = pto.ReorderFromBlocked(%zb) {channels=3}\n"
+      "  return %z\n",
+      2);
+  EXPECT_EQ(fired.at("AssignLayouts/ConvBlocked"), 2);
+  EXPECT_EQ(fired.at("AssignLayouts/ReorderToBlocked"), 1);
+  EXPECT_EQ(fired.at("AssignLayouts/ReorderFromBlocked"), 1);
+}
+
+// A per-channel constant of an Add is reordered to [1, C/c, 1, 1, c] (zero-padded); a scalar
+// Mul operand stays as it is.
+TEST(LayoutPass, PerChannelConstantIsReorderedAtCompileTime) {
+  expect_layouts(
+      "  input  %x: f32[2, 2, 3, 3]\n"
+      "  const  %w: f32[3, 2, 1, 1] = [1, 2, 3, 4, 5, 6]\n"
+      "  const  %c: f32[1, 3, 1, 1] = [10, 20, 30]\n"
+      "  const  %s: f32[] = [0.5]\n"
+      "  %y = Conv(%x, %w)\n"
+      "  %a = Add(%y, %c)\n"
+      "  %m = Mul(%s, %a)\n"
+      "  return %m\n",
+      "  input  %x: f32[2, 2, 3, 3]\n"
+      "  const  %wb: f32[2, 1, 1, 1, 2, 2] = [1, 3, 2, 4, 5, 0, 6, 0]\n"
+      "  const  %cb: f32[1, 2, 1, 1, 2] = [10, 20, 30, 0]\n"
+      "  const  %s: f32[] = [0.5]\n"
+      "  %xb = pto.ReorderToBlocked(%x) {block=2}\n"
+      "  %yb = pto.ConvBlocked(%xb, %wb) {channels=2, kernel_shape=[1, 1]}\n"
+      "  %ab = Add(%yb, %cb)\n"
+      "  %mb = Mul(%s, %ab)\n"
+      "  %m = pto.ReorderFromBlocked(%mb) {channels=3}\n"
+      "  return %m\n",
+      2);
+}
+
+// A value read by a blocked reader (the second conv), an NCHW reader (MaxPool) and the caller
+// (a graph output) is reordered back once, and the output keeps its name.
+TEST(LayoutPass, ValueWithNchwAndBlockedReadersIsReorderedOnce) {
+  const Graph g = parse(
+      "  input  %x: f32[1, 4, 6, 6]\n"
+      "  const  %w1: f32[4, 4, 3, 3]\n"
+      "  const  %w2: f32[4, 4, 1, 1]\n"
+      "  %y = Conv(%x, %w1) {pads=[1, 1, 1, 1]}\n"
+      "  %z = Conv(%y, %w2)\n"
+      "  %p = MaxPool(%y) {kernel_shape=[2, 2], strides=[2, 2]}\n"
+      "  return %y, %z, %p\n");
+  const Graph out = assign(g, 4);
+  EXPECT_EQ(count_ops(out, "ConvBlocked"), 2);
+  EXPECT_EQ(count_ops(out, "ReorderToBlocked"), 1);
+  EXPECT_EQ(count_ops(out, "ReorderFromBlocked"), 2) << print(out);  // y once, z once
+  EXPECT_EQ(out.value(out.outputs()[0]).name, "y");
+  const Node& pool = out.nodes()[static_cast<size_t>(out.value(out.outputs()[2]).producer)];
+  EXPECT_EQ(out.nodes()[static_cast<size_t>(out.value(pool.inputs[0]).producer)].op,
+            "ReorderFromBlocked");
+  expect_same_results(g, out);
+}
+
+// Concat on channels stays blocked when every input's channels fill whole blocks, and reads NCHW
+// otherwise; a residual Add of two blocked values stays blocked.
+TEST(LayoutPass, ConcatStaysBlockedOnlyOnWholeBlocks) {
+  const std::string text =
+      "  input  %x: f32[1, 4, 5, 5]\n"
+      "  const  %w1: f32[C, 4, 3, 3]\n"
+      "  const  %w2: f32[C, 4, 1, 1]\n"
+      "  %a = Conv(%x, %w1) {pads=[1, 1, 1, 1]}\n"
+      "  %b = Conv(%x, %w2)\n"
+      "  %s = Add(%a, %b)\n"
+      "  %c = Concat(%a, %s) {axis=-3}\n"
+      "  %r = Relu(%c)\n"
+      "  return %r\n";
+  auto with_c = [&](int c) {
+    std::string t = text;
+    for (size_t p; (p = t.find("[C,")) != std::string::npos;) t.replace(p, 3, cat("[", c, ","));
+    return parse(t);
+  };
+  const Graph whole = with_c(8), part = with_c(6);
+  const Graph a = assign(whole, 4, nullptr, false), b = assign(part, 4, nullptr, false);
+  EXPECT_EQ(count_ops(a, "ReorderFromBlocked"), 1) << print(a);  // only the output
+  EXPECT_EQ(count_ops(b, "ReorderFromBlocked"), 2) << print(b);  // a and s before the Concat
+  EXPECT_EQ(count_ops(a, "ReorderToBlocked"), 1);
+  for (const Node& n : a.nodes())
+    if (n.op == "Concat") {
+      EXPECT_EQ(n.attrs.get_int("axis"), 1);
+    }
+  expect_same_results(whole, a);
+  expect_same_results(part, b);
+}
+
+// Squeeze-excitation stays blocked: the spatial mean becomes ReduceMean over {2, 3} of the 5-D
+// value, the small convs read it blocked, and the Mul broadcasts the [N, C/c, 1, 1, c] scale.
+// A ReduceMean that drops the axes (no keepdims) reads NCHW.
+TEST(LayoutPass, SqueezeExcitationStaysBlocked) {
+  const Graph g = parse(
+      "  input  %x: f32[2, 8, 6, 5]\n"
+      "  const  %w: f32[8, 8, 3, 3]\n"
+      "  const  %w1: f32[4, 8, 1, 1]\n"
+      "  const  %w2: f32[8, 4, 1, 1]\n"
+      "  const  %axes: i64[2] = [-1, -2]\n"
+      "  %y = Conv(%x, %w) {pads=[1, 1, 1, 1]}\n"
+      "  %p = GlobalAveragePool(%y)\n"
+      "  %q = Relu(%p)\n"
+      "  %r = Conv(%q, %w1)\n"
+      "  %t = Relu(%r)\n"
+      "  %u = Conv(%t, %w2)\n"
+      "  %s = Sigmoid(%u)\n"
+      "  %z = Mul(%y, %s)\n"
+      "  %m = ReduceMean(%z, %axes)\n"
+      "  %f = ReduceMean(%z, %axes) {keepdims=0}\n"
+      "  return %z, %m, %f\n");
+  const Graph out = assign(g, 4);
+  EXPECT_EQ(count_ops(out, "ConvBlocked"), 3) << print(out);
+  EXPECT_EQ(count_ops(out, "ReorderToBlocked"), 1);
+  EXPECT_EQ(count_ops(out, "ReorderFromBlocked"), 2);  // %z (an output, read by %f) and %m
+  EXPECT_EQ(count_ops(out, "GlobalAveragePool"), 0);
+  EXPECT_EQ(count_ops(out, "ReduceMean"), 3);
+  expect_same_results(g, out);
+  // The same graph on the CPU kernels, at level 2 (fused), against the reference.
+  const std::vector<Tensor> in = random_inputs(g, 5);
+  const std::vector<Tensor> want = reference::run(g, in);
+  Executable exe = compile(assign(g, 8), {.level = 2});
+  const std::vector<Tensor> got = exe.run(in);
+  for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], cat("output ", i));
+}
+
+// Convs the blocked kernel does not run (grouped, 1-D, weights computed at run time) and graphs
+// without vectors (block < 2) are left as they are.
+TEST(LayoutPass, LeavesWhatItCannotBlock) {
+  const std::string text =
+      "  input  %x: f32[1, 4, 5, 5]\n"
+      "  input  %wi: f32[4, 4, 1, 1]\n"
+      "  input  %v: f32[1, 4, 9]\n"
+      "  const  %wg: f32[4, 2, 3, 3]\n"
+      "  const  %w1: f32[4, 4, 3]\n"
+      "  %a = Conv(%x, %wg) {group=2}\n"
+      "  %b = Conv(%a, %wi)\n"
+      "  %c = Conv(%v, %w1)\n"
+      "  return %b, %c\n";
+  const Graph g = parse(text);
+  std::string why;
+  EXPECT_TRUE(structurally_equal(assign(g, 4), g, &why)) << why;
+  const Graph conv = parse(
+      "  input  %x: f32[1, 4, 5, 5]\n"
+      "  const  %w: f32[4, 4, 1, 1]\n"
+      "  %y = Conv(%x, %w)\n"
+      "  return %y\n");
+  EXPECT_TRUE(structurally_equal(assign(conv, 0), conv, &why)) << why;
+  EXPECT_TRUE(structurally_equal(assign(conv, 1), conv, &why)) << why;
+}
+
+// The cost rule: a conv that would start a blocked region with mostly empty channel blocks
+// (24 channels in blocks of 16) stays NCHW; the same conv inside a blocked region is blocked.
+TEST(LayoutPass, CostRuleKeepsPoorlyFilledRegionStartsNchw) {
+  const Graph g = parse(
+      "  input  %x: f32[1, 16, 4, 4]\n"
+      "  const  %w1: f32[32, 16, 1, 1]\n"
+      "  const  %w2: f32[24, 32, 1, 1]\n"
+      "  const  %w3: f32[24, 16, 1, 1]\n"
+      "  %a = Conv(%x, %w1)\n"
+      "  %b = Conv(%a, %w2)\n"
+      "  %c = Conv(%x, %w3)\n"
+      "  return %b, %c\n");
+  const Graph out = assign(g, 16);
+  EXPECT_EQ(count_ops(out, "ConvBlocked"), 2) << print(out);  // %a, and %b inside the region
+  EXPECT_EQ(count_ops(out, "Conv"), 1);                       // %c would start one: NCHW
+  EXPECT_EQ(out.nodes()[static_cast<size_t>(out.value(out.outputs()[1]).producer)].op, "Conv");
+  expect_same_results(g, out);
+}
+
+// The cost rule: a conv that would start a region whose blocked values reach no other blocked
+// conv (a stem read by MaxPool) stays NCHW; when a blocked conv reads its Relu, it is blocked (and
+// the conv after the pool, an output read by nothing blocked, is the isolated one).
+TEST(LayoutPass, CostRuleKeepsIsolatedConvsNchw) {
+  const std::string text =
+      "  input  %x: f32[1, 3, 16, 16]\n"
+      "  const  %w: f32[16, 3, 3, 3]\n"
+      "  const  %w2: f32[16, 16, 3, 3]\n"
+      "  %y = Conv(%x, %w) {pads=[1, 1, 1, 1]}\n"
+      "  %r = Relu(%y)\n"
+      "  %p = MaxPool(%r) {kernel_shape=[2, 2], strides=[2, 2]}\n";
+  const Graph alone = parse(text + "  return %p\n");
+  std::string why;
+  EXPECT_TRUE(structurally_equal(assign(alone, 16), alone, &why)) << why;
+  const Graph chained = parse(text +
+                              "  %z = Conv(%p, %w2) {pads=[1, 1, 1, 1]}\n"
+                              "  %q = Conv(%r, %w2) {pads=[1, 1, 1, 1]}\n"
+                              "  return %z, %q\n");
+  const Graph out = assign(chained, 16);
+  EXPECT_EQ(count_ops(out, "ConvBlocked"), 2) << print(out);
+  EXPECT_EQ(out.nodes()[static_cast<size_t>(out.value(out.outputs()[0]).producer)].op, "Conv");
+  expect_same_results(chained, out);
+}
+
+TEST(LayoutPass, IsInTheLevel3PipelineOnly) {
+  auto has = [](int level) {
+    const std::vector<std::string> p = pipeline(level);
+    return std::find(p.begin(), p.end(), "AssignLayouts") != p.end();
+  };
+  EXPECT_FALSE(has(1));
+  EXPECT_FALSE(has(2));
+  EXPECT_TRUE(has(3));
+  EXPECT_EQ(pipeline(3).back(), "AssignLayouts");
+}
+
+// ---------------------------------------------------------------- the CPU kernels
+
+struct Case {
+  int64_t n, c, h, w, m, k;
+  int64_t stride = 1, pad = 0, dilation = 1;
+  bool depthwise = false, bias = true;
+};
+
+// A Conv graph for the case (random weights), with a residual Add and a Relu after it when
+// `epilogue` is set.
+Graph conv_graph(const Case& t, bool epilogue, std::mt19937& rng) {
+  Graph g;
+  const int64_t m = t.depthwise ? t.c : t.m;
+  const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
+  const ValueId w = g.add_constant("w", random_tensor({m, t.depthwise ? 1 : t.c, t.k, t.k}, rng));
+  std::vector<ValueId> ins = {x, w};
+  if (t.bias) ins.push_back(g.add_constant("b", random_tensor({m}, rng)));
+  Attributes a;
+  a.set("strides", Dims{t.stride, t.stride});
+  a.set("pads", Dims{t.pad, t.pad, t.pad, t.pad});
+  a.set("dilations", Dims{t.dilation, t.dilation});
+  if (t.depthwise) a.set("group", t.c);
+  ValueId y = g.add_value("y");
+  g.add_node("Conv", ins, {y}, a, "conv");
+  if (epilogue) {
+    infer_types(g);
+    const Dims yd = to_dims(*g.value(y).type.shape);
+    const ValueId r = g.add_input("r", {DType::kF32, to_shape(yd)});
+    const ValueId s = g.add_value("s"), z = g.add_value("z");
+    g.add_node("Add", {y, r}, {s});
+    g.add_node("Relu", {s}, {z});
+    y = z;
+  }
+  g.add_output(y);
+  infer_types(g);
+  return g;
+}
+
+std::vector<Case> random_cases() {
+  std::vector<Case> cases = {
+      {1, 3, 17, 19, 20, 3, 2, 1},            // a stem: fewer input channels than a block
+      {2, 33, 9, 7, 17, 3, 1, 1, 1},          // odd channels both sides
+      {1, 16, 7, 7, 32, 3, 1, 1},             // 7x7: the interior is one register block
+      {1, 40, 5, 30, 48, 5, 1, 2, 2},         // dilation with padding
+      {1, 32, 12, 12, 16, 1, 2, 0},           // strided 1x1
+      {1, 20, 9, 10, 100, 3, 1, 1},           // 13 blocks of 8 (4 + 4 + 4 + 1), 7 of 16 (4 + 2 + 1)
+      {1, 24, 7, 7, 80, 1, 1, 0},             // 5 blocks of 16: 4 + 1
+      {1, 8, 3, 3, 8, 5, 1, 2},               // kernel larger than the image: no interior
+      {1, 48, 11, 13, 48, 3, 2, 1, 1, true},  // depthwise, strided
+      {2, 20, 8, 9, 20, 3, 1, 1, 1, true},    // depthwise, odd channels
+      {1, 17, 6, 40, 17, 5, 1, 4, 2, true, false},  // depthwise, dilated, no bias
+  };
+  std::mt19937 rng(5);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int i = 0; i < 8; ++i) {
+    Case t{pick(1, 2), pick(1, 40), pick(1, 16), pick(1, 33), pick(1, 40), pick(1, 3) * 2 - 1};
+    t.stride = pick(1, 3);
+    t.dilation = pick(1, 2);
+    t.pad = pick(0, t.k / 2 * t.dilation);
+    t.depthwise = pick(0, 3) == 0;
+    t.bias = pick(0, 1) == 1;
+    if ((t.h + 2 * t.pad - t.dilation * (t.k - 1) - 1) < 0 ||
+        (t.w + 2 * t.pad - t.dilation * (t.k - 1) - 1) < 0)
+      t.pad = t.k / 2 * t.dilation, t.h = std::max(t.h, t.k), t.w = std::max(t.w, t.k);
+    cases.push_back(t);
+  }
+  return cases;
+}
+
+std::string describe(const Case& t) {
+  return cat("N", t.n, " C", t.c, " ", t.h, "x", t.w, " M", t.m, " k", t.k, " s", t.stride, " p",
+             t.pad, " d", t.dilation, t.depthwise ? " depthwise" : "", t.bias ? "" : " no bias");
+}
+
+// The rewritten graph (reorder, ConvBlocked, reorder back) on the CPU kernels, on every ISA,
+// with 1 and 2 threads and blocks of 8 and 16, against the reference Conv of the original graph.
+TEST(LayoutKernels, ConvBlockedMatchesReferenceConv) {
+  std::mt19937 rng(3);
+  const int saved = num_threads();
+  for (const Case& t : random_cases()) {
+    const Graph g = conv_graph(t, false, rng);
+    const std::vector<Tensor> in = random_inputs(g, 17);
+    const Tensor want = reference::run(g, in)[0];
+    for (int block : {8, 16}) {
+      const Graph b = assign(g, block, nullptr, false);
+      ASSERT_EQ(count_ops(b, "ConvBlocked"), 1) << describe(t);
+      expect_close(reference::run(b, in)[0], want, cat(describe(t), " reference, block ", block));
+      for (cpu::Isa isa : cpu::supported_isas()) {
+        cpu::IsaScope scope(isa);
+        for (int threads : {1, 2}) {
+          set_num_threads(threads);
+          Executable exe = compile(b, {.level = 0});
+          for (size_t i = 0; i < b.nodes().size(); ++i) ASSERT_EQ(exe.node_backend(i), "cpu");
+          expect_close(exe.run(in)[0], want,
+                       cat(describe(t), ", block ", block, ", ", cpu::isa_name(isa), ", ", threads,
+                           " thread(s)"));
+        }
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
+// At level 2 the blocked conv takes the residual Add and the Relu as its epilogue.
+TEST(LayoutKernels, ConvBlockedTakesResidualAndActivationEpilogue) {
+  std::mt19937 rng(4);
+  for (const Case& t : {Case{1, 24, 9, 11, 40, 3, 1, 1}, Case{2, 32, 8, 8, 32, 3, 2, 1, 1, true}}) {
+    const Graph g = conv_graph(t, true, rng);
+    const Graph b = assign(g, 16, nullptr, false);
+    const std::vector<Tensor> in = random_inputs(g, 23);
+    const Tensor want = reference::run(g, in)[0];
+    Executable exe = compile(b, {.level = 2});
+    bool fused = false;
+    for (size_t s = 0; s < exe.num_steps(); ++s)
+      fused = fused || exe.step(s).rule == "ConvBlocked+Add+Relu";
+    EXPECT_TRUE(fused) << describe(t);
+    expect_close(exe.run(in)[0], want, describe(t) + " fused");
+  }
+}
+
+// The reorders alone round-trip any float bits, padded lanes read back as zeros.
+TEST(LayoutKernels, ReordersRoundTripOnTheCpu) {
+  const Graph g = parse(
+      "  input  %x: f32[2, 19, 3, 5]\n"
+      "  %b = pto.ReorderToBlocked(%x) {block=8}\n"
+      "  %y = pto.ReorderFromBlocked(%b) {channels=19}\n"
+      "  return %y, %b\n");
+  std::mt19937 rng(9);
+  Tensor x = random_tensor({2, 19, 3, 5}, rng);
+  x.data<float>()[7] = std::nanf("");
+  Executable exe = compile(g, {.level = 0});
+  ASSERT_EQ(exe.node_backend(0), "cpu");
+  ASSERT_EQ(exe.node_backend(1), "cpu");
+  const std::vector<Tensor> got = exe.run({x});
+  const std::vector<Tensor> want = reference::run(g, {x});
+  ASSERT_EQ(got[0].shape(), x.shape());
+  EXPECT_EQ(std::memcmp(got[0].raw_data(), x.raw_data(), x.nbytes()), 0);
+  ASSERT_EQ(got[1].shape(), (Dims{2, 3, 3, 5, 8}));
+  EXPECT_EQ(std::memcmp(got[1].raw_data(), want[1].raw_data(), want[1].nbytes()), 0);
+  EXPECT_EQ(got[1].data<float>()[(2 * 15 + 0) * 8 + 3], 0.0f);  // channel 19 of image 0: padding
+}
+
+}  // namespace
+}  // namespace pto
