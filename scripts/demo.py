@@ -46,6 +46,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=0,
                    help="threads for both PyPTO and PyTorch (default: every core)")
     p.add_argument("--image", type=int, default=224, help="image size of the vision models")
+    p.add_argument("--level", type=int, default=3, choices=range(4),
+                   help="optimization level (default 3: level 2 plus blocked NCHWc convolutions)")
     a = p.parse_args()
 
     if a.model in ("resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small",
@@ -61,7 +63,7 @@ def main() -> int:
     print(f"model    {a.model}, random weights (seed {tm.SEED}); input {shapes}")
 
     t0 = time.perf_counter()
-    fast = pypto.optimize(model, example_inputs=args)
+    fast = pypto.optimize(model, example_inputs=args, level=a.level)
     print(f"optimize {time.perf_counter() - t0:.1f} s (capture with torch.export, import, "
           f"compile at level {fast.compiled.level}); dynamic dims {fast.dynamic_dims}")
 
@@ -103,7 +105,11 @@ def main() -> int:
     print(f"  {'kernel':<26}{'count':>6}{'ms':>10}{'share':>8}")
     for op, s in sorted(by_op.items(), key=lambda kv: -kv[1])[:10]:
         print(f"  {op:<26}{count[op]:>6}{s * 1e3:>10.1f}{s / total:>8.1%}")
-    print("\nLevel 2: graph passes, fusion into kernels, planned memory (docs/fusion.md). "
+    what = {0: "each node as its own kernel",
+            1: "graph passes (docs/passes.md)",
+            2: "graph passes, fusion into kernels, planned memory (docs/fusion.md)",
+            3: "level 2 plus blocked NCHWc convolutions (docs/passes.md, AssignLayouts)"}
+    print(f"\nLevel {fast.compiled.level}: {what[fast.compiled.level]}. Other levels: --level N. "
           "Full tables against torch.compile and ONNX Runtime: scripts/bench.sh.")
     return 0 if ok else 1
 
