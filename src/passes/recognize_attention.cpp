@@ -230,11 +230,6 @@ class AttentionMatcher {
   ValueId guarded_probabilities_ = kNoValue;  // read by IsNaN and the guard's Where
 };
 
-bool same_dim(const Dim& a, const Dim& b) {
-  return (a.is_known() && b.is_known() && a.value == b.value) ||
-         (a.is_symbolic() && b.is_symbolic() && a.symbol == b.symbol);
-}
-
 const Shape* shape4(const Graph& g, ValueId v) {
   const TensorType& t = g.value(v).type;
   return t.dtype == DType::kF32 && t.shape && t.shape->size() == 4 ? &*t.shape : nullptr;

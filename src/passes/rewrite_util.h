@@ -38,6 +38,11 @@ inline DType dtype_of_value(const Graph& g, ValueId v) {
   return v == kNoValue ? DType::kUndefined : g.value(v).type.dtype;
 }
 
+// Whether two dims are known to be equal: the same size, or the same symbol.
+inline bool same_dim(const Dim& a, const Dim& b) {
+  return a == b && (a.is_known() || a.is_symbolic());
+}
+
 // Whether a and b are known to have one shape (every dimension known or the same symbol). A
 // rewrite that drops a broadcasting operand (x * 0.5 -> Gelu(x)) must check that it did not grow x.
 bool same_shape(const Graph& g, ValueId a, ValueId b);

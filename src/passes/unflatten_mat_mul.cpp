@@ -42,10 +42,6 @@ bool restores_leading(const std::vector<int64_t>& t, const Shape& x, int64_t n) 
   return wild <= 1;
 }
 
-bool same_dim(const Dim& a, const Dim& b) {
-  return a == b && (a.is_known() || a.is_symbolic());
-}
-
 // The input of a Reshape that merges the leading dims of a rank >= 4 value into one: v =
 // Reshape(x) with v [prod(x[:-2]), x[-2], x[-1]]. kNoValue otherwise.
 ValueId merged_batch(const Graph& g, ValueId v) {

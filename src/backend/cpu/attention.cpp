@@ -27,10 +27,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-std::vector<Tensor> run_reference(const KernelContext& c) {
-  return (*reference::KernelRegistry::global().find(c.node.op))(c);
-}
-
 bool accepts_attention(const NodeInfo& n) {
   const Attributes& a = n.node.attrs;
   for (size_t i = 0; i < 3; ++i)

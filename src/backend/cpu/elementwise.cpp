@@ -156,11 +156,6 @@ bool legacy_broadcast(const NodeInfo& info) {
   return info.node.opset > 0 && info.node.opset < 7 && info.node.attrs.has("axis");
 }
 
-// Runs the reference kernel for forms only known at run time to be unusual.
-std::vector<Tensor> run_reference(const KernelContext& c) {
-  return (*reference::KernelRegistry::global().find(c.node.op))(c);
-}
-
 // ---- unary ----
 
 using ParamsFn = UnaryParams (*)(const Attributes&);

@@ -79,6 +79,9 @@ class KernelRegistry {
   std::vector<std::pair<std::string, Kernel>> kernels_;
 };
 
+// Runs the node's reference kernel: for forms a CPU kernel finds unusual only at run time.
+std::vector<Tensor> run_reference(const KernelContext& c);
+
 // Kernel families register themselves through these (explicit calls, as for the reference).
 void register_gemm_kernels(KernelRegistry& r);         // gemm/: MatMul, Gemm
 void register_conv_kernels(KernelRegistry& r);         // conv/: Conv

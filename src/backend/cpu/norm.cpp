@@ -16,10 +16,6 @@ int opset_of(const Node& n) {
   return n.opset > 0 ? n.opset : 1 << 30;
 }  // 0: the newest
 
-std::vector<Tensor> run_reference(const KernelContext& c) {
-  return (*reference::KernelRegistry::global().find(c.node.op))(c);
-}
-
 // True when every given input is float32 (missing optional inputs are fine).
 bool all_f32(const NodeInfo& n) {
   for (size_t i = 0; i < n.inputs.size(); ++i)
