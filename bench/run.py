@@ -192,7 +192,7 @@ def child_export(args) -> dict:
             def forward(self, input_ids):
                 return self.inner(input_ids=input_ids).to_tuple()
 
-        model = Text(model)
+        model = Text(model).eval()  # a new Module trains by default: dynamo exports that
     x = model_inputs(args.model, args.batch)
     final = onnx_path(args.model, args.batch)
     if final.is_file():

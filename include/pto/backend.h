@@ -42,6 +42,13 @@ class CompiledKernel {
   virtual std::string describe() const { return ""; }
   // Bytes held for the kernel's lifetime, e.g. weights packed into GEMM panels.
   virtual size_t prepared_bytes() const { return 0; }
+  // Constant inputs (initializers among the group's inputs) the kernel copied at compile time
+  // and never reads when it runs: the runtime may release the originals and then passes, in
+  // their place, tensors with the shape and dtype but no data.
+  virtual std::vector<ValueId> packed_constants() const { return {}; }
+  // One of packed_constants() rebuilt from the kernel's copy, for running the group's nodes on
+  // other kernels (after a KernelDeclined) or writing the graph out.
+  virtual Tensor unpack_constant(ValueId v) const;
 };
 
 class Backend {

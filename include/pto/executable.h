@@ -21,8 +21,12 @@
 namespace pto {
 
 struct CompileOptions {
-  int level = 2;                        // 0..3: op by op, + clean-up, + fusion, + layout changes
-  bool memory_optimization = true;      // level >= 2: plan intermediates into one reused arena
+  int level = 2;                    // 0..3: op by op, + clean-up, + fusion, + layout changes
+  bool memory_optimization = true;  // level >= 2: plan intermediates into one reused arena
+  // Drop the graph's copy of weights that kernels hold packed (GEMM panels), so they are not in
+  // memory twice; graph_with_weights() gives them back. Frees memory when the caller holds no
+  // other reference to the weights (an ONNX model loaded for compile, BatchNorm-folded weights).
+  bool release_packed_weights = true;
   bool auto_mixed_precision = false;    // bf16 compute with fp32 islands (not implemented yet)
   std::vector<std::string> dump_after;  // passes after which the graph is printed (PTO_DUMP_AFTER)
 };
@@ -37,17 +41,18 @@ struct StepInfo {
 
 // What compile() made, for people and tools (pto compile --stats, fast.stats()).
 struct ExecutableStats {
-  size_t nodes_in = 0;              // nodes of the graph given to compile()
-  size_t nodes = 0;                 // after the graph passes
-  size_t kernels = 0;               // plan steps
-  size_t fused_kernels = 0;         // steps covering more than one node
-  size_t peak_bytes = 0;            // the planned arena: peak intermediate memory with the plan
-  size_t unplanned_peak_bytes = 0;  // every intermediate in its own buffer (no plan)
-  size_t live_peak_bytes = 0;       // the most intermediate bytes live at once (lower bound)
-  size_t unplanned_values = 0;      // intermediates the plan left to the pool
-  bool memory_planned = false;      // false before the first run of a graph with symbolic dims
-  size_t weight_bytes = 0;          // the graph's constants (initializers)
-  size_t packed_weight_bytes = 0;   // kernels' compile-time copies of them (packed GEMM panels)
+  size_t nodes_in = 0;               // nodes of the graph given to compile()
+  size_t nodes = 0;                  // after the graph passes
+  size_t kernels = 0;                // plan steps
+  size_t fused_kernels = 0;          // steps covering more than one node
+  size_t peak_bytes = 0;             // the planned arena: peak intermediate memory with the plan
+  size_t unplanned_peak_bytes = 0;   // every intermediate in its own buffer (no plan)
+  size_t live_peak_bytes = 0;        // the most intermediate bytes live at once (lower bound)
+  size_t unplanned_values = 0;       // intermediates the plan left to the pool
+  bool memory_planned = false;       // false before the first run of a graph with symbolic dims
+  size_t weight_bytes = 0;           // the graph's constants (initializers) still held
+  size_t packed_weight_bytes = 0;    // kernels' compile-time copies of them (packed GEMM panels)
+  size_t released_weight_bytes = 0;  // constants dropped because a kernel holds them packed
 };
 
 class Executable {
@@ -66,8 +71,12 @@ class Executable {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs,
                           const reference::NodeObserver& observer) const;
 
-  // The graph it runs: the one given to compile() after the passes of its level.
+  // The graph it runs: the one given to compile() after the passes of its level. Weights that
+  // kernels hold packed are released there (Graph::is_released; CompileOptions).
   const Graph& graph() const { return *graph_; }
+  // graph() with the released weights rebuilt from their packed copies: a complete graph, to
+  // print, export or compile again.
+  Graph graph_with_weights() const;
   const CompileOptions& options() const { return options_; }
   // For node i of graph(): the backend of the step that runs it ("cpu", "reference").
   const std::string& node_backend(size_t i) const;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -111,6 +112,12 @@ class Graph {
   const std::vector<ValueId>& outputs() const { return outputs_; }
   const std::unordered_map<ValueId, Tensor>& initializers() const { return initializers_; }
   const Tensor* initializer(ValueId v) const;
+  // Drops an initializer's data while the value stays defined, with its type: for a compiled
+  // graph whose kernels keep their own copy of a weight (packed into GEMM panels), so that the
+  // weight is not held twice. initializer(v) is then nullptr; the Executable gives it back.
+  void release_initializer(ValueId v);
+  bool is_released(ValueId v) const { return released_.count(v) != 0; }
+  const std::unordered_set<ValueId>& released() const { return released_; }
   std::optional<ValueId> find_value(const std::string& name) const;
   bool is_output(ValueId v) const;
 
@@ -143,6 +150,7 @@ class Graph {
   std::vector<ValueId> inputs_;
   std::vector<ValueId> outputs_;
   std::unordered_map<ValueId, Tensor> initializers_;
+  std::unordered_set<ValueId> released_;  // initializers whose data a compiled kernel holds
   std::unordered_map<std::string, ValueId> by_name_;
 };
 

@@ -61,12 +61,16 @@ class Storage {
   std::byte* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // Wrapped memory someone else owns (a torch tensor's through DLPack): dropping this Storage
+  // does not free it.
+  bool external() const { return external_; }
 
  private:
   Device device_;
   std::byte* data_ = nullptr;
   size_t nbytes_ = 0;
-  std::function<void()> release_;  // empty when we own data_
+  std::function<void()> release_;  // how data_ is given back; empty: std::free
+  bool external_ = false;
 };
 
 // Largest single tensor allocation PyPTO makes; defaults to the machine's physical memory.

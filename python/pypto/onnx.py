@@ -19,9 +19,10 @@ class OnnxModel:
     """A compiled ONNX model. Call with arrays positionally (graph-input order) or by input name;
     returns one array, or a tuple for several outputs, of the kind given (torch or numpy)."""
 
-    def __init__(self, graph: _C.Graph, level: int | None = None, path: str | None = None):
+    def __init__(self, graph: _C.Graph, level: int | None = None, path: str | None = None, *,
+                 _consume: bool = False):
         self.path = path
-        self._compiled = CompiledGraph(graph, level)
+        self._compiled = CompiledGraph(graph, level, _consume=_consume)
 
     @property
     def input_names(self) -> list[str]:
@@ -69,7 +70,8 @@ def load(path: str | os.PathLike, level: int | None = None) -> OnnxModel:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"pypto.onnx.load: no such file: {path}")
-    return OnnxModel(_C.onnx_load(path), level, path)
+    # The graph is ours alone: compiling may free each weight as soon as its kernel packed it.
+    return OnnxModel(_C.onnx_load(path), level, path, _consume=True)
 
 
 def export(model: Any, args: Any, path: str | os.PathLike, *,

@@ -16,9 +16,11 @@ _DEFAULTS: dict[str, Any] = {
     "graph_optimization_level": 2,  # 0..3, see docs/python.md
     "memory_optimization": True,  # reuse intermediate buffers as soon as they are dead
     "auto_mixed_precision": False,  # bf16 compute with fp32 islands (not implemented yet)
+    # drop the graph's copy of weights the GEMM/conv kernels hold packed (memory held once)
+    "release_packed_weights": True,
 }
 _TYPES = {"graph_optimization_level": int, "memory_optimization": bool,
-          "auto_mixed_precision": bool}
+          "auto_mixed_precision": bool, "release_packed_weights": bool}
 _current = dict(_DEFAULTS)
 
 
@@ -68,6 +70,7 @@ def compile_options(level: int | None = None) -> _C.CompileOptions:
     o.level = level
     o.memory_optimization = _current["memory_optimization"]
     o.auto_mixed_precision = _current["auto_mixed_precision"]
+    o.release_packed_weights = _current["release_packed_weights"]
     return o
 
 

@@ -45,8 +45,10 @@ def to_boundary(x: Any, what: str):
 class CompiledGraph:
     """A Tensor Graph compiled by ``_C.compile``; ``run`` takes one array per graph input."""
 
-    def __init__(self, graph: _C.Graph, level: int | None = None):
-        self._exe = _C.compile(graph, _options.compile_options(level))
+    def __init__(self, graph: _C.Graph, level: int | None = None, *, _consume: bool = False):
+        # _consume: the caller hands the graph over (pypto.onnx.load): its weights can be freed
+        # as the kernels pack them, and `graph` is left empty.
+        self._exe = _C.compile(graph, _options.compile_options(level), _consume)
         g = self._exe.graph
         self.input_names = [g.value_name(v) for v in g.inputs]
         self.input_types = [g.type(v) for v in g.inputs]
@@ -54,7 +56,9 @@ class CompiledGraph:
 
     @property
     def graph(self) -> _C.Graph:
-        return self._exe.graph
+        """The optimized Tensor Graph, complete: weights the kernels hold packed (released from
+        the compiled graph so they are not in memory twice) are rebuilt from their packing."""
+        return self._exe.graph_with_weights()
 
     @property
     def level(self) -> int:

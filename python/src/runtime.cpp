@@ -44,6 +44,7 @@ void bind_runtime(nb::module_& m) {
       .def_rw("level", &CompileOptions::level)
       .def_rw("memory_optimization", &CompileOptions::memory_optimization)
       .def_rw("auto_mixed_precision", &CompileOptions::auto_mixed_precision)
+      .def_rw("release_packed_weights", &CompileOptions::release_packed_weights)
       .def_rw("dump_after", &CompileOptions::dump_after);
 
   nb::class_<Executable>(m, "Executable", "A compiled graph; call run() with one array per input.")
@@ -132,6 +133,7 @@ void bind_runtime(nb::module_& m) {
             d["memory_planned"] = s.memory_planned;
             d["weight_bytes"] = s.weight_bytes;
             d["packed_weight_bytes"] = s.packed_weight_bytes;
+            d["released_weight_bytes"] = s.released_weight_bytes;
             return d;
           },
           nb::arg("input_shapes") = nb::none(),
@@ -178,12 +180,22 @@ void bind_runtime(nb::module_& m) {
           },
           "One dict per graph pass that ran: name, seconds, nodes before/after, rewrites fired.")
       .def_prop_ro("graph", &Executable::graph, nb::rv_policy::reference_internal)
+      .def("graph_with_weights", &Executable::graph_with_weights,
+           "The graph with the weights kernels hold packed rebuilt: complete, to export.")
       .def_prop_ro("level", [](const Executable& e) { return e.options().level; });
 
   m.def(
-      "compile", [](const Graph& g, const CompileOptions& o) { return compile(g, o); },
-      nb::arg("graph"), nb::arg("options") = CompileOptions(),
-      "Verifies, types and prepares a graph for execution.");
+      "compile",
+      [](Graph& g, const CompileOptions& o, bool consume) {
+        if (!consume) return compile(g, o);
+        Graph owned = std::move(g);
+        g = Graph();  // the caller's object is left empty, not half-moved
+        return compile(std::move(owned), o);
+      },
+      nb::arg("graph"), nb::arg("options") = CompileOptions(), nb::arg("consume") = false,
+      "Verifies, types and prepares a graph for execution. consume=True takes the graph's "
+      "contents (the object is left empty), so weights that kernels pack are held once even "
+      "while it compiles.");
 
   m.def("set_num_threads", &set_num_threads, nb::arg("n"),
         "Resizes the kernel thread pool (n >= 1; 0 means the default).");

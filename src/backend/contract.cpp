@@ -7,6 +7,10 @@
 
 namespace pto {
 
+Tensor CompiledKernel::unpack_constant(ValueId v) const {
+  throw InternalError(cat("unpack_constant: value ", v, " is not one this kernel packed"));
+}
+
 std::vector<int> node_input_slots(const Node& n, const KernelGroup& group) {
   std::vector<int> slots;
   for (ValueId v : n.inputs) {

@@ -1,5 +1,6 @@
 #include "pto/tensor.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -45,6 +46,9 @@ void pack_copy(const std::byte* src, const Dims& shape, const Dims& strides, siz
 
 static thread_local std::shared_ptr<Allocator> t_allocator;
 
+// Tensors outside a run (weights, results) of at least this size get pages of their own.
+constexpr size_t kMapBytes = size_t{1} << 20;
+
 AllocatorScope::AllocatorScope(std::shared_ptr<Allocator> a) : saved_(std::move(t_allocator)) {
   t_allocator = std::move(a);
 }
@@ -70,12 +74,25 @@ Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
   }
   size_t rounded =
       (std::max<size_t>(nbytes, 1) + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  if (rounded >= kMapBytes) {
+    // Mapped on its own: freeing it gives the pages back at once. malloc keeps freed heap
+    // memory for reuse, so weights dropped after packing (or a model dropped by the caller)
+    // would otherwise stay resident.
+    void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw ValueError(cat("out of memory allocating ", nbytes, " bytes"));
+    data_ = static_cast<std::byte*>(p);
+    release_ = [p, rounded] { munmap(p, rounded); };
+    return;
+  }
   data_ = static_cast<std::byte*>(std::aligned_alloc(kTensorAlignment, rounded));
   if (!data_) throw ValueError(cat("out of memory allocating ", nbytes, " bytes"));
 }
 
 Storage::Storage(void* data, size_t nbytes, std::function<void()> release)
-    : data_(static_cast<std::byte*>(data)), nbytes_(nbytes), release_(std::move(release)) {}
+    : data_(static_cast<std::byte*>(data)),
+      nbytes_(nbytes),
+      release_(std::move(release)),
+      external_(true) {}
 
 Storage::~Storage() {
   if (release_)

@@ -118,6 +118,13 @@ void Graph::set_initializer(ValueId v, Tensor t) {
   val.type.dtype = t.dtype();
   val.type.shape = to_shape(t.shape());
   initializers_[v] = std::move(t);
+  released_.erase(v);
+}
+
+void Graph::release_initializer(ValueId v) {
+  PTO_CHECK(initializers_.erase(v) == 1)
+      << "release_initializer: value " << v << " is not an initializer";
+  released_.insert(v);
 }
 
 Node& Graph::add_node(std::string op, std::vector<ValueId> inputs, std::vector<ValueId> outputs,
@@ -137,7 +144,7 @@ Node& Graph::add_node(std::string op, std::vector<ValueId> inputs, std::vector<V
   for (ValueId o : n.outputs) {
     if (o == kNoValue) continue;
     Value& v = value(o);
-    if (v.producer != -1 || initializers_.count(o))
+    if (v.producer != -1 || initializers_.count(o) || released_.count(o))
       throw ValueError(cat(n.where(), ": output '", v.name, "' is already defined"));
     v.producer = index;
   }
@@ -189,6 +196,7 @@ ValueId Graph::add_constant(const std::string& base_name, Tensor t) {
 
 void Graph::remove_initializer(ValueId v) {
   initializers_.erase(v);
+  released_.erase(v);
 }
 
 void Graph::replace_uses(ValueId from, ValueId to) {

@@ -128,6 +128,9 @@ std::string print(const Graph& g) {
   for (ValueId v : g.inputs()) os << "  input  " << ref(v) << ": " << g.value(v).type.str() << "\n";
   for (ValueId v = 0; v < static_cast<ValueId>(g.values().size()); ++v) {
     const Tensor* t = g.initializer(v);
+    if (!t && g.is_released(v))
+      os << "  const  " << ref(v) << ": " << g.value(v).type.str()
+         << " released (a kernel holds it packed)\n";
     if (!t) continue;
     os << "  const  " << ref(v) << ": " << t->str();
     if (t->numel() <= kInlineElements) os << " = " << tensor_data_str(*t);

@@ -21,6 +21,10 @@ void verify(const Graph& g) {
     check_id(v, "initializer");
     defined[v] = 1;
   }
+  for (ValueId v : g.released()) {
+    check_id(v, "released initializer");
+    defined[v] = 1;
+  }
   for (const Node& n : g.nodes()) {
     if (!n.def || n.def->name != n.op)
       throw ValueError(cat(n.where(), ": operator is not registered"));

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "pto/backend.h"
@@ -48,6 +49,14 @@ struct Executable::Plan {
   KernelGraph kernels;
   Liveness live;
   std::vector<bool> in_place;  // per step: may write its output over a dying input
+  // Initializers released after packing (release_packed_weights): per value, the step whose
+  // kernel holds it and the tensor runs read in its place (its shape and dtype, no data).
+  struct Released {
+    size_t step;
+    Tensor meta;
+  };
+  std::unordered_map<ValueId, Released> released;
+  std::unordered_map<ValueId, Tensor> unpacked;  // originals rebuilt for a fallback (under mutex)
   std::vector<size_t> step_of_node;
   std::vector<PassReport> passes;
   size_t nodes_in = 0;
@@ -324,6 +333,7 @@ ExecutableStats stats_of(const Executable::Plan& p, const Graph& g, const Memory
     s.packed_weight_bytes += step.kernel->prepared_bytes();
   }
   for (const auto& [v, t] : g.initializers()) s.weight_bytes += t.nbytes();
+  for (const auto& [v, r] : p.released) s.released_weight_bytes += r.meta.nbytes();
   if (mp) {
     s.memory_planned = p.plan_memory;
     s.peak_bytes = p.plan_memory ? mp->arena_bytes : mp->unplanned_bytes;
@@ -353,6 +363,15 @@ ExecutableStats Executable::stats(const std::vector<Dims>& input_shapes) const {
 }
 
 namespace {
+
+// A released weight rebuilt from its kernel's packed copy, once, for the kernels that read the
+// original (a group run node by node).
+Tensor unpacked_weight(Executable::Plan& p, ValueId v) {
+  std::lock_guard<std::mutex> lock(p.mutex);
+  Tensor& t = p.unpacked[v];
+  if (!t.defined()) t = p.steps[p.released.at(v).step].kernel->unpack_constant(v);
+  return t;
+}
 
 // One step: the core kernel on the step's inputs, then its trailing views. A core that declines
 // these shapes runs node by node instead.
@@ -391,6 +410,8 @@ std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
       unfused = step.unfused;
     }
     std::unordered_map<ValueId, Tensor> values = value_map();
+    for (auto& [v, t] : values)
+      if (p.released.count(v)) t = unpacked_weight(p, v);
     run_nodes(*unfused, values);
     for (ValueId v : step.group.outputs) outs.push_back(values[v]);
     return outs;
@@ -446,6 +467,7 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];
   for (const auto& [v, t] : g.initializers())
     if (!env[v].defined()) env[v] = t;  // a graph input with a default keeps the caller's value
+  for (const auto& [v, r] : p.released) env[v] = r.meta;
 
   for (size_t s = 0; s < p.steps.size(); ++s) {
     const Plan::Step& step = p.steps[s];
@@ -509,6 +531,80 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
   return out;
 }
 
+namespace {
+
+// Releases the weights every step that reads them holds packed (GEMM panels), so that they are
+// not held twice: steps then read tensors without data in their place, and the original is
+// rebuilt from the packing only if a group has to run node by node. Only where releasing frees
+// memory: a weight PyPTO allocated that nothing but this graph holds (an ONNX model handed to
+// compile, a weight BatchNorm folding made), never a torch parameter shared through DLPack or a
+// tensor the caller's graph still holds. A weight also read elsewhere (a view beside the
+// kernel, another op, a graph output, a graph input's default) stays. Called after each step
+// is compiled, so a weight goes as soon as its last reader has packed it: compiling a model the
+// caller handed over never holds all weights twice.
+class WeightReleaser {
+ public:
+  WeightReleaser(const Graph& g, const KernelGraph& kg) {
+    for (const KernelGroup& k : kg.kernels)
+      for (ValueId v : k.inputs)
+        if (g.initializer(v)) ++left_[v].readers;
+    for (ValueId v : g.inputs()) left_.erase(v);
+    for (ValueId v : g.outputs()) left_.erase(v);
+  }
+
+  void after_step(Graph& g, Executable::Plan& p, size_t s) {
+    const Executable::Plan::Step& step = p.steps[s];
+    const std::vector<ValueId> packed = step.kernel->packed_constants();
+    for (ValueId v : step.group.inputs) {
+      auto it = left_.find(v);
+      if (it == left_.end()) continue;
+      // The packing node must be its only reader in the group (an epilogue reading the same
+      // weight would get the tensor without data).
+      int nodes_reading = 0;
+      for (int32_t n : step.group.nodes) {
+        const auto& in = g.nodes()[n].inputs;
+        nodes_reading += std::find(in.begin(), in.end(), v) != in.end();
+      }
+      const bool holds = std::find(packed.begin(), packed.end(), v) != packed.end() &&
+                         nodes_reading == 1 && !reads(step.leading, v) && !reads(step.views, v);
+      if (!holds) {  // read from the graph's copy: it stays
+        left_.erase(it);
+        continue;
+      }
+      if (--it->second.readers > 0) continue;
+      const Tensor& t = *g.initializer(v);
+      if (t.storage().use_count() != 1 || t.storage()->external()) {
+        left_.erase(it);
+        continue;
+      }
+      p.released[v] = {s, Tensor::wrap(nullptr, t.dtype(), t.shape(), {}, [] {})};
+      g.release_initializer(v);
+      left_.erase(it);
+    }
+  }
+
+ private:
+  static bool reads(const std::vector<Executable::Plan::NodeRun>& runs, ValueId v) {
+    for (const auto& r : runs)
+      if (std::find(r.group.inputs.begin(), r.group.inputs.end(), v) != r.group.inputs.end())
+        return true;
+    return false;
+  }
+  struct Left {
+    int readers = 0;  // steps still to be compiled that read it
+  };
+  std::unordered_map<ValueId, Left> left_;
+};
+
+}  // namespace
+
+Graph Executable::graph_with_weights() const {
+  if (plan_->released.empty()) return *graph_;
+  Graph g = *graph_;
+  for (const auto& [v, r] : plan_->released) g.set_initializer(v, unpacked_weight(*plan_, v));
+  return g;
+}
+
 Executable compile(Graph g, const CompileOptions& options) {
   if (options.level < 0 || options.level > 3)
     throw ValueError(cat("compile: optimization level must be 0..3, got ", options.level));
@@ -526,7 +622,7 @@ Executable compile(Graph g, const CompileOptions& options) {
   passes.level = options.level;
   passes.dump_after = options.dump_after;
   g = run_passes(std::move(g), passes, &plan->passes);
-  auto graph = std::make_shared<const Graph>(std::move(g));
+  auto graph = std::make_shared<Graph>(std::move(g));
   const Graph& gr = *graph;
 
   // An elementwise node may join a fused group when the tile ISA can express it.
@@ -554,6 +650,8 @@ Executable compile(Graph g, const CompileOptions& options) {
   if (options.level >= 2) absorb_views(gr, kg, trailing, leading);
 
   plan->step_of_node.assign(gr.nodes().size(), 0);
+  std::optional<WeightReleaser> releaser;
+  if (options.release_packed_weights) releaser.emplace(gr, kg);
   for (size_t s = 0; s < kg.kernels.size(); ++s) {
     const KernelGroup& k = kg.kernels[s];
     Executable::Plan::Step step;
@@ -575,6 +673,7 @@ Executable compile(Graph g, const CompileOptions& options) {
     step.info = {b->name(), k.rule, k.nodes, k.inputs, k.outputs};
     for (int32_t n : k.nodes) plan->step_of_node[n] = s;
     plan->steps.push_back(std::move(step));
+    if (releaser) releaser->after_step(*graph, *plan, s);
   }
   plan->live = analyze_liveness(gr, kg);
   for (const KernelGroup& k : kg.kernels) plan->in_place.push_back(may_run_in_place(gr, k));

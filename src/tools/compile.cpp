@@ -52,7 +52,10 @@ void print_stats(const Executable& exe) {
   std::cout << "kernels: " << s.kernels << " (" << s.fused_kernels << " fused)\n";
   std::cout << "weights: " << cat(std::fixed, std::setprecision(2), s.weight_bytes / 1048576.0)
             << " MiB, packed for the GEMMs: "
-            << cat(std::fixed, std::setprecision(2), s.packed_weight_bytes / 1048576.0) << " MiB\n";
+            << cat(std::fixed, std::setprecision(2), s.packed_weight_bytes / 1048576.0)
+            << " MiB (originals released: "
+            << cat(std::fixed, std::setprecision(2), s.released_weight_bytes / 1048576.0)
+            << " MiB)\n";
   if (s.memory_planned || s.unplanned_peak_bytes) {
     auto mib = [](size_t b) {
       return cat(std::fixed, std::setprecision(2), b / 1048576.0, " MiB");

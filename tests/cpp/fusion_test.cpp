@@ -16,13 +16,8 @@
 namespace pto {
 namespace {
 
+using testing::constant;
 using testing::random_tensor;
-
-ValueId constant(Graph& g, const std::string& name, Dims shape, uint32_t seed) {
-  ValueId v = g.add_value(name);
-  g.set_initializer(v, random_tensor(std::move(shape), seed));
-  return v;
-}
 
 void expect_near(const Tensor& a, const Tensor& b, double tol, const std::string& what) {
   ASSERT_EQ(a.shape(), b.shape()) << what;

@@ -3,6 +3,7 @@
 
 #include <random>
 
+#include "pto/graph.h"
 #include "pto/tensor.h"
 
 namespace pto::testing {
@@ -13,6 +14,13 @@ inline Tensor random_tensor(Dims shape, uint32_t seed) {
   Tensor t = Tensor::empty(DType::kF32, std::move(shape));
   for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
   return t;
+}
+
+// A new initializer named `name` holding random_tensor(shape, seed).
+inline ValueId constant(Graph& g, const std::string& name, Dims shape, uint32_t seed) {
+  ValueId v = g.add_value(name);
+  g.set_initializer(v, random_tensor(std::move(shape), seed));
+  return v;
 }
 
 }  // namespace pto::testing

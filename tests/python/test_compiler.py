@@ -119,6 +119,32 @@ def test_onnx_model_stats(tmp_path):
     assert s["kernels"] < s["nodes_in"] and s["memory_planned"]
 
 
+def test_onnx_weights_held_once(tmp_path):
+    """Weights the GEMM/conv kernels pack are released from the compiled graph: the three convs
+    and the Linear of conv_net (BatchNorm folded into the convs first), not the biases. Export
+    still writes a complete model, which loads and runs to the same numbers."""
+    model = conv_net().eval()
+    x = torch.randn(2, 3, 16, 16)
+    path = tmp_path / "m.onnx"
+    pypto.onnx.export(model, (x,), str(path))
+    want = model(x).detach().numpy()
+    packed = sum(m.weight.numel() * 4 for m in (model.c1, model.c2, model.c3, model.fc))
+    try:
+        for release in (True, False):
+            pypto.set_optimization_options({"release_packed_weights": release})
+            exe = pypto.onnx.load(str(path), level=2)
+            np.testing.assert_allclose(exe(x.numpy()), want, rtol=1e-4, atol=1e-5)
+            s = exe.stats(x.shape)
+            assert s["released_weight_bytes"] == (packed if release else 0)
+            assert s["packed_weight_bytes"] >= packed
+            again = tmp_path / f"again_{release}.onnx"
+            pypto.onnx.export(exe, None, str(again))
+            np.testing.assert_allclose(pypto.onnx.load(str(again))(x.numpy()), want,
+                                       rtol=1e-4, atol=1e-5)
+    finally:
+        pypto.reset_optimization_options()
+
+
 def test_stats_count_weights_and_packed_copies():
     model = conv_net()
     x = torch.randn(1, 3, 16, 16)

@@ -68,11 +68,28 @@ class NodeKernel : public CompiledKernel {
 
   // Weights packed at compile time: GEMM panels of B (MatMul, Gemm) or of A per group (Conv).
   size_t prepared_bytes() const override {
-    if (const auto* b = std::any_cast<PackedB>(&state_)) return b->bytes();
-    size_t n = 0;
-    if (const auto* a = std::any_cast<std::vector<PackedA>>(&state_))
-      for (const PackedA& p : *a) n += p.bytes();
-    return n;
+    return kernel_->packed_bytes ? kernel_->packed_bytes(state_) : 0;
+  }
+  // The inputs the kernel packed, unless the node also reads the same value as another input.
+  std::vector<ValueId> packed_constants() const override {
+    if (!kernel_->packed_inputs) return {};
+    const std::vector<size_t> packed = kernel_->packed_inputs(state_);
+    std::vector<ValueId> out;
+    for (size_t i : packed) {
+      bool read_elsewhere = false;
+      for (size_t j = 0; j < node_.inputs.size(); ++j)
+        read_elsewhere =
+            read_elsewhere || (node_.inputs[j] == node_.inputs.at(i) &&
+                               std::find(packed.begin(), packed.end(), j) == packed.end());
+      if (!read_elsewhere) out.push_back(node_.inputs[i]);
+    }
+    return out;
+  }
+  Tensor unpack_constant(ValueId v) const override {
+    if (kernel_->packed_inputs)
+      for (size_t i : kernel_->packed_inputs(state_))
+        if (node_.inputs.at(i) == v) return kernel_->unpack(state_, i);
+    return CompiledKernel::unpack_constant(v);
   }
 
  protected:

@@ -5,7 +5,9 @@
 //              that returns false (an unusual dtype or attribute) leaves the node to the reference
 //              interpreter, which the plan records and `pto` reports;
 //   prepare  — optional, also at compile time: work that depends only on the node and its constant
-//              inputs (packing a weight matrix into GEMM panels), kept for every later run;
+//              inputs (packing a weight matrix into GEMM panels), kept for every later run; a
+//              kernel whose state holds the only copy it reads of a weight says so
+//              (packed_inputs), and the runtime then releases the original;
 //   run      — computes the outputs. Inputs are contiguous. Outputs are made with Tensor::empty,
 //              which draws from the Executable's memory pool during a run, and may be views of an
 //              input (Reshape) when the data is unchanged. Work is spread with pto::parallel_for.
@@ -66,6 +68,13 @@ struct Kernel {
   // run() hands some forms it only sees at run time (unusual input shapes) to the reference
   // kernel: said in the op coverage (pto ops, docs/op_coverage.md).
   bool reference_at_run_time = false;
+  // For a prepare() that copies constant inputs into its state (a weight packed into GEMM
+  // panels): the node inputs run() then never reads, so the runtime may release the originals
+  // and pass tensors without data in their place; the bytes the copies hold; and one original
+  // rebuilt from its copy, for running the node on another kernel. Empty: nothing is copied.
+  std::function<std::vector<size_t>(const std::any& state)> packed_inputs;
+  std::function<size_t(const std::any& state)> packed_bytes;
+  std::function<Tensor(const std::any& state, size_t input)> unpack;
 };
 
 class KernelRegistry {

@@ -161,6 +161,9 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp) {
   for (ValueId v : g.outputs()) used[v] = true;
   for (ValueId v = 0; v < static_cast<ValueId>(names.size()); ++v) {  // in value order: stable
     const Tensor* t = g.initializer(v);
+    if (g.is_released(v) && used[v])
+      throw ValueError(cat("onnx export: initializer '", names[v], "' was released after ",
+                           "packing; export the Executable's graph_with_weights()"));
     if (!t || !used[v]) continue;
     auto* p = gp.add_initializer();
     p->set_name(names[v]);

@@ -116,7 +116,9 @@ int default_opset(const ::onnx::ModelProto& m, const std::string& src) {
   return static_cast<int>(opset);
 }
 
-Graph convert(const ::onnx::ModelProto& m, const std::string& base_dir, const std::string& src) {
+// Builds the graph; each initializer's raw bytes are freed once copied into its tensor, so a model
+// is held about once while it loads, not twice.
+Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::string& src) {
   Graph g;
   g.opset = default_opset(m, src);
   const auto& gp = m.graph();
@@ -135,13 +137,17 @@ Graph convert(const ::onnx::ModelProto& m, const std::string& base_dir, const st
       throw ValueError(cat(src, ": graph input '", vi.name(), "' is declared twice"));
     g.add_input(vi.name(), type_from_proto(vi.type(), cat(src, ": input '", vi.name(), "'")));
   }
-  for (const auto& t : gp.initializer()) {
+  for (auto& t : *m.mutable_graph()->mutable_initializer()) {
     if (t.name().empty()) throw ValueError(cat(src, ": an initializer has no name"));
     if (g.find_value(t.name()))
       throw ValueError(cat(src, ": initializer '", t.name(), "' is defined twice"));
     std::string where = cat(src, ": initializer");
     ValueId v = g.add_value(t.name());
     g.set_initializer(v, tensor_from_proto(t, base_dir, where));
+    if (t.has_raw_data()) {
+      t.mutable_raw_data()->clear();
+      t.mutable_raw_data()->shrink_to_fit();
+    }
   }
 
   for (int i = 0; i < gp.node_size(); ++i) {
@@ -224,15 +230,20 @@ int max_opset() {
   return PTO_ONNX_MAX_OPSET;
 }
 
-Graph load_from_bytes(std::string_view bytes, const std::string& base_dir,
-                      const std::string& source) {
-  ::onnx::ModelProto m;
-  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
+namespace {
+
+[[noreturn]] void not_onnx(const std::string& source) {
+  throw ValueError(cat(source,
+                       ": not a valid ONNX model (protobuf parsing failed: the file "
+                       "is truncated, corrupted or not ONNX)"));
+}
+
+void check_size(size_t bytes, const std::string& source) {
+  if (bytes > static_cast<size_t>(std::numeric_limits<int>::max()))
     throw ValueError(cat(source, ": model is larger than 2 GB; store weights as external data"));
-  if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
-    throw ValueError(cat(source,
-                         ": not a valid ONNX model (protobuf parsing failed: the file "
-                         "is truncated, corrupted or not ONNX)"));
+}
+
+Graph load_model(::onnx::ModelProto& m, const std::string& base_dir, const std::string& source) {
   if (!m.has_graph()) throw ValueError(cat(source, ": the model has no graph"));
   Graph g = convert(m, base_dir, source);
   try {
@@ -246,14 +257,28 @@ Graph load_from_bytes(std::string_view bytes, const std::string& base_dir,
   return g;
 }
 
+}  // namespace
+
+Graph load_from_bytes(std::string_view bytes, const std::string& base_dir,
+                      const std::string& source) {
+  check_size(bytes.size(), source);
+  ::onnx::ModelProto m;
+  if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) not_onnx(source);
+  return load_model(m, base_dir, source);
+}
+
+// Parsed straight from the file (no copy of its bytes beside the parsed model).
 Graph load(const std::string& path) {
   if (fs::is_directory(path)) throw ValueError(cat(path, ": is a folder, not an ONNX model file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ValueError(cat(path, ": cannot open the model file"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (!ec) check_size(size, path);
+  ::onnx::ModelProto m;
+  if (!m.ParseFromIstream(&in)) not_onnx(path);
   std::string dir = fs::absolute(fs::path(path)).parent_path().string();
-  return load_from_bytes(ss.str(), dir, path);
+  return load_model(m, dir, path);
 }
 
 Tensor load_tensor(const std::string& path) {

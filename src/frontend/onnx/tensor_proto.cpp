@@ -46,9 +46,19 @@ DType dtype_from_onnx(int32_t t, const std::string& where) {
 
 namespace {
 
-// Reads [offset, offset+length) of an external data file that must live under base_dir.
-std::string read_external(const ::onnx::TensorProto& t, const std::string& base_dir,
-                          size_t expected, const std::string& where) {
+// Tensor::empty with the tensor's name in the error past the allocation limit.
+Tensor allocate(DType dt, const Dims& dims, const std::string& where) {
+  try {
+    return Tensor::empty(dt, dims);
+  } catch (const ValueError& e) {
+    throw ValueError(cat(where, ": ", e.what()));
+  }
+}
+
+// Reads [offset, offset+length) of an external data file that must live under base_dir into a
+// new tensor (allocated once the file is known to hold that much).
+Tensor read_external(const ::onnx::TensorProto& t, const std::string& base_dir, DType dt,
+                     const Dims& dims, size_t expected, const std::string& where) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : t.external_data()) {
@@ -81,20 +91,11 @@ std::string read_external(const ::onnx::TensorProto& t, const std::string& base_
   if (ec || static_cast<uintmax_t>(offset) + expected > size)
     throw ValueError(cat(where, ": external data file '", file.string(), "' holds ", size,
                          " bytes, fewer than offset ", offset, " + ", expected));
-  std::string bytes(expected, '\0');
+  Tensor out = allocate(dt, dims, where);
   in.seekg(offset);
-  in.read(bytes.data(), static_cast<std::streamsize>(expected));
+  in.read(static_cast<char*>(out.raw_data()), static_cast<std::streamsize>(expected));
   if (!in) throw ValueError(cat(where, ": reading external data '", file.string(), "' failed"));
-  return bytes;
-}
-
-// Tensor::empty with the tensor's name in the error past the allocation limit.
-Tensor allocate(DType dt, const Dims& dims, const std::string& where) {
-  try {
-    return Tensor::empty(dt, dims);
-  } catch (const ValueError& e) {
-    throw ValueError(cat(where, ": ", e.what()));
-  }
+  return out;
 }
 
 template <class Field>
@@ -119,12 +120,8 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& t, const std::string& base_d
   if (__builtin_mul_overflow(static_cast<size_t>(n), dtype_size(dt), &nbytes))
     throw ValueError(cat(where, ": shape ", dims_str(dims), " is too large"));
 
-  if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
-    std::string bytes = read_external(t, base_dir, nbytes, where);
-    Tensor out = allocate(dt, dims, where);
-    std::memcpy(out.raw_data(), bytes.data(), nbytes);
-    return out;
-  }
+  if (t.data_location() == ::onnx::TensorProto::EXTERNAL)
+    return read_external(t, base_dir, dt, dims, nbytes, where);
   if (t.has_raw_data()) {
     if (t.raw_data().size() != nbytes)
       throw ValueError(cat(where, ": raw_data holds ", t.raw_data().size(), " bytes but shape ",

@@ -59,7 +59,7 @@ void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const floa
     a.m = Mg;
     a.n = j1 - j0;
     a.k = K;
-    a.a = w + gi * Mg * K;
+    a.a = packed_w ? nullptr : w + gi * Mg * K;  // W may be released when packed
     a.lda = K;
     if (direct) {
       a.b = xg + j0;
@@ -164,7 +164,7 @@ void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const f
     a.m = Mg;
     a.n = cols;
     a.k = K;
-    a.a = w + gi * Mg * K;
+    a.a = packed_w ? nullptr : w + gi * Mg * K;  // W may be released when packed
     a.lda = K;
     a.b = padded + (n * g.c + gi * g.cg()) * chan + oy0 * p.wp;
     a.b_rows = rows.data();

@@ -1,8 +1,11 @@
 // Registers the CPU Conv kernel: float32, NCHW, 1-D and 2-D (conv.h). 3-D convolutions and other
 // dtypes are declined and run on the reference interpreter. The blocked-layout kernels are in
 // conv_blocked.cpp.
+#include <algorithm>
+
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/kernel.h"
+#include "pto/error.h"
 
 namespace pto::cpu {
 namespace {
@@ -15,7 +18,12 @@ bool accepts(const NodeInfo& info) {
   return x && (x->size() == 3 || x->size() == 4);
 }
 
-// A constant W is packed once per group as the GEMM's A operand.
+// A constant W packed once per group as the GEMM's A operand, and W's shape to give it back.
+struct PreparedW {
+  std::vector<PackedA> groups;
+  Dims shape;
+};
+
 std::any prepare(const NodeInfo& info) {
   if (!info.is_constant(1)) return {};
   const Tensor& w = *info.constants[1];
@@ -25,7 +33,20 @@ std::any prepare(const NodeInfo& info) {
   std::vector<PackedA> packed = pack_weights(w.data<float>(), w.dim(0), w.dim(1),
                                              w.rank() == 4 ? w.dim(2) : 1, w.dim(-1), group);
   if (packed.empty()) return {};
-  return packed;
+  return PreparedW{std::move(packed), w.shape()};
+}
+
+// W [m, cg, kh, kw] is the groups' A matrices [m/group, cg*kh*kw] one after another.
+Tensor unpack(const std::any& state, size_t input) {
+  const auto& p = std::any_cast<const PreparedW&>(state);
+  PTO_CHECK(input == 1) << "Conv: only W is packed";
+  Tensor w = Tensor::empty(DType::kF32, p.shape);
+  float* out = w.data<float>();
+  for (const PackedA& a : p.groups) {
+    const std::vector<float> rows = a.unpack();
+    out = std::copy(rows.begin(), rows.end(), out);
+  }
+  return w;
 }
 
 std::vector<Tensor> run(const KernelContext& c) {
@@ -46,9 +67,11 @@ std::vector<Tensor> run(const KernelContext& c) {
     bias = c.epilogue->bias.data<float>();  // the group's bias (Conv had none)
   Tensor y = Tensor::empty(DType::kF32, yshape);
   const PackedA* packed = nullptr;
-  if (c.state && c.state->has_value()) {
-    const auto& p = c.prepared<std::vector<PackedA>>();
-    if (static_cast<int64_t>(p.size()) == g.group) packed = p.data();
+  if (c.state && c.state->has_value()) {  // then W's data may have been released
+    const auto& p = c.prepared<PreparedW>();
+    PTO_CHECK(static_cast<int64_t>(p.groups.size()) == g.group && !g.depthwise())
+        << where << ": W was packed for " << p.groups.size() << " groups";
+    packed = p.groups.data();
   }
   conv2d(g, x.data<float>(), w.data<float>(), bias, y.data<float>(), ep, packed);
   return {y};
@@ -72,7 +95,18 @@ Epilogue conv_epilogue(const FusedEpilogue* f, const Dims& yshape, const std::st
 }
 
 void register_conv_kernels(KernelRegistry& r) {
-  r.add("Conv", {accepts, prepare, run});
+  Kernel conv{accepts, prepare, run};
+  conv.packed_inputs = [](const std::any& state) {
+    return state.has_value() ? std::vector<size_t>{1} : std::vector<size_t>{};
+  };
+  conv.packed_bytes = [](const std::any& state) {
+    size_t n = 0;
+    if (state.has_value())
+      for (const PackedA& a : std::any_cast<const PreparedW&>(state).groups) n += a.bytes();
+    return n;
+  };
+  conv.unpack = unpack;
+  r.add("Conv", std::move(conv));
   register_blocked_conv_kernels(r);
 }
 

@@ -292,6 +292,7 @@ void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_
 float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width) {
   k_ = k;
   len_ = len;
+  width_ = width;
   isa_ = static_cast<int>(active_isa());
   // 64-byte aligned: B panels are k * NR floats apart, so no vector load of one splits a line.
   const size_t floats = static_cast<size_t>(ceil_div(len, width) * width * k) + 1;
@@ -303,19 +304,14 @@ float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width) {
   return p;
 }
 
-namespace {
-
-// Packed panels of `width` back to a plain len x k matrix (rows of A, columns of B).
-std::vector<float> unpack_panels(const PackedPanels& p, int64_t len, int64_t width) {
-  const int64_t k = p.k();
-  std::vector<float> out(static_cast<size_t>(len * k));
-  for (int64_t i = 0; i < len; ++i)
-    for (int64_t q = 0; q < k; ++q)
-      out[i * k + q] = p.data()[(i / width) * k * width + q * width + i % width];
+std::vector<float> PackedPanels::unpack() const {
+  std::vector<float> out(static_cast<size_t>(len_ * k_));
+  const float* p = data();
+  for (int64_t i = 0; i < len_; ++i)
+    for (int64_t q = 0; q < k_; ++q)
+      out[i * k_ + q] = p[(i / width_) * k_ * width_ + q * width_ + i % width_];
   return out;
 }
-
-}  // namespace
 
 PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b) {
   PackedB p;
@@ -334,7 +330,7 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
     return;
   }
   // Packed for another ISA's panel width: unpack to N x K (B transposed) and run the plain path.
-  const std::vector<float> b = unpack_panels(packed, args.n, nr_of(static_cast<Isa>(packed.isa())));
+  const std::vector<float> b = packed.unpack();
   GemmArgs g = args;
   g.b = b.data();
   g.ldb = args.k;
@@ -359,7 +355,7 @@ void sgemm_packed_a(const GemmArgs& args, const PackedA& packed) {
     return;
   }
   // Packed for another ISA's panel height: unpack to M x K and run the plain path.
-  const std::vector<float> a = unpack_panels(packed, args.m, mr_of(static_cast<Isa>(packed.isa())));
+  const std::vector<float> a = packed.unpack();
   GemmArgs g = args;
   g.a = a.data();
   g.lda = args.k;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace pto::cpu {
 
@@ -82,13 +83,17 @@ class PackedPanels {
   const float* data() const { return data_.get(); }
   int isa() const { return isa_; }
   size_t bytes() const { return bytes_; }  // what the panels hold in memory
+  // The operand back as a plain row-major len x k matrix (rows of A; columns of B, so B comes
+  // back transposed): for running without the packing, or giving the original back.
+  std::vector<float> unpack() const;
 
  protected:
   // Storage for `len` rows (A) or columns (B) of K in panels of `width`, for the active ISA.
   float* allocate(int64_t len, int64_t k, int64_t width);
   int64_t k_ = 0, len_ = 0;  // len_: rows of A or columns of B
+  int64_t width_ = 0;        // MR or NR of the packing ISA
   size_t bytes_ = 0;
-  int isa_ = 0;              // the cpu::Isa it was packed for
+  int isa_ = 0;  // the cpu::Isa it was packed for
   std::shared_ptr<float[]> data_;
 };
 

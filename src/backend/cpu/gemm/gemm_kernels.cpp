@@ -23,17 +23,57 @@ bool rank_is(const TensorType& t, size_t rank) {
   return t.shape && t.shape->size() == rank;
 }
 
+// A constant B packed at compile time, and what giving the original back needs.
+struct PreparedB {
+  PackedB packed;
+  Dims shape;          // B's own shape: [K, N], [N, K] (transposed) or [K]
+  bool trans = false;  // Gemm's transB
+};
+
 // A constant 2-D (or 1-D, as K x 1) B, packed for sgemm_packed; K x N as the product sees it.
 std::any pack_constant_b(const Tensor& b, bool trans) {
-  if (b.rank() == 1) return pack_b(b.dim(0), 1, b.data<float>(), 1, false);
-  const int64_t k = trans ? b.dim(1) : b.dim(0), n = trans ? b.dim(0) : b.dim(1);
-  return pack_b(k, n, b.data<float>(), b.dim(1), trans);
+  PreparedB p{{}, b.shape(), trans};
+  if (b.rank() == 1) {
+    p.packed = pack_b(b.dim(0), 1, b.data<float>(), 1, false);
+  } else {
+    const int64_t k = trans ? b.dim(1) : b.dim(0), n = trans ? b.dim(0) : b.dim(1);
+    p.packed = pack_b(k, n, b.data<float>(), b.dim(1), trans);
+  }
+  return p;
+}
+
+// B as it was before packing (the panels unpack to N x K, B transposed).
+Tensor unpack_constant_b(const std::any& state, size_t input) {
+  const auto& p = std::any_cast<const PreparedB&>(state);
+  PTO_CHECK(input == 1) << "MatMul/Gemm: only B is packed";
+  const std::vector<float> nk = p.packed.unpack();
+  Tensor b = Tensor::empty(DType::kF32, p.shape);
+  float* out = b.data<float>();
+  const int64_t n = p.packed.n(), k = p.packed.k();
+  if (p.trans || p.shape.size() == 1) {
+    std::copy(nk.begin(), nk.end(), out);
+  } else {
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t q = 0; q < k; ++q) out[q * n + j] = nk[j * k + q];
+  }
+  return b;
+}
+
+// Both kernels read B only from its packing when prepare() packed it.
+void set_packing(Kernel& k) {
+  k.packed_inputs = [](const std::any& state) {
+    return state.has_value() ? std::vector<size_t>{1} : std::vector<size_t>{};
+  };
+  k.packed_bytes = [](const std::any& state) {
+    return state.has_value() ? std::any_cast<const PreparedB&>(state).packed.bytes() : 0;
+  };
+  k.unpack = unpack_constant_b;
 }
 
 // sgemm, or sgemm_packed when prepare() packed B.
 void run_sgemm(const KernelContext& c, const GemmArgs& g) {
   if (c.state && c.state->has_value())
-    sgemm_packed(g, c.prepared<PackedB>());
+    sgemm_packed(g, c.prepared<PreparedB>().packed);
   else
     sgemm(g);
 }
@@ -227,6 +267,7 @@ void register_gemm_kernels(KernelRegistry& r) {
     return pack_constant_b(*n.constants[1], false);
   };
   mm.run = matmul;
+  set_packing(mm);
   r.add("MatMul", std::move(mm));
 
   Kernel gm;
@@ -239,6 +280,7 @@ void register_gemm_kernels(KernelRegistry& r) {
     return pack_constant_b(*n.constants[1], n.node.attrs.get_int("transB", 0) != 0);
   };
   gm.run = gemm;
+  set_packing(gm);
   r.add("Gemm", std::move(gm));
 }
 
