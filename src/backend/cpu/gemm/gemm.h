@@ -40,8 +40,9 @@ struct Epilogue {
   Activation act = Activation::kNone;
   float lo = 0.0f, hi = 0.0f;  // activation parameters (see Activation)
   // A general elementwise chain (tile/lower.h lower_epilogue) run on each C block while it is in
-  // L1, instead of bias, residual and act (which are then ignored): program input 0 is the
-  // accumulator (alpha already applied), input k >= 1 is tile_operands[k - 1].
+  // L1, instead of residual and act (which are then ignored); a bias (a conv's own) is added
+  // first: program input 0 is the accumulator (alpha and bias applied), input k >= 1 is
+  // tile_operands[k - 1].
   const TileKernel* tile = nullptr;
   const EpilogueOperand* tile_operands = nullptr;
 };
@@ -88,7 +89,7 @@ class PackedPanels {
   float* allocate(int64_t len, int64_t k, int64_t width);
   int64_t k_ = 0, len_ = 0;  // len_: rows of A or columns of B
   size_t bytes_ = 0;
-  int isa_ = 0;              // the cpu::Isa it was packed for
+  int isa_ = 0;  // the cpu::Isa it was packed for
   std::shared_ptr<float[]> data_;
 };
 
