@@ -10,6 +10,7 @@
 
 #include "pto/backend.h"
 #include "pto/executable.h"
+#include "pto/parallel.h"
 #include "pto/reference.h"
 #include "random_tensor.h"
 
@@ -149,9 +150,16 @@ void check_fused(const ConvCase& c) {
   EXPECT_EQ(exe.step(0).backend, "cpu");
   EXPECT_EQ(exe.step(0).nodes.size(), 8u);
   EXPECT_NE(exe.describe_step(0).find("in0"), std::string::npos);  // pto compile --dump-tiles
-  for (int round = 0; round < 2; ++round)
-    expect_near(exe.run(b.inputs)[0], want, cat("round ", round));
-  expect_near(run_step_alone(exe, 0, b.inputs), want, "the step alone");
+  // One thread runs every GEMM serially; three split the few GEMMs of these sizes over the pool
+  // (the epilogue too), or run them one a task.
+  const int saved = num_threads();
+  for (int threads : {1, 3}) {
+    set_num_threads(threads);
+    for (int round = 0; round < 2; ++round)
+      expect_near(exe.run(b.inputs)[0], want, cat(threads, " threads, round ", round));
+    expect_near(run_step_alone(exe, 0, b.inputs), want, cat(threads, " threads, the step alone"));
+  }
+  set_num_threads(saved);
 }
 
 TEST(ConvEpilogue, GemmPath3x3Stride2) {

@@ -85,17 +85,27 @@ void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const floa
       a.epilogue.residual = ep.residual + yoff + j0;
       a.epilogue.ldr = HW;
     }
+    // A tile program runs after the GEMM, on whole rows of the block (cache-resident): there a
+    // per-channel operand is one value per tile and C's rows are contiguous runs, which the
+    // GEMM's micro-tiles (a few columns of many rows) would have to gather.
     EpilogueOperand operands[kTileMaxRegs];
-    a.epilogue = epilogue_at(a.epilogue, n, gi * Mg, j0, operands);
+    Epilogue tile = epilogue_at(ep, n, gi * Mg, j0, operands);
+    a.epilogue.tile = nullptr;
     if (K == 0) {  // no input channels: the output is the epilogue of zero
       for (int64_t i = 0; i < a.m; ++i) std::fill(a.c + i * HW, a.c + i * HW + a.n, 0.0f);
       apply_epilogue(a.epilogue, a.c, a.ldc, 0, a.m, 0, a.n);
-      return;
-    }
-    if (packed_w)
+    } else if (packed_w) {
       sgemm_packed_a(a, packed_w[gi]);
-    else
+    } else {
       sgemm(a);
+    }
+    if (!tile.tile) return;
+    if (split_im2col)  // the GEMM ran on the whole pool: so does its epilogue
+      parallel_for(0, Mg, 1, [&](int64_t i0, int64_t i1) {
+        apply_epilogue(tile, a.c + i0 * HW, HW, i0, i1 - i0, 0, a.n);
+      });
+    else
+      apply_epilogue(tile, a.c, HW, 0, Mg, 0, a.n);
   };
 
   const int64_t threads = num_threads();
