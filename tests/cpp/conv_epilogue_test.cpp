@@ -206,6 +206,35 @@ TEST(ConvEpilogue, AnOperandPerOutputRowIsRefused) {
   expect_near(exe.run(b.inputs)[0], want, "per row");
 }
 
+// A symbolic batch (as torch captures): the operands are judged on the known dimensions, so a
+// per-row operand is still refused at compile time and the others still fuse.
+TEST(ConvEpilogue, SymbolicBatch) {
+  for (bool per_row : {false, true}) {
+    SCOPED_TRACE(per_row);
+    const Dims pos = per_row ? Dims{8, 1} : Dims{8, 8};
+    Built b =
+        conv_with_chain({"symbolic", {2, 4, 8, 8}, {6, 4, 3, 3}, {}, {1, 1, 1, 1}, 1, true, pos});
+    b.g.value(b.g.inputs()[0]).type.shape = Shape{Dim::sym("n"), Dim(4), Dim(8), Dim(8)};
+    b.g.value(b.g.inputs()[1]).type.shape = Shape{Dim::sym("n"), Dim(6), Dim(8), Dim(8)};
+    b.g.value(b.g.inputs()[4]).type.shape = Shape{Dim::sym("n"), Dim(6), Dim(1), Dim(1)};
+    Executable exe = compile(b.g, {.level = 2});
+    bool fused = false;
+    for (size_t s = 0; s < exe.num_steps(); ++s)
+      fused = fused || exe.step(s).rule == "Conv+Elementwise";
+    EXPECT_EQ(fused, !per_row);
+    for (int64_t n : {1, 3}) {
+      std::vector<Tensor> in = {random_tensor({n, 4, 8, 8}, 2), random_tensor({n, 6, 8, 8}, 3),
+                                random_tensor(pos, 4), random_tensor({1}, 5),
+                                random_tensor({n, 6, 1, 1}, 6)};
+      Graph typed = b.g;
+      for (size_t i = 0; i < in.size(); ++i)
+        typed.value(typed.inputs()[i]).type.shape = to_shape(in[i].shape());
+      expect_near(exe.run(in)[0], reference_of(typed, in)[0], cat("batch ", n));
+      if (!per_row) expect_near(run_step_alone(exe, 0, in), reference_of(typed, in)[0], "alone");
+    }
+  }
+}
+
 // The bias/residual/activation epilogue is faster: it stays chosen when it takes as many nodes.
 TEST(ConvEpilogue, TheClosedEpilogueStaysWhenItCoversTheChain) {
   Graph g;

@@ -180,26 +180,26 @@ class TileEpilogueKernel : public NodeKernel {
   std::vector<int> operand_slots_;  // per program input k >= 1: its group input
 };
 
-// The concrete dimensions of a shape, or nullopt while some are symbolic.
-std::optional<Dims> known_dims(const std::optional<Shape>& s) {
-  if (!s) return std::nullopt;
-  Dims d;
-  for (const Dim& x : *s) {
-    if (!x.is_known()) return std::nullopt;
-    d.push_back(x.value);
-  }
-  return d;
-}
-
 // Whether the conv kernel can index every operand of `program` on output `y`
-// (conv_operand_strides); symbolic shapes are left to run time (the kernel declines what it cannot
-// index).
+// (conv_operand_strides). A symbolic dimension (the batch of a torch capture) is taken as the
+// other shape's where that is known, else as 2: the mapping depends only on which dimensions
+// broadcast, and the kernel still declines at run time what it cannot index.
 bool conv_operands_map(const Graph& g, const TileProgram& program, ValueId y) {
-  const std::optional<Dims> out = known_dims(g.value(y).type.shape);
+  const std::optional<Shape>& out = g.value(y).type.shape;
+  if (!out) return true;
   for (size_t k = 1; k < program.inputs.size(); ++k) {
     if (program.inputs[k].dtype != TileDType::kF32) return false;
-    const std::optional<Dims> t = known_dims(g.value(program.inputs[k].value).type.shape);
-    if (out && t && !conv_operand_strides(*t, *out)) return false;
+    const std::optional<Shape>& in = g.value(program.inputs[k].value).type.shape;
+    if (!in) continue;
+    if (in->size() > out->size()) return false;
+    Dims t(in->size()), o(out->size());
+    for (size_t d = 0; d < o.size(); ++d) {
+      const Dim& od = (*out)[d];
+      const Dim* td = d + t.size() >= o.size() ? &(*in)[d + t.size() - o.size()] : nullptr;
+      o[d] = od.is_known() ? od.value : td && td->is_known() && td->value != 1 ? td->value : 2;
+      if (td) t[d + t.size() - o.size()] = td->is_known() ? td->value : o[d];
+    }
+    if (!conv_operand_strides(t, o)) return false;
   }
   return true;
 }
