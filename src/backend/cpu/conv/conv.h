@@ -7,8 +7,9 @@
 //   general    — implicit GEMM per image and group, C[Mg, Ho*Wo] = W[Mg, Cg*kh*kw] x
 //                col[Cg*kh*kw, Ho*Wo], with col built (im2col) in column blocks that fit the cache,
 //                and no col at all for a 1x1, stride-1, unpadded conv (the input is the B matrix).
-// Bias, residual and activation, or any elementwise chain as a tile program (Epilogue::tile), are
-// applied by the GEMM's epilogue (or, for depthwise, while the output plane is still in cache).
+// Bias, residual and activation are applied by the GEMM's epilogue (or, for depthwise, while the
+// output plane is still in cache); any other elementwise chain, as a tile program (Epilogue::tile),
+// on whole rows of each finished GEMM block, per channel row (shifted) or per plane (depthwise).
 // docs/backend/conv.md argues the layout choice.
 #pragma once
 
