@@ -257,6 +257,40 @@ TEST(ConvEpilogue, TheClosedEpilogueStaysWhenItCoversTheChain) {
   expect_near(exe.run(in)[0], reference_of(g, in)[0], "closed");
 }
 
+// The tile program where it takes more nodes than bias/residual/activation would: Conv + Add
+// (residual) + Mul (a scalar constant) + Relu, and Conv + Mul (per channel) + Add + Sigmoid.
+TEST(ConvEpilogue, TheTileProgramWhenItTakesMore) {
+  for (bool residual_first : {true, false}) {
+    SCOPED_TRACE(residual_first);
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kF32, to_shape({2, 4, 8, 8})});
+    ValueId r = g.add_input("r", {DType::kF32, to_shape({2, 6, 8, 8})});
+    ValueId w = g.add_value("w"), k = g.add_value("k");
+    g.set_initializer(w, random_tensor({6, 4, 3, 3}, 1));
+    g.set_initializer(k, residual_first ? Tensor::scalar(0.5f) : random_tensor({6, 1, 1}, 2));
+    ValueId c = g.add_value("c"), a = g.add_value("a"), m = g.add_value("m"), y = g.add_value("y");
+    Attributes pads;
+    pads.set("pads", Dims{1, 1, 1, 1});
+    g.add_node("Conv", {x, w}, {c}, pads, "conv");
+    if (residual_first) {
+      g.add_node("Add", {c, r}, {a}, {}, "residual");
+      g.add_node("Mul", {a, k}, {m}, {}, "scale");
+      g.add_node("Relu", {m}, {y}, {}, "relu");
+    } else {
+      g.add_node("Mul", {c, k}, {a}, {}, "per_channel");
+      g.add_node("Add", {a, r}, {m}, {}, "residual");
+      g.add_node("Sigmoid", {m}, {y}, {}, "sigmoid");
+    }
+    g.add_output(y);
+    const std::vector<Tensor> in = {random_tensor({2, 4, 8, 8}, 3), random_tensor({2, 6, 8, 8}, 4)};
+    Executable exe = compile(g, {.level = 2});
+    ASSERT_EQ(exe.num_steps(), 1u);
+    EXPECT_EQ(exe.step(0).rule, "Conv+Elementwise");
+    expect_near(exe.run(in)[0], reference_of(g, in)[0], "fused");
+    expect_near(run_step_alone(exe, 0, in), reference_of(g, in)[0], "alone");
+  }
+}
+
 // Level 3: convs AssignLayouts makes blocked (ConvBlocked, NCHWc output) never take a tile
 // epilogue; the chain runs on its own kernels and the answer is the reference's.
 TEST(ConvEpilogue, Level3StaysCorrect) {
