@@ -235,6 +235,29 @@ TEST(ConvEpilogue, SymbolicBatch) {
   }
 }
 
+// An operand whose shape is only known at run time: [8, 8] fuses; [8, 1] (per output row) makes
+// the kernel decline before it writes anything, and the runtime runs the nodes one by one.
+TEST(ConvEpilogue, AnOperandItCannotIndexAtRunTimeDeclines) {
+  Built b =
+      conv_with_chain({"declines", {2, 4, 8, 8}, {6, 4, 3, 3}, {}, {1, 1, 1, 1}, 1, true, {8, 8}});
+  b.g.value(b.g.inputs()[2]).type.shape = Shape{Dim::sym("a"), Dim::sym("b")};
+  Executable exe = compile(b.g, {.level = 2});
+  ASSERT_EQ(exe.num_steps(), 1u);
+  EXPECT_EQ(exe.step(0).rule, "Conv+Elementwise");
+  for (const Dims& pos : {Dims{8, 8}, Dims{8, 1}, Dims{8, 8}}) {
+    SCOPED_TRACE(dims_str(pos));
+    b.inputs[2] = random_tensor(pos, 4);
+    Graph typed = b.g;
+    typed.value(typed.inputs()[2]).type.shape = to_shape(pos);
+    const Tensor want = reference_of(typed, b.inputs)[0];
+    expect_near(exe.run(b.inputs)[0], want, "run");
+    if (pos[1] == 8)
+      expect_near(run_step_alone(exe, 0, b.inputs), want, "alone");
+    else
+      EXPECT_THROW(run_step_alone(exe, 0, b.inputs), KernelDeclined);
+  }
+}
+
 // The bias/residual/activation epilogue is faster: it stays chosen when it takes as many nodes.
 TEST(ConvEpilogue, TheClosedEpilogueStaysWhenItCoversTheChain) {
   Graph g;
