@@ -258,60 +258,66 @@ TEST(ConvEpilogue, AnOperandItCannotIndexAtRunTimeDeclines) {
   }
 }
 
-// The bias/residual/activation epilogue is faster: it stays chosen when it takes as many nodes.
-TEST(ConvEpilogue, TheClosedEpilogueStaysWhenItCoversTheChain) {
+// One step of a chain after the conv: `op` on the running value and, for a binary op, the
+// residual input or a constant.
+struct ChainStep {
+  std::string op;
+  bool residual = false;
+  Tensor constant;  // undefined: none
+};
+
+// x [2, 4, 8, 8] -> Conv(3x3, 6 channels, pad 1, a bias B when `bias`) -> the steps; inputs x and
+// the residual r [2, 6, 8, 8]. Compiled at level 2, it must be one kernel of `rule` whose result,
+// in the executable and alone, is the reference's.
+void expect_one_kernel(const std::vector<ChainStep>& steps, bool bias, const std::string& rule) {
   Graph g;
-  ValueId x = g.add_input("x", {DType::kF32, to_shape({1, 4, 8, 8})});
-  ValueId r = g.add_input("r", {DType::kF32, to_shape({1, 6, 8, 8})});
-  ValueId w = g.add_value("w"), b = g.add_value("b");
+  ValueId x = g.add_input("x", {DType::kF32, to_shape({2, 4, 8, 8})});
+  ValueId r = g.add_input("r", {DType::kF32, to_shape({2, 6, 8, 8})});
+  ValueId w = g.add_value("w");
   g.set_initializer(w, random_tensor({6, 4, 3, 3}, 1));
-  g.set_initializer(b, random_tensor({6}, 2));
-  ValueId c = g.add_value("c"), s = g.add_value("s"), y = g.add_value("y");
-  Attributes a;
-  a.set("pads", Dims{1, 1, 1, 1});
-  g.add_node("Conv", {x, w, b}, {c}, a, "conv");
-  g.add_node("Add", {c, r}, {s}, {}, "residual");
-  g.add_node("Relu", {s}, {y}, {}, "relu");
-  g.add_output(y);
-  const std::vector<Tensor> in = {random_tensor({1, 4, 8, 8}, 3), random_tensor({1, 6, 8, 8}, 4)};
+  std::vector<ValueId> conv_in = {x, w};
+  if (bias) {
+    conv_in.push_back(g.add_value("b"));
+    g.set_initializer(conv_in.back(), random_tensor({6}, 2));
+  }
+  ValueId v = g.add_value("c");
+  Attributes pads;
+  pads.set("pads", Dims{1, 1, 1, 1});
+  g.add_node("Conv", conv_in, {v}, pads, "conv");
+  for (size_t i = 0; i < steps.size(); ++i) {
+    std::vector<ValueId> in = {v};
+    if (steps[i].residual) in.push_back(r);
+    if (steps[i].constant.defined()) {
+      in.push_back(g.add_value(cat("k", i)));
+      g.set_initializer(in.back(), steps[i].constant);
+    }
+    v = g.add_value(cat("v", i));
+    g.add_node(steps[i].op, in, {v}, {}, cat(steps[i].op, i));
+  }
+  g.add_output(v);
+  const std::vector<Tensor> in = {random_tensor({2, 4, 8, 8}, 3), random_tensor({2, 6, 8, 8}, 4)};
   Executable exe = compile(g, {.level = 2});
   ASSERT_EQ(exe.num_steps(), 1u);
-  EXPECT_EQ(exe.step(0).rule, "Conv+Add+Relu");
-  expect_near(exe.run(in)[0], reference_of(g, in)[0], "closed");
+  EXPECT_EQ(exe.step(0).rule, rule);
+  const Tensor want = reference_of(g, in)[0];
+  expect_near(exe.run(in)[0], want, "fused");
+  expect_near(run_step_alone(exe, 0, in), want, "alone");
+}
+
+// The bias/residual/activation epilogue is faster: it stays chosen when it takes as many nodes.
+TEST(ConvEpilogue, TheClosedEpilogueStaysWhenItCoversTheChain) {
+  expect_one_kernel({{"Add", true}, {"Relu"}}, true, "Conv+Add+Relu");
+  expect_one_kernel({{"Add", false, random_tensor({6, 1, 1}, 5)}, {"Sigmoid"}}, false,
+                    "Conv+Bias+Sigmoid");
 }
 
 // The tile program where it takes more nodes than bias/residual/activation would: Conv + Add
 // (residual) + Mul (a scalar constant) + Relu, and Conv + Mul (per channel) + Add + Sigmoid.
 TEST(ConvEpilogue, TheTileProgramWhenItTakesMore) {
-  for (bool residual_first : {true, false}) {
-    SCOPED_TRACE(residual_first);
-    Graph g;
-    ValueId x = g.add_input("x", {DType::kF32, to_shape({2, 4, 8, 8})});
-    ValueId r = g.add_input("r", {DType::kF32, to_shape({2, 6, 8, 8})});
-    ValueId w = g.add_value("w"), k = g.add_value("k");
-    g.set_initializer(w, random_tensor({6, 4, 3, 3}, 1));
-    g.set_initializer(k, residual_first ? Tensor::scalar(0.5f) : random_tensor({6, 1, 1}, 2));
-    ValueId c = g.add_value("c"), a = g.add_value("a"), m = g.add_value("m"), y = g.add_value("y");
-    Attributes pads;
-    pads.set("pads", Dims{1, 1, 1, 1});
-    g.add_node("Conv", {x, w}, {c}, pads, "conv");
-    if (residual_first) {
-      g.add_node("Add", {c, r}, {a}, {}, "residual");
-      g.add_node("Mul", {a, k}, {m}, {}, "scale");
-      g.add_node("Relu", {m}, {y}, {}, "relu");
-    } else {
-      g.add_node("Mul", {c, k}, {a}, {}, "per_channel");
-      g.add_node("Add", {a, r}, {m}, {}, "residual");
-      g.add_node("Sigmoid", {m}, {y}, {}, "sigmoid");
-    }
-    g.add_output(y);
-    const std::vector<Tensor> in = {random_tensor({2, 4, 8, 8}, 3), random_tensor({2, 6, 8, 8}, 4)};
-    Executable exe = compile(g, {.level = 2});
-    ASSERT_EQ(exe.num_steps(), 1u);
-    EXPECT_EQ(exe.step(0).rule, "Conv+Elementwise");
-    expect_near(exe.run(in)[0], reference_of(g, in)[0], "fused");
-    expect_near(run_step_alone(exe, 0, in), reference_of(g, in)[0], "alone");
-  }
+  expect_one_kernel({{"Add", true}, {"Mul", false, Tensor::scalar(0.5f)}, {"Relu"}}, false,
+                    "Conv+Elementwise");
+  expect_one_kernel({{"Mul", false, random_tensor({6, 1, 1}, 6)}, {"Add", true}, {"Sigmoid"}}, true,
+                    "Conv+Elementwise");
 }
 
 // Level 3: convs AssignLayouts makes blocked (ConvBlocked, NCHWc output) never take a tile

@@ -89,7 +89,7 @@ class PackedPanels {
   float* allocate(int64_t len, int64_t k, int64_t width);
   int64_t k_ = 0, len_ = 0;  // len_: rows of A or columns of B
   size_t bytes_ = 0;
-  int isa_ = 0;              // the cpu::Isa it was packed for
+  int isa_ = 0;  // the cpu::Isa it was packed for
   std::shared_ptr<float[]> data_;
 };
 
