@@ -54,7 +54,7 @@ struct FusionOptions {
   // Whether an elementwise node may join a fused elementwise kernel (the tile ISA can express
   // it); empty: no elementwise fusion.
   std::function<bool(const Graph&, int32_t node)> elementwise_fusible;
-  // Whether a MatMul/Gemm group (group.anchor) with an elementwise chain after it can run the
+  // Whether a MatMul/Gemm/Conv group (group.anchor) with an elementwise chain after it can run the
   // chain as its epilogue (a backend supports it); empty: only the bias/residual/activation
   // epilogue.
   std::function<bool(const Graph&, const KernelGroup&)> epilogue_fusible;

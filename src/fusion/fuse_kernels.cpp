@@ -2,9 +2,9 @@
 //
 // Two rules, in this order, each claiming only nodes no earlier group took:
 //  1. epilogue: a Conv, Gemm or MatMul takes the bias add, residual add and activation that
-//     follow it along single-use values (fusion/epilogue_chain.h); a MatMul or Gemm may instead
-//     take the whole elementwise group that grows from its output, run as a tile-program
-//     epilogue, when that takes more nodes;
+//     follow it along single-use values (fusion/epilogue_chain.h); it may instead take the whole
+//     elementwise group that grows from its output, run as a tile-program epilogue, when that
+//     takes more nodes (rules MatMul+Elementwise, Gemm+Elementwise, Conv+Elementwise);
 //  2. elementwise: starting from the first unclaimed fusible elementwise node, the group grows
 //     forward by the readers of its values that are fusible, have the group's output shape, and
 //     keep the group convex (no path leaves the group and comes back into it).
@@ -88,19 +88,23 @@ std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
   return members;
 }
 
-// A MatMul or Gemm with the elementwise group that grows from its output's one reader, when that
-// group has one output of the product's shape and the product is read nowhere else: the chain
-// becomes the GEMM's epilogue (a tile program).
+// A MatMul, Gemm or Conv (float32, 1-D or 2-D) with the elementwise group that grows from its
+// output's one reader, when that group has one output of the product's shape and the product is
+// read nowhere else: the chain becomes the GEMM's or conv's epilogue (a tile program).
 std::optional<KernelGroup> tile_epilogue(const Graph& g, int32_t anchor, const ReaderIndex& readers,
                                          const std::vector<int32_t>& owner,
                                          const FusionOptions& options) {
   const Node& a = g.nodes()[anchor];
+  const bool conv = a.op == "Conv";
   if (!options.epilogue_fusible || !options.elementwise_fusible ||
-      (a.op != "MatMul" && a.op != "Gemm") || a.outputs.size() != 1)
+      (a.op != "MatMul" && a.op != "Gemm" && !conv) || (conv && !a.domain.empty()) ||
+      a.outputs.size() != 1)
     return std::nullopt;
   const ValueId product = a.outputs[0];
   const TensorType& t = g.value(product).type;
   if (!t.shape || t.shape->size() < 2) return std::nullopt;
+  if (conv && (t.dtype != DType::kF32 || (t.shape->size() != 3 && t.shape->size() != 4)))
+    return std::nullopt;
   const int32_t reader = readers.single_reader(product);
   if (reader < 0 || owner[reader] >= 0 || !options.elementwise_fusible(g, reader) ||
       !same_output_shape(g, g.nodes()[reader], *t.shape))

@@ -68,6 +68,18 @@ def rms_norm(x, w, eps=1e-6):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
+def silu(x):
+    return x * torch.sigmoid(x)
+
+
+def hardswish(x):
+    return x * torch.clamp(x + 3.0, 0.0, 6.0) / 6.0
+
+
+def per_channel(values):
+    return torch.nn.Parameter(values.reshape(C, 1, 1))
+
+
 # name -> (module factory, inputs, kernels at level 2)
 PATTERNS = {
     "Conv+BN": (lambda: Pattern(lambda m, x: m.b(m.c(x)), c=conv(), b=bn()), image, 1),
@@ -87,6 +99,12 @@ PATTERNS = {
         lambda: Pattern(lambda m, x: F.relu6(m.b(m.c(x))),
                         c=torch.nn.Conv2d(C, C, 3, padding=1, groups=C, bias=False), b=bn()),
         image, 1),
+    "Conv, (y+x)*0.5, x*sigmoid(x) (spelled out)": (
+        lambda: Pattern(lambda m, x: silu((m.c(x) + x) * 0.5), c=conv(True)), image, 1),
+    "Conv, y*scale+shift, HardSwish (spelled out)": (
+        lambda: Pattern(lambda m, x: hardswish(m.c(x) * m.scale + m.shift), c=conv(),
+                        scale=per_channel(torch.rand(C) + 0.5),
+                        shift=per_channel(torch.randn(C))), image, 1),
     "Linear+ReLU": (lambda: Pattern(lambda m, x: torch.relu(m.l(x)), l=torch.nn.Linear(C, C)),
                     rows, 1),
     "Linear+GELU": (lambda: Pattern(lambda m, x: F.gelu(m.l(x)), l=torch.nn.Linear(C, C)), tokens,
@@ -173,6 +191,30 @@ def test_pattern(name):
     k = kernels(name)
     assert k[2][0] == want, f"{name}: {k[2][0]} kernels at level 2 ({k[2][1]}), want {want}"
     assert k[0][0] > k[2][0], f"{name}: level 0 already ran it in {k[0][0]} kernel(s)"
+
+
+# The conv patterns whose kernel's rule matters: the bias/residual/activation epilogue where it
+# covers the chain (it is faster), else the chain as a tile program on each output block.
+CONV_RULES = {
+    "Conv+BN+ReLU": "Conv+Relu",
+    "Conv+Add+ReLU (residual)": "Conv+Add+Relu",
+    "Conv+SiLU (x*sigmoid(x))": "Conv+Silu",
+    "Conv+HardSwish": "Conv+HardSwish",
+    "Depthwise Conv+BN+ReLU6": "Conv+Clip",
+    "Conv, (y+x)*0.5, x*sigmoid(x) (spelled out)": "Conv+Elementwise",
+    "Conv, y*scale+shift, HardSwish (spelled out)": "Conv+Elementwise",
+}
+
+
+@pytest.mark.parametrize("name", list(CONV_RULES))
+def test_conv_epilogue_rule(name):
+    model, x, _ = build(name)
+    fast = pypto.optimize(model, example_inputs=x, level=2)
+    with torch.inference_mode():
+        want = model(*x)
+    torch.testing.assert_close(fast(*x), want, rtol=1e-4, atol=1e-5)
+    rules = [s["rule"] for s in fast.compiled.steps]
+    assert rules == [CONV_RULES[name]], f"{name}: {rules}"
 
 
 if __name__ == "__main__":

@@ -5,10 +5,12 @@
 //   Conv/Gemm/MatMul     the anchor's kernel with a FusedEpilogue: bias, residual and activation
 //   + epilogue           applied to each output tile while it is in L1 (fusion/epilogue_chain.h);
 //   Elementwise group    one tile program (src/tile) run by TileKernel over cache-sized tiles;
-//   MatMul + Elementwise the chain as a tile program the GEMM runs on each C block in L1.
+//   MatMul/Conv          the chain as a tile program the GEMM (or depthwise conv) runs on each
+//   + Elementwise        output block in cache.
 #include <algorithm>
 #include <limits>
 
+#include "backend/cpu/conv/conv.h"
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/tile_kernel.h"
 #include "fusion/epilogue_chain.h"
@@ -164,8 +166,8 @@ class EpilogueKernel : public NodeKernel {
   std::vector<View> views_;
 };
 
-// A MatMul or Gemm followed by any elementwise chain: the chain as a tile program the GEMM runs on
-// each C block while it is in L1 (Epilogue::tile).
+// A MatMul, Gemm or Conv followed by any elementwise chain: the chain as a tile program the GEMM
+// (or the depthwise conv) runs on each output block while it is in cache (Epilogue::tile).
 class TileEpilogueKernel : public NodeKernel {
  public:
   TileEpilogueKernel(const Graph& g, const KernelGroup& group, int32_t anchor, const Kernel* k,
@@ -195,18 +197,45 @@ class TileEpilogueKernel : public NodeKernel {
   std::vector<int> operand_slots_;  // per program input k >= 1: its group input
 };
 
-// Whether `group` is a MatMul (one B for every batch item) or a Gemm without C followed by an
-// elementwise chain the tile ISA lowers as an epilogue; the program when it is.
+// Whether the conv kernel can index every operand of `program` on output `y`
+// (conv_operand_strides). A symbolic dimension (the batch of a torch capture) is taken as the
+// other shape's where that is known, else as 2: the mapping depends only on which dimensions
+// broadcast, and the kernel still declines at run time what it cannot index.
+bool conv_operands_map(const Graph& g, const TileProgram& program, ValueId y) {
+  const std::optional<Shape>& out = g.value(y).type.shape;
+  if (!out) return true;
+  for (size_t k = 1; k < program.inputs.size(); ++k) {
+    if (program.inputs[k].dtype != TileDType::kF32) return false;
+    const std::optional<Shape>& in = g.value(program.inputs[k].value).type.shape;
+    if (!in) continue;
+    if (in->size() > out->size()) return false;
+    Dims t(in->size()), o(out->size());
+    for (size_t d = 0; d < o.size(); ++d) {
+      const Dim& od = (*out)[d];
+      const Dim* td = d + t.size() >= o.size() ? &(*in)[d + t.size() - o.size()] : nullptr;
+      o[d] = od.is_known() ? od.value : td && td->is_known() && td->value != 1 ? td->value : 2;
+      if (td) t[d + t.size() - o.size()] = td->is_known() ? td->value : o[d];
+    }
+    if (!conv_operand_strides(t, o)) return false;
+  }
+  return true;
+}
+
+// Whether `group` is a MatMul (one B for every batch item), a Gemm without C or a Conv (NCHW,
+// 1-D or 2-D) followed by an elementwise chain the tile ISA lowers as an epilogue whose operands
+// the kernel can index; the program when it is.
 std::optional<TileProgram> tile_epilogue_of(const Graph& g, const KernelGroup& group) {
   if (group.anchor < 0 || group.rule.find("+Elementwise") == std::string::npos) return std::nullopt;
   const Node& a = g.nodes()[group.anchor];
-  const bool matmul = a.op == "MatMul", gemm = a.op == "Gemm";
-  if (!matmul && !gemm) return std::nullopt;
+  const bool matmul = a.op == "MatMul", gemm = a.op == "Gemm", conv = a.op == "Conv";
+  if ((!matmul && !gemm && !conv) || (conv && !a.domain.empty())) return std::nullopt;
   if (gemm && a.inputs.size() > 2 && a.inputs[2] != kNoValue) return std::nullopt;
   const TensorType& b = g.value(a.inputs[1]).type;
   if (matmul && (!b.shape || b.shape->size() > 2)) return std::nullopt;
   if (!accepted(g, a)) return std::nullopt;
-  return lower_epilogue(g, group, a.outputs[0]);
+  std::optional<TileProgram> program = lower_epilogue(g, group, a.outputs[0]);
+  if (program && conv && !conv_operands_map(g, *program, a.outputs[0])) return std::nullopt;
+  return program;
 }
 
 // A fused elementwise (and row-reduction) group: its tile program on the tile executor.

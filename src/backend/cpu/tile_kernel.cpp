@@ -259,7 +259,27 @@ void TileKernel::run_block(const EpilogueOperand* operands, float* c, int64_t ld
 
 void run_tile_epilogue(const Epilogue& ep, float* c, int64_t ldc, int64_t m0, int64_t m, int64_t n0,
                        int64_t n) {
+  if (ep.bias_kind != Epilogue::Bias::kNone) {  // a conv's own bias is part of the accumulator
+    Epilogue bias;
+    bias.bias_kind = ep.bias_kind;
+    bias.bias = ep.bias;
+    apply_epilogue(bias, c, ldc, m0, m, n0, n);
+  }
   ep.tile->run_block(ep.tile_operands, c, ldc, m0, m, n0, n);
+}
+
+Epilogue epilogue_at(const Epilogue& ep, int64_t image, int64_t row0, int64_t col0,
+                     EpilogueOperand* buf) {
+  if (!ep.tile) return ep;
+  Epilogue moved = ep;
+  const size_t count = ep.tile->program().inputs.size() - 1;
+  for (size_t k = 0; k < count; ++k) {
+    EpilogueOperand o = ep.tile_operands[k];
+    o.data += image * o.image_stride + row0 * o.row_stride + col0 * o.col_stride;
+    buf[k] = o;
+  }
+  moved.tile_operands = buf;
+  return moved;
 }
 
 void run_tile_program(const TileProgram& program, const std::vector<Tensor>& inputs,

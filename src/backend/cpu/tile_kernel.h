@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/gemm/gemm.h"
 #include "pto/tensor.h"
 #include "tile/tile_program.h"
 
@@ -12,11 +13,14 @@ namespace pto::cpu {
 
 // An operand of a GEMM/conv epilogue program: element (i, j) of C (global row i, column j) is
 // data[i * row_stride + j * col_stride], col_stride 0 or 1. Per-row (conv bias): {b, 1, 0};
-// per-column (GEMM bias): {b, 0, 1}; full (residual): {r, ldr, 1}; scalar: {s, 0, 0}.
+// per-column (GEMM bias): {b, 0, 1}; full (residual): {r, ldr, 1}; scalar: {s, 0, 0}. A conv
+// runs one C per image (rows: output channels, columns: output positions); image_stride moves
+// the operand from one image to the next (epilogue_at).
 struct EpilogueOperand {
   const float* data = nullptr;
   int64_t row_stride = 0;
   int64_t col_stride = 0;
+  int64_t image_stride = 0;
 };
 
 class TileKernel {
@@ -45,6 +49,13 @@ class TileKernel {
   std::vector<int8_t> direct_;  // per instruction: the output it writes in place, or -1
   int64_t capacity_ = 0;
 };
+
+// `ep` for a block of a convolution's output that starts at image `image`, output channel `row0`
+// and output position `col0`: its tile operands (if any) moved there, into `buf`, which must hold
+// program().inputs.size() - 1 operands (kTileMaxRegs always does) and outlive the result. The
+// block's own rows and columns then count from 0. Other fields are left as they are.
+Epilogue epilogue_at(const Epilogue& ep, int64_t image, int64_t row0, int64_t col0,
+                     EpilogueOperand* buf);
 
 // TileKernel(program).run(inputs, outputs), for one-off runs.
 void run_tile_program(const TileProgram& program, const std::vector<Tensor>& inputs,

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "backend/cpu/scratch.h"
+#include "backend/cpu/tile_exec.h"
+#include "backend/cpu/tile_kernel.h"
 #include "ir/ops/window.h"
 #include "pto/error.h"
 #include "pto/parallel.h"
@@ -83,15 +85,27 @@ void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const floa
       a.epilogue.residual = ep.residual + yoff + j0;
       a.epilogue.ldr = HW;
     }
+    // A tile program runs after the GEMM, on whole rows of the block (cache-resident): there a
+    // per-channel operand is one value per tile and C's rows are contiguous runs, which the
+    // GEMM's micro-tiles (a few columns of many rows) would have to gather.
+    EpilogueOperand operands[kTileMaxRegs];
+    Epilogue tile = epilogue_at(ep, n, gi * Mg, j0, operands);
+    a.epilogue.tile = nullptr;
     if (K == 0) {  // no input channels: the output is the epilogue of zero
       for (int64_t i = 0; i < a.m; ++i) std::fill(a.c + i * HW, a.c + i * HW + a.n, 0.0f);
       apply_epilogue(a.epilogue, a.c, a.ldc, 0, a.m, 0, a.n);
-      return;
-    }
-    if (packed_w)
+    } else if (packed_w) {
       sgemm_packed_a(a, packed_w[gi]);
-    else
+    } else {
       sgemm(a);
+    }
+    if (!tile.tile) return;
+    if (split_im2col)  // the GEMM ran on the whole pool: so does its epilogue
+      parallel_for(0, Mg, 1, [&](int64_t i0, int64_t i1) {
+        apply_epilogue(tile, a.c + i0 * HW, HW, i0, i1 - i0, 0, a.n);
+      });
+    else
+      apply_epilogue(tile, a.c, HW, 0, Mg, 0, a.n);
   };
 
   const int64_t threads = num_threads();
@@ -176,7 +190,8 @@ void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const f
       sgemm(a);
     // Drop the junk columns, then the epilogue on each channel's rows while they are in cache.
     const int64_t yoff = (n * g.m + gi * Mg) * HW;
-    Epilogue e = rest;
+    EpilogueOperand operands[kTileMaxRegs];
+    Epilogue e = epilogue_at(rest, n, gi * Mg, 0, operands);
     if (bias) e.bias = bias + gi * Mg;
     if (ep.residual) e.residual = ep.residual + yoff;
     for (int64_t m = 0; m < Mg; ++m) {
@@ -220,6 +235,7 @@ void conv_depthwise(const ConvGeometry& g, const float* x, const float* w, const
   parallel_for(0, g.n * g.m, 1, [&](int64_t t0, int64_t t1) {
     float* padded = workspace(p.rows * p.row_len);
     int64_t padded_plane = -1;  // which input plane `padded` holds
+    EpilogueOperand operands[kTileMaxRegs];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n = t / g.m, m = t % g.m, plane = n * g.c + m / mult;
       if (plane != padded_plane) {
@@ -228,7 +244,9 @@ void conv_depthwise(const ConvGeometry& g, const float* x, const float* w, const
       }
       float* yp = y + t * HW;
       PTO_ISA_DISPATCH(depthwise_plane, p, padded, w + m * K, bias ? bias[m] : 0.0f, yp);
-      if (has_rest) {
+      if (ep.tile) {  // the plane as one row of C: channel m of image n
+        apply_epilogue(epilogue_at(rest, n, m, 0, operands), yp, HW, 0, 1, 0, HW);
+      } else if (has_rest) {
         Epilogue e = rest;
         if (ep.residual) e.residual = ep.residual + t * HW;
         apply_epilogue(e, yp, g.ow, 0, g.oh, 0, g.ow);

@@ -8,15 +8,19 @@
 //                col[Cg*kh*kw, Ho*Wo], with col built (im2col) in column blocks that fit the cache,
 //                and no col at all for a 1x1, stride-1, unpadded conv (the input is the B matrix).
 // Bias, residual and activation are applied by the GEMM's epilogue (or, for depthwise, while the
-// output row is still in L1). docs/backend/conv.md argues the layout choice.
+// output plane is still in cache); any other elementwise chain, as a tile program (Epilogue::tile),
+// on whole rows of each finished GEMM block, per channel row (shifted) or per plane (depthwise).
+// docs/backend/conv.md argues the layout choice.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/conv/conv_isa.h"
 #include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/tile_kernel.h"
 #include "pto/graph.h"
 
 namespace pto::cpu {
@@ -57,6 +61,12 @@ struct FusedEpilogue;
 // The residual and activation of a fused group (null: none) as the conv kernels' Epilogue; throws
 // KernelDeclined when the residual's shape is not the output's `yshape`. The bias is the caller's.
 Epilogue conv_epilogue(const FusedEpilogue* f, const Dims& yshape, const std::string& where);
+
+// How a tile-epilogue operand of shape `t` is read on conv output `y` ([n, m, oh, ow] or
+// [n, m, ow]): rows are output channels, columns the flattened output positions, one C per image
+// (EpilogueOperand, data left null). Nullopt when t does not broadcast to y, or steps through the
+// positions other than all together or not at all ([oh, 1] per output row).
+std::optional<EpilogueOperand> conv_operand_strides(const Dims& t, const Dims& y);
 
 // ReorderToBlocked, ReorderFromBlocked and ConvBlocked (conv_blocked.cpp), registered from
 // register_conv_kernels.

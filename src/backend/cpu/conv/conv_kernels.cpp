@@ -5,6 +5,7 @@
 
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/kernel.h"
+#include "backend/cpu/tile_kernel.h"
 #include "pto/error.h"
 
 namespace pto::cpu {
@@ -79,9 +80,46 @@ std::vector<Tensor> run(const KernelContext& c) {
 
 }  // namespace
 
+std::optional<EpilogueOperand> conv_operand_strides(const Dims& t, const Dims& y) {
+  if (t.size() > y.size() || y.size() < 3) return std::nullopt;
+  // Strides of t through y's dimensions (0 where t broadcasts).
+  Dims s(y.size(), 0);
+  int64_t step = 1;
+  for (size_t d = t.size(); d-- > 0;) {
+    const size_t yd = d + y.size() - t.size();
+    if (t[d] != y[yd] && t[d] != 1) return std::nullopt;
+    if (t[d] != 1) s[yd] = step;
+    step *= t[d];
+  }
+  // The positions are the flattened spatial dimensions: t must step through them all by one, or
+  // not at all (a dimension of size 1 steps either way).
+  int64_t col = 0;
+  for (size_t d = 2; d < y.size(); ++d)
+    if (s[d] != 0) col = 1;
+  int64_t inner = 1;  // positions per step of dimension d
+  for (size_t d = y.size(); d-- > 2; inner *= y[d])
+    if (y[d] > 1 && s[d] != col * inner) return std::nullopt;
+  return EpilogueOperand{nullptr, s[1], col, s[0]};
+}
+
 Epilogue conv_epilogue(const FusedEpilogue* f, const Dims& yshape, const std::string& where) {
   Epilogue ep;
   if (!f) return ep;
+  if (f->tile) {
+    f->tile_operands.clear();
+    for (const Tensor& t : f->tile_inputs) {
+      std::optional<EpilogueOperand> o = conv_operand_strides(t.shape(), yshape);
+      if (!o || t.dtype() != DType::kF32)
+        throw KernelDeclined(cat(where, ": epilogue operand ", t.str(),
+                                 " is not per channel, per position, per image or of the output ",
+                                 dims_str(yshape)));
+      o->data = t.data<float>();
+      f->tile_operands.push_back(*o);
+    }
+    ep.tile = f->tile;
+    ep.tile_operands = f->tile_operands.data();
+    return ep;
+  }
   if (f->residual.defined()) {
     if (f->residual.shape() != yshape)
       throw KernelDeclined(cat(where, ": fused residual ", f->residual.str(),

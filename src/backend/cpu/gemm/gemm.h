@@ -41,8 +41,9 @@ struct Epilogue {
   Activation act = Activation::kNone;
   float lo = 0.0f, hi = 0.0f;  // activation parameters (see Activation)
   // A general elementwise chain (tile/lower.h lower_epilogue) run on each C block while it is in
-  // L1, instead of bias, residual and act (which are then ignored): program input 0 is the
-  // accumulator (alpha already applied), input k >= 1 is tile_operands[k - 1].
+  // L1, instead of residual and act (which are then ignored); a bias (a conv's own) is added
+  // first: program input 0 is the accumulator (alpha and bias applied), input k >= 1 is
+  // tile_operands[k - 1].
   const TileKernel* tile = nullptr;
   const EpilogueOperand* tile_operands = nullptr;
 };
