@@ -9,6 +9,9 @@ See docs/python.md for every entry point.
 
 from __future__ import annotations
 
+import importlib.abc as _abc
+import sys as _sys
+
 from . import _C
 from .device import device_info, is_available
 from .options import (get_num_threads, get_optimization_options, reset_optimization_options,
@@ -18,18 +21,61 @@ from . import onnx
 
 __version__ = "0.1.0"
 
-try:
-    import torch as _torch  # noqa: F401
-except ImportError:  # ONNX-only use: the torch entry points are absent
-    _torch = None
+# The PyTorch entry points, imported on first use: `import pypto` does not import torch (about
+# 2 s and 600 MiB), so ONNX-only programs never pay for it.
+_TORCH_ENTRIES = {"optimize": "optimize", "OptimizedModule": "optimize", "jit": "jit",
+                  "custom_op": "custom_ops"}
 
-if _torch is not None:
-    from .optimize import OptimizedModule, optimize
-    from .jit import jit
-    from .custom_ops import custom_op
-    from . import dynamo as _dynamo
 
-    _dynamo.register()
+def __getattr__(name: str):
+    module = _TORCH_ENTRIES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pypto' has no attribute '{name}'")
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise AttributeError(f"pypto.{name} needs PyTorch, which is not installed ({e})") from e
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def _register_backend_with_torch() -> None:
+    """torch.compile(backend="pypto") works whenever torch is imported, before or after pypto:
+    now if it is loaded, else right after it loads (an installed package is also found through
+    its torch_dynamo_backends entry point)."""
+    if "torch" in _sys.modules:
+        from . import dynamo  # noqa: F401 - registers the backend
+        return
+
+    class _AfterTorch(_abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            if fullname != "torch":
+                return None
+            _sys.meta_path.remove(self)
+            spec = None
+            for finder in _sys.meta_path:
+                spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") \
+                    else None
+                if spec is not None:
+                    break
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            exec_module = spec.loader.exec_module
+
+            def exec_then_register(module):
+                exec_module(module)
+                from . import dynamo  # noqa: F401 - registers the backend
+
+            spec.loader.exec_module = exec_then_register
+            return spec
+
+    _sys.meta_path.insert(0, _AfterTorch())
+
+
+_register_backend_with_torch()
 
 __all__ = [
     "CompiledGraph", "OptimizedModule", "custom_op", "device_info", "get_num_threads",

@@ -166,4 +166,6 @@ def register():
         register_backend(name="pypto")(backend)
 
 
+register()  # importing this module (pypto does when torch is loaded) makes the backend known
+
 __all__ = ["backend", "register", "stats"]

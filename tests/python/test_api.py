@@ -213,3 +213,23 @@ def test_onnx_export_output_names_default_and_given(tmp_path):
         pypto.onnx.export(model, (x, y), tmp_path / "bad.onnx", output_names=["a", "b", "y"])
     with pytest.raises(TypeError, match="keeps its graph's names"):
         pypto.onnx.export(pypto.onnx.load(path), None, tmp_path / "x.onnx", output_names=["a"])
+
+
+def test_import_does_not_load_torch_and_the_backend_registers_when_it_loads():
+    """ONNX-only programs do not pay for importing torch; torch.compile(backend="pypto") still
+    works when torch is imported after pypto, and the torch entry points load on first use."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, numpy as np, pypto\n"
+            "assert 'torch' not in sys.modules, 'import pypto loaded torch'\n"
+            "import torch\n"
+            "assert 'pypto' in torch._dynamo.list_backends(exclude_tags=())\n"
+            "assert callable(pypto.optimize) and callable(pypto.jit)\n"
+            "print('ok')\n")
+    package = str(Path(pypto.__file__).resolve().parents[1])  # the pypto these tests test
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": package})
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
