@@ -111,10 +111,12 @@ def main() -> int:
         print(json.dumps(row), file=sys.stderr)
 
     def cell(r: dict) -> str:
-        return f"{r['model_mib']:.0f}" if "model_mib" in r else f"failed: {r['error']}"
+        if "model_mib" not in r:
+            return f"failed: {r['error']}"
+        return f"{r['model_mib']:.0f} ({r['peak_mib']:.0f})"
 
-    print(f"\nPeak memory of load + one run, batch 1, {args.threads} thread(s), MiB over each "
-          "process's baseline after imports\n")
+    print(f"\nPeak memory of load + one run, batch 1, {args.threads} thread(s): MiB over each "
+          "process's baseline after its imports (the whole process's peak RSS)\n")
     print("| model | ONNX file | ORT | PyPTO | PyPTO, weights kept | PyPTO packed / released |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:

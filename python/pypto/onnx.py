@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -90,10 +91,7 @@ def _graph_of(model, args, output_names, optimize_kwargs) -> _C.Graph:
             raise TypeError("pypto.onnx.export: output_names applies to a torch.nn.Module or an "
                             f"OptimizedModule; a {type(model).__name__} keeps its graph's names")
         return model.graph
-    try:
-        import torch
-    except ImportError:
-        torch = None
+    torch = sys.modules.get("torch")  # a torch module exists only once torch is loaded
     if torch is not None and isinstance(model, torch.nn.Module):
         from .optimize import OptimizedModule, optimize
 

@@ -8,6 +8,7 @@ the Executable, with messages that name the input.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -17,11 +18,9 @@ from . import options as _options
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError:  # torch is optional for ONNX-only use
-        return None
-    return torch
+    """torch if this program has imported it, else None: an object can only be a torch tensor
+    once torch is loaded, and an ONNX-only program never pays for importing it."""
+    return sys.modules.get("torch")
 
 
 def to_boundary(x: Any, what: str):
@@ -108,7 +107,8 @@ class CompiledGraph:
         outs = self._exe.run(arrays)
         if like == "numpy":
             return [np.from_dlpack(o) for o in outs]
-        torch = _torch()
+        import torch
+
         return [torch.from_dlpack(o) for o in outs]
 
     def profile(self, inputs: Sequence[Any]) -> list[tuple[str, str, float]]:

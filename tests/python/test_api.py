@@ -215,7 +215,7 @@ def test_onnx_export_output_names_default_and_given(tmp_path):
         pypto.onnx.export(pypto.onnx.load(path), None, tmp_path / "x.onnx", output_names=["a"])
 
 
-def test_import_does_not_load_torch_and_the_backend_registers_when_it_loads():
+def test_import_does_not_load_torch_and_the_backend_registers_when_it_loads(tmp_path):
     """ONNX-only programs do not pay for importing torch; torch.compile(backend="pypto") still
     works when torch is imported after pypto, and the torch entry points load on first use."""
     import os
@@ -223,8 +223,16 @@ def test_import_does_not_load_torch_and_the_backend_registers_when_it_loads():
     import sys
     from pathlib import Path
 
-    code = ("import sys, numpy as np, pypto\n"
-            "assert 'torch' not in sys.modules, 'import pypto loaded torch'\n"
+    code = ("import sys, numpy as np, onnx, pypto\n"
+            "from onnx import helper, TensorProto as T\n"
+            "g = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], 'g',\n"
+            "    [helper.make_tensor_value_info('x', T.FLOAT, [2])],\n"
+            "    [helper.make_tensor_value_info('y', T.FLOAT, [2])])\n"
+            f"path = {str(tmp_path / 'relu.onnx')!r}\n"
+            "onnx.save(helper.make_model(g), path)\n"
+            "y = pypto.onnx.load(path)(np.array([-1.0, 2.0], np.float32))\n"
+            "assert y.tolist() == [0.0, 2.0] and pypto.onnx.load(path).stats()['kernels'] == 1\n"
+            "assert 'torch' not in sys.modules, 'pypto loaded torch'\n"
             "import torch\n"
             "assert 'pypto' in torch._dynamo.list_backends(exclude_tags=())\n"
             "assert callable(pypto.optimize) and callable(pypto.jit)\n"
