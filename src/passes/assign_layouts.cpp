@@ -10,9 +10,11 @@
 //      constants per channel (reordered here; an NCHW operand costs one reorder, as reordering
 //      the blocked one back would); a Concat on channels of blocked values whose channel counts are
 //      multiples of c; a mean over H and W (GlobalAveragePool, ReduceMean over {2, 3} keeping
-//      them) of a blocked value, as ReduceMean over {2, 3} of the 5-D value. An elementwise op may
-//      also read [N, C, 1, 1] values (squeeze-excitation's scale), blocked or reordered. Everything
-//      else (pooling, Flatten, Gemm, other reductions, unknown ops) reads NCHW. Then a conv that
+//      them) of a blocked value, as ReduceMean over {2, 3} of the 5-D value; MaxPool and
+//      AveragePool (2-D windows) of a blocked value, as the same pool with a unit window on the
+//      5-D value's channel lanes. An elementwise op may also read [N, C, 1, 1] values
+//      (squeeze-excitation's scale), blocked or reordered. Everything else (Flatten, Gemm, other
+//      reductions, unknown ops) reads NCHW. Then a conv that
 //      starts a region (NCHW input) reaching no other blocked conv is left NCHW, and the walk is
 //      redone, until nothing changes (`demote_isolated`).
 //   2. Rewrite. A chosen Conv becomes ConvBlocked, its weights and bias reordered now (weights
@@ -136,6 +138,9 @@ bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked,
   }
   if (n.op == "GlobalAveragePool" || n.op == "ReduceMean")
     return !n.inputs.empty() && blocked[n.inputs[0]] && spatial_mean(g, n);
+  if (n.op == "MaxPool" || n.op == "AveragePool")
+    return !n.inputs.empty() && blocked[n.inputs[0]] && n.attrs.has("kernel_shape") &&
+           n.attrs.get_ints("kernel_shape").size() == 2 && n.attrs.get_int("storage_order", 0) == 0;
   if (!n.def->is_elementwise() || n.def->has(kNondeterministic) || n.attrs.has("axis"))
     return false;
   bool any = false;
@@ -305,6 +310,22 @@ class Rewriter {
       attrs.set("keepdims", int64_t{1});
       retarget(g_.mutable_nodes()[i], "ReduceMean", {blocked_of_[inputs[0]], axes},
                std::move(attrs), 18);  // opset 18: axes as an input
+    } else if (g_.nodes()[i].op == "MaxPool" || g_.nodes()[i].op == "AveragePool") {
+      // Pooling over H and W of [N, C/c, H, W, c]: a 3-D window with a unit last axis.
+      const ValueId xb = blocked(inputs[0]);  // may add nodes: take the reference after
+      Node& n = g_.mutable_nodes()[i];
+      auto extend = [&](const char* name, int64_t unit, bool pads) {
+        if (!n.attrs.has(name)) return;
+        Dims v = n.attrs.get_ints(name);
+        if (pads && v.size() == 4) v = {v[0], v[1], 0, v[2], v[3], 0};
+        if (!pads && v.size() == 2) v.push_back(unit);
+        n.attrs.set(name, v);
+      };
+      extend("kernel_shape", 1, false);
+      extend("strides", 1, false);
+      extend("dilations", 1, false);
+      extend("pads", 0, true);
+      n.inputs[0] = xb;
     } else {
       for (ValueId& in : inputs) {
         if (in == kNoValue) continue;

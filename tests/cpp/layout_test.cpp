@@ -31,7 +31,8 @@ std::vector<Tensor> random_inputs(const Graph& g, uint32_t seed) {
   return in;
 }
 
-// Every element within tol of the reference's, relative to the largest reference magnitude.
+// Every element within tol of the reference's, relative to the largest reference magnitude; NaN
+// where the reference has NaN.
 void expect_close(const Tensor& got, const Tensor& want, const std::string& what,
                   double tol = 1e-5) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
@@ -41,6 +42,7 @@ void expect_close(const Tensor& got, const Tensor& want, const std::string& what
   int64_t bad = 0;
   for (int64_t i = 0; i < got.numel(); ++i) {
     const double a = got.item_as_double(i), b = want.item_as_double(i);
+    if (std::isnan(a) && std::isnan(b)) continue;
     if (!(std::fabs(a - b) <= tol * scale) && bad++ < 3)
       ADD_FAILURE() << what << ": element " << i << " is " << a << ", reference " << b;
   }
@@ -61,8 +63,18 @@ Graph assign(const Graph& g, int block, std::map<std::string, int>* fired = null
   return out;
 }
 
-// The original and the rewritten graph on the reference interpreter, same random inputs.
-void expect_same_results(const Graph& before, const Graph& after) {
+// The original and the rewritten graph (AssignLayouts with `block`) on the reference interpreter,
+// same random inputs. Constants the text form left without data (zeros) get random values
+// first, so the weights the pass reorders are not trivially zero.
+void expect_same_results(const Graph& graph, int block, bool cost_rule = true) {
+  Graph before = graph;
+  std::mt19937 rng(13);
+  for (const auto& [v, t] : graph.initializers()) {
+    bool zero = t.dtype() == DType::kF32;
+    for (int64_t i = 0; zero && i < t.numel(); ++i) zero = t.data<float>()[i] == 0.0f;
+    if (zero) before.set_initializer(v, random_tensor(t.shape(), rng));
+  }
+  const Graph after = assign(before, block, nullptr, cost_rule);
   const std::vector<Tensor> in = random_inputs(before, 11);
   const std::vector<Tensor> a = reference::run(before, in), b = reference::run(after, in);
   ASSERT_EQ(a.size(), b.size());
@@ -80,7 +92,7 @@ std::map<std::string, int> expect_layouts(const std::string& before, const std::
   EXPECT_TRUE(structurally_equal(out, want, &why)) << why << "\ngot:\n"
                                                    << print(out) << "expected:\n"
                                                    << print(want);
-  expect_same_results(g, out);
+  expect_same_results(g, block, false);
   return fired;
 }
 
@@ -145,7 +157,7 @@ TEST(LayoutPass, PerChannelConstantIsReorderedAtCompileTime) {
       2);
 }
 
-// A value read by a blocked reader (the second conv), an NCHW reader (MaxPool) and the caller
+// A value read by a blocked reader (the second conv), an NCHW reader (Flatten) and the caller
 // (a graph output) is reordered back once, and the output keeps its name.
 TEST(LayoutPass, ValueWithNchwAndBlockedReadersIsReorderedOnce) {
   const Graph g = parse(
@@ -154,7 +166,7 @@ TEST(LayoutPass, ValueWithNchwAndBlockedReadersIsReorderedOnce) {
       "  const  %w2: f32[4, 4, 1, 1]\n"
       "  %y = Conv(%x, %w1) {pads=[1, 1, 1, 1]}\n"
       "  %z = Conv(%y, %w2)\n"
-      "  %p = MaxPool(%y) {kernel_shape=[2, 2], strides=[2, 2]}\n"
+      "  %p = Flatten(%y)\n"
       "  return %y, %z, %p\n");
   const Graph out = assign(g, 4);
   EXPECT_EQ(count_ops(out, "ConvBlocked"), 2);
@@ -164,7 +176,7 @@ TEST(LayoutPass, ValueWithNchwAndBlockedReadersIsReorderedOnce) {
   const Node& pool = out.nodes()[static_cast<size_t>(out.value(out.outputs()[2]).producer)];
   EXPECT_EQ(out.nodes()[static_cast<size_t>(out.value(pool.inputs[0]).producer)].op,
             "ReorderFromBlocked");
-  expect_same_results(g, out);
+  expect_same_results(g, 4);
 }
 
 // Concat on channels stays blocked when every input's channels fill whole blocks, and reads NCHW
@@ -194,8 +206,8 @@ TEST(LayoutPass, ConcatStaysBlockedOnlyOnWholeBlocks) {
     if (n.op == "Concat") {
       EXPECT_EQ(n.attrs.get_int("axis"), 1);
     }
-  expect_same_results(whole, a);
-  expect_same_results(part, b);
+  expect_same_results(whole, 4, false);
+  expect_same_results(part, 4, false);
 }
 
 // Squeeze-excitation stays blocked: the spatial mean becomes ReduceMean over {2, 3} of the 5-D
@@ -225,7 +237,7 @@ TEST(LayoutPass, SqueezeExcitationStaysBlocked) {
   EXPECT_EQ(count_ops(out, "ReorderFromBlocked"), 2);  // %z (an output, read by %f) and %m
   EXPECT_EQ(count_ops(out, "GlobalAveragePool"), 0);
   EXPECT_EQ(count_ops(out, "ReduceMean"), 3);
-  expect_same_results(g, out);
+  expect_same_results(g, 4);
   // The same graph on the CPU kernels, at level 2 (fused), against the reference.
   const std::vector<Tensor> in = random_inputs(g, 5);
   const std::vector<Tensor> want = reference::run(g, in);
@@ -275,12 +287,12 @@ TEST(LayoutPass, CostRuleKeepsPoorlyFilledRegionStartsNchw) {
   EXPECT_EQ(count_ops(out, "ConvBlocked"), 2) << print(out);  // %a, and %b inside the region
   EXPECT_EQ(count_ops(out, "Conv"), 1);                       // %c would start one: NCHW
   EXPECT_EQ(out.nodes()[static_cast<size_t>(out.value(out.outputs()[1]).producer)].op, "Conv");
-  expect_same_results(g, out);
+  expect_same_results(g, 16);
 }
 
 // The cost rule: a conv that would start a region whose blocked values reach no other blocked
-// conv (a stem read by MaxPool) stays NCHW; when a blocked conv reads its Relu, it is blocked (and
-// the conv after the pool, an output read by nothing blocked, is the isolated one).
+// conv (a stem read by MaxPool, read by nothing else) stays NCHW; when blocked convs read its
+// Relu and its pool, it is blocked, and so are the pool and both convs.
 TEST(LayoutPass, CostRuleKeepsIsolatedConvsNchw) {
   const std::string text =
       "  input  %x: f32[1, 3, 16, 16]\n"
@@ -297,9 +309,36 @@ TEST(LayoutPass, CostRuleKeepsIsolatedConvsNchw) {
                               "  %q = Conv(%r, %w2) {pads=[1, 1, 1, 1]}\n"
                               "  return %z, %q\n");
   const Graph out = assign(chained, 16);
-  EXPECT_EQ(count_ops(out, "ConvBlocked"), 2) << print(out);
-  EXPECT_EQ(out.nodes()[static_cast<size_t>(out.value(out.outputs()[0]).producer)].op, "Conv");
-  expect_same_results(chained, out);
+  EXPECT_EQ(count_ops(out, "ConvBlocked"), 3) << print(out);
+  EXPECT_EQ(count_ops(out, "ReorderToBlocked"), 1) << print(out);  // the input only
+  expect_same_results(chained, 16);
+}
+
+// MaxPool and AveragePool of a blocked value stay blocked: the same window over H and W with a
+// unit window on the channel lanes (pads, strides, dilations, ceil_mode and count_include_pad
+// kept), 6 channels in blocks of 4 (padded lanes pooled too, never read).
+TEST(LayoutPass, PoolingStaysBlocked) {
+  expect_layouts(
+      "  input  %x: f32[1, 6, 7, 7]\n"
+      "  const  %w: f32[6, 6, 1, 1]\n"
+      "  %y = Conv(%x, %w)\n"
+      "  %p = MaxPool(%y) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], "
+      "dilations=[1, 2]}\n"
+      "  %q = AveragePool(%p) {kernel_shape=[2, 2], ceil_mode=1, count_include_pad=1, "
+      "pads=[0, 1, 1, 0]}\n"
+      "  return %q\n",
+      "  input  %x: f32[1, 6, 7, 7]\n"
+      "  const  %w_blocked: f32[2, 2, 1, 1, 4, 4]\n"
+      "  %x_blocked = pto.ReorderToBlocked(%x) {block=4}\n"
+      "  %y_blocked = pto.ConvBlocked(%x_blocked, %w_blocked) {channels=6, "
+      "kernel_shape=[1, 1]}\n"
+      "  %p_blocked = MaxPool(%y_blocked) {kernel_shape=[3, 3, 1], strides=[2, 2, 1], "
+      "pads=[1, 1, 0, 1, 1, 0], dilations=[1, 2, 1]}\n"
+      "  %q_blocked = AveragePool(%p_blocked) {kernel_shape=[2, 2, 1], ceil_mode=1, "
+      "count_include_pad=1, pads=[0, 1, 0, 1, 0, 0]}\n"
+      "  %q = pto.ReorderFromBlocked(%q_blocked) {channels=6}\n"
+      "  return %q\n",
+      4);
 }
 
 TEST(LayoutPass, IsInTheLevel3PipelineOnly) {
@@ -433,6 +472,50 @@ TEST(LayoutKernels, ConvBlockedTakesResidualAndActivationEpilogue) {
     EXPECT_TRUE(fused) << describe(t);
     expect_close(exe.run(in)[0], want, describe(t) + " fused");
   }
+}
+
+// Blocked pooling on the CPU kernel (every ISA, 1 and 2 threads, blocks of 8 and 16) against the
+// reference's MaxPool/AveragePool of the NCHW graph: odd channel counts, strides, pads, dilations,
+// ceil_mode, count_include_pad, and a NaN that must win only where it is the window's first
+// element.
+TEST(LayoutKernels, BlockedPoolingMatchesReference) {
+  const char* pools[] = {
+      "MaxPool(%y) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]}",
+      "MaxPool(%y) {kernel_shape=[2, 3], dilations=[2, 1], ceil_mode=1, strides=[2, 2]}",
+      "AveragePool(%y) {kernel_shape=[3, 3], pads=[1, 0, 1, 2], count_include_pad=1}",
+      "AveragePool(%y) {kernel_shape=[2, 2], strides=[3, 2], ceil_mode=1}",
+      "MaxPool(%y) {kernel_shape=[3, 3], auto_pad=\"SAME_UPPER\", strides=[2, 2]}",
+  };
+  const int saved = num_threads();
+  int index = 0;
+  for (const char* pool : pools) {
+    for (int64_t channels : {5, 20}) {
+      const std::string c = std::to_string(channels);
+      Graph g = parse("  input  %x: f32[2, " + c + ", 9, 11]\n  const  %w: f32[" + c + ", " + c +
+                      ", 1, 1]\n  %y = Conv(%x, %w)\n  %p = " + pool + "\n  return %p\n");
+      std::mt19937 rng(31 + index);
+      g.set_initializer(*g.find_value("w"), random_tensor({channels, channels, 1, 1}, rng));
+      std::vector<Tensor> in = random_inputs(g, 41 + index++);
+      in[0].data<float>()[0] = std::nanf("");
+      const Tensor want = reference::run(g, in)[0];
+      for (int block : {8, 16}) {
+        const Graph b = assign(g, block, nullptr, false);
+        ASSERT_EQ(count_ops(b, "ReorderFromBlocked"), 1) << print(b);  // after the pool
+        for (cpu::Isa isa : cpu::supported_isas()) {
+          cpu::IsaScope scope(isa);
+          for (int threads : {1, 2}) {
+            set_num_threads(threads);
+            Executable exe = compile(b, {.level = 0});
+            for (size_t i = 0; i < b.nodes().size(); ++i) ASSERT_EQ(exe.node_backend(i), "cpu");
+            expect_close(exe.run(in)[0], want,
+                         cat(pool, " C", channels, " block ", block, " ", cpu::isa_name(isa), " ",
+                             threads, " thread(s)"));
+          }
+        }
+      }
+    }
+  }
+  set_num_threads(saved);
 }
 
 // The reorders alone round-trip any float bits, padded lanes read back as zeros.

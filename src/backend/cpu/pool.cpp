@@ -1,7 +1,8 @@
-// CPU kernels for MaxPool and AveragePool (1-D and 2-D, float32; MaxPool without its Indices
-// output) and GlobalAveragePool / GlobalMaxPool (any rank, through the folds of reduce.cpp).
-// Window geometry comes from ir/ops/window.h, as in shape inference and the reference, and the
-// per-row and per-column window extents are tabulated once per node run.
+// CPU kernels for MaxPool and AveragePool (1-D and 2-D, float32, NCHW or level 3's
+// channel-blocked NCHWc; MaxPool without its Indices output) and GlobalAveragePool / GlobalMaxPool
+// (any rank, through the folds of reduce.cpp). Window geometry comes from ir/ops/window.h, as in
+// shape inference and the reference, and the per-row and per-column window extents are tabulated
+// once per node run.
 #include <cmath>
 #include <limits>
 
@@ -34,15 +35,25 @@ AxisTable axis_table(int64_t in, int64_t out, int64_t k, int64_t s, int64_t d, i
   return t;
 }
 
+// A channel-blocked value [N, C/c, H, W, c] (level 3's NCHWc) pooled over H and W: a 3-D window
+// whose last axis (the channel lanes) has size 1, stride 1, no dilation and no padding.
+bool lanes_untouched(const window::Params& p) {
+  return p.rank() == 3 && p.kernel[2] == 1 && p.strides[2] == 1 && p.dilations[2] == 1 &&
+         (p.auto_pad != window::AutoPad::kNotSet || (p.pads[2] == 0 && p.pads[5] == 0));
+}
+
 std::vector<Tensor> run_pool(const KernelContext& c, bool is_max) {
   const std::string w = c.where();
   const Tensor& x = c.input(0);
   const Dims kernel = c.attrs().get_ints("kernel_shape");
-  const size_t rank = static_cast<size_t>(x.rank() - 2);
-  if (kernel.size() != rank)
-    throw ValueError(cat(w, ": kernel_shape ", dims_str(kernel), " does not match ", rank,
+  if (kernel.size() != static_cast<size_t>(x.rank() - 2))
+    throw ValueError(cat(w, ": kernel_shape ", dims_str(kernel), " does not match ", x.rank() - 2,
                          " spatial axes of X ", x.str()));
   const window::Params p = window::read_params(c.attrs(), kernel, true, w);
+  const bool blocked = x.rank() == 5;
+  if (blocked && (!lanes_untouched(p) || window::forward_axis(p, 2, x.dim(4), w).out != x.dim(4)))
+    return run_reference(c);
+  const size_t rank = blocked ? 2 : static_cast<size_t>(x.rank() - 2);
   window::Axis axes[2];
   for (size_t i = 0; i < rank; ++i) axes[i] = window::forward_axis(p, i, x.dim(2 + i), w);
   // Lift 1-D to 2-D: a leading axis of size 1 with a unit window.
@@ -50,7 +61,6 @@ std::vector<Tensor> run_pool(const KernelContext& c, bool is_max) {
   const window::Axis aw = axes[rank - 1];
   PoolGeom g{};
   g.h = rank == 2 ? x.dim(2) : 1;
-  g.w = x.dim(-1);
   g.oh = ah.out;
   g.ow = aw.out;
   g.kh = rank == 2 ? p.kernel[0] : 1;
@@ -61,9 +71,12 @@ std::vector<Tensor> run_pool(const KernelContext& c, bool is_max) {
   g.dw = p.dilations[rank - 1];
   g.ph = ah.pad_begin;
   g.pw = aw.pad_begin;
+  g.w = x.dim(rank + 1);
+  g.lanes = blocked ? x.dim(4) : 1;
   Dims yshape = {x.dim(0), x.dim(1)};
   if (rank == 2) yshape.push_back(g.oh);
   yshape.push_back(g.ow);
+  if (blocked) yshape.push_back(g.lanes);
   Tensor y = Tensor::empty(DType::kF32, yshape);
   if (y.numel() == 0) return {y};
   g.span = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
@@ -73,10 +86,10 @@ std::vector<Tensor> run_pool(const KernelContext& c, bool is_max) {
   const PoolIndex ix{rows.first.data(), cols.first.data(), rows.count.data(), cols.count.data()};
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
-  const int64_t work = g.oh * (g.kh * g.span + g.kw * g.span) + 1;
+  const int64_t work = g.oh * (g.kh * g.span + g.kw * g.span) * g.lanes + 1;
   parallel_for(0, x.dim(0) * x.dim(1), std::max<int64_t>(1, kParallelGrain / work),
                [&](int64_t p0, int64_t p1) {
-                 std::vector<float> scratch(static_cast<size_t>(2 * g.span));
+                 std::vector<float> scratch(static_cast<size_t>(2 * g.span * g.lanes));
                  PTO_ISA_DISPATCH(pool_planes, g, ix, is_max, xp, yp, p0, p1, scratch.data());
                });
   return {y};
@@ -85,7 +98,18 @@ std::vector<Tensor> run_pool(const KernelContext& c, bool is_max) {
 bool accepts_pool(const NodeInfo& n, bool is_max) {
   if (n.dtype(0) != DType::kF32 || !n.inputs[0].shape) return false;
   const size_t rank = n.inputs[0].shape->size();
-  if (rank != 3 && rank != 4) return false;
+  if (rank == 5) {  // only the channel-blocked form
+    try {
+      const Dims kernel = n.node.attrs.get_ints("kernel_shape");
+      if (kernel.size() != 3 ||
+          !lanes_untouched(window::read_params(n.node.attrs, kernel, true, n.node.where())))
+        return false;
+    } catch (const Error&) {
+      return false;  // the reference reports it
+    }
+  } else if (rank != 3 && rank != 4) {
+    return false;
+  }
   if (!is_max) return true;
   const bool indices = n.node.outputs.size() > 1 && n.node.outputs[1] != kNoValue;
   return !indices && n.node.attrs.get_int("storage_order", 0) == 0;

@@ -3,7 +3,9 @@
 // window are folded into one padded row (vectors along the width), then kw taps of that row are
 // folded at every column a window can start on (vectors again, for any stride), and a stride > 1
 // keeps every sw-th. Max ignores NaN here and the caller's rule (NaN only when it is the first
-// element the window reads, as the reference walks it) is applied per output at the end.
+// element the window reads, as the reference walks it) is applied per output at the end. A
+// channel-blocked plane (NCHWc, [H, W, c]) folds the same windows on vectors of a position's c
+// channels.
 #pragma once
 
 #include "backend/cpu/reduce_kernels.h"
@@ -59,14 +61,59 @@ void pool_row(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* 
   }
 }
 
+// One output row r of a channel-blocked plane [H, W, c] (NCHWc): the same window, each position a
+// vector of c channels. buf (g.span positions of c) holds the vertical fold of the window's rows.
+void pool_row_blocked(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,
+                      int64_t r, float* buf) {
+  const int64_t c = g.lanes;
+  const Vec idv = Vec::set1(is_max ? -INFINITY : 0.0f);
+  for (int64_t j = 0; j < g.span; ++j) {  // padded position j reads input column j - pw
+    const int64_t iw = j - g.pw;
+    for (int64_t l = 0; l < c; l += Vec::kLanes) {
+      const int n = lanes_left(c, l);
+      Vec acc = idv;
+      if (iw >= 0 && iw < g.w)
+        for (int64_t k = 0; k < g.kh; ++k) {
+          const int64_t ih = r * g.sh + k * g.dh - g.ph;
+          if (ih >= 0 && ih < g.h)
+            acc = take(is_max, acc, Vec::load(x + (ih * g.w + iw) * c + l, n));
+        }
+      acc.store(buf + j * c + l, n);
+    }
+  }
+  for (int64_t o = 0; o < g.ow; ++o) {
+    const float* first = is_max && ix.row_first[r] >= 0 && ix.col_first[o] >= 0
+                             ? x + (ix.row_first[r] * g.w + ix.col_first[o]) * c
+                             : nullptr;
+    const Vec div = Vec::set1(ix.row_count[r] * ix.col_count[o]);
+    for (int64_t l = 0; l < c; l += Vec::kLanes) {
+      const int n = lanes_left(c, l);
+      Vec acc = idv;
+      for (int64_t k = 0; k < g.kw; ++k)
+        acc = take(is_max, acc, Vec::load(buf + (o * g.sw + k * g.dw) * c + l, n));
+      if (!is_max) acc = acc / div;
+      acc.store(y + o * c + l, n);
+    }
+    if (first)
+      for (int64_t l = 0; l < c; ++l)
+        if (std::isnan(first[l])) y[o * c + l] = first[l];
+  }
+}
+
 }  // namespace
 
 void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,
                  int64_t p0, int64_t p1, float* scratch) {
+  const int64_t c = g.lanes;
   for (int64_t p = p0; p < p1; ++p)
-    for (int64_t r = 0; r < g.oh; ++r)
-      pool_row(g, ix, is_max, x + p * g.h * g.w, y + (p * g.oh + r) * g.ow, r, scratch,
-               scratch + g.span);
+    for (int64_t r = 0; r < g.oh; ++r) {
+      const float* xp = x + p * g.h * g.w * c;
+      float* yp = y + (p * g.oh + r) * g.ow * c;
+      if (c > 1)
+        pool_row_blocked(g, ix, is_max, xp, yp, r, scratch);
+      else
+        pool_row(g, ix, is_max, xp, yp, r, scratch, scratch + g.span);
+    }
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS

@@ -28,8 +28,9 @@ struct FoldRange {
 struct PoolGeom {
   int64_t h, w, oh, ow;  // input and output sizes
   int64_t kh, kw, sh, sw, dh, dw;
-  int64_t ph, pw;  // leading pads
-  int64_t span;    // (ow - 1) * sw + (kw - 1) * dw + 1: padded input columns the windows touch
+  int64_t ph, pw;     // leading pads
+  int64_t span;       // (ow - 1) * sw + (kw - 1) * dw + 1: padded input columns the windows touch
+  int64_t lanes = 1;  // channels per position: 1 for NCHW planes, the block c for NCHWc [H, W, c]
 };
 
 // Per output row and column: the first input row / column its window reads (-1: none), and how
