@@ -97,11 +97,12 @@ void infer_unique(InferContext& c) {
 }
 
 void add(OpRegistry& r, const std::string& name, int min_in, int max_in, uint32_t props,
-         InferFn infer) {
+         AttrSchema attrs, InferFn infer) {
   r.add({.name = name,
          .min_inputs = min_in,
          .max_inputs = max_in,
          .properties = props,
+         .attrs = std::move(attrs),
          .infer = std::move(infer)});
 }
 
@@ -113,23 +114,32 @@ void register_indexing_ops(OpRegistry& r) {
     if (!c.has_input(0) || !c.has_input(1)) return;
     infer::set(c, 0, c.inputs[0].dtype, c.inputs[1].shape);
   };
-  add(r, "Gather", 2, 2, kInjective, infer_gather);
-  add(r, "GatherElements", 2, 2, kInjective, like_indices);
-  add(r, "GatherND", 2, 2, kInjective, infer_gather_nd);
+  const AttrSchema axis0 = {{"axis", int64_t{0}}};
+  const AttrDef reduction = {"reduction", "none", "opset 16+: none, add, mul, max or min"};
+  add(r, "Gather", 2, 2, kInjective, axis0, infer_gather);
+  add(r, "GatherElements", 2, 2, kInjective, axis0, like_indices);
+  add(r, "GatherND", 2, 2, kInjective, {{"batch_dims", int64_t{0}}}, infer_gather_nd);
   // Scatter is ScatterElements' deprecated name (opsets 9-10).
-  for (const char* op : {"Scatter", "ScatterElements", "ScatterND"})
-    add(r, op, 3, 3, kInPlace, same);
-  add(r, "TensorScatter", 2, 3, kInPlace, same);
-  add(r, "OneHot", 3, 3, kInjective, infer_one_hot);
-  add(r, "NonZero", 1, 1, kOpaque, infer_non_zero);
-  add(r, "Compress", 2, 2, kOpaque, infer_compress);
-  add(r, "ReverseSequence", 2, 2, kInjective, same);
+  add(r, "Scatter", 3, 3, kInPlace, axis0, same);
+  add(r, "ScatterElements", 3, 3, kInPlace, axis0.with({reduction}), same);
+  add(r, "ScatterND", 3, 3, kInPlace, {reduction}, same);
+  add(r, "TensorScatter", 2, 3, kInPlace,
+      {{"axis", int64_t{-2}, "the sequence axis"}, {"mode", "linear", "linear or circular"}},
+      same);
+  add(r, "OneHot", 3, 3, kInjective, {{"axis", int64_t{-1}}}, infer_one_hot);
+  add(r, "NonZero", 1, 1, kOpaque, AttrSchema::none(), infer_non_zero);
+  add(r, "Compress", 2, 2, kOpaque,
+      {optional_attr("axis", AttrKind::kInt, "absent: the flattened input")}, infer_compress);
+  add(r, "ReverseSequence", 2, 2, kInjective,
+      {{"batch_axis", int64_t{1}}, {"time_axis", int64_t{0}}}, same);
   r.add({.name = "Unique",
          .min_inputs = 1,
          .max_inputs = 1,
          .min_outputs = 1,
          .max_outputs = 4,
          .properties = kOpaque,
+         .attrs = {optional_attr("axis", AttrKind::kInt, "absent: the flattened input"),
+                   {"sorted", int64_t{1}}},
          .infer = infer_unique,
          .doc = "unique values (or slices along axis), first indices, inverse indices, counts"});
 }

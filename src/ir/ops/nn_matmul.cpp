@@ -71,6 +71,7 @@ void register_nn_matmul_ops(OpRegistry& r) {
          .min_inputs = 2,
          .max_inputs = 2,
          .properties = kOpaque,
+         .attrs = AttrSchema::none(),
          .infer =
              [](InferContext& c) {
                if (c.has_input(0)) infer::set(c, 0, c.inputs[0].dtype, matmul_shape(c));
@@ -80,18 +81,25 @@ void register_nn_matmul_ops(OpRegistry& r) {
          .min_inputs = 2,
          .max_inputs = 4,
          .properties = kOpaque,
+         .attrs = AttrSchema::none(),
          .infer = [](InferContext& c) { infer::set(c, 0, DType::kI32, matmul_shape(c)); },
          .doc = "(A - a_zero_point) x (B - b_zero_point) on 8-bit integers, int32 result"});
   r.add({.name = "Gemm",
          .min_inputs = 2,
          .max_inputs = 3,
          .properties = kOpaque,
+         .attrs = {{"alpha", 1.0},
+                   {"beta", 1.0},
+                   {"transA", int64_t{0}},
+                   {"transB", int64_t{0}},
+                   {"broadcast", int64_t{0}, "opset < 7: 1 to broadcast C"}},
          .infer = infer_gemm,
          .doc = "alpha * A' B' + beta * C, with optional transposes and broadcast C"});
   r.add({.name = "Einsum",
          .min_inputs = 1,
          .max_inputs = -1,
          .properties = kOpaque,
+         .attrs = {required_attr("equation", AttrKind::kString)},
          .infer = infer_einsum,
          .doc = "Einstein summation with diagonals, broadcasting and ellipsis"});
 }

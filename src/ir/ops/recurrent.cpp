@@ -23,22 +23,33 @@ void infer_recurrent(InferContext& c) {
   for (size_t i = 1; i < c.outputs.size(); ++i) infer::set(c, i, x.dtype, state);
 }
 
-void add(OpRegistry& r, const char* name, int max_inputs, int max_outputs) {
+void add(OpRegistry& r, const char* name, int max_inputs, int max_outputs,
+         std::initializer_list<AttrDef> more) {
+  const AttrSchema common = {
+      optional_attr("activation_alpha", AttrKind::kFloats),
+      optional_attr("activation_beta", AttrKind::kFloats),
+      optional_attr("activations", AttrKind::kStrings, "absent: the op's defaults"),
+      optional_attr("clip", AttrKind::kFloat, "absent: no clipping"),
+      {"direction", "forward", "forward, reverse or bidirectional"},
+      optional_attr("hidden_size", AttrKind::kInt, "absent: from the weights"),
+      {"layout", int64_t{0}, "opset 14+: 1 for batch-major"},
+      optional_attr("output_sequence", AttrKind::kInt, "opset 1 only")};
   r.add({.name = name,
          .min_inputs = 3,
          .max_inputs = max_inputs,
          .min_outputs = 0,
          .max_outputs = max_outputs,
          .properties = kOpaque,
+         .attrs = common.with(more),
          .infer = infer_recurrent});
 }
 
 }  // namespace
 
 void register_recurrent_ops(OpRegistry& r) {
-  add(r, "RNN", 6, 2);
-  add(r, "GRU", 6, 2);
-  add(r, "LSTM", 8, 3);
+  add(r, "RNN", 6, 2, {});
+  add(r, "GRU", 6, 2, {{"linear_before_reset", int64_t{0}}});
+  add(r, "LSTM", 8, 3, {{"input_forget", int64_t{0}}});
 }
 
 }  // namespace pto

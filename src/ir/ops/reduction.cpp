@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "infer_util.h"
+#include "op_params.h"
 
 namespace pto {
 namespace {
@@ -94,6 +95,7 @@ void reduce_op(OpRegistry& r, const std::string& name) {
          .min_inputs = 1,
          .max_inputs = 2,
          .properties = kReduction,
+         .attrs = params::reduce_attrs(),
          .infer = infer_reduce});
 }
 
@@ -109,6 +111,9 @@ void register_reduction_ops(OpRegistry& r) {
            .min_inputs = 1,
            .max_inputs = 1,
            .properties = kReduction,
+           .attrs = {{"axis", int64_t{0}},
+                     {"keepdims", int64_t{1}},
+                     {"select_last_index", int64_t{0}, "opset 12+"}},
            .infer = infer_arg});
   // Scans keep the input's shape: not reductions in the sense passes rely on (smaller output).
   for (const char* op : {"CumSum", "CumProd"})
@@ -116,6 +121,7 @@ void register_reduction_ops(OpRegistry& r) {
            .min_inputs = 2,
            .max_inputs = 2,
            .properties = kOpaque,
+           .attrs = {{"exclusive", int64_t{0}}, {"reverse", int64_t{0}}},
            .infer = [](InferContext& c) { infer::same_as_input(c); }});
   r.add({.name = "TopK",
          .min_inputs = 1,
@@ -123,6 +129,10 @@ void register_reduction_ops(OpRegistry& r) {
          .min_outputs = 2,
          .max_outputs = 2,
          .properties = kOpaque,
+         .attrs = {{"axis", int64_t{-1}},
+                   {"largest", int64_t{1}, "opset 11+"},
+                   {"sorted", int64_t{1}, "opset 11+"},
+                   optional_attr("k", AttrKind::kInt, "opset 1-9; an input from 10")},
          .infer = infer_topk,
          .doc = "the k largest (or smallest) values along an axis and their indices"});
 }
