@@ -198,6 +198,8 @@ bool structurally_equal(const Graph& a, const Graph& b, std::string* why = nullp
 // Deep equality of attributes, as structurally_equal compares them: tensor attributes by dtype,
 // shape and bytes, floats by bits (any NaN equals any NaN), empty lists of any element type equal.
 bool same_attribute(const Attribute& a, const Attribute& b);
+// One attribute value as print() writes it: -1, 1e-05, "none", [0, 2, 3].
+std::string attribute_str(const Attribute& a);
 bool same_attributes(const Attributes& a, const Attributes& b);
 
 }  // namespace pto

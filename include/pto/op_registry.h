@@ -106,6 +106,10 @@ class AttrSchema {
   std::vector<AttrDef> defs_;
 };
 
+// "axis=-1, epsilon=1e-05, to (required), kernel_shape (optional)": a schema in one line, in
+// declaration order ("-" when empty, "?" when not declared).
+std::string attr_schema_str(const AttrSchema& s);
+
 // Checks a node's attributes against its op's schema: an attribute the op does not have, one of the
 // wrong kind and a required one that is missing are ValueErrors naming the node, the op and the
 // attribute (an unknown one also lists the accepted ones). A node of an op without a declared

@@ -1,5 +1,6 @@
 #include "pto/op_registry.h"
 
+#include <charconv>
 #include <iterator>
 #include <type_traits>
 #include <variant>
@@ -90,6 +91,29 @@ AttrSchema AttrSchema::with(std::initializer_list<AttrDef> more) const {
   std::vector<AttrDef> defs = defs_;
   defs.insert(defs.end(), more.begin(), more.end());
   return AttrSchema(std::move(defs));
+}
+
+std::string attr_schema_str(const AttrSchema& s) {
+  if (!s.declared()) return "?";
+  if (s.defs().empty()) return "-";
+  std::string out;
+  for (const AttrDef& d : s.defs()) {
+    out += out.empty() ? "" : ", ";
+    switch (d.use) {
+      case AttrUse::kDefault: {
+        // A double default is the kernels' constant, not a float ONNX stored: its shortest form.
+        const double* x = std::get_if<double>(&d.default_value);
+        char buf[32];
+        out += cat(d.name, "=",
+                   x ? std::string(buf, std::to_chars(buf, buf + sizeof buf, *x).ptr)
+                     : attribute_str(d.default_value));
+        break;
+      }
+      case AttrUse::kRequired: out += cat(d.name, " (required)"); break;
+      case AttrUse::kOptional: out += cat(d.name, " (optional)"); break;
+    }
+  }
+  return out;
 }
 
 void check_attributes(const Node& n) {

@@ -193,7 +193,7 @@ float attr(const Attributes& a, const char* name, float fallback) {
 }
 
 bool gelu_form_known(const NodeInfo& info) {
-  std::string s = info.node.attrs.get_string("approximate", "none");
+  std::string s = info.node.attr_string("approximate");
   return s == "none" || s == "tanh";
 }
 
@@ -259,7 +259,7 @@ void register_unary(KernelRegistry& r) {
   r.add("Celu",
         unary_kernel(
             kCelu, [](const Attributes& a) { return UnaryParams{attr(a, "alpha", 1.0f)}; },
-            [](const NodeInfo& info) { return info.node.attrs.get_float("alpha", 1) != 0; }));
+            [](const NodeInfo& info) { return info.node.attr_float("alpha") != 0; }));
   r.add("Selu", unary_kernel(kSelu, [](const Attributes& a) {
           return UnaryParams{attr(a, "alpha", 1.67326319217681884765625f),
                              attr(a, "gamma", 1.05070102214813232421875f)};
@@ -277,7 +277,7 @@ void register_unary(KernelRegistry& r) {
                      },
                  .run =
                      [](const KernelContext& c) {
-                       bool tanh = c.attrs().get_string("approximate", "none") == "tanh";
+                       bool tanh = c.node.attr_string("approximate") == "tanh";
                        const Tensor& x = c.input(0);
                        Tensor y = Tensor::empty(DType::kF32, x.shape());
                        map_unary(tanh ? kGeluTanh : kGelu, {}, x, y);

@@ -106,8 +106,8 @@ void infer_roi_align(InferContext& c) {
   if (!c.has_input(0) || !c.has_input(1)) return;
   Dim rois = dim_of(c, 1, 0);
   if (!rois.is_known() && !rois.is_symbolic()) rois = dim_of(c, 2, 0);
-  Shape s{rois, dim_of(c, 0, 1), Dim(c.attrs().get_int("output_height", 1)),
-          Dim(c.attrs().get_int("output_width", 1))};
+  Shape s{rois, dim_of(c, 0, 1), Dim(c.node.attr_int("output_height")),
+          Dim(c.node.attr_int("output_width"))};
   for (size_t k = 2; k < 4; ++k)
     if (s[k].value < 0) s[k] = Dim::unknown();
   infer::set(c, 0, c.inputs[0].dtype, s);

@@ -14,7 +14,7 @@ void infer_gather(InferContext& c) {
   if (data.shape && idx.shape) {
     const Shape& d = *data.shape;
     const int64_t axis =
-        normalize_axis(c.attrs().get_int("axis", 0), static_cast<int64_t>(d.size()), c.where());
+        normalize_axis(c.node.attr_int("axis"), static_cast<int64_t>(d.size()), c.where());
     shape = Shape(d.begin(), d.begin() + axis);
     shape->insert(shape->end(), idx.shape->begin(), idx.shape->end());
     shape->insert(shape->end(), d.begin() + axis + 1, d.end());
@@ -28,7 +28,7 @@ void infer_gather_nd(InferContext& c) {
   const TensorType& data = c.inputs[0];
   const TensorType& idx = c.inputs[1];
   std::optional<Shape> shape;
-  const int64_t b = c.attrs().get_int("batch_dims", 0);
+  const int64_t b = c.node.attr_int("batch_dims");
   if (data.shape && idx.shape && !idx.shape->empty() && idx.shape->back().is_known()) {
     const int64_t m = idx.shape->back().value;
     const int64_t r = static_cast<int64_t>(data.shape->size());
@@ -46,7 +46,7 @@ void infer_one_hot(InferContext& c) {
   std::optional<Shape> shape;
   if (idx.shape) {
     const int64_t r = static_cast<int64_t>(idx.shape->size());
-    const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), r + 1, c.where());
+    const int64_t axis = normalize_axis(c.node.attr_int("axis"), r + 1, c.where());
     Dim depth = Dim::unknown();
     if (auto v = infer::constant_ints(c, 1); v && v->size() == 1 && (*v)[0] > 0)
       depth = Dim((*v)[0]);

@@ -7,7 +7,7 @@ namespace {
 void infer_loss(InferContext& c) {
   if (!c.has_input(0)) return;
   std::optional<Shape> shape;
-  if (c.attrs().get_string("reduction", "mean") != "none")
+  if (c.node.attr_string("reduction") != "none")
     shape = Shape{};
   else if (c.has_input(1))
     shape = c.inputs[1].shape;

@@ -66,7 +66,7 @@ void infer_conv_transpose(InferContext& c) {
   std::optional<Shape> y;
   if (x && x->size() >= 3) {
     const size_t rank = x->size() - 2;
-    const int64_t group = c.attrs().get_int("group", 1);
+    const int64_t group = c.node.attr_int("group");
     Dim m = Dim::unknown();
     if (c.has_input(1) && c.inputs[1].shape && c.inputs[1].shape->size() == rank + 2 &&
         (*c.inputs[1].shape)[1].is_known() && group > 0)

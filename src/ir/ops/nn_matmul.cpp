@@ -1,6 +1,7 @@
 // Contractions: Gemm, MatMul (numpy matmul), MatMulInteger and Einsum.
 #include "einsum_equation.h"
 #include "infer_util.h"
+#include "op_params.h"
 
 namespace pto {
 namespace {
@@ -35,7 +36,8 @@ void infer_gemm(InferContext& c) {
     if (a->size() != 2 || b->size() != 2)
       throw ValueError(
           cat(c.where(), ": A and B must be 2-D, got ", shape_str(*a), " and ", shape_str(*b)));
-    const bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;
+    const params::Gemm p = params::gemm(c.node);
+    const bool ta = p.trans_a, tb = p.trans_b;
     y = Shape{(*a)[ta ? 1 : 0], (*b)[tb ? 0 : 1]};
   }
   infer::set(c, 0, c.inputs[0].dtype, y);

@@ -22,11 +22,12 @@ void infer_batch_norm(InferContext& c) {
 void infer_layer_norm(InferContext& c) {
   infer::same_as_input(c, 0, 0);
   if (c.outputs.size() < 2 || !c.has_input(0)) return;
-  DType stash = dtype_from_onnx_code(c.attrs().get_int("stash_type", 1), c.where());
+  const params::Norm p = params::norm(c.node);
+  DType stash = dtype_from_onnx_code(p.stash_type, c.where());
   std::optional<Shape> s = c.inputs[0].shape;
   if (s) {
     const int64_t rank = static_cast<int64_t>(s->size());
-    const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), rank, c.where());
+    const int64_t axis = normalize_axis(p.axis, rank, c.where());
     for (int64_t i = axis; i < rank; ++i) (*s)[i] = 1;
   }
   for (size_t o = 1; o < c.outputs.size(); ++o) infer::set(c, o, stash, s);

@@ -36,6 +36,18 @@ AttrSchema reduce_attrs() {
           {"noop_with_empty_axes", int64_t{0}, "1: no axes means identity, not all axes"}};
 }
 
+std::vector<bool> Reduce::reduced(int64_t rank, const std::string& where) const {
+  PTO_CHECK(axes.has_value()) << where << ": the reduced axes are not known";
+  std::vector<bool> out(static_cast<size_t>(rank), axes->empty() && !noop_with_empty_axes);
+  for (int64_t a : *axes) {
+    const int64_t k = normalize_axis(a, rank, where);
+    if (out[static_cast<size_t>(k)])
+      throw ValueError(cat(where, ": axis ", a, " is repeated in axes"));
+    out[static_cast<size_t>(k)] = true;
+  }
+  return out;
+}
+
 Reduce reduce(const Node& n, const std::optional<std::vector<int64_t>>& axes_input) {
   Reduce r{std::nullopt, n.attr_int("keepdims") != 0, n.attr_int("noop_with_empty_axes") != 0};
   const bool has_input = n.inputs.size() > 1 && n.inputs[1] != kNoValue;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "pto/op_registry.h"
@@ -48,6 +49,10 @@ struct Reduce {
   std::optional<std::vector<int64_t>> axes;  // nullopt: given by an input whose value is unknown
   bool keepdims;
   bool noop_with_empty_axes;  // with no axes: identity instead of reducing everything
+
+  // Which axes of a rank-`rank` input are reduced (axes must be known): no axes means all of them
+  // unless noop_with_empty_axes. Throws ValueError on an axis out of range or repeated.
+  std::vector<bool> reduced(int64_t rank, const std::string& where) const;
 };
 Reduce reduce(const Node& n, const std::optional<std::vector<int64_t>>& axes_input);
 

@@ -12,14 +12,14 @@ void infer_quantize(InferContext& c) {
   DType dt = DType::kU8;
   if (c.has_input(2))
     dt = c.inputs[2].dtype;
-  else if (c.attrs().get_int("output_dtype", 0) != 0)
+  else if (c.node.attr_int("output_dtype") != 0)
     dt = dtype_from_onnx_code(c.attrs().get_int("output_dtype"), c.where());
   infer::set(c, 0, dt, c.inputs[0].shape);
 }
 
 void infer_dequantize(InferContext& c) {
   if (!c.has_input(0) || !c.has_input(1)) return;
-  DType dt = c.attrs().get_int("output_dtype", 0) != 0
+  DType dt = c.node.attr_int("output_dtype") != 0
                  ? dtype_from_onnx_code(c.attrs().get_int("output_dtype"), c.where())
                  : c.inputs[1].dtype;
   infer::set(c, 0, dt, c.inputs[0].shape);

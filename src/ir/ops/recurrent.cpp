@@ -11,8 +11,8 @@ void infer_recurrent(InferContext& c) {
   if (!c.has_input(0)) return;
   const TensorType& x = c.inputs[0];
   const int64_t hidden = c.attrs().get_int("hidden_size", -1);
-  const int64_t dirs = c.attrs().get_string("direction", "forward") == "bidirectional" ? 2 : 1;
-  const bool batch_first = c.attrs().get_int("layout", 0) == 1;
+  const int64_t dirs = c.node.attr_string("direction") == "bidirectional" ? 2 : 1;
+  const bool batch_first = c.node.attr_int("layout") == 1;
   std::optional<Shape> y, state;
   if (x.shape && x.shape->size() == 3 && hidden > 0) {
     Dim seq = (*x.shape)[batch_first ? 1 : 0], batch = (*x.shape)[batch_first ? 0 : 1];

@@ -42,7 +42,7 @@ void infer_resize(InferContext& c) {
   }
   std::optional<std::vector<int64_t>> sizes = v10 ? std::nullopt : infer::constant_ints(c, 3);
   if (!sizes || sizes->size() != axes.size()) return infer::set(c, 0, dt, unknown);
-  std::string policy = c.attrs().get_string("keep_aspect_ratio_policy", "stretch");
+  std::string policy = c.node.attr_string("keep_aspect_ratio_policy");
   Shape out = *in;
   if (policy == "stretch") {
     for (size_t i = 0; i < axes.size(); ++i) out[axes[i]] = Dim((*sizes)[i]);

@@ -20,14 +20,14 @@ std::optional<int64_t> constant_scalar(const InferContext& c, size_t in) {
 void infer_dft(InferContext& c) {
   if (!c.has_input(0)) return;
   const TensorType& x = c.inputs[0];
-  const bool inverse = c.attrs().get_int("inverse", 0) != 0;
-  const bool onesided = c.attrs().get_int("onesided", 0) != 0;
+  const bool inverse = c.node.attr_int("inverse") != 0;
+  const bool onesided = c.node.attr_int("onesided") != 0;
   std::optional<Shape> shape;
   if (x.shape && x.shape->size() >= 2) {
     const int64_t rank = static_cast<int64_t>(x.shape->size());
     std::optional<int64_t> axis;
     if (c.node.opset != 0 && c.node.opset < 20)
-      axis = c.attrs().get_int("axis", 1);
+      axis = c.node.attr_int("axis");
     else if (!c.has_input(2))
       axis = -2;
     else
@@ -68,7 +68,7 @@ void infer_stft(InferContext& c) {
       c.inputs[2].shape->size() == 1 && c.inputs[2].shape->front().is_known())
     frame = c.inputs[2].shape->front().value;
   const std::optional<int64_t> step = constant_scalar(c, 1);
-  const bool onesided = c.attrs().get_int("onesided", 1) != 0;
+  const bool onesided = c.node.attr_int("onesided") != 0;
   Dim frames = Dim::unknown(), bins = Dim::unknown();
   if (frame && *frame > 0) {
     bins = Dim(onesided ? *frame / 2 + 1 : *frame);
@@ -80,14 +80,14 @@ void infer_stft(InferContext& c) {
 
 // The window ops: a vector of `size` elements in output_datatype (default f32).
 void infer_window(InferContext& c) {
-  const DType dt = dtype_from_onnx_code(c.attrs().get_int("output_datatype", 1), c.where());
+  const DType dt = dtype_from_onnx_code(c.node.attr_int("output_datatype"), c.where());
   const std::optional<int64_t> size = constant_scalar(c, 0);
   infer::set(c, 0, dt, Shape{size && *size >= 0 ? Dim(*size) : Dim::unknown()});
 }
 
 // MelWeightMatrix: [dft_length / 2 + 1, num_mel_bins].
 void infer_mel(InferContext& c) {
-  const DType dt = dtype_from_onnx_code(c.attrs().get_int("output_datatype", 1), c.where());
+  const DType dt = dtype_from_onnx_code(c.node.attr_int("output_datatype"), c.where());
   const std::optional<int64_t> bins = constant_scalar(c, 0);
   const std::optional<int64_t> length = constant_scalar(c, 1);
   infer::set(c, 0, dt,

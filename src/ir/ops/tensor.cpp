@@ -85,7 +85,7 @@ void infer_reshape(InferContext& c) {
     set_like_input(c, k ? std::optional<Shape>(infer::unknown_dims(*k)) : std::nullopt);
     return;
   }
-  bool allowzero = c.attrs().get_int("allowzero", 0) != 0;
+  bool allowzero = c.node.attr_int("allowzero") != 0;
   const auto& in = shape_of(c, 0);
   Shape out;
   std::optional<size_t> minus_one;
@@ -130,7 +130,7 @@ void infer_flatten(InferContext& c) {
   const auto& in = shape_of(c, 0);
   if (!in) return set_like_input(c, std::nullopt);
   auto r = static_cast<int64_t>(in->size());
-  int64_t axis = c.attrs().get_int("axis", 1);
+  int64_t axis = c.node.attr_int("axis");
   if (axis < -r || axis > r)
     throw ValueError(cat(c.where(), ": axis ", axis, " is out of range for rank ", r));
   if (axis < 0) axis += r;
@@ -236,7 +236,7 @@ void infer_concat(InferContext& c) {
   for (size_t i = 0; i < c.num_inputs() && !first; ++i) first = shape_of(c, i);
   if (!first) return set_like_input(c, std::nullopt);
   auto r = static_cast<int64_t>(first->size());
-  int64_t axis = c.attrs().get_int("axis", 1);
+  int64_t axis = c.node.attr_int("axis");
   axis = normalize_axis(axis, r, c.where());
   Shape out = *first;
   // Other axes: any input that knows the dim; the concat axis: the sum when every input's is
@@ -276,7 +276,7 @@ void infer_split(InferContext& c) {
     return;
   }
   int64_t axis =
-      normalize_axis(c.attrs().get_int("axis", 0), static_cast<int64_t>(in->size()), c.where());
+      normalize_axis(c.node.attr_int("axis"), static_cast<int64_t>(in->size()), c.where());
   const Dim& d = (*in)[axis];
   std::optional<Ints> sizes = infer::ints_input_or_attr(c, 1, "split");
   if (!sizes && !c.has_input(1) && d.is_known() && n > 0) {
@@ -426,7 +426,7 @@ void infer_shape(InferContext& c) {
   if (!in) return infer::set(c, 0, DType::kI64, infer::unknown_dims(1));
   auto r = static_cast<int64_t>(in->size());
   auto clamp_index = [r](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + r : i, 0, r); };
-  int64_t start = clamp_index(c.attrs().get_int("start", 0));
+  int64_t start = clamp_index(c.node.attr_int("start"));
   int64_t end = clamp_index(c.attrs().get_int("end", r));
   infer::set(c, 0, DType::kI64, Shape{std::max<int64_t>(end - start, 0)});
 }

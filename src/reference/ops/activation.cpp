@@ -162,13 +162,13 @@ void register_activation_kernels(KernelRegistry& r) {
     if (a.shape() != b.shape() || a.dtype() != b.dtype())
       throw ValueError(
           cat(c.where(), ": A ", a.str(), " and B ", b.str(), " must have one shape and dtype"));
-    const double alpha = c.attrs().get_float("alpha", 1.0);
+    const double alpha = c.node.attr_float("alpha");
     std::vector<double> x = to_doubles(a, c.where()), y = to_doubles(b, c.where());
     for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] / (1 + std::exp(-alpha * x[i])) * y[i];
     return std::vector<Tensor>{from_doubles(a.dtype(), a.shape(), x, c.where())};
   });
   r.add("Gelu", float_attr_kernel([](const KernelContext& c) {
-          std::string approximate = c.attrs().get_string("approximate", "none");
+          std::string approximate = c.node.attr_string("approximate");
           if (approximate != "none" && approximate != "tanh")
             throw ValueError(
                 cat(c.where(), ": approximate must be 'none' or 'tanh', got '", approximate, "'"));
@@ -185,7 +185,7 @@ void register_activation_kernels(KernelRegistry& r) {
 
   // Shrink allows integer inputs too: computed in double, truncated back like numpy's astype.
   r.add("Shrink", [](const KernelContext& c) {
-    double lambd = c.attrs().get_float("lambd", 0.5), bias = c.attrs().get_float("bias", 0.0);
+    double lambd = c.node.attr_float("lambd"), bias = c.node.attr_float("bias");
     return unary_kernel<kNumericTypes>([lambd, bias](auto x) {
       using T = decltype(x);
       double v = static_cast<double>(static_cast<compute_t<T>>(x));

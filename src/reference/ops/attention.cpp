@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ir/ops/op_params.h"
 #include "kernel_util.h"
 
 namespace pto::reference {
@@ -188,8 +189,9 @@ std::vector<Tensor> rms_normalization(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& X = c.input(0);
   const Tensor& S = c.input(1);
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), X.rank(), w);
-  const double eps = c.attrs().get_float("epsilon", 1e-5);
+  const params::Norm p = params::norm(c.node);
+  const int64_t axis = normalize_axis(p.axis, X.rank(), w);
+  const double eps = p.epsilon;
   if (broadcast_dims(X.shape(), S.shape(), w) != X.shape())
     throw ValueError(cat(w, ": scale ", S.str(), " does not broadcast to X ", X.str()));
   std::vector<double> x = to_doubles(X, w), s = to_doubles(S, w);

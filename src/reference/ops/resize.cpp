@@ -322,7 +322,7 @@ std::vector<Tensor> upsample_kernel(const KernelContext& c) {
   const Tensor& x = c.input(0);
   int64_t r = x.rank();
   ResizeParams p;
-  p.mode = c.attrs().get_string("mode", "nearest");
+  p.mode = c.node.attr_string("mode");
   if (p.mode == "bilinear") p.mode = "linear";
   if (p.mode != "nearest" && p.mode != "linear")
     throw ValueError(cat(c.where(), ": unknown mode '", p.mode, "'"));
