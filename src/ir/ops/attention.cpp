@@ -17,7 +17,8 @@ void infer_attention(InferContext& c) {
     if (qs.size() == 4) {
       y = Shape{qs[0], qs[1], qs[2], vs[3]};
     } else if (qs.size() == 3) {
-      int64_t qh = c.attrs().get_int("q_num_heads", 0), kvh = c.attrs().get_int("kv_num_heads", 0);
+      const params::Attention p = params::attention(c.node);
+      const int64_t qh = p.q_num_heads, kvh = p.kv_num_heads;
       Dim hidden = Dim::unknown();
       if (vs[2].is_known() && qh > 0 && kvh > 0) hidden = Dim(vs[2].value / kvh * qh);
       y = Shape{qs[0], qs[1], hidden};

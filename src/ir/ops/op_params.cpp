@@ -1,5 +1,7 @@
 #include "op_params.h"
 
+#include <cmath>
+
 namespace pto::params {
 
 AttrDef softmax_axis_attr() {
@@ -56,6 +58,24 @@ Reduce reduce(const Node& n, const std::optional<std::vector<int64_t>>& axes_inp
   else
     r.axes = axes_input;
   return r;
+}
+
+double Attention::scale_for(int64_t head_size) const {
+  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_size));
+}
+
+Attention attention(const Node& n) {
+  const Attributes& a = n.attrs;
+  Attention p{a.get_int("q_num_heads", 0),
+              a.get_int("kv_num_heads", 0),
+              n.attr_int("is_causal") != 0,
+              n.attr_int("qk_matmul_output_mode"),
+              n.attr_float("softcap"),
+              n.attr_int("left_window_size"),
+              n.attr_int("right_window_size"),
+              std::nullopt};
+  if (a.has("scale")) p.scale = a.get_float("scale");
+  return p;
 }
 
 }  // namespace pto::params

@@ -56,4 +56,18 @@ struct Reduce {
 };
 Reduce reduce(const Node& n, const std::optional<std::vector<int64_t>>& axes_input);
 
+// ---- Attention (opset 23+) ----
+struct Attention {
+  int64_t q_num_heads;   // 0: not given (4-D inputs carry their heads)
+  int64_t kv_num_heads;  // 0: not given
+  bool is_causal;
+  int64_t qk_matmul_output_mode;
+  double softcap;  // 0: none
+  int64_t left_window_size, right_window_size;  // -1: unbounded
+  std::optional<double> scale;                  // absent: 1 / sqrt(head size)
+
+  double scale_for(int64_t head_size) const;
+};
+Attention attention(const Node& n);
+
 }  // namespace pto::params
