@@ -127,7 +127,7 @@ struct OpDef {
   int max_outputs = 1;
   uint32_t properties = 0;
   AttrSchema attrs;  // the attributes nodes of this op may carry, with their defaults
-  InferFn infer;  // may leave output shapes unknown, never throws on unknown input shapes
+  InferFn infer;     // may leave output shapes unknown, never throws on unknown input shapes
   std::string doc;
 
   bool has(OpProperty p) const { return (properties & p) != 0; }

@@ -31,7 +31,7 @@ using Kernel = std::function<std::vector<Tensor>(const KernelContext&)>;
 
 class KernelRegistry {
  public:
-  static KernelRegistry& global();  // every built-in kernel, registered on first use
+  static KernelRegistry& global();            // every built-in kernel, registered on first use
   void add(const std::string& op, Kernel k);  // a second kernel for an op is an InternalError
   const Kernel* find(std::string_view op) const { return kernels_.find(op); }
   // The kernel of n.op, by the id of its OpDef (one index, no hashing): what the interpreter asks

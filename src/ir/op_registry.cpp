@@ -5,7 +5,6 @@
 #include <type_traits>
 #include <variant>
 
-
 namespace pto {
 
 const TensorType& InferContext::input(size_t i) const {
@@ -15,14 +14,22 @@ const TensorType& InferContext::input(size_t i) const {
 
 const char* attr_kind_name(AttrKind k) {
   switch (k) {
-    case AttrKind::kInt: return "int";
-    case AttrKind::kFloat: return "float";
-    case AttrKind::kString: return "string";
-    case AttrKind::kInts: return "ints";
-    case AttrKind::kFloats: return "floats";
-    case AttrKind::kStrings: return "strings";
-    case AttrKind::kTensor: return "tensor";
-    case AttrKind::kDType: return "dtype";
+    case AttrKind::kInt:
+      return "int";
+    case AttrKind::kFloat:
+      return "float";
+    case AttrKind::kString:
+      return "string";
+    case AttrKind::kInts:
+      return "ints";
+    case AttrKind::kFloats:
+      return "floats";
+    case AttrKind::kStrings:
+      return "strings";
+    case AttrKind::kTensor:
+      return "tensor";
+    case AttrKind::kDType:
+      return "dtype";
   }
   return "?";
 }
@@ -31,8 +38,8 @@ namespace {
 
 // The kind of a value, in the order of Attribute's alternatives.
 AttrKind kind_of(const Attribute& a) {
-  static constexpr AttrKind kKinds[] = {AttrKind::kInt,    AttrKind::kFloat,   AttrKind::kString,
-                                        AttrKind::kInts,   AttrKind::kFloats,  AttrKind::kStrings,
+  static constexpr AttrKind kKinds[] = {AttrKind::kInt,   AttrKind::kFloat,  AttrKind::kString,
+                                        AttrKind::kInts,  AttrKind::kFloats, AttrKind::kStrings,
                                         AttrKind::kTensor};
   static_assert(std::size(kKinds) == std::variant_size_v<Attribute>);
   return kKinds[a.index()];
@@ -45,8 +52,8 @@ bool is_list(AttrKind k) {
 bool is_empty_list(const Attribute& a) {
   return std::visit(
       [](const auto& v) {
-        if constexpr (requires { v.empty(); } && !std::is_same_v<std::decay_t<decltype(v)>,
-                                                                  std::string>)
+        if constexpr (requires { v.empty(); } &&
+                      !std::is_same_v<std::decay_t<decltype(v)>, std::string>)
           return v.empty();
         else
           return false;
@@ -61,9 +68,12 @@ bool fits(AttrKind want, const Attribute& value) {
   const AttrKind given = kind_of(value);
   if (given == want) return true;
   switch (want) {
-    case AttrKind::kFloat: return given == AttrKind::kInt;
-    case AttrKind::kDType: return given == AttrKind::kInt || given == AttrKind::kString;
-    default: return is_list(want) && is_list(given) && is_empty_list(value);
+    case AttrKind::kFloat:
+      return given == AttrKind::kInt;
+    case AttrKind::kDType:
+      return given == AttrKind::kInt || given == AttrKind::kString;
+    default:
+      return is_list(want) && is_list(given) && is_empty_list(value);
   }
 }
 
@@ -109,8 +119,12 @@ std::string attr_schema_str(const AttrSchema& s) {
                      : attribute_str(d.default_value));
         break;
       }
-      case AttrUse::kRequired: out += cat(d.name, " (required)"); break;
-      case AttrUse::kOptional: out += cat(d.name, " (optional)"); break;
+      case AttrUse::kRequired:
+        out += cat(d.name, " (required)");
+        break;
+      case AttrUse::kOptional:
+        out += cat(d.name, " (optional)");
+        break;
     }
   }
   return out;

@@ -159,8 +159,7 @@ TEST(OnnxExport, AttributesOfEveryKind) {
 
   Graph back = round_trip(g);
   Graph want = g;  // print() is exact: 1e30 comes back as the float ONNX keeps
-  want.mutable_nodes()[0].attrs.set("value_floats",
-                                    std::vector<double>{0.5, -2.25, double(1e30f)});
+  want.mutable_nodes()[0].attrs.set("value_floats", std::vector<double>{0.5, -2.25, double(1e30f)});
   EXPECT_EQ(print(back), print(want));
   const Attributes& b = back.nodes()[0].attrs;
   EXPECT_EQ(b.get_int("value_int"), -5);

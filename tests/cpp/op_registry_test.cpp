@@ -121,12 +121,23 @@ TEST(AttrSchema, EveryOpDeclaresOne) {
       n.op = name;
       n.def = &def;
       switch (a.kind) {
-        case AttrKind::kInt: EXPECT_NO_THROW(n.attr_int(a.name)) << name; break;
-        case AttrKind::kFloat: EXPECT_NO_THROW(n.attr_float(a.name)) << name; break;
-        case AttrKind::kString: EXPECT_NO_THROW(n.attr_string(a.name)) << name; break;
-        case AttrKind::kInts: EXPECT_NO_THROW(n.attr_ints(a.name)) << name; break;
-        case AttrKind::kFloats: EXPECT_NO_THROW(n.attr_floats(a.name)) << name; break;
-        default: ADD_FAILURE() << name << "." << a.name << ": a default of an unexpected kind";
+        case AttrKind::kInt:
+          EXPECT_NO_THROW(n.attr_int(a.name)) << name;
+          break;
+        case AttrKind::kFloat:
+          EXPECT_NO_THROW(n.attr_float(a.name)) << name;
+          break;
+        case AttrKind::kString:
+          EXPECT_NO_THROW(n.attr_string(a.name)) << name;
+          break;
+        case AttrKind::kInts:
+          EXPECT_NO_THROW(n.attr_ints(a.name)) << name;
+          break;
+        case AttrKind::kFloats:
+          EXPECT_NO_THROW(n.attr_floats(a.name)) << name;
+          break;
+        default:
+          ADD_FAILURE() << name << "." << a.name << ": a default of an unexpected kind";
       }
     }
   }
@@ -208,7 +219,7 @@ TEST(AttrSchema, DefaultsComeFromTheSchema) {
   EXPECT_EQ(n.attr_int("axis"), -1);
   EXPECT_DOUBLE_EQ(n.attr_float("epsilon"), 1e-5);
   n.attrs.set("axis", int64_t{1});
-  EXPECT_EQ(n.attr_int("axis"), 1);  // a given attribute wins
+  EXPECT_EQ(n.attr_int("axis"), 1);                              // a given attribute wins
   EXPECT_THROW(n.attr_int("no_such_attribute"), InternalError);  // not in the schema: a bug
 
   Node& cast = g.add_node("Cast", {x}, {g.add_value("z")});

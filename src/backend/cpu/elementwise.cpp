@@ -256,10 +256,9 @@ void register_unary(KernelRegistry& r) {
         }));
   r.add("Elu", unary_kernel(
                    kElu, [](const Attributes& a) { return UnaryParams{attr(a, "alpha", 1.0f)}; }));
-  r.add("Celu",
-        unary_kernel(
-            kCelu, [](const Attributes& a) { return UnaryParams{attr(a, "alpha", 1.0f)}; },
-            [](const NodeInfo& info) { return info.node.attr_float("alpha") != 0; }));
+  r.add("Celu", unary_kernel(
+                    kCelu, [](const Attributes& a) { return UnaryParams{attr(a, "alpha", 1.0f)}; },
+                    [](const NodeInfo& info) { return info.node.attr_float("alpha") != 0; }));
   r.add("Selu", unary_kernel(kSelu, [](const Attributes& a) {
           return UnaryParams{attr(a, "alpha", 1.67326319217681884765625f),
                              attr(a, "gamma", 1.05070102214813232421875f)};

@@ -72,9 +72,10 @@ void variadic(OpRegistry& r, const std::string& name) {
 
 void register_elementwise_ops(OpRegistry& r) {
   // Unary math, logic and activations: output has the input's dtype and shape.
-  for (const char* op : {"Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
-                         "Acosh", "Atanh", "Erf", "Not", "BitwiseNot", "Identity", "Round", "Sign",
-                         "Softplus", "Softsign", "HardSwish", "Mish"})
+  for (const char* op :
+       {"Sin",      "Cos",   "Tan",   "Asin",     "Acos",     "Atan",      "Sinh",
+        "Cosh",     "Asinh", "Acosh", "Atanh",    "Erf",      "Not",       "BitwiseNot",
+        "Identity", "Round", "Sign",  "Softplus", "Softsign", "HardSwish", "Mish"})
     unary(r, op);
   // These took opset 1's consumed_inputs.
   for (const char* op : {"Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Relu",
@@ -82,7 +83,8 @@ void register_elementwise_ops(OpRegistry& r) {
     unary(r, op, {consumed_inputs()});
   unary(r, "Elu", {{"alpha", 1.0}, consumed_inputs()});
   unary(r, "Selu",
-        {{"alpha", 1.67326319217681884765625}, {"gamma", 1.05070102214813232421875},
+        {{"alpha", 1.67326319217681884765625},
+         {"gamma", 1.05070102214813232421875},
          consumed_inputs()});
   unary(r, "Celu", {{"alpha", 1.0}});
   unary(r, "LeakyRelu", {{"alpha", 0.01}, consumed_inputs()});
@@ -125,8 +127,7 @@ void register_elementwise_ops(OpRegistry& r) {
 
   comparison(r, "Equal", kCommutative, legacy_broadcast());
   for (const char* op : {"Less", "Greater"}) comparison(r, op, 0, legacy_broadcast());
-  for (const char* op : {"LessOrEqual", "GreaterOrEqual"})
-    comparison(r, op, 0, AttrSchema::none());
+  for (const char* op : {"LessOrEqual", "GreaterOrEqual"}) comparison(r, op, 0, AttrSchema::none());
 
   for (const char* op : {"Sum", "Max", "Min", "Mean"}) variadic(r, op);
 

@@ -142,12 +142,13 @@ void register_generate_ops(OpRegistry& r) {
          .properties = 0,
          .attrs = AttrSchema::none(),
          .infer = infer_range});
-  r.add({.name = "EyeLike",
-         .min_inputs = 1,
-         .max_inputs = 1,
-         .properties = kShapeOnly,
-         .attrs = {optional_attr("dtype", AttrKind::kInt, "absent: the input's"), {"k", int64_t{0}}},
-         .infer = infer_eye_like});
+  r.add(
+      {.name = "EyeLike",
+       .min_inputs = 1,
+       .max_inputs = 1,
+       .properties = kShapeOnly,
+       .attrs = {optional_attr("dtype", AttrKind::kInt, "absent: the input's"), {"k", int64_t{0}}},
+       .infer = infer_eye_like});
   r.add({.name = "Trilu",
          .min_inputs = 1,
          .max_inputs = 2,

@@ -160,16 +160,14 @@ void register_image_ops(OpRegistry& r) {
   infer::add_opaque(
       r, "AffineGrid", 2, 2, {{"align_corners", int64_t{0}}}, infer_affine_grid,
       "the sampling grid of an affine transform theta for an output of the given size");
-  infer::add_opaque(r, "CenterCropPad", 2, 2,
-                    {optional_attr("axes", AttrKind::kInts, "absent: all axes")},
-                    infer_center_crop_pad,
-                    "center-crops or zero-pads the given axes to the given sizes");
-  infer::add_opaque(r, "Col2Im", 3, 3,
-                    {optional_attr("dilations", AttrKind::kInts),
-                     optional_attr("pads", AttrKind::kInts),
-                     optional_attr("strides", AttrKind::kInts)},
-                    infer_col2im,
-                    "sums sliding blocks back into an image (fold)");
+  infer::add_opaque(
+      r, "CenterCropPad", 2, 2, {optional_attr("axes", AttrKind::kInts, "absent: all axes")},
+      infer_center_crop_pad, "center-crops or zero-pads the given axes to the given sizes");
+  infer::add_opaque(
+      r, "Col2Im", 3, 3,
+      {optional_attr("dilations", AttrKind::kInts), optional_attr("pads", AttrKind::kInts),
+       optional_attr("strides", AttrKind::kInts)},
+      infer_col2im, "sums sliding blocks back into an image (fold)");
   infer::add_opaque(r, "RoiAlign", 3, 3,
                     {{"coordinate_transformation_mode", "half_pixel",
                       "opset 16+ (opset 10 behaved as output_half_pixel)"},
@@ -180,12 +178,11 @@ void register_image_ops(OpRegistry& r) {
                      {"spatial_scale", 1.0}},
                     infer_roi_align,
                     "bilinear-sampled average or max pooling of each region of interest");
-  infer::add_opaque(r, "MaxUnpool", 2, 3,
-                    {required_attr("kernel_shape", AttrKind::kInts),
-                     optional_attr("pads", AttrKind::kInts),
-                     optional_attr("strides", AttrKind::kInts)},
-                    infer_max_unpool,
-                    "scatters MaxPool values back to their indices");
+  infer::add_opaque(
+      r, "MaxUnpool", 2, 3,
+      {required_attr("kernel_shape", AttrKind::kInts), optional_attr("pads", AttrKind::kInts),
+       optional_attr("strides", AttrKind::kInts)},
+      infer_max_unpool, "scatters MaxPool values back to their indices");
   infer::add_opaque(
       r, "NonMaxSuppression", 2, 5, {{"center_point_box", int64_t{0}}},
       [](InferContext& c) {

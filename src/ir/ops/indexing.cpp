@@ -124,8 +124,7 @@ void register_indexing_ops(OpRegistry& r) {
   add(r, "ScatterElements", 3, 3, kInPlace, axis0.with({reduction}), same);
   add(r, "ScatterND", 3, 3, kInPlace, {reduction}, same);
   add(r, "TensorScatter", 2, 3, kInPlace,
-      {{"axis", int64_t{-2}, "the sequence axis"}, {"mode", "linear", "linear or circular"}},
-      same);
+      {{"axis", int64_t{-2}, "the sequence axis"}, {"mode", "linear", "linear or circular"}}, same);
   add(r, "OneHot", 3, 3, kInjective, {{"axis", int64_t{-1}}}, infer_one_hot);
   add(r, "NonZero", 1, 1, kOpaque, AttrSchema::none(), infer_non_zero);
   add(r, "Compress", 2, 2, kOpaque,

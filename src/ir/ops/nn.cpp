@@ -138,7 +138,8 @@ void register_nn_ops(OpRegistry& r) {
          .min_outputs = 1,
          .max_outputs = 2,
          .properties = kOpaque,
-         .attrs = window::pool_attrs().with({{"storage_order", int64_t{0}, "1: Indices column-major"}}),
+         .attrs =
+             window::pool_attrs().with({{"storage_order", int64_t{0}, "1: Indices column-major"}}),
          .infer = infer_pool,
          .doc = "max over sliding windows; optional flat argmax Indices"});
   r.add({.name = "AveragePool",
@@ -160,7 +161,7 @@ void register_nn_ops(OpRegistry& r) {
            .max_inputs = 1,
            .properties = kReduction,
            .attrs = std::string_view(name) == "GlobalLpPool" ? AttrSchema{{"p", int64_t{2}}}
-                                                              : AttrSchema::none(),
+                                                             : AttrSchema::none(),
            .infer = infer_global_pool});
   register_nn_norm_ops(r);
   register_nn_matmul_ops(r);

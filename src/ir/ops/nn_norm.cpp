@@ -83,16 +83,15 @@ void register_nn_norm_ops(OpRegistry& r) {
                    {{"epsilon", 1e-5},
                     required_attr("num_groups", AttrKind::kInt),
                     {"stash_type", int64_t{1}, "opset 21+: the statistics' ONNX type"}}));
-  r.add(same_shape("LpNormalization", 1, 1, kReduction, {{"axis", int64_t{-1}}, {"p", int64_t{2}}}));
+  r.add(
+      same_shape("LpNormalization", 1, 1, kReduction, {{"axis", int64_t{-1}}, {"p", int64_t{2}}}));
   r.add(same_shape("MeanVarianceNormalization", 1, 1, kReduction,
                    {{"axes", Dims{0, 2, 3}},
                     optional_attr("across_channels", AttrKind::kInt, "opset 1"),
                     optional_attr("normalize_variance", AttrKind::kInt, "opset 1")}));
-  r.add(same_shape("LRN", 1, 1, kOpaque,
-                   {{"alpha", 1e-4},
-                    {"beta", 0.75},
-                    {"bias", 1.0},
-                    required_attr("size", AttrKind::kInt)}));
+  r.add(same_shape(
+      "LRN", 1, 1, kOpaque,
+      {{"alpha", 1e-4}, {"beta", 0.75}, {"bias", 1.0}, required_attr("size", AttrKind::kInt)}));
   for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"})
     r.add(same_shape(op, 1, 1, kReduction, {params::softmax_axis_attr()}));
   r.add({.name = "Dropout",

@@ -62,7 +62,7 @@ struct Attention {
   int64_t kv_num_heads;  // 0: not given
   bool is_causal;
   int64_t qk_matmul_output_mode;
-  double softcap;  // 0: none
+  double softcap;                               // 0: none
   int64_t left_window_size, right_window_size;  // -1: unbounded
   std::optional<double> scale;                  // absent: 1 / sqrt(head size)
 

@@ -49,8 +49,8 @@ void infer_arg(InferContext& c) {
   const TensorType& x = c.inputs[0];
   std::optional<Shape> shape;
   if (x.shape) {
-    const int64_t axis = normalize_axis(c.node.attr_int("axis"),
-                                        static_cast<int64_t>(x.shape->size()), c.where());
+    const int64_t axis =
+        normalize_axis(c.node.attr_int("axis"), static_cast<int64_t>(x.shape->size()), c.where());
     shape = reduced_shape(*x.shape, {axis}, false, c.node.attr_int("keepdims") != 0);
   }
   infer::set(c, 0, DType::kI64, shape);
@@ -62,8 +62,8 @@ void infer_topk(InferContext& c) {
   std::optional<Shape> shape;
   if (x.shape) {
     shape = *x.shape;
-    const int64_t axis = normalize_axis(c.node.attr_int("axis"),
-                                        static_cast<int64_t>(shape->size()), c.where());
+    const int64_t axis =
+        normalize_axis(c.node.attr_int("axis"), static_cast<int64_t>(shape->size()), c.where());
     Dim k = Dim::unknown();
     if (c.has_input(1)) {
       if (auto v = infer::constant_ints(c, 1); v && v->size() == 1) k = Dim((*v)[0]);

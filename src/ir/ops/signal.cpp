@@ -114,10 +114,16 @@ void register_signal_ops(OpRegistry& r) {
        {"onesided", int64_t{0}}},
       infer_dft,
       "discrete Fourier transform along one axis; complex values as a trailing [re, im] axis");
-  infer::add_opaque(r, "STFT", 2, 4, {{"onesided", int64_t{1}}}, infer_stft, "short-time Fourier transform of windowed frames");
-  infer::add_opaque(r, "HannWindow", 1, 1, {{"output_datatype", int64_t{1}}, {"periodic", int64_t{1}}}, infer_window, "sin^2(pi n / N)");
-  infer::add_opaque(r, "HammingWindow", 1, 1, {{"output_datatype", int64_t{1}}, {"periodic", int64_t{1}}}, infer_window, "25/46 - 21/46 cos(2 pi n / N)");
-  infer::add_opaque(r, "BlackmanWindow", 1, 1, {{"output_datatype", int64_t{1}}, {"periodic", int64_t{1}}}, infer_window,
+  infer::add_opaque(r, "STFT", 2, 4, {{"onesided", int64_t{1}}}, infer_stft,
+                    "short-time Fourier transform of windowed frames");
+  infer::add_opaque(r, "HannWindow", 1, 1,
+                    {{"output_datatype", int64_t{1}}, {"periodic", int64_t{1}}}, infer_window,
+                    "sin^2(pi n / N)");
+  infer::add_opaque(r, "HammingWindow", 1, 1,
+                    {{"output_datatype", int64_t{1}}, {"periodic", int64_t{1}}}, infer_window,
+                    "25/46 - 21/46 cos(2 pi n / N)");
+  infer::add_opaque(r, "BlackmanWindow", 1, 1,
+                    {{"output_datatype", int64_t{1}}, {"periodic", int64_t{1}}}, infer_window,
                     "0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N)");
   infer::add_opaque(r, "MelWeightMatrix", 5, 5, {{"output_datatype", int64_t{1}}}, infer_mel,
                     "triangular mel filter bank, [dft_length / 2 + 1, num_mel_bins]");

@@ -515,8 +515,7 @@ void register_tensor_ops(OpRegistry& r) {
          .min_inputs = 1,
          .max_inputs = 1,
          .properties = kInjective,
-         .attrs = {required_attr("blocksize", AttrKind::kInt),
-                   {"mode", "DCR", "DCR or CRD"}},
+         .attrs = {required_attr("blocksize", AttrKind::kInt), {"mode", "DCR", "DCR or CRD"}},
          .infer = [](InferContext& c) { infer_depth_space(c, true); }});
   // mode arrived in opset 25 (DCR or CRD, as DepthToSpace).
   r.add({.name = "SpaceToDepth",

@@ -221,7 +221,8 @@ std::vector<Tensor> rotary_embedding(const KernelContext& c) {
   std::vector<double> x = to_doubles(X, w);
   Heads in = heads_of(X, x, a.get_int("num_heads", 0), "input", w);
   const int64_t B = in.B, H = in.H, S = in.S, D = in.D;
-  const int64_t rot = c.node.attr_int("rotary_embedding_dim") ? a.get_int("rotary_embedding_dim") : D;
+  const int64_t rot =
+      c.node.attr_int("rotary_embedding_dim") ? a.get_int("rotary_embedding_dim") : D;
   if (rot <= 0 || rot > D || rot % 2)
     throw ValueError(cat(w, ": rotary_embedding_dim ", rot, " must be even and at most ", D));
   const int64_t half = rot / 2;

@@ -46,8 +46,7 @@ std::vector<Tensor> batch_norm(const KernelContext& c) {
   const int opset = opset_of(c);
   const double eps = c.node.attr_float("epsilon");
   const double momentum = c.node.attr_float("momentum");
-  const bool training =
-      opset >= 14 ? c.node.attr_int("training_mode") != 0 : c.num_outputs > 1;
+  const bool training = opset >= 14 ? c.node.attr_int("training_mode") != 0 : c.num_outputs > 1;
   const int64_t slots = param_slots(c.input(1), X, opset < 9, "scale", w);
   const char* names[] = {"scale", "B", "input_mean", "input_var"};
   std::vector<std::vector<double>> prm;

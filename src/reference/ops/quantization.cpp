@@ -112,8 +112,8 @@ std::vector<Tensor> dequantize_linear(const KernelContext& c) {
     throw UnsupportedError(cat(w, ": dequantizing ", dtype_name(X.dtype()), " is not supported"));
   if (c.node.opset < 21 && S.rank() > 1)
     throw ValueError(cat(w, ": x_scale must be a scalar or a vector before opset 21"));
-  DType out =
-      c.node.attr_int("output_dtype") ? dtype_from_onnx_code(a.get_int("output_dtype"), w) : S.dtype();
+  DType out = c.node.attr_int("output_dtype") ? dtype_from_onnx_code(a.get_int("output_dtype"), w)
+                                              : S.dtype();
   std::vector<int64_t> si =
       param_index(X.shape(), S.shape(), c.node.attr_int("axis"), c.node.attr_int("block_size"), w);
   std::vector<double> s = to_doubles(S, w), x = to_doubles(X, w);
