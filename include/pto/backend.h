@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "pto/kernel_graph.h"
+#include "pto/registry.h"
 
 namespace pto {
 
@@ -68,10 +69,10 @@ class BackendRegistry {
   static BackendRegistry& global();
   void add(std::unique_ptr<Backend> backend);  // a second backend of the same name: InternalError
   const Backend* find(const std::string& name) const;
-  const std::vector<std::unique_ptr<Backend>>& backends() const { return backends_; }
+  std::vector<const Backend*> backends() const;  // in the order they are asked
 
  private:
-  std::vector<std::unique_ptr<Backend>> backends_;
+  Registry<std::unique_ptr<Backend>> backends_{"backend"};
 };
 
 // For a node of a group: the position in group.inputs of each of the node's inputs (-1 for a

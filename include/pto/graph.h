@@ -88,6 +88,21 @@ struct Node {
 
   // "[Conv] node 'conv1'": how errors about this node start.
   std::string where() const;
+
+  // The attribute `name`, or its default from the op's schema (OpDef::attrs): the one place a
+  // default is written. Asking for an attribute the schema does not declare is an InternalError;
+  // an absent attribute without a default (required, or optional with no constant default) is a
+  // ValueError naming the node. A wrong kind is a ValueError, as Attributes' getters say.
+  int64_t attr_int(const std::string& name) const;
+  double attr_float(const std::string& name) const;
+  std::string attr_string(const std::string& name) const;
+  std::vector<int64_t> attr_ints(const std::string& name) const;
+  std::vector<double> attr_floats(const std::string& name) const;
+
+ private:
+  // The attributes to read `name` from: attrs when it is there, else a one-entry copy of the
+  // schema's default in `scratch`, else attrs (whose getter then reports it missing).
+  const Attributes& attr_source(const std::string& name, Attributes& scratch) const;
 };
 
 class Graph {
@@ -191,6 +206,8 @@ bool structurally_equal(const Graph& a, const Graph& b, std::string* why = nullp
 // Deep equality of attributes, as structurally_equal compares them: tensor attributes by dtype,
 // shape and bytes, floats by bits (any NaN equals any NaN), empty lists of any element type equal.
 bool same_attribute(const Attribute& a, const Attribute& b);
+// One attribute value as print() writes it: -1, 1e-05, "none", [0, 2, 3].
+std::string attribute_str(const Attribute& a);
 bool same_attributes(const Attributes& a, const Attributes& b);
 
 }  // namespace pto

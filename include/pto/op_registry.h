@@ -3,12 +3,13 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "pto/graph.h"
+#include "pto/registry.h"
 
 namespace pto {
 
@@ -53,6 +54,68 @@ struct InferContext {
 
 using InferFn = std::function<void(InferContext&)>;
 
+// The kind of value an attribute holds: one per Attribute alternative, plus kDType, an ONNX element
+// type given as its code (Cast's `to`) or, as Cast-1 wrote it, its name ("FLOAT").
+enum class AttrKind : uint8_t { kInt, kFloat, kString, kInts, kFloats, kStrings, kTensor, kDType };
+const char* attr_kind_name(AttrKind k);  // "int", "float", "ints", "dtype", ...
+
+// Whether a node must give an attribute, and what an absent one means.
+enum class AttrUse : uint8_t {
+  kRequired,  // absent: the verifier rejects the node
+  kDefault,   // absent: AttrDef::default_value (what Node::attr_int and friends return)
+  kOptional,  // absent means something no constant says (derived from the inputs, the opset, ...)
+};
+
+// One attribute an op accepts (ONNX's schema, across the opsets the importer reads).
+struct AttrDef {
+  std::string name;
+  AttrKind kind = AttrKind::kInt;
+  AttrUse use = AttrUse::kOptional;
+  Attribute default_value;  // meaningful when use == kDefault
+  std::string doc;          // one line, may be empty
+
+  // Optional with a default; the kind is the default's ({"axis", int64_t{1}}, {"mode", "nearest"}).
+  AttrDef(std::string name, Attribute default_value, std::string doc = {});
+  AttrDef(std::string name, AttrKind kind, AttrUse use, std::string doc = {});
+};
+
+inline AttrDef required_attr(std::string name, AttrKind kind, std::string doc = {}) {
+  return AttrDef(std::move(name), kind, AttrUse::kRequired, std::move(doc));
+}
+inline AttrDef optional_attr(std::string name, AttrKind kind, std::string doc = {}) {
+  return AttrDef(std::move(name), kind, AttrUse::kOptional, std::move(doc));
+}
+
+// The attributes an op accepts. An op registered without one (a user's op of its own domain) is
+// not checked; every built-in op declares one, possibly empty (AttrSchema::none()).
+class AttrSchema {
+ public:
+  AttrSchema() = default;  // not declared: the verifier does not check the op's attributes
+  AttrSchema(std::initializer_list<AttrDef> defs) : declared_(true), defs_(defs) {}
+  AttrSchema(std::vector<AttrDef> defs) : declared_(true), defs_(std::move(defs)) {}
+  static AttrSchema none() { return AttrSchema(std::vector<AttrDef>{}); }  // declared, empty
+
+  bool declared() const { return declared_; }
+  const std::vector<AttrDef>& defs() const { return defs_; }
+  const AttrDef* find(std::string_view name) const;
+  // The schema plus `more` (families that share attributes: Conv's for QLinearConv).
+  AttrSchema with(std::initializer_list<AttrDef> more) const;
+
+ private:
+  bool declared_ = false;
+  std::vector<AttrDef> defs_;
+};
+
+// "axis=-1, epsilon=1e-05, to (required), kernel_shape (optional)": a schema in one line, in
+// declaration order ("-" when empty, "?" when not declared).
+std::string attr_schema_str(const AttrSchema& s);
+
+// Checks a node's attributes against its op's schema: an attribute the op does not have, one of the
+// wrong kind and a required one that is missing are ValueErrors naming the node, the op and the
+// attribute (an unknown one also lists the accepted ones). A node of an op without a declared
+// schema passes. Called by verify() for every node.
+void check_attributes(const Node& n);
+
 struct OpDef {
   std::string name;
   // Dense, 0 to OpRegistry::size() - 1 in registration order, set by OpRegistry::add: tables
@@ -63,7 +126,8 @@ struct OpDef {
   int min_outputs = 1;
   int max_outputs = 1;
   uint32_t properties = 0;
-  InferFn infer;  // may leave output shapes unknown, never throws on unknown input shapes
+  AttrSchema attrs;  // the attributes nodes of this op may carry, with their defaults
+  InferFn infer;     // may leave output shapes unknown, never throws on unknown input shapes
   std::string doc;
 
   bool has(OpProperty p) const { return (properties & p) != 0; }
@@ -80,14 +144,13 @@ class OpRegistry {
   static OpRegistry& global();  // filled with every built-in op on first use
 
   void add(OpDef def);  // a second definition of the same name is an InternalError
-  const OpDef* find(std::string_view name) const;
-  std::vector<std::string> names() const;  // sorted
-  size_t size() const { return by_id_.size(); }
+  const OpDef* find(std::string_view name) const { return defs_.find(name); }
+  std::vector<std::string> names() const { return defs_.names(); }  // sorted
+  size_t size() const { return defs_.size(); }
   const OpDef& by_id(int32_t id) const;  // 0 <= id < size()
 
  private:
-  std::unordered_map<std::string, OpDef> defs_;  // node-based: an OpDef never moves
-  std::vector<const OpDef*> by_id_;
+  Registry<OpDef> defs_{"op"};  // an OpDef never moves; its id is its registration index
 };
 
 // Each op family registers itself here (src/ir/ops/*.cpp). Explicit calls rather than static

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "pto/graph.h"
+#include "pto/registry.h"
 
 namespace pto {
 
@@ -38,11 +39,11 @@ class PassRegistry {
  public:
   static PassRegistry& global();  // every built-in pass, registered on first use
   void add(PassDef def);          // a second pass of the same name is an InternalError
-  const PassDef* find(const std::string& name) const;
-  std::vector<std::string> names() const;  // in registration order
+  const PassDef* find(const std::string& name) const { return passes_.find(name); }
+  std::vector<std::string> names() const { return passes_.names_in_order(); }
 
  private:
-  std::vector<PassDef> passes_;
+  Registry<PassDef> passes_{"pass"};
 };
 
 // What one pass did to the graph.

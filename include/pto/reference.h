@@ -10,6 +10,7 @@
 
 #include "pto/backend.h"
 #include "pto/graph.h"
+#include "pto/registry.h"
 
 namespace pto::reference {
 
@@ -30,16 +31,16 @@ using Kernel = std::function<std::vector<Tensor>(const KernelContext&)>;
 
 class KernelRegistry {
  public:
-  static KernelRegistry& global();  // every built-in kernel, registered on first use
-  void add(const std::string& op, Kernel k);
-  const Kernel* find(std::string_view op) const;
-  // The kernel of n.op, by the id of its OpDef (O(1), where find by name is a linear search):
-  // what the interpreter asks for every node it runs. The same answer as find(n.op).
+  static KernelRegistry& global();            // every built-in kernel, registered on first use
+  void add(const std::string& op, Kernel k);  // a second kernel for an op is an InternalError
+  const Kernel* find(std::string_view op) const { return kernels_.find(op); }
+  // The kernel of n.op, by the id of its OpDef (one index, no hashing): what the interpreter asks
+  // for every node it runs. The same answer as find(n.op).
   const Kernel* find(const Node& n) const;
-  std::vector<std::string> names() const;
+  std::vector<std::string> names() const { return kernels_.names(); }  // sorted
 
  private:
-  std::vector<std::pair<std::string, Kernel>> kernels_;
+  Registry<Kernel> kernels_{"reference kernel"};
   std::vector<int32_t> by_op_id_;  // OpDef id -> index into kernels_, -1 for none
 };
 

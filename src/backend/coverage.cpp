@@ -61,16 +61,22 @@ std::string op_coverage_markdown() {
         "  the reference kernel for inputs it sees only at run time. *- (reference backend)*: no\n"
         "  CPU kernel; every node of the op runs on the reference backend.\n"
         "- Fused groups (epilogues, tile programs) are decided per group: see "
-        "[fusion.md](fusion.md).\n\n"
+        "[fusion.md](fusion.md).\n"
+        "- **attributes**: the op's attribute schema (`OpDef::attrs`), across the opsets the\n"
+        "  importer reads: `name=default`, *(required)*, or *(optional)* where an absent\n"
+        "  attribute means something no constant says (derived from inputs or the opset). The\n"
+        "  verifier rejects any other attribute, one of the wrong kind, and a missing required\n"
+        "  one ([architecture.md](architecture.md)).\n\n"
      << ops.size() << " ops: " << reference << " with a reference kernel; on the CPU "
      << counts[static_cast<int>(CpuCoverage::kAll)] << " with a kernel for every node, "
      << counts[static_cast<int>(CpuCoverage::kSome)] << " declining some nodes, "
      << counts[static_cast<int>(CpuCoverage::kRunTime)] << " also declining at run time, "
      << counts[static_cast<int>(CpuCoverage::kNone)] << " on the reference backend only.\n\n"
-     << "| op | reference | cpu |\n|---|---|---|\n";
+     << "| op | reference | cpu | attributes |\n|---|---|---|---|\n";
   for (const OpCoverage& c : ops)
     os << "| " << c.op << " | " << (c.reference ? "yes" : "**no**") << " | "
-       << cpu_coverage_str(c.cpu) << " |\n";
+       << cpu_coverage_str(c.cpu) << " | "
+       << attr_schema_str(OpRegistry::global().find(c.op)->attrs) << " |\n";
   return os.str();
 }
 

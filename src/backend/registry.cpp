@@ -17,15 +17,19 @@ BackendRegistry& BackendRegistry::global() {
 }
 
 void BackendRegistry::add(std::unique_ptr<Backend> backend) {
-  PTO_CHECK(find(backend->name()) == nullptr)
-      << "backend '" << backend->name() << "' registered twice";
-  backends_.push_back(std::move(backend));
+  const std::string name = backend->name();
+  backends_.add(name, std::move(backend));
 }
 
 const Backend* BackendRegistry::find(const std::string& name) const {
-  for (const auto& b : backends_)
-    if (b->name() == name) return b.get();
-  return nullptr;
+  const std::unique_ptr<Backend>* b = backends_.find(name);
+  return b ? b->get() : nullptr;
+}
+
+std::vector<const Backend*> BackendRegistry::backends() const {
+  std::vector<const Backend*> out;
+  for (size_t i = 0; i < backends_.size(); ++i) out.push_back(backends_.at(i).get());
+  return out;
 }
 
 }  // namespace pto

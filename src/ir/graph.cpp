@@ -93,6 +93,38 @@ std::string Node::where() const {
   return cat("[", op, "] node '", name, "'");
 }
 
+const Attributes& Node::attr_source(const std::string& name, Attributes& scratch) const {
+  if (attrs.has(name) || !def || !def->attrs.declared()) return attrs;
+  const AttrDef* d = def->attrs.find(name);
+  PTO_CHECK(d) << where() << ": reads attribute '" << name << "', which " << op
+               << "'s schema does not declare";
+  if (d->use != AttrUse::kDefault) return attrs;
+  scratch.where = attrs.where;
+  scratch.set(name, d->default_value);
+  return scratch;
+}
+
+int64_t Node::attr_int(const std::string& name) const {
+  Attributes scratch;
+  return attr_source(name, scratch).get_int(name);
+}
+double Node::attr_float(const std::string& name) const {
+  Attributes scratch;
+  return attr_source(name, scratch).get_float(name);
+}
+std::string Node::attr_string(const std::string& name) const {
+  Attributes scratch;
+  return attr_source(name, scratch).get_string(name);
+}
+std::vector<int64_t> Node::attr_ints(const std::string& name) const {
+  Attributes scratch;
+  return attr_source(name, scratch).get_ints(name);
+}
+std::vector<double> Node::attr_floats(const std::string& name) const {
+  Attributes scratch;
+  return attr_source(name, scratch).get_floats(name);
+}
+
 ValueId Graph::add_value(std::string name, TensorType type) {
   auto id = static_cast<ValueId>(values_.size());
   if (name.empty()) name = cat("%", id);

@@ -119,6 +119,12 @@ std::string tensor_data_str(const Tensor& t) {
   return out + "]";
 }
 
+std::string attribute_str(const Attribute& a) {
+  std::ostringstream os;
+  print_attr(os, a);
+  return os.str();
+}
+
 std::string print(const Graph& g) {
   std::ostringstream os;
   auto ref = [&](ValueId v) {

@@ -1,5 +1,7 @@
 // The verifier: structural invariants of a Tensor Graph. Cheap; run after import and, in debug
-// builds, after every pass.
+// builds, after every pass. It is where node attributes meet their op's schema (OpDef::attrs):
+// every graph, however it was built (ONNX import, the torch frontend, parse_graph, a pass, C++),
+// passes through here before it is compiled or run.
 #include <vector>
 
 #include "pto/op_registry.h"
@@ -29,6 +31,7 @@ void verify(const Graph& g) {
     if (!n.def || n.def->name != n.op)
       throw ValueError(cat(n.where(), ": operator is not registered"));
     const OpDef& d = *n.def;
+    check_attributes(n);
     auto n_in = static_cast<int>(n.inputs.size());
     auto n_out = static_cast<int>(n.outputs.size());
     if (n_in < d.min_inputs || (d.max_inputs >= 0 && n_in > d.max_inputs))

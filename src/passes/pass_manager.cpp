@@ -34,20 +34,8 @@ PassRegistry& PassRegistry::global() {
 }
 
 void PassRegistry::add(PassDef def) {
-  PTO_CHECK(find(def.name) == nullptr) << "pass '" << def.name << "' registered twice";
-  passes_.push_back(std::move(def));
-}
-
-const PassDef* PassRegistry::find(const std::string& name) const {
-  for (const PassDef& p : passes_)
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
-std::vector<std::string> PassRegistry::names() const {
-  std::vector<std::string> out;
-  for (const PassDef& p : passes_) out.push_back(p.name);
-  return out;
+  const std::string name = def.name;
+  passes_.add(name, std::move(def));
 }
 
 std::vector<std::string> pipeline(int level) {

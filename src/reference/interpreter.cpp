@@ -35,37 +35,22 @@ KernelRegistry& KernelRegistry::global() {
 }
 
 void KernelRegistry::add(const std::string& op, Kernel k) {
-  PTO_CHECK(find(op) == nullptr) << "reference kernel '" << op << "' registered twice";
-  PTO_CHECK(OpRegistry::global().find(op) != nullptr)
-      << "reference kernel for '" << op << "' has no OpDef";
-  const int32_t id = OpRegistry::global().find(op)->id;
-  if (by_op_id_.size() <= static_cast<size_t>(id))
-    by_op_id_.resize(static_cast<size_t>(id) + 1, -1);
-  by_op_id_[static_cast<size_t>(id)] = static_cast<int32_t>(kernels_.size());
-  kernels_.emplace_back(op, std::move(k));
+  const OpDef* def = OpRegistry::global().find(op);
+  PTO_CHECK(def != nullptr) << "reference kernel for '" << op << "' has no OpDef";
+  kernels_.add(op, std::move(k));
+  const auto id = static_cast<size_t>(def->id);
+  if (by_op_id_.size() <= id) by_op_id_.resize(id + 1, -1);
+  by_op_id_[id] = static_cast<int32_t>(kernels_.size() - 1);
 }
 
 const Kernel* KernelRegistry::find(const Node& n) const {
   // The name check keeps the answer right for a node whose OpDef came from another registry.
   if (n.def && n.def->id >= 0 && static_cast<size_t>(n.def->id) < by_op_id_.size()) {
     const int32_t k = by_op_id_[static_cast<size_t>(n.def->id)];
-    if (k >= 0 && kernels_[static_cast<size_t>(k)].first == n.op)
-      return &kernels_[static_cast<size_t>(k)].second;
+    if (k >= 0 && kernels_.name_at(static_cast<size_t>(k)) == n.op)
+      return &kernels_.at(static_cast<size_t>(k));
   }
   return find(n.op);
-}
-
-const Kernel* KernelRegistry::find(std::string_view op) const {
-  for (const auto& [name, k] : kernels_)
-    if (name == op) return &k;
-  return nullptr;
-}
-
-std::vector<std::string> KernelRegistry::names() const {
-  std::vector<std::string> out;
-  for (const auto& [name, k] : kernels_) out.push_back(name);
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 namespace {

@@ -127,8 +127,8 @@ Graph with_input_shapes(const Graph& g, const std::vector<Dims>& shapes) {
 }
 
 const Backend* backend_for(const Graph& g, const KernelGroup& k) {
-  for (const auto& b : BackendRegistry::global().backends())
-    if (b->supports(g, k)) return b.get();
+  for (const Backend* b : BackendRegistry::global().backends())
+    if (b->supports(g, k)) return b;
   return nullptr;
 }
 

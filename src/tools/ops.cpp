@@ -13,7 +13,7 @@ const char* kUsage =
     "Lists every registered op and which backends run it: whether the reference interpreter has\n"
     "a kernel, and whether the CPU backend has one (and declines some nodes to the reference).\n"
     "A node the CPU backend does not take runs on the reference backend.\n\n"
-    "  --markdown   print docs/op_coverage.md instead:\n"
+    "  --markdown   print docs/op_coverage.md instead (which adds each op's attributes):\n"
     "               pto ops --markdown > docs/op_coverage.md\n";
 
 int ops_main(const std::vector<std::string>& args) {

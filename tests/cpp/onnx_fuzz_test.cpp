@@ -45,23 +45,23 @@ std::string base_model() {
   a->set_i(-1);
   mb.node("Sub", {"n", "z"}, {"d"}, "sub");
   mb.node("Exp", {"d"}, {"e"}, "exp");
-  auto& div = mb.node("Div", {"e", "scale"}, {"y"}, "div");
-  // Attributes no op reads, to exercise the other attribute kinds of the importer.
-  a = div.add_attribute();
-  a->set_name("note");
+  mb.node("Div", {"e", "scale"}, {"y"}, "div");
+  // Nodes nobody reads, to exercise the other attribute kinds of the importer.
+  a = mb.node("Gelu", {"d"}, {"g"}, "gelu").add_attribute();
+  a->set_name("approximate");
   a->set_type(::onnx::AttributeProto::STRING);
-  a->set_s("unused");
-  a = div.add_attribute();
-  a->set_name("list");
+  a->set_s("none");
+  a = mb.node("Transpose", {"d"}, {"dt"}, "transpose").add_attribute();
+  a->set_name("perm");
   a->set_type(::onnx::AttributeProto::INTS);
   a->add_ints(1);
-  a->add_ints(-3);
-  a = div.add_attribute();
-  a->set_name("weights");
+  a->add_ints(0);
+  a = mb.node("Constant", {}, {"cf"}, "floats").add_attribute();
+  a->set_name("value_floats");
   a->set_type(::onnx::AttributeProto::FLOATS);
   a->add_floats(0.5f);
-  a = div.add_attribute();
-  a->set_name("table");
+  a = mb.node("Constant", {}, {"ct"}, "table").add_attribute();
+  a->set_name("value");
   a->set_type(::onnx::AttributeProto::TENSOR);
   auto* t = a->mutable_t();
   t->set_data_type(TP::INT32);

@@ -119,6 +119,34 @@ def test_onnx_load_errors(tmp_path):
         pypto.onnx.export("model", (), tmp_path / "x.onnx")
 
 
+def _softmax_model(path, **attrs):
+    """An ONNX file of y = Softmax(x) with the given node attributes, built with `onnx`."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Softmax", ["x"], ["y"], name="sm", **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_onnx_load_rejects_attributes_the_op_does_not_have(tmp_path):
+    # As ONNX Runtime does ("Unrecognized attribute"): a misspelt attribute is an error naming the
+    # node, the op and the attribute, and listing what the op accepts; so is one of the wrong kind.
+    with pytest.raises(ValueError, match=r"\[Softmax\] node 'sm': unrecognized attribute 'axes' "
+                                         r"for operator Softmax; it accepts axis"):
+        pypto.onnx.load(_softmax_model(tmp_path / "bogus.onnx", axis=1, axes=[1]))
+    with pytest.raises(ValueError, match="attribute 'axis' of operator Softmax should be of kind "
+                                         "int, got float"):
+        pypto.onnx.load(_softmax_model(tmp_path / "kind.onnx", axis=1.5))
+    exe = pypto.onnx.load(_softmax_model(tmp_path / "good.onnx", axis=0))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    e = np.exp(x - x.max(0))
+    np.testing.assert_allclose(exe(x), e / e.sum(0), rtol=1e-6)
+
+
 class SmallCNN(torch.nn.Module):
     """A torchvision-like stem and block: Conv-BN-ReLU, a residual, pooling, a classifier."""
 

@@ -19,6 +19,7 @@
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/reduce_kernels.h"
 #include "backend/cpu/scratch.h"
+#include "ir/ops/op_params.h"
 #include "pto/device_info.h"
 #include "pto/parallel.h"
 
@@ -28,16 +29,15 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 bool accepts_attention(const NodeInfo& n) {
-  const Attributes& a = n.node.attrs;
+  const params::Attention a = params::attention(n.node);
   for (size_t i = 0; i < 3; ++i)
     if (n.dtype(i) != DType::kF32) return false;
   for (size_t i = 4; i < n.inputs.size(); ++i)
     if (n.dtype(i) != DType::kUndefined) return false;  // KV cache, nonpad lengths
   if (n.dtype(3) != DType::kUndefined && n.dtype(3) != DType::kF32 && n.dtype(3) != DType::kBool)
     return false;
-  return n.node.outputs.size() == 1 && a.get_float("softcap", 0.0) == 0.0 &&
-         a.get_int("qk_matmul_output_mode", 0) == 0 && a.get_int("left_window_size", -1) == -1 &&
-         a.get_int("right_window_size", -1) == -1;
+  return n.node.outputs.size() == 1 && a.softcap == 0.0 && a.qk_matmul_output_mode == 0 &&
+         a.left_window_size == -1 && a.right_window_size == -1;
 }
 
 // The mask broadcast to [B, H, Sq, L]: additive float values (a boolean mask as 0 / -inf), the
@@ -98,10 +98,9 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
     mask = mask_view(c.input(3), full);
     if (!mask) return run_reference(c);
   }
-  const Attributes& a = c.attrs();
-  const float scale = static_cast<float>(a.has("scale") ? a.get_float("scale")
-                                                        : 1.0 / std::sqrt(static_cast<double>(D)));
-  const bool causal = a.get_int("is_causal", 0) != 0;
+  const params::Attention a = params::attention(c.node);
+  const auto scale = static_cast<float>(a.scale_for(D));
+  const bool causal = a.is_causal;
   const int64_t group = H / Hkv;
 
   Tensor y = Tensor::empty(DType::kF32, {B, H, Sq, Dv});

@@ -158,9 +158,9 @@ bool legacy_broadcast(const NodeInfo& info) {
 
 // ---- unary ----
 
-using ParamsFn = UnaryParams (*)(const Attributes&);
+using ParamsFn = UnaryParams (*)(const Node&);
 
-UnaryParams no_params(const Attributes&) {
+UnaryParams no_params(const Node&) {
   return {};
 }
 
@@ -182,18 +182,18 @@ Kernel unary_kernel(UnaryOp op, ParamsFn params = no_params,
               [op, params](const KernelContext& c) {
                 const Tensor& x = c.input(0);
                 Tensor y = Tensor::empty(DType::kF32, x.shape());
-                map_unary(op, params(c.attrs()), x, y);
+                map_unary(op, params(c.node), x, y);
                 return std::vector<Tensor>{y};
               }};
 }
 
-// ONNX float attributes are float32; the defaults are the reference's.
-float attr(const Attributes& a, const char* name, float fallback) {
-  return static_cast<float>(a.get_float(name, fallback));
+// An activation's float attribute, or its default from the op's schema.
+float attr(const Node& n, const char* name) {
+  return static_cast<float>(n.attr_float(name));
 }
 
 bool gelu_form_known(const NodeInfo& info) {
-  std::string s = info.node.attrs.get_string("approximate", "none");
+  std::string s = info.node.attr_string("approximate");
   return s == "none" || s == "tanh";
 }
 
@@ -213,7 +213,8 @@ Kernel clip_kernel() {
           [attrs_form](const KernelContext& c) {
             UnaryParams p{-std::numeric_limits<float>::max(), std::numeric_limits<float>::max()};
             if (attrs_form(c.node)) {
-              p = {attr(c.attrs(), "min", -INFINITY), attr(c.attrs(), "max", INFINITY)};
+              p = {static_cast<float>(c.attrs().get_float("min", -INFINITY)),
+                   static_cast<float>(c.attrs().get_float("max", INFINITY))};
             } else {
               for (size_t i : {1, 2}) {
                 if (!c.has_input(i)) continue;
@@ -248,28 +249,22 @@ void register_unary(KernelRegistry& r) {
                           {"Softsign", kSoftsign},
                           {"Mish", kMish}})
     r.add(name, unary_kernel(op));
-  r.add("LeakyRelu", unary_kernel(kLeakyRelu, [](const Attributes& a) {
-          return UnaryParams{attr(a, "alpha", 0.01f)};
+  r.add("LeakyRelu",
+        unary_kernel(kLeakyRelu, [](const Node& a) { return UnaryParams{attr(a, "alpha")}; }));
+  r.add("ThresholdedRelu", unary_kernel(kThresholdedRelu, [](const Node& a) {
+          return UnaryParams{attr(a, "alpha")};
         }));
-  r.add("ThresholdedRelu", unary_kernel(kThresholdedRelu, [](const Attributes& a) {
-          return UnaryParams{attr(a, "alpha", 1.0f)};
+  r.add("Elu", unary_kernel(kElu, [](const Node& a) { return UnaryParams{attr(a, "alpha")}; }));
+  r.add("Celu", unary_kernel(
+                    kCelu, [](const Node& a) { return UnaryParams{attr(a, "alpha")}; },
+                    [](const NodeInfo& info) { return info.node.attr_float("alpha") != 0; }));
+  r.add("Selu", unary_kernel(kSelu, [](const Node& a) {
+          return UnaryParams{attr(a, "alpha"), attr(a, "gamma")};
         }));
-  r.add("Elu", unary_kernel(
-                   kElu, [](const Attributes& a) { return UnaryParams{attr(a, "alpha", 1.0f)}; }));
-  r.add("Celu",
-        unary_kernel(
-            kCelu, [](const Attributes& a) { return UnaryParams{attr(a, "alpha", 1.0f)}; },
-            [](const NodeInfo& info) { return info.node.attrs.get_float("alpha", 1) != 0; }));
-  r.add("Selu", unary_kernel(kSelu, [](const Attributes& a) {
-          return UnaryParams{attr(a, "alpha", 1.67326319217681884765625f),
-                             attr(a, "gamma", 1.05070102214813232421875f)};
+  r.add("HardSigmoid", unary_kernel(kHardSigmoid, [](const Node& a) {
+          return UnaryParams{attr(a, "alpha"), attr(a, "beta")};
         }));
-  r.add("HardSigmoid", unary_kernel(kHardSigmoid, [](const Attributes& a) {
-          return UnaryParams{attr(a, "alpha", 0.2f), attr(a, "beta", 0.5f)};
-        }));
-  r.add("Swish", unary_kernel(kSwish, [](const Attributes& a) {
-          return UnaryParams{attr(a, "alpha", 1.0f)};
-        }));
+  r.add("Swish", unary_kernel(kSwish, [](const Node& a) { return UnaryParams{attr(a, "alpha")}; }));
   r.add("Gelu", {.accepts =
                      [](const NodeInfo& info) {
                        return info.inputs.size() == 1 && info.dtype(0) == DType::kF32 &&
@@ -277,7 +272,7 @@ void register_unary(KernelRegistry& r) {
                      },
                  .run =
                      [](const KernelContext& c) {
-                       bool tanh = c.attrs().get_string("approximate", "none") == "tanh";
+                       bool tanh = c.node.attr_string("approximate") == "tanh";
                        const Tensor& x = c.input(0);
                        Tensor y = Tensor::empty(DType::kF32, x.shape());
                        map_unary(tanh ? kGeluTanh : kGelu, {}, x, y);

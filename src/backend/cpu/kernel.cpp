@@ -1,7 +1,5 @@
 #include "backend/cpu/kernel.h"
 
-#include <algorithm>
-
 #include "pto/op_registry.h"
 
 namespace pto::cpu {
@@ -21,28 +19,14 @@ KernelRegistry& KernelRegistry::global() {
 }
 
 void KernelRegistry::add(const std::string& op, Kernel k) {
-  PTO_CHECK(find(op) == nullptr) << "CPU kernel '" << op << "' registered twice";
   PTO_CHECK(OpRegistry::global().find(op) != nullptr)
       << "CPU kernel for '" << op << "' has no OpDef";
   PTO_CHECK(static_cast<bool>(k.run)) << "CPU kernel '" << op << "' has no run function";
-  kernels_.emplace_back(op, std::move(k));
+  kernels_.add(op, std::move(k));
 }
 
 std::vector<Tensor> run_reference(const KernelContext& c) {
   return (*reference::KernelRegistry::global().find(c.node))(c);
-}
-
-const Kernel* KernelRegistry::find(std::string_view op) const {
-  for (const auto& [name, k] : kernels_)
-    if (name == op) return &k;
-  return nullptr;
-}
-
-std::vector<std::string> KernelRegistry::names() const {
-  std::vector<std::string> out;
-  for (const auto& [name, k] : kernels_) out.push_back(name);
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 }  // namespace pto::cpu

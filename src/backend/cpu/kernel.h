@@ -24,6 +24,7 @@
 #include "pto/backend.h"
 #include "pto/graph.h"
 #include "pto/reference.h"
+#include "pto/registry.h"
 
 namespace pto::cpu {
 
@@ -81,11 +82,11 @@ class KernelRegistry {
  public:
   static KernelRegistry& global();            // every CPU kernel, registered on first use
   void add(const std::string& op, Kernel k);  // a second kernel for an op is an InternalError
-  const Kernel* find(std::string_view op) const;
-  std::vector<std::string> names() const;  // sorted
+  const Kernel* find(std::string_view op) const { return kernels_.find(op); }
+  std::vector<std::string> names() const { return kernels_.names(); }  // sorted
 
  private:
-  std::vector<std::pair<std::string, Kernel>> kernels_;
+  Registry<Kernel> kernels_{"CPU kernel"};
 };
 
 // Runs the node's reference kernel: for forms a CPU kernel finds unusual only at run time.

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/reduce_kernels.h"
+#include "ir/ops/op_params.h"
 #include "pto/parallel.h"
 
 namespace pto::cpu {
@@ -34,16 +35,16 @@ bool per_channel(const Tensor& t, int64_t channels) {
 // they work along one axis (default -1), which is [outer, len, inner].
 std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
   const Tensor& x = c.input(0);
-  const bool per_axis = opset_of(c.node) >= 13;
+  const bool per_axis = !params::softmax_coerces_2d(c.node);
   const int64_t rank = x.rank();
-  int64_t axis = c.attrs().get_int("axis", per_axis ? -1 : 1);
+  int64_t axis = params::softmax_axis(c.node);
   if (per_axis) {
     axis = rank == 0 ? 0 : normalize_axis(axis, rank, c.where());
   } else {
     if (axis < 0) axis += rank;
     if (axis < 0 || axis > rank)
       throw ValueError(
-          cat(c.where(), ": axis ", c.attrs().get_int("axis", 1), " out of range for ", x.str()));
+          cat(c.where(), ": axis ", params::softmax_axis(c.node), " out of range for ", x.str()));
   }
   Tensor y = Tensor::empty(DType::kF32, x.shape());
   if (x.numel() == 0) return {y};
@@ -83,11 +84,12 @@ bool is_normalized_shape(const Tensor& t, const Tensor& x, int64_t axis) {
 
 std::vector<Tensor> run_layer_norm(const KernelContext& c) {
   const Tensor& x = c.input(0);
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), x.rank(), c.where());
+  const params::Norm p = params::norm(c.node);
+  const int64_t axis = normalize_axis(p.axis, x.rank(), c.where());
   if (!is_normalized_shape(c.input(1), x, axis) ||
       (c.has_input(2) && !is_normalized_shape(c.input(2), x, axis)))
     return run_reference(c);
-  const float eps = static_cast<float>(c.attrs().get_float("epsilon", 1e-5));
+  const auto eps = static_cast<float>(p.epsilon);
   int64_t rows = 1, n = 1;
   Dims stat_shape = x.shape();
   for (int64_t k = 0; k < x.rank(); ++k) {
@@ -122,7 +124,7 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
 }
 
 bool accepts_layer_norm(const NodeInfo& n) {
-  if (!all_f32(n) || n.node.attrs.get_int("stash_type", 1) != 1) return false;
+  if (!all_f32(n) || params::norm(n.node).stash_type != 1) return false;
   for (const TensorType& t : n.outputs)
     if (t.dtype != DType::kF32 && t.dtype != DType::kUndefined) return false;
   return true;
@@ -149,7 +151,7 @@ std::vector<Tensor> run_batch_norm(const KernelContext& c) {
   const int64_t channels = x.dim(1);
   for (size_t i = 1; i <= 4; ++i)
     if (!per_channel(c.input(i), channels)) return run_reference(c);
-  const double eps = c.attrs().get_float("epsilon", 1e-5);
+  const double eps = c.node.attr_float("epsilon");
   const float *scale = c.input(1).data<float>(), *var = c.input(4).data<float>();
   std::vector<float> a(static_cast<size_t>(channels));
   for (int64_t k = 0; k < channels; ++k)
@@ -164,7 +166,7 @@ std::vector<Tensor> run_batch_norm(const KernelContext& c) {
 
 bool accepts_batch_norm(const NodeInfo& n) {
   const bool training =
-      opset_of(n.node) >= 14 ? n.node.attrs.get_int("training_mode", 0) != 0 : n.outputs.size() > 1;
+      opset_of(n.node) >= 14 ? n.node.attr_int("training_mode") != 0 : n.outputs.size() > 1;
   return all_f32(n) && !training && n.outputs.size() == 1;
 }
 
@@ -173,7 +175,7 @@ bool accepts_batch_norm(const NodeInfo& n) {
 std::vector<Tensor> normalize_groups(const KernelContext& c, int64_t groups, bool per_group) {
   const Tensor& x = c.input(0);
   const int64_t channels = x.dim(1);
-  const float eps = static_cast<float>(c.attrs().get_float("epsilon", 1e-5));
+  const float eps = static_cast<float>(c.node.attr_float("epsilon"));
   Tensor y = Tensor::empty(DType::kF32, x.shape());
   if (x.numel() == 0) return {y};
   const int64_t count = x.dim(0) * groups, per = channels / groups;

@@ -80,7 +80,7 @@ std::vector<Tensor> run_pool(const KernelContext& c, bool is_max) {
   Tensor y = Tensor::empty(DType::kF32, yshape);
   if (y.numel() == 0) return {y};
   g.span = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
-  const bool count_pad = !is_max && c.attrs().get_int("count_include_pad", 0) != 0;
+  const bool count_pad = !is_max && c.node.attr_int("count_include_pad") != 0;
   const AxisTable rows = axis_table(g.h, g.oh, g.kh, g.sh, g.dh, g.ph, ah.pad_end, count_pad);
   const AxisTable cols = axis_table(g.w, g.ow, g.kw, g.sw, g.dw, g.pw, aw.pad_end, count_pad);
   const PoolIndex ix{rows.first.data(), cols.first.data(), rows.count.data(), cols.count.data()};
@@ -112,7 +112,7 @@ bool accepts_pool(const NodeInfo& n, bool is_max) {
   }
   if (!is_max) return true;
   const bool indices = n.node.outputs.size() > 1 && n.node.outputs[1] != kNoValue;
-  return !indices && n.node.attrs.get_int("storage_order", 0) == 0;
+  return !indices && n.node.attr_int("storage_order") == 0;
 }
 
 // GlobalAveragePool and GlobalMaxPool: a fold over everything past [N, C].

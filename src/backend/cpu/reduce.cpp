@@ -7,6 +7,7 @@
 
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/reduce_kernels.h"
+#include "ir/ops/op_params.h"
 #include "pto/parallel.h"
 
 namespace pto::cpu {
@@ -95,23 +96,14 @@ Fold fold_of(Reduce op) {
 // Which axes are reduced, as the reference reads them: the `axes` input, else the attribute; none
 // means all unless noop_with_empty_axes.
 std::vector<bool> reduced_axes(const KernelContext& c, int64_t rank) {
-  std::vector<int64_t> axes;
+  std::optional<std::vector<int64_t>> axes;
   if (c.has_input(1)) {
     const Tensor& a = c.input(1);
     if (a.rank() > 1)
       throw ValueError(cat(c.where(), ": axes must be a 1-D tensor, got ", a.str()));
-    axes.assign(a.data<int64_t>(), a.data<int64_t>() + a.numel());
-  } else {
-    axes = c.attrs().get_ints("axes", {});
+    axes.emplace(a.data<int64_t>(), a.data<int64_t>() + a.numel());
   }
-  std::vector<bool> reduced(rank,
-                            axes.empty() && c.attrs().get_int("noop_with_empty_axes", 0) == 0);
-  for (int64_t a : axes) {
-    const int64_t k = normalize_axis(a, rank, c.where());
-    if (reduced[k]) throw ValueError(cat(c.where(), ": axis ", a, " is repeated in axes"));
-    reduced[k] = true;
-  }
-  return reduced;
+  return params::reduce(c.node, axes).reduced(rank, c.where());
 }
 
 // x as [outer, reduce, inner]; `data` is x's or a copy with the reduced axes moved last.
@@ -181,7 +173,7 @@ Folded fold_view(const Tensor& x, const std::vector<bool>& reduced) {
 std::vector<Tensor> run_reduce(const KernelContext& c, Reduce op) {
   const Tensor& x = c.input(0);
   const std::vector<bool> reduced = reduced_axes(c, x.rank());
-  const bool keepdims = c.attrs().get_int("keepdims", 1) != 0;
+  const bool keepdims = params::reduce(c.node, {}).keepdims;
   Dims out_shape;
   int64_t out_numel = 1;
   for (int64_t k = 0; k < x.rank(); ++k) {
@@ -239,9 +231,9 @@ bool accepts_reduce(const NodeInfo& n) {
 // the last with select_last_index), ties go to the first (or last) index.
 std::vector<Tensor> run_arg(const KernelContext& c, bool is_max) {
   const Tensor& x = c.input(0);
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), x.rank(), c.where());
-  const bool keepdims = c.attrs().get_int("keepdims", 1) != 0;
-  const bool last = c.attrs().get_int("select_last_index", 0) != 0;
+  const int64_t axis = normalize_axis(c.node.attr_int("axis"), x.rank(), c.where());
+  const bool keepdims = c.node.attr_int("keepdims") != 0;
+  const bool last = c.node.attr_int("select_last_index") != 0;
   const int64_t n = x.dim(axis);
   int64_t outer = 1, inner = 1;
   Dims out_shape;

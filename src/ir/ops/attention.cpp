@@ -1,6 +1,7 @@
 // Transformer building blocks as single ops: Attention (opset 23+), RMSNormalization and
 // RotaryEmbedding. Graph passes may decompose them; backends may run them fused.
 #include "infer_util.h"
+#include "op_params.h"
 
 namespace pto {
 namespace {
@@ -16,7 +17,8 @@ void infer_attention(InferContext& c) {
     if (qs.size() == 4) {
       y = Shape{qs[0], qs[1], qs[2], vs[3]};
     } else if (qs.size() == 3) {
-      int64_t qh = c.attrs().get_int("q_num_heads", 0), kvh = c.attrs().get_int("kv_num_heads", 0);
+      const params::Attention p = params::attention(c.node);
+      const int64_t qh = p.q_num_heads, kvh = p.kv_num_heads;
       Dim hidden = Dim::unknown();
       if (vs[2].is_known() && qh > 0 && kvh > 0) hidden = Dim(vs[2].value / kvh * qh);
       y = Shape{qs[0], qs[1], hidden};
@@ -35,17 +37,31 @@ void register_attention_ops(OpRegistry& r) {
          .min_outputs = 1,
          .max_outputs = 4,
          .properties = kOpaque,
+         .attrs = {{"is_causal", int64_t{0}},
+                   optional_attr("kv_num_heads", AttrKind::kInt, "3-D inputs only"),
+                   optional_attr("q_num_heads", AttrKind::kInt, "3-D inputs only"),
+                   {"qk_matmul_output_mode", int64_t{0}, "which matrix output 3 holds"},
+                   optional_attr("scale", AttrKind::kFloat, "absent: 1 / sqrt(head size)"),
+                   {"softcap", 0.0, "0: no soft cap"},
+                   optional_attr("softmax_precision", AttrKind::kInt, "ONNX type code"),
+                   // Sliding-window masks as ONNX proposes them (-1: unbounded).
+                   {"left_window_size", int64_t{-1}},
+                   {"right_window_size", int64_t{-1}}},
          .infer = infer_attention,
          .doc = "softmax(Q K^T * scale + mask) V with GQA, KV cache, causal and window masks"});
   r.add({.name = "RMSNormalization",
          .min_inputs = 2,
          .max_inputs = 2,
          .properties = kReduction,
+         .attrs = params::norm_attrs(),
          .infer = [](InferContext& c) { infer::same_as_input(c); }});
   r.add({.name = "RotaryEmbedding",
          .min_inputs = 3,
          .max_inputs = 4,
          .properties = kOpaque,
+         .attrs = {{"interleaved", int64_t{0}},
+                   optional_attr("num_heads", AttrKind::kInt, "3-D input only"),
+                   {"rotary_embedding_dim", int64_t{0}, "0: the whole head"}},
          .infer = [](InferContext& c) { infer::same_as_input(c); }});
 }
 

@@ -81,18 +81,23 @@ void register_blocked_layout_ops(OpRegistry& r) {
          .min_inputs = 1,
          .max_inputs = 1,
          .properties = kInjective,
+         .attrs = {required_attr("block", AttrKind::kInt, "channels per block")},
          .infer = infer_to_blocked,
          .doc = "[N, C, H, W] -> channel-blocked [N, ceil(C/block), H, W, block], padded lanes 0"});
   r.add({.name = "ReorderFromBlocked",
          .min_inputs = 1,
          .max_inputs = 1,
          .properties = kInjective,
+         .attrs = {required_attr("channels", AttrKind::kInt, "the NCHW channel count")},
          .infer = infer_from_blocked,
          .doc = "channel-blocked [N, Cb, H, W, c] -> [N, channels, H, W]"});
   r.add({.name = "ConvBlocked",
          .min_inputs = 2,
          .max_inputs = 3,
          .properties = kOpaque,
+         .attrs = window::window_attrs().with(
+             {{"group", int64_t{1}},
+              required_attr("channels", AttrKind::kInt, "the real input channel count")}),
          .infer = infer_conv_blocked,
          .doc = "2-D Conv (group 1 or depthwise) on channel-blocked tensors and weights"});
 }

@@ -92,16 +92,28 @@ void infer_eye_like(InferContext& c) {
 
 }  // namespace
 
+namespace {
+
+// Cast's and CastLike's attributes besides Cast's `to`.
+AttrSchema cast_attrs() {
+  return {{"saturate", int64_t{1}, "opset 19+: float8 targets saturate"},
+          {"round_mode", "up", "opset 24+: rounding to float8e8m0"}};
+}
+
+}  // namespace
+
 void register_generate_ops(OpRegistry& r) {
   r.add({.name = "Cast",
          .min_inputs = 1,
          .max_inputs = 1,
          .properties = kElementwise,
+         .attrs = cast_attrs().with({required_attr("to", AttrKind::kDType)}),
          .infer = [](InferContext& c) { infer::set(c, 0, cast_target(c), shape_of(c, 0)); }});
   r.add({.name = "CastLike",
          .min_inputs = 2,
          .max_inputs = 2,
          .properties = kElementwise,
+         .attrs = cast_attrs(),
          .infer = [](InferContext& c) {
            infer::set(c, 0, c.has_input(1) ? c.inputs[1].dtype : DType::kUndefined, shape_of(c, 0));
          }});
@@ -109,22 +121,39 @@ void register_generate_ops(OpRegistry& r) {
          .min_inputs = 0,
          .max_inputs = 0,
          .properties = 0,
+         // Exactly one of these (sparse_value is not supported).
+         .attrs = {optional_attr("value", AttrKind::kTensor),
+                   optional_attr("value_float", AttrKind::kFloat),
+                   optional_attr("value_floats", AttrKind::kFloats),
+                   optional_attr("value_int", AttrKind::kInt),
+                   optional_attr("value_ints", AttrKind::kInts),
+                   optional_attr("value_string", AttrKind::kString),
+                   optional_attr("value_strings", AttrKind::kStrings)},
          .infer = infer_constant});
   r.add({.name = "ConstantOfShape",
          .min_inputs = 1,
          .max_inputs = 1,
          .properties = 0,
+         .attrs = {optional_attr("value", AttrKind::kTensor, "one element; absent: float 0")},
          .infer = infer_constant_of_shape});
-  r.add({.name = "Range", .min_inputs = 3, .max_inputs = 3, .properties = 0, .infer = infer_range});
-  r.add({.name = "EyeLike",
-         .min_inputs = 1,
-         .max_inputs = 1,
-         .properties = kShapeOnly,
-         .infer = infer_eye_like});
+  r.add({.name = "Range",
+         .min_inputs = 3,
+         .max_inputs = 3,
+         .properties = 0,
+         .attrs = AttrSchema::none(),
+         .infer = infer_range});
+  r.add(
+      {.name = "EyeLike",
+       .min_inputs = 1,
+       .max_inputs = 1,
+       .properties = kShapeOnly,
+       .attrs = {optional_attr("dtype", AttrKind::kInt, "absent: the input's"), {"k", int64_t{0}}},
+       .infer = infer_eye_like});
   r.add({.name = "Trilu",
          .min_inputs = 1,
          .max_inputs = 2,
          .properties = kInjective,
+         .attrs = {{"upper", int64_t{1}}},
          .infer = [](InferContext& c) { infer::same_as_input(c); }});
 }
 

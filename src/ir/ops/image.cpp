@@ -106,8 +106,8 @@ void infer_roi_align(InferContext& c) {
   if (!c.has_input(0) || !c.has_input(1)) return;
   Dim rois = dim_of(c, 1, 0);
   if (!rois.is_known() && !rois.is_symbolic()) rois = dim_of(c, 2, 0);
-  Shape s{rois, dim_of(c, 0, 1), Dim(c.attrs().get_int("output_height", 1)),
-          Dim(c.attrs().get_int("output_width", 1))};
+  Shape s{rois, dim_of(c, 0, 1), Dim(c.node.attr_int("output_height")),
+          Dim(c.node.attr_int("output_width"))};
   for (size_t k = 2; k < 4; ++k)
     if (s[k].value < 0) s[k] = Dim::unknown();
   infer::set(c, 0, c.inputs[0].dtype, s);
@@ -151,21 +151,40 @@ void infer_max_unpool(InferContext& c) {
 
 void register_image_ops(OpRegistry& r) {
   infer::add_opaque(
-      r, "GridSample", 2, 2, infer_grid_sample,
+      r, "GridSample", 2, 2,
+      {{"align_corners", int64_t{0}},
+       {"mode", "linear", "linear, nearest or cubic (bilinear, bicubic before opset 20)"},
+       {"padding_mode", "zeros", "zeros, border or reflection"}},
+      infer_grid_sample,
       "samples X at the normalized coordinates of grid (nearest, N-linear or N-cubic)");
   infer::add_opaque(
-      r, "AffineGrid", 2, 2, infer_affine_grid,
+      r, "AffineGrid", 2, 2, {{"align_corners", int64_t{0}}}, infer_affine_grid,
       "the sampling grid of an affine transform theta for an output of the given size");
-  infer::add_opaque(r, "CenterCropPad", 2, 2, infer_center_crop_pad,
-                    "center-crops or zero-pads the given axes to the given sizes");
-  infer::add_opaque(r, "Col2Im", 3, 3, infer_col2im,
-                    "sums sliding blocks back into an image (fold)");
-  infer::add_opaque(r, "RoiAlign", 3, 3, infer_roi_align,
-                    "bilinear-sampled average or max pooling of each region of interest");
-  infer::add_opaque(r, "MaxUnpool", 2, 3, infer_max_unpool,
-                    "scatters MaxPool values back to their indices");
   infer::add_opaque(
-      r, "NonMaxSuppression", 2, 5,
+      r, "CenterCropPad", 2, 2, {optional_attr("axes", AttrKind::kInts, "absent: all axes")},
+      infer_center_crop_pad, "center-crops or zero-pads the given axes to the given sizes");
+  infer::add_opaque(
+      r, "Col2Im", 3, 3,
+      {optional_attr("dilations", AttrKind::kInts), optional_attr("pads", AttrKind::kInts),
+       optional_attr("strides", AttrKind::kInts)},
+      infer_col2im, "sums sliding blocks back into an image (fold)");
+  infer::add_opaque(r, "RoiAlign", 3, 3,
+                    {{"coordinate_transformation_mode", "half_pixel",
+                      "opset 16+ (opset 10 behaved as output_half_pixel)"},
+                     {"mode", "avg"},
+                     {"output_height", int64_t{1}},
+                     {"output_width", int64_t{1}},
+                     {"sampling_ratio", int64_t{0}},
+                     {"spatial_scale", 1.0}},
+                    infer_roi_align,
+                    "bilinear-sampled average or max pooling of each region of interest");
+  infer::add_opaque(
+      r, "MaxUnpool", 2, 3,
+      {required_attr("kernel_shape", AttrKind::kInts), optional_attr("pads", AttrKind::kInts),
+       optional_attr("strides", AttrKind::kInts)},
+      infer_max_unpool, "scatters MaxPool values back to their indices");
+  infer::add_opaque(
+      r, "NonMaxSuppression", 2, 5, {{"center_point_box", int64_t{0}}},
       [](InferContext& c) {
         infer::set(c, 0, DType::kI64, Shape{Dim::unknown(), Dim(3)});
       },

@@ -14,7 +14,7 @@ void infer_gather(InferContext& c) {
   if (data.shape && idx.shape) {
     const Shape& d = *data.shape;
     const int64_t axis =
-        normalize_axis(c.attrs().get_int("axis", 0), static_cast<int64_t>(d.size()), c.where());
+        normalize_axis(c.node.attr_int("axis"), static_cast<int64_t>(d.size()), c.where());
     shape = Shape(d.begin(), d.begin() + axis);
     shape->insert(shape->end(), idx.shape->begin(), idx.shape->end());
     shape->insert(shape->end(), d.begin() + axis + 1, d.end());
@@ -28,7 +28,7 @@ void infer_gather_nd(InferContext& c) {
   const TensorType& data = c.inputs[0];
   const TensorType& idx = c.inputs[1];
   std::optional<Shape> shape;
-  const int64_t b = c.attrs().get_int("batch_dims", 0);
+  const int64_t b = c.node.attr_int("batch_dims");
   if (data.shape && idx.shape && !idx.shape->empty() && idx.shape->back().is_known()) {
     const int64_t m = idx.shape->back().value;
     const int64_t r = static_cast<int64_t>(data.shape->size());
@@ -46,7 +46,7 @@ void infer_one_hot(InferContext& c) {
   std::optional<Shape> shape;
   if (idx.shape) {
     const int64_t r = static_cast<int64_t>(idx.shape->size());
-    const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), r + 1, c.where());
+    const int64_t axis = normalize_axis(c.node.attr_int("axis"), r + 1, c.where());
     Dim depth = Dim::unknown();
     if (auto v = infer::constant_ints(c, 1); v && v->size() == 1 && (*v)[0] > 0)
       depth = Dim((*v)[0]);
@@ -97,11 +97,12 @@ void infer_unique(InferContext& c) {
 }
 
 void add(OpRegistry& r, const std::string& name, int min_in, int max_in, uint32_t props,
-         InferFn infer) {
+         AttrSchema attrs, InferFn infer) {
   r.add({.name = name,
          .min_inputs = min_in,
          .max_inputs = max_in,
          .properties = props,
+         .attrs = std::move(attrs),
          .infer = std::move(infer)});
 }
 
@@ -113,23 +114,31 @@ void register_indexing_ops(OpRegistry& r) {
     if (!c.has_input(0) || !c.has_input(1)) return;
     infer::set(c, 0, c.inputs[0].dtype, c.inputs[1].shape);
   };
-  add(r, "Gather", 2, 2, kInjective, infer_gather);
-  add(r, "GatherElements", 2, 2, kInjective, like_indices);
-  add(r, "GatherND", 2, 2, kInjective, infer_gather_nd);
+  const AttrSchema axis0 = {{"axis", int64_t{0}}};
+  const AttrDef reduction = {"reduction", "none", "opset 16+: none, add, mul, max or min"};
+  add(r, "Gather", 2, 2, kInjective, axis0, infer_gather);
+  add(r, "GatherElements", 2, 2, kInjective, axis0, like_indices);
+  add(r, "GatherND", 2, 2, kInjective, {{"batch_dims", int64_t{0}}}, infer_gather_nd);
   // Scatter is ScatterElements' deprecated name (opsets 9-10).
-  for (const char* op : {"Scatter", "ScatterElements", "ScatterND"})
-    add(r, op, 3, 3, kInPlace, same);
-  add(r, "TensorScatter", 2, 3, kInPlace, same);
-  add(r, "OneHot", 3, 3, kInjective, infer_one_hot);
-  add(r, "NonZero", 1, 1, kOpaque, infer_non_zero);
-  add(r, "Compress", 2, 2, kOpaque, infer_compress);
-  add(r, "ReverseSequence", 2, 2, kInjective, same);
+  add(r, "Scatter", 3, 3, kInPlace, axis0, same);
+  add(r, "ScatterElements", 3, 3, kInPlace, axis0.with({reduction}), same);
+  add(r, "ScatterND", 3, 3, kInPlace, {reduction}, same);
+  add(r, "TensorScatter", 2, 3, kInPlace,
+      {{"axis", int64_t{-2}, "the sequence axis"}, {"mode", "linear", "linear or circular"}}, same);
+  add(r, "OneHot", 3, 3, kInjective, {{"axis", int64_t{-1}}}, infer_one_hot);
+  add(r, "NonZero", 1, 1, kOpaque, AttrSchema::none(), infer_non_zero);
+  add(r, "Compress", 2, 2, kOpaque,
+      {optional_attr("axis", AttrKind::kInt, "absent: the flattened input")}, infer_compress);
+  add(r, "ReverseSequence", 2, 2, kInjective,
+      {{"batch_axis", int64_t{1}}, {"time_axis", int64_t{0}}}, same);
   r.add({.name = "Unique",
          .min_inputs = 1,
          .max_inputs = 1,
          .min_outputs = 1,
          .max_outputs = 4,
          .properties = kOpaque,
+         .attrs = {optional_attr("axis", AttrKind::kInt, "absent: the flattened input"),
+                   {"sorted", int64_t{1}}},
          .infer = infer_unique,
          .doc = "unique values (or slices along axis), first indices, inverse indices, counts"});
 }

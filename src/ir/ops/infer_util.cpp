@@ -42,11 +42,12 @@ void set(InferContext& c, size_t out, DType dtype, std::optional<Shape> shape) {
 }
 
 void add_opaque(OpRegistry& r, const std::string& name, int min_inputs, int max_inputs,
-                InferFn infer, std::string doc) {
+                AttrSchema attrs, InferFn infer, std::string doc) {
   r.add({.name = name,
          .min_inputs = min_inputs,
          .max_inputs = max_inputs,
          .properties = kOpaque,
+         .attrs = std::move(attrs),
          .infer = std::move(infer),
          .doc = std::move(doc)});
 }

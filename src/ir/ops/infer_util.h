@@ -26,6 +26,6 @@ void set(InferContext& c, size_t out, DType dtype, std::optional<Shape> shape);
 
 // Registers a single-output kOpaque op (heavy or irregular: GridSample, DFT, ...).
 void add_opaque(OpRegistry& r, const std::string& name, int min_inputs, int max_inputs,
-                InferFn infer, std::string doc);
+                AttrSchema attrs, InferFn infer, std::string doc);
 
 }  // namespace pto::infer

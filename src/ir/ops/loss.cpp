@@ -7,7 +7,7 @@ namespace {
 void infer_loss(InferContext& c) {
   if (!c.has_input(0)) return;
   std::optional<Shape> shape;
-  if (c.attrs().get_string("reduction", "mean") != "none")
+  if (c.node.attr_string("reduction") != "none")
     shape = Shape{};
   else if (c.has_input(1))
     shape = c.inputs[1].shape;
@@ -22,6 +22,8 @@ void register_loss_ops(OpRegistry& r) {
          .min_inputs = 2,
          .max_inputs = 3,
          .properties = kReduction,
+         .attrs = {optional_attr("ignore_index", AttrKind::kInt),
+                   {"reduction", "mean", "none, sum or mean"}},
          .infer = infer_loss});
   r.add({.name = "SoftmaxCrossEntropyLoss",
          .min_inputs = 2,
@@ -29,6 +31,8 @@ void register_loss_ops(OpRegistry& r) {
          .min_outputs = 1,
          .max_outputs = 2,
          .properties = kReduction,
+         .attrs = {optional_attr("ignore_index", AttrKind::kInt),
+                   {"reduction", "mean", "none, sum or mean"}},
          .infer = infer_loss});
 }
 

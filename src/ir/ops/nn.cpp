@@ -66,7 +66,7 @@ void infer_conv_transpose(InferContext& c) {
   std::optional<Shape> y;
   if (x && x->size() >= 3) {
     const size_t rank = x->size() - 2;
-    const int64_t group = c.attrs().get_int("group", 1);
+    const int64_t group = c.node.attr_int("group");
     Dim m = Dim::unknown();
     if (c.has_input(1) && c.inputs[1].shape && c.inputs[1].shape->size() == rank + 2 &&
         (*c.inputs[1].shape)[1].is_known() && group > 0)
@@ -119,12 +119,17 @@ void register_nn_ops(OpRegistry& r) {
          .min_inputs = 2,
          .max_inputs = 3,
          .properties = kOpaque,
+         .attrs = window::window_attrs().with({{"group", int64_t{1}}}),
          .infer = infer_conv,
          .doc = "N-D convolution with groups, dilations, strides, pads / auto_pad and bias"});
   r.add({.name = "ConvTranspose",
          .min_inputs = 2,
          .max_inputs = 3,
          .properties = kOpaque,
+         .attrs = window::window_attrs().with(
+             {{"group", int64_t{1}},
+              optional_attr("output_padding", AttrKind::kInts, "absent: 0 per spatial axis"),
+              optional_attr("output_shape", AttrKind::kInts, "absent: from pads")}),
          .infer = infer_conv_transpose,
          .doc = "transposed convolution (output_padding, output_shape, groups, dilations)"});
   r.add({.name = "MaxPool",
@@ -133,19 +138,30 @@ void register_nn_ops(OpRegistry& r) {
          .min_outputs = 1,
          .max_outputs = 2,
          .properties = kOpaque,
+         .attrs =
+             window::pool_attrs().with({{"storage_order", int64_t{0}, "1: Indices column-major"}}),
          .infer = infer_pool,
          .doc = "max over sliding windows; optional flat argmax Indices"});
-  for (const char* name : {"AveragePool", "LpPool"})
-    r.add({.name = name,
-           .min_inputs = 1,
-           .max_inputs = 1,
-           .properties = kOpaque,
-           .infer = infer_pool});
+  r.add({.name = "AveragePool",
+         .min_inputs = 1,
+         .max_inputs = 1,
+         .properties = kOpaque,
+         .attrs = window::pool_attrs().with({{"count_include_pad", int64_t{0}}}),
+         .infer = infer_pool});
+  // LpPool-1 took a float p; it is read as an int (opset 2+), so such a node is rejected.
+  r.add({.name = "LpPool",
+         .min_inputs = 1,
+         .max_inputs = 1,
+         .properties = kOpaque,
+         .attrs = window::pool_attrs().with({{"p", int64_t{2}}}),
+         .infer = infer_pool});
   for (const char* name : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
     r.add({.name = name,
            .min_inputs = 1,
            .max_inputs = 1,
            .properties = kReduction,
+           .attrs = std::string_view(name) == "GlobalLpPool" ? AttrSchema{{"p", int64_t{2}}}
+                                                             : AttrSchema::none(),
            .infer = infer_global_pool});
   register_nn_norm_ops(r);
   register_nn_matmul_ops(r);

@@ -1,6 +1,7 @@
 // Contractions: Gemm, MatMul (numpy matmul), MatMulInteger and Einsum.
 #include "einsum_equation.h"
 #include "infer_util.h"
+#include "op_params.h"
 
 namespace pto {
 namespace {
@@ -35,7 +36,8 @@ void infer_gemm(InferContext& c) {
     if (a->size() != 2 || b->size() != 2)
       throw ValueError(
           cat(c.where(), ": A and B must be 2-D, got ", shape_str(*a), " and ", shape_str(*b)));
-    const bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;
+    const params::Gemm p = params::gemm(c.node);
+    const bool ta = p.trans_a, tb = p.trans_b;
     y = Shape{(*a)[ta ? 1 : 0], (*b)[tb ? 0 : 1]};
   }
   infer::set(c, 0, c.inputs[0].dtype, y);
@@ -71,6 +73,7 @@ void register_nn_matmul_ops(OpRegistry& r) {
          .min_inputs = 2,
          .max_inputs = 2,
          .properties = kOpaque,
+         .attrs = AttrSchema::none(),
          .infer =
              [](InferContext& c) {
                if (c.has_input(0)) infer::set(c, 0, c.inputs[0].dtype, matmul_shape(c));
@@ -80,18 +83,25 @@ void register_nn_matmul_ops(OpRegistry& r) {
          .min_inputs = 2,
          .max_inputs = 4,
          .properties = kOpaque,
+         .attrs = AttrSchema::none(),
          .infer = [](InferContext& c) { infer::set(c, 0, DType::kI32, matmul_shape(c)); },
          .doc = "(A - a_zero_point) x (B - b_zero_point) on 8-bit integers, int32 result"});
   r.add({.name = "Gemm",
          .min_inputs = 2,
          .max_inputs = 3,
          .properties = kOpaque,
+         .attrs = {{"alpha", 1.0},
+                   {"beta", 1.0},
+                   {"transA", int64_t{0}},
+                   {"transB", int64_t{0}},
+                   {"broadcast", int64_t{0}, "opset < 7: 1 to broadcast C"}},
          .infer = infer_gemm,
          .doc = "alpha * A' B' + beta * C, with optional transposes and broadcast C"});
   r.add({.name = "Einsum",
          .min_inputs = 1,
          .max_inputs = -1,
          .properties = kOpaque,
+         .attrs = {required_attr("equation", AttrKind::kString)},
          .infer = infer_einsum,
          .doc = "Einstein summation with diagonals, broadcasting and ellipsis"});
 }

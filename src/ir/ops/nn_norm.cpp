@@ -1,5 +1,6 @@
 // NN ops that keep their input's shape: normalizations, Softmax / LogSoftmax / Hardmax, Dropout.
 #include "infer_util.h"
+#include "op_params.h"
 
 namespace pto {
 namespace {
@@ -21,11 +22,12 @@ void infer_batch_norm(InferContext& c) {
 void infer_layer_norm(InferContext& c) {
   infer::same_as_input(c, 0, 0);
   if (c.outputs.size() < 2 || !c.has_input(0)) return;
-  DType stash = dtype_from_onnx_code(c.attrs().get_int("stash_type", 1), c.where());
+  const params::Norm p = params::norm(c.node);
+  DType stash = dtype_from_onnx_code(p.stash_type, c.where());
   std::optional<Shape> s = c.inputs[0].shape;
   if (s) {
     const int64_t rank = static_cast<int64_t>(s->size());
-    const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), rank, c.where());
+    const int64_t axis = normalize_axis(p.axis, rank, c.where());
     for (int64_t i = axis; i < rank; ++i) (*s)[i] = 1;
   }
   for (size_t o = 1; o < c.outputs.size(); ++o) infer::set(c, o, stash, s);
@@ -39,11 +41,12 @@ void infer_dropout(InferContext& c) {
   infer::set(c, 1, mask, c.inputs[0].shape);
 }
 
-OpDef same_shape(const char* name, int min_in, int max_in, uint32_t props) {
+OpDef same_shape(const char* name, int min_in, int max_in, uint32_t props, AttrSchema attrs) {
   return {.name = name,
           .min_inputs = min_in,
           .max_inputs = max_in,
           .properties = props,
+          .attrs = std::move(attrs),
           .infer = [](InferContext& c) { infer::same_as_input(c); }};
 }
 
@@ -56,6 +59,12 @@ void register_nn_norm_ops(OpRegistry& r) {
          .min_outputs = 1,
          .max_outputs = 5,
          .properties = kOpaque,
+         .attrs = {{"epsilon", 1e-5},
+                   {"momentum", 0.9},
+                   {"training_mode", int64_t{0}, "opset 14+"},
+                   {"spatial", int64_t{1}, "opset < 9: 0 for per-element statistics"},
+                   optional_attr("is_test", AttrKind::kInt, "opset < 7"),
+                   optional_attr("consumed_inputs", AttrKind::kInts, "opset 1 only; ignored")},
          .infer = infer_batch_norm,
          .doc = "inference: scale * (x - mean) / sqrt(var + eps) + bias per channel; "
                 "training_mode: batch statistics and updated running statistics"});
@@ -65,21 +74,36 @@ void register_nn_norm_ops(OpRegistry& r) {
          .min_outputs = 1,
          .max_outputs = 3,
          .properties = kReduction,
+         .attrs = params::norm_attrs(),
          .infer = infer_layer_norm});
-  r.add(same_shape("InstanceNormalization", 3, 3, kReduction));
-  r.add(same_shape("GroupNormalization", 3, 3, kReduction));
-  r.add(same_shape("LpNormalization", 1, 1, kReduction));
-  r.add(same_shape("MeanVarianceNormalization", 1, 1, kReduction));
-  r.add(same_shape("LRN", 1, 1, kOpaque));
-  r.add(same_shape("Softmax", 1, 1, kReduction));
-  r.add(same_shape("LogSoftmax", 1, 1, kReduction));
-  r.add(same_shape("Hardmax", 1, 1, kReduction));
+  r.add(same_shape("InstanceNormalization", 3, 3, kReduction,
+                   {{"epsilon", 1e-5},
+                    optional_attr("consumed_inputs", AttrKind::kInts, "opset 1 only; ignored")}));
+  r.add(same_shape("GroupNormalization", 3, 3, kReduction,
+                   {{"epsilon", 1e-5},
+                    required_attr("num_groups", AttrKind::kInt),
+                    {"stash_type", int64_t{1}, "opset 21+: the statistics' ONNX type"}}));
+  r.add(
+      same_shape("LpNormalization", 1, 1, kReduction, {{"axis", int64_t{-1}}, {"p", int64_t{2}}}));
+  r.add(same_shape("MeanVarianceNormalization", 1, 1, kReduction,
+                   {{"axes", Dims{0, 2, 3}},
+                    optional_attr("across_channels", AttrKind::kInt, "opset 1"),
+                    optional_attr("normalize_variance", AttrKind::kInt, "opset 1")}));
+  r.add(same_shape(
+      "LRN", 1, 1, kOpaque,
+      {{"alpha", 1e-4}, {"beta", 0.75}, {"bias", 1.0}, required_attr("size", AttrKind::kInt)}));
+  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"})
+    r.add(same_shape(op, 1, 1, kReduction, {params::softmax_axis_attr()}));
   r.add({.name = "Dropout",
          .min_inputs = 1,
          .max_inputs = 3,
          .min_outputs = 1,
          .max_outputs = 2,
          .properties = kElementwise | kView,
+         .attrs = {optional_attr("ratio", AttrKind::kFloat, "opset < 12; 0.5 when absent"),
+                   optional_attr("seed", AttrKind::kInt, "opset 12+"),
+                   optional_attr("is_test", AttrKind::kInt, "opset < 7"),
+                   optional_attr("consumed_inputs", AttrKind::kInts, "opset 1 only; ignored")},
          .infer = infer_dropout,
          .doc = "inference: identity (mask all true); training with a nonzero ratio is "
                 "unsupported"});

@@ -1,6 +1,7 @@
 // Linear quantization ops: QuantizeLinear, DequantizeLinear (per-tensor, per-axis, blocked) and
 // DynamicQuantizeLinear.
 #include "infer_util.h"
+#include "window.h"
 
 namespace pto {
 namespace {
@@ -11,14 +12,14 @@ void infer_quantize(InferContext& c) {
   DType dt = DType::kU8;
   if (c.has_input(2))
     dt = c.inputs[2].dtype;
-  else if (c.attrs().get_int("output_dtype", 0) != 0)
+  else if (c.node.attr_int("output_dtype") != 0)
     dt = dtype_from_onnx_code(c.attrs().get_int("output_dtype"), c.where());
   infer::set(c, 0, dt, c.inputs[0].shape);
 }
 
 void infer_dequantize(InferContext& c) {
   if (!c.has_input(0) || !c.has_input(1)) return;
-  DType dt = c.attrs().get_int("output_dtype", 0) != 0
+  DType dt = c.node.attr_int("output_dtype") != 0
                  ? dtype_from_onnx_code(c.attrs().get_int("output_dtype"), c.where())
                  : c.inputs[1].dtype;
   infer::set(c, 0, dt, c.inputs[0].shape);
@@ -32,31 +33,49 @@ void infer_qlinear(InferContext& c) {
 
 }  // namespace
 
+namespace {
+
+// QuantizeLinear's and DequantizeLinear's shared attributes.
+AttrSchema quantize_attrs() {
+  return {{"axis", int64_t{1}, "the per-axis scale's axis"},
+          {"block_size", int64_t{0}, "opset 21+: blocked quantization; 0: none"},
+          {"output_dtype", int64_t{0}, "opset 21+: ONNX type code; 0: from the zero point"}};
+}
+
+}  // namespace
+
 void register_quantization_ops(OpRegistry& r) {
   r.add({.name = "QLinearMatMul",
          .min_inputs = 8,
          .max_inputs = 8,
          .properties = kOpaque,
+         .attrs = AttrSchema::none(),
          .infer = infer_qlinear});
   r.add({.name = "QLinearConv",
          .min_inputs = 8,
          .max_inputs = 9,
          .properties = kOpaque,
+         .attrs = window::window_attrs().with({{"group", int64_t{1}}}),
          .infer = infer_qlinear});
   r.add({.name = "ConvInteger",
          .min_inputs = 2,
          .max_inputs = 4,
          .properties = kOpaque,
+         .attrs = window::window_attrs().with({{"group", int64_t{1}}}),
          .infer = [](InferContext& c) { infer::set(c, 0, DType::kI32, std::nullopt); }});
   r.add({.name = "QuantizeLinear",
          .min_inputs = 2,
          .max_inputs = 3,
          .properties = kElementwise,
+         .attrs = quantize_attrs().with(
+             {{"saturate", int64_t{1}, "opset 19+: float8 targets saturate"},
+              {"precision", int64_t{0}, "opset 23+: type code of the division; 0: the input's"}}),
          .infer = infer_quantize});
   r.add({.name = "DequantizeLinear",
          .min_inputs = 2,
          .max_inputs = 3,
          .properties = kElementwise,
+         .attrs = quantize_attrs(),
          .infer = infer_dequantize});
   r.add({.name = "DynamicQuantizeLinear",
          .min_inputs = 1,
@@ -64,6 +83,7 @@ void register_quantization_ops(OpRegistry& r) {
          .min_outputs = 3,
          .max_outputs = 3,
          .properties = kReduction,
+         .attrs = AttrSchema::none(),
          .infer = [](InferContext& c) {
            if (!c.has_input(0)) return;
            infer::set(c, 0, DType::kU8, c.inputs[0].shape);

@@ -5,27 +5,10 @@
 #include <algorithm>
 
 #include "infer_util.h"
+#include "op_params.h"
 
 namespace pto {
 namespace {
-
-// The reduced axes of a Reduce* node, normalized and sorted; nullopt when they are not known
-// before running. An empty result means "no axes given".
-std::optional<std::vector<int64_t>> reduce_axes(const InferContext& c, int64_t rank) {
-  std::vector<int64_t> axes;
-  if (c.has_input(1)) {
-    auto v = infer::constant_ints(c, 1);
-    if (!v) return std::nullopt;
-    axes = *v;
-  } else {
-    axes = c.attrs().get_ints("axes", {});
-  }
-  for (int64_t& a : axes) a = normalize_axis(a, rank, c.where());
-  std::sort(axes.begin(), axes.end());
-  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
-    throw ValueError(cat(c.where(), ": axes contain a duplicate"));
-  return axes;
-}
 
 // Output shape of reducing `in` over `axes` (every axis when `all`).
 Shape reduced_shape(const Shape& in, const std::vector<int64_t>& axes, bool all, bool keepdims) {
@@ -43,16 +26,20 @@ Shape reduced_shape(const Shape& in, const std::vector<int64_t>& axes, bool all,
 void infer_reduce(InferContext& c) {
   if (!c.has_input(0)) return;
   const TensorType& x = c.inputs[0];
-  const bool keepdims = c.attrs().get_int("keepdims", 1) != 0;
+  const params::Reduce p =
+      params::reduce(c.node, c.has_input(1) ? infer::constant_ints(c, 1) : std::nullopt);
   std::optional<Shape> shape;
-  if (x.shape) {
-    const int64_t rank = static_cast<int64_t>(x.shape->size());
-    if (auto axes = reduce_axes(c, rank)) {
-      const bool noop = axes->empty() && c.attrs().get_int("noop_with_empty_axes", 0) != 0;
-      shape = noop ? *x.shape : reduced_shape(*x.shape, *axes, axes->empty(), keepdims);
-    } else if (keepdims) {
-      shape = Shape(x.shape->size(), Dim::unknown());
+  if (x.shape && p.axes) {
+    const std::vector<bool> reduced = p.reduced(static_cast<int64_t>(x.shape->size()), c.where());
+    shape = Shape{};
+    for (size_t k = 0; k < reduced.size(); ++k) {
+      if (!reduced[k])
+        shape->push_back((*x.shape)[k]);
+      else if (p.keepdims)
+        shape->push_back(Dim(1));
     }
+  } else if (x.shape && p.keepdims) {
+    shape = Shape(x.shape->size(), Dim::unknown());
   }
   infer::set(c, 0, x.dtype, shape);
 }
@@ -62,9 +49,9 @@ void infer_arg(InferContext& c) {
   const TensorType& x = c.inputs[0];
   std::optional<Shape> shape;
   if (x.shape) {
-    const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0),
-                                        static_cast<int64_t>(x.shape->size()), c.where());
-    shape = reduced_shape(*x.shape, {axis}, false, c.attrs().get_int("keepdims", 1) != 0);
+    const int64_t axis =
+        normalize_axis(c.node.attr_int("axis"), static_cast<int64_t>(x.shape->size()), c.where());
+    shape = reduced_shape(*x.shape, {axis}, false, c.node.attr_int("keepdims") != 0);
   }
   infer::set(c, 0, DType::kI64, shape);
 }
@@ -75,8 +62,8 @@ void infer_topk(InferContext& c) {
   std::optional<Shape> shape;
   if (x.shape) {
     shape = *x.shape;
-    const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1),
-                                        static_cast<int64_t>(shape->size()), c.where());
+    const int64_t axis =
+        normalize_axis(c.node.attr_int("axis"), static_cast<int64_t>(shape->size()), c.where());
     Dim k = Dim::unknown();
     if (c.has_input(1)) {
       if (auto v = infer::constant_ints(c, 1); v && v->size() == 1) k = Dim((*v)[0]);
@@ -94,6 +81,7 @@ void reduce_op(OpRegistry& r, const std::string& name) {
          .min_inputs = 1,
          .max_inputs = 2,
          .properties = kReduction,
+         .attrs = params::reduce_attrs(),
          .infer = infer_reduce});
 }
 
@@ -109,6 +97,9 @@ void register_reduction_ops(OpRegistry& r) {
            .min_inputs = 1,
            .max_inputs = 1,
            .properties = kReduction,
+           .attrs = {{"axis", int64_t{0}},
+                     {"keepdims", int64_t{1}},
+                     {"select_last_index", int64_t{0}, "opset 12+"}},
            .infer = infer_arg});
   // Scans keep the input's shape: not reductions in the sense passes rely on (smaller output).
   for (const char* op : {"CumSum", "CumProd"})
@@ -116,6 +107,7 @@ void register_reduction_ops(OpRegistry& r) {
            .min_inputs = 2,
            .max_inputs = 2,
            .properties = kOpaque,
+           .attrs = {{"exclusive", int64_t{0}}, {"reverse", int64_t{0}}},
            .infer = [](InferContext& c) { infer::same_as_input(c); }});
   r.add({.name = "TopK",
          .min_inputs = 1,
@@ -123,6 +115,10 @@ void register_reduction_ops(OpRegistry& r) {
          .min_outputs = 2,
          .max_outputs = 2,
          .properties = kOpaque,
+         .attrs = {{"axis", int64_t{-1}},
+                   {"largest", int64_t{1}, "opset 11+"},
+                   {"sorted", int64_t{1}, "opset 11+"},
+                   optional_attr("k", AttrKind::kInt, "opset 1-9; an input from 10")},
          .infer = infer_topk,
          .doc = "the k largest (or smallest) values along an axis and their indices"});
 }

@@ -42,7 +42,7 @@ void infer_resize(InferContext& c) {
   }
   std::optional<std::vector<int64_t>> sizes = v10 ? std::nullopt : infer::constant_ints(c, 3);
   if (!sizes || sizes->size() != axes.size()) return infer::set(c, 0, dt, unknown);
-  std::string policy = c.attrs().get_string("keep_aspect_ratio_policy", "stretch");
+  std::string policy = c.node.attr_string("keep_aspect_ratio_policy");
   Shape out = *in;
   if (policy == "stretch") {
     for (size_t i = 0; i < axes.size(); ++i) out[axes[i]] = Dim((*sizes)[i]);
@@ -91,11 +91,24 @@ void register_resize_ops(OpRegistry& r) {
          .min_inputs = 1,
          .max_inputs = 4,
          .properties = kOpaque,
+         .attrs = {{"antialias", int64_t{0}, "opset 18+"},
+                   optional_attr("axes", AttrKind::kInts, "opset 18+; absent: all axes"),
+                   {"coordinate_transformation_mode", "half_pixel", "opset 11+"},
+                   {"cubic_coeff_a", -0.75, "opset 11+"},
+                   {"exclude_outside", int64_t{0}, "opset 11+"},
+                   {"extrapolation_value", 0.0, "opset 11+"},
+                   {"keep_aspect_ratio_policy", "stretch", "opset 18+"},
+                   {"mode", "nearest", "nearest, linear or cubic"},
+                   {"nearest_mode", "round_prefer_floor", "opset 11+"}},
          .infer = infer_resize});
   r.add({.name = "Upsample",
          .min_inputs = 1,
          .max_inputs = 2,
          .properties = kOpaque,
+         .attrs = {{"mode", "nearest", "nearest, linear (bilinear in opset 1)"},
+                   optional_attr("scales", AttrKind::kFloats, "opset 7-8; an input from 9"),
+                   optional_attr("height_scale", AttrKind::kFloat, "opset 1"),
+                   optional_attr("width_scale", AttrKind::kFloat, "opset 1")},
          .infer = infer_upsample});
 }
 

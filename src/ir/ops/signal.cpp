@@ -20,14 +20,14 @@ std::optional<int64_t> constant_scalar(const InferContext& c, size_t in) {
 void infer_dft(InferContext& c) {
   if (!c.has_input(0)) return;
   const TensorType& x = c.inputs[0];
-  const bool inverse = c.attrs().get_int("inverse", 0) != 0;
-  const bool onesided = c.attrs().get_int("onesided", 0) != 0;
+  const bool inverse = c.node.attr_int("inverse") != 0;
+  const bool onesided = c.node.attr_int("onesided") != 0;
   std::optional<Shape> shape;
   if (x.shape && x.shape->size() >= 2) {
     const int64_t rank = static_cast<int64_t>(x.shape->size());
     std::optional<int64_t> axis;
     if (c.node.opset != 0 && c.node.opset < 20)
-      axis = c.attrs().get_int("axis", 1);
+      axis = c.node.attr_int("axis");
     else if (!c.has_input(2))
       axis = -2;
     else
@@ -68,7 +68,7 @@ void infer_stft(InferContext& c) {
       c.inputs[2].shape->size() == 1 && c.inputs[2].shape->front().is_known())
     frame = c.inputs[2].shape->front().value;
   const std::optional<int64_t> step = constant_scalar(c, 1);
-  const bool onesided = c.attrs().get_int("onesided", 1) != 0;
+  const bool onesided = c.node.attr_int("onesided") != 0;
   Dim frames = Dim::unknown(), bins = Dim::unknown();
   if (frame && *frame > 0) {
     bins = Dim(onesided ? *frame / 2 + 1 : *frame);
@@ -80,14 +80,14 @@ void infer_stft(InferContext& c) {
 
 // The window ops: a vector of `size` elements in output_datatype (default f32).
 void infer_window(InferContext& c) {
-  const DType dt = dtype_from_onnx_code(c.attrs().get_int("output_datatype", 1), c.where());
+  const DType dt = dtype_from_onnx_code(c.node.attr_int("output_datatype"), c.where());
   const std::optional<int64_t> size = constant_scalar(c, 0);
   infer::set(c, 0, dt, Shape{size && *size >= 0 ? Dim(*size) : Dim::unknown()});
 }
 
 // MelWeightMatrix: [dft_length / 2 + 1, num_mel_bins].
 void infer_mel(InferContext& c) {
-  const DType dt = dtype_from_onnx_code(c.attrs().get_int("output_datatype", 1), c.where());
+  const DType dt = dtype_from_onnx_code(c.node.attr_int("output_datatype"), c.where());
   const std::optional<int64_t> bins = constant_scalar(c, 0);
   const std::optional<int64_t> length = constant_scalar(c, 1);
   infer::set(c, 0, dt,
@@ -108,16 +108,26 @@ void infer_det(InferContext& c) {
 
 void register_signal_ops(OpRegistry& r) {
   infer::add_opaque(
-      r, "DFT", 1, 3, infer_dft,
+      r, "DFT", 1, 3,
+      {{"axis", int64_t{1}, "opset 17-19; an input from 20 (default -2)"},
+       {"inverse", int64_t{0}},
+       {"onesided", int64_t{0}}},
+      infer_dft,
       "discrete Fourier transform along one axis; complex values as a trailing [re, im] axis");
-  infer::add_opaque(r, "STFT", 2, 4, infer_stft, "short-time Fourier transform of windowed frames");
-  infer::add_opaque(r, "HannWindow", 1, 1, infer_window, "sin^2(pi n / N)");
-  infer::add_opaque(r, "HammingWindow", 1, 1, infer_window, "25/46 - 21/46 cos(2 pi n / N)");
-  infer::add_opaque(r, "BlackmanWindow", 1, 1, infer_window,
+  infer::add_opaque(r, "STFT", 2, 4, {{"onesided", int64_t{1}}}, infer_stft,
+                    "short-time Fourier transform of windowed frames");
+  infer::add_opaque(r, "HannWindow", 1, 1,
+                    {{"output_datatype", int64_t{1}}, {"periodic", int64_t{1}}}, infer_window,
+                    "sin^2(pi n / N)");
+  infer::add_opaque(r, "HammingWindow", 1, 1,
+                    {{"output_datatype", int64_t{1}}, {"periodic", int64_t{1}}}, infer_window,
+                    "25/46 - 21/46 cos(2 pi n / N)");
+  infer::add_opaque(r, "BlackmanWindow", 1, 1,
+                    {{"output_datatype", int64_t{1}}, {"periodic", int64_t{1}}}, infer_window,
                     "0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N)");
-  infer::add_opaque(r, "MelWeightMatrix", 5, 5, infer_mel,
+  infer::add_opaque(r, "MelWeightMatrix", 5, 5, {{"output_datatype", int64_t{1}}}, infer_mel,
                     "triangular mel filter bank, [dft_length / 2 + 1, num_mel_bins]");
-  infer::add_opaque(r, "Det", 1, 1, infer_det,
+  infer::add_opaque(r, "Det", 1, 1, AttrSchema::none(), infer_det,
                     "determinant of the square matrices in the last two axes");
 }
 

@@ -85,7 +85,7 @@ void infer_reshape(InferContext& c) {
     set_like_input(c, k ? std::optional<Shape>(infer::unknown_dims(*k)) : std::nullopt);
     return;
   }
-  bool allowzero = c.attrs().get_int("allowzero", 0) != 0;
+  bool allowzero = c.node.attr_int("allowzero") != 0;
   const auto& in = shape_of(c, 0);
   Shape out;
   std::optional<size_t> minus_one;
@@ -130,7 +130,7 @@ void infer_flatten(InferContext& c) {
   const auto& in = shape_of(c, 0);
   if (!in) return set_like_input(c, std::nullopt);
   auto r = static_cast<int64_t>(in->size());
-  int64_t axis = c.attrs().get_int("axis", 1);
+  int64_t axis = c.node.attr_int("axis");
   if (axis < -r || axis > r)
     throw ValueError(cat(c.where(), ": axis ", axis, " is out of range for rank ", r));
   if (axis < 0) axis += r;
@@ -236,7 +236,7 @@ void infer_concat(InferContext& c) {
   for (size_t i = 0; i < c.num_inputs() && !first; ++i) first = shape_of(c, i);
   if (!first) return set_like_input(c, std::nullopt);
   auto r = static_cast<int64_t>(first->size());
-  int64_t axis = c.attrs().get_int("axis", 1);
+  int64_t axis = c.node.attr_int("axis");
   axis = normalize_axis(axis, r, c.where());
   Shape out = *first;
   // Other axes: any input that knows the dim; the concat axis: the sum when every input's is
@@ -276,7 +276,7 @@ void infer_split(InferContext& c) {
     return;
   }
   int64_t axis =
-      normalize_axis(c.attrs().get_int("axis", 0), static_cast<int64_t>(in->size()), c.where());
+      normalize_axis(c.node.attr_int("axis"), static_cast<int64_t>(in->size()), c.where());
   const Dim& d = (*in)[axis];
   std::optional<Ints> sizes = infer::ints_input_or_attr(c, 1, "split");
   if (!sizes && !c.has_input(1) && d.is_known() && n > 0) {
@@ -426,7 +426,7 @@ void infer_shape(InferContext& c) {
   if (!in) return infer::set(c, 0, DType::kI64, infer::unknown_dims(1));
   auto r = static_cast<int64_t>(in->size());
   auto clamp_index = [r](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + r : i, 0, r); };
-  int64_t start = clamp_index(c.attrs().get_int("start", 0));
+  int64_t start = clamp_index(c.node.attr_int("start"));
   int64_t end = clamp_index(c.attrs().get_int("end", r));
   infer::set(c, 0, DType::kI64, Shape{std::max<int64_t>(end - start, 0)});
 }
@@ -438,41 +438,51 @@ void register_tensor_ops(OpRegistry& r) {
          .min_inputs = 1,
          .max_inputs = 2,
          .properties = kInjective | kView,
+         .attrs = {{"allowzero", int64_t{0}, "opset 14+: 1 keeps a 0 in the shape literally"},
+                   optional_attr("shape", AttrKind::kInts, "opset 1-4; an input from 5"),
+                   optional_attr("consumed_inputs", AttrKind::kInts, "opset 1 only; ignored")},
          .infer = infer_reshape});
   r.add({.name = "Flatten",
          .min_inputs = 1,
          .max_inputs = 1,
          .properties = kInjective | kView,
+         .attrs = {{"axis", int64_t{1}}},
          .infer = infer_flatten});
   r.add({.name = "Squeeze",
          .min_inputs = 1,
          .max_inputs = 2,
          .properties = kInjective | kView,
+         .attrs = {optional_attr("axes", AttrKind::kInts, "before opset 13; an input from 13")},
          .infer = infer_squeeze});
   r.add({.name = "Unsqueeze",
          .min_inputs = 1,
          .max_inputs = 2,
          .properties = kInjective | kView,
+         .attrs = {optional_attr("axes", AttrKind::kInts, "before opset 13; an input from 13")},
          .infer = infer_unsqueeze});
   r.add({.name = "Transpose",
          .min_inputs = 1,
          .max_inputs = 1,
          .properties = kInjective,
+         .attrs = {optional_attr("perm", AttrKind::kInts, "absent: reverse the axes")},
          .infer = infer_transpose});
   r.add({.name = "Expand",
          .min_inputs = 2,
          .max_inputs = 2,
          .properties = kInjective | kBroadcast,
+         .attrs = AttrSchema::none(),
          .infer = infer_expand});
   r.add({.name = "Tile",
          .min_inputs = 2,
          .max_inputs = 3,
          .properties = kInjective,
+         .attrs = AttrSchema::none(),
          .infer = infer_tile});
   r.add({.name = "Concat",
          .min_inputs = 1,
          .max_inputs = -1,
          .properties = kInjective,
+         .attrs = {{"axis", int64_t{1}, "required from opset 4; 1 in opset 1"}},
          .infer = infer_concat});
   r.add({.name = "Split",
          .min_inputs = 1,
@@ -480,36 +490,51 @@ void register_tensor_ops(OpRegistry& r) {
          .min_outputs = 1,
          .max_outputs = kManyOutputs,
          .properties = kInjective,
+         .attrs = {{"axis", int64_t{0}},
+                   optional_attr("split", AttrKind::kInts, "before opset 13; an input from 13"),
+                   optional_attr("num_outputs", AttrKind::kInt, "opset 18+")},
          .infer = infer_split});
   r.add({.name = "Slice",
          .min_inputs = 1,
          .max_inputs = 5,
          .properties = kInjective,
+         .attrs = {optional_attr("starts", AttrKind::kInts, "opset 1-9; inputs from 10"),
+                   optional_attr("ends", AttrKind::kInts, "opset 1-9"),
+                   optional_attr("axes", AttrKind::kInts, "opset 1-9")},
          .infer = infer_slice});
   r.add({.name = "Pad",
          .min_inputs = 1,
          .max_inputs = 4,
          .properties = kInjective,
+         .attrs = {{"mode", "constant", "constant, reflect, edge or wrap"},
+                   optional_attr("pads", AttrKind::kInts, "opset 2-10; an input from 11"),
+                   optional_attr("paddings", AttrKind::kInts, "opset 1"),
+                   optional_attr("value", AttrKind::kFloat, "opset 1-10; 0 when absent")},
          .infer = infer_pad});
   r.add({.name = "DepthToSpace",
          .min_inputs = 1,
          .max_inputs = 1,
          .properties = kInjective,
+         .attrs = {required_attr("blocksize", AttrKind::kInt), {"mode", "DCR", "DCR or CRD"}},
          .infer = [](InferContext& c) { infer_depth_space(c, true); }});
+  // mode arrived in opset 25 (DCR or CRD, as DepthToSpace).
   r.add({.name = "SpaceToDepth",
          .min_inputs = 1,
          .max_inputs = 1,
          .properties = kInjective,
+         .attrs = {required_attr("blocksize", AttrKind::kInt), {"mode", "DCR", "DCR or CRD"}},
          .infer = [](InferContext& c) { infer_depth_space(c, false); }});
   r.add({.name = "Shape",
          .min_inputs = 1,
          .max_inputs = 1,
          .properties = kShapeOnly,
+         .attrs = {{"start", int64_t{0}}, optional_attr("end", AttrKind::kInt, "absent: the rank")},
          .infer = infer_shape});
   r.add({.name = "Size",
          .min_inputs = 1,
          .max_inputs = 1,
          .properties = kShapeOnly,
+         .attrs = AttrSchema::none(),
          .infer = [](InferContext& c) { infer::set(c, 0, DType::kI64, Shape{}); }});
   register_generate_ops(r);
   register_resize_ops(r);

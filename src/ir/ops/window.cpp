@@ -40,6 +40,23 @@ Dims read_list(const Attributes& a, const char* name, size_t n, int64_t fallback
 
 }  // namespace
 
+AttrSchema window_attrs() {
+  return {{"auto_pad", "NOTSET", "NOTSET, SAME_UPPER, SAME_LOWER or VALID"},
+          optional_attr("dilations", AttrKind::kInts, "absent: 1 per spatial axis"),
+          optional_attr("kernel_shape", AttrKind::kInts, "absent: the weights' spatial dims"),
+          optional_attr("pads", AttrKind::kInts, "begins then ends; absent: 0"),
+          optional_attr("strides", AttrKind::kInts, "absent: 1 per spatial axis")};
+}
+
+AttrSchema pool_attrs() {
+  return {{"auto_pad", "NOTSET", "NOTSET, SAME_UPPER, SAME_LOWER or VALID"},
+          {"ceil_mode", int64_t{0}, "opset 10+: 1 rounds output sizes up"},
+          optional_attr("dilations", AttrKind::kInts, "opset 10+; absent: 1 per spatial axis"),
+          required_attr("kernel_shape", AttrKind::kInts),
+          optional_attr("pads", AttrKind::kInts, "begins then ends; absent: 0"),
+          optional_attr("strides", AttrKind::kInts, "absent: 1 per spatial axis")};
+}
+
 Params read_params(const Attributes& a, Dims kernel, bool pooling, const std::string& where) {
   Params p;
   for (int64_t k : kernel)

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "pto/graph.h"
+#include "pto/op_registry.h"
 
 namespace pto::window {
 
@@ -25,6 +26,13 @@ struct Params {
   size_t rank() const { return kernel.size(); }
   int64_t extent(size_t i) const { return (kernel[i] - 1) * dilations[i] + 1; }  // dilated kernel
 };
+
+// The attributes read_params reads (auto_pad, dilations, pads, strides) and kernel_shape, optional
+// (from the weights when absent): the schema shared by Conv, ConvTranspose, ConvInteger,
+// QLinearConv and ConvBlocked (each adds its own, e.g. group).
+AttrSchema window_attrs();
+// Pooling's: window_attrs with kernel_shape required, and ceil_mode.
+AttrSchema pool_attrs();
 
 // Reads strides, dilations, pads, auto_pad and (when `pooling`) ceil_mode for a window of the given
 // kernel. Throws ValueError on lengths that do not match the kernel's rank or values out of range.

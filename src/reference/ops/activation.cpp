@@ -29,9 +29,9 @@ Kernel float_attr_kernel(Make make) {
   return [make](const KernelContext& c) { return float_kernel(make(c))(c); };
 }
 
-// ONNX float attributes are float32: defaults are float literals, widened exactly.
-double attr(const KernelContext& c, const char* name, float fallback) {
-  return c.attrs().get_float(name, fallback);
+// ONNX float attributes are float32: a value, or the schema's default, rounds through float.
+double attr(const KernelContext& c, const char* name) {
+  return static_cast<float>(c.node.attr_float(name));
 }
 
 Tensor scalar_bound(const KernelContext& c, size_t i, const char* what) {
@@ -116,22 +116,22 @@ void register_activation_kernels(KernelRegistry& r) {
         }));
 
   r.add("Elu", float_attr_kernel([](const KernelContext& c) {
-          double alpha = attr(c, "alpha", 1.0f);
+          double alpha = attr(c, "alpha");
           return [alpha](auto v) {
             using F = decltype(v);
             return v < 0 ? F(alpha) * std::expm1(v) : v;
           };
         }));
   r.add("Selu", float_attr_kernel([](const KernelContext& c) {
-          double alpha = attr(c, "alpha", 1.67326319217681884765625f);
-          double gamma = attr(c, "gamma", 1.05070102214813232421875f);
+          double alpha = attr(c, "alpha");
+          double gamma = attr(c, "gamma");
           return [alpha, gamma](auto v) {
             using F = decltype(v);
             return v > 0 ? F(gamma) * v : F(gamma) * (F(alpha) * std::exp(v) - F(alpha));
           };
         }));
   r.add("Celu", float_attr_kernel([](const KernelContext& c) {
-          double alpha = attr(c, "alpha", 1.0f);
+          double alpha = attr(c, "alpha");
           if (alpha == 0) throw ValueError(cat(c.where(), ": alpha must be nonzero"));
           return [alpha](auto v) {
             using F = decltype(v);
@@ -139,22 +139,22 @@ void register_activation_kernels(KernelRegistry& r) {
           };
         }));
   r.add("LeakyRelu", float_attr_kernel([](const KernelContext& c) {
-          double alpha = attr(c, "alpha", 0.01f);
+          double alpha = attr(c, "alpha");
           return [alpha](auto v) { return v < 0 ? decltype(v)(alpha) * v : v; };
         }));
   r.add("HardSigmoid", float_attr_kernel([](const KernelContext& c) {
-          double alpha = attr(c, "alpha", 0.2f), beta = attr(c, "beta", 0.5f);
+          double alpha = attr(c, "alpha"), beta = attr(c, "beta");
           return [alpha, beta](auto v) {
             using F = decltype(v);
             return std::max(F(0), std::min(F(1), F(alpha) * v + F(beta)));
           };
         }));
   r.add("ThresholdedRelu", float_attr_kernel([](const KernelContext& c) {
-          double alpha = attr(c, "alpha", 1.0f);
+          double alpha = attr(c, "alpha");
           return [alpha](auto v) { return v > decltype(v)(alpha) ? v : decltype(v)(0); };
         }));
   r.add("Swish", float_attr_kernel([](const KernelContext& c) {
-          double alpha = attr(c, "alpha", 1.0f);
+          double alpha = attr(c, "alpha");
           return [alpha](auto v) { return v * sigmoid(decltype(v)(alpha) * v); };
         }));
   r.add("SwiGLU", [](const KernelContext& c) {
@@ -162,13 +162,13 @@ void register_activation_kernels(KernelRegistry& r) {
     if (a.shape() != b.shape() || a.dtype() != b.dtype())
       throw ValueError(
           cat(c.where(), ": A ", a.str(), " and B ", b.str(), " must have one shape and dtype"));
-    const double alpha = c.attrs().get_float("alpha", 1.0);
+    const double alpha = c.node.attr_float("alpha");
     std::vector<double> x = to_doubles(a, c.where()), y = to_doubles(b, c.where());
     for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] / (1 + std::exp(-alpha * x[i])) * y[i];
     return std::vector<Tensor>{from_doubles(a.dtype(), a.shape(), x, c.where())};
   });
   r.add("Gelu", float_attr_kernel([](const KernelContext& c) {
-          std::string approximate = c.attrs().get_string("approximate", "none");
+          std::string approximate = c.node.attr_string("approximate");
           if (approximate != "none" && approximate != "tanh")
             throw ValueError(
                 cat(c.where(), ": approximate must be 'none' or 'tanh', got '", approximate, "'"));
@@ -185,7 +185,7 @@ void register_activation_kernels(KernelRegistry& r) {
 
   // Shrink allows integer inputs too: computed in double, truncated back like numpy's astype.
   r.add("Shrink", [](const KernelContext& c) {
-    double lambd = c.attrs().get_float("lambd", 0.5), bias = c.attrs().get_float("bias", 0.0);
+    double lambd = c.node.attr_float("lambd"), bias = c.node.attr_float("bias");
     return unary_kernel<kNumericTypes>([lambd, bias](auto x) {
       using T = decltype(x);
       double v = static_cast<double>(static_cast<compute_t<T>>(x));

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ir/ops/op_params.h"
 #include "kernel_util.h"
 
 namespace pto::reference {
@@ -40,15 +41,16 @@ std::vector<Tensor> attention(const KernelContext& c) {
   if (K.dtype() != Q.dtype() || V.dtype() != Q.dtype())
     throw TypeError(cat(w, ": Q, K and V must share a dtype"));
   const auto& a = c.attrs();
-  const int64_t q_heads_attr = a.get_int("q_num_heads", 0);
-  const int64_t kv_heads_attr = a.get_int("kv_num_heads", 0);
+  const params::Attention p = params::attention(c.node);
+  const int64_t q_heads_attr = p.q_num_heads;
+  const int64_t kv_heads_attr = p.kv_num_heads;
   if (Q.rank() == 4 && c.node.opset >= 25 && (a.has("q_num_heads") || a.has("kv_num_heads")))
     throw ValueError(cat(w, ": q_num_heads and kv_num_heads must not be set for 4-D inputs"));
-  const bool causal = a.get_int("is_causal", 0) != 0;
-  const int64_t mode = a.get_int("qk_matmul_output_mode", 0);
-  const double softcap = a.get_float("softcap", 0.0);
-  const int64_t left = a.get_int("left_window_size", -1);
-  const int64_t right = a.get_int("right_window_size", -1);
+  const bool causal = p.is_causal;
+  const int64_t mode = p.qk_matmul_output_mode;
+  const double softcap = p.softcap;
+  const int64_t left = p.left_window_size;
+  const int64_t right = p.right_window_size;
   if (left < -1 || right < -1) throw ValueError(cat(w, ": window sizes must be -1 or >= 0"));
   if (mode < 0 || mode > 3) throw ValueError(cat(w, ": qk_matmul_output_mode must be 0..3"));
 
@@ -128,7 +130,7 @@ std::vector<Tensor> attention(const KernelContext& c) {
     return mask_bool ? (m != 0 ? 0.0 : kNegInf) : m;
   };
 
-  const double scale = a.has("scale") ? a.get_float("scale") : 1.0 / std::sqrt(double(Dq));
+  const double scale = p.scale_for(Dq);
   const int64_t group = Hq / Hkv;
   std::vector<double> y(B * Hq * Sq * Dv), qk_out(B * Hq * Sq * L);
   std::vector<double> raw(L), biased(L), prob(L);
@@ -188,8 +190,9 @@ std::vector<Tensor> rms_normalization(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& X = c.input(0);
   const Tensor& S = c.input(1);
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), X.rank(), w);
-  const double eps = c.attrs().get_float("epsilon", 1e-5);
+  const params::Norm p = params::norm(c.node);
+  const int64_t axis = normalize_axis(p.axis, X.rank(), w);
+  const double eps = p.epsilon;
   if (broadcast_dims(X.shape(), S.shape(), w) != X.shape())
     throw ValueError(cat(w, ": scale ", S.str(), " does not broadcast to X ", X.str()));
   std::vector<double> x = to_doubles(X, w), s = to_doubles(S, w);
@@ -218,11 +221,12 @@ std::vector<Tensor> rotary_embedding(const KernelContext& c) {
   std::vector<double> x = to_doubles(X, w);
   Heads in = heads_of(X, x, a.get_int("num_heads", 0), "input", w);
   const int64_t B = in.B, H = in.H, S = in.S, D = in.D;
-  const int64_t rot = a.get_int("rotary_embedding_dim", 0) ? a.get_int("rotary_embedding_dim") : D;
+  const int64_t rot =
+      c.node.attr_int("rotary_embedding_dim") ? a.get_int("rotary_embedding_dim") : D;
   if (rot <= 0 || rot > D || rot % 2)
     throw ValueError(cat(w, ": rotary_embedding_dim ", rot, " must be even and at most ", D));
   const int64_t half = rot / 2;
-  const bool interleaved = a.get_int("interleaved", 0) != 0;
+  const bool interleaved = c.node.attr_int("interleaved") != 0;
   if (Cos.shape() != Sin.shape() || Cos.rank() < 2 || Cos.dim(-1) != half)
     throw ValueError(cat(w, ": cos/sin caches ", Cos.str(), ", ", Sin.str(),
                          " must match and end in rotary_embedding_dim/2 = ", half));

@@ -119,7 +119,7 @@ std::vector<Tensor> pow_kernel(const KernelContext& c) {
 }
 
 std::vector<Tensor> mod_kernel(const KernelContext& c) {
-  int64_t fmod = c.attrs().get_int("fmod", 0);
+  int64_t fmod = c.node.attr_int("fmod");
   if (fmod != 0 && fmod != 1) throw ValueError(cat(c.where(), ": fmod must be 0 or 1, got ", fmod));
   return binary_kernel<kNumericTypes>([c_style = fmod == 1](auto a, auto b) {
     using T = decltype(a);

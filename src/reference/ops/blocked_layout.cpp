@@ -45,7 +45,7 @@ std::vector<Tensor> conv_blocked(const KernelContext& c) {
   const std::string where = c.where();
   const Tensor &X = c.input(0), &W = c.input(1);
   require_float(X.dtype(), where);
-  const int64_t C = c.attrs().get_int("channels"), group = c.attrs().get_int("group", 1);
+  const int64_t C = c.attrs().get_int("channels"), group = c.node.attr_int("group");
   const bool depthwise = W.rank() == 5;
   if (X.rank() != 5 || (W.rank() != 5 && W.rank() != 6) || X.dim(4) != W.dim(-1) ||
       (!depthwise && (W.dim(1) != X.dim(1) || W.dim(4) != X.dim(4) || group != 1)) ||

@@ -28,7 +28,7 @@ ConvShapes check_conv_inputs(const KernelContext& c, bool transpose) {
   ConvShapes s;
   s.N = X.dim(0);
   s.C = X.dim(1);
-  s.group = c.attrs().get_int("group", 1);
+  s.group = c.node.attr_int("group");
   if (s.group < 1 || s.group > std::max<int64_t>(s.C, 1) || s.C % s.group != 0)
     throw ValueError(
         cat(w, ": group ", s.group, " must be >= 1 and divide the ", s.C, " input channels"));

@@ -77,8 +77,8 @@ void register_unary_math(KernelRegistry& r) {
   r.add("IsNaN", unary_kernel<kFloatTypes>(
                      [](auto x) { return std::isnan(static_cast<compute_t<decltype(x)>>(x)); }));
   r.add("IsInf", [](const KernelContext& c) {
-    bool pos = c.attrs().get_int("detect_positive", 1) != 0;
-    bool neg = c.attrs().get_int("detect_negative", 1) != 0;
+    bool pos = c.node.attr_int("detect_positive") != 0;
+    bool neg = c.node.attr_int("detect_negative") != 0;
     return unary_kernel<kFloatTypes>([pos, neg](auto x) {
       auto v = static_cast<compute_t<decltype(x)>>(x);
       return std::isinf(v) && (v > 0 ? pos : neg);

@@ -100,7 +100,7 @@ std::vector<Tensor> eye_like_kernel(const KernelContext& c) {
   DType dt = x.dtype();
   if (c.attrs().has("dtype")) dt = dtype_from_onnx_code(c.attrs().get_int("dtype"), c.where());
   int64_t rows = x.shape()[0], cols = x.shape()[1];
-  int64_t k = std::clamp<int64_t>(c.attrs().get_int("k", 0), -rows, cols);
+  int64_t k = std::clamp<int64_t>(c.node.attr_int("k"), -rows, cols);
   Tensor out = Tensor::zeros(dt, x.shape());
   if (out.numel() == 0) return {out};
   dispatch(dt, kAllTypes, c.where(), [&]<class T>() {
@@ -123,7 +123,7 @@ std::vector<Tensor> trilu_kernel(const KernelContext& c) {
     if (kv.size() != 1) throw ValueError(cat(c.where(), ": k must be a scalar"));
     k = kv[0];
   }
-  bool upper = c.attrs().get_int("upper", 1) != 0;
+  bool upper = c.node.attr_int("upper") != 0;
   int64_t rows = x.shape()[x.rank() - 2], cols = x.shape()[x.rank() - 1];
   k = std::clamp<int64_t>(k, -rows - 1, cols + 1);  // beyond this every k acts the same
   Tensor out = Tensor::zeros(x.dtype(), x.shape());

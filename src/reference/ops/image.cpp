@@ -127,7 +127,7 @@ std::vector<Tensor> grid_sample(const KernelContext& c) {
     throw ValueError(
         cat(w, ": grid must be [N, spatial..., ", r, "] for X ", X.str(), ", got ", G.str()));
   if (!is_floating(G.dtype())) throw TypeError(cat(w, ": grid must be a float tensor"));
-  const std::string mode_name = c.attrs().get_string("mode", "linear");
+  const std::string mode_name = c.node.attr_string("mode");
   SampleMode mode;
   if (mode_name == "nearest")
     mode = SampleMode::kNearest;
@@ -137,7 +137,7 @@ std::vector<Tensor> grid_sample(const KernelContext& c) {
     mode = SampleMode::kCubic;
   else
     throw ValueError(cat(w, ": unknown mode '", mode_name, "'"));
-  const std::string pad_name = c.attrs().get_string("padding_mode", "zeros");
+  const std::string pad_name = c.node.attr_string("padding_mode");
   PadMode pad;
   if (pad_name == "zeros")
     pad = PadMode::kZeros;
@@ -147,7 +147,7 @@ std::vector<Tensor> grid_sample(const KernelContext& c) {
     pad = PadMode::kReflection;
   else
     throw ValueError(cat(w, ": unknown padding_mode '", pad_name, "'"));
-  const bool align = c.attrs().get_int("align_corners", 0) != 0;
+  const bool align = c.node.attr_int("align_corners") != 0;
 
   const int64_t N = X.dim(0), C = X.dim(1);
   Dims out_shape{N, C};
@@ -226,7 +226,7 @@ std::vector<Tensor> affine_grid(const KernelContext& c) {
   for (int64_t v : size)
     if (v < 0) throw ValueError(cat(w, ": size has a negative entry"));
   if (!is_floating(theta.dtype())) throw TypeError(cat(w, ": theta must be a float tensor"));
-  const bool align = c.attrs().get_int("align_corners", 0) != 0;
+  const bool align = c.node.attr_int("align_corners") != 0;
   Dims out_shape{size[0]};
   for (int64_t k = 2; k < r + 2; ++k) out_shape.push_back(size[k]);
   out_shape.push_back(r);

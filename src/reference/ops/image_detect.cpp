@@ -66,7 +66,7 @@ std::vector<Tensor> roi_align(const KernelContext& c) {
   if (c.input(2).rank() != 1 || c.input(2).dim(0) != rois.dim(0))
     throw ValueError(cat(w, ": batch_indices must be [", rois.dim(0), "], got ", c.input(2).str()));
   if (rois.dtype() != X.dtype()) throw TypeError(cat(w, ": rois must have X's dtype"));
-  const std::string mode = c.attrs().get_string("mode", "avg");
+  const std::string mode = c.node.attr_string("mode");
   if (mode != "avg" && mode != "max") throw ValueError(cat(w, ": unknown mode '", mode, "'"));
   // Opset 10 had no coordinate_transformation_mode and behaved as output_half_pixel.
   const std::string ctm = c.attrs().get_string(
@@ -75,10 +75,10 @@ std::vector<Tensor> roi_align(const KernelContext& c) {
   if (ctm != "half_pixel" && ctm != "output_half_pixel")
     throw ValueError(cat(w, ": unknown coordinate_transformation_mode '", ctm, "'"));
   const bool half_pixel = ctm == "half_pixel";
-  const int64_t ph = c.attrs().get_int("output_height", 1);
-  const int64_t pw = c.attrs().get_int("output_width", 1);
-  const int64_t sampling = c.attrs().get_int("sampling_ratio", 0);
-  const double scale = c.attrs().get_float("spatial_scale", 1.0);
+  const int64_t ph = c.node.attr_int("output_height");
+  const int64_t pw = c.node.attr_int("output_width");
+  const int64_t sampling = c.node.attr_int("sampling_ratio");
+  const double scale = c.node.attr_float("spatial_scale");
   if (ph < 1 || pw < 1) throw ValueError(cat(w, ": output_height and output_width must be >= 1"));
   if (sampling < 0) throw ValueError(cat(w, ": sampling_ratio must be >= 0"));
   const int64_t N = X.dim(0), C = X.dim(1), H = X.dim(2), W = X.dim(3), R = rois.dim(0);
@@ -162,7 +162,7 @@ std::vector<Tensor> non_max_suppression(const KernelContext& c) {
                          "], got ", scores.str()));
   if (boxes.dtype() != scores.dtype())
     throw TypeError(cat(w, ": boxes and scores differ in dtype"));
-  const int64_t center = c.attrs().get_int("center_point_box", 0);
+  const int64_t center = c.node.attr_int("center_point_box");
   if (center != 0 && center != 1) throw ValueError(cat(w, ": center_point_box must be 0 or 1"));
   // An absent or empty input means its default.
   auto given = [&](size_t i) { return c.has_input(i) && c.input(i).numel() > 0; };

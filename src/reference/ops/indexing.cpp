@@ -13,7 +13,7 @@ std::vector<int64_t> gather_indices(const KernelContext& c, int64_t* axis_out, D
   const std::string w = c.where();
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), data.rank(), w);
+  const int64_t axis = normalize_axis(c.node.attr_int("axis"), data.rank(), w);
   const Dims& d = data.shape();
   out_shape->assign(d.begin(), d.begin() + axis);
   out_shape->insert(out_shape->end(), ind.shape().begin(), ind.shape().end());
@@ -28,7 +28,7 @@ std::vector<int64_t> gather_elements_indices(const KernelContext& c, int64_t* ax
   const std::string w = c.where();
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), data.rank(), w);
+  const int64_t axis = normalize_axis(c.node.attr_int("axis"), data.rank(), w);
   check_elements_shape(data, ind, axis, w);
   std::vector<int64_t> idx = index_values(ind, w, "indices");
   for (int64_t& i : idx) i = fix_index(i, data.dim(axis), w, axis);
@@ -78,7 +78,7 @@ std::vector<Tensor> gather_nd(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
-  const int64_t b = c.attrs().get_int("batch_dims", 0);
+  const int64_t b = c.node.attr_int("batch_dims");
   const int64_t r = data.rank(), q = ind.rank();
   if (q < 1 || r < 1) throw ValueError(cat(w, ": data and indices must have rank >= 1"));
   if (b < 0 || b >= std::min(q, r))
@@ -127,7 +127,7 @@ std::vector<Tensor> one_hot(const KernelContext& c) {
   if (!(depth_d >= 1) || depth_d > 9.0e18)
     throw ValueError(cat(w, ": depth must be a positive number, got ", depth_d));
   const int64_t depth = static_cast<int64_t>(depth_d);
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), ind.rank() + 1, w);
+  const int64_t axis = normalize_axis(c.node.attr_int("axis"), ind.rank() + 1, w);
   Dims out_shape = ind.shape();
   out_shape.insert(out_shape.begin() + axis, depth);
   Tensor y = Tensor::empty(values.dtype(), out_shape);
@@ -215,8 +215,8 @@ std::vector<Tensor> compress(const KernelContext& c) {
 std::vector<Tensor> reverse_sequence(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& x = c.input(0);
-  const int64_t batch_axis = c.attrs().get_int("batch_axis", 1);
-  const int64_t time_axis = c.attrs().get_int("time_axis", 0);
+  const int64_t batch_axis = c.node.attr_int("batch_axis");
+  const int64_t time_axis = c.node.attr_int("time_axis");
   if (x.rank() < 2) throw ValueError(cat(w, ": input must have rank >= 2, got ", x.str()));
   if (!((batch_axis == 0 && time_axis == 1) || (batch_axis == 1 && time_axis == 0)))
     throw ValueError(

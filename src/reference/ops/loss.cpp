@@ -28,7 +28,7 @@ Tensor nll(const std::vector<double>& logp, const Dims& in_shape, const KernelCo
   }
   const bool has_ignore = c.attrs().has("ignore_index");
   const int64_t ignore = c.attrs().get_int("ignore_index", 0);
-  const std::string reduction = c.attrs().get_string("reduction", "mean");
+  const std::string reduction = c.node.attr_string("reduction");
   if (reduction != "mean" && reduction != "sum" && reduction != "none")
     throw ValueError(cat(w, ": reduction must be mean, sum or none, got '", reduction, "'"));
   const bool weighted = !weight.empty() || weighted_by_default;

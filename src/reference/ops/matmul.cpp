@@ -4,6 +4,7 @@
 // BERT-sized models run in seconds.
 #include <cmath>
 
+#include "ir/ops/op_params.h"
 #include "nn_kernels.h"
 
 namespace pto::reference {
@@ -119,7 +120,8 @@ template <class V>
 Tensor gemm_typed(const KernelContext& c, V alpha, V beta) {
   const std::string w = c.where();
   const Tensor &A = c.input(0), &B = c.input(1);
-  const bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;
+  const params::Gemm gp = params::gemm(c.node);
+  const bool ta = gp.trans_a, tb = gp.trans_b;
   const int64_t M = ta ? A.dim(1) : A.dim(0), K = ta ? A.dim(0) : A.dim(1);
   const int64_t N = tb ? B.dim(0) : B.dim(1);
   if ((tb ? B.dim(1) : B.dim(0)) != K)
@@ -153,7 +155,8 @@ std::vector<Tensor> gemm(const KernelContext& c) {
     throw ValueError(cat(w, ": A and B must be 2-D, got ", A.str(), " and ", B.str()));
   if (A.dtype() != B.dtype() || (c.has_input(2) && c.input(2).dtype() != A.dtype()))
     throw TypeError(cat(w, ": A, B and C must share a dtype"));
-  const double alpha = c.attrs().get_float("alpha", 1.0), beta = c.attrs().get_float("beta", 1.0);
+  const params::Gemm gp = params::gemm(c.node);
+  const double alpha = gp.alpha, beta = gp.beta;
   if (is_floating(A.dtype())) return {gemm_typed<double>(c, alpha, beta)};
   if (!is_integral(A.dtype())) throw_unsupported_dtype(A.dtype(), w);
   // Integer Gemm: alpha and beta must be whole numbers for the result to be an exact integer.

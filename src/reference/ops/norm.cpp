@@ -3,6 +3,7 @@
 // MeanVarianceNormalization and LRN. All compute in double precision.
 #include <cmath>
 
+#include "ir/ops/op_params.h"
 #include "nn_kernels.h"
 
 namespace pto::reference {
@@ -43,10 +44,9 @@ std::vector<Tensor> batch_norm(const KernelContext& c) {
   require_float(X.dtype(), w);
   if (X.rank() < 2) throw ValueError(cat(w, ": X must be [N, C, ...], got ", X.str()));
   const int opset = opset_of(c);
-  const double eps = c.attrs().get_float("epsilon", 1e-5);
-  const double momentum = c.attrs().get_float("momentum", 0.9);
-  const bool training =
-      opset >= 14 ? c.attrs().get_int("training_mode", 0) != 0 : c.num_outputs > 1;
+  const double eps = c.node.attr_float("epsilon");
+  const double momentum = c.node.attr_float("momentum");
+  const bool training = opset >= 14 ? c.node.attr_int("training_mode") != 0 : c.num_outputs > 1;
   const int64_t slots = param_slots(c.input(1), X, opset < 9, "scale", w);
   const char* names[] = {"scale", "B", "input_mean", "input_var"};
   std::vector<std::vector<double>> prm;
@@ -114,7 +114,7 @@ std::vector<Tensor> instance_norm(const KernelContext& c) {
   if (X.rank() < 2) throw ValueError(cat(w, ": X must be [N, C, ...], got ", X.str()));
   param_slots(c.input(1), X, false, "scale", w);
   param_slots(c.input(2), X, false, "B", w);
-  const double eps = c.attrs().get_float("epsilon", 1e-5);
+  const double eps = c.node.attr_float("epsilon");
   const std::vector<double> x = to_doubles(X, w), scale = to_doubles(c.input(1), w),
                             bias = to_doubles(c.input(2), w);
   if (X.numel() == 0) return {Tensor::empty(X.dtype(), X.shape())};
@@ -133,9 +133,10 @@ std::vector<Tensor> layer_norm(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& X = c.input(0);
   require_float(X.dtype(), w);
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), X.rank(), w);
-  const double eps = c.attrs().get_float("epsilon", 1e-5);
-  const DType stash = dtype_from_onnx_code(c.attrs().get_int("stash_type", 1), w);
+  const params::Norm p = params::norm(c.node);
+  const int64_t axis = normalize_axis(p.axis, X.rank(), w);
+  const double eps = p.epsilon;
+  const DType stash = dtype_from_onnx_code(p.stash_type, w);
   require_float(stash, w);
   // Scale and B broadcast against X (in practice they have the normalized shape X.shape[axis:]).
   std::vector<int64_t> soff, boff;
@@ -188,7 +189,7 @@ std::vector<Tensor> group_norm(const KernelContext& c) {
       throw ValueError(cat(w, ": scale and bias must be 1-D with ", C, " elements, got ", S.str(),
                            " and ", B.str()));
   }
-  const double eps = c.attrs().get_float("epsilon", 1e-5);
+  const double eps = c.node.attr_float("epsilon");
   const std::vector<double> x = to_doubles(X, w), scale = to_doubles(S, w), bias = to_doubles(B, w);
   if (X.numel() == 0) return {Tensor::empty(X.dtype(), X.shape())};
   const int64_t spatial = X.numel() / (N * C);
@@ -223,8 +224,8 @@ std::vector<Tensor> lp_normalization(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& X = c.input(0);
   require_float(X.dtype(), w);
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), X.rank(), w);
-  const int64_t p = c.attrs().get_int("p", 2);
+  const int64_t axis = normalize_axis(c.node.attr_int("axis"), X.rank(), w);
+  const int64_t p = c.node.attr_int("p");
   if (p != 1 && p != 2) throw ValueError(cat(w, ": p must be 1 or 2, got ", p));
   const std::vector<double> x = to_doubles(X, w);
   std::vector<double> y(x.size());
@@ -251,7 +252,7 @@ std::vector<Tensor> mean_variance_normalization(const KernelContext& c) {
   require_float(X.dtype(), w);
   if (X.numel() == 0) return {Tensor::empty(X.dtype(), X.shape())};
   std::vector<bool> reduced(X.rank(), false);
-  for (int64_t a : c.attrs().get_ints("axes", {0, 2, 3})) {
+  for (int64_t a : c.node.attr_ints("axes")) {
     const int64_t ax = normalize_axis(a, X.rank(), w);
     if (reduced[ax]) throw ValueError(cat(w, ": repeated axis ", a));
     reduced[ax] = true;
@@ -295,8 +296,8 @@ std::vector<Tensor> lrn(const KernelContext& c) {
   if (X.rank() < 2) throw ValueError(cat(w, ": X must be [N, C, ...], got ", X.str()));
   const int64_t size = c.attrs().get_int("size");
   if (size < 1) throw ValueError(cat(w, ": size must be >= 1, got ", size));
-  const double alpha = c.attrs().get_float("alpha", 1e-4), beta = c.attrs().get_float("beta", 0.75),
-               bias = c.attrs().get_float("bias", 1.0);
+  const double alpha = c.node.attr_float("alpha"), beta = c.node.attr_float("beta"),
+               bias = c.node.attr_float("bias");
   const std::vector<double> x = to_doubles(X, w);
   if (X.numel() == 0) return {Tensor::empty(X.dtype(), X.shape())};
   const AxisSplit s = split_at(X.shape(), 1);

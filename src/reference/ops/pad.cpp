@@ -28,7 +28,7 @@ int64_t source_index(int64_t i, int64_t d, const std::string& mode) {
 PadPlan pad_plan(const KernelContext& c) {
   const Tensor& x = c.input(0);
   int64_t rank = x.rank();
-  std::string mode = c.attrs().get_string("mode", "constant");
+  std::string mode = c.node.attr_string("mode");
   if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
     throw ValueError(cat(c.where(), ": unknown mode '", mode, "'"));
 

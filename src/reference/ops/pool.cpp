@@ -71,7 +71,7 @@ std::vector<Tensor> max_pool(const KernelContext& c) {
   const Tensor& X = c.input(0);
   const PoolSetup s = setup_pool(c);
   const Geom3& g = s.g;
-  const int64_t storage_order = c.attrs().get_int("storage_order", 0);
+  const int64_t storage_order = c.node.attr_int("storage_order");
   if (storage_order != 0 && storage_order != 1)
     throw ValueError(cat(w, ": storage_order must be 0 or 1, got ", storage_order));
   // The flat index of input position (i0, i1, i2) of a plane for the Indices output; column-major
@@ -134,8 +134,8 @@ std::vector<Tensor> avg_or_lp_pool(const KernelContext& c, PoolKind kind) {
   require_float(X.dtype(), w);
   const PoolSetup s = setup_pool(c);
   const Geom3& g = s.g;
-  const bool include_pad = kind == PoolKind::kAverage && c.attrs().get_int("count_include_pad", 0);
-  const double p = kind == PoolKind::kLp ? c.attrs().get_float("p", 2.0) : 1.0;
+  const bool include_pad = kind == PoolKind::kAverage && c.node.attr_int("count_include_pad");
+  const double p = kind == PoolKind::kLp ? c.node.attr_float("p") : 1.0;
   if (!(p > 0) || !std::isfinite(p)) throw ValueError(cat(w, ": p must be positive, got ", p));
   const std::vector<double> x = to_doubles(X, w);
   std::vector<double> y(static_cast<size_t>(checked_numel(s.yshape)));
@@ -184,7 +184,7 @@ std::vector<Tensor> global_pool(const KernelContext& c, PoolKind kind) {
     return {Y};
   }
   require_float(X.dtype(), w);
-  const double p = kind == PoolKind::kLp ? c.attrs().get_float("p", 2.0) : 1.0;
+  const double p = kind == PoolKind::kLp ? c.node.attr_float("p") : 1.0;
   if (!(p > 0) || !std::isfinite(p)) throw ValueError(cat(w, ": p must be positive, got ", p));
   const std::vector<double> x = to_doubles(X, w);
   std::vector<double> y(static_cast<size_t>(planes));

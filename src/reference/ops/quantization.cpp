@@ -61,14 +61,14 @@ std::vector<Tensor> quantize_linear(const KernelContext& c) {
   DType out = DType::kU8;
   if (c.has_input(2))
     out = c.input(2).dtype();
-  else if (a.get_int("output_dtype", 0) != 0)
+  else if (c.node.attr_int("output_dtype") != 0)
     out = dtype_from_onnx_code(a.get_int("output_dtype"), w);
-  if (a.get_int("output_dtype", 0) != 0 && c.has_input(2) &&
+  if (c.node.attr_int("output_dtype") != 0 && c.has_input(2) &&
       dtype_from_onnx_code(a.get_int("output_dtype"), w) != out)
     throw TypeError(cat(w, ": output_dtype differs from the zero point's dtype"));
   if (c.node.opset < 21 && S.rank() > 1)
     throw ValueError(cat(w, ": y_scale must be a scalar or a vector before opset 21"));
-  const int64_t axis = a.get_int("axis", 1), block = a.get_int("block_size", 0);
+  const int64_t axis = c.node.attr_int("axis"), block = c.node.attr_int("block_size");
   std::vector<int64_t> si = param_index(X.shape(), S.shape(), axis, block, w);
   std::vector<double> s = to_doubles(S, w);
   std::vector<double> zp(s.size(), 0.0);
@@ -80,7 +80,7 @@ std::vector<Tensor> quantize_linear(const KernelContext& c) {
   }
   // The division happens in the input's precision (or `precision`, opset 23+).
   DType prec =
-      a.get_int("precision", 0) ? dtype_from_onnx_code(a.get_int("precision"), w) : X.dtype();
+      c.node.attr_int("precision") ? dtype_from_onnx_code(a.get_int("precision"), w) : X.dtype();
   std::vector<double> x = to_doubles(X, w);
   Tensor y = Tensor::empty(out, X.shape());
   dispatch(out, kIntTypes, w, [&]<class Q>() {
@@ -112,10 +112,10 @@ std::vector<Tensor> dequantize_linear(const KernelContext& c) {
     throw UnsupportedError(cat(w, ": dequantizing ", dtype_name(X.dtype()), " is not supported"));
   if (c.node.opset < 21 && S.rank() > 1)
     throw ValueError(cat(w, ": x_scale must be a scalar or a vector before opset 21"));
-  DType out =
-      a.get_int("output_dtype", 0) ? dtype_from_onnx_code(a.get_int("output_dtype"), w) : S.dtype();
+  DType out = c.node.attr_int("output_dtype") ? dtype_from_onnx_code(a.get_int("output_dtype"), w)
+                                              : S.dtype();
   std::vector<int64_t> si =
-      param_index(X.shape(), S.shape(), a.get_int("axis", 1), a.get_int("block_size", 0), w);
+      param_index(X.shape(), S.shape(), c.node.attr_int("axis"), c.node.attr_int("block_size"), w);
   std::vector<double> s = to_doubles(S, w), x = to_doubles(X, w);
   std::vector<double> zp(s.size(), 0.0);
   if (c.has_input(2)) {

@@ -76,11 +76,11 @@ std::vector<Tensor> recurrent(const KernelContext& c, Cell cell) {
   const Tensor &X = c.input(0), &W = c.input(1), &R = c.input(2);
   if (!is_floating(X.dtype())) throw_unsupported_dtype(X.dtype(), w);
   const int64_t G = cell == Cell::kLstm ? 4 : cell == Cell::kGru ? 3 : 1;
-  const std::string direction = a.get_string("direction", "forward");
+  const std::string direction = c.node.attr_string("direction");
   if (direction != "forward" && direction != "reverse" && direction != "bidirectional")
     throw ValueError(cat(w, ": unknown direction '", direction, "'"));
   const int64_t D = direction == "bidirectional" ? 2 : 1;
-  const bool batch_first = a.get_int("layout", 0) == 1;
+  const bool batch_first = c.node.attr_int("layout") == 1;
   if (X.rank() != 3 || W.rank() != 3 || R.rank() != 3)
     throw ValueError(
         cat(w, ": X, W and R must be 3-D, got ", X.str(), ", ", W.str(), ", ", R.str()));
@@ -117,8 +117,9 @@ std::vector<Tensor> recurrent(const KernelContext& c, Cell cell) {
   const std::vector<Activation> acts = read_activations(c, dflt, D);
   const bool has_clip = a.has("clip");
   const double clip = a.get_float("clip", 0.0);
-  const bool linear_before_reset = a.get_int("linear_before_reset", 0) != 0;
-  const bool input_forget = a.get_int("input_forget", 0) != 0;
+  const bool linear_before_reset =
+      cell == Cell::kGru && c.node.attr_int("linear_before_reset") != 0;
+  const bool input_forget = cell == Cell::kLstm && c.node.attr_int("input_forget") != 0;
 
   const std::vector<double> x = to_doubles(X, w), wt = to_doubles(W, w), rt = to_doubles(R, w);
   auto xat = [&](int64_t t, int64_t b, int64_t i) {

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "index_math.h"
+#include "ir/ops/op_params.h"
 
 namespace pto::reference {
 
@@ -31,33 +32,21 @@ struct Plan {
 // Which axes the node reduces: the `axes` input, else the `axes` attribute; none given means all
 // of them unless noop_with_empty_axes.
 std::vector<bool> reduced_axes(const KernelContext& c, int64_t rank) {
-  std::vector<int64_t> axes;
+  std::optional<std::vector<int64_t>> axes;
   if (c.has_input(1)) {
     const Tensor& a = c.input(1);
     if (a.rank() > 1)
       throw ValueError(cat(c.where(), ": axes must be a 1-D tensor, got ", a.str()));
     axes = index_values(a, c.where(), "axes");
-  } else {
-    axes = c.attrs().get_ints("axes", {});
   }
-  std::vector<bool> reduced(rank, false);
-  if (axes.empty()) {
-    if (c.attrs().get_int("noop_with_empty_axes", 0) == 0) reduced.assign(rank, true);
-    return reduced;
-  }
-  for (int64_t a : axes) {
-    int64_t k = normalize_axis(a, rank, c.where());
-    if (reduced[k]) throw ValueError(cat(c.where(), ": axis ", a, " is repeated in axes"));
-    reduced[k] = true;
-  }
-  return reduced;
+  return params::reduce(c.node, axes).reduced(rank, c.where());
 }
 
 Plan make_plan(const KernelContext& c, const Tensor& x) {
   const Dims& in = x.shape();
   const int64_t rank = x.rank();
   std::vector<bool> reduced = reduced_axes(c, rank);
-  const bool keepdims = c.attrs().get_int("keepdims", 1) != 0;
+  const bool keepdims = params::reduce(c.node, {}).keepdims;
   Plan p;
   Dims kept(in);  // the keepdims shape: reduced axes become 1
   for (int64_t k = 0; k < rank; ++k) {
@@ -258,9 +247,9 @@ Kernel reduce_kernel(Op op) {
 Kernel arg_kernel(bool is_max) {
   return [is_max](const KernelContext& c) {
     const Tensor& x = c.input(0);
-    const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), x.rank(), c.where());
-    const bool keepdims = c.attrs().get_int("keepdims", 1) != 0;
-    const bool last = c.attrs().get_int("select_last_index", 0) != 0;
+    const int64_t axis = normalize_axis(c.node.attr_int("axis"), x.rank(), c.where());
+    const bool keepdims = c.node.attr_int("keepdims") != 0;
+    const bool last = c.node.attr_int("select_last_index") != 0;
     const Dims& in = x.shape();
     const int64_t n = in[axis];
     const int64_t outer = dims_product(in, 0, axis), inner = dims_product(in, axis + 1, in.size());

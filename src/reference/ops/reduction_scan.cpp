@@ -17,8 +17,8 @@ Kernel scan_kernel(bool product) {
     const Tensor& x = c.input(0);
     const int64_t axis = normalize_axis(scalar_int(c.input(1), c.where(), "axis"),
                                         std::max<int64_t>(x.rank(), 1), c.where());
-    const bool exclusive = c.attrs().get_int("exclusive", 0) != 0;
-    const bool reverse = c.attrs().get_int("reverse", 0) != 0;
+    const bool exclusive = c.node.attr_int("exclusive") != 0;
+    const bool reverse = c.node.attr_int("reverse") != 0;
     const Dims& s = x.shape();
     const int64_t n = x.rank() ? s[axis] : 1;
     const int64_t outer = dims_product(s, 0, axis), inner = dims_product(s, axis + 1, s.size());
@@ -61,8 +61,8 @@ std::vector<Tensor> top_k(const KernelContext& c) {
   else
     throw ValueError(cat(w, ": k is neither an input nor an attribute"));
   if (x.rank() == 0) throw ValueError(cat(w, ": input must have rank >= 1"));
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", -1), x.rank(), w);
-  const bool largest = c.attrs().get_int("largest", 1) != 0;
+  const int64_t axis = normalize_axis(c.node.attr_int("axis"), x.rank(), w);
+  const bool largest = c.node.attr_int("largest") != 0;
   const Dims& s = x.shape();
   const int64_t n = s[axis];
   if (k < 0 || k > n)

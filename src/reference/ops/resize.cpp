@@ -213,7 +213,7 @@ std::vector<Tensor> resize_kernel(const KernelContext& c) {
   bool v10 = c.node.opset == 10;
   ResizeParams p;
   const Attributes& at = c.attrs();
-  p.mode = at.get_string("mode", "nearest");
+  p.mode = c.node.attr_string("mode");
   if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic")
     throw ValueError(cat(c.where(), ": unknown mode '", p.mode, "'"));
   p.coord = at.get_string("coordinate_transformation_mode", v10 ? "asymmetric" : "half_pixel");
@@ -227,11 +227,11 @@ std::vector<Tensor> resize_kernel(const KernelContext& c) {
   if (p.nearest != "round_prefer_floor" && p.nearest != "round_prefer_ceil" &&
       p.nearest != "floor" && p.nearest != "ceil" && p.nearest != "simple")
     throw ValueError(cat(c.where(), ": unknown nearest_mode '", p.nearest, "'"));
-  p.cubic_a = at.get_float("cubic_coeff_a", -0.75);
-  p.exclude_outside = at.get_int("exclude_outside", 0) != 0;
-  p.extrapolation = at.get_float("extrapolation_value", 0.0);
-  p.antialias = at.get_int("antialias", 0) != 0 && p.mode != "nearest";
-  std::string policy = at.get_string("keep_aspect_ratio_policy", "stretch");
+  p.cubic_a = c.node.attr_float("cubic_coeff_a");
+  p.exclude_outside = c.node.attr_int("exclude_outside") != 0;
+  p.extrapolation = c.node.attr_float("extrapolation_value");
+  p.antialias = c.node.attr_int("antialias") != 0 && p.mode != "nearest";
+  std::string policy = c.node.attr_string("keep_aspect_ratio_policy");
   if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller")
     throw ValueError(cat(c.where(), ": unknown keep_aspect_ratio_policy '", policy, "'"));
 
@@ -322,7 +322,7 @@ std::vector<Tensor> upsample_kernel(const KernelContext& c) {
   const Tensor& x = c.input(0);
   int64_t r = x.rank();
   ResizeParams p;
-  p.mode = c.attrs().get_string("mode", "nearest");
+  p.mode = c.node.attr_string("mode");
   if (p.mode == "bilinear") p.mode = "linear";
   if (p.mode != "nearest" && p.mode != "linear")
     throw ValueError(cat(c.where(), ": unknown mode '", p.mode, "'"));

@@ -12,7 +12,9 @@ namespace {
 enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
 
 Reduction parse_reduction(const KernelContext& c) {
-  const std::string r = c.attrs().get_string("reduction", "none");
+  // Scatter (ScatterElements' old name) has no reduction attribute: it always replaces.
+  if (c.node.op == "Scatter") return Reduction::kNone;
+  const std::string r = c.node.attr_string("reduction");
   if (r == "none") return Reduction::kNone;
   if (r == "add") return Reduction::kAdd;
   if (r == "mul") return Reduction::kMul;
@@ -74,7 +76,7 @@ std::vector<Tensor> scatter_elements(const KernelContext& c) {
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
   const Tensor& upd = c.input(2);
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), data.rank(), w);
+  const int64_t axis = normalize_axis(c.node.attr_int("axis"), data.rank(), w);
   check_elements_shape(data, ind, axis, w);
   check_updates(data, upd, ind.shape(), w);
   std::vector<int64_t> idx = index_values(ind, w, "indices");
@@ -127,11 +129,11 @@ std::vector<Tensor> tensor_scatter(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& cache = c.input(0);
   const Tensor& upd = c.input(1);
-  const std::string mode = c.attrs().get_string("mode", "linear");
+  const std::string mode = c.node.attr_string("mode");
   if (mode != "linear" && mode != "circular")
     throw ValueError(cat(w, ": mode must be linear or circular, got '", mode, "'"));
   if (cache.rank() < 2) throw ValueError(cat(w, ": past_cache must have rank >= 2"));
-  const int64_t axis = normalize_axis(c.attrs().get_int("axis", -2), cache.rank(), w);
+  const int64_t axis = normalize_axis(c.node.attr_int("axis"), cache.rank(), w);
   if (axis == 0) throw ValueError(cat(w, ": axis must not be the batch axis 0"));
   if (upd.dtype() != cache.dtype() || upd.rank() != cache.rank())
     throw ValueError(cat(w, ": update ", upd.str(), " does not match past_cache ", cache.str()));

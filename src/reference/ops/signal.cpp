@@ -87,11 +87,11 @@ std::vector<Tensor> dft(const KernelContext& c) {
   if (x.rank() < 2 || (x.dim(-1) != 1 && x.dim(-1) != 2))
     throw ValueError(
         cat(w, ": input must be [..., n, 1] (real) or [..., n, 2] (complex), got ", x.str()));
-  const bool inverse = c.attrs().get_int("inverse", 0) != 0;
-  const bool onesided = c.attrs().get_int("onesided", 0) != 0;
+  const bool inverse = c.node.attr_int("inverse") != 0;
+  const bool onesided = c.node.attr_int("onesided") != 0;
   int64_t axis;
   if (c.node.opset != 0 && c.node.opset < 20)
-    axis = c.attrs().get_int("axis", 1);
+    axis = c.node.attr_int("axis");
   else
     axis = c.has_input(2) ? scalar_input(c, 2, "axis") : -2;
   const int64_t rank = x.rank();
@@ -166,7 +166,7 @@ std::vector<Tensor> stft(const KernelContext& c) {
   }
   if (frame < 1 || frame > length)
     throw ValueError(cat(w, ": frame_length ", frame, " must be in [1, ", length, "]"));
-  const bool onesided = c.attrs().get_int("onesided", 1) != 0;
+  const bool onesided = c.node.attr_int("onesided") != 0;
   const int64_t frames = 1 + (length - frame) / step;
   const int64_t bins = onesided ? frame / 2 + 1 : frame;
   const int64_t B = x.dim(0), cin = x.dim(2);

@@ -11,7 +11,7 @@ namespace pto::reference {
 namespace {
 
 DType output_dtype(const KernelContext& c) {
-  return dtype_from_onnx_code(c.attrs().get_int("output_datatype", 1), c.where());
+  return dtype_from_onnx_code(c.node.attr_int("output_datatype"), c.where());
 }
 
 Tensor cast_doubles(DType dt, Dims shape, const std::vector<double>& v, const std::string& w) {
@@ -30,7 +30,7 @@ Kernel window_kernel(std::function<double(double n, double N)> f) {
     const std::string w = c.where();
     const int64_t size = scalar_int(c.input(0), w, "size");
     if (size < 0) throw ValueError(cat(w, ": size must be >= 0, got ", size));
-    const bool periodic = c.attrs().get_int("periodic", 1) != 0;
+    const bool periodic = c.node.attr_int("periodic") != 0;
     const double N = static_cast<double>(periodic ? size : size - 1);
     std::vector<double> v = output_buffer({size}, w);
     for (int64_t n = 0; n < size; ++n) v[n] = N == 0 ? 1.0 : f(static_cast<double>(n), N);

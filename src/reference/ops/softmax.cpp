@@ -1,6 +1,7 @@
 // Reference Softmax, LogSoftmax, Hardmax and Dropout (inference).
 #include <cmath>
 
+#include "ir/ops/op_params.h"
 #include "nn_kernels.h"
 
 namespace pto::reference {
@@ -14,16 +15,16 @@ struct Rows {
   int64_t outer = 1, len = 1, inner = 1;
 };
 Rows rows_of(const KernelContext& c, const Tensor& X) {
-  const bool per_axis = opset_of(c) >= 13;
+  const bool per_axis = !params::softmax_coerces_2d(c.node);
   const int64_t rank = X.rank();
-  int64_t axis = c.attrs().get_int("axis", per_axis ? -1 : 1);
+  int64_t axis = params::softmax_axis(c.node);
   if (per_axis) {
     axis = rank == 0 ? 0 : normalize_axis(axis, rank, c.where());  // 0-D: one row of one element
   } else {
     if (axis < 0) axis += rank;
     if (axis < 0 || axis > rank)
       throw ValueError(
-          cat(c.where(), ": axis ", c.attrs().get_int("axis", 1), " out of range for ", X.str()));
+          cat(c.where(), ": axis ", params::softmax_axis(c.node), " out of range for ", X.str()));
   }
   Rows r;
   if (X.numel() == 0) return r;  // the caller returns early; huge empty dims must not overflow

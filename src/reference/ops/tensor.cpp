@@ -43,7 +43,7 @@ Dims reshape_dims(const KernelContext& c) {
   const Tensor& x = c.input(0);
   std::optional<Ints> spec = input_or_attr(c, 1, "shape");
   if (!spec) throw ValueError(cat(c.where(), ": the target shape is missing"));
-  bool allowzero = c.attrs().get_int("allowzero", 0) != 0;
+  bool allowzero = c.node.attr_int("allowzero") != 0;
   Dims out;
   int64_t infer_at = -1;
   bool has_zero = false;
@@ -80,7 +80,7 @@ Dims reshape_dims(const KernelContext& c) {
 
 Dims flatten_dims(const KernelContext& c) {
   const Tensor& x = c.input(0);
-  int64_t axis = c.attrs().get_int("axis", 1);
+  int64_t axis = c.node.attr_int("axis");
   if (axis < -x.rank() || axis > x.rank())
     throw ValueError(cat(c.where(), ": axis ", axis, " is out of range for ", x.str()));
   if (axis < 0) axis += x.rank();
@@ -214,7 +214,7 @@ Dims concat_dims(const KernelContext& c, int64_t* axis_out) {
 
 std::vector<Tensor> split_views(const KernelContext& c) {
   const Tensor& x = c.input(0);
-  int64_t axis = normalize_axis(c.attrs().get_int("axis", 0), x.rank(), c.where());
+  int64_t axis = normalize_axis(c.node.attr_int("axis"), x.rank(), c.where());
   int64_t dim = x.shape()[axis];
   auto n = static_cast<int64_t>(c.num_outputs);
   Ints sizes;
@@ -308,7 +308,7 @@ Tensor slice_view(const KernelContext& c) {
 Tensor depth_to_space_view(const KernelContext& c, Dims* out) {
   const Tensor& x = c.input(0);
   int64_t b = c.attrs().get_int("blocksize");
-  std::string mode = c.attrs().get_string("mode", "DCR");
+  std::string mode = c.node.attr_string("mode");
   if (x.rank() != 4) throw ValueError(cat(c.where(), ": expected a 4-D input, got ", x.str()));
   if (b <= 0 || b > x.shape()[1] / b || x.shape()[1] % (b * b) != 0)
     throw ValueError(cat(c.where(), ": channels of ", x.str(), " are not a multiple of blocksize ",
@@ -327,7 +327,7 @@ Tensor space_to_depth_view(const KernelContext& c, Dims* out) {
   if (b <= 0 || x.shape()[2] % b != 0 || x.shape()[3] % b != 0)
     throw ValueError(
         cat(c.where(), ": spatial dims of ", x.str(), " are not multiples of blocksize ", b));
-  std::string mode = c.attrs().get_string("mode", "DCR");  // CRD: since opset 25
+  std::string mode = c.node.attr_string("mode");  // CRD: since opset 25
   if (mode != "DCR" && mode != "CRD")
     throw ValueError(cat(c.where(), ": unknown mode '", mode, "'"));
   int64_t n = x.shape()[0], ch = x.shape()[1], h = x.shape()[2] / b, w = x.shape()[3] / b;
@@ -416,7 +416,7 @@ std::vector<Tensor> shape_kernel(const KernelContext& c) {
   const Tensor& x = c.input(0);
   int64_t r = x.rank();
   auto clamp_index = [r](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + r : i, 0, r); };
-  int64_t start = clamp_index(c.attrs().get_int("start", 0));
+  int64_t start = clamp_index(c.node.attr_int("start"));
   int64_t end = clamp_index(c.attrs().get_int("end", r));
   Ints dims;
   for (int64_t i = start; i < end; ++i) dims.push_back(x.shape()[i]);

@@ -54,7 +54,7 @@ std::vector<Tensor> unique(const KernelContext& c) {
   // Each group's first occurrence is its first member: the sort is stable.
   std::vector<int64_t> groups(u);
   std::iota(groups.begin(), groups.end(), 0);
-  if (c.attrs().get_int("sorted", 1) == 0)
+  if (c.node.attr_int("sorted") == 0)
     std::sort(groups.begin(), groups.end(),
               [&](int64_t a, int64_t b) { return order[group_start[a]] < order[group_start[b]]; });
   Dims y_shape = has_axis ? s : Dims{};

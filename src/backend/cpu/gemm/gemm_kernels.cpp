@@ -8,6 +8,7 @@
 
 #include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/kernel.h"
+#include "ir/ops/op_params.h"
 #include "pto/error.h"
 
 namespace pto::cpu {
@@ -203,14 +204,14 @@ std::vector<Tensor> gemm(const KernelContext& c) {
   const Tensor &A = c.input(0), &B = c.input(1);
   if (A.rank() != 2 || B.rank() != 2)
     throw ValueError(cat(w, ": A and B must be 2-D, got ", A.str(), " and ", B.str()));
-  const bool ta = c.attrs().get_int("transA", 0) != 0, tb = c.attrs().get_int("transB", 0) != 0;
+  const params::Gemm p = params::gemm(c.node);
+  const bool ta = p.trans_a, tb = p.trans_b;
   const int64_t M = ta ? A.dim(1) : A.dim(0), K = ta ? A.dim(0) : A.dim(1);
   const int64_t N = tb ? B.dim(0) : B.dim(1);
   if ((tb ? B.dim(1) : B.dim(0)) != K)
     throw ValueError(cat(w, ": A' [", M, ", ", K, "] and B' ", B.str(), (tb ? " (transposed)" : ""),
                          " do not multiply"));
-  const float alpha = static_cast<float>(c.attrs().get_float("alpha", 1.0));
-  const float beta = static_cast<float>(c.attrs().get_float("beta", 1.0));
+  const auto alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
   Tensor Y = Tensor::empty(DType::kF32, {M, N});
   GemmArgs g;
   g.m = M;
@@ -277,7 +278,7 @@ void register_gemm_kernels(KernelRegistry& r) {
   };
   gm.prepare = [](const NodeInfo& n) -> std::any {
     if (!n.is_constant(1) || n.constants[1]->rank() != 2) return {};
-    return pack_constant_b(*n.constants[1], n.node.attrs.get_int("transB", 0) != 0);
+    return pack_constant_b(*n.constants[1], params::gemm(n.node).trans_b);
   };
   gm.run = gemm;
   set_packing(gm);

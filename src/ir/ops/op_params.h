@@ -1,0 +1,73 @@
+// Parameter decoders shared by shape inference, the reference kernels and the CPU kernels: one
+// reading of an op's attributes (and of the inputs that replaced attributes in later opsets), so
+// that every backend agrees on defaults and opset differences. window.h does the same for Conv
+// and pooling. Defaults come from the op's schema (OpDef::attrs, read through Node::attr_int and
+// friends); the schema pieces several ops share are here too.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pto/op_registry.h"
+
+namespace pto::params {
+
+// ---- Softmax, LogSoftmax, Hardmax ----
+AttrDef softmax_axis_attr();
+// The axis as written (not normalized): the attribute, else 1 before opset 13 and -1 from 13.
+int64_t softmax_axis(const Node& n);
+// Before opset 13 the input is coerced to 2-D [prod(dims < axis), prod(dims >= axis)] and
+// normalized over the whole second part; from 13 over the one axis.
+bool softmax_coerces_2d(const Node& n);
+
+// ---- LayerNormalization, RMSNormalization: axis, epsilon, stash_type ----
+AttrSchema norm_attrs();
+struct Norm {
+  int64_t axis;  // as written (normalize against the rank)
+  double epsilon;
+  int64_t stash_type;  // ONNX type code of the statistics
+};
+Norm norm(const Node& n);
+
+// ---- Gemm ----
+struct Gemm {
+  double alpha;
+  double beta;
+  bool trans_a;
+  bool trans_b;
+};
+Gemm gemm(const Node& n);
+
+// ---- Reduce* ----
+AttrSchema reduce_attrs();
+// The axes of a Reduce* node as written (not normalized): input 1 when the node has one (ReduceSum
+// from opset 13, the others from 18), else the `axes` attribute. `axes_input` is input 1's
+// contents when known (nullopt: the node has no input 1, or its value is not known yet).
+struct Reduce {
+  std::optional<std::vector<int64_t>> axes;  // nullopt: given by an input whose value is unknown
+  bool keepdims;
+  bool noop_with_empty_axes;  // with no axes: identity instead of reducing everything
+
+  // Which axes of a rank-`rank` input are reduced (axes must be known): no axes means all of them
+  // unless noop_with_empty_axes. Throws ValueError on an axis out of range or repeated.
+  std::vector<bool> reduced(int64_t rank, const std::string& where) const;
+};
+Reduce reduce(const Node& n, const std::optional<std::vector<int64_t>>& axes_input);
+
+// ---- Attention (opset 23+) ----
+struct Attention {
+  int64_t q_num_heads;   // 0: not given (4-D inputs carry their heads)
+  int64_t kv_num_heads;  // 0: not given
+  bool is_causal;
+  int64_t qk_matmul_output_mode;
+  double softcap;                               // 0: none
+  int64_t left_window_size, right_window_size;  // -1: unbounded
+  std::optional<double> scale;                  // absent: 1 / sqrt(head size)
+
+  double scale_for(int64_t head_size) const;
+};
+Attention attention(const Node& n);
+
+}  // namespace pto::params
