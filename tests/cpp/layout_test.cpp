@@ -428,6 +428,22 @@ std::string describe(const Case& t) {
              t.pad, " d", t.dilation, t.depthwise ? " depthwise" : "", t.bias ? "" : " no bias");
 }
 
+// `b` compiled at level 0 runs every node on a CPU kernel and gives `want`, on every ISA the
+// machine has, with 1 and 2 threads.
+void expect_cpu_matches(const Graph& b, const std::vector<Tensor>& in, const Tensor& want,
+                        const std::string& what) {
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    cpu::IsaScope scope(isa);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Executable exe = compile(b, {.level = 0});
+      for (size_t i = 0; i < b.nodes().size(); ++i) ASSERT_EQ(exe.node_backend(i), "cpu") << what;
+      expect_close(exe.run(in)[0], want,
+                   cat(what, ", ", cpu::isa_name(isa), ", ", threads, " thread(s)"));
+    }
+  }
+}
+
 // The rewritten graph (reorder, ConvBlocked, reorder back) on the CPU kernels, on every ISA,
 // with 1 and 2 threads and blocks of 8 and 16, against the reference Conv of the original graph.
 TEST(LayoutKernels, ConvBlockedMatchesReferenceConv) {
@@ -441,17 +457,7 @@ TEST(LayoutKernels, ConvBlockedMatchesReferenceConv) {
       const Graph b = assign(g, block, nullptr, false);
       ASSERT_EQ(count_ops(b, "ConvBlocked"), 1) << describe(t);
       expect_close(reference::run(b, in)[0], want, cat(describe(t), " reference, block ", block));
-      for (cpu::Isa isa : cpu::supported_isas()) {
-        cpu::IsaScope scope(isa);
-        for (int threads : {1, 2}) {
-          set_num_threads(threads);
-          Executable exe = compile(b, {.level = 0});
-          for (size_t i = 0; i < b.nodes().size(); ++i) ASSERT_EQ(exe.node_backend(i), "cpu");
-          expect_close(exe.run(in)[0], want,
-                       cat(describe(t), ", block ", block, ", ", cpu::isa_name(isa), ", ", threads,
-                           " thread(s)"));
-        }
-      }
+      expect_cpu_matches(b, in, want, cat(describe(t), ", block ", block));
     }
   }
   set_num_threads(saved);
@@ -501,17 +507,7 @@ TEST(LayoutKernels, BlockedPoolingMatchesReference) {
       for (int block : {8, 16}) {
         const Graph b = assign(g, block, nullptr, false);
         ASSERT_EQ(count_ops(b, "ReorderFromBlocked"), 1) << print(b);  // after the pool
-        for (cpu::Isa isa : cpu::supported_isas()) {
-          cpu::IsaScope scope(isa);
-          for (int threads : {1, 2}) {
-            set_num_threads(threads);
-            Executable exe = compile(b, {.level = 0});
-            for (size_t i = 0; i < b.nodes().size(); ++i) ASSERT_EQ(exe.node_backend(i), "cpu");
-            expect_close(exe.run(in)[0], want,
-                         cat(pool, " C", channels, " block ", block, " ", cpu::isa_name(isa), " ",
-                             threads, " thread(s)"));
-          }
-        }
+        expect_cpu_matches(b, in, want, cat(pool, " C", channels, " block ", block));
       }
     }
   }
