@@ -155,3 +155,6 @@ def test_stats_count_weights_and_packed_copies():
     # The three convolutions and the Linear are packed; panels round up, never below the data.
     conv_fc = sum(m.weight.numel() * 4 for m in (model.c1, model.c2, model.c3, model.fc))
     assert s["packed_weight_bytes"] >= conv_fc
+    # The BatchNorm-folded weights of c1 and c2 are PyPTO's own: released once packed. c3's and
+    # the Linear's are the module's parameters (shared, not copied): kept.
+    assert s["released_weight_bytes"] == sum(m.weight.numel() * 4 for m in (model.c1, model.c2))
