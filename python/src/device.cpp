@@ -1,5 +1,6 @@
 // pypto._C.device_info: the machine as the tiling planner sees it.
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include "bindings.h"
 #include "pto/device_info.h"
@@ -32,6 +33,14 @@ void bind_device(nb::module_& m) {
         out["l3_bytes"] = d.l3_bytes;
         out["cacheline_bytes"] = d.cacheline;
         out["memory_bytes"] = d.memory_bytes;
+        const CacheModel& c = cache_model();  // what kernels size their blocks from
+        nb::dict model;
+        model["l1d_bytes"] = c.l1d;
+        model["l2_bytes"] = c.l2;
+        model["l3_bytes_per_core"] = c.l3;
+        model["from_env"] = c.from_env;
+        model["adjusted"] = c.adjusted;
+        out["cache_model"] = model;
         return out;
       },
       "The machine as the tiling planner sees it (cores, ISA, cache sizes, memory).");

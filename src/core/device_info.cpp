@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -236,6 +237,65 @@ std::string choose_isa(const DeviceInfo& d, const char* override_value) {
   for (const char* isa : {"avx512", "avx2"})
     if (supports_isa(d, isa)) return isa;
   return "generic";
+}
+
+namespace {
+
+// "48K", "2M", "1048576": bytes; 0 when malformed.
+size_t parse_bytes(const std::string& s) {
+  size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(s, &pos);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  const std::string unit = s.substr(pos);
+  if (unit == "K" || unit == "k") return v << 10;
+  if (unit == "M" || unit == "m") return v << 20;
+  return unit.empty() ? v : 0;
+}
+
+}  // namespace
+
+CacheModel make_cache_model(const DeviceInfo& d, const char* override_value) {
+  CacheModel m;
+  m.l1d = d.l1d_bytes;
+  m.l2 = d.l2_bytes;
+  m.l3 = d.l3_bytes / static_cast<size_t>(std::max(1, d.physical_cores));
+  auto check = [&](size_t& v, const char* name, size_t lo, size_t hi, size_t fallback) {
+    if (v >= lo && v <= hi) return;
+    m.adjusted.push_back(cat(name, " ", v, " B is outside [", lo, ", ", hi, "]: using ", fallback));
+    v = fallback;
+  };
+  check(m.l1d, "L1d", 8 << 10, 1 << 20, 32 << 10);
+  check(m.l2, "L2", 128 << 10, 64 << 20, 1 << 20);
+  if (m.l3 == 0) m.l3 = m.l2;
+  check(m.l3, "L3 per core", 0, 16 << 20, 16 << 20);
+  if (override_value && *override_value) {
+    std::string spec = override_value;
+    for (size_t start = 0; start <= spec.size();) {
+      size_t end = spec.find(',', start);
+      if (end == std::string::npos) end = spec.size();
+      const std::string item = spec.substr(start, end - start);
+      const size_t eq = item.find('=');
+      const std::string key = item.substr(0, eq);
+      const size_t bytes = eq == std::string::npos ? 0 : parse_bytes(item.substr(eq + 1));
+      size_t* field = key == "l1d" ? &m.l1d : key == "l2" ? &m.l2 : key == "l3" ? &m.l3 : nullptr;
+      if (!field || bytes == 0)
+        throw ValueError(cat("PTO_CACHE='", spec, "': '", item,
+                             "' is not l1d=, l2= or l3= with a size (bytes, or K or M)"));
+      *field = bytes;
+      m.from_env = true;
+      start = end + 1;
+    }
+  }
+  return m;
+}
+
+const CacheModel& cache_model() {
+  static const CacheModel m = make_cache_model(device_info(), std::getenv("PTO_CACHE"));
+  return m;
 }
 
 const DeviceInfo& device_info() {

@@ -50,6 +50,8 @@ int info_main(const std::vector<std::string>& args) {
   for (const OpCoverage& c : op_coverage()) cpu_kernels += c.cpu != CpuCoverage::kNone;
   const char* env_threads = std::getenv("PTO_NUM_THREADS");
   auto flag = [](const char* name, bool on) { return cat(on ? "+" : "-", name); };
+  const CacheModel& c = cache_model();
+  for (const std::string& a : c.adjusted) std::cout << "note: cache model: " << a << "\n";
   std::cout << "PyPTO " << kVersion << "\n"
             << "cpu:         " << d.cpu_name << "\n"
             << "cores:       " << d.logical_cores << " logical, " << d.physical_cores
@@ -63,6 +65,12 @@ int info_main(const std::vector<std::string>& args) {
             << (d.isa_from_env ? " (from PTO_ISA)" : " (best supported)") << "\n"
             << "caches:      L1d " << bytes_str(d.l1d_bytes) << ", L2 " << bytes_str(d.l2_bytes)
             << ", L3 " << bytes_str(d.l3_bytes) << ", line " << d.cacheline << " B\n"
+            << "cache model: L1d " << bytes_str(c.l1d) << ", L2 " << bytes_str(c.l2) << ", L3 "
+            << bytes_str(c.l3) << " per core"
+            << (c.from_env           ? " (PTO_CACHE)"
+                : c.adjusted.empty() ? " (as detected)"
+                                     : "")
+            << "\n"
             << "memory:      " << bytes_str(d.memory_bytes) << "\n"
             << "threads:     " << num_threads()
             << (env_threads && *env_threads ? " (from PTO_NUM_THREADS)" : " (default)") << "\n"

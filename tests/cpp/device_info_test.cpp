@@ -60,5 +60,40 @@ TEST(DeviceInfo, CachedInstanceIsConsistent) {
   EXPECT_TRUE(a.isa == "avx512" || a.isa == "avx2" || a.isa == "generic");
 }
 
+// The cache model: plausible detected sizes pass through (L3 shared out per core); a VM's
+// missing or absurd sizes are replaced and said so; PTO_CACHE overrides, malformed is an error.
+TEST(CacheModel, SanityChecksAndOverride) {
+  DeviceInfo d;
+  d.physical_cores = 2;
+  d.l1d_bytes = 48 << 10;
+  d.l2_bytes = 2 << 20;
+  d.l3_bytes = 32 << 20;
+  CacheModel m = make_cache_model(d, nullptr);
+  EXPECT_EQ(m.l1d, size_t{48} << 10);
+  EXPECT_EQ(m.l2, size_t{2} << 20);
+  EXPECT_EQ(m.l3, size_t{16} << 20);
+  EXPECT_TRUE(m.adjusted.empty());
+  EXPECT_FALSE(m.from_env);
+
+  d.l3_bytes = size_t{300} << 20;  // a VM reporting 300 MB
+  d.l1d_bytes = 0;                 // and no L1d
+  m = make_cache_model(d, nullptr);
+  EXPECT_EQ(m.l3, size_t{16} << 20);
+  EXPECT_EQ(m.l1d, size_t{32} << 10);
+  EXPECT_EQ(m.adjusted.size(), 2u);
+
+  d.l3_bytes = 0;  // no L3: the L2 stands in
+  EXPECT_EQ(make_cache_model(d, nullptr).l3, size_t{2} << 20);
+
+  m = make_cache_model(d, "l1d=64K,l3=4M");
+  EXPECT_TRUE(m.from_env);
+  EXPECT_EQ(m.l1d, size_t{64} << 10);
+  EXPECT_EQ(m.l2, size_t{2} << 20);
+  EXPECT_EQ(m.l3, size_t{4} << 20);
+  EXPECT_EQ(make_cache_model(d, "l2=1048576").l2, size_t{1} << 20);
+  for (const char* bad : {"l2=abc", "l4=1M", "l2", "l2=0", "l1d=32K,", "l2=3G"})
+    EXPECT_THROW(make_cache_model(d, bad), ValueError) << bad;
+}
+
 }  // namespace
 }  // namespace pto

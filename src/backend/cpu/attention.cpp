@@ -110,7 +110,7 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
     return {y};
   }
   // Rows per block: the R x L score block within half of L2.
-  const int64_t l2 = static_cast<int64_t>(device_info().l2_bytes);
+  const auto l2 = static_cast<int64_t>(cache_model().l2);
   const int64_t rows = std::clamp<int64_t>(l2 / 2 / (L * 4), 8, 256);
   const int64_t blocks = (Sq + rows - 1) / rows;
   const float *qp = Q.data<float>(), *kp = K.data<float>(), *vp = V.data<float>();

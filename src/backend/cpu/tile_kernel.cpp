@@ -57,8 +57,7 @@ std::vector<int8_t> direct_writes(const TileProgram& p) {
 }
 
 int64_t choose_capacity(int num_regs) {
-  size_t l1 = device_info().l1d_bytes;
-  if (l1 == 0) l1 = 32 * 1024;
+  const size_t l1 = cache_model().l1d;
   // Half of L1 for the registers, the rest for the input and output lines streaming through.
   int64_t per_reg = static_cast<int64_t>(l1 / 2 / sizeof(float)) / (num_regs + 1);
   int64_t cap = 256;

@@ -75,13 +75,11 @@ int64_t even_block(int64_t total, int64_t block, int64_t unit) {
 //   MC: the packed A block (MC x KC) takes half of L2, the other half streams B panels and C;
 //   NC: the packed B block (KC x NC) takes half of this core's share of L3 (L2 when none).
 Blocking blocking_for(Isa isa) {
-  const DeviceInfo& d = device_info();
+  const CacheModel& c = cache_model();
   Blocking b{};
   register_block(isa, &b.mr, &b.nr);
-  const int64_t l1 = d.l1d_bytes ? static_cast<int64_t>(d.l1d_bytes) : 32 << 10;
-  const int64_t l2 = d.l2_bytes ? static_cast<int64_t>(d.l2_bytes) : 256 << 10;
-  const int64_t l3 =
-      d.l3_bytes ? static_cast<int64_t>(d.l3_bytes) / std::max(1, d.physical_cores) : l2;
+  const auto l1 = static_cast<int64_t>(c.l1d), l2 = static_cast<int64_t>(c.l2),
+             l3 = static_cast<int64_t>(c.l3);
   const int64_t f = sizeof(float);
   b.kc = std::clamp<int64_t>(round_down(4 * l1 / (f * b.nr), 8), 128, 512);
   b.mc = round_down(l2 / 2 / (f * b.kc), b.mr);
