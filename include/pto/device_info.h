@@ -41,20 +41,20 @@ std::string choose_isa(const DeviceInfo& d, const char* override_value);
 bool supports_isa(const DeviceInfo& d, const std::string& isa);
 
 // The caches as kernels size their blocks from them: the detected sizes, sanity-checked (a VM may
-// report none, or a 300 MB L3), or the environment variable PTO_CACHE ("l1d=48K,l2=2M,l3=4M",
+// report none, or a 300 MB L3), or the environment variable PTO_CACHE_SIZES ("l1d=48K,l2=2M,l3=4M",
 // any subset) for experiments. `l3` is one core's share of the last level.
 struct CacheModel {
   size_t l1d = 0, l2 = 0, l3 = 0;
-  bool from_env = false;              // PTO_CACHE set some of them
+  bool from_env = false;              // PTO_CACHE_SIZES set some of them
   std::vector<std::string> adjusted;  // what the sanity checks replaced, and why
 };
 
-// From `d` and `override_value` (PTO_CACHE; null or empty for none). Out of range means: L1d
+// From `d` and `override_value` (PTO_CACHE_SIZES; null or empty for none). Out of range means: L1d
 // outside 8 KiB-1 MiB (then 32 KiB), L2 outside 128 KiB-64 MiB (then 1 MiB), an L3 share above
 // 16 MiB per core (then 16 MiB; none: the L2). Throws ValueError on a malformed override.
 CacheModel make_cache_model(const DeviceInfo& d, const char* override_value);
 
-// make_cache_model(device_info(), PTO_CACHE), once.
+// make_cache_model(device_info(), PTO_CACHE_SIZES), once.
 const CacheModel& cache_model();
 
 }  // namespace pto

@@ -283,7 +283,7 @@ CacheModel make_cache_model(const DeviceInfo& d, const char* override_value) {
       const size_t bytes = eq == std::string::npos ? 0 : parse_bytes(item.substr(eq + 1));
       size_t* field = key == "l1d" ? &m.l1d : key == "l2" ? &m.l2 : key == "l3" ? &m.l3 : nullptr;
       if (!field || bytes == 0)
-        throw ValueError(cat("PTO_CACHE='", spec, "': '", item,
+        throw ValueError(cat("PTO_CACHE_SIZES='", spec, "': '", item,
                              "' is not l1d=, l2= or l3= with a size (bytes, or K or M)"));
       *field = bytes;
       m.from_env = true;
@@ -294,7 +294,7 @@ CacheModel make_cache_model(const DeviceInfo& d, const char* override_value) {
 }
 
 const CacheModel& cache_model() {
-  static const CacheModel m = make_cache_model(device_info(), std::getenv("PTO_CACHE"));
+  static const CacheModel m = make_cache_model(device_info(), std::getenv("PTO_CACHE_SIZES"));
   return m;
 }
 

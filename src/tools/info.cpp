@@ -67,7 +67,7 @@ int info_main(const std::vector<std::string>& args) {
             << ", L3 " << bytes_str(d.l3_bytes) << ", line " << d.cacheline << " B\n"
             << "cache model: L1d " << bytes_str(c.l1d) << ", L2 " << bytes_str(c.l2) << ", L3 "
             << bytes_str(c.l3) << " per core"
-            << (c.from_env           ? " (PTO_CACHE)"
+            << (c.from_env           ? " (PTO_CACHE_SIZES)"
                 : c.adjusted.empty() ? " (as detected)"
                                      : "")
             << "\n"

@@ -61,7 +61,7 @@ TEST(DeviceInfo, CachedInstanceIsConsistent) {
 }
 
 // The cache model: plausible detected sizes pass through (L3 shared out per core); a VM's
-// missing or absurd sizes are replaced and said so; PTO_CACHE overrides, malformed is an error.
+// missing or absurd sizes are replaced and said so; PTO_CACHE_SIZES overrides, malformed is an error.
 TEST(CacheModel, SanityChecksAndOverride) {
   DeviceInfo d;
   d.physical_cores = 2;
