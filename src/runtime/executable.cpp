@@ -547,17 +547,17 @@ class WeightReleaser {
   WeightReleaser(const Graph& g, const KernelGraph& kg) {
     for (const KernelGroup& k : kg.kernels)
       for (ValueId v : k.inputs)
-        if (g.initializer(v)) ++left_[v].readers;
-    for (ValueId v : g.inputs()) left_.erase(v);
-    for (ValueId v : g.outputs()) left_.erase(v);
+        if (g.initializer(v)) ++readers_left_[v];
+    for (ValueId v : g.inputs()) readers_left_.erase(v);
+    for (ValueId v : g.outputs()) readers_left_.erase(v);
   }
 
   void after_step(Graph& g, Executable::Plan& p, size_t s) {
     const Executable::Plan::Step& step = p.steps[s];
     const std::vector<ValueId> packed = step.kernel->packed_constants();
     for (ValueId v : step.group.inputs) {
-      auto it = left_.find(v);
-      if (it == left_.end()) continue;
+      auto it = readers_left_.find(v);
+      if (it == readers_left_.end()) continue;
       // The packing node must be its only reader in the group (an epilogue reading the same
       // weight would get the tensor without data).
       int nodes_reading = 0;
@@ -567,19 +567,12 @@ class WeightReleaser {
       }
       const bool holds = std::find(packed.begin(), packed.end(), v) != packed.end() &&
                          nodes_reading == 1 && !reads(step.leading, v) && !reads(step.views, v);
-      if (!holds) {  // read from the graph's copy: it stays
-        left_.erase(it);
-        continue;
-      }
-      if (--it->second.readers > 0) continue;
+      if (holds && --it->second > 0) continue;  // more steps to read it
+      readers_left_.erase(it);
       const Tensor& t = *g.initializer(v);
-      if (t.storage().use_count() != 1 || t.storage()->external()) {
-        left_.erase(it);
-        continue;
-      }
+      if (!holds || t.storage().use_count() != 1 || t.storage()->external()) continue;
       p.released[v] = {s, Tensor::wrap(nullptr, t.dtype(), t.shape(), {}, [] {})};
       g.release_initializer(v);
-      left_.erase(it);
     }
   }
 
@@ -590,10 +583,8 @@ class WeightReleaser {
         return true;
     return false;
   }
-  struct Left {
-    int readers = 0;  // steps still to be compiled that read it
-  };
-  std::unordered_map<ValueId, Left> left_;
+  // Per weight still in question: the steps not yet compiled that read it.
+  std::unordered_map<ValueId, int> readers_left_;
 };
 
 }  // namespace

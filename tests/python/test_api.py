@@ -269,3 +269,27 @@ def test_import_does_not_load_torch_and_the_backend_registers_when_it_loads(tmp_
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": package})
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_cache_sizes_override_reaches_the_cache_model():
+    """PTO_CACHE_SIZES changes what kernels block for (device_info()["cache_model"]); a malformed
+    value is a clear error, not a silent default."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    package = str(Path(pypto.__file__).resolve().parents[1])
+    code = "import pypto; print(pypto.device_info()['cache_model'])"
+
+    def run(value):
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": package, "PTO_CACHE_SIZES": value})
+
+    r = run("l2=512K,l3=2M")
+    assert r.returncode == 0, r.stderr
+    model = eval(r.stdout)  # a printed dict of ints, bools and strings
+    assert model["l2_bytes"] == 512 << 10 and model["l3_bytes_per_core"] == 2 << 20
+    assert model["from_env"] is True
+    bad = run("l2=lots")
+    assert bad.returncode != 0 and "PTO_CACHE_SIZES='l2=lots'" in bad.stderr

@@ -143,6 +143,14 @@ def test_onnx_weights_held_once(tmp_path):
                                        rtol=1e-4, atol=1e-5)
     finally:
         pypto.reset_optimization_options()
+    # compile(consume=True) takes the graph's contents (the weights can then go as they are
+    # packed); without it the caller's graph keeps them, and nothing is released.
+    g = pypto._C.onnx_load(str(path))
+    kept = pypto._C.compile(g, pypto._C.CompileOptions())
+    assert len(g.ops) > 0 and kept.stats(None)["released_weight_bytes"] == 0
+    del kept  # it shares g's weights: while it lives, releasing them would free nothing
+    taken = pypto._C.compile(g, pypto._C.CompileOptions(), True)
+    assert len(g.ops) == 0 and taken.stats(None)["released_weight_bytes"] == packed
 
 
 def test_stats_count_weights_and_packed_copies():
