@@ -5,7 +5,8 @@
 //             [--packed a|b]
 //             [--warmup-calls N] [--warmup-time S] [--min-calls N] [--min-time S] [--max-time S]
 //
-// - fma: the FMA peak of each ISA path the machine runs (fma_impl.h), GFLOP/s on T threads.
+// - fma: the FMA peak of each ISA path the machine runs (backend/cpu/isa/fma_impl.h), GFLOP/s on T
+// threads.
 // - memory: STREAM-like copy (memcpy) and triad (a = b + s * c) on arrays far larger than the
 //   last-level cache; GB/s counting the bytes read and written.
 // - sgemm: pto::cpu::sgemm on square and model shapes (C = A B, row-major, A: M x K, B: K x N),
@@ -30,8 +31,8 @@
 #include <vector>
 
 #include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/isa/ceiling.h"
 #include "backend/cpu/isa/isa.h"
-#include "fma.h"
 #include "pto/device_info.h"
 #include "pto/error.h"
 #include "pto/parallel.h"
@@ -164,28 +165,6 @@ class Json {
 
 // ---- FMA peak ----
 
-float run_fma(cpu::Isa isa, int64_t iterations, float mul, float add) {
-  switch (isa) {
-    case cpu::Isa::kAvx512:
-      return avx512::fma_chains(iterations, mul, add);
-    case cpu::Isa::kAvx2:
-      return avx2::fma_chains(iterations, mul, add);
-    default:
-      return generic::fma_chains(iterations, mul, add);
-  }
-}
-
-int64_t fma_flops(cpu::Isa isa) {
-  switch (isa) {
-    case cpu::Isa::kAvx512:
-      return avx512::fma_flops_per_iteration();
-    case cpu::Isa::kAvx2:
-      return avx2::fma_flops_per_iteration();
-    default:
-      return generic::fma_flops_per_iteration();
-  }
-}
-
 void bench_fma(Json& j, const std::vector<int>& threads, const Timing& timing) {
   j.key("fma").open('[');
   volatile float mul = 0.9999f, add = 1e-4f;  // opaque to the optimizer
@@ -193,7 +172,7 @@ void bench_fma(Json& j, const std::vector<int>& threads, const Timing& timing) {
     // Iterations for about 20 ms per thread per call.
     int64_t probe = 100000;
     double t0 = now_s();
-    volatile float sink = run_fma(isa, probe, mul, add);
+    volatile float sink = cpu::run_fma_chains(isa, probe, mul, add);
     double dt = std::max(now_s() - t0, 1e-6);
     int64_t iterations = std::max<int64_t>(1000, static_cast<int64_t>(probe * 0.02 / dt));
     for (int t : threads) {
@@ -201,13 +180,14 @@ void bench_fma(Json& j, const std::vector<int>& threads, const Timing& timing) {
       std::cerr << "fma " << cpu::isa_name(isa) << " threads " << t << "\n";
       std::vector<float> sums(static_cast<size_t>(t));  // one per task: no shared writes
       Sample s = measure(timing, [&] {
-        parallel_tasks(t, [&](int64_t i) { sums[i] = run_fma(isa, iterations, mul, add); });
+        parallel_tasks(
+            t, [&](int64_t i) { sums[i] = cpu::run_fma_chains(isa, iterations, mul, add); });
       });
       for (float x : sums) sink = sink + x;
-      double gflop =
-          static_cast<double>(fma_flops(isa)) * static_cast<double>(iterations) * t / 1e9;
+      double gflop = static_cast<double>(cpu::fma_flops_per_iteration(isa)) *
+                     static_cast<double>(iterations) * t / 1e9;
       j.open('{').key("isa").str(cpu::isa_name(isa)).key("threads").num(t);
-      j.key("flops_per_iteration").num(static_cast<double>(fma_flops(isa)));
+      j.key("flops_per_iteration").num(static_cast<double>(cpu::fma_flops_per_iteration(isa)));
       j.sample(s, gflop, "gflops").close('}');
     }
     (void)sink;

@@ -15,9 +15,12 @@ struct DeviceInfo {
   // ISA extensions the CPU has and the OS has enabled (XSAVE state checked with XGETBV).
   bool avx2 = false, fma = false, avx512f = false, avx512bw = false, avx512vl = false,
        avx512_bf16 = false, avx512_vnni = false, avx512_fp16 = false;
-  size_t l1d_bytes = 0;     // per core
-  size_t l2_bytes = 0;      // per core (or per cluster where shared)
-  size_t l3_bytes = 0;      // the whole shared last-level cache slice this core sees; 0 if none
+  size_t l1d_bytes = 0;  // per core
+  size_t l2_bytes = 0;   // per core (or per cluster where shared)
+  size_t l3_bytes = 0;   // the whole shared last-level cache slice this core sees; 0 if none
+  // Logical CPUs sharing each level (sysfs shared_cpu_list, all of them, not only this process's);
+  // 0 when the system does not say.
+  int l1d_shared_by = 0, l2_shared_by = 0, l3_shared_by = 0;
   size_t cacheline = 64;    // bytes
   size_t memory_bytes = 0;  // physical memory, or the cgroup limit when lower
   // The kernel ISA chosen: "avx512" | "avx2" | "generic". The best the machine supports, unless
@@ -45,16 +48,34 @@ bool supports_isa(const DeviceInfo& d, const std::string& isa);
 // any subset) for experiments. `l3` is one core's share of the last level.
 struct CacheModel {
   size_t l1d = 0, l2 = 0, l3 = 0;
+  size_t line = 64;                   // bytes (32-256, else 64)
+  int l3_cores = 1;                   // physical cores the detected L3 was divided among
   bool from_env = false;              // PTO_CACHE_SIZES set some of them
   std::vector<std::string> adjusted;  // what the sanity checks replaced, and why
 };
 
-// From `d` and `override_value` (PTO_CACHE_SIZES; null or empty for none). Out of range means: L1d
-// outside 8 KiB-1 MiB (then 32 KiB), L2 outside 128 KiB-64 MiB (then 1 MiB), an L3 share above
-// 16 MiB per core (then 16 MiB; none: the L2). Throws ValueError on a malformed override.
+// From `d` and `override_value` (PTO_CACHE_SIZES; null or empty for none). The L3 share is the L3
+// divided among the physical cores sharing it (from l3_shared_by and the SMT ratio, else the
+// process's physical cores). Out of range means: L1d outside 8 KiB-1 MiB (then 32 KiB), L2 outside
+// 128 KiB-64 MiB (then 1 MiB), an L3 share above 16 MiB per core (then 16 MiB; none: the L2).
+// Throws ValueError on a malformed override.
 CacheModel make_cache_model(const DeviceInfo& d, const char* override_value);
 
 // make_cache_model(device_info(), PTO_CACHE_SIZES), once.
 const CacheModel& cache_model();
+
+// The arithmetic ceiling of one core on the active ISA, measured once on first call (about 50 ms):
+// the FMA throughput of register-only chains, and the clock from a chain of dependent integer adds
+// (one cycle each), whose ratio gives the FMA units. A VM's neighbours and turbo make both
+// estimates; the units are rounded to a whole number.
+struct FmaCeiling {
+  std::string isa;             // the ISA measured (the active one)
+  int vector_bits = 0;         // 512, 256, or 32 for the scalar generic path
+  double gflops = 0;           // single precision, one core
+  double ghz = 0;              // 0 where the clock cannot be measured (not x86-64)
+  double flops_per_cycle = 0;  // gflops / ghz
+  int fma_units = 0;           // vector FMAs issued per cycle at vector_bits; 0 when unknown
+};
+const FmaCeiling& fma_ceiling();
 
 }  // namespace pto

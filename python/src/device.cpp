@@ -32,12 +32,26 @@ void bind_device(nb::module_& m) {
         out["l2_bytes"] = d.l2_bytes;
         out["l3_bytes"] = d.l3_bytes;
         out["cacheline_bytes"] = d.cacheline;
+        out["l1d_shared_by"] = d.l1d_shared_by;  // logical CPUs sharing it, 0 if unknown
+        out["l2_shared_by"] = d.l2_shared_by;
+        out["l3_shared_by"] = d.l3_shared_by;
+        const FmaCeiling& f = fma_ceiling();  // measured on first use
+        nb::dict fma;
+        fma["isa"] = f.isa;
+        fma["vector_bits"] = f.vector_bits;
+        fma["gflops_per_core"] = f.gflops;
+        fma["ghz"] = f.ghz;
+        fma["flops_per_cycle"] = f.flops_per_cycle;
+        fma["fma_units"] = f.fma_units;
+        out["fma"] = fma;
         out["memory_bytes"] = d.memory_bytes;
         const CacheModel& c = cache_model();  // what kernels size their blocks from
         nb::dict model;
         model["l1d_bytes"] = c.l1d;
         model["l2_bytes"] = c.l2;
         model["l3_bytes_per_core"] = c.l3;
+        model["l3_cores"] = c.l3_cores;
+        model["line_bytes"] = c.line;
         model["from_env"] = c.from_env;
         model["adjusted"] = c.adjusted;
         out["cache_model"] = model;

@@ -95,6 +95,27 @@ int count_physical_cores(const std::vector<int>& cpus) {
   return static_cast<int>(cores.size());
 }
 
+// "0-3,8-11" -> 8; 0 when malformed.
+int count_cpu_list(const std::string& list) {
+  int n = 0;
+  for (size_t start = 0; start < list.size();) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(start, end - start);
+    try {
+      const size_t dash = item.find('-');
+      const int lo = std::stoi(item.substr(0, dash));
+      const int hi = dash == std::string::npos ? lo : std::stoi(item.substr(dash + 1));
+      if (hi < lo) return 0;
+      n += hi - lo + 1;
+    } catch (const std::exception&) {
+      return 0;
+    }
+    start = end + 1;
+  }
+  return n;
+}
+
 void read_caches(int cpu, DeviceInfo& d) {
   for (int i = 0; i < 16; ++i) {
     std::string dir = cat("/sys/devices/system/cpu/cpu", cpu, "/cache/index", i, "/");
@@ -104,14 +125,19 @@ void read_caches(int cpu, DeviceInfo& d) {
     if (!level || !type) break;
     if (!size || *type == "Instruction") continue;
     size_t bytes = parse_size(*size);
+    const auto list = read_line(dir + "shared_cpu_list");
+    const int shared_by = list ? count_cpu_list(*list) : 0;
     if (*level == 1) {
       d.l1d_bytes = bytes;
+      d.l1d_shared_by = shared_by;
       if (auto line = read_number(dir + "coherency_line_size"); line && *line > 0)
         d.cacheline = static_cast<size_t>(*line);
     } else if (*level == 2) {
       d.l2_bytes = bytes;
+      d.l2_shared_by = shared_by;
     } else if (*level == 3) {
       d.l3_bytes = bytes;
+      d.l3_shared_by = shared_by;
     }
   }
   auto from_sysconf = [](size_t& field, int name) {
@@ -262,7 +288,12 @@ CacheModel make_cache_model(const DeviceInfo& d, const char* override_value) {
   CacheModel m;
   m.l1d = d.l1d_bytes;
   m.l2 = d.l2_bytes;
-  m.l3 = d.l3_bytes / static_cast<size_t>(std::max(1, d.physical_cores));
+  m.line = d.cacheline >= 32 && d.cacheline <= 256 ? d.cacheline : 64;
+  // Cores sharing the L3: its CPU list over the SMT ratio (2 logical per core -> half as many).
+  const int smt = std::max(1, d.logical_cores / std::max(1, d.physical_cores));
+  m.l3_cores =
+      d.l3_shared_by > 0 ? std::max(1, d.l3_shared_by / smt) : std::max(1, d.physical_cores);
+  m.l3 = d.l3_bytes / static_cast<size_t>(m.l3_cores);
   auto check = [&](size_t& v, const char* name, size_t lo, size_t hi, size_t fallback) {
     if (v >= lo && v <= hi) return;
     m.adjusted.push_back(cat(name, " ", v, " B is outside [", lo, ", ", hi, "]: using ", fallback));

@@ -61,7 +61,8 @@ TEST(DeviceInfo, CachedInstanceIsConsistent) {
 }
 
 // The cache model: plausible detected sizes pass through (L3 shared out per core); a VM's
-// missing or absurd sizes are replaced and said so; PTO_CACHE_SIZES overrides, malformed is an error.
+// missing or absurd sizes are replaced and said so; PTO_CACHE_SIZES overrides, malformed is an
+// error.
 TEST(CacheModel, SanityChecksAndOverride) {
   DeviceInfo d;
   d.physical_cores = 2;
@@ -93,6 +94,47 @@ TEST(CacheModel, SanityChecksAndOverride) {
   EXPECT_EQ(make_cache_model(d, "l2=1048576").l2, size_t{1} << 20);
   for (const char* bad : {"l2=abc", "l4=1M", "l2", "l2=0", "l1d=32K,", "l2=3G"})
     EXPECT_THROW(make_cache_model(d, bad), ValueError) << bad;
+}
+
+// The L3 is shared out among the cores its CPU list names (SMT siblings counted once), not among
+// the cores this process happens to get: a 2-core slice of a 16-core L3 gets a sixteenth.
+TEST(CacheModel, L3ShareFollowsTheCoresSharingIt) {
+  DeviceInfo d;
+  d.logical_cores = 4;
+  d.physical_cores = 2;  // 2 threads per core
+  d.l1d_bytes = 32 << 10;
+  d.l2_bytes = 1 << 20;
+  d.l3_bytes = 32 << 20;
+  d.l3_shared_by = 32;  // 16 cores x 2 threads
+  CacheModel m = make_cache_model(d, nullptr);
+  EXPECT_EQ(m.l3_cores, 16);
+  EXPECT_EQ(m.l3, size_t{2} << 20);
+  d.l3_shared_by = 0;  // unknown: the process's cores
+  m = make_cache_model(d, nullptr);
+  EXPECT_EQ(m.l3_cores, 2);
+  EXPECT_EQ(m.l3, size_t{16} << 20);
+  d.cacheline = 0;  // absurd line size
+  EXPECT_EQ(make_cache_model(d, nullptr).line, 64u);
+}
+
+// The measured ceiling is plausible: some GFLOP/s, a clock between 0.5 and 7 GHz on x86-64, and
+// on a vector ISA between one and four FMA units whose product with the width and the clock is the
+// measured rate (the units are rounded, so within a factor of two).
+TEST(FmaCeiling, MeasuredValuesArePlausible) {
+  const FmaCeiling& f = fma_ceiling();
+  EXPECT_EQ(f.isa, device_info().isa);
+  EXPECT_GT(f.gflops, 0.1);
+#if defined(__x86_64__)
+  EXPECT_GT(f.ghz, 0.5);
+  EXPECT_LT(f.ghz, 7.0);
+  if (f.vector_bits > 32) {
+    EXPECT_GE(f.fma_units, 1);
+    EXPECT_LE(f.fma_units, 4);
+    const double expected = f.fma_units * 2.0 * f.vector_bits / 32 * f.ghz;
+    EXPECT_GT(f.gflops, expected / 2);
+    EXPECT_LT(f.gflops, expected * 2);
+  }
+#endif
 }
 
 }  // namespace

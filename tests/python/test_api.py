@@ -44,6 +44,10 @@ def test_device_info_and_is_available():
     assert info["logical_cores"] >= 1 and info["physical_cores"] >= 1
     assert info["isa"] in ("avx512", "avx2", "generic")
     assert info["l1d_bytes"] > 0 and info["l2_bytes"] > 0
+    assert info["cache_model"]["l3_cores"] >= 1 and info["cache_model"]["line_bytes"] >= 32
+    fma = info["fma"]  # the measured arithmetic ceiling of one core
+    assert fma["isa"] == info["isa"] and fma["gflops_per_core"] > 0
+    assert fma["vector_bits"] == {"avx512": 512, "avx2": 256, "generic": 32}[info["isa"]]
     with open("/proc/cpuinfo") as f:
         flags = next(line for line in f if line.startswith("flags")).split()
     assert info["extensions"]["avx2"] == ("avx2" in flags)

@@ -2,10 +2,11 @@
 // in registers, enough to cover the FMA latency times the number of FMA ports (AVX-512 on two
 // ports with 4-cycle latency needs 8 in flight; AVX2 the same with half the lanes), so the loop is
 // limited by throughput, not by dependencies. Included by fma_avx512.cpp, fma_avx2.cpp and
-// fma_generic.cpp, each compiled with its ISA's flags (see bench/CMakeLists.txt).
+// fma_generic.cpp, each compiled with its ISA's flags (see isa.h). ceiling.h declares them.
 //
-// The generic path is scalar mul + add (x86-64 baseline has no FMA; the file is compiled without
-// auto-vectorization so the chains stay scalar): 2 flops per chain step, like an FMA.
+// The generic path is scalar mul + add (x86-64 baseline has no FMA; the function is compiled
+// without auto-vectorization, which would measure SSE instead): 2 flops per chain step, like an
+// FMA.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,7 @@
 #include "backend/cpu/isa/simd.h"
 #endif
 
-namespace pto::bench::PTO_ISA_NS {
+namespace pto::cpu::PTO_ISA_NS {
 
 #if defined(PTO_ISA_AVX512)
 constexpr int kChains = 16;  // of 32 zmm registers
@@ -33,6 +34,9 @@ int64_t fma_flops_per_iteration() {
 }
 
 // Runs `iterations` steps of every chain; returns a checksum so that nothing is optimized away.
+#if !defined(PTO_ISA_AVX512) && !defined(PTO_ISA_AVX2)
+__attribute__((optimize("no-tree-vectorize", "no-tree-slp-vectorize")))
+#endif
 float fma_chains(int64_t iterations, float mul, float add) {
 #if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
   using pto::cpu::PTO_ISA_NS::Vec;
@@ -59,4 +63,4 @@ float fma_chains(int64_t iterations, float mul, float add) {
 #endif
 }
 
-}  // namespace pto::bench::PTO_ISA_NS
+}  // namespace pto::cpu::PTO_ISA_NS

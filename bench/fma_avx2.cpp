@@ -1,1 +1,0 @@
-#include "fma_impl.h"  // compiled for avx2 (bench/CMakeLists.txt)

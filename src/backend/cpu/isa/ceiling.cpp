@@ -1,0 +1,97 @@
+// pto::fma_ceiling(): the FMA throughput of one core on the active ISA and the clock it ran at.
+#include "backend/cpu/isa/ceiling.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "pto/device_info.h"
+
+namespace pto::cpu {
+
+float run_fma_chains(Isa isa, int64_t iterations, float mul, float add) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return avx512::fma_chains(iterations, mul, add);
+    case Isa::kAvx2:
+      return avx2::fma_chains(iterations, mul, add);
+    default:
+      return generic::fma_chains(iterations, mul, add);
+  }
+}
+
+int64_t fma_flops_per_iteration(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return avx512::fma_flops_per_iteration();
+    case Isa::kAvx2:
+      return avx2::fma_flops_per_iteration();
+    default:
+      return generic::fma_flops_per_iteration();
+  }
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The best of `rounds` runs of `fn` (work units per second), each about 5 ms.
+template <typename Fn>
+double best_rate(int rounds, int64_t units, Fn fn) {
+  double best = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    best = std::max(best, static_cast<double>(units) / std::max(seconds_since(t0), 1e-9));
+  }
+  return best;
+}
+
+// Cycles per second, from a chain of dependent adds: one cycle each on every x86-64 core.
+double measure_hz() {
+#if defined(__x86_64__)
+  constexpr int64_t kSteps = 1 << 17;  // of 64 adds: 8.4 M cycles, about 3 ms
+  return best_rate(5, kSteps * 64, [] {
+    uint64_t x = 0;
+    for (int64_t i = 0; i < kSteps; ++i)
+      __asm__ volatile(".rept 64\n\taddq $1, %0\n\t.endr" : "+r"(x));
+  });
+#else
+  return 0;
+#endif
+}
+
+FmaCeiling measure_ceiling() {
+  const Isa isa = active_isa();
+  FmaCeiling c;
+  c.isa = isa_name(isa);
+  c.vector_bits = isa == Isa::kAvx512 ? 512 : isa == Isa::kAvx2 ? 256 : 32;
+  volatile float mul = 0.9999f, add = 1e-4f;  // opaque to the optimizer
+  constexpr int64_t kIterations = 1 << 18;  // 134 MFLOP on AVX-512: about 1 ms
+  volatile float sink = 0;
+  const double flops = static_cast<double>(fma_flops_per_iteration(isa) * kIterations);
+  c.gflops = best_rate(5, 1, [&] { sink = sink + run_fma_chains(isa, kIterations, mul, add); }) *
+             flops / 1e9;
+  c.ghz = measure_hz() / 1e9;
+  if (c.ghz > 0) {
+    c.flops_per_cycle = c.gflops / c.ghz;
+    // Two flops per lane per FMA; the scalar path has no FMA instruction to count.
+    if (c.vector_bits > 32)
+      c.fma_units = static_cast<int>(std::lround(c.flops_per_cycle / (2.0 * c.vector_bits / 32)));
+  }
+  return c;
+}
+
+}  // namespace
+}  // namespace pto::cpu
+
+namespace pto {
+
+const FmaCeiling& fma_ceiling() {
+  static const FmaCeiling c = cpu::measure_ceiling();
+  return c;
+}
+
+}  // namespace pto

@@ -1,0 +1,18 @@
+// The register-only FMA loops of fma_impl.h, one per ISA: what pto::fma_ceiling() (ceiling.cpp)
+// and pto_bench measure the arithmetic ceiling with.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/isa/isa.h"
+
+namespace pto::cpu {
+
+PTO_ISA_DECLARE(float fma_chains(int64_t iterations, float mul, float add);
+                int64_t fma_flops_per_iteration();)
+
+// fma_chains / fma_flops_per_iteration of `isa`'s build.
+float run_fma_chains(Isa isa, int64_t iterations, float mul, float add);
+int64_t fma_flops_per_iteration(Isa isa);
+
+}  // namespace pto::cpu

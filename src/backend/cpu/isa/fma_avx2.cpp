@@ -1,0 +1,1 @@
+#include "backend/cpu/isa/fma_impl.h"
