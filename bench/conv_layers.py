@@ -393,12 +393,15 @@ def aggregate_table(results: dict) -> list[str]:
     return rows
 
 
+def best_fma(results: dict, threads: int) -> dict | None:
+    """The best FMA measurement on `threads` threads (at the start or the end of the run)."""
+    return bench.best_fma(results["fma"].get(threads) or results["fma"].get(str(threads)) or [],
+                          threads)
+
+
 def fma_peak(results: dict, threads: int) -> float | None:
-    """The FMA peak on `threads` threads: the best of its measurements (at the start and the end
-    of the run; on a busy machine the load only lowers it)."""
-    runs = results["fma"].get(threads) or results["fma"].get(str(threads)) or []
-    peaks = [p for p in (bench.fma_peak(pb, threads) for pb in runs) if p]
-    return max(peaks) if peaks else None
+    f = best_fma(results, threads)
+    return f["gflops"] if f else None
 
 
 def markdown(results: dict) -> str:
@@ -409,6 +412,9 @@ def markdown(results: dict) -> str:
     if "loadavg_end" in results:
         end = results["loadavg_end"]
         note += f", at the end {end[0]:.2f} / {end[1]:.2f} / {end[2]:.2f}"
+    peaks = [(t, best_fma(results, int(t))) for t in results["fma"]]
+    note += "; FMA peak (pto_bench --only fma --quick, best of the start and the end): " + \
+        "; ".join(bench.fma_note(f, int(t)) for t, f in peaks if f)
     parts.append(note + f"; {'Conv2d + ReLU' if results['relu'] else 'Conv2d alone'}; cells: "
                  "median ms, GFLOP/s (% of the FMA peak).")
     agg = aggregate_table(results)
@@ -453,10 +459,15 @@ def main() -> int:
     ap.add_argument("--pto-bench", default=str(bench.REPO / "build" / "bench" / "pto_bench"))
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--timeout", type=float, default=7200, help="seconds per child process")
+    ap.add_argument("--show", metavar="JSON",
+                    help="print the tables of an earlier run's results file and exit")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.show:
+        print(markdown(json.loads(Path(args.show).read_text())))
+        return 0
     if args.child:
         args.threads = int(args.threads)
         try:
