@@ -18,12 +18,15 @@ error is reported); a wrong one is not timed.
 
 One process per model x batch x threads (torch.set_num_threads, pypto.set_num_threads, ORT's
 intra_op_num_threads and PTO_NUM_THREADS / OMP_NUM_THREADS / MKL_NUM_THREADS /
-OPENBLAS_NUM_THREADS all = T). In it, per layer, the engines are warmed up, then timed in
-interleaved repetitions (eager, ORT, L2, L3, eager, ...): each repetition is one untimed call (so
-the previous engine's thread pool has gone quiet) and then enough calls for about --rep-ms; the
-tables quote the median repetition. The FMA peak comes from `pto_bench --only fma --quick`, run
-at the start and the end (the better one counts: load only lowers it); each layer's fraction of
-it is FLOPs / median / peak, with
+OPENBLAS_NUM_THREADS all = T; on 2+ threads OMP_WAIT_POLICY=PASSIVE unless --omp-wait-policy
+says otherwise: torch's OpenMP workers spinning after an eager call would take the cores from the
+engine timed next, and on a busy machine they slow eager itself by 10-60x). In it, per layer,
+the engines are warmed up, then timed in interleaved repetitions (eager, ORT, L2, L3, eager,
+...): each repetition is one untimed call (so the previous engine's thread pool has gone quiet)
+and then enough calls for about 5 ms (--quick: 1 ms); the tables quote the median repetition of
+15 (--reps; --quick: 5). The FMA peak comes from `pto_bench --only fma --quick`, run at the start
+and the end (the better one counts: load only lowers it); each layer's fraction of it is
+FLOPs / median / peak, with
 FLOPs = 2 x N x OC x OH x OW x (C / groups) x KH x KW (bias and ReLU not counted). Per model,
 the aggregate is sum(FLOPs x count) / sum(median x count), as the model would spend it.
 """
@@ -297,7 +300,10 @@ def main_driver(args) -> int:
                        "--levels", ",".join(map(str, levels)), "--layers", args.layers,
                        "--reps", str(args.reps), *(["--quick"] if args.quick else []),
                        *(["--relu"] if args.relu else [])]
-                r = bench.run_child(cmd, bench.child_env(t), args.timeout, marker=MARK)
+                policy = args.omp_wait_policy if t > 1 else "default"
+                env = bench.child_env(t, None if policy == "default" else policy)
+                r = bench.run_child(cmd, env, args.timeout, marker=MARK)
+                r["omp_wait_policy"] = policy
                 r.update(model=m, batch=b, threads=t)
                 results["runs"].append(r)
                 save()
@@ -428,8 +434,10 @@ def markdown(results: dict) -> str:
             continue
         peak = fma_peak(results, run["threads"])
         la, lb = run["loadavg_start"][0], run["loadavg_end"][0]
+        policy = run.get("omp_wait_policy", "default")
         title = (f"{what} (FMA peak {peak:.1f} GFLOP/s" if peak else f"{what} (no FMA peak") + \
-            f", load {la:.1f} -> {lb:.1f})"
+            f", load {la:.1f} -> {lb:.1f}" + \
+            (f", OMP_WAIT_POLICY={policy})" if policy != "default" else ")")
         parts.append(f"{title}:\n\n" + "\n".join(layer_table(run, peak)))
         for lay in run["layers"]:
             for k, r in lay["results"].items():
@@ -454,6 +462,9 @@ def main() -> int:
                     help="only the layers whose name contains one of these comma-separated "
                          "strings, e.g. '3x3,@7' (names as in the table)")
     ap.add_argument("--relu", action="store_true", help="time Conv2d + ReLU (the fused epilogue)")
+    ap.add_argument("--omp-wait-policy", default="PASSIVE",
+                    choices=["PASSIVE", "ACTIVE", "default"],
+                    help="OMP_WAIT_POLICY on 2+ threads (default PASSIVE; 'default': unset)")
     ap.add_argument("--quick", action="store_true", help="short warm-up, 5 short repetitions")
     ap.add_argument("--reps", type=int, default=0, help="repetitions (default 15, quick 5)")
     ap.add_argument("--pto-bench", default=str(bench.REPO / "build" / "bench" / "pto_bench"))
