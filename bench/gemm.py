@@ -160,7 +160,7 @@ def markdown(results: dict) -> str:
     head = ["shape MxKxN", "what", "threads", "PyPTO", "torch.mm", "numpy (OpenBLAS)",
             "best BLAS", "PyPTO / best", "% of FMA peak (PyPTO / best)", "PyPTO error"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    blas = []
+    blas, peaks = [], []
     for t, rounds in results["threads"].items():
         t = int(t)
         fma = bench.best_fma([r["pypto"] for r in rounds], t)
@@ -189,7 +189,9 @@ def markdown(results: dict) -> str:
                    else "-", f"{max(errs):.0e}" if errs else "-"]
             rows.append("| " + " | ".join(row) + " |")
         if fma:
-            parts.append("FMA peak (pto_bench, best of the rounds): " + bench.fma_note(fma, t))
+            peaks.append(bench.fma_note(fma, t))
+    if peaks:
+        parts.append("FMA peak (pto_bench, best of the rounds): " + "; ".join(peaks) + ".")
     parts.append("\n".join(rows))
     if blas:
         parts.append("numpy's BLAS: " + "; ".join(dict.fromkeys(blas)) + ".")
