@@ -101,16 +101,22 @@ def measure(fn, protocol: dict) -> dict:
         if t1 - wall0 >= protocol["cap_s"]:
             break
     wall = time.perf_counter() - wall0
-    times.sort()
+    return {**summary(times), "cpu_util": (cpu_seconds() - cpu0) / wall if wall > 0 else 0.0}
 
-    def q(p):
-        pos = p * (len(times) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(times) - 1)
-        return times[lo] + (times[hi] - times[lo]) * (pos - lo)
 
-    return {"median": q(0.5), "p10": q(0.1), "p90": q(0.9), "count": len(times),
-            "cpu_util": (cpu_seconds() - cpu0) / wall if wall > 0 else 0.0}
+def quantile(ordered: list[float], p: float) -> float:
+    """The p-quantile of sorted values, interpolated linearly."""
+    pos = p * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summary(times: list[float]) -> dict:
+    """Median, p10, p90 and count of call times."""
+    ordered = sorted(times)
+    return {"median": quantile(ordered, 0.5), "p10": quantile(ordered, 0.1),
+            "p90": quantile(ordered, 0.9), "count": len(ordered)}
 
 
 def child_setup(threads: int):
@@ -442,6 +448,16 @@ def run_child(cmd: list[str], env: dict, timeout: float, marker: str | None = MA
     return {"status": "failed", "error": why + (": " + " | ".join(last) if last else "")}
 
 
+def pto_bench(path: Path, threads: int, only: str, quick: bool, timeout: float,
+              extra: tuple[str, ...] = ()) -> dict | None:
+    """Runs pto_bench (--only `only`, e.g. "fma" or "fma,sgemm") on `threads` threads with the
+    children's environment; its JSON, or None when it failed."""
+    cmd = [str(path), "--threads", str(threads), "--only", only,
+           *(["--quick"] if quick else []), *extra]
+    pb = run_child(cmd, child_env(threads), timeout, marker=None)
+    return pb if "machine" in pb else None
+
+
 def self_cmd(args, *extra) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), *(["--quick"] if args.quick else []),
             *extra]
@@ -574,11 +590,9 @@ def main_driver(args) -> int:
 
     for t in threads if not args.no_ceilings else []:
         print(f"== pto_bench, {t} thread(s)", file=sys.stderr)
-        cmd = [str(bench_bin), "--threads", str(t), *(["--quick"] if args.quick else [])]
-        if args.no_gemm:
-            cmd += ["--only", "fma,memory"]
-        pb = run_child(cmd, child_env(t), args.timeout, marker=None)
-        results["pto_bench"][t] = pb if "machine" in pb else None
+        only = "fma,memory" if args.no_gemm else "fma,memory,sgemm"
+        pb = pto_bench(bench_bin, t, only, args.quick, args.timeout)
+        results["pto_bench"][t] = pb
         if pb and pb.get("sgemm") and "eager" in engines:
             shapes = ",".join(f"{s['m']}x{s['k']}x{s['n']}" for s in pb["sgemm"])
             results["torch_mm"][t] = torch_child(args, t, ["--child", "torch-mm",
@@ -609,16 +623,39 @@ def main_driver(args) -> int:
 
 # ---- the tables ----
 
-def peak(results: dict, threads: int) -> float | None:
-    """The FMA peak (GFLOP/s) of the ISA the kernels run with, on `threads` threads."""
-    pb = results["pto_bench"].get(threads) or results["pto_bench"].get(str(threads))
+def fma_entry(pb: dict | None, threads: int) -> dict | None:
+    """pto_bench's FMA measurement of the ISA the kernels run with, on `threads` threads."""
     if not pb:
         return None
     isa = pb["machine"]["isa"]
     for f in pb.get("fma", []):
         if f["isa"] == isa and f["threads"] == threads:
-            return f["gflops"]
+            return f
     return None
+
+
+def fma_peak(pb: dict | None, threads: int) -> float | None:
+    """The FMA peak (GFLOP/s) in pto_bench's output, on `threads` threads."""
+    f = fma_entry(pb, threads)
+    return f["gflops"] if f else None
+
+
+def best_fma(pbs: list[dict | None], threads: int) -> dict | None:
+    """The best of several pto_bench FMA measurements on `threads` threads (on a busy machine
+    the load only lowers it)."""
+    entries = [f for f in (fma_entry(pb, threads) for pb in pbs) if f]
+    return max(entries, key=lambda f: f["gflops"]) if entries else None
+
+
+def fma_note(f: dict, threads: int) -> str:
+    """'1 thread(s): 112.3 GFLOP/s (avx512, CPU util 0.99)'."""
+    return (f"{threads} thread(s): {f['gflops']:.1f} GFLOP/s ({f['isa']}, CPU util "
+            f"{f['cpu_util']:.2f})")
+
+
+def peak(results: dict, threads: int) -> float | None:
+    return fma_peak(results["pto_bench"].get(threads) or results["pto_bench"].get(str(threads)),
+                    threads)
 
 
 def ceilings_table(results: dict) -> list[str]:

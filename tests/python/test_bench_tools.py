@@ -1,0 +1,46 @@
+"""The benchmark tools' own logic: the conv layer census and FLOP count, the GEMM shape parser."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import conv_layers  # noqa: E402
+import gemm  # noqa: E402
+
+
+def test_resnet18_census():
+    layers = conv_layers.collect_layers("resnet18")
+    assert sum(n for _, n in layers) == 20  # stem, 16 3x3, 3 downsampling 1x1
+    names = [lay.name() for lay, _ in layers]
+    assert names[0] == "3->64 @224 7x7 s2"
+    assert dict(zip(names, (n for _, n in layers)))["64->64 @56 3x3"] == 4
+    assert "128->256 @28 1x1 s2" in names
+    assert conv_layers.select(layers, "@7,7x7") == [layers[0], *[
+        (lay, n) for lay, n in layers if "@7 " in lay.name()]]
+
+
+@pytest.mark.parametrize("layer", [
+    conv_layers.Layer(3, 224, 224, 64, (7, 7), (2, 2), (3, 3), (1, 1), 1, False),
+    conv_layers.Layer(96, 112, 112, 96, (3, 3), (2, 2), (1, 1), (1, 1), 96, False),
+    conv_layers.Layer(64, 56, 56, 256, (1, 1), (1, 1), (0, 0), (1, 1), 1, True),
+])
+def test_flops_match_torch(layer):
+    counter = FlopCounterMode(display=False)
+    with torch.inference_mode(), counter:
+        y = layer.module(relu=False)(torch.randn(2, layer.c, layer.h, layer.w))
+    assert tuple(y.shape[2:]) == layer.out_hw()
+    assert layer.flops(2) == counter.get_total_flops()
+
+
+def test_gemm_shapes():
+    assert gemm.parse_shape("512") == (512, 512, 512)
+    assert gemm.parse_shape("64x576x3136") == (64, 576, 3136)
+    for bad in ("1x2", "0x1x1", "axb"):
+        with pytest.raises(ValueError):
+            gemm.parse_shape(bad)
