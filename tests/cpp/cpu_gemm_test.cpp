@@ -11,6 +11,7 @@
 
 #include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/isa/isa.h"
+#include "pto/device_info.h"
 #include "pto/error.h"
 #include "pto/executable.h"
 #include "pto/parallel.h"
@@ -334,6 +335,32 @@ TEST(CpuGemm, SameBitsOnOneAndTwoThreads) {
       expect_matches(p.g, "2 threads");
     }
   set_num_threads(0);
+}
+
+// The plan says how a call is split: one thread runs one task; on two, a large GEMM that packs B
+// packs it once for both (rows split), a small one splits the columns, and a packed-ahead B is
+// never packed again. Its block sizes come from the cache model.
+TEST(CpuGemm, PlanFollowsShapeAndThreads) {
+  GemmArgs g;
+  g.m = g.k = g.n = 1024;
+  g.ldb = 1024;  // rows 4 KiB apart: packed
+  GemmPlan p = plan_gemm(g, 1, false, 1);
+  EXPECT_EQ(p.tm * p.tn, 1);
+  EXPECT_EQ(p.b, GemmPlan::B::kPackedPerTask);
+  EXPECT_EQ(p.k_slices * p.kc, 1024);
+  EXPECT_LE(p.mc * p.kc * 4, static_cast<int64_t>(cache_model().l2));
+  p = plan_gemm(g, 1, false, 2);
+  EXPECT_EQ(p.b, GemmPlan::B::kPackedShared) << p.str();
+  EXPECT_EQ(plan_gemm(g, 1, true, 2).b, GemmPlan::B::kPackedAhead);
+  g.m = 1;
+  g.n = 768;
+  g.k = 768;
+  g.ldb = 770;
+  p = plan_gemm(g, 1, false, 2);
+  EXPECT_EQ(p.tm, 1);
+  EXPECT_EQ(p.tn, 2) << p.str();
+  EXPECT_EQ(p.b, GemmPlan::B::kInPlace);
+  EXPECT_NE(p.str().find("2 task(s)"), std::string::npos) << p.str();
 }
 
 TEST(CpuGemm, SameBitsOnEveryRun) {

@@ -300,35 +300,58 @@ Grid choose_grid(int64_t items, const GemmArgs& g, const Blocking& bl, int threa
   return best;
 }
 
+// How run_gemm splits and blocks one call: what it executes, and what describe_gemm prints.
+GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int threads) {
+  const Blocking& bl = blocking();
+  GemmPlan p;
+  p.mr = bl.mr;
+  p.nr = bl.nr;
+  p.kc = g.k > 0 ? even_block(g.k, bl.kc, 8) : 0;
+  p.k_slices = g.k > 0 ? ceil_div(g.k, p.kc) : 1;
+  p.mc = bl.mc;
+  p.nc = bl.nc;
+  p.threads = threads;
+  const bool shared = batch == 1 && threads > 1 && pre.a == nullptr && pre.b == nullptr &&
+                      packs_b(g, g.m, bl) && g.m >= threads * bl.mc;
+  const Grid grid = shared ? Grid{threads, 1} : choose_grid(batch, g, bl, threads);
+  p.tm = grid.tm;
+  p.tn = grid.tn;
+  const int64_t task_rows = ceil_div(ceil_div(g.m, bl.mr), p.tm) * bl.mr;
+  p.b = pre.b                                      ? GemmPlan::B::kPackedAhead
+        : shared                                   ? GemmPlan::B::kPackedShared
+        : packs_b(g, std::min(g.m, task_rows), bl) ? GemmPlan::B::kPackedPerTask
+                                                   : GemmPlan::B::kInPlace;
+  p.batch = batch;
+  return p;
+}
+
 void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t stride_a,
               int64_t stride_b, int64_t stride_c, int64_t stride_r) {
   if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
   PTO_CHECK(!(args.b_rows && args.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
   const Blocking& bl = blocking();
-  const int threads = in_parallel_region() ? 1 : num_threads();
-  if (batch == 1 && threads > 1 && pre.a == nullptr && pre.b == nullptr &&
-      packs_b(args, args.m, bl) && args.m >= threads * bl.mc) {
-    run_shared_b(args, bl, threads);
+  const GemmPlan plan = make_plan(args, pre, batch, in_parallel_region() ? 1 : num_threads());
+  if (plan.b == GemmPlan::B::kPackedShared) {
+    run_shared_b(args, bl, plan.threads);
     return;
   }
-  const Grid grid = choose_grid(batch, args, bl, threads);
   const int64_t mp = ceil_div(args.m, bl.mr), np = ceil_div(args.n, bl.nr);
-  const int64_t per_item = grid.tm * grid.tn;
+  const int64_t per_item = plan.tm * plan.tn;
   auto task = [&](int64_t t) {
-    const int64_t item = t / per_item, im = t % per_item / grid.tn, in = t % grid.tn;
+    const int64_t item = t / per_item, im = t % per_item / plan.tn, in = t % plan.tn;
     GemmArgs g = args;
     g.a += item * stride_a;
     g.b += item * stride_b;
     g.c += item * stride_c;
     if (g.epilogue.residual) g.epilogue.residual += item * stride_r;
-    const int64_t i0 = std::min(args.m, im * mp / grid.tm * bl.mr);
-    const int64_t i1 = std::min(args.m, (im + 1) * mp / grid.tm * bl.mr);
-    const int64_t j0 = std::min(args.n, in * np / grid.tn * bl.nr);
-    const int64_t j1 = std::min(args.n, (in + 1) * np / grid.tn * bl.nr);
+    const int64_t i0 = std::min(args.m, im * mp / plan.tm * bl.mr);
+    const int64_t i1 = std::min(args.m, (im + 1) * mp / plan.tm * bl.mr);
+    const int64_t j0 = std::min(args.n, in * np / plan.tn * bl.nr);
+    const int64_t j1 = std::min(args.n, (in + 1) * np / plan.tn * bl.nr);
     if (i0 < i1 && j0 < j1) compute_block(g, pre, bl, i0, i1, j0, j1);
   };
   const int64_t tasks = batch * per_item;
-  if (tasks == 1 || threads == 1) {
+  if (tasks == 1 || plan.threads == 1) {
     for (int64_t t = 0; t < tasks; ++t) task(t);
   } else {
     parallel_tasks(tasks, task);
@@ -336,6 +359,21 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
 }
 
 }  // namespace
+
+std::string GemmPlan::str() const {
+  const char* how[] = {"read in place", "packed per task", "packed once and shared by the threads",
+                       "packed ahead"};
+  return cat("register block ", mr, "x", nr, ", K in ", k_slices, " slice(s) of ", kc, ", MC ", mc,
+             " rows, NC ", nc, " columns; ", batch * tm * tn, " task(s) (", batch, " item(s) x ",
+             tm, " row x ", tn, " column ranges) on ", threads, " thread(s); B ",
+             how[static_cast<int>(b)]);
+}
+
+GemmPlan plan_gemm(const GemmArgs& args, int64_t batch, bool b_packed_ahead, int threads) {
+  static const float kSentinel = 0;
+  return make_plan(args, {nullptr, b_packed_ahead ? &kSentinel : nullptr}, batch,
+                   threads > 0 ? threads : num_threads());
+}
 
 void sgemm(const GemmArgs& args) {
   run_gemm(args, {}, 1, 0, 0, 0, 0);
