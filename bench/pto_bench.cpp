@@ -350,6 +350,8 @@ void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
       j.key("packed").str(packed);
       j.key("threads").num(t).key("isa").str(cpu::isa_name(cpu::active_isa()));
       j.key("max_rel_err").num(err).key("ok").boolean(ok);
+      j.key("plan").str(packed == "a" ? std::string("A packed ahead")
+                                      : cpu::plan_gemm(g, 1, packed == "b", t).str());
       if (ok) {
         Sample sm = measure(timing, run);
         j.sample(sm, 2.0 * s.m * s.n * s.k / 1e9, "gflops");

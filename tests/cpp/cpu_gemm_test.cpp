@@ -11,6 +11,7 @@
 
 #include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/isa/isa.h"
+#include "pto/device_info.h"
 #include "pto/error.h"
 #include "pto/executable.h"
 #include "pto/parallel.h"
@@ -91,9 +92,23 @@ void expect_matches(const GemmArgs& g, const std::string& what) {
 struct Case {
   int64_t m, n, k;
 };
-const Case kShapes[] = {{0, 5, 3},     {5, 0, 3},      {5, 3, 0},      {1, 1, 1},  {7, 13, 5},
-                        {33, 65, 17},  {129, 31, 257}, {1, 70, 600},   {3, 1, 70}, {16, 33, 8},
-                        {70, 45, 450}, {200, 100, 40}, {40, 1023, 30}, {700, 9, 5}};
+const Case kShapes[] = {{0, 5, 3},
+                        {5, 0, 3},
+                        {5, 3, 0},
+                        {1, 1, 1},
+                        {7, 13, 5},
+                        {33, 65, 17},
+                        {129, 31, 257},
+                        {1, 70, 600},
+                        {3, 1, 70},
+                        {16, 33, 8},
+                        {70, 45, 450},
+                        {200, 100, 40},
+                        {40, 1023, 30},
+                        {700, 9, 5},
+                        {5, 13, 9000},    // few rows and columns, long
+                                          // K: split by K on 2 threads
+                        {600, 70, 300}};  // every thread has rows: B packed once for all
 
 std::string isa_and_threads(Isa isa, int threads) {
   return std::string(isa_name(isa)) + ", " + std::to_string(threads) + " thread(s)";
@@ -300,6 +315,52 @@ TEST(CpuGemm, RowTableB) {
       expect_matches(g, cfg + ", row table");
     }
   });
+}
+
+// The thread count changes how the work is split (tiles, shared B panels), never the bits: every
+// element sums the same K slices in the same order.
+TEST(CpuGemm, SameBitsOnOneAndTwoThreads) {
+  const Case shapes[] = {{5, 13, 9000}, {6, 60, 2000}, {600, 70, 300}, {1030, 200, 700}};
+  for (const Case& s : shapes)
+    for (bool tb : {false, true}) {
+      Problem p(s, false, tb, 11);
+      p.g.epilogue.act = Activation::kRelu;
+      set_num_threads(1);
+      sgemm(p.g);
+      const std::vector<float> one = p.c;
+      set_num_threads(2);
+      sgemm(p.g);
+      EXPECT_EQ(std::memcmp(one.data(), p.c.data(), one.size() * 4), 0)
+          << s.m << "x" << s.n << "x" << s.k << " transB " << tb;
+      expect_matches(p.g, "2 threads");
+    }
+  set_num_threads(0);
+}
+
+// The plan says how a call is split: one thread runs one task; on two, a large GEMM that packs B
+// packs it once for both (rows split), a small one splits the columns, and a packed-ahead B is
+// never packed again. Its block sizes come from the cache model.
+TEST(CpuGemm, PlanFollowsShapeAndThreads) {
+  GemmArgs g;
+  g.m = g.k = g.n = 1024;
+  g.ldb = 1024;  // rows 4 KiB apart: packed
+  GemmPlan p = plan_gemm(g, 1, false, 1);
+  EXPECT_EQ(p.tm * p.tn, 1);
+  EXPECT_EQ(p.b, GemmPlan::B::kPackedPerTask);
+  EXPECT_EQ(p.k_slices * p.kc, 1024);
+  EXPECT_LE(p.mc * p.kc * 4, static_cast<int64_t>(cache_model().l2));
+  p = plan_gemm(g, 1, false, 2);
+  EXPECT_EQ(p.b, GemmPlan::B::kPackedShared) << p.str();
+  EXPECT_EQ(plan_gemm(g, 1, true, 2).b, GemmPlan::B::kPackedAhead);
+  g.m = 1;
+  g.n = 768;
+  g.k = 768;
+  g.ldb = 770;
+  p = plan_gemm(g, 1, false, 2);
+  EXPECT_EQ(p.tm, 1);
+  EXPECT_EQ(p.tn, 2) << p.str();
+  EXPECT_EQ(p.b, GemmPlan::B::kInPlace);
+  EXPECT_NE(p.str().find("2 task(s)"), std::string::npos) << p.str();
 }
 
 TEST(CpuGemm, SameBitsOnEveryRun) {

@@ -125,6 +125,12 @@ bool has_epilogue(const Epilogue& ep) {
 // other; measured here: in place wins on 256..768-wide B, packing wins on 1024 and 3072).
 constexpr int64_t kDirectBPanels = 4;
 
+// Whether a task of `rows` rows packs B (not packed ahead) rather than reading it in place.
+bool packs_b(const GemmArgs& g, int64_t rows, const Blocking& bl) {
+  return g.trans_b || (!g.b_rows && rows > kDirectBPanels * bl.mr &&
+                       (g.ldb * static_cast<int64_t>(sizeof(float))) % 4096 == 0);
+}
+
 // Operands packed ahead of the call (pack_a, pack_b), or null: A as panels of MR x K, B as
 // panels of K x NR.
 struct Prepacked {
@@ -132,14 +138,40 @@ struct Prepacked {
   const float* b = nullptr;
 };
 
+// Rows i0..i1 of C's columns blk.n0.. against the (KC x NC) block of B that `blk` describes (its
+// B, slice and epilogue set): A packed MC rows at a time (or taken from pre.a), then the
+// macro-kernel on each block.
+void multiply_rows(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, MacroBlock blk,
+                   int64_t jc, int64_t pc, int64_t i0, int64_t i1, int64_t mc_even) {
+  const int64_t K = g.k, kc = blk.k;
+  blk.ldc = g.ldc;
+  blk.alpha = g.alpha;
+  blk.n0 = jc;
+  for (int64_t ic = i0; ic < i1; ic += mc_even) {
+    const int64_t mc = std::min(mc_even, i1 - ic);
+    if (pre.a) {  // ic is a whole number of panels
+      blk.a = pre.a + ic * K + pc * bl.mr;
+      blk.a_panel_stride = K * bl.mr;
+    } else {
+      float* ap = t_pack_a.get(ceil_div(mc, bl.mr) * bl.mr * kc);
+      const float* src = g.trans_a ? g.a + pc * g.lda + ic : g.a + ic * g.lda + pc;
+      PTO_ISA_DISPATCH(gemm_pack_a, src, g.lda, g.trans_a, mc, kc, ap);
+      blk.a = ap;
+      blk.a_panel_stride = 0;
+    }
+    blk.m = mc;
+    blk.c = g.c + ic * g.ldc + jc;
+    blk.m0 = ic;
+    PTO_ISA_DISPATCH(gemm_macro, blk);
+  }
+}
+
 // C[i0:i1, j0:j1] of one GEMM.
 void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, int64_t i0,
                    int64_t i1, int64_t j0, int64_t j1) {
   const float* packed = pre.b;
   const int64_t K = g.k, nr = bl.nr;
-  const bool direct =
-      packed == nullptr && !g.trans_b &&
-      (g.b_rows || i1 - i0 <= kDirectBPanels * bl.mr || (g.ldb * sizeof(float)) % 4096 != 0);
+  const bool direct = packed == nullptr && !packs_b(g, i1 - i0, bl);
   const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
   // The K slices depend on K alone, so every C element sums the same slices on any thread count.
   const int64_t kc_even = even_block(K, bl.kc, 8);
@@ -188,28 +220,50 @@ void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, 
         blk.b_panel_stride = kc * nr;
         blk.b_row_stride = nr;
       }
-      blk.ldc = g.ldc;
-      blk.alpha = g.alpha;
       blk.accumulate = s > 0;
       blk.epilogue = s == slices - 1 ? ep : nullptr;
-      blk.n0 = jc;
-      for (int64_t ic = i0; ic < i1; ic += mc_even) {
-        const int64_t mc = std::min(mc_even, i1 - ic);
-        if (pre.a) {  // ic is a whole number of panels
-          blk.a = pre.a + ic * K + pc * bl.mr;
-          blk.a_panel_stride = K * bl.mr;
-        } else {
-          float* ap = t_pack_a.get(ceil_div(mc, bl.mr) * bl.mr * kc);
-          const float* src = g.trans_a ? g.a + pc * g.lda + ic : g.a + ic * g.lda + pc;
-          PTO_ISA_DISPATCH(gemm_pack_a, src, g.lda, g.trans_a, mc, kc, ap);
-          blk.a = ap;
-          blk.a_panel_stride = 0;
-        }
-        blk.m = mc;
-        blk.c = g.c + ic * g.ldc + jc;
-        blk.m0 = ic;
-        PTO_ISA_DISPATCH(gemm_macro, blk);
-      }
+      multiply_rows(g, pre, bl, blk, jc, pc, i0, i1, mc_even);
+    }
+  }
+}
+
+// One GEMM on `threads` threads whose B is packed, so that B is packed once, not once per thread:
+// for each (KC x NC) block of B the threads first pack its panels together into one shared
+// buffer, then each multiplies its own range of rows (packing only its own A) against all of it.
+// Two pool dispatches per block; run_gemm takes this path only when every thread has at least
+// one MC block of rows. Each C element sees the same micro-kernel and K slices as on one thread.
+void run_shared_b(const GemmArgs& g, const Blocking& bl, int threads) {
+  static thread_local Scratch shared;  // the caller's: the workers only write into it
+  const int64_t K = g.k, nr = bl.nr, mp = ceil_div(g.m, bl.mr);
+  const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
+  const int64_t kc_even = even_block(K, bl.kc, 8);
+  const int64_t slices = ceil_div(K, kc_even);
+  for (int64_t jc = 0; jc < g.n; jc += bl.nc) {
+    const int64_t nc = std::min(bl.nc, g.n - jc), panels = ceil_div(nc, nr);
+    for (int64_t s = 0; s < slices; ++s) {
+      const int64_t pc = s * kc_even, kc = std::min(kc_even, K - pc);
+      float* bp = shared.get(panels * kc * nr);
+      parallel_tasks(threads, [&](int64_t t) {
+        const int64_t p0 = t * panels / threads, p1 = (t + 1) * panels / threads;
+        if (p0 == p1) return;
+        const int64_t j = jc + p0 * nr, w = std::min(nc, p1 * nr) - p0 * nr;
+        const float* src = g.trans_b ? g.b + j * g.ldb + pc : g.b + pc * g.ldb + j;
+        PTO_ISA_DISPATCH(gemm_pack_b, src, g.ldb, g.trans_b, kc, w, bp + p0 * kc * nr, kc * nr);
+      });
+      MacroBlock blk;
+      blk.n = nc;
+      blk.k = kc;
+      blk.b = bp;
+      blk.b_panel_stride = kc * nr;
+      blk.b_row_stride = nr;
+      blk.accumulate = s > 0;
+      blk.epilogue = s == slices - 1 ? ep : nullptr;
+      parallel_tasks(threads, [&](int64_t t) {
+        const int64_t i0 = t * mp / threads * bl.mr;
+        const int64_t i1 = std::min(g.m, (t + 1) * mp / threads * bl.mr);
+        if (i0 < i1)
+          multiply_rows(g, {}, bl, blk, jc, pc, i0, i1, even_block(i1 - i0, bl.mc, bl.mr));
+      });
     }
   }
 }
@@ -246,30 +300,58 @@ Grid choose_grid(int64_t items, const GemmArgs& g, const Blocking& bl, int threa
   return best;
 }
 
+// How run_gemm splits and blocks one call: what it executes, and what describe_gemm prints.
+GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int threads) {
+  const Blocking& bl = blocking();
+  GemmPlan p;
+  p.mr = bl.mr;
+  p.nr = bl.nr;
+  p.kc = g.k > 0 ? even_block(g.k, bl.kc, 8) : 0;
+  p.k_slices = g.k > 0 ? ceil_div(g.k, p.kc) : 1;
+  p.mc = bl.mc;
+  p.nc = bl.nc;
+  p.threads = threads;
+  const bool shared = batch == 1 && threads > 1 && pre.a == nullptr && pre.b == nullptr &&
+                      packs_b(g, g.m, bl) && g.m >= threads * bl.mc;
+  const Grid grid = shared ? Grid{threads, 1} : choose_grid(batch, g, bl, threads);
+  p.tm = grid.tm;
+  p.tn = grid.tn;
+  const int64_t task_rows = ceil_div(ceil_div(g.m, bl.mr), p.tm) * bl.mr;
+  p.b = pre.b                                      ? GemmPlan::B::kPackedAhead
+        : shared                                   ? GemmPlan::B::kPackedShared
+        : packs_b(g, std::min(g.m, task_rows), bl) ? GemmPlan::B::kPackedPerTask
+                                                   : GemmPlan::B::kInPlace;
+  p.batch = batch;
+  return p;
+}
+
 void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t stride_a,
               int64_t stride_b, int64_t stride_c, int64_t stride_r) {
   if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
   PTO_CHECK(!(args.b_rows && args.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
   const Blocking& bl = blocking();
-  const int threads = in_parallel_region() ? 1 : num_threads();
-  const Grid grid = choose_grid(batch, args, bl, threads);
+  const GemmPlan plan = make_plan(args, pre, batch, in_parallel_region() ? 1 : num_threads());
+  if (plan.b == GemmPlan::B::kPackedShared) {
+    run_shared_b(args, bl, plan.threads);
+    return;
+  }
   const int64_t mp = ceil_div(args.m, bl.mr), np = ceil_div(args.n, bl.nr);
-  const int64_t per_item = grid.tm * grid.tn;
+  const int64_t per_item = plan.tm * plan.tn;
   auto task = [&](int64_t t) {
-    const int64_t item = t / per_item, im = t % per_item / grid.tn, in = t % grid.tn;
+    const int64_t item = t / per_item, im = t % per_item / plan.tn, in = t % plan.tn;
     GemmArgs g = args;
     g.a += item * stride_a;
     g.b += item * stride_b;
     g.c += item * stride_c;
     if (g.epilogue.residual) g.epilogue.residual += item * stride_r;
-    const int64_t i0 = std::min(args.m, im * mp / grid.tm * bl.mr);
-    const int64_t i1 = std::min(args.m, (im + 1) * mp / grid.tm * bl.mr);
-    const int64_t j0 = std::min(args.n, in * np / grid.tn * bl.nr);
-    const int64_t j1 = std::min(args.n, (in + 1) * np / grid.tn * bl.nr);
+    const int64_t i0 = std::min(args.m, im * mp / plan.tm * bl.mr);
+    const int64_t i1 = std::min(args.m, (im + 1) * mp / plan.tm * bl.mr);
+    const int64_t j0 = std::min(args.n, in * np / plan.tn * bl.nr);
+    const int64_t j1 = std::min(args.n, (in + 1) * np / plan.tn * bl.nr);
     if (i0 < i1 && j0 < j1) compute_block(g, pre, bl, i0, i1, j0, j1);
   };
   const int64_t tasks = batch * per_item;
-  if (tasks == 1 || threads == 1) {
+  if (tasks == 1 || plan.threads == 1) {
     for (int64_t t = 0; t < tasks; ++t) task(t);
   } else {
     parallel_tasks(tasks, task);
@@ -277,6 +359,21 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
 }
 
 }  // namespace
+
+std::string GemmPlan::str() const {
+  const char* how[] = {"read in place", "packed per task", "packed once and shared by the threads",
+                       "packed ahead"};
+  return cat("register block ", mr, "x", nr, ", K in ", k_slices, " slice(s) of ", kc, ", MC ", mc,
+             " rows, NC ", nc, " columns; ", batch * tm * tn, " task(s) (", batch, " item(s) x ",
+             tm, " row x ", tn, " column ranges) on ", threads, " thread(s); B ",
+             how[static_cast<int>(b)]);
+}
+
+GemmPlan plan_gemm(const GemmArgs& args, int64_t batch, bool b_packed_ahead, int threads) {
+  static const float kSentinel = 0;
+  return make_plan(args, {nullptr, b_packed_ahead ? &kSentinel : nullptr}, batch,
+                   threads > 0 ? threads : num_threads());
+}
 
 void sgemm(const GemmArgs& args) {
   run_gemm(args, {}, 1, 0, 0, 0, 0);

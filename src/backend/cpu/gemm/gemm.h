@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace pto::cpu {
@@ -133,6 +134,25 @@ void sgemm_packed_a(const GemmArgs& args, const PackedA& packed);
 // operand over the batch). Parallel over batch, M and N together.
 void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b,
                    int64_t stride_c, int64_t stride_r = 0);
+
+// How sgemm blocks and splits a call (the cache model's block sizes, the task grid, how B is
+// read), as run_gemm computes it before running.
+struct GemmPlan {
+  int64_t mr = 0, nr = 0;             // register block
+  int64_t kc = 0, k_slices = 1;       // K cut into equal slices of at most KC
+  int64_t mc = 0, nc = 0;             // rows of A and columns of B packed per block
+  int64_t batch = 1, tm = 1, tn = 1;  // tasks: items x row ranges x column ranges
+  int threads = 1;
+  // How B is read: in place (row stride), packed by each task for its columns, packed once per
+  // block for all threads (which then split the rows), or packed ahead (constant weights).
+  enum class B { kInPlace, kPackedPerTask, kPackedShared, kPackedAhead } b = B::kInPlace;
+  std::string str() const;
+};
+
+// The plan of sgemm / sgemm_batched (batch > 1) / sgemm_packed (b_packed_ahead) for `args`'s
+// shape and transposes on `threads` threads (0: the pool's).
+GemmPlan plan_gemm(const GemmArgs& args, int64_t batch = 1, bool b_packed_ahead = false,
+                   int threads = 0);
 
 // Applies the epilogue to an M x N block of C in place (row offset m0, column offset n0 within the
 // full problem, for bias and residual indexing). Shared by every kernel that ends in an epilogue.
