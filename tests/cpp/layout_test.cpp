@@ -358,6 +358,7 @@ struct Case {
   int64_t n, c, h, w, m, k;
   int64_t stride = 1, pad = 0, dilation = 1;
   bool depthwise = false, bias = true;
+  int64_t group = 1;  // groups of a general conv (depthwise sets its own)
 };
 
 // A Conv graph for the case (random weights), with a residual Add and a Relu after it when
@@ -366,7 +367,8 @@ Graph conv_graph(const Case& t, bool epilogue, std::mt19937& rng) {
   Graph g;
   const int64_t m = t.depthwise ? t.c : t.m;
   const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
-  const ValueId w = g.add_constant("w", random_tensor({m, t.depthwise ? 1 : t.c, t.k, t.k}, rng));
+  const ValueId w =
+      g.add_constant("w", random_tensor({m, t.depthwise ? 1 : t.c / t.group, t.k, t.k}, rng));
   std::vector<ValueId> ins = {x, w};
   if (t.bias) ins.push_back(g.add_constant("b", random_tensor({m}, rng)));
   Attributes a;
@@ -374,6 +376,7 @@ Graph conv_graph(const Case& t, bool epilogue, std::mt19937& rng) {
   a.set("pads", Dims{t.pad, t.pad, t.pad, t.pad});
   a.set("dilations", Dims{t.dilation, t.dilation});
   if (t.depthwise) a.set("group", t.c);
+  if (t.group > 1) a.set("group", t.group);
   ValueId y = g.add_value("y");
   g.add_node("Conv", ins, {y}, a, "conv");
   if (epilogue) {
@@ -402,7 +405,10 @@ std::vector<Case> random_cases() {
       {1, 8, 3, 3, 8, 5, 1, 2},               // kernel larger than the image: no interior
       {1, 48, 11, 13, 48, 3, 2, 1, 1, true},  // depthwise, strided
       {2, 20, 8, 9, 20, 3, 1, 1, 1, true},    // depthwise, odd channels
-      {1, 17, 6, 40, 17, 5, 1, 4, 2, true, false},  // depthwise, dilated, no bias
+      {1, 17, 6, 40, 17, 5, 1, 4, 2, true, false},      // depthwise, dilated, no bias
+      {1, 64, 9, 11, 96, 3, 1, 1, 1, false, true, 2},   // 2 groups: 32 -> 48 channels each
+      {2, 64, 7, 10, 64, 3, 2, 1, 1, false, false, 4},  // 4 groups of one block of 16, strided
+      {1, 96, 6, 5, 48, 1, 1, 0, 1, false, true, 3},    // 3 groups, 1x1: 32 -> 16 each
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
@@ -425,7 +431,8 @@ std::vector<Case> random_cases() {
 
 std::string describe(const Case& t) {
   return cat("N", t.n, " C", t.c, " ", t.h, "x", t.w, " M", t.m, " k", t.k, " s", t.stride, " p",
-             t.pad, " d", t.dilation, t.depthwise ? " depthwise" : "", t.bias ? "" : " no bias");
+             t.pad, " d", t.dilation, t.depthwise ? " depthwise" : "", t.bias ? "" : " no bias",
+             t.group > 1 ? cat(" group ", t.group) : "");
 }
 
 // `b` compiled at level 0 runs every node on a CPU kernel and gives `want`, on every ISA the
@@ -461,6 +468,18 @@ TEST(LayoutKernels, ConvBlockedMatchesReferenceConv) {
     }
   }
   set_num_threads(saved);
+}
+
+// A grouped conv is blocked only where every group's channels fill whole blocks: groups of 8
+// channels block in 8s, not in 16s (the conv then stays NCHW, without reorders).
+TEST(LayoutKernels, GroupedConvBlocksOnlyOnWholeBlocks) {
+  std::mt19937 rng(6);
+  const Graph g = conv_graph(Case{1, 32, 8, 8, 32, 3, 1, 1, 1, false, true, 4}, false, rng);
+  EXPECT_EQ(count_ops(assign(g, 8, nullptr, false), "ConvBlocked"), 1);
+  const Graph b16 = assign(g, 16, nullptr, false);
+  EXPECT_EQ(count_ops(b16, "ConvBlocked"), 0);
+  EXPECT_EQ(count_ops(b16, "ReorderToBlocked"), 0);
+  EXPECT_EQ(count_ops(b16, "Conv"), 1);
 }
 
 // At level 2 the blocked conv takes the residual Add and the Relu as its epilogue.

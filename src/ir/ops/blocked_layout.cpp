@@ -8,9 +8,10 @@
 //   ReorderFromBlocked(X) {channels=C}     [N, Cb, H, W, c] -> [N, C, H, W]
 //   ConvBlocked(X, W[, B]) {Conv's attrs, kernel_shape required, channels=C}
 //       2-D convolution on blocked X [N, ICb, H, W, c] -> [N, OCb, OH, OW, c], with
-//       W [OCb, ICb, KH, KW, c(in), c(out)] (group 1) or [Cb, 1, KH, KW, c] (depthwise:
-//       group == C, one output channel per input channel) and B [OCb * c]; `channels` is the
-//       real input channel count C (the lanes it reads).
+//       W [OCb, ICb / group, KH, KW, c(in), c(out)] (group 1, or groups of whole blocks: C and
+//       OC multiples of group * c) or [Cb, 1, KH, KW, c] (depthwise: group == C, one output
+//       channel per input channel) and B [OCb * c]; `channels` is the real input channel count C
+//       (the lanes it reads).
 #include "infer_util.h"
 #include "window.h"
 
@@ -99,7 +100,9 @@ void register_blocked_layout_ops(OpRegistry& r) {
              {{"group", int64_t{1}},
               required_attr("channels", AttrKind::kInt, "the real input channel count")}),
          .infer = infer_conv_blocked,
-         .doc = "2-D Conv (group 1 or depthwise) on channel-blocked tensors and weights"});
+         .doc =
+             "2-D Conv (group 1, groups of whole blocks, or depthwise) on channel-blocked tensors "
+             "and weights"});
 }
 
 }  // namespace pto

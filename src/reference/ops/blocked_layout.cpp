@@ -2,6 +2,8 @@
 // reorders and ConvBlocked as plain loops in double. ConvBlocked reads only the `channels` real
 // input lanes and writes the padded output lanes as bias + 0 (general) or 0 (depthwise); nothing
 // reads them.
+#include <algorithm>
+
 #include "nn_kernels.h"
 
 namespace pto::reference {
@@ -47,14 +49,19 @@ std::vector<Tensor> conv_blocked(const KernelContext& c) {
   require_float(X.dtype(), where);
   const int64_t C = c.attrs().get_int("channels"), group = c.node.attr_int("group");
   const bool depthwise = W.rank() == 5;
+  // Grouped (not depthwise): every group has whole blocks of input and output channels.
+  const bool grouped_fits = group >= 1 && X.dim(1) % group == 0 && W.dim(0) % group == 0 &&
+                            W.dim(1) * group == X.dim(1) &&
+                            (group == 1 || C == X.dim(1) * X.dim(4));
   if (X.rank() != 5 || (W.rank() != 5 && W.rank() != 6) || X.dim(4) != W.dim(-1) ||
-      (!depthwise && (W.dim(1) != X.dim(1) || W.dim(4) != X.dim(4) || group != 1)) ||
+      (!depthwise && (!grouped_fits || W.dim(4) != X.dim(4))) ||
       (depthwise && (W.dim(0) != X.dim(1) || W.dim(1) != 1 || group != C)) ||
       C > X.dim(1) * X.dim(4) || C <= (X.dim(1) - 1) * X.dim(4))
     throw ValueError(cat(where, ": X ", X.str(), " and W ", W.str(), " do not fit ", C,
                          " channels in ", group, " groups"));
   const int64_t N = X.dim(0), ICb = X.dim(1), IH = X.dim(2), IW = X.dim(3), b = X.dim(4);
   const int64_t OCb = W.dim(0), KH = W.dim(2), KW = W.dim(3);
+  const int64_t icb_g = depthwise ? 1 : W.dim(1), ocb_g = depthwise ? 1 : OCb / group;
   if (c.has_input(2) && c.input(2).numel() != OCb * b)
     throw ValueError(cat(where, ": B must have ", OCb * b, " elements, got ", c.input(2).str()));
   const window::Params p = window::read_params(c.attrs(), {KH, KW}, false, where);
@@ -87,10 +94,12 @@ std::vector<Tensor> conv_blocked(const KernelContext& c) {
                          wt[static_cast<size_t>(((ob * KH + ky) * KW + kx) * b + o)];
                   continue;
                 }
-                for (int64_t ic = 0; ic < C; ++ic)
-                  acc += xat(n, ic / b, iy, ix, ic % b) *
+                // The input channels of this output block's group: ICb / group blocks.
+                const int64_t ic0 = ob / ocb_g * icb_g * b;
+                for (int64_t ic = 0; ic < std::min(C - ic0, icb_g * b); ++ic)
+                  acc += xat(n, (ic0 + ic) / b, iy, ix, ic % b) *
                          wt[static_cast<size_t>(
-                             ((((ob * ICb + ic / b) * KH + ky) * KW + kx) * b + ic % b) * b + o)];
+                             ((((ob * icb_g + ic / b) * KH + ky) * KW + kx) * b + ic % b) * b + o)];
               }
             }
             y[static_cast<size_t>((((n * OCb + ob) * OH + oy) * OW + ox) * b + o)] = acc;

@@ -87,7 +87,10 @@ BlockedConv blocked_geometry(const KernelContext& c) {
   const bool fits = x.rank() == 5 && (w.rank() == 5 || w.rank() == 6) && x.dim(4) == w.dim(-1) &&
                     g.channels <= x.dim(1) * x.dim(4) && g.channels > (x.dim(1) - 1) * x.dim(4) &&
                     (g.depthwise ? w.dim(0) == x.dim(1) && w.dim(1) == 1 && group == g.channels
-                                 : w.dim(1) == x.dim(1) && w.dim(4) == x.dim(4) && group == 1);
+                                 : w.dim(4) == x.dim(4) && group >= 1 &&
+                                       w.dim(1) * group == x.dim(1) && w.dim(0) % group == 0 &&
+                                       (group == 1 || g.channels == x.dim(1) * x.dim(4)));
+  g.groups = g.depthwise ? 1 : group;
   if (!fits)
     throw ValueError(cat(where, ": X ", x.str(), " and W ", w.str(), " do not fit ", g.channels,
                          " channels in ", group, " groups"));
@@ -130,14 +133,14 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
   const float *x = c.input(0).data<float>(), *w = c.input(1).data<float>();
   float* yp = y.data<float>();
   const int64_t row = g.ow * g.block;
-  // Tasks: (image, group of output blocks, output row), rows fastest so that consecutive tasks
-  // of a chunk reuse the group's weights. A general conv computes four blocks per task (the
+  // Tasks: (image, set of output blocks, output row), rows fastest so that consecutive tasks
+  // of a chunk reuse the set's weights. A general conv computes four blocks per task (the
   // kernel's register block); a depthwise one, one.
-  const int64_t per = g.depthwise ? 1 : 4, groups = (g.ocb + per - 1) / per;
+  const int64_t per = g.depthwise ? 1 : 4, sets = (g.ocb + per - 1) / per;
   const bool has_rest = ep.residual || ep.act != Activation::kNone;
-  parallel_for(0, g.n * groups * g.oh, 1, [&](int64_t t0, int64_t t1) {
+  parallel_for(0, g.n * sets * g.oh, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t oy = t % g.oh, ob = t / g.oh % groups * per, n = t / (g.oh * groups);
+      const int64_t oy = t % g.oh, ob = t / g.oh % sets * per, n = t / (g.oh * sets);
       const int64_t obs = std::min(per, g.ocb - ob);
       if (!PTO_ISA_DISPATCH(conv_blocked_row, g, x, w, bias, yp, n, ob, obs, oy))
         generic::conv_blocked_row(g, x, w, bias, yp, n, ob, obs, oy);

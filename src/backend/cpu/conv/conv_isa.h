@@ -60,6 +60,9 @@ struct BlockedConv : ConvWindow {
   int64_t n = 0, icb = 0, ocb = 0, block = 0;
   int64_t channels = 0;  // real input channels
   bool depthwise = false;
+  // Groups of whole blocks (not depthwise): output block o reads the icb / groups input blocks
+  // from (o / (ocb / groups)) * (icb / groups) on.
+  int64_t groups = 1;
 };
 
 // Output row oy of image n in output channel blocks [ob, ob + obs): row y + ((n * ocb + o) * oh +
