@@ -285,7 +285,10 @@ class Rewriter {
     const Tensor& w = *constant(g_, n.inputs[1]);
     const int64_t group = n.attrs.get_int("group", 1);
     const bool depthwise = group > 1 && w.dim(1) == 1 && w.dim(0) == group;
-    std::vector<ValueId> inputs = {blocked(n.inputs[0])};
+    // A group-1 conv with fewer input channels than a block reads an NCHW input as it is (a
+    // network's first conv): no reorder of the image.
+    const bool reads_nchw = group == 1 && w.dim(1) < block_ && blocked_of_[n.inputs[0]] == kNoValue;
+    std::vector<ValueId> inputs = {reads_nchw ? n.inputs[0] : blocked(n.inputs[0])};
     inputs.push_back(g_.add_constant(g_.value(n.inputs[1]).name + "_blocked",
                                      blocked_weights(w, depthwise, block_)));
     if (n.inputs.size() > 2 && n.inputs[2] != kNoValue)

@@ -310,7 +310,8 @@ TEST(LayoutPass, CostRuleKeepsIsolatedConvsNchw) {
                               "  return %z, %q\n");
   const Graph out = assign(chained, 16);
   EXPECT_EQ(count_ops(out, "ConvBlocked"), 3) << print(out);
-  EXPECT_EQ(count_ops(out, "ReorderToBlocked"), 1) << print(out);  // the input only
+  // None: the stem (3 channels, fewer than a block) reads the NCHW input as it is.
+  EXPECT_EQ(count_ops(out, "ReorderToBlocked"), 0) << print(out);
   expect_same_results(chained, 16);
 }
 
@@ -468,6 +469,26 @@ TEST(LayoutKernels, ConvBlockedMatchesReferenceConv) {
     }
   }
   set_num_threads(saved);
+}
+
+// A first conv with fewer input channels than a block reads the NCHW input itself (no reorder of
+// the image), on every ISA and thread count, with a stride, padding, and a residual and Relu.
+TEST(LayoutKernels, StemReadsNchwInput) {
+  std::mt19937 rng(8);
+  for (const Case& t : {Case{2, 3, 23, 19, 40, 7, 2, 3}, Case{1, 1, 9, 8, 16, 3, 1, 1}}) {
+    for (bool epilogue : {false, true}) {
+      const Graph g = conv_graph(t, epilogue, rng);
+      const std::vector<Tensor> in = random_inputs(g, 21);
+      const Tensor want = reference::run(g, in)[0];
+      for (int block : {8, 16}) {
+        const Graph b = assign(g, block, nullptr, false);
+        ASSERT_EQ(count_ops(b, "ConvBlocked"), 1) << describe(t);
+        ASSERT_EQ(count_ops(b, "ReorderToBlocked"), epilogue ? 1 : 0) << print(b);  // residual
+        expect_close(reference::run(b, in)[0], want, cat(describe(t), " reference"));
+        expect_cpu_matches(b, in, want, cat(describe(t), ", block ", block));
+      }
+    }
+  }
 }
 
 // A grouped conv is blocked only where every group's channels fill whole blocks: groups of 8

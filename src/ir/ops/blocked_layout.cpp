@@ -11,7 +11,8 @@
 //       W [OCb, ICb / group, KH, KW, c(in), c(out)] (group 1, or groups of whole blocks: C and
 //       OC multiples of group * c) or [Cb, 1, KH, KW, c] (depthwise: group == C, one output
 //       channel per input channel) and B [OCb * c]; `channels` is the real input channel count C
-//       (the lanes it reads).
+//       (the lanes it reads). A group-1 conv whose C fits one block may read X as it is,
+//       [N, C, H, W] (a network's first conv: no reorder of the input), W [OCb, 1, KH, KW, c, c].
 #include "infer_util.h"
 #include "window.h"
 
@@ -57,8 +58,11 @@ void infer_conv_blocked(InferContext& c) {
   std::optional<Shape> y;
   if (x && c.has_input(1) && c.inputs[1].shape) {
     const Shape& w = *c.inputs[1].shape;
-    if (x->size() != 5 || (w.size() != 5 && w.size() != 6))
-      throw ValueError(cat(c.where(), ": X must be [N, Cb, H, W, c] and W 5-D or 6-D, got ",
+    const bool nchw = x->size() == 4 && w.size() == 6;  // a first conv on NCHW X (C <= c)
+    if (!(nchw || (x->size() == 5 && (w.size() == 5 || w.size() == 6))))
+      throw ValueError(cat(c.where(),
+                           ": X must be [N, Cb, H, W, c] (or [N, C, H, W] with 6-D W) and W 5-D "
+                           "or 6-D, got ",
                            shape_str(*x), " and ", shape_str(w)));
     const window::Params p =
         window::read_params(c.attrs(), c.attrs().get_ints("kernel_shape"), false, c.where());
@@ -70,7 +74,7 @@ void infer_conv_blocked(InferContext& c) {
       y->push_back(d.is_known() ? Dim(window::forward_axis(p, i, d.value, c.where()).out)
                                 : Dim::unknown());
     }
-    y->push_back((*x)[4]);
+    y->push_back(nchw ? w[5] : (*x)[4]);
   }
   infer::set(c, 0, c.inputs[0].dtype, y);
 }

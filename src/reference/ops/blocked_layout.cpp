@@ -9,10 +9,8 @@
 namespace pto::reference {
 namespace {
 
-std::vector<Tensor> to_blocked(const KernelContext& c) {
-  const std::string w = c.where();
-  const Tensor& x = c.input(0);
-  const int64_t b = c.attrs().get_int("block");
+// [N, C, H, W] -> [N, ceil(C/b), H, W, b], padded lanes 0.
+Tensor blocked(const Tensor& x, int64_t b, const std::string& w) {
   if (x.rank() != 4 || b < 1)
     throw ValueError(cat(w, ": X must be [N, C, H, W] and block >= 1, got ", x.str()));
   const int64_t N = x.dim(0), C = x.dim(1), HW = x.dim(2) * x.dim(3), Cb = (C + b - 1) / b;
@@ -23,7 +21,11 @@ std::vector<Tensor> to_blocked(const KernelContext& c) {
       for (int64_t p = 0; p < HW; ++p)
         y[static_cast<size_t>(((n * Cb + ch / b) * HW + p) * b + ch % b)] =
             v[static_cast<size_t>((n * C + ch) * HW + p)];
-  return {from_doubles(x.dtype(), {N, Cb, x.dim(2), x.dim(3), b}, y, w)};
+  return from_doubles(x.dtype(), {N, Cb, x.dim(2), x.dim(3), b}, y, w);
+}
+
+std::vector<Tensor> to_blocked(const KernelContext& c) {
+  return {blocked(c.input(0), c.attrs().get_int("block"), c.where())};
 }
 
 std::vector<Tensor> from_blocked(const KernelContext& c) {
@@ -45,7 +47,10 @@ std::vector<Tensor> from_blocked(const KernelContext& c) {
 
 std::vector<Tensor> conv_blocked(const KernelContext& c) {
   const std::string where = c.where();
-  const Tensor &X = c.input(0), &W = c.input(1);
+  const Tensor& W = c.input(1);
+  // An NCHW X with C <= c (a first conv) is the blocked X with one block.
+  const bool nchw = c.input(0).rank() == 4 && W.rank() == 6 && c.input(0).dim(1) <= W.dim(4);
+  const Tensor X = nchw ? blocked(c.input(0), W.dim(4), where) : c.input(0);
   require_float(X.dtype(), where);
   const int64_t C = c.attrs().get_int("channels"), group = c.node.attr_int("group");
   const bool depthwise = W.rank() == 5;

@@ -84,21 +84,26 @@ BlockedConv blocked_geometry(const KernelContext& c) {
   g.channels = c.attrs().get_int("channels");
   g.depthwise = w.rank() == 5;
   const int64_t group = c.attrs().get_int("group", 1);
-  const bool fits = x.rank() == 5 && (w.rank() == 5 || w.rank() == 6) && x.dim(4) == w.dim(-1) &&
-                    g.channels <= x.dim(1) * x.dim(4) && g.channels > (x.dim(1) - 1) * x.dim(4) &&
-                    (g.depthwise ? w.dim(0) == x.dim(1) && w.dim(1) == 1 && group == g.channels
-                                 : w.dim(4) == x.dim(4) && group >= 1 &&
-                                       w.dim(1) * group == x.dim(1) && w.dim(0) % group == 0 &&
-                                       (group == 1 || g.channels == x.dim(1) * x.dim(4)));
+  g.x_nchw = x.rank() == 4;  // [N, C, H, W] with C <= block: a group-1 conv on one input block
+  const bool nchw_fits = g.x_nchw && w.rank() == 6 && w.dim(1) == 1 && w.dim(4) == w.dim(5) &&
+                         group == 1 && g.channels == x.dim(1) && x.dim(1) <= w.dim(4);
+  const bool blocked_fits =
+      x.rank() == 5 && (w.rank() == 5 || w.rank() == 6) && x.dim(4) == w.dim(-1) &&
+      g.channels <= x.dim(1) * x.dim(4) && g.channels > (x.dim(1) - 1) * x.dim(4) &&
+      (g.depthwise
+           ? w.dim(0) == x.dim(1) && w.dim(1) == 1 && group == g.channels
+           : w.dim(4) == x.dim(4) && group >= 1 && w.dim(1) * group == x.dim(1) &&
+                 w.dim(0) % group == 0 && (group == 1 || g.channels == x.dim(1) * x.dim(4)));
+  const bool fits = nchw_fits || blocked_fits;
   g.groups = g.depthwise ? 1 : group;
   if (!fits)
     throw ValueError(cat(where, ": X ", x.str(), " and W ", w.str(), " do not fit ", g.channels,
                          " channels in ", group, " groups"));
   g.n = x.dim(0);
-  g.icb = x.dim(1);
+  g.icb = g.x_nchw ? 1 : x.dim(1);
   g.ih = x.dim(2);
   g.iw = x.dim(3);
-  g.block = x.dim(4);
+  g.block = g.x_nchw ? w.dim(4) : x.dim(4);
   g.ocb = w.dim(0);
   g.kh = w.dim(2);
   g.kw = w.dim(3);
@@ -159,10 +164,13 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
 
 bool accepts_conv_blocked(const NodeInfo& info) {
   const size_t n = info.inputs.size();
-  if (n < 2 || !is_f32(info, 0) || !is_f32(info, 1) || !rank_is(info, 0, 5)) return false;
+  if (n < 2 || !is_f32(info, 0) || !is_f32(info, 1)) return false;
   if (n > 2 && !is_f32(info, 2) && info.dtype(2) != DType::kUndefined) return false;
-  const Dim& b = (*info.inputs[0].shape)[4];
-  return b == Dim(8) || b == Dim(16);  // the block sizes conv_blocked_row is built for
+  // The block sizes conv_blocked_row is built for: X's last dimension, or W's for an NCHW X.
+  const bool nchw = rank_is(info, 0, 4) && rank_is(info, 1, 6);
+  if (!nchw && !rank_is(info, 0, 5)) return false;
+  const Dim& b = nchw ? (*info.inputs[1].shape)[4] : (*info.inputs[0].shape)[4];
+  return b == Dim(8) || b == Dim(16);
 }
 
 }  // namespace

@@ -63,6 +63,8 @@ struct BlockedConv : ConvWindow {
   // Groups of whole blocks (not depthwise): output block o reads the icb / groups input blocks
   // from (o / (ocb / groups)) * (icb / groups) on.
   int64_t groups = 1;
+  // X is [N, C, H, W] with C <= block (icb 1): a first conv reading the network's input as it is.
+  bool x_nchw = false;
 };
 
 // Output row oy of image n in output channel blocks [ob, ob + obs): row y + ((n * ocb + o) * oh +
