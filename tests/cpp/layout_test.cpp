@@ -350,7 +350,11 @@ TEST(LayoutPass, IsInTheLevel3PipelineOnly) {
   EXPECT_FALSE(has(1));
   EXPECT_FALSE(has(2));
   EXPECT_TRUE(has(3));
-  EXPECT_EQ(pipeline(3).back(), "AssignLayouts");
+  // Last but one: FuseBlockedConvs joins the blocked convs it made.
+  const std::vector<std::string> p3 = pipeline(3);
+  ASSERT_GE(p3.size(), 2u);
+  EXPECT_EQ(p3[p3.size() - 2], "AssignLayouts");
+  EXPECT_EQ(p3.back(), "FuseBlockedConvs");
 }
 
 // ---------------------------------------------------------------- the CPU kernels
@@ -489,6 +493,79 @@ TEST(LayoutKernels, StemReadsNchwInput) {
       }
     }
   }
+}
+
+// An inverted-residual block (1x1 expand, Clip, depthwise, Clip or Relu or nothing, 1x1 project,
+// residual Add) at level 3: FuseBlockedConvs joins the depthwise and project convs into one
+// DwPwConvBlocked, which runs on the CPU and matches the reference of the original graph on
+// every ISA, on 1 and 2 threads, with strides and odd sizes.
+TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
+  struct Block {
+    int64_t n, c, h, w, e, stride;
+    std::string act;  // between the depthwise and the project conv
+  };
+  for (const Block& t : {Block{1, 24, 9, 11, 72, 1, "Clip"}, Block{2, 16, 8, 7, 48, 2, "Relu"},
+                         Block{1, 32, 5, 5, 96, 1, ""}}) {
+    std::mt19937 rng(9);
+    Graph g;
+    const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
+    auto conv = [&](ValueId in, int64_t out, int64_t in_per_group, int64_t k, int64_t stride,
+                    int64_t group) {
+      const ValueId w = g.add_constant("w", random_tensor({out, in_per_group, k, k}, rng));
+      const ValueId b = g.add_constant("b", random_tensor({out}, rng));
+      Attributes a;
+      a.set("strides", Dims{stride, stride});
+      a.set("pads", Dims{k / 2, k / 2, k / 2, k / 2});
+      if (group > 1) a.set("group", group);
+      const ValueId y = g.add_value(g.unique_name("y"));
+      g.add_node("Conv", {in, w, b}, {y}, a);
+      return y;
+    };
+    auto relu6 = [&](ValueId in) {
+      const ValueId lo = g.add_constant("lo", Tensor::scalar(0.0f));
+      const ValueId hi = g.add_constant("hi", Tensor::scalar(6.0f));
+      const ValueId y = g.add_value(g.unique_name("r"));
+      g.add_node("Clip", {in, lo, hi}, {y});
+      return y;
+    };
+    ValueId v = relu6(conv(x, t.e, t.c, 1, 1, 1));
+    v = conv(v, t.e, 1, 3, t.stride, t.e);
+    if (t.act == "Clip") v = relu6(v);
+    if (t.act == "Relu") {
+      const ValueId r = g.add_value("relu");
+      g.add_node("Relu", {v}, {r});
+      v = r;
+    }
+    v = conv(v, t.c, t.e, 1, 1, 1);
+    if (t.stride == 1) {
+      const ValueId s = g.add_value("sum");
+      g.add_node("Add", {v, x}, {s});
+      v = s;
+    }
+    g.add_output(v);
+    infer_types(g);
+    const std::vector<Tensor> in = random_inputs(g, 23);
+    const Tensor want = reference::run(g, in)[0];
+    const std::string what = cat("C", t.c, " E", t.e, " ", t.h, "x", t.w, " s", t.stride, " ",
+                                 t.act.empty() ? "no activation" : t.act);
+    for (cpu::Isa isa : cpu::supported_isas()) {
+      if (isa == cpu::Isa::kGeneric) continue;  // no channel block: nothing blocked
+      cpu::IsaScope scope(isa);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Executable exe = compile(g, {.level = 3});
+        int fused = 0;
+        for (size_t i = 0; i < exe.graph().nodes().size(); ++i) {
+          if (exe.graph().nodes()[i].op != "DwPwConvBlocked") continue;
+          ++fused;
+          EXPECT_EQ(exe.node_backend(i), "cpu") << what;
+        }
+        EXPECT_EQ(fused, 1) << what;
+        expect_close(exe.run(in)[0], want, cat(what, ", ", cpu::isa_name(isa), ", ", threads));
+      }
+    }
+  }
+  set_num_threads(0);
 }
 
 // A grouped conv is blocked only where every group's channels fill whole blocks: groups of 8

@@ -3,6 +3,7 @@
 // input lanes and writes the padded output lanes as bias + 0 (general) or 0 (depthwise); nothing
 // reads them.
 #include <algorithm>
+#include <limits>
 
 #include "nn_kernels.h"
 
@@ -112,12 +113,43 @@ std::vector<Tensor> conv_blocked(const KernelContext& c) {
   return {from_doubles(X.dtype(), {N, OCb, OH, OW, b}, y, where)};
 }
 
+// The depthwise conv, the activation and the 1x1 conv, one after the other: the definition the
+// fused CPU kernel is checked against.
+std::vector<Tensor> dw_pw_conv_blocked(const KernelContext& c) {
+  Node dw = c.node;
+  dw.op = "ConvBlocked";
+  dw.attrs = Attributes();
+  for (const auto& [name, value] : c.attrs().all())
+    if (name != "activation" && name != "min" && name != "max") dw.attrs.set(name, value);
+  dw.attrs.set("group", c.attrs().get_int("channels"));
+  Tensor mid = conv_blocked({dw, {c.input(0), c.input(1), c.input(2)}, 1})[0];
+  const std::string act = c.attrs().get_string("activation", "");
+  if (!act.empty()) {
+    if (act != "Relu" && act != "Clip")
+      throw ValueError(cat(c.where(), ": activation must be \"\", Relu or Clip, got ", act));
+    const double lo = act == "Relu" ? 0.0 : c.attrs().get_float("min", 0.0);
+    const double hi =
+        act == "Relu" ? std::numeric_limits<double>::infinity() : c.attrs().get_float("max", 0.0);
+    std::vector<double> v = to_doubles(mid, c.where());
+    for (double& x : v) x = std::min(std::max(x, lo), hi);
+    mid = from_doubles(mid.dtype(), mid.shape(), v, c.where());
+  }
+  Node pw = c.node;
+  pw.op = "ConvBlocked";
+  pw.attrs = Attributes();
+  pw.attrs.set("kernel_shape", Dims{1, 1});
+  pw.attrs.set("channels", c.attrs().get_int("channels"));
+  pw.attrs.set("group", int64_t{1});
+  return conv_blocked({pw, {mid, c.input(3), c.input(4)}, 1});
+}
+
 }  // namespace
 
 void register_blocked_layout_kernels(KernelRegistry& r) {
   r.add("ReorderToBlocked", to_blocked);
   r.add("ReorderFromBlocked", from_blocked);
   r.add("ConvBlocked", conv_blocked);
+  r.add("DwPwConvBlocked", dw_pw_conv_blocked);
 }
 
 }  // namespace pto::reference

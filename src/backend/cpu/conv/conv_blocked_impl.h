@@ -147,20 +147,19 @@ struct RowKernel {
 // A grouped conv runs each group as a group-1 conv on its own input blocks (`gg`: icb and
 // channels of one group), with register blocks that never cross a group's last output block.
 template <int B, bool kNchw>
-void row(const BlockedConv& g, const float* x, const float* w, const float* bias, float* y,
-         int64_t n, int64_t ob, int64_t obs, int64_t oy) {
+void row(const BlockedConv& g, const float* x, const float* w, const float* bias, float* yrow,
+         int64_t ystride, int64_t n, int64_t ob, int64_t obs, int64_t oy) {
   const int64_t plane = g.ih * g.iw * (kNchw ? g.channels : B);  // one image's block (NCHW: all)
   BlockedConv gg = g;
   gg.icb = g.icb / g.groups;
   if (g.groups > 1) gg.channels = gg.icb * B;
   const int64_t ocb_g = g.ocb / g.groups;
   const int64_t wstride = (g.depthwise ? 1 : gg.icb * B) * g.kh * g.kw * B;
-  const int64_t ystride = g.oh * g.ow * B;
   for (int64_t o = ob; o < ob + obs;) {
     const float* xs =
         g.depthwise ? x + (n * g.icb + o) * plane : x + (n * g.icb + o / ocb_g * gg.icb) * plane;
     const float* bs = bias ? bias + o * B : nullptr;
-    float* yr = y + ((n * g.ocb + o) * g.oh + oy) * g.ow * B;
+    float* yr = yrow + (o - ob) * ystride;
     const int64_t group_end = (o / ocb_g + 1) * ocb_g;
     const int64_t end = g.depthwise || ob + obs < group_end ? ob + obs : group_end;
     if (!g.depthwise && o + 4 <= end) {
@@ -178,20 +177,27 @@ void row(const BlockedConv& g, const float* x, const float* w, const float* bias
 
 }  // namespace
 
-bool conv_blocked_row(const BlockedConv& g, const float* x, const float* w, const float* bias,
-                      float* y, int64_t n, int64_t ob, int64_t obs, int64_t oy) {
+bool conv_blocked_row_at(const BlockedConv& g, const float* x, const float* w, const float* bias,
+                         float* yrow, int64_t ystride, int64_t n, int64_t ob, int64_t obs,
+                         int64_t oy) {
   if (g.block == 8) {
     if constexpr (8 % kLanes == 0) {
-      g.x_nchw ? row<8, true>(g, x, w, bias, y, n, ob, obs, oy)
-               : row<8, false>(g, x, w, bias, y, n, ob, obs, oy);
+      g.x_nchw ? row<8, true>(g, x, w, bias, yrow, ystride, n, ob, obs, oy)
+               : row<8, false>(g, x, w, bias, yrow, ystride, n, ob, obs, oy);
       return true;
     }
   } else if (g.block == 16) {
-    g.x_nchw ? row<16, true>(g, x, w, bias, y, n, ob, obs, oy)
-             : row<16, false>(g, x, w, bias, y, n, ob, obs, oy);
+    g.x_nchw ? row<16, true>(g, x, w, bias, yrow, ystride, n, ob, obs, oy)
+             : row<16, false>(g, x, w, bias, yrow, ystride, n, ob, obs, oy);
     return true;
   }
   return false;
+}
+
+bool conv_blocked_row(const BlockedConv& g, const float* x, const float* w, const float* bias,
+                      float* y, int64_t n, int64_t ob, int64_t obs, int64_t oy) {
+  return conv_blocked_row_at(g, x, w, bias, y + ((n * g.ocb + ob) * g.oh + oy) * g.ow * g.block,
+                             g.oh * g.ow * g.block, n, ob, obs, oy);
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS

@@ -73,6 +73,11 @@ struct BlockedConv : ConvWindow {
 // `block` (the caller then uses generic).
 PTO_ISA_DECLARE(bool conv_blocked_row(const BlockedConv& g, const float* x, const float* w,
                                       const float* bias, float* y, int64_t n, int64_t ob,
-                                      int64_t obs, int64_t oy);)
+                                      int64_t obs, int64_t oy);
+                // As conv_blocked_row, with block ob's output row at `yrow` and the next block's
+                // `ystride` floats on (a row buffer instead of the output tensor).
+                bool conv_blocked_row_at(const BlockedConv& g, const float* x, const float* w,
+                                         const float* bias, float* yrow, int64_t ystride, int64_t n,
+                                         int64_t ob, int64_t obs, int64_t oy);)
 
 }  // namespace pto::cpu
