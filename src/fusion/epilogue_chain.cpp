@@ -87,8 +87,9 @@ std::string EpilogueChain::rule(const Graph& g) const {
 std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
                                             const ReaderIndex& readers) {
   const Node& a = g.nodes()[anchor];
-  // ConvBlocked (the level-3 blocked layout) takes a residual and an activation, not a bias.
-  const bool blocked = a.op == "ConvBlocked";
+  // ConvBlocked and DwPwConvBlocked (the level-3 blocked layout) take a residual and an
+  // activation, not a bias.
+  const bool blocked = a.op == "ConvBlocked" || a.op == "DwPwConvBlocked";
   if (a.op != "Conv" && a.op != "Gemm" && a.op != "MatMul" && !blocked) return std::nullopt;
   if (a.outputs.size() != 1 || !is_f32(g, a.outputs[0])) return std::nullopt;
   const TensorType& out = g.value(a.outputs[0]).type;

@@ -70,8 +70,9 @@ bool blocked_pays(int64_t in_channels, int64_t out_channels, int block, bool inp
   return filled(out_channels) && (in_channels < block || filled(in_channels));
 }
 
-// Whether Conv `n` runs blocked: float32, 2-D, constant weights (and bias), group 1 or
-// depthwise with one output per input channel, and the cost rule says it pays.
+// Whether Conv `n` runs blocked: float32, 2-D, constant weights (and bias), group 1, groups
+// whose channels fill whole blocks, or depthwise with one output per input channel, and the cost
+// rule says it pays.
 bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked, bool cost_rule) {
   if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
     return false;
@@ -85,7 +86,10 @@ bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked
   }
   const int64_t group = n.attrs.get_int("group", 1), C = (*x)[1].value;
   const bool depthwise = group > 1 && group == C && w->dim(0) == C && w->dim(1) == 1;
-  if (!(group == 1 && w->dim(1) == C) && !depthwise) return false;
+  // Groups of whole blocks: each group's input and output channels fill whole blocks.
+  const bool grouped = group > 1 && !depthwise && w->dim(1) * group == C &&
+                       C % (group * block) == 0 && w->dim(0) % (group * block) == 0;
+  if (!(group == 1 && w->dim(1) == C) && !depthwise && !grouped) return false;
   return !cost_rule || blocked_pays(C, w->dim(0), block, input_blocked);
 }
 
@@ -280,9 +284,13 @@ class Rewriter {
     const Node n = g_.nodes()[i];  // a copy: blocked() may add nodes
     const Tensor& w = *constant(g_, n.inputs[1]);
     const int64_t group = n.attrs.get_int("group", 1);
-    std::vector<ValueId> inputs = {blocked(n.inputs[0])};
+    const bool depthwise = group > 1 && w.dim(1) == 1 && w.dim(0) == group;
+    // A group-1 conv with fewer input channels than a block reads an NCHW input as it is (a
+    // network's first conv): no reorder of the image.
+    const bool reads_nchw = group == 1 && w.dim(1) < block_ && blocked_of_[n.inputs[0]] == kNoValue;
+    std::vector<ValueId> inputs = {reads_nchw ? n.inputs[0] : blocked(n.inputs[0])};
     inputs.push_back(g_.add_constant(g_.value(n.inputs[1]).name + "_blocked",
-                                     blocked_weights(w, group > 1, block_)));
+                                     blocked_weights(w, depthwise, block_)));
     if (n.inputs.size() > 2 && n.inputs[2] != kNoValue)
       inputs.push_back(g_.add_constant(g_.value(n.inputs[2]).name + "_blocked",
                                        padded_bias(*constant(g_, n.inputs[2]), block_)));
@@ -296,7 +304,9 @@ class Rewriter {
     m.outputs[0] = new_blocked_value(y);
     g_.value(m.outputs[0]).producer = static_cast<int32_t>(i);
     g_.value(y).producer = -1;
-    ctx_.note(group > 1 ? "AssignLayouts/ConvBlocked(depthwise)" : "AssignLayouts/ConvBlocked");
+    ctx_.note(depthwise   ? "AssignLayouts/ConvBlocked(depthwise)"
+              : group > 1 ? "AssignLayouts/ConvBlocked(grouped)"
+                          : "AssignLayouts/ConvBlocked");
   }
 
   void to_blocked_reader(size_t i) {

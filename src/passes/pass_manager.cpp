@@ -28,6 +28,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_simplify_transposes(*r);
     passes::register_eliminate_common_subexpressions(*r);
     passes::register_assign_layouts(*r);
+    passes::register_fuse_blocked_convs(*r);
     return r;
   }();
   return *registry;
@@ -57,7 +58,10 @@ std::vector<std::string> pipeline(int level) {
       "EliminateDeadCode",
   };
   // Level 3: layouts (blocked channels where the CPU's blocked kernels pay), on the cleaned graph.
-  if (level >= 3) order.push_back("AssignLayouts");
+  if (level >= 3) {
+    order.push_back("AssignLayouts");
+    order.push_back("FuseBlockedConvs");
+  }
   std::vector<std::string> out;
   for (const std::string& name : order)
     if (PassRegistry::global().find(name)) out.push_back(name);

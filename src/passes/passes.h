@@ -20,5 +20,6 @@ void register_eliminate_common_subexpressions(PassRegistry& r);
 void register_resolve_shapes(PassRegistry& r);
 void register_unflatten_mat_mul(PassRegistry& r);
 void register_assign_layouts(PassRegistry& r);
+void register_fuse_blocked_convs(PassRegistry& r);
 
 }  // namespace pto::passes

@@ -310,7 +310,8 @@ TEST(LayoutPass, CostRuleKeepsIsolatedConvsNchw) {
                               "  return %z, %q\n");
   const Graph out = assign(chained, 16);
   EXPECT_EQ(count_ops(out, "ConvBlocked"), 3) << print(out);
-  EXPECT_EQ(count_ops(out, "ReorderToBlocked"), 1) << print(out);  // the input only
+  // None: the stem (3 channels, fewer than a block) reads the NCHW input as it is.
+  EXPECT_EQ(count_ops(out, "ReorderToBlocked"), 0) << print(out);
   expect_same_results(chained, 16);
 }
 
@@ -349,7 +350,11 @@ TEST(LayoutPass, IsInTheLevel3PipelineOnly) {
   EXPECT_FALSE(has(1));
   EXPECT_FALSE(has(2));
   EXPECT_TRUE(has(3));
-  EXPECT_EQ(pipeline(3).back(), "AssignLayouts");
+  // Last but one: FuseBlockedConvs joins the blocked convs it made.
+  const std::vector<std::string> p3 = pipeline(3);
+  ASSERT_GE(p3.size(), 2u);
+  EXPECT_EQ(p3[p3.size() - 2], "AssignLayouts");
+  EXPECT_EQ(p3.back(), "FuseBlockedConvs");
 }
 
 // ---------------------------------------------------------------- the CPU kernels
@@ -358,6 +363,7 @@ struct Case {
   int64_t n, c, h, w, m, k;
   int64_t stride = 1, pad = 0, dilation = 1;
   bool depthwise = false, bias = true;
+  int64_t group = 1;  // groups of a general conv (depthwise sets its own)
 };
 
 // A Conv graph for the case (random weights), with a residual Add and a Relu after it when
@@ -366,7 +372,8 @@ Graph conv_graph(const Case& t, bool epilogue, std::mt19937& rng) {
   Graph g;
   const int64_t m = t.depthwise ? t.c : t.m;
   const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
-  const ValueId w = g.add_constant("w", random_tensor({m, t.depthwise ? 1 : t.c, t.k, t.k}, rng));
+  const ValueId w =
+      g.add_constant("w", random_tensor({m, t.depthwise ? 1 : t.c / t.group, t.k, t.k}, rng));
   std::vector<ValueId> ins = {x, w};
   if (t.bias) ins.push_back(g.add_constant("b", random_tensor({m}, rng)));
   Attributes a;
@@ -374,6 +381,7 @@ Graph conv_graph(const Case& t, bool epilogue, std::mt19937& rng) {
   a.set("pads", Dims{t.pad, t.pad, t.pad, t.pad});
   a.set("dilations", Dims{t.dilation, t.dilation});
   if (t.depthwise) a.set("group", t.c);
+  if (t.group > 1) a.set("group", t.group);
   ValueId y = g.add_value("y");
   g.add_node("Conv", ins, {y}, a, "conv");
   if (epilogue) {
@@ -402,7 +410,10 @@ std::vector<Case> random_cases() {
       {1, 8, 3, 3, 8, 5, 1, 2},               // kernel larger than the image: no interior
       {1, 48, 11, 13, 48, 3, 2, 1, 1, true},  // depthwise, strided
       {2, 20, 8, 9, 20, 3, 1, 1, 1, true},    // depthwise, odd channels
-      {1, 17, 6, 40, 17, 5, 1, 4, 2, true, false},  // depthwise, dilated, no bias
+      {1, 17, 6, 40, 17, 5, 1, 4, 2, true, false},      // depthwise, dilated, no bias
+      {1, 64, 9, 11, 96, 3, 1, 1, 1, false, true, 2},   // 2 groups: 32 -> 48 channels each
+      {2, 64, 7, 10, 64, 3, 2, 1, 1, false, false, 4},  // 4 groups of one block of 16, strided
+      {1, 96, 6, 5, 48, 1, 1, 0, 1, false, true, 3},    // 3 groups, 1x1: 32 -> 16 each
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
@@ -425,7 +436,8 @@ std::vector<Case> random_cases() {
 
 std::string describe(const Case& t) {
   return cat("N", t.n, " C", t.c, " ", t.h, "x", t.w, " M", t.m, " k", t.k, " s", t.stride, " p",
-             t.pad, " d", t.dilation, t.depthwise ? " depthwise" : "", t.bias ? "" : " no bias");
+             t.pad, " d", t.dilation, t.depthwise ? " depthwise" : "", t.bias ? "" : " no bias",
+             t.group > 1 ? cat(" group ", t.group) : "");
 }
 
 // `b` compiled at level 0 runs every node on a CPU kernel and gives `want`, on every ISA the
@@ -461,6 +473,111 @@ TEST(LayoutKernels, ConvBlockedMatchesReferenceConv) {
     }
   }
   set_num_threads(saved);
+}
+
+// A first conv with fewer input channels than a block reads the NCHW input itself (no reorder of
+// the image), on every ISA and thread count, with a stride, padding, and a residual and Relu.
+TEST(LayoutKernels, StemReadsNchwInput) {
+  std::mt19937 rng(8);
+  for (const Case& t : {Case{2, 3, 23, 19, 40, 7, 2, 3}, Case{1, 1, 9, 8, 16, 3, 1, 1}}) {
+    for (bool epilogue : {false, true}) {
+      const Graph g = conv_graph(t, epilogue, rng);
+      const std::vector<Tensor> in = random_inputs(g, 21);
+      const Tensor want = reference::run(g, in)[0];
+      for (int block : {8, 16}) {
+        const Graph b = assign(g, block, nullptr, false);
+        ASSERT_EQ(count_ops(b, "ConvBlocked"), 1) << describe(t);
+        ASSERT_EQ(count_ops(b, "ReorderToBlocked"), epilogue ? 1 : 0) << print(b);  // residual
+        expect_close(reference::run(b, in)[0], want, cat(describe(t), " reference"));
+        expect_cpu_matches(b, in, want, cat(describe(t), ", block ", block));
+      }
+    }
+  }
+}
+
+// An inverted-residual block (1x1 expand, Clip, depthwise, Clip or Relu or nothing, 1x1 project,
+// residual Add) at level 3: FuseBlockedConvs joins the depthwise and project convs into one
+// DwPwConvBlocked, which runs on the CPU and matches the reference of the original graph on
+// every ISA, on 1 and 2 threads, with strides and odd sizes.
+TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
+  struct Block {
+    int64_t n, c, h, w, e, stride;
+    std::string act;  // between the depthwise and the project conv
+  };
+  for (const Block& t : {Block{1, 24, 9, 11, 72, 1, "Clip"}, Block{2, 16, 8, 7, 48, 2, "Relu"},
+                         Block{1, 32, 5, 5, 96, 1, ""}}) {
+    std::mt19937 rng(9);
+    Graph g;
+    const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
+    auto conv = [&](ValueId in, int64_t out, int64_t in_per_group, int64_t k, int64_t stride,
+                    int64_t group) {
+      const ValueId w = g.add_constant("w", random_tensor({out, in_per_group, k, k}, rng));
+      const ValueId b = g.add_constant("b", random_tensor({out}, rng));
+      Attributes a;
+      a.set("strides", Dims{stride, stride});
+      a.set("pads", Dims{k / 2, k / 2, k / 2, k / 2});
+      if (group > 1) a.set("group", group);
+      const ValueId y = g.add_value(g.unique_name("y"));
+      g.add_node("Conv", {in, w, b}, {y}, a);
+      return y;
+    };
+    auto relu6 = [&](ValueId in) {
+      const ValueId lo = g.add_constant("lo", Tensor::scalar(0.0f));
+      const ValueId hi = g.add_constant("hi", Tensor::scalar(6.0f));
+      const ValueId y = g.add_value(g.unique_name("r"));
+      g.add_node("Clip", {in, lo, hi}, {y});
+      return y;
+    };
+    ValueId v = relu6(conv(x, t.e, t.c, 1, 1, 1));
+    v = conv(v, t.e, 1, 3, t.stride, t.e);
+    if (t.act == "Clip") v = relu6(v);
+    if (t.act == "Relu") {
+      const ValueId r = g.add_value("relu");
+      g.add_node("Relu", {v}, {r});
+      v = r;
+    }
+    v = conv(v, t.c, t.e, 1, 1, 1);
+    if (t.stride == 1) {
+      const ValueId s = g.add_value("sum");
+      g.add_node("Add", {v, x}, {s});
+      v = s;
+    }
+    g.add_output(v);
+    infer_types(g);
+    const std::vector<Tensor> in = random_inputs(g, 23);
+    const Tensor want = reference::run(g, in)[0];
+    const std::string what = cat("C", t.c, " E", t.e, " ", t.h, "x", t.w, " s", t.stride, " ",
+                                 t.act.empty() ? "no activation" : t.act);
+    for (cpu::Isa isa : cpu::supported_isas()) {
+      if (isa == cpu::Isa::kGeneric) continue;  // no channel block: nothing blocked
+      cpu::IsaScope scope(isa);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Executable exe = compile(g, {.level = 3});
+        int fused = 0;
+        for (size_t i = 0; i < exe.graph().nodes().size(); ++i) {
+          if (exe.graph().nodes()[i].op != "DwPwConvBlocked") continue;
+          ++fused;
+          EXPECT_EQ(exe.node_backend(i), "cpu") << what;
+        }
+        EXPECT_EQ(fused, 1) << what;
+        expect_close(exe.run(in)[0], want, cat(what, ", ", cpu::isa_name(isa), ", ", threads));
+      }
+    }
+  }
+  set_num_threads(0);
+}
+
+// A grouped conv is blocked only where every group's channels fill whole blocks: groups of 8
+// channels block in 8s, not in 16s (the conv then stays NCHW, without reorders).
+TEST(LayoutKernels, GroupedConvBlocksOnlyOnWholeBlocks) {
+  std::mt19937 rng(6);
+  const Graph g = conv_graph(Case{1, 32, 8, 8, 32, 3, 1, 1, 1, false, true, 4}, false, rng);
+  EXPECT_EQ(count_ops(assign(g, 8, nullptr, false), "ConvBlocked"), 1);
+  const Graph b16 = assign(g, 16, nullptr, false);
+  EXPECT_EQ(count_ops(b16, "ConvBlocked"), 0);
+  EXPECT_EQ(count_ops(b16, "ReorderToBlocked"), 0);
+  EXPECT_EQ(count_ops(b16, "Conv"), 1);
 }
 
 // At level 2 the blocked conv takes the residual Add and the Relu as its epilogue.

@@ -8,9 +8,17 @@
 //   ReorderFromBlocked(X) {channels=C}     [N, Cb, H, W, c] -> [N, C, H, W]
 //   ConvBlocked(X, W[, B]) {Conv's attrs, kernel_shape required, channels=C}
 //       2-D convolution on blocked X [N, ICb, H, W, c] -> [N, OCb, OH, OW, c], with
-//       W [OCb, ICb, KH, KW, c(in), c(out)] (group 1) or [Cb, 1, KH, KW, c] (depthwise:
-//       group == C, one output channel per input channel) and B [OCb * c]; `channels` is the
-//       real input channel count C (the lanes it reads).
+//       W [OCb, ICb / group, KH, KW, c(in), c(out)] (group 1, or groups of whole blocks: C and
+//       OC multiples of group * c) or [Cb, 1, KH, KW, c] (depthwise: group == C, one output
+//       channel per input channel) and B [OCb * c]; `channels` is the real input channel count C
+//       (the lanes it reads). A group-1 conv whose C fits one block may read X as it is,
+//       [N, C, H, W] (a network's first conv: no reorder of the input), W [OCb, 1, KH, KW, c, c].
+//   DwPwConvBlocked(X, Wdw, Bdw, Wpw, Bpw) {window attrs of the depthwise conv, kernel_shape
+//       required, channels=C, activation="" | "Relu" | "Clip" with min and max}
+//       A depthwise ConvBlocked (Wdw [Cb, 1, KH, KW, c], Bdw [Cb * c]), the activation, and a
+//       1x1, stride-1 ConvBlocked (Wpw [OCb, Cb, 1, 1, c, c], Bpw [OCb * c]) as one node: the
+//       FuseBlockedConvs pass makes it so that the depthwise output, a row at a time, never
+//       leaves the cache. X [N, Cb, H, W, c] -> [N, OCb, OH, OW, c].
 #include "infer_util.h"
 #include "window.h"
 
@@ -56,8 +64,35 @@ void infer_conv_blocked(InferContext& c) {
   std::optional<Shape> y;
   if (x && c.has_input(1) && c.inputs[1].shape) {
     const Shape& w = *c.inputs[1].shape;
-    if (x->size() != 5 || (w.size() != 5 && w.size() != 6))
-      throw ValueError(cat(c.where(), ": X must be [N, Cb, H, W, c] and W 5-D or 6-D, got ",
+    const bool nchw = x->size() == 4 && w.size() == 6;  // a first conv on NCHW X (C <= c)
+    if (!(nchw || (x->size() == 5 && (w.size() == 5 || w.size() == 6))))
+      throw ValueError(cat(c.where(),
+                           ": X must be [N, Cb, H, W, c] (or [N, C, H, W] with 6-D W) and W 5-D "
+                           "or 6-D, got ",
+                           shape_str(*x), " and ", shape_str(w)));
+    const window::Params p =
+        window::read_params(c.attrs(), c.attrs().get_ints("kernel_shape"), false, c.where());
+    if (p.rank() != 2)
+      throw ValueError(cat(c.where(), ": kernel_shape must have 2 values (a 2-D convolution)"));
+    y = Shape{(*x)[0], w[0]};
+    for (size_t i = 0; i < 2; ++i) {
+      const Dim& d = (*x)[i + 2];
+      y->push_back(d.is_known() ? Dim(window::forward_axis(p, i, d.value, c.where()).out)
+                                : Dim::unknown());
+    }
+    y->push_back(nchw ? w[5] : (*x)[4]);
+  }
+  infer::set(c, 0, c.inputs[0].dtype, y);
+}
+
+void infer_dw_pw_conv_blocked(InferContext& c) {
+  if (!c.has_input(0)) return;
+  const std::optional<Shape>& x = c.inputs[0].shape;
+  std::optional<Shape> y;
+  if (x && c.has_input(3) && c.inputs[3].shape) {
+    const Shape& w = *c.inputs[3].shape;
+    if (x->size() != 5 || w.size() != 6)
+      throw ValueError(cat(c.where(), ": X must be [N, Cb, H, W, c] and Wpw 6-D, got ",
                            shape_str(*x), " and ", shape_str(w)));
     const window::Params p =
         window::read_params(c.attrs(), c.attrs().get_ints("kernel_shape"), false, c.where());
@@ -99,7 +134,20 @@ void register_blocked_layout_ops(OpRegistry& r) {
              {{"group", int64_t{1}},
               required_attr("channels", AttrKind::kInt, "the real input channel count")}),
          .infer = infer_conv_blocked,
-         .doc = "2-D Conv (group 1 or depthwise) on channel-blocked tensors and weights"});
+         .doc =
+             "2-D Conv (group 1, groups of whole blocks, or depthwise) on channel-blocked tensors "
+             "and weights"});
+  r.add({.name = "DwPwConvBlocked",
+         .min_inputs = 5,
+         .max_inputs = 5,
+         .properties = kOpaque,
+         .attrs = window::window_attrs().with(
+             {required_attr("channels", AttrKind::kInt, "the real channel count"),
+              {"activation", "", "between the two convs: \"\", \"Relu\" or \"Clip\""},
+              {"min", 0.0, "Clip's lower bound"},
+              {"max", 0.0, "Clip's upper bound"}}),
+         .infer = infer_dw_pw_conv_blocked,
+         .doc = "depthwise ConvBlocked, an activation and a 1x1 ConvBlocked as one node"});
 }
 
 }  // namespace pto

@@ -2,15 +2,16 @@
 // reorders and ConvBlocked as plain loops in double. ConvBlocked reads only the `channels` real
 // input lanes and writes the padded output lanes as bias + 0 (general) or 0 (depthwise); nothing
 // reads them.
+#include <algorithm>
+#include <limits>
+
 #include "nn_kernels.h"
 
 namespace pto::reference {
 namespace {
 
-std::vector<Tensor> to_blocked(const KernelContext& c) {
-  const std::string w = c.where();
-  const Tensor& x = c.input(0);
-  const int64_t b = c.attrs().get_int("block");
+// [N, C, H, W] -> [N, ceil(C/b), H, W, b], padded lanes 0.
+Tensor blocked(const Tensor& x, int64_t b, const std::string& w) {
   if (x.rank() != 4 || b < 1)
     throw ValueError(cat(w, ": X must be [N, C, H, W] and block >= 1, got ", x.str()));
   const int64_t N = x.dim(0), C = x.dim(1), HW = x.dim(2) * x.dim(3), Cb = (C + b - 1) / b;
@@ -21,7 +22,11 @@ std::vector<Tensor> to_blocked(const KernelContext& c) {
       for (int64_t p = 0; p < HW; ++p)
         y[static_cast<size_t>(((n * Cb + ch / b) * HW + p) * b + ch % b)] =
             v[static_cast<size_t>((n * C + ch) * HW + p)];
-  return {from_doubles(x.dtype(), {N, Cb, x.dim(2), x.dim(3), b}, y, w)};
+  return from_doubles(x.dtype(), {N, Cb, x.dim(2), x.dim(3), b}, y, w);
+}
+
+std::vector<Tensor> to_blocked(const KernelContext& c) {
+  return {blocked(c.input(0), c.attrs().get_int("block"), c.where())};
 }
 
 std::vector<Tensor> from_blocked(const KernelContext& c) {
@@ -43,18 +48,26 @@ std::vector<Tensor> from_blocked(const KernelContext& c) {
 
 std::vector<Tensor> conv_blocked(const KernelContext& c) {
   const std::string where = c.where();
-  const Tensor &X = c.input(0), &W = c.input(1);
+  const Tensor& W = c.input(1);
+  // An NCHW X with C <= c (a first conv) is the blocked X with one block.
+  const bool nchw = c.input(0).rank() == 4 && W.rank() == 6 && c.input(0).dim(1) <= W.dim(4);
+  const Tensor X = nchw ? blocked(c.input(0), W.dim(4), where) : c.input(0);
   require_float(X.dtype(), where);
   const int64_t C = c.attrs().get_int("channels"), group = c.node.attr_int("group");
   const bool depthwise = W.rank() == 5;
+  // Grouped (not depthwise): every group has whole blocks of input and output channels.
+  const bool grouped_fits = group >= 1 && X.dim(1) % group == 0 && W.dim(0) % group == 0 &&
+                            W.dim(1) * group == X.dim(1) &&
+                            (group == 1 || C == X.dim(1) * X.dim(4));
   if (X.rank() != 5 || (W.rank() != 5 && W.rank() != 6) || X.dim(4) != W.dim(-1) ||
-      (!depthwise && (W.dim(1) != X.dim(1) || W.dim(4) != X.dim(4) || group != 1)) ||
+      (!depthwise && (!grouped_fits || W.dim(4) != X.dim(4))) ||
       (depthwise && (W.dim(0) != X.dim(1) || W.dim(1) != 1 || group != C)) ||
       C > X.dim(1) * X.dim(4) || C <= (X.dim(1) - 1) * X.dim(4))
     throw ValueError(cat(where, ": X ", X.str(), " and W ", W.str(), " do not fit ", C,
                          " channels in ", group, " groups"));
   const int64_t N = X.dim(0), ICb = X.dim(1), IH = X.dim(2), IW = X.dim(3), b = X.dim(4);
   const int64_t OCb = W.dim(0), KH = W.dim(2), KW = W.dim(3);
+  const int64_t icb_g = depthwise ? 1 : W.dim(1), ocb_g = depthwise ? 1 : OCb / group;
   if (c.has_input(2) && c.input(2).numel() != OCb * b)
     throw ValueError(cat(where, ": B must have ", OCb * b, " elements, got ", c.input(2).str()));
   const window::Params p = window::read_params(c.attrs(), {KH, KW}, false, where);
@@ -87,15 +100,47 @@ std::vector<Tensor> conv_blocked(const KernelContext& c) {
                          wt[static_cast<size_t>(((ob * KH + ky) * KW + kx) * b + o)];
                   continue;
                 }
-                for (int64_t ic = 0; ic < C; ++ic)
-                  acc += xat(n, ic / b, iy, ix, ic % b) *
+                // The input channels of this output block's group: ICb / group blocks.
+                const int64_t ic0 = ob / ocb_g * icb_g * b;
+                for (int64_t ic = 0; ic < std::min(C - ic0, icb_g * b); ++ic)
+                  acc += xat(n, (ic0 + ic) / b, iy, ix, ic % b) *
                          wt[static_cast<size_t>(
-                             ((((ob * ICb + ic / b) * KH + ky) * KW + kx) * b + ic % b) * b + o)];
+                             ((((ob * icb_g + ic / b) * KH + ky) * KW + kx) * b + ic % b) * b + o)];
               }
             }
             y[static_cast<size_t>((((n * OCb + ob) * OH + oy) * OW + ox) * b + o)] = acc;
           }
   return {from_doubles(X.dtype(), {N, OCb, OH, OW, b}, y, where)};
+}
+
+// The depthwise conv, the activation and the 1x1 conv, one after the other: the definition the
+// fused CPU kernel is checked against.
+std::vector<Tensor> dw_pw_conv_blocked(const KernelContext& c) {
+  Node dw = c.node;
+  dw.op = "ConvBlocked";
+  dw.attrs = Attributes();
+  for (const auto& [name, value] : c.attrs().all())
+    if (name != "activation" && name != "min" && name != "max") dw.attrs.set(name, value);
+  dw.attrs.set("group", c.attrs().get_int("channels"));
+  Tensor mid = conv_blocked({dw, {c.input(0), c.input(1), c.input(2)}, 1})[0];
+  const std::string act = c.attrs().get_string("activation", "");
+  if (!act.empty()) {
+    if (act != "Relu" && act != "Clip")
+      throw ValueError(cat(c.where(), ": activation must be \"\", Relu or Clip, got ", act));
+    const double lo = act == "Relu" ? 0.0 : c.attrs().get_float("min", 0.0);
+    const double hi =
+        act == "Relu" ? std::numeric_limits<double>::infinity() : c.attrs().get_float("max", 0.0);
+    std::vector<double> v = to_doubles(mid, c.where());
+    for (double& x : v) x = std::min(std::max(x, lo), hi);
+    mid = from_doubles(mid.dtype(), mid.shape(), v, c.where());
+  }
+  Node pw = c.node;
+  pw.op = "ConvBlocked";
+  pw.attrs = Attributes();
+  pw.attrs.set("kernel_shape", Dims{1, 1});
+  pw.attrs.set("channels", c.attrs().get_int("channels"));
+  pw.attrs.set("group", int64_t{1});
+  return conv_blocked({pw, {mid, c.input(3), c.input(4)}, 1});
 }
 
 }  // namespace
@@ -104,6 +149,7 @@ void register_blocked_layout_kernels(KernelRegistry& r) {
   r.add("ReorderToBlocked", to_blocked);
   r.add("ReorderFromBlocked", from_blocked);
   r.add("ConvBlocked", conv_blocked);
+  r.add("DwPwConvBlocked", dw_pw_conv_blocked);
 }
 
 }  // namespace pto::reference

@@ -4,9 +4,11 @@
 // a fused residual and activation are applied to each output row while it is in L1.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/kernel.h"
+#include "backend/cpu/scratch.h"
 #include "ir/ops/window.h"
 #include "pto/parallel.h"
 
@@ -76,30 +78,37 @@ std::vector<Tensor> run_from_blocked(const KernelContext& c) {
   return {y};
 }
 
-// The ConvBlocked geometry from X, W and the attributes; throws ValueError when they disagree.
-BlockedConv blocked_geometry(const KernelContext& c) {
-  const std::string where = c.where();
-  const Tensor &x = c.input(0), &w = c.input(1);
+// The ConvBlocked geometry from X, W, the window attributes and `group`; throws ValueError when
+// they disagree.
+BlockedConv blocked_geometry(const Tensor& x, const Tensor& w, const Attributes& attrs,
+                             int64_t group, const std::string& where) {
   BlockedConv g;
-  g.channels = c.attrs().get_int("channels");
+  g.channels = attrs.get_int("channels");
   g.depthwise = w.rank() == 5;
-  const int64_t group = c.attrs().get_int("group", 1);
-  const bool fits = x.rank() == 5 && (w.rank() == 5 || w.rank() == 6) && x.dim(4) == w.dim(-1) &&
-                    g.channels <= x.dim(1) * x.dim(4) && g.channels > (x.dim(1) - 1) * x.dim(4) &&
-                    (g.depthwise ? w.dim(0) == x.dim(1) && w.dim(1) == 1 && group == g.channels
-                                 : w.dim(1) == x.dim(1) && w.dim(4) == x.dim(4) && group == 1);
+  g.x_nchw = x.rank() == 4;  // [N, C, H, W] with C <= block: a group-1 conv on one input block
+  const bool nchw_fits = g.x_nchw && w.rank() == 6 && w.dim(1) == 1 && w.dim(4) == w.dim(5) &&
+                         group == 1 && g.channels == x.dim(1) && x.dim(1) <= w.dim(4);
+  const bool blocked_fits =
+      x.rank() == 5 && (w.rank() == 5 || w.rank() == 6) && x.dim(4) == w.dim(-1) &&
+      g.channels <= x.dim(1) * x.dim(4) && g.channels > (x.dim(1) - 1) * x.dim(4) &&
+      (g.depthwise
+           ? w.dim(0) == x.dim(1) && w.dim(1) == 1 && group == g.channels
+           : w.dim(4) == x.dim(4) && group >= 1 && w.dim(1) * group == x.dim(1) &&
+                 w.dim(0) % group == 0 && (group == 1 || g.channels == x.dim(1) * x.dim(4)));
+  const bool fits = nchw_fits || blocked_fits;
+  g.groups = g.depthwise ? 1 : group;
   if (!fits)
     throw ValueError(cat(where, ": X ", x.str(), " and W ", w.str(), " do not fit ", g.channels,
                          " channels in ", group, " groups"));
   g.n = x.dim(0);
-  g.icb = x.dim(1);
+  g.icb = g.x_nchw ? 1 : x.dim(1);
   g.ih = x.dim(2);
   g.iw = x.dim(3);
-  g.block = x.dim(4);
+  g.block = g.x_nchw ? w.dim(4) : x.dim(4);
   g.ocb = w.dim(0);
   g.kh = w.dim(2);
   g.kw = w.dim(3);
-  const window::Params p = window::read_params(c.attrs(), {g.kh, g.kw}, false, where);
+  const window::Params p = window::read_params(attrs, {g.kh, g.kw}, false, where);
   const window::Axis ay = window::forward_axis(p, 0, g.ih, where);
   const window::Axis ax = window::forward_axis(p, 1, g.iw, where);
   g.oh = ay.out;
@@ -111,6 +120,11 @@ BlockedConv blocked_geometry(const KernelContext& c) {
   g.ph = ay.pad_begin;
   g.pw = ax.pad_begin;
   return g;
+}
+
+BlockedConv blocked_geometry(const KernelContext& c) {
+  return blocked_geometry(c.input(0), c.input(1), c.attrs(), c.attrs().get_int("group", 1),
+                          c.where());
 }
 
 std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
@@ -130,14 +144,14 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
   const float *x = c.input(0).data<float>(), *w = c.input(1).data<float>();
   float* yp = y.data<float>();
   const int64_t row = g.ow * g.block;
-  // Tasks: (image, group of output blocks, output row), rows fastest so that consecutive tasks
-  // of a chunk reuse the group's weights. A general conv computes four blocks per task (the
+  // Tasks: (image, set of output blocks, output row), rows fastest so that consecutive tasks
+  // of a chunk reuse the set's weights. A general conv computes four blocks per task (the
   // kernel's register block); a depthwise one, one.
-  const int64_t per = g.depthwise ? 1 : 4, groups = (g.ocb + per - 1) / per;
+  const int64_t per = g.depthwise ? 1 : 4, sets = (g.ocb + per - 1) / per;
   const bool has_rest = ep.residual || ep.act != Activation::kNone;
-  parallel_for(0, g.n * groups * g.oh, 1, [&](int64_t t0, int64_t t1) {
+  parallel_for(0, g.n * sets * g.oh, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t oy = t % g.oh, ob = t / g.oh % groups * per, n = t / (g.oh * groups);
+      const int64_t oy = t % g.oh, ob = t / g.oh % sets * per, n = t / (g.oh * sets);
       const int64_t obs = std::min(per, g.ocb - ob);
       if (!PTO_ISA_DISPATCH(conv_blocked_row, g, x, w, bias, yp, n, ob, obs, oy))
         generic::conv_blocked_row(g, x, w, bias, yp, n, ob, obs, oy);
@@ -154,12 +168,83 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
   return {y};
 }
 
+// DwPwConvBlocked: per output row, the depthwise conv of every channel block into a row buffer
+// (one row of a blocked image: [Cb, 1, OW, c]), the activation on it while it is in L1, then the
+// 1x1 conv of that row into the output, four output blocks at a time, and the fused residual and
+// activation. Tasks are (image, output row).
+std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
+  const std::string where = c.where();
+  const Tensor &x = c.input(0), &wd = c.input(1), &bd = c.input(2), &wp = c.input(3),
+               &bp = c.input(4);
+  const BlockedConv gd = blocked_geometry(x, wd, c.attrs(), c.attrs().get_int("channels"), where);
+  if (!gd.depthwise || wp.rank() != 6 || wp.dim(1) != gd.ocb || wp.dim(2) != 1 || wp.dim(3) != 1 ||
+      wp.dim(4) != gd.block || wp.dim(5) != gd.block || bd.numel() != gd.ocb * gd.block ||
+      bp.numel() != wp.dim(0) * gd.block)
+    throw ValueError(cat(where, ": the 1x1 weights ", wp.str(), " or the biases ", bd.str(), ", ",
+                         bp.str(), " do not fit the depthwise conv of ", x.str()));
+  BlockedConv gp;  // the 1x1 conv on one row buffer
+  gp.n = 1;
+  gp.icb = gd.ocb;
+  gp.ih = gp.oh = 1;
+  gp.iw = gp.ow = gd.ow;
+  gp.block = gd.block;
+  gp.ocb = wp.dim(0);
+  gp.kh = gp.kw = gp.sh = gp.sw = gp.dh = gp.dw = 1;
+  gp.channels = gd.channels;
+  const std::string act = c.attrs().get_string("activation", "");
+  if (!act.empty() && act != "Relu" && act != "Clip")
+    throw ValueError(cat(where, ": activation must be \"\", Relu or Clip, got ", act));
+  const float lo = act == "Clip" ? static_cast<float>(c.attrs().get_float("min")) : 0.0f;
+  const float hi = act == "Clip" ? static_cast<float>(c.attrs().get_float("max"))
+                                 : std::numeric_limits<float>::infinity();
+  const Dims yshape = {gd.n, gp.ocb, gd.oh, gd.ow, gd.block};
+  if (c.epilogue && c.epilogue->bias.defined())
+    throw KernelDeclined(cat(where, ": a fused bias is not supported on blocked tensors"));
+  const Epilogue ep = conv_epilogue(c.epilogue, yshape, where);
+  Tensor y = Tensor::empty(DType::kF32, yshape);
+  float* yp = y.data<float>();
+  const float *xp = x.data<float>(), *wdp = wd.data<float>(), *wpp = wp.data<float>();
+  const int64_t row = gd.ow * gd.block, plane = gd.oh * row;
+  const bool has_rest = ep.residual || ep.act != Activation::kNone;
+  auto conv_row = [](const BlockedConv& g, const float* in, const float* w, const float* b,
+                     float* out, int64_t stride, int64_t n, int64_t ob, int64_t obs, int64_t oy) {
+    if (!PTO_ISA_DISPATCH(conv_blocked_row_at, g, in, w, b, out, stride, n, ob, obs, oy))
+      generic::conv_blocked_row_at(g, in, w, b, out, stride, n, ob, obs, oy);
+  };
+  parallel_for(0, gd.n * gd.oh, 1, [&](int64_t t0, int64_t t1) {
+    float* mid = scratch_as<float>(static_cast<size_t>(gd.ocb * row));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t oy = t % gd.oh, n = t / gd.oh;
+      for (int64_t o = 0; o < gd.ocb; ++o)
+        conv_row(gd, xp, wdp, bd.data<float>(), mid + o * row, row, n, o, 1, oy);
+      if (!act.empty())
+        for (int64_t i = 0; i < gd.ocb * row; ++i) mid[i] = std::min(std::max(mid[i], lo), hi);
+      float* out = yp + (n * gp.ocb * gd.oh + oy) * row;  // block 0's row oy of image n
+      for (int64_t ob = 0; ob < gp.ocb; ob += 4)
+        conv_row(gp, mid, wpp, bp.data<float>(), out + ob * plane, plane, 0, ob,
+                 std::min<int64_t>(4, gp.ocb - ob), 0);
+      if (!has_rest) continue;
+      for (int64_t o = 0; o < gp.ocb; ++o) {
+        const int64_t off = ((n * gp.ocb + o) * gd.oh + oy) * row;
+        Epilogue e = ep;
+        if (ep.residual) e.residual = ep.residual + off;
+        e.ldr = row;
+        apply_epilogue(e, yp + off, row, 0, 1, 0, row);
+      }
+    }
+  });
+  return {y};
+}
+
 bool accepts_conv_blocked(const NodeInfo& info) {
   const size_t n = info.inputs.size();
-  if (n < 2 || !is_f32(info, 0) || !is_f32(info, 1) || !rank_is(info, 0, 5)) return false;
+  if (n < 2 || !is_f32(info, 0) || !is_f32(info, 1)) return false;
   if (n > 2 && !is_f32(info, 2) && info.dtype(2) != DType::kUndefined) return false;
-  const Dim& b = (*info.inputs[0].shape)[4];
-  return b == Dim(8) || b == Dim(16);  // the block sizes conv_blocked_row is built for
+  // The block sizes conv_blocked_row is built for: X's last dimension, or W's for an NCHW X.
+  const bool nchw = rank_is(info, 0, 4) && rank_is(info, 1, 6);
+  if (!nchw && !rank_is(info, 0, 5)) return false;
+  const Dim& b = nchw ? (*info.inputs[1].shape)[4] : (*info.inputs[0].shape)[4];
+  return b == Dim(8) || b == Dim(16);
 }
 
 }  // namespace
@@ -170,6 +255,15 @@ void register_blocked_conv_kernels(KernelRegistry& r) {
   r.add("ReorderFromBlocked",
         {[](const NodeInfo& i) { return is_f32(i, 0) && rank_is(i, 0, 5); }, {}, run_from_blocked});
   r.add("ConvBlocked", {accepts_conv_blocked, {}, run_conv_blocked});
+  r.add("DwPwConvBlocked", {[](const NodeInfo& i) {
+                              if (i.inputs.size() != 5 || !rank_is(i, 0, 5)) return false;
+                              for (size_t k = 0; k < 5; ++k)
+                                if (!is_f32(i, k)) return false;
+                              const Dim& b = (*i.inputs[0].shape)[4];
+                              return b == Dim(8) || b == Dim(16);
+                            },
+                            {},
+                            run_dw_pw_conv_blocked});
 }
 
 }  // namespace pto::cpu

@@ -60,6 +60,11 @@ struct BlockedConv : ConvWindow {
   int64_t n = 0, icb = 0, ocb = 0, block = 0;
   int64_t channels = 0;  // real input channels
   bool depthwise = false;
+  // Groups of whole blocks (not depthwise): output block o reads the icb / groups input blocks
+  // from (o / (ocb / groups)) * (icb / groups) on.
+  int64_t groups = 1;
+  // X is [N, C, H, W] with C <= block (icb 1): a first conv reading the network's input as it is.
+  bool x_nchw = false;
 };
 
 // Output row oy of image n in output channel blocks [ob, ob + obs): row y + ((n * ocb + o) * oh +
@@ -68,6 +73,11 @@ struct BlockedConv : ConvWindow {
 // `block` (the caller then uses generic).
 PTO_ISA_DECLARE(bool conv_blocked_row(const BlockedConv& g, const float* x, const float* w,
                                       const float* bias, float* y, int64_t n, int64_t ob,
-                                      int64_t obs, int64_t oy);)
+                                      int64_t obs, int64_t oy);
+                // As conv_blocked_row, with block ob's output row at `yrow` and the next block's
+                // `ystride` floats on (a row buffer instead of the output tensor).
+                bool conv_blocked_row_at(const BlockedConv& g, const float* x, const float* w,
+                                         const float* bias, float* yrow, int64_t ystride, int64_t n,
+                                         int64_t ob, int64_t obs, int64_t oy);)
 
 }  // namespace pto::cpu
