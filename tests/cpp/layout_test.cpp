@@ -505,7 +505,8 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
     std::string act;  // between the depthwise and the project conv
   };
   for (const Block& t : {Block{1, 24, 9, 11, 72, 1, "Clip"}, Block{2, 16, 8, 7, 48, 2, "Relu"},
-                         Block{1, 32, 5, 5, 96, 1, ""}}) {
+                         Block{1, 32, 5, 5, 96, 1, ""},
+                         Block{1, 128, 3, 3, 256, 1, "Clip"}}) {  // 3 rows: blocks split too
     std::mt19937 rng(9);
     Graph g;
     const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});

@@ -211,20 +211,26 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
     if (!PTO_ISA_DISPATCH(conv_blocked_row_at, g, in, w, b, out, stride, n, ob, obs, oy))
       generic::conv_blocked_row_at(g, in, w, b, out, stride, n, ob, obs, oy);
   };
-  parallel_for(0, gd.n * gd.oh, 1, [&](int64_t t0, int64_t t1) {
+  // Few rows (a 7x7 plane at batch 1) would leave threads idle: the output blocks of a row are
+  // then split into `parts` tasks, each computing the (cheap) depthwise row again.
+  const int64_t rows = gd.n * gd.oh, sets = (gp.ocb + 3) / 4;
+  const int64_t parts = std::clamp<int64_t>((4 * num_threads() + rows - 1) / rows, 1, sets);
+  parallel_for(0, rows * parts, 1, [&](int64_t t0, int64_t t1) {
     float* mid = scratch_as<float>(static_cast<size_t>(gd.ocb * row));
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t oy = t % gd.oh, n = t / gd.oh;
+      const int64_t part = t % parts, oy = t / parts % gd.oh, n = t / parts / gd.oh;
       for (int64_t o = 0; o < gd.ocb; ++o)
         conv_row(gd, xp, wdp, bd.data<float>(), mid + o * row, row, n, o, 1, oy);
       if (!act.empty())
         for (int64_t i = 0; i < gd.ocb * row; ++i) mid[i] = std::min(std::max(mid[i], lo), hi);
       float* out = yp + (n * gp.ocb * gd.oh + oy) * row;  // block 0's row oy of image n
-      for (int64_t ob = 0; ob < gp.ocb; ob += 4)
+      const int64_t b0 = part * sets / parts * 4,
+                    b1 = std::min(gp.ocb, (part + 1) * sets / parts * 4);
+      for (int64_t ob = b0; ob < b1; ob += 4)
         conv_row(gp, mid, wpp, bp.data<float>(), out + ob * plane, plane, 0, ob,
-                 std::min<int64_t>(4, gp.ocb - ob), 0);
+                 std::min<int64_t>(4, b1 - ob), 0);
       if (!has_rest) continue;
-      for (int64_t o = 0; o < gp.ocb; ++o) {
+      for (int64_t o = b0; o < b1; ++o) {
         const int64_t off = ((n * gp.ocb + o) * gd.oh + oy) * row;
         Epilogue e = ep;
         if (ep.residual) e.residual = ep.residual + off;
