@@ -109,8 +109,9 @@ TileShape check_pinned_tile(const TileFacts& facts, const std::vector<int64_t>& 
           cat(where, dims_str(Dims(dims.begin(), dims.end())), ": every size must be positive"));
   const TileShape tile = dims.size() == 1 ? TileShape{1, dims[0]} : TileShape{dims[0], dims[1]};
   const size_t budget = level_budget(cache, CacheLevel::kL1);
-  const std::string avail = cat(" bytes available to a tile (1/", kBudgetShare, " of the ",
-                                bytes_str(cache.l1d), " L1d)");
+  const std::string avail =
+      cat(" bytes available to a tile (", kBudgetShare == 1 ? "" : cat("1/", kBudgetShare, " of "),
+          "the ", bytes_str(cache.l1d), " L1d)");
   constexpr int64_t kHuge = int64_t{1} << 24;  // no L1 holds a buffer this long: no overflow below
   if (tile.rows > kHuge || tile.cols > kHuge)
     throw ValueError(cat(where, tile.str(), " does not fit L1: ", facts.buffers[0].name,
@@ -123,10 +124,9 @@ TileShape check_pinned_tile(const TileFacts& facts, const std::vector<int64_t>& 
     size_t total = values * facts.bytes_per_value();
     size_t fits = budget / facts.bytes_per_value() / 16 * 16;
     throw ValueError(cat(where, tile.str(), " does not fit L1: ", b.name, " (", values * b.itemsize,
-                         " bytes) brings the working set to ", used, " bytes, of ", budget,
-                         " bytes available to a tile (1/", kBudgetShare, " of the ",
-                         bytes_str(cache.l1d), " L1d); the whole tile needs ", total, " bytes (",
-                         facts.buffers.size(), " buffers of ", values, " values); at most ", fits,
+                         " bytes) brings the working set to ", used, " bytes, of ", budget, avail,
+                         "; the whole tile needs ", total, " bytes (", facts.buffers.size(),
+                         " buffers of ", values, " values); at most ", fits,
                          " values per tile fit"));
   }
   return tile;

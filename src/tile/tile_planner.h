@@ -11,9 +11,9 @@
 //   - A tile is tile.rows x tile.cols values. Its working set is every buffer one tile touches:
 //     each register (float32) and each input and output tile (its dtype), all at the tile's full
 //     capacity (a broadcast input is counted as if it were full: an upper bound).
-//   - The budget of a level is kBudgetShare of it (the rest for the lines of the next tile
-//     streaming in and the stack); the plan targets the smallest level whose budget holds the
-//     working set: L1, L2, L3 or memory.
+//   - The budget of a level is 1/kBudgetShare of it: all of it, since the working set already
+//     counts every buffer a tile touches (measured: docs/backend/tile.md); the plan targets the
+//     smallest level whose budget holds the working set: L1, L2, L3 or memory.
 //   - Planned tiles: the largest power-of-two capacity in [kMinCapacity, kMaxCapacity] whose
 //     working set fits L1's budget (kMinCapacity when none does); a piece of one row when rows
 //     are long, else a block of whole rows. A program that reduces rows takes whole rows per tile,
@@ -40,7 +40,7 @@ namespace pto {
 inline constexpr int64_t kMinCapacity = 256;    // floats per register at least
 inline constexpr int64_t kMaxCapacity = 4096;   // and at most, when planned
 inline constexpr int64_t kGrainValues = 32768;  // output values per parallel chunk at least
-inline constexpr size_t kBudgetShare = 2;       // a tile may use 1/kBudgetShare of a level
+inline constexpr size_t kBudgetShare = 1;       // a tile may use 1/kBudgetShare of a level
 
 // rows x cols of the merged 2-D output space.
 struct TileShape {

@@ -145,8 +145,7 @@ TEST(TilePlanner, LongRowsOfAReductionLeaveL1) {
   const CacheModel cm = cache(32 << 10, 1 << 20, 16 << 20);
   const TilePlan p = plan_tiles(facts(3, 1, 1, true), {1, 1 << 17, 1}, cm, 2);
   EXPECT_EQ(p.tile, (TileShape{1, 1 << 17}));
-  EXPECT_EQ(p.level, CacheLevel::kL3)
-      << p.str();  // 5 buffers x 512 KiB: above L2, within L3's half
+  EXPECT_EQ(p.level, CacheLevel::kL3) << p.str();  // 5 buffers x 512 KiB: above L2, within L3
   const TilePlan q2 = plan_tiles(facts(3, 1, 1, true), {1, 1 << 20, 1}, cm, 2);
   EXPECT_EQ(q2.level, CacheLevel::kMemory) << q2.str();  // 20 MiB
   const TilePlan q = plan_tiles(facts(3, 1, 1, true), {1024, 768, 1024}, cm, 2);
@@ -178,16 +177,16 @@ TEST(TilePlanner, PinnedTooLargeNamesBufferNeededAndAvailable) {
     EXPECT_NE(m.find("64x256"), std::string::npos) << m;
     EXPECT_NE(m.find("register r0"), std::string::npos) << m;
     EXPECT_NE(m.find("65536 bytes"), std::string::npos) << m;  // needed
-    EXPECT_NE(m.find("16384 bytes available"), std::string::npos) << m;
+    EXPECT_NE(m.find("32768 bytes available"), std::string::npos) << m;
   }
-  try {                                  // the registers fit; the second input does not
-    check_pinned_tile(f, {1, 832}, cm);  // 6 buffers of 3328 bytes
+  try {                                   // the registers fit; the second input does not
+    check_pinned_tile(f, {1, 1664}, cm);  // 6 buffers of 6656 bytes
     FAIL() << "no error";
   } catch (const ValueError& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("input %1 'x1' (3328 bytes)"), std::string::npos) << m;
-    EXPECT_NE(m.find("to 16640 bytes"), std::string::npos) << m;
-    EXPECT_NE(m.find("of 16384 bytes available"), std::string::npos) << m;
+    EXPECT_NE(m.find("input %1 'x1' (6656 bytes)"), std::string::npos) << m;
+    EXPECT_NE(m.find("to 33280 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("of 32768 bytes available"), std::string::npos) << m;
   }
   for (const std::vector<int64_t>& bad :
        std::vector<std::vector<int64_t>>{{}, {0, 16}, {4, -1}, {1, 2, 3}, {1LL << 40, 1LL << 40}})
