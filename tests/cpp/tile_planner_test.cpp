@@ -331,6 +331,28 @@ TEST(TilePlanner, CompileRejectsPinsThatCannotApply) {
   expect_close(exe.run(feeds)[0], reference::run(g, feeds)[0], "level 1, sigmoid pinned");
 }
 
+TEST(TilePlanner, PinnedTileWithABooleanOutput) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{7, 50}});
+  ValueId b = g.add_input("b", {DType::kF32, Shape{50}});
+  ValueId e = g.add_value("e"), y = g.add_value("y");
+  g.add_node("Exp", {x}, {e}, {}, "exp");
+  g.add_node("Greater", {e, b}, {y}, {}, "gt");
+  g.add_output(y);
+  std::vector<Tensor> feeds = {random_f32({7, 50}, 11), random_f32({50}, 12)};
+  const Tensor want = reference::run(g, feeds)[0];
+  for (const std::vector<int64_t>& tile :
+       std::vector<std::vector<int64_t>>{{3, 20}, {1, 7}, {8, 64}}) {
+    CompileOptions o;
+    o.tiles["*"] = tile;
+    const Tensor got = compile(g, o).run(feeds)[0];
+    ASSERT_EQ(got.dtype(), DType::kBool);
+    for (int64_t i = 0; i < got.numel(); ++i)
+      ASSERT_EQ(got.data<bool>()[i], want.data<bool>()[i])
+          << dims_str(Dims(tile.begin(), tile.end())) << " at " << i;
+  }
+}
+
 // ---- symbolic dimensions: one kernel, a plan per size ----
 
 TEST(TilePlanner, SymbolicDimsArePlannedPerRun) {
