@@ -9,6 +9,7 @@
 // the graph on the reference kernels.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct CompileOptions {
   bool release_packed_weights = true;
   bool auto_mixed_precision = false;    // bf16 compute with fp32 islands (not implemented yet)
   std::vector<std::string> dump_after;  // passes after which the graph is printed (PTO_DUMP_AFTER)
+  // Tile shapes pinned for tile kernels instead of the planner's ({rows, cols} of the output
+  // merged to 2-D, or {cols}): kernel name -> shape, where a kernel is named by any of its nodes
+  // or its first output, and "*" names every tile kernel (a named one wins). A name that matches
+  // no tile kernel, a bad shape, or one whose working set does not fit L1 is a ValueError.
+  std::map<std::string, std::vector<int64_t>> tiles;
 };
 
 // What one step of the plan is: one kernel covering a list of nodes.

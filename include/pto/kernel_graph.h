@@ -17,6 +17,9 @@ struct KernelGroup {
   std::vector<ValueId> inputs;   // values read from outside the group, in first-use order
   std::vector<ValueId> outputs;  // values the group produces that are read outside it
   int32_t anchor = -1;           // the heavy node (Conv, MatMul) a group is built around, or -1
+  // A tile shape pinned for it ({rows, cols} or {cols}; CompileOptions::tiles, src/tile/
+  // tile_planner.h); empty: the tiling planner chooses.
+  std::vector<int64_t> tile;
 
   int32_t last_node() const { return nodes.back(); }
 };

@@ -45,8 +45,11 @@ def _key(x: Any):
 class JitFunction:
     """The compiled form of a function; one compiled graph per input signature."""
 
-    def __init__(self, fn: Callable, level: int | None):
-        self.fn, self.level = fn, level
+    def __init__(self, fn: Callable, level: int | None, tile: Any = None):
+        from .options import tile_option
+
+        tile_option(tile, f"@pypto.jit({fn.__name__})")  # the form now; the fit when compiling
+        self.fn, self.level, self.tile = fn, level, tile
         self._cache: dict[Any, tuple[torch_capture.Captured, CompiledGraph]] = {}
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
@@ -74,7 +77,7 @@ class JitFunction:
                                             what=f"@pypto.jit function {self.fn.__name__}")
             except NotImplementedError as e:
                 raise NotImplementedError(str(e)) from None
-        return cap, CompiledGraph(cap.graph, self.level)
+        return cap, CompiledGraph(cap.graph, self.level, tile=self.tile)
 
     def stats(self) -> dict:
         """Kernel count and planned memory of the most recently compiled signature (see
@@ -84,16 +87,31 @@ class JitFunction:
                                "it compiles on its first call")
         return next(reversed(self._cache.values()))[1].stats()
 
+    def describe_tiles(self) -> str:
+        """The kernels and tiling plans of the most recently compiled signature
+        (CompiledGraph.describe_tiles)."""
+        if not self._cache:
+            raise RuntimeError(f"@pypto.jit function {self.fn.__name__} has not been called yet: "
+                               "it compiles on its first call")
+        return next(reversed(self._cache.values()))[1].describe_tiles()
+
     @property
     def cache_size(self) -> int:
         """How many input signatures have been compiled."""
         return len(self._cache)
 
 
-def jit(fn: Callable | None = None, *, level: int | None = None):
-    """Decorator: ``@pypto.jit`` or ``@pypto.jit(level=1)``."""
+def jit(fn: Callable | None = None, *, level: int | None = None, tile: Any = None):
+    """Decorator: ``@pypto.jit``, ``@pypto.jit(level=1)``, ``@pypto.jit(tile=(rows, cols))``.
+
+    tile: pin the tile shape of the function's tile kernels instead of letting the tiling planner
+    choose: ``(rows, cols)`` of the output merged to 2-D, ``(cols,)``, or a dict from a kernel's
+    name (one of its nodes or its output) to such a shape. A malformed tile is an error here; one
+    whose working set does not fit L1 (or that cuts rows a kernel reduces) is a ValueError from
+    the first call, naming the kernel, the buffer, the bytes needed and available.
+    """
     if fn is None:
-        return lambda f: JitFunction(f, level)
+        return lambda f: JitFunction(f, level, tile)
     if not callable(fn):
         raise TypeError(f"@pypto.jit decorates a function, got {type(fn).__name__}")
-    return JitFunction(fn, level)
+    return JitFunction(fn, level, tile)

@@ -58,8 +58,37 @@ def reset_optimization_options() -> None:
     _current.update(_DEFAULTS)
 
 
-def compile_options(level: int | None = None) -> _C.CompileOptions:
-    """The C++ CompileOptions for one compilation: the current options, `level` if given."""
+def tile_option(tile: Any, what: str = "tile") -> dict[str, list[int]]:
+    """Checks a pinned tile and returns it as CompileOptions.tiles wants it: ``(rows, cols)`` or
+    ``(cols,)`` (or a bare int) for every tile kernel, or a dict from a kernel's name (one of its
+    nodes or its output) to such a shape. Whether the tile fits is checked at compile time."""
+    def shape(v, name):
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = (v,)
+        if not isinstance(v, (tuple, list)) or not all(
+                isinstance(d, int) and not isinstance(d, bool) for d in v):
+            raise TypeError(f"{what}: the tile for {name} must be (rows, cols) or (cols,) of ints, "
+                            f"got {v!r}")
+        if len(v) not in (1, 2) or any(d <= 0 for d in v):
+            raise ValueError(f"{what}: the tile for {name} must be (rows, cols) or (cols,) of "
+                             f"positive sizes, got {tuple(v)}")
+        return [int(d) for d in v]
+
+    if tile is None:
+        return {}
+    if isinstance(tile, dict):
+        out = {}
+        for k, v in tile.items():
+            if not isinstance(k, str):
+                raise TypeError(f"{what}: kernel names must be str, got {type(k).__name__}")
+            out[k] = shape(v, f"'{k}'")
+        return out
+    return {"*": shape(tile, "every tile kernel")}
+
+
+def compile_options(level: int | None = None, tile: Any = None) -> _C.CompileOptions:
+    """The C++ CompileOptions for one compilation: the current options, `level` and the pinned
+    `tile` (see tile_option) if given."""
     if level is None:
         level = _current["graph_optimization_level"]
     if isinstance(level, bool) or not isinstance(level, int):
@@ -71,6 +100,7 @@ def compile_options(level: int | None = None) -> _C.CompileOptions:
     o.memory_optimization = _current["memory_optimization"]
     o.auto_mixed_precision = _current["auto_mixed_precision"]
     o.release_packed_weights = _current["release_packed_weights"]
+    o.tiles = tile_option(tile)
     return o
 
 

@@ -44,10 +44,12 @@ def to_boundary(x: Any, what: str):
 class CompiledGraph:
     """A Tensor Graph compiled by ``_C.compile``; ``run`` takes one array per graph input."""
 
-    def __init__(self, graph: _C.Graph, level: int | None = None, *, _consume: bool = False):
+    def __init__(self, graph: _C.Graph, level: int | None = None, *, tile: Any = None,
+                 _consume: bool = False):
         # _consume: the caller hands the graph over (pypto.onnx.load): its weights can be freed
-        # as the kernels pack them, and `graph` is left empty.
-        self._exe = _C.compile(graph, _options.compile_options(level), _consume)
+        # as the kernels pack them, and `graph` is left empty. tile: pinned tile shapes
+        # (options.tile_option).
+        self._exe = _C.compile(graph, _options.compile_options(level, tile), _consume)
         g = self._exe.graph
         self.input_names = [g.value_name(v) for v in g.inputs]
         self.input_types = [g.type(v) for v in g.inputs]
@@ -92,6 +94,19 @@ class CompiledGraph:
         """The plan, one dict per kernel: backend, fusion rule, op of its last node, names of the
         nodes it covers."""
         return self._exe.steps
+
+    def describe_tiles(self) -> str:
+        """Every kernel as ``pto compile --dump-tiles`` prints it: backend, fusion rule and nodes,
+        and for a tile kernel its program and tiling plan (tile shape, tiles, working set against
+        the cache budget and level, tasks)."""
+        lines = []
+        for i, s in enumerate(self._exe.steps):
+            lines.append(f"kernel {i} [{s['backend']}] {s['rule'] or s['op']}: "
+                         + " ".join(s["nodes"]))
+            d = self._exe.describe_step(i)
+            if d:
+                lines.append(d.rstrip("\n"))
+        return "\n".join(lines) + "\n"
 
     @property
     def pass_report(self) -> list[dict]:

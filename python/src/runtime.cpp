@@ -2,6 +2,7 @@
 #include <chrono>
 #include <tuple>
 
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -45,7 +46,10 @@ void bind_runtime(nb::module_& m) {
       .def_rw("memory_optimization", &CompileOptions::memory_optimization)
       .def_rw("auto_mixed_precision", &CompileOptions::auto_mixed_precision)
       .def_rw("release_packed_weights", &CompileOptions::release_packed_weights)
-      .def_rw("dump_after", &CompileOptions::dump_after);
+      .def_rw("dump_after", &CompileOptions::dump_after)
+      .def_rw("tiles", &CompileOptions::tiles,
+              "Pinned tile shapes: kernel name (a node or output of it, or '*') -> [rows, cols] or "
+              "[cols]; a ValueError at compile when one cannot fit or names no tile kernel.");
 
   nb::class_<Executable>(m, "Executable", "A compiled graph; call run() with one array per input.")
       .def(

@@ -25,6 +25,7 @@
 #include "pto/reader_index.h"
 #include "runtime/memory_plan.h"
 #include "tile/lower.h"
+#include "tile/tile_planner.h"
 
 namespace pto {
 
@@ -639,6 +640,7 @@ Executable compile(Graph g, const CompileOptions& options) {
   }
   std::vector<std::vector<int32_t>> trailing(kg.kernels.size()), leading(kg.kernels.size());
   if (options.level >= 2) absorb_views(gr, kg, trailing, leading);
+  pin_tiles(options.tiles, gr, kg);  // CompileOptions::tiles onto KernelGroup::tile
 
   plan->step_of_node.assign(gr.nodes().size(), 0);
   std::optional<WeightReleaser> releaser;
@@ -656,6 +658,7 @@ Executable compile(Graph g, const CompileOptions& options) {
     finish_group(gr, step.core);
     if (step.core.nodes.size() == 1) step.core = single_node_group(gr, step.core.nodes[0]);
     step.core.rule = k.rule;
+    step.core.tile = k.tile;
     const Backend* b = backend_for(gr, step.core);
     if (!b) throw UnsupportedError(cat(gr.nodes()[k.nodes[0]].where(), ": no kernel for this op"));
     step.kernel = b->compile(gr, step.core);

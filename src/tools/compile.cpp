@@ -6,8 +6,10 @@
 #include <iostream>
 
 #include "cli.h"
+#include "pto/device_info.h"
 #include "pto/executable.h"
 #include "pto/onnx.h"
+#include "pto/parallel.h"
 #include "pto/passes.h"
 
 namespace pto::cli {
@@ -15,7 +17,7 @@ namespace {
 
 const char* kUsage =
     "usage: pto compile model.onnx [--level L] [--dump-after PASS[,PASS...]|all] [--dump-tiles]\n"
-    "                   [--stats] [--list-passes]\n"
+    "                   [--tile [KERNEL=]ROWSxCOLS] [--stats] [--list-passes]\n"
     "\n"
     "Compiles a model and shows what the compiler made of it.\n"
     "\n"
@@ -23,7 +25,11 @@ const char* kUsage =
     "  --level L          optimization level 0..3 (default 2): 1 runs the graph passes, 2 adds\n"
     "                     fusion into kernels and memory planning\n"
     "  --dump-after PASS  print the graph after these passes (as PTO_DUMP_AFTER does)\n"
-    "  --dump-tiles       print every kernel: its nodes, fusion rule, backend and tile program\n"
+    "  --dump-tiles       print every kernel: its nodes, fusion rule, backend, tile program and\n"
+    "                     tiling plan (tile shape, tiles, working set against the cache budget)\n"
+    "  --tile [K=]RxC     pin the tile shape of tile kernel K (a node or output name; none or "
+    "'*':\n"
+    "                     every tile kernel) to R rows x C columns (or C alone); repeatable\n"
     "  --stats            print node and kernel counts, pass times and planned memory\n"
     "  --list-passes      print the passes and the pipeline of each level\n"
     "  -o FILE            save the compiled model (not implemented yet: refused)\n";
@@ -37,6 +43,34 @@ void list_passes() {
     for (const std::string& p : pipeline(level)) std::cout << " " << p;
     std::cout << (level >= 2 ? " + FuseKernels + memory plan" : "") << "\n";
   }
+}
+
+// "[KERNEL=]ROWSxCOLS" or "[KERNEL=]COLS" into options.tiles.
+void pin_tile(ArgReader& a, CompileOptions& options) {
+  const std::string v = a.value();
+  const size_t eq = v.find('=');
+  const std::string name = eq == std::string::npos ? "*" : v.substr(0, eq);
+  const std::string dims = eq == std::string::npos ? v : v.substr(eq + 1);
+  std::vector<int64_t> shape;
+  for (size_t start = 0; start <= dims.size();) {
+    size_t end = dims.find('x', start);
+    if (end == std::string::npos) end = dims.size();
+    const std::string part = dims.substr(start, end - start);
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos ||
+        part.size() > 12)
+      a.fail(cat("--tile ", v, ": expected [KERNEL=]ROWSxCOLS or [KERNEL=]COLS, e.g. 8x256"));
+    shape.push_back(std::stoll(part));
+    start = end + 1;
+  }
+  if (name.empty()) a.fail(cat("--tile ", v, ": empty kernel name"));
+  options.tiles[name] = shape;
+}
+
+void print_cache_budget() {
+  const CacheModel& c = cache_model();
+  std::cout << "tiling planner: L1d " << c.l1d / 1024 << " KiB, L2 " << c.l2 / 1024 << " KiB, L3 "
+            << c.l3 / 1024 << " KiB per core" << (c.from_env ? " (PTO_CACHE_SIZES)" : "") << "; "
+            << num_threads() << " threads\n";
 }
 
 void print_stats(const Executable& exe) {
@@ -90,6 +124,8 @@ int compile_main(const std::vector<std::string>& args) {
       }
     } else if (a.is("--dump-tiles")) {
       tiles = true;
+    } else if (a.is("--tile")) {
+      pin_tile(a, options);
     } else if (a.is("--stats")) {
       stats = true;
     } else if (a.is("--list-passes")) {
@@ -107,6 +143,7 @@ int compile_main(const std::vector<std::string>& args) {
   if (model.empty()) throw UsageError("pto compile: no model given", "compile");
   Executable exe = compile(onnx::load(model), options);
   if (tiles) {
+    print_cache_budget();
     const Graph& g = exe.graph();
     for (size_t i = 0; i < exe.num_steps(); ++i) {
       const StepInfo& s = exe.step(i);

@@ -330,3 +330,22 @@ def test_compile_refuses_what_it_does_not_do(tmp_path):
     listed = pto("compile", "--list-passes")
     assert listed.returncode == 0 and "FoldBatchNorm" in listed.stdout
     assert "level 2:" in listed.stdout
+
+
+def test_compile_dump_tiles_shows_plans_and_pins(tmp_path):
+    x = helper.make_tensor_value_info("x", TP.FLOAT, [37, 1000])
+    y = helper.make_tensor_value_info("y", TP.FLOAT, [37, 1000])
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
+             helper.make_node("Add", ["s", "b"], ["y"], name="add")]
+    b = numpy_helper.from_array(np.linspace(-1, 1, 1000, dtype=np.float32), "b")
+    m = save_model(tmp_path / "sig_bias.onnx", nodes, [x], [y], [b])
+    r = pto("compile", m, "--dump-tiles")
+    assert r.returncode == 0, r.stderr
+    assert "tiling planner: L1d" in r.stdout
+    assert "plan: tiles " in r.stdout and "working set" in r.stdout, r.stdout
+    r = pto("compile", m, "--dump-tiles", "--tile", "y=5x96")
+    assert r.returncode == 0, r.stderr
+    assert "plan: tiles 88 of 5x96 (pinned), tail 2x40" in r.stdout, r.stdout
+    expect_error(pto("compile", m, "--tile", "add=512x512"), "register r0")
+    expect_error(pto("compile", m, "--tile", "nope=4x4"), "no tile kernel")
+    expect_error(pto("compile", m, "--tile", "4xq"), "expected [KERNEL=]ROWSxCOLS", code=2)

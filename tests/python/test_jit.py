@@ -89,3 +89,47 @@ def test_bad_uses():
                                                   r"cannot run yet: "
                                                   r"aten\.i0\.default"):
         uses_i0(torch.randn(3))
+
+
+def gelu_bias(x, b):
+    return 0.5 * (x + b) * (1 + torch.erf((x + b) * 0.70710678))
+
+
+def test_pinned_tile_gives_eager_results_with_tails():
+    torch.manual_seed(1)
+    x, b = torch.randn(37, 1000), torch.randn(1000)
+    want = gelu_bias(x, b)
+    auto = pypto.jit(gelu_bias)
+    torch.testing.assert_close(auto(x, b), want, rtol=1e-5, atol=1e-6)
+    assert "plan: tiles" in auto.describe_tiles() and "(pinned)" not in auto.describe_tiles()
+    for tile in [(5, 96), (1, 33), (3, 7), 100, (40, 16)]:
+        f = pypto.jit(gelu_bias, tile=tile)
+        torch.testing.assert_close(f(x, b), want, rtol=1e-5, atol=1e-6)
+        shape = tile if isinstance(tile, tuple) else (1, tile)
+        assert f"of {shape[0]}x{shape[1]} (pinned)" in f.describe_tiles(), f.describe_tiles()
+    # By kernel name: the group's output (its name is in the dump).
+    f = pypto.jit(gelu_bias, tile={"*": (2, 64)})
+    torch.testing.assert_close(f(x, b), want, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_tile_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"positive sizes, got \(0, 16\)"):
+        pypto.jit(gelu_bias, tile=(0, 16))
+    with pytest.raises(ValueError, match=r"\(rows, cols\) or \(cols,\)"):
+        pypto.jit(gelu_bias, tile=(1, 2, 3))
+    with pytest.raises(TypeError, match=r"must be \(rows, cols\)"):
+        pypto.jit(gelu_bias, tile="8x8")
+    f = pypto.jit(gelu_bias, tile=(256, 256))  # fits no L1: said at the first call
+    with pytest.raises(ValueError, match=r"pinned tile 256x256 does not fit L1: register r0 "
+                                         r"\(262144 bytes\) .* bytes available"):
+        f(torch.randn(4, 8), torch.randn(8))
+    g = pypto.jit(gelu_bias, tile={"no_such_kernel": (1, 64)})
+    with pytest.raises(ValueError, match=r"'no_such_kernel': no tile kernel"):
+        g(torch.randn(4, 8), torch.randn(8))
+
+    @pypto.jit(tile=(2, 16))
+    def softmax(x):
+        return torch.softmax(x * 2.0, -1)
+
+    with pytest.raises(ValueError, match=r"whole rows \(cols >= 50\)"):
+        softmax(torch.randn(4, 50))

@@ -190,7 +190,10 @@ class TileEpilogueKernel : public NodeKernel {
     return outputs_of(ctx);
   }
 
-  std::string describe() const override { return tile_.program().str(); }
+  std::string describe() const override {
+    return cat(tile_.program().str(), "  plan: on each output block of the ", node_.op,
+               " as its blocking cuts them, up to ", tile_.capacity(), " values at a time\n");
+  }
 
  private:
   TileKernel tile_;
@@ -242,7 +245,7 @@ std::optional<TileProgram> tile_epilogue_of(const Graph& g, const KernelGroup& g
 class ElementwiseKernel : public CompiledKernel {
  public:
   ElementwiseKernel(const Graph& g, const KernelGroup& group, TileProgram program)
-      : kernel_(std::move(program)),
+      : kernel_(std::move(program), kernel_name(g, group), group.tile),
         where_(cat("[", kernel_.program().outputs.empty() ? "" : kernel_.program().outputs[0].name,
                    "]")) {
     const TileProgram& p = kernel_.program();
@@ -300,9 +303,16 @@ class ElementwiseKernel : public CompiledKernel {
     return ordered;
   }
 
-  std::string describe() const override { return kernel_.program().str(); }
+  std::string describe() const override { return kernel_.describe(); }
 
  private:
+  // How messages name the kernel: by its first output, and its op when it is a single node.
+  static std::string kernel_name(const Graph& g, const KernelGroup& group) {
+    const Node& last = g.nodes()[group.last_node()];
+    const std::string out = group.outputs.empty() ? last.name : g.value(group.outputs[0]).name;
+    return cat("kernel '", out, "' (", group.rule.empty() ? last.op : group.rule, ")");
+  }
+
   // How one node's output shape follows from its inputs: the broadcast of them all (elementwise
   // ops), or input 0's (Softmax and the other row ops the tile ISA takes).
   struct ShapeStep {
@@ -365,7 +375,9 @@ class CpuBackend : public Backend {
   Device device() const override { return {}; }
 
   bool supports(const Graph& g, const KernelGroup& group) const override {
-    if (group.nodes.size() == 1) return accepted(g, g.nodes()[group.nodes[0]]) != nullptr;
+    if (group.nodes.size() == 1)
+      return accepted(g, g.nodes()[group.nodes[0]]) != nullptr ||
+             (!group.tile.empty() && lower_elementwise(g, group).has_value());
     if (group.rule == "Elementwise") return lower_elementwise(g, group).has_value();
     if (group.rule.find("+Elementwise") != std::string::npos)
       return tile_epilogue_of(g, group).has_value();
@@ -376,10 +388,11 @@ class CpuBackend : public Backend {
   }
 
   std::unique_ptr<CompiledKernel> compile(const Graph& g, const KernelGroup& group) const override {
-    if (group.nodes.size() == 1)
+    // A single node with a pinned tile (CompileOptions::tiles) runs as a tile program.
+    if (group.nodes.size() == 1 && (group.tile.empty() || !lower_elementwise(g, group)))
       return std::make_unique<NodeKernel>(g, group, group.nodes[0],
                                           accepted(g, g.nodes()[group.nodes[0]]));
-    if (group.rule == "Elementwise") {
+    if (group.rule == "Elementwise" || group.nodes.size() == 1) {
       std::string why;
       auto program = lower_elementwise(g, group, &why);
       PTO_CHECK(program) << "cpu: elementwise group does not lower: " << why;

@@ -2,11 +2,11 @@
 //
 // The output shape is reduced to rows: dimensions of size 1 are dropped and adjacent dimensions
 // merged wherever every input steps through them alike, so each input is, along a row, either
-// contiguous or one repeated value. A tile is a contiguous run of the flattened output of at most
-// `capacity` values: a piece of one row when rows are long, else a block of whole rows within one
-// step of the next-to-last merged dimension (so each input advances by one fixed stride from row
-// to row). Tiles run in parallel in fixed chunks; the per-ISA interpreter (tile_exec_impl.h) runs
-// the whole program on one tile while its registers are in L1.
+// contiguous or one repeated value. The tiling planner (tile/tile_planner.h) cuts that space into
+// tiles of tile.rows x tile.cols values on every run: a block of rows never crosses a step of the
+// next-to-last merged dimension (the row group), so each input advances by one fixed stride from
+// row to row inside a tile. Tiles run in parallel in fixed chunks; the per-ISA interpreter
+// (tile_exec_impl.h) runs the whole program on one tile while its registers are in cache.
 #include "backend/cpu/tile_kernel.h"
 
 #include <algorithm>
@@ -23,8 +23,6 @@ namespace pto::cpu {
 PTO_ISA_DECLARE(void exec_tile(const TileArgs& t);)
 
 namespace {
-
-constexpr int64_t kGrainValues = 32768;  // output values per parallel chunk at least
 
 TileDType tile_dtype(DType d, const std::string& what) {
   if (d == DType::kF32) return TileDType::kF32;
@@ -56,9 +54,10 @@ std::vector<int8_t> direct_writes(const TileProgram& p) {
   return direct;
 }
 
-int64_t choose_capacity(int num_regs) {
+// A GEMM/conv epilogue block's capacity. The GEMM's blocking decides the block, so this keeps the
+// rule it was tuned with: half of L1 for the registers, the rest for the lines streaming through.
+int64_t epilogue_capacity(int num_regs) {
   const size_t l1 = cache_model().l1d;
-  // Half of L1 for the registers, the rest for the input and output lines streaming through.
   int64_t per_reg = static_cast<int64_t>(l1 / 2 / sizeof(float)) / (num_regs + 1);
   int64_t cap = 256;
   while (cap * 2 <= per_reg && cap < 4096) cap *= 2;
@@ -72,11 +71,11 @@ struct RowSpace {
 };
 
 // keep_last: the last axis stays a dimension of its own (the rows a reduction runs over).
-RowSpace merge_dims(const Dims& out, const std::vector<Tensor>& inputs, bool keep_last) {
+RowSpace merge_dims(const Dims& out, const std::vector<const Dims*>& inputs, bool keep_last) {
   const size_t rank = out.size();
   std::vector<std::vector<int64_t>> full(inputs.size(), std::vector<int64_t>(rank, 0));
   for (size_t k = 0; k < inputs.size(); ++k) {
-    const Dims& s = inputs[k].shape();
+    const Dims& s = *inputs[k];
     if (s.size() > rank)
       throw ValueError(cat("[TileKernel] input ", k, " ", dims_str(s), " has more dimensions than ",
                            "the output ", dims_str(out)));
@@ -113,6 +112,20 @@ RowSpace merge_dims(const Dims& out, const std::vector<Tensor>& inputs, bool kee
   return r;
 }
 
+TileSpace space_of(const RowSpace& rs) {
+  const size_t nd = rs.dims.size();
+  TileSpace s;
+  s.cols = rs.dims.back();
+  s.row_group = nd >= 2 ? rs.dims[nd - 2] : 1;
+  for (size_t d = 0; d + 1 < nd; ++d) s.rows *= rs.dims[d];
+  return s;
+}
+
+std::string kernel_name(const TileProgram& p, const std::string& name) {
+  if (!name.empty()) return name;
+  return p.outputs.empty() ? std::string("tile kernel") : cat("kernel '", p.outputs[0].name, "'");
+}
+
 thread_local std::vector<float> t_scratch;
 
 float* scratch_for(const TileProgram& p, int64_t capacity) {
@@ -123,12 +136,46 @@ float* scratch_for(const TileProgram& p, int64_t capacity) {
 
 }  // namespace
 
-TileKernel::TileKernel(TileProgram program) : program_(std::move(program)) {
+TileKernel::TileKernel(TileProgram program, std::string name, const std::vector<int64_t>& pinned)
+    : program_(std::move(program)) {
   if (program_.num_regs > kTileMaxRegs)
     throw ValueError(cat("[TileKernel] ", program_.num_regs, " registers, at most ", kTileMaxRegs));
   if (program_.outputs.empty()) throw ValueError("[TileKernel] a program without outputs");
+  facts_ = TileFacts::of(program_, kernel_name(program_, name));
+  if (!pinned.empty()) {
+    pinned_ = check_pinned_tile(facts_, pinned, cache_model());
+    if (program_.shape && !program_.shape->empty() && program_.shape->back().is_known())
+      check_pinned_rows(facts_, *pinned_, program_.shape->back().value);
+  }
   direct_ = direct_writes(program_);
-  capacity_ = choose_capacity(program_.num_regs);
+  capacity_ = epilogue_capacity(program_.num_regs);
+}
+
+TilePlan TileKernel::plan(const Dims& out, const std::vector<Dims>& in) const {
+  std::vector<const Dims*> ins;
+  for (const Dims& d : in) ins.push_back(&d);
+  const RowSpace rs = merge_dims(out, ins, program_.has_row_reduction());
+  return plan_tiles(facts_, space_of(rs), cache_model(), num_threads(), pinned_);
+}
+
+std::string TileKernel::describe() const {
+  std::string s = program_.str();
+  if (!s.empty() && s.back() != '\n') s += "\n";
+  auto known = [](const std::optional<Shape>& shape, Dims& dims) {
+    if (!shape) return false;
+    for (const Dim& d : *shape) {
+      if (!d.is_known()) return false;
+      dims.push_back(d.value);
+    }
+    return true;
+  };
+  Dims out;
+  std::vector<Dims> in(program_.inputs.size());
+  bool is_static = known(program_.shape, out);
+  for (size_t k = 0; k < in.size() && is_static; ++k)
+    is_static = known(program_.inputs[k].shape, in[k]);
+  if (is_static && checked_numel(out) > 0) return s + "  plan: " + plan(out, in).str() + "\n";
+  return s + "  plan: " + describe_tile_rule(facts_, cache_model(), pinned_) + "\n";
 }
 
 void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
@@ -150,41 +197,27 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
                            ": expected a contiguous tensor of the program's dtype"));
   if (outputs[0].numel() == 0) return;
 
-  const bool whole_rows = p.has_row_reduction();
-  const RowSpace rs = merge_dims(shape, inputs, whole_rows);
+  std::vector<const Dims*> in_shapes;
+  for (const Tensor& t : inputs) in_shapes.push_back(&t.shape());
+  const RowSpace rs = merge_dims(shape, in_shapes, p.has_row_reduction());
   const size_t nd = rs.dims.size();
-  const int64_t n = rs.dims.back();
-  int64_t rows = 1;
-  for (int64_t d : rs.dims) rows *= d;
-  rows /= n;
-  // Tiles: pieces of one row, or blocks of `block` rows inside one step of dims[nd - 2].
-  // A reduction needs whole rows in a tile: the capacity grows to a row if need be.
-  const int64_t cap = whole_rows ? std::max(capacity_, (n + 15) / 16 * 16) : capacity_;
-  const int64_t inner = nd >= 2 ? rs.dims[nd - 2] : 1;
-  const bool row_blocks = whole_rows || (n < cap / 2 && inner > 1);
-  const int64_t block = row_blocks ? std::min(cap / n, inner) : 1;
-  const int64_t per_row = row_blocks ? 1 : (n + cap - 1) / cap;
-  const int64_t blocks_per_inner = (inner + block - 1) / block;
-  const int64_t tiles = row_blocks ? rows / inner * blocks_per_inner : rows * per_row;
-  const int64_t values_per_tile = row_blocks ? block * n : std::min(n, cap);
-  const int64_t grain = std::max<int64_t>(1, kGrainValues / values_per_tile);
+  const TilePlan plan = plan_tiles(facts_, space_of(rs), cache_model(),
+                                   in_parallel_region() ? 1 : num_threads(), pinned_);
+  const int64_t n = plan.space.cols, group = plan.space.row_group;
+  const int64_t blocks_per_group = plan.row_tiles / (plan.space.rows / group);
+  const TileShape tile = plan.tile;
 
   auto run_range = [&](int64_t begin, int64_t end) {
-    float* scratch = scratch_for(p, cap);
+    float* scratch = scratch_for(p, plan.capacity);
     std::vector<TileOperandView> in(inputs.size()), out(outputs.size());
     std::vector<int64_t> idx(nd);
     for (int64_t t = begin; t < end; ++t) {
-      int64_t row, col0 = 0, nrows = 1, width;
-      if (row_blocks) {
-        const int64_t b = t % blocks_per_inner;
-        row = t / blocks_per_inner * inner + b * block;
-        nrows = std::min(block, inner - b * block);
-        width = n;
-      } else {
-        row = t / per_row;
-        col0 = t % per_row * cap;
-        width = std::min(cap, n - col0);
-      }
+      // Tile t: row tile t / col_tiles (block b of row group g), column tile t % col_tiles.
+      const int64_t rt = t / plan.col_tiles, b = rt % blocks_per_group;
+      const int64_t row = rt / blocks_per_group * group + b * tile.rows;
+      const int64_t nrows = std::min(tile.rows, group - b * tile.rows);
+      const int64_t col0 = t % plan.col_tiles * tile.cols;
+      const int64_t width = std::min(tile.cols, n - col0);
       for (size_t d = nd - 1, r = static_cast<size_t>(row); d-- > 0;) {
         idx[d] = static_cast<int64_t>(r % static_cast<size_t>(rs.dims[d]));
         r /= static_cast<size_t>(rs.dims[d]);
@@ -208,14 +241,23 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
                     .inputs = in.data(),
                     .outputs = out.data(),
                     .scratch = scratch,
-                    .capacity = cap};
+                    .capacity = plan.capacity};
       PTO_ISA_DISPATCH(exec_tile, args);
     }
   };
-  if (in_parallel_region())
-    run_range(0, tiles);
-  else
-    parallel_for(0, tiles, grain, run_range);
+  if (plan.whole) {
+    run_range(0, plan.tiles);
+    return;
+  }
+  // plan.tasks chunks of consecutive tiles, the first tiles % tasks one longer: fixed by the
+  // plan, so the result does not depend on which thread runs which.
+  const int64_t base = plan.tiles / plan.tasks, extra = plan.tiles % plan.tasks;
+  parallel_for(0, plan.tasks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t b = c * base + std::min(c, extra);
+      run_range(b, b + base + (c < extra ? 1 : 0));
+    }
+  });
 }
 
 void TileKernel::run_block(const EpilogueOperand* operands, float* c, int64_t ldc, int64_t m0,

@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/gemm/gemm.h"
 #include "pto/tensor.h"
+#include "tile/tile_planner.h"
 #include "tile/tile_program.h"
 
 namespace pto::cpu {
@@ -25,17 +28,31 @@ struct EpilogueOperand {
 
 class TileKernel {
  public:
-  explicit TileKernel(TileProgram program);
+  // `name` says which kernel in messages ("kernel 'y'"). `pinned`: a tile shape ({rows, cols} of
+  // the output merged to 2-D, or {cols}) used instead of the planner's on every run; checked here
+  // against the program (ValueError naming the buffer that does not fit).
+  explicit TileKernel(TileProgram program, std::string name = "",
+                      const std::vector<int64_t>& pinned = {});
 
   const TileProgram& program() const { return program_; }
-  // Floats per register per tile, chosen from the L1 size and the register count.
+  const TileFacts& facts() const { return facts_; }
+  const std::optional<TileShape>& pinned() const { return pinned_; }
+  // Floats per register of a GEMM/conv epilogue block (run_block), from the L1 size.
   int64_t capacity() const { return capacity_; }
+
+  // The plan run() follows for outputs of shape `out` and inputs of shapes `in` (broadcastable
+  // to it): the tiling planner (tile/tile_planner.h) on the output merged to rows, with the
+  // machine's cache model and thread count. ValueError on shapes that do not broadcast.
+  TilePlan plan(const Dims& out, const std::vector<Dims>& in) const;
+  // The program, then its plan when its shapes are static, else the planner's rule.
+  std::string describe() const;
 
   // Runs the program over the shape of outputs[0]. `inputs` in program().inputs order, each
   // contiguous, of the declared dtype, its shape broadcastable to the output shape; `outputs`
   // allocated, contiguous, all of that shape and of the declared dtypes, overlapping no input.
-  // Parallel over tiles (pto::parallel_for) unless called inside a parallel region; the result
-  // does not depend on the thread count. Throws ValueError on mismatched tensors.
+  // Tiles as plan() says, in parallel (pto::parallel_for) unless called inside a parallel region
+  // or the plan runs whole; the result does not depend on the thread count. Throws ValueError on
+  // mismatched tensors.
   void run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const;
 
   // The epilogue form, on the calling thread: program input 0 is the accumulator block
@@ -46,6 +63,8 @@ class TileKernel {
 
  private:
   TileProgram program_;
+  TileFacts facts_;
+  std::optional<TileShape> pinned_;
   std::vector<int8_t> direct_;  // per instruction: the output it writes in place, or -1
   int64_t capacity_ = 0;
 };
