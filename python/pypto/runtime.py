@@ -93,6 +93,11 @@ class CompiledGraph:
         nodes it covers."""
         return self._exe.steps
 
+    def describe_step(self, i: int) -> str:
+        """Step i's kernel as its backend describes it: a tile program, the algorithm a kernel
+        chose at compile time (ConvBlocked: "direct" or "winograd F(4x4,3x3)"), or ''."""
+        return self._exe.describe_step(i)
+
     @property
     def pass_report(self) -> list[dict]:
         """One dict per graph pass that ran: name, seconds, nodes before/after, rules fired."""

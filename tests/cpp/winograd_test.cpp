@@ -6,6 +6,8 @@
 // magnitude (docs/backend/conv.md, "Winograd F(4x4,3x3)").
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -200,6 +202,78 @@ TEST(Winograd, ErrorOnResNetLayers) {
     std::cout << "[ winograd ] " << describe(t) << ": max error / max |y| = " << err << "\n";
     EXPECT_LE(err, kTolerance) << describe(t);
   }
+}
+
+// ---------------------------------------------------------------- timing (not run by default)
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The ConvBlocked node of AssignLayouts' rewrite of `g` alone, on a blocked input: the kernel
+// without the reorders around it.
+Graph blocked_only(const Graph& g, int block) {
+  PassContext ctx;
+  Graph b = passes::assign_layouts(g, ctx, block, false);
+  infer_types(b);
+  for (const Node& n : b.nodes()) {
+    if (n.op != "ConvBlocked") continue;
+    Graph out;
+    std::vector<ValueId> ins = {out.add_input("xb", b.value(n.inputs[0]).type)};
+    for (size_t i = 1; i < n.inputs.size(); ++i)
+      ins.push_back(out.add_constant(b.value(n.inputs[i]).name, *b.initializer(n.inputs[i])));
+    const ValueId y = out.add_value("yb");
+    out.add_node("ConvBlocked", ins, {y}, n.attrs, "conv").domain = "pto";
+    out.add_output(y);
+    infer_types(out);
+    return out;
+  }
+  return b;
+}
+
+// Direct vs Winograd per ResNet 3x3 stride-1 layer, batch 1 and 8, 1 and 2 threads: medians of
+// interleaved runs in one process (the machine is shared). Run with
+//   pto_tests --gtest_also_run_disabled_tests --gtest_filter=Winograd.DISABLED_Timing
+TEST(Winograd, DISABLED_Timing) {
+  const int saved = num_threads();
+  const int block = std::max(passes::machine_channel_block(), 8);
+  const int reps = std::getenv("PTO_BENCH_REPS") ? std::atoi(std::getenv("PTO_BENCH_REPS")) : 11;
+  std::mt19937 rng(1);
+  std::cout << "layer batch threads: direct ms, winograd ms, ratio\n";
+  for (const Case& t0 : {Case{1, 64, 56, 56, 64, 1}, Case{1, 128, 28, 28, 128, 1},
+                         Case{1, 256, 14, 14, 256, 1}, Case{1, 512, 7, 7, 512, 1}})
+    for (int64_t batch : {1, 8}) {
+      Case t = t0;
+      t.n = batch;
+      const Graph g = blocked_only(conv_graph(t, false, rng), block);
+      const std::vector<Tensor> in = random_inputs(g, 2);
+      Executable direct = [&] {
+        WinogradEnv off("0");
+        return compile(g, {.level = 0});
+      }();
+      Executable wino = [&] {
+        WinogradEnv on("1");
+        return compile(g, {.level = 0});
+      }();
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        std::vector<double> a, b;
+        for (int r = 0; r < reps + 1; ++r) {
+          for (int k = 0; k < 2; ++k) {
+            const auto s = std::chrono::steady_clock::now();
+            (k == 0 ? direct : wino).run(in);
+            const double ms =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s)
+                    .count();
+            if (r > 0) (k == 0 ? a : b).push_back(ms);  // the first run warms the pool
+          }
+        }
+        std::cout << t.c << "@" << t.h << " n" << batch << " t" << threads << ": " << median(a)
+                  << ", " << median(b) << ", " << median(b) / median(a) << "\n";
+      }
+    }
+  set_num_threads(saved);
 }
 
 }  // namespace
