@@ -235,17 +235,20 @@ Graph blocked_only(const Graph& g, int block) {
 // Direct vs Winograd per ResNet 3x3 stride-1 layer, batch 1 and 8, 1 and 2 threads: medians of
 // interleaved runs in one process (the machine is shared). Run with
 //   pto_tests --gtest_also_run_disabled_tests --gtest_filter=Winograd.DISABLED_Timing
+// (PTO_BENCH_REPS=n runs, PTO_BENCH_LAYER="256@14 n1" for one layer and batch).
 TEST(Winograd, DISABLED_Timing) {
   const int saved = num_threads();
   const int block = std::max(passes::machine_channel_block(), 8);
   const int reps = std::getenv("PTO_BENCH_REPS") ? std::atoi(std::getenv("PTO_BENCH_REPS")) : 11;
   std::mt19937 rng(1);
-  std::cout << "layer batch threads: direct ms, winograd ms, ratio\n";
+  std::cout << "layer batch threads: direct ms, winograd ms, ratio (medians; min)\n";
   for (const Case& t0 : {Case{1, 64, 56, 56, 64, 1}, Case{1, 128, 28, 28, 128, 1},
                          Case{1, 256, 14, 14, 256, 1}, Case{1, 512, 7, 7, 512, 1}})
     for (int64_t batch : {1, 8}) {
       Case t = t0;
       t.n = batch;
+      const char* only = std::getenv("PTO_BENCH_LAYER");  // e.g. "256@14 n1"
+      if (only && cat(t.c, "@", t.h, " n", batch) != only) continue;
       const Graph g = blocked_only(conv_graph(t, false, rng), block);
       const std::vector<Tensor> in = random_inputs(g, 2);
       Executable direct = [&] {
@@ -270,7 +273,9 @@ TEST(Winograd, DISABLED_Timing) {
           }
         }
         std::cout << t.c << "@" << t.h << " n" << batch << " t" << threads << ": " << median(a)
-                  << ", " << median(b) << ", " << median(b) / median(a) << "\n";
+                  << ", " << median(b) << ", " << median(b) / median(a) << " (min "
+                  << *std::min_element(a.begin(), a.end()) << ", "
+                  << *std::min_element(b.begin(), b.end()) << ")\n";
       }
     }
   set_num_threads(saved);
