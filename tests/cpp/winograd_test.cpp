@@ -13,6 +13,7 @@
 #include <iostream>
 #include <random>
 
+#include "backend/cpu/conv/winograd.h"
 #include "backend/cpu/isa/isa.h"
 #include "passes/assign_layouts.h"
 #include "pto/executable.h"
@@ -183,6 +184,42 @@ TEST(Winograd, OnlyWhereItApplies) {
   }
 }
 
+// The cost rule on the run's sizes, and what compile time prepares when the batch is unknown.
+TEST(Winograd, CostRule) {
+  auto conv = [](int64_t n, int64_t c, int64_t hw, int64_t m) {
+    cpu::BlockedConv g;
+    g.n = n;
+    g.channels = c;
+    g.block = 16;
+    g.icb = (c + 15) / 16;
+    g.ocb = (m + 15) / 16;
+    g.ih = g.iw = g.oh = g.ow = hw;
+    g.kh = g.kw = 3;
+    g.ph = g.pw = 1;
+    return g;
+  };
+  EXPECT_TRUE(cpu::winograd_pays(conv(1, 64, 56, 64)));
+  EXPECT_TRUE(cpu::winograd_pays(conv(1, 512, 7, 512)));   // 49 pixels, tiles 77% filled
+  EXPECT_FALSE(cpu::winograd_pays(conv(8, 512, 2, 512)));  // tiles a quarter filled
+  EXPECT_FALSE(cpu::winograd_pays(conv(1, 256, 5, 256)));  // 25 of 64 tile pixels
+  EXPECT_FALSE(cpu::winograd_pays(conv(1, 256, 4, 256)));  // 16 pixels: U costs more
+  EXPECT_TRUE(cpu::winograd_pays(conv(4, 256, 4, 256)));
+  EXPECT_FALSE(cpu::winograd_pays(conv(1, 8, 56, 64)));  // too few input channels
+  cpu::BlockedConv few_out = conv(1, 64, 56, 8);  // too few output channels (with blocks of 8)
+  few_out.block = 8;
+  few_out.icb = 8;
+  few_out.ocb = 1;
+  EXPECT_FALSE(cpu::winograd_pays(few_out));
+  cpu::WinogradWeights u;
+  ASSERT_TRUE(cpu::winograd_prepares(conv(0, 256, 4, 256), true, u));
+  EXPECT_EQ(u.min_batch, 4);
+  EXPECT_EQ(u.describe(), "winograd F(4x4,3x3) from batch 4, else direct");
+  cpu::WinogradWeights v;
+  EXPECT_FALSE(cpu::winograd_prepares(conv(0, 256, 2, 256), true, v));
+  EXPECT_TRUE(cpu::winograd_prepares(conv(0, 256, 0, 256), false, v));  // plane unknown
+  EXPECT_EQ(v.describe(), "winograd F(4x4,3x3) where it pays, else direct");
+}
+
 // The rounding on the ResNet 3x3 stride-1 layer shapes (batch 1, pad 1, inputs and weights
 // uniform in [-1, 1]): printed, and within the stated tolerance.
 TEST(Winograd, ErrorOnResNetLayers) {
@@ -232,23 +269,46 @@ Graph blocked_only(const Graph& g, int block) {
   return b;
 }
 
-// Direct vs Winograd per ResNet 3x3 stride-1 layer, batch 1 and 8, 1 and 2 threads: medians of
-// interleaved runs in one process (the machine is shared). Run with
+// A comma-separated list of integers from the environment, or `fallback`.
+std::vector<int64_t> env_list(const char* name, std::vector<int64_t> fallback) {
+  const char* e = std::getenv(name);
+  if (!e) return fallback;
+  std::vector<int64_t> out;
+  for (const char* p = e; *p;) {
+    char* end = nullptr;
+    out.push_back(std::strtoll(p, &end, 10));
+    p = *end == ',' ? end + 1 : end;
+    if (end == p && *p) break;
+  }
+  return out;
+}
+
+// Direct vs Winograd per 3x3 stride-1 layer (C -> C channels on an HxH plane, pad 1): medians
+// of interleaved runs in one process (the machine is shared), with the minimum. By default the
+// ResNet layers at batch 1 and 8 with 1 and 2 threads; PTO_BENCH_CHANNELS and PTO_BENCH_PLANES
+// (the layers are their pairs), PTO_BENCH_BATCHES, PTO_BENCH_THREADS and PTO_BENCH_REPS
+// (comma-separated) change that. Run with
 //   pto_tests --gtest_also_run_disabled_tests --gtest_filter=Winograd.DISABLED_Timing
-// (PTO_BENCH_REPS=n runs, PTO_BENCH_LAYER="256@14 n1" for one layer and batch).
 TEST(Winograd, DISABLED_Timing) {
   const int saved = num_threads();
   const int block = std::max(passes::machine_channel_block(), 8);
-  const int reps = std::getenv("PTO_BENCH_REPS") ? std::atoi(std::getenv("PTO_BENCH_REPS")) : 11;
+  const int64_t reps = env_list("PTO_BENCH_REPS", {11})[0];
+  const std::vector<int64_t> channels = env_list("PTO_BENCH_CHANNELS", {64, 128, 256, 512});
+  const std::vector<int64_t> planes = env_list("PTO_BENCH_PLANES", {56, 28, 14, 7});
+  std::vector<Case> layers;
+  if (std::getenv("PTO_BENCH_CHANNELS") || std::getenv("PTO_BENCH_PLANES")) {
+    for (int64_t c : channels)
+      for (int64_t h : planes) layers.push_back({1, c, h, h, c, 1});
+  } else {
+    for (size_t i = 0; i < channels.size(); ++i)
+      layers.push_back({1, channels[i], planes[i], planes[i], channels[i], 1});
+  }
   std::mt19937 rng(1);
   std::cout << "layer batch threads: direct ms, winograd ms, ratio (medians; min)\n";
-  for (const Case& t0 : {Case{1, 64, 56, 56, 64, 1}, Case{1, 128, 28, 28, 128, 1},
-                         Case{1, 256, 14, 14, 256, 1}, Case{1, 512, 7, 7, 512, 1}})
-    for (int64_t batch : {1, 8}) {
+  for (const Case& t0 : layers)
+    for (int64_t batch : env_list("PTO_BENCH_BATCHES", {1, 8})) {
       Case t = t0;
       t.n = batch;
-      const char* only = std::getenv("PTO_BENCH_LAYER");  // e.g. "256@14 n1"
-      if (only && cat(t.c, "@", t.h, " n", batch) != only) continue;
       const Graph g = blocked_only(conv_graph(t, false, rng), block);
       const std::vector<Tensor> in = random_inputs(g, 2);
       Executable direct = [&] {
@@ -259,8 +319,8 @@ TEST(Winograd, DISABLED_Timing) {
         WinogradEnv on("1");
         return compile(g, {.level = 0});
       }();
-      for (int threads : {1, 2}) {
-        set_num_threads(threads);
+      for (int64_t threads : env_list("PTO_BENCH_THREADS", {1, 2})) {
+        set_num_threads(static_cast<int>(threads));
         std::vector<double> a, b;
         for (int r = 0; r < reps + 1; ++r) {
           for (int k = 0; k < 2; ++k) {

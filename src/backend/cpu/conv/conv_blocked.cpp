@@ -136,8 +136,10 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
     const auto& u = c.prepared<WinogradWeights>();
     PTO_CHECK(winograd_applies(g) && u.channels == g.channels && u.out == g.ocb * g.block)
         << c.where() << ": Winograd weights prepared for another geometry";
-    winograd_conv(g, u, x, bias, yp, ep);
-    return {y};
+    if (u.always || winograd_pays(g)) {
+      winograd_conv(g, u, x, bias, yp, ep);
+      return {y};
+    }
   }
   const int64_t row = g.ow * g.block;
   // Tasks: (image, group of output blocks, output row), rows fastest so that consecutive tasks
@@ -172,8 +174,8 @@ bool accepts_conv_blocked(const NodeInfo& info) {
   return b == Dim(8) || b == Dim(16);  // the block sizes conv_blocked_row is built for
 }
 
-// Winograd weights for a constant W when the conv is one Winograd computes and the cost rule
-// (winograd_pays, on what the shapes tell at compile time: a symbolic size counts as 0) says so.
+// Winograd weights for a constant W when the conv is one Winograd computes and the cost rule may
+// choose it (winograd_prepares: the batch, and perhaps the plane, are known only at run time).
 std::any prepare_conv_blocked(const NodeInfo& info) {
   if (!info.is_constant(1) || !rank_is(info, 0, 5)) return {};
   const Tensor& w = *info.constants[1];
@@ -194,16 +196,25 @@ std::any prepare_conv_blocked(const NodeInfo& info) {
   if (g.block != w.dim(5) || !xs[4].is_known() || xs[4].value != g.block ||
       g.channels > g.icb * g.block || g.channels <= (g.icb - 1) * g.block)
     return {};  // run() reports the error
-  const window::Params p =
-      window::read_params(info.node.attrs, {g.kh, g.kw}, false, info.node.where());
-  g.sh = p.strides[0];
-  g.sw = p.strides[1];
-  g.dh = p.dilations[0];
-  g.dw = p.dilations[1];
-  g.oh = g.ih;  // 3x3 stride 1 with (usually) one pixel of padding: about the input's size
-  g.ow = g.iw;
-  if (!winograd_applies(g) || !winograd_pays(g)) return {};
-  return prepare_winograd(w.data<float>(), g.ocb, g.icb, g.block, g.channels);
+  const bool plane_known = g.ih > 0 && g.iw > 0;
+  try {
+    const window::Params p =
+        window::read_params(info.node.attrs, {g.kh, g.kw}, false, info.node.where());
+    g.sh = p.strides[0];
+    g.sw = p.strides[1];
+    g.dh = p.dilations[0];
+    g.dw = p.dilations[1];
+    if (plane_known) {
+      g.oh = window::forward_axis(p, 0, g.ih, info.node.where()).out;
+      g.ow = window::forward_axis(p, 1, g.iw, info.node.where()).out;
+    }
+  } catch (const ValueError&) {
+    return {};  // run() reports it
+  }
+  WinogradWeights u;
+  if (!winograd_applies(g) || !winograd_prepares(g, plane_known, u)) return {};
+  prepare_winograd(w.data<float>(), g.ocb, g.icb, g.block, g.channels, u);
+  return u;
 }
 
 }  // namespace
@@ -219,7 +230,8 @@ void register_blocked_conv_kernels(KernelRegistry& r) {
     return state.has_value() ? std::any_cast<const WinogradWeights&>(state).bytes() : size_t{0};
   };
   conv.describe = [](const std::any& state) {
-    return state.has_value() ? std::string("winograd F(4x4,3x3)") : std::string("direct");
+    return state.has_value() ? std::any_cast<const WinogradWeights&>(state).describe()
+                             : std::string("direct");
   };
   r.add("ConvBlocked", std::move(conv));
 }

@@ -61,17 +61,48 @@ bool winograd_applies(const BlockedConv& g) {
   return !g.depthwise && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1;
 }
 
-bool winograd_pays(const BlockedConv& g) {
-  if (const char* e = std::getenv("PTO_WINOGRAD")) {
-    if (std::strcmp(e, "0") == 0) return false;
-    if (std::strcmp(e, "1") == 0) return true;
-  }
-  return g.channels >= 32 && g.ocb * g.block >= 32;
+namespace {
+
+constexpr int64_t kMinChannels = 16;  // below, the GEMMs are too thin for the transforms' cost
+constexpr int64_t kMinPixels = 49;    // output pixels of a run: a 7x7 plane at batch 1
+
+bool channels_pay(const BlockedConv& g) {
+  return g.channels >= kMinChannels && g.ocb * g.block >= kMinChannels;
 }
 
-WinogradWeights prepare_winograd(const float* w, int64_t ocb, int64_t icb, int64_t block,
-                                 int64_t channels) {
-  WinogradWeights r;
+// Output pixels over the pixels of the tiles that cover them, at least one half.
+bool tiles_filled(const BlockedConv& g) {
+  const int64_t th = (g.oh + kWinoTile - 1) / kWinoTile, tw = (g.ow + kWinoTile - 1) / kWinoTile;
+  return 2 * g.oh * g.ow >= th * tw * kWinoTile * kWinoTile;
+}
+
+}  // namespace
+
+bool winograd_pays(const BlockedConv& g) {
+  return channels_pay(g) && tiles_filled(g) && g.n * g.oh * g.ow >= kMinPixels;
+}
+
+bool winograd_prepares(const BlockedConv& g, bool plane_known, WinogradWeights& u) {
+  if (const char* e = std::getenv("PTO_WINOGRAD")) {
+    if (std::strcmp(e, "0") == 0) return false;
+    if (std::strcmp(e, "1") == 0) return u.always = true;
+  }
+  if (!channels_pay(g)) return false;
+  if (!plane_known) return true;  // min_batch 0: run() decides on the sizes
+  if (!tiles_filled(g) || g.oh * g.ow == 0) return false;
+  u.min_batch = (kMinPixels + g.oh * g.ow - 1) / (g.oh * g.ow);
+  return true;
+}
+
+std::string WinogradWeights::describe() const {
+  std::string s = "winograd F(4x4,3x3)";
+  if (always || min_batch == 1) return s;
+  if (min_batch > 1) return s + " from batch " + std::to_string(min_batch) + ", else direct";
+  return s + " where it pays, else direct";
+}
+
+void prepare_winograd(const float* w, int64_t ocb, int64_t icb, int64_t block, int64_t channels,
+                      WinogradWeights& r) {
   r.channels = channels;
   r.out = ocb * block;
   std::vector<float> u(static_cast<size_t>(kWinoPoints * channels * r.out));
@@ -92,7 +123,6 @@ WinogradWeights prepare_winograd(const float* w, int64_t ocb, int64_t icb, int64
     }
   for (int xi = 0; xi < kWinoPoints; ++xi)
     r.u.push_back(pack_b(channels, r.out, u.data() + xi * channels * r.out, r.out, false));
-  return r;
 }
 
 void winograd_conv(const BlockedConv& g, const WinogradWeights& u, const float* x,

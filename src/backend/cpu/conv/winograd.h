@@ -26,26 +26,40 @@ inline constexpr int kWinoTile = 4;     // output pixels per tile side
 inline constexpr int kWinoPatch = 6;    // input pixels per patch side: tile + kernel - 1
 inline constexpr int kWinoPoints = 36;  // kWinoPatch^2 GEMMs
 
-// U = G g G^T of blocked weights, one SGEMM B operand [channels x ocb * block] per point xi.
+// U = G g G^T of blocked weights, one SGEMM B operand [channels x ocb * block] per point xi, and
+// when run() uses it.
 struct WinogradWeights {
   std::vector<PackedB> u;  // kWinoPoints of them
   int64_t channels = 0;    // K: the real input channels
   int64_t out = 0;         // N: ocb * block
+  bool always = false;     // PTO_WINOGRAD=1 at compile time: at every size, else winograd_pays
+  int64_t min_batch = 0;   // the smallest batch winograd_pays takes (0: the plane is not known)
   size_t bytes() const;
+  // "winograd F(4x4,3x3)", with " from batch N" or " where it pays" when run() also uses the
+  // direct kernel.
+  std::string describe() const;
 };
 
 // Whether ConvBlocked with these attributes is a convolution Winograd F(4x4, 3x3) computes:
 // 3x3 kernel, stride 1, dilation 1, group 1 (depthwise is not).
 bool winograd_applies(const BlockedConv& g);
 
-// The cost rule: whether Winograd is expected to beat the direct blocked kernel for this layer
-// (batch n may be 0 when unknown). PTO_WINOGRAD=0 turns Winograd off, =1 on wherever it applies
-// (tests and A/B measurements); unset or anything else, this rule decides.
+// The cost rule, on the sizes of one run (docs/backend/conv.md has the measurements behind it):
+// at least 16 input and 16 output channels, output tiles at least half filled (so a 2x2 or 5x5
+// plane stays direct), and at least 49 output pixels over the batch (each block of tiles reads
+// all of U, 4x the weights' bytes, which a few tiles do not repay).
 bool winograd_pays(const BlockedConv& g);
 
-// U for blocked weights w [ocb, icb, 3, 3, block(in), block(out)] of `channels` real inputs.
-WinogradWeights prepare_winograd(const float* w, int64_t ocb, int64_t icb, int64_t block,
-                                 int64_t channels);
+// At compile time, where the batch (and perhaps the plane) is not known yet: whether to prepare
+// U at all. PTO_WINOGRAD=0 says never, =1 always and for every size (tests, A/B measurements);
+// otherwise the rule's channel and tile-fill parts when the plane is known. Sets `min_batch` and
+// `always` of `u` for run().
+bool winograd_prepares(const BlockedConv& g, bool plane_known, WinogradWeights& u);
+
+// U for blocked weights w [ocb, icb, 3, 3, block(in), block(out)] of `channels` real inputs,
+// into r.u (with r.channels and r.out).
+void prepare_winograd(const float* w, int64_t ocb, int64_t icb, int64_t block, int64_t channels,
+                      WinogradWeights& r);
 
 // y [n, ocb, oh, ow, block] = epilogue(conv(x, w) + bias), as run_conv_blocked computes it,
 // parallel over blocks of tiles (or, with fewer blocks than threads, within each block).
