@@ -118,6 +118,7 @@ const std::vector<Case>& cases() {
       {1, 5, 13, 11, 70, 1},   // few input channels, many output blocks
       {3, 9, 3, 3, 9, 0},      // 1x1 output
       {2, 32, 30, 30, 32, 1},  // 128 tiles: several blocks of tiles
+      {0, 16, 6, 6, 16, 1},    // an empty batch
   };
   return all;
 }

@@ -22,8 +22,8 @@ constexpr double kG[6][3] = {{1.0 / 4, 0, 0},
                              {1.0 / 24, -1.0 / 12, 1.0 / 6},
                              {0, 0, 1}};
 
-// The smallest block of tiles: the GEMMs' M. Below it U (read once per block) costs more than the
-// multiplications it saves.
+// The smallest block of tiles (the GEMMs' M): every block reads all of U, so smaller blocks would
+// read it more often than their multiplications repay.
 constexpr int64_t kMinTiles = 32;
 
 struct Tiling {
@@ -31,11 +31,26 @@ struct Tiling {
   int64_t per_block = 0, blocks = 0;
 };
 
+// The cost rule's parts (winograd_pays, docs/backend/conv.md for the measurements).
+constexpr int64_t kMinChannels = 16;  // below, the GEMMs are too thin for the transforms' cost
+constexpr int64_t kMinPixels = 49;    // output pixels of a run: a 7x7 plane at batch 1
+
+bool channels_pay(const BlockedConv& g) {
+  return g.channels >= kMinChannels && g.ocb * g.block >= kMinChannels;
+}
+
+// Output pixels over the pixels of the tiles that cover them, at least one half.
+bool tiles_filled(const BlockedConv& g) {
+  const int64_t th = (g.oh + kWinoTile - 1) / kWinoTile, tw = (g.ow + kWinoTile - 1) / kWinoTile;
+  return 2 * g.oh * g.ow >= th * tw * kWinoTile * kWinoTile;
+}
+
 Tiling tiling(const BlockedConv& g, int threads) {
   Tiling t;
   t.th = (g.oh + kWinoTile - 1) / kWinoTile;
   t.tw = (g.ow + kWinoTile - 1) / kWinoTile;
   t.tiles = g.n * t.th * t.tw;
+  if (t.tiles == 0) return t;  // an empty batch
   // A block's V and M (36 rows of IC and OC floats a tile) in L2 where that leaves at least
   // kMinTiles tiles; else kMinTiles tiles, streamed through L3.
   const int64_t tile_bytes = kWinoPoints * (g.icb + g.ocb) * g.block * 4;
@@ -60,23 +75,6 @@ size_t WinogradWeights::bytes() const {
 bool winograd_applies(const BlockedConv& g) {
   return !g.depthwise && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1;
 }
-
-namespace {
-
-constexpr int64_t kMinChannels = 16;  // below, the GEMMs are too thin for the transforms' cost
-constexpr int64_t kMinPixels = 49;    // output pixels of a run: a 7x7 plane at batch 1
-
-bool channels_pay(const BlockedConv& g) {
-  return g.channels >= kMinChannels && g.ocb * g.block >= kMinChannels;
-}
-
-// Output pixels over the pixels of the tiles that cover them, at least one half.
-bool tiles_filled(const BlockedConv& g) {
-  const int64_t th = (g.oh + kWinoTile - 1) / kWinoTile, tw = (g.ow + kWinoTile - 1) / kWinoTile;
-  return 2 * g.oh * g.ow >= th * tw * kWinoTile * kWinoTile;
-}
-
-}  // namespace
 
 bool winograd_pays(const BlockedConv& g) {
   return channels_pay(g) && tiles_filled(g) && g.n * g.oh * g.ow >= kMinPixels;
