@@ -78,7 +78,7 @@ PTO_ISA_DECLARE(bool conv_blocked_row(const BlockedConv& g, const float* x, cons
 PTO_ISA_DECLARE(bool winograd_input(const BlockedConv& g, const float* x, int64_t t0, int64_t t1,
                                     float* v, int64_t ldv, int64_t vstride);)
 
-// Output tile t of image pixels from its 36 values m + xi * mstride (output block ob's lanes at
+// Output tile t from its 36 values m + xi * mstride (output block ob's lanes at
 // m + ob * block): y = A^T M A + bias (ocb * block values, or null) for every output block, only
 // the pixels inside the image stored. Returns false as winograd_input does.
 PTO_ISA_DECLARE(bool winograd_output(const BlockedConv& g, const float* m, int64_t mstride,
