@@ -215,6 +215,9 @@ TEST(Winograd, CostRule) {
   ASSERT_TRUE(cpu::winograd_prepares(conv(0, 256, 4, 256), true, u));
   EXPECT_EQ(u.min_batch, 4);
   EXPECT_EQ(u.describe(), "winograd F(4x4,3x3) from batch 4, else direct");
+  cpu::WinogradWeights fixed;  // a batch fixed at 2 never reaches 4
+  EXPECT_FALSE(cpu::winograd_prepares(conv(2, 256, 4, 256), true, fixed));
+  EXPECT_TRUE(cpu::winograd_prepares(conv(4, 256, 4, 256), true, fixed));
   cpu::WinogradWeights v;
   EXPECT_FALSE(cpu::winograd_prepares(conv(0, 256, 2, 256), true, v));
   EXPECT_TRUE(cpu::winograd_prepares(conv(0, 256, 0, 256), false, v));  // plane unknown

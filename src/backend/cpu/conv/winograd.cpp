@@ -89,7 +89,7 @@ bool winograd_prepares(const BlockedConv& g, bool plane_known, WinogradWeights& 
   if (!plane_known) return true;  // min_batch 0: run() decides on the sizes
   if (!tiles_filled(g) || g.oh * g.ow == 0) return false;
   u.min_batch = (kMinPixels + g.oh * g.ow - 1) / (g.oh * g.ow);
-  return true;
+  return g.n == 0 || g.n >= u.min_batch;  // a fixed batch below it would never use U
 }
 
 std::string WinogradWeights::describe() const {

@@ -52,8 +52,8 @@ bool winograd_pays(const BlockedConv& g);
 
 // At compile time, where the batch (and perhaps the plane) is not known yet: whether to prepare
 // U at all. PTO_WINOGRAD=0 says never, =1 always and for every size (tests, A/B measurements);
-// otherwise the rule's channel and tile-fill parts when the plane is known. Sets `min_batch` and
-// `always` of `u` for run().
+// otherwise the rule's channel and tile-fill parts when the plane is known, and its pixel count
+// when the batch is too (g.n == 0: not known). Sets `min_batch` and `always` of `u` for run().
 bool winograd_prepares(const BlockedConv& g, bool plane_known, WinogradWeights& u);
 
 // U for blocked weights w [ocb, icb, 3, 3, block(in), block(out)] of `channels` real inputs,
