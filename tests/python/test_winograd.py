@@ -34,6 +34,7 @@ def cost_rule():
 
 
 def check(model, fast, image: int, batches=(1, 2)):
+    """`fast` against eager `model` on random images of each batch size, at TOLERANCE."""
     for batch in batches:
         torch.manual_seed(batch)
         x = torch.randn(batch, 3, image, image)
