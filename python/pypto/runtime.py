@@ -95,6 +95,11 @@ class CompiledGraph:
         nodes it covers."""
         return self._exe.steps
 
+    def describe_step(self, i: int) -> str:
+        """Step i's kernel as its backend describes it: a tile program, the algorithm a kernel
+        chose at compile time (ConvBlocked: "direct" or "winograd F(4x4,3x3)"), or ''."""
+        return self._exe.describe_step(i)
+
     def describe_tiles(self) -> str:
         """Every kernel as ``pto compile --dump-tiles`` prints it: backend, fusion rule and nodes,
         and for a tile kernel its program and tiling plan (tile shape, tiles, working set against

@@ -29,11 +29,11 @@ struct ConvCase {
   bool stem = false;  // x goes through Conv(3x3, c -> c) and Relu first
 };
 
-void expect_near(const Tensor& a, const Tensor& b, const std::string& what) {
+void expect_near(const Tensor& a, const Tensor& b, const std::string& what, double tol = 1e-5) {
   ASSERT_EQ(a.shape(), b.shape()) << what;
   for (int64_t i = 0; i < a.numel(); ++i)
     ASSERT_NEAR(a.item_as_double(i), b.item_as_double(i),
-                1e-5 * std::max(1.0, std::abs(b.item_as_double(i))))
+                tol * std::max(1.0, std::abs(b.item_as_double(i))))
         << what << " element " << i;
 }
 
@@ -327,8 +327,10 @@ TEST(ConvEpilogue, Level3StaysCorrect) {
       {"level 3", {2, 16, 10, 10}, {32, 16, 3, 3}, {}, {1, 1, 1, 1}, 1, true, {10, 10}, true});
   const Tensor want = reference_of(b.g, b.inputs)[0];
   Executable exe = compile(b.g, {.level = 3});
+  // The 3x3 stride-1 convs run Winograd F(4x4, 3x3) at level 3, whose rounding is stated as
+  // 1e-4 of the output's scale (docs/backend/conv.md); the direct kernels' 1e-5 is too tight.
   for (int round = 0; round < 2; ++round)
-    expect_near(exe.run(b.inputs)[0], want, cat("level 3 round ", round));
+    expect_near(exe.run(b.inputs)[0], want, cat("level 3 round ", round), 1e-4);
   int blocked = 0;
   for (const Node& n : exe.graph().nodes()) blocked += n.op == "ConvBlocked";
   EXPECT_EQ(blocked, 2);

@@ -68,6 +68,10 @@ class NodeKernel : public CompiledKernel {
     return outputs_of(ctx);
   }
 
+  std::string describe() const override {
+    return kernel_->describe ? kernel_->describe(state_) : std::string();
+  }
+
   // Weights packed at compile time: GEMM panels of B (MatMul, Gemm) or of A per group (Conv).
   size_t prepared_bytes() const override {
     return kernel_->packed_bytes ? kernel_->packed_bytes(state_) : 0;

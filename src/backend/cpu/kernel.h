@@ -76,6 +76,9 @@ struct Kernel {
   std::function<std::vector<size_t>(const std::any& state)> packed_inputs;
   std::function<size_t(const std::any& state)> packed_bytes;
   std::function<Tensor(const std::any& state, size_t input)> unpack;
+  // The algorithm prepare() chose, for `pto compile --dump-tiles` and Executable::describe_step
+  // (ConvBlocked: "direct" or "winograd F(4x4,3x3)"). Empty: nothing to say.
+  std::function<std::string(const std::any& state)> describe;
 };
 
 class KernelRegistry {

@@ -1,12 +1,15 @@
 // The CPU kernels of the blocked-channel layout (src/ir/ops/blocked_layout.cpp): ReorderToBlocked,
 // ReorderFromBlocked and ConvBlocked (float32). ConvBlocked is a direct convolution
 // (conv_blocked_impl.h), parallel over (image, output channel block, output row) in fixed chunks;
-// a fused residual and activation are applied to each output row while it is in L1.
+// a fused residual and activation are applied to each output row while it is in L1. A 3x3,
+// stride-1 conv where the cost rule says so runs as Winograd F(4x4, 3x3) instead (winograd.h),
+// on weights transformed in prepare().
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "backend/cpu/conv/conv.h"
+#include "backend/cpu/conv/winograd.h"
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/scratch.h"
 #include "ir/ops/window.h"
@@ -143,6 +146,15 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
   Tensor y = Tensor::empty(DType::kF32, yshape);
   const float *x = c.input(0).data<float>(), *w = c.input(1).data<float>();
   float* yp = y.data<float>();
+  if (c.state && c.state->has_value()) {
+    const auto& u = c.prepared<WinogradWeights>();
+    PTO_CHECK(winograd_applies(g) && u.channels == g.channels && u.out == g.ocb * g.block)
+        << c.where() << ": Winograd weights prepared for another geometry";
+    if (u.always || winograd_pays(g)) {
+      winograd_conv(g, u, x, bias, yp, ep);
+      return {y};
+    }
+  }
   const int64_t row = g.ow * g.block;
   // Tasks: (image, set of output blocks, output row), rows fastest so that consecutive tasks
   // of a chunk reuse the set's weights. A general conv computes four blocks per task (the
@@ -253,6 +265,49 @@ bool accepts_conv_blocked(const NodeInfo& info) {
   return b == Dim(8) || b == Dim(16);
 }
 
+// Winograd weights for a constant W when the conv is one Winograd computes and the cost rule may
+// choose it (winograd_prepares: the batch, and perhaps the plane, are known only at run time).
+std::any prepare_conv_blocked(const NodeInfo& info) {
+  if (!info.is_constant(1) || !rank_is(info, 0, 5)) return {};
+  const Tensor& w = *info.constants[1];
+  if (w.rank() != 6 || w.dtype() != DType::kF32 || info.node.attrs.get_int("group", 1) != 1)
+    return {};
+  const Shape& xs = *info.inputs[0].shape;
+  auto known = [&](size_t d) { return xs[d].is_known() ? xs[d].value : int64_t{0}; };
+  BlockedConv g;
+  g.n = known(0);
+  g.icb = w.dim(1);
+  g.ih = known(2);
+  g.iw = known(3);
+  g.block = w.dim(4);
+  g.ocb = w.dim(0);
+  g.kh = w.dim(2);
+  g.kw = w.dim(3);
+  g.channels = info.node.attrs.get_int("channels");
+  if (g.block != w.dim(5) || !xs[4].is_known() || xs[4].value != g.block ||
+      g.channels > g.icb * g.block || g.channels <= (g.icb - 1) * g.block)
+    return {};  // run() reports the error
+  const bool plane_known = g.ih > 0 && g.iw > 0;
+  try {
+    const window::Params p =
+        window::read_params(info.node.attrs, {g.kh, g.kw}, false, info.node.where());
+    g.sh = p.strides[0];
+    g.sw = p.strides[1];
+    g.dh = p.dilations[0];
+    g.dw = p.dilations[1];
+    if (plane_known) {
+      g.oh = window::forward_axis(p, 0, g.ih, info.node.where()).out;
+      g.ow = window::forward_axis(p, 1, g.iw, info.node.where()).out;
+    }
+  } catch (const ValueError&) {
+    return {};  // run() reports it
+  }
+  WinogradWeights u;
+  if (!winograd_applies(g) || !winograd_prepares(g, plane_known, u)) return {};
+  prepare_winograd(w.data<float>(), g.ocb, g.icb, g.block, g.channels, u);
+  return u;
+}
+
 }  // namespace
 
 void register_blocked_conv_kernels(KernelRegistry& r) {
@@ -260,7 +315,16 @@ void register_blocked_conv_kernels(KernelRegistry& r) {
         {[](const NodeInfo& i) { return is_f32(i, 0) && rank_is(i, 0, 4); }, {}, run_to_blocked});
   r.add("ReorderFromBlocked",
         {[](const NodeInfo& i) { return is_f32(i, 0) && rank_is(i, 0, 5); }, {}, run_from_blocked});
-  r.add("ConvBlocked", {accepts_conv_blocked, {}, run_conv_blocked});
+  // The blocked W stays (packed_inputs empty): the Winograd U cannot give it back exactly.
+  Kernel conv{accepts_conv_blocked, prepare_conv_blocked, run_conv_blocked};
+  conv.packed_bytes = [](const std::any& state) {
+    return state.has_value() ? std::any_cast<const WinogradWeights&>(state).bytes() : size_t{0};
+  };
+  conv.describe = [](const std::any& state) {
+    return state.has_value() ? std::any_cast<const WinogradWeights&>(state).describe()
+                             : std::string("direct");
+  };
+  r.add("ConvBlocked", std::move(conv));
   r.add("DwPwConvBlocked", {[](const NodeInfo& i) {
                               if (i.inputs.size() != 5 || !rank_is(i, 0, 5)) return false;
                               for (size_t k = 0; k < 5; ++k)

@@ -80,4 +80,18 @@ PTO_ISA_DECLARE(bool conv_blocked_row(const BlockedConv& g, const float* x, cons
                                          const float* bias, float* yrow, int64_t ystride, int64_t n,
                                          int64_t ob, int64_t obs, int64_t oy);)
 
+// Winograd F(4x4, 3x3) transforms of a BlockedConv (winograd.h). Tiles of 4x4 output pixels are
+// numbered over (image, tile row, tile column); tile t0 + r is row r of each of the 36 matrices
+// V[xi] = v + xi * vstride (ldv floats a row): the input transform B^T d B of its 6x6 patch
+// (zeros outside the image), c lanes at a time. Returns false, having done nothing, when this
+// ISA's vectors do not divide g.block.
+PTO_ISA_DECLARE(bool winograd_input(const BlockedConv& g, const float* x, int64_t t0, int64_t t1,
+                                    float* v, int64_t ldv, int64_t vstride);)
+
+// Output tile t from its 36 values m + xi * mstride (output block ob's lanes at
+// m + ob * block): y = A^T M A + bias (ocb * block values, or null) for every output block, only
+// the pixels inside the image stored. Returns false as winograd_input does.
+PTO_ISA_DECLARE(bool winograd_output(const BlockedConv& g, const float* m, int64_t mstride,
+                                     int64_t t, const float* bias, float* y);)
+
 }  // namespace pto::cpu

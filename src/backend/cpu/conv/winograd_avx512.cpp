@@ -1,0 +1,1 @@
+#include "backend/cpu/conv/winograd_impl.h"
