@@ -127,7 +127,14 @@ TEST(FmaCeiling, MeasuredValuesArePlausible) {
 #if defined(__x86_64__)
   EXPECT_GT(f.ghz, 0.5);
   EXPECT_LT(f.ghz, 7.0);
-  if (f.vector_bits > 32) {
+  EXPECT_NEAR(f.flops_per_cycle, f.gflops / f.ghz, 1e-9 * f.flops_per_cycle);
+#if defined(__SANITIZE_ADDRESS__)
+  // Instrumented code does not run the FMA loop at the machine's rate: the units say nothing.
+  constexpr bool kMeasurable = false;
+#else
+  constexpr bool kMeasurable = true;
+#endif
+  if (kMeasurable && f.vector_bits > 32) {
     EXPECT_GE(f.fma_units, 1);
     EXPECT_LE(f.fma_units, 4);
     const double expected = f.fma_units * 2.0 * f.vector_bits / 32 * f.ghz;

@@ -57,9 +57,11 @@ def test_small_cnn_at_level_3_matches_eager_and_runs_blocked_kernels():
     # The blocked convs and the reorders ran on the CPU backend, and a conv took its epilogue.
     steps = fast.compiled.steps
     ops = [op for op, backend in fast.compiled.node_backends]
-    assert ops.count("ConvBlocked") == 4, ops
+    # Four blocked convs: the depthwise one and the 1x1 after it as one DwPwConvBlocked.
+    assert ops.count("ConvBlocked") == 2 and ops.count("DwPwConvBlocked") == 1, ops
     assert all(b == "cpu" for op, b in fast.compiled.node_backends
-               if op in ("ConvBlocked", "ReorderToBlocked", "ReorderFromBlocked"))
+               if op in ("ConvBlocked", "DwPwConvBlocked", "ReorderToBlocked",
+                         "ReorderFromBlocked"))
     assert any(s["rule"].startswith("ConvBlocked+") for s in steps), steps
     # The stem (3 channels) reads the NCHW input itself: no reorder in; one or two out.
     assert ops.count("ReorderToBlocked") == 0 and 1 <= ops.count("ReorderFromBlocked") <= 2
