@@ -662,14 +662,20 @@ std::optional<Graph> representative_types(const Graph& g) {
     }
     shapes.push_back(std::move(dims));
   }
-  return with_input_shapes(g, shapes);
+  try {
+    return with_input_shapes(g, shapes);
+  } catch (const Error&) {  // a graph that does not take these shapes: no stages
+    return std::nullopt;
+  }
 }
 
-// Stages for the pool's thread count, from the widest window (kStageWindows) whose memory plan
-// peaks at most kStageMemorySlack above the plan without stages; none when every window's does.
-// Sizes must be static for a kernel to count as small, so only fixed-shape steps form stages.
+// Candidate stages for the pool's thread count, from the widest window (kStageWindows) whose
+// memory plan peaks at most 10% (or 64 KiB) above the plan without stages; none when every
+// window's does. Costs and the memory check use `types` (the smallest inputs); each shape's plan
+// then runs together only the steps small for it (active_stages).
 constexpr size_t kStageWindows[] = {16, 4, 1};
 constexpr double kStageMemorySlack = 1.10;
+constexpr double kStageMemoryAllowance = 64 * 1024;  // a few KiB more is never "much"
 
 Stages choose_stages(const Graph& g, const KernelGraph& kg, const std::optional<Graph>& types) {
   std::vector<bool> small;
@@ -684,15 +690,17 @@ Stages choose_stages(const Graph& g, const KernelGraph& kg, const std::optional<
     for (const KernelGroup& k : order.kernels) in_place.push_back(may_run_in_place(g, k));
     return plan_memory(*types, order, analyze_liveness(g, order), in_place, stage_of).arena_bytes;
   };
-  const double limit = kStageMemorySlack * static_cast<double>(arena_bytes(kg, {}));
+  const auto base = static_cast<double>(arena_bytes(kg, {}));
+  const double limit = std::max(kStageMemorySlack * base, base + kStageMemoryAllowance);
   for (size_t window : kStageWindows) {
     Stages st = plan_stages(g, kg, small, window);
     if (st.concurrent_stages == 0) break;
     KernelGraph ordered;
     for (size_t old : st.order) ordered.kernels.push_back(kg.kernels[old]);
-    if (static_cast<double>(arena_bytes(ordered, st.stage_of)) <= limit) return st;
-    log(LogLevel::kInfo, cat("stages: window ", window, " raises the memory peak over ",
-                             kStageMemorySlack, "x; trying a narrower one"));
+    const size_t bytes = arena_bytes(ordered, st.stage_of);
+    if (static_cast<double>(bytes) <= limit) return st;
+    log(LogLevel::kInfo, cat("stages: window ", window, " raises the memory peak to ", bytes,
+                             " bytes, over ", limit, "; trying a narrower one"));
   }
   return plan_stages(g, kg, small, 0);
 }
