@@ -2,8 +2,10 @@
 //
 // A job is a number of tasks and a function; every thread, the caller included, takes the next task
 // index from an atomic counter until none are left. Task boundaries are fixed before the job
-// starts, so results never depend on which thread ran which task. Idle workers spin briefly
-// (kernels in a graph follow each other within microseconds) and then sleep on a condition
+// starts, so results never depend on which thread ran which task. run_as_on_pool keeps those
+// boundaries but runs the pieces in order on its thread (a kernel of an Executable stage, beside
+// others on the other threads, gives the bits it gives on the whole pool). Idle workers spin
+// briefly (kernels in a graph follow each other within microseconds) and then sleep on a condition
 // variable.
 #include <immintrin.h>
 #include <sched.h>
