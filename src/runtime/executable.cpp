@@ -474,7 +474,7 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
   // The plan also says which steps run at the same time; without memory_optimization only that.
   std::shared_ptr<const MemoryPlan> mp;
   std::shared_ptr<std::byte[]> arena;
-  if (!observer) {
+  if (!observer && (p.plan_memory || !p.stage_of.empty())) {
     std::vector<Dims> shapes;
     if (!all_static(g))
       for (const Tensor& t : inputs) shapes.push_back(t.shape());

@@ -101,6 +101,12 @@ TEST(Stages, BranchesMatchReferenceAndSequentialRun) {
       expect_same_bits(got, seq, cat(threads, " threads, round ", round));
     }
     expect_near(seq, want, 1e-5, "sequential");
+    // Without the memory plan's arena the stages still run (every buffer from the pool).
+    CompileOptions unplanned;
+    unplanned.memory_optimization = false;
+    Executable pooled = compile(g, unplanned);
+    EXPECT_EQ(pooled.stats().stages, on.stats().stages);
+    expect_same_bits(pooled.run({x})[0], seq, cat(threads, " threads, no arena"));
   }
   // Compiled for two threads, run on one: steps in order, the same bits.
   Executable on = [&] {
