@@ -321,12 +321,20 @@ namespace {
 std::vector<int32_t> active_stages(const Executable::Plan& p, const Graph& g, const Graph& types) {
   if (p.stage_of.empty()) return {};
   std::vector<int32_t> stage_of;
-  bool joinable = false;  // whether the step before is small and in the same candidate
+  std::vector<double> run;  // estimated times of the current run of small steps
   for (size_t s = 0; s < p.steps.size(); ++s) {
-    const bool small = is_small(kernel_cost(g, p.kernels.kernels[s], &types), num_threads());
-    const bool join = small && joinable && p.stage_of[s] == p.stage_of[s - 1];
+    const KernelCost c = kernel_cost(g, p.kernels.kernels[s], &types);
+    const bool small = is_small(c, num_threads());
+    bool join = small && !run.empty() && p.stage_of[s] == p.stage_of[s - 1];
+    if (join) {
+      run.push_back(estimated_ns(c));
+      join =
+          stage_gain(run, num_threads()) > stage_gain({run.begin(), run.end() - 1}, num_threads());
+      run.pop_back();
+    }
+    if (!join) run.clear();
+    if (small) run.push_back(estimated_ns(c));
     stage_of.push_back(s == 0 ? 0 : stage_of.back() + (join ? 0 : 1));
-    joinable = small;
   }
   return stage_of;
 }
@@ -678,13 +686,14 @@ constexpr double kStageMemorySlack = 1.10;
 constexpr double kStageMemoryAllowance = 64 * 1024;  // a few KiB more is never "much"
 
 Stages choose_stages(const Graph& g, const KernelGraph& kg, const std::optional<Graph>& types) {
-  std::vector<bool> small;
+  std::vector<double> ns;  // estimated time of each small step, -1 for the others
   bool any = false;
   for (const KernelGroup& k : kg.kernels) {
-    small.push_back(types && is_small(kernel_cost(g, k, &*types), num_threads()));
-    any = any || small.back();
+    const KernelCost c = types ? kernel_cost(g, k, &*types) : KernelCost{0, 0, false};
+    ns.push_back(is_small(c, num_threads()) ? estimated_ns(c) : -1);
+    any = any || ns.back() >= 0;
   }
-  if (!any) return plan_stages(g, kg, small, 0);
+  if (!any) return plan_stages(g, kg, ns, 0, num_threads());
   auto arena_bytes = [&](const KernelGraph& order, const std::vector<int32_t>& stage_of) {
     std::vector<bool> in_place;
     for (const KernelGroup& k : order.kernels) in_place.push_back(may_run_in_place(g, k));
@@ -693,7 +702,7 @@ Stages choose_stages(const Graph& g, const KernelGraph& kg, const std::optional<
   const auto base = static_cast<double>(arena_bytes(kg, {}));
   const double limit = std::max(kStageMemorySlack * base, base + kStageMemoryAllowance);
   for (size_t window : kStageWindows) {
-    Stages st = plan_stages(g, kg, small, window);
+    Stages st = plan_stages(g, kg, ns, window, num_threads());
     if (st.concurrent_stages == 0) break;
     KernelGraph ordered;
     for (size_t old : st.order) ordered.kernels.push_back(kg.kernels[old]);
@@ -702,7 +711,7 @@ Stages choose_stages(const Graph& g, const KernelGraph& kg, const std::optional<
     log(LogLevel::kInfo, cat("stages: window ", window, " raises the memory peak to ", bytes,
                              " bytes, over ", limit, "; trying a narrower one"));
   }
-  return plan_stages(g, kg, small, 0);
+  return plan_stages(g, kg, ns, 0, num_threads());
 }
 
 }  // namespace

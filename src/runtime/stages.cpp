@@ -5,9 +5,11 @@
 // Values are written once, so there is no other hazard between steps; what two steps of a stage
 // could still share is memory, which the memory plan rules out by taking the stage as one point
 // in time. The first unplaced step of the old order is always ready (its producers come before
-// it); it opens the next stage, and when it is small every later small step within `window`
-// whose producers are all placed joins it. No step of a stage reads another's output: a joining
-// step's producers are all in earlier stages, and a member never reads a step not yet placed.
+// it); it opens the next stage, and when it is small each later small step within `window` whose
+// producers are all placed joins it if that raises the stage's estimated gain (stage_gain: steps
+// of very different lengths gain nothing together). No step of a stage reads another's output: a
+// joining step's producers are all in earlier stages, and a member never reads a step not yet
+// placed.
 #include "runtime/stages.h"
 
 #include <algorithm>
@@ -97,8 +99,24 @@ bool is_small(const KernelCost& c, int threads) {
          c.bytes < threads * kStageBytesPerThread;
 }
 
-Stages plan_stages(const Graph& g, const KernelGraph& kg, const std::vector<bool>& small,
-                   size_t window) {
+double estimated_ns(const KernelCost& c) {
+  return c.flops / kStageFlopsPerNs + c.bytes / kStageBytesPerNs;
+}
+
+double stage_gain(const std::vector<double>& ns, int threads) {
+  if (ns.size() < 2) return 0;
+  double sum = 0, longest = 0;
+  for (double t : ns) {
+    sum += t;
+    longest = std::max(longest, t);
+  }
+  const double apart = sum / threads + static_cast<double>(ns.size()) * kStageRegionNs;
+  return apart - (std::max(longest, sum / threads) + kStageRegionNs);
+}
+
+Stages plan_stages(const Graph& g, const KernelGraph& kg, const std::vector<double>& ns,
+                   size_t window, int threads) {
+  auto small = [&](size_t s) { return s < ns.size() && ns[s] >= 0; };
   const size_t n = kg.kernels.size();
   std::vector<size_t> kernel_of(g.nodes().size(), SIZE_MAX);
   for (size_t s = 0; s < n; ++s)
@@ -125,12 +143,19 @@ Stages plan_stages(const Graph& g, const KernelGraph& kg, const std::vector<bool
     st.begin.push_back(first);
     st.order.push_back(head);
     placed[head] = 2;
-    if (head < small.size() && small[head])
-      for (size_t s = head + 1; s < n && s <= head + window; ++s)
-        if (!placed[s] && s < small.size() && small[s] && ready(s)) {
-          st.order.push_back(s);
-          placed[s] = 2;
+    if (small(head)) {
+      std::vector<double> times = {ns[head]};
+      for (size_t s = head + 1; s < n && s <= head + window; ++s) {
+        if (placed[s] || !small(s) || !ready(s)) continue;
+        times.push_back(ns[s]);
+        if (stage_gain(times, threads) <= stage_gain({times.begin(), times.end() - 1}, threads)) {
+          times.pop_back();  // too unlike the others: it would keep one core busy alone
+          continue;
         }
+        st.order.push_back(s);
+        placed[s] = 2;
+      }
+    }
     for (size_t i = first; i < st.order.size(); ++i) placed[st.order[i]] = 1;
     const size_t size = st.order.size() - first;
     st.stage_of.insert(st.stage_of.end(), size, static_cast<int32_t>(st.begin.size() - 1));

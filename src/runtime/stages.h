@@ -31,6 +31,19 @@ constexpr double kStageFlopsPerThread = 4e6;
 constexpr double kStageBytesPerThread = 512.0 * 1024;
 bool is_small(const KernelCost& c, int threads);
 
+// Balance: a kernel alone on the pool takes about t / threads plus one region's overhead; kernels
+// side by side take the longest of them (or their sum / threads) plus one overhead. So a tiny
+// kernel beside a much longer one loses: the longer one runs on one core while the others wait.
+// Estimates, not measurements of each machine: time from FLOPs at kStageFlopsPerNs and bytes at
+// kStageBytesPerNs on one core, kStageRegionNs for a parallel region's start and join.
+constexpr double kStageFlopsPerNs = 50;
+constexpr double kStageBytesPerNs = 10;
+constexpr double kStageRegionNs = 5000;
+double estimated_ns(const KernelCost& c);
+// Nanoseconds saved by running kernels of these times as one stage instead of one after another;
+// 0 for one kernel.
+double stage_gain(const std::vector<double>& ns, int threads);
+
 struct Stages {
   std::vector<size_t> order;      // new position -> old kernel index (a topological order)
   std::vector<size_t> begin;      // stage i holds the steps [begin[i], begin[i + 1]) of `order`
@@ -40,11 +53,12 @@ struct Stages {
 };
 
 // Groups the kernels of `kg` (in a valid order) into stages. The step first in the plan that is
-// not placed yet opens a stage; a small one takes with it every later small step, at most
-// `window` steps further in the plan, whose producers are all in earlier stages. So steps move
-// forward by at most `window` places, which bounds how much longer their outputs live. window 0:
-// no stages (every step alone, the order unchanged).
-Stages plan_stages(const Graph& g, const KernelGraph& kg, const std::vector<bool>& small,
-                   size_t window);
+// not placed yet opens a stage; a small one takes with it each later small step, at most `window`
+// steps further in the plan, whose producers are all in earlier stages and which raises the
+// stage's stage_gain. So steps move forward by at most `window` places, which bounds how much
+// longer their outputs live. `ns[s]`: estimated_ns of step s when it is small, < 0 when not.
+// window 0: no stages (every step alone, the order unchanged).
+Stages plan_stages(const Graph& g, const KernelGraph& kg, const std::vector<double>& ns,
+                   size_t window, int threads);
 
 }  // namespace pto

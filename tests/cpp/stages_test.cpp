@@ -298,7 +298,8 @@ TEST(Stages, RandomGraphsPlanApartAndMatch) {
     infer_types(g);
     // The plan directly: every step small, stages as wide as they come.
     const KernelGraph kg0 = single_node_kernels(g);
-    const Stages st = plan_stages(g, kg0, std::vector<bool>(kg0.kernels.size(), true), 16);
+    const Stages st =
+        plan_stages(g, kg0, std::vector<double>(kg0.kernels.size(), 1000.0), 16, num_threads());
     KernelGraph kg;
     for (size_t old : st.order) kg.kernels.push_back(kg0.kernels[old]);
     const Liveness live = analyze_liveness(g, kg);
@@ -327,6 +328,29 @@ TEST(Stages, RandomGraphsPlanApartAndMatch) {
       expect_near(got, want, 1e-4, "reference");
     }
   }
+}
+
+TEST(Stages, GainFavoursKernelsOfLikeLength) {
+  EXPECT_EQ(stage_gain({1000}, 2), 0);
+  EXPECT_GT(stage_gain({1000, 1000}, 2), 0);           // each saves a region's overhead
+  EXPECT_GT(stage_gain({20000, 20000, 20000}, 2), 0);  // three on two threads still balance
+  EXPECT_LT(stage_gain({1000, 100000}, 2), 0);         // the long one would run on one core
+  // In the plan: of three independent small steps, the much longer one stays out of the stage.
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, to_shape({64, 64})});
+  ValueId a = g.add_value("a"), b = g.add_value("b"), c = g.add_value("c");
+  g.add_node("Relu", {x}, {a}, {}, "a");
+  g.add_node("Neg", {x}, {b}, {}, "b");
+  g.add_node("Exp", {x}, {c}, {}, "c");
+  g.add_output(a);
+  g.add_output(b);
+  g.add_output(c);
+  infer_types(g);
+  const KernelGraph kg = single_node_kernels(g);
+  const Stages st = plan_stages(g, kg, {1000, 100000, 1200}, 16, 2);
+  EXPECT_EQ(st.order, (std::vector<size_t>{0, 2, 1}));
+  EXPECT_EQ(st.stage_of, (std::vector<int32_t>{0, 0, 1}));
+  EXPECT_EQ(st.concurrent_stages, 1u);
 }
 
 TEST(Stages, RunAsOnPoolCutsWorkAsThePool) {
