@@ -28,6 +28,9 @@ struct CompileOptions {
   // memory twice; graph_with_weights() gives them back. Frees memory when the caller holds no
   // other reference to the weights (an ONNX model loaded for compile, BatchNorm-folded weights).
   bool release_packed_weights = true;
+  // Level >= 2: independent steps too small to fill the machine run at the same time, one per
+  // thread (stages; results are bit for bit those of running them one after another).
+  bool concurrent_kernels = true;
   bool auto_mixed_precision = false;    // bf16 compute with fp32 islands (not implemented yet)
   std::vector<std::string> dump_after;  // passes after which the graph is printed (PTO_DUMP_AFTER)
   // Tile shapes pinned for tile kernels instead of the planner's ({rows, cols} of the output
@@ -59,6 +62,8 @@ struct ExecutableStats {
   size_t weight_bytes = 0;           // the graph's constants (initializers) still held
   size_t packed_weight_bytes = 0;    // kernels' compile-time copies of them (packed GEMM panels)
   size_t released_weight_bytes = 0;  // constants dropped because a kernel holds them packed
+  size_t stages = 0;                 // groups of steps that run at the same time (more than one)
+  size_t staged_kernels = 0;         // steps in them
 };
 
 class Executable {

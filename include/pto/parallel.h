@@ -28,7 +28,14 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
 // that is already cut into pieces of similar cost (GEMM tiles, conv blocks).
 void parallel_tasks(int64_t tasks, const std::function<void(int64_t)>& fn);
 
-// True on a pool thread, or on the caller while it runs a parallel region.
+// True on a pool thread, or on the caller while it runs a parallel region (false at the top of
+// run_as_on_pool, which stands for a run that has the pool).
 bool in_parallel_region();
+
+// Runs fn() on the calling thread as if it had the whole pool: every parallel_for and
+// parallel_tasks inside cuts its work exactly as on num_threads() threads, but runs the pieces in
+// order, here. A kernel run this way gives the same bits as when it has the pool, so independent
+// kernels may run one per thread (Executable stages) without changing any result.
+void run_as_on_pool(const std::function<void()>& fn);
 
 }  // namespace pto

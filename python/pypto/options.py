@@ -18,9 +18,12 @@ _DEFAULTS: dict[str, Any] = {
     "auto_mixed_precision": False,  # bf16 compute with fp32 islands (not implemented yet)
     # drop the graph's copy of weights the GEMM/conv kernels hold packed (memory held once)
     "release_packed_weights": True,
+    # run independent kernels too small to fill the machine at the same time, one per thread
+    "concurrent_kernels": True,
 }
 _TYPES = {"graph_optimization_level": int, "memory_optimization": bool,
-          "auto_mixed_precision": bool, "release_packed_weights": bool}
+          "auto_mixed_precision": bool, "release_packed_weights": bool,
+          "concurrent_kernels": bool}
 _current = dict(_DEFAULTS)
 
 
@@ -101,6 +104,7 @@ def compile_options(level: int | None = None, tile: Any = None) -> _C.CompileOpt
     o.auto_mixed_precision = _current["auto_mixed_precision"]
     o.release_packed_weights = _current["release_packed_weights"]
     o.tiles = tile_option(tile)
+    o.concurrent_kernels = _current["concurrent_kernels"]
     return o
 
 

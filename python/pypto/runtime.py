@@ -81,7 +81,8 @@ class CompiledGraph:
     def stats(self, inputs: Sequence[Any] | None = None) -> dict:
         """What compiling made: ``kernels`` (plan steps), ``fused_kernels``, ``nodes`` (after the
         graph passes), ``nodes_in``, ``peak_bytes`` (the planned arena for intermediates),
-        ``unplanned_peak_bytes`` (every intermediate in its own buffer), ``live_peak_bytes``.
+        ``unplanned_peak_bytes`` (every intermediate in its own buffer), ``live_peak_bytes``,
+        ``stages`` (groups of kernels that run at the same time) and ``staged_kernels``.
         With symbolic shapes the memory numbers are for ``inputs`` (arrays or shapes), else for
         the last run."""
         shapes = None

@@ -46,6 +46,7 @@ void bind_runtime(nb::module_& m) {
       .def_rw("memory_optimization", &CompileOptions::memory_optimization)
       .def_rw("auto_mixed_precision", &CompileOptions::auto_mixed_precision)
       .def_rw("release_packed_weights", &CompileOptions::release_packed_weights)
+      .def_rw("concurrent_kernels", &CompileOptions::concurrent_kernels)
       .def_rw("dump_after", &CompileOptions::dump_after)
       .def_rw("tiles", &CompileOptions::tiles,
               "Pinned tile shapes: kernel name (a node or output of it, or '*') -> [rows, cols] or "
@@ -138,6 +139,8 @@ void bind_runtime(nb::module_& m) {
             d["weight_bytes"] = s.weight_bytes;
             d["packed_weight_bytes"] = s.packed_weight_bytes;
             d["released_weight_bytes"] = s.released_weight_bytes;
+            d["stages"] = s.stages;
+            d["staged_kernels"] = s.staged_kernels;
             return d;
           },
           nb::arg("input_shapes") = nb::none(),

@@ -6,7 +6,12 @@
 // plan (src/runtime/memory_plan.h) is made once for static shapes, per input-shape signature
 // otherwise.
 //
-// run: check the inputs at the boundary, then run the steps in order. During a step the runtime's
+// Stages (src/runtime/stages.h): at level >= 2, independent steps too small to fill the machine are
+// brought together (the order may change, within a window and only where the memory plan's peak
+// stays within 10%) and run at the same time, one per thread, each kernel cutting its work as it
+// would on the whole pool (run_as_on_pool), so the bits do not change.
+//
+// run: check the inputs at the boundary, then run the stages in order. During a step the runtime's
 // allocator hands each output the arena slot the plan gave it; everything else comes from the
 // Executable's memory pool. An output that lands in the arena where the plan did not put it (a
 // kernel returned a view the op did not declare) is copied out, so the plan can never be wrong.
@@ -22,8 +27,10 @@
 #include "pto/liveness.h"
 #include "pto/log.h"
 #include "pto/op_registry.h"
+#include "pto/parallel.h"
 #include "pto/reader_index.h"
 #include "runtime/memory_plan.h"
+#include "runtime/stages.h"
 #include "tile/lower.h"
 #include "tile/tile_planner.h"
 
@@ -50,6 +57,9 @@ struct Executable::Plan {
   KernelGraph kernels;
   Liveness live;
   std::vector<bool> in_place;  // per step: may write its output over a dying input
+  // Candidate stages chosen at compile time, per step (empty: none). Each shape's plan runs
+  // together only the small steps of a candidate (MemoryPlan::stage_begin).
+  std::vector<int32_t> stage_of;
   // Initializers released after packing (release_packed_weights): per value, the step whose
   // kernel holds it and the tensor runs read in its place (its shape and dtype, no data).
   struct Released {
@@ -307,14 +317,38 @@ MemoryPoolStats Executable::memory_stats() const {
 
 namespace {
 
+// The stages of these shapes: within each candidate stage, the runs of consecutive steps that
+// are small for them (any subset of a stage is independent too).
+std::vector<int32_t> active_stages(const Executable::Plan& p, const Graph& g, const Graph& types) {
+  if (p.stage_of.empty()) return {};
+  std::vector<int32_t> stage_of;
+  std::vector<double> run;  // estimated times of the current run of small steps
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const KernelCost c = kernel_cost(g, p.kernels.kernels[s], &types);
+    const bool small = is_small(c, num_threads());
+    bool join = small && !run.empty() && p.stage_of[s] == p.stage_of[s - 1];
+    if (join) {
+      run.push_back(estimated_ns(c));
+      join =
+          stage_gain(run, num_threads()) > stage_gain({run.begin(), run.end() - 1}, num_threads());
+      run.pop_back();
+    }
+    if (!join) run.clear();
+    if (small) run.push_back(estimated_ns(c));
+    stage_of.push_back(s == 0 ? 0 : stage_of.back() + (join ? 0 : 1));
+  }
+  return stage_of;
+}
+
 std::shared_ptr<const MemoryPlan> memory_plan_for(Executable::Plan& p, const Graph& g,
                                                   const std::vector<Dims>& shapes) {
   std::lock_guard<std::mutex> lock(p.mutex);
   auto it = p.memory_plans.find(shapes);
   if (it != p.memory_plans.end()) return p.last_plan = it->second;
   const Graph typed = all_static(g) ? Graph() : with_input_shapes(g, shapes);
+  const Graph& types = all_static(g) ? g : typed;
   auto plan = std::make_shared<const MemoryPlan>(
-      plan_memory(all_static(g) ? g : typed, p.kernels, p.live, p.in_place));
+      plan_memory(types, p.kernels, p.live, p.in_place, active_stages(p, g, types)));
   if (p.memory_plans.size() >= 64) p.memory_plans.erase(p.memory_plans.begin());
   p.memory_plans.emplace(shapes, plan);
   if (plan->arena_bytes > p.arena_size) {  // older arenas are too small for this plan
@@ -341,6 +375,8 @@ ExecutableStats stats_of(const Executable::Plan& p, const Graph& g, const Memory
     s.unplanned_peak_bytes = mp->unplanned_bytes;
     s.live_peak_bytes = mp->live_peak_bytes;
     s.unplanned_values = mp->unplanned_values;
+    s.stages = mp->concurrent_stages;
+    s.staged_kernels = mp->concurrent_steps;
   }
   return s;
 }
@@ -444,13 +480,16 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
 
   // The memory plan of these shapes and an arena for it. An observer may keep any value, so a
   // run with one allocates every value on its own.
+  // The plan also says which steps run at the same time; without memory_optimization only that.
   std::shared_ptr<const MemoryPlan> mp;
   std::shared_ptr<std::byte[]> arena;
-  if (p.plan_memory && !observer) {
+  if (!observer && (p.plan_memory || !p.stage_of.empty())) {
     std::vector<Dims> shapes;
     if (!all_static(g))
       for (const Tensor& t : inputs) shapes.push_back(t.shape());
     mp = memory_plan_for(p, g, shapes);
+  }
+  if (mp && p.plan_memory) {
     std::lock_guard<std::mutex> lock(p.mutex);
     if (!p.free_arenas.empty()) {
       arena = std::move(p.free_arenas.back());
@@ -461,18 +500,19 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
           [pool = p.pool, n = p.arena_size](std::byte* b) { pool->deallocate(b, n); });
     }
   }
-  auto alloc = std::make_shared<StepAllocator>(arena.get(), arena ? p.arena_size : 0, p.pool);
-  AllocatorScope scope(alloc);
-
   std::vector<Tensor> env(g.values().size());
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];
   for (const auto& [v, t] : g.initializers())
     if (!env[v].defined()) env[v] = t;  // a graph input with a default keeps the caller's value
   for (const auto& [v, r] : p.released) env[v] = r.meta;
 
-  for (size_t s = 0; s < p.steps.size(); ++s) {
+  // Step s on this thread, its outputs from the arena slots the plan gave them. Steps of a stage
+  // run at once: each reads values of earlier stages only and writes its own entries of env.
+  auto run_one = [&](size_t s) {
     const Plan::Step& step = p.steps[s];
     const Node& last = g.nodes()[step.group.last_node()];
+    auto alloc = std::make_shared<StepAllocator>(arena.get(), arena ? p.arena_size : 0, p.pool);
+    AllocatorScope scope(alloc);
     std::vector<Tensor> args;
     args.reserve(step.group.inputs.size());
     for (ValueId v : step.group.inputs) {
@@ -481,7 +521,7 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
       args.push_back(env[v].contiguous());
     }
     std::vector<Tensor> outs;
-    alloc->set_slots(mp ? &mp->step_slots[s] : nullptr);
+    alloc->set_slots(arena ? &mp->step_slots[s] : nullptr);
     try {
       outs = run_step(p, g, step, args);
     } catch (const std::bad_alloc&) {
@@ -510,12 +550,34 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
       }
       env[v] = std::move(outs[o]);
     }
-    if (observer) {
-      std::vector<Tensor> seen;
-      for (ValueId v : last.outputs) seen.push_back(v == kNoValue ? Tensor() : env[v]);
-      observer(last, seen);
+  };
+
+  // An observer sees the nodes in plan order; one thread has nothing to share.
+  const bool concurrent = mp && mp->concurrent_stages > 0 && num_threads() > 1;
+  std::vector<size_t> one_by_one;
+  if (!concurrent)
+    for (size_t s = 0; s <= p.steps.size(); ++s) one_by_one.push_back(s);
+  const std::vector<size_t>& stage_begin = concurrent ? mp->stage_begin : one_by_one;
+  for (size_t i = 0; i + 1 < stage_begin.size(); ++i) {
+    const size_t begin = stage_begin[i], end = stage_begin[i + 1];
+    if (concurrent && end - begin > 1) {
+      parallel_tasks(static_cast<int64_t>(end - begin), [&](int64_t t) {
+        run_as_on_pool([&] { run_one(begin + static_cast<size_t>(t)); });
+      });
+      for (size_t s = begin; s < end; ++s)
+        for (ValueId v : p.live.release_after[s]) env[v] = Tensor();
+      continue;
     }
-    for (ValueId v : p.live.release_after[s]) env[v] = Tensor();
+    for (size_t s = begin; s < end; ++s) {
+      run_one(s);
+      if (observer) {
+        const Node& last = g.nodes()[p.steps[s].group.last_node()];
+        std::vector<Tensor> seen;
+        for (ValueId v : last.outputs) seen.push_back(v == kNoValue ? Tensor() : env[v]);
+        observer(last, seen);
+      }
+      for (ValueId v : p.live.release_after[s]) env[v] = Tensor();
+    }
   }
   std::vector<Tensor> out;
   for (ValueId v : g.outputs()) {
@@ -588,6 +650,71 @@ class WeightReleaser {
   std::unordered_map<ValueId, int> readers_left_;
 };
 
+// The graph typed for the smallest inputs it takes: each symbolic dimension at the low end of its
+// declared range (at least 1). None when an input's rank is not known.
+std::optional<Graph> representative_types(const Graph& g) {
+  if (all_static(g)) return g;
+  std::vector<Dims> shapes;
+  for (ValueId v : g.inputs()) {
+    const TensorType& t = g.value(v).type;
+    if (!t.shape) return std::nullopt;
+    Dims dims;
+    for (const Dim& d : *t.shape) {
+      int64_t n = 1;
+      if (d.is_known()) {
+        n = d.value;
+      } else if (d.is_symbolic()) {
+        auto it = g.symbol_ranges.find(d.symbol);
+        if (it != g.symbol_ranges.end()) n = std::max<int64_t>(1, it->second.min);
+      }
+      dims.push_back(n);
+    }
+    shapes.push_back(std::move(dims));
+  }
+  try {
+    return with_input_shapes(g, shapes);
+  } catch (const Error&) {  // a graph that does not take these shapes: no stages
+    return std::nullopt;
+  }
+}
+
+// Candidate stages for the pool's thread count, from the widest window (kStageWindows) whose
+// memory plan peaks at most 10% (or 64 KiB) above the plan without stages; none when every
+// window's does. Costs and the memory check use `types` (the smallest inputs); each shape's plan
+// then runs together only the steps small for it (active_stages).
+constexpr size_t kStageWindows[] = {16, 4, 1};
+constexpr double kStageMemorySlack = 1.10;
+constexpr double kStageMemoryAllowance = 64 * 1024;  // a few KiB more is never "much"
+
+Stages choose_stages(const Graph& g, const KernelGraph& kg, const std::optional<Graph>& types) {
+  std::vector<double> ns;  // estimated time of each small step, -1 for the others
+  bool any = false;
+  for (const KernelGroup& k : kg.kernels) {
+    const KernelCost c = types ? kernel_cost(g, k, &*types) : KernelCost{0, 0, false};
+    ns.push_back(is_small(c, num_threads()) ? estimated_ns(c) : -1);
+    any = any || ns.back() >= 0;
+  }
+  if (!any) return plan_stages(g, kg, ns, 0, num_threads());
+  auto arena_bytes = [&](const KernelGraph& order, const std::vector<int32_t>& stage_of) {
+    std::vector<bool> in_place;
+    for (const KernelGroup& k : order.kernels) in_place.push_back(may_run_in_place(g, k));
+    return plan_memory(*types, order, analyze_liveness(g, order), in_place, stage_of).arena_bytes;
+  };
+  const auto base = static_cast<double>(arena_bytes(kg, {}));
+  const double limit = std::max(kStageMemorySlack * base, base + kStageMemoryAllowance);
+  for (size_t window : kStageWindows) {
+    Stages st = plan_stages(g, kg, ns, window, num_threads());
+    if (st.concurrent_stages == 0) break;
+    KernelGraph ordered;
+    for (size_t old : st.order) ordered.kernels.push_back(kg.kernels[old]);
+    const size_t bytes = arena_bytes(ordered, st.stage_of);
+    if (static_cast<double>(bytes) <= limit) return st;
+    log(LogLevel::kInfo, cat("stages: window ", window, " raises the memory peak to ", bytes,
+                             " bytes, over ", limit, "; trying a narrower one"));
+  }
+  return plan_stages(g, kg, ns, 0, num_threads());
+}
+
 }  // namespace
 
 Graph Executable::graph_with_weights() const {
@@ -641,6 +768,22 @@ Executable compile(Graph g, const CompileOptions& options) {
   std::vector<std::vector<int32_t>> trailing(kg.kernels.size()), leading(kg.kernels.size());
   if (options.level >= 2) absorb_views(gr, kg, trailing, leading);
   pin_tiles(options.tiles, gr, kg);  // CompileOptions::tiles onto KernelGroup::tile
+  if (options.level >= 2 && options.concurrent_kernels && num_threads() > 1) {
+    const Stages st = choose_stages(gr, kg, representative_types(gr));
+    if (st.concurrent_stages > 0) {
+      KernelGraph ordered;
+      std::vector<std::vector<int32_t>> t2, l2;
+      for (size_t old : st.order) {
+        ordered.kernels.push_back(std::move(kg.kernels[old]));
+        t2.push_back(std::move(trailing[old]));
+        l2.push_back(std::move(leading[old]));
+      }
+      kg = std::move(ordered);
+      trailing = std::move(t2);
+      leading = std::move(l2);
+      plan->stage_of = st.stage_of;
+    }
+  }
 
   plan->step_of_node.assign(gr.nodes().size(), 0);
   std::optional<WeightReleaser> releaser;

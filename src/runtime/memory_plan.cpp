@@ -10,6 +10,10 @@
 // with one output, writes that output over an input of the same dtype and size whose buffer
 // ends at this step (each element is read before the same element is written). The two become
 // one buffer with the longer lifetime, so a chain of such steps runs in one buffer.
+//
+// Stages: steps of one stage may run at the same time, so lifetimes are measured in stages, not
+// steps (a buffer read last in a stage and one made in it overlap), and a step writes in place
+// only over a buffer no other step of its stage reads.
 #include "runtime/memory_plan.h"
 
 #include <algorithm>
@@ -55,7 +59,8 @@ bool may_run_in_place(const Graph& g, const KernelGroup& k) {
 }
 
 MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& live,
-                       const std::vector<bool>& in_place) {
+                       const std::vector<bool>& in_place, const std::vector<int32_t>& stage_of) {
+  auto stage = [&](int32_t s) { return stage_of.empty() ? s : stage_of.at(s); };
   MemoryPlan plan;
   plan.step_slots.resize(kg.kernels.size());
   std::vector<Buffer> buffers;
@@ -79,11 +84,18 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
       }
       const auto step = static_cast<int32_t>(s);
       if (roots.size() == 1 && s < in_place.size() && in_place[s]) {
+        // Whether an earlier step of this stage reads buffer b (a later one cannot: b ends here).
+        auto sibling_reads = [&](int32_t b) {
+          for (int32_t t = step - 1; t >= 0 && stage(t) == stage(step); --t)
+            for (ValueId in : kg.kernels[t].inputs)
+              if (in != kNoValue && buffer_of.at(live.root.at(in)) == b) return true;
+          return false;
+        };
         int32_t host = -1;
         for (ValueId in : kg.kernels[s].inputs) {
           const int32_t b = in == kNoValue || live.root.at(in) != in ? -1 : buffer_of.at(in);
           if (b >= 0 && buffers.at(b).end == step && buffers[b].bytes == bytes &&
-              g.value(in).type.dtype == g.value(o).type.dtype) {
+              g.value(in).type.dtype == g.value(o).type.dtype && !sibling_reads(b)) {
             host = b;
             break;
           }
@@ -101,6 +113,10 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
       e = std::max(e, buffers.back().end);
     }
     for (size_t b = first; b < buffers.size(); ++b) buffers[b].end = end_by_size[buffers[b].bytes];
+  }
+  for (Buffer& b : buffers) {  // lifetimes in stages from here on
+    b.begin = stage(b.begin);
+    b.end = stage(b.end);
   }
 
   std::vector<size_t> order(buffers.size());
@@ -129,7 +145,7 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
     placed.push_back(i);
   }
 
-  std::vector<size_t> live_bytes(kg.kernels.size() + 1, 0);
+  std::vector<size_t> live_bytes(kg.kernels.size() + 1, 0);  // per stage
   for (const Buffer& b : buffers) {
     plan.unplanned_bytes += b.bytes;
     plan.step_slots[b.step].push_back({b.value, b.bytes, b.offset});
@@ -141,6 +157,16 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
       live_bytes[s] += b.bytes;
   }
   for (size_t b : live_bytes) plan.live_peak_bytes = std::max(plan.live_peak_bytes, b);
+  for (size_t s = 0; s <= kg.kernels.size(); ++s) {
+    const auto step = static_cast<int32_t>(s);
+    if (s == 0 || s == kg.kernels.size() || stage(step) != stage(step - 1)) {
+      if (!plan.stage_begin.empty() && s - plan.stage_begin.back() > 1) {
+        ++plan.concurrent_stages;
+        plan.concurrent_steps += s - plan.stage_begin.back();
+      }
+      plan.stage_begin.push_back(s);
+    }
+  }
   return plan;
 }
 

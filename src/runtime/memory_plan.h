@@ -22,6 +22,10 @@ struct MemoryPlan {
   size_t unplanned_bytes = 0;                 // every planned buffer in its own allocation
   size_t live_peak_bytes = 0;   // the most bytes live at one step (no plan can do better)
   size_t unplanned_values = 0;  // intermediates left to the pool (size unknown, or escaping)
+  // The stages the plan was made for: stage i holds steps [stage_begin[i], stage_begin[i + 1]).
+  std::vector<size_t> stage_begin;
+  size_t concurrent_stages = 0;  // stages of more than one step
+  size_t concurrent_steps = 0;   // steps in them
 };
 
 // Whether kernel k may write its one output over an input that dies there (each element read
@@ -31,8 +35,11 @@ bool may_run_in_place(const Graph& g, const KernelGroup& k);
 
 // `g` must carry the concrete shapes of this run (infer_types with concrete inputs; its nodes may
 // differ from the kernel graph's, as constant folding of the concrete shapes removes some: only
-// value types are read). `in_place[s]`: may_run_in_place for step s (empty: none).
+// value types are read). `in_place[s]`: may_run_in_place for step s (empty: none). `stage_of[s]`:
+// the stage of step s, non-decreasing (empty: every step a stage of its own); steps of one stage
+// may run at the same time, so the plan takes a stage as one point in time.
 MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& live,
-                       const std::vector<bool>& in_place = {});
+                       const std::vector<bool>& in_place = {},
+                       const std::vector<int32_t>& stage_of = {});
 
 }  // namespace pto

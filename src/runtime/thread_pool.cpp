@@ -2,8 +2,10 @@
 //
 // A job is a number of tasks and a function; every thread, the caller included, takes the next task
 // index from an atomic counter until none are left. Task boundaries are fixed before the job
-// starts, so results never depend on which thread ran which task. Idle workers spin briefly
-// (kernels in a graph follow each other within microseconds) and then sleep on a condition
+// starts, so results never depend on which thread ran which task. run_as_on_pool keeps those
+// boundaries but runs the pieces in order on its thread (a kernel of an Executable stage, beside
+// others on the other threads, gives the bits it gives on the whole pool). Idle workers spin
+// briefly (kernels in a graph follow each other within microseconds) and then sleep on a condition
 // variable.
 #include <immintrin.h>
 #include <sched.h>
@@ -25,6 +27,8 @@ namespace pto {
 namespace {
 
 thread_local bool t_in_region = false;
+// Inside run_as_on_pool: top-level regions are cut as on the pool but run on this thread.
+thread_local bool t_as_on_pool = false;
 
 struct RegionGuard {
   bool saved = t_in_region;
@@ -177,7 +181,8 @@ int num_threads() {
 
 void set_num_threads(int n) {
   if (n < 0 || n > 4096) throw ValueError(cat("set_num_threads: expected 1..4096, got ", n));
-  if (t_in_region) throw ValueError("set_num_threads: called from inside a parallel region");
+  if (t_in_region || t_as_on_pool)
+    throw ValueError("set_num_threads: called from inside a parallel region");
   int want = n == 0 ? default_threads() : n;
   std::lock_guard lock(g_pool_mutex);
   if (g_pool && g_pool->threads() == want) return;
@@ -189,9 +194,24 @@ bool in_parallel_region() {
   return t_in_region;
 }
 
+void run_as_on_pool(const std::function<void()>& fn) {
+  struct Guard {
+    bool region = t_in_region, as_on_pool = t_as_on_pool;
+    Guard() {
+      t_in_region = false;
+      t_as_on_pool = true;
+    }
+    ~Guard() {
+      t_in_region = region;
+      t_as_on_pool = as_on_pool;
+    }
+  } guard;
+  fn();
+}
+
 void parallel_tasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
   if (tasks <= 0) return;
-  if (t_in_region) {
+  if (t_in_region || t_as_on_pool) {
     run_serial(tasks, fn);
     return;
   }
@@ -212,10 +232,15 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
   }
   // Balanced fixed chunks: the first n % chunks get one more element.
   int64_t base = n / chunks, extra = n % chunks;
-  pool().run(chunks, [&](int64_t c) {
+  auto chunk = [&](int64_t c) {
     int64_t b = begin + c * base + std::min(c, extra);
     fn(b, b + base + (c < extra ? 1 : 0));
-  });
+  };
+  if (t_as_on_pool) {
+    run_serial(chunks, chunk);  // the pool's chunks, in order on this thread
+    return;
+  }
+  pool().run(chunks, chunk);
 }
 
 }  // namespace pto
