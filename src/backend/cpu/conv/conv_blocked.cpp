@@ -125,6 +125,19 @@ BlockedConv blocked_geometry(const Tensor& x, const Tensor& w, const Attributes&
   return g;
 }
 
+// The fused residual and activation on output row oy of blocks [o0, o1) of image n of a blocked
+// output [N, ocb, oh, OW, c] (`row` = OW * c floats), while the row is in L1.
+void row_epilogues(const Epilogue& ep, float* y, int64_t n, int64_t ocb, int64_t oh, int64_t oy,
+                   int64_t row, int64_t o0, int64_t o1) {
+  for (int64_t o = o0; o < o1; ++o) {
+    const int64_t off = ((n * ocb + o) * oh + oy) * row;
+    Epilogue e = ep;
+    if (ep.residual) e.residual = ep.residual + off;
+    e.ldr = row;
+    apply_epilogue(e, y + off, row, 0, 1, 0, row);
+  }
+}
+
 BlockedConv blocked_geometry(const KernelContext& c) {
   return blocked_geometry(c.input(0), c.input(1), c.attrs(), c.attrs().get_int("group", 1),
                           c.where());
@@ -167,14 +180,7 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
       const int64_t obs = std::min(per, g.ocb - ob);
       if (!PTO_ISA_DISPATCH(conv_blocked_row, g, x, w, bias, yp, n, ob, obs, oy))
         generic::conv_blocked_row(g, x, w, bias, yp, n, ob, obs, oy);
-      if (!has_rest) continue;
-      for (int64_t o = ob; o < ob + obs; ++o) {
-        const int64_t off = ((n * g.ocb + o) * g.oh + oy) * row;
-        Epilogue e = ep;
-        if (ep.residual) e.residual = ep.residual + off;
-        e.ldr = row;
-        apply_epilogue(e, yp + off, row, 0, 1, 0, row);
-      }
+      if (has_rest) row_epilogues(ep, yp, n, g.ocb, g.oh, oy, row, ob, ob + obs);
     }
   });
   return {y};
@@ -241,14 +247,7 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
       for (int64_t ob = b0; ob < b1; ob += 4)
         conv_row(gp, mid, wpp, bp.data<float>(), out + ob * plane, plane, 0, ob,
                  std::min<int64_t>(4, b1 - ob), 0);
-      if (!has_rest) continue;
-      for (int64_t o = b0; o < b1; ++o) {
-        const int64_t off = ((n * gp.ocb + o) * gd.oh + oy) * row;
-        Epilogue e = ep;
-        if (ep.residual) e.residual = ep.residual + off;
-        e.ldr = row;
-        apply_epilogue(e, yp + off, row, 0, 1, 0, row);
-      }
+      if (has_rest) row_epilogues(ep, yp, n, gp.ocb, gd.oh, oy, row, b0, b1);
     }
   });
   return {y};
