@@ -289,8 +289,10 @@ Grid choose_grid(int64_t items, const GemmArgs& g, const Blocking& bl, int threa
       const int64_t tasks = items * tm * tn;
       if (tasks > 16 * threads && (tm > 1 || tn > 1)) continue;
       const double waves = static_cast<double>(ceil_div(tasks, threads));
-      const double mt = static_cast<double>(ceil_div(mp, tm) * bl.mr);
-      const double nt = static_cast<double>(ceil_div(np, tn) * bl.nr);
+      // The largest task's rows and columns as they are, not rounded up to whole panels: a
+      // partial edge panel costs what it holds (196 columns split 128 + 68 is not balanced).
+      const double mt = static_cast<double>(std::min(g.m, ceil_div(mp, tm) * bl.mr));
+      const double nt = static_cast<double>(std::min(g.n, ceil_div(np, tn) * bl.nr));
       const double cost = waves * (mt * nt + 32.0 * (mt + nt)) + static_cast<double>(tasks);
       if (cost < best_cost) {
         best_cost = cost;
