@@ -486,9 +486,7 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - reported to the driver, which carries on
             traceback.print_exc()
             r = {"status": "failed", "error": f"{type(e).__name__}: {e}"[:2000]}
-        sys.stdout.flush()
-        print(MARK + json.dumps(r), flush=True)
-        return 0
+        return bench.report_child(r, MARK)
     return main_driver(args)
 
 

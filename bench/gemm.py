@@ -244,10 +244,7 @@ def main() -> int:
         return 0
     if args.child:
         args.threads = int(args.threads)
-        r = child_numpy(args)
-        sys.stdout.flush()
-        print(MARK + json.dumps(r), flush=True)
-        return 0
+        return bench.report_child(child_numpy(args), MARK)
     return main_driver(args)
 
 

@@ -398,6 +398,13 @@ def child_env(threads: int, wait_policy: str | None = None) -> dict:
     return env
 
 
+def report_child(result: dict, marker: str = MARK) -> int:
+    """A child's last words: its result as one line of JSON after `marker` (run_child reads it)."""
+    sys.stdout.flush()
+    print(marker + json.dumps(result), flush=True)
+    return 0
+
+
 def run_child(cmd: list[str], env: dict, timeout: float, marker: str | None = MARK) -> dict:
     """Runs one child in a process group of its own; its stderr goes through to ours. Returns
     its JSON (the line after `marker`, or the last line of stdout without one), or
@@ -829,10 +836,7 @@ def main() -> int:
     if args.child:
         args.threads = int(args.threads)
         child = {"torch-mm": child_torch_mm, "model": child_model, "export": child_export}
-        r = child[args.child](args)
-        sys.stdout.flush()
-        print(MARK + json.dumps(r), flush=True)
-        return 0
+        return report_child(child[args.child](args))
     return main_driver(args)
 
 

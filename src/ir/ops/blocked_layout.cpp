@@ -58,6 +58,22 @@ void infer_from_blocked(InferContext& c) {
   infer::set(c, 0, c.inputs[0].dtype, y);
 }
 
+// [N, w[0], OH, OW, c] of a 2-D window of `kernel_shape` over the H and W of X (dims 2 and 3).
+Shape blocked_conv_output(const InferContext& c, const Shape& x, const Shape& w, const Dim& c_out) {
+  const window::Params p =
+      window::read_params(c.attrs(), c.attrs().get_ints("kernel_shape"), false, c.where());
+  if (p.rank() != 2)
+    throw ValueError(cat(c.where(), ": kernel_shape must have 2 values (a 2-D convolution)"));
+  Shape y{x[0], w[0]};
+  for (size_t i = 0; i < 2; ++i) {
+    const Dim& d = x[i + 2];
+    y.push_back(d.is_known() ? Dim(window::forward_axis(p, i, d.value, c.where()).out)
+                             : Dim::unknown());
+  }
+  y.push_back(c_out);
+  return y;
+}
+
 void infer_conv_blocked(InferContext& c) {
   if (!c.has_input(0)) return;
   const std::optional<Shape>& x = c.inputs[0].shape;
@@ -70,17 +86,7 @@ void infer_conv_blocked(InferContext& c) {
                            ": X must be [N, Cb, H, W, c] (or [N, C, H, W] with 6-D W) and W 5-D "
                            "or 6-D, got ",
                            shape_str(*x), " and ", shape_str(w)));
-    const window::Params p =
-        window::read_params(c.attrs(), c.attrs().get_ints("kernel_shape"), false, c.where());
-    if (p.rank() != 2)
-      throw ValueError(cat(c.where(), ": kernel_shape must have 2 values (a 2-D convolution)"));
-    y = Shape{(*x)[0], w[0]};
-    for (size_t i = 0; i < 2; ++i) {
-      const Dim& d = (*x)[i + 2];
-      y->push_back(d.is_known() ? Dim(window::forward_axis(p, i, d.value, c.where()).out)
-                                : Dim::unknown());
-    }
-    y->push_back(nchw ? w[5] : (*x)[4]);
+    y = blocked_conv_output(c, *x, w, nchw ? w[5] : (*x)[4]);
   }
   infer::set(c, 0, c.inputs[0].dtype, y);
 }
@@ -94,17 +100,7 @@ void infer_dw_pw_conv_blocked(InferContext& c) {
     if (x->size() != 5 || w.size() != 6)
       throw ValueError(cat(c.where(), ": X must be [N, Cb, H, W, c] and Wpw 6-D, got ",
                            shape_str(*x), " and ", shape_str(w)));
-    const window::Params p =
-        window::read_params(c.attrs(), c.attrs().get_ints("kernel_shape"), false, c.where());
-    if (p.rank() != 2)
-      throw ValueError(cat(c.where(), ": kernel_shape must have 2 values (a 2-D convolution)"));
-    y = Shape{(*x)[0], w[0]};
-    for (size_t i = 0; i < 2; ++i) {
-      const Dim& d = (*x)[i + 2];
-      y->push_back(d.is_known() ? Dim(window::forward_axis(p, i, d.value, c.where()).out)
-                                : Dim::unknown());
-    }
-    y->push_back((*x)[4]);
+    y = blocked_conv_output(c, *x, w, (*x)[4]);
   }
   infer::set(c, 0, c.inputs[0].dtype, y);
 }
