@@ -125,6 +125,20 @@ BlockedConv blocked_geometry(const Tensor& x, const Tensor& w, const Attributes&
   return g;
 }
 
+// The register-level form of a fused epilogue (conv_isa.h's RowEpilogue) when it has one: a
+// scaled residual and ReLU or Clip, no bias and no general tile program.
+bool row_epilogue(const Epilogue& ep, RowEpilogue* e) {
+  if (ep.tile || ep.bias_kind != Epilogue::Bias::kNone) return false;
+  if (ep.act != Activation::kNone && ep.act != Activation::kRelu && ep.act != Activation::kClip)
+    return false;
+  e->residual = ep.residual;
+  e->scale = ep.residual_scale;
+  e->clamp = ep.act != Activation::kNone;
+  e->lo = ep.act == Activation::kClip ? ep.lo : 0.0f;
+  e->hi = ep.act == Activation::kClip ? ep.hi : std::numeric_limits<float>::infinity();
+  return true;
+}
+
 // The fused residual and activation on output row oy of blocks [o0, o1) of image n of a blocked
 // output [N, ocb, oh, OW, c] (`row` = OW * c floats), while the row is in L1.
 void row_epilogues(const Epilogue& ep, float* y, int64_t n, int64_t ocb, int64_t oh, int64_t oy,
@@ -173,13 +187,16 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
   // of a chunk reuse the set's weights. A general conv computes four blocks per task (the
   // kernel's register block); a depthwise one, one.
   const int64_t per = g.depthwise ? 1 : 4, sets = (g.ocb + per - 1) / per;
-  const bool has_rest = ep.residual || ep.act != Activation::kNone;
+  RowEpilogue fused;
+  const bool in_regs = row_epilogue(ep, &fused);
+  const bool has_rest = !in_regs && (ep.residual || ep.act != Activation::kNone);
+  const RowEpilogue* e = in_regs ? &fused : nullptr;
   parallel_for(0, g.n * sets * g.oh, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t oy = t % g.oh, ob = t / g.oh % sets * per, n = t / (g.oh * sets);
       const int64_t obs = std::min(per, g.ocb - ob);
-      if (!PTO_ISA_DISPATCH(conv_blocked_row, g, x, w, bias, yp, n, ob, obs, oy))
-        generic::conv_blocked_row(g, x, w, bias, yp, n, ob, obs, oy);
+      if (!PTO_ISA_DISPATCH(conv_blocked_row, g, x, w, bias, yp, n, ob, obs, oy, e))
+        generic::conv_blocked_row(g, x, w, bias, yp, n, ob, obs, oy, e);
       if (has_rest) row_epilogues(ep, yp, n, g.ocb, g.oh, oy, row, ob, ob + obs);
     }
   });
@@ -223,11 +240,18 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
   float* yp = y.data<float>();
   const float *xp = x.data<float>(), *wdp = wd.data<float>(), *wpp = wp.data<float>();
   const int64_t row = gd.ow * gd.block, plane = gd.oh * row;
-  const bool has_rest = ep.residual || ep.act != Activation::kNone;
+  RowEpilogue fused;
+  const bool in_regs = row_epilogue(ep, &fused);
+  const bool has_rest = !in_regs && (ep.residual || ep.act != Activation::kNone);
+  RowEpilogue clamp_mid;  // the depthwise stage's activation, in registers
+  clamp_mid.clamp = true;
+  clamp_mid.lo = lo;
+  clamp_mid.hi = hi;
   auto conv_row = [](const BlockedConv& g, const float* in, const float* w, const float* b,
-                     float* out, int64_t stride, int64_t n, int64_t ob, int64_t obs, int64_t oy) {
-    if (!PTO_ISA_DISPATCH(conv_blocked_row_at, g, in, w, b, out, stride, n, ob, obs, oy))
-      generic::conv_blocked_row_at(g, in, w, b, out, stride, n, ob, obs, oy);
+                     float* out, int64_t stride, int64_t n, int64_t ob, int64_t obs, int64_t oy,
+                     const RowEpilogue* e) {
+    if (!PTO_ISA_DISPATCH(conv_blocked_row_at, g, in, w, b, out, stride, n, ob, obs, oy, e))
+      generic::conv_blocked_row_at(g, in, w, b, out, stride, n, ob, obs, oy, e);
   };
   // Few rows (a 7x7 plane at batch 1) would leave threads idle: the output blocks of a row are
   // then split into `parts` tasks, each computing the (cheap) depthwise row again.
@@ -238,15 +262,17 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t part = t % parts, oy = t / parts % gd.oh, n = t / parts / gd.oh;
       for (int64_t o = 0; o < gd.ocb; ++o)
-        conv_row(gd, xp, wdp, bd.data<float>(), mid + o * row, row, n, o, 1, oy);
-      if (!act.empty())
-        for (int64_t i = 0; i < gd.ocb * row; ++i) mid[i] = std::min(std::max(mid[i], lo), hi);
-      float* out = yp + (n * gp.ocb * gd.oh + oy) * row;  // block 0's row oy of image n
+        conv_row(gd, xp, wdp, bd.data<float>(), mid + o * row, row, n, o, 1, oy,
+                 act.empty() ? nullptr : &clamp_mid);
+      const int64_t at = (n * gp.ocb * gd.oh + oy) * row;  // block 0's row oy of image n
       const int64_t b0 = part * sets / parts * 4,
                     b1 = std::min(gp.ocb, (part + 1) * sets / parts * 4);
-      for (int64_t ob = b0; ob < b1; ob += 4)
-        conv_row(gp, mid, wpp, bp.data<float>(), out + ob * plane, plane, 0, ob,
-                 std::min<int64_t>(4, b1 - ob), 0);
+      for (int64_t ob = b0; ob < b1; ob += 4) {
+        RowEpilogue e = fused;
+        if (e.residual) e.residual += at + ob * plane;
+        conv_row(gp, mid, wpp, bp.data<float>(), yp + at + ob * plane, plane, 0, ob,
+                 std::min<int64_t>(4, b1 - ob), 0, in_regs ? &e : nullptr);
+      }
       if (has_rest) row_epilogues(ep, yp, n, gp.ocb, gd.oh, oy, row, b0, b1);
     }
   });

@@ -34,11 +34,36 @@ struct RowKernel {
   const float* bias;  // OB * B values, or null
   float* y;           // the output row of block ob (OB blocks, ystride apart)
   int64_t oy, wstride, ystride;
+  const RowEpilogue* e;  // applied before the store, or null; e->residual laid out as y
+
+  // The residual and output lines of a register block, fetched while its reduction runs: the
+  // residual is read and the output written only at the end (the output's lines are fetched for
+  // writing, so the store does not wait for a read for ownership).
+  template <int R, int NOB>
+  void fetch_ends(int64_t ox0) const {
+    for (int o = 0; o < NOB; ++o)
+      for (int r = 0; r < R; ++r)
+        for (int l = 0; l < B; l += 16) {  // a 64-byte line is 16 floats
+          const int64_t at = o * ystride + (ox0 + r) * B + l;
+          if (e && e->residual) __builtin_prefetch(e->residual + at, 0, 3);
+          __builtin_prefetch(y + at, 1, 3);
+        }
+  }
+
+  // acc (+ scale * residual, clamped) stored at output offset `at`.
+  void finish(Vec acc, int64_t at) const {
+    if (e) {
+      if (e->residual) acc = fma(Vec::set1(e->scale), Vec::load(e->residual + at), acc);
+      if (e->clamp) acc = min(max(acc, Vec::set1(e->lo)), Vec::set1(e->hi));
+    }
+    acc.store(y + at);
+  }
 
   // Output pixels [ox0, ox0 + R) of OB output blocks; with kChecked, taps outside the row are
   // skipped (R == 1). Per input lane: OB weight loads and R broadcasts feed OB x R FMAs.
   template <int R, bool kChecked>
   void general(int64_t ox0) const {
+    fetch_ends<R, OB>(ox0);
     Vec acc[R][OB][kNV];
     for (int o = 0; o < OB; ++o)
       for (int v = 0; v < kNV; ++v) {
@@ -79,11 +104,12 @@ struct RowKernel {
     for (int r = 0; r < R; ++r)
       for (int o = 0; o < OB; ++o)
         for (int v = 0; v < kNV; ++v)
-          acc[r][o][v].store(y + o * ystride + (ox0 + r) * B + v * kLanes);
+          finish(acc[r][o][v], o * ystride + (ox0 + r) * B + v * kLanes);
   }
 
   template <int R, bool kChecked>
   void depthwise(int64_t ox0) const {
+    fetch_ends<R, 1>(ox0);
     Vec acc[R][kNV];
     for (int v = 0; v < kNV; ++v) {
       const Vec b = bias ? Vec::load(bias + v * kLanes) : Vec::zero();
@@ -107,7 +133,7 @@ struct RowKernel {
       }
     }
     for (int r = 0; r < R; ++r)
-      for (int v = 0; v < kNV; ++v) acc[r][v].store(y + (ox0 + r) * B + v * kLanes);
+      for (int v = 0; v < kNV; ++v) finish(acc[r][v], (ox0 + r) * B + v * kLanes);
   }
 
   template <int R, bool kChecked>
@@ -148,7 +174,7 @@ struct RowKernel {
 // channels of one group), with register blocks that never cross a group's last output block.
 template <int B, bool kNchw>
 void row(const BlockedConv& g, const float* x, const float* w, const float* bias, float* yrow,
-         int64_t ystride, int64_t n, int64_t ob, int64_t obs, int64_t oy) {
+         int64_t ystride, int64_t n, int64_t ob, int64_t obs, int64_t oy, const RowEpilogue* e) {
   const int64_t plane = g.ih * g.iw * (kNchw ? g.channels : B);  // one image's block (NCHW: all)
   BlockedConv gg = g;
   gg.icb = g.icb / g.groups;
@@ -160,16 +186,19 @@ void row(const BlockedConv& g, const float* x, const float* w, const float* bias
         g.depthwise ? x + (n * g.icb + o) * plane : x + (n * g.icb + o / ocb_g * gg.icb) * plane;
     const float* bs = bias ? bias + o * B : nullptr;
     float* yr = yrow + (o - ob) * ystride;
+    RowEpilogue eo = e ? *e : RowEpilogue{};
+    if (eo.residual) eo.residual += (o - ob) * ystride;
+    const RowEpilogue* ep = e ? &eo : nullptr;
     const int64_t group_end = (o / ocb_g + 1) * ocb_g;
     const int64_t end = g.depthwise || ob + obs < group_end ? ob + obs : group_end;
     if (!g.depthwise && o + 4 <= end) {
-      RowKernel<B, 4, kNchw>{gg, xs, w + o * wstride, bs, yr, oy, wstride, ystride}.run();
+      RowKernel<B, 4, kNchw>{gg, xs, w + o * wstride, bs, yr, oy, wstride, ystride, ep}.run();
       o += 4;
     } else if (!g.depthwise && o + 2 <= end) {
-      RowKernel<B, 2, kNchw>{gg, xs, w + o * wstride, bs, yr, oy, wstride, ystride}.run();
+      RowKernel<B, 2, kNchw>{gg, xs, w + o * wstride, bs, yr, oy, wstride, ystride, ep}.run();
       o += 2;
     } else {
-      RowKernel<B, 1, kNchw>{gg, xs, w + o * wstride, bs, yr, oy, wstride, ystride}.run();
+      RowKernel<B, 1, kNchw>{gg, xs, w + o * wstride, bs, yr, oy, wstride, ystride, ep}.run();
       o += 1;
     }
   }
@@ -179,25 +208,29 @@ void row(const BlockedConv& g, const float* x, const float* w, const float* bias
 
 bool conv_blocked_row_at(const BlockedConv& g, const float* x, const float* w, const float* bias,
                          float* yrow, int64_t ystride, int64_t n, int64_t ob, int64_t obs,
-                         int64_t oy) {
+                         int64_t oy, const RowEpilogue* e) {
   if (g.block == 8) {
     if constexpr (8 % kLanes == 0) {
-      g.x_nchw ? row<8, true>(g, x, w, bias, yrow, ystride, n, ob, obs, oy)
-               : row<8, false>(g, x, w, bias, yrow, ystride, n, ob, obs, oy);
+      g.x_nchw ? row<8, true>(g, x, w, bias, yrow, ystride, n, ob, obs, oy, e)
+               : row<8, false>(g, x, w, bias, yrow, ystride, n, ob, obs, oy, e);
       return true;
     }
   } else if (g.block == 16) {
-    g.x_nchw ? row<16, true>(g, x, w, bias, yrow, ystride, n, ob, obs, oy)
-             : row<16, false>(g, x, w, bias, yrow, ystride, n, ob, obs, oy);
+    g.x_nchw ? row<16, true>(g, x, w, bias, yrow, ystride, n, ob, obs, oy, e)
+             : row<16, false>(g, x, w, bias, yrow, ystride, n, ob, obs, oy, e);
     return true;
   }
   return false;
 }
 
 bool conv_blocked_row(const BlockedConv& g, const float* x, const float* w, const float* bias,
-                      float* y, int64_t n, int64_t ob, int64_t obs, int64_t oy) {
-  return conv_blocked_row_at(g, x, w, bias, y + ((n * g.ocb + ob) * g.oh + oy) * g.ow * g.block,
-                             g.oh * g.ow * g.block, n, ob, obs, oy);
+                      float* y, int64_t n, int64_t ob, int64_t obs, int64_t oy,
+                      const RowEpilogue* e) {
+  const int64_t off = ((n * g.ocb + ob) * g.oh + oy) * g.ow * g.block;
+  RowEpilogue eo = e ? *e : RowEpilogue{};
+  if (eo.residual) eo.residual += off;
+  return conv_blocked_row_at(g, x, w, bias, y + off, g.oh * g.ow * g.block, n, ob, obs, oy,
+                             e ? &eo : nullptr);
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS

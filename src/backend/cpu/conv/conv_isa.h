@@ -67,18 +67,32 @@ struct BlockedConv : ConvWindow {
   bool x_nchw = false;
 };
 
+// The part of a fused epilogue a blocked conv applies in registers: y = clamp(acc + scale *
+// residual) where `residual` is laid out as the output (null: none) and the clamp is to [lo, hi]
+// when `clamp` (ReLU: lo 0, hi +inf; Clip). Other epilogues run on each finished row instead.
+struct RowEpilogue {
+  const float* residual = nullptr;
+  float scale = 1.0f;
+  bool clamp = false;
+  float lo = 0.0f, hi = 0.0f;
+};
+
 // Output row oy of image n in output channel blocks [ob, ob + obs): row y + ((n * ocb + o) * oh +
 // oy) * ow * block of each block o gets bias (ocb * block values, or zeros when null) plus the
 // convolution. Returns false, having written nothing, when this ISA's vectors do not divide
 // `block` (the caller then uses generic).
+// With `e`, each register block's accumulators get e's scaled residual and clamp before they are
+// stored, so the output is written once and the residual is read while the block computes.
 PTO_ISA_DECLARE(bool conv_blocked_row(const BlockedConv& g, const float* x, const float* w,
                                       const float* bias, float* y, int64_t n, int64_t ob,
-                                      int64_t obs, int64_t oy);
+                                      int64_t obs, int64_t oy, const RowEpilogue* e);
                 // As conv_blocked_row, with block ob's output row at `yrow` and the next block's
-                // `ystride` floats on (a row buffer instead of the output tensor).
+                // `ystride` floats on (a row buffer instead of the output tensor); e->residual,
+                // if any, points at block ob's residual row, laid out as `yrow`.
                 bool conv_blocked_row_at(const BlockedConv& g, const float* x, const float* w,
                                          const float* bias, float* yrow, int64_t ystride, int64_t n,
-                                         int64_t ob, int64_t obs, int64_t oy);)
+                                         int64_t ob, int64_t obs, int64_t oy,
+                                         const RowEpilogue* e);)
 
 // Winograd F(4x4, 3x3) transforms of a BlockedConv (winograd.h). Tiles of 4x4 output pixels are
 // numbered over (image, tile row, tile column); tile t0 + r is row r of each of the 36 matrices
