@@ -50,13 +50,25 @@ struct RowKernel {
         }
   }
 
-  // acc (+ scale * residual, clamped) stored at output offset `at`.
-  void finish(Vec acc, int64_t at) const {
-    if (e) {
-      if (e->residual) acc = fma(Vec::set1(e->scale), Vec::load(e->residual + at), acc);
-      if (e->clamp) acc = min(max(acc, Vec::set1(e->lo)), Vec::set1(e->hi));
-    }
-    acc.store(y + at);
+  // Stores the accumulators of a register block (pixel r, block o, vector v at output offset
+  // o * ystride + (ox0 + r) * B + v * kLanes), adding e's scaled residual and clamping first.
+  // e is copied to locals: the stores may alias it as far as the compiler knows.
+  template <int R, int NOB>
+  [[gnu::always_inline]] void store(const Vec (&acc)[R][NOB][kNV], int64_t ox0) const {
+    auto each = [&](auto f) {
+      for (int r = 0; r < R; ++r)
+        for (int o = 0; o < NOB; ++o)
+          for (int v = 0; v < kNV; ++v) f(acc[r][o][v], o * ystride + (ox0 + r) * B + v * kLanes);
+    };
+    if (!e) return each([&](Vec a, int64_t at) { a.store(y + at); });
+    const float* res = e->residual;
+    const Vec scale = Vec::set1(e->scale), lo = Vec::set1(e->lo), hi = Vec::set1(e->hi);
+    const bool clamp = e->clamp;
+    each([&](Vec a, int64_t at) {
+      if (res) a = fma(scale, Vec::load(res + at), a);
+      if (clamp) a = min(max(a, lo), hi);
+      a.store(y + at);
+    });
   }
 
   // Output pixels [ox0, ox0 + R) of OB output blocks; with kChecked, taps outside the row are
@@ -101,19 +113,16 @@ struct RowKernel {
         }
       }
     }
-    for (int r = 0; r < R; ++r)
-      for (int o = 0; o < OB; ++o)
-        for (int v = 0; v < kNV; ++v)
-          finish(acc[r][o][v], o * ystride + (ox0 + r) * B + v * kLanes);
+    store<R, OB>(acc, ox0);
   }
 
   template <int R, bool kChecked>
   void depthwise(int64_t ox0) const {
     fetch_ends<R, 1>(ox0);
-    Vec acc[R][kNV];
+    Vec acc[R][1][kNV];
     for (int v = 0; v < kNV; ++v) {
       const Vec b = bias ? Vec::load(bias + v * kLanes) : Vec::zero();
-      for (int r = 0; r < R; ++r) acc[r][v] = b;
+      for (int r = 0; r < R; ++r) acc[r][0][v] = b;
     }
     const int64_t xstep = g.sw * B;
     for (int64_t ky = 0; ky < g.kh; ++ky) {
@@ -128,12 +137,11 @@ struct RowKernel {
         for (int v = 0; v < kNV; ++v) {
           const Vec wv = Vec::load(wp + v * kLanes);
           for (int r = 0; r < R; ++r)
-            acc[r][v] = fma(Vec::load(xp + r * xstep + v * kLanes), wv, acc[r][v]);
+            acc[r][0][v] = fma(Vec::load(xp + r * xstep + v * kLanes), wv, acc[r][0][v]);
         }
       }
     }
-    for (int r = 0; r < R; ++r)
-      for (int v = 0; v < kNV; ++v) finish(acc[r][v], (ox0 + r) * B + v * kLanes);
+    store<R, 1>(acc, ox0);
   }
 
   template <int R, bool kChecked>
