@@ -409,6 +409,8 @@ std::vector<Case> random_cases() {
       {1, 24, 7, 7, 80, 1, 1, 0},             // 5 blocks of 16: 4 + 1
       {1, 8, 3, 3, 8, 5, 1, 2},               // kernel larger than the image: no interior
       {1, 48, 11, 13, 48, 3, 2, 1, 1, true},  // depthwise, strided
+      {1, 32, 5, 37, 32, 3, 1, 1, 1, true},   // depthwise, rows of 14 + 14 + 7 interior pixels
+      {1, 32, 5, 61, 32, 3, 2, 1, 1, true},   // depthwise, stride 2: 14 + 14 + 1 interior
       {2, 20, 8, 9, 20, 3, 1, 1, 1, true},    // depthwise, odd channels
       {1, 17, 6, 40, 17, 5, 1, 4, 2, true, false},      // depthwise, dilated, no bias
       {1, 64, 9, 11, 96, 3, 1, 1, 1, false, true, 2},   // 2 groups: 32 -> 48 channels each

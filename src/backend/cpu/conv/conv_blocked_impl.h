@@ -17,6 +17,8 @@ namespace {
 
 constexpr int kLanes = Vec::kLanes;
 // Accumulator registers a register block may use: the rest hold a weight and a broadcast input.
+// (AVX-512: 4 blocks x 7 pixels, one accumulator spilled, is 4-5% faster on ResNet-50 and
+// MobileNetV2 than 4 x 6 without a spill, and 1.5-2% faster than 4 x 8; measured interleaved.)
 constexpr int kAccRegs = kLanes == 16 ? 28 : (kLanes == 8 ? 12 : 16);
 
 // kNchw: X is [N, C, H, W] with C <= B (a stem reading the network's input directly, no reorder):
@@ -144,10 +146,51 @@ struct RowKernel {
     store<R, 1>(acc, ox0);
   }
 
+  // The interior of a depthwise row with a 3-wide window (dilation 1) and stride SW: each input
+  // pixel is loaded once per kernel row and feeds every output of the block whose window holds
+  // it (3 FMAs a load at stride 1, where the general loop loads once per FMA). The FMAs reach each
+  // accumulator in the same (ky, kx) order, so the result is the general loop's bit for bit.
+  template <int R, int SW>
+  void depthwise3(int64_t ox0) const {
+    fetch_ends<R, 1>(ox0);
+    Vec acc[R][1][kNV];
+    for (int v = 0; v < kNV; ++v) {
+      const Vec b = bias ? Vec::load(bias + v * kLanes) : Vec::zero();
+      for (int r = 0; r < R; ++r) acc[r][0][v] = b;
+    }
+    constexpr int kJ = (R - 1) * SW + 3;  // input pixels a kernel row reads
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const int64_t iy = oy * g.sh + ky * g.dh - g.ph;
+      if (iy < 0 || iy >= g.ih) continue;
+      const float* xp = x + (iy * g.iw + ox0 * SW - g.pw) * B;
+      Vec wv[3][kNV];
+      for (int kx = 0; kx < 3; ++kx)
+        for (int v = 0; v < kNV; ++v) wv[kx][v] = Vec::load(w + (ky * 3 + kx) * B + v * kLanes);
+#pragma GCC unroll 64
+      for (int j = 0; j < kJ; ++j)
+#pragma GCC unroll 4
+        for (int v = 0; v < kNV; ++v) {
+          const Vec xv = Vec::load(xp + j * B + v * kLanes);
+#pragma GCC unroll 3
+          for (int kx = 0; kx < 3; ++kx) {
+            const int d = j - kx;
+            if (d >= 0 && d % SW == 0 && d / SW < R)
+              acc[d / SW][0][v] = fma(xv, wv[kx][v], acc[d / SW][0][v]);
+          }
+        }
+    }
+    store<R, 1>(acc, ox0);
+  }
+
   template <int R, bool kChecked>
   void block(int64_t ox0) const {
     if constexpr (OB == 1 && !kNchw)
-      if (g.depthwise) return depthwise<R, kChecked>(ox0);
+      if (g.depthwise) {
+        if constexpr (!kChecked)
+          if (g.kw == 3 && g.dw == 1 && (g.sw == 1 || g.sw == 2))
+            return g.sw == 1 ? depthwise3<R, 1>(ox0) : depthwise3<R, 2>(ox0);
+        return depthwise<R, kChecked>(ox0);
+      }
     general<R, kChecked>(ox0);
   }
 
