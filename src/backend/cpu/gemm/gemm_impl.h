@@ -246,6 +246,8 @@ void gemm_macro(const MacroBlock& blk) {
   static const MicroTable table;
   const int64_t np = (blk.n + kNR - 1) / kNR, mp = (blk.m + kMR - 1) / kMR;
   const int64_t as = blk.a_panel_stride ? blk.a_panel_stride : blk.k * kMR;
+  const float* res =
+      blk.epilogue && !blk.epilogue->tile ? blk.epilogue->residual : nullptr;  // null: none
   for (int64_t j = 0; j < np; ++j) {
     const int nj = static_cast<int>(blk.n - j * kNR < kNR ? blk.n - j * kNR : kNR);
     const float* bp = blk.b + j * blk.b_panel_stride;
@@ -277,6 +279,12 @@ void gemm_macro(const MacroBlock& blk) {
       NextPanel nx = next;
       if (i * share >= blk.k) nx.b = nullptr;
       if (nx.b) nx.b += i * share * nx.ld;
+      if (res) {  // the epilogue's residual tile, read right after the k loop: fetch it meanwhile
+        const float* r = res + (blk.m0 + i * kMR) * blk.epilogue->ldr + blk.n0 + j * kNR;
+        for (int rr = 0; rr < mi; ++rr)
+          for (int v = 0; v < nv; ++v)
+            __builtin_prefetch(r + rr * blk.epilogue->ldr + v * kL, 0, 3);
+      }
       fn[mi - 1][nv - 1](blk.k, blk.a + i * as, bp, bs, rows, c, blk.ldc, n_last, blk.alpha,
                          blk.accumulate, nx);
       if (blk.epilogue)
