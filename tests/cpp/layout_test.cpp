@@ -408,6 +408,8 @@ std::vector<Case> random_cases() {
       {1, 20, 9, 10, 100, 3, 1, 1},           // 13 blocks of 8 (4 + 4 + 4 + 1), 7 of 16 (4 + 2 + 1)
       {1, 24, 7, 7, 80, 1, 1, 0},             // 5 blocks of 16: 4 + 1
       {1, 8, 3, 3, 8, 5, 1, 2},               // kernel larger than the image: no interior
+      {1, 16, 4, 31, 32, 3, 1, 8, 4},         // pad 8 > 7: two checked blocks before the interior
+      {1, 16, 4, 5, 48, 3, 1, 1},             // a row narrower than a register block
       {1, 48, 11, 13, 48, 3, 2, 1, 1, true},  // depthwise, strided
       {1, 32, 5, 37, 32, 3, 1, 1, 1, true},   // depthwise, rows of 14 + 14 + 7 interior pixels
       {1, 32, 5, 61, 32, 3, 2, 1, 1, true},   // depthwise, stride 2: 14 + 14 + 1 interior
