@@ -4,9 +4,10 @@
 // index from an atomic counter until none are left. Task boundaries are fixed before the job
 // starts, so results never depend on which thread ran which task. run_as_on_pool keeps those
 // boundaries but runs the pieces in order on its thread (a kernel of an Executable stage, beside
-// others on the other threads, gives the bits it gives on the whole pool). Idle workers spin
-// briefly (kernels in a graph follow each other within microseconds) and then sleep on a condition
-// variable.
+// others on the other threads, gives the bits it gives on the whole pool). parallel_for cuts a few
+// chunks per thread so that the others finish the work of a thread the OS has descheduled. Idle
+// workers spin briefly (kernels in a graph follow each other within microseconds) and then sleep on
+// a condition variable.
 #include <immintrin.h>
 #include <sched.h>
 
@@ -25,6 +26,9 @@
 
 namespace pto {
 namespace {
+
+// Chunks a parallel_for cuts per pool thread (see parallel_for).
+constexpr int64_t kChunksPerThread = 4;
 
 thread_local bool t_in_region = false;
 // Inside run_as_on_pool: top-level regions are cut as on the pool but run on this thread.
@@ -223,8 +227,13 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
   int64_t n = end - begin;
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  // At most one chunk per thread, and every chunk at least `grain` long (n / grain rounds down).
-  int64_t chunks = t_in_region ? 1 : std::min<int64_t>(n / grain, num_threads());
+  // Every chunk at least `grain` long (n / grain rounds down), and kChunksPerThread chunks per
+  // thread: a worker the OS deschedules mid-job (another process, another runtime's threads, a
+  // VM's steal) strands one small chunk, not half of the job. ResNet-50 on 2 threads beside
+  // two nice-19 compilers: 58.8 -> 50.2 ms median, p90 80 -> 66 ms.
+  const int threads = num_threads();
+  int64_t chunks =
+      t_in_region || threads == 1 ? 1 : std::min<int64_t>(n / grain, kChunksPerThread * threads);
   if (chunks <= 1) {
     RegionGuard guard;
     fn(begin, end);
