@@ -40,19 +40,6 @@ struct RowKernel {
   int64_t oy, wstride, ystride;
   const RowEpilogue* e;  // applied before the store, or null; e->residual laid out as y
 
-  // Whether the tap at input column ix + r * sw of each pixel r of a block lies inside the row
-  // (valid[r]); false when none does.
-  template <int R>
-  bool inside(int64_t ix, bool (&valid)[R]) const {
-    bool any = false;
-    for (int r = 0; r < R; ++r) {
-      const int64_t c = ix + r * g.sw;
-      valid[r] = c >= 0 && c < g.iw;
-      any = any || valid[r];
-    }
-    return any;
-  }
-
   // The residual and output lines of a register block, fetched while its reduction runs: the
   // residual is read and the output written only at the end (the output's lines are fetched for
   // writing, so the store does not wait for a read for ownership).
@@ -99,6 +86,7 @@ struct RowKernel {
         const Vec b = bias ? Vec::load(bias + o * B + v * kLanes) : Vec::zero();
         for (int r = 0; r < R; ++r) acc[r][o][v] = b;
       }
+    const int64_t xstep = g.sw * kPix;
     const int64_t xlane = kNchw ? g.ih * g.iw : 1;  // floats from one lane to the next
     // Each input block plane contributes a short run of pixels per register block, a stream
     // too short for the hardware prefetcher: fetch the run kAheadPlanes planes on meanwhile
@@ -121,9 +109,8 @@ struct RowKernel {
         const float* xrow = x + (ib * g.ih + iy) * g.iw * kPix;
         for (int64_t kx = 0; kx < g.kw; ++kx) {
           const int64_t ix = ox0 * g.sw + kx * g.dw - g.pw;
-          bool valid[R];  // kChecked: whether pixel r's tap lies inside the row
-          if constexpr (kChecked)
-            if (!inside<R>(ix, valid)) continue;
+          if (kChecked && (ix < 0 || ix >= g.iw)) continue;
+          const float* xp = xrow + ix * kPix;
           const float* wp = w + ((ib * g.kh + ky) * g.kw + kx) * B * B;
           auto lane = [&](int64_t i) {
             Vec wv[OB][kNV];
@@ -131,8 +118,7 @@ struct RowKernel {
               for (int v = 0; v < kNV; ++v)
                 wv[o][v] = Vec::load(wp + o * wstride + i * B + v * kLanes);
             for (int r = 0; r < R; ++r) {
-              const int64_t at = (ix + r * g.sw) * kPix + i * xlane;
-              const Vec xv = !kChecked || valid[r] ? Vec::set1(xrow[at]) : Vec::zero();
+              const Vec xv = Vec::set1(xp[r * xstep + i * xlane]);
               for (int o = 0; o < OB; ++o)
                 for (int v = 0; v < kNV; ++v) acc[r][o][v] = fma(xv, wv[o][v], acc[r][o][v]);
             }
@@ -162,16 +148,13 @@ struct RowKernel {
       const float* xrow = x + iy * g.iw * B;
       for (int64_t kx = 0; kx < g.kw; ++kx) {
         const int64_t ix = ox0 * g.sw + kx * g.dw - g.pw;
-        bool valid[R];
-        if constexpr (kChecked)
-          if (!inside<R>(ix, valid)) continue;
+        if (kChecked && (ix < 0 || ix >= g.iw)) continue;
+        const float* xp = xrow + ix * B;
         const float* wp = w + (ky * g.kw + kx) * B;
         for (int v = 0; v < kNV; ++v) {
           const Vec wv = Vec::load(wp + v * kLanes);
           for (int r = 0; r < R; ++r)
-            if (!kChecked || valid[r])
-              acc[r][0][v] =
-                  fma(Vec::load(xrow + ix * B + r * xstep + v * kLanes), wv, acc[r][0][v]);
+            acc[r][0][v] = fma(Vec::load(xp + r * xstep + v * kLanes), wv, acc[r][0][v]);
         }
       }
     }
@@ -226,48 +209,26 @@ struct RowKernel {
     general<R, kChecked>(ox0);
   }
 
-  // `r` (<= R) pixels from ox0 as one register block of r; kChecked for any pixels, else
-  // interior ones only.
-  template <int R, bool kChecked>
+  // The last `r` (< kRMax) interior pixels from ox0, as one register block of r.
+  template <int R>
   void tail(int r, int64_t ox0) const {
     if constexpr (R >= 1) {
-      if (r == R) return block<R, kChecked>(ox0);
-      tail<R - 1, kChecked>(r, ox0);
+      if (r == R) return block<R, false>(ox0);
+      tail<R - 1>(r, ox0);
     }
   }
 
   void run() const {
-    // Interior pixels [lo, hi): every tap of the window lies inside the row. Pixels outside it
-    // go in checked register blocks as wide as the interior's (an edge pixel alone would do
-    // OB weight loads per OB FMAs: two of the seven pixels of a 7x7 plane at 3x3).
+    // Interior pixels [lo, hi): every tap of the window lies inside the row.
     const int64_t lo = (g.pw + g.sw - 1) / g.sw < g.ow ? (g.pw + g.sw - 1) / g.sw : g.ow;
     const int64_t last = g.iw - 1 + g.pw - (g.kw - 1) * g.dw;  // the last interior ox * sw
     int64_t hi = last < 0 ? 0 : last / g.sw + 1;
     hi = hi > g.ow ? g.ow : (hi < lo ? lo : hi);
-    if (g.depthwise) {  // one pixel at a time at the edges: measured 5% faster on MobileNetV2
-      for (int64_t q = 0; q < lo; ++q) block<1, true>(q);
-      int64_t q = lo;
-      for (; q + kRMax <= hi; q += kRMax) block<kRMax, false>(q);
-      if (q < hi) tail<kRMax - 1, false>(static_cast<int>(hi - q), q);
-      for (q = hi; q < g.ow; ++q) block<1, true>(q);
-      return;
-    }
-    auto checked = [&](int64_t from, int64_t to) {
-      for (int64_t ox = from; ox < to; ox += kRMax)
-        tail<kRMax, true>(static_cast<int>(to - ox < kRMax ? to - ox : kRMax), ox);
-    };
-    int64_t ox = 0;
-    if (lo > 0) {
-      ox = (lo + kRMax - 1) / kRMax * kRMax;
-      ox = ox < g.ow ? ox : g.ow;
-      checked(0, ox);
-    }
+    for (int64_t ox = 0; ox < lo; ++ox) block<1, true>(ox);
+    int64_t ox = lo;
     for (; ox + kRMax <= hi; ox += kRMax) block<kRMax, false>(ox);
-    if (g.ow - ox > kRMax && hi > ox) {  // the interior rest, then the edge
-      tail<kRMax - 1, false>(static_cast<int>(hi - ox), ox);
-      ox = hi;
-    }
-    checked(ox, g.ow);
+    if (ox < hi) tail<kRMax - 1>(static_cast<int>(hi - ox), ox);
+    for (ox = hi; ox < g.ow; ++ox) block<1, true>(ox);
   }
 };
 
