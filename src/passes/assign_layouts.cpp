@@ -31,6 +31,7 @@
 
 #include <algorithm>
 
+#include "ir/ops/blocked_layout.h"
 #include "passes/rewrite_util.h"
 #include "pto/device_info.h"
 
@@ -163,30 +164,6 @@ bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked,
 
 // ---- constant data in the blocked layout ----
 
-// W [M, C, KH, KW] -> [M/c, C/c, KH, KW, c(in), c(out)], or depthwise [C, 1, KH, KW] ->
-// [C/c, 1, KH, KW, c]; zeros where a channel is past M or C.
-Tensor blocked_weights(const Tensor& w, bool depthwise, int block) {
-  const Tensor src = w.contiguous();
-  const float* s = src.data<float>();
-  const int64_t M = w.dim(0), C = w.dim(1), K = w.dim(2) * w.dim(3), b = block;
-  const int64_t ocb = blocks_of(M, block);
-  if (depthwise) {
-    Tensor t = Tensor::zeros(DType::kF32, {ocb, 1, w.dim(2), w.dim(3), b});
-    float* d = t.data<float>();
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t k = 0; k < K; ++k) d[((m / b) * K + k) * b + m % b] = s[m * K + k];
-    return t;
-  }
-  const int64_t icb = blocks_of(C, block);
-  Tensor t = Tensor::zeros(DType::kF32, {ocb, icb, w.dim(2), w.dim(3), b, b});
-  float* d = t.data<float>();
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t k = 0; k < K; ++k)
-        d[((((m / b) * icb + c / b) * K + k) * b + c % b) * b + m % b] = s[(m * C + c) * K + k];
-  return t;
-}
-
 // A bias [M] zero-padded to [ceil(M/c) * c].
 Tensor padded_bias(const Tensor& bias, int block) {
   const Tensor src = bias.contiguous();
@@ -290,7 +267,7 @@ class Rewriter {
     const bool reads_nchw = group == 1 && w.dim(1) < block_ && blocked_of_[n.inputs[0]] == kNoValue;
     std::vector<ValueId> inputs = {reads_nchw ? n.inputs[0] : blocked(n.inputs[0])};
     inputs.push_back(g_.add_constant(g_.value(n.inputs[1]).name + "_blocked",
-                                     blocked_weights(w, depthwise, block_)));
+                                     blocked_conv_weights(w, depthwise, block_)));
     if (n.inputs.size() > 2 && n.inputs[2] != kNoValue)
       inputs.push_back(g_.add_constant(g_.value(n.inputs[2]).name + "_blocked",
                                        padded_bias(*constant(g_, n.inputs[2]), block_)));

@@ -190,6 +190,20 @@ TEST(ConvEpilogue, Grouped) {
       {"group 2 shifted", {2, 8, 20, 18}, {6, 4, 3, 3}, {}, {1, 1, 1, 1}, 2, true, {20, 18}});
 }
 
+// Convs on small planes with at least a block of input channels run on the blocked kernel inside
+// the NCHW Conv kernel (conv_kernels.cpp): the chain runs on the reordered NCHW output.
+TEST(ConvEpilogue, SmallPlaneBlockedPath) {
+  check_fused({"blocked 3x3", {2, 20, 9, 8}, {24, 20, 3, 3}, {}, {1, 1, 1, 1}, 1, true, {9, 8}});
+  check_fused({"blocked depthwise s2",
+               {2, 32, 9, 11},
+               {32, 1, 3, 3},
+               {2, 2},
+               {1, 1, 1, 1},
+               32,
+               true,
+               {1, 1, 5, 6}});
+}
+
 TEST(ConvEpilogue, OneDimensional) {
   check_fused({"1-D", {2, 4, 30}, {6, 4, 5}, {1}, {2, 2}, 1, true, {30}});
 }

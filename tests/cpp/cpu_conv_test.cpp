@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/conv/conv.h"
@@ -285,6 +286,50 @@ TEST(CpuConv, FusedResidualAndRelu) {
     }
   }
   set_num_threads(saved);
+}
+
+// Small planes with a block of input channels or more run on the blocked kernel inside the Conv
+// kernel (conv_kernels.cpp); here with a fused residual Add and Relu at level 2 (applied to the
+// NCHW output after the reorder) and channel counts that leave padded lanes.
+TEST(CpuConv, SmallPlaneBlockedPath) {
+  // (x, w, group, whether the blocked path is chosen: a 1x1 conv only on planes up to 8x8)
+  for (const auto& [x, w, group, small] :
+       {std::tuple{Dims{2, 24, 7, 7}, Dims{40, 24, 3, 3}, 1, true},
+        std::tuple{Dims{1, 40, 7, 7}, Dims{36, 40, 1, 1}, 1, true},
+        std::tuple{Dims{1, 40, 14, 14}, Dims{36, 40, 1, 1}, 1, false},
+        std::tuple{Dims{2, 40, 9, 9}, Dims{40, 1, 3, 3}, 40, true}}) {
+    Graph g;
+    ValueId xv = g.add_input("x", {DType::kF32, to_shape(x)});
+    ValueId wv = g.add_value("w"), bv = g.add_value("b");
+    g.set_initializer(wv, random_tensor(w, 2));
+    g.set_initializer(bv, random_tensor({w[0]}, 3));
+    const Dims y = {x[0], w[0], x[2], x[3]};
+    ValueId rv = g.add_input("r", {DType::kF32, to_shape(y)});
+    ValueId c = g.add_value("c"), s = g.add_value("s"), out = g.add_value("out");
+    Attributes a = attrs_of({{"group", int64_t{group}}});
+    if (w[2] == 3) a.set("pads", Dims{1, 1, 1, 1});
+    g.add_node("Conv", {xv, wv, bv}, {c}, a, "conv");
+    g.add_node("Add", {c, rv}, {s}, {}, "add");
+    g.add_node("Relu", {s}, {out}, {}, "relu");
+    g.add_output(out);
+    const std::vector<Tensor> feeds = {random_tensor(x, 1), random_tensor(y, 4)};
+    const Tensor want = reference::run(g, feeds)[0];
+    const int saved = num_threads();
+    for (cpu::Isa isa : cpu::supported_isas()) {
+      IsaScope scope(isa);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Executable exe = compile(g, {.level = 2});
+        ASSERT_EQ(exe.num_steps(), 1u);
+        const bool blocked = small && isa != cpu::Isa::kGeneric;
+        EXPECT_EQ(exe.describe_step(0).find("blocked direct") != std::string::npos, blocked)
+            << exe.describe_step(0);
+        expect_close(exe.run(feeds)[0], want, w[1] * w[2] * w[3],
+                     cat(dims_str(x), " on ", cpu::isa_name(isa), ", ", threads, " thread(s)"));
+      }
+    }
+    set_num_threads(saved);
+  }
 }
 
 // Same bits on every run for a given thread count (fixed task split, serial GEMM per task).

@@ -19,6 +19,8 @@
 //       1x1, stride-1 ConvBlocked (Wpw [OCb, Cb, 1, 1, c, c], Bpw [OCb * c]) as one node: the
 //       FuseBlockedConvs pass makes it so that the depthwise output, a row at a time, never
 //       leaves the cache. X [N, Cb, H, W, c] -> [N, OCb, OH, OW, c].
+#include "ir/ops/blocked_layout.h"
+
 #include "infer_util.h"
 #include "window.h"
 
@@ -144,6 +146,28 @@ void register_blocked_layout_ops(OpRegistry& r) {
               {"max", 0.0, "Clip's upper bound"}}),
          .infer = infer_dw_pw_conv_blocked,
          .doc = "depthwise ConvBlocked, an activation and a 1x1 ConvBlocked as one node"});
+}
+
+Tensor blocked_conv_weights(const Tensor& w, bool depthwise, int block) {
+  const Tensor src = w.contiguous();
+  const float* s = src.data<float>();
+  const int64_t M = w.dim(0), C = w.dim(1), K = w.dim(2) * w.dim(3), b = block;
+  const int64_t ocb = (M + block - 1) / block;
+  if (depthwise) {
+    Tensor t = Tensor::zeros(DType::kF32, {ocb, 1, w.dim(2), w.dim(3), b});
+    float* d = t.data<float>();
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) d[((m / b) * K + k) * b + m % b] = s[m * K + k];
+    return t;
+  }
+  const int64_t icb = (C + block - 1) / block;
+  Tensor t = Tensor::zeros(DType::kF32, {ocb, icb, w.dim(2), w.dim(3), b, b});
+  float* d = t.data<float>();
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t k = 0; k < K; ++k)
+        d[((((m / b) * icb + c / b) * K + k) * b + c % b) * b + m % b] = s[(m * C + c) * K + k];
+  return t;
 }
 
 }  // namespace pto

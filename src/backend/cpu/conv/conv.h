@@ -68,6 +68,16 @@ Epilogue conv_epilogue(const FusedEpilogue* f, const Dims& yshape, const std::st
 // positions other than all together or not at all ([oh, 1] per output row).
 std::optional<EpilogueOperand> conv_operand_strides(const Dims& t, const Dims& y);
 
+// NCHW x [n, c, hw] <-> channel-blocked [n, ceil(c/b), hw, b] (padded lanes zero), in parallel.
+void to_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw, int64_t b);
+void from_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw, int64_t b);
+
+// The blocked direct convolution of `g` (conv_isa.h) into y [n, ocb, oh, ow, block], over the pool:
+// bias (ocb * block values, or null) in the accumulators; of `ep`, a residual (laid out as y) and
+// ReLU/Clip in registers, other activations per finished row.
+void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, const float* bias,
+                       float* y, const Epilogue& ep);
+
 // ReorderToBlocked, ReorderFromBlocked and ConvBlocked (conv_blocked.cpp), registered from
 // register_conv_kernels.
 void register_blocked_conv_kernels(KernelRegistry& r);

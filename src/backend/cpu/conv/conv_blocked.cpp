@@ -11,26 +11,24 @@
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/conv/winograd.h"
 #include "backend/cpu/kernel.h"
+#include "backend/cpu/movement/transpose.h"
 #include "backend/cpu/scratch.h"
 #include "ir/ops/window.h"
 #include "pto/parallel.h"
 
 namespace pto::cpu {
-namespace {
 
 void to_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw, int64_t b) {
   const int64_t cb = (c + b - 1) / b;
   parallel_for(0, n * cb, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t ch0 = t % cb * b, lanes = std::min(b, c - ch0);
-      const float* xs = x + (t / cb * c + ch0) * hw;
       float* yb = y + t * hw * b;
       if (lanes < b) std::fill(yb, yb + hw * b, 0.0f);
-      for (int64_t p0 = 0; p0 < hw; p0 += 64) {  // 64 pixels: b source rows stay in L1
-        const int64_t p1 = std::min(hw, p0 + 64);
-        for (int64_t i = 0; i < lanes; ++i)
-          for (int64_t p = p0; p < p1; ++p) yb[p * b + i] = xs[i * hw + p];
-      }
+      // yb[p * b + i] = x plane i's pixel p: a transpose of [lanes, hw] into [hw, b]
+      PTO_ISA_DISPATCH(transpose_strip_4,
+                       reinterpret_cast<const uint32_t*>(x + (t / cb * c + ch0) * hw), hw,
+                       reinterpret_cast<uint32_t*>(yb), b, hw, lanes);
     }
   });
 }
@@ -40,16 +38,14 @@ void from_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw, in
   parallel_for(0, n * cb, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t ch0 = t % cb * b, lanes = std::min(b, c - ch0);
-      const float* xb = x + t * hw * b;
-      float* ys = y + (t / cb * c + ch0) * hw;
-      for (int64_t p0 = 0; p0 < hw; p0 += 64) {
-        const int64_t p1 = std::min(hw, p0 + 64);
-        for (int64_t i = 0; i < lanes; ++i)
-          for (int64_t p = p0; p < p1; ++p) ys[i * hw + p] = xb[p * b + i];
-      }
+      // plane i's pixel p = xb[p * b + i]: [hw, b] (its first lanes) into [lanes, hw]
+      PTO_ISA_DISPATCH(transpose_strip_4, reinterpret_cast<const uint32_t*>(x + t * hw * b), b,
+                       reinterpret_cast<uint32_t*>(y + (t / cb * c + ch0) * hw), hw, lanes, hw);
     }
   });
 }
+
+namespace {
 
 bool is_f32(const NodeInfo& info, size_t i) {
   return info.dtype(i) == DType::kF32;
@@ -152,6 +148,32 @@ void row_epilogues(const Epilogue& ep, float* y, int64_t n, int64_t ocb, int64_t
   }
 }
 
+}  // namespace
+
+void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, const float* bias,
+                       float* y, const Epilogue& ep) {
+  const int64_t row = g.ow * g.block;
+  // Tasks: (image, set of output blocks, output row), rows fastest so that consecutive tasks
+  // of a chunk reuse the set's weights. A general conv computes four blocks per task (the
+  // kernel's register block); a depthwise one, one.
+  const int64_t per = g.depthwise ? 1 : 4, sets = (g.ocb + per - 1) / per;
+  RowEpilogue fused;
+  const bool in_regs = row_epilogue(ep, &fused);
+  const bool has_rest = !in_regs && (ep.residual || ep.act != Activation::kNone);
+  const RowEpilogue* e = in_regs ? &fused : nullptr;
+  parallel_for(0, g.n * sets * g.oh, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t oy = t % g.oh, ob = t / g.oh % sets * per, n = t / (g.oh * sets);
+      const int64_t obs = std::min(per, g.ocb - ob);
+      if (!PTO_ISA_DISPATCH(conv_blocked_row, g, x, w, bias, y, n, ob, obs, oy, e))
+        generic::conv_blocked_row(g, x, w, bias, y, n, ob, obs, oy, e);
+      if (has_rest) row_epilogues(ep, y, n, g.ocb, g.oh, oy, row, ob, ob + obs);
+    }
+  });
+}
+
+namespace {
+
 BlockedConv blocked_geometry(const KernelContext& c) {
   return blocked_geometry(c.input(0), c.input(1), c.attrs(), c.attrs().get_int("group", 1),
                           c.where());
@@ -182,24 +204,7 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
       return {y};
     }
   }
-  const int64_t row = g.ow * g.block;
-  // Tasks: (image, set of output blocks, output row), rows fastest so that consecutive tasks
-  // of a chunk reuse the set's weights. A general conv computes four blocks per task (the
-  // kernel's register block); a depthwise one, one.
-  const int64_t per = g.depthwise ? 1 : 4, sets = (g.ocb + per - 1) / per;
-  RowEpilogue fused;
-  const bool in_regs = row_epilogue(ep, &fused);
-  const bool has_rest = !in_regs && (ep.residual || ep.act != Activation::kNone);
-  const RowEpilogue* e = in_regs ? &fused : nullptr;
-  parallel_for(0, g.n * sets * g.oh, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t oy = t % g.oh, ob = t / g.oh % sets * per, n = t / (g.oh * sets);
-      const int64_t obs = std::min(per, g.ocb - ob);
-      if (!PTO_ISA_DISPATCH(conv_blocked_row, g, x, w, bias, yp, n, ob, obs, oy, e))
-        generic::conv_blocked_row(g, x, w, bias, yp, n, ob, obs, oy, e);
-      if (has_rest) row_epilogues(ep, yp, n, g.ocb, g.oh, oy, row, ob, ob + obs);
-    }
-  });
+  conv_blocked_rows(g, x, w, bias, yp, ep);
   return {y};
 }
 
