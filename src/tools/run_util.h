@@ -4,13 +4,10 @@
 #include <random>
 #include <string>
 
+#include "pto/random_tensor.h"  // random_tensor, shared with PTO_VERIFY_PASSES
 #include "pto/tensor.h"
 
 namespace pto::cli {
-
-// A tensor of random values: floats uniform in [-1, 1), integers uniform in [0, 10), bools
-// uniform. Deterministic for a given generator state on every platform.
-Tensor random_tensor(DType dtype, const Dims& shape, std::mt19937_64& rng);
 
 // "f32[2, 3]  min -0.5  max 0.9  mean 0.1  std 0.4  values [0.1, ...]"; NaN and Inf are counted
 // and left out of the statistics.
