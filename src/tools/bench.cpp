@@ -145,15 +145,21 @@ std::string fixed(double x, int digits = 3) {
   return os.str();
 }
 
+// Milliseconds with at least four significant digits (0.03621, 1.234, 61.230).
+std::string ms(double x) {
+  const int digits = x > 0 ? std::max(3, 3 - static_cast<int>(std::floor(std::log10(x)))) : 3;
+  return fixed(x, std::min(digits, 9));
+}
+
 std::string mib(double bytes) {
   return fixed(bytes / (1024.0 * 1024.0), 2) + " MiB";
 }
 
-void print_timing(const std::string& who, const Latency& l, size_t runs, int64_t batch) {
-  std::cout << who << "latency:    mean " << fixed(l.mean) << " ms, min " << fixed(l.min)
-            << ", p50 " << fixed(l.p50) << ", p90 " << fixed(l.p90) << ", p99 " << fixed(l.p99)
-            << ", max " << fixed(l.max) << " (" << runs << " runs)\n"
-            << who << "throughput: " << fixed(1000.0 * static_cast<double>(batch) / l.mean, 1)
+void print_timing(const Latency& l, size_t runs, int64_t batch) {
+  std::cout << "latency:    mean " << ms(l.mean) << " ms, min " << ms(l.min) << ", p50 "
+            << ms(l.p50) << ", p90 " << ms(l.p90) << ", p99 " << ms(l.p99) << ", max " << ms(l.max)
+            << " (" << runs << " runs)\n"
+            << "throughput: " << fixed(1000.0 * static_cast<double>(batch) / l.mean, 1)
             << " inferences/s (" << fixed(1000.0 / l.mean, 1) << " runs/s x batch " << batch
             << ")\n";
 }
@@ -350,11 +356,12 @@ int bench_main(const std::vector<std::string>& args) {
   const ExecutableStats st = exe.stats();
   const Latency mine = summarize_times(times);
   std::cout << "warm-up:    " << o.warmup << " runs in " << format_ms(warm_ms) << "\n";
-  print_timing("", mine, times.size(), batch);
+  print_timing(mine, times.size(), batch);
   std::cout << "memory:     arena " << mib(static_cast<double>(st.peak_bytes))
             << (st.memory_planned ? " planned" : " (not planned at this level)")
             << " (intermediates unplanned: " << mib(static_cast<double>(st.unplanned_peak_bytes))
             << "), weights " << mib(static_cast<double>(st.weight_bytes + st.packed_weight_bytes))
+            << " (constants and packed copies)"
             << ", process peak RSS " << mib(static_cast<double>(ru.ru_maxrss) * 1024.0) << "\n";
 
   if (o.compare == "onnxruntime") {
@@ -363,10 +370,10 @@ int bench_main(const std::vector<std::string>& args) {
     std::cout << "onnxruntime " << peer.version << " (CPU, ORT_ENABLE_ALL, " << num_threads()
               << " intra-op threads, same inputs):\n"
               << "warm-up:    " << o.warmup << " runs in " << format_ms(peer.warmup_ms) << "\n";
-    print_timing("", theirs, peer.times.size(), batch);
+    print_timing(theirs, peer.times.size(), batch);
     std::cout << "memory:     process peak RSS " << mib(peer.peak_rss_kib * 1024.0) << "\n"
               << "ratio:      pypto p50 is " << fixed(theirs.p50 / mine.p50, 2)
-              << "x onnxruntime's speed (p50 " << fixed(mine.p50) << " ms vs " << fixed(theirs.p50)
+              << "x onnxruntime's speed (p50 " << ms(mine.p50) << " ms vs " << ms(theirs.p50)
               << " ms)\n";
   }
   return 0;
