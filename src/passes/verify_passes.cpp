@@ -1,7 +1,8 @@
 // PTO_VERIFY_PASSES (verify_passes.h). The inputs are random from a fixed seed (floats in
 // [-1, 1), integers in [0, 10)), with each symbolic dimension at 2, or inside its declared range.
-// The original graph is run once; each pass's output once more, so verification costs one
-// reference run of the model per pass (docs/debugging.md has measurements).
+// The original graph is run once, and each pass's output once more unless the pass left the graph
+// structurally unchanged: one reference run of the model per pass that rewrote something
+// (docs/debugging.md has measurements).
 #include "passes/verify_passes.h"
 
 #include <cstdlib>

@@ -1,6 +1,7 @@
 // PTO_VERIFY_PASSES=1: after every graph pass, the reference interpreter runs the pass's output on
 // fixed random inputs and compares it with the original graph's outputs; the first pass that
 // changed a result beyond tolerance is a ValueError naming the pass, the output and the error.
+// A pass whose output is structurally equal to its input (pto/graph.h) is not rerun.
 #pragma once
 
 #include <optional>
