@@ -161,3 +161,25 @@ def test_compare_layers_errors(resnet, capsys):
         debug.compare_layers(small, fast, torch.randn(2, 4), atol=-1)
     report = debug.compare_layers(small, fast, torch.randn(2, 4), verbose=True)
     assert report.ok and str(report) in capsys.readouterr().out
+
+
+def test_run_values_are_every_kernel_output():
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4),
+                                torch.nn.Softmax(dim=1)).eval()
+    x = torch.randn(3, 8)
+    for level in (0, 2):
+        fast = pypto.optimize(model, (x,), level=level)
+        cg = fast.compiled
+        values = cg.run_values([x])
+        steps = cg.steps
+        # One entry per kernel output, in step order, the graph output among them.
+        assert [s for s, _, _ in values] == sorted(s for s, _, _ in values)
+        assert {s for s, _, _ in values} == set(range(len(steps)))
+        by_name = {n: v for _, n, v in values}
+        assert len(by_name) == len(values)
+        torch.testing.assert_close(by_name[cg.output_names[0]], model(x), rtol=1e-5, atol=1e-6)
+        if level == 0:  # every node is its own kernel: the hidden ReLU is there
+            hidden = torch.relu(model[0](x))
+            assert any(v.shape == hidden.shape and torch.allclose(v, hidden, atol=1e-6)
+                       for _, _, v in values)
