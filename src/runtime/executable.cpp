@@ -849,6 +849,12 @@ Executable compile(Graph g, const CompileOptions& options) {
       if (gr.values()[v].name == name) plan->perturbed = static_cast<ValueId>(v);
     if (plan->perturbed == kNoValue)
       throw ValueError(cat("PTO_TEST_PERTURB_VALUE: the compiled graph has no value '", name, "'"));
+    bool written = false;
+    for (const auto& step : plan->steps)
+      for (ValueId v : step.group.outputs) written = written || v == plan->perturbed;
+    if (!written)
+      throw ValueError(cat("PTO_TEST_PERTURB_VALUE: value '", name,
+                           "' is computed inside a fused kernel, not written by one"));
   }
   return Executable(std::move(graph), options, std::move(plan));
 }

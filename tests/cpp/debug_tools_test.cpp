@@ -138,8 +138,14 @@ TEST(DebugTools, PerturbedValueIsOffByOneAndUnknownNamesAreErrors) {
     EXPECT_EQ(d.mismatches, want[0].numel());
     EXPECT_NEAR(d.max_abs, 1.0, 1e-6);
   }
-  EnvGuard env("PTO_TEST_PERTURB_VALUE", "no_such_value");
-  EXPECT_THROW(compile(g, {.level = 0}), ValueError);
+  {
+    EnvGuard env("PTO_TEST_PERTURB_VALUE", "no_such_value");
+    EXPECT_THROW(compile(g, {.level = 0}), ValueError);
+  }
+  // At level 2 Mul and Relu are one kernel: `m` is never written, so it cannot be perturbed.
+  EnvGuard env("PTO_TEST_PERTURB_VALUE", "m");
+  EXPECT_NO_THROW(compile(g, {.level = 0}));
+  EXPECT_THROW(compile(g, {.level = 2}), ValueError);
 }
 
 // A test-only pass with a broken rule: every Relu becomes Abs.

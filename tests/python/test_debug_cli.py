@@ -118,11 +118,42 @@ def test_check_inputs_from_files_and_errors(tmp_path):
 
 # ---- PTO_VERIFY_PASSES ----
 
+def bn_model(path):
+    """x[N, 16, 14, 14] -> Conv(32) -> BatchNormalization -> Relu -> Conv(32) -> Relu: FoldBatchNorm
+    and (level 3) AssignLayouts both rewrite it."""
+    rng = np.random.default_rng(0)
+    c = 32
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in [
+        ("w1", rng.standard_normal((c, 16, 3, 3)) * 0.1),
+        ("w2", rng.standard_normal((c, c, 3, 3)) * 0.1), ("s", rng.uniform(0.5, 1.5, c)),
+        ("b", rng.standard_normal(c) * 0.1), ("m", rng.standard_normal(c) * 0.1),
+        ("v", rng.uniform(0.5, 2, c))]]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], "conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c1", "s", "b", "m", "v"], ["n1"], "bn1"),
+             helper.make_node("Relu", ["n1"], ["r1"], "relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], "conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["y"], "relu2")]
+    graph = helper.make_graph(
+        nodes, "bn", [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 16, 14, 14])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, ["N", c, 14, 14])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
 def test_verify_passes_on_a_model(tmp_path):
-    m = conv_model(tmp_path / "m.onnx")
+    m = bn_model(tmp_path / "bn.onnx")
     r = pto("compile", m, "--level", "3", env={"PTO_VERIFY_PASSES": "1", "PTO_LOG": "info"})
     assert r.returncode == 0, r.stderr
-    assert "PTO_VERIFY_PASSES: pass AssignLayouts: outputs unchanged" in r.stderr
+    verified = re.findall(r"PTO_VERIFY_PASSES: pass (\w+): outputs unchanged", r.stderr)
+    # Only the passes that rewrote the graph are rerun.
+    assert verified == ["FoldBatchNorm", "AssignLayouts"], r.stderr
+    # Within zero tolerance, folding BatchNorm into the weights changes rounding: it is named.
+    r = pto("compile", m, env={"PTO_VERIFY_PASSES": "1", "PTO_VERIFY_PASSES_RTOL": "0",
+                               "PTO_VERIFY_PASSES_ATOL": "0"})
+    expect_error(r, "PTO_VERIFY_PASSES: pass FoldBatchNorm, output 'y': changed the result "
+                    "beyond tolerance (rtol 0, atol 0): max abs error")
+    # The check runs inside pto check as well, before anything is compared.
+    assert pto("check", m, "--level", "3", env={"PTO_VERIFY_PASSES": "1"}).returncode == 0
     expect_error(pto("compile", m, env={"PTO_VERIFY_PASSES": "on"}), "PTO_VERIFY_PASSES")
     expect_error(pto("compile", m, env={"PTO_VERIFY_PASSES": "1",
                                         "PTO_VERIFY_PASSES_RTOL": "x"}), "PTO_VERIFY_PASSES_RTOL")
