@@ -328,7 +328,7 @@ int bench_main(const std::vector<std::string>& args) {
 
   auto t0 = Clock::now();
   Executable exe = compile(g, {.level = o.level});
-  const double compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  const double compile_ms = ms_since(t0);
   std::cout << "model:      " << o.model << ", level " << o.level << ", " << num_threads()
             << " threads, batch " << batch << " (compiled in " << format_ms(compile_ms) << ")\n";
 
@@ -340,14 +340,14 @@ int bench_main(const std::vector<std::string>& args) {
       bar.update(i + 1);
     }
   }
-  const double warm_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  const double warm_ms = ms_since(t0);
   std::vector<double> times;
   {
     ProgressBar bar("pypto", o.iterations);
     for (int64_t i = 0; i < o.iterations; ++i) {
       auto t = Clock::now();
       exe.run(inputs);
-      times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t).count());
+      times.push_back(ms_since(t));
       bar.update(i + 1);
     }
   }

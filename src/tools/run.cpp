@@ -99,10 +99,6 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   return o;
 }
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
 void make_output_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);

@@ -1,6 +1,7 @@
 // Helpers of `pto run`: random inputs, output summaries and file names.
 #pragma once
 
+#include <chrono>
 #include <random>
 #include <string>
 
@@ -21,5 +22,10 @@ std::string sanitize_file_name(const std::string& name, size_t index);
 Tensor bf16_to_f32(const Tensor& t);
 
 std::string format_ms(double ms);
+
+// Milliseconds since t0 on the steady clock.
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace pto::cli
