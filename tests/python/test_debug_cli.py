@@ -69,8 +69,6 @@ def test_check_passes_a_correct_model_at_every_level(tmp_path, level):
     assert "y" in table  # the graph output is always compared
     if level == 0:  # nothing fused: every node's value
         assert set(table) == {"c1", "r1", "c2", "a2", "r2", "p", "f", "g", "y"}
-    if level == 3:  # blocked values are compared in NCHW
-        assert "r1" in table or "c1" in table, r.stdout
     for abs_err, rel_err, bad in table.values():
         assert bad == 0 and abs_err < 1e-4
 
@@ -114,6 +112,18 @@ def test_check_inputs_from_files_and_errors(tmp_path):
     expect_error(pto("check", m, "--input", "z=1.npy"), "no input named 'z'", code=1)
     expect_error(pto("check", m, env={"PTO_TEST_PERTURB_VALUE": "nope"}), "no value 'nope'")
     assert "usage: pto check" in pto("check", "--help").stdout
+
+
+def test_check_compares_level3_blocked_values_in_nchw(tmp_path):
+    m = bn_model(tmp_path / "bn.onnx")
+    r = pto("check", m, "--level", "3", "--dim", "N=2")
+    assert r.returncode == 0, r.stderr
+    # At level 3 relu1's output exists only as r1_blocked, f32[N, 2, 14, 14, 16]; it is compared
+    # after being turned back into f32[2, 32, 14, 14].
+    assert re.search(r"relu1 +Relu +r1 +f32\[2, 32, 14, 14\]", r.stdout), r.stdout
+    assert rows(r.stdout)["r1"][2] == 0
+    r = pto("check", m, "--level", "3", env={"PTO_TEST_PERTURB_VALUE": "r1_blocked"})
+    expect_error(r, "node 'relu1' (Relu), value 'r1'", code=1)
 
 
 # ---- PTO_VERIFY_PASSES ----
