@@ -9,6 +9,7 @@
 // the graph on the reference kernels.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -81,6 +82,12 @@ class Executable {
   // The same, calling `observer` after each node with its outputs (debugging tools, tests).
   std::vector<Tensor> run(const std::vector<Tensor>& inputs,
                           const reference::NodeObserver& observer) const;
+  // The same, calling `observer` after each step with every value the step made (its kernel's
+  // outputs, by id in graph()), in execution order: values inside a fused kernel are never
+  // materialized and are not shown. `pto check` and pypto.debug compare them with a reference.
+  using ValueObserver = std::function<void(ValueId, const Tensor&)>;
+  std::vector<Tensor> run_observing_values(const std::vector<Tensor>& inputs,
+                                           const ValueObserver& observer) const;
 
   // The graph it runs: the one given to compile() after the passes of its level. Weights that
   // kernels hold packed are released there (Graph::is_released; CompileOptions).
@@ -108,6 +115,9 @@ class Executable {
 
  private:
   friend Executable compile(Graph g, const CompileOptions& options);
+  std::vector<Tensor> run_impl(const std::vector<Tensor>& inputs,
+                               const reference::NodeObserver& node_observer,
+                               const ValueObserver& value_observer) const;
   Executable(std::shared_ptr<const Graph> g, CompileOptions options, std::shared_ptr<Plan> plan);
 
   std::shared_ptr<const Graph> graph_;

@@ -17,7 +17,7 @@ from .device import device_info, is_available
 from .options import (get_num_threads, get_optimization_options, reset_optimization_options,
                       set_num_threads, set_optimization_options)
 from .runtime import CompiledGraph
-from . import onnx
+from . import debug, onnx
 
 __version__ = "0.1.0"
 
@@ -78,7 +78,7 @@ def _register_backend_with_torch() -> None:
 _register_backend_with_torch()
 
 __all__ = [
-    "CompiledGraph", "OptimizedModule", "custom_op", "device_info", "get_num_threads",
+    "CompiledGraph", "OptimizedModule", "custom_op", "debug", "device_info", "get_num_threads",
     "get_optimization_options", "is_available", "jit", "onnx", "optimize",
     "reset_optimization_options", "set_num_threads", "set_optimization_options",
 ]

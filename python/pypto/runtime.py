@@ -132,6 +132,15 @@ class CompiledGraph:
 
         return [torch.from_dlpack(o) for o in outs]
 
+    def run_values(self, inputs: Sequence[Any]) -> list[tuple[int, str, Any]]:
+        """Runs once keeping every value a kernel wrote: (step index, value name, torch tensor)
+        in execution order. Values inside a fused kernel are never materialized and are absent
+        (pypto.debug.compare_layers uses this)."""
+        import torch
+
+        arrays = [to_boundary(x, f"input '{n}'") for x, n in zip(inputs, self.input_names)]
+        return [(s, n, torch.from_dlpack(a)) for s, n, a in self._exe.run_values(arrays)]
+
     def profile(self, inputs: Sequence[Any]) -> list[tuple[str, str, float]]:
         """Runs once; returns (node name, op, seconds) per node, in execution order."""
         arrays = [to_boundary(x, f"input '{n}'") for x, n in zip(inputs, self.input_names)]

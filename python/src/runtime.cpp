@@ -81,6 +81,29 @@ void bind_runtime(nb::module_& m) {
           },
           nb::arg("inputs"), "Runs and returns (node name, op, outputs) for every node, in order.")
       .def(
+          "run_values",
+          [](const Executable& exe, const nb::list& args) {
+            std::vector<std::tuple<size_t, std::string, Tensor>> seen;
+            const Graph& g = exe.graph();
+            std::vector<Tensor> inputs = inputs_from_python(exe, args);
+            {
+              nb::gil_scoped_release unlocked;
+              exe.run_observing_values(inputs, [&](ValueId v, const Tensor& t) {
+                const int32_t node = g.value(v).producer;
+                if (t.defined() && node >= 0)
+                  seen.emplace_back(exe.step_of_node(static_cast<size_t>(node)), g.value(v).name,
+                                    t);
+              });
+              inputs.clear();
+            }
+            nb::list out;
+            for (auto& [step, name, t] : seen)
+              out.append(nb::make_tuple(step, name, tensor_to_python(t)));
+            return out;
+          },
+          nb::arg("inputs"),
+          "Runs and returns (step, value name, array) for every value a kernel wrote, in order.")
+      .def(
           "profile",
           [](const Executable& exe, const nb::list& args) {
             // One entry per step: its last node's name, and its fusion rule or its op.

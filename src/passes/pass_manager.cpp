@@ -1,13 +1,16 @@
 // The pass manager: the registry of passes, the pipeline of each optimization level, and
 // run_passes, which runs a pipeline with types re-inferred, the verifier run, the time taken and
-// the rewrites fired recorded after every pass, and dumps the graph where PTO_DUMP_AFTER asks.
+// the rewrites fired recorded after every pass, and dumps the graph where PTO_DUMP_AFTER asks;
+// PTO_VERIFY_PASSES=1 reruns the reference after every pass (verify_passes.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "passes/passes.h"
+#include "passes/verify_passes.h"
 #include "pto/log.h"
 
 namespace pto {
@@ -110,12 +113,19 @@ Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* r
            std::find(dump.begin(), dump.end(), "all") != dump.end();
   };
 
+  // PTO_VERIFY_PASSES=1: the reference runs the graph after every pass (verify_passes.h).
+  const std::optional<passes::PassVerifier> verifier =
+      names.empty() ? std::nullopt : passes::PassVerifier::from_env(g);
+
   for (const std::string& name : names) {
     const PassDef* pass = PassRegistry::global().find(name);
     PTO_CHECK(pass) << "pass '" << name << "' is not registered";
     PassContext ctx;
     ctx.level = options.level;
     PassReport r{name, 0, g.nodes().size(), 0, {}};
+    // A pass that leaves the graph as it was cannot change results: verifying needs the copy.
+    std::optional<Graph> before;
+    if (verifier) before = g;
     auto t0 = std::chrono::steady_clock::now();
     g = pass->run(std::move(g), ctx);
     try {
@@ -135,6 +145,7 @@ Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* r
               static_cast<int>(r.seconds * 1e6), " us", fired.empty() ? "" : ";", fired));
     }
     if (dumps(name)) std::cerr << "// after " << name << "\n" << print(g) << std::flush;
+    if (verifier && !structurally_equal(*before, g)) verifier->check(name, g);
     if (report) report->push_back(std::move(r));
   }
   return g;

@@ -18,6 +18,7 @@
 #include "pto/executable.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -72,6 +73,9 @@ struct Executable::Plan {
   std::vector<PassReport> passes;
   size_t nodes_in = 0;
   bool plan_memory = false;
+  // PTO_TEST_PERTURB_VALUE: the value whose kernel output is made wrong on purpose (tests of the
+  // debugging tools only), kNoValue normally.
+  ValueId perturbed = kNoValue;
   std::shared_ptr<MemoryPool> pool = std::make_shared<MemoryPool>(kAllocHugeFirst);
 
   // Memory plans by input shapes, and arenas free for the next run (runs may be concurrent).
@@ -83,6 +87,17 @@ struct Executable::Plan {
 };
 
 namespace {
+
+// A test-only fault (PTO_TEST_PERTURB_VALUE=<value name>): a float32 output comes back with 1
+// added to every element, as from a broken kernel, so `pto check`, compare_layers and their tests
+// can show that the first wrong value is found. Other dtypes are left alone.
+Tensor perturbed_copy(const Tensor& t) {
+  if (t.dtype() != DType::kF32) return t;
+  Tensor c = t.clone();
+  float* d = static_cast<float*>(c.raw_data());
+  for (int64_t i = 0; i < c.numel(); ++i) d[i] += 1.0f;
+  return c;
+}
 
 // Every input's symbolic dimensions must lie in the range the frontend declared.
 void check_symbol_ranges(const Graph& g, const std::vector<Tensor>& inputs) {
@@ -470,6 +485,17 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs) const {
 
 std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
                                     const reference::NodeObserver& observer) const {
+  return run_impl(inputs, observer, {});
+}
+
+std::vector<Tensor> Executable::run_observing_values(const std::vector<Tensor>& inputs,
+                                                     const ValueObserver& observer) const {
+  return run_impl(inputs, {}, observer);
+}
+
+std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
+                                         const reference::NodeObserver& observer,
+                                         const ValueObserver& value_observer) const {
   const Graph& g = *graph_;
   Plan& p = *plan_;
   if (inputs.size() != g.inputs().size())
@@ -483,7 +509,7 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
   // The plan also says which steps run at the same time; without memory_optimization only that.
   std::shared_ptr<const MemoryPlan> mp;
   std::shared_ptr<std::byte[]> arena;
-  if (!observer && (p.plan_memory || !p.stage_of.empty())) {
+  if (!observer && !value_observer && (p.plan_memory || !p.stage_of.empty())) {
     std::vector<Dims> shapes;
     if (!all_static(g))
       for (const Tensor& t : inputs) shapes.push_back(t.shape());
@@ -548,6 +574,7 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
                                         data < arena.get() + slot.offset + slot.bytes);
         if (!in_own_step) outs[o] = outs[o].clone();
       }
+      if (v == p.perturbed) outs[o] = perturbed_copy(outs[o]);
       env[v] = std::move(outs[o]);
     }
   };
@@ -576,6 +603,8 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
         for (ValueId v : last.outputs) seen.push_back(v == kNoValue ? Tensor() : env[v]);
         observer(last, seen);
       }
+      if (value_observer)
+        for (ValueId v : p.steps[s].group.outputs) value_observer(v, env[v]);
       for (ValueId v : p.live.release_after[s]) env[v] = Tensor();
     }
   }
@@ -815,6 +844,18 @@ Executable compile(Graph g, const CompileOptions& options) {
   plan->live = analyze_liveness(gr, kg);
   for (const KernelGroup& k : kg.kernels) plan->in_place.push_back(may_run_in_place(gr, k));
   plan->plan_memory = options.level >= 2 && options.memory_optimization;
+  if (const char* name = std::getenv("PTO_TEST_PERTURB_VALUE"); name && *name) {
+    for (size_t v = 0; v < gr.values().size(); ++v)
+      if (gr.values()[v].name == name) plan->perturbed = static_cast<ValueId>(v);
+    if (plan->perturbed == kNoValue)
+      throw ValueError(cat("PTO_TEST_PERTURB_VALUE: the compiled graph has no value '", name, "'"));
+    bool written = false;
+    for (const auto& step : plan->steps)
+      for (ValueId v : step.group.outputs) written = written || v == plan->perturbed;
+    if (!written)
+      throw ValueError(cat("PTO_TEST_PERTURB_VALUE: value '", name,
+                           "' is computed inside a fused kernel, not written by one"));
+  }
   return Executable(std::move(graph), options, std::move(plan));
 }
 

@@ -38,7 +38,9 @@ Command info_command();
 Command run_command();
 Command compile_command();
 Command ops_command();
-std::vector<Command> unimplemented_commands();  // bench, profile, tune, check
+Command check_command();
+Command bench_command();
+std::vector<Command> unimplemented_commands();  // profile, tune
 
 // Reads options in the forms `--name value` and `--name=value`; `--` ends the options.
 //   ArgReader a(args, "run");

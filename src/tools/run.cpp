@@ -11,6 +11,7 @@
 #include <set>
 
 #include "cli.h"
+#include "inputs.h"
 #include "pto/executable.h"
 #include "pto/npy.h"
 #include "pto/onnx.h"
@@ -56,10 +57,8 @@ const char* kUsage =
 
 struct Options {
   std::string model;
-  std::vector<std::pair<std::string, std::string>> inputs;  // name, file
-  std::map<std::string, int64_t> dims;
+  InputSpec inputs;  // --input, --dim, --seed
   std::string output_dir;
-  uint64_t seed = 0;
   int64_t repeat = 1;
   bool print_graph = false;
   std::optional<int64_t> threads;
@@ -74,24 +73,10 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
     if (a.is_help()) {
       std::cout << kUsage;
       return std::nullopt;
-    } else if (a.is("--input")) {
-      auto in = split_assignment(a.value(), "--input", a);
-      for (const auto& prev : o.inputs)
-        if (prev.first == in.first) a.fail(cat("--input ", in.first, " is given twice"));
-      o.inputs.push_back(std::move(in));
-    } else if (a.is("--dim")) {
-      auto [sym, v] = split_assignment(a.value(), "--dim", a);
-      char* end = nullptr;
-      errno = 0;
-      long long n = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end || errno == ERANGE || n < 0)
-        a.fail(cat("--dim ", sym, ": expected a non-negative integer, got '", v, "'"));
-      o.dims[sym] = n;
+    } else if (read_input_option(a, o.inputs)) {
     } else if (a.is("--output-dir")) {
       o.output_dir = a.value();
       if (o.output_dir.empty()) a.fail("--output-dir needs a folder");
-    } else if (a.is("--seed")) {
-      o.seed = static_cast<uint64_t>(a.int_value(0, INT64_MAX));
     } else if (a.is("--repeat")) {
       o.repeat = a.int_value(1, 1000000);
     } else if (a.is("--threads")) {
@@ -112,80 +97,6 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   }
   if (o.model.empty()) a.fail("no model file given");
   return o;
-}
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-// Graph inputs in order: from files where given, else random from the declared type.
-std::vector<Tensor> make_inputs(const Graph& g, const Options& o) {
-  std::map<std::string, std::string> files(o.inputs.begin(), o.inputs.end());
-  std::vector<std::string> names;
-  for (ValueId v : g.inputs()) names.push_back(g.value(v).name);
-  for (const auto& [name, file] : o.inputs) {
-    if (std::find(names.begin(), names.end(), name) == names.end()) {
-      std::string list;
-      for (const auto& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
-      throw ValueError(cat("--input ", name, ": the model has no input named '", name,
-                           "' (its inputs: ", list.empty() ? "none" : list, ")"));
-    }
-  }
-
-  // Symbol sizes: --dim first, then whatever the given files say.
-  std::map<std::string, int64_t> symbols = o.dims;
-  std::vector<Tensor> out(names.size());
-  for (size_t i = 0; i < names.size(); ++i) {
-    auto f = files.find(names[i]);
-    if (f == files.end()) continue;
-    out[i] = read_npy(f->second);
-    const auto& shape = g.value(g.inputs()[i]).type.shape;
-    if (shape && shape->size() == static_cast<size_t>(out[i].rank()))
-      for (size_t k = 0; k < shape->size(); ++k)
-        if ((*shape)[k].is_symbolic()) symbols.emplace((*shape)[k].symbol, out[i].shape()[k]);
-    std::cout << "input  " << names[i] << ": " << out[i].str() << " from " << f->second << "\n";
-  }
-
-  std::set<std::string> used;
-  std::mt19937_64 rng(o.seed);
-  for (size_t i = 0; i < names.size(); ++i) {
-    const TensorType& type = g.value(g.inputs()[i]).type;
-    if (type.shape)
-      for (const Dim& d : *type.shape)
-        if (d.is_symbolic()) used.insert(d.symbol);
-    if (out[i].defined()) continue;
-    std::string where = cat("input '", names[i], "'");
-    if (type.dtype == DType::kUndefined || !type.shape)
-      throw ValueError(cat(where, ": the model does not declare its ",
-                           type.dtype == DType::kUndefined ? "element type" : "shape",
-                           "; give it with --input ", names[i], "=FILE.npy"));
-    Dims dims;
-    for (size_t k = 0; k < type.shape->size(); ++k) {
-      const Dim& d = (*type.shape)[k];
-      if (d.is_known()) {
-        dims.push_back(d.value);
-      } else if (d.is_symbolic() && symbols.count(d.symbol)) {
-        dims.push_back(symbols[d.symbol]);
-      } else {
-        if (d.is_symbolic()) {
-          std::cerr << "note: dimension '" << d.symbol << "' set to 1 (use --dim " << d.symbol
-                    << "=N)\n";
-          symbols[d.symbol] = 1;
-        } else {
-          std::cerr << "note: dimension " << k << " of " << where
-                    << " is unnamed and unknown; using 1 (give the input with --input)\n";
-        }
-        dims.push_back(1);
-      }
-    }
-    out[i] = random_tensor(type.dtype, dims, rng);
-    std::cout << "input  " << names[i] << ": " << out[i].str() << " random (seed " << o.seed
-              << ")\n";
-  }
-  for (const auto& [sym, v] : o.dims)
-    if (!used.count(sym))
-      std::cerr << "note: --dim " << sym << ": no input of the model has this dimension\n";
-  return out;
 }
 
 void make_output_dir(const std::string& dir) {
@@ -227,7 +138,7 @@ int run_main(const std::vector<std::string>& args) {
   double load_ms = ms_since(t0);
   if (o.print_graph) std::cout << print(g);
 
-  std::vector<Tensor> inputs = make_inputs(g, o);
+  std::vector<Tensor> inputs = make_inputs(g, o.inputs);
   if (!o.output_dir.empty()) make_output_dir(o.output_dir);  // fail before a long run
   std::optional<Executable> exe;
   std::string engine = "reference";

@@ -7,28 +7,6 @@
 
 namespace pto::cli {
 
-Tensor random_tensor(DType dtype, const Dims& shape, std::mt19937_64& rng) {
-  Tensor t = Tensor::empty(dtype, shape);
-  dispatch(dtype, kAllTypes, "random input", [&]<class T>() {
-    T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      uint64_t r = rng();
-      if constexpr (std::is_same_v<T, bool>) {
-        p[i] = (r >> 63) != 0;
-      } else if constexpr (std::is_integral_v<T>) {
-        p[i] = static_cast<T>(r % 10);
-      } else {
-        double u = static_cast<double>(r >> 11) * 0x1.0p-53 * 2.0 - 1.0;  // [-1, 1)
-        if constexpr (std::is_same_v<T, double>)
-          p[i] = u;
-        else
-          p[i] = static_cast<T>(static_cast<float>(u));
-      }
-    }
-  });
-  return t;
-}
-
 std::string summarize(const Tensor& t, int64_t max_values) {
   std::ostringstream os;
   os << std::setprecision(6) << t.str();

@@ -1,16 +1,14 @@
 // Helpers of `pto run`: random inputs, output summaries and file names.
 #pragma once
 
+#include <chrono>
 #include <random>
 #include <string>
 
+#include "pto/random_tensor.h"  // random_tensor, shared with PTO_VERIFY_PASSES
 #include "pto/tensor.h"
 
 namespace pto::cli {
-
-// A tensor of random values: floats uniform in [-1, 1), integers uniform in [0, 10), bools
-// uniform. Deterministic for a given generator state on every platform.
-Tensor random_tensor(DType dtype, const Dims& shape, std::mt19937_64& rng);
 
 // "f32[2, 3]  min -0.5  max 0.9  mean 0.1  std 0.4  values [0.1, ...]"; NaN and Inf are counted
 // and left out of the statistics.
@@ -24,5 +22,10 @@ std::string sanitize_file_name(const std::string& name, size_t index);
 Tensor bf16_to_f32(const Tensor& t);
 
 std::string format_ms(double ms);
+
+// Milliseconds since t0 on the steady clock.
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace pto::cli

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -41,6 +41,11 @@ class Captured:
     # torch.export specialized on (a call with another value is an error, not a wrong result).
     inputs: list[tuple[str, Any]]
     dynamic: dict[str, tuple[int, int]]  # symbol -> declared range
+    # For pypto.debug.compare_layers: graph value name -> the module calls it is the output of,
+    # innermost first, as (module path, call index); and FX node name -> its innermost module path
+    # (a graph node is named "<FX node>/<op>_<n>"). Empty when the capture saw no modules.
+    module_outputs: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    node_modules: dict[str, str] = field(default_factory=dict)
 
 
 def _batch_spec(module, flat: list, args, kwargs, max_batch: int | None):
@@ -296,7 +301,36 @@ def import_program(ep: ExportedProgram, name: str = "main",
         ranges[n] = (max(lo, 1 if sym in input_sizes else 0), hi)
     for n, (lo, hi) in ranges.items():
         imp.g.set_symbol_range(n, lo, hi)
-    return Captured(imp.g, ep.call_spec.in_spec, ep.call_spec.out_spec, user_inputs, ranges)
+    return Captured(imp.g, ep.call_spec.in_spec, ep.call_spec.out_spec, user_inputs, ranges,
+                    *_module_outputs(ep, imp, outs))
+
+
+def _module_outputs(ep: ExportedProgram, imp: FxImporter, outs: list):
+    """Which graph value each module call returned: the value of the last FX node inside the
+    call (torch.export's nn_module_stack names a module's second call "path@1"), and each FX
+    node's innermost module. See Captured.module_outputs. A value that is a graph output is also
+    listed under the output's name, which it takes once the passes drop the naming Identity."""
+    last: dict[str, tuple[str, int, str]] = {}  # call key -> (path, call index, value name)
+    node_modules = {}
+    for n in ep.graph.nodes:
+        stack = n.meta.get("nn_module_stack") if n.op == "call_function" else None
+        if not stack:
+            continue
+        node_modules[n.name] = list(stack.values())[-1][0]
+        v = imp.env.get(n)
+        if not isinstance(v, V):
+            continue
+        name = imp.g.value_name(v.id)
+        for key, (path, _) in stack.items():
+            call = key.rsplit("@", 1)[1] if "@" in key else "0"
+            last[key] = (path, int(call) if call.isdigit() else 0, name)
+    outputs: dict[str, list[tuple[str, int]]] = {}
+    for path, call, name in reversed(list(last.values())):  # innermost first
+        outputs.setdefault(name, []).append((path, call))
+    for v, out in zip(outs, imp.g.outputs):
+        if isinstance(v, V) and imp.g.value_name(v.id) in outputs:
+            outputs.setdefault(imp.g.value_name(out), outputs[imp.g.value_name(v.id)])
+    return outputs, node_modules
 
 
 def _tensor_shape(node: torch.fx.Node) -> tuple:
