@@ -18,6 +18,7 @@ from .options import (get_num_threads, get_optimization_options, reset_optimizat
                       set_num_threads, set_optimization_options)
 from .runtime import CompiledGraph
 from . import onnx
+from . import profiler
 
 __version__ = "0.1.0"
 
@@ -79,6 +80,6 @@ _register_backend_with_torch()
 
 __all__ = [
     "CompiledGraph", "OptimizedModule", "custom_op", "device_info", "get_num_threads",
-    "get_optimization_options", "is_available", "jit", "onnx", "optimize",
+    "get_optimization_options", "is_available", "jit", "onnx", "optimize", "profiler",
     "reset_optimization_options", "set_num_threads", "set_optimization_options",
 ]

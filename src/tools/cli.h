@@ -38,7 +38,8 @@ Command info_command();
 Command run_command();
 Command compile_command();
 Command ops_command();
-std::vector<Command> unimplemented_commands();  // bench, profile, tune, check
+Command profile_command();
+std::vector<Command> unimplemented_commands();  // bench, tune, check
 
 // Reads options in the forms `--name value` and `--name=value`; `--` ends the options.
 //   ArgReader a(args, "run");

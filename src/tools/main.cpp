@@ -11,7 +11,8 @@ namespace pto::cli {
 namespace {
 
 std::vector<Command> all_commands() {
-  std::vector<Command> cmds = {info_command(), ops_command(), run_command(), compile_command()};
+  std::vector<Command> cmds = {info_command(), ops_command(), run_command(), compile_command(),
+                               profile_command()};
   for (Command& c : unimplemented_commands()) cmds.push_back(std::move(c));
   return cmds;
 }

@@ -118,76 +118,6 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// Graph inputs in order: from files where given, else random from the declared type.
-std::vector<Tensor> make_inputs(const Graph& g, const Options& o) {
-  std::map<std::string, std::string> files(o.inputs.begin(), o.inputs.end());
-  std::vector<std::string> names;
-  for (ValueId v : g.inputs()) names.push_back(g.value(v).name);
-  for (const auto& [name, file] : o.inputs) {
-    if (std::find(names.begin(), names.end(), name) == names.end()) {
-      std::string list;
-      for (const auto& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
-      throw ValueError(cat("--input ", name, ": the model has no input named '", name,
-                           "' (its inputs: ", list.empty() ? "none" : list, ")"));
-    }
-  }
-
-  // Symbol sizes: --dim first, then whatever the given files say.
-  std::map<std::string, int64_t> symbols = o.dims;
-  std::vector<Tensor> out(names.size());
-  for (size_t i = 0; i < names.size(); ++i) {
-    auto f = files.find(names[i]);
-    if (f == files.end()) continue;
-    out[i] = read_npy(f->second);
-    const auto& shape = g.value(g.inputs()[i]).type.shape;
-    if (shape && shape->size() == static_cast<size_t>(out[i].rank()))
-      for (size_t k = 0; k < shape->size(); ++k)
-        if ((*shape)[k].is_symbolic()) symbols.emplace((*shape)[k].symbol, out[i].shape()[k]);
-    std::cout << "input  " << names[i] << ": " << out[i].str() << " from " << f->second << "\n";
-  }
-
-  std::set<std::string> used;
-  std::mt19937_64 rng(o.seed);
-  for (size_t i = 0; i < names.size(); ++i) {
-    const TensorType& type = g.value(g.inputs()[i]).type;
-    if (type.shape)
-      for (const Dim& d : *type.shape)
-        if (d.is_symbolic()) used.insert(d.symbol);
-    if (out[i].defined()) continue;
-    std::string where = cat("input '", names[i], "'");
-    if (type.dtype == DType::kUndefined || !type.shape)
-      throw ValueError(cat(where, ": the model does not declare its ",
-                           type.dtype == DType::kUndefined ? "element type" : "shape",
-                           "; give it with --input ", names[i], "=FILE.npy"));
-    Dims dims;
-    for (size_t k = 0; k < type.shape->size(); ++k) {
-      const Dim& d = (*type.shape)[k];
-      if (d.is_known()) {
-        dims.push_back(d.value);
-      } else if (d.is_symbolic() && symbols.count(d.symbol)) {
-        dims.push_back(symbols[d.symbol]);
-      } else {
-        if (d.is_symbolic()) {
-          std::cerr << "note: dimension '" << d.symbol << "' set to 1 (use --dim " << d.symbol
-                    << "=N)\n";
-          symbols[d.symbol] = 1;
-        } else {
-          std::cerr << "note: dimension " << k << " of " << where
-                    << " is unnamed and unknown; using 1 (give the input with --input)\n";
-        }
-        dims.push_back(1);
-      }
-    }
-    out[i] = random_tensor(type.dtype, dims, rng);
-    std::cout << "input  " << names[i] << ": " << out[i].str() << " random (seed " << o.seed
-              << ")\n";
-  }
-  for (const auto& [sym, v] : o.dims)
-    if (!used.count(sym))
-      std::cerr << "note: --dim " << sym << ": no input of the model has this dimension\n";
-  return out;
-}
-
 void make_output_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -227,7 +157,7 @@ int run_main(const std::vector<std::string>& args) {
   double load_ms = ms_since(t0);
   if (o.print_graph) std::cout << print(g);
 
-  std::vector<Tensor> inputs = make_inputs(g, o);
+  std::vector<Tensor> inputs = make_inputs(g, o.inputs, o.dims, o.seed);
   if (!o.output_dir.empty()) make_output_dir(o.output_dir);  // fail before a long run
   std::optional<Executable> exe;
   std::string engine = "reference";

@@ -1,9 +1,13 @@
 // Helpers of `pto run`: random inputs, output summaries and file names.
 #pragma once
 
+#include <map>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "pto/graph.h"
 #include "pto/tensor.h"
 
 namespace pto::cli {
@@ -24,5 +28,12 @@ std::string sanitize_file_name(const std::string& name, size_t index);
 Tensor bf16_to_f32(const Tensor& t);
 
 std::string format_ms(double ms);
+
+// Graph inputs in order: from .npy files where given (NAME, FILE), else random from the declared
+// type (seeded), symbolic dimensions from `dims` or from the files (else 1, with a note). Prints
+// where each input came from; ValueError for a name the model has no input of.
+std::vector<Tensor> make_inputs(const Graph& g,
+                                const std::vector<std::pair<std::string, std::string>>& given,
+                                const std::map<std::string, int64_t>& given_dims, uint64_t seed);
 
 }  // namespace pto::cli

@@ -34,8 +34,6 @@ std::vector<Command> unimplemented_commands() {
   return {
       planned("bench", "Time a model against ONNX Runtime or PyTorch.",
               "pto bench model.onnx [--batch N] [--compare onnxruntime|torch]"),
-      planned("profile", "Profile a model run and write a Chrome trace.",
-              "pto profile model.onnx --trace trace.json"),
       planned("tune", "Auto-tune the kernels of a model.",
               "pto tune model.onnx [--level fast|normal|exhaustive]"),
       planned("check", "Compare the compiled model with the reference interpreter, op by op.",
