@@ -248,28 +248,38 @@ def test_trace_is_valid_and_shows_every_kernel_thread_flow_and_the_memory_peak(t
 
 
 def test_kernel_self_times_sum_to_the_wall_time():
-    # One thread: no stages, so kernels follow each other on the calling thread. The wall time is
-    # measured here, around each call; the kernels must cover at least 90% of it (the rest is
-    # Python, DLPack and the runtime between kernels) and never more than all of it.
+    # One thread: no stages, so kernels follow each other on the calling thread. The margin: per
+    # call, the kernels' self times cover at least 90% of the wall time measured here around the
+    # call (the rest: the torch wrapper, DLPack, the runtime between kernels; the median over the
+    # calls, as one call may be preempted in Python on a loaded machine), never more than all of
+    # it, and at least 97% of the call's span as the runtime measured it.
     _, fast, x = compiled(threads=1, batch=4)
     walls = []
+    calls = 7
     with pypto.profiler.profile() as prof:
-        for _ in range(5):
+        for _ in range(calls):
             t0 = time.perf_counter_ns()
             fast(x)
             walls.append(time.perf_counter_ns() - t0)
+    events = prof.profile.events
+    kernel_ns = [sum(e[3] - e[2] for e in events if e[0] == "kernel" and e[4] == c)
+                 for c in range(calls)]
+    call_ns = [next(e[3] - e[2] for e in events if e[0] == "call" and e[4] == c)
+               for c in range(calls)]
+    for k, c, w in zip(kernel_ns, call_ns, walls):
+        assert k <= c <= w
+        assert k >= 0.97 * c, (k, c)
+    ratios = sorted(k / w for k, w in zip(kernel_ns, walls))
+    assert ratios[calls // 2] >= 0.9, ratios
     rows = prof.key_averages()
     kernels_us = sum(r.self_cpu_time_total for r in rows if r.kind == "kernel")
     call = [r for r in rows if r.kind == "call"]
-    assert len(call) == 1 and call[0].count == 5
-    wall_us = sum(walls) / 1e3
-    assert kernels_us <= call[0].cpu_time_total <= wall_us
-    assert kernels_us >= 0.9 * wall_us, (kernels_us, wall_us)
+    assert len(call) == 1 and call[0].count == calls
+    assert kernels_us == pytest.approx(sum(kernel_ns) / 1e3)
     # Self times partition the call on its thread: kernels' plus the call's own.
     assert kernels_us + call[0].self_cpu_time_total == pytest.approx(call[0].cpu_time_total,
                                                                      rel=1e-9)
     # Tile tasks lie inside their kernel's span.
-    events = prof.profile.events
     spans = {(e[4], e[5]): e for e in events if e[0] == "kernel"}
     tasks = [e for e in events if e[0] == "task"]
     assert tasks
@@ -319,6 +329,26 @@ def test_key_averages_table_flops_and_sorting():
         rows.table(sort_by="bogus")
     with pytest.raises(TypeError):
         rows.table(row_limit="5")
+
+
+def test_group_by_input_shape_splits_batch_sizes():
+    _, fast, x = compiled(threads=2)  # the batch dimension is symbolic
+    x3 = torch.randn(3, *x.shape[1:])
+    with pypto.profiler.profile(record_shapes=True) as prof:
+        fast(x)
+        fast(x3)
+    n = len(fast.compiled.steps)
+    merged = [r for r in prof.key_averages() if r.kind == "kernel"]
+    assert len(merged) == n and all(r.count == 2 for r in merged)
+    split = [r for r in prof.key_averages(group_by_input_shape=True) if r.kind == "kernel"]
+    assert len(split) == 2 * n and all(r.count == 1 for r in split)
+    firsts = [r for r in split if r.source_ops == fast.compiled.steps[0]["nodes"]]
+    assert sorted(r.input_shapes.split("]")[0] for r in firsts) == ["[2, 3, 64, 64", "[3, 3, 64, 64"]
+    # FLOPs follow the batch: 2 and 3 images of the stem convolution.
+    per_image = 2 * (32 * 64 * 64) * (3 * 3 * 3)
+    assert sorted(r.flops for r in firsts) == [2 * per_image, 3 * per_image]
+    stem = [r for r in merged if r.source_ops == fast.compiled.steps[0]["nodes"]][0]
+    assert stem.flops == 5 * per_image
 
 
 def test_with_stack_names_the_call_site_and_record_function(tmp_path):
