@@ -71,6 +71,7 @@ ThreadBuffer& buffer(Session* s) {
     std::lock_guard lock(s->mutex);
     auto b = std::make_unique<ThreadBuffer>();
     b->name = t_thread_name.empty() ? cat("caller ", ++s->unnamed_threads) : t_thread_name;
+    b->events.reserve(4096);  // no reallocation in the first calls
     t_buffer = {s->id, b.get()};
     s->buffers.push_back(std::move(b));
   }
