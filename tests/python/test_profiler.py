@@ -188,9 +188,14 @@ def kernel_events(trace):
 def test_trace_is_valid_and_shows_every_kernel_thread_flow_and_the_memory_peak(tmp_path):
     model, fast, x = compiled(threads=2)
     calls = 4
-    with pypto.profiler.profile(record_shapes=True, profile_memory=True) as prof:
-        for _ in range(calls):
-            y = fast(x)
+    # The worker must run some tile tasks for its track to show; a loaded machine may not
+    # schedule it before the caller has taken every task of a short profile: up to 5 tries.
+    for _ in range(5):
+        with pypto.profiler.profile(record_shapes=True, profile_memory=True) as prof:
+            for _ in range(calls):
+                y = fast(x)
+        if len(prof.profile.threads) == 2:
+            break
     torch.testing.assert_close(y, model(x), rtol=1e-4, atol=1e-4)  # profiling changes nothing
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(path)
