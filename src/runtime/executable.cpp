@@ -546,14 +546,20 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
   // The plan also says which steps run at the same time; without memory_optimization only that.
   std::shared_ptr<const MemoryPlan> mp;
   std::shared_ptr<std::byte[]> arena;
-  std::vector<Dims> shapes;
-  if (!all_static(g))
-    for (const Tensor& t : inputs) shapes.push_back(t.shape());
-  if (!observer && (p.plan_memory || !p.stage_of.empty())) mp = memory_plan_for(p, g, shapes);
+  auto input_shapes = [&] {  // the key of the memory plan: none for static shapes
+    std::vector<Dims> shapes;
+    if (!all_static(g))
+      for (const Tensor& t : inputs) shapes.push_back(t.shape());
+    return shapes;
+  };
+  if (!observer && (p.plan_memory || !p.stage_of.empty()))
+    mp = memory_plan_for(p, g, input_shapes());
   profiler::CallRecorder profile;  // records only while a profiler session is on
-  if (profiler::Session* session = profiler::active()) [[unlikely]]
+  if (profiler::Session* session = profiler::active()) [[unlikely]] {
+    const std::vector<Dims> shapes = input_shapes();
     profile.begin(session, p.id, shapes,
                   [&](const profiler::Options& o) { return model_info(p, g, shapes, o); });
+  }
   if (mp && p.plan_memory) {
     std::lock_guard<std::mutex> lock(p.mutex);
     if (!p.free_arenas.empty()) {
