@@ -17,7 +17,7 @@ from .device import device_info, is_available
 from .options import (get_num_threads, get_optimization_options, reset_optimization_options,
                       set_num_threads, set_optimization_options)
 from .runtime import CompiledGraph
-from . import debug, onnx
+from . import debug, onnx, profiler
 
 __version__ = "0.1.0"
 
@@ -79,6 +79,6 @@ _register_backend_with_torch()
 
 __all__ = [
     "CompiledGraph", "OptimizedModule", "custom_op", "debug", "device_info", "get_num_threads",
-    "get_optimization_options", "is_available", "jit", "onnx", "optimize",
+    "get_optimization_options", "is_available", "jit", "onnx", "optimize", "profiler",
     "reset_optimization_options", "set_num_threads", "set_optimization_options",
 ]

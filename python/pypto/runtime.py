@@ -16,6 +16,10 @@ import numpy as np
 from . import _C
 from . import options as _options
 
+# Called before each run while a pypto.profiler.profile(with_stack=True) is open (it records the
+# caller's stack); None otherwise.
+_call_hook = None
+
 
 def _torch():
     """torch if this program has imported it, else None: an object can only be a torch tensor
@@ -125,6 +129,8 @@ class CompiledGraph:
             raise TypeError(f"expected {len(self.input_names)} input(s) "
                             f"({', '.join(self.input_names)}), got {len(inputs)}")
         arrays = [to_boundary(x, f"input '{n}'") for x, n in zip(inputs, self.input_names)]
+        if _call_hook is not None:
+            _call_hook()
         outs = self._exe.run(arrays)
         if like == "numpy":
             return [np.from_dlpack(o) for o in outs]

@@ -18,6 +18,7 @@
 #include "pto/executable.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -31,6 +32,7 @@
 #include "pto/parallel.h"
 #include "pto/reader_index.h"
 #include "runtime/memory_plan.h"
+#include "runtime/profiler_hooks.h"
 #include "runtime/stages.h"
 #include "tile/lower.h"
 #include "tile/tile_planner.h"
@@ -76,6 +78,12 @@ struct Executable::Plan {
   // PTO_TEST_PERTURB_VALUE: the value whose kernel output is made wrong on purpose (tests of the
   // debugging tools only), kNoValue normally.
   ValueId perturbed = kNoValue;
+  uint64_t id = next_id();  // tells executables apart in a profile
+
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> n{0};
+    return ++n;
+  }
   std::shared_ptr<MemoryPool> pool = std::make_shared<MemoryPool>(kAllocHugeFirst);
 
   // Memory plans by input shapes, and arenas free for the next run (runs may be concurrent).
@@ -477,6 +485,61 @@ std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
   return outs;
 }
 
+// What a profile says of this model for these input shapes (include/pto/profiler.h).
+profiler::ModelInfo model_info(Executable::Plan& p, const Graph& g, const std::vector<Dims>& shapes,
+                               const profiler::Options& o) {
+  const Graph typed = all_static(g) ? Graph() : with_input_shapes(g, shapes);
+  const Graph& types = all_static(g) ? g : typed;
+  profiler::ModelInfo m;
+  m.name = g.name;
+  auto dims_of = [&](ValueId v) {
+    Dims d;
+    const auto& shape = types.value(v).type.shape;
+    if (shape)
+      for (const Dim& x : *shape) d.push_back(x.is_known() ? x.value : -1);
+    return d;
+  };
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Executable::Plan::Step& step = p.steps[s];
+    profiler::KernelInfo k;
+    k.name = step.info.rule.empty() ? g.nodes()[step.group.last_node()].op : step.info.rule;
+    for (int32_t n : step.info.nodes) k.sources.push_back(g.nodes()[n].name);
+    k.backend = step.info.backend;
+    if (std::string d = step.kernel->describe(); d.find('\n') == std::string::npos && d.size() < 64)
+      k.algorithm = d;
+    const KernelCost c = kernel_cost(g, step.group, &types);
+    k.flops = c.flops;
+    k.flops_known = c.known;
+    if (o.record_shapes) {
+      for (ValueId v : step.group.inputs) k.input_shapes.push_back(dims_of(v));
+      for (ValueId v : step.group.outputs) k.output_shapes.push_back(dims_of(v));
+    }
+    for (ValueId v : step.group.inputs) {
+      const int32_t producer = v == kNoValue ? -1 : g.value(v).producer;
+      if (producer < 0) continue;
+      std::vector<int32_t>& to = m.kernels.at(p.step_of_node[producer]).consumers;
+      if (p.step_of_node[producer] != s &&
+          std::find(to.begin(), to.end(), static_cast<int32_t>(s)) == to.end())
+        to.push_back(static_cast<int32_t>(s));
+    }
+    m.kernels.push_back(std::move(k));
+  }
+  if (o.profile_memory) {
+    const std::shared_ptr<const MemoryPlan> mp = memory_plan_for(p, g, shapes);
+    m.memory_planned = p.plan_memory;
+    m.peak_bytes = p.plan_memory ? mp->arena_bytes : mp->unplanned_bytes;
+    m.live_peak_bytes = mp->live_peak_bytes;
+    for (size_t stage = 0; stage + 1 < mp->stage_begin.size(); ++stage)
+      for (size_t s = mp->stage_begin[stage]; s < mp->stage_begin[stage + 1]; ++s) {
+        profiler::KernelInfo& k = m.kernels[s];
+        for (const MemoryPlan::Slot& slot : mp->step_slots[s]) k.alloc_bytes += slot.bytes;
+        k.live_bytes = mp->stage_live_bytes[stage];
+        k.arena_top = p.plan_memory ? mp->stage_arena_top[stage] : 0;
+      }
+  }
+  return m;
+}
+
 }  // namespace
 
 std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs) const {
@@ -509,11 +572,19 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
   // The plan also says which steps run at the same time; without memory_optimization only that.
   std::shared_ptr<const MemoryPlan> mp;
   std::shared_ptr<std::byte[]> arena;
-  if (!observer && !value_observer && (p.plan_memory || !p.stage_of.empty())) {
+  auto input_shapes = [&] {  // the key of the memory plan: none for static shapes
     std::vector<Dims> shapes;
     if (!all_static(g))
       for (const Tensor& t : inputs) shapes.push_back(t.shape());
-    mp = memory_plan_for(p, g, shapes);
+    return shapes;
+  };
+  if (!observer && !value_observer && (p.plan_memory || !p.stage_of.empty()))
+    mp = memory_plan_for(p, g, input_shapes());
+  profiler::CallRecorder profile;  // records only while a profiler session is on
+  if (profiler::Session* session = profiler::active()) [[unlikely]] {
+    const std::vector<Dims> shapes = input_shapes();
+    profile.begin(session, p.id, shapes,
+                  [&](const profiler::Options& o) { return model_info(p, g, shapes, o); });
   }
   if (mp && p.plan_memory) {
     std::lock_guard<std::mutex> lock(p.mutex);
@@ -535,6 +606,7 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
   // Step s on this thread, its outputs from the arena slots the plan gave them. Steps of a stage
   // run at once: each reads values of earlier stages only and writes its own entries of env.
   auto run_one = [&](size_t s) {
+    const profiler::KernelScope profile_step(profile, s);
     const Plan::Step& step = p.steps[s];
     const Node& last = g.nodes()[step.group.last_node()];
     auto alloc = std::make_shared<StepAllocator>(arena.get(), arena ? p.arena_size : 0, p.pool);

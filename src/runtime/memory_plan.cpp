@@ -146,6 +146,7 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
   }
 
   std::vector<size_t> live_bytes(kg.kernels.size() + 1, 0);  // per stage
+  std::vector<size_t> arena_top(kg.kernels.size() + 1, 0);
   for (const Buffer& b : buffers) {
     plan.unplanned_bytes += b.bytes;
     plan.step_slots[b.step].push_back({b.value, b.bytes, b.offset});
@@ -153,10 +154,14 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
       plan.unplanned_bytes += b.bytes;
       plan.step_slots[step].push_back({v, b.bytes, b.offset});
     }
-    for (int32_t s = b.begin; s <= b.end && s < static_cast<int32_t>(live_bytes.size()); ++s)
+    for (int32_t s = b.begin; s <= b.end && s < static_cast<int32_t>(live_bytes.size()); ++s) {
       live_bytes[s] += b.bytes;
+      arena_top[s] = std::max(arena_top[s], b.offset + b.bytes);
+    }
   }
   for (size_t b : live_bytes) plan.live_peak_bytes = std::max(plan.live_peak_bytes, b);
+  plan.stage_live_bytes = std::move(live_bytes);
+  plan.stage_arena_top = std::move(arena_top);
   for (size_t s = 0; s <= kg.kernels.size(); ++s) {
     const auto step = static_cast<int32_t>(s);
     if (s == 0 || s == kg.kernels.size() || stage(step) != stage(step - 1)) {

@@ -26,6 +26,9 @@ struct MemoryPlan {
   std::vector<size_t> stage_begin;
   size_t concurrent_stages = 0;  // stages of more than one step
   size_t concurrent_steps = 0;   // steps in them
+  // Per stage (the profiler's memory counter): planned bytes live, and the end of the highest
+  // buffer live in it (their maxima are live_peak_bytes and arena_bytes).
+  std::vector<size_t> stage_live_bytes, stage_arena_top;
 };
 
 // Whether kernel k may write its one output over an input that dies there (each element read

@@ -60,8 +60,9 @@ double node_flops(const Graph& g, const Node& n) {  // g: the value types
     k = dim(g, a, n.attr_int("transA") ? 0 : 1);
   } else if (op == "Conv") {  // weight [M, C/group, kh, kw]: each output sums C/group*kh*kw
     k = w / dim(g, b, 0);
-  } else if (op == "ConvBlocked") {  // output [N, Mb, H, W, c]
-    k = w / (dim(g, y, 1) * dim(g, y, 4));
+  } else if (op == "ConvBlocked") {  // the real input channels, not a block's padded lanes
+    k = static_cast<double>(n.attr_int("channels")) / std::max<int64_t>(1, n.attr_int("group"));
+    for (int64_t extent : n.attr_ints("kernel_shape")) k *= static_cast<double>(extent);
   } else if (op == "ConvTranspose") {  // each input element meets M/group*kh*kw weights
     const double in = elements(g, a);
     return in < 0 || w < 0 ? -1 : 2 * in * w / dim(g, b, 0);

@@ -23,6 +23,7 @@
 
 #include "pto/error.h"
 #include "pto/parallel.h"
+#include "runtime/profiler_hooks.h"
 
 namespace pto {
 namespace {
@@ -55,12 +56,15 @@ int default_threads() {
 
 // Runs every task on this thread; as in a parallel run, all tasks run and the lowest failing one's
 // exception is rethrown, so side effects do not depend on the thread count.
+// Tasks of a region nested in a task are part of that task for the profiler.
 void run_serial(int64_t tasks, const std::function<void(int64_t)>& fn) {
+  const profiler::detail::TaskContext profile =
+      t_in_region ? profiler::detail::TaskContext{} : profiler::detail::t_context;
   RegionGuard guard;
   std::exception_ptr error;
   for (int64_t t = 0; t < tasks; ++t) {
     try {
-      fn(t);
+      profiler::run_task(profile, t, [&] { fn(t); });
     } catch (...) {
       if (!error) error = std::current_exception();
     }
@@ -70,6 +74,7 @@ void run_serial(int64_t tasks, const std::function<void(int64_t)>& fn) {
 
 struct Job {
   const std::function<void(int64_t)>* fn;
+  profiler::detail::TaskContext profile;  // the kernel step that started the job, when recording
   int64_t tasks;
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
@@ -82,7 +87,7 @@ struct Job {
     RegionGuard guard;
     for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) {
       try {
-        (*fn)(t);
+        profiler::run_task(profile, t, [&] { (*fn)(t); });
       } catch (...) {
         std::lock_guard lock(error_mutex);
         if (error_task < 0 || t < error_task) {
@@ -98,7 +103,11 @@ struct Job {
 class ThreadPool {
  public:
   explicit ThreadPool(int threads) : threads_(threads) {
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+    for (int i = 1; i < threads; ++i)
+      workers_.emplace_back([this, i] {
+        profiler::set_thread_name(cat("pto worker ", i));
+        worker_loop();
+      });
   }
 
   ~ThreadPool() {
@@ -122,6 +131,7 @@ class ThreadPool {
     }
     Job job;
     job.fn = &fn;
+    job.profile = profiler::detail::t_context;
     job.tasks = tasks;
     job_.store(&job);
     {
@@ -235,8 +245,10 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
   int64_t chunks =
       t_in_region || threads == 1 ? 1 : std::min<int64_t>(n / grain, kChunksPerThread * threads);
   if (chunks <= 1) {
+    const profiler::detail::TaskContext profile =
+        t_in_region ? profiler::detail::TaskContext{} : profiler::detail::t_context;
     RegionGuard guard;
-    fn(begin, end);
+    profiler::run_task(profile, 0, [&] { fn(begin, end); });
     return;
   }
   // Balanced fixed chunks: the first n % chunks get one more element.

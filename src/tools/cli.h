@@ -40,7 +40,8 @@ Command compile_command();
 Command ops_command();
 Command check_command();
 Command bench_command();
-std::vector<Command> unimplemented_commands();  // profile, tune
+Command profile_command();
+std::vector<Command> unimplemented_commands();  // tune
 
 // Reads options in the forms `--name value` and `--name=value`; `--` ends the options.
 //   ArgReader a(args, "run");

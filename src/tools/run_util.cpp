@@ -1,9 +1,14 @@
 // Helpers of `pto run`.
 #include "run_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <iostream>
+#include <set>
 #include <sstream>
+
+#include "pto/npy.h"
 
 namespace pto::cli {
 

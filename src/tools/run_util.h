@@ -4,6 +4,8 @@
 #include <chrono>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "pto/random_tensor.h"  // random_tensor, shared with PTO_VERIFY_PASSES
 #include "pto/tensor.h"

@@ -32,8 +32,6 @@ Command planned(const char* name, const char* summary, const char* usage) {
 
 std::vector<Command> unimplemented_commands() {
   return {
-      planned("profile", "Profile a model run and write a Chrome trace.",
-              "pto profile model.onnx --trace trace.json"),
       planned("tune", "Auto-tune the kernels of a model.",
               "pto tune model.onnx [--level fast|normal|exhaustive]"),
   };

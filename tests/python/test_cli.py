@@ -79,7 +79,7 @@ def test_usage_errors_exit_2():
     expect_error(pto("info", "extra"), "unexpected argument", code=2)
 
 
-@pytest.mark.parametrize("cmd", ["profile", "tune"])
+@pytest.mark.parametrize("cmd", ["tune"])
 def test_planned_commands_say_not_implemented(cmd, tmp_path):
     expect_error(pto(cmd, tmp_path / "m.onnx"), "not implemented yet in this version")
     r = pto(cmd, "--help")
