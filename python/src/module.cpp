@@ -13,4 +13,5 @@ NB_MODULE(_C, m) {
   bind_runtime(m);
   bind_onnx(m);
   bind_device(m);
+  bind_serialize(m);
 }

@@ -135,6 +135,8 @@ Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* r
               static_cast<int>(r.seconds * 1e6), " us", fired.empty() ? "" : ";", fired));
     }
     if (dumps(name)) std::cerr << "// after " << name << "\n" << print(g) << std::flush;
+    if (options.after_pass)
+      options.after_pass(name, static_cast<size_t>(&name - names.data()) + 1, names.size(), g);
     if (report) report->push_back(std::move(r));
   }
   return g;
