@@ -7,7 +7,8 @@
 //
 // Quiet unless stderr is a terminal; PTO_PROGRESS=0 turns it off there, PTO_PROGRESS=1 turns it on
 // anywhere (for tests). Work that ends within `delay_seconds` draws nothing, so fast commands do
-// not flicker. Redraws at most every 50 ms. Not thread-safe: one thread updates a bar.
+// not flicker (PTO_PROGRESS_DELAY=SECONDS changes the delay). Redraws at most every 50 ms. Not
+// thread-safe: one thread updates a bar.
 #pragma once
 
 #include <chrono>

@@ -23,8 +23,8 @@ from .runtime import CompiledGraph
 
 _FORMAT_KEY = "pypto"  # the metadata's marker and layout version
 _METADATA_VERSION = 1
-# Output types a saved torch module may return are rebuilt by name; these packages are imported
-# on load when a spec names one of their types (any other package must be imported by the caller).
+# Output types a saved torch module may return are rebuilt by name; the module defining one is
+# imported on load when it belongs to these packages (any other must be imported by the caller).
 _IMPORTABLE = ("transformers", "torchvision", "torch")
 
 
@@ -39,8 +39,12 @@ def _torch_module_types():
 
 def _compiled_of(model) -> tuple[CompiledGraph, dict]:
     """The CompiledGraph behind `model` and the metadata that rebuilds its calling convention."""
+    from .onnx import OnnxModel
+
     if isinstance(model, CompiledGraph):
         return model, {"kind": "graph"}
+    if isinstance(model, OnnxModel):
+        return model._compiled, {"kind": "onnx", "path": model.path}
     optimized = _torch_module_types()
     if optimized is not None and isinstance(model, optimized):
         if model._compiled is None:
@@ -67,8 +71,8 @@ def _compiled_of(model) -> tuple[CompiledGraph, dict]:
             "example": model._example,
         }
         return model._compiled, meta
-    raise TypeError("pypto.save expects a module from pypto.optimize or a CompiledGraph "
-                    f"(pypto.onnx.load), got {type(model).__name__}")
+    raise TypeError("pypto.save expects a module from pypto.optimize, a model from "
+                    f"pypto.onnx.load or a CompiledGraph, got {type(model).__name__}")
 
 
 def save(model, path: str | os.PathLike) -> None:
@@ -91,6 +95,16 @@ def _wrap(exe) -> CompiledGraph:
     return cg
 
 
+def _onnx_model(compiled: CompiledGraph, path: str | None):
+    """A pypto.onnx.OnnxModel around a compiled graph (called by input name or position)."""
+    from .onnx import OnnxModel
+
+    m = OnnxModel.__new__(OnnxModel)
+    m.path = path
+    m._compiled = compiled
+    return m
+
+
 def _import_spec_types(spec_json: str) -> None:
     """Imports the packages whose types a pytree spec names (transformers' ModelOutput), so that
     torch can rebuild the spec; only the packages in _IMPORTABLE are imported for the caller."""
@@ -98,9 +112,12 @@ def _import_spec_types(spec_json: str) -> None:
         if isinstance(node, dict):
             t = node.get("type")
             if isinstance(t, str) and "." in t:
-                top = t.split(".", 1)[0]
-                if top in _IMPORTABLE and top not in sys.modules:
-                    importlib.import_module(top)
+                module = t.rsplit(".", 1)[0]  # transformers registers a type when its module runs
+                if module.split(".", 1)[0] in _IMPORTABLE and module not in sys.modules:
+                    try:
+                        importlib.import_module(module)
+                    except ImportError:
+                        pass  # treespec_loads then says which type it lacks
             for child in node.get("children_spec", []):
                 walk(child)
         elif isinstance(node, list):
@@ -112,16 +129,18 @@ def _import_spec_types(spec_json: str) -> None:
 def load(path: str | os.PathLike):
     """Loads a model saved by ``pypto.save`` (or ``pto compile -o``) without compiling again.
 
-    Returns a torch.nn.Module called as the optimized module was (torch tensors in, the same
-    output structure out) for a saved torch module, else a CompiledGraph. Raises ValueError for
+    Returns what was saved: a torch.nn.Module called as the optimized module was (torch tensors
+    in, the same output structure out), a pypto.onnx.OnnxModel (also for `pto compile -o`
+    files) or a CompiledGraph. ``.compiled.saved_info`` (``.saved_info`` of a CompiledGraph) is
+    the file's header: format, PyPTO version, ISA, level. Raises ValueError for
     a file of another format version, a truncated or corrupt one, or one compiled for an ISA
     this CPU (or this process's PTO_ISA) lacks."""
     path = os.fspath(path)
     exe, metadata, info = _C.load_executable(path)
     compiled = _wrap(exe)
     compiled.saved_info = info
-    if not metadata:
-        return compiled  # pto compile -o: an ONNX model
+    if not metadata:  # pto compile -o: an ONNX model
+        return _onnx_model(compiled, None)
     try:
         meta = json.loads(metadata)
     except json.JSONDecodeError as e:
@@ -130,6 +149,8 @@ def load(path: str | os.PathLike):
         raise ValueError(f"{path}: metadata written by another version of pypto.save")
     if meta.get("kind") == "graph":
         return compiled
+    if meta.get("kind") == "onnx":
+        return _onnx_model(compiled, meta.get("path"))
     if meta.get("kind") != "torch":
         raise ValueError(f"{path}: unknown kind of saved model {meta.get('kind')!r}")
     import torch.utils._pytree as pytree
@@ -195,16 +216,21 @@ def _no_module():
 
 
 def save_graph(model, path: str | os.PathLike, *, title: str | None = None) -> str:
-    """Draws the compiled graph of `model` (an optimized module, a loaded one or a
+    """Draws the compiled graph of `model` (an optimized or loaded module, an ONNX model or a
     CompiledGraph) into `path`, each fused kernel a box around its nodes, edges labelled with
     shapes. A path ending in .dot gets Graphviz's DOT text; .svg, .png or .pdf runs Graphviz's
     `dot`, which must be installed (RuntimeError otherwise). Returns the path."""
+    from .onnx import OnnxModel
+
     compiled = model if isinstance(model, CompiledGraph) else None
+    if isinstance(model, OnnxModel):
+        compiled = model._compiled
     if compiled is None:
         optimized = _torch_module_types()
         if optimized is None or not isinstance(model, optimized):
             raise TypeError("pypto.save_graph expects a module from pypto.optimize or "
-                            f"pypto.load, or a CompiledGraph, got {type(model).__name__}")
+                            "pypto.load, a model from pypto.onnx.load or a CompiledGraph, got "
+                            f"{type(model).__name__}")
         compiled = model.compiled
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
