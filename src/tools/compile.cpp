@@ -186,7 +186,7 @@ void write_picture(const std::string& dot, const std::string& path, const std::s
 struct CompileBar {
   ProgressBar bar{"compiling"};
   void operator()(const CompileProgress& p) {
-    bar.set_label(cat("compiling: ", p.stage, "s"));
+    bar.set_label(std::string(p.stage) == "pass" ? "compiling: passes" : "compiling: kernels");
     bar.update(p.done, p.total, p.name);
   }
 };
