@@ -457,7 +457,18 @@ uint64_t saved_model_checksum(const void* data, size_t bytes) {
 }
 
 std::string serialize_executable(const Executable& exe, const std::string& metadata) {
+  const Graph graph = exe.graph_with_weights();
+  // One buffer of about the final size: growing a string of hundreds of MiB by doubling costs
+  // more than the rest of saving (copies and fresh pages).
+  size_t data_bytes = 0;
+  for (const auto& [v, t] : graph.initializers()) data_bytes += t.nbytes();
   Writer w;
+  w.out().reserve(kHeaderBytes + data_bytes + (1 << 20));
+  w.bytes(kMagic, sizeof(kMagic));  // the header; size and checksum are filled in at the end
+  w.pod<uint32_t>(kSavedModelFormat);
+  w.pod<uint32_t>(0);
+  w.pod<uint64_t>(0);
+  w.pod<uint64_t>(0);
   const std::string isa = device_info().isa;
   w.str(PTO_VERSION);
   w.str(isa);
@@ -466,7 +477,7 @@ std::string serialize_executable(const Executable& exe, const std::string& metad
   w.pod<int32_t>(num_threads());
   write_options(w, exe.options());
   w.str(metadata);
-  const std::vector<ValueId> id = write_graph(w, exe.graph_with_weights());
+  const std::vector<ValueId> id = write_graph(w, graph);
   write_partition(w, exe.partition(), id);
   const std::vector<PassReport>& passes = exe.pass_report();
   w.pod<uint64_t>(passes.size());
@@ -483,14 +494,12 @@ std::string serialize_executable(const Executable& exe, const std::string& metad
   }
   w.pod<uint64_t>(exe.stats().nodes_in);
 
-  const std::string& payload = w.out();
-  Writer head;
-  head.bytes(kMagic, sizeof(kMagic));
-  head.pod<uint32_t>(kSavedModelFormat);
-  head.pod<uint32_t>(0);
-  head.pod<uint64_t>(payload.size());
-  head.pod<uint64_t>(saved_model_checksum(payload.data(), payload.size()));
-  return head.out() + payload;
+  std::string& out = w.out();
+  const uint64_t size = out.size() - kHeaderBytes;
+  const uint64_t sum = saved_model_checksum(out.data() + kHeaderBytes, size);
+  std::memcpy(out.data() + 16, &size, 8);
+  std::memcpy(out.data() + 24, &sum, 8);
+  return std::move(out);
 }
 
 void save_executable(const Executable& exe, const std::string& path, const std::string& metadata) {
