@@ -11,6 +11,9 @@
 // before the graph is built.
 #include "pto/serialize.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <bit>
 #include <cerrno>
@@ -597,16 +600,33 @@ LoadedExecutable deserialize_executable(std::string_view bytes, const std::strin
   }
 }
 
+// The file mapped read-only: the checksum and the tensors read the page cache directly, without
+// a copy of the whole file in between.
 LoadedExecutable load_executable(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ValueError(cat(path, ": cannot open (", std::strerror(errno), ")"));
-  f.seekg(0, std::ios::end);
-  const std::streamoff size = f.tellg();
-  f.seekg(0, std::ios::beg);
-  std::string bytes(size > 0 ? static_cast<size_t>(size) : 0, '\0');
-  if (size < 0 || !f.read(bytes.data(), size))
-    throw ValueError(cat(path, ": cannot read (", std::strerror(errno), ")"));
-  return deserialize_executable(bytes, path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw ValueError(cat(path, ": cannot open (", std::strerror(errno), ")"));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw ValueError(cat(path, ": cannot open (not a regular file)"));
+  }
+  const auto size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return deserialize_executable({}, path);
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (map == MAP_FAILED)
+    throw ValueError(cat(path, ": cannot read (", std::strerror(map_errno), ")"));
+  struct Unmap {
+    void* p;
+    size_t n;
+    ~Unmap() { ::munmap(p, n); }
+  } unmap{map, size};
+  ::madvise(map, size, MADV_SEQUENTIAL);
+  return deserialize_executable(std::string_view(static_cast<const char*>(map), size), path);
 }
 
 bool is_saved_model(const std::string& path) {

@@ -28,6 +28,7 @@
 #include "pto/passes.h"
 #include "pto/progress.h"
 #include "pto/serialize.h"
+#include "run_util.h"
 
 extern char** environ;
 
@@ -182,15 +183,6 @@ void write_picture(const std::string& dot, const std::string& path, const std::s
                          rc ? cat(" to start (", std::strerror(rc), ")") : std::string()));
 }
 
-// Draws each phase of the work on one bar: the passes, then the kernels.
-struct CompileBar {
-  ProgressBar bar{"compiling"};
-  void operator()(const CompileProgress& p) {
-    bar.set_label(std::string(p.stage) == "pass" ? "compiling: passes" : "compiling: kernels");
-    bar.update(p.done, p.total, p.name);
-  }
-};
-
 struct Args {
   std::string model, output, graph, graph_after;
   CompileOptions options;
@@ -245,7 +237,7 @@ int compile_main(const std::vector<std::string>& args) {
 
   std::optional<Executable> exe;
   std::optional<Graph> after;  // the graph --graph-after asked for
-  CompileBar bar;
+  ProgressBar bar("compiling");
   if (is_saved_model(o.model)) {
     if (o.level_given || !options.dump_after.empty() || !options.tiles.empty() ||
         !o.graph_after.empty())
@@ -271,13 +263,13 @@ int compile_main(const std::vector<std::string>& args) {
                              options.level, " (its passes:", known.empty() ? " none" : known, ")"));
       }
     }
-    options.on_progress = [&](const CompileProgress& p) {
+    options.on_progress = [&, draw = progress_on(bar)](const CompileProgress& p) {
       if (p.graph && p.name == o.graph_after) after = *p.graph;
-      bar(p);
+      draw(p);
     };
     Graph g = onnx::load(o.model);
     exe.emplace(compile(std::move(g), options));
-    bar.bar.finish();
+    bar.finish();
   }
   if (!o.output.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -321,7 +313,8 @@ int compile_main(const std::vector<std::string>& args) {
 }  // namespace
 
 Command compile_command() {
-  return {"compile", "Compile a model; show passes, kernels, tile programs and memory.", kUsage,
+  return {"compile",
+          "Compile a model; show passes, kernels, memory, a graph picture; save it (-o).", kUsage,
           compile_main};
 }
 

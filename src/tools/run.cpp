@@ -246,8 +246,11 @@ int run_main(const std::vector<std::string>& args) {
     auto t1 = Clock::now();
     if (saved)
       exe.emplace(std::move(saved->exe));
-    else
-      exe.emplace(compile(g, {.level = static_cast<int>(o.level.value_or(2))}));
+    else {
+      ProgressBar bar("compiling");
+      exe.emplace(compile(
+          g, {.level = static_cast<int>(o.level.value_or(2)), .on_progress = progress_on(bar)}));
+    }
     size_t on_cpu = 0;
     std::map<std::string, int> fallback;
     for (size_t i = 0; i < exe->graph().nodes().size(); ++i) {

@@ -1,12 +1,22 @@
-// Helpers of `pto run`: random inputs, output summaries and file names.
+// Helpers of `pto run` and `pto compile`: random inputs, output summaries, file names, progress.
 #pragma once
 
 #include <random>
 #include <string>
 
+#include "pto/executable.h"
+#include "pto/progress.h"
 #include "pto/tensor.h"
 
 namespace pto::cli {
+
+// CompileOptions::on_progress drawing on `bar` (a terminal only): the passes, then the kernels.
+inline std::function<void(const CompileProgress&)> progress_on(ProgressBar& bar) {
+  return [&bar](const CompileProgress& p) {
+    bar.set_label(std::string(p.stage) == "pass" ? "compiling: passes" : "compiling: kernels");
+    bar.update(p.done, p.total, p.name);
+  };
+}
 
 // A tensor of random values: floats uniform in [-1, 1), integers uniform in [0, 10), bools
 // uniform. Deterministic for a given generator state on every platform.
