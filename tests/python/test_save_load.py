@@ -152,6 +152,11 @@ def test_calling_convention_survives(tmp_path):
         loaded(ids, ids, attention_mask=mask)
     with pytest.raises(TypeError):
         loaded(ids.numpy(), attention_mask=mask)
+    # The loaded module exports its compiled graph like the optimized one.
+    pypto.onnx.export(loaded, (ids,), tmp_path / "m.onnx")
+    again = pypto.onnx.load(tmp_path / "m.onnx")
+    want = fast(ids, attention_mask=mask)
+    assert torch.allclose(again(ids, mask)[0], want.last_hidden_state, rtol=1e-4, atol=1e-5)
 
 
 def test_onnx_models_save_and_load(tmp_path):
