@@ -215,11 +215,28 @@ def _no_module():
     return NoModule()
 
 
-def save_graph(model, path: str | os.PathLike, *, title: str | None = None) -> str:
+def _source_graph(model):
+    """The graph `model` was compiled from (before any pass), for save_graph(after=...)."""
+    from .onnx import OnnxModel
+
+    if isinstance(model, OnnxModel) and model.path and not _C.is_saved_model(model.path):
+        return _C.onnx_load(model.path)
+    captured = getattr(model, "_captured", None)
+    if captured is not None and captured.graph is not None:
+        return captured.graph
+    raise ValueError("pypto.save_graph(after=...) needs the graph before the passes: an "
+                     "optimized module or an ONNX model loaded from its file (a loaded "
+                     ".pto model or a CompiledGraph holds only the optimized graph)")
+
+
+def save_graph(model, path: str | os.PathLike, *, title: str | None = None,
+               after: str | None = None) -> str:
     """Draws the compiled graph of `model` (an optimized or loaded module, an ONNX model or a
     CompiledGraph) into `path`, each fused kernel a box around its nodes, edges labelled with
     shapes. A path ending in .dot gets Graphviz's DOT text; .svg, .png or .pdf runs Graphviz's
-    `dot`, which must be installed (RuntimeError otherwise). Returns the path."""
+    `dot`, which must be installed (RuntimeError otherwise). `after="FoldBatchNorm"` draws the
+    graph as that pass of the model's level left it instead (no kernels yet; needs an optimized
+    module or an ONNX model read from its file). Returns the path."""
     from .onnx import OnnxModel
 
     compiled = model if isinstance(model, CompiledGraph) else None
@@ -237,9 +254,13 @@ def save_graph(model, path: str | os.PathLike, *, title: str | None = None) -> s
     if ext not in (".dot", ".gv", ".svg", ".png", ".pdf"):
         raise ValueError(f"pypto.save_graph: {path} must end in .svg, .png, .pdf or .dot")
     exe = compiled._exe
-    if title is None:
-        title = f"level {exe.level}: {len(exe.steps)} kernels"
-    dot = _C.graph_dot(exe, title)
+    if after is not None:
+        dot = _C.graph_dot_after_pass(_source_graph(model), exe.level, after,
+                                      f"after {after}" if title is None else title)
+    else:
+        if title is None:
+            title = f"level {exe.level}: {len(exe.steps)} kernels"
+        dot = _C.graph_dot(exe, title)
     if ext in (".dot", ".gv"):
         with open(path, "w") as f:
             f.write(dot)

@@ -287,3 +287,18 @@ def test_save_graph_errors(tmp_path, monkeypatch):
         pypto.save_graph(exe_module, tmp_path / "g.svg")
     pypto.save_graph(exe_module, tmp_path / "g.dot")  # DOT needs no Graphviz
     assert (tmp_path / "g.dot").read_text().count("subgraph cluster_") > 0
+
+
+def test_save_graph_after_a_pass(tmp_path):
+    """The graph as a pass left it: BatchNorm is there before FoldBatchNorm and gone after."""
+    fast = pypto.optimize(_build("resnet18"), _inputs("resnet18", 1))
+    before = pathlib.Path(pypto.save_graph(fast, tmp_path / "a.dot", after="CanonicalizeOps"))
+    folded = pathlib.Path(pypto.save_graph(fast, tmp_path / "b.dot", after="FoldBatchNorm"))
+    assert "BatchNormalization" in before.read_text() and "subgraph" not in before.read_text()
+    assert "BatchNormalization" not in folded.read_text()
+    assert 'label="after FoldBatchNorm"' in folded.read_text()
+    with pytest.raises(ValueError, match="does not run at level 2"):
+        pypto.save_graph(fast, tmp_path / "c.dot", after="AssignLayouts")
+    pypto.save(fast, tmp_path / "m.pto")
+    with pytest.raises(ValueError, match="needs the graph before the passes"):
+        pypto.save_graph(pypto.load(tmp_path / "m.pto"), tmp_path / "d.dot", after="FoldBatchNorm")
