@@ -29,4 +29,9 @@ std::string to_dot(const Graph& g, const KernelGraph* kernels = nullptr,
 // The compiled graph of `exe` with its plan's kernels as clusters (src/runtime).
 std::string to_dot(const Executable& exe, const DotOptions& options = {});
 
+// `g` as pass `pass` of level `level`'s pipeline left it (src/runtime; pypto.save_graph(after=)).
+// ValueError listing the level's passes when it does not run that pass (check_pass_runs).
+Graph graph_after_pass(Graph g, int level, const std::string& pass);
+void check_pass_runs(int level, const std::string& pass);
+
 }  // namespace pto

@@ -7,7 +7,6 @@
 
 #include "bindings.h"
 #include "pto/graph_dot.h"
-#include "pto/passes.h"
 #include "pto/serialize.h"
 
 namespace pto::python {
@@ -59,25 +58,9 @@ void bind_serialize(nb::module_& m) {
   m.def(
       "graph_dot_after_pass",
       [](const Graph& g, int level, const std::string& pass, const std::string& title) {
-        std::optional<Graph> after;
-        PassOptions o;
-        o.level = level;
-        o.after_pass = [&](const std::string& name, size_t, size_t, const Graph& now) {
-          if (name == pass) after = now;
-        };
-        Graph copy = g;
-        verify(copy);
-        infer_types(copy);
-        run_passes(std::move(copy), o);
-        if (!after) {
-          std::string known;
-          for (const std::string& n : pipeline(level)) known += " " + n;
-          throw ValueError(cat("save_graph: pass '", pass, "' does not run at level ", level,
-                               " (its passes:", known.empty() ? " none" : known, ")"));
-        }
         DotOptions d;
         d.title = title;
-        return to_dot(*after, nullptr, d);
+        return to_dot(graph_after_pass(g, level, pass), nullptr, d);
       },
       nb::arg("graph"), nb::arg("level"), nb::arg("pass_name"), nb::arg("title") = "",
       "Graphviz DOT of `graph` as pass `pass_name` of the level's pipeline left it.");

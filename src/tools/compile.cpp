@@ -254,15 +254,7 @@ int compile_main(const std::vector<std::string>& args) {
         << " ms\n";
     exe.emplace(std::move(m.exe));
   } else {
-    if (!o.graph_after.empty()) {
-      const auto names = pipeline(options.level);
-      if (std::find(names.begin(), names.end(), o.graph_after) == names.end()) {
-        std::string known;
-        for (const std::string& n : names) known += " " + n;
-        throw ValueError(cat("--graph-after: pass '", o.graph_after, "' does not run at level ",
-                             options.level, " (its passes:", known.empty() ? " none" : known, ")"));
-      }
-    }
+    if (!o.graph_after.empty()) check_pass_runs(options.level, o.graph_after);
     options.on_progress = [&, draw = progress_on(bar)](const CompileProgress& p) {
       if (p.graph && p.name == o.graph_after) after = *p.graph;
       draw(p);
