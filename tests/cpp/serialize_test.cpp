@@ -271,6 +271,19 @@ TEST(GraphDot, OneClusterPerFusedKernelAndEveryNode) {
   EXPECT_EQ(to_dot(g).find("subgraph"), std::string::npos);
 }
 
+TEST(GraphDot, GraphAfterAPass) {
+  auto has_op = [](const Graph& g, const std::string& op) {
+    for (const Node& n : g.nodes())
+      if (n.op == op) return true;
+    return false;
+  };
+  EXPECT_TRUE(has_op(graph_after_pass(model(), 1, "CanonicalizeOps"), "BatchNormalization"));
+  EXPECT_FALSE(has_op(graph_after_pass(model(), 1, "FoldBatchNorm"), "BatchNormalization"));
+  EXPECT_THROW(graph_after_pass(model(), 1, "AssignLayouts"), ValueError);  // level 3 only
+  EXPECT_THROW(check_pass_runs(0, "FoldBatchNorm"), ValueError);
+  EXPECT_NO_THROW(check_pass_runs(3, "AssignLayouts"));
+}
+
 TEST(GraphDot, NamesAreEscaped) {
   Graph g;
   ValueId x = g.add_input("in \"quoted\"", {DType::kF32, to_shape({2})});
