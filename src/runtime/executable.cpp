@@ -762,17 +762,35 @@ void check_partition(const Graph& g, const KernelPartition& p) {
         std::find(group.nodes.begin(), group.nodes.end(), group.anchor) == group.nodes.end())
       bad(cat("kernel ", k, ": its anchor is not one of its nodes"));
     for (const auto* views : {&p.leading[k], &p.trailing[k]})
-      for (int32_t n : *views)
+      for (int32_t n : *views) {
         if (std::find(group.nodes.begin(), group.nodes.end(), n) == group.nodes.end())
           bad(cat("kernel ", k, ": view node ", n, " is not one of its nodes"));
-    for (ValueId v : group.inputs)
-      if (v != kNoValue && (v < 0 || v >= nv || !defined[v]))
-        bad(cat("kernel ", k, " reads a value made later"));
-    for (ValueId v : group.outputs)
-      if (v < 0 || v >= nv) bad(cat("kernel ", k, " writes an unknown value"));
-    for (int32_t n : group.nodes)
+        if (!g.nodes()[n].def || !g.nodes()[n].def->is_view())
+          bad(cat("kernel ", k, ": node ", n, " joined it as a view but is none"));
+      }
+    // Its inputs and outputs are what its nodes make them (what liveness and the plan read).
+    KernelGroup expect = group;
+    finish_group(g, expect);
+    KernelGroup single = group.nodes.size() == 1 ? single_node_group(g, group.nodes[0]) : expect;
+    if ((group.inputs != expect.inputs || group.outputs != expect.outputs) &&
+        (group.inputs != single.inputs || group.outputs != single.outputs))
+      bad(cat("kernel ", k, ": its inputs or outputs are not its nodes'"));
+    // Run in the order a step runs: leading views, the core, trailing views; each node may read
+    // only what is defined by then.
+    auto run = [&](int32_t n) {
+      for (ValueId v : g.nodes()[n].inputs)
+        if (v != kNoValue && !defined[v])
+          bad(cat("kernel ", k, ": node ", n, " reads a value made later"));
       for (ValueId v : g.nodes()[n].outputs)
         if (v != kNoValue) defined[v] = 1;
+    };
+    auto in = [](const std::vector<int32_t>& list, int32_t n) {
+      return std::find(list.begin(), list.end(), n) != list.end();
+    };
+    for (int32_t n : p.leading[k]) run(n);
+    for (int32_t n : group.nodes)
+      if (!in(p.leading[k], n) && !in(p.trailing[k], n)) run(n);
+    for (int32_t n : p.trailing[k]) run(n);
   }
   for (int32_t n = 0; n < nn; ++n)
     if (!covered[n]) bad(cat("node ", n, " is in no kernel"));
