@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what PyPTO needs and is missing; quick and changes nothing when all is there.
-#   - Debian packages: compilers, CMake, Ninja, protobuf, GoogleTest (apt-get update only if one
-#     is missing)
+#   - Debian packages: compilers, CMake, Ninja, protobuf, GoogleTest, Graphviz (apt-get update
+#     only if one is missing)
 #   - a Python virtual environment outside the clone, ${PTO_VENV:-~/.cache/pypto/venv}, with
 #     numpy, onnx, onnxruntime, onnxscript, torch, torchvision, transformers, pytest, nanobind and
 #     scikit-build-core from PyPI (only the missing ones are installed)
@@ -18,7 +18,8 @@ as_root() {
 }
 
 # ---- Debian packages ----
-need=(cmake ninja-build g++ protobuf-compiler libprotobuf-dev libgtest-dev)
+# graphviz: `dot` draws pto compile --graph and pypto.save_graph pictures.
+need=(cmake ninja-build g++ protobuf-compiler libprotobuf-dev libgtest-dev graphviz)
 if [ ! -x "$PY" ]; then
   need+=(python3)
   python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need+=(python3-venv)

@@ -22,6 +22,24 @@
 
 namespace pto {
 
+// compile()'s decisions made before any backend sees the graph: the kernel groups fusion formed,
+// in dependency order before stages reorder them, and per group the view nodes that joined it
+// ahead of its kernel (leading) or after it (trailing). A saved model stores them with the
+// optimized graph (pto/serialize.h), so loading runs no pass and no fusion.
+struct KernelPartition {
+  KernelGraph kernels;
+  std::vector<std::vector<int32_t>> leading, trailing;  // node indices, one list per kernel
+};
+
+// Reported as compiling advances (a progress bar, pto compile --graph-after): after each graph
+// pass with the graph it left (`graph` set), then after each kernel a backend compiled.
+struct CompileProgress {
+  const char* stage;  // "pass" or "kernel"
+  std::string name;   // the pass, or the kernel's rule or op
+  size_t done = 0, total = 0;
+  const Graph* graph = nullptr;  // the graph after the pass ("pass" only)
+};
+
 struct CompileOptions {
   int level = 2;                    // 0..3: op by op, + clean-up, + fusion, + layout changes
   bool memory_optimization = true;  // level >= 2: plan intermediates into one reused arena
@@ -39,6 +57,8 @@ struct CompileOptions {
   // or its first output, and "*" names every tile kernel (a named one wins). A name that matches
   // no tile kernel, a bad shape, or one whose working set does not fit L1 is a ValueError.
   std::map<std::string, std::vector<int64_t>> tiles;
+  // Called as compiling advances; empty: nothing is reported.
+  std::function<void(const CompileProgress&)> on_progress;
 };
 
 // What one step of the plan is: one kernel covering a list of nodes.
@@ -104,6 +124,8 @@ class Executable {
   // The kernel of step i as its backend describes it (a tile program), or "".
   std::string describe_step(size_t i) const;
   const std::vector<PassReport>& pass_report() const;
+  // The kernel groups as fusion formed them (what a saved model stores; KernelPartition).
+  const KernelPartition& partition() const;
   // Kernel count and memory; the memory plan of `input_shapes` when given, else of the last run
   // (or of the static shapes).
   ExecutableStats stats() const;
@@ -118,6 +140,9 @@ class Executable {
   std::vector<Tensor> run_impl(const std::vector<Tensor>& inputs,
                                const reference::NodeObserver& node_observer,
                                const ValueObserver& value_observer) const;
+  friend Executable compile_partitioned(Graph g, KernelPartition partition,
+                                        const CompileOptions& options,
+                                        std::vector<PassReport> passes, size_t nodes_in);
   Executable(std::shared_ptr<const Graph> g, CompileOptions options, std::shared_ptr<Plan> plan);
 
   std::shared_ptr<const Graph> graph_;
@@ -128,5 +153,13 @@ class Executable {
 // Verifies `g`, infers its types and prepares it for execution. Throws ValueError for an invalid
 // level or graph, UnsupportedError for an op or option PyPTO cannot run.
 Executable compile(Graph g, const CompileOptions& options = {});
+
+// The second half of compile(), for a graph that has already been through the passes of
+// options.level and its partition into kernels (loading a saved model): stages, each kernel from
+// its backend (weights packed again), liveness. No pass and no fusion runs. `passes` and
+// `nodes_in` are what the first compile reported (pass_report(), stats().nodes_in). Throws
+// ValueError when the partition does not fit the graph.
+Executable compile_partitioned(Graph g, KernelPartition partition, const CompileOptions& options,
+                               std::vector<PassReport> passes = {}, size_t nodes_in = 0);
 
 }  // namespace pto

@@ -61,6 +61,10 @@ struct PassOptions {
   std::vector<std::string> dump_after;
   // When set, the pipeline of `level` is replaced by these passes, in order.
   std::vector<std::string> only;
+  // Called after each pass with its name, its place in the pipeline (1-based), the pipeline's
+  // length and the graph it left (progress bars, pto compile --graph-after).
+  std::function<void(const std::string& pass, size_t index, size_t count, const Graph& g)>
+      after_pass;
 };
 
 // The passes an optimization level runs, in order (level 0: none).

@@ -3,6 +3,7 @@
     fast = pypto.optimize(model, example_inputs=(x,))   # a torch.nn.Module
     fast = torch.compile(model, backend="pypto")
     exe = pypto.onnx.load("model.onnx")
+    pypto.save(fast, "model.pto"); fast = pypto.load("model.pto")   # no recompiling
 
 See docs/python.md for every entry point.
 """
@@ -17,6 +18,7 @@ from .device import device_info, is_available
 from .options import (get_num_threads, get_optimization_options, reset_optimization_options,
                       set_num_threads, set_optimization_options)
 from .runtime import CompiledGraph
+from .serialization import load, save, save_graph
 from . import debug, onnx, profiler
 
 __version__ = "0.1.0"
@@ -79,6 +81,7 @@ _register_backend_with_torch()
 
 __all__ = [
     "CompiledGraph", "OptimizedModule", "custom_op", "debug", "device_info", "get_num_threads",
-    "get_optimization_options", "is_available", "jit", "onnx", "optimize", "profiler",
-    "reset_optimization_options", "set_num_threads", "set_optimization_options",
+    "get_optimization_options", "is_available", "jit", "load", "onnx", "optimize", "profiler",
+    "reset_optimization_options", "save", "save_graph", "set_num_threads",
+    "set_optimization_options",
 ]

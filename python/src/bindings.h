@@ -27,5 +27,6 @@ void bind_runtime(nb::module_& m);
 void bind_onnx(nb::module_& m);
 void bind_device(nb::module_& m);
 void bind_profiler(nb::module_& m);
+void bind_serialize(nb::module_& m);
 
 }  // namespace pto::python

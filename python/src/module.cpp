@@ -14,4 +14,5 @@ NB_MODULE(_C, m) {
   bind_onnx(m);
   bind_device(m);
   bind_profiler(m);
+  bind_serialize(m);
 }

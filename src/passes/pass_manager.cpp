@@ -146,6 +146,8 @@ Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* r
     }
     if (dumps(name)) std::cerr << "// after " << name << "\n" << print(g) << std::flush;
     if (verifier && !structurally_equal(*before, g)) verifier->check(name, g);
+    if (options.after_pass)
+      options.after_pass(name, static_cast<size_t>(&name - names.data()) + 1, names.size(), g);
     if (report) report->push_back(std::move(r));
   }
   return g;

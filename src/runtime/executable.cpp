@@ -73,6 +73,7 @@ struct Executable::Plan {
   std::unordered_map<ValueId, Tensor> unpacked;  // originals rebuilt for a fallback (under mutex)
   std::vector<size_t> step_of_node;
   std::vector<PassReport> passes;
+  KernelPartition partition;  // as fusion formed it, before stages (what a saved model keeps)
   size_t nodes_in = 0;
   bool plan_memory = false;
   // PTO_TEST_PERTURB_VALUE: the value whose kernel output is made wrong on purpose (tests of the
@@ -328,6 +329,10 @@ const StepInfo& Executable::step(size_t i) const {
 std::string Executable::describe_step(size_t i) const {
   PTO_CHECK(i < plan_->steps.size()) << "step " << i << " out of range";
   return plan_->steps[i].kernel->describe();
+}
+
+const KernelPartition& Executable::partition() const {
+  return plan_->partition;
 }
 
 const std::vector<PassReport>& Executable::pass_report() const {
@@ -825,25 +830,93 @@ Graph Executable::graph_with_weights() const {
   return g;
 }
 
-Executable compile(Graph g, const CompileOptions& options) {
+namespace {
+
+void check_level(const CompileOptions& options) {
   if (options.level < 0 || options.level > 3)
     throw ValueError(cat("compile: optimization level must be 0..3, got ", options.level));
   if (options.auto_mixed_precision)
     throw UnsupportedError("compile: auto_mixed_precision is not implemented yet");
+}
+
+// A partition given to compile_partitioned (read from a file) must cover every node of `g` once,
+// name only values of `g`, and list kernels so that each reads only what earlier ones made.
+void check_partition(const Graph& g, const KernelPartition& p) {
+  const size_t nk = p.kernels.kernels.size();
+  auto bad = [](const std::string& why) {
+    throw ValueError(cat("compile: the kernel partition does not fit the graph: ", why));
+  };
+  if (p.leading.size() != nk || p.trailing.size() != nk) bad("view lists for another kernel count");
+  const auto nv = static_cast<ValueId>(g.values().size());
+  const auto nn = static_cast<int32_t>(g.nodes().size());
+  std::vector<char> covered(nn, 0), defined(nv, 0);
+  for (ValueId v : g.inputs()) defined[v] = 1;
+  for (const auto& [v, t] : g.initializers()) defined[v] = 1;
+  for (size_t k = 0; k < nk; ++k) {
+    const KernelGroup& group = p.kernels.kernels[k];
+    if (group.nodes.empty()) bad(cat("kernel ", k, " has no nodes"));
+    for (int32_t n : group.nodes) {
+      if (n < 0 || n >= nn || covered[n]) bad(cat("kernel ", k, ": node ", n, " out of place"));
+      covered[n] = 1;
+    }
+    if (group.anchor != -1 &&
+        std::find(group.nodes.begin(), group.nodes.end(), group.anchor) == group.nodes.end())
+      bad(cat("kernel ", k, ": its anchor is not one of its nodes"));
+    for (const auto* views : {&p.leading[k], &p.trailing[k]})
+      for (int32_t n : *views) {
+        if (std::find(group.nodes.begin(), group.nodes.end(), n) == group.nodes.end())
+          bad(cat("kernel ", k, ": view node ", n, " is not one of its nodes"));
+        if (!g.nodes()[n].def || !g.nodes()[n].def->is_view())
+          bad(cat("kernel ", k, ": node ", n, " joined it as a view but is none"));
+      }
+    // Its inputs and outputs are what its nodes make them (what liveness and the plan read).
+    KernelGroup expect = group;
+    finish_group(g, expect);
+    KernelGroup single = group.nodes.size() == 1 ? single_node_group(g, group.nodes[0]) : expect;
+    if ((group.inputs != expect.inputs || group.outputs != expect.outputs) &&
+        (group.inputs != single.inputs || group.outputs != single.outputs))
+      bad(cat("kernel ", k, ": its inputs or outputs are not its nodes'"));
+    // Run in the order a step runs: leading views, the core, trailing views; each node may read
+    // only what is defined by then.
+    auto run = [&](int32_t n) {
+      for (ValueId v : g.nodes()[n].inputs)
+        if (v != kNoValue && !defined[v])
+          bad(cat("kernel ", k, ": node ", n, " reads a value made later"));
+      for (ValueId v : g.nodes()[n].outputs)
+        if (v != kNoValue) defined[v] = 1;
+    };
+    auto in = [](const std::vector<int32_t>& list, int32_t n) {
+      return std::find(list.begin(), list.end(), n) != list.end();
+    };
+    for (int32_t n : p.leading[k]) run(n);
+    for (int32_t n : group.nodes)
+      if (!in(p.leading[k], n) && !in(p.trailing[k], n)) run(n);
+    for (int32_t n : p.trailing[k]) run(n);
+  }
+  for (int32_t n = 0; n < nn; ++n)
+    if (!covered[n]) bad(cat("node ", n, " is in no kernel"));
+}
+
+}  // namespace
+
+Executable compile(Graph g, const CompileOptions& options) {
+  check_level(options);
   verify(g);
   infer_types(g);
   for (const auto& [symbol, r] : g.symbol_ranges)
     if (r.min < 0 || r.min > r.max)
       throw ValueError(
           cat("compile: symbol '", symbol, "' has an empty range [", r.min, ", ", r.max, "]"));
-  auto plan = std::make_shared<Executable::Plan>();
-  plan->nodes_in = g.nodes().size();
+  const size_t nodes_in = g.nodes().size();
   PassOptions passes;
   passes.level = options.level;
   passes.dump_after = options.dump_after;
-  g = run_passes(std::move(g), passes, &plan->passes);
-  auto graph = std::make_shared<Graph>(std::move(g));
-  const Graph& gr = *graph;
+  if (options.on_progress)
+    passes.after_pass = [&](const std::string& name, size_t i, size_t n, const Graph& after) {
+      options.on_progress({"pass", name, i, n, &after});
+    };
+  std::vector<PassReport> report;
+  g = run_passes(std::move(g), passes, &report);
 
   // An elementwise node may join a fused group when the tile ISA can express it.
   FusionOptions fusion;
@@ -854,20 +927,39 @@ Executable compile(Graph g, const CompileOptions& options) {
   fusion.epilogue_fusible = [](const Graph& g, const KernelGroup& k) {
     return backend_for(g, k) != nullptr;
   };
-  KernelGraph proposed = options.level >= 2 ? fuse_kernels(gr, fusion) : single_node_kernels(gr);
+  KernelGraph proposed = options.level >= 2 ? fuse_kernels(g, fusion) : single_node_kernels(g);
   // Fused groups no backend takes are split back into single nodes, in place.
-  KernelGraph& kg = plan->kernels;
+  KernelPartition part;
+  KernelGraph& kg = part.kernels;
   for (KernelGroup& k : proposed.kernels) {
-    if (k.nodes.size() == 1 || backend_for(gr, k)) {
+    if (k.nodes.size() == 1 || backend_for(g, k)) {
       kg.kernels.push_back(std::move(k));
       continue;
     }
     log(LogLevel::kInfo, cat("FuseKernels: no backend runs ", k.rule, " at ",
-                             gr.nodes()[k.last_node()].where(), "; kept unfused"));
-    for (int32_t n : k.nodes) kg.kernels.push_back(single_node_group(gr, n));
+                             g.nodes()[k.last_node()].where(), "; kept unfused"));
+    for (int32_t n : k.nodes) kg.kernels.push_back(single_node_group(g, n));
   }
-  std::vector<std::vector<int32_t>> trailing(kg.kernels.size()), leading(kg.kernels.size());
-  if (options.level >= 2) absorb_views(gr, kg, trailing, leading);
+  part.trailing.assign(kg.kernels.size(), {});
+  part.leading.assign(kg.kernels.size(), {});
+  if (options.level >= 2) absorb_views(g, kg, part.trailing, part.leading);
+  return compile_partitioned(std::move(g), std::move(part), options, std::move(report), nodes_in);
+}
+
+Executable compile_partitioned(Graph g, KernelPartition part, const CompileOptions& options,
+                               std::vector<PassReport> passes, size_t nodes_in) {
+  check_level(options);
+  check_partition(g, part);
+  auto plan = std::make_shared<Executable::Plan>();
+  plan->nodes_in = nodes_in ? nodes_in : g.nodes().size();
+  plan->passes = std::move(passes);
+  plan->partition = std::move(part);
+  auto graph = std::make_shared<Graph>(std::move(g));
+  const Graph& gr = *graph;
+  KernelGraph& kg = plan->kernels;
+  kg = plan->partition.kernels;
+  std::vector<std::vector<int32_t>> trailing = plan->partition.trailing;
+  std::vector<std::vector<int32_t>> leading = plan->partition.leading;
   pin_tiles(options.tiles, gr, kg);  // CompileOptions::tiles onto KernelGroup::tile
   if (options.level >= 2 && options.concurrent_kernels && num_threads() > 1) {
     const Stages st = choose_stages(gr, kg, representative_types(gr));
@@ -912,6 +1004,9 @@ Executable compile(Graph g, const CompileOptions& options) {
     for (int32_t n : k.nodes) plan->step_of_node[n] = s;
     plan->steps.push_back(std::move(step));
     if (releaser) releaser->after_step(*graph, *plan, s);
+    if (options.on_progress)
+      options.on_progress({"kernel", k.rule.empty() ? gr.nodes()[k.nodes[0]].op : k.rule, s + 1,
+                           kg.kernels.size(), nullptr});
   }
   plan->live = analyze_liveness(gr, kg);
   for (const KernelGroup& k : kg.kernels) plan->in_place.push_back(may_run_in_place(gr, k));

@@ -19,11 +19,11 @@
 
 #include "cli.h"
 #include "inputs.h"
-#include "progress.h"
 #include "pto/executable.h"
 #include "pto/npy.h"
 #include "pto/onnx.h"
 #include "pto/parallel.h"
+#include "pto/progress.h"
 #include "run_util.h"
 
 namespace pto::cli {
@@ -334,21 +334,21 @@ int bench_main(const std::vector<std::string>& args) {
 
   t0 = Clock::now();
   {
-    ProgressBar bar("warm-up", o.warmup);
+    ProgressBar bar("warm-up", 0.0);
     for (int64_t i = 0; i < o.warmup; ++i) {
       exe.run(inputs);
-      bar.update(i + 1);
+      bar.update(static_cast<size_t>(i + 1), static_cast<size_t>(o.warmup));
     }
   }
   const double warm_ms = ms_since(t0);
   std::vector<double> times;
   {
-    ProgressBar bar("pypto", o.iterations);
+    ProgressBar bar("pypto", 0.0);
     for (int64_t i = 0; i < o.iterations; ++i) {
       auto t = Clock::now();
       exe.run(inputs);
       times.push_back(ms_since(t));
-      bar.update(i + 1);
+      bar.update(static_cast<size_t>(i + 1), static_cast<size_t>(o.iterations));
     }
   }
   rusage ru{};

@@ -1,25 +1,48 @@
 // `pto compile`: compile an ONNX model and show what the compiler made of it: the graph after
-// any pass (--dump-after), the kernels and their tile programs (--dump-tiles), and the kernel
-// count and planned memory (--stats). Saving the compiled model (-o) is not implemented yet and
-// is refused rather than ignored.
+// any pass (--dump-after), the kernels and their tile programs (--dump-tiles), the kernel count
+// and planned memory (--stats), a picture of the graph (--graph, --graph-after); -o saves the
+// compiled model (pto/serialize.h). A saved model (.pto) may be given instead of an ONNX file.
+// A progress bar shows passes and kernels on a terminal.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 
 #include "cli.h"
 #include "pto/device_info.h"
 #include "pto/executable.h"
+#include "pto/graph_dot.h"
 #include "pto/onnx.h"
 #include "pto/parallel.h"
 #include "pto/passes.h"
+#include "pto/progress.h"
+#include "pto/serialize.h"
+#include "run_util.h"
+
+extern char** environ;
 
 namespace pto::cli {
 namespace {
 
 const char* kUsage =
-    "usage: pto compile model.onnx [--level L] [--dump-after PASS[,PASS...]|all] [--dump-tiles]\n"
-    "                   [--tile [KERNEL=]ROWSxCOLS] [--stats] [--list-passes]\n"
+    "usage: pto compile model.onnx [-o model.pto] [--level L] [--dump-after PASS[,PASS...]|all]\n"
+    "                   [--dump-tiles] [--tile [KERNEL=]ROWSxCOLS] [--stats] [--list-passes]\n"
+    "                   [--graph FILE.svg|.png|.pdf|.dot] [--graph-after PASS]\n"
+    "       pto compile model.pto [--stats] [--dump-tiles] [--graph FILE]\n"
     "\n"
-    "Compiles a model and shows what the compiler made of it.\n"
+    "Compiles a model and shows what the compiler made of it; -o saves it for pto run and\n"
+    "pypto.load, which load it without compiling again.\n"
     "\n"
     "options:\n"
     "  --level L          optimization level 0..3 (default 2): 1 runs the graph passes, 2 adds\n"
@@ -32,7 +55,10 @@ const char* kUsage =
     "                     every tile kernel) to R rows x C columns (or C alone); repeatable\n"
     "  --stats            print node and kernel counts, pass times and planned memory\n"
     "  --list-passes      print the passes and the pipeline of each level\n"
-    "  -o FILE            save the compiled model (not implemented yet: refused)\n";
+    "  -o, --output FILE  save the compiled model (a .pto file)\n"
+    "  --graph FILE       draw the compiled graph, fused kernels as boxes around their nodes:\n"
+    "                     .dot writes Graphviz text, .svg/.png/.pdf runs Graphviz's `dot`\n"
+    "  --graph-after PASS draw the graph as that pass left it instead (no kernels yet)\n";
 
 void list_passes() {
   for (const std::string& name : PassRegistry::global().names())
@@ -103,17 +129,77 @@ void print_stats(const Executable& exe) {
   }
 }
 
+// The picture's format from the file's extension: "dot" (write the text), or one `dot -T` takes.
+std::string picture_format(const std::string& path, const ArgReader& a) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ext == ".dot" || ext == ".gv") return "dot";
+  if (ext == ".svg" || ext == ".png" || ext == ".pdf") return ext.substr(1);
+  a.fail(cat("--graph ", path, ": the file must end in .svg, .png, .pdf or .dot"));
+}
+
+// Graphviz's `dot` on PATH, or "".
+std::string find_dot() {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  for (size_t start = 0; start <= dirs.size();) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
+    const std::string candidate = dir + "/dot";
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+void write_picture(const std::string& dot, const std::string& path, const std::string& format) {
+  auto write_text = [](const std::string& text, const std::string& file) {
+    std::ofstream f(file, std::ios::binary | std::ios::trunc);
+    if (!f || !f.write(text.data(), static_cast<std::streamsize>(text.size())) || !f.flush())
+      throw ValueError(cat(file, ": cannot write (", std::strerror(errno), ")"));
+  };
+  if (format == "dot") return write_text(dot, path);
+  const std::string exe = find_dot();
+  if (exe.empty())
+    throw ValueError(cat("--graph ", path, ": drawing a ", format,
+                         " needs Graphviz's `dot`, "
+                         "which is not on PATH (install graphviz: bash scripts/setup.sh); "
+                         "--graph FILE.dot writes the DOT text without it"));
+  const std::string tmp = cat(path, ".", ::getpid(), ".dot");
+  write_text(dot, tmp);
+  const std::string type = "-T" + format;
+  std::vector<char*> argv = {const_cast<char*>(exe.c_str()),  const_cast<char*>(type.c_str()),
+                             const_cast<char*>(tmp.c_str()),  const_cast<char*>("-o"),
+                             const_cast<char*>(path.c_str()), nullptr};
+  pid_t pid = 0;
+  int status = 0;
+  const int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ);
+  if (rc == 0) waitpid(pid, &status, 0);
+  std::error_code ec;
+  std::filesystem::remove(tmp, ec);
+  if (rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw ValueError(cat("--graph ", path, ": ", exe, " ", type, " failed",
+                         rc ? cat(" to start (", std::strerror(rc), ")") : std::string()));
+}
+
+struct Args {
+  std::string model, output, graph, graph_after;
+  CompileOptions options;
+  bool tiles = false, stats = false, level_given = false;
+};
+
 int compile_main(const std::vector<std::string>& args) {
   ArgReader a(args, "compile");
-  std::string model;
-  CompileOptions options;
-  bool tiles = false, stats = false;
+  Args o;
+  CompileOptions& options = o.options;
   while (a.next()) {
     if (a.is_help()) {
       std::cout << kUsage;
       return 0;
     } else if (a.is("--level")) {
       options.level = static_cast<int>(a.int_value(0, 3));
+      o.level_given = true;
     } else if (a.is("--dump-after")) {
       std::string v = a.value();
       for (size_t start = 0; start <= v.size();) {
@@ -123,46 +209,104 @@ int compile_main(const std::vector<std::string>& args) {
         start = end + 1;
       }
     } else if (a.is("--dump-tiles")) {
-      tiles = true;
+      o.tiles = true;
     } else if (a.is("--tile")) {
       pin_tile(a, options);
     } else if (a.is("--stats")) {
-      stats = true;
+      o.stats = true;
     } else if (a.is("--list-passes")) {
       list_passes();
       return 0;
     } else if (a.is("-o") || a.is("--output")) {
-      throw UnsupportedError(
-          "pto compile: saving a compiled model (-o) is not implemented yet in this version");
-    } else if (a.positional() && model.empty()) {
-      model = a.arg();
+      o.output = a.value();
+      if (o.output.empty()) a.fail("-o: empty file name");
+    } else if (a.is("--graph")) {
+      o.graph = a.value();
+      picture_format(o.graph, a);
+    } else if (a.is("--graph-after")) {
+      o.graph_after = a.value();
+    } else if (a.positional() && o.model.empty()) {
+      o.model = a.arg();
     } else {
       a.unknown();
     }
   }
-  if (model.empty()) throw UsageError("pto compile: no model given", "compile");
-  Executable exe = compile(onnx::load(model), options);
-  if (tiles) {
+  if (o.model.empty()) throw UsageError("pto compile: no model given", "compile");
+  if (!o.graph_after.empty() && o.graph.empty())
+    a.fail("--graph-after needs --graph FILE to draw into");
+
+  std::optional<Executable> exe;
+  std::optional<Graph> after;  // the graph --graph-after asked for
+  ProgressBar bar("compiling");
+  if (is_saved_model(o.model)) {
+    if (o.level_given || !options.dump_after.empty() || !options.tiles.empty() ||
+        !o.graph_after.empty())
+      a.fail(cat(o.model,
+                 " is a saved model, compiled already: --level, --dump-after, --tile "
+                 "and --graph-after apply to ONNX models"));
+    const auto t0 = std::chrono::steady_clock::now();
+    LoadedExecutable m = load_executable(o.model);
+    std::cerr
+        << "loaded " << o.model << " (saved by PyPTO " << m.info.pypto_version << ", level "
+        << m.info.options.level << ", " << m.info.isa << ") in " << std::fixed
+        << std::setprecision(1)
+        << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()
+        << " ms\n";
+    exe.emplace(std::move(m.exe));
+  } else {
+    if (!o.graph_after.empty()) check_pass_runs(options.level, o.graph_after);
+    options.on_progress = [&, draw = progress_on(bar)](const CompileProgress& p) {
+      if (p.graph && p.name == o.graph_after) after = *p.graph;
+      draw(p);
+    };
+    Graph g = onnx::load(o.model);
+    exe.emplace(compile(std::move(g), options));
+    bar.finish();
+  }
+  if (!o.output.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    save_executable(*exe, o.output);
+    std::cout
+        << "saved " << o.output << " ("
+        << cat(std::fixed, std::setprecision(2), std::filesystem::file_size(o.output) / 1048576.0)
+        << " MiB) in "
+        << cat(std::fixed, std::setprecision(1),
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                   .count())
+        << " ms\n";
+  }
+  if (!o.graph.empty()) {
+    DotOptions dot;
+    dot.title =
+        cat(std::filesystem::path(o.model).filename().string(),
+            after ? cat(" after ", o.graph_after)
+                  : cat(", level ", exe->options().level, ": ", exe->num_steps(), " kernels"));
+    write_picture(after ? to_dot(*after, nullptr, dot) : to_dot(*exe, dot), o.graph,
+                  picture_format(o.graph, a));
+    std::cout << "wrote " << o.graph << "\n";
+  }
+  if (o.tiles) {
     print_cache_budget();
-    const Graph& g = exe.graph();
-    for (size_t i = 0; i < exe.num_steps(); ++i) {
-      const StepInfo& s = exe.step(i);
+    const Graph& g = exe->graph();
+    for (size_t i = 0; i < exe->num_steps(); ++i) {
+      const StepInfo& s = exe->step(i);
       std::cout << "kernel " << i << " [" << s.backend << "] "
                 << (s.rule.empty() ? g.nodes()[s.nodes[0]].op : s.rule) << ":";
       for (int32_t n : s.nodes) std::cout << " " << g.nodes()[n].name;
       std::cout << "\n";
-      const std::string program = exe.describe_step(i);
+      const std::string program = exe->describe_step(i);
       if (!program.empty()) std::cout << program << (program.back() == '\n' ? "" : "\n");
     }
   }
-  if (stats || !tiles) print_stats(exe);
+  if (o.stats || (!o.tiles && o.output.empty() && o.graph.empty())) print_stats(*exe);
   return 0;
 }
 
 }  // namespace
 
 Command compile_command() {
-  return {"compile", "Compile a model; show passes, kernels, tile programs and memory.", kUsage,
+  return {"compile",
+          "Compile a model; show passes, kernels, memory, a graph picture; save it (-o).", kUsage,
           compile_main};
 }
 

@@ -17,6 +17,7 @@
 #include "pto/onnx.h"
 #include "pto/parallel.h"
 #include "pto/reference.h"
+#include "pto/serialize.h"
 #include "run_util.h"
 
 namespace pto::cli {
@@ -26,14 +27,16 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 const char* kUsage =
-    "usage: pto run model.onnx [--input NAME=FILE.npy ...] [--output-dir DIR] [--seed N]\n"
+    "usage: pto run model.onnx|model.pto [--input NAME=FILE.npy ...] [--output-dir DIR] [--seed "
+    "N]\n"
     "               [--dim SYMBOL=VALUE ...] [--repeat N] [--print-graph] [--threads N]\n"
     "               [--level L] [--engine cpu|reference]\n"
     "\n"
     "Loads an ONNX model, runs it and prints each output's name, dtype, shape, min/max/mean/std\n"
     "and first values, with the load time and the run time (median of --repeat runs).\n"
     "The model is compiled (pto::compile) and runs on the CPU backend; nodes the backend has no\n"
-    "kernel for run on the reference interpreter's, and the summary lists them.\n"
+    "kernel for run on the reference interpreter's, and the summary lists them. A saved model\n"
+    "(pto compile -o model.pto) runs as it was compiled, without compiling again.\n"
     "\n"
     "options:\n"
     "  --input NAME=FILE.npy  feed graph input NAME from a .npy file; its dtype and rank must\n"
@@ -134,17 +137,31 @@ int run_main(const std::vector<std::string>& args) {
   if (o.level && o.engine == "reference")
     std::cerr << "note: --level has no effect on the reference engine\n";
   auto t0 = Clock::now();
-  Graph g = onnx::load(o.model);
+  std::optional<Executable> exe;
+  std::optional<LoadedExecutable> saved;
+  if (is_saved_model(o.model)) {  // compiled already: no passes, no fusion, no --level
+    if (o.level)
+      throw UsageError(cat(o.model, " is a saved model, compiled already at level ",
+                           "its file records: --level applies to ONNX models"),
+                       "run");
+    saved.emplace(load_executable(o.model));
+  }
+  Graph g = saved ? saved->exe.graph_with_weights() : onnx::load(o.model);
   double load_ms = ms_since(t0);
   if (o.print_graph) std::cout << print(g);
 
   std::vector<Tensor> inputs = make_inputs(g, o.inputs);
   if (!o.output_dir.empty()) make_output_dir(o.output_dir);  // fail before a long run
-  std::optional<Executable> exe;
   std::string engine = "reference";
   if (o.engine == "cpu") {
     auto t1 = Clock::now();
-    exe.emplace(compile(g, {.level = static_cast<int>(o.level.value_or(2))}));
+    if (saved)
+      exe.emplace(std::move(saved->exe));
+    else {
+      ProgressBar bar("compiling");
+      exe.emplace(compile(
+          g, {.level = static_cast<int>(o.level.value_or(2)), .on_progress = progress_on(bar)}));
+    }
     size_t on_cpu = 0;
     std::map<std::string, int> fallback;
     for (size_t i = 0; i < exe->graph().nodes().size(); ++i) {
@@ -155,7 +172,10 @@ int run_main(const std::vector<std::string>& args) {
     }
     engine =
         cat("cpu, level ", exe->options().level, ", ", on_cpu, " of ", exe->graph().nodes().size(),
-            " nodes on CPU kernels (compiled in ", format_ms(ms_since(t1)), ")");
+            " nodes on CPU kernels (",
+            saved ? cat("saved model, PyPTO ", saved->info.pypto_version, ", ", saved->info.isa)
+                  : cat("compiled in ", format_ms(ms_since(t1))),
+            ")");
     if (!fallback.empty()) {
       engine += "; on the reference:";
       for (const auto& [op, n] : fallback) engine += cat(" ", op, "x", n);

@@ -1,4 +1,4 @@
-// Helpers of `pto run`: random inputs, output summaries and file names.
+// Helpers of `pto run` and `pto compile`: random inputs, output summaries, file names, progress.
 #pragma once
 
 #include <chrono>
@@ -8,9 +8,19 @@
 #include <vector>
 
 #include "pto/random_tensor.h"  // random_tensor, shared with PTO_VERIFY_PASSES
+#include "pto/executable.h"
+#include "pto/progress.h"
 #include "pto/tensor.h"
 
 namespace pto::cli {
+
+// CompileOptions::on_progress drawing on `bar` (a terminal only): the passes, then the kernels.
+inline std::function<void(const CompileProgress&)> progress_on(ProgressBar& bar) {
+  return [&bar](const CompileProgress& p) {
+    bar.set_label(std::string(p.stage) == "pass" ? "compiling: passes" : "compiling: kernels");
+    bar.update(p.done, p.total, p.name);
+  };
+}
 
 // "f32[2, 3]  min -0.5  max 0.9  mean 0.1  std 0.4  values [0.1, ...]"; NaN and Inf are counted
 // and left out of the statistics.

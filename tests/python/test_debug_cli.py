@@ -266,5 +266,5 @@ def test_bench_progress_bar_on_a_terminal(tmp_path):
         seen += chunk
     os.close(leader)
     assert p.returncode == 0
-    assert b"\rpypto [" in seen and b"] 20/20" in seen, seen
+    assert b"pypto [" in seen and b"] 20/20" in seen, seen
     assert b"\r" not in p.stdout  # the bar goes to the terminal, never into the results
