@@ -112,6 +112,21 @@ def test_zoo_model_round_trips_bit_identically(name, level, tmp_path, monkeypatc
     assert (got - ref).abs().max() <= 1e-3 * max(1.0, ref.abs().max().item())
 
 
+# The rest of the zoo at full size (ResNet-50, EfficientNet-B0, ViT-B/16, ConvNeXt-tiny, BERT-base,
+# GPT-2 small, T5-small's encoder): one level and one batch each, since each compile takes
+# seconds; the small configurations above cover the levels and batch sizes.
+@pytest.mark.parametrize("name", [n for n in torch_models.ZOO if n not in MODELS])
+def test_every_other_zoo_model_round_trips_bit_identically(name, tmp_path):
+    model = torch_models.build(name)
+    x = torch_models.inputs(name, 1)
+    fast = pypto.optimize(model, x, level=2)
+    path = tmp_path / f"{name}.pto"
+    pypto.save(fast, path)
+    loaded = pypto.load(path)
+    with torch.no_grad():
+        _assert_same(loaded(*x), fast(*x))
+
+
 def test_loads_in_a_fresh_process(tmp_path):
     """A new interpreter rebuilds transformers' output type from the file alone."""
     model = _build("bert_tiny")
