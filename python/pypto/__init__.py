@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 # The PyTorch entry points, imported on first use: `import pypto` does not import torch (about
 # 2 s and 600 MiB), so ONNX-only programs never pay for it.
-_TORCH_ENTRIES = {"optimize": "optimize", "OptimizedModule": "optimize", "jit": "jit",
+_TORCH_ENTRIES = {"optimize": "_optimize", "OptimizedModule": "_optimize", "jit": "_jit",
                   "custom_op": "custom_ops"}
 
 

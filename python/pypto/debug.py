@@ -185,24 +185,29 @@ def _unblocked(t, like):
 
 
 def compare_layers(model, compiled, inputs, rtol: float = 1e-3, atol: float = 1e-4,
-                   verbose: bool = False) -> LayerReport:
+                   verbose: bool = False, kwargs: dict | None = None) -> LayerReport:
     """Runs `model` eagerly with forward hooks on every module and `compiled` (what
-    pypto.optimize returned for it) with every kernel's output kept, matches module calls by
-    their torch module path, and returns a LayerReport naming the first layer, in execution
-    order, whose output differs beyond tolerance. A fused kernel (Conv+BN+ReLU) has one output:
+    pypto.optimize returned for it; None compiles it here at the default level) with every
+    kernel's output kept, matches module calls by their torch module path, and returns a
+    LayerReport naming the first layer, in execution order, whose output differs beyond
+    tolerance. `inputs`: a tensor or a tuple of positional arguments; `kwargs`: keyword
+    arguments (input_ids=..., attention_mask=...). A fused kernel (Conv+BN+ReLU) has one output:
     it is compared as the output of the last module it covers, and the report lists the modules
     the kernel covers. Level 3's blocked values are compared in the model's NCHW layout.
     `verbose` prints the report."""
     import torch
 
-    from .optimize import OptimizedModule
+    from ._optimize import OptimizedModule, optimize
 
-    if not isinstance(compiled, OptimizedModule):
-        raise TypeError("compare_layers: `compiled` must be what pypto.optimize returned, got "
-                        f"{type(compiled).__name__}")
     if not (rtol >= 0 and atol >= 0):
         raise ValueError(f"compare_layers: rtol and atol must be >= 0, got {rtol}, {atol}")
     args = inputs if isinstance(inputs, tuple) else (inputs,)
+    kwargs = dict(kwargs or {})
+    if compiled is None:
+        compiled = optimize(model, example_inputs=args, example_kwargs=kwargs)
+    if not isinstance(compiled, OptimizedModule):
+        raise TypeError("compare_layers: `compiled` must be what pypto.optimize returned (or "
+                        f"None), got {type(compiled).__name__}")
 
     # Eager: each module call's output, in the order calls finish.
     eager: dict[str, list[tuple[int, Any]]] = {}
@@ -220,12 +225,12 @@ def compare_layers(model, compiled, inputs, rtol: float = 1e-3, atol: float = 1e
         handles.append(mod.register_forward_hook(hook))
     try:
         with torch.no_grad():
-            model(*args)
+            model(*args, **kwargs)
     finally:
         for h in handles:
             h.remove()
 
-    compiled._ensure_compiled(args, {})
+    compiled._ensure_compiled(args, kwargs)
     cap, cg = compiled._captured, compiled.compiled
     if not cap.module_outputs:
         raise ValueError("compare_layers: the compiled model carries no module paths (it was "
@@ -242,7 +247,7 @@ def compare_layers(model, compiled, inputs, rtol: float = 1e-3, atol: float = 1e
 
     layers = []
     seen = set()
-    for step, name, value in cg.run_values(compiled._graph_inputs(args, {})):
+    for step, name, value in cg.run_values(compiled._graph_inputs(args, kwargs)):
         # Level 3 renames a value it keeps in the blocked layout "<value>_blocked".
         base = name[:-len("_blocked")] if name.endswith("_blocked") else name
         for path, call in cap.module_outputs.get(name, cap.module_outputs.get(base, [])):

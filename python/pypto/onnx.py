@@ -93,7 +93,7 @@ def _graph_of(model, args, output_names, optimize_kwargs) -> _C.Graph:
         return model.graph
     torch = sys.modules.get("torch")  # a torch module exists only once torch is loaded
     if torch is not None and isinstance(model, torch.nn.Module):
-        from .optimize import OptimizedModule, optimize
+        from ._optimize import OptimizedModule, optimize
 
         if args is not None and not isinstance(args, tuple):
             args = (args,)

@@ -32,7 +32,7 @@ def _torch_module_types():
     """OptimizedModule when torch (and so pypto.optimize) is loaded, else None."""
     if "torch" not in sys.modules:
         return None
-    from .optimize import OptimizedModule
+    from ._optimize import OptimizedModule
 
     return OptimizedModule
 
@@ -173,7 +173,7 @@ def load(path: str | os.PathLike):
 
 
 def _loaded_module(meta: dict, captured, compiled: CompiledGraph):
-    from .optimize import OptimizedModule
+    from ._optimize import OptimizedModule
 
     class LoadedModule(OptimizedModule):
         """A module loaded by pypto.load: called like the optimized module it was saved from.

@@ -11,6 +11,7 @@
 #include "bindings.h"
 #include "pto/executable.h"
 #include "pto/parallel.h"
+#include "pto/progress.h"
 
 namespace pto::python {
 
@@ -216,16 +217,37 @@ void bind_runtime(nb::module_& m) {
 
   m.def(
       "compile",
-      [](Graph& g, const CompileOptions& o, bool consume) {
+      [](Graph& g, CompileOptions o, bool consume, const std::optional<std::string>& progress) {
+        std::optional<ProgressBar> bar;
+        if (progress && ProgressBar::wanted() && !o.on_progress) {
+          bar.emplace(*progress);
+          o.on_progress = [&bar, label = *progress](const CompileProgress& p) {
+            bar->set_label(cat(label, std::string(p.stage) == "pass" ? ": passes" : ": kernels"));
+            bar->update(p.done, p.total, p.name);
+          };
+        }
         if (!consume) return compile(g, o);
         Graph owned = std::move(g);
         g = Graph();  // the caller's object is left empty, not half-moved
         return compile(std::move(owned), o);
       },
       nb::arg("graph"), nb::arg("options") = CompileOptions(), nb::arg("consume") = false,
+      nb::arg("progress") = nb::none(),
       "Verifies, types and prepares a graph for execution. consume=True takes the graph's "
       "contents (the object is left empty), so weights that kernels pack are held once even "
-      "while it compiles.");
+      "while it compiles. progress: a label for a progress bar of the passes and kernels, drawn "
+      "on stderr when it is a terminal (or PTO_PROGRESS=1).");
+
+  nb::class_<ProgressBar>(m, "ProgressBar",
+                          "The progress bar of include/pto/progress.h: drawn on stderr only when "
+                          "it is a terminal (PTO_PROGRESS=0/1 overrides), after `delay` seconds.")
+      .def(nb::init<std::string, double>(), nb::arg("label"), nb::arg("delay") = 0.25)
+      .def("update", &ProgressBar::update, nb::arg("done"), nb::arg("total"), nb::arg("what") = "")
+      .def("set_label", &ProgressBar::set_label, nb::arg("label"))
+      .def("finish", &ProgressBar::finish)
+      .def_prop_ro("enabled", &ProgressBar::enabled)
+      .def_static("render", &ProgressBar::render, nb::arg("label"), nb::arg("done"),
+                  nb::arg("total"), nb::arg("what"), nb::arg("width"));
 
   m.def("set_num_threads", &set_num_threads, nb::arg("n"),
         "Resizes the kernel thread pool (n >= 1; 0 means the default).");

@@ -9,7 +9,7 @@
 //
 // Each test is pass, fail (wrong answer, or an error on a supported op: a bug) or unsupported
 // (an op, dtype or feature PyPTO does not implement). Exit status is 1 when any test fails or
-// fewer than --floor tests pass.
+// fewer than --floor tests pass. A progress bar shows on a terminal.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,6 +26,7 @@
 #include "pto/executable.h"
 #include "pto/onnx.h"
 #include "pto/op_registry.h"
+#include "pto/progress.h"
 #include "pto/reference.h"
 
 namespace fs = std::filesystem;
@@ -291,7 +292,9 @@ int main(int argc, char** argv) {
   int covered = 0;     // tests whose ops all have an OpDef
   int on_backend = 0;  // passing tests with at least one node on the CPU backend
   const auto& registry = pto::OpRegistry::global();
+  pto::ProgressBar bar("ONNX node tests");
   for (const auto& d : dirs) {
+    bar.update(results.size(), dirs.size(), d.filename().string());
     auto it = overrides.find(d.filename().string());
     Result r = run_case(d, it == overrides.end() ? Tolerance{} : it->second);
     int s = static_cast<int>(r.status);
@@ -301,6 +304,7 @@ int main(int argc, char** argv) {
     for (const auto& op : ops) ++by_op[op][s];
     covered += std::all_of(ops.begin(), ops.end(),
                            [&](const std::string& op) { return registry.find(op) != nullptr; });
+    if (r.status == Status::kFail || verbose) bar.finish();  // lines of their own, not under it
     if (r.status == Status::kFail) std::cout << "FAIL " << r.name << ": " << r.detail << "\n";
     if (verbose && r.status == Status::kUnsupported)
       std::cout << "UNSUPPORTED " << r.name << ": " << r.detail << "\n";
@@ -308,6 +312,7 @@ int main(int argc, char** argv) {
     results.push_back(std::move(r));
   }
 
+  bar.finish();
   std::cout << "\nBy op (tests using it: pass / fail / unsupported)\n";
   for (const auto& [op, c] : by_op)
     if (c[0] + c[1] > 0 || verbose)

@@ -6,10 +6,12 @@ nowhere else."""
 from __future__ import annotations
 
 import os
+import pathlib
 import pty
 import re
 import select
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -142,13 +144,14 @@ def test_graph_errors(resnet, tmp_path):
     assert r.returncode == 0 and (tmp_path / "g.dot").read_text().startswith("digraph")
 
 
-def _on_a_terminal(args, env):
-    """Runs `pto` with stderr on a pseudo-terminal; returns (exit code, what the terminal got)."""
+def _on_a_terminal(args, env, program=PTO):
+    """Runs `program` (pto) with stderr on a pseudo-terminal; returns (exit code, what the
+    terminal got)."""
     master, slave = pty.openpty()
     full = dict(os.environ)
     full.pop("PTO_PROGRESS", None)
     full.update(env)
-    p = subprocess.Popen([str(PTO), *map(str, args)], stdout=subprocess.DEVNULL, stderr=slave,
+    p = subprocess.Popen([str(program), *map(str, args)], stdout=subprocess.DEVNULL, stderr=slave,
                          env=full)
     os.close(slave)
     seen = b""
@@ -181,3 +184,28 @@ def test_progress_bar_on_a_terminal_only(resnet, tmp_path):
     code, seen = _on_a_terminal(["compile", resnet, "-o", tmp_path / "r.pto"],
                                 {"PTO_PROGRESS_DELAY": "0", "PTO_PROGRESS": "0"})
     assert code == 0 and "compiling" not in seen
+
+
+OPTIMIZE = """
+import torch, pypto
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                            torch.nn.Linear(8 * 14 * 14, 4)).eval()
+x = torch.randn(1, 3, 16, 16)
+torch.testing.assert_close(pypto.optimize(model, (x,))(x), model(x), rtol=1e-4, atol=1e-4)
+"""
+
+
+def test_pypto_optimize_shows_progress_on_a_terminal_only():
+    # Capture, then the passes and kernels under the pypto.optimize label.
+    package = str(pathlib.Path(__file__).resolve().parents[2] / "python")
+    env = {"PTO_PROGRESS_DELAY": "0", "PYTHONPATH": package}
+    code, seen = _on_a_terminal(["-c", OPTIMIZE], env, sys.executable)
+    assert code == 0, seen
+    assert re.search(r"pypto\.optimize \[\.{24}\] 0/1 torch\.export: Sequential", seen), seen
+    assert re.search(r"pypto\.optimize: passes \[[#.]{24}\] \d+/\d+ \w+", seen), seen
+    assert re.search(r"pypto\.optimize: kernels \[#{24}\] (\d+)/\1", seen), seen
+    assert seen.endswith("\r\x1b[K"), repr(seen[-40:])
+    # Not a terminal: nothing on stderr.
+    r = subprocess.run([sys.executable, "-c", OPTIMIZE], capture_output=True, text=True,
+                       env={**os.environ, **env}, timeout=300)
+    assert r.returncode == 0 and "pypto.optimize" not in r.stderr, r.stderr

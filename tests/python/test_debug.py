@@ -151,6 +151,34 @@ def test_compare_layers_finds_a_broken_kernel(resnet, monkeypatch):
     assert first.comparison.max_abs_error == pytest.approx(1.0, abs=1e-5)
 
 
+def test_compare_layers_with_keyword_inputs_on_a_transformer():
+    """A Hugging Face BERT called with keyword arguments (input_ids=, attention_mask=), compiled
+    by compare_layers itself (compiled=None), then a copy with one feed-forward layer wrong."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=3,
+                                     num_attention_heads=4, intermediate_size=64)
+    model = transformers.BertModel(config).eval()
+    kwargs = {"input_ids": torch.randint(0, 100, (2, 9)),
+              "attention_mask": torch.ones(2, 9, dtype=torch.int64)}
+    kwargs["attention_mask"][1, 6:] = 0
+    report = debug.compare_layers(model, None, (), kwargs=kwargs)
+    assert report.ok, str(report)
+    labels = [x.label for x in report.layers]
+    assert len(labels) > 10 and any(n.startswith("encoder.layer.2.") for n in labels), labels
+
+    bad = perturbed(model, "encoder.layer.1.intermediate.dense", 2.0)
+    fast = pypto.optimize(bad, example_kwargs=kwargs)
+    report = debug.compare_layers(model, fast, (), kwargs=kwargs)
+    # The dense layer and its GELU, and the output dense and its residual Add, run fused: the
+    # first output compared after them is layer 1's output LayerNorm, and all before it agree.
+    first = report.first_mismatch
+    assert first is not None and first.name == "encoder.layer.1.output.LayerNorm", str(report)
+    before = report.layers[:report.layers.index(first)]
+    assert before and all(x.comparison.ok for x in before), str(report)
+    assert "encoder.layer.1.intermediate.dense" in report.unmatched, str(report)
+
+
 def test_compare_layers_errors(resnet, capsys):
     model, x = resnet
     with pytest.raises(TypeError, match="what pypto.optimize returned"):

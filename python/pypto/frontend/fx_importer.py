@@ -198,6 +198,20 @@ def _is_custom(target) -> bool:
     return custom_op.lookup(target) is not None
 
 
+def node_prefix(node: torch.fx.Node) -> str:
+    """What the names of the graph nodes made from `node` start with: the path of the innermost
+    module whose call made it ("layer1.0.conv1", "encoder.layer.3.attention.self"; "@<i>" added
+    for a module's i-th call after the first), so profiles and comparisons name the module a
+    kernel came from; the FX node's name for an op the model's own forward calls."""
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        key, (path, _) = list(stack.items())[-1]
+        if path:
+            call = key.rsplit("@", 1)[1] if "@" in key else ""
+            return f"{path}@{call}" if call else str(path)
+    return node.name
+
+
 @dataclass
 class ImportedGraph:
     graph: _C.Graph
@@ -229,7 +243,7 @@ class FxImporter:
     def op(self, op: str, inputs: list, attrs: dict | None = None, num_outputs: int = 1):
         ids = [-1 if x is None else (x if isinstance(x, int) else x.id) for x in inputs]
         self._count += 1
-        base = self.node.name if self.node is not None else "n"
+        base = node_prefix(self.node) if self.node is not None else "n"
         outs = self.g.add_node(op, ids, num_outputs, attrs or {}, f"{base}/{op}_{self._count}",
                                OPSET)
         return outs[0] if num_outputs == 1 else outs

@@ -23,7 +23,7 @@ from torch.export.graph_signature import InputKind
 
 from .. import _C
 from . import aten_ops  # noqa: F401  (registers the converters)
-from .fx_importer import FxImporter, SymV, V, supported, target_name
+from .fx_importer import FxImporter, SymV, V, node_prefix, supported, target_name
 
 log = logging.getLogger("pypto")
 
@@ -42,8 +42,10 @@ class Captured:
     inputs: list[tuple[str, Any]]
     dynamic: dict[str, tuple[int, int]]  # symbol -> declared range
     # For pypto.debug.compare_layers: graph value name -> the module calls it is the output of,
-    # innermost first, as (module path, call index); and FX node name -> its innermost module path
-    # (a graph node is named "<FX node>/<op>_<n>"). Empty when the capture saw no modules.
+    # innermost first, as (module path, call index); and the prefix of graph node names -> the
+    # innermost module path (a graph node is named "<module path>[@call]/<op>_<n>", or
+    # "<FX node>/<op>_<n>" outside any submodule: see fx_importer.node_prefix). Empty when the
+    # capture saw no modules.
     module_outputs: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     node_modules: dict[str, str] = field(default_factory=dict)
 
@@ -316,7 +318,9 @@ def _module_outputs(ep: ExportedProgram, imp: FxImporter, outs: list):
         stack = n.meta.get("nn_module_stack") if n.op == "call_function" else None
         if not stack:
             continue
-        node_modules[n.name] = list(stack.values())[-1][0]
+        path = list(stack.values())[-1][0]
+        if path:
+            node_modules[node_prefix(n)] = path
         v = imp.env.get(n)
         if not isinstance(v, V):
             continue

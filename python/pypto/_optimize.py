@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from . import _C
 from .frontend import torch_capture
 from .runtime import CompiledGraph
 
@@ -161,6 +162,9 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
     compile_options(level)  # validates level before the (slow) capture
 
     def compile_fn(args, kwargs, output_names=True):
+        # On a terminal: "pypto.optimize: torch.export", then the passes and kernels.
+        bar = _C.ProgressBar("pypto.optimize", 0.0)
+        bar.update(0, 1, f"torch.export: {type(model).__name__}")
         with torch.no_grad():
             try:
                 captured = torch_capture.capture(model, args, kwargs or None, dynamic=dynamic,
@@ -168,7 +172,9 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
                                                  max_batch=max_batch, output_names=output_names)
             except NotImplementedError as e:
                 raise NotImplementedError(f"pypto.optimize: {e}") from None
-        return captured, CompiledGraph(captured.graph, level)
+            finally:
+                bar.finish()
+        return captured, CompiledGraph(captured.graph, level, _progress="pypto.optimize")
 
     fast = OptimizedModule(model, compile_fn)
     if example_inputs is not None:
