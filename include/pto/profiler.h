@@ -75,7 +75,7 @@ struct Call {
 struct Profile {
   Options options;
   int pool_threads = 1;              // num_threads() at start()
-  std::vector<std::string> threads;  // name of each thread that recorded something
+  std::vector<std::string> threads;  // each thread that recorded something, then idle workers
   std::vector<ModelInfo> models;
   std::vector<Call> calls;
   std::vector<std::string> labels;  // names of the ranges (record_function)

@@ -167,6 +167,12 @@ Profile stop() {
     });
     p.events.insert(p.events.end(), b.events.begin(), b.events.end());
   }
+  // A worker that ran no task still gets its (empty) track: an idle core is worth seeing.
+  for (int i = 1; i < p.pool_threads; ++i) {
+    std::string name = cat("pto worker ", i);
+    if (std::find(p.threads.begin(), p.threads.end(), name) == p.threads.end())
+      p.threads.push_back(std::move(name));
+  }
   for (size_t i = 0; i < p.events.size(); ++i)
     if (p.events[i].kind == Event::Kind::kCall) p.calls[p.events[i].call].event = int32_t(i);
   return p;

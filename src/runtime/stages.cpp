@@ -40,14 +40,48 @@ double dim(const Graph& g, ValueId v, int64_t i) {
   return static_cast<double>((*t.shape)[i].value);
 }
 
+// Attention: Q K^T and P V, both counted in full (a causal mask skips about half of the work,
+// as the peers' counters also ignore); the softmax's exponentials are not FLOPs here. Q is
+// [B, Hq, Sq, D] or [B, Sq, Hq * D] and Y likewise with Dv, so Q and Y's elements times the key
+// length, which a cache (past_key, input 4) makes longer, are the two products' multiply-adds.
+double attention_flops(const Graph& g, const Node& n) {
+  const auto in = [&](size_t i) { return i < n.inputs.size() ? n.inputs[i] : kNoValue; };
+  if (in(0) == kNoValue || in(1) == kNoValue || n.outputs.empty() || n.outputs[0] == kNoValue)
+    return -1;
+  const TensorType& k = g.value(in(1)).type;
+  if (!k.shape) return -1;
+  const int64_t seq_axis = k.shape->size() == 4 ? 2 : 1;
+  double keys = dim(g, in(1), seq_axis);
+  if (in(4) != kNoValue) keys += dim(g, in(4), 2);
+  const double q = elements(g, in(0)), y = elements(g, n.outputs[0]);
+  if (keys < 0 || q < 0 || y < 0) return -1;
+  return 2 * (q + y) * keys;
+}
+
+// DwPwConvBlocked: the depthwise window over the real channels, then a 1x1 conv over them for
+// every output lane (padded lanes included, as ConvBlocked counts its output).
+double dw_pw_conv_flops(const Graph& g, const Node& n) {
+  if (n.inputs.size() < 5 || n.outputs.empty() || n.outputs[0] == kNoValue) return -1;
+  const ValueId y = n.outputs[0];
+  const double out = elements(g, y), ocb = dim(g, y, 1), lanes = dim(g, y, 4);
+  const auto channels = static_cast<double>(n.attr_int("channels"));
+  if (out < 0 || ocb <= 0 || lanes <= 0) return -1;
+  double window = 1;
+  for (int64_t extent : n.attr_ints("kernel_shape")) window *= static_cast<double>(extent);
+  const double pixels = out / (ocb * lanes);
+  return 2 * pixels * channels * window + 2 * out * channels;
+}
+
 // FLOPs of one node, 0 for the ops whose cost is their memory traffic, -1 when not known. The
 // contractions are named here because a FLOP count is op-specific and OpDef has no hook for it;
-// any other kOpaque op but the pools (attention, recurrences, ...) counts as unknown, so it never
-// joins a stage.
+// any other kOpaque op but the pools (recurrences, ...) counts as unknown, so it never joins a
+// stage.
 double node_flops(const Graph& g, const Node& n) {  // g: the value types
   if (!n.def || !n.def->has(kOpaque)) return 0;
   const std::string& op = n.op;
   if (op.find("Pool") != std::string::npos) return 0;
+  if (op == "Attention") return attention_flops(g, n);
+  if (op == "DwPwConvBlocked") return dw_pw_conv_flops(g, n);
   if (n.inputs.size() < 2 || n.outputs.empty() || n.inputs[0] == kNoValue ||
       n.inputs[1] == kNoValue || n.outputs[0] == kNoValue)
     return -1;
