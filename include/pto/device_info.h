@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pto {
@@ -15,9 +16,12 @@ struct DeviceInfo {
   // ISA extensions the CPU has and the OS has enabled (XSAVE state checked with XGETBV).
   bool avx2 = false, fma = false, avx512f = false, avx512bw = false, avx512vl = false,
        avx512_bf16 = false, avx512_vnni = false, avx512_fp16 = false;
-  size_t l1d_bytes = 0;  // per core
-  size_t l2_bytes = 0;   // per core (or per cluster where shared)
-  size_t l3_bytes = 0;   // the whole shared last-level cache slice this core sees; 0 if none
+  bool f16c = false;      // fp16 <-> fp32 conversions (VCVTPH2PS / VCVTPS2PH)
+  bool avx_vnni = false;  // VEX-encoded VPDPBUSD on 256-bit registers (Alder Lake, Zen 5)
+  bool amx_bf16 = false, amx_int8 = false;  // AMX tiles (and their XSAVE state enabled)
+  size_t l1d_bytes = 0;                     // per core
+  size_t l2_bytes = 0;                      // per core (or per cluster where shared)
+  size_t l3_bytes = 0;  // the whole shared last-level cache slice this core sees; 0 if none
   // Logical CPUs sharing each level (sysfs shared_cpu_list, all of them, not only this process's);
   // 0 when the system does not say.
   int l1d_shared_by = 0, l2_shared_by = 0, l3_shared_by = 0;
@@ -42,6 +46,10 @@ std::string choose_isa(const DeviceInfo& d, const char* override_value);
 
 // Whether `d` can run kernels built for `isa` ("avx512", "avx2", "generic").
 bool supports_isa(const DeviceInfo& d, const std::string& isa);
+
+// Every ISA extension flag of `d` by its Linux /proc/cpuinfo name ("avx512_bf16"), in one
+// order, for pto info, pypto.device_info() and a saved model's requirements.
+std::vector<std::pair<std::string, bool>> extension_flags(const DeviceInfo& d);
 
 // The caches as kernels size their blocks from them: the detected sizes, sanity-checked (a VM may
 // report none, or a 300 MB L3), or the environment variable PTO_CACHE_SIZES ("l1d=48K,l2=2M,l3=4M",

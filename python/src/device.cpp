@@ -19,14 +19,7 @@ void bind_device(nb::module_& m) {
         out["isa"] = d.isa;
         out["isa_from_env"] = d.isa_from_env;
         nb::dict ext;
-        ext["avx2"] = d.avx2;
-        ext["fma"] = d.fma;
-        ext["avx512f"] = d.avx512f;
-        ext["avx512bw"] = d.avx512bw;
-        ext["avx512vl"] = d.avx512vl;
-        ext["avx512_bf16"] = d.avx512_bf16;
-        ext["avx512_vnni"] = d.avx512_vnni;
-        ext["avx512_fp16"] = d.avx512_fp16;
+        for (const auto& [name, on] : extension_flags(d)) ext[name.c_str()] = on;
         out["extensions"] = ext;
         out["l1d_bytes"] = d.l1d_bytes;
         out["l2_bytes"] = d.l2_bytes;

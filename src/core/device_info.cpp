@@ -199,6 +199,8 @@ void read_cpuid(DeviceInfo& d) {
   bool os_avx = (xcr0 & 0x6) == 0x6;                 // XMM and YMM state
   bool os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM
   d.fma = has_fma && has_avx && os_avx;
+  d.f16c = os_avx && (c & (1u << 29));
+  const bool os_amx = (xcr0 & (3u << 17)) == (3u << 17);  // XTILECFG and XTILEDATA
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, a, b, c, e);
     unsigned sub_leaves = a;
@@ -208,9 +210,12 @@ void read_cpuid(DeviceInfo& d) {
     d.avx512vl = d.avx512f && (b & (1u << 31));
     d.avx512_vnni = d.avx512f && (c & (1u << 11));
     d.avx512_fp16 = d.avx512f && (e & (1u << 23));
+    d.amx_bf16 = os_amx && (e & (1u << 22)) && (e & (1u << 24));  // AMX-BF16 and AMX-TILE
+    d.amx_int8 = os_amx && (e & (1u << 25)) && (e & (1u << 24));
     if (sub_leaves >= 1) {
       __cpuid_count(7, 1, a, b, c, e);
       d.avx512_bf16 = d.avx512f && (a & (1u << 5));
+      d.avx_vnni = d.avx2 && (a & (1u << 4));
     }
   }
   if (__get_cpuid_max(0x80000000, nullptr) >= 0x80000004) {
@@ -235,6 +240,21 @@ bool supports_isa(const DeviceInfo& d, const std::string& isa) {
   if (isa == "avx2") return d.avx2 && d.fma;
   if (isa == "avx512") return d.avx2 && d.fma && d.avx512f && d.avx512bw && d.avx512vl;
   return false;
+}
+
+std::vector<std::pair<std::string, bool>> extension_flags(const DeviceInfo& d) {
+  return {{"avx2", d.avx2},
+          {"fma", d.fma},
+          {"f16c", d.f16c},
+          {"avx512f", d.avx512f},
+          {"avx512bw", d.avx512bw},
+          {"avx512vl", d.avx512vl},
+          {"avx512_vnni", d.avx512_vnni},
+          {"avx512_bf16", d.avx512_bf16},
+          {"avx512_fp16", d.avx512_fp16},
+          {"avx_vnni", d.avx_vnni},
+          {"amx_bf16", d.amx_bf16},
+          {"amx_int8", d.amx_int8}};
 }
 
 DeviceInfo detect_device() {

@@ -203,14 +203,8 @@ std::vector<std::string> features_of(const std::string& isa) {
 }
 
 bool has_feature(const DeviceInfo& d, const std::string& f) {
-  if (f == "avx2") return d.avx2;
-  if (f == "fma") return d.fma;
-  if (f == "avx512f") return d.avx512f;
-  if (f == "avx512bw") return d.avx512bw;
-  if (f == "avx512vl") return d.avx512vl;
-  if (f == "avx512_bf16") return d.avx512_bf16;
-  if (f == "avx512_vnni") return d.avx512_vnni;
-  if (f == "avx512_fp16") return d.avx512_fp16;
+  for (const auto& [name, on] : extension_flags(d))
+    if (name == f) return on;
   return false;  // a feature this PyPTO does not know: the CPU cannot be shown to have it
 }
 

@@ -63,18 +63,15 @@ int info_main(const std::vector<std::string>& args) {
   size_t cpu_kernels = 0;
   for (const OpCoverage& c : op_coverage()) cpu_kernels += c.cpu != CpuCoverage::kNone;
   const char* env_threads = std::getenv("PTO_NUM_THREADS");
-  auto flag = [](const char* name, bool on) { return cat(on ? "+" : "-", name); };
+  std::string flags;
+  for (const auto& [name, on] : extension_flags(d)) flags += cat(" ", on ? "+" : "-", name);
   const CacheModel& c = cache_model();
   for (const std::string& a : c.adjusted) std::cout << "note: cache model: " << a << "\n";
   std::cout << "PyPTO " << kVersion << "\n"
             << "cpu:         " << d.cpu_name << "\n"
             << "cores:       " << d.logical_cores << " logical, " << d.physical_cores
             << " physical (usable by this process)\n"
-            << "isa flags:   " << flag("avx2", d.avx2) << " " << flag("fma", d.fma) << " "
-            << flag("avx512f", d.avx512f) << " " << flag("avx512bw", d.avx512bw) << " "
-            << flag("avx512vl", d.avx512vl) << " " << flag("avx512_vnni", d.avx512_vnni) << " "
-            << flag("avx512_bf16", d.avx512_bf16) << " " << flag("avx512_fp16", d.avx512_fp16)
-            << "\n"
+            << "isa flags:  " << flags << "\n"
             << "isa:         " << d.isa
             << (d.isa_from_env ? " (from PTO_ISA)" : " (best supported)") << "\n"
             << "caches:      L1d " << bytes_str(d.l1d_bytes) << shared(d.l1d_shared_by) << ", L2 "

@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "backend/cpu/isa/isa.h"
 #include "pto/device_info.h"
 #include "pto/error.h"
 
@@ -35,6 +36,43 @@ TEST(DeviceInfo, ReadsTheMachine) {
     EXPECT_TRUE(d.avx512f);
   }
   EXPECT_TRUE(supports_isa(d, d.isa));
+}
+
+// The extension flags against the kernel's own reading of CPUID and XCR0 (/proc/cpuinfo).
+TEST(DeviceInfo, ExtensionFlagsMatchProcCpuinfo) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) {
+      flags = line.substr(line.find(':') + 1) + " ";
+      break;
+    }
+  if (flags.empty()) GTEST_SKIP() << "no /proc/cpuinfo flags line on this system";
+  const DeviceInfo d = detect_device();
+  for (const auto& [name, on] : extension_flags(d))
+    EXPECT_EQ(on, flags.find(" " + name + " ") != std::string::npos) << name;
+}
+
+// has_ext follows the CPU, the active ISA and ExtScope.
+TEST(DeviceInfo, ExtensionsFollowTheIsaAndScopes) {
+  const DeviceInfo& d = device_info();
+  EXPECT_EQ(cpu::has_ext(cpu::Ext::kAvx512Bf16), d.avx512_bf16 && d.isa == "avx512");
+  EXPECT_EQ(cpu::has_ext(cpu::Ext::kAvx512Vnni), d.avx512_vnni && d.isa == "avx512");
+  EXPECT_STREQ(cpu::ext_name(cpu::Ext::kAvxVnni), "avx_vnni");
+  {
+    cpu::ExtScope off(cpu::Ext::kAvx512Bf16);
+    EXPECT_FALSE(cpu::has_ext(cpu::Ext::kAvx512Bf16));
+    {
+      cpu::ExtScope vnni(cpu::Ext::kAvx512Vnni);
+      EXPECT_FALSE(cpu::has_ext(cpu::Ext::kAvx512Vnni));
+    }
+    EXPECT_EQ(cpu::has_ext(cpu::Ext::kAvx512Vnni), d.avx512_vnni && d.isa == "avx512");
+  }
+  EXPECT_EQ(cpu::has_ext(cpu::Ext::kAvx512Bf16), d.avx512_bf16 && d.isa == "avx512");
+  if (d.avx512_bf16 && supports_isa(d, "avx2")) {  // the avx2 kernels cannot issue it
+    cpu::IsaScope avx2(cpu::Isa::kAvx2);
+    EXPECT_FALSE(cpu::has_ext(cpu::Ext::kAvx512Bf16));
+  }
 }
 
 TEST(DeviceInfo, IsaChoiceAndOverride) {

@@ -1,6 +1,9 @@
 #include "backend/cpu/isa/isa.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "pto/device_info.h"
 #include "pto/error.h"
@@ -11,6 +14,35 @@ namespace {
 // The override is global rather than thread-local so that pool workers running tiles of a kernel
 // see the same ISA as the thread that started it. -1: none.
 std::atomic<int> g_override{-1};
+
+// Extensions turned off by ExtScope (bit i: Ext i); global for the same reason.
+std::atomic<unsigned> g_ext_off{0};
+
+// PTO_DISABLE_EXT as a mask; an unknown name is an error (a typo must not test nothing).
+unsigned env_ext_off() {
+  const char* v = std::getenv("PTO_DISABLE_EXT");
+  if (v == nullptr || *v == '\0') return 0;
+  unsigned mask = 0;
+  std::string list = v;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    const std::string name = list.substr(start, end - start);
+    bool known = false;
+    for (int i = 0; i < kNumExts; ++i)
+      if (name == ext_name(static_cast<Ext>(i))) {
+        mask |= 1u << i;
+        known = true;
+      }
+    if (!known && !name.empty()) {
+      std::string names;
+      for (int i = 0; i < kNumExts; ++i) names += cat(i ? ", " : "", ext_name(static_cast<Ext>(i)));
+      throw ValueError(cat("PTO_DISABLE_EXT: unknown extension '", name, "' (known: ", names, ")"));
+    }
+    start = end + 1;
+  }
+  return mask;
+}
 
 Isa from_name(const std::string& name) {
   if (name == "avx512") return Isa::kAvx512;
@@ -44,6 +76,53 @@ std::vector<Isa> supported_isas() {
   for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kGeneric})
     if (supports_isa(d, isa_name(isa))) out.push_back(isa);
   return out;
+}
+
+const char* ext_name(Ext e) {
+  switch (e) {
+    case Ext::kAvx512Bf16:
+      return "avx512_bf16";
+    case Ext::kAvx512Vnni:
+      return "avx512_vnni";
+    case Ext::kAvxVnni:
+      return "avx_vnni";
+    case Ext::kAmxBf16:
+      return "amx_bf16";
+    case Ext::kAmxInt8:
+      return "amx_int8";
+    case Ext::kF16c:
+      return "f16c";
+  }
+  return "?";
+}
+
+bool has_ext(Ext e) {
+  static const unsigned env_off = env_ext_off();
+  const unsigned bit = 1u << static_cast<int>(e);
+  if ((env_off | g_ext_off.load(std::memory_order_relaxed)) & bit) return false;
+  const DeviceInfo& d = device_info();
+  const Isa isa = active_isa();
+  switch (e) {
+    case Ext::kAvx512Bf16:
+      return isa == Isa::kAvx512 && d.avx512_bf16;
+    case Ext::kAvx512Vnni:
+      return isa == Isa::kAvx512 && d.avx512_vnni;
+    case Ext::kAvxVnni:
+      return isa != Isa::kGeneric && d.avx_vnni;
+    case Ext::kAmxBf16:
+      return isa == Isa::kAvx512 && d.amx_bf16;
+    case Ext::kAmxInt8:
+      return isa == Isa::kAvx512 && d.amx_int8;
+    case Ext::kF16c:
+      return isa != Isa::kGeneric && d.f16c;
+  }
+  return false;
+}
+
+ExtScope::ExtScope(Ext e) : saved_(g_ext_off.fetch_or(1u << static_cast<int>(e))) {}
+
+ExtScope::~ExtScope() {
+  g_ext_off.store(saved_);
 }
 
 IsaScope::IsaScope(Isa isa) {

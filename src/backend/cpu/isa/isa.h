@@ -37,6 +37,30 @@ class IsaScope {
   int saved_;
 };
 
+// Extensions a kernel may use on top of its ISA level (bf16 dot products, int8 VNNI, AMX),
+// chosen at run time like the ISA. has_ext(e) holds when the CPU has it (device_info()), the
+// active ISA's kernels can issue it (the AVX-512 extensions need the avx512 kernels, AVX-VNNI the
+// avx2 or avx512 ones), and neither PTO_DISABLE_EXT (a comma-separated list of ext_name()s, read
+// once) nor an ExtScope turned it off. A kernel that finds an extension off takes its fallback,
+// which every kernel has.
+enum class Ext { kAvx512Bf16, kAvx512Vnni, kAvxVnni, kAmxBf16, kAmxInt8, kF16c };
+inline constexpr int kNumExts = 6;
+
+const char* ext_name(Ext e);  // "avx512_bf16", as /proc/cpuinfo and pto info spell it
+bool has_ext(Ext e);
+
+// Turns `e` off process-wide while alive (tests of the fallbacks, benchmarks).
+class ExtScope {
+ public:
+  explicit ExtScope(Ext e);
+  ~ExtScope();
+  ExtScope(const ExtScope&) = delete;
+  ExtScope& operator=(const ExtScope&) = delete;
+
+ private:
+  unsigned saved_;
+};
+
 }  // namespace pto::cpu
 
 // Calls ns::fn(args...) for the active ISA's namespace ns.
