@@ -14,6 +14,9 @@
 //   checked against a double-precision dot product on sampled entries before it is timed.
 //   --packed b times sgemm_packed with B packed ahead (constant weights, as MatMul and Gemm run
 //   them), --packed a sgemm_packed_a with A packed ahead (Conv's weights); packing is not timed.
+//   --precision f32,bf16 times each shape with fp32 and with bf16 products (GemmArgs::precision;
+//   checked against operands rounded to bf16); on AVX512_BF16 the fma section then also
+//   measures the VDPBF16PS ceiling ("isa": "avx512_bf16").
 // Every measurement times calls one by one after a warm-up and reports the median, p10, p90, the
 // count and the CPU utilisation (CPU seconds / wall seconds) of the timed calls. --cpu-clock times
 // each call by the process's CPU seconds over the thread count: on a machine time-shared with other
@@ -206,6 +209,25 @@ void bench_fma(Json& j, const std::vector<int>& threads, const Timing& timing) {
     }
     (void)sink;
   }
+  if (cpu::has_ext(cpu::Ext::kAvx512Bf16)) {  // the bf16 ceiling, counted as a bf16 GEMM counts
+    volatile float sink = 0;
+    const int64_t iterations = 200000;
+    for (int t : threads) {
+      set_num_threads(t);
+      std::cerr << "dpbf16 threads " << t << "\n";
+      std::vector<float> sums(static_cast<size_t>(t));
+      Sample s = measure(timing, [&] {
+        parallel_tasks(t,
+                       [&](int64_t i) { sums[i] = cpu::avx512::dpbf16_chains(iterations, mul); });
+      });
+      for (float x : sums) sink = sink + x;
+      const double per = static_cast<double>(cpu::avx512::dpbf16_flops_per_iteration());
+      j.open('{').key("isa").str("avx512_bf16").key("threads").num(t);
+      j.key("flops_per_iteration").num(per);
+      j.sample(s, per * static_cast<double>(iterations) * t / 1e9, "gflops").close('}');
+    }
+    (void)sink;
+  }
   j.close(']');
 }
 
@@ -295,15 +317,25 @@ Shape parse_shape(const std::string& s) {
   throw ValueError(cat("bad shape '", s, "': expected S or MxKxN"));
 }
 
-// max |C - C_ref| / max |C_ref| over sampled entries, C_ref in double precision.
-double sgemm_error(const Shape& s, const float* a, const float* b, const float* c) {
+// x to the nearest bf16 (ties to even), by arithmetic.
+double to_bf16(double x) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  int e = 0;
+  const double m = std::frexp(x, &e);
+  return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
+}
+
+// max |C - C_ref| / max |C_ref| over sampled entries, C_ref in double precision (on operands
+// rounded to bf16 for bf16 products).
+double sgemm_error(const Shape& s, const float* a, const float* b, const float* c, bool bf16) {
   std::mt19937_64 rng(7);
   double max_err = 0, max_ref = 0;
+  auto round = [&](double x) { return bf16 ? to_bf16(x) : x; };
   for (int e = 0; e < 64; ++e) {
     int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(s.m));
     int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(s.n));
     double ref = 0;
-    for (int64_t p = 0; p < s.k; ++p) ref += static_cast<double>(a[i * s.k + p]) * b[p * s.n + j];
+    for (int64_t p = 0; p < s.k; ++p) ref += round(a[i * s.k + p]) * round(b[p * s.n + j]);
     max_err = std::max(max_err, std::abs(c[i * s.n + j] - ref));
     max_ref = std::max(max_ref, std::abs(ref));
   }
@@ -313,52 +345,58 @@ double sgemm_error(const Shape& s, const float* a, const float* b, const float* 
 // `packed`: "" (plain sgemm), "b" (B packed once with pack_b, then sgemm_packed: how MatMul and
 // Gemm run constant weights) or "a" (A packed once with pack_a, then sgemm_packed_a: Conv).
 void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
-                 const std::vector<Shape>& shapes, const std::string& packed) {
+                 const std::vector<Shape>& shapes, const std::string& packed,
+                 const std::vector<cpu::Precision>& precisions) {
   j.key("sgemm").open('[');
-  for (const Shape& s : shapes) {
-    std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
-    std::vector<float> c(static_cast<size_t>(s.m * s.n));
-    std::mt19937 rng(0);
-    std::uniform_real_distribution<float> u(-1, 1);
-    for (float& x : a) x = u(rng);
-    for (float& x : b) x = u(rng);
-    cpu::GemmArgs g;
-    g.m = s.m, g.n = s.n, g.k = s.k;
-    g.a = a.data(), g.lda = s.k;
-    g.b = b.data(), g.ldb = s.n;
-    g.c = c.data(), g.ldc = s.n;
-    const cpu::PackedB pb =
-        packed == "b" ? cpu::pack_b(s.k, s.n, b.data(), s.n, false) : cpu::PackedB();
-    const cpu::PackedA pa =
-        packed == "a" ? cpu::pack_a(s.m, s.k, a.data(), s.k, false) : cpu::PackedA();
-    auto run = [&] {
-      if (packed == "b")
-        cpu::sgemm_packed(g, pb);
-      else if (packed == "a")
-        cpu::sgemm_packed_a(g, pa);
-      else
-        cpu::sgemm(g);
-    };
-    for (int t : threads) {
-      set_num_threads(t);
-      std::cerr << "sgemm " << s.m << "x" << s.k << "x" << s.n << " threads " << t << "\n";
-      std::fill(c.begin(), c.end(), std::nanf(""));
-      run();
-      double err = sgemm_error(s, a.data(), b.data(), c.data());
-      bool ok = err <= 1e-4;
-      j.open('{').key("m").num(s.m).key("k").num(s.k).key("n").num(s.n).key("label").str(s.label);
-      j.key("packed").str(packed);
-      j.key("threads").num(t).key("isa").str(cpu::isa_name(cpu::active_isa()));
-      j.key("max_rel_err").num(err).key("ok").boolean(ok);
-      j.key("plan").str(packed == "a" ? std::string("A packed ahead")
-                                      : cpu::plan_gemm(g, 1, packed == "b", t).str());
-      if (ok) {
-        Sample sm = measure(timing, run);
-        j.sample(sm, 2.0 * s.m * s.n * s.k / 1e9, "gflops");
+  for (const Shape& s : shapes)
+    for (cpu::Precision precision : precisions) {
+      std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
+      std::vector<float> c(static_cast<size_t>(s.m * s.n));
+      std::mt19937 rng(0);
+      std::uniform_real_distribution<float> u(-1, 1);
+      for (float& x : a) x = u(rng);
+      for (float& x : b) x = u(rng);
+      cpu::GemmArgs g;
+      g.m = s.m, g.n = s.n, g.k = s.k;
+      g.a = a.data(), g.lda = s.k;
+      g.b = b.data(), g.ldb = s.n;
+      g.c = c.data(), g.ldc = s.n;
+      g.precision = precision;
+      const bool bf16 = precision == cpu::Precision::kBF16;
+      if (bf16 && packed == "a") throw ValueError("--packed a: A is packed for fp32 products only");
+      const cpu::PackedB pb =
+          packed == "b" ? cpu::pack_b(s.k, s.n, b.data(), s.n, false, precision) : cpu::PackedB();
+      const cpu::PackedA pa =
+          packed == "a" ? cpu::pack_a(s.m, s.k, a.data(), s.k, false) : cpu::PackedA();
+      auto run = [&] {
+        if (packed == "b")
+          cpu::sgemm_packed(g, pb);
+        else if (packed == "a")
+          cpu::sgemm_packed_a(g, pa);
+        else
+          cpu::sgemm(g);
+      };
+      for (int t : threads) {
+        set_num_threads(t);
+        std::cerr << "sgemm " << s.m << "x" << s.k << "x" << s.n << " "
+                  << cpu::precision_name(precision) << " threads " << t << "\n";
+        std::fill(c.begin(), c.end(), std::nanf(""));
+        run();
+        double err = sgemm_error(s, a.data(), b.data(), c.data(), bf16);
+        bool ok = err <= 1e-4;
+        j.open('{').key("m").num(s.m).key("k").num(s.k).key("n").num(s.n).key("label").str(s.label);
+        j.key("packed").str(packed).key("precision").str(cpu::precision_name(precision));
+        j.key("threads").num(t).key("isa").str(cpu::isa_name(cpu::active_isa()));
+        j.key("max_rel_err").num(err).key("ok").boolean(ok);
+        j.key("plan").str(packed == "a" ? std::string("A packed ahead")
+                                        : cpu::plan_gemm(g, 1, packed == "b", t).str());
+        if (ok) {
+          Sample sm = measure(timing, run);
+          j.sample(sm, 2.0 * s.m * s.n * s.k / 1e9, "gflops");
+        }
+        j.close('}');
       }
-      j.close('}');
     }
-  }
   j.close(']');
 }
 
@@ -372,7 +410,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 const char* kUsage =
     "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm] [--shapes S|MxKxN,...] [--quick]\n"
-    "                 [--packed a|b] [--warmup-calls N] [--warmup-time S] [--min-calls N]\n"
+    "                 [--packed a|b] [--precision f32,bf16] [--warmup-calls N]\n"
+    "                 [--warmup-time S] [--min-calls N]\n"
     "                 [--min-time S] [--max-time S] [--cpu-clock]\n";
 
 int main_impl(int argc, char** argv) {
@@ -381,6 +420,7 @@ int main_impl(int argc, char** argv) {
   std::vector<Shape> shapes;
   bool quick = false, cpu_clock = false;
   std::string packed;
+  std::vector<cpu::Precision> precisions = {cpu::Precision::kF32};
   Timing timing;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -405,6 +445,12 @@ int main_impl(int argc, char** argv) {
     } else if (arg == "--packed") {
       packed = value();
       if (packed != "a" && packed != "b") throw ValueError(cat("--packed: expected a or b"));
+    } else if (arg == "--precision") {
+      precisions.clear();
+      for (const auto& p : split(value(), ',')) {
+        if (p != "f32" && p != "bf16") throw ValueError(cat("--precision: expected f32 or bf16"));
+        precisions.push_back(p == "bf16" ? cpu::Precision::kBF16 : cpu::Precision::kF32);
+      }
     } else if (arg == "--cpu-clock") {
       cpu_clock = true;
     } else if (arg == "--quick") {
@@ -440,7 +486,7 @@ int main_impl(int argc, char** argv) {
   j.key("l3_bytes").num(static_cast<double>(d.l3_bytes)).close('}');
   if (wants("fma")) bench_fma(j, threads, timing);
   if (wants("memory")) bench_memory(j, threads, timing, quick);
-  if (wants("sgemm")) bench_sgemm(j, threads, timing, shapes, packed);
+  if (wants("sgemm")) bench_sgemm(j, threads, timing, shapes, packed, precisions);
   j.close('}');
   std::cout << j.text() << "\n";
   return 0;

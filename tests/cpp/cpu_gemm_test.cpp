@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -54,16 +55,37 @@ double activate(const Epilogue& ep, double x) {
   return x;
 }
 
-// Checks C (as sgemm left it) against the definition in double precision; the tolerance grows
-// with sqrt(K) and the magnitude of the terms.
+// x to the nearest bf16 (8 significant bits, ties to even), by arithmetic rather than bits.
+double to_bf16(double x) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  int e = 0;
+  const double m = std::frexp(x, &e);  // |m| in [0.5, 1): 8 significant bits are m * 256
+  return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
+}
+
+// Checks C (as sgemm left it) against the definition in double precision (with A and B rounded
+// to bf16 first when g.precision says so); the tolerance grows with sqrt(K) and the magnitude of
+// the terms.
 void expect_matches(const GemmArgs& g, const std::string& what) {
   int bad = 0;
+  // op(A) as M x K and op(B) as K x N in double, rounded to bf16 for bf16 products.
+  const bool bf16 = g.precision == Precision::kBF16;
+  std::vector<double> am(static_cast<size_t>(g.m * g.k)), bm(static_cast<size_t>(g.k * g.n));
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t p = 0; p < g.k; ++p) {
+      const double a = g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p];
+      am[i * g.k + p] = bf16 ? to_bf16(a) : a;
+    }
+  for (int64_t p = 0; p < g.k; ++p)
+    for (int64_t j = 0; j < g.n; ++j) {
+      const double b = g.trans_b ? g.b[j * g.ldb + p] : g.b[p * g.ldb + j];
+      bm[p * g.n + j] = bf16 ? to_bf16(b) : b;
+    }
   for (int64_t i = 0; i < g.m; ++i)
     for (int64_t j = 0; j < g.n; ++j) {
       double s = 0, mag = 0;
       for (int64_t p = 0; p < g.k; ++p) {
-        const double a = g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p];
-        const double b = g.trans_b ? g.b[j * g.ldb + p] : g.b[p * g.ldb + j];
+        const double a = am[i * g.k + p], b = bm[p * g.n + j];
         s += a * b;
         mag += std::fabs(a * b);
       }
@@ -163,6 +185,75 @@ TEST(CpuGemm, MatchesDoubleLoopForEveryShapeAndTranspose) {
                                 " transB " + std::to_string((t >> 1) & 1));
       }
   });
+}
+
+// bf16 products: every shape and transpose, on every ISA, 1 and 2 threads, with VDPBF16PS and
+// with it turned off (the fp32 kernels on rounded values), against the double loop on rounded
+// operands; and the result is not the fp32 one (the rounding happened).
+TEST(CpuGemmBf16, MatchesRoundedDoubleLoopWithAndWithoutVdpbf16ps) {
+  for (bool ext : {true, false}) {
+    std::optional<ExtScope> off;
+    if (!ext) off.emplace(Ext::kAvx512Bf16);
+    for_each_config([&](const std::string& cfg) {
+      if (!ext && active_isa() != Isa::kAvx512) return;  // the others never have it
+      for (const Case& s : kShapes)
+        for (int t = 0; t < 4; ++t) {
+          Problem p(s, t & 1, t & 2, static_cast<uint32_t>(s.m * 31 + s.n * 7 + s.k + t));
+          p.g.alpha = t == 3 ? -0.5f : 1.0f;
+          p.g.precision = Precision::kBF16;
+          const float bias = 0.25f;
+          if (t == 2) {  // an epilogue on the bf16 accumulators
+            p.g.epilogue.bias_kind = Epilogue::Bias::kScalar;
+            p.g.epilogue.bias = &bias;
+            p.g.epilogue.act = Activation::kRelu;
+          }
+          sgemm(p.g);
+          const std::string what = cfg + (has_ext(Ext::kAvx512Bf16) ? ", vdpbf16ps" : ", rounded") +
+                                   ", " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                                   std::to_string(s.k) + " t" + std::to_string(t);
+          expect_matches(p.g, what);
+          if (s.m * s.n * s.k >= 1000 && t == 0) {  // and it differs from fp32 products
+            std::vector<float> bf = p.c;
+            p.g.precision = Precision::kF32;
+            sgemm(p.g);
+            double diff = 0;
+            for (int64_t i = 0; i < s.m * p.g.ldc; ++i)
+              if (std::isfinite(p.c[i])) diff = std::max<double>(diff, std::fabs(p.c[i] - bf[i]));
+            EXPECT_GT(diff, 1e-4) << what;
+          }
+        }
+    });
+  }
+}
+
+// B packed for bf16: half the bytes where VDPBF16PS runs; run where it is, where it is turned
+// off and on every ISA (the pairs are unpacked), always the rounded products.
+TEST(CpuGemmBf16, PackedBHalvesTheBytesAndRunsAnywhere) {
+  for (const Case& s : {Case{1, 70, 600}, Case{33, 65, 17}, Case{129, 31, 257}, Case{6, 64, 2}})
+    for (bool tb : {false, true}) {
+      Problem p(s, false, tb, 5);
+      const PackedB packed = pack_b(s.k, s.n, p.g.b, p.g.ldb, tb, Precision::kBF16);
+      const PackedB f32 = pack_b(s.k, s.n, p.g.b, p.g.ldb, tb);
+      EXPECT_EQ(packed.precision(), Precision::kBF16);
+      if (has_ext(Ext::kAvx512Bf16)) {
+        EXPECT_EQ(packed.k_per_step(), 2);
+        EXPECT_LE(packed.bytes(), f32.bytes() * ((s.k + 1) / 2) / s.k + 128);
+      }
+      p.g.precision = Precision::kBF16;  // what expect_matches checks against
+      for (bool ext : {true, false}) {
+        std::optional<ExtScope> off;
+        if (!ext) off.emplace(Ext::kAvx512Bf16);
+        for (Isa run_isa : supported_isas()) {
+          IsaScope scope(run_isa);
+          std::fill(p.c.begin(), p.c.end(), NAN);
+          GemmArgs g = p.g;
+          g.precision = Precision::kF32;  // ignored: the packing's precision rules
+          sgemm_packed(g, packed);
+          expect_matches(p.g, std::string("packed bf16, run on ") + isa_name(run_isa) +
+                                  (ext ? "" : " without vdpbf16ps") + (tb ? " transB" : ""));
+        }
+      }
+    }
 }
 
 TEST(CpuGemm, AppliesEveryEpilogue) {

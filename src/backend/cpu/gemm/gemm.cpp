@@ -114,6 +114,60 @@ class Scratch {
 };
 thread_local Scratch t_pack_a, t_pack_b, t_pack_edge;
 
+// How the panels of one call are packed and multiplied: the ISA's fp32 kernels; the same on
+// values rounded to bf16 (kBF16 without VDPBF16PS); or the avx512 bf16 pair kernels, whose
+// panels hold two values of K per step (gemm_kernel.h). The driver below blocks and splits K in
+// steps; the packing functions take the real K of a slice.
+struct PanelOps {
+  Precision precision = Precision::kF32;
+  bool pairs = false;
+  int unit = 1;  // values of K per step
+};
+
+PanelOps panel_ops(Precision p) {
+  PanelOps o;
+  o.precision = p;
+  o.pairs = p == Precision::kBF16 && active_isa() == Isa::kAvx512 && has_ext(Ext::kAvx512Bf16);
+  o.unit = o.pairs ? 2 : 1;
+  return o;
+}
+
+// Rounds n floats to the nearest bf16 (ties to even; NaN stays NaN), kept in fp32.
+void round_to_bf16(float* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u = 0;
+    std::memcpy(&u, p + i, 4);
+    u = (u & 0x7fffffffu) > 0x7f800000u ? u | 0x400000u : (u + 0x7fffu + ((u >> 16) & 1u));
+    u &= 0xffff0000u;
+    std::memcpy(p + i, &u, 4);
+  }
+}
+
+// gemm_pack_a for `o`: rows [0, m) x the real k values at `a`.
+void pack_a_for(const PanelOps& o, const float* a, int64_t lda, bool trans, int64_t m, int64_t k,
+                float* dst) {
+  if (o.pairs) return avx512::gemm_pack_a_bf16(a, lda, trans, m, k, dst);
+  PTO_ISA_DISPATCH(gemm_pack_a, a, lda, trans, m, k, dst);
+  const int64_t mr = mr_of(active_isa());
+  if (o.precision == Precision::kBF16) round_to_bf16(dst, ceil_div(m, mr) * mr * k);
+}
+
+// gemm_pack_b for `o`: the real k values by columns [0, n).
+void pack_b_for(const PanelOps& o, const float* b, int64_t ldb, bool trans, int64_t k, int64_t n,
+                float* dst, int64_t panel_stride) {
+  if (o.pairs) return avx512::gemm_pack_b_bf16(b, ldb, trans, k, n, dst, panel_stride);
+  PTO_ISA_DISPATCH(gemm_pack_b, b, ldb, trans, k, n, dst, panel_stride);
+  if (o.precision == Precision::kBF16) {
+    const int64_t nr = nr_of(active_isa());
+    for (int64_t j = 0; j < ceil_div(n, nr); ++j) round_to_bf16(dst + j * panel_stride, k * nr);
+  }
+}
+
+void macro_for(const PanelOps& o, const MacroBlock& blk) {
+  if (o.pairs) return avx512::gemm_macro_bf16(blk);
+  PTO_ISA_DISPATCH(gemm_macro, blk);
+}
+
 bool has_epilogue(const Epilogue& ep) {
   return ep.bias_kind != Epilogue::Bias::kNone || ep.residual != nullptr ||
          ep.act != Activation::kNone || ep.tile != nullptr;
@@ -128,6 +182,7 @@ constexpr int64_t kDirectBPanels = 4;
 
 // Whether a task of `rows` rows packs B (not packed ahead) rather than reading it in place.
 bool packs_b(const GemmArgs& g, int64_t rows, const Blocking& bl) {
+  if (g.precision != Precision::kF32) return true;
   return g.trans_b || (!g.b_rows && rows > kDirectBPanels * bl.mr &&
                        (g.ldb * static_cast<int64_t>(sizeof(float))) % 4096 == 0);
 }
@@ -142,9 +197,12 @@ struct Prepacked {
 // Rows i0..i1 of C's columns blk.n0.. against the (KC x NC) block of B that `blk` describes (its
 // B, slice and epilogue set): A packed MC rows at a time (or taken from pre.a), then the
 // macro-kernel on each block.
-void multiply_rows(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, MacroBlock blk,
-                   int64_t jc, int64_t pc, int64_t i0, int64_t i1, int64_t mc_even) {
-  const int64_t K = g.k, kc = blk.k;
+// K, pc and blk.k count steps of o.unit values of K.
+void multiply_rows(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, const Blocking& bl,
+                   MacroBlock blk, int64_t jc, int64_t pc, int64_t i0, int64_t i1,
+                   int64_t mc_even) {
+  const int64_t K = ceil_div(g.k, o.unit), kc = blk.k;
+  const int64_t k0 = pc * o.unit, k_real = std::min(kc * o.unit, g.k - k0);
   blk.ldc = g.ldc;
   blk.alpha = g.alpha;
   blk.n0 = jc;
@@ -155,23 +213,23 @@ void multiply_rows(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, 
       blk.a_panel_stride = K * bl.mr;
     } else {
       float* ap = t_pack_a.get(ceil_div(mc, bl.mr) * bl.mr * kc);
-      const float* src = g.trans_a ? g.a + pc * g.lda + ic : g.a + ic * g.lda + pc;
-      PTO_ISA_DISPATCH(gemm_pack_a, src, g.lda, g.trans_a, mc, kc, ap);
+      const float* src = g.trans_a ? g.a + k0 * g.lda + ic : g.a + ic * g.lda + k0;
+      pack_a_for(o, src, g.lda, g.trans_a, mc, k_real, ap);
       blk.a = ap;
       blk.a_panel_stride = 0;
     }
     blk.m = mc;
     blk.c = g.c + ic * g.ldc + jc;
     blk.m0 = ic;
-    PTO_ISA_DISPATCH(gemm_macro, blk);
+    macro_for(o, blk);
   }
 }
 
 // C[i0:i1, j0:j1] of one GEMM.
-void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, int64_t i0,
-                   int64_t i1, int64_t j0, int64_t j1) {
+void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, const Blocking& bl,
+                   int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const float* packed = pre.b;
-  const int64_t K = g.k, nr = bl.nr;
+  const int64_t K = ceil_div(g.k, o.unit), nr = bl.nr;  // K in steps
   const bool direct = packed == nullptr && !packs_b(g, i1 - i0, bl);
   const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
   // The K slices depend on K alone, so every C element sums the same slices on any thread count.
@@ -215,15 +273,16 @@ void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, 
         }
       } else {
         float* bp = t_pack_b.get(ceil_div(nc, nr) * kc * nr);
-        const float* src = g.trans_b ? g.b + jc * g.ldb + pc : g.b + pc * g.ldb + jc;
-        PTO_ISA_DISPATCH(gemm_pack_b, src, g.ldb, g.trans_b, kc, nc, bp, kc * nr);
+        const int64_t k0 = pc * o.unit, k_real = std::min(kc * o.unit, g.k - k0);
+        const float* src = g.trans_b ? g.b + jc * g.ldb + k0 : g.b + k0 * g.ldb + jc;
+        pack_b_for(o, src, g.ldb, g.trans_b, k_real, nc, bp, kc * nr);
         blk.b = bp;
         blk.b_panel_stride = kc * nr;
         blk.b_row_stride = nr;
       }
       blk.accumulate = s > 0;
       blk.epilogue = s == slices - 1 ? ep : nullptr;
-      multiply_rows(g, pre, bl, blk, jc, pc, i0, i1, mc_even);
+      multiply_rows(g, o, pre, bl, blk, jc, pc, i0, i1, mc_even);
     }
   }
 }
@@ -233,9 +292,9 @@ void compute_block(const GemmArgs& g, const Prepacked& pre, const Blocking& bl, 
 // buffer, then each multiplies its own range of rows (packing only its own A) against all of it.
 // Two pool dispatches per block; run_gemm takes this path only when every thread has at least
 // one MC block of rows. Each C element sees the same micro-kernel and K slices as on one thread.
-void run_shared_b(const GemmArgs& g, const Blocking& bl, int threads) {
+void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int threads) {
   static thread_local Scratch shared;  // the caller's: the workers only write into it
-  const int64_t K = g.k, nr = bl.nr, mp = ceil_div(g.m, bl.mr);
+  const int64_t K = ceil_div(g.k, o.unit), nr = bl.nr, mp = ceil_div(g.m, bl.mr);
   const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
   const int64_t kc_even = even_block(K, bl.kc, 8);
   const int64_t slices = ceil_div(K, kc_even);
@@ -248,8 +307,9 @@ void run_shared_b(const GemmArgs& g, const Blocking& bl, int threads) {
         const int64_t p0 = t * panels / threads, p1 = (t + 1) * panels / threads;
         if (p0 == p1) return;
         const int64_t j = jc + p0 * nr, w = std::min(nc, p1 * nr) - p0 * nr;
-        const float* src = g.trans_b ? g.b + j * g.ldb + pc : g.b + pc * g.ldb + j;
-        PTO_ISA_DISPATCH(gemm_pack_b, src, g.ldb, g.trans_b, kc, w, bp + p0 * kc * nr, kc * nr);
+        const int64_t k0 = pc * o.unit, k_real = std::min(kc * o.unit, g.k - k0);
+        const float* src = g.trans_b ? g.b + j * g.ldb + k0 : g.b + k0 * g.ldb + j;
+        pack_b_for(o, src, g.ldb, g.trans_b, k_real, w, bp + p0 * kc * nr, kc * nr);
       });
       MacroBlock blk;
       blk.n = nc;
@@ -263,7 +323,7 @@ void run_shared_b(const GemmArgs& g, const Blocking& bl, int threads) {
         const int64_t i0 = t * mp / threads * bl.mr;
         const int64_t i1 = std::min(g.m, (t + 1) * mp / threads * bl.mr);
         if (i0 < i1)
-          multiply_rows(g, {}, bl, blk, jc, pc, i0, i1, even_block(i1 - i0, bl.mc, bl.mr));
+          multiply_rows(g, o, {}, bl, blk, jc, pc, i0, i1, even_block(i1 - i0, bl.mc, bl.mr));
       });
     }
   }
@@ -306,11 +366,15 @@ Grid choose_grid(int64_t items, const GemmArgs& g, const Blocking& bl, int threa
 // How run_gemm splits and blocks one call: what it executes, and what describe_gemm prints.
 GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int threads) {
   const Blocking& bl = blocking();
+  const PanelOps o = panel_ops(g.precision);
+  const int64_t steps = ceil_div(g.k, o.unit);
   GemmPlan p;
   p.mr = bl.mr;
   p.nr = bl.nr;
-  p.kc = g.k > 0 ? even_block(g.k, bl.kc, 8) : 0;
-  p.k_slices = g.k > 0 ? ceil_div(g.k, p.kc) : 1;
+  p.k_per_step = o.unit;
+  p.precision = g.precision;
+  p.kc = steps > 0 ? even_block(steps, bl.kc, 8) : 0;
+  p.k_slices = steps > 0 ? ceil_div(steps, p.kc) : 1;
   p.mc = bl.mc;
   p.nc = bl.nc;
   p.threads = threads;
@@ -332,10 +396,13 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
               int64_t stride_b, int64_t stride_c, int64_t stride_r) {
   if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
   PTO_CHECK(!(args.b_rows && args.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
+  PTO_CHECK(!(args.b_rows && args.precision != Precision::kF32))
+      << "sgemm: b_rows (B read in place) needs fp32 products";
   const Blocking& bl = blocking();
+  const PanelOps ops = panel_ops(args.precision);
   const GemmPlan plan = make_plan(args, pre, batch, in_parallel_region() ? 1 : num_threads());
   if (plan.b == GemmPlan::B::kPackedShared) {
-    run_shared_b(args, bl, plan.threads);
+    run_shared_b(args, ops, bl, plan.threads);
     return;
   }
   const int64_t mp = ceil_div(args.m, bl.mr), np = ceil_div(args.n, bl.nr);
@@ -351,7 +418,7 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
     const int64_t i1 = std::min(args.m, (im + 1) * mp / plan.tm * bl.mr);
     const int64_t j0 = std::min(args.n, in * np / plan.tn * bl.nr);
     const int64_t j1 = std::min(args.n, (in + 1) * np / plan.tn * bl.nr);
-    if (i0 < i1 && j0 < j1) compute_block(g, pre, bl, i0, i1, j0, j1);
+    if (i0 < i1 && j0 < j1) compute_block(g, ops, pre, bl, i0, i1, j0, j1);
   };
   const int64_t tasks = batch * per_item;
   if (tasks == 1 || plan.threads == 1) {
@@ -363,13 +430,20 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
 
 }  // namespace
 
+const char* precision_name(Precision p) {
+  return p == Precision::kBF16 ? "bf16" : "f32";
+}
+
 std::string GemmPlan::str() const {
   const char* how[] = {"read in place", "packed per task", "packed once and shared by the threads",
                        "packed ahead"};
-  return cat("register block ", mr, "x", nr, ", K in ", k_slices, " slice(s) of ", kc, ", MC ", mc,
-             " rows, NC ", nc, " columns; ", batch * tm * tn, " task(s) (", batch, " item(s) x ",
-             tm, " row x ", tn, " column ranges) on ", threads, " thread(s); B ",
-             how[static_cast<int>(b)]);
+  return cat(
+      precision == Precision::kBF16
+          ? (k_per_step == 2 ? "bf16 (vdpbf16ps, K in pairs), " : "bf16 (rounded, fp32 FMA), ")
+          : "",
+      "register block ", mr, "x", nr, ", K in ", k_slices, " slice(s) of ", kc, ", MC ", mc,
+      " rows, NC ", nc, " columns; ", batch * tm * tn, " task(s) (", batch, " item(s) x ", tm,
+      " row x ", tn, " column ranges) on ", threads, " thread(s); B ", how[static_cast<int>(b)]);
 }
 
 GemmPlan plan_gemm(const GemmArgs& args, int64_t batch, bool b_packed_ahead, int threads) {
@@ -387,13 +461,16 @@ void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_
   run_gemm(args, {}, batch, stride_a, stride_b, stride_c, stride_r);
 }
 
-float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width) {
+float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width, Precision precision,
+                              int unit) {
   k_ = k;
   len_ = len;
   width_ = width;
   isa_ = static_cast<int>(active_isa());
-  // 64-byte aligned: B panels are k * NR floats apart, so no vector load of one splits a line.
-  const size_t floats = static_cast<size_t>(ceil_div(len, width) * width * k) + 1;
+  precision_ = precision;
+  unit_ = unit;
+  // 64-byte aligned: B panels are steps * NR floats apart, so no vector load of one splits a line.
+  const size_t floats = static_cast<size_t>(ceil_div(len, width) * width * ceil_div(k, unit)) + 1;
   const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
   float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
   PTO_CHECK(p != nullptr) << "sgemm: out of memory for " << bytes << " bytes of packed panels";
@@ -405,17 +482,29 @@ float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width) {
 std::vector<float> PackedPanels::unpack() const {
   std::vector<float> out(static_cast<size_t>(len_ * k_));
   const float* p = data();
+  const int64_t steps = ceil_div(k_, unit_);
   for (int64_t i = 0; i < len_; ++i)
-    for (int64_t q = 0; q < k_; ++q)
-      out[i * k_ + q] = p[(i / width_) * k_ * width_ + q * width_ + i % width_];
+    for (int64_t q = 0; q < k_; ++q) {
+      const float* word = p + (i / width_) * steps * width_ + (q / unit_) * width_ + i % width_;
+      if (unit_ == 1) {
+        out[i * k_ + q] = *word;
+        continue;
+      }
+      uint32_t w = 0;  // a bf16 pair: k even in the low half
+      std::memcpy(&w, word, 4);
+      const uint32_t bits = (q % 2 ? w & 0xffff0000u : w << 16);
+      std::memcpy(&out[i * k_ + q], &bits, 4);
+    }
   return out;
 }
 
-PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b) {
+PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
+               Precision precision) {
   PackedB p;
   const int64_t nr = nr_of(active_isa());
-  float* dst = p.allocate(n, k, nr);
-  PTO_ISA_DISPATCH(gemm_pack_b, b, ldb, trans_b, k, n, dst, k * nr);
+  const PanelOps o = panel_ops(precision);
+  float* dst = p.allocate(n, k, nr, precision, o.unit);
+  pack_b_for(o, b, ldb, trans_b, k, n, dst, ceil_div(k, o.unit) * nr);
   return p;
 }
 
@@ -423,13 +512,16 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
   PTO_CHECK(packed.k() == args.k && packed.n() == args.n)
       << "sgemm_packed: B packed as " << packed.k() << " x " << packed.n() << ", used as " << args.k
       << " x " << args.n;
-  if (static_cast<Isa>(packed.isa()) == active_isa()) {
-    run_gemm(args, {nullptr, packed.data()}, 1, 0, 0, 0, 0);
+  GemmArgs g = args;
+  g.precision = packed.precision();
+  if (static_cast<Isa>(packed.isa()) == active_isa() &&
+      panel_ops(g.precision).unit == packed.k_per_step()) {
+    run_gemm(g, {nullptr, packed.data()}, 1, 0, 0, 0, 0);
     return;
   }
-  // Packed for another ISA's panel width: unpack to N x K (B transposed) and run the plain path.
+  // Packed for another ISA's panel width, or bf16 pairs where VDPBF16PS is now off: unpack to
+  // N x K (B transposed) and run the plain path (bf16 values stay bf16: rounding is idempotent).
   const std::vector<float> b = packed.unpack();
-  GemmArgs g = args;
   g.b = b.data();
   g.ldb = args.k;
   g.trans_b = true;
@@ -439,7 +531,7 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
 
 PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a) {
   PackedA p;
-  float* dst = p.allocate(m, k, mr_of(active_isa()));
+  float* dst = p.allocate(m, k, mr_of(active_isa()), Precision::kF32, 1);
   PTO_ISA_DISPATCH(gemm_pack_a, a, lda, trans_a, m, k, dst);
   return p;
 }
@@ -448,6 +540,7 @@ void sgemm_packed_a(const GemmArgs& args, const PackedA& packed) {
   PTO_CHECK(packed.m() == args.m && packed.k() == args.k)
       << "sgemm_packed_a: A packed as " << packed.m() << " x " << packed.k() << ", used as "
       << args.m << " x " << args.k;
+  PTO_CHECK(args.precision == Precision::kF32) << "sgemm_packed_a: A is packed for fp32 products";
   if (static_cast<Isa>(packed.isa()) == active_isa()) {
     run_gemm(args, {packed.data(), nullptr}, 1, 0, 0, 0, 0);
     return;

@@ -55,6 +55,13 @@ void run_tile_epilogue(const Epilogue& ep, float* c, int64_t ldc, int64_t m0, in
 
 inline constexpr int kGemmRowsSlack = 8;
 
+// What the products are computed in. kBF16: A and B rounded to bf16 (to nearest even) and the
+// products accumulated in fp32, as torch.autocast and oneDNN's bf16 math compute a bf16 matmul;
+// VDPBF16PS where the CPU has AVX512_BF16 (twice the FMA rate, half the packed bytes), else the
+// fp32 kernels on the rounded values (same results up to the order of additions).
+enum class Precision { kF32, kBF16 };
+const char* precision_name(Precision p);  // "f32", "bf16"
+
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
   const float* a = nullptr;
@@ -71,6 +78,7 @@ struct GemmArgs {
   int64_t ldc = 0;
   float alpha = 1.0f;
   Epilogue epilogue;
+  Precision precision = Precision::kF32;  // kBF16: B is always packed (no b_rows)
 };
 
 // C = epilogue(alpha * op(A) op(B)); parallel over the thread pool unless called from inside a
@@ -78,24 +86,31 @@ struct GemmArgs {
 void sgemm(const GemmArgs& args);
 
 // An operand packed once into the panels of `width` rows or columns (MR for A, NR for B) that
-// the micro-kernel of one ISA reads: panel i at data + i * k * width, `width` values per k.
+// the micro-kernel of one ISA reads: panel i at data + i * steps * width, `width` values per
+// step; a step is one k (fp32, or bf16 values rounded in fp32 slots) or a pair of k (bf16 pairs
+// for VDPBF16PS, see gemm_kernel.h).
 class PackedPanels {
  public:
   int64_t k() const { return k_; }
   const float* data() const { return data_.get(); }
   int isa() const { return isa_; }
+  Precision precision() const { return precision_; }
+  int k_per_step() const { return unit_; }
   size_t bytes() const { return bytes_; }  // what the panels hold in memory
   // The operand back as a plain row-major len x k matrix (rows of A; columns of B, so B comes
   // back transposed): for running without the packing, or giving the original back.
   std::vector<float> unpack() const;
 
  protected:
-  // Storage for `len` rows (A) or columns (B) of K in panels of `width`, for the active ISA.
-  float* allocate(int64_t len, int64_t k, int64_t width);
+  // Storage for `len` rows (A) or columns (B) of K in panels of `width`, for the active ISA,
+  // `unit` values of K per step.
+  float* allocate(int64_t len, int64_t k, int64_t width, Precision precision, int unit);
   int64_t k_ = 0, len_ = 0;  // len_: rows of A or columns of B
   int64_t width_ = 0;        // MR or NR of the packing ISA
   size_t bytes_ = 0;
   int isa_ = 0;  // the cpu::Isa it was packed for
+  Precision precision_ = Precision::kF32;
+  int unit_ = 1;  // values of K per step
   std::shared_ptr<float[]> data_;
 };
 
@@ -105,13 +120,17 @@ class PackedB : public PackedPanels {
   int64_t n() const { return len_; }
 
  private:
-  friend PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b);
+  friend PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
+                        Precision precision);
 };
 
-PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b);
+// B packed for products in `precision` (bf16: half the bytes where VDPBF16PS runs).
+PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
+               Precision precision = Precision::kF32);
 
 // As sgemm with B taken from `packed` (args.b, ldb and trans_b are ignored; args.k and args.n
-// must match the packing). Falls back to unpacking when the active ISA differs from the packing's.
+// must match the packing) in the packing's precision (args.precision is ignored). Falls back to
+// unpacking when the active ISA or bf16 support differs from the packing's.
 void sgemm_packed(const GemmArgs& args, const PackedB& packed);
 
 // A packed once (a constant weight on the left, as Conv's), for any later sgemm_packed_a with
@@ -138,7 +157,9 @@ void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_
 // How sgemm blocks and splits a call (the cache model's block sizes, the task grid, how B is
 // read), as run_gemm computes it before running.
 struct GemmPlan {
-  int64_t mr = 0, nr = 0;             // register block
+  int64_t mr = 0, nr = 0;  // register block
+  Precision precision = Precision::kF32;
+  int k_per_step = 1;                 // 2: bf16 pairs (VDPBF16PS); KC counts steps
   int64_t kc = 0, k_slices = 1;       // K cut into equal slices of at most KC
   int64_t mc = 0, nc = 0;             // rows of A and columns of B packed per block
   int64_t batch = 1, tm = 1, tn = 1;  // tasks: items x row ranges x column ranges

@@ -293,4 +293,209 @@ void gemm_macro(const MacroBlock& blk) {
   }
 }
 
+#if defined(PTO_ISA_AVX512)
+// ---- bf16 (AVX512_BF16) ----
+
+namespace {
+
+#define PTO_BF16 __attribute__((target("avx512bf16")))
+
+// A float as bf16 the way VCVTNEPS2BF16 rounds it (nearest even; NaN stays a quiet NaN), for
+// the odd ends the vector conversions do not cover.
+uint32_t bf16_of(float x) {
+  uint32_t u = 0;
+  __builtin_memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// Pairs (x[2i], x[2i + 1]) of n <= 32 floats of a contiguous row as 16 words, to bf16.
+PTO_BF16 __m512i pairs_of_row(const float* x, int64_t n) {
+  const __mmask16 lo = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+  const __mmask16 hi = n >= 32   ? __mmask16(0xffff)
+                       : n <= 16 ? __mmask16(0)
+                                 : __mmask16((1u << (n - 16)) - 1);
+  const __m512 a = _mm512_maskz_loadu_ps(lo, x), b = _mm512_maskz_loadu_ps(hi, x + 16);
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
+}
+
+// Pairs (r0[j], r1[j]) of two rows at n <= 16 columns as 16 words, to bf16.
+PTO_BF16 __m512i pairs_of_rows(const float* r0, const float* r1, int64_t n) {
+  const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+  const __m256i x = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0)));
+  const __m256i y = r1 ? reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1)))
+                       : _mm256_setzero_si256();
+  return _mm512_or_si512(_mm512_cvtepu16_epi32(x), _mm512_slli_epi32(_mm512_cvtepu16_epi32(y), 16));
+}
+
+// 16 pair words scattered down a panel: word i to dst[i * stride].
+void scatter_words(__m512i v, int64_t count, float* dst, int64_t stride) {
+  alignas(64) uint32_t w[16];
+  _mm512_store_si512(w, v);
+  for (int64_t i = 0; i < count; ++i) __builtin_memcpy(dst + i * stride, &w[i], 4);
+}
+
+// C[R x NV vectors] (=|+=) alpha * A_panel B_panel over k2 pair steps, VDPBF16PS: each step
+// adds A[r, 2p] B[2p, j] + A[r, 2p + 1] B[2p + 1, j] to the fp32 accumulators.
+template <int R, int NV>
+PTO_BF16 void micro_bf16(int64_t k2, const float* a, const float* b, float* c, int64_t ldc,
+                         int n_last, float alpha, bool accumulate, NextPanel next) {
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) __builtin_prefetch(c + r * ldc + v * kL, 1, 2);
+  }
+  __m512 s[R][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) s[r][v] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < k2; ++p) {
+    if (next.b && (p & ((int64_t{1} << next.shift) - 1)) == 0) {
+      const float* nb = next.b + (p >> next.shift) * next.ld;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) __builtin_prefetch(nb + v * kL, 0, 2);
+    }
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_ps(b + v * kL));
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_ps(a[r]));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) s[r][v] = _mm512_dpbf16_ps(s[r][v], av, bv[v]);
+    }
+    a += kMR;
+    b += kNR;
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+  const __mmask16 tail = static_cast<__mmask16>((1u << n_last) - 1);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    float* row = c + r * ldc;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      __m512 x = alpha == 1.0f ? s[r][v] : _mm512_mul_ps(s[r][v], va);
+      if (v < NV - 1 || n_last == kL) {
+        if (accumulate) x = _mm512_add_ps(x, _mm512_loadu_ps(row + v * kL));
+        _mm512_storeu_ps(row + v * kL, x);
+      } else {
+        if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(tail, row + v * kL));
+        _mm512_mask_storeu_ps(row + v * kL, tail, x);
+      }
+    }
+  }
+}
+
+using MicroBf16 = void (*)(int64_t, const float*, const float*, float*, int64_t, int, float, bool,
+                           NextPanel);
+
+template <int R, int NV>
+void fill_bf16(MicroBf16 (*table)[kNV]) {
+  table[R - 1][NV - 1] = &micro_bf16<R, NV>;
+  if constexpr (NV > 1)
+    fill_bf16<R, NV - 1>(table);
+  else if constexpr (R > 1)
+    fill_bf16<R - 1, kNV>(table);
+}
+
+struct MicroBf16Table {
+  MicroBf16 fn[kMR][kNV];
+  MicroBf16Table() { fill_bf16<kMR, kNV>(fn); }
+};
+
+#undef PTO_BF16
+
+}  // namespace
+
+void gemm_pack_a_bf16(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, float* dst) {
+  const int64_t k2 = (k + 1) / 2;
+  for (int64_t i0 = 0; i0 < m; i0 += kMR, dst += k2 * kMR) {
+    const int mr = static_cast<int>(m - i0 < kMR ? m - i0 : kMR);
+    for (int r = mr; r < kMR; ++r)  // rows past M: zero pairs
+      for (int64_t p = 0; p < k2; ++p) dst[p * kMR + r] = 0.0f;
+    for (int r = 0; r < mr; ++r) {
+      if (trans) {  // A is K x M: row r of op(A) is column i0 + r, lda apart
+        const float* col = a + i0 + r;
+        for (int64_t p = 0; p < k2; ++p) {
+          const float lo = col[2 * p * lda], hi = 2 * p + 1 < k ? col[(2 * p + 1) * lda] : 0.0f;
+          const uint32_t w = bf16_of(lo) | (bf16_of(hi) << 16);
+          __builtin_memcpy(dst + p * kMR + r, &w, 4);
+        }
+        continue;
+      }
+      const float* row = a + (i0 + r) * lda;
+      for (int64_t q = 0; q < k; q += 32) {
+        const int64_t n = k - q < 32 ? k - q : 32;
+        scatter_words(pairs_of_row(row + q, n), (n + 1) / 2, dst + (q / 2) * kMR + r, kMR);
+      }
+    }
+  }
+}
+
+void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float* dst,
+                      int64_t panel_stride) {
+  const int64_t k2 = (k + 1) / 2;
+  for (int64_t j0 = 0; j0 < n; j0 += kNR, dst += panel_stride) {
+    const int64_t nr = n - j0 < kNR ? n - j0 : kNR;
+    if (trans) {  // B is N x K: column j of op(B) is row j of B, contiguous in k
+      for (int64_t c = 0; c < kNR; ++c) {
+        if (c >= nr) {
+          for (int64_t p = 0; p < k2; ++p) dst[p * kNR + c] = 0.0f;
+          continue;
+        }
+        const float* row = b + (j0 + c) * ldb;
+        for (int64_t q = 0; q < k; q += 32) {
+          const int64_t w = k - q < 32 ? k - q : 32;
+          scatter_words(pairs_of_row(row + q, w), (w + 1) / 2, dst + (q / 2) * kNR + c, kNR);
+        }
+      }
+      continue;
+    }
+    // B is K x N: rows 2p and 2p + 1 interleave, 16 columns at a time.
+    for (int64_t p = 0; p < k2; ++p) {
+      const float* r0 = b + 2 * p * ldb + j0;
+      const float* r1 = 2 * p + 1 < k ? r0 + ldb : nullptr;
+      for (int64_t c = 0; c < kNR; c += kL) {
+        const int64_t w = nr - c;
+        const __m512i v = w > 0 ? pairs_of_rows(r0 + c, r1 ? r1 + c : nullptr, w > kL ? kL : w)
+                                : _mm512_setzero_si512();
+        _mm512_storeu_si512(dst + p * kNR + c, v);
+      }
+    }
+  }
+}
+
+void gemm_macro_bf16(const MacroBlock& blk) {
+  static const MicroBf16Table table;
+  const int64_t np = (blk.n + kNR - 1) / kNR, mp = (blk.m + kMR - 1) / kMR;
+  const int64_t as = blk.a_panel_stride ? blk.a_panel_stride : blk.k * kMR;
+  for (int64_t j = 0; j < np; ++j) {
+    const int nj = static_cast<int>(blk.n - j * kNR < kNR ? blk.n - j * kNR : kNR);
+    const float* bp = blk.b + j * blk.b_panel_stride;
+    const int nv = (nj + kL - 1) / kL;
+    const int n_last = nj - (nv - 1) * kL;
+    NextPanel next;
+    if (j + 1 < np) {
+      next.b = bp + blk.b_panel_stride;
+      next.ld = kNR;
+      while (next.shift < 4 && (int64_t{2} << next.shift) <= mp) ++next.shift;
+    }
+    const int64_t share = blk.k >> next.shift;
+    for (int64_t i = 0; i < mp; ++i) {
+      const int mi = static_cast<int>(blk.m - i * kMR < kMR ? blk.m - i * kMR : kMR);
+      float* c = blk.c + i * kMR * blk.ldc + j * kNR;
+      NextPanel nx = next;
+      if (i * share >= blk.k) nx.b = nullptr;
+      if (nx.b) nx.b += i * share * nx.ld;
+      table.fn[mi - 1][nv - 1](blk.k, blk.a + i * as, bp, c, blk.ldc, n_last, blk.alpha,
+                               blk.accumulate, nx);
+      if (blk.epilogue)
+        apply_epilogue(*blk.epilogue, c, blk.ldc, blk.m0 + i * kMR, mi, blk.n0 + j * kNR, nj);
+    }
+  }
+}
+#endif  // PTO_ISA_AVX512
+
 }  // namespace pto::cpu::PTO_ISA_NS

@@ -42,4 +42,18 @@ PTO_ISA_DECLARE(
                      int64_t panel_stride);
     void gemm_macro(const MacroBlock& blk);)
 
+// bf16 products on AVX512_BF16 (VDPBF16PS), in the same panels with K counted in pairs: a step
+// of an A panel holds MR pairs (A[r, 2p], A[r, 2p + 1]) rounded to bf16, one 32-bit word each,
+// and a step of a B panel NR pairs (B[2p, j], B[2p + 1, j]); an odd K ends in a pair whose second
+// half is 0. The driver then runs the fp32 blocking on ceil(K / 2) steps. Only the avx512
+// kernels have them, and only when cpu::has_ext(Ext::kAvx512Bf16) may they run.
+namespace avx512 {
+// As gemm_pack_a / gemm_pack_b with `k` the real K (not steps), writing ceil(k / 2) steps.
+void gemm_pack_a_bf16(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, float* dst);
+void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float* dst,
+                      int64_t panel_stride);
+// blk.k in steps; B packed (b_row_stride NR, no b_rows).
+void gemm_macro_bf16(const MacroBlock& blk);
+}  // namespace avx512
+
 }  // namespace pto::cpu

@@ -11,6 +11,13 @@ namespace pto::cpu {
 PTO_ISA_DECLARE(float fma_chains(int64_t iterations, float mul, float add);
                 int64_t fma_flops_per_iteration();)
 
+// The bf16 dot-product chains (VDPBF16PS), in the avx512 build: run only where
+// has_ext(Ext::kAvx512Bf16).
+namespace avx512 {
+float dpbf16_chains(int64_t iterations, float mul);
+int64_t dpbf16_flops_per_iteration();
+}  // namespace avx512
+
 // fma_chains / fma_flops_per_iteration of `isa`'s build.
 float run_fma_chains(Isa isa, int64_t iterations, float mul, float add);
 int64_t fma_flops_per_iteration(Isa isa);

@@ -63,4 +63,23 @@ float fma_chains(int64_t iterations, float mul, float add) {
 #endif
 }
 
+#if defined(PTO_ISA_AVX512)
+// The bf16 dot-product ceiling: the same chains on VDPBF16PS, each lane adding two products per
+// step (4 flops, as a bf16 GEMM counts them). Only where has_ext(Ext::kAvx512Bf16).
+int64_t dpbf16_flops_per_iteration() {
+  return int64_t{4} * kChains * kLanes;
+}
+
+__attribute__((target("avx512bf16"))) float dpbf16_chains(int64_t iterations, float mul) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
+  const __m512bh m = _mm512_cvtne2ps_pbh(_mm512_set1_ps(mul), _mm512_set1_ps(mul));
+  for (int64_t i = 0; i < iterations; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], m, m);
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  return _mm512_reduce_add_ps(sum);
+}
+#endif
+
 }  // namespace pto::cpu::PTO_ISA_NS
