@@ -56,6 +56,8 @@ struct PassReport {
 
 struct PassOptions {
   int level = 2;
+  // AutoMixedPrecision runs first, at any level (it changes what the products compute).
+  bool auto_mixed_precision = false;
   // Names of passes after which the graph is printed to stderr (in addition to PTO_DUMP_AFTER);
   // "all" prints after every pass. An unknown name is a ValueError listing the known ones.
   std::vector<std::string> dump_after;

@@ -19,7 +19,7 @@ from .options import (get_num_threads, get_optimization_options, reset_optimizat
                       set_num_threads, set_optimization_options)
 from .runtime import CompiledGraph
 from .serialization import load, save, save_graph
-from . import debug, onnx, profiler
+from . import amp, debug, onnx, profiler
 
 __version__ = "0.1.0"
 
@@ -80,7 +80,8 @@ def _register_backend_with_torch() -> None:
 _register_backend_with_torch()
 
 __all__ = [
-    "CompiledGraph", "OptimizedModule", "custom_op", "debug", "device_info", "get_num_threads",
+    "CompiledGraph", "OptimizedModule", "amp", "custom_op", "debug", "device_info",
+    "get_num_threads",
     "get_optimization_options", "is_available", "jit", "load", "onnx", "optimize", "profiler",
     "reset_optimization_options", "save", "save_graph", "set_num_threads",
     "set_optimization_options",

@@ -12,6 +12,7 @@ import torch.utils._pytree as pytree
 
 from . import _C
 from .frontend import torch_capture
+from .amp import amp_dtype
 from .runtime import CompiledGraph
 
 log = logging.getLogger("pypto")
@@ -26,8 +27,11 @@ class OptimizedModule(torch.nn.Module):
         # Registered like torch.compile's OptimizedModule does: the parameters stay the
         # module's (the compiled graph shares their memory), state_dict() still works.
         self._orig_mod = module
-        # (args, kwargs, output_names=True) -> (Captured, CompiledGraph); see export_graph
+        # (args, kwargs, output_names=True, mixed_precision=None) -> (Captured, CompiledGraph);
+        # see export_graph
         self._compile_fn = compile_fn
+        self._dtype: torch.dtype | None = None  # optimize(dtype=torch.bfloat16)
+        self._amp_compiled: CompiledGraph | None = None  # for pypto.amp.autocast
         self._captured: torch_capture.Captured | None = None
         self._compiled: CompiledGraph | None = None
         self._lock = threading.Lock()
@@ -72,9 +76,30 @@ class OptimizedModule(torch.nn.Module):
         return self._compile_fn(args, kwargs or {}, list(output_names))[1].graph
 
     def forward(self, *args, **kwargs):
+        if _torch_autocast_on():
+            raise RuntimeError(
+                f"{type(self._orig_mod).__name__}: torch.autocast is not applied to a module "
+                "optimized by PyPTO (its graph is already compiled); use "
+                "pypto.optimize(model, dtype=torch.bfloat16) or pypto.amp.autocast() for bf16 "
+                "products, or call it outside torch.autocast")
         self._ensure_compiled(args, kwargs)
-        outs = self._compiled.run(self._graph_inputs(args, kwargs))
+        compiled = self._compiled
+        if self._dtype is None and amp_dtype() is not None:  # pypto.amp.autocast
+            compiled = self._amp_variant(args, kwargs)
+        inputs = self._graph_inputs(args, kwargs)
+        if self._dtype is not None:  # a bf16 model: bf16 inputs in, bf16 outputs out
+            inputs = [x.float() if x.dtype == self._dtype else x for x in inputs]
+        outs = compiled.run(inputs)
+        if self._dtype is not None:
+            outs = [y.to(self._dtype) if y.is_floating_point() else y for y in outs]
         return pytree.tree_unflatten(outs, self._captured.out_spec)
+
+    def _amp_variant(self, args, kwargs) -> CompiledGraph:
+        """The module compiled again with bf16 products, for calls inside pypto.amp.autocast."""
+        with self._lock:
+            if self._amp_compiled is None:
+                self._amp_compiled = self._compile_fn(args, kwargs, True, True)[1]
+        return self._amp_compiled
 
     def stats(self, *args, **kwargs) -> dict:
         """Kernel count and planned memory (see CompiledGraph.stats); the memory numbers are for
@@ -137,9 +162,16 @@ class OptimizedModule(torch.nn.Module):
         return repr(self._compiled) if self._compiled is not None else "not compiled yet"
 
 
+def _torch_autocast_on() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled()
+
+
 def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | None = None, *,
              example_kwargs: dict | None = None, dynamic: bool = True, dynamic_shapes=None,
-             max_batch: int | None = None) -> OptimizedModule:
+             max_batch: int | None = None, dtype: torch.dtype | None = None) -> OptimizedModule:
     """Compiles `model` for inference on PyPTO.
 
     example_inputs: a tuple of arguments (or a single tensor) the model is called with. Without
@@ -148,6 +180,11 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
     dynamic: make the batch (dim 0 of the inputs) symbolic, so one compiled module serves every
         batch size in [1, max_batch]; False compiles for the example shapes only.
     dynamic_shapes: torch.export's dynamic_shapes spec, for full control (overrides dynamic).
+    dtype: torch.bfloat16 makes a bf16 model: its matrix products (Linear, matmul) round both
+        operands to bf16 and accumulate in fp32 (VDPBF16PS where the CPU has AVX512_BF16),
+        everything else computes in fp32; it takes fp32 or bf16 inputs and returns bf16 outputs.
+        See docs/precision.md. None or torch.float32: fp32 throughout (unless the
+        auto_mixed_precision option is on). torch.float16 is not supported yet.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"pypto.optimize expects a torch.nn.Module, got {type(model).__name__}"
@@ -160,8 +197,16 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
     from .options import compile_options
 
     compile_options(level)  # validates level before the (slow) capture
+    if dtype not in (None, torch.float32, torch.bfloat16):
+        if dtype == torch.float16:
+            raise NotImplementedError("pypto.optimize: dtype=torch.float16 is not supported yet "
+                                      "(PyPTO's reduced-precision kernels are bf16); use "
+                                      "dtype=torch.bfloat16")
+        raise ValueError(f"pypto.optimize: dtype must be torch.float32 or torch.bfloat16, got "
+                         f"{dtype!r}")
+    bf16 = True if dtype == torch.bfloat16 else None
 
-    def compile_fn(args, kwargs, output_names=True):
+    def compile_fn(args, kwargs, output_names=True, mixed_precision=bf16):
         # On a terminal: "pypto.optimize: torch.export", then the passes and kernels.
         bar = _C.ProgressBar("pypto.optimize", 0.0)
         bar.update(0, 1, f"torch.export: {type(model).__name__}")
@@ -174,9 +219,12 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
                 raise NotImplementedError(f"pypto.optimize: {e}") from None
             finally:
                 bar.finish()
-        return captured, CompiledGraph(captured.graph, level, _progress="pypto.optimize")
+        return captured, CompiledGraph(captured.graph, level, mixed_precision=mixed_precision,
+                                       _progress="pypto.optimize")
 
     fast = OptimizedModule(model, compile_fn)
+    if dtype == torch.bfloat16:
+        fast._dtype = torch.bfloat16
     if example_inputs is not None:
         fast._ensure_compiled(example_inputs, example_kwargs or {})
     return fast

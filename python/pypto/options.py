@@ -15,7 +15,8 @@ from . import _C
 _DEFAULTS: dict[str, Any] = {
     "graph_optimization_level": 2,  # 0..3, see docs/python.md
     "memory_optimization": True,  # reuse intermediate buffers as soon as they are dead
-    "auto_mixed_precision": False,  # bf16 compute with fp32 islands (not implemented yet)
+    # matrix products in bf16 (fp32 accumulation), everything else fp32: see docs/precision.md
+    "auto_mixed_precision": False,
     # drop the graph's copy of weights the GEMM/conv kernels hold packed (memory held once)
     "release_packed_weights": True,
     # run independent kernels too small to fill the machine at the same time, one per thread
@@ -43,9 +44,6 @@ def set_optimization_options(options: dict[str, Any]) -> None:
         if key == "graph_optimization_level" and not 0 <= value <= 3:
             raise ValueError(f"set_optimization_options: graph_optimization_level must be 0..3, "
                              f"got {value}")
-        if key == "auto_mixed_precision" and value:
-            raise NotImplementedError("set_optimization_options: auto_mixed_precision is not "
-                                      "implemented yet (mixed precision is on the roadmap)")
         checked[key] = value
     _current.update(checked)
 
@@ -89,9 +87,10 @@ def tile_option(tile: Any, what: str = "tile") -> dict[str, list[int]]:
     return {"*": shape(tile, "every tile kernel")}
 
 
-def compile_options(level: int | None = None, tile: Any = None) -> _C.CompileOptions:
-    """The C++ CompileOptions for one compilation: the current options, `level` and the pinned
-    `tile` (see tile_option) if given."""
+def compile_options(level: int | None = None, tile: Any = None,
+                    mixed_precision: bool | None = None) -> _C.CompileOptions:
+    """The C++ CompileOptions for one compilation: the current options, `level`, the pinned
+    `tile` (see tile_option) and `mixed_precision` (bf16 products) if given."""
     if level is None:
         level = _current["graph_optimization_level"]
     if isinstance(level, bool) or not isinstance(level, int):
@@ -101,7 +100,8 @@ def compile_options(level: int | None = None, tile: Any = None) -> _C.CompileOpt
     o = _C.CompileOptions()
     o.level = level
     o.memory_optimization = _current["memory_optimization"]
-    o.auto_mixed_precision = _current["auto_mixed_precision"]
+    o.auto_mixed_precision = (_current["auto_mixed_precision"] if mixed_precision is None
+                              else bool(mixed_precision))
     o.release_packed_weights = _current["release_packed_weights"]
     o.tiles = tile_option(tile)
     o.concurrent_kernels = _current["concurrent_kernels"]

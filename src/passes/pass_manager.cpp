@@ -32,6 +32,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_eliminate_common_subexpressions(*r);
     passes::register_assign_layouts(*r);
     passes::register_fuse_blocked_convs(*r);
+    passes::register_auto_mixed_precision(*r);
     return r;
   }();
   return *registry;
@@ -97,6 +98,8 @@ void check_known(const std::vector<std::string>& names, const char* what) {
 
 Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* report) {
   std::vector<std::string> names = options.only.empty() ? pipeline(options.level) : options.only;
+  if (options.auto_mixed_precision && options.only.empty())
+    names.insert(names.begin(), "AutoMixedPrecision");
   check_known(options.only, "passes");
   std::vector<std::string> dump = options.dump_after;
   for (std::string& n : split_names(std::getenv("PTO_DUMP_AFTER"))) dump.push_back(n);

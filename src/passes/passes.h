@@ -21,5 +21,6 @@ void register_resolve_shapes(PassRegistry& r);
 void register_unflatten_mat_mul(PassRegistry& r);
 void register_assign_layouts(PassRegistry& r);
 void register_fuse_blocked_convs(PassRegistry& r);
+void register_auto_mixed_precision(PassRegistry& r);
 
 }  // namespace pto::passes

@@ -835,8 +835,6 @@ namespace {
 void check_level(const CompileOptions& options) {
   if (options.level < 0 || options.level > 3)
     throw ValueError(cat("compile: optimization level must be 0..3, got ", options.level));
-  if (options.auto_mixed_precision)
-    throw UnsupportedError("compile: auto_mixed_precision is not implemented yet");
 }
 
 // A partition given to compile_partitioned (read from a file) must cover every node of `g` once,
@@ -910,6 +908,7 @@ Executable compile(Graph g, const CompileOptions& options) {
   const size_t nodes_in = g.nodes().size();
   PassOptions passes;
   passes.level = options.level;
+  passes.auto_mixed_precision = options.auto_mixed_precision;
   passes.dump_after = options.dump_after;
   if (options.on_progress)
     passes.after_pass = [&](const std::string& name, size_t i, size_t n, const Graph& after) {

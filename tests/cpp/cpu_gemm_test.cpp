@@ -544,6 +544,49 @@ TEST(CpuGemmKernels, GemmMatchesTheReference) {
   });
 }
 
+// precision="bf16" (AutoMixedPrecision) on the CPU kernels against the reference interpreter,
+// which rounds the operands itself; and the reference's rounding changes the result.
+TEST(CpuGemmKernels, Bf16PrecisionMatchesTheReference) {
+  Attributes bf16;
+  bf16.set("precision", std::string("bf16"));
+  Attributes gemm = bf16;
+  gemm.set("transB", int64_t{1});
+  gemm.set("alpha", 0.5);
+  for (bool ext : {true, false}) {
+    std::optional<ExtScope> off;
+    if (!ext) off.emplace(Ext::kAvx512Bf16);
+    for_each_config([&](const std::string& cfg) {
+      for (const auto& shapes : std::vector<std::vector<Dims>>{
+               {{7, 13}, {13, 5}}, {{2, 3, 7, 33}, {33, 70}}, {{1, 33, 65}, {65, 17}}})
+        for (bool constant_b : {false, true})
+          expect_node_matches("MatMul", shapes, bf16, {false, constant_b},
+                              cfg + ", bf16 MatMul " + dims_str(shapes[0]) +
+                                  (constant_b ? " (constant B)" : ""));
+      for (bool constant_b : {false, true})
+        expect_node_matches("Gemm", {{9, 37}, {11, 37}, {11}}, gemm, {false, constant_b},
+                            cfg + ", bf16 Gemm" + (constant_b ? " (constant B)" : ""));
+    });
+  }
+  // The reference rounds: the same MatMul without the attribute gives other values.
+  Graph g;
+  const ValueId a = g.add_input("a", {DType::kF32, to_shape({4, 64})});
+  const ValueId b = g.add_input("b", {DType::kF32, to_shape({64, 4})});
+  const ValueId y = g.add_value("y"), z = g.add_value("z");
+  g.add_node("MatMul", {a, b}, {y}, bf16, "bf16");
+  g.add_node("MatMul", {a, b}, {z}, {}, "f32");
+  g.add_output(y);
+  g.add_output(z);
+  const std::vector<Tensor> feeds = {
+      Tensor::from_vector<float>(random_vector(256, 1), {4, 64}),
+      Tensor::from_vector<float>(random_vector(256, 2), {64, 4})};
+  const std::vector<Tensor> out = reference::run(g, feeds);
+  double diff = 0;
+  for (int64_t i = 0; i < 16; ++i)
+    diff = std::max(diff, std::fabs(out[0].item_as_double(i) - out[1].item_as_double(i)));
+  EXPECT_GT(diff, 1e-4);
+  EXPECT_LT(diff, 0.1);
+}
+
 TEST(CpuGemmKernels, OtherDtypesFallBackToTheReference) {
   Graph g;
   ValueId a = g.add_input("a", {DType::kF64, Shape{2, 3}});

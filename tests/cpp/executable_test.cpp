@@ -46,7 +46,6 @@ TEST(Executable, RunsAndTypesTheGraph) {
 TEST(Executable, RejectsBadOptions) {
   EXPECT_THROW(compile(small_graph(), {.level = 4}), ValueError);
   EXPECT_THROW(compile(small_graph(), {.level = -1}), ValueError);
-  EXPECT_THROW(compile(small_graph(), {.auto_mixed_precision = true}), UnsupportedError);
   Graph g = small_graph();
   g.symbol_ranges["batch"] = {5, 2};
   EXPECT_THROW(compile(g), ValueError);

@@ -120,6 +120,48 @@ Graph constant_graph() {
   return g;
 }
 
+// PyPTO's precision="bf16" on MatMul/Gemm (AutoMixedPrecision) is written as a Cast to bfloat16
+// and back on each operand: valid ONNX with the same meaning. The re-imported graph runs on the
+// reference interpreter to the same values as the marked one, and carries no such attribute.
+TEST(OnnxExport, Bf16PrecisionBecomesCasts) {
+  Graph g;
+  g.opset = 17;
+  const ValueId a = g.add_input("a", {DType::kF32, Shape{3, 40}});
+  const ValueId w = g.add_value("w");
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> wv(40 * 6);
+  for (float& x : wv) x = u(rng);
+  g.set_initializer(w, Tensor::from_vector<float>(wv, {6, 40}));
+  const ValueId y = g.add_value("y");
+  Attributes attrs;
+  attrs.set("transB", int64_t{1});
+  attrs.set("precision", std::string("bf16"));
+  g.add_node("Gemm", {a, w}, {y}, attrs, "fc");
+  g.add_output(y);
+  infer_types(g);
+
+  const ::onnx::ModelProto m = parse(onnx::save_to_bytes(g));
+  std::multiset<std::string> ops;
+  int bf16_casts = 0;
+  for (const auto& n : m.graph().node()) {
+    ops.insert(n.op_type());
+    for (const auto& at : n.attribute()) {
+      EXPECT_NE(at.name(), "precision");
+      if (n.op_type() == "Cast" && at.name() == "to" && at.i() == 16) ++bf16_casts;
+    }
+  }
+  EXPECT_EQ(ops.count("Cast"), 4u);
+  EXPECT_EQ(bf16_casts, 2);
+  EXPECT_EQ(ops.count("Gemm"), 1u);
+
+  const Graph back = round_trip(g);
+  std::vector<float> av(3 * 40);
+  for (float& x : av) x = u(rng);
+  const std::vector<Tensor> feed = {Tensor::from_vector<float>(av, {3, 40})};
+  EXPECT_TRUE(same_bits(reference::run(back, feed)[0], reference::run(g, feed)[0]));
+}
+
 TEST(OnnxExport, AttributesOfEveryKind) {
   // Constant's value_* attributes cover every kind; nodes are checked against their op's schema
   // (one value_* is what Constant means, but only the schema is checked here). Relu's opset-1

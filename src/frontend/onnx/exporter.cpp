@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <unordered_set>
 
 #include "proto_util.h"
@@ -169,15 +170,46 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp) {
     p->set_name(names[v]);
     tensor_to_proto(*t, cat("initializer '", names[v], "'"), *p);
   }
+  std::unordered_set<std::string> taken(names.begin(), names.end());
   for (const Node& n : g.nodes()) {
+    // PyPTO's precision="bf16" on MatMul/Gemm (AutoMixedPrecision) is not ONNX: each operand
+    // goes through Cast(to=bfloat16) and Cast(to=float) instead, which rounds it the same way.
+    const bool bf16 = (n.op == "MatMul" || n.op == "Gemm") && n.attrs.has("precision");
+    if (bf16 && n.attrs.get_string("precision") != "bf16")
+      throw ValueError(cat("onnx export: ", n.where(), " has precision '",
+                           n.attrs.get_string("precision"), "', which has no ONNX form"));
+    std::vector<std::string> inputs;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      std::string in = name_of(n.inputs[i]);
+      if (bf16 && i < 2) {
+        std::string half = cat(in, "_bf16"), rounded = cat(in, "_bf16f");
+        while (!taken.insert(half).second) half += "_";
+        while (!taken.insert(rounded).second) rounded += "_";
+        for (auto [from, to, dtype] : {std::tuple{in, half, 16},         // BFLOAT16
+                                       std::tuple{half, rounded, 1}}) {  // FLOAT
+          auto* cp = gp.add_node();
+          cp->set_op_type("Cast");
+          cp->set_name(cat(n.name.empty() ? "node" : n.name, "/bf16_", i, dtype == 1 ? "_f" : ""));
+          cp->add_input(from);
+          cp->add_output(to);
+          auto* at = cp->add_attribute();
+          at->set_name("to");
+          at->set_type(::onnx::AttributeProto::INT);
+          at->set_i(dtype);
+        }
+        in = rounded;
+      }
+      inputs.push_back(in);
+    }
     auto* np = gp.add_node();
     np->set_op_type(n.op);
     if (!n.name.empty()) np->set_name(n.name);
     if (!is_default_domain(n.domain)) np->set_domain(n.domain);
-    for (ValueId v : n.inputs) np->add_input(name_of(v));
+    for (const std::string& in : inputs) np->add_input(in);
     for (ValueId v : n.outputs) np->add_output(name_of(v));
     for (const auto& [key, a] : n.attrs.all())
-      attribute_to_proto(key, a, n.where(), *np->add_attribute());
+      if (!(bf16 && key == "precision"))
+        attribute_to_proto(key, a, n.where(), *np->add_attribute());
   }
   std::unordered_set<ValueId> is_output;
   for (ValueId v : g.outputs()) {

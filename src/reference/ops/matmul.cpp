@@ -3,6 +3,7 @@
 // The i-k-j loop order keeps the innermost loop a contiguous row of B and of the result, so
 // BERT-sized models run in seconds.
 #include <cmath>
+#include <type_traits>
 
 #include "ir/ops/op_params.h"
 #include "nn_kernels.h"
@@ -93,6 +94,26 @@ std::vector<V> run_plan(const Plan& p, const std::vector<V>& a, const std::vecto
   return y;
 }
 
+// x to the nearest bf16 (8 significant bits, ties to even); zeros, infinities and NaN as they are.
+double round_to_bf16(double x) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  int e = 0;
+  const double m = std::frexp(x, &e);
+  return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
+}
+
+// Float operand values as the node's `precision` attribute has the products see them (see
+// AutoMixedPrecision): "bf16" rounds each to bf16.
+std::vector<double> operand(const KernelContext& c, const Tensor& t, const std::string& w) {
+  std::vector<double> v = values_as<double>(t, w);
+  const std::string p = c.node.attrs.get_string("precision", "");
+  if (p.empty()) return v;
+  if (p != "bf16")
+    throw UnsupportedError(cat(w, ": precision '", p, "' is not one PyPTO knows (\"bf16\")"));
+  for (double& x : v) x = round_to_bf16(x);
+  return v;
+}
+
 std::vector<Tensor> matmul(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor &A = c.input(0), &B = c.input(1);
@@ -100,8 +121,7 @@ std::vector<Tensor> matmul(const KernelContext& c) {
     throw TypeError(cat(w, ": A and B must share a dtype, got ", A.str(), " and ", B.str()));
   const Plan p = plan_matmul(A.shape(), B.shape(), w);
   if (is_floating(A.dtype()))
-    return {tensor_from(A.dtype(), p.yshape,
-                        run_plan(p, values_as<double>(A, w), values_as<double>(B, w)), w)};
+    return {tensor_from(A.dtype(), p.yshape, run_plan(p, operand(c, A, w), operand(c, B, w)), w)};
   return {tensor_from(A.dtype(), p.yshape,
                       run_plan(p, values_as<uint64_t>(A, w), values_as<uint64_t>(B, w)), w)};
 }
@@ -134,8 +154,16 @@ Tensor gemm_typed(const KernelContext& c, V alpha, V beta) {
   p.yshape = {M, N};
   p.a_off = {0};
   p.b_off = {0};
-  std::vector<V> y = run_plan(p, maybe_transpose(values_as<V>(A, w), A.dim(0), A.dim(1), ta),
-                              maybe_transpose(values_as<V>(B, w), B.dim(0), B.dim(1), tb));
+  std::vector<V> av, bv;
+  if constexpr (std::is_same_v<V, double>) {
+    av = operand(c, A, w);
+    bv = operand(c, B, w);
+  } else {
+    av = values_as<V>(A, w);
+    bv = values_as<V>(B, w);
+  }
+  std::vector<V> y = run_plan(p, maybe_transpose(av, A.dim(0), A.dim(1), ta),
+                              maybe_transpose(bv, B.dim(0), B.dim(1), tb));
   for (V& v : y) v *= alpha;
   if (c.has_input(2)) {
     const Tensor& C = c.input(2);

@@ -1,8 +1,10 @@
 // CPU kernels for MatMul (numpy semantics: 1-D operands promoted then removed, batch dimensions
 // broadcast) and Gemm (transA, transB, alpha, beta, C broadcast to M x N), on sgemm. float32 only;
 // other dtypes are declined and run on the reference interpreter. A constant B (a weight) is
-// packed once at compile time (prepare) and every run uses sgemm_packed.
+// packed once at compile time (prepare) and every run uses sgemm_packed. A node marked
+// precision="bf16" (AutoMixedPrecision) runs sgemm's bf16 products, its weight packed in bf16.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,15 @@ bool rank_is(const TensorType& t, size_t rank) {
   return t.shape && t.shape->size() == rank;
 }
 
+// The node's precision attribute as sgemm's (the op schema allows only strings; anything but
+// "bf16" is declined and the reference says what is wrong).
+std::optional<Precision> precision_of(const Node& n) {
+  const std::string p = n.attrs.get_string("precision", "");
+  if (p.empty()) return Precision::kF32;
+  if (p == "bf16") return Precision::kBF16;
+  return std::nullopt;
+}
+
 // A constant B packed at compile time, and what giving the original back needs.
 struct PreparedB {
   PackedB packed;
@@ -32,18 +43,20 @@ struct PreparedB {
 };
 
 // A constant 2-D (or 1-D, as K x 1) B, packed for sgemm_packed; K x N as the product sees it.
-std::any pack_constant_b(const Tensor& b, bool trans) {
+// A bf16 packing keeps B rounded to bf16, which the node's products round it to anyway.
+std::any pack_constant_b(const Tensor& b, bool trans, Precision precision) {
   PreparedB p{{}, b.shape(), trans};
   if (b.rank() == 1) {
-    p.packed = pack_b(b.dim(0), 1, b.data<float>(), 1, false);
+    p.packed = pack_b(b.dim(0), 1, b.data<float>(), 1, false, precision);
   } else {
     const int64_t k = trans ? b.dim(1) : b.dim(0), n = trans ? b.dim(0) : b.dim(1);
-    p.packed = pack_b(k, n, b.data<float>(), b.dim(1), trans);
+    p.packed = pack_b(k, n, b.data<float>(), b.dim(1), trans, precision);
   }
   return p;
 }
 
-// B as it was before packing (the panels unpack to N x K, B transposed).
+// B as it was before packing (the panels unpack to N x K, B transposed; bf16-rounded when packed
+// for bf16 products, which give the same results from it).
 Tensor unpack_constant_b(const std::any& state, size_t input) {
   const auto& p = std::any_cast<const PreparedB&>(state);
   PTO_CHECK(input == 1) << "MatMul/Gemm: only B is packed";
@@ -156,6 +169,7 @@ std::vector<Tensor> matmul(const KernelContext& c) {
   g.ldb = N;
   g.c = Y.data<float>();
   g.ldc = N;
+  g.precision = *precision_of(c.node);
   if (const FusedEpilogue* f = c.epilogue) apply_fused(*f, Y, N, w, g.epilogue);
   int64_t items = 1;
   for (int64_t d : batch) items *= d;
@@ -226,6 +240,7 @@ std::vector<Tensor> gemm(const KernelContext& c) {
   g.c = Y.data<float>();
   g.ldc = N;
   g.alpha = alpha;
+  g.precision = *precision_of(c.node);
   std::vector<float> bias;  // beta * C when C is a row, a column or a scalar
   if (c.has_input(2)) {
     const Tensor& C = c.input(2);
@@ -261,11 +276,11 @@ std::vector<Tensor> gemm(const KernelContext& c) {
 
 void register_gemm_kernels(KernelRegistry& r) {
   Kernel mm;
-  mm.accepts = [](const NodeInfo& n) { return all_f32(n, 2); };
+  mm.accepts = [](const NodeInfo& n) { return all_f32(n, 2) && precision_of(n.node).has_value(); };
   mm.prepare = [](const NodeInfo& n) -> std::any {
     // Only a 1-D or 2-D constant B with a known A rank that folds into one GEMM is worth packing.
     if (!n.is_constant(1) || n.constants[1]->rank() > 2) return {};
-    return pack_constant_b(*n.constants[1], false);
+    return pack_constant_b(*n.constants[1], false, *precision_of(n.node));
   };
   mm.run = matmul;
   set_packing(mm);
@@ -274,11 +289,12 @@ void register_gemm_kernels(KernelRegistry& r) {
   Kernel gm;
   gm.accepts = [](const NodeInfo& n) {
     const size_t count = n.inputs.size() > 2 && n.inputs[2].dtype != DType::kUndefined ? 3 : 2;
-    return all_f32(n, count) && rank_is(n.inputs[0], 2) && rank_is(n.inputs[1], 2);
+    return all_f32(n, count) && rank_is(n.inputs[0], 2) && rank_is(n.inputs[1], 2) &&
+           precision_of(n.node).has_value();
   };
   gm.prepare = [](const NodeInfo& n) -> std::any {
     if (!n.is_constant(1) || n.constants[1]->rank() != 2) return {};
-    return pack_constant_b(*n.constants[1], params::gemm(n.node).trans_b);
+    return pack_constant_b(*n.constants[1], params::gemm(n.node).trans_b, *precision_of(n.node));
   };
   gm.run = gemm;
   set_packing(gm);

@@ -1,0 +1,131 @@
+"""bf16 mixed precision from Python: pypto.optimize(dtype=torch.bfloat16), pypto.amp.autocast,
+the auto_mixed_precision option, torch.autocast rejected, the ONNX export run by ONNX Runtime.
+
+The reference for the values is computed here in float64 from operands rounded to bf16 by
+torch's own conversion, independently of PyPTO's kernels and its reference interpreter.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import pypto
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(96, 200)
+        self.fc2 = torch.nn.Linear(200, 33)
+
+    def forward(self, x):
+        return torch.softmax(self.fc2(torch.nn.functional.gelu(self.fc1(x))), dim=-1) + x[:, :33]
+
+
+def bf16(t):
+    return t.to(torch.bfloat16).to(torch.float64)
+
+
+@torch.no_grad()
+def rounded_reference(model: Mlp, x):
+    """The model in float64 with each Linear's input and weight rounded to bf16 first."""
+    x = x.double()
+    w1, b1 = model.fc1.weight.double(), model.fc1.bias.double()
+    w2, b2 = model.fc2.weight.double(), model.fc2.bias.double()
+    h = torch.nn.functional.gelu(bf16(x) @ bf16(w1).T + b1)
+    return torch.softmax(bf16(h) @ bf16(w2).T + b2, dim=-1) + x[:, :33]
+
+
+@pytest.fixture
+def mlp():
+    torch.manual_seed(0)
+    return Mlp().eval(), torch.randn(5, 96)
+
+
+def test_amp_autocast_computes_the_products_on_bf16_operands(mlp):
+    model, x = mlp
+    fast = pypto.optimize(model, (x,))
+    want = rounded_reference(model, x)
+    with pypto.amp.autocast(dtype=torch.bfloat16):
+        got = fast(x)
+    assert got.dtype == torch.float32
+    np.testing.assert_allclose(got.double().numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    # ... which is not what fp32 products give: the rounding happened.
+    f32 = fast(x)
+    assert (f32 - got).abs().max() > 1e-5
+    np.testing.assert_allclose(f32.double().numpy(), model(x).detach().double().numpy(),
+                               rtol=1e-5, atol=1e-6)
+    with pypto.amp.autocast(enabled=False):
+        assert torch.equal(fast(x), f32)
+
+
+def test_optimize_dtype_bf16_is_a_bf16_model(mlp):
+    model, x = mlp
+    fast = pypto.optimize(model, (x,), dtype=torch.bfloat16)
+    fired = {k: v for r in fast.compiled.pass_report for k, v in r["fired"].items()}
+    assert fired == {**fired, "AutoMixedPrecision/bf16 MatMul/Gemm": 2}
+    got = fast(x)
+    assert got.dtype == torch.bfloat16
+    want = rounded_reference(model, x)
+    np.testing.assert_allclose(got.double().numpy(), want.numpy(), rtol=2 ** -7, atol=1e-6)
+    # bf16 inputs are taken too.
+    assert torch.equal(fast(x.to(torch.bfloat16)), fast(x.to(torch.bfloat16).float()))
+
+
+def test_auto_mixed_precision_option(mlp):
+    model, x = mlp
+    pypto.set_optimization_options({"auto_mixed_precision": True})
+    try:
+        fast = pypto.optimize(model, (x,))
+    finally:
+        pypto.reset_optimization_options()
+    assert fast(x).dtype == torch.float32
+    np.testing.assert_allclose(fast(x).double().numpy(), rounded_reference(model, x).numpy(),
+                               rtol=1e-5, atol=1e-6)
+    assert not any(r["name"] == "AutoMixedPrecision"
+                   for r in pypto.optimize(model, (x,)).compiled.pass_report)
+
+
+def test_torch_autocast_and_bad_dtypes_are_errors(mlp):
+    model, x = mlp
+    fast = pypto.optimize(model, (x,))
+    with pytest.raises(RuntimeError, match="torch.autocast is not applied"):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            fast(x)
+    with pytest.raises(NotImplementedError, match="float16 is not supported yet"):
+        pypto.optimize(model, (x,), dtype=torch.float16)
+    with pytest.raises(ValueError, match="dtype must be torch.float32 or torch.bfloat16"):
+        pypto.optimize(model, (x,), dtype=torch.int8)
+    with pytest.raises(NotImplementedError, match="float16"):
+        pypto.amp.autocast(dtype=torch.float16)
+
+
+def test_bert_in_bf16_keeps_the_embeddings():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=500, hidden_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=128)
+    model = transformers.BertModel(config).eval()
+    kw = {"input_ids": torch.randint(0, 500, (3, 17)),
+          "attention_mask": torch.ones(3, 17, dtype=torch.int64)}
+    kw["attention_mask"][2, 11:] = 0
+    fast = pypto.optimize(model, example_kwargs=kw, dtype=torch.bfloat16)
+    got = fast(**kw).last_hidden_state
+    with torch.no_grad():
+        want = model(**kw).last_hidden_state
+    assert got.dtype == torch.bfloat16
+    cos = torch.nn.functional.cosine_similarity(got.float().flatten(1), want.flatten(1))
+    assert cos.min() > 0.999, cos
+    marked = {k: v for r in fast.compiled.pass_report for k, v in r["fired"].items()}
+    assert marked.get("AutoMixedPrecision/bf16 MatMul/Gemm", 0) >= 2 * 6  # 6 Linear per layer
+
+
+def test_onnx_export_of_a_bf16_model_runs_on_onnx_runtime(mlp, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    model, x = mlp
+    fast = pypto.optimize(model, (x,), dtype=torch.bfloat16)
+    path = tmp_path / "mlp_bf16.onnx"
+    pypto.onnx.export(fast, (x,), path)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ort_out = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    np.testing.assert_allclose(ort_out, rounded_reference(model, x).numpy(), rtol=1e-5, atol=1e-6)
