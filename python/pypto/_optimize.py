@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,7 +32,9 @@ class OptimizedModule(torch.nn.Module):
         # see export_graph
         self._compile_fn = compile_fn
         self._dtype: torch.dtype | None = None  # optimize(dtype=torch.bfloat16)
+        self._example_args: tuple | None = None  # (args, kwargs) it was compiled from
         self._amp_compiled: CompiledGraph | None = None  # for pypto.amp.autocast
+        self._f32_compiled: CompiledGraph | None = None  # precision_report's baseline
         self._captured: torch_capture.Captured | None = None
         self._compiled: CompiledGraph | None = None
         self._lock = threading.Lock()
@@ -48,6 +51,7 @@ class OptimizedModule(torch.nn.Module):
                                        "has not been called yet: it compiles on its first call")
                 self._captured, self._compiled = self._compile_fn(args, kwargs)
                 self._example = [list(x.shape) for x in self._graph_inputs(args, kwargs or {})]
+                self._example_args = (tuple(args), dict(kwargs or {}))
 
     @property
     def compiled(self) -> CompiledGraph:
@@ -93,6 +97,37 @@ class OptimizedModule(torch.nn.Module):
         if self._dtype is not None:
             outs = [y.to(self._dtype) if y.is_floating_point() else y for y in outs]
         return pytree.tree_unflatten(outs, self._captured.out_spec)
+
+    def precision_report(self, *args, **kwargs) -> "PrecisionReport":
+        """The error of the reduced-precision compile against a float32 compile of the same
+        module, on these arguments or the example inputs: per output, the max and mean relative
+        error (max |got - fp32| / max |fp32|, mean |got - fp32| / mean |fp32|). For a module
+        optimized with dtype=torch.bfloat16, or its pypto.amp.autocast copy otherwise."""
+        self._ensure_compiled(args or None, kwargs or None)
+        if not args and not kwargs:
+            if self._example_args is None:
+                raise RuntimeError("precision_report: no example inputs; pass arguments")
+            args, kwargs = self._example_args
+        if self._dtype is not None:
+            reduced = self._compiled
+        else:
+            reduced = self._amp_variant(args, kwargs)
+        with self._lock:
+            if self._f32_compiled is None:
+                self._f32_compiled = (self._compiled if self._dtype is None else
+                                      self._compile_fn(args, kwargs, True, False)[1])
+        inputs = self._graph_inputs(args, kwargs)
+        inputs = [x.float() if x.dtype == torch.bfloat16 else x for x in inputs]
+        got, want = reduced.run(inputs), self._f32_compiled.run(inputs)
+        rows = []
+        for name, g, w in zip(reduced.output_names, got, want):
+            if not w.is_floating_point():
+                continue
+            d = (g.double() - w.double()).abs()
+            wa = w.double().abs()
+            rows.append(OutputError(name, float(d.max() / wa.max().clamp_min(1e-30)),
+                                    float(d.mean() / wa.mean().clamp_min(1e-30))))
+        return PrecisionReport("bf16", rows)
 
     def _amp_variant(self, args, kwargs) -> CompiledGraph:
         """The module compiled again with bf16 products, for calls inside pypto.amp.autocast."""
@@ -160,6 +195,32 @@ class OptimizedModule(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return repr(self._compiled) if self._compiled is not None else "not compiled yet"
+
+
+@dataclass
+class OutputError:
+    output: str
+    max_rel_error: float   # max |reduced - fp32| / max |fp32|
+    mean_rel_error: float  # mean |reduced - fp32| / mean |fp32|
+
+
+@dataclass
+class PrecisionReport:
+    """What reduced precision costs on one set of inputs (OptimizedModule.precision_report)."""
+    precision: str
+    outputs: list[OutputError]
+
+    @property
+    def max_rel_error(self) -> float:
+        return max((o.max_rel_error for o in self.outputs), default=0.0)
+
+    def __str__(self) -> str:
+        w = max([len(o.output) for o in self.outputs] + [6])
+        lines = [f"{self.precision} against fp32, relative error per output:",
+                 f"  {'output':<{w}}  {'max':>9}  {'mean':>9}"]
+        lines += [f"  {o.output:<{w}}  {o.max_rel_error:9.2e}  {o.mean_rel_error:9.2e}"
+                  for o in self.outputs]
+        return "\n".join(lines)
 
 
 def _torch_autocast_on() -> bool:

@@ -163,3 +163,24 @@ def test_real_minilm_sentence_embeddings_in_bf16():
     assert cos.min() >= 0.999, cos
     # The sentences' similarities to each other, what users rank by, move by < 0.01.
     assert ((got @ got.T) - (want @ want.T)).abs().max() < 0.01
+
+
+def test_precision_report_against_an_fp32_compile(mlp):
+    model, x = mlp
+    fast = pypto.optimize(model, (x,), dtype=torch.bfloat16)
+    report = fast.precision_report()
+    assert [o.output for o in report.outputs] == fast.compiled.output_names
+    # Computed here: the bf16 compile's fp32 values (pypto.amp on a plain compile gives them)
+    # against PyTorch fp32.
+    plain = pypto.optimize(model, (x,))
+    with pypto.amp.autocast():
+        got = plain(x).double()
+    want = model(x).detach().double()
+    err = ((got - want).abs().max() / want.abs().max()).item()
+    assert report.max_rel_error == pytest.approx(err, rel=0.05, abs=1e-7)
+    assert 1e-6 < report.max_rel_error < 1e-2
+    assert "bf16 against fp32" in str(report) and report.outputs[0].output in str(report)
+    # The same numbers from a plain compile (its pypto.amp copy), on other inputs too.
+    assert plain.precision_report().max_rel_error == pytest.approx(report.max_rel_error, rel=1e-6)
+    y = torch.randn(7, 96)
+    assert plain.precision_report(y).max_rel_error > 0
