@@ -1,0 +1,212 @@
+"""Reduced precision against its peers, in one run, as markdown (rules: BENCHMARKING.md).
+
+    python bench/precision.py                          # BERT-base and GPT-2 small, 1 and 2 threads
+    python bench/precision.py --models bert --threads 1 --quick
+
+Measures, on each thread count, in one process per configuration, engines interleaved:
+- the ceilings with build/bench/pto_bench: the FMA peak and, where the CPU has AVX512_BF16, the
+  VDPBF16PS peak; PyPTO's GEMM in fp32 and bf16 on the models' shapes (B packed ahead, as a
+  Linear runs), GFLOP/s and the fraction of each ceiling;
+- models (bench/run.py's, random weights, seed 0, batch 1, sequence 128) on:
+  - eager: PyTorch eager, fp32, under torch.inference_mode (the floor);
+  - eager-bf16: the same under torch.autocast("cpu", dtype=torch.bfloat16);
+  - ort: ONNX Runtime fp32 (bench/run.py's settings, the same cached export);
+  - pypto: pypto.optimize(model, level=2), fp32;
+  - pypto-bf16: pypto.optimize(model, level=2, dtype=torch.bfloat16).
+  Each engine's output is checked against eager fp32 first: within 1e-3 (fp32) or 3e-2 (bf16)
+  of max |eager| (the bf16 engines' own error is in the JSON and the table).
+The JSON and the table go to bench/results/precision.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as base  # noqa: E402  (bench/run.py: children, timing, exports, ceilings)
+
+REPO = base.REPO
+ENGINES = ["eager", "eager-bf16", "ort", "pypto", "pypto-bf16"]
+TITLES = {"eager": "eager fp32", "eager-bf16": "eager autocast bf16", "ort": "ORT fp32",
+          "pypto": "PyPTO fp32", "pypto-bf16": "PyPTO bf16"}
+TOLERANCE = {"eager-bf16": 3e-2, "pypto-bf16": 3e-2}
+MODELS = ["bert", "gpt2"]
+GEMM_SHAPES = "128x768x768,128x768x3072,128x3072x768,1024"
+
+
+def child(args) -> dict:
+    import torch
+
+    base.child_setup(args.threads)
+    import torch_models
+
+    result = {"model": args.model, "batch": 1, "threads": args.threads, "engine": args.engine}
+    print(f"{args.engine} {args.model} threads {args.threads}", file=sys.stderr)
+    model = torch_models.build(args.model)
+    x = base.model_inputs(args.model, 1)
+    with torch.inference_mode():
+        want = torch_models.first_tensor(model(*x))
+    try:
+        if args.engine == "eager":
+            run = lambda: model(*x)  # noqa: E731
+            got = None
+        elif args.engine == "eager-bf16":
+            def run():
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    return model(*x)
+            with torch.inference_mode():
+                got = torch_models.first_tensor(run()).float()
+        elif args.engine == "ort":
+            run, got = base.setup_ort(args, model, x, result)
+        else:
+            import pypto
+
+            pypto.set_num_threads(args.threads)
+            dtype = torch.bfloat16 if args.engine == "pypto-bf16" else None
+            t0 = time.perf_counter()
+            fast = pypto.optimize(model, example_inputs=x, level=2, dtype=dtype)
+            result["compile_s"] = time.perf_counter() - t0
+            run = lambda: fast(*x)  # noqa: E731
+            with torch.inference_mode():
+                got = torch_models.first_tensor(fast(*x)).float()
+            if dtype is not None:
+                result["precision_report_max_rel"] = fast.precision_report().max_rel_error
+        if got is not None:
+            err = torch_models.relative_error(got, want)
+            result["max_rel_err"] = err
+            if not err <= TOLERANCE.get(args.engine, base.TOLERANCE):
+                result.update(status="wrong", error=f"max relative error {err:.2e}")
+                return result
+        with torch.inference_mode():
+            result.update(base.measure(run, base.QUICK if args.quick else base.FULL))
+        result["peak_rss_mib"] = base.peak_rss_mib()
+        result["status"] = "ok"
+    except Exception as e:  # noqa: BLE001 - recorded; the driver carries on
+        import traceback
+
+        traceback.print_exc()
+        result.update(status="failed", error=f"{type(e).__name__}: {e}"[:2000])
+    return result
+
+
+def cmd(args, *extra) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), *(["--quick"] if args.quick else []),
+            *extra]
+
+
+def gemm_table(pbs: dict) -> list[str]:
+    rows = ["| threads | shape M x K x N | fp32 GFLOP/s | bf16 GFLOP/s | bf16 / fp32 | "
+            "fp32 % of FMA peak | bf16 % of VDPBF16PS peak |", "|---|---|---|---|---|---|---|"]
+    for t, pb in pbs.items():
+        if not pb:
+            continue
+        peaks = {f["isa"]: f["gflops"]["median"] if isinstance(f["gflops"], dict) else f["gflops"]
+                 for f in pb.get("fma", []) if f["threads"] == t}
+        fma = max((v for k, v in peaks.items() if k in ("avx512", "avx2", "generic")), default=0)
+        dp = peaks.get("avx512_bf16")
+        by = {}
+        for s in pb.get("sgemm", []):
+            if "gflops" in s:
+                g = s["gflops"]
+                by.setdefault((s["m"], s["k"], s["n"]), {})[s["precision"]] = \
+                    g["median"] if isinstance(g, dict) else g
+        for (m, k, n), v in by.items():
+            f32, b16 = v.get("f32"), v.get("bf16")
+            rows.append(f"| {t} | {m} x {k} x {n} | {f32:.0f} | {b16:.0f} | {b16 / f32:.2f}x | "
+                        f"{100 * f32 / fma:.0f}% | "
+                        + (f"{100 * b16 / dp:.0f}% |" if dp else "no AVX512_BF16 |")
+                        if f32 and b16 and fma else f"| {t} | {m} x {k} x {n} | - | - | - | - | - |")
+        rows.append(f"| {t} | ceilings | FMA {fma:.0f} | VDPBF16PS {dp:.0f} | | | |" if dp else
+                    f"| {t} | ceilings | FMA {fma:.0f} | - | | | |")
+    return rows
+
+
+def model_table(results: list[dict]) -> list[str]:
+    head = ["model", "threads", *(TITLES[e] for e in ENGINES), "PyPTO bf16 vs fp32",
+            "vs eager bf16", "vs ORT fp32", "bf16 rel. error (PyPTO / eager)"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        res = r["results"]
+
+        def cell(e):
+            x = res.get(e) or {}
+            if x.get("status") == "ok":
+                return f"{x['median'] * 1e3:.2f} ms"
+            return x.get("status", "-")
+
+        def ratio(a, b):
+            x, y = res.get(a) or {}, res.get(b) or {}
+            ok = x.get("status") == "ok" and y.get("status") == "ok"
+            return f"{x['median'] / y['median']:.2f}x" if ok else "-"
+
+        errs = " / ".join(f"{(res.get(e) or {}).get('max_rel_err', float('nan')):.1e}"
+                          for e in ("pypto-bf16", "eager-bf16"))
+        rows.append("| " + " | ".join([base.MODELS[r["model"]][0], str(r["threads"]),
+                                       *(cell(e) for e in ENGINES),
+                                       ratio("pypto", "pypto-bf16"),
+                                       ratio("eager-bf16", "pypto-bf16"),
+                                       ratio("ort", "pypto-bf16"), errs]) + " |")
+    return rows
+
+
+def driver(args) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    threads = [int(t) for t in args.threads.split(",")]
+    models = [m for m in args.models.split(",") if m]
+    for m in models:
+        if m not in base.MODELS:
+            raise SystemExit(f"unknown model {m} (known: {', '.join(base.MODELS)})")
+    pbs = {}
+    for t in threads:
+        pbs[t] = base.pto_bench(Path(args.pto_bench), t, "fma,sgemm", args.quick, args.timeout,
+                                ("--precision", "f32,bf16", "--packed", "b", "--shapes",
+                                 GEMM_SHAPES))
+    results = []
+    for m in models:
+        for t in threads:
+            export = base.ensure_export(args, m, 1, t)
+            res = {}
+            for e in ENGINES:
+                extra = ["--child", "--model", m, "--engine", e]
+                if e == "ort":
+                    if not base.ok(export):
+                        res[e] = {"status": "failed", "error": "export failed"}
+                        continue
+                    extra += ["--onnx", export["path"]]
+                res[e] = base.run_child(cmd(args, "--threads", str(t), *extra),
+                                        base.child_env(t), args.timeout)
+            results.append({"model": m, "threads": t, "results": res})
+            (out / "precision.json").write_text(json.dumps({"gemm": pbs, "models": results},
+                                                           indent=1))
+    text = "\n".join(gemm_table(pbs)) + "\n\n" + "\n".join(model_table(results)) + "\n"
+    (out / "precision.md").write_text(text)
+    print(text)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--pto-bench", default=str(REPO / "build" / "bench" / "pto_bench"))
+    ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--onnx", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        args.threads = int(args.threads)
+        return base.report_child(child(args))
+    return driver(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
