@@ -36,4 +36,13 @@ const char* cpu_coverage_str(CpuCoverage c);
 // docs/op_coverage.md: a header saying how it is made, a table of every op, and totals.
 std::string op_coverage_markdown();
 
+// How the CPU backend computes a reduced precision on this machine, now (the active ISA and
+// extensions): for `pto info`, pypto.device_info() and precision reports.
+struct PrecisionPath {
+  std::string precision;  // "bf16"
+  bool fast = false;      // on instructions made for it (not a fallback)
+  std::string how;        // "VDPBF16PS (avx512_bf16)", "fp32 FMA on rounded operands (...)"
+};
+std::vector<PrecisionPath> precision_paths();
+
 }  // namespace pto

@@ -127,7 +127,7 @@ class OptimizedModule(torch.nn.Module):
             wa = w.double().abs()
             rows.append(OutputError(name, float(d.max() / wa.max().clamp_min(1e-30)),
                                     float(d.mean() / wa.mean().clamp_min(1e-30))))
-        return PrecisionReport("bf16", rows)
+        return PrecisionReport("bf16", rows, _C.device_info()["precision"]["bf16"]["how"])
 
     def _amp_variant(self, args, kwargs) -> CompiledGraph:
         """The module compiled again with bf16 products, for calls inside pypto.amp.autocast."""
@@ -209,6 +209,7 @@ class PrecisionReport:
     """What reduced precision costs on one set of inputs (OptimizedModule.precision_report)."""
     precision: str
     outputs: list[OutputError]
+    how: str = ""  # how this machine computes it: "VDPBF16PS (avx512_bf16)" or the fallback
 
     @property
     def max_rel_error(self) -> float:
@@ -216,7 +217,7 @@ class PrecisionReport:
 
     def __str__(self) -> str:
         w = max([len(o.output) for o in self.outputs] + [6])
-        lines = [f"{self.precision} against fp32, relative error per output:",
+        lines = [f"{self.precision} against fp32 ({self.how}), relative error per output:",
                  f"  {'output':<{w}}  {'max':>9}  {'mean':>9}"]
         lines += [f"  {o.output:<{w}}  {o.max_rel_error:9.2e}  {o.mean_rel_error:9.2e}"
                   for o in self.outputs]

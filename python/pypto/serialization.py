@@ -70,6 +70,8 @@ def _compiled_of(model) -> tuple[CompiledGraph, dict]:
             "dynamic": {k: list(v) for k, v in cap.dynamic.items()},
             "example": model._example,
         }
+        if model._dtype is not None:  # optimize(dtype=torch.bfloat16): bf16 in and out
+            meta["dtype"] = str(model._dtype).removeprefix("torch.")
         return model._compiled, meta
     raise TypeError("pypto.save expects a module from pypto.optimize, a model from "
                     f"pypto.onnx.load or a CompiledGraph, got {type(model).__name__}")
@@ -184,6 +186,20 @@ def _loaded_module(meta: dict, captured, compiled: CompiledGraph):
             self._captured, self._compiled = captured, compiled
             self._example = meta.get("example")
             self._name = meta.get("module", "Module")
+            if meta.get("dtype") is not None:
+                import torch
+
+                self._dtype = getattr(torch, meta["dtype"])
+
+        def _amp_variant(self, args, kwargs):
+            raise RuntimeError(f"{self._name}: a module loaded by pypto.load cannot be compiled "
+                               "again for pypto.amp.autocast (the file holds only its compiled "
+                               "graph); save one optimized with dtype=torch.bfloat16 instead")
+
+        def precision_report(self, *args, **kwargs):
+            raise RuntimeError(f"{self._name}: precision_report needs the original module (to "
+                               "compile it in fp32); a module loaded by pypto.load has only its "
+                               "compiled graph")
 
         def export_graph(self, args, kwargs=None, output_names=None):
             if output_names is not None:

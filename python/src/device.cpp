@@ -4,6 +4,7 @@
 
 #include "bindings.h"
 #include "pto/device_info.h"
+#include "pto/op_coverage.h"
 
 namespace pto::python {
 
@@ -21,6 +22,14 @@ void bind_device(nb::module_& m) {
         nb::dict ext;
         for (const auto& [name, on] : extension_flags(d)) ext[name.c_str()] = on;
         out["extensions"] = ext;
+        nb::dict precision;  // how each reduced precision runs here, now
+        for (const PrecisionPath& p : precision_paths()) {
+          nb::dict one;
+          one["fast"] = p.fast;
+          one["how"] = p.how;
+          precision[p.precision.c_str()] = one;
+        }
+        out["precision"] = precision;
         out["l1d_bytes"] = d.l1d_bytes;
         out["l2_bytes"] = d.l2_bytes;
         out["l3_bytes"] = d.l3_bytes;

@@ -3,12 +3,24 @@
 // and reference_at_run_time. It lives with the backend registry because it knows every backend.
 #include <sstream>
 
+#include "backend/cpu/isa/isa.h"
 #include "backend/cpu/kernel.h"
+#include "pto/device_info.h"
 #include "pto/op_coverage.h"
 #include "pto/op_registry.h"
 #include "pto/reference.h"
 
 namespace pto {
+
+std::vector<PrecisionPath> precision_paths() {
+  const bool dp = cpu::has_ext(cpu::Ext::kAvx512Bf16);
+  return {{"bf16", dp,
+           dp ? "VDPBF16PS (avx512_bf16)"
+              : cat("fp32 FMA on rounded operands (",
+                    device_info().avx512_bf16 ? "avx512_bf16 turned off or another ISA chosen"
+                                              : "no avx512_bf16",
+                    ")")}};
+}
 
 std::vector<OpCoverage> op_coverage() {
   std::vector<OpCoverage> out;

@@ -59,6 +59,14 @@ void ArgReader::fail(const std::string& what) const {
   throw UsageError(command_.empty() ? what : cat(command_, ": ", what), command_);
 }
 
+bool read_precision_option(ArgReader& a, bool& bf16) {
+  if (!a.is("--precision")) return false;
+  const std::string v = a.value();
+  if (v != "f32" && v != "bf16") a.fail(cat("--precision takes f32 or bf16, got '", v, "'"));
+  bf16 = v == "bf16";
+  return true;
+}
+
 std::pair<std::string, std::string> split_assignment(const std::string& s, const char* option,
                                                      const ArgReader& a) {
   auto eq = s.find('=');

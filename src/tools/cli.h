@@ -70,6 +70,10 @@ class ArgReader {
   bool positional_ = false;
 };
 
+// Takes the current argument when it is --precision f32|bf16 (bf16: CompileOptions::
+// auto_mixed_precision, docs/precision.md); false for any other argument.
+bool read_precision_option(ArgReader& a, bool& bf16);
+
 // Splits "name=value" at the first '='; a UsageError naming `option` when there is none.
 std::pair<std::string, std::string> split_assignment(const std::string& s, const char* option,
                                                      const ArgReader& a);

@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -20,10 +21,12 @@
 #include <optional>
 
 #include "cli.h"
+#include "inputs.h"
 #include "pto/device_info.h"
 #include "pto/executable.h"
 #include "pto/graph_dot.h"
 #include "pto/onnx.h"
+#include "pto/op_coverage.h"
 #include "pto/parallel.h"
 #include "pto/passes.h"
 #include "pto/progress.h"
@@ -36,7 +39,8 @@ namespace pto::cli {
 namespace {
 
 const char* kUsage =
-    "usage: pto compile model.onnx [-o model.pto] [--level L] [--dump-after PASS[,PASS...]|all]\n"
+    "usage: pto compile model.onnx [-o model.pto] [--level L] [--precision f32|bf16]\n"
+    "                   [--dump-after PASS[,PASS...]|all]\n"
     "                   [--dump-tiles] [--tile [KERNEL=]ROWSxCOLS] [--stats] [--list-passes]\n"
     "                   [--graph FILE.svg|.png|.pdf|.dot] [--graph-after PASS]\n"
     "       pto compile model.pto [--stats] [--dump-tiles] [--graph FILE]\n"
@@ -47,6 +51,9 @@ const char* kUsage =
     "options:\n"
     "  --level L          optimization level 0..3 (default 2): 1 runs the graph passes, 2 adds\n"
     "                     fusion into kernels and memory planning\n"
+    "  --precision P      bf16: matrix products on bf16 operands with fp32 accumulation, the\n"
+    "                     rest fp32 (docs/precision.md); with --stats, its error against an\n"
+    "                     fp32 compile on random inputs. Default f32\n"
     "  --dump-after PASS  print the graph after these passes (as PTO_DUMP_AFTER does)\n"
     "  --dump-tiles       print every kernel: its nodes, fusion rule, backend, tile program and\n"
     "                     tiling plan (tile shape, tiles, working set against the cache budget)\n"
@@ -69,6 +76,7 @@ void list_passes() {
     for (const std::string& p : pipeline(level)) std::cout << " " << p;
     std::cout << (level >= 2 ? " + FuseKernels + memory plan" : "") << "\n";
   }
+  std::cout << "--precision bf16: AutoMixedPrecision first, at any level\n";
 }
 
 // "[KERNEL=]ROWSxCOLS" or "[KERNEL=]COLS" into options.tiles.
@@ -183,6 +191,37 @@ void write_picture(const std::string& dot, const std::string& path, const std::s
                          rc ? cat(" to start (", std::strerror(rc), ")") : std::string()));
 }
 
+// --precision bf16 --stats: the reduced-precision compile against an fp32 compile of the same
+// model on random inputs, per output (docs/precision.md), and how this machine computes it.
+void print_precision_report(const Graph& original, const Executable& reduced) {
+  std::string how;
+  for (const PrecisionPath& p : precision_paths())
+    if (p.precision == "bf16") how = p.how;
+  CompileOptions f32 = reduced.options();
+  f32.auto_mixed_precision = false;
+  const Executable full = compile(original, f32);
+  std::cout << "precision: bf16 products (" << how << ") against fp32, on random inputs:\n";
+  const std::vector<Tensor> inputs = make_inputs(original, {});
+  const std::vector<Tensor> got = reduced.run(inputs), want = full.run(inputs);
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!is_floating(want[i].dtype())) continue;
+    double max_d = 0, max_w = 0, sum_d = 0, sum_w = 0;
+    for (int64_t j = 0; j < want[i].numel(); ++j) {
+      const double w = want[i].item_as_double(j), d = std::fabs(got[i].item_as_double(j) - w);
+      max_d = std::max(max_d, d);
+      max_w = std::max(max_w, std::fabs(w));
+      sum_d += d;
+      sum_w += std::fabs(w);
+    }
+    std::cout << "  output '" << reduced.graph().value(reduced.graph().outputs()[i]).name
+              << "': max relative error "
+              << cat(std::scientific, std::setprecision(2), max_w > 0 ? max_d / max_w : max_d)
+              << ", mean "
+              << cat(std::scientific, std::setprecision(2), sum_w > 0 ? sum_d / sum_w : sum_d)
+              << "\n";
+  }
+}
+
 struct Args {
   std::string model, output, graph, graph_after;
   CompileOptions options;
@@ -214,6 +253,7 @@ int compile_main(const std::vector<std::string>& args) {
       pin_tile(a, options);
     } else if (a.is("--stats")) {
       o.stats = true;
+    } else if (read_precision_option(a, options.auto_mixed_precision)) {
     } else if (a.is("--list-passes")) {
       list_passes();
       return 0;
@@ -236,14 +276,15 @@ int compile_main(const std::vector<std::string>& args) {
     a.fail("--graph-after needs --graph FILE to draw into");
 
   std::optional<Executable> exe;
-  std::optional<Graph> after;  // the graph --graph-after asked for
+  std::optional<Graph> after;     // the graph --graph-after asked for
+  std::optional<Graph> original;  // for --precision bf16 --stats: the fp32 compile
   ProgressBar bar("compiling");
   if (is_saved_model(o.model)) {
     if (o.level_given || !options.dump_after.empty() || !options.tiles.empty() ||
-        !o.graph_after.empty())
+        !o.graph_after.empty() || options.auto_mixed_precision)
       a.fail(cat(o.model,
-                 " is a saved model, compiled already: --level, --dump-after, --tile "
-                 "and --graph-after apply to ONNX models"));
+                 " is a saved model, compiled already: --level, --precision, --dump-after, "
+                 "--tile and --graph-after apply to ONNX models"));
     const auto t0 = std::chrono::steady_clock::now();
     LoadedExecutable m = load_executable(o.model);
     std::cerr
@@ -260,6 +301,7 @@ int compile_main(const std::vector<std::string>& args) {
       draw(p);
     };
     Graph g = onnx::load(o.model);
+    if (options.auto_mixed_precision && o.stats) original = g;
     exe.emplace(compile(std::move(g), options));
     bar.finish();
   }
@@ -299,6 +341,7 @@ int compile_main(const std::vector<std::string>& args) {
     }
   }
   if (o.stats || (!o.tiles && o.output.empty() && o.graph.empty())) print_stats(*exe);
+  if (original) print_precision_report(*original, *exe);
   return 0;
 }
 

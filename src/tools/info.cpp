@@ -63,6 +63,11 @@ int info_main(const std::vector<std::string>& args) {
   size_t cpu_kernels = 0;
   for (const OpCoverage& c : op_coverage()) cpu_kernels += c.cpu != CpuCoverage::kNone;
   const char* env_threads = std::getenv("PTO_NUM_THREADS");
+  std::string precisions;  // "bf16:        VDPBF16PS (avx512_bf16)"
+  for (const PrecisionPath& p : precision_paths())
+    precisions +=
+        cat(p.precision, ":",
+            std::string(p.precision.size() < 12 ? 12 - p.precision.size() : 1, ' '), p.how, "\n");
   std::string flags;
   for (const auto& [name, on] : extension_flags(d)) flags += cat(" ", on ? "+" : "-", name);
   const CacheModel& c = cache_model();
@@ -74,9 +79,10 @@ int info_main(const std::vector<std::string>& args) {
             << "isa flags:  " << flags << "\n"
             << "isa:         " << d.isa
             << (d.isa_from_env ? " (from PTO_ISA)" : " (best supported)") << "\n"
-            << "caches:      L1d " << bytes_str(d.l1d_bytes) << shared(d.l1d_shared_by) << ", L2 "
-            << bytes_str(d.l2_bytes) << shared(d.l2_shared_by) << ", L3 " << bytes_str(d.l3_bytes)
-            << shared(d.l3_shared_by) << ", line " << d.cacheline << " B\n"
+            << precisions << "caches:      L1d " << bytes_str(d.l1d_bytes)
+            << shared(d.l1d_shared_by) << ", L2 " << bytes_str(d.l2_bytes) << shared(d.l2_shared_by)
+            << ", L3 " << bytes_str(d.l3_bytes) << shared(d.l3_shared_by) << ", line "
+            << d.cacheline << " B\n"
             << "cache model: L1d " << bytes_str(c.l1d) << ", L2 " << bytes_str(c.l2) << ", L3 "
             << bytes_str(c.l3) << " per core (" << c.l3_cores << " cores share the L3)"
             << (c.from_env           ? " (PTO_CACHE_SIZES)"

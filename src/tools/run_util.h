@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "pto/random_tensor.h"  // random_tensor, shared with PTO_VERIFY_PASSES
 #include "pto/executable.h"
 #include "pto/progress.h"
+#include "pto/random_tensor.h"  // random_tensor, shared with PTO_VERIFY_PASSES
 #include "pto/tensor.h"
 
 namespace pto::cli {

@@ -184,3 +184,77 @@ def test_precision_report_against_an_fp32_compile(mlp):
     assert plain.precision_report().max_rel_error == pytest.approx(report.max_rel_error, rel=1e-6)
     y = torch.randn(7, 96)
     assert plain.precision_report(y).max_rel_error > 0
+
+
+# ---- the command line: --precision bf16 ----
+
+def mlp_onnx(path):
+    """Gemm -> Relu -> MatMul, random weights: what --precision bf16 changes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((48, 64)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((48, 5)).astype(np.float32), "w2")
+    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"], transB=1, name="fc1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                       [3, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])],
+                          [w1, w2])
+    import onnx
+
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_cli_precision_bf16(tmp_path):
+    import re
+
+    from test_cli import expect_error, pto
+
+    model = mlp_onnx(tmp_path / "mlp.onnx")
+    r = pto("compile", model, "--precision", "bf16", "--stats")
+    assert r.returncode == 0, r.stderr
+    assert "AutoMixedPrecision" in r.stdout
+    how = pypto.device_info()["precision"]["bf16"]["how"]
+    assert f"precision: bf16 products ({how}) against fp32, on random inputs:" in r.stdout
+    err = float(re.search(r"output 'y': max relative error ([0-9.e+-]+)", r.stdout).group(1))
+    assert 1e-5 < err < 2e-2, r.stdout
+    # The fallback says so, and gives the same error to within the order of additions.
+    r2 = pto("compile", model, "--precision", "bf16", "--stats",
+             env={"PTO_DISABLE_EXT": "avx512_bf16"})
+    assert "fp32 FMA on rounded operands" in r2.stdout
+    err2 = float(re.search(r"output 'y': max relative error ([0-9.e+-]+)", r2.stdout).group(1))
+    assert err2 == pytest.approx(err, rel=0.05)
+    info = pto("info")
+    assert f"bf16:        {how}" in info.stdout
+    for cmd in (["run", model], ["bench", model, "--iterations", "3", "--warmup", "1"],
+                ["profile", model]):
+        r = pto(*cmd, "--precision", "bf16")
+        assert r.returncode == 0, (cmd, r.stderr)
+    expect_error(pto("compile", model, "--precision", "fp8"), "--precision takes f32 or bf16",
+                 code=2)
+    expect_error(pto("run", model, "--precision", "bf16", "--engine", "reference"),
+                 "needs the cpu engine", code=2)
+    assert pto("compile", model, "-o", tmp_path / "m.pto").returncode == 0
+    expect_error(pto("run", tmp_path / "m.pto", "--precision", "bf16"), "--precision", code=2)
+    expect_error(pto("compile", "--precision", "f16", model), "f32 or bf16", code=2)
+
+
+def test_a_saved_bf16_model_loads_as_one(mlp, tmp_path):
+    model, x = mlp
+    fast = pypto.optimize(model, (x,), dtype=torch.bfloat16)
+    pypto.save(fast, tmp_path / "m.pto")
+    back = pypto.load(tmp_path / "m.pto")
+    assert back(x).dtype == torch.bfloat16 and torch.equal(back(x), fast(x))
+    with pypto.amp.autocast():  # a bf16 model already
+        assert torch.equal(back(x), fast(x))
+    with pytest.raises(RuntimeError, match="needs the original module"):
+        back.precision_report()
+    pypto.save(pypto.optimize(model, (x,)), tmp_path / "f32.pto")
+    f32 = pypto.load(tmp_path / "f32.pto")
+    assert f32(x).dtype == torch.float32
+    with pytest.raises(RuntimeError, match="cannot be compiled again"):
+        with pypto.amp.autocast():
+            f32(x)
