@@ -287,6 +287,6 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
     fast = OptimizedModule(model, compile_fn)
     if dtype == torch.bfloat16:
         fast._dtype = torch.bfloat16
-    if example_inputs is not None:
-        fast._ensure_compiled(example_inputs, example_kwargs or {})
+    if example_inputs is not None or example_kwargs is not None:  # keyword inputs alone too
+        fast._ensure_compiled(example_inputs or (), example_kwargs or {})
     return fast

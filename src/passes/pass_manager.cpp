@@ -33,6 +33,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_assign_layouts(*r);
     passes::register_fuse_blocked_convs(*r);
     passes::register_auto_mixed_precision(*r);
+    passes::register_promote_bf16(*r);
     return r;
   }();
   return *registry;
@@ -100,6 +101,12 @@ Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* r
   std::vector<std::string> names = options.only.empty() ? pipeline(options.level) : options.only;
   if (options.auto_mixed_precision && options.only.empty())
     names.insert(names.begin(), "AutoMixedPrecision");
+  // A graph computing in bf16 runs on the fp32 kernels with bf16 products (PromoteBf16), first,
+  // at any level: the CPU kernels have no other bf16 arithmetic.
+  if (options.only.empty() && std::any_of(g.values().begin(), g.values().end(), [](const Value& v) {
+        return v.type.dtype == DType::kBF16;
+      }))
+    names.insert(names.begin(), "PromoteBf16");
   check_known(options.only, "passes");
   std::vector<std::string> dump = options.dump_after;
   for (std::string& n : split_names(std::getenv("PTO_DUMP_AFTER"))) dump.push_back(n);

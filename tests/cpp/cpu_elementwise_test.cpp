@@ -253,7 +253,8 @@ TEST(CpuElementwise, Cast) {
       Tensor::from_vector<int64_t>({0, -1, 1LL << 40, (1LL << 53) + 1, -(1LL << 62), 7}, {6});
   Tensor i32 = Tensor::from_vector<int32_t>({0, -1, 1 << 30, -7, 16777217, 3}, {2, 3});
   auto to = [](DType d) { return attrs({{"to", static_cast<int64_t>(onnx_code(d))}}); };
-  for (DType d : {DType::kF32, DType::kI64, DType::kI32, DType::kBool, DType::kF16, DType::kF64}) {
+  for (DType d : {DType::kF32, DType::kI64, DType::kI32, DType::kBool, DType::kF16, DType::kF64,
+                  DType::kBF16}) {
     check({"Cast", {f}, to(d)});
     check({"Cast", {small}, to(d)});
     check({"Cast", {i64}, to(d)});
@@ -261,6 +262,12 @@ TEST(CpuElementwise, Cast) {
     check({"Cast", {random_bool({5}, 82)}, to(d)});
     check({"Cast", {random_f32({0, 2}, 83)}, to(d)});
   }
+  // From bf16 (the inputs of a bf16 graph), to every dtype above.
+  Tensor bf = Tensor::empty(DType::kBF16, {3, 37});
+  for (int64_t i = 0; i < bf.numel(); ++i)
+    bf.data<BFloat16>()[i] = BFloat16(small.data<float>()[i]);
+  for (DType d : {DType::kF32, DType::kI64, DType::kI32, DType::kBool, DType::kF16, DType::kF64})
+    check({"Cast", {bf}, to(d)});
   check({"Cast", {i64}, to(DType::kU16)}, {}, false);  // other dtypes: the reference
 }
 

@@ -2,10 +2,14 @@
 // declared symbol ranges), the node observer. Values are compared with hand-computed results.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <thread>
 
 #include "pto/executable.h"
+#include "pto/reference.h"
+#include "random_tensor.h"
 
 namespace pto {
 namespace {
@@ -102,6 +106,39 @@ TEST(Executable, ConcurrentRunsAreIndependent) {
 
 TEST(Executable, AGraphWithoutOutputsIsAnError) {
   EXPECT_EQ(message_of([] { compile(Graph()); }), "graph: has no outputs");
+}
+
+// A graph computing in bf16 (an ONNX model in bfloat16): PromoteBf16 runs it on the CPU kernels in
+// fp32 with bf16 products, bf16 in and out, within bf16's resolution of the reference's own bf16
+// arithmetic.
+TEST(Executable, Bf16GraphRunsOnTheCpuKernels) {
+  auto bf16 = [](const Tensor& f) {
+    Tensor t = Tensor::empty(DType::kBF16, f.shape());
+    for (int64_t i = 0; i < f.numel(); ++i) t.data<BFloat16>()[i] = BFloat16(f.data<float>()[i]);
+    return t;
+  };
+  Graph g;
+  const ValueId x = g.add_input("x", {DType::kBF16, Shape{Dim::sym("batch"), 48}});
+  const ValueId w = g.add_value("w");
+  g.set_initializer(w, bf16(testing::random_tensor({48, 20}, 5)));
+  const ValueId h = g.add_value("h"), y = g.add_value("y");
+  g.add_node("MatMul", {x, w}, {h}, {}, "mm");
+  g.add_node("Relu", {h}, {y}, {}, "relu");
+  g.add_output(y);
+  for (int level : {0, 2}) {
+    Executable exe = compile(g, {.level = level});
+    for (size_t i = 0; i < exe.graph().nodes().size(); ++i)
+      EXPECT_EQ(exe.node_backend(i), "cpu") << exe.graph().nodes()[i].op;
+    const Tensor in = bf16(testing::random_tensor({5, 48}, 6));
+    const Tensor got = exe.run({in})[0], want = reference::run(g, {in})[0];
+    ASSERT_EQ(got.dtype(), DType::kBF16);
+    ASSERT_EQ(got.shape(), want.shape());
+    double scale = 0;
+    for (int64_t i = 0; i < want.numel(); ++i)
+      scale = std::max(scale, std::fabs(want.item_as_double(i)));
+    for (int64_t i = 0; i < want.numel(); ++i)
+      EXPECT_NEAR(got.item_as_double(i), want.item_as_double(i), 0.01 * scale) << i;
+  }
 }
 
 }  // namespace

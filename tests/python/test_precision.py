@@ -258,3 +258,56 @@ def test_a_saved_bf16_model_loads_as_one(mlp, tmp_path):
     with pytest.raises(RuntimeError, match="cannot be compiled again"):
         with pypto.amp.autocast():
             f32(x)
+
+
+# ---- models whose weights are bf16 already ----
+
+def test_a_bf16_model_runs_on_the_cpu_kernels():
+    """model.to(torch.bfloat16): PromoteBf16 computes it in fp32 with bf16 products, on the CPU
+    kernels, with bf16 inputs and outputs; at least as close to the exact result (float64 from
+    the same bf16 weights and inputs) as PyTorch's own bf16 arithmetic."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 160), torch.nn.GELU(),
+                                torch.nn.LayerNorm(160), torch.nn.Linear(160, 24)).eval()
+    model = model.to(torch.bfloat16)
+    x = torch.randn(6, 64).to(torch.bfloat16)
+    fast = pypto.optimize(model, (x,))
+    backends = dict(fast.compiled.node_backends)
+    assert set(b for _, b in fast.compiled.node_backends) == {"cpu"}, backends
+    fired = {k: v for r in fast.compiled.pass_report for k, v in r["fired"].items()}
+    assert fired.get("PromoteBf16/bf16 products") == 2, fired
+    got = fast(x)
+    assert got.dtype == torch.bfloat16
+    with torch.no_grad():
+        eager = model(x)
+        exact = model.double()(x.double())
+    err = (got.double() - exact).abs().max().item()
+    eager_err = (eager.double() - exact).abs().max().item()
+    assert err <= eager_err * 1.01 + 1e-6, (err, eager_err)
+    assert err < 0.05 * exact.abs().max().item()
+
+
+def test_a_bf16_transformer_runs_on_the_cpu_kernels():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=300, hidden_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=128)
+    model = transformers.BertModel(config).eval()
+    kw = {"input_ids": torch.randint(0, 300, (2, 13)),
+          "attention_mask": torch.ones(2, 13, dtype=torch.int64)}
+    with torch.no_grad():
+        want = model(**kw).last_hidden_state
+    # What the fp32 model leaves to the reference interpreter (integer shape arithmetic): the
+    # bf16 one leaves nothing more.
+    fp32_ref = {op for op, b in pypto.optimize(model, example_kwargs=kw).compiled.node_backends
+                if b != "cpu"}
+    model = model.to(torch.bfloat16)
+    fast = pypto.optimize(model, example_kwargs=kw)
+    got = fast(**kw).last_hidden_state
+    assert got.dtype == torch.bfloat16
+    ref = {op for op, b in fast.compiled.node_backends if b != "cpu"}
+    assert ref <= fp32_ref, ref - fp32_ref
+    assert {"MatMul", "Attention", "LayerNormalization"} & {
+        op for op, b in fast.compiled.node_backends if b == "cpu"}
+    cos = torch.nn.functional.cosine_similarity(got.float().flatten(1), want.flatten(1))
+    assert cos.min() > 0.995, cos
