@@ -138,7 +138,7 @@ bool fold_into_gemm(Rewrite& rw, size_t layer, const BnAffine& a) {
   ValueId bid = g.add_constant(g.value(n.inputs[1]).name + "_bn", std::move(*b2));
   ValueId cid = g.add_constant(n.name + "_bias_bn", std::move(*c2));
   Node& m = g.mutable_nodes()[layer];
-  Attributes attrs = gemm ? without(m.attrs, "beta") : Attributes{};
+  Attributes attrs = gemm ? without(m.attrs, "beta") : with_precision_of(m);
   attrs.set("beta", 1.0);
   retarget(m, "Gemm", {m.inputs[0], bid, cid}, std::move(attrs), gemm ? m.opset : 0);
   return true;

@@ -62,7 +62,7 @@ bool matmul_transpose(Rewrite& rw, size_t i, const PassContext& ctx) {
   const ValueId a = n.inputs[0], b = n.inputs[1];
   const ValueId ta = transposed_2d(g, a, uses), tb = transposed_2d(g, b, uses);
   if (rank_is(g, a, 2) && rank_is(g, b, 2) && (ta != kNoValue || tb != kNoValue)) {
-    Attributes attrs;
+    Attributes attrs = with_precision_of(n);
     if (ta != kNoValue) attrs.set("transA", int64_t{1});
     if (tb != kNoValue) attrs.set("transB", int64_t{1});
     if (ta != kNoValue) rw.remove(producer_index(g, a));

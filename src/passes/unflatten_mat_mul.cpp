@@ -83,7 +83,7 @@ int unflatten_batched(Graph& g, const PassContext& ctx) {
     for (ValueId flat : m.inputs)
       if (readers.single_reader(flat) >= 0) remove[g.value(flat).producer] = true;
     remove[i] = true;
-    retarget(g.mutable_nodes()[un], "MatMul", {a, b});
+    retarget(g.mutable_nodes()[un], "MatMul", {a, b}, with_precision_of(m));
     ctx.note("UnflattenMatMul/Batched");
     ++fired;
   }
@@ -142,7 +142,7 @@ Graph unflatten_mat_mul(Graph g, const PassContext& ctx) {
     const ValueId x = flat.inputs[0];
     const ValueId weight = w;
     const ValueId product = m.outputs[0];
-    retarget(g.mutable_nodes()[mm], "MatMul", {x, weight});
+    retarget(g.mutable_nodes()[mm], "MatMul", {x, weight}, with_precision_of(m));
     Node& last = g.mutable_nodes()[un];
     if (c != kNoValue)
       retarget(last, "Add", {product, c});

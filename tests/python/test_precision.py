@@ -118,6 +118,16 @@ def test_bert_in_bf16_keeps_the_embeddings():
     assert cos.min() > 0.999, cos
     marked = {k: v for r in fast.compiled.pass_report for k, v in r["fired"].items()}
     assert marked.get("AutoMixedPrecision/bf16 MatMul/Gemm", 0) >= 2 * 6  # 6 Linear per layer
+    assert_every_product_bf16(fast)
+
+
+def assert_every_product_bf16(fast):
+    """Every MatMul / Gemm of the final graph computes in bf16: the passes after the marking
+    (UnflattenMatMul, FoldTransposeIntoGemm, ...) keep it when they rewrite a product."""
+    products = [line for line in str(fast.compiled.graph).splitlines()
+                if " = MatMul(" in line or " = Gemm(" in line]
+    assert len(products) >= 2
+    assert all('precision="bf16"' in line for line in products), products
 
 
 def test_onnx_export_of_a_bf16_model_runs_on_onnx_runtime(mlp, tmp_path):
@@ -307,6 +317,7 @@ def test_a_bf16_transformer_runs_on_the_cpu_kernels():
     assert got.dtype == torch.bfloat16
     ref = {op for op, b in fast.compiled.node_backends if b != "cpu"}
     assert ref <= fp32_ref, ref - fp32_ref
+    assert_every_product_bf16(fast)
     assert {"MatMul", "Attention", "LayerNormalization"} & {
         op for op, b in fast.compiled.node_backends if b == "cpu"}
     cos = torch.nn.functional.cosine_similarity(got.float().flatten(1), want.flatten(1))
