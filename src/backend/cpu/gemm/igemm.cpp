@@ -163,8 +163,8 @@ void convert(const IgemmArgs& g, const int32_t* acc, int64_t lda, int64_t i0, in
   }
 }
 
-constexpr int64_t kNC = 256;  // columns of C per block (int32, stays in L2 across K slices)
-constexpr int64_t kKC4 = 96;  // K slice in groups of 4: a 64-column B slice of 24 KiB stays in L1
+constexpr int64_t kNC = 256;   // columns of C per block (int32, stays in L2 across K slices)
+constexpr int64_t kKC4 = 128;  // K slice in groups of 4: a 64-column B slice of 32 KiB stays in L1
 
 void run_task(const Shared& s, const Task& t) {
   const IgemmArgs& g = *s.g;
