@@ -39,8 +39,11 @@ std::vector<int32_t> byte_values(const Tensor& t) {
 
 // ---- MatMulInteger and QLinearMatMul ----
 
+// A constant B packed at compile time; the kernel then reads only the packing (packed_inputs),
+// whatever ISA it runs on (the panels are the same for all).
 struct PreparedI8B {
   PackedI8B packed;
+  size_t input = 0;  // B's input index
 };
 
 // Packs a constant rank-2 B (input `b`) at compile time.
@@ -48,13 +51,53 @@ std::any prepare_b(const NodeInfo& n, size_t b) {
   if (!n.is_constant(b) || n.constants[b]->rank() != 2) return {};
   const Tensor& t = *n.constants[b];
   return PreparedI8B{
-      pack_i8_b(t.dim(0), t.dim(1), t.raw_data(), t.dim(1), false, t.dtype() == DType::kI8)};
+      pack_i8_b(t.dim(0), t.dim(1), t.raw_data(), t.dim(1), false, t.dtype() == DType::kI8), b};
+}
+
+bool has_prepared(const KernelContext& c) {
+  return c.state && c.state->has_value();
 }
 
 // B from prepare(), or packed now.
 PackedI8B packed_b(const KernelContext& c, const Tensor& B) {
-  if (c.state && c.state->has_value()) return c.prepared<PreparedI8B>().packed;
+  if (has_prepared(c)) return c.prepared<PreparedI8B>().packed;
   return pack_i8_b(B.dim(0), B.dim(1), B.raw_data(), B.dim(1), false, B.dtype() == DType::kI8);
+}
+
+// The original B rebuilt from its packing: [n/16][k/4][16][4] bytes, uint8 stored as b ^ 0x80.
+Tensor unpack_b(const std::any& state, size_t input) {
+  const auto& p = std::any_cast<const PreparedI8B&>(state);
+  PTO_CHECK(input == p.input) << "MatMulInteger/QLinearMatMul: only B is packed";
+  const PackedI8B& b = p.packed;
+  const int64_t k = b.k(), n = b.n(), stride = i8_panel_stride(k);
+  Tensor t = Tensor::empty(b.is_signed() ? DType::kI8 : DType::kU8, {k, n});
+  auto* out = static_cast<uint8_t*>(t.raw_data());
+  const uint8_t flip = b.is_signed() ? 0 : 0x80;
+  for (int64_t q = 0; q < k; ++q)
+    for (int64_t j = 0; j < n; ++j)
+      out[q * n + j] = static_cast<uint8_t>(
+          b.data()[(j / 16) * stride + (q / 4) * 64 + (j % 16) * 4 + q % 4] ^ flip);
+  return t;
+}
+
+// The reference kernel, with B rebuilt when the runtime released the original.
+std::vector<Tensor> reference_with_b(const KernelContext& c) {
+  if (!has_prepared(c)) return run_reference(c);
+  KernelContext inner = c;
+  const auto& p = c.prepared<PreparedI8B>();
+  inner.inputs.at(p.input) = unpack_b(*c.state, p.input);
+  return run_reference(inner);
+}
+
+void set_packing(Kernel& k) {
+  k.packed_inputs = [](const std::any& s) {
+    return s.has_value() ? std::vector<size_t>{std::any_cast<const PreparedI8B&>(s).input}
+                         : std::vector<size_t>{};
+  };
+  k.packed_bytes = [](const std::any& s) {
+    return s.has_value() ? std::any_cast<const PreparedI8B&>(s).packed.bytes() : 0;
+  };
+  k.unpack = unpack_b;
 }
 
 // A [..., M, K] (or [K]) against B [K, N]: the output shape and the folded row count, or false.
@@ -80,21 +123,21 @@ std::vector<Tensor> matmul_integer(const KernelContext& c) {
   const Tensor &A = c.input(0), &B = c.input(1);
   Dims yshape;
   int64_t M = 0;
-  if (!product_shape(A, B, &yshape, &M)) return run_reference(c);
+  if (!product_shape(A, B, &yshape, &M)) return reference_with_b(c);
   const int64_t K = B.dim(0), N = B.dim(1);
   IgemmArgs g;
   std::vector<int32_t> za, zb;
   if (c.has_input(2)) {
     const Tensor& Z = c.input(2);
     if (Z.numel() != 1 && !(A.rank() == 2 && Z.rank() == 1 && Z.dim(0) == M))
-      return run_reference(c);
+      return reference_with_b(c);
     za = byte_values(Z);
     g.a_zp = za.data();
     g.a_zp_per_row = Z.numel() != 1;
   }
   if (c.has_input(3)) {
     const Tensor& Z = c.input(3);
-    if (!per_column(Z, N, &g.b_zp_per_col)) return run_reference(c);
+    if (!per_column(Z, N, &g.b_zp_per_col)) return reference_with_b(c);
     zb = byte_values(Z);
     g.b_zp = zb.data();
   }
@@ -123,12 +166,12 @@ std::vector<Tensor> qlinear_matmul(const KernelContext& c) {
   const Tensor &ys = c.input(6), &yz = c.input(7);
   Dims yshape;
   int64_t M = 0;
-  if (!product_shape(A, B, &yshape, &M)) return run_reference(c);
+  if (!product_shape(A, B, &yshape, &M)) return reference_with_b(c);
   const int64_t K = B.dim(0), N = B.dim(1);
   bool scale_per_col = false, zp_per_col = false;
   if (as.numel() != 1 || az.numel() != 1 || ys.numel() != 1 || yz.numel() != 1 ||
       !per_column(bs, N, &scale_per_col) || !per_column(bz, N, &zp_per_col) || K > kMaxExactK)
-    return run_reference(c);
+    return reference_with_b(c);
   IgemmArgs g;
   const std::vector<int32_t> za = byte_values(az), zb = byte_values(bz);
   g.a_zp = za.data();
@@ -314,9 +357,7 @@ void register_quant_kernels(KernelRegistry& r) {
   mmi.prepare = [](const NodeInfo& n) { return prepare_b(n, 1); };
   mmi.run = matmul_integer;
   mmi.reference_at_run_time = true;
-  mmi.packed_bytes = [](const std::any& s) {
-    return s.has_value() ? std::any_cast<const PreparedI8B&>(s).packed.bytes() : 0;
-  };
+  set_packing(mmi);
   mmi.describe = [](const std::any&) {
     return std::string(igemm_uses_vnni() ? "int8 GEMM (VNNI)" : "int8 GEMM (widening)");
   };
@@ -335,9 +376,7 @@ void register_quant_kernels(KernelRegistry& r) {
   qmm.prepare = [](const NodeInfo& n) { return prepare_b(n, 3); };
   qmm.run = qlinear_matmul;
   qmm.reference_at_run_time = true;
-  qmm.packed_bytes = [](const std::any& s) {
-    return s.has_value() ? std::any_cast<const PreparedI8B&>(s).packed.bytes() : 0;
-  };
+  set_packing(qmm);
   r.add("QLinearMatMul", std::move(qmm));
 
   Kernel q;
