@@ -3,7 +3,7 @@
 // requantized bytes. The per-ISA micro-kernels are in igemm_impl.h.
 //
 // Loop nest of one task (a range of rows and columns):
-//   for ic over the task's rows, MC at a time      pack A block [MC/MR][k4][MR][4] (about L2/4)
+//   for ic over the task's rows, MC at a time      pack A block [MC/MR][k4][MR][4] (L2/4)
 //     for jc over the task's columns, NC at a time  int32 C block (MC x NC) stays in L2
 //       for pc over K, KC at a time
 //         macro-kernel: for each NR panel of B (its KC x NR bytes stay in L1), for each MR panel
@@ -19,6 +19,7 @@
 #include <limits>
 
 #include "backend/cpu/gemm/igemm_kernel.h"
+#include "pto/device_info.h"
 #include "pto/error.h"
 #include "pto/parallel.h"
 
@@ -163,14 +164,26 @@ void convert(const IgemmArgs& g, const int32_t* acc, int64_t lda, int64_t i0, in
   }
 }
 
-constexpr int64_t kNC = 256;   // columns of C per block (int32, stays in L2 across K slices)
-constexpr int64_t kKC4 = 128;  // K slice in groups of 4: a 64-column B slice of 32 KiB stays in L1
+constexpr int64_t kNC = 256;  // columns of C per block (int32, stays in L2 across K slices)
+
+// Block sizes from the cache model (docs/backend/gemm.md): a K slice whose 64-column B slice takes
+// two thirds of L1 (512 k on a 48 KiB L1), in groups of 4 k; MC rows of packed A in a quarter of
+// L2.
+int64_t kc4_of_cache() {
+  static const int64_t kc4 =
+      std::clamp<int64_t>(static_cast<int64_t>(cache_model().l1d) * 2 / 3 / (64 * 4), 32, 256);
+  return kc4;
+}
+int64_t a_block_bytes() {
+  static const int64_t bytes = std::max<int64_t>(static_cast<int64_t>(cache_model().l2) / 4, 16384);
+  return bytes;
+}
 
 void run_task(const Shared& s, const Task& t) {
   const IgemmArgs& g = *s.g;
   const int64_t k4 = s.k4, mr = s.mr;
-  // MC: the packed A block takes about a quarter of a 1 MiB L2.
-  const int64_t mc = std::max<int64_t>(mr, (256 * 1024 / std::max<int64_t>(k4 * 4, 1)) / mr * mr);
+  const int64_t mc =
+      std::max<int64_t>(mr, a_block_bytes() / std::max<int64_t>(k4 * 4, 1) / mr * mr);
   const int64_t rows_cap = ceil_div(std::min(mc, t.i1 - t.i0), mr) * mr;
   auto* ap = static_cast<uint8_t*>(t_pack_a.get(static_cast<size_t>(rows_cap * k4 * 4)));
   auto* rows = static_cast<int32_t*>(t_rows.get(static_cast<size_t>(rows_cap * 2) * 4));
@@ -181,7 +194,7 @@ void run_task(const Shared& s, const Task& t) {
   auto* acc = static_cast<int32_t*>(t_acc.get(static_cast<size_t>(rows_cap * kNC) * 4));
   const int32_t offset_a = g.a_signed ? -128 : 0;
   // K slices depend on K alone (the sums wrap, so any split gives the same bits anyway).
-  const int64_t slices = std::max<int64_t>(1, ceil_div(k4, kKC4));
+  const int64_t slices = std::max<int64_t>(1, ceil_div(k4, kc4_of_cache()));
   const int64_t kc4 = ceil_div(k4, slices);
   for (int64_t ic = t.i0; ic < t.i1; ic += mc) {
     const int64_t m = std::min(mc, t.i1 - ic);
