@@ -1,7 +1,7 @@
 // pto_bench: the machine's ceilings and PyPTO's SGEMM, measured in one run, as JSON on stdout
 // (progress on stderr). bench/run.py runs it and sets the numbers beside PyTorch's.
 //
-//   pto_bench [--threads 1,2] [--only fma,memory,sgemm] [--shapes 512,128x768x3072] [--quick]
+//   pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm] [--shapes 512,128x768x3072] [--quick]
 //             [--packed a|b]
 //             [--warmup-calls N] [--warmup-time S] [--min-calls N] [--min-time S] [--max-time S]
 //             [--cpu-clock]
@@ -17,6 +17,9 @@
 //   --precision f32,bf16 times each shape with fp32 and with bf16 products (GemmArgs::precision;
 //   checked against operands rounded to bf16); on AVX512_BF16 the fma section then also
 //   measures the VDPBF16PS ceiling ("isa": "avx512_bf16").
+// - igemm: pto::cpu::igemm (uint8 A x int8 B -> int32, B packed ahead as MatMulInteger packs a
+//   constant weight) on the same shapes, GOPS counting a multiply-add as 2 operations, checked
+//   exactly on sampled entries; "vnni" says whether VPDPBUSD or the widening fallback ran.
 // Every measurement times calls one by one after a warm-up and reports the median, p10, p90, the
 // count and the CPU utilisation (CPU seconds / wall seconds) of the timed calls. --cpu-clock times
 // each call by the process's CPU seconds over the thread count: on a machine time-shared with other
@@ -38,6 +41,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/gemm/igemm.h"
 #include "backend/cpu/isa/ceiling.h"
 #include "backend/cpu/isa/isa.h"
 #include "pto/device_info.h"
@@ -400,6 +404,49 @@ void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
   j.close(']');
 }
 
+void bench_igemm(Json& j, const std::vector<int>& threads, const Timing& timing,
+                 const std::vector<Shape>& shapes) {
+  j.key("igemm").open('[');
+  for (const Shape& s : shapes) {
+    std::vector<uint8_t> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
+    std::vector<int32_t> c(static_cast<size_t>(s.m * s.n));
+    std::mt19937 rng(0);
+    for (auto& x : a) x = static_cast<uint8_t>(rng());
+    for (auto& x : b) x = static_cast<uint8_t>(rng());
+    cpu::IgemmArgs g;
+    g.m = s.m, g.n = s.n, g.k = s.k;
+    g.a = a.data(), g.lda = s.k;
+    g.c = c.data(), g.ldc = s.n;
+    const cpu::PackedI8B pb = cpu::pack_i8_b(s.k, s.n, b.data(), s.n, false, true);
+    auto run = [&] { cpu::igemm(g, pb); };
+    for (int t : threads) {
+      set_num_threads(t);
+      std::cerr << "igemm " << s.m << "x" << s.k << "x" << s.n << " threads " << t << "\n";
+      std::fill(c.begin(), c.end(), 0);
+      run();
+      bool ok = true;
+      std::mt19937_64 pick(7);
+      for (int e = 0; e < 64; ++e) {
+        const auto i = static_cast<int64_t>(pick() % static_cast<uint64_t>(s.m));
+        const auto jj = static_cast<int64_t>(pick() % static_cast<uint64_t>(s.n));
+        int64_t ref = 0;
+        for (int64_t p = 0; p < s.k; ++p)
+          ref += int64_t{a[i * s.k + p]} * static_cast<int8_t>(b[p * s.n + jj]);
+        ok = ok && c[i * s.n + jj] == static_cast<int32_t>(ref);
+      }
+      j.open('{').key("m").num(s.m).key("k").num(s.k).key("n").num(s.n).key("label").str(s.label);
+      j.key("threads").num(t).key("isa").str(cpu::isa_name(cpu::active_isa()));
+      j.key("vnni").boolean(cpu::igemm_uses_vnni()).key("ok").boolean(ok);
+      if (ok) {
+        Sample sm = measure(timing, run);
+        j.sample(sm, 2.0 * s.m * s.n * s.k / 1e9, "gops");
+      }
+      j.close('}');
+    }
+  }
+  j.close(']');
+}
+
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::stringstream in(s);
@@ -409,8 +456,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 const char* kUsage =
-    "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm] [--shapes S|MxKxN,...] [--quick]\n"
-    "                 [--packed a|b] [--precision f32,bf16] [--warmup-calls N]\n"
+    "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm] [--shapes S|MxKxN,...]\n"
+    "                 [--quick] [--packed a|b] [--precision f32,bf16] [--warmup-calls N]\n"
     "                 [--warmup-time S] [--min-calls N]\n"
     "                 [--min-time S] [--max-time S] [--cpu-clock]\n";
 
@@ -487,6 +534,7 @@ int main_impl(int argc, char** argv) {
   if (wants("fma")) bench_fma(j, threads, timing);
   if (wants("memory")) bench_memory(j, threads, timing, quick);
   if (wants("sgemm")) bench_sgemm(j, threads, timing, shapes, packed, precisions);
+  if (wants("igemm")) bench_igemm(j, threads, timing, shapes);
   j.close('}');
   std::cout << j.text() << "\n";
   return 0;

@@ -13,6 +13,7 @@ KernelRegistry& KernelRegistry::global() {
     register_reduce_kernels(*r);
     register_movement_kernels(*r);
     register_attention_kernels(*r);
+    register_quant_kernels(*r);
     return r;
   }();
   return *registry;

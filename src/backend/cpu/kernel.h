@@ -102,6 +102,7 @@ void register_elementwise_kernels(KernelRegistry& r);  // elementwise: unary, bi
 void register_reduce_kernels(KernelRegistry& r);       // reduce: Reduce*, Softmax, norms, pooling
 void register_movement_kernels(KernelRegistry& r);     // movement: Transpose, Gather, Concat, ...
 void register_attention_kernels(KernelRegistry& r);    // attention: Attention (4-D, float32)
+void register_quant_kernels(KernelRegistry& r);  // quant_kernels: MatMulInteger, QLinearMatMul, ...
 
 // The CPU backend (backend.cpp): single nodes on the kernels above, and fused groups.
 std::unique_ptr<Backend> make_backend();

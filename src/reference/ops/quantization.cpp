@@ -231,13 +231,15 @@ Tensor requantize(const std::vector<double>& acc, const Dims& shape, const Tenso
 
 std::vector<Tensor> qlinear_matmul(const KernelContext& c) {
   const std::string w = c.where();
+  // b's scale and zero point are per tensor or per column (its last axis, the output's last).
   Tensor a = minus_zero_point(c.input(0), c, 2, 0, "a");
-  Tensor b = minus_zero_point(c.input(3), c, 5, 0, "b");
+  Tensor b = minus_zero_point(c.input(3), c, 5, std::max<int64_t>(c.input(3).rank() - 1, 0), "b");
   Dims shape;
   std::vector<double> acc = run_float_kernel("MatMul", c, {a, b}, &shape);
   DType out = c.has_input(7) ? c.input(7).dtype() : c.input(0).dtype();
   const Tensor* yzp = c.has_input(7) ? &c.input(7) : nullptr;
-  return {requantize(acc, shape, c.input(1), c.input(4), c.input(6), yzp, out, 0, true, w)};
+  const int64_t last = std::max<int64_t>(static_cast<int64_t>(shape.size()) - 1, 0);
+  return {requantize(acc, shape, c.input(1), c.input(4), c.input(6), yzp, out, last, true, w)};
 }
 
 std::vector<Tensor> conv_integer(const KernelContext& c) {

@@ -1,0 +1,1 @@
+#include "backend/cpu/gemm/igemm_impl.h"

@@ -1,0 +1,259 @@
+// The per-ISA half of the int8 GEMM (see igemm_kernel.h for the interface, igemm.cpp for the
+// packing and threading): an MR x NR register-blocked micro-kernel over packed uint8 A and int8 B
+// panels, four k per 32-bit lane. Included once by each of igemm_avx512.cpp, igemm_avx2.cpp and
+// igemm_generic.cpp.
+//
+// Register blocks:
+//   AVX-512 (32 zmm): 6 x 64 — 24 accumulators, 4 B vectors (one per 16-column panel), 1 broadcast;
+//   AVX2    (16 ymm): 6 x 16 — 12 accumulators, 2 B vectors, 1 broadcast;
+//   generic:          4 x 16 — scalar.
+// The dot step is VPDPBUSD (AVX512_VNNI on zmm, AVX-VNNI on ymm), issued with inline assembly so
+// that the files keep their ISA's flags (a CPU with AVX-512 and no VNNI still runs the rest), or,
+// when the extension is off, its exact emulation: bytes widened to int16 (A zero-extended, B
+// sign-extended, even and odd bytes apart) and VPMADDWD, which cannot saturate here (|a*b| <=
+// 255 * 128, two of them per int32). Not VPMADDUBSW: its int16 sums of two products saturate.
+#include <cstring>
+
+#include "backend/cpu/gemm/igemm_kernel.h"
+
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
+#include <immintrin.h>
+#endif
+
+namespace pto::cpu::PTO_ISA_NS {
+namespace {
+
+// rowsum, alpha, beta, cs2: the zero-point corrections to add (igemm.h), all null for a later K
+// slice, which adds its product to C instead (accumulate).
+using MicroFn = void (*)(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs,
+                         const int32_t* rowsum, const int32_t* alpha, const int32_t* beta,
+                         const int32_t* cs2, int32_t* c, int64_t ldc, int n_last, bool accumulate);
+
+inline int32_t load_i32(const uint8_t* p) {
+  int32_t x;
+  std::memcpy(&x, p, 4);
+  return x;
+}
+
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
+
+#if defined(PTO_ISA_AVX512)
+constexpr int kMR = 6, kNV = 4, kL = 16;
+using V = __m512i;
+inline V vload(const void* p) {
+  return _mm512_loadu_si512(p);
+}
+inline V vset1(int32_t x) {
+  return _mm512_set1_epi32(x);
+}
+inline V vzero() {
+  return _mm512_setzero_si512();
+}
+inline V vadd(V a, V b) {
+  return _mm512_add_epi32(a, b);
+}
+inline V vmul(V a, V b) {
+  return _mm512_mullo_epi32(a, b);
+}
+inline void vstore(int32_t* p, V x) {
+  _mm512_storeu_si512(p, x);
+}
+inline void vstore(int32_t* p, V x, int n) {
+  _mm512_mask_storeu_epi32(p, static_cast<__mmask16>((1u << n) - 1), x);
+}
+inline V vload_n(const int32_t* p, int n) {
+  return _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << n) - 1), p);
+}
+inline V dot_vnni(V acc, V a, V b) {
+  asm("vpdpbusd %[b], %[a], %[acc]" : [acc] "+v"(acc) : [a] "v"(a), [b] "v"(b));
+  return acc;
+}
+inline V dot_emul(V acc, V a, V b) {
+  const V lo = _mm512_set1_epi16(0xff);
+  const V be = _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 8), bo = _mm512_srai_epi16(b, 8);
+  const V ae = _mm512_and_si512(a, lo), ao = _mm512_srli_epi16(a, 8);
+  return _mm512_add_epi32(acc,
+                          _mm512_add_epi32(_mm512_madd_epi16(ae, be), _mm512_madd_epi16(ao, bo)));
+}
+#else
+constexpr int kMR = 6, kNV = 2, kL = 8;
+using V = __m256i;
+inline V vload(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+inline V vset1(int32_t x) {
+  return _mm256_set1_epi32(x);
+}
+inline V vzero() {
+  return _mm256_setzero_si256();
+}
+inline V vadd(V a, V b) {
+  return _mm256_add_epi32(a, b);
+}
+inline V vmul(V a, V b) {
+  return _mm256_mullo_epi32(a, b);
+}
+inline void vstore(int32_t* p, V x) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), x);
+}
+inline V tail(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline void vstore(int32_t* p, V x, int n) {
+  _mm256_maskstore_epi32(p, tail(n), x);
+}
+inline V vload_n(const int32_t* p, int n) {
+  return _mm256_maskload_epi32(p, tail(n));
+}
+inline V dot_vnni(V acc, V a, V b) {
+  asm("%{vex%} vpdpbusd %[b], %[a], %[acc]" : [acc] "+x"(acc) : [a] "x"(a), [b] "x"(b));
+  return acc;
+}
+inline V dot_emul(V acc, V a, V b) {
+  const V lo = _mm256_set1_epi16(0xff);
+  const V be = _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8), bo = _mm256_srai_epi16(b, 8);
+  const V ae = _mm256_and_si256(a, lo), ao = _mm256_srli_epi16(a, 8);
+  return _mm256_add_epi32(acc,
+                          _mm256_add_epi32(_mm256_madd_epi16(ae, be), _mm256_madd_epi16(ao, bo)));
+}
+#endif
+constexpr int kNR = kNV * kL;
+static_assert(kNR % 16 == 0, "B panels are 16 columns wide");
+
+// Where vector v of the block reads its 16 columns x 4 k at k group 0: panel v * kL / 16, at byte
+// (v * kL % 16) * 4 within the panel's 64-byte group.
+inline int64_t b_offset(int v, int64_t bs) {
+  return (v * kL / 16) * bs + (v * kL % 16) * 4;
+}
+
+// C[R x NV vectors] = A_panel * B_panels over k4 groups, plus the zero-point corrections
+// rowsum * beta + alpha * cs2. n_last: valid lanes of the last vector (1..kL).
+template <bool kVnni, int R, int NV>
+void micro(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs, const int32_t* rowsum,
+           const int32_t* alpha, const int32_t* beta, const int32_t* cs2, int32_t* c, int64_t ldc,
+           int n_last, bool accumulate) {
+  V s[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) s[r][v] = vzero();
+  const int8_t* bp[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) bp[v] = b + b_offset(v, bs);
+  for (int64_t p = 0; p < k4; ++p) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = vload(bp[v] + p * 64);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const V av = vset1(load_i32(a + r * 4));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v)
+        s[r][v] = kVnni ? dot_vnni(s[r][v], av, bv[v]) : dot_emul(s[r][v], av, bv[v]);
+    }
+    a += kMR * 4;
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const bool full = v < NV - 1 || n_last == kL;
+    if (accumulate) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        int32_t* p = c + r * ldc + v * kL;
+        const V x = vadd(s[r][v], full ? vload(p) : vload_n(p, n_last));
+        full ? vstore(p, x) : vstore(p, x, n_last);
+      }
+      continue;
+    }
+    const V be = vload(beta + v * kL), cs = vload(cs2 + v * kL);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const V x = vadd(s[r][v], vadd(vmul(vset1(rowsum[r]), be), vmul(vset1(alpha[r]), cs)));
+      full ? vstore(c + r * ldc + v * kL, x) : vstore(c + r * ldc + v * kL, x, n_last);
+    }
+  }
+}
+
+#else  // generic: scalar, one 16-column panel
+
+constexpr int kMR = 4, kNV = 1, kL = 16;
+constexpr int kNR = 16;
+
+template <bool kVnni, int R, int NV>
+void micro(int64_t k4, const uint8_t* a, const int8_t* b, int64_t, const int32_t* rowsum,
+           const int32_t* alpha, const int32_t* beta, const int32_t* cs2, int32_t* c, int64_t ldc,
+           int n_last, bool accumulate) {
+  static_assert(NV == 1);
+  // uint32: the sums wrap modulo 2^32 as VPDPBUSD's do, without signed overflow.
+  uint32_t s[R][16] = {};
+  for (int64_t p = 0; p < k4; ++p) {
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* ar = a + p * kMR * 4 + r * 4;
+      for (int j = 0; j < 16; ++j) {
+        const int8_t* bj = b + p * 64 + j * 4;
+        int32_t d = 0;
+        for (int q = 0; q < 4; ++q) d += static_cast<int32_t>(ar[q]) * bj[q];
+        s[r][j] += static_cast<uint32_t>(d);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < n_last; ++j) {
+      int32_t* p = c + r * ldc + j;
+      *p = static_cast<int32_t>(
+          s[r][j] + (accumulate
+                         ? static_cast<uint32_t>(*p)
+                         : static_cast<uint32_t>(rowsum[r]) * static_cast<uint32_t>(beta[j]) +
+                               static_cast<uint32_t>(alpha[r]) * static_cast<uint32_t>(cs2[j])));
+    }
+}
+
+#endif
+
+// table[R - 1][NV - 1] = micro<kVnni, R, NV>
+template <bool kVnni, int R, int NV>
+void fill_table(MicroFn (*table)[kNV]) {
+  table[R - 1][NV - 1] = &micro<kVnni, R, NV>;
+  if constexpr (NV > 1)
+    fill_table<kVnni, R, NV - 1>(table);
+  else if constexpr (R > 1)
+    fill_table<kVnni, R - 1, kNV>(table);
+}
+
+struct MicroTable {
+  MicroFn fn[2][kMR][kNV];  // [vnni][R - 1][NV - 1]
+  MicroTable() {
+    fill_table<false, kMR, kNV>(fn[0]);
+    fill_table<true, kMR, kNV>(fn[1]);
+  }
+};
+
+}  // namespace
+
+void igemm_block(int64_t* mr, int64_t* nr) {
+  *mr = kMR;
+  *nr = kNR;
+}
+
+void igemm_macro(const IgemmBlock& blk) {
+  static const MicroTable table;
+  const auto& fn = table.fn[blk.vnni ? 1 : 0];
+  const int64_t np = (blk.n + kNR - 1) / kNR, mp = (blk.m + kMR - 1) / kMR;
+  const int64_t as = blk.a_panel_stride ? blk.a_panel_stride : blk.k4 * kMR * 4;
+  for (int64_t j = 0; j < np; ++j) {
+    const int nj = static_cast<int>(blk.n - j * kNR < kNR ? blk.n - j * kNR : kNR);
+    const int nv = (nj + kL - 1) / kL;
+    const int n_last = nj - (nv - 1) * kL;
+    const int8_t* bp = blk.b + (j * kNR / 16) * blk.b_stride;
+    for (int64_t i = 0; i < mp; ++i) {
+      const int mi = static_cast<int>(blk.m - i * kMR < kMR ? blk.m - i * kMR : kMR);
+      const bool acc = blk.accumulate;
+      fn[mi - 1][nv - 1](blk.k4, blk.a + i * as, bp, blk.b_stride,
+                         acc ? nullptr : blk.rowsum + i * kMR, acc ? nullptr : blk.alpha + i * kMR,
+                         acc ? nullptr : blk.beta + j * kNR, acc ? nullptr : blk.cs2 + j * kNR,
+                         blk.c + i * kMR * blk.ldc + j * kNR, blk.ldc, n_last, blk.accumulate);
+    }
+  }
+}
+
+}  // namespace pto::cpu::PTO_ISA_NS

@@ -1,0 +1,37 @@
+// What the int8 GEMM driver (igemm.cpp) asks of each ISA's kernels (igemm_impl.h, compiled once
+// per ISA): the register block and the macro-kernel that runs the micro-kernel over one block.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/isa/isa.h"
+
+namespace pto::cpu {
+
+// One block of C: m rows of packed A against n columns of packed B over one slice of K (k4 groups
+// of 4). A panel i (rows i*MR..) at a + i * a_panel_stride bytes, [k4][MR][4] uint8. B starts at a
+// 16-column panel boundary, panels b_stride bytes apart, [k4][16][4] int8 each. The epilogue
+// corrections (igemm.h): rowsum and alpha per row (MR-padded), beta and cs2 per column (padded to
+// a multiple of NR); C is int32, ldc elements per row.
+struct IgemmBlock {
+  int64_t m = 0, n = 0, k4 = 0;
+  const uint8_t* a = nullptr;
+  int64_t a_panel_stride = 0;  // bytes between A panels (k4 * MR * 4 when 0: a K slice's own)
+  const int32_t* rowsum = nullptr;
+  const int32_t* alpha = nullptr;
+  const int8_t* b = nullptr;
+  int64_t b_stride = 0;
+  const int32_t* beta = nullptr;
+  const int32_t* cs2 = nullptr;
+  int32_t* c = nullptr;
+  int64_t ldc = 0;
+  bool vnni = false;  // VPDPBUSD (the ISA's VNNI extension is on) or the widening fallback
+  // A later K slice: C += the slice's product (the corrections were added by the first slice).
+  bool accumulate = false;
+};
+
+PTO_ISA_DECLARE(
+    // The micro-kernel's register block: MR rows by NR columns of C (NR a multiple of 16).
+    void igemm_block(int64_t* mr, int64_t* nr); void igemm_macro(const IgemmBlock& blk);)
+
+}  // namespace pto::cpu

@@ -1,0 +1,30 @@
+// Vectorized loops of the linear quantization kernels (quant_kernels.cpp), compiled once per ISA
+// (quant_impl.h). Arithmetic as the reference's (src/reference/ops/quantization.cpp): float32
+// division, round half to even, saturation; dequantization (float(x) - float(zp)) * scale.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/isa/isa.h"
+
+namespace pto::cpu {
+
+// Scale and zero point of each element of a span: params[i * stride] (stride 0: one for all, 1:
+// one per element, as along the last axis).
+struct QuantParams {
+  const float* scale = nullptr;
+  const float* zp = nullptr;
+  int64_t stride = 0;
+};
+
+PTO_ISA_DECLARE(
+    // y[i] = saturate(round(x[i] / scale) + zp) into uint8 or int8 (to_signed); a NaN quotient
+    // gives nan_r in place of the rounded value (QuantizeLinear: 0; DynamicQuantizeLinear: -zp).
+    void quantize_span(const float* x, int64_t n, QuantParams p, float nan_r, bool to_signed,
+                       void* y);
+    // y[i] = (float(x[i]) - zp) * scale from uint8 or int8 (x_signed).
+    void dequantize_span(const void* x, bool x_signed, int64_t n, QuantParams p, float* y);
+    // The minimum and maximum of x and 0 (NaNs skipped), as DynamicQuantizeLinear takes them.
+    void min_max_span(const float* x, int64_t n, float* mn, float* mx);)
+
+}  // namespace pto::cpu

@@ -1,0 +1,1 @@
+#include "backend/cpu/quant_impl.h"

@@ -1,0 +1,379 @@
+// The int8 GEMM (src/backend/cpu/gemm/igemm.h) against a plain int64 loop, and the CPU kernels of
+// MatMulInteger, QLinearMatMul, QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear against
+// the reference interpreter, bit for bit: on every ISA this machine runs, with VNNI on and forced
+// off (the widening fallback), on 1 and 2 threads; shapes with tails in M, N and K (K not a
+// multiple of 4, M = 1), all four uint8/int8 pairs, zero points per tensor, per row and per column.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gemm/igemm.h"
+#include "backend/cpu/isa/isa.h"
+#include "pto/error.h"
+#include "pto/executable.h"
+#include "pto/parallel.h"
+#include "pto/reference.h"
+
+namespace pto::cpu {
+namespace {
+
+// Runs body(config name) on every ISA, with the VNNI extensions on and off, on 1 and 2 threads.
+template <class F>
+void for_each_config(F body, bool threads_too = true) {
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    for (int off = 0; off < 2; ++off) {
+      std::unique_ptr<ExtScope> e1, e2;
+      if (off) {
+        e1 = std::make_unique<ExtScope>(Ext::kAvx512Vnni);
+        e2 = std::make_unique<ExtScope>(Ext::kAvxVnni);
+      }
+      for (int threads : {1, 2}) {
+        if (threads == 2 && !threads_too) continue;
+        set_num_threads(threads);
+        body(std::string(isa_name(isa)) + (off ? ", VNNI off" : "") + ", " +
+             std::to_string(threads) + " thread(s)" +
+             (igemm_uses_vnni() ? " [vnni]" : " [widening]"));
+      }
+    }
+  }
+  set_num_threads(0);
+}
+
+std::vector<uint8_t> random_bytes(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, 255);
+  std::vector<uint8_t> v(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  for (auto& x : v) x = static_cast<uint8_t>(d(rng));
+  // The extremes, where a saturating multiply-add would go wrong.
+  if (n > 4) v[0] = 255, v[1] = 128, v[2] = 127, v[3] = 0;
+  return v;
+}
+
+int64_t value(const std::vector<uint8_t>& v, int64_t i, bool is_signed) {
+  return is_signed ? static_cast<int8_t>(v[i]) : v[i];
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+const Shape kShapes[] = {{1, 1, 1},      {1, 70, 13},  {7, 13, 5},      {6, 64, 8}, {33, 65, 17},
+                         {13, 130, 259}, {100, 47, 3}, {129, 200, 770}, {2, 17, 0}};
+
+TEST(CpuIgemm, MatchesAnIntegerLoop) {
+  for_each_config([](const std::string& cfg) {
+    uint32_t seed = 1;
+    for (const Shape& s : kShapes)
+      for (int types = 0; types < 4; ++types) {
+        const bool as = types & 1, bs = types & 2;
+        const auto a = random_bytes(s.m * (s.k + 3), seed++), b = random_bytes(s.k * s.n, seed++);
+        const auto zav = random_bytes(s.m + 5, seed++), zbv = random_bytes(s.n + 5, seed++);
+        for (int zp = 0; zp < 3; ++zp) {  // none, per tensor, per row of A and column of B
+          std::vector<int32_t> za(static_cast<size_t>(s.m + 1)), zb(static_cast<size_t>(s.n + 1));
+          for (int64_t i = 0; i <= s.m; ++i) za[i] = static_cast<int32_t>(value(zav, i, as));
+          for (int64_t j = 0; j <= s.n; ++j) zb[j] = static_cast<int32_t>(value(zbv, j, bs));
+          IgemmArgs g;
+          g.m = s.m;
+          g.n = s.n;
+          g.k = s.k;
+          g.a = a.data();
+          g.lda = s.k + 3;
+          g.a_signed = as;
+          if (zp) {
+            g.a_zp = za.data();
+            g.b_zp = zb.data();
+            g.a_zp_per_row = g.b_zp_per_col = zp == 2;
+          }
+          std::vector<int32_t> c(static_cast<size_t>(s.m * (s.n + 1) + 1), -7);
+          g.c = c.data();
+          g.ldc = s.n + 1;
+          igemm(g, pack_i8_b(s.k, s.n, b.data(), s.n, false, bs));
+          // The float and requantized epilogues on the same product.
+          std::vector<float> sb(static_cast<size_t>(s.n + 1)), bias(sb.size());
+          std::vector<double> mult(sb.size());
+          for (size_t j = 0; j < sb.size(); ++j) {
+            sb[j] = 0.01f * static_cast<float>(j % 7 + 1);
+            bias[j] = 0.5f * static_cast<float>(j % 3);
+            mult[j] = 1e-3 * static_cast<double>(j % 5 + 1);
+          }
+          IgemmArgs gf = g;
+          std::vector<float> cf(static_cast<size_t>(s.m * s.n + 1));
+          gf.out = IgemmArgs::Out::kF32;
+          gf.c = cf.data();
+          gf.ldc = s.n;
+          gf.scale_a = 0.25f;
+          gf.scale_b = sb.data();
+          gf.scale_b_per_col = true;
+          gf.bias = bias.data();
+          igemm(gf, pack_i8_b(s.k, s.n, b.data(), s.n, false, bs));
+          IgemmArgs gq = g;
+          std::vector<uint8_t> cq(static_cast<size_t>(s.m * s.n + 1));
+          gq.out = IgemmArgs::Out::kQuantized;
+          gq.c = cq.data();
+          gq.ldc = s.n;
+          gq.mult = mult.data();
+          gq.mult_per_col = true;
+          gq.y_zp = as ? 3 : 100;
+          gq.c_signed = as;
+          igemm(gq, pack_i8_b(s.k, s.n, b.data(), s.n, false, bs));
+          int bad = 0;
+          for (int64_t i = 0; i < s.m; ++i)
+            for (int64_t j = 0; j < s.n; ++j) {
+              int64_t want = 0;
+              const int64_t zi = zp ? za[zp == 2 ? i : 0] : 0, zj = zp ? zb[zp == 2 ? j : 0] : 0;
+              for (int64_t p = 0; p < s.k; ++p)
+                want += (value(a, i * g.lda + p, as) - zi) * (value(b, p * s.n + j, bs) - zj);
+              const auto w32 = static_cast<int32_t>(want);
+              const float wf = static_cast<float>(w32) * (0.25f * sb[j]) + bias[j];
+              double wq = std::nearbyint(static_cast<double>(w32) * mult[j] + gq.y_zp);
+              wq = std::min(std::max(wq, as ? -128.0 : 0.0), as ? 127.0 : 255.0);
+              const double gotq = as ? static_cast<int8_t>(cq[i * s.n + j]) : cq[i * s.n + j];
+              if ((c[i * g.ldc + j] != w32 || cf[i * s.n + j] != wf || gotq != wq) && bad++ < 3)
+                ADD_FAILURE() << cfg << ": " << s.m << "x" << s.n << "x" << s.k << " types "
+                              << types << " zp " << zp << " at (" << i << ", " << j << "): got "
+                              << c[i * g.ldc + j] << " / " << cf[i * s.n + j] << " / " << gotq
+                              << ", want " << w32 << " / " << wf << " / " << wq;
+            }
+          // Nothing written past the columns of C.
+          for (int64_t i = 0; i < s.m; ++i)
+            if (c[i * g.ldc + s.n] != -7 && bad++ < 3) ADD_FAILURE() << cfg << ": wrote past N";
+        }
+      }
+  });
+}
+
+// ---- the CPU kernels against the reference interpreter ----
+
+Tensor bytes_tensor(DType dt, const Dims& shape, uint32_t seed) {
+  Tensor t = Tensor::empty(dt, shape);
+  const auto v = random_bytes(t.numel(), seed);
+  if (t.numel()) std::memcpy(t.raw_data(), v.data(), static_cast<size_t>(t.numel()));
+  return t;
+}
+
+Tensor f32_tensor(const Dims& shape, uint32_t seed, float lo, float hi) {
+  Tensor t = Tensor::empty(DType::kF32, shape);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+// One node; inputs listed in `constant` become initializers, undefined tensors are absent
+// optional inputs. Checks that the CPU kernel ran (or the reference, when `backend` says so) and
+// that every output equals the reference's bit for bit.
+void expect_node_matches(const std::string& op, const std::vector<Tensor>& inputs,
+                         const std::vector<bool>& constant, const Attributes& attrs, size_t outputs,
+                         const std::string& what, int opset = 21,
+                         const std::string& backend = "cpu") {
+  // `own`: the initializers are copies only this graph holds, so the Executable it is handed to
+  // may release the weights its kernels pack.
+  std::vector<Tensor> feeds;
+  auto build = [&](bool own) {
+    Graph g;
+    std::vector<ValueId> ins;
+    feeds.clear();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& t = inputs[i];
+      if (!t.defined()) {
+        ins.push_back(kNoValue);
+      } else if (i < constant.size() && constant[i]) {
+        ins.push_back(g.add_value(cat("c", i)));
+        g.set_initializer(ins.back(), own ? t.clone() : t);
+      } else {
+        ins.push_back(g.add_input(cat("x", i), {t.dtype(), to_shape(t.shape())}));
+        feeds.push_back(t);
+      }
+    }
+    std::vector<ValueId> outs;
+    for (size_t i = 0; i < outputs; ++i) outs.push_back(g.add_value(cat("y", i)));
+    g.add_node(op, ins, outs, attrs, "node", opset);
+    for (ValueId v : outs) g.add_output(v);
+    return g;
+  };
+  Executable exe = compile(build(true), {.level = 0});
+  const Graph g = build(false);
+  EXPECT_EQ(exe.node_backend(0), backend) << what;
+  const std::vector<Tensor> got = exe.run(feeds), want = reference::run(g, feeds);
+  // A weight the kernel packed and the runtime released comes back bit for bit.
+  const Graph full = exe.graph_with_weights();
+  for (const auto& [v, t] : g.initializers()) {
+    const Tensor& back = full.initializers().at(v);
+    EXPECT_TRUE(back.shape() == t.shape() && back.dtype() == t.dtype() &&
+                std::memcmp(back.raw_data(), t.raw_data(), t.nbytes()) == 0)
+        << what << ": initializer " << v << " not given back";
+  }
+  // MatMulInteger's and QLinearMatMul's constant B is released (held packed only).
+  const size_t b = op == "QLinearMatMul" ? 3 : 1;
+  if ((op == "MatMulInteger" || op == "QLinearMatMul") && b < constant.size() && constant[b]) {
+    EXPECT_EQ(exe.graph().released().size(), 1u) << what;
+  }
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t o = 0; o < got.size(); ++o) {
+    ASSERT_EQ(got[o].dtype(), want[o].dtype()) << what;
+    ASSERT_EQ(got[o].shape(), want[o].shape()) << what << " output " << o;
+    int bad = 0;
+    for (int64_t i = 0; i < got[o].numel(); ++i) {
+      const double x = got[o].item_as_double(i), y = want[o].item_as_double(i);
+      if (!(x == y || (std::isnan(x) && std::isnan(y))) && bad++ < 3)
+        ADD_FAILURE() << what << " output " << o << " element " << i << ": got " << x << ", want "
+                      << y;
+    }
+  }
+}
+
+DType byte_type(bool is_signed) {
+  return is_signed ? DType::kI8 : DType::kU8;
+}
+
+TEST(CpuInt8Kernels, MatMulIntegerMatchesTheReference) {
+  struct Case {
+    Dims a, b;
+  };
+  const std::vector<Case> cases = {{{7, 13}, {13, 5}}, {{1, 70}, {70, 33}},  {{2, 3, 9}, {9, 17}},
+                                   {{13}, {13, 4}},    {{20, 64}, {64, 80}}, {{0, 5}, {5, 3}}};
+  for_each_config(
+      [&](const std::string& cfg) {
+        uint32_t seed = 100;
+        for (const Case& k : cases)
+          for (int types = 0; types < 4; ++types)
+            for (int zp = 0; zp < 4; ++zp)  // none, scalar, B per column, A per row
+              for (bool constant_b : {false, true}) {
+                const bool as = types & 1, bs = types & 2;
+                const int64_t M = k.a.size() > 1 ? k.a[k.a.size() - 2] : 1, N = k.b[1];
+                std::vector<Tensor> in = {bytes_tensor(byte_type(as), k.a, seed++),
+                                          bytes_tensor(byte_type(bs), k.b, seed++)};
+                if (zp) {
+                  in.push_back(bytes_tensor(byte_type(as), zp == 3 ? Dims{M} : Dims{}, seed++));
+                  in.push_back(bytes_tensor(byte_type(bs), zp >= 2 ? Dims{N} : Dims{1}, seed++));
+                }
+                expect_node_matches("MatMulInteger", in, {false, constant_b, true, true}, {}, 1,
+                                    cfg + ", MatMulInteger " + dims_str(k.a) + " x " +
+                                        dims_str(k.b) + " types " + std::to_string(types) + " zp " +
+                                        std::to_string(zp) + (constant_b ? " (constant B)" : ""),
+                                    10);
+              }
+      },
+      false);
+}
+
+TEST(CpuInt8Kernels, QLinearMatMulMatchesTheReference) {
+  const std::vector<std::pair<Dims, Dims>> cases = {
+      {{7, 13}, {13, 5}}, {{1, 70}, {70, 33}}, {{2, 3, 9}, {9, 17}}, {{40, 100}, {100, 70}}};
+  for_each_config(
+      [&](const std::string& cfg) {
+        uint32_t seed = 300;
+        for (const auto& [ad, bd] : cases)
+          for (int types = 0; types < 8; ++types)
+            for (bool per_col : {false, true}) {
+              const bool as = types & 1, bs = types & 2, ys = types & 4;
+              const int64_t N = bd[1];
+              const Dims pd = per_col ? Dims{N} : Dims{};
+              Tensor bscale = f32_tensor(pd, seed++, 0.002f, 0.02f);
+              const std::vector<Tensor> in = {bytes_tensor(byte_type(as), ad, seed++),
+                                              Tensor::scalar<float>(0.05f),
+                                              bytes_tensor(byte_type(as), {}, seed++),
+                                              bytes_tensor(byte_type(bs), bd, seed++),
+                                              bscale,
+                                              bytes_tensor(byte_type(bs), pd, seed++),
+                                              Tensor::scalar<float>(0.3f),
+                                              bytes_tensor(byte_type(ys), {}, seed++)};
+              for (bool constant_b : {false, true})
+                expect_node_matches("QLinearMatMul", in,
+                                    {false, true, true, constant_b, true, true, true, true}, {}, 1,
+                                    cfg + ", QLinearMatMul " + dims_str(ad) + " x " + dims_str(bd) +
+                                        " types " + std::to_string(types) +
+                                        (per_col ? " per column" : "") +
+                                        (constant_b ? " (constant B)" : ""),
+                                    10);
+            }
+      },
+      false);
+}
+
+// Values on the rounding boundaries (x / scale = k + 0.5), beyond the range, and NaN and Inf.
+Tensor quantize_input(const Dims& shape, uint32_t seed, float scale) {
+  Tensor t = f32_tensor(shape, seed, -40.0f * scale, 300.0f * scale);
+  float* x = t.data<float>();
+  const float special[] = {0.5f * scale,
+                           1.5f * scale,
+                           2.5f * scale,
+                           -0.5f * scale,
+                           -1e9f,
+                           1e9f,
+                           std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity()};
+  for (int64_t i = 0; i < t.numel(); i += 7) x[i] = special[(i / 7) % 9];
+  return t;
+}
+
+TEST(CpuInt8Kernels, QuantizeAndDequantizeMatchTheReference) {
+  const std::vector<Dims> shapes = {{1}, {37}, {3, 17}, {2, 5, 33}, {4, 70}};
+  for_each_config([&](const std::string& cfg) {
+    uint32_t seed = 500;
+    for (const Dims& shape : shapes)
+      for (bool is_signed : {false, true})
+        for (int64_t axis = -1; axis < static_cast<int64_t>(shape.size()); ++axis) {
+          // axis -1: per tensor; else per axis.
+          const Dims pd = axis < 0 ? Dims{} : Dims{shape[axis]};
+          Tensor scale = f32_tensor(pd, seed++, 0.01f, 0.1f);
+          Tensor zp = bytes_tensor(byte_type(is_signed), pd, seed++);
+          Attributes at;
+          at.set("axis", axis < 0 ? int64_t{1} : axis);
+          const std::string what = cfg + " " + dims_str(shape) + (is_signed ? " int8" : " uint8") +
+                                   " axis " + std::to_string(axis);
+          expect_node_matches("QuantizeLinear",
+                              {quantize_input(shape, seed++, scale.data<float>()[0]), scale, zp},
+                              {false, true, true}, at, 1, "QuantizeLinear " + what);
+          expect_node_matches("DequantizeLinear",
+                              {bytes_tensor(byte_type(is_signed), shape, seed++), scale, zp},
+                              {false, true, true}, at, 1, "DequantizeLinear " + what);
+          if (axis < 0 && !is_signed) {  // no zero point: uint8, zero
+            expect_node_matches("QuantizeLinear",
+                                {quantize_input(shape, seed++, scale.data<float>()[0]), scale},
+                                {false, true}, at, 1, "QuantizeLinear (no zp) " + what);
+            expect_node_matches("DequantizeLinear",
+                                {bytes_tensor(DType::kU8, shape, seed++), scale}, {false, true}, at,
+                                1, "DequantizeLinear (no zp) " + what);
+          }
+        }
+    // Blocked quantization is left to the reference.
+    Attributes blocked;
+    blocked.set("axis", int64_t{1});
+    blocked.set("block_size", int64_t{2});
+    expect_node_matches("DequantizeLinear",
+                        {bytes_tensor(DType::kU8, {3, 4}, 9), f32_tensor({3, 2}, 10, 0.1f, 1.0f),
+                         bytes_tensor(DType::kU8, {3, 2}, 11)},
+                        {false, true, true}, blocked, 1, "blocked " + cfg, 21, "reference");
+  });
+}
+
+TEST(CpuInt8Kernels, DynamicQuantizeLinearMatchesTheReference) {
+  const std::vector<Dims> shapes = {{1}, {37}, {3, 17}, {128, 768}, {70000}};
+  for_each_config([&](const std::string& cfg) {
+    uint32_t seed = 700;
+    for (const Dims& shape : shapes)
+      for (int range = 0; range < 4; ++range) {
+        // Mixed signs, all positive, all negative, all zero.
+        const float lo = range == 1 ? 0.5f : -3.0f, hi = range == 2 ? -0.5f : 5.0f;
+        Tensor x = f32_tensor(shape, seed++, lo, hi);
+        if (range == 3)
+          for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.0f;
+        if (range == 0 && x.numel() > 10) x.data<float>()[3] = std::nanf("");
+        expect_node_matches(
+            "DynamicQuantizeLinear", {x}, {false}, {}, 3,
+            cfg + ", DynamicQuantizeLinear " + dims_str(shape) + " range " + std::to_string(range),
+            11);
+      }
+  });
+}
+
+}  // namespace
+}  // namespace pto::cpu
