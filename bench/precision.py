@@ -12,15 +12,22 @@ Measures, on each thread count, in one process per configuration, engines interl
   - eager-bf16: the same under torch.autocast("cpu", dtype=torch.bfloat16);
   - ort: ONNX Runtime fp32 (bench/run.py's settings, the same cached export);
   - pypto: pypto.optimize(model, level=2), fp32;
-  - pypto-bf16: pypto.optimize(model, level=2, dtype=torch.bfloat16).
-  Each engine's output is checked against eager fp32 first: within 1e-3 (fp32) or 3e-2 (bf16)
-  of max |eager| (the bf16 engines' own error is in the JSON and the table).
+  - pypto-bf16: pypto.optimize(model, level=2, dtype=torch.bfloat16);
+  - eager-int8: torch.ao.quantization.quantize_dynamic(model, {Linear}, torch.qint8) (eager);
+  - ort-int8: ONNX Runtime on the export quantized by onnxruntime.quantization.quantize_dynamic
+    (QInt8 weights; cached beside the export);
+  - pypto-int8: the same quantized ONNX file through pypto.onnx.load (level 2): its integer ops
+    (DynamicQuantizeLinear, MatMulInteger) on PyPTO's int8 kernels.
+  Each engine's output is checked against eager fp32 first: within 1e-3 (fp32), 3e-2 (bf16) or
+  0.25 (int8: dynamic quantization of random weights) of max |eager|; each error is in the JSON
+  and the table.
 The JSON and the table go to bench/results/precision.{json,md}.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import sys
 import time
@@ -30,10 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as base  # noqa: E402  (bench/run.py: children, timing, exports, ceilings)
 
 REPO = base.REPO
-ENGINES = ["eager", "eager-bf16", "ort", "pypto", "pypto-bf16"]
+ENGINES = ["eager", "eager-bf16", "ort", "pypto", "pypto-bf16", "eager-int8", "ort-int8",
+           "pypto-int8"]
 TITLES = {"eager": "eager fp32", "eager-bf16": "eager autocast bf16", "ort": "ORT fp32",
-          "pypto": "PyPTO fp32", "pypto-bf16": "PyPTO bf16"}
-TOLERANCE = {"eager-bf16": 3e-2, "pypto-bf16": 3e-2}
+          "pypto": "PyPTO fp32", "pypto-bf16": "PyPTO bf16", "eager-int8": "eager int8 (dynamic)",
+          "ort-int8": "ORT int8", "pypto-int8": "PyPTO int8 (ORT's file)"}
+TOLERANCE = {"eager-bf16": 3e-2, "pypto-bf16": 3e-2, "eager-int8": 0.25, "ort-int8": 0.25,
+             "pypto-int8": 0.25}
 MODELS = ["bert", "gpt2"]
 GEMM_SHAPES = "128x768x768,128x768x3072,128x3072x768,1024"
 
@@ -60,8 +70,26 @@ def child(args) -> dict:
                     return model(*x)
             with torch.inference_mode():
                 got = torch_models.first_tensor(run()).float()
-        elif args.engine == "ort":
+        elif args.engine in ("ort", "ort-int8"):
             run, got = base.setup_ort(args, model, x, result)
+        elif args.engine == "eager-int8":
+            q = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, torch.qint8)
+            run = lambda: q(*x)  # noqa: E731
+            with torch.inference_mode():
+                got = torch_models.first_tensor(run())
+        elif args.engine == "pypto-int8":
+            import pypto
+
+            pypto.set_num_threads(args.threads)
+            t0 = time.perf_counter()
+            om = pypto.onnx.load(args.onnx, level=2)
+            result["compile_s"] = time.perf_counter() - t0
+            result["node_backends"] = dict(collections.Counter(
+                f"{op}:{b}" for op, b in om._compiled.node_backends))
+            feed = [t.numpy() for t in x]
+            run = lambda: om(*feed)  # noqa: E731
+            out = run()
+            got = torch.from_numpy(out[0] if isinstance(out, (list, tuple)) else out)
         else:
             import pypto
 
@@ -93,41 +121,69 @@ def child(args) -> dict:
     return result
 
 
+def quantize(export: dict) -> str | None:
+    """The export quantized by onnxruntime.quantization.quantize_dynamic (QInt8 weights),
+    cached beside it; None when that fails."""
+    if not base.ok(export):
+        return None
+    src = Path(export["path"])
+    dst = src.with_name("model.int8.onnx")
+    if not dst.is_file():
+        try:
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+        except Exception as e:  # noqa: BLE001 - the int8 engines are then failed, not the run
+            print(f"quantize_dynamic failed: {e}", file=sys.stderr)
+            return None
+    return str(dst)
+
+
 def cmd(args, *extra) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), *(["--quick"] if args.quick else []),
             *extra]
 
 
 def gemm_table(pbs: dict) -> list[str]:
-    rows = ["| threads | shape M x K x N | fp32 GFLOP/s | bf16 GFLOP/s | bf16 / fp32 | "
-            "fp32 % of FMA peak | bf16 % of VDPBF16PS peak |", "|---|---|---|---|---|---|---|"]
+    rows = ["| threads | shape M x K x N | fp32 GFLOP/s | bf16 GFLOP/s | int8 GOPS | bf16 / fp32 | "
+            "int8 / fp32 | fp32 % of FMA peak | bf16 % of VDPBF16PS peak |",
+            "|---|---|---|---|---|---|---|---|---|"]
+
+    def med(g):
+        return g["median"] if isinstance(g, dict) else g
+
     for t, pb in pbs.items():
         if not pb:
             continue
-        peaks = {f["isa"]: f["gflops"]["median"] if isinstance(f["gflops"], dict) else f["gflops"]
-                 for f in pb.get("fma", []) if f["threads"] == t}
+        peaks = {f["isa"]: med(f["gflops"]) for f in pb.get("fma", []) if f["threads"] == t}
         fma = max((v for k, v in peaks.items() if k in ("avx512", "avx2", "generic")), default=0)
         dp = peaks.get("avx512_bf16")
         by = {}
         for s in pb.get("sgemm", []):
             if "gflops" in s:
-                g = s["gflops"]
-                by.setdefault((s["m"], s["k"], s["n"]), {})[s["precision"]] = \
-                    g["median"] if isinstance(g, dict) else g
+                by.setdefault((s["m"], s["k"], s["n"]), {})[s["precision"]] = med(s["gflops"])
+        for s in pb.get("igemm", []):
+            if "gops" in s and s["threads"] == t:
+                by.setdefault((s["m"], s["k"], s["n"]), {})["int8"] = med(s["gops"])
         for (m, k, n), v in by.items():
-            f32, b16 = v.get("f32"), v.get("bf16")
-            rows.append(f"| {t} | {m} x {k} x {n} | {f32:.0f} | {b16:.0f} | {b16 / f32:.2f}x | "
-                        f"{100 * f32 / fma:.0f}% | "
-                        + (f"{100 * b16 / dp:.0f}% |" if dp else "no AVX512_BF16 |")
-                        if f32 and b16 and fma else f"| {t} | {m} x {k} x {n} | - | - | - | - | - |")
-        rows.append(f"| {t} | ceilings | FMA {fma:.0f} | VDPBF16PS {dp:.0f} | | | |" if dp else
-                    f"| {t} | ceilings | FMA {fma:.0f} | - | | | |")
+            f32, b16, i8 = v.get("f32"), v.get("bf16"), v.get("int8")
+
+            def num(x, fmt="{:.0f}"):
+                return fmt.format(x) if x else "-"
+
+            rows.append(f"| {t} | {m} x {k} x {n} | {num(f32)} | {num(b16)} | {num(i8)} | "
+                        f"{num(b16 / f32 if b16 and f32 else None, '{:.2f}x')} | "
+                        f"{num(i8 / f32 if i8 and f32 else None, '{:.2f}x')} | "
+                        f"{num(100 * f32 / fma if f32 and fma else None, '{:.0f}%')} | "
+                        f"{num(100 * b16 / dp if b16 and dp else None, '{:.0f}%')} |")
+        rows.append(f"| {t} | ceilings | FMA {fma:.0f} | VDPBF16PS {dp or 0:.0f} | | | | | |")
     return rows
 
 
 def model_table(results: list[dict]) -> list[str]:
     head = ["model", "threads", *(TITLES[e] for e in ENGINES), "PyPTO bf16 vs fp32",
-            "vs eager bf16", "vs ORT fp32", "bf16 rel. error (PyPTO / eager)"]
+            "vs eager bf16", "vs ORT fp32", "PyPTO int8 vs ORT int8", "vs eager int8",
+            "bf16 rel. error (PyPTO / eager)", "int8 rel. error (PyPTO / ORT / eager)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         res = r["results"]
@@ -143,13 +199,19 @@ def model_table(results: list[dict]) -> list[str]:
             ok = x.get("status") == "ok" and y.get("status") == "ok"
             return f"{x['median'] / y['median']:.2f}x" if ok else "-"
 
-        errs = " / ".join(f"{(res.get(e) or {}).get('max_rel_err', float('nan')):.1e}"
-                          for e in ("pypto-bf16", "eager-bf16"))
+        def errs(engines):
+            return " / ".join(f"{(res.get(e) or {}).get('max_rel_err', float('nan')):.1e}"
+                              for e in engines)
+
         rows.append("| " + " | ".join([base.MODELS[r["model"]][0], str(r["threads"]),
                                        *(cell(e) for e in ENGINES),
                                        ratio("pypto", "pypto-bf16"),
                                        ratio("eager-bf16", "pypto-bf16"),
-                                       ratio("ort", "pypto-bf16"), errs]) + " |")
+                                       ratio("ort", "pypto-bf16"),
+                                       ratio("ort-int8", "pypto-int8"),
+                                       ratio("eager-int8", "pypto-int8"),
+                                       errs(("pypto-bf16", "eager-bf16")),
+                                       errs(("pypto-int8", "ort-int8", "eager-int8"))]) + " |")
     return rows
 
 
@@ -163,21 +225,23 @@ def driver(args) -> int:
             raise SystemExit(f"unknown model {m} (known: {', '.join(base.MODELS)})")
     pbs = {}
     for t in threads:
-        pbs[t] = base.pto_bench(Path(args.pto_bench), t, "fma,sgemm", args.quick, args.timeout,
+        pbs[t] = base.pto_bench(Path(args.pto_bench), t, "fma,sgemm,igemm", args.quick, args.timeout,
                                 ("--precision", "f32,bf16", "--packed", "b", "--shapes",
                                  GEMM_SHAPES))
     results = []
     for m in models:
         for t in threads:
             export = base.ensure_export(args, m, 1, t)
+            quantized = quantize(export)
             res = {}
             for e in ENGINES:
                 extra = ["--child", "--model", m, "--engine", e]
-                if e == "ort":
-                    if not base.ok(export):
-                        res[e] = {"status": "failed", "error": "export failed"}
+                if e in ("ort", "ort-int8", "pypto-int8"):
+                    path = export.get("path") if e == "ort" else quantized
+                    if not base.ok(export) or not path:
+                        res[e] = {"status": "failed", "error": "export or quantization failed"}
                         continue
-                    extra += ["--onnx", export["path"]]
+                    extra += ["--onnx", path]
                 res[e] = base.run_child(cmd(args, "--threads", str(t), *extra),
                                         base.child_env(t), args.timeout)
             results.append({"model": m, "threads": t, "results": res})

@@ -3,6 +3,7 @@
 // and reference_at_run_time. It lives with the backend registry because it knows every backend.
 #include <sstream>
 
+#include "backend/cpu/gemm/igemm.h"
 #include "backend/cpu/isa/isa.h"
 #include "backend/cpu/kernel.h"
 #include "pto/device_info.h"
@@ -14,12 +15,17 @@ namespace pto {
 
 std::vector<PrecisionPath> precision_paths() {
   const bool dp = cpu::has_ext(cpu::Ext::kAvx512Bf16);
-  return {{"bf16", dp,
-           dp ? "VDPBF16PS (avx512_bf16)"
-              : cat("fp32 FMA on rounded operands (",
-                    device_info().avx512_bf16 ? "avx512_bf16 turned off or another ISA chosen"
-                                              : "no avx512_bf16",
-                    ")")}};
+  return {
+      {"bf16", dp,
+       dp ? "VDPBF16PS (avx512_bf16)"
+          : cat("fp32 FMA on rounded operands (",
+                device_info().avx512_bf16 ? "avx512_bf16 turned off or another ISA chosen"
+                                          : "no avx512_bf16",
+                ")")},
+      {"int8", cpu::igemm_uses_vnni(),
+       cpu::igemm_uses_vnni() ? (cpu::active_isa() == cpu::Isa::kAvx512 ? "VPDPBUSD (avx512_vnni)"
+                                                                        : "VPDPBUSD (avx_vnni)")
+                              : "int16 widening, VPMADDWD (no VNNI in use)"}};
 }
 
 std::vector<OpCoverage> op_coverage() {
