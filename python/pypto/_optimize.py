@@ -93,9 +93,7 @@ class OptimizedModule(torch.nn.Module):
         inputs = self._graph_inputs(args, kwargs)
         if self._dtype is not None:  # a bf16 model: bf16 inputs in, bf16 outputs out
             inputs = [x.float() if x.dtype == self._dtype else x for x in inputs]
-        outs = compiled.run(inputs)
-        if self._dtype is not None:
-            outs = [y.to(self._dtype) if y.is_floating_point() else y for y in outs]
+        outs = compiled.run(inputs)  # a bf16 model's graph returns bf16 (capture output_dtype)
         return pytree.tree_unflatten(outs, self._captured.out_spec)
 
     def precision_report(self, *args, **kwargs) -> "PrecisionReport":
@@ -274,9 +272,12 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
         bar.update(0, 1, f"torch.export: {type(model).__name__}")
         with torch.no_grad():
             try:
+                # A bf16 model's graph casts its outputs to bf16 itself (no PyTorch op per call).
+                out_dtype = dtype if (mixed_precision and dtype is not None) else None
                 captured = torch_capture.capture(model, args, kwargs or None, dynamic=dynamic,
                                                  dynamic_shapes=dynamic_shapes,
-                                                 max_batch=max_batch, output_names=output_names)
+                                                 max_batch=max_batch, output_names=output_names,
+                                                 output_dtype=out_dtype)
             except NotImplementedError as e:
                 raise NotImplementedError(f"pypto.optimize: {e}") from None
             finally:

@@ -12,6 +12,7 @@ Symbolic sizes (a dynamic batch) travel as int64 tensors of shape [1] computed f
 
 from __future__ import annotations
 
+import contextvars
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -196,6 +197,12 @@ def _is_custom(target) -> bool:
     from .. import custom_ops as custom_op
 
     return custom_op.lookup(target) is not None
+
+
+# The dtype the float outputs of a graph being imported are cast to, in the graph itself (a model
+# optimized with dtype=torch.bfloat16 returns bf16 without a PyTorch op after each call); None:
+# as computed. Set by torch_capture.capture(output_dtype=...).
+OUTPUT_DTYPE: contextvars.ContextVar = contextvars.ContextVar("pypto_output_dtype", default=None)
 
 
 def node_prefix(node: torch.fx.Node) -> str:
@@ -392,12 +399,16 @@ class FxImporter:
         if names is not False and len(names) != len(values):
             raise ValueError(f"[import] {len(names)} output name(s) given for {len(values)} "
                              "output(s)")
+        cast_to = OUTPUT_DTYPE.get()
         for i, v in enumerate(values):
             if not isinstance(v, (V, SymV)):
                 raise NotImplementedError(
                     f"[import] output {i} is a {type(v).__name__}, not a tensor; PyPTO graphs "
                     "return tensors only")
             id = v.id
+            if cast_to is not None and isinstance(v, V) and v.dtype.is_floating_point and \
+                    v.dtype != cast_to:
+                id = self.op("Cast", [v], {"to": dtypes.onnx_code(cast_to)})
             if names is not False:
                 id = self._named_copy(id, str(names[i]), generated)
             self.g.add_output(id)

@@ -23,7 +23,7 @@ from torch.export.graph_signature import InputKind
 
 from .. import _C
 from . import aten_ops  # noqa: F401  (registers the converters)
-from .fx_importer import FxImporter, SymV, V, node_prefix, supported, target_name
+from .fx_importer import OUTPUT_DTYPE, FxImporter, SymV, V, node_prefix, supported, target_name
 
 log = logging.getLogger("pypto")
 
@@ -170,9 +170,23 @@ def _export(module, args, kwargs, dynamic_shapes, what=None) -> ExportedProgram:
 
 def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
             dynamic: bool = True, dynamic_shapes=None, max_batch: int | None = None,
-            what: str | None = None, output_names: list[str] | bool = False) -> Captured:
+            what: str | None = None, output_names: list[str] | bool = False,
+            output_dtype: torch.dtype | None = None) -> Captured:
     """torch.export, or FX tracing at the example's shapes where export cannot; then import.
-    output_names: see FxImporter.set_outputs (True: "output" / "output_<i>").
+    output_names: see FxImporter.set_outputs (True: "output" / "output_<i>"). output_dtype: the
+    graph casts its float outputs to it (fx_importer.OUTPUT_DTYPE)."""
+    token = OUTPUT_DTYPE.set(output_dtype)
+    try:
+        return _capture(module, args, kwargs, dynamic=dynamic, dynamic_shapes=dynamic_shapes,
+                        max_batch=max_batch, what=what, output_names=output_names)
+    finally:
+        OUTPUT_DTYPE.reset(token)
+
+
+def _capture(module: torch.nn.Module, args: tuple, kwargs: dict | None, *, dynamic: bool,
+             dynamic_shapes, max_batch: int | None, what: str | None,
+             output_names: list[str] | bool) -> Captured:
+    """capture() without the output cast.
 
     The fallback traces with fake tensors, so control flow on data still fails (no branch is
     silently baked in), and compiles for the example shapes only (the input checks enforce
