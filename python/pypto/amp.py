@@ -60,3 +60,11 @@ class autocast:  # noqa: N801 - the name PyTorch users know
             with autocast(self.dtype, self.enabled):
                 return fn(*args, **kwargs)
         return wrapper
+
+
+class GradScaler:  # noqa: D101 - the name API.md lists
+    """Loss scaling is for training, which PyPTO does not do yet: a clear error, not a no-op."""
+
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError("pypto.amp.GradScaler: PyPTO compiles models for inference; "
+                                  "training (and so loss scaling) is not supported yet")

@@ -102,6 +102,8 @@ def test_torch_autocast_and_bad_dtypes_are_errors(mlp):
         pypto.optimize(model, (x,), dtype=torch.int8)
     with pytest.raises(NotImplementedError, match="float16"):
         pypto.amp.autocast(dtype=torch.float16)
+    with pytest.raises(NotImplementedError, match="training"):
+        pypto.amp.GradScaler(init_scale=2.**10, growth_interval=200, hysteresis=2)
 
 
 def test_bert_in_bf16_keeps_the_embeddings():
