@@ -82,13 +82,18 @@ double node_flops(const Graph& g, const Node& n) {  // g: the value types
   if (op.find("Pool") != std::string::npos) return 0;
   if (op == "Attention") return attention_flops(g, n);
   if (op == "DwPwConvBlocked") return dw_pw_conv_flops(g, n);
+  if (op == "QLinearMatMul" && n.inputs.size() >= 4 && n.inputs[0] != kNoValue &&
+      n.inputs[3] != kNoValue && !n.outputs.empty()) {  // (a, a_scale, a_zp, b, ...): int8 ops
+    const double out = elements(g, n.outputs[0]), k = dim(g, n.inputs[0], -1);
+    return out < 0 || k < 0 ? -1 : 2 * out * k;
+  }
   if (n.inputs.size() < 2 || n.outputs.empty() || n.inputs[0] == kNoValue ||
       n.inputs[1] == kNoValue || n.outputs[0] == kNoValue)
     return -1;
   const ValueId a = n.inputs[0], b = n.inputs[1], y = n.outputs[0];
   const double out = elements(g, y), w = elements(g, b);
   double k = -1;
-  if (op == "MatMul") {
+  if (op == "MatMul" || op == "MatMulInteger") {  // MatMulInteger: int8 multiply-adds
     k = dim(g, a, -1);
   } else if (op == "Gemm") {
     k = dim(g, a, n.attr_int("transA") ? 0 : 1);

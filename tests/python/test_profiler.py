@@ -593,3 +593,32 @@ def test_pto_profile_cli(tmp_path):
         assert r.returncode == code and msg in r.stderr, (args, r.stderr)
     r = pto("profile", "--help")
     assert r.returncode == 0 and "usage: pto profile" in r.stdout
+
+
+def test_flops_of_int8_products(tmp_path):
+    # MatMulInteger counts its multiply-adds as MatMul does (against the same FMA peak, so an
+    # int8 kernel may pass 100% of it).
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    b = numpy_helper.from_array(rng.integers(-128, 127, (40, 24), dtype=np.int8), "b")
+    g = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b"], ["y"], name="mmi")],
+                          "int8", [helper.make_tensor_value_info("a", TensorProto.UINT8, [6, 40])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, [6, 24])], [b])
+    path = tmp_path / "mmi.onnx"
+    import onnx
+
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    m = pypto.onnx.load(path)
+    a = rng.integers(0, 255, (6, 40), dtype=np.uint8)
+    with pypto.profiler.profile() as prof:
+        y = m(a)
+    np.testing.assert_array_equal(np.asarray(y), a.astype(np.int32) @ b_array(b))
+    rows = [r for r in prof.key_averages() if r.kind == "kernel"]
+    assert len(rows) == 1 and rows[0].flops == 2 * 6 * 24 * 40
+
+
+def b_array(t):
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(t).astype(np.int32)
