@@ -95,16 +95,31 @@ def main() -> int:
           f"({threads} thread{'s' if threads > 1 else ''}, median of {a.repeat}): "
           f"speed-up {t_eager / t_pto:.2f}x")
 
+    # Where the time goes: pypto.profiler over `repeat` calls (after the timed ones, so PyTorch's
+    # threads from the eager timing are idle again), per kernel kind (fusion rule or op).
+    for _ in range(3):
+        fast(*args)
+    with pypto.profiler.profile() as prof:
+        for _ in range(a.repeat):
+            fast(*args)
     by_op: dict[str, float] = collections.defaultdict(float)
     count: collections.Counter = collections.Counter()
-    for _, op, seconds in fast.profile(*args):
-        by_op[op] += seconds
-        count[op] += 1
+    flops: dict[str, float] = collections.defaultdict(float)
+    for r in prof.key_averages():
+        if r.kind != "kernel":
+            continue
+        name = r.key.split(" [")[0]
+        by_op[name] += r.cpu_time_total / 1e3 / a.repeat  # ms per call
+        count[name] += 1
+        flops[name] += r.flops / a.repeat
     total = sum(by_op.values())
-    print("\nwhere the time goes (one profiled run, by kernel: fusion rule or op)")
-    print(f"  {'kernel':<26}{'count':>6}{'ms':>10}{'share':>8}")
-    for op, s in sorted(by_op.items(), key=lambda kv: -kv[1])[:10]:
-        print(f"  {op:<26}{count[op]:>6}{s * 1e3:>10.1f}{s / total:>8.1%}")
+    peak = pypto.device_info()["fma"]["gflops_per_core"] * threads
+    print(f"\nwhere the time goes (pypto.profiler over {a.repeat} calls: {total:.1f} ms of kernels "
+          f"a call; by kernel: fusion rule or op; % of the {peak:.0f} GFLOP/s FMA peak)")
+    print(f"  {'kernel':<26}{'count':>6}{'ms':>10}{'share':>8}{'% peak':>9}")
+    for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1])[:10]:
+        rate = f"{100 * flops[op] / (ms * 1e6) / peak:.0f}%" if flops[op] and ms else ""
+        print(f"  {op:<26}{count[op]:>6}{ms:>10.2f}{ms / total:>8.1%}{rate:>9}")
     what = {0: "each node as its own kernel",
             1: "graph passes (docs/passes.md)",
             2: "graph passes, fusion into kernels, planned memory (docs/fusion.md)",

@@ -32,3 +32,18 @@ def test_example_runs(name):
         pytest.fail(f"examples/{name} exited with {p.returncode}\n--- stdout\n{p.stdout[-3000:]}"
                     f"\n--- stderr\n{p.stderr[-3000:]}", pytrace=False)
     assert p.stdout.rstrip().endswith("OK"), p.stdout
+
+
+def test_the_main_job_demo_runs():
+    """scripts/demo.py (what `bash scripts/demo.sh` runs after setup and build), on a small image:
+    its check against eager passes, and the profile it prints accounts for the kernels."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO / "python")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "resnet18",
+                        "--image", "96", "--repeat", "3"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "(OK, bound" in p.stdout and "speed-up" in p.stdout, p.stdout
+    assert "where the time goes (pypto.profiler over 3 calls" in p.stdout, p.stdout
+    assert "ConvBlocked" in p.stdout, p.stdout
