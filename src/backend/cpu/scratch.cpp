@@ -35,4 +35,19 @@ void* scratch(size_t bytes, int slot) {
   return t_slots.data[slot];
 }
 
+ScratchBuffer::~ScratchBuffer() {
+  std::free(p_);
+}
+
+void* ScratchBuffer::get(size_t bytes) {
+  bytes = ((bytes ? bytes : 1) + 63) / 64 * 64;
+  if (bytes > cap_) {
+    std::free(p_);
+    p_ = std::aligned_alloc(64, bytes);
+    cap_ = p_ ? bytes : 0;
+    if (!p_) throw ValueError(cat("out of memory allocating a ", bytes, "-byte kernel buffer"));
+  }
+  return p_;
+}
+
 }  // namespace pto::cpu

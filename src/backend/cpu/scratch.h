@@ -18,4 +18,24 @@ T* scratch_as(size_t count, int slot = 0) {
   return static_cast<T*>(scratch(count * sizeof(T), slot));
 }
 
+// A grow-only, 64-byte aligned buffer a kernel owns (as a thread_local), for workspaces that
+// callers holding the slots above must not lose: the GEMMs' packed panels, which a convolution
+// asks for while its im2col columns sit in a slot.
+class ScratchBuffer {
+ public:
+  ScratchBuffer() = default;
+  ~ScratchBuffer();
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  void* get(size_t bytes);  // at least `bytes` (1 when 0); the contents go when it grows
+  template <class T>
+  T* get_as(size_t count) {
+    return static_cast<T*>(get(count * sizeof(T)));
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t cap_ = 0;
+};
+
 }  // namespace pto::cpu

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "cast.h"
 #include "ir/ops/op_params.h"
 #include "nn_kernels.h"
 
@@ -94,14 +95,6 @@ std::vector<V> run_plan(const Plan& p, const std::vector<V>& a, const std::vecto
   return y;
 }
 
-// x to the nearest bf16 (8 significant bits, ties to even); zeros, infinities and NaN as they are.
-double round_to_bf16(double x) {
-  if (x == 0 || !std::isfinite(x)) return x;
-  int e = 0;
-  const double m = std::frexp(x, &e);
-  return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
-}
-
 // Float operand values as the node's `precision` attribute has the products see them (see
 // AutoMixedPrecision): "bf16" rounds each to bf16.
 std::vector<double> operand(const KernelContext& c, const Tensor& t, const std::string& w) {
@@ -110,7 +103,7 @@ std::vector<double> operand(const KernelContext& c, const Tensor& t, const std::
   if (p.empty()) return v;
   if (p != "bf16")
     throw UnsupportedError(cat(w, ": precision '", p, "' is not one PyPTO knows (\"bf16\")"));
-  for (double& x : v) x = round_to_bf16(x);
+  for (double& x : v) x = static_cast<float>(cast_value<BFloat16>(x));  // Cast's own rounding
   return v;
 }
 

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "backend/cpu/gemm/gemm_kernel.h"
+#include "backend/cpu/scratch.h"
 #include "pto/device_info.h"
+#include "pto/dtype.h"
 #include "pto/error.h"
 #include "pto/parallel.h"
 
@@ -93,26 +95,7 @@ const Blocking& blocking() {
   return per_isa[static_cast<int>(active_isa())];
 }
 
-// A per-thread, 64-byte aligned scratch buffer that only grows.
-class Scratch {
- public:
-  ~Scratch() { std::free(p_); }
-  float* get(int64_t floats) {
-    const size_t bytes = (static_cast<size_t>(std::max<int64_t>(floats, 1)) * 4 + 63) / 64 * 64;
-    if (bytes > cap_) {
-      std::free(p_);
-      p_ = static_cast<float*>(std::aligned_alloc(64, bytes));
-      PTO_CHECK(p_ != nullptr) << "sgemm: out of memory for a " << bytes << "-byte panel";
-      cap_ = bytes;
-    }
-    return p_;
-  }
-
- private:
-  float* p_ = nullptr;
-  size_t cap_ = 0;
-};
-thread_local Scratch t_pack_a, t_pack_b, t_pack_edge;
+thread_local ScratchBuffer t_pack_a, t_pack_b, t_pack_edge;  // packed panels
 
 // How the panels of one call are packed and multiplied: the ISA's fp32 kernels; the same on
 // values rounded to bf16 (kBF16 without VDPBF16PS); or the avx512 bf16 pair kernels, whose
@@ -132,15 +115,9 @@ PanelOps panel_ops(Precision p) {
   return o;
 }
 
-// Rounds n floats to the nearest bf16 (ties to even; NaN stays NaN), kept in fp32.
+// Rounds n floats to the nearest bf16 (pto::BFloat16: ties to even, NaN stays NaN), kept in fp32.
 void round_to_bf16(float* p, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u = 0;
-    std::memcpy(&u, p + i, 4);
-    u = (u & 0x7fffffffu) > 0x7f800000u ? u | 0x400000u : (u + 0x7fffu + ((u >> 16) & 1u));
-    u &= 0xffff0000u;
-    std::memcpy(p + i, &u, 4);
-  }
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(BFloat16(p[i]));
 }
 
 // gemm_pack_a for `o`: rows [0, m) x the real k values at `a`.
@@ -212,7 +189,7 @@ void multiply_rows(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
       blk.a = pre.a + ic * K + pc * bl.mr;
       blk.a_panel_stride = K * bl.mr;
     } else {
-      float* ap = t_pack_a.get(ceil_div(mc, bl.mr) * bl.mr * kc);
+      float* ap = t_pack_a.get_as<float>(ceil_div(mc, bl.mr) * bl.mr * kc);
       const float* src = g.trans_a ? g.a + k0 * g.lda + ic : g.a + ic * g.lda + k0;
       pack_a_for(o, src, g.lda, g.trans_a, mc, k_real, ap);
       blk.a = ap;
@@ -253,7 +230,7 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
         blk.b_panel_stride = nr;
         if (nc % nr) {  // the partial panel, gathered row by row
           const int64_t e = nc / nr * nr, w = nc - e;
-          float* edge = t_pack_edge.get(kc * nr);
+          float* edge = t_pack_edge.get_as<float>(kc * nr);
           for (int64_t p = 0; p < kc; ++p) {
             std::memcpy(edge + p * nr, g.b + g.b_rows[pc + p] + jc + e, w * sizeof(float));
             std::fill(edge + p * nr + w, edge + (p + 1) * nr, 0.0f);
@@ -266,13 +243,13 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
         blk.b_row_stride = g.ldb;
         if (nc % nr) {
           const int64_t e = nc / nr * nr;
-          float* edge = t_pack_edge.get(kc * nr);
+          float* edge = t_pack_edge.get_as<float>(kc * nr);
           PTO_ISA_DISPATCH(gemm_pack_b, g.b + pc * g.ldb + jc + e, g.ldb, false, kc, nc - e, edge,
                            kc * nr);
           blk.b_edge = edge;
         }
       } else {
-        float* bp = t_pack_b.get(ceil_div(nc, nr) * kc * nr);
+        float* bp = t_pack_b.get_as<float>(ceil_div(nc, nr) * kc * nr);
         const int64_t k0 = pc * o.unit, k_real = std::min(kc * o.unit, g.k - k0);
         const float* src = g.trans_b ? g.b + jc * g.ldb + k0 : g.b + k0 * g.ldb + jc;
         pack_b_for(o, src, g.ldb, g.trans_b, k_real, nc, bp, kc * nr);
@@ -293,7 +270,7 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
 // Two pool dispatches per block; run_gemm takes this path only when every thread has at least
 // one MC block of rows. Each C element sees the same micro-kernel and K slices as on one thread.
 void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int threads) {
-  static thread_local Scratch shared;  // the caller's: the workers only write into it
+  static thread_local ScratchBuffer shared;  // the caller's: the workers only write into it
   const int64_t K = ceil_div(g.k, o.unit), nr = bl.nr, mp = ceil_div(g.m, bl.mr);
   const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
   const int64_t kc_even = even_block(K, bl.kc, 8);
@@ -302,7 +279,7 @@ void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int 
     const int64_t nc = std::min(bl.nc, g.n - jc), panels = ceil_div(nc, nr);
     for (int64_t s = 0; s < slices; ++s) {
       const int64_t pc = s * kc_even, kc = std::min(kc_even, K - pc);
-      float* bp = shared.get(panels * kc * nr);
+      float* bp = shared.get_as<float>(panels * kc * nr);
       parallel_tasks(threads, [&](int64_t t) {
         const int64_t p0 = t * panels / threads, p1 = (t + 1) * panels / threads;
         if (p0 == p1) return;

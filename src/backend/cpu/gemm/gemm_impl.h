@@ -301,7 +301,8 @@ namespace {
 #define PTO_BF16 __attribute__((target("avx512bf16")))
 
 // A float as bf16 the way VCVTNEPS2BF16 rounds it (nearest even; NaN stays a quiet NaN), for
-// the odd ends the vector conversions do not cover.
+// the odd ends the vector conversions do not cover. pto::BFloat16 rounds the same way, but an
+// inline function of a shared header must not be instantiated in a per-ISA file (isa.h).
 uint32_t bf16_of(float x) {
   uint32_t u = 0;
   __builtin_memcpy(&u, &x, 4);

@@ -19,6 +19,7 @@
 #include <limits>
 
 #include "backend/cpu/gemm/igemm_kernel.h"
+#include "backend/cpu/scratch.h"
 #include "pto/device_info.h"
 #include "pto/error.h"
 #include "pto/parallel.h"
@@ -52,26 +53,7 @@ bool uses_vnni() {
   }
 }
 
-// A per-thread, 64-byte aligned scratch buffer that only grows.
-class Scratch {
- public:
-  ~Scratch() { std::free(p_); }
-  void* get(size_t bytes) {
-    bytes = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    if (bytes > cap_) {
-      std::free(p_);
-      p_ = std::aligned_alloc(64, bytes);
-      PTO_CHECK(p_ != nullptr) << "igemm: out of memory for a " << bytes << "-byte buffer";
-      cap_ = bytes;
-    }
-    return p_;
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t cap_ = 0;
-};
-thread_local Scratch t_pack_a, t_rows, t_acc;
+thread_local ScratchBuffer t_pack_a, t_rows, t_acc;
 
 // Rows [0, m) of A (k columns, lda apart) into panels of mr rows, [k4][mr][4] bytes each, as
 // a' = a ^ 0x80 for int8 (a + 128, uint8) and zero-padded; rowsum[i] = sum of a' over the K.
