@@ -11,6 +11,7 @@ Measures, on each thread count, in one process per configuration, engines interl
   - eager: PyTorch eager, fp32, under torch.inference_mode (the floor);
   - eager-bf16: the same under torch.autocast("cpu", dtype=torch.bfloat16);
   - ort: ONNX Runtime fp32 (bench/run.py's settings, the same cached export);
+  - inductor: torch.compile (Inductor, freezing) fp32, as bench/run.py runs it;
   - pypto: pypto.optimize(model, level=2), fp32;
   - pypto-bf16: pypto.optimize(model, level=2, dtype=torch.bfloat16);
   - eager-int8: torch.ao.quantization.quantize_dynamic(model, {Linear}, torch.qint8) (eager);
@@ -29,7 +30,9 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as base  # noqa: E402  (bench/run.py: children, timing, exports, ceilings)
 
 REPO = base.REPO
-ENGINES = ["eager", "eager-bf16", "ort", "pypto", "pypto-bf16", "eager-int8", "ort-int8",
-           "pypto-int8"]
+ENGINES = ["eager", "eager-bf16", "ort", "inductor", "pypto", "pypto-bf16", "eager-int8",
+           "ort-int8", "pypto-int8"]
 TITLES = {"eager": "eager fp32", "eager-bf16": "eager autocast bf16", "ort": "ORT fp32",
-          "pypto": "PyPTO fp32", "pypto-bf16": "PyPTO bf16", "eager-int8": "eager int8 (dynamic)",
+          "inductor": "Inductor fp32", "pypto": "PyPTO fp32", "pypto-bf16": "PyPTO bf16", "eager-int8": "eager int8 (dynamic)",
           "ort-int8": "ORT int8", "pypto-int8": "PyPTO int8 (ORT's file)"}
 TOLERANCE = {"eager-bf16": 3e-2, "pypto-bf16": 3e-2, "eager-int8": 0.25, "ort-int8": 0.25,
              "pypto-int8": 0.25}
@@ -70,6 +73,8 @@ def child(args) -> dict:
                     return model(*x)
             with torch.inference_mode():
                 got = torch_models.first_tensor(run()).float()
+        elif args.engine == "inductor":
+            run, got = base.setup_inductor(args, model, x, result)
         elif args.engine in ("ort", "ort-int8"):
             run, got = base.setup_ort(args, model, x, result)
         elif args.engine == "eager-int8":
@@ -182,7 +187,8 @@ def gemm_table(pbs: dict) -> list[str]:
 
 def model_table(results: list[dict]) -> list[str]:
     head = ["model", "threads", *(TITLES[e] for e in ENGINES), "PyPTO bf16 vs fp32",
-            "vs eager bf16", "vs ORT fp32", "PyPTO int8 vs ORT int8", "vs eager int8",
+            "vs eager bf16", "vs ORT fp32", "vs Inductor fp32", "PyPTO int8 vs ORT int8",
+            "vs eager int8",
             "bf16 rel. error (PyPTO / eager)", "int8 rel. error (PyPTO / ORT / eager)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
@@ -208,6 +214,7 @@ def model_table(results: list[dict]) -> list[str]:
                                        ratio("pypto", "pypto-bf16"),
                                        ratio("eager-bf16", "pypto-bf16"),
                                        ratio("ort", "pypto-bf16"),
+                                       ratio("inductor", "pypto-bf16"),
                                        ratio("ort-int8", "pypto-int8"),
                                        ratio("eager-int8", "pypto-int8"),
                                        errs(("pypto-bf16", "eager-bf16")),
@@ -219,6 +226,10 @@ def driver(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     threads = [int(t) for t in args.threads.split(",")]
+    engines = [e for e in args.engines.split(",") if e]
+    for e in engines:
+        if e not in ENGINES:
+            raise SystemExit(f"unknown engine {e} (known: {', '.join(ENGINES)})")
     models = [m for m in args.models.split(",") if m]
     for m in models:
         if m not in base.MODELS:
@@ -234,7 +245,7 @@ def driver(args) -> int:
             export = base.ensure_export(args, m, 1, t)
             quantized = quantize(export)
             res = {}
-            for e in ENGINES:
+            for e in engines:
                 extra = ["--child", "--model", m, "--engine", e]
                 if e in ("ort", "ort-int8", "pypto-int8"):
                     path = export.get("path") if e == "ort" else quantized
@@ -242,8 +253,17 @@ def driver(args) -> int:
                         res[e] = {"status": "failed", "error": "export or quantization failed"}
                         continue
                     extra += ["--onnx", path]
-                res[e] = base.run_child(cmd(args, "--threads", str(t), *extra),
-                                        base.child_env(t), args.timeout)
+                env = base.child_env(t)
+                cache = None
+                if e == "inductor":  # a cold cache, compiled on the child's own thread, as run.py
+                    cache = tempfile.mkdtemp(prefix="pto-bench-inductor-")
+                    env.update(TORCHINDUCTOR_CACHE_DIR=cache, TORCHINDUCTOR_COMPILE_THREADS="1")
+                try:
+                    res[e] = base.run_child(cmd(args, "--threads", str(t), *extra), env,
+                                            args.timeout)
+                finally:
+                    if cache:
+                        shutil.rmtree(cache, ignore_errors=True)
             results.append({"model": m, "threads": t, "results": res})
             (out / "precision.json").write_text(json.dumps({"gemm": pbs, "models": results},
                                                            indent=1))
@@ -258,6 +278,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--engines", default=",".join(ENGINES),
+                    help=f"comma-separated, from {', '.join(ENGINES)} (default: all)")
     ap.add_argument("--pto-bench", default=str(REPO / "build" / "bench" / "pto_bench"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--timeout", type=float, default=3600)

