@@ -18,7 +18,10 @@ Measures, on each thread count, in one process per configuration, engines interl
   - ort-int8: ONNX Runtime on the export quantized by onnxruntime.quantization.quantize_dynamic
     (QInt8 weights; cached beside the export);
   - pypto-int8: the same quantized ONNX file through pypto.onnx.load (level 2): its integer ops
-    (DynamicQuantizeLinear, MatMulInteger) on PyPTO's int8 kernels.
+    (DynamicQuantizeLinear, MatMulInteger, fused into DynamicQuantizeMatMul) on PyPTO's int8
+    kernels;
+  - pypto-qdyn: pypto.quantization.quantize_dynamic(model) (int8 weights per channel, activations
+    per row), pypto.optimize(level=2).
   Each engine's output is checked against eager fp32 first: within 1e-3 (fp32), 3e-2 (bf16) or
   0.25 (int8: dynamic quantization of random weights) of max |eager|; each error is in the JSON
   and the table.
@@ -41,12 +44,13 @@ import run as base  # noqa: E402  (bench/run.py: children, timing, exports, ceil
 
 REPO = base.REPO
 ENGINES = ["eager", "eager-bf16", "ort", "inductor", "pypto", "pypto-bf16", "eager-int8",
-           "ort-int8", "pypto-int8"]
+           "ort-int8", "pypto-int8", "pypto-qdyn"]
 TITLES = {"eager": "eager fp32", "eager-bf16": "eager autocast bf16", "ort": "ORT fp32",
           "inductor": "Inductor fp32", "pypto": "PyPTO fp32", "pypto-bf16": "PyPTO bf16", "eager-int8": "eager int8 (dynamic)",
-          "ort-int8": "ORT int8", "pypto-int8": "PyPTO int8 (ORT's file)"}
+          "ort-int8": "ORT int8", "pypto-int8": "PyPTO int8 (ORT's file)",
+          "pypto-qdyn": "PyPTO int8 (quantize_dynamic)"}
 TOLERANCE = {"eager-bf16": 3e-2, "pypto-bf16": 3e-2, "eager-int8": 0.25, "ort-int8": 0.25,
-             "pypto-int8": 0.25}
+             "pypto-int8": 0.25, "pypto-qdyn": 0.25}
 MODELS = ["bert", "gpt2"]
 GEMM_SHAPES = "128x768x768,128x768x3072,128x3072x768,1024"
 
@@ -101,12 +105,14 @@ def child(args) -> dict:
             pypto.set_num_threads(args.threads)
             dtype = torch.bfloat16 if args.engine == "pypto-bf16" else None
             t0 = time.perf_counter()
+            if args.engine == "pypto-qdyn":
+                model = pypto.quantization.quantize_dynamic(model, {torch.nn.Linear}, torch.qint8)
             fast = pypto.optimize(model, example_inputs=x, level=2, dtype=dtype)
             result["compile_s"] = time.perf_counter() - t0
             run = lambda: fast(*x)  # noqa: E731
             with torch.inference_mode():
                 got = torch_models.first_tensor(fast(*x)).float()
-            if dtype is not None:
+            if dtype is not None or args.engine == "pypto-qdyn":
                 result["precision_report_max_rel"] = fast.precision_report().max_rel_error
         if got is not None:
             err = torch_models.relative_error(got, want)
@@ -188,8 +194,9 @@ def gemm_table(pbs: dict) -> list[str]:
 def model_table(results: list[dict]) -> list[str]:
     head = ["model", "threads", *(TITLES[e] for e in ENGINES), "PyPTO bf16 vs fp32",
             "vs eager bf16", "vs ORT fp32", "vs Inductor fp32", "PyPTO int8 vs ORT int8",
-            "vs eager int8",
-            "bf16 rel. error (PyPTO / eager)", "int8 rel. error (PyPTO / ORT / eager)"]
+            "vs eager int8", "PyPTO quantize_dynamic vs ORT int8", "vs eager int8",
+            "bf16 rel. error (PyPTO / eager)",
+            "int8 rel. error (PyPTO ORT file / quantize_dynamic / ORT / eager)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         res = r["results"]
@@ -217,8 +224,11 @@ def model_table(results: list[dict]) -> list[str]:
                                        ratio("inductor", "pypto-bf16"),
                                        ratio("ort-int8", "pypto-int8"),
                                        ratio("eager-int8", "pypto-int8"),
+                                       ratio("ort-int8", "pypto-qdyn"),
+                                       ratio("eager-int8", "pypto-qdyn"),
                                        errs(("pypto-bf16", "eager-bf16")),
-                                       errs(("pypto-int8", "ort-int8", "eager-int8"))]) + " |")
+                                       errs(("pypto-int8", "pypto-qdyn", "ort-int8",
+                                             "eager-int8"))]) + " |")
     return rows
 
 

@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 # The PyTorch entry points, imported on first use: `import pypto` does not import torch (about
 # 2 s and 600 MiB), so ONNX-only programs never pay for it.
 _TORCH_ENTRIES = {"optimize": "_optimize", "OptimizedModule": "_optimize", "jit": "_jit",
-                  "custom_op": "custom_ops"}
+                  "custom_op": "custom_ops", "quantization": "quantization"}
 
 
 def __getattr__(name: str):
@@ -39,7 +39,9 @@ def __getattr__(name: str):
         raise AttributeError(f"pypto.{name} needs PyTorch, which is not installed ({e})") from e
     import importlib
 
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = importlib.import_module(f".{module}", __name__)
+    if module != name:  # an entry point of the module, else the module itself
+        value = getattr(value, name)
     globals()[name] = value
     return value
 
@@ -83,6 +85,6 @@ __all__ = [
     "CompiledGraph", "OptimizedModule", "amp", "custom_op", "debug", "device_info",
     "get_num_threads",
     "get_optimization_options", "is_available", "jit", "load", "onnx", "optimize", "profiler",
-    "reset_optimization_options", "save", "save_graph", "set_num_threads",
+    "quantization", "reset_optimization_options", "save", "save_graph", "set_num_threads",
     "set_optimization_options",
 ]

@@ -38,6 +38,7 @@ class OptimizedModule(torch.nn.Module):
         self._captured: torch_capture.Captured | None = None
         self._compiled: CompiledGraph | None = None
         self._lock = threading.Lock()
+        self._level: int | None = None  # the optimization level asked for (None: the option)
         self._example: list | None = None  # graph input shapes of the first call or example
 
     def _ensure_compiled(self, args=None, kwargs=None):
@@ -106,12 +107,18 @@ class OptimizedModule(torch.nn.Module):
             if self._example_args is None:
                 raise RuntimeError("precision_report: no example inputs; pass arguments")
             args, kwargs = self._example_args
-        if self._dtype is not None:
+        float_model = _float_model_of(self._orig_mod)
+        precision = "int8" if float_model is not None else "bf16"
+        if self._dtype is not None or float_model is not None:
             reduced = self._compiled
         else:
             reduced = self._amp_variant(args, kwargs)
         with self._lock:
-            if self._f32_compiled is None:
+            if self._f32_compiled is None and float_model is not None:
+                # A quantized model's baseline is the float model it was quantized from.
+                self._f32_compiled = optimize(float_model, tuple(args), self._level,
+                                              example_kwargs=dict(kwargs), dynamic=False).compiled
+            elif self._f32_compiled is None:
                 self._f32_compiled = (self._compiled if self._dtype is None else
                                       self._compile_fn(args, kwargs, True, False)[1])
         inputs = self._graph_inputs(args, kwargs)
@@ -125,7 +132,7 @@ class OptimizedModule(torch.nn.Module):
             wa = w.double().abs()
             rows.append(OutputError(name, float(d.max() / wa.max().clamp_min(1e-30)),
                                     float(d.mean() / wa.mean().clamp_min(1e-30))))
-        return PrecisionReport("bf16", rows, _C.device_info()["precision"]["bf16"]["how"])
+        return PrecisionReport(precision, rows, _C.device_info()["precision"][precision]["how"])
 
     def _amp_variant(self, args, kwargs) -> CompiledGraph:
         """The module compiled again with bf16 products, for calls inside pypto.amp.autocast."""
@@ -222,6 +229,22 @@ class PrecisionReport:
         return "\n".join(lines)
 
 
+def _float_model_of(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The float model a pypto.quantization model was made from; None for a float model. Raises
+    for a quantized model whose float original is gone (inplace=True, torch.ao)."""
+    from .quantization import DynamicQuantizedLinear
+
+    original = getattr(module, "_pypto_float_model", None)
+    if original is not None:
+        return original
+    if any(isinstance(m, DynamicQuantizedLinear) for m in module.modules()):
+        raise RuntimeError("precision_report: this model is quantized and the float model it "
+                           "came from is not known (quantize_dynamic(inplace=True), or a torch.ao "
+                           "quantized model); compare it with the float model yourself, e.g. "
+                           "pypto.debug.compare_tensors")
+    return None
+
+
 def _torch_autocast_on() -> bool:
     try:
         return torch.is_autocast_enabled("cpu")
@@ -255,6 +278,7 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
         log.warning("pypto.optimize: %s is in training mode; PyPTO compiles for inference "
                     "(call model.eval() first)", type(model).__name__)
     from .options import compile_options
+    from .quantization import from_torch_ao
 
     compile_options(level)  # validates level before the (slow) capture
     if dtype not in (None, torch.float32, torch.bfloat16):
@@ -265,6 +289,8 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
         raise ValueError(f"pypto.optimize: dtype must be torch.float32 or torch.bfloat16, got "
                          f"{dtype!r}")
     bf16 = True if dtype == torch.bfloat16 else None
+    # torch.ao.quantization.quantize_dynamic's Linear modules: their int8 equivalents.
+    model = from_torch_ao(model)
 
     def compile_fn(args, kwargs, output_names=True, mixed_precision=bf16):
         # On a terminal: "pypto.optimize: torch.export", then the passes and kernels.
@@ -286,6 +312,7 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
                                        _progress="pypto.optimize")
 
     fast = OptimizedModule(model, compile_fn)
+    fast._level = level
     if dtype == torch.bfloat16:
         fast._dtype = torch.bfloat16
     if example_inputs is not None or example_kwargs is not None:  # keyword inputs alone too

@@ -34,6 +34,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_fuse_blocked_convs(*r);
     passes::register_auto_mixed_precision(*r);
     passes::register_promote_bf16(*r);
+    passes::register_fuse_dynamic_quantization(*r);
     return r;
   }();
   return *registry;
@@ -59,6 +60,7 @@ std::vector<std::string> pipeline(int level) {
       "FoldTransposeIntoGemm",
       "RecognizeComposites",
       "RecognizeAttention",
+      "FuseDynamicQuantization",
       "EliminateCommonSubexpressions",
       "EliminateDeadCode",
   };

@@ -209,9 +209,11 @@ void expect_node_matches(const std::string& op, const std::vector<Tensor>& input
                 std::memcmp(back.raw_data(), t.raw_data(), t.nbytes()) == 0)
         << what << ": initializer " << v << " not given back";
   }
-  // MatMulInteger's and QLinearMatMul's constant B is released (held packed only).
+  // The integer products' constant B is released (held packed only).
   const size_t b = op == "QLinearMatMul" ? 3 : 1;
-  if ((op == "MatMulInteger" || op == "QLinearMatMul") && b < constant.size() && constant[b]) {
+  const bool packs_b =
+      op == "MatMulInteger" || op == "QLinearMatMul" || op == "DynamicQuantizeMatMul";
+  if (packs_b && b < constant.size() && constant[b]) {
     EXPECT_EQ(exe.graph().released().size(), 1u) << what;
   }
   ASSERT_EQ(got.size(), want.size()) << what;
@@ -292,6 +294,42 @@ TEST(CpuInt8Kernels, QLinearMatMulMatchesTheReference) {
                                         (per_col ? " per column" : "") +
                                         (constant_b ? " (constant B)" : ""),
                                     10);
+            }
+      },
+      false);
+}
+
+TEST(CpuInt8Kernels, DynamicQuantizeMatMulMatchesTheReference) {
+  // A's values span both signs or one (a zero point of 0 or 255), or are all zero (scale 1).
+  const std::vector<std::pair<Dims, Dims>> cases = {
+      {{7, 13}, {13, 5}}, {{1, 70}, {70, 33}}, {{2, 3, 9}, {9, 17}}, {{40, 100}, {100, 70}},
+      {{13}, {13, 4}},    {{0, 5}, {5, 3}},    {{3, 0}, {0, 6}}};
+  for_each_config(
+      [&](const std::string& cfg) {
+        uint32_t seed = 500;
+        for (const auto& [ad, bd] : cases)
+          for (int range = 0; range < 3; ++range)
+            for (int form = 0; form < 8; ++form) {  // B signed, per-column params, bias
+              const bool bs = form & 1, per_col = form & 2, bias = form & 4;
+              const int64_t N = bd[1];
+              const Dims pd = per_col ? Dims{N} : Dims{1};
+              const float lo = range == 1 ? 0.5f : -3.0f, hi = range == 2 ? -0.25f : 2.0f;
+              Tensor a = f32_tensor(ad, seed++, lo, hi);
+              std::vector<Tensor> in = {a, bytes_tensor(byte_type(bs), bd, seed++),
+                                        f32_tensor(pd, seed++, 0.002f, 0.02f),
+                                        bytes_tensor(byte_type(bs), pd, seed++)};
+              if (bias) in.push_back(f32_tensor({N}, seed++, -1.0f, 1.0f));
+              for (int64_t per_row = 0; per_row < 2; ++per_row)
+                for (bool constant_b : {false, true}) {
+                  Attributes attrs;
+                  attrs.set("per_row", per_row);
+                  expect_node_matches(
+                      "DynamicQuantizeMatMul", in, {false, constant_b, true, true, true}, attrs, 1,
+                      cfg + ", DynamicQuantizeMatMul " + dims_str(ad) + " x " + dims_str(bd) +
+                          " range " + std::to_string(range) + " form " + std::to_string(form) +
+                          (per_row ? " per row" : "") + (constant_b ? " (constant B)" : ""),
+                      10);
+                }
             }
       },
       false);

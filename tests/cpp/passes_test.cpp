@@ -863,5 +863,70 @@ TEST(PassPipeline, Level1ResolvesAShapeChainToAStaticReshape) {
   expect_same_results(parse_graph(before), out);
 }
 
+// ---------------------------------------------------------------- FuseDynamicQuantization
+
+// What onnxruntime.quantization.quantize_dynamic writes for x @ W + b (per-column weight scales
+// and zero points), and a second product sharing the quantized x, without a bias.
+TEST(PassFuseDynamicQuantization, FusesOnnxRuntimesDynamicMatMul) {
+  auto fired = expect_pass("FuseDynamicQuantization", R"(graph t (opset 17)
+  input %x: f32[2, 3]
+  const %w: i8[3, 2] = [1, -2, 3, 4, -5, 6]
+  const %ws: f32[2] = [0.01, 0.02]
+  const %wz: i8[2] = [0, 1]
+  const %b: f32[2] = [0.5, -0.5]
+  const %v: i8[3, 2] = [7, 0, -1, 2, 3, -4]
+  const %vs: f32[] = [0.03]
+  %q: u8[2, 3], %s: f32[], %z: u8[] = DynamicQuantizeLinear(%x)
+  %acc: i32[2, 2] = MatMulInteger(%q, %w, %z, %wz)
+  %f: f32[2, 2] = Cast(%acc) {to=1}
+  %scale: f32[2] = Mul(%s, %ws)
+  %m: f32[2, 2] = Mul(%f, %scale)
+  %y: f32[2, 2] = Add(%m, %b)
+  %acc2: i32[2, 2] = MatMulInteger(%q, %v, %z)
+  %f2: f32[2, 2] = Cast(%acc2) {to=1}
+  %scale2: f32[] = Mul(%vs, %s)
+  %y2: f32[2, 2] = Mul(%scale2, %f2)
+  return %y, %y2
+)",
+                           R"(graph t (opset 17)
+  input %x: f32[2, 3]
+  const %w: i8[3, 2] = [1, -2, 3, 4, -5, 6]
+  const %ws: f32[2] = [0.01, 0.02]
+  const %wz: i8[2] = [0, 1]
+  const %b: f32[2] = [0.5, -0.5]
+  const %v: i8[3, 2] = [7, 0, -1, 2, 3, -4]
+  const %vs: f32[] = [0.03]
+  %q: u8[2, 3], %s: f32[], %z: u8[] = DynamicQuantizeLinear(%x)
+  %scale: f32[2] = Mul(%s, %ws)
+  %y: f32[2, 2] = DynamicQuantizeMatMul(%x, %w, %ws, %wz, %b)
+  %scale2: f32[] = Mul(%vs, %s)
+  %y2: f32[2, 2] = DynamicQuantizeMatMul(%x, %v, %vs)
+  return %y, %y2
+)");
+  EXPECT_EQ(fired["FuseDynamicQuantization/MatMulBias"], 1);
+  EXPECT_EQ(fired["FuseDynamicQuantization/MatMul"], 1);
+}
+
+// Not the pattern: the accumulators read twice, a scale that is not the quantizer's, a weight
+// computed at run time.
+TEST(PassFuseDynamicQuantization, LeavesOtherProducts) {
+  expect_unchanged("FuseDynamicQuantization", R"(graph t (opset 17)
+  input %x: f32[2, 3]
+  input %t: f32[]
+  const %w: i8[3, 2] = [1, -2, 3, 4, -5, 6]
+  const %ws: f32[2] = [0.01, 0.02]
+  %q: u8[2, 3], %s: f32[], %z: u8[] = DynamicQuantizeLinear(%x)
+  %acc: i32[2, 2] = MatMulInteger(%q, %w, %z)
+  %f: f32[2, 2] = Cast(%acc) {to=1}
+  %scale: f32[2] = Mul(%s, %ws)
+  %y: f32[2, 2] = Mul(%f, %scale)
+  %acc2: i32[2, 2] = MatMulInteger(%q, %w, %z)
+  %f2: f32[2, 2] = Cast(%acc2) {to=1}
+  %scale2: f32[2] = Mul(%t, %ws)
+  %y2: f32[2, 2] = Mul(%f2, %scale2)
+  return %y, %y2, %acc
+)");
+}
+
 }  // namespace
 }  // namespace pto

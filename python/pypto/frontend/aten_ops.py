@@ -1028,3 +1028,19 @@ def _upsample(ctx, node, x, output_size, *args):
              ("asymmetric" if nearest else "pytorch_half_pixel"),
              "nearest_mode": "floor"}
     return out(ctx, node, ctx.op("Resize", [x, None, None, sizes], attrs))
+
+
+# ---- quantized ops (pypto.quantization) ----
+
+from .. import quantization as _quantization  # noqa: E402 - defines torch.ops.pypto.*
+
+
+@converter(torch.ops.pypto.dynamic_quantized_linear.default)
+def _dynamic_quantized_linear(ctx, node, x, weight, scale, zero_point, bias, per_row):
+    # DynamicQuantizeMatMul takes B as [K, N]: the Linear's int8 weight transposed (a constant
+    # fold at level 1 and above).
+    w_t = ctx.op("Transpose", [weight], {"perm": [1, 0]})
+    inputs = [ctx.cast(x, torch.float32), w_t, scale, zero_point, bias]
+    while inputs[-1] is None:
+        inputs.pop()
+    return out(ctx, node, ctx.op("DynamicQuantizeMatMul", inputs, {"per_row": int(per_row)}))

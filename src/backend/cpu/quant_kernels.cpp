@@ -89,6 +89,10 @@ std::vector<Tensor> reference_with_b(const KernelContext& c) {
   return run_reference(inner);
 }
 
+std::string describe_igemm(const std::any&) {
+  return igemm_uses_vnni() ? "int8 GEMM (VNNI)" : "int8 GEMM (widening)";
+}
+
 void set_packing(Kernel& k) {
   k.packed_inputs = [](const std::any& s) {
     return s.has_value() ? std::vector<size_t>{std::any_cast<const PreparedI8B&>(s).input}
@@ -300,10 +304,23 @@ std::vector<Tensor> dequantize_linear(const KernelContext& c) {
   return {Y};
 }
 
-std::vector<Tensor> dynamic_quantize_linear(const KernelContext& c) {
-  const Tensor& X = c.input(0);
-  const float* x = X.data<float>();
-  const int64_t n = X.numel();
+// DynamicQuantizeLinear's scale and zero point for values in [mn, mx] (mn <= 0 <= mx), as the
+// reference computes them.
+void dynamic_params(float mn, float mx, float* scale, float* zp) {
+  *scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
+  *zp = std::nearbyint(std::clamp(0.0f - mn / *scale, 0.0f, 255.0f));
+}
+
+// Quantizes x[0..n) to uint8 with its own range, as DynamicQuantizeLinear, on one thread.
+void dynamic_quantize_span(const float* x, int64_t n, uint8_t* y, float* scale, float* zp) {
+  float mn = 0, mx = 0;
+  PTO_ISA_DISPATCH(min_max_span, x, n, &mn, &mx);
+  dynamic_params(mn, mx, scale, zp);
+  PTO_ISA_DISPATCH(quantize_span, x, n, QuantParams{scale, zp, 0}, -*zp, false, y);
+}
+
+// Quantizes x[0..n) to uint8 with its own range, as DynamicQuantizeLinear, in parallel.
+void dynamic_quantize_all(const float* x, int64_t n, uint8_t* y, float* scale, float* zp) {
   // Per-chunk minima and maxima (fixed chunks: the same answer on any thread count).
   constexpr int64_t kChunk = 1 << 16;
   const int64_t chunks = std::max<int64_t>(1, (n + kChunk - 1) / kChunk);
@@ -316,15 +333,81 @@ std::vector<Tensor> dynamic_quantize_linear(const KernelContext& c) {
   });
   float mn = 0, mx = 0;
   for (int64_t i = 0; i < chunks; ++i) mn = std::min(mn, lo[i]), mx = std::max(mx, hi[i]);
-  // ONNX's formula, as the reference computes it.
-  const float scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
-  const float zp = std::nearbyint(std::clamp(0.0f - mn / scale, 0.0f, 255.0f));
-  Tensor Y = Tensor::empty(DType::kU8, X.shape());
-  auto* y = Y.data<uint8_t>();
+  dynamic_params(mn, mx, scale, zp);
+  const float s = *scale, z = *zp;
   parallel_for(0, n, 1 << 14, [&](int64_t b, int64_t e) {
-    PTO_ISA_DISPATCH(quantize_span, x + b, e - b, QuantParams{&scale, &zp, 0}, -zp, false, y + b);
+    PTO_ISA_DISPATCH(quantize_span, x + b, e - b, QuantParams{&s, &z, 0}, -z, false, y + b);
   });
+}
+
+std::vector<Tensor> dynamic_quantize_linear(const KernelContext& c) {
+  const Tensor& X = c.input(0);
+  Tensor Y = Tensor::empty(DType::kU8, X.shape());
+  float scale = 1, zp = 0;
+  dynamic_quantize_all(X.data<float>(), X.numel(), Y.data<uint8_t>(), &scale, &zp);
   return {Y, Tensor::scalar<float>(scale), Tensor::scalar<uint8_t>(static_cast<uint8_t>(zp))};
+}
+
+// ---- DynamicQuantizeMatMul ----
+
+// A quantized now (per tensor or per row) into thread-local bytes, then one igemm with the float
+// epilogue: float(acc) * (a_scale[row] * b_scale[n]) + bias[n].
+std::vector<Tensor> dynamic_quantize_matmul(const KernelContext& c) {
+  const Tensor &A = c.input(0), &B = c.input(1), &S = c.input(2);
+  Dims yshape;
+  int64_t M = 0;
+  if (!product_shape(A, B, &yshape, &M)) return reference_with_b(c);
+  const int64_t K = B.dim(0), N = B.dim(1);
+  IgemmArgs g;
+  if (!per_column(S, N, &g.scale_b_per_col) || K > kMaxExactK) return reference_with_b(c);
+  std::vector<int32_t> zb;
+  if (c.has_input(3)) {
+    if (!per_column(c.input(3), N, &g.b_zp_per_col)) return reference_with_b(c);
+    zb = byte_values(c.input(3));
+    g.b_zp = zb.data();
+  }
+  std::vector<float> bias;
+  if (c.has_input(4)) {
+    const Tensor& t = c.input(4);
+    bool per_col = false;
+    if (!per_column(t, N, &per_col)) return reference_with_b(c);
+    bias.assign(static_cast<size_t>(N), t.data<float>()[0]);
+    if (per_col) bias.assign(t.data<float>(), t.data<float>() + N);
+    g.bias = bias.data();
+  }
+  Tensor Y = Tensor::empty(DType::kF32, yshape);
+  if (Y.numel() == 0) return {Y};
+  const bool per_row = c.node.attr_int("per_row") != 0;
+  std::vector<uint8_t> q(static_cast<size_t>(A.numel()));
+  const size_t groups = per_row ? static_cast<size_t>(M) : 1;
+  std::vector<float> scale(groups, 1.0f), zp(groups, 0.0f);
+  const float* a = A.data<float>();
+  if (per_row) {
+    parallel_for(0, M, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(K, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t i = b; i < e; ++i)
+                     dynamic_quantize_span(a + i * K, K, q.data() + i * K, &scale[i], &zp[i]);
+                 });
+  } else {
+    dynamic_quantize_all(a, A.numel(), q.data(), &scale[0], &zp[0]);
+  }
+  std::vector<int32_t> za(groups);
+  for (size_t i = 0; i < groups; ++i) za[i] = static_cast<int32_t>(zp[i]);
+  g.m = M;
+  g.n = N;
+  g.k = K;
+  g.a = q.data();
+  g.lda = K;
+  g.a_zp = za.data();
+  g.a_zp_per_row = per_row;
+  g.scale_a = scale[0];
+  g.scale_a_row = per_row ? scale.data() : nullptr;
+  g.scale_b = S.data<float>();
+  g.out = IgemmArgs::Out::kF32;
+  g.c = Y.data<float>();
+  g.ldc = N;
+  igemm(g, packed_b(c, B));
+  return {Y};
 }
 
 // Linear quantization with float32 data and scales, per tensor or per axis, not blocked.
@@ -358,9 +441,7 @@ void register_quant_kernels(KernelRegistry& r) {
   mmi.run = matmul_integer;
   mmi.reference_at_run_time = true;
   set_packing(mmi);
-  mmi.describe = [](const std::any&) {
-    return std::string(igemm_uses_vnni() ? "int8 GEMM (VNNI)" : "int8 GEMM (widening)");
-  };
+  mmi.describe = describe_igemm;
   r.add("MatMulInteger", std::move(mmi));
 
   Kernel qmm;
@@ -390,6 +471,22 @@ void register_quant_kernels(KernelRegistry& r) {
   dq.run = dequantize_linear;
   dq.reference_at_run_time = true;
   r.add("DequantizeLinear", std::move(dq));
+
+  Kernel dqmm;
+  dqmm.accepts = [](const NodeInfo& n) {
+    if (n.inputs.size() < 3 || n.dtype(0) != DType::kF32 || !is_byte(n.dtype(1))) return false;
+    if (n.dtype(2) != DType::kF32) return false;
+    if (n.dtype(3) != DType::kUndefined && n.dtype(3) != n.dtype(1)) return false;
+    if (n.dtype(4) != DType::kUndefined && n.dtype(4) != DType::kF32) return false;
+    if (rank_of(n.inputs[1]) >= 0 && rank_of(n.inputs[1]) != 2) return false;
+    return n.outputs.size() == 1 && n.outputs[0].dtype == DType::kF32;
+  };
+  dqmm.prepare = [](const NodeInfo& n) { return prepare_b(n, 1); };
+  dqmm.run = dynamic_quantize_matmul;
+  dqmm.reference_at_run_time = true;
+  set_packing(dqmm);
+  dqmm.describe = describe_igemm;
+  r.add("DynamicQuantizeMatMul", std::move(dqmm));
 
   Kernel dyn;
   dyn.accepts = [](const NodeInfo& n) {

@@ -25,6 +25,18 @@ void infer_dequantize(InferContext& c) {
   infer::set(c, 0, dt, c.inputs[0].shape);
 }
 
+// DynamicQuantizeMatMul: A [..., K] by B [K, N] gives float [..., N].
+void infer_dynamic_quantize_matmul(InferContext& c) {
+  if (!c.has_input(0)) return;
+  std::optional<Shape> y;
+  const auto &a = c.inputs[0].shape, &b = c.has_input(1) ? c.inputs[1].shape : std::nullopt;
+  if (a && b && !a->empty() && b->size() == 2) {
+    y = *a;
+    y->back() = (*b)[1];
+  }
+  infer::set(c, 0, c.inputs[0].dtype, y);
+}
+
 // Quantized contractions: the output type is the output zero point's, else the input's.
 void infer_qlinear(InferContext& c) {
   if (!c.has_input(0)) return;
@@ -77,6 +89,20 @@ void register_quantization_ops(OpRegistry& r) {
          .properties = kElementwise,
          .attrs = quantize_attrs(),
          .infer = infer_dequantize});
+  // ONNX Runtime's contrib op of the same name (what its transformer optimizer makes of
+  // DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul), plus per-row activation scales:
+  // A is quantized to uint8 on the fly (per tensor as DynamicQuantizeLinear, or per row), the
+  // integer product taken exactly, and Y = float(acc) * (a_scale * b_scale[n]) + bias[n].
+  r.add({.name = "DynamicQuantizeMatMul",
+         .min_inputs = 3,
+         .max_inputs = 5,
+         .properties = kOpaque,
+         .attrs = {{"per_row", int64_t{0},
+                    "1: one activation scale and zero point per row of A (per token); "
+                    "0: one for the whole tensor"}},
+         .infer = infer_dynamic_quantize_matmul,
+         .doc = "float A quantized to uint8 at run time (per tensor or row) times an 8-bit B "
+                "(per-tensor or per-column scale and zero point), plus bias"});
   r.add({.name = "DynamicQuantizeLinear",
          .min_inputs = 1,
          .max_inputs = 1,

@@ -133,21 +133,86 @@ std::vector<Tensor> dequantize_linear(const KernelContext& c) {
   return {from_doubles(out, X.shape(), y, w)};
 }
 
+// DynamicQuantizeLinear's uint8 quantization of x[0..n): scale and zero point from the range of
+// the values and 0, then y = saturate(round(x / scale) + zp) (NaN -> 0).
+struct DynamicQuant {
+  float scale = 1, zp = 0;
+};
+
+DynamicQuant dynamic_quantize(const float* x, int64_t n, uint8_t* y) {
+  float mx = 0, mn = 0;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]), mn = std::min(mn, x[i]);
+  DynamicQuant q;
+  q.scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
+  q.zp = std::nearbyint(std::clamp(0.0f - mn / q.scale, 0.0f, 255.0f));
+  for (int64_t i = 0; i < n; ++i) {
+    float v = std::nearbyint(x[i] / q.scale) + q.zp;
+    y[i] = static_cast<uint8_t>(std::isnan(v) ? 0 : std::clamp(v, 0.0f, 255.0f));
+  }
+  return q;
+}
+
 std::vector<Tensor> dynamic_quantize_linear(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& X = c.input(0);
   if (X.dtype() != DType::kF32) throw UnsupportedError(cat(w, ": input must be f32"));
-  const float* x = X.data<float>();
-  float mx = 0, mn = 0;
-  for (int64_t i = 0; i < X.numel(); ++i) mx = std::max(mx, x[i]), mn = std::min(mn, x[i]);
-  const float scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
-  const float zp = std::nearbyint(std::clamp(0.0f - mn / scale, 0.0f, 255.0f));
   Tensor y = Tensor::empty(DType::kU8, X.shape());
-  for (int64_t i = 0; i < X.numel(); ++i) {
-    float q = std::nearbyint(x[i] / scale) + zp;
-    y.data<uint8_t>()[i] = static_cast<uint8_t>(std::isnan(q) ? 0 : std::clamp(q, 0.0f, 255.0f));
+  const DynamicQuant q = dynamic_quantize(X.data<float>(), X.numel(), y.data<uint8_t>());
+  return {y, Tensor::scalar<float>(q.scale), Tensor::scalar<uint8_t>(static_cast<uint8_t>(q.zp))};
+}
+
+// A [..., K] quantized per tensor (or per row, per_row), times B [K, N] (int8 or uint8) minus its
+// zero point, exactly in int64; Y = float(acc) * float(a_scale * b_scale[n]) + bias[n] in float32.
+std::vector<Tensor> dynamic_quantize_matmul(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor &A = c.input(0), &B = c.input(1), &S = c.input(2);
+  if (A.dtype() != DType::kF32 || S.dtype() != DType::kF32)
+    throw UnsupportedError(cat(w, ": A and b_scale must be f32"));
+  if (!is_integral(B.dtype()) || B.rank() != 2 || A.rank() < 1 || A.dim(-1) != B.dim(0))
+    throw ValueError(
+        cat(w, ": A ", A.str(), " and B ", B.str(), " must be [..., K] and an 8-bit [K, N]"));
+  const int64_t K = B.dim(0), N = B.dim(1);
+  int64_t M = 1;
+  for (int64_t d = 0; d + 1 < A.rank(); ++d) M *= A.dim(d);
+  auto per_column = [&](const Tensor& t, const char* what) {
+    if (t.numel() != 1 && t.numel() != N)
+      throw ValueError(cat(w, ": ", what, " ", t.str(), " must have 1 or ", N, " values"));
+    std::vector<double> v = to_doubles(t, w);
+    if (v.size() == 1) v.assign(static_cast<size_t>(N), v[0]);
+    return v;
+  };
+  const std::vector<double> bs = per_column(S, "b_scale");
+  const std::vector<double> bz =
+      c.has_input(3) ? per_column(c.input(3), "b_zero_point") : std::vector<double>(N, 0.0);
+  const std::vector<double> bias =
+      c.has_input(4) ? per_column(c.input(4), "bias") : std::vector<double>(N, 0.0);
+  const std::vector<double> b = to_doubles(B, w);
+  const bool per_row = c.node.attr_int("per_row") != 0;
+  std::vector<uint8_t> q(static_cast<size_t>(A.numel()));
+  std::vector<DynamicQuant> qp(per_row ? static_cast<size_t>(M) : 1);
+  if (per_row) {
+    for (int64_t i = 0; i < M; ++i)
+      qp[i] = dynamic_quantize(A.data<float>() + i * K, K, q.data() + i * K);
+  } else {
+    qp[0] = dynamic_quantize(A.data<float>(), A.numel(), q.data());
   }
-  return {y, Tensor::scalar<float>(scale), Tensor::scalar<uint8_t>(static_cast<uint8_t>(zp))};
+  Dims yshape = A.shape();
+  yshape.back() = N;
+  Tensor Y = Tensor::empty(DType::kF32, yshape);
+  float* y = Y.data<float>();
+  for (int64_t i = 0; i < M; ++i) {
+    const DynamicQuant& p = qp[per_row ? i : 0];
+    for (int64_t j = 0; j < N; ++j) {
+      int64_t acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += (static_cast<int64_t>(q[i * K + k]) - static_cast<int64_t>(p.zp)) *
+               static_cast<int64_t>(b[k * N + j] - bz[j]);
+      const float scale = p.scale * static_cast<float>(bs[j]);
+      y[i * N + j] =
+          static_cast<float>(static_cast<int32_t>(acc)) * scale + static_cast<float>(bias[j]);
+    }
+  }
+  return {Y};
 }
 
 // The integer ops below compute (x - x_zp) and (w - w_zp) exactly in f64, run the float Conv or
@@ -278,6 +343,7 @@ void register_quantization_kernels(KernelRegistry& r) {
   r.add("QuantizeLinear", quantize_linear);
   r.add("DequantizeLinear", dequantize_linear);
   r.add("DynamicQuantizeLinear", dynamic_quantize_linear);
+  r.add("DynamicQuantizeMatMul", dynamic_quantize_matmul);
 }
 
 }  // namespace pto::reference

@@ -121,9 +121,10 @@ void convert(const IgemmArgs& g, const int32_t* acc, int64_t lda, int64_t i0, in
     for (int64_t i = 0; i < m; ++i) {
       float* y = static_cast<float*>(g.c) + (i0 + i) * g.ldc + j0;
       const int32_t* x = acc + i * lda;
+      const float sa = g.scale_a_row ? g.scale_a_row[i0 + i] : g.scale_a;
       for (int64_t j = 0; j < n; ++j) {
         const float sb = g.scale_b ? g.scale_b[g.scale_b_per_col ? j0 + j : 0] : 1.0f;
-        float v = static_cast<float>(x[j]) * (g.scale_a * sb);
+        float v = static_cast<float>(x[j]) * (sa * sb);
         if (g.bias) v += g.bias[j0 + j];
         y[j] = v;
       }

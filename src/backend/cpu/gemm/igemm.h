@@ -70,6 +70,7 @@ struct IgemmArgs {
   // kF32: c = scale_a * scale_b[n] * acc + bias[n] (scale_b per column when scale_b_per_col;
   // bias may be null), rounded as float(acc) * float(scale_a * scale_b[n]) + bias[n].
   float scale_a = 1.0f;
+  const float* scale_a_row = nullptr;  // per row of A instead of scale_a (DynamicQuantizeMatMul)
   const float* scale_b = nullptr;
   bool scale_b_per_col = false;
   const float* bias = nullptr;
