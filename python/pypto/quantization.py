@@ -27,7 +27,7 @@ from typing import Iterable
 
 import torch
 
-__all__ = ["DynamicQuantizedLinear", "quantize_dynamic"]
+__all__ = ["DynamicQuantizedLinear", "StaticQuantizedConv2d", "calibrate", "quantize_dynamic"]
 
 _ACTIVATIONS = ("per_row", "per_tensor")
 
@@ -105,13 +105,12 @@ class DynamicQuantizedLinear(torch.nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
 
     @classmethod
-    def from_float(cls, linear: torch.nn.Linear, per_channel: bool = True,
+    def from_float(cls, linear: torch.nn.Module, per_channel: bool = True,
                    per_row: bool = True) -> "DynamicQuantizedLinear":
-        """Symmetric int8 weights: scale = max |w| / 127 per output channel (or per tensor)."""
-        w = linear.weight.detach().float()
-        amax = w.abs().amax(1) if per_channel else w.abs().max().reshape(1)
-        scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
-        q = torch.clamp(torch.round(w / scale.reshape(-1, 1)), -127, 127).to(torch.int8)
+        """Symmetric int8 weights: scale = max |w| / 127 per output channel (or per tensor).
+        `linear`: a torch.nn.Linear, or transformers' Conv1D (GPT-2's Linear, weight [in, out])."""
+        w = linear.weight.detach()
+        q, scale = _symmetric_int8(w.t() if _is_hf_conv1d(linear) else w, per_channel)
         return cls(q, scale, None, linear.bias, per_row)
 
     @classmethod
@@ -161,6 +160,15 @@ def _bad_dtype(dtype) -> str:
     return f"{name}: supported is torch.qint8 (int8 weights, uint8 activations)"
 
 
+def _is_hf_conv1d(m: torch.nn.Module) -> bool:
+    """transformers' Conv1D: a Linear whose weight is stored [in, out] (GPT-2)."""
+    return type(m).__name__ == "Conv1D" and type(m).__module__.startswith("transformers.")
+
+
+def _is_linear(m: torch.nn.Module) -> bool:
+    return type(m) is torch.nn.Linear or _is_hf_conv1d(m)
+
+
 def _selected(spec) -> tuple[set, set]:
     """Module types and qualified names from quantize_dynamic's qconfig_spec."""
     types, names = set(), set()
@@ -190,7 +198,8 @@ def quantize_dynamic(model: torch.nn.Module, qconfig_spec: Iterable | None = Non
     qconfig_spec: module types ({torch.nn.Linear}, the default) and/or qualified module names
         ({"encoder.layer.0.output.dense"}) to quantize; a dict's keys are used the same way.
         Only exact torch.nn.Linear modules are replaced (subclasses such as
-        MultiheadAttention's out_proj keep fp32, as in PyTorch).
+        MultiheadAttention's out_proj keep fp32, as in PyTorch), and transformers' Conv1D
+        (GPT-2's Linear layers, which PyTorch's quantize_dynamic leaves in fp32).
     dtype: torch.qint8.
     inplace: modify `model` instead of a copy.
     per_channel: one weight scale per output channel (True) or per layer.
@@ -217,8 +226,8 @@ def quantize_dynamic(model: torch.nn.Module, qconfig_spec: Iterable | None = Non
     original = model
     if not inplace:
         model = copy.deepcopy(model)
-    count = _swap(model, lambda name, m: (type(m) in types or name in names) and
-                  type(m) is torch.nn.Linear,
+    count = _swap(model, lambda name, m: _is_linear(m) and (name in names or (
+                  torch.nn.Linear in types and (type(m) in types or _is_hf_conv1d(m)))),
                   lambda m: DynamicQuantizedLinear.from_float(m, per_channel,
                                                               activation == "per_row"))
     if count == 0:
@@ -283,4 +292,185 @@ def from_torch_ao(model: torch.nn.Module) -> torch.nn.Module:
         return model
     model = copy.deepcopy(model)
     _swap(model, lambda _, m: isinstance(m, kinds), DynamicQuantizedLinear.from_torch_ao)
+    return model
+
+
+# ---- static quantization: calibrate ----
+
+_lib.define("quantized_conv2d(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias, "
+            "float x_scale, int x_zero_point, int[] stride, int[] padding, int[] dilation, "
+            "int groups) -> Tensor")
+
+
+def _quantize_static(x: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
+    """QuantizeLinear to uint8, as float32 values: saturate(round(x / scale) + zp)."""
+    q = torch.round(x.float() / torch.tensor(scale, dtype=torch.float32)) + zero_point
+    return torch.clamp(torch.nan_to_num(q, nan=float(zero_point)), 0, 255)
+
+
+@torch.library.impl(_lib, "quantized_conv2d", "CompositeExplicitAutograd")
+def _quantized_conv2d(x, weight, weight_scale, bias, x_scale, x_zero_point, stride, padding,
+                      dilation, groups):
+    q = _quantize_static(x, x_scale, x_zero_point) - x_zero_point
+    # Exact integer sums in float64; zero padding of (x - zp) is padding x with its zero point.
+    acc = torch.nn.functional.conv2d(q.double(), weight.double(), None, stride, padding,
+                                     dilation, groups).float()
+    scale = torch.tensor(x_scale, dtype=torch.float32) * weight_scale.float()
+    y = acc * scale.reshape(1, -1, 1, 1)
+    if bias is not None:
+        y = y + bias.float().reshape(1, -1, 1, 1)
+    return y
+
+
+@torch.library.register_fake("pypto::quantized_conv2d", lib=_lib)
+def _quantized_conv2d_fake(x, weight, weight_scale, bias, x_scale, x_zero_point, stride,
+                           padding, dilation, groups):
+    n, _, h, w = x.shape
+    kh, kw = weight.shape[2:]
+    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    return x.new_empty((n, weight.shape[0], oh, ow), dtype=torch.float32)
+
+
+def _symmetric_int8(w: torch.Tensor, per_channel: bool):
+    """w (output channels first) to symmetric int8: (int8 weight, float scale per channel)."""
+    w = w.detach().float()
+    flat = w.reshape(w.shape[0], -1)
+    amax = flat.abs().amax(1) if per_channel else flat.abs().max().reshape(1)
+    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+    shape = (-1,) + (1,) * (w.dim() - 1)
+    q = torch.clamp(torch.round(w / scale.reshape(shape)), -127, 127).to(torch.int8)
+    return q, scale
+
+
+class StaticQuantizedConv2d(torch.nn.Module):
+    """A Conv2d with an int8 weight (symmetric, per output channel) and an input quantized to
+    uint8 with a scale and zero point fixed by calibration; the output is float:
+    float(acc) * (x_scale * w_scale[c]) + bias[c]."""
+
+    def __init__(self, conv: torch.nn.Conv2d, x_min: float, x_max: float,
+                 per_channel: bool = True):
+        super().__init__()
+        if conv.padding_mode != "zeros" or isinstance(conv.padding, str):
+            raise NotImplementedError(f"pypto.quantization.calibrate: Conv2d with padding "
+                                      f"{conv.padding!r} / padding_mode {conv.padding_mode!r}")
+        q, scale = _symmetric_int8(conv.weight, per_channel)
+        self.register_buffer("weight", q)
+        self.register_buffer("weight_scale", scale.expand(conv.out_channels).clone())
+        self.register_buffer("bias", None if conv.bias is None else conv.bias.detach().clone())
+        lo, hi = min(float(x_min), 0.0), max(float(x_max), 0.0)
+        self.x_scale = float(torch.tensor((hi - lo) / 255.0 if hi > lo else 1.0,
+                                          dtype=torch.float32))
+        self.x_zero_point = int(round(min(max(-lo / self.x_scale, 0.0), 255.0)))
+        self.stride, self.padding = list(conv.stride), list(conv.padding)
+        self.dilation, self.groups = list(conv.dilation), conv.groups
+
+    def forward(self, x):
+        return torch.ops.pypto.quantized_conv2d(x, self.weight, self.weight_scale, self.bias,
+                                                self.x_scale, self.x_zero_point, self.stride,
+                                                self.padding, self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        return (f"{self.weight.shape[1] * self.groups}, {self.weight.shape[0]}, "
+                f"kernel_size={tuple(self.weight.shape[2:])}, stride={tuple(self.stride)}, "
+                f"x_scale={self.x_scale:.4g}, x_zero_point={self.x_zero_point}")
+
+
+def _as_args(batch):
+    if isinstance(batch, dict):
+        return (), batch
+    if isinstance(batch, (tuple, list)):
+        return tuple(batch), {}
+    return (batch,), {}
+
+
+def _fold_batch_norms(model: torch.nn.Module) -> int:
+    """Folds each eval-mode BatchNorm2d that alone reads a Conv2d's output into the conv (as
+    torch.ao.quantization.fuse_modules does), found by torch.fx tracing; the BatchNorm becomes an
+    Identity. A model fx cannot trace keeps its BatchNorms (they then run as their own kernels).
+    Returns how many were folded."""
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    try:
+        traced = torch.fx.symbolic_trace(model)
+    except Exception:  # noqa: BLE001 - data-dependent control flow etc.: nothing folded
+        return 0
+    modules = dict(model.named_modules())
+    folded = 0
+    for node in traced.graph.nodes:
+        if node.op != "call_module" or not isinstance(modules.get(node.target),
+                                                      torch.nn.BatchNorm2d):
+            continue
+        src = node.args[0] if node.args else None
+        if not isinstance(src, torch.fx.Node) or src.op != "call_module" or len(src.users) != 1:
+            continue
+        conv, bn = modules.get(src.target), modules[node.target]
+        if type(conv) is not torch.nn.Conv2d or bn.training or not bn.track_running_stats:
+            continue
+        # Both modules must be used once in the graph (a shared module cannot be rewritten).
+        uses = [n.target for n in traced.graph.nodes if n.op == "call_module"]
+        if uses.count(src.target) != 1 or uses.count(node.target) != 1:
+            continue
+        fused = fuse_conv_bn_eval(conv, bn)
+        parent_c, _, name_c = src.target.rpartition(".")
+        parent_b, _, name_b = node.target.rpartition(".")
+        setattr(model.get_submodule(parent_c) if parent_c else model, name_c, fused)
+        setattr(model.get_submodule(parent_b) if parent_b else model, name_b,
+                torch.nn.Identity())
+        folded += 1
+    return folded
+
+
+def calibrate(model: torch.nn.Module, calibration_batches, *, per_channel: bool = True,
+              inplace: bool = False) -> torch.nn.Module:
+    """Static int8 for convolutional models: runs `calibration_batches` (an iterable of inputs:
+    a tensor, a tuple of arguments or a dict of keyword arguments per batch) through the float
+    model, records the range of every Conv2d's input, and returns a copy (inplace: the model)
+    whose Conv2d layers are StaticQuantizedConv2d: int8 weights per output channel, inputs
+    quantized to uint8 with the calibrated scale and zero point, float outputs. Depthwise
+    convolutions stay float (memory-bound: int8 buys nothing there); Linear layers too (use
+    quantize_dynamic for them)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"pypto.quantization.calibrate expects a torch.nn.Module, got "
+                        f"{type(model).__name__}")
+    original = model
+    if not inplace:
+        model = copy.deepcopy(model)
+    _fold_batch_norms(model)
+
+    def selected(m):
+        return type(m) is torch.nn.Conv2d and not (m.groups > 1 and m.groups == m.in_channels)
+
+    ranges: dict = {}
+
+    def observe(mod, args):
+        x = args[0].detach()
+        lo, hi = float(x.min()), float(x.max())
+        old = ranges.get(mod)
+        ranges[mod] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+
+    hooks = [m.register_forward_pre_hook(observe) for m in model.modules() if selected(m)]
+    if not hooks:
+        raise ValueError(f"pypto.quantization.calibrate: {type(model).__name__} has no "
+                         "torch.nn.Conv2d to quantize (for Linear layers use quantize_dynamic)")
+    batches = 0
+    try:
+        with torch.no_grad():
+            for batch in calibration_batches:
+                args, kwargs = _as_args(batch)
+                model(*args, **kwargs)
+                batches += 1
+    finally:
+        for h in hooks:
+            h.remove()
+    if batches == 0:
+        raise ValueError("pypto.quantization.calibrate: calibration_batches is empty")
+    never = [n for n, m in model.named_modules() if selected(m) and m not in ranges]
+    if never:
+        raise ValueError(f"pypto.quantization.calibrate: the calibration batches never reached "
+                         f"{never[:5]}; their input ranges are unknown")
+    _swap(model, lambda _, m: m in ranges,
+          lambda m: StaticQuantizedConv2d(m, *ranges[m], per_channel=per_channel))
+    if not inplace:
+        object.__setattr__(model, "_pypto_float_model", original)
     return model

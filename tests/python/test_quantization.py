@@ -162,3 +162,86 @@ def test_real_minilm_int8_sentence_embeddings():
     got = sentence_embeddings(fast(**kw).last_hidden_state, kw["attention_mask"])
     cos = (got * want).sum(1)
     assert cos.min() >= 0.99, cos
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False)
+        self.dw = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.fc = torch.nn.Linear(16, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = self.dw(torch.relu(self.conv2(h)))
+        return self.fc(h.mean((2, 3)))
+
+
+def test_calibrate_makes_a_static_int8_conv_net():
+    """calibrate: BatchNorm folded, each non-depthwise Conv2d's input range taken over the
+    calibration batches (checked here against hooks of our own), int8 weights per channel; the
+    optimized model equals the eager quantized one (torch's conv over the integers) and is within
+    int8 noise of fp32."""
+    torch.manual_seed(0)
+    model = ConvNet().eval()
+    with torch.no_grad():  # a BatchNorm that does something
+        model.bn1.running_mean.uniform_(-0.5, 0.5)
+        model.bn1.running_var.uniform_(0.5, 2.0)
+    batches = [torch.randn(2, 3, 16, 16) for _ in range(3)]
+    seen = {}
+    hook = model.conv2.register_forward_pre_hook(
+        lambda m, a: seen.setdefault("conv2", []).append(a[0].detach()))
+    with torch.no_grad():
+        for b in batches:
+            model(b)
+    hook.remove()
+    q = pypto.quantization.calibrate(model, batches)
+    assert isinstance(q.conv1, pypto.quantization.StaticQuantizedConv2d)
+    assert isinstance(q.conv2, pypto.quantization.StaticQuantizedConv2d)
+    assert isinstance(q.bn1, torch.nn.Identity)  # folded into conv1
+    assert type(q.dw) is torch.nn.Conv2d and type(q.fc) is torch.nn.Linear
+    h = torch.cat([t.flatten() for t in seen["conv2"]])
+    lo, hi = min(float(h.min()), 0.0), max(float(h.max()), 0.0)
+    assert q.conv2.x_scale == pytest.approx((hi - lo) / 255, rel=1e-6)
+    assert q.conv2.x_zero_point == round(-lo / q.conv2.x_scale)
+    x = torch.randn(1, 3, 16, 16)
+    fast = pypto.optimize(q, (x,))
+    ops = [op for op, _ in fast.compiled.node_backends]
+    assert ops.count("ConvInteger") == 2 and "BatchNormalization" not in ops, ops
+    with torch.no_grad():
+        eager, ref = q(x), model(x)
+    got = fast(x)
+    torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5 * float(eager.abs().max()))
+    assert float((got - ref).abs().max()) < 0.05 * float(ref.abs().max())
+    assert fast.precision_report().max_rel_error < 0.05
+
+
+def test_calibrate_rejects_what_it_cannot_do():
+    with pytest.raises(ValueError, match="no torch.nn.Conv2d"):
+        pypto.quantization.calibrate(Mlp().eval(), [torch.randn(1, 96)])
+    with pytest.raises(ValueError, match="empty"):
+        pypto.quantization.calibrate(ConvNet().eval(), [])
+
+
+def test_gpt2_conv1d_layers_are_quantized():
+    """transformers' Conv1D (GPT-2's Linear, weight [in, out]) counts as a Linear."""
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=1, n_embd=64, n_head=2, vocab_size=100, n_positions=32,
+                                  use_cache=False, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2Model(cfg).eval()
+    ids = torch.randint(0, 100, (1, 12))
+    q = pypto.quantization.quantize_dynamic(model)
+    assert isinstance(q.h[0].attn.c_attn, pypto.quantization.DynamicQuantizedLinear)
+    fast = pypto.optimize(q, (ids,))
+    ops = [op for op, _ in fast.compiled.node_backends]
+    assert ops.count("DynamicQuantizeMatMul") == 4, ops  # c_attn, c_proj, c_fc, mlp c_proj
+    with torch.no_grad():
+        want = model(ids).last_hidden_state
+        eager = q(ids).last_hidden_state
+    got = fast(ids).last_hidden_state
+    torch.testing.assert_close(got, eager, rtol=1e-4, atol=1e-4 * float(eager.abs().max()))
+    assert float((got - want).abs().max()) < 0.03 * float(want.abs().max())

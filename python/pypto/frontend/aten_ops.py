@@ -1044,3 +1044,22 @@ def _dynamic_quantized_linear(ctx, node, x, weight, scale, zero_point, bias, per
     while inputs[-1] is None:
         inputs.pop()
     return out(ctx, node, ctx.op("DynamicQuantizeMatMul", inputs, {"per_row": int(per_row)}))
+
+
+@converter(torch.ops.pypto.quantized_conv2d.default)
+def _quantized_conv2d(ctx, node, x, weight, weight_scale, bias, x_scale, x_zero_point, stride,
+                      padding, dilation, groups):
+    # ONNX's own ops: QuantizeLinear -> ConvInteger -> Cast -> Mul by x_scale * w_scale[c] (->
+    # Add of the bias), per output channel along axis 1.
+    f32 = torch.float32
+    xs, xz = ctx.constant(float(x_scale), f32), ctx.constant(int(x_zero_point), torch.uint8)
+    xq = ctx.op("QuantizeLinear", [ctx.cast(x, f32), xs, xz])
+    acc = ctx.op("ConvInteger", [xq, weight, xz],
+                 {"strides": list(stride), "pads": list(padding) * 2,
+                  "dilations": list(dilation), "group": int(groups)})
+    channels = ctx.ints([1, -1, 1, 1])
+    scale = ctx.op("Reshape", [ctx.op("Mul", [xs, weight_scale]), channels])
+    y = ctx.op("Mul", [ctx.op("Cast", [acc], {"to": dtypes.onnx_code(f32)}), scale])
+    if bias is not None:
+        y = ctx.op("Add", [y, ctx.op("Reshape", [bias, channels])])
+    return out(ctx, node, y)
