@@ -93,11 +93,11 @@ double node_flops(const Graph& g, const Node& n) {  // g: the value types
   const ValueId a = n.inputs[0], b = n.inputs[1], y = n.outputs[0];
   const double out = elements(g, y), w = elements(g, b);
   double k = -1;
-  if (op == "MatMul" || op == "MatMulInteger") {  // MatMulInteger: int8 multiply-adds
+  if (op == "MatMul" || op == "MatMulInteger" || op == "DynamicQuantizeMatMul") {  // int8 too
     k = dim(g, a, -1);
   } else if (op == "Gemm") {
     k = dim(g, a, n.attr_int("transA") ? 0 : 1);
-  } else if (op == "Conv") {  // weight [M, C/group, kh, kw]: each output sums C/group*kh*kw
+  } else if (op == "Conv" || op == "ConvInteger") {  // weight [M, C/group, kh, kw]: C/group*kh*kw
     k = w / dim(g, b, 0);
   } else if (op == "ConvBlocked") {  // the real input channels, not a block's padded lanes
     k = static_cast<double>(n.attr_int("channels")) / std::max<int64_t>(1, n.attr_int("group"));

@@ -118,15 +118,27 @@ void convert(const IgemmArgs& g, const int32_t* acc, int64_t lda, int64_t i0, in
     return;
   }
   if (g.out == IgemmArgs::Out::kF32) {
+    // Simple loops per case, which the compiler vectorizes (a scalar loop with the cases inside
+    // cost BERT-base's int8 run a fifth of its time).
     for (int64_t i = 0; i < m; ++i) {
       float* y = static_cast<float*>(g.c) + (i0 + i) * g.ldc + j0;
       const int32_t* x = acc + i * lda;
       const float sa = g.scale_a_row ? g.scale_a_row[i0 + i] : g.scale_a;
-      for (int64_t j = 0; j < n; ++j) {
-        const float sb = g.scale_b ? g.scale_b[g.scale_b_per_col ? j0 + j : 0] : 1.0f;
-        float v = static_cast<float>(x[j]) * (sa * sb);
-        if (g.bias) v += g.bias[j0 + j];
-        y[j] = v;
+      const float* bias = g.bias ? g.bias + j0 : nullptr;
+      if (g.scale_b && g.scale_b_per_col) {
+        const float* sb = g.scale_b + j0;
+        if (bias) {
+          for (int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(x[j]) * (sa * sb[j]) + bias[j];
+        } else {
+          for (int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(x[j]) * (sa * sb[j]);
+        }
+      } else {
+        const float s = sa * (g.scale_b ? g.scale_b[0] : 1.0f);
+        if (bias) {
+          for (int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(x[j]) * s + bias[j];
+        } else {
+          for (int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(x[j]) * s;
+        }
       }
     }
     return;
