@@ -97,8 +97,8 @@ std::optional<KernelGroup> tile_epilogue(const Graph& g, int32_t anchor, const R
   const Node& a = g.nodes()[anchor];
   const bool conv = a.op == "Conv";
   if (!options.epilogue_fusible || !options.elementwise_fusible ||
-      (a.op != "MatMul" && a.op != "Gemm" && !conv) || (conv && !a.domain.empty()) ||
-      a.outputs.size() != 1)
+      (a.op != "MatMul" && a.op != "Gemm" && a.op != "DynamicQuantizeMatMul" && !conv) ||
+      (conv && !a.domain.empty()) || a.outputs.size() != 1)
     return std::nullopt;
   const ValueId product = a.outputs[0];
   const TensorType& t = g.value(product).type;

@@ -361,6 +361,32 @@ TEST(Fusion, MatMulWithAnElementwiseChainAsTileEpilogue) {
   }
 }
 
+// The int8 product (DynamicQuantizeMatMul) takes an elementwise chain as its epilogue the same
+// way, on each block of its float output.
+TEST(Fusion, DynamicQuantizeMatMulWithAnElementwiseChain) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, to_shape({2, 5, 16})});
+  ValueId r = g.add_input("r", {DType::kF32, to_shape({2, 5, 40})});
+  Tensor wq = Tensor::empty(DType::kI8, {16, 40});
+  for (int64_t i = 0; i < wq.numel(); ++i) wq.data<int8_t>()[i] = static_cast<int8_t>(i * 37 % 255);
+  ValueId w = g.add_value("w"), s = g.add_value("s"), half = g.add_value("half");
+  g.set_initializer(w, wq);
+  g.set_initializer(s, Tensor::scalar(0.01f));
+  g.set_initializer(half, Tensor::scalar(0.5f));
+  ValueId m = g.add_value("m"), h = g.add_value("h"), d = g.add_value("d"), y = g.add_value("y");
+  Attributes per_row;
+  per_row.set("per_row", int64_t{1});
+  g.add_node("DynamicQuantizeMatMul", {x, w, s}, {m}, per_row, "qmm");
+  g.add_node("Mul", {m, half}, {h}, {}, "half");
+  g.add_node("Sub", {h, r}, {d}, {}, "minus_full");
+  g.add_node("Tanh", {d}, {y}, {}, "tanh");
+  g.add_output(y);
+  Executable exe = check_against_reference(
+      g, {random_tensor({2, 5, 16}, 120), random_tensor({2, 5, 40}, 121)}, 2);
+  ASSERT_EQ(exe.num_steps(), 1u);
+  EXPECT_EQ(exe.step(0).rule, "DynamicQuantizeMatMul+Elementwise");
+}
+
 }  // namespace
 
 TEST(MemoryPlan, ElementwiseStepsRunInPlace) {

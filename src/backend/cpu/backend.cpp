@@ -234,7 +234,8 @@ bool conv_operands_map(const Graph& g, const TileProgram& program, ValueId y) {
 std::optional<TileProgram> tile_epilogue_of(const Graph& g, const KernelGroup& group) {
   if (group.anchor < 0 || group.rule.find("+Elementwise") == std::string::npos) return std::nullopt;
   const Node& a = g.nodes()[group.anchor];
-  const bool matmul = a.op == "MatMul", gemm = a.op == "Gemm", conv = a.op == "Conv";
+  const bool matmul = a.op == "MatMul" || a.op == "DynamicQuantizeMatMul", gemm = a.op == "Gemm",
+             conv = a.op == "Conv";
   if ((!matmul && !gemm && !conv) || (conv && !a.domain.empty())) return std::nullopt;
   if (gemm && a.inputs.size() > 2 && a.inputs[2] != kNoValue) return std::nullopt;
   const TensorType& b = g.value(a.inputs[1]).type;

@@ -53,6 +53,14 @@ struct FusedEpilogue {
   mutable std::vector<EpilogueOperand> tile_operands;
 };
 
+struct Epilogue;  // gemm/gemm.h
+
+// A fused group's epilogue as the GEMM kernels take it, on an M x N product Y (rows of N):
+// bias, residual and activation, or the tile program with its operands indexed from Y's rows
+// (gemm/gemm_kernels.cpp; the int8 products use it too).
+void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::string& where,
+                 Epilogue& ep);
+
 struct KernelContext : reference::KernelContext {
   const std::any* state = nullptr;          // what prepare() returned (empty std::any when none)
   const FusedEpilogue* epilogue = nullptr;  // set for the anchor of a fused group

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/gemm/igemm.h"
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/quant.h"
@@ -406,6 +407,11 @@ std::vector<Tensor> dynamic_quantize_matmul(const KernelContext& c) {
   g.out = IgemmArgs::Out::kF32;
   g.c = Y.data<float>();
   g.ldc = N;
+  Epilogue ep;  // a fused elementwise chain, on each block of Y while it is in cache
+  if (c.epilogue) {
+    apply_fused(*c.epilogue, Y, N, c.where(), ep);
+    g.epilogue = &ep;
+  }
   igemm(g, packed_b(c, B));
   return {Y};
 }

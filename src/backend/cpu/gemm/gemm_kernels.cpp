@@ -92,52 +92,6 @@ void run_sgemm(const KernelContext& c, const GemmArgs& g) {
     sgemm(g);
 }
 
-// A fused group's epilogue on an M x N product Y: bias per column, residual with Y's shape (its
-// rows contiguous, N apart), then the activation. Gemm's own C already set bias or residual; the
-// fusion rules never add a second one.
-// How a tile-epilogue operand is read from the product's rows of N (EpilogueOperand): a scalar,
-// a row of N, a value per row, or a tensor of the product's shape.
-EpilogueOperand operand_of(const Tensor& t, const Tensor& Y, int64_t N, const std::string& where) {
-  const float* p = t.data<float>();
-  const int64_t rows = N ? Y.numel() / N : 0;
-  if (t.numel() == 1) return {p, 0, 0};
-  if (t.rank() >= 1 && t.dim(-1) == N && t.numel() == N) return {p, 0, 1};
-  if (t.shape() == Y.shape()) return {p, N, 1};
-  if (t.rank() == Y.rank() && t.dim(-1) == 1 && t.numel() == rows &&
-      std::equal(t.shape().begin(), t.shape().end() - 1, Y.shape().begin()))
-    return {p, 1, 0};
-  throw KernelDeclined(cat(where, ": epilogue operand ", t.str(), " is not a scalar, a row, a ",
-                           "column or the shape of ", Y.str()));
-}
-
-void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::string& where,
-                 Epilogue& ep) {
-  if (f.tile) {
-    f.tile_operands.clear();
-    for (const Tensor& t : f.tile_inputs) f.tile_operands.push_back(operand_of(t, Y, N, where));
-    ep.tile = f.tile;
-    ep.tile_operands = f.tile_operands.data();
-    return;
-  }
-  if (f.bias.defined()) {
-    ep.bias = f.bias.data<float>();
-    ep.bias_kind = Epilogue::Bias::kPerCol;
-  }
-  if (f.residual.defined()) {
-    // The residual may be a reshaped view of the product (a Reshape inside the group): the same
-    // rows of N in the same order.
-    if (f.residual.numel() != Y.numel() || f.residual.rank() == 0 || f.residual.dim(-1) != N)
-      throw KernelDeclined(cat(where, ": fused residual ", f.residual.str(),
-                               " does not match the output ", Y.str()));
-    ep.residual = f.residual.data<float>();
-    ep.ldr = N;
-    ep.residual_scale = 1.0f;
-  }
-  ep.act = f.act;
-  ep.lo = f.lo;
-  ep.hi = f.hi;
-}
-
 std::vector<Tensor> matmul(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor &A = c.input(0), &B = c.input(1);
@@ -273,6 +227,52 @@ std::vector<Tensor> gemm(const KernelContext& c) {
 }
 
 }  // namespace
+
+// A fused group's epilogue on an M x N product Y: bias per column, residual with Y's shape (its
+// rows contiguous, N apart), then the activation. Gemm's own C already set bias or residual; the
+// fusion rules never add a second one.
+// How a tile-epilogue operand is read from the product's rows of N (EpilogueOperand): a scalar,
+// a row of N, a value per row, or a tensor of the product's shape.
+EpilogueOperand operand_of(const Tensor& t, const Tensor& Y, int64_t N, const std::string& where) {
+  const float* p = t.data<float>();
+  const int64_t rows = N ? Y.numel() / N : 0;
+  if (t.numel() == 1) return {p, 0, 0};
+  if (t.rank() >= 1 && t.dim(-1) == N && t.numel() == N) return {p, 0, 1};
+  if (t.shape() == Y.shape()) return {p, N, 1};
+  if (t.rank() == Y.rank() && t.dim(-1) == 1 && t.numel() == rows &&
+      std::equal(t.shape().begin(), t.shape().end() - 1, Y.shape().begin()))
+    return {p, 1, 0};
+  throw KernelDeclined(cat(where, ": epilogue operand ", t.str(), " is not a scalar, a row, a ",
+                           "column or the shape of ", Y.str()));
+}
+
+void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::string& where,
+                 Epilogue& ep) {
+  if (f.tile) {
+    f.tile_operands.clear();
+    for (const Tensor& t : f.tile_inputs) f.tile_operands.push_back(operand_of(t, Y, N, where));
+    ep.tile = f.tile;
+    ep.tile_operands = f.tile_operands.data();
+    return;
+  }
+  if (f.bias.defined()) {
+    ep.bias = f.bias.data<float>();
+    ep.bias_kind = Epilogue::Bias::kPerCol;
+  }
+  if (f.residual.defined()) {
+    // The residual may be a reshaped view of the product (a Reshape inside the group): the same
+    // rows of N in the same order.
+    if (f.residual.numel() != Y.numel() || f.residual.rank() == 0 || f.residual.dim(-1) != N)
+      throw KernelDeclined(cat(where, ": fused residual ", f.residual.str(),
+                               " does not match the output ", Y.str()));
+    ep.residual = f.residual.data<float>();
+    ep.ldr = N;
+    ep.residual_scale = 1.0f;
+  }
+  ep.act = f.act;
+  ep.lo = f.lo;
+  ep.hi = f.hi;
+}
 
 void register_gemm_kernels(KernelRegistry& r) {
   Kernel mm;

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/gemm/igemm_kernel.h"
 #include "backend/cpu/scratch.h"
 #include "pto/device_info.h"
@@ -222,6 +223,9 @@ void run_task(const Shared& s, const Task& t) {
         PTO_ISA_DISPATCH(igemm_macro, blk);
       }
       convert(g, acc, kNC, ic, m, jc, n);
+      if (g.out == IgemmArgs::Out::kF32 && g.epilogue)
+        apply_epilogue(*g.epilogue, static_cast<float*>(g.c) + ic * g.ldc + jc, g.ldc, ic, m, jc,
+                       n);
     }
   }
 }

@@ -25,6 +25,8 @@
 
 namespace pto::cpu {
 
+struct Epilogue;  // gemm.h
+
 // B (K x N, row-major with row stride ldb, or N x K with trans) packed for igemm.
 class PackedI8B {
  public:
@@ -74,6 +76,7 @@ struct IgemmArgs {
   const float* scale_b = nullptr;
   bool scale_b_per_col = false;
   const float* bias = nullptr;
+  const Epilogue* epilogue = nullptr;  // then applied to each finished block of C (gemm.h)
   // kQuantized: c = saturate(round_half_even(double(acc) * mult[n] + y_zp)) (QLinearMatMul's
   // requantization; mult per column when mult_per_col).
   const double* mult = nullptr;
