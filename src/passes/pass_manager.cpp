@@ -35,6 +35,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_auto_mixed_precision(*r);
     passes::register_promote_bf16(*r);
     passes::register_fuse_dynamic_quantization(*r);
+    passes::register_lower_qdq_to_integer(*r);
     return r;
   }();
   return *registry;
@@ -64,6 +65,9 @@ std::vector<std::string> pipeline(int level) {
       "EliminateCommonSubexpressions",
       "EliminateDeadCode",
   };
+  // Level 2: QDQ-quantized products on the integer kernels (rounding moves by float ulps),
+  // first, before FoldConstants turns the dequantized weights into float ones.
+  if (level >= 2) order.insert(order.begin(), "LowerQdqToInteger");
   // Level 3: layouts (blocked channels where the CPU's blocked kernels pay), on the cleaned graph.
   if (level >= 3) {
     order.push_back("AssignLayouts");

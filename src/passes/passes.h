@@ -24,5 +24,6 @@ void register_fuse_blocked_convs(PassRegistry& r);
 void register_auto_mixed_precision(PassRegistry& r);
 void register_promote_bf16(PassRegistry& r);
 void register_fuse_dynamic_quantization(PassRegistry& r);
+void register_lower_qdq_to_integer(PassRegistry& r);
 
 }  // namespace pto::passes

@@ -928,5 +928,86 @@ TEST(PassFuseDynamicQuantization, LeavesOtherProducts) {
 )");
 }
 
+// ---------------------------------------------------------------- LowerQdqToInteger
+
+// onnxruntime's QDQ form: a Conv (per-channel weight scales, a dequantized int32 bias) and a
+// transposed Gemm over dequantized 8-bit tensors. Scales are powers of two, so the float and the
+// integer forms give the same bits and the test can ask for them.
+TEST(PassLowerQdqToInteger, RunsQdqProductsOnIntegerOps) {
+  auto fired = expect_pass("LowerQdqToInteger", R"(graph t (opset 17)
+  input %xq: u8[1, 2, 3, 3]
+  input %aq: u8[2, 3]
+  const %xs: f32[] = [0.5]
+  const %xz: u8[] = [1]
+  const %w: i8[2, 2, 1, 1] = [1, -2, 3, 4]
+  const %ws: f32[2] = [0.25, 0.125]
+  const %bq: i32[2] = [4, -8]
+  const %bs: f32[] = [0.0625]
+  const %v: i8[4, 3] = [1, 2, 3, -1, -2, -3, 4, 5, 6, 0, 1, 0]
+  const %vs: f32[] = [0.25]
+  const %c: f32[4] = [1, 2, 3, 4]
+  %x: f32[1, 2, 3, 3] = DequantizeLinear(%xq, %xs, %xz)
+  %wf: f32[2, 2, 1, 1] = DequantizeLinear(%w, %ws) {axis=0}
+  %b: f32[2] = DequantizeLinear(%bq, %bs)
+  %y: f32[1, 2, 3, 3] = Conv(%x, %wf, %b)
+  %a: f32[2, 3] = DequantizeLinear(%aq, %xs, %xz)
+  %vf: f32[4, 3] = DequantizeLinear(%v, %vs)
+  %z: f32[2, 4] = Gemm(%a, %vf, %c) {transB=1}
+  return %y, %z
+)",
+                           R"(graph t (opset 17)
+  input %xq: u8[1, 2, 3, 3]
+  input %aq: u8[2, 3]
+  const %xs: f32[] = [0.5]
+  const %xz: u8[] = [1]
+  const %w: i8[2, 2, 1, 1] = [1, -2, 3, 4]
+  const %ws: f32[2] = [0.25, 0.125]
+  const %bq: i32[2] = [4, -8]
+  const %bs: f32[] = [0.0625]
+  const %v: i8[4, 3] = [1, 2, 3, -1, -2, -3, 4, 5, 6, 0, 1, 0]
+  const %vs: f32[] = [0.25]
+  const %c: f32[4] = [1, 2, 3, 4]
+  const %cs: f32[2, 1, 1] = [0.125, 0.0625]
+  const %shape: i64[3] = [2, 1, 1]
+  const %vt: i8[3, 4] = [1, -1, 4, 0, 2, -2, 5, 1, 3, -3, 6, 0]
+  const %gs: f32[] = [0.125]
+  %x: f32[1, 2, 3, 3] = DequantizeLinear(%xq, %xs, %xz)
+  %wf: f32[2, 2, 1, 1] = DequantizeLinear(%w, %ws) {axis=0}
+  %b: f32[2] = DequantizeLinear(%bq, %bs)
+  %acc: i32[1, 2, 3, 3] = ConvInteger(%xq, %w, %xz)
+  %f: f32[1, 2, 3, 3] = Cast(%acc) {to=1}
+  %b4: f32[2, 1, 1] = Reshape(%b, %shape)
+  %s: f32[1, 2, 3, 3] = Mul(%f, %cs)
+  %y: f32[1, 2, 3, 3] = Add(%s, %b4)
+  %a: f32[2, 3] = DequantizeLinear(%aq, %xs, %xz)
+  %vf: f32[4, 3] = DequantizeLinear(%v, %vs)
+  %acc2: i32[2, 4] = MatMulInteger(%aq, %vt, %xz)
+  %f2: f32[2, 4] = Cast(%acc2) {to=1}
+  %s2: f32[2, 4] = Mul(%f2, %gs)
+  %z: f32[2, 4] = Add(%s2, %c)
+  return %y, %z
+)");
+  EXPECT_EQ(fired["LowerQdqToInteger/Conv"], 1);
+  EXPECT_EQ(fired["LowerQdqToInteger/Gemm"], 1);
+}
+
+// Left alone: an activation scale per channel, a weight that is not constant.
+TEST(PassLowerQdqToInteger, LeavesOtherForms) {
+  expect_unchanged("LowerQdqToInteger", R"(graph t (opset 17)
+  input %aq: u8[2, 3]
+  input %vq: i8[3, 4]
+  const %as: f32[3] = [0.5, 0.25, 0.5]
+  const %vs: f32[] = [0.25]
+  const %w: i8[3, 4] = [1, 2, 3, -1, -2, -3, 4, 5, 6, 0, 1, 0]
+  %a: f32[2, 3] = DequantizeLinear(%aq, %as) {axis=1}
+  %wf: f32[3, 4] = DequantizeLinear(%w, %vs)
+  %y: f32[2, 4] = MatMul(%a, %wf)
+  %a2: f32[2, 3] = DequantizeLinear(%aq, %vs)
+  %vf: f32[3, 4] = DequantizeLinear(%vq, %vs)
+  %z: f32[2, 4] = MatMul(%a2, %vf)
+  return %y, %z
+)");
+}
+
 }  // namespace
 }  // namespace pto

@@ -245,3 +245,40 @@ def test_gpt2_conv1d_layers_are_quantized():
     got = fast(ids).last_hidden_state
     torch.testing.assert_close(got, eager, rtol=1e-4, atol=1e-4 * float(eager.abs().max()))
     assert float((got - want).abs().max()) < 0.03 * float(want.abs().max())
+
+
+def test_onnx_runtime_static_qdq_model_runs_on_integer_ops(tmp_path):
+    """A conv net quantized by onnxruntime.quantization.quantize_static in its default QDQ form
+    (per-tensor and per-channel weights): each Conv and the Gemm run as ConvInteger /
+    MatMulInteger (pass LowerQdqToInteger) and the outputs agree with ONNX Runtime's on the same
+    file to float rounding."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    torch.manual_seed(0)
+    model = ConvNet().eval()
+    x = torch.randn(1, 3, 16, 16)
+    fp32 = tmp_path / "net.onnx"
+    torch.onnx.export(model, (x,), str(fp32), input_names=["x"], dynamo=False, opset_version=17)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"x": torch.randn(1, 3, 16, 16).numpy()} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    for per_channel in (False, True):
+        q = tmp_path / f"net_qdq_{per_channel}.onnx"
+        quantize_static(str(fp32), str(q), Reader(), quant_format=QuantFormat.QDQ,
+                        per_channel=per_channel, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8)
+        m = pypto.onnx.load(q)
+        ops = [op for op, _ in m._compiled.node_backends]
+        assert ops.count("ConvInteger") == 3 and ops.count("MatMulInteger") == 1, ops
+        assert "Conv" not in ops and "Gemm" not in ops
+        got = m(x.numpy())
+        want = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x.numpy()})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

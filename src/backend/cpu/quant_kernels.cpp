@@ -227,7 +227,7 @@ bool axis_params(const KernelContext& c, const Tensor& x, AxisParams* p) {
   p->zp.assign(static_cast<size_t>(n), 0.0f);
   if (c.has_input(2)) {
     const Tensor& Z = c.input(2);
-    if (Z.shape() != S.shape()) return false;
+    if (Z.shape() != S.shape() && !(Z.numel() == 1 && n == 1)) return false;
     for (int64_t i = 0; i < n; ++i) p->zp[i] = static_cast<float>(byte_value(Z, i));
   }
   p->outer = x.numel();

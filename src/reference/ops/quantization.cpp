@@ -9,6 +9,8 @@ namespace {
 
 // For each element of a tensor of shape `x`, the index into a scale / zero-point tensor `s` that
 // is a scalar, a 1-D per-axis vector, or a blocked tensor (block_size > 0).
+// (A scale of [1] with a zero point of [], or the reverse, as onnxruntime's quantizer writes for a
+// bias, is one value too.)
 std::vector<int64_t> param_index(const Dims& x, const Dims& s, int64_t axis, int64_t block,
                                  const std::string& where) {
   const int64_t n = checked_numel(x);
@@ -74,7 +76,7 @@ std::vector<Tensor> quantize_linear(const KernelContext& c) {
   std::vector<double> zp(s.size(), 0.0);
   if (c.has_input(2)) {
     const Tensor& Z = c.input(2);
-    if (Z.shape() != S.shape())
+    if (Z.shape() != S.shape() && !(Z.numel() == 1 && S.numel() == 1))  // [] and [1]: one value
       throw ValueError(cat(w, ": zero point ", Z.str(), " must match the scale ", S.str()));
     zp = to_doubles(Z, w);
   }
@@ -121,7 +123,7 @@ std::vector<Tensor> dequantize_linear(const KernelContext& c) {
   if (c.has_input(2)) {
     const Tensor& Z = c.input(2);
     if (Z.dtype() != X.dtype()) throw TypeError(cat(w, ": zero point dtype differs from x's"));
-    if (Z.shape() != S.shape())
+    if (Z.shape() != S.shape() && !(Z.numel() == 1 && S.numel() == 1))  // [] and [1]: one value
       throw ValueError(cat(w, ": zero point ", Z.str(), " must match the scale ", S.str()));
     zp = to_doubles(Z, w);
   }
