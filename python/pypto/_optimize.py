@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,7 +13,7 @@ import torch.utils._pytree as pytree
 from . import _C
 from .frontend import torch_capture
 from .amp import amp_dtype
-from .runtime import CompiledGraph
+from .runtime import CompiledGraph, PrecisionReport, output_errors
 
 log = logging.getLogger("pypto")
 
@@ -124,14 +123,7 @@ class OptimizedModule(torch.nn.Module):
         inputs = self._graph_inputs(args, kwargs)
         inputs = [x.float() if x.dtype == torch.bfloat16 else x for x in inputs]
         got, want = reduced.run(inputs), self._f32_compiled.run(inputs)
-        rows = []
-        for name, g, w in zip(reduced.output_names, got, want):
-            if not w.is_floating_point():
-                continue
-            d = (g.double() - w.double()).abs()
-            wa = w.double().abs()
-            rows.append(OutputError(name, float(d.max() / wa.max().clamp_min(1e-30)),
-                                    float(d.mean() / wa.mean().clamp_min(1e-30))))
+        rows = output_errors(reduced.output_names, got, want)
         return PrecisionReport(precision, rows, _C.device_info()["precision"][precision]["how"])
 
     def _amp_variant(self, args, kwargs) -> CompiledGraph:
@@ -200,33 +192,6 @@ class OptimizedModule(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return repr(self._compiled) if self._compiled is not None else "not compiled yet"
-
-
-@dataclass
-class OutputError:
-    output: str
-    max_rel_error: float   # max |reduced - fp32| / max |fp32|
-    mean_rel_error: float  # mean |reduced - fp32| / mean |fp32|
-
-
-@dataclass
-class PrecisionReport:
-    """What reduced precision costs on one set of inputs (OptimizedModule.precision_report)."""
-    precision: str
-    outputs: list[OutputError]
-    how: str = ""  # how this machine computes it: "VDPBF16PS (avx512_bf16)" or the fallback
-
-    @property
-    def max_rel_error(self) -> float:
-        return max((o.max_rel_error for o in self.outputs), default=0.0)
-
-    def __str__(self) -> str:
-        w = max([len(o.output) for o in self.outputs] + [6])
-        lines = [f"{self.precision} against fp32 ({self.how}), relative error per output:",
-                 f"  {'output':<{w}}  {'max':>9}  {'mean':>9}"]
-        lines += [f"  {o.output:<{w}}  {o.max_rel_error:9.2e}  {o.mean_rel_error:9.2e}"
-                  for o in self.outputs]
-        return "\n".join(lines)
 
 
 def _float_model_of(module: torch.nn.Module) -> torch.nn.Module | None:

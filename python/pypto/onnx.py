@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from . import _C
-from .runtime import CompiledGraph
+from . import options as _options
+from .runtime import CompiledGraph, PrecisionReport, output_errors
 
 
 class OnnxModel:
@@ -21,9 +22,13 @@ class OnnxModel:
     returns one array, or a tuple for several outputs, of the kind given (torch or numpy)."""
 
     def __init__(self, graph: _C.Graph, level: int | None = None, path: str | None = None, *,
-                 _consume: bool = False):
+                 precision: str | None = None, _consume: bool = False):
         self.path = path
-        self._compiled = CompiledGraph(graph, level, _consume=_consume)
+        self._level = level
+        self._precision = precision
+        mixed = None if precision is None else _PRECISIONS[precision]
+        self._compiled = CompiledGraph(graph, level, mixed_precision=mixed, _consume=_consume)
+        self._f32: OnnxModel | None = None  # precision_report's baseline
 
     @property
     def input_names(self) -> list[str]:
@@ -62,17 +67,51 @@ class OnnxModel:
         outs = self._compiled.run(inputs, like=like)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def precision_report(self, *args: Any, **kwargs: Any) -> PrecisionReport:
+        """The error of this reduced-precision compile against a float32 compile of the same
+        file, on these inputs (as for calling the model): per output, the max and mean relative
+        error. For a model loaded with precision="bf16" (or under the auto_mixed_precision
+        option)."""
+        bf16 = self._precision == "bf16" or (
+            self._precision is None and _options.get_optimization_options().get(
+                "auto_mixed_precision", False))
+        if not bf16:
+            raise ValueError("precision_report: this model was compiled in float32 (load it with "
+                             "precision='bf16' to see what bf16 costs)")
+        if self.path is None:
+            raise ValueError("precision_report: the model has no file to compile in float32")
+        if not args and not kwargs:
+            raise TypeError("precision_report: pass the inputs to compare on")
+        if self._f32 is None:
+            self._f32 = load(self.path, self._level, precision="f32")
+        got = self(*args, **kwargs)
+        want = self._f32(*args, **kwargs)
+        if len(self.output_names) == 1:
+            got, want = (got,), (want,)
+        how = _C.device_info()["precision"]["bf16"]["how"]
+        return PrecisionReport("bf16", output_errors(self.output_names, got, want), how)
+
     def __repr__(self):
         return f"pypto.onnx.OnnxModel({self.path or ''}: {self._compiled!r})"
 
 
-def load(path: str | os.PathLike, level: int | None = None) -> OnnxModel:
-    """Loads and compiles an ONNX model file."""
+# precision= of load: whether the matrix products are bf16 (the auto_mixed_precision option).
+_PRECISIONS = {"f32": False, "bf16": True}
+
+
+def load(path: str | os.PathLike, level: int | None = None, *,
+         precision: str | None = None) -> OnnxModel:
+    """Loads and compiles an ONNX model file. precision: "f32", or "bf16" for bf16 matrix
+    products with fp32 accumulation (as pto --precision bf16); None: the auto_mixed_precision
+    option's choice."""
     path = os.fspath(path)
+    if precision is not None and precision not in _PRECISIONS:
+        raise ValueError(f"pypto.onnx.load: precision must be one of {sorted(_PRECISIONS)}, got "
+                         f"{precision!r}")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"pypto.onnx.load: no such file: {path}")
     # The graph is ours alone: compiling may free each weight as soon as its kernel packed it.
-    return OnnxModel(_C.onnx_load(path), level, path, _consume=True)
+    return OnnxModel(_C.onnx_load(path), level, path, precision=precision, _consume=True)
 
 
 def export(model: Any, args: Any, path: str | os.PathLike, *,

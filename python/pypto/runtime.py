@@ -9,6 +9,7 @@ the Executable, with messages that name the input.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -159,3 +160,54 @@ class CompiledGraph:
         ins = ", ".join(f"{n}: {dt}{list(s) if s is not None else '[*]'}"
                         for n, (dt, s) in zip(self.input_names, self.input_types))
         return f"CompiledGraph({ins}) -> {len(self.output_names)} output(s), level {self.level}"
+
+
+@dataclass
+class OutputError:
+    output: str
+    max_rel_error: float   # max |reduced - fp32| / max |fp32|
+    mean_rel_error: float  # mean |reduced - fp32| / mean |fp32|
+
+
+@dataclass
+class PrecisionReport:
+    """What reduced precision costs on one set of inputs (OptimizedModule.precision_report)."""
+    precision: str
+    outputs: list[OutputError]
+    how: str = ""  # how this machine computes it: "VDPBF16PS (avx512_bf16)" or the fallback
+
+    @property
+    def max_rel_error(self) -> float:
+        return max((o.max_rel_error for o in self.outputs), default=0.0)
+
+    def __str__(self) -> str:
+        w = max([len(o.output) for o in self.outputs] + [6])
+        lines = [f"{self.precision} against fp32 ({self.how}), relative error per output:",
+                 f"  {'output':<{w}}  {'max':>9}  {'mean':>9}"]
+        lines += [f"  {o.output:<{w}}  {o.max_rel_error:9.2e}  {o.mean_rel_error:9.2e}"
+                  for o in self.outputs]
+        return "\n".join(lines)
+
+
+def output_errors(names: Sequence[str], got: Sequence[Any], want: Sequence[Any]) -> list:
+    """Per floating-point output, the relative error of `got` against `want` (arrays or
+    tensors), as PrecisionReport lists it."""
+    rows = []
+    for name, g, w in zip(names, got, want):
+        g, w = _as_float64(g), _as_float64(w)
+        if g is None or w is None:
+            continue
+        d = np.abs(g - w)
+        wa = np.abs(w)
+        rows.append(OutputError(name, float(d.max(initial=0) / max(wa.max(initial=0), 1e-30)),
+                                float(d.mean() / max(wa.mean(), 1e-30)) if d.size else 0.0))
+    return rows
+
+
+def _as_float64(x):
+    """x as a float64 numpy array, or None when it is not floating point."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.detach().double().numpy() if x.is_floating_point() else None
+    x = np.asarray(x)
+    return x.astype(np.float64) if np.issubdtype(x.dtype, np.floating) else None

@@ -242,6 +242,35 @@ def mlp_onnx(path):
     return path
 
 
+def test_onnx_load_precision_and_its_report(tmp_path):
+    """pypto.onnx.load(precision="bf16") computes the products on bf16-rounded operands (checked
+    against numpy on operands rounded by torch), and precision_report compares it with the
+    float32 compile of the same file."""
+    path = mlp_onnx(tmp_path / "mlp.onnx")
+    import onnx
+    from onnx import numpy_helper
+
+    w = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+    x = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
+
+    def r(a):
+        return bf16(torch.from_numpy(np.ascontiguousarray(a))).numpy()
+
+    h = np.maximum(r(x) @ r(w["w1"]).T, 0)
+    want = r(h) @ r(w["w2"])
+    m = pypto.onnx.load(path, precision="bf16")
+    np.testing.assert_allclose(m(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    report = m.precision_report(x)
+    assert report.precision == "bf16" and 0 < report.max_rel_error < 2e-2
+    exact = np.maximum(x.astype(np.float64) @ w["w1"].T, 0) @ w["w2"]
+    want_err = np.abs(m(x) - exact).max() / np.abs(exact).max()
+    assert report.max_rel_error == pytest.approx(want_err, rel=0.05)
+    with pytest.raises(ValueError, match="compiled in float32"):
+        pypto.onnx.load(path, precision="f32").precision_report(x)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        pypto.onnx.load(path, precision="int4")
+
+
 def test_cli_precision_bf16(tmp_path):
     import re
 
