@@ -14,14 +14,18 @@ Measures, on each thread count, in one process per configuration, engines interl
   - inductor: torch.compile (Inductor, freezing) fp32, as bench/run.py runs it;
   - pypto: pypto.optimize(model, level=2), fp32;
   - pypto-bf16: pypto.optimize(model, level=2, dtype=torch.bfloat16);
-  - eager-int8: torch.ao.quantization.quantize_dynamic(model, {Linear}, torch.qint8) (eager);
+  - eager-int8: torch.ao.quantization.quantize_dynamic(model, {Linear}, torch.qint8) (eager;
+    transformers only: it leaves convolutions in fp32);
   - ort-int8: ONNX Runtime on the export quantized by onnxruntime.quantization.quantize_dynamic
-    (QInt8 weights; cached beside the export);
+    (transformers: QInt8 weights) or quantize_static (conv nets: QDQ form, QUInt8 activations,
+    QInt8 weights per channel, calibrated on CALIBRATION random batches); cached beside the
+    export;
   - pypto-int8: the same quantized ONNX file through pypto.onnx.load (level 2): its integer ops
     (DynamicQuantizeLinear, MatMulInteger, fused into DynamicQuantizeMatMul) on PyPTO's int8
     kernels;
-  - pypto-qdyn: pypto.quantization.quantize_dynamic(model) (int8 weights per channel, activations
-    per row), pypto.optimize(level=2).
+  - pypto-quant: pypto.quantization: quantize_dynamic(model) for transformers (int8 weights per
+    channel, activations per row), calibrate(model, the same random batches) for conv nets;
+    pypto.optimize(level=2).
   Each engine's output is checked against eager fp32 first: within 1e-3 (fp32), 3e-2 (bf16) or
   0.25 (int8: dynamic quantization of random weights) of max |eager|; each error is in the JSON
   and the table.
@@ -44,14 +48,23 @@ import run as base  # noqa: E402  (bench/run.py: children, timing, exports, ceil
 
 REPO = base.REPO
 ENGINES = ["eager", "eager-bf16", "ort", "inductor", "pypto", "pypto-bf16", "eager-int8",
-           "ort-int8", "pypto-int8", "pypto-qdyn"]
+           "ort-int8", "pypto-int8", "pypto-quant"]
 TITLES = {"eager": "eager fp32", "eager-bf16": "eager autocast bf16", "ort": "ORT fp32",
           "inductor": "Inductor fp32", "pypto": "PyPTO fp32", "pypto-bf16": "PyPTO bf16", "eager-int8": "eager int8 (dynamic)",
           "ort-int8": "ORT int8", "pypto-int8": "PyPTO int8 (ORT's file)",
-          "pypto-qdyn": "PyPTO int8 (quantize_dynamic)"}
+          "pypto-quant": "PyPTO int8 (pypto.quantization)"}
 TOLERANCE = {"eager-bf16": 3e-2, "pypto-bf16": 3e-2, "eager-int8": 0.25, "ort-int8": 0.25,
-             "pypto-int8": 0.25, "pypto-qdyn": 0.25}
+             "pypto-int8": 0.25, "pypto-quant": 0.25}
 MODELS = ["bert", "gpt2"]
+CALIBRATION = 4  # random batches for static quantization (ORT's quantize_static, calibrate)
+
+
+def calibration_batches(model: str) -> list:
+    """The random inputs static quantization calibrates on (seeded; not the timed input)."""
+    import torch
+
+    g = torch.Generator().manual_seed(7)
+    return [torch.randn(1, 3, base.IMAGE, base.IMAGE, generator=g) for _ in range(CALIBRATION)]
 GEMM_SHAPES = "128x768x768,128x768x3072,128x3072x768,1024"
 
 
@@ -81,6 +94,9 @@ def child(args) -> dict:
             run, got = base.setup_inductor(args, model, x, result)
         elif args.engine in ("ort", "ort-int8"):
             run, got = base.setup_ort(args, model, x, result)
+        elif args.engine == "eager-int8" and base.MODELS[args.model][1] == "image":
+            result.update(status="n/a", error="torch.ao quantize_dynamic leaves convolutions fp32")
+            return result
         elif args.engine == "eager-int8":
             q = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, torch.qint8)
             run = lambda: q(*x)  # noqa: E731
@@ -105,14 +121,16 @@ def child(args) -> dict:
             pypto.set_num_threads(args.threads)
             dtype = torch.bfloat16 if args.engine == "pypto-bf16" else None
             t0 = time.perf_counter()
-            if args.engine == "pypto-qdyn":
+            if args.engine == "pypto-quant" and base.MODELS[args.model][1] == "image":
+                model = pypto.quantization.calibrate(model, calibration_batches(args.model))
+            elif args.engine == "pypto-quant":
                 model = pypto.quantization.quantize_dynamic(model, {torch.nn.Linear}, torch.qint8)
             fast = pypto.optimize(model, example_inputs=x, level=2, dtype=dtype)
             result["compile_s"] = time.perf_counter() - t0
             run = lambda: fast(*x)  # noqa: E731
             with torch.inference_mode():
                 got = torch_models.first_tensor(fast(*x)).float()
-            if dtype is not None or args.engine == "pypto-qdyn":
+            if dtype is not None or args.engine == "pypto-quant":
                 result["precision_report_max_rel"] = fast.precision_report().max_rel_error
         if got is not None:
             err = torch_models.relative_error(got, want)
@@ -132,20 +150,39 @@ def child(args) -> dict:
     return result
 
 
-def quantize(export: dict) -> str | None:
-    """The export quantized by onnxruntime.quantization.quantize_dynamic (QInt8 weights),
-    cached beside it; None when that fails."""
+def quantize(export: dict, model: str) -> str | None:
+    """The export quantized by onnxruntime.quantization (quantize_dynamic with QInt8 weights for
+    transformers, quantize_static in QDQ form for conv nets), cached beside it; None when that
+    fails."""
     if not base.ok(export):
         return None
     src = Path(export["path"])
-    dst = src.with_name("model.int8.onnx")
+    image = base.MODELS[model][1] == "image"
+    dst = src.with_name("model.int8s.onnx" if image else "model.int8.onnx")
     if not dst.is_file():
         try:
-            from onnxruntime.quantization import QuantType, quantize_dynamic
+            from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                                  quantize_dynamic, quantize_static)
 
-            quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+            if image:
+                class Reader(CalibrationDataReader):
+                    def __init__(self, name):
+                        self.batches = iter([{name: b.numpy()}
+                                             for b in calibration_batches(model)])
+
+                    def get_next(self):
+                        return next(self.batches, None)
+
+                import onnx
+
+                name = onnx.load(str(src), load_external_data=False).graph.input[0].name
+                quantize_static(str(src), str(dst), Reader(name), quant_format=QuantFormat.QDQ,
+                                per_channel=True, activation_type=QuantType.QUInt8,
+                                weight_type=QuantType.QInt8)
+            else:
+                quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
         except Exception as e:  # noqa: BLE001 - the int8 engines are then failed, not the run
-            print(f"quantize_dynamic failed: {e}", file=sys.stderr)
+            print(f"quantization failed: {e}", file=sys.stderr)
             return None
     return str(dst)
 
@@ -194,9 +231,9 @@ def gemm_table(pbs: dict) -> list[str]:
 def model_table(results: list[dict]) -> list[str]:
     head = ["model", "threads", *(TITLES[e] for e in ENGINES), "PyPTO bf16 vs fp32",
             "vs eager bf16", "vs ORT fp32", "vs Inductor fp32", "PyPTO int8 vs ORT int8",
-            "vs eager int8", "PyPTO quantize_dynamic vs ORT int8", "vs eager int8",
+            "vs eager int8", "PyPTO quantization vs ORT int8", "vs eager int8",
             "bf16 rel. error (PyPTO / eager)",
-            "int8 rel. error (PyPTO ORT file / quantize_dynamic / ORT / eager)"]
+            "int8 rel. error (PyPTO ORT file / pypto.quantization / ORT / eager)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         res = r["results"]
@@ -224,10 +261,10 @@ def model_table(results: list[dict]) -> list[str]:
                                        ratio("inductor", "pypto-bf16"),
                                        ratio("ort-int8", "pypto-int8"),
                                        ratio("eager-int8", "pypto-int8"),
-                                       ratio("ort-int8", "pypto-qdyn"),
-                                       ratio("eager-int8", "pypto-qdyn"),
+                                       ratio("ort-int8", "pypto-quant"),
+                                       ratio("eager-int8", "pypto-quant"),
                                        errs(("pypto-bf16", "eager-bf16")),
-                                       errs(("pypto-int8", "pypto-qdyn", "ort-int8",
+                                       errs(("pypto-int8", "pypto-quant", "ort-int8",
                                              "eager-int8"))]) + " |")
     return rows
 
@@ -253,7 +290,7 @@ def driver(args) -> int:
     for m in models:
         for t in threads:
             export = base.ensure_export(args, m, 1, t)
-            quantized = quantize(export)
+            quantized = quantize(export, m)
             res = {}
             for e in engines:
                 extra = ["--child", "--model", m, "--engine", e]
