@@ -95,13 +95,17 @@ def test_qoperator_conv_net_matches_onnx_runtime(tmp_path, per_channel, activati
 
 
 def test_qdq_conv_net_matches_onnx_runtime(tmp_path):
-    """QDQ format (DequantizeLinear -> Conv -> QuantizeLinear) runs and agrees with ONNX Runtime,
-    which fuses the pattern into its integer conv, to a step of the output's grid."""
+    """QDQ format (DequantizeLinear -> Conv -> QuantizeLinear), which pass LowerQdqToInteger runs
+    as ConvInteger (on the int8 kernel) and float scales: agrees with ONNX Runtime, which fuses the
+    pattern into its integer conv, to a step of the output's grid (measured: all equal)."""
     import onnxruntime as ort
     from onnxruntime.quantization import QuantFormat
 
     q = _quantize(tmp_path, QuantFormat.QDQ, True)
     m = pypto.onnx.load(q)
+    backends = m._compiled.node_backends
+    assert [op for op, _ in backends].count("ConvInteger") == 4, backends
+    assert all(b == "cpu" for _, b in backends), [op for op, b in backends if b != "cpu"]
     sess = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"])
     step = _output_step(q)
     for x in _inputs(3, 9):
