@@ -118,39 +118,53 @@ std::vector<Tensor> reference_with_w(const KernelContext& c) {
   return run_reference(inner);
 }
 
-// x [n, c, hw] bytes -> [n, hw, c], in parallel over blocks of pixels.
-void to_nhwc(const uint8_t* x, uint8_t* y, int64_t n, int64_t c, int64_t hw) {
-  constexpr int64_t kB = 64;
-  const int64_t blocks = (hw + kB - 1) / kB;
-  parallel_for(0, n * blocks, std::max<int64_t>(1, 4096 / std::max<int64_t>(c, 1)),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t t = b; t < e; ++t) {
-                   const int64_t img = t / blocks, p0 = t % blocks * kB;
-                   const int64_t p1 = std::min(hw, p0 + kB);
-                   const uint8_t* src = x + img * c * hw;
-                   uint8_t* dst = y + img * hw * c;
-                   for (int64_t ch = 0; ch < c; ++ch)
-                     for (int64_t p = p0; p < p1; ++p) dst[p * c + ch] = src[ch * hw + p];
-                 }
-               });
+// Transposes the 8 x 8 bytes held in w (word k = row k, byte q = column q, little-endian): word q
+// becomes column q. Three rounds of swapping half-blocks between words 4, 2 and 1 apart.
+inline void transpose8x8(uint64_t w[8]) {
+  auto swap = [&](int a, int b, int shift, uint64_t mask) {
+    const uint64_t t = ((w[a] >> shift) ^ w[b]) & mask;
+    w[b] ^= t;
+    w[a] ^= t << shift;
+  };
+  for (int k = 0; k < 4; ++k) swap(k, k + 4, 32, 0x00000000FFFFFFFFull);
+  for (int k : {0, 1, 4, 5}) swap(k, k + 2, 16, 0x0000FFFF0000FFFFull);
+  for (int k : {0, 2, 4, 6}) swap(k, k + 1, 8, 0x00FF00FF00FF00FFull);
 }
 
-// y [n, p, m] (elements of `size` bytes) -> [n, m, p], in parallel.
-void to_nchw(const uint8_t* y, uint8_t* out, int64_t n, int64_t p, int64_t m, size_t size) {
+// Rows [r0, r1) x columns [q0, q1) of x [rows, cols] into y [cols, rows]: 8 x 8 byte tiles through
+// 64-bit words for bytes, element by element otherwise and at the edges.
+template <class T>
+void transpose_block(const T* x, T* y, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                     int64_t q0, int64_t q1) {
+  int64_t re = r0, qe = q0;
+  if constexpr (sizeof(T) == 1) {
+    re = r0 + (r1 - r0) / 8 * 8;
+    qe = q0 + (q1 - q0) / 8 * 8;
+    uint64_t w[8];
+    for (int64_t r = r0; r < re; r += 8)
+      for (int64_t q = q0; q < qe; q += 8) {
+        for (int k = 0; k < 8; ++k) std::memcpy(&w[k], x + (r + k) * cols + q, 8);
+        transpose8x8(w);
+        for (int k = 0; k < 8; ++k) std::memcpy(y + (q + k) * rows + r, &w[k], 8);
+      }
+  }
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t q = (r < re ? qe : q0); q < q1; ++q) y[q * rows + r] = x[r * cols + q];
+}
+
+// x [n, rows, cols] -> y [n, cols, rows] (elements of type T), in parallel over 64 x 64 blocks:
+// the input to NHWC, the output back to NCHW.
+template <class T>
+void transpose_planes(const T* x, T* y, int64_t n, int64_t rows, int64_t cols) {
   constexpr int64_t kB = 64;
-  const int64_t blocks = (p + kB - 1) / kB;
-  parallel_for(0, n * blocks, std::max<int64_t>(1, 4096 / std::max<int64_t>(m, 1)),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t t = b; t < e; ++t) {
-                   const int64_t img = t / blocks, p0 = t % blocks * kB;
-                   const int64_t p1 = std::min(p, p0 + kB);
-                   const uint8_t* src = y + img * p * m * size;
-                   uint8_t* dst = out + img * m * p * size;
-                   for (int64_t ch = 0; ch < m; ++ch)
-                     for (int64_t q = p0; q < p1; ++q)
-                       std::memcpy(dst + (ch * p + q) * size, src + (q * m + ch) * size, size);
-                 }
-               });
+  const int64_t rb = (rows + kB - 1) / kB, cb = (cols + kB - 1) / kB;
+  parallel_for(0, n * rb * cb, 4, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t img = t / (rb * cb), r0 = t / cb % rb * kB, q0 = t % cb * kB;
+      transpose_block(x + img * rows * cols, y + img * rows * cols, rows, cols, r0,
+                      std::min(rows, r0 + kB), q0, std::min(cols, q0 + kB));
+    }
+  });
 }
 
 // Rows [N*Ho*Wo, taps*Cg] of group g's im2col from the NHWC copy xh, padding = x_zp.
@@ -297,7 +311,7 @@ std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
                                                     W.shape(), g.group, W.dtype() == DType::kI8));
   const int64_t rows = g.n * g.out_plane(), mg = g.mg();
   auto* xh = scratch_as<uint8_t>(static_cast<size_t>(g.n * g.in_plane() * g.c), 0);
-  to_nhwc(x, xh, g.n, g.c, g.in_plane());
+  transpose_planes(x, xh, g.n, g.c, g.in_plane());
   const bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 &&
                       g.oh == g.ih && g.ow == g.iw;
   uint8_t* col = direct ? nullptr : scratch_as<uint8_t>(static_cast<size_t>(rows * k), 1);
@@ -324,7 +338,11 @@ std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
     ga.c = yh + static_cast<size_t>(j0) * out_size;
     igemm(ga, groups[static_cast<size_t>(grp)]);
   }
-  to_nchw(yh, static_cast<uint8_t*>(Y.raw_data()), g.n, g.out_plane(), g.m, out_size);
+  if (out_size == 4)
+    transpose_planes(reinterpret_cast<const int32_t*>(yh), Y.data<int32_t>(), g.n, g.out_plane(),
+                     g.m);
+  else
+    transpose_planes(yh, static_cast<uint8_t*>(Y.raw_data()), g.n, g.out_plane(), g.m);
   return {Y};
 }
 

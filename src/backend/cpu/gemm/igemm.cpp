@@ -168,20 +168,15 @@ void convert(const IgemmArgs& g, const int32_t* acc, int64_t lda, int64_t i0, in
     }
     return;
   }
-  const double lo = g.c_signed ? -128.0 : 0.0, hi = g.c_signed ? 127.0 : 255.0;
-  for (int64_t i = 0; i < m; ++i) {
-    const int32_t* x = acc + i * lda;
-    const int64_t row = (i0 + i) * g.ldc + j0;
-    for (int64_t j = 0; j < n; ++j) {
-      double v = static_cast<double>(sum(x, j)) * g.mult[g.mult_per_col ? j0 + j : 0] + g.y_zp;
-      v = std::clamp(std::nearbyint(v), lo, hi);
-      if (std::isnan(v)) v = 0;
-      if (g.c_signed)
-        static_cast<int8_t*>(g.c)[row + j] = static_cast<int8_t>(v);
-      else
-        static_cast<uint8_t*>(g.c)[row + j] = static_cast<uint8_t>(v);
-    }
-  }
+  IgemmRequant r;
+  r.bias = g.bias_s32 ? g.bias_s32 + j0 : nullptr;
+  r.mult = g.mult + (g.mult_per_col ? j0 : 0);
+  r.mult_per_col = g.mult_per_col;
+  r.y_zp = g.y_zp;
+  r.c_signed = g.c_signed;
+  for (int64_t i = 0; i < m; ++i)
+    PTO_ISA_DISPATCH(igemm_requantize, r, acc + i * lda, n,
+                     static_cast<uint8_t*>(g.c) + (i0 + i) * g.ldc + j0);
 }
 
 constexpr int64_t kNC = 256;  // columns of C per block (int32, stays in L2 across K slices)
