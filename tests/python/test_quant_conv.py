@@ -56,6 +56,15 @@ def _quantize(tmp_path, quant_format, per_channel: bool, activations: str = "QIn
     return q
 
 
+def _load_on_cpu(path, op: str):
+    """The model, loaded; checks that it has 4 `op` nodes and every node runs on a CPU kernel."""
+    m = pypto.onnx.load(path)
+    backends = m._compiled.node_backends
+    assert [o for o, _ in backends].count(op) == 4, backends
+    assert all(b == "cpu" for _, b in backends), [o for o, b in backends if b != "cpu"]
+    return m
+
+
 def _output_step(path) -> float:
     """The scale of the DequantizeLinear that gives the output: one step of its quantized grid."""
     import onnx
@@ -79,10 +88,7 @@ def test_qoperator_conv_net_matches_onnx_runtime(tmp_path, per_channel, activati
     from onnxruntime.quantization import QuantFormat
 
     q = _quantize(tmp_path, QuantFormat.QOperator, per_channel, activations)
-    m = pypto.onnx.load(q)
-    backends = m._compiled.node_backends
-    assert [op for op, _ in backends].count("QLinearConv") == 4, backends
-    assert all(b == "cpu" for _, b in backends), [op for op, b in backends if b != "cpu"]
+    m = _load_on_cpu(q, "QLinearConv")
     sess = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"])
     step = _output_step(q)
     for x in _inputs(3, 7):
@@ -102,10 +108,7 @@ def test_qdq_conv_net_matches_onnx_runtime(tmp_path):
     from onnxruntime.quantization import QuantFormat
 
     q = _quantize(tmp_path, QuantFormat.QDQ, True)
-    m = pypto.onnx.load(q)
-    backends = m._compiled.node_backends
-    assert [op for op, _ in backends].count("ConvInteger") == 4, backends
-    assert all(b == "cpu" for _, b in backends), [op for op, b in backends if b != "cpu"]
+    m = _load_on_cpu(q, "ConvInteger")
     sess = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"])
     step = _output_step(q)
     for x in _inputs(3, 9):

@@ -304,21 +304,17 @@ void requantize_vec(const IgemmRequant& r, const int32_t* acc, int64_t n, T* y) 
 
 template <class T>
 void requantize_typed(const IgemmRequant& r, const int32_t* acc, int64_t n, T* y) {
+  auto run = [&]<bool kPerCol, bool kBias>() {
 #if defined(PTO_ISA_AVX512)
-  if (r.mult_per_col)
-    r.bias ? requantize_vec<T, true, true>(r, acc, n, y)
-           : requantize_vec<T, true, false>(r, acc, n, y);
-  else
-    r.bias ? requantize_vec<T, false, true>(r, acc, n, y)
-           : requantize_vec<T, false, false>(r, acc, n, y);
-  return;
+    requantize_vec<T, kPerCol, kBias>(r, acc, n, y);
+#else
+    requantize_loop<T, kPerCol, kBias>(r, acc, n, y);
 #endif
+  };
   if (r.mult_per_col)
-    r.bias ? requantize_loop<T, true, true>(r, acc, n, y)
-           : requantize_loop<T, true, false>(r, acc, n, y);
+    r.bias ? run.template operator()<true, true>() : run.template operator()<true, false>();
   else
-    r.bias ? requantize_loop<T, false, true>(r, acc, n, y)
-           : requantize_loop<T, false, false>(r, acc, n, y);
+    r.bias ? run.template operator()<false, true>() : run.template operator()<false, false>();
 }
 
 }  // namespace
