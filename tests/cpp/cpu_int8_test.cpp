@@ -1,8 +1,9 @@
 // The int8 GEMM (src/backend/cpu/gemm/igemm.h) against a plain int64 loop, and the CPU kernels of
-// MatMulInteger, QLinearMatMul, QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear against
-// the reference interpreter, bit for bit: on every ISA this machine runs, with VNNI on and forced
-// off (the widening fallback), on 1 and 2 threads; shapes with tails in M, N and K (K not a
-// multiple of 4, M = 1), all four uint8/int8 pairs, zero points per tensor, per row and per column.
+// MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv, QuantizeLinear, DequantizeLinear and
+// DynamicQuantizeLinear against the reference interpreter, bit for bit: on every ISA this machine
+// runs, with VNNI on and forced off (the widening fallback), on 1 and 2 threads; shapes with tails
+// in M, N and K (K not a multiple of 4, M = 1), all four uint8/int8 pairs, zero points per tensor,
+// per row and per column; convolutions with strides, pads, dilations, groups and depthwise.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -97,10 +98,12 @@ TEST(CpuIgemm, MatchesAnIntegerLoop) {
           // The float and requantized epilogues on the same product.
           std::vector<float> sb(static_cast<size_t>(s.n + 1)), bias(sb.size());
           std::vector<double> mult(sb.size());
+          std::vector<int32_t> bias32(sb.size());
           for (size_t j = 0; j < sb.size(); ++j) {
             sb[j] = 0.01f * static_cast<float>(j % 7 + 1);
             bias[j] = 0.5f * static_cast<float>(j % 3);
             mult[j] = 1e-3 * static_cast<double>(j % 5 + 1);
+            bias32[j] = static_cast<int32_t>(j % 11) * 1000 - 5000;
           }
           IgemmArgs gf = g;
           std::vector<float> cf(static_cast<size_t>(s.m * s.n + 1));
@@ -121,6 +124,7 @@ TEST(CpuIgemm, MatchesAnIntegerLoop) {
           gq.mult_per_col = true;
           gq.y_zp = as ? 3 : 100;
           gq.c_signed = as;
+          gq.bias_s32 = bias32.data();  // in the sum before rounding
           igemm(gq, pack_i8_b(s.k, s.n, b.data(), s.n, false, bs));
           int bad = 0;
           for (int64_t i = 0; i < s.m; ++i)
@@ -131,7 +135,7 @@ TEST(CpuIgemm, MatchesAnIntegerLoop) {
                 want += (value(a, i * g.lda + p, as) - zi) * (value(b, p * s.n + j, bs) - zj);
               const auto w32 = static_cast<int32_t>(want);
               const float wf = static_cast<float>(w32) * (0.25f * sb[j]) + bias[j];
-              double wq = std::nearbyint(static_cast<double>(w32) * mult[j] + gq.y_zp);
+              double wq = std::nearbyint(static_cast<double>(want + bias32[j]) * mult[j] + gq.y_zp);
               wq = std::min(std::max(wq, as ? -128.0 : 0.0), as ? 127.0 : 255.0);
               const double gotq = as ? static_cast<int8_t>(cq[i * s.n + j]) : cq[i * s.n + j];
               if ((c[i * g.ldc + j] != w32 || cf[i * s.n + j] != wf || gotq != wq) && bad++ < 3)
@@ -209,10 +213,14 @@ void expect_node_matches(const std::string& op, const std::vector<Tensor>& input
                 std::memcmp(back.raw_data(), t.raw_data(), t.nbytes()) == 0)
         << what << ": initializer " << v << " not given back";
   }
-  // The integer products' constant B is released (held packed only).
-  const size_t b = op == "QLinearMatMul" ? 3 : 1;
-  const bool packs_b =
-      op == "MatMulInteger" || op == "QLinearMatMul" || op == "DynamicQuantizeMatMul";
+  // The integer products' constant B and the integer convs' W are released (held packed only),
+  // except a depthwise conv's (read as it is).
+  const bool qlinear = op == "QLinearMatMul" || op == "QLinearConv";
+  const bool conv = op == "ConvInteger" || op == "QLinearConv";
+  const size_t b = qlinear ? 3 : 1;
+  const bool depthwise = conv && inputs[b].dim(1) == 1 && attrs.get_int("group", 1) > 1;
+  const bool packs_b = op == "MatMulInteger" || op == "QLinearMatMul" ||
+                       op == "DynamicQuantizeMatMul" || (conv && !depthwise);
   if (packs_b && b < constant.size() && constant[b]) {
     EXPECT_EQ(exe.graph().released().size(), 1u) << what;
   }
@@ -333,6 +341,129 @@ TEST(CpuInt8Kernels, DynamicQuantizeMatMulMatchesTheReference) {
             }
       },
       false);
+}
+
+// ---- ConvInteger and QLinearConv ----
+
+struct ConvCase {
+  Dims x, w;
+  Dims strides, pads, dilations;
+  int64_t group = 1;
+  std::string auto_pad;
+};
+
+Attributes conv_attrs(const ConvCase& k) {
+  Attributes at;
+  if (!k.strides.empty()) at.set("strides", k.strides);
+  if (!k.pads.empty()) at.set("pads", k.pads);
+  if (!k.dilations.empty()) at.set("dilations", k.dilations);
+  if (k.group != 1) at.set("group", k.group);
+  if (!k.auto_pad.empty()) at.set("auto_pad", k.auto_pad);
+  return at;
+}
+
+// General (im2col, one run per kernel row or per tap), 1x1 (no im2col), grouped, depthwise (with
+// a channel multiplier), 1-D, auto_pad; odd channel counts, K not a multiple of 4.
+const std::vector<ConvCase> kConvCases = {
+    {{1, 3, 7, 9}, {5, 3, 3, 3}, {}, {1, 1, 1, 1}},
+    {{2, 8, 6, 5}, {6, 8, 1, 1}},
+    {{1, 6, 9, 8}, {6, 3, 3, 2}, {2, 2}, {0, 1, 2, 1}, {2, 1}, 2},
+    {{2, 5, 7, 7}, {5, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {}, 5},
+    {{1, 3, 6, 6}, {6, 1, 3, 3}, {1, 1}, {0, 2, 1, 0}, {}, 3},
+    {{2, 4, 11}, {7, 4, 3}, {2}, {1, 1}},
+    {{1, 4, 8, 7}, {9, 4, 3, 3}, {2, 2}, {}, {}, 1, "SAME_UPPER"},
+    {{1, 16, 7, 7}, {20, 16, 1, 1}, {2, 2}},
+    {{1, 32, 10, 10}, {33, 32, 3, 3}, {}, {1, 0, 1, 2}, {1, 2}},
+    {{1, 12, 5, 6}, {20, 3, 3, 3}, {}, {1, 1, 1, 1}, {}, 4},
+};
+
+std::string conv_what(const std::string& cfg, const std::string& op, const ConvCase& k, int types,
+                      bool per_channel, bool constant_w) {
+  return cfg + ", " + op + " x " + dims_str(k.x) + " w " + dims_str(k.w) + " group " +
+         std::to_string(k.group) + " types " + std::to_string(types) +
+         (per_channel ? " per channel" : "") + (constant_w ? " (constant W)" : "");
+}
+
+TEST(CpuInt8Kernels, ConvIntegerMatchesTheReference) {
+  for_each_config(
+      [&](const std::string& cfg) {
+        uint32_t seed = 900;
+        for (const ConvCase& k : kConvCases)
+          for (int types = 0; types < 4; ++types)
+            for (int zp = 0; zp < 3; ++zp) {  // none, per tensor, w per output channel
+              const bool xs = types & 1, ws = types & 2, constant_w = (seed & 1) != 0;
+              std::vector<Tensor> in = {bytes_tensor(byte_type(xs), k.x, seed++),
+                                        bytes_tensor(byte_type(ws), k.w, seed++)};
+              if (zp) {
+                in.push_back(bytes_tensor(byte_type(xs), {}, seed++));
+                in.push_back(bytes_tensor(byte_type(ws), zp == 2 ? Dims{k.w[0]} : Dims{}, seed++));
+              }
+              expect_node_matches("ConvInteger", in, {false, constant_w, true, true}, conv_attrs(k),
+                                  1, conv_what(cfg, "ConvInteger", k, types, zp == 2, constant_w),
+                                  10);
+            }
+      },
+      false);
+}
+
+TEST(CpuInt8Kernels, QLinearConvMatchesTheReference) {
+  for_each_config([&](const std::string& cfg) {
+    uint32_t seed = 1300;
+    for (const ConvCase& k : kConvCases)
+      for (int types = 0; types < 8; ++types)
+        for (bool per_channel : {false, true}) {
+          const bool xs = types & 1, ws = types & 2, ys = types & 4;
+          const bool constant_w = (seed & 1) != 0, with_bias = (seed & 2) != 0;
+          const Dims pd = per_channel ? Dims{k.w[0]} : Dims{};
+          // Output scales around the accumulators' spread, so that the requantized values
+          // land inside the range, and some ties: the bias moves the sum by whole units.
+          std::vector<Tensor> in = {bytes_tensor(byte_type(xs), k.x, seed++),
+                                    Tensor::scalar<float>(0.05f),
+                                    bytes_tensor(byte_type(xs), {}, seed++),
+                                    bytes_tensor(byte_type(ws), k.w, seed++),
+                                    f32_tensor(pd, seed++, 0.002f, 0.02f),
+                                    bytes_tensor(byte_type(ws), pd, seed++),
+                                    Tensor::scalar<float>(0.5f),
+                                    bytes_tensor(byte_type(ys), {}, seed++)};
+          if (with_bias) {
+            Tensor bias = Tensor::empty(DType::kI32, {k.w[0]});
+            std::mt19937 rng(seed++);
+            std::uniform_int_distribution<int32_t> d(-20000, 20000);
+            for (int64_t i = 0; i < k.w[0]; ++i) bias.data<int32_t>()[i] = d(rng);
+            in.push_back(bias);
+          }
+          expect_node_matches("QLinearConv", in,
+                              {false, true, true, constant_w, true, true, true, true, true},
+                              conv_attrs(k), 1,
+                              conv_what(cfg, "QLinearConv", k, types, per_channel, constant_w) +
+                                  (with_bias ? " bias" : ""),
+                              10);
+        }
+  });
+}
+
+// Shape inference of the integer convs gives the output's shape (and the kernels run).
+TEST(CpuInt8Kernels, IntegerConvsInferTheOutputShape) {
+  Graph g;
+  const ValueId x = g.add_input("x", {DType::kU8, to_shape({2, 8, 9, 9})});
+  const ValueId w = g.add_value("w"), y = g.add_value("y");
+  g.set_initializer(w, bytes_tensor(DType::kI8, {4, 8, 3, 3}, 1));
+  Attributes at;
+  at.set("strides", Dims{2, 2});
+  at.set("pads", Dims{1, 1, 1, 1});
+  g.add_node("ConvInteger", {x, w}, {y}, at, "node", 10);
+  g.add_output(y);
+  Executable exe = compile(g, {.level = 0});
+  const TensorType& t = exe.graph().value(exe.graph().outputs()[0]).type;
+  ASSERT_TRUE(t.shape.has_value());
+  EXPECT_EQ(t.shape->size(), 4u);
+  EXPECT_EQ(t.dtype, DType::kI32);
+  const Tensor out = exe.run({bytes_tensor(DType::kU8, {2, 8, 9, 9}, 2)}).at(0);
+  EXPECT_EQ(out.shape(), (Dims{2, 4, 5, 5}));
+  for (size_t i = 0; i < t.shape->size(); ++i) {
+    ASSERT_TRUE((*t.shape)[i].is_known());
+    EXPECT_EQ((*t.shape)[i].value, out.dim(static_cast<int64_t>(i)));
+  }
 }
 
 // Values on the rounding boundaries (x / scale = k + 0.5), beyond the range, and NaN and Inf.

@@ -13,23 +13,18 @@
 #include "backend/cpu/gemm/igemm.h"
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/quant.h"
+#include "backend/cpu/quant_kernels.h"
 #include "pto/error.h"
 #include "pto/parallel.h"
 
 namespace pto::cpu {
-namespace {
 
-bool is_byte(DType d) {
-  return d == DType::kU8 || d == DType::kI8;
-}
-
-// The rank of an input type, or -1 when unknown.
-int64_t rank_of(const TensorType& t) {
-  return t.shape ? static_cast<int64_t>(t.shape->size()) : -1;
-}
-
-int32_t byte_value(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::kI8 ? t.data<int8_t>()[i] : t.data<uint8_t>()[i];
+bool per_column(const Tensor& t, int64_t n, bool* per_col) {
+  *per_col = false;
+  if (t.numel() == 1) return true;
+  if (t.numel() != n || (t.rank() != 1 && !(t.rank() == 2 && t.dim(0) == 1))) return false;
+  *per_col = true;
+  return true;
 }
 
 std::vector<int32_t> byte_values(const Tensor& t) {
@@ -37,6 +32,19 @@ std::vector<int32_t> byte_values(const Tensor& t) {
   for (int64_t i = 0; i < t.numel(); ++i) v[i] = byte_value(t, i);
   return v;
 }
+
+std::vector<double> requant_multipliers(const Tensor& a_scale, const Tensor& b_scale,
+                                        const Tensor& y_scale) {
+  const float sa = a_scale.data<float>()[0], sy = y_scale.data<float>()[0];
+  std::vector<double> mult(static_cast<size_t>(b_scale.numel()));
+  for (size_t j = 0; j < mult.size(); ++j) {
+    const float prod = sa * b_scale.data<float>()[j];
+    mult[j] = static_cast<double>(prod / sy);
+  }
+  return mult;
+}
+
+namespace {
 
 // ---- MatMulInteger and QLinearMatMul ----
 
@@ -65,19 +73,16 @@ PackedI8B packed_b(const KernelContext& c, const Tensor& B) {
   return pack_i8_b(B.dim(0), B.dim(1), B.raw_data(), B.dim(1), false, B.dtype() == DType::kI8);
 }
 
-// The original B rebuilt from its packing: [n/16][k/4][16][4] bytes, uint8 stored as b ^ 0x80.
+// The original B rebuilt from its packing.
 Tensor unpack_b(const std::any& state, size_t input) {
   const auto& p = std::any_cast<const PreparedI8B&>(state);
   PTO_CHECK(input == p.input) << "MatMulInteger/QLinearMatMul: only B is packed";
   const PackedI8B& b = p.packed;
-  const int64_t k = b.k(), n = b.n(), stride = i8_panel_stride(k);
+  const int64_t k = b.k(), n = b.n();
   Tensor t = Tensor::empty(b.is_signed() ? DType::kI8 : DType::kU8, {k, n});
   auto* out = static_cast<uint8_t*>(t.raw_data());
-  const uint8_t flip = b.is_signed() ? 0 : 0x80;
   for (int64_t q = 0; q < k; ++q)
-    for (int64_t j = 0; j < n; ++j)
-      out[q * n + j] = static_cast<uint8_t>(
-          b.data()[(j / 16) * stride + (q / 4) * 64 + (j % 16) * 4 + q % 4] ^ flip);
+    for (int64_t j = 0; j < n; ++j) out[q * n + j] = b.original(q, j);
   return t;
 }
 
@@ -112,15 +117,6 @@ bool product_shape(const Tensor& A, const Tensor& B, Dims* y, int64_t* rows) {
   *rows = 1;
   for (int64_t d : *y) *rows *= d;
   y->push_back(B.dim(1));
-  return true;
-}
-
-// A per-column parameter of B: one value, or N values as [N] or [1, N].
-bool per_column(const Tensor& t, int64_t n, bool* per_col) {
-  *per_col = false;
-  if (t.numel() == 1) return true;
-  if (t.numel() != n || (t.rank() != 1 && !(t.rank() == 2 && t.dim(0) == 1))) return false;
-  *per_col = true;
   return true;
 }
 
@@ -161,10 +157,6 @@ std::vector<Tensor> matmul_integer(const KernelContext& c) {
   return {Y};
 }
 
-// The exact integer sum fits int32 up to this depth (|a - za|, |b - zb| <= 255); QLinearMatMul's
-// reference sums in double, so a deeper product runs there.
-constexpr int64_t kMaxExactK = 32768;
-
 std::vector<Tensor> qlinear_matmul(const KernelContext& c) {
   const Tensor &A = c.input(0), &B = c.input(3);
   const Tensor &as = c.input(1), &az = c.input(2), &bs = c.input(4), &bz = c.input(5);
@@ -182,13 +174,7 @@ std::vector<Tensor> qlinear_matmul(const KernelContext& c) {
   g.a_zp = za.data();
   g.b_zp = zb.data();
   g.b_zp_per_col = zp_per_col;
-  // The reference's multiplier: float(float(a_scale * b_scale) / y_scale), applied in double.
-  const float sa = as.data<float>()[0], sy = ys.data<float>()[0];
-  std::vector<double> mult(static_cast<size_t>(scale_per_col ? N : 1));
-  for (size_t j = 0; j < mult.size(); ++j) {
-    const float prod = sa * bs.data<float>()[j];
-    mult[j] = static_cast<double>(prod / sy);
-  }
+  const std::vector<double> mult = requant_multipliers(as, bs, ys);
   Tensor Y = Tensor::empty(yz.dtype(), yshape);
   if (Y.numel() == 0) return {Y};
   g.m = M;
@@ -500,6 +486,8 @@ void register_quant_kernels(KernelRegistry& r) {
   };
   dyn.run = dynamic_quantize_linear;
   r.add("DynamicQuantizeLinear", std::move(dyn));
+
+  register_quant_conv_kernels(r);
 }
 
 }  // namespace pto::cpu

@@ -24,6 +24,10 @@ const ShapeValue* shape_value(const InferContext& c, size_t i);
 // Sets output `out` to dtype with the given shape (nullopt: unknown rank).
 void set(InferContext& c, size_t out, DType dtype, std::optional<Shape> shape);
 
+// A convolution's output (Conv, ConvInteger, QLinearConv; nn.cpp): `dtype`, shape [N, M, out...]
+// with M from W (input w_input) and the spatial sizes from the window attributes.
+void conv_output(InferContext& c, size_t w_input, DType dtype);
+
 // Registers a single-output kOpaque op (heavy or irregular: GridSample, DFT, ...).
 void add_opaque(OpRegistry& r, const std::string& name, int min_inputs, int max_inputs,
                 AttrSchema attrs, InferFn infer, std::string doc);

@@ -12,11 +12,13 @@ void register_blocked_layout_ops(OpRegistry& r);  // blocked_layout.cpp (the blo
 
 namespace {
 
-// The kernel's spatial sizes: the kernel_shape attribute, else W's trailing dims when all known.
-std::optional<Dims> kernel_of(const InferContext& c, size_t rank, bool from_weight) {
+// The kernel's spatial sizes: the kernel_shape attribute, else the trailing dims of W (input
+// w_input) when all known.
+std::optional<Dims> kernel_of(const InferContext& c, size_t rank, bool from_weight,
+                              size_t w_input = 1) {
   if (c.attrs().has("kernel_shape")) return c.attrs().get_ints("kernel_shape");
-  if (!from_weight || !c.has_input(1) || !c.inputs[1].shape) return std::nullopt;
-  const Shape& w = *c.inputs[1].shape;
+  if (!from_weight || !c.has_input(w_input) || !c.inputs[w_input].shape) return std::nullopt;
+  const Shape& w = *c.inputs[w_input].shape;
   if (w.size() != rank + 2) return std::nullopt;
   Dims k;
   for (size_t i = 2; i < w.size(); ++i) {
@@ -28,7 +30,7 @@ std::optional<Dims> kernel_of(const InferContext& c, size_t rank, bool from_weig
 
 // [N, channels, out...] for a Conv/pool over x, or nullopt when x's rank is unknown.
 std::optional<Shape> forward_shape(const InferContext& c, Dim channels, bool from_weight,
-                                   bool pooling) {
+                                   bool pooling, size_t w_input = 1) {
   const std::optional<Shape>& x = c.input(0).shape;
   if (!x) return std::nullopt;
   if (x->size() < 3)
@@ -36,7 +38,7 @@ std::optional<Shape> forward_shape(const InferContext& c, Dim channels, bool fro
         cat(c.where(), ": input must have rank >= 3 ([N, C, spatial...]), got ", shape_str(*x)));
   const size_t rank = x->size() - 2;
   Shape y = {(*x)[0], channels};
-  std::optional<Dims> kernel = kernel_of(c, rank, from_weight);
+  std::optional<Dims> kernel = kernel_of(c, rank, from_weight, w_input);
   if (kernel && kernel->size() != rank)
     throw ValueError(cat(c.where(), ": kernel_shape ", dims_str(*kernel), " does not match ", rank,
                          " spatial axes"));
@@ -54,10 +56,7 @@ std::optional<Shape> forward_shape(const InferContext& c, Dim channels, bool fro
 
 void infer_conv(InferContext& c) {
   if (!c.has_input(0)) return;
-  Dim m = Dim::unknown();
-  if (c.has_input(1) && c.inputs[1].shape && !c.inputs[1].shape->empty())
-    m = (*c.inputs[1].shape)[0];
-  infer::set(c, 0, c.inputs[0].dtype, forward_shape(c, m, true, false));
+  infer::conv_output(c, 1, c.inputs[0].dtype);
 }
 
 void infer_conv_transpose(InferContext& c) {
@@ -113,6 +112,13 @@ void infer_global_pool(InferContext& c) {
 }
 
 }  // namespace
+
+void infer::conv_output(InferContext& c, size_t w_input, DType dtype) {
+  Dim m = Dim::unknown();
+  if (c.has_input(w_input) && c.inputs[w_input].shape && !c.inputs[w_input].shape->empty())
+    m = (*c.inputs[w_input].shape)[0];
+  infer::set(c, 0, dtype, forward_shape(c, m, true, false, w_input));
+}
 
 void register_nn_ops(OpRegistry& r) {
   r.add({.name = "Conv",

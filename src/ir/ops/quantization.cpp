@@ -38,9 +38,13 @@ void infer_dynamic_quantize_matmul(InferContext& c) {
 }
 
 // Quantized contractions: the output type is the output zero point's, else the input's.
-void infer_qlinear(InferContext& c) {
+DType qlinear_dtype(const InferContext& c) {
+  return c.has_input(7) ? c.inputs[7].dtype : c.inputs[0].dtype;
+}
+
+void infer_qlinear_matmul(InferContext& c) {
   if (!c.has_input(0)) return;
-  infer::set(c, 0, c.has_input(7) ? c.inputs[7].dtype : c.inputs[0].dtype, std::nullopt);
+  infer::set(c, 0, qlinear_dtype(c), std::nullopt);
 }
 
 }  // namespace
@@ -62,19 +66,23 @@ void register_quantization_ops(OpRegistry& r) {
          .max_inputs = 8,
          .properties = kOpaque,
          .attrs = AttrSchema::none(),
-         .infer = infer_qlinear});
+         .infer = infer_qlinear_matmul});
   r.add({.name = "QLinearConv",
          .min_inputs = 8,
          .max_inputs = 9,
          .properties = kOpaque,
          .attrs = window::window_attrs().with({{"group", int64_t{1}}}),
-         .infer = infer_qlinear});
+         .infer = [](InferContext& c) {
+           if (c.has_input(0)) infer::conv_output(c, 3, qlinear_dtype(c));
+         }});
   r.add({.name = "ConvInteger",
          .min_inputs = 2,
          .max_inputs = 4,
          .properties = kOpaque,
          .attrs = window::window_attrs().with({{"group", int64_t{1}}}),
-         .infer = [](InferContext& c) { infer::set(c, 0, DType::kI32, std::nullopt); }});
+         .infer = [](InferContext& c) {
+           if (c.has_input(0)) infer::conv_output(c, 1, DType::kI32);
+         }});
   r.add({.name = "QuantizeLinear",
          .min_inputs = 2,
          .max_inputs = 3,

@@ -109,13 +109,37 @@ struct Shared {
 };
 
 // Converts an m x n int32 block (ld `lda` elements) at output rows i0.., columns j0.. as the
-// epilogue asks.
+// epilogue asks (igemm_epilogue).
 void convert(const IgemmArgs& g, const int32_t* acc, int64_t lda, int64_t i0, int64_t m, int64_t j0,
              int64_t n) {
+  // acc + bias_s32, exact in int64 (and in double: |sum| < 2^33).
+  auto sum = [&](const int32_t* x, int64_t j) {
+    return static_cast<int64_t>(x[j]) + (g.bias_s32 ? g.bias_s32[j0 + j] : 0);
+  };
   if (g.out == IgemmArgs::Out::kS32) {
-    for (int64_t i = 0; i < m; ++i)
-      std::memcpy(static_cast<int32_t*>(g.c) + (i0 + i) * g.ldc + j0, acc + i * lda,
-                  static_cast<size_t>(n) * 4);
+    for (int64_t i = 0; i < m; ++i) {
+      int32_t* y = static_cast<int32_t*>(g.c) + (i0 + i) * g.ldc + j0;
+      const int32_t* x = acc + i * lda;
+      if (!g.bias_s32) {
+        std::memcpy(y, x, static_cast<size_t>(n) * 4);
+        continue;
+      }
+      for (int64_t j = 0; j < n; ++j)
+        y[j] = static_cast<int32_t>(static_cast<uint32_t>(x[j]) +
+                                    static_cast<uint32_t>(g.bias_s32[j0 + j]));
+    }
+    return;
+  }
+  if (g.out == IgemmArgs::Out::kF32 && g.bias_s32) {
+    for (int64_t i = 0; i < m; ++i) {
+      float* y = static_cast<float*>(g.c) + (i0 + i) * g.ldc + j0;
+      const int32_t* x = acc + i * lda;
+      const float sa = g.scale_a_row ? g.scale_a_row[i0 + i] : g.scale_a;
+      for (int64_t j = 0; j < n; ++j) {
+        const float sb = g.scale_b ? g.scale_b[g.scale_b_per_col ? j0 + j : 0] : 1.0f;
+        y[j] = static_cast<float>(sum(x, j)) * (sa * sb) + (g.bias ? g.bias[j0 + j] : 0.0f);
+      }
+    }
     return;
   }
   if (g.out == IgemmArgs::Out::kF32) {
@@ -144,20 +168,15 @@ void convert(const IgemmArgs& g, const int32_t* acc, int64_t lda, int64_t i0, in
     }
     return;
   }
-  const double lo = g.c_signed ? -128.0 : 0.0, hi = g.c_signed ? 127.0 : 255.0;
-  for (int64_t i = 0; i < m; ++i) {
-    const int32_t* x = acc + i * lda;
-    const int64_t row = (i0 + i) * g.ldc + j0;
-    for (int64_t j = 0; j < n; ++j) {
-      double v = static_cast<double>(x[j]) * g.mult[g.mult_per_col ? j0 + j : 0] + g.y_zp;
-      v = std::clamp(std::nearbyint(v), lo, hi);
-      if (std::isnan(v)) v = 0;
-      if (g.c_signed)
-        static_cast<int8_t*>(g.c)[row + j] = static_cast<int8_t>(v);
-      else
-        static_cast<uint8_t*>(g.c)[row + j] = static_cast<uint8_t>(v);
-    }
-  }
+  IgemmRequant r;
+  r.bias = g.bias_s32 ? g.bias_s32 + j0 : nullptr;
+  r.mult = g.mult + (g.mult_per_col ? j0 : 0);
+  r.mult_per_col = g.mult_per_col;
+  r.y_zp = g.y_zp;
+  r.c_signed = g.c_signed;
+  for (int64_t i = 0; i < m; ++i)
+    PTO_ISA_DISPATCH(igemm_requantize, r, acc + i * lda, n,
+                     static_cast<uint8_t*>(g.c) + (i0 + i) * g.ldc + j0);
 }
 
 constexpr int64_t kNC = 256;  // columns of C per block (int32, stays in L2 across K slices)
@@ -231,6 +250,11 @@ void run_task(const Shared& s, const Task& t) {
 }
 
 }  // namespace
+
+void igemm_epilogue(const IgemmArgs& g, const int32_t* acc, int64_t lda, int64_t i0, int64_t m,
+                    int64_t j0, int64_t n) {
+  convert(g, acc, lda, i0, m, j0, n);
+}
 
 bool igemm_uses_vnni() {
   return uses_vnni();

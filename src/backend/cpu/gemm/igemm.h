@@ -12,9 +12,10 @@
 //
 // B is packed once (a weight) into panels of 16 columns by groups of 4 k, `[n/16][k/4][16][4]`
 // bytes with K padded with zeros, the same layout for every ISA (AVX-512 reads four panels at
-// once, AVX2 one, the generic kernel one), with its column sums. The epilogue writes int32, float
-// (scale_a * scale_b[n] * acc + bias[n]) or requantized uint8/int8 (QLinearMatMul). Without VNNI
-// (an older CPU, PTO_DISABLE_EXT, ExtScope) the same panels run on a widening VPMADDWD kernel.
+// once, AVX2 one, the generic kernel one), with its column sums. The epilogue adds an optional
+// int32 bias per column (QLinearConv's B) and writes int32, float (scale_a * scale_b[n] * acc +
+// bias[n]) or requantized uint8/int8 (QLinearMatMul, QLinearConv). Without VNNI (an older CPU,
+// PTO_DISABLE_EXT, ExtScope) the same panels run on a widening VPMADDWD kernel.
 // docs/backend/gemm.md has the measurements.
 #pragma once
 
@@ -36,6 +37,11 @@ class PackedI8B {
   const int8_t* data() const { return data_.get(); }
   const int32_t* colsum() const { return colsum_.data(); }  // of b' (uint8 shifted to int8)
   size_t bytes() const { return bytes_; }
+  // The original byte B[q, j] (uint8 or int8 by is_signed()) read back from the panels.
+  uint8_t original(int64_t q, int64_t j) const {
+    const int64_t at = (j / 16) * ((k_ + 3) / 4 * 64) + (q / 4) * 64 + (j % 16) * 4 + q % 4;
+    return static_cast<uint8_t>(data_[at] ^ (signed_ ? 0 : 0x80));
+  }
 
  private:
   friend PackedI8B pack_i8_b(int64_t k, int64_t n, const void* b, int64_t ldb, bool trans,
@@ -66,9 +72,14 @@ struct IgemmArgs {
   const int32_t* b_zp = nullptr;
   bool b_zp_per_col = false;
 
+  // Added to acc (as int64, before any conversion) per column; null: none. QLinearConv's B, which
+  // must be in the sum before the requantization rounds.
+  const int32_t* bias_s32 = nullptr;
+
   enum class Out { kS32, kF32, kQuantized } out = Out::kS32;
   void* c = nullptr;  // int32, float, or uint8/int8 (c_signed), by `out`
   int64_t ldc = 0;    // in elements
+  // Below, acc includes bias_s32. kS32: c = acc, wrapping to int32.
   // kF32: c = scale_a * scale_b[n] * acc + bias[n] (scale_b per column when scale_b_per_col;
   // bias may be null), rounded as float(acc) * float(scale_a * scale_b[n]) + bias[n].
   float scale_a = 1.0f;
@@ -88,6 +99,13 @@ struct IgemmArgs {
 // acc (or its float / requantized form) for every row of A against the packed B; parallel over
 // the thread pool unless called from inside a parallel region. args.k and args.n must match b.
 void igemm(const IgemmArgs& args, const PackedI8B& b);
+
+// The epilogue of igemm on its own: converts an m x n block of int32 accumulators (acc, lda
+// elements per row) into args.c at rows i0.., columns j0.. (the per-column parameters read at
+// j0 + j), as igemm does. For accumulators computed elsewhere (a direct depthwise convolution) that
+// must round exactly as the GEMM's.
+void igemm_epilogue(const IgemmArgs& args, const int32_t* acc, int64_t lda, int64_t i0, int64_t m,
+                    int64_t j0, int64_t n);
 
 // Whether igemm on the active ISA uses VNNI (VPDPBUSD) or its widening fallback.
 bool igemm_uses_vnni();

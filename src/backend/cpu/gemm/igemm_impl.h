@@ -19,6 +19,12 @@
 #if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
 #include <immintrin.h>
 #endif
+#if defined(PTO_ISA_AVX512) && defined(__GNUC__) && !defined(__clang__)
+// GCC bug 105593 (the _mm512_undefined_* pass-through of inlined intrinsics reported as
+// uninitialized), off for the translation unit as in isa/simd.h.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 namespace pto::cpu::PTO_ISA_NS {
 namespace {
@@ -228,7 +234,97 @@ struct MicroTable {
   }
 };
 
+// One requantized row as a loop the compiler vectorizes with the file's ISA: the rounding is
+// (v + 1.5 * 2^52) - 1.5 * 2^52, which is round half to even (the default rounding mode) for
+// |v| < 2^51, and v is clamped to the integer range first (clamping before or after rounding to
+// integer bounds is the same); NaN, which passes the clamp, becomes 0. The product and the zero
+// point's sum round apart, as the reference's do: GCC would fuse them into an FMA (its default
+// -ffp-contract=fast in C++) and move ties, so contraction is off here; Clang fuses only within
+// one expression.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#endif
+template <class T, bool kPerCol, bool kBias>
+void requantize_loop(const IgemmRequant& r, const int32_t* acc, int64_t n, T* y) {
+  constexpr double kLo = sizeof(T) == 1 && static_cast<T>(-1) < 0 ? -128.0 : 0.0;
+  constexpr double kHi = kLo < 0 ? 127.0 : 255.0;
+  constexpr double kRound = 6755399441055744.0;
+  const double m0 = r.mult[0], zp = r.y_zp;
+  const int32_t* bias = r.bias;
+  const double* mult = r.mult;
+  for (int64_t j = 0; j < n; ++j) {
+    double v = static_cast<double>(acc[j]);
+    if constexpr (kBias) v += static_cast<double>(bias[j]);
+    v = v * (kPerCol ? mult[j] : m0);
+    v = v + zp;
+    v = v < kLo ? kLo : v;
+    v = v > kHi ? kHi : v;
+    v = (v + kRound) - kRound;
+    v = v == v ? v : 0.0;
+    y[j] = static_cast<T>(static_cast<int32_t>(v));
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
+#if defined(PTO_ISA_AVX512)
+// AVX-512: 8 columns a step, the same arithmetic in registers: the sum and the product in double
+// (exact / as the reference rounds it), NaN to 0, clamped, converted with the default rounding
+// (half to even), narrowed.
+template <class T, bool kPerCol, bool kBias>
+void requantize_vec(const IgemmRequant& r, const int32_t* acc, int64_t n, T* y) {
+  constexpr double kLo = static_cast<T>(-1) < 0 ? -128.0 : 0.0, kHi = kLo < 0 ? 127.0 : 255.0;
+  const __m512d lo = _mm512_set1_pd(kLo), hi = _mm512_set1_pd(kHi), zp = _mm512_set1_pd(r.y_zp);
+  const __m512d m0 = _mm512_set1_pd(r.mult[0]);
+  auto half = [&](__m256i a, __m256i b, const double* m) {
+    __m512d v = _mm512_cvtepi32_pd(a);
+    if constexpr (kBias) v = _mm512_add_pd(v, _mm512_cvtepi32_pd(b));
+    v = _mm512_mul_pd(v, kPerCol ? _mm512_loadu_pd(m) : m0);
+    asm("" : "+v"(v));  // no FMA: the product rounds before the sum (requantize_loop)
+    v = _mm512_add_pd(v, zp);
+    v = _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(v, v, _CMP_ORD_Q), v);
+    return _mm512_cvtpd_epi32(_mm512_min_pd(_mm512_max_pd(v, lo), hi));
+  };
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + j));
+    const __m256i b = kBias ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.bias + j)) : a;
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + j),
+                     _mm256_cvtepi32_epi8(half(a, b, r.mult + j)));
+  }
+  IgemmRequant rest = r;
+  if (kBias) rest.bias += j;
+  if (kPerCol) rest.mult += j;
+  requantize_loop<T, kPerCol, kBias>(rest, acc + j, n - j, y + j);
+}
+#endif
+
+template <class T>
+void requantize_typed(const IgemmRequant& r, const int32_t* acc, int64_t n, T* y) {
+  auto run = [&]<bool kPerCol, bool kBias>() {
+#if defined(PTO_ISA_AVX512)
+    requantize_vec<T, kPerCol, kBias>(r, acc, n, y);
+#else
+    requantize_loop<T, kPerCol, kBias>(r, acc, n, y);
+#endif
+  };
+  if (r.mult_per_col)
+    r.bias ? run.template operator()<true, true>() : run.template operator()<true, false>();
+  else
+    r.bias ? run.template operator()<false, true>() : run.template operator()<false, false>();
+}
+
 }  // namespace
+
+void igemm_requantize(const IgemmRequant& r, const int32_t* acc, int64_t n, void* y) {
+  if (r.c_signed)
+    requantize_typed(r, acc, n, static_cast<int8_t*>(y));
+  else
+    requantize_typed(r, acc, n, static_cast<uint8_t*>(y));
+}
 
 void igemm_block(int64_t* mr, int64_t* nr) {
   *mr = kMR;

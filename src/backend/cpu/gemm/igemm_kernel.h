@@ -30,8 +30,20 @@ struct IgemmBlock {
   bool accumulate = false;
 };
 
+// The requantizing epilogue of one row of C (igemm.h, Out::kQuantized): y[j] = saturate(
+// round_half_even(double(acc[j] + bias[j]) * mult[j or 0] + y_zp)) to uint8 or int8, NaN to 0.
+struct IgemmRequant {
+  const int32_t* bias = nullptr;  // per column, or null
+  const double* mult = nullptr;
+  bool mult_per_col = false;
+  double y_zp = 0.0;
+  bool c_signed = false;
+};
+
 PTO_ISA_DECLARE(
     // The micro-kernel's register block: MR rows by NR columns of C (NR a multiple of 16).
-    void igemm_block(int64_t* mr, int64_t* nr); void igemm_macro(const IgemmBlock& blk);)
+    void igemm_block(int64_t* mr, int64_t* nr); void igemm_macro(const IgemmBlock& blk);
+    // n columns of one row (the parameters' pointers at the row's first column).
+    void igemm_requantize(const IgemmRequant& r, const int32_t* acc, int64_t n, void* y);)
 
 }  // namespace pto::cpu

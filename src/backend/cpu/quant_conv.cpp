@@ -1,0 +1,400 @@
+// CPU kernels for ONNX's integer convolutions, ConvInteger (int32 output) and QLinearConv
+// (requantized uint8/int8 output), 1-D and 2-D, NCHW, on the int8 GEMM (gemm/igemm.h).
+//
+// Layout: an implicit GEMM with the output pixels as rows. The input is copied once to NHWC
+// (bytes, cheap next to the product); A is then, per group, the im2col [N*Ho*Wo, kh*kw*Cg] with K
+// in (ky, kx, channel) order, so each tap of a row is one run of Cg contiguous bytes (a whole
+// kernel row, kw*C bytes, when there is one group, no dilation and the row is inside the input),
+// and padding is filled with x's zero point (it contributes (x_zp - x_zp) * w = 0, as the
+// reference's zero padding of x - x_zp does). A 1x1, stride-1, unpadded conv reads the NHWC copy
+// as A directly. B is the weights of the group, [kh*kw*Cg, Mg] in the same K order, packed once at
+// compile time when W is constant. The GEMM's columns are the output channels, so the per-channel
+// parameters (w's zero points, scales and QLinearConv's int32 bias) are igemm's per-column ones,
+// and its epilogue requantizes exactly as the reference (bias in the sum before rounding). The
+// [N*Ho*Wo, M] result is transposed back to NCHW.
+//
+// A depthwise conv (one input channel per group) runs a direct integer loop per output plane
+// instead (a GEMM with one column per group would waste 15/16 of every panel), through the same
+// epilogue.
+//
+// Forms left to the reference at run time: per-channel x zero points or x / y scales, K deeper
+// than kMaxExactK for QLinearConv, ranks other than 3 and 4.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/conv/conv.h"
+#include "backend/cpu/gemm/igemm.h"
+#include "backend/cpu/kernel.h"
+#include "backend/cpu/quant_kernels.h"
+#include "backend/cpu/scratch.h"
+#include "pto/error.h"
+#include "pto/parallel.h"
+
+namespace pto::cpu {
+namespace {
+
+// The two ops' inputs: X, W and their zero points; QLinearConv's scales and bias (-1: none).
+struct ConvInputs {
+  size_t x = 0, x_zp = 2, w = 1, w_zp = 3;
+  int x_scale = -1, w_scale = -1, y_scale = -1, y_zp = -1, bias = -1;
+};
+constexpr ConvInputs kConvInteger{};
+constexpr ConvInputs kQLinearConv{0, 2, 3, 5, 1, 4, 6, 7, 8};
+
+// Depthwise: one input channel per group, more than one group.
+bool is_depthwise(int64_t cg, int64_t group) {
+  return cg == 1 && group > 1;
+}
+
+int64_t taps_of(const Dims& w) {
+  int64_t t = 1;
+  for (size_t i = 2; i < w.size(); ++i) t *= w[i];
+  return t;
+}
+
+// W [M, Cg, taps...] packed per group as igemm's B: [taps * Cg, Mg], row (t, c) = W[g Mg + j, c,
+// t].
+std::vector<PackedI8B> pack_conv_weights(const uint8_t* w, const Dims& shape, int64_t group,
+                                         bool w_signed) {
+  const int64_t mg = shape[0] / group, cg = shape[1], taps = taps_of(shape), k = taps * cg;
+  std::vector<PackedI8B> out;
+  std::vector<uint8_t> t(static_cast<size_t>(std::max<int64_t>(mg * k, 1)));
+  for (int64_t g = 0; g < group; ++g) {
+    for (int64_t j = 0; j < mg; ++j)
+      for (int64_t c = 0; c < cg; ++c)
+        for (int64_t p = 0; p < taps; ++p)
+          t[j * k + p * cg + c] = w[((g * mg + j) * cg + c) * taps + p];
+    out.push_back(pack_i8_b(k, mg, t.data(), k, true, w_signed));
+  }
+  return out;
+}
+
+// A constant W packed at compile time (not for a depthwise conv, which reads W directly).
+struct PreparedConvW {
+  std::vector<PackedI8B> groups;
+  Dims shape;
+  size_t input = 0;
+};
+
+std::any prepare_w(const NodeInfo& n, size_t w) {
+  if (!n.is_constant(w)) return {};
+  const Tensor& t = *n.constants[w];
+  const int64_t group = n.node.attr_int("group");
+  if ((t.rank() != 3 && t.rank() != 4) || group < 1 || t.dim(0) % group != 0 ||
+      is_depthwise(t.dim(1), group))
+    return {};
+  return PreparedConvW{pack_conv_weights(static_cast<const uint8_t*>(t.raw_data()), t.shape(),
+                                         group, t.dtype() == DType::kI8),
+                       t.shape(), w};
+}
+
+bool has_prepared(const KernelContext& c) {
+  return c.state && c.state->has_value();
+}
+
+Tensor unpack_w(const std::any& state, size_t input) {
+  const auto& p = std::any_cast<const PreparedConvW&>(state);
+  PTO_CHECK(input == p.input) << "ConvInteger/QLinearConv: only W is packed";
+  const int64_t group = static_cast<int64_t>(p.groups.size()), mg = p.shape[0] / group;
+  const int64_t cg = p.shape[1], taps = taps_of(p.shape);
+  Tensor t = Tensor::empty(p.groups[0].is_signed() ? DType::kI8 : DType::kU8, p.shape);
+  auto* w = static_cast<uint8_t*>(t.raw_data());
+  for (int64_t g = 0; g < group; ++g)
+    for (int64_t j = 0; j < mg; ++j)
+      for (int64_t c = 0; c < cg; ++c)
+        for (int64_t q = 0; q < taps; ++q)
+          w[((g * mg + j) * cg + c) * taps + q] = p.groups[g].original(q * cg + c, j);
+  return t;
+}
+
+// The reference kernel, with W rebuilt when the runtime released the original.
+std::vector<Tensor> reference_with_w(const KernelContext& c) {
+  if (!has_prepared(c)) return run_reference(c);
+  KernelContext inner = c;
+  const auto& p = c.prepared<PreparedConvW>();
+  inner.inputs.at(p.input) = unpack_w(*c.state, p.input);
+  return run_reference(inner);
+}
+
+// Transposes the 8 x 8 bytes held in w (word k = row k, byte q = column q, little-endian): word q
+// becomes column q. Three rounds of swapping half-blocks between words 4, 2 and 1 apart.
+inline void transpose8x8(uint64_t w[8]) {
+  auto swap = [&](int a, int b, int shift, uint64_t mask) {
+    const uint64_t t = ((w[a] >> shift) ^ w[b]) & mask;
+    w[b] ^= t;
+    w[a] ^= t << shift;
+  };
+  for (int k = 0; k < 4; ++k) swap(k, k + 4, 32, 0x00000000FFFFFFFFull);
+  for (int k : {0, 1, 4, 5}) swap(k, k + 2, 16, 0x0000FFFF0000FFFFull);
+  for (int k : {0, 2, 4, 6}) swap(k, k + 1, 8, 0x00FF00FF00FF00FFull);
+}
+
+// Rows [r0, r1) x columns [q0, q1) of x [rows, cols] into y [cols, rows]: 8 x 8 byte tiles through
+// 64-bit words for bytes, element by element otherwise and at the edges.
+template <class T>
+void transpose_block(const T* x, T* y, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                     int64_t q0, int64_t q1) {
+  int64_t re = r0, qe = q0;
+  if constexpr (sizeof(T) == 1) {
+    re = r0 + (r1 - r0) / 8 * 8;
+    qe = q0 + (q1 - q0) / 8 * 8;
+    uint64_t w[8];
+    for (int64_t r = r0; r < re; r += 8)
+      for (int64_t q = q0; q < qe; q += 8) {
+        for (int k = 0; k < 8; ++k) std::memcpy(&w[k], x + (r + k) * cols + q, 8);
+        transpose8x8(w);
+        for (int k = 0; k < 8; ++k) std::memcpy(y + (q + k) * rows + r, &w[k], 8);
+      }
+  }
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t q = (r < re ? qe : q0); q < q1; ++q) y[q * rows + r] = x[r * cols + q];
+}
+
+// x [n, rows, cols] -> y [n, cols, rows] (elements of type T), in parallel over 64 x 64 blocks:
+// the input to NHWC, the output back to NCHW.
+template <class T>
+void transpose_planes(const T* x, T* y, int64_t n, int64_t rows, int64_t cols) {
+  constexpr int64_t kB = 64;
+  const int64_t rb = (rows + kB - 1) / kB, cb = (cols + kB - 1) / kB;
+  parallel_for(0, n * rb * cb, 4, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t img = t / (rb * cb), r0 = t / cb % rb * kB, q0 = t % cb * kB;
+      transpose_block(x + img * rows * cols, y + img * rows * cols, rows, cols, r0,
+                      std::min(rows, r0 + kB), q0, std::min(cols, q0 + kB));
+    }
+  });
+}
+
+// Rows [N*Ho*Wo, taps*Cg] of group g's im2col from the NHWC copy xh, padding = x_zp.
+void im2col_nhwc(const ConvGeometry& g, const uint8_t* xh, int64_t grp, uint8_t zp, uint8_t* col) {
+  const int64_t cg = g.cg(), k = g.kh * g.kw * cg, ow = g.ow, rows = g.n * g.out_plane();
+  // One run of kw * C bytes per kernel row when the taps of a row are adjacent channels-last.
+  const bool whole_rows = g.group == 1 && g.dw == 1;
+  parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t r = b; r < e; ++r) {
+                   const int64_t img = r / g.out_plane(), oy = r % g.out_plane() / ow, ox = r % ow;
+                   uint8_t* d = col + r * k;
+                   const uint8_t* xi = xh + img * g.in_plane() * g.c + grp * cg;
+                   const int64_t x0 = ox * g.sw - g.pw;
+                   for (int64_t ky = 0; ky < g.kh; ++ky, d += g.kw * cg) {
+                     const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+                     if (iy < 0 || iy >= g.ih) {
+                       std::memset(d, zp, static_cast<size_t>(g.kw * cg));
+                       continue;
+                     }
+                     const uint8_t* row = xi + iy * g.iw * g.c;
+                     if (whole_rows && x0 >= 0 && x0 + g.kw <= g.iw) {
+                       std::memcpy(d, row + x0 * g.c, static_cast<size_t>(g.kw * cg));
+                       continue;
+                     }
+                     for (int64_t kx = 0; kx < g.kw; ++kx) {
+                       const int64_t ix = x0 + kx * g.dw;
+                       if (ix < 0 || ix >= g.iw)
+                         std::memset(d + kx * cg, zp, static_cast<size_t>(cg));
+                       else
+                         std::memcpy(d + kx * cg, row + ix * g.c, static_cast<size_t>(cg));
+                     }
+                   }
+                 }
+               });
+}
+
+// Depthwise: y plane (img, m) = epilogue(sum over taps (x - x_zp) * (w[m] - w_zp[m])), x read in
+// NCHW, taps outside the input skipped (they would read x_zp). `args` holds the per-column
+// parameters of all M channels; its c and ldc are set here per plane.
+void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x_zp,
+               const uint8_t* w, bool w_signed, const std::vector<int32_t>& w_zp,
+               const IgemmArgs& args, void* y, size_t out_size) {
+  const int64_t mg = g.mg(), taps = g.kh * g.kw, plane = g.out_plane();
+  auto value = [](const uint8_t* p, int64_t i, bool s) {
+    return s ? static_cast<int32_t>(static_cast<int8_t>(p[i])) : static_cast<int32_t>(p[i]);
+  };
+  parallel_for(0, g.n * g.m, 1, [&](int64_t b, int64_t e) {
+    auto* acc = scratch_as<int32_t>(static_cast<size_t>(plane));
+    std::vector<int32_t> wv(static_cast<size_t>(taps)), xv(static_cast<size_t>(g.in_plane()));
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t img = t / g.m, m = t % g.m, ch = m / mg;
+      const int32_t zw = w_zp.empty() ? 0 : w_zp[w_zp.size() == 1 ? 0 : m];
+      for (int64_t q = 0; q < taps; ++q) wv[q] = value(w, m * taps + q, w_signed) - zw;
+      const uint8_t* xp = x + (img * g.c + ch) * g.in_plane();
+      for (int64_t i = 0; i < g.in_plane(); ++i) xv[i] = value(xp, i, x_signed) - x_zp;
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          uint32_t s = 0;  // wrapping, as the GEMM's sums
+          for (int64_t ky = 0; ky < g.kh; ++ky) {
+            const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+            if (iy < 0 || iy >= g.ih) continue;
+            for (int64_t kx = 0; kx < g.kw; ++kx) {
+              const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+              if (ix >= 0 && ix < g.iw)
+                s += static_cast<uint32_t>(xv[iy * g.iw + ix] * wv[ky * g.kw + kx]);
+            }
+          }
+          acc[oy * g.ow + ox] = static_cast<int32_t>(s);
+        }
+      // The plane as one column (rows are pixels, ldc 1) with channel m's parameters.
+      IgemmArgs a = args;
+      a.c = static_cast<uint8_t*>(y) + static_cast<size_t>(t * plane) * out_size;
+      a.ldc = 1;
+      if (a.mult_per_col) a.mult += m;
+      if (a.bias_s32) a.bias_s32 += m;
+      igemm_epilogue(a, acc, 1, 0, plane, 0, 1);
+    }
+  });
+}
+
+std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
+  const Tensor &X = c.input(in.x), &W = c.input(in.w);
+  if ((X.rank() != 3 && X.rank() != 4) || W.rank() != X.rank()) return reference_with_w(c);
+  const ConvGeometry g = conv_geometry(c.attrs(), X.shape(), W.shape(), c.where());
+  const bool qlinear = in.y_scale >= 0;
+  const int64_t k = g.kh * g.kw * g.cg();
+  // Zero points: x one value; w one value or one per output channel.
+  int32_t x_zp = 0;
+  std::vector<int32_t> w_zp;
+  IgemmArgs a;
+  if (c.has_input(in.x_zp)) {
+    if (c.input(in.x_zp).numel() != 1) return reference_with_w(c);
+    x_zp = byte_value(c.input(in.x_zp), 0);
+  }
+  if (c.has_input(in.w_zp)) {
+    if (!per_column(c.input(in.w_zp), g.m, &a.b_zp_per_col)) return reference_with_w(c);
+    w_zp = byte_values(c.input(in.w_zp));
+  }
+  std::vector<double> mult;
+  std::vector<int32_t> bias;
+  DType out = DType::kI32;
+  if (qlinear) {
+    const Tensor &xs = c.input(in.x_scale), &ws = c.input(in.w_scale);
+    const Tensor &ys = c.input(in.y_scale), &yz = c.input(in.y_zp);
+    if (xs.numel() != 1 || ys.numel() != 1 || yz.numel() != 1 ||
+        !per_column(ws, g.m, &a.mult_per_col) || k > kMaxExactK)
+      return reference_with_w(c);
+    if (c.has_input(in.bias)) {
+      const Tensor& B = c.input(in.bias);
+      if (B.numel() != g.m) return reference_with_w(c);
+      bias.assign(B.data<int32_t>(), B.data<int32_t>() + g.m);
+    }
+    mult = requant_multipliers(xs, ws, ys);
+    out = yz.dtype();
+    a.out = IgemmArgs::Out::kQuantized;
+    a.mult = mult.data();
+    a.y_zp = byte_value(yz, 0);
+    a.c_signed = out == DType::kI8;
+  }
+  Dims yshape = {g.n, g.m};
+  if (X.rank() == 4) yshape.push_back(g.oh);
+  yshape.push_back(g.ow);
+  Tensor Y = Tensor::empty(out, yshape);
+  if (Y.numel() == 0) return {Y};
+  const size_t out_size = out == DType::kI32 ? 4 : 1;
+  const bool x_signed = X.dtype() == DType::kI8;
+  a.a_signed = x_signed;
+  a.a_zp = &x_zp;
+  a.b_zp = w_zp.empty() ? nullptr : w_zp.data();
+  a.bias_s32 = bias.empty() ? nullptr : bias.data();
+  const auto* x = static_cast<const uint8_t*>(X.raw_data());
+
+  if (is_depthwise(g.cg(), g.group)) {
+    depthwise(g, x, x_signed, x_zp, static_cast<const uint8_t*>(W.raw_data()),
+              W.dtype() == DType::kI8, w_zp, a, Y.raw_data(), out_size);
+    return {Y};
+  }
+
+  std::vector<PackedI8B> packed;
+  const std::vector<PackedI8B>& groups =
+      has_prepared(c) ? c.prepared<PreparedConvW>().groups
+                      : (packed = pack_conv_weights(static_cast<const uint8_t*>(W.raw_data()),
+                                                    W.shape(), g.group, W.dtype() == DType::kI8));
+  const int64_t rows = g.n * g.out_plane(), mg = g.mg();
+  auto* xh = scratch_as<uint8_t>(static_cast<size_t>(g.n * g.in_plane() * g.c), 0);
+  transpose_planes(x, xh, g.n, g.c, g.in_plane());
+  const bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 &&
+                      g.oh == g.ih && g.ow == g.iw;
+  uint8_t* col = direct ? nullptr : scratch_as<uint8_t>(static_cast<size_t>(rows * k), 1);
+  auto* yh = scratch_as<uint8_t>(static_cast<size_t>(rows * g.m) * out_size, 2);
+  a.m = rows;
+  a.n = mg;
+  a.k = k;
+  a.ldc = g.m;
+  for (int64_t grp = 0; grp < g.group; ++grp) {
+    IgemmArgs ga = a;
+    if (direct) {
+      ga.a = xh + grp * g.cg();
+      ga.lda = g.c;
+    } else {
+      im2col_nhwc(g, xh, grp, static_cast<uint8_t>(x_zp), col);
+      ga.a = col;
+      ga.lda = k;
+    }
+    // This group's columns of the per-channel parameters and of the output.
+    const int64_t j0 = grp * mg;
+    if (ga.b_zp && ga.b_zp_per_col) ga.b_zp += j0;
+    if (ga.mult && ga.mult_per_col) ga.mult += j0;
+    if (ga.bias_s32) ga.bias_s32 += j0;
+    ga.c = yh + static_cast<size_t>(j0) * out_size;
+    igemm(ga, groups[static_cast<size_t>(grp)]);
+  }
+  if (out_size == 4)
+    transpose_planes(reinterpret_cast<const int32_t*>(yh), Y.data<int32_t>(), g.n, g.out_plane(),
+                     g.m);
+  else
+    transpose_planes(yh, static_cast<uint8_t*>(Y.raw_data()), g.n, g.out_plane(), g.m);
+  return {Y};
+}
+
+bool same_or_absent(const NodeInfo& n, size_t i, DType d) {
+  return n.dtype(i) == DType::kUndefined || n.dtype(i) == d;
+}
+
+// Byte X and W, zero points of their dtypes, X of rank 3 or 4 (or not known yet).
+bool conv_accepts(const NodeInfo& n, const ConvInputs& in) {
+  if (n.inputs.size() <= in.w || !is_byte(n.dtype(in.x)) || !is_byte(n.dtype(in.w))) return false;
+  if (!same_or_absent(n, in.x_zp, n.dtype(in.x)) || !same_or_absent(n, in.w_zp, n.dtype(in.w)))
+    return false;
+  const int64_t r = rank_of(n.inputs[in.x]);
+  if (r >= 0 && r != 3 && r != 4) return false;
+  if (in.y_scale < 0) return n.outputs.size() == 1 && n.outputs[0].dtype == DType::kI32;
+  if (n.inputs.size() < 8 || !is_byte(n.dtype(in.y_zp))) return false;
+  for (int s : {in.x_scale, in.w_scale, in.y_scale})
+    if (n.dtype(s) != DType::kF32) return false;
+  if (!same_or_absent(n, in.bias, DType::kI32)) return false;
+  return n.outputs.size() == 1 && n.outputs[0].dtype == n.dtype(in.y_zp);
+}
+
+Kernel conv_kernel(const ConvInputs& in) {
+  Kernel k;
+  k.accepts = [in](const NodeInfo& n) { return conv_accepts(n, in); };
+  k.prepare = [in](const NodeInfo& n) { return prepare_w(n, in.w); };
+  k.run = [in](const KernelContext& c) { return conv_int8(c, in); };
+  k.reference_at_run_time = true;
+  k.packed_inputs = [](const std::any& s) {
+    return s.has_value() ? std::vector<size_t>{std::any_cast<const PreparedConvW&>(s).input}
+                         : std::vector<size_t>{};
+  };
+  k.packed_bytes = [](const std::any& s) {
+    size_t b = 0;
+    if (s.has_value())
+      for (const PackedI8B& p : std::any_cast<const PreparedConvW&>(s).groups) b += p.bytes();
+    return b;
+  };
+  k.unpack = unpack_w;
+  k.describe = [](const std::any& s) {
+    if (!s.has_value()) return std::string("int8 implicit GEMM or depthwise loop");
+    return std::string(igemm_uses_vnni() ? "int8 implicit GEMM (VNNI)"
+                                         : "int8 implicit GEMM (widening)");
+  };
+  return k;
+}
+
+}  // namespace
+
+void register_quant_conv_kernels(KernelRegistry& r) {
+  r.add("ConvInteger", conv_kernel(kConvInteger));
+  r.add("QLinearConv", conv_kernel(kQLinearConv));
+}
+
+}  // namespace pto::cpu
