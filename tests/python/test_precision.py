@@ -96,12 +96,14 @@ def test_torch_autocast_and_bad_dtypes_are_errors(mlp):
     with pytest.raises(RuntimeError, match="torch.autocast is not applied"):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             fast(x)
-    with pytest.raises(NotImplementedError, match="float16 is not supported yet"):
-        pypto.optimize(model, (x,), dtype=torch.float16)
-    with pytest.raises(ValueError, match="dtype must be torch.float32 or torch.bfloat16"):
-        pypto.optimize(model, (x,), dtype=torch.int8)
-    with pytest.raises(NotImplementedError, match="float16"):
-        pypto.amp.autocast(dtype=torch.float16)
+    supported = "supported: None, torch.float32, torch.bfloat16 and torch.float16"
+    for dtype in (torch.int8, torch.float8_e4m3fn, torch.float8_e5m2, torch.float64,
+                  torch.uint8):
+        with pytest.raises(ValueError, match=f"dtype={dtype} is not supported; {supported}"):
+            pypto.optimize(model, (x,), dtype=dtype)
+    with pytest.raises(ValueError, match="must be torch.bfloat16 or torch.float16, got "
+                                         "torch.float8_e4m3fn"):
+        pypto.amp.autocast(dtype=torch.float8_e4m3fn)
     with pytest.raises(NotImplementedError, match="training"):
         pypto.amp.GradScaler(init_scale=2.**10, growth_interval=200, hysteresis=2)
 
@@ -267,13 +269,12 @@ def test_cli_precision_bf16(tmp_path):
                 ["profile", model]):
         r = pto(*cmd, "--precision", "bf16")
         assert r.returncode == 0, (cmd, r.stderr)
-    expect_error(pto("compile", model, "--precision", "fp8"), "--precision takes f32 or bf16",
-                 code=2)
+    expect_error(pto("compile", model, "--precision", "fp8"),
+                 "--precision takes f32, bf16 or f16, got 'fp8'", code=2)
     expect_error(pto("run", model, "--precision", "bf16", "--engine", "reference"),
                  "needs the cpu engine", code=2)
     assert pto("compile", model, "-o", tmp_path / "m.pto").returncode == 0
     expect_error(pto("run", tmp_path / "m.pto", "--precision", "bf16"), "--precision", code=2)
-    expect_error(pto("compile", "--precision", "f16", model), "f32 or bf16", code=2)
 
 
 def test_a_saved_bf16_model_loads_as_one(mlp, tmp_path):
@@ -297,7 +298,7 @@ def test_a_saved_bf16_model_loads_as_one(mlp, tmp_path):
 # ---- models whose weights are bf16 already ----
 
 def test_a_bf16_model_runs_on_the_cpu_kernels():
-    """model.to(torch.bfloat16): PromoteBf16 computes it in fp32 with bf16 products, on the CPU
+    """model.to(torch.bfloat16): PromoteHalf computes it in fp32 with bf16 products, on the CPU
     kernels, with bf16 inputs and outputs; at least as close to the exact result (float64 from
     the same bf16 weights and inputs) as PyTorch's own bf16 arithmetic."""
     torch.manual_seed(0)
@@ -309,7 +310,7 @@ def test_a_bf16_model_runs_on_the_cpu_kernels():
     backends = dict(fast.compiled.node_backends)
     assert set(b for _, b in fast.compiled.node_backends) == {"cpu"}, backends
     fired = {k: v for r in fast.compiled.pass_report for k, v in r["fired"].items()}
-    assert fired.get("PromoteBf16/bf16 products") == 2, fired
+    assert fired.get("PromoteHalf/bf16 products") == 2, fired
     got = fast(x)
     assert got.dtype == torch.bfloat16
     with torch.no_grad():

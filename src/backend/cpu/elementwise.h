@@ -10,13 +10,15 @@ namespace pto::cpu {
 
 // X(name): every float32 unary op. Results match the reference kernel of the same ONNX op exactly
 // where the op is exact (Relu, Abs, Floor, Sqrt, ...) and within a few ulp otherwise.
-#define PTO_UNARY_OPS(X)                                                                           \
-  X(Identity)                                                                                      \
-  X(Relu)                                                                                          \
-  X(LeakyRelu) X(Clip) X(ThresholdedRelu) X(Sigmoid) X(HardSigmoid) X(HardSwish) X(Tanh) X(Exp)    \
-      X(Expm1) X(Log) X(Log1p) X(Erf) X(Sqrt) X(Reciprocal) X(Neg) X(Abs) X(Sign) X(Floor) X(Ceil) \
-          X(Round) X(Square) X(Gelu) X(GeluTanh) X(Silu) X(Swish) X(Softplus) X(Softsign) X(Mish)  \
-              X(Elu) X(Selu) X(Celu) X(PowHalf)
+#define PTO_UNARY_OPS(X)                                                                        \
+  X(Identity)                                                                                   \
+  X(Relu)                                                                                       \
+  X(LeakyRelu)                                                                                  \
+  X(Clip)                                                                                       \
+  X(ThresholdedRelu) X(Sigmoid) X(HardSigmoid) X(HardSwish) X(Tanh) X(Exp) X(Expm1) X(Log)      \
+      X(Log1p) X(Erf) X(Sqrt) X(Reciprocal) X(Neg) X(Abs) X(Sign) X(Floor) X(Ceil) X(Round)     \
+          X(Square) X(Gelu) X(GeluTanh) X(Silu) X(Swish) X(Softplus) X(Softsign) X(Mish) X(Elu) \
+              X(Selu) X(Celu) X(PowHalf)
 
 enum class UnaryOp {
 #define PTO_ENUM(name) k##name,
@@ -44,5 +46,13 @@ void compare_f32(CompareOp op, const float* a, int64_t sa, const float* b, int64
 // y[i] = c[i * sc] ? a[i * sa] : b[i * sb] on 32-bit elements of any type (bits are copied).
 void where_b32(const bool* c, int64_t sc, const float* a, int64_t sa, const float* b, int64_t sb,
                float* y, int64_t n);
+
+// IEEE half (as bits) <-> float, to nearest even, with inf, NaN and subnormals: F16C's VCVTPH2PS
+// and VCVTPS2PH where has_ext(Ext::kF16c), else pto::Float16 element by element (the same values;
+// a NaN stays a NaN, its payload may differ). round_to_f16: x[i] = float(Float16(x[i])) in place
+// (the operands of fp16 products).
+void f16_to_f32(const uint16_t* x, float* y, int64_t n);
+void f32_to_f16(const float* x, uint16_t* y, int64_t n);
+void round_to_f16(float* x, int64_t n);
 
 }  // namespace pto::cpu
