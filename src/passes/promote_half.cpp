@@ -14,8 +14,12 @@
 // arithmetic, not bit-identical to it (docs/precision.md); an f16 graph whose intermediates
 // overflow 65504 gets finite values here where it would get inf. A graph with an H value the pass
 // cannot account for (an op whose attribute makes H data other than Cast, Constant and
-// ConstantOfShape) is left as it was (for that H).
+// ConstantOfShape) is left as it was (for that H), and so is a graph that only moves H data
+// (reshapes, transposes, gathers, concatenations, ...: the CPU kernels move any dtype as it is,
+// and casts around them would only add traffic).
 #include <algorithm>
+#include <set>
+#include <string>
 
 #include "ir/ops/op_params.h"
 #include "passes/passes.h"
@@ -44,6 +48,22 @@ bool understood(const Node& n, DType half) {
   return true;
 }
 
+// Whether some node of `g` computes on `half` values, rather than only moving them (the ops here
+// copy elements whatever their type).
+bool computes_in(const Graph& g, DType half) {
+  static const std::set<std::string> moves = {
+      "Cast",     "Concat",   "Dropout", "Expand",    "Flatten",  "Gather", "GatherElements",
+      "GatherND", "Identity", "Pad",     "Reshape",   "Shape",    "Size",   "Slice",
+      "Split",    "Squeeze",  "Tile",    "Transpose", "Unsqueeze"};
+  for (const Node& n : g.nodes()) {
+    if (moves.count(n.op)) continue;
+    for (const auto* list : {&n.inputs, &n.outputs})
+      for (ValueId v : *list)
+        if (v != kNoValue && dtype_of_value(g, v) == half) return true;
+  }
+  return false;
+}
+
 // The graph's `half` values, weights and attributes become fp32, its products round to `half`.
 Graph promote(Graph g, const PassContext& ctx, DType half) {
   const std::string h = params::product_precision_name(half);
@@ -51,6 +71,10 @@ Graph promote(Graph g, const PassContext& ctx, DType half) {
   bool any = false;
   for (const Value& v : g.values()) any = any || v.type.dtype == half;
   if (!any) return g;
+  if (!computes_in(g, half)) {
+    ctx.note(cat("PromoteHalf/skipped (", h, " data is only moved)"));
+    return g;
+  }
   for (const Node& n : g.nodes())
     if (!understood(n, half)) {
       ctx.note(cat("PromoteHalf/skipped (", n.op, " makes ", h, " data)"));
