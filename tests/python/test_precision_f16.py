@@ -17,23 +17,24 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import pypto
-from test_precision import Mlp, mlp  # noqa: F401 - the fixture
+import test_precision
+from test_precision import mlp  # noqa: F401 - the fixture
 
 F16 = torch.float16
 
 
-def half(t):
-    return t.to(F16).to(torch.float64)
+def rounded_reference(model, x):
+    """The MLP in float64 with each Linear's input and weight rounded to fp16 first."""
+    return test_precision.rounded_reference(model, x, F16)
 
 
-@torch.no_grad()
-def rounded_reference(model: Mlp, x):
-    """The model in float64 with each Linear's input and weight rounded to fp16 first."""
-    x = x.double()
-    w1, b1 = model.fc1.weight.double(), model.fc1.bias.double()
-    w2, b2 = model.fc2.weight.double(), model.fc2.bias.double()
-    h = torch.nn.functional.gelu(half(x) @ half(w1).T + b1)
-    return torch.softmax(half(h) @ half(w2).T + b2, dim=-1) + x[:, :33]
+def optimize_f16_products(model, x):
+    """pypto.optimize with the auto_mixed_precision option on, in f16."""
+    pypto.set_optimization_options({"auto_mixed_precision": True, "mixed_precision_dtype": "f16"})
+    try:
+        return pypto.optimize(model, (x,))
+    finally:
+        pypto.reset_optimization_options()
 
 
 def fired(fast):
@@ -82,11 +83,7 @@ def test_amp_autocast_f16_computes_the_products_on_fp16_operands(mlp):  # noqa: 
 
 def test_auto_mixed_precision_option_f16(mlp):  # noqa: F811
     model, x = mlp
-    pypto.set_optimization_options({"auto_mixed_precision": True, "mixed_precision_dtype": "f16"})
-    try:
-        fast = pypto.optimize(model, (x,))
-    finally:
-        pypto.reset_optimization_options()
+    fast = optimize_f16_products(model, x)
     assert fast(x).dtype == torch.float32
     np.testing.assert_allclose(fast(x).double().numpy(), rounded_reference(model, x).numpy(),
                                rtol=1e-5, atol=1e-6)
@@ -117,28 +114,6 @@ def test_transformer_block_f16_against_eager_autocast():
     assert fired(fast).get("AutoMixedPrecision/f16 MatMul/Gemm", 0) >= 3
 
 
-def test_a_half_model_runs_on_the_cpu_kernels():
-    """model.half(): PromoteHalf computes it in fp32 with fp16 products on the CPU kernels, fp16
-    in and out; at least as close to exact (float64 on the same fp16 weights and inputs) as
-    PyTorch's own fp16 arithmetic."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 160), torch.nn.GELU(),
-                                torch.nn.LayerNorm(160), torch.nn.Linear(160, 24)).eval().half()
-    x = torch.randn(6, 64).half()
-    fast = pypto.optimize(model, (x,))
-    assert set(b for _, b in fast.compiled.node_backends) == {"cpu"}, fast.compiled.node_backends
-    assert fired(fast).get("PromoteHalf/f16 products") == 2, fired(fast)
-    got = fast(x)
-    assert got.dtype == F16
-    with torch.no_grad():
-        eager = model(x)
-        exact = model.double()(x.double())
-    err = (got.double() - exact).abs().max().item()
-    eager_err = (eager.double() - exact).abs().max().item()
-    assert err <= eager_err * 1.01 + 1e-6, (err, eager_err)
-    assert err < 0.01 * exact.abs().max().item()
-
-
 def test_half_model_exported_to_onnx_runs_like_onnx_runtime(tmp_path):
     """model.half() exported by torch.onnx: an ONNX graph with float16 tensors; PyPTO's outputs
     (fp16) against ONNX Runtime's on the same file."""
@@ -166,11 +141,7 @@ def test_onnx_export_of_f16_products_runs_on_onnx_runtime(mlp, tmp_path):  # noq
     import onnx
 
     model, x = mlp
-    pypto.set_optimization_options({"auto_mixed_precision": True, "mixed_precision_dtype": "f16"})
-    try:
-        fast = pypto.optimize(model, (x,))
-    finally:
-        pypto.reset_optimization_options()
+    fast = optimize_f16_products(model, x)
     path = tmp_path / "mlp_f16.onnx"
     pypto.onnx.export(fast, (x,), path)
     casts = [n for n in onnx.load(str(path)).graph.node if n.op_type == "Cast"]

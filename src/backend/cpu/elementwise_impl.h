@@ -167,48 +167,44 @@ void where_b32(const bool* c, int64_t sc, const float* a, int64_t sa, const floa
 // The half <-> float conversions of elementwise.h on whole vectors (F16C; the caller checks that
 // the CPU has it): they return how many leading elements they converted, the caller converts the
 // rest (the generic build converts none).
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
 #if defined(PTO_ISA_AVX512)
+using HalfBits = __m256i;  // kLanes halves
+inline HalfBits to_half(Vec v) {
+  return _mm512_cvtps_ph(v.v, _MM_FROUND_TO_NEAREST_INT);
+}
+inline Vec from_half(HalfBits h) {
+  return {_mm512_cvtph_ps(h)};
+}
+#else
+using HalfBits = __m128i;
+inline HalfBits to_half(Vec v) {
+  return _mm256_cvtps_ph(v.v, _MM_FROUND_TO_NEAREST_INT);
+}
+inline Vec from_half(HalfBits h) {
+  return {_mm256_cvtph_ps(h)};
+}
+#endif
 int64_t f16_to_f32_vec(const uint16_t* x, float* y, int64_t n) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(y + i,
-                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
+  for (; i + L <= n; i += L) {
+    HalfBits h;
+    std::memcpy(&h, x + i, sizeof h);
+    from_half(h).store(y + i);
+  }
   return i;
 }
 int64_t f32_to_f16_vec(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i),
-                        _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i + L <= n; i += L) {
+    const HalfBits h = to_half(Vec::load(x + i));
+    std::memcpy(y + i, &h, sizeof h);
+  }
   return i;
 }
 int64_t round_to_f16_vec(float* x, int64_t n) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(
-        x + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
-  return i;
-}
-#elif defined(PTO_ISA_AVX2)
-int64_t f16_to_f32_vec(const uint16_t* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i,
-                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
-  return i;
-}
-int64_t f32_to_f16_vec(const float* x, uint16_t* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-  return i;
-}
-int64_t round_to_f16_vec(float* x, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(
-        x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+  for (; i + L <= n; i += L) from_half(to_half(Vec::load(x + i))).store(x + i);
   return i;
 }
 #else
