@@ -92,7 +92,9 @@ class OptimizedModule(torch.nn.Module):
             compiled = self._amp_variant(args, kwargs)
         inputs = self._graph_inputs(args, kwargs)
         if self._dtype is not None:  # a bf16/fp16 model: bf16/fp16 inputs in, outputs out
-            inputs = [x.float() if x.dtype == self._dtype else x for x in inputs]
+            # (widened where the graph takes fp32; a model.half() graph takes them as they are)
+            inputs = [x.float() if x.dtype == self._dtype and t[0] == "f32" else x
+                      for x, t in zip(inputs, compiled.input_types)]
         outs = compiled.run(inputs)  # a bf16 model's graph returns bf16 (capture output_dtype)
         return pytree.tree_unflatten(outs, self._captured.out_spec)
 

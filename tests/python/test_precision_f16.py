@@ -114,6 +114,21 @@ def test_transformer_block_f16_against_eager_autocast():
     assert fired(fast).get("AutoMixedPrecision/f16 MatMul/Gemm", 0) >= 3
 
 
+@pytest.mark.parametrize("dtype", [F16, torch.bfloat16])
+def test_a_half_model_with_the_same_dtype_takes_half_inputs(dtype):
+    """optimize(model.half(), dtype=torch.float16) (bf16 alike): the graph's inputs are half
+    already, so they are passed as they are, not widened."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(48, 40), torch.nn.ReLU(),
+                                torch.nn.Linear(40, 8)).eval().to(dtype)
+    x = torch.randn(4, 48).to(dtype)
+    got = pypto.optimize(model, (x,), dtype=dtype)(x)
+    assert got.dtype == dtype
+    with torch.no_grad():
+        exact = model.double()(x.double())
+    assert (got.double() - exact).abs().max() < 0.02 * exact.abs().max()
+
+
 def test_half_model_exported_to_onnx_runs_like_onnx_runtime(tmp_path):
     """model.half() exported by torch.onnx: an ONNX graph with float16 tensors; PyPTO's outputs
     (fp16) against ONNX Runtime's on the same file."""
