@@ -63,6 +63,18 @@ def test_optimize_dtype_f16_is_an_fp16_model(mlp):  # noqa: F811
     np.testing.assert_allclose(got.float().numpy(), eager.float().numpy(), rtol=0, atol=5e-3)
 
 
+def test_a_saved_f16_model_loads_as_one(mlp, tmp_path):  # noqa: F811
+    model, x = mlp
+    fast = pypto.optimize(model, (x,), dtype=F16)
+    pypto.save(fast, tmp_path / "m.pto")
+    back = pypto.load(tmp_path / "m.pto")
+    got = back(x)
+    assert got.dtype == F16
+    np.testing.assert_allclose(got.double().numpy(), rounded_reference(model, x).numpy(),
+                               rtol=2 ** -10, atol=1e-6)
+    assert torch.equal(back(x.half()), fast(x.half()))
+
+
 def test_amp_autocast_f16_computes_the_products_on_fp16_operands(mlp):  # noqa: F811
     model, x = mlp
     fast = pypto.optimize(model, (x,))
