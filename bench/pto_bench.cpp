@@ -14,9 +14,9 @@
 //   checked against a double-precision dot product on sampled entries before it is timed.
 //   --packed b times sgemm_packed with B packed ahead (constant weights, as MatMul and Gemm run
 //   them), --packed a sgemm_packed_a with A packed ahead (Conv's weights); packing is not timed.
-//   --precision f32,bf16 times each shape with fp32 and with bf16 products (GemmArgs::precision;
-//   checked against operands rounded to bf16); on AVX512_BF16 the fma section then also
-//   measures the VDPBF16PS ceiling ("isa": "avx512_bf16").
+//   --precision f32,bf16,f16 times each shape with fp32, bf16 and f16 products
+//   (GemmArgs::precision; checked against operands rounded to bf16 or f16); on AVX512_BF16 the
+//   fma section then also measures the VDPBF16PS ceiling ("isa": "avx512_bf16").
 // - igemm: pto::cpu::igemm (uint8 A x int8 B -> int32, B packed ahead as MatMulInteger packs a
 //   constant weight) on the same shapes, GOPS counting a multiply-add as 2 operations, checked
 //   exactly on sampled entries; "vnni" says whether VPDPBUSD or the widening fallback ran.
@@ -321,20 +321,23 @@ Shape parse_shape(const std::string& s) {
   throw ValueError(cat("bad shape '", s, "': expected S or MxKxN"));
 }
 
-// x to the nearest bf16 (ties to even), by arithmetic.
-double to_bf16(double x) {
-  if (x == 0 || !std::isfinite(x)) return x;
+// x to the nearest bf16 or f16 (ties to even; 8 or 11 significant bits, the operands of the
+// benchmark are normal in both), by arithmetic; fp32 keeps it.
+double to_precision(double x, cpu::Precision p) {
+  if (p == cpu::Precision::kF32 || x == 0 || !std::isfinite(x)) return x;
+  const int bits = p == cpu::Precision::kBF16 ? 8 : 11;
   int e = 0;
   const double m = std::frexp(x, &e);
-  return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
+  return std::ldexp(std::nearbyint(std::ldexp(m, bits)), e - bits);
 }
 
 // max |C - C_ref| / max |C_ref| over sampled entries, C_ref in double precision (on operands
-// rounded to bf16 for bf16 products).
-double sgemm_error(const Shape& s, const float* a, const float* b, const float* c, bool bf16) {
+// rounded to bf16 or f16 for such products).
+double sgemm_error(const Shape& s, const float* a, const float* b, const float* c,
+                   cpu::Precision precision) {
   std::mt19937_64 rng(7);
   double max_err = 0, max_ref = 0;
-  auto round = [&](double x) { return bf16 ? to_bf16(x) : x; };
+  auto round = [&](double x) { return to_precision(x, precision); };
   for (int e = 0; e < 64; ++e) {
     int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(s.m));
     int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(s.n));
@@ -366,8 +369,8 @@ void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
       g.b = b.data(), g.ldb = s.n;
       g.c = c.data(), g.ldc = s.n;
       g.precision = precision;
-      const bool bf16 = precision == cpu::Precision::kBF16;
-      if (bf16 && packed == "a") throw ValueError("--packed a: A is packed for fp32 products only");
+      if (precision != cpu::Precision::kF32 && packed == "a")
+        throw ValueError("--packed a: A is packed for fp32 products only");
       const cpu::PackedB pb =
           packed == "b" ? cpu::pack_b(s.k, s.n, b.data(), s.n, false, precision) : cpu::PackedB();
       const cpu::PackedA pa =
@@ -386,7 +389,7 @@ void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
                   << cpu::precision_name(precision) << " threads " << t << "\n";
         std::fill(c.begin(), c.end(), std::nanf(""));
         run();
-        double err = sgemm_error(s, a.data(), b.data(), c.data(), bf16);
+        double err = sgemm_error(s, a.data(), b.data(), c.data(), precision);
         bool ok = err <= 1e-4;
         j.open('{').key("m").num(s.m).key("k").num(s.k).key("n").num(s.n).key("label").str(s.label);
         j.key("packed").str(packed).key("precision").str(cpu::precision_name(precision));
@@ -457,7 +460,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 const char* kUsage =
     "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm] [--shapes S|MxKxN,...]\n"
-    "                 [--quick] [--packed a|b] [--precision f32,bf16] [--warmup-calls N]\n"
+    "                 [--quick] [--packed a|b] [--precision f32,bf16,f16] [--warmup-calls N]\n"
     "                 [--warmup-time S] [--min-calls N]\n"
     "                 [--min-time S] [--max-time S] [--cpu-clock]\n";
 
@@ -495,8 +498,11 @@ int main_impl(int argc, char** argv) {
     } else if (arg == "--precision") {
       precisions.clear();
       for (const auto& p : split(value(), ',')) {
-        if (p != "f32" && p != "bf16") throw ValueError(cat("--precision: expected f32 or bf16"));
-        precisions.push_back(p == "bf16" ? cpu::Precision::kBF16 : cpu::Precision::kF32);
+        if (p != "f32" && p != "bf16" && p != "f16")
+          throw ValueError(cat("--precision: expected f32, bf16 or f16"));
+        precisions.push_back(p == "bf16"  ? cpu::Precision::kBF16
+                             : p == "f16" ? cpu::Precision::kF16
+                                          : cpu::Precision::kF32);
       }
     } else if (arg == "--cpu-clock") {
       cpu_clock = true;

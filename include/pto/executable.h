@@ -50,10 +50,12 @@ struct CompileOptions {
   // Level >= 2: independent steps too small to fill the machine run at the same time, one per
   // thread (stages; results are bit for bit those of running them one after another).
   bool concurrent_kernels = true;
-  // Matrix products (MatMul, Gemm) in bf16 with fp32 accumulation, everything else in fp32
-  // (the AutoMixedPrecision pass): VDPBF16PS where the CPU has AVX512_BF16, else the same
-  // rounding on the fp32 kernels. Convolutions stay fp32.
+  // Matrix products (MatMul, Gemm) in `mixed_precision` (bf16 or f16 operands) with fp32
+  // accumulation, everything else in fp32 (the AutoMixedPrecision pass). bf16: VDPBF16PS where
+  // the CPU has AVX512_BF16, else the same rounding on the fp32 kernels; f16: operands rounded to
+  // fp16 (F16C) on the fp32 kernels. Convolutions stay fp32.
   bool auto_mixed_precision = false;
+  DType mixed_precision = DType::kBF16;
   std::vector<std::string> dump_after;  // passes after which the graph is printed (PTO_DUMP_AFTER)
   // Tile shapes pinned for tile kernels instead of the planner's ({rows, cols} of the output
   // merged to 2-D, or {cols}): kernel name -> shape, where a kernel is named by any of its nodes

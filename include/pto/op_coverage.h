@@ -39,7 +39,7 @@ std::string op_coverage_markdown();
 // How the CPU backend computes a reduced precision on this machine, now (the active ISA and
 // extensions): for `pto info`, pypto.device_info() and precision reports.
 struct PrecisionPath {
-  std::string precision;  // "bf16", "int8"
+  std::string precision;  // "bf16", "f16", "int8"
   bool fast = false;      // on instructions made for it (not a fallback)
   std::string how;        // "VDPBF16PS (avx512_bf16)", "fp32 FMA on rounded operands (...)"
 };

@@ -22,6 +22,7 @@ namespace pto {
 // What a pass sees besides the graph; passes report what they did through note().
 struct PassContext {
   int level = 2;
+  DType mixed_precision = DType::kBF16;  // what AutoMixedPrecision marks products with
   // Rewrites that fired, by rule name ("FoldBatchNorm/Conv" -> 20); filled by note().
   mutable std::map<std::string, int> fired;
   void note(const std::string& rule, int count = 1) const { fired[rule] += count; }
@@ -58,6 +59,7 @@ struct PassOptions {
   int level = 2;
   // AutoMixedPrecision runs first, at any level (it changes what the products compute).
   bool auto_mixed_precision = false;
+  DType mixed_precision = DType::kBF16;  // ... in kBF16 or kF16
   // Names of passes after which the graph is printed to stderr (in addition to PTO_DUMP_AFTER);
   // "all" prints after every pass. An unknown name is a ValueError listing the known ones.
   std::vector<std::string> dump_after;

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from . import _C
+from . import _C, dtypes
 from .frontend import torch_capture
 from .amp import amp_dtype
 from .runtime import CompiledGraph, PrecisionReport, output_errors
@@ -30,9 +30,9 @@ class OptimizedModule(torch.nn.Module):
         # (args, kwargs, output_names=True, mixed_precision=None) -> (Captured, CompiledGraph);
         # see export_graph
         self._compile_fn = compile_fn
-        self._dtype: torch.dtype | None = None  # optimize(dtype=torch.bfloat16)
+        self._dtype: torch.dtype | None = None  # optimize(dtype=torch.bfloat16 / float16)
         self._example_args: tuple | None = None  # (args, kwargs) it was compiled from
-        self._amp_compiled: CompiledGraph | None = None  # for pypto.amp.autocast
+        self._amp_compiled: dict[str, CompiledGraph] = {}  # for pypto.amp.autocast, by dtype
         self._f32_compiled: CompiledGraph | None = None  # precision_report's baseline
         self._captured: torch_capture.Captured | None = None
         self._compiled: CompiledGraph | None = None
@@ -84,15 +84,17 @@ class OptimizedModule(torch.nn.Module):
             raise RuntimeError(
                 f"{type(self._orig_mod).__name__}: torch.autocast is not applied to a module "
                 "optimized by PyPTO (its graph is already compiled); use "
-                "pypto.optimize(model, dtype=torch.bfloat16) or pypto.amp.autocast() for bf16 "
-                "products, or call it outside torch.autocast")
+                "pypto.optimize(model, dtype=torch.bfloat16 or torch.float16) or "
+                "pypto.amp.autocast() for bf16/fp16 products, or call it outside torch.autocast")
         self._ensure_compiled(args, kwargs)
         compiled = self._compiled
         if self._dtype is None and amp_dtype() is not None:  # pypto.amp.autocast
             compiled = self._amp_variant(args, kwargs)
         inputs = self._graph_inputs(args, kwargs)
-        if self._dtype is not None:  # a bf16 model: bf16 inputs in, bf16 outputs out
-            inputs = [x.float() if x.dtype == self._dtype else x for x in inputs]
+        if self._dtype is not None:  # a bf16/fp16 model: bf16/fp16 inputs in, outputs out
+            # (widened where the graph takes fp32; a model.half() graph takes them as they are)
+            inputs = [x.float() if x.dtype == self._dtype and t[0] == "f32" else x
+                      for x, t in zip(inputs, compiled.input_types)]
         outs = compiled.run(inputs)  # a bf16 model's graph returns bf16 (capture output_dtype)
         return pytree.tree_unflatten(outs, self._captured.out_spec)
 
@@ -100,18 +102,20 @@ class OptimizedModule(torch.nn.Module):
         """The error of the reduced-precision compile against a float32 compile of the same
         module, on these arguments or the example inputs: per output, the max and mean relative
         error (max |got - fp32| / max |fp32|, mean |got - fp32| / mean |fp32|). For a module
-        optimized with dtype=torch.bfloat16, or its pypto.amp.autocast copy otherwise."""
+        optimized with dtype=torch.bfloat16 or torch.float16, or otherwise its pypto.amp.autocast
+        copy (the dtype of the pypto.amp.autocast this is called in, else bf16)."""
         self._ensure_compiled(args or None, kwargs or None)
         if not args and not kwargs:
             if self._example_args is None:
                 raise RuntimeError("precision_report: no example inputs; pass arguments")
             args, kwargs = self._example_args
         float_model = _float_model_of(self._orig_mod)
-        precision = "int8" if float_model is not None else "bf16"
+        precision = ("int8" if float_model is not None else
+                     dtypes.name(self._dtype or amp_dtype() or torch.bfloat16))
         if self._dtype is not None or float_model is not None:
             reduced = self._compiled
         else:
-            reduced = self._amp_variant(args, kwargs)
+            reduced = self._amp_variant(args, kwargs, precision)
         with self._lock:
             if self._f32_compiled is None and float_model is not None:
                 # A quantized model's baseline is the float model it was quantized from.
@@ -121,17 +125,19 @@ class OptimizedModule(torch.nn.Module):
                 self._f32_compiled = (self._compiled if self._dtype is None else
                                       self._compile_fn(args, kwargs, True, False)[1])
         inputs = self._graph_inputs(args, kwargs)
-        inputs = [x.float() if x.dtype == torch.bfloat16 else x for x in inputs]
+        inputs = [x.float() if x.dtype in (torch.bfloat16, torch.float16) else x for x in inputs]
         got, want = reduced.run(inputs), self._f32_compiled.run(inputs)
         rows = output_errors(reduced.output_names, got, want)
         return PrecisionReport(precision, rows, _C.device_info()["precision"][precision]["how"])
 
-    def _amp_variant(self, args, kwargs) -> CompiledGraph:
-        """The module compiled again with bf16 products, for calls inside pypto.amp.autocast."""
+    def _amp_variant(self, args, kwargs, precision: str | None = None) -> CompiledGraph:
+        """The module compiled again with bf16 or f16 products (`precision`, else the active
+        pypto.amp.autocast's), for calls inside pypto.amp.autocast."""
+        precision = precision or dtypes.name(amp_dtype())
         with self._lock:
-            if self._amp_compiled is None:
-                self._amp_compiled = self._compile_fn(args, kwargs, True, True)[1]
-        return self._amp_compiled
+            if precision not in self._amp_compiled:
+                self._amp_compiled[precision] = self._compile_fn(args, kwargs, True, precision)[1]
+        return self._amp_compiled[precision]
 
     def stats(self, *args, **kwargs) -> dict:
         """Kernel count and planned memory (see CompiledGraph.stats); the memory numbers are for
@@ -231,8 +237,9 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
     dtype: torch.bfloat16 makes a bf16 model: its matrix products (Linear, matmul) round both
         operands to bf16 and accumulate in fp32 (VDPBF16PS where the CPU has AVX512_BF16),
         everything else computes in fp32; it takes fp32 or bf16 inputs and returns bf16 outputs.
-        See docs/precision.md. None or torch.float32: fp32 throughout (unless the
-        auto_mixed_precision option is on). torch.float16 is not supported yet.
+        torch.float16 the same in fp16 (on x86 the fp32 kernels on operands rounded to fp16: fp16
+        results at fp32 speed). See docs/precision.md. None or torch.float32: fp32 throughout
+        (unless the auto_mixed_precision option is on). Other dtypes are a ValueError.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"pypto.optimize expects a torch.nn.Module, got {type(model).__name__}"
@@ -246,24 +253,22 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
     from .quantization import from_torch_ao
 
     compile_options(level)  # validates level before the (slow) capture
-    if dtype not in (None, torch.float32, torch.bfloat16):
-        if dtype == torch.float16:
-            raise NotImplementedError("pypto.optimize: dtype=torch.float16 is not supported yet "
-                                      "(PyPTO's reduced-precision kernels are bf16); use "
-                                      "dtype=torch.bfloat16")
-        raise ValueError(f"pypto.optimize: dtype must be torch.float32 or torch.bfloat16, got "
-                         f"{dtype!r}")
-    bf16 = True if dtype == torch.bfloat16 else None
+    reduced = {torch.bfloat16: "bf16", torch.float16: "f16"}
+    if dtype is not None and dtype != torch.float32 and dtype not in reduced:
+        raise ValueError(f"pypto.optimize: dtype={dtype!r} is not supported; supported: None, "
+                         "torch.float32, torch.bfloat16 and torch.float16 (int8: "
+                         "pypto.quantization, or an ONNX model quantized by onnxruntime; see "
+                         "docs/precision.md)")
     # torch.ao.quantization.quantize_dynamic's Linear modules: their int8 equivalents.
     model = from_torch_ao(model)
 
-    def compile_fn(args, kwargs, output_names=True, mixed_precision=bf16):
+    def compile_fn(args, kwargs, output_names=True, mixed_precision=reduced.get(dtype)):
         # On a terminal: "pypto.optimize: torch.export", then the passes and kernels.
         bar = _C.ProgressBar("pypto.optimize", 0.0)
         bar.update(0, 1, f"torch.export: {type(model).__name__}")
         with torch.no_grad():
             try:
-                # A bf16 model's graph casts its outputs to bf16 itself (no PyTorch op per call).
+                # A bf16/fp16 model's graph casts its outputs itself (no PyTorch op per call).
                 out_dtype = dtype if (mixed_precision and dtype is not None) else None
                 captured = torch_capture.capture(model, args, kwargs or None, dynamic=dynamic,
                                                  dynamic_shapes=dynamic_shapes,
@@ -278,8 +283,8 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
 
     fast = OptimizedModule(model, compile_fn)
     fast._level = level
-    if dtype == torch.bfloat16:
-        fast._dtype = torch.bfloat16
+    if dtype in reduced:
+        fast._dtype = dtype
     if example_inputs is not None or example_kwargs is not None:  # keyword inputs alone too
         fast._ensure_compiled(example_inputs or (), example_kwargs or {})
     return fast

@@ -1,12 +1,13 @@
 """pypto.amp: mixed precision for modules already optimized by PyPTO.
 
     fast = pypto.optimize(model, (x,))
-    with pypto.amp.autocast(dtype=torch.bfloat16):
+    with pypto.amp.autocast(dtype=torch.bfloat16):   # or torch.float16
         y = fast(x)          # the products in bf16, the rest in fp32; y is float32
 
-Inside the context an optimized module runs a copy of itself compiled with bf16 matrix products
-(the AutoMixedPrecision pass: both operands rounded to bf16, fp32 accumulation, VDPBF16PS where
-the CPU has it); everything else, and the outputs, stay float32. The copy is compiled on the first
+Inside the context an optimized module runs a copy of itself compiled with bf16 (or fp16) matrix
+products (the AutoMixedPrecision pass: both operands rounded to bf16 or fp16, fp32 accumulation,
+VDPBF16PS where the CPU has it; fp16 runs the fp32 kernels on rounded operands); everything else,
+and the outputs, stay float32. The copy is compiled on the first
 call inside the context and kept. `torch.autocast` around an optimized module is an error, not
 silently ignored: use this, or ``pypto.optimize(model, dtype=torch.bfloat16)``. See
 docs/precision.md.
@@ -25,18 +26,17 @@ def amp_dtype():
 
 
 class autocast:  # noqa: N801 - the name PyTorch users know
-    """Context manager (and decorator) running optimized modules with bf16 matrix products."""
+    """Context manager (and decorator) running optimized modules with bf16 or fp16 matrix
+    products (dtype: torch.bfloat16, the default, or torch.float16)."""
 
     def __init__(self, dtype=None, enabled: bool = True):
         import torch
 
         if dtype is None:
             dtype = torch.bfloat16
-        if dtype == torch.float16:
-            raise NotImplementedError("pypto.amp.autocast: float16 is not supported yet "
-                                      "(PyPTO's reduced-precision kernels are bf16)")
-        if dtype != torch.bfloat16:
-            raise ValueError(f"pypto.amp.autocast: dtype must be torch.bfloat16, got {dtype!r}")
+        if dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError(f"pypto.amp.autocast: dtype must be torch.bfloat16 or torch.float16, "
+                             f"got {dtype!r}")
         if not isinstance(enabled, bool):
             raise TypeError(f"pypto.amp.autocast: enabled must be a bool, got "
                             f"{type(enabled).__name__}")

@@ -70,14 +70,15 @@ class OnnxModel:
     def precision_report(self, *args: Any, **kwargs: Any) -> PrecisionReport:
         """The error of this reduced-precision compile against a float32 compile of the same
         file, on these inputs (as for calling the model): per output, the max and mean relative
-        error. For a model loaded with precision="bf16" (or under the auto_mixed_precision
-        option)."""
-        bf16 = self._precision == "bf16" or (
-            self._precision is None and _options.get_optimization_options().get(
-                "auto_mixed_precision", False))
-        if not bf16:
+        error. For a model loaded with precision="bf16" or "f16" (or under the
+        auto_mixed_precision option)."""
+        precision = self._precision
+        if precision is None:
+            opts = _options.get_optimization_options()
+            precision = opts["mixed_precision_dtype"] if opts["auto_mixed_precision"] else "f32"
+        if precision == "f32":
             raise ValueError("precision_report: this model was compiled in float32 (load it with "
-                             "precision='bf16' to see what bf16 costs)")
+                             "precision='bf16' or 'f16' to see what they cost)")
         if self.path is None:
             raise ValueError("precision_report: the model has no file to compile in float32")
         if not args and not kwargs:
@@ -88,22 +89,22 @@ class OnnxModel:
         want = self._f32(*args, **kwargs)
         if len(self.output_names) == 1:
             got, want = (got,), (want,)
-        how = _C.device_info()["precision"]["bf16"]["how"]
-        return PrecisionReport("bf16", output_errors(self.output_names, got, want), how)
+        how = _C.device_info()["precision"][precision]["how"]
+        return PrecisionReport(precision, output_errors(self.output_names, got, want), how)
 
     def __repr__(self):
         return f"pypto.onnx.OnnxModel({self.path or ''}: {self._compiled!r})"
 
 
-# precision= of load: whether the matrix products are bf16 (the auto_mixed_precision option).
-_PRECISIONS = {"f32": False, "bf16": True}
+# precision= of load: what the matrix products compute in (the auto_mixed_precision option).
+_PRECISIONS = {"f32": False, "bf16": "bf16", "f16": "f16"}
 
 
 def load(path: str | os.PathLike, level: int | None = None, *,
          precision: str | None = None) -> OnnxModel:
-    """Loads and compiles an ONNX model file. precision: "f32", or "bf16" for bf16 matrix
-    products with fp32 accumulation (as pto --precision bf16); None: the auto_mixed_precision
-    option's choice."""
+    """Loads and compiles an ONNX model file. precision: "f32", or "bf16" / "f16" for matrix
+    products on operands rounded to it with fp32 accumulation (as pto --precision); None: the
+    auto_mixed_precision option's choice."""
     path = os.fspath(path)
     if precision is not None and precision not in _PRECISIONS:
         raise ValueError(f"pypto.onnx.load: precision must be one of {sorted(_PRECISIONS)}, got "

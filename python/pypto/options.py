@@ -15,17 +15,21 @@ from . import _C
 _DEFAULTS: dict[str, Any] = {
     "graph_optimization_level": 2,  # 0..3, see docs/python.md
     "memory_optimization": True,  # reuse intermediate buffers as soon as they are dead
-    # matrix products in bf16 (fp32 accumulation), everything else fp32: see docs/precision.md
+    # matrix products in bf16 or f16 (fp32 accumulation), everything else fp32: see
+    # docs/precision.md; "mixed_precision_dtype" says which ("bf16" or "f16")
     "auto_mixed_precision": False,
+    "mixed_precision_dtype": "bf16",
     # drop the graph's copy of weights the GEMM/conv kernels hold packed (memory held once)
     "release_packed_weights": True,
     # run independent kernels too small to fill the machine at the same time, one per thread
     "concurrent_kernels": True,
 }
 _TYPES = {"graph_optimization_level": int, "memory_optimization": bool,
-          "auto_mixed_precision": bool, "release_packed_weights": bool,
+          "auto_mixed_precision": bool, "mixed_precision_dtype": str,
+          "release_packed_weights": bool,
           "concurrent_kernels": bool}
 _current = dict(_DEFAULTS)
+_MIXED = ("bf16", "f16")  # what mixed precision can round the products' operands to
 
 
 def set_optimization_options(options: dict[str, Any]) -> None:
@@ -44,6 +48,9 @@ def set_optimization_options(options: dict[str, Any]) -> None:
         if key == "graph_optimization_level" and not 0 <= value <= 3:
             raise ValueError(f"set_optimization_options: graph_optimization_level must be 0..3, "
                              f"got {value}")
+        if key == "mixed_precision_dtype" and value not in _MIXED:
+            raise ValueError(f"set_optimization_options: mixed_precision_dtype must be one of "
+                             f"{', '.join(map(repr, _MIXED))}, got {value!r}")
         checked[key] = value
     _current.update(checked)
 
@@ -88,9 +95,10 @@ def tile_option(tile: Any, what: str = "tile") -> dict[str, list[int]]:
 
 
 def compile_options(level: int | None = None, tile: Any = None,
-                    mixed_precision: bool | None = None) -> _C.CompileOptions:
+                    mixed_precision: bool | str | None = None) -> _C.CompileOptions:
     """The C++ CompileOptions for one compilation: the current options, `level`, the pinned
-    `tile` (see tile_option) and `mixed_precision` (bf16 products) if given."""
+    `tile` (see tile_option) and `mixed_precision` if given: "bf16" or "f16" products, True (the
+    mixed_precision_dtype option's) or False (fp32)."""
     if level is None:
         level = _current["graph_optimization_level"]
     if isinstance(level, bool) or not isinstance(level, int):
@@ -100,8 +108,11 @@ def compile_options(level: int | None = None, tile: Any = None,
     o = _C.CompileOptions()
     o.level = level
     o.memory_optimization = _current["memory_optimization"]
-    o.auto_mixed_precision = (_current["auto_mixed_precision"] if mixed_precision is None
-                              else bool(mixed_precision))
+    if mixed_precision is None:
+        mixed_precision = _current["auto_mixed_precision"]
+    o.auto_mixed_precision = bool(mixed_precision)
+    o.mixed_precision = (mixed_precision if isinstance(mixed_precision, str)
+                         else _current["mixed_precision_dtype"])
     o.release_packed_weights = _current["release_packed_weights"]
     o.tiles = tile_option(tile)
     o.concurrent_kernels = _current["concurrent_kernels"]

@@ -50,11 +50,12 @@ class CompiledGraph:
     """A Tensor Graph compiled by ``_C.compile``; ``run`` takes one array per graph input."""
 
     def __init__(self, graph: _C.Graph, level: int | None = None, *, tile: Any = None,
-                 mixed_precision: bool | None = None, _consume: bool = False,
+                 mixed_precision: bool | str | None = None, _consume: bool = False,
                  _progress: str = "compiling"):
         # _consume: the caller hands the graph over (pypto.onnx.load): its weights can be freed
         # as the kernels pack them, and `graph` is left empty. tile: pinned tile shapes
-        # (options.tile_option). mixed_precision: bf16 products (None: the option's value).
+        # (options.tile_option). mixed_precision: "bf16" or "f16"
+        # products, True/False (None: the options' values).
         # _progress: the label of the progress bar a terminal shows.
         self._exe = _C.compile(graph, _options.compile_options(level, tile, mixed_precision),
                                _consume, _progress)
@@ -174,7 +175,7 @@ class PrecisionReport:
     """What reduced precision costs on one set of inputs (OptimizedModule.precision_report)."""
     precision: str
     outputs: list[OutputError]
-    how: str = ""  # how this machine computes it: "VDPBF16PS (avx512_bf16)" or the fallback
+    how: str = ""  # how this machine computes it: "VDPBF16PS (avx512_bf16)", fp32 FMA on rounded
 
     @property
     def max_rel_error(self) -> float:

@@ -191,10 +191,11 @@ def _loaded_module(meta: dict, captured, compiled: CompiledGraph):
 
                 self._dtype = getattr(torch, meta["dtype"])
 
-        def _amp_variant(self, args, kwargs):
+        def _amp_variant(self, args, kwargs, precision=None):
             raise RuntimeError(f"{self._name}: a module loaded by pypto.load cannot be compiled "
                                "again for pypto.amp.autocast (the file holds only its compiled "
-                               "graph); save one optimized with dtype=torch.bfloat16 instead")
+                               "graph); save one optimized with dtype=torch.bfloat16 or "
+                               "torch.float16 instead")
 
         def precision_report(self, *args, **kwargs):
             raise RuntimeError(f"{self._name}: precision_report needs the original module (to "

@@ -46,6 +46,16 @@ void bind_runtime(nb::module_& m) {
       .def_rw("level", &CompileOptions::level)
       .def_rw("memory_optimization", &CompileOptions::memory_optimization)
       .def_rw("auto_mixed_precision", &CompileOptions::auto_mixed_precision)
+      .def_prop_rw(
+          "mixed_precision",
+          [](const CompileOptions& o) { return std::string(dtype_name(o.mixed_precision)); },
+          [](CompileOptions& o, const std::string& name) {
+            const DType dt = dtype_from_name(name);
+            if (dt != DType::kBF16 && dt != DType::kF16)
+              throw ValueError(cat("mixed_precision must be 'bf16' or 'f16', got '", name, "'"));
+            o.mixed_precision = dt;
+          },
+          "What auto_mixed_precision rounds the products' operands to: 'bf16' or 'f16'.")
       .def_rw("release_packed_weights", &CompileOptions::release_packed_weights)
       .def_rw("concurrent_kernels", &CompileOptions::concurrent_kernels)
       .def_rw("dump_after", &CompileOptions::dump_after)

@@ -22,6 +22,14 @@ std::vector<PrecisionPath> precision_paths() {
                 device_info().avx512_bf16 ? "avx512_bf16 turned off or another ISA chosen"
                                           : "no avx512_bf16",
                 ")")},
+      // No fp16 kernel: x86's fp16 arithmetic (AVX512_FP16, AMX-FP16) is not used, so f16 is
+      // never fast; it gives fp16 results (operands rounded), not fp16 speed.
+      {"f16", false,
+       cat("fp32 FMA on operands rounded to fp16 (",
+           cpu::has_ext(cpu::Ext::kF16c) ? "F16C conversions"
+                                         : "scalar conversions: no f16c in use",
+           device_info().avx512_fp16 ? "; avx512_fp16 is not used" : "; no avx512_fp16 or amx_fp16",
+           "): fp32 speed")},
       {"int8", cpu::igemm_uses_vnni(),
        cpu::igemm_uses_vnni() ? (cpu::active_isa() == cpu::Isa::kAvx512 ? "VPDPBUSD (avx512_vnni)"
                                                                         : "VPDPBUSD (avx_vnni)")

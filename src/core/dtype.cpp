@@ -51,10 +51,46 @@ DType dtype_from_name(std::string_view n) {
   throw ValueError(cat("unknown dtype '", n, "'"));
 }
 
+namespace {
+
+// ONNX element types PyPTO has no dtype for, by code, for the error that names them.
+std::string_view onnx_type_name(int64_t code) {
+  switch (code) {
+    case 8:
+      return "STRING";
+    case 14:
+      return "COMPLEX64";
+    case 15:
+      return "COMPLEX128";
+    case 17:
+      return "FLOAT8E4M3FN";
+    case 18:
+      return "FLOAT8E4M3FNUZ";
+    case 19:
+      return "FLOAT8E5M2";
+    case 20:
+      return "FLOAT8E5M2FNUZ";
+    case 21:
+      return "UINT4";
+    case 22:
+      return "INT4";
+    case 23:
+      return "FLOAT4E2M1";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
 DType dtype_from_onnx_code(int64_t code, std::string_view where) {
   for (const auto& row : kTable)
     if (row.dtype != DType::kUndefined && row.onnx == code) return row.dtype;
-  throw UnsupportedError(cat(where, ": ONNX element type ", code, " is not supported"));
+  const std::string_view name = onnx_type_name(code);
+  throw UnsupportedError(cat(where, ": ONNX element type ", code,
+                             name.empty() ? "" : cat(" (", name, ")"),
+                             " is not supported (PyPTO computes in float32/64, float16, bfloat16, "
+                             "8..64-bit integers and bool; no 4-bit or float8 kernels)"));
 }
 
 int onnx_code(DType dt) {

@@ -33,7 +33,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_assign_layouts(*r);
     passes::register_fuse_blocked_convs(*r);
     passes::register_auto_mixed_precision(*r);
-    passes::register_promote_bf16(*r);
+    passes::register_promote_half(*r);
     passes::register_fuse_dynamic_quantization(*r);
     passes::register_lower_qdq_to_integer(*r);
     return r;
@@ -107,12 +107,10 @@ Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* r
   std::vector<std::string> names = options.only.empty() ? pipeline(options.level) : options.only;
   if (options.auto_mixed_precision && options.only.empty())
     names.insert(names.begin(), "AutoMixedPrecision");
-  // A graph computing in bf16 runs on the fp32 kernels with bf16 products (PromoteBf16), first,
-  // at any level: the CPU kernels have no other bf16 arithmetic.
-  if (options.only.empty() && std::any_of(g.values().begin(), g.values().end(), [](const Value& v) {
-        return v.type.dtype == DType::kBF16;
-      }))
-    names.insert(names.begin(), "PromoteBf16");
+  // A graph computing in bf16 or f16 runs on the fp32 kernels with half-precision products
+  // (PromoteHalf), first, at any level: the CPU kernels have no other bf16 or f16 arithmetic.
+  if (options.only.empty() && passes::has_half_values(g))
+    names.insert(names.begin(), "PromoteHalf");
   check_known(options.only, "passes");
   std::vector<std::string> dump = options.dump_after;
   for (std::string& n : split_names(std::getenv("PTO_DUMP_AFTER"))) dump.push_back(n);
@@ -138,6 +136,7 @@ Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* r
     PTO_CHECK(pass) << "pass '" << name << "' is not registered";
     PassContext ctx;
     ctx.level = options.level;
+    ctx.mixed_precision = options.mixed_precision;
     PassReport r{name, 0, g.nodes().size(), 0, {}};
     // A pass that leaves the graph as it was cannot change results: verifying needs the copy.
     std::optional<Graph> before;

@@ -22,8 +22,10 @@ void register_unflatten_mat_mul(PassRegistry& r);
 void register_assign_layouts(PassRegistry& r);
 void register_fuse_blocked_convs(PassRegistry& r);
 void register_auto_mixed_precision(PassRegistry& r);
-void register_promote_bf16(PassRegistry& r);
+void register_promote_half(PassRegistry& r);
 void register_fuse_dynamic_quantization(PassRegistry& r);
 void register_lower_qdq_to_integer(PassRegistry& r);
+// Whether `g` has bf16 or f16 values (PromoteHalf then runs first, at any level).
+bool has_half_values(const Graph& g);
 
 }  // namespace pto::passes

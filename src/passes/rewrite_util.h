@@ -55,7 +55,7 @@ void retarget(Node& n, const std::string& op, std::vector<ValueId> inputs, Attri
 // A copy of `a` without the attribute `name`.
 Attributes without(const Attributes& a, const std::string& name);
 
-// `attrs` with the `precision` of the matrix product `from` (AutoMixedPrecision, PromoteBf16):
+// `attrs` with the `precision` of the matrix product `from` (AutoMixedPrecision, PromoteHalf):
 // a rewrite that makes a new MatMul or Gemm out of one keeps what its products compute in.
 inline Attributes with_precision_of(const Node& from, Attributes attrs = {}) {
   if (from.attrs.has("precision")) attrs.set("precision", from.attrs.get_string("precision"));

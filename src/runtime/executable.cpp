@@ -909,6 +909,7 @@ Executable compile(Graph g, const CompileOptions& options) {
   PassOptions passes;
   passes.level = options.level;
   passes.auto_mixed_precision = options.auto_mixed_precision;
+  passes.mixed_precision = options.mixed_precision;
   passes.dump_after = options.dump_after;
   if (options.on_progress)
     passes.after_pass = [&](const std::string& name, size_t i, size_t n, const Graph& after) {

@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "pto/error.h"
+#include "pto/executable.h"
 
 namespace pto::cli {
 
@@ -59,11 +60,13 @@ void ArgReader::fail(const std::string& what) const {
   throw UsageError(command_.empty() ? what : cat(command_, ": ", what), command_);
 }
 
-bool read_precision_option(ArgReader& a, bool& bf16) {
+bool read_precision_option(ArgReader& a, CompileOptions& o) {
   if (!a.is("--precision")) return false;
   const std::string v = a.value();
-  if (v != "f32" && v != "bf16") a.fail(cat("--precision takes f32 or bf16, got '", v, "'"));
-  bf16 = v == "bf16";
+  if (v != "f32" && v != "bf16" && v != "f16")
+    a.fail(cat("--precision takes f32, bf16 or f16, got '", v, "'"));
+  o.auto_mixed_precision = v != "f32";
+  if (o.auto_mixed_precision) o.mixed_precision = dtype_from_name(v);
   return true;
 }
 

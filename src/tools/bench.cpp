@@ -49,8 +49,9 @@ const char* kUsage =
     "  --threads T            run kernels on T threads (default: PTO_NUM_THREADS, else the cores\n"
     "                         this process may use)\n"
     "  --level L              optimization level 0..3 (default 2)\n"
-    "  --precision f32|bf16   bf16: matrix products on bf16 operands with fp32 accumulation,\n"
-    "                         the rest fp32 (docs/precision.md); default f32\n"
+    "  --precision P          f32, bf16 or f16: bf16/f16 computes the matrix products on\n"
+    "                         operands rounded to it, with fp32 accumulation, the rest fp32\n"
+    "                         (docs/precision.md); default f32\n"
     "  --warmup W             untimed runs first (default 10)\n"
     "  --iterations I         timed runs (default 100)\n"
     "  --compare onnxruntime  also time ONNX Runtime (CPU, ORT_ENABLE_ALL, T intra-op threads)\n"
@@ -64,7 +65,7 @@ struct Options {
   InputSpec inputs;
   std::optional<int64_t> batch;
   int level = 2;
-  bool bf16 = false;
+  CompileOptions precision;  // --precision: auto_mixed_precision and mixed_precision
   int64_t warmup = 10, iterations = 100;
   std::string compare;
 };
@@ -83,7 +84,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       set_num_threads(static_cast<int>(a.int_value(1, 4096)));
     } else if (a.is("--level")) {
       o.level = static_cast<int>(a.int_value(0, 3));
-    } else if (read_precision_option(a, o.bf16)) {
+    } else if (read_precision_option(a, o.precision)) {
     } else if (a.is("--warmup")) {
       o.warmup = a.int_value(0, 1000000);
     } else if (a.is("--iterations")) {
@@ -332,7 +333,9 @@ int bench_main(const std::vector<std::string>& args) {
       }
 
   auto t0 = Clock::now();
-  Executable exe = compile(g, {.level = o.level, .auto_mixed_precision = o.bf16});
+  Executable exe = compile(g, {.level = o.level,
+                               .auto_mixed_precision = o.precision.auto_mixed_precision,
+                               .mixed_precision = o.precision.mixed_precision});
   const double compile_ms = ms_since(t0);
   std::cout << "model:      " << o.model << ", level " << o.level << ", " << num_threads()
             << " threads, batch " << batch << " (compiled in " << format_ms(compile_ms) << ")\n";

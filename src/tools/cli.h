@@ -13,6 +13,10 @@
 #define PTO_VERSION "unknown"
 #endif
 
+namespace pto {
+struct CompileOptions;  // pto/executable.h
+}  // namespace pto
+
 namespace pto::cli {
 
 inline constexpr const char* kVersion = PTO_VERSION;
@@ -70,9 +74,10 @@ class ArgReader {
   bool positional_ = false;
 };
 
-// Takes the current argument when it is --precision f32|bf16 (bf16: CompileOptions::
-// auto_mixed_precision, docs/precision.md); false for any other argument.
-bool read_precision_option(ArgReader& a, bool& bf16);
+// Takes the current argument when it is --precision f32|bf16|f16 (bf16, f16: CompileOptions::
+// auto_mixed_precision with that mixed_precision, docs/precision.md), setting those two fields of
+// `o`; false for any other argument.
+bool read_precision_option(ArgReader& a, CompileOptions& o);
 
 // Splits "name=value" at the first '='; a UsageError naming `option` when there is none.
 std::pair<std::string, std::string> split_assignment(const std::string& s, const char* option,

@@ -39,7 +39,7 @@ namespace pto::cli {
 namespace {
 
 const char* kUsage =
-    "usage: pto compile model.onnx [-o model.pto] [--level L] [--precision f32|bf16]\n"
+    "usage: pto compile model.onnx [-o model.pto] [--level L] [--precision f32|bf16|f16]\n"
     "                   [--dump-after PASS[,PASS...]|all]\n"
     "                   [--dump-tiles] [--tile [KERNEL=]ROWSxCOLS] [--stats] [--list-passes]\n"
     "                   [--graph FILE.svg|.png|.pdf|.dot] [--graph-after PASS]\n"
@@ -51,8 +51,9 @@ const char* kUsage =
     "options:\n"
     "  --level L          optimization level 0..3 (default 2): 1 runs the graph passes, 2 adds\n"
     "                     fusion into kernels and memory planning\n"
-    "  --precision P      bf16: matrix products on bf16 operands with fp32 accumulation, the\n"
-    "                     rest fp32 (docs/precision.md); with --stats, its error against an\n"
+    "  --precision P      bf16 or f16: matrix products on bf16 (f16) operands with fp32\n"
+    "                     accumulation, the rest fp32 (docs/precision.md); with --stats, its\n"
+    "                     error against an\n"
     "                     fp32 compile on random inputs. Default f32\n"
     "  --dump-after PASS  print the graph after these passes (as PTO_DUMP_AFTER does)\n"
     "  --dump-tiles       print every kernel: its nodes, fusion rule, backend, tile program and\n"
@@ -76,7 +77,7 @@ void list_passes() {
     for (const std::string& p : pipeline(level)) std::cout << " " << p;
     std::cout << (level >= 2 ? " + FuseKernels + memory plan" : "") << "\n";
   }
-  std::cout << "--precision bf16: AutoMixedPrecision first, at any level\n";
+  std::cout << "--precision bf16|f16: AutoMixedPrecision first, at any level\n";
 }
 
 // "[KERNEL=]ROWSxCOLS" or "[KERNEL=]COLS" into options.tiles.
@@ -194,13 +195,15 @@ void write_picture(const std::string& dot, const std::string& path, const std::s
 // --precision bf16 --stats: the reduced-precision compile against an fp32 compile of the same
 // model on random inputs, per output (docs/precision.md), and how this machine computes it.
 void print_precision_report(const Graph& original, const Executable& reduced) {
+  const std::string name(dtype_name(reduced.options().mixed_precision));
   std::string how;
   for (const PrecisionPath& p : precision_paths())
-    if (p.precision == "bf16") how = p.how;
+    if (p.precision == name) how = p.how;
   CompileOptions f32 = reduced.options();
   f32.auto_mixed_precision = false;
   const Executable full = compile(original, f32);
-  std::cout << "precision: bf16 products (" << how << ") against fp32, on random inputs:\n";
+  std::cout << "precision: " << name << " products (" << how
+            << ") against fp32, on random inputs:\n";
   const std::vector<Tensor> inputs = make_inputs(original, {});
   const std::vector<Tensor> got = reduced.run(inputs), want = full.run(inputs);
   for (size_t i = 0; i < got.size(); ++i) {
@@ -253,7 +256,7 @@ int compile_main(const std::vector<std::string>& args) {
       pin_tile(a, options);
     } else if (a.is("--stats")) {
       o.stats = true;
-    } else if (read_precision_option(a, options.auto_mixed_precision)) {
+    } else if (read_precision_option(a, options)) {
     } else if (a.is("--list-passes")) {
       list_passes();
       return 0;

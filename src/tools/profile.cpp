@@ -17,7 +17,7 @@ namespace {
 
 const char* kUsage =
     "usage: pto profile model.onnx [--trace trace.json] [--timeline timeline.svg]\n"
-    "                   [--threads N] [--level L] [--precision f32|bf16] [--repeat N]\n"
+    "                   [--threads N] [--level L] [--precision f32|bf16|f16] [--repeat N]\n"
     "                   [--warmup N]\n"
     "                   [--input NAME=FILE.npy ...] [--dim SYMBOL=VALUE ...] [--seed N]\n"
     "                   [--sort-by KEY] [--row-limit N] [--shapes]\n"
@@ -35,7 +35,8 @@ const char* kUsage =
     "  --threads N            run kernels on N threads (default: PTO_NUM_THREADS, else the\n"
     "                         cores this process may use)\n"
     "  --level L              optimization level 0..3 (default 2)\n"
-    "  --precision f32|bf16   bf16: matrix products on bf16 operands (docs/precision.md)\n"
+    "  --precision P          f32, bf16 or f16: bf16/f16 computes the matrix products on\n"
+    "                         operands rounded to it (docs/precision.md)\n"
     "  --repeat N             profiled runs (default 1)\n"
     "  --warmup N             runs before profiling, not recorded (default 1)\n"
     "  --input NAME=FILE.npy  feed graph input NAME from a .npy file\n"
@@ -50,7 +51,7 @@ struct Options {
   InputSpec inputs;
   std::optional<int64_t> threads;
   int64_t level = 2, repeat = 1, warmup = 1, row_limit = 30;
-  bool bf16 = false;
+  CompileOptions precision;  // --precision: auto_mixed_precision and mixed_precision
   std::string sort_by = "self";
   bool shapes = false;
 };
@@ -70,7 +71,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       o.threads = a.int_value(1, 4096);
     } else if (a.is("--level")) {
       o.level = a.int_value(0, 3);
-    } else if (read_precision_option(a, o.bf16)) {
+    } else if (read_precision_option(a, o.precision)) {
     } else if (a.is("--repeat")) {
       o.repeat = a.int_value(1, 1000000);
     } else if (a.is("--warmup")) {
@@ -102,8 +103,10 @@ int profile_main(const std::vector<std::string>& args) {
   if (!opts) return 0;
   const Options& o = *opts;
   if (o.threads) set_num_threads(static_cast<int>(*o.threads));
-  const Executable exe = compile(
-      onnx::load(o.model), {.level = static_cast<int>(o.level), .auto_mixed_precision = o.bf16});
+  const Executable exe =
+      compile(onnx::load(o.model), {.level = static_cast<int>(o.level),
+                                    .auto_mixed_precision = o.precision.auto_mixed_precision,
+                                    .mixed_precision = o.precision.mixed_precision});
   const std::vector<Tensor> inputs = make_inputs(exe.graph(), o.inputs);
   for (int64_t i = 0; i < o.warmup; ++i) exe.run(inputs);
   profiler::start({.record_shapes = o.shapes, .profile_memory = true});

@@ -30,7 +30,7 @@ const char* kUsage =
     "usage: pto run model.onnx|model.pto [--input NAME=FILE.npy ...] [--output-dir DIR] [--seed "
     "N]\n"
     "               [--dim SYMBOL=VALUE ...] [--repeat N] [--print-graph] [--threads N]\n"
-    "               [--level L] [--precision f32|bf16] [--engine cpu|reference]\n"
+    "               [--level L] [--precision f32|bf16|f16] [--engine cpu|reference]\n"
     "\n"
     "Loads an ONNX model, runs it and prints each output's name, dtype, shape, min/max/mean/std\n"
     "and first values, with the load time and the run time (median of --repeat runs).\n"
@@ -52,7 +52,8 @@ const char* kUsage =
     "  --threads N            run kernels on N threads (default: PTO_NUM_THREADS, else the\n"
     "                         cores this process may use)\n"
     "  --level L              optimization level 0..3 (default 2)\n"
-    "  --precision f32|bf16   bf16: matrix products on bf16 operands (docs/precision.md)\n"
+    "  --precision P          f32, bf16 or f16: bf16/f16 computes the matrix products on\n"
+    "                         operands rounded to it (docs/precision.md)\n"
     "  --engine E             cpu (default: the compiled Executable) or reference (the\n"
     "                         reference interpreter alone, the oracle)\n"
     "\n"
@@ -67,7 +68,7 @@ struct Options {
   bool print_graph = false;
   std::optional<int64_t> threads;
   std::optional<int64_t> level;
-  bool bf16 = false;
+  CompileOptions precision;  // --precision: auto_mixed_precision and mixed_precision
   std::string engine = "cpu";
 };
 
@@ -92,7 +93,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
         throw UsageError(cat("--engine must be cpu or reference, got '", o.engine, "'"), "run");
     } else if (a.is("--level")) {
       o.level = a.int_value(0, 3);
-    } else if (read_precision_option(a, o.bf16)) {
+    } else if (read_precision_option(a, o.precision)) {
     } else if (a.is("--print-graph")) {
       o.print_graph = true;
     } else if (a.positional() && o.model.empty()) {
@@ -139,14 +140,14 @@ int run_main(const std::vector<std::string>& args) {
   if (o.threads) set_num_threads(static_cast<int>(*o.threads));
   if (o.level && o.engine == "reference")
     std::cerr << "note: --level has no effect on the reference engine\n";
-  if (o.bf16 && o.engine == "reference")
+  if (o.precision.auto_mixed_precision && o.engine == "reference")
     throw UsageError(
-        "--precision bf16 needs the cpu engine (the reference runs the graph as it is)", "run");
+        "--precision bf16/f16 needs the cpu engine (the reference runs the graph as it is)", "run");
   auto t0 = Clock::now();
   std::optional<Executable> exe;
   std::optional<LoadedExecutable> saved;
   if (is_saved_model(o.model)) {  // compiled already: no passes, no fusion, no --level
-    if (o.level || o.bf16)
+    if (o.level || o.precision.auto_mixed_precision)
       throw UsageError(
           cat(o.model, " is a saved model, compiled already at the level and ",
               "precision its file records: --level and --precision apply to ONNX ", "models"),
@@ -167,7 +168,8 @@ int run_main(const std::vector<std::string>& args) {
     else {
       ProgressBar bar("compiling");
       exe.emplace(compile(g, {.level = static_cast<int>(o.level.value_or(2)),
-                              .auto_mixed_precision = o.bf16,
+                              .auto_mixed_precision = o.precision.auto_mixed_precision,
+                              .mixed_precision = o.precision.mixed_precision,
                               .on_progress = progress_on(bar)}));
     }
     size_t on_cpu = 0;

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cfloat>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -269,6 +270,37 @@ TEST(CpuElementwise, Cast) {
   for (DType d : {DType::kF32, DType::kI64, DType::kI32, DType::kBool, DType::kF16, DType::kF64})
     check({"Cast", {bf}, to(d)});
   check({"Cast", {i64}, to(DType::kU16)}, {}, false);  // other dtypes: the reference
+}
+
+// f16 <-> f32 (and bf16) on F16C's conversions, and with f16c turned off: every f16 bit pattern
+// (subnormals, inf, NaN) to float and back, and floats at and next to the ties between f16
+// neighbours (to nearest even), beyond 65504 and in the subnormal range, against the reference.
+TEST(CpuElementwise, CastF16EveryValueWithAndWithoutF16c) {
+  Tensor h = Tensor::empty(DType::kF16, {65536 + 13});
+  for (int64_t i = 0; i < h.numel(); ++i) h.data<Float16>()[i].bits = static_cast<uint16_t>(i);
+  std::vector<float> edge;
+  for (int64_t i = 0; i < 65536; i += 7) {  // ties and their neighbours, f16 pattern i and i + 1
+    const float lo = Float16::to_float(static_cast<uint16_t>(i)),
+                hi = Float16::to_float(static_cast<uint16_t>(i + 1));
+    if (!std::isfinite(lo) || !std::isfinite(hi)) continue;
+    const float mid = static_cast<float>((static_cast<double>(lo) + hi) / 2);
+    edge.insert(edge.end(), {mid, std::nextafter(mid, lo), std::nextafter(mid, hi)});
+  }
+  for (float x : {65504.0f, 65519.0f, 65520.0f, 1e6f, -65520.0f, 5.9604645e-8f, 2.9802322e-8f,
+                  2.9802326e-8f, 1e-10f, -1e-10f, 0.0f, -0.0f, INFINITY, -INFINITY, NAN})
+    edge.push_back(x);
+  const Tensor f = Tensor::from_vector<float>(edge, {static_cast<int64_t>(edge.size())});
+  auto to = [](DType d) { return attrs({{"to", static_cast<int64_t>(onnx_code(d))}}); };
+  for (bool ext : {true, false}) {
+    std::optional<cpu::ExtScope> off;
+    if (!ext) off.emplace(cpu::Ext::kF16c);
+    check({"Cast", {h}, to(DType::kF32)});
+    check({"Cast", {h}, to(DType::kBF16)});
+    check({"Cast", {f}, to(DType::kF16)});
+    Tensor bf = Tensor::empty(DType::kBF16, f.shape());
+    for (int64_t i = 0; i < bf.numel(); ++i) bf.data<BFloat16>()[i] = BFloat16(edge[i]);
+    check({"Cast", {bf}, to(DType::kF16)});
+  }
 }
 
 // ---- the epilogue, against a double-precision loop ----

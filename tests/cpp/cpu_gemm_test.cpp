@@ -55,31 +55,36 @@ double activate(const Epilogue& ep, double x) {
   return x;
 }
 
-// x to the nearest bf16 (8 significant bits, ties to even), by arithmetic rather than bits.
-double to_bf16(double x) {
-  if (x == 0 || !std::isfinite(x)) return x;
+// x to the nearest value of the products' precision, ties to even, by arithmetic rather than bits:
+// bf16 keeps 8 significant bits; IEEE half 11, with subnormals below 2^-14 (a quantum of 2^-24)
+// and infinity from 65520 up.
+double to_precision(double x, Precision p) {
+  if (p == Precision::kF32 || x == 0 || !std::isfinite(x)) return x;
+  const int bits = p == Precision::kBF16 ? 8 : 11;
+  if (p == Precision::kF16 && std::fabs(x) >= 65520) return std::copysign(INFINITY, x);
+  if (p == Precision::kF16 && std::fabs(x) < std::ldexp(1.0, -14))
+    return std::ldexp(std::nearbyint(std::ldexp(x, 24)), -24);
   int e = 0;
-  const double m = std::frexp(x, &e);  // |m| in [0.5, 1): 8 significant bits are m * 256
-  return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
+  const double m = std::frexp(x, &e);  // |m| in [0.5, 1): `bits` significant bits
+  return std::ldexp(std::nearbyint(std::ldexp(m, bits)), e - bits);
 }
 
 // Checks C (as sgemm left it) against the definition in double precision (with A and B rounded
-// to bf16 first when g.precision says so); the tolerance grows with sqrt(K) and the magnitude of
-// the terms.
+// to bf16 or f16 first when g.precision says so); the tolerance grows with sqrt(K) and the
+// magnitude of the terms.
 void expect_matches(const GemmArgs& g, const std::string& what) {
   int bad = 0;
-  // op(A) as M x K and op(B) as K x N in double, rounded to bf16 for bf16 products.
-  const bool bf16 = g.precision == Precision::kBF16;
+  // op(A) as M x K and op(B) as K x N in double, rounded for reduced-precision products.
   std::vector<double> am(static_cast<size_t>(g.m * g.k)), bm(static_cast<size_t>(g.k * g.n));
   for (int64_t i = 0; i < g.m; ++i)
     for (int64_t p = 0; p < g.k; ++p) {
       const double a = g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p];
-      am[i * g.k + p] = bf16 ? to_bf16(a) : a;
+      am[i * g.k + p] = to_precision(a, g.precision);
     }
   for (int64_t p = 0; p < g.k; ++p)
     for (int64_t j = 0; j < g.n; ++j) {
       const double b = g.trans_b ? g.b[j * g.ldb + p] : g.b[p * g.ldb + j];
-      bm[p * g.n + j] = bf16 ? to_bf16(b) : b;
+      bm[p * g.n + j] = to_precision(b, g.precision);
     }
   for (int64_t i = 0; i < g.m; ++i)
     for (int64_t j = 0; j < g.n; ++j) {
@@ -187,20 +192,21 @@ TEST(CpuGemm, MatchesDoubleLoopForEveryShapeAndTranspose) {
   });
 }
 
-// bf16 products: every shape and transpose, on every ISA, 1 and 2 threads, with VDPBF16PS and
-// with it turned off (the fp32 kernels on rounded values), against the double loop on rounded
-// operands; and the result is not the fp32 one (the rounding happened).
-TEST(CpuGemmBf16, MatchesRoundedDoubleLoopWithAndWithoutVdpbf16ps) {
+// Reduced-precision products: every shape and transpose, on every ISA, 1 and 2 threads, with the
+// extension `ext` on and turned off (VDPBF16PS or the fp32 kernels on rounded values for bf16;
+// F16C or scalar rounding for f16), against the double loop on rounded operands; and the result
+// is not the fp32 one (the rounding happened).
+void expect_rounded_products(Precision precision, Ext ext_used) {
   for (bool ext : {true, false}) {
     std::optional<ExtScope> off;
-    if (!ext) off.emplace(Ext::kAvx512Bf16);
+    if (!ext) off.emplace(ext_used);
     for_each_config([&](const std::string& cfg) {
-      if (!ext && active_isa() != Isa::kAvx512) return;  // the others never have it
+      if (!ext && active_isa() == Isa::kGeneric) return;  // it never has them
       for (const Case& s : kShapes)
         for (int t = 0; t < 4; ++t) {
           Problem p(s, t & 1, t & 2, static_cast<uint32_t>(s.m * 31 + s.n * 7 + s.k + t));
           p.g.alpha = t == 3 ? -0.5f : 1.0f;
-          p.g.precision = Precision::kBF16;
+          p.g.precision = precision;
           const float bias = 0.25f;
           if (t == 2) {  // an epilogue on the bf16 accumulators
             p.g.epilogue.bias_kind = Epilogue::Bias::kScalar;
@@ -208,9 +214,11 @@ TEST(CpuGemmBf16, MatchesRoundedDoubleLoopWithAndWithoutVdpbf16ps) {
             p.g.epilogue.act = Activation::kRelu;
           }
           sgemm(p.g);
-          const std::string what = cfg + (has_ext(Ext::kAvx512Bf16) ? ", vdpbf16ps" : ", rounded") +
-                                   ", " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
-                                   std::to_string(s.k) + " t" + std::to_string(t);
+          const std::string what = cfg + ", " + precision_name(precision) +
+                                   (has_ext(ext_used) ? " with " : " without ") +
+                                   ext_name(ext_used) + ", " + std::to_string(s.m) + "x" +
+                                   std::to_string(s.n) + "x" + std::to_string(s.k) + " t" +
+                                   std::to_string(t);
           expect_matches(p.g, what);
           if (s.m * s.n * s.k >= 1000 && t == 0) {  // and it differs from fp32 products
             std::vector<float> bf = p.c;
@@ -219,10 +227,62 @@ TEST(CpuGemmBf16, MatchesRoundedDoubleLoopWithAndWithoutVdpbf16ps) {
             double diff = 0;
             for (int64_t i = 0; i < s.m * p.g.ldc; ++i)
               if (std::isfinite(p.c[i])) diff = std::max<double>(diff, std::fabs(p.c[i] - bf[i]));
-            EXPECT_GT(diff, 1e-4) << what;
+            EXPECT_GT(diff, precision == Precision::kBF16 ? 1e-4 : 1e-6) << what;
           }
         }
     });
+  }
+}
+
+TEST(CpuGemmBf16, MatchesRoundedDoubleLoopWithAndWithoutVdpbf16ps) {
+  expect_rounded_products(Precision::kBF16, Ext::kAvx512Bf16);
+}
+
+TEST(CpuGemmF16, MatchesRoundedDoubleLoopWithAndWithoutF16c) {
+  expect_rounded_products(Precision::kF16, Ext::kF16c);
+}
+
+// Operands beyond fp16's range become inf, below it subnormal or zero, ties go to even: C to
+// a few ulp of the double loop on operands rounded by to_precision, F16C on and off.
+TEST(CpuGemmF16, RoundsLikeIeeeHalfAtTheEdges) {
+  for (bool ext : {true, false}) {
+    std::optional<ExtScope> off;
+    if (!ext) off.emplace(Ext::kF16c);
+    const int64_t m = 3, n = 37, k = 19;
+    std::vector<float> a(m * k), b(k * n), c(m * n);
+    for (int64_t i = 0; i < m * k; ++i)  // ties between fp16 neighbours: 1 + (2j + 1) 2^-11
+      a[i] = 1.0f + std::ldexp(static_cast<float>(2 * (i % 5) + 1), -11);
+    for (int64_t i = 0; i < k * n; ++i)  // 2^-27 .. 2^-12: subnormal and tiny in fp16
+      b[i] = std::ldexp(1.0f + 0.1f * static_cast<float>(i % 7), -27 + static_cast<int>(i % 16));
+    a[0] = 70000.0f;  // inf in fp16: row 0 of C is inf
+    GemmArgs g{.m = m,
+               .n = n,
+               .k = k,
+               .a = a.data(),
+               .lda = k,
+               .b = b.data(),
+               .ldb = n,
+               .c = c.data(),
+               .ldc = n,
+               .precision = Precision::kF16};
+    sgemm(g);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0;
+        for (int64_t p = 0; p < k; ++p)
+          want += to_precision(a[i * k + p], Precision::kF16) *
+                  to_precision(b[p * n + j], Precision::kF16);
+        const double got = c[i * n + j];
+        const std::string at = cat(ext ? "f16c " : "scalar ", i, ", ", j);
+        if (std::isfinite(want)) {
+          EXPECT_NEAR(got, want, 4e-6 * std::fabs(want)) << at;  // positive terms: k ulp at most
+        } else {
+          EXPECT_EQ(std::isnan(got), std::isnan(want)) << at;
+          if (!std::isnan(want)) {
+            EXPECT_EQ(got, want) << at;
+          }
+        }
+      }
   }
 }
 
@@ -544,27 +604,29 @@ TEST(CpuGemmKernels, GemmMatchesTheReference) {
   });
 }
 
-// precision="bf16" (AutoMixedPrecision) on the CPU kernels against the reference interpreter,
-// which rounds the operands itself; and the reference's rounding changes the result.
-TEST(CpuGemmKernels, Bf16PrecisionMatchesTheReference) {
-  Attributes bf16;
-  bf16.set("precision", std::string("bf16"));
-  Attributes gemm = bf16;
+// precision="bf16" or "f16" (AutoMixedPrecision) on the CPU kernels, with `ext` (VDPBF16PS,
+// F16C) on and off, against the reference interpreter, which rounds the operands itself; and the
+// reference's rounding changes the result.
+void expect_precision_matches_reference(const std::string& precision, Ext ext_used) {
+  Attributes reduced;
+  reduced.set("precision", precision);
+  Attributes gemm = reduced;
   gemm.set("transB", int64_t{1});
   gemm.set("alpha", 0.5);
   for (bool ext : {true, false}) {
     std::optional<ExtScope> off;
-    if (!ext) off.emplace(Ext::kAvx512Bf16);
+    if (!ext) off.emplace(ext_used);
     for_each_config([&](const std::string& cfg) {
       for (const auto& shapes : std::vector<std::vector<Dims>>{
                {{7, 13}, {13, 5}}, {{2, 3, 7, 33}, {33, 70}}, {{1, 33, 65}, {65, 17}}})
         for (bool constant_b : {false, true})
-          expect_node_matches("MatMul", shapes, bf16, {false, constant_b},
-                              cfg + ", bf16 MatMul " + dims_str(shapes[0]) +
-                                  (constant_b ? " (constant B)" : ""));
+          expect_node_matches("MatMul", shapes, reduced, {false, constant_b},
+                              cat(cfg, ", ", precision, " MatMul ", dims_str(shapes[0]),
+                                  ext ? "" : cat(" without ", ext_name(ext_used)),
+                                  constant_b ? " (constant B)" : ""));
       for (bool constant_b : {false, true})
         expect_node_matches("Gemm", {{9, 37}, {11, 37}, {11}}, gemm, {false, constant_b},
-                            cfg + ", bf16 Gemm" + (constant_b ? " (constant B)" : ""));
+                            cat(cfg, ", ", precision, " Gemm", constant_b ? " (constant B)" : ""));
     });
   }
   // The reference rounds: the same MatMul without the attribute gives other values.
@@ -572,19 +634,26 @@ TEST(CpuGemmKernels, Bf16PrecisionMatchesTheReference) {
   const ValueId a = g.add_input("a", {DType::kF32, to_shape({4, 64})});
   const ValueId b = g.add_input("b", {DType::kF32, to_shape({64, 4})});
   const ValueId y = g.add_value("y"), z = g.add_value("z");
-  g.add_node("MatMul", {a, b}, {y}, bf16, "bf16");
+  g.add_node("MatMul", {a, b}, {y}, reduced, "reduced");
   g.add_node("MatMul", {a, b}, {z}, {}, "f32");
   g.add_output(y);
   g.add_output(z);
-  const std::vector<Tensor> feeds = {
-      Tensor::from_vector<float>(random_vector(256, 1), {4, 64}),
-      Tensor::from_vector<float>(random_vector(256, 2), {64, 4})};
+  const std::vector<Tensor> feeds = {Tensor::from_vector<float>(random_vector(256, 1), {4, 64}),
+                                     Tensor::from_vector<float>(random_vector(256, 2), {64, 4})};
   const std::vector<Tensor> out = reference::run(g, feeds);
   double diff = 0;
   for (int64_t i = 0; i < 16; ++i)
     diff = std::max(diff, std::fabs(out[0].item_as_double(i) - out[1].item_as_double(i)));
-  EXPECT_GT(diff, 1e-4);
-  EXPECT_LT(diff, 0.1);
+  EXPECT_GT(diff, precision == "bf16" ? 1e-4 : 1e-6) << precision;
+  EXPECT_LT(diff, precision == "bf16" ? 0.1 : 1e-2) << precision;
+}
+
+TEST(CpuGemmKernels, Bf16PrecisionMatchesTheReference) {
+  expect_precision_matches_reference("bf16", Ext::kAvx512Bf16);
+}
+
+TEST(CpuGemmKernels, F16PrecisionMatchesTheReference) {
+  expect_precision_matches_reference("f16", Ext::kF16c);
 }
 
 TEST(CpuGemmKernels, OtherDtypesFallBackToTheReference) {

@@ -108,19 +108,20 @@ TEST(Executable, AGraphWithoutOutputsIsAnError) {
   EXPECT_EQ(message_of([] { compile(Graph()); }), "graph: has no outputs");
 }
 
-// A graph computing in bf16 (an ONNX model in bfloat16): PromoteBf16 runs it on the CPU kernels in
-// fp32 with bf16 products, bf16 in and out, within bf16's resolution of the reference's own bf16
-// arithmetic.
-TEST(Executable, Bf16GraphRunsOnTheCpuKernels) {
-  auto bf16 = [](const Tensor& f) {
-    Tensor t = Tensor::empty(DType::kBF16, f.shape());
-    for (int64_t i = 0; i < f.numel(); ++i) t.data<BFloat16>()[i] = BFloat16(f.data<float>()[i]);
+// A graph computing in bf16 or f16 (an ONNX model in bfloat16 or float16): PromoteHalf runs it on
+// the CPU kernels in fp32 with bf16 (f16) products, bf16 (f16) in and out, within the type's
+// resolution of the reference's own bf16 (f16) arithmetic.
+template <class H>
+void expect_half_graph_runs_on_the_cpu_kernels(double resolution) {
+  auto half = [](const Tensor& f) {
+    Tensor t = Tensor::empty(dtype_of<H>, f.shape());
+    for (int64_t i = 0; i < f.numel(); ++i) t.data<H>()[i] = H(f.data<float>()[i]);
     return t;
   };
   Graph g;
-  const ValueId x = g.add_input("x", {DType::kBF16, Shape{Dim::sym("batch"), 48}});
+  const ValueId x = g.add_input("x", {dtype_of<H>, Shape{Dim::sym("batch"), 48}});
   const ValueId w = g.add_value("w");
-  g.set_initializer(w, bf16(testing::random_tensor({48, 20}, 5)));
+  g.set_initializer(w, half(testing::random_tensor({48, 20}, 5)));
   const ValueId h = g.add_value("h"), y = g.add_value("y");
   g.add_node("MatMul", {x, w}, {h}, {}, "mm");
   g.add_node("Relu", {h}, {y}, {}, "relu");
@@ -129,15 +130,53 @@ TEST(Executable, Bf16GraphRunsOnTheCpuKernels) {
     Executable exe = compile(g, {.level = level});
     for (size_t i = 0; i < exe.graph().nodes().size(); ++i)
       EXPECT_EQ(exe.node_backend(i), "cpu") << exe.graph().nodes()[i].op;
-    const Tensor in = bf16(testing::random_tensor({5, 48}, 6));
+    const Tensor in = half(testing::random_tensor({5, 48}, 6));
     const Tensor got = exe.run({in})[0], want = reference::run(g, {in})[0];
-    ASSERT_EQ(got.dtype(), DType::kBF16);
+    ASSERT_EQ(got.dtype(), dtype_of<H>);
     ASSERT_EQ(got.shape(), want.shape());
     double scale = 0;
     for (int64_t i = 0; i < want.numel(); ++i)
       scale = std::max(scale, std::fabs(want.item_as_double(i)));
     for (int64_t i = 0; i < want.numel(); ++i)
-      EXPECT_NEAR(got.item_as_double(i), want.item_as_double(i), 0.01 * scale) << i;
+      EXPECT_NEAR(got.item_as_double(i), want.item_as_double(i), resolution * scale) << i;
+  }
+}
+
+TEST(Executable, Bf16GraphRunsOnTheCpuKernels) {
+  expect_half_graph_runs_on_the_cpu_kernels<BFloat16>(0.01);
+}
+
+TEST(Executable, F16GraphRunsOnTheCpuKernels) {
+  expect_half_graph_runs_on_the_cpu_kernels<Float16>(0.002);
+}
+
+// auto_mixed_precision with mixed_precision f16 marks the products "f16" (bf16 by default), and
+// the CPU kernels compute what the reference computes on the compiled graph.
+TEST(Executable, AutoMixedPrecisionF16MarksTheProducts) {
+  Graph g;
+  const ValueId x = g.add_input("x", {DType::kF32, Shape{4, 40}});
+  const ValueId w = g.add_value("w");
+  g.set_initializer(w, testing::random_tensor({40, 24}, 7));
+  const ValueId y = g.add_value("y");
+  g.add_node("MatMul", {x, w}, {y}, {}, "mm");
+  g.add_output(y);
+  for (DType p : {DType::kBF16, DType::kF16}) {
+    Executable exe = compile(g, {.auto_mixed_precision = true, .mixed_precision = p});
+    const Graph with = exe.graph_with_weights();
+    ASSERT_EQ(with.nodes().size(), 1u);
+    EXPECT_EQ(with.nodes()[0].attrs.get_string("precision"), dtype_name(p));
+    EXPECT_EQ(exe.node_backend(0), "cpu");
+    const Tensor in = testing::random_tensor({4, 40}, 8);
+    const Tensor got = exe.run({in})[0], want = reference::run(with, {in})[0],
+                 f32 = reference::run(g, {in})[0];
+    double diff = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      EXPECT_NEAR(got.item_as_double(i), want.item_as_double(i),
+                  1e-5 * (1 + std::fabs(want.item_as_double(i))))
+          << i;
+      diff = std::max(diff, std::fabs(want.item_as_double(i) - f32.item_as_double(i)));
+    }
+    EXPECT_GT(diff, 1e-5) << dtype_name(p);  // the reference rounded the operands
   }
 }
 

@@ -1,5 +1,6 @@
 """bf16 mixed precision from Python: pypto.optimize(dtype=torch.bfloat16), pypto.amp.autocast,
-the auto_mixed_precision option, torch.autocast rejected, the ONNX export run by ONNX Runtime.
+the auto_mixed_precision option, torch.autocast rejected, the ONNX export run by ONNX Runtime
+(fp16: test_precision_f16.py).
 
 The reference for the values is computed here in float64 from operands rounded to bf16 by
 torch's own conversion, independently of PyPTO's kernels and its reference interpreter.
@@ -22,18 +23,18 @@ class Mlp(torch.nn.Module):
         return torch.softmax(self.fc2(torch.nn.functional.gelu(self.fc1(x))), dim=-1) + x[:, :33]
 
 
-def bf16(t):
-    return t.to(torch.bfloat16).to(torch.float64)
-
-
 @torch.no_grad()
-def rounded_reference(model: Mlp, x):
-    """The model in float64 with each Linear's input and weight rounded to bf16 first."""
+def rounded_reference(model: Mlp, x, dtype=torch.bfloat16):
+    """The model in float64 with each Linear's input and weight rounded to `dtype` (bf16 or
+    fp16, by torch's conversion) first."""
+    def r(t):
+        return t.to(dtype).to(torch.float64)
+
     x = x.double()
     w1, b1 = model.fc1.weight.double(), model.fc1.bias.double()
     w2, b2 = model.fc2.weight.double(), model.fc2.bias.double()
-    h = torch.nn.functional.gelu(bf16(x) @ bf16(w1).T + b1)
-    return torch.softmax(bf16(h) @ bf16(w2).T + b2, dim=-1) + x[:, :33]
+    h = torch.nn.functional.gelu(r(x) @ r(w1).T + b1)
+    return torch.softmax(r(h) @ r(w2).T + b2, dim=-1) + x[:, :33]
 
 
 @pytest.fixture
@@ -96,12 +97,14 @@ def test_torch_autocast_and_bad_dtypes_are_errors(mlp):
     with pytest.raises(RuntimeError, match="torch.autocast is not applied"):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             fast(x)
-    with pytest.raises(NotImplementedError, match="float16 is not supported yet"):
-        pypto.optimize(model, (x,), dtype=torch.float16)
-    with pytest.raises(ValueError, match="dtype must be torch.float32 or torch.bfloat16"):
-        pypto.optimize(model, (x,), dtype=torch.int8)
-    with pytest.raises(NotImplementedError, match="float16"):
-        pypto.amp.autocast(dtype=torch.float16)
+    supported = "supported: None, torch.float32, torch.bfloat16 and torch.float16"
+    for dtype in (torch.int8, torch.float8_e4m3fn, torch.float8_e5m2, torch.float64,
+                  torch.uint8):
+        with pytest.raises(ValueError, match=f"dtype={dtype} is not supported; {supported}"):
+            pypto.optimize(model, (x,), dtype=dtype)
+    with pytest.raises(ValueError, match="must be torch.bfloat16 or torch.float16, got "
+                                         "torch.float8_e4m3fn"):
+        pypto.amp.autocast(dtype=torch.float8_e4m3fn)
     with pytest.raises(NotImplementedError, match="training"):
         pypto.amp.GradScaler(init_scale=2.**10, growth_interval=200, hysteresis=2)
 
@@ -296,13 +299,12 @@ def test_cli_precision_bf16(tmp_path):
                 ["profile", model]):
         r = pto(*cmd, "--precision", "bf16")
         assert r.returncode == 0, (cmd, r.stderr)
-    expect_error(pto("compile", model, "--precision", "fp8"), "--precision takes f32 or bf16",
-                 code=2)
+    expect_error(pto("compile", model, "--precision", "fp8"),
+                 "--precision takes f32, bf16 or f16, got 'fp8'", code=2)
     expect_error(pto("run", model, "--precision", "bf16", "--engine", "reference"),
                  "needs the cpu engine", code=2)
     assert pto("compile", model, "-o", tmp_path / "m.pto").returncode == 0
     expect_error(pto("run", tmp_path / "m.pto", "--precision", "bf16"), "--precision", code=2)
-    expect_error(pto("compile", "--precision", "f16", model), "f32 or bf16", code=2)
 
 
 def test_a_saved_bf16_model_loads_as_one(mlp, tmp_path):
@@ -323,31 +325,34 @@ def test_a_saved_bf16_model_loads_as_one(mlp, tmp_path):
             f32(x)
 
 
-# ---- models whose weights are bf16 already ----
+# ---- models whose weights are bf16 or fp16 already ----
 
-def test_a_bf16_model_runs_on_the_cpu_kernels():
-    """model.to(torch.bfloat16): PromoteBf16 computes it in fp32 with bf16 products, on the CPU
-    kernels, with bf16 inputs and outputs; at least as close to the exact result (float64 from
-    the same bf16 weights and inputs) as PyTorch's own bf16 arithmetic."""
+@pytest.mark.parametrize("dtype, name, bound", [(torch.bfloat16, "bf16", 0.05),
+                                                (torch.float16, "f16", 0.01)])
+def test_a_half_model_runs_on_the_cpu_kernels(dtype, name, bound):
+    """model.to(torch.bfloat16) or model.half(): PromoteHalf computes it in fp32 with bf16 (fp16)
+    products, on the CPU kernels, with bf16 (fp16) inputs and outputs; at least as close to the
+    exact result (float64 from the same weights and inputs) as PyTorch's own bf16 (fp16)
+    arithmetic."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 160), torch.nn.GELU(),
                                 torch.nn.LayerNorm(160), torch.nn.Linear(160, 24)).eval()
-    model = model.to(torch.bfloat16)
-    x = torch.randn(6, 64).to(torch.bfloat16)
+    model = model.to(dtype)
+    x = torch.randn(6, 64).to(dtype)
     fast = pypto.optimize(model, (x,))
     backends = dict(fast.compiled.node_backends)
     assert set(b for _, b in fast.compiled.node_backends) == {"cpu"}, backends
     fired = {k: v for r in fast.compiled.pass_report for k, v in r["fired"].items()}
-    assert fired.get("PromoteBf16/bf16 products") == 2, fired
+    assert fired.get(f"PromoteHalf/{name} products") == 2, fired
     got = fast(x)
-    assert got.dtype == torch.bfloat16
+    assert got.dtype == dtype
     with torch.no_grad():
         eager = model(x)
         exact = model.double()(x.double())
     err = (got.double() - exact).abs().max().item()
     eager_err = (eager.double() - exact).abs().max().item()
     assert err <= eager_err * 1.01 + 1e-6, (err, eager_err)
-    assert err < 0.05 * exact.abs().max().item()
+    assert err < bound * exact.abs().max().item()
 
 
 def test_a_bf16_transformer_runs_on_the_cpu_kernels():

@@ -8,8 +8,10 @@
 // elementwise_impl.h; forms not handled here decline in accepts() and run on the reference.
 #include "backend/cpu/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/isa/isa.h"
 #include "backend/cpu/kernel.h"
@@ -25,7 +27,10 @@ PTO_ISA_DECLARE(void unary_f32(UnaryOp op, const UnaryParams& p, const float* x,
                 void compare_f32(CompareOp op, const float* a, int64_t sa, const float* b,
                                  int64_t sb, bool* y, int64_t n);
                 void where_b32(const bool* c, int64_t sc, const float* a, int64_t sa,
-                               const float* b, int64_t sb, float* y, int64_t n);)
+                               const float* b, int64_t sb, float* y, int64_t n);
+                int64_t f16_to_f32_vec(const uint16_t* x, float* y, int64_t n);
+                int64_t f32_to_f16_vec(const float* x, uint16_t* y, int64_t n);
+                int64_t round_to_f16_vec(float* x, int64_t n);)
 
 void unary_f32(UnaryOp op, const UnaryParams& p, const float* x, float* y, int64_t n) {
   PTO_ISA_DISPATCH(unary_f32, op, p, x, y, n);
@@ -41,6 +46,19 @@ void compare_f32(CompareOp op, const float* a, int64_t sa, const float* b, int64
 void where_b32(const bool* c, int64_t sc, const float* a, int64_t sa, const float* b, int64_t sb,
                float* y, int64_t n) {
   PTO_ISA_DISPATCH(where_b32, c, sc, a, sa, b, sb, y, n);
+}
+
+void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = has_ext(Ext::kF16c) ? PTO_ISA_DISPATCH(f16_to_f32_vec, x, y, n) : 0;
+  for (; i < n; ++i) y[i] = Float16::to_float(x[i]);
+}
+void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = has_ext(Ext::kF16c) ? PTO_ISA_DISPATCH(f32_to_f16_vec, x, y, n) : 0;
+  for (; i < n; ++i) y[i] = Float16::from_float(x[i]);
+}
+void round_to_f16(float* x, int64_t n) {
+  int64_t i = has_ext(Ext::kF16c) ? PTO_ISA_DISPATCH(round_to_f16_vec, x, n) : 0;
+  for (; i < n; ++i) x[i] = Float16::to_float(Float16::from_float(x[i]));
 }
 
 namespace {
@@ -498,7 +516,34 @@ bool cast_handles(DType dt) {
   return with_cast_type(dt, []<class T>() {});
 }
 
-// Cast element by element with the reference's own conversion (reference/ops/cast.h), in parallel.
+// Converts n values between float, bf16 and f16 through float (exact into float from the halves,
+// one rounding out of it: what reference::cast_value does), the f16 sides with F16C.
+template <class From, class To>
+void cast_through_float(const From* in, To* out, int64_t n) {
+  constexpr int64_t kChunk = 1024;
+  float buf[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    const float* f = buf;
+    if constexpr (std::is_same_v<From, Float16>)
+      f16_to_f32(reinterpret_cast<const uint16_t*>(in + i), buf, m);
+    else if constexpr (std::is_same_v<From, float>)
+      f = in + i;
+    else
+      for (int64_t j = 0; j < m; ++j) buf[j] = static_cast<float>(in[i + j]);
+    if constexpr (std::is_same_v<To, Float16>)
+      f32_to_f16(f, reinterpret_cast<uint16_t*>(out + i), m);
+    else
+      for (int64_t j = 0; j < m; ++j) out[i + j] = reference::cast_value<To>(f[j]);
+  }
+}
+
+template <class T>
+constexpr bool kFloatOrHalf =
+    std::is_same_v<T, float> || std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>;
+
+// Cast element by element with the reference's own conversion (reference/ops/cast.h), in parallel;
+// to or from f16 among float, bf16 and f16 with F16C (cast_through_float).
 Kernel cast_kernel() {
   return {.accepts =
               [](const NodeInfo& info) {
@@ -521,7 +566,11 @@ Kernel cast_kernel() {
                     const From* in = x.data<From>();
                     To* out = y.data<To>();
                     parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
-                      for (int64_t i = b; i < e; ++i) out[i] = reference::cast_value<To>(in[i]);
+                      if constexpr (kFloatOrHalf<From> && kFloatOrHalf<To> &&
+                                    (std::is_same_v<From, Float16> || std::is_same_v<To, Float16>))
+                        cast_through_float(in + b, out + b, e - b);
+                      else
+                        for (int64_t i = b; i < e; ++i) out[i] = reference::cast_value<To>(in[i]);
                     });
                   });
                 });

@@ -45,4 +45,12 @@ void compare_f32(CompareOp op, const float* a, int64_t sa, const float* b, int64
 void where_b32(const bool* c, int64_t sc, const float* a, int64_t sa, const float* b, int64_t sb,
                float* y, int64_t n);
 
+// IEEE half (as bits) <-> float, to nearest even, with inf, NaN and subnormals: F16C's VCVTPH2PS
+// and VCVTPS2PH where has_ext(Ext::kF16c), else pto::Float16 element by element (the same values;
+// a NaN stays a NaN, its payload may differ). round_to_f16: x[i] = float(Float16(x[i])) in place
+// (the operands of fp16 products).
+void f16_to_f32(const uint16_t* x, float* y, int64_t n);
+void f32_to_f16(const float* x, uint16_t* y, int64_t n);
+void round_to_f16(float* x, int64_t n);
+
 }  // namespace pto::cpu

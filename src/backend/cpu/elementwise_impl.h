@@ -164,4 +164,59 @@ void where_b32(const bool* c, int64_t sc, const float* a, int64_t sa, const floa
   return run.template operator()<true, true>();
 }
 
+// The half <-> float conversions of elementwise.h on whole vectors (F16C; the caller checks that
+// the CPU has it): they return how many leading elements they converted, the caller converts the
+// rest (the generic build converts none).
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
+#if defined(PTO_ISA_AVX512)
+using HalfBits = __m256i;  // kLanes halves
+inline HalfBits to_half(Vec v) {
+  return _mm512_cvtps_ph(v.v, _MM_FROUND_TO_NEAREST_INT);
+}
+inline Vec from_half(HalfBits h) {
+  return {_mm512_cvtph_ps(h)};
+}
+#else
+using HalfBits = __m128i;
+inline HalfBits to_half(Vec v) {
+  return _mm256_cvtps_ph(v.v, _MM_FROUND_TO_NEAREST_INT);
+}
+inline Vec from_half(HalfBits h) {
+  return {_mm256_cvtph_ps(h)};
+}
+#endif
+int64_t f16_to_f32_vec(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    HalfBits h;
+    std::memcpy(&h, x + i, sizeof h);
+    from_half(h).store(y + i);
+  }
+  return i;
+}
+int64_t f32_to_f16_vec(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const HalfBits h = to_half(Vec::load(x + i));
+    std::memcpy(y + i, &h, sizeof h);
+  }
+  return i;
+}
+int64_t round_to_f16_vec(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + L <= n; i += L) from_half(to_half(Vec::load(x + i))).store(x + i);
+  return i;
+}
+#else
+int64_t f16_to_f32_vec(const uint16_t*, float*, int64_t) {
+  return 0;
+}
+int64_t f32_to_f16_vec(const float*, uint16_t*, int64_t) {
+  return 0;
+}
+int64_t round_to_f16_vec(float*, int64_t) {
+  return 0;
+}
+#endif
+
 }  // namespace pto::cpu::PTO_ISA_NS

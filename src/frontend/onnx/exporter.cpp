@@ -11,6 +11,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "ir/ops/op_params.h"
 #include "proto_util.h"
 #include "pto/onnx.h"
 
@@ -172,24 +173,28 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp) {
   }
   std::unordered_set<std::string> taken(names.begin(), names.end());
   for (const Node& n : g.nodes()) {
-    // PyPTO's precision="bf16" on MatMul/Gemm (AutoMixedPrecision) is not ONNX: each operand
-    // goes through Cast(to=bfloat16) and Cast(to=float) instead, which rounds it the same way.
-    const bool bf16 = (n.op == "MatMul" || n.op == "Gemm") && n.attrs.has("precision");
-    if (bf16 && n.attrs.get_string("precision") != "bf16")
+    // PyPTO's precision="bf16" / "f16" on MatMul/Gemm (AutoMixedPrecision) is not ONNX: each
+    // operand goes through Cast(to=bfloat16 or float16) and Cast(to=float) instead, which rounds
+    // it the same way.
+    const bool reduced = (n.op == "MatMul" || n.op == "Gemm") && n.attrs.has("precision");
+    const std::optional<DType> precision = params::product_precision(n);
+    if (reduced && !precision)
       throw ValueError(cat("onnx export: ", n.where(), " has precision '",
                            n.attrs.get_string("precision"), "', which has no ONNX form"));
+    const std::string h = reduced ? params::product_precision_name(*precision) : "";
     std::vector<std::string> inputs;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       std::string in = name_of(n.inputs[i]);
-      if (bf16 && i < 2) {
-        std::string half = cat(in, "_bf16"), rounded = cat(in, "_bf16f");
+      if (reduced && i < 2) {
+        std::string half = cat(in, "_", h), rounded = cat(in, "_", h, "f");
         while (!taken.insert(half).second) half += "_";
         while (!taken.insert(rounded).second) rounded += "_";
-        for (auto [from, to, dtype] : {std::tuple{in, half, 16},         // BFLOAT16
+        for (auto [from, to, dtype] : {std::tuple{in, half, onnx_code(*precision)},
                                        std::tuple{half, rounded, 1}}) {  // FLOAT
           auto* cp = gp.add_node();
           cp->set_op_type("Cast");
-          cp->set_name(cat(n.name.empty() ? "node" : n.name, "/bf16_", i, dtype == 1 ? "_f" : ""));
+          cp->set_name(
+              cat(n.name.empty() ? "node" : n.name, "/", h, "_", i, dtype == 1 ? "_f" : ""));
           cp->add_input(from);
           cp->add_output(to);
           auto* at = cp->add_attribute();
@@ -208,7 +213,7 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp) {
     for (const std::string& in : inputs) np->add_input(in);
     for (ValueId v : n.outputs) np->add_output(name_of(v));
     for (const auto& [key, a] : n.attrs.all())
-      if (!(bf16 && key == "precision"))
+      if (!(reduced && key == "precision"))
         attribute_to_proto(key, a, n.where(), *np->add_attribute());
   }
   std::unordered_set<ValueId> is_output;

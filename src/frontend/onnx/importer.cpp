@@ -1,6 +1,7 @@
 // ONNX ModelProto -> Tensor Graph. Checks everything a malformed file could get wrong (opsets,
 // domains, names, attribute kinds, tensor sizes) and reports it as a pto::Error that names the
 // file, the node and the op.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -118,6 +119,25 @@ int default_opset(const ::onnx::ModelProto& m, const std::string& src) {
 
 // Builds the graph; each initializer's raw bytes are freed once copied into its tensor, so a model
 // is held about once while it loads, not twice.
+
+// " (read by [Op] node 'name', ...)": the nodes that read value `name`, for an error about it (an
+// INT4 weight is a DequantizeLinear's), or "".
+std::string readers(const ::onnx::GraphProto& gp, const std::string& name) {
+  std::string out;
+  int count = 0;
+  for (int i = 0; i < gp.node_size(); ++i) {
+    const auto& np = gp.node(i);
+    if (std::find(np.input().begin(), np.input().end(), name) == np.input().end()) continue;
+    if (count++ == 3) {
+      out += ", ...";
+      break;
+    }
+    out += cat(out.empty() ? " (read by " : ", ", "[", np.op_type(), "] node '",
+               np.name().empty() ? cat(np.op_type(), "_", i) : np.name(), "'");
+  }
+  return out.empty() ? out : out + ")";
+}
+
 Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::string& src) {
   Graph g;
   g.opset = default_opset(m, src);
@@ -135,7 +155,11 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
     if (vi.name().empty()) throw ValueError(cat(src, ": a graph input has no name"));
     if (g.find_value(vi.name()))
       throw ValueError(cat(src, ": graph input '", vi.name(), "' is declared twice"));
-    g.add_input(vi.name(), type_from_proto(vi.type(), cat(src, ": input '", vi.name(), "'")));
+    try {
+      g.add_input(vi.name(), type_from_proto(vi.type(), cat(src, ": input '", vi.name(), "'")));
+    } catch (const UnsupportedError& e) {
+      throw UnsupportedError(cat(e.what(), readers(gp, vi.name())));
+    }
   }
   for (auto& t : *m.mutable_graph()->mutable_initializer()) {
     if (t.name().empty()) throw ValueError(cat(src, ": an initializer has no name"));
@@ -143,7 +167,11 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
       throw ValueError(cat(src, ": initializer '", t.name(), "' is defined twice"));
     std::string where = cat(src, ": initializer");
     ValueId v = g.add_value(t.name());
-    g.set_initializer(v, tensor_from_proto(t, base_dir, where));
+    try {
+      g.set_initializer(v, tensor_from_proto(t, base_dir, where));
+    } catch (const UnsupportedError& e) {
+      throw UnsupportedError(cat(e.what(), readers(gp, t.name())));
+    }
     if (t.has_raw_data()) {
       t.mutable_raw_data()->clear();
       t.mutable_raw_data()->shrink_to_fit();
@@ -155,7 +183,11 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
     std::string name = np.name().empty() ? cat(np.op_type(), "_", i) : np.name();
     std::string where = cat(src, ": [", np.op_type(), "] node '", name, "'");
     if (!is_default_domain(np.domain()))
-      throw UnsupportedError(cat(where, ": operator domain '", np.domain(), "' is not supported"));
+      throw UnsupportedError(cat(where, ": operator domain '", np.domain(), "' is not supported",
+                                 np.op_type() == "MatMulNBits"
+                                     ? " (MatMulNBits: 2..8-bit weight-only quantized MatMul; "
+                                       "PyPTO has no 4-bit kernels)"
+                                     : ""));
     if (np.op_type().empty()) throw ValueError(cat(where, ": node has no op_type"));
     std::vector<ValueId> inputs;
     for (const auto& in : np.input()) {

@@ -41,7 +41,8 @@ DType dtype_from_onnx(int32_t t, const std::string& where) {
   }
   std::string name = TP::DataType_IsValid(t) ? TP::DataType_Name(static_cast<TP::DataType>(t))
                                              : cat("unknown (", t, ")");
-  throw UnsupportedError(cat(where, ": element type ", name, " is not supported"));
+  throw UnsupportedError(cat(where, ": element type ", name,
+                             " is not supported (PyPTO has no 4-bit, float8 or complex kernels)"));
 }
 
 namespace {

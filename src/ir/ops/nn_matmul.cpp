@@ -66,12 +66,14 @@ void infer_einsum(InferContext& c) {
   infer::set(c, 0, c.inputs[0].dtype, y);
 }
 
-// PyPTO's mixed precision (the AutoMixedPrecision pass): "bf16" rounds both operands to bf16
-// before the products, which accumulate in fp32; the value stays fp32. The ONNX exporter writes it
-// as Cast(to=bfloat16) and Cast(to=float) on each operand, which means the same.
+// PyPTO's mixed precision (the AutoMixedPrecision pass): "bf16" ("f16") rounds both operands to
+// bf16 (IEEE half) before the products, which accumulate in fp32; the value stays fp32. The ONNX
+// exporter writes it as Cast(to=bfloat16 or float16) and Cast(to=float) on each operand, which
+// means the same.
 AttrDef precision_attr() {
   return optional_attr("precision", AttrKind::kString,
-                       "PyPTO: \"bf16\" rounds A and B to bf16 (fp32 accumulation)");
+                       "PyPTO: \"bf16\" or \"f16\" rounds A and B to that type (fp32 "
+                       "accumulation)");
 }
 
 }  // namespace

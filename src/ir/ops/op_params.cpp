@@ -32,6 +32,20 @@ Gemm gemm(const Node& n) {
           n.attr_int("transB") != 0};
 }
 
+std::optional<DType> product_precision(const Node& n) {
+  const std::string p = n.attrs.get_string("precision", "");
+  if (p.empty()) return DType::kF32;
+  if (p == product_precision_name(DType::kBF16)) return DType::kBF16;
+  if (p == product_precision_name(DType::kF16)) return DType::kF16;
+  return std::nullopt;
+}
+
+std::string product_precision_name(DType precision) {
+  PTO_CHECK(precision == DType::kBF16 || precision == DType::kF16)
+      << "a product precision is bf16 or f16, not " << dtype_name(precision);
+  return std::string(dtype_name(precision));
+}
+
 AttrSchema reduce_attrs() {
   return {optional_attr("axes", AttrKind::kInts, "before the axes input; absent: all axes"),
           {"keepdims", int64_t{1}},

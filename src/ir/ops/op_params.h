@@ -40,6 +40,13 @@ struct Gemm {
 };
 Gemm gemm(const Node& n);
 
+// ---- MatMul, Gemm: PyPTO's `precision` (AutoMixedPrecision, PromoteBf16/PromoteF16) ----
+// What the products round both operands to before accumulating in fp32: kF32 (no attribute, no
+// rounding), kBF16 ("bf16") or kF16 ("f16"); nullopt for any other string.
+std::optional<DType> product_precision(const Node& n);
+// The attribute value for a reduced precision: "bf16" or "f16" (dtype_name).
+std::string product_precision_name(DType precision);
+
 // ---- Reduce* ----
 AttrSchema reduce_attrs();
 // The axes of a Reduce* node as written (not normalized): input 1 when the node has one (ReduceSum

@@ -96,14 +96,17 @@ std::vector<V> run_plan(const Plan& p, const std::vector<V>& a, const std::vecto
 }
 
 // Float operand values as the node's `precision` attribute has the products see them (see
-// AutoMixedPrecision): "bf16" rounds each to bf16.
+// AutoMixedPrecision): "bf16" rounds each to bf16, "f16" to IEEE half.
 std::vector<double> operand(const KernelContext& c, const Tensor& t, const std::string& w) {
   std::vector<double> v = values_as<double>(t, w);
-  const std::string p = c.node.attrs.get_string("precision", "");
-  if (p.empty()) return v;
-  if (p != "bf16")
-    throw UnsupportedError(cat(w, ": precision '", p, "' is not one PyPTO knows (\"bf16\")"));
-  for (double& x : v) x = static_cast<float>(cast_value<BFloat16>(x));  // Cast's own rounding
+  const std::optional<DType> p = params::product_precision(c.node);
+  if (!p)
+    throw UnsupportedError(cat(w, ": precision '", c.node.attrs.get_string("precision"),
+                               "' is not one PyPTO knows (\"bf16\", \"f16\")"));
+  if (*p == DType::kF32) return v;
+  dispatch(*p, kFloatTypes, w, [&]<class H>() {
+    for (double& x : v) x = static_cast<float>(cast_value<H>(x));  // Cast's own rounding
+  });
   return v;
 }
 

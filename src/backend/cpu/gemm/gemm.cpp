@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/elementwise.h"
 #include "backend/cpu/gemm/gemm_kernel.h"
 #include "backend/cpu/scratch.h"
 #include "pto/device_info.h"
@@ -115,9 +116,14 @@ PanelOps panel_ops(Precision p) {
   return o;
 }
 
-// Rounds n floats to the nearest bf16 (pto::BFloat16: ties to even, NaN stays NaN), kept in fp32.
-void round_to_bf16(float* p, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(BFloat16(p[i]));
+// Rounds n packed floats to what products in `p` see, kept in fp32: the nearest bf16
+// (pto::BFloat16: ties to even, NaN stays NaN) or IEEE half (round_to_f16: F16C where the CPU
+// has it); fp32 values stay.
+void round_for(Precision p, float* v, int64_t n) {
+  if (p == Precision::kBF16)
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(BFloat16(v[i]));
+  else if (p == Precision::kF16)
+    round_to_f16(v, n);
 }
 
 // gemm_pack_a for `o`: rows [0, m) x the real k values at `a`.
@@ -126,7 +132,7 @@ void pack_a_for(const PanelOps& o, const float* a, int64_t lda, bool trans, int6
   if (o.pairs) return avx512::gemm_pack_a_bf16(a, lda, trans, m, k, dst);
   PTO_ISA_DISPATCH(gemm_pack_a, a, lda, trans, m, k, dst);
   const int64_t mr = mr_of(active_isa());
-  if (o.precision == Precision::kBF16) round_to_bf16(dst, ceil_div(m, mr) * mr * k);
+  round_for(o.precision, dst, ceil_div(m, mr) * mr * k);
 }
 
 // gemm_pack_b for `o`: the real k values by columns [0, n).
@@ -134,9 +140,10 @@ void pack_b_for(const PanelOps& o, const float* b, int64_t ldb, bool trans, int6
                 float* dst, int64_t panel_stride) {
   if (o.pairs) return avx512::gemm_pack_b_bf16(b, ldb, trans, k, n, dst, panel_stride);
   PTO_ISA_DISPATCH(gemm_pack_b, b, ldb, trans, k, n, dst, panel_stride);
-  if (o.precision == Precision::kBF16) {
+  if (o.precision != Precision::kF32) {
     const int64_t nr = nr_of(active_isa());
-    for (int64_t j = 0; j < ceil_div(n, nr); ++j) round_to_bf16(dst + j * panel_stride, k * nr);
+    for (int64_t j = 0; j < ceil_div(n, nr); ++j)
+      round_for(o.precision, dst + j * panel_stride, k * nr);
   }
 }
 
@@ -408,7 +415,7 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
 }  // namespace
 
 const char* precision_name(Precision p) {
-  return p == Precision::kBF16 ? "bf16" : "f32";
+  return p == Precision::kBF16 ? "bf16" : p == Precision::kF16 ? "f16" : "f32";
 }
 
 std::string GemmPlan::str() const {
@@ -417,7 +424,8 @@ std::string GemmPlan::str() const {
   return cat(
       precision == Precision::kBF16
           ? (k_per_step == 2 ? "bf16 (vdpbf16ps, K in pairs), " : "bf16 (rounded, fp32 FMA), ")
-          : "",
+      : precision == Precision::kF16 ? "f16 (rounded, fp32 FMA), "
+                                     : "",
       "register block ", mr, "x", nr, ", K in ", k_slices, " slice(s) of ", kc, ", MC ", mc,
       " rows, NC ", nc, " columns; ", batch * tm * tn, " task(s) (", batch, " item(s) x ", tm,
       " row x ", tn, " column ranges) on ", threads, " thread(s); B ", how[static_cast<int>(b)]);

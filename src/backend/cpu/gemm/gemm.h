@@ -58,9 +58,12 @@ inline constexpr int kGemmRowsSlack = 8;
 // What the products are computed in. kBF16: A and B rounded to bf16 (to nearest even) and the
 // products accumulated in fp32, as torch.autocast and oneDNN's bf16 math compute a bf16 matmul;
 // VDPBF16PS where the CPU has AVX512_BF16 (twice the FMA rate, half the packed bytes), else the
-// fp32 kernels on the rounded values (same results up to the order of additions).
-enum class Precision { kF32, kBF16 };
-const char* precision_name(Precision p);  // "f32", "bf16"
+// fp32 kernels on the rounded values (same results up to the order of additions). kF16: A and B
+// rounded to IEEE half (nearest even) and the products accumulated in fp32, as torch.autocast's
+// fp16 matmul; x86 without AVX512_FP16 has no fp16 arithmetic, so the operands are rounded while
+// packed (F16C: VCVTPS2PH and back) and the fp32 kernels run: fp32 speed, fp16 results.
+enum class Precision { kF32, kBF16, kF16 };
+const char* precision_name(Precision p);  // "f32", "bf16", "f16"
 
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
@@ -78,7 +81,7 @@ struct GemmArgs {
   int64_t ldc = 0;
   float alpha = 1.0f;
   Epilogue epilogue;
-  Precision precision = Precision::kF32;  // kBF16: B is always packed (no b_rows)
+  Precision precision = Precision::kF32;  // kBF16, kF16: B is always packed (no b_rows)
 };
 
 // C = epilogue(alpha * op(A) op(B)); parallel over the thread pool unless called from inside a
@@ -87,8 +90,8 @@ void sgemm(const GemmArgs& args);
 
 // An operand packed once into the panels of `width` rows or columns (MR for A, NR for B) that
 // the micro-kernel of one ISA reads: panel i at data + i * steps * width, `width` values per
-// step; a step is one k (fp32, or bf16 values rounded in fp32 slots) or a pair of k (bf16 pairs
-// for VDPBF16PS, see gemm_kernel.h).
+// step; a step is one k (fp32, or bf16 or f16 values rounded in fp32 slots) or a pair of k (bf16
+// pairs for VDPBF16PS, see gemm_kernel.h).
 class PackedPanels {
  public:
   int64_t k() const { return k_; }

@@ -2,7 +2,8 @@
 // broadcast) and Gemm (transA, transB, alpha, beta, C broadcast to M x N), on sgemm. float32 only;
 // other dtypes are declined and run on the reference interpreter. A constant B (a weight) is
 // packed once at compile time (prepare) and every run uses sgemm_packed. A node marked
-// precision="bf16" (AutoMixedPrecision) runs sgemm's bf16 products, its weight packed in bf16.
+// precision="bf16" or "f16" (AutoMixedPrecision) runs sgemm's bf16 or f16 products, its weight
+// packed rounded to that type.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -27,12 +28,13 @@ bool rank_is(const TensorType& t, size_t rank) {
 }
 
 // The node's precision attribute as sgemm's (the op schema allows only strings; anything but
-// "bf16" is declined and the reference says what is wrong).
+// "bf16" and "f16" is declined and the reference says what is wrong).
 std::optional<Precision> precision_of(const Node& n) {
-  const std::string p = n.attrs.get_string("precision", "");
-  if (p.empty()) return Precision::kF32;
-  if (p == "bf16") return Precision::kBF16;
-  return std::nullopt;
+  const std::optional<DType> p = params::product_precision(n);
+  if (!p) return std::nullopt;
+  return *p == DType::kBF16  ? Precision::kBF16
+         : *p == DType::kF16 ? Precision::kF16
+                             : Precision::kF32;
 }
 
 // A constant B packed at compile time, and what giving the original back needs.
