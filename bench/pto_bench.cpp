@@ -367,11 +367,10 @@ void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
       g.c = c.data(), g.ldc = s.n;
       g.precision = precision;
       const bool bf16 = precision == cpu::Precision::kBF16;
-      if (bf16 && packed == "a") throw ValueError("--packed a: A is packed for fp32 products only");
       const cpu::PackedB pb =
           packed == "b" ? cpu::pack_b(s.k, s.n, b.data(), s.n, false, precision) : cpu::PackedB();
       const cpu::PackedA pa =
-          packed == "a" ? cpu::pack_a(s.m, s.k, a.data(), s.k, false) : cpu::PackedA();
+          packed == "a" ? cpu::pack_a(s.m, s.k, a.data(), s.k, false, precision) : cpu::PackedA();
       auto run = [&] {
         if (packed == "b")
           cpu::sgemm_packed(g, pb);

@@ -4,7 +4,8 @@
 //
 //   %x: bf16 input          ->  %x_f32 = Cast(%x) {to=float}
 //   bf16 weights, values    ->  fp32 (exact: every bf16 is an fp32)
-//   MatMul / Gemm           ->  MatMul / Gemm {precision="bf16"} (operands rounded to bf16)
+//   MatMul / Gemm / Conv    ->  the same {precision="bf16"} (operands rounded to bf16; not a
+//                               depthwise Conv, which computes in fp32 on the bf16 values)
 //   Cast(to=bfloat16)       ->  Cast(to=float) (removed by EliminateNoOps)
 //   %y: bf16 output         ->  %y = Cast(%y_f32) {to=bfloat16}
 //
@@ -51,8 +52,8 @@ Graph promote_bf16(Graph g, const PassContext& ctx) {
   // Products whose operands are bf16 now round them to bf16 in fp32.
   int products = 0;
   for (Node& n : g.mutable_nodes())
-    if ((n.op == "MatMul" || n.op == "Gemm") && n.inputs.size() >= 2 &&
-        dtype_of_value(g, n.inputs[0]) == DType::kBF16 && !n.attrs.has("precision")) {
+    if (takes_bf16_products(g, n) && dtype_of_value(g, n.inputs[0]) == DType::kBF16 &&
+        !n.attrs.has("precision")) {
       n.attrs.set("precision", std::string("bf16"));
       ++products;
     }

@@ -128,9 +128,11 @@ const Case kShapes[] = {{0, 5, 3},
                         {200, 100, 40},
                         {40, 1023, 30},
                         {700, 9, 5},
-                        {5, 13, 9000},    // few rows and columns, long
-                                          // K: split by K on 2 threads
-                        {600, 70, 300}};  // every thread has rows: B packed once for all
+                        {5, 13, 9000},   // few rows and columns, long
+                                         // K: split by K on 2 threads
+                        {600, 70, 300},  // every thread has rows: B packed once for all
+                        {13, 20, 64},    // K whole 32-value blocks of the bf16 packing
+                        {6, 17, 33}};    // one value past them
 
 std::string isa_and_threads(Isa isa, int threads) {
   return std::string(isa_name(isa)) + ", " + std::to_string(threads) + " thread(s)";
@@ -251,6 +253,35 @@ TEST(CpuGemmBf16, PackedBHalvesTheBytesAndRunsAnywhere) {
           sgemm_packed(g, packed);
           expect_matches(p.g, std::string("packed bf16, run on ") + isa_name(run_isa) +
                                   (ext ? "" : " without vdpbf16ps") + (tb ? " transB" : ""));
+        }
+      }
+    }
+}
+
+// A packed for bf16 (a conv's weights): pairs where VDPBF16PS runs, with tails in M and K and a
+// transposed A; run where it is, where it is turned off and on every ISA (unpacked).
+TEST(CpuGemmBf16, PackedARunsAnywhere) {
+  for (const Case& s :
+       {Case{1, 70, 600}, Case{33, 65, 17}, Case{129, 31, 257}, Case{13, 40, 64}, Case{7, 20, 33}})
+    for (bool ta : {false, true}) {
+      Problem p(s, ta, false, 9);
+      const PackedA packed = pack_a(s.m, s.k, p.g.a, p.g.lda, ta, Precision::kBF16);
+      EXPECT_EQ(packed.precision(), Precision::kBF16);
+      if (has_ext(Ext::kAvx512Bf16)) {
+        EXPECT_EQ(packed.k_per_step(), 2);
+      }
+      p.g.precision = Precision::kBF16;  // what expect_matches checks against
+      for (bool ext : {true, false}) {
+        std::optional<ExtScope> off;
+        if (!ext) off.emplace(Ext::kAvx512Bf16);
+        for (Isa run_isa : supported_isas()) {
+          IsaScope scope(run_isa);
+          std::fill(p.c.begin(), p.c.end(), NAN);
+          GemmArgs g = p.g;
+          g.precision = Precision::kF32;  // ignored: the packing's precision rules
+          sgemm_packed_a(g, packed);
+          expect_matches(p.g, cat("packed A bf16, run on ", isa_name(run_isa),
+                                  ext ? "" : " without vdpbf16ps", ta ? " transA" : ""));
         }
       }
     }
@@ -559,9 +590,9 @@ TEST(CpuGemmKernels, Bf16PrecisionMatchesTheReference) {
       for (const auto& shapes : std::vector<std::vector<Dims>>{
                {{7, 13}, {13, 5}}, {{2, 3, 7, 33}, {33, 70}}, {{1, 33, 65}, {65, 17}}})
         for (bool constant_b : {false, true})
-          expect_node_matches("MatMul", shapes, bf16, {false, constant_b},
-                              cfg + ", bf16 MatMul " + dims_str(shapes[0]) +
-                                  (constant_b ? " (constant B)" : ""));
+          expect_node_matches(
+              "MatMul", shapes, bf16, {false, constant_b},
+              cfg + ", bf16 MatMul " + dims_str(shapes[0]) + (constant_b ? " (constant B)" : ""));
       for (bool constant_b : {false, true})
         expect_node_matches("Gemm", {{9, 37}, {11, 37}, {11}}, gemm, {false, constant_b},
                             cfg + ", bf16 Gemm" + (constant_b ? " (constant B)" : ""));
@@ -576,9 +607,8 @@ TEST(CpuGemmKernels, Bf16PrecisionMatchesTheReference) {
   g.add_node("MatMul", {a, b}, {z}, {}, "f32");
   g.add_output(y);
   g.add_output(z);
-  const std::vector<Tensor> feeds = {
-      Tensor::from_vector<float>(random_vector(256, 1), {4, 64}),
-      Tensor::from_vector<float>(random_vector(256, 2), {64, 4})};
+  const std::vector<Tensor> feeds = {Tensor::from_vector<float>(random_vector(256, 1), {4, 64}),
+                                     Tensor::from_vector<float>(random_vector(256, 2), {64, 4})};
   const std::vector<Tensor> out = reference::run(g, feeds);
   double diff = 0;
   for (int64_t i = 0; i < 16; ++i)

@@ -348,6 +348,92 @@ def test_a_bf16_transformer_runs_on_the_cpu_kernels():
     assert cos.min() > 0.995, cos
 
 
+class ConvNet(torch.nn.Module):
+    """A small ResNet/MobileNet mix: 7x7 stem with BatchNorm, 3x3 and 1x1 convs (one strided),
+    a grouped conv, a depthwise conv (which stays fp32), a residual Add, pooling and a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 7, stride=2, padding=3, bias=False),
+                                  nn.BatchNorm2d(16), nn.ReLU())
+        self.body = nn.Sequential(nn.Conv2d(16, 24, 3, padding=1), nn.ReLU(),
+                                  nn.Conv2d(24, 24, 3, padding=1, groups=3), nn.ReLU(),
+                                  nn.Conv2d(24, 24, 3, padding=1, groups=24), nn.ReLU6(),
+                                  nn.Conv2d(24, 16, 1))
+        self.down = nn.Conv2d(16, 40, 1, stride=2)
+        self.fc = nn.Linear(40, 10)
+
+    def forward(self, x):
+        h = self.stem(x)
+        h = torch.relu(h + self.body(h))
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(self.down(h), 1).flatten(1))
+
+
+def bn_with_statistics(model):
+    torch.manual_seed(1)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    return model.eval()
+
+
+def conv_lines(fast):
+    return [line for line in str(fast.compiled.graph).splitlines() if " = Conv(" in line]
+
+
+def test_a_conv_net_in_bf16_matches_autocast():
+    """pypto.optimize(dtype=torch.bfloat16): every Conv but the depthwise one computes on bf16
+    operands, on the CPU kernels; close to PyTorch eager under torch.autocast (which rounds
+    every conv's result to bf16 as well), and not the fp32 result."""
+    torch.manual_seed(0)
+    model = bn_with_statistics(ConvNet())
+    x = torch.randn(2, 3, 40, 36)
+    fast = pypto.optimize(model, (x,), dtype=torch.bfloat16)
+    fired = {k: v for r in fast.compiled.pass_report for k, v in r["fired"].items()}
+    assert fired.get("AutoMixedPrecision/bf16 Conv") == 5, fired
+    convs = conv_lines(fast)
+    assert len(convs) == 6, convs
+    assert sum('precision="bf16"' in line for line in convs) == 5, convs
+    assert {b for op, b in fast.compiled.node_backends if op == "Conv"} == {"cpu"}
+    got = fast(x).float()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        eager = model(x).float()
+    with torch.no_grad():
+        f32 = model(x)
+    scale = f32.abs().max().item()
+    np.testing.assert_allclose(got.numpy(), eager.numpy(), atol=0.03 * scale)
+    np.testing.assert_allclose(got.numpy(), f32.numpy(), atol=0.03 * scale)
+    assert (got - f32).abs().max().item() > 1e-4 * scale  # the rounding happened
+    # bf16 products in the fp32 compile too, through pypto.amp.autocast: the same graph's result.
+    fp32_fast = pypto.optimize(model, (x,))
+    with pypto.amp.autocast(dtype=torch.bfloat16):
+        amp = fp32_fast(x)
+    np.testing.assert_allclose(amp.numpy(), got.numpy(), atol=0.01 * scale)
+
+
+def test_a_bf16_conv_net_runs_on_the_cpu_kernels():
+    """model.to(torch.bfloat16) on a conv net: PromoteBf16 gives its convs bf16 products (not
+    the depthwise one) on the CPU kernels; at least about as close to the exact result as
+    PyTorch's own bf16 arithmetic."""
+    torch.manual_seed(0)
+    model = bn_with_statistics(ConvNet()).to(torch.bfloat16)
+    x = torch.randn(2, 3, 40, 36).to(torch.bfloat16)
+    fast = pypto.optimize(model, (x,))
+    assert {b for op, b in fast.compiled.node_backends if op == "Conv"} == {"cpu"}
+    assert sum('precision="bf16"' in line for line in conv_lines(fast)) == 5
+    got = fast(x)
+    assert got.dtype == torch.bfloat16
+    with torch.no_grad():
+        eager = model(x)
+        exact = model.double()(x.double())
+    err = (got.double() - exact).abs().max().item()
+    eager_err = (eager.double() - exact).abs().max().item()
+    assert err <= eager_err * 1.5 + 1e-3, (err, eager_err)
+    assert err < 0.05 * exact.abs().max().item()
+
+
 def test_real_minilm_int8_from_onnx_runtime_quantization(tmp_path):
     """all-MiniLM-L6-v2 (real weights) exported to ONNX and quantized by
     onnxruntime.quantization.quantize_dynamic: every node runs on PyPTO's CPU kernels (its

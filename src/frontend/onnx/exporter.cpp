@@ -11,6 +11,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "ir/ops/op_params.h"
 #include "proto_util.h"
 #include "pto/onnx.h"
 
@@ -172,9 +173,11 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp) {
   }
   std::unordered_set<std::string> taken(names.begin(), names.end());
   for (const Node& n : g.nodes()) {
-    // PyPTO's precision="bf16" on MatMul/Gemm (AutoMixedPrecision) is not ONNX: each operand
-    // goes through Cast(to=bfloat16) and Cast(to=float) instead, which rounds it the same way.
-    const bool bf16 = (n.op == "MatMul" || n.op == "Gemm") && n.attrs.has("precision");
+    // PyPTO's precision="bf16" on MatMul/Gemm/Conv (AutoMixedPrecision) is not ONNX: each
+    // product operand goes through Cast(to=bfloat16) and Cast(to=float) instead, which rounds it
+    // the same way.
+    const bool bf16 =
+        n.domain.empty() && params::has_precision_attr(n.op) && n.attrs.has("precision");
     if (bf16 && n.attrs.get_string("precision") != "bf16")
       throw ValueError(cat("onnx export: ", n.where(), " has precision '",
                            n.attrs.get_string("precision"), "', which has no ONNX form"));

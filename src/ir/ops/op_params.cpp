@@ -4,6 +4,15 @@
 
 namespace pto::params {
 
+AttrDef precision_attr() {
+  return optional_attr("precision", AttrKind::kString,
+                       "PyPTO: \"bf16\" rounds the product operands to bf16 (fp32 accumulation)");
+}
+
+bool has_precision_attr(const std::string& op) {
+  return op == "MatMul" || op == "Gemm" || op == "Conv";
+}
+
 AttrDef softmax_axis_attr() {
   return {"axis", int64_t{-1}, "1 before opset 13"};
 }

@@ -14,6 +14,15 @@
 
 namespace pto::params {
 
+// ---- precision: PyPTO's mixed precision on MatMul, Gemm and Conv ----
+// "bf16" (the AutoMixedPrecision and PromoteBf16 passes) rounds the two product operands (A and B;
+// Conv's X and W) to bf16 before the products, which accumulate in fp32; the value stays fp32.
+// The ONNX exporter writes it as Cast(to=bfloat16) and Cast(to=float) on each operand, which
+// means the same.
+AttrDef precision_attr();
+// Whether `op` (default domain) has the attribute: MatMul, Gemm, Conv.
+bool has_precision_attr(const std::string& op);
+
 // ---- Softmax, LogSoftmax, Hardmax ----
 AttrDef softmax_axis_attr();
 // The axis as written (not normalized): the attribute, else 1 before opset 13 and -1 from 13.

@@ -115,11 +115,6 @@ PanelOps panel_ops(Precision p) {
   return o;
 }
 
-// Rounds n floats to the nearest bf16 (pto::BFloat16: ties to even, NaN stays NaN), kept in fp32.
-void round_to_bf16(float* p, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(BFloat16(p[i]));
-}
-
 // gemm_pack_a for `o`: rows [0, m) x the real k values at `a`.
 void pack_a_for(const PanelOps& o, const float* a, int64_t lda, bool trans, int64_t m, int64_t k,
                 float* dst) {
@@ -407,6 +402,10 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
 
 }  // namespace
 
+void round_to_bf16(float* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(BFloat16(p[i]));
+}
+
 const char* precision_name(Precision p) {
   return p == Precision::kBF16 ? "bf16" : "f32";
 }
@@ -506,10 +505,12 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
   sgemm(g);
 }
 
-PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a) {
+PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a,
+               Precision precision) {
   PackedA p;
-  float* dst = p.allocate(m, k, mr_of(active_isa()), Precision::kF32, 1);
-  PTO_ISA_DISPATCH(gemm_pack_a, a, lda, trans_a, m, k, dst);
+  const PanelOps o = panel_ops(precision);
+  float* dst = p.allocate(m, k, mr_of(active_isa()), precision, o.unit);
+  pack_a_for(o, a, lda, trans_a, m, k, dst);
   return p;
 }
 
@@ -517,14 +518,16 @@ void sgemm_packed_a(const GemmArgs& args, const PackedA& packed) {
   PTO_CHECK(packed.m() == args.m && packed.k() == args.k)
       << "sgemm_packed_a: A packed as " << packed.m() << " x " << packed.k() << ", used as "
       << args.m << " x " << args.k;
-  PTO_CHECK(args.precision == Precision::kF32) << "sgemm_packed_a: A is packed for fp32 products";
-  if (static_cast<Isa>(packed.isa()) == active_isa()) {
-    run_gemm(args, {packed.data(), nullptr}, 1, 0, 0, 0, 0);
+  GemmArgs g = args;
+  g.precision = packed.precision();
+  if (static_cast<Isa>(packed.isa()) == active_isa() &&
+      panel_ops(g.precision).unit == packed.k_per_step()) {
+    run_gemm(g, {packed.data(), nullptr}, 1, 0, 0, 0, 0);
     return;
   }
-  // Packed for another ISA's panel height: unpack to M x K and run the plain path.
+  // Packed for another ISA's panel height, or bf16 pairs where VDPBF16PS is now off: unpack to
+  // M x K and run the plain path (bf16 values stay bf16: rounding is idempotent).
   const std::vector<float> a = packed.unpack();
-  GemmArgs g = args;
   g.a = a.data();
   g.lda = args.k;
   g.trans_a = false;

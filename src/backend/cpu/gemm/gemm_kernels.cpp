@@ -26,15 +26,6 @@ bool rank_is(const TensorType& t, size_t rank) {
   return t.shape && t.shape->size() == rank;
 }
 
-// The node's precision attribute as sgemm's (the op schema allows only strings; anything but
-// "bf16" is declined and the reference says what is wrong).
-std::optional<Precision> precision_of(const Node& n) {
-  const std::string p = n.attrs.get_string("precision", "");
-  if (p.empty()) return Precision::kF32;
-  if (p == "bf16") return Precision::kBF16;
-  return std::nullopt;
-}
-
 // A constant B packed at compile time, and what giving the original back needs.
 struct PreparedB {
   PackedB packed;
@@ -273,6 +264,13 @@ std::vector<Tensor> gemm(const KernelContext& c) {
 }
 
 }  // namespace
+
+std::optional<Precision> precision_of(const Node& n) {
+  const std::string p = n.attrs.get_string("precision", "");
+  if (p.empty()) return Precision::kF32;
+  if (p == "bf16") return Precision::kBF16;
+  return std::nullopt;
+}
 
 void register_gemm_kernels(KernelRegistry& r) {
   Kernel mm;
