@@ -312,12 +312,18 @@ def test_a_bf16_model_runs_on_the_cpu_kernels():
     assert fired.get("PromoteBf16/bf16 products") == 2, fired
     got = fast(x)
     assert got.dtype == torch.bfloat16
+    assert_as_close_to_exact_as_eager(model, x, got)
+
+
+def assert_as_close_to_exact_as_eager(model, x, got, slack=1.01, atol=1e-6):
+    """got (a bf16 model's output) is within `slack` of PyTorch's own bf16 arithmetic's distance
+    to the exact result (float64 from the same bf16 weights and inputs). Turns model to float64."""
     with torch.no_grad():
         eager = model(x)
         exact = model.double()(x.double())
     err = (got.double() - exact).abs().max().item()
     eager_err = (eager.double() - exact).abs().max().item()
-    assert err <= eager_err * 1.01 + 1e-6, (err, eager_err)
+    assert err <= eager_err * slack + atol, (err, eager_err)
     assert err < 0.05 * exact.abs().max().item()
 
 
@@ -415,8 +421,9 @@ def test_a_conv_net_in_bf16_matches_autocast():
 
 def test_a_bf16_conv_net_runs_on_the_cpu_kernels():
     """model.to(torch.bfloat16) on a conv net: PromoteBf16 gives its convs bf16 products (not
-    the depthwise one) on the CPU kernels; at least about as close to the exact result as
-    PyTorch's own bf16 arithmetic."""
+    the depthwise one) on the CPU kernels, within 2x of PyTorch's own bf16 arithmetic's distance
+    to the exact result: FoldBatchNorm folds the BatchNorm into the bf16 weights, which the conv
+    then rounds to bf16 again (measured: 8.0e-4 against eager's 5.5e-4)."""
     torch.manual_seed(0)
     model = bn_with_statistics(ConvNet()).to(torch.bfloat16)
     x = torch.randn(2, 3, 40, 36).to(torch.bfloat16)
@@ -425,13 +432,7 @@ def test_a_bf16_conv_net_runs_on_the_cpu_kernels():
     assert sum('precision="bf16"' in line for line in conv_lines(fast)) == 5
     got = fast(x)
     assert got.dtype == torch.bfloat16
-    with torch.no_grad():
-        eager = model(x)
-        exact = model.double()(x.double())
-    err = (got.double() - exact).abs().max().item()
-    eager_err = (eager.double() - exact).abs().max().item()
-    assert err <= eager_err * 1.5 + 1e-3, (err, eager_err)
-    assert err < 0.05 * exact.abs().max().item()
+    assert_as_close_to_exact_as_eager(model, x, got, slack=2.0)
 
 
 def test_real_minilm_int8_from_onnx_runtime_quantization(tmp_path):
