@@ -199,7 +199,7 @@ TEST(ConvEpilogue, Bf16Products) {
        {ConvCase{
             "bf16 3x3 s2", {1, 6, 11, 13}, {10, 6, 3, 3}, {2, 2}, {1, 1, 1, 1}, 1, true, {6, 7}},
         ConvCase{"bf16 1x1", {2, 8, 7, 9}, {12, 8, 1, 1}, {}, {}, 1, true, {7, 9}},
-        ConvCase{"bf16 20x20 (shifted in fp32)",
+        ConvCase{"bf16 20x20 shifted",
                  {2, 4, 20, 20},
                  {8, 4, 3, 3},
                  {},

@@ -285,9 +285,10 @@ TEST(CpuConv, GeometryErrors) {
 }
 
 // bf16 products on every geometry the fp32 tests cover: 1x1 (the input as B, strided, padded),
-// 3x3 and 7x7 with strides and pads, the shapes the fp32 kernel runs shifted or blocked (here the
-// bf16 implicit GEMM), groups, depthwise (rounded copies, fp32 kernel), 1-D, dilations, weights
-// as inputs; K and the output plane with tails against the GEMM's blocks (K odd: a half pair).
+// 3x3 and 7x7 with strides and pads, shifted rows (the GEMM packs them into pairs), a small plane
+// the fp32 kernel runs blocked (here the bf16 implicit GEMM), groups, depthwise (rounded copies,
+// fp32 kernel), 1-D, dilations, weights as inputs; K and the output plane with tails against the
+// GEMM's blocks (K odd: a half pair).
 TEST(CpuConvBf16, MatchesTheRoundedReference) {
   const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
   const Attributes s2p1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}});
@@ -302,7 +303,7 @@ TEST(CpuConvBf16, MatchesTheRoundedReference) {
               true,
               attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{2, 2}}})});
   check_bf16({{1, 64, 20, 20}, {8, 64, 3, 3}, true, pad1});  // several column blocks
-  check_bf16({{1, 8, 30, 30}, {16, 8, 3, 3}, true, pad1});   // shifted in fp32
+  check_bf16({{1, 8, 30, 30}, {16, 8, 3, 3}, true, pad1});   // shifted: the rows packed into pairs
   check_bf16({{2, 24, 7, 7}, {40, 24, 3, 3}, true, pad1});   // blocked in fp32
   check_bf16({{1, 6, 11, 13},
               {5, 6, 3, 3},

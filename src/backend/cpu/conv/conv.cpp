@@ -142,7 +142,7 @@ bool use_shifted(const ConvGeometry& g) {
 }
 
 void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const float* bias,
-                  float* y, const Epilogue& ep, const PackedA* packed_w) {
+                  float* y, const Epilogue& ep, const PackedA* packed_w, Precision precision) {
   const ShiftedPlane p = shifted_plane_of(g);
   const int64_t phase = p.rpp * p.wp, chan = g.sh * g.sw * phase;
   const int64_t K = g.cg() * g.kh * g.kw, Mg = g.mg(), HW = g.out_plane(), planes = g.n * g.c;
@@ -183,6 +183,7 @@ void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const f
     a.lda = K;
     a.b = padded + (n * g.c + gi * g.cg()) * chan + oy0 * p.wp;
     a.b_rows = rows.data();
+    a.precision = precision;  // packed_w: the packing's
     a.c = cbuf;
     a.ldc = cols;
     if (packed_w)
@@ -312,8 +313,8 @@ void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* 
     conv_depthwise(g, xr.data(), wr.data(), bias, y, ep);
   } else if (g.depthwise()) {
     conv_depthwise(g, x, w, bias, y, ep);
-  } else if (precision == Precision::kF32 && use_shifted(g)) {  // B in place: fp32 only
-    conv_shifted(g, x, w, bias, y, ep, packed_w);
+  } else if (use_shifted(g)) {  // bf16: the GEMM packs the shifted rows into pairs
+    conv_shifted(g, x, w, bias, y, ep, packed_w, precision);
   } else {
     conv_gemm(g, x, w, bias, y, ep, packed_w, precision);
   }

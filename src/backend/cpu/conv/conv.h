@@ -7,10 +7,11 @@
 //   general    — implicit GEMM per image and group, C[Mg, Ho*Wo] = W[Mg, Cg*kh*kw] x
 //                col[Cg*kh*kw, Ho*Wo], with col built (im2col) in column blocks that fit the cache,
 //                and no col at all for a 1x1, stride-1, unpadded conv (the input is the B matrix).
-// With bf16 products (precision="bf16", AutoMixedPrecision) a conv that is not depthwise always
-// takes the general path, on the GEMM's bf16 products (GemmArgs::precision: X and W rounded to
-// bf16, fp32 accumulation; VDPBF16PS where the CPU has AVX512_BF16), its weights packed once as
-// bf16 pairs; a depthwise conv stays fp32 (memory bound: bf16 products would not speed it up).
+// With bf16 products (precision="bf16", AutoMixedPrecision) a conv that is not depthwise takes
+// the implicit GEMM (general or shifted path) on the GEMM's bf16 products (GemmArgs::precision:
+// X and W rounded to bf16, fp32 accumulation; VDPBF16PS where the CPU has AVX512_BF16), its
+// weights packed once as bf16 pairs, never the fp32 blocked kernel; a depthwise conv stays fp32
+// (memory bound: bf16 products would not speed it up).
 // Bias, residual and activation are applied by the GEMM's epilogue (or, for depthwise, while the
 // output plane is still in cache); any other elementwise chain, as a tile program (Epilogue::tile),
 // on whole rows of each finished GEMM block, per channel row (shifted) or per plane (depthwise).

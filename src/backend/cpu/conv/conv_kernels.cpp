@@ -1,5 +1,5 @@
 // Registers the CPU Conv kernel: float32, NCHW, 1-D and 2-D (conv.h), fp32 or bf16 products
-// (precision="bf16": always the implicit GEMM, see conv.h). 3-D convolutions and other
+// (precision="bf16": always an implicit GEMM, see conv.h). 3-D convolutions and other
 // dtypes are declined and run on the reference interpreter. The blocked-layout kernels are in
 // conv_blocked.cpp.
 #include <algorithm>

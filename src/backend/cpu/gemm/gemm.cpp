@@ -124,11 +124,18 @@ void pack_a_for(const PanelOps& o, const float* a, int64_t lda, bool trans, int6
   if (o.precision == Precision::kBF16) round_to_bf16(dst, ceil_div(m, mr) * mr * k);
 }
 
-// gemm_pack_b for `o`: the real k values by columns [0, n).
+// gemm_pack_b for `o`: the real k values by columns [0, n); with `rows` (not trans), row q of B
+// at b + rows[q] (the bf16 products of an implicit-GEMM conv's shifted rows).
 void pack_b_for(const PanelOps& o, const float* b, int64_t ldb, bool trans, int64_t k, int64_t n,
-                float* dst, int64_t panel_stride) {
-  if (o.pairs) return avx512::gemm_pack_b_bf16(b, ldb, trans, k, n, dst, panel_stride);
-  PTO_ISA_DISPATCH(gemm_pack_b, b, ldb, trans, k, n, dst, panel_stride);
+                float* dst, int64_t panel_stride, const int64_t* rows = nullptr) {
+  if (o.pairs) return avx512::gemm_pack_b_bf16(b, ldb, trans, k, n, dst, panel_stride, rows);
+  if (rows) {  // one row of K at a time: row q is step q of every panel
+    for (int64_t q = 0; q < k; ++q)
+      PTO_ISA_DISPATCH(gemm_pack_b, b + rows[q], ldb, false, 1, n, dst + q * nr_of(active_isa()),
+                       panel_stride);
+  } else {
+    PTO_ISA_DISPATCH(gemm_pack_b, b, ldb, trans, k, n, dst, panel_stride);
+  }
   if (o.precision == Precision::kBF16) {
     const int64_t nr = nr_of(active_isa());
     for (int64_t j = 0; j < ceil_div(n, nr); ++j) round_to_bf16(dst + j * panel_stride, k * nr);
@@ -157,6 +164,13 @@ bool packs_b(const GemmArgs& g, int64_t rows, const Blocking& bl) {
   if (g.precision != Precision::kF32) return true;
   return g.trans_b || (!g.b_rows && rows > kDirectBPanels * bl.mr &&
                        (g.ldb * static_cast<int64_t>(sizeof(float))) % 4096 == 0);
+}
+
+// Where packing reads B from for K from k0 and columns from j: with b_rows, b + j (the rows'
+// offsets are added per row).
+const float* b_source(const GemmArgs& g, int64_t k0, int64_t j) {
+  if (g.b_rows) return g.b + j;
+  return g.trans_b ? g.b + j * g.ldb + k0 : g.b + k0 * g.ldb + j;
 }
 
 // Operands packed ahead of the call (pack_a, pack_b), or null: A as panels of MR x K, B as
@@ -219,7 +233,7 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
         blk.b = packed + (jc / nr) * K * nr + pc * nr;
         blk.b_panel_stride = K * nr;
         blk.b_row_stride = nr;
-      } else if (g.b_rows) {
+      } else if (g.b_rows && o.precision == Precision::kF32) {  // read in place
         blk.b = g.b + jc;
         blk.b_rows = g.b_rows + pc;
         blk.b_panel_stride = nr;
@@ -246,8 +260,8 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
       } else {
         float* bp = t_pack_b.get_as<float>(ceil_div(nc, nr) * kc * nr);
         const int64_t k0 = pc * o.unit, k_real = std::min(kc * o.unit, g.k - k0);
-        const float* src = g.trans_b ? g.b + jc * g.ldb + k0 : g.b + k0 * g.ldb + jc;
-        pack_b_for(o, src, g.ldb, g.trans_b, k_real, nc, bp, kc * nr);
+        pack_b_for(o, b_source(g, k0, jc), g.ldb, g.trans_b, k_real, nc, bp, kc * nr,
+                   g.b_rows ? g.b_rows + k0 : nullptr);
         blk.b = bp;
         blk.b_panel_stride = kc * nr;
         blk.b_row_stride = nr;
@@ -280,8 +294,8 @@ void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int 
         if (p0 == p1) return;
         const int64_t j = jc + p0 * nr, w = std::min(nc, p1 * nr) - p0 * nr;
         const int64_t k0 = pc * o.unit, k_real = std::min(kc * o.unit, g.k - k0);
-        const float* src = g.trans_b ? g.b + j * g.ldb + k0 : g.b + k0 * g.ldb + j;
-        pack_b_for(o, src, g.ldb, g.trans_b, k_real, w, bp + p0 * kc * nr, kc * nr);
+        pack_b_for(o, b_source(g, k0, j), g.ldb, g.trans_b, k_real, w, bp + p0 * kc * nr, kc * nr,
+                   g.b_rows ? g.b_rows + k0 : nullptr);
       });
       MacroBlock blk;
       blk.n = nc;
@@ -368,8 +382,6 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
               int64_t stride_b, int64_t stride_c, int64_t stride_r) {
   if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
   PTO_CHECK(!(args.b_rows && args.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
-  PTO_CHECK(!(args.b_rows && args.precision != Precision::kF32))
-      << "sgemm: b_rows (B read in place) needs fp32 products";
   const Blocking& bl = blocking();
   const PanelOps ops = panel_ops(args.precision);
   const GemmPlan plan = make_plan(args, pre, batch, in_parallel_region() ? 1 : num_threads());

@@ -78,7 +78,7 @@ struct GemmArgs {
   int64_t ldc = 0;
   float alpha = 1.0f;
   Epilogue epilogue;
-  Precision precision = Precision::kF32;  // kBF16: B is always packed (no b_rows)
+  Precision precision = Precision::kF32;  // kBF16: B is always packed (b_rows: from the rows)
 };
 
 // Rounds n floats to the nearest bf16 (pto::BFloat16: ties to even, NaN stays NaN), kept in fp32.

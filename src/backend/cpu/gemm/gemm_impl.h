@@ -466,7 +466,7 @@ void gemm_pack_a_bf16(const float* a, int64_t lda, bool trans, int64_t m, int64_
 }
 
 void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float* dst,
-                      int64_t panel_stride) {
+                      int64_t panel_stride, const int64_t* rows) {
   const int64_t k2 = (k + 1) / 2;
   for (int64_t j0 = 0; j0 < n; j0 += kNR, dst += panel_stride) {
     const int64_t nr = n - j0 < kNR ? n - j0 : kNR;
@@ -485,9 +485,10 @@ void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_
       continue;
     }
     // B is K x N: rows 2p and 2p + 1 interleave, 16 columns at a time.
+    auto row = [&](int64_t q) { return b + (rows ? rows[q] : q * ldb) + j0; };
     for (int64_t p = 0; p < k2; ++p) {
-      const float* r0 = b + 2 * p * ldb + j0;
-      const float* r1 = 2 * p + 1 < k ? r0 + ldb : nullptr;
+      const float* r0 = row(2 * p);
+      const float* r1 = 2 * p + 1 < k ? row(2 * p + 1) : nullptr;
       for (int64_t c = 0; c < kNR; c += kL) {
         const int64_t w = nr - c;
         const __m512i v = w > 0 ? pairs_of_rows(r0 + c, r1 ? r1 + c : nullptr, w > kL ? kL : w)
