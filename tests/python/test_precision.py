@@ -419,6 +419,29 @@ def test_a_conv_net_in_bf16_matches_autocast():
     np.testing.assert_allclose(amp.numpy(), got.numpy(), atol=0.01 * scale)
 
 
+def test_onnx_export_of_a_bf16_conv_net_runs_on_onnx_runtime(tmp_path):
+    """The bf16 convs export as Casts of X and W to bfloat16 and back: ONNX Runtime computes the
+    same rounded convs (its own conv kernels; fp32 outputs)."""
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    model = bn_with_statistics(ConvNet())
+    x = torch.randn(2, 3, 40, 36)
+    pypto.set_optimization_options({"auto_mixed_precision": True})
+    try:
+        fast = pypto.optimize(model, (x,))
+    finally:
+        pypto.reset_optimization_options()
+    path = tmp_path / "convnet_bf16.onnx"
+    pypto.onnx.export(fast, (x,), path)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ort_out = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    got = fast(x).numpy()
+    scale = np.abs(got).max()
+    np.testing.assert_allclose(ort_out, got, atol=1e-5 * scale)
+    with torch.no_grad():
+        assert np.abs(model(x).numpy() - got).max() > 1e-4 * scale  # not the fp32 model
+
+
 def test_a_bf16_conv_net_runs_on_the_cpu_kernels():
     """model.to(torch.bfloat16) on a conv net: PromoteBf16 gives its convs bf16 products (not
     the depthwise one) on the CPU kernels, within 2x of PyTorch's own bf16 arithmetic's distance
