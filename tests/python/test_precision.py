@@ -137,19 +137,24 @@ def assert_every_product_bf16(fast):
 
 
 def test_onnx_export_of_a_bf16_model_runs_on_onnx_runtime(mlp, tmp_path):
-    ort = pytest.importorskip("onnxruntime")
     model, x = mlp
-    # bf16 products, fp32 outputs (ONNX Runtime's Python API has no numpy type for bf16 ones).
+    _, ort_out = amp_compile_on_onnx_runtime(model, x, tmp_path)
+    np.testing.assert_allclose(ort_out, rounded_reference(model, x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def amp_compile_on_onnx_runtime(model, x, tmp_path):
+    """The model compiled with bf16 products and fp32 outputs (ONNX Runtime's Python API has no
+    numpy type for bf16 ones), exported, and run by ONNX Runtime: (compiled, ORT's output)."""
+    ort = pytest.importorskip("onnxruntime")
     pypto.set_optimization_options({"auto_mixed_precision": True})
     try:
         fast = pypto.optimize(model, (x,))
     finally:
         pypto.reset_optimization_options()
-    path = tmp_path / "mlp_bf16.onnx"
+    path = tmp_path / "model_bf16.onnx"
     pypto.onnx.export(fast, (x,), path)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    ort_out = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
-    np.testing.assert_allclose(ort_out, rounded_reference(model, x).numpy(), rtol=1e-5, atol=1e-6)
+    return fast, sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
 
 
 SENTENCES = ["The cat sits outside", "A man is playing guitar", "I love pasta",
@@ -422,19 +427,10 @@ def test_a_conv_net_in_bf16_matches_autocast():
 def test_onnx_export_of_a_bf16_conv_net_runs_on_onnx_runtime(tmp_path):
     """The bf16 convs export as Casts of X and W to bfloat16 and back: ONNX Runtime computes the
     same rounded convs (its own conv kernels; fp32 outputs)."""
-    ort = pytest.importorskip("onnxruntime")
     torch.manual_seed(0)
     model = bn_with_statistics(ConvNet())
     x = torch.randn(2, 3, 40, 36)
-    pypto.set_optimization_options({"auto_mixed_precision": True})
-    try:
-        fast = pypto.optimize(model, (x,))
-    finally:
-        pypto.reset_optimization_options()
-    path = tmp_path / "convnet_bf16.onnx"
-    pypto.onnx.export(fast, (x,), path)
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    ort_out = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    fast, ort_out = amp_compile_on_onnx_runtime(model, x, tmp_path)
     got = fast(x).numpy()
     scale = np.abs(got).max()
     np.testing.assert_allclose(ort_out, got, atol=1e-5 * scale)
