@@ -2,12 +2,14 @@
 
     python bench/precision.py                          # BERT-base and GPT-2 small, 1 and 2 threads
     python bench/precision.py --models bert --threads 1 --quick
+    python bench/precision.py --models resnet50,mobilenet_v2 --engines eager,eager-bf16,pypto,pypto-bf16
 
 Measures, on each thread count, in one process per configuration, engines interleaved:
 - the ceilings with build/bench/pto_bench: the FMA peak and, where the CPU has AVX512_BF16, the
   VDPBF16PS peak; PyPTO's GEMM in fp32 and bf16 on the models' shapes (B packed ahead, as a
   Linear runs), GFLOP/s and the fraction of each ceiling;
-- models (bench/run.py's, random weights, seed 0, batch 1, sequence 128) on:
+- models (bench/run.py's, random weights, seed 0, batch 1, sequence 128; the conv nets,
+  resnet50 and mobilenet_v2, at 224x224, their convs bf16 too) on:
   - eager: PyTorch eager, fp32, under torch.inference_mode (the floor);
   - eager-bf16: the same under torch.autocast("cpu", dtype=torch.bfloat16);
   - ort: ONNX Runtime fp32 (bench/run.py's settings, the same cached export);

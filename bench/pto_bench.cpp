@@ -369,12 +369,10 @@ void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
       g.b = b.data(), g.ldb = s.n;
       g.c = c.data(), g.ldc = s.n;
       g.precision = precision;
-      if (precision != cpu::Precision::kF32 && packed == "a")
-        throw ValueError("--packed a: A is packed for fp32 products only");
       const cpu::PackedB pb =
           packed == "b" ? cpu::pack_b(s.k, s.n, b.data(), s.n, false, precision) : cpu::PackedB();
       const cpu::PackedA pa =
-          packed == "a" ? cpu::pack_a(s.m, s.k, a.data(), s.k, false) : cpu::PackedA();
+          packed == "a" ? cpu::pack_a(s.m, s.k, a.data(), s.k, false, precision) : cpu::PackedA();
       auto run = [&] {
         if (packed == "b")
           cpu::sgemm_packed(g, pb);

@@ -71,11 +71,13 @@ bool blocked_pays(int64_t in_channels, int64_t out_channels, int block, bool inp
   return filled(out_channels) && (in_channels < block || filled(in_channels));
 }
 
-// Whether Conv `n` runs blocked: float32, 2-D, constant weights (and bias), group 1, groups
+// Whether Conv `n` runs blocked: float32, 2-D, fp32 products (a precision="bf16" conv runs on
+// the bf16 implicit GEMM, docs/backend/conv.md), constant weights (and bias), group 1, groups
 // whose channels fill whole blocks, or depthwise with one output per input channel, and the cost
 // rule says it pays.
 bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked, bool cost_rule) {
-  if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
+  if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1 ||
+      n.attrs.has("precision"))
     return false;
   const std::optional<Shape> x = nchw_f32(g, n.inputs[0]);
   const Tensor* w = constant(g, n.inputs[1]);

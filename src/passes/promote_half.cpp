@@ -5,7 +5,8 @@
 //
 //   %x: H input             ->  %x_f32 = Cast(%x) {to=float}
 //   H weights, values       ->  fp32 (exact: every bf16 and every f16 is an fp32)
-//   MatMul / Gemm           ->  MatMul / Gemm {precision="bf16" or "f16"} (operands rounded to H)
+//   MatMul / Gemm / Conv    ->  the same {precision="bf16" or "f16"} (operands rounded to H; not a
+//                               depthwise Conv, which computes in fp32 on the H values)
 //   Cast(to=H)              ->  Cast(to=float) (removed by EliminateNoOps)
 //   %y: H output            ->  %y = Cast(%y_f32) {to=H}
 //
@@ -84,8 +85,8 @@ Graph promote(Graph g, const PassContext& ctx, DType half) {
   // Products whose operands are `half` now round them to `half` in fp32.
   int products = 0;
   for (Node& n : g.mutable_nodes())
-    if ((n.op == "MatMul" || n.op == "Gemm") && n.inputs.size() >= 2 &&
-        dtype_of_value(g, n.inputs[0]) == half && !n.attrs.has("precision")) {
+    if (takes_reduced_products(g, n) && dtype_of_value(g, n.inputs[0]) == half &&
+        !n.attrs.has("precision")) {
       n.attrs.set("precision", h);
       ++products;
     }

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "ir/ops/op_params.h"
+
 namespace pto::passes {
 
 const Node* producer(const Graph& g, ValueId v) {
@@ -168,6 +170,13 @@ void apply_rules(Graph& g, const std::vector<Rule>& rules, const PassContext& ct
     rw.finish();
     if (!changed) return;
   }
+}
+
+bool takes_reduced_products(const Graph& g, const Node& n) {
+  if (!n.domain.empty() || !params::has_precision_attr(n.op) || n.inputs.size() < 2) return false;
+  if (n.op != "Conv" || n.attrs.get_int("group", 1) == 1) return true;
+  const std::optional<Dims> w = static_dims(g, n.inputs[1]);
+  return w && w->size() >= 2 && (*w)[1] > 1;  // not one input channel per group (depthwise)
 }
 
 }  // namespace pto::passes

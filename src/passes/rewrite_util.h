@@ -62,6 +62,12 @@ inline Attributes with_precision_of(const Node& from, Attributes attrs = {}) {
   return attrs;
 }
 
+// Whether AutoMixedPrecision and PromoteHalf give node `n` reduced products (precision="bf16" or
+// "f16"):
+// MatMul, Gemm and Conv, but not a depthwise Conv (one input channel per group: memory bound, its
+// CPU kernel computes in fp32 at the speed of memory either way).
+bool takes_reduced_products(const Graph& g, const Node& n);
+
 // One sweep's bookkeeping: nodes marked for removal go at the end of the sweep. Rules insert
 // nodes through insert() so that the marks follow the nodes they were put on.
 class Rewrite {

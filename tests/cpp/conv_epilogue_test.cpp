@@ -27,6 +27,7 @@ struct ConvCase {
   bool bias = false;
   Dims per_position;  // the shape of the per-position operand (broadcast to the output)
   bool stem = false;  // x goes through Conv(3x3, c -> c) and Relu first
+  bool bf16 = false;  // the conv has bf16 products (precision="bf16")
 };
 
 void expect_near(const Tensor& a, const Tensor& b, const std::string& what, double tol = 1e-5) {
@@ -96,6 +97,7 @@ Built conv_with_chain(const ConvCase& c) {
   std::vector<ValueId> v;
   for (const char* name : {"c", "a1", "a2", "a3", "a4", "a5", "a6", "out"})
     v.push_back(g.add_value(name));
+  if (c.bf16) a.set("precision", std::string("bf16"));
   g.add_node("Conv", conv_in, {v[0]}, a, "conv");
   g.add_node("Mul", {v[0], pc}, {v[1]}, {}, "per_channel");
   g.add_node("Add", {r, v[1]}, {v[2]}, {}, "residual");
@@ -188,6 +190,34 @@ TEST(ConvEpilogue, Grouped) {
   check_fused({"group 2", {2, 8, 9, 9}, {12, 4, 3, 3}, {}, {1, 1, 1, 1}, 2, false, {9, 9}});
   check_fused(
       {"group 2 shifted", {2, 8, 20, 18}, {6, 4, 3, 3}, {}, {1, 1, 1, 1}, 2, true, {20, 18}});
+}
+
+// bf16 products (the implicit GEMM on bf16 operands on every geometry, the reference rounding X
+// and W): the chain still runs on each output block.
+TEST(ConvEpilogue, Bf16Products) {
+  for (ConvCase c :
+       {ConvCase{
+            "bf16 3x3 s2", {1, 6, 11, 13}, {10, 6, 3, 3}, {2, 2}, {1, 1, 1, 1}, 1, true, {6, 7}},
+        ConvCase{"bf16 1x1", {2, 8, 7, 9}, {12, 8, 1, 1}, {}, {}, 1, true, {7, 9}},
+        ConvCase{"bf16 20x20 shifted",
+                 {2, 4, 20, 20},
+                 {8, 4, 3, 3},
+                 {},
+                 {1, 1, 1, 1},
+                 1,
+                 true,
+                 {20, 20}},
+        ConvCase{"bf16 small plane (blocked in fp32)",
+                 {2, 20, 9, 8},
+                 {24, 20, 3, 3},
+                 {},
+                 {1, 1, 1, 1},
+                 1,
+                 true,
+                 {9, 8}}}) {
+    c.bf16 = true;
+    check_fused(c);
+  }
 }
 
 // Convs on small planes with at least a block of input channels run on the blocked kernel inside

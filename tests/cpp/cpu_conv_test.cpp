@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -50,6 +52,13 @@ Attributes attrs_of(std::initializer_list<std::pair<std::string, Attribute>> kv)
   return a;
 }
 
+Attributes without_precision(const Attributes& a) {
+  Attributes out;
+  for (const auto& [k, v] : a.all())
+    if (k != "precision") out.set(k, v);
+  return out;
+}
+
 struct Built {
   Graph g;
   std::vector<Tensor> feeds;
@@ -89,11 +98,14 @@ void expect_close(const Tensor& got, const Tensor& want, int64_t k, const std::s
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.numel() << " elements differ";
 }
 
+int64_t k_of(const ConvCase& c) {
+  return c.w[1] * (c.w.size() > 2 ? c.w[2] : 1) * (c.w.size() > 3 ? c.w[3] : 1);
+}
+
 // Runs the case on every ISA with 1 and 2 threads; the node must run on the CPU kernel.
 void check(const ConvCase& c) {
   Built b = conv_graph(c);
   const std::vector<Tensor> want = reference::run(b.g, b.feeds);
-  const int64_t k = c.w[1] * (c.w.size() > 2 ? c.w[2] : 1) * (c.w.size() > 3 ? c.w[3] : 1);
   const int saved = num_threads();
   for (cpu::Isa isa : cpu::supported_isas()) {
     IsaScope scope(isa);
@@ -101,12 +113,41 @@ void check(const ConvCase& c) {
       set_num_threads(threads);
       Executable exe = compile(b.g, {.level = 0});
       ASSERT_EQ(exe.node_backend(0), "cpu");
-      const std::string what = cat("X ", dims_str(c.x), " W ", dims_str(c.w), " on ",
-                                   cpu::isa_name(isa), ", ", threads, " thread(s)");
-      expect_close(exe.run(b.feeds)[0], want[0], k, what);
+      const std::string what =
+          cat("X ", dims_str(c.x), " W ", dims_str(c.w), " on ", cpu::isa_name(isa), ", ", threads,
+              " thread(s)", cpu::has_ext(cpu::Ext::kAvx512Bf16) ? "" : ", no avx512_bf16");
+      expect_close(exe.run(b.feeds)[0], want[0], k_of(c), what);
     }
   }
   set_num_threads(saved);
+}
+
+// The case with bf16 products (precision="bf16") against the reference, which rounds X and W to
+// bf16: with VDPBF16PS and with the extension turned off (the fp32 kernels on rounded values),
+// at level 0 and at level 2; and the result differs from the fp32 conv's (the rounding happened).
+// precision="bf16" (or "f16"): against the reference, which rounds X and W itself, with the
+// extension that computes it (VDPBF16PS, F16C) on and off, and at level 2; and the rounding
+// changed the result.
+void check_reduced(ConvCase c, const std::string& precision = "bf16") {
+  c.attrs.set("precision", precision);
+  for (bool ext : {true, false}) {
+    std::optional<cpu::ExtScope> off;
+    if (!ext) off.emplace(precision == "bf16" ? cpu::Ext::kAvx512Bf16 : cpu::Ext::kF16c);
+    check(c);
+  }
+  Built b = conv_graph(c);
+  const Tensor want = reference::run(b.g, b.feeds)[0];
+  const Tensor got = compile(b.g, {.level = 2}).run(b.feeds)[0];
+  expect_close(got, want, k_of(c), cat("level 2, X ", dims_str(c.x), " W ", dims_str(c.w)));
+  c.attrs = without_precision(c.attrs);
+  Built f = conv_graph(c);
+  const Tensor f32 = reference::run(f.g, f.feeds)[0];
+  double diff = 0;
+  for (int64_t i = 0; i < got.numel(); ++i)
+    diff = std::max(diff, std::fabs(got.item_as_double(i) - f32.item_as_double(i)));
+  if (got.numel() > 0 && k_of(c) >= 8) {
+    EXPECT_GT(diff, 1e-4) << dims_str(c.x) << " " << dims_str(c.w);
+  }
 }
 
 TEST(CpuConv, Pointwise) {
@@ -244,6 +285,92 @@ TEST(CpuConv, GeometryErrors) {
   EXPECT_THROW(cpu::conv_geometry(none, {1, 4, 5, 5}, {2, 3, 3, 3}, "conv"), ValueError);
   EXPECT_THROW(cpu::conv_geometry(none, {1, 4, 2, 2}, {2, 4, 3, 3}, "conv"), ValueError);
   EXPECT_THROW(cpu::conv_geometry(none, {1, 4, 5, 5, 5}, {2, 4, 3, 3, 3}, "conv"), ValueError);
+}
+
+// bf16 products on every geometry the fp32 tests cover: 1x1 (the input as B, strided, padded),
+// 3x3 and 7x7 with strides and pads, shifted rows (the GEMM packs them into pairs), a small plane
+// the fp32 kernel runs blocked (here the bf16 implicit GEMM), groups, depthwise (rounded copies,
+// fp32 kernel), 1-D, dilations, weights as inputs; K and the output plane with tails against the
+// GEMM's blocks (K odd: a half pair).
+TEST(CpuConvBf16, MatchesTheRoundedReference) {
+  const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
+  const Attributes s2p1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}});
+  check_reduced({{1, 20, 7, 9}, {17, 20, 1, 1}, true});
+  check_reduced({{2, 9, 5, 3}, {10, 9, 1, 1}, false});  // K odd
+  check_reduced({{2, 8, 7, 9}, {5, 8, 1, 1}, true, attrs_of({{"strides", Dims{2, 2}}})});
+  check_reduced({{1, 6, 5, 4}, {3, 6, 1, 1}, true, attrs_of({{"pads", Dims{1, 0, 0, 2}}})});
+  check_reduced({{1, 19, 9, 11}, {18, 19, 3, 3}, true, pad1});
+  check_reduced({{3, 5, 9, 7}, {7, 5, 3, 3}, false, s2p1});
+  check_reduced({{1, 3, 23, 21},
+                 {16, 3, 7, 7},
+                 true,
+                 attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{2, 2}}})});
+  check_reduced({{1, 64, 20, 20}, {8, 64, 3, 3}, true, pad1});  // several column blocks
+  check_reduced(
+      {{1, 8, 30, 30}, {16, 8, 3, 3}, true, pad1});  // shifted: the rows packed into pairs
+  check_reduced({{2, 24, 7, 7}, {40, 24, 3, 3}, true, pad1});  // blocked in fp32
+  check_reduced({{1, 6, 11, 13},
+                 {5, 6, 3, 3},
+                 true,
+                 attrs_of({{"dilations", Dims{2, 2}}, {"pads", Dims{2, 2, 2, 2}}})});
+  check_reduced({{3, 12, 6, 5},
+                 {8, 3, 3, 3},
+                 true,
+                 attrs_of({{"group", int64_t{4}}, {"strides", Dims{2, 1}}})});
+  check_reduced({{1, 19, 9, 21},
+                 {19, 1, 3, 3},
+                 true,
+                 attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{19}}})});
+  check_reduced(
+      {{2, 6, 17}, {5, 6, 3}, true, attrs_of({{"pads", Dims{1, 1}}, {"strides", Dims{2}}})});
+  ConvCase inputs{{2, 5, 6, 7}, {4, 5, 3, 3}, true, pad1};
+  inputs.weights_as_inputs = true;
+  check_reduced(inputs);
+  // Random geometries: channels, planes, kernels, strides, pads and groups with tails.
+  std::mt19937 rng(17);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int i = 0; i < 12; ++i) {
+    const int64_t k = std::array<int64_t, 3>{1, 3, 7}[pick(0, 2)];
+    const int64_t s = pick(1, 2), p = pick(0, k / 2), group = pick(1, 3);
+    const int64_t c = group * pick(2, 9), m = group * pick(1, 13);
+    SCOPED_TRACE(cat("random case ", i));
+    check_reduced(
+        {{pick(1, 2), c, pick(k, 20), pick(k, 20)},
+         {m, c / group, k, k},
+         pick(0, 1) == 1,
+         attrs_of({{"pads", Dims{p, p, p, p}}, {"strides", Dims{s, s}}, {"group", group}})});
+  }
+}
+
+// f16 products take the same paths (operands rounded to IEEE half while packed, fp32 kernels):
+// pointwise, 3x3 on the shifted and im2col paths, 7x7 strided, grouped and a depthwise conv
+// marked by hand (rounded copies).
+TEST(CpuConvF16, MatchesTheRoundedReference) {
+  const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
+  check_reduced({{1, 20, 7, 9}, {17, 20, 1, 1}, true}, "f16");
+  check_reduced({{1, 8, 30, 30}, {16, 8, 3, 3}, true, pad1}, "f16");
+  check_reduced({{3, 5, 9, 7},
+                 {7, 5, 3, 3},
+                 false,
+                 attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}})},
+                "f16");
+  check_reduced({{1, 3, 23, 21},
+                 {16, 3, 7, 7},
+                 true,
+                 attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{2, 2}}})},
+                "f16");
+  check_reduced({{3, 12, 6, 5},
+                 {8, 3, 3, 3},
+                 true,
+                 attrs_of({{"group", int64_t{4}}, {"strides", Dims{2, 1}}})},
+                "f16");
+  check_reduced({{1, 19, 9, 21},
+                 {19, 1, 3, 3},
+                 true,
+                 attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{19}}})},
+                "f16");
 }
 
 // conv2d's epilogue (the fusion entry point): y = relu(conv + bias + 0.5 residual), against the

@@ -133,9 +133,11 @@ const Case kShapes[] = {{0, 5, 3},
                         {200, 100, 40},
                         {40, 1023, 30},
                         {700, 9, 5},
-                        {5, 13, 9000},    // few rows and columns, long
-                                          // K: split by K on 2 threads
-                        {600, 70, 300}};  // every thread has rows: B packed once for all
+                        {5, 13, 9000},   // few rows and columns, long
+                                         // K: split by K on 2 threads
+                        {600, 70, 300},  // every thread has rows: B packed once for all
+                        {13, 20, 64},    // K whole 32-value blocks of the bf16 packing
+                        {6, 17, 33}};    // one value past them
 
 std::string isa_and_threads(Isa isa, int threads) {
   return std::string(isa_name(isa)) + ", " + std::to_string(threads) + " thread(s)";
@@ -286,8 +288,29 @@ TEST(CpuGemmF16, RoundsLikeIeeeHalfAtTheEdges) {
   }
 }
 
-// B packed for bf16: half the bytes where VDPBF16PS runs; run where it is, where it is turned
-// off and on every ISA (the pairs are unpacked), always the rounded products.
+// Runs `multiply` (an sgemm_packed or sgemm_packed_a of an operand packed for bf16) where
+// VDPBF16PS runs, where it is turned off and on every ISA (the pairs are unpacked), and checks
+// the rounded products each time; args.precision is fp32, which the packing's overrides.
+template <class F>
+void expect_packed_bf16_runs_anywhere(Problem& p, const std::string& what, F multiply) {
+  p.g.precision = Precision::kBF16;  // what expect_matches checks against
+  for (bool ext : {true, false}) {
+    std::optional<ExtScope> off;
+    if (!ext) off.emplace(Ext::kAvx512Bf16);
+    for (Isa run_isa : supported_isas()) {
+      IsaScope scope(run_isa);
+      std::fill(p.c.begin(), p.c.end(), NAN);
+      GemmArgs g = p.g;
+      g.precision = Precision::kF32;  // ignored: the packing's precision rules
+      multiply(g);
+      expect_matches(p.g,
+                     cat(what, ", run on ", isa_name(run_isa), ext ? "" : " without vdpbf16ps"));
+    }
+  }
+}
+
+// B packed for bf16: half the bytes where VDPBF16PS runs; runs anywhere, always the rounded
+// products.
 TEST(CpuGemmBf16, PackedBHalvesTheBytesAndRunsAnywhere) {
   for (const Case& s : {Case{1, 70, 600}, Case{33, 65, 17}, Case{129, 31, 257}, Case{6, 64, 2}})
     for (bool tb : {false, true}) {
@@ -299,20 +322,25 @@ TEST(CpuGemmBf16, PackedBHalvesTheBytesAndRunsAnywhere) {
         EXPECT_EQ(packed.k_per_step(), 2);
         EXPECT_LE(packed.bytes(), f32.bytes() * ((s.k + 1) / 2) / s.k + 128);
       }
-      p.g.precision = Precision::kBF16;  // what expect_matches checks against
-      for (bool ext : {true, false}) {
-        std::optional<ExtScope> off;
-        if (!ext) off.emplace(Ext::kAvx512Bf16);
-        for (Isa run_isa : supported_isas()) {
-          IsaScope scope(run_isa);
-          std::fill(p.c.begin(), p.c.end(), NAN);
-          GemmArgs g = p.g;
-          g.precision = Precision::kF32;  // ignored: the packing's precision rules
-          sgemm_packed(g, packed);
-          expect_matches(p.g, std::string("packed bf16, run on ") + isa_name(run_isa) +
-                                  (ext ? "" : " without vdpbf16ps") + (tb ? " transB" : ""));
-        }
+      expect_packed_bf16_runs_anywhere(p, tb ? "packed B bf16 transB" : "packed B bf16",
+                                       [&](const GemmArgs& g) { sgemm_packed(g, packed); });
+    }
+}
+
+// A packed for bf16 (a conv's weights): pairs where VDPBF16PS runs, with tails in M and K and a
+// transposed A; runs anywhere.
+TEST(CpuGemmBf16, PackedARunsAnywhere) {
+  for (const Case& s :
+       {Case{1, 70, 600}, Case{33, 65, 17}, Case{129, 31, 257}, Case{13, 40, 64}, Case{7, 20, 33}})
+    for (bool ta : {false, true}) {
+      Problem p(s, ta, false, 9);
+      const PackedA packed = pack_a(s.m, s.k, p.g.a, p.g.lda, ta, Precision::kBF16);
+      EXPECT_EQ(packed.precision(), Precision::kBF16);
+      if (has_ext(Ext::kAvx512Bf16)) {
+        EXPECT_EQ(packed.k_per_step(), 2);
       }
+      expect_packed_bf16_runs_anywhere(p, ta ? "packed A bf16 transA" : "packed A bf16",
+                                       [&](const GemmArgs& g) { sgemm_packed_a(g, packed); });
     }
 }
 

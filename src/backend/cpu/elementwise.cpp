@@ -495,7 +495,7 @@ bool with_cast_type(DType dt, F&& f) {
     case DType::kF16:
       f.template operator()<Float16>();
       return true;
-    case DType::kBF16:  // the inputs and outputs of a bf16 graph (PromoteBf16)
+    case DType::kBF16:  // the inputs and outputs of a bf16 graph (PromoteHalf)
       f.template operator()<BFloat16>();
       return true;
     case DType::kI64:

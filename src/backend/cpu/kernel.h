@@ -15,6 +15,7 @@
 
 #include <any>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -102,6 +103,11 @@ class KernelRegistry {
 
 // Runs the node's reference kernel: for forms a CPU kernel finds unusual only at run time.
 std::vector<Tensor> run_reference(const KernelContext& c);
+
+// A MatMul, Gemm or Conv node's precision attribute as the GEMM's (gemm_kernels.cpp): absent is
+// fp32; nullopt for anything but "bf16" and "f16" (the kernel declines; the reference says what
+// is wrong).
+std::optional<Precision> precision_of(const Node& n);
 
 // Kernel families register themselves through these (explicit calls, as for the reference).
 void register_gemm_kernels(KernelRegistry& r);         // gemm/: MatMul, Gemm

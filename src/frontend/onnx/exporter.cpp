@@ -173,10 +173,11 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp) {
   }
   std::unordered_set<std::string> taken(names.begin(), names.end());
   for (const Node& n : g.nodes()) {
-    // PyPTO's precision="bf16" / "f16" on MatMul/Gemm (AutoMixedPrecision) is not ONNX: each
-    // operand goes through Cast(to=bfloat16 or float16) and Cast(to=float) instead, which rounds
-    // it the same way.
-    const bool reduced = (n.op == "MatMul" || n.op == "Gemm") && n.attrs.has("precision");
+    // PyPTO's precision="bf16" / "f16" on MatMul/Gemm/Conv (AutoMixedPrecision) is not ONNX:
+    // each product operand goes through Cast(to=bfloat16 or float16) and Cast(to=float) instead,
+    // which rounds it the same way.
+    const bool reduced =
+        n.domain.empty() && params::has_precision_attr(n.op) && n.attrs.has("precision");
     const std::optional<DType> precision = params::product_precision(n);
     if (reduced && !precision)
       throw ValueError(cat("onnx export: ", n.where(), " has precision '",

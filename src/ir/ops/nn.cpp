@@ -2,6 +2,7 @@
 // nn_norm.cpp; Gemm, MatMul, MatMulInteger and Einsum in nn_matmul.cpp; the blocked-layout ops
 // in blocked_layout.cpp. All follow ONNX semantics.
 #include "infer_util.h"
+#include "op_params.h"
 #include "window.h"
 
 namespace pto {
@@ -125,7 +126,7 @@ void register_nn_ops(OpRegistry& r) {
          .min_inputs = 2,
          .max_inputs = 3,
          .properties = kOpaque,
-         .attrs = window::window_attrs().with({{"group", int64_t{1}}}),
+         .attrs = window::window_attrs().with({{"group", int64_t{1}}, params::precision_attr()}),
          .infer = infer_conv,
          .doc = "N-D convolution with groups, dilations, strides, pads / auto_pad and bias"});
   r.add({.name = "ConvTranspose",

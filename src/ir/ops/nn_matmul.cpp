@@ -66,16 +66,6 @@ void infer_einsum(InferContext& c) {
   infer::set(c, 0, c.inputs[0].dtype, y);
 }
 
-// PyPTO's mixed precision (the AutoMixedPrecision pass): "bf16" ("f16") rounds both operands to
-// bf16 (IEEE half) before the products, which accumulate in fp32; the value stays fp32. The ONNX
-// exporter writes it as Cast(to=bfloat16 or float16) and Cast(to=float) on each operand, which
-// means the same.
-AttrDef precision_attr() {
-  return optional_attr("precision", AttrKind::kString,
-                       "PyPTO: \"bf16\" or \"f16\" rounds A and B to that type (fp32 "
-                       "accumulation)");
-}
-
 }  // namespace
 
 void register_nn_matmul_ops(OpRegistry& r) {
@@ -83,7 +73,7 @@ void register_nn_matmul_ops(OpRegistry& r) {
          .min_inputs = 2,
          .max_inputs = 2,
          .properties = kOpaque,
-         .attrs = {precision_attr()},
+         .attrs = {params::precision_attr()},
          .infer =
              [](InferContext& c) {
                if (c.has_input(0)) infer::set(c, 0, c.inputs[0].dtype, matmul_shape(c));
@@ -105,7 +95,7 @@ void register_nn_matmul_ops(OpRegistry& r) {
                    {"transA", int64_t{0}},
                    {"transB", int64_t{0}},
                    {"broadcast", int64_t{0}, "opset < 7: 1 to broadcast C"},
-                   precision_attr()},
+                   params::precision_attr()},
          .infer = infer_gemm,
          .doc = "alpha * A' B' + beta * C, with optional transposes and broadcast C"});
   r.add({.name = "Einsum",

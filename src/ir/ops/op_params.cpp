@@ -4,6 +4,16 @@
 
 namespace pto::params {
 
+AttrDef precision_attr() {
+  return optional_attr("precision", AttrKind::kString,
+                       "PyPTO: \"bf16\" or \"f16\" rounds the product operands to that type "
+                       "(fp32 accumulation)");
+}
+
+bool has_precision_attr(const std::string& op) {
+  return op == "MatMul" || op == "Gemm" || op == "Conv";
+}
+
 AttrDef softmax_axis_attr() {
   return {"axis", int64_t{-1}, "1 before opset 13"};
 }

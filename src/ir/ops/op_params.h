@@ -14,6 +14,15 @@
 
 namespace pto::params {
 
+// ---- precision: PyPTO's mixed precision on MatMul, Gemm and Conv ----
+// "bf16" ("f16"; the AutoMixedPrecision and PromoteHalf passes) rounds the two product operands
+// (A and B; Conv's X and W) to bf16 (IEEE half) before the products, which accumulate in fp32;
+// the value stays fp32. The ONNX exporter writes it as Cast(to=bfloat16 or float16) and
+// Cast(to=float) on each operand, which means the same.
+AttrDef precision_attr();
+// Whether `op` (default domain) has the attribute: MatMul, Gemm, Conv.
+bool has_precision_attr(const std::string& op);
+
 // ---- Softmax, LogSoftmax, Hardmax ----
 AttrDef softmax_axis_attr();
 // The axis as written (not normalized): the attribute, else 1 before opset 13 and -1 from 13.
@@ -40,7 +49,7 @@ struct Gemm {
 };
 Gemm gemm(const Node& n);
 
-// ---- MatMul, Gemm: PyPTO's `precision` (AutoMixedPrecision, PromoteBf16/PromoteF16) ----
+// ---- MatMul, Gemm: PyPTO's `precision` (AutoMixedPrecision, PromoteHalf) ----
 // What the products round both operands to before accumulating in fp32: kF32 (no attribute, no
 // rounding), kBF16 ("bf16") or kF16 ("f16"); nullopt for any other string.
 std::optional<DType> product_precision(const Node& n);

@@ -1,4 +1,5 @@
-// Reference Conv and ConvTranspose: direct loops over 1-3 spatial axes in double precision. The
+// Reference Conv and ConvTranspose: direct loops over 1-3 spatial axes in double precision (Conv's
+// X and W rounded to bf16 first under precision="bf16", see AutoMixedPrecision). The
 // loop order keeps the innermost loop a contiguous row of the output (Conv) or input
 // (ConvTranspose), so ResNet-sized models run in seconds.
 #include "nn_kernels.h"
@@ -69,7 +70,8 @@ std::vector<Tensor> conv(const KernelContext& c) {
   const Dims yshape = output_shape(s, g);
   if (checked_numel(yshape, w.c_str()) == 0) return {Tensor::empty(c.input(0).dtype(), yshape)};
 
-  const std::vector<double> x = to_doubles(c.input(0), w), wt = to_doubles(c.input(1), w);
+  const std::vector<double> x = product_operand(c, c.input(0), w),
+                            wt = product_operand(c, c.input(1), w);
   std::vector<double> bias = c.has_input(2) ? to_doubles(c.input(2), w) : std::vector<double>();
   const int64_t Cg = s.C / s.group, Mg = s.M / s.group;
   const int64_t in_size = c.input(0).numel() ? g.in_size() : 0;

@@ -10,6 +10,20 @@
 #include "nn_kernels.h"
 
 namespace pto::reference {
+
+std::vector<double> product_operand(const KernelContext& c, const Tensor& t, const std::string& w) {
+  std::vector<double> v = values_as<double>(t, w);
+  const std::optional<DType> p = params::product_precision(c.node);
+  if (!p)
+    throw UnsupportedError(cat(w, ": precision '", c.node.attrs.get_string("precision"),
+                               "' is not one PyPTO knows (\"bf16\", \"f16\")"));
+  if (*p == DType::kF32) return v;
+  dispatch(*p, kFloatTypes, w, [&]<class H>() {
+    for (double& x : v) x = static_cast<float>(cast_value<H>(x));  // Cast's own rounding
+  });
+  return v;
+}
+
 namespace {
 
 // numpy matmul of A and B: the result shape and, per broadcast batch, where each operand's matrix
@@ -95,21 +109,6 @@ std::vector<V> run_plan(const Plan& p, const std::vector<V>& a, const std::vecto
   return y;
 }
 
-// Float operand values as the node's `precision` attribute has the products see them (see
-// AutoMixedPrecision): "bf16" rounds each to bf16, "f16" to IEEE half.
-std::vector<double> operand(const KernelContext& c, const Tensor& t, const std::string& w) {
-  std::vector<double> v = values_as<double>(t, w);
-  const std::optional<DType> p = params::product_precision(c.node);
-  if (!p)
-    throw UnsupportedError(cat(w, ": precision '", c.node.attrs.get_string("precision"),
-                               "' is not one PyPTO knows (\"bf16\", \"f16\")"));
-  if (*p == DType::kF32) return v;
-  dispatch(*p, kFloatTypes, w, [&]<class H>() {
-    for (double& x : v) x = static_cast<float>(cast_value<H>(x));  // Cast's own rounding
-  });
-  return v;
-}
-
 std::vector<Tensor> matmul(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor &A = c.input(0), &B = c.input(1);
@@ -117,7 +116,8 @@ std::vector<Tensor> matmul(const KernelContext& c) {
     throw TypeError(cat(w, ": A and B must share a dtype, got ", A.str(), " and ", B.str()));
   const Plan p = plan_matmul(A.shape(), B.shape(), w);
   if (is_floating(A.dtype()))
-    return {tensor_from(A.dtype(), p.yshape, run_plan(p, operand(c, A, w), operand(c, B, w)), w)};
+    return {tensor_from(A.dtype(), p.yshape,
+                        run_plan(p, product_operand(c, A, w), product_operand(c, B, w)), w)};
   return {tensor_from(A.dtype(), p.yshape,
                       run_plan(p, values_as<uint64_t>(A, w), values_as<uint64_t>(B, w)), w)};
 }
@@ -152,8 +152,8 @@ Tensor gemm_typed(const KernelContext& c, V alpha, V beta) {
   p.b_off = {0};
   std::vector<V> av, bv;
   if constexpr (std::is_same_v<V, double>) {
-    av = operand(c, A, w);
-    bv = operand(c, B, w);
+    av = product_operand(c, A, w);
+    bv = product_operand(c, B, w);
   } else {
     av = values_as<V>(A, w);
     bv = values_as<V>(B, w);

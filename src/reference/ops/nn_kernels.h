@@ -19,6 +19,12 @@ void register_einsum_kernels(KernelRegistry& r);
 void register_blocked_layout_kernels(
     KernelRegistry& r);  // blocked_layout.cpp: the blocked-layout ops
 
+// A product operand's float values (MatMul, Gemm: A and B; Conv: X and W) as the node's
+// `precision` attribute has the products see them (AutoMixedPrecision): "bf16" ("f16") rounds
+// each to bf16 (IEEE half) as Cast does (matmul.cpp).
+std::vector<double> product_operand(const KernelContext& c, const Tensor& t,
+                                    const std::string& where);
+
 // The opset a node was written for; 0 (a graph not from ONNX) means the newest.
 inline int opset_of(const KernelContext& c) {
   return c.node.opset > 0 ? c.node.opset : 1 << 30;

@@ -44,7 +44,7 @@ int64_t column_block(const ConvGeometry& g, int64_t k) {
 }
 
 void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
-               const Epilogue& ep, const PackedA* packed_w) {
+               const Epilogue& ep, const PackedA* packed_w, Precision precision) {
   const int64_t K = g.cg() * g.kh * g.kw, Mg = g.mg(), HW = g.out_plane();
   const bool direct = is_pointwise(g);
   const int64_t nb = column_block(g, K), blocks = ceil_div(HW, nb);
@@ -63,6 +63,7 @@ void conv_gemm(const ConvGeometry& g, const float* x, const float* w, const floa
     a.k = K;
     a.a = packed_w ? nullptr : w + gi * Mg * K;  // W may be released when packed
     a.lda = K;
+    a.precision = precision;  // packed_w: the packing's
     if (direct) {
       a.b = xg + j0;
       a.ldb = g.in_plane();
@@ -141,7 +142,7 @@ bool use_shifted(const ConvGeometry& g) {
 }
 
 void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const float* bias,
-                  float* y, const Epilogue& ep, const PackedA* packed_w) {
+                  float* y, const Epilogue& ep, const PackedA* packed_w, Precision precision) {
   const ShiftedPlane p = shifted_plane_of(g);
   const int64_t phase = p.rpp * p.wp, chan = g.sh * g.sw * phase;
   const int64_t K = g.cg() * g.kh * g.kw, Mg = g.mg(), HW = g.out_plane(), planes = g.n * g.c;
@@ -182,6 +183,7 @@ void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const f
     a.lda = K;
     a.b = padded + (n * g.c + gi * g.cg()) * chan + oy0 * p.wp;
     a.b_rows = rows.data();
+    a.precision = precision;  // packed_w: the packing's
     a.c = cbuf;
     a.ldc = cols;
     if (packed_w)
@@ -299,22 +301,32 @@ ConvGeometry conv_geometry(const Attributes& attrs, const Dims& x, const Dims& w
 }
 
 void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
-            const Epilogue& ep, const PackedA* packed_w) {
+            const Epilogue& ep, const PackedA* packed_w, Precision precision) {
   if (g.n * g.m * g.out_plane() == 0) return;
-  if (g.depthwise())
+  if (packed_w) precision = packed_w[0].precision();
+  if (g.depthwise() && precision != Precision::kF32) {
+    // Not what the passes mark (memory bound: bf16/f16 products would not make it faster), but
+    // the attribute's meaning on rounded copies of X and W.
+    std::vector<float> xr(x, x + g.n * g.c * g.in_plane()), wr(w, w + g.m * g.kh * g.kw);
+    round_to_precision(precision, xr.data(), static_cast<int64_t>(xr.size()));
+    round_to_precision(precision, wr.data(), static_cast<int64_t>(wr.size()));
+    conv_depthwise(g, xr.data(), wr.data(), bias, y, ep);
+  } else if (g.depthwise()) {
     conv_depthwise(g, x, w, bias, y, ep);
-  else if (use_shifted(g))
-    conv_shifted(g, x, w, bias, y, ep, packed_w);
-  else
-    conv_gemm(g, x, w, bias, y, ep, packed_w);
+  } else if (use_shifted(g)) {  // bf16: the GEMM packs the shifted rows into pairs
+    conv_shifted(g, x, w, bias, y, ep, packed_w, precision);
+  } else {
+    conv_gemm(g, x, w, bias, y, ep, packed_w, precision);
+  }
 }
 
 std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
-                                  int64_t group) {
+                                  int64_t group, Precision precision) {
   std::vector<PackedA> packed;
   if (cg == 1 && group > 1) return packed;  // depthwise
   const int64_t mg = m / group, k = cg * kh * kw;
-  for (int64_t gi = 0; gi < group; ++gi) packed.push_back(pack_a(mg, k, w + gi * mg * k, k, false));
+  for (int64_t gi = 0; gi < group; ++gi)
+    packed.push_back(pack_a(mg, k, w + gi * mg * k, k, false, precision));
   return packed;
 }
 

@@ -7,6 +7,11 @@
 //   general    — implicit GEMM per image and group, C[Mg, Ho*Wo] = W[Mg, Cg*kh*kw] x
 //                col[Cg*kh*kw, Ho*Wo], with col built (im2col) in column blocks that fit the cache,
 //                and no col at all for a 1x1, stride-1, unpadded conv (the input is the B matrix).
+// With bf16 products (precision="bf16", AutoMixedPrecision) a conv that is not depthwise takes
+// the implicit GEMM (general or shifted path) on the GEMM's bf16 products (GemmArgs::precision:
+// X and W rounded to bf16, fp32 accumulation; VDPBF16PS where the CPU has AVX512_BF16), its
+// weights packed once as bf16 pairs, never the fp32 blocked kernel; a depthwise conv stays fp32
+// (memory bound: bf16 products would not speed it up).
 // Bias, residual and activation are applied by the GEMM's epilogue (or, for depthwise, while the
 // output plane is still in cache); any other elementwise chain, as a tile program (Epilogue::tile),
 // on whole rows of each finished GEMM block, per channel row (shifted) or per plane (depthwise).
@@ -46,14 +51,17 @@ ConvGeometry conv_geometry(const Attributes& attrs, const Dims& x, const Dims& w
 // residual (the start of the residual tensor), residual_scale, act, lo and hi are used, so a fused
 // Conv + Add + ReLU passes them here. Parallel over the pool; deterministic per thread count.
 // `packed_w`, when set, holds each group's weights as pack_weights packed them (the GEMM path then
-// does not read `w`).
+// does not read `w`, and computes in the packing's precision). `precision`: the products' (a
+// depthwise conv computes in fp32 either way).
 void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
-            const Epilogue& ep = {}, const PackedA* packed_w = nullptr);
+            const Epilogue& ep = {}, const PackedA* packed_w = nullptr,
+            Precision precision = Precision::kF32);
 
 // The weights w [m, cg, kh, kw] of a conv in `group` groups, packed per group as the GEMM's A
-// operand [m/group, cg*kh*kw]; empty for a depthwise conv (which does not use a GEMM).
+// operand [m/group, cg*kh*kw] for products in `precision`; empty for a depthwise conv (which does
+// not use a GEMM).
 std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
-                                  int64_t group);
+                                  int64_t group, Precision precision = Precision::kF32);
 
 class KernelRegistry;
 struct FusedEpilogue;

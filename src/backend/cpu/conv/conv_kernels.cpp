@@ -1,4 +1,5 @@
-// Registers the CPU Conv kernel: float32, NCHW, 1-D and 2-D (conv.h). 3-D convolutions and other
+// Registers the CPU Conv kernel: float32, NCHW, 1-D and 2-D (conv.h), fp32 or bf16 products
+// (precision="bf16": always an implicit GEMM, see conv.h). 3-D convolutions and other
 // dtypes are declined and run on the reference interpreter. The blocked-layout kernels are in
 // conv_blocked.cpp.
 #include <algorithm>
@@ -24,7 +25,7 @@ bool accepts(const NodeInfo& info) {
   if (n < 2 || info.dtype(0) != DType::kF32 || info.dtype(1) != DType::kF32) return false;
   if (n > 2 && info.dtype(2) != DType::kF32 && info.dtype(2) != DType::kUndefined) return false;
   const auto& x = info.inputs[0].shape;
-  return x && (x->size() == 3 || x->size() == 4);
+  return x && (x->size() == 3 || x->size() == 4) && precision_of(info.node).has_value();
 }
 
 // A constant W packed once per group as the GEMM's A operand, and W's shape to give it back; or,
@@ -89,7 +90,10 @@ std::any prepare(const NodeInfo& info) {
   if ((w.rank() != 3 && w.rank() != 4) || w.dtype() != DType::kF32) return {};
   const int64_t group = info.node.attrs.get_int("group", 1);
   if (group < 1 || w.dim(0) % group != 0) return {};  // run() reports the error
-  if (const int block = channel_block(); small_plane_blocked(info, w, group, block)) {
+  // bf16 products always take the implicit GEMM (the blocked kernel is fp32).
+  const Precision precision = *precision_of(info.node);
+  if (const int block = channel_block();
+      precision == Precision::kF32 && small_plane_blocked(info, w, group, block)) {
     PreparedW p;
     p.shape = w.shape();
     p.depthwise = group > 1;
@@ -98,8 +102,9 @@ std::any prepare(const NodeInfo& info) {
     for (size_t d = 1; d < 4; ++d) p.x_chw.push_back((*info.inputs[0].shape)[d].value);
     return p;
   }
-  std::vector<PackedA> packed = pack_weights(w.data<float>(), w.dim(0), w.dim(1),
-                                             w.rank() == 4 ? w.dim(2) : 1, w.dim(-1), group);
+  std::vector<PackedA> packed =
+      pack_weights(w.data<float>(), w.dim(0), w.dim(1), w.rank() == 4 ? w.dim(2) : 1, w.dim(-1),
+                   group, precision);
   if (packed.empty()) return {};
   return PreparedW{std::move(packed), w.shape()};
 }
@@ -211,7 +216,7 @@ std::vector<Tensor> run(const KernelContext& c) {
       packed = p.groups.data();
     }
   }
-  conv2d(g, x.data<float>(), wp, bias, y.data<float>(), ep, packed);
+  conv2d(g, x.data<float>(), wp, bias, y.data<float>(), ep, packed, *precision_of(c.node));
   return {y};
 }
 
@@ -284,9 +289,16 @@ void register_conv_kernels(KernelRegistry& r) {
   };
   conv.unpack = unpack;
   conv.describe = [](const std::any& state) {
-    if (!state.has_value() || !std::any_cast<const PreparedW&>(state).blocked.defined())
-      return std::string();
+    if (!state.has_value()) return std::string();
     const auto& p = std::any_cast<const PreparedW&>(state);
+    if (!p.blocked.defined())
+      return !p.groups.empty() && p.groups[0].precision() != Precision::kF32
+                 ? cat(precision_name(p.groups[0].precision()),
+                       " products: implicit GEMM, weights packed as ",
+                       p.groups[0].k_per_step() == 2
+                           ? "bf16 pairs (vdpbf16ps)"
+                           : cat(precision_name(p.groups[0].precision()), "-rounded fp32"))
+                 : std::string();
     return cat("small plane: blocked direct ", p.depthwise ? "depthwise " : "", "convolution on ",
                p.block, "-channel blocks, input and output reordered inside the kernel");
   };

@@ -116,34 +116,31 @@ PanelOps panel_ops(Precision p) {
   return o;
 }
 
-// Rounds n packed floats to what products in `p` see, kept in fp32: the nearest bf16
-// (pto::BFloat16: ties to even, NaN stays NaN) or IEEE half (round_to_f16: F16C where the CPU
-// has it); fp32 values stay.
-void round_for(Precision p, float* v, int64_t n) {
-  if (p == Precision::kBF16)
-    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(BFloat16(v[i]));
-  else if (p == Precision::kF16)
-    round_to_f16(v, n);
-}
-
 // gemm_pack_a for `o`: rows [0, m) x the real k values at `a`.
 void pack_a_for(const PanelOps& o, const float* a, int64_t lda, bool trans, int64_t m, int64_t k,
                 float* dst) {
   if (o.pairs) return avx512::gemm_pack_a_bf16(a, lda, trans, m, k, dst);
   PTO_ISA_DISPATCH(gemm_pack_a, a, lda, trans, m, k, dst);
   const int64_t mr = mr_of(active_isa());
-  round_for(o.precision, dst, ceil_div(m, mr) * mr * k);
+  round_to_precision(o.precision, dst, ceil_div(m, mr) * mr * k);
 }
 
-// gemm_pack_b for `o`: the real k values by columns [0, n).
+// gemm_pack_b for `o`: the real k values by columns [0, n); with `rows` (not trans), row q of B
+// at b + rows[q] (the bf16 products of an implicit-GEMM conv's shifted rows).
 void pack_b_for(const PanelOps& o, const float* b, int64_t ldb, bool trans, int64_t k, int64_t n,
-                float* dst, int64_t panel_stride) {
-  if (o.pairs) return avx512::gemm_pack_b_bf16(b, ldb, trans, k, n, dst, panel_stride);
-  PTO_ISA_DISPATCH(gemm_pack_b, b, ldb, trans, k, n, dst, panel_stride);
+                float* dst, int64_t panel_stride, const int64_t* rows = nullptr) {
+  if (o.pairs) return avx512::gemm_pack_b_bf16(b, ldb, trans, k, n, dst, panel_stride, rows);
+  if (rows) {  // one row of K at a time: row q is step q of every panel
+    for (int64_t q = 0; q < k; ++q)
+      PTO_ISA_DISPATCH(gemm_pack_b, b + rows[q], ldb, false, 1, n, dst + q * nr_of(active_isa()),
+                       panel_stride);
+  } else {
+    PTO_ISA_DISPATCH(gemm_pack_b, b, ldb, trans, k, n, dst, panel_stride);
+  }
   if (o.precision != Precision::kF32) {
     const int64_t nr = nr_of(active_isa());
     for (int64_t j = 0; j < ceil_div(n, nr); ++j)
-      round_for(o.precision, dst + j * panel_stride, k * nr);
+      round_to_precision(o.precision, dst + j * panel_stride, k * nr);
   }
 }
 
@@ -169,6 +166,13 @@ bool packs_b(const GemmArgs& g, int64_t rows, const Blocking& bl) {
   if (g.precision != Precision::kF32) return true;
   return g.trans_b || (!g.b_rows && rows > kDirectBPanels * bl.mr &&
                        (g.ldb * static_cast<int64_t>(sizeof(float))) % 4096 == 0);
+}
+
+// Where packing reads B from for K from k0 and columns from j: with b_rows, b + j (the rows'
+// offsets are added per row).
+const float* b_source(const GemmArgs& g, int64_t k0, int64_t j) {
+  if (g.b_rows) return g.b + j;
+  return g.trans_b ? g.b + j * g.ldb + k0 : g.b + k0 * g.ldb + j;
 }
 
 // Operands packed ahead of the call (pack_a, pack_b), or null: A as panels of MR x K, B as
@@ -231,7 +235,7 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
         blk.b = packed + (jc / nr) * K * nr + pc * nr;
         blk.b_panel_stride = K * nr;
         blk.b_row_stride = nr;
-      } else if (g.b_rows) {
+      } else if (g.b_rows && o.precision == Precision::kF32) {  // read in place
         blk.b = g.b + jc;
         blk.b_rows = g.b_rows + pc;
         blk.b_panel_stride = nr;
@@ -258,8 +262,8 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
       } else {
         float* bp = t_pack_b.get_as<float>(ceil_div(nc, nr) * kc * nr);
         const int64_t k0 = pc * o.unit, k_real = std::min(kc * o.unit, g.k - k0);
-        const float* src = g.trans_b ? g.b + jc * g.ldb + k0 : g.b + k0 * g.ldb + jc;
-        pack_b_for(o, src, g.ldb, g.trans_b, k_real, nc, bp, kc * nr);
+        pack_b_for(o, b_source(g, k0, jc), g.ldb, g.trans_b, k_real, nc, bp, kc * nr,
+                   g.b_rows ? g.b_rows + k0 : nullptr);
         blk.b = bp;
         blk.b_panel_stride = kc * nr;
         blk.b_row_stride = nr;
@@ -292,8 +296,8 @@ void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int 
         if (p0 == p1) return;
         const int64_t j = jc + p0 * nr, w = std::min(nc, p1 * nr) - p0 * nr;
         const int64_t k0 = pc * o.unit, k_real = std::min(kc * o.unit, g.k - k0);
-        const float* src = g.trans_b ? g.b + j * g.ldb + k0 : g.b + k0 * g.ldb + j;
-        pack_b_for(o, src, g.ldb, g.trans_b, k_real, w, bp + p0 * kc * nr, kc * nr);
+        pack_b_for(o, b_source(g, k0, j), g.ldb, g.trans_b, k_real, w, bp + p0 * kc * nr, kc * nr,
+                   g.b_rows ? g.b_rows + k0 : nullptr);
       });
       MacroBlock blk;
       blk.n = nc;
@@ -380,8 +384,6 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
               int64_t stride_b, int64_t stride_c, int64_t stride_r) {
   if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
   PTO_CHECK(!(args.b_rows && args.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
-  PTO_CHECK(!(args.b_rows && args.precision != Precision::kF32))
-      << "sgemm: b_rows (B read in place) needs fp32 products";
   const Blocking& bl = blocking();
   const PanelOps ops = panel_ops(args.precision);
   const GemmPlan plan = make_plan(args, pre, batch, in_parallel_region() ? 1 : num_threads());
@@ -413,6 +415,17 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
 }
 
 }  // namespace
+
+void round_to_bf16(float* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(BFloat16(p[i]));
+}
+
+void round_to_precision(Precision p, float* v, int64_t n) {
+  if (p == Precision::kBF16)
+    round_to_bf16(v, n);
+  else if (p == Precision::kF16)
+    round_to_f16(v, n);
+}
 
 const char* precision_name(Precision p) {
   return p == Precision::kBF16 ? "bf16" : p == Precision::kF16 ? "f16" : "f32";
@@ -514,10 +527,12 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
   sgemm(g);
 }
 
-PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a) {
+PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a,
+               Precision precision) {
   PackedA p;
-  float* dst = p.allocate(m, k, mr_of(active_isa()), Precision::kF32, 1);
-  PTO_ISA_DISPATCH(gemm_pack_a, a, lda, trans_a, m, k, dst);
+  const PanelOps o = panel_ops(precision);
+  float* dst = p.allocate(m, k, mr_of(active_isa()), precision, o.unit);
+  pack_a_for(o, a, lda, trans_a, m, k, dst);
   return p;
 }
 
@@ -525,14 +540,16 @@ void sgemm_packed_a(const GemmArgs& args, const PackedA& packed) {
   PTO_CHECK(packed.m() == args.m && packed.k() == args.k)
       << "sgemm_packed_a: A packed as " << packed.m() << " x " << packed.k() << ", used as "
       << args.m << " x " << args.k;
-  PTO_CHECK(args.precision == Precision::kF32) << "sgemm_packed_a: A is packed for fp32 products";
-  if (static_cast<Isa>(packed.isa()) == active_isa()) {
-    run_gemm(args, {packed.data(), nullptr}, 1, 0, 0, 0, 0);
+  GemmArgs g = args;
+  g.precision = packed.precision();
+  if (static_cast<Isa>(packed.isa()) == active_isa() &&
+      panel_ops(g.precision).unit == packed.k_per_step()) {
+    run_gemm(g, {packed.data(), nullptr}, 1, 0, 0, 0, 0);
     return;
   }
-  // Packed for another ISA's panel height: unpack to M x K and run the plain path.
+  // Packed for another ISA's panel height, or bf16 pairs where VDPBF16PS is now off: unpack to
+  // M x K and run the plain path (bf16 values stay bf16: rounding is idempotent).
   const std::vector<float> a = packed.unpack();
-  GemmArgs g = args;
   g.a = a.data();
   g.lda = args.k;
   g.trans_a = false;

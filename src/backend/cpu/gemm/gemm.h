@@ -81,8 +81,14 @@ struct GemmArgs {
   int64_t ldc = 0;
   float alpha = 1.0f;
   Epilogue epilogue;
-  Precision precision = Precision::kF32;  // kBF16, kF16: B is always packed (no b_rows)
+  Precision precision = Precision::kF32;  // kBF16, kF16: B is always packed (b_rows: from the rows)
 };
+
+// Rounds n floats to the nearest bf16 (pto::BFloat16: ties to even, NaN stays NaN), kept in fp32.
+void round_to_bf16(float* p, int64_t n);
+// Rounds n floats to what products in `p` see, kept in fp32: bf16 (round_to_bf16), IEEE half
+// (round_to_f16: F16C where the CPU has it); fp32 values stay.
+void round_to_precision(Precision p, float* v, int64_t n);
 
 // C = epilogue(alpha * op(A) op(B)); parallel over the thread pool unless called from inside a
 // parallel region (then it runs on the calling thread).
@@ -143,13 +149,17 @@ class PackedA : public PackedPanels {
   int64_t m() const { return len_; }
 
  private:
-  friend PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a);
+  friend PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a,
+                        Precision precision);
 };
 
-PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a);
+// A packed for products in `precision` (bf16: half the bytes where VDPBF16PS runs).
+PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a,
+               Precision precision = Precision::kF32);
 
 // As sgemm with A taken from `packed` (args.a, lda and trans_a are ignored; args.m and args.k
-// must match the packing). Falls back to unpacking when the active ISA differs from the packing's.
+// must match the packing) in the packing's precision (args.precision is ignored). Falls back to
+// unpacking when the active ISA or bf16 support differs from the packing's.
 void sgemm_packed_a(const GemmArgs& args, const PackedA& packed);
 
 // Batched: `batch` independent GEMMs at the given element strides (a stride of 0 broadcasts that

@@ -163,13 +163,14 @@ struct PackA6x16 {
 // 6 x 16 transpose in 18 permutes. Rows 2i and 2i+1 interleave into (x, y) pairs, one 64-bit
 // lane per step, eight steps a vector (pairs i); each output vector then takes its eight lanes
 // from the three pair vectors of its eight steps (lane q of the 24 is step q / 3, pairs q % 3).
-void pack_a_6x16(const float* const rows[6], int64_t p, float* dst) {
+// transpose_6x16 takes the six rows as vectors (16 32-bit values each: floats, or bf16 pairs).
+void transpose_6x16(const __m512 row[6], float* dst) {
   static constexpr PackA6x16 kT{};
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
   __m512d pair[2][3];  // [steps 0-7 or 8-15][rows 0-1, 2-3, 4-5]
   for (int i = 0; i < 3; ++i) {
-    const __m512 x = _mm512_loadu_ps(rows[2 * i] + p), y = _mm512_loadu_ps(rows[2 * i + 1] + p);
+    const __m512 x = row[2 * i], y = row[2 * i + 1];
     pair[0][i] = _mm512_castps_pd(_mm512_permutex2var_ps(x, lo, y));
     pair[1][i] = _mm512_castps_pd(_mm512_permutex2var_ps(x, hi, y));
   }
@@ -181,6 +182,12 @@ void pack_a_6x16(const float* const rows[6], int64_t p, float* dst) {
       _mm512_storeu_pd(reinterpret_cast<double*>(dst + 48 * h + 16 * j), v);
     }
   }
+}
+
+void pack_a_6x16(const float* const rows[6], int64_t p, float* dst) {
+  __m512 row[6];
+  for (int r = 0; r < 6; ++r) row[r] = _mm512_loadu_ps(rows[r] + p);
+  transpose_6x16(row, dst);
 }
 #endif
 
@@ -300,16 +307,6 @@ namespace {
 
 #define PTO_BF16 __attribute__((target("avx512bf16")))
 
-// A float as bf16 the way VCVTNEPS2BF16 rounds it (nearest even; NaN stays a quiet NaN), for
-// the odd ends the vector conversions do not cover. pto::BFloat16 rounds the same way, but an
-// inline function of a shared header must not be instantiated in a per-ISA file (isa.h).
-uint32_t bf16_of(float x) {
-  uint32_t u = 0;
-  __builtin_memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
-
 // Pairs (x[2i], x[2i + 1]) of n <= 32 floats of a contiguous row as 16 words, to bf16.
 PTO_BF16 __m512i pairs_of_row(const float* x, int64_t n) {
   const __mmask16 lo = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
@@ -334,6 +331,53 @@ void scatter_words(__m512i v, int64_t count, float* dst, int64_t stride) {
   alignas(64) uint32_t w[16];
   _mm512_store_si512(w, v);
   for (int64_t i = 0; i < count; ++i) __builtin_memcpy(dst + i * stride, &w[i], 4);
+}
+
+// One A panel from mr <= 6 rows of A (lda apart), 32 values of K (16 steps) at a time: each row's
+// pairs converted in one vector, then a 6 x 16 transpose of the words (as gemm_pack_a's).
+// Rows past M read as zero pairs.
+PTO_BF16 void pack_a_bf16_rows(const float* a, int64_t lda, int mr, int64_t k, float* dst) {
+  static_assert(kMR == 6, "the bf16 A panels transpose 6 rows at a time");
+  for (int64_t q = 0; q < k; q += 32) {
+    const int64_t n = k - q < 32 ? k - q : 32, steps = (n + 1) / 2;
+    __m512 row[kMR];
+    for (int r = 0; r < kMR; ++r)
+      row[r] =
+          r < mr ? reinterpret_cast<__m512>(pairs_of_row(a + r * lda + q, n)) : _mm512_setzero_ps();
+    float* d = dst + (q / 2) * kMR;
+    if (steps == 16) {
+      transpose_6x16(row, d);
+    } else {  // the last steps: only as many as the panel holds
+      alignas(64) float t[16 * kMR];
+      transpose_6x16(row, t);
+      __builtin_memcpy(d, t, static_cast<size_t>(steps * kMR) * sizeof(float));
+    }
+  }
+}
+
+// One A panel from a transposed A (K x M, a at its first column): the mr <= 6 values of rows
+// 2p and 2p + 1 interleave into the pairs of step p, two steps (four rows of A) at a time:
+// converted together, one word permute puts each step's 12 halves in order, one masked store.
+PTO_BF16 void pack_a_bf16_trans(const float* a, int64_t lda, int mr, int64_t k, float* dst) {
+  const __mmask8 cols = static_cast<__mmask8>((1u << mr) - 1);
+  // Words of cvtne2ps(y, x): 0-7 row 2p, 8-15 row 2p + 2 (x), 16-23 row 2p + 1, 24-31 row 2p + 3.
+  alignas(64) static constexpr uint16_t kOrder[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21,   // step p
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29};  // step p + 1
+  const __m512i order = _mm512_load_si512(kOrder);
+  auto row = [&](int64_t q) {
+    return q < k ? _mm256_maskz_loadu_ps(cols, a + q * lda) : _mm256_setzero_ps();
+  };
+  const int64_t k2 = (k + 1) / 2;
+  for (int64_t p = 0; p < k2; p += 2) {
+    const int64_t q = 2 * p;
+    const __m512 x = _mm512_insertf32x8(_mm512_castps256_ps512(row(q)), row(q + 2), 1);
+    const __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(row(q + 1)), row(q + 3), 1);
+    const __m512i w =
+        _mm512_permutexvar_epi16(order, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(y, x)));
+    const __mmask32 words = p + 1 < k2 ? 0xffffffu : 0xfffu;
+    _mm512_mask_storeu_epi16(dst + p * kMR, words, w);
+  }
 }
 
 // C[R x NV vectors] (=|+=) alpha * A_panel B_panel over k2 pair steps, VDPBF16PS: each step
@@ -414,29 +458,15 @@ void gemm_pack_a_bf16(const float* a, int64_t lda, bool trans, int64_t m, int64_
   const int64_t k2 = (k + 1) / 2;
   for (int64_t i0 = 0; i0 < m; i0 += kMR, dst += k2 * kMR) {
     const int mr = static_cast<int>(m - i0 < kMR ? m - i0 : kMR);
-    for (int r = mr; r < kMR; ++r)  // rows past M: zero pairs
-      for (int64_t p = 0; p < k2; ++p) dst[p * kMR + r] = 0.0f;
-    for (int r = 0; r < mr; ++r) {
-      if (trans) {  // A is K x M: row r of op(A) is column i0 + r, lda apart
-        const float* col = a + i0 + r;
-        for (int64_t p = 0; p < k2; ++p) {
-          const float lo = col[2 * p * lda], hi = 2 * p + 1 < k ? col[(2 * p + 1) * lda] : 0.0f;
-          const uint32_t w = bf16_of(lo) | (bf16_of(hi) << 16);
-          __builtin_memcpy(dst + p * kMR + r, &w, 4);
-        }
-        continue;
-      }
-      const float* row = a + (i0 + r) * lda;
-      for (int64_t q = 0; q < k; q += 32) {
-        const int64_t n = k - q < 32 ? k - q : 32;
-        scatter_words(pairs_of_row(row + q, n), (n + 1) / 2, dst + (q / 2) * kMR + r, kMR);
-      }
-    }
+    if (trans)
+      pack_a_bf16_trans(a + i0, lda, mr, k, dst);
+    else
+      pack_a_bf16_rows(a + i0 * lda, lda, mr, k, dst);
   }
 }
 
 void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float* dst,
-                      int64_t panel_stride) {
+                      int64_t panel_stride, const int64_t* rows) {
   const int64_t k2 = (k + 1) / 2;
   for (int64_t j0 = 0; j0 < n; j0 += kNR, dst += panel_stride) {
     const int64_t nr = n - j0 < kNR ? n - j0 : kNR;
@@ -455,9 +485,10 @@ void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_
       continue;
     }
     // B is K x N: rows 2p and 2p + 1 interleave, 16 columns at a time.
+    auto row = [&](int64_t q) { return b + (rows ? rows[q] : q * ldb) + j0; };
     for (int64_t p = 0; p < k2; ++p) {
-      const float* r0 = b + 2 * p * ldb + j0;
-      const float* r1 = 2 * p + 1 < k ? r0 + ldb : nullptr;
+      const float* r0 = row(2 * p);
+      const float* r1 = 2 * p + 1 < k ? row(2 * p + 1) : nullptr;
       for (int64_t c = 0; c < kNR; c += kL) {
         const int64_t w = nr - c;
         const __m512i v = w > 0 ? pairs_of_rows(r0 + c, r1 ? r1 + c : nullptr, w > kL ? kL : w)

@@ -27,16 +27,6 @@ bool rank_is(const TensorType& t, size_t rank) {
   return t.shape && t.shape->size() == rank;
 }
 
-// The node's precision attribute as sgemm's (the op schema allows only strings; anything but
-// "bf16" and "f16" is declined and the reference says what is wrong).
-std::optional<Precision> precision_of(const Node& n) {
-  const std::optional<DType> p = params::product_precision(n);
-  if (!p) return std::nullopt;
-  return *p == DType::kBF16  ? Precision::kBF16
-         : *p == DType::kF16 ? Precision::kF16
-                             : Precision::kF32;
-}
-
 // A constant B packed at compile time, and what giving the original back needs.
 struct PreparedB {
   PackedB packed;
@@ -274,6 +264,14 @@ void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::
   ep.act = f.act;
   ep.lo = f.lo;
   ep.hi = f.hi;
+}
+
+std::optional<Precision> precision_of(const Node& n) {
+  const std::optional<DType> p = params::product_precision(n);
+  if (!p) return std::nullopt;
+  return *p == DType::kBF16  ? Precision::kBF16
+         : *p == DType::kF16 ? Precision::kF16
+                             : Precision::kF32;
 }
 
 void register_gemm_kernels(KernelRegistry& r) {
