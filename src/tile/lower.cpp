@@ -102,14 +102,18 @@ class Lowering {
     if (g_.value(v).type.dtype == DType::kF32)
       if (std::optional<double> c = scalar_constant(g_, v))
         return env_[v] = Val{.imm = static_cast<float>(*c)};
-    TileDType dt = dtype_of_value(v);
+    return env_[v] = load(v, dtype_of_value(v));
+  }
+
+  // A new input of the program holding v, read as `dt`.
+  Val load(ValueId v, TileDType dt) {
     const Value& val = g_.value(v);
     prog_.inputs.push_back({v, val.name, dt, val.type.shape});
     Val r{.reg = fresh()};
     TileInstr ld{.op = TileOpcode::kLoad, .dst = static_cast<int16_t>(r.reg)};
     ld.operand = static_cast<int32_t>(prog_.inputs.size() - 1);
     code_.push_back(ld);
-    return env_[v] = r;
+    return r;
   }
 
   int fresh() { return next_reg_++; }
@@ -400,6 +404,12 @@ class Lowering {
   // x != 0 (NaN -> true).
   std::optional<Val> lower_cast(const Node& n) {
     DType from = g_.value(n.inputs[0]).type.dtype, to = g_.value(n.outputs[0]).type.dtype;
+    // int32 -> float32 (an integer product's accumulators): an input converted as it is loaded;
+    // the int32 value itself is nothing else's operand (other ops reject it).
+    if (from == DType::kI32 && to == DType::kF32) {
+      if (auto it = i32_loads_.find(n.inputs[0]); it != i32_loads_.end()) return it->second;
+      return i32_loads_[n.inputs[0]] = load(n.inputs[0], TileDType::kI32);
+    }
     Val x = in(n, 0);
     if (from == to || from == DType::kBool) return x;
     if (from == DType::kF32 && to == DType::kBool)
@@ -475,6 +485,7 @@ class Lowering {
   TileProgram prog_;
   std::vector<TileInstr> code_;  // on virtual registers
   std::unordered_map<ValueId, Val> env_;
+  std::unordered_map<ValueId, Val> i32_loads_;  // int32 inputs loaded for Cast(to=float)
   int next_reg_ = 0;
 };
 

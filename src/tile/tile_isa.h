@@ -16,8 +16,9 @@ namespace pto {
   X(Neg, "neg")                                                                                   \
   X(Abs, "abs")                                                                                   \
   X(Exp, "exp")                                                                                   \
-  X(Expm1, "expm1") X(Log, "log") X(Log1p, "log1p") X(Sqrt, "sqrt") X(Rsqrt, "rsqrt")             \
-      X(Reciprocal, "reciprocal") X(Square, "square") X(Relu, "relu") X(LeakyRelu, "leaky_relu")  \
+  X(Expm1, "expm1")                                                                               \
+  X(Log, "log") X(Log1p, "log1p") X(Sqrt, "sqrt") X(Rsqrt, "rsqrt") X(Reciprocal, "reciprocal")   \
+      X(Square, "square") X(Relu, "relu") X(LeakyRelu, "leaky_relu")                              \
           X(ThresholdedRelu, "thresholded_relu") X(Sigmoid, "sigmoid")                            \
               X(HardSigmoid, "hard_sigmoid") X(HardSwish, "hard_swish") X(Tanh, "tanh")           \
                   X(Erf, "erf") X(Gelu, "gelu") X(GeluTanh, "gelu_tanh") X(Silu, "silu")          \
@@ -40,8 +41,9 @@ enum class TileCompare : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
 enum class TileReduce : uint8_t { kSum, kMax, kMin };
 
 // Element types of operands (registers are always float32). New dtypes slot in here and in the
-// executor's load/store.
-enum class TileDType : uint8_t { kF32, kBool };
+// executor's load/store. kI32: inputs only, converted to f32 when loaded (the int32 accumulators
+// of an integer product read by Cast(to=float)).
+enum class TileDType : uint8_t { kF32, kBool, kI32 };
 
 enum class TileOpcode : uint8_t {
   kLoad,        // dst = inputs[operand], broadcast over the tile, converted to f32

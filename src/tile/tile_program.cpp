@@ -66,7 +66,7 @@ std::string reg(int r) {
 
 std::string operand_str(const char* kind, size_t i, const TileOperand& o) {
   std::string s = std::string(kind) + std::to_string(i) + " " + o.name + ": ";
-  s += o.dtype == TileDType::kBool ? "bool" : "f32";
+  s += o.dtype == TileDType::kBool ? "bool" : o.dtype == TileDType::kI32 ? "i32" : "f32";
   return s + (o.shape ? shape_str(*o.shape) : "[*]");
 }
 

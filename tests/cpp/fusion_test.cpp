@@ -361,6 +361,32 @@ TEST(Fusion, MatMulWithAnElementwiseChainAsTileEpilogue) {
   }
 }
 
+// Cast(int32 -> float) joins an elementwise group (the tile program loads the int32 input and
+// converts it, rounding to nearest as Cast does): an integer product's accumulators scaled, biased
+// and rectified in one pass. Values beyond 2^24 round; the extremes convert exactly.
+TEST(Fusion, CastFromInt32JoinsAnElementwiseGroup) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kI32, to_shape({3, 37})});
+  ValueId s = g.add_value("s"), b = g.add_value("b");
+  g.set_initializer(s, Tensor::scalar(0.001f));
+  g.set_initializer(b, random_tensor({37}, 130));
+  ValueId f = g.add_value("f"), m = g.add_value("m"), a = g.add_value("a"), y = g.add_value("y");
+  Attributes to_float;
+  to_float.set("to", int64_t{1});
+  g.add_node("Cast", {x}, {f}, to_float, "cast");
+  g.add_node("Mul", {f, s}, {m}, {}, "scale");
+  g.add_node("Add", {m, b}, {a}, {}, "bias");
+  g.add_node("Relu", {a}, {y}, {}, "relu");
+  g.add_output(y);
+  Tensor in = Tensor::empty(DType::kI32, {3, 37});
+  const int32_t edges[] = {0, 1, -1, (1 << 24) + 1, -(1 << 24) - 3, 2147483647, -2147483647 - 1};
+  for (int64_t i = 0; i < in.numel(); ++i)
+    in.data<int32_t>()[i] = i < 7 ? edges[i] : static_cast<int32_t>((i * 2654435761u) >> 3);
+  Executable exe = check_against_reference(g, {in}, 2);
+  ASSERT_EQ(exe.num_steps(), 1u);
+  EXPECT_EQ(exe.step(0).rule, "Elementwise");
+}
+
 // The int8 product (DynamicQuantizeMatMul) takes an elementwise chain as its epilogue the same
 // way, on each block of its float output.
 TEST(Fusion, DynamicQuantizeMatMulWithAnElementwiseChain) {

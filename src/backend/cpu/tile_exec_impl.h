@@ -60,15 +60,15 @@ inline Vec tile_unary(Vec x, const UnaryParams& p) {
   PTO_TILE_MAP(Neg)
   PTO_TILE_MAP(Abs)
   PTO_TILE_MAP(Exp)
-  PTO_TILE_MAP(Expm1) PTO_TILE_MAP(Log) PTO_TILE_MAP(Log1p) PTO_TILE_MAP(Sqrt)
-      PTO_TILE_MAP(Reciprocal) PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu) PTO_TILE_MAP(LeakyRelu)
-          PTO_TILE_MAP(ThresholdedRelu) PTO_TILE_MAP(Sigmoid) PTO_TILE_MAP(HardSigmoid)
-              PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh) PTO_TILE_MAP(Erf) PTO_TILE_MAP(Gelu)
-                  PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu) PTO_TILE_MAP(Swish)
-                      PTO_TILE_MAP(Softplus) PTO_TILE_MAP(Softsign) PTO_TILE_MAP(Mish)
-                          PTO_TILE_MAP(Elu) PTO_TILE_MAP(Selu) PTO_TILE_MAP(Celu)
-                              PTO_TILE_MAP(Floor) PTO_TILE_MAP(Ceil) PTO_TILE_MAP(Round)
-                                  PTO_TILE_MAP(Sign) PTO_TILE_MAP(PowHalf)
+  PTO_TILE_MAP(Expm1)
+  PTO_TILE_MAP(Log) PTO_TILE_MAP(Log1p) PTO_TILE_MAP(Sqrt) PTO_TILE_MAP(Reciprocal)
+      PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu) PTO_TILE_MAP(LeakyRelu) PTO_TILE_MAP(ThresholdedRelu)
+          PTO_TILE_MAP(Sigmoid) PTO_TILE_MAP(HardSigmoid) PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh)
+              PTO_TILE_MAP(Erf) PTO_TILE_MAP(Gelu) PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu)
+                  PTO_TILE_MAP(Swish) PTO_TILE_MAP(Softplus) PTO_TILE_MAP(Softsign)
+                      PTO_TILE_MAP(Mish) PTO_TILE_MAP(Elu) PTO_TILE_MAP(Selu) PTO_TILE_MAP(Celu)
+                          PTO_TILE_MAP(Floor) PTO_TILE_MAP(Ceil) PTO_TILE_MAP(Round)
+                              PTO_TILE_MAP(Sign) PTO_TILE_MAP(PowHalf)
 #undef PTO_TILE_MAP
 }
 
@@ -175,6 +175,8 @@ void compare_n(TileCompare op, int64_t n, float* y, Src a, Src b) {
 
 float load_one(const TileOperandView& v, int64_t offset) {
   if (v.dtype == TileDType::kBool) return static_cast<const bool*>(v.ptr)[offset] ? 1.0f : 0.0f;
+  if (v.dtype == TileDType::kI32)
+    return static_cast<float>(static_cast<const int32_t*>(v.ptr)[offset]);
   return static_cast<const float*>(v.ptr)[offset];
 }
 
@@ -186,6 +188,9 @@ void gather_row(const TileOperandView& v, int64_t i, int64_t width, float* y) {
     for (int64_t j = 0; j < width; ++j) y[j] = x;
   } else if (v.dtype == TileDType::kF32) {
     std::memcpy(y, static_cast<const float*>(v.ptr) + off, static_cast<size_t>(width) * 4);
+  } else if (v.dtype == TileDType::kI32) {  // round to nearest, as Cast does (vectorized)
+    const int32_t* p = static_cast<const int32_t*>(v.ptr) + off;
+    for (int64_t j = 0; j < width; ++j) y[j] = static_cast<float>(p[j]);
   } else {
     const bool* b = static_cast<const bool*>(v.ptr) + off;
     int64_t j = 0;

@@ -27,6 +27,7 @@ namespace {
 TileDType tile_dtype(DType d, const std::string& what) {
   if (d == DType::kF32) return TileDType::kF32;
   if (d == DType::kBool) return TileDType::kBool;
+  if (d == DType::kI32) return TileDType::kI32;
   throw ValueError(cat("[TileKernel] ", what, ": dtype ", dtype_name(d), " is not supported"));
 }
 
