@@ -203,14 +203,15 @@ class OptimizedModule(torch.nn.Module):
 def _float_model_of(module: torch.nn.Module) -> torch.nn.Module | None:
     """The float model a pypto.quantization model was made from; None for a float model. Raises
     for a quantized model whose float original is gone (inplace=True, torch.ao)."""
-    from .quantization import DynamicQuantizedLinear
+    from .quantization import DynamicQuantizedLinear, StaticQuantizedConv2d
 
     original = getattr(module, "_pypto_float_model", None)
     if original is not None:
         return original
-    if any(isinstance(m, DynamicQuantizedLinear) for m in module.modules()):
+    quantized = (DynamicQuantizedLinear, StaticQuantizedConv2d)
+    if any(isinstance(m, quantized) for m in module.modules()):
         raise RuntimeError("precision_report: this model is quantized and the float model it "
-                           "came from is not known (quantize_dynamic(inplace=True), or a torch.ao "
+                           "came from is not known (inplace=True, or a torch.ao "
                            "quantized model); compare it with the float model yourself, e.g. "
                            "pypto.debug.compare_tensors")
     return None

@@ -273,6 +273,9 @@ def test_onnx_load_precision_and_its_report(tmp_path):
     exact = np.maximum(x.astype(np.float64) @ w["w1"].T, 0) @ w["w2"]
     want_err = np.abs(m(x) - exact).max() / np.abs(exact).max()
     assert report.max_rel_error == pytest.approx(want_err, rel=0.05)
+    f16 = pypto.onnx.load(path, precision="f16")
+    f16_report = f16.precision_report(x)
+    assert f16_report.precision == "f16" and 0 < f16_report.max_rel_error < report.max_rel_error
     with pytest.raises(ValueError, match="compiled in float32"):
         pypto.onnx.load(path, precision="f32").precision_report(x)
     with pytest.raises(ValueError, match="precision must be one of"):

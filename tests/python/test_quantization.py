@@ -218,6 +218,49 @@ def test_calibrate_makes_a_static_int8_conv_net():
     assert fast.precision_report().max_rel_error < 0.05
 
 
+def test_calibrate_options_per_channel_and_inplace():
+    """per_channel=False gives one weight scale per conv (and a larger error than per channel on a
+    net whose output channels differ in scale); inplace=True quantizes the model itself, so no
+    float original remains for precision_report."""
+    torch.manual_seed(0)
+    model = ConvNet().eval()
+    with torch.no_grad():  # output channels of very different magnitudes
+        model.conv2.weight.mul_(torch.logspace(-2, 0, 16).reshape(16, 1, 1, 1))
+    batches = [torch.randn(2, 3, 16, 16) for _ in range(3)]
+    x = torch.randn(1, 3, 16, 16)
+    errors = {}
+    for per_channel in (True, False):
+        q = pypto.quantization.calibrate(model, batches, per_channel=per_channel)
+        assert q.conv2.weight_scale.unique().numel() == (16 if per_channel else 1)
+        errors[per_channel] = pypto.optimize(q, (x,)).precision_report().max_rel_error
+    assert errors[True] < errors[False], errors
+    q = pypto.quantization.calibrate(model, batches, inplace=True)
+    assert q is model and isinstance(model.conv1, pypto.quantization.StaticQuantizedConv2d)
+    with pytest.raises(RuntimeError, match="float model it came from is not known"):
+        pypto.optimize(model, (x,)).precision_report()
+
+
+def test_a_per_channel_torch_ao_model_keeps_its_scales(mlp):
+    """torch.ao with a per-channel weight observer: the int8 weights and per-channel scales are
+    carried over as they are."""
+    import warnings
+
+    model, x = mlp
+    qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        qa = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear: qconfig},
+                                                    dtype=torch.qint8)
+    fast = pypto.optimize(qa, (x,))
+    w = qa.fc1.weight()
+    assert torch.equal(fast._orig_mod.fc1.weight, w.int_repr())
+    torch.testing.assert_close(fast._orig_mod.fc1.weight_scale,
+                               w.q_per_channel_scales().float())
+    with torch.no_grad():
+        ref, theirs = model(x), qa(x)
+    assert float((fast(x) - ref).abs().max()) <= 1.2 * float((theirs - ref).abs().max()) + 1e-6
+
+
 def test_calibrate_rejects_what_it_cannot_do():
     with pytest.raises(ValueError, match="no torch.nn.Conv2d"):
         pypto.quantization.calibrate(Mlp().eval(), [torch.randn(1, 96)])
