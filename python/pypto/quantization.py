@@ -42,14 +42,10 @@ def _quantize_rows(x: torch.Tensor, per_row: bool):
     """x [..., K] float to uint8 values (as float32) with DynamicQuantizeLinear's formula, per row
     or for the whole tensor; returns (q, scale, zero_point), scale and zero point [rows, 1]."""
     rows = x.reshape(-1, x.shape[-1]).float()
-    if per_row:
-        mn = rows.amin(1, keepdim=True).clamp(max=0) if rows.shape[1] else torch.zeros(
-            rows.shape[0], 1)
-        mx = rows.amax(1, keepdim=True).clamp(min=0) if rows.shape[1] else torch.zeros(
-            rows.shape[0], 1)
-    else:
-        mn = rows.min().clamp(max=0).reshape(1, 1) if rows.numel() else torch.zeros(1, 1)
-        mx = rows.max().clamp(min=0).reshape(1, 1) if rows.numel() else torch.zeros(1, 1)
+    groups = rows if per_row else rows.reshape(1, -1)
+    # A 0 in every group: the range always includes 0 (and an empty row has one).
+    padded = torch.nn.functional.pad(groups, (0, 1))
+    mn, mx = padded.amin(1, keepdim=True), padded.amax(1, keepdim=True)
     scale = torch.where(mx == mn, torch.ones_like(mx), mx - mn) / 255.0
     zp = torch.round(torch.clamp(-mn / scale, 0, 255))
     q = torch.clamp(torch.round(rows / scale) + zp, 0, 255)

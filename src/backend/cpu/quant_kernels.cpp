@@ -343,7 +343,7 @@ std::vector<Tensor> dynamic_quantize_linear(const KernelContext& c) {
 
 // ---- DynamicQuantizeMatMul ----
 
-// A quantized now (per tensor or per row) into thread-local bytes, then one igemm with the float
+// A quantized now (per tensor or per row) into a byte buffer, then one igemm with the float
 // epilogue: float(acc) * (a_scale[row] * b_scale[n]) + bias[n].
 std::vector<Tensor> dynamic_quantize_matmul(const KernelContext& c) {
   const Tensor &A = c.input(0), &B = c.input(1), &S = c.input(2);
@@ -375,11 +375,9 @@ std::vector<Tensor> dynamic_quantize_matmul(const KernelContext& c) {
   const size_t groups = per_row ? static_cast<size_t>(M) : 1;
   std::vector<float> scale(groups, 1.0f), zp(groups, 0.0f);
   const float* a = A.data<float>();
-  if (per_row && M * K < kSerialQuantize) {
-    for (int64_t i = 0; i < M; ++i)
-      dynamic_quantize_span(a + i * K, K, q.data() + i * K, &scale[i], &zp[i]);
-  } else if (per_row) {
-    parallel_for(0, M, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(K, 1)),
+  if (per_row) {
+    // Chunks of at least kSerialQuantize values: a small A is quantized on this thread.
+    parallel_for(0, M, std::max<int64_t>(1, kSerialQuantize / std::max<int64_t>(K, 1)),
                  [&](int64_t b, int64_t e) {
                    for (int64_t i = b; i < e; ++i)
                      dynamic_quantize_span(a + i * K, K, q.data() + i * K, &scale[i], &zp[i]);

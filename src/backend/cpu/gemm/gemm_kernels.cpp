@@ -218,11 +218,6 @@ std::vector<Tensor> gemm(const KernelContext& c) {
   return {Y};
 }
 
-}  // namespace
-
-// A fused group's epilogue on an M x N product Y: bias per column, residual with Y's shape (its
-// rows contiguous, N apart), then the activation. Gemm's own C already set bias or residual; the
-// fusion rules never add a second one.
 // How a tile-epilogue operand is read from the product's rows of N (EpilogueOperand): a scalar,
 // a row of N, a value per row, or a tensor of the product's shape.
 EpilogueOperand operand_of(const Tensor& t, const Tensor& Y, int64_t N, const std::string& where) {
@@ -238,6 +233,11 @@ EpilogueOperand operand_of(const Tensor& t, const Tensor& Y, int64_t N, const st
                            "column or the shape of ", Y.str()));
 }
 
+}  // namespace
+
+// A fused group's epilogue on an M x N product Y: bias per column, residual with Y's shape (its
+// rows contiguous, N apart), then the activation. Gemm's own C already set bias or residual; the
+// fusion rules never add a second one.
 void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::string& where,
                  Epilogue& ep) {
   if (f.tile) {
