@@ -1,5 +1,6 @@
 // match_epilogue walks forward from a Conv/Gemm/MatMul along single-use values, taking at most one
-// bias, one residual and one activation, in the order the epilogue applies them.
+// bias, one residual and one activation, in the order the epilogue applies them, then a Gemm's or
+// MatMul's Cast to bf16/f16.
 #include "fusion/epilogue_chain.h"
 
 #include <algorithm>
@@ -81,6 +82,7 @@ std::string EpilogueChain::rule(const Graph& g) const {
   if (bias != kNoValue) r += "+Bias";
   if (residual != kNoValue) r += "+Add";
   if (!activation.empty()) r += "+" + activation;
+  if (store != DType::kF32) r += "+Cast";
   return r;
 }
 
@@ -176,6 +178,19 @@ std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
           c.nodes.push_back(mul);
           cur = m.outputs[0];
         }
+      }
+    }
+  }
+  // A Cast of the float result to bf16 or f16: the GEMM stores its blocks rounded.
+  if (!conv) {
+    const int32_t u = readers.single_reader(cur);
+    if (u >= 0 && g.nodes()[u].op == "Cast" && g.nodes()[u].domain.empty() &&
+        g.nodes()[u].outputs.size() == 1) {
+      const DType to = g.value(g.nodes()[u].outputs[0]).type.dtype;
+      if (to == DType::kBF16 || to == DType::kF16) {
+        c.store = to;
+        c.nodes.push_back(u);
+        cur = g.nodes()[u].outputs[0];
       }
     }
   }

@@ -1,10 +1,10 @@
 // The epilogue of a heavy node: what follows a Conv, Gemm or MatMul along a chain of single-use
 // values and can be applied to each output tile while it is still in cache,
 //
-//   y = act(anchor(x, w) + bias + residual)
+//   y = store(act(anchor(x, w) + bias + residual))
 //
-// in that order, each part optional. The fusion pass builds groups from it and a backend reads
-// the roles back from a group, so both agree on what a group means.
+// in that order, each part optional (store: a Cast to bf16 or f16). The fusion pass builds groups
+// from it and a backend reads the roles back from a group, so both agree on what a group means.
 #pragma once
 
 #include <optional>
@@ -26,7 +26,10 @@ struct EpilogueChain {
   ValueId residual = kNoValue;  // tensor of the output's shape added before the activation
   std::string activation;       // "", or an op name: "Relu", "Clip", ..., "Silu"
   double lo = 0, hi = 0;        // Clip bounds, LeakyRelu slope (lo)
-  ValueId result = kNoValue;    // the value the chain produces
+  // A trailing Cast to bf16 or f16 (Gemm, MatMul; StoreHalfOperands): the result is stored in
+  // that type, rounded from the float epilogue's value.
+  DType store = DType::kF32;
+  ValueId result = kNoValue;  // the value the chain produces
   // The rule's name: "Conv+Bias+Add+Relu" (anchor op, then the parts present).
   std::string rule(const Graph& g) const;
 };

@@ -33,6 +33,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_assign_layouts(*r);
     passes::register_fuse_blocked_convs(*r);
     passes::register_auto_mixed_precision(*r);
+    passes::register_store_half_operands(*r);
     passes::register_promote_half(*r);
     passes::register_fuse_dynamic_quantization(*r);
     passes::register_lower_qdq_to_integer(*r);
@@ -51,23 +52,17 @@ std::vector<std::string> pipeline(int level) {
   // Level 1: clean-up that keeps every value's bits. Names absent from the registry (a pass not
   // built yet) are skipped, so the list below is the whole intended order.
   std::vector<std::string> order = {
-      "CanonicalizeOps",
-      "FoldConstants",
-      "ResolveShapes",
-      "UnflattenMatMul",
-      "EliminateNoOps",
-      "SimplifyTransposes",
-      "FoldBatchNorm",
-      "FoldTransposeIntoGemm",
-      "RecognizeComposites",
-      "RecognizeAttention",
-      "FuseDynamicQuantization",
-      "EliminateCommonSubexpressions",
+      "CanonicalizeOps",    "FoldConstants",           "ResolveShapes",
+      "UnflattenMatMul",    "EliminateNoOps",          "SimplifyTransposes",
+      "FoldBatchNorm",      "FoldTransposeIntoGemm",   "RecognizeComposites",
+      "RecognizeAttention", "FuseDynamicQuantization", "EliminateCommonSubexpressions",
       "EliminateDeadCode",
   };
   // Level 2: QDQ-quantized products on the integer kernels (rounding moves by float ulps),
   // first, before FoldConstants turns the dequantized weights into float ones.
   if (level >= 2) order.insert(order.begin(), "LowerQdqToInteger");
+  // Level 2: activations read only by bf16/f16 products stored in that type (fused casts).
+  if (level >= 2) order.push_back("StoreHalfOperands");
   // Level 3: layouts (blocked channels where the CPU's blocked kernels pay), on the cleaned graph.
   if (level >= 3) {
     order.push_back("AssignLayouts");

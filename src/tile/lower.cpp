@@ -16,6 +16,7 @@
 #include <functional>
 #include <limits>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "pto/error.h"
 #include "pto/op_registry.h"
@@ -43,6 +44,10 @@ std::optional<double> scalar_constant(const Graph& g, ValueId v) {
       return *t->data<float>();
     case DType::kF64:
       return *t->data<double>();
+    case DType::kBF16:
+      return static_cast<float>(*t->data<BFloat16>());
+    case DType::kF16:
+      return Float16::to_float(t->data<Float16>()->bits);
     case DType::kI32:
       return *t->data<int32_t>();
     case DType::kI64:
@@ -90,16 +95,19 @@ class Lowering {
  private:
   TileDType dtype_of_value(ValueId v) const {
     const Value& val = g_.value(v);
-    if (val.type.dtype == DType::kF32) return TileDType::kF32;
-    if (val.type.dtype == DType::kBool) return TileDType::kBool;
+    if (is_real(val.type.dtype) || val.type.dtype == DType::kBool)
+      return *tile_dtype_of(val.type.dtype);
     throw Unsupported{cat("value '", val.name, "' is ", dtype_name(val.type.dtype),
-                          ", tile programs take f32 and bool")};
+                          ", tile programs take f32, bf16, f16 and bool")};
   }
+
+  // The float dtypes registers compute: f32, and the halves widened exactly on load.
+  static bool is_real(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 
   // The program value of a graph value: computed, an immediate, or a load of a new input.
   Val value(ValueId v) {
     if (auto it = env_.find(v); it != env_.end()) return it->second;
-    if (g_.value(v).type.dtype == DType::kF32)
+    if (is_real(g_.value(v).type.dtype))
       if (std::optional<double> c = scalar_constant(g_, v))
         return env_[v] = Val{.imm = static_cast<float>(*c)};
     return env_[v] = load(v, dtype_of_value(v));
@@ -185,10 +193,24 @@ class Lowering {
     return n < 0 ? unary(TileUnary::kReciprocal, r) : r;
   }
 
-  void require_f32(const Node& n, size_t i) {
-    if (g_.value(n.inputs[i]).type.dtype != DType::kF32)
+  void require_float(const Node& n, size_t i) {
+    if (!is_real(g_.value(n.inputs[i]).type.dtype))
       throw Unsupported{cat(n.where(), ": input ", i, " is ",
-                            dtype_name(g_.value(n.inputs[i]).type.dtype), ", expected f32")};
+                            dtype_name(g_.value(n.inputs[i]).type.dtype),
+                            ", expected f32, bf16 or f16")};
+  }
+
+  // Whether n's result is one of its inputs' values, unchanged (so already of the output's dtype
+  // when every real input has it): no rounding to a half output is needed.
+  bool passes_values_through(const Node& n) const {
+    static const std::unordered_set<std::string> kSelecting = {"Identity", "Relu", "Neg",  "Abs",
+                                                               "Max",      "Min",  "Where"};
+    const DType out = g_.value(n.outputs[0]).type.dtype;
+    bool same = true;
+    for (ValueId v : n.inputs)
+      if (v != kNoValue && is_real(g_.value(v).type.dtype))
+        same = same && g_.value(v).type.dtype == out;
+    return same && (kSelecting.count(n.op) || n.op == "Cast");
   }
 
   void lower(const Node& n) {
@@ -197,9 +219,13 @@ class Lowering {
     if (n.outputs.size() != 1) throw Unsupported{cat(n.where(), ": more than one output")};
     if (n.opset > 0 && n.opset < 7 && n.attrs.has("axis"))
       throw Unsupported{cat(n.where(), ": legacy broadcast with axis")};
-    dtype_of_value(n.outputs[0]);
+    const TileDType dt = dtype_of_value(n.outputs[0]);
     std::optional<Val> out = lower_op(n);
     if (!out) throw Unsupported{cat(n.where(), ": no tile form of ", n.op)};
+    // A half result is the float one rounded, as the reference computes it: the registers then
+    // hold exactly what a load of the stored value gives back.
+    if ((dt == TileDType::kBF16 || dt == TileDType::kF16) && !passes_values_through(n))
+      out = unary(dt == TileDType::kBF16 ? TileUnary::kRoundBf16 : TileUnary::kRoundF16, *out);
     env_[n.outputs[0]] = *out;
   }
 
@@ -235,41 +261,41 @@ class Lowering {
                                                                       {"HardSwish", kHardSwish},
                                                                       {"Mish", kMish}};
     if (auto it = kPlain.find(op); it != kPlain.end()) {
-      require_f32(n, 0);
+      require_float(n, 0);
       return unary(it->second, in(n, 0));
     }
     if (op == "Identity") return in(n, 0);
-    if (op == "LeakyRelu") return unary(kLeakyRelu, f32_in(n, 0), attr(n, "alpha", 0.01f));
+    if (op == "LeakyRelu") return unary(kLeakyRelu, float_in(n, 0), attr(n, "alpha", 0.01f));
     if (op == "ThresholdedRelu")
-      return unary(kThresholdedRelu, f32_in(n, 0), attr(n, "alpha", 1.0f));
-    if (op == "Elu") return unary(kElu, f32_in(n, 0), attr(n, "alpha", 1.0f));
+      return unary(kThresholdedRelu, float_in(n, 0), attr(n, "alpha", 1.0f));
+    if (op == "Elu") return unary(kElu, float_in(n, 0), attr(n, "alpha", 1.0f));
     if (op == "Celu") {
       if (attr(n, "alpha", 1.0f) == 0.0f) return std::nullopt;
-      return unary(kCelu, f32_in(n, 0), attr(n, "alpha", 1.0f));
+      return unary(kCelu, float_in(n, 0), attr(n, "alpha", 1.0f));
     }
     if (op == "Selu")
-      return unary(kSelu, f32_in(n, 0), attr(n, "alpha", 1.67326319217681884765625f),
+      return unary(kSelu, float_in(n, 0), attr(n, "alpha", 1.67326319217681884765625f),
                    attr(n, "gamma", 1.05070102214813232421875f));
     if (op == "HardSigmoid")
-      return unary(kHardSigmoid, f32_in(n, 0), attr(n, "alpha", 0.2f), attr(n, "beta", 0.5f));
-    if (op == "Swish") return unary(kSwish, f32_in(n, 0), attr(n, "alpha", 1.0f));
+      return unary(kHardSigmoid, float_in(n, 0), attr(n, "alpha", 0.2f), attr(n, "beta", 0.5f));
+    if (op == "Swish") return unary(kSwish, float_in(n, 0), attr(n, "alpha", 1.0f));
     if (op == "Gelu") {
       std::string form = n.attrs.get_string("approximate", "none");
       if (form != "none" && form != "tanh") return std::nullopt;
-      return unary(form == "tanh" ? kGeluTanh : kGelu, f32_in(n, 0));
+      return unary(form == "tanh" ? kGeluTanh : kGelu, float_in(n, 0));
     }
     if (op == "Not") return unary(kNot, in(n, 0));
-    if (op == "IsNaN") return unary(kIsNaN, f32_in(n, 0));
+    if (op == "IsNaN") return unary(kIsNaN, float_in(n, 0));
     if (op == "IsInf") {
       if (n.attrs.get_int("detect_negative", 1) != 1 || n.attrs.get_int("detect_positive", 1) != 1)
         return std::nullopt;
-      return unary(kIsInf, f32_in(n, 0));
+      return unary(kIsInf, float_in(n, 0));
     }
     if (op == "Cast") return lower_cast(n);
     if (op == "Clip") return lower_clip(n);
     if (op == "Pow") return lower_pow(n);
     if (op == "PRelu") {  // x < 0 ? slope * x : x
-      Val x = f32_in(n, 0), s = f32_in(n, 1);
+      Val x = float_in(n, 0), s = float_in(n, 1);
       return select(compare(TileCompare::kLt, x, Val{.imm = 0.0f}), binary(TileBinary::kMul, s, x),
                     x);
     }
@@ -278,7 +304,7 @@ class Lowering {
                                                                         {"Mul", TileBinary::kMul},
                                                                         {"Div", TileBinary::kDiv}};
     if (auto it = kBinary.find(op); it != kBinary.end())
-      return binary(it->second, f32_in(n, 0), f32_in(n, 1));
+      return binary(it->second, float_in(n, 0), float_in(n, 1));
     static const std::unordered_map<std::string, TileBinary> kLogic = {
         {"And", TileBinary::kAnd}, {"Or", TileBinary::kOr}, {"Xor", TileBinary::kXor}};
     if (auto it = kLogic.find(op); it != kLogic.end())
@@ -291,15 +317,15 @@ class Lowering {
         {"GreaterOrEqual", TileCompare::kGe}};
     if (auto it = kCompare.find(op); it != kCompare.end()) {
       DType a = g_.value(n.inputs[0]).type.dtype, b = g_.value(n.inputs[1]).type.dtype;
-      if (a != b || (a != DType::kF32 && a != DType::kBool)) return std::nullopt;
+      if (a != b || (!is_real(a) && a != DType::kBool)) return std::nullopt;
       return compare(it->second, in(n, 0), in(n, 1));
     }
     if (op == "Max" || op == "Min" || op == "Sum" || op == "Mean") {
       TileBinary f = op == "Max"   ? TileBinary::kMax
                      : op == "Min" ? TileBinary::kMin
                                    : TileBinary::kAdd;
-      Val r = f32_in(n, 0);
-      for (size_t i = 1; i < n.inputs.size(); ++i) r = binary(f, r, f32_in(n, i));
+      Val r = float_in(n, 0);
+      for (size_t i = 1; i < n.inputs.size(); ++i) r = binary(f, r, float_in(n, i));
       if (op == "Mean" && n.inputs.size() > 1)
         r = binary(TileBinary::kDiv, r, Val{.imm = static_cast<float>(n.inputs.size())});
       return r;
@@ -338,7 +364,7 @@ class Lowering {
       throw Unsupported{cat(n.where(), ": reduces axis ", axis, ", tiles reduce the last only")};
     if (!(s->back() == space_->back()) || !(s->back().is_known() || s->back().is_symbolic()))
       throw Unsupported{cat(n.where(), ": the reduced axis is not the index space's last")};
-    return f32_in(n, 0);
+    return float_in(n, 0);
   }
 
   // ReduceSum/Max/Min/Mean over the last axis with keepdims: a row reduction, broadcast back.
@@ -389,19 +415,19 @@ class Lowering {
                       row_reduce(TileReduce::kSum, binary(TileBinary::kMul, x, x)), count);
       y = binary(TileBinary::kMul, x, unary(TileUnary::kRsqrt, binary(TileBinary::kAdd, ms, eps)));
     }
-    y = binary(TileBinary::kMul, y, f32_in(n, 1));
+    y = binary(TileBinary::kMul, y, float_in(n, 1));
     if (n.op == "LayerNormalization" && n.inputs.size() > 2 && n.inputs[2] != kNoValue)
-      y = binary(TileBinary::kAdd, y, f32_in(n, 2));
+      y = binary(TileBinary::kAdd, y, float_in(n, 2));
     return y;
   }
 
-  Val f32_in(const Node& n, size_t i) {
-    if (i < n.inputs.size() && n.inputs[i] != kNoValue) require_f32(n, i);
+  Val float_in(const Node& n, size_t i) {
+    if (i < n.inputs.size() && n.inputs[i] != kNoValue) require_float(n, i);
     return in(n, i);
   }
 
-  // Cast between f32 and bool: bool -> f32 is the 0/1 already in the register, f32 -> bool is
-  // x != 0 (NaN -> true).
+  // Cast among f32, bf16, f16 and bool: bool -> float is the 0/1 already in the register, float
+  // -> bool is x != 0 (NaN -> true).
   std::optional<Val> lower_cast(const Node& n) {
     DType from = g_.value(n.inputs[0]).type.dtype, to = g_.value(n.outputs[0]).type.dtype;
     // int32 -> float32 (an integer product's accumulators): an input converted as it is loaded;
@@ -411,9 +437,9 @@ class Lowering {
       return i32_loads_[n.inputs[0]] = load(n.inputs[0], TileDType::kI32);
     }
     Val x = in(n, 0);
-    if (from == to || from == DType::kBool) return x;
-    if (from == DType::kF32 && to == DType::kBool)
-      return compare(TileCompare::kNe, x, Val{.imm = 0.0f});
+    // Between f32, bf16 and f16 the value itself (lower() rounds to a half output); bool is 0/1.
+    if (from == to || from == DType::kBool || (is_real(from) && is_real(to))) return x;
+    if (is_real(from) && to == DType::kBool) return compare(TileCompare::kNe, x, Val{.imm = 0.0f});
     return std::nullopt;
   }
 
@@ -434,20 +460,20 @@ class Lowering {
       }
     }
     return emit({.op = TileOpcode::kClip,
-                 .a = static_cast<int16_t>(reg(f32_in(n, 0))),
+                 .a = static_cast<int16_t>(reg(float_in(n, 0))),
                  .imm0 = lo,
                  .imm1 = hi});
   }
 
   std::optional<Val> lower_pow(const Node& n) {
-    Val x = f32_in(n, 0);
+    Val x = float_in(n, 0);
     if (std::optional<double> e = scalar_constant(g_, n.inputs[1])) {
       if (*e == std::nearbyint(*e) && std::fabs(*e) <= 32)
         return power(x, static_cast<int64_t>(*e));
       if (*e == 0.5) return unary(TileUnary::kPowHalf, x);
       return binary(TileBinary::kPow, x, Val{.imm = static_cast<float>(*e)});
     }
-    return binary(TileBinary::kPow, x, f32_in(n, 1));
+    return binary(TileBinary::kPow, x, float_in(n, 1));
   }
 
   // Virtual registers onto physical ones: a register is freed after the last instruction that
@@ -533,6 +559,9 @@ std::optional<TileProgram> lower_epilogue(const Graph& g, const KernelGroup& gro
   if (p && p->has_row_reduction()) return fail("row reductions do not fit a GEMM block");
   if (p && (p->inputs.empty() || p->inputs[0].value != accumulator))
     return fail("the accumulator is not input 0");
+  if (p)  // the GEMM reads epilogue operands as float (gemm.h Epilogue)
+    for (const TileOperand& o : p->inputs)
+      if (o.dtype != TileDType::kF32) return fail(cat("operand '", o.name, "' is not f32"));
   return p;
 }
 

@@ -61,13 +61,12 @@ TileFacts TileFacts::of(const TileProgram& p, std::string kernel) {
   f.kernel = std::move(kernel);
   f.row_reduction = p.has_row_reduction();
   for (int r = 0; r < std::max(p.num_regs, 1); ++r) f.buffers.push_back({cat("register r", r), 4});
-  auto size_of = [](TileDType d) -> size_t { return d == TileDType::kBool ? 1 : 4; };
   for (size_t k = 0; k < p.inputs.size(); ++k)
     f.buffers.push_back(
-        {cat("input %", k, " '", p.inputs[k].name, "'"), size_of(p.inputs[k].dtype)});
+        {cat("input %", k, " '", p.inputs[k].name, "'"), tile_itemsize(p.inputs[k].dtype)});
   for (size_t k = 0; k < p.outputs.size(); ++k)
     f.buffers.push_back(
-        {cat("output %", k, " '", p.outputs[k].name, "'"), size_of(p.outputs[k].dtype)});
+        {cat("output %", k, " '", p.outputs[k].name, "'"), tile_itemsize(p.outputs[k].dtype)});
   return f;
 }
 

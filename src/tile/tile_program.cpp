@@ -7,6 +7,37 @@
 
 namespace pto {
 
+DType graph_dtype(TileDType d) {
+  switch (d) {
+    case TileDType::kBool:
+      return DType::kBool;
+    case TileDType::kI32:
+      return DType::kI32;
+    case TileDType::kBF16:
+      return DType::kBF16;
+    case TileDType::kF16:
+      return DType::kF16;
+    case TileDType::kF32:
+      break;
+  }
+  return DType::kF32;
+}
+
+std::optional<TileDType> tile_dtype_of(DType d) {
+  for (TileDType t :
+       {TileDType::kF32, TileDType::kBool, TileDType::kI32, TileDType::kBF16, TileDType::kF16})
+    if (graph_dtype(t) == d) return t;
+  return std::nullopt;
+}
+
+size_t tile_itemsize(TileDType d) {
+  return dtype_size(graph_dtype(d));
+}
+
+const char* tile_dtype_name(TileDType d) {
+  return dtype_name(graph_dtype(d)).data();
+}
+
 const char* tile_unary_name(TileUnary op) {
   switch (op) {
 #define PTO_TILE_CASE(name, text) \
@@ -66,7 +97,7 @@ std::string reg(int r) {
 
 std::string operand_str(const char* kind, size_t i, const TileOperand& o) {
   std::string s = std::string(kind) + std::to_string(i) + " " + o.name + ": ";
-  s += o.dtype == TileDType::kBool ? "bool" : o.dtype == TileDType::kI32 ? "i32" : "f32";
+  s += tile_dtype_name(o.dtype);
   return s + (o.shape ? shape_str(*o.shape) : "[*]");
 }
 

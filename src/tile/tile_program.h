@@ -41,6 +41,13 @@ struct TileProgram {
   std::string str() const;
 };
 
+// The graph dtype a tile operand stands for and back (nullopt: no tile form), its bytes per
+// element, and its printed name ("f32", "bf16", ...).
+DType graph_dtype(TileDType d);
+std::optional<TileDType> tile_dtype_of(DType d);
+size_t tile_itemsize(TileDType d);
+const char* tile_dtype_name(TileDType d);
+
 const char* tile_unary_name(TileUnary op);
 const char* tile_binary_name(TileBinary op);
 const char* tile_compare_name(TileCompare op);

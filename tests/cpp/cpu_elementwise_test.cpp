@@ -303,6 +303,27 @@ TEST(CpuElementwise, CastF16EveryValueWithAndWithoutF16c) {
   }
 }
 
+// bf16 <-> f32 on the vectorized conversions (every ISA: integer arithmetic, no extension):
+// every bf16 bit pattern (NaN, inf, subnormals) to float, and floats at and next to the ties
+// between bf16 neighbours (to nearest even), against the reference's pto::BFloat16.
+TEST(CpuElementwise, CastBf16EveryValue) {
+  Tensor b = Tensor::empty(DType::kBF16, {65536 + 13});
+  for (int64_t i = 0; i < b.numel(); ++i) b.data<BFloat16>()[i].bits = static_cast<uint16_t>(i);
+  std::vector<float> edge;
+  for (uint32_t i = 0; i < 65535; i += 5) {
+    const float lo = std::bit_cast<float>(i << 16), hi = std::bit_cast<float>((i + 1) << 16);
+    if (!std::isfinite(lo) || !std::isfinite(hi)) continue;
+    const float mid = std::bit_cast<float>((std::bit_cast<uint32_t>(lo) + 0x8000u));
+    edge.insert(edge.end(), {mid, std::nextafter(mid, lo), std::nextafter(mid, hi)});
+  }
+  for (float x : {3.4e38f, -3.4e38f, 1e-40f, 0.0f, -0.0f, INFINITY, -INFINITY, NAN})
+    edge.push_back(x);
+  const Tensor f = Tensor::from_vector<float>(edge, {static_cast<int64_t>(edge.size())});
+  auto to = [](DType d) { return attrs({{"to", static_cast<int64_t>(onnx_code(d))}}); };
+  check({"Cast", {b}, to(DType::kF32)});
+  check({"Cast", {f}, to(DType::kBF16)});
+}
+
 // ---- the epilogue, against a double-precision loop ----
 
 double activate(cpu::Activation act, double x, double lo, double hi) {

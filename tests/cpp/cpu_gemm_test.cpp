@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/elementwise.h"
 #include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/isa/isa.h"
 #include "pto/device_info.h"
@@ -242,6 +243,66 @@ TEST(CpuGemmBf16, MatchesRoundedDoubleLoopWithAndWithoutVdpbf16ps) {
 
 TEST(CpuGemmF16, MatchesRoundedDoubleLoopWithAndWithoutF16c) {
   expect_rounded_products(Precision::kF16, Ext::kF16c);
+}
+
+// Half-precision storage (GemmArgs::a_half, c_half): A read from bf16 / f16 bits and C stored
+// rounded give exactly the float path's results on the same values (A rounded in floats, C
+// rounded afterwards), which match the double loop; with K in several slices, transposed A, an
+// epilogue, a batch, every ISA and 1 and 2 threads, VDPBF16PS / F16C on and off.
+TEST(CpuGemmHalf, HalfStoredAAndCMatchTheFloatPath) {
+  const Case shapes[] = {{1, 70, 600}, {33, 65, 17}, {129, 31, 2100}, {200, 100, 40}, {7, 13, 5}};
+  for (Precision precision : {Precision::kBF16, Precision::kF16})
+    for (bool ext : {true, false}) {
+      std::optional<ExtScope> off;
+      if (!ext) off.emplace(precision == Precision::kBF16 ? Ext::kAvx512Bf16 : Ext::kF16c);
+      for_each_config([&](const std::string& cfg) {
+        for (const Case& s : shapes)
+          for (int t = 0; t < 3; ++t) {
+            const int64_t batch = t == 2 ? 3 : 1;
+            Problem p(s, t == 1, false, static_cast<uint32_t>(s.m + s.n + s.k + t));
+            const int64_t a_len = (t == 1 ? s.k : s.m) * p.g.lda, c_len = s.m * p.g.ldc;
+            p.a = random_vector(batch * a_len, 7 + t);
+            p.c.assign(static_cast<size_t>(batch * c_len), 0.0f);
+            p.g.a = p.a.data();
+            p.g.c = p.c.data();
+            p.g.precision = precision;
+            const float bias = 0.125f;
+            p.g.epilogue.bias_kind = Epilogue::Bias::kScalar;
+            p.g.epilogue.bias = &bias;
+            p.g.epilogue.act = Activation::kGelu;
+            round_to_precision(precision, p.a.data(), static_cast<int64_t>(p.a.size()));
+            std::vector<uint16_t> a16(p.a.size()), want(p.c.size()), got(p.c.size(), 0);
+            const bool bf = precision == Precision::kBF16;
+            bf ? f32_to_bf16(p.a.data(), a16.data(), static_cast<int64_t>(a16.size()))
+               : f32_to_f16(p.a.data(), a16.data(), static_cast<int64_t>(a16.size()));
+            sgemm_batched(p.g, batch, a_len, 0, c_len, 0);
+            const std::string what =
+                cat(cfg, ", ", precision_name(precision), ext ? "" : " (ext off)", ", ", s.m, "x",
+                    s.n, "x", s.k, " t", t);
+            expect_matches(p.g, what);  // item 0 against the double loop
+            bf ? f32_to_bf16(p.c.data(), want.data(), static_cast<int64_t>(want.size()))
+               : f32_to_f16(p.c.data(), want.data(), static_cast<int64_t>(want.size()));
+            GemmArgs h = p.g;
+            std::vector<float> scratch(p.c.size(), NAN);
+            h.a = nullptr;
+            h.a_half = a16.data();
+            h.a_half_type = precision;
+            h.c = scratch.data();
+            h.c_half = got.data();
+            h.c_half_type = precision;
+            sgemm_batched(h, batch, a_len, 0, c_len, 0);
+            int bad = 0;
+            for (int64_t b = 0; b < batch; ++b)
+              for (int64_t i = 0; i < s.m; ++i)
+                for (int64_t j = 0; j < s.n; ++j) {
+                  const size_t at = static_cast<size_t>(b * c_len + i * p.g.ldc + j);
+                  if (got[at] != want[at] && bad++ < 3)
+                    ADD_FAILURE() << what << ": item " << b << " (" << i << ", " << j << ") is 0x"
+                                  << std::hex << got[at] << ", want 0x" << want[at] << std::dec;
+                }
+          }
+      });
+    }
 }
 
 // Operands beyond fp16's range become inf, below it subnormal or zero, ties go to even: C to

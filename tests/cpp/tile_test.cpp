@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "backend/cpu/gemm/gemm.h"
@@ -16,6 +17,7 @@
 #include "pto/kernel_graph.h"
 #include "pto/parallel.h"
 #include "pto/reference.h"
+#include "reference/ops/cast.h"
 #include "tile/lower.h"
 
 namespace pto {
@@ -67,12 +69,25 @@ void expect_near(const Tensor& got, const Tensor& want, int ulps, double atol,
         << what;
     return;
   }
-  const float *a = got.data<float>(), *b = want.data<float>();
+  const bool half = got.dtype() == DType::kBF16 || got.dtype() == DType::kF16;
+  // Half values compare as floats, an ulp being the half type's (the next bit pattern's distance).
+  const Tensor gf = half ? reference::cast(got, DType::kF32, what) : got;
+  const Tensor wf = half ? reference::cast(want, DType::kF32, what) : want;
+  auto ulp_of = [&](int64_t i, float y) -> double {
+    if (!half) return std::fabs(std::nextafter(y, INFINITY) - y);
+    Tensor next = Tensor::empty(want.dtype(), {1});
+    uint16_t bits;
+    std::memcpy(&bits, static_cast<const uint16_t*>(want.raw_data()) + i, 2);
+    bits = static_cast<uint16_t>(bits + 1);
+    std::memcpy(next.raw_data(), &bits, 2);
+    return std::fabs(reference::cast(next, DType::kF32, what).data<float>()[0] - y);
+  };
+  const float *a = gf.data<float>(), *b = wf.data<float>();
   int bad = 0;
   for (int64_t i = 0; i < got.numel() && bad < 5; ++i) {
     float x = a[i], y = b[i];
     if (std::isnan(y) ? std::isnan(x) : x == y) continue;
-    double ulp = std::fabs(std::nextafter(y, INFINITY) - y);
+    double ulp = ulp_of(i, y);
     if (std::isfinite(x) && std::isfinite(y) &&
         (std::fabs(x - y) <= ulps * ulp || std::fabs(x - y) <= atol))
       continue;
@@ -467,6 +482,44 @@ TEST(TileExec, BooleanLogicAndCasts) {
   // Some equal pairs, so that Equal is not always false.
   for (int i = 0; i < 17; i += 2) c.feeds[0].data<float>()[i * 3 + 1] = c.feeds[1].data<float>()[1];
   check(c, "logic");
+}
+
+// bf16 and f16 storage: half inputs widened as they load, half outputs rounded (to nearest even)
+// as they store, Casts among f32, bf16, f16 and bool inside the program (no cast kernels), and a
+// softmax on bf16 rows computing in f32, against the reference; F16C on and off.
+TEST(TileExec, HalfStorageLoadsStoresAndCasts) {
+  for (const Dims& shape : std::vector<Dims>{{17, 45}, {3, 1000}, {1, 7}}) {
+    Case c;
+    Graph& g = c.g;
+    const Shape s = to_shape(shape), row{shape.back()};
+    ValueId xf = g.add_input("xf", {DType::kF32, s}), xb = g.add_input("xb", {DType::kBF16, s});
+    ValueId xh = g.add_input("xh", {DType::kF16, row});
+    auto v = [&](const char* name) { return g.add_value(name); };
+    ValueId fb = v("fb"), sum = v("sum"), sf = v("sf"), hf = v("hf"), p = v("p"), ph = v("ph"),
+            sm = v("sm"), hb = v("hb"), pos = v("pos"), q = v("q");
+    auto to = [](DType d) { return attrs({{"to", static_cast<int64_t>(onnx_code(d))}}); };
+    g.add_node("Cast", {xf}, {fb}, to(DType::kBF16), "f_to_bf16");
+    g.add_node("Add", {fb, xb}, {sum}, {}, "add_bf16");  // rounded to bf16
+    g.add_node("Cast", {sum}, {sf}, to(DType::kF32), "bf16_to_f");
+    g.add_node("Cast", {xh}, {hf}, to(DType::kF32), "f16_to_f");
+    g.add_node("Mul", {sf, hf}, {p}, {}, "mul");
+    g.add_node("Cast", {p}, {ph}, to(DType::kF16), "f_to_f16");
+    g.add_node("Softmax", {sum}, {sm}, {}, "softmax_bf16");
+    g.add_node("Cast", {ph}, {hb}, to(DType::kBF16), "f16_to_bf16");
+    g.add_node("Cast", {hb}, {pos}, to(DType::kBool), "bf16_to_bool");
+    g.add_node("Where", {pos, sm, hb}, {q}, {}, "where_bf16");
+    for (ValueId o : {sum, ph, sm, p, q}) g.add_output(o);
+    const Tensor f = random_f32(shape, 91, -300, 300, false);
+    c.feeds = {f, reference::cast(random_f32(shape, 92, -8, 8, false), DType::kBF16, "xb"),
+               reference::cast(random_f32({shape.back()}, 93, -3, 3, false), DType::kF16, "xh")};
+    for (bool f16c : {true, false}) {
+      std::optional<cpu::ExtScope> off;
+      if (!f16c) off.emplace(cpu::Ext::kF16c);
+      TileProgram prog = check(c, "half " + dims_str(shape) + (f16c ? "" : " no f16c"), 1);
+      EXPECT_NE(prog.str().find("round_bf16"), std::string::npos) << prog.str();
+      EXPECT_NE(prog.str().find("in1 xb: bf16"), std::string::npos) << prog.str();
+    }
+  }
 }
 
 TEST(TileExec, RejectsTensorsThatDoNotFit) {

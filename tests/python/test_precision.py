@@ -91,6 +91,38 @@ def test_auto_mixed_precision_option(mlp):
                    for r in pypto.optimize(model, (x,)).compiled.pass_report)
 
 
+@pytest.mark.parametrize("dtype,name", [(torch.bfloat16, "bf16"), (torch.float16, "f16")])
+def test_activations_only_products_read_are_stored_half(mlp, monkeypatch, dtype, name):
+    """StoreHalfOperands: GELU's output, read only by fc2's bf16 (f16) products, is stored in
+    that type by the fused Gemm+Gelu kernel (no cast kernel of its own), with bit-identical
+    results: fc2 rounds it to that type anyway."""
+    model, x = mlp
+    fast = pypto.optimize(model, (x,), dtype=dtype)
+    fired = {k: v for r in fast.compiled.pass_report for k, v in r["fired"].items()}
+    assert fired.get("StoreHalfOperands/values") == 1, fired
+    steps = fast.compiled.steps
+    assert any(s["rule"] == "Gemm+Gelu+Cast" for s in steps), steps
+    assert not any(s["op"] == "Cast" and len(s["nodes"]) == 1 for s in steps), steps
+    assert all(b == "cpu" for _, b in fast.compiled.node_backends)
+    got = fast(x)
+    np.testing.assert_allclose(got.double().numpy(), rounded_reference(model, x, dtype).numpy(),
+                               rtol=2 ** -7 if name == "bf16" else 2 ** -10, atol=1e-6)
+    monkeypatch.setenv("PTO_DISABLE_PASSES", "StoreHalfOperands")
+    f32_storage = pypto.optimize(model, (x,), dtype=dtype)
+    assert not any(s["rule"].endswith("+Cast") for s in f32_storage.compiled.steps)
+    assert torch.equal(got, f32_storage(x))
+
+
+def test_onnx_export_of_a_half_stored_value_runs_on_onnx_runtime(mlp, tmp_path):
+    """The stored value is a Cast(to=bfloat16) the Gemm reads (through Cast(to=float) in the
+    file): ONNX Runtime computes the same values."""
+    model, x = mlp
+    fast, ort_out = amp_compile_on_onnx_runtime(model, x, tmp_path)
+    fired = {k: v for r in fast.compiled.pass_report for k, v in r["fired"].items()}
+    assert fired.get("StoreHalfOperands/values") == 1, fired
+    np.testing.assert_allclose(ort_out, fast(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_torch_autocast_and_bad_dtypes_are_errors(mlp):
     model, x = mlp
     fast = pypto.optimize(model, (x,))

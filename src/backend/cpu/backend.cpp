@@ -130,6 +130,7 @@ class EpilogueKernel : public NodeKernel {
         << "no CPU activation for '" << chain.activation << "'";
     epilogue_.lo = static_cast<float>(chain.lo);
     epilogue_.hi = static_cast<float>(chain.hi);
+    epilogue_.store = chain.store;
     for (int32_t v : chain.views) {
       const Node& n = g.nodes()[v];
       const reference::Kernel* k = reference::KernelRegistry::global().find(n.op);
@@ -188,6 +189,7 @@ class TileEpilogueKernel : public NodeKernel {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
     FusedEpilogue ep;
     ep.tile = &tile_;
+    ep.store = graph_dtype(tile_.program().outputs[0].dtype);
     for (int s : operand_slots_) ep.tile_inputs.push_back(inputs[s]);
     KernelContext ctx{{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()}, &state_};
     ctx.epilogue = &ep;
@@ -243,6 +245,9 @@ std::optional<TileProgram> tile_epilogue_of(const Graph& g, const KernelGroup& g
   if (!accepted(g, a)) return std::nullopt;
   std::optional<TileProgram> program = lower_epilogue(g, group, a.outputs[0]);
   if (program && conv && !conv_operands_map(g, *program, a.outputs[0])) return std::nullopt;
+  // A half result (the chain ends in a Cast to bf16/f16): the float GEMMs store it (c_half).
+  if (program && program->outputs[0].dtype != TileDType::kF32 && a.op != "MatMul" && a.op != "Gemm")
+    return std::nullopt;
   return program;
 }
 
@@ -300,8 +305,7 @@ class ElementwiseKernel : public CompiledKernel {
     check_shapes(inputs, shape);
     std::vector<Tensor> outs;
     for (const TileOperand& o : p.outputs)
-      outs.push_back(
-          Tensor::empty(o.dtype == TileDType::kBool ? DType::kBool : DType::kF32, shape));
+      outs.push_back(Tensor::empty(graph_dtype(o.dtype), shape));
     kernel_.run(args, outs);
     std::vector<Tensor> ordered;
     for (int o : order_) ordered.push_back(outs[o]);

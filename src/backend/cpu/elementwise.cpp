@@ -9,6 +9,7 @@
 #include "backend/cpu/elementwise.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -30,7 +31,10 @@ PTO_ISA_DECLARE(void unary_f32(UnaryOp op, const UnaryParams& p, const float* x,
                                const float* b, int64_t sb, float* y, int64_t n);
                 int64_t f16_to_f32_vec(const uint16_t* x, float* y, int64_t n);
                 int64_t f32_to_f16_vec(const float* x, uint16_t* y, int64_t n);
-                int64_t round_to_f16_vec(float* x, int64_t n);)
+                int64_t round_to_f16_vec(float* x, int64_t n);
+                int64_t bf16_to_f32_vec(const uint16_t* x, float* y, int64_t n);
+                int64_t f32_to_bf16_vec(const float* x, uint16_t* y, int64_t n);
+                int64_t round_to_bf16_vec(float* x, int64_t n);)
 
 void unary_f32(UnaryOp op, const UnaryParams& p, const float* x, float* y, int64_t n) {
   PTO_ISA_DISPATCH(unary_f32, op, p, x, y, n);
@@ -59,6 +63,19 @@ void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
 void round_to_f16(float* x, int64_t n) {
   int64_t i = has_ext(Ext::kF16c) ? PTO_ISA_DISPATCH(round_to_f16_vec, x, n) : 0;
   for (; i < n; ++i) x[i] = Float16::to_float(Float16::from_float(x[i]));
+}
+
+void bf16_to_f32(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = PTO_ISA_DISPATCH(bf16_to_f32_vec, x, y, n);
+  for (; i < n; ++i) y[i] = std::bit_cast<float>(static_cast<uint32_t>(x[i]) << 16);
+}
+void f32_to_bf16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = PTO_ISA_DISPATCH(f32_to_bf16_vec, x, y, n);
+  for (; i < n; ++i) y[i] = BFloat16::from_float(x[i]);
+}
+void round_to_bf16(float* x, int64_t n) {
+  int64_t i = PTO_ISA_DISPATCH(round_to_bf16_vec, x, n);
+  for (; i < n; ++i) x[i] = static_cast<float>(BFloat16(x[i]));
 }
 
 namespace {
@@ -517,7 +534,7 @@ bool cast_handles(DType dt) {
 }
 
 // Converts n values between float, bf16 and f16 through float (exact into float from the halves,
-// one rounding out of it: what reference::cast_value does), the f16 sides with F16C.
+// one rounding out of it: what reference::cast_value does), vectorized (F16C for the f16 sides).
 template <class From, class To>
 void cast_through_float(const From* in, To* out, int64_t n) {
   constexpr int64_t kChunk = 1024;
@@ -527,14 +544,16 @@ void cast_through_float(const From* in, To* out, int64_t n) {
     const float* f = buf;
     if constexpr (std::is_same_v<From, Float16>)
       f16_to_f32(reinterpret_cast<const uint16_t*>(in + i), buf, m);
-    else if constexpr (std::is_same_v<From, float>)
-      f = in + i;
+    else if constexpr (std::is_same_v<From, BFloat16>)
+      bf16_to_f32(reinterpret_cast<const uint16_t*>(in + i), buf, m);
     else
-      for (int64_t j = 0; j < m; ++j) buf[j] = static_cast<float>(in[i + j]);
+      f = in + i;
     if constexpr (std::is_same_v<To, Float16>)
       f32_to_f16(f, reinterpret_cast<uint16_t*>(out + i), m);
+    else if constexpr (std::is_same_v<To, BFloat16>)
+      f32_to_bf16(f, reinterpret_cast<uint16_t*>(out + i), m);
     else
-      for (int64_t j = 0; j < m; ++j) out[i + j] = reference::cast_value<To>(f[j]);
+      std::memcpy(out + i, f, static_cast<size_t>(m) * sizeof(float));
   }
 }
 
@@ -543,7 +562,7 @@ constexpr bool kFloatOrHalf =
     std::is_same_v<T, float> || std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>;
 
 // Cast element by element with the reference's own conversion (reference/ops/cast.h), in parallel;
-// to or from f16 among float, bf16 and f16 with F16C (cast_through_float).
+// among float, bf16 and f16 vectorized (cast_through_float).
 Kernel cast_kernel() {
   return {.accepts =
               [](const NodeInfo& info) {
@@ -566,8 +585,7 @@ Kernel cast_kernel() {
                     const From* in = x.data<From>();
                     To* out = y.data<To>();
                     parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
-                      if constexpr (kFloatOrHalf<From> && kFloatOrHalf<To> &&
-                                    (std::is_same_v<From, Float16> || std::is_same_v<To, Float16>))
+                      if constexpr (kFloatOrHalf<From> && kFloatOrHalf<To>)
                         cast_through_float(in + b, out + b, e - b);
                       else
                         for (int64_t i = b; i < e; ++i) out[i] = reference::cast_value<To>(in[i]);

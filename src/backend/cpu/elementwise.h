@@ -13,10 +13,11 @@ namespace pto::cpu {
 #define PTO_UNARY_OPS(X)                                                                           \
   X(Identity)                                                                                      \
   X(Relu)                                                                                          \
-  X(LeakyRelu) X(Clip) X(ThresholdedRelu) X(Sigmoid) X(HardSigmoid) X(HardSwish) X(Tanh) X(Exp)    \
-      X(Expm1) X(Log) X(Log1p) X(Erf) X(Sqrt) X(Reciprocal) X(Neg) X(Abs) X(Sign) X(Floor) X(Ceil) \
-          X(Round) X(Square) X(Gelu) X(GeluTanh) X(Silu) X(Swish) X(Softplus) X(Softsign) X(Mish)  \
-              X(Elu) X(Selu) X(Celu) X(PowHalf)
+  X(LeakyRelu)                                                                                     \
+  X(Clip) X(ThresholdedRelu) X(Sigmoid) X(HardSigmoid) X(HardSwish) X(Tanh) X(Exp) X(Expm1) X(Log) \
+      X(Log1p) X(Erf) X(Sqrt) X(Reciprocal) X(Neg) X(Abs) X(Sign) X(Floor) X(Ceil) X(Round)        \
+          X(Square) X(Gelu) X(GeluTanh) X(Silu) X(Swish) X(Softplus) X(Softsign) X(Mish) X(Elu)    \
+              X(Selu) X(Celu) X(PowHalf)
 
 enum class UnaryOp {
 #define PTO_ENUM(name) k##name,
@@ -52,5 +53,10 @@ void where_b32(const bool* c, int64_t sc, const float* a, int64_t sa, const floa
 void f16_to_f32(const uint16_t* x, float* y, int64_t n);
 void f32_to_f16(const float* x, uint16_t* y, int64_t n);
 void round_to_f16(float* x, int64_t n);
+// bf16 (as bits) <-> float the same way, with pto::BFloat16's rounding (to nearest even, NaN stays
+// a quiet NaN), vectorized on every ISA. round_to_bf16: x[i] = float(BFloat16(x[i])) in place.
+void bf16_to_f32(const uint16_t* x, float* y, int64_t n);
+void f32_to_bf16(const float* x, uint16_t* y, int64_t n);
+void round_to_bf16(float* x, int64_t n);
 
 }  // namespace pto::cpu

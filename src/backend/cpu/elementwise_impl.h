@@ -207,7 +207,57 @@ int64_t round_to_f16_vec(float* x, int64_t n) {
   for (; i + L <= n; i += L) from_half(to_half(Vec::load(x + i))).store(x + i);
   return i;
 }
+#endif
+
+// bf16 <-> float on whole vectors, every ISA (round_bf16 is integer arithmetic, no extension).
+int64_t round_to_bf16_vec(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + L <= n; i += L) round_bf16(Vec::load(x + i)).store(x + i);
+  return i;
+}
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
+// kLanes bf16 values (bits) <-> a vector: widened by a shift, narrowed after round_bf16.
+#if defined(PTO_ISA_AVX512)
+inline Vec load_bf16(const uint16_t* x) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  return from_bits(shift_left<16>(VecI{_mm512_cvtepu16_epi32(h)}));
+}
+inline void store_bf16(Vec v, uint16_t* y) {
+  const VecI b = shift_right<16>(bits(round_bf16(v)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_cvtepi32_epi16(b.v));
+}
 #else
+inline Vec load_bf16(const uint16_t* x) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+  return from_bits(shift_left<16>(VecI{_mm256_cvtepu16_epi32(h)}));
+}
+inline void store_bf16(Vec v, uint16_t* y) {
+  const __m256i b = shift_right<16>(bits(round_bf16(v))).v;
+  const __m128i packed =
+      _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(y), packed);
+}
+#endif
+int64_t bf16_to_f32_vec(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + L <= n; i += L) load_bf16(x + i).store(y + i);
+  return i;
+}
+int64_t f32_to_bf16_vec(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + L <= n; i += L) store_bf16(Vec::load(x + i), y + i);
+  return i;
+}
+#else
+int64_t bf16_to_f32_vec(const uint16_t*, float*, int64_t) {
+  return 0;
+}
+int64_t f32_to_bf16_vec(const float*, uint16_t*, int64_t) {
+  return 0;
+}
+#endif
+
+#if !defined(PTO_ISA_AVX512) && !defined(PTO_ISA_AVX2)
 int64_t f16_to_f32_vec(const uint16_t*, float*, int64_t) {
   return 0;
 }

@@ -8,6 +8,14 @@
 
 namespace pto::cpu::PTO_ISA_NS {
 
+// x rounded to the nearest bf16, kept in float: pto::BFloat16's rounding (to nearest even, a NaN
+// stays a quiet NaN) in integer arithmetic.
+inline Vec round_bf16(Vec x) {
+  const VecI u = bits(x), hi = set1_int(static_cast<int32_t>(0xffff0000u));
+  const VecI r = (u + set1_int(0x7fff) + (shift_right<16>(u) & set1_int(1))) & hi;
+  return select(is_nan(x), from_bits((u | set1_int(0x00400000)) & hi), from_bits(r));
+}
+
 template <UnaryOp Op>
 inline Vec unary(Vec x, const UnaryParams& p) {
   const Vec zero = Vec::zero(), one = Vec::set1(1.0f);

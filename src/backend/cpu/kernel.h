@@ -52,6 +52,9 @@ struct FusedEpilogue {
   const TileKernel* tile = nullptr;
   std::vector<Tensor> tile_inputs;
   mutable std::vector<EpilogueOperand> tile_operands;
+  // The dtype the result is stored in: bf16 or f16 when the group ends in a Cast (MatMul/Gemm
+  // only: GemmArgs::c_half), else float32.
+  DType store = DType::kF32;
 };
 
 struct Epilogue;  // gemm/gemm.h

@@ -55,20 +55,27 @@ inline Vec tile_unary(Vec x, const UnaryParams& p) {
   if constexpr (Op == kNot) return select(x == zero, one, zero);
   if constexpr (Op == kIsNaN) return select(is_nan(x), one, zero);
   if constexpr (Op == kIsInf) return select(abs(x) == Vec::set1(INFINITY), one, zero);
+  if constexpr (Op == kRoundBf16) return round_bf16(x);
+  if constexpr (Op == kRoundF16) {  // F16C where has_ext says so (round_to_f16 dispatches)
+    alignas(64) float v[L];
+    x.store(v);
+    round_to_f16(v, L);
+    return Vec::load(v);
+  }
 #define PTO_TILE_MAP(name) \
   if constexpr (Op == TileUnary::k##name) return unary<UnaryOp::k##name>(x, p);
   PTO_TILE_MAP(Neg)
   PTO_TILE_MAP(Abs)
   PTO_TILE_MAP(Exp)
   PTO_TILE_MAP(Expm1)
-  PTO_TILE_MAP(Log) PTO_TILE_MAP(Log1p) PTO_TILE_MAP(Sqrt) PTO_TILE_MAP(Reciprocal)
-      PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu) PTO_TILE_MAP(LeakyRelu) PTO_TILE_MAP(ThresholdedRelu)
-          PTO_TILE_MAP(Sigmoid) PTO_TILE_MAP(HardSigmoid) PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh)
-              PTO_TILE_MAP(Erf) PTO_TILE_MAP(Gelu) PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu)
-                  PTO_TILE_MAP(Swish) PTO_TILE_MAP(Softplus) PTO_TILE_MAP(Softsign)
-                      PTO_TILE_MAP(Mish) PTO_TILE_MAP(Elu) PTO_TILE_MAP(Selu) PTO_TILE_MAP(Celu)
-                          PTO_TILE_MAP(Floor) PTO_TILE_MAP(Ceil) PTO_TILE_MAP(Round)
-                              PTO_TILE_MAP(Sign) PTO_TILE_MAP(PowHalf)
+  PTO_TILE_MAP(Log)
+  PTO_TILE_MAP(Log1p) PTO_TILE_MAP(Sqrt) PTO_TILE_MAP(Reciprocal) PTO_TILE_MAP(Square)
+      PTO_TILE_MAP(Relu) PTO_TILE_MAP(LeakyRelu) PTO_TILE_MAP(ThresholdedRelu) PTO_TILE_MAP(Sigmoid)
+          PTO_TILE_MAP(HardSigmoid) PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh) PTO_TILE_MAP(Erf)
+              PTO_TILE_MAP(Gelu) PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu) PTO_TILE_MAP(Swish)
+                  PTO_TILE_MAP(Softplus) PTO_TILE_MAP(Softsign) PTO_TILE_MAP(Mish) PTO_TILE_MAP(Elu)
+                      PTO_TILE_MAP(Selu) PTO_TILE_MAP(Celu) PTO_TILE_MAP(Floor) PTO_TILE_MAP(Ceil)
+                          PTO_TILE_MAP(Round) PTO_TILE_MAP(Sign) PTO_TILE_MAP(PowHalf)
 #undef PTO_TILE_MAP
 }
 
@@ -174,9 +181,21 @@ void compare_n(TileCompare op, int64_t n, float* y, Src a, Src b) {
 }
 
 float load_one(const TileOperandView& v, int64_t offset) {
-  if (v.dtype == TileDType::kBool) return static_cast<const bool*>(v.ptr)[offset] ? 1.0f : 0.0f;
-  if (v.dtype == TileDType::kI32)
-    return static_cast<float>(static_cast<const int32_t*>(v.ptr)[offset]);
+  float x;
+  switch (v.dtype) {
+    case TileDType::kBool:
+      return static_cast<const bool*>(v.ptr)[offset] ? 1.0f : 0.0f;
+    case TileDType::kI32:
+      return static_cast<float>(static_cast<const int32_t*>(v.ptr)[offset]);
+    case TileDType::kBF16:
+      bf16_to_f32(static_cast<const uint16_t*>(v.ptr) + offset, &x, 1);
+      return x;
+    case TileDType::kF16:
+      f16_to_f32(static_cast<const uint16_t*>(v.ptr) + offset, &x, 1);
+      return x;
+    case TileDType::kF32:
+      break;
+  }
   return static_cast<const float*>(v.ptr)[offset];
 }
 
@@ -186,24 +205,37 @@ void gather_row(const TileOperandView& v, int64_t i, int64_t width, float* y) {
   if (v.col_stride == 0) {
     const float x = load_one(v, off);
     for (int64_t j = 0; j < width; ++j) y[j] = x;
-  } else if (v.dtype == TileDType::kF32) {
-    std::memcpy(y, static_cast<const float*>(v.ptr) + off, static_cast<size_t>(width) * 4);
-  } else if (v.dtype == TileDType::kI32) {  // round to nearest, as Cast does (vectorized)
-    const int32_t* p = static_cast<const int32_t*>(v.ptr) + off;
-    for (int64_t j = 0; j < width; ++j) y[j] = static_cast<float>(p[j]);
-  } else {
-    const bool* b = static_cast<const bool*>(v.ptr) + off;
-    int64_t j = 0;
-    for (; j < width; j += L) {
-      int k = static_cast<int>(width - j < L ? width - j : L);
-      bool_vec(load_bool(b + j, k)).store(y + j, k);
+    return;
+  }
+  switch (v.dtype) {
+    case TileDType::kF32:
+      std::memcpy(y, static_cast<const float*>(v.ptr) + off, static_cast<size_t>(width) * 4);
+      return;
+    case TileDType::kI32: {  // round to nearest, as Cast does (vectorized)
+      const int32_t* p = static_cast<const int32_t*>(v.ptr) + off;
+      for (int64_t j = 0; j < width; ++j) y[j] = static_cast<float>(p[j]);
+      return;
+    }
+    case TileDType::kBF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(v.ptr) + off, y, width);
+    case TileDType::kF16:
+      return f16_to_f32(static_cast<const uint16_t*>(v.ptr) + off, y, width);
+    case TileDType::kBool: {
+      const bool* b = static_cast<const bool*>(v.ptr) + off;
+      for (int64_t j = 0; j < width; j += L) {
+        int k = static_cast<int>(width - j < L ? width - j : L);
+        bool_vec(load_bool(b + j, k)).store(y + j, k);
+      }
+      return;
     }
   }
 }
 
+// Stores row i; a half output converts from the register (a splat through a small buffer).
 void store_row(const TileOperandView& v, int64_t i, int64_t width, Src a, int64_t a0) {
+  void* out = const_cast<void*>(v.ptr);
   if (v.dtype == TileDType::kF32) {
-    float* y = static_cast<float*>(const_cast<void*>(v.ptr)) + i * v.row_step;
+    float* y = static_cast<float*>(out) + i * v.row_step;
     if (a.m == 0) {
       for (int64_t j = 0; j < width; ++j) y[j] = a.p[0];
     } else if (a.p + a0 != y) {
@@ -211,7 +243,16 @@ void store_row(const TileOperandView& v, int64_t i, int64_t width, Src a, int64_
     }
     return;
   }
-  bool* y = static_cast<bool*>(const_cast<void*>(v.ptr)) + i * v.row_step;
+  if (v.dtype == TileDType::kBF16 || v.dtype == TileDType::kF16) {
+    uint16_t* y = static_cast<uint16_t*>(out) + i * v.row_step;
+    auto convert = v.dtype == TileDType::kBF16 ? f32_to_bf16 : f32_to_f16;
+    if (a.m != 0) return convert(a.p + a0, y, width);
+    uint16_t h;
+    convert(a.p, &h, 1);
+    for (int64_t j = 0; j < width; ++j) y[j] = h;
+    return;
+  }
+  bool* y = static_cast<bool*>(out) + i * v.row_step;
   for (int64_t j = 0; j < width; j += L) {
     int k = static_cast<int>(width - j < L ? width - j : L);
     store_bool(a.at(a0 + j, k) != Vec::zero(), y + j, k);

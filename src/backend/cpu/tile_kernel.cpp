@@ -25,14 +25,8 @@ PTO_ISA_DECLARE(void exec_tile(const TileArgs& t);)
 namespace {
 
 TileDType tile_dtype(DType d, const std::string& what) {
-  if (d == DType::kF32) return TileDType::kF32;
-  if (d == DType::kBool) return TileDType::kBool;
-  if (d == DType::kI32) return TileDType::kI32;
+  if (std::optional<TileDType> t = tile_dtype_of(d)) return *t;
   throw ValueError(cat("[TileKernel] ", what, ": dtype ", dtype_name(d), " is not supported"));
-}
-
-size_t itemsize(TileDType d) {
-  return d == TileDType::kBool ? 1 : 4;
 }
 
 // Which instructions may write their result straight into an output: the last definition of a
@@ -227,12 +221,13 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
         const std::vector<int64_t>& s = rs.strides[k];
         int64_t off = col0 * s[nd - 1];
         for (size_t d = 0; d + 1 < nd; ++d) off += idx[d] * s[d];
-        in[k] = {static_cast<const char*>(inputs[k].raw_data()) + off * itemsize(p.inputs[k].dtype),
-                 nd >= 2 ? s[nd - 2] : 0, s[nd - 1], p.inputs[k].dtype};
+        in[k] = {
+            static_cast<const char*>(inputs[k].raw_data()) + off * tile_itemsize(p.inputs[k].dtype),
+            nd >= 2 ? s[nd - 2] : 0, s[nd - 1], p.inputs[k].dtype};
       }
       for (size_t k = 0; k < outputs.size(); ++k)
         out[k] = {static_cast<char*>(outputs[k].raw_data()) +
-                      (row * n + col0) * static_cast<int64_t>(itemsize(p.outputs[k].dtype)),
+                      (row * n + col0) * static_cast<int64_t>(tile_itemsize(p.outputs[k].dtype)),
                   n, 1, p.outputs[k].dtype};
       TileArgs args{.code = p.code.data(),
                     .num_code = static_cast<int>(p.code.size()),

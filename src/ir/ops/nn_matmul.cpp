@@ -40,7 +40,7 @@ void infer_gemm(InferContext& c) {
     const bool ta = p.trans_a, tb = p.trans_b;
     y = Shape{(*a)[ta ? 1 : 0], (*b)[tb ? 0 : 1]};
   }
-  infer::set(c, 0, c.inputs[0].dtype, y);
+  infer::set(c, 0, params::product_result_dtype(c.node, c.inputs[0].dtype), y);
 }
 
 void infer_einsum(InferContext& c) {
@@ -76,7 +76,9 @@ void register_nn_matmul_ops(OpRegistry& r) {
          .attrs = {params::precision_attr()},
          .infer =
              [](InferContext& c) {
-               if (c.has_input(0)) infer::set(c, 0, c.inputs[0].dtype, matmul_shape(c));
+               if (c.has_input(0))
+                 infer::set(c, 0, params::product_result_dtype(c.node, c.inputs[0].dtype),
+                            matmul_shape(c));
              },
          .doc = "numpy matmul: batched, broadcasting, 1-D operands"});
   r.add({.name = "MatMulInteger",

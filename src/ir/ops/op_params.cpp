@@ -14,6 +14,25 @@ bool has_precision_attr(const std::string& op) {
   return op == "MatMul" || op == "Gemm" || op == "Conv";
 }
 
+DType product_result_dtype(const Node& n, DType a) {
+  const std::optional<DType> p = product_precision(n);
+  return p && *p != DType::kF32 ? DType::kF32 : a;
+}
+
+void check_product_operands(const Node& n, DType a, DType b, const std::string& where) {
+  const std::optional<DType> p = product_precision(n);
+  if (p && *p != DType::kF32) {
+    auto fits = [&](DType d) { return d == DType::kF32 || d == *p; };
+    if (fits(a) && fits(b)) return;
+    throw TypeError(cat(where, ": operands ", dtype_name(a), " and ", dtype_name(b),
+                        " of a precision=\"", dtype_name(*p), "\" product must each be f32 or ",
+                        dtype_name(*p)));
+  }
+  if (a != b)
+    throw TypeError(
+        cat(where, ": A and B must share a dtype, got ", dtype_name(a), " and ", dtype_name(b)));
+}
+
 AttrDef softmax_axis_attr() {
   return {"axis", int64_t{-1}, "1 before opset 13"};
 }

@@ -22,6 +22,13 @@ namespace pto::params {
 AttrDef precision_attr();
 // Whether `op` (default domain) has the attribute: MatMul, Gemm, Conv.
 bool has_precision_attr(const std::string& op);
+// Under the attribute a MatMul's or Gemm's A and B may each be float32 or stored in the
+// precision's own type already (StoreHalfOperands: the rounding is then exact), and the result is
+// float32. The dtype of n's result when its A is `a`: float32 under a precision, else `a`.
+DType product_result_dtype(const Node& n, DType a);
+// Throws TypeError unless the operand dtypes fit: equal, or under a precision each float32 or
+// the precision's type (a Gemm's C stays float32).
+void check_product_operands(const Node& n, DType a, DType b, const std::string& where);
 
 // ---- Softmax, LogSoftmax, Hardmax ----
 AttrDef softmax_axis_attr();

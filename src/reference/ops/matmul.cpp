@@ -112,11 +112,10 @@ std::vector<V> run_plan(const Plan& p, const std::vector<V>& a, const std::vecto
 std::vector<Tensor> matmul(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor &A = c.input(0), &B = c.input(1);
-  if (A.dtype() != B.dtype())
-    throw TypeError(cat(w, ": A and B must share a dtype, got ", A.str(), " and ", B.str()));
+  params::check_product_operands(c.node, A.dtype(), B.dtype(), w);
   const Plan p = plan_matmul(A.shape(), B.shape(), w);
   if (is_floating(A.dtype()))
-    return {tensor_from(A.dtype(), p.yshape,
+    return {tensor_from(params::product_result_dtype(c.node, A.dtype()), p.yshape,
                         run_plan(p, product_operand(c, A, w), product_operand(c, B, w)), w)};
   return {tensor_from(A.dtype(), p.yshape,
                       run_plan(p, values_as<uint64_t>(A, w), values_as<uint64_t>(B, w)), w)};
@@ -169,7 +168,7 @@ Tensor gemm_typed(const KernelContext& c, V alpha, V beta) {
     const std::vector<int64_t> off = broadcast_offsets(C.shape(), {M, N});
     for (size_t i = 0; i < y.size(); ++i) y[i] += beta * cv[off[i]];
   }
-  return tensor_from(A.dtype(), {M, N}, y, w);
+  return tensor_from(params::product_result_dtype(c.node, A.dtype()), {M, N}, y, w);
 }
 
 std::vector<Tensor> gemm(const KernelContext& c) {
@@ -177,8 +176,11 @@ std::vector<Tensor> gemm(const KernelContext& c) {
   const Tensor &A = c.input(0), &B = c.input(1);
   if (A.rank() != 2 || B.rank() != 2)
     throw ValueError(cat(w, ": A and B must be 2-D, got ", A.str(), " and ", B.str()));
-  if (A.dtype() != B.dtype() || (c.has_input(2) && c.input(2).dtype() != A.dtype()))
-    throw TypeError(cat(w, ": A, B and C must share a dtype"));
+  params::check_product_operands(c.node, A.dtype(), B.dtype(), w);
+  const DType y = params::product_result_dtype(c.node, A.dtype());
+  if (c.has_input(2) && c.input(2).dtype() != y)
+    throw TypeError(
+        cat(w, ": C is ", dtype_name(c.input(2).dtype()), ", the result ", dtype_name(y)));
   const params::Gemm gp = params::gemm(c.node);
   const double alpha = gp.alpha, beta = gp.beta;
   if (is_floating(A.dtype())) return {gemm_typed<double>(c, alpha, beta)};

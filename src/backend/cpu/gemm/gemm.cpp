@@ -97,6 +97,23 @@ const Blocking& blocking() {
 }
 
 thread_local ScratchBuffer t_pack_a, t_pack_b, t_pack_edge;  // packed panels
+thread_local ScratchBuffer t_widen_a;                        // a half A block as floats
+
+// n half values (kBF16 or kF16 bits) <-> floats.
+void widen_half(Precision type, const uint16_t* x, float* y, int64_t n) {
+  type == Precision::kBF16 ? bf16_to_f32(x, y, n) : f16_to_f32(x, y, n);
+}
+void narrow_half(Precision type, const float* x, uint16_t* y, int64_t n) {
+  type == Precision::kBF16 ? f32_to_bf16(x, y, n) : f32_to_f16(x, y, n);
+}
+
+// The rows x cols block of a half A at a_half + offset (row stride lda) as floats, cols apart.
+const float* widen_a_block(const GemmArgs& g, int64_t offset, int64_t rows, int64_t cols) {
+  float* w = t_widen_a.get_as<float>(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    widen_half(g.a_half_type, g.a_half + offset + r * g.lda, w + r * cols, cols);
+  return w;
+}
 
 // How the panels of one call are packed and multiplied: the ISA's fp32 kernels; the same on
 // values rounded to bf16 (kBF16 without VDPBF16PS); or the avx512 bf16 pair kernels, whose
@@ -187,8 +204,8 @@ struct Prepacked {
 // macro-kernel on each block.
 // K, pc and blk.k count steps of o.unit values of K.
 void multiply_rows(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, const Blocking& bl,
-                   MacroBlock blk, int64_t jc, int64_t pc, int64_t i0, int64_t i1,
-                   int64_t mc_even) {
+                   MacroBlock blk, int64_t jc, int64_t pc, int64_t i0, int64_t i1, int64_t mc_even,
+                   bool last_slice) {
   const int64_t K = ceil_div(g.k, o.unit), kc = blk.k;
   const int64_t k0 = pc * o.unit, k_real = std::min(kc * o.unit, g.k - k0);
   blk.ldc = g.ldc;
@@ -201,8 +218,14 @@ void multiply_rows(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
       blk.a_panel_stride = K * bl.mr;
     } else {
       float* ap = t_pack_a.get_as<float>(ceil_div(mc, bl.mr) * bl.mr * kc);
-      const float* src = g.trans_a ? g.a + k0 * g.lda + ic : g.a + ic * g.lda + k0;
-      pack_a_for(o, src, g.lda, g.trans_a, mc, k_real, ap);
+      const int64_t offset = g.trans_a ? k0 * g.lda + ic : ic * g.lda + k0;
+      if (g.a_half) {  // widened: mc x k_real (k_real x mc transposed), packed from there
+        const float* w =
+            g.trans_a ? widen_a_block(g, offset, k_real, mc) : widen_a_block(g, offset, mc, k_real);
+        pack_a_for(o, w, g.trans_a ? mc : k_real, g.trans_a, mc, k_real, ap);
+      } else {
+        pack_a_for(o, g.a + offset, g.lda, g.trans_a, mc, k_real, ap);
+      }
       blk.a = ap;
       blk.a_panel_stride = 0;
     }
@@ -210,6 +233,9 @@ void multiply_rows(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
     blk.c = g.c + ic * g.ldc + jc;
     blk.m0 = ic;
     macro_for(o, blk);
+    if (g.c_half && last_slice)  // the finished block, still in cache, rounded into c_half
+      for (int64_t r = ic; r < ic + mc; ++r)
+        narrow_half(g.c_half_type, g.c + r * g.ldc + jc, g.c_half + r * g.ldc + jc, blk.n);
   }
 }
 
@@ -270,7 +296,7 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
       }
       blk.accumulate = s > 0;
       blk.epilogue = s == slices - 1 ? ep : nullptr;
-      multiply_rows(g, o, pre, bl, blk, jc, pc, i0, i1, mc_even);
+      multiply_rows(g, o, pre, bl, blk, jc, pc, i0, i1, mc_even, s == slices - 1);
     }
   }
 }
@@ -311,7 +337,8 @@ void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int 
         const int64_t i0 = t * mp / threads * bl.mr;
         const int64_t i1 = std::min(g.m, (t + 1) * mp / threads * bl.mr);
         if (i0 < i1)
-          multiply_rows(g, o, {}, bl, blk, jc, pc, i0, i1, even_block(i1 - i0, bl.mc, bl.mr));
+          multiply_rows(g, o, {}, bl, blk, jc, pc, i0, i1, even_block(i1 - i0, bl.mc, bl.mr),
+                        s == slices - 1);
       });
     }
   }
@@ -396,9 +423,13 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
   auto task = [&](int64_t t) {
     const int64_t item = t / per_item, im = t % per_item / plan.tn, in = t % plan.tn;
     GemmArgs g = args;
-    g.a += item * stride_a;
+    if (g.a_half)  // whichever holds A
+      g.a_half += item * stride_a;
+    else
+      g.a += item * stride_a;
     g.b += item * stride_b;
     g.c += item * stride_c;
+    if (g.c_half) g.c_half += item * stride_c;
     if (g.epilogue.residual) g.epilogue.residual += item * stride_r;
     const int64_t i0 = std::min(args.m, im * mp / plan.tm * bl.mr);
     const int64_t i1 = std::min(args.m, (im + 1) * mp / plan.tm * bl.mr);
@@ -415,10 +446,6 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
 }
 
 }  // namespace
-
-void round_to_bf16(float* p, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(BFloat16(p[i]));
-}
 
 void round_to_precision(Precision p, float* v, int64_t n) {
   if (p == Precision::kBF16)

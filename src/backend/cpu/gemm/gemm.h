@@ -82,12 +82,18 @@ struct GemmArgs {
   float alpha = 1.0f;
   Epilogue epilogue;
   Precision precision = Precision::kF32;  // kBF16, kF16: B is always packed (b_rows: from the rows)
+  // Half-precision storage (kBF16 or kF16 bits): A's elements at a_half instead of `a` (same
+  // lda and trans_a), widened exactly block by block before packing; and C's result also stored
+  // rounded at c_half (C's layout: ldc), each block right after its epilogue while it is in
+  // cache, with `c` the caller's float scratch for the accumulators.
+  const uint16_t* a_half = nullptr;
+  Precision a_half_type = Precision::kF32;
+  uint16_t* c_half = nullptr;
+  Precision c_half_type = Precision::kF32;
 };
 
-// Rounds n floats to the nearest bf16 (pto::BFloat16: ties to even, NaN stays NaN), kept in fp32.
-void round_to_bf16(float* p, int64_t n);
-// Rounds n floats to what products in `p` see, kept in fp32: bf16 (round_to_bf16), IEEE half
-// (round_to_f16: F16C where the CPU has it); fp32 values stay.
+// Rounds n floats to what products in `p` see, kept in fp32: bf16 (round_to_bf16, elementwise.h),
+// IEEE half (round_to_f16: F16C where the CPU has it); fp32 values stay.
 void round_to_precision(Precision p, float* v, int64_t n);
 
 // C = epilogue(alpha * op(A) op(B)); parallel over the thread pool unless called from inside a

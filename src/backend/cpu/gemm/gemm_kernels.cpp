@@ -1,7 +1,8 @@
 // CPU kernels for MatMul (numpy semantics: 1-D operands promoted then removed, batch dimensions
 // broadcast) and Gemm (transA, transB, alpha, beta, C broadcast to M x N), on sgemm. float32 only;
-// other dtypes are declined and run on the reference interpreter. A constant B (a weight) is
-// packed once at compile time (prepare) and every run uses sgemm_packed. A node marked
+// other dtypes are declined and run on the reference interpreter (but a bf16/f16 A in the node's
+// product precision, and a bf16/f16 result from a fused group ending in a Cast). A constant B (a
+// weight) is packed once at compile time (prepare) and every run uses sgemm_packed. A node marked
 // precision="bf16" or "f16" (AutoMixedPrecision) runs sgemm's bf16 or f16 products, its weight
 // packed rounded to that type.
 #include <algorithm>
@@ -11,16 +12,58 @@
 
 #include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/kernel.h"
+#include "backend/cpu/scratch.h"
 #include "ir/ops/op_params.h"
 #include "pto/error.h"
 
 namespace pto::cpu {
 namespace {
 
+// Operands and result in float32, except an A stored in the node's own product precision
+// (bf16 or f16, StoreHalfOperands), which the products read exactly.
 bool all_f32(const NodeInfo& n, size_t count) {
+  const std::optional<DType> p = params::product_precision(n.node);
   for (size_t i = 0; i < count; ++i)
-    if (n.dtype(i) != DType::kF32) return false;
+    if (n.dtype(i) != DType::kF32 && !(i == 0 && p && *p != DType::kF32 && n.dtype(0) == *p))
+      return false;
   return n.outputs.size() == 1 && n.outputs[0].dtype == DType::kF32;
+}
+
+Precision precision_of_dtype(DType d) {
+  return d == DType::kBF16  ? Precision::kBF16
+         : d == DType::kF16 ? Precision::kF16
+                            : Precision::kF32;
+}
+
+// Where the result goes: float Y, or, when the fused group stores bf16 or f16, a half tensor
+// `out` with the float accumulators in thread scratch (GemmArgs::c_half).
+struct Result {
+  Tensor out;
+  float* c = nullptr;
+};
+
+Result result_for(const KernelContext& c, const Dims& shape, GemmArgs& g) {
+  const DType dt = c.epilogue ? c.epilogue->store : DType::kF32;
+  Result r{Tensor::empty(dt, shape)};
+  if (dt == DType::kF32) {
+    r.c = r.out.data<float>();
+  } else {
+    static thread_local ScratchBuffer accumulators;
+    r.c = accumulators.get_as<float>(static_cast<size_t>(r.out.numel()));
+    g.c_half = static_cast<uint16_t*>(r.out.raw_data());
+    g.c_half_type = precision_of_dtype(dt);
+  }
+  return r;
+}
+
+// A (float or half) into g.
+void set_a(const Tensor& A, GemmArgs& g) {
+  if (A.dtype() == DType::kF32) {
+    g.a = A.data<float>();
+  } else {
+    g.a_half = static_cast<const uint16_t*>(A.raw_data());
+    g.a_half_type = precision_of_dtype(A.dtype());
+  }
 }
 
 bool rank_is(const TensorType& t, size_t rank) {
@@ -102,18 +145,17 @@ std::vector<Tensor> matmul(const KernelContext& c) {
   Dims yshape = batch;
   if (A.rank() > 1) yshape.push_back(M);
   if (B.rank() > 1) yshape.push_back(N);
-  Tensor Y = Tensor::empty(DType::kF32, yshape);
-  if (Y.numel() == 0) return {Y};
-
   GemmArgs g;
+  const auto [Y, y] = result_for(c, yshape, g);
+  if (Y.numel() == 0) return {Y};
   g.m = M;
   g.n = N;
   g.k = K;
-  g.a = A.data<float>();
+  set_a(A, g);
   g.lda = K;
   g.b = B.data<float>();
   g.ldb = N;
-  g.c = Y.data<float>();
+  g.c = y;
   g.ldc = N;
   g.precision = *precision_of(c.node);
   if (const FusedEpilogue* f = c.epilogue) apply_fused(*f, Y, N, w, g.epilogue);
@@ -146,7 +188,10 @@ std::vector<Tensor> matmul(const KernelContext& c) {
       if (d + bb.size() >= r) bs *= bb[db];
     }
     GemmArgs one = g;
-    one.a += ao * M * K;
+    if (one.a_half)  // whichever holds A
+      one.a_half += ao * M * K;
+    else
+      one.a += ao * M * K;
     one.b += bo * K * N;
     one.c += item * M * N;
     sgemm(one);
@@ -172,18 +217,18 @@ std::vector<Tensor> gemm(const KernelContext& c) {
     throw ValueError(cat(w, ": A' [", M, ", ", K, "] and B' ", B.str(), (tb ? " (transposed)" : ""),
                          " do not multiply"));
   const auto alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
-  Tensor Y = Tensor::empty(DType::kF32, {M, N});
   GemmArgs g;
+  const auto [Y, y] = result_for(c, {M, N}, g);
   g.m = M;
   g.n = N;
   g.k = K;
-  g.a = A.data<float>();
+  set_a(A, g);
   g.lda = A.dim(1);
   g.trans_a = ta;
   g.b = B.data<float>();
   g.ldb = B.dim(1);
   g.trans_b = tb;
-  g.c = Y.data<float>();
+  g.c = y;
   g.ldc = N;
   g.alpha = alpha;
   g.precision = *precision_of(c.node);
