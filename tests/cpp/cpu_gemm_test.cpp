@@ -353,19 +353,21 @@ TEST(CpuGemmF16, RoundsLikeIeeeHalfAtTheEdges) {
 // VDPBF16PS runs, where it is turned off and on every ISA (the pairs are unpacked), and checks
 // the rounded products each time; args.precision is fp32, which the packing's overrides.
 template <class F>
-void expect_packed_bf16_runs_anywhere(Problem& p, const std::string& what, F multiply) {
-  p.g.precision = Precision::kBF16;  // what expect_matches checks against
+void expect_packed_runs_anywhere(Problem& p, const std::string& what, F multiply,
+                                 Precision precision = Precision::kBF16) {
+  p.g.precision = precision;  // what expect_matches checks against
+  const Ext ext_used = precision == Precision::kBF16 ? Ext::kAvx512Bf16 : Ext::kF16c;
   for (bool ext : {true, false}) {
     std::optional<ExtScope> off;
-    if (!ext) off.emplace(Ext::kAvx512Bf16);
+    if (!ext) off.emplace(ext_used);
     for (Isa run_isa : supported_isas()) {
       IsaScope scope(run_isa);
       std::fill(p.c.begin(), p.c.end(), NAN);
       GemmArgs g = p.g;
       g.precision = Precision::kF32;  // ignored: the packing's precision rules
       multiply(g);
-      expect_matches(p.g,
-                     cat(what, ", run on ", isa_name(run_isa), ext ? "" : " without vdpbf16ps"));
+      expect_matches(p.g, cat(what, ", run on ", isa_name(run_isa), ext ? "" : " without ",
+                              ext ? "" : ext_name(ext_used)));
     }
   }
 }
@@ -383,8 +385,33 @@ TEST(CpuGemmBf16, PackedBHalvesTheBytesAndRunsAnywhere) {
         EXPECT_EQ(packed.k_per_step(), 2);
         EXPECT_LE(packed.bytes(), f32.bytes() * ((s.k + 1) / 2) / s.k + 128);
       }
-      expect_packed_bf16_runs_anywhere(p, tb ? "packed B bf16 transB" : "packed B bf16",
-                                       [&](const GemmArgs& g) { sgemm_packed(g, packed); });
+      expect_packed_runs_anywhere(p, tb ? "packed B bf16 transB" : "packed B bf16",
+                                  [&](const GemmArgs& g) { sgemm_packed(g, packed); });
+    }
+}
+
+// B packed for f16 products: IEEE half panels (half the bytes) where the CPU has F16C, widened
+// in the micro-kernel; runs anywhere (unpacked where F16C is off or on another ISA), always the
+// products of operands rounded to half.
+TEST(CpuGemmF16, PackedBHalvesTheBytesAndRunsAnywhere) {
+  for (const Case& s : {Case{1, 70, 600}, Case{33, 65, 17}, Case{129, 31, 257}, Case{6, 64, 2},
+                        Case{200, 130, 1100}})
+    for (bool tb : {false, true}) {
+      Problem p(s, false, tb, 6);
+      const PackedB packed = pack_b(s.k, s.n, p.g.b, p.g.ldb, tb, Precision::kF16);
+      const PackedB f32 = pack_b(s.k, s.n, p.g.b, p.g.ldb, tb);
+      EXPECT_EQ(packed.precision(), Precision::kF16);
+      EXPECT_EQ(packed.f16_panels(), active_isa() != Isa::kGeneric && has_ext(Ext::kF16c));
+      if (packed.f16_panels()) {
+        EXPECT_LE(packed.bytes(), f32.bytes() / 2 + 64);
+      }
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        expect_packed_runs_anywhere(
+            p, cat(tb ? "packed B f16 transB" : "packed B f16", " x", threads),
+            [&](const GemmArgs& g) { sgemm_packed(g, packed); }, Precision::kF16);
+      }
+      set_num_threads(0);
     }
 }
 
@@ -400,8 +427,8 @@ TEST(CpuGemmBf16, PackedARunsAnywhere) {
       if (has_ext(Ext::kAvx512Bf16)) {
         EXPECT_EQ(packed.k_per_step(), 2);
       }
-      expect_packed_bf16_runs_anywhere(p, ta ? "packed A bf16 transA" : "packed A bf16",
-                                       [&](const GemmArgs& g) { sgemm_packed_a(g, packed); });
+      expect_packed_runs_anywhere(p, ta ? "packed A bf16 transA" : "packed A bf16",
+                                  [&](const GemmArgs& g) { sgemm_packed_a(g, packed); });
     }
 }
 

@@ -103,7 +103,8 @@ void sgemm(const GemmArgs& args);
 // An operand packed once into the panels of `width` rows or columns (MR for A, NR for B) that
 // the micro-kernel of one ISA reads: panel i at data + i * steps * width, `width` values per
 // step; a step is one k (fp32, or bf16 or f16 values rounded in fp32 slots) or a pair of k (bf16
-// pairs for VDPBF16PS, see gemm_kernel.h).
+// pairs for VDPBF16PS, see gemm_kernel.h). A B packed for f16 products where the CPU has F16C
+// holds IEEE half bits instead (f16_panels(): `width` halves per step, widened in registers).
 class PackedPanels {
  public:
   int64_t k() const { return k_; }
@@ -111,6 +112,7 @@ class PackedPanels {
   int isa() const { return isa_; }
   Precision precision() const { return precision_; }
   int k_per_step() const { return unit_; }
+  bool f16_panels() const { return f16_; }
   size_t bytes() const { return bytes_; }  // what the panels hold in memory
   // The operand back as a plain row-major len x k matrix (rows of A; columns of B, so B comes
   // back transposed): for running without the packing, or giving the original back.
@@ -119,13 +121,15 @@ class PackedPanels {
  protected:
   // Storage for `len` rows (A) or columns (B) of K in panels of `width`, for the active ISA,
   // `unit` values of K per step.
-  float* allocate(int64_t len, int64_t k, int64_t width, Precision precision, int unit);
+  float* allocate(int64_t len, int64_t k, int64_t width, Precision precision, int unit,
+                  bool f16 = false);
   int64_t k_ = 0, len_ = 0;  // len_: rows of A or columns of B
   int64_t width_ = 0;        // MR or NR of the packing ISA
   size_t bytes_ = 0;
   int isa_ = 0;  // the cpu::Isa it was packed for
   Precision precision_ = Precision::kF32;
-  int unit_ = 1;  // values of K per step
+  int unit_ = 1;      // values of K per step
+  bool f16_ = false;  // half bits, not floats
   std::shared_ptr<float[]> data_;
 };
 
@@ -139,7 +143,8 @@ class PackedB : public PackedPanels {
                         Precision precision);
 };
 
-// B packed for products in `precision` (bf16: half the bytes where VDPBF16PS runs).
+// B packed for products in `precision` (bf16: half the bytes where VDPBF16PS runs; f16: half
+// the bytes where the CPU has F16C).
 PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
                Precision precision = Precision::kF32);
 
@@ -179,6 +184,7 @@ struct GemmPlan {
   int64_t mr = 0, nr = 0;  // register block
   Precision precision = Precision::kF32;
   int k_per_step = 1;                 // 2: bf16 pairs (VDPBF16PS); KC counts steps
+  bool b_f16 = false;                 // B packed ahead as f16 halves, widened in registers
   int64_t kc = 0, k_slices = 1;       // K cut into equal slices of at most KC
   int64_t mc = 0, nc = 0;             // rows of A and columns of B packed per block
   int64_t batch = 1, tm = 1, tn = 1;  // tasks: items x row ranges x column ranges

@@ -12,6 +12,7 @@
 // with a masked store.
 #include "backend/cpu/gemm/gemm_kernel.h"
 #include "backend/cpu/isa/simd.h"
+#include "pto/dtype.h"
 
 namespace pto::cpu::PTO_ISA_NS {
 namespace {
@@ -31,7 +32,22 @@ constexpr int kStridedAhead = 16;
 
 // How a micro-kernel reads its B panel: packed (NR floats per k, contiguous: the hardware
 // prefetcher follows it), in place with a row stride, or through a row table.
-enum class BRead { kPacked, kStrided, kRows };
+// kPackedF16: packed as IEEE half bits, widened as loaded (an fp16 weight kept in 2 bytes).
+enum class BRead { kPacked, kStrided, kRows, kPackedF16 };
+
+// kL halves widened to a vector: F16C's VCVTPH2PS (the driver makes f16 panels only where the
+// CPU has it), element by element in the generic build.
+inline Vec load_f16(const uint16_t* h) {
+#if defined(PTO_ISA_AVX512)
+  return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)))};
+#elif defined(PTO_ISA_AVX2)
+  return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)))};
+#else
+  float f[kL];
+  for (int l = 0; l < kL; ++l) f[l] = Float16::to_float(h[l]);
+  return Vec::load(f);
+#endif
+}
 
 // The rows of the next B panel a micro-kernel fetches into L2 while it runs: one row (ld floats
 // on) every 2^shift steps of k, starting at `b`.
@@ -46,9 +62,10 @@ using MicroFn = void (*)(int64_t k, const float* a, const float* b, int64_t ldb,
                          bool accumulate, NextPanel next);
 
 // C[R x (NV vectors)] (=|+=) alpha * A_panel * B_panel over k. A: kMR floats per k (R used);
-// B: ldb floats per k (NV vectors used), or with kRows row p at b + rows[p] (an implicit GEMM's
-// shifted input rows). n_last: valid lanes of the last vector (1..kL). `next`: a share of the
-// next B panel to fetch into L2 meanwhile (its first call would otherwise wait on L3 or memory).
+// B: ldb floats per k (NV vectors used; kPackedF16: ldb halves at b's address), or with kRows
+// row p at b + rows[p] (an implicit GEMM's shifted input rows). n_last: valid lanes of the last
+// vector (1..kL). `next`: a share of the next B panel to fetch into L2 meanwhile (its first call
+// would otherwise wait on L3 or memory).
 template <BRead kB, int R, int NV>
 void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t* rows, float* c,
            int64_t ldc, int n_last, float alpha, bool accumulate, NextPanel next) {
@@ -85,8 +102,14 @@ void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) __builtin_prefetch(nb + v * kL, 0, 2);
     }
+    if constexpr (kB == BRead::kPackedF16) {
+      const uint16_t* hp = reinterpret_cast<const uint16_t*>(b) + p * ldb;
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = Vec::load(bp + v * kL);
+      for (int v = 0; v < NV; ++v) bv[v] = load_f16(hp + v * kL);
+    } else {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = Vec::load(bp + v * kL);
+    }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const Vec av = Vec::set1(a[r]);
@@ -94,7 +117,7 @@ void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t
       for (int v = 0; v < NV; ++v) s[r][v] = fma(av, bv[v], s[r][v]);
     }
     a += kMR;
-    b += ldb;
+    if constexpr (kB != BRead::kPackedF16) b += ldb;
   }
   const Vec va = Vec::set1(alpha);
 #pragma GCC unroll 16
@@ -125,11 +148,12 @@ void fill_table(MicroFn (*table)[kNV]) {
 }
 
 struct MicroTable {
-  MicroFn fn[3][kMR][kNV];  // [BRead][R - 1][NV - 1]
+  MicroFn fn[4][kMR][kNV];  // [BRead][R - 1][NV - 1]
   MicroTable() {
     fill_table<BRead::kPacked, kMR, kNV>(fn[0]);
     fill_table<BRead::kStrided, kMR, kNV>(fn[1]);
     fill_table<BRead::kRows, kMR, kNV>(fn[2]);
+    fill_table<BRead::kPackedF16, kMR, kNV>(fn[3]);
   }
 };
 
@@ -255,9 +279,15 @@ void gemm_macro(const MacroBlock& blk) {
   const int64_t as = blk.a_panel_stride ? blk.a_panel_stride : blk.k * kMR;
   const float* res =
       blk.epilogue && !blk.epilogue->tile ? blk.epilogue->residual : nullptr;  // null: none
+  // Panels of halves are addressed in halves (their micro-kernel reads them so).
+  const int64_t esize = blk.b_f16 ? 2 : 4;
+  auto panel = [&](int64_t j) {
+    return reinterpret_cast<const float*>(reinterpret_cast<const char*>(blk.b) +
+                                          j * blk.b_panel_stride * esize);
+  };
   for (int64_t j = 0; j < np; ++j) {
     const int nj = static_cast<int>(blk.n - j * kNR < kNR ? blk.n - j * kNR : kNR);
-    const float* bp = blk.b + j * blk.b_panel_stride;
+    const float* bp = panel(j);
     int64_t bs = blk.b_row_stride;
     const int64_t* rows = blk.b_rows;
     if (nj < kNR && blk.b_edge) {
@@ -265,7 +295,10 @@ void gemm_macro(const MacroBlock& blk) {
       bs = kNR;
       rows = nullptr;
     }
-    const BRead read = rows ? BRead::kRows : bs == kNR ? BRead::kPacked : BRead::kStrided;
+    const BRead read = blk.b_f16   ? BRead::kPackedF16
+                       : rows      ? BRead::kRows
+                       : bs == kNR ? BRead::kPacked
+                                   : BRead::kStrided;
     const auto& fn = table.fn[static_cast<int>(read)];
     const int nv = (nj + kL - 1) / kL;
     const int n_last = nj - (nv - 1) * kL;
@@ -275,8 +308,8 @@ void gemm_macro(const MacroBlock& blk) {
     NextPanel next;
     const bool next_plain = j + 2 < np || (j + 2 == np && !(blk.b_edge && blk.n % kNR));
     if (!blk.b_rows && next_plain) {
-      next.b = blk.b + (j + 1) * blk.b_panel_stride;
-      next.ld = blk.b_row_stride;
+      next.b = panel(j + 1);
+      next.ld = blk.b_row_stride * esize / 4;  // in floats
       while (next.shift < 4 && (int64_t{2} << next.shift) <= mp) ++next.shift;
     }
     const int64_t share = blk.k >> next.shift;
