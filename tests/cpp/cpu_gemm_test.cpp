@@ -387,6 +387,19 @@ TEST(CpuGemmBf16, PackedBHalvesTheBytesAndRunsAnywhere) {
       }
       expect_packed_runs_anywhere(p, tb ? "packed B bf16 transB" : "packed B bf16",
                                   [&](const GemmArgs& g) { sgemm_packed(g, packed); });
+      // Packed where VDPBF16PS does not run (another CPU, AVX2): bf16 halves in K order, widened
+      // in registers, half the bytes too.
+      for (Isa isa : supported_isas()) {
+        if (isa == Isa::kGeneric) continue;
+        IsaScope scope(isa);
+        ExtScope no_pairs(Ext::kAvx512Bf16);
+        const PackedB halves = pack_b(s.k, s.n, p.g.b, p.g.ldb, tb, Precision::kBF16);
+        EXPECT_EQ(halves.half_panels(), Precision::kBF16);
+        EXPECT_EQ(halves.k_per_step(), 1);
+        EXPECT_LE(halves.bytes(), pack_b(s.k, s.n, p.g.b, p.g.ldb, tb).bytes() / 2 + 64);
+        expect_packed_runs_anywhere(p, cat("bf16 halves packed on ", isa_name(isa)),
+                                    [&](const GemmArgs& g) { sgemm_packed(g, halves); });
+      }
     }
 }
 
@@ -401,8 +414,9 @@ TEST(CpuGemmF16, PackedBHalvesTheBytesAndRunsAnywhere) {
       const PackedB packed = pack_b(s.k, s.n, p.g.b, p.g.ldb, tb, Precision::kF16);
       const PackedB f32 = pack_b(s.k, s.n, p.g.b, p.g.ldb, tb);
       EXPECT_EQ(packed.precision(), Precision::kF16);
-      EXPECT_EQ(packed.f16_panels(), active_isa() != Isa::kGeneric && has_ext(Ext::kF16c));
-      if (packed.f16_panels()) {
+      EXPECT_EQ(packed.half_panels() == Precision::kF16,
+                active_isa() != Isa::kGeneric && has_ext(Ext::kF16c));
+      if (packed.half_panels() == Precision::kF16) {
         EXPECT_LE(packed.bytes(), f32.bytes() / 2 + 64);
       }
       for (int threads : {1, 2}) {

@@ -133,10 +133,12 @@ PanelOps panel_ops(Precision p) {
   return o;
 }
 
-// Whether f16 B panels can be read here: F16C on a vector ISA (the generic kernels would widen
-// element by element).
-bool f16_panels_run() {
-  return active_isa() != Isa::kGeneric && has_ext(Ext::kF16c);
+// Whether B panels of `p` halves (kF16, kBF16) are made and read here: on a vector ISA (the
+// generic kernels would widen element by element), f16 with F16C, bf16 where VDPBF16PS does not
+// run (its pairs are the better form).
+bool half_panels_run(Precision p) {
+  if (active_isa() == Isa::kGeneric || p == Precision::kF32) return false;
+  return p == Precision::kF16 ? has_ext(Ext::kF16c) : !panel_ops(p).pairs;
 }
 
 // gemm_pack_a for `o`: rows [0, m) x the real k values at `a`.
@@ -203,7 +205,7 @@ const float* b_source(const GemmArgs& g, int64_t k0, int64_t j) {
 struct Prepacked {
   const float* a = nullptr;
   const float* b = nullptr;
-  bool b_f16 = false;  // b holds half bits (PackedPanels::f16_panels)
+  Precision b_half = Precision::kF32;  // b holds these half bits (PackedPanels::half_panels)
 };
 
 // Rows i0..i1 of C's columns blk.n0.. against the (KC x NC) block of B that `blk` describes (its
@@ -264,12 +266,12 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
       MacroBlock blk;
       blk.n = nc;
       blk.k = kc;
-      if (packed) {  // offsets in elements: floats, or halves (blk.b_f16)
+      if (packed) {  // offsets in elements: floats, or halves (blk.b_half)
         const int64_t at = (jc / nr) * K * nr + pc * nr;
-        blk.b = pre.b_f16
+        blk.b = pre.b_half != Precision::kF32
                     ? reinterpret_cast<const float*>(reinterpret_cast<const uint16_t*>(packed) + at)
                     : packed + at;
-        blk.b_f16 = pre.b_f16;
+        blk.b_half = pre.b_half;
         blk.b_panel_stride = K * nr;
         blk.b_row_stride = nr;
       } else if (g.b_rows && o.precision == Precision::kF32) {  // read in place
@@ -410,7 +412,7 @@ GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int t
   p.tm = grid.tm;
   p.tn = grid.tn;
   const int64_t task_rows = ceil_div(ceil_div(g.m, bl.mr), p.tm) * bl.mr;
-  p.b_f16 = pre.b_f16;
+  p.b_half = pre.b_half;
   p.b = pre.b                                      ? GemmPlan::B::kPackedAhead
         : shared                                   ? GemmPlan::B::kPackedShared
         : packs_b(g, std::min(g.m, task_rows), bl) ? GemmPlan::B::kPackedPerTask
@@ -474,11 +476,12 @@ std::string GemmPlan::str() const {
   const char* how[] = {"read in place", "packed per task", "packed once and shared by the threads",
                        "packed ahead"};
   return cat(
-      precision == Precision::kBF16
-          ? (k_per_step == 2 ? "bf16 (vdpbf16ps, K in pairs), " : "bf16 (rounded, fp32 FMA), ")
-      : precision == Precision::kF16 ? (b_f16 ? "f16 (B as halves widened by vcvtph2ps, fp32 FMA), "
-                                              : "f16 (rounded, fp32 FMA), ")
-                                     : "",
+      precision == Precision::kF32 ? ""
+      : k_per_step == 2
+          ? "bf16 (vdpbf16ps, K in pairs), "
+          : cat(precision_name(precision),
+                b_half != Precision::kF32 ? " (B as halves widened in registers" : " (rounded",
+                ", fp32 FMA), "),
       "register block ", mr, "x", nr, ", K in ", k_slices, " slice(s) of ", kc, ", MC ", mc,
       " rows, NC ", nc, " columns; ", batch * tm * tn, " task(s) (", batch, " item(s) x ", tm,
       " row x ", tn, " column ranges) on ", threads, " thread(s); B ", how[static_cast<int>(b)]);
@@ -486,8 +489,9 @@ std::string GemmPlan::str() const {
 
 GemmPlan plan_gemm(const GemmArgs& args, int64_t batch, bool b_packed_ahead, int threads) {
   static const float kSentinel = 0;
-  const bool f16 = b_packed_ahead && args.precision == Precision::kF16 && f16_panels_run();
-  return make_plan(args, {nullptr, b_packed_ahead ? &kSentinel : nullptr, f16}, batch,
+  const Precision half =
+      b_packed_ahead && half_panels_run(args.precision) ? args.precision : Precision::kF32;
+  return make_plan(args, {nullptr, b_packed_ahead ? &kSentinel : nullptr, half}, batch,
                    threads > 0 ? threads : num_threads());
 }
 
@@ -501,17 +505,17 @@ void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_
 }
 
 float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width, Precision precision, int unit,
-                              bool f16) {
+                              Precision half) {
   k_ = k;
   len_ = len;
   width_ = width;
   isa_ = static_cast<int>(active_isa());
   precision_ = precision;
   unit_ = unit;
-  f16_ = f16;
+  half_ = half;
   // 64-byte aligned: B panels are steps * NR floats apart, so no vector load of one splits a line.
   const size_t values = static_cast<size_t>(ceil_div(len, width) * width * ceil_div(k, unit)) + 1;
-  const size_t bytes = (values * (f16 ? 2 : sizeof(float)) + 63) / 64 * 64;
+  const size_t bytes = (values * (half != Precision::kF32 ? 2 : sizeof(float)) + 63) / 64 * 64;
   float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
   PTO_CHECK(p != nullptr) << "sgemm: out of memory for " << bytes << " bytes of packed panels";
   bytes_ = bytes;
@@ -522,12 +526,12 @@ float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width, Precision p
 std::vector<float> PackedPanels::unpack() const {
   std::vector<float> out(static_cast<size_t>(len_ * k_));
   const int64_t steps = ceil_div(k_, unit_);
-  if (f16_) {
+  if (half_ != Precision::kF32) {
     const auto* h = reinterpret_cast<const uint16_t*>(data());
     for (int64_t i = 0; i < len_; ++i)
       for (int64_t q = 0; q < k_; ++q)
-        out[i * k_ + q] =
-            Float16::to_float(h[(i / width_) * steps * width_ + q * width_ + i % width_]);
+        widen_half(half_, h + (i / width_) * steps * width_ + q * width_ + i % width_,
+                   &out[i * k_ + q], 1);
     return out;
   }
   const float* p = data();
@@ -552,13 +556,13 @@ PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
   const int64_t nr = nr_of(active_isa());
   const PanelOps o = panel_ops(precision);
   const int64_t stride = ceil_div(k, o.unit) * nr;
-  if (precision == Precision::kF16 && f16_panels_run()) {  // rounded once, stored as halves
-    auto* dst = reinterpret_cast<uint16_t*>(p.allocate(n, k, nr, precision, 1, true));
+  if (half_panels_run(precision)) {  // rounded once, stored as halves
+    auto* dst = reinterpret_cast<uint16_t*>(p.allocate(n, k, nr, precision, 1, precision));
     std::vector<float> panel(static_cast<size_t>(stride));
     for (int64_t j = 0; j < n; j += nr) {
       const float* src = trans_b ? b + j * ldb : b + j;
       pack_b_for(o, src, ldb, trans_b, k, std::min(nr, n - j), panel.data(), stride);
-      f32_to_f16(panel.data(), dst + j / nr * stride, stride);
+      narrow_half(precision, panel.data(), dst + j / nr * stride, stride);
     }
     return p;
   }
@@ -575,8 +579,8 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
   g.precision = packed.precision();
   if (static_cast<Isa>(packed.isa()) == active_isa() &&
       panel_ops(g.precision).unit == packed.k_per_step() &&
-      (!packed.f16_panels() || f16_panels_run())) {
-    run_gemm(g, {nullptr, packed.data(), packed.f16_panels()}, 1, 0, 0, 0, 0);
+      (packed.half_panels() == Precision::kF32 || half_panels_run(packed.half_panels()))) {
+    run_gemm(g, {nullptr, packed.data(), packed.half_panels()}, 1, 0, 0, 0, 0);
     return;
   }
   // Packed for another ISA's panel width, bf16 pairs where VDPBF16PS is now off, or halves where

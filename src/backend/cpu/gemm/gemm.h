@@ -103,8 +103,9 @@ void sgemm(const GemmArgs& args);
 // An operand packed once into the panels of `width` rows or columns (MR for A, NR for B) that
 // the micro-kernel of one ISA reads: panel i at data + i * steps * width, `width` values per
 // step; a step is one k (fp32, or bf16 or f16 values rounded in fp32 slots) or a pair of k (bf16
-// pairs for VDPBF16PS, see gemm_kernel.h). A B packed for f16 products where the CPU has F16C
-// holds IEEE half bits instead (f16_panels(): `width` halves per step, widened in registers).
+// pairs for VDPBF16PS, see gemm_kernel.h). A B packed for f16 products where the CPU has F16C,
+// or for bf16 products where VDPBF16PS does not run, holds half bits instead (half_panels():
+// `width` halves per step, widened in registers).
 class PackedPanels {
  public:
   int64_t k() const { return k_; }
@@ -112,7 +113,8 @@ class PackedPanels {
   int isa() const { return isa_; }
   Precision precision() const { return precision_; }
   int k_per_step() const { return unit_; }
-  bool f16_panels() const { return f16_; }
+  // kF16 / kBF16: the values are stored as those half bits; kF32: as floats.
+  Precision half_panels() const { return half_; }
   size_t bytes() const { return bytes_; }  // what the panels hold in memory
   // The operand back as a plain row-major len x k matrix (rows of A; columns of B, so B comes
   // back transposed): for running without the packing, or giving the original back.
@@ -122,14 +124,14 @@ class PackedPanels {
   // Storage for `len` rows (A) or columns (B) of K in panels of `width`, for the active ISA,
   // `unit` values of K per step.
   float* allocate(int64_t len, int64_t k, int64_t width, Precision precision, int unit,
-                  bool f16 = false);
+                  Precision half = Precision::kF32);
   int64_t k_ = 0, len_ = 0;  // len_: rows of A or columns of B
   int64_t width_ = 0;        // MR or NR of the packing ISA
   size_t bytes_ = 0;
   int isa_ = 0;  // the cpu::Isa it was packed for
   Precision precision_ = Precision::kF32;
-  int unit_ = 1;      // values of K per step
-  bool f16_ = false;  // half bits, not floats
+  int unit_ = 1;                      // values of K per step
+  Precision half_ = Precision::kF32;  // stored as these half bits, not floats
   std::shared_ptr<float[]> data_;
 };
 
@@ -143,8 +145,8 @@ class PackedB : public PackedPanels {
                         Precision precision);
 };
 
-// B packed for products in `precision` (bf16: half the bytes where VDPBF16PS runs; f16: half
-// the bytes where the CPU has F16C).
+// B packed for products in `precision` (bf16 and f16: half the bytes on the vector ISAs, as
+// VDPBF16PS pairs or as halves widened in registers; f16 needs F16C).
 PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
                Precision precision = Precision::kF32);
 
@@ -183,11 +185,11 @@ void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_
 struct GemmPlan {
   int64_t mr = 0, nr = 0;  // register block
   Precision precision = Precision::kF32;
-  int k_per_step = 1;                 // 2: bf16 pairs (VDPBF16PS); KC counts steps
-  bool b_f16 = false;                 // B packed ahead as f16 halves, widened in registers
-  int64_t kc = 0, k_slices = 1;       // K cut into equal slices of at most KC
-  int64_t mc = 0, nc = 0;             // rows of A and columns of B packed per block
-  int64_t batch = 1, tm = 1, tn = 1;  // tasks: items x row ranges x column ranges
+  int k_per_step = 1;                  // 2: bf16 pairs (VDPBF16PS); KC counts steps
+  Precision b_half = Precision::kF32;  // B packed ahead as these halves, widened in registers
+  int64_t kc = 0, k_slices = 1;        // K cut into equal slices of at most KC
+  int64_t mc = 0, nc = 0;              // rows of A and columns of B packed per block
+  int64_t batch = 1, tm = 1, tn = 1;   // tasks: items x row ranges x column ranges
   int threads = 1;
   // How B is read: in place (row stride), packed by each task for its columns, packed once per
   // block for all threads (which then split the rows), or packed ahead (constant weights).

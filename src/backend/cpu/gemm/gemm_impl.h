@@ -14,6 +14,8 @@
 #include "backend/cpu/isa/simd.h"
 #include "pto/dtype.h"
 
+#include <bit>
+
 namespace pto::cpu::PTO_ISA_NS {
 namespace {
 
@@ -32,21 +34,33 @@ constexpr int kStridedAhead = 16;
 
 // How a micro-kernel reads its B panel: packed (NR floats per k, contiguous: the hardware
 // prefetcher follows it), in place with a row stride, or through a row table.
-// kPackedF16: packed as IEEE half bits, widened as loaded (an fp16 weight kept in 2 bytes).
-enum class BRead { kPacked, kStrided, kRows, kPackedF16 };
+// kPackedF16 / kPackedBf16: packed as IEEE half / bf16 bits, widened as loaded (a weight kept
+// in 2 bytes).
+enum class BRead { kPacked, kStrided, kRows, kPackedF16, kPackedBf16 };
 
 // kL halves widened to a vector: F16C's VCVTPH2PS (the driver makes f16 panels only where the
-// CPU has it), element by element in the generic build.
-inline Vec load_f16(const uint16_t* h) {
+// CPU has it) or a zero-extension and shift for bf16; element by element in the generic build.
+template <BRead kB>
+inline Vec load_half(const uint16_t* h) {
 #if defined(PTO_ISA_AVX512)
-  return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)))};
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h));
+  if constexpr (kB == BRead::kPackedF16) return {_mm512_cvtph_ps(x)};
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16))};
 #elif defined(PTO_ISA_AVX2)
-  return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)))};
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h));
+  if constexpr (kB == BRead::kPackedF16) return {_mm256_cvtph_ps(x)};
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16))};
 #else
   float f[kL];
-  for (int l = 0; l < kL; ++l) f[l] = Float16::to_float(h[l]);
+  for (int l = 0; l < kL; ++l)
+    f[l] = kB == BRead::kPackedF16 ? Float16::to_float(h[l])
+                                   : std::bit_cast<float>(static_cast<uint32_t>(h[l]) << 16);
   return Vec::load(f);
 #endif
+}
+
+constexpr bool is_half(BRead b) {
+  return b == BRead::kPackedF16 || b == BRead::kPackedBf16;
 }
 
 // The rows of the next B panel a micro-kernel fetches into L2 while it runs: one row (ld floats
@@ -102,10 +116,10 @@ void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) __builtin_prefetch(nb + v * kL, 0, 2);
     }
-    if constexpr (kB == BRead::kPackedF16) {
+    if constexpr (is_half(kB)) {
       const uint16_t* hp = reinterpret_cast<const uint16_t*>(b) + p * ldb;
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) bv[v] = load_f16(hp + v * kL);
+      for (int v = 0; v < NV; ++v) bv[v] = load_half<kB>(hp + v * kL);
     } else {
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) bv[v] = Vec::load(bp + v * kL);
@@ -117,7 +131,7 @@ void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t
       for (int v = 0; v < NV; ++v) s[r][v] = fma(av, bv[v], s[r][v]);
     }
     a += kMR;
-    if constexpr (kB != BRead::kPackedF16) b += ldb;
+    if constexpr (!is_half(kB)) b += ldb;
   }
   const Vec va = Vec::set1(alpha);
 #pragma GCC unroll 16
@@ -148,12 +162,13 @@ void fill_table(MicroFn (*table)[kNV]) {
 }
 
 struct MicroTable {
-  MicroFn fn[4][kMR][kNV];  // [BRead][R - 1][NV - 1]
+  MicroFn fn[5][kMR][kNV];  // [BRead][R - 1][NV - 1]
   MicroTable() {
     fill_table<BRead::kPacked, kMR, kNV>(fn[0]);
     fill_table<BRead::kStrided, kMR, kNV>(fn[1]);
     fill_table<BRead::kRows, kMR, kNV>(fn[2]);
     fill_table<BRead::kPackedF16, kMR, kNV>(fn[3]);
+    fill_table<BRead::kPackedBf16, kMR, kNV>(fn[4]);
   }
 };
 
@@ -280,7 +295,7 @@ void gemm_macro(const MacroBlock& blk) {
   const float* res =
       blk.epilogue && !blk.epilogue->tile ? blk.epilogue->residual : nullptr;  // null: none
   // Panels of halves are addressed in halves (their micro-kernel reads them so).
-  const int64_t esize = blk.b_f16 ? 2 : 4;
+  const int64_t esize = blk.b_half != Precision::kF32 ? 2 : 4;
   auto panel = [&](int64_t j) {
     return reinterpret_cast<const float*>(reinterpret_cast<const char*>(blk.b) +
                                           j * blk.b_panel_stride * esize);
@@ -295,10 +310,11 @@ void gemm_macro(const MacroBlock& blk) {
       bs = kNR;
       rows = nullptr;
     }
-    const BRead read = blk.b_f16   ? BRead::kPackedF16
-                       : rows      ? BRead::kRows
-                       : bs == kNR ? BRead::kPacked
-                                   : BRead::kStrided;
+    const BRead read = blk.b_half == Precision::kF16    ? BRead::kPackedF16
+                       : blk.b_half == Precision::kBF16 ? BRead::kPackedBf16
+                       : rows                           ? BRead::kRows
+                       : bs == kNR                      ? BRead::kPacked
+                                                        : BRead::kStrided;
     const auto& fn = table.fn[static_cast<int>(read)];
     const int nv = (nj + kL - 1) / kL;
     const int n_last = nj - (nv - 1) * kL;

@@ -29,9 +29,10 @@ struct MacroBlock {
   bool accumulate = false;  // C += alpha * AB (a later K slice) instead of C = alpha * AB
   const Epilogue* epilogue = nullptr;  // applied per micro-tile when set (the last K slice)
   int64_t m0 = 0, n0 = 0;              // this block's origin in the whole problem (epilogue)
-  // B packed as IEEE half bits (NR halves per step; b, b_panel_stride and b_row_stride count
-  // halves), widened in registers with VCVTPH2PS (F16C) as the micro-kernel loads them.
-  bool b_f16 = false;
+  // kF16 / kBF16: B packed as half bits (NR halves per step; b, b_panel_stride and b_row_stride
+  // count halves), widened in registers as the micro-kernel loads them (VCVTPH2PS for IEEE
+  // half, a 16-bit shift for bf16). kF32: floats.
+  Precision b_half = Precision::kF32;
 };
 
 PTO_ISA_DECLARE(
