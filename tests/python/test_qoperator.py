@@ -1,0 +1,175 @@
+"""ONNX Runtime's QOperator ops (domain com.microsoft: QLinearAdd, QGemm, ...; what quantize_static
+writes with QuantFormat.QOperator) against ONNX Runtime: single-node graphs from onnx.helper, then
+whole quantized CNN and transformer files. Pass LowerQLinearOps (level 2+) runs them as
+DequantizeLinear -> float op -> QuantizeLinear on the CPU kernels; the reference interpreter
+(level 0) quantizes the exact result. ONNX Runtime rounds its float32 or lookup-table result once,
+so both may differ from it by one step of the output grid where the exact value lies near a
+rounding edge: the tests allow one step and ask that nearly all outputs be equal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pypto
+import pypto.onnx
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+_NP = {"u8": np.uint8, "s8": np.int8}
+_TP = {"u8": TensorProto.UINT8, "s8": TensorProto.INT8}
+
+
+def _save(tmp_path, nodes, inputs, outputs, inits, name="m"):
+    g = helper.make_graph(nodes, name, inputs, outputs,
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    p = tmp_path / f"{name}.onnx"
+    onnx.save(m, str(p))
+    return p
+
+
+def _qparams(prefix: str, dt: str, scale: float, zp: int) -> dict:
+    return {f"{prefix}_s": np.float32(scale), f"{prefix}_z": _NP[dt](zp)}
+
+
+def _random_q(rng, dt, shape):
+    info = np.iinfo(_NP[dt])
+    return rng.integers(info.min, info.max + 1, size=shape).astype(_NP[dt])
+
+
+def _check(path, feeds, ops_on_cpu=True, min_equal=0.97):
+    """Runs the file in ONNX Runtime, PyPTO (default level) and PyPTO's reference (level 0);
+    returns the max difference in output steps (both PyPTO runs within one)."""
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)[0]
+    worst = 0
+    for level in (None, 0):
+        m = pypto.onnx.load(path, level)
+        if level is None and ops_on_cpu:
+            backends = m._compiled.node_backends
+            assert all(b == "cpu" for _, b in backends), backends
+        got = np.asarray(m(*feeds.values()))
+        assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape)
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        assert diff.max() <= 1, (level, diff.max())
+        assert (diff == 0).mean() >= min_equal, (level, (diff == 0).mean())
+        worst = max(worst, diff.max())
+    return worst
+
+
+@pytest.mark.parametrize("dt", ["u8", "s8"])
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("shapes", [((2, 3, 17), (2, 3, 17)), ((2, 3, 17), (3, 1)),
+                                    ((1, 7), ()), ((5,), (4, 1))])
+def test_binary_matches_onnx_runtime(tmp_path, op, dt, shapes):
+    rng = np.random.default_rng(1)
+    a_shape, b_shape = shapes
+    inits = {**_qparams("a", dt, 0.0513, 3), **_qparams("b", dt, 0.1127, -4 if dt == "s8" else 130),
+             **_qparams("y", dt, 0.0917 if op == "QLinearAdd" else 0.3071, 7)}
+    node = helper.make_node(op, ["a", "a_s", "a_z", "b", "b_s", "b_z", "y_s", "y_z"], ["y"],
+                            domain="com.microsoft")
+    p = _save(tmp_path, [node], [helper.make_tensor_value_info("a", _TP[dt], a_shape),
+                                 helper.make_tensor_value_info("b", _TP[dt], b_shape)],
+              [helper.make_tensor_value_info("y", _TP[dt], None)], inits)
+    _check(p, {"a": _random_q(rng, dt, a_shape), "b": _random_q(rng, dt, b_shape)})
+
+
+_UNARY = [
+    ("QLinearSigmoid", {}, (3, 17)),
+    ("QLinearLeakyRelu", {"alpha": 0.1}, (3, 17)),
+    ("QLinearSoftmax", {"axis": -1, "opset": 13}, (4, 33)),
+    ("QLinearSoftmax", {"axis": 1, "opset": 11}, (2, 3, 9)),
+    ("QLinearGlobalAveragePool", {}, (2, 5, 7, 9)),
+    ("QLinearAveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+     (1, 4, 9, 11)),
+    ("QLinearAveragePool", {"kernel_shape": [2, 2], "strides": [2, 2], "count_include_pad": 1,
+                            "pads": [0, 0, 1, 1], "ceil_mode": 1}, (1, 3, 7, 6)),
+]
+
+
+@pytest.mark.parametrize("dt", ["u8", "s8"])
+@pytest.mark.parametrize("op,attrs,shape", _UNARY, ids=lambda v: v if isinstance(v, str) else "")
+def test_unary_matches_onnx_runtime(tmp_path, op, attrs, shape, dt):
+    rng = np.random.default_rng(2)
+    y_scale, y_zp = (1 / 256, -128 if dt == "s8" else 0) if op == "QLinearSoftmax" else (0.0419, 5)
+    inits = {**_qparams("x", dt, 0.0713, -3 if dt == "s8" else 120), **_qparams("y", dt, y_scale, y_zp)}
+    node = helper.make_node(op, ["x", "x_s", "x_z", "y_s", "y_z"], ["y"], domain="com.microsoft",
+                            **attrs)
+    p = _save(tmp_path, [node], [helper.make_tensor_value_info("x", _TP[dt], shape)],
+              [helper.make_tensor_value_info("y", _TP[dt], None)], inits)
+    _check(p, {"x": _random_q(rng, dt, shape)})
+
+
+@pytest.mark.parametrize("dt", ["u8", "s8"])
+def test_concat_matches_onnx_runtime(tmp_path, dt):
+    """Three inputs on different grids, one on the output's (passed through exactly)."""
+    rng = np.random.default_rng(3)
+    shapes = [(2, 3, 5), (2, 1, 5), (2, 4, 5)]
+    inits = {**_qparams("y", dt, 0.1031, 2), **_qparams("x0", dt, 0.0517, 1),
+             **_qparams("x1", dt, 0.1031, 2), **_qparams("x2", dt, 0.2287, 9)}
+    names = ["y_s", "y_z"] + [f"{p}{s}" for i in range(3) for p, s in
+                              [(f"x{i}", ""), (f"x{i}", "_s"), (f"x{i}", "_z")]]
+    node = helper.make_node("QLinearConcat", names, ["y"], domain="com.microsoft", axis=1)
+    p = _save(tmp_path, [node], [helper.make_tensor_value_info(f"x{i}", _TP[dt], s)
+                                 for i, s in enumerate(shapes)],
+              [helper.make_tensor_value_info("y", _TP[dt], None)], inits)
+    _check(p, {f"x{i}": _random_q(rng, dt, s) for i, s in enumerate(shapes)})
+
+
+@pytest.mark.parametrize("dt", ["u8", "s8"])
+def test_where_matches_onnx_runtime(tmp_path, dt):
+    rng = np.random.default_rng(4)
+    inits = {**_qparams("x", dt, 0.0513, 1), **_qparams("b", dt, 0.0209, -2 if dt == "s8" else 100),
+             **_qparams("y", dt, 0.0419, 3)}
+    node = helper.make_node("QLinearWhere", ["c", "x", "x_s", "x_z", "b", "b_s", "b_z", "y_s",
+                                             "y_z"], ["y"], domain="com.microsoft")
+    p = _save(tmp_path, [node], [helper.make_tensor_value_info("c", TensorProto.BOOL, (3, 1)),
+                                 helper.make_tensor_value_info("x", _TP[dt], (3, 7)),
+                                 helper.make_tensor_value_info("b", _TP[dt], (7,))],
+              [helper.make_tensor_value_info("y", _TP[dt], None)], inits)
+    _check(p, {"c": rng.integers(0, 2, (3, 1)).astype(bool), "x": _random_q(rng, dt, (3, 7)),
+               "b": _random_q(rng, dt, (7,))})
+
+
+@pytest.mark.parametrize("a_dt", ["u8", "s8"])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("out", ["q", "float"])
+def test_qgemm_matches_onnx_runtime(tmp_path, a_dt, per_column, trans_b, out):
+    """A (uint8 or int8) by an int8 B, per tensor or per column, with an int32 C; requantized or
+    float output. Odd sizes: M 3, K 37, N 19."""
+    rng = np.random.default_rng(5)
+    m, k, n = 3, 37, 19
+    b = _random_q(rng, "s8", (n, k) if trans_b else (k, n))
+    bs = (rng.uniform(0.005, 0.02, n) if per_column else np.array(0.01)).astype(np.float32)
+    inits = {**_qparams("a", a_dt, 0.03, 4), "b": b, "b_s": bs,
+             "b_z": np.zeros(bs.shape, np.int8), "c": rng.integers(-500, 500, n).astype(np.int32)}
+    inputs = ["a", "a_s", "a_z", "b", "b_s", "b_z", "c"]
+    if out == "q":
+        inits.update(_qparams("y", a_dt, 0.08, 6))
+        inputs += ["y_s", "y_z"]
+    node = helper.make_node("QGemm", inputs, ["y"], domain="com.microsoft", transB=trans_b)
+    p = _save(tmp_path, [node], [helper.make_tensor_value_info("a", _TP[a_dt], (m, k))],
+              [helper.make_tensor_value_info(
+                  "y", _TP[a_dt] if out == "q" else TensorProto.FLOAT, None)], inits)
+    feeds = {"a": _random_q(rng, a_dt, (m, k))}
+    if out == "q":
+        _check(p, feeds)
+        return
+    want = ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    for level in (None, 0):
+        got = np.asarray(pypto.onnx.load(p, level)(feeds["a"]))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_fused_transformer_ops_are_rejected_with_advice(tmp_path):
+    node = helper.make_node("QAttention", ["x"], ["y"], domain="com.microsoft", num_heads=2)
+    p = _save(tmp_path, [node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4))],
+              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], {})
+    with pytest.raises(NotImplementedError, match=r"QAttention.*quantize the unfused model"):
+        pypto.onnx.load(p)
