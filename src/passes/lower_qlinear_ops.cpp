@@ -2,18 +2,20 @@
 // which onnxruntime.quantization.quantize_static writes with QuantFormat.QOperator, become the
 // QDQ form they stand for, so that the float kernels and the elementwise fusion run them:
 //
-//   QLinearAdd(a, as, az, b, bs, bz, ys, yz)  ->  QuantizeLinear(Add(DQ(a, as, az), DQ(b, bs, bz)), ys, yz)
-//   (Mul, Sigmoid, LeakyRelu, Softmax, GlobalAveragePool, AveragePool, Concat, Where alike)
+//   QLinearAdd(a, as, az, b, bs, bz, ys, yz)  ->  QuantizeLinear(Add(DQ(a, as, az), DQ(b, bs, bz)),
+//   ys, yz) (Mul, Sigmoid, LeakyRelu, Softmax, GlobalAveragePool, AveragePool, Concat, Where alike)
 //   QGemm(a, as, az, b, bs, bz, c, ys, yz){alpha, transA, transB}
 //     ->  QuantizeLinear(Gemm{alpha, transA, transB}(DQ(a), DQ(b), DQ(c, alpha * as * bs)), ys, yz)
 //
-// (QGemm without ys: the Gemm is the output.) LowerQdqToInteger, which runs next, makes the
-// Gemm of dequantized operands MatMulInteger plus a float epilogue. A QLinearConcat input with
-// the output's scale and zero point is passed through as it is. Not bit-exact: ONNX Runtime
-// rounds once from its float32 (or lookup-table) result, the QDQ form after float32 arithmetic,
-// so an output can differ by one step of its grid where the exact value lies near a rounding
-// edge. Nodes whose scales are not single values, or whose QGemm scales are not constants, are
-// left to the reference kernels.
+// (QGemm without ys: the Gemm is the output.) A QLinearMatMul whose B is batched (rank > 2, which
+// the int8 kernels do not take: attention's Q K^T and P V) becomes DQ -> MatMul -> Q too.
+// LowerQdqToInteger, which runs next, makes the Gemm of dequantized operands MatMulInteger plus a
+// float epilogue. A MaxPool of 8-bit values becomes DequantizeLinear -> float MaxPool ->
+// QuantizeLinear, all with scale 1 (exact). A QLinearConcat input with the output's scale and zero
+// point is passed through as it is. Not bit-exact: ONNX Runtime rounds once from its float32 (or
+// lookup-table) result, the QDQ form after float32 arithmetic, so an output can differ by one step
+// of its grid where the exact value lies near a rounding edge. Nodes whose scales are not single
+// values, or whose QGemm scales are not constants, are left to the reference kernels.
 #include "ir/ops/qlinear_ops.h"
 #include "passes/rewrite_util.h"
 
@@ -44,8 +46,8 @@ bool same_constant(const Graph& g, ValueId a, ValueId b) {
 ValueId dequantize(Rewrite& rw, size_t& at, ValueId q, ValueId scale, ValueId zp,
                    const std::string& name, int64_t axis = 1) {
   Graph& g = rw.graph();
-  const ValueId f = g.add_value(g.unique_name(g.value(q).name + "_dq"),
-                                {DType::kF32, g.value(q).type.shape});
+  const ValueId f =
+      g.add_value(g.unique_name(g.value(q).name + "_dq"), {DType::kF32, g.value(q).type.shape});
   std::vector<ValueId> inputs = {q, scale};
   if (zp != kNoValue) inputs.push_back(zp);
   Attributes attrs;
@@ -66,7 +68,12 @@ void quantize_into(Rewrite& rw, size_t at, ValueId f, ValueId ys, ValueId yz) {
 bool lower_form(Rewrite& rw, size_t i, const PassContext& ctx) {
   Graph& g = rw.graph();
   const Node n = g.nodes()[i];  // a copy: inserting nodes moves it
-  const std::optional<qlinear::Form> f = qlinear::form_of(n);
+  std::optional<qlinear::Form> f = qlinear::form_of(n);
+  // QLinearMatMul (default domain) has the binary layout; the int8 kernels take a B of rank 2,
+  // so one of a batched B (attention's Q K^T and P V) goes the float way too.
+  if (n.op == "QLinearMatMul" && n.inputs.size() == 8 && g.value(n.inputs[3]).type.shape &&
+      g.value(n.inputs[3]).type.shape->size() > 2)
+    f = qlinear::Form{"MatMul", {{0, true}, {3, true}}, 6};
   if (!f || n.outputs.size() != 1 || n.attrs.get_int("channels_last", 0) != 0) return false;
   const ValueId ys = input_or_none(n, f->y_scale), yz = input_or_none(n, f->y_scale + 1);
   const DType out = dtype_of_value(g, n.outputs[0]);
@@ -82,10 +89,12 @@ bool lower_form(Rewrite& rw, size_t i, const PassContext& ctx) {
   size_t at = i;
   std::vector<ValueId> operands;
   for (const qlinear::Operand& o : f->operands) {
-    const ValueId q = n.inputs[o.input], s = n.inputs[o.input + 1], z = input_or_none(n, o.input + 2);
+    const ValueId q = n.inputs[o.input], s = n.inputs[o.input + 1],
+                  z = input_or_none(n, o.input + 2);
     // Concat moves values: one already on the output's grid needs no detour through float.
-    const bool same_grid = f->float_op == "Concat" && same_constant(g, s, ys) &&
-                           (z == yz || (z != kNoValue && yz != kNoValue && same_constant(g, z, yz)));
+    const bool same_grid =
+        f->float_op == "Concat" && same_constant(g, s, ys) &&
+        (z == yz || (z != kNoValue && yz != kNoValue && same_constant(g, z, yz)));
     operands.push_back(!o.quantized ? q : same_grid ? q : dequantize(rw, at, q, s, z, n.name));
   }
   // A Concat of inputs all on the output's grid is the Concat itself.
@@ -121,8 +130,8 @@ bool lower_form(Rewrite& rw, size_t i, const PassContext& ctx) {
 // alpha * a_scale * b_scale as a float32 constant (one value, or one per column of b_scale's).
 std::optional<Tensor> bias_scale(const Graph& g, const Node& n) {
   const Tensor *as = constant(g, n.inputs[1]), *bs = constant(g, n.inputs[4]);
-  if (!as || !bs || as->dtype() != DType::kF32 || bs->dtype() != DType::kF32 ||
-      as->numel() != 1 || bs->rank() > 1)
+  if (!as || !bs || as->dtype() != DType::kF32 || bs->dtype() != DType::kF32 || as->numel() != 1 ||
+      bs->rank() > 1)
     return std::nullopt;
   const float alpha = static_cast<float>(n.attr_float("alpha"));
   const float a = alpha * as->contiguous().data<float>()[0];
@@ -151,8 +160,8 @@ bool lower_qgemm(Rewrite& rw, size_t i, const PassContext& ctx) {
 
   size_t at = i;
   const ValueId a = dequantize(rw, at, n.inputs[0], n.inputs[1], input_or_none(n, 2), n.name);
-  const ValueId b = dequantize(rw, at, n.inputs[3], n.inputs[4], input_or_none(n, 5),
-                               n.name + "_b", trans_b ? 0 : 1);
+  const ValueId b = dequantize(rw, at, n.inputs[3], n.inputs[4], input_or_none(n, 5), n.name + "_b",
+                               trans_b ? 0 : 1);
   std::vector<ValueId> inputs = {a, b};
   if (c != kNoValue) {
     const ValueId s = g.add_constant(n.name + "_bias_scale", std::move(*cs));
@@ -177,8 +186,31 @@ bool lower_qgemm(Rewrite& rw, size_t i, const PassContext& ctx) {
   return true;
 }
 
+// MaxPool of 8-bit values (QuantFormat.QOperator keeps MaxPool on the quantized tensor):
+// DequantizeLinear with scale 1, float MaxPool, QuantizeLinear with scale 1 (the CPU kernels'
+// conversions); exact, as every 8-bit value is a float32.
+bool max_pool_in_float(Rewrite& rw, size_t i, const PassContext& ctx) {
+  Graph& g = rw.graph();
+  const Node n = g.nodes()[i];
+  const DType dt =
+      n.op == "MaxPool" && !n.inputs.empty() ? dtype_of_value(g, n.inputs[0]) : DType::kUndefined;
+  if ((dt != DType::kU8 && dt != DType::kI8) || !n.domain.empty() || n.outputs.size() != 1)
+    return false;
+  const ValueId one = g.add_constant(n.name + "_unit_scale", Tensor::scalar<float>(1.0f));
+  const ValueId zero = g.add_constant(n.name + "_zero", Tensor::zeros(dt, {}));
+  size_t at = i;
+  const ValueId x = dequantize(rw, at, n.inputs[0], one, zero, n.name);
+  const ValueId y = g.add_value(g.unique_name(n.name + "_float"),
+                                {DType::kF32, g.value(n.outputs[0]).type.shape});
+  rw.insert(at++, "MaxPool", {x}, {y}, n.attrs, n.name + "_float", n.opset);
+  quantize_into(rw, at, y, one, zero);
+  ctx.note("LowerQLinearOps/MaxPool");
+  return true;
+}
+
 Graph lower_qlinear_ops(Graph g, const PassContext& ctx) {
-  apply_rules(g, {{nullptr, lower_form}, {nullptr, lower_qgemm}}, ctx);
+  apply_rules(g, {{nullptr, lower_form}, {nullptr, lower_qgemm}, {nullptr, max_pool_in_float}},
+              ctx);
   return g;
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import pypto
 import pypto.onnx
@@ -173,3 +174,118 @@ def test_fused_transformer_ops_are_rejected_with_advice(tmp_path):
               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], {})
     with pytest.raises(NotImplementedError, match=r"QAttention.*quantize the unfused model"):
         pypto.onnx.load(p)
+
+
+# ---- Whole files quantized by quantize_static, QOperator format ----
+
+class SmallCnn(torch.nn.Module):
+    """Every QOperator op onnxruntime writes for a CNN: QLinearConv, QLinearLeakyRelu,
+    QLinearSigmoid, QLinearConcat, QLinearAveragePool, QLinearMul, QLinearAdd (residual), 8-bit
+    MaxPool, QLinearGlobalAveragePool, QGemm and QLinearSoftmax."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.c3 = torch.nn.Conv2d(16, 8, 1)
+        self.c4 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        f = torch.nn.functional
+        y = torch.cat([f.leaky_relu(self.c1(x), 0.1), torch.sigmoid(self.c2(x))], 1)
+        y = self.c3(f.avg_pool2d(y, 2))
+        y = y * torch.sigmoid(y)
+        y = f.max_pool2d(torch.relu(self.c4(y)) + y, 2)
+        return torch.softmax(self.fc(f.adaptive_avg_pool2d(y, 1).flatten(1)), -1)
+
+
+class TinyEncoder(torch.nn.Module):
+    """A two-layer transformer encoder over token ids (BERT-like): QLinearMatMul (batched for the
+    attention), QLinearAdd, QLinearMul, QLinearSoftmax, QGemm; LayerNorm stays float."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(100, 32)
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, dropout=0.0)
+        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.fc = torch.nn.Linear(32, 3)
+
+    def forward(self, ids):
+        return self.fc(self.enc(self.emb(ids)))
+
+
+def _quantize_qoperator(tmp_path, net, example, inputs, per_channel, activations, pre=True):
+    """ONNX Runtime's pre-processing (constants to initializers, shapes; its symbolic shape
+    inference fails on the encoder's attention reshapes: pre=False), then quantize_static."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    fp32 = tmp_path / "net.onnx"
+    torch.onnx.export(net.eval(), (torch.from_numpy(example),), str(fp32), input_names=["x"],
+                      output_names=["y"], dynamo=False, opset_version=17)
+    if pre:
+        quant_pre_process(str(fp32), str(fp32.with_suffix('.pre.onnx')))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.data = iter([{"x": x} for x in inputs])
+
+        def get_next(self):
+            return next(self.data, None)
+
+    q = tmp_path / f"net_{per_channel}_{activations}.onnx"
+    quantize_static(str(fp32.with_suffix('.pre.onnx') if pre else fp32), str(q), Reader(), quant_format=QuantFormat.QOperator,
+                    per_channel=per_channel, activation_type=getattr(QuantType, activations),
+                    weight_type=QuantType.QInt8)
+    return q
+
+
+def _steps_from_onnx_runtime(q, inputs, contrib_ops):
+    """Max |PyPTO - ONNX Runtime| over the inputs, in steps of the output's grid (the scale of the
+    DequantizeLinear that gives it), and the share of equal outputs; checks that the file holds
+    the com.microsoft ops named and every node runs on a CPU kernel."""
+    m = onnx.load(str(q))
+    assert {n.op_type for n in m.graph.node if n.domain == "com.microsoft"} == contrib_ops
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    (last,) = [n for n in m.graph.node if n.output[0] == "y"]
+    assert last.op_type == "DequantizeLinear"
+    step = float(inits[last.input[1]])
+    model = pypto.onnx.load(q)
+    assert all(b == "cpu" for _, b in model._compiled.node_backends), \
+        [o for o, b in model._compiled.node_backends if b != "cpu"]
+    sess = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"])
+    diffs = [np.abs(np.asarray(model(x)) - sess.run(None, {"x": x})[0]) / step for x in inputs]
+    d = np.concatenate([e.ravel() for e in diffs])
+    return float(np.round(d.max(), 3)), float((np.round(d, 3) == 0).mean())
+
+
+@pytest.mark.parametrize("per_channel,activations",
+                         [(False, "QUInt8"), (True, "QUInt8"), (True, "QInt8")])
+def test_qoperator_cnn_matches_onnx_runtime(tmp_path, per_channel, activations):
+    """Measured: all outputs equal (0 steps)."""
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((1, 3, 16, 18)).astype(np.float32) for _ in range(6)]
+    q = _quantize_qoperator(tmp_path, SmallCnn(), inputs[0], inputs[:4], per_channel,
+                            activations)
+    ops = {"QLinearLeakyRelu", "QLinearSigmoid", "QLinearConcat", "QLinearAveragePool",
+           "QLinearMul", "QLinearAdd", "QLinearGlobalAveragePool", "QGemm", "QLinearSoftmax"}
+    worst, equal = _steps_from_onnx_runtime(q, inputs[4:], ops)
+    assert worst <= 1 and equal >= 0.9, (worst, equal)
+
+
+@pytest.mark.parametrize("per_channel,activations",
+                         [(False, "QUInt8"), (True, "QUInt8"), (True, "QInt8")])
+def test_qoperator_transformer_matches_onnx_runtime(tmp_path, per_channel, activations):
+    """One-step differences inside (the float detour of QLinearAdd / Softmax / MatMul rounds
+    differently near an edge) travel through later layers: the outputs stay within a few steps."""
+    rng = np.random.default_rng(1)
+    inputs = [rng.integers(0, 100, (1, 12)).astype(np.int64) for _ in range(8)]
+    q = _quantize_qoperator(tmp_path, TinyEncoder(), inputs[0], inputs[:4], per_channel,
+                            activations, pre=False)
+    worst, equal = _steps_from_onnx_runtime(
+        q, inputs[4:], {"QLinearAdd", "QLinearMul", "QLinearSoftmax", "QGemm"})
+    assert worst <= 4 and equal >= 0.6, (worst, equal)
