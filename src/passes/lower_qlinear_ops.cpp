@@ -168,10 +168,7 @@ bool lower_qgemm(Rewrite& rw, size_t i, const PassContext& ctx) {
     const int64_t axis = cdims->empty() ? 1 : static_cast<int64_t>(cdims->size()) - 1;
     inputs.push_back(dequantize(rw, at, c, s, kNoValue, n.name + "_bias", axis));
   }
-  Attributes attrs;
-  attrs.set("alpha", n.attr_float("alpha"));
-  attrs.set("transA", n.attr_int("transA"));
-  attrs.set("transB", n.attr_int("transB"));
+  Attributes attrs = n.attrs;  // alpha, transA and transB, as Gemm's
   if (ys == kNoValue) {
     Node& m = g.mutable_nodes()[at];
     retarget(m, "Gemm", std::move(inputs), std::move(attrs));
