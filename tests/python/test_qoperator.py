@@ -8,6 +8,8 @@ rounding edge: the tests allow one step and ask that nearly all outputs be equal
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -168,11 +170,32 @@ def test_qgemm_matches_onnx_runtime(tmp_path, a_dt, per_column, trans_b, out):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
-def test_fused_transformer_ops_are_rejected_with_advice(tmp_path):
-    node = helper.make_node("QAttention", ["x"], ["y"], domain="com.microsoft", num_heads=2)
+@pytest.mark.parametrize("op,advice", [
+    ("QAttention", "quantize the unfused model"),
+    ("QEmbedLayerNormalization", "quantize the unfused model"),
+    ("DynamicQuantizeLSTM", "op_types_to_quantize=['MatMul', 'Gemm', 'Conv']"),
+    ("QLinearReduceMean", "QuantFormat.QDQ"),
+    ("SkipLayerNormalization", "before the optimizer fuses it"),
+])
+def test_unsupported_contrib_ops_are_rejected_with_advice(tmp_path, op, advice):
+    """What quantize_dynamic writes for a model onnxruntime.transformers.optimizer fused (QAttention,
+    QEmbedLayerNormalization, next to the float SkipLayerNormalization) or for an LSTM, and
+    QOperator ops onnxruntime does not write: the error names the op and says what to do."""
+    node = helper.make_node(op, ["x"], ["y"], domain="com.microsoft")
     p = _save(tmp_path, [node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4))],
               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], {})
-    with pytest.raises(NotImplementedError, match=r"QAttention.*quantize the unfused model"):
+    with pytest.raises(NotImplementedError, match=rf"\[{op}\].*{re.escape(advice)}"):
+        pypto.onnx.load(p)
+
+
+def test_channels_last_pooling_is_rejected(tmp_path):
+    inits = {**_qparams("x", "u8", 0.05, 3), **_qparams("y", "u8", 0.05, 3)}
+    node = helper.make_node("QLinearGlobalAveragePool", ["x", "x_s", "x_z", "y_s", "y_z"], ["y"],
+                            domain="com.microsoft", channels_last=1)
+    p = _save(tmp_path, [node], [helper.make_tensor_value_info("x", TensorProto.UINT8,
+                                                               (1, 4, 4, 3))],
+              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    with pytest.raises(NotImplementedError, match=r"channels_last=1 \(NHWC\) is not supported"):
         pypto.onnx.load(p)
 
 
@@ -289,3 +312,26 @@ def test_qoperator_transformer_matches_onnx_runtime(tmp_path, per_channel, activ
     worst, equal = _steps_from_onnx_runtime(
         q, inputs[4:], {"QLinearAdd", "QLinearMul", "QLinearSoftmax", "QGemm"})
     assert worst <= 4 and equal >= 0.6, (worst, equal)
+
+
+def test_contrib_nodes_export_in_their_domain(tmp_path):
+    """Loaded and written back (pypto._C.onnx_save), a QOperator node keeps its domain and the
+    domain's opset 1: ONNX Runtime runs the written file to the same bits."""
+    from pypto import _C
+
+    inits = {**_qparams("a", "u8", 0.05, 3), **_qparams("y", "u8", 0.1, 5)}
+    node = helper.make_node("QLinearAdd", ["a", "a_s", "a_z", "a", "a_s", "a_z", "y_s", "y_z"],
+                            ["y"], domain="com.microsoft")
+    p = _save(tmp_path, [node], [helper.make_tensor_value_info("a", TensorProto.UINT8, (4,))],
+              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    out = tmp_path / "written.onnx"
+    _C.onnx_save(_C.onnx_load(str(p)), str(out))
+    m = onnx.load(str(out))
+    assert [(n.domain, n.op_type) for n in m.graph.node] == [("com.microsoft", "QLinearAdd")]
+    assert {o.domain: o.version for o in m.opset_import}.get("com.microsoft") == 1
+    a = np.array([0, 7, 200, 255], np.uint8)
+
+    def run(f):
+        return ort.InferenceSession(str(f), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+
+    np.testing.assert_array_equal(run(out), run(p))

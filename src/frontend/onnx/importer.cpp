@@ -21,8 +21,10 @@ bool is_default_domain(const std::string& d) {
   return d.empty() || d == "ai.onnx";
 }
 
-// What to do about a com.microsoft op PyPTO does not read (qlinear_ops.h lists those it does).
-std::string unsupported_domain_hint(const std::string& op) {
+// What to do about an op of another domain (for com.microsoft: one PyPTO does not read;
+// qlinear_ops.h lists those it does).
+std::string unsupported_domain_hint(const std::string& domain, const std::string& op) {
+  if (domain != "com.microsoft") return "";
   if (op == "MatMulNBits")
     return " (MatMulNBits: 2..8-bit weight-only quantized MatMul; PyPTO has no 4-bit kernels)";
   if (op == "QAttention" || op == "QEmbedLayerNormalization")
@@ -33,7 +35,15 @@ std::string unsupported_domain_hint(const std::string& op) {
   if (op == "DynamicQuantizeLSTM")
     return " (DynamicQuantizeLSTM: what quantize_dynamic writes for an LSTM; keep the LSTM float "
            "with op_types_to_quantize=['MatMul', 'Gemm', 'Conv'])";
-  return "";
+  if (op.starts_with("Q")) {  // QLinearReduceMean, QOrderedMatMul, ...
+    std::string read = "QGemm";
+    for (const std::string& q : qlinear::form_ops()) read += ", " + q;
+    return cat(" (", op, ": not among the QOperator ops PyPTO reads (", read,
+               "); quantize in the QDQ format, QuantFormat.QDQ, instead)");
+  }
+  return cat(" (", op,
+             ": an onnxruntime contrib op, as onnxruntime.transformers.optimizer writes them; "
+             "load the model as exported, before the optimizer fuses it)");
 }
 
 TensorType type_from_proto(const ::onnx::TypeProto& tp, const std::string& where) {
@@ -201,7 +211,7 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
     const bool contrib = np.domain() == "com.microsoft" && qlinear::is_contrib_op(np.op_type());
     if (!is_default_domain(np.domain()) && !contrib)
       throw UnsupportedError(cat(where, ": operator domain '", np.domain(), "' is not supported",
-                                 unsupported_domain_hint(np.op_type())));
+                                 unsupported_domain_hint(np.domain(), np.op_type())));
     if (np.op_type().empty()) throw ValueError(cat(where, ": node has no op_type"));
     std::vector<ValueId> inputs;
     for (const auto& in : np.input()) {
@@ -230,7 +240,10 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
     try {
       Node& n =
           g.add_node(np.op_type(), std::move(inputs), std::move(outputs), std::move(attrs), name);
-      if (contrib) n.domain = np.domain();
+      if (contrib) {  // every com.microsoft op PyPTO reads is version 1 of that domain
+        n.domain = np.domain();
+        n.opset = 1;
+      }
     } catch (const UnsupportedError& e) {
       throw UnsupportedError(cat(src, ": ", e.what()));
     }
