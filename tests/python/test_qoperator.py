@@ -100,7 +100,8 @@ _UNARY = [
 def test_unary_matches_onnx_runtime(tmp_path, op, attrs, shape, dt):
     rng = np.random.default_rng(2)
     y_scale, y_zp = (1 / 256, -128 if dt == "s8" else 0) if op == "QLinearSoftmax" else (0.0419, 5)
-    inits = {**_qparams("x", dt, 0.0713, -3 if dt == "s8" else 120), **_qparams("y", dt, y_scale, y_zp)}
+    inits = {**_qparams("x", dt, 0.0713, -3 if dt == "s8" else 120),
+             **_qparams("y", dt, y_scale, y_zp)}
     node = helper.make_node(op, ["x", "x_s", "x_z", "y_s", "y_z"], ["y"], domain="com.microsoft",
                             **attrs)
     p = _save(tmp_path, [node], [helper.make_tensor_value_info("x", _TP[dt], shape)],
@@ -178,9 +179,10 @@ def test_qgemm_matches_onnx_runtime(tmp_path, a_dt, per_column, trans_b, out):
     ("SkipLayerNormalization", "before the optimizer fuses it"),
 ])
 def test_unsupported_contrib_ops_are_rejected_with_advice(tmp_path, op, advice):
-    """What quantize_dynamic writes for a model onnxruntime.transformers.optimizer fused (QAttention,
-    QEmbedLayerNormalization, next to the float SkipLayerNormalization) or for an LSTM, and
-    QOperator ops onnxruntime does not write: the error names the op and says what to do."""
+    """What quantize_dynamic writes for a model onnxruntime.transformers.optimizer fused
+    (QAttention, QEmbedLayerNormalization, next to the float SkipLayerNormalization) or for an
+    LSTM, and QOperator ops onnxruntime does not write: the error names the op and says what to
+    do."""
     node = helper.make_node(op, ["x"], ["y"], domain="com.microsoft")
     p = _save(tmp_path, [node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4))],
               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], {})
@@ -251,7 +253,7 @@ def _quantize_qoperator(tmp_path, net, example, inputs, per_channel, activations
     torch.onnx.export(net.eval(), (torch.from_numpy(example),), str(fp32), input_names=["x"],
                       output_names=["y"], dynamo=False, opset_version=17)
     if pre:
-        quant_pre_process(str(fp32), str(fp32.with_suffix('.pre.onnx')))
+        quant_pre_process(str(fp32), str(fp32.with_suffix(".pre.onnx")))
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -261,7 +263,8 @@ def _quantize_qoperator(tmp_path, net, example, inputs, per_channel, activations
             return next(self.data, None)
 
     q = tmp_path / f"net_{per_channel}_{activations}.onnx"
-    quantize_static(str(fp32.with_suffix('.pre.onnx') if pre else fp32), str(q), Reader(), quant_format=QuantFormat.QOperator,
+    src = fp32.with_suffix(".pre.onnx") if pre else fp32
+    quantize_static(str(src), str(q), Reader(), quant_format=QuantFormat.QOperator,
                     per_channel=per_channel, activation_type=getattr(QuantType, activations),
                     weight_type=QuantType.QInt8)
     return q
@@ -332,6 +335,7 @@ def test_contrib_nodes_export_in_their_domain(tmp_path):
     a = np.array([0, 7, 200, 255], np.uint8)
 
     def run(f):
-        return ort.InferenceSession(str(f), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+        sess = ort.InferenceSession(str(f), providers=["CPUExecutionProvider"])
+        return sess.run(None, {"a": a})[0]
 
     np.testing.assert_array_equal(run(out), run(p))
