@@ -180,6 +180,12 @@ def quantize(export: dict, model: str, fmt: str = "qdq") -> str | None:
 
                 name = onnx.load(str(src), load_external_data=False).graph.input[0].name
                 quant_format = QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator
+                if fmt == "qoperator":  # QOperator needs the exporter's Constants as initializers
+                    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+                    pre = dst.with_name("model.pre.onnx")
+                    quant_pre_process(str(src), str(pre))
+                    src = pre
                 quantize_static(str(src), str(dst), Reader(name), quant_format=quant_format,
                                 per_channel=True, activation_type=QuantType.QUInt8,
                                 weight_type=QuantType.QInt8)

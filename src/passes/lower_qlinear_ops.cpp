@@ -2,20 +2,23 @@
 // which onnxruntime.quantization.quantize_static writes with QuantFormat.QOperator, become the
 // QDQ form they stand for, so that the float kernels and the elementwise fusion run them:
 //
-//   QLinearAdd(a, as, az, b, bs, bz, ys, yz)  ->  QuantizeLinear(Add(DQ(a, as, az), DQ(b, bs, bz)),
-//   ys, yz) (Mul, Sigmoid, LeakyRelu, Softmax, GlobalAveragePool, AveragePool, Concat, Where alike)
+//   QLinearAdd(a, as, az, b, bs, bz, ys, yz)
+//       ->  QuantizeLinear(Add(DQ(a, as, az), DQ(b, bs, bz)), ys, yz)
+//   (Mul, Sigmoid, LeakyRelu, Softmax, GlobalAveragePool, AveragePool, Concat, Where alike)
 //   QGemm(a, as, az, b, bs, bz, c, ys, yz){alpha, transA, transB}
-//     ->  QuantizeLinear(Gemm{alpha, transA, transB}(DQ(a), DQ(b), DQ(c, alpha * as * bs)), ys, yz)
+//       ->  QuantizeLinear(Gemm{alpha, transA, transB}(DQ(a), DQ(b), DQ(c, alpha*as*bs)), ys, yz)
 //
-// (QGemm without ys: the Gemm is the output.) A QLinearMatMul whose B is batched (rank > 2, which
-// the int8 kernels do not take: attention's Q K^T and P V) becomes DQ -> MatMul -> Q too.
-// LowerQdqToInteger, which runs next, makes the Gemm of dequantized operands MatMulInteger plus a
-// float epilogue. A MaxPool of 8-bit values becomes DequantizeLinear -> float MaxPool ->
-// QuantizeLinear, all with scale 1 (exact). A QLinearConcat input with the output's scale and zero
-// point is passed through as it is. Not bit-exact: ONNX Runtime rounds once from its float32 (or
-// lookup-table) result, the QDQ form after float32 arithmetic, so an output can differ by one step
-// of its grid where the exact value lies near a rounding edge. Nodes whose scales are not single
-// values, or whose QGemm scales are not constants, are left to the reference kernels.
+// QGemm without ys: the Gemm is the output. LowerQdqToInteger, which runs next, makes the Gemm
+// of dequantized operands MatMulInteger plus a float epilogue. Also:
+//   - a QLinearMatMul with a batched B (rank > 2, which the int8 kernels do not take: attention's
+//     Q K^T and P V) becomes DQ -> MatMul -> Q;
+//   - a MaxPool of 8-bit values runs in float between DQ and Q with scale 1 (exact);
+//   - a QLinearConcat whose inputs all have the output's scale and zero point is a Concat of the
+//     8-bit values (exact).
+// Not bit-exact otherwise: ONNX Runtime rounds once from its float32 (or lookup-table) result,
+// the QDQ form after float32 arithmetic, so an output can differ by one step of its grid where
+// the exact value lies near a rounding edge. Nodes whose scales are not single values, or whose
+// QGemm scales are not constants, are left to the reference kernels.
 #include "ir/ops/qlinear_ops.h"
 #include "passes/rewrite_util.h"
 
@@ -86,37 +89,32 @@ bool lower_form(Rewrite& rw, size_t i, const PassContext& ctx) {
                         !one_value(g, input_or_none(n, o.input + 2))))
       return false;
 
-  size_t at = i;
-  std::vector<ValueId> operands;
-  for (const qlinear::Operand& o : f->operands) {
-    const ValueId q = n.inputs[o.input], s = n.inputs[o.input + 1],
-                  z = input_or_none(n, o.input + 2);
-    // Concat moves values: one already on the output's grid needs no detour through float.
-    const bool same_grid =
-        f->float_op == "Concat" && same_constant(g, s, ys) &&
-        (z == yz || (z != kNoValue && yz != kNoValue && same_constant(g, z, yz)));
-    operands.push_back(!o.quantized ? q : same_grid ? q : dequantize(rw, at, q, s, z, n.name));
-  }
-  // A Concat of inputs all on the output's grid is the Concat itself.
-  const bool all_raw = f->float_op == "Concat" &&
-                       std::all_of(f->operands.begin(), f->operands.end(), [&](const auto& o) {
-                         return dtype_of_value(g, operands[&o - f->operands.data()]) == out;
-                       });
+  // A Concat of inputs all on the output's grid moves values and needs no detour through float.
+  const bool on_output_grid =
+      f->float_op == "Concat" &&
+      std::all_of(f->operands.begin(), f->operands.end(), [&](const qlinear::Operand& o) {
+        const ValueId s = n.inputs[o.input], z = input_or_none(n, o.input + 2);
+        return same_constant(g, s, ys) &&
+               (z == yz || (z != kNoValue && yz != kNoValue && same_constant(g, z, yz)));
+      });
   Attributes attrs = without(without(n.attrs, "channels_last"), "opset");
   int opset = 0;
   if (n.op == "QLinearSoftmax") {  // its axis defaults to -1 whatever the opset says
     attrs.set("axis", n.attr_int("axis"));
     opset = static_cast<int>(n.attr_int("opset"));
   }
-  if (all_raw) {
+  size_t at = i;
+  std::vector<ValueId> operands;
+  for (const qlinear::Operand& o : f->operands)
+    operands.push_back(!o.quantized || on_output_grid
+                           ? n.inputs[o.input]
+                           : dequantize(rw, at, n.inputs[o.input], n.inputs[o.input + 1],
+                                        input_or_none(n, o.input + 2), n.name));
+  if (on_output_grid) {
     Node& m = g.mutable_nodes()[at];
     retarget(m, "Concat", std::move(operands), std::move(attrs));
     m.domain.clear();
   } else {
-    // Mixed: the raw inputs (on the output grid) are dequantized too, with the output's scale.
-    for (size_t k = 0; k < operands.size(); ++k)
-      if (f->operands[k].quantized && dtype_of_value(g, operands[k]) != DType::kF32)
-        operands[k] = dequantize(rw, at, operands[k], ys, yz, n.name);
     const ValueId y = g.add_value(g.unique_name(n.name + "_float"),
                                   {DType::kF32, g.value(n.outputs[0]).type.shape});
     rw.insert(at++, f->float_op, std::move(operands), {y}, std::move(attrs), n.name + "_float",
