@@ -86,6 +86,9 @@ void infer_via_float_op(InferContext& c, const std::string& float_op,
 void infer_qlinear(InferContext& c) {
   if (c.node.attrs.has("channels_last") && c.node.attrs.get_int("channels_last") != 0)
     throw UnsupportedError(cat(c.where(), ": channels_last=1 (NHWC) is not supported"));
+  if (c.node.op == "QLinearConcat" && (c.num_inputs() - 2) % 3 != 0)
+    throw ValueError(cat(c.where(), ": inputs must be Y_scale, Y_zero_point, then (X, X_scale, ",
+                         "X_zero_point) per input; got ", c.num_inputs()));
   const std::optional<qlinear::Form> f = qlinear::form_of(c.node);
   std::vector<size_t> operands;
   for (const qlinear::Operand& o : f->operands) {
