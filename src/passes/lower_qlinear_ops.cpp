@@ -59,13 +59,25 @@ ValueId dequantize(Rewrite& rw, size_t& at, ValueId q, ValueId scale, ValueId zp
   return f;
 }
 
-// The node at `at` (the matched one) becomes QuantizeLinear(f, ys, yz) of the default domain.
-void quantize_into(Rewrite& rw, size_t at, ValueId f, ValueId ys, ValueId yz) {
-  Node& n = rw.graph().mutable_nodes()[at];
-  std::vector<ValueId> inputs = {f, ys};
-  if (yz != kNoValue) inputs.push_back(yz);
-  retarget(n, "QuantizeLinear", std::move(inputs));
-  n.domain.clear();
+// The matched node `n`, now at `at`, becomes `op` of the default domain on `inputs`, followed by
+// QuantizeLinear(., ys, yz) unless ys is kNoValue.
+void become(Rewrite& rw, size_t at, const Node& n, const std::string& op,
+            std::vector<ValueId> inputs, Attributes attrs, int opset, ValueId ys, ValueId yz) {
+  Graph& g = rw.graph();
+  std::string last = op;
+  if (ys != kNoValue) {
+    const ValueId y = g.add_value(g.unique_name(n.name + "_float"),
+                                  {DType::kF32, g.value(n.outputs[0]).type.shape});
+    rw.insert(at++, op, std::move(inputs), {y}, std::move(attrs), n.name + "_float", opset);
+    last = "QuantizeLinear";
+    inputs = {y, ys};
+    if (yz != kNoValue) inputs.push_back(yz);
+    attrs = {};
+    opset = 0;
+  }
+  Node& m = g.mutable_nodes()[at];
+  retarget(m, last, std::move(inputs), std::move(attrs), opset);
+  m.domain.clear();
 }
 
 bool lower_form(Rewrite& rw, size_t i, const PassContext& ctx) {
@@ -110,17 +122,8 @@ bool lower_form(Rewrite& rw, size_t i, const PassContext& ctx) {
                            ? n.inputs[o.input]
                            : dequantize(rw, at, n.inputs[o.input], n.inputs[o.input + 1],
                                         input_or_none(n, o.input + 2), n.name));
-  if (on_output_grid) {
-    Node& m = g.mutable_nodes()[at];
-    retarget(m, "Concat", std::move(operands), std::move(attrs));
-    m.domain.clear();
-  } else {
-    const ValueId y = g.add_value(g.unique_name(n.name + "_float"),
-                                  {DType::kF32, g.value(n.outputs[0]).type.shape});
-    rw.insert(at++, f->float_op, std::move(operands), {y}, std::move(attrs), n.name + "_float",
-              opset);
-    quantize_into(rw, at, y, ys, yz);
-  }
+  become(rw, at, n, f->float_op, std::move(operands), std::move(attrs), opset,
+         on_output_grid ? kNoValue : ys, yz);
   ctx.note(cat("LowerQLinearOps/", n.op));
   return true;
 }
@@ -166,17 +169,8 @@ bool lower_qgemm(Rewrite& rw, size_t i, const PassContext& ctx) {
     const int64_t axis = cdims->empty() ? 1 : static_cast<int64_t>(cdims->size()) - 1;
     inputs.push_back(dequantize(rw, at, c, s, kNoValue, n.name + "_bias", axis));
   }
-  Attributes attrs = n.attrs;  // alpha, transA and transB, as Gemm's
-  if (ys == kNoValue) {
-    Node& m = g.mutable_nodes()[at];
-    retarget(m, "Gemm", std::move(inputs), std::move(attrs));
-    m.domain.clear();
-  } else {
-    const ValueId y = g.add_value(g.unique_name(n.name + "_float"),
-                                  {DType::kF32, g.value(n.outputs[0]).type.shape});
-    rw.insert(at++, "Gemm", std::move(inputs), {y}, std::move(attrs), n.name + "_float");
-    quantize_into(rw, at, y, ys, yz);
-  }
+  // alpha, transA and transB, as Gemm's
+  become(rw, at, n, "Gemm", std::move(inputs), n.attrs, 0, ys, yz);
   ctx.note("LowerQLinearOps/QGemm");
   return true;
 }
@@ -195,10 +189,7 @@ bool max_pool_in_float(Rewrite& rw, size_t i, const PassContext& ctx) {
   const ValueId zero = g.add_constant(n.name + "_zero", Tensor::zeros(dt, {}));
   size_t at = i;
   const ValueId x = dequantize(rw, at, n.inputs[0], one, zero, n.name);
-  const ValueId y = g.add_value(g.unique_name(n.name + "_float"),
-                                {DType::kF32, g.value(n.outputs[0]).type.shape});
-  rw.insert(at++, "MaxPool", {x}, {y}, n.attrs, n.name + "_float", n.opset);
-  quantize_into(rw, at, y, one, zero);
+  become(rw, at, n, "MaxPool", {x}, n.attrs, n.opset, one, zero);
   ctx.note("LowerQLinearOps/MaxPool");
   return true;
 }
