@@ -167,8 +167,27 @@ def test_qgemm_matches_onnx_runtime(tmp_path, a_dt, per_column, trans_b, out):
         return
     want = ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     for level in (None, 0):
-        got = np.asarray(pypto.onnx.load(p, level)(feeds["a"]))
+        model = pypto.onnx.load(p, level)
+        if level is None:
+            assert all(b == "cpu" for _, b in model._compiled.node_backends)
+        got = np.asarray(model(feeds["a"]))
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_qgemm_alpha_trans_a_and_full_c(tmp_path):
+    """alpha 0.5, A transposed ([K, M]), a per-column B and an [M, N] C: the Gemm stays float
+    (LowerQdqToInteger takes alpha 1 and A as it is only), on the CPU."""
+    rng = np.random.default_rng(6)
+    m, k, n = 5, 33, 11
+    inits = {**_qparams("a", "u8", 0.0311, 120), "b": _random_q(rng, "s8", (k, n)),
+             "b_s": rng.uniform(0.005, 0.02, n).astype(np.float32), "b_z": np.zeros(n, np.int8),
+             "c": rng.integers(-900, 900, (m, n)).astype(np.int32),
+             **_qparams("y", "u8", 0.0613, 100)}
+    node = helper.make_node("QGemm", ["a", "a_s", "a_z", "b", "b_s", "b_z", "c", "y_s", "y_z"],
+                            ["y"], domain="com.microsoft", alpha=0.5, transA=1)
+    p = _save(tmp_path, [node], [helper.make_tensor_value_info("a", TensorProto.UINT8, (k, m))],
+              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    _check(p, {"a": _random_q(rng, "u8", (k, m))})
 
 
 @pytest.mark.parametrize("op,advice", [
