@@ -35,7 +35,7 @@ std::string unsupported_domain_hint(const std::string& domain, const std::string
   if (op == "DynamicQuantizeLSTM")
     return " (DynamicQuantizeLSTM: what quantize_dynamic writes for an LSTM; keep the LSTM float "
            "with op_types_to_quantize=['MatMul', 'Gemm', 'Conv'])";
-  if (op.starts_with("Q")) {  // QLinearReduceMean, QOrderedMatMul, ...
+  if (op.starts_with("QLinear")) {  // QLinearReduceMean, QLinearLayerNorm, ...
     std::string read = "QGemm";
     for (const std::string& q : qlinear::form_ops()) read += ", " + q;
     return cat(" (", op, ": not among the QOperator ops PyPTO reads (", read,
