@@ -19,9 +19,9 @@ Measures, on each thread count, in one process per configuration, engines interl
   - eager-int8: torch.ao.quantization.quantize_dynamic(model, {Linear}, torch.qint8) (eager;
     transformers only: it leaves convolutions in fp32);
   - ort-int8: ONNX Runtime on the export quantized by onnxruntime.quantization.quantize_dynamic
-    (transformers: QInt8 weights) or quantize_static (conv nets: QDQ form, QUInt8 activations,
-    QInt8 weights per channel, calibrated on CALIBRATION random batches); cached beside the
-    export;
+    (transformers: QInt8 weights) or quantize_static (conv nets: QDQ form, or QOperator with
+    --ort-format qoperator; QUInt8 activations, QInt8 weights per channel, calibrated on
+    CALIBRATION random batches); cached beside the export;
   - pypto-int8: the same quantized ONNX file through pypto.onnx.load (level 2): its integer ops
     (DynamicQuantizeLinear, MatMulInteger, fused into DynamicQuantizeMatMul) on PyPTO's int8
     kernels;
@@ -152,15 +152,16 @@ def child(args) -> dict:
     return result
 
 
-def quantize(export: dict, model: str) -> str | None:
+def quantize(export: dict, model: str, fmt: str = "qdq") -> str | None:
     """The export quantized by onnxruntime.quantization (quantize_dynamic with QInt8 weights for
-    transformers, quantize_static in QDQ form for conv nets), cached beside it; None when that
-    fails."""
+    transformers, quantize_static in QDQ or QOperator form (`fmt`) for conv nets), cached beside
+    it; None when that fails."""
     if not base.ok(export):
         return None
     src = Path(export["path"])
     image = base.MODELS[model][1] == "image"
-    dst = src.with_name("model.int8s.onnx" if image else "model.int8.onnx")
+    dst = src.with_name(("model.int8s.onnx" if fmt == "qdq" else "model.int8s.qop.onnx")
+                        if image else "model.int8.onnx")
     if not dst.is_file():
         try:
             from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
@@ -178,7 +179,14 @@ def quantize(export: dict, model: str) -> str | None:
                 import onnx
 
                 name = onnx.load(str(src), load_external_data=False).graph.input[0].name
-                quantize_static(str(src), str(dst), Reader(name), quant_format=QuantFormat.QDQ,
+                quant_format = QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator
+                if fmt == "qoperator":  # QOperator needs the exporter's Constants as initializers
+                    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+                    pre = dst.with_name("model.pre.onnx")
+                    quant_pre_process(str(src), str(pre))
+                    src = pre
+                quantize_static(str(src), str(dst), Reader(name), quant_format=quant_format,
                                 per_channel=True, activation_type=QuantType.QUInt8,
                                 weight_type=QuantType.QInt8)
             else:
@@ -292,7 +300,7 @@ def driver(args) -> int:
     for m in models:
         for t in threads:
             export = base.ensure_export(args, m, 1, t)
-            quantized = quantize(export, m)
+            quantized = quantize(export, m, args.ort_format)
             res = {}
             for e in engines:
                 extra = ["--child", "--model", m, "--engine", e]
@@ -327,6 +335,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--ort-format", choices=("qdq", "qoperator"), default="qdq",
+                    help="quantize_static's format for the conv nets' int8 file")
     ap.add_argument("--engines", default=",".join(ENGINES),
                     help=f"comma-separated, from {', '.join(ENGINES)} (default: all)")
     ap.add_argument("--pto-bench", default=str(REPO / "build" / "bench" / "pto_bench"))

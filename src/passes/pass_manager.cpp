@@ -37,6 +37,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_promote_half(*r);
     passes::register_fuse_dynamic_quantization(*r);
     passes::register_lower_qdq_to_integer(*r);
+    passes::register_lower_qlinear_ops(*r);
     return r;
   }();
   return *registry;
@@ -59,8 +60,9 @@ std::vector<std::string> pipeline(int level) {
       "EliminateDeadCode",
   };
   // Level 2: QDQ-quantized products on the integer kernels (rounding moves by float ulps),
-  // first, before FoldConstants turns the dequantized weights into float ones.
-  if (level >= 2) order.insert(order.begin(), "LowerQdqToInteger");
+  // first, before FoldConstants turns the dequantized weights into float ones; before that,
+  // onnxruntime's QOperator ops as QDQ (a result can move by one step of its grid).
+  if (level >= 2) order.insert(order.begin(), {"LowerQLinearOps", "LowerQdqToInteger"});
   // Level 2: activations read only by bf16/f16 products stored in that type (fused casts).
   if (level >= 2) order.push_back("StoreHalfOperands");
   // Level 3: layouts (blocked channels where the CPU's blocked kernels pay), on the cleaned graph.

@@ -1007,5 +1007,89 @@ TEST(PassLowerQdqToInteger, LeavesOtherForms) {
 )");
 }
 
+// ---------------------------------------------------------------- LowerQLinearOps
+
+// onnxruntime's QOperator ops become DequantizeLinear -> float op -> QuantizeLinear: a broadcast
+// QLinearAdd, a QLinearConcat with one input on the output's grid, a QGemm with a per-column B
+// and an int32 C (float output), and a MaxPool of int8 values. Scales are powers of two, so the
+// float detour gives the reference's bits and the test can ask for them.
+TEST(PassLowerQLinearOps, RewritesQOperatorOpsAsQdq) {
+  auto fired = expect_pass("LowerQLinearOps", R"(graph t (opset 17)
+  input %a: u8[2, 3]
+  input %b: u8[3]
+  input %c: i8[1, 4, 2, 2]
+  const %as: f32[] = [0.5]
+  const %az: u8[] = [3]
+  const %bs: f32[] = [0.25]
+  const %bz: u8[] = [128]
+  const %ys: f32[] = [0.5]
+  const %yz: u8[] = [10]
+  const %w: i8[3, 4] = [1, 2, 3, -1, -2, -3, 4, 5, 6, 0, 1, 0]
+  const %ws: f32[4] = [0.25, 0.5, 0.125, 1]
+  const %wz: i8[4] = [0, 0, 0, 0]
+  const %cq: i32[4] = [4, -8, 16, 1]
+  %y: u8[2, 3] = com.microsoft.QLinearAdd(%a, %as, %az, %b, %bs, %bz, %ys, %yz)
+  %k: u8[2, 6] = com.microsoft.QLinearConcat(%ys, %yz, %a, %ys, %yz, %y, %as, %az) {axis=1}
+  %g: f32[2, 4] = com.microsoft.QGemm(%a, %as, %az, %w, %ws, %wz, %cq)
+  %m: i8[1, 4, 1, 1] = MaxPool(%c) {kernel_shape=[2, 2], strides=[2, 2]}
+  return %k, %g, %m
+)",
+                           R"(graph t (opset 17)
+  input %a: u8[2, 3]
+  input %b: u8[3]
+  input %c: i8[1, 4, 2, 2]
+  const %as: f32[] = [0.5]
+  const %az: u8[] = [3]
+  const %bs: f32[] = [0.25]
+  const %bz: u8[] = [128]
+  const %ys: f32[] = [0.5]
+  const %yz: u8[] = [10]
+  const %w: i8[3, 4] = [1, 2, 3, -1, -2, -3, 4, 5, 6, 0, 1, 0]
+  const %ws: f32[4] = [0.25, 0.5, 0.125, 1]
+  const %wz: i8[4] = [0, 0, 0, 0]
+  const %cq: i32[4] = [4, -8, 16, 1]
+  const %cs: f32[4] = [0.125, 0.25, 0.0625, 0.5]
+  const %one: f32[] = [1]
+  const %zero: i8[] = [0]
+  %af: f32[2, 3] = DequantizeLinear(%a, %as, %az)
+  %bf: f32[3] = DequantizeLinear(%b, %bs, %bz)
+  %yf: f32[2, 3] = Add(%af, %bf)
+  %y: u8[2, 3] = QuantizeLinear(%yf, %ys, %yz)
+  %yd: f32[2, 3] = DequantizeLinear(%y, %as, %az)
+  %ad: f32[2, 3] = DequantizeLinear(%a, %ys, %yz)
+  %kf: f32[2, 6] = Concat(%ad, %yd) {axis=1}
+  %k: u8[2, 6] = QuantizeLinear(%kf, %ys, %yz)
+  %ga: f32[2, 3] = DequantizeLinear(%a, %as, %az)
+  %gw: f32[3, 4] = DequantizeLinear(%w, %ws, %wz)
+  %gc: f32[4] = DequantizeLinear(%cq, %cs) {axis=0}
+  %g: f32[2, 4] = Gemm(%ga, %gw, %gc)
+  %cf: f32[1, 4, 2, 2] = DequantizeLinear(%c, %one, %zero)
+  %mf: f32[1, 4, 1, 1] = MaxPool(%cf) {kernel_shape=[2, 2], strides=[2, 2]}
+  %m: i8[1, 4, 1, 1] = QuantizeLinear(%mf, %one, %zero)
+  return %k, %g, %m
+)");
+  EXPECT_EQ(fired["LowerQLinearOps/QLinearAdd"], 1);
+  EXPECT_EQ(fired["LowerQLinearOps/QLinearConcat"], 1);
+  EXPECT_EQ(fired["LowerQLinearOps/QGemm"], 1);
+  EXPECT_EQ(fired["LowerQLinearOps/MaxPool"], 1);
+}
+
+// Left to the reference kernels: a QGemm whose B scale is not a constant, an int8 QLinearAdd
+// without the output zero point (QuantizeLinear would make that uint8).
+TEST(PassLowerQLinearOps, LeavesOtherForms) {
+  expect_unchanged("LowerQLinearOps", R"(graph t (opset 17)
+  input %a: u8[2, 3]
+  input %q: i8[2, 3]
+  input %bs: f32[]
+  const %s: f32[] = [0.5]
+  const %z: u8[] = [3]
+  const %qz: i8[] = [-3]
+  const %w: u8[3, 4] = [1, 2, 3, 1, 2, 3, 4, 5, 6, 0, 1, 0]
+  %g: f32[2, 4] = com.microsoft.QGemm(%a, %s, %z, %w, %bs, %z)
+  %y: i8[2, 3] = com.microsoft.QLinearAdd(%q, %s, %qz, %q, %s, %qz, %s)
+  return %y, %g
+)");
+}
+
 }  // namespace
 }  // namespace pto

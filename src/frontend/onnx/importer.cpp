@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "ir/ops/qlinear_ops.h"
 #include "proto_util.h"
 #include "pto/onnx.h"
 #include "pto/op_registry.h"
@@ -18,6 +19,31 @@ namespace fs = std::filesystem;
 
 bool is_default_domain(const std::string& d) {
   return d.empty() || d == "ai.onnx";
+}
+
+// What to do about an op of another domain (for com.microsoft: one PyPTO does not read;
+// qlinear_ops.h lists those it does).
+std::string unsupported_domain_hint(const std::string& domain, const std::string& op) {
+  if (domain != "com.microsoft") return "";
+  if (op == "MatMulNBits")
+    return " (MatMulNBits: 2..8-bit weight-only quantized MatMul; PyPTO has no 4-bit kernels)";
+  if (op == "QAttention" || op == "QEmbedLayerNormalization")
+    return cat(" (", op,
+               ": what quantize_dynamic writes for a model onnxruntime.transformers.optimizer "
+               "fused first; quantize the unfused model instead: its MatMuls become "
+               "DynamicQuantizeLinear + MatMulInteger, which run on PyPTO's int8 kernels)");
+  if (op == "DynamicQuantizeLSTM")
+    return " (DynamicQuantizeLSTM: what quantize_dynamic writes for an LSTM; keep the LSTM float "
+           "with op_types_to_quantize=['MatMul', 'Gemm', 'Conv'])";
+  if (op.starts_with("QLinear")) {  // QLinearReduceMean, QLinearLayerNorm, ...
+    std::string read = "QGemm";
+    for (const std::string& q : qlinear::form_ops()) read += ", " + q;
+    return cat(" (", op, ": not among the QOperator ops PyPTO reads (", read,
+               "); quantize in the QDQ format, QuantFormat.QDQ, instead)");
+  }
+  return cat(" (", op,
+             ": an onnxruntime contrib op, as onnxruntime.transformers.optimizer writes them; "
+             "load the model as exported, before the optimizer fuses it)");
 }
 
 TensorType type_from_proto(const ::onnx::TypeProto& tp, const std::string& where) {
@@ -182,12 +208,10 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
     const auto& np = gp.node(i);
     std::string name = np.name().empty() ? cat(np.op_type(), "_", i) : np.name();
     std::string where = cat(src, ": [", np.op_type(), "] node '", name, "'");
-    if (!is_default_domain(np.domain()))
+    const bool contrib = np.domain() == "com.microsoft" && qlinear::is_contrib_op(np.op_type());
+    if (!is_default_domain(np.domain()) && !contrib)
       throw UnsupportedError(cat(where, ": operator domain '", np.domain(), "' is not supported",
-                                 np.op_type() == "MatMulNBits"
-                                     ? " (MatMulNBits: 2..8-bit weight-only quantized MatMul; "
-                                       "PyPTO has no 4-bit kernels)"
-                                     : ""));
+                                 unsupported_domain_hint(np.domain(), np.op_type())));
     if (np.op_type().empty()) throw ValueError(cat(where, ": node has no op_type"));
     std::vector<ValueId> inputs;
     for (const auto& in : np.input()) {
@@ -214,7 +238,12 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
       attrs.set(a.name(), attribute_from_proto(a, base_dir, where));
     }
     try {
-      g.add_node(np.op_type(), std::move(inputs), std::move(outputs), std::move(attrs), name);
+      Node& n =
+          g.add_node(np.op_type(), std::move(inputs), std::move(outputs), std::move(attrs), name);
+      if (contrib) {  // every com.microsoft op PyPTO reads is version 1 of that domain
+        n.domain = np.domain();
+        n.opset = 1;
+      }
     } catch (const UnsupportedError& e) {
       throw UnsupportedError(cat(src, ": ", e.what()));
     }

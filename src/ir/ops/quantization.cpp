@@ -60,6 +60,8 @@ AttrSchema quantize_attrs() {
 
 }  // namespace
 
+void register_qlinear_ops(OpRegistry& r);  // qlinear_ops.cpp: ONNX Runtime's QOperator ops
+
 void register_quantization_ops(OpRegistry& r) {
   r.add({.name = "QLinearMatMul",
          .min_inputs = 8,
@@ -124,6 +126,7 @@ void register_quantization_ops(OpRegistry& r) {
            infer::set(c, 1, DType::kF32, Shape{});
            infer::set(c, 2, DType::kU8, Shape{});
          }});
+  register_qlinear_ops(r);
 }
 
 }  // namespace pto

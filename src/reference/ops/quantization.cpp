@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernel_util.h"
+#include "pto/op_registry.h"
 
 namespace pto::reference {
 namespace {
@@ -247,9 +248,12 @@ Tensor minus_zero_point(const Tensor& x, const KernelContext& c, size_t zp_input
 }
 
 std::vector<double> run_float_kernel(const std::string& op, const KernelContext& c,
-                                     std::vector<Tensor> inputs, Dims* shape) {
+                                     std::vector<Tensor> inputs, Dims* shape,
+                                     const Attributes* attrs = nullptr) {
   Node n = c.node;
   n.op = op;
+  n.def = OpRegistry::global().find(op);
+  if (attrs) n.attrs = *attrs;
   KernelContext inner{n, std::move(inputs), 1};
   Tensor y = (*KernelRegistry::global().find(op))(inner).at(0);
   *shape = y.shape();
@@ -309,6 +313,48 @@ std::vector<Tensor> qlinear_matmul(const KernelContext& c) {
   return {requantize(acc, shape, c.input(1), c.input(4), c.input(6), yzp, out, last, true, w)};
 }
 
+// QGemm: acc = (A - a_zp)' (B - b_zp)' + C exactly (B's zero point per tensor or per column),
+// then Y = acc * (alpha * a_scale * b_scale[n]) in float32, requantized with y_scale and y_zp when
+// given (the multiplier alpha * a_scale * b_scale / y_scale formed in float32, as QLinearMatMul's).
+std::vector<Tensor> qgemm(const KernelContext& c) {
+  const std::string w = c.where();
+  const bool trans_b = c.node.attr_int("transB") != 0;
+  const Tensor& A = c.input(0);
+  if (A.dtype() != DType::kU8 && A.dtype() != DType::kI8)
+    throw TypeError(cat(w, ": A must be uint8 or int8, got ", A.str()));
+  std::vector<Tensor> inputs = {minus_zero_point(A, c, 2, 0, "a"),
+                                minus_zero_point(c.input(3), c, 5, trans_b ? 0 : 1, "b")};
+  if (c.has_input(6)) {
+    const Tensor& C = c.input(6);
+    if (C.dtype() != DType::kI32) throw TypeError(cat(w, ": C must be i32, got ", C.str()));
+    inputs.push_back(from_doubles(DType::kF64, C.shape(), to_doubles(C, w), w));
+  }
+  Attributes plain;  // Gemm with alpha = beta = 1: the exact integer sum
+  plain.set("transA", c.node.attr_int("transA"));
+  plain.set("transB", c.node.attr_int("transB"));
+  Dims shape;
+  std::vector<double> acc = run_float_kernel("Gemm", c, std::move(inputs), &shape, &plain);
+  const float alpha = static_cast<float>(c.node.attr_float("alpha"));
+  const Tensor a_scale =
+      Tensor::scalar<float>(alpha * static_cast<float>(to_doubles(c.input(1), w).at(0)));
+  const Tensor& b_scale = c.input(4);
+  if (c.has_input(7)) {
+    const Tensor* yzp = c.has_input(8) ? &c.input(8) : nullptr;
+    const DType out = yzp ? yzp->dtype() : DType::kU8;
+    return {requantize(acc, shape, a_scale, b_scale, c.input(7), yzp, out, 1, true, w)};
+  }
+  const std::vector<double> bs = to_doubles(b_scale, w);
+  const int64_t n = shape.at(1);
+  if (bs.size() != 1 && static_cast<int64_t>(bs.size()) != n)
+    throw ValueError(cat(w, ": b_scale ", b_scale.str(), " must have 1 or ", n, " values"));
+  std::vector<double> y(acc.size());
+  for (size_t i = 0; i < acc.size(); ++i) {
+    const float s = a_scale.data<float>()[0] * static_cast<float>(bs[bs.size() == 1 ? 0 : i % n]);
+    y[i] = static_cast<float>(static_cast<float>(acc[i]) * s);
+  }
+  return {from_doubles(DType::kF32, shape, y, w)};
+}
+
 std::vector<Tensor> conv_integer(const KernelContext& c) {
   Tensor x = minus_zero_point(c.input(0), c, 2, 1, "x");
   Tensor wt = minus_zero_point(c.input(1), c, 3, 0, "w");
@@ -338,7 +384,11 @@ std::vector<Tensor> qlinear_conv(const KernelContext& c) {
 
 }  // namespace
 
+void register_qlinear_kernels(KernelRegistry& r);  // qlinear.cpp: ONNX Runtime's QOperator ops
+
 void register_quantization_kernels(KernelRegistry& r) {
+  register_qlinear_kernels(r);
+  r.add("QGemm", qgemm);
   r.add("QLinearMatMul", qlinear_matmul);
   r.add("ConvInteger", conv_integer);
   r.add("QLinearConv", qlinear_conv);
