@@ -19,12 +19,15 @@ enum class CpuCoverage {
              // those run on the reference backend
   kRunTime,  // a CPU kernel that also hands some inputs, seen only at run time (unusual shapes),
              // to the reference kernel
+  kLowered,  // no CPU kernel of its own: a pass rewrites its nodes into ops that have kernels
+             // (OpDef::lowered_by says which, and when)
 };
 
 struct OpCoverage {
   std::string op;
   bool reference = false;  // has a reference kernel
   CpuCoverage cpu = CpuCoverage::kNone;
+  std::string lowered_by;  // kLowered: OpDef::lowered_by
 };
 
 // Every registered op, sorted by name.

@@ -129,6 +129,9 @@ struct OpDef {
   AttrSchema attrs;  // the attributes nodes of this op may carry, with their defaults
   InferFn infer;     // may leave output shapes unknown, never throws on unknown input shapes
   std::string doc;
+  // A pass that rewrites nodes of the op into other ops, which run on their own kernels, and
+  // when ("LowerQLinearOps at level >= 2, per-tensor scales"): for the coverage table.
+  std::string lowered_by;
 
   bool has(OpProperty p) const { return (properties & p) != 0; }
   bool is_elementwise() const { return has(kElementwise); }

@@ -45,6 +45,9 @@ std::vector<OpCoverage> op_coverage() {
       c.cpu = k->reference_at_run_time ? CpuCoverage::kRunTime
               : k->accepts             ? CpuCoverage::kSome
                                        : CpuCoverage::kAll;
+    } else if (const OpDef* def = OpRegistry::global().find(op); !def->lowered_by.empty()) {
+      c.cpu = CpuCoverage::kLowered;
+      c.lowered_by = def->lowered_by;
     }
     out.push_back(std::move(c));
   }
@@ -61,13 +64,15 @@ const char* cpu_coverage_str(CpuCoverage c) {
       return "kernel; declines some nodes to the reference";
     case CpuCoverage::kRunTime:
       return "kernel; declines some nodes, and unusual shapes at run time, to the reference";
+    case CpuCoverage::kLowered:
+      return "lowered by a pass into ops with CPU kernels";
   }
   return "?";
 }
 
 std::string op_coverage_markdown() {
   std::vector<OpCoverage> ops = op_coverage();
-  int reference = 0, counts[4] = {0, 0, 0, 0};
+  int reference = 0, counts[5] = {0, 0, 0, 0, 0};
   for (const OpCoverage& c : ops) {
     reference += c.reference;
     ++counts[static_cast<int>(c.cpu)];
@@ -84,8 +89,9 @@ std::string op_coverage_markdown() {
         "  the op. *declines some nodes*: its `accepts` leaves some nodes (other dtypes than\n"
         "  float32, unusual attributes or opsets) to the reference backend, decided at compile\n"
         "  time and reported by the plan. *unusual shapes at run time*: the kernel itself calls\n"
-        "  the reference kernel for inputs it sees only at run time. *- (reference backend)*: no\n"
-        "  CPU kernel; every node of the op runs on the reference backend.\n"
+        "  the reference kernel for inputs it sees only at run time. *lowered*: a pass rewrites\n"
+        "  the op's nodes into ops with CPU kernels (which pass, and when). *- (reference\n"
+        "  backend)*: no CPU kernel; every node of the op runs on the reference backend.\n"
         "- Fused groups (epilogues, tile programs) are decided per group: see "
         "[fusion.md](fusion.md).\n"
         "- **attributes**: the op's attribute schema (`OpDef::attrs`), across the opsets the\n"
@@ -97,11 +103,12 @@ std::string op_coverage_markdown() {
      << counts[static_cast<int>(CpuCoverage::kAll)] << " with a kernel for every node, "
      << counts[static_cast<int>(CpuCoverage::kSome)] << " declining some nodes, "
      << counts[static_cast<int>(CpuCoverage::kRunTime)] << " also declining at run time, "
+     << counts[static_cast<int>(CpuCoverage::kLowered)] << " lowered into ops with kernels, "
      << counts[static_cast<int>(CpuCoverage::kNone)] << " on the reference backend only.\n\n"
      << "| op | reference | cpu | attributes |\n|---|---|---|---|\n";
   for (const OpCoverage& c : ops)
     os << "| " << c.op << " | " << (c.reference ? "yes" : "**no**") << " | "
-       << cpu_coverage_str(c.cpu) << " | "
+       << cpu_coverage_str(c.cpu) << (c.lowered_by.empty() ? "" : ": " + c.lowered_by) << " | "
        << attr_schema_str(OpRegistry::global().find(c.op)->attrs) << " |\n";
   return os.str();
 }

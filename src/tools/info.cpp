@@ -61,7 +61,8 @@ int info_main(const std::vector<std::string>& args) {
     return cpus > 1 ? cat(" shared by ", cpus, " cpus") : cpus == 1 ? std::string(" per cpu") : "";
   };
   size_t cpu_kernels = 0;
-  for (const OpCoverage& c : op_coverage()) cpu_kernels += c.cpu != CpuCoverage::kNone;
+  for (const OpCoverage& c : op_coverage())
+    cpu_kernels += c.cpu != CpuCoverage::kNone && c.cpu != CpuCoverage::kLowered;
   const char* env_threads = std::getenv("PTO_NUM_THREADS");
   std::string precisions;  // "bf16:        VDPBF16PS (avx512_bf16)"
   for (const PrecisionPath& p : precision_paths())

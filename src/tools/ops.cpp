@@ -40,7 +40,8 @@ int ops_main(const std::vector<std::string>& args) {
   std::cout << pad("op") << "reference  cpu\n";
   for (const OpCoverage& c : ops)
     std::cout << pad(c.op) << (c.reference ? "yes        " : "NO         ")
-              << cpu_coverage_str(c.cpu) << "\n";
+              << cpu_coverage_str(c.cpu) << (c.lowered_by.empty() ? "" : ": " + c.lowered_by)
+              << "\n";
   return 0;
 }
 

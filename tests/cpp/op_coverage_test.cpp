@@ -9,6 +9,7 @@
 #include "backend/cpu/kernel.h"
 #include "pto/op_coverage.h"
 #include "pto/op_registry.h"
+#include "pto/passes.h"
 #include "pto/reference.h"
 
 namespace pto {
@@ -46,6 +47,19 @@ TEST(OpCoverage, CpuColumnFollowsTheKernelTable) {
   EXPECT_EQ(cpu["Relu"], CpuCoverage::kSome);    // float32 only
   EXPECT_EQ(cpu["LayerNormalization"], CpuCoverage::kRunTime);
   EXPECT_EQ(cpu["NonMaxSuppression"], CpuCoverage::kNone);
+}
+
+// An op a pass lowers names a pass that exists (the first word of OpDef::lowered_by).
+TEST(OpCoverage, LoweredOpsNameARegisteredPass) {
+  int lowered = 0;
+  for (const OpCoverage& c : op_coverage()) {
+    if (c.cpu != CpuCoverage::kLowered) continue;
+    ++lowered;
+    const std::string pass = c.lowered_by.substr(0, c.lowered_by.find(' '));
+    EXPECT_NE(PassRegistry::global().find(pass), nullptr) << c.op << ": " << c.lowered_by;
+    EXPECT_EQ(cpu::KernelRegistry::global().find(c.op), nullptr) << c.op;
+  }
+  EXPECT_GE(lowered, 10);  // the QLinear* ops and QGemm
 }
 
 TEST(OpCoverage, DocIsUpToDate) {

@@ -121,6 +121,7 @@ AttrSchema attrs_of(const OpRegistry& r, std::string_view float_op) {
 
 // Registered after the float ops, whose attribute schemas the QLinear ops extend.
 void register_qlinear_ops(OpRegistry& r) {
+  const std::string kLowered = "LowerQLinearOps at level >= 2 (per-tensor scales)";
   const std::string doc = "com.microsoft: dequantized inputs, the float op, quantized output";
   const AttrDef channels_last{"channels_last", int64_t{0}, "1: NHWC (not supported)"};
   auto add = [&](const char* name, int inputs, int max_inputs, AttrSchema attrs) {
@@ -130,7 +131,8 @@ void register_qlinear_ops(OpRegistry& r) {
            .properties = kOpaque,
            .attrs = std::move(attrs),
            .infer = infer_qlinear,
-           .doc = doc});
+           .doc = doc,
+           .lowered_by = kLowered});
   };
   add("QLinearAdd", 7, 8, AttrSchema::none());
   add("QLinearMul", 7, 8, AttrSchema::none());
@@ -149,7 +151,8 @@ void register_qlinear_ops(OpRegistry& r) {
          .attrs = {{"alpha", 1.0}, {"transA", int64_t{0}}, {"transB", int64_t{0}}},
          .infer = infer_qgemm,
          .doc = "com.microsoft: (A - a_zp)' (B - b_zp)' + C in int32, scaled by alpha * a_scale "
-                "* b_scale; requantized with y_scale, else float"});
+                "* b_scale; requantized with y_scale, else float",
+         .lowered_by = kLowered});
 }
 
 }  // namespace pto
