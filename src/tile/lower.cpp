@@ -50,6 +50,10 @@ std::optional<double> scalar_constant(const Graph& g, ValueId v) {
       return Float16::to_float(t->data<Float16>()->bits);
     case DType::kI32:
       return *t->data<int32_t>();
+    case DType::kU8:
+      return *t->data<uint8_t>();
+    case DType::kI8:
+      return *t->data<int8_t>();
     case DType::kI64:
       return static_cast<double>(*t->data<int64_t>());
     default:
@@ -95,10 +99,11 @@ class Lowering {
  private:
   TileDType dtype_of_value(ValueId v) const {
     const Value& val = g_.value(v);
-    if (is_real(val.type.dtype) || val.type.dtype == DType::kBool)
-      return *tile_dtype_of(val.type.dtype);
-    throw Unsupported{cat("value '", val.name, "' is ", dtype_name(val.type.dtype),
-                          ", tile programs take f32, bf16, f16 and bool")};
+    const DType d = val.type.dtype;
+    if (is_real(d) || d == DType::kBool || d == DType::kU8 || d == DType::kI8)
+      return *tile_dtype_of(d);
+    throw Unsupported{cat("value '", val.name, "' is ", dtype_name(d),
+                          ", tile programs take f32, bf16, f16, u8, i8 and bool")};
   }
 
   // The float dtypes registers compute: f32, and the halves widened exactly on load.
@@ -292,6 +297,8 @@ class Lowering {
       return unary(kIsInf, float_in(n, 0));
     }
     if (op == "Cast") return lower_cast(n);
+    if (op == "QuantizeLinear") return lower_quantize(n);
+    if (op == "DequantizeLinear") return lower_dequantize(n);
     if (op == "Clip") return lower_clip(n);
     if (op == "Pow") return lower_pow(n);
     if (op == "PRelu") {  // x < 0 ? slope * x : x
@@ -426,21 +433,78 @@ class Lowering {
     return in(n, i);
   }
 
+  // An int32 value as a float input (converted as loaded, once): it is nothing else's operand.
+  Val i32_load(ValueId v) {
+    if (auto it = i32_loads_.find(v); it != i32_loads_.end()) return it->second;
+    return i32_loads_[v] = load(v, TileDType::kI32);
+  }
+
   // Cast among f32, bf16, f16 and bool: bool -> float is the 0/1 already in the register, float
   // -> bool is x != 0 (NaN -> true).
   std::optional<Val> lower_cast(const Node& n) {
     DType from = g_.value(n.inputs[0]).type.dtype, to = g_.value(n.outputs[0]).type.dtype;
     // int32 -> float32 (an integer product's accumulators): an input converted as it is loaded;
     // the int32 value itself is nothing else's operand (other ops reject it).
-    if (from == DType::kI32 && to == DType::kF32) {
-      if (auto it = i32_loads_.find(n.inputs[0]); it != i32_loads_.end()) return it->second;
-      return i32_loads_[n.inputs[0]] = load(n.inputs[0], TileDType::kI32);
-    }
+    if (from == DType::kI32 && to == DType::kF32) return i32_load(n.inputs[0]);
     Val x = in(n, 0);
-    // Between f32, bf16 and f16 the value itself (lower() rounds to a half output); bool is 0/1.
-    if (from == to || from == DType::kBool || (is_real(from) && is_real(to))) return x;
+    // Between f32, bf16 and f16 the value itself (lower() rounds to a half output); bool is 0/1;
+    // an 8-bit integer is exact in float.
+    const bool int8 = from == DType::kU8 || from == DType::kI8;
+    if (from == to || from == DType::kBool || ((is_real(from) || int8) && is_real(to))) return x;
     if (is_real(from) && to == DType::kBool) return compare(TileCompare::kNe, x, Val{.imm = 0.0f});
     return std::nullopt;
+  }
+
+  // A per-tensor (one value) or last-axis (a row of the last dimension, which numpy broadcasting
+  // lines up) scale or zero point of a Quantize/DequantizeLinear on x: an immediate when it is a
+  // constant scalar, else loaded; nullopt for other layouts (per-axis on another axis, blocked).
+  std::optional<Val> quant_param(const Node& n, size_t i, float absent) {
+    if (i >= n.inputs.size() || n.inputs[i] == kNoValue) return Val{.imm = absent};
+    if (n.attr_int("block_size") != 0) return std::nullopt;
+    const ValueId p = n.inputs[i];
+    if (std::optional<double> c = scalar_constant(g_, p)) return Val{.imm = static_cast<float>(*c)};
+    const std::optional<Shape>&ps = g_.value(p).type.shape, &xs = g_.value(n.inputs[0]).type.shape;
+    if (!ps || !xs) return std::nullopt;
+    bool one = true;
+    for (const Dim& d : *ps) one = one && d.is_known() && d.value == 1;
+    const auto rank = static_cast<int64_t>(xs->size());
+    const int64_t axis = n.attr_int("axis") < 0 ? n.attr_int("axis") + rank : n.attr_int("axis");
+    const bool last = ps->size() == 1 && rank > 0 && axis == rank - 1 && (*ps)[0] == xs->back();
+    if (!one && !last) return std::nullopt;
+    return load(p, dtype_of_value(p));
+  }
+
+  // QuantizeLinear to u8/i8 of a float32 x: saturate(round_half_even(x / scale) + zp), NaN -> zp,
+  // the reference's formula in its order (float division, then the rounding and the clamp).
+  std::optional<Val> lower_quantize(const Node& n) {
+    const DType to = g_.value(n.outputs[0]).type.dtype;
+    if (g_.value(n.inputs[0]).type.dtype != DType::kF32 || (to != DType::kU8 && to != DType::kI8) ||
+        n.attr_int("precision") != 0 || g_.value(n.inputs[1]).type.dtype != DType::kF32)
+      return std::nullopt;
+    std::optional<Val> scale = quant_param(n, 1, 1.0f), zp = quant_param(n, 2, 0.0f);
+    if (!scale || !zp) return std::nullopt;
+    Val r = unary(TileUnary::kRound, binary(TileBinary::kDiv, in(n, 0), *scale));
+    r = select(unary(TileUnary::kIsNaN, r), Val{.imm = 0.0f}, r);
+    const bool u8 = to == DType::kU8;
+    return emit({.op = TileOpcode::kClip,
+                 .a = static_cast<int16_t>(reg(binary(TileBinary::kAdd, r, *zp))),
+                 .imm0 = u8 ? 0.0f : -128.0f,
+                 .imm1 = u8 ? 255.0f : 127.0f});
+  }
+
+  // DequantizeLinear of u8/i8 (or int32 without a zero point: a bias) to float32:
+  // (float(x) - float(zp)) * scale, in float32 as the reference.
+  std::optional<Val> lower_dequantize(const Node& n) {
+    const DType from = g_.value(n.inputs[0]).type.dtype;
+    const bool has_zp = n.inputs.size() > 2 && n.inputs[2] != kNoValue;
+    if (g_.value(n.outputs[0]).type.dtype != DType::kF32 ||
+        g_.value(n.inputs[1]).type.dtype != DType::kF32 ||
+        !(from == DType::kU8 || from == DType::kI8 || (from == DType::kI32 && !has_zp)))
+      return std::nullopt;
+    std::optional<Val> scale = quant_param(n, 1, 1.0f), zp = quant_param(n, 2, 0.0f);
+    if (!scale || !zp) return std::nullopt;
+    Val x = from == DType::kI32 ? i32_load(n.inputs[0]) : in(n, 0);
+    return binary(TileBinary::kMul, binary(TileBinary::kSub, x, *zp), *scale);
   }
 
   // Clip: attributes before opset 11 (defaults +-inf), optional scalar inputs from 11 (defaults

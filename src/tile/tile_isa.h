@@ -13,23 +13,23 @@ namespace pto {
 // HardSigmoid alpha, beta; Selu alpha, gamma in imm0, imm1. PowHalf is pow(x, 0.5): sqrt except
 // -0 -> +0 and -inf -> +inf. Rsqrt is 1 / sqrt(x). RoundBf16 / RoundF16: to the nearest bf16 /
 // IEEE half value (ties to even), kept in float: what a Cast to that dtype stores.
-#define PTO_TILE_UNARY_OPS(X)                                                                     \
-  X(Neg, "neg")                                                                                   \
-  X(Abs, "abs")                                                                                   \
-  X(Exp, "exp")                                                                                   \
-  X(Expm1, "expm1")                                                                               \
-  X(Log, "log")                                                                                   \
-  X(Log1p, "log1p") X(Sqrt, "sqrt") X(Rsqrt, "rsqrt") X(Reciprocal, "reciprocal")                 \
-      X(Square, "square") X(Relu, "relu") X(LeakyRelu, "leaky_relu")                              \
-          X(ThresholdedRelu, "thresholded_relu") X(Sigmoid, "sigmoid")                            \
-              X(HardSigmoid, "hard_sigmoid") X(HardSwish, "hard_swish") X(Tanh, "tanh")           \
-                  X(Erf, "erf") X(Gelu, "gelu") X(GeluTanh, "gelu_tanh") X(Silu, "silu")          \
-                      X(Swish, "swish") X(Softplus, "softplus") X(Softsign, "softsign")           \
-                          X(Mish, "mish") X(Elu, "elu") X(Selu, "selu") X(Celu, "celu")           \
-                              X(Floor, "floor") X(Ceil, "ceil") X(Round, "round") X(Sign, "sign") \
-                                  X(PowHalf, "pow_half") X(Not, "not") X(IsNaN, "isnan")          \
-                                      X(IsInf, "isinf") X(RoundBf16, "round_bf16")                \
-                                          X(RoundF16, "round_f16")
+#define PTO_TILE_UNARY_OPS(X)                                                                    \
+  X(Neg, "neg")                                                                                  \
+  X(Abs, "abs")                                                                                  \
+  X(Exp, "exp")                                                                                  \
+  X(Expm1, "expm1")                                                                              \
+  X(Log, "log")                                                                                  \
+  X(Log1p, "log1p")                                                                              \
+  X(Sqrt, "sqrt") X(Rsqrt, "rsqrt") X(Reciprocal, "reciprocal") X(Square, "square")              \
+      X(Relu, "relu") X(LeakyRelu, "leaky_relu") X(ThresholdedRelu, "thresholded_relu")          \
+          X(Sigmoid, "sigmoid") X(HardSigmoid, "hard_sigmoid") X(HardSwish, "hard_swish")        \
+              X(Tanh, "tanh") X(Erf, "erf") X(Gelu, "gelu") X(GeluTanh, "gelu_tanh")             \
+                  X(Silu, "silu") X(Swish, "swish") X(Softplus, "softplus")                      \
+                      X(Softsign, "softsign") X(Mish, "mish") X(Elu, "elu") X(Selu, "selu")      \
+                          X(Celu, "celu") X(Floor, "floor") X(Ceil, "ceil") X(Round, "round")    \
+                              X(Sign, "sign") X(PowHalf, "pow_half") X(Not, "not")               \
+                                  X(IsNaN, "isnan") X(IsInf, "isinf") X(RoundBf16, "round_bf16") \
+                                      X(RoundF16, "round_f16")
 
 enum class TileUnary : uint8_t {
 #define PTO_TILE_ENUM(name, text) k##name,
@@ -47,8 +47,10 @@ enum class TileReduce : uint8_t { kSum, kMax, kMin };
 // executor's load/store. kI32: inputs only, converted to f32 when loaded (the int32 accumulators
 // of an integer product read by Cast(to=float)). kBF16 / kF16: half-precision storage, widened
 // exactly when loaded; a store rounds to nearest even (the lowering rounds a value first wherever
-// the graph says it is half, so the store's own rounding changes nothing).
-enum class TileDType : uint8_t { kF32, kBool, kI32, kBF16, kF16 };
+// the graph says it is half, so the store's own rounding changes nothing). kU8 / kI8: 8-bit
+// integers (quantized tensors), widened exactly when loaded; a store takes values the lowering
+// already rounded and clamped to the type's range (QuantizeLinear).
+enum class TileDType : uint8_t { kF32, kBool, kI32, kBF16, kF16, kU8, kI8 };
 
 enum class TileOpcode : uint8_t {
   kLoad,        // dst = inputs[operand], broadcast over the tile, converted to f32

@@ -17,6 +17,10 @@ DType graph_dtype(TileDType d) {
       return DType::kBF16;
     case TileDType::kF16:
       return DType::kF16;
+    case TileDType::kU8:
+      return DType::kU8;
+    case TileDType::kI8:
+      return DType::kI8;
     case TileDType::kF32:
       break;
   }
@@ -24,8 +28,8 @@ DType graph_dtype(TileDType d) {
 }
 
 std::optional<TileDType> tile_dtype_of(DType d) {
-  for (TileDType t :
-       {TileDType::kF32, TileDType::kBool, TileDType::kI32, TileDType::kBF16, TileDType::kF16})
+  for (TileDType t : {TileDType::kF32, TileDType::kBool, TileDType::kI32, TileDType::kBF16,
+                      TileDType::kF16, TileDType::kU8, TileDType::kI8})
     if (graph_dtype(t) == d) return t;
   return std::nullopt;
 }

@@ -64,9 +64,14 @@ void expect_near(const Tensor& got, const Tensor& want, int ulps, double atol,
                  const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  if (got.dtype() == DType::kBool) {
-    ASSERT_EQ(std::memcmp(got.raw_data(), want.raw_data(), static_cast<size_t>(got.numel())), 0)
-        << what;
+  if (got.dtype() == DType::kBool || is_integral(got.dtype())) {  // exactly
+    const size_t bytes = static_cast<size_t>(got.numel()) * dtype_size(got.dtype());
+    for (size_t b = 0; b < bytes; ++b)
+      if (static_cast<const char*>(got.raw_data())[b] !=
+          static_cast<const char*>(want.raw_data())[b]) {
+        ADD_FAILURE() << what << ": element " << b / dtype_size(got.dtype()) << " differs";
+        return;
+      }
     return;
   }
   const bool half = got.dtype() == DType::kBF16 || got.dtype() == DType::kF16;
@@ -519,6 +524,71 @@ TEST(TileExec, HalfStorageLoadsStoresAndCasts) {
       EXPECT_NE(prog.str().find("round_bf16"), std::string::npos) << prog.str();
       EXPECT_NE(prog.str().find("in1 xb: bf16"), std::string::npos) << prog.str();
     }
+  }
+}
+
+// Quantized tensors: DequantizeLinear of u8, i8 (per tensor and per last-axis channel) and of an
+// int32 bias, float ops, QuantizeLinear to u8 and i8 (constant and loaded scales, NaN, ties,
+// saturation) in one program, exactly as the reference computes them.
+TEST(TileExec, QuantizeAndDequantizeInOneProgram) {
+  for (const Dims& shape : std::vector<Dims>{{17, 45}, {2, 3, 300}}) {
+    Case c;
+    Graph& g = c.g;
+    const Shape s = to_shape(shape), row{shape.back()};
+    auto v = [&](const char* name) { return g.add_value(name); };
+    auto init = [&](const char* name, Tensor t) {
+      ValueId id = g.add_value(name);
+      g.set_initializer(id, std::move(t));
+      return id;
+    };
+    ValueId xq = g.add_input("xq", {DType::kU8, s}), yq = g.add_input("yq", {DType::kI8, row});
+    ValueId bias = g.add_input("bias", {DType::kI32, row}),
+            xf = g.add_input("xf", {DType::kF32, s});
+    ValueId scale2 = g.add_input("scale2", {DType::kF32, Shape{}});
+    const int64_t n = shape.back();
+    std::vector<float> ch_scale(static_cast<size_t>(n));
+    std::vector<int8_t> ch_zp(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      ch_scale[i] = 0.01f + 0.001f * i, ch_zp[i] = static_cast<int8_t>(i % 7 - 3);
+    ValueId a = v("a"), b = v("b"), sum = v("sum"), r = v("r"), q = v("q"), q2 = v("q2"),
+            d = v("d"), f = v("f"), q3 = v("q3");
+    g.add_node("DequantizeLinear",
+               {xq, init("s1", Tensor::scalar(0.05f)),
+                init("z1", Tensor::from_vector<uint8_t>({128}, {}))},
+               {a}, {}, "dq_u8");
+    g.add_node("DequantizeLinear",
+               {yq, init("s2", Tensor::from_vector<float>(ch_scale, {n})),
+                init("z2", Tensor::from_vector<int8_t>(ch_zp, {n}))},
+               {b}, attrs({{"axis", int64_t{-1}}}), "dq_i8_channels");
+    g.add_node("Add", {a, b}, {sum}, {}, "add");
+    g.add_node("Relu", {sum}, {r}, {}, "relu");
+    g.add_node(
+        "QuantizeLinear",
+        {r, init("s3", Tensor::scalar(0.07f)), init("z3", Tensor::from_vector<uint8_t>({3}, {}))},
+        {q}, {}, "q_u8");
+    g.add_node("QuantizeLinear", {sum, scale2, init("z4", Tensor::from_vector<int8_t>({-5}, {}))},
+               {q2}, {}, "q_i8_loaded_scale");
+    g.add_node("DequantizeLinear", {bias, init("s5", Tensor::scalar(0.002f))}, {d}, {}, "dq_bias");
+    g.add_node("Add", {sum, d}, {f}, {}, "add_bias");
+    g.add_node("QuantizeLinear",
+               {xf, init("s6", Tensor::scalar(0.5f)),
+                init("z6", Tensor::from_vector<uint8_t>({7}, {}))},
+               {q3}, {}, "q_specials");
+    for (ValueId o : {q, q2, f, q3}) g.add_output(o);
+    Tensor xqt = Tensor::empty(DType::kU8, shape), yqt = Tensor::empty(DType::kI8, {n}),
+           bt = Tensor::empty(DType::kI32, {n});
+    std::mt19937 rng(5);
+    for (int64_t i = 0; i < xqt.numel(); ++i) xqt.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+    for (int64_t i = 0; i < n; ++i) {
+      yqt.data<int8_t>()[i] = static_cast<int8_t>(rng());
+      bt.data<int32_t>()[i] = static_cast<int32_t>(rng() % 20001) - 10000;
+    }
+    Tensor xft = random_f32(shape, 61, -200, 200);  // NaN, inf, ... and far beyond the range
+    for (int64_t i = 64; i < 96 && i < xft.numel(); ++i)
+      xft.data<float>()[i] = 0.25f * static_cast<float>(i - 80);  // ties of x / 0.5
+    c.feeds = {xqt, yqt, bt, xft, Tensor::scalar(0.031f)};
+    TileProgram p = check(c, "quant " + dims_str(shape), 0);
+    EXPECT_NE(p.str().find("in0 xq: u8"), std::string::npos) << p.str();
   }
 }
 

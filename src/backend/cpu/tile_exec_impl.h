@@ -69,8 +69,9 @@ inline Vec tile_unary(Vec x, const UnaryParams& p) {
   PTO_TILE_MAP(Exp)
   PTO_TILE_MAP(Expm1)
   PTO_TILE_MAP(Log)
-  PTO_TILE_MAP(Log1p) PTO_TILE_MAP(Sqrt) PTO_TILE_MAP(Reciprocal) PTO_TILE_MAP(Square)
-      PTO_TILE_MAP(Relu) PTO_TILE_MAP(LeakyRelu) PTO_TILE_MAP(ThresholdedRelu) PTO_TILE_MAP(Sigmoid)
+  PTO_TILE_MAP(Log1p)
+  PTO_TILE_MAP(Sqrt) PTO_TILE_MAP(Reciprocal) PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu)
+      PTO_TILE_MAP(LeakyRelu) PTO_TILE_MAP(ThresholdedRelu) PTO_TILE_MAP(Sigmoid)
           PTO_TILE_MAP(HardSigmoid) PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh) PTO_TILE_MAP(Erf)
               PTO_TILE_MAP(Gelu) PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu) PTO_TILE_MAP(Swish)
                   PTO_TILE_MAP(Softplus) PTO_TILE_MAP(Softsign) PTO_TILE_MAP(Mish) PTO_TILE_MAP(Elu)
@@ -193,10 +194,21 @@ float load_one(const TileOperandView& v, int64_t offset) {
     case TileDType::kF16:
       f16_to_f32(static_cast<const uint16_t*>(v.ptr) + offset, &x, 1);
       return x;
+    case TileDType::kU8:
+      return static_cast<const uint8_t*>(v.ptr)[offset];
+    case TileDType::kI8:
+      return static_cast<const int8_t*>(v.ptr)[offset];
     case TileDType::kF32:
       break;
   }
   return static_cast<const float*>(v.ptr)[offset];
+}
+
+// n values of an integer type to floats (exact for 8-bit; int32 rounds to nearest, as Cast).
+template <class T>
+void widen_ints(const void* p, int64_t off, int64_t n, float* y) {
+  const T* x = static_cast<const T*>(p) + off;
+  for (int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(x[j]);
 }
 
 // Row i of a load that cannot alias its input: a copy, a conversion or a fill.
@@ -211,11 +223,12 @@ void gather_row(const TileOperandView& v, int64_t i, int64_t width, float* y) {
     case TileDType::kF32:
       std::memcpy(y, static_cast<const float*>(v.ptr) + off, static_cast<size_t>(width) * 4);
       return;
-    case TileDType::kI32: {  // round to nearest, as Cast does (vectorized)
-      const int32_t* p = static_cast<const int32_t*>(v.ptr) + off;
-      for (int64_t j = 0; j < width; ++j) y[j] = static_cast<float>(p[j]);
-      return;
-    }
+    case TileDType::kI32:
+      return widen_ints<int32_t>(v.ptr, off, width, y);
+    case TileDType::kU8:
+      return widen_ints<uint8_t>(v.ptr, off, width, y);
+    case TileDType::kI8:
+      return widen_ints<int8_t>(v.ptr, off, width, y);
     case TileDType::kBF16:
       return bf16_to_f32(static_cast<const uint16_t*>(v.ptr) + off, y, width);
     case TileDType::kF16:
@@ -251,6 +264,13 @@ void store_row(const TileOperandView& v, int64_t i, int64_t width, Src a, int64_
     convert(a.p, &h, 1);
     for (int64_t j = 0; j < width; ++j) y[j] = h;
     return;
+  }
+  if (v.dtype == TileDType::kU8 || v.dtype == TileDType::kI8) {  // whole numbers in range
+    auto narrow = [&]<class T>(T* y) {
+      for (int64_t j = 0; j < width; ++j) y[j] = static_cast<T>(a.p[(a0 + j) & a.m]);
+    };
+    if (v.dtype == TileDType::kU8) return narrow(static_cast<uint8_t*>(out) + i * v.row_step);
+    return narrow(static_cast<int8_t*>(out) + i * v.row_step);
   }
   bool* y = static_cast<bool*>(out) + i * v.row_step;
   for (int64_t j = 0; j < width; j += L) {
