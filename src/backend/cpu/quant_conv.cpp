@@ -13,9 +13,9 @@
 // and its epilogue requantizes exactly as the reference (bias in the sum before rounding). The
 // [N*Ho*Wo, M] result is transposed back to NCHW.
 //
-// A depthwise conv (one input channel per group) runs a direct integer loop per output plane
-// instead (a GEMM with one column per group would waste 15/16 of every panel), through the same
-// epilogue.
+// A depthwise conv (one input channel per group) runs a direct kernel per output plane instead (a
+// GEMM with one column per group would waste 15/16 of every panel): the float depthwise kernel,
+// exact on these integers (see depthwise()), then the same epilogue.
 //
 // Forms left to the reference at run time: per-channel x zero points or x / y scales, K deeper
 // than kMaxExactK for QLinearConv, ranks other than 3 and 4.
@@ -26,7 +26,9 @@
 
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/gemm/igemm.h"
+#include "backend/cpu/isa/isa.h"
 #include "backend/cpu/kernel.h"
+#include "backend/cpu/quant.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/scratch.h"
 #include "pto/error.h"
@@ -202,39 +204,87 @@ void im2col_nhwc(const ConvGeometry& g, const uint8_t* xh, int64_t grp, uint8_t 
                });
 }
 
-// Depthwise: y plane (img, m) = epilogue(sum over taps (x - x_zp) * (w[m] - w_zp[m])), x read in
-// NCHW, taps outside the input skipped (they would read x_zp). `args` holds the per-column
-// parameters of all M channels; its c and ldc are set here per plane.
+// One depthwise output plane from the widened input plane xv (x - x_zp) and weights wv (w - w_zp),
+// taps outside the input skipped (they would add (x_zp - x_zp) * w = 0); sums wrap as the GEMM's.
+void depthwise_scalar(const ConvGeometry& g, const int32_t* xv, const int32_t* wv, int32_t* acc) {
+  for (int64_t oy = 0; oy < g.oh; ++oy)
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      uint32_t s = 0;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+        if (iy < 0 || iy >= g.ih) continue;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+          if (ix >= 0 && ix < g.iw)
+            s += static_cast<uint32_t>(xv[iy * g.iw + ix] * wv[ky * g.kw + kx]);
+        }
+      }
+      acc[oy * g.ow + ox] = static_cast<int32_t>(s);
+    }
+}
+
+// Depthwise: y plane (img, m) = epilogue(sum over taps (x - x_zp) * (w[m] - w_zp[m])). `args`
+// holds the per-column parameters of all M channels; its c and ldc are set here per plane.
+//
+// The sum runs on the float depthwise kernel (conv_isa.h, vectorized per ISA): every product is
+// an integer of magnitude at most 255 * 255 and every partial sum at most taps * 255 * 255, so in
+// float32 all of them are exact while that is below 2^24 (kMaxExactDepthwiseTaps taps: 3x3 to
+// 15x15), and the float sum converts to the same int32 as the integer one. Each input plane is
+// widened to x - x_zp, then padded with zeros (= x_zp - x_zp, what the reference's padding adds)
+// and split by stride phase as the float kernel reads it. Deeper kernels take the scalar loop.
+constexpr int64_t kMaxExactDepthwiseTaps = (int64_t{1} << 24) / (255 * 255);
+
 void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x_zp,
                const uint8_t* w, bool w_signed, const std::vector<int32_t>& w_zp,
                const IgemmArgs& args, void* y, size_t out_size) {
   const int64_t mg = g.mg(), taps = g.kh * g.kw, plane = g.out_plane();
-  auto value = [](const uint8_t* p, int64_t i, bool s) {
-    return s ? static_cast<int32_t>(static_cast<int8_t>(p[i])) : static_cast<int32_t>(p[i]);
+  const bool exact_in_float = taps <= kMaxExactDepthwiseTaps;
+  // As the float conv lays out a padded plane (conv.cpp's depthwise_plane_of).
+  DepthwisePlane p;
+  static_cast<ConvWindow&>(p) = g;
+  p.rows = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  p.phase_len = ((g.ow - 1) * g.sw + (g.kw - 1) * g.dw + g.sw) / g.sw;
+  p.row_len = g.sw * p.phase_len;
+  const float zp = static_cast<float>(x_zp), one = 1.0f;
+  // Without bias or requantization the epilogue is the identity: the sums go straight to y.
+  const bool direct_out = args.out == IgemmArgs::Out::kS32 && !args.bias_s32;
+  auto value = [](const uint8_t* v, int64_t i, bool s) {
+    return s ? static_cast<int32_t>(static_cast<int8_t>(v[i])) : static_cast<int32_t>(v[i]);
   };
   parallel_for(0, g.n * g.m, 1, [&](int64_t b, int64_t e) {
     auto* acc = scratch_as<int32_t>(static_cast<size_t>(plane));
-    std::vector<int32_t> wv(static_cast<size_t>(taps)), xv(static_cast<size_t>(g.in_plane()));
+    auto* xf = scratch_as<float>(static_cast<size_t>(g.in_plane()), 1);
+    auto* padded = scratch_as<float>(static_cast<size_t>(p.rows * p.row_len), 2);
+    auto* sum = scratch_as<float>(static_cast<size_t>(plane), 3);
+    std::vector<int32_t> wv(static_cast<size_t>(taps)), xv;
+    std::vector<float> wf(static_cast<size_t>(taps));
+    int64_t widened = -1;  // the input plane xf / padded / xv hold
     for (int64_t t = b; t < e; ++t) {
-      const int64_t img = t / g.m, m = t % g.m, ch = m / mg;
+      const int64_t img = t / g.m, m = t % g.m, in_plane = img * g.c + m / mg;
       const int32_t zw = w_zp.empty() ? 0 : w_zp[w_zp.size() == 1 ? 0 : m];
-      for (int64_t q = 0; q < taps; ++q) wv[q] = value(w, m * taps + q, w_signed) - zw;
-      const uint8_t* xp = x + (img * g.c + ch) * g.in_plane();
-      for (int64_t i = 0; i < g.in_plane(); ++i) xv[i] = value(xp, i, x_signed) - x_zp;
-      for (int64_t oy = 0; oy < g.oh; ++oy)
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          uint32_t s = 0;  // wrapping, as the GEMM's sums
-          for (int64_t ky = 0; ky < g.kh; ++ky) {
-            const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-            if (iy < 0 || iy >= g.ih) continue;
-            for (int64_t kx = 0; kx < g.kw; ++kx) {
-              const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-              if (ix >= 0 && ix < g.iw)
-                s += static_cast<uint32_t>(xv[iy * g.iw + ix] * wv[ky * g.kw + kx]);
-            }
-          }
-          acc[oy * g.ow + ox] = static_cast<int32_t>(s);
+      for (int64_t q = 0; q < taps; ++q) {
+        wv[q] = value(w, m * taps + q, w_signed) - zw;
+        wf[q] = static_cast<float>(wv[q]);
+      }
+      const uint8_t* xp = x + in_plane * g.in_plane();
+      int32_t* out = direct_out ? static_cast<int32_t*>(y) + t * plane : acc;
+      if (exact_in_float) {
+        if (in_plane != widened) {
+          PTO_ISA_DISPATCH(dequantize_span, xp, x_signed, g.in_plane(), QuantParams{&one, &zp, 0},
+                           xf);
+          PTO_ISA_DISPATCH(depthwise_pad, p, xf, padded);
         }
+        PTO_ISA_DISPATCH(depthwise_plane, p, padded, wf.data(), 0.0f, sum);
+        for (int64_t i = 0; i < plane; ++i) out[i] = static_cast<int32_t>(sum[i]);
+      } else {
+        if (in_plane != widened) {
+          xv.resize(static_cast<size_t>(g.in_plane()));
+          for (int64_t i = 0; i < g.in_plane(); ++i) xv[i] = value(xp, i, x_signed) - x_zp;
+        }
+        depthwise_scalar(g, xv.data(), wv.data(), out);
+      }
+      widened = in_plane;
+      if (direct_out) continue;
       // The plane as one column (rows are pixels, ldc 1) with channel m's parameters.
       IgemmArgs a = args;
       a.c = static_cast<uint8_t*>(y) + static_cast<size_t>(t * plane) * out_size;
