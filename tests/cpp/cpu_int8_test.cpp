@@ -375,6 +375,10 @@ const std::vector<ConvCase> kConvCases = {
     {{1, 16, 7, 7}, {20, 16, 1, 1}, {2, 2}},
     {{1, 32, 10, 10}, {33, 32, 3, 3}, {}, {1, 0, 1, 2}, {1, 2}},
     {{1, 12, 5, 6}, {20, 3, 3, 3}, {}, {1, 1, 1, 1}, {}, 4},
+    // Planes cut into several row chunks, the last one short; 1x1 (rows transposed per chunk) and
+    // 3x3 (im2col per chunk), output channels not a multiple of 8.
+    {{2, 20, 41, 45}, {27, 20, 1, 1}},
+    {{1, 9, 33, 35}, {13, 9, 3, 3}, {}, {1, 1, 1, 1}},
 };
 
 std::string conv_what(const std::string& cfg, const std::string& op, const ConvCase& k, int types,

@@ -25,6 +25,10 @@ PTO_ISA_DECLARE(
     // y[i] = (float(x[i]) - zp) * scale from uint8 or int8 (x_signed).
     void dequantize_span(const void* x, bool x_signed, int64_t n, QuantParams p, float* y);
     // The minimum and maximum of x and 0 (NaNs skipped), as DynamicQuantizeLinear takes them.
-    void min_max_span(const float* x, int64_t n, float* mn, float* mx);)
+    void min_max_span(const float* x, int64_t n, float* mn, float* mx);
+    // y[q * ldy + r] = x[r * ldx + q] for r < rows, q < cols: an int32 block transposed (the
+    // integer convs' [pixels, channels] results into NCHW), 8 x 8 tiles in registers.
+    void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows,
+                       int64_t cols);)
 
 }  // namespace pto::cpu

@@ -31,6 +31,7 @@
 #include "backend/cpu/quant.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/scratch.h"
+#include "pto/device_info.h"
 #include "pto/error.h"
 #include "pto/parallel.h"
 
@@ -133,75 +134,69 @@ inline void transpose8x8(uint64_t w[8]) {
   for (int k : {0, 2, 4, 6}) swap(k, k + 1, 8, 0x00FF00FF00FF00FFull);
 }
 
-// Rows [r0, r1) x columns [q0, q1) of x [rows, cols] into y [cols, rows]: 8 x 8 byte tiles through
-// 64-bit words for bytes, element by element otherwise and at the edges.
-template <class T>
-void transpose_block(const T* x, T* y, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
-                     int64_t q0, int64_t q1) {
-  int64_t re = r0, qe = q0;
-  if constexpr (sizeof(T) == 1) {
-    re = r0 + (r1 - r0) / 8 * 8;
-    qe = q0 + (q1 - q0) / 8 * 8;
-    uint64_t w[8];
-    for (int64_t r = r0; r < re; r += 8)
-      for (int64_t q = q0; q < qe; q += 8) {
-        for (int k = 0; k < 8; ++k) std::memcpy(&w[k], x + (r + k) * cols + q, 8);
-        transpose8x8(w);
-        for (int k = 0; k < 8; ++k) std::memcpy(y + (q + k) * rows + r, &w[k], 8);
-      }
-  }
-  for (int64_t r = r0; r < r1; ++r)
-    for (int64_t q = (r < re ? qe : q0); q < q1; ++q) y[q * rows + r] = x[r * cols + q];
+// y[q * ldy + r] = x[r * ldx + q] for r < rows, q < cols bytes: 8 x 8 tiles through 64-bit words,
+// element by element at the edges. (int32 blocks: quant.h's transpose_s32.)
+void transpose(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int64_t rows, int64_t cols) {
+  constexpr int64_t kT = 8;
+  const int64_t re = rows / kT * kT, qe = cols / kT * kT;
+  uint64_t w[kT];
+  for (int64_t r = 0; r < re; r += kT)
+    for (int64_t q = 0; q < qe; q += kT) {
+      for (int k = 0; k < kT; ++k) std::memcpy(&w[k], x + (r + k) * ldx + q, kT);
+      transpose8x8(w);
+      for (int k = 0; k < kT; ++k) std::memcpy(y + (q + k) * ldy + r, &w[k], kT);
+    }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t q = (r < re ? qe : 0); q < cols; ++q) y[q * ldy + r] = x[r * ldx + q];
 }
 
-// x [n, rows, cols] -> y [n, cols, rows] (elements of type T), in parallel over 64 x 64 blocks:
-// the input to NHWC, the output back to NCHW.
-template <class T>
-void transpose_planes(const T* x, T* y, int64_t n, int64_t rows, int64_t cols) {
+// x [n, rows, cols] -> y [n, cols, rows] bytes, in parallel over 64 x 64 blocks: the input to
+// NHWC.
+void transpose_planes(const uint8_t* x, uint8_t* y, int64_t n, int64_t rows, int64_t cols) {
   constexpr int64_t kB = 64;
   const int64_t rb = (rows + kB - 1) / kB, cb = (cols + kB - 1) / kB;
   parallel_for(0, n * rb * cb, 4, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t img = t / (rb * cb), r0 = t / cb % rb * kB, q0 = t % cb * kB;
-      transpose_block(x + img * rows * cols, y + img * rows * cols, rows, cols, r0,
-                      std::min(rows, r0 + kB), q0, std::min(cols, q0 + kB));
+      const int64_t off = img * rows * cols;
+      transpose(x + off + r0 * cols + q0, cols, y + off + q0 * rows + r0, rows,
+                std::min(kB, rows - r0), std::min(kB, cols - q0));
     }
   });
 }
 
-// Rows [N*Ho*Wo, taps*Cg] of group g's im2col from the NHWC copy xh, padding = x_zp.
-void im2col_nhwc(const ConvGeometry& g, const uint8_t* xh, int64_t grp, uint8_t zp, uint8_t* col) {
-  const int64_t cg = g.cg(), k = g.kh * g.kw * cg, ow = g.ow, rows = g.n * g.out_plane();
+// Rows [r0, r1) (output pixels of all images) of group g's im2col [N*Ho*Wo, taps*Cg] from the
+// NHWC copy xh, padding = x_zp, into col (row r0 first).
+void im2col_nhwc(const ConvGeometry& g, const uint8_t* xh, int64_t grp, uint8_t zp, int64_t r0,
+                 int64_t r1, uint8_t* col) {
+  const int64_t cg = g.cg(), k = g.kh * g.kw * cg, ow = g.ow;
   // One run of kw * C bytes per kernel row when the taps of a row are adjacent channels-last.
   const bool whole_rows = g.group == 1 && g.dw == 1;
-  parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t r = b; r < e; ++r) {
-                   const int64_t img = r / g.out_plane(), oy = r % g.out_plane() / ow, ox = r % ow;
-                   uint8_t* d = col + r * k;
-                   const uint8_t* xi = xh + img * g.in_plane() * g.c + grp * cg;
-                   const int64_t x0 = ox * g.sw - g.pw;
-                   for (int64_t ky = 0; ky < g.kh; ++ky, d += g.kw * cg) {
-                     const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-                     if (iy < 0 || iy >= g.ih) {
-                       std::memset(d, zp, static_cast<size_t>(g.kw * cg));
-                       continue;
-                     }
-                     const uint8_t* row = xi + iy * g.iw * g.c;
-                     if (whole_rows && x0 >= 0 && x0 + g.kw <= g.iw) {
-                       std::memcpy(d, row + x0 * g.c, static_cast<size_t>(g.kw * cg));
-                       continue;
-                     }
-                     for (int64_t kx = 0; kx < g.kw; ++kx) {
-                       const int64_t ix = x0 + kx * g.dw;
-                       if (ix < 0 || ix >= g.iw)
-                         std::memset(d + kx * cg, zp, static_cast<size_t>(cg));
-                       else
-                         std::memcpy(d + kx * cg, row + ix * g.c, static_cast<size_t>(cg));
-                     }
-                   }
-                 }
-               });
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t img = r / g.out_plane(), oy = r % g.out_plane() / ow, ox = r % ow;
+    uint8_t* d = col + (r - r0) * k;
+    const uint8_t* xi = xh + img * g.in_plane() * g.c + grp * cg;
+    const int64_t x0 = ox * g.sw - g.pw;
+    for (int64_t ky = 0; ky < g.kh; ++ky, d += g.kw * cg) {
+      const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+      if (iy < 0 || iy >= g.ih) {
+        std::memset(d, zp, static_cast<size_t>(g.kw * cg));
+        continue;
+      }
+      const uint8_t* row = xi + iy * g.iw * g.c;
+      if (whole_rows && x0 >= 0 && x0 + g.kw <= g.iw) {
+        std::memcpy(d, row + x0 * g.c, static_cast<size_t>(g.kw * cg));
+        continue;
+      }
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        const int64_t ix = x0 + kx * g.dw;
+        if (ix < 0 || ix >= g.iw)
+          std::memset(d + kx * cg, zp, static_cast<size_t>(cg));
+        else
+          std::memcpy(d + kx * cg, row + ix * g.c, static_cast<size_t>(cg));
+      }
+    }
+  }
 }
 
 // One depthwise output plane from the widened input plane xv (x - x_zp) and weights wv (w - w_zp),
@@ -296,6 +291,18 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
   });
 }
 
+// How many row chunks each image's output pixels are cut into on the general path: few enough
+// that a chunk's A (lda bytes a row) and C (M outputs a row) fill about half of L2, many enough for
+// 4 tasks per thread when the output has the rows (at least 16 a chunk).
+int64_t chunks_per_image(const ConvGeometry& g, int64_t lda, size_t out_size) {
+  const int64_t plane = g.out_plane();
+  const auto row_bytes = static_cast<int64_t>(static_cast<size_t>(lda) + g.m * out_size);
+  const int64_t budget = static_cast<int64_t>(cache_model().l2 / 2);
+  const int64_t by_cache = (plane * row_bytes + budget - 1) / budget;
+  const int64_t by_threads = std::min<int64_t>((4 * num_threads() + g.n - 1) / g.n, plane / 16);
+  return std::max<int64_t>({by_cache, by_threads, 1});
+}
+
 std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
   const Tensor &X = c.input(in.x), &W = c.input(in.w);
   if ((X.rank() != 3 && X.rank() != 4) || W.rank() != X.rank()) return reference_with_w(c);
@@ -359,40 +366,58 @@ std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
       has_prepared(c) ? c.prepared<PreparedConvW>().groups
                       : (packed = pack_conv_weights(static_cast<const uint8_t*>(W.raw_data()),
                                                     W.shape(), g.group, W.dtype() == DType::kI8));
-  const int64_t rows = g.n * g.out_plane(), mg = g.mg();
-  auto* xh = scratch_as<uint8_t>(static_cast<size_t>(g.n * g.in_plane() * g.c), 0);
-  transpose_planes(x, xh, g.n, g.c, g.in_plane());
   const bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 &&
                       g.oh == g.ih && g.ow == g.iw;
-  uint8_t* col = direct ? nullptr : scratch_as<uint8_t>(static_cast<size_t>(rows * k), 1);
-  auto* yh = scratch_as<uint8_t>(static_cast<size_t>(rows * g.m) * out_size, 2);
-  a.m = rows;
-  a.n = mg;
-  a.k = k;
-  a.ldc = g.m;
-  for (int64_t grp = 0; grp < g.group; ++grp) {
-    IgemmArgs ga = a;
-    if (direct) {
-      ga.a = xh + grp * g.cg();
-      ga.lda = g.c;
-    } else {
-      im2col_nhwc(g, xh, grp, static_cast<uint8_t>(x_zp), col);
-      ga.a = col;
-      ga.lda = k;
-    }
-    // This group's columns of the per-channel parameters and of the output.
-    const int64_t j0 = grp * mg;
-    if (ga.b_zp && ga.b_zp_per_col) ga.b_zp += j0;
-    if (ga.mult && ga.mult_per_col) ga.mult += j0;
-    if (ga.bias_s32) ga.bias_s32 += j0;
-    ga.c = yh + static_cast<size_t>(j0) * out_size;
-    igemm(ga, groups[static_cast<size_t>(grp)]);
+  // The im2col reads neighbouring pixels: it needs the whole input in NHWC first (bytes, once, in
+  // this thread's slot 0, which every task reads). A direct conv transposes its own rows.
+  uint8_t* xh = nullptr;
+  if (!direct) {
+    xh = scratch_as<uint8_t>(static_cast<size_t>(g.n * g.in_plane() * g.c), 0);
+    transpose_planes(x, xh, g.n, g.c, g.in_plane());
   }
-  if (out_size == 4)
-    transpose_planes(reinterpret_cast<const int32_t*>(yh), Y.data<int32_t>(), g.n, g.out_plane(),
-                     g.m);
-  else
-    transpose_planes(yh, static_cast<uint8_t*>(Y.raw_data()), g.n, g.out_plane(), g.m);
+  const int64_t plane = g.out_plane(), mg = g.mg(), lda = direct ? g.c : k;
+  const int64_t chunks = chunks_per_image(g, lda, out_size);
+  const int64_t rows_per = (plane + chunks - 1) / chunks;
+  a.k = k;
+  a.n = mg;
+  a.ldc = g.m;
+  // One task: rows [p0, p1) of image img through A, every group's GEMM into C [rows, M], and C
+  // transposed into the NCHW output, all in this thread's scratch.
+  parallel_for(0, g.n * chunks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t img = t / chunks, p0 = t % chunks * rows_per;
+      const int64_t rows = std::min(plane, p0 + rows_per) - p0;
+      if (rows <= 0) continue;
+      auto* at = scratch_as<uint8_t>(static_cast<size_t>(rows * lda), 1);
+      auto* ct = scratch_as<uint8_t>(static_cast<size_t>(rows * g.m) * out_size, 2);
+      if (direct) transpose(x + img * g.c * plane + p0, plane, at, g.c, g.c, rows);
+      for (int64_t grp = 0; grp < g.group; ++grp) {
+        IgemmArgs ga = a;
+        ga.m = rows;
+        if (direct) {
+          ga.a = at + grp * g.cg();
+        } else {
+          im2col_nhwc(g, xh, grp, static_cast<uint8_t>(x_zp), img * plane + p0,
+                      img * plane + p0 + rows, at);
+          ga.a = at;
+        }
+        ga.lda = lda;
+        // This group's columns of the per-channel parameters and of C.
+        const int64_t j0 = grp * mg;
+        if (ga.b_zp && ga.b_zp_per_col) ga.b_zp += j0;
+        if (ga.mult && ga.mult_per_col) ga.mult += j0;
+        if (ga.bias_s32) ga.bias_s32 += j0;
+        ga.c = ct + static_cast<size_t>(j0) * out_size;
+        igemm(ga, groups[static_cast<size_t>(grp)]);
+      }
+      const size_t y0 = static_cast<size_t>(img * g.m * plane + p0);
+      if (out_size == 4)
+        PTO_ISA_DISPATCH(transpose_s32, reinterpret_cast<const int32_t*>(ct), g.m,
+                         Y.data<int32_t>() + y0, plane, rows, g.m);
+      else
+        transpose(ct, g.m, static_cast<uint8_t*>(Y.raw_data()) + y0, plane, rows, g.m);
+    }
+  });
   return {Y};
 }
 

@@ -100,4 +100,38 @@ void min_max_span(const float* x, int64_t n, float* mn, float* mx) {
   *mx = reduce_max(hi);
 }
 
+void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows,
+                   int64_t cols) {
+  int64_t re = 0, qe = 0;
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
+  re = rows / 8 * 8;
+  qe = cols / 8 * 8;
+  for (int64_t q = 0; q < qe; q += 8)
+    for (int64_t r = 0; r < re; r += 8) {
+      __m256i v[8], t[8];
+      for (int k = 0; k < 8; ++k)
+        v[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + (r + k) * ldx + q));
+      // Pairs of rows interleaved by 32 bits, then by 64 bits, then the 128-bit halves swapped.
+      for (int k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_epi32(v[k], v[k + 1]);
+        t[k + 1] = _mm256_unpackhi_epi32(v[k], v[k + 1]);
+      }
+      for (int k = 0; k < 8; k += 4) {
+        v[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]);
+        v[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
+        v[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]);
+        v[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
+      }
+      for (int k = 0; k < 4; ++k) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + (q + k) * ldy + r),
+                            _mm256_permute2x128_si256(v[k], v[k + 4], 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + (q + k + 4) * ldy + r),
+                            _mm256_permute2x128_si256(v[k], v[k + 4], 0x31));
+      }
+    }
+#endif
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t q = (r < re ? qe : 0); q < cols; ++q) y[q * ldy + r] = x[r * ldx + q];
+}
+
 }  // namespace pto::cpu::PTO_ISA_NS
