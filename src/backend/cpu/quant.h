@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/conv/conv_isa.h"
 #include "backend/cpu/isa/isa.h"
 
 namespace pto::cpu {
@@ -28,6 +29,10 @@ PTO_ISA_DECLARE(
     void min_max_span(const float* x, int64_t n, float* mn, float* mx);
     // y[q * ldy + r] = x[r * ldx + q] for r < rows, q < cols: an int32 block transposed (the
     // integer convs' [pixels, channels] results into NCHW), 8 x 8 tiles in registers.
+    // An int8 depthwise conv's input plane x (uint8 or int8) as the float depthwise kernel reads
+    // it (conv_isa.h's depthwise_pad): x - zp, padded with zeros and split by stride phase.
+    void depthwise_pad_bytes(const DepthwisePlane& p, const uint8_t* x, bool x_signed, float zp,
+                             float* padded);
     void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows,
                        int64_t cols);)
 

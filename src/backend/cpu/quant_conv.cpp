@@ -223,10 +223,11 @@ void depthwise_scalar(const ConvGeometry& g, const int32_t* xv, const int32_t* w
 //
 // The sum runs on the float depthwise kernel (conv_isa.h, vectorized per ISA): every product is
 // an integer of magnitude at most 255 * 255 and every partial sum at most taps * 255 * 255, so in
-// float32 all of them are exact while that is below 2^24 (kMaxExactDepthwiseTaps taps: 3x3 to
-// 15x15), and the float sum converts to the same int32 as the integer one. Each input plane is
-// widened to x - x_zp, then padded with zeros (= x_zp - x_zp, what the reference's padding adds)
-// and split by stride phase as the float kernel reads it. Deeper kernels take the scalar loop.
+// float32 all of them are exact while that is below 2^24 (kMaxExactDepthwiseTaps taps: kernels up
+// to 16x16), and the float sum converts to the same int32 as the integer one. Each input plane is
+// widened to x - x_zp as it is padded with zeros (= x_zp - x_zp, what the reference's padding adds)
+// and split by stride phase the way the float kernel reads it (quant.h's depthwise_pad_bytes).
+// Deeper kernels take the integer loop.
 constexpr int64_t kMaxExactDepthwiseTaps = (int64_t{1} << 24) / (255 * 255);
 
 void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x_zp,
@@ -240,7 +241,7 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
   p.rows = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
   p.phase_len = ((g.ow - 1) * g.sw + (g.kw - 1) * g.dw + g.sw) / g.sw;
   p.row_len = g.sw * p.phase_len;
-  const float zp = static_cast<float>(x_zp), one = 1.0f;
+  const float zp = static_cast<float>(x_zp);
   // Without bias or requantization the epilogue is the identity: the sums go straight to y.
   const bool direct_out = args.out == IgemmArgs::Out::kS32 && !args.bias_s32;
   auto value = [](const uint8_t* v, int64_t i, bool s) {
@@ -248,12 +249,11 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
   };
   parallel_for(0, g.n * g.m, 1, [&](int64_t b, int64_t e) {
     auto* acc = scratch_as<int32_t>(static_cast<size_t>(plane));
-    auto* xf = scratch_as<float>(static_cast<size_t>(g.in_plane()), 1);
     auto* padded = scratch_as<float>(static_cast<size_t>(p.rows * p.row_len), 2);
     auto* sum = scratch_as<float>(static_cast<size_t>(plane), 3);
     std::vector<int32_t> wv(static_cast<size_t>(taps)), xv;
     std::vector<float> wf(static_cast<size_t>(taps));
-    int64_t widened = -1;  // the input plane xf / padded / xv hold
+    int64_t widened = -1;  // the input plane padded / xv hold
     for (int64_t t = b; t < e; ++t) {
       const int64_t img = t / g.m, m = t % g.m, in_plane = img * g.c + m / mg;
       const int32_t zw = w_zp.empty() ? 0 : w_zp[w_zp.size() == 1 ? 0 : m];
@@ -265,9 +265,7 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
       int32_t* out = direct_out ? static_cast<int32_t*>(y) + t * plane : acc;
       if (exact_in_float) {
         if (in_plane != widened) {
-          PTO_ISA_DISPATCH(dequantize_span, xp, x_signed, g.in_plane(), QuantParams{&one, &zp, 0},
-                           xf);
-          PTO_ISA_DISPATCH(depthwise_pad, p, xf, padded);
+          PTO_ISA_DISPATCH(depthwise_pad_bytes, p, xp, x_signed, zp, padded);
         }
         PTO_ISA_DISPATCH(depthwise_plane, p, padded, wf.data(), 0.0f, sum);
         for (int64_t i = 0; i < plane; ++i) out[i] = static_cast<int32_t>(sum[i]);

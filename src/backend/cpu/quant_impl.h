@@ -1,5 +1,6 @@
 // The per-ISA loops of quant.h, written once against simd.h's Vec. Included once by each of
 // quant_avx512.cpp, quant_avx2.cpp and quant_generic.cpp.
+#include "backend/cpu/conv/conv_simd.h"
 #include "backend/cpu/isa/simd.h"
 #include "backend/cpu/quant.h"
 
@@ -49,7 +50,68 @@ inline Vec load_bytes(const uint8_t* x, bool is_signed, int n) {
 #endif
 }
 
+// d[i] = float(s[i * stride]) - zp for i in [0, n), s uint8 or int8.
+inline void widen_strided(float* d, const uint8_t* s, int64_t n, int64_t stride, bool is_signed,
+                          float zp) {
+  const Vec z = Vec::set1(zp);
+  int64_t i = 0;
+  if (stride == 1) {
+    for (; i < n; i += kL) {
+      const int w = static_cast<int>(n - i < kL ? n - i : kL);
+      const Vec v = load_bytes(s + i, is_signed, w) - z;
+      if (w == kL)
+        v.store(d + i);
+      else
+        v.store(d + i, w);
+    }
+    return;
+  }
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
+  // The even bytes of 2 * kL: each 16-bit pair widened to 32 bits, its low byte kept (sign-extended
+  // for int8). The load's last byte belongs to element i + kL, so one must follow.
+  for (; stride == 2 && i + kL < n; i += kL) {
+#if defined(PTO_ISA_AVX512)
+    const __m512i w =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 2 * i)));
+    const __m512i b = is_signed ? _mm512_srai_epi32(_mm512_slli_epi32(w, 24), 24)
+                                : _mm512_and_si512(w, _mm512_set1_epi32(0xff));
+    (Vec{_mm512_cvtepi32_ps(b)} - z).store(d + i);
+#else
+    const __m256i w =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i)));
+    const __m256i b = is_signed ? _mm256_srai_epi32(_mm256_slli_epi32(w, 24), 24)
+                                : _mm256_and_si256(w, _mm256_set1_epi32(0xff));
+    (Vec{_mm256_cvtepi32_ps(b)} - z).store(d + i);
+#endif
+  }
+#endif
+  for (; i < n; ++i) {
+    const uint8_t v = s[i * stride];
+    d[i] = (is_signed ? static_cast<float>(static_cast<int8_t>(v)) : static_cast<float>(v)) - zp;
+  }
+}
+
 }  // namespace
+
+void depthwise_pad_bytes(const DepthwisePlane& p, const uint8_t* x, bool x_signed, float zp,
+                         float* padded) {
+  for (int64_t r = 0; r < p.rows; ++r) {
+    float* dst = padded + r * p.row_len;
+    const int64_t iy = r - p.ph;
+    if (iy < 0 || iy >= p.ih) {
+      fill_zero(dst, p.row_len);
+      continue;
+    }
+    for (int64_t q = 0; q < p.sw; ++q) {
+      float* d = dst + q * p.phase_len;
+      int64_t lo, hi;
+      valid_span(0, p.phase_len, p.iw, p.sw, q - p.pw, &lo, &hi);
+      fill_zero(d, lo);
+      widen_strided(d + lo, x + iy * p.iw + lo * p.sw + q - p.pw, hi - lo, p.sw, x_signed, zp);
+      fill_zero(d + hi, p.phase_len - hi);
+    }
+  }
+}
 
 void quantize_span(const float* x, int64_t n, QuantParams p, float nan_r, bool to_signed, void* y) {
   const Vec lo = Vec::set1(to_signed ? -128.0f : 0.0f), hi = Vec::set1(to_signed ? 127.0f : 255.0f);
