@@ -289,16 +289,23 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
   });
 }
 
-// How many row chunks each image's output pixels are cut into on the general path: few enough
-// that a chunk's A (lda bytes a row) and C (M outputs a row) fill about half of L2, many enough for
-// 4 tasks per thread when the output has the rows (at least 16 a chunk).
-int64_t chunks_per_image(const ConvGeometry& g, int64_t lda, size_t out_size) {
+// How the general path cuts each image's output pixels into row chunks: into enough that a chunk's
+// A (lda bytes a row) and C (M outputs a row) take at most about half of L2, and, when the plane
+// has the rows (16 a chunk), into 4 per thread, run as parallel tasks (`spread`). A smaller plane
+// (ResNet's 7x7 stage at batch 1) runs its chunks in turn, each GEMM spread over the pool by igemm.
+struct Chunking {
+  int64_t per_image = 1;
+  bool spread = false;
+};
+
+Chunking chunking(const ConvGeometry& g, int64_t lda, size_t out_size) {
   const int64_t plane = g.out_plane();
   const auto row_bytes = static_cast<int64_t>(static_cast<size_t>(lda) + g.m * out_size);
   const int64_t budget = static_cast<int64_t>(cache_model().l2 / 2);
-  const int64_t by_cache = (plane * row_bytes + budget - 1) / budget;
-  const int64_t by_threads = std::min<int64_t>((4 * num_threads() + g.n - 1) / g.n, plane / 16);
-  return std::max<int64_t>({by_cache, by_threads, 1});
+  const int64_t by_cache = std::max<int64_t>(1, (plane * row_bytes + budget - 1) / budget);
+  const int64_t want = (4 * num_threads() + g.n - 1) / g.n;
+  if (plane / 16 >= want) return {std::max(by_cache, want), true};
+  return {by_cache, false};
 }
 
 std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
@@ -374,48 +381,52 @@ std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
     transpose_planes(x, xh, g.n, g.c, g.in_plane());
   }
   const int64_t plane = g.out_plane(), mg = g.mg(), lda = direct ? g.c : k;
-  const int64_t chunks = chunks_per_image(g, lda, out_size);
-  const int64_t rows_per = (plane + chunks - 1) / chunks;
+  const Chunking ch = chunking(g, lda, out_size);
+  const int64_t chunks = ch.per_image, rows_per = (plane + chunks - 1) / chunks;
   a.k = k;
   a.n = mg;
   a.ldc = g.m;
-  // One task: rows [p0, p1) of image img through A, every group's GEMM into C [rows, M], and C
-  // transposed into the NCHW output, all in this thread's scratch.
-  parallel_for(0, g.n * chunks, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t img = t / chunks, p0 = t % chunks * rows_per;
-      const int64_t rows = std::min(plane, p0 + rows_per) - p0;
-      if (rows <= 0) continue;
-      auto* at = scratch_as<uint8_t>(static_cast<size_t>(rows * lda), 1);
-      auto* ct = scratch_as<uint8_t>(static_cast<size_t>(rows * g.m) * out_size, 2);
-      if (direct) transpose(x + img * g.c * plane + p0, plane, at, g.c, g.c, rows);
-      for (int64_t grp = 0; grp < g.group; ++grp) {
-        IgemmArgs ga = a;
-        ga.m = rows;
-        if (direct) {
-          ga.a = at + grp * g.cg();
-        } else {
-          im2col_nhwc(g, xh, grp, static_cast<uint8_t>(x_zp), img * plane + p0,
-                      img * plane + p0 + rows, at);
-          ga.a = at;
-        }
-        ga.lda = lda;
-        // This group's columns of the per-channel parameters and of C.
-        const int64_t j0 = grp * mg;
-        if (ga.b_zp && ga.b_zp_per_col) ga.b_zp += j0;
-        if (ga.mult && ga.mult_per_col) ga.mult += j0;
-        if (ga.bias_s32) ga.bias_s32 += j0;
-        ga.c = ct + static_cast<size_t>(j0) * out_size;
-        igemm(ga, groups[static_cast<size_t>(grp)]);
+  // Chunk t: rows [p0, p0 + rows) of image img through A, every group's GEMM into C [rows, M], and
+  // C transposed into the NCHW output, all in this thread's scratch.
+  auto run_chunk = [&](int64_t t) {
+    const int64_t img = t / chunks, p0 = t % chunks * rows_per;
+    const int64_t rows = std::min(plane, p0 + rows_per) - p0;
+    if (rows <= 0) return;
+    auto* at = scratch_as<uint8_t>(static_cast<size_t>(rows * lda), 1);
+    auto* ct = scratch_as<uint8_t>(static_cast<size_t>(rows * g.m) * out_size, 2);
+    if (direct) transpose(x + img * g.c * plane + p0, plane, at, g.c, g.c, rows);
+    for (int64_t grp = 0; grp < g.group; ++grp) {
+      IgemmArgs ga = a;
+      ga.m = rows;
+      if (direct) {
+        ga.a = at + grp * g.cg();
+      } else {
+        im2col_nhwc(g, xh, grp, static_cast<uint8_t>(x_zp), img * plane + p0,
+                    img * plane + p0 + rows, at);
+        ga.a = at;
       }
-      const size_t y0 = static_cast<size_t>(img * g.m * plane + p0);
-      if (out_size == 4)
-        PTO_ISA_DISPATCH(transpose_s32, reinterpret_cast<const int32_t*>(ct), g.m,
-                         Y.data<int32_t>() + y0, plane, rows, g.m);
-      else
-        transpose(ct, g.m, static_cast<uint8_t*>(Y.raw_data()) + y0, plane, rows, g.m);
+      ga.lda = lda;
+      // This group's columns of the per-channel parameters and of C.
+      const int64_t j0 = grp * mg;
+      if (ga.b_zp && ga.b_zp_per_col) ga.b_zp += j0;
+      if (ga.mult && ga.mult_per_col) ga.mult += j0;
+      if (ga.bias_s32) ga.bias_s32 += j0;
+      ga.c = ct + static_cast<size_t>(j0) * out_size;
+      igemm(ga, groups[static_cast<size_t>(grp)]);
     }
-  });
+    const size_t y0 = static_cast<size_t>(img * g.m * plane + p0);
+    if (out_size == 4)
+      PTO_ISA_DISPATCH(transpose_s32, reinterpret_cast<const int32_t*>(ct), g.m,
+                       Y.data<int32_t>() + y0, plane, rows, g.m);
+    else
+      transpose(ct, g.m, static_cast<uint8_t*>(Y.raw_data()) + y0, plane, rows, g.m);
+  };
+  if (ch.spread)
+    parallel_for(0, g.n * chunks, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) run_chunk(t);
+    });
+  else
+    for (int64_t t = 0; t < g.n * chunks; ++t) run_chunk(t);
   return {Y};
 }
 
