@@ -400,6 +400,11 @@ const std::vector<ConvCase> kDepthwiseCases = {
     {{1, 6, 12, 29}, {6, 1, 3, 2}, {1, 2}, {1, 0, 1, 1}, {}, 6},
     {{2, 6, 33}, {6, 1, 3}, {2}, {1, 1}, {}, 6},
     {{1, 3, 20, 20}, {3, 1, 17, 17}, {}, {8, 8, 8, 8}, {}, 3},
+    // Output planes of at most 14x14 (channels-last, channels in vector lanes): channel counts
+    // past a vector with a tail, stride 2 down to 7x7, 5x5.
+    {{2, 37, 7, 7}, {37, 1, 3, 3}, {}, {1, 1, 1, 1}, {}, 37},
+    {{1, 40, 14, 14}, {40, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {}, 40},
+    {{1, 20, 9, 11}, {20, 1, 5, 5}, {}, {2, 2, 2, 2}, {}, 20},
 };
 
 void check_conv_integer(const std::vector<ConvCase>& cases, uint32_t first_seed) {
@@ -476,23 +481,26 @@ TEST(CpuInt8Kernels, DepthwiseQLinearConvMatchesTheReference) {
   check_qlinear_conv(kDepthwiseCases, 2500);
 }
 
-// The largest sums the float depthwise kernel takes exactly: 16x16 = 256 taps of |x - x_zp| =
-// |w - w_zp| = 255, -256 * 255 * 255 = -16646400 (just under 2^24), and the 17x17 kernel past it.
+// The largest sums the float depthwise kernels take exactly: 16x16 = 256 taps of |x - x_zp| =
+// |w - w_zp| = 255, -256 * 255 * 255 = -16646400 (just under 2^24), on a 5x5 output plane
+// (channels-last) and a 5x64 one (per plane); and the 17x17 kernel past the bound.
 TEST(CpuInt8Kernels, DepthwiseConvIntegerIsExactAtTheExtremes) {
-  for (int64_t kk : {16, 17}) {
+  for (auto [kk, ow] : {std::pair<int64_t, int64_t>{16, 5}, {16, 64}, {17, 5}}) {
     auto filled = [](DType dt, const Dims& shape, uint8_t v) {
       Tensor t = Tensor::empty(dt, shape);
       std::memset(t.raw_data(), v, static_cast<size_t>(t.numel()));
       return t;
     };
-    const std::vector<Tensor> in = {filled(DType::kU8, {1, 2, kk + 3, kk + 21}, 255),
+    const std::vector<Tensor> in = {filled(DType::kU8, {1, 2, kk + 3, kk + ow - 4}, 255),
                                     filled(DType::kI8, {2, 1, kk, kk}, 0x80),
                                     filled(DType::kU8, {}, 0), filled(DType::kI8, {}, 127)};
     ConvCase k{{}, {}, {}, {1, 2, 0, 1}, {}, 2};
     for_each_config(
         [&](const std::string& cfg) {
           expect_node_matches("ConvInteger", in, {false, true, true, true}, conv_attrs(k), 1,
-                              cfg + ", " + std::to_string(kk) + "x" + std::to_string(kk), 10);
+                              cfg + ", " + std::to_string(kk) + "x" + std::to_string(kk) +
+                                  " output width " + std::to_string(ow),
+                              10);
         },
         false);
   }

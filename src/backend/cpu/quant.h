@@ -33,6 +33,12 @@ PTO_ISA_DECLARE(
     // it (conv_isa.h's depthwise_pad): x - zp, padded with zeros and split by stride phase.
     void depthwise_pad_bytes(const DepthwisePlane& p, const uint8_t* x, bool x_signed, float zp,
                              float* padded);
+    // Output row oy of an int8 depthwise conv with one output channel per input channel, in
+    // NHWC: y[ox, ch] = sum over the taps inside the input of x[iy, ix, ch] * w[tap, ch], the
+    // channels in vector lanes. x: one image [ih, iw, c], x - x_zp widened to float; w:
+    // [kh * kw, c] (w - w_zp); y: [ow, c], exact integers while taps * 255^2 < 2^24.
+    void depthwise_row_nhwc(const ConvWindow& g, int64_t c, const float* x, const float* w,
+                            int64_t oy, float* y);
     void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows,
                        int64_t cols);)
 

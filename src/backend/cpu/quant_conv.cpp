@@ -1,17 +1,18 @@
 // CPU kernels for ONNX's integer convolutions, ConvInteger (int32 output) and QLinearConv
 // (requantized uint8/int8 output), 1-D and 2-D, NCHW, on the int8 GEMM (gemm/igemm.h).
 //
-// Layout: an implicit GEMM with the output pixels as rows. The input is copied once to NHWC
-// (bytes, cheap next to the product); A is then, per group, the im2col [N*Ho*Wo, kh*kw*Cg] with K
-// in (ky, kx, channel) order, so each tap of a row is one run of Cg contiguous bytes (a whole
-// kernel row, kw*C bytes, when there is one group, no dilation and the row is inside the input),
-// and padding is filled with x's zero point (it contributes (x_zp - x_zp) * w = 0, as the
-// reference's zero padding of x - x_zp does). A 1x1, stride-1, unpadded conv reads the NHWC copy
-// as A directly. B is the weights of the group, [kh*kw*Cg, Mg] in the same K order, packed once at
-// compile time when W is constant. The GEMM's columns are the output channels, so the per-channel
-// parameters (w's zero points, scales and QLinearConv's int32 bias) are igemm's per-column ones,
-// and its epilogue requantizes exactly as the reference (bias in the sum before rounding). The
-// [N*Ho*Wo, M] result is transposed back to NCHW.
+// Layout: an implicit GEMM with the output pixels as rows, in NHWC. A is, per group, the im2col
+// [N*Ho*Wo, kh*kw*Cg] with K in (ky, kx, channel) order, so each tap of a row is one run of Cg
+// contiguous bytes of an NHWC copy of the input (a whole kernel row, kw*C bytes, when there is one
+// group, no dilation and the row is inside the input), and padding is filled with x's zero point
+// (it contributes (x_zp - x_zp) * w = 0, as the reference's zero padding of x - x_zp does); a 1x1,
+// stride-1, unpadded conv's A is its input transposed to NHWC. B is the weights of the group,
+// [kh*kw*Cg, Mg] in the same K order, packed once at compile time when W is constant. The GEMM's
+// columns are the output channels, so the per-channel parameters (w's zero points, scales and
+// QLinearConv's int32 bias) are igemm's per-column ones, and its epilogue requantizes exactly as
+// the reference (bias in the sum before rounding). The rows run in chunks of one image's pixels
+// sized to L2: a chunk's A is built, multiplied, and its [rows, M] result transposed into the
+// NCHW output while both are in cache (a whole-tensor A and result would go to memory and back).
 //
 // A depthwise conv (one input channel per group) runs a direct kernel per output plane instead (a
 // GEMM with one column per group would waste 15/16 of every panel): the float depthwise kernel,
@@ -199,6 +200,11 @@ void im2col_nhwc(const ConvGeometry& g, const uint8_t* xh, int64_t grp, uint8_t 
   }
 }
 
+// Byte i of v as uint8 or int8 (is_signed).
+int32_t byte_at(const uint8_t* v, int64_t i, bool is_signed) {
+  return is_signed ? static_cast<int32_t>(static_cast<int8_t>(v[i])) : static_cast<int32_t>(v[i]);
+}
+
 // One depthwise output plane from the widened input plane xv (x - x_zp) and weights wv (w - w_zp),
 // taps outside the input skipped (they would add (x_zp - x_zp) * w = 0); sums wrap as the GEMM's.
 void depthwise_scalar(const ConvGeometry& g, const int32_t* xv, const int32_t* wv, int32_t* acc) {
@@ -244,9 +250,6 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
   const float zp = static_cast<float>(x_zp);
   // Without bias or requantization the epilogue is the identity: the sums go straight to y.
   const bool direct_out = args.out == IgemmArgs::Out::kS32 && !args.bias_s32;
-  auto value = [](const uint8_t* v, int64_t i, bool s) {
-    return s ? static_cast<int32_t>(static_cast<int8_t>(v[i])) : static_cast<int32_t>(v[i]);
-  };
   parallel_for(0, g.n * g.m, 1, [&](int64_t b, int64_t e) {
     auto* acc = scratch_as<int32_t>(static_cast<size_t>(plane));
     auto* padded = scratch_as<float>(static_cast<size_t>(p.rows * p.row_len), 2);
@@ -258,7 +261,7 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
       const int64_t img = t / g.m, m = t % g.m, in_plane = img * g.c + m / mg;
       const int32_t zw = w_zp.empty() ? 0 : w_zp[w_zp.size() == 1 ? 0 : m];
       for (int64_t q = 0; q < taps; ++q) {
-        wv[q] = value(w, m * taps + q, w_signed) - zw;
+        wv[q] = byte_at(w, m * taps + q, w_signed) - zw;
         wf[q] = static_cast<float>(wv[q]);
       }
       const uint8_t* xp = x + in_plane * g.in_plane();
@@ -272,7 +275,7 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
       } else {
         if (in_plane != widened) {
           xv.resize(static_cast<size_t>(g.in_plane()));
-          for (int64_t i = 0; i < g.in_plane(); ++i) xv[i] = value(xp, i, x_signed) - x_zp;
+          for (int64_t i = 0; i < g.in_plane(); ++i) xv[i] = byte_at(xp, i, x_signed) - x_zp;
         }
         depthwise_scalar(g, xv.data(), wv.data(), out);
       }
@@ -285,6 +288,66 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
       if (a.mult_per_col) a.mult += m;
       if (a.bias_s32) a.bias_s32 += m;
       igemm_epilogue(a, acc, 1, 0, plane, 0, 1);
+    }
+  });
+}
+
+// A depthwise conv with a small output plane (at most kNhwcDepthwisePlane pixels) and one output
+// channel per input channel runs channels-last instead, as the fp32 conv's blocked kernel does on
+// such planes (conv_kernels.cpp): per plane, a 7x7 row fills 7 of 16 lanes and the per-plane setup
+// outweighs the sums. The input is transposed to NHWC (bytes) and widened to x - x_zp in float
+// once, each output row's pixels take their channels in vector lanes (quant.h's
+// depthwise_row_nhwc, exact in float as above), and the [pixels, C] sums go through the epilogue
+// (as a GEMM's rows and columns) and back to NCHW.
+constexpr int64_t kNhwcDepthwisePlane = 14 * 14;
+
+void depthwise_nhwc(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x_zp,
+                    const uint8_t* w, bool w_signed, const std::vector<int32_t>& w_zp,
+                    const IgemmArgs& args, void* y, size_t out_size) {
+  const int64_t c = g.c, taps = g.kh * g.kw, plane = g.out_plane(), in = g.in_plane() * c;
+  std::vector<float> wf(static_cast<size_t>(taps * c));  // [tap, channel]: w - w_zp
+  for (int64_t m = 0; m < c; ++m) {
+    const int32_t zw = w_zp.empty() ? 0 : w_zp[w_zp.size() == 1 ? 0 : m];
+    for (int64_t q = 0; q < taps; ++q)
+      wf[q * c + m] = static_cast<float>(byte_at(w, m * taps + q, w_signed) - zw);
+  }
+  auto* xh = scratch_as<uint8_t>(static_cast<size_t>(g.n * in), 0);
+  transpose_planes(x, xh, g.n, c, g.in_plane());
+  // x - x_zp in float once, not once per tap.
+  auto* xf = scratch_as<float>(static_cast<size_t>(g.n * in), 3);
+  const float zp = static_cast<float>(x_zp), one = 1.0f;
+  parallel_for(0, g.n * in, 1 << 14, [&](int64_t b, int64_t e) {
+    PTO_ISA_DISPATCH(dequantize_span, xh + b, x_signed, e - b, QuantParams{&one, &zp, 0}, xf + b);
+  });
+  auto* acc = scratch_as<int32_t>(static_cast<size_t>(g.n * plane * c), 1);  // [n, plane, C]
+  parallel_for(0, g.n * g.oh, 1, [&](int64_t b, int64_t e) {
+    auto* row = scratch_as<float>(static_cast<size_t>(g.ow * c), 2);
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t img = t / g.oh, oy = t % g.oh;
+      PTO_ISA_DISPATCH(depthwise_row_nhwc, g, c, xf + img * in, wf.data(), oy, row);
+      int32_t* a = acc + (img * plane + oy * g.ow) * c;
+      for (int64_t i = 0; i < g.ow * c; ++i) a[i] = static_cast<int32_t>(row[i]);
+    }
+  });
+  // Without bias or requantization the epilogue is the identity: the sums are transposed to y.
+  const bool direct_out = args.out == IgemmArgs::Out::kS32 && !args.bias_s32;
+  parallel_for(0, g.n, 1, [&](int64_t b, int64_t e) {
+    for (int64_t img = b; img < e; ++img) {
+      const int32_t* ai = acc + img * plane * c;
+      auto* yi = static_cast<uint8_t*>(y) + static_cast<size_t>(img * c * plane) * out_size;
+      const void* src = ai;
+      if (!direct_out) {
+        IgemmArgs a = args;
+        a.c = scratch_as<uint8_t>(static_cast<size_t>(plane * c) * out_size, 2);
+        a.ldc = c;
+        igemm_epilogue(a, ai, c, 0, plane, 0, c);
+        src = a.c;
+      }
+      if (out_size == 4)
+        PTO_ISA_DISPATCH(transpose_s32, static_cast<const int32_t*>(src), c,
+                         reinterpret_cast<int32_t*>(yi), plane, plane, c);
+      else
+        transpose(static_cast<const uint8_t*>(src), c, yi, plane, plane, c);
     }
   });
 }
@@ -361,8 +424,11 @@ std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
   const auto* x = static_cast<const uint8_t*>(X.raw_data());
 
   if (is_depthwise(g.cg(), g.group)) {
-    depthwise(g, x, x_signed, x_zp, static_cast<const uint8_t*>(W.raw_data()),
-              W.dtype() == DType::kI8, w_zp, a, Y.raw_data(), out_size);
+    const bool nhwc =
+        g.m == g.c && g.out_plane() <= kNhwcDepthwisePlane && g.kh * g.kw <= kMaxExactDepthwiseTaps;
+    (nhwc ? depthwise_nhwc : depthwise)(g, x, x_signed, x_zp,
+                                        static_cast<const uint8_t*>(W.raw_data()),
+                                        W.dtype() == DType::kI8, w_zp, a, Y.raw_data(), out_size);
     return {Y};
   }
 

@@ -113,6 +113,32 @@ void depthwise_pad_bytes(const DepthwisePlane& p, const uint8_t* x, bool x_signe
   }
 }
 
+void depthwise_row_nhwc(const ConvWindow& g, int64_t c, const float* x, const float* w, int64_t oy,
+                        float* y) {
+  for (int64_t c0 = 0; c0 < c; c0 += kL) {
+    const int n = static_cast<int>(c - c0 < kL ? c - c0 : kL);
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      Vec s = Vec::zero();
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+        if (iy < 0 || iy >= g.ih) continue;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+          if (ix < 0 || ix >= g.iw) continue;
+          const float* xt = x + (iy * g.iw + ix) * c + c0;
+          const float* wt = w + (ky * g.kw + kx) * c + c0;
+          s = n == kL ? fma(Vec::load(xt), Vec::load(wt), s)
+                      : fma(Vec::load(xt, n), Vec::load(wt, n), s);
+        }
+      }
+      if (n == kL)
+        s.store(y + ox * c + c0);
+      else
+        s.store(y + ox * c + c0, n);
+    }
+  }
+}
+
 void quantize_span(const float* x, int64_t n, QuantParams p, float nan_r, bool to_signed, void* y) {
   const Vec lo = Vec::set1(to_signed ? -128.0f : 0.0f), hi = Vec::set1(to_signed ? 127.0f : 255.0f);
   const Vec vn = Vec::set1(nan_r);
