@@ -205,6 +205,11 @@ int32_t byte_at(const uint8_t* v, int64_t i, bool is_signed) {
   return is_signed ? static_cast<int32_t>(static_cast<int8_t>(v[i])) : static_cast<int32_t>(v[i]);
 }
 
+// Output channel m's weight zero point: none, one for all, or one per channel.
+int32_t w_zp_of(const std::vector<int32_t>& w_zp, int64_t m) {
+  return w_zp.empty() ? 0 : w_zp[w_zp.size() == 1 ? 0 : static_cast<size_t>(m)];
+}
+
 // One depthwise output plane from the widened input plane xv (x - x_zp) and weights wv (w - w_zp),
 // taps outside the input skipped (they would add (x_zp - x_zp) * w = 0); sums wrap as the GEMM's.
 void depthwise_scalar(const ConvGeometry& g, const int32_t* xv, const int32_t* wv, int32_t* acc) {
@@ -259,7 +264,7 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
     int64_t widened = -1;  // the input plane padded / xv hold
     for (int64_t t = b; t < e; ++t) {
       const int64_t img = t / g.m, m = t % g.m, in_plane = img * g.c + m / mg;
-      const int32_t zw = w_zp.empty() ? 0 : w_zp[w_zp.size() == 1 ? 0 : m];
+      const int32_t zw = w_zp_of(w_zp, m);
       for (int64_t q = 0; q < taps; ++q) {
         wv[q] = byte_at(w, m * taps + q, w_signed) - zw;
         wf[q] = static_cast<float>(wv[q]);
@@ -307,7 +312,7 @@ void depthwise_nhwc(const ConvGeometry& g, const uint8_t* x, bool x_signed, int3
   const int64_t c = g.c, taps = g.kh * g.kw, plane = g.out_plane(), in = g.in_plane() * c;
   std::vector<float> wf(static_cast<size_t>(taps * c));  // [tap, channel]: w - w_zp
   for (int64_t m = 0; m < c; ++m) {
-    const int32_t zw = w_zp.empty() ? 0 : w_zp[w_zp.size() == 1 ? 0 : m];
+    const int32_t zw = w_zp_of(w_zp, m);
     for (int64_t q = 0; q < taps; ++q)
       wf[q * c + m] = static_cast<float>(byte_at(w, m * taps + q, w_signed) - zw);
   }
