@@ -95,19 +95,20 @@ inline void widen_strided(float* d, const uint8_t* s, int64_t n, int64_t stride,
 
 void depthwise_pad_bytes(const DepthwisePlane& p, const uint8_t* x, bool x_signed, float zp,
                          float* padded) {
-  for (int64_t r = 0; r < p.rows; ++r) {
-    float* dst = padded + r * p.row_len;
-    const int64_t iy = r - p.ph;
-    if (iy < 0 || iy >= p.ih) {
-      fill_zero(dst, p.row_len);
-      continue;
-    }
-    for (int64_t q = 0; q < p.sw; ++q) {
-      float* d = dst + q * p.phase_len;
-      int64_t lo, hi;
-      valid_span(0, p.phase_len, p.iw, p.sw, q - p.pw, &lo, &hi);
+  // Padded rows [top, bottom) hold input rows, the others zeros; each input row reads the same
+  // span [lo, hi) of each stride phase, zeros around it.
+  const int64_t top = p.ph < p.rows ? p.ph : p.rows;
+  const int64_t bottom = p.ph + p.ih < p.rows ? p.ph + p.ih : p.rows;
+  fill_zero(padded, top * p.row_len);
+  fill_zero(padded + bottom * p.row_len, (p.rows - bottom) * p.row_len);
+  for (int64_t q = 0; q < p.sw; ++q) {
+    int64_t lo, hi;
+    valid_span(0, p.phase_len, p.iw, p.sw, q - p.pw, &lo, &hi);
+    const uint8_t* src = x + lo * p.sw + q - p.pw;
+    for (int64_t r = top; r < bottom; ++r) {
+      float* d = padded + r * p.row_len + q * p.phase_len;
       fill_zero(d, lo);
-      widen_strided(d + lo, x + iy * p.iw + lo * p.sw + q - p.pw, hi - lo, p.sw, x_signed, zp);
+      widen_strided(d + lo, src + (r - p.ph) * p.iw, hi - lo, p.sw, x_signed, zp);
       fill_zero(d + hi, p.phase_len - hi);
     }
   }
