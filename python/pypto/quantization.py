@@ -424,8 +424,10 @@ def calibrate(model: torch.nn.Module, calibration_batches, *, per_channel: bool 
     model, records the range of every Conv2d's input, and returns a copy (inplace: the model)
     whose Conv2d layers are StaticQuantizedConv2d: int8 weights per output channel, inputs
     quantized to uint8 with the calibrated scale and zero point, float outputs. Depthwise
-    convolutions stay float (memory-bound: int8 buys nothing there); Linear layers too (use
-    quantize_dynamic for them)."""
+    convolutions stay float: they are memory-bound, and as int8 they would add the input's
+    quantization and the int32 accumulators' scale pass to a float kernel that fuses its
+    epilogue (MobileNetV2, 1 thread: 1.4x slower with them int8, and no more accurate; see
+    docs/precision.md). Linear layers stay float too (use quantize_dynamic for them)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"pypto.quantization.calibrate expects a torch.nn.Module, got "
                         f"{type(model).__name__}")

@@ -375,6 +375,10 @@ const std::vector<ConvCase> kConvCases = {
     {{1, 16, 7, 7}, {20, 16, 1, 1}, {2, 2}},
     {{1, 32, 10, 10}, {33, 32, 3, 3}, {}, {1, 0, 1, 2}, {1, 2}},
     {{1, 12, 5, 6}, {20, 3, 3, 3}, {}, {1, 1, 1, 1}, {}, 4},
+    // Planes cut into several row chunks, the last one short; 1x1 (rows transposed per chunk) and
+    // 3x3 (im2col per chunk), output channels not a multiple of 8.
+    {{2, 20, 41, 45}, {27, 20, 1, 1}},
+    {{1, 9, 33, 35}, {13, 9, 3, 3}, {}, {1, 1, 1, 1}},
 };
 
 std::string conv_what(const std::string& cfg, const std::string& op, const ConvCase& k, int types,
@@ -384,11 +388,30 @@ std::string conv_what(const std::string& cfg, const std::string& op, const ConvC
          (per_channel ? " per channel" : "") + (constant_w ? " (constant W)" : "");
 }
 
-TEST(CpuInt8Kernels, ConvIntegerMatchesTheReference) {
+// Depthwise convs (one input channel per group) on the vectorized path: 3x3 stride 1 and 2 with
+// pads on planes with vector tails, a channel multiplier, 5x5, dilation and asymmetric pads,
+// mixed strides, 1-D; a 17x17 kernel (289 taps, past the float kernel's exact range) on the
+// integer loop.
+const std::vector<ConvCase> kDepthwiseCases = {
+    {{1, 24, 17, 19}, {24, 1, 3, 3}, {}, {1, 1, 1, 1}, {}, 24},
+    {{2, 19, 23, 37}, {19, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {}, 19},
+    {{1, 8, 40, 33}, {16, 1, 5, 5}, {2, 2}, {2, 2, 2, 2}, {}, 8},
+    {{1, 5, 9, 10}, {5, 1, 3, 3}, {}, {2, 1, 0, 2}, {2, 2}, 5},
+    {{1, 6, 12, 29}, {6, 1, 3, 2}, {1, 2}, {1, 0, 1, 1}, {}, 6},
+    {{2, 6, 33}, {6, 1, 3}, {2}, {1, 1}, {}, 6},
+    {{1, 3, 20, 20}, {3, 1, 17, 17}, {}, {8, 8, 8, 8}, {}, 3},
+    // Output planes of at most 14x14 (channels-last, channels in vector lanes): channel counts
+    // past a vector with a tail, stride 2 down to 7x7, 5x5.
+    {{2, 37, 7, 7}, {37, 1, 3, 3}, {}, {1, 1, 1, 1}, {}, 37},
+    {{1, 40, 14, 14}, {40, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {}, 40},
+    {{1, 20, 9, 11}, {20, 1, 5, 5}, {}, {2, 2, 2, 2}, {}, 20},
+};
+
+void check_conv_integer(const std::vector<ConvCase>& cases, uint32_t first_seed) {
   for_each_config(
       [&](const std::string& cfg) {
-        uint32_t seed = 900;
-        for (const ConvCase& k : kConvCases)
+        uint32_t seed = first_seed;
+        for (const ConvCase& k : cases)
           for (int types = 0; types < 4; ++types)
             for (int zp = 0; zp < 3; ++zp) {  // none, per tensor, w per output channel
               const bool xs = types & 1, ws = types & 2, constant_w = (seed & 1) != 0;
@@ -406,10 +429,10 @@ TEST(CpuInt8Kernels, ConvIntegerMatchesTheReference) {
       false);
 }
 
-TEST(CpuInt8Kernels, QLinearConvMatchesTheReference) {
+void check_qlinear_conv(const std::vector<ConvCase>& cases, uint32_t first_seed) {
   for_each_config([&](const std::string& cfg) {
-    uint32_t seed = 1300;
-    for (const ConvCase& k : kConvCases)
+    uint32_t seed = first_seed;
+    for (const ConvCase& k : cases)
       for (int types = 0; types < 8; ++types)
         for (bool per_channel : {false, true}) {
           const bool xs = types & 1, ws = types & 2, ys = types & 4;
@@ -440,6 +463,47 @@ TEST(CpuInt8Kernels, QLinearConvMatchesTheReference) {
                               10);
         }
   });
+}
+
+TEST(CpuInt8Kernels, ConvIntegerMatchesTheReference) {
+  check_conv_integer(kConvCases, 900);
+}
+
+TEST(CpuInt8Kernels, QLinearConvMatchesTheReference) {
+  check_qlinear_conv(kConvCases, 1300);
+}
+
+TEST(CpuInt8Kernels, DepthwiseConvIntegerMatchesTheReference) {
+  check_conv_integer(kDepthwiseCases, 2100);
+}
+
+TEST(CpuInt8Kernels, DepthwiseQLinearConvMatchesTheReference) {
+  check_qlinear_conv(kDepthwiseCases, 2500);
+}
+
+// The largest sums the float depthwise kernels take exactly: 16x16 = 256 taps of |x - x_zp| =
+// |w - w_zp| = 255, -256 * 255 * 255 = -16646400 (just under 2^24), on a 5x5 output plane
+// (channels-last) and a 5x64 one (per plane); and the 17x17 kernel past the bound.
+TEST(CpuInt8Kernels, DepthwiseConvIntegerIsExactAtTheExtremes) {
+  for (auto [kk, ow] : {std::pair<int64_t, int64_t>{16, 5}, {16, 64}, {17, 5}}) {
+    auto filled = [](DType dt, const Dims& shape, uint8_t v) {
+      Tensor t = Tensor::empty(dt, shape);
+      std::memset(t.raw_data(), v, static_cast<size_t>(t.numel()));
+      return t;
+    };
+    const std::vector<Tensor> in = {filled(DType::kU8, {1, 2, kk + 3, kk + ow - 4}, 255),
+                                    filled(DType::kI8, {2, 1, kk, kk}, 0x80),
+                                    filled(DType::kU8, {}, 0), filled(DType::kI8, {}, 127)};
+    ConvCase k{{}, {}, {}, {1, 2, 0, 1}, {}, 2};
+    for_each_config(
+        [&](const std::string& cfg) {
+          expect_node_matches("ConvInteger", in, {false, true, true, true}, conv_attrs(k), 1,
+                              cfg + ", " + std::to_string(kk) + "x" + std::to_string(kk) +
+                                  " output width " + std::to_string(ow),
+                              10);
+        },
+        false);
+  }
 }
 
 // Shape inference of the integer convs gives the output's shape (and the kernels run).

@@ -1,21 +1,22 @@
 // CPU kernels for ONNX's integer convolutions, ConvInteger (int32 output) and QLinearConv
 // (requantized uint8/int8 output), 1-D and 2-D, NCHW, on the int8 GEMM (gemm/igemm.h).
 //
-// Layout: an implicit GEMM with the output pixels as rows. The input is copied once to NHWC
-// (bytes, cheap next to the product); A is then, per group, the im2col [N*Ho*Wo, kh*kw*Cg] with K
-// in (ky, kx, channel) order, so each tap of a row is one run of Cg contiguous bytes (a whole
-// kernel row, kw*C bytes, when there is one group, no dilation and the row is inside the input),
-// and padding is filled with x's zero point (it contributes (x_zp - x_zp) * w = 0, as the
-// reference's zero padding of x - x_zp does). A 1x1, stride-1, unpadded conv reads the NHWC copy
-// as A directly. B is the weights of the group, [kh*kw*Cg, Mg] in the same K order, packed once at
-// compile time when W is constant. The GEMM's columns are the output channels, so the per-channel
-// parameters (w's zero points, scales and QLinearConv's int32 bias) are igemm's per-column ones,
-// and its epilogue requantizes exactly as the reference (bias in the sum before rounding). The
-// [N*Ho*Wo, M] result is transposed back to NCHW.
+// Layout: an implicit GEMM with the output pixels as rows, in NHWC. A is, per group, the im2col
+// [N*Ho*Wo, kh*kw*Cg] with K in (ky, kx, channel) order, so each tap of a row is one run of Cg
+// contiguous bytes of an NHWC copy of the input (a whole kernel row, kw*C bytes, when there is one
+// group, no dilation and the row is inside the input), and padding is filled with x's zero point
+// (it contributes (x_zp - x_zp) * w = 0, as the reference's zero padding of x - x_zp does); a 1x1,
+// stride-1, unpadded conv's A is its input transposed to NHWC. B is the weights of the group,
+// [kh*kw*Cg, Mg] in the same K order, packed once at compile time when W is constant. The GEMM's
+// columns are the output channels, so the per-channel parameters (w's zero points, scales and
+// QLinearConv's int32 bias) are igemm's per-column ones, and its epilogue requantizes exactly as
+// the reference (bias in the sum before rounding). The rows run in chunks of one image's pixels
+// sized to L2: a chunk's A is built, multiplied, and its [rows, M] result transposed into the
+// NCHW output while both are in cache (a whole-tensor A and result would go to memory and back).
 //
-// A depthwise conv (one input channel per group) runs a direct integer loop per output plane
-// instead (a GEMM with one column per group would waste 15/16 of every panel), through the same
-// epilogue.
+// A depthwise conv (one input channel per group) runs a direct kernel per output plane instead (a
+// GEMM with one column per group would waste 15/16 of every panel): the float depthwise kernel,
+// exact on these integers (see depthwise()), then the same epilogue.
 //
 // Forms left to the reference at run time: per-channel x zero points or x / y scales, K deeper
 // than kMaxExactK for QLinearConv, ranks other than 3 and 4.
@@ -26,9 +27,12 @@
 
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/gemm/igemm.h"
+#include "backend/cpu/isa/isa.h"
 #include "backend/cpu/kernel.h"
+#include "backend/cpu/quant.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/scratch.h"
+#include "pto/device_info.h"
 #include "pto/error.h"
 #include "pto/parallel.h"
 
@@ -131,110 +135,157 @@ inline void transpose8x8(uint64_t w[8]) {
   for (int k : {0, 2, 4, 6}) swap(k, k + 1, 8, 0x00FF00FF00FF00FFull);
 }
 
-// Rows [r0, r1) x columns [q0, q1) of x [rows, cols] into y [cols, rows]: 8 x 8 byte tiles through
-// 64-bit words for bytes, element by element otherwise and at the edges.
-template <class T>
-void transpose_block(const T* x, T* y, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
-                     int64_t q0, int64_t q1) {
-  int64_t re = r0, qe = q0;
-  if constexpr (sizeof(T) == 1) {
-    re = r0 + (r1 - r0) / 8 * 8;
-    qe = q0 + (q1 - q0) / 8 * 8;
-    uint64_t w[8];
-    for (int64_t r = r0; r < re; r += 8)
-      for (int64_t q = q0; q < qe; q += 8) {
-        for (int k = 0; k < 8; ++k) std::memcpy(&w[k], x + (r + k) * cols + q, 8);
-        transpose8x8(w);
-        for (int k = 0; k < 8; ++k) std::memcpy(y + (q + k) * rows + r, &w[k], 8);
-      }
-  }
-  for (int64_t r = r0; r < r1; ++r)
-    for (int64_t q = (r < re ? qe : q0); q < q1; ++q) y[q * rows + r] = x[r * cols + q];
+// y[q * ldy + r] = x[r * ldx + q] for r < rows, q < cols bytes: 8 x 8 tiles through 64-bit words,
+// element by element at the edges. (int32 blocks: quant.h's transpose_s32.)
+void transpose(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int64_t rows, int64_t cols) {
+  constexpr int64_t kT = 8;
+  const int64_t re = rows / kT * kT, qe = cols / kT * kT;
+  uint64_t w[kT];
+  for (int64_t r = 0; r < re; r += kT)
+    for (int64_t q = 0; q < qe; q += kT) {
+      for (int k = 0; k < kT; ++k) std::memcpy(&w[k], x + (r + k) * ldx + q, kT);
+      transpose8x8(w);
+      for (int k = 0; k < kT; ++k) std::memcpy(y + (q + k) * ldy + r, &w[k], kT);
+    }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t q = (r < re ? qe : 0); q < cols; ++q) y[q * ldy + r] = x[r * ldx + q];
 }
 
-// x [n, rows, cols] -> y [n, cols, rows] (elements of type T), in parallel over 64 x 64 blocks:
-// the input to NHWC, the output back to NCHW.
-template <class T>
-void transpose_planes(const T* x, T* y, int64_t n, int64_t rows, int64_t cols) {
+// x [n, rows, cols] -> y [n, cols, rows] bytes, in parallel over 64 x 64 blocks: the input to
+// NHWC.
+void transpose_planes(const uint8_t* x, uint8_t* y, int64_t n, int64_t rows, int64_t cols) {
   constexpr int64_t kB = 64;
   const int64_t rb = (rows + kB - 1) / kB, cb = (cols + kB - 1) / kB;
   parallel_for(0, n * rb * cb, 4, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t img = t / (rb * cb), r0 = t / cb % rb * kB, q0 = t % cb * kB;
-      transpose_block(x + img * rows * cols, y + img * rows * cols, rows, cols, r0,
-                      std::min(rows, r0 + kB), q0, std::min(cols, q0 + kB));
+      const int64_t off = img * rows * cols;
+      transpose(x + off + r0 * cols + q0, cols, y + off + q0 * rows + r0, rows,
+                std::min(kB, rows - r0), std::min(kB, cols - q0));
     }
   });
 }
 
-// Rows [N*Ho*Wo, taps*Cg] of group g's im2col from the NHWC copy xh, padding = x_zp.
-void im2col_nhwc(const ConvGeometry& g, const uint8_t* xh, int64_t grp, uint8_t zp, uint8_t* col) {
-  const int64_t cg = g.cg(), k = g.kh * g.kw * cg, ow = g.ow, rows = g.n * g.out_plane();
+// Rows [r0, r1) (output pixels of all images) of group g's im2col [N*Ho*Wo, taps*Cg] from the
+// NHWC copy xh, padding = x_zp, into col (row r0 first).
+void im2col_nhwc(const ConvGeometry& g, const uint8_t* xh, int64_t grp, uint8_t zp, int64_t r0,
+                 int64_t r1, uint8_t* col) {
+  const int64_t cg = g.cg(), k = g.kh * g.kw * cg, ow = g.ow;
   // One run of kw * C bytes per kernel row when the taps of a row are adjacent channels-last.
   const bool whole_rows = g.group == 1 && g.dw == 1;
-  parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t r = b; r < e; ++r) {
-                   const int64_t img = r / g.out_plane(), oy = r % g.out_plane() / ow, ox = r % ow;
-                   uint8_t* d = col + r * k;
-                   const uint8_t* xi = xh + img * g.in_plane() * g.c + grp * cg;
-                   const int64_t x0 = ox * g.sw - g.pw;
-                   for (int64_t ky = 0; ky < g.kh; ++ky, d += g.kw * cg) {
-                     const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-                     if (iy < 0 || iy >= g.ih) {
-                       std::memset(d, zp, static_cast<size_t>(g.kw * cg));
-                       continue;
-                     }
-                     const uint8_t* row = xi + iy * g.iw * g.c;
-                     if (whole_rows && x0 >= 0 && x0 + g.kw <= g.iw) {
-                       std::memcpy(d, row + x0 * g.c, static_cast<size_t>(g.kw * cg));
-                       continue;
-                     }
-                     for (int64_t kx = 0; kx < g.kw; ++kx) {
-                       const int64_t ix = x0 + kx * g.dw;
-                       if (ix < 0 || ix >= g.iw)
-                         std::memset(d + kx * cg, zp, static_cast<size_t>(cg));
-                       else
-                         std::memcpy(d + kx * cg, row + ix * g.c, static_cast<size_t>(cg));
-                     }
-                   }
-                 }
-               });
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t img = r / g.out_plane(), oy = r % g.out_plane() / ow, ox = r % ow;
+    uint8_t* d = col + (r - r0) * k;
+    const uint8_t* xi = xh + img * g.in_plane() * g.c + grp * cg;
+    const int64_t x0 = ox * g.sw - g.pw;
+    for (int64_t ky = 0; ky < g.kh; ++ky, d += g.kw * cg) {
+      const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+      if (iy < 0 || iy >= g.ih) {
+        std::memset(d, zp, static_cast<size_t>(g.kw * cg));
+        continue;
+      }
+      const uint8_t* row = xi + iy * g.iw * g.c;
+      if (whole_rows && x0 >= 0 && x0 + g.kw <= g.iw) {
+        std::memcpy(d, row + x0 * g.c, static_cast<size_t>(g.kw * cg));
+        continue;
+      }
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        const int64_t ix = x0 + kx * g.dw;
+        if (ix < 0 || ix >= g.iw)
+          std::memset(d + kx * cg, zp, static_cast<size_t>(cg));
+        else
+          std::memcpy(d + kx * cg, row + ix * g.c, static_cast<size_t>(cg));
+      }
+    }
+  }
 }
 
-// Depthwise: y plane (img, m) = epilogue(sum over taps (x - x_zp) * (w[m] - w_zp[m])), x read in
-// NCHW, taps outside the input skipped (they would read x_zp). `args` holds the per-column
-// parameters of all M channels; its c and ldc are set here per plane.
+// Byte i of v as uint8 or int8 (is_signed).
+int32_t byte_at(const uint8_t* v, int64_t i, bool is_signed) {
+  return is_signed ? static_cast<int32_t>(static_cast<int8_t>(v[i])) : static_cast<int32_t>(v[i]);
+}
+
+// Output channel m's weight zero point: none, one for all, or one per channel.
+int32_t w_zp_of(const std::vector<int32_t>& w_zp, int64_t m) {
+  return w_zp.empty() ? 0 : w_zp[w_zp.size() == 1 ? 0 : static_cast<size_t>(m)];
+}
+
+// One depthwise output plane from the widened input plane xv (x - x_zp) and weights wv (w - w_zp),
+// taps outside the input skipped (they would add (x_zp - x_zp) * w = 0); sums wrap as the GEMM's.
+void depthwise_scalar(const ConvGeometry& g, const int32_t* xv, const int32_t* wv, int32_t* acc) {
+  for (int64_t oy = 0; oy < g.oh; ++oy)
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      uint32_t s = 0;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+        if (iy < 0 || iy >= g.ih) continue;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+          if (ix >= 0 && ix < g.iw)
+            s += static_cast<uint32_t>(xv[iy * g.iw + ix] * wv[ky * g.kw + kx]);
+        }
+      }
+      acc[oy * g.ow + ox] = static_cast<int32_t>(s);
+    }
+}
+
+// Depthwise: y plane (img, m) = epilogue(sum over taps (x - x_zp) * (w[m] - w_zp[m])). `args`
+// holds the per-column parameters of all M channels; its c and ldc are set here per plane.
+//
+// The sum runs on the float depthwise kernel (conv_isa.h, vectorized per ISA): every product is
+// an integer of magnitude at most 255 * 255 and every partial sum at most taps * 255 * 255, so in
+// float32 all of them are exact while that is below 2^24 (kMaxExactDepthwiseTaps taps: kernels up
+// to 16x16), and the float sum converts to the same int32 as the integer one. Each input plane is
+// widened to x - x_zp as it is padded with zeros (= x_zp - x_zp, what the reference's padding adds)
+// and split by stride phase the way the float kernel reads it (quant.h's depthwise_pad_bytes).
+// Deeper kernels take the integer loop.
+constexpr int64_t kMaxExactDepthwiseTaps = (int64_t{1} << 24) / (255 * 255);
+
 void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x_zp,
                const uint8_t* w, bool w_signed, const std::vector<int32_t>& w_zp,
                const IgemmArgs& args, void* y, size_t out_size) {
   const int64_t mg = g.mg(), taps = g.kh * g.kw, plane = g.out_plane();
-  auto value = [](const uint8_t* p, int64_t i, bool s) {
-    return s ? static_cast<int32_t>(static_cast<int8_t>(p[i])) : static_cast<int32_t>(p[i]);
-  };
+  const bool exact_in_float = taps <= kMaxExactDepthwiseTaps;
+  // As the float conv lays out a padded plane (conv.cpp's depthwise_plane_of).
+  DepthwisePlane p;
+  static_cast<ConvWindow&>(p) = g;
+  p.rows = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  p.phase_len = ((g.ow - 1) * g.sw + (g.kw - 1) * g.dw + g.sw) / g.sw;
+  p.row_len = g.sw * p.phase_len;
+  const float zp = static_cast<float>(x_zp);
+  // Without bias or requantization the epilogue is the identity: the sums go straight to y.
+  const bool direct_out = args.out == IgemmArgs::Out::kS32 && !args.bias_s32;
   parallel_for(0, g.n * g.m, 1, [&](int64_t b, int64_t e) {
     auto* acc = scratch_as<int32_t>(static_cast<size_t>(plane));
-    std::vector<int32_t> wv(static_cast<size_t>(taps)), xv(static_cast<size_t>(g.in_plane()));
+    auto* padded = scratch_as<float>(static_cast<size_t>(p.rows * p.row_len), 2);
+    auto* sum = scratch_as<float>(static_cast<size_t>(plane), 3);
+    std::vector<int32_t> wv(static_cast<size_t>(taps)), xv;
+    std::vector<float> wf(static_cast<size_t>(taps));
+    int64_t widened = -1;  // the input plane padded / xv hold
     for (int64_t t = b; t < e; ++t) {
-      const int64_t img = t / g.m, m = t % g.m, ch = m / mg;
-      const int32_t zw = w_zp.empty() ? 0 : w_zp[w_zp.size() == 1 ? 0 : m];
-      for (int64_t q = 0; q < taps; ++q) wv[q] = value(w, m * taps + q, w_signed) - zw;
-      const uint8_t* xp = x + (img * g.c + ch) * g.in_plane();
-      for (int64_t i = 0; i < g.in_plane(); ++i) xv[i] = value(xp, i, x_signed) - x_zp;
-      for (int64_t oy = 0; oy < g.oh; ++oy)
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          uint32_t s = 0;  // wrapping, as the GEMM's sums
-          for (int64_t ky = 0; ky < g.kh; ++ky) {
-            const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-            if (iy < 0 || iy >= g.ih) continue;
-            for (int64_t kx = 0; kx < g.kw; ++kx) {
-              const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-              if (ix >= 0 && ix < g.iw)
-                s += static_cast<uint32_t>(xv[iy * g.iw + ix] * wv[ky * g.kw + kx]);
-            }
-          }
-          acc[oy * g.ow + ox] = static_cast<int32_t>(s);
+      const int64_t img = t / g.m, m = t % g.m, in_plane = img * g.c + m / mg;
+      const int32_t zw = w_zp_of(w_zp, m);
+      for (int64_t q = 0; q < taps; ++q) {
+        wv[q] = byte_at(w, m * taps + q, w_signed) - zw;
+        wf[q] = static_cast<float>(wv[q]);
+      }
+      const uint8_t* xp = x + in_plane * g.in_plane();
+      int32_t* out = direct_out ? static_cast<int32_t*>(y) + t * plane : acc;
+      if (exact_in_float) {
+        if (in_plane != widened) {
+          PTO_ISA_DISPATCH(depthwise_pad_bytes, p, xp, x_signed, zp, padded);
         }
+        PTO_ISA_DISPATCH(depthwise_plane, p, padded, wf.data(), 0.0f, sum);
+        for (int64_t i = 0; i < plane; ++i) out[i] = static_cast<int32_t>(sum[i]);
+      } else {
+        if (in_plane != widened) {
+          xv.resize(static_cast<size_t>(g.in_plane()));
+          for (int64_t i = 0; i < g.in_plane(); ++i) xv[i] = byte_at(xp, i, x_signed) - x_zp;
+        }
+        depthwise_scalar(g, xv.data(), wv.data(), out);
+      }
+      widened = in_plane;
+      if (direct_out) continue;
       // The plane as one column (rows are pixels, ldc 1) with channel m's parameters.
       IgemmArgs a = args;
       a.c = static_cast<uint8_t*>(y) + static_cast<size_t>(t * plane) * out_size;
@@ -244,6 +295,85 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
       igemm_epilogue(a, acc, 1, 0, plane, 0, 1);
     }
   });
+}
+
+// A depthwise conv with a small output plane (at most kNhwcDepthwisePlane pixels) and one output
+// channel per input channel runs channels-last instead, as the fp32 conv's blocked kernel does on
+// such planes (conv_kernels.cpp): per plane, a 7x7 row fills 7 of 16 lanes and the per-plane setup
+// outweighs the sums. The input is transposed to NHWC (bytes) and widened to x - x_zp in float
+// once, each output row's pixels take their channels in vector lanes (quant.h's
+// depthwise_row_nhwc, exact in float as above), and the [pixels, C] sums go through the epilogue
+// (as a GEMM's rows and columns) and back to NCHW.
+constexpr int64_t kNhwcDepthwisePlane = 14 * 14;
+
+void depthwise_nhwc(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x_zp,
+                    const uint8_t* w, bool w_signed, const std::vector<int32_t>& w_zp,
+                    const IgemmArgs& args, void* y, size_t out_size) {
+  const int64_t c = g.c, taps = g.kh * g.kw, plane = g.out_plane(), in = g.in_plane() * c;
+  std::vector<float> wf(static_cast<size_t>(taps * c));  // [tap, channel]: w - w_zp
+  for (int64_t m = 0; m < c; ++m) {
+    const int32_t zw = w_zp_of(w_zp, m);
+    for (int64_t q = 0; q < taps; ++q)
+      wf[q * c + m] = static_cast<float>(byte_at(w, m * taps + q, w_signed) - zw);
+  }
+  auto* xh = scratch_as<uint8_t>(static_cast<size_t>(g.n * in), 0);
+  transpose_planes(x, xh, g.n, c, g.in_plane());
+  // x - x_zp in float once, not once per tap.
+  auto* xf = scratch_as<float>(static_cast<size_t>(g.n * in), 3);
+  const float zp = static_cast<float>(x_zp), one = 1.0f;
+  parallel_for(0, g.n * in, 1 << 14, [&](int64_t b, int64_t e) {
+    PTO_ISA_DISPATCH(dequantize_span, xh + b, x_signed, e - b, QuantParams{&one, &zp, 0}, xf + b);
+  });
+  auto* acc = scratch_as<int32_t>(static_cast<size_t>(g.n * plane * c), 1);  // [n, plane, C]
+  parallel_for(0, g.n * g.oh, 1, [&](int64_t b, int64_t e) {
+    auto* row = scratch_as<float>(static_cast<size_t>(g.ow * c), 2);
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t img = t / g.oh, oy = t % g.oh;
+      PTO_ISA_DISPATCH(depthwise_row_nhwc, g, c, xf + img * in, wf.data(), oy, row);
+      int32_t* a = acc + (img * plane + oy * g.ow) * c;
+      for (int64_t i = 0; i < g.ow * c; ++i) a[i] = static_cast<int32_t>(row[i]);
+    }
+  });
+  // Without bias or requantization the epilogue is the identity: the sums are transposed to y.
+  const bool direct_out = args.out == IgemmArgs::Out::kS32 && !args.bias_s32;
+  parallel_for(0, g.n, 1, [&](int64_t b, int64_t e) {
+    for (int64_t img = b; img < e; ++img) {
+      const int32_t* ai = acc + img * plane * c;
+      auto* yi = static_cast<uint8_t*>(y) + static_cast<size_t>(img * c * plane) * out_size;
+      const void* src = ai;
+      if (!direct_out) {
+        IgemmArgs a = args;
+        a.c = scratch_as<uint8_t>(static_cast<size_t>(plane * c) * out_size, 2);
+        a.ldc = c;
+        igemm_epilogue(a, ai, c, 0, plane, 0, c);
+        src = a.c;
+      }
+      if (out_size == 4)
+        PTO_ISA_DISPATCH(transpose_s32, static_cast<const int32_t*>(src), c,
+                         reinterpret_cast<int32_t*>(yi), plane, plane, c);
+      else
+        transpose(static_cast<const uint8_t*>(src), c, yi, plane, plane, c);
+    }
+  });
+}
+
+// How the general path cuts each image's output pixels into row chunks: into enough that a chunk's
+// A (lda bytes a row) and C (M outputs a row) take at most about half of L2, and, when the plane
+// has the rows (16 a chunk), into 4 per thread, run as parallel tasks (`spread`). A smaller plane
+// (ResNet's 7x7 stage at batch 1) runs its chunks in turn, each GEMM spread over the pool by igemm.
+struct Chunking {
+  int64_t per_image = 1;
+  bool spread = false;
+};
+
+Chunking chunking(const ConvGeometry& g, int64_t lda, size_t out_size) {
+  const int64_t plane = g.out_plane();
+  const auto row_bytes = static_cast<int64_t>(static_cast<size_t>(lda) + g.m * out_size);
+  const int64_t budget = static_cast<int64_t>(cache_model().l2 / 2);
+  const int64_t by_cache = std::max<int64_t>(1, (plane * row_bytes + budget - 1) / budget);
+  const int64_t want = (4 * num_threads() + g.n - 1) / g.n;
+  if (plane / 16 >= want) return {std::max(by_cache, want), true};
+  return {by_cache, false};
 }
 
 std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
@@ -299,8 +429,11 @@ std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
   const auto* x = static_cast<const uint8_t*>(X.raw_data());
 
   if (is_depthwise(g.cg(), g.group)) {
-    depthwise(g, x, x_signed, x_zp, static_cast<const uint8_t*>(W.raw_data()),
-              W.dtype() == DType::kI8, w_zp, a, Y.raw_data(), out_size);
+    const bool nhwc =
+        g.m == g.c && g.out_plane() <= kNhwcDepthwisePlane && g.kh * g.kw <= kMaxExactDepthwiseTaps;
+    (nhwc ? depthwise_nhwc : depthwise)(g, x, x_signed, x_zp,
+                                        static_cast<const uint8_t*>(W.raw_data()),
+                                        W.dtype() == DType::kI8, w_zp, a, Y.raw_data(), out_size);
     return {Y};
   }
 
@@ -309,40 +442,62 @@ std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
       has_prepared(c) ? c.prepared<PreparedConvW>().groups
                       : (packed = pack_conv_weights(static_cast<const uint8_t*>(W.raw_data()),
                                                     W.shape(), g.group, W.dtype() == DType::kI8));
-  const int64_t rows = g.n * g.out_plane(), mg = g.mg();
-  auto* xh = scratch_as<uint8_t>(static_cast<size_t>(g.n * g.in_plane() * g.c), 0);
-  transpose_planes(x, xh, g.n, g.c, g.in_plane());
   const bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 &&
                       g.oh == g.ih && g.ow == g.iw;
-  uint8_t* col = direct ? nullptr : scratch_as<uint8_t>(static_cast<size_t>(rows * k), 1);
-  auto* yh = scratch_as<uint8_t>(static_cast<size_t>(rows * g.m) * out_size, 2);
-  a.m = rows;
-  a.n = mg;
-  a.k = k;
-  a.ldc = g.m;
-  for (int64_t grp = 0; grp < g.group; ++grp) {
-    IgemmArgs ga = a;
-    if (direct) {
-      ga.a = xh + grp * g.cg();
-      ga.lda = g.c;
-    } else {
-      im2col_nhwc(g, xh, grp, static_cast<uint8_t>(x_zp), col);
-      ga.a = col;
-      ga.lda = k;
-    }
-    // This group's columns of the per-channel parameters and of the output.
-    const int64_t j0 = grp * mg;
-    if (ga.b_zp && ga.b_zp_per_col) ga.b_zp += j0;
-    if (ga.mult && ga.mult_per_col) ga.mult += j0;
-    if (ga.bias_s32) ga.bias_s32 += j0;
-    ga.c = yh + static_cast<size_t>(j0) * out_size;
-    igemm(ga, groups[static_cast<size_t>(grp)]);
+  // The im2col reads neighbouring pixels: it needs the whole input in NHWC first (bytes, once, in
+  // this thread's slot 0, which every task reads). A direct conv transposes its own rows.
+  uint8_t* xh = nullptr;
+  if (!direct) {
+    xh = scratch_as<uint8_t>(static_cast<size_t>(g.n * g.in_plane() * g.c), 0);
+    transpose_planes(x, xh, g.n, g.c, g.in_plane());
   }
-  if (out_size == 4)
-    transpose_planes(reinterpret_cast<const int32_t*>(yh), Y.data<int32_t>(), g.n, g.out_plane(),
-                     g.m);
+  const int64_t plane = g.out_plane(), mg = g.mg(), lda = direct ? g.c : k;
+  const Chunking ch = chunking(g, lda, out_size);
+  const int64_t chunks = ch.per_image, rows_per = (plane + chunks - 1) / chunks;
+  a.k = k;
+  a.n = mg;
+  a.ldc = g.m;
+  // Chunk t: rows [p0, p0 + rows) of image img through A, every group's GEMM into C [rows, M], and
+  // C transposed into the NCHW output, all in this thread's scratch.
+  auto run_chunk = [&](int64_t t) {
+    const int64_t img = t / chunks, p0 = t % chunks * rows_per;
+    const int64_t rows = std::min(plane, p0 + rows_per) - p0;
+    if (rows <= 0) return;
+    auto* at = scratch_as<uint8_t>(static_cast<size_t>(rows * lda), 1);
+    auto* ct = scratch_as<uint8_t>(static_cast<size_t>(rows * g.m) * out_size, 2);
+    if (direct) transpose(x + img * g.c * plane + p0, plane, at, g.c, g.c, rows);
+    for (int64_t grp = 0; grp < g.group; ++grp) {
+      IgemmArgs ga = a;
+      ga.m = rows;
+      if (direct) {
+        ga.a = at + grp * g.cg();
+      } else {
+        im2col_nhwc(g, xh, grp, static_cast<uint8_t>(x_zp), img * plane + p0,
+                    img * plane + p0 + rows, at);
+        ga.a = at;
+      }
+      ga.lda = lda;
+      // This group's columns of the per-channel parameters and of C.
+      const int64_t j0 = grp * mg;
+      if (ga.b_zp && ga.b_zp_per_col) ga.b_zp += j0;
+      if (ga.mult && ga.mult_per_col) ga.mult += j0;
+      if (ga.bias_s32) ga.bias_s32 += j0;
+      ga.c = ct + static_cast<size_t>(j0) * out_size;
+      igemm(ga, groups[static_cast<size_t>(grp)]);
+    }
+    const size_t y0 = static_cast<size_t>(img * g.m * plane + p0);
+    if (out_size == 4)
+      PTO_ISA_DISPATCH(transpose_s32, reinterpret_cast<const int32_t*>(ct), g.m,
+                       Y.data<int32_t>() + y0, plane, rows, g.m);
+    else
+      transpose(ct, g.m, static_cast<uint8_t*>(Y.raw_data()) + y0, plane, rows, g.m);
+  };
+  if (ch.spread)
+    parallel_for(0, g.n * chunks, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) run_chunk(t);
+    });
   else
-    transpose_planes(yh, static_cast<uint8_t*>(Y.raw_data()), g.n, g.out_plane(), g.m);
+    for (int64_t t = 0; t < g.n * chunks; ++t) run_chunk(t);
   return {Y};
 }
 

@@ -1,5 +1,6 @@
 // The per-ISA loops of quant.h, written once against simd.h's Vec. Included once by each of
 // quant_avx512.cpp, quant_avx2.cpp and quant_generic.cpp.
+#include "backend/cpu/conv/conv_simd.h"
 #include "backend/cpu/isa/simd.h"
 #include "backend/cpu/quant.h"
 
@@ -49,7 +50,95 @@ inline Vec load_bytes(const uint8_t* x, bool is_signed, int n) {
 #endif
 }
 
+// d[i] = float(s[i * stride]) - zp for i in [0, n), s uint8 or int8.
+inline void widen_strided(float* d, const uint8_t* s, int64_t n, int64_t stride, bool is_signed,
+                          float zp) {
+  const Vec z = Vec::set1(zp);
+  int64_t i = 0;
+  if (stride == 1) {
+    for (; i < n; i += kL) {
+      const int w = static_cast<int>(n - i < kL ? n - i : kL);
+      const Vec v = load_bytes(s + i, is_signed, w) - z;
+      if (w == kL)
+        v.store(d + i);
+      else
+        v.store(d + i, w);
+    }
+    return;
+  }
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
+  // The even bytes of 2 * kL: each 16-bit pair widened to 32 bits, its low byte kept (sign-extended
+  // for int8). The load's last byte belongs to element i + kL, so one must follow.
+  for (; stride == 2 && i + kL < n; i += kL) {
+#if defined(PTO_ISA_AVX512)
+    const __m512i w =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 2 * i)));
+    const __m512i b = is_signed ? _mm512_srai_epi32(_mm512_slli_epi32(w, 24), 24)
+                                : _mm512_and_si512(w, _mm512_set1_epi32(0xff));
+    (Vec{_mm512_cvtepi32_ps(b)} - z).store(d + i);
+#else
+    const __m256i w =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i)));
+    const __m256i b = is_signed ? _mm256_srai_epi32(_mm256_slli_epi32(w, 24), 24)
+                                : _mm256_and_si256(w, _mm256_set1_epi32(0xff));
+    (Vec{_mm256_cvtepi32_ps(b)} - z).store(d + i);
+#endif
+  }
+#endif
+  for (; i < n; ++i) {
+    const uint8_t v = s[i * stride];
+    d[i] = (is_signed ? static_cast<float>(static_cast<int8_t>(v)) : static_cast<float>(v)) - zp;
+  }
+}
+
 }  // namespace
+
+void depthwise_pad_bytes(const DepthwisePlane& p, const uint8_t* x, bool x_signed, float zp,
+                         float* padded) {
+  // Padded rows [top, bottom) hold input rows, the others zeros; each input row reads the same
+  // span [lo, hi) of each stride phase, zeros around it.
+  const int64_t top = p.ph < p.rows ? p.ph : p.rows;
+  const int64_t bottom = p.ph + p.ih < p.rows ? p.ph + p.ih : p.rows;
+  fill_zero(padded, top * p.row_len);
+  fill_zero(padded + bottom * p.row_len, (p.rows - bottom) * p.row_len);
+  for (int64_t q = 0; q < p.sw; ++q) {
+    int64_t lo, hi;
+    valid_span(0, p.phase_len, p.iw, p.sw, q - p.pw, &lo, &hi);
+    const uint8_t* src = x + lo * p.sw + q - p.pw;
+    for (int64_t r = top; r < bottom; ++r) {
+      float* d = padded + r * p.row_len + q * p.phase_len;
+      fill_zero(d, lo);
+      widen_strided(d + lo, src + (r - p.ph) * p.iw, hi - lo, p.sw, x_signed, zp);
+      fill_zero(d + hi, p.phase_len - hi);
+    }
+  }
+}
+
+void depthwise_row_nhwc(const ConvWindow& g, int64_t c, const float* x, const float* w, int64_t oy,
+                        float* y) {
+  for (int64_t c0 = 0; c0 < c; c0 += kL) {
+    const int n = static_cast<int>(c - c0 < kL ? c - c0 : kL);
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      Vec s = Vec::zero();
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+        if (iy < 0 || iy >= g.ih) continue;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+          if (ix < 0 || ix >= g.iw) continue;
+          const float* xt = x + (iy * g.iw + ix) * c + c0;
+          const float* wt = w + (ky * g.kw + kx) * c + c0;
+          s = n == kL ? fma(Vec::load(xt), Vec::load(wt), s)
+                      : fma(Vec::load(xt, n), Vec::load(wt, n), s);
+        }
+      }
+      if (n == kL)
+        s.store(y + ox * c + c0);
+      else
+        s.store(y + ox * c + c0, n);
+    }
+  }
+}
 
 void quantize_span(const float* x, int64_t n, QuantParams p, float nan_r, bool to_signed, void* y) {
   const Vec lo = Vec::set1(to_signed ? -128.0f : 0.0f), hi = Vec::set1(to_signed ? 127.0f : 255.0f);
@@ -98,6 +187,40 @@ void min_max_span(const float* x, int64_t n, float* mn, float* mx) {
   }
   *mn = reduce_min(lo);
   *mx = reduce_max(hi);
+}
+
+void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows,
+                   int64_t cols) {
+  int64_t re = 0, qe = 0;
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
+  re = rows / 8 * 8;
+  qe = cols / 8 * 8;
+  for (int64_t q = 0; q < qe; q += 8)
+    for (int64_t r = 0; r < re; r += 8) {
+      __m256i v[8], t[8];
+      for (int k = 0; k < 8; ++k)
+        v[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + (r + k) * ldx + q));
+      // Pairs of rows interleaved by 32 bits, then by 64 bits, then the 128-bit halves swapped.
+      for (int k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_epi32(v[k], v[k + 1]);
+        t[k + 1] = _mm256_unpackhi_epi32(v[k], v[k + 1]);
+      }
+      for (int k = 0; k < 8; k += 4) {
+        v[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]);
+        v[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
+        v[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]);
+        v[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
+      }
+      for (int k = 0; k < 4; ++k) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + (q + k) * ldy + r),
+                            _mm256_permute2x128_si256(v[k], v[k + 4], 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + (q + k + 4) * ldy + r),
+                            _mm256_permute2x128_si256(v[k], v[k + 4], 0x31));
+      }
+    }
+#endif
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t q = (r < re ? qe : 0); q < cols; ++q) y[q * ldy + r] = x[r * ldx + q];
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS
