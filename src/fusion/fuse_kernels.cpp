@@ -52,7 +52,18 @@ bool same_output_shape(const Graph& g, const Node& n, const Shape& shape) {
   return t.shape && may_equal(*t.shape, shape);  // the kernel checks concrete shapes
 }
 
-// Grows an elementwise group from `seed`; returns its nodes (sorted), or just the seed.
+// Whether `n` widens its input (DequantizeLinear of bytes, a Cast from a narrower type): its
+// result is better recomputed from the narrow input inside each reading group than stored wide.
+bool widens(const Graph& g, const Node& n) {
+  if (n.op == "DequantizeLinear") return true;
+  if (n.op != "Cast" || n.inputs.empty() || n.outputs.size() != 1) return false;
+  const DType from = g.value(n.inputs[0]).type.dtype, to = g.value(n.outputs[0]).type.dtype;
+  return from != DType::kBool && dtype_size(from) < dtype_size(to);
+}
+
+// Grows an elementwise group from `seed`; returns its nodes (sorted), or just the seed. Readers
+// join forward, except widening ones (left to their readers' groups); a widening node whose one
+// reader joins comes along backward, so the group reads the narrow value.
 std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
                                       const std::vector<int32_t>& owner,
                                       const FusionOptions& options) {
@@ -62,26 +73,41 @@ std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
   in[seed] = 1;
   int32_t hi = seed;
   std::vector<int32_t> members = {seed};
-  // Readers of each value, so the group can look at who reads what it produces.
+  // Readers of each value, so the group can look at who reads what it produces (and whether a
+  // widening producer has one reader).
   std::map<ValueId, std::vector<int32_t>> readers;
-  for (size_t i = static_cast<size_t>(seed) + 1; i < nodes.size(); ++i)
+  for (size_t i = 0; i < nodes.size(); ++i)
     for (ValueId v : nodes[i].inputs)
       if (v != kNoValue) readers[v].push_back(static_cast<int32_t>(i));
+  int32_t lo = seed;
+  // Joins node r when it keeps the group convex.
+  auto join = [&](int32_t r) {
+    in[r] = 1;
+    if (!convex(g, in, std::min(lo, r), std::max(hi, r))) {
+      in[r] = 0;
+      return;
+    }
+    lo = std::min(lo, r);
+    hi = std::max(hi, r);
+    members.push_back(r);
+  };
+  auto joinable = [&](int32_t r) {
+    return !in[r] && owner[r] < 0 && options.elementwise_fusible(g, r) &&
+           same_output_shape(g, nodes[r], shape);
+  };
   for (size_t k = 0; k < members.size(); ++k) {
-    for (ValueId o : nodes[members[k]].outputs) {
+    const Node& m = nodes[members[k]];
+    for (ValueId v : m.inputs) {  // a widening producer read only here
+      if (v == kNoValue) continue;
+      const int32_t p = g.value(v).producer;
+      if (p >= 0 && joinable(p) && widens(g, nodes[p]) && g.value(v).type.shape &&
+          readers[v].size() == 1 && !g.is_output(v))
+        join(p);
+    }
+    for (ValueId o : m.outputs) {
       if (o == kNoValue) continue;
-      for (int32_t r : readers[o]) {
-        if (in[r] || owner[r] >= 0 || !options.elementwise_fusible(g, r) ||
-            !same_output_shape(g, nodes[r], shape))
-          continue;
-        in[r] = 1;
-        if (!convex(g, in, seed, std::max(hi, r))) {
-          in[r] = 0;
-          continue;
-        }
-        hi = std::max(hi, r);
-        members.push_back(r);
-      }
+      for (int32_t r : readers[o])
+        if (joinable(r) && !widens(g, nodes[r])) join(r);
     }
   }
   std::sort(members.begin(), members.end());

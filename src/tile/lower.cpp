@@ -486,8 +486,9 @@ class Lowering {
     Val r = unary(TileUnary::kRound, binary(TileBinary::kDiv, in(n, 0), *scale));
     r = select(unary(TileUnary::kIsNaN, r), Val{.imm = 0.0f}, r);
     const bool u8 = to == DType::kU8;
+    if (!zp->is_imm() || zp->imm != 0.0f) r = binary(TileBinary::kAdd, r, *zp);
     return emit({.op = TileOpcode::kClip,
-                 .a = static_cast<int16_t>(reg(binary(TileBinary::kAdd, r, *zp))),
+                 .a = static_cast<int16_t>(reg(r)),
                  .imm0 = u8 ? 0.0f : -128.0f,
                  .imm1 = u8 ? 255.0f : 127.0f});
   }
@@ -504,7 +505,8 @@ class Lowering {
     std::optional<Val> scale = quant_param(n, 1, 1.0f), zp = quant_param(n, 2, 0.0f);
     if (!scale || !zp) return std::nullopt;
     Val x = from == DType::kI32 ? i32_load(n.inputs[0]) : in(n, 0);
-    return binary(TileBinary::kMul, binary(TileBinary::kSub, x, *zp), *scale);
+    if (!zp->is_imm() || zp->imm != 0.0f) x = binary(TileBinary::kSub, x, *zp);  // x - 0 is x
+    return binary(TileBinary::kMul, x, *scale);
   }
 
   // Clip: attributes before opset 11 (defaults +-inf), optional scalar inputs from 11 (defaults

@@ -387,6 +387,48 @@ TEST(Fusion, CastFromInt32JoinsAnElementwiseGroup) {
   EXPECT_EQ(exe.step(0).rule, "Elementwise");
 }
 
+// A quantized residual add (what a QOperator QLinearAdd lowers to): both DequantizeLinears join
+// the add's group backward, so it reads the bytes; the next block's DequantizeLinear of its
+// output stays out (in its own reader's group), so no float copy is stored.
+TEST(Fusion, DequantizedAddReadsAndWritesBytes) {
+  Graph g;
+  const Shape s = to_shape({2, 8, 5, 7});
+  ValueId a = g.add_input("a", {DType::kU8, s}), b = g.add_input("b", {DType::kU8, s});
+  ValueId c = g.add_input("c", {DType::kF32, s});
+  auto scalar = [&](const char* name, Tensor t) {
+    ValueId v = g.add_value(name);
+    g.set_initializer(v, std::move(t));
+    return v;
+  };
+  ValueId sa = scalar("sa", Tensor::scalar(0.02f)), sb = scalar("sb", Tensor::scalar(0.03f));
+  ValueId za = scalar("za", Tensor::from_vector<uint8_t>({120}, {}));
+  ValueId sy = scalar("sy", Tensor::scalar(0.04f));
+  ValueId fa = g.add_value("fa"), fb = g.add_value("fb"), sum = g.add_value("sum"),
+          q = g.add_value("q"), fq = g.add_value("fq"), y = g.add_value("y");
+  g.add_node("DequantizeLinear", {a, sa, za}, {fa}, {}, "dq_a");
+  g.add_node("DequantizeLinear", {b, sb}, {fb}, {}, "dq_b");
+  g.add_node("Add", {fa, fb}, {sum}, {}, "add");
+  g.add_node("QuantizeLinear", {sum, sy}, {q}, {}, "q");
+  g.add_node("DequantizeLinear", {q, sy}, {fq}, {}, "dq_next");
+  g.add_node("Mul", {fq, c}, {y}, {}, "next");
+  g.add_output(q);
+  g.add_output(y);
+  Tensor ta = Tensor::empty(DType::kU8, {2, 8, 5, 7}), tb = Tensor::empty(DType::kU8, {2, 8, 5, 7});
+  for (int64_t i = 0; i < ta.numel(); ++i) {
+    ta.data<uint8_t>()[i] = static_cast<uint8_t>(i * 37 + 11);
+    tb.data<uint8_t>()[i] = static_cast<uint8_t>(i * 91 + 3);
+  }
+  Executable exe = check_against_reference(g, {ta, tb, random_tensor({2, 8, 5, 7}, 140)}, 2);
+  ASSERT_EQ(exe.num_steps(), 2u);
+  auto names = [&](size_t step) {
+    std::vector<std::string> out;
+    for (int32_t n : exe.step(step).nodes) out.push_back(exe.graph().nodes()[n].name);
+    return out;
+  };
+  EXPECT_EQ(names(0), (std::vector<std::string>{"dq_a", "dq_b", "add", "q"}));
+  EXPECT_EQ(names(1), (std::vector<std::string>{"dq_next", "next"}));
+}
+
 // The int8 product (DynamicQuantizeMatMul) takes an elementwise chain as its epilogue the same
 // way, on each block of its float output.
 TEST(Fusion, DynamicQuantizeMatMulWithAnElementwiseChain) {

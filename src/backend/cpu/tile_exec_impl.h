@@ -267,7 +267,20 @@ void store_row(const TileOperandView& v, int64_t i, int64_t width, Src a, int64_
   }
   if (v.dtype == TileDType::kU8 || v.dtype == TileDType::kI8) {  // whole numbers in range
     auto narrow = [&]<class T>(T* y) {
-      for (int64_t j = 0; j < width; ++j) y[j] = static_cast<T>(a.p[(a0 + j) & a.m]);
+      if (a.m == 0) return static_cast<void>(std::memset(y, static_cast<T>(a.p[0]), width));
+      // To int32 a vector at a time (exact: whole numbers), then to bytes in a loop the
+      // compiler vectorizes (a truncation, right for values in the type's range).
+      alignas(64) int32_t w[256];
+      for (int64_t j0 = 0; j0 < width; j0 += 256) {
+        const int64_t n = width - j0 < 256 ? width - j0 : 256;
+        int64_t j = 0;
+        for (; j + L <= n; j += L) {
+          const VecI q = to_int(a.at(a0 + j0 + j));
+          std::memcpy(w + j, &q, sizeof q);
+        }
+        for (; j < n; ++j) w[j] = static_cast<int32_t>(a.p[a0 + j0 + j]);
+        for (j = 0; j < n; ++j) y[j0 + j] = static_cast<T>(w[j]);
+      }
     };
     if (v.dtype == TileDType::kU8) return narrow(static_cast<uint8_t*>(out) + i * v.row_step);
     return narrow(static_cast<int8_t*>(out) + i * v.row_step);
