@@ -26,8 +26,9 @@ std::vector<PrecisionPath> precision_paths() {
       // never fast; it gives fp16 results (operands rounded), not fp16 speed.
       {"f16", false,
        cat("fp32 FMA on operands rounded to fp16 (",
-           cpu::has_ext(cpu::Ext::kF16c) ? "F16C conversions"
-                                         : "scalar conversions: no f16c in use",
+           cpu::has_ext(cpu::Ext::kF16c)
+               ? "F16C conversions; weights stored as fp16, widened in registers"
+               : "scalar conversions: no f16c in use; weights in fp32 slots",
            device_info().avx512_fp16 ? "; avx512_fp16 is not used" : "; no avx512_fp16 or amx_fp16",
            "): fp32 speed")},
       {"int8", cpu::igemm_uses_vnni(),
