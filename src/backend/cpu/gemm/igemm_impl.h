@@ -30,10 +30,12 @@ namespace pto::cpu::PTO_ISA_NS {
 namespace {
 
 // rowsum, alpha, beta, cs2: the zero-point corrections to add (igemm.h), all null for a later K
-// slice, which adds its product to C instead (accumulate).
+// slice, which adds its product to C instead (accumulate). next: where the next NR columns' panels
+// start (same K slice), fetched into L2 alongside, or null.
 using MicroFn = void (*)(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs,
                          const int32_t* rowsum, const int32_t* alpha, const int32_t* beta,
-                         const int32_t* cs2, int32_t* c, int64_t ldc, int n_last, bool accumulate);
+                         const int32_t* cs2, int32_t* c, int64_t ldc, int n_last, bool accumulate,
+                         const int8_t* next);
 
 inline int32_t load_i32(const uint8_t* p) {
   int32_t x;
@@ -137,7 +139,7 @@ inline int64_t b_offset(int v, int64_t bs) {
 template <bool kVnni, int R, int NV>
 void micro(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs, const int32_t* rowsum,
            const int32_t* alpha, const int32_t* beta, const int32_t* cs2, int32_t* c, int64_t ldc,
-           int n_last, bool accumulate) {
+           int n_last, bool accumulate, const int8_t* next) {
   V s[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -147,6 +149,10 @@ void micro(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs, const int3
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) bp[v] = b + b_offset(v, bs);
   for (int64_t p = 0; p < k4; ++p) {
+    if (next) {
+#pragma GCC unroll 4
+      for (int q = 0; q < kNR / 16; ++q) __builtin_prefetch(next + q * bs + p * 64, 0, 2);
+    }
     V bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = vload(bp[v] + p * 64);
@@ -188,7 +194,7 @@ constexpr int kNR = 16;
 template <bool kVnni, int R, int NV>
 void micro(int64_t k4, const uint8_t* a, const int8_t* b, int64_t, const int32_t* rowsum,
            const int32_t* alpha, const int32_t* beta, const int32_t* cs2, int32_t* c, int64_t ldc,
-           int n_last, bool accumulate) {
+           int n_last, bool accumulate, const int8_t*) {
   static_assert(NV == 1);
   // uint32: the sums wrap modulo 2^32 as VPDPBUSD's do, without signed overflow.
   uint32_t s[R][16] = {};
@@ -341,13 +347,17 @@ void igemm_macro(const IgemmBlock& blk) {
     const int nv = (nj + kL - 1) / kL;
     const int n_last = nj - (nv - 1) * kL;
     const int8_t* bp = blk.b + (j * kNR / 16) * blk.b_stride;
+    // The first row panel fetches the next columns' panels, read from memory otherwise (a weight
+    // is used once per model run): the hardware prefetcher follows a panel only once it is read.
+    const int8_t* next = j + 1 < np || blk.n_more ? bp + kNR / 16 * blk.b_stride : nullptr;
     for (int64_t i = 0; i < mp; ++i) {
       const int mi = static_cast<int>(blk.m - i * kMR < kMR ? blk.m - i * kMR : kMR);
       const bool acc = blk.accumulate;
       fn[mi - 1][nv - 1](blk.k4, blk.a + i * as, bp, blk.b_stride,
                          acc ? nullptr : blk.rowsum + i * kMR, acc ? nullptr : blk.alpha + i * kMR,
                          acc ? nullptr : blk.beta + j * kNR, acc ? nullptr : blk.cs2 + j * kNR,
-                         blk.c + i * kMR * blk.ldc + j * kNR, blk.ldc, n_last, blk.accumulate);
+                         blk.c + i * kMR * blk.ldc + j * kNR, blk.ldc, n_last, blk.accumulate,
+                         i == 0 ? next : nullptr);
     }
   }
 }

@@ -28,6 +28,7 @@ struct IgemmBlock {
   bool vnni = false;  // VPDPBUSD (the ISA's VNNI extension is on) or the widening fallback
   // A later K slice: C += the slice's product (the corrections were added by the first slice).
   bool accumulate = false;
+  bool n_more = false;  // the next block's columns follow (their panels are fetched ahead too)
 };
 
 // The requantizing epilogue of one row of C (igemm.h, Out::kQuantized): y[j] = saturate(
