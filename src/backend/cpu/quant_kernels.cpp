@@ -6,6 +6,7 @@
 // time (accepts) or, when only the run-time shapes show them, run on the reference kernel.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -381,7 +382,9 @@ std::vector<Tensor> dynamic_quantize_matmul(const KernelContext& c) {
   Tensor Y = Tensor::empty(DType::kF32, yshape);
   if (Y.numel() == 0) return {Y};
   const bool per_row = c.node.attr_int("per_row") != 0;
-  std::vector<uint8_t> q(static_cast<size_t>(A.numel()));
+  // Not zeroed: every byte is written by fill_a before igemm reads it (a vector's zeroing was a
+  // serial pass over A's size).
+  const auto q = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(A.numel()));
   const size_t groups = per_row ? static_cast<size_t>(M) : 1;
   std::vector<float> scale(groups, 1.0f), zp(groups, 0.0f);
   std::vector<int32_t> za(groups, 0);
@@ -395,18 +398,18 @@ std::vector<Tensor> dynamic_quantize_matmul(const KernelContext& c) {
   g.fill_a = [&](int64_t i0, int64_t i1) {
     if (!per_row) {
       PTO_ISA_DISPATCH(quantize_span, a + i0 * K, (i1 - i0) * K, QuantParams{&scale[0], &zp[0], 0},
-                       -zp[0], false, q.data() + i0 * K);
+                       -zp[0], false, q.get() + i0 * K);
       return;
     }
     for (int64_t i = i0; i < i1; ++i) {
-      dynamic_quantize_span(a + i * K, K, q.data() + i * K, &scale[i], &zp[i]);
+      dynamic_quantize_span(a + i * K, K, q.get() + i * K, &scale[i], &zp[i]);
       za[i] = static_cast<int32_t>(zp[i]);
     }
   };
   g.m = M;
   g.n = N;
   g.k = K;
-  g.a = q.data();
+  g.a = q.get();
   g.lda = K;
   g.a_zp = za.data();
   g.a_zp_per_row = per_row;
