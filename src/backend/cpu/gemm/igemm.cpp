@@ -231,7 +231,7 @@ void run_task(const Shared& s, const Task& t) {
       blk.vnni = s.vnni;
       blk.c = acc;
       blk.ldc = kNC;
-      blk.n_more = jc + n < t.j1;
+      blk.next_cols = std::min(kNC, t.j1 - jc - n);
       for (int64_t sl = 0; sl < slices; ++sl) {
         const int64_t p0 = sl * kc4;
         blk.k4 = std::max<int64_t>(0, std::min(kc4, k4 - p0));

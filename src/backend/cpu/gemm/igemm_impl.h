@@ -30,12 +30,12 @@ namespace pto::cpu::PTO_ISA_NS {
 namespace {
 
 // rowsum, alpha, beta, cs2: the zero-point corrections to add (igemm.h), all null for a later K
-// slice, which adds its product to C instead (accumulate). next: where the next NR columns' panels
-// start (same K slice), fetched into L2 alongside, or null.
+// slice, which adds its product to C instead (accumulate). next: where the next columns' panels
+// start (same K slice), next_panels of them fetched into L2 alongside (0: none).
 using MicroFn = void (*)(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs,
                          const int32_t* rowsum, const int32_t* alpha, const int32_t* beta,
                          const int32_t* cs2, int32_t* c, int64_t ldc, int n_last, bool accumulate,
-                         const int8_t* next);
+                         const int8_t* next, int next_panels);
 
 inline int32_t load_i32(const uint8_t* p) {
   int32_t x;
@@ -139,7 +139,7 @@ inline int64_t b_offset(int v, int64_t bs) {
 template <bool kVnni, int R, int NV>
 void micro(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs, const int32_t* rowsum,
            const int32_t* alpha, const int32_t* beta, const int32_t* cs2, int32_t* c, int64_t ldc,
-           int n_last, bool accumulate, const int8_t* next) {
+           int n_last, bool accumulate, const int8_t* next, int next_panels) {
   V s[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -149,10 +149,7 @@ void micro(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs, const int3
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) bp[v] = b + b_offset(v, bs);
   for (int64_t p = 0; p < k4; ++p) {
-    if (next) {
-#pragma GCC unroll 4
-      for (int q = 0; q < kNR / 16; ++q) __builtin_prefetch(next + q * bs + p * 64, 0, 2);
-    }
+    for (int q = 0; q < next_panels; ++q) __builtin_prefetch(next + q * bs + p * 64, 0, 2);
     V bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = vload(bp[v] + p * 64);
@@ -194,7 +191,7 @@ constexpr int kNR = 16;
 template <bool kVnni, int R, int NV>
 void micro(int64_t k4, const uint8_t* a, const int8_t* b, int64_t, const int32_t* rowsum,
            const int32_t* alpha, const int32_t* beta, const int32_t* cs2, int32_t* c, int64_t ldc,
-           int n_last, bool accumulate, const int8_t*) {
+           int n_last, bool accumulate, const int8_t*, int) {
   static_assert(NV == 1);
   // uint32: the sums wrap modulo 2^32 as VPDPBUSD's do, without signed overflow.
   uint32_t s[R][16] = {};
@@ -349,15 +346,19 @@ void igemm_macro(const IgemmBlock& blk) {
     const int8_t* bp = blk.b + (j * kNR / 16) * blk.b_stride;
     // The first row panel fetches the next columns' panels, read from memory otherwise (a weight
     // is used once per model run): the hardware prefetcher follows a panel only once it is read.
-    const int8_t* next = j + 1 < np || blk.n_more ? bp + kNR / 16 * blk.b_stride : nullptr;
+    auto panels = [](int64_t cols) {
+      return static_cast<int>((cols < kNR ? cols : kNR) + 15) / 16;
+    };
+    const int next_panels = j + 1 < np ? panels(blk.n - (j + 1) * kNR) : panels(blk.next_cols);
+    const int8_t* next = next_panels ? bp + kNR / 16 * blk.b_stride : bp;
     for (int64_t i = 0; i < mp; ++i) {
       const int mi = static_cast<int>(blk.m - i * kMR < kMR ? blk.m - i * kMR : kMR);
       const bool acc = blk.accumulate;
       fn[mi - 1][nv - 1](blk.k4, blk.a + i * as, bp, blk.b_stride,
                          acc ? nullptr : blk.rowsum + i * kMR, acc ? nullptr : blk.alpha + i * kMR,
                          acc ? nullptr : blk.beta + j * kNR, acc ? nullptr : blk.cs2 + j * kNR,
-                         blk.c + i * kMR * blk.ldc + j * kNR, blk.ldc, n_last, blk.accumulate,
-                         i == 0 ? next : nullptr);
+                         blk.c + i * kMR * blk.ldc + j * kNR, blk.ldc, n_last, blk.accumulate, next,
+                         i == 0 ? next_panels : 0);
     }
   }
 }
