@@ -6,6 +6,8 @@
 // per row and per column; convolutions with strides, pads, dilations, groups and depthwise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -150,6 +152,74 @@ TEST(CpuIgemm, MatchesAnIntegerLoop) {
         }
       }
   });
+}
+
+// IgemmArgs::fill_a: rows written on demand, each exactly once, on thread counts whose task grids
+// split N (M small) or M or both; the float epilogue with per-row zero points and scales.
+TEST(CpuIgemm, FillsRowsOnDemand) {
+  // Large enough to run on several threads (igemm keeps below ~1e6 multiply-adds on one).
+  const Shape shapes[] = {{1, 2000, 600}, {5, 300, 700}, {7, 700, 230},   {13, 2050, 50},
+                          {16, 64, 1000}, {40, 40, 700}, {130, 131, 259}, {1, 17, 0}};
+  for_each_config(
+      [&](const std::string& cfg) {
+        for (int threads : {1, 2, 3, 4}) {
+          set_num_threads(threads);
+          uint32_t seed = 900;
+          for (const Shape& s : shapes) {
+            const auto src = random_bytes(s.m * s.k, seed++), b = random_bytes(s.k * s.n, seed++);
+            const auto zav = random_bytes(s.m, seed++);
+            std::vector<uint8_t> a(src.size(), 0);
+            std::vector<int32_t> za(static_cast<size_t>(s.m), 0);
+            std::vector<float> sa(static_cast<size_t>(s.m), 0.0f), sb(static_cast<size_t>(s.n));
+            for (int64_t j = 0; j < s.n; ++j) sb[j] = 0.01f * static_cast<float>(j % 7 + 1);
+            std::vector<std::atomic<int>> filled(static_cast<size_t>(s.m));
+            IgemmArgs g;
+            g.m = s.m;
+            g.n = s.n;
+            g.k = s.k;
+            g.a = a.data();
+            g.lda = s.k;
+            g.a_zp = za.data();
+            g.a_zp_per_row = true;
+            g.out = IgemmArgs::Out::kF32;
+            g.scale_a_row = sa.data();
+            g.scale_b = sb.data();
+            g.scale_b_per_col = true;
+            g.fill_a = [&](int64_t i0, int64_t i1) {
+              for (int64_t i = i0; i < i1; ++i) {
+                std::copy_n(src.begin() + i * s.k, s.k, a.begin() + i * s.k);
+                za[i] = zav[i];
+                sa[i] = 0.125f * static_cast<float>(i % 5 + 1);
+                ++filled[i];
+              }
+            };
+            std::vector<float> c(static_cast<size_t>(s.m * s.n));
+            g.c = c.data();
+            g.ldc = s.n;
+            igemm(g, pack_i8_b(s.k, s.n, b.data(), s.n, false, true));
+            int bad = 0;
+            const std::string what = cfg + ", " + std::to_string(threads) + " threads, " +
+                                     std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                                     std::to_string(s.k);
+            for (int64_t i = 0; i < s.m; ++i) {
+              if (filled[i] != 1 && bad++ < 3)
+                ADD_FAILURE() << what << ": row " << i << " filled " << filled[i] << " times";
+              for (int64_t j = 0; j < s.n; ++j) {
+                int64_t want = 0;
+                for (int64_t p = 0; p < s.k; ++p)
+                  want +=
+                      (int64_t{src[i * s.k + p]} - zav[i]) * static_cast<int8_t>(b[p * s.n + j]);
+                const float wf = static_cast<float>(static_cast<int32_t>(want)) *
+                                 (0.125f * static_cast<float>(i % 5 + 1) * sb[j]);
+                if (c[i * s.n + j] != wf && bad++ < 3)
+                  ADD_FAILURE() << what << " at (" << i << ", " << j << "): got " << c[i * s.n + j]
+                                << ", want " << wf;
+              }
+            }
+          }
+        }
+      },
+      false);
 }
 
 // ---- the CPU kernels against the reference interpreter ----
@@ -309,38 +379,41 @@ TEST(CpuInt8Kernels, QLinearMatMulMatchesTheReference) {
 
 TEST(CpuInt8Kernels, DynamicQuantizeMatMulMatchesTheReference) {
   // A's values span both signs or one (a zero point of 0 or 255), or are all zero (scale 1).
+  // On 1 and 2 threads; the last three have the work to run on both (in one range of A): M < 16
+  // and M = 1 against a wide B (the columns split), M past two row panels with tails in N and K
+  // (the rows split, each task quantizing its own).
   const std::vector<std::pair<Dims, Dims>> cases = {
-      {{7, 13}, {13, 5}}, {{1, 70}, {70, 33}}, {{2, 3, 9}, {9, 17}}, {{40, 100}, {100, 70}},
-      {{13}, {13, 4}},    {{0, 5}, {5, 3}},    {{3, 0}, {0, 6}}};
-  for_each_config(
-      [&](const std::string& cfg) {
-        uint32_t seed = 500;
-        for (const auto& [ad, bd] : cases)
-          for (int range = 0; range < 3; ++range)
-            for (int form = 0; form < 8; ++form) {  // B signed, per-column params, bias
-              const bool bs = form & 1, per_col = form & 2, bias = form & 4;
-              const int64_t N = bd[1];
-              const Dims pd = per_col ? Dims{N} : Dims{1};
-              const float lo = range == 1 ? 0.5f : -3.0f, hi = range == 2 ? -0.25f : 2.0f;
-              Tensor a = f32_tensor(ad, seed++, lo, hi);
-              std::vector<Tensor> in = {a, bytes_tensor(byte_type(bs), bd, seed++),
-                                        f32_tensor(pd, seed++, 0.002f, 0.02f),
-                                        bytes_tensor(byte_type(bs), pd, seed++)};
-              if (bias) in.push_back(f32_tensor({N}, seed++, -1.0f, 1.0f));
-              for (int64_t per_row = 0; per_row < 2; ++per_row)
-                for (bool constant_b : {false, true}) {
-                  Attributes attrs;
-                  attrs.set("per_row", per_row);
-                  expect_node_matches(
-                      "DynamicQuantizeMatMul", in, {false, constant_b, true, true, true}, attrs, 1,
-                      cfg + ", DynamicQuantizeMatMul " + dims_str(ad) + " x " + dims_str(bd) +
-                          " range " + std::to_string(range) + " form " + std::to_string(form) +
-                          (per_row ? " per row" : "") + (constant_b ? " (constant B)" : ""),
-                      10);
-                }
+      {{7, 13}, {13, 5}},     {{1, 70}, {70, 33}},     {{2, 3, 9}, {9, 17}},
+      {{40, 100}, {100, 70}}, {{13}, {13, 4}},         {{0, 5}, {5, 3}},
+      {{3, 0}, {0, 6}},       {{11, 250}, {250, 390}}, {{2, 65, 77}, {77, 131}},
+      {{1, 600}, {600, 1030}}};
+  for_each_config([&](const std::string& cfg) {
+    uint32_t seed = 500;
+    for (const auto& [ad, bd] : cases)
+      for (int range = 0; range < (ad.back() * bd.back() > 1 << 16 ? 1 : 3); ++range)
+        for (int form = 0; form < 16; ++form) {  // B signed, per-column params, bias, B's zp
+          const bool bs = form & 1, per_col = form & 2, bias = form & 4, zp = !(form & 8);
+          const int64_t N = bd[1];
+          const Dims pd = per_col ? Dims{N} : Dims{1};
+          const float lo = range == 1 ? 0.5f : -3.0f, hi = range == 2 ? -0.25f : 2.0f;
+          Tensor a = f32_tensor(ad, seed++, lo, hi);
+          std::vector<Tensor> in = {a, bytes_tensor(byte_type(bs), bd, seed++),
+                                    f32_tensor(pd, seed++, 0.002f, 0.02f),
+                                    zp ? bytes_tensor(byte_type(bs), pd, seed++) : Tensor()};
+          if (bias) in.push_back(f32_tensor({N}, seed++, -1.0f, 1.0f));
+          for (int64_t per_row = 0; per_row < 2; ++per_row)
+            for (bool constant_b : {false, true}) {
+              Attributes attrs;
+              attrs.set("per_row", per_row);
+              expect_node_matches(
+                  "DynamicQuantizeMatMul", in, {false, constant_b, true, true, true}, attrs, 1,
+                  cfg + ", DynamicQuantizeMatMul " + dims_str(ad) + " x " + dims_str(bd) +
+                      " range " + std::to_string(range) + " form " + std::to_string(form) +
+                      (per_row ? " per row" : "") + (constant_b ? " (constant B)" : ""),
+                  10);
             }
-      },
-      false);
+        }
+  });
 }
 
 // ---- ConvInteger and QLinearConv ----

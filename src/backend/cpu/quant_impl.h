@@ -177,16 +177,27 @@ void dequantize_span(const void* x, bool x_signed, int64_t n, QuantParams p, flo
 }
 
 void min_max_span(const float* x, int64_t n, float* mn, float* mx) {
-  Vec lo = Vec::zero(), hi = Vec::zero();
-  for (int64_t i = 0; i < n; i += kL) {
-    const int w = static_cast<int>(n - i < kL ? n - i : kL);
-    const Vec v = w == kL ? Vec::load(x + i) : Vec::load(x + i, w);  // zeros past the end
+  // Four vectors a step into four pairs of accumulators: one pair's min / max latency chain
+  // held the loop to a third of the load rate (the serial range pass of a per-tensor
+  // DynamicQuantizeMatMul).
+  constexpr int kU = 4;
+  Vec lo[kU], hi[kU];
+  for (int u = 0; u < kU; ++u) lo[u] = hi[u] = Vec::zero();
+  auto add = [&](int u, Vec v) {
     const Mask nan = is_nan(v);
-    lo = min(lo, select(nan, lo, v));
-    hi = max(hi, select(nan, hi, v));
+    lo[u] = min(lo[u], select(nan, lo[u], v));
+    hi[u] = max(hi[u], select(nan, hi[u], v));
+  };
+  int64_t i = 0;
+  for (; i + kU * kL <= n; i += kU * kL)
+    for (int u = 0; u < kU; ++u) add(u, Vec::load(x + i + u * kL));
+  for (; i < n; i += kL) {
+    const int w = static_cast<int>(n - i < kL ? n - i : kL);
+    add(0, w == kL ? Vec::load(x + i) : Vec::load(x + i, w));  // zeros past the end
   }
-  *mn = reduce_min(lo);
-  *mx = reduce_max(hi);
+  for (int u = 1; u < kU; ++u) lo[0] = min(lo[0], lo[u]), hi[0] = max(hi[0], hi[u]);
+  *mn = reduce_min(lo[0]);
+  *mx = reduce_max(hi[0]);
 }
 
 void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows,

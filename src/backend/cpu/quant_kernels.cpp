@@ -6,6 +6,7 @@
 // time (accepts) or, when only the run-time shapes show them, run on the reference kernel.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -311,24 +312,34 @@ void dynamic_quantize_span(const float* x, int64_t n, uint8_t* y, float* scale, 
 // wake-ups per call at 2 threads, 15% of its int8 run).
 constexpr int64_t kSerialQuantize = 1 << 18;
 
-// Quantizes x[0..n) to uint8 with its own range, as DynamicQuantizeLinear, in parallel.
-void dynamic_quantize_all(const float* x, int64_t n, uint8_t* y, float* scale, float* zp) {
-  if (n < kSerialQuantize) return dynamic_quantize_span(x, n, y, scale, zp);
-  // Per-chunk minima and maxima (fixed chunks: the same answer on any thread count).
+// DynamicQuantizeLinear's scale and zero point for the range of x[0..n), in parallel for a large n
+// (per-chunk minima and maxima over fixed chunks: the same answer on any thread count).
+void dynamic_range(const float* x, int64_t n, float* scale, float* zp) {
   constexpr int64_t kChunk = 1 << 16;
-  const int64_t chunks = std::max<int64_t>(1, (n + kChunk - 1) / kChunk);
+  const int64_t chunks = n < kSerialQuantize ? 1 : (n + kChunk - 1) / kChunk;
+  const int64_t chunk = n < kSerialQuantize ? n : kChunk;
   std::vector<float> lo(static_cast<size_t>(chunks), 0.0f), hi(static_cast<size_t>(chunks), 0.0f);
-  parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
+  auto range = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      const int64_t off = i * kChunk, len = std::min(kChunk, n - off);
+      const int64_t off = i * chunk, len = std::min(chunk, n - off);
       if (len > 0) PTO_ISA_DISPATCH(min_max_span, x + off, len, &lo[i], &hi[i]);
     }
-  });
+  };
+  if (chunks == 1) {
+    range(0, 1);
+  } else {
+    parallel_for(0, chunks, 1, range);
+  }
   float mn = 0, mx = 0;
   for (int64_t i = 0; i < chunks; ++i) mn = std::min(mn, lo[i]), mx = std::max(mx, hi[i]);
   dynamic_params(mn, mx, scale, zp);
+}
+
+// Quantizes x[0..n) to uint8 with its own range, as DynamicQuantizeLinear, in parallel.
+void dynamic_quantize_all(const float* x, int64_t n, uint8_t* y, float* scale, float* zp) {
+  dynamic_range(x, n, scale, zp);
   const float s = *scale, z = *zp;
-  parallel_for(0, n, 1 << 14, [&](int64_t b, int64_t e) {
+  parallel_for(0, n, n < kSerialQuantize ? n : 1 << 14, [&](int64_t b, int64_t e) {
     PTO_ISA_DISPATCH(quantize_span, x + b, e - b, QuantParams{&s, &z, 0}, -z, false, y + b);
   });
 }
@@ -371,26 +382,34 @@ std::vector<Tensor> dynamic_quantize_matmul(const KernelContext& c) {
   Tensor Y = Tensor::empty(DType::kF32, yshape);
   if (Y.numel() == 0) return {Y};
   const bool per_row = c.node.attr_int("per_row") != 0;
-  std::vector<uint8_t> q(static_cast<size_t>(A.numel()));
+  // Not zeroed: every byte is written by fill_a before igemm reads it (a vector's zeroing was a
+  // serial pass over A's size).
+  const auto q = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(A.numel()));
   const size_t groups = per_row ? static_cast<size_t>(M) : 1;
   std::vector<float> scale(groups, 1.0f), zp(groups, 0.0f);
+  std::vector<int32_t> za(groups, 0);
   const float* a = A.data<float>();
-  if (per_row) {
-    // Chunks of at least kSerialQuantize values: a small A is quantized on this thread.
-    parallel_for(0, M, std::max<int64_t>(1, kSerialQuantize / std::max<int64_t>(K, 1)),
-                 [&](int64_t b, int64_t e) {
-                   for (int64_t i = b; i < e; ++i)
-                     dynamic_quantize_span(a + i * K, K, q.data() + i * K, &scale[i], &zp[i]);
-                 });
-  } else {
-    dynamic_quantize_all(a, A.numel(), q.data(), &scale[0], &zp[0]);
+  // A is quantized by igemm's tasks, each block of rows just before it is packed (fill_a); a
+  // per-tensor range is taken first.
+  if (!per_row) {
+    dynamic_range(a, A.numel(), &scale[0], &zp[0]);
+    za[0] = static_cast<int32_t>(zp[0]);
   }
-  std::vector<int32_t> za(groups);
-  for (size_t i = 0; i < groups; ++i) za[i] = static_cast<int32_t>(zp[i]);
+  g.fill_a = [&](int64_t i0, int64_t i1) {
+    if (!per_row) {
+      PTO_ISA_DISPATCH(quantize_span, a + i0 * K, (i1 - i0) * K, QuantParams{&scale[0], &zp[0], 0},
+                       -zp[0], false, q.get() + i0 * K);
+      return;
+    }
+    for (int64_t i = i0; i < i1; ++i) {
+      dynamic_quantize_span(a + i * K, K, q.get() + i * K, &scale[i], &zp[i]);
+      za[i] = static_cast<int32_t>(zp[i]);
+    }
+  };
   g.m = M;
   g.n = N;
   g.k = K;
-  g.a = q.data();
+  g.a = q.get();
   g.lda = K;
   g.a_zp = za.data();
   g.a_zp_per_row = per_row;

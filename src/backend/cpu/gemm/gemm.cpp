@@ -357,31 +357,30 @@ void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int 
   }
 }
 
-struct Grid {
-  int64_t tm = 1, tn = 1;
-};
+}  // namespace
 
 // Splits each GEMM's rows into tm and columns into tn ranges (whole MR / NR panels) so that
 // items * tm * tn tasks keep every thread busy: the estimated time of the slowest wave of tasks,
 // counting each task's multiply-adds and its packing of A (rows x K) and B (columns x K).
-Grid choose_grid(int64_t items, const GemmArgs& g, const Blocking& bl, int threads) {
-  const int64_t mp = ceil_div(g.m, bl.mr), np = ceil_div(g.n, bl.nr);
-  // Below about 0.1 ms of work per thread the pool's wake-up is not worth it.
-  const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) *
-                       static_cast<double>(std::max<int64_t>(g.k, 1)) * static_cast<double>(items);
-  threads = static_cast<int>(std::min<double>(threads, std::max(1.0, flops / 2e5)));
-  Grid best;
+TaskGrid choose_task_grid(int64_t items, int64_t m, int64_t n, int64_t k, int64_t mr, int64_t nr,
+                          int threads, double min_ops, bool split_n) {
+  const int64_t mp = ceil_div(m, mr), np = ceil_div(n, nr);
+  // Below min_ops of work per thread the pool's wake-up is not worth it.
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) *
+                       static_cast<double>(std::max<int64_t>(k, 1)) * static_cast<double>(items);
+  threads = static_cast<int>(std::min<double>(threads, std::max(1.0, flops / min_ops)));
+  TaskGrid best;
   if (threads <= 1) return best;
   double best_cost = 1e300;
   for (int64_t tm = 1; tm <= std::min<int64_t>(mp, 4 * threads); ++tm)
-    for (int64_t tn = 1; tn <= std::min<int64_t>(np, 4 * threads); ++tn) {
+    for (int64_t tn = 1; tn <= (split_n ? std::min<int64_t>(np, 4 * threads) : 1); ++tn) {
       const int64_t tasks = items * tm * tn;
       if (tasks > 16 * threads && (tm > 1 || tn > 1)) continue;
       const double waves = static_cast<double>(ceil_div(tasks, threads));
       // The largest task's rows and columns as they are, not rounded up to whole panels: a
       // partial edge panel costs what it holds (196 columns split 128 + 68 is not balanced).
-      const double mt = static_cast<double>(std::min(g.m, ceil_div(mp, tm) * bl.mr));
-      const double nt = static_cast<double>(std::min(g.n, ceil_div(np, tn) * bl.nr));
+      const double mt = static_cast<double>(std::min(m, ceil_div(mp, tm) * mr));
+      const double nt = static_cast<double>(std::min(n, ceil_div(np, tn) * nr));
       const double cost = waves * (mt * nt + 32.0 * (mt + nt)) + static_cast<double>(tasks);
       if (cost < best_cost) {
         best_cost = cost;
@@ -390,6 +389,8 @@ Grid choose_grid(int64_t items, const GemmArgs& g, const Blocking& bl, int threa
     }
   return best;
 }
+
+namespace {
 
 // How run_gemm splits and blocks one call: what it executes, and what describe_gemm prints.
 GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int threads) {
@@ -408,7 +409,8 @@ GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int t
   p.threads = threads;
   const bool shared = batch == 1 && threads > 1 && pre.a == nullptr && pre.b == nullptr &&
                       packs_b(g, g.m, bl) && g.m >= threads * bl.mc;
-  const Grid grid = shared ? Grid{threads, 1} : choose_grid(batch, g, bl, threads);
+  const TaskGrid grid =
+      shared ? TaskGrid{threads, 1} : choose_task_grid(batch, g.m, g.n, g.k, bl.mr, bl.nr, threads);
   p.tm = grid.tm;
   p.tn = grid.tn;
   const int64_t task_rows = ceil_div(ceil_div(g.m, bl.mr), p.tm) * bl.mr;

@@ -202,6 +202,17 @@ struct GemmPlan {
 GemmPlan plan_gemm(const GemmArgs& args, int64_t batch = 1, bool b_packed_ahead = false,
                    int threads = 0);
 
+// How `items` products of M x N x K split over `threads` threads: tm row ranges by tn column
+// ranges, in whole mr and nr panels, whose slowest wave of tasks (each costing its multiply-adds
+// and the packing of its rows and columns) is cheapest; fewer threads where each would get less
+// than `min_ops` operations (two per multiply-add); tn = 1 unless `split_n`. sgemm's split, and
+// igemm's.
+struct TaskGrid {
+  int64_t tm = 1, tn = 1;
+};
+TaskGrid choose_task_grid(int64_t items, int64_t m, int64_t n, int64_t k, int64_t mr, int64_t nr,
+                          int threads, double min_ops = 2e5, bool split_n = true);
+
 // Applies the epilogue to an M x N block of C in place (row offset m0, column offset n0 within the
 // full problem, for bias and residual indexing). Shared by every kernel that ends in an epilogue.
 void apply_epilogue(const Epilogue& ep, float* c, int64_t ldc, int64_t m0, int64_t m, int64_t n0,

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -94,6 +95,12 @@ struct IgemmArgs {
   bool mult_per_col = false;
   double y_zp = 0.0;
   bool c_signed = false;
+
+  // Optional: writes rows [i0, i1) of A, with their a_zp and scale_a_row entries, just before
+  // igemm reads them (DynamicQuantizeMatMul quantizes A here, each block of rows on the thread
+  // that multiplies it, while it stays in cache). Called exactly once for every row: by the task
+  // that owns the rows when one task spans all of N, else for all rows before the tasks start.
+  std::function<void(int64_t i0, int64_t i1)> fill_a;
 };
 
 // acc (or its float / requantized form) for every row of A against the packed B; parallel over

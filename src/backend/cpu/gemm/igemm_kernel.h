@@ -28,6 +28,9 @@ struct IgemmBlock {
   bool vnni = false;  // VPDPBUSD (the ISA's VNNI extension is on) or the widening fallback
   // A later K slice: C += the slice's product (the corrections were added by the first slice).
   bool accumulate = false;
+  // Columns of B right after the block's (the next block's, 0: none): the macro-kernel fetches
+  // each next panel of B ahead, these too.
+  int64_t next_cols = 0;
 };
 
 // The requantizing epilogue of one row of C (igemm.h, Out::kQuantized): y[j] = saturate(
