@@ -286,13 +286,25 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
       }
       widened = in_plane;
       if (direct_out) continue;
-      // The plane as one column (rows are pixels, ldc 1) with channel m's parameters.
       IgemmArgs a = args;
       a.c = static_cast<uint8_t*>(y) + static_cast<size_t>(t * plane) * out_size;
-      a.ldc = 1;
       if (a.mult_per_col) a.mult += m;
       if (a.bias_s32) a.bias_s32 += m;
-      igemm_epilogue(a, acc, 1, 0, plane, 0, 1);
+      // The plane as one row of `plane` columns with channel m's parameters for all of them (the
+      // epilogue's vector loop): the bias goes into the sums first, exact in int32 while the
+      // float path's bound on them (2^24) leaves room. Otherwise as one column (ldc 1).
+      const int32_t b = a.bias_s32 ? *a.bias_s32 : 0;
+      if (exact_in_float && b > INT32_MIN + (1 << 24) && b < INT32_MAX - (1 << 24)) {
+        if (b != 0)
+          for (int64_t i = 0; i < plane; ++i) acc[i] += b;
+        a.bias_s32 = nullptr;
+        a.mult_per_col = false;
+        a.ldc = plane;
+        igemm_epilogue(a, acc, plane, 0, 1, 0, plane);
+      } else {
+        a.ldc = 1;
+        igemm_epilogue(a, acc, 1, 0, plane, 0, 1);
+      }
     }
   });
 }
