@@ -36,19 +36,6 @@ bool pointwise(const Graph& g, const Node& n) {
          n.attrs.get_string("auto_pad", "NOTSET") != "SAME_LOWER";
 }
 
-// Clip's constant bounds (attributes before opset 11, scalar inputs after).
-bool clip_bounds(const Graph& g, const Node& n, double& lo, double& hi) {
-  lo = n.attrs.get_float("min", -std::numeric_limits<double>::infinity());
-  hi = n.attrs.get_float("max", std::numeric_limits<double>::infinity());
-  for (size_t i = 1; i < n.inputs.size() && i < 3; ++i) {
-    if (n.inputs[i] == kNoValue) continue;
-    const Tensor* t = constant(g, n.inputs[i]);
-    if (!t || t->numel() != 1) return false;
-    (i == 1 ? lo : hi) = t->item_as_double();
-  }
-  return std::isfinite(lo) && std::isfinite(hi);
-}
-
 // The bias input `i` of `n`, or a zero bias of `lanes` values added to the graph.
 ValueId bias_or_zeros(Graph& g, const Node& n, size_t i, int64_t lanes) {
   if (n.inputs.size() > i && n.inputs[i] != kNoValue) return n.inputs[i];
@@ -67,8 +54,11 @@ bool fuse(Rewrite& rw, size_t i, const PassContext& ctx) {
   Attributes attrs;
   if (mid && (mid->op == "Relu" || mid->op == "Clip") && mid->domain.empty() &&
       !mid->inputs.empty()) {
-    double lo = 0, hi = 0;
-    if (mid->op == "Clip" && !clip_bounds(g, *mid, lo, hi)) return false;
+    const auto bounds = clamp_bounds(g, *mid);
+    if (!bounds ||
+        (mid->op == "Clip" && !(std::isfinite(bounds->first) && std::isfinite(bounds->second))))
+      return false;
+    const auto [lo, hi] = *bounds;
     const ValueId d = mid->inputs[0];
     if (uses[d] != 1 || g.is_output(d)) return false;
     attrs.set("activation", mid->op);

@@ -2,6 +2,7 @@
 #include "passes/rewrite_util.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "ir/ops/op_params.h"
 
@@ -45,6 +46,21 @@ std::optional<double> scalar_constant(const Graph& g, ValueId v) {
   const Tensor* t = constant(g, v);
   if (!t || t->numel() != 1 || t->dtype() == DType::kBool) return std::nullopt;
   return t->item_as_double(0);
+}
+
+std::optional<std::pair<double, double>> clamp_bounds(const Graph& g, const Node& n) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (!n.domain.empty() || n.inputs.empty()) return std::nullopt;
+  if (n.op == "Relu") return std::pair{0.0, kInf};
+  if (n.op != "Clip") return std::nullopt;
+  double lo = n.attrs.get_float("min", -kInf), hi = n.attrs.get_float("max", kInf);
+  for (size_t i = 1; i < n.inputs.size() && i < 3; ++i) {
+    if (n.inputs[i] == kNoValue) continue;
+    const Tensor* t = constant(g, n.inputs[i]);
+    if (!t || t->numel() != 1) return std::nullopt;
+    (i == 1 ? lo : hi) = t->item_as_double();
+  }
+  return std::pair{lo, hi};
 }
 
 std::vector<double> to_doubles(const Tensor& t) {

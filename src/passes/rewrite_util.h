@@ -26,6 +26,10 @@ const Tensor* constant(const Graph& g, ValueId v);
 // value_int), as a double.
 std::optional<double> scalar_constant(const Graph& g, ValueId v);
 
+// A Relu's or Clip's constant bounds (Clip's attributes before opset 11, scalar inputs after; an
+// absent bound is infinite); nullopt for other nodes and bounds that are not constants.
+std::optional<std::pair<double, double>> clamp_bounds(const Graph& g, const Node& n);
+
 // Every element of t, in row-major order, as doubles.
 std::vector<double> to_doubles(const Tensor& t);
 

@@ -101,14 +101,14 @@ def test_qoperator_conv_net_matches_onnx_runtime(tmp_path, per_channel, activati
 
 
 def test_qdq_conv_net_matches_onnx_runtime(tmp_path):
-    """QDQ format (DequantizeLinear -> Conv -> QuantizeLinear), which pass LowerQdqToInteger runs
-    as ConvInteger (on the int8 kernel) and float scales: agrees with ONNX Runtime, which fuses the
-    pattern into its integer conv, to a step of the output's grid (measured: all equal)."""
+    """QDQ format (DequantizeLinear -> Conv -> QuantizeLinear): pass LowerQdqToInteger runs each
+    requantized Conv as one QLinearConv on the int8 kernel, as ONNX Runtime fuses the pattern;
+    agrees with ONNX Runtime to a step of the output's grid (measured: all equal)."""
     import onnxruntime as ort
     from onnxruntime.quantization import QuantFormat
 
     q = _quantize(tmp_path, QuantFormat.QDQ, True)
-    m = _load_on_cpu(q, "ConvInteger")
+    m = _load_on_cpu(q, "QLinearConv")
     sess = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"])
     step = _output_step(q)
     for x in _inputs(3, 9):
@@ -116,3 +116,73 @@ def test_qdq_conv_net_matches_onnx_runtime(tmp_path):
         diff = np.abs(got - want)
         assert diff.max() <= step * 1.001, (diff.max(), step)
         assert (diff == 0).mean() >= 0.95, (diff == 0).mean()
+
+
+def _qdq_conv_graph(path, activation: str, y_zero_point: int, bias: str):
+    """x (float) -> Q -> DQ -> Conv(DQ(W), bias) [-> Relu | Clip(0, 6)] -> Q -> DQ -> y, by hand:
+    the forms PyTorch's pt2e export writes (an activation left between Conv and Q, a float bias)
+    and onnxruntime's (int32 bias through DequantizeLinear, shared through an Identity)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    w = rng.integers(-127, 128, (8, 4, 3, 3)).astype(np.int8)
+    xs, ws, ys = np.float32(0.02), rng.uniform(0.002, 0.01, 8).astype(np.float32), np.float32(0.01)
+    b = rng.uniform(-0.3, 0.3, 8).astype(np.float32)
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in [
+        ("xs", xs), ("xz", np.uint8(128)), ("w", w), ("ws", ws), ("wz", np.zeros(8, np.int8)),
+        ("ys", ys), ("yz", np.uint8(y_zero_point)), ("lo", np.float32(0)), ("hi", np.float32(6))]]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0)]
+    if bias == "float":
+        inits.append(numpy_helper.from_array(b, "b"))
+    else:  # int32 at the sums' scale xs * ws, behind an Identity
+        inits += [numpy_helper.from_array(np.round(b / (xs * ws)).astype(np.int32), "bq"),
+                  numpy_helper.from_array((xs * ws).astype(np.float32), "bs")]
+        nodes += [helper.make_node("DequantizeLinear", ["bq", "bs"], ["bd"], axis=0),
+                  helper.make_node("Identity", ["bd"], ["b"])]
+    nodes.append(helper.make_node("Conv", ["xd", "wd", "b"], ["c"], pads=[1, 1, 1, 1]))
+    last = "c"
+    if activation == "Relu":
+        nodes.append(helper.make_node("Relu", ["c"], ["a"]))
+        last = "a"
+    elif activation == "Clip":
+        nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["a"]))
+        last = "a"
+    nodes += [helper.make_node("QuantizeLinear", [last, "ys", "yz"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 9, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 9, 11])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return float(ys)
+
+
+@pytest.mark.parametrize("activation,y_zero_point,bias,fused", [
+    ("none", 128, "int32", True),
+    ("Relu", 0, "float", True),       # Relu is a no-op when 0 is the bottom of the range
+    ("Clip", 0, "int32", True),       # and Clip(0, 6) when 6 is above its top (255 * 0.01)
+    ("Relu", 100, "float", False),    # negative outputs exist: the Relu stays
+])
+def test_qdq_conv_forms_lower_to_qlinear_conv(tmp_path, activation, y_zero_point, bias, fused):
+    """LowerQdqToInteger's QLinearConv rule on hand-built QDQ graphs, against ONNX Runtime: an
+    activation is absorbed only where the output's range makes it a no-op, a float bias is rounded
+    to the sums' grid; results within a step of the output grid, nearly all equal."""
+    import onnxruntime as ort
+
+    path = tmp_path / f"qdq_{activation}_{y_zero_point}_{bias}.onnx"
+    step = _qdq_conv_graph(path, activation, y_zero_point, bias)
+    m = pypto.onnx.load(path)
+    ops = [o for o, _ in m._compiled.node_backends]
+    assert ops.count("QLinearConv") == (1 if fused else 0), ops
+    assert ops.count("ConvInteger") == (0 if fused else 1), ops
+    assert (activation in ops) == (not fused and activation != "none"), ops
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        x = rng.uniform(-2.5, 2.5, (1, 4, 9, 11)).astype(np.float32)
+        got, want = np.asarray(m(x)), sess.run(None, {"x": x})[0]
+        diff = np.abs(got - want)
+        assert diff.max() <= step * 1.001, (diff.max(), step)
+        assert (diff == 0).mean() >= 0.97, (diff == 0).mean()

@@ -292,9 +292,9 @@ def test_gpt2_conv1d_layers_are_quantized():
 
 def test_onnx_runtime_static_qdq_model_runs_on_integer_ops(tmp_path):
     """A conv net quantized by onnxruntime.quantization.quantize_static in its default QDQ form
-    (per-tensor and per-channel weights): each Conv and the Gemm run as ConvInteger /
-    MatMulInteger (pass LowerQdqToInteger) and the outputs agree with ONNX Runtime's on the same
-    file to float rounding."""
+    (per-tensor and per-channel weights): each Conv and the Gemm run on the integer ops (pass
+    LowerQdqToInteger: QLinearConv, ConvInteger, MatMulInteger) and the outputs agree with ONNX
+    Runtime's on the same file to float rounding."""
     import onnxruntime as ort
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_static)
@@ -319,7 +319,10 @@ def test_onnx_runtime_static_qdq_model_runs_on_integer_ops(tmp_path):
                         weight_type=QuantType.QInt8)
         m = pypto.onnx.load(q)
         ops = [op for op, _ in m._compiled.node_backends]
-        assert ops.count("ConvInteger") == 3 and ops.count("MatMulInteger") == 1, ops
+        # Convs whose results are requantized run as QLinearConv, the Gemm (float output) as
+        # MatMulInteger.
+        assert ops.count("ConvInteger") + ops.count("QLinearConv") == 3, ops
+        assert ops.count("MatMulInteger") == 1, ops
         assert "Conv" not in ops and "Gemm" not in ops
         got = m(x.numpy())
         want = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"]).run(
