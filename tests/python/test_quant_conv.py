@@ -186,3 +186,39 @@ def test_qdq_conv_forms_lower_to_qlinear_conv(tmp_path, activation, y_zero_point
         diff = np.abs(got - want)
         assert diff.max() <= step * 1.001, (diff.max(), step)
         assert (diff == 0).mean() >= 0.97, (diff == 0).mean()
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_qdq_matmul_lowers_to_qlinear_matmul(tmp_path, per_column):
+    """Q(MatMul(DQ(x), DQ(W))) -> QLinearMatMul on the int8 GEMM (3-D x, per-tensor and
+    per-column W scales), against ONNX Runtime on the same file: within a step of the grid."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(11)
+    w = rng.integers(-127, 128, (40, 24)).astype(np.int8)
+    ws = (rng.uniform(0.002, 0.01, 24) if per_column else np.float32(0.005)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in [
+        ("xs", np.float32(0.02)), ("xz", np.int8(3)), ("w", w), ("ws", ws),
+        ("ys", np.float32(0.05)), ("yz", np.int8(-5))]]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"], axis=1),
+             helper.make_node("MatMul", ["xd", "wd"], ["c"]),
+             helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, 40])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7, 24])], inits)
+    path = tmp_path / "qdq_matmul.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    m = pypto.onnx.load(path)
+    ops = [o for o, _ in m._compiled.node_backends]
+    assert ops.count("QLinearMatMul") == 1 and "MatMul" not in ops, ops
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = rng.uniform(-2.5, 2.5, (2, 7, 40)).astype(np.float32)
+    got, want = np.asarray(m(x)), sess.run(None, {"x": x})[0]
+    diff = np.abs(got - want)
+    assert diff.max() <= 0.05 * 1.001, diff.max()
+    assert (diff == 0).mean() >= 0.97, (diff == 0).mean()
