@@ -455,6 +455,40 @@ TEST(Fusion, DynamicQuantizeMatMulWithAnElementwiseChain) {
   EXPECT_EQ(exe.step(0).rule, "DynamicQuantizeMatMul+Elementwise");
 }
 
+// Through a view, as GPT-2's Conv1D layers write it (x viewed as rows, the product viewed back):
+// DynamicQuantizeMatMul takes the bias and activation epilogue (bias + Relu, a residual Add).
+TEST(Fusion, DynamicQuantizeMatMulEpilogueThroughAView) {
+  for (bool residual : {false, true}) {
+    SCOPED_TRACE(residual);
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kF32, to_shape({10, 16})});
+    ValueId r = g.add_input("r", {DType::kF32, to_shape({2, 5, 40})});
+    Tensor wq = Tensor::empty(DType::kI8, {16, 40});
+    for (int64_t i = 0; i < wq.numel(); ++i)
+      wq.data<int8_t>()[i] = static_cast<int8_t>(i * 37 % 255);
+    ValueId w = g.add_value("w"), s = g.add_value("s"), shape = g.add_value("shape");
+    g.set_initializer(w, wq);
+    g.set_initializer(s, Tensor::scalar(0.01f));
+    Tensor dims = Tensor::empty(DType::kI64, {3});
+    dims.data<int64_t>()[0] = 2;
+    dims.data<int64_t>()[1] = 5;
+    dims.data<int64_t>()[2] = 40;
+    g.set_initializer(shape, dims);
+    ValueId bias = constant(g, "bias", {40}, 122);
+    ValueId m = g.add_value("m"), v = g.add_value("v"), b = g.add_value("b"), y = g.add_value("y");
+    g.add_node("DynamicQuantizeMatMul", {x, w, s}, {m}, {}, "qmm");
+    g.add_node("Reshape", {m, shape}, {v}, {}, "view");
+    g.add_node("Add", {v, residual ? r : bias}, {b}, {}, "add");
+    g.add_node("Relu", {b}, {y}, {}, "relu");
+    g.add_output(y);
+    Executable exe = check_against_reference(
+        g, {random_tensor({10, 16}, 123), random_tensor({2, 5, 40}, 124)}, 2);
+    ASSERT_EQ(exe.num_steps(), 1u);
+    EXPECT_EQ(exe.step(0).rule,
+              residual ? "DynamicQuantizeMatMul+Add+Relu" : "DynamicQuantizeMatMul+Bias+Relu");
+  }
+}
+
 }  // namespace
 
 TEST(MemoryPlan, ElementwiseStepsRunInPlace) {
