@@ -19,7 +19,9 @@
 // - a scale as Mul or Div by a scalar constant on the scores, on Q, or on Kt, in any combination
 //   (the exporters' sqrt-scaling of both operands included); none means 1;
 // - Kt = Transpose(X, p) of rank 4: K is X transposed by p with its last two entries swapped
-//   (no node when that is the identity). Kt of another form gets a Transpose inserted.
+//   (no node when that is the identity). Kt of another form gets a Transpose inserted;
+// - K and V each repeated over a group of query heads (Llama's repeat_kv: Reshape(Expand(
+//   Unsqueeze(x, 2)))) become the groups' own K and V, the grouped heads Attention takes.
 //
 // Conditions, each checked on the static or symbolic shapes (a rewrite never guesses): Q, K and
 // V of rank 4 and dtype float32; equal batch and head dims on Q, K and V (MatMul's broadcasting
@@ -255,6 +257,51 @@ std::optional<KeyPlan> key_plan(const Graph& g, const std::vector<int>& uses, Va
   return KeyPlan{kt, {0, 1, 3, 2}};
 }
 
+// K or V repeated over the query heads of its group, as Hugging Face's repeat_kv and PyPTO's own
+// SDPA converter (enable_gqa) write it: Reshape(Expand(Unsqueeze(x, 2), [b, hkv, g, s, d]),
+// [b, hkv * g, s, d]), x = [b, hkv, s, d]. Attention takes x itself (query head h reads K/V head
+// h / g, the same pairing), so the copies are never made. Checked on the values' shapes, however
+// the axes and target shapes are spelled; every intermediate read only here.
+struct Repeated {
+  ValueId source = kNoValue;
+  int64_t groups = 0;
+  std::vector<size_t> nodes;
+};
+
+std::optional<Repeated> repeated_heads(const Graph& g, const std::vector<int>& uses, ValueId v) {
+  auto only = [&](ValueId x, const char* op) -> const Node* {
+    const Node* n = producer(g, x);
+    return n && n->op == op && n->domain.empty() && n->outputs.size() == 1 && uses[x] == 1 &&
+                   !g.is_output(x)
+               ? n
+               : nullptr;
+  };
+  const Node* r = only(v, "Reshape");
+  const Node* e = r ? only(r->inputs[0], "Expand") : nullptr;
+  const Node* u = e ? only(e->inputs[0], "Unsqueeze") : nullptr;
+  if (!u) return std::nullopt;
+  const ValueId x = u->inputs[0];
+  const std::optional<Shape>&xs = g.value(x).type.shape, &us = g.value(e->inputs[0]).type.shape,
+        &es = g.value(r->inputs[0]).type.shape, &rs = g.value(v).type.shape;
+  if (!xs || !us || !es || !rs || xs->size() != 4 || us->size() != 5 || es->size() != 5 ||
+      rs->size() != 4)
+    return std::nullopt;
+  const Dim &hkv = (*xs)[1], &groups = (*es)[2];
+  if (!hkv.is_known() || !groups.is_known() || groups.value < 2 || !(*us)[2].is_known() ||
+      (*us)[2].value != 1 || !(*rs)[1].is_known() || (*rs)[1].value != hkv.value * groups.value)
+    return std::nullopt;
+  for (int d : {0, 1, 2, 3}) {  // x's axes around the new one, unchanged by Unsqueeze and Expand
+    const int five = d < 2 ? d : d + 1;
+    if (!same_dim((*us)[five], (*xs)[d]) || !same_dim((*es)[five], (*xs)[d])) return std::nullopt;
+  }
+  for (int d : {0, 2, 3})
+    if (!same_dim((*rs)[d], (*xs)[d])) return std::nullopt;
+  Repeated out{x, groups.value, {}};
+  for (const ValueId y : {v, r->inputs[0], e->inputs[0]})
+    out.nodes.push_back(static_cast<size_t>(g.value(y).producer));
+  return out;
+}
+
 bool attention(Rewrite& rw, size_t i, const PassContext& ctx) {
   Graph& g = rw.graph();
   AttentionMatcher matcher(g, rw.uses());
@@ -283,15 +330,30 @@ bool attention(Rewrite& rw, size_t i, const PassContext& ctx) {
   }
   if (m->causal && !(same_dim((*q)[2], (*kt)[3]))) return false;
 
+  // Grouped K/V heads repeated for the query heads: Attention reads the groups' K and V.
+  ValueId key_source = key->source, value = m->v;
+  int64_t groups = 1;
+  if (key->perm.empty()) {
+    const auto rk = repeated_heads(g, rw.uses(), key->source);
+    const auto rv = repeated_heads(g, rw.uses(), m->v);
+    if (rk && rv && rk->groups == rv->groups) {
+      key_source = rk->source;
+      value = rv->source;
+      groups = rk->groups;
+      for (const auto* r : {&*rk, &*rv})
+        m->consumed.insert(m->consumed.end(), r->nodes.begin(), r->nodes.end());
+    }
+  }
+
   // Rewrite: K (a transpose when needed), a negated mask, then the root becomes Attention.
   const std::string& name = g.nodes()[i].name;
   size_t at = i;
-  ValueId k = key->source;
+  ValueId k = key_source;
   if (!key->perm.empty()) {
     k = g.add_value(g.unique_name(name + "_key"), TensorType{DType::kF32, std::nullopt});
     Attributes a;
     a.set("perm", key->perm);
-    rw.insert(at++, "Transpose", {key->source}, {k}, std::move(a), name + "_key");
+    rw.insert(at++, "Transpose", {key_source}, {k}, std::move(a), name + "_key");
   }
   ValueId mask = m->mask;
   if (m->mask_negated) {
@@ -302,10 +364,11 @@ bool attention(Rewrite& rw, size_t i, const PassContext& ctx) {
   Attributes attrs;
   attrs.set("scale", m->scale);
   if (m->causal) attrs.set("is_causal", int64_t{1});
-  std::vector<ValueId> inputs = {m->q, k, m->v};
+  std::vector<ValueId> inputs = {m->q, k, value};
   if (mask != kNoValue) inputs.push_back(mask);
   retarget(g.mutable_nodes()[at], "Attention", std::move(inputs), std::move(attrs));
   ctx.note(m->causal ? "RecognizeAttention/Causal" : "RecognizeAttention/Attention");
+  if (groups > 1) ctx.note("RecognizeAttention/GroupedHeads");
   return true;
 }
 

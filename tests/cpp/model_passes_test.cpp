@@ -702,6 +702,31 @@ TEST(PassRecognizeAttention, OnnxExporterFormWithNanGuardAndReshapedKeyTranspose
   EXPECT_NEAR(only(g, "Attention").attrs.get_float("scale"), 1 / std::sqrt(8.0), 1e-6);
 }
 
+// Llama's repeat_kv: K and V of 2 heads each repeated for 3 query heads, Reshape(Expand(
+// Unsqueeze(x, 2), [b, 2, 3, s, d]), [b, 6, s, d]): Attention reads the 2 heads (no copies). With
+// V repeated differently from K (or not at all) the copies stay.
+TEST(PassRecognizeAttention, GroupedKeyValueHeadsAreReadWithoutTheirCopies) {
+  for (bool same_groups : {true, false}) {
+    SCOPED_TRACE(same_groups);
+    Builder b;
+    ValueId q = b.input("q", {1, 6, 5, 8}), k = b.input("k", {1, 2, 7, 8}),
+            v = b.input("v", {1, same_groups ? 2 : 6, 7, 4});
+    auto repeat = [&](ValueId x, int64_t d) {
+      ValueId u = b.op("Unsqueeze", {x, b.constant("ax", Tensor::from_vector<int64_t>({2}, {1}))});
+      ValueId e = b.op("Expand",
+                       {u, b.constant("rep", Tensor::from_vector<int64_t>({1, 2, 3, 7, d}, {5}))});
+      return b.op("Reshape",
+                  {e, b.constant("to", Tensor::from_vector<int64_t>({1, 6, 7, d}, {4}))});
+    };
+    b.g.add_output(sdpa(b, q, repeat(k, 8), same_groups ? repeat(v, 4) : v, kNoValue, 0.35f));
+    Graph g = run_and_compare(b, "RecognizeAttention");
+    const Node& a = only(g, "Attention");
+    EXPECT_EQ(a.inputs[1] == k, same_groups) << print(g);
+    EXPECT_EQ(a.inputs[2] == v, true);
+    EXPECT_EQ(count(g, "Expand"), same_groups ? 0 : 1) << print(g);
+  }
+}
+
 TEST(PassRecognizeAttention, FormsThatAreNotAttentionStay) {
   auto build = [](int variant) {
     Builder b;

@@ -75,6 +75,8 @@ def test_attention_is_one_op_and_matches_eager(name):
         for rule, count in report["fired"].items():
             fired[rule] = fired.get(rule, 0) + count
     assert fired.get("RecognizeAttention/Attention", 0) == 2, fired
+    # Llama's repeat_kv copies of K and V are folded: Attention reads the 2 K/V heads itself.
+    assert fired.get("RecognizeAttention/GroupedHeads", 0) == (2 if "grouped" in name else 0), fired
     ops = [step["rule"] or step["op"] for step in fast.compiled.steps]
     assert ops.count("Attention") == 2, ops
 
@@ -96,3 +98,23 @@ def test_disabling_the_pass_keeps_the_primitives(monkeypatch):
     monkeypatch.setenv("PTO_DISABLE_PASSES", "NoSuchPass")
     with pytest.raises(Exception, match="unknown pass 'NoSuchPass'"):
         pypto.optimize(model, level=2)(*args)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_with_grouped_heads_reads_the_kv_heads(causal):
+    """F.scaled_dot_product_attention(enable_gqa=True): one Attention op on the 2 K/V heads (no
+    repeated copies in the graph), equal to eager."""
+    import torch.nn.functional as F
+
+    class Gqa(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 8, 9, 16), torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16)
+    fast = pypto.optimize(Gqa().eval(), example_inputs=(q, k, v))
+    with torch.inference_mode():
+        want = Gqa()(q, k, v)
+    torch.testing.assert_close(fast(q, k, v), want, rtol=1e-4, atol=1e-5)
+    steps = [step["rule"] or step["op"] for step in fast.compiled.steps]
+    assert steps == ["Attention"], steps
