@@ -78,7 +78,7 @@ def child(args) -> dict:
 
     result = {"model": args.model, "batch": 1, "threads": args.threads, "engine": args.engine}
     print(f"{args.engine} {args.model} threads {args.threads}", file=sys.stderr)
-    model = torch_models.build(args.model)
+    model = base.build_model(args.model)
     x = base.model_inputs(args.model, 1)
     with torch.inference_mode():
         want = torch_models.first_tensor(model(*x))

@@ -60,7 +60,10 @@ MODELS = {  # name in tests/python/torch_models.py -> (title, kind)
 ENGINES = ["eager", "inductor", "ort", "pypto"]  # the order they run in (and the table's)
 TITLES = {"eager": "eager", "inductor": "Inductor", "ort": "ORT"}
 LEVELS = [0, 1, 2, 3]
-IMAGE, SEQ = 224, 128
+IMAGE = 224
+# The text models' sequence length: --seq, passed to the children (and to the scripts that reuse
+# this module's children) through PTO_BENCH_SEQ.
+SEQ = int(os.environ.get("PTO_BENCH_SEQ", "128"))
 TOLERANCE = 1e-3  # max |engine - eager| / max |eager| on the model's main output
 MARK = "@@bench-result@@ "  # a child's result: this, then JSON, on one line of stdout
 
@@ -147,6 +150,21 @@ def child_torch_mm(args) -> dict:
     return {"status": "ok", "sgemm": out, "torch_parallel": torch.__config__.parallel_info()}
 
 
+def build_model(name: str):
+    """The zoo model (tests/python/torch_models.py); BERT with position embeddings for SEQ when
+    that is longer than its default 512."""
+    import torch
+    import torch_models
+
+    if name == "bert" and SEQ > 512:
+        import transformers
+
+        torch.manual_seed(torch_models.SEED)
+        cfg = transformers.BertConfig(max_position_embeddings=SEQ)
+        return transformers.BertModel(cfg).eval()
+    return torch_models.build(name)
+
+
 def model_inputs(name: str, batch: int):
     import torch
 
@@ -185,7 +203,7 @@ def child_export(args) -> dict:
     child_setup(args.threads)
     import torch_models
 
-    model = torch_models.build(args.model)
+    model = build_model(args.model)
     if MODELS[args.model][1] == "text":
         # transformers' forward takes many optional arguments (the TorchScript exporter passes
         # its inputs so that one collides with use_cache) and returns a ModelOutput: export
@@ -352,7 +370,7 @@ def child_model(args) -> dict:
     policy = os.environ.get("OMP_WAIT_POLICY")
     print(f"{what} {args.model} batch {args.batch} threads {args.threads}"
           f"{f' OMP_WAIT_POLICY={policy}' if policy else ''}", file=sys.stderr)
-    model = torch_models.build(args.model)
+    model = build_model(args.model)
     x = model_inputs(args.model, args.batch)
     protocol = QUICK if args.quick else FULL
     with torch.inference_mode():
@@ -588,7 +606,7 @@ def main_driver(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
     results = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
-               "argv": sys.argv[1:], "engines": engines, "levels": levels, "keys": keys,
+               "argv": sys.argv[1:], "seq": SEQ, "engines": engines, "levels": levels, "keys": keys,
                "pto_bench": {}, "torch_mm": {}, "exports": {}, "models": []}
 
     def save():
@@ -701,6 +719,11 @@ def ceilings_table(results: dict) -> list[str]:
     return rows if len(rows) > 2 else []
 
 
+def model_title(m: str) -> str:
+    """'ResNet-50', 'BERT-base (seq 128)'."""
+    return MODELS[m][0] + (f" (seq {SEQ})" if MODELS[m][1] == "text" else "")
+
+
 def markdown(results: dict) -> str:
     keys = results["keys"]
     levels = results["levels"]
@@ -743,7 +766,8 @@ def markdown(results: dict) -> str:
                 return "failed"
             return f"{r['median'] * 1e3:.2f} ms" if b == 1 else f"{b / r['median']:.1f} {unit}"
 
-        row = [MODELS[m][0], str(b), str(t), *(cell(res.get(k)) for k in keys)]
+        title = model_title(m)
+        row = [title, str(b), str(t), *(cell(res.get(k)) for k in keys)]
         if ref is not None:
             mine = res.get(rk)
             for k in peers:
@@ -776,16 +800,16 @@ def markdown(results: dict) -> str:
                 errs.append(f"{name(k)} {r['max_rel_err']:.0e}")
             if ok(r):
                 if t == 1 and r["cpu_util"] < 0.9:
-                    busy.append(f"{MODELS[m][0]} batch {b} {key_title(k)} ({r['cpu_util']:.2f})")
+                    busy.append(f"{title} batch {b} {key_title(k)} ({r['cpu_util']:.2f})")
                 if p and flops:
                     frac.append(f"{name(k)} {100 * flops / 1e9 / r['median'] / p:.0f}%")
                 util.append(f"{name(k)} {r['cpu_util']:.2f}")
                 rss.append(f"{name(k)} {r['peak_rss_mib']:.0f}")
             elif r:
-                failures.append(f"- {MODELS[m][0]}, batch {b}, {t} thread(s), {key_title(k)}: "
+                failures.append(f"- {title}, batch {b}, {t} thread(s), {key_title(k)}: "
                                 f"{r.get('status', 'failed')}: "
                                 f"{str(r.get('error', '?')).splitlines()[0][:300]}")
-        details.append("| " + " | ".join([MODELS[m][0], str(b), str(t), ", ".join(comp) or "-",
+        details.append("| " + " | ".join([title, str(b), str(t), ", ".join(comp) or "-",
                                            ", ".join(errs) or "-", ", ".join(frac) or "-",
                                            ", ".join(util) or "-", ", ".join(rss) or "-"]) + " |")
     parts = []
@@ -810,6 +834,9 @@ def main() -> int:
                     help="few calls, small arrays, a subset of shapes, models and batches")
     ap.add_argument("--models", default="", help=f"comma-separated, from {', '.join(MODELS)}")
     ap.add_argument("--batches", default="", help="comma-separated batch sizes (default 1,8)")
+    ap.add_argument("--seq", type=int, default=SEQ,
+                    help="sequence length of the text models (default 128; BERT's position "
+                         "embeddings grow past 512)")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--engines", default=",".join(ENGINES),
                     help=f"comma-separated, from {', '.join(ENGINES)} (default: all)")
@@ -833,6 +860,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--shapes", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.seq != SEQ:  # the children and this process build the models at args.seq
+        os.environ["PTO_BENCH_SEQ"] = str(args.seq)
+        return subprocess.call([sys.executable, *sys.argv], env=dict(os.environ))
     if args.child:
         args.threads = int(args.threads)
         child = {"torch-mm": child_torch_mm, "model": child_model, "export": child_export}

@@ -44,3 +44,14 @@ def test_gemm_shapes():
     for bad in ("1x2", "0x1x1", "axb"):
         with pytest.raises(ValueError):
             gemm.parse_shape(bad)
+
+
+def test_attention_flops_count_the_visible_keys():
+    import attention
+
+    h, d = 12, 64
+    assert attention.flops("s512") == 4 * h * 512 * 512 * d
+    # causal: query i sees keys 0..i, 512 * 513 / 2 pairs
+    assert attention.flops("s512-causal") == 4 * h * (512 * 513 // 2) * d
+    assert attention.flops("decode-4096") == 4 * h * 4096 * d
+    assert attention.flops("gqa-decode-4096") == 4 * 32 * 4096 * 128
