@@ -73,6 +73,21 @@ class MemoryPool : public Allocator, public std::enable_shared_from_this<MemoryP
   MemoryPoolStats stats_;
 };
 
+// ---- the pools compiled models allocate from ----
+//
+// Each Executable allocates its arenas and unplanned buffers from a MemoryPool. By default each
+// has its own: its blocks stay cached for its next run. After enable_memory_pool(true), the
+// executables compiled from then on share one process-wide pool, so blocks one model's run gave
+// back serve the next model's: several models run in turn hold about the memory of the largest
+// run instead of the sum. Executables compiled before keep the pool they have.
+void enable_memory_pool(bool enabled = true);
+bool memory_pool_enabled();
+// The pool a newly compiled Executable takes: the shared one when enabled, else a new one.
+std::shared_ptr<MemoryPool> executable_memory_pool();
+// The counters of every live pool an Executable took, summed (the shared pool once).
+// peak_in_use_bytes is the sum of each pool's own peak: an upper bound on the process's.
+MemoryPoolStats memory_stats();
+
 // ---- streams and events ----
 
 class Stream;

@@ -19,7 +19,8 @@ from .options import (get_num_threads, get_optimization_options, reset_optimizat
                       set_num_threads, set_optimization_options)
 from .runtime import CompiledGraph
 from .serialization import load, save, save_graph
-from . import amp, debug, onnx, profiler
+from . import amp, debug, memory, onnx, profiler
+from .memory import enable_pool as enable_memory_pool, stats as memory_stats
 
 __version__ = "0.1.0"
 
@@ -83,7 +84,7 @@ _register_backend_with_torch()
 
 __all__ = [
     "CompiledGraph", "OptimizedModule", "amp", "custom_op", "debug", "device_info",
-    "get_num_threads",
+    "enable_memory_pool", "get_num_threads", "memory", "memory_stats",
     "get_optimization_options", "is_available", "jit", "load", "onnx", "optimize", "profiler",
     "quantization", "reset_optimization_options", "save", "save_graph", "set_num_threads",
     "set_optimization_options",

@@ -12,10 +12,22 @@
 #include "pto/executable.h"
 #include "pto/parallel.h"
 #include "pto/progress.h"
+#include "pto/runtime.h"
 
 namespace pto::python {
 
 namespace {
+
+// A pool's counters (MemoryPoolStats) as a dict.
+nb::dict stats_dict(const MemoryPoolStats& s) {
+  nb::dict d;
+  d["reserved_bytes"] = s.reserved_bytes;
+  d["in_use_bytes"] = s.in_use_bytes;
+  d["peak_in_use_bytes"] = s.peak_in_use_bytes;
+  d["system_allocations"] = s.system_allocations;
+  d["pool_hits"] = s.pool_hits;
+  return d;
+}
 
 // One tensor per graph input, named after the input in errors; no copies.
 std::vector<Tensor> inputs_from_python(const Executable& exe, const nb::list& args) {
@@ -143,17 +155,7 @@ void bind_runtime(nb::module_& m) {
           },
           "For each node, in order: 'cpu' (a CPU backend kernel) or 'reference' (the fallback).")
       .def_prop_ro(
-          "memory_stats",
-          [](const Executable& e) {
-            MemoryPoolStats s = e.memory_stats();
-            nb::dict d;
-            d["reserved_bytes"] = s.reserved_bytes;
-            d["in_use_bytes"] = s.in_use_bytes;
-            d["peak_in_use_bytes"] = s.peak_in_use_bytes;
-            d["system_allocations"] = s.system_allocations;
-            d["pool_hits"] = s.pool_hits;
-            return d;
-          },
+          "memory_stats", [](const Executable& e) { return stats_dict(e.memory_stats()); },
           "The memory pool's counters (bytes held, in use, peak; allocations from the system "
           "and requests served from the pool).")
       .def(
@@ -259,6 +261,13 @@ void bind_runtime(nb::module_& m) {
       .def_static("render", &ProgressBar::render, nb::arg("label"), nb::arg("done"),
                   nb::arg("total"), nb::arg("what"), nb::arg("width"));
 
+  m.def("enable_memory_pool", &enable_memory_pool, nb::arg("enabled") = true,
+        "Executables compiled from now on share one process-wide memory pool (false: each its "
+        "own, the default).");
+  m.def("memory_pool_enabled", &memory_pool_enabled);
+  m.def(
+      "memory_stats", [] { return stats_dict(memory_stats()); },
+      "The counters of every live executable's pool, summed (the shared pool once).");
   m.def("set_num_threads", &set_num_threads, nb::arg("n"),
         "Resizes the kernel thread pool (n >= 1; 0 means the default).");
   m.def("num_threads", &num_threads, "Threads the kernel thread pool runs on.");

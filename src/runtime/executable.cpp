@@ -85,7 +85,11 @@ struct Executable::Plan {
     static std::atomic<uint64_t> n{0};
     return ++n;
   }
-  std::shared_ptr<MemoryPool> pool = std::make_shared<MemoryPool>(kAllocHugeFirst);
+  // Its own, or the process-wide one (enable_memory_pool). With its own pool the executable
+  // keeps a run's arena for its next run; with the shared one the arena goes back to the pool,
+  // where the next run (of this model or another) takes it.
+  std::shared_ptr<MemoryPool> pool = executable_memory_pool();
+  bool keep_arenas = !memory_pool_enabled();
 
   // Memory plans by input shapes, and arenas free for the next run (runs may be concurrent).
   std::mutex mutex;
@@ -692,7 +696,7 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     out.push_back(env[v]);
   }
   env.clear();
-  if (arena) {
+  if (arena && p.keep_arenas) {
     std::lock_guard<std::mutex> lock(p.mutex);
     if (p.arena_size <= (mp ? mp->arena_bytes : 0) || p.free_arenas.size() < 4)
       p.free_arenas.push_back(std::move(arena));

@@ -10,6 +10,9 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "pto/error.h"
 #include "pto/runtime.h"
@@ -103,6 +106,70 @@ void MemoryPool::release_cached() {
 MemoryPoolStats MemoryPool::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
+}
+
+namespace {
+
+// The pools Executables took (weakly: a pool dies with its last executable and tensor), and the
+// shared one while enable_memory_pool is on.
+struct Pools {
+  std::mutex mutex;
+  std::vector<std::weak_ptr<MemoryPool>> all;
+  std::shared_ptr<MemoryPool> shared;
+};
+
+Pools& pools() {
+  static Pools* p = new Pools;  // never destroyed: pools may outlive static destruction order
+  return *p;
+}
+
+}  // namespace
+
+void enable_memory_pool(bool enabled) {
+  Pools& p = pools();
+  std::lock_guard lock(p.mutex);
+  if (!enabled) {
+    p.shared.reset();
+  } else if (!p.shared) {
+    p.shared = std::make_shared<MemoryPool>(kAllocHugeFirst);
+    p.all.push_back(p.shared);
+  }
+}
+
+bool memory_pool_enabled() {
+  Pools& p = pools();
+  std::lock_guard lock(p.mutex);
+  return p.shared != nullptr;
+}
+
+std::shared_ptr<MemoryPool> executable_memory_pool() {
+  Pools& p = pools();
+  std::lock_guard lock(p.mutex);
+  if (p.shared) return p.shared;
+  std::erase_if(p.all, [](const std::weak_ptr<MemoryPool>& w) { return w.expired(); });
+  auto pool = std::make_shared<MemoryPool>(kAllocHugeFirst);
+  p.all.push_back(pool);
+  return pool;
+}
+
+MemoryPoolStats memory_stats() {
+  std::vector<std::shared_ptr<MemoryPool>> live;
+  {
+    Pools& p = pools();
+    std::lock_guard lock(p.mutex);
+    for (const auto& w : p.all)
+      if (auto pool = w.lock()) live.push_back(std::move(pool));
+  }
+  MemoryPoolStats total;
+  for (const auto& pool : live) {
+    const MemoryPoolStats s = pool->stats();
+    total.reserved_bytes += s.reserved_bytes;
+    total.in_use_bytes += s.in_use_bytes;
+    total.peak_in_use_bytes += s.peak_in_use_bytes;
+    total.system_allocations += s.system_allocations;
+    total.pool_hits += s.pool_hits;
+  }
+  return total;
 }
 
 }  // namespace pto

@@ -1,0 +1,82 @@
+"""The memory compiled models allocate from: each model's own caching pool by default, one
+process-wide pool after pypto.enable_memory_pool(), and pypto.memory_stats() over all of them."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import pypto
+import pypto.onnx
+
+
+def _model(path, rows: int, cols: int):
+    """x -> Exp -> Transpose -> Neg: the Exp result is an intermediate (the transpose keeps the two
+    elementwise ops apart), so a run takes an arena block and an output block from its pool."""
+    nodes = [helper.make_node("Exp", ["x"], ["e"]),
+             helper.make_node("Transpose", ["e"], ["t"], perm=[1, 0]),
+             helper.make_node("Neg", ["t"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, cols])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [cols, rows])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.fixture
+def no_shared_pool():
+    yield
+    pypto.enable_memory_pool(False)
+    gc.collect()
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_shared_pool_serves_the_next_model_from_the_blocks_the_first_gave_back(
+        tmp_path, no_shared_pool, shared):
+    pypto.enable_memory_pool(shared)
+    assert pypto.memory.pool_enabled() == shared
+    x = np.random.default_rng(0).standard_normal((256, 384)).astype(np.float32)
+    a = pypto.onnx.load(_model(tmp_path / "a.onnx", 256, 384))
+    b = pypto.onnx.load(_model(tmp_path / "b.onnx", 256, 384))
+    ya = a(x)
+    np.testing.assert_allclose(ya, -np.exp(x).T, rtol=1e-6)
+    del ya  # its block goes back to a's pool
+    before = b._compiled.memory_stats
+    yb = b(x)
+    after = b._compiled.memory_stats
+    np.testing.assert_allclose(yb, -np.exp(x).T, rtol=1e-6)
+    taken = after["system_allocations"] - before["system_allocations"]
+    if shared:
+        # b's arena and output come from the blocks a's run gave back: nothing new from the system
+        assert taken == 0, (before, after)
+        assert a._compiled.memory_stats == after  # one pool
+    else:
+        assert taken >= 2, (before, after)  # its own empty pool: arena and output
+        assert a._compiled.memory_stats["system_allocations"] >= 2
+
+
+def test_memory_stats_sum_the_live_pools(tmp_path, no_shared_pool):
+    gc.collect()
+    start = pypto.memory_stats()
+    assert set(start) == {"reserved_bytes", "in_use_bytes", "peak_in_use_bytes",
+                          "system_allocations", "pool_hits"}
+    x = np.ones((64, 96), np.float32)
+    models = [pypto.onnx.load(_model(tmp_path / f"m{i}.onnx", 64, 96)) for i in range(2)]
+    outs = [m(x) for m in models]
+    now = pypto.memory_stats()
+    own = [m._compiled.memory_stats for m in models]
+    for key in ("reserved_bytes", "in_use_bytes", "system_allocations"):
+        assert now[key] - start[key] == sum(s[key] for s in own), key
+    assert now["in_use_bytes"] - start["in_use_bytes"] >= 2 * x.nbytes  # the two outputs
+    del outs, models
+    gc.collect()
+    assert pypto.memory_stats()["reserved_bytes"] <= now["reserved_bytes"]
+
+
+def test_enable_memory_pool_takes_a_bool():
+    with pytest.raises(TypeError, match="must be a bool"):
+        pypto.enable_memory_pool("yes")
