@@ -344,14 +344,15 @@ void replace_file(const std::string& path, const std::string& text) {
     if (n <= 0) break;
     done += static_cast<size_t>(n);
   }
-  const int err = errno;
-  const bool ok = done == text.size() && ::fsync(fd) == 0;
+  const bool written = done == text.size() && ::fsync(fd) == 0;
+  int err = errno;  // why writing failed, when it did
   ::close(fd);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(ok ? errno : err);
-    std::remove(tmp.c_str());
-    throw Error(cat("[tune cache] cannot write ", path, ": ", why));
+  if (written) {
+    if (std::rename(tmp.c_str(), path.c_str()) == 0) return;
+    err = errno;
   }
+  std::remove(tmp.c_str());
+  throw Error(cat("[tune cache] cannot write ", path, ": ", std::strerror(err)));
 }
 
 std::string home_cache_dir() {

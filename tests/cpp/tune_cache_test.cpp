@@ -14,6 +14,7 @@
 
 #include "onnx_model_builder.h"
 #include "pto/device_info.h"
+#include "pto/error.h"
 #include "pto/log.h"
 
 namespace pto::tune {
@@ -128,6 +129,13 @@ TEST_F(TuneCacheTest, MissingFileIsEmptyAndStoreCreatesFolders) {
   EXPECT_EQ(c.rejected(), "");
   c.store(signature(0), 1, entry(0));
   EXPECT_EQ(*TuneCache::open(nested, on(test_device())).lookup(signature(0), 1), entry(0));
+}
+
+TEST_F(TuneCacheTest, StoreThrowsWhenItCannotWrite) {
+  write_bytes(dir_.file("plain"), "a file, not a folder");
+  TuneCache c = TuneCache::open(dir_.file("plain/tune.json"), on(test_device()));
+  EXPECT_TRUE(c.entries().empty());
+  EXPECT_THROW(c.store(signature(0), 1, entry(0)), Error);
 }
 
 TEST_F(TuneCacheTest, TruncationAtEveryByteIsDetectedAndRebuilt) {
