@@ -15,27 +15,11 @@
 #include <sstream>
 
 #include "pto/error.h"
+#include "pto/json.h"
 #include "pto/profiler.h"
 
 namespace pto::profiler {
 namespace {
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
 
 // Microseconds with three decimals, exact from nanoseconds (no rounding can reorder events).
 std::string micros(int64_t ns) {
