@@ -108,6 +108,22 @@ TEST(PassResolveShapes, TwoUnknownsStayComputed) {
 namespace pto {
 namespace {
 
+// Shape(x)[0:1] as torch.export writes a batch: Shape with start and end.
+ValueId leading_dim(Graph& g, ValueId x) {
+  ValueId s = g.add_value(g.value(x).name + "_batch");
+  Attributes a;
+  a.set("start", int64_t{0});
+  a.set("end", int64_t{1});
+  g.add_node("Shape", {x}, {s}, a, g.value(x).name + "_shape");
+  return s;
+}
+
+Attributes axis0() {
+  Attributes a;
+  a.set("axis", int64_t{0});
+  return a;
+}
+
 // The form torch.export writes for BERT's head split: the batch from Shape(ids) with start/end,
 // the input of the Reshape itself of unknown batch (it came out of a Gemm on [-1, 768]).
 TEST(PassResolveShapes, HeadSplitFromAnotherInputsBatch) {
@@ -120,15 +136,9 @@ TEST(PassResolveShapes, HeadSplitFromAnotherInputsBatch) {
     g.set_initializer(c, Tensor::from_vector<int64_t>(v, {n}));
     return c;
   };
-  ValueId s = g.add_value("s"), t = g.add_value("t"), y = g.add_value("y");
-  Attributes sa;
-  sa.set("start", int64_t{0});
-  sa.set("end", int64_t{1});
-  g.add_node("Shape", {ids}, {s}, sa, "shape");
-  Attributes ca;
-  ca.set("axis", int64_t{0});
-  g.add_node("Concat", {s, constant("c8", {8}), constant("c2", {2}), constant("c3", {3})}, {t}, ca,
-             "concat");
+  ValueId s = leading_dim(g, ids), t = g.add_value("t"), y = g.add_value("y");
+  g.add_node("Concat", {s, constant("c8", {8}), constant("c2", {2}), constant("c3", {3})}, {t},
+             axis0(), "concat");
   g.add_node("Reshape", {h, t}, {y}, {}, "reshape");
   g.add_output(y);
   infer_types(g);
@@ -150,16 +160,10 @@ TEST(PassResolveShapes, TileBySymbolicRepeatsKeepsTheBatch) {
     g.set_initializer(c, std::move(t));
     return c;
   };
-  ValueId s = g.add_value("s"), rep = g.add_value("rep"), pos = g.add_value("pos"),
+  ValueId s = leading_dim(g, ids), rep = g.add_value("rep"), pos = g.add_value("pos"),
           emb = g.add_value("emb"), sum = g.add_value("sum"), to = g.add_value("to"),
           y = g.add_value("y");
-  Attributes sa;
-  sa.set("start", int64_t{0});
-  sa.set("end", int64_t{1});
-  g.add_node("Shape", {ids}, {s}, sa, "shape");
-  Attributes ca;
-  ca.set("axis", int64_t{0});
-  g.add_node("Concat", {s, constant("one", Tensor::from_vector<int64_t>({1}, {1}))}, {rep}, ca,
+  g.add_node("Concat", {s, constant("one", Tensor::from_vector<int64_t>({1}, {1}))}, {rep}, axis0(),
              "repeats");
   g.add_node(
       "Tile",
@@ -168,7 +172,7 @@ TEST(PassResolveShapes, TileBySymbolicRepeatsKeepsTheBatch) {
   g.add_node("Gather", {constant("table", random_tensor({7, 4}, 3)), pos}, {emb}, {}, "gather");
   g.add_node("Add", {x, emb}, {sum}, {}, "add");
   g.add_node("Concat", {s, constant("heads", Tensor::from_vector<int64_t>({7, 2, -1}, {3}))}, {to},
-             ca, "split");
+             axis0(), "split");
   g.add_node("Reshape", {sum, to}, {y}, {}, "reshape");
   g.add_output(pos);
   g.add_output(y);

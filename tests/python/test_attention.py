@@ -63,21 +63,32 @@ def _main(out):
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
 
-@pytest.mark.parametrize("name", list(MODELS))
-def test_attention_is_one_op_and_matches_eager(name):
-    factory, inputs = MODELS[name]
+def _optimized(factory, inputs):
+    """The model `factory` makes, optimized at level 2 and run on `inputs()`: its main output
+    equals eager's."""
     torch.manual_seed(0)
     model = factory().eval()
     args = inputs()
     with torch.inference_mode():
         want = _main(model(*args))
     fast = pypto.optimize(model, level=2)
-    got = _main(fast(*args))
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(_main(fast(*args)), want, rtol=1e-4, atol=1e-5)
+    return fast
+
+
+def _fired(compiled):
+    """How often each pass rule fired, over the whole pipeline."""
     fired = {}
-    for report in fast.compiled.pass_report:
+    for report in compiled.pass_report:
         for rule, count in report["fired"].items():
             fired[rule] = fired.get(rule, 0) + count
+    return fired
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_attention_is_one_op_and_matches_eager(name):
+    fast = _optimized(*MODELS[name])
+    fired = _fired(fast.compiled)
     assert fired.get("RecognizeAttention/Attention", 0) == 2, fired
     # Llama's repeat_kv copies of K and V are folded: Attention reads the 2 K/V heads itself.
     assert fired.get("RecognizeAttention/GroupedHeads", 0) == (2 if "grouped" in name else 0), fired
@@ -171,14 +182,7 @@ def test_encoder_decoder_attention_of_every_kind_is_one_op(name):
     or additive mask computed from the positions) and cross-attention (7 queries over the
     encoder's keys) are each one Attention op on the CPU backend; outputs equal eager."""
     factory, inputs, source = ENCODER_DECODERS[name]
-    torch.manual_seed(0)
-    model = factory().eval()
-    args = inputs()
-    with torch.inference_mode():
-        want = _main(model(*args))
-    fast = pypto.optimize(model, level=2)
-    got = _main(fast(*args))
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    fast = _optimized(factory, inputs)
     kinds = {}
     for node, (sq, kv, masked, causal) in _attention_nodes(fast.compiled).items():
         kinds.setdefault(_kind(node), []).append((int(sq), int(kv), masked or causal))
@@ -220,9 +224,7 @@ def test_sdpa_with_an_attention_mask_is_one_op(mask, grouped):
     steps = [(step["rule"] or step["op"], step["backend"]) for step in fast.compiled.steps]
     assert steps == [("Attention", "cpu")], steps
     assert list(_attention_nodes(fast.compiled).values()) == [("9", "11", True, False)]
-    fired = {}
-    for report in fast.compiled.pass_report:
-        fired.update(report["fired"])
+    fired = _fired(fast.compiled)
     assert fired.get("RecognizeAttention/GroupedHeads", 0) == (1 if grouped else 0), fired
 
 
