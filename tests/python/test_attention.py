@@ -163,10 +163,12 @@ def _attention_nodes(compiled):
     key length, has a mask, is_causal)."""
     text = str(compiled.graph)
     dims = dict(re.findall(r"%(\S+): \w+\[([^\]]*)\]", text))
+    node = r"%(\S+): \w+\[[^\]]*\] = Attention\(([^)]*)\)( \{[^}]*\})?"
     nodes = {}
-    for name, args, attrs in re.findall(r"%(\S+): \w+\[[^\]]*\] = Attention\(([^)]*)\)( \{[^}]*\})?", text):
-        q, k = (dims[a.strip().lstrip("%")].split(", ") for a in args.split(",")[:2])
-        nodes[name] = (q[2], k[2], len(args.split(",")) > 3, "is_causal=1" in attrs)
+    for name, args, attrs in re.findall(node, text):
+        operands = [a.strip().lstrip("%") for a in args.split(",")]
+        q, k = (dims[x].split(", ") for x in operands[:2])
+        nodes[name] = (q[2], k[2], len(operands) > 3, "is_causal=1" in attrs)
     return nodes
 
 
