@@ -12,10 +12,12 @@
 //   Where(IsNaN(Softmax(s)), 0, Softmax(s)) (a fully masked row gives 0, which is what Attention
 //   computes for it);
 // - Softmax over the last axis;
-// - up to two mask layers, each Add(s, m) (a float mask), Where(m, s, -inf) (a boolean mask,
+// - up to three mask layers, each Add(s, m) (a float mask), Where(m, s, -inf) (a boolean mask,
 //   true = attend) or Where(m, -inf, s) (masked_fill: true = masked, negated with Not). A boolean
 //   constant that is exactly the lower triangle of a square [q, kv] matrix becomes is_causal=1.
-//   At most one mask remains as attn_mask;
+//   At most one mask remains as attn_mask, except that two float masks added in turn (T5-style
+//   position bias, then the padding mask: (s + bias) + pad) become one, bias + pad, added to the
+//   scores once: the sum is associated differently, which moves a score by float rounding;
 // - a scale as Mul or Div by a scalar constant on the scores, on Q, or on Kt, in any combination
 //   (the exporters' sqrt-scaling of both operands included); none means 1;
 // - Kt = Transpose(X, p) of rank 4: K is X transposed by p with its last two entries swapped
@@ -45,7 +47,9 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 struct Match {
   std::vector<size_t> consumed;  // nodes to remove (the root is retargeted)
   ValueId q = kNoValue, kt = kNoValue, v = kNoValue, mask = kNoValue;
+  ValueId added = kNoValue;   // a float mask added before `mask` (itself a float mask)
   bool mask_negated = false;  // the mask is true where masked (Where(m, -inf, s))
+  bool mask_added = false;    // the mask is a float one (Add)
   bool causal = false;
   double scale = 1.0;
 };
@@ -60,7 +64,7 @@ class AttentionMatcher {
     m_.v = root.inputs[1];
     ValueId s = probabilities(root.inputs[0]);
     if (s == kNoValue) return std::nullopt;
-    for (int layer = 0; layer < 2; ++layer) {
+    for (int layer = 0; layer < 3; ++layer) {
       if (!mask_layer(s)) break;
     }
     s = scaled(s);
@@ -174,27 +178,32 @@ class AttentionMatcher {
     if (!negated && n->op == "Where" && is_causal_constant(mask)) {
       if (m_.causal) return undo(mark), false;
       m_.causal = true;
-    } else {
-      if (m_.mask != kNoValue) return undo(mark), false;
+    } else if (m_.mask == kNoValue) {
       m_.mask = mask;
       m_.mask_negated = negated;
+      m_.mask_added = n->op == "Add";
+    } else if (n->op == "Add" && m_.mask_added && m_.added == kNoValue) {
+      m_.added = mask;  // the layers are found outside in: this one is added first
+    } else {
+      return undo(mark), false;
     }
     s = inside;
     return true;
   }
 
-  // Whether v is (a scaled form of) a MatMul: tells scores from an added mask.
-  bool leads_to_scores(ValueId v) {
-    for (int hops = 0; hops < 4; ++hops) {
-      const Node* n = producer(g_, v);
-      if (!n) return false;
-      if (n->op == "MatMul") return true;
-      if ((n->op != "Mul" && n->op != "Div" && n->op != "Where" && n->op != "Add") ||
-          n->inputs.empty())
-        return false;
-      v = n->op == "Where" ? n->inputs[scalar_constant(g_, n->inputs[1]) == kNegInf ? 2 : 1]
-                           : n->inputs[0];
-    }
+  // Whether v is (a scaled or masked form of) a MatMul: tells scores from an added mask, on
+  // either side of the Add. Either answer keeps a rewrite exact (Add commutes); it only chooses
+  // the side the match follows.
+  bool leads_to_scores(ValueId v, int hops = 5) {
+    const Node* n = producer(g_, v);
+    if (!n || hops == 0) return false;
+    if (n->op == "MatMul") return true;
+    if (n->op == "Where" && n->inputs.size() == 3)
+      return leads_to_scores(n->inputs[scalar_constant(g_, n->inputs[1]) == kNegInf ? 2 : 1],
+                             hops - 1);
+    if (n->op != "Mul" && n->op != "Div" && n->op != "Add") return false;
+    for (const ValueId x : n->inputs)
+      if (leads_to_scores(x, hops - 1)) return true;
     return false;
   }
 
@@ -316,8 +325,18 @@ bool attention(Rewrite& rw, size_t i, const PassContext& ctx) {
   for (int d = 0; d < 2; ++d)
     if (!same_dim((*q)[d], (*kt)[d]) || !same_dim((*q)[d], (*v)[d])) return false;
   if (!same_dim((*q)[3], (*kt)[2]) || !same_dim((*kt)[3], (*v)[2])) return false;
+  std::optional<TensorType> summed;  // the type of added + mask
+  if (m->added != kNoValue) {
+    const TensorType &a = g.value(m->added).type, &b = g.value(m->mask).type;
+    if (a.dtype != b.dtype || !a.shape || !b.shape) return false;
+    try {
+      summed = TensorType{a.dtype, broadcast_shapes(*a.shape, *b.shape, "attention mask")};
+    } catch (const ValueError&) {
+      return false;
+    }
+  }
   if (m->mask != kNoValue) {
-    const TensorType& mt = g.value(m->mask).type;
+    const TensorType& mt = summed ? *summed : g.value(m->mask).type;
     if (!mt.shape || mt.shape->size() > 4 || mt.shape->empty()) return false;
     const Shape& ms = *mt.shape;
     const Shape scores = {(*q)[0], (*q)[1], (*q)[2], (*kt)[3]};
@@ -356,6 +375,10 @@ bool attention(Rewrite& rw, size_t i, const PassContext& ctx) {
     rw.insert(at++, "Transpose", {key_source}, {k}, std::move(a), name + "_key");
   }
   ValueId mask = m->mask;
+  if (summed) {
+    mask = g.add_value(g.unique_name(name + "_mask"), *summed);
+    rw.insert(at++, "Add", {m->added, m->mask}, {mask}, {}, name + "_mask");
+  }
   if (m->mask_negated) {
     mask = g.add_value(g.unique_name(name + "_keep"), TensorType{DType::kBool, std::nullopt});
     rw.insert(at++, "Not", {m->mask}, {mask}, {}, name + "_keep");

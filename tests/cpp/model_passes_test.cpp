@@ -727,6 +727,40 @@ TEST(PassRecognizeAttention, GroupedKeyValueHeadsAreReadWithoutTheirCopies) {
   }
 }
 
+// T5-style relative position bias added before the padding mask, (s + bias) + pad (the bias on
+// the left of its Add): one Attention with the mask bias + pad, [1, 2, 5, 7] + [2, 1, 1, 7]
+// summed once. A third float mask has no place: that form stays as it was.
+TEST(PassRecognizeAttention, TwoAddedMasksBecomeTheirSum) {
+  for (bool third : {false, true}) {
+    SCOPED_TRACE(third);
+    Builder b;
+    ValueId q = b.input("q", {2, 2, 5, 8}), k = b.input("k", {2, 2, 7, 8}),
+            v = b.input("v", {2, 2, 7, 4}), bias = b.input("bias", {1, 2, 5, 7});
+    Tensor pad = Tensor::empty(DType::kF32, {2, 1, 1, 7});
+    for (int64_t j = 0; j < 14; ++j) pad.data<float>()[j] = j >= 12 ? -INFINITY : 0.0f;
+    const ValueId pad_mask = b.constant("pad", pad);
+    ValueId s = b.op("Mul", {b.op("MatMul", {q, b.op("Transpose", {k}, perm({0, 1, 3, 2}))}),
+                             b.scalar("scale", 0.35f)});
+    s = b.op("Add", {bias, s});
+    if (third) s = b.op("Add", {s, b.random("more", {5, 7})});
+    s = b.op("Add", {s, pad_mask});
+    b.g.add_output(b.op("MatMul", {b.op("Softmax", {s}, b.attrs({{"axis", int64_t{-1}}})), v}));
+    Graph g = run_and_compare(b, "RecognizeAttention");
+    if (third) {
+      EXPECT_EQ(count(g, "Attention"), 0) << print(g);
+      continue;
+    }
+    ASSERT_EQ(g.nodes().size(), 2u) << print(g);
+    const Node& a = only(g, "Attention");
+    ASSERT_EQ(a.inputs.size(), 4u);
+    const Node& sum = only(g, "Add");
+    EXPECT_EQ(sum.inputs, (std::vector<ValueId>{bias, pad_mask}));
+    EXPECT_EQ(a.inputs[3], sum.outputs[0]);
+    EXPECT_EQ(g.value(sum.outputs[0]).type.str(), "f32[2, 2, 5, 7]");
+    EXPECT_NEAR(a.attrs.get_float("scale"), 0.35, 1e-7);
+  }
+}
+
 TEST(PassRecognizeAttention, FormsThatAreNotAttentionStay) {
   auto build = [](int variant) {
     Builder b;

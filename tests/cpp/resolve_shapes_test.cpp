@@ -108,6 +108,22 @@ TEST(PassResolveShapes, TwoUnknownsStayComputed) {
 namespace pto {
 namespace {
 
+// Shape(x)[0:1] as torch.export writes a batch: Shape with start and end.
+ValueId leading_dim(Graph& g, ValueId x) {
+  ValueId s = g.add_value(g.value(x).name + "_batch");
+  Attributes a;
+  a.set("start", int64_t{0});
+  a.set("end", int64_t{1});
+  g.add_node("Shape", {x}, {s}, a, g.value(x).name + "_shape");
+  return s;
+}
+
+Attributes axis0() {
+  Attributes a;
+  a.set("axis", int64_t{0});
+  return a;
+}
+
 // The form torch.export writes for BERT's head split: the batch from Shape(ids) with start/end,
 // the input of the Reshape itself of unknown batch (it came out of a Gemm on [-1, 768]).
 TEST(PassResolveShapes, HeadSplitFromAnotherInputsBatch) {
@@ -120,20 +136,58 @@ TEST(PassResolveShapes, HeadSplitFromAnotherInputsBatch) {
     g.set_initializer(c, Tensor::from_vector<int64_t>(v, {n}));
     return c;
   };
-  ValueId s = g.add_value("s"), t = g.add_value("t"), y = g.add_value("y");
-  Attributes sa;
-  sa.set("start", int64_t{0});
-  sa.set("end", int64_t{1});
-  g.add_node("Shape", {ids}, {s}, sa, "shape");
-  Attributes ca;
-  ca.set("axis", int64_t{0});
-  g.add_node("Concat", {s, constant("c8", {8}), constant("c2", {2}), constant("c3", {3})}, {t}, ca,
-             "concat");
+  ValueId s = leading_dim(g, ids), t = g.add_value("t"), y = g.add_value("y");
+  g.add_node("Concat", {s, constant("c8", {8}), constant("c2", {2}), constant("c3", {3})}, {t},
+             axis0(), "concat");
   g.add_node("Reshape", {h, t}, {y}, {}, "reshape");
   g.add_output(y);
   infer_types(g);
   Graph out = run_passes(g, {.only = {"ResolveShapes"}});
   EXPECT_EQ(ints(target_of(out, "Reshape")), (std::vector<int64_t>{-1, 8, 2, 3}));
+}
+
+// Whisper's decoder positions, position_ids.repeat(batch, 1): Tile of a [1, 7] constant by
+// Concat(Shape(ids)[0:1], [1]). The repeats are a shape value with the batch symbol, so the
+// positions, the embeddings gathered with them and the head split after them keep [batch, ..]
+// (unknown, the head count of the split stayed unknown and RecognizeAttention could not prove
+// Q's heads equal to K's).
+TEST(PassResolveShapes, TileBySymbolicRepeatsKeepsTheBatch) {
+  Graph g;
+  ValueId ids = g.add_input("ids", {DType::kI64, Shape{Dim::sym("batch"), 7}});
+  ValueId x = g.add_input("x", {DType::kF32, Shape{Dim::sym("batch"), 7, 4}});
+  auto constant = [&](const std::string& name, Tensor t) {
+    ValueId c = g.add_value(name);
+    g.set_initializer(c, std::move(t));
+    return c;
+  };
+  ValueId s = leading_dim(g, ids), rep = g.add_value("rep"), pos = g.add_value("pos"),
+          emb = g.add_value("emb"), sum = g.add_value("sum"), to = g.add_value("to"),
+          y = g.add_value("y");
+  g.add_node("Concat", {s, constant("one", Tensor::from_vector<int64_t>({1}, {1}))}, {rep}, axis0(),
+             "repeats");
+  g.add_node(
+      "Tile",
+      {constant("positions", Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 5, 6}, {1, 7})), rep},
+      {pos}, {}, "tile");
+  g.add_node("Gather", {constant("table", random_tensor({7, 4}, 3)), pos}, {emb}, {}, "gather");
+  g.add_node("Add", {x, emb}, {sum}, {}, "add");
+  g.add_node("Concat", {s, constant("heads", Tensor::from_vector<int64_t>({7, 2, -1}, {3}))}, {to},
+             axis0(), "split");
+  g.add_node("Reshape", {sum, to}, {y}, {}, "reshape");
+  g.add_output(pos);
+  g.add_output(y);
+  infer_types(g);
+  EXPECT_EQ(g.value(pos).type.str(), "i64[batch, 7]");
+  EXPECT_EQ(g.value(y).type.str(), "f32[batch, 7, 2, 2]");
+  Graph out = run_passes(g, {.only = {"ResolveShapes"}});
+  EXPECT_EQ(ints(target_of(out, "Reshape")), (std::vector<int64_t>{0, 7, 2, -1}));
+  for (int64_t batch : {1, 3}) {
+    std::vector<Tensor> got = reference::run(
+        out, {Tensor::from_vector<int64_t>(std::vector<int64_t>(batch * 7, 0), {batch, 7}),
+              random_tensor({batch, 7, 4}, 5)});
+    EXPECT_EQ(got[0].shape(), (Dims{batch, 7}));
+    EXPECT_EQ(got[1].shape(), (Dims{batch, 7, 2, 2}));
+  }
 }
 
 }  // namespace

@@ -1,7 +1,11 @@
 """Attention as one op: RecognizeAttention finds it in the graphs torch.export makes of the
 transformer families users run (BERT with a padding mask, GPT-2 causal with padding, Llama with
-grouped KV heads and rotary embeddings, T5's position bias without scaling, torchvision's ViT),
-the CPU kernel runs it, and the outputs match eager PyTorch. Tiny configs, random weights."""
+grouped KV heads and rotary embeddings, T5's position bias without scaling, torchvision's ViT;
+the encoder-decoders Whisper and T5 with their decoders' causal self-attention and their
+cross-attention; SDPA with float, boolean and grouped-head masks), the CPU kernel runs it, and the
+outputs match eager PyTorch. Tiny configs, random weights."""
+
+import re
 
 import pytest
 import torch
@@ -59,21 +63,32 @@ def _main(out):
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
 
-@pytest.mark.parametrize("name", list(MODELS))
-def test_attention_is_one_op_and_matches_eager(name):
-    factory, inputs = MODELS[name]
+def _optimized(factory, inputs):
+    """The model `factory` makes, optimized at level 2 and run on `inputs()`: its main output
+    equals eager's."""
     torch.manual_seed(0)
     model = factory().eval()
     args = inputs()
     with torch.inference_mode():
         want = _main(model(*args))
     fast = pypto.optimize(model, level=2)
-    got = _main(fast(*args))
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(_main(fast(*args)), want, rtol=1e-4, atol=1e-5)
+    return fast
+
+
+def _fired(compiled):
+    """How often each pass rule fired, over the whole pipeline."""
     fired = {}
-    for report in fast.compiled.pass_report:
+    for report in compiled.pass_report:
         for rule, count in report["fired"].items():
             fired[rule] = fired.get(rule, 0) + count
+    return fired
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_attention_is_one_op_and_matches_eager(name):
+    fast = _optimized(*MODELS[name])
+    fired = _fired(fast.compiled)
     assert fired.get("RecognizeAttention/Attention", 0) == 2, fired
     # Llama's repeat_kv copies of K and V are folded: Attention reads the 2 K/V heads itself.
     assert fired.get("RecognizeAttention/GroupedHeads", 0) == (2 if "grouped" in name else 0), fired
@@ -118,3 +133,125 @@ def test_sdpa_with_grouped_heads_reads_the_kv_heads(causal):
     torch.testing.assert_close(fast(q, k, v), want, rtol=1e-4, atol=1e-5)
     steps = [step["rule"] or step["op"] for step in fast.compiled.steps]
     assert steps == ["Attention"], steps
+
+
+def _whisper():
+    return transformers.WhisperModel(transformers.WhisperConfig(
+        d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
+        max_source_positions=10, max_target_positions=16, vocab_size=1000, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, decoder_start_token_id=1, use_cache=False))
+
+
+def _t5():
+    return transformers.T5Model(transformers.T5Config(
+        d_model=64, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=16,
+        vocab_size=1000, use_cache=False))
+
+
+# name -> (model factory, inputs, source length the encoder's attention sees); two layers each
+# of encoder self-attention, decoder self-attention and cross-attention, target length 7.
+ENCODER_DECODERS = {
+    # 20 mel frames, halved by the encoder's strided convolution.
+    "whisper": (_whisper, lambda: (torch.randn(2, 16, 20), None, _ids(seq=7)), 10),
+    "t5 (padding mask, position bias)": (_t5, lambda: (_ids(), _padding(), _ids(seq=7)), 12),
+}
+
+
+def _attention_nodes(compiled):
+    """The optimized graph's Attention nodes, read from its printed form: name -> (query length,
+    key length, has a mask, is_causal)."""
+    text = str(compiled.graph)
+    dims = dict(re.findall(r"%(\S+): \w+\[([^\]]*)\]", text))
+    node = r"%(\S+): \w+\[[^\]]*\] = Attention\(([^)]*)\)( \{[^}]*\})?"
+    nodes = {}
+    for name, args, attrs in re.findall(node, text):
+        operands = [a.strip().lstrip("%") for a in args.split(",")]
+        q, k = (dims[x].split(", ") for x in operands[:2])
+        nodes[name] = (q[2], k[2], len(operands) > 3, "is_causal=1" in attrs)
+    return nodes
+
+
+def _kind(name):
+    if "decoder" not in name:
+        return "encoder self"
+    return "cross" if "encoder_attn" in name or "EncDecAttention" in name else "decoder self"
+
+
+@pytest.mark.parametrize("name", list(ENCODER_DECODERS))
+def test_encoder_decoder_attention_of_every_kind_is_one_op(name):
+    """Encoder self-attention, the decoder's causal self-attention (its causal mask is a boolean
+    or additive mask computed from the positions) and cross-attention (7 queries over the
+    encoder's keys) are each one Attention op on the CPU backend; outputs equal eager."""
+    factory, inputs, source = ENCODER_DECODERS[name]
+    fast = _optimized(factory, inputs)
+    kinds = {}
+    for node, (sq, kv, masked, causal) in _attention_nodes(fast.compiled).items():
+        kinds.setdefault(_kind(node), []).append((int(sq), int(kv), masked or causal))
+    t5 = name.startswith("t5")
+    assert kinds == {
+        "encoder self": [(source, source, t5)] * 2,  # T5: position bias plus the padding mask
+        "decoder self": [(7, 7, True)] * 2,
+        "cross": [(7, source, t5)] * 2,
+    }, kinds
+    steps = [(step["op"], step["backend"]) for step in fast.compiled.steps]
+    assert steps.count(("Attention", "cpu")) == 6, steps
+    assert not any(op in ("Softmax", "MatMul") for op, _ in steps), steps
+
+
+@pytest.mark.parametrize("mask", ["float", "bool", "bool 2-D"])
+@pytest.mark.parametrize("grouped", [False, True])
+def test_sdpa_with_an_attention_mask_is_one_op(mask, grouped):
+    """F.scaled_dot_product_attention(attn_mask=...) with an additive float mask, a boolean mask
+    (true = attend) broadcast over heads, or a [q, kv] boolean mask; with enable_gqa the 2 K/V heads
+    are read directly. 9 queries over 11 keys. One Attention op with the mask, equal to eager."""
+    import torch.nn.functional as F
+
+    class Sdpa(torch.nn.Module):
+        def forward(self, q, k, v, m):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=grouped)
+
+    torch.manual_seed(0)
+    heads = 2 if grouped else 8
+    q, k, v = torch.randn(2, 8, 9, 16), torch.randn(2, heads, 11, 16), torch.randn(2, heads, 11, 16)
+    if mask == "float":
+        m = torch.randn(2, 8, 9, 11)
+    else:
+        m = torch.rand(2, 1, 9, 11) > 0.4 if mask == "bool" else torch.rand(9, 11) > 0.4
+        m[..., 3] = True  # every query sees a key (a fully masked row is NaN in eager)
+    fast = pypto.optimize(Sdpa().eval(), example_inputs=(q, k, v, m))
+    with torch.inference_mode():
+        want = Sdpa()(q, k, v, m)
+    torch.testing.assert_close(fast(q, k, v, m), want, rtol=1e-4, atol=1e-5)
+    steps = [(step["rule"] or step["op"], step["backend"]) for step in fast.compiled.steps]
+    assert steps == [("Attention", "cpu")], steps
+    assert list(_attention_nodes(fast.compiled).values()) == [("9", "11", True, False)]
+    fired = _fired(fast.compiled)
+    assert fired.get("RecognizeAttention/GroupedHeads", 0) == (1 if grouped else 0), fired
+
+
+def test_position_bias_then_padding_mask_is_one_op():
+    """Scores plus a learned position bias, then plus the padding mask, as two Adds (T5's
+    attention written out by hand): one Attention whose mask is bias + padding."""
+
+    class BiasThenPadding(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.randn(1, 4, 9, 9))
+
+        def forward(self, q, k, v, padding):
+            s = q @ k.transpose(-1, -2) / 4 + self.bias + padding
+            return torch.softmax(s, dim=-1) @ v
+
+    torch.manual_seed(0)
+    model = BiasThenPadding().eval()
+    q, k, v = torch.randn(2, 4, 9, 16), torch.randn(2, 4, 9, 16), torch.randn(2, 4, 9, 16)
+    padding = torch.zeros(2, 1, 1, 9)
+    padding[1, ..., 6:] = torch.finfo(torch.float32).min  # as Hugging Face masks padded keys
+    fast = pypto.optimize(model, example_inputs=(q, k, v, padding))
+    with torch.inference_mode():
+        want = model(q, k, v, padding)
+    torch.testing.assert_close(fast(q, k, v, padding), want, rtol=1e-4, atol=1e-5)
+    steps = [(step["rule"] or step["op"], step["backend"]) for step in fast.compiled.steps]
+    assert ("Attention", "cpu") in steps and len(steps) <= 2, steps  # and the masks' sum
+    assert list(_attention_nodes(fast.compiled).values()) == [("9", "9", True, False)]

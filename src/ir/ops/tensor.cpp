@@ -207,27 +207,24 @@ void infer_expand(InferContext& c) {
 void infer_tile(InferContext& c) {
   const auto& in = shape_of(c, 0);
   if (!in) return set_like_input(c, std::nullopt);
-  std::optional<Ints> repeats;
+  // The repeats as dims: constants, or a shape value with symbols (x.repeat(batch, 1) tiles by
+  // a dim of another tensor).
+  std::optional<Shape> repeats;
   if (c.node.opset > 0 && c.node.opset < 6) {  // Tile-1: tiles and axis
     auto tiles = infer::constant_ints(c, 1), axis = infer::constant_ints(c, 2);
     if (tiles && axis && tiles->size() == 1 && axis->size() == 1) {
-      repeats = Ints(in->size(), 1);
+      repeats = Shape(in->size(), Dim(1));
       (*repeats)[normalize_axis((*axis)[0], static_cast<int64_t>(in->size()), c.where())] =
           (*tiles)[0];
     }
-  } else {
-    repeats = infer::constant_ints(c, 1);
+  } else if (std::optional<Ints> r = infer::constant_ints(c, 1)) {
+    repeats = to_shape(*r);
+  } else if (const ShapeValue* v = infer::shape_value(c, 1); v && !v->scalar) {
+    repeats = v->dims;
   }
   Shape out = infer::unknown_dims(in->size());
   if (repeats && repeats->size() == in->size())
-    for (size_t i = 0; i < in->size(); ++i) {
-      const Dim& d = (*in)[i];
-      int64_t v;
-      if ((*repeats)[i] == 1)
-        out[i] = d;
-      else if (d.is_known() && !__builtin_mul_overflow(d.value, (*repeats)[i], &v))
-        out[i] = Dim(v);
-    }
+    for (size_t i = 0; i < in->size(); ++i) out[i] = dim_mul((*in)[i], (*repeats)[i]);
   set_like_input(c, out);
 }
 
