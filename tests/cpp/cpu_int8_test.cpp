@@ -377,6 +377,45 @@ TEST(CpuInt8Kernels, QLinearMatMulMatchesTheReference) {
       false);
 }
 
+// The requantization at its edges, bit for bit: per-column multipliers that are NaN, +-Inf, 0,
+// huge and tiny (NaN results go to 0, Inf to the bounds), an output scale that puts most values
+// past both ends of the range, and ones that put many on ties; N = 45 (16- and 8-column steps and
+// a scalar tail), uint8 and int8 outputs.
+TEST(CpuInt8Kernels, QLinearMatMulRequantizesTheEdges) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float special[] = {
+      std::numeric_limits<float>::quiet_NaN(), inf, -inf, 0.0f, 1e30f, 1e-30f, -0.01f};
+  for_each_config(
+      [&](const std::string& cfg) {
+        uint32_t seed = 700;
+        const int64_t N = 45;
+        for (int types = 0; types < 8; ++types)
+          for (float y_scale : {0.01f, 0.5f, 4.0f}) {
+            const bool as = types & 1, bs = types & 2, ys = types & 4;
+            Tensor bscale = f32_tensor({N}, seed++, 0.002f, 0.02f);
+            for (size_t i = 0; i < std::size(special); ++i)
+              bscale.data<float>()[i * 6 % N] = special[i];
+            // Scales that are powers of two make acc * mult land on halves (ties).
+            if (y_scale == 4.0f)
+              for (int64_t j = 1; j < N; j += 2) bscale.data<float>()[j] = 0.03125f;
+            const std::vector<Tensor> in = {bytes_tensor(byte_type(as), {9, 37}, seed++),
+                                            Tensor::scalar<float>(0.25f),
+                                            bytes_tensor(byte_type(as), {}, seed++),
+                                            bytes_tensor(byte_type(bs), {37, N}, seed++),
+                                            bscale,
+                                            bytes_tensor(byte_type(bs), {N}, seed++),
+                                            Tensor::scalar<float>(y_scale),
+                                            bytes_tensor(byte_type(ys), {}, seed++)};
+            expect_node_matches("QLinearMatMul", in,
+                                {false, true, true, true, true, true, true, true}, {}, 1,
+                                cfg + ", QLinearMatMul edges types " + std::to_string(types) +
+                                    " y_scale " + std::to_string(y_scale),
+                                10);
+          }
+      },
+      false);
+}
+
 TEST(CpuInt8Kernels, DynamicQuantizeMatMulMatchesTheReference) {
   // A's values span both signs or one (a zero point of 0 or 255), or are all zero (scale 1).
   // On 1 and 2 threads; the last three have the work to run on both (in one range of A): M < 16
