@@ -18,6 +18,7 @@
 
 #include "backend/cpu/gemm/igemm.h"
 #include "backend/cpu/isa/isa.h"
+#include "backend/cpu/quant.h"
 #include "pto/error.h"
 #include "pto/executable.h"
 #include "pto/parallel.h"
@@ -456,6 +457,33 @@ TEST(CpuInt8Kernels, DynamicQuantizeMatMulMatchesTheReference) {
 }
 
 // ---- ConvInteger and QLinearConv ----
+
+// The integer convs' byte transpose (quant.h) against an index loop on every ISA: whole vectors of
+// columns (64 / 32), 16-column tiles, partial tiles in both directions, one row or column, strides
+// wider than the block.
+TEST(CpuInt8Kernels, ByteTransposeMatchesAnIndexLoop) {
+  const std::pair<int64_t, int64_t> sizes[] = {{1, 1},   {1, 77},   {77, 1},   {16, 16}, {16, 64},
+                                               {32, 96}, {7, 13},   {24, 200}, {17, 33}, {48, 145},
+                                               {64, 64}, {33, 130}, {15, 71},  {100, 24}};
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    uint32_t seed = 40;
+    for (const auto& [rows, cols] : sizes) {
+      const int64_t ldx = cols + 3, ldy = rows + 5;
+      const std::vector<uint8_t> x = random_bytes(rows * ldx, seed++);
+      std::vector<uint8_t> y(static_cast<size_t>(cols * ldy), 0xAB);
+      PTO_ISA_DISPATCH(transpose_bytes, x.data(), ldx, y.data(), ldy, rows, cols);
+      int bad = 0;
+      for (int64_t q = 0; q < cols; ++q)
+        for (int64_t r = 0; r < ldy; ++r) {
+          const uint8_t want = r < rows ? x[r * ldx + q] : 0xAB;  // the gaps left alone
+          if (y[q * ldy + r] != want && bad++ < 3)
+            ADD_FAILURE() << isa_name(isa) << " " << rows << " x " << cols << ": y[" << q << ", "
+                          << r << "] = " << int{y[q * ldy + r]} << ", want " << int{want};
+        }
+    }
+  }
+}
 
 struct ConvCase {
   Dims x, w;

@@ -41,6 +41,11 @@ PTO_ISA_DECLARE(
     // y[q * ldy + r] = x[r * ldx + q] for r < rows, q < cols: an int32 block transposed (the
     // integer convs' [pixels, channels] results into NCHW), 8 x 8 tiles in registers.
     void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows,
-                       int64_t cols);)
+                       int64_t cols);
+    // The same for bytes (the integer convs' inputs to NHWC and uint8/int8 results to NCHW):
+    // 16 x 16 tiles in each 128-bit lane of a vector, byte-interleaving unpacks; 8 x 8 tiles
+    // through 64-bit words in the generic build.
+    void transpose_bytes(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int64_t rows,
+                         int64_t cols);)
 
 }  // namespace pto::cpu

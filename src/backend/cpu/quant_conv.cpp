@@ -122,33 +122,9 @@ std::vector<Tensor> reference_with_w(const KernelContext& c) {
   return run_reference(inner);
 }
 
-// Transposes the 8 x 8 bytes held in w (word k = row k, byte q = column q, little-endian): word q
-// becomes column q. Three rounds of swapping half-blocks between words 4, 2 and 1 apart.
-inline void transpose8x8(uint64_t w[8]) {
-  auto swap = [&](int a, int b, int shift, uint64_t mask) {
-    const uint64_t t = ((w[a] >> shift) ^ w[b]) & mask;
-    w[b] ^= t;
-    w[a] ^= t << shift;
-  };
-  for (int k = 0; k < 4; ++k) swap(k, k + 4, 32, 0x00000000FFFFFFFFull);
-  for (int k : {0, 1, 4, 5}) swap(k, k + 2, 16, 0x0000FFFF0000FFFFull);
-  for (int k : {0, 2, 4, 6}) swap(k, k + 1, 8, 0x00FF00FF00FF00FFull);
-}
-
-// y[q * ldy + r] = x[r * ldx + q] for r < rows, q < cols bytes: 8 x 8 tiles through 64-bit words,
-// element by element at the edges. (int32 blocks: quant.h's transpose_s32.)
+// y[q * ldy + r] = x[r * ldx + q] for r < rows, q < cols bytes (quant.h's transpose_bytes).
 void transpose(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int64_t rows, int64_t cols) {
-  constexpr int64_t kT = 8;
-  const int64_t re = rows / kT * kT, qe = cols / kT * kT;
-  uint64_t w[kT];
-  for (int64_t r = 0; r < re; r += kT)
-    for (int64_t q = 0; q < qe; q += kT) {
-      for (int k = 0; k < kT; ++k) std::memcpy(&w[k], x + (r + k) * ldx + q, kT);
-      transpose8x8(w);
-      for (int k = 0; k < kT; ++k) std::memcpy(y + (q + k) * ldy + r, &w[k], kT);
-    }
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t q = (r < re ? qe : 0); q < cols; ++q) y[q * ldy + r] = x[r * ldx + q];
+  PTO_ISA_DISPATCH(transpose_bytes, x, ldx, y, ldy, rows, cols);
 }
 
 // x [n, rows, cols] -> y [n, cols, rows] bytes, in parallel over 64 x 64 blocks: the input to

@@ -91,6 +91,119 @@ inline void widen_strided(float* d, const uint8_t* s, int64_t n, int64_t stride,
   }
 }
 
+// ---- byte transposes ----
+
+// Transposes the 8 x 8 bytes held in w (word k = row k, byte q = column q, little-endian): word q
+// becomes column q. Three rounds of swapping half-blocks between words 4, 2 and 1 apart.
+inline void transpose8x8(uint64_t w[8]) {
+  auto swap = [&](int a, int b, int shift, uint64_t mask) {
+    const uint64_t t = ((w[a] >> shift) ^ w[b]) & mask;
+    w[b] ^= t;
+    w[a] ^= t << shift;
+  };
+  for (int k = 0; k < 4; ++k) swap(k, k + 4, 32, 0x00000000FFFFFFFFull);
+  for (int k : {0, 1, 4, 5}) swap(k, k + 2, 16, 0x0000FFFF0000FFFFull);
+  for (int k : {0, 2, 4, 6}) swap(k, k + 1, 8, 0x00FF00FF00FF00FFull);
+}
+
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
+// unpack<S>(a, b, hi): the low or high halves of each 128-bit lane of a and b interleaved in units
+// of 2^S bytes, for each vector width.
+#define PTO_BYTE_UNPACK(V, P)                                                              \
+  template <int S>                                                                         \
+  inline V unpack(V a, V b, bool hi) {                                                     \
+    if constexpr (S == 0) return hi ? P##_unpackhi_epi8(a, b) : P##_unpacklo_epi8(a, b);   \
+    if constexpr (S == 1) return hi ? P##_unpackhi_epi16(a, b) : P##_unpacklo_epi16(a, b); \
+    if constexpr (S == 2) return hi ? P##_unpackhi_epi32(a, b) : P##_unpacklo_epi32(a, b); \
+    if constexpr (S == 3) return hi ? P##_unpackhi_epi64(a, b) : P##_unpacklo_epi64(a, b); \
+  }
+PTO_BYTE_UNPACK(__m128i, _mm)
+PTO_BYTE_UNPACK(__m256i, _mm256)
+#if defined(PTO_ISA_AVX512)
+PTO_BYTE_UNPACK(__m512i, _mm512)
+#endif
+#undef PTO_BYTE_UNPACK
+
+// Register v[r] row r of a 16 x 16 byte tile in each 128-bit lane. Round S interleaves the
+// registers 2^S apart in units of 2^S bytes; after the four, column c of the tile (as a row) is in
+// register kRev[c] (c's four bits reversed), in the same lane.
+constexpr int kRev[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+
+template <int S, class V>
+inline void unpack_round(V v[16]) {
+  for (int i = 0; i < 16; ++i)
+    if (!((i >> S) & 1)) {
+      const V lo = unpack<S>(v[i], v[i | 1 << S], false);
+      v[i | 1 << S] = unpack<S>(v[i], v[i | 1 << S], true);
+      v[i] = lo;
+    }
+}
+
+template <class V>
+inline void transpose16_lanes(V v[16]) {
+  unpack_round<0>(v);
+  unpack_round<1>(v);
+  unpack_round<2>(v);
+  unpack_round<3>(v);
+}
+
+// nr (<= 16) rows of nc (<= 16) bytes from x to y transposed, through one 16 x 16 tile (missing
+// rows read as zeros, missing columns not written).
+inline void transpose_tile16(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int nr,
+                             int nc) {
+  __m128i v[16];
+  for (int r = 0; r < 16; ++r) {
+    if (r >= nr) {
+      v[r] = _mm_setzero_si128();
+    } else if (nc == 16) {
+      v[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + r * ldx));
+    } else {
+      uint8_t t[16] = {};
+      std::memcpy(t, x + r * ldx, static_cast<size_t>(nc));
+      v[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
+    }
+  }
+  transpose16_lanes(v);
+  for (int c = 0; c < nc; ++c) {
+    if (nr == 16) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y + c * ldy), v[kRev[c]]);
+    } else {
+      uint8_t t[16];
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(t), v[kRev[c]]);
+      std::memcpy(y + c * ldy, t, static_cast<size_t>(nr));
+    }
+  }
+}
+
+#if defined(PTO_ISA_AVX512)
+using ByteVec = __m512i;
+inline ByteVec load_byte_vec(const uint8_t* p) {
+  return _mm512_loadu_si512(p);
+}
+// Lane l (a constant once unrolled) of v.
+inline __m128i lane(ByteVec v, int l) {
+  switch (l) {
+    case 0:
+      return _mm512_castsi512_si128(v);
+    case 1:
+      return _mm512_extracti32x4_epi32(v, 1);
+    case 2:
+      return _mm512_extracti32x4_epi32(v, 2);
+    default:
+      return _mm512_extracti32x4_epi32(v, 3);
+  }
+}
+#else
+using ByteVec = __m256i;
+inline ByteVec load_byte_vec(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline __m128i lane(ByteVec v, int l) {
+  return l == 0 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1);
+}
+#endif
+#endif
+
 }  // namespace
 
 void depthwise_pad_bytes(const DepthwisePlane& p, const uint8_t* x, bool x_signed, float zp,
@@ -232,6 +345,49 @@ void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64
 #endif
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t q = (r < re ? qe : 0); q < cols; ++q) y[q * ldy + r] = x[r * ldx + q];
+}
+
+void transpose_bytes(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int64_t rows,
+                     int64_t cols) {
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
+  // 16 rows by a vector of columns at a time, one 16 x 16 tile per 128-bit lane; the columns past
+  // the last whole vector and the rows past the last 16 in 16 x 16 tiles (partial at the edges).
+  constexpr int64_t kW = sizeof(ByteVec), kLanes = kW / 16;
+  int64_t r = 0;
+  for (; r + 16 <= rows; r += 16) {
+    int64_t q = 0;
+    for (; q + kW <= cols; q += kW) {
+      ByteVec v[16];
+      for (int k = 0; k < 16; ++k) v[k] = load_byte_vec(x + (r + k) * ldx + q);
+      transpose16_lanes(v);
+#pragma GCC unroll 4
+      for (int l = 0; l < kLanes; ++l)
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; ++c)
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(y + (q + l * 16 + c) * ldy + r),
+                           lane(v[kRev[c]], l));
+    }
+    for (; q < cols; q += 16)
+      transpose_tile16(x + r * ldx + q, ldx, y + q * ldy + r, ldy, 16,
+                       static_cast<int>(cols - q < 16 ? cols - q : 16));
+  }
+  if (r < rows)
+    for (int64_t q = 0; q < cols; q += 16)
+      transpose_tile16(x + r * ldx + q, ldx, y + q * ldy + r, ldy, static_cast<int>(rows - r),
+                       static_cast<int>(cols - q < 16 ? cols - q : 16));
+#else
+  constexpr int64_t kT = 8;
+  const int64_t re = rows / kT * kT, qe = cols / kT * kT;
+  uint64_t w[kT];
+  for (int64_t r = 0; r < re; r += kT)
+    for (int64_t q = 0; q < qe; q += kT) {
+      for (int k = 0; k < kT; ++k) std::memcpy(&w[k], x + (r + k) * ldx + q, kT);
+      transpose8x8(w);
+      for (int k = 0; k < kT; ++k) std::memcpy(y + (q + k) * ldy + r, &w[k], kT);
+    }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t q = (r < re ? qe : 0); q < cols; ++q) y[q * ldy + r] = x[r * ldx + q];
+#endif
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS
