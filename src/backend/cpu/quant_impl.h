@@ -147,41 +147,24 @@ inline void transpose16_lanes(V v[16]) {
   unpack_round<3>(v);
 }
 
-// nr (<= 16) rows of nc (<= 16) bytes from x to y transposed, through one 16 x 16 tile (missing
-// rows read as zeros, missing columns not written).
-inline void transpose_tile16(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int nr,
-                             int nc) {
-  __m128i v[16];
-  for (int r = 0; r < 16; ++r) {
-    if (r >= nr) {
-      v[r] = _mm_setzero_si128();
-    } else if (nc == 16) {
-      v[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + r * ldx));
-    } else {
-      uint8_t t[16] = {};
-      std::memcpy(t, x + r * ldx, static_cast<size_t>(nc));
-      v[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
-    }
-  }
-  transpose16_lanes(v);
-  for (int c = 0; c < nc; ++c) {
-    if (nr == 16) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(y + c * ldy), v[kRev[c]]);
-    } else {
-      uint8_t t[16];
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(t), v[kRev[c]]);
-      std::memcpy(y + c * ldy, t, static_cast<size_t>(nr));
-    }
-  }
+// Loads and stores of whole vectors and of lane l (a constant once unrolled), per width.
+inline __m128i load_bytes_as(__m128i, const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
-
+inline __m256i load_bytes_as(__m256i, const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline __m128i lane(__m128i v, int) {
+  return v;
+}
+inline __m128i lane(__m256i v, int l) {
+  return l == 0 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1);
+}
 #if defined(PTO_ISA_AVX512)
-using ByteVec = __m512i;
-inline ByteVec load_byte_vec(const uint8_t* p) {
+inline __m512i load_bytes_as(__m512i, const uint8_t* p) {
   return _mm512_loadu_si512(p);
 }
-// Lane l (a constant once unrolled) of v.
-inline __m128i lane(ByteVec v, int l) {
+inline __m128i lane(__m512i v, int l) {
   switch (l) {
     case 0:
       return _mm512_castsi512_si128(v);
@@ -193,15 +176,51 @@ inline __m128i lane(ByteVec v, int l) {
       return _mm512_extracti32x4_epi32(v, 3);
   }
 }
-#else
-using ByteVec = __m256i;
-inline ByteVec load_byte_vec(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-inline __m128i lane(ByteVec v, int l) {
-  return l == 0 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1);
-}
 #endif
+
+// 16 rows by one vector V of columns from x to y transposed: a 16 x 16 tile per 128-bit lane.
+template <class V>
+inline void transpose_block16(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy) {
+  constexpr int kLanes = sizeof(V) / 16;
+  V v[16];
+  for (int k = 0; k < 16; ++k) v[k] = load_bytes_as(V{}, x + k * ldx);
+  transpose16_lanes(v);
+#pragma GCC unroll 4
+  for (int l = 0; l < kLanes; ++l)
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; ++c)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y + (l * 16 + c) * ldy), lane(v[kRev[c]], l));
+}
+
+// nr (< 16) rows of nc (<= 16) bytes, or 16 rows of nc < 16: one 16 x 16 tile, missing rows read
+// as zeros and missing columns not written (masked on AVX-512, through a buffer on AVX2).
+inline void transpose_edge16(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int nr,
+                             int nc) {
+  __m128i v[16];
+  for (int r = 0; r < 16; ++r) {
+    if (r >= nr) {
+      v[r] = _mm_setzero_si128();
+      continue;
+    }
+#if defined(PTO_ISA_AVX512)
+    v[r] = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << nc) - 1), x + r * ldx);
+#else
+    uint8_t t[16] = {};
+    std::memcpy(t, x + r * ldx, static_cast<size_t>(nc));
+    v[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
+#endif
+  }
+  transpose16_lanes(v);
+  for (int c = 0; c < nc; ++c) {
+#if defined(PTO_ISA_AVX512)
+    _mm_mask_storeu_epi8(y + c * ldy, static_cast<__mmask16>((1u << nr) - 1), v[kRev[c]]);
+#else
+    uint8_t t[16];
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(t), v[kRev[c]]);
+    std::memcpy(y + c * ldy, t, static_cast<size_t>(nr));
+#endif
+  }
+}
 #endif
 
 }  // namespace
@@ -350,31 +369,27 @@ void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64
 void transpose_bytes(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int64_t rows,
                      int64_t cols) {
 #if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
-  // 16 rows by a vector of columns at a time, one 16 x 16 tile per 128-bit lane; the columns past
-  // the last whole vector and the rows past the last 16 in 16 x 16 tiles (partial at the edges).
-  constexpr int64_t kW = sizeof(ByteVec), kLanes = kW / 16;
+  // 16 rows at a time by the widest vector of columns that fits (64, 32, 16 bytes), then the
+  // partial tiles: the last columns (fewer than 16) and the last rows (fewer than 16).
   int64_t r = 0;
+  auto edge = [&](int64_t q, int64_t nr) {
+    transpose_edge16(x + r * ldx + q, ldx, y + q * ldy + r, ldy, static_cast<int>(nr),
+                     static_cast<int>(cols - q < 16 ? cols - q : 16));
+  };
   for (; r + 16 <= rows; r += 16) {
     int64_t q = 0;
-    for (; q + kW <= cols; q += kW) {
-      ByteVec v[16];
-      for (int k = 0; k < 16; ++k) v[k] = load_byte_vec(x + (r + k) * ldx + q);
-      transpose16_lanes(v);
-#pragma GCC unroll 4
-      for (int l = 0; l < kLanes; ++l)
-#pragma GCC unroll 16
-        for (int c = 0; c < 16; ++c)
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(y + (q + l * 16 + c) * ldy + r),
-                           lane(v[kRev[c]], l));
-    }
-    for (; q < cols; q += 16)
-      transpose_tile16(x + r * ldx + q, ldx, y + q * ldy + r, ldy, 16,
-                       static_cast<int>(cols - q < 16 ? cols - q : 16));
+#if defined(PTO_ISA_AVX512)
+    for (; q + 64 <= cols; q += 64)
+      transpose_block16<__m512i>(x + r * ldx + q, ldx, y + q * ldy + r, ldy);
+#endif
+    for (; q + 32 <= cols; q += 32)
+      transpose_block16<__m256i>(x + r * ldx + q, ldx, y + q * ldy + r, ldy);
+    for (; q + 16 <= cols; q += 16)
+      transpose_block16<__m128i>(x + r * ldx + q, ldx, y + q * ldy + r, ldy);
+    if (q < cols) edge(q, 16);
   }
   if (r < rows)
-    for (int64_t q = 0; q < cols; q += 16)
-      transpose_tile16(x + r * ldx + q, ldx, y + q * ldy + r, ldy, static_cast<int>(rows - r),
-                       static_cast<int>(cols - q < 16 ? cols - q : 16));
+    for (int64_t q = 0; q < cols; q += 16) edge(q, rows - r);
 #else
   constexpr int64_t kT = 8;
   const int64_t re = rows / kT * kT, qe = cols / kT * kT;
