@@ -646,6 +646,42 @@ TEST(CpuInt8Kernels, DepthwiseConvIntegerIsExactAtTheExtremes) {
   }
 }
 
+// A requantized depthwise conv whose int32 bias sits at each of its paths' bounds: inside the
+// float sums (|bias| + taps * 255^2 < 2^24), just past that (added to the int32 sums), past
+// int32's room (one pixel at a time), on per-plane (30x30) and channels-last (7x7) planes; x and
+// w at their extremes so that the sums reach taps * 255^2, and an output scale that keeps the
+// results inside the range.
+TEST(CpuInt8Kernels, DepthwiseQLinearConvBiasesAtTheBounds) {
+  const int32_t edge = (1 << 24) - 9 * 255 * 255;
+  const int32_t biases[] = {edge - 1,  -(edge - 1), edge,       -edge, 1 << 24,
+                            INT32_MAX, INT32_MIN,   -(1 << 24), 0};
+  const int64_t c = static_cast<int64_t>(std::size(biases));
+  for (int64_t side : {30, 7})
+    for_each_config(
+        [&](const std::string& cfg) {
+          Tensor x = bytes_tensor(DType::kU8, {1, c, side, side}, 90);
+          std::fill_n(static_cast<uint8_t*>(x.raw_data()), side * side, uint8_t{255});
+          Tensor w = bytes_tensor(DType::kI8, {c, 1, 3, 3}, 91);
+          std::fill_n(static_cast<uint8_t*>(w.raw_data()), 9, uint8_t{0x80});
+          Tensor bias = Tensor::empty(DType::kI32, {c});
+          std::copy(std::begin(biases), std::end(biases), bias.data<int32_t>());
+          const std::vector<Tensor> in = {x,
+                                          Tensor::scalar<float>(1.0f),
+                                          Tensor::scalar<uint8_t>(0),
+                                          w,
+                                          Tensor::scalar<float>(1.0f),
+                                          Tensor::scalar<int8_t>(127),
+                                          Tensor::scalar<float>(131072.0f),
+                                          Tensor::scalar<uint8_t>(128),
+                                          bias};
+          ConvCase k{{}, {}, {}, {1, 1, 1, 1}, {}, c};
+          expect_node_matches("QLinearConv", in,
+                              {false, true, true, true, true, true, true, true, true},
+                              conv_attrs(k), 1, cfg + ", side " + std::to_string(side), 10);
+        },
+        false);
+}
+
 // Shape inference of the integer convs gives the output's shape (and the kernels run).
 TEST(CpuInt8Kernels, IntegerConvsInferTheOutputShape) {
   Graph g;

@@ -38,6 +38,8 @@ PTO_ISA_DECLARE(
     // [kh * kw, c] (w - w_zp); y: [ow, c], exact integers while taps * 255^2 < 2^24.
     void depthwise_row_nhwc(const ConvWindow& g, int64_t c, const float* x, const float* w,
                             int64_t oy, float* y);
+    // y[i] = int32(x[i]): the float depthwise sums, exact integers, as the epilogue reads them.
+    void float_to_s32(const float* x, int64_t n, int32_t* y);
     // y[q * ldy + r] = x[r * ldx + q] for r < rows, q < cols: an int32 block transposed (the
     // integer convs' [pixels, channels] results into NCHW), 8 x 8 tiles in registers.
     void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows,

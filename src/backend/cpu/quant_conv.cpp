@@ -21,6 +21,7 @@
 // Forms left to the reference at run time: per-channel x zero points or x / y scales, K deeper
 // than kMaxExactK for QLinearConv, ranks other than 3 and 4.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -247,12 +248,17 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
       }
       const uint8_t* xp = x + in_plane * g.in_plane();
       int32_t* out = direct_out ? static_cast<int32_t*>(y) + t * plane : acc;
+      // Channel m's bias starts the float sums where they stay exact with it (below 2^24).
+      const int32_t b = args.bias_s32 ? args.bias_s32[m] : 0;
+      const bool bias_in_float =
+          exact_in_float && std::abs(int64_t{b}) + taps * 255 * 255 < (int64_t{1} << 24);
       if (exact_in_float) {
         if (in_plane != widened) {
           PTO_ISA_DISPATCH(depthwise_pad_bytes, p, xp, x_signed, zp, padded);
         }
-        PTO_ISA_DISPATCH(depthwise_plane, p, padded, wf.data(), 0.0f, sum);
-        for (int64_t i = 0; i < plane; ++i) out[i] = static_cast<int32_t>(sum[i]);
+        PTO_ISA_DISPATCH(depthwise_plane, p, padded, wf.data(),
+                         bias_in_float ? static_cast<float>(b) : 0.0f, sum);
+        PTO_ISA_DISPATCH(float_to_s32, sum, plane, out);
       } else {
         if (in_plane != widened) {
           xv.resize(static_cast<size_t>(g.in_plane()));
@@ -267,11 +273,11 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
       if (a.mult_per_col) a.mult += m;
       if (a.bias_s32) a.bias_s32 += m;
       // The plane as one row of `plane` columns with channel m's parameters for all of them (the
-      // epilogue's vector loop): the bias goes into the sums first, exact in int32 while the
-      // float path's bound on them (2^24) leaves room. Otherwise as one column (ldc 1).
-      const int32_t b = a.bias_s32 ? *a.bias_s32 : 0;
+      // epilogue's vector loop): the bias goes into the sums first (in float above, or here),
+      // exact in int32 while the float path's bound on them (2^24) leaves room. Otherwise as one
+      // column (ldc 1).
       if (exact_in_float && b > INT32_MIN + (1 << 24) && b < INT32_MAX - (1 << 24)) {
-        if (b != 0)
+        if (b != 0 && !bias_in_float)
           for (int64_t i = 0; i < plane; ++i) acc[i] += b;
         a.bias_s32 = nullptr;
         a.mult_per_col = false;
@@ -319,7 +325,7 @@ void depthwise_nhwc(const ConvGeometry& g, const uint8_t* x, bool x_signed, int3
       const int64_t img = t / g.oh, oy = t % g.oh;
       PTO_ISA_DISPATCH(depthwise_row_nhwc, g, c, xf + img * in, wf.data(), oy, row);
       int32_t* a = acc + (img * plane + oy * g.ow) * c;
-      for (int64_t i = 0; i < g.ow * c; ++i) a[i] = static_cast<int32_t>(row[i]);
+      PTO_ISA_DISPATCH(float_to_s32, row, g.ow * c, a);
     }
   });
   // Without bias or requantization the epilogue is the identity: the sums are transposed to y.

@@ -332,6 +332,10 @@ void min_max_span(const float* x, int64_t n, float* mn, float* mx) {
   *mx = reduce_max(hi[0]);
 }
 
+void float_to_s32(const float* x, int64_t n, int32_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int32_t>(x[i]);  // vectorized by the compiler
+}
+
 void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows,
                    int64_t cols) {
   int64_t re = 0, qe = 0;
