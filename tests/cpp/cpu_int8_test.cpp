@@ -545,6 +545,10 @@ const std::vector<ConvCase> kDepthwiseCases = {
     {{2, 37, 7, 7}, {37, 1, 3, 3}, {}, {1, 1, 1, 1}, {}, 37},
     {{1, 40, 14, 14}, {40, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {}, 40},
     {{1, 20, 9, 11}, {20, 1, 5, 5}, {}, {2, 2, 2, 2}, {}, 20},
+    // Channels-last rows in blocks of 4 pixels with taps inside the row: dilated, and stride 2
+    // on a 14x14 output with the pixels at both edges outside.
+    {{1, 18, 13, 12}, {18, 1, 3, 3}, {}, {2, 2, 2, 2}, {2, 2}, 18},
+    {{1, 17, 27, 27}, {17, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {}, 17},
 };
 
 void check_conv_integer(const std::vector<ConvCase>& cases, uint32_t first_seed) {

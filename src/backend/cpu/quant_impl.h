@@ -248,27 +248,46 @@ void depthwise_pad_bytes(const DepthwisePlane& p, const uint8_t* x, bool x_signe
 
 void depthwise_row_nhwc(const ConvWindow& g, int64_t c, const float* x, const float* w, int64_t oy,
                         float* y) {
+  // The kernel rows inside the input, and the output pixels [ox0, ox1) whose every tap is inside
+  // it along x: those run kB at a time, each weight loaded once for kB independent sums.
+  constexpr int kB = 4;
+  int64_t ky0 = 0, ky1 = 0, ox0 = 0, ox1 = 0;
+  valid_span(0, g.kh, g.ih, g.dh, oy * g.sh - g.ph, &ky0, &ky1);
+  valid_span(0, g.ow, g.iw - (g.kw - 1) * g.dw, g.sw, -g.pw, &ox0, &ox1);
   for (int64_t c0 = 0; c0 < c; c0 += kL) {
     const int n = static_cast<int>(c - c0 < kL ? c - c0 : kL);
-    for (int64_t ox = 0; ox < g.ow; ++ox) {
+    auto ld = [n](const float* p) { return n == kL ? Vec::load(p) : Vec::load(p, n); };
+    auto st = [n](Vec v, float* p) { n == kL ? v.store(p) : v.store(p, n); };
+    auto pixel = [&](int64_t ox) {
       Vec s = Vec::zero();
-      for (int64_t ky = 0; ky < g.kh; ++ky) {
+      for (int64_t ky = ky0; ky < ky1; ++ky) {
         const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-        if (iy < 0 || iy >= g.ih) continue;
         for (int64_t kx = 0; kx < g.kw; ++kx) {
           const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
           if (ix < 0 || ix >= g.iw) continue;
-          const float* xt = x + (iy * g.iw + ix) * c + c0;
-          const float* wt = w + (ky * g.kw + kx) * c + c0;
-          s = n == kL ? fma(Vec::load(xt), Vec::load(wt), s)
-                      : fma(Vec::load(xt, n), Vec::load(wt, n), s);
+          s = fma(ld(x + (iy * g.iw + ix) * c + c0), ld(w + (ky * g.kw + kx) * c + c0), s);
         }
       }
-      if (n == kL)
-        s.store(y + ox * c + c0);
-      else
-        s.store(y + ox * c + c0, n);
+      st(s, y + ox * c + c0);
+    };
+    int64_t ox = 0;
+    for (; ox < ox0; ++ox) pixel(ox);
+    for (; ox + kB <= ox1; ox += kB) {
+      Vec s[kB];
+      for (int j = 0; j < kB; ++j) s[j] = Vec::zero();
+      for (int64_t ky = ky0; ky < ky1; ++ky) {
+        const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+        const float* xr = x + (iy * g.iw + ox * g.sw - g.pw) * c + c0;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const Vec wt = ld(w + (ky * g.kw + kx) * c + c0);
+          const float* xt = xr + kx * g.dw * c;
+#pragma GCC unroll 4
+          for (int j = 0; j < kB; ++j) s[j] = fma(ld(xt + j * g.sw * c), wt, s[j]);
+        }
+      }
+      for (int j = 0; j < kB; ++j) st(s[j], y + (ox + j) * c + c0);
     }
+    for (; ox < g.ow; ++ox) pixel(ox);
   }
 }
 
