@@ -69,14 +69,20 @@ inline void widen_strided(float* d, const uint8_t* s, int64_t n, int64_t stride,
 #if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
   // The even bytes of 2 * kL: each 16-bit pair widened to 32 bits, its low byte kept (sign-extended
   // for int8). The load's last byte belongs to element i + kL, so one must follow.
-  for (; stride == 2 && i + kL < n; i += kL) {
+  // On AVX-512 the last (at most kL) elements too, through a masked load of their 2 w - 1 bytes.
+  for (; stride == 2 && i < n; i += kL) {
 #if defined(PTO_ISA_AVX512)
-    const __m512i w =
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 2 * i)));
-    const __m512i b = is_signed ? _mm512_srai_epi32(_mm512_slli_epi32(w, 24), 24)
-                                : _mm512_and_si512(w, _mm512_set1_epi32(0xff));
-    (Vec{_mm512_cvtepi32_ps(b)} - z).store(d + i);
+    const int w = static_cast<int>(n - i < kL ? n - i : kL);
+    const __m256i raw =
+        w == kL && i + kL < n
+            ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 2 * i))
+            : _mm256_maskz_loadu_epi8(static_cast<__mmask32>((1u << (2 * w - 1)) - 1), s + 2 * i);
+    const __m512i e = _mm512_cvtepu16_epi32(raw);
+    const __m512i b = is_signed ? _mm512_srai_epi32(_mm512_slli_epi32(e, 24), 24)
+                                : _mm512_and_si512(e, _mm512_set1_epi32(0xff));
+    (Vec{_mm512_cvtepi32_ps(b)} - z).store(d + i, w);
 #else
+    if (i + kL >= n) break;
     const __m256i w =
         _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i)));
     const __m256i b = is_signed ? _mm256_srai_epi32(_mm256_slli_epi32(w, 24), 24)
