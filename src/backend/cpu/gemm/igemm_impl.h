@@ -277,9 +277,10 @@ void requantize_loop(const IgemmRequant& r, const int32_t* acc, int64_t n, T* y)
 #endif
 
 #if defined(PTO_ISA_AVX512)
-// AVX-512: 16 columns a step as two halves of 8, the same arithmetic in registers: the sum and the
-// product in double (exact / as the reference rounds it), then the clamp and NaN -> 0 folded into
-// fewer instructions than requantize_loop's (every step below is exact on integers):
+// AVX-512: 16 columns a step as two halves of 8 (the last ones masked), the same arithmetic in
+// registers: the sum and the product in double (exact / as the reference rounds it), then the
+// clamp and NaN -> 0 folded into fewer instructions than requantize_loop's (every step below is
+// exact on integers):
 //   uint8: max(v, 0) (a NaN v gives the second operand, 0), converted with the default rounding
 //          (half to even; above 2^31 the conversion gives INT32_MIN, 0x80000000), narrowed with
 //          unsigned saturation (both to 255);
@@ -290,12 +291,16 @@ void requantize_vec(const IgemmRequant& r, const int32_t* acc, int64_t n, T* y) 
   constexpr bool kSigned = static_cast<T>(-1) < 0;
   const __m512d bound = _mm512_set1_pd(kSigned ? 127.0 : 0.0), zp = _mm512_set1_pd(r.y_zp);
   const __m512d m0 = _mm512_set1_pd(r.mult[0]);
-  auto half = [&](const int32_t* a, int64_t j) {
-    __m512d v = _mm512_cvtepi32_pd(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j)));
+  // The parameters in locals: stores through y (bytes) may alias r, so its fields would be
+  // loaded again every step.
+  const int32_t* bias = r.bias;
+  const double* mult = r.mult;
+  // Columns j.. under mask k (8 lanes): masked-off lanes read zeros.
+  auto half = [&](int64_t j, __mmask8 k) {
+    __m512d v = _mm512_cvtepi32_pd(_mm256_maskz_loadu_epi32(k, acc + j));
     if constexpr (kBias)
-      v = _mm512_add_pd(
-          v, _mm512_cvtepi32_pd(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.bias + j))));
-    v = _mm512_mul_pd(v, kPerCol ? _mm512_loadu_pd(r.mult + j) : m0);
+      v = _mm512_add_pd(v, _mm512_cvtepi32_pd(_mm256_maskz_loadu_epi32(k, bias + j)));
+    v = _mm512_mul_pd(v, kPerCol ? _mm512_maskz_loadu_pd(k, mult + j) : m0);
     asm("" : "+v"(v));  // no FMA: the product rounds before the sum (requantize_loop)
     v = _mm512_add_pd(v, zp);
     if constexpr (kSigned)
@@ -303,24 +308,19 @@ void requantize_vec(const IgemmRequant& r, const int32_t* acc, int64_t n, T* y) 
                                       _mm512_min_pd(v, bound));
     return _mm512_cvtpd_epi32(_mm512_max_pd(v, bound));
   };
-  auto narrow = [](__m512i v) {
+  auto sixteen = [&](int64_t j, __mmask8 k0, __mmask8 k1) {
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(half(j, k0)), half(j + 8, k1), 1);
     return kSigned ? _mm512_cvtsepi32_epi8(v) : _mm512_cvtusepi32_epi8(v);
   };
   int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(half(acc, j)), half(acc, j + 8), 1);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + j), narrow(v));
+  for (; j + 16 <= n; j += 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + j), sixteen(j, 0xff, 0xff));
+  // The last 1..15 columns under masks (no scalar tail: a row is often only 16-40 columns).
+  if (const int rem = static_cast<int>(n - j); rem > 0) {
+    const auto k0 = static_cast<__mmask8>(rem >= 8 ? 0xff : (1u << rem) - 1);
+    const auto k1 = static_cast<__mmask8>(rem > 8 ? (1u << (rem - 8)) - 1 : 0);
+    _mm_mask_storeu_epi8(y + j, static_cast<__mmask16>((1u << rem) - 1), sixteen(j, k0, k1));
   }
-  if (j + 8 <= n) {
-    const __m256i v = half(acc, j);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + j),
-                     kSigned ? _mm256_cvtsepi32_epi8(v) : _mm256_cvtusepi32_epi8(v));
-    j += 8;
-  }
-  IgemmRequant rest = r;
-  if (kBias) rest.bias += j;
-  if (kPerCol) rest.mult += j;
-  requantize_loop<T, kPerCol, kBias>(rest, acc + j, n - j, y + j);
 }
 #endif
 
