@@ -45,8 +45,9 @@ PTO_ISA_DECLARE(
     void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows,
                        int64_t cols);
     // The same for bytes (the integer convs' inputs to NHWC and uint8/int8 results to NCHW):
-    // 16 x 16 tiles in each 128-bit lane of a vector, byte-interleaving unpacks; 8 x 8 tiles
-    // through 64-bit words in the generic build.
+    // 16 x 16 tiles in each 128-bit lane of a vector (its lanes 16 rows apart, so that a column
+    // is one whole vector), byte-interleaving unpacks; 8 x 8 tiles through 64-bit words in the
+    // generic build.
     void transpose_bytes(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int64_t rows,
                          int64_t cols);)
 

@@ -153,49 +153,40 @@ inline void transpose16_lanes(V v[16]) {
   unpack_round<3>(v);
 }
 
-// Loads and stores of whole vectors and of lane l (a constant once unrolled), per width.
-inline __m128i load_bytes_as(__m128i, const uint8_t* p) {
+// Lane l of the result: the 16 bytes at p + l * s (rows 16 apart), and whole-vector stores.
+inline __m128i load_lanes(__m128i, const uint8_t* p, int64_t) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
-inline __m256i load_bytes_as(__m256i, const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+inline __m256i load_lanes(__m256i, const uint8_t* p, int64_t s) {
+  return _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p + s),
+                             reinterpret_cast<const __m128i*>(p));
 }
-inline __m128i lane(__m128i v, int) {
-  return v;
+inline void store_vec(uint8_t* p, __m128i v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
 }
-inline __m128i lane(__m256i v, int l) {
-  return l == 0 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1);
+inline void store_vec(uint8_t* p, __m256i v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
 }
 #if defined(PTO_ISA_AVX512)
-inline __m512i load_bytes_as(__m512i, const uint8_t* p) {
-  return _mm512_loadu_si512(p);
+inline __m512i load_lanes(__m512i, const uint8_t* p, int64_t s) {
+  const __m512i lo = _mm512_castsi256_si512(load_lanes(__m256i{}, p, s));
+  return _mm512_inserti64x4(lo, load_lanes(__m256i{}, p + 2 * s, s), 1);
 }
-inline __m128i lane(__m512i v, int l) {
-  switch (l) {
-    case 0:
-      return _mm512_castsi512_si128(v);
-    case 1:
-      return _mm512_extracti32x4_epi32(v, 1);
-    case 2:
-      return _mm512_extracti32x4_epi32(v, 2);
-    default:
-      return _mm512_extracti32x4_epi32(v, 3);
-  }
+inline void store_vec(uint8_t* p, __m512i v) {
+  _mm512_storeu_si512(p, v);
 }
 #endif
 
-// 16 rows by one vector V of columns from x to y transposed: a 16 x 16 tile per 128-bit lane.
+// 16 * lanes rows by 16 columns from x to y transposed: lane l of register k holds row
+// 16 l + k, so after the in-lane 16 x 16 transposes each column is one register, stored whole
+// (64 consecutive bytes of a y row on AVX-512: one cache line, one store).
 template <class V>
 inline void transpose_block16(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy) {
-  constexpr int kLanes = sizeof(V) / 16;
   V v[16];
-  for (int k = 0; k < 16; ++k) v[k] = load_bytes_as(V{}, x + k * ldx);
+  for (int k = 0; k < 16; ++k) v[k] = load_lanes(V{}, x + k * ldx, 16 * ldx);
   transpose16_lanes(v);
-#pragma GCC unroll 4
-  for (int l = 0; l < kLanes; ++l)
 #pragma GCC unroll 16
-    for (int c = 0; c < 16; ++c)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(y + (l * 16 + c) * ldy), lane(v[kRev[c]], l));
+  for (int c = 0; c < 16; ++c) store_vec(y + c * ldy, v[kRev[c]]);
 }
 
 // nr (< 16) rows of nc (<= 16) bytes, or 16 rows of nc < 16: one 16 x 16 tile, missing rows read
@@ -398,27 +389,30 @@ void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64
 void transpose_bytes(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int64_t rows,
                      int64_t cols) {
 #if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
-  // 16 rows at a time by the widest vector of columns that fits (64, 32, 16 bytes), then the
-  // partial tiles: the last columns (fewer than 16) and the last rows (fewer than 16).
+  // Bands of 64, 32, 16 rows (as many as fit, widest first) by 16 columns, then the partial
+  // tiles: the last columns (fewer than 16) and the last rows (fewer than 16).
+  const int64_t q16 = cols / 16 * 16;
   int64_t r = 0;
-  auto edge = [&](int64_t q, int64_t nr) {
-    transpose_edge16(x + r * ldx + q, ldx, y + q * ldy + r, ldy, static_cast<int>(nr),
-                     static_cast<int>(cols - q < 16 ? cols - q : 16));
+  auto band = [&]<class V>() {
+    constexpr int64_t kR = sizeof(V);
+    for (; r + kR <= rows; r += kR) {
+      for (int64_t q = 0; q < q16; q += 16)
+        transpose_block16<V>(x + r * ldx + q, ldx, y + q * ldy + r, ldy);
+      if (q16 < cols)
+        for (int64_t r1 = r; r1 < r + kR; r1 += 16)
+          transpose_edge16(x + r1 * ldx + q16, ldx, y + q16 * ldy + r1, ldy, 16,
+                           static_cast<int>(cols - q16));
+    }
   };
-  for (; r + 16 <= rows; r += 16) {
-    int64_t q = 0;
 #if defined(PTO_ISA_AVX512)
-    for (; q + 64 <= cols; q += 64)
-      transpose_block16<__m512i>(x + r * ldx + q, ldx, y + q * ldy + r, ldy);
+  band.template operator()<__m512i>();
 #endif
-    for (; q + 32 <= cols; q += 32)
-      transpose_block16<__m256i>(x + r * ldx + q, ldx, y + q * ldy + r, ldy);
-    for (; q + 16 <= cols; q += 16)
-      transpose_block16<__m128i>(x + r * ldx + q, ldx, y + q * ldy + r, ldy);
-    if (q < cols) edge(q, 16);
-  }
+  band.template operator()<__m256i>();
+  band.template operator()<__m128i>();
   if (r < rows)
-    for (int64_t q = 0; q < cols; q += 16) edge(q, rows - r);
+    for (int64_t q = 0; q < cols; q += 16)
+      transpose_edge16(x + r * ldx + q, ldx, y + q * ldy + r, ldy, static_cast<int>(rows - r),
+                       static_cast<int>(cols - q < 16 ? cols - q : 16));
 #else
   constexpr int64_t kT = 8;
   const int64_t re = rows / kT * kT, qe = cols / kT * kT;
