@@ -458,31 +458,47 @@ TEST(CpuInt8Kernels, DynamicQuantizeMatMulMatchesTheReference) {
 
 // ---- ConvInteger and QLinearConv ----
 
-// The integer convs' byte transpose (quant.h) against an index loop on every ISA: whole vectors of
-// columns (64 / 32), 16-column tiles, partial tiles in both directions, one row or column, strides
-// wider than the block.
-TEST(CpuInt8Kernels, ByteTransposeMatchesAnIndexLoop) {
-  const std::pair<int64_t, int64_t> sizes[] = {{1, 1},   {1, 77},   {77, 1},   {16, 16}, {16, 64},
-                                               {32, 96}, {7, 13},   {24, 200}, {17, 33}, {48, 145},
-                                               {64, 64}, {33, 130}, {15, 71},  {100, 24}};
+// The integer convs' transposes (quant.h: bytes and int32) against an index loop on every ISA:
+// bands of 64 / 32 / 16 rows, 16 x 16 and 8 x 8 tiles, partial tiles in both directions, one row
+// or column, strides wider than the block.
+template <class T, class F>
+void check_transpose(F transpose) {
+  const std::pair<int64_t, int64_t> sizes[] = {{1, 1},   {1, 77},   {77, 1},   {16, 16},  {16, 64},
+                                               {32, 96}, {7, 13},   {24, 200}, {17, 33},  {48, 145},
+                                               {64, 64}, {33, 130}, {15, 71},  {100, 24}, {40, 40}};
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
     uint32_t seed = 40;
     for (const auto& [rows, cols] : sizes) {
       const int64_t ldx = cols + 3, ldy = rows + 5;
-      const std::vector<uint8_t> x = random_bytes(rows * ldx, seed++);
-      std::vector<uint8_t> y(static_cast<size_t>(cols * ldy), 0xAB);
-      PTO_ISA_DISPATCH(transpose_bytes, x.data(), ldx, y.data(), ldy, rows, cols);
+      std::vector<T> x(static_cast<size_t>(rows * ldx));
+      std::mt19937 rng(seed++);
+      for (T& v : x) v = static_cast<T>(rng());
+      const T gap = static_cast<T>(0xAB);
+      std::vector<T> y(static_cast<size_t>(cols * ldy), gap);
+      transpose(x.data(), ldx, y.data(), ldy, rows, cols);
       int bad = 0;
       for (int64_t q = 0; q < cols; ++q)
         for (int64_t r = 0; r < ldy; ++r) {
-          const uint8_t want = r < rows ? x[r * ldx + q] : 0xAB;  // the gaps left alone
+          const T want = r < rows ? x[r * ldx + q] : gap;  // the gaps left alone
           if (y[q * ldy + r] != want && bad++ < 3)
-            ADD_FAILURE() << isa_name(isa) << " " << rows << " x " << cols << ": y[" << q << ", "
-                          << r << "] = " << int{y[q * ldy + r]} << ", want " << int{want};
+            ADD_FAILURE() << isa_name(isa) << " " << sizeof(T) << "-byte " << rows << " x " << cols
+                          << ": y[" << q << ", " << r << "] = " << int64_t{y[q * ldy + r]}
+                          << ", want " << int64_t{want};
         }
     }
   }
+}
+
+TEST(CpuInt8Kernels, TransposesMatchAnIndexLoop) {
+  check_transpose<uint8_t>(
+      [](const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int64_t rows, int64_t cols) {
+        PTO_ISA_DISPATCH(transpose_bytes, x, ldx, y, ldy, rows, cols);
+      });
+  check_transpose<int32_t>(
+      [](const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows, int64_t cols) {
+        PTO_ISA_DISPATCH(transpose_s32, x, ldx, y, ldy, rows, cols);
+      });
 }
 
 struct ConvCase {

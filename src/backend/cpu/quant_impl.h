@@ -358,8 +358,43 @@ void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64
 #if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
   re = rows / 8 * 8;
   qe = cols / 8 * 8;
+  int64_t r16 = 0, q16 = 0;  // the 16 x 16 tiles' part (AVX-512)
+#if defined(PTO_ISA_AVX512)
+  r16 = rows / 16 * 16;
+  q16 = cols / 16 * 16;
+  for (int64_t q = 0; q < q16; q += 16)
+    for (int64_t r = 0; r < r16; r += 16) {
+      __m512i v[16], t[4];
+      for (int k = 0; k < 16; ++k) v[k] = _mm512_loadu_si512(x + (r + k) * ldx + q);
+      // Each group of 4 rows transposed as 4 x 4 blocks in every 128-bit lane (register 4 g + j
+      // then holds, in lane l, column 4 l + j of rows 4 g..4 g + 3), then for each j the lanes of
+      // the four groups' registers transposed as a 4 x 4 block of lanes: register l is column
+      // 4 l + j, rows r..r + 15 in order.
+      for (int g = 0; g < 16; g += 4) {
+        t[0] = _mm512_unpacklo_epi32(v[g], v[g + 1]);
+        t[1] = _mm512_unpackhi_epi32(v[g], v[g + 1]);
+        t[2] = _mm512_unpacklo_epi32(v[g + 2], v[g + 3]);
+        t[3] = _mm512_unpackhi_epi32(v[g + 2], v[g + 3]);
+        v[g] = _mm512_unpacklo_epi64(t[0], t[2]);
+        v[g + 1] = _mm512_unpackhi_epi64(t[0], t[2]);
+        v[g + 2] = _mm512_unpacklo_epi64(t[1], t[3]);
+        v[g + 3] = _mm512_unpackhi_epi64(t[1], t[3]);
+      }
+      for (int j = 0; j < 4; ++j) {
+        const __m512i p0 = _mm512_shuffle_i32x4(v[j], v[4 + j], 0x44);
+        const __m512i p1 = _mm512_shuffle_i32x4(v[j], v[4 + j], 0xee);
+        const __m512i p2 = _mm512_shuffle_i32x4(v[8 + j], v[12 + j], 0x44);
+        const __m512i p3 = _mm512_shuffle_i32x4(v[8 + j], v[12 + j], 0xee);
+        _mm512_storeu_si512(y + (q + j) * ldy + r, _mm512_shuffle_i32x4(p0, p2, 0x88));
+        _mm512_storeu_si512(y + (q + 4 + j) * ldy + r, _mm512_shuffle_i32x4(p0, p2, 0xdd));
+        _mm512_storeu_si512(y + (q + 8 + j) * ldy + r, _mm512_shuffle_i32x4(p1, p3, 0x88));
+        _mm512_storeu_si512(y + (q + 12 + j) * ldy + r, _mm512_shuffle_i32x4(p1, p3, 0xdd));
+      }
+    }
+#endif
+  // 8 x 8 tiles outside those.
   for (int64_t q = 0; q < qe; q += 8)
-    for (int64_t r = 0; r < re; r += 8) {
+    for (int64_t r = (q < q16 ? r16 : 0); r < re; r += 8) {
       __m256i v[8], t[8];
       for (int k = 0; k < 8; ++k)
         v[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + (r + k) * ldx + q));
