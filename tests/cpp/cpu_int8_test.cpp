@@ -702,6 +702,41 @@ TEST(CpuInt8Kernels, DepthwiseQLinearConvBiasesAtTheBounds) {
         false);
 }
 
+// The GEMM path's requantization with int32 biases whose sums with the accumulators overflow
+// int32 in some lanes of a 16-column step and not in others (the bias then joins in double, as
+// the reference's exact sum): 45 output channels, biases over all of int32 and at both ends, an
+// output scale that leaves the smaller ones inside the range.
+TEST(CpuInt8Kernels, QLinearConvBiasesThatOverflowInt32) {
+  for_each_config(
+      [&](const std::string& cfg) {
+        const int64_t m = 45;
+        Tensor bias = Tensor::empty(DType::kI32, {m});
+        std::mt19937 rng(93);
+        for (int64_t i = 0; i < m; ++i)
+          bias.data<int32_t>()[i] =
+              i % 3 == 0 ? static_cast<int32_t>(rng())
+                         : (i % 3 == 1 ? INT32_MAX - static_cast<int32_t>(rng() % 1000)
+                                       : INT32_MIN + static_cast<int32_t>(rng() % 1000));
+        bias.data<int32_t>()[4] = 1000;
+        bias.data<int32_t>()[5] = -1000;
+        for (bool xs : {false, true}) {
+          const std::vector<Tensor> in = {bytes_tensor(byte_type(xs), {1, 40, 6, 7}, 94),
+                                          Tensor::scalar<float>(1.0f),
+                                          bytes_tensor(byte_type(xs), {}, 95),
+                                          bytes_tensor(DType::kI8, {m, 40, 1, 1}, 96),
+                                          Tensor::scalar<float>(1.0f),
+                                          bytes_tensor(DType::kI8, {}, 97),
+                                          Tensor::scalar<float>(1024.0f),
+                                          bytes_tensor(byte_type(xs), {}, 98),
+                                          bias};
+          expect_node_matches("QLinearConv", in,
+                              {false, true, true, true, true, true, true, true, true}, {}, 1,
+                              cfg + (xs ? ", int8" : ", uint8"), 10);
+        }
+      },
+      false);
+}
+
 // Shape inference of the integer convs gives the output's shape (and the kernels run).
 TEST(CpuInt8Kernels, IntegerConvsInferTheOutputShape) {
   Graph g;
