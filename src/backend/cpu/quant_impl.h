@@ -220,6 +220,40 @@ inline void transpose_edge16(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t 
 }
 #endif
 
+// The two stride phases of a stride-2 row from one pass over its bytes: de[i] = float(s[2 i]) - zp
+// for i < ne and do_[i] = float(s[2 i + 1]) - zp for i < no, each 32 (AVX-512; 16 on AVX2) bytes
+// loaded once for both (each phase apart loads every byte twice); the rest as widen_strided.
+inline void widen_pairs(float* de, float* do_, const uint8_t* s, int64_t ne, int64_t no,
+                        bool is_signed, float zp) {
+  int64_t i = 0;
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
+  const Vec z = Vec::set1(zp);
+  for (; i + kL <= ne && i + kL <= no; i += kL) {
+#if defined(PTO_ISA_AVX512)
+    const __m512i w =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 2 * i)));
+    const __m512i e = is_signed ? _mm512_srai_epi32(_mm512_slli_epi32(w, 24), 24)
+                                : _mm512_and_si512(w, _mm512_set1_epi32(0xff));
+    const __m512i o =
+        is_signed ? _mm512_srai_epi32(_mm512_slli_epi32(w, 16), 24) : _mm512_srli_epi32(w, 8);
+    (Vec{_mm512_cvtepi32_ps(e)} - z).store(de + i);
+    (Vec{_mm512_cvtepi32_ps(o)} - z).store(do_ + i);
+#else
+    const __m256i w =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i)));
+    const __m256i e = is_signed ? _mm256_srai_epi32(_mm256_slli_epi32(w, 24), 24)
+                                : _mm256_and_si256(w, _mm256_set1_epi32(0xff));
+    const __m256i o =
+        is_signed ? _mm256_srai_epi32(_mm256_slli_epi32(w, 16), 24) : _mm256_srli_epi32(w, 8);
+    (Vec{_mm256_cvtepi32_ps(e)} - z).store(de + i);
+    (Vec{_mm256_cvtepi32_ps(o)} - z).store(do_ + i);
+#endif
+  }
+#endif
+  widen_strided(de + i, s + 2 * i, ne - i, 2, is_signed, zp);
+  widen_strided(do_ + i, s + 2 * i + 1, no - i, 2, is_signed, zp);
+}
+
 }  // namespace
 
 void depthwise_pad_bytes(const DepthwisePlane& p, const uint8_t* x, bool x_signed, float zp,
@@ -230,16 +264,34 @@ void depthwise_pad_bytes(const DepthwisePlane& p, const uint8_t* x, bool x_signe
   const int64_t bottom = p.ph + p.ih < p.rows ? p.ph + p.ih : p.rows;
   fill_zero(padded, top * p.row_len);
   fill_zero(padded + bottom * p.row_len, (p.rows - bottom) * p.row_len);
+  // Stride 2: phase q's span starts at input column 2 lo[q] + q - pw, and those of the two phases
+  // are always one byte apart (lo[1] = lo[0] or lo[0] - 1), so one pass over the row fills both.
+  int64_t lo[2] = {0, 0}, hi[2] = {0, 0}, start[2] = {0, 0};
+  for (int64_t q = 0; q < p.sw && p.sw == 2; ++q) {
+    valid_span(0, p.phase_len, p.iw, p.sw, q - p.pw, &lo[q], &hi[q]);
+    start[q] = lo[q] * 2 + q - p.pw;
+  }
+  const int first = start[1] < start[0] ? 1 : 0;  // the phase whose span starts first
+  const bool paired =
+      p.sw == 2 && start[1 - first] == start[first] + 1 && hi[0] > lo[0] && hi[1] > lo[1];
   for (int64_t q = 0; q < p.sw; ++q) {
-    int64_t lo, hi;
-    valid_span(0, p.phase_len, p.iw, p.sw, q - p.pw, &lo, &hi);
-    const uint8_t* src = x + lo * p.sw + q - p.pw;
+    int64_t l, h;
+    valid_span(0, p.phase_len, p.iw, p.sw, q - p.pw, &l, &h);
+    const uint8_t* src = x + l * p.sw + q - p.pw;
     for (int64_t r = top; r < bottom; ++r) {
       float* d = padded + r * p.row_len + q * p.phase_len;
-      fill_zero(d, lo);
-      widen_strided(d + lo, src + (r - p.ph) * p.iw, hi - lo, p.sw, x_signed, zp);
-      fill_zero(d + hi, p.phase_len - hi);
+      fill_zero(d, l);
+      if (!paired) widen_strided(d + l, src + (r - p.ph) * p.iw, h - l, p.sw, x_signed, zp);
+      fill_zero(d + h, p.phase_len - h);
     }
+  }
+  if (!paired) return;
+  const int second = 1 - first;
+  for (int64_t r = top; r < bottom; ++r) {
+    float* d = padded + r * p.row_len;
+    widen_pairs(d + first * p.phase_len + lo[first], d + second * p.phase_len + lo[second],
+                x + (r - p.ph) * p.iw + start[first], hi[first] - lo[first],
+                hi[second] - lo[second], x_signed, zp);
   }
 }
 
