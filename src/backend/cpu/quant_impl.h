@@ -50,6 +50,30 @@ inline Vec load_bytes(const uint8_t* x, bool is_signed, int n) {
 #endif
 }
 
+#if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
+// The 2 kL bytes at s as kL 16-bit pairs, each zero-extended to a 32-bit lane (the first n bytes
+// only, zeros after: AVX-512).
+inline VecI load_pairs(const uint8_t* s) {
+#if defined(PTO_ISA_AVX512)
+  return {_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)))};
+#else
+  return {_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)))};
+#endif
+}
+#if defined(PTO_ISA_AVX512)
+inline VecI load_pairs(const uint8_t* s, int n) {
+  return {_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi8(static_cast<__mmask32>((1u << n) - 1), s))};
+}
+#endif
+
+// Byte kB (0: low, 1: high) of each pair as an int32, sign-extended for int8.
+template <int kB>
+inline VecI byte_of_pairs(VecI pairs, bool is_signed) {
+  if (is_signed) return shift_right_arith<24>(shift_left<24 - 8 * kB>(pairs));
+  return kB ? shift_right<8>(pairs) : pairs & set1_int(0xff);
+}
+#endif
+
 // d[i] = float(s[i * stride]) - zp for i in [0, n), s uint8 or int8.
 inline void widen_strided(float* d, const uint8_t* s, int64_t n, int64_t stride, bool is_signed,
                           float zp) {
@@ -67,28 +91,20 @@ inline void widen_strided(float* d, const uint8_t* s, int64_t n, int64_t stride,
     return;
   }
 #if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
-  // The even bytes of 2 * kL: each 16-bit pair widened to 32 bits, its low byte kept (sign-extended
-  // for int8). The load's last byte belongs to element i + kL, so one must follow.
-  // On AVX-512 the last (at most kL) elements too, through a masked load of their 2 w - 1 bytes.
+  // The even bytes of 2 * kL (byte_of_pairs). The load's last byte belongs to element i + kL, so
+  // one must follow; on AVX-512 the last (at most kL) elements too, through a masked load of their
+  // 2 w - 1 bytes.
   for (; stride == 2 && i < n; i += kL) {
-#if defined(PTO_ISA_AVX512)
     const int w = static_cast<int>(n - i < kL ? n - i : kL);
-    const __m256i raw =
-        w == kL && i + kL < n
-            ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 2 * i))
-            : _mm256_maskz_loadu_epi8(static_cast<__mmask32>((1u << (2 * w - 1)) - 1), s + 2 * i);
-    const __m512i e = _mm512_cvtepu16_epi32(raw);
-    const __m512i b = is_signed ? _mm512_srai_epi32(_mm512_slli_epi32(e, 24), 24)
-                                : _mm512_and_si512(e, _mm512_set1_epi32(0xff));
-    (Vec{_mm512_cvtepi32_ps(b)} - z).store(d + i, w);
+#if defined(PTO_ISA_AVX512)
+    const VecI pairs =
+        w == kL && i + kL < n ? load_pairs(s + 2 * i) : load_pairs(s + 2 * i, 2 * w - 1);
 #else
     if (i + kL >= n) break;
-    const __m256i w =
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i)));
-    const __m256i b = is_signed ? _mm256_srai_epi32(_mm256_slli_epi32(w, 24), 24)
-                                : _mm256_and_si256(w, _mm256_set1_epi32(0xff));
-    (Vec{_mm256_cvtepi32_ps(b)} - z).store(d + i);
+    const VecI pairs = load_pairs(s + 2 * i);
 #endif
+    const Vec v = to_float(byte_of_pairs<0>(pairs, is_signed)) - z;
+    w == kL ? v.store(d + i) : v.store(d + i, w);
   }
 #endif
   for (; i < n; ++i) {
@@ -229,25 +245,9 @@ inline void widen_pairs(float* de, float* do_, const uint8_t* s, int64_t ne, int
 #if defined(PTO_ISA_AVX512) || defined(PTO_ISA_AVX2)
   const Vec z = Vec::set1(zp);
   for (; i + kL <= ne && i + kL <= no; i += kL) {
-#if defined(PTO_ISA_AVX512)
-    const __m512i w =
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 2 * i)));
-    const __m512i e = is_signed ? _mm512_srai_epi32(_mm512_slli_epi32(w, 24), 24)
-                                : _mm512_and_si512(w, _mm512_set1_epi32(0xff));
-    const __m512i o =
-        is_signed ? _mm512_srai_epi32(_mm512_slli_epi32(w, 16), 24) : _mm512_srli_epi32(w, 8);
-    (Vec{_mm512_cvtepi32_ps(e)} - z).store(de + i);
-    (Vec{_mm512_cvtepi32_ps(o)} - z).store(do_ + i);
-#else
-    const __m256i w =
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i)));
-    const __m256i e = is_signed ? _mm256_srai_epi32(_mm256_slli_epi32(w, 24), 24)
-                                : _mm256_and_si256(w, _mm256_set1_epi32(0xff));
-    const __m256i o =
-        is_signed ? _mm256_srai_epi32(_mm256_slli_epi32(w, 16), 24) : _mm256_srli_epi32(w, 8);
-    (Vec{_mm256_cvtepi32_ps(e)} - z).store(de + i);
-    (Vec{_mm256_cvtepi32_ps(o)} - z).store(do_ + i);
-#endif
+    const VecI pairs = load_pairs(s + 2 * i);
+    (to_float(byte_of_pairs<0>(pairs, is_signed)) - z).store(de + i);
+    (to_float(byte_of_pairs<1>(pairs, is_signed)) - z).store(do_ + i);
   }
 #endif
   widen_strided(de + i, s + 2 * i, ne - i, 2, is_signed, zp);
