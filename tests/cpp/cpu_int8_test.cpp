@@ -18,6 +18,7 @@
 
 #include "backend/cpu/gemm/igemm.h"
 #include "backend/cpu/isa/isa.h"
+#include "backend/cpu/quant.h"
 #include "pto/error.h"
 #include "pto/executable.h"
 #include "pto/parallel.h"
@@ -377,6 +378,45 @@ TEST(CpuInt8Kernels, QLinearMatMulMatchesTheReference) {
       false);
 }
 
+// The requantization at its edges, bit for bit: per-column multipliers that are NaN, +-Inf, 0,
+// huge and tiny (NaN results go to 0, Inf to the bounds), an output scale that puts most values
+// past both ends of the range, and ones that put many on ties; N = 45 (16- and 8-column steps and
+// a scalar tail), uint8 and int8 outputs.
+TEST(CpuInt8Kernels, QLinearMatMulRequantizesTheEdges) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float special[] = {
+      std::numeric_limits<float>::quiet_NaN(), inf, -inf, 0.0f, 1e30f, 1e-30f, -0.01f};
+  for_each_config(
+      [&](const std::string& cfg) {
+        uint32_t seed = 700;
+        const int64_t N = 45;
+        for (int types = 0; types < 8; ++types)
+          for (float y_scale : {0.01f, 0.5f, 4.0f}) {
+            const bool as = types & 1, bs = types & 2, ys = types & 4;
+            Tensor bscale = f32_tensor({N}, seed++, 0.002f, 0.02f);
+            for (size_t i = 0; i < std::size(special); ++i)
+              bscale.data<float>()[i * 6 % N] = special[i];
+            // Scales that are powers of two make acc * mult land on halves (ties).
+            if (y_scale == 4.0f)
+              for (int64_t j = 1; j < N; j += 2) bscale.data<float>()[j] = 0.03125f;
+            const std::vector<Tensor> in = {bytes_tensor(byte_type(as), {9, 37}, seed++),
+                                            Tensor::scalar<float>(0.25f),
+                                            bytes_tensor(byte_type(as), {}, seed++),
+                                            bytes_tensor(byte_type(bs), {37, N}, seed++),
+                                            bscale,
+                                            bytes_tensor(byte_type(bs), {N}, seed++),
+                                            Tensor::scalar<float>(y_scale),
+                                            bytes_tensor(byte_type(ys), {}, seed++)};
+            expect_node_matches("QLinearMatMul", in,
+                                {false, true, true, true, true, true, true, true}, {}, 1,
+                                cfg + ", QLinearMatMul edges types " + std::to_string(types) +
+                                    " y_scale " + std::to_string(y_scale),
+                                10);
+          }
+      },
+      false);
+}
+
 TEST(CpuInt8Kernels, DynamicQuantizeMatMulMatchesTheReference) {
   // A's values span both signs or one (a zero point of 0 or 255), or are all zero (scale 1).
   // On 1 and 2 threads; the last three have the work to run on both (in one range of A): M < 16
@@ -417,6 +457,49 @@ TEST(CpuInt8Kernels, DynamicQuantizeMatMulMatchesTheReference) {
 }
 
 // ---- ConvInteger and QLinearConv ----
+
+// The integer convs' transposes (quant.h: bytes and int32) against an index loop on every ISA:
+// bands of 64 / 32 / 16 rows, 16 x 16 and 8 x 8 tiles, partial tiles in both directions, one row
+// or column, strides wider than the block.
+template <class T, class F>
+void check_transpose(F transpose) {
+  const std::pair<int64_t, int64_t> sizes[] = {{1, 1},   {1, 77},   {77, 1},   {16, 16},  {16, 64},
+                                               {32, 96}, {7, 13},   {24, 200}, {17, 33},  {48, 145},
+                                               {64, 64}, {33, 130}, {15, 71},  {100, 24}, {40, 40}};
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    uint32_t seed = 40;
+    for (const auto& [rows, cols] : sizes) {
+      const int64_t ldx = cols + 3, ldy = rows + 5;
+      std::vector<T> x(static_cast<size_t>(rows * ldx));
+      std::mt19937 rng(seed++);
+      for (T& v : x) v = static_cast<T>(rng());
+      const T gap = static_cast<T>(0xAB);
+      std::vector<T> y(static_cast<size_t>(cols * ldy), gap);
+      transpose(x.data(), ldx, y.data(), ldy, rows, cols);
+      int bad = 0;
+      for (int64_t q = 0; q < cols; ++q)
+        for (int64_t r = 0; r < ldy; ++r) {
+          const T want = r < rows ? x[r * ldx + q] : gap;  // the gaps left alone
+          if (y[q * ldy + r] != want && bad++ < 3)
+            ADD_FAILURE() << isa_name(isa) << " " << sizeof(T) << "-byte " << rows << " x " << cols
+                          << ": y[" << q << ", " << r << "] = " << int64_t{y[q * ldy + r]}
+                          << ", want " << int64_t{want};
+        }
+    }
+  }
+}
+
+TEST(CpuInt8Kernels, TransposesMatchAnIndexLoop) {
+  check_transpose<uint8_t>(
+      [](const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int64_t rows, int64_t cols) {
+        PTO_ISA_DISPATCH(transpose_bytes, x, ldx, y, ldy, rows, cols);
+      });
+  check_transpose<int32_t>(
+      [](const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows, int64_t cols) {
+        PTO_ISA_DISPATCH(transpose_s32, x, ldx, y, ldy, rows, cols);
+      });
+}
 
 struct ConvCase {
   Dims x, w;
@@ -478,6 +561,10 @@ const std::vector<ConvCase> kDepthwiseCases = {
     {{2, 37, 7, 7}, {37, 1, 3, 3}, {}, {1, 1, 1, 1}, {}, 37},
     {{1, 40, 14, 14}, {40, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {}, 40},
     {{1, 20, 9, 11}, {20, 1, 5, 5}, {}, {2, 2, 2, 2}, {}, 20},
+    // Channels-last rows in blocks of 4 pixels with taps inside the row: dilated, and stride 2
+    // on a 14x14 output with the pixels at both edges outside.
+    {{1, 18, 13, 12}, {18, 1, 3, 3}, {}, {2, 2, 2, 2}, {2, 2}, 18},
+    {{1, 17, 27, 27}, {17, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {}, 17},
 };
 
 void check_conv_integer(const std::vector<ConvCase>& cases, uint32_t first_seed) {
@@ -577,6 +664,77 @@ TEST(CpuInt8Kernels, DepthwiseConvIntegerIsExactAtTheExtremes) {
         },
         false);
   }
+}
+
+// A requantized depthwise conv whose int32 bias sits at each of its paths' bounds: inside the
+// float sums (|bias| + taps * 255^2 < 2^24), just past that (added to the int32 sums), past
+// int32's room (one pixel at a time), on per-plane (30x30) and channels-last (7x7) planes; x and
+// w at their extremes so that the sums reach taps * 255^2, and an output scale that keeps the
+// results inside the range.
+TEST(CpuInt8Kernels, DepthwiseQLinearConvBiasesAtTheBounds) {
+  const int32_t edge = (1 << 24) - 9 * 255 * 255;
+  const int32_t biases[] = {edge - 1,  -(edge - 1), edge,       -edge, 1 << 24,
+                            INT32_MAX, INT32_MIN,   -(1 << 24), 0};
+  const int64_t c = static_cast<int64_t>(std::size(biases));
+  for (int64_t side : {30, 7})
+    for_each_config(
+        [&](const std::string& cfg) {
+          Tensor x = bytes_tensor(DType::kU8, {1, c, side, side}, 90);
+          std::fill_n(static_cast<uint8_t*>(x.raw_data()), side * side, uint8_t{255});
+          Tensor w = bytes_tensor(DType::kI8, {c, 1, 3, 3}, 91);
+          std::fill_n(static_cast<uint8_t*>(w.raw_data()), 9, uint8_t{0x80});
+          Tensor bias = Tensor::empty(DType::kI32, {c});
+          std::copy(std::begin(biases), std::end(biases), bias.data<int32_t>());
+          const std::vector<Tensor> in = {x,
+                                          Tensor::scalar<float>(1.0f),
+                                          Tensor::scalar<uint8_t>(0),
+                                          w,
+                                          Tensor::scalar<float>(1.0f),
+                                          Tensor::scalar<int8_t>(127),
+                                          Tensor::scalar<float>(131072.0f),
+                                          Tensor::scalar<uint8_t>(128),
+                                          bias};
+          ConvCase k{{}, {}, {}, {1, 1, 1, 1}, {}, c};
+          expect_node_matches("QLinearConv", in,
+                              {false, true, true, true, true, true, true, true, true},
+                              conv_attrs(k), 1, cfg + ", side " + std::to_string(side), 10);
+        },
+        false);
+}
+
+// The GEMM path's requantization with int32 biases whose sums with the accumulators overflow
+// int32 in some lanes of a 16-column step and not in others (the bias then joins in double, as
+// the reference's exact sum): 45 output channels, biases over all of int32 and at both ends, an
+// output scale that leaves the smaller ones inside the range.
+TEST(CpuInt8Kernels, QLinearConvBiasesThatOverflowInt32) {
+  for_each_config(
+      [&](const std::string& cfg) {
+        const int64_t m = 45;
+        Tensor bias = Tensor::empty(DType::kI32, {m});
+        std::mt19937 rng(93);
+        for (int64_t i = 0; i < m; ++i)
+          bias.data<int32_t>()[i] =
+              i % 3 == 0 ? static_cast<int32_t>(rng())
+                         : (i % 3 == 1 ? INT32_MAX - static_cast<int32_t>(rng() % 1000)
+                                       : INT32_MIN + static_cast<int32_t>(rng() % 1000));
+        bias.data<int32_t>()[4] = 1000;
+        bias.data<int32_t>()[5] = -1000;
+        for (bool xs : {false, true}) {
+          const std::vector<Tensor> in = {bytes_tensor(byte_type(xs), {1, 40, 6, 7}, 94),
+                                          Tensor::scalar<float>(1.0f),
+                                          bytes_tensor(byte_type(xs), {}, 95),
+                                          bytes_tensor(DType::kI8, {m, 40, 1, 1}, 96),
+                                          Tensor::scalar<float>(1.0f),
+                                          bytes_tensor(DType::kI8, {}, 97),
+                                          Tensor::scalar<float>(1024.0f),
+                                          bytes_tensor(byte_type(xs), {}, 98),
+                                          bias};
+          expect_node_matches("QLinearConv", in,
+                              {false, true, true, true, true, true, true, true, true}, {}, 1,
+                              cfg + (xs ? ", int8" : ", uint8"), 10);
+        }
+      },
+      false);
 }
 
 // Shape inference of the integer convs gives the output's shape (and the kernels run).

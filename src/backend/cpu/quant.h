@@ -38,9 +38,17 @@ PTO_ISA_DECLARE(
     // [kh * kw, c] (w - w_zp); y: [ow, c], exact integers while taps * 255^2 < 2^24.
     void depthwise_row_nhwc(const ConvWindow& g, int64_t c, const float* x, const float* w,
                             int64_t oy, float* y);
+    // y[i] = int32(x[i]): the float depthwise sums, exact integers, as the epilogue reads them.
+    void float_to_s32(const float* x, int64_t n, int32_t* y);
     // y[q * ldy + r] = x[r * ldx + q] for r < rows, q < cols: an int32 block transposed (the
     // integer convs' [pixels, channels] results into NCHW), 8 x 8 tiles in registers.
     void transpose_s32(const int32_t* x, int64_t ldx, int32_t* y, int64_t ldy, int64_t rows,
-                       int64_t cols);)
+                       int64_t cols);
+    // The same for bytes (the integer convs' inputs to NHWC and uint8/int8 results to NCHW):
+    // 16 x 16 tiles in each 128-bit lane of a vector (its lanes 16 rows apart, so that a column
+    // is one whole vector), byte-interleaving unpacks; 8 x 8 tiles through 64-bit words in the
+    // generic build.
+    void transpose_bytes(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int64_t rows,
+                         int64_t cols);)
 
 }  // namespace pto::cpu

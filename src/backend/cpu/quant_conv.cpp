@@ -21,6 +21,7 @@
 // Forms left to the reference at run time: per-channel x zero points or x / y scales, K deeper
 // than kMaxExactK for QLinearConv, ranks other than 3 and 4.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -122,33 +123,9 @@ std::vector<Tensor> reference_with_w(const KernelContext& c) {
   return run_reference(inner);
 }
 
-// Transposes the 8 x 8 bytes held in w (word k = row k, byte q = column q, little-endian): word q
-// becomes column q. Three rounds of swapping half-blocks between words 4, 2 and 1 apart.
-inline void transpose8x8(uint64_t w[8]) {
-  auto swap = [&](int a, int b, int shift, uint64_t mask) {
-    const uint64_t t = ((w[a] >> shift) ^ w[b]) & mask;
-    w[b] ^= t;
-    w[a] ^= t << shift;
-  };
-  for (int k = 0; k < 4; ++k) swap(k, k + 4, 32, 0x00000000FFFFFFFFull);
-  for (int k : {0, 1, 4, 5}) swap(k, k + 2, 16, 0x0000FFFF0000FFFFull);
-  for (int k : {0, 2, 4, 6}) swap(k, k + 1, 8, 0x00FF00FF00FF00FFull);
-}
-
-// y[q * ldy + r] = x[r * ldx + q] for r < rows, q < cols bytes: 8 x 8 tiles through 64-bit words,
-// element by element at the edges. (int32 blocks: quant.h's transpose_s32.)
+// y[q * ldy + r] = x[r * ldx + q] for r < rows, q < cols bytes (quant.h's transpose_bytes).
 void transpose(const uint8_t* x, int64_t ldx, uint8_t* y, int64_t ldy, int64_t rows, int64_t cols) {
-  constexpr int64_t kT = 8;
-  const int64_t re = rows / kT * kT, qe = cols / kT * kT;
-  uint64_t w[kT];
-  for (int64_t r = 0; r < re; r += kT)
-    for (int64_t q = 0; q < qe; q += kT) {
-      for (int k = 0; k < kT; ++k) std::memcpy(&w[k], x + (r + k) * ldx + q, kT);
-      transpose8x8(w);
-      for (int k = 0; k < kT; ++k) std::memcpy(y + (q + k) * ldy + r, &w[k], kT);
-    }
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t q = (r < re ? qe : 0); q < cols; ++q) y[q * ldy + r] = x[r * ldx + q];
+  PTO_ISA_DISPATCH(transpose_bytes, x, ldx, y, ldy, rows, cols);
 }
 
 // x [n, rows, cols] -> y [n, cols, rows] bytes, in parallel over 64 x 64 blocks: the input to
@@ -166,6 +143,20 @@ void transpose_planes(const uint8_t* x, uint8_t* y, int64_t n, int64_t rows, int
   });
 }
 
+// memcpy of n bytes, inline for the short runs of a conv with few channels (a kernel row of
+// 3x3x3 is 9 bytes): two overlapping 8- or 4-byte copies instead of a call.
+inline void copy_run(uint8_t* d, const uint8_t* s, int64_t n) {
+  if (n >= 8 && n <= 16) {
+    std::memcpy(d, s, 8);
+    std::memcpy(d + n - 8, s + n - 8, 8);
+  } else if (n >= 4 && n < 8) {
+    std::memcpy(d, s, 4);
+    std::memcpy(d + n - 4, s + n - 4, 4);
+  } else {
+    std::memcpy(d, s, static_cast<size_t>(n));
+  }
+}
+
 // Rows [r0, r1) (output pixels of all images) of group g's im2col [N*Ho*Wo, taps*Cg] from the
 // NHWC copy xh, padding = x_zp, into col (row r0 first).
 void im2col_nhwc(const ConvGeometry& g, const uint8_t* xh, int64_t grp, uint8_t zp, int64_t r0,
@@ -173,8 +164,14 @@ void im2col_nhwc(const ConvGeometry& g, const uint8_t* xh, int64_t grp, uint8_t 
   const int64_t cg = g.cg(), k = g.kh * g.kw * cg, ow = g.ow;
   // One run of kw * C bytes per kernel row when the taps of a row are adjacent channels-last.
   const bool whole_rows = g.group == 1 && g.dw == 1;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t img = r / g.out_plane(), oy = r % g.out_plane() / ow, ox = r % ow;
+  // Row r's image and output pixel, stepped along rather than divided out per row (three 64-bit
+  // divisions a row were most of the 3 -> 32 stem's im2col).
+  int64_t img = r0 / g.out_plane(), oy = r0 % g.out_plane() / ow, ox = r0 % ow;
+  for (int64_t r = r0; r < r1; ++r, ++ox) {
+    if (ox == ow) {
+      ox = 0;
+      if (++oy == g.oh) oy = 0, ++img;
+    }
     uint8_t* d = col + (r - r0) * k;
     const uint8_t* xi = xh + img * g.in_plane() * g.c + grp * cg;
     const int64_t x0 = ox * g.sw - g.pw;
@@ -186,7 +183,7 @@ void im2col_nhwc(const ConvGeometry& g, const uint8_t* xh, int64_t grp, uint8_t 
       }
       const uint8_t* row = xi + iy * g.iw * g.c;
       if (whole_rows && x0 >= 0 && x0 + g.kw <= g.iw) {
-        std::memcpy(d, row + x0 * g.c, static_cast<size_t>(g.kw * cg));
+        copy_run(d, row + x0 * g.c, g.kw * cg);
         continue;
       }
       for (int64_t kx = 0; kx < g.kw; ++kx) {
@@ -194,7 +191,7 @@ void im2col_nhwc(const ConvGeometry& g, const uint8_t* xh, int64_t grp, uint8_t 
         if (ix < 0 || ix >= g.iw)
           std::memset(d + kx * cg, zp, static_cast<size_t>(cg));
         else
-          std::memcpy(d + kx * cg, row + ix * g.c, static_cast<size_t>(cg));
+          copy_run(d + kx * cg, row + ix * g.c, cg);
       }
     }
   }
@@ -271,12 +268,17 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
       }
       const uint8_t* xp = x + in_plane * g.in_plane();
       int32_t* out = direct_out ? static_cast<int32_t*>(y) + t * plane : acc;
+      // Channel m's bias starts the float sums where they stay exact with it (below 2^24).
+      const int32_t b = args.bias_s32 ? args.bias_s32[m] : 0;
+      const bool bias_in_float =
+          exact_in_float && std::abs(int64_t{b}) + taps * 255 * 255 < (int64_t{1} << 24);
       if (exact_in_float) {
         if (in_plane != widened) {
           PTO_ISA_DISPATCH(depthwise_pad_bytes, p, xp, x_signed, zp, padded);
         }
-        PTO_ISA_DISPATCH(depthwise_plane, p, padded, wf.data(), 0.0f, sum);
-        for (int64_t i = 0; i < plane; ++i) out[i] = static_cast<int32_t>(sum[i]);
+        PTO_ISA_DISPATCH(depthwise_plane, p, padded, wf.data(),
+                         bias_in_float ? static_cast<float>(b) : 0.0f, sum);
+        PTO_ISA_DISPATCH(float_to_s32, sum, plane, out);
       } else {
         if (in_plane != widened) {
           xv.resize(static_cast<size_t>(g.in_plane()));
@@ -291,11 +293,11 @@ void depthwise(const ConvGeometry& g, const uint8_t* x, bool x_signed, int32_t x
       if (a.mult_per_col) a.mult += m;
       if (a.bias_s32) a.bias_s32 += m;
       // The plane as one row of `plane` columns with channel m's parameters for all of them (the
-      // epilogue's vector loop): the bias goes into the sums first, exact in int32 while the
-      // float path's bound on them (2^24) leaves room. Otherwise as one column (ldc 1).
-      const int32_t b = a.bias_s32 ? *a.bias_s32 : 0;
+      // epilogue's vector loop): the bias goes into the sums first (in float above, or here),
+      // exact in int32 while the float path's bound on them (2^24) leaves room. Otherwise as one
+      // column (ldc 1).
       if (exact_in_float && b > INT32_MIN + (1 << 24) && b < INT32_MAX - (1 << 24)) {
-        if (b != 0)
+        if (b != 0 && !bias_in_float)
           for (int64_t i = 0; i < plane; ++i) acc[i] += b;
         a.bias_s32 = nullptr;
         a.mult_per_col = false;
@@ -343,7 +345,7 @@ void depthwise_nhwc(const ConvGeometry& g, const uint8_t* x, bool x_signed, int3
       const int64_t img = t / g.oh, oy = t % g.oh;
       PTO_ISA_DISPATCH(depthwise_row_nhwc, g, c, xf + img * in, wf.data(), oy, row);
       int32_t* a = acc + (img * plane + oy * g.ow) * c;
-      for (int64_t i = 0; i < g.ow * c; ++i) a[i] = static_cast<int32_t>(row[i]);
+      PTO_ISA_DISPATCH(float_to_s32, row, g.ow * c, a);
     }
   });
   // Without bias or requantization the epilogue is the identity: the sums are transposed to y.
