@@ -1,6 +1,6 @@
 // FuseKernels: the partition of a Tensor Graph into kernels (level 2 of DESIGN.md).
 //
-// Two rules, in this order, each claiming only nodes no earlier group took:
+// Three rules, in this order, each claiming only nodes no earlier group took:
 //  1. epilogue: a Conv, Gemm or MatMul takes the bias add, residual add and activation that
 //     follow it along single-use values (fusion/epilogue_chain.h); it may instead take the whole
 //     elementwise group that grows from its output, run as a tile-program epilogue, when that

@@ -133,8 +133,8 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
     (k < axis ? outer : per_axis && k > axis ? inner : len) *= x.dim(k);
   const bool f32 = x.dtype() == DType::kF32 && y.dtype() == DType::kF32;
   if (inner == 1) {
-    // Half rows go through scratch a few at a time (all of them at once in place).
-    const int64_t piece = f32 ? outer : std::max<int64_t>(1, kParallelGrain / len);
+    // Half rows go through scratch a few at a time, in L1 (all of them at once in place).
+    const int64_t piece = f32 ? outer : std::max<int64_t>(1, 4096 / len);
     parallel_for(0, outer, std::max<int64_t>(1, kParallelGrain / len), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; r += piece) {
         const int64_t off = r * len, n = std::min(piece, r1 - r) * len;
