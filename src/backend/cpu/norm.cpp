@@ -327,22 +327,16 @@ void register_norm_kernels(KernelRegistry& r) {
           {.accepts = [](const NodeInfo& n) { return n.dtype(0) == DType::kF32; },
            .run = [log](const KernelContext& c) { return run_softmax(c, log); },
            .takes_casts = true});
-  r.add("LayerNormalization", {.accepts = accepts_layer_norm,
-                               .run = run_layer_norm,
-                               .reference_at_run_time = true,
-                               .takes_casts = true});
-  r.add("BatchNormalization", {.accepts = accepts_batch_norm,
-                               .run = run_batch_norm,
-                               .reference_at_run_time = true,
-                               .takes_casts = true});
-  r.add("InstanceNormalization", {.accepts = all_f32,
-                                  .run = run_instance_norm,
-                                  .reference_at_run_time = true,
-                                  .takes_casts = true});
-  r.add("GroupNormalization", {.accepts = all_f32,
-                               .run = run_group_norm,
-                               .reference_at_run_time = true,
-                               .takes_casts = true});
+  // The norms: parameter shapes the fast path does not cover go to the reference at run time.
+  const std::pair<const char*, Kernel> norms[] = {
+      {"LayerNormalization", {.accepts = accepts_layer_norm, .run = run_layer_norm}},
+      {"BatchNormalization", {.accepts = accepts_batch_norm, .run = run_batch_norm}},
+      {"InstanceNormalization", {.accepts = all_f32, .run = run_instance_norm}},
+      {"GroupNormalization", {.accepts = all_f32, .run = run_group_norm}}};
+  for (auto [op, k] : norms) {
+    k.reference_at_run_time = k.takes_casts = true;
+    r.add(op, std::move(k));
+  }
 }
 
 }  // namespace pto::cpu
