@@ -156,6 +156,30 @@ def test_norm_outputs_only_products_read_are_stored_half(monkeypatch, dtype, nam
     assert torch.equal(got, f32_storage(x))
 
 
+def test_gpt2_pre_norms_are_stored_bf16_bit_identically(monkeypatch):
+    """A small GPT-2 in bf16: each block's ln_1 and ln_2 (read only by the QKV and the first FFN
+    products) and its GELU are stored in bf16, ln_1/ln_2 by their norm kernels (but the first
+    ln_1, in the tile program of the embeddings' Add), as ln_f stores the bf16 output; the
+    results are bit-identical with StoreHalfOperands off."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=100, n_positions=32, n_embd=64, n_layer=2,
+                                      n_head=4, use_cache=False, bos_token_id=0,
+                                      eos_token_id=0)
+    model = transformers.GPT2Model(config).eval()
+    ids = torch.randint(0, 100, (2, 19))
+    fast = pypto.optimize(model, (ids,), dtype=torch.bfloat16)
+    fired = {k: v for r in fast.compiled.pass_report for k, v in r["fired"].items()}
+    assert fired.get("StoreHalfOperands/values") == 6, fired
+    rules = [s["rule"] for s in fast.compiled.steps]
+    assert rules.count("LayerNormalization+Cast") == 4, rules
+    got = fast(ids).last_hidden_state
+    monkeypatch.setenv("PTO_DISABLE_PASSES", "StoreHalfOperands")
+    f32_storage = pypto.optimize(model, (ids,), dtype=torch.bfloat16)
+    assert [s["rule"] for s in f32_storage.compiled.steps].count("LayerNormalization+Cast") == 1
+    assert torch.equal(got, f32_storage(ids).last_hidden_state)
+
+
 def test_onnx_export_of_a_half_stored_value_runs_on_onnx_runtime(mlp, tmp_path):
     """The stored value is a Cast(to=bfloat16) the Gemm reads (through Cast(to=float) in the
     file): ONNX Runtime computes the same values."""
