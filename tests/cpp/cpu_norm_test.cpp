@@ -5,10 +5,12 @@
 // absolute (vector exp ~1 ulp, the float sum, one division; tiny probabilities carry the rounding
 // of x - max, about eps * |x - max| relative, which the absolute term covers). The norms
 // compute mean and variance in float against the reference's double: within 32 ulp relative
-// plus 32 ulp absolute for outputs of order 1.
+// plus 32 ulp absolute for outputs of order 1. Each also with the Casts around it (bf16/f16 in
+// and out, CpuNormCasts).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "cpu_reduce_test_util.h"
 
@@ -202,7 +204,7 @@ Graph with_casts(const NodeCase& c, DType in, DType out, std::vector<Tensor>* fe
 // Each (in, out) pair of float32, bf16 and f16 with a half side: one kernel (rule
 // Cast+Op+Cast) on the CPU that matches the reference on the unfused graph to a unit of the half
 // type (the kernel's float result is within norm_tol of the reference's double one, and the two
-// may round to neighbouring half values).
+// may round to neighbouring half values), on every ISA, with F16C and without.
 void expect_casts_match(const NodeCase& c, Tol tol) {
   const DType f = DType::kF32, b = DType::kBF16, h = DType::kF16;
   for (auto [in, out] : {std::pair{b, b}, {h, h}, {b, f}, {f, b}, {h, f}, {f, h}, {b, h}}) {
@@ -214,13 +216,19 @@ void expect_casts_match(const NodeCase& c, Tol tol) {
     EXPECT_EQ(exe.step(0).backend, "cpu");
     EXPECT_EQ(exe.step(0).rule, cat(in != f ? "Cast+" : "", c.op, out != f ? "+Cast" : ""));
     const double unit = in == h || out == h ? 0x1p-10 : 0x1p-7;
-    expect_runs_match(g, exe, feeds, {tol.rtol + unit, tol.atol + unit * 1e-3});
+    for (bool f16c : {true, false}) {  // f16 converted by F16C, and without it
+      std::optional<cpu::ExtScope> off;
+      if (!f16c) off.emplace(cpu::Ext::kF16c);
+      expect_runs_match(g, exe, feeds, {tol.rtol + unit, tol.atol + unit * 1e-3});
+    }
   }
 }
 
 TEST(CpuNormCasts, SoftmaxRowsColumnsAndSpecials) {
   for (const char* op : {"Softmax", "LogSoftmax"}) {
-    for (const Dims& shape : {Dims{3, 37}, Dims{12, 2, 129}, Dims{2, 5, 70}, Dims{1}})
+    // {300, 37}: rows through scratch in three pieces, the last one short.
+    for (const Dims& shape :
+         {Dims{3, 37}, Dims{300, 37}, Dims{12, 2, 129}, Dims{2, 5, 70}, Dims{1}})
       for (int64_t axis : {int64_t{-1}, int64_t{0}}) {
         NodeCase c{op, {random_f32(shape, 7, -6, 6)}, {}, 13};
         c.attrs.set("axis", axis);
