@@ -131,10 +131,11 @@ class PreNorm(torch.nn.Module):
 
 
 @pytest.mark.parametrize("dtype,name", [(torch.bfloat16, "bf16"), (torch.float16, "f16")])
-def test_norm_outputs_only_products_read_are_stored_half(monkeypatch, dtype, name):
+def test_norm_outputs_only_products_read_are_stored_half(monkeypatch, tmp_path, dtype, name):
     """StoreHalfOperands on norm and softmax outputs: the norm kernels store them in bf16 (f16)
     themselves (rules LayerNormalization+Cast, Softmax+Cast, GroupNormalization+Cast, no cast
-    kernel of their own), with results bit-identical to float32 storage."""
+    kernel of their own, also in a saved model), with results bit-identical to float32
+    storage."""
     torch.manual_seed(0)
     model, x = PreNorm().eval(), torch.randn(11, 96) * 3 + 1
     fast = pypto.optimize(model, (x,), dtype=dtype)
@@ -146,6 +147,8 @@ def test_norm_outputs_only_products_read_are_stored_half(monkeypatch, dtype, nam
     assert not any(s["op"] == "Cast" and len(s["nodes"]) == 1 for s in steps), steps
     assert all(b == "cpu" for _, b in fast.compiled.node_backends)
     got = fast(x)
+    pypto.save(fast, tmp_path / "m.pto")
+    assert torch.equal(pypto.load(tmp_path / "m.pto")(x), got)
     with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
         eager = model(x)
     np.testing.assert_allclose(got.double().numpy(), eager.double().numpy(),
