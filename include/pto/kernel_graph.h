@@ -58,14 +58,15 @@ struct FusionOptions {
   // it); empty: no elementwise fusion.
   std::function<bool(const Graph&, int32_t node)> elementwise_fusible;
   // Whether a MatMul/Gemm/Conv group (group.anchor) with an elementwise chain after it can run the
-  // chain as its epilogue (a backend supports it); empty: only the bias/residual/activation
-  // epilogue.
+  // chain as its epilogue, or a norm (group.anchor) with its Casts can run on its own kernel (a
+  // backend supports it); empty: only the bias/residual/activation epilogue.
   std::function<bool(const Graph&, const KernelGroup&)> epilogue_fusible;
 };
 
 // FuseKernels (level 2, src/fusion): partitions `g` into kernels by the fusion rules: a Conv,
-// Gemm or MatMul with its epilogue (bias, residual add, activation), and maximal convex groups of
-// elementwise nodes of one output shape. Every other node is a kernel of its own. PTO_LOG=info
+// Gemm or MatMul with its epilogue (bias, residual add, activation), maximal convex groups of
+// elementwise nodes of one output shape, and a norm with the Casts around it. Every other node is
+// a kernel of its own. PTO_LOG=info
 // reports which rules fired.
 KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options = {});
 

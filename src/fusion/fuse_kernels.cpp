@@ -1,13 +1,17 @@
 // FuseKernels: the partition of a Tensor Graph into kernels (level 2 of DESIGN.md).
 //
-// Two rules, in this order, each claiming only nodes no earlier group took:
+// Three rules, in this order, each claiming only nodes no earlier group took:
 //  1. epilogue: a Conv, Gemm or MatMul takes the bias add, residual add and activation that
 //     follow it along single-use values (fusion/epilogue_chain.h); it may instead take the whole
 //     elementwise group that grows from its output, run as a tile-program epilogue, when that
 //     takes more nodes (rules MatMul+Elementwise, Gemm+Elementwise, Conv+Elementwise);
 //  2. elementwise: starting from the first unclaimed fusible elementwise node, the group grows
 //     forward by the readers of its values that are fusible, have the group's output shape, and
-//     keep the group convex (no path leaves the group and comes back into it).
+//     keep the group convex (no path leaves the group and comes back into it);
+//  3. casts: a norm or softmax with the Casts that widen its input from and narrow its output to
+//     bf16/f16 (fusion/node_casts.h), when a backend's kernel for it takes them: what is left of
+//     them after rule 2, and a group of rule 2 that is just those (the norm kernel, not a tile
+//     program; rules Cast+LayerNormalization+Cast, Softmax+Cast, ...).
 // Every remaining node is a kernel of its own. Kernels are ordered topologically (order_kernels),
 // earliest last node first.
 #include <algorithm>
@@ -15,6 +19,7 @@
 #include <optional>
 
 #include "fusion/epilogue_chain.h"
+#include "fusion/node_casts.h"
 #include "pto/kernel_graph.h"
 #include "pto/log.h"
 #include "pto/op_registry.h"
@@ -145,6 +150,27 @@ std::optional<KernelGroup> tile_epilogue(const Graph& g, int32_t anchor, const R
   return k;
 }
 
+// Node `n` with the Casts around it as one group (rule 3), when a backend runs it and every node
+// of it is free or, when `only` is given, the group is exactly `only`.
+std::optional<KernelGroup> casts_group(const Graph& g, int32_t n, const ReaderIndex& readers,
+                                       const std::vector<int32_t>& owner,
+                                       const FusionOptions& options,
+                                       const std::vector<int32_t>* only = nullptr) {
+  if (!options.epilogue_fusible) return std::nullopt;
+  auto casts = fusion::match_casts(g, n, readers);
+  if (!casts) return std::nullopt;
+  KernelGroup k;
+  k.nodes = casts->nodes();
+  if (only ? k.nodes != *only
+           : std::any_of(k.nodes.begin(), k.nodes.end(), [&](int32_t m) { return owner[m] >= 0; }))
+    return std::nullopt;
+  k.anchor = n;
+  k.rule = casts->rule(g);
+  finish_group(g, k);
+  if (!options.epilogue_fusible(g, k)) return std::nullopt;
+  return k;
+}
+
 }  // namespace
 
 KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options) {
@@ -189,13 +215,29 @@ KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options) {
         continue;
       std::vector<int32_t> members = grow_elementwise(g, seed, owner, options);
       if (members.size() < 2) continue;
+      std::optional<KernelGroup> casts;
+      for (int32_t m : members)
+        if (!casts) casts = casts_group(g, m, readers, owner, options, &members);
       KernelGroup k;
-      k.nodes = std::move(members);
-      k.rule = "Elementwise";
+      if (casts) {
+        k = std::move(*casts);
+      } else {
+        k.nodes = std::move(members);
+        k.rule = "Elementwise";
+      }
       for (int32_t m : k.nodes) owner[m] = static_cast<int32_t>(groups.size());
       ++fired[k.rule];
       groups.push_back(std::move(k));
     }
+  }
+
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (owner[i] >= 0) continue;
+    auto k = casts_group(g, static_cast<int32_t>(i), readers, owner, options);
+    if (!k) continue;
+    for (int32_t m : k->nodes) owner[m] = static_cast<int32_t>(groups.size());
+    ++fired[k->rule];
+    groups.push_back(std::move(*k));
   }
 
   for (size_t i = 0; i < nodes.size(); ++i) {

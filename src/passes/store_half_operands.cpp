@@ -7,12 +7,13 @@
 //                                     ->    %y = MatMul(%h_bf16, %w) {precision="bf16"}
 //
 // Fusion then gives the Cast to the group computing %h, whose tile program stores bf16 (a GEMM
-// with a tile epilogue stores its rounded block, GemmArgs::c_half), and the reading GEMM widens
-// A's blocks as it packs them (GemmArgs::a_half): no separate cast kernel runs. Only values made
-// by an op that fuses the Cast (elementwise ops, MatMul, Gemm) are stored so,
-// also when views (Reshape, Flatten, ...) stand between them and the products, which then move
-// the half data; graph outputs, inputs and weights are not. Level 2, after AutoMixedPrecision and
-// PromoteHalf have marked the products.
+// with a tile epilogue stores its rounded block, GemmArgs::c_half; a norm's kernel its rows,
+// rule LayerNormalization+Cast), and the reading GEMM widens A's blocks as it packs them
+// (GemmArgs::a_half): no separate cast kernel runs. Only values made by an op that fuses the
+// Cast (elementwise ops, norms and softmax, MatMul, Gemm) are stored so, also when views (Reshape,
+// Flatten, ...) stand between them and the products, which then move the half data; graph outputs,
+// inputs and weights are not. Level 2, after AutoMixedPrecision and PromoteHalf have marked the
+// products.
 #include <map>
 
 #include "ir/ops/op_params.h"
@@ -23,12 +24,19 @@ namespace pto::passes {
 namespace {
 
 // Whether the kernel computing `n`'s output takes a Cast of it into its own store at no cost:
-// an elementwise op (its tile program stores half), a MatMul or Gemm (c_half). Not a row
-// reduction: a LayerNorm or Softmax alone runs on its own kernel (norm.cpp), which stores float,
-// and as a tile program with the Cast it measured 3x slower on GPT-2's LayerNorms.
-bool fuses_a_cast(const Node& n) {
-  if (!n.domain.empty() || n.outputs.size() != 1 || !n.def) return false;
-  return (n.def->is_elementwise() && !n.def->is_reduction()) || n.op == "MatMul" || n.op == "Gemm";
+// an elementwise op (its tile program stores half), a MatMul or Gemm (c_half), a norm or
+// softmax, which keeps the shape of its input (its row kernel stores half, norm.cpp, or its tile
+// program does; a norm without either leaves the Cast a kernel of its own: same values).
+bool fuses_a_cast(const Graph& g, const Node& n) {
+  if (!n.domain.empty() || n.outputs.empty() || !n.def) return false;
+  for (size_t o = 1; o < n.outputs.size(); ++o)
+    if (n.outputs[o] != kNoValue) return false;
+  if (n.def->is_reduction() && !n.inputs.empty() && n.inputs[0] != kNoValue) {
+    const std::optional<Shape>&x = g.value(n.inputs[0]).type.shape,
+          &y = g.value(n.outputs[0]).type.shape;
+    return x && y && *x == *y;
+  }
+  return n.outputs.size() == 1 && (n.def->is_elementwise() || n.op == "MatMul" || n.op == "Gemm");
 }
 
 using Uses = std::map<ValueId, std::vector<std::pair<int32_t, size_t>>>;
@@ -75,7 +83,7 @@ Graph store_half_operands(Graph g, const PassContext& ctx) {
   std::vector<Store> stores;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
-    if (!fuses_a_cast(n)) continue;
+    if (!fuses_a_cast(g, n)) continue;
     const ValueId v = n.outputs[0];
     const TensorType& t = g.value(v).type;
     if (v == kNoValue || t.dtype != DType::kF32 || !t.shape) continue;

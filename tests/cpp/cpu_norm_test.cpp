@@ -5,10 +5,12 @@
 // absolute (vector exp ~1 ulp, the float sum, one division; tiny probabilities carry the rounding
 // of x - max, about eps * |x - max| relative, which the absolute term covers). The norms
 // compute mean and variance in float against the reference's double: within 32 ulp relative
-// plus 32 ulp absolute for outputs of order 1.
+// plus 32 ulp absolute for outputs of order 1. Each also with the Casts around it (bf16/f16 in
+// and out, CpuNormCasts).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "cpu_reduce_test_util.h"
 
@@ -149,6 +151,145 @@ TEST(CpuGroupNorm, PerChannelAndPerGroupScale) {
       c18.attrs.set("num_groups", groups);
       expect_matches(c18, norm_tol());
     }
+}
+
+// ---- The norms with the Casts around them (fusion/node_casts.h) ----
+
+// `t` converted to `dtype` by the reference's Cast.
+Tensor cast_to(const Tensor& t, DType dtype) {
+  Graph g;
+  const ValueId x = g.add_input("x", {t.dtype(), to_shape(t.shape())}), y = g.add_value("y");
+  Attributes to;
+  to.set("to", static_cast<int64_t>(onnx_code(dtype)));
+  g.add_node("Cast", {x}, {y}, to, "cast");
+  g.add_output(y);
+  infer_types(g);
+  return reference::run(g, {t})[0];
+}
+
+// c's node (one output) reading input 0 in `in` through a Cast to float and giving its output
+// through a Cast to `out` (no Cast where that is float32); the feeds are c's, input 0 in `in`.
+Graph with_casts(const NodeCase& c, DType in, DType out, std::vector<Tensor>* feeds) {
+  Graph g;
+  auto cast = [&](ValueId x, DType dtype, const std::string& name) {
+    const ValueId y = g.add_value(name);
+    Attributes to;
+    to.set("to", static_cast<int64_t>(onnx_code(dtype)));
+    g.add_node("Cast", {x}, {y}, to, name);
+    return y;
+  };
+  std::vector<ValueId> ins;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const Tensor& t = c.inputs[i];
+    const std::string name = cat("in", i);
+    if (!t.defined()) {
+      ins.push_back(kNoValue);
+    } else if (i < c.constant.size() && c.constant[i]) {
+      ins.push_back(g.add_value(name));
+      g.set_initializer(ins.back(), t);
+    } else {
+      feeds->push_back(i == 0 ? cast_to(t, in) : t);
+      ins.push_back(g.add_input(name, {feeds->back().dtype(), to_shape(t.shape())}));
+      if (i == 0 && in != DType::kF32) ins.back() = cast(ins.back(), DType::kF32, "widen");
+    }
+  }
+  ValueId y = g.add_value("out");
+  g.add_node(c.op, ins, {y}, c.attrs, "node0", c.opset);
+  if (out != DType::kF32) y = cast(y, out, "narrow");
+  g.add_output(y);
+  infer_types(g);
+  return g;
+}
+
+// Each (in, out) pair of float32, bf16 and f16 with a half side: one kernel (rule
+// Cast+Op+Cast) on the CPU that matches the reference on the unfused graph to a unit of the half
+// type (the kernel's float result is within norm_tol of the reference's double one, and the two
+// may round to neighbouring half values), on every ISA, with F16C and without.
+void expect_casts_match(const NodeCase& c, Tol tol) {
+  const DType f = DType::kF32, b = DType::kBF16, h = DType::kF16;
+  for (auto [in, out] : {std::pair{b, b}, {h, h}, {b, f}, {f, b}, {h, f}, {f, h}, {b, h}}) {
+    SCOPED_TRACE(cat(describe(c), ", ", dtype_name(in), " -> ", dtype_name(out)));
+    std::vector<Tensor> feeds;
+    Graph g = with_casts(c, in, out, &feeds);
+    Executable exe = compile(g, {.level = 2});
+    ASSERT_EQ(exe.num_steps(), 1u);
+    EXPECT_EQ(exe.step(0).backend, "cpu");
+    EXPECT_EQ(exe.step(0).rule, cat(in != f ? "Cast+" : "", c.op, out != f ? "+Cast" : ""));
+    const double unit = in == h || out == h ? 0x1p-10 : 0x1p-7;
+    for (bool f16c : {true, false}) {  // f16 converted by F16C, and without it
+      std::optional<cpu::ExtScope> off;
+      if (!f16c) off.emplace(cpu::Ext::kF16c);
+      expect_runs_match(g, exe, feeds, {tol.rtol + unit, tol.atol + unit * 1e-3});
+    }
+  }
+}
+
+TEST(CpuNormCasts, SoftmaxRowsColumnsAndSpecials) {
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    // {300, 37}: rows through scratch in three pieces, the last one short.
+    for (const Dims& shape :
+         {Dims{3, 37}, Dims{300, 37}, Dims{12, 2, 129}, Dims{2, 5, 70}, Dims{1}})
+      for (int64_t axis : {int64_t{-1}, int64_t{0}}) {
+        NodeCase c{op, {random_f32(shape, 7, -6, 6)}, {}, 13};
+        c.attrs.set("axis", axis);
+        expect_casts_match(c, {8 * kUlp, 8 * kUlp});
+      }
+    Tensor x = random_f32({5, 37}, 9);
+    x.data<float>()[3] = NAN;
+    x.data<float>()[37 + 5] = INFINITY;
+    for (int64_t j = 0; j < 37; ++j) x.data<float>()[2 * 37 + j] = -INFINITY;
+    expect_casts_match({op, {x}, {}, 13}, {8 * kUlp, 8 * kUlp});
+  }
+}
+
+TEST(CpuNormCasts, LayerNormRowsAndTheReferenceForm) {
+  uint32_t seed = 300;
+  for (const Dims& shape : {Dims{7}, Dims{3, 37}, Dims{4, 1, 33}, Dims{128, 768}, Dims{2, 0, 5}}) {
+    const Dims norm = {shape.back()};
+    for (bool with_bias : {false, true}) {
+      NodeCase c{"LayerNormalization",
+                 {random_f32(shape, seed++, -2, 3), random_f32(norm, seed++),
+                  with_bias ? random_f32(norm, seed++) : Tensor()},
+                 {},
+                 17};
+      c.constant = {false, true, true};
+      c.attrs.set("epsilon", 1e-3);
+      expect_casts_match(c, norm_tol());
+    }
+  }
+  // A Scale that broadcasts over rows: the reference kernel at run time, through float32.
+  NodeCase c{"LayerNormalization", {random_f32({5, 64}, 3), random_f32({5, 64}, 4)}, {}, 17};
+  expect_casts_match(c, norm_tol());
+}
+
+TEST(CpuNormCasts, BatchInstanceAndGroupNorm) {
+  uint32_t seed = 400;
+  for (const Dims& shape : {Dims{2, 3, 5, 9}, Dims{1, 6, 17}}) {
+    const int64_t ch = shape[1];
+    NodeCase bn{
+        "BatchNormalization",
+        {random_f32(shape, seed++, -2, 3), random_f32({ch}, seed++), random_f32({ch}, seed++),
+         random_f32({ch}, seed++), random_f32({ch}, seed++, 0.1f, 2)},
+        {},
+        15};
+    bn.constant = {false, true, true, true, true};
+    expect_casts_match(bn, norm_tol());
+    NodeCase in{
+        "InstanceNormalization",
+        {random_f32(shape, seed++, -2, 3), random_f32({ch}, seed++), random_f32({ch}, seed++)},
+        {},
+        6};
+    in.constant = {false, true, true};
+    expect_casts_match(in, norm_tol());
+    NodeCase gn{
+        "GroupNormalization",
+        {random_f32(shape, seed++, -2, 3), random_f32({ch}, seed++), random_f32({ch}, seed++)},
+        {},
+        21};
+    gn.constant = {false, true, true};
+    gn.attrs.set("num_groups", int64_t{3});
+    expect_casts_match(gn, norm_tol());
+  }
 }
 
 }  // namespace

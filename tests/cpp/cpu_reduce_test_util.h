@@ -65,16 +65,12 @@ inline std::string describe(const NodeCase& c) {
   return s.str();
 }
 
-// Compares the CPU run with the reference on every ISA and 1 and 2 threads; expects node 0 to run
-// on `backend`. `scale` (optional, per output 0 element) widens the tolerance of sums.
-inline void expect_matches(const NodeCase& c, Tol tol, const std::vector<double>& scale = {},
-                           const std::string& backend = "cpu") {
-  SCOPED_TRACE(describe(c));
-  std::vector<Tensor> feeds;
-  Graph g = one_node(c, &feeds);
+// Compares the run of `exe` (compiled from g) with the reference's on every ISA and 1 and 2
+// threads. `scale` (optional, per output 0 element) widens the tolerance of sums.
+inline void expect_runs_match(const Graph& g, const Executable& exe,
+                              const std::vector<Tensor>& feeds, Tol tol,
+                              const std::vector<double>& scale = {}) {
   const std::vector<Tensor> want = reference::run(g, feeds);
-  Executable exe = compile(g, {.level = 0});
-  ASSERT_EQ(exe.node_backend(0), backend);
   for (cpu::Isa isa : cpu::supported_isas()) {
     cpu::IsaScope scope(isa);
     for (int threads : {1, 2}) {
@@ -102,6 +98,18 @@ inline void expect_matches(const NodeCase& c, Tol tol, const std::vector<double>
     }
   }
   set_num_threads(0);
+}
+
+// Compiles the one-node graph of `c` (level 0), expects node 0 to run on `backend` and compares
+// it with the reference (expect_runs_match).
+inline void expect_matches(const NodeCase& c, Tol tol, const std::vector<double>& scale = {},
+                           const std::string& backend = "cpu") {
+  SCOPED_TRACE(describe(c));
+  std::vector<Tensor> feeds;
+  Graph g = one_node(c, &feeds);
+  Executable exe = compile(g, {.level = 0});
+  ASSERT_EQ(exe.node_backend(0), backend);
+  expect_runs_match(g, exe, feeds, tol, scale);
 }
 
 // Uniform floats in [lo, hi) from a fixed seed.

@@ -387,6 +387,37 @@ TEST(Fusion, CastFromInt32JoinsAnElementwiseGroup) {
   EXPECT_EQ(exe.step(0).rule, "Elementwise");
 }
 
+// A norm with the Casts around it runs on its own kernel (rule Cast+LayerNormalization+Cast,
+// fusion/node_casts.h) only where the elementwise rule would have made a tile program of just
+// those: a norm with more elementwise work after it, or a norm whose output something else also
+// reads, stays in the tile program (its Cast too).
+TEST(Fusion, ANormTakesItsCastsOnlyWhenTheyAreAllThereIs) {
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kF32, to_shape({5, 37})});
+    ValueId y = g.add_value("y"), z = g.add_value("z");
+    Attributes to_bf16;
+    to_bf16.set("to", int64_t{16});
+    g.add_node("LayerNormalization", {x, constant(g, "scale", {37}, 140)}, {y}, {}, "norm", 17);
+    if (variant == 2) {
+      g.add_node("Mul", {y, y}, {z}, {}, "square");
+    } else {
+      g.add_node("Cast", {y}, {z}, to_bf16, "narrow");
+      if (variant == 1) g.add_output(y);
+    }
+    g.add_output(z);
+    Executable exe = compile(g, {.level = 2});
+    const std::vector<std::string> want = {"LayerNormalization+Cast", "Elementwise", "Elementwise"};
+    ASSERT_EQ(exe.num_steps(), 1u);
+    EXPECT_EQ(exe.step(0).rule, want[variant]);
+    const std::vector<Tensor> in = {random_tensor({5, 37}, 141)};
+    const std::vector<Tensor> got = exe.run(in), ref = reference::run(exe.graph(), in);
+    for (size_t o = 0; o < got.size(); ++o)  // a bf16 output may round the other way: 1 unit
+      expect_near(got[o], ref[o], 0x1p-7, cat("output ", o));
+  }
+}
+
 // A quantized residual add (what a QOperator QLinearAdd lowers to): both DequantizeLinears join
 // the add's group backward, so it reads the bytes; the next block's DequantizeLinear of its
 // output stays out (in its own reader's group), so no float copy is stored.

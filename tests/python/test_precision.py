@@ -113,6 +113,76 @@ def test_activations_only_products_read_are_stored_half(mlp, monkeypatch, dtype,
     assert torch.equal(got, f32_storage(x))
 
 
+class PreNorm(torch.nn.Module):
+    """A pre-norm block: LayerNorm read only by a Linear, a softmax read only by another, and a
+    GroupNorm (on its own kernel) read only by a third."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(96)
+        self.fc1 = torch.nn.Linear(96, 67)
+        self.fc2 = torch.nn.Linear(67, 40)
+        self.group = torch.nn.GroupNorm(4, 40)
+        self.fc3 = torch.nn.Linear(40, 17)
+
+    def forward(self, x):
+        h = torch.softmax(self.fc1(self.norm(x)), dim=-1)
+        return self.fc3(self.group(self.fc2(h)))
+
+
+@pytest.mark.parametrize("dtype,name", [(torch.bfloat16, "bf16"), (torch.float16, "f16")])
+def test_norm_outputs_only_products_read_are_stored_half(monkeypatch, tmp_path, dtype, name):
+    """StoreHalfOperands on norm and softmax outputs: the norm kernels store them in bf16 (f16)
+    themselves (rules LayerNormalization+Cast, Softmax+Cast, GroupNormalization+Cast, no cast
+    kernel of their own, also in a saved model), with results bit-identical to float32
+    storage."""
+    torch.manual_seed(0)
+    model, x = PreNorm().eval(), torch.randn(11, 96) * 3 + 1
+    fast = pypto.optimize(model, (x,), dtype=dtype)
+    fired = {k: v for r in fast.compiled.pass_report for k, v in r["fired"].items()}
+    assert fired.get("StoreHalfOperands/values") == 3, fired
+    rules = {s["rule"] for s in fast.compiled.steps}
+    assert {"LayerNormalization+Cast", "Softmax+Cast", "GroupNormalization+Cast"} <= rules, rules
+    steps = fast.compiled.steps
+    assert not any(s["op"] == "Cast" and len(s["nodes"]) == 1 for s in steps), steps
+    assert all(b == "cpu" for _, b in fast.compiled.node_backends)
+    got = fast(x)
+    pypto.save(fast, tmp_path / "m.pto")
+    assert torch.equal(pypto.load(tmp_path / "m.pto")(x), got)
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
+        eager = model(x)
+    np.testing.assert_allclose(got.double().numpy(), eager.double().numpy(),
+                               rtol=0.05 if name == "bf16" else 0.01, atol=0.05)
+    monkeypatch.setenv("PTO_DISABLE_PASSES", "StoreHalfOperands")
+    f32_storage = pypto.optimize(model, (x,), dtype=dtype)
+    assert not any(s["rule"].endswith("+Cast") for s in f32_storage.compiled.steps)
+    assert torch.equal(got, f32_storage(x))
+
+
+def test_gpt2_pre_norms_are_stored_bf16_bit_identically(monkeypatch):
+    """A small GPT-2 in bf16: each block's ln_1 and ln_2 (read only by the QKV and the first FFN
+    products) and its GELU are stored in bf16, ln_1/ln_2 by their norm kernels (but the first
+    ln_1, in the tile program of the embeddings' Add), as ln_f stores the bf16 output; the
+    results are bit-identical with StoreHalfOperands off."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=100, n_positions=32, n_embd=64, n_layer=2,
+                                      n_head=4, use_cache=False, bos_token_id=0,
+                                      eos_token_id=0)
+    model = transformers.GPT2Model(config).eval()
+    ids = torch.randint(0, 100, (2, 19))
+    fast = pypto.optimize(model, (ids,), dtype=torch.bfloat16)
+    fired = {k: v for r in fast.compiled.pass_report for k, v in r["fired"].items()}
+    assert fired.get("StoreHalfOperands/values") == 6, fired
+    rules = [s["rule"] for s in fast.compiled.steps]
+    assert rules.count("LayerNormalization+Cast") == 4, rules
+    got = fast(ids).last_hidden_state
+    monkeypatch.setenv("PTO_DISABLE_PASSES", "StoreHalfOperands")
+    f32_storage = pypto.optimize(model, (ids,), dtype=torch.bfloat16)
+    assert [s["rule"] for s in f32_storage.compiled.steps].count("LayerNormalization+Cast") == 1
+    assert torch.equal(got, f32_storage(ids).last_hidden_state)
+
+
 def test_onnx_export_of_a_half_stored_value_runs_on_onnx_runtime(mlp, tmp_path):
     """The stored value is a Cast(to=bfloat16) the Gemm reads (through Cast(to=float) in the
     file): ONNX Runtime computes the same values."""

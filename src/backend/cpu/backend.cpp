@@ -6,7 +6,9 @@
 //   + epilogue           applied to each output tile while it is in L1 (fusion/epilogue_chain.h);
 //   Elementwise group    one tile program (src/tile) run by TileKernel over cache-sized tiles;
 //   MatMul/Conv          the chain as a tile program the GEMM (or depthwise conv) runs on each
-//   + Elementwise        output block in cache.
+//   + Elementwise        output block in cache;
+//   Cast+Op+Cast         a norm's kernel reading its input in bf16/f16 and storing its output so
+//                        (Kernel::takes_casts, fusion/node_casts.h).
 #include <algorithm>
 #include <limits>
 
@@ -14,6 +16,7 @@
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/tile_kernel.h"
 #include "fusion/epilogue_chain.h"
+#include "fusion/node_casts.h"
 #include "pto/op_registry.h"
 #include "tile/lower.h"
 
@@ -170,6 +173,35 @@ class EpilogueKernel : public NodeKernel {
   int residual_slot_ = -1;
   std::vector<View> views_;
 };
+
+// A node with the Casts around it on a kernel that takes them: input 0 read where the widening
+// Cast reads it, the output stored in the narrowing Cast's type (FusedEpilogue::store).
+class CastsKernel : public NodeKernel {
+ public:
+  CastsKernel(const Graph& g, const KernelGroup& group, const fusion::NodeCasts& casts,
+              const Kernel* k)
+      : NodeKernel(g, group, casts.node, k) {
+    auto it = std::find(group.inputs.begin(), group.inputs.end(), casts.input);
+    PTO_CHECK(it != group.inputs.end()) << "cpu: the Casts' input is not a group input";
+    slots_[0] = static_cast<int>(it - group.inputs.begin());
+    epilogue_.store = casts.store;
+  }
+
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
+    KernelContext ctx{{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()}, &state_};
+    ctx.epilogue = &epilogue_;
+    return outputs_of(ctx);
+  }
+
+ private:
+  FusedEpilogue epilogue_;
+};
+
+// The kernel of a group of a node with its Casts, when it takes them.
+const Kernel* takes_casts(const Graph& g, const fusion::NodeCasts& casts) {
+  const Kernel* k = accepted(g, g.nodes()[casts.node]);
+  return k && k->takes_casts ? k : nullptr;
+}
 
 // A MatMul, Gemm or Conv followed by any elementwise chain: the chain as a tile program the GEMM
 // (or the depthwise conv) runs on each output block while it is in cache (Epilogue::tile).
@@ -390,6 +422,8 @@ class CpuBackend : public Backend {
     if (group.rule == "Elementwise") return lower_elementwise(g, group).has_value();
     if (group.rule.find("+Elementwise") != std::string::npos)
       return tile_epilogue_of(g, group).has_value();
+    if (auto casts = fusion::casts_of_group(g, group.nodes, group.anchor))
+      return takes_casts(g, *casts) != nullptr;
     auto chain = fusion::epilogue_of_group(g, group.nodes);
     Activation act;
     return chain && activation_from(chain->activation, act) &&
@@ -410,6 +444,8 @@ class CpuBackend : public Backend {
     if (auto program = tile_epilogue_of(g, group))
       return std::make_unique<TileEpilogueKernel>(
           g, group, group.anchor, accepted(g, g.nodes()[group.anchor]), std::move(*program));
+    if (auto casts = fusion::casts_of_group(g, group.nodes, group.anchor))
+      return std::make_unique<CastsKernel>(g, group, *casts, takes_casts(g, *casts));
     auto chain = fusion::epilogue_of_group(g, group.nodes);
     PTO_CHECK(chain) << "cpu: compile of an unsupported group";
     return std::make_unique<EpilogueKernel>(g, group, *chain,

@@ -52,8 +52,8 @@ struct FusedEpilogue {
   const TileKernel* tile = nullptr;
   std::vector<Tensor> tile_inputs;
   mutable std::vector<EpilogueOperand> tile_operands;
-  // The dtype the result is stored in: bf16 or f16 when the group ends in a Cast (MatMul/Gemm
-  // only: GemmArgs::c_half), else float32.
+  // The dtype the result is stored in: bf16 or f16 when the group ends in a Cast (MatMul/Gemm:
+  // GemmArgs::c_half; a kernel that takes_casts), else float32.
   DType store = DType::kF32;
 };
 
@@ -81,6 +81,10 @@ struct Kernel {
   // run() hands some forms it only sees at run time (unusual input shapes) to the reference
   // kernel: said in the op coverage (pto ops, docs/op_coverage.md).
   bool reference_at_run_time = false;
+  // run() also runs the node with the Casts around it (fusion/node_casts.h, rule
+  // "Cast+LayerNormalization+Cast"): input 0 in bf16 or f16 where the widening Cast read it, and
+  // its output stored in KernelContext::epilogue->store, computing in float32 between (norm.cpp).
+  bool takes_casts = false;
   // For a prepare() that copies constant inputs into its state (a weight packed into GEMM
   // panels): the node inputs run() then never reads, so the runtime may release the originals
   // and pass tensors without data in their place; the bytes the copies hold; and one original

@@ -3,10 +3,17 @@
 // by one thread (its mean, variance, then one pass writing (x - mean) * a + b). Parameter shapes
 // the fast path does not cover (broadcast Scale, BatchNormalization's per-element form before
 // opset 9) are left to the reference kernel at run time, which also raises the shape errors.
+//
+// Each also takes the Casts around its node (Kernel::takes_casts): X in bf16 or f16 and Y stored
+// in bf16 or f16, computing in float32 between; half rows are converted through per-thread
+// scratch while they are in cache, float32 ones used in place.
 #include <cmath>
+#include <cstring>
 
+#include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/reduce_kernels.h"
+#include "backend/cpu/scratch.h"
 #include "ir/ops/op_params.h"
 #include "pto/parallel.h"
 
@@ -16,6 +23,79 @@ namespace {
 int opset_of(const Node& n) {
   return n.opset > 0 ? n.opset : 1 << 30;
 }  // 0: the newest
+
+// ---- float32, bf16 or f16 data, computed in float32 ----
+
+// y[i] = float(t[off + i]), i < n.
+void load_f32(const Tensor& t, int64_t off, int64_t n, float* y) {
+  if (n == 0) return;
+  const auto* h = static_cast<const uint16_t*>(t.raw_data()) + off;
+  switch (t.dtype()) {
+    case DType::kF32:
+      std::memcpy(y, t.data<float>() + off, static_cast<size_t>(n) * 4);
+      break;
+    case DType::kBF16:
+      bf16_to_f32(h, y, n);
+      break;
+    default:
+      f16_to_f32(h, y, n);
+  }
+}
+
+// t[off + i] = y[i] rounded to t's type, i < n.
+void store_f32(const float* y, const Tensor& t, int64_t off, int64_t n) {
+  if (n == 0) return;
+  auto* h = static_cast<uint16_t*>(t.raw_data()) + off;
+  switch (t.dtype()) {
+    case DType::kF32:
+      std::memcpy(t.data<float>() + off, y, static_cast<size_t>(n) * 4);
+      break;
+    case DType::kBF16:
+      f32_to_bf16(y, h, n);
+      break;
+    default:
+      f32_to_f16(y, h, n);
+  }
+}
+
+// n values of t from element `off` as float32: in place, or widened into scratch `slot`.
+const float* read_f32(const Tensor& t, int64_t off, int64_t n, int slot) {
+  if (t.dtype() == DType::kF32) return t.data<float>() + off;
+  float* buf = scratch_as<float>(static_cast<size_t>(n), slot);
+  load_f32(t, off, n, buf);
+  return buf;
+}
+
+// Where to compute n float32 values of t from `off`: in place, or scratch `slot`, which
+// write_back then rounds into t.
+float* out_f32(const Tensor& t, int64_t off, int64_t n, int slot) {
+  return t.dtype() == DType::kF32 ? t.data<float>() + off
+                                  : scratch_as<float>(static_cast<size_t>(n), slot);
+}
+void write_back(const float* y, const Tensor& t, int64_t off, int64_t n) {
+  if (t.dtype() != DType::kF32) store_f32(y, t, off, n);
+}
+
+// The output's type: float32, or what the Cast after the node makes (a fused group).
+DType out_dtype(const KernelContext& c) {
+  return c.epilogue ? c.epilogue->store : DType::kF32;
+}
+
+// The reference kernel on the node as the graph has it: input 0 widened back to float32 and the
+// output stored as the fused Cast asks (for the forms the fast paths leave to it).
+std::vector<Tensor> reference_f32(const KernelContext& c) {
+  if (!c.epilogue) return run_reference(c);
+  KernelContext f = c;
+  f.epilogue = nullptr;
+  const Tensor& x = c.input(0);
+  f.inputs[0] = Tensor::empty(DType::kF32, x.shape());
+  load_f32(x, 0, x.numel(), f.inputs[0].data<float>());
+  std::vector<Tensor> out = run_reference(f);
+  Tensor y = Tensor::empty(out_dtype(c), out[0].shape());
+  store_f32(out[0].data<float>(), y, 0, y.numel());
+  out[0] = y;
+  return out;
+}
 
 // True when every given input is float32 (missing optional inputs are fine).
 bool all_f32(const NodeInfo& n) {
@@ -46,16 +126,22 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
       throw ValueError(
           cat(c.where(), ": axis ", params::softmax_axis(c.node), " out of range for ", x.str()));
   }
-  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  Tensor y = Tensor::empty(out_dtype(c), x.shape());
   if (x.numel() == 0) return {y};
   int64_t outer = 1, len = 1, inner = 1;
   for (int64_t k = 0; k < rank; ++k)
     (k < axis ? outer : per_axis && k > axis ? inner : len) *= x.dim(k);
-  const float* xp = x.data<float>();
-  float* yp = y.data<float>();
+  const bool f32 = x.dtype() == DType::kF32 && y.dtype() == DType::kF32;
   if (inner == 1) {
+    // Half rows go through scratch a few at a time, in L1 (all of them at once in place).
+    const int64_t piece = f32 ? outer : std::max<int64_t>(1, 4096 / len);
     parallel_for(0, outer, std::max<int64_t>(1, kParallelGrain / len), [&](int64_t r0, int64_t r1) {
-      PTO_ISA_DISPATCH(softmax_rows, xp + r0 * len, yp + r0 * len, r1 - r0, len, log);
+      for (int64_t r = r0; r < r1; r += piece) {
+        const int64_t off = r * len, n = std::min(piece, r1 - r) * len;
+        float* yr = out_f32(y, off, n, 1);
+        PTO_ISA_DISPATCH(softmax_rows, read_f32(x, off, n, 0), yr, n / len, len, log);
+        write_back(yr, y, off, n);
+      }
     });
     return {y};
   }
@@ -63,9 +149,19 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / (len * block));
   parallel_for(0, outer * blocks, grain, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t o = t / blocks, i0 = t % blocks * block;
-      PTO_ISA_DISPATCH(softmax_columns, xp + o * len * inner, yp + o * len * inner, len, inner, i0,
-                       std::min(inner, i0 + block), log);
+      const int64_t o = t / blocks, i0 = t % blocks * block, i1 = std::min(inner, i0 + block);
+      if (f32) {
+        PTO_ISA_DISPATCH(softmax_columns, x.data<float>() + o * len * inner,
+                         y.data<float>() + o * len * inner, len, inner, i0, i1, log);
+        continue;
+      }
+      // The len x (i1 - i0) block gathered as float32, normalized there and scattered back.
+      const int64_t w = i1 - i0;
+      float *xs = scratch_as<float>(static_cast<size_t>(len * w), 0),
+            *ys = scratch_as<float>(static_cast<size_t>(len * w), 1);
+      for (int64_t l = 0; l < len; ++l) load_f32(x, (o * len + l) * inner + i0, w, xs + l * w);
+      PTO_ISA_DISPATCH(softmax_columns, xs, ys, len, w, 0, w, log);
+      for (int64_t l = 0; l < len; ++l) store_f32(ys + l * w, y, (o * len + l) * inner + i0, w);
     }
   });
   return {y};
@@ -88,7 +184,7 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
   const int64_t axis = normalize_axis(p.axis, x.rank(), c.where());
   if (!is_normalized_shape(c.input(1), x, axis) ||
       (c.has_input(2) && !is_normalized_shape(c.input(2), x, axis)))
-    return run_reference(c);
+    return reference_f32(c);
   const auto eps = static_cast<float>(p.epsilon);
   int64_t rows = 1, n = 1;
   Dims stat_shape = x.shape();
@@ -96,13 +192,12 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
     (k < axis ? rows : n) *= x.dim(k);
     if (k >= axis) stat_shape[k] = 1;
   }
-  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  Tensor y = Tensor::empty(out_dtype(c), x.shape());
   Tensor mean = Tensor::empty(DType::kF32, stat_shape),
          inv_std = Tensor::empty(DType::kF32, stat_shape);
-  const float* xp = x.data<float>();
   const float* scale = c.input(1).data<float>();
   const float* bias = c.has_input(2) ? c.input(2).data<float>() : nullptr;
-  float *yp = y.data<float>(), *mp = mean.data<float>(), *ip = inv_std.data<float>();
+  float *mp = mean.data<float>(), *ip = inv_std.data<float>();
   parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
                [&](int64_t r0, int64_t r1) {
                  for (int64_t r = r0; r < r1; ++r) {
@@ -111,11 +206,13 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
                      continue;
                    }
                    float shift, m, var;
-                   PTO_ISA_DISPATCH(moments, xp + r * n, n, &shift, &m, &var);
+                   const float* xr = read_f32(x, r * n, n, 0);
+                   float* yr = out_f32(y, r * n, n, 1);
+                   PTO_ISA_DISPATCH(moments, xr, n, &shift, &m, &var);
                    mp[r] = shift + m;
                    ip[r] = 1.0f / std::sqrt(var + eps);
-                   PTO_ISA_DISPATCH(normalize_affine, xp + r * n, yp + r * n, n, shift, m, ip[r],
-                                    scale, bias);
+                   PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, shift, m, ip[r], scale, bias);
+                   write_back(yr, y, r * n, n);
                  }
                });
   std::vector<Tensor> out = {y, mean, inv_std};
@@ -133,34 +230,36 @@ bool accepts_layer_norm(const NodeInfo& n) {
 // ---- BatchNormalization (inference), InstanceNormalization, GroupNormalization ----
 
 // y = (x - mean[c]) * a[c] + b[c] over N * C planes of `size` elements.
-void normalize_planes(const float* x, float* y, int64_t planes, int64_t channels, int64_t size,
-                      const float* mean, const float* a, const float* b) {
+void normalize_planes(const Tensor& x, const Tensor& y, int64_t planes, int64_t channels,
+                      int64_t size, const float* mean, const float* a, const float* b) {
   parallel_for(0, planes, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(size, 1)),
                [&](int64_t p0, int64_t p1) {
                  for (int64_t p = p0; p < p1; ++p) {
                    const int64_t ch = p % channels;
-                   PTO_ISA_DISPATCH(normalize, x + p * size, y + p * size, size, mean[ch], 0.0f,
-                                    a[ch], b[ch]);
+                   float* yp = out_f32(y, p * size, size, 1);
+                   PTO_ISA_DISPATCH(normalize, read_f32(x, p * size, size, 0), yp, size, mean[ch],
+                                    0.0f, a[ch], b[ch]);
+                   write_back(yp, y, p * size, size);
                  }
                });
 }
 
 std::vector<Tensor> run_batch_norm(const KernelContext& c) {
   const Tensor& x = c.input(0);
-  if (x.rank() < 2) return run_reference(c);
+  if (x.rank() < 2) return reference_f32(c);
   const int64_t channels = x.dim(1);
   for (size_t i = 1; i <= 4; ++i)
-    if (!per_channel(c.input(i), channels)) return run_reference(c);
+    if (!per_channel(c.input(i), channels)) return reference_f32(c);
   const double eps = c.node.attr_float("epsilon");
   const float *scale = c.input(1).data<float>(), *var = c.input(4).data<float>();
   std::vector<float> a(static_cast<size_t>(channels));
   for (int64_t k = 0; k < channels; ++k)
     a[k] = static_cast<float>(scale[k] / std::sqrt(static_cast<double>(var[k]) + eps));
-  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  Tensor y = Tensor::empty(out_dtype(c), x.shape());
   if (x.numel() == 0) return {y};
   const int64_t planes = x.dim(0) * channels;
-  normalize_planes(x.data<float>(), y.data<float>(), planes, channels, x.numel() / planes,
-                   c.input(3).data<float>(), a.data(), c.input(2).data<float>());
+  normalize_planes(x, y, planes, channels, x.numel() / planes, c.input(3).data<float>(), a.data(),
+                   c.input(2).data<float>());
   return {y};
 }
 
@@ -176,24 +275,24 @@ std::vector<Tensor> normalize_groups(const KernelContext& c, int64_t groups, boo
   const Tensor& x = c.input(0);
   const int64_t channels = x.dim(1);
   const float eps = static_cast<float>(c.node.attr_float("epsilon"));
-  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  Tensor y = Tensor::empty(out_dtype(c), x.shape());
   if (x.numel() == 0) return {y};
   const int64_t count = x.dim(0) * groups, per = channels / groups;
   const int64_t spatial = x.numel() / (x.dim(0) * channels), size = per * spatial;
-  const float *xp = x.data<float>(), *scale = c.input(1).data<float>(),
-              *bias = c.input(2).data<float>();
-  float* yp = y.data<float>();
+  const float *scale = c.input(1).data<float>(), *bias = c.input(2).data<float>();
   parallel_for(0, count, std::max<int64_t>(1, kParallelGrain / size), [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       float shift, mean, var;
-      PTO_ISA_DISPATCH(moments, xp + g * size, size, &shift, &mean, &var);
+      const float* xg = read_f32(x, g * size, size, 0);
+      float* yg = out_f32(y, g * size, size, 1);
+      PTO_ISA_DISPATCH(moments, xg, size, &shift, &mean, &var);
       const float inv = 1.0f / std::sqrt(var + eps);
       for (int64_t k = 0; k < per; ++k) {
         const int64_t p = per_group ? g % groups : g % groups * per + k;
-        const int64_t off = g * size + k * spatial;
-        PTO_ISA_DISPATCH(normalize, xp + off, yp + off, spatial, shift, mean, scale[p] * inv,
-                         bias[p]);
+        PTO_ISA_DISPATCH(normalize, xg + k * spatial, yg + k * spatial, spatial, shift, mean,
+                         scale[p] * inv, bias[p]);
       }
+      write_back(yg, y, g * size, size);
     }
   });
   return {y};
@@ -202,14 +301,14 @@ std::vector<Tensor> normalize_groups(const KernelContext& c, int64_t groups, boo
 std::vector<Tensor> run_instance_norm(const KernelContext& c) {
   const Tensor& x = c.input(0);
   if (x.rank() < 2 || !per_channel(c.input(1), x.dim(1)) || !per_channel(c.input(2), x.dim(1)))
-    return run_reference(c);
+    return reference_f32(c);
   return normalize_groups(c, x.dim(1), false);
 }
 
 std::vector<Tensor> run_group_norm(const KernelContext& c) {
   const Tensor& x = c.input(0);
   const int64_t groups = c.attrs().get_int("num_groups");
-  if (x.rank() < 2 || groups < 1 || x.dim(1) % groups != 0) return run_reference(c);
+  if (x.rank() < 2 || groups < 1 || x.dim(1) % groups != 0) return reference_f32(c);
   const int64_t channels = x.dim(1);
   if (per_channel(c.input(1), channels) && per_channel(c.input(2), channels) &&
       c.input(1).rank() == 1 && c.input(2).rank() == 1)
@@ -217,7 +316,7 @@ std::vector<Tensor> run_group_norm(const KernelContext& c) {
   const bool per_group = opset_of(c.node) < 21 && c.input(1).rank() == 1 &&
                          c.input(2).rank() == 1 && c.input(1).numel() == groups &&
                          c.input(2).numel() == groups;
-  return per_group ? normalize_groups(c, groups, true) : run_reference(c);
+  return per_group ? normalize_groups(c, groups, true) : reference_f32(c);
 }
 
 }  // namespace
@@ -226,15 +325,18 @@ void register_norm_kernels(KernelRegistry& r) {
   for (bool log : {false, true})
     r.add(log ? "LogSoftmax" : "Softmax",
           {.accepts = [](const NodeInfo& n) { return n.dtype(0) == DType::kF32; },
-           .run = [log](const KernelContext& c) { return run_softmax(c, log); }});
-  r.add("LayerNormalization",
-        {.accepts = accepts_layer_norm, .run = run_layer_norm, .reference_at_run_time = true});
-  r.add("BatchNormalization",
-        {.accepts = accepts_batch_norm, .run = run_batch_norm, .reference_at_run_time = true});
-  r.add("InstanceNormalization",
-        {.accepts = all_f32, .run = run_instance_norm, .reference_at_run_time = true});
-  r.add("GroupNormalization",
-        {.accepts = all_f32, .run = run_group_norm, .reference_at_run_time = true});
+           .run = [log](const KernelContext& c) { return run_softmax(c, log); },
+           .takes_casts = true});
+  // The norms: parameter shapes the fast path does not cover go to the reference at run time.
+  const std::pair<const char*, Kernel> norms[] = {
+      {"LayerNormalization", {.accepts = accepts_layer_norm, .run = run_layer_norm}},
+      {"BatchNormalization", {.accepts = accepts_batch_norm, .run = run_batch_norm}},
+      {"InstanceNormalization", {.accepts = all_f32, .run = run_instance_norm}},
+      {"GroupNormalization", {.accepts = all_f32, .run = run_group_norm}}};
+  for (auto [op, k] : norms) {
+    k.reference_at_run_time = k.takes_casts = true;
+    r.add(op, std::move(k));
+  }
 }
 
 }  // namespace pto::cpu
