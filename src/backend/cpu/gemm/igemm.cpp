@@ -175,9 +175,8 @@ void convert(const IgemmArgs& g, const int32_t* acc, int64_t lda, int64_t i0, in
   r.mult_per_col = g.mult_per_col;
   r.y_zp = g.y_zp;
   r.c_signed = g.c_signed;
-  for (int64_t i = 0; i < m; ++i)
-    PTO_ISA_DISPATCH(igemm_requantize, r, acc + i * lda, n,
-                     static_cast<uint8_t*>(g.c) + (i0 + i) * g.ldc + j0);
+  PTO_ISA_DISPATCH(igemm_requantize, r, acc, lda, m, n,
+                   static_cast<uint8_t*>(g.c) + i0 * g.ldc + j0, g.ldc);
 }
 
 constexpr int64_t kNC = 256;  // columns of C per block (int32, stays in L2 across K slices)

@@ -324,14 +324,18 @@ void requantize_vec(const IgemmRequant& r, const int32_t* acc, int64_t n, T* y) 
 }
 #endif
 
+// m rows of n columns (acc rows lda apart, y rows ldy apart), the variant chosen once.
 template <class T>
-void requantize_typed(const IgemmRequant& r, const int32_t* acc, int64_t n, T* y) {
+void requantize_typed(const IgemmRequant& r, const int32_t* acc, int64_t lda, int64_t m, int64_t n,
+                      T* y, int64_t ldy) {
   auto run = [&]<bool kPerCol, bool kBias>() {
+    for (int64_t i = 0; i < m; ++i) {
 #if defined(PTO_ISA_AVX512)
-    requantize_vec<T, kPerCol, kBias>(r, acc, n, y);
+      requantize_vec<T, kPerCol, kBias>(r, acc + i * lda, n, y + i * ldy);
 #else
-    requantize_loop<T, kPerCol, kBias>(r, acc, n, y);
+      requantize_loop<T, kPerCol, kBias>(r, acc + i * lda, n, y + i * ldy);
 #endif
+    }
   };
   if (r.mult_per_col)
     r.bias ? run.template operator()<true, true>() : run.template operator()<true, false>();
@@ -341,11 +345,12 @@ void requantize_typed(const IgemmRequant& r, const int32_t* acc, int64_t n, T* y
 
 }  // namespace
 
-void igemm_requantize(const IgemmRequant& r, const int32_t* acc, int64_t n, void* y) {
+void igemm_requantize(const IgemmRequant& r, const int32_t* acc, int64_t lda, int64_t m, int64_t n,
+                      void* y, int64_t ldy) {
   if (r.c_signed)
-    requantize_typed(r, acc, n, static_cast<int8_t*>(y));
+    requantize_typed(r, acc, lda, m, n, static_cast<int8_t*>(y), ldy);
   else
-    requantize_typed(r, acc, n, static_cast<uint8_t*>(y));
+    requantize_typed(r, acc, lda, m, n, static_cast<uint8_t*>(y), ldy);
 }
 
 void igemm_block(int64_t* mr, int64_t* nr) {

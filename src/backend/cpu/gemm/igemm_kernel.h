@@ -46,7 +46,9 @@ struct IgemmRequant {
 PTO_ISA_DECLARE(
     // The micro-kernel's register block: MR rows by NR columns of C (NR a multiple of 16).
     void igemm_block(int64_t* mr, int64_t* nr); void igemm_macro(const IgemmBlock& blk);
-    // n columns of one row (the parameters' pointers at the row's first column).
-    void igemm_requantize(const IgemmRequant& r, const int32_t* acc, int64_t n, void* y);)
+    // m rows of n columns, acc's rows lda int32s apart, y's ldy bytes apart (the parameters'
+    // pointers at the first column).
+    void igemm_requantize(const IgemmRequant& r, const int32_t* acc, int64_t lda, int64_t m,
+                          int64_t n, void* y, int64_t ldy);)
 
 }  // namespace pto::cpu
