@@ -14,6 +14,7 @@
 
 #include "backend/cpu/attention_plan.h"
 #include "cpu_reduce_test_util.h"
+#include "env_guard.h"
 
 namespace pto::testing {
 namespace {
@@ -200,27 +201,13 @@ TEST(CpuAttention, LargeScoresRescaleOften) {
       attention_tol());
 }
 
-// Sets an environment variable for its lifetime.
-class EnvSetting {
- public:
-  EnvSetting(const char* name, const std::string& value) : name_(name) {
-    setenv(name, value.c_str(), 1);
-  }
-  ~EnvSetting() { unsetenv(name_); }
-  EnvSetting(const EnvSetting&) = delete;
-  EnvSetting& operator=(const EnvSetting&) = delete;
-
- private:
-  const char* name_;
-};
-
 TEST(CpuAttention, EveryTileChoiceAgrees) {
   const Tensor q = random_f32({2, 4, 77, 40}, 500, -2, 2),
                k = random_f32({2, 2, 301, 40}, 501, -2, 2), v = random_f32({2, 2, 301, 24}, 502);
   const Tensor mask = random_bool({2, 1, 77, 301}, 503, 0.6);
   for (const char* tiles : {"1,1", "1,301", "3,5", "7,64", "77,1024", "200,2000", "0,17", "13,0"}) {
     SCOPED_TRACE(tiles);
-    const EnvSetting env("PTO_ATTENTION_TILES", tiles);
+    const EnvGuard env("PTO_ATTENTION_TILES", tiles);
     expect_matches(attention({q, k, v}), attention_tol());
     expect_matches(attention({q, k, v, mask}, true), attention_tol());
   }
