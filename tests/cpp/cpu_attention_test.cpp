@@ -219,16 +219,18 @@ TEST(CpuAttention, PlanFitsL2AndScratchIsLinear) {
   cache.l2 = 1 << 20;
   cache.l3 = 32 << 20;
   const int64_t nr = 64;
-  // The sizes of the plan's derivation (docs/fusion.md): 128 task rows, 512 keys per chunk at
-  // D = 64 and 256 at D = 128, both within 0.6 of L2.
+  // The sizes of the plan's derivation (attention_plan.cpp, docs/fusion.md): 256 task rows and
+  // 512 keys per chunk at D = 64, 256 keys at D = 128 (4 heads of the group x 64 positions),
+  // both within L2; causal at most a quarter of the queries per task.
   const cpu::AttentionPlan d64 = cpu::plan_attention({1, 12, 12, 2048, 2048, 64, 64}, 2, cache, nr);
-  EXPECT_EQ(d64.task_rows, 128);
+  EXPECT_EQ(d64.task_rows, 256);
   EXPECT_EQ(d64.block, 512);
   const cpu::AttentionPlan d128 =
       cpu::plan_attention({1, 32, 8, 2048, 2048, 128, 128}, 2, cache, nr);
-  EXPECT_EQ(d128.task_rows, 128);  // 4 heads of the group x 32 positions
-  EXPECT_EQ(d128.rows, 32);
+  EXPECT_EQ(d128.task_rows, 256);
+  EXPECT_EQ(d128.rows, 64);
   EXPECT_EQ(d128.block, 256);
+  EXPECT_EQ(cpu::plan_attention({1, 12, 12, 512, 512, 64, 64, true}, 2, cache, nr).rows, 128);
   // Short sequences: the chunk does not outgrow the keys; few tasks: fewer rows per task.
   EXPECT_EQ(cpu::plan_attention({1, 1, 1, 100, 100, 64, 64}, 1, cache, nr).block, 100);
   EXPECT_EQ(cpu::plan_attention({1, 1, 1, 512, 512, 64, 64}, 2, cache, nr).tasks, 4);

@@ -175,7 +175,7 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
     std::fill_n(y.data<float>(), y.numel(), 0.0f);
     return {y};
   }
-  const AttentionShape shape{B, H, Hkv, Sq, L, D, Dv};
+  const AttentionShape shape{B, H, Hkv, Sq, L, D, Dv, causal};
   const std::optional<AttentionTiles> tiles = tiles_from_env();
   const int64_t nr = packed_b_floats(1, 1);  // one register panel's width
   const AttentionPlan plan =

@@ -29,15 +29,16 @@ struct AttentionPlan {
 
 struct AttentionShape {
   int64_t batch = 1, heads = 1, kv_heads = 1, queries = 1, keys = 1, d = 1, dv = 1;
+  bool causal = false;
 };
 
 // The plan for `s` on `threads` threads, with GEMM register panels `nr` columns wide (packed
-// chunks are whole panels). Without `override`: task rows about 128 (each packed K and V value
-// then feeds >= 256 flops), fewer when that leaves under two tasks per thread; the chunk the
+// chunks are whole panels). Without `override`: task rows about 256 (each packed K and V value
+// then feeds >= 512 flops), causal at most a quarter of the queries per head (a task computes its
+// diagonal chunks whole), fewer when that leaves under two tasks per thread; the chunk the
 // largest power of two in [64, 1024] (and not beyond the keys) whose working set (scores, packed
-// K and V chunks, the task's Q, O and P V rows) stays within 0.6 of L2, the rows halved while even
-// 64 keys do not fit. An override's nonzero fields replace the choice (clamped to [1, Sq] and
-// [1, L]).
+// K and V chunks, the task's Q, O and P V rows) fits in L2, the rows halved while even 64 keys do
+// not fit. An override's nonzero fields replace the choice (clamped to [1, Sq] and [1, L]).
 AttentionPlan plan_attention(const AttentionShape& s, int threads, const CacheModel& cache,
                              int64_t nr, const AttentionTiles* override = nullptr);
 
