@@ -2,11 +2,19 @@
 // threads: query blocks that do not divide the sequence, grouped heads, float and boolean masks
 // broadcast over batch, heads or rows, causal masking with more keys than queries, fully masked
 // rows (zeros), and the forms the fast path leaves to the reference (3-D inputs, a KV cache, a
-// mask shorter than the keys) giving the same answers.
+// mask shorter than the keys) giving the same answers. The flash-style kernel's seams: lengths
+// around its task rows and key chunks, padding and causal spans that skip chunks, scores large
+// enough that the running max moves at almost every chunk, head sizes off the register panels,
+// every tile choice (PTO_ATTENTION_TILES), and plan_attention's sizes (linear scratch).
 //
 // Tolerance: two float GEMMs of length D and L around a float softmax, against the reference's
-// double: 64 ulp relative plus 64 ulp absolute for outputs of order 1.
+// double: 64 ulp relative plus 64 ulp absolute for outputs of order 1. The online softmax's
+// rescaling (one rounding of exp(m_old - m_new) and one multiply per chunk) stays within it.
+#include <cstdlib>
+
+#include "backend/cpu/attention_plan.h"
 #include "cpu_reduce_test_util.h"
+#include "env_guard.h"
 
 namespace pto::testing {
 namespace {
@@ -89,6 +97,158 @@ TEST(CpuAttention, FormsLeftToTheReference) {
   cache.num_outputs = 3;
   expect_matches(cache, attention_tol(), {}, "reference");  // declined at compile time
   expect_matches(attention({q, k, v, random_f32({3, 2}, 39)}), attention_tol());
+}
+
+TEST(CpuAttention, LengthsAroundTilesAndChunks) {
+  uint32_t seed = 100;
+  for (const int64_t n : {1, 7, 63, 64, 65, 129, 511, 512, 513, 1000}) {
+    SCOPED_TRACE(::testing::Message() << "length " << n);
+    // D = 32 keeps the planned chunk at 512 keys on a 1 MiB L2 (513 takes two chunks).
+    const int64_t B = 2, H = 1, D = 32;
+    const Tensor q = random_f32({B, H, n, D}, seed++, -1, 1);
+    const Tensor k = random_f32({B, H, n, D}, seed++, -1, 1);
+    const Tensor v = random_f32({B, H, n, D}, seed++);
+    // Batch 1 padded: its last third of keys masked (chunks past the span are skipped).
+    Tensor pad = Tensor::empty(DType::kBool, {B, 1, 1, n});
+    for (int64_t j = 0; j < n; ++j) {
+      pad.data<bool>()[j] = true;
+      pad.data<bool>()[n + j] = j < n - n / 3;
+    }
+    expect_matches(attention({q, k, v}), attention_tol());
+    expect_matches(attention({q, k, v}, true), attention_tol());
+    expect_matches(attention({q, k, v, pad}, true), attention_tol());
+    if (n < 500) {
+      expect_matches(attention({q, k, v, pad}), attention_tol());
+      expect_matches(attention({q, k, v, random_f32({n, n}, seed++, -2, 0)}), attention_tol());
+    }
+  }
+}
+
+TEST(CpuAttention, GroupedHeadsAndHeadSizes) {
+  uint32_t seed = 200;
+  for (const int64_t g : {1, 2, 4, 8})
+    for (const int64_t hkv : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "group " << g << " kv heads " << hkv);
+      const Tensor q = random_f32({1, g * hkv, 65, 32}, seed++, -2, 2);
+      const Tensor k = random_f32({1, hkv, 129, 32}, seed++, -2, 2);
+      const Tensor v = random_f32({1, hkv, 129, 24}, seed++);
+      expect_matches(attention({q, k, v}), attention_tol());
+      expect_matches(attention({q, k, v, random_bool({65, 129}, seed++)}, true), attention_tol());
+    }
+  for (const auto& [d, dv] : {std::pair<int64_t, int64_t>{8, 8},
+                              {64, 64},
+                              {80, 80},
+                              {128, 128},
+                              {80, 48},
+                              {8, 128},
+                              {128, 8}}) {
+    SCOPED_TRACE(::testing::Message() << "d " << d << " dv " << dv);
+    const Tensor q = random_f32({1, 1, 70, d}, seed++, -1, 1);
+    const Tensor k = random_f32({1, 1, 300, d}, seed++, -1, 1);
+    const Tensor v = random_f32({1, 1, 300, dv}, seed++);
+    expect_matches(attention({q, k, v}), attention_tol());
+    expect_matches(attention({q, k, v}, true), attention_tol());
+  }
+}
+
+TEST(CpuAttention, CausalSpansAndFullyMaskedRows) {
+  uint32_t seed = 300;
+  // Causal (top-left) with fewer queries than keys and more: only the first keys are seen, or
+  // the late rows see every key.
+  for (const auto& [sq, l] : {std::pair<int64_t, int64_t>{5, 700}, {700, 5}, {300, 1100}}) {
+    SCOPED_TRACE(::testing::Message() << "q " << sq << " l " << l);
+    const Tensor q = random_f32({1, 2, sq, 16}, seed++, -2, 2);
+    const Tensor k = random_f32({1, 2, l, 16}, seed++, -2, 2);
+    const Tensor v = random_f32({1, 2, l, 16}, seed++);
+    expect_matches(attention({q, k, v}, true), attention_tol());
+    expect_matches(attention({q, k, v, random_bool({1, 1, 1, l}, seed++, 0.9)}, true),
+                   attention_tol());
+  }
+  // Rows with no visible key give zeros: every row of one head, some rows of another, keys
+  // visible only in the middle of the sequence (the chunks before and after are skipped), and
+  // causal rows whose only visible keys lie after their position.
+  const int64_t H = 3, S = 200, L = 600;
+  Tensor m = random_bool({1, H, S, L}, seed++, 0.7);
+  bool* p = m.data<bool>();
+  for (int64_t j = 0; j < S * L; ++j) p[j] = false;  // head 0: nothing visible
+  for (int64_t i = 0; i < S; i += 3)
+    for (int64_t j = 0; j < L; ++j) p[(S + i) * L + j] = false;  // head 1: every third row
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t j = 0; j < L; ++j) p[(2 * S + i) * L + j] = j >= 250 && j < 380;  // head 2
+  const Tensor q = random_f32({1, H, S, 16}, seed++, -2, 2);
+  const Tensor k = random_f32({1, H, L, 16}, seed++, -2, 2);
+  const Tensor v = random_f32({1, H, L, 16}, seed++);
+  expect_matches(attention({q, k, v, m}), attention_tol());
+  expect_matches(attention({q, k, v, m}, true), attention_tol());
+}
+
+TEST(CpuAttention, LargeScoresRescaleOften) {
+  // Scores scaled by 30 over 4097 keys: the running max grows at many chunks, and most
+  // exponentials underflow; O must be rescaled each time without losing the rows' mass.
+  const Tensor q = random_f32({1, 2, 33, 16}, 400, -1, 1);
+  const Tensor k = random_f32({1, 2, 4097, 16}, 401, -1, 1);
+  const Tensor v = random_f32({1, 2, 4097, 16}, 402);
+  expect_matches(attention({q, k, v}, false, 30.0), attention_tol());
+  expect_matches(attention({q, k, v}, true, 30.0), attention_tol());
+  // Keys ordered so that each chunk holds larger scores than the last: a rescale at every chunk
+  // (scores up to 16: larger ones lose digits to their own rounding in float, on any kernel).
+  Tensor ks = random_f32({1, 1, 2000, 8}, 403, 0, 1);
+  for (int64_t j = 0; j < 2000; ++j)
+    for (int64_t c = 0; c < 8; ++c) ks.data<float>()[j * 8 + c] = 0.001f * static_cast<float>(j);
+  expect_matches(
+      attention({random_f32({1, 1, 40, 8}, 404, 0.5, 1), ks, random_f32({1, 1, 2000, 8}, 405)},
+                false, 1.0),
+      attention_tol());
+}
+
+TEST(CpuAttention, EveryTileChoiceAgrees) {
+  const Tensor q = random_f32({2, 4, 77, 40}, 500, -2, 2),
+               k = random_f32({2, 2, 301, 40}, 501, -2, 2), v = random_f32({2, 2, 301, 24}, 502);
+  const Tensor mask = random_bool({2, 1, 77, 301}, 503, 0.6);
+  for (const char* tiles : {"1,1", "1,301", "3,5", "7,64", "77,1024", "200,2000", "0,17", "13,0"}) {
+    SCOPED_TRACE(tiles);
+    const EnvGuard env("PTO_ATTENTION_TILES", tiles);
+    expect_matches(attention({q, k, v}), attention_tol());
+    expect_matches(attention({q, k, v, mask}, true), attention_tol());
+  }
+}
+
+TEST(CpuAttention, PlanFitsL2AndScratchIsLinear) {
+  CacheModel cache;
+  cache.l1d = 48 << 10;
+  cache.l2 = 1 << 20;
+  cache.l3 = 32 << 20;
+  const int64_t nr = 64;
+  // The sizes of the plan's derivation (attention_plan.cpp, docs/fusion.md): 256 task rows and
+  // 512 keys per chunk at D = 64, 256 keys at D = 128 (4 heads of the group x 64 positions),
+  // both within L2; causal at most a quarter of the queries per task.
+  const cpu::AttentionPlan d64 = cpu::plan_attention({1, 12, 12, 2048, 2048, 64, 64}, 2, cache, nr);
+  EXPECT_EQ(d64.task_rows, 256);
+  EXPECT_EQ(d64.block, 512);
+  const cpu::AttentionPlan d128 =
+      cpu::plan_attention({1, 32, 8, 2048, 2048, 128, 128}, 2, cache, nr);
+  EXPECT_EQ(d128.task_rows, 256);
+  EXPECT_EQ(d128.rows, 64);
+  EXPECT_EQ(d128.block, 256);
+  EXPECT_EQ(cpu::plan_attention({1, 12, 12, 512, 512, 64, 64, true}, 2, cache, nr).rows, 128);
+  // Short sequences: the chunk does not outgrow the keys; few tasks: fewer rows per task.
+  EXPECT_EQ(cpu::plan_attention({1, 1, 1, 100, 100, 64, 64}, 1, cache, nr).block, 100);
+  EXPECT_EQ(cpu::plan_attention({1, 1, 1, 512, 512, 64, 64}, 2, cache, nr).tasks, 4);
+  // Scratch does not grow with the sequence: bounded by L2 at 64K keys, equal at S and 4S.
+  for (const int64_t d : {64, 128}) {
+    const size_t s =
+        cpu::plan_attention({1, 12, 12, 16384, 16384, d, d}, 2, cache, nr).scratch_bytes;
+    const size_t s4 =
+        cpu::plan_attention({1, 12, 12, 65536, 65536, d, d}, 2, cache, nr).scratch_bytes;
+    EXPECT_EQ(s, s4);
+    EXPECT_LE(s4, cache.l2);
+  }
+  const cpu::AttentionTiles tiles{.rows = 5, .block = 3000};
+  const cpu::AttentionPlan over =
+      cpu::plan_attention({1, 2, 1, 100, 700, 64, 64}, 2, cache, nr, &tiles);
+  EXPECT_EQ(over.rows, 5);
+  EXPECT_EQ(over.block, 700);  // clamped to the keys
+  EXPECT_EQ(over.task_rows, 10);
 }
 
 }  // namespace

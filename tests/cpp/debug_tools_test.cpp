@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 
+#include "env_guard.h"
 #include "pto/compare.h"
 #include "pto/executable.h"
 #include "pto/passes.h"
@@ -18,17 +19,7 @@
 namespace pto {
 namespace {
 
-// Sets an environment variable for the life of the guard.
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~EnvGuard() { unsetenv(name_); }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-
- private:
-  const char* name_;
-};
+using testing::EnvGuard;
 
 TEST(Compare, ToleranceIsAllclosesRule) {
   Tensor want = Tensor::from_vector<float>({1, 100, 0, -2}, {2, 2});

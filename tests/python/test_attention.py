@@ -255,3 +255,50 @@ def test_position_bias_then_padding_mask_is_one_op():
     steps = [(step["rule"] or step["op"], step["backend"]) for step in fast.compiled.steps]
     assert ("Attention", "cpu") in steps and len(steps) <= 2, steps  # and the masks' sum
     assert list(_attention_nodes(fast.compiled).values()) == [("9", "9", True, False)]
+
+
+def _sdpa_float64(q, k, v, mask, causal):
+    """torch's math kernel in float64: the reference, independent of PyPTO's interpreter."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    if causal:
+        lower = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+        mask = lower if mask is None else mask & lower
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                              attn_mask=mask).float()
+
+
+@pytest.mark.parametrize("tiles", ["", "5,37"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seq,heads,kv_heads", [(600, 4, 4), (1100, 4, 1), (129, 8, 2)])
+def test_sdpa_across_key_chunks_matches_float64(seq, heads, kv_heads, causal, tiles, monkeypatch):
+    """Sequences that span several of the kernel's key chunks and query tasks (planned tiles, and
+    odd ones through PTO_ATTENTION_TILES), grouped heads; causal, or a padding mask that hides the
+    last third of the keys of one batch item: equal to torch's float64 math kernel."""
+    import torch.nn.functional as F
+
+    if tiles:
+        monkeypatch.setenv("PTO_ATTENTION_TILES", tiles)
+
+    class Sdpa(torch.nn.Module):
+        def forward(self, q, k, v, *mask):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[0] if mask else None,
+                                                  is_causal=causal, enable_gqa=True)
+
+    torch.manual_seed(0)
+    q = torch.randn(2, heads, seq, 64)
+    k, v = torch.randn(2, kv_heads, seq, 64), torch.randn(2, kv_heads, seq, 64)
+    mask = None
+    if not causal:  # torch's is_causal takes no mask
+        mask = torch.ones(2, 1, 1, seq, dtype=torch.bool)
+        mask[1, ..., seq - seq // 3:] = False
+    args = (q, k, v) if causal else (q, k, v, mask)
+    fast = pypto.optimize(Sdpa().eval(), example_inputs=args)
+    want = _sdpa_float64(q, k, v, mask, causal)
+    torch.testing.assert_close(fast(*args), want, rtol=1e-4, atol=1e-5)
+    steps = [step["rule"] or step["op"] for step in fast.compiled.steps]
+    assert steps == ["Attention"], steps

@@ -1,23 +1,33 @@
-// The CPU kernel for Attention (4-D, float32): softmax(Q K^T * scale + mask) V computed one block
-// of query rows at a time, so the [q, kv] score matrix of a head never exists whole in memory.
+// The CPU kernel for Attention (4-D, float32): softmax(Q K^T * scale + mask) V computed
+// flash-style, so neither the [q, kv] score matrix of a head nor a full row of it ever exists.
 //
-// For each (batch, head, block of R query rows), on one thread:
-//   S = scale * Q[rows] K^T           an R x L GEMM into a per-thread scratch block (L2-sized)
-//   S += mask; S = -inf where causal  row by row, the mask broadcast as ONNX states it
-//   P = softmax(S) per row            a row with no visible key becomes zeros (as the reference)
-//   Y[rows] = P V                     an R x Dv GEMM straight into the output
-// R is chosen so that the score block stays in L2 (at least 8 rows, at most 64). The GEMMs run
-// on the calling thread (sgemm inside a parallel region does), the (b, h, block) tasks are spread
-// over the pool.
+// A task is (batch, kv head, range of query positions) for all the query heads of that kv head
+// (grouped-query attention shares K and V); its rows of Q are gathered once. The keys go in
+// chunks: each chunk of K^T and V is packed once into per-thread scratch and, for all the task's
+// rows,
+//   S = scale * Q Kc^T            (rows x chunk GEMM on the packed K^T)
+//   S += mask, causal limit       online softmax: per-row running max m and sum l, S = exp(S - m),
+//                                 corr = exp(m_old - m) (attention_impl.h)
+//   O = O * corr + S Vc           (rows x Dv GEMM on the packed V, then one pass over O)
+// and at the end Y = O / l; a row that saw no key (l = 0) gives zeros (as the reference). Chunks
+// no row of the task can see are skipped: past the last query's causal limit (top-left: query i
+// sees keys <= i), and outside the span of keys the task's mask rows leave visible (padding).
+// Only chunks that cross a row's causal limit apply it. Task and chunk sizes come from
+// plan_attention (attention_plan.h); PTO_ATTENTION_TILES="rows,block" overrides them (tests,
+// A/B measurements). The GEMMs run on the calling thread (sgemm inside a parallel region does),
+// the tasks are spread over the pool.
 //
 // What the fast path does not cover goes to the reference kernel at run time: 3-D (packed-head)
 // inputs, a KV cache, nonpad_kv_seqlen, softcap, windows, extra outputs, a mask whose last axis
 // is not the key length.
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
+#include "backend/cpu/attention_kernels.h"
+#include "backend/cpu/attention_plan.h"
+#include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/kernel.h"
-#include "backend/cpu/reduce_kernels.h"
 #include "backend/cpu/scratch.h"
 #include "ir/ops/op_params.h"
 #include "pto/device_info.h"
@@ -42,11 +52,12 @@ bool accepts_attention(const NodeInfo& n) {
 
 // The mask broadcast to [B, H, Sq, L]: additive float values (a boolean mask as 0 / -inf), the
 // element strides of its first three axes (0 where broadcast; the key axis is contiguous), and
-// for each of its rows the first key not at -inf (L when none: the row sees no key).
+// for each of its rows the span of keys not at -inf: [first, end), empty (first = L, end = 0)
+// when the row sees no key.
 struct MaskView {
   const float* raw = nullptr;    // a float mask's own data
   std::vector<float> converted;  // a boolean mask's additive form
-  std::vector<int64_t> first_visible;
+  std::vector<int64_t> first_visible, end_visible;
   int64_t stride[3] = {0, 0, 0};
   const float* values() const { return raw ? raw : converted.data(); }
 };
@@ -72,14 +83,69 @@ std::optional<MaskView> mask_view(const Tensor& m, const int64_t full[4]) {
     v.raw = m.data<float>();
   }
   const int64_t L = dims[3];
-  v.first_visible.resize(static_cast<size_t>(L ? m.numel() / L : 0));
-  for (size_t row = 0; row < v.first_visible.size(); ++row) {
-    int64_t j = 0;
-    while (j < L && v.values()[row * L + j] == kNegInf) ++j;
+  const size_t rows = static_cast<size_t>(L ? m.numel() / L : 0);
+  v.first_visible.resize(rows);
+  v.end_visible.resize(rows);
+  for (size_t row = 0; row < rows; ++row) {
+    const float* x = v.values() + row * L;
+    int64_t j = 0, e = L;
+    while (j < L && x[j] == kNegInf) ++j;
+    while (e > j && x[e - 1] == kNegInf) --e;
     v.first_visible[row] = j;
+    v.end_visible[row] = j < L ? e : 0;
   }
   return v;
 }
+
+// PTO_ATTENTION_TILES="rows,block": the plan's tiles replaced (0 keeps the planner's choice).
+std::optional<AttentionTiles> tiles_from_env() {
+  const char* e = std::getenv("PTO_ATTENTION_TILES");
+  if (!e || !*e) return std::nullopt;
+  AttentionTiles t;
+  char* end = nullptr;
+  t.rows = std::strtoll(e, &end, 10);
+  PTO_CHECK(*end == ',') << "PTO_ATTENTION_TILES: expected \"rows,block\", got \"" << e << "\"";
+  t.block = std::strtoll(end + 1, &end, 10);
+  PTO_CHECK(*end == 0 && t.rows >= 0 && t.block >= 0)
+      << "PTO_ATTENTION_TILES: expected \"rows,block\", got \"" << e << "\"";
+  return t;
+}
+
+// A task's buffers in the calling thread's scratch (one slot), 64-byte aligned: the scores, the
+// packed K^T and V chunks, the gathered Q rows, the O accumulator and a chunk's P V, the
+// per-row m, l and rescale factors, and the per-row mask pointers and causal limits.
+struct TaskScratch {
+  float *s, *k, *v, *q, *o, *pv, *m, *l, *corr;
+  const float** mask;
+  int64_t* limit;
+  TaskScratch(const AttentionPlan& p, int64_t D, int64_t Dv) {
+    const int64_t t = p.task_rows;
+    const auto round = [](int64_t n) { return (n + 15) / 16 * 16; };
+    const int64_t sizes[] = {t * p.block,
+                             packed_b_floats(D, p.block),
+                             packed_b_floats(p.block, Dv),
+                             t * D,
+                             t * Dv,
+                             t * Dv,
+                             t,
+                             t,
+                             t,
+                             2 * t,  // pointers
+                             2 * t};
+    int64_t total = 0;
+    for (const int64_t n : sizes) total += round(n);
+    float* base = scratch_as<float>(static_cast<size_t>(total), 3);
+    float* at[std::size(sizes)];
+    for (size_t i = 0; i < std::size(sizes); ++i) {
+      at[i] = base;
+      base += round(sizes[i]);
+    }
+    s = at[0], k = at[1], v = at[2], q = at[3], o = at[4], pv = at[5], m = at[6], l = at[7];
+    corr = at[8];
+    mask = reinterpret_cast<const float**>(at[9]);
+    limit = reinterpret_cast<int64_t*>(at[10]);
+  }
+};
 
 std::vector<Tensor> run_attention(const KernelContext& c) {
   for (size_t i = 4; i < c.inputs.size(); ++i)
@@ -109,68 +175,80 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
     std::fill_n(y.data<float>(), y.numel(), 0.0f);
     return {y};
   }
-  // Rows per block: the R x L score block within half of L2.
-  const auto l2 = static_cast<int64_t>(cache_model().l2);
-  const int64_t rows = std::clamp<int64_t>(l2 / 2 / (L * 4), 8, 256);
-  const int64_t blocks = (Sq + rows - 1) / rows;
+  const AttentionShape shape{B, H, Hkv, Sq, L, D, Dv, causal};
+  const std::optional<AttentionTiles> tiles = tiles_from_env();
+  const int64_t nr = packed_b_floats(1, 1);  // one register panel's width
+  const AttentionPlan plan =
+      plan_attention(shape, num_threads(), cache_model(), nr, tiles ? &*tiles : nullptr);
+  const int64_t blocks = (Sq + plan.rows - 1) / plan.rows;
   const float *qp = Q.data<float>(), *kp = K.data<float>(), *vp = V.data<float>();
   float* yp = y.data<float>();
-  const int64_t work_per_task = rows * L * (D + Dv);
-  parallel_for(0, B * H * blocks, std::max<int64_t>(1, kParallelGrain / work_per_task),
-               [&](int64_t t0, int64_t t1) {
-                 float* s = scratch_as<float>(static_cast<size_t>(rows * L + rows), 3);
-                 for (int64_t t = t0; t < t1; ++t) {
-                   const int64_t bh = t / blocks, i0 = t % blocks * rows;
-                   const int64_t b = bh / H, h = bh % H, hk = h / group;
-                   const int64_t r = std::min(rows, Sq - i0);
-                   const float* q = qp + (bh * Sq + i0) * D;
-                   const float* k = kp + (b * Hkv + hk) * L * D;
-                   const float* v = vp + (b * Hkv + hk) * L * Dv;
-                   GemmArgs qk{.m = r,
-                               .n = L,
-                               .k = D,
-                               .a = q,
-                               .lda = D,
-                               .b = k,
-                               .ldb = D,
-                               .trans_b = true,
-                               .c = s,
-                               .ldc = L,
-                               .alpha = scale};
-                   sgemm(qk);
-                   // Mask and causal limit per row; then one softmax over the block's rows,
-                   // and rows with no visible key set to zeros (as the reference defines them).
-                   bool* hidden = reinterpret_cast<bool*>(s + rows * L);
-                   for (int64_t i = 0; i < r; ++i) {
-                     float* row = s + i * L;
-                     const int64_t qi = i0 + i;
-                     const int64_t limit = causal ? std::min(qi + 1, L) : L;
-                     int64_t first_visible = 0;
-                     if (mask) {
-                       const int64_t off =
-                           b * mask->stride[0] + h * mask->stride[1] + qi * mask->stride[2];
-                       const float* m = mask->values() + off;
-                       for (int64_t j = 0; j < L; ++j) row[j] += m[j];
-                       first_visible = mask->first_visible[off / L];
-                     }
-                     std::fill(row + limit, row + L, kNegInf);
-                     hidden[i] = first_visible >= limit;
-                   }
-                   PTO_ISA_DISPATCH(softmax_rows, s, s, r, L, false);
-                   for (int64_t i = 0; i < r; ++i)
-                     if (hidden[i]) std::fill_n(s + i * L, L, 0.0f);
-                   GemmArgs pv{.m = r,
-                               .n = Dv,
-                               .k = L,
-                               .a = s,
-                               .lda = L,
-                               .b = v,
-                               .ldb = Dv,
-                               .c = yp + (bh * Sq + i0) * Dv,
-                               .ldc = Dv};
-                   sgemm(pv);
-                 }
-               });
+  parallel_for(0, B * Hkv * blocks, 1, [&](int64_t t0, int64_t t1) {
+    const TaskScratch w(plan, D, Dv);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t bk = t / blocks, i0 = t % blocks * plan.rows;
+      const int64_t b = bk / Hkv, hk = bk % Hkv;
+      const int64_t r = std::min(plan.rows, Sq - i0), rows = group * r;
+      // The task's rows: head hk * group + g, position i0 + i at row g * r + i.
+      int64_t key_begin = 0, key_end = causal ? std::min(L, i0 + r) : L;
+      int64_t mask_begin = L, mask_end = 0;
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t bh = b * H + hk * group + g;
+        std::copy_n(qp + (bh * Sq + i0) * D, r * D, w.q + g * r * D);
+        for (int64_t i = 0; i < r; ++i) {
+          w.limit[g * r + i] = i0 + i + 1;
+          if (!mask) continue;
+          const int64_t off =
+              b * mask->stride[0] + (hk * group + g) * mask->stride[1] + (i0 + i) * mask->stride[2];
+          w.mask[g * r + i] = mask->values() + off;
+          mask_begin = std::min(mask_begin, mask->first_visible[off / L]);
+          mask_end = std::max(mask_end, mask->end_visible[off / L]);
+        }
+      }
+      if (mask) {
+        key_begin = mask_begin;
+        key_end = std::min(key_end, mask_end);
+      }
+      std::fill_n(w.o, rows * Dv, 0.0f);
+      std::fill_n(w.m, rows, kNegInf);
+      std::fill_n(w.l, rows, 0.0f);
+      const float* k = kp + bk * L * D;
+      const float* v = vp + bk * L * Dv;
+      for (int64_t j0 = key_begin; j0 < key_end; j0 += plan.block) {
+        const int64_t n = std::min(plan.block, key_end - j0);
+        pack_b_into(w.k, D, n, k + j0 * D, D, true);
+        pack_b_into(w.v, n, Dv, v + j0 * Dv, Dv, false);
+        sgemm_prepacked({.m = rows,
+                         .n = n,
+                         .k = D,
+                         .a = w.q,
+                         .lda = D,
+                         .c = w.s,
+                         .ldc = plan.block,
+                         .alpha = scale},
+                        w.k);
+        // Only a chunk that reaches past the first query's position crosses a causal limit.
+        const bool crosses = causal && j0 + n > i0 + 1;
+        PTO_ISA_DISPATCH(attention_softmax_chunk, SoftmaxChunk{.s = w.s,
+                                                               .ld = plan.block,
+                                                               .rows = rows,
+                                                               .n = n,
+                                                               .key0 = j0,
+                                                               .mask = mask ? w.mask : nullptr,
+                                                               .limit = crosses ? w.limit : nullptr,
+                                                               .m = w.m,
+                                                               .l = w.l,
+                                                               .corr = w.corr});
+        sgemm_prepacked(
+            {.m = rows, .n = Dv, .k = n, .a = w.s, .lda = plan.block, .c = w.pv, .ldc = Dv}, w.v);
+        PTO_ISA_DISPATCH(attention_scale_rows, w.o, Dv, w.o, Dv, w.corr, w.pv, Dv, rows, Dv);
+      }
+      for (int64_t i = 0; i < rows; ++i) w.corr[i] = w.l[i] > 0 ? 1.0f / w.l[i] : 0.0f;
+      for (int64_t g = 0; g < group; ++g)
+        PTO_ISA_DISPATCH(attention_scale_rows, yp + ((b * H + hk * group + g) * Sq + i0) * Dv, Dv,
+                         w.o + g * r * Dv, Dv, w.corr + g * r, nullptr, 0, r, Dv);
+    }
+  });
   return {y};
 }
 

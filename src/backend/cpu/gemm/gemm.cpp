@@ -596,6 +596,22 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
   sgemm(g);
 }
 
+int64_t packed_b_floats(int64_t k, int64_t n) {
+  const int64_t nr = nr_of(active_isa());
+  return ceil_div(n, nr) * nr * k;
+}
+
+void pack_b_into(float* dst, int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b) {
+  pack_b_for(panel_ops(Precision::kF32), b, ldb, trans_b, k, n, dst, k * nr_of(active_isa()));
+}
+
+void sgemm_prepacked(const GemmArgs& args, const float* packed_b) {
+  GemmArgs g = args;
+  g.precision = Precision::kF32;
+  g.b_rows = nullptr;
+  run_gemm(g, {nullptr, packed_b}, 1, 0, 0, 0, 0);
+}
+
 PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a,
                Precision precision) {
   PackedA p;

@@ -1,0 +1,1 @@
+#include "backend/cpu/attention_impl.h"

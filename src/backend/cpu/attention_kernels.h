@@ -1,0 +1,31 @@
+// The per-ISA inner loops of the CPU Attention kernel (attention_impl.h, compiled once per ISA),
+// which attention.cpp drives.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/isa/isa.h"
+
+namespace pto::cpu {
+
+// One chunk of n keys, from key0, of the online softmax for `rows` rows of scores (row r at
+// s + r * ld, already scaled). For each row: the mask row is added (mask[r] + key0 is the chunk's
+// first key; no mask when null), keys from limit[r] on are hidden (causal; none when null),
+// then with m_new = max(m, the visible scores): s becomes exp(s - m_new) (0 for hidden keys),
+// corr = exp(m - m_new) the factor that rescales what the row summed so far, l = l * corr +
+// sum(s), m = m_new. A row with no visible key so far (m_new = -inf) gets s = 0 and corr = 1.
+struct SoftmaxChunk {
+  float* s = nullptr;
+  int64_t ld = 0, rows = 0, n = 0, key0 = 0;
+  const float* const* mask = nullptr;
+  const int64_t* limit = nullptr;
+  float *m = nullptr, *l = nullptr, *corr = nullptr;
+};
+
+PTO_ISA_DECLARE(void attention_softmax_chunk(const SoftmaxChunk& c);
+                // y[r] = a[r] * scale[r] + b[r] for `rows` rows of n (b may be null; y may be a).
+                void attention_scale_rows(float* y, int64_t ldy, const float* a, int64_t lda,
+                                          const float* scale, const float* b, int64_t ldb,
+                                          int64_t rows, int64_t n);)
+
+}  // namespace pto::cpu

@@ -1,0 +1,45 @@
+// How the CPU Attention kernel (attention.cpp) cuts its work, as a pure function of the sizes, the
+// thread count and the cache model, so that tests (and a tuner) can ask for it and override it.
+//
+// A task is (batch, kv head, range of `rows` query positions) for all `group` = H / Hkv query
+// heads sharing that kv head: group * rows rows of Q against the same K and V. Inside a task the
+// keys go in chunks of `block`: the chunk's K^T and V are packed once and every row of the task
+// multiplies against them (scores S = task rows x block), with an online softmax across chunks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pto/device_info.h"
+
+namespace pto::cpu {
+
+struct AttentionTiles {
+  int64_t rows = 0;   // query positions per task (per head of the group), >= 1
+  int64_t block = 0;  // keys per chunk, >= 1
+};
+
+struct AttentionPlan {
+  int64_t rows = 0, block = 0;  // as AttentionTiles, clamped to the problem
+  int64_t task_rows = 0;        // group * rows: rows of Q in one task
+  int64_t tasks = 0;            // B * Hkv * ceil(Sq / rows)
+  size_t scratch_bytes = 0;     // per thread: S, packed K^T and V chunks, Q, O and P V rows
+  std::string str() const;
+};
+
+struct AttentionShape {
+  int64_t batch = 1, heads = 1, kv_heads = 1, queries = 1, keys = 1, d = 1, dv = 1;
+  bool causal = false;
+};
+
+// The plan for `s` on `threads` threads, with GEMM register panels `nr` columns wide (packed
+// chunks are whole panels). Without `override`: task rows about 256 (each packed K and V value
+// then feeds >= 512 flops), causal at most a quarter of the queries per head (a task computes its
+// diagonal chunks whole), fewer when that leaves under two tasks per thread; the chunk the
+// largest power of two in [64, 1024] (and not beyond the keys) whose working set (scores, packed
+// K and V chunks, the task's Q, O and P V rows) fits in L2, the rows halved while even 64 keys do
+// not fit. An override's nonzero fields replace the choice (clamped to [1, Sq] and [1, L]).
+AttentionPlan plan_attention(const AttentionShape& s, int threads, const CacheModel& cache,
+                             int64_t nr, const AttentionTiles* override = nullptr);
+
+}  // namespace pto::cpu
