@@ -145,13 +145,12 @@ std::optional<Requantized> requantized(Rewrite& rw, ValueId y) {
 // the exporter shared between convs), is rounded to the sums' grid, bq[c] = round(b[c] /
 // scale[c]), which moves y by at most half of xs * ws[c] (ORT's quantizer does the same), far
 // below a step of the output. nullopt otherwise, and when a quotient leaves int32's range.
-std::optional<ValueId> integer_bias(Graph& g, ValueId b, const Tensor& scale,
+std::optional<ValueId> integer_bias(Graph& g, ValueId b, int64_t channels, const Tensor& scale,
                                     const std::string& name) {
   // Exporters share equal biases through Identity nodes (this pass runs before EliminateNoOps).
   for (const Node* n = producer(g, b); n && n->op == "Identity" && n->domain.empty();
        n = producer(g, b))
     b = n->inputs[0];
-  const int64_t channels = g.value(b).type.shape ? (*g.value(b).type.shape)[0].value : -1;
   auto scale_of = [&](int64_t c) { return scale.data<float>()[scale.numel() == 1 ? 0 : c]; };
   // b's values as float32 (a DequantizeLinear of constants dequantized as it would be).
   std::vector<double> v;
@@ -239,8 +238,9 @@ bool lower(Rewrite& rw, size_t i, const PassContext& ctx) {
   // requantizes the integer sums, the float result never formed.
   if (!gemm && !trans_b && !(bias != kNoValue && !conv)) {
     const auto rq = requantized(rw, n.outputs[0]);
-    const std::optional<ValueId> bias_q =
-        bias == kNoValue ? std::optional<ValueId>(kNoValue) : integer_bias(g, bias, scale, n.name);
+    const std::optional<ValueId> bias_q = bias == kNoValue
+                                              ? std::optional<ValueId>(kNoValue)
+                                              : integer_bias(g, bias, channels, scale, n.name);
     if (rq && bias_q) {
       const std::string name = n.name;
       const DType qt = dtype_of_value(g, g.nodes()[rq->node].outputs[0]);
