@@ -64,6 +64,15 @@ IMAGE = 224
 # The text models' sequence length: --seq, passed to the children (and to the scripts that reuse
 # this module's children) through PTO_BENCH_SEQ.
 SEQ = int(os.environ.get("PTO_BENCH_SEQ", "128"))
+
+
+def set_seq(seq: int) -> None:
+    """The text models' sequence length from now on, here and in the children started after."""
+    global SEQ
+    SEQ = seq
+    os.environ["PTO_BENCH_SEQ"] = str(seq)
+
+
 TOLERANCE = 1e-3  # max |engine - eager| / max |eager| on the model's main output
 MARK = "@@bench-result@@ "  # a child's result: this, then JSON, on one line of stdout
 
@@ -582,7 +591,7 @@ def parse_list(text: str, known: list, what: str, conv=str) -> list:
     except ValueError:
         sys.exit(f"bad --{what} '{text}'")
     for s in items:
-        if s not in known:
+        if known is not None and s not in known:
             sys.exit(f"unknown {what} '{s}' (known: {', '.join(map(str, known))})")
     if not items:
         sys.exit(f"--{what} is empty")
@@ -591,6 +600,7 @@ def parse_list(text: str, known: list, what: str, conv=str) -> list:
 
 def main_driver(args) -> int:
     threads = [int(t) for t in args.threads.split(",")]
+    seqs = parse_list(args.seq, None, "seq", int)
     models = parse_list(args.models, list(MODELS), "models") if args.models else (
         ["resnet18", "bert"] if args.quick else list(MODELS))
     engines = parse_list(args.engines, ENGINES, "engines")
@@ -606,7 +616,7 @@ def main_driver(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
     results = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
-               "argv": sys.argv[1:], "seq": SEQ, "engines": engines, "levels": levels, "keys": keys,
+               "argv": sys.argv[1:], "seqs": seqs, "engines": engines, "levels": levels, "keys": keys,
                "pto_bench": {}, "torch_mm": {}, "exports": {}, "models": []}
 
     def save():
@@ -623,19 +633,22 @@ def main_driver(args) -> int:
             results["torch_mm"][t] = torch_child(args, t, ["--child", "torch-mm",
                                                            "--shapes", shapes])
         save()
-    for m in models:
+    for m, seq in ((m, s) for m in models for s in (seqs if MODELS[m][1] == "text" else [None])):
+        if seq is not None:
+            set_seq(seq)
         for b in batches:
             export = None
             if "ort" in engines:
                 export = ensure_export(args, m, b, max(threads))
-                results["exports"][f"{m}-b{b}"] = export
+                results["exports"][f"{m}-b{b}" + (f"-s{seq}" if seq else "")] = export
             for t in threads:
-                print(f"== {m} batch {b} threads {t}: {', '.join(keys)}", file=sys.stderr)
+                print(f"== {model_title(m, seq)} batch {b} threads {t}: {', '.join(keys)}",
+                      file=sys.stderr)
                 rounds = {k: [] for k in keys}
                 for _ in range(args.rounds):  # engines interleaved: A B C ... A B C ...
                     for k in keys:
                         rounds[k].append(run_config(args, k, m, b, t, export))
-                results["models"].append({"model": m, "batch": b, "threads": t,
+                results["models"].append({"model": m, "seq": seq, "batch": b, "threads": t,
                                           "results": {k: median_round(rs)
                                                       for k, rs in rounds.items()},
                                           "rounds": rounds})
@@ -719,9 +732,9 @@ def ceilings_table(results: dict) -> list[str]:
     return rows if len(rows) > 2 else []
 
 
-def model_title(m: str) -> str:
-    """'ResNet-50', 'BERT-base (seq 128)'."""
-    return MODELS[m][0] + (f" (seq {SEQ})" if MODELS[m][1] == "text" else "")
+def model_title(m: str, seq: int | None = None) -> str:
+    """'ResNet-50', 'BERT-base (seq 128)' (`seq`: the entry's, else the current one)."""
+    return MODELS[m][0] + (f" (seq {seq or SEQ})" if MODELS[m][1] == "text" else "")
 
 
 def markdown(results: dict) -> str:
@@ -766,7 +779,7 @@ def markdown(results: dict) -> str:
                 return "failed"
             return f"{r['median'] * 1e3:.2f} ms" if b == 1 else f"{b / r['median']:.1f} {unit}"
 
-        title = model_title(m)
+        title = model_title(m, entry.get("seq"))
         row = [title, str(b), str(t), *(cell(res.get(k)) for k in keys)]
         if ref is not None:
             mine = res.get(rk)
@@ -834,9 +847,9 @@ def main() -> int:
                     help="few calls, small arrays, a subset of shapes, models and batches")
     ap.add_argument("--models", default="", help=f"comma-separated, from {', '.join(MODELS)}")
     ap.add_argument("--batches", default="", help="comma-separated batch sizes (default 1,8)")
-    ap.add_argument("--seq", type=int, default=SEQ,
-                    help="sequence length of the text models (default 128; BERT's position "
-                         "embeddings grow past 512)")
+    ap.add_argument("--seq", default=str(SEQ),
+                    help="sequence lengths of the text models, comma-separated (default 128; "
+                         "BERT's position embeddings grow past 512)")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--engines", default=",".join(ENGINES),
                     help=f"comma-separated, from {', '.join(ENGINES)} (default: all)")
@@ -860,9 +873,6 @@ def main() -> int:
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--shapes", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.seq != SEQ:  # the children and this process build the models at args.seq
-        os.environ["PTO_BENCH_SEQ"] = str(args.seq)
-        return subprocess.call([sys.executable, *sys.argv], env=dict(os.environ))
     if args.child:
         args.threads = int(args.threads)
         child = {"torch-mm": child_torch_mm, "model": child_model, "export": child_export}
