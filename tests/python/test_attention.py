@@ -302,3 +302,37 @@ def test_sdpa_across_key_chunks_matches_float64(seq, heads, kv_heads, causal, ti
     torch.testing.assert_close(fast(*args), want, rtol=1e-4, atol=1e-5)
     steps = [step["rule"] or step["op"] for step in fast.compiled.steps]
     assert steps == ["Attention"], steps
+
+
+@pytest.mark.parametrize("tiles", ["", "0,0,3"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("queries,heads,kv_heads,head", [(1, 12, 12, 64), (1, 8, 2, 128),
+                                                         (2, 4, 1, 80)])
+def test_sdpa_decode_matches_float64(queries, heads, kv_heads, head, causal, tiles, monkeypatch):
+    """Decode steps (one or two queries against a 4097-long K/V cache; the decode kernel), grouped
+    heads and MQA, planned and forced split-K: equal to torch's float64 math kernel, causal
+    (top-left: the queries see the first keys only) or with a padding mask on one batch item."""
+    import torch.nn.functional as F
+
+    if tiles:
+        monkeypatch.setenv("PTO_ATTENTION_TILES", tiles)
+
+    class Sdpa(torch.nn.Module):
+        def forward(self, q, k, v, *mask):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[0] if mask else None,
+                                                  is_causal=causal, enable_gqa=True)
+
+    torch.manual_seed(1)
+    length = 4097
+    q = torch.randn(2, heads, queries, head)
+    k, v = torch.randn(2, kv_heads, length, head), torch.randn(2, kv_heads, length, head)
+    mask = None
+    if not causal:
+        mask = torch.ones(2, 1, 1, length, dtype=torch.bool)
+        mask[1, ..., 3000:] = False
+    args = (q, k, v) if causal else (q, k, v, mask)
+    fast = pypto.optimize(Sdpa().eval(), example_inputs=args)
+    want = _sdpa_float64(q, k, v, mask, causal)
+    torch.testing.assert_close(fast(*args), want, rtol=1e-4, atol=1e-5)
+    steps = [step["rule"] or step["op"] for step in fast.compiled.steps]
+    assert steps == ["Attention"], steps
