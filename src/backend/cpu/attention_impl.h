@@ -73,70 +73,146 @@ void attention_scale_rows(float* y, int64_t ldy, const float* a, int64_t lda, co
 
 namespace {
 
-// Accumulator registers the decode kernel's P V tile may hold (of 32 on AVX-512, 16 on AVX2).
-constexpr int kDecodeAccumulators = Vec::kLanes == 8 ? 8 : 16;
+// Vector registers of the ISA (the decode kernel's register tiles stay within them).
+constexpr int kRegisters = Vec::kLanes == 16 ? 32 : 16;
+// Rows of Q the score loop takes at once: their accumulators for 4 keys, the 4 K vectors and a
+// Q vector fit the registers.
+constexpr int kScoreRows = Vec::kLanes == 16 ? 4 : 2;
 
 // The first n lanes of p (all of them without a masked load when n is a whole vector).
 inline Vec load_lanes(const float* p, int n) {
   return n == Vec::kLanes ? Vec::load(p) : Vec::load(p, n);
 }
 
-// s[t, j] = scale * q[t] . k[j] for T rows: each K row is loaded once for all T rows.
-template <int T>
-void decode_scores(const DecodeChunk& c) {
+// out[i] = scale * (the sum of the lanes of a[i]) for 4 vectors: a transposing add tree, 3 ops
+// a key instead of a whole reduction each.
+inline void sum4(const Vec a[4], float scale, float* out) {
+#if defined(PTO_ISA_AVX512)
+  const __m512 t0 =
+      _mm512_add_ps(_mm512_unpacklo_ps(a[0].v, a[1].v), _mm512_unpackhi_ps(a[0].v, a[1].v));
+  const __m512 t1 =
+      _mm512_add_ps(_mm512_unpacklo_ps(a[2].v, a[3].v), _mm512_unpackhi_ps(a[2].v, a[3].v));
+  // Each 128-bit lane: partial sums of a[0..3] in order.
+  const __m512 u = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  _mm_storeu_ps(out, _mm_mul_ps(q, _mm_set1_ps(scale)));
+#elif defined(PTO_ISA_AVX2)
+  const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[0].v, a[1].v), _mm256_hadd_ps(a[2].v, a[3].v));
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+  _mm_storeu_ps(out, _mm_mul_ps(q, _mm_set1_ps(scale)));
+#else
+  for (int i = 0; i < 4; ++i) out[i] = reduce_add(a[i]) * scale;
+#endif
+}
+
+// Scores of R rows from row t0: s[t, j] = scale * q[t] . k[j], 4 keys at a time (independent
+// accumulators), each K vector loaded once for the R rows.
+template <int R>
+void decode_scores_rows(const DecodeChunk& c, int t0) {
   constexpr int64_t L = Vec::kLanes;
-  for (int64_t j = 0; j < c.sm.n; ++j) {
+  const float* q = c.q + t0 * c.d;
+  float* s = c.sm.s + t0 * c.sm.ld;
+  int64_t j = 0;
+  for (; j + 4 <= c.sm.n; j += 4) {
     const float* k = c.k + j * c.ldk;
-    Vec acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = Vec::zero();
+    Vec acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < 4; ++i) acc[r][i] = Vec::zero();
+    for (int64_t x = 0; x < c.d; x += L) {
+      const int n = lanes_left(c.d, x);
+      Vec kv[4];
+      for (int i = 0; i < 4; ++i) kv[i] = load_lanes(k + i * c.ldk + x, n);
+      for (int r = 0; r < R; ++r) {
+        const Vec qv = load_lanes(q + r * c.d + x, n);
+        for (int i = 0; i < 4; ++i) acc[r][i] = fma(qv, kv[i], acc[r][i]);
+      }
+    }
+    for (int r = 0; r < R; ++r) sum4(acc[r], c.scale, s + r * c.sm.ld + j);
+  }
+  for (; j < c.sm.n; ++j) {
+    const float* k = c.k + j * c.ldk;
+    Vec acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = Vec::zero();
     for (int64_t x = 0; x < c.d; x += L) {
       const int n = lanes_left(c.d, x);
       const Vec kv = load_lanes(k + x, n);
-      for (int t = 0; t < T; ++t) acc[t] = fma(load_lanes(c.q + t * c.d + x, n), kv, acc[t]);
+      for (int r = 0; r < R; ++r) acc[r] = fma(load_lanes(q + r * c.d + x, n), kv, acc[r]);
     }
-    for (int t = 0; t < T; ++t) c.sm.s[t * c.sm.ld + j] = reduce_add(acc[t]) * c.scale;
+    for (int r = 0; r < R; ++r) s[r * c.sm.ld + j] = reduce_add(acc[r]) * c.scale;
   }
 }
 
-// o[t, x0 .. x0 + lanes) = o[t, ..] * corr[t] + sum_j s[t, j] v[j, ..] for T rows, in registers
-// (NV vectors per row; `nv` <= NV of them used, the last one `last` lanes wide).
+template <int T>
+void decode_scores(const DecodeChunk& c) {
+  constexpr int R = std::min(T, kScoreRows);
+  int t0 = 0;
+  for (; t0 + R <= T; t0 += R) decode_scores_rows<R>(c, t0);
+  if constexpr (T % R != 0) decode_scores_rows<T % R>(c, t0);
+}
+
+// o[t, x0 ..] = o[t, ..] * corr[t] + sum_j s[t, j] v[j, ..] for T rows and NV vectors of the
+// row, in registers; the last vector `last` lanes wide. With few accumulators (T x NV < 8) the
+// keys go in KU interleaved sets summed at the end, so that enough FMA chains are in flight.
 template <int T, int NV>
-void decode_accumulate_tile(const DecodeChunk& c, int64_t x0, int nv, int last) {
+void decode_accumulate_tile(const DecodeChunk& c, int64_t x0, int last) {
   constexpr int64_t L = Vec::kLanes;
-  const auto lanes = [&](int u) { return u == nv - 1 ? last : static_cast<int>(L); };
-  Vec acc[T][NV];
+  constexpr int KU = std::clamp(8 / (T * NV), 1, 4);
+  constexpr auto lanes = [](int u, int last_lanes) {
+    return u == NV - 1 ? last_lanes : static_cast<int>(L);
+  };
+  Vec acc[KU][T][NV];
   for (int t = 0; t < T; ++t) {
     const Vec corr = Vec::set1(c.sm.corr[t]);
-    for (int u = 0; u < NV; ++u)
-      if (u < nv) acc[t][u] = load_lanes(c.o + t * c.dv + x0 + u * L, lanes(u)) * corr;
-  }
-  for (int64_t j = 0; j < c.sm.n; ++j) {
-    const float* v = c.v + j * c.ldv + x0;
-    Vec vv[NV];
-    for (int u = 0; u < NV; ++u)
-      if (u < nv) vv[u] = load_lanes(v + u * L, lanes(u));
-    for (int t = 0; t < T; ++t) {
-      const Vec p = Vec::set1(c.sm.s[t * c.sm.ld + j]);
-      for (int u = 0; u < NV; ++u)
-        if (u < nv) acc[t][u] = fma(p, vv[u], acc[t][u]);
+    for (int u = 0; u < NV; ++u) {
+      acc[0][t][u] = load_lanes(c.o + t * c.dv + x0 + u * L, lanes(u, last)) * corr;
+      for (int k = 1; k < KU; ++k) acc[k][t][u] = Vec::zero();
     }
   }
+  const auto step = [&](int k, int64_t j) {
+    const float* v = c.v + j * c.ldv + x0;
+    Vec vv[NV];
+    for (int u = 0; u < NV; ++u) vv[u] = load_lanes(v + u * L, lanes(u, last));
+    for (int t = 0; t < T; ++t) {
+      const Vec p = Vec::set1(c.sm.s[t * c.sm.ld + j]);
+      for (int u = 0; u < NV; ++u) acc[k][t][u] = fma(p, vv[u], acc[k][t][u]);
+    }
+  };
+  int64_t j = 0;
+  for (; j + KU <= c.sm.n; j += KU)
+    for (int k = 0; k < KU; ++k) step(k, j + k);
+  for (; j < c.sm.n; ++j) step(0, j);
   for (int t = 0; t < T; ++t)
-    for (int u = 0; u < NV; ++u)
-      if (u < nv) acc[t][u].store(c.o + t * c.dv + x0 + u * L, lanes(u));
+    for (int u = 0; u < NV; ++u) {
+      for (int k = 1; k < KU; ++k) acc[0][t][u] = acc[0][t][u] + acc[k][t][u];
+      acc[0][t][u].store(c.o + t * c.dv + x0 + u * L, lanes(u, last));
+    }
+}
+
+// The row's vectors from x0 in tiles of NV whole vectors, then NV / 2, ..., 1, then the tail.
+template <int T, int NV>
+void decode_accumulate(const DecodeChunk& c, int64_t x0) {
+  constexpr int64_t L = Vec::kLanes;
+  for (; x0 + NV * L <= c.dv; x0 += NV * L) decode_accumulate_tile<T, NV>(c, x0, L);
+  if constexpr (NV > 1)
+    decode_accumulate<T, NV / 2>(c, x0);
+  else if (x0 < c.dv)
+    decode_accumulate_tile<T, 1>(c, x0, lanes_left(c.dv, x0));
+}
+
+// The largest power of two <= n (n >= 1).
+constexpr int floor_pow2(int n) {
+  return n < 2 ? 1 : 2 * floor_pow2(n / 2);
 }
 
 template <int T>
 void decode_chunk(const DecodeChunk& c) {
-  constexpr int64_t L = Vec::kLanes;
-  constexpr int NV = std::max(1, kDecodeAccumulators / T);
+  // T x NV accumulators and NV vectors of a V row, a broadcast and a spare register.
+  constexpr int NV = std::min(8, floor_pow2(std::max(1, (kRegisters - 2) / (T + 1))));
   decode_scores<T>(c);
   attention_softmax_chunk(c.sm);
-  for (int64_t x0 = 0; x0 < c.dv; x0 += NV * L) {
-    const int64_t left = c.dv - x0;
-    const int nv = static_cast<int>(std::min<int64_t>(NV, (left + L - 1) / L));
-    decode_accumulate_tile<T, NV>(c, x0, nv, lanes_left(left, (nv - 1) * L));
-  }
+  decode_accumulate<T, NV>(c, 0);
 }
 
 }  // namespace
