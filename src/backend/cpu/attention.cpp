@@ -319,11 +319,34 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
   return {y};
 }
 
+// The plan for static 4-D shapes at the current thread count, for describe (the run plans again
+// with its own thread count): nothing for other forms.
+std::any prepare_attention(const NodeInfo& n) {
+  Dims dims[3];
+  for (size_t i = 0; i < 3; ++i) {
+    if (!n.inputs[i].shape || !is_static(*n.inputs[i].shape)) return {};
+    dims[i] = to_dims(*n.inputs[i].shape);
+    if (dims[i].size() != 4) return {};
+  }
+  const params::Attention a = params::attention(n.node);
+  const std::optional<AttentionTiles> tiles = tiles_from_env();
+  return plan_attention({dims[0][0], dims[0][1], dims[1][1], dims[0][2], dims[1][2], dims[0][3],
+                         dims[2][3], a.is_causal},
+                        num_threads(), cache_model(), packed_b_floats(1, 1),
+                        tiles ? &*tiles : nullptr);
+}
+
 }  // namespace
 
 void register_attention_kernels(KernelRegistry& r) {
-  r.add("Attention",
-        {.accepts = accepts_attention, .run = run_attention, .reference_at_run_time = true});
+  r.add("Attention", {.accepts = accepts_attention,
+                      .prepare = prepare_attention,
+                      .run = run_attention,
+                      .reference_at_run_time = true,
+                      .describe = [](const std::any& state) {
+                        const auto* p = std::any_cast<AttentionPlan>(&state);
+                        return p ? p->str() : std::string();
+                      }});
 }
 
 }  // namespace pto::cpu
