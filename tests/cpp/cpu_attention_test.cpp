@@ -398,7 +398,8 @@ TEST(CpuAttention, PlanFitsL2AndScratchIsLinear) {
   EXPECT_EQ(gqa.task_rows, 8);
   EXPECT_EQ(gqa.splits, 1);
   EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 4096, 64, 64}, 2, cache, nr).splits, 4);
-  EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 4096, 64, 64}, 1, cache, nr).splits, 2);
+  EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 4096, 64, 64}, 1, cache, nr).splits, 1);
+  EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 4096, 64, 64}, 3, cache, nr).splits, 6);
   EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 1000, 64, 64}, 2, cache, nr).splits, 1);
   const cpu::AttentionPlan mqa = cpu::plan_attention({1, 32, 1, 1, 4096, 64, 64}, 2, cache, nr);
   EXPECT_FALSE(mqa.decode);  // 32 rows: the GEMM path

@@ -70,7 +70,7 @@ AttentionPlan plan_attention(const AttentionShape& s, int threads, const CacheMo
   }
   const int64_t tasks = tasks_for(rows);
   int64_t splits = 1;
-  if (tasks < min_tasks)
+  if (threads > 1 && tasks < min_tasks)  // one thread gains nothing from splitting
     splits = std::min(ceil_div(min_tasks, tasks), std::max<int64_t>(1, keys / kMinSplitKeys));
   if (override) {
     PTO_CHECK(override->rows >= 0 && override->block >= 0 && override->splits >= 0)
