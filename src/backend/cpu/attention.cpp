@@ -17,6 +17,14 @@
 // (tests, A/B measurements). The GEMMs run on the calling thread (sgemm inside a parallel region
 // does), the tasks are spread over the pool.
 //
+// Decode (a task of at most kDecodeRows rows: one or a few queries of a group): no packing, the
+// ISA kernel attention_decode_chunk computes the chunk's scores straight from the K rows (each
+// read once for all the task's rows), the same softmax step, and O = O * corr + P Vc from the V
+// rows. Split-K (plan.splits > 1, few tasks for the threads): each task's keys are cut into
+// ranges that run as tasks of their own, each leaving its O, m and l in `partial`; a second
+// parallel loop merges the ranges of each row in order (log-sum-exp weights), so the bits depend
+// only on the sizes and the thread count.
+//
 // What the fast path does not cover goes to the reference kernel at run time: 3-D (packed-head)
 // inputs, a KV cache, nonpad_kv_seqlen, softcap, windows, extra outputs, a mask whose last axis
 // is not the key length.
