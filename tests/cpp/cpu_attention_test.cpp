@@ -397,6 +397,16 @@ TEST(CpuAttention, PlanFitsL2AndScratchIsLinear) {
   EXPECT_TRUE(gqa.decode);
   EXPECT_EQ(gqa.task_rows, 8);
   EXPECT_EQ(gqa.splits, 1);
+  // Up to 32 rows per kv head: decode tasks of at most 8 rows.
+  const cpu::AttentionPlan q32 = cpu::plan_attention({1, 12, 12, 32, 4096, 64, 64}, 1, cache, nr);
+  EXPECT_TRUE(q32.decode);
+  EXPECT_EQ(q32.rows, 8);
+  EXPECT_EQ(q32.tasks, 48);
+  const cpu::AttentionPlan gq8 = cpu::plan_attention({1, 32, 8, 8, 4096, 128, 128}, 1, cache, nr);
+  EXPECT_TRUE(gq8.decode);
+  EXPECT_EQ(gq8.rows, 2);
+  EXPECT_EQ(gq8.tasks, 32);
+  EXPECT_FALSE(cpu::plan_attention({1, 12, 12, 33, 4096, 64, 64}, 1, cache, nr).decode);
   EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 4096, 64, 64}, 2, cache, nr).splits, 4);
   EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 4096, 64, 64}, 1, cache, nr).splits, 1);
   EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 4096, 64, 64}, 3, cache, nr).splits, 6);

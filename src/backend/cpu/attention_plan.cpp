@@ -27,6 +27,11 @@ constexpr int64_t kCausalRowsDivisor = 4;
 // Decode: keys per chunk (the scores of a chunk stay in L1 while its V rows stream by) and the
 // fewest keys per split range (a range's fixed cost, its partial O and the merge, stays small).
 constexpr int64_t kDecodeBlock = 256;
+// Up to this many rows per kv head (queries x group) the decode kernel in tasks of kDecodeRows
+// beats the GEMM path, which packs each K and V chunk per task (`pto bench`, one thread, 4096
+// keys: 12 heads of 64 at 16 and 32 queries 1.5x and 1.2x, 32 on 8 heads of 128 at 4 and 8
+// queries 1.7x and 1.4x; at 64 queries the GEMM path is 10% faster).
+constexpr int64_t kDecodeMaxRows = 4 * kDecodeRows;
 constexpr int64_t kMinSplitKeys = 512;
 
 }  // namespace
@@ -54,8 +59,8 @@ AttentionPlan plan_attention(const AttentionShape& s, int threads, const CacheMo
   const int64_t min_tasks = 2 * static_cast<int64_t>(std::max(1, threads));
   int64_t rows = std::clamp<int64_t>(ceil_div(kTaskRows, group), 1, sq);
   if (s.causal) rows = std::max<int64_t>(1, std::min(rows, ceil_div(sq, kCausalRowsDivisor)));
-  const bool few_rows = group * sq <= kDecodeRows;
-  if (few_rows) rows = sq;
+  const bool few_rows = group <= kDecodeRows && group * sq <= kDecodeMaxRows;
+  if (few_rows) rows = std::min(sq, kDecodeRows / group);
   while (!few_rows && rows > 1 && tasks_for(rows) < min_tasks) rows = ceil_div(rows, 2);
   int64_t block = std::min(kDecodeBlock, keys);
   for (; !few_rows;) {

@@ -45,8 +45,9 @@ struct AttentionShape {
 // diagonal chunks whole), fewer when that leaves under two tasks per thread; the chunk the
 // largest power of two in [64, 1024] (and not beyond the keys) whose working set (scores, packed
 // K and V chunks, the task's Q, O and P V rows) fits in L2, the rows halved while even 64 keys do
-// not fit. When the group's heads times the queries are at most kDecodeRows, a task takes all
-// the queries (decode kernel) and the chunk is 256 keys. Splits: on several threads with
+// not fit. When the group's heads times the queries are at most 4 * kDecodeRows (and the group
+// at most kDecodeRows), tasks of at most kDecodeRows rows run the decode kernel (all the queries
+// in one task when they fit) and the chunk is 256 keys. Splits: on several threads with
 // fewer than two tasks per thread, enough key ranges for two per thread, each at least 512 keys (so
 // the split depends only on the sizes and the thread count). An override's nonzero fields replace
 // the choice (clamped to [1, Sq], [1, L] and [1, L]).
