@@ -386,35 +386,36 @@ TEST(CpuAttention, PlanFitsL2AndScratchIsLinear) {
   EXPECT_EQ(over.block, 700);  // clamped to the keys
   EXPECT_EQ(over.task_rows, 10);
   EXPECT_EQ(over.splits, 1);
-  // Decode: all the queries in one task while group x queries <= 8 (the decode kernel), split
-  // only when there are fewer than two tasks per thread, in ranges of at least 512 keys.
-  const cpu::AttentionPlan dec = cpu::plan_attention({1, 12, 12, 1, 4096, 64, 64}, 2, cache, nr);
-  EXPECT_TRUE(dec.decode);
-  EXPECT_EQ(dec.task_rows, 1);
-  EXPECT_EQ(dec.tasks, 12);
-  EXPECT_EQ(dec.splits, 1);
-  const cpu::AttentionPlan gqa = cpu::plan_attention({1, 32, 8, 2, 4096, 128, 128}, 2, cache, nr);
-  EXPECT_TRUE(gqa.decode);
-  EXPECT_EQ(gqa.task_rows, 8);
-  EXPECT_EQ(gqa.splits, 1);
-  // Up to 32 rows per kv head: decode tasks of at most 8 rows.
-  const cpu::AttentionPlan q32 = cpu::plan_attention({1, 12, 12, 32, 4096, 64, 64}, 1, cache, nr);
-  EXPECT_TRUE(q32.decode);
-  EXPECT_EQ(q32.rows, 8);
-  EXPECT_EQ(q32.tasks, 48);
-  const cpu::AttentionPlan gq8 = cpu::plan_attention({1, 32, 8, 8, 4096, 128, 128}, 1, cache, nr);
-  EXPECT_TRUE(gq8.decode);
-  EXPECT_EQ(gq8.rows, 2);
-  EXPECT_EQ(gq8.tasks, 32);
-  EXPECT_FALSE(cpu::plan_attention({1, 12, 12, 33, 4096, 64, 64}, 1, cache, nr).decode);
-  EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 4096, 64, 64}, 2, cache, nr).splits, 4);
-  EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 4096, 64, 64}, 1, cache, nr).splits, 1);
-  EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 4096, 64, 64}, 3, cache, nr).splits, 6);
-  EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 1000, 64, 64}, 2, cache, nr).splits, 1);
-  const cpu::AttentionPlan mqa = cpu::plan_attention({1, 32, 1, 1, 4096, 64, 64}, 2, cache, nr);
-  EXPECT_FALSE(mqa.decode);  // 32 rows: the GEMM path
-  EXPECT_EQ(mqa.splits, 4);
-  EXPECT_GT(mqa.partial_bytes, 0u);
+  // Decode: tasks of at most 8 rows (queries x group; all the queries when they fit) up to 32
+  // rows per kv head and a group of at most 8; split only on several threads with fewer than two
+  // tasks per thread, in ranges of at least 512 keys.
+  struct Expect {
+    cpu::AttentionShape shape;
+    int threads;
+    bool decode;
+    int64_t rows, tasks, splits;
+  };
+  for (const Expect& e : {Expect{{1, 12, 12, 1, 4096, 64, 64}, 2, true, 1, 12, 1},
+                          Expect{{1, 32, 8, 2, 4096, 128, 128}, 2, true, 2, 8, 1},
+                          Expect{{1, 12, 12, 32, 4096, 64, 64}, 1, true, 8, 48, 1},
+                          Expect{{1, 32, 8, 8, 4096, 128, 128}, 1, true, 2, 32, 1},
+                          Expect{{1, 12, 12, 33, 4096, 64, 64}, 1, false, 33, 12, 1},
+                          Expect{{1, 4, 1, 1, 4096, 64, 64}, 2, true, 1, 1, 4},
+                          Expect{{1, 4, 1, 1, 4096, 64, 64}, 1, true, 1, 1, 1},
+                          Expect{{1, 4, 1, 1, 4096, 64, 64}, 3, true, 1, 1, 6},
+                          Expect{{1, 4, 1, 1, 1000, 64, 64}, 2, true, 1, 1, 1},
+                          // A group of 32 (over 8): the GEMM path, split.
+                          Expect{{1, 32, 1, 1, 4096, 64, 64}, 2, false, 1, 1, 4}}) {
+    const cpu::AttentionShape& x = e.shape;
+    SCOPED_TRACE(::testing::Message() << x.heads << "/" << x.kv_heads << " q" << x.queries << " l"
+                                      << x.keys << " threads " << e.threads);
+    const cpu::AttentionPlan p = cpu::plan_attention(x, e.threads, cache, nr);
+    EXPECT_EQ(p.decode, e.decode);
+    EXPECT_EQ(p.rows, e.rows);
+    EXPECT_EQ(p.tasks, e.tasks);
+    EXPECT_EQ(p.splits, e.splits);
+    EXPECT_EQ(p.partial_bytes > 0, e.splits > 1);
+  }
   const cpu::AttentionTiles split{.splits = 9000};
   EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 4096, 64, 64}, 2, cache, nr, &split).splits, 4096);
 }
