@@ -5,12 +5,16 @@
 // mask shorter than the keys) giving the same answers. The flash-style kernel's seams: lengths
 // around its task rows and key chunks, padding and causal spans that skip chunks, scores large
 // enough that the running max moves at almost every chunk, head sizes off the register panels,
-// every tile choice (PTO_ATTENTION_TILES), and plan_attention's sizes (linear scratch).
+// every tile choice (PTO_ATTENTION_TILES), and plan_attention's sizes (linear scratch). The
+// decode kernel (at most 8 task rows: one or a few queries times the group's heads) and split-K:
+// lengths around its chunks and split ranges, groups, MQA, head sizes, every mask kind, forced
+// split counts, the same bits on two runs, and rescaling scores.
 //
 // Tolerance: two float GEMMs of length D and L around a float softmax, against the reference's
 // double: 64 ulp relative plus 64 ulp absolute for outputs of order 1. The online softmax's
 // rescaling (one rounding of exp(m_old - m_new) and one multiply per chunk) stays within it.
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/cpu/attention_plan.h"
 #include "cpu_reduce_test_util.h"
@@ -213,6 +217,138 @@ TEST(CpuAttention, EveryTileChoiceAgrees) {
   }
 }
 
+// Cycles through head sizes (Dv != D among them) so that each decode shape meets several.
+std::pair<int64_t, int64_t> head_sizes(int64_t i) {
+  static const std::pair<int64_t, int64_t> kSizes[] = {{8, 8},     {64, 64}, {80, 48},
+                                                       {128, 128}, {64, 80}, {128, 8}};
+  return kSizes[i % std::size(kSizes)];
+}
+
+TEST(CpuAttention, DecodeLengthsGroupsAndHeadSizes) {
+  uint32_t seed = 600;
+  int64_t n = 0;
+  // (query heads, kv heads): no grouping, groups of 4 and 8 (the decode kernel's most rows), MQA.
+  for (const int64_t l : {1, 7, 513, 4096, 4097})
+    for (const int64_t sq : {1, 2, 3, 8})
+      for (const auto& [h, hkv] :
+           {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {8, 1}, {3, 1}, {16, 2}}) {
+        if (l >= 4096 && (sq == 3 || h == 3)) continue;  // the reference's time
+        const auto [d, dv] = head_sizes(n++);
+        SCOPED_TRACE(::testing::Message() << "q " << sq << " l " << l << " heads " << h << "/"
+                                          << hkv << " d " << d << " dv " << dv);
+        const Tensor q = random_f32({1, h, sq, d}, seed++, -2, 2);
+        const Tensor k = random_f32({1, hkv, l, d}, seed++, -2, 2);
+        const Tensor v = random_f32({1, hkv, l, dv}, seed++);
+        expect_matches(attention({q, k, v}), attention_tol());
+      }
+}
+
+TEST(CpuAttention, DecodeMasks) {
+  uint32_t seed = 700;
+  const int64_t B = 2, H = 4, Hkv = 2, L = 1100, D = 64;
+  for (const int64_t sq : {1, 3}) {
+    SCOPED_TRACE(::testing::Message() << "q " << sq);
+    const Tensor q = random_f32({B, H, sq, D}, seed++, -2, 2);
+    const Tensor k = random_f32({B, Hkv, L, D}, seed++, -2, 2);
+    const Tensor v = random_f32({B, Hkv, L, D}, seed++);
+    for (const Dims& m : {Dims{L}, Dims{sq, L}, Dims{B, 1, 1, L}, Dims{1, H, sq, L},
+                          Dims{B, H, sq, L}, Dims{B, 1, sq, L}}) {
+      SCOPED_TRACE(dims_str(m));
+      expect_matches(attention({q, k, v, random_f32(m, seed++, -3, 1)}), attention_tol());
+      expect_matches(attention({q, k, v, random_bool(m, seed++)}), attention_tol());
+      expect_matches(attention({q, k, v, random_bool(m, seed++)}, true), attention_tol());
+    }
+    // Causal with fewer queries than keys (top-left: query i sees keys <= i only), alone and
+    // with padding (batch 1's keys from 700 on hidden: the later split ranges see nothing).
+    expect_matches(attention({q, k, v}, true), attention_tol());
+    Tensor pad = Tensor::empty(DType::kBool, {B, 1, 1, L});
+    for (int64_t j = 0; j < L; ++j) {
+      pad.data<bool>()[j] = j >= 3;
+      pad.data<bool>()[L + j] = j < 700;
+    }
+    expect_matches(attention({q, k, v, pad}), attention_tol());
+    expect_matches(attention({q, k, v, pad}, true), attention_tol());
+    // Rows with no visible key give zeros: head 1 of batch 0 (every query), float -inf in
+    // batch 1's head 3, and keys visible only in the middle (the other chunks skipped).
+    Tensor hide = random_bool({B, H, sq, L}, seed++);
+    Tensor neg = random_f32({B, H, sq, L}, seed++, -2, 0);
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t j = 0; j < L; ++j) {
+        hide.data<bool>()[((0 * H + 1) * sq + i) * L + j] = false;
+        hide.data<bool>()[((1 * H + 2) * sq + i) * L + j] = j >= 600 && j < 640;
+        neg.data<float>()[((1 * H + 3) * sq + i) * L + j] = -INFINITY;
+      }
+    expect_matches(attention({q, k, v, hide}), attention_tol());
+    expect_matches(attention({q, k, v, neg}), attention_tol());
+  }
+}
+
+TEST(CpuAttention, ForcedSplitsAgree) {
+  // Split-K forced on decode (1 and 8 task rows) and on prefill tasks, with masks and causal:
+  // every split count gives the reference's answer.
+  uint32_t seed = 800;
+  const Tensor mask = random_bool({1, 1, 1, 2000}, seed++, 0.7);
+  for (const auto& [h, hkv, sq] :
+       {std::tuple<int64_t, int64_t, int64_t>{3, 3, 1}, {8, 1, 1}, {4, 2, 2}, {2, 1, 40}}) {
+    const Tensor q = random_f32({1, h, sq, 64}, seed++, -2, 2);
+    const Tensor q_small = random_f32({1, h, sq, 64}, seed++, -0.1, 0.1);
+    const Tensor k = random_f32({1, hkv, 2000, 64}, seed++, -2, 2);
+    const Tensor v = random_f32({1, hkv, 2000, 48}, seed++);
+    for (const char* tiles :
+         {"0,0,1", "0,0,2", "0,0,3", "0,0,7", "0,64,7", "0,100,3", "0,0,2000", "16,0,3"}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "heads " << h << "/" << hkv << " q " << sq << " tiles " << tiles);
+      const EnvGuard env("PTO_ATTENTION_TILES", tiles);
+      expect_matches(attention({q, k, v}), attention_tol());
+      expect_matches(attention({q, k, v, mask}), attention_tol());
+      expect_matches(attention({q, k, v, mask}, true), attention_tol());
+      // Scores up to about 50 (larger ones lose digits to the float rounding of the
+      // scores themselves, on any kernel).
+      expect_matches(attention({q_small, k, v}, false, 30.0), attention_tol());
+    }
+  }
+}
+
+TEST(CpuAttention, SplitsGiveTheSameBitsEachRun) {
+  // A fixed thread count fixes the split and the merge order: two runs give the same bits.
+  for (const char* tiles : {"", "0,0,3", "0,96,7"}) {
+    SCOPED_TRACE(tiles);
+    const EnvGuard env("PTO_ATTENTION_TILES", tiles);
+    std::vector<Tensor> feeds;
+    const Graph g = one_node(
+        attention({random_f32({1, 4, 1, 64}, 900, -2, 2), random_f32({1, 1, 5000, 64}, 901, -2, 2),
+                   random_f32({1, 1, 5000, 64}, 902)}),
+        &feeds);
+    const Executable exe = compile(g, {.level = 0});
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      const Tensor a = exe.run(feeds)[0], b = exe.run(feeds)[0];
+      EXPECT_EQ(std::memcmp(a.data<float>(), b.data<float>(), a.numel() * sizeof(float)), 0)
+          << threads << " thread(s)";
+    }
+    set_num_threads(0);
+  }
+}
+
+TEST(CpuAttention, DecodeLargeScoresRescaleOften) {
+  // Scores scaled by 30 over 4097 keys, and keys ordered so that every chunk raises the running
+  // max: the decode kernel's O rescaled at each chunk, in every split range.
+  const Tensor q = random_f32({1, 8, 1, 16}, 950, -1, 1);
+  const Tensor k = random_f32({1, 2, 4097, 16}, 951, -1, 1);
+  const Tensor v = random_f32({1, 2, 4097, 16}, 952);
+  expect_matches(attention({q, k, v}, false, 30.0), attention_tol());
+  Tensor ks = random_f32({1, 1, 3000, 8}, 953, 0, 1);
+  for (int64_t j = 0; j < 3000; ++j)
+    for (int64_t c = 0; c < 8; ++c) ks.data<float>()[j * 8 + c] = 0.0005f * static_cast<float>(j);
+  for (const char* tiles : {"0,0,1", "0,0,3"}) {
+    const EnvGuard env("PTO_ATTENTION_TILES", tiles);
+    expect_matches(
+        attention({random_f32({1, 2, 1, 8}, 954, 0.5, 1), ks, random_f32({1, 1, 3000, 8}, 955)},
+                  false, 1.0),
+        attention_tol());
+  }
+}
+
 TEST(CpuAttention, PlanFitsL2AndScratchIsLinear) {
   CacheModel cache;
   cache.l1d = 48 << 10;
@@ -249,6 +385,39 @@ TEST(CpuAttention, PlanFitsL2AndScratchIsLinear) {
   EXPECT_EQ(over.rows, 5);
   EXPECT_EQ(over.block, 700);  // clamped to the keys
   EXPECT_EQ(over.task_rows, 10);
+  EXPECT_EQ(over.splits, 1);
+  // Decode: tasks of at most 8 rows (queries x group; all the queries when they fit) up to 32
+  // rows per kv head and a group of at most 8; split only on several threads with fewer than two
+  // tasks per thread, in ranges of at least 512 keys.
+  struct Expect {
+    cpu::AttentionShape shape;
+    int threads;
+    bool decode;
+    int64_t rows, tasks, splits;
+  };
+  for (const Expect& e : {Expect{{1, 12, 12, 1, 4096, 64, 64}, 2, true, 1, 12, 1},
+                          Expect{{1, 32, 8, 2, 4096, 128, 128}, 2, true, 2, 8, 1},
+                          Expect{{1, 12, 12, 32, 4096, 64, 64}, 1, true, 8, 48, 1},
+                          Expect{{1, 32, 8, 8, 4096, 128, 128}, 1, true, 2, 32, 1},
+                          Expect{{1, 12, 12, 33, 4096, 64, 64}, 1, false, 33, 12, 1},
+                          Expect{{1, 4, 1, 1, 4096, 64, 64}, 2, true, 1, 1, 4},
+                          Expect{{1, 4, 1, 1, 4096, 64, 64}, 1, true, 1, 1, 1},
+                          Expect{{1, 4, 1, 1, 4096, 64, 64}, 3, true, 1, 1, 6},
+                          Expect{{1, 4, 1, 1, 1000, 64, 64}, 2, true, 1, 1, 1},
+                          // A group of 32 (over 8): the GEMM path, split.
+                          Expect{{1, 32, 1, 1, 4096, 64, 64}, 2, false, 1, 1, 4}}) {
+    const cpu::AttentionShape& x = e.shape;
+    SCOPED_TRACE(::testing::Message() << x.heads << "/" << x.kv_heads << " q" << x.queries << " l"
+                                      << x.keys << " threads " << e.threads);
+    const cpu::AttentionPlan p = cpu::plan_attention(x, e.threads, cache, nr);
+    EXPECT_EQ(p.decode, e.decode);
+    EXPECT_EQ(p.rows, e.rows);
+    EXPECT_EQ(p.tasks, e.tasks);
+    EXPECT_EQ(p.splits, e.splits);
+    EXPECT_EQ(p.partial_bytes > 0, e.splits > 1);
+  }
+  const cpu::AttentionTiles split{.splits = 9000};
+  EXPECT_EQ(cpu::plan_attention({1, 4, 1, 1, 4096, 64, 64}, 2, cache, nr, &split).splits, 4096);
 }
 
 }  // namespace

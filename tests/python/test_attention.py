@@ -272,6 +272,24 @@ def _sdpa_float64(q, k, v, mask, causal):
                                               attn_mask=mask).float()
 
 
+def _expect_sdpa_matches_float64(q, k, v, mask, causal):
+    """pypto.optimize of SDPA (grouped heads allowed; `mask` None or boolean, not with causal) is
+    one Attention op and equals torch's float64 math kernel."""
+    import torch.nn.functional as F
+
+    class Sdpa(torch.nn.Module):
+        def forward(self, q, k, v, *mask):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[0] if mask else None,
+                                                  is_causal=causal, enable_gqa=True)
+
+    args = (q, k, v) if mask is None else (q, k, v, mask)
+    fast = pypto.optimize(Sdpa().eval(), example_inputs=args)
+    want = _sdpa_float64(q, k, v, mask, causal)
+    torch.testing.assert_close(fast(*args), want, rtol=1e-4, atol=1e-5)
+    steps = [step["rule"] or step["op"] for step in fast.compiled.steps]
+    assert steps == ["Attention"], steps
+
+
 @pytest.mark.parametrize("tiles", ["", "5,37"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seq,heads,kv_heads", [(600, 4, 4), (1100, 4, 1), (129, 8, 2)])
@@ -279,16 +297,8 @@ def test_sdpa_across_key_chunks_matches_float64(seq, heads, kv_heads, causal, ti
     """Sequences that span several of the kernel's key chunks and query tasks (planned tiles, and
     odd ones through PTO_ATTENTION_TILES), grouped heads; causal, or a padding mask that hides the
     last third of the keys of one batch item: equal to torch's float64 math kernel."""
-    import torch.nn.functional as F
-
     if tiles:
         monkeypatch.setenv("PTO_ATTENTION_TILES", tiles)
-
-    class Sdpa(torch.nn.Module):
-        def forward(self, q, k, v, *mask):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[0] if mask else None,
-                                                  is_causal=causal, enable_gqa=True)
-
     torch.manual_seed(0)
     q = torch.randn(2, heads, seq, 64)
     k, v = torch.randn(2, kv_heads, seq, 64), torch.randn(2, kv_heads, seq, 64)
@@ -296,9 +306,25 @@ def test_sdpa_across_key_chunks_matches_float64(seq, heads, kv_heads, causal, ti
     if not causal:  # torch's is_causal takes no mask
         mask = torch.ones(2, 1, 1, seq, dtype=torch.bool)
         mask[1, ..., seq - seq // 3:] = False
-    args = (q, k, v) if causal else (q, k, v, mask)
-    fast = pypto.optimize(Sdpa().eval(), example_inputs=args)
-    want = _sdpa_float64(q, k, v, mask, causal)
-    torch.testing.assert_close(fast(*args), want, rtol=1e-4, atol=1e-5)
-    steps = [step["rule"] or step["op"] for step in fast.compiled.steps]
-    assert steps == ["Attention"], steps
+    _expect_sdpa_matches_float64(q, k, v, mask, causal)
+
+
+@pytest.mark.parametrize("tiles", ["", "0,0,3"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("queries,heads,kv_heads,head", [(1, 12, 12, 64), (1, 8, 2, 128),
+                                                         (2, 4, 1, 80)])
+def test_sdpa_decode_matches_float64(queries, heads, kv_heads, head, causal, tiles, monkeypatch):
+    """Decode steps (one or two queries against a 4097-long K/V cache; the decode kernel), grouped
+    heads and MQA, planned and forced split-K: equal to torch's float64 math kernel, causal
+    (top-left: the queries see the first keys only) or with a padding mask on one batch item."""
+    if tiles:
+        monkeypatch.setenv("PTO_ATTENTION_TILES", tiles)
+    torch.manual_seed(1)
+    length = 4097
+    q = torch.randn(2, heads, queries, head)
+    k, v = torch.randn(2, kv_heads, length, head), torch.randn(2, kv_heads, length, head)
+    mask = None
+    if not causal:
+        mask = torch.ones(2, 1, 1, length, dtype=torch.bool)
+        mask[1, ..., 3000:] = False
+    _expect_sdpa_matches_float64(q, k, v, mask, causal)

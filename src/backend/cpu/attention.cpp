@@ -13,9 +13,17 @@
 // no row of the task can see are skipped: past the last query's causal limit (top-left: query i
 // sees keys <= i), and outside the span of keys the task's mask rows leave visible (padding).
 // Only chunks that cross a row's causal limit apply it. Task and chunk sizes come from
-// plan_attention (attention_plan.h); PTO_ATTENTION_TILES="rows,block" overrides them (tests,
-// A/B measurements). The GEMMs run on the calling thread (sgemm inside a parallel region does),
-// the tasks are spread over the pool.
+// plan_attention (attention_plan.h); PTO_ATTENTION_TILES="rows,block[,splits]" overrides them
+// (tests, A/B measurements). The GEMMs run on the calling thread (sgemm inside a parallel region
+// does), the tasks are spread over the pool.
+//
+// Decode (a task of at most kDecodeRows rows: one or a few queries of a group): no packing, the
+// ISA kernel attention_decode_chunk computes the chunk's scores straight from the K rows (each
+// read once for all the task's rows), the same softmax step, and O = O * corr + P Vc from the V
+// rows. Split-K (plan.splits > 1, few tasks for the threads): each task's keys are cut into
+// ranges that run as tasks of their own, each leaving its O, m and l in `partial`; a second
+// parallel loop merges the ranges of each row in order (log-sum-exp weights), so the bits depend
+// only on the sizes and the thread count.
 //
 // What the fast path does not cover goes to the reference kernel at run time: 3-D (packed-head)
 // inputs, a KV cache, nonpad_kv_seqlen, softcap, windows, extra outputs, a mask whose last axis
@@ -97,17 +105,21 @@ std::optional<MaskView> mask_view(const Tensor& m, const int64_t full[4]) {
   return v;
 }
 
-// PTO_ATTENTION_TILES="rows,block": the plan's tiles replaced (0 keeps the planner's choice).
+// PTO_ATTENTION_TILES="rows,block[,splits]": the plan's tiles replaced (0 keeps the planner's
+// choice).
 std::optional<AttentionTiles> tiles_from_env() {
   const char* e = std::getenv("PTO_ATTENTION_TILES");
   if (!e || !*e) return std::nullopt;
   AttentionTiles t;
   char* end = nullptr;
+  const auto bad = [&] {
+    return cat("PTO_ATTENTION_TILES: expected \"rows,block[,splits]\", got \"", e, "\"");
+  };
   t.rows = std::strtoll(e, &end, 10);
-  PTO_CHECK(*end == ',') << "PTO_ATTENTION_TILES: expected \"rows,block\", got \"" << e << "\"";
+  PTO_CHECK(*end == ',') << bad();
   t.block = std::strtoll(end + 1, &end, 10);
-  PTO_CHECK(*end == 0 && t.rows >= 0 && t.block >= 0)
-      << "PTO_ATTENTION_TILES: expected \"rows,block\", got \"" << e << "\"";
+  if (*end == ',') t.splits = std::strtoll(end + 1, &end, 10);
+  PTO_CHECK(*end == 0 && t.rows >= 0 && t.block >= 0 && t.splits >= 0) << bad();
   return t;
 }
 
@@ -122,8 +134,8 @@ struct TaskScratch {
     const int64_t t = p.task_rows;
     const auto round = [](int64_t n) { return (n + 15) / 16 * 16; };
     const int64_t sizes[] = {t * p.block,
-                             packed_b_floats(D, p.block),
-                             packed_b_floats(p.block, Dv),
+                             p.decode ? 0 : packed_b_floats(D, p.block),
+                             p.decode ? 0 : packed_b_floats(p.block, Dv),
                              t * D,
                              t * Dv,
                              t * Dv,
@@ -181,12 +193,21 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
   const AttentionPlan plan =
       plan_attention(shape, num_threads(), cache_model(), nr, tiles ? &*tiles : nullptr);
   const int64_t blocks = (Sq + plan.rows - 1) / plan.rows;
+  const int64_t units = B * Hkv * blocks, parts = plan.splits;
+  const int64_t partial_floats = plan.task_rows * (Dv + 2);  // O rows, m, l of one part
+  std::vector<float> partial(static_cast<size_t>(parts > 1 ? units * parts * partial_floats : 0));
   const float *qp = Q.data<float>(), *kp = K.data<float>(), *vp = V.data<float>();
   float* yp = y.data<float>();
-  parallel_for(0, B * Hkv * blocks, 1, [&](int64_t t0, int64_t t1) {
+  // Row g * r + i of a task is head hk * group + g at position i0 + i: its output row.
+  const auto y_row = [&](int64_t unit, int64_t g, int64_t i) {
+    const int64_t bk = unit / blocks, i0 = unit % blocks * plan.rows;
+    return yp + ((bk / Hkv * H + bk % Hkv * group + g) * Sq + i0 + i) * Dv;
+  };
+  parallel_for(0, units * parts, 1, [&](int64_t t0, int64_t t1) {
     const TaskScratch w(plan, D, Dv);
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t bk = t / blocks, i0 = t % blocks * plan.rows;
+      const int64_t unit = t / parts, part = t % parts;
+      const int64_t bk = unit / blocks, i0 = unit % blocks * plan.rows;
       const int64_t b = bk / Hkv, hk = bk % Hkv;
       const int64_t r = std::min(plan.rows, Sq - i0), rows = group * r;
       // The task's rows: head hk * group + g, position i0 + i at row g * r + i.
@@ -209,6 +230,9 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
         key_begin = mask_begin;
         key_end = std::min(key_end, mask_end);
       }
+      // This part's range of the keys (the split depends on the sizes only).
+      key_begin = std::max(key_begin, part * L / parts);
+      key_end = std::min(key_end, (part + 1) * L / parts);
       std::fill_n(w.o, rows * Dv, 0.0f);
       std::fill_n(w.m, rows, kNegInf);
       std::fill_n(w.l, rows, 0.0f);
@@ -216,6 +240,31 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
       const float* v = vp + bk * L * Dv;
       for (int64_t j0 = key_begin; j0 < key_end; j0 += plan.block) {
         const int64_t n = std::min(plan.block, key_end - j0);
+        // Only a chunk that reaches past the first query's position crosses a causal limit.
+        const bool crosses = causal && j0 + n > i0 + 1;
+        const SoftmaxChunk sm{.s = w.s,
+                              .ld = plan.block,
+                              .rows = rows,
+                              .n = n,
+                              .key0 = j0,
+                              .mask = mask ? w.mask : nullptr,
+                              .limit = crosses ? w.limit : nullptr,
+                              .m = w.m,
+                              .l = w.l,
+                              .corr = w.corr};
+        if (plan.decode) {
+          PTO_ISA_DISPATCH(attention_decode_chunk, DecodeChunk{.sm = sm,
+                                                               .q = w.q,
+                                                               .k = k + j0 * D,
+                                                               .v = v + j0 * Dv,
+                                                               .d = D,
+                                                               .dv = Dv,
+                                                               .ldk = D,
+                                                               .ldv = Dv,
+                                                               .scale = scale,
+                                                               .o = w.o});
+          continue;
+        }
         pack_b_into(w.k, D, n, k + j0 * D, D, true);
         pack_b_into(w.v, n, Dv, v + j0 * Dv, Dv, false);
         sgemm_prepacked({.m = rows,
@@ -227,36 +276,85 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
                          .ldc = plan.block,
                          .alpha = scale},
                         w.k);
-        // Only a chunk that reaches past the first query's position crosses a causal limit.
-        const bool crosses = causal && j0 + n > i0 + 1;
-        PTO_ISA_DISPATCH(attention_softmax_chunk, SoftmaxChunk{.s = w.s,
-                                                               .ld = plan.block,
-                                                               .rows = rows,
-                                                               .n = n,
-                                                               .key0 = j0,
-                                                               .mask = mask ? w.mask : nullptr,
-                                                               .limit = crosses ? w.limit : nullptr,
-                                                               .m = w.m,
-                                                               .l = w.l,
-                                                               .corr = w.corr});
+        PTO_ISA_DISPATCH(attention_softmax_chunk, sm);
         sgemm_prepacked(
             {.m = rows, .n = Dv, .k = n, .a = w.s, .lda = plan.block, .c = w.pv, .ldc = Dv}, w.v);
         PTO_ISA_DISPATCH(attention_scale_rows, w.o, Dv, w.o, Dv, w.corr, w.pv, Dv, rows, Dv);
       }
+      if (parts > 1) {  // the part's O, m and l, merged below
+        float* out = partial.data() + t * partial_floats;
+        std::copy_n(w.o, rows * Dv, out);
+        std::copy_n(w.m, rows, out + plan.task_rows * Dv);
+        std::copy_n(w.l, rows, out + plan.task_rows * (Dv + 1));
+        continue;
+      }
       for (int64_t i = 0; i < rows; ++i) w.corr[i] = w.l[i] > 0 ? 1.0f / w.l[i] : 0.0f;
       for (int64_t g = 0; g < group; ++g)
-        PTO_ISA_DISPATCH(attention_scale_rows, yp + ((b * H + hk * group + g) * Sq + i0) * Dv, Dv,
-                         w.o + g * r * Dv, Dv, w.corr + g * r, nullptr, 0, r, Dv);
+        PTO_ISA_DISPATCH(attention_scale_rows, y_row(unit, g, 0), Dv, w.o + g * r * Dv, Dv,
+                         w.corr + g * r, nullptr, 0, r, Dv);
+    }
+  });
+  if (parts == 1) return {y};
+  // Merge the parts of each row: m = max m_p, w_p = exp(m_p - m), Y = sum w_p O_p / sum w_p l_p
+  // (parts in order: the same bits for the same thread count); no visible key in any part: 0.
+  parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
+    for (int64_t unit = u0; unit < u1; ++unit) {
+      const int64_t r = std::min(plan.rows, Sq - unit % blocks * plan.rows);
+      const float* base = partial.data() + unit * parts * partial_floats;
+      for (int64_t row = 0; row < group * r; ++row) {
+        float* yr = y_row(unit, row / r, row % r);
+        float m = kNegInf;
+        for (int64_t p = 0; p < parts; ++p)
+          m = std::max(m, base[p * partial_floats + plan.task_rows * Dv + row]);
+        if (m == kNegInf) {
+          std::fill_n(yr, Dv, 0.0f);
+          continue;
+        }
+        float l = 0;
+        for (int64_t p = 0; p < parts; ++p) {
+          const float* part = base + p * partial_floats;
+          const float mp = part[plan.task_rows * Dv + row];
+          const float wp = mp == kNegInf ? 0.0f : std::exp(mp - m);
+          l += wp * part[plan.task_rows * (Dv + 1) + row];
+          PTO_ISA_DISPATCH(attention_scale_rows, yr, Dv, part + row * Dv, Dv, &wp, p ? yr : nullptr,
+                           Dv, 1, Dv);
+        }
+        const float inv = 1.0f / l;
+        PTO_ISA_DISPATCH(attention_scale_rows, yr, Dv, yr, Dv, &inv, nullptr, 0, 1, Dv);
+      }
     }
   });
   return {y};
 }
 
+// The plan for static 4-D shapes at the current thread count, for describe (the run plans again
+// with its own thread count): nothing for other forms.
+std::any prepare_attention(const NodeInfo& n) {
+  Dims dims[3];
+  for (size_t i = 0; i < 3; ++i) {
+    if (!n.inputs[i].shape || !is_static(*n.inputs[i].shape)) return {};
+    dims[i] = to_dims(*n.inputs[i].shape);
+    if (dims[i].size() != 4) return {};
+  }
+  const params::Attention a = params::attention(n.node);
+  const std::optional<AttentionTiles> tiles = tiles_from_env();
+  return plan_attention({dims[0][0], dims[0][1], dims[1][1], dims[0][2], dims[1][2], dims[0][3],
+                         dims[2][3], a.is_causal},
+                        num_threads(), cache_model(), packed_b_floats(1, 1),
+                        tiles ? &*tiles : nullptr);
+}
+
 }  // namespace
 
 void register_attention_kernels(KernelRegistry& r) {
-  r.add("Attention",
-        {.accepts = accepts_attention, .run = run_attention, .reference_at_run_time = true});
+  r.add("Attention", {.accepts = accepts_attention,
+                      .prepare = prepare_attention,
+                      .run = run_attention,
+                      .reference_at_run_time = true,
+                      .describe = [](const std::any& state) {
+                        const auto* p = std::any_cast<AttentionPlan>(&state);
+                        return p ? p->str() : std::string();
+                      }});
 }
 
 }  // namespace pto::cpu

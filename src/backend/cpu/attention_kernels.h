@@ -22,7 +22,25 @@ struct SoftmaxChunk {
   float *m = nullptr, *l = nullptr, *corr = nullptr;
 };
 
+// The most rows of Q a decode task holds (query positions x heads of the group): the decode
+// kernel keeps one accumulator register per row.
+constexpr int64_t kDecodeRows = 8;
+
+// One chunk of the decode kernel (no packing, for at most kDecodeRows rows): the scores of the
+// chunk's keys, s[r * sm.ld + j] = scale * q[r] . k[j] (q rows d floats apart, K rows ldk apart,
+// every K row read once for all rows), then the online softmax of `sm` on them (sm.s is the
+// score buffer, sm.n keys from sm.key0), then o[r] = o[r] * corr[r] + sum_j s[r, j] v[j] (o rows
+// dv apart, V rows ldv apart).
+struct DecodeChunk {
+  SoftmaxChunk sm;
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t d = 0, dv = 0, ldk = 0, ldv = 0;
+  float scale = 1.0f;
+  float* o = nullptr;
+};
+
 PTO_ISA_DECLARE(void attention_softmax_chunk(const SoftmaxChunk& c);
+                void attention_decode_chunk(const DecodeChunk& c);
                 // y[r] = a[r] * scale[r] + b[r] for `rows` rows of n (b may be null; y may be a).
                 void attention_scale_rows(float* y, int64_t ldy, const float* a, int64_t lda,
                                           const float* scale, const float* b, int64_t ldb,

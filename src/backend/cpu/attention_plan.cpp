@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/cpu/attention_kernels.h"
 #include "pto/error.h"
 
 namespace pto::cpu {
@@ -23,12 +24,22 @@ constexpr double kL2Share = 1.0;  // of L2 for a task's working set
 // Causal: a task computes the chunks on its diagonal whole, so its rows stay at most this part
 // of the queries (sequence 512: 128 rows per task 10% faster than 256; 2048: 256 as fast as 128).
 constexpr int64_t kCausalRowsDivisor = 4;
+// Decode: keys per chunk (the scores of a chunk stay in L1 while its V rows stream by) and the
+// fewest keys per split range (a range's fixed cost, its partial O and the merge, stays small).
+constexpr int64_t kDecodeBlock = 256;
+// Up to this many rows per kv head (queries x group) the decode kernel in tasks of kDecodeRows
+// beats the GEMM path, which packs each K and V chunk per task (`pto bench`, one thread, 4096
+// keys: 12 heads of 64 at 16 and 32 queries 1.5x and 1.2x, 32 on 8 heads of 128 at 4 and 8
+// queries 1.7x and 1.4x; at 64 queries the GEMM path is 10% faster).
+constexpr int64_t kDecodeMaxRows = 4 * kDecodeRows;
+constexpr int64_t kMinSplitKeys = 512;
 
 }  // namespace
 
 std::string AttentionPlan::str() const {
-  return cat("attention: ", tasks, " task(s) of ", task_rows, " rows (", rows,
-             " queries per head), keys in chunks of ", block, ", ", scratch_bytes,
+  return cat("attention", decode ? " (decode)" : "", ": ", tasks, " task(s) of ", task_rows,
+             " rows (", rows, " queries per head), keys in chunks of ", block,
+             splits > 1 ? cat(" split in ", splits, " ranges") : std::string(), ", ", scratch_bytes,
              " bytes of scratch per thread");
 }
 
@@ -45,11 +56,14 @@ AttentionPlan plan_attention(const AttentionShape& s, int threads, const CacheMo
   };
   const auto budget = static_cast<int64_t>(kL2Share * static_cast<double>(cache.l2) / 4);
 
+  const int64_t min_tasks = 2 * static_cast<int64_t>(std::max(1, threads));
   int64_t rows = std::clamp<int64_t>(ceil_div(kTaskRows, group), 1, sq);
   if (s.causal) rows = std::max<int64_t>(1, std::min(rows, ceil_div(sq, kCausalRowsDivisor)));
-  while (rows > 1 && tasks_for(rows) < 2 * static_cast<int64_t>(threads)) rows = ceil_div(rows, 2);
-  int64_t block = kMinBlock;
-  for (;;) {
+  const bool few_rows = group <= kDecodeRows && group * sq <= kDecodeMaxRows;
+  if (few_rows) rows = std::min(sq, kDecodeRows / group);
+  while (!few_rows && rows > 1 && tasks_for(rows) < min_tasks) rows = ceil_div(rows, 2);
+  int64_t block = std::min(kDecodeBlock, keys);
+  for (; !few_rows;) {
     block = kMinBlock;
     for (int64_t b = kMaxBlock; b >= kMinBlock; b /= 2)
       if (working_set(rows, b) <= budget && (b / 2 < keys || b == kMinBlock)) {
@@ -59,19 +73,29 @@ AttentionPlan plan_attention(const AttentionShape& s, int threads, const CacheMo
     if (rows == 1 || working_set(rows, block) <= budget) break;
     rows = ceil_div(rows, 2);
   }
+  const int64_t tasks = tasks_for(rows);
+  int64_t splits = 1;
+  if (threads > 1 && tasks < min_tasks)  // one thread gains nothing from splitting
+    splits = std::min(ceil_div(min_tasks, tasks), std::max<int64_t>(1, keys / kMinSplitKeys));
   if (override) {
-    PTO_CHECK(override->rows >= 0 && override->block >= 0)
-        << "attention tiles: negative rows or block";
+    PTO_CHECK(override->rows >= 0 && override->block >= 0 && override->splits >= 0)
+        << "attention tiles: negative rows, block or splits";
     if (override->rows > 0) rows = std::min(override->rows, sq);
     if (override->block > 0) block = std::min(override->block, keys);
+    if (override->splits > 0) splits = std::min(override->splits, keys);
   }
   block = std::min(block, keys);
   AttentionPlan p;
   p.rows = rows;
   p.block = block;
+  p.splits = splits;
   p.task_rows = group * rows;
   p.tasks = tasks_for(rows);
-  p.scratch_bytes = static_cast<size_t>(working_set(rows, block) + 3 * p.task_rows + 6 * 16) * 4;
+  p.decode = p.task_rows <= kDecodeRows;
+  const int64_t t = p.task_rows;
+  const int64_t floats = p.decode ? t * block + t * (s.d + 2 * s.dv) : working_set(rows, block);
+  p.scratch_bytes = static_cast<size_t>(floats + 3 * t + 6 * 16) * 4;
+  if (splits > 1) p.partial_bytes = static_cast<size_t>(p.tasks * splits * t * (s.dv + 2)) * 4;
   return p;
 }
 
