@@ -80,3 +80,44 @@ def test_memory_stats_sum_the_live_pools(tmp_path, no_shared_pool):
 def test_enable_memory_pool_takes_a_bool():
     with pytest.raises(TypeError, match="must be a bool"):
         pypto.enable_memory_pool("yes")
+
+
+@pytest.fixture
+def default_policy():
+    pypto.memory.reset_policy()
+    yield
+    pypto.memory.reset_policy()
+
+
+def test_policy_set_get_and_reset_round_trip(default_policy):
+    assert pypto.memory.get_policy() == {"prefetch_distance": -1, "reuse_distance": 0,
+                                         "nontemporal": "auto"}
+    pypto.memory.set_policy(prefetch_distance=8, nontemporal="never")
+    pypto.memory.set_policy(reuse_distance=2)  # None keeps the others
+    assert pypto.memory.get_policy() == {"prefetch_distance": 8, "reuse_distance": 2,
+                                         "nontemporal": "never"}
+    pypto.memory.set_policy(prefetch_distance=0, reuse_distance=64, nontemporal="always")
+    assert pypto.memory.get_policy() == {"prefetch_distance": 0, "reuse_distance": 64,
+                                         "nontemporal": "always"}
+    pypto.memory.reset_policy()
+    assert pypto.memory.get_policy()["nontemporal"] == "auto"
+    assert pypto.memory.get_policy()["prefetch_distance"] == -1
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"prefetch_distance": 1.5}, TypeError, "prefetch_distance must be an int"),
+    ({"prefetch_distance": True}, TypeError, "prefetch_distance must be an int"),
+    ({"prefetch_distance": -2}, ValueError, r"prefetch_distance must be in -1\.\.1024, got -2"),
+    ({"prefetch_distance": 1025}, ValueError, "prefetch_distance must be in"),
+    ({"reuse_distance": "2"}, TypeError, "reuse_distance must be an int, not str"),
+    ({"reuse_distance": -1}, ValueError, r"reuse_distance must be in 0\.\.64"),
+    ({"reuse_distance": 65}, ValueError, "reuse_distance must be in"),
+    ({"nontemporal": 1}, TypeError, "nontemporal must be a str"),
+    ({"nontemporal": "sometimes"}, ValueError, "nontemporal must be one of auto, never, always"),
+])
+def test_policy_rejects_bad_values_and_keeps_the_old_policy(default_policy, kwargs, error, match):
+    pypto.memory.set_policy(reuse_distance=3)
+    with pytest.raises(error, match=match):
+        pypto.memory.set_policy(**kwargs)
+    assert pypto.memory.get_policy()["reuse_distance"] == 3
+    assert pypto.memory.get_policy()["prefetch_distance"] == -1
