@@ -17,8 +17,9 @@ ceiling is the best STREAM-like kernel of `pto_bench --only memory` (read, copy,
 streaming-store variants) at the same thread count, measured in the same run; the table prints
 each kernel's GB/s and its percentage of that ceiling. Each (policy, kernel) is timed `--repeats`
 times interleaved with the other policies (the machine is shared: the best of the repeats is
-reported, with the median beside it). A policy is set before the model is compiled, since a
-policy applies to models compiled after it is set.
+reported, the median kept in the JSON). A policy is set before its model is compiled (the
+planner's reuse_distance applies to plans made after it is set) and again before each timing
+(nontemporal and prefetch_distance are read when kernels run).
 """
 
 from __future__ import annotations
@@ -172,7 +173,12 @@ def main() -> None:
             best = {p: [] for p in policies}
             for _ in range(a.repeats):  # interleaved: a slow spell hits every policy alike
                 for p in policies:
+                    if have_policy:  # kernels read nontemporal and prefetch_distance when they run
+                        pypto.memory.reset_policy()
+                        pypto.memory.set_policy(**POLICIES[p])
                     best[p].append(time_calls(exes[p], xs, a.calls))
+            if have_policy:
+                pypto.memory.reset_policy()
             row = f"{k:<14}"
             for p in policies:
                 s = min(best[p])

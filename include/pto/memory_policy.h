@@ -10,6 +10,8 @@
 // set (an Executable plans at compile time and again for each new input-shape signature).
 #pragma once
 
+#include <cstddef>
+
 namespace pto {
 
 struct MemoryPolicy {
@@ -33,5 +35,10 @@ struct MemoryPolicy {
 // Throws ValueError for a field out of its range.
 void set_memory_policy(const MemoryPolicy& policy);
 MemoryPolicy memory_policy();
+
+// Whether a kernel that writes `output_bytes` once, nothing reading them back before they would
+// leave the cache, stores them past the cache under the current policy (kAuto: when they are
+// larger than the last-level cache).
+bool stream_stores_for(size_t output_bytes);
 
 }  // namespace pto

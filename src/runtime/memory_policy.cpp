@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "pto/device_info.h"
 #include "pto/error.h"
 
 namespace pto {
@@ -37,6 +38,18 @@ MemoryPolicy memory_policy() {
   p.nontemporal =
       static_cast<MemoryPolicy::NonTemporal>(g_nontemporal.load(std::memory_order_relaxed));
   return p;
+}
+
+bool stream_stores_for(size_t output_bytes) {
+  switch (static_cast<MemoryPolicy::NonTemporal>(g_nontemporal.load(std::memory_order_relaxed))) {
+    case MemoryPolicy::NonTemporal::kNever:
+      return false;
+    case MemoryPolicy::NonTemporal::kAlways:
+      return true;
+    case MemoryPolicy::NonTemporal::kAuto:
+      break;
+  }
+  return output_bytes > device_info().l3_bytes;
 }
 
 }  // namespace pto

@@ -28,6 +28,9 @@ struct TileArgs {
   const TileOperandView* outputs = nullptr;  // col_stride 1; ptr is written through
   float* scratch = nullptr;                  // num_regs * capacity floats
   int64_t capacity = 0;                      // >= rows * width, a multiple of 16
+  // Store float32 outputs with streaming stores (past the cache) instead of computing into them
+  // directly: for outputs far larger than the last-level cache (MemoryPolicy::nontemporal).
+  bool stream = false;
 };
 
 }  // namespace pto::cpu

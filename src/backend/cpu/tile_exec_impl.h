@@ -70,13 +70,14 @@ inline Vec tile_unary(Vec x, const UnaryParams& p) {
   PTO_TILE_MAP(Expm1)
   PTO_TILE_MAP(Log)
   PTO_TILE_MAP(Log1p)
-  PTO_TILE_MAP(Sqrt) PTO_TILE_MAP(Reciprocal) PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu)
-      PTO_TILE_MAP(LeakyRelu) PTO_TILE_MAP(ThresholdedRelu) PTO_TILE_MAP(Sigmoid)
-          PTO_TILE_MAP(HardSigmoid) PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh) PTO_TILE_MAP(Erf)
-              PTO_TILE_MAP(Gelu) PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu) PTO_TILE_MAP(Swish)
-                  PTO_TILE_MAP(Softplus) PTO_TILE_MAP(Softsign) PTO_TILE_MAP(Mish) PTO_TILE_MAP(Elu)
-                      PTO_TILE_MAP(Selu) PTO_TILE_MAP(Celu) PTO_TILE_MAP(Floor) PTO_TILE_MAP(Ceil)
-                          PTO_TILE_MAP(Round) PTO_TILE_MAP(Sign) PTO_TILE_MAP(PowHalf)
+  PTO_TILE_MAP(Sqrt)
+  PTO_TILE_MAP(Reciprocal) PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu) PTO_TILE_MAP(LeakyRelu)
+      PTO_TILE_MAP(ThresholdedRelu) PTO_TILE_MAP(Sigmoid) PTO_TILE_MAP(HardSigmoid)
+          PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh) PTO_TILE_MAP(Erf) PTO_TILE_MAP(Gelu)
+              PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu) PTO_TILE_MAP(Swish) PTO_TILE_MAP(Softplus)
+                  PTO_TILE_MAP(Softsign) PTO_TILE_MAP(Mish) PTO_TILE_MAP(Elu) PTO_TILE_MAP(Selu)
+                      PTO_TILE_MAP(Celu) PTO_TILE_MAP(Floor) PTO_TILE_MAP(Ceil) PTO_TILE_MAP(Round)
+                          PTO_TILE_MAP(Sign) PTO_TILE_MAP(PowHalf)
 #undef PTO_TILE_MAP
 }
 
@@ -244,13 +245,16 @@ void gather_row(const TileOperandView& v, int64_t i, int64_t width, float* y) {
   }
 }
 
-// Stores row i; a half output converts from the register (a splat through a small buffer).
-void store_row(const TileOperandView& v, int64_t i, int64_t width, Src a, int64_t a0) {
+// Stores row i; a half output converts from the register (a splat through a small buffer); a
+// float32 one streams past the cache when `stream` says so.
+void store_row(const TileOperandView& v, int64_t i, int64_t width, Src a, int64_t a0, bool stream) {
   void* out = const_cast<void*>(v.ptr);
   if (v.dtype == TileDType::kF32) {
     float* y = static_cast<float*>(out) + i * v.row_step;
     if (a.m == 0) {
       for (int64_t j = 0; j < width; ++j) y[j] = a.p[0];
+    } else if (stream) {
+      store_vectors(y, width, true, [&](int64_t j, int k) { return a.at(a0 + j, k); });
     } else if (a.p + a0 != y) {
       std::memmove(y, a.p + a0, static_cast<size_t>(width) * 4);
     }
@@ -330,7 +334,8 @@ void exec_tile(const TileArgs& t) {
     const TileInstr& in = t.code[pc];
     if (in.op == TileOpcode::kStore) {
       const TileOperandView& v = t.outputs[in.operand];
-      for (int64_t i = 0; i < t.rows; ++i) store_row(v, i, t.width, reg[in.a], i * t.width);
+      for (int64_t i = 0; i < t.rows; ++i)
+        store_row(v, i, t.width, reg[in.a], i * t.width, t.stream);
       continue;
     }
     float* buf = t.scratch + in.dst * t.capacity;
@@ -370,7 +375,7 @@ void exec_tile(const TileArgs& t) {
     if (uniform) {
       y = splat[in.dst];
       count = kSplat;
-    } else if (t.direct && t.direct[pc] >= 0) {
+    } else if (t.direct && t.direct[pc] >= 0 && !t.stream) {
       const TileOperandView& o = t.outputs[t.direct[pc]];
       if (o.dtype == TileDType::kF32 && (t.rows == 1 || o.row_step == t.width))
         y = static_cast<float*>(const_cast<void*>(o.ptr));
@@ -411,6 +416,7 @@ void exec_tile(const TileArgs& t) {
     }
     reg[in.dst] = Src{y, uniform ? 0 : -1};
   }
+  if (t.stream) stream_fence();
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS
