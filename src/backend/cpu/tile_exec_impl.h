@@ -71,13 +71,14 @@ inline Vec tile_unary(Vec x, const UnaryParams& p) {
   PTO_TILE_MAP(Log)
   PTO_TILE_MAP(Log1p)
   PTO_TILE_MAP(Sqrt)
-  PTO_TILE_MAP(Reciprocal) PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu) PTO_TILE_MAP(LeakyRelu)
-      PTO_TILE_MAP(ThresholdedRelu) PTO_TILE_MAP(Sigmoid) PTO_TILE_MAP(HardSigmoid)
-          PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh) PTO_TILE_MAP(Erf) PTO_TILE_MAP(Gelu)
-              PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu) PTO_TILE_MAP(Swish) PTO_TILE_MAP(Softplus)
-                  PTO_TILE_MAP(Softsign) PTO_TILE_MAP(Mish) PTO_TILE_MAP(Elu) PTO_TILE_MAP(Selu)
-                      PTO_TILE_MAP(Celu) PTO_TILE_MAP(Floor) PTO_TILE_MAP(Ceil) PTO_TILE_MAP(Round)
-                          PTO_TILE_MAP(Sign) PTO_TILE_MAP(PowHalf)
+  PTO_TILE_MAP(Reciprocal)
+  PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu) PTO_TILE_MAP(LeakyRelu) PTO_TILE_MAP(ThresholdedRelu)
+      PTO_TILE_MAP(Sigmoid) PTO_TILE_MAP(HardSigmoid) PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh)
+          PTO_TILE_MAP(Erf) PTO_TILE_MAP(Gelu) PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu)
+              PTO_TILE_MAP(Swish) PTO_TILE_MAP(Softplus) PTO_TILE_MAP(Softsign) PTO_TILE_MAP(Mish)
+                  PTO_TILE_MAP(Elu) PTO_TILE_MAP(Selu) PTO_TILE_MAP(Celu) PTO_TILE_MAP(Floor)
+                      PTO_TILE_MAP(Ceil) PTO_TILE_MAP(Round) PTO_TILE_MAP(Sign)
+                          PTO_TILE_MAP(PowHalf)
 #undef PTO_TILE_MAP
 }
 
@@ -345,6 +346,9 @@ void exec_tile(const TileArgs& t) {
         reg[in.dst] = splat_of(load_one(v, 0), in.dst);
       } else if (v.dtype == TileDType::kF32 && (t.rows == 1 || v.row_step == t.width)) {
         reg[in.dst] = Src{static_cast<const float*>(v.ptr), -1};
+        // Prefetch instructions never fault, so lines past the input's end are harmless.
+        const char* next = static_cast<const char*>(v.ptr) + n * 4;
+        for (int l = 0; l < t.prefetch_lines; ++l) __builtin_prefetch(next + l * 64);
       } else {
         for (int64_t i = 0; i < t.rows; ++i) gather_row(v, i, t.width, buf + i * t.width);
         reg[in.dst] = Src{buf, -1};

@@ -205,6 +205,7 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
   size_t out_bytes = 0;
   for (const Tensor& t : outputs) out_bytes += t.nbytes();
   const bool stream = stream_stores_for(out_bytes);
+  const int prefetch = std::max(memory_policy().prefetch_distance, 0);
 
   auto run_range = [&](int64_t begin, int64_t end) {
     float* scratch = scratch_for(p, plan.capacity);
@@ -242,7 +243,8 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
                     .outputs = out.data(),
                     .scratch = scratch,
                     .capacity = plan.capacity,
-                    .stream = stream};
+                    .stream = stream,
+                    .prefetch_lines = prefetch};
       PTO_ISA_DISPATCH(exec_tile, args);
     }
   };
