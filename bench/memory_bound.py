@@ -12,6 +12,10 @@ from pypto.device_info(), 128 MiB at least per tensor):
   chain2        y = sigmoid(a) * b + 1           2 reads, 1 write
   layernorm768  LayerNormalization, rows of 768  (and layernorm4096)
   softmax1024   Softmax over the last axis, rows of 1024 (and softmax8192)
+With --models bert,gpt2,resnet50 it instead compiles bench/run.py's exported models (batch 1,
+exported first by `python bench/run.py` when missing) with reuse_distance 0 and 2 and prints the
+planned arena (peak_bytes) and the time of a call under each, interleaved.
+
 GB/s count compulsory traffic only: every input read once and every output written once. The
 ceiling is the best STREAM-like kernel of `pto_bench --only memory` (read, copy, triad and their
 streaming-store variants) at the same thread count, measured in the same run; the table prints
@@ -106,6 +110,40 @@ def kernel(name: str, numel: int):
     return m, xs, moved
 
 
+def zoo_models(names, threads, repeats, calls) -> None:
+    cache = Path(os.environ.get("PTO_CACHE", Path.home() / ".cache" / "pypto")) / "bench-onnx"
+    for t in threads:
+        pypto.set_num_threads(t)
+        print(f"\nthreads {t}: reuse_distance 0 vs 2")
+        for name in names.split(","):
+            found = sorted(cache.glob(f"{name}-b1-s{128 if name in ('bert', 'gpt2') else 224}-*/model.onnx"))
+            if not found:
+                print(f"{name}: no export under {cache} (run bench/run.py first)")
+                continue
+            rng = np.random.default_rng(0)
+            if name.startswith(("bert", "gpt2")):
+                x = rng.integers(0, 1000, (1, 128), dtype=np.int64)
+            else:
+                x = rng.standard_normal((1, 3, 224, 224), dtype=np.float32)
+            exes, peak, secs = {}, {}, {}
+            for k in (0, 2):
+                pypto.memory.set_policy(reuse_distance=k)
+                exes[k] = pypto.onnx.load(str(found[0]))
+                exes[k](x)
+                peak[k] = exes[k].stats()["peak_bytes"]
+                secs[k] = []
+            pypto.memory.reset_policy()
+            for _ in range(repeats):
+                for k in (0, 2):
+                    secs[k].append(time_calls(exes[k], [x], calls))
+            b0, b2 = min(secs[0]), min(secs[2])
+            print(f"{name:<10} peak {peak[0] / 2**20:8.2f} MiB -> {peak[2] / 2**20:8.2f} MiB "
+                  f"({100 * (peak[2] / peak[0] - 1):+.1f}%); time {b0 * 1e3:7.2f} ms -> "
+                  f"{b2 * 1e3:7.2f} ms (x{b0 / b2:.3f}; medians {statistics.median(secs[0]) * 1e3:.2f}"
+                  f" -> {statistics.median(secs[2]) * 1e3:.2f})", flush=True)
+            del exes
+
+
 def ceilings(threads, quick) -> dict:
     exe = REPO / "build" / "bench" / "pto_bench"
     args = ["nice", "-n", "19", str(exe), "--only", "memory", "--threads",
@@ -141,8 +179,11 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="1x the L3 instead of 4x (a smoke test)")
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--models", help="bert,gpt2,resnet50: reuse_distance 0 vs 2 on these instead")
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
+    if a.models:
+        return zoo_models(a.models, threads, a.repeats, a.calls)
     policies = a.policies.split(",")
     have_policy = hasattr(pypto.memory, "set_policy")
     if not have_policy:

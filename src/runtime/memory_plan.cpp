@@ -14,7 +14,8 @@
 // Reuse distance (MemoryPolicy::reuse_distance k > 0): a buffer goes where a buffer that died in
 // the k stages before it began lay, when it fits there without growing the arena and that buffer
 // was no larger than L2: the first kernel to write it finds the lines in cache. Otherwise, and
-// with k = 0, best fit as above.
+// with k = 0, best fit as above. A plan so made whose arena is more than 5% larger than the
+// best-fit one is dropped for that one.
 //
 // Stages: steps of one stage may run at the same time, so lifetimes are measured in stages, not
 // steps (a buffer read last in a stage and one made in it overlap), and a step writes in place
@@ -76,6 +77,38 @@ size_t recently_freed(const std::vector<Buffer>& buffers, const std::vector<size
     found = p.offset;
   }
   return found;
+}
+
+// Sets every buffer's offset, taking them in `order`; returns the arena's size.
+size_t place(std::vector<Buffer>& buffers, const std::vector<size_t>& order, int reuse_distance) {
+  size_t arena = 0;
+  std::vector<size_t> placed;
+  for (size_t i : order) {
+    Buffer& buf = buffers[i];
+    std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of overlapping placed buffers
+    for (size_t j : placed) {
+      const Buffer& p = buffers[j];
+      if (p.begin <= buf.end && buf.begin <= p.end) busy.push_back({p.offset, p.offset + p.bytes});
+    }
+    std::sort(busy.begin(), busy.end());
+    size_t best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (lo > cursor && lo - cursor >= buf.bytes && lo - cursor < best_gap) {
+        best = cursor;
+        best_gap = lo - cursor;
+      }
+      cursor = std::max(cursor, hi);
+    }
+    buf.offset = best != SIZE_MAX ? best : cursor;
+    if (reuse_distance > 0) {
+      const size_t warm =
+          recently_freed(buffers, placed, buf, busy, reuse_distance, device_info().l2_bytes, arena);
+      if (warm != SIZE_MAX) buf.offset = warm;
+    }
+    arena = std::max(arena, buf.offset + buf.bytes);
+    placed.push_back(i);
+  }
+  return arena;
 }
 
 }  // namespace
@@ -156,31 +189,14 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
-  std::vector<size_t> placed;
-  for (size_t i : order) {
-    Buffer& buf = buffers[i];
-    std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of overlapping placed buffers
-    for (size_t j : placed) {
-      const Buffer& p = buffers[j];
-      if (p.begin <= buf.end && buf.begin <= p.end) busy.push_back({p.offset, p.offset + p.bytes});
-    }
-    std::sort(busy.begin(), busy.end());
-    size_t best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
-    for (const auto& [lo, hi] : busy) {
-      if (lo > cursor && lo - cursor >= buf.bytes && lo - cursor < best_gap) {
-        best = cursor;
-        best_gap = lo - cursor;
-      }
-      cursor = std::max(cursor, hi);
-    }
-    buf.offset = best != SIZE_MAX ? best : cursor;
-    if (reuse_distance > 0) {
-      const size_t warm = recently_freed(buffers, placed, buf, busy, reuse_distance,
-                                         device_info().l2_bytes, plan.arena_bytes);
-      if (warm != SIZE_MAX) buf.offset = warm;
-    }
-    plan.arena_bytes = std::max(plan.arena_bytes, buf.offset + buf.bytes);
-    placed.push_back(i);
+  plan.arena_bytes = place(buffers, order, 0);
+  if (reuse_distance > 0) {  // kept only within 5% of the best-fit arena
+    const std::vector<Buffer> best_fit = buffers;
+    const size_t arena = place(buffers, order, reuse_distance);
+    if (arena * 20 <= plan.arena_bytes * 21)
+      plan.arena_bytes = arena;
+    else
+      buffers = best_fit;
   }
 
   std::vector<size_t> live_bytes(kg.kernels.size() + 1, 0);  // per stage
