@@ -38,7 +38,8 @@ MemoryPolicy memory_policy();
 
 // Whether a kernel that writes `output_bytes` once, nothing reading them back before they would
 // leave the cache, stores them past the cache under the current policy (kAuto: when they are
-// larger than the last-level cache).
-bool stream_stores_for(size_t output_bytes);
+// larger than the last-level cache and `in_auto`, false for kernels where streaming was measured
+// not to help).
+bool stream_stores_for(size_t output_bytes, bool in_auto = true);
 
 }  // namespace pto

@@ -40,7 +40,7 @@ MemoryPolicy memory_policy() {
   return p;
 }
 
-bool stream_stores_for(size_t output_bytes) {
+bool stream_stores_for(size_t output_bytes, bool in_auto) {
   switch (static_cast<MemoryPolicy::NonTemporal>(g_nontemporal.load(std::memory_order_relaxed))) {
     case MemoryPolicy::NonTemporal::kNever:
       return false;
@@ -49,7 +49,7 @@ bool stream_stores_for(size_t output_bytes) {
     case MemoryPolicy::NonTemporal::kAuto:
       break;
   }
-  return output_bytes > device_info().l3_bytes;
+  return in_auto && output_bytes > device_info().l3_bytes;
 }
 
 }  // namespace pto

@@ -136,7 +136,9 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
   if (inner == 1) {
     // Half rows go through scratch a few at a time, in L1 (all of them at once in place).
     const int64_t piece = f32 ? outer : std::max<int64_t>(1, 4096 / len);
-    const bool stream = f32 && stream_stores_for(y.nbytes());
+    // Not in auto mode: on Zen 5 at 4x L3, rows of 1024 ran 1.05x, rows of 8192 0.91x
+    // (bench/memory_bound.py, docs/python.md "Memory policy").
+    const bool stream = f32 && stream_stores_for(y.nbytes(), /*in_auto=*/false);
     parallel_for(0, outer, std::max<int64_t>(1, kParallelGrain / len), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; r += piece) {
         const int64_t off = r * len, n = std::min(piece, r1 - r) * len;
