@@ -8,8 +8,9 @@
 //
 // - fma: the FMA peak of each ISA path the machine runs (backend/cpu/isa/fma_impl.h), GFLOP/s on T
 // threads.
-// - memory: STREAM-like copy (memcpy) and triad (a = b + s * c) on arrays far larger than the
-//   last-level cache; GB/s counting the bytes read and written.
+// - memory: STREAM-like read (a sum), copy (memcpy), triad (a = b + s * c), and copy / triad
+//   with streaming stores (copy_nt, triad_nt) on arrays far larger than the last-level cache;
+//   GB/s counting the bytes read and written.
 // - sgemm: pto::cpu::sgemm on square and model shapes (C = A B, row-major, A: M x K, B: K x N),
 //   checked against a double-precision dot product on sampled entries before it is timed.
 //   --packed b times sgemm_packed with B packed ahead (constant weights, as MatMul and Gemm run
