@@ -231,6 +231,24 @@ def main() -> None:
                                 "ceiling_gbps": ceil[t][0], "percent": pct, "bytes": moved})
             print(row, flush=True)
             del exes
+    # The ceiling again, after the kernels: a busy spell of the shared machine during the first
+    # measurement must not flatter the kernels; the best of the two is the ceiling.
+    again = ceilings(threads, a.quick)
+    for t in threads:
+        if again[t][0] > ceil[t][0]:
+            ceil[t] = again[t]
+    print("\nagainst the best of the ceilings measured before and after:")
+    for t in threads:
+        print(f"\nthreads {t}: ceiling {ceil[t][0]:.1f} GB/s ({ceil[t][1]})")
+        print(f"{'kernel':<14}" + "".join(f"{p:>18}" for p in policies))
+        for k in a.kernels.split(","):
+            row = f"{k:<14}"
+            for r in results:
+                if r["threads"] == t and r["kernel"] == k:
+                    r["ceiling_gbps"] = ceil[t][0]
+                    r["percent"] = 100 * r["gbps"] / ceil[t][0]
+                    row += f"{r['gbps']:>8.1f} ({r['percent']:>4.0f}%)  "
+            print(row)
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
 
