@@ -205,14 +205,7 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
   size_t out_bytes = 0;
   for (const Tensor& t : outputs) out_bytes += t.nbytes();
   const bool stream = stream_stores_for(out_bytes);
-  // Built in: while outputs stream, the whole next tile of each input (at most 16 KiB), so its
-  // reads are in flight while this tile computes and stores (bench/memory_bound.py: 1.2x on a
-  // one-input chain at 4x L3; docs/python.md "Memory policy").
-  const int64_t tile_lines = tile.rows * tile.cols * 4 / 64;
-  const int distance = memory_policy().prefetch_distance;
-  const int prefetch = distance >= 0 ? distance
-                       : stream      ? static_cast<int>(std::min<int64_t>(tile_lines, 256))
-                                     : 0;
+  const int prefetch = std::max(memory_policy().prefetch_distance, 0);
 
   auto run_range = [&](int64_t begin, int64_t end) {
     float* scratch = scratch_for(p, plan.capacity);
