@@ -176,3 +176,23 @@ def test_outputs_are_bit_identical_under_every_policy(tmp_path, default_policy):
             got = pypto.onnx.load(path)(*xs)
             pypto.memory.reset_policy()
             assert np.array_equal(got, base), (name, setting)
+
+
+def test_a_small_bert_is_bit_identical_under_every_policy(default_policy):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=128, vocab_size=1000)
+    model = transformers.BertModel(cfg).eval()
+    ids = torch.randint(0, 1000, (2, 16))
+    with torch.no_grad():
+        want = model(input_ids=ids).last_hidden_state
+    base = pypto.optimize(model, example_inputs=(ids,))(ids).last_hidden_state
+    torch.testing.assert_close(base, want, rtol=1e-4, atol=1e-4)
+    for setting in POLICY_SETTINGS:
+        pypto.memory.set_policy(**setting)
+        got = pypto.optimize(model, example_inputs=(ids,))(ids).last_hidden_state
+        pypto.memory.reset_policy()
+        assert torch.equal(got, base), setting
