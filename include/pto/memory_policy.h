@@ -20,8 +20,9 @@ struct MemoryPolicy {
     kNever,   // ordinary stores everywhere
     kAlways,  // streaming stores for every elementwise output (for measuring)
   };
-  // Software prefetch, in cache lines ahead, for the strided and broadcast reads of tile
-  // programs: -1 the built-in choice, 0 off, 1..1024 that many lines.
+  // Software prefetch: before a tile of an elementwise tile program runs, this many cache lines
+  // of each contiguous input past the tile (the next tile's). -1 the built-in choice (off: no
+  // distance was measured to help every kernel), 0 off, 1..1024 lines.
   int prefetch_distance = -1;
   // The planner: 0 places each buffer in the best-fitting free gap (the plan of old); k > 0
   // prefers a gap whose last occupant ended within k stages and was no larger than L2 (its lines

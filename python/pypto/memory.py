@@ -47,10 +47,12 @@ def set_policy(prefetch_distance: int | None = None, reuse_distance: int | None 
                nontemporal: str | None = None) -> None:
     """Sets the process-wide memory policy; an argument left None keeps its current value.
 
-    nontemporal: "auto" (the default) stores elementwise outputs larger than the last-level cache
-    with streaming stores (no read of the lines first), "never" stores normally, "always" streams
-    every elementwise output. prefetch_distance: software prefetch for strided and broadcast
-    reads, in cache lines ahead; -1 the built-in choice (the default), 0 off, 1..1024.
+    nontemporal: "auto" (the default) stores the outputs of elementwise programs and
+    LayerNormalization with streaming stores (no read of the lines first) when they are larger
+    than the last-level cache, "never" stores normally, "always" streams them (and Softmax's) at
+    any size. prefetch_distance: before a tile of an elementwise program runs,
+    prefetch this many cache lines of each contiguous input past the tile; -1 the built-in choice
+    (the default, off), 0 off, 1..1024.
     reuse_distance: 0 (the default) lets the planner place each buffer in the best-fitting free
     gap; k in 1..64 prefers a gap freed within the last k stages by a buffer no larger than L2,
     whose lines are still cached.
