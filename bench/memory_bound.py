@@ -116,12 +116,13 @@ def zoo_models(names, threads, repeats, calls) -> None:
         pypto.set_num_threads(t)
         print(f"\nthreads {t}: reuse_distance 0 vs 2")
         for name in names.split(","):
-            found = sorted(cache.glob(f"{name}-b1-s{128 if name in ('bert', 'gpt2') else 224}-*/model.onnx"))
+            text = name in ("bert", "gpt2")  # sequence 128; the others images of 224
+            found = sorted(cache.glob(f"{name}-b1-s{128 if text else 224}-*/model.onnx"))
             if not found:
                 print(f"{name}: no export under {cache} (run bench/run.py first)")
                 continue
             rng = np.random.default_rng(0)
-            if name.startswith(("bert", "gpt2")):
+            if text:
                 x = rng.integers(0, 1000, (1, 128), dtype=np.int64)
             else:
                 x = rng.standard_normal((1, 3, 224, 224), dtype=np.float32)
@@ -137,10 +138,11 @@ def zoo_models(names, threads, repeats, calls) -> None:
                 for k in (0, 2):
                     secs[k].append(time_calls(exes[k], [x], calls))
             b0, b2 = min(secs[0]), min(secs[2])
+            m0, m2 = statistics.median(secs[0]), statistics.median(secs[2])
             print(f"{name:<10} peak {peak[0] / 2**20:8.2f} MiB -> {peak[2] / 2**20:8.2f} MiB "
                   f"({100 * (peak[2] / peak[0] - 1):+.1f}%); time {b0 * 1e3:7.2f} ms -> "
-                  f"{b2 * 1e3:7.2f} ms (x{b0 / b2:.3f}; medians {statistics.median(secs[0]) * 1e3:.2f}"
-                  f" -> {statistics.median(secs[2]) * 1e3:.2f})", flush=True)
+                  f"{b2 * 1e3:7.2f} ms (x{b0 / b2:.3f}; medians {m0 * 1e3:.2f} -> {m2 * 1e3:.2f})",
+                  flush=True)
             del exes
 
 
