@@ -8,8 +8,9 @@
 //
 // - fma: the FMA peak of each ISA path the machine runs (backend/cpu/isa/fma_impl.h), GFLOP/s on T
 // threads.
-// - memory: STREAM-like copy (memcpy) and triad (a = b + s * c) on arrays far larger than the
-//   last-level cache; GB/s counting the bytes read and written.
+// - memory: STREAM-like read (a sum), copy (memcpy), triad (a = b + s * c), and copy / triad
+//   with streaming stores (copy_nt, triad_nt) on arrays far larger than the last-level cache;
+//   GB/s counting the bytes read and written.
 // - sgemm: pto::cpu::sgemm on square and model shapes (C = A B, row-major, A: M x K, B: K x N),
 //   checked against a double-precision dot product on sampled entries before it is timed.
 //   --packed b times sgemm_packed with B packed ahead (constant weights, as MatMul and Gemm run
@@ -25,6 +26,7 @@
 // each call by the process's CPU seconds over the thread count: on a machine time-shared with other
 // work it estimates dedicated cores (spinning counts as work, cache pollution by the neighbours
 // does not go away); say so when quoting such numbers.
+#include <immintrin.h>  // SSE2 streaming stores (every x86-64 has them)
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -237,6 +239,21 @@ void bench_fma(Json& j, const std::vector<int>& threads, const Timing& timing) {
 
 // ---- memory bandwidth ----
 
+// y[i] = f(i) for i in [lo, hi), 16-byte groups (f4(i): y[i..i+3]) stored past the cache, so the
+// written lines are not read first (no write-allocate).
+template <class F, class F4>
+void map_nt(float* y, int64_t lo, int64_t hi, F f, F4 f4) {
+  int64_t i = lo;
+  for (; i < hi && reinterpret_cast<uintptr_t>(y + i) % 16 != 0; ++i) y[i] = f(i);
+  for (; i + 4 <= hi; i += 4) _mm_stream_ps(y + i, f4(i));
+  _mm_sfence();
+  for (; i < hi; ++i) y[i] = f(i);
+}
+
+// STREAM-like kernels on arrays of 4x the L3 (64 MiB to 512 MiB each): read (a sum), copy
+// (memcpy), triad (a = b + s c), and copy / triad with non-temporal stores. GB/s count the
+// bytes each kernel must move: read once per input, written once per output. The best of them
+// at a thread count is the ceiling bench/memory_bound.py measures kernels against.
 void bench_memory(Json& j, const std::vector<int>& threads, const Timing& timing, bool quick) {
   size_t l3 = device_info().l3_bytes;
   size_t bytes =
@@ -250,27 +267,56 @@ void bench_memory(Json& j, const std::vector<int>& threads, const Timing& timing
       c[i] = static_cast<float>(i % 5);
     }
   });
+  float* pa = a.get();
+  const float* pb = b.get();
+  const float* pc = c.get();
+  struct Kernel {
+    const char* name;
+    int arrays;  // arrays moved once each
+    std::function<void(int64_t, int64_t)> range;
+  };
+  const Kernel kernels[] = {
+      {"read", 1,
+       [&](int64_t lo, int64_t hi) {
+         float s[16] = {};
+         for (int64_t i = lo; i + 16 <= hi; i += 16)
+           for (int k = 0; k < 16; ++k) s[k] += pb[i + k];
+         static thread_local volatile float sink;
+         for (float x : s) sink = sink + x;
+       }},
+      {"copy", 2,
+       [&](int64_t lo, int64_t hi) {
+         std::memcpy(pa + lo, pb + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+       }},
+      {"triad", 3,
+       [&](int64_t lo, int64_t hi) {
+         for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + 3.0f * pc[i];
+       }},
+      {"copy_nt", 2,
+       [&](int64_t lo, int64_t hi) {
+         map_nt(
+             pa, lo, hi, [&](int64_t i) { return pb[i]; },
+             [&](int64_t i) { return _mm_loadu_ps(pb + i); });
+       }},
+      {"triad_nt", 3,
+       [&](int64_t lo, int64_t hi) {
+         const __m128 three = _mm_set1_ps(3.0f);
+         map_nt(
+             pa, lo, hi, [&](int64_t i) { return pb[i] + 3.0f * pc[i]; },
+             [&](int64_t i) {
+               return _mm_add_ps(_mm_loadu_ps(pb + i), _mm_mul_ps(three, _mm_loadu_ps(pc + i)));
+             });
+       }},
+  };
   j.key("memory").open('[');
   for (int t : threads) {
     set_num_threads(t);
-    std::cerr << "memory threads " << t << "\n";
-    Sample copy = measure(timing, [&] {
-      parallel_for(0, n, 1 << 16, [&](int64_t lo, int64_t hi) {
-        std::memcpy(a.get() + lo, b.get() + lo, static_cast<size_t>(hi - lo) * sizeof(float));
-      });
-    });
-    j.open('{').key("kernel").str("copy").key("threads").num(t).key("array_bytes").num(bytes);
-    j.sample(copy, 2.0 * static_cast<double>(bytes) / 1e9, "gbps").close('}');
-    Sample triad = measure(timing, [&] {
-      parallel_for(0, n, 1 << 16, [&](int64_t lo, int64_t hi) {
-        float* pa = a.get();
-        const float* pb = b.get();
-        const float* pc = c.get();
-        for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + 3.0f * pc[i];
-      });
-    });
-    j.open('{').key("kernel").str("triad").key("threads").num(t).key("array_bytes").num(bytes);
-    j.sample(triad, 3.0 * static_cast<double>(bytes) / 1e9, "gbps").close('}');
+    for (const Kernel& k : kernels) {
+      std::cerr << "memory " << k.name << " threads " << t << "\n";
+      Sample s = measure(timing, [&] { parallel_for(0, n, 1 << 16, k.range); });
+      j.open('{').key("kernel").str(k.name).key("threads").num(t).key("array_bytes").num(bytes);
+      j.sample(s, k.arrays * static_cast<double>(bytes) / 1e9, "gbps").close('}');
+    }
   }
   j.close(']');
 }

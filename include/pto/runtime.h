@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "pto/memory_policy.h"
 #include "pto/tensor.h"
 
 namespace pto {

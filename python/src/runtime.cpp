@@ -268,6 +268,25 @@ void bind_runtime(nb::module_& m) {
   m.def(
       "memory_stats", [] { return stats_dict(memory_stats()); },
       "The counters of every live executable's pool, summed (the shared pool once).");
+  m.def(
+      "set_memory_policy",
+      [](int prefetch_distance, int reuse_distance, int nontemporal) {
+        MemoryPolicy p;
+        p.prefetch_distance = prefetch_distance;
+        p.reuse_distance = reuse_distance;
+        p.nontemporal = static_cast<MemoryPolicy::NonTemporal>(nontemporal);
+        set_memory_policy(p);
+      },
+      nb::arg("prefetch_distance"), nb::arg("reuse_distance"), nb::arg("nontemporal"),
+      "Sets the process-wide memory policy (nontemporal: 0 auto, 1 never, 2 always).");
+  m.def(
+      "memory_policy",
+      [] {
+        MemoryPolicy p = memory_policy();
+        return nb::make_tuple(p.prefetch_distance, p.reuse_distance,
+                              static_cast<int>(p.nontemporal));
+      },
+      "(prefetch_distance, reuse_distance, nontemporal) of the process-wide memory policy.");
   m.def("set_num_threads", &set_num_threads, nb::arg("n"),
         "Resizes the kernel thread pool (n >= 1; 0 means the default).");
   m.def("num_threads", &num_threads, "Threads the kernel thread pool runs on.");

@@ -11,6 +11,12 @@
 // ends at this step (each element is read before the same element is written). The two become
 // one buffer with the longer lifetime, so a chain of such steps runs in one buffer.
 //
+// Reuse distance (MemoryPolicy::reuse_distance k > 0): a buffer goes where a buffer that died in
+// the k stages before it began lay, when it fits there without growing the arena and that buffer
+// was no larger than L2: the first kernel to write it finds the lines in cache. Otherwise, and
+// with k = 0, best fit as above. A plan so made whose arena is more than 5% larger than the
+// best-fit one is dropped for that one.
+//
 // Stages: steps of one stage may run at the same time, so lifetimes are measured in stages, not
 // steps (a buffer read last in a stage and one made in it overlap), and a step writes in place
 // only over a buffer no other step of its stage reads.
@@ -19,6 +25,8 @@
 #include <algorithm>
 #include <map>
 
+#include "pto/device_info.h"
+#include "pto/memory_policy.h"
 #include "pto/op_registry.h"
 
 namespace pto {
@@ -47,6 +55,62 @@ struct Buffer {
   std::vector<std::pair<ValueId, int32_t>> in_place;  // later values written over it, and steps
 };
 
+// reuse_distance k > 0: the offset of the placed buffer that died most recently in the k stages
+// before `buf` begins (its bytes are likely still in cache: at most `cache` of them), among those
+// whose place `buf` can take without touching a live buffer (`busy`, sorted) or growing the arena
+// past `top`; ties go to the smaller (the tighter fit). SIZE_MAX: none.
+size_t recently_freed(const std::vector<Buffer>& buffers, const std::vector<size_t>& placed,
+                      const Buffer& buf, const std::vector<std::pair<size_t, size_t>>& busy, int k,
+                      size_t cache, size_t top) {
+  size_t found = SIZE_MAX;
+  const Buffer* best = nullptr;
+  for (size_t j : placed) {
+    const Buffer& p = buffers[j];
+    if (p.end >= buf.begin || p.end < buf.begin - k || p.bytes > cache) continue;
+    if (p.offset + buf.bytes > top) continue;
+    if (best && (p.end < best->end || (p.end == best->end && p.bytes >= best->bytes))) continue;
+    const size_t lo = p.offset, hi = p.offset + buf.bytes;
+    const bool free = std::none_of(busy.begin(), busy.end(),
+                                   [&](const auto& b) { return b.first < hi && lo < b.second; });
+    if (!free) continue;
+    best = &p;
+    found = p.offset;
+  }
+  return found;
+}
+
+// Sets every buffer's offset, taking them in `order`; returns the arena's size.
+size_t place(std::vector<Buffer>& buffers, const std::vector<size_t>& order, int reuse_distance) {
+  size_t arena = 0;
+  std::vector<size_t> placed;
+  for (size_t i : order) {
+    Buffer& buf = buffers[i];
+    std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of overlapping placed buffers
+    for (size_t j : placed) {
+      const Buffer& p = buffers[j];
+      if (p.begin <= buf.end && buf.begin <= p.end) busy.push_back({p.offset, p.offset + p.bytes});
+    }
+    std::sort(busy.begin(), busy.end());
+    size_t best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (lo > cursor && lo - cursor >= buf.bytes && lo - cursor < best_gap) {
+        best = cursor;
+        best_gap = lo - cursor;
+      }
+      cursor = std::max(cursor, hi);
+    }
+    buf.offset = best != SIZE_MAX ? best : cursor;
+    if (reuse_distance > 0) {
+      const size_t warm =
+          recently_freed(buffers, placed, buf, busy, reuse_distance, device_info().l2_bytes, arena);
+      if (warm != SIZE_MAX) buf.offset = warm;
+    }
+    arena = std::max(arena, buf.offset + buf.bytes);
+    placed.push_back(i);
+  }
+  return arena;
+}
+
 }  // namespace
 
 bool may_run_in_place(const Graph& g, const KernelGroup& k) {
@@ -59,7 +123,9 @@ bool may_run_in_place(const Graph& g, const KernelGroup& k) {
 }
 
 MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& live,
-                       const std::vector<bool>& in_place, const std::vector<int32_t>& stage_of) {
+                       const std::vector<bool>& in_place, const std::vector<int32_t>& stage_of,
+                       std::optional<int> reuse) {
+  const int reuse_distance = reuse ? *reuse : memory_policy().reuse_distance;
   auto stage = [&](int32_t s) { return stage_of.empty() ? s : stage_of.at(s); };
   MemoryPlan plan;
   plan.step_slots.resize(kg.kernels.size());
@@ -123,26 +189,14 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
-  std::vector<size_t> placed;
-  for (size_t i : order) {
-    Buffer& buf = buffers[i];
-    std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of overlapping placed buffers
-    for (size_t j : placed) {
-      const Buffer& p = buffers[j];
-      if (p.begin <= buf.end && buf.begin <= p.end) busy.push_back({p.offset, p.offset + p.bytes});
-    }
-    std::sort(busy.begin(), busy.end());
-    size_t best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
-    for (const auto& [lo, hi] : busy) {
-      if (lo > cursor && lo - cursor >= buf.bytes && lo - cursor < best_gap) {
-        best = cursor;
-        best_gap = lo - cursor;
-      }
-      cursor = std::max(cursor, hi);
-    }
-    buf.offset = best != SIZE_MAX ? best : cursor;
-    plan.arena_bytes = std::max(plan.arena_bytes, buf.offset + buf.bytes);
-    placed.push_back(i);
+  plan.arena_bytes = place(buffers, order, 0);
+  if (reuse_distance > 0) {  // kept only within 5% of the best-fit arena
+    const std::vector<Buffer> best_fit = buffers;
+    const size_t arena = place(buffers, order, reuse_distance);
+    if (arena * 20 <= plan.arena_bytes * 21)
+      plan.arena_bytes = arena;
+    else
+      buffers = best_fit;
   }
 
   std::vector<size_t> live_bytes(kg.kernels.size() + 1, 0);  // per stage

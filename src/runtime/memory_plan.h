@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "pto/liveness.h"
@@ -40,9 +41,11 @@ bool may_run_in_place(const Graph& g, const KernelGroup& k);
 // differ from the kernel graph's, as constant folding of the concrete shapes removes some: only
 // value types are read). `in_place[s]`: may_run_in_place for step s (empty: none). `stage_of[s]`:
 // the stage of step s, non-decreasing (empty: every step a stage of its own); steps of one stage
-// may run at the same time, so the plan takes a stage as one point in time.
+// may run at the same time, so the plan takes a stage as one point in time. `reuse_distance`:
+// MemoryPolicy::reuse_distance (nullopt: the process-wide policy's).
 MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& live,
                        const std::vector<bool>& in_place = {},
-                       const std::vector<int32_t>& stage_of = {});
+                       const std::vector<int32_t>& stage_of = {},
+                       std::optional<int> reuse_distance = std::nullopt);
 
 }  // namespace pto

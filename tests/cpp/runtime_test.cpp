@@ -268,6 +268,23 @@ TEST(MemoryPool, StatsAndRelease) {
   EXPECT_EQ(pool->stats().system_allocations, 3u);  // a refused request is not counted
 }
 
+TEST(MemoryPolicy, SetGetAndRangeChecks) {
+  const MemoryPolicy old = memory_policy();
+  EXPECT_EQ(old, MemoryPolicy{});  // the defaults: built-in prefetch, best-fit plan, auto
+  MemoryPolicy p;
+  p.prefetch_distance = 16;
+  p.reuse_distance = 2;
+  p.nontemporal = MemoryPolicy::NonTemporal::kNever;
+  set_memory_policy(p);
+  EXPECT_EQ(memory_policy(), p);
+  for (auto bad : {MemoryPolicy{.prefetch_distance = -2}, MemoryPolicy{.prefetch_distance = 1025},
+                   MemoryPolicy{.reuse_distance = -1}, MemoryPolicy{.reuse_distance = 65},
+                   MemoryPolicy{.nontemporal = static_cast<MemoryPolicy::NonTemporal>(7)}})
+    EXPECT_THROW(set_memory_policy(bad), ValueError);
+  EXPECT_EQ(memory_policy(), p);  // a refused policy changes nothing
+  set_memory_policy(old);
+}
+
 TEST(MemoryPool, ZeroFlagClearsReusedBlocks) {
   auto pool = std::make_shared<MemoryPool>();
   auto* p = static_cast<unsigned char*>(pool->allocate(1000));

@@ -15,6 +15,7 @@
 #include "backend/cpu/reduce_kernels.h"
 #include "backend/cpu/scratch.h"
 #include "ir/ops/op_params.h"
+#include "pto/memory_policy.h"
 #include "pto/parallel.h"
 
 namespace pto::cpu {
@@ -135,11 +136,15 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
   if (inner == 1) {
     // Half rows go through scratch a few at a time, in L1 (all of them at once in place).
     const int64_t piece = f32 ? outer : std::max<int64_t>(1, 4096 / len);
+    // Not in auto mode: on Zen 5 at 4x L3, rows of 1024 ran 1.05x, rows of 8192 0.91x
+    // (bench/memory_bound.py, docs/python.md "Memory policy").
+    const bool stream = f32 && stream_stores_for(y.nbytes(), /*in_auto=*/false);
     parallel_for(0, outer, std::max<int64_t>(1, kParallelGrain / len), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; r += piece) {
         const int64_t off = r * len, n = std::min(piece, r1 - r) * len;
         float* yr = out_f32(y, off, n, 1);
-        PTO_ISA_DISPATCH(softmax_rows, read_f32(x, off, n, 0), yr, n / len, len, log);
+        float* buf = stream ? scratch_as<float>(static_cast<size_t>(len), 2) : nullptr;
+        PTO_ISA_DISPATCH(softmax_rows, read_f32(x, off, n, 0), yr, n / len, len, log, buf);
         write_back(yr, y, off, n);
       }
     });
@@ -198,6 +203,7 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
   const float* scale = c.input(1).data<float>();
   const float* bias = c.has_input(2) ? c.input(2).data<float>() : nullptr;
   float *mp = mean.data<float>(), *ip = inv_std.data<float>();
+  const bool stream = y.dtype() == DType::kF32 && stream_stores_for(y.nbytes());
   parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
                [&](int64_t r0, int64_t r1) {
                  for (int64_t r = r0; r < r1; ++r) {
@@ -211,7 +217,8 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
                    PTO_ISA_DISPATCH(moments, xr, n, &shift, &m, &var);
                    mp[r] = shift + m;
                    ip[r] = 1.0f / std::sqrt(var + eps);
-                   PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, shift, m, ip[r], scale, bias);
+                   PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, shift, m, ip[r], scale, bias,
+                                    stream);
                    write_back(yr, y, r * n, n);
                  }
                });

@@ -159,8 +159,9 @@ void fold(Fold op, const float* x, const FoldRange& r, const float* shift, float
 // ---- Softmax ----
 
 // One contiguous row: the max, then exp(x - max) (stored for Softmax) and its sum, then the scale
-// (Softmax) or x - max - log(sum) (LogSoftmax).
-inline void softmax_row(const float* x, float* y, int64_t len, bool log) {
+// (Softmax) or x - max - log(sum) (LogSoftmax). With `stream` the exps go to `e` (len floats, in
+// cache) and y is written once, past the cache; without, e is y.
+inline void softmax_row(const float* x, float* y, float* e, int64_t len, bool log, bool stream) {
   constexpr int64_t L = Vec::kLanes;
   const float mx = fold_contiguous<Fold::kMax>(x, len, 0.0f);
   const Vec m = Vec::set1(mx);
@@ -169,36 +170,35 @@ inline void softmax_row(const float* x, float* y, int64_t len, bool log) {
   for (; j + 2 * L <= len; j += 2 * L) {
     const Vec e0 = exp(Vec::load(x + j) - m), e1 = exp(Vec::load(x + j + L) - m);
     if (!log) {
-      e0.store(y + j);
-      e1.store(y + j + L);
+      e0.store(e + j);
+      e1.store(e + j + L);
     }
     s0 = s0 + e0;
     s1 = s1 + e1;
   }
   for (; j < len; j += L) {
     const int n = lanes_left(len, j);
-    const Vec e = exp(load_padded(x + j, n, -INFINITY) - m);
-    if (!log) e.store(y + j, n);
-    s0 = s0 + e;
+    const Vec ej = exp(load_padded(x + j, n, -INFINITY) - m);
+    if (!log) ej.store(e + j, n);
+    s0 = s0 + ej;
   }
   const float sum = sum_lanes(s0 + s1);
   if (log) {  // (x - max) first: exact near the max, where the outputs are small
     const Vec c = Vec::set1(std::log(sum));
-    for (j = 0; j < len; j += L) {
-      const int n = lanes_left(len, j);
-      (Vec::load(x + j, n) - m - c).store(y + j, n);
-    }
+    store_vectors(y, len, stream, [&](int64_t i, int n) { return Vec::load(x + i, n) - m - c; });
   } else {
     const Vec inv = Vec::set1(1.0f / sum);
-    for (j = 0; j < len; j += L) {
-      const int n = lanes_left(len, j);
-      (Vec::load(y + j, n) * inv).store(y + j, n);
-    }
+    store_vectors(y, len, stream, [&](int64_t i, int n) { return Vec::load(e + i, n) * inv; });
   }
 }
 
-void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log) {
-  for (int64_t r = 0; r < rows; ++r) softmax_row(x + r * len, y + r * len, len, log);
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log,
+                  float* stream_buf) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * len;
+    softmax_row(x + r * len, yr, stream_buf ? stream_buf : yr, len, log, stream_buf != nullptr);
+  }
+  if (stream_buf) stream_fence();
 }
 
 void softmax_columns(const float* x, float* y, int64_t len, int64_t inner, int64_t i0, int64_t i1,

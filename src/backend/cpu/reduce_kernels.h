@@ -43,8 +43,10 @@ struct PoolIndex {
 PTO_ISA_DECLARE(
     void fold(Fold op, const float* x, const FoldRange& r, const float* shift, float* y);
 
-    // Softmax (or LogSoftmax) of `rows` contiguous rows of `len` elements.
-    void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log);
+    // Softmax (or LogSoftmax) of `rows` contiguous rows of `len` elements. stream_buf: null, or
+    // len floats of scratch, and y is stored past the cache (MemoryPolicy::nontemporal).
+    void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log,
+                      float* stream_buf);
     // The same along the middle axis of one [len, inner] slice, for columns [i0, i1).
     void softmax_columns(const float* x, float* y, int64_t len, int64_t inner, int64_t i0,
                          int64_t i1, bool log);
@@ -53,9 +55,10 @@ PTO_ISA_DECLARE(
     void moments(const float* x, int64_t n, float* shift, float* mean, float* var);
     // y = (x - shift - mean) * a + b over n elements.
     void normalize(const float* x, float* y, int64_t n, float shift, float mean, float a, float b);
-    // y = (x - shift - mean) * inv_std * scale + bias over n elements; bias may be null.
+    // y = (x - shift - mean) * inv_std * scale + bias over n elements; bias may be null; with
+    // `stream`, y is stored past the cache.
     void normalize_affine(const float* x, float* y, int64_t n, float shift, float mean,
-                          float inv_std, const float* scale, const float* bias);
+                          float inv_std, const float* scale, const float* bias, bool stream);
 
     // Max or average pooling of planes [p0, p1); `scratch` has room for 2 * g.span floats.
     void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,

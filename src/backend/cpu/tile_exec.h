@@ -28,6 +28,12 @@ struct TileArgs {
   const TileOperandView* outputs = nullptr;  // col_stride 1; ptr is written through
   float* scratch = nullptr;                  // num_regs * capacity floats
   int64_t capacity = 0;                      // >= rows * width, a multiple of 16
+  // Store float32 outputs with streaming stores (past the cache) instead of computing into them
+  // directly: for outputs far larger than the last-level cache (MemoryPolicy::nontemporal).
+  bool stream = false;
+  // Cache lines of each contiguous input past this tile (the next tile's) to prefetch before the
+  // tile runs (MemoryPolicy::prefetch_distance); 0: none.
+  int prefetch_lines = 0;
 };
 
 }  // namespace pto::cpu

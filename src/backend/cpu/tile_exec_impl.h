@@ -244,13 +244,16 @@ void gather_row(const TileOperandView& v, int64_t i, int64_t width, float* y) {
   }
 }
 
-// Stores row i; a half output converts from the register (a splat through a small buffer).
-void store_row(const TileOperandView& v, int64_t i, int64_t width, Src a, int64_t a0) {
+// Stores row i; a half output converts from the register (a splat through a small buffer); a
+// float32 one streams past the cache when `stream` says so.
+void store_row(const TileOperandView& v, int64_t i, int64_t width, Src a, int64_t a0, bool stream) {
   void* out = const_cast<void*>(v.ptr);
   if (v.dtype == TileDType::kF32) {
     float* y = static_cast<float*>(out) + i * v.row_step;
     if (a.m == 0) {
       for (int64_t j = 0; j < width; ++j) y[j] = a.p[0];
+    } else if (stream) {
+      store_vectors(y, width, true, [&](int64_t j, int k) { return a.at(a0 + j, k); });
     } else if (a.p + a0 != y) {
       std::memmove(y, a.p + a0, static_cast<size_t>(width) * 4);
     }
@@ -330,7 +333,8 @@ void exec_tile(const TileArgs& t) {
     const TileInstr& in = t.code[pc];
     if (in.op == TileOpcode::kStore) {
       const TileOperandView& v = t.outputs[in.operand];
-      for (int64_t i = 0; i < t.rows; ++i) store_row(v, i, t.width, reg[in.a], i * t.width);
+      for (int64_t i = 0; i < t.rows; ++i)
+        store_row(v, i, t.width, reg[in.a], i * t.width, t.stream);
       continue;
     }
     float* buf = t.scratch + in.dst * t.capacity;
@@ -340,6 +344,9 @@ void exec_tile(const TileArgs& t) {
         reg[in.dst] = splat_of(load_one(v, 0), in.dst);
       } else if (v.dtype == TileDType::kF32 && (t.rows == 1 || v.row_step == t.width)) {
         reg[in.dst] = Src{static_cast<const float*>(v.ptr), -1};
+        // Prefetch instructions never fault, so lines past the input's end are harmless.
+        const char* next = static_cast<const char*>(v.ptr) + n * 4;
+        for (int l = 0; l < t.prefetch_lines; ++l) __builtin_prefetch(next + l * 64);
       } else {
         for (int64_t i = 0; i < t.rows; ++i) gather_row(v, i, t.width, buf + i * t.width);
         reg[in.dst] = Src{buf, -1};
@@ -370,7 +377,7 @@ void exec_tile(const TileArgs& t) {
     if (uniform) {
       y = splat[in.dst];
       count = kSplat;
-    } else if (t.direct && t.direct[pc] >= 0) {
+    } else if (t.direct && t.direct[pc] >= 0 && !t.stream) {
       const TileOperandView& o = t.outputs[t.direct[pc]];
       if (o.dtype == TileDType::kF32 && (t.rows == 1 || o.row_step == t.width))
         y = static_cast<float*>(const_cast<void*>(o.ptr));
@@ -411,6 +418,7 @@ void exec_tile(const TileArgs& t) {
     }
     reg[in.dst] = Src{y, uniform ? 0 : -1};
   }
+  if (t.stream) stream_fence();
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS

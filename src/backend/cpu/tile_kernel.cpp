@@ -16,6 +16,7 @@
 #include "backend/cpu/tile_exec.h"
 #include "pto/device_info.h"
 #include "pto/error.h"
+#include "pto/memory_policy.h"
 #include "pto/parallel.h"
 
 namespace pto::cpu {
@@ -201,6 +202,10 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
   const int64_t n = plan.space.cols, group = plan.space.row_group;
   const int64_t blocks_per_group = plan.row_tiles / (plan.space.rows / group);
   const TileShape tile = plan.tile;
+  size_t out_bytes = 0;
+  for (const Tensor& t : outputs) out_bytes += t.nbytes();
+  const bool stream = stream_stores_for(out_bytes);
+  const int prefetch = std::max(memory_policy().prefetch_distance, 0);
 
   auto run_range = [&](int64_t begin, int64_t end) {
     float* scratch = scratch_for(p, plan.capacity);
@@ -237,7 +242,9 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
                     .inputs = in.data(),
                     .outputs = out.data(),
                     .scratch = scratch,
-                    .capacity = plan.capacity};
+                    .capacity = plan.capacity,
+                    .stream = stream,
+                    .prefetch_lines = prefetch};
       PTO_ISA_DISPATCH(exec_tile, args);
     }
   };

@@ -46,6 +46,7 @@ struct Vec {
   void store(float* p, int n) const {
     _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
   }
+  void stream(float* p) const { _mm512_stream_ps(p, v); }  // p 64-byte aligned
 };
 inline Vec operator+(Vec a, Vec b) {
   return {_mm512_add_ps(a.v, b.v)};
@@ -202,6 +203,7 @@ struct Vec {
   static Vec zero() { return {_mm256_setzero_ps()}; }
   void store(float* p) const { _mm256_storeu_ps(p, v); }
   void store(float* p, int n) const { _mm256_maskstore_ps(p, tail_mask(n), v); }
+  void stream(float* p) const { _mm256_stream_ps(p, v); }  // p 32-byte aligned
 };
 inline Vec operator+(Vec a, Vec b) {
   return {_mm256_add_ps(a.v, b.v)};
@@ -369,6 +371,7 @@ struct Vec {
   void store(float* p, int n) const {
     if (n > 0) *p = v;
   }
+  void stream(float* p) const { *p = v; }
 };
 inline Vec operator+(Vec a, Vec b) {
   return {a.v + b.v};
@@ -514,6 +517,36 @@ inline void store_bool(Mask m, bool* p, int n) {
 inline Vec operator-(Vec a) {
   return from_bits(bits(a) ^ set1_int(INT32_MIN));
 }  // -(+0) is -0
+
+// Orders the streaming stores (Vec::stream) before the stores that follow, such as the thread
+// pool's "task done": a task that streamed calls it before it ends.
+inline void stream_fence() {
+#if !defined(PTO_ISA_GENERIC)
+  _mm_sfence();
+#endif
+}
+
+// y[j, j + k) = f(j, k) for vectors of k lanes covering [0, n) (f loads k lanes at j). With
+// `stream`, the full vectors at aligned addresses go past the cache (Vec::stream: the lines are
+// not read before they are written), an unaligned head and the tail store normally; the caller
+// calls stream_fence() once it is done.
+template <class F>
+inline void store_vectors(float* y, int64_t n, bool stream, F f) {
+  constexpr int64_t L = Vec::kLanes;
+  int64_t j = 0;
+  if (stream) {
+    const auto lane = static_cast<int64_t>(reinterpret_cast<uintptr_t>(y) / sizeof(float) % L);
+    if (lane != 0) {
+      j = n < L - lane ? n : L - lane;
+      f(0, static_cast<int>(j)).store(y, static_cast<int>(j));
+    }
+    for (; j + L <= n; j += L) f(j, static_cast<int>(L)).stream(y + j);
+  }
+  for (; j < n; j += L) {
+    const int k = static_cast<int>(n - j < L ? n - j : L);
+    f(j, k).store(y + j, k);
+  }
+}
 
 // a, but opaque to the optimizer: GCC contracts a * b + c on vectors into one fma even in ISO mode,
 // which changes the rounding of formulas that must match a reference exactly (HardSigmoid).
