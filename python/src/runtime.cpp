@@ -177,6 +177,7 @@ void bind_runtime(nb::module_& m) {
             d["released_weight_bytes"] = s.released_weight_bytes;
             d["stages"] = s.stages;
             d["staged_kernels"] = s.staged_kernels;
+            d["tuned_kernels"] = s.tuned_kernels;
             return d;
           },
           nb::arg("input_shapes") = nb::none(),
