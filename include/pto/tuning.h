@@ -71,8 +71,9 @@ struct TuneReport {
 };
 
 // Tunes `g` (compiled with `compile`; its tune cache options are ignored) on `inputs`, one per
-// graph input, and stores the results in the cache. Kernels whose types are not fully known
-// (symbolic dimensions) are not tuned.
+// graph input, and stores the results in the cache. A kernel with symbolic dimensions is tuned
+// at the sizes of `inputs`, and its knobs then serve every size (its signature names the
+// symbols, not sizes).
 TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const CompileOptions& compile,
                 const TuneOptions& options = {});
 

@@ -93,17 +93,15 @@ std::string ms(double seconds) {
 int tune_main(const std::vector<std::string>& args) {
   std::optional<Options> o = parse(args);
   if (!o) return 0;
-  Graph g = onnx::load(o->model);
+  const Graph g = onnx::load(o->model);
   const std::vector<Tensor> inputs = make_inputs(g, o->inputs);
-  // Symbolic dimensions take this run's sizes, so every kernel has concrete shapes to tune.
-  for (size_t i = 0; i < inputs.size() && i < g.inputs().size(); ++i)
-    g.value(g.inputs()[i]).type.shape = to_shape(inputs[i].shape());
   const tune::TuneReport r = tune::tune(g, inputs, {}, o->tune);
   std::cout << "tuning cache: " << r.cache_path << " (" << num_threads() << " thread"
             << (num_threads() == 1 ? "" : "s") << ", level " << tune::level_name(o->tune.level)
             << ")\n";
-  std::cout << std::left << std::setw(44) << "kernel" << std::right << std::setw(12)
-            << "planner ms" << std::setw(12) << "tuned ms" << "  knobs\n";
+  std::cout << std::left << std::setw(44) << "kernel" << std::right << std::setw(12) << "planner ms"
+            << std::setw(12) << "tuned ms"
+            << "  knobs\n";
   for (const tune::KernelTuning& k : r.kernels) {
     std::string name = k.name.size() > 43 ? k.name.substr(0, 40) + "..." : k.name;
     std::cout << std::left << std::setw(44) << name << std::right << std::setw(12)

@@ -9,11 +9,9 @@
 namespace pto::tune {
 namespace {
 
-// The type when fully known, else nullopt.
+// The type (symbolic dimensions by name) when its rank is known, else nullopt.
 std::optional<std::string> known_type(const TensorType& t) {
   if (!t.shape) return std::nullopt;
-  for (const Dim& d : *t.shape)
-    if (!d.is_known()) return std::nullopt;
   return t.str();
 }
 

@@ -11,8 +11,9 @@ namespace pto::tune {
 
 // The fusion rule; per node its op, attributes and where each input comes from (a group input by
 // position, or an earlier node's output); every group input's and output's type, and which inputs
-// are constants. "" when a type is not fully known (a symbolic dimension): such kernels are not
-// tuned. The knobs pinned on `group` are not part of it.
+// are constants. A symbolic dimension is written by name ("f32[batch, 768]"): such a kernel is
+// tuned at the sizes of one run and its knobs serve every size. "" when a rank is unknown: such
+// kernels are not tuned. The knobs pinned on `group` are not part of it.
 std::string kernel_signature(const Graph& g, const KernelGroup& group);
 
 // Pins tuned knobs on a group: "tile" onto KernelGroup::tile, the others onto KernelGroup::knobs.

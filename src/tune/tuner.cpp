@@ -50,17 +50,6 @@ double wall_time(const std::function<void()>& run, double min_seconds) {
   return elapsed / static_cast<double>(n);
 }
 
-const Dims* static_dims(const Graph& g, ValueId v, Dims& out) {
-  const TensorType& t = g.value(v).type;
-  if (!t.shape) return nullptr;
-  out.clear();
-  for (const Dim& d : *t.shape) {
-    if (!d.is_known()) return nullptr;
-    out.push_back(d.value);
-  }
-  return &out;
-}
-
 // Tile shapes for a tile program whose output's last dimension is `cols` (of `rows` rows): pieces
 // of rows (the executor merges contiguous dimensions, so a piece may span several of these rows)
 // and blocks of whole rows (what a row reduction needs), nearest the planner's usual capacity
@@ -115,28 +104,37 @@ std::vector<Knobs> gemm_candidates(int64_t m, int64_t n, int64_t k, bool b_const
   return out;
 }
 
-// The knobs worth trying for a step's kernel (the planner's, empty knobs, is not among them).
-std::vector<Knobs> candidates(const Graph& g, const KernelGroup& core) {
-  Dims out;
-  if (core.outputs.empty() || !static_dims(g, core.outputs[0], out) || out.empty()) return {};
-  int64_t numel = 1;
-  for (int64_t d : out) numel *= d;
-  if (is_tile_group(g, core)) return tile_candidates(numel / out.back(), out.back());
+// The knobs worth trying for a step's kernel (the planner's, empty knobs, is not among them), from
+// the sizes of this run: its inputs and `out`, its first output.
+std::vector<Knobs> candidates(const Graph& g, const KernelGroup& core,
+                              const std::vector<Tensor>& inputs, const Tensor& out) {
+  if (!out.defined() || out.rank() == 0 || out.numel() == 0) return {};
+  const int64_t cols = out.shape().back();
+  if (is_tile_group(g, core)) {
+    // A tile tuned at one size may not hold whole rows at another: symbolic kernels keep theirs.
+    const TensorType& t = g.value(core.outputs[0]).type;
+    for (const Dim& d : t.shape ? *t.shape : Shape{})
+      if (!d.is_known()) return {};
+    return tile_candidates(out.numel() / cols, cols);
+  }
   const int32_t anchor = core.anchor >= 0 ? core.anchor : core.nodes[0];
   const Node& a = g.nodes()[anchor];
   if ((a.op != "MatMul" && a.op != "Gemm") || !a.domain.empty()) return {};
-  Dims ad;
-  if (!static_dims(g, a.inputs[0], ad) || ad.empty()) return {};
-  Dims yd;
-  if (!static_dims(g, a.outputs[0], yd) || yd.empty()) return {};
-  int64_t y_numel = 1;
-  for (int64_t d : yd) y_numel *= d;
-  const int64_t n = yd.back(), m = n > 0 ? y_numel / n : 0;
+  auto slot = std::find(core.inputs.begin(), core.inputs.end(), a.inputs[0]);
+  if (slot == core.inputs.end()) return {};
+  const Dims& ad = inputs[slot - core.inputs.begin()].shape();
+  if (ad.empty()) return {};
+  // The product's N and M as the kernel folds them (a reshaping view after it keeps the rows).
   const bool trans_a = a.op == "Gemm" && a.attr_int("transA") != 0;
   const int64_t k = trans_a && ad.size() == 2 ? ad[0] : ad.back();
+  const TensorType& bt = g.value(a.inputs[1]).type;
+  const int64_t n = bt.shape && !bt.shape->empty() && bt.shape->back().is_known()
+                        ? (a.op == "Gemm" && a.attr_int("transB") != 0 ? (*bt.shape)[0].value
+                                                                       : bt.shape->back().value)
+                        : cols;
+  const int64_t m = n > 0 ? out.numel() / n : 0;
   if (m <= 0 || n <= 0 || k <= 0) return {};
-  const bool b_const = g.initializer(a.inputs[1]) != nullptr;
-  return gemm_candidates(m, n, k, b_const);
+  return gemm_candidates(m, n, k, g.initializer(a.inputs[1]) != nullptr);
 }
 
 // "MatMul+Gelu f32[128, 3072]"
@@ -151,6 +149,7 @@ struct Step {
   KernelGroup core;
   const Backend* backend;
   std::vector<Tensor> inputs;
+  Tensor output;  // the planner kernel's first output on them
   std::unique_ptr<CompiledKernel> planner;
   std::string signature;
   double seconds = 0;  // the planner's kernel
@@ -182,7 +181,7 @@ class Tuner {
   std::pair<Knobs, double> tune_step(const Graph& g, Step& st, KernelTuning& kt, ProgressBar& bar,
                                      size_t done, size_t total) {
     static const Knobs kNone;
-    std::vector<Knobs> cands = candidates(g, st.core);
+    std::vector<Knobs> cands = candidates(g, st.core, st.inputs, st.output);
     const size_t cap = o_.level == Level::kFast     ? 8
                        : o_.level == Level::kNormal ? 32
                                                     : cands.size();
@@ -274,7 +273,7 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
   std::vector<Step> steps;
   for (size_t s = 0; s < exe.num_steps(); ++s) {
     if (exe.step(s).backend != "cpu") continue;
-    Step st{s, exe.step_group(s), nullptr, {}, nullptr, {}};
+    Step st{s, exe.step_group(s), nullptr, {}, {}, nullptr, {}};
     st.core.tile.clear();
     st.core.knobs.clear();
     st.signature = kernel_signature(eg, st.core);
@@ -296,7 +295,8 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
     static const Knobs kNone;
     const Trial planner{static_cast<int64_t>(s), &kNone, false};
     try {
-      st.planner->run(st.inputs);  // warm-up
+      const std::vector<Tensor> outs = st.planner->run(st.inputs);  // warm-up
+      if (!outs.empty()) st.output = outs[0];
     } catch (const KernelDeclined&) {
       continue;
     }
