@@ -119,7 +119,10 @@ std::vector<Knobs> candidates(const Graph& g, const KernelGroup& core,
   }
   const int32_t anchor = core.anchor >= 0 ? core.anchor : core.nodes[0];
   const Node& a = g.nodes()[anchor];
-  if ((a.op != "MatMul" && a.op != "Gemm") || !a.domain.empty()) return {};
+  if (!a.domain.empty()) return {};
+  if (a.op == "Conv")  // the implicit GEMM or the blocked direct kernel (one is the planner's)
+    return {{{"conv.algo", {0}}}, {{"conv.algo", {1}}}};
+  if (a.op != "MatMul" && a.op != "Gemm") return {};
   auto slot = std::find(core.inputs.begin(), core.inputs.end(), a.inputs[0]);
   if (slot == core.inputs.end()) return {};
   const Dims& ad = inputs[slot - core.inputs.begin()].shape();

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <set>
 
 #include "env_guard.h"
 #include "onnx_model_builder.h"
@@ -157,6 +158,41 @@ TEST_F(TunerTest, InvalidKnobsNameTheKernel) {
   KernelGroup ew = exe.step_group(step_with(exe, "Mul"));
   ew.knobs["gemm.blocks"] = {256, 96, 4096};
   EXPECT_THROW(cpu->compile(exe.graph(), ew), ValueError);
+}
+
+// conv.algo picks the implicit GEMM or the blocked direct kernel; both match the reference, and
+// the blocked kernel on a conv it cannot run (3 input channels) is a ValueError.
+TEST_F(TunerTest, ConvAlgoKnob) {
+  for (int64_t c : {32, 3}) {
+    SCOPED_TRACE(c);
+    Graph g;
+    const ValueId x = g.add_input("x", {DType::kF32, Shape{1, c, 14, 14}});
+    const ValueId w = testing::constant(g, "w", {32, c, 3, 3}, 5);
+    const ValueId y = g.add_value("y");
+    Attributes a;
+    a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    g.add_node("Conv", {x, w}, {y}, a, "conv");
+    g.add_output(y);
+    const std::vector<Tensor> in = {testing::random_tensor({1, c, 14, 14}, 6)};
+    const std::vector<Tensor> want = reference::run(g, in);
+    const Executable planner = compile(g, with_cache(false));
+    const std::string sig = signature_of(planner, 0);
+    std::set<std::string> described;
+    for (int64_t algo : {0, 1}) {
+      TuneCache cache = TuneCache::open(cache_file_);
+      cache.clear();
+      cache.store(sig, num_threads(), {{{"conv.algo", {algo}}}, 100, 50, 0});
+      const Executable exe = compile(g, with_cache());
+      EXPECT_LT(max_diff(exe.run(in), want), 1e-3f);
+      // The blocked kernel needs a channel block of input channels: the knob is stale for c=3.
+      EXPECT_EQ(exe.stats().tuned_kernels, algo == 0 || c == 32 ? 1u : 0u) << algo;
+      described.insert(exe.describe_step(0));
+    }
+    EXPECT_EQ(described.size(), 2u);
+    KernelGroup k = planner.step_group(0);
+    k.knobs["conv.algo"] = {2};
+    EXPECT_THROW(BackendRegistry::global().find("cpu")->compile(planner.graph(), k), ValueError);
+  }
 }
 
 // A fake timer: the planner's kernels take 1 s, candidates what `cost` says, the whole model

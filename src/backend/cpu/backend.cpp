@@ -80,11 +80,13 @@ class NodeKernel : public CompiledKernel {
         kernel_(k),
         slots_(node_input_slots(node_, group)),
         knobs_(group.knobs) {
+    NodeInfo info = node_info(g, node_);
+    info.knobs = &knobs_;
     for (const auto& [name, values] : knobs_) {
       if (!k->check_knob) check_no_knobs(g, group);
-      knobs_described_ += cat(k->check_knob(node_, name, values, kernel_name(g, group)), "\n");
+      knobs_described_ += cat(k->check_knob(info, name, values, kernel_name(g, group)), "\n");
     }
-    if (k->prepare) state_ = k->prepare(node_info(g, node_));
+    if (k->prepare) state_ = k->prepare(info);
   }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {

@@ -326,7 +326,7 @@ std::optional<Precision> precision_of(const Node& n) {
 }
 
 // The knobs MatMul and Gemm take: "gemm.blocks" = {KC, MC, NC} (GemmArgs::block_kc...).
-std::string check_gemm_knob(const Node&, const std::string& knob, const std::vector<int64_t>& v,
+std::string check_gemm_knob(const NodeInfo&, const std::string& knob, const std::vector<int64_t>& v,
                             const std::string& where) {
   if (knob != "gemm.blocks") throw ValueError(cat(where, ": takes no knob '", knob, "'"));
   if (v.size() != 3 || v[0] < 8 || v[0] > 8192 || v[1] < 1 || v[1] > (1 << 20) || v[2] < 1 ||
