@@ -59,6 +59,7 @@ struct KernelTuning {
   double planner_seconds = 0, tuned_seconds = 0;
   int64_t trials = 0;       // candidates timed
   bool from_cache = false;  // the cache already held it (not timed again)
+  bool capped = false;      // num_trials was spent before it: not tuned, not stored
 };
 
 struct TuneReport {

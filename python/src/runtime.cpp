@@ -290,6 +290,7 @@ void bind_runtime(nb::module_& m) {
           d["tuned_seconds"] = k.tuned_seconds;
           d["trials"] = k.trials;
           d["from_cache"] = k.from_cache;
+          d["capped"] = k.capped;
           kernels.append(d);
         }
         nb::dict d;

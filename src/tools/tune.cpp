@@ -106,7 +106,11 @@ int tune_main(const std::vector<std::string>& args) {
     std::string name = k.name.size() > 43 ? k.name.substr(0, 40) + "..." : k.name;
     std::cout << std::left << std::setw(44) << name << std::right << std::setw(12)
               << ms(k.planner_seconds) << std::setw(12) << ms(k.tuned_seconds) << "  "
-              << tune::knobs_str(k.knobs) << (k.from_cache ? " (cached)" : "") << "\n";
+              << tune::knobs_str(k.knobs)
+              << (k.from_cache ? " (cached)"
+                  : k.capped   ? " (not tuned: --trials spent)"
+                               : "")
+              << "\n";
   }
   std::cout << r.kernels.size() << " kernel(s), " << r.trials << " candidate(s) timed in "
             << std::fixed << std::setprecision(1) << r.seconds << " s\n";

@@ -351,6 +351,8 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
                                                      static_cast<double>(cached->planner_ns)
                                                : 1.0);
       e = *cached;
+    } else if (options.num_trials > 0 && tuner.trials() >= options.num_trials) {
+      kt.capped = true;  // not tuned, so not stored: a later run tunes it
     } else {
       auto [knobs, ratio] = tuner.tune_step(eg, st, kt, bar, i, steps.size());
       kt.knobs = knobs;
@@ -360,15 +362,15 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
       e.tuned_ns = static_cast<int64_t>(kt.tuned_seconds * 1e9);
       cache.store(st.signature, threads, e);
     }
-    any_winner = any_winner || !kt.knobs.empty();
+    any_winner = any_winner || (!kt.from_cache && !kt.knobs.empty());
     entries.push_back(e);
     report.kernels.push_back(std::move(kt));
   }
   bar.finish();
   report.trials = tuner.trials();
 
-  // The whole model with and without the winners, interleaved: the winners stay only when the
-  // model is faster with them.
+  // The whole model with and without the winners, interleaved: this run's winners stay only when
+  // the model is faster with them.
   if (any_winner) {
     CompileOptions planner_opts = compile, tuned_opts = compile;
     planner_opts.use_tune_cache = false;
@@ -386,6 +388,7 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
     if (!(t < p)) {
       report.kept = false;
       for (size_t i = 0; i < steps.size(); ++i) {
+        if (report.kernels[i].from_cache || report.kernels[i].capped) continue;
         TuneEntry e = entries[i];
         e.knobs.clear();
         e.tuned_ns = e.planner_ns;

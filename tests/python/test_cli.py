@@ -106,7 +106,8 @@ def cache_entries(path):
 def test_tune_stores_winners_that_compile_then_uses(tmp_path):
     model = gemm_model(tmp_path / "m.onnx")
     cache = tmp_path / "tune.json"
-    r = pto("tune", model, "--level", "fast", "--threads", "1", "--trials", "6", "--cache", cache)
+    r = pto("tune", model, "--level", "exhaustive", "--threads", "1", "--trials", "6",
+            "--cache", cache)
     assert r.returncode == 0, r.stderr
     assert "planner ms" in r.stdout and "tuned ms" in r.stdout and "candidate(s) timed" in r.stdout
     entries = cache_entries(cache)
@@ -119,10 +120,9 @@ def test_tune_stores_winners_that_compile_then_uses(tmp_path):
     assert f"tuned kernels: {winners} " in c.stdout
     off = pto("compile", model, "--stats", "--no-tune-cache", env=env)
     assert off.returncode == 0 and "tuned kernels: 0 " in off.stdout
-    # Tuning again finds every kernel in the cache and times nothing.
-    again = pto("tune", model, "--level", "fast", "--threads", "1", "--cache", cache)
+    # Tuning again finds the kernels tuned before in the cache (and tunes those --trials left).
+    again = pto("tune", model, "--level", "exhaustive", "--threads", "1", "--cache", cache)
     assert again.returncode == 0 and "(cached)" in again.stdout, again.stdout
-    assert " 0 candidate(s) timed" in again.stdout
 
 
 def test_tune_usage_errors(tmp_path):
