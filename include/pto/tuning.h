@@ -6,8 +6,9 @@
 //
 // The planner's choice is always a candidate and a candidate only wins when it is at least
 // `min_gain` faster than the planner in two separate comparisons; at the end the whole model is
-// timed with and without the winners, interleaved, and the winners are dropped (stored as
-// "planner") when the model is not faster, so tuning never makes a model slower.
+// timed with and without the winners, interleaved, twice, and the winners are dropped (stored as
+// "planner") unless the model is at least 1% faster both times, so tuning does not make a model
+// slower (up to the noise of those comparisons).
 #pragma once
 
 #include <cstdint>

@@ -23,7 +23,8 @@
 namespace pto::tune {
 namespace {
 
-constexpr int kEarlyStop = 6;  // candidates without improvement before a kernel stops
+constexpr int kEarlyStop = 6;        // candidates without improvement before a kernel stops
+constexpr double kModelGain = 0.01;  // the tuned model must be at least this much faster
 
 const Backend* backend_for(const Graph& g, const KernelGroup& k) {
   for (const Backend* b : BackendRegistry::global().backends())
@@ -160,7 +161,7 @@ struct Step {
 
 class Tuner {
  public:
-  Tuner(const TuneOptions& o) : o_(o) {
+  explicit Tuner(const TuneOptions& o) : o_(o) {
     if (!o_.timer) {
       const double min_s = o_.sample_seconds;
       o_.timer = [min_s](const Trial&, const std::function<void()>& run) {
@@ -227,7 +228,7 @@ class Tuner {
         }
       }
       since = improved ? 0 : since + 1;
-      bar.update(done, total, cat(kt.name, " best ", best_ratio, "x"));
+      if (o_.progress) bar.update(done, total, cat(kt.name, " best ", best_ratio, "x"));
     }
     return {best, best_ratio};
   }
@@ -380,12 +381,18 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
     const Executable tuned = pto::compile(g, tuned_opts);
     planner.run(inputs);
     tuned.run(inputs);
-    const auto [p, t] = tuner.compare(
-        Trial{-1, nullptr, false}, [&] { planner.run(inputs); }, Trial{-1, nullptr, true},
-        [&] { tuned.run(inputs); });
-    report.model_planner_seconds = p;
-    report.model_tuned_seconds = t;
-    if (!(t < p)) {
+    // Two comparisons, each of which must find the tuned model faster by kModelGain: on a busy
+    // machine one can be luck.
+    bool faster = true;
+    for (int round = 0; round < 2 && faster; ++round) {
+      const auto [p, t] = tuner.compare(
+          Trial{-1, nullptr, false}, [&] { planner.run(inputs); }, Trial{-1, nullptr, true},
+          [&] { tuned.run(inputs); });
+      report.model_planner_seconds = p;
+      report.model_tuned_seconds = t;
+      faster = t < p * (1.0 - kModelGain);
+    }
+    if (!faster) {
       report.kept = false;
       for (size_t i = 0; i < steps.size(); ++i) {
         if (report.kernels[i].from_cache || report.kernels[i].capped) continue;
