@@ -105,6 +105,33 @@ std::vector<Knobs> gemm_candidates(int64_t m, int64_t n, int64_t k, bool b_const
   return out;
 }
 
+// Attention tiles: query rows per task and keys per chunk in powers of two, clamped to the
+// queries and keys of this run (Q [B, H, Sq, D], K [B, Hkv, L, D]), nearest 256 x 256 first.
+std::vector<Knobs> attention_candidates(const KernelGroup& core, const Node& a,
+                                        const std::vector<Tensor>& inputs) {
+  auto dims = [&](size_t i) -> const Dims* {
+    auto it = std::find(core.inputs.begin(), core.inputs.end(), a.inputs.at(i));
+    return it == core.inputs.end() ? nullptr : &inputs[it - core.inputs.begin()].shape();
+  };
+  const Dims *q = dims(0), *k = dims(1);
+  if (!q || !k || q->size() != 4 || k->size() != 4) return {};
+  std::vector<std::vector<int64_t>> tiles;
+  for (int64_t rows = 32; rows <= 512; rows *= 2)
+    for (int64_t block = 64; block <= 1024; block *= 2) {
+      const std::vector<int64_t> t = {std::min(rows, (*q)[2]), std::min(block, (*k)[2])};
+      if (std::find(tiles.begin(), tiles.end(), t) == tiles.end()) tiles.push_back(t);
+    }
+  auto distance = [](const std::vector<int64_t>& t) {
+    return std::abs(std::log2(static_cast<double>(t[0]) / 256.0)) +
+           std::abs(std::log2(static_cast<double>(t[1]) / 256.0));
+  };
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [&](const auto& x, const auto& y) { return distance(x) < distance(y); });
+  std::vector<Knobs> out;
+  for (auto& t : tiles) out.push_back({{"attn.tiles", t}});
+  return out;
+}
+
 // The knobs worth trying for a step's kernel (the planner's, empty knobs, is not among them), from
 // the sizes of this run: its inputs and `out`, its first output.
 std::vector<Knobs> candidates(const Graph& g, const KernelGroup& core,
@@ -123,6 +150,7 @@ std::vector<Knobs> candidates(const Graph& g, const KernelGroup& core,
   if (!a.domain.empty()) return {};
   if (a.op == "Conv")  // the implicit GEMM or the blocked direct kernel (one is the planner's)
     return {{{"conv.algo", {0}}}, {{"conv.algo", {1}}}};
+  if (a.op == "Attention") return attention_candidates(core, a, inputs);
   if (a.op != "MatMul" && a.op != "Gemm") return {};
   auto slot = std::find(core.inputs.begin(), core.inputs.end(), a.inputs[0]);
   if (slot == core.inputs.end()) return {};

@@ -195,6 +195,36 @@ TEST_F(TunerTest, ConvAlgoKnob) {
   }
 }
 
+// attn.tiles replaces plan_attention's rows and block; outputs stay within tolerance.
+TEST_F(TunerTest, AttentionTilesKnob) {
+  Graph g;
+  const ValueId q = g.add_input("q", {DType::kF32, Shape{1, 2, 77, 40}});
+  const ValueId k = g.add_input("k", {DType::kF32, Shape{1, 2, 301, 40}});
+  const ValueId v = g.add_input("v", {DType::kF32, Shape{1, 2, 301, 24}});
+  const ValueId y = g.add_value("y");
+  g.add_node("Attention", {q, k, v}, {y}, {}, "attn", 23);
+  g.add_output(y);
+  const std::vector<Tensor> in = {testing::random_tensor({1, 2, 77, 40}, 7),
+                                  testing::random_tensor({1, 2, 301, 40}, 8),
+                                  testing::random_tensor({1, 2, 301, 24}, 9)};
+  const std::vector<Tensor> want = reference::run(g, in);
+  const Executable planner = compile(g, with_cache(false));
+  ASSERT_EQ(planner.step(0).backend, "cpu");
+  for (const std::vector<int64_t>& tiles : {std::vector<int64_t>{7, 64}, {77, 1024}, {1, 1}}) {
+    SCOPED_TRACE(dims_str(tiles));
+    TuneCache cache = TuneCache::open(cache_file_);
+    cache.clear();
+    cache.store(signature_of(planner, 0), num_threads(), {{{"attn.tiles", tiles}}, 100, 50, 0});
+    const Executable exe = compile(g, with_cache());
+    EXPECT_EQ(exe.stats().tuned_kernels, 1u);
+    EXPECT_NE(exe.describe_step(0), planner.describe_step(0));
+    EXPECT_LT(max_diff(exe.run(in), want), 1e-4f);
+  }
+  KernelGroup bad = planner.step_group(0);
+  bad.knobs["attn.tiles"] = {0, 64};
+  EXPECT_THROW(BackendRegistry::global().find("cpu")->compile(planner.graph(), bad), ValueError);
+}
+
 // A fake timer: the planner's kernels take 1 s, candidates what `cost` says, the whole model
 // `model_planner` and `model_tuned`.
 struct FakeTimer {
