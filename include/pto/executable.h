@@ -62,6 +62,11 @@ struct CompileOptions {
   // or its first output, and "*" names every tile kernel (a named one wins). A name that matches
   // no tile kernel, a bad shape, or one whose working set does not fit L1 is a ValueError.
   std::map<std::string, std::vector<int64_t>> tiles;
+  // The autotuner's winners (docs/tuning.md): each kernel without a pinned tile takes the knobs
+  // the tuning cache holds for its signature and this thread count (stale ones are ignored).
+  // False, or PTO_TUNE_CACHE=off without a tune_cache_path: the planner's choices only.
+  bool use_tune_cache = true;
+  std::string tune_cache_path;  // "": $PTO_TUNE_CACHE or the default file (tune_cache.h)
   // Called as compiling advances; empty: nothing is reported.
   std::function<void(const CompileProgress&)> on_progress;
 };
@@ -90,6 +95,7 @@ struct ExecutableStats {
   size_t released_weight_bytes = 0;  // constants dropped because a kernel holds them packed
   size_t stages = 0;                 // groups of steps that run at the same time (more than one)
   size_t staged_kernels = 0;         // steps in them
+  size_t tuned_kernels = 0;          // steps whose knobs came from the tuning cache
 };
 
 class Executable {
@@ -128,6 +134,9 @@ class Executable {
   const StepInfo& step(size_t i) const;
   // The kernel of step i as its backend describes it (a tile program), or "".
   std::string describe_step(size_t i) const;
+  // What step i's kernel computes (the step less its leading and trailing views), with the tile
+  // and knobs it was compiled with: the autotuner compiles variants of it.
+  const KernelGroup& step_group(size_t i) const;
   const std::vector<PassReport>& pass_report() const;
   // The kernel groups as fusion formed them (what a saved model stores; KernelPartition).
   const KernelPartition& partition() const;

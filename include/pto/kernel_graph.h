@@ -4,12 +4,17 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "pto/graph.h"
 
 namespace pto {
+
+// Tuning knobs of one kernel (docs/tuning.md "Knobs"): name -> integers, e.g. "gemm.blocks" ->
+// {kc, mc, nc}. Absent knobs are the planner's choice.
+using Knobs = std::map<std::string, std::vector<int64_t>>;
 
 struct KernelGroup {
   std::vector<int32_t> nodes;    // indices into the graph's nodes, in topological order
@@ -20,6 +25,9 @@ struct KernelGroup {
   // A tile shape pinned for it ({rows, cols} or {cols}; CompileOptions::tiles, src/tile/
   // tile_planner.h); empty: the tiling planner chooses.
   std::vector<int64_t> tile;
+  // Other knobs pinned for it (the autotuner's winners, from the tuning cache); the kernel
+  // validates them when compiled (ValueError naming the kernel). The tile is `tile`, not a knob.
+  Knobs knobs;
 
   int32_t last_node() const { return nodes.back(); }
 };

@@ -19,7 +19,7 @@ from .options import (get_num_threads, get_optimization_options, reset_optimizat
                       set_num_threads, set_optimization_options)
 from .runtime import CompiledGraph
 from .serialization import load, save, save_graph
-from . import amp, debug, memory, onnx, profiler
+from . import amp, debug, memory, onnx, profiler, tuning
 from .memory import enable_pool as enable_memory_pool, stats as memory_stats
 
 __version__ = "0.1.0"
@@ -87,5 +87,5 @@ __all__ = [
     "enable_memory_pool", "get_num_threads", "memory", "memory_stats",
     "get_optimization_options", "is_available", "jit", "load", "onnx", "optimize", "profiler",
     "quantization", "reset_optimization_options", "save", "save_graph", "set_num_threads",
-    "set_optimization_options",
+    "set_optimization_options", "tuning",
 ]

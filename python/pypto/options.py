@@ -23,11 +23,15 @@ _DEFAULTS: dict[str, Any] = {
     "release_packed_weights": True,
     # run independent kernels too small to fill the machine at the same time, one per thread
     "concurrent_kernels": True,
+    # take each kernel's knobs from the autotuner's cache (docs/tuning.md); False: the planner's
+    "tune_cache": True,
+    # the tuning cache file; "": $PTO_TUNE_CACHE, else ~/.cache/pypto/tune/<machine>.json
+    "tune_cache_path": "",
 }
 _TYPES = {"graph_optimization_level": int, "memory_optimization": bool,
           "auto_mixed_precision": bool, "mixed_precision_dtype": str,
           "release_packed_weights": bool,
-          "concurrent_kernels": bool}
+          "concurrent_kernels": bool, "tune_cache": bool, "tune_cache_path": str}
 _current = dict(_DEFAULTS)
 _MIXED = ("bf16", "f16")  # what mixed precision can round the products' operands to
 
@@ -116,6 +120,8 @@ def compile_options(level: int | None = None, tile: Any = None,
     o.release_packed_weights = _current["release_packed_weights"]
     o.tiles = tile_option(tile)
     o.concurrent_kernels = _current["concurrent_kernels"]
+    o.use_tune_cache = _current["tune_cache"]
+    o.tune_cache_path = _current["tune_cache_path"]
     return o
 
 

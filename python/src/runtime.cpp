@@ -13,6 +13,7 @@
 #include "pto/parallel.h"
 #include "pto/progress.h"
 #include "pto/runtime.h"
+#include "pto/tuning.h"
 
 namespace pto::python {
 
@@ -71,6 +72,8 @@ void bind_runtime(nb::module_& m) {
       .def_rw("release_packed_weights", &CompileOptions::release_packed_weights)
       .def_rw("concurrent_kernels", &CompileOptions::concurrent_kernels)
       .def_rw("dump_after", &CompileOptions::dump_after)
+      .def_rw("use_tune_cache", &CompileOptions::use_tune_cache)
+      .def_rw("tune_cache_path", &CompileOptions::tune_cache_path)
       .def_rw("tiles", &CompileOptions::tiles,
               "Pinned tile shapes: kernel name (a node or output of it, or '*') -> [rows, cols] or "
               "[cols]; a ValueError at compile when one cannot fit or names no tile kernel.");
@@ -177,6 +180,7 @@ void bind_runtime(nb::module_& m) {
             d["released_weight_bytes"] = s.released_weight_bytes;
             d["stages"] = s.stages;
             d["staged_kernels"] = s.staged_kernels;
+            d["tuned_kernels"] = s.tuned_kernels;
             return d;
           },
           nb::arg("input_shapes") = nb::none(),
@@ -225,7 +229,15 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("graph", &Executable::graph, nb::rv_policy::reference_internal)
       .def("graph_with_weights", &Executable::graph_with_weights,
            "The graph with the weights kernels hold packed rebuilt: complete, to export.")
-      .def_prop_ro("level", [](const Executable& e) { return e.options().level; });
+      .def_prop_ro("level", [](const Executable& e) { return e.options().level; })
+      .def_prop_ro(
+          "options",
+          [](const Executable& e) {
+            CompileOptions o = e.options();
+            o.on_progress = {};
+            return o;
+          },
+          "A copy of the CompileOptions it was compiled with.");
 
   m.def(
       "compile",
@@ -249,6 +261,53 @@ void bind_runtime(nb::module_& m) {
       "contents (the object is left empty), so weights that kernels pack are held once even "
       "while it compiles. progress: a label for a progress bar of the passes and kernels, drawn "
       "on stderr when it is a terminal (or PTO_PROGRESS=1).");
+
+  m.def(
+      "tune",
+      [](const Executable& exe, const nb::list& args, const std::string& level, int64_t trials,
+         bool early_stop, const std::string& cache, bool reuse) {
+        tune::TuneOptions o;
+        o.level = tune::parse_level(level);
+        o.num_trials = trials;
+        o.early_stop = early_stop;
+        o.cache_path = cache;
+        o.reuse_cache = reuse;
+        std::vector<Tensor> inputs = inputs_from_python(exe, args);
+        const Graph g = exe.graph_with_weights();
+        tune::TuneReport r;
+        {
+          nb::gil_scoped_release unlocked;
+          r = tune::tune(g, inputs, exe.options(), o);
+        }
+        nb::list kernels;
+        for (const tune::KernelTuning& k : r.kernels) {
+          nb::dict d;
+          d["step"] = k.step;
+          d["name"] = k.name;
+          d["signature"] = k.signature;
+          d["knobs"] = k.knobs;
+          d["planner_seconds"] = k.planner_seconds;
+          d["tuned_seconds"] = k.tuned_seconds;
+          d["trials"] = k.trials;
+          d["from_cache"] = k.from_cache;
+          d["capped"] = k.capped;
+          kernels.append(d);
+        }
+        nb::dict d;
+        d["kernels"] = kernels;
+        d["model_planner_seconds"] = r.model_planner_seconds;
+        d["model_tuned_seconds"] = r.model_tuned_seconds;
+        d["kept"] = r.kept;
+        d["trials"] = r.trials;
+        d["seconds"] = r.seconds;
+        d["cache"] = r.cache_path;
+        return d;
+      },
+      nb::arg("executable"), nb::arg("inputs"), nb::arg("level") = "normal",
+      nb::arg("num_trials") = 0, nb::arg("early_stop") = true, nb::arg("cache") = "",
+      nb::arg("reuse_cache") = true,
+      "Tunes the executable's graph on these inputs (pto/tuning.h) and stores the winners in "
+      "the tuning cache; returns the report as a dict.");
 
   nb::class_<ProgressBar>(m, "ProgressBar",
                           "The progress bar of include/pto/progress.h: drawn on stderr only when "

@@ -36,6 +36,8 @@
 #include "runtime/stages.h"
 #include "tile/lower.h"
 #include "tile/tile_planner.h"
+#include "tune/signature.h"
+#include "tune/tune_cache.h"
 
 namespace pto {
 
@@ -79,7 +81,8 @@ struct Executable::Plan {
   // PTO_TEST_PERTURB_VALUE: the value whose kernel output is made wrong on purpose (tests of the
   // debugging tools only), kNoValue normally.
   ValueId perturbed = kNoValue;
-  uint64_t id = next_id();  // tells executables apart in a profile
+  uint64_t id = next_id();   // tells executables apart in a profile
+  size_t tuned_kernels = 0;  // steps compiled with knobs from the tuning cache
 
   static uint64_t next_id() {
     static std::atomic<uint64_t> n{0};
@@ -169,6 +172,45 @@ const Backend* backend_for(const Graph& g, const KernelGroup& k) {
   for (const Backend* b : BackendRegistry::global().backends())
     if (b->supports(g, k)) return b;
   return nullptr;
+}
+
+// The tuning cache compile() reads, when it reads one (CompileOptions::use_tune_cache).
+std::optional<tune::TuneCache> open_tune_cache(const CompileOptions& options) {
+  const char* env = std::getenv("PTO_TUNE_CACHE");
+  if (!options.use_tune_cache ||
+      (options.tune_cache_path.empty() && env && std::string(env) == "off"))
+    return std::nullopt;
+  return tune::TuneCache::open(options.tune_cache_path);
+}
+
+// Step `core`'s kernel from backend `b`, with the knobs the tuning cache holds for it when it
+// has no pinned tile or knobs; knobs that no longer compile (a tile that does not fit any more)
+// are ignored. Sets `tuned` when the cache's knobs were used.
+std::unique_ptr<CompiledKernel> compile_core(const Graph& g, KernelGroup& core, const Backend& b,
+                                             const std::optional<tune::TuneCache>& cache,
+                                             bool& tuned) {
+  tuned = false;
+  if (cache && core.tile.empty() && core.knobs.empty()) {
+    const std::string sig = tune::kernel_signature(g, core);
+    const std::optional<tune::TuneEntry> e =
+        sig.empty() ? std::nullopt : cache->lookup(sig, num_threads());
+    if (e && !e->knobs.empty()) {
+      KernelGroup pinned = core;
+      tune::apply_knobs(pinned, e->knobs);
+      if (b.supports(g, pinned)) {
+        try {
+          std::unique_ptr<CompiledKernel> k = b.compile(g, pinned);
+          core = std::move(pinned);
+          tuned = true;
+          return k;
+        } catch (const ValueError& err) {
+          log(LogLevel::kWarn, cat("tuning cache: stale knobs ", tune::knobs_str(e->knobs),
+                                   " ignored: ", err.what()));
+        }
+      }
+    }
+  }
+  return b.compile(g, core);
 }
 
 Executable::Plan::NodeRun compile_node(const Graph& g, int32_t n) {
@@ -335,6 +377,11 @@ std::string Executable::describe_step(size_t i) const {
   return plan_->steps[i].kernel->describe();
 }
 
+const KernelGroup& Executable::step_group(size_t i) const {
+  PTO_CHECK(i < plan_->steps.size()) << "step " << i << " out of range";
+  return plan_->steps[i].core;
+}
+
 const KernelPartition& Executable::partition() const {
   return plan_->partition;
 }
@@ -395,6 +442,7 @@ ExecutableStats stats_of(const Executable::Plan& p, const Graph& g, const Memory
   s.nodes_in = p.nodes_in;
   s.nodes = g.nodes().size();
   s.kernels = p.steps.size();
+  s.tuned_kernels = p.tuned_kernels;
   for (const auto& step : p.steps) {
     s.fused_kernels += step.info.nodes.size() > 1;
     s.packed_weight_bytes += step.kernel->prepared_bytes();
@@ -985,6 +1033,7 @@ Executable compile_partitioned(Graph g, KernelPartition part, const CompileOptio
   plan->step_of_node.assign(gr.nodes().size(), 0);
   std::optional<WeightReleaser> releaser;
   if (options.release_packed_weights) releaser.emplace(gr, kg);
+  const std::optional<tune::TuneCache> tune_cache = open_tune_cache(options);
   for (size_t s = 0; s < kg.kernels.size(); ++s) {
     const KernelGroup& k = kg.kernels[s];
     Executable::Plan::Step step;
@@ -999,9 +1048,12 @@ Executable compile_partitioned(Graph g, KernelPartition part, const CompileOptio
     if (step.core.nodes.size() == 1) step.core = single_node_group(gr, step.core.nodes[0]);
     step.core.rule = k.rule;
     step.core.tile = k.tile;
+    step.core.knobs = k.knobs;
     const Backend* b = backend_for(gr, step.core);
     if (!b) throw UnsupportedError(cat(gr.nodes()[k.nodes[0]].where(), ": no kernel for this op"));
-    step.kernel = b->compile(gr, step.core);
+    bool tuned = false;
+    step.kernel = compile_core(gr, step.core, *b, tune_cache, tuned);
+    plan->tuned_kernels += tuned;
     for (int32_t v : leading[s]) step.leading.push_back(compile_node(gr, v));
     for (int32_t v : trailing[s]) step.views.push_back(compile_node(gr, v));
     step.info = {b->name(), k.rule, k.nodes, k.inputs, k.outputs};

@@ -70,6 +70,12 @@ bool read_precision_option(ArgReader& a, CompileOptions& o) {
   return true;
 }
 
+bool read_tune_cache_option(ArgReader& a) {
+  if (!a.is("--no-tune-cache")) return false;
+  setenv("PTO_TUNE_CACHE", "off", 1);
+  return true;
+}
+
 std::pair<std::string, std::string> split_assignment(const std::string& s, const char* option,
                                                      const ArgReader& a) {
   auto eq = s.find('=');

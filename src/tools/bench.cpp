@@ -49,6 +49,7 @@ const char* kUsage =
     "  --threads T            run kernels on T threads (default: PTO_NUM_THREADS, else the cores\n"
     "                         this process may use)\n"
     "  --level L              optimization level 0..3 (default 2)\n"
+    "  --no-tune-cache        ignore the tuning cache: the planner's knobs only\n"
     "  --precision P          f32, bf16 or f16: bf16/f16 computes the matrix products on\n"
     "                         operands rounded to it, with fp32 accumulation, the rest fp32\n"
     "                         (docs/precision.md); default f32\n"
@@ -84,6 +85,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       set_num_threads(static_cast<int>(a.int_value(1, 4096)));
     } else if (a.is("--level")) {
       o.level = static_cast<int>(a.int_value(0, 3));
+    } else if (read_tune_cache_option(a)) {
     } else if (read_precision_option(a, o.precision)) {
     } else if (a.is("--warmup")) {
       o.warmup = a.int_value(0, 1000000);

@@ -32,6 +32,7 @@ const char* kUsage =
     "\n"
     "options:\n"
     "  --level L              optimization level 0..3 (default 2)\n"
+    "  --no-tune-cache        ignore the tuning cache: the planner's knobs only\n"
     "  --threads N            run kernels on N threads\n"
     "  --rtol R               relative tolerance (default 1e-3)\n"
     "  --atol A               absolute tolerance (default 1e-4)\n"
@@ -63,6 +64,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       std::cout << kUsage;
       return std::nullopt;
     } else if (read_input_option(a, o.inputs)) {
+    } else if (read_tune_cache_option(a)) {
     } else if (a.is("--level")) {
       o.level = static_cast<int>(a.int_value(0, 3));
     } else if (a.is("--threads")) {

@@ -45,7 +45,8 @@ Command ops_command();
 Command check_command();
 Command bench_command();
 Command profile_command();
-std::vector<Command> unimplemented_commands();  // tune
+Command tune_command();
+std::vector<Command> unimplemented_commands();  // none at present
 
 // Reads options in the forms `--name value` and `--name=value`; `--` ends the options.
 //   ArgReader a(args, "run");
@@ -78,6 +79,10 @@ class ArgReader {
 // auto_mixed_precision with that mixed_precision, docs/precision.md), setting those two fields of
 // `o`; false for any other argument.
 bool read_precision_option(ArgReader& a, CompileOptions& o);
+
+// Takes the current argument when it is --no-tune-cache: compiles in this process then ignore the
+// tuning cache (PTO_TUNE_CACHE=off, docs/tuning.md); false for any other argument.
+bool read_tune_cache_option(ArgReader& a);
 
 // Splits "name=value" at the first '='; a UsageError naming `option` when there is none.
 std::pair<std::string, std::string> split_assignment(const std::string& s, const char* option,

@@ -51,6 +51,7 @@ const char* kUsage =
     "options:\n"
     "  --level L          optimization level 0..3 (default 2): 1 runs the graph passes, 2 adds\n"
     "                     fusion into kernels and memory planning\n"
+    "  --no-tune-cache    ignore the tuning cache: the planner's knobs only\n"
     "  --precision P      bf16 or f16: matrix products on bf16 (f16) operands with fp32\n"
     "                     accumulation, the rest fp32 (docs/precision.md); with --stats, its\n"
     "                     error against an fp32 compile on random inputs. Default f32\n"
@@ -118,6 +119,7 @@ void print_stats(const Executable& exe) {
     std::cout << "\n";
   }
   std::cout << "kernels: " << s.kernels << " (" << s.fused_kernels << " fused)\n";
+  std::cout << "tuned kernels: " << s.tuned_kernels << " (knobs from the tuning cache)\n";
   std::cout << "weights: " << cat(std::fixed, std::setprecision(2), s.weight_bytes / 1048576.0)
             << " MiB, packed for the GEMMs: "
             << cat(std::fixed, std::setprecision(2), s.packed_weight_bytes / 1048576.0)
@@ -255,6 +257,7 @@ int compile_main(const std::vector<std::string>& args) {
       pin_tile(a, options);
     } else if (a.is("--stats")) {
       o.stats = true;
+    } else if (read_tune_cache_option(a)) {
     } else if (read_precision_option(a, options)) {
     } else if (a.is("--list-passes")) {
       list_passes();

@@ -13,7 +13,7 @@ namespace {
 std::vector<Command> all_commands() {
   std::vector<Command> cmds = {info_command(),    ops_command(),   run_command(),
                                compile_command(), bench_command(), check_command(),
-                               profile_command()};
+                               profile_command(), tune_command()};
   for (Command& c : unimplemented_commands()) cmds.push_back(std::move(c));
   return cmds;
 }

@@ -35,6 +35,7 @@ const char* kUsage =
     "  --threads N            run kernels on N threads (default: PTO_NUM_THREADS, else the\n"
     "                         cores this process may use)\n"
     "  --level L              optimization level 0..3 (default 2)\n"
+    "  --no-tune-cache        ignore the tuning cache: the planner's knobs only\n"
     "  --precision P          f32, bf16 or f16: bf16/f16 computes the matrix products on\n"
     "                         operands rounded to it (docs/precision.md)\n"
     "  --repeat N             profiled runs (default 1)\n"
@@ -71,6 +72,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       o.threads = a.int_value(1, 4096);
     } else if (a.is("--level")) {
       o.level = a.int_value(0, 3);
+    } else if (read_tune_cache_option(a)) {
     } else if (read_precision_option(a, o.precision)) {
     } else if (a.is("--repeat")) {
       o.repeat = a.int_value(1, 1000000);

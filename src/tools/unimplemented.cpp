@@ -9,7 +9,7 @@
 namespace pto::cli {
 namespace {
 
-Command planned(const char* name, const char* summary, const char* usage) {
+[[maybe_unused]] Command planned(const char* name, const char* summary, const char* usage) {
   std::string cmd = name;
   std::string text = cat("usage: ", usage, "\n\n", summary,
                          "\n\nNot implemented yet in this version of PyPTO (", kVersion, ").\n");
@@ -31,10 +31,7 @@ Command planned(const char* name, const char* summary, const char* usage) {
 }  // namespace
 
 std::vector<Command> unimplemented_commands() {
-  return {
-      planned("tune", "Auto-tune the kernels of a model.",
-              "pto tune model.onnx [--level fast|normal|exhaustive]"),
-  };
+  return {};
 }
 
 }  // namespace pto::cli

@@ -399,7 +399,9 @@ DeviceKey current_device_key() {
 }
 
 std::string TuneCache::default_path(const DeviceKey& device) {
-  if (const char* env = std::getenv("PTO_TUNE_CACHE"); env && *env) return env;
+  // "off" turns the cache off for compile() (CompileOptions::use_tune_cache), not a file name.
+  if (const char* env = std::getenv("PTO_TUNE_CACHE"); env && *env && std::string(env) != "off")
+    return env;
   return cat(home_cache_dir(), "/pypto/tune/", hex16(fnv1a64(device.text())), ".json");
 }
 

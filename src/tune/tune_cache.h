@@ -73,7 +73,8 @@ class TuneCache {
   // foreign one is moved aside as described above. Never throws for the file's contents.
   static TuneCache open(const std::string& path = "", TuneCacheOptions options = {});
 
-  // $PTO_TUNE_CACHE when set, else $XDG_CACHE_HOME (or ~/.cache)/pypto/tune/<device-hash>.json.
+  // $PTO_TUNE_CACHE when set (and not "off"), else $XDG_CACHE_HOME (or
+  // ~/.cache)/pypto/tune/<device-hash>.json.
   static std::string default_path(const DeviceKey& device = current_device_key());
 
   // The entry stored for exactly this signature and thread count; nullopt on a miss, including a

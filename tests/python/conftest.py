@@ -23,6 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 # A hang must fail the run, not eat CI's time limit. The reference interpreter needs well under a
 # minute for the largest test model; this leaves room for slow, shared machines.
+# Compiles in the tests (and the `pto` processes they start) ignore the user's tuning cache, so
+# results do not depend on what was tuned on this machine; tuning tests name their own cache file.
+os.environ["PTO_TUNE_CACHE"] = "off"
 RUN_TIMEOUT_S = float(os.environ.get("PTO_RUN_TIMEOUT", "900"))
 
 

@@ -79,11 +79,58 @@ def test_usage_errors_exit_2():
     expect_error(pto("info", "extra"), "unexpected argument", code=2)
 
 
-@pytest.mark.parametrize("cmd", ["tune"])
-def test_planned_commands_say_not_implemented(cmd, tmp_path):
-    expect_error(pto(cmd, tmp_path / "m.onnx"), "not implemented yet in this version")
-    r = pto(cmd, "--help")
-    assert r.returncode == 0 and "usage: pto " + cmd in r.stdout
+# ---- pto tune ----
+
+def gemm_model(path):
+    """y = Gelu(x @ W) * 2 + Exp(z): a GEMM with an epilogue and an elementwise kernel."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((256, 384)).astype(np.float32), "w")
+    x = helper.make_tensor_value_info("x", TP.FLOAT, [96, 256])
+    z = helper.make_tensor_value_info("z", TP.FLOAT, [96, 384])
+    y = helper.make_tensor_value_info("y", TP.FLOAT, None)
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["g"]),
+             helper.make_node("Exp", ["z"], ["e"]), helper.make_node("Mul", ["e", "two"], ["f"]),
+             helper.make_node("Add", ["g", "f"], ["y"])]
+    return save_model(path, nodes, [x, z], [y], [w, two])
+
+
+def cache_entries(path):
+    """The entries of a tuning cache file (docs/tuning.md "The file"), read as JSON."""
+    import json
+    text = pathlib.Path(path).read_text()
+    body = text[:text.rindex('"checksum"')].rstrip().rstrip(",") + "}"
+    return json.loads(body)["entries"]
+
+
+def test_tune_stores_winners_that_compile_then_uses(tmp_path):
+    model = gemm_model(tmp_path / "m.onnx")
+    cache = tmp_path / "tune.json"
+    r = pto("tune", model, "--level", "exhaustive", "--threads", "1", "--trials", "6",
+            "--cache", cache)
+    assert r.returncode == 0, r.stderr
+    assert "planner ms" in r.stdout and "tuned ms" in r.stdout and "candidate(s) timed" in r.stdout
+    entries = cache_entries(cache)
+    assert entries and all(e["threads"] == 1 for e in entries)
+    winners = sum(1 for e in entries if e["knobs"])
+    # The next compile with this cache takes every winner; --no-tune-cache none of them.
+    env = {"PTO_TUNE_CACHE": str(cache), "PTO_NUM_THREADS": "1"}
+    c = pto("compile", model, "--stats", env=env)
+    assert c.returncode == 0, c.stderr
+    assert f"tuned kernels: {winners} " in c.stdout
+    off = pto("compile", model, "--stats", "--no-tune-cache", env=env)
+    assert off.returncode == 0 and "tuned kernels: 0 " in off.stdout
+    # Tuning again finds the kernels tuned before in the cache (and tunes those --trials left).
+    again = pto("tune", model, "--level", "exhaustive", "--threads", "1", "--cache", cache)
+    assert again.returncode == 0 and "(cached)" in again.stdout, again.stdout
+
+
+def test_tune_usage_errors(tmp_path):
+    expect_error(pto("tune"), "no model file", code=2)
+    expect_error(pto("tune", "m.onnx", "--level", "quick"), "--level", code=2)
+    expect_error(pto("tune", "m.onnx", "--trials", "0"), "--trials", code=2)
+    r = pto("tune", "--help")
+    assert r.returncode == 0 and "usage: pto tune" in r.stdout and "--no-early-stop" in r.stdout
 
 
 # ---- pto info ----

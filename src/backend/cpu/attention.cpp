@@ -123,6 +123,23 @@ std::optional<AttentionTiles> tiles_from_env() {
   return t;
 }
 
+// The "attn.tiles" knob ({rows, block}; docs/tuning.md) when the group has it, else the env.
+std::optional<AttentionTiles> tiles_of(const Knobs* knobs) {
+  if (knobs)
+    if (auto it = knobs->find("attn.tiles"); it != knobs->end())
+      return AttentionTiles{it->second[0], it->second[1]};
+  return tiles_from_env();
+}
+
+std::string check_attention_knob(const NodeInfo&, const std::string& knob,
+                                 const std::vector<int64_t>& v, const std::string& where) {
+  if (knob != "attn.tiles" || v.size() != 2 || v[0] < 1 || v[1] < 1 || v[0] > (1 << 20) ||
+      v[1] > (1 << 20))
+    throw ValueError(cat(where, ": takes the knob attn.tiles = {rows, block} (each in [1, 2^20]), ",
+                         "got ", knob, "=", dims_str(v)));
+  return cat("knob attn.tiles: ", v[0], " query rows per task, chunks of ", v[1], " keys");
+}
+
 // A task's buffers in the calling thread's scratch (one slot), 64-byte aligned: the scores, the
 // packed K^T and V chunks, the gathered Q rows, the O accumulator and a chunk's P V, the
 // per-row m, l and rescale factors, and the per-row mask pointers and causal limits.
@@ -188,7 +205,7 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
     return {y};
   }
   const AttentionShape shape{B, H, Hkv, Sq, L, D, Dv, causal};
-  const std::optional<AttentionTiles> tiles = tiles_from_env();
+  const std::optional<AttentionTiles> tiles = tiles_of(c.knobs);
   const int64_t nr = packed_b_floats(1, 1);  // one register panel's width
   const AttentionPlan plan =
       plan_attention(shape, num_threads(), cache_model(), nr, tiles ? &*tiles : nullptr);
@@ -337,7 +354,7 @@ std::any prepare_attention(const NodeInfo& n) {
     if (dims[i].size() != 4) return {};
   }
   const params::Attention a = params::attention(n.node);
-  const std::optional<AttentionTiles> tiles = tiles_from_env();
+  const std::optional<AttentionTiles> tiles = tiles_of(n.knobs);
   return plan_attention({dims[0][0], dims[0][1], dims[1][1], dims[0][2], dims[1][2], dims[0][3],
                          dims[2][3], a.is_causal},
                         num_threads(), cache_model(), packed_b_floats(1, 1),
@@ -354,7 +371,8 @@ void register_attention_kernels(KernelRegistry& r) {
                       .describe = [](const std::any& state) {
                         const auto* p = std::any_cast<AttentionPlan>(&state);
                         return p ? p->str() : std::string();
-                      }});
+                      },
+                      .check_knob = check_attention_knob});
 }
 
 }  // namespace pto::cpu

@@ -56,23 +56,45 @@ bool activation_from(const std::string& name, Activation& act) {
   return false;
 }
 
+// How messages name a kernel: by its first output, and its op when it is a single node.
+std::string kernel_name(const Graph& g, const KernelGroup& group) {
+  const Node& last = g.nodes()[group.last_node()];
+  const std::string out = group.outputs.empty() ? last.name : g.value(group.outputs[0]).name;
+  return cat("kernel '", out, "' (", group.rule.empty() ? last.op : group.rule, ")");
+}
+
+// A group's knobs on a kernel that takes none: ValueError naming the kernel.
+void check_no_knobs(const Graph& g, const KernelGroup& group) {
+  if (!group.knobs.empty())
+    throw ValueError(
+        cat(kernel_name(g, group), ": takes no knob '", group.knobs.begin()->first, "'"));
+}
+
 // One node on its CPU kernel. The group's inputs are the node's distinct inputs; `slots` maps
 // each node input to its position there (-1 for a missing optional input).
 class NodeKernel : public CompiledKernel {
  public:
   // `node` is the group's only node, or the anchor of a fused group.
   NodeKernel(const Graph& g, const KernelGroup& group, int32_t node, const Kernel* k)
-      : node_(g.nodes()[node]), kernel_(k), slots_(node_input_slots(node_, group)) {
-    if (k->prepare) state_ = k->prepare(node_info(g, node_));
+      : node_(g.nodes()[node]),
+        kernel_(k),
+        slots_(node_input_slots(node_, group)),
+        knobs_(group.knobs) {
+    NodeInfo info = node_info(g, node_);
+    info.knobs = &knobs_;
+    for (const auto& [name, values] : knobs_) {
+      if (!k->check_knob) check_no_knobs(g, group);
+      knobs_described_ += cat(k->check_knob(info, name, values, kernel_name(g, group)), "\n");
+    }
+    if (k->prepare) state_ = k->prepare(info);
   }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
-    KernelContext ctx{{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()}, &state_};
-    return outputs_of(ctx);
+    return outputs_of(context(inputs));
   }
 
   std::string describe() const override {
-    return kernel_->describe ? kernel_->describe(state_) : std::string();
+    return (kernel_->describe ? kernel_->describe(state_) : std::string()) + knobs_described_;
   }
 
   // Weights packed at compile time: GEMM panels of B (MatMul, Gemm) or of A per group (Conv).
@@ -102,6 +124,13 @@ class NodeKernel : public CompiledKernel {
   }
 
  protected:
+  // The node's inputs from the group's, with the prepared state and the knobs.
+  KernelContext context(const std::vector<Tensor>& inputs) const {
+    KernelContext ctx{{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()}, &state_};
+    ctx.knobs = &knobs_;
+    return ctx;
+  }
+
   // Runs the kernel and keeps the outputs the node defines (the group's outputs).
   std::vector<Tensor> outputs_of(const KernelContext& ctx) const {
     std::vector<Tensor> all = kernel_->run(ctx);
@@ -114,6 +143,8 @@ class NodeKernel : public CompiledKernel {
   const Node& node_;
   const Kernel* kernel_;
   std::vector<int> slots_;
+  Knobs knobs_;
+  std::string knobs_described_;  // a line per knob, as the kernel says what it changes
   std::any state_;
 };
 
@@ -145,7 +176,7 @@ class EpilogueKernel : public NodeKernel {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
     FusedEpilogue ep = epilogue_;
     if (residual_slot_ >= 0) ep.residual = inputs[residual_slot_];
-    KernelContext ctx{{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()}, &state_};
+    KernelContext ctx = context(inputs);
     ctx.epilogue = &ep;
     std::vector<Tensor> out = outputs_of(ctx);
     // The views only relabel the product's shape (they are views of contiguous data).
@@ -188,7 +219,7 @@ class CastsKernel : public NodeKernel {
   }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
-    KernelContext ctx{{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()}, &state_};
+    KernelContext ctx = context(inputs);
     ctx.epilogue = &epilogue_;
     return outputs_of(ctx);
   }
@@ -223,7 +254,7 @@ class TileEpilogueKernel : public NodeKernel {
     ep.tile = &tile_;
     ep.store = graph_dtype(tile_.program().outputs[0].dtype);
     for (int s : operand_slots_) ep.tile_inputs.push_back(inputs[s]);
-    KernelContext ctx{{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()}, &state_};
+    KernelContext ctx = context(inputs);
     ctx.epilogue = &ep;
     return outputs_of(ctx);
   }
@@ -347,13 +378,6 @@ class ElementwiseKernel : public CompiledKernel {
   std::string describe() const override { return kernel_.describe(); }
 
  private:
-  // How messages name the kernel: by its first output, and its op when it is a single node.
-  static std::string kernel_name(const Graph& g, const KernelGroup& group) {
-    const Node& last = g.nodes()[group.last_node()];
-    const std::string out = group.outputs.empty() ? last.name : g.value(group.outputs[0]).name;
-    return cat("kernel '", out, "' (", group.rule.empty() ? last.op : group.rule, ")");
-  }
-
   // How one node's output shape follows from its inputs: the broadcast of them all (elementwise
   // ops), or input 0's (Softmax and the other row ops the tile ISA takes).
   struct ShapeStep {
@@ -439,6 +463,7 @@ class CpuBackend : public Backend {
       std::string why;
       auto program = lower_elementwise(g, group, &why);
       PTO_CHECK(program) << "cpu: elementwise group does not lower: " << why;
+      check_no_knobs(g, group);  // a tile program takes only `tile`
       return std::make_unique<ElementwiseKernel>(g, group, std::move(*program));
     }
     if (auto program = tile_epilogue_of(g, group))

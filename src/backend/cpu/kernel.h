@@ -35,7 +35,14 @@ struct NodeInfo {
   std::vector<TensorType> inputs;        // inferred types, DType::kUndefined where absent
   std::vector<const Tensor*> constants;  // an input's initializer, or nullptr
   std::vector<TensorType> outputs;
+  const Knobs* knobs = nullptr;  // the group's knobs (KernelGroup::knobs), for prepare()
 
+  // The values of knob `name`, or nullptr when it is not set.
+  const std::vector<int64_t>* knob(const std::string& name) const {
+    if (!knobs) return nullptr;
+    auto it = knobs->find(name);
+    return it == knobs->end() ? nullptr : &it->second;
+  }
   bool is_constant(size_t i) const { return i < constants.size() && constants[i] != nullptr; }
   DType dtype(size_t i) const { return i < inputs.size() ? inputs[i].dtype : DType::kUndefined; }
 };
@@ -68,6 +75,7 @@ void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::
 struct KernelContext : reference::KernelContext {
   const std::any* state = nullptr;          // what prepare() returned (empty std::any when none)
   const FusedEpilogue* epilogue = nullptr;  // set for the anchor of a fused group
+  const Knobs* knobs = nullptr;             // the group's knobs (KernelGroup::knobs), checked
   template <class T>
   const T& prepared() const {
     return std::any_cast<const T&>(*state);
@@ -95,6 +103,12 @@ struct Kernel {
   // The algorithm prepare() chose, for `pto compile --dump-tiles` and Executable::describe_step
   // (ConvBlocked: "direct" or "winograd F(4x4,3x3)"). Empty: nothing to say.
   std::function<std::string(const std::any& state)> describe;
+  // The tuning knobs run() honours (KernelContext::knobs; docs/tuning.md "Knobs"): checks one
+  // knob's values for the node, throwing ValueError naming `where` when they are invalid, and says
+  // what it changes ("GEMM blocks KC 256, MC 96, NC 4096"). Empty: the kernel takes no knobs.
+  std::function<std::string(const NodeInfo& node, const std::string& knob,
+                            const std::vector<int64_t>& values, const std::string& where)>
+      check_knob;
 };
 
 class KernelRegistry {

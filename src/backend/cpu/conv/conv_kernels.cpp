@@ -3,6 +3,7 @@
 // dtypes are declined and run on the reference interpreter. The blocked-layout kernels are in
 // conv_blocked.cpp.
 #include <algorithm>
+#include <optional>
 
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/isa/isa.h"
@@ -63,25 +64,49 @@ int channel_block() {
 constexpr int64_t kBlockedPlane = 16 * 16, kBlockedPointwisePlane = 8 * 8,
                   kBlockedDepthwisePlane = 14 * 14;
 
-// Whether Conv `info` (W constant, f32) runs on the blocked kernel, for channel block `block`.
-bool small_plane_blocked(const NodeInfo& info, const Tensor& w, int64_t group, int block) {
+// The output plane of Conv `info` (W constant, f32) when the blocked kernel can run it for channel
+// block `block` (a depthwise conv, or one of group 1, on at least `block` input channels).
+std::optional<int64_t> blocked_plane(const NodeInfo& info, const Tensor& w, int64_t group,
+                                     int block) {
   const auto& xs = info.inputs[0].shape;
-  if (block == 0 || w.rank() != 4 || !xs || xs->size() != 4) return false;
+  if (block == 0 || w.rank() != 4 || !xs || xs->size() != 4) return std::nullopt;
   for (size_t d = 1; d < 4; ++d)  // the batch may be symbolic
-    if (!(*xs)[d].is_known()) return false;
+    if (!(*xs)[d].is_known()) return std::nullopt;
   const int64_t c = (*xs)[1].value;
-  if (c < block || c != w.dim(1) * group) return false;  // a stem, or a mismatch run() reports
-  if (info.node.attrs.get_string("auto_pad", "NOTSET") != "NOTSET") return false;
-  int64_t plane = 0;
+  if (c < block || c != w.dim(1) * group) return std::nullopt;  // a stem, or a mismatch
+  if (info.node.attrs.get_string("auto_pad", "NOTSET") != "NOTSET") return std::nullopt;
+  if (group != 1 && !(group == c && w.dim(0) == c && w.dim(1) == 1)) return std::nullopt;
   try {
-    plane = conv_geometry(info.node.attrs, {1, c, (*xs)[2].value, (*xs)[3].value}, w.shape(), "")
-                .out_plane();
+    return conv_geometry(info.node.attrs, {1, c, (*xs)[2].value, (*xs)[3].value}, w.shape(), "")
+        .out_plane();
   } catch (const ValueError&) {
-    return false;  // run() reports it
+    return std::nullopt;  // run() reports it
   }
-  if (group == c && w.dim(0) == c && w.dim(1) == 1) return plane <= kBlockedDepthwisePlane;
-  if (group != 1) return false;
-  return plane <= (w.dim(2) * w.dim(3) > 1 ? kBlockedPlane : kBlockedPointwisePlane);
+}
+
+// Whether Conv `info` (W constant, f32) runs on the blocked kernel, for channel block `block`:
+// the "conv.algo" knob ({0}: implicit GEMM, {1}: blocked) when set, else the plane-size rule.
+bool small_plane_blocked(const NodeInfo& info, const Tensor& w, int64_t group, int block) {
+  const std::optional<int64_t> plane = blocked_plane(info, w, group, block);
+  if (const std::vector<int64_t>* algo = info.knob("conv.algo")) return plane && (*algo)[0] == 1;
+  if (!plane) return false;
+  if (group != 1) return *plane <= kBlockedDepthwisePlane;
+  return *plane <= (w.dim(2) * w.dim(3) > 1 ? kBlockedPlane : kBlockedPointwisePlane);
+}
+
+// The "conv.algo" knob: {0} the implicit GEMM, {1} the blocked direct kernel, which must apply.
+std::string check_conv_knob(const NodeInfo& info, const std::string& knob,
+                            const std::vector<int64_t>& v, const std::string& where) {
+  if (knob != "conv.algo") throw ValueError(cat(where, ": takes no knob '", knob, "'"));
+  if (v.size() != 1 || (v[0] != 0 && v[0] != 1))
+    throw ValueError(cat(where, ": knob conv.algo must be {0} (implicit GEMM) or {1} (blocked ",
+                         "direct), got ", dims_str(v)));
+  const bool f32 = precision_of(info.node) == Precision::kF32;
+  if (v[0] == 1 && (!info.is_constant(1) || !f32 ||
+                    !blocked_plane(info, *info.constants[1], info.node.attrs.get_int("group", 1),
+                                   channel_block())))
+    throw ValueError(cat(where, ": knob conv.algo {1}: the blocked kernel does not apply"));
+  return cat("knob conv.algo: ", v[0] == 1 ? "blocked direct" : "implicit GEMM");
 }
 
 std::any prepare(const NodeInfo& info) {
@@ -288,6 +313,7 @@ void register_conv_kernels(KernelRegistry& r) {
     return n;
   };
   conv.unpack = unpack;
+  conv.check_knob = check_conv_knob;
   conv.describe = [](const std::any& state) {
     if (!state.has_value()) return std::string();
     const auto& p = std::any_cast<const PreparedW&>(state);

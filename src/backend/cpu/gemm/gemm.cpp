@@ -96,6 +96,15 @@ const Blocking& blocking() {
   return per_isa[static_cast<int>(active_isa())];
 }
 
+// The blocking of one call: the machine's, with GemmArgs' block sizes where set.
+Blocking blocking_of(const GemmArgs& g) {
+  Blocking b = blocking();
+  if (g.block_kc > 0) b.kc = round_down(g.block_kc, 8);
+  if (g.block_mc > 0) b.mc = round_down(g.block_mc, b.mr);
+  if (g.block_nc > 0) b.nc = round_down(g.block_nc, b.nr);
+  return b;
+}
+
 thread_local ScratchBuffer t_pack_a, t_pack_b, t_pack_edge;  // packed panels
 thread_local ScratchBuffer t_widen_a;                        // a half A block as floats
 
@@ -394,7 +403,7 @@ namespace {
 
 // How run_gemm splits and blocks one call: what it executes, and what describe_gemm prints.
 GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int threads) {
-  const Blocking& bl = blocking();
+  const Blocking bl = blocking_of(g);
   const PanelOps o = panel_ops(g.precision);
   const int64_t steps = ceil_div(g.k, o.unit);
   GemmPlan p;
@@ -427,7 +436,7 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
               int64_t stride_b, int64_t stride_c, int64_t stride_r) {
   if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
   PTO_CHECK(!(args.b_rows && args.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
-  const Blocking& bl = blocking();
+  const Blocking bl = blocking_of(args);
   const PanelOps ops = panel_ops(args.precision);
   const GemmPlan plan = make_plan(args, pre, batch, in_parallel_region() ? 1 : num_threads());
   if (plan.b == GemmPlan::B::kPackedShared) {

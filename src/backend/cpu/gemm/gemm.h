@@ -90,6 +90,9 @@ struct GemmArgs {
   Precision a_half_type = Precision::kF32;
   uint16_t* c_half = nullptr;
   Precision c_half_type = Precision::kF32;
+  // Block sizes in place of the cache model's (the "gemm.blocks" knob, docs/tuning.md): KC
+  // (rounded to 8), MC and NC (rounded to the register block); 0 keeps the planner's.
+  int64_t block_kc = 0, block_mc = 0, block_nc = 0;
 };
 
 // Rounds n floats to what products in `p` see, kept in fp32: bf16 (round_to_bf16, elementwise.h),

@@ -43,6 +43,12 @@ struct Result {
 };
 
 Result result_for(const KernelContext& c, const Dims& shape, GemmArgs& g) {
+  if (c.knobs)
+    if (auto it = c.knobs->find("gemm.blocks"); it != c.knobs->end()) {
+      g.block_kc = it->second[0];
+      g.block_mc = it->second[1];
+      g.block_nc = it->second[2];
+    }
   const DType dt = c.epilogue ? c.epilogue->store : DType::kF32;
   Result r{Tensor::empty(dt, shape)};
   if (dt == DType::kF32) {
@@ -319,6 +325,18 @@ std::optional<Precision> precision_of(const Node& n) {
                              : Precision::kF32;
 }
 
+// The knobs MatMul and Gemm take: "gemm.blocks" = {KC, MC, NC} (GemmArgs::block_kc...).
+std::string check_gemm_knob(const NodeInfo&, const std::string& knob, const std::vector<int64_t>& v,
+                            const std::string& where) {
+  if (knob != "gemm.blocks") throw ValueError(cat(where, ": takes no knob '", knob, "'"));
+  if (v.size() != 3 || v[0] < 8 || v[0] > 8192 || v[1] < 1 || v[1] > (1 << 20) || v[2] < 1 ||
+      v[2] > (1 << 24))
+    throw ValueError(cat(where, ": knob gemm.blocks must be {KC in [8, 8192], MC in [1, 2^20], ",
+                         "NC in [1, 2^24]}, got ", dims_str(v)));
+  return cat("knob gemm.blocks: KC ", v[0], ", MC ", v[1], ", NC ", v[2],
+             " (rounded to the register block)");
+}
+
 void register_gemm_kernels(KernelRegistry& r) {
   Kernel mm;
   mm.accepts = [](const NodeInfo& n) { return all_f32(n, 2) && precision_of(n.node).has_value(); };
@@ -328,6 +346,7 @@ void register_gemm_kernels(KernelRegistry& r) {
     return pack_constant_b(*n.constants[1], false, *precision_of(n.node));
   };
   mm.run = matmul;
+  mm.check_knob = check_gemm_knob;
   set_packing(mm);
   r.add("MatMul", std::move(mm));
 
@@ -342,6 +361,7 @@ void register_gemm_kernels(KernelRegistry& r) {
     return pack_constant_b(*n.constants[1], params::gemm(n.node).trans_b, *precision_of(n.node));
   };
   gm.run = gemm;
+  gm.check_knob = check_gemm_knob;
   set_packing(gm);
   r.add("Gemm", std::move(gm));
 }

@@ -1,0 +1,82 @@
+// The autotuner (docs/tuning.md "The tuner"): times alternatives to the planner's knobs for each
+// kernel of a model on this machine and stores the winners in the tuning cache, which later
+// compilations read (CompileOptions::use_tune_cache).
+//
+//   pto::tune::TuneReport r = pto::tune::tune(graph, inputs, {.level = 2}, {});
+//
+// The planner's choice is always a candidate and a candidate only wins when it is at least
+// `min_gain` faster than the planner in two separate comparisons; at the end the whole model is
+// timed with and without the winners, interleaved, twice, and the winners are dropped (stored as
+// "planner") unless the model is at least 1% faster both times, so tuning does not make a model
+// slower (up to the noise of those comparisons).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "pto/executable.h"
+
+namespace pto::tune {
+
+enum class Level {
+  kFast,        // steps covering 80% of the time, at most 8 candidates each
+  kNormal,      // steps taking at least 1% of the time, at most 32 candidates each
+  kExhaustive,  // every step, every candidate
+};
+Level parse_level(const std::string& name);  // "fast", "normal", "exhaustive"; else ValueError
+const char* level_name(Level level);
+
+// One timing the tuner asks for: a step's kernel with `knobs` (empty: the planner's), or the
+// whole model (step -1) with the tuned knobs or without.
+struct Trial {
+  int64_t step = -1;
+  const Knobs* knobs = nullptr;
+  bool tuned = false;  // step -1: the model with the winners
+};
+// Seconds one run takes, measured by calling `run` (as often as it likes). Tests inject a fake.
+using Timer = std::function<double(const Trial& trial, const std::function<void()>& run)>;
+
+struct TuneOptions {
+  Level level = Level::kNormal;
+  int64_t num_trials = 0;         // candidate timings in all, at most (0: no cap)
+  bool early_stop = true;         // a kernel stops after 6 candidates without improvement
+  std::string cache_path;         // "": the default tuning cache (tune_cache.h)
+  bool reuse_cache = true;        // false: tune kernels the cache already holds, again
+  int repeats = 5;                // samples per comparison (each interleaved with the planner's)
+  double min_gain = 0.03;         // a winner is at least this much faster than the planner
+  double sample_seconds = 0.005;  // the default timer runs a kernel at least this long a sample
+  bool progress = true;           // a ProgressBar on stderr (when it is a terminal)
+  Timer timer;                    // empty: wall-clock time
+};
+
+// The outcome for one step.
+struct KernelTuning {
+  size_t step = 0;
+  std::string name;       // the rule or op, and the output's shape
+  std::string signature;  // the tuning cache's key
+  Knobs knobs;            // the winner; empty: the planner's
+  double planner_seconds = 0, tuned_seconds = 0;
+  int64_t trials = 0;       // candidates timed
+  bool from_cache = false;  // the cache already held it (not timed again)
+  bool capped = false;      // num_trials was spent before it: not tuned, not stored
+};
+
+struct TuneReport {
+  std::vector<KernelTuning> kernels;  // tuned or looked-up steps, slowest first
+  double model_planner_seconds = 0, model_tuned_seconds = 0;  // medians, interleaved rounds
+  bool kept = true;    // false: the model was not faster and the winners were dropped
+  int64_t trials = 0;  // candidate timings in all
+  double seconds = 0;  // how long tuning took
+  std::string cache_path;
+};
+
+// Tunes `g` (compiled with `compile`; its tune cache options are ignored) on `inputs`, one per
+// graph input, and stores the results in the cache. A kernel with symbolic dimensions is tuned
+// at the sizes of `inputs`, and its knobs then serve every size (its signature names the
+// symbols, not sizes).
+TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const CompileOptions& compile,
+                const TuneOptions& options = {});
+
+}  // namespace pto::tune

@@ -1,0 +1,440 @@
+// The autotuner (pto/tuning.h, docs/tuning.md "The tuner").
+//
+// One run of the model captures every step's inputs; each tunable step's kernel is then compiled
+// again with candidate knobs and timed on them, interleaved with the planner's kernel.
+#include "pto/tuning.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <unordered_map>
+
+#include "backend/cpu/gemm/gemm.h"
+#include "pto/backend.h"
+#include "pto/error.h"
+#include "pto/log.h"
+#include "pto/parallel.h"
+#include "pto/progress.h"
+#include "tile/tile_planner.h"
+#include "tune/signature.h"
+#include "tune/tune_cache.h"
+
+namespace pto::tune {
+namespace {
+
+constexpr int kEarlyStop = 6;        // candidates without improvement before a kernel stops
+constexpr double kModelGain = 0.01;  // the tuned model must be at least this much faster
+
+const Backend* backend_for(const Graph& g, const KernelGroup& k) {
+  for (const Backend* b : BackendRegistry::global().backends())
+    if (b->supports(g, k)) return b;
+  return nullptr;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Seconds per call of `run`, called until `min_seconds` have passed (once at least).
+double wall_time(const std::function<void()>& run, double min_seconds) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  int64_t n = 0;
+  double elapsed = 0;
+  do {
+    run();
+    ++n;
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  } while (elapsed < min_seconds);
+  return elapsed / static_cast<double>(n);
+}
+
+// Tile shapes for a tile program whose output's last dimension is `cols` (of `rows` rows): pieces
+// of rows (the executor merges contiguous dimensions, so a piece may span several of these rows)
+// and blocks of whole rows (what a row reduction needs), nearest the planner's usual capacity
+// first. Those the kernel cannot take fail to compile and are skipped.
+std::vector<Knobs> tile_candidates(int64_t rows, int64_t cols) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (int64_t w = 256; w <= 16384; w *= 2) shapes.push_back({1, w});
+  for (int64_t r = 1; r <= 64 && r <= rows; r *= 2)
+    if (r * cols <= 16384 && r * cols >= 256 && !(r == 1 && (cols & (cols - 1)) == 0))
+      shapes.push_back({r, cols});
+  auto distance = [](const std::vector<int64_t>& s) {
+    return std::abs(std::log2(static_cast<double>(s[0] * s[1]) / 2048.0));
+  };
+  std::stable_sort(shapes.begin(), shapes.end(),
+                   [&](const auto& a, const auto& b) { return distance(a) < distance(b); });
+  std::vector<Knobs> out;
+  for (auto& s : shapes) out.push_back({{"tile", s}});
+  return out;
+}
+
+// GEMM block sizes around the planner's: KC in {128..512}, MC and NC scaled by 1/2, 1 and 2;
+// the ones changing fewer of the three first.
+std::vector<Knobs> gemm_candidates(int64_t m, int64_t n, int64_t k, bool b_const) {
+  cpu::GemmArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  const cpu::GemmPlan p = cpu::plan_gemm(args, 1, b_const, num_threads());
+  const int64_t kc0 = std::clamp<int64_t>(p.kc, 128, 512);
+  struct Cand {
+    std::vector<int64_t> blocks;
+    int changed;
+    double distance;
+  };
+  std::vector<Cand> cands;
+  for (int64_t kc : {128, 192, 256, 384, 512})
+    for (double sm : {1.0, 0.5, 2.0})
+      for (double sn : {1.0, 0.5, 2.0}) {
+        const auto mc = static_cast<int64_t>(static_cast<double>(p.mc) * sm);
+        const auto nc = static_cast<int64_t>(static_cast<double>(p.nc) * sn);
+        const int changed = (kc != kc0) + (sm != 1.0) + (sn != 1.0);
+        if (changed == 0 || mc < p.mr || nc < p.nr) continue;
+        cands.push_back({{kc, mc, nc},
+                         changed,
+                         std::abs(std::log2(static_cast<double>(kc) / static_cast<double>(kc0)))});
+      }
+  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
+    return a.changed != b.changed ? a.changed < b.changed : a.distance < b.distance;
+  });
+  std::vector<Knobs> out;
+  for (const Cand& c : cands) out.push_back({{"gemm.blocks", c.blocks}});
+  return out;
+}
+
+// Attention tiles: query rows per task and keys per chunk in powers of two, clamped to the
+// queries and keys of this run (Q [B, H, Sq, D], K [B, Hkv, L, D]), nearest 256 x 256 first.
+std::vector<Knobs> attention_candidates(const KernelGroup& core, const Node& a,
+                                        const std::vector<Tensor>& inputs) {
+  auto dims = [&](size_t i) -> const Dims* {
+    auto it = std::find(core.inputs.begin(), core.inputs.end(), a.inputs.at(i));
+    return it == core.inputs.end() ? nullptr : &inputs[it - core.inputs.begin()].shape();
+  };
+  const Dims *q = dims(0), *k = dims(1);
+  if (!q || !k || q->size() != 4 || k->size() != 4) return {};
+  std::vector<std::vector<int64_t>> tiles;
+  for (int64_t rows = 32; rows <= 512; rows *= 2)
+    for (int64_t block = 64; block <= 1024; block *= 2) {
+      const std::vector<int64_t> t = {std::min(rows, (*q)[2]), std::min(block, (*k)[2])};
+      if (std::find(tiles.begin(), tiles.end(), t) == tiles.end()) tiles.push_back(t);
+    }
+  auto distance = [](const std::vector<int64_t>& t) {
+    return std::abs(std::log2(static_cast<double>(t[0]) / 256.0)) +
+           std::abs(std::log2(static_cast<double>(t[1]) / 256.0));
+  };
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [&](const auto& x, const auto& y) { return distance(x) < distance(y); });
+  std::vector<Knobs> out;
+  for (auto& t : tiles) out.push_back({{"attn.tiles", t}});
+  return out;
+}
+
+// The knobs worth trying for a step's kernel (the planner's, empty knobs, is not among them), from
+// the sizes of this run: its inputs and `out`, its first output.
+std::vector<Knobs> candidates(const Graph& g, const KernelGroup& core,
+                              const std::vector<Tensor>& inputs, const Tensor& out) {
+  if (!out.defined() || out.rank() == 0 || out.numel() == 0) return {};
+  const int64_t cols = out.shape().back();
+  if (is_tile_group(g, core)) {
+    // A tile tuned at one size may not hold whole rows at another: symbolic kernels keep theirs.
+    const TensorType& t = g.value(core.outputs[0]).type;
+    for (const Dim& d : t.shape ? *t.shape : Shape{})
+      if (!d.is_known()) return {};
+    return tile_candidates(out.numel() / cols, cols);
+  }
+  const int32_t anchor = core.anchor >= 0 ? core.anchor : core.nodes[0];
+  const Node& a = g.nodes()[anchor];
+  if (!a.domain.empty()) return {};
+  if (a.op == "Conv")  // the implicit GEMM or the blocked direct kernel (one is the planner's)
+    return {{{"conv.algo", {0}}}, {{"conv.algo", {1}}}};
+  if (a.op == "Attention") return attention_candidates(core, a, inputs);
+  if (a.op != "MatMul" && a.op != "Gemm") return {};
+  auto slot = std::find(core.inputs.begin(), core.inputs.end(), a.inputs[0]);
+  if (slot == core.inputs.end()) return {};
+  const Dims& ad = inputs[slot - core.inputs.begin()].shape();
+  if (ad.empty()) return {};
+  // The product's N and M as the kernel folds them (a reshaping view after it keeps the rows).
+  const bool trans_a = a.op == "Gemm" && a.attr_int("transA") != 0;
+  const int64_t k = trans_a && ad.size() == 2 ? ad[0] : ad.back();
+  const TensorType& bt = g.value(a.inputs[1]).type;
+  const int64_t n = bt.shape && !bt.shape->empty() && bt.shape->back().is_known()
+                        ? (a.op == "Gemm" && a.attr_int("transB") != 0 ? (*bt.shape)[0].value
+                                                                       : bt.shape->back().value)
+                        : cols;
+  const int64_t m = n > 0 ? out.numel() / n : 0;
+  if (m <= 0 || n <= 0 || k <= 0) return {};
+  return gemm_candidates(m, n, k, g.initializer(a.inputs[1]) != nullptr);
+}
+
+// "MatMul+Gelu f32[128, 3072]"
+std::string step_name(const Graph& g, const KernelGroup& core) {
+  const Node& last = g.nodes()[core.last_node()];
+  return cat(core.rule.empty() ? last.op : core.rule, " ",
+             core.outputs.empty() ? std::string() : g.value(core.outputs[0]).type.str());
+}
+
+struct Step {
+  size_t index;
+  KernelGroup core;
+  const Backend* backend;
+  std::vector<Tensor> inputs;
+  Tensor output;  // the planner kernel's first output on them
+  std::unique_ptr<CompiledKernel> planner;
+  std::string signature;
+  double seconds = 0;  // the planner's kernel
+};
+
+class Tuner {
+ public:
+  explicit Tuner(const TuneOptions& o) : o_(o) {
+    if (!o_.timer) {
+      const double min_s = o_.sample_seconds;
+      o_.timer = [min_s](const Trial&, const std::function<void()>& run) {
+        return wall_time(run, min_s);
+      };
+    }
+  }
+
+  // Medians of `repeats` samples of a and b, interleaved (a first).
+  std::pair<double, double> compare(const Trial& ta, const std::function<void()>& a,
+                                    const Trial& tb, const std::function<void()>& b) const {
+    std::vector<double> sa, sb;
+    for (int r = 0; r < std::max(1, o_.repeats); ++r) {
+      sa.push_back(o_.timer(ta, a));
+      sb.push_back(o_.timer(tb, b));
+    }
+    return {median(sa), median(sb)};
+  }
+
+  // Tunes one step; returns the winner (empty: the planner's) and its time ratio to the planner.
+  std::pair<Knobs, double> tune_step(const Graph& g, Step& st, KernelTuning& kt, ProgressBar& bar,
+                                     size_t done, size_t total) {
+    static const Knobs kNone;
+    std::vector<Knobs> cands = candidates(g, st.core, st.inputs, st.output);
+    const size_t cap = o_.level == Level::kFast     ? 8
+                       : o_.level == Level::kNormal ? 32
+                                                    : cands.size();
+    if (cands.size() > cap) cands.resize(cap);
+    const Trial planner{static_cast<int64_t>(st.index), &kNone, false};
+    auto run_planner = [&] { st.planner->run(st.inputs); };
+    Knobs best;
+    double best_ratio = 1.0;
+    int since = 0;
+    for (const Knobs& c : cands) {
+      if (o_.num_trials > 0 && trials_ >= o_.num_trials) break;
+      if (o_.early_stop && since >= kEarlyStop) break;
+      KernelGroup pinned = st.core;
+      apply_knobs(pinned, c);
+      std::unique_ptr<CompiledKernel> kernel;
+      try {
+        if (!st.backend->supports(g, pinned)) continue;
+        kernel = st.backend->compile(g, pinned);
+        kernel->run(st.inputs);  // warm-up; a candidate that fails is no candidate
+      } catch (const std::exception& e) {
+        log(LogLevel::kDebug, cat("tune: ", kt.name, " ", knobs_str(c), ": ", e.what()));
+        continue;
+      }
+      ++trials_;
+      ++kt.trials;
+      const Trial trial{static_cast<int64_t>(st.index), &c, false};
+      auto run_cand = [&] { kernel->run(st.inputs); };
+      auto ratio = [&] {
+        const auto [p, t] = compare(planner, run_planner, trial, run_cand);
+        return p > 0 ? t / p : 1.0;
+      };
+      double r = ratio();
+      bool improved = false;
+      if (r <= 1.0 - o_.min_gain && r < best_ratio) {
+        r = std::max(r, ratio());  // confirmed by a second comparison
+        if (r <= 1.0 - o_.min_gain && r < best_ratio) {
+          best = c;
+          best_ratio = r;
+          improved = true;
+        }
+      }
+      since = improved ? 0 : since + 1;
+      if (o_.progress) bar.update(done, total, cat(kt.name, " best ", best_ratio, "x"));
+    }
+    return {best, best_ratio};
+  }
+
+  int64_t trials() const { return trials_; }
+  const TuneOptions& options() const { return o_; }
+
+ private:
+  TuneOptions o_;
+  int64_t trials_ = 0;
+};
+
+}  // namespace
+
+Level parse_level(const std::string& name) {
+  if (name == "fast") return Level::kFast;
+  if (name == "normal") return Level::kNormal;
+  if (name == "exhaustive") return Level::kExhaustive;
+  throw ValueError(cat("tuning level '", name, "': expected fast, normal or exhaustive"));
+}
+
+const char* level_name(Level level) {
+  return level == Level::kFast ? "fast" : level == Level::kNormal ? "normal" : "exhaustive";
+}
+
+TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const CompileOptions& compile,
+                const TuneOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Tuner tuner(options);
+  TuneReport report;
+  TuneCache cache = TuneCache::open(options.cache_path);
+  report.cache_path = cache.path();
+  const int threads = num_threads();
+
+  // The planner's model, with every weight kept in the graph, run once to capture step inputs.
+  CompileOptions base = compile;
+  base.use_tune_cache = false;
+  base.release_packed_weights = false;
+  const Executable exe = pto::compile(g, base);
+  const Graph& eg = exe.graph();
+  std::unordered_map<ValueId, Tensor> values;
+  exe.run_observing_values(inputs, [&](ValueId v, const Tensor& t) { values[v] = t.clone(); });
+  for (size_t i = 0; i < eg.inputs().size() && i < inputs.size(); ++i)
+    values[eg.inputs()[i]] = inputs[i];
+
+  std::vector<Step> steps;
+  for (size_t s = 0; s < exe.num_steps(); ++s) {
+    if (exe.step(s).backend != "cpu") continue;
+    Step st{s, exe.step_group(s), nullptr, {}, {}, nullptr, {}};
+    st.core.tile.clear();
+    st.core.knobs.clear();
+    st.signature = kernel_signature(eg, st.core);
+    st.backend = backend_for(eg, st.core);
+    if (st.signature.empty() || !st.backend) continue;
+    bool complete = true;
+    for (ValueId v : st.core.inputs) {
+      auto it = values.find(v);
+      const Tensor* init = eg.initializer(v);
+      if (it != values.end())
+        st.inputs.push_back(it->second);
+      else if (init)
+        st.inputs.push_back(*init);
+      else
+        complete = false;
+    }
+    if (!complete) continue;
+    st.planner = st.backend->compile(eg, st.core);
+    static const Knobs kNone;
+    const Trial planner{static_cast<int64_t>(s), &kNone, false};
+    try {
+      const std::vector<Tensor> outs = st.planner->run(st.inputs);  // warm-up
+      if (!outs.empty()) st.output = outs[0];
+    } catch (const KernelDeclined&) {
+      continue;
+    }
+    std::vector<double> t;
+    for (int r = 0; r < 3; ++r)
+      t.push_back(tuner.options().timer(planner, [&] { st.planner->run(st.inputs); }));
+    st.seconds = median(t);
+    steps.push_back(std::move(st));
+  }
+  std::stable_sort(steps.begin(), steps.end(),
+                   [](const Step& a, const Step& b) { return a.seconds > b.seconds; });
+  double total = 0;
+  for (const Step& st : steps) total += st.seconds;
+  // The level's steps: the slowest covering 80% of the time, those of at least 1%, or all.
+  size_t count = steps.size();
+  if (options.level != Level::kExhaustive) {
+    double covered = 0;
+    count = 0;
+    for (const Step& st : steps) {
+      if (options.level == Level::kFast && covered >= 0.8 * total) break;
+      if (options.level == Level::kNormal && st.seconds < 0.01 * total) break;
+      covered += st.seconds;
+      ++count;
+    }
+  }
+  steps.resize(count);
+
+  ProgressBar bar("tuning");
+  if (!options.progress) bar.finish();
+  std::vector<TuneEntry> entries;
+  bool any_winner = false;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    Step& st = steps[i];
+    KernelTuning kt;
+    kt.step = st.index;
+    kt.name = step_name(eg, st.core);
+    kt.signature = st.signature;
+    kt.planner_seconds = st.seconds;
+    kt.tuned_seconds = st.seconds;
+    if (options.progress) bar.update(i, steps.size(), kt.name);
+    std::optional<TuneEntry> cached =
+        options.reuse_cache ? cache.lookup(st.signature, threads) : std::nullopt;
+    TuneEntry e;
+    if (cached) {
+      kt.from_cache = true;
+      kt.knobs = cached->knobs;
+      kt.tuned_seconds =
+          st.seconds * (cached->planner_ns > 0 ? static_cast<double>(cached->tuned_ns) /
+                                                     static_cast<double>(cached->planner_ns)
+                                               : 1.0);
+      e = *cached;
+    } else if (options.num_trials > 0 && tuner.trials() >= options.num_trials) {
+      kt.capped = true;  // not tuned, so not stored: a later run tunes it
+    } else {
+      auto [knobs, ratio] = tuner.tune_step(eg, st, kt, bar, i, steps.size());
+      kt.knobs = knobs;
+      kt.tuned_seconds = st.seconds * ratio;
+      e.knobs = knobs;
+      e.planner_ns = static_cast<int64_t>(st.seconds * 1e9);
+      e.tuned_ns = static_cast<int64_t>(kt.tuned_seconds * 1e9);
+      cache.store(st.signature, threads, e);
+    }
+    any_winner = any_winner || (!kt.from_cache && !kt.knobs.empty());
+    entries.push_back(e);
+    report.kernels.push_back(std::move(kt));
+  }
+  bar.finish();
+  report.trials = tuner.trials();
+
+  // The whole model with and without the winners, interleaved: this run's winners stay only when
+  // the model is faster with them.
+  if (any_winner) {
+    CompileOptions planner_opts = compile, tuned_opts = compile;
+    planner_opts.use_tune_cache = false;
+    tuned_opts.use_tune_cache = true;
+    tuned_opts.tune_cache_path = cache.path();
+    const Executable planner = pto::compile(g, planner_opts);
+    const Executable tuned = pto::compile(g, tuned_opts);
+    planner.run(inputs);
+    tuned.run(inputs);
+    // Two comparisons, each of which must find the tuned model faster by kModelGain: on a busy
+    // machine one can be luck.
+    bool faster = true;
+    for (int round = 0; round < 2 && faster; ++round) {
+      const auto [p, t] = tuner.compare(
+          Trial{-1, nullptr, false}, [&] { planner.run(inputs); }, Trial{-1, nullptr, true},
+          [&] { tuned.run(inputs); });
+      report.model_planner_seconds = p;
+      report.model_tuned_seconds = t;
+      faster = t < p * (1.0 - kModelGain);
+    }
+    if (!faster) {
+      report.kept = false;
+      for (size_t i = 0; i < steps.size(); ++i) {
+        if (report.kernels[i].from_cache || report.kernels[i].capped) continue;
+        TuneEntry e = entries[i];
+        e.knobs.clear();
+        e.tuned_ns = e.planner_ns;
+        cache.store(steps[i].signature, threads, e);
+        report.kernels[i].knobs.clear();
+        report.kernels[i].tuned_seconds = report.kernels[i].planner_seconds;
+      }
+    }
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace pto::tune

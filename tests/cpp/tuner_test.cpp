@@ -1,0 +1,329 @@
+// Tuning knobs (KernelGroup::knobs), their automatic use from the tuning cache at compile time,
+// and the autotuner with an injected timer (pto/tuning.h, docs/tuning.md).
+#include "pto/tuning.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "env_guard.h"
+#include "onnx_model_builder.h"
+#include "pto/backend.h"
+#include "pto/error.h"
+#include "pto/executable.h"
+#include "pto/parallel.h"
+#include "pto/reference.h"
+#include "random_tensor.h"
+#include "tune/signature.h"
+#include "tune/tune_cache.h"
+
+namespace pto::tune {
+namespace {
+
+// Every test in this binary compiles without the user's tuning cache unless it names one.
+[[maybe_unused]] const bool kNoUserTuneCache = (setenv("PTO_TUNE_CACHE", "off", 1), true);
+
+using testing::TempDir;
+
+float max_abs_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  float d = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    d = std::max(d, std::abs(a.data<float>()[i] - b.data<float>()[i]));
+  return d;
+}
+
+// y1 = Relu(x[64, 300] @ W[300, 200]), and y2 = Exp(z) * c, an elementwise group of its own.
+Graph model() {
+  Graph g;
+  const ValueId x = g.add_input("x", {DType::kF32, Shape{64, 300}});
+  const ValueId z = g.add_input("z", {DType::kF32, Shape{64, 200}});
+  const ValueId w = testing::constant(g, "w", {300, 200}, 1);
+  const ValueId c = testing::constant(g, "c", {64, 200}, 2);
+  const ValueId h = g.add_value("h"), y1 = g.add_value("y1"), e = g.add_value("e"),
+                y2 = g.add_value("y2");
+  g.add_node("MatMul", {x, w}, {h}, {}, "mm");
+  g.add_node("Relu", {h}, {y1}, {}, "relu");
+  g.add_node("Exp", {z}, {e}, {}, "exp");
+  g.add_node("Mul", {e, c}, {y2}, {}, "mul");
+  g.add_output(y1);
+  g.add_output(y2);
+  return g;
+}
+
+std::vector<Tensor> inputs() {
+  return {testing::random_tensor({64, 300}, 3), testing::random_tensor({64, 200}, 4)};
+}
+
+// The largest difference over every output.
+float max_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  float d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, max_abs_diff(a[i], b[i]));
+  return d;
+}
+
+// The step whose kernel runs `op` (a node of it), and its signature.
+size_t step_with(const Executable& exe, const std::string& op) {
+  for (size_t s = 0; s < exe.num_steps(); ++s)
+    for (int32_t n : exe.step(s).nodes)
+      if (exe.graph().nodes()[n].op == op) return s;
+  ADD_FAILURE() << "no step runs " << op;
+  return 0;
+}
+
+std::string signature_of(const Executable& exe, size_t s) {
+  return kernel_signature(exe.graph(), exe.step_group(s));
+}
+
+class TunerTest : public ::testing::Test {
+ protected:
+  CompileOptions with_cache(bool use = true) const {
+    CompileOptions o;
+    o.use_tune_cache = use;
+    o.tune_cache_path = cache_file_;
+    return o;
+  }
+  TempDir dir_;
+  std::string cache_file_ = dir_.file("tune.json");
+};
+
+// Each knob, stored in the cache, is used by the next compile: the described plan changes, the
+// stats count it, and the outputs stay within tolerance of the reference interpreter (a new KC
+// changes the order of the additions: not bit for bit).
+TEST_F(TunerTest, CachedKnobsChangeThePlanAndKeepTheOutputs) {
+  const Graph g = model();
+  const std::vector<Tensor> want = reference::run(g, inputs());
+  const Executable planner = compile(g, with_cache(false));
+  const size_t mm = step_with(planner, "MatMul"), ew = step_with(planner, "Mul");
+  ASSERT_NE(mm, ew);
+  EXPECT_LT(max_diff(planner.run(inputs()), want), 1e-3f);
+  const std::vector<std::pair<size_t, Knobs>> cases = {{mm, {{"gemm.blocks", {128, 16, 64}}}},
+                                                       {ew, {{"tile", {2, 200}}}},
+                                                       {ew, {{"tile", {1, 512}}}}};
+  for (const auto& [step, knobs] : cases) {
+    SCOPED_TRACE(knobs_str(knobs));
+    TuneCache cache = TuneCache::open(cache_file_);
+    cache.clear();
+    cache.store(signature_of(planner, step), num_threads(), {knobs, 100, 50, 0});
+    const Executable tuned = compile(g, with_cache());
+    EXPECT_EQ(tuned.stats().tuned_kernels, 1u);
+    EXPECT_NE(tuned.describe_step(step), planner.describe_step(step));
+    EXPECT_LT(max_diff(tuned.run(inputs()), want), 1e-3f);
+    // Off: the planner's plan again.
+    const Executable off = compile(g, with_cache(false));
+    EXPECT_EQ(off.stats().tuned_kernels, 0u);
+    EXPECT_EQ(off.describe_step(step), planner.describe_step(step));
+    testing::EnvGuard env("PTO_TUNE_CACHE", "off");
+    CompileOptions o = with_cache();
+    o.tune_cache_path = "";
+    EXPECT_EQ(compile(g, o).stats().tuned_kernels, 0u);
+  }
+}
+
+// Knobs that no longer compile (a tile that does not fit L1) are ignored, not trusted.
+TEST_F(TunerTest, StaleKnobsAreIgnored) {
+  const Graph g = model();
+  const Executable planner = compile(g, with_cache(false));
+  const size_t ew = step_with(planner, "Mul");
+  TuneCache::open(cache_file_)
+      .store(signature_of(planner, ew), num_threads(), {{{"tile", {64, 1 << 20}}}, 100, 50, 0});
+  const Executable exe = compile(g, with_cache());
+  EXPECT_EQ(exe.stats().tuned_kernels, 0u);
+  EXPECT_EQ(exe.describe_step(ew), planner.describe_step(ew));
+  EXPECT_LT(max_diff(exe.run(inputs()), reference::run(g, inputs())), 1e-3f);
+}
+
+// An invalid knob is a ValueError naming the kernel.
+TEST_F(TunerTest, InvalidKnobsNameTheKernel) {
+  const Graph g = model();
+  const Executable exe = compile(g, with_cache(false));
+  const Backend* cpu = BackendRegistry::global().find("cpu");
+  ASSERT_NE(cpu, nullptr);
+  KernelGroup mm = exe.step_group(step_with(exe, "MatMul"));
+  mm.knobs["gemm.blocks"] = {256, 0};
+  EXPECT_THROW(
+      {
+        try {
+          cpu->compile(exe.graph(), mm);
+        } catch (const ValueError& e) {
+          EXPECT_NE(std::string(e.what()).find("kernel 'y1'"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      ValueError);
+  mm.knobs = {{"attn.tiles", {1, 2}}};
+  EXPECT_THROW(cpu->compile(exe.graph(), mm), ValueError);
+  KernelGroup ew = exe.step_group(step_with(exe, "Mul"));
+  ew.knobs["gemm.blocks"] = {256, 96, 4096};
+  EXPECT_THROW(cpu->compile(exe.graph(), ew), ValueError);
+}
+
+// conv.algo picks the implicit GEMM or the blocked direct kernel; both match the reference, and
+// the blocked kernel on a conv it cannot run (3 input channels) is a ValueError.
+TEST_F(TunerTest, ConvAlgoKnob) {
+  for (int64_t c : {32, 3}) {
+    SCOPED_TRACE(c);
+    Graph g;
+    const ValueId x = g.add_input("x", {DType::kF32, Shape{1, c, 14, 14}});
+    const ValueId w = testing::constant(g, "w", {32, c, 3, 3}, 5);
+    const ValueId y = g.add_value("y");
+    Attributes a;
+    a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    g.add_node("Conv", {x, w}, {y}, a, "conv");
+    g.add_output(y);
+    const std::vector<Tensor> in = {testing::random_tensor({1, c, 14, 14}, 6)};
+    const std::vector<Tensor> want = reference::run(g, in);
+    const Executable planner = compile(g, with_cache(false));
+    const std::string sig = signature_of(planner, 0);
+    std::set<std::string> described;
+    for (int64_t algo : {0, 1}) {
+      TuneCache cache = TuneCache::open(cache_file_);
+      cache.clear();
+      cache.store(sig, num_threads(), {{{"conv.algo", {algo}}}, 100, 50, 0});
+      const Executable exe = compile(g, with_cache());
+      EXPECT_LT(max_diff(exe.run(in), want), 1e-3f);
+      // The blocked kernel needs a channel block of input channels: the knob is stale for c=3.
+      EXPECT_EQ(exe.stats().tuned_kernels, algo == 0 || c == 32 ? 1u : 0u) << algo;
+      described.insert(exe.describe_step(0));
+    }
+    EXPECT_EQ(described.size(), 2u);
+    KernelGroup k = planner.step_group(0);
+    k.knobs["conv.algo"] = {2};
+    EXPECT_THROW(BackendRegistry::global().find("cpu")->compile(planner.graph(), k), ValueError);
+  }
+}
+
+// attn.tiles replaces plan_attention's rows and block; outputs stay within tolerance.
+TEST_F(TunerTest, AttentionTilesKnob) {
+  Graph g;
+  const ValueId q = g.add_input("q", {DType::kF32, Shape{1, 2, 77, 40}});
+  const ValueId k = g.add_input("k", {DType::kF32, Shape{1, 2, 301, 40}});
+  const ValueId v = g.add_input("v", {DType::kF32, Shape{1, 2, 301, 24}});
+  const ValueId y = g.add_value("y");
+  g.add_node("Attention", {q, k, v}, {y}, {}, "attn", 23);
+  g.add_output(y);
+  const std::vector<Tensor> in = {testing::random_tensor({1, 2, 77, 40}, 7),
+                                  testing::random_tensor({1, 2, 301, 40}, 8),
+                                  testing::random_tensor({1, 2, 301, 24}, 9)};
+  const std::vector<Tensor> want = reference::run(g, in);
+  const Executable planner = compile(g, with_cache(false));
+  ASSERT_EQ(planner.step(0).backend, "cpu");
+  for (const std::vector<int64_t>& tiles : {std::vector<int64_t>{7, 64}, {77, 1024}, {1, 1}}) {
+    SCOPED_TRACE(dims_str(tiles));
+    TuneCache cache = TuneCache::open(cache_file_);
+    cache.clear();
+    cache.store(signature_of(planner, 0), num_threads(), {{{"attn.tiles", tiles}}, 100, 50, 0});
+    const Executable exe = compile(g, with_cache());
+    EXPECT_EQ(exe.stats().tuned_kernels, 1u);
+    EXPECT_NE(exe.describe_step(0), planner.describe_step(0));
+    EXPECT_LT(max_diff(exe.run(in), want), 1e-4f);
+  }
+  KernelGroup bad = planner.step_group(0);
+  bad.knobs["attn.tiles"] = {0, 64};
+  EXPECT_THROW(BackendRegistry::global().find("cpu")->compile(planner.graph(), bad), ValueError);
+}
+
+// A fake timer: the planner's kernels take 1 s, candidates what `cost` says, the whole model
+// `model_planner` and `model_tuned`.
+struct FakeTimer {
+  std::function<double(int64_t step, const Knobs&)> cost;
+  double model_planner = 1.0, model_tuned = 1.0;
+  int64_t calls = 0;
+  Timer timer() {
+    return [this](const Trial& t, const std::function<void()>&) {
+      ++calls;
+      if (t.step < 0) return t.tuned ? model_tuned : model_planner;
+      return t.knobs->empty() ? 1.0 : cost(t.step, *t.knobs);
+    };
+  }
+};
+
+TuneOptions fake(FakeTimer& f, const std::string& cache) {
+  TuneOptions o;
+  o.level = Level::kExhaustive;
+  o.cache_path = cache;
+  o.progress = false;
+  o.timer = f.timer();
+  return o;
+}
+
+TEST_F(TunerTest, PlannerWinsTiesAndSlowerIsNeverChosen) {
+  const Graph g = model();
+  for (double candidate : {1.0, 1.01, 2.0}) {
+    SCOPED_TRACE(candidate);
+    FakeTimer f{[&](int64_t, const Knobs&) { return candidate; }};
+    TuneOptions o = fake(f, cache_file_);
+    o.reuse_cache = false;
+    const TuneReport r = tune(g, inputs(), {}, o);
+    ASSERT_EQ(r.kernels.size(), 2u);
+    for (const KernelTuning& k : r.kernels) EXPECT_TRUE(k.knobs.empty()) << k.name;
+    EXPECT_GT(r.trials, 0);
+    EXPECT_EQ(compile(g, with_cache()).stats().tuned_kernels, 0u);
+    // Stored as "planner", so not tuned again.
+    FakeTimer again{[&](int64_t, const Knobs&) { return 0.5; }};
+    const TuneReport r2 = tune(g, inputs(), {}, fake(again, cache_file_));
+    EXPECT_EQ(r2.trials, 0);
+    for (const KernelTuning& k : r2.kernels) EXPECT_TRUE(k.from_cache);
+  }
+}
+
+// A candidate 3% faster only once in two comparisons does not win; one faster each time does,
+// and the next compile uses it, with outputs within tolerance of the reference.
+TEST_F(TunerTest, AFasterCandidateWinsAndIsUsed) {
+  const Graph g = model();
+  FakeTimer f{[](int64_t, const Knobs& k) {
+    const auto it = k.find("gemm.blocks");
+    return it != k.end() && it->second[0] == 256 ? 0.8 : 1.0;
+  }};
+  f.model_tuned = 0.9;
+  const TuneReport r = tune(g, inputs(), {}, fake(f, cache_file_));
+  EXPECT_TRUE(r.kept);
+  bool won = false;
+  for (const KernelTuning& k : r.kernels)
+    if (k.knobs.count("gemm.blocks")) {
+      won = true;
+      EXPECT_EQ(k.knobs.at("gemm.blocks")[0], 256);
+      EXPECT_NEAR(k.tuned_seconds / k.planner_seconds, 0.8, 1e-9);
+    }
+  EXPECT_TRUE(won);
+  const Executable exe = compile(g, with_cache());
+  EXPECT_EQ(exe.stats().tuned_kernels, 1u);
+  EXPECT_LT(max_diff(exe.run(inputs()), reference::run(g, inputs())), 1e-3f);
+}
+
+// The whole model not faster with the winners: they are dropped and stored as the planner's.
+TEST_F(TunerTest, WinnersAreDroppedWhenTheModelIsNotFaster) {
+  const Graph g = model();
+  FakeTimer f{[](int64_t, const Knobs&) { return 0.5; }};
+  f.model_tuned = 1.0;
+  const TuneReport r = tune(g, inputs(), {}, fake(f, cache_file_));
+  EXPECT_FALSE(r.kept);
+  for (const KernelTuning& k : r.kernels) EXPECT_TRUE(k.knobs.empty());
+  EXPECT_EQ(compile(g, with_cache()).stats().tuned_kernels, 0u);
+  for (const auto& rec : TuneCache::open(cache_file_).entries())
+    EXPECT_TRUE(rec.entry.knobs.empty());
+}
+
+TEST_F(TunerTest, NumTrialsAndEarlyStopLimitTheCandidates) {
+  const Graph g = model();
+  FakeTimer f{[](int64_t, const Knobs&) { return 1.0; }};
+  TuneOptions o = fake(f, cache_file_);
+  o.reuse_cache = false;
+  o.num_trials = 3;
+  EXPECT_EQ(tune(g, inputs(), {}, o).trials, 3);
+  o.num_trials = 0;
+  const TuneReport stopped = tune(g, inputs(), {}, o);
+  for (const KernelTuning& k : stopped.kernels) EXPECT_EQ(k.trials, 6) << k.name;
+  o.early_stop = false;
+  const TuneReport all = tune(g, inputs(), {}, o);
+  for (const KernelTuning& k : all.kernels) EXPECT_GT(k.trials, 6) << k.name;
+  // Fast tries at most 8 candidates a kernel.
+  o.level = Level::kFast;
+  for (const KernelTuning& k : tune(g, inputs(), {}, o).kernels) EXPECT_LE(k.trials, 8);
+  EXPECT_THROW(parse_level("quick"), ValueError);
+}
+
+}  // namespace
+}  // namespace pto::tune
