@@ -368,10 +368,11 @@ void register_attention_kernels(KernelRegistry& r) {
                       .prepare = prepare_attention,
                       .run = run_attention,
                       .reference_at_run_time = true,
-                      .describe = [](const std::any& state) {
-                        const auto* p = std::any_cast<AttentionPlan>(&state);
-                        return p ? p->str() : std::string();
-                      },
+                      .describe =
+                          [](const std::any& state) {
+                            const auto* p = std::any_cast<AttentionPlan>(&state);
+                            return p ? p->str() : std::string();
+                          },
                       .check_knob = check_attention_knob});
 }
 
