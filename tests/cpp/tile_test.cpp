@@ -131,26 +131,31 @@ TileProgram check(Case& c, const std::string& what, int ulps = 4, double atol = 
   EXPECT_EQ(inputs.size(), prog->inputs.size()) << what;
   cpu::TileKernel kernel(*prog);
   const int saved = num_threads();
-  for (Isa isa : cpu::supported_isas()) {
-    cpu::IsaScope scope(isa);
-    for (int threads : {1, 2}) {
-      set_num_threads(threads);
-      std::vector<Tensor> outs;
-      for (size_t k = 0; k < prog->outputs.size(); ++k) {
-        ValueId v = prog->outputs[k].value;
-        size_t idx = 0;
-        while (c.g.outputs()[idx] != v) ++idx;
-        outs.push_back(Tensor::empty(want[idx].dtype(), want[0].shape()));
-      }
-      kernel.run(inputs, outs);
-      for (size_t k = 0; k < outs.size(); ++k) {
-        size_t idx = 0;
-        while (c.g.outputs()[idx] != prog->outputs[k].value) ++idx;
-        expect_near(outs[k], want[idx], ulps, atol,
-                    what + " " + cpu::isa_name(isa) + " x" + std::to_string(threads));
+  // Strips of 16 and 48 values (one and three AVX-512 vectors) run what operands larger than
+  // the L3 run; 0 the whole tiles of cached operands.
+  for (int64_t strip : {0, 16, 48})
+    for (Isa isa : cpu::supported_isas()) {
+      cpu::IsaScope scope(isa);
+      kernel.force_strip(strip);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        std::vector<Tensor> outs;
+        for (size_t k = 0; k < prog->outputs.size(); ++k) {
+          ValueId v = prog->outputs[k].value;
+          size_t idx = 0;
+          while (c.g.outputs()[idx] != v) ++idx;
+          outs.push_back(Tensor::empty(want[idx].dtype(), want[0].shape()));
+        }
+        kernel.run(inputs, outs);
+        for (size_t k = 0; k < outs.size(); ++k) {
+          size_t idx = 0;
+          while (c.g.outputs()[idx] != prog->outputs[k].value) ++idx;
+          expect_near(outs[k], want[idx], ulps, atol,
+                      what + " " + cpu::isa_name(isa) + " x" + std::to_string(threads) +
+                          (strip ? " strips of " + std::to_string(strip) : ""));
+        }
       }
     }
-  }
   set_num_threads(saved);
   return *prog;
 }
@@ -570,10 +575,10 @@ TEST(TileExec, QuantizeAndDequantizeInOneProgram) {
                {q2}, {}, "q_i8_loaded_scale");
     g.add_node("DequantizeLinear", {bias, init("s5", Tensor::scalar(0.002f))}, {d}, {}, "dq_bias");
     g.add_node("Add", {sum, d}, {f}, {}, "add_bias");
-    g.add_node("QuantizeLinear",
-               {xf, init("s6", Tensor::scalar(0.5f)),
-                init("z6", Tensor::from_vector<uint8_t>({7}, {}))},
-               {q3}, {}, "q_specials");
+    g.add_node(
+        "QuantizeLinear",
+        {xf, init("s6", Tensor::scalar(0.5f)), init("z6", Tensor::from_vector<uint8_t>({7}, {}))},
+        {q3}, {}, "q_specials");
     for (ValueId o : {q, q2, f, q3}) g.add_output(o);
     Tensor xqt = Tensor::empty(DType::kU8, shape), yqt = Tensor::empty(DType::kI8, {n}),
            bt = Tensor::empty(DType::kI32, {n});
@@ -647,28 +652,32 @@ TEST(TileEpilogue, GemmRunsAnElementwiseChain) {
   ASSERT_EQ(ops.size(), 2u);
   cpu::TileKernel kernel(*p);
   const int saved = num_threads();
-  for (Isa isa : cpu::supported_isas()) {
-    cpu::IsaScope scope(isa);
-    for (int threads : {1, 2}) {
-      set_num_threads(threads);
-      Tensor out = Tensor::empty(DType::kF32, {M, N});
-      cpu::GemmArgs args{.m = M,
-                         .n = N,
-                         .k = K,
-                         .a = feeds[0].data<float>(),
-                         .lda = K,
-                         .b = feeds[1].data<float>(),
-                         .ldb = N,
-                         .c = out.data<float>(),
-                         .ldc = N};
-      args.epilogue.tile = &kernel;
-      args.epilogue.tile_operands = ops.data();
-      cpu::sgemm(args);
-      expect_near(
-          out, want, 16, 1e-5,
-          std::string("gemm epilogue ") + cpu::isa_name(isa) + " x" + std::to_string(threads));
+  // Strips of 16 and 48 values (one and three AVX-512 vectors) run what operands larger than
+  // the L3 run; 0 the whole tiles of cached operands.
+  for (int64_t strip : {0, 16, 48})
+    for (Isa isa : cpu::supported_isas()) {
+      cpu::IsaScope scope(isa);
+      kernel.force_strip(strip);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Tensor out = Tensor::empty(DType::kF32, {M, N});
+        cpu::GemmArgs args{.m = M,
+                           .n = N,
+                           .k = K,
+                           .a = feeds[0].data<float>(),
+                           .lda = K,
+                           .b = feeds[1].data<float>(),
+                           .ldb = N,
+                           .c = out.data<float>(),
+                           .ldc = N};
+        args.epilogue.tile = &kernel;
+        args.epilogue.tile_operands = ops.data();
+        cpu::sgemm(args);
+        expect_near(
+            out, want, 16, 1e-5,
+            std::string("gemm epilogue ") + cpu::isa_name(isa) + " x" + std::to_string(threads));
+      }
     }
-  }
   set_num_threads(saved);
 }
 

@@ -34,6 +34,11 @@ struct TileArgs {
   // Cache lines of each contiguous input past this tile (the next tile's) to prefetch before the
   // tile runs (MemoryPolicy::prefetch_distance); 0: none.
   int prefetch_lines = 0;
+  // > 0: run the program on strips of this many values of a one-row tile, every instruction on
+  // a strip before the next one, so loads from memory, the arithmetic and the stores of
+  // neighbouring strips are in flight together (operands far larger than the caches); 0: each
+  // instruction over the whole tile. Programs with a row reduction run whole tiles.
+  int64_t strip = 0;
 };
 
 }  // namespace pto::cpu

@@ -70,13 +70,14 @@ inline Vec tile_unary(Vec x, const UnaryParams& p) {
   PTO_TILE_MAP(Expm1)
   PTO_TILE_MAP(Log)
   PTO_TILE_MAP(Log1p)
-  PTO_TILE_MAP(Sqrt) PTO_TILE_MAP(Reciprocal) PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu)
-      PTO_TILE_MAP(LeakyRelu) PTO_TILE_MAP(ThresholdedRelu) PTO_TILE_MAP(Sigmoid)
-          PTO_TILE_MAP(HardSigmoid) PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh) PTO_TILE_MAP(Erf)
-              PTO_TILE_MAP(Gelu) PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu) PTO_TILE_MAP(Swish)
-                  PTO_TILE_MAP(Softplus) PTO_TILE_MAP(Softsign) PTO_TILE_MAP(Mish) PTO_TILE_MAP(Elu)
-                      PTO_TILE_MAP(Selu) PTO_TILE_MAP(Celu) PTO_TILE_MAP(Floor) PTO_TILE_MAP(Ceil)
-                          PTO_TILE_MAP(Round) PTO_TILE_MAP(Sign) PTO_TILE_MAP(PowHalf)
+  PTO_TILE_MAP(Sqrt)
+  PTO_TILE_MAP(Reciprocal) PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu) PTO_TILE_MAP(LeakyRelu)
+      PTO_TILE_MAP(ThresholdedRelu) PTO_TILE_MAP(Sigmoid) PTO_TILE_MAP(HardSigmoid)
+          PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh) PTO_TILE_MAP(Erf) PTO_TILE_MAP(Gelu)
+              PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu) PTO_TILE_MAP(Swish) PTO_TILE_MAP(Softplus)
+                  PTO_TILE_MAP(Softsign) PTO_TILE_MAP(Mish) PTO_TILE_MAP(Elu) PTO_TILE_MAP(Selu)
+                      PTO_TILE_MAP(Celu) PTO_TILE_MAP(Floor) PTO_TILE_MAP(Ceil) PTO_TILE_MAP(Round)
+                          PTO_TILE_MAP(Sign) PTO_TILE_MAP(PowHalf)
 #undef PTO_TILE_MAP
 }
 
@@ -321,6 +322,29 @@ void row_reduce(TileReduce fn, int64_t rows, int64_t width, float* y, Src a) {
 
 }  // namespace
 
+// The view of `v` from column c0 on. (tile_itemsize's table: this per-ISA file includes plain
+// data headers only.)
+TileOperandView from_column(const TileOperandView& v, int64_t c0) {
+  int64_t itemsize = 4;
+  switch (v.dtype) {
+    case TileDType::kF32:
+    case TileDType::kI32:
+      break;
+    case TileDType::kBF16:
+    case TileDType::kF16:
+      itemsize = 2;
+      break;
+    case TileDType::kU8:
+    case TileDType::kI8:
+    case TileDType::kBool:
+      itemsize = 1;
+      break;
+  }
+  TileOperandView r = v;
+  r.ptr = static_cast<const char*>(v.ptr) + c0 * v.col_stride * itemsize;
+  return r;
+}
+
 void exec_tile(const TileArgs& t) {
   alignas(64) float splat[kTileMaxRegs + 1][kSplat];
   Src reg[kTileMaxRegs];
@@ -329,94 +353,111 @@ void exec_tile(const TileArgs& t) {
     for (int l = 0; l < kSplat; ++l) splat[slot][l] = x;
     return Src{splat[slot], 0};
   };
-  for (int pc = 0; pc < t.num_code; ++pc) {
-    const TileInstr& in = t.code[pc];
-    if (in.op == TileOpcode::kStore) {
-      const TileOperandView& v = t.outputs[in.operand];
-      for (int64_t i = 0; i < t.rows; ++i)
-        store_row(v, i, t.width, reg[in.a], i * t.width, t.stream);
-      continue;
-    }
-    float* buf = t.scratch + in.dst * t.capacity;
-    if (in.op == TileOpcode::kLoad) {
-      const TileOperandView& v = t.inputs[in.operand];
-      if (v.col_stride == 0 && (t.rows == 1 || v.row_step == 0)) {
-        reg[in.dst] = splat_of(load_one(v, 0), in.dst);
-      } else if (v.dtype == TileDType::kF32 && (t.rows == 1 || v.row_step == t.width)) {
-        reg[in.dst] = Src{static_cast<const float*>(v.ptr), -1};
-        // Prefetch instructions never fault, so lines past the input's end are harmless.
-        const char* next = static_cast<const char*>(v.ptr) + n * 4;
-        for (int l = 0; l < t.prefetch_lines; ++l) __builtin_prefetch(next + l * 64);
-      } else {
-        for (int64_t i = 0; i < t.rows; ++i) gather_row(v, i, t.width, buf + i * t.width);
+  // Runs every instruction on `rows` rows from row r0 (all of them, or one) and columns
+  // [c0, c0 + width). Registers keep the tile's indexing (row i, column j at i * t.width + j),
+  // so a strip reads and writes its part of each buffer.
+  auto run = [&](int64_t r0, int64_t rows, int64_t c0, int64_t width) {
+    const int64_t base = r0 * t.width + c0, count = rows * width;
+    auto at_base = [&](Src s) { return Src{s.m == 0 ? s.p : s.p + base, s.m}; };
+    for (int pc = 0; pc < t.num_code; ++pc) {
+      const TileInstr& in = t.code[pc];
+      if (in.op == TileOpcode::kStore) {
+        const TileOperandView v = from_column(t.outputs[in.operand], c0);
+        for (int64_t i = r0; i < r0 + rows; ++i)
+          store_row(v, i, width, reg[in.a], i * t.width + c0, t.stream);
+        continue;
+      }
+      float* buf = t.scratch + in.dst * t.capacity;
+      if (in.op == TileOpcode::kLoad) {
+        const TileOperandView& v = t.inputs[in.operand];
+        if (v.col_stride == 0 && (t.rows == 1 || v.row_step == 0)) {
+          reg[in.dst] = splat_of(load_one(v, 0), in.dst);
+        } else if (v.dtype == TileDType::kF32 && (t.rows == 1 || v.row_step == t.width)) {
+          reg[in.dst] = Src{static_cast<const float*>(v.ptr), -1};
+          // Prefetch instructions never fault, so lines past the input's end are harmless.
+          const char* next = static_cast<const char*>(v.ptr) + n * 4;
+          if (base == 0)
+            for (int l = 0; l < t.prefetch_lines; ++l) __builtin_prefetch(next + l * 64);
+        } else {
+          const TileOperandView from = from_column(v, c0);
+          for (int64_t i = r0; i < r0 + rows; ++i)
+            gather_row(from, i, width, buf + i * t.width + c0);
+          reg[in.dst] = Src{buf, -1};
+        }
+        continue;
+      }
+      if (in.op == TileOpcode::kConst) {
+        reg[in.dst] = splat_of(in.imm0, in.dst);
+        continue;
+      }
+      Src a = in.a >= 0 ? reg[in.a] : Src{nullptr, 0};
+      Src b = in.b >= 0 ? reg[in.b] : Src{nullptr, 0};
+      Src c = in.c >= 0 ? reg[in.c] : Src{nullptr, 0};
+      Src imm = splat_of(in.imm0, kTileMaxRegs);
+      if (in.op == TileOpcode::kBinaryImm || in.op == TileOpcode::kCompareImm) {
+        b = imm;
+        if (in.imm_left) std::swap(a, b);
+      }
+      if (in.op == TileOpcode::kRowReduce) {  // whole tiles only (TileArgs::strip)
+        row_reduce(static_cast<TileReduce>(in.fn), t.rows, t.width, buf, a);
         reg[in.dst] = Src{buf, -1};
+        continue;
       }
-      continue;
-    }
-    if (in.op == TileOpcode::kConst) {
-      reg[in.dst] = splat_of(in.imm0, in.dst);
-      continue;
-    }
-    Src a = in.a >= 0 ? reg[in.a] : Src{nullptr, 0};
-    Src b = in.b >= 0 ? reg[in.b] : Src{nullptr, 0};
-    Src c = in.c >= 0 ? reg[in.c] : Src{nullptr, 0};
-    Src imm = splat_of(in.imm0, kTileMaxRegs);
-    if (in.op == TileOpcode::kBinaryImm || in.op == TileOpcode::kCompareImm) {
-      b = imm;
-      if (in.imm_left) std::swap(a, b);
-    }
-    if (in.op == TileOpcode::kRowReduce) {
-      row_reduce(static_cast<TileReduce>(in.fn), t.rows, t.width, buf, a);
-      reg[in.dst] = Src{buf, -1};
-      continue;
-    }
-    // Every source a splat: compute one vector into the destination's splat.
-    bool uniform = a.m == 0 && b.m == 0 && c.m == 0;
-    float* y = buf;
-    int64_t count = n;
-    if (uniform) {
-      y = splat[in.dst];
-      count = kSplat;
-    } else if (t.direct && t.direct[pc] >= 0 && !t.stream) {
-      const TileOperandView& o = t.outputs[t.direct[pc]];
-      if (o.dtype == TileDType::kF32 && (t.rows == 1 || o.row_step == t.width))
-        y = static_cast<float*>(const_cast<void*>(o.ptr));
-    }
-    switch (in.op) {
-      case TileOpcode::kUnary:
-        unary_n(static_cast<TileUnary>(in.fn), UnaryParams{in.imm0, in.imm1}, count, y, a);
-        break;
-      case TileOpcode::kBinary:
-      case TileOpcode::kBinaryImm:
-        binary_n(static_cast<TileBinary>(in.fn), count, y, a, b);
-        break;
-      case TileOpcode::kCompare:
-      case TileOpcode::kCompareImm:
-        compare_n(static_cast<TileCompare>(in.fn), count, y, a, b);
-        break;
-      case TileOpcode::kClip: {
-        const Vec lo = Vec::set1(in.imm0), hi = Vec::set1(in.imm1);
-        map_n(
-            count, y,
-            [&](Vec x) {
-              Vec r = select(x < lo, lo, x);
-              return select(hi < r, hi, r);
-            },
-            a);
-        break;
+      // Every source a splat: compute one vector into the destination's splat.
+      const bool uniform = a.m == 0 && b.m == 0 && c.m == 0;
+      float* y = buf;
+      if (uniform) {
+        y = splat[in.dst];
+      } else if (t.direct && t.direct[pc] >= 0 && !t.stream) {
+        const TileOperandView& o = t.outputs[t.direct[pc]];
+        if (o.dtype == TileDType::kF32 && (t.rows == 1 || o.row_step == t.width))
+          y = static_cast<float*>(const_cast<void*>(o.ptr));
       }
-      case TileOpcode::kSelect:
-        map_n(
-            count, y, [](Vec m, Vec u, Vec v) { return select(m != Vec::zero(), u, v); }, a, b, c);
-        break;
-      case TileOpcode::kFma:
-        map_n(
-            count, y, [](Vec u, Vec v, Vec w) { return fma(u, v, w); }, a, b, c);
-        break;
-      default:
-        break;
+      const int64_t m = uniform ? kSplat : count;
+      float* out = uniform ? y : y + base;
+      if (!uniform) a = at_base(a), b = at_base(b), c = at_base(c);
+      switch (in.op) {
+        case TileOpcode::kUnary:
+          unary_n(static_cast<TileUnary>(in.fn), UnaryParams{in.imm0, in.imm1}, m, out, a);
+          break;
+        case TileOpcode::kBinary:
+        case TileOpcode::kBinaryImm:
+          binary_n(static_cast<TileBinary>(in.fn), m, out, a, b);
+          break;
+        case TileOpcode::kCompare:
+        case TileOpcode::kCompareImm:
+          compare_n(static_cast<TileCompare>(in.fn), m, out, a, b);
+          break;
+        case TileOpcode::kClip: {
+          const Vec lo = Vec::set1(in.imm0), hi = Vec::set1(in.imm1);
+          map_n(
+              m, out,
+              [&](Vec x) {
+                Vec r = select(x < lo, lo, x);
+                return select(hi < r, hi, r);
+              },
+              a);
+          break;
+        }
+        case TileOpcode::kSelect:
+          map_n(
+              m, out, [](Vec k, Vec u, Vec v) { return select(k != Vec::zero(), u, v); }, a, b, c);
+          break;
+        case TileOpcode::kFma:
+          map_n(
+              m, out, [](Vec u, Vec v, Vec w) { return fma(u, v, w); }, a, b, c);
+          break;
+        default:
+          break;
+      }
+      reg[in.dst] = Src{y, uniform ? 0 : -1};
     }
-    reg[in.dst] = Src{y, uniform ? 0 : -1};
+  };
+  if (t.strip > 0 && t.rows == 1 && t.width > t.strip) {
+    for (int64_t c0 = 0; c0 < t.width; c0 += t.strip)
+      run(0, 1, c0, std::min(t.strip, t.width - c0));
+  } else {
+    run(0, t.rows, 0, t.width);
   }
   if (t.stream) stream_fence();
 }

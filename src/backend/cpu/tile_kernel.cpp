@@ -124,6 +124,8 @@ std::string kernel_name(const TileProgram& p, const std::string& name) {
 
 thread_local std::vector<float> t_scratch;
 
+constexpr int64_t kStripValues = 512;
+
 float* scratch_for(const TileProgram& p, int64_t capacity) {
   size_t need = static_cast<size_t>(std::max(p.num_regs, 1) * capacity);
   if (t_scratch.size() < need) t_scratch.resize(need);
@@ -206,6 +208,16 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
   for (const Tensor& t : outputs) out_bytes += t.nbytes();
   const bool stream = stream_stores_for(out_bytes);
   const int prefetch = std::max(memory_policy().prefetch_distance, 0);
+  // Operands far larger than the last-level cache: tiles run in strips (TileArgs::strip), so
+  // each tile's reads from memory and its stores overlap. Strips of 512 values measured 1.15-1.3x
+  // on elementwise chains at 4x L3 (1 thread, Zen 5; tiles of 1024 values); on operands that fit
+  // the caches the extra instruction dispatch per strip cost up to 30%, so they run whole tiles.
+  size_t in_bytes = 0;
+  for (const Tensor& t : inputs) in_bytes += t.nbytes();
+  const int64_t strip = p.has_row_reduction()                           ? 0
+                        : forced_strip_ > 0                             ? forced_strip_
+                        : in_bytes + out_bytes > device_info().l3_bytes ? kStripValues
+                                                                        : 0;
 
   auto run_range = [&](int64_t begin, int64_t end) {
     float* scratch = scratch_for(p, plan.capacity);
@@ -244,7 +256,8 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
                     .scratch = scratch,
                     .capacity = plan.capacity,
                     .stream = stream,
-                    .prefetch_lines = prefetch};
+                    .prefetch_lines = prefetch,
+                    .strip = strip};
       PTO_ISA_DISPATCH(exec_tile, args);
     }
   };

@@ -55,6 +55,10 @@ class TileKernel {
   // mismatched tensors.
   void run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const;
 
+  // Tiles run in strips of `values` (TileArgs::strip) whatever the operands' size; 0: run() decides
+  // from the size (strips only for operands larger than the last-level cache). For tests.
+  void force_strip(int64_t values) { forced_strip_ = values; }
+
   // The epilogue form, on the calling thread: program input 0 is the accumulator block
   // c[i * ldc + j] (i < m, j < n; global row m0 + i, column n0 + j), updated in place with
   // output 0; program input k >= 1 is operands[k - 1]. A single f32 output.
@@ -67,6 +71,7 @@ class TileKernel {
   std::optional<TileShape> pinned_;
   std::vector<int8_t> direct_;  // per instruction: the output it writes in place, or -1
   int64_t capacity_ = 0;
+  int64_t forced_strip_ = 0;
 };
 
 // `ep` for a block of a convolution's output that starts at image `image`, output channel `row0`
