@@ -218,7 +218,7 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
                    mp[r] = shift + m;
                    ip[r] = 1.0f / std::sqrt(var + eps);
                    PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, shift, m, ip[r], scale, bias,
-                                    stream);
+                                    stream, r + 1 == r1);
                    write_back(yr, y, r * n, n);
                  }
                });

@@ -58,14 +58,14 @@ void normalize(const float* x, float* y, int64_t n, float shift, float mean, flo
 }
 
 void normalize_affine(const float* x, float* y, int64_t n, float shift, float mean, float inv_std,
-                      const float* scale, const float* bias, bool stream) {
+                      const float* scale, const float* bias, bool stream, bool fence) {
   const Vec sh = Vec::set1(shift), m = Vec::set1(mean), inv = Vec::set1(inv_std);
   store_vectors(y, n, stream, [&](int64_t j, int k) {
     const Vec t = (Vec::load(x + j, k) - sh - m) * inv;
     const Vec b = bias ? Vec::load(bias + j, k) : Vec::zero();
     return fma(t, Vec::load(scale + j, k), b);
   });
-  if (stream) stream_fence();
+  if (stream && fence) stream_fence();
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS

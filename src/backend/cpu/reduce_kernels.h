@@ -56,9 +56,11 @@ PTO_ISA_DECLARE(
     // y = (x - shift - mean) * a + b over n elements.
     void normalize(const float* x, float* y, int64_t n, float shift, float mean, float a, float b);
     // y = (x - shift - mean) * inv_std * scale + bias over n elements; bias may be null; with
-    // `stream`, y is stored past the cache.
+    // `stream`, y is stored past the cache, and with `fence` too the streamed stores are ordered
+    // before what follows (the last row of a task: one sfence per task, not per row).
     void normalize_affine(const float* x, float* y, int64_t n, float shift, float mean,
-                          float inv_std, const float* scale, const float* bias, bool stream);
+                          float inv_std, const float* scale, const float* bias, bool stream,
+                          bool fence);
 
     // Max or average pooling of planes [p0, p1); `scratch` has room for 2 * g.span floats.
     void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,

@@ -31,6 +31,9 @@ struct TileArgs {
   // Store float32 outputs with streaming stores (past the cache) instead of computing into them
   // directly: for outputs far larger than the last-level cache (MemoryPolicy::nontemporal).
   bool stream = false;
+  // With `stream`: order the streamed stores before what follows (sfence) once the tile is done;
+  // set on the last tile of a task only.
+  bool fence = true;
   // Cache lines of each contiguous input past this tile (the next tile's) to prefetch before the
   // tile runs (MemoryPolicy::prefetch_distance); 0: none.
   int prefetch_lines = 0;

@@ -459,7 +459,7 @@ void exec_tile(const TileArgs& t) {
   } else {
     run(0, t.rows, 0, t.width);
   }
-  if (t.stream) stream_fence();
+  if (t.stream && t.fence) stream_fence();
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS

@@ -256,6 +256,7 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
                     .scratch = scratch,
                     .capacity = plan.capacity,
                     .stream = stream,
+                    .fence = t + 1 == end,
                     .prefetch_lines = prefetch,
                     .strip = strip};
       PTO_ISA_DISPATCH(exec_tile, args);
