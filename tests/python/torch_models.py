@@ -1,5 +1,10 @@
-"""The model zoo of the PyTorch-frontend tests: torchvision and transformers models built in code
-with random weights (seed 0, never downloaded), and inputs for a given batch size."""
+"""The model zoo of the PyTorch-frontend tests: torchvision, timm and transformers models built in
+code with random weights (seed 0, never downloaded), and inputs for a given batch size.
+
+ZOO's first ten entries are the benchmark models (bench/run.py and others build them by name, at
+these sizes); the rest widen the architecture coverage of tests/python/test_torch_models.py at
+small sizes (images of 64 where the model allows, transformers of a tiny config). ALWAYS_ON is the
+subset that test runs by default; PTO_ZOO=full runs them all."""
 
 from __future__ import annotations
 
@@ -44,6 +49,51 @@ def _text(config_name: str, model_name: str, **config):
     return ZooModel(build, lambda b: (torch.randint(0, 1000, (b, SEQ)),))
 
 
+def _timm(name: str, image: int = IMAGE, **kwargs):
+    def build():
+        import timm
+
+        return timm.create_model(name, pretrained=False, **kwargs)
+
+    return ZooModel(build, lambda b: (torch.randn(b, 3, image, image),))
+
+
+# A transformer small enough to build in a fraction of a second: 2 layers of 64 wide, 4 heads.
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            vocab_size=1000)
+
+
+class _Keywords(torch.nn.Module):
+    """Calls `model` with its positional arguments as the keywords `names` (encoder-decoders,
+    audio and image models whose first argument is not the one given)."""
+
+    def __init__(self, model: torch.nn.Module, names: tuple[str, ...]):
+        super().__init__()
+        self.model, self.names = model, names
+
+    def forward(self, *args):
+        return self.model(**dict(zip(self.names, args)), return_dict=True)
+
+
+def _hf(config_name: str, model_name: str, make_inputs: Callable[[int], tuple] | None = None,
+        keywords: tuple[str, ...] = (), **config):
+    def build():
+        import transformers
+
+        m = getattr(transformers, model_name)(getattr(transformers, config_name)(**config))
+        return _Keywords(m, keywords) if keywords else m
+
+    return ZooModel(build, make_inputs or (lambda b: (torch.randint(0, 1000, (b, SEQ)),)))
+
+
+def _tokens_pair(b: int) -> tuple:
+    return torch.randint(0, 1000, (b, SEQ)), torch.randint(0, 1000, (b, SEQ // 2))
+
+
+def _image(size: int) -> Callable[[int], tuple]:
+    return lambda b: (torch.randn(b, 3, size, size),)
+
+
 ZOO: dict[str, ZooModel] = {
     "resnet18": _vision("resnet18"),
     "resnet50": _vision("resnet50"),
@@ -55,7 +105,116 @@ ZOO: dict[str, ZooModel] = {
     "bert": _text("BertConfig", "BertModel"),
     "gpt2": _text("GPT2Config", "GPT2Model", use_cache=False),
     "t5_encoder": _text("T5Config", "T5EncoderModel"),
+    # torchvision
+    "resnext50_32x4d": _vision("resnext50_32x4d"),
+    "efficientnet_v2_s": _vision("efficientnet_v2_s"),
+    "shufflenet_v2_x0_5": _vision("shufflenet_v2_x0_5"),
+    "squeezenet1_1": _vision("squeezenet1_1"),
+    "densenet121": _vision("densenet121"),
+    "googlenet": _vision("googlenet", aux_logits=False, init_weights=True),
+    "regnet_y_400mf": _vision("regnet_y_400mf"),
+    "swin_t": _vision("swin_t"),
+    "maxvit_t": _vision("maxvit_t", image=224),
+    "mnasnet0_5": _vision("mnasnet0_5"),
+    # timm
+    "ghostnet_100": _timm("ghostnet_100"),
+    "levit_128s": _timm("levit_128s", image=224),
+    "convnextv2_atto": _timm("convnextv2_atto"),
+    "resnetv2_50x1_bit": _timm("resnetv2_50x1_bit"),
+    "efficientvit_b0": _timm("efficientvit_b0"),
+    "tiny_vit_5m_224": _timm("tiny_vit_5m_224", image=224),
+    "eva02_tiny": _timm("eva02_tiny_patch14_224", image=56, img_size=56),
+    "deit_tiny": _timm("deit_tiny_patch16_224", image=64, img_size=64),
+    "poolformer_s12": _timm("poolformer_s12"),
+    "fastvit_t8": _timm("fastvit_t8"),
+    "hrnet_w18_small": _timm("hrnet_w18_small"),
+    "dla34": _timm("dla34"),
+    "mixnet_s": _timm("mixnet_s"),
+    "mobilevitv2_050": _timm("mobilevitv2_050"),
+    # transformers, tiny configs
+    "distilbert": _hf("DistilBertConfig", "DistilBertModel", dim=64, n_layers=2, n_heads=4,
+                      hidden_dim=128, vocab_size=1000),
+    "roberta": _hf("RobertaConfig", "RobertaModel", **TINY),
+    "deberta_v2": _hf("DebertaV2Config", "DebertaV2Model", **TINY),
+    "albert": _hf("AlbertConfig", "AlbertModel", embedding_size=32, **TINY),
+    "electra": _hf("ElectraConfig", "ElectraModel", embedding_size=32, **TINY),
+    "llama": _hf("LlamaConfig", "LlamaModel", num_key_value_heads=2, use_cache=False, **TINY),
+    "qwen2": _hf("Qwen2Config", "Qwen2Model", num_key_value_heads=2, use_cache=False, **TINY),
+    "mistral": _hf("MistralConfig", "MistralModel", num_key_value_heads=2, use_cache=False,
+                   **TINY),
+    "bloom": _hf("BloomConfig", "BloomModel", hidden_size=64, n_layer=2, n_head=4,
+                 vocab_size=1000, use_cache=False),
+    "opt": _hf("OPTConfig", "OPTModel", hidden_size=64, num_hidden_layers=2,
+               num_attention_heads=4, ffn_dim=128, word_embed_proj_dim=64, vocab_size=1000,
+               use_cache=False),
+    "bart": _hf("BartConfig", "BartModel", _tokens_pair, ("input_ids", "decoder_input_ids"),
+                d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                vocab_size=1000, use_cache=False),
+    "whisper": _hf("WhisperConfig", "WhisperModel",
+                   lambda b: (torch.randn(b, 80, 16), torch.randint(0, 1000, (b, 4))),
+                   ("input_features", "decoder_input_ids"), d_model=64, encoder_layers=2,
+                   decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                   encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1000,
+                   max_source_positions=8, max_target_positions=32, use_cache=False),
+    "wav2vec2": _hf("Wav2Vec2Config", "Wav2Vec2Model", lambda b: (torch.randn(b, 800),),
+                    ("input_values",), conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3),
+                    num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, **TINY),
+    "vit_hf": _hf("ViTConfig", "ViTModel", _image(32), ("pixel_values",), image_size=32,
+                  patch_size=8, **{k: v for k, v in TINY.items() if k != "vocab_size"}),
+    "dinov2": _hf("Dinov2Config", "Dinov2Model", _image(56), ("pixel_values",), image_size=56,
+                  patch_size=14, **{k: v for k, v in TINY.items() if k != "vocab_size"}),
+    "segformer": _hf("SegformerConfig", "SegformerForSemanticSegmentation", _image(64),
+                     ("pixel_values",), num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+                     hidden_sizes=[16, 32], num_attention_heads=[1, 2], patch_sizes=[7, 3],
+                     strides=[4, 2], mlp_ratios=[2, 2], decoder_hidden_size=32, num_labels=4),
 }
+
+# What tests/python/test_torch_models.py runs unless PTO_ZOO says otherwise: an architecture of
+# each kind, within about two minutes on two cores.
+ALWAYS_ON = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "bert", "gpt2",
+             "t5_encoder", "shufflenet_v2_x0_5", "regnet_y_400mf", "swin_t", "ghostnet_100",
+             "levit_128s", "eva02_tiny", "roberta", "deberta_v2", "llama", "bloom", "bart",
+             "whisper", "dinov2", "segformer"]
+
+
+def randomize_(model: torch.nn.Module, seed: int = SEED) -> torch.nn.Module:
+    """Redraws every floating parameter and buffer so no output is trivially zero or a bias:
+    weights N(0, 1/fan_in), 1-D scales (norm gammas) U(0.5, 1.5), biases N(0, 0.1), running
+    variances U(0.5, 1.5), running means N(0, 0.1). Defeats zero-initialized heads, timm's
+    zero_init_last and transformers' zero biases. Integer buffers (position ids) are kept."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
+            if not p.is_floating_point() or p.numel() == 0:
+                continue
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf == "running_var":
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+            elif leaf == "running_mean" or "bias" in leaf:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            elif p.dim() == 1 and ("weight" in leaf or "gamma" in leaf or "scale" in leaf):
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+            elif p.dim() >= 2:
+                fan_in = p[0].numel()
+                p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
+            elif "num_batches" not in leaf:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    return model
+
+
+def check_nontrivial(out: torch.Tensor, what: str) -> None:
+    """The output a comparison can trust: finite, not all zero, different between the two batch
+    elements and along its last axis (not a broadcast constant such as a bias)."""
+    assert torch.isfinite(out).all(), f"{what}: the eager output is not finite"
+    scale = out.abs().max().item()
+    assert scale > 0, f"{what}: the eager output is all zeros"
+    if out.shape[0] >= 2:
+        diff = (out[0] - out[1]).abs().max().item()
+        assert diff > 1e-3 * scale, f"{what}: both batch elements give the same output"
+    if out.shape[-1] >= 2:
+        spread = (out - out[..., :1]).abs().max().item()
+        assert spread > 1e-3 * scale, f"{what}: the output is constant along its last axis"
 
 
 def build(name: str) -> torch.nn.Module:
