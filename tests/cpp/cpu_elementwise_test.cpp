@@ -171,10 +171,13 @@ TEST(CpuElementwise, ExactUnaryOps) {
 }
 
 TEST(CpuElementwise, TranscendentalUnaryOps) {
-  for (const char* op : {"Exp", "Log", "Tanh", "Sigmoid", "Erf", "Softplus", "Mish"}) {
+  for (const char* op :
+       {"Exp", "Log", "Tanh", "Sigmoid", "Erf", "Softplus", "Mish", "Sin", "Cos"}) {
     uint32_t seed = 10;
     for (const Dims& s : kUnaryShapes) check({op, {random_f32(s, seed++, -12, 12)}}, {8, 0});
   }
+  for (const char* op : {"Sin", "Cos"})  // large arguments, some past the scalar fallback's 2^16
+    check({op, {random_f32({3, 999}, 30, -1e5f, 1e5f)}}, {8, 0});
   // The reference evaluates these with cancellation (1 + erf, alpha e^x - alpha): an absolute
   // allowance of a few float32 ulp of 1 covers its own error.
   for (const Dims& s : kUnaryShapes) {

@@ -259,6 +259,8 @@ TEST(TileExec, UnaryOpsMatchReference) {
       {"Gelu", attrs({{"approximate", std::string("tanh")}}), 1e-6},
       {"ThresholdedRelu", attrs({{"alpha", 0.5}})},
       {"Identity", {}},
+      {"Sin", {}},
+      {"Cos", {}},
   };
   for (const UnaryCase& u : cases) {
     for (int64_t n : {1, 7, 17, 4099}) {
@@ -271,6 +273,30 @@ TEST(TileExec, UnaryOpsMatchReference) {
       check(c, std::string(u.op) + " n=" + std::to_string(n), 8, u.atol);
     }
   }
+}
+
+// Rotary position embedding, x * cos(p) + r * sin(p) (r: x with its halves rotated), is one
+// program: Sin and Cos lower like the other unary ops.
+TEST(TileExec, RotaryEmbeddingIsOneProgram) {
+  Case c;
+  Graph& g = c.g;
+  const Dims dims{4, 64};
+  ValueId x = g.add_input("x", {DType::kF32, to_shape(dims)});
+  ValueId r = g.add_input("r", {DType::kF32, to_shape(dims)});
+  ValueId p = g.add_input("p", {DType::kF32, to_shape(dims)});
+  ValueId cs = g.add_value("cos"), sn = g.add_value("sin"), a = g.add_value("a"),
+          b = g.add_value("b"), y = g.add_value("y");
+  g.add_node("Cos", {p}, {cs}, {}, "cos");
+  g.add_node("Sin", {p}, {sn}, {}, "sin");
+  g.add_node("Mul", {x, cs}, {a}, {}, "mul_cos");
+  g.add_node("Mul", {r, sn}, {b}, {}, "mul_sin");
+  g.add_node("Add", {a, b}, {y}, {}, "add");
+  g.add_output(y);
+  c.feeds = {random_f32(dims, 3, -4.0f, 4.0f, false), random_f32(dims, 4, -4.0f, 4.0f, false),
+             random_f32(dims, 5, 0.0f, 4096.0f, false)};
+  // a + b cancels: an absolute allowance of a few ulp of the operands' size (4).
+  TileProgram prog = check(c, "rotary", 8, 4e-6);
+  EXPECT_EQ(prog.outputs.size(), 1u);
 }
 
 // a op b with broadcasting, for each binary op.
@@ -570,10 +596,10 @@ TEST(TileExec, QuantizeAndDequantizeInOneProgram) {
                {q2}, {}, "q_i8_loaded_scale");
     g.add_node("DequantizeLinear", {bias, init("s5", Tensor::scalar(0.002f))}, {d}, {}, "dq_bias");
     g.add_node("Add", {sum, d}, {f}, {}, "add_bias");
-    g.add_node("QuantizeLinear",
-               {xf, init("s6", Tensor::scalar(0.5f)),
-                init("z6", Tensor::from_vector<uint8_t>({7}, {}))},
-               {q3}, {}, "q_specials");
+    g.add_node(
+        "QuantizeLinear",
+        {xf, init("s6", Tensor::scalar(0.5f)), init("z6", Tensor::from_vector<uint8_t>({7}, {}))},
+        {q3}, {}, "q_specials");
     for (ValueId o : {q, q2, f, q3}) g.add_output(o);
     Tensor xqt = Tensor::empty(DType::kU8, shape), yqt = Tensor::empty(DType::kI8, {n}),
            bt = Tensor::empty(DType::kI32, {n});

@@ -309,6 +309,8 @@ void register_unary(KernelRegistry& r) {
                           {"Exp", kExp},
                           {"Log", kLog},
                           {"Erf", kErf},
+                          {"Sin", kSin},
+                          {"Cos", kCos},
                           {"Sqrt", kSqrt},
                           {"Reciprocal", kReciprocal},
                           {"Sign", kSign},
