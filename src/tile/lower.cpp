@@ -258,6 +258,8 @@ class Lowering {
                                                                       {"Round", kRound},
                                                                       {"Sign", kSign},
                                                                       {"Erf", kErf},
+                                                                      {"Sin", kSin},
+                                                                      {"Cos", kCos},
                                                                       {"Relu", kRelu},
                                                                       {"Sigmoid", kSigmoid},
                                                                       {"Tanh", kTanh},

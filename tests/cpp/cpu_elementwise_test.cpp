@@ -8,6 +8,8 @@
 #include <bit>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -33,6 +35,18 @@ Tensor random_f32(const Dims& shape, uint32_t seed, float lo = -4, float hi = 4,
   const float special[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1.0f, -1.0f, 2.0f, 0.5f};
   for (int64_t i = 0; i < t.numel(); ++i)
     p[i] = specials && rng() % 16 == 0 ? special[rng() % 9] : d(rng);
+  return t;
+}
+
+// Integers in [-20, 20] with 0, +-1 and the type's extremes mixed in (division by 0 and -1,
+// INT_MIN / -1, wrapping).
+template <class T>
+Tensor random_int(const Dims& shape, uint32_t seed) {
+  Tensor t = Tensor::empty(dtype_of<T>, shape);
+  std::mt19937 rng(seed);
+  const T special[] = {0, 1, T(-1), std::numeric_limits<T>::min(), std::numeric_limits<T>::max()};
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<T>()[i] = rng() % 8 == 0 ? special[rng() % 5] : static_cast<T>(int(rng() % 41) - 20);
   return t;
 }
 
@@ -62,6 +76,18 @@ void expect_close(const Tensor& got, const Tensor& want, Tol tol, const std::str
   ASSERT_EQ(got.dtype(), want.dtype()) << what;
   ASSERT_EQ(got.shape(), want.shape()) << what;
   int reported = 0;
+  if (!is_floating(got.dtype())) {  // integers and bools: every byte
+    for (int64_t i = 0; i < got.numel() && reported < 5; ++i) {
+      const size_t at = static_cast<size_t>(i) * got.itemsize();
+      if (std::memcmp(static_cast<const std::byte*>(got.raw_data()) + at,
+                      static_cast<const std::byte*>(want.raw_data()) + at, got.itemsize()) != 0) {
+        ADD_FAILURE() << what << ": element " << i << " is " << got.item_as_double(i)
+                      << ", reference " << want.item_as_double(i);
+        ++reported;
+      }
+    }
+    return;
+  }
   for (int64_t i = 0; i < got.numel() && reported < 5; ++i) {
     double g = got.item_as_double(i), w = want.item_as_double(i);
     bool ok;
@@ -145,10 +171,13 @@ TEST(CpuElementwise, ExactUnaryOps) {
 }
 
 TEST(CpuElementwise, TranscendentalUnaryOps) {
-  for (const char* op : {"Exp", "Log", "Tanh", "Sigmoid", "Erf", "Softplus", "Mish"}) {
+  for (const char* op :
+       {"Exp", "Log", "Tanh", "Sigmoid", "Erf", "Softplus", "Mish", "Sin", "Cos"}) {
     uint32_t seed = 10;
     for (const Dims& s : kUnaryShapes) check({op, {random_f32(s, seed++, -12, 12)}}, {8, 0});
   }
+  for (const char* op : {"Sin", "Cos"})  // large arguments, some past the scalar fallback's 2^16
+    check({op, {random_f32({3, 999}, 30, -1e5f, 1e5f)}}, {8, 0});
   // The reference evaluates these with cancellation (1 + erf, alpha e^x - alpha): an absolute
   // allowance of a few float32 ulp of 1 covers its own error.
   for (const Dims& s : kUnaryShapes) {
@@ -235,8 +264,110 @@ TEST(CpuElementwise, VariadicAndWhereKinds) {
   Tensor i32 = Tensor::from_vector<int32_t>({1, -2, 3, 4, 5, 6}, {2, 3});
   check({"Where", {random_bool({4, 2, 3}, 66), i32, Tensor::scalar<int32_t>(-7)}});
   check({"Where", {random_bool({3}, 67), random_bool({2, 3}, 68), random_bool({1}, 69)}});
-  // int64 Add stays with the reference.
-  check({"Add", {i64, j64}}, {}, false);
+  // uint8 Add stays with the reference.
+  check({"Add", {Tensor::from_vector<uint8_t>({1, 2}, {2}), Tensor::scalar<uint8_t>(255)}}, {},
+        false);
+}
+
+TEST(CpuElementwise, IntegerOpsBroadcast) {
+  uint32_t seed = 400;
+  auto each = [&]<class T>() {
+    for (const auto& [sa, sb] : kPairs) {
+      Tensor a = random_int<T>(sa, seed++), b = random_int<T>(sb, seed++);
+      for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min", "Equal", "Less",
+                             "LessOrEqual", "Greater", "GreaterOrEqual"})
+        check({op, {a, b}});
+      for (int64_t fmod : {0, 1}) check({"Mod", {a, b}, attrs({{"fmod", fmod}})});
+      check({"Neg", {a}});
+      check({"Abs", {b}});
+    }
+    Tensor a = random_int<T>({4, 1, 6}, seed++), b = random_int<T>({5, 1}, seed++),
+           c = random_int<T>({6}, seed++);
+    for (const char* op : {"Max", "Min"}) {
+      check({op, {a}});
+      check({op, {a, b, c}});
+    }
+  };
+  each.template operator()<int64_t>();
+  each.template operator()<int32_t>();
+  for (const auto& [sa, sb] : kPairs) {
+    Tensor a = random_f32(sa, seed++), b = random_f32(sb, seed++);
+    for (int64_t fmod : {0, 1}) check({"Mod", {a, b}, attrs({{"fmod", fmod}})});
+    check({"Equal", {random_bool(sa, seed), random_bool(sb, seed + 1)}});
+    check({"Not", {random_bool(sa, seed + 2)}});
+  }
+  // Forms the ONNX schemas do not allow, or these kernels do not take, stay on the reference.
+  check({"Div", {random_int<int16_t>({3}, 1), random_int<int16_t>({3}, 2)}}, {}, false);
+  check({"Neg", {random_int<int8_t>({3}, 3)}}, {}, false);
+}
+
+TEST(CpuElementwise, PowIntegerExponent) {
+  Tensor x = random_f32({3, 41}, 80);
+  for (int64_t e : {2, 3, 1, 0, -1, -2, 5, 31}) {
+    check({"Pow", {x, Tensor::scalar<int64_t>(e)}});
+    check({"Pow", {x, Tensor::scalar<int32_t>(static_cast<int32_t>(e))}});
+  }
+  Tensor e64 = Tensor::from_vector<int64_t>({-3, -1, 0, 1, 2, 3, 7, 40}, {8});
+  check({"Pow", {random_f32({5, 8}, 81), e64}});
+  check({"Pow", {random_f32({}, 82), e64}});
+  check({"Pow", {random_f32({8}, 83), random_int<int32_t>({3, 8}, 84)}});
+}
+
+TEST(CpuGenerate, RangeConstantOfShapeShapeSize) {
+  check({"Range",
+         {Tensor::scalar<int64_t>(0), Tensor::scalar<int64_t>(7), Tensor::scalar<int64_t>(1)}});
+  check({"Range",
+         {Tensor::scalar<int64_t>(10), Tensor::scalar<int64_t>(-7), Tensor::scalar<int64_t>(-3)}});
+  check({"Range",
+         {Tensor::scalar<int64_t>(5), Tensor::scalar<int64_t>(5), Tensor::scalar<int64_t>(2)}});
+  check(
+      {"Range",
+       {Tensor::scalar<int32_t>(-4), Tensor::scalar<int32_t>(50000), Tensor::scalar<int32_t>(1)}});
+  check({"Range",
+         {Tensor::scalar<float>(0.1f), Tensor::scalar<float>(3.3f), Tensor::scalar<float>(0.3f)}});
+  check(
+      {"Range",
+       {Tensor::scalar<double>(1.0), Tensor::scalar<double>(-2.0), Tensor::scalar<double>(-0.7)}});
+  check({"Range",
+         {Tensor::scalar<float>(0), Tensor::scalar<float>(40000.5f), Tensor::scalar<float>(1)}});
+  for (const Dims& dims : std::vector<Dims>{{2, 3}, {0, 4}, {}, {40000}}) {
+    Tensor shape = Tensor::from_vector<int64_t>(dims, {static_cast<int64_t>(dims.size())});
+    check({"ConstantOfShape", {shape}});
+    check(
+        {"ConstantOfShape", {shape}, attrs({{"value", Tensor::from_vector<int64_t>({-5}, {1})}})});
+    check(
+        {"ConstantOfShape", {shape}, attrs({{"value", Tensor::from_vector<float>({2.5f}, {1})}})});
+    check({"ConstantOfShape", {shape}, attrs({{"value", Tensor::from_vector<bool>({true}, {1})}})});
+  }
+  Tensor x = random_f32({2, 3, 5, 7}, 90);
+  check({"Shape", {x}});
+  check({"Shape", {x}, attrs({{"start", int64_t{1}}})});
+  check({"Shape", {x}, attrs({{"start", int64_t{-3}}, {"end", int64_t{-1}}})});
+  check({"Shape", {x}, attrs({{"start", int64_t{3}}, {"end", int64_t{1}}})});
+  check({"Shape", {random_f32({}, 91)}});
+  check({"Size", {x}});
+  check({"Size", {random_int<int64_t>({0, 3}, 92)}});
+}
+
+TEST(CpuGenerate, CumSum) {
+  auto each = [&](const Tensor& x) {
+    for (int64_t axis = -x.rank(); axis < std::max<int64_t>(x.rank(), 1); ++axis)
+      for (int64_t exclusive : {0, 1})
+        for (int64_t reverse : {0, 1})
+          check({"CumSum",
+                 {x, Tensor::scalar<int64_t>(axis)},
+                 attrs({{"exclusive", exclusive}, {"reverse", reverse}})});
+  };
+  each(random_f32({3, 4, 5}, 95, -4, 4, false));
+  each(random_f32({600, 70}, 96, -4, 4, false));
+  each(random_int<int64_t>({2, 300, 3}, 97));
+  each(random_int<int32_t>({7, 9}, 98));
+  each(random_f32({0, 5}, 99));
+  Tensor d = Tensor::empty(DType::kF64, {4, 33});
+  for (int64_t i = 0; i < d.numel(); ++i) d.data<double>()[i] = std::sin(i * 1.7) * 1e3;
+  each(d);
+  check({"CumSum", {random_f32({5, 6}, 100), Tensor::scalar<int32_t>(1)}});
+  check({"CumSum", {random_f32({5, 6}, 100), Tensor::from_vector<int64_t>({-1}, {1})}});
 }
 
 TEST(CpuElementwise, PowFastPaths) {

@@ -70,6 +70,9 @@ std::vector<Case> cases() {
       {"silu", UnaryOp::kSilu, [](double x) { return x * sigmoid(x); }, 4,
        [](double x) { return x < -87; }},
       {"softplus", UnaryOp::kSoftplus, softplus, 3},
+      // Beyond 2^16 the scalar std::sin / std::cos of the float (the reference's own values).
+      {"sin", UnaryOp::kSin, [](double x) { return std::sin(x); }, 2},
+      {"cos", UnaryOp::kCos, [](double x) { return std::cos(x); }, 2},
       {"mish", UnaryOp::kMish, [](double x) { return x * std::tanh(softplus(x)); }, 5,
        [](double x) { return x < -87; }},
   };
@@ -82,8 +85,14 @@ std::vector<float> inputs() {
     if (!std::isnan(f)) x.push_back(f);
   }
   std::mt19937 rng(7);
-  std::uniform_real_distribution<float> near(-12.0f, 12.0f), unit(-1.5f, 1.5f);
+  std::uniform_real_distribution<float> near(-12.0f, 12.0f), unit(-1.5f, 1.5f),
+      wide(-70000.0f, 70000.0f);
   for (int i = 0; i < 300000; ++i) x.push_back(i % 2 ? near(rng) : unit(rng));
+  for (int i = 0; i < 100000; ++i) x.push_back(wide(rng));  // sin / cos: every quadrant, large j
+  for (int k = 1; k < 40000; k += 7) {  // the floats next to multiples of pi/2, where r is tiny
+    const float f = static_cast<float>(k * M_PI_2);
+    x.insert(x.end(), {f, std::nextafter(f, 0.0f), std::nextafter(f, INFINITY), -f});
+  }
   return x;
 }
 
@@ -156,6 +165,12 @@ TEST(CpuVmath, SpecialValues) {
       {UnaryOp::kGeluTanh, inf, inf},  {UnaryOp::kSoftplus, inf, inf},
       {UnaryOp::kSoftplus, -inf, 0},   {UnaryOp::kSoftplus, nan, nan},
       {UnaryOp::kSilu, inf, inf},      {UnaryOp::kSilu, -inf, nan},
+      {UnaryOp::kSin, 0, 0},           {UnaryOp::kSin, -0.0f, -0.0f},
+      {UnaryOp::kSin, inf, nan},       {UnaryOp::kSin, -inf, nan},
+      {UnaryOp::kSin, nan, nan},       {UnaryOp::kCos, 0, 1},
+      {UnaryOp::kCos, -0.0f, 1},       {UnaryOp::kCos, inf, nan},
+      {UnaryOp::kCos, nan, nan},       {UnaryOp::kSin, 1e-40f, 1e-40f},
+      {UnaryOp::kCos, 1e-40f, 1},
   };
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);

@@ -264,6 +264,8 @@ TEST(TileExec, UnaryOpsMatchReference) {
       {"Gelu", attrs({{"approximate", std::string("tanh")}}), 1e-6},
       {"ThresholdedRelu", attrs({{"alpha", 0.5}})},
       {"Identity", {}},
+      {"Sin", {}},
+      {"Cos", {}},
   };
   for (const UnaryCase& u : cases) {
     for (int64_t n : {1, 7, 17, 4099}) {
@@ -276,6 +278,30 @@ TEST(TileExec, UnaryOpsMatchReference) {
       check(c, std::string(u.op) + " n=" + std::to_string(n), 8, u.atol);
     }
   }
+}
+
+// Rotary position embedding, x * cos(p) + r * sin(p) (r: x with its halves rotated), is one
+// program: Sin and Cos lower like the other unary ops.
+TEST(TileExec, RotaryEmbeddingIsOneProgram) {
+  Case c;
+  Graph& g = c.g;
+  const Dims dims{4, 64};
+  ValueId x = g.add_input("x", {DType::kF32, to_shape(dims)});
+  ValueId r = g.add_input("r", {DType::kF32, to_shape(dims)});
+  ValueId p = g.add_input("p", {DType::kF32, to_shape(dims)});
+  ValueId cs = g.add_value("cos"), sn = g.add_value("sin"), a = g.add_value("a"),
+          b = g.add_value("b"), y = g.add_value("y");
+  g.add_node("Cos", {p}, {cs}, {}, "cos");
+  g.add_node("Sin", {p}, {sn}, {}, "sin");
+  g.add_node("Mul", {x, cs}, {a}, {}, "mul_cos");
+  g.add_node("Mul", {r, sn}, {b}, {}, "mul_sin");
+  g.add_node("Add", {a, b}, {y}, {}, "add");
+  g.add_output(y);
+  c.feeds = {random_f32(dims, 3, -4.0f, 4.0f, false), random_f32(dims, 4, -4.0f, 4.0f, false),
+             random_f32(dims, 5, 0.0f, 4096.0f, false)};
+  // a + b cancels: an absolute allowance of a few ulp of the operands' size (4).
+  TileProgram prog = check(c, "rotary", 8, 4e-6);
+  EXPECT_EQ(prog.outputs.size(), 1u);
 }
 
 // a op b with broadcasting, for each binary op.

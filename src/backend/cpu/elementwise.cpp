@@ -1,5 +1,7 @@
 // Elementwise CPU kernels: float32 unary math and activations, binary arithmetic, comparisons and
-// Where with numpy broadcasting, variadic Max/Min/Sum/Mean, Pow, logic on bools, and Cast.
+// Where with numpy broadcasting, variadic Max/Min/Sum/Mean, Pow, logic on bools, and Cast. The
+// integer forms (int64/int32 Add/Sub/Mul/Div/Mod/Max/Min/Neg/Abs and comparisons, mostly shape
+// arithmetic) are scalar loops with the reference's integer semantics (wrapping, Div truncating).
 //
 // Broadcasting: the output shape's dimensions of size 1 are dropped and adjacent dimensions merged
 // wherever every input steps through them alike, leaving rows whose inputs are each either
@@ -18,6 +20,7 @@
 #include "backend/cpu/kernel.h"
 #include "pto/parallel.h"
 #include "reference/ops/cast.h"
+#include "reference/ops/elementwise_util.h"
 
 namespace pto::cpu {
 
@@ -179,6 +182,17 @@ std::vector<const Tensor*> all_inputs(const KernelContext& c) {
   return in;
 }
 
+// Calls f.template operator()<T>() with T the C++ type of dt, if it is one of Ts; false if not.
+template <class... Ts, class F>
+bool with_type(DType dt, F&& f) {
+  return ((dt == dtype_of<Ts> && (f.template operator()<Ts>(), true)) || ...);
+}
+
+template <class... Ts>
+bool is_one_of(DType dt) {
+  return ((dt == dtype_of<Ts>) || ...);
+}
+
 bool all_dtype(const NodeInfo& info, DType dt) {
   if (info.inputs.empty()) return false;
   for (size_t i = 0; i < info.inputs.size(); ++i)
@@ -218,6 +232,30 @@ Kernel unary_kernel(UnaryOp op, ParamsFn params = no_params,
                 const Tensor& x = c.input(0);
                 Tensor y = Tensor::empty(DType::kF32, x.shape());
                 map_unary(op, params(c.node), x, y);
+                return std::vector<Tensor>{y};
+              }};
+}
+
+// Kernel k, extended to inputs of the types Ts, where y[i] = f(x[i]) element by element.
+template <class... Ts, class F>
+Kernel with_typed_unary(Kernel k, F f) {
+  return {.accepts =
+              [accepts = k.accepts](const NodeInfo& info) {
+                return (info.inputs.size() == 1 && is_one_of<Ts...>(info.dtype(0))) ||
+                       (accepts && accepts(info));
+              },
+          .run =
+              [run = k.run, f](const KernelContext& c) {
+                const Tensor& x = c.input(0);
+                if (!is_one_of<Ts...>(x.dtype())) return run(c);
+                Tensor y = Tensor::empty(x.dtype(), x.shape());
+                with_type<Ts...>(x.dtype(), [&]<class T>() {
+                  const T* in = x.data<T>();
+                  T* out = y.data<T>();
+                  parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+                    for (int64_t i = b; i < e; ++i) out[i] = f(in[i]);
+                  });
+                });
                 return std::vector<Tensor>{y};
               }};
 }
@@ -271,10 +309,10 @@ void register_unary(KernelRegistry& r) {
                           {"Exp", kExp},
                           {"Log", kLog},
                           {"Erf", kErf},
+                          {"Sin", kSin},
+                          {"Cos", kCos},
                           {"Sqrt", kSqrt},
                           {"Reciprocal", kReciprocal},
-                          {"Neg", kNeg},
-                          {"Abs", kAbs},
                           {"Sign", kSign},
                           {"Floor", kFloor},
                           {"Ceil", kCeil},
@@ -314,59 +352,165 @@ void register_unary(KernelRegistry& r) {
                        return std::vector<Tensor>{y};
                      }});
   r.add("Clip", clip_kernel());
+  r.add("Neg", with_typed_unary<int64_t, int32_t>(unary_kernel(kNeg),
+                                                  [](auto x) { return reference::wrap_neg(x); }));
+  r.add("Abs", with_typed_unary<int64_t, int32_t>(unary_kernel(kAbs),
+                                                  [](auto x) { return reference::abs_value(x); }));
+  r.add("Not", with_typed_unary<bool>({}, [](bool x) { return !x; }));
 }
 
 // ---- binary, variadic, comparisons, Where, logic ----
 
-// A kernel on two broadcast inputs of type In (opset 7+ broadcasting) writing an Out tensor row by
-// row: row(a, sa, b, sb, out, n) with input strides 0 or 1.
-template <class In, class Out, class Row>
-Kernel broadcast_kernel(Row row) {
-  return {.accepts =
-              [](const NodeInfo& info) {
-                return info.inputs.size() == 2 && all_dtype(info, dtype_of<In>) &&
-                       !legacy_broadcast(info);
-              },
-          .run =
-              [row](const KernelContext& c) {
-                const Tensor &a = c.input(0), &b = c.input(1);
-                Broadcast bc({&a, &b}, c.where());
-                Tensor y = Tensor::empty(dtype_of<Out>, bc.shape());
-                const In *pa = a.data<In>(), *pb = b.data<In>();
-                Out* po = y.data<Out>();
-                const int64_t sa = bc.row_stride(0), sb = bc.row_stride(1);
-                bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
-                  row(pa + off[0], sa, pb + off[1], sb, po + o, n);
-                });
-                return std::vector<Tensor>{y};
-              }};
+// y[i] = f(a[i * sa], b[i * sb]) with the strides 0 or 1 known to the compiler, so that the
+// common integer ops vectorize.
+template <class T, class O, class F>
+void scalar_row(F f, const T* a, int64_t sa, const T* b, int64_t sb, O* y, int64_t n) {
+  if (sa && sb) {
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+  } else if (sa) {
+    const T v = b[0];
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], v);
+  } else if (sb) {
+    const T v = a[0];
+    for (int64_t i = 0; i < n; ++i) y[i] = f(v, b[i]);
+  } else {
+    const O v = f(a[0], b[0]);
+    for (int64_t i = 0; i < n; ++i) y[i] = v;
+  }
 }
 
+// A BinaryOp on integers, with the reference's semantics (reference/ops/elementwise_util.h):
+// wrapping Add/Sub/Mul, Div truncating toward zero with x / 0 = 0.
+template <class T>
+void binary_row(BinaryOp op, const T* a, int64_t sa, const T* b, int64_t sb, T* y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    binary_f32(op, a, sa, b, sb, y, n);
+  } else {
+    using namespace reference;
+    auto row = [&](auto f) { scalar_row(f, a, sa, b, sb, y, n); };
+    switch (op) {
+      case BinaryOp::kAdd:
+        return row([](T u, T v) { return wrap_add(u, v); });
+      case BinaryOp::kSub:
+        return row([](T u, T v) { return wrap_sub(u, v); });
+      case BinaryOp::kMul:
+        return row([](T u, T v) { return wrap_mul(u, v); });
+      case BinaryOp::kDiv:
+        return row([](T u, T v) { return int_div(u, v); });
+      case BinaryOp::kMax:
+        return row([](T u, T v) { return std::max(u, v); });
+      case BinaryOp::kMin:
+        return row([](T u, T v) { return std::min(u, v); });
+    }
+  }
+}
+
+template <class T>
+void compare_row(CompareOp op, const T* a, int64_t sa, const T* b, int64_t sb, bool* y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    compare_f32(op, a, sa, b, sb, y, n);
+  } else {
+    auto row = [&](auto f) { scalar_row(f, a, sa, b, sb, y, n); };
+    switch (op) {
+      case CompareOp::kEqual:
+        return row(std::equal_to<T>());
+      case CompareOp::kLess:
+        return row(std::less<T>());
+      case CompareOp::kLessOrEqual:
+        return row(std::less_equal<T>());
+      case CompareOp::kGreater:
+        return row(std::greater<T>());
+      case CompareOp::kGreaterOrEqual:
+        return row(std::greater_equal<T>());
+    }
+  }
+}
+
+// Two inputs of one dtype among Ts, broadcast as in opset 7+.
+template <class... Ts>
+bool broadcast_accepts(const NodeInfo& info) {
+  return info.inputs.size() == 2 && info.dtype(0) == info.dtype(1) &&
+         is_one_of<Ts...>(info.dtype(0)) && !legacy_broadcast(info);
+}
+
+// Runs a node on two broadcast inputs of one dtype among Ts, writing a tensor of Out (void: the
+// inputs' type) row by row: row(a, sa, b, sb, out, n) with input strides 0 or 1, generic over the
+// element type.
+template <class Out, class... Ts, class Row>
+std::vector<Tensor> broadcast_run(const KernelContext& c, const Row& row) {
+  const Tensor &a = c.input(0), &b = c.input(1);
+  Broadcast bc({&a, &b}, c.where());
+  Tensor y;
+  with_type<Ts...>(a.dtype(), [&]<class T>() {
+    using O = std::conditional_t<std::is_void_v<Out>, T, Out>;
+    y = Tensor::empty(dtype_of<O>, bc.shape());
+    const T *pa = a.data<T>(), *pb = b.data<T>();
+    O* po = y.data<O>();
+    const int64_t sa = bc.row_stride(0), sb = bc.row_stride(1);
+    bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
+      row(pa + off[0], sa, pb + off[1], sb, po + o, n);
+    });
+  });
+  return {y};
+}
+
+template <class Out, class... Ts, class Row>
+Kernel broadcast_kernel(Row row) {
+  return {.accepts = broadcast_accepts<Ts...>,
+          .run = [row](const KernelContext& c) { return broadcast_run<Out, Ts...>(c, row); }};
+}
+
+// Add, Sub, Mul, Div: float32 vectorized, int64 and int32 as the reference computes them.
 Kernel binary_kernel(BinaryOp op) {
-  return broadcast_kernel<float, float>([op](const float* a, int64_t sa, const float* b, int64_t sb,
-                                             float* y,
-                                             int64_t n) { binary_f32(op, a, sa, b, sb, y, n); });
+  return broadcast_kernel<void, float, int64_t, int32_t>(
+      [op](const auto* a, int64_t sa, const auto* b, int64_t sb, auto* y, int64_t n) {
+        binary_row(op, a, sa, b, sb, y, n);
+      });
+}
+
+// Mod on float32, int64 and int32 with the reference's values for fmod 0 and 1.
+Kernel mod_kernel() {
+  return {.accepts =
+              [](const NodeInfo& info) {
+                const int64_t fmod = info.node.attr_int("fmod");
+                return (fmod == 0 || fmod == 1) && broadcast_accepts<float, int64_t, int32_t>(info);
+              },
+          .run =
+              [](const KernelContext& c) {
+                auto mod = [c_style = c.node.attr_int("fmod") == 1](auto u, auto v) {
+                  return reference::mod_value(u, v, c_style);
+                };
+                return broadcast_run<void, float, int64_t, int32_t>(
+                    c, [&](const auto* a, int64_t sa, const auto* b, int64_t sb, auto* y,
+                           int64_t n) { scalar_row(mod, a, sa, b, sb, y, n); });
+              }};
 }
 
 // Max/Min over 1..N inputs: folded in input order, as the reference does, row by row.
 Kernel fold_kernel(BinaryOp op) {
-  return {.accepts = [](const NodeInfo& info) { return all_dtype(info, DType::kF32); },
+  return {.accepts =
+              [](const NodeInfo& info) {
+                return is_one_of<float, int64_t, int32_t>(info.dtype(0)) &&
+                       all_dtype(info, info.dtype(0));
+              },
           .run =
               [op](const KernelContext& c) {
                 std::vector<const Tensor*> in = all_inputs(c);
                 Broadcast bc(in, c.where());
-                Tensor y = Tensor::empty(DType::kF32, bc.shape());
-                float* po = y.data<float>();
-                bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
-                  if (in.size() == 1) {
-                    std::memcpy(po + o, in[0]->data<float>() + off[0], sizeof(float) * n);
-                    return;
-                  }
-                  binary_f32(op, in[0]->data<float>() + off[0], bc.row_stride(0),
-                             in[1]->data<float>() + off[1], bc.row_stride(1), po + o, n);
-                  for (size_t k = 2; k < in.size(); ++k)
-                    binary_f32(op, po + o, 1, in[k]->data<float>() + off[k], bc.row_stride(k),
-                               po + o, n);
+                Tensor y = Tensor::empty(in[0]->dtype(), bc.shape());
+                with_type<float, int64_t, int32_t>(y.dtype(), [&]<class T>() {
+                  T* po = y.data<T>();
+                  bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
+                    if (in.size() == 1) {
+                      std::memcpy(po + o, in[0]->data<T>() + off[0], sizeof(T) * n);
+                      return;
+                    }
+                    binary_row(op, in[0]->data<T>() + off[0], bc.row_stride(0),
+                               in[1]->data<T>() + off[1], bc.row_stride(1), po + o, n);
+                    for (size_t k = 2; k < in.size(); ++k)
+                      binary_row(op, po + o, 1, in[k]->data<T>() + off[k], bc.row_stride(k), po + o,
+                                 n);
+                  });
                 });
                 return std::vector<Tensor>{y};
               }};
@@ -399,10 +543,13 @@ Kernel sum_kernel(bool mean) {
               }};
 }
 
+// Comparisons on float32, int64 and int32 (and Equal on bool: Ts).
+template <class... Ts>
 Kernel compare_kernel(CompareOp op) {
-  return broadcast_kernel<float, bool>([op](const float* a, int64_t sa, const float* b, int64_t sb,
-                                            bool* y,
-                                            int64_t n) { compare_f32(op, a, sa, b, sb, y, n); });
+  return broadcast_kernel<bool, float, int64_t, int32_t, Ts...>(
+      [op](const auto* a, int64_t sa, const auto* b, int64_t sb, bool* y, int64_t n) {
+        compare_row(op, a, sa, b, sb, y, n);
+      });
 }
 
 // Where on any dtype: 32-bit elements through the vector blend, others element by element.
@@ -453,32 +600,32 @@ Kernel where_kernel() {
 
 template <class F>
 Kernel bool_kernel(F f) {
-  return broadcast_kernel<bool, bool>(
-      [f](const bool* a, int64_t sa, const bool* b, int64_t sb, bool* y, int64_t n) {
-        for (int64_t i = 0; i < n; ++i) y[i] = f(a[i * sa], b[i * sb]);
-      });
+  return broadcast_kernel<bool, bool>([f](const bool* a, int64_t sa, const bool* b, int64_t sb,
+                                          bool* y,
+                                          int64_t n) { scalar_row(f, a, sa, b, sb, y, n); });
 }
 
 // ---- Pow ----
 
-// pow(a, b) for float32 a and b: a scalar exponent of 1, 2, 0.5 or 3 takes a fast path with the
-// reference's exact results; any other is std::pow in double, rounded once, as the reference.
+// pow(a, b) for float32 a and a float32, int64 or int32 exponent b: a scalar exponent of 1, 2,
+// 0.5 or 3 takes a fast path with the reference's exact results; any other is std::pow in double,
+// rounded once, as the reference.
 std::vector<Tensor> pow_run(const KernelContext& c) {
   const Tensor &a = c.input(0), &b = c.input(1);
   Broadcast bc({&a, &b}, c.where());
   Tensor y = Tensor::empty(DType::kF32, bc.shape());
-  const float *pa = a.data<float>(), *pb = b.data<float>();
+  const float* pa = a.data<float>();
   float* po = y.data<float>();
   if (b.numel() == 1 && a.numel() == y.numel()) {
-    float e = pb[0];
-    if (e == 1.0f || e == 2.0f || e == 0.5f) {
-      map_unary(e == 1.0f   ? UnaryOp::kIdentity
-                : e == 2.0f ? UnaryOp::kSquare
-                            : UnaryOp::kPowHalf,
+    const double e = b.item_as_double(0);
+    if (e == 1 || e == 2 || e == 0.5) {
+      map_unary(e == 1   ? UnaryOp::kIdentity
+                : e == 2 ? UnaryOp::kSquare
+                         : UnaryOp::kPowHalf,
                 {}, a, y);
       return {y};
     }
-    if (e == 3.0f) {  // x^2 is exact in double, so this is pow's correctly rounded double
+    if (e == 3) {  // x^2 is exact in double, so this is pow's correctly rounded double
       parallel_for(0, y.numel(), kGrain, [&](int64_t lo, int64_t hi) {
         for (int64_t i = lo; i < hi; ++i) {
           double x = pa[i];
@@ -489,44 +636,24 @@ std::vector<Tensor> pow_run(const KernelContext& c) {
     }
   }
   const int64_t sa = bc.row_stride(0), sb = bc.row_stride(1);
-  bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
-    for (int64_t i = 0; i < n; ++i)
-      po[o + i] = static_cast<float>(std::pow(static_cast<double>(pa[off[0] + i * sa]),
-                                              static_cast<double>(pb[off[1] + i * sb])));
+  with_type<float, int64_t, int32_t>(b.dtype(), [&]<class E>() {
+    const E* pb = b.data<E>();
+    bc.for_rows([&](const int64_t* off, int64_t o, int64_t n) {
+      for (int64_t i = 0; i < n; ++i)
+        po[o + i] = static_cast<float>(std::pow(static_cast<double>(pa[off[0] + i * sa]),
+                                                static_cast<double>(pb[off[1] + i * sb])));
+    });
   });
   return {y};
 }
 
 // ---- Cast ----
 
-// Calls f.template operator()<T>() for the dtypes Cast handles here.
+// Calls f.template operator()<T>() for the dtypes Cast handles here (bf16: the inputs and
+// outputs of a bf16 graph, PromoteHalf).
 template <class F>
 bool with_cast_type(DType dt, F&& f) {
-  switch (dt) {
-    case DType::kF32:
-      f.template operator()<float>();
-      return true;
-    case DType::kF64:
-      f.template operator()<double>();
-      return true;
-    case DType::kF16:
-      f.template operator()<Float16>();
-      return true;
-    case DType::kBF16:  // the inputs and outputs of a bf16 graph (PromoteHalf)
-      f.template operator()<BFloat16>();
-      return true;
-    case DType::kI64:
-      f.template operator()<int64_t>();
-      return true;
-    case DType::kI32:
-      f.template operator()<int32_t>();
-      return true;
-    case DType::kBool:
-      f.template operator()<bool>();
-      return true;
-    default:
-      return false;
-  }
+  return with_type<float, double, Float16, BFloat16, int64_t, int32_t, bool>(dt, f);
 }
 
 bool cast_handles(DType dt) {
@@ -608,7 +735,8 @@ void register_elementwise_kernels(KernelRegistry& r) {
   r.add("Min", fold_kernel(BinaryOp::kMin));
   r.add("Sum", sum_kernel(false));
   r.add("Mean", sum_kernel(true));
-  r.add("Equal", compare_kernel(CompareOp::kEqual));
+  r.add("Mod", mod_kernel());
+  r.add("Equal", compare_kernel<bool>(CompareOp::kEqual));
   r.add("Less", compare_kernel(CompareOp::kLess));
   r.add("LessOrEqual", compare_kernel(CompareOp::kLessOrEqual));
   r.add("Greater", compare_kernel(CompareOp::kGreater));
@@ -619,7 +747,8 @@ void register_elementwise_kernels(KernelRegistry& r) {
   r.add("Xor", bool_kernel([](bool a, bool b) { return a != b; }));
   r.add("Pow", {.accepts =
                     [](const NodeInfo& info) {
-                      return info.inputs.size() == 2 && all_dtype(info, DType::kF32) &&
+                      return info.inputs.size() == 2 && info.dtype(0) == DType::kF32 &&
+                             is_one_of<float, int64_t, int32_t>(info.dtype(1)) &&
                              !legacy_broadcast(info);
                     },
                 .run = pow_run});

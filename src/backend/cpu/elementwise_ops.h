@@ -43,6 +43,8 @@ inline Vec unary(Vec x, const UnaryParams& p) {
   if constexpr (Op == kLog) return log(x);
   if constexpr (Op == kLog1p) return log1p(x);
   if constexpr (Op == kErf) return erf(x);
+  if constexpr (Op == kSin) return sin_cos<false>(x);
+  if constexpr (Op == kCos) return sin_cos<true>(x);
   if constexpr (Op == kSqrt) return sqrt(x);
   if constexpr (Op == kPowHalf) return select(x == Vec::set1(-INFINITY), -x, sqrt(x) + zero);
   if constexpr (Op == kReciprocal) return one / x;

@@ -14,6 +14,7 @@ KernelRegistry& KernelRegistry::global() {
     register_movement_kernels(*r);
     register_attention_kernels(*r);
     register_quant_kernels(*r);
+    register_generate_kernels(*r);
     return r;
   }();
   return *registry;

@@ -64,6 +64,7 @@ inline Vec tile_unary(Vec x, const UnaryParams& p) {
   }
 #define PTO_TILE_MAP(name) \
   if constexpr (Op == TileUnary::k##name) return unary<UnaryOp::k##name>(x, p);
+  // clang-format off
   PTO_TILE_MAP(Neg)
   PTO_TILE_MAP(Abs)
   PTO_TILE_MAP(Exp)
@@ -71,13 +72,34 @@ inline Vec tile_unary(Vec x, const UnaryParams& p) {
   PTO_TILE_MAP(Log)
   PTO_TILE_MAP(Log1p)
   PTO_TILE_MAP(Sqrt)
-  PTO_TILE_MAP(Reciprocal) PTO_TILE_MAP(Square) PTO_TILE_MAP(Relu) PTO_TILE_MAP(LeakyRelu)
-      PTO_TILE_MAP(ThresholdedRelu) PTO_TILE_MAP(Sigmoid) PTO_TILE_MAP(HardSigmoid)
-          PTO_TILE_MAP(HardSwish) PTO_TILE_MAP(Tanh) PTO_TILE_MAP(Erf) PTO_TILE_MAP(Gelu)
-              PTO_TILE_MAP(GeluTanh) PTO_TILE_MAP(Silu) PTO_TILE_MAP(Swish) PTO_TILE_MAP(Softplus)
-                  PTO_TILE_MAP(Softsign) PTO_TILE_MAP(Mish) PTO_TILE_MAP(Elu) PTO_TILE_MAP(Selu)
-                      PTO_TILE_MAP(Celu) PTO_TILE_MAP(Floor) PTO_TILE_MAP(Ceil) PTO_TILE_MAP(Round)
-                          PTO_TILE_MAP(Sign) PTO_TILE_MAP(PowHalf)
+  PTO_TILE_MAP(Reciprocal)
+  PTO_TILE_MAP(Square)
+  PTO_TILE_MAP(Relu)
+  PTO_TILE_MAP(LeakyRelu)
+  PTO_TILE_MAP(ThresholdedRelu)
+  PTO_TILE_MAP(Sigmoid)
+  PTO_TILE_MAP(HardSigmoid)
+  PTO_TILE_MAP(HardSwish)
+  PTO_TILE_MAP(Tanh)
+  PTO_TILE_MAP(Erf)
+  PTO_TILE_MAP(Gelu)
+  PTO_TILE_MAP(GeluTanh)
+  PTO_TILE_MAP(Silu)
+  PTO_TILE_MAP(Swish)
+  PTO_TILE_MAP(Softplus)
+  PTO_TILE_MAP(Softsign)
+  PTO_TILE_MAP(Mish)
+  PTO_TILE_MAP(Elu)
+  PTO_TILE_MAP(Selu)
+  PTO_TILE_MAP(Celu)
+  PTO_TILE_MAP(Floor)
+  PTO_TILE_MAP(Ceil)
+  PTO_TILE_MAP(Round)
+  PTO_TILE_MAP(Sign)
+  PTO_TILE_MAP(PowHalf)
+  PTO_TILE_MAP(Sin)
+  PTO_TILE_MAP(Cos)
+  // clang-format on
 #undef PTO_TILE_MAP
 }
 

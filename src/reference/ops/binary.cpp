@@ -44,43 +44,6 @@ auto arith(FloatOp fop, IntOp iop) {
   };
 }
 
-// Integer division truncating toward zero (C, and ONNX's reference); x / 0 is 0.
-template <class T>
-T int_div(T a, T b) {
-  if (b == 0) return T(0);
-  if constexpr (std::is_signed_v<T>)
-    if (b == T(-1)) return wrap_neg(a);  // INT_MIN / -1 wraps to INT_MIN
-  return static_cast<T>(a / b);
-}
-
-// Integer remainder: fmod=1 takes the dividend's sign (C %), fmod=0 the divisor's (Python).
-template <class T>
-T int_mod(T a, T b, bool c_style) {
-  if (b == 0) return T(0);
-  if constexpr (std::is_signed_v<T>) {
-    if (b == T(-1)) return T(0);  // also avoids INT_MIN % -1
-    T r = static_cast<T>(a % b);
-    if (!c_style && r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
-    return r;
-  } else {
-    return static_cast<T>(a % b);
-  }
-}
-
-// Floating-point Mod with fmod=0: a - floor(a / b) * b, with ONNX's special cases.
-template <class F>
-F float_mod(F a, F b) {
-  if (std::isnan(a) || std::isnan(b) || std::isinf(a) || b == 0)
-    return std::numeric_limits<F>::quiet_NaN();
-  if (std::isinf(b)) {
-    if (a == 0) return std::copysign(F(0), b);
-    return (a > 0) == (b > 0) ? a : b;
-  }
-  F r = std::fmod(a, b);
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r == 0 ? std::copysign(F(0), b) : r;
-}
-
 // Integer power by squaring, wrapping; negative exponents truncate 1 / a^-e toward zero.
 template <class T, class E>
 T int_pow(T a, E e) {
@@ -121,15 +84,8 @@ std::vector<Tensor> pow_kernel(const KernelContext& c) {
 std::vector<Tensor> mod_kernel(const KernelContext& c) {
   int64_t fmod = c.node.attr_int("fmod");
   if (fmod != 0 && fmod != 1) throw ValueError(cat(c.where(), ": fmod must be 0 or 1, got ", fmod));
-  return binary_kernel<kNumericTypes>([c_style = fmod == 1](auto a, auto b) {
-    using T = decltype(a);
-    if constexpr (is_int_v<T>) {
-      return int_mod(a, b, c_style);
-    } else {
-      auto x = static_cast<compute_t<T>>(a), y = static_cast<compute_t<T>>(b);
-      return static_cast<T>(c_style ? std::fmod(x, y) : float_mod(x, y));
-    }
-  })(c);
+  return binary_kernel<kNumericTypes>(
+      [c_style = fmod == 1](auto a, auto b) { return mod_value(a, b, c_style); })(c);
 }
 
 // BitShift: shifts of a negative or >= bit-width amount give what sign extension alone gives.

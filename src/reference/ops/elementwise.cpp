@@ -24,16 +24,6 @@ F round_half_even(F x) {
 }
 
 template <class T>
-T abs_value(T x) {
-  if constexpr (std::is_unsigned_v<T>)
-    return x;
-  else if constexpr (is_int_v<T>)
-    return x < 0 ? wrap_neg(x) : x;  // abs(INT_MIN) wraps to INT_MIN, as in numpy
-  else
-    return static_cast<T>(std::fabs(static_cast<compute_t<T>>(x)));
-}
-
-template <class T>
 T sign_value(T x) {
   if constexpr (is_int_v<T>) {
     return static_cast<T>(x > 0 ? 1 : (x < T(0) ? -1 : 0));

@@ -1,5 +1,6 @@
 // Helpers shared by the elementwise reference kernels (elementwise.cpp, activation.cpp,
-// binary.cpp): typed map loops with broadcasting, and integer arithmetic without UB.
+// binary.cpp): typed map loops with broadcasting, and integer arithmetic without UB (also used by
+// the CPU kernels, backend/cpu/elementwise.cpp, so both compute the same values).
 #pragma once
 
 #include <cmath>
@@ -53,6 +54,65 @@ T wrap_mul(T a, T b) {
 template <class T>
 T wrap_neg(T a) {
   return static_cast<T>(uint64_t{0} - static_cast<uint64_t>(a));
+}
+
+// Integer division truncating toward zero (C, and ONNX's reference); x / 0 is 0.
+template <class T>
+T int_div(T a, T b) {
+  if (b == 0) return T(0);
+  if constexpr (std::is_signed_v<T>)
+    if (b == T(-1)) return wrap_neg(a);  // INT_MIN / -1 wraps to INT_MIN
+  return static_cast<T>(a / b);
+}
+
+// Integer remainder: fmod=1 takes the dividend's sign (C %), fmod=0 the divisor's (Python).
+template <class T>
+T int_mod(T a, T b, bool c_style) {
+  if (b == 0) return T(0);
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return T(0);  // also avoids INT_MIN % -1
+    T r = static_cast<T>(a % b);
+    if (!c_style && r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+    return r;
+  } else {
+    return static_cast<T>(a % b);
+  }
+}
+
+// Floating-point Mod with fmod=0: a - floor(a / b) * b, with ONNX's special cases.
+template <class F>
+F float_mod(F a, F b) {
+  if (std::isnan(a) || std::isnan(b) || std::isinf(a) || b == 0)
+    return std::numeric_limits<F>::quiet_NaN();
+  if (std::isinf(b)) {
+    if (a == 0) return std::copysign(F(0), b);
+    return (a > 0) == (b > 0) ? a : b;
+  }
+  F r = std::fmod(a, b);
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r == 0 ? std::copysign(F(0), b) : r;
+}
+
+// |x|; integers wrap (abs(INT_MIN) is INT_MIN).
+template <class T>
+T abs_value(T x) {
+  if constexpr (std::is_unsigned_v<T>)
+    return x;
+  else if constexpr (is_int_v<T>)
+    return x < 0 ? wrap_neg(x) : x;  // abs(INT_MIN) wraps to INT_MIN, as in numpy
+  else
+    return static_cast<T>(std::fabs(static_cast<compute_t<T>>(x)));
+}
+
+// ONNX Mod of a and b: fmod=1 (c_style) is C's fmod / %, fmod=0 Python's remainder.
+template <class T>
+T mod_value(T a, T b, bool c_style) {
+  if constexpr (is_int_v<T>) {
+    return int_mod(a, b, c_style);
+  } else {
+    auto x = static_cast<compute_t<T>>(a), y = static_cast<compute_t<T>>(b);
+    return static_cast<T>(c_style ? std::fmod(x, y) : float_mod(x, y));
+  }
 }
 
 // y[i] = f(x[i]) where f maps T to some R; the output dtype is R's.

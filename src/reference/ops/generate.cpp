@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "cast.h"
+#include "generate_params.h"
 #include "tensor_kernels.h"
 
 namespace pto::reference {
@@ -44,51 +45,15 @@ Tensor filled(const Tensor& value, const Dims& shape) {
 }
 
 std::vector<Tensor> constant_of_shape_kernel(const KernelContext& c) {
-  Dims shape = to_int64s(c.input(0), c.where());
-  check_output_dims(shape, c.where());
-  Tensor value = Tensor::zeros(DType::kF32, {1});
-  if (c.attrs().has("value")) {
-    value = c.attrs().get_tensor("value").contiguous();
-    if (value.numel() != 1)
-      throw ValueError(cat(c.where(), ": 'value' must hold one element, got ", value.str()));
-  }
-  return {filled(value, shape)};
+  return {filled(constant_of_shape_value(c), constant_of_shape_dims(c))};
 }
 
-// output[i] = start + i * delta for i < max(ceil((limit - start) / delta), 0).
 std::vector<Tensor> range_kernel(const KernelContext& c) {
-  const Tensor &start = c.input(0), &limit = c.input(1), &delta = c.input(2);
-  if (start.numel() != 1 || limit.numel() != 1 || delta.numel() != 1)
-    throw ValueError(cat(c.where(), ": start, limit and delta must be scalars"));
-  if (limit.dtype() != start.dtype() || delta.dtype() != start.dtype())
-    throw TypeError(cat(c.where(), ": start, limit and delta must share a dtype"));
-  Tensor out;
-  dispatch(start.dtype(), kFloatTypes | kSignedInts, c.where(), [&]<class T>() {
-    using C = compute_t<T>;
-    C s = static_cast<C>(start.data<T>()[0]), l = static_cast<C>(limit.data<T>()[0]),
-      d = static_cast<C>(delta.data<T>()[0]);
-    if (d == C(0)) throw ValueError(cat(c.where(), ": delta is 0"));
-    int64_t n = 0;
-    if constexpr (std::is_integral_v<C>) {
-      // In 128 bits, so that limit - start cannot overflow.
-      __extension__ using Wide = __int128;
-      Wide diff = static_cast<Wide>(l) - s;
-      Wide q = diff / d + ((diff % d != 0) && ((diff > 0) == (d > 0)) ? 1 : 0);  // ceil
-      if (q > std::numeric_limits<int64_t>::max())
-        throw ValueError(cat(c.where(), ": the range is too long"));
-      n = q > 0 ? static_cast<int64_t>(q) : 0;
-      out = Tensor::empty(dtype_of<T>, {n});
-      for (int64_t i = 0; i < n; ++i)
-        out.data<T>()[i] = static_cast<T>(static_cast<Wide>(s) + static_cast<Wide>(i) * d);
-    } else {
-      double count = std::ceil((static_cast<double>(l) - s) / static_cast<double>(d));
-      if (std::isnan(count) || count > 9.0e18)
-        throw ValueError(cat(c.where(), ": cannot make a range from ", s, " to ", l, " by ", d));
-      n = count > 0 ? static_cast<int64_t>(count) : 0;
-      out = Tensor::empty(dtype_of<T>, {n});
-      for (int64_t i = 0; i < n; ++i)
-        out.data<T>()[i] = cast_value<T>(static_cast<double>(s) + static_cast<double>(i) * d);
-    }
+  const int64_t n = range_length(c);
+  Tensor out = Tensor::empty(c.input(0).dtype(), {n});
+  dispatch(out.dtype(), kFloatTypes | kSignedInts, c.where(), [&]<class T>() {
+    const T start = c.input(0).data<T>()[0], delta = c.input(2).data<T>()[0];
+    for (int64_t i = 0; i < n; ++i) out.data<T>()[i] = range_value(start, delta, i);
   });
   return {out};
 }
@@ -144,6 +109,49 @@ std::vector<Tensor> trilu_kernel(const KernelContext& c) {
 }
 
 }  // namespace
+
+Dims constant_of_shape_dims(const KernelContext& c) {
+  Dims shape = to_int64s(c.input(0), c.where());
+  check_output_dims(shape, c.where());
+  return shape;
+}
+
+Tensor constant_of_shape_value(const KernelContext& c) {
+  if (!c.attrs().has("value")) return Tensor::zeros(DType::kF32, {1});
+  Tensor value = c.attrs().get_tensor("value").contiguous();
+  if (value.numel() != 1)
+    throw ValueError(cat(c.where(), ": 'value' must hold one element, got ", value.str()));
+  return value;
+}
+
+// max(ceil((limit - start) / delta), 0).
+int64_t range_length(const KernelContext& c) {
+  const Tensor &start = c.input(0), &limit = c.input(1), &delta = c.input(2);
+  if (start.numel() != 1 || limit.numel() != 1 || delta.numel() != 1)
+    throw ValueError(cat(c.where(), ": start, limit and delta must be scalars"));
+  if (limit.dtype() != start.dtype() || delta.dtype() != start.dtype())
+    throw TypeError(cat(c.where(), ": start, limit and delta must share a dtype"));
+  return dispatch(start.dtype(), kFloatTypes | kSignedInts, c.where(), [&]<class T>() -> int64_t {
+    using C = compute_t<T>;
+    C s = static_cast<C>(start.data<T>()[0]), l = static_cast<C>(limit.data<T>()[0]),
+      d = static_cast<C>(delta.data<T>()[0]);
+    if (d == C(0)) throw ValueError(cat(c.where(), ": delta is 0"));
+    if constexpr (std::is_integral_v<C>) {
+      // In 128 bits, so that limit - start cannot overflow.
+      __extension__ using Wide = __int128;
+      Wide diff = static_cast<Wide>(l) - s;
+      Wide q = diff / d + ((diff % d != 0) && ((diff > 0) == (d > 0)) ? 1 : 0);  // ceil
+      if (q > std::numeric_limits<int64_t>::max())
+        throw ValueError(cat(c.where(), ": the range is too long"));
+      return q > 0 ? static_cast<int64_t>(q) : 0;
+    } else {
+      double count = std::ceil((static_cast<double>(l) - s) / static_cast<double>(d));
+      if (std::isnan(count) || count > 9.0e18)
+        throw ValueError(cat(c.where(), ": cannot make a range from ", s, " to ", l, " by ", d));
+      return count > 0 ? static_cast<int64_t>(count) : 0;
+    }
+  });
+}
 
 void register_generator_kernels(KernelRegistry& r) {
   r.add("Constant", constant_kernel);

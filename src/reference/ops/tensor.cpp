@@ -7,6 +7,7 @@
 #include <numeric>
 #include <optional>
 
+#include "generate_params.h"
 #include "layout_params.h"
 #include "tensor_kernels.h"
 
@@ -413,13 +414,7 @@ std::vector<Tensor> space_to_depth_kernel(const KernelContext& c) {
 // ---- Shape queries ----
 
 std::vector<Tensor> shape_kernel(const KernelContext& c) {
-  const Tensor& x = c.input(0);
-  int64_t r = x.rank();
-  auto clamp_index = [r](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + r : i, 0, r); };
-  int64_t start = clamp_index(c.node.attr_int("start"));
-  int64_t end = clamp_index(c.attrs().get_int("end", r));
-  Ints dims;
-  for (int64_t i = start; i < end; ++i) dims.push_back(x.shape()[i]);
+  Ints dims = shape_output(c);
   return one(Tensor::from_vector(dims, {static_cast<int64_t>(dims.size())}));
 }
 
@@ -428,6 +423,15 @@ std::vector<Tensor> size_kernel(const KernelContext& c) {
 }
 
 }  // namespace
+
+std::vector<int64_t> shape_output(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  int64_t r = x.rank();
+  auto clamp_index = [r](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + r : i, 0, r); };
+  int64_t start = clamp_index(c.node.attr_int("start"));
+  int64_t end = clamp_index(c.attrs().get_int("end", r));
+  return {x.shape().begin() + start, x.shape().begin() + std::max(start, end)};
+}
 
 void register_layout_kernels(KernelRegistry& r) {
   r.add("Reshape", reshape_kernel);

@@ -1,9 +1,12 @@
 // Vectorized transcendental functions on simd.h's Vec, for per-ISA translation units only.
 // Each is a range reduction plus a minimax polynomial (coefficients fitted for float and rounded
 // to it), accurate to a few ulp over float's whole range, with IEEE special values: NaN
-// propagates, overflow gives inf, underflow is gradual. Measured errors: docs/backend/elementwise.md
-// and tests/cpp/cpu_vmath_test.cpp.
+// propagates, overflow gives inf, underflow is gradual. Measured errors:
+// docs/backend/elementwise.md and tests/cpp/cpu_vmath_test.cpp.
 #pragma once
+
+#include <cmath>
+#include <cstdint>
 
 #include "backend/cpu/isa/simd.h"
 
@@ -193,6 +196,41 @@ inline Vec mish(Vec x) {
 }
 
 // x min(max(x / 6 + 1/2, 0), 1).
+// sin x, or cos x (Cos), within 2 ulp for |x| <= 2^16: x = j pi/2 + r with |r| <~ pi/4 by
+// Cody-Waite reduction (pi/2 in three float parts; the first step is exact because j pi/2 and x
+// agree to within 1), then Cephes' sinf / cosf polynomials on r by the quadrant j mod 4 (cos x
+// is sin x in the next quadrant). Lanes beyond 2^16, where r would lose bits, are the scalar
+// std::sin / std::cos of the float, as the reference computes them; inf and NaN give NaN.
+template <bool Cos>
+inline Vec sin_cos(Vec x) {
+  static constexpr float kSin[] = {-1.6666654611e-1f, 8.3321608736e-3f, -1.9515295891e-4f};
+  static constexpr float kCos[] = {4.166664568298827e-2f, -1.388731625493765e-3f,
+                                   2.443315711809948e-5f};
+  const Vec j = round(x * Vec::set1(0.636619772f));
+  Vec r = fnma(j, Vec::set1(1.57079637e+0f), x);
+  r = fnma(j, Vec::set1(-4.37113883e-8f), r);
+  r = fnma(j, Vec::set1(-1.71512451e-15f), r);
+  const Vec z = r * r;
+  const Vec s = fma(z * r, poly(z, kSin), r);
+  const Vec c = fma(z * z, poly(z, kCos), fnma(z, Vec::set1(0.5f), Vec::set1(1.0f)));
+  const VecI q = to_int(j) + set1_int(Cos ? 1 : 0);
+  Vec y = select(to_float(q & set1_int(1)) == Vec::set1(1.0f), c, s);
+  y = from_bits(bits(y) ^ (shift_left<30>(q) & set1_int(INT32_MIN)));  // quadrants 2, 3: -y
+  if constexpr (!Cos) y = select(x == Vec::zero(), x, y);              // sin(-0) = -0
+  const Mask big = abs(x) > Vec::set1(65536.0f);
+  if (any(big)) {
+    alignas(64) float xs[Vec::kLanes], ys[Vec::kLanes];
+    bool lane[Vec::kLanes];
+    x.store(xs);
+    y.store(ys);
+    store_bool(big, lane, Vec::kLanes);
+    for (int i = 0; i < Vec::kLanes; ++i)
+      if (lane[i]) ys[i] = Cos ? std::cos(xs[i]) : std::sin(xs[i]);
+    y = Vec::load(ys);
+  }
+  return y;
+}
+
 inline Vec hardswish(Vec x) {
   Vec g = fma(x, Vec::set1(1.0f / 6.0f), Vec::set1(0.5f));
   return x * min(max(g, Vec::zero()), Vec::set1(1.0f));
