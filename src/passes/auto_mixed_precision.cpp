@@ -14,8 +14,8 @@
 // activations between them keep full precision. Convolutions are on autocast's lower-precision
 // list too (conv1d/2d/3d, and conv_transpose, which PyPTO runs on the reference interpreter
 // only, so it is not marked): a Conv's X and W are rounded, the bias added in fp32. The reference
-// interpreter and the CPU kernels honour the attribute (VDPBF16PS where the CPU has it; fp16 via F16C
-// conversions to fp32), and the ONNX exporter writes it as Casts.
+// interpreter and the CPU kernels honour the attribute (VDPBF16PS where the CPU has it; fp16 via
+// F16C conversions to fp32), and the ONNX exporter writes it as Casts.
 //
 // Not marked: products of integers or of other float types; depthwise convolutions (one input
 // channel per group: memory bound, so bf16 products would not make them faster and their CPU

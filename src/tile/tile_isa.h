@@ -13,23 +13,49 @@ namespace pto {
 // HardSigmoid alpha, beta; Selu alpha, gamma in imm0, imm1. PowHalf is pow(x, 0.5): sqrt except
 // -0 -> +0 and -inf -> +inf. Rsqrt is 1 / sqrt(x). RoundBf16 / RoundF16: to the nearest bf16 /
 // IEEE half value (ties to even), kept in float: what a Cast to that dtype stores.
-#define PTO_TILE_UNARY_OPS(X)                                                                     \
-  X(Neg, "neg")                                                                                   \
-  X(Abs, "abs")                                                                                   \
-  X(Exp, "exp")                                                                                   \
-  X(Expm1, "expm1")                                                                               \
-  X(Log, "log")                                                                                   \
-  X(Log1p, "log1p")                                                                               \
-  X(Sqrt, "sqrt")                                                                                 \
-  X(Rsqrt, "rsqrt") X(Reciprocal, "reciprocal") X(Square, "square") X(Relu, "relu")               \
-      X(LeakyRelu, "leaky_relu") X(ThresholdedRelu, "thresholded_relu") X(Sigmoid, "sigmoid")     \
-          X(HardSigmoid, "hard_sigmoid") X(HardSwish, "hard_swish") X(Tanh, "tanh") X(Erf, "erf") \
-              X(Gelu, "gelu") X(GeluTanh, "gelu_tanh") X(Silu, "silu") X(Swish, "swish")          \
-                  X(Softplus, "softplus") X(Softsign, "softsign") X(Mish, "mish") X(Elu, "elu")   \
-                      X(Selu, "selu") X(Celu, "celu") X(Floor, "floor") X(Ceil, "ceil")           \
-                          X(Round, "round") X(Sign, "sign") X(PowHalf, "pow_half") X(Not, "not")  \
-                              X(IsNaN, "isnan") X(IsInf, "isinf") X(RoundBf16, "round_bf16")      \
-                                  X(RoundF16, "round_f16") X(Sin, "sin") X(Cos, "cos")
+// clang-format off
+#define PTO_TILE_UNARY_OPS(X) \
+  X(Neg, "neg") \
+  X(Abs, "abs") \
+  X(Exp, "exp") \
+  X(Expm1, "expm1") \
+  X(Log, "log") \
+  X(Log1p, "log1p") \
+  X(Sqrt, "sqrt") \
+  X(Rsqrt, "rsqrt") \
+  X(Reciprocal, "reciprocal") \
+  X(Square, "square") \
+  X(Relu, "relu") \
+  X(LeakyRelu, "leaky_relu") \
+  X(ThresholdedRelu, "thresholded_relu") \
+  X(Sigmoid, "sigmoid") \
+  X(HardSigmoid, "hard_sigmoid") \
+  X(HardSwish, "hard_swish") \
+  X(Tanh, "tanh") \
+  X(Erf, "erf") \
+  X(Gelu, "gelu") \
+  X(GeluTanh, "gelu_tanh") \
+  X(Silu, "silu") \
+  X(Swish, "swish") \
+  X(Softplus, "softplus") \
+  X(Softsign, "softsign") \
+  X(Mish, "mish") \
+  X(Elu, "elu") \
+  X(Selu, "selu") \
+  X(Celu, "celu") \
+  X(Floor, "floor") \
+  X(Ceil, "ceil") \
+  X(Round, "round") \
+  X(Sign, "sign") \
+  X(PowHalf, "pow_half") \
+  X(Not, "not") \
+  X(IsNaN, "isnan") \
+  X(IsInf, "isinf") \
+  X(RoundBf16, "round_bf16") \
+  X(RoundF16, "round_f16") \
+  X(Sin, "sin") \
+  X(Cos, "cos")
+// clang-format on
 
 enum class TileUnary : uint8_t {
 #define PTO_TILE_ENUM(name, text) k##name,

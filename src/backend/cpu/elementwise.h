@@ -10,15 +10,45 @@ namespace pto::cpu {
 
 // X(name): every float32 unary op. Results match the reference kernel of the same ONNX op exactly
 // where the op is exact (Relu, Abs, Floor, Sqrt, ...) and within a few ulp otherwise.
-#define PTO_UNARY_OPS(X)                                                                        \
-  X(Identity)                                                                                   \
-  X(Relu)                                                                                       \
-  X(LeakyRelu)                                                                                  \
-  X(Clip)                                                                                       \
-  X(ThresholdedRelu) X(Sigmoid) X(HardSigmoid) X(HardSwish) X(Tanh) X(Exp) X(Expm1) X(Log)      \
-      X(Log1p) X(Erf) X(Sqrt) X(Reciprocal) X(Neg) X(Abs) X(Sign) X(Floor) X(Ceil) X(Round)     \
-          X(Square) X(Gelu) X(GeluTanh) X(Silu) X(Swish) X(Softplus) X(Softsign) X(Mish) X(Elu) \
-              X(Selu) X(Celu) X(PowHalf) X(Sin) X(Cos)
+// clang-format off
+#define PTO_UNARY_OPS(X) \
+  X(Identity) \
+  X(Relu) \
+  X(LeakyRelu) \
+  X(Clip) \
+  X(ThresholdedRelu) \
+  X(Sigmoid) \
+  X(HardSigmoid) \
+  X(HardSwish) \
+  X(Tanh) \
+  X(Exp) \
+  X(Expm1) \
+  X(Log) \
+  X(Log1p) \
+  X(Erf) \
+  X(Sqrt) \
+  X(Reciprocal) \
+  X(Neg) \
+  X(Abs) \
+  X(Sign) \
+  X(Floor) \
+  X(Ceil) \
+  X(Round) \
+  X(Square) \
+  X(Gelu) \
+  X(GeluTanh) \
+  X(Silu) \
+  X(Swish) \
+  X(Softplus) \
+  X(Softsign) \
+  X(Mish) \
+  X(Elu) \
+  X(Selu) \
+  X(Celu) \
+  X(PowHalf) \
+  X(Sin) \
+  X(Cos)
+// clang-format on
 
 enum class UnaryOp {
 #define PTO_ENUM(name) k##name,
