@@ -36,7 +36,7 @@ def child(name: str) -> dict:
     import torch_models as tm
 
     t0 = time.perf_counter()
-    model = tm.randomize_(tm.build(name))
+    model = tm.randomize_(tm.build(name), tm.inputs(name, 16))
     result: dict = {"model": name}
     try:
         fast = pypto.optimize(model, example_inputs=tm.inputs(name, 1))
