@@ -97,7 +97,7 @@ def main() -> int:
     import torch_models
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(torch_models.ZOO))
+    ap.add_argument("--models", default=",".join(torch_models.CORE))
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     args = ap.parse_args()

@@ -115,7 +115,7 @@ def test_zoo_model_round_trips_bit_identically(name, level, tmp_path, monkeypatc
 # The rest of the zoo at full size (ResNet-50, EfficientNet-B0, ViT-B/16, ConvNeXt-tiny, BERT-base,
 # GPT-2 small, T5-small's encoder): one level and one batch each, since each compile takes
 # seconds; the small configurations above cover the levels and batch sizes.
-@pytest.mark.parametrize("name", [n for n in torch_models.ZOO if n not in MODELS])
+@pytest.mark.parametrize("name", [n for n in torch_models.CORE if n not in MODELS])
 def test_every_other_zoo_model_round_trips_bit_identically(name, tmp_path):
     model = torch_models.build(name)
     x = torch_models.inputs(name, 1)

@@ -171,6 +171,9 @@ ZOO: dict[str, ZooModel] = {
                      strides=[4, 2], mlp_ratios=[2, 2], decoder_hidden_size=32, num_labels=4),
 }
 
+# The first ten: what the benchmarks, the layout and save/load tests and bench/accuracy.py run.
+CORE = list(ZOO)[:10]
+
 # What tests/python/test_torch_models.py runs unless PTO_ZOO says otherwise: an architecture of
 # each kind, within about two minutes on two cores.
 ALWAYS_ON = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "bert", "gpt2",
