@@ -1,8 +1,8 @@
 """Level 3's blocked-channel layout (AssignLayouts, docs/passes.md) from PyTorch: results against
 PyTorch eager, and the plan's steps showing that blocked convolutions ran on the CPU backend.
 
-The ten core zoo models (torch_models.CORE) run at level 3 here (the zoo test runs them at level 2), at batch 1 and 2 through
-one compiled module, to max|got - want| / max|want| <= 1e-4.
+The ten core zoo models (torch_models.CORE) run at level 3 here (the zoo test runs them at level
+2), at batch 1 and 2 through one compiled module, to max|got - want| / max|want| <= 1e-4.
 """
 
 import pytest
