@@ -593,6 +593,20 @@ def _gather(ctx, node, x, dim, index, sparse_grad=False):
     return out(ctx, node, ctx.op("GatherElements", [x, index], {"axis": axis(dim, x.rank)}))
 
 
+def stack_indices(ctx, indices: list) -> tuple[int, int]:
+    """Index tensors broadcast together to B and stacked: (B + [k] int64 indices for GatherND /
+    ScatterND, a B-shaped int64 zero tensor)."""
+    idx = [ctx.cast(t, torch.int64).id for t in indices]
+    zero = None  # sum of idx*0: broadcasts every index tensor to B, symbolic sizes included
+    for i in idx:
+        z = ctx.op("Mul", [i, ctx.constant(0, torch.int64)])
+        zero = z if zero is None else ctx.op("Add", [zero, z])
+    last = ctx.ints([-1])
+    stacked = ctx.op("Concat", [ctx.op("Unsqueeze", [ctx.op("Add", [i, zero]), last]) for i in idx],
+                     {"axis": -1})
+    return stacked, zero
+
+
 @converter(aten.index.Tensor)
 def _index(ctx, node, x, indices):
     """x[i0, i1, ...] with integer index tensors (None for a ':' dim), numpy's rules: the index
@@ -605,14 +619,7 @@ def _index(ctx, node, x, indices):
         d = present[0]
         return out(ctx, node, ctx.op("Gather", [x, ctx.cast(indices[d], torch.int64)],
                                      {"axis": d}))
-    idx = [ctx.cast(indices[i], torch.int64).id for i in present]
-    zero = None  # sum of idx*0: broadcasts every index tensor to B, symbolic sizes included
-    for i in idx:
-        z = ctx.op("Mul", [i, ctx.constant(0, torch.int64)])
-        zero = z if zero is None else ctx.op("Add", [zero, z])
-    last = ctx.ints([-1])
-    stacked = ctx.op("Concat", [ctx.op("Unsqueeze", [ctx.op("Add", [i, zero]), last]) for i in idx],
-                     {"axis": -1})
+    stacked, _ = stack_indices(ctx, [indices[i] for i in present])
     rest = [d for d in range(x.rank) if d not in present]
     perm = present + rest
     xt = x.id if perm == list(range(x.rank)) else ctx.op("Transpose", [x], {"perm": perm})
@@ -629,16 +636,10 @@ def _index(ctx, node, x, indices):
 
 @converter(aten.constant_pad_nd.default)
 def _pad(ctx, node, x, pad, value=0):
-    # torch's pad lists (begin, end) pairs from the last dim backwards; ONNX wants all begins
-    # then all ends, from the first dim.
-    n = len(pad) // 2
-    begins, ends = [0] * x.rank, [0] * x.rank
-    for i in range(n):
-        begins[x.rank - 1 - i] = pad[2 * i]
-        ends[x.rank - 1 - i] = pad[2 * i + 1]
-    if any(p < 0 for p in begins + ends):
+    pads = _onnx_pads(x, pad)
+    if any(p < 0 for p in pads):
         ctx.unsupported("negative padding")
-    return out(ctx, node, ctx.op("Pad", [x, ctx.ints(begins + ends), ctx.constant(value, x.dtype)],
+    return out(ctx, node, ctx.op("Pad", [x, ctx.ints(pads), ctx.constant(value, x.dtype)],
                                  {"mode": "constant"}))
 
 
@@ -1063,3 +1064,171 @@ def _quantized_conv2d(ctx, node, x, weight, weight_scale, bias, x_scale, x_zero_
     if bias is not None:
         y = ctx.op("Add", [y, ctx.op("Reshape", [bias, channels])])
     return out(ctx, node, y)
+
+
+# ---- more math: log2/log10, atan2, var, diagonal ----
+
+
+def _log_base(base: float):
+    def convert(ctx, node, x):
+        dt = _float_out(node)
+        ln = ctx.op("Log", [ctx.as_tensor(x, dt)])
+        return out(ctx, node, ctx.op("Mul", [ln, ctx.constant(1.0 / math.log(base), dt)]))
+
+    return convert
+
+
+converter(aten.log2.default)(_log_base(2.0))
+converter(aten.log10.default)(_log_base(10.0))
+
+
+@converter(aten.atan2.default)
+def _atan2(ctx, node, y, x):
+    """atan(y / x), moved to the right quadrant where x < 0; 0 where x = y = 0."""
+    dt = _float_out(node)
+    ty, tx = ctx.as_tensor(y, dt), ctx.as_tensor(x, dt)
+    zero = ctx.constant(0.0, dt)
+    a = ctx.op("Atan", [ctx.op("Div", [ty, tx])])  # x = 0: y/x = +-inf, atan = +-pi/2
+    turn = ctx.op("Where", [ctx.op("GreaterOrEqual", [ty, zero]), ctx.constant(math.pi, dt),
+                            ctx.constant(-math.pi, dt)])
+    a = ctx.op("Where", [ctx.op("Less", [tx, zero]), ctx.op("Add", [a, turn]), a])
+    both_zero = ctx.op("And", [ctx.op("Equal", [tx, zero]), ctx.op("Equal", [ty, zero])])
+    return out(ctx, node, ctx.op("Where", [both_zero, zero, a]))
+
+
+@converter(aten.var.correction, aten.var.dim, aten.var.default)
+def _var(ctx, node, x, dims=None, unbiased=None, keepdim=False, *, correction=None):
+    """sum((x - mean)^2) / (n - correction), n the count of reduced elements (also symbolic)."""
+    if isinstance(unbiased, bool):  # var.dim(x, dim, unbiased, keepdim); var.default(x, unbiased)
+        correction = int(unbiased)
+    correction = 1 if correction is None else correction
+    dt = _float_out(node)
+    tx = ctx.as_tensor(x, dt)
+    axes = ctx.ints(_dims(ctx, x, dims))
+    mean = ctx.op("ReduceMean", [tx, axes], {"keepdims": 1})
+    d = ctx.op("Sub", [tx, mean])
+    s = ctx.op("ReduceSum", [ctx.op("Mul", [d, d]), axes], {"keepdims": int(bool(keepdim))})
+    n = ctx.op("Cast", [ctx.op("Div", [ctx.op("Size", [tx]), ctx.op("Size", [mean])])],
+               {"to": dtypes.onnx_code(dt)})
+    denom = ctx.op("Sub", [n, ctx.constant(float(correction), dt)])
+    return out(ctx, node, ctx.op("Div", [s, denom]))
+
+
+@converter(aten.diagonal.default, aten.diagonal_copy.default)
+def _diagonal(ctx, node, x, offset=0, dim1=0, dim2=1):
+    """The diagonal of dims (dim1, dim2), moved last: those two dims transposed to the end,
+    flattened, and the diagonal's elements gathered (their sizes must be static)."""
+    d1, d2 = axis(dim1, x.rank), axis(dim2, x.rank)
+    n1, n2 = x.shape[d1], x.shape[d2]
+    if not (is_static(n1) and is_static(n2)):
+        ctx.unsupported("diagonal of symbolic dims")
+    rest = [d for d in range(x.rank) if d not in (d1, d2)]
+    t = ctx.op("Transpose", [x], {"perm": rest + [d1, d2]})
+    flat = ctx.op("Reshape", [t, ctx.ints([0] * len(rest) + [-1])])
+    r0, c0 = max(0, -offset), max(0, offset)
+    length = max(0, min(int(n1) - r0, int(n2) - c0))
+    idx = [(i + r0) * int(n2) + i + c0 for i in range(length)]
+    return out(ctx, node, ctx.op("Gather", [flat, ctx.constant(idx, torch.int64, (length,))],
+                                 {"axis": len(rest)}))
+
+
+# ---- padding modes, batch norm with batch statistics ----
+
+
+def _onnx_pads(x: V, pad) -> list:
+    """torch's (begin, end) pairs from the last dim backwards -> ONNX's begins then ends."""
+    begins, ends = [0] * x.rank, [0] * x.rank
+    for i in range(len(pad) // 2):
+        begins[x.rank - 1 - i] = pad[2 * i]
+        ends[x.rank - 1 - i] = pad[2 * i + 1]
+    return begins + ends
+
+
+def _mode_pad(mode: str):
+    def convert(ctx, node, x, padding):
+        pads = _onnx_pads(x, padding)
+        if any(p < 0 for p in pads):
+            ctx.unsupported("negative padding")
+        return out(ctx, node, ctx.op("Pad", [x, ctx.ints(pads)], {"mode": mode}))
+
+    return convert
+
+
+converter(aten.reflection_pad1d.default, aten.reflection_pad2d.default,
+          aten.reflection_pad3d.default)(_mode_pad("reflect"))
+converter(aten.replication_pad1d.default, aten.replication_pad2d.default,
+          aten.replication_pad3d.default)(_mode_pad("edge"))
+
+
+@converter(aten._native_batch_norm_legit.default, aten._native_batch_norm_legit.no_stats,
+           aten._native_batch_norm_legit_functional.default)
+def _batch_norm_legit(ctx, node, x, w, b, *args):
+    """Batch norm; with training=True, over the batch's own statistics (biased variance), with
+    the saved mean and 1/std as outputs 1 and 2 (and, for the functional form, the updated
+    running mean and variance as outputs 3 and 4, as a train-mode module's forward makes them)."""
+    if node.target == aten._native_batch_norm_legit.no_stats:
+        mean = var = None
+        training, momentum, eps = args
+    else:
+        mean, var, training, momentum, eps = args
+    vals = node.meta["val"]
+    functional = node.target == aten._native_batch_norm_legit_functional.default
+    if not training:
+        y = _batch_norm(ctx, node, x, w, b, mean, var, momentum, eps)[0]
+        return [y, None, None] + ([mean, var] if functional else [])
+    axes = ctx.ints([0] + list(range(2, x.rank)))
+    mu = ctx.op("ReduceMean", [x, axes], {"keepdims": 1})
+    d = ctx.op("Sub", [x, mu])
+    v = ctx.op("ReduceMean", [ctx.op("Mul", [d, d]), axes], {"keepdims": 1})
+    rstd = ctx.op("Reciprocal", [ctx.op("Sqrt", [ctx.op("Add", [v, ctx.constant(eps, x.dtype)])])])
+    y = ctx.op("Mul", [d, rstd])
+    per_channel = ctx.ints([-1] + [1] * (x.rank - 2))
+    if w is not None:
+        y = ctx.op("Mul", [y, ctx.op("Reshape", [w, per_channel])])
+    if b is not None:
+        y = ctx.op("Add", [y, ctx.op("Reshape", [b, per_channel])])
+    flat = ctx.ints([-1])
+    mu, v = ctx.op("Reshape", [mu, flat]), ctx.op("Reshape", [v, flat])
+    outs = [V(y, vals[0].dtype, vals[0].shape), V(mu, vals[1].dtype, vals[1].shape),
+            V(ctx.op("Reshape", [rstd, flat]), vals[2].dtype, vals[2].shape)]
+    if functional:  # running = (1 - momentum) * running + momentum * batch (unbiased variance)
+        n = ctx.op("Cast", [ctx.op("Div", [ctx.op("Size", [x]), ctx.op("Size", [mu])])],
+                   {"to": dtypes.onnx_code(x.dtype)})
+        unbiased = ctx.op("Div", [ctx.op("Mul", [v, n]),
+                                  ctx.op("Sub", [n, ctx.constant(1.0, x.dtype)])])
+        keep, m = ctx.constant(1.0 - momentum, x.dtype), ctx.constant(momentum, x.dtype)
+        for run, batch, val in ((mean, mu, vals[3]), (var, unbiased, vals[4])):
+            new = ctx.op("Add", [ctx.op("Mul", [run, keep]), ctx.op("Mul", [batch, m])])
+            outs.append(V(new, val.dtype, val.shape))
+    return outs
+
+
+# ---- ops PyPTO cannot compile, with the reason ----
+
+_CANNOT = {
+    aten._local_scalar_dense.default:
+        "tensor.item() (or int()/float()/bool() of a tensor) reads a value back into Python, "
+        "which a compiled graph cannot do; keep the value a tensor, or compute it outside the "
+        "module",
+    aten.rand.default: "random numbers (torch.rand): a compiled graph is deterministic; pass the "
+                       "noise in as an input",
+    aten.randn.default: "random numbers (torch.randn): a compiled graph is deterministic; pass "
+                        "the noise in as an input",
+    aten.randperm.default: "a random permutation (torch.randperm): pass it in as an input",
+    aten.native_dropout.default: "dropout in training mode; PyPTO compiles for inference: call "
+                                 "model.eval()",
+    aten._fft_r2c.default: "FFTs (torch.fft / torch.stft) are not supported yet",
+    aten._fft_c2r.default: "FFTs (torch.fft / torch.istft) are not supported yet",
+    aten._fft_c2c.default: "FFTs (torch.fft) are not supported yet",
+}
+
+
+def _cannot(ctx, node, *args, **kwargs):
+    ctx.unsupported(_CANNOT[node.target])
+
+
+for _t in _CANNOT:
+    converter(_t)(_cannot)
+
+
+from . import aten_scatter  # noqa: E402, F401  (registers the scatter-family converters)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 
 from .. import _C
 from . import aten_ops  # noqa: F401  (registers the converters)
@@ -302,7 +302,10 @@ def import_program(ep: ExportedProgram, name: str = "main",
         else:
             raise NotImplementedError(f"[capture] input '{node.name}' of kind {spec.kind.name}")
     output_node = imp.convert_body(ep.graph)
-    outs = [imp.resolve(a) for a in output_node.args[0]]
+    # Only the user's outputs: buffer updates (a train-mode BatchNorm's running stats) are
+    # dropped, as compiling for inference means.
+    outs = [imp.resolve(a) for a, spec in zip(output_node.args[0], sig.output_specs)
+            if spec.kind == OutputKind.USER_OUTPUT]
     imp.set_outputs(outs, output_names)
 
     # A size of an input is at least 1, as the default batch is: torch.export's Dim has min=0
