@@ -257,6 +257,23 @@ def test_dynamic_spatial_dims_torch_cannot_use_are_a_capture_error_with_a_hint()
                        dynamic_shapes={"x": {2: hw, 3: Dim("W", min=32, max=512)}})
 
 
+class Stride32Skip(Stride32):
+    """Upsampled back and added to the input: the size must equal 32 * (size // 32)."""
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(self.convs(x), scale_factor=32) + x[:, :1]
+
+
+def test_torchs_suggested_fixes_become_the_hint():
+    from torch.export import Dim
+
+    with pytest.raises(ValueError, match=r"\[capture\] hint: (.|\n)*H = 32 \* Dim\('h', min=1, "
+                                         r"max=16\); W = 32 \* Dim\('w', min=1, max=16\)"):
+        pypto.optimize(Stride32Skip().eval(), (torch.randn(2, 3, 64, 96),),
+                       dynamic_shapes={"x": {2: Dim("H", min=32, max=512),
+                                             3: Dim("W", min=32, max=512)}})
+
+
 def test_derived_spatial_dims_stay_symbolic_as_products():
     from torch.export import Dim
 
