@@ -164,6 +164,21 @@ def test_index_put_two_indices():
           batches=(3, 6))
 
 
+@pytest.mark.parametrize("where", ["middle", "apart"])
+def test_index_put_after_a_colon(where):
+    # x[:, i, j] (B replaces dims 1, 2 in place) and x[i, :, j] (B goes first).
+    def fn(x, v):
+        i, j = torch.tensor([[0, 2], [1, 1]]), torch.tensor([1, 0])
+        key = (slice(None), i, j) if where == "middle" else (i, slice(None), j)
+        x = x.clone()
+        x[key] += v
+        return x
+
+    shape_v = (5, 2, 2) if where == "middle" else (2, 2, 4)
+    check(fn, lambda b: (torch.randn(b + 2, 4, 3) if where == "apart" else torch.randn(5, 3, 2),
+                         torch.randn(*shape_v)), "aten.index_put.default", dynamic=False)
+
+
 def test_index_put_with_a_boolean_mask():
     check(lambda x: x.index_put((x > 0.5,), torch.tensor(7.0)), randn(4, 5),
           "aten.index_put.default")
@@ -276,3 +291,46 @@ def test_train_mode_batch_norm_module_matches_eager():
 def test_ops_that_cannot_be_compiled_are_named(fn, op, why):
     with pytest.raises(NotImplementedError, match=rf"aten\.{op}\.default\] node .*{why}"):
         pypto.optimize(Fn(fn), (torch.randn(3, 8),))
+
+
+# ---- sort, grid_sample, fold, masked_scatter ----
+
+
+def test_sort():
+    check(lambda x: (torch.sort(x, 1), torch.sort(x, dim=-1, descending=True, stable=True)),
+          randn(6, 7), "aten.sort.default")
+
+
+@pytest.mark.parametrize("mode,padding", [("bilinear", "zeros"), ("nearest", "border"),
+                                          ("bilinear", "reflection")])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample(mode, padding, align_corners):
+    def fn(x, grid):
+        return F.grid_sample(x, grid, mode=mode, padding_mode=padding, align_corners=align_corners)
+
+    check(fn, lambda b: (torch.randn(b, 3, 5, 6), torch.rand(b, 4, 7, 2) * 2.4 - 1.2),
+          "aten.grid_sampler_2d.default", rtol=1e-4, atol=1e-5)
+
+
+def _fold(x):
+    return F.fold(x, (7, 8), (3, 2), dilation=(1, 2), padding=(1, 0), stride=(2, 1))
+
+
+def test_fold():
+    check_fx(_fold, lambda n: (torch.randn(n, 3 * 6, 24),), "aten.col2im.default")
+
+
+def test_fold_as_torch_export_decomposes_it():
+    check(_fold, randn(3 * 6, 24), "aten.index_put.default")  # index_put with ':' dims first
+
+
+def test_masked_scatter():
+    def fn(x, mask, src):
+        return x.masked_scatter(mask, src)
+
+    check(fn, lambda b: (torch.randn(b, 4, 5), torch.rand(4, 5) > 0.4, torch.randn(b * 20 + 3)),
+          "aten.masked_scatter.default", batches=(3,), dynamic=False)
+
+
+def test_negative_padding_crops():
+    check(lambda x: F.pad(x, (-1, 2, 0, -2)), randn(5, 6), "aten.constant_pad_nd.default")

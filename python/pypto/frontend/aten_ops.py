@@ -637,10 +637,16 @@ def _index(ctx, node, x, indices):
 @converter(aten.constant_pad_nd.default)
 def _pad(ctx, node, x, pad, value=0):
     pads = _onnx_pads(x, pad)
-    if any(p < 0 for p in pads):
-        ctx.unsupported("negative padding")
-    return out(ctx, node, ctx.op("Pad", [x, ctx.ints(pads), ctx.constant(value, x.dtype)],
-                                 {"mode": "constant"}))
+    y = x.id
+    if any(p < 0 for p in pads):  # negative padding crops: a Slice
+        r = x.rank
+        y = ctx.op("Slice", [y, ctx.ints([max(0, -p) for p in pads[:r]]),
+                             ctx.ints([min(p, 0) or INT64_MAX for p in pads[r:]]),
+                             ctx.ints(list(range(r)))])
+        pads = [max(0, p) for p in pads]
+    if any(pads) or y == x.id:
+        y = ctx.op("Pad", [y, ctx.ints(pads), ctx.constant(value, x.dtype)], {"mode": "constant"})
+    return out(ctx, node, y)
 
 
 @converter(aten.tril.default, aten.triu.default)
@@ -1130,6 +1136,39 @@ def _diagonal(ctx, node, x, offset=0, dim1=0, dim2=1):
     idx = [(i + r0) * int(n2) + i + c0 for i in range(length)]
     return out(ctx, node, ctx.op("Gather", [flat, ctx.constant(idx, torch.int64, (length,))],
                                  {"axis": len(rest)}))
+
+
+@converter(aten.sort.default, aten.sort.stable)
+def _sort(ctx, node, x, *args, stable=None, dim=-1, descending=False):
+    """TopK with k = the dim's size (ties may order their indices differently from torch)."""
+    if node.target == aten.sort.default and args:
+        dim, descending = (list(args) + [descending])[:2]
+    elif args:  # sort.stable(x, *, stable, dim, descending) has no positionals past x
+        dim = args[0]
+    d = axis(dim, x.rank)
+    vals = node.meta["val"]
+    k = ctx.op("Shape", [x], {"start": d, "end": d + 1})
+    v, i = ctx.op("TopK", [x, k], {"axis": d, "largest": int(bool(descending)), "sorted": 1},
+                  num_outputs=2)
+    return [V(v, vals[0].dtype, vals[0].shape), V(i, vals[1].dtype, vals[1].shape)]
+
+
+@converter(aten.grid_sampler_2d.default)
+def _grid_sampler_2d(ctx, node, x, grid, interpolation_mode, padding_mode, align_corners):
+    modes = ["linear", "nearest", "cubic"]
+    pads = ["zeros", "border", "reflection"]
+    return out(ctx, node, ctx.op("GridSample", [x, ctx.cast(grid, x.dtype)], {
+        "mode": modes[interpolation_mode], "padding_mode": pads[padding_mode],
+        "align_corners": int(bool(align_corners))}))
+
+
+@converter(aten.col2im.default)
+def _col2im(ctx, node, x, output_size, kernel_size, dilation, padding, stride):
+    """F.fold: Col2Im (a batch-less [C*k, L] input gets a batch of 1 and loses it again)."""
+    xin = x.id if x.rank == 3 else ctx.op("Unsqueeze", [x, ctx.ints([0])])
+    y = ctx.op("Col2Im", [xin, ctx.ints(output_size), ctx.ints(kernel_size)], {
+        "dilations": list(dilation), "pads": list(padding) * 2, "strides": list(stride)})
+    return out(ctx, node, y if x.rank == 3 else ctx.op("Squeeze", [y, ctx.ints([0])]))
 
 
 # ---- padding modes, batch norm with batch statistics ----

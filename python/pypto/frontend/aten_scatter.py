@@ -5,14 +5,17 @@ them. Each builds a new tensor from the old one and the written part; nothing is
 - slice_scatter, step 1: Concat of the part before the slice, the source and the part after it
   (Slice + Concat, so symbolic sizes work); step > 1: ScatterElements with a Range-built index.
 - select_scatter: slice_scatter of the source unsqueezed, one index wide.
-- index_put: ScatterND (accumulate: reduction add); a boolean mask with one value: Where.
+- index_put: ScatterND on the indexed dims moved first (accumulate: reduction add); a boolean
+  mask with one value: Where.
 - scatter / scatter_add / scatter_reduce: ScatterElements and its reductions.
+- masked_scatter: the k-th true position takes source's k-th element (CumSum + Gather + Where).
 """
 
 from __future__ import annotations
 
 import torch
 
+from .. import dtypes
 from .aten_ops import _fill, axis, out, stack_indices
 from .fx_importer import INT64_MAX, SymV, V, converter, is_static
 
@@ -87,8 +90,8 @@ def _copy(ctx, node, dst, src, non_blocking=False):
 
 @converter(aten.index_put.default, aten.index_put_.default)
 def _index_put(ctx, node, x, indices, values, accumulate=False):
-    """x[i0, i1, ...] = values (+= with accumulate), index tensors on leading dims (None: ':')
-    or one boolean mask of x's shape with a single value."""
+    """x[i0, i1, ...] = values (+= with accumulate), with index tensors (None: ':') under numpy's
+    rules (see aten_ops._index), or one boolean mask of x's shape with a single value."""
     vals = ctx.cast(values, x.dtype)
     present = [i for i, t in enumerate(indices) if t is not None]
     if len(present) == 1 and indices[present[0]].dtype == torch.bool:
@@ -100,15 +103,33 @@ def _index_put(ctx, node, x, indices, values, accumulate=False):
         return out(ctx, node, ctx.op("Where", [mask, one, x]))
     if any(indices[i].dtype == torch.bool for i in present):
         ctx.unsupported("index_put mixing boolean masks with other indices")
-    if present != list(range(len(present))):
-        ctx.unsupported("index_put with index tensors after a ':' (only leading dims)")
+    # The indexed dims go first (ScatterND indexes leading dims), and come back after.
+    rest = [d for d in range(x.rank) if d not in present]
+    perm = present + rest
+    moved = perm != list(range(x.rank))
+    xt = ctx.op("Transpose", [x], {"perm": perm}) if moved else x.id
     stacked, zero = stack_indices(ctx, [indices[i] for i in present])  # B + [k]
-    # updates: B + x.shape[k:], values broadcast to it.
-    upd_shape = ctx.op("Concat", [ctx.op("Shape", [zero]),
-                                  ctx.op("Shape", [x], {"start": len(present)})], {"axis": 0})
-    upd = ctx.op("Expand", [vals, upd_shape])
+    rest_shape = ctx.op("Shape", [xt], {"start": len(present)})
+    lead = present[0]
+    if present == list(range(lead, present[-1] + 1)) and lead > 0:
+        # torch's x[...] shape keeps B in place of consecutive indexed dims: values broadcast
+        # there, then B moves first, as ScatterND's updates have it.
+        nb = max(indices[i].rank for i in present)
+        r_shape = ctx.op("Concat", [ctx.op("Shape", [x], {"start": 0, "end": lead}),
+                                    ctx.op("Shape", [zero]),
+                                    ctx.op("Shape", [x], {"start": present[-1] + 1})], {"axis": 0})
+        upd = ctx.op("Expand", [vals, r_shape])
+        order = list(range(lead, lead + nb)) + list(range(lead)) + \
+            list(range(lead + nb, nb + len(rest)))
+        upd = ctx.op("Transpose", [upd], {"perm": order})
+    else:  # B + the other dims
+        upd = ctx.op("Expand", [vals, ctx.op("Concat", [ctx.op("Shape", [zero]), rest_shape],
+                                             {"axis": 0})])
     attrs = {"reduction": "add"} if accumulate else {}
-    return out(ctx, node, ctx.op("ScatterND", [x, stacked, upd], attrs))
+    y = ctx.op("ScatterND", [xt, stacked, upd], attrs)
+    if moved:
+        y = ctx.op("Transpose", [y], {"perm": [perm.index(d) for d in range(x.rank)]})
+    return out(ctx, node, y)
 
 
 def _one_value(v: V) -> bool:
@@ -162,3 +183,17 @@ def _scatter_reduce(ctx, node, x, dim, index, src, reduce, include_self=True):
     return out(ctx, node, ctx.op("ScatterElements", [base, index, upd],
                                  {"axis": d, "reduction": red}))
 
+
+
+@converter(aten.masked_scatter.default)
+def _masked_scatter(ctx, node, x, mask, source):
+    shape = ctx.op("Shape", [x])
+    m = ctx.op("Expand", [mask, shape])
+    flat = ctx.ints([-1])
+    count = ctx.op("CumSum", [ctx.op("Cast", [ctx.op("Reshape", [m, flat])],
+                                     {"to": dtypes.onnx_code(torch.int64)}),
+                              ctx.constant(0, torch.int64)])
+    pos = ctx.op("Max", [ctx.op("Sub", [count, ctx.ints([1])]), ctx.ints([0])])
+    src = ctx.op("Reshape", [ctx.cast(source, x.dtype), flat])
+    picked = ctx.op("Reshape", [ctx.op("Gather", [src, pos], {"axis": 0}), shape])
+    return out(ctx, node, ctx.op("Where", [m, picked, x]))
