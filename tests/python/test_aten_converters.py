@@ -334,3 +334,10 @@ def test_masked_scatter():
 
 def test_negative_padding_crops():
     check(lambda x: F.pad(x, (-1, 2, 0, -2)), randn(5, 6), "aten.constant_pad_nd.default")
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0, float("inf")])
+def test_cdist(p):
+    check(lambda a, b: torch.cdist(a, b, p=p),
+          lambda n: (torch.randn(n, 7, 5), torch.randn(n, 4, 5)), "aten._cdist_forward.default",
+          rtol=1e-4, atol=1e-5)

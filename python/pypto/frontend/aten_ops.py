@@ -1153,6 +1153,28 @@ def _sort(ctx, node, x, *args, stable=None, dim=-1, descending=False):
     return [V(v, vals[0].dtype, vals[0].shape), V(i, vals[1].dtype, vals[1].shape)]
 
 
+@converter(aten._cdist_forward.default)
+def _cdist(ctx, node, a, b, p, compute_mode=None):
+    """p-norm distances of every row pair, from the differences themselves (exact, not the
+    |a|^2 + |b|^2 - 2ab expansion torch may use for p = 2)."""
+    d = ctx.op("Sub", [ctx.op("Unsqueeze", [a, ctx.ints([-2])]),
+                       ctx.op("Unsqueeze", [b, ctx.ints([-3])])])  # [..., P, R, M]
+    last = ctx.ints([-1])
+    keep = {"keepdims": 0}
+    if p == 1:
+        return out(ctx, node, ctx.op("ReduceSum", [ctx.op("Abs", [d]), last], keep))
+    if p == 2:
+        return out(ctx, node, ctx.op("Sqrt", [ctx.op("ReduceSum", [ctx.op("Mul", [d, d]), last],
+                                                     keep)]))
+    if p == float("inf"):
+        return out(ctx, node, ctx.op("ReduceMax", [ctx.op("Abs", [d]), last], keep))
+    if p <= 0:
+        ctx.unsupported(f"cdist with p={p}")
+    s = ctx.op("ReduceSum", [ctx.op("Pow", [ctx.op("Abs", [d]), ctx.constant(float(p), a.dtype)]),
+                             last], keep)
+    return out(ctx, node, ctx.op("Pow", [s, ctx.constant(1.0 / p, a.dtype)]))
+
+
 @converter(aten.grid_sampler_2d.default)
 def _grid_sampler_2d(ctx, node, x, grid, interpolation_mode, padding_mode, align_corners):
     modes = ["linear", "nearest", "cubic"]
