@@ -341,3 +341,28 @@ def test_cdist(p):
     check(lambda a, b: torch.cdist(a, b, p=p),
           lambda n: (torch.randn(n, 7, 5), torch.randn(n, 4, 5)), "aten._cdist_forward.default",
           rtol=1e-4, atol=1e-5)
+
+
+class Bag(torch.nn.Module):
+    def __init__(self, mode, last):
+        super().__init__()
+        self.bag = torch.nn.EmbeddingBag(10, 4, mode=mode, include_last_offset=last)
+
+    def forward(self, i, o, w=None):
+        return self.bag(i, o, per_sample_weights=w)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("last", [False, True])
+def test_embedding_bag(mode, last):
+    torch.manual_seed(0)
+    model = Bag(mode, last).eval()
+    i, o = torch.randint(0, 10, (9,)), torch.tensor([0, 2, 2, 5] + ([9] if last else []))
+    fast = pypto.optimize(model, (i, o), dynamic=False)
+    for i, o in ((i, o), (torch.randint(0, 10, (9,)), torch.tensor([0, 0, 4, 9] + ([9] if last
+                                                                                     else [])))):
+        torch.testing.assert_close(fast(i, o), model(i, o))  # an empty bag in each
+    if mode == "sum":
+        w = torch.rand(9)
+        fast = pypto.optimize(model, (i, o, w), dynamic=False)
+        torch.testing.assert_close(fast(i, o, w), model(i, o, w), rtol=1e-5, atol=1e-6)

@@ -1175,6 +1175,48 @@ def _cdist(ctx, node, a, b, p, compute_mode=None):
     return out(ctx, node, ctx.op("Pow", [s, ctx.constant(1.0 / p, a.dtype)]))
 
 
+@converter(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
+def _embedding_bag(ctx, node, weight, indices, offsets, scale_grad_by_freq=False, mode=0,
+                   sparse=False, per_sample_weights=None, include_last_offset=False,
+                   padding_idx=-1):
+    """nn.EmbeddingBag (1-D indices with offsets): the rows gathered, each index's bag = the
+    count of bag starts at or before it, minus 1, and the rows reduced into their bags with
+    ScatterElements (sum, mean, max; an empty bag is 0). Only output 0 is made."""
+    if indices.rank != 1 or (padding_idx is not None and padding_idx >= 0):
+        ctx.unsupported("embedding_bag with 2-D indices or a padding_idx")
+    dt = weight.dtype
+    rows = ctx.op("Gather", [weight, indices], {"axis": 0})  # [N, D]
+    if per_sample_weights is not None:
+        rows = ctx.op("Mul", [rows, ctx.op("Unsqueeze", [per_sample_weights, ctx.ints([1])])])
+    starts = offsets.id if not include_last_offset else \
+        ctx.op("Slice", [offsets, ctx.ints([0]), ctx.ints([-1]), ctx.ints([0])])
+    i64 = dtypes.onnx_code(torch.int64)
+    n = ctx.op("Squeeze", [ctx.op("Shape", [indices]), ctx.ints([0])])
+    pos = ctx.op("Range", [ctx.constant(0, torch.int64), n, ctx.constant(1, torch.int64)])
+    starts64 = ctx.op("Cast", [starts], {"to": i64})
+    started = ctx.op("LessOrEqual", [ctx.op("Unsqueeze", [starts64, ctx.ints([0])]),
+                                     ctx.op("Unsqueeze", [pos, ctx.ints([1])])])  # [N, B]
+    bag = ctx.op("Sub", [ctx.op("ReduceSum", [ctx.op("Cast", [started], {"to": i64}),
+                                              ctx.ints([1])], {"keepdims": 0}), ctx.ints([1])])
+    idx = ctx.op("Expand", [ctx.op("Unsqueeze", [bag, ctx.ints([1])]), ctx.op("Shape", [rows])])
+    bags = ctx.op("Concat", [ctx.op("Shape", [starts]), ctx.op("Shape", [weight], {"start": 1})],
+                  {"axis": 0})  # [B, D]
+    red = {0: "add", 1: "add", 2: "max"}[mode]
+    init = _fill(ctx, node, bags, float("-inf") if mode == 2 else 0.0, dt)
+    y = ctx.op("ScatterElements", [init, idx, rows], {"axis": 0, "reduction": red})
+    if mode != 0:  # mean divides by, max zeroes empty bags by, the bag sizes
+        ones = _fill(ctx, node, ctx.op("Shape", [rows]), 1.0, dt)
+        count = ctx.op("ScatterElements", [_fill(ctx, node, bags, 0.0, dt), idx, ones],
+                       {"axis": 0, "reduction": "add"})
+        zero = ctx.constant(0.0, dt)
+        if mode == 1:
+            y = ctx.op("Div", [y, ctx.op("Max", [count, ctx.constant(1.0, dt)])])
+        else:
+            y = ctx.op("Where", [ctx.op("Greater", [count, zero]), y, zero])
+    val = node.meta["val"][0]
+    return [V(y, val.dtype, val.shape), None, None, None]
+
+
 @converter(aten.grid_sampler_2d.default)
 def _grid_sampler_2d(ctx, node, x, grid, interpolation_mode, padding_mode, align_corners):
     modes = ["linear", "nearest", "cubic"]
