@@ -1,6 +1,7 @@
 // The interpreter loop: bind inputs and initializers, run each node's kernel in order, release a
 // value after its last reader, and return the graph outputs.
 #include <algorithm>
+#include <charconv>
 #include <new>
 #include <unordered_map>
 
@@ -55,6 +56,14 @@ const Kernel* KernelRegistry::find(const Node& n) const {
 
 namespace {
 
+// The integer factor of a product dim ("32*h": 32, a derived torch.export Dim); 1 for others.
+int64_t dim_factor(const std::string& symbol) {
+  int64_t f = 0;
+  const char* end = symbol.data() + symbol.size();
+  auto [p, ec] = std::from_chars(symbol.data(), end, f);
+  return ec == std::errc() && p != end && *p == '*' && f > 0 ? f : 1;
+}
+
 void check_input(const Graph& g, ValueId v, const Tensor& t,
                  std::unordered_map<std::string, int64_t>& symbols) {
   const Value& val = g.value(v);
@@ -78,6 +87,9 @@ void check_input(const Graph& g, ValueId v, const Tensor& t,
       if (!fresh && it->second != t.shape()[i])
         throw ValueError(cat(where, ": dimension ", i, " ('", s[i].symbol, "') is ", t.shape()[i],
                              " but another input set it to ", it->second));
+      if (const int64_t f = dim_factor(s[i].symbol); t.shape()[i] % f != 0)
+        throw ValueError(cat(where, ": dimension ", i, " ('", s[i].symbol, "') is ", t.shape()[i],
+                             ", not a multiple of ", f));
     }
   }
 }

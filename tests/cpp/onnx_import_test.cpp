@@ -2,6 +2,7 @@
 // pto::Error type with a message that names the file, the node and the op.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -237,6 +238,51 @@ TEST(OnnxImport, NegativeDims) {
   in.node("Relu", {"x"}, {"y"});
   in.output("y");
   expect_error<ValueError>([&] { load_bytes(in.bytes()); }, {"model.onnx", "'x'", "negative"});
+}
+
+// What other exporters write for a dynamic size (-1, 0, '?', ''), read as onnxruntime reads it:
+// unknown dims, each '?' independent of the others, one warning per kind naming where.
+TEST(OnnxImport, DialectDims) {
+  ModelBuilder mb;
+  mb.input("a", TP::FLOAT, {int64_t{-1}, int64_t{2}});
+  mb.input("b", TP::FLOAT, {std::string("?"), int64_t{2}});
+  mb.input("c", TP::FLOAT, {std::string(""), int64_t{0}});
+  mb.graph().mutable_input(2)->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim();
+  mb.raw_floats("empty", {}, {0, 2});  // a real zero size in an initializer stays legal
+  auto* axis = mb.node("Concat", {"a", "b", "empty"}, {"ab"}).add_attribute();
+  axis->set_name("axis");
+  axis->set_type(::onnx::AttributeProto::INT);
+  axis->set_i(0);
+  mb.node("Relu", {"c"}, {"y"});
+  mb.output("ab");
+  mb.output("y");
+  auto* vi = mb.graph().add_value_info();  // a dynamic dim written as -1 in value_info too
+  vi->set_name("ab");
+  auto* vshape = vi->mutable_type()->mutable_tensor_type()->mutable_shape();
+  vshape->add_dim()->set_dim_value(-1);
+  vshape->add_dim()->set_dim_value(2);
+
+  ::testing::internal::CaptureStderr();
+  Graph g = load_bytes(mb.bytes());
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(g.value(g.inputs()[0]).type.str(), "f32[?, 2]");
+  EXPECT_EQ(g.value(g.inputs()[1]).type.str(), "f32[?, 2]");
+  EXPECT_EQ(g.value(g.inputs()[2]).type.str(), "f32[?, ?, ?]");
+  for (const char* part :
+       {"model.onnx: dim_value -1 read as an unknown dimension", "input 'a' dim 0",
+        "value_info 'ab' dim 0", "(2 dims)", "dim_value 0 on a graph input", "input 'c' dim 1",
+        "dim_param '?' or '' read as a fresh unknown dimension", "input 'b' dim 0"})
+    EXPECT_NE(log.find(part), std::string::npos) << "'" << part << "' missing from: " << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 3) << log;  // once per kind, not per dim
+
+  // The two '?' (and the -1) are not one symbol: a and b take different sizes.
+  std::vector<float> a = {1, 2}, b = {3, 4, 5, 6, 7, 8};
+  auto out = reference::run(
+      g, {Tensor::from_vector<float>(a, {1, 2}), Tensor::from_vector<float>(b, {3, 2}),
+          Tensor::from_vector<float>({-1, 1}, {2, 1, 1})});
+  ASSERT_EQ(out[0].shape(), (Dims{4, 2}));
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(out[0].item_as_double(i), i + 1) << i;
+  EXPECT_EQ(out[1].shape(), (Dims{2, 1, 1}));
 }
 
 // A model whose initializer "w" (3 floats) lives in an external file.

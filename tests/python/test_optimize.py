@@ -232,3 +232,61 @@ def test_a_dim_without_min_starts_at_1():
             torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"outside the declared range \[1, "):
         fast(torch.randn(0, 6))
+
+
+class Stride32(torch.nn.Module):
+    """Five stride-2 convolutions: torch.export needs the height and width to be multiples of 32."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = torch.nn.Sequential(*[torch.nn.Conv2d(3 if i == 0 else 4, 4, 3, stride=2,
+                                                           padding=1) for i in range(5)])
+
+    def forward(self, x):
+        return self.convs(x)
+
+
+def test_dynamic_spatial_dims_torch_cannot_use_are_a_capture_error_with_a_hint():
+    from torch.export import Dim
+
+    hw = Dim("H", min=32, max=512)
+    with pytest.raises(ValueError, match=r"^\[capture\] torch.export cannot use the dynamic dims "
+                                         r"you declared for Stride32: (.|\n)*Not all values of H"
+                                         r"(.|\n)*\[capture\] hint: (.|\n)*32 \* Dim\("):
+        pypto.optimize(Stride32().eval(), (torch.randn(2, 3, 64, 96),),
+                       dynamic_shapes={"x": {2: hw, 3: Dim("W", min=32, max=512)}})
+
+
+class Stride32Skip(Stride32):
+    """Upsampled back and added to the input: the size must equal 32 * (size // 32)."""
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(self.convs(x), scale_factor=32) + x[:, :1]
+
+
+def test_torchs_suggested_fixes_become_the_hint():
+    from torch.export import Dim
+
+    with pytest.raises(ValueError, match=r"\[capture\] hint: (.|\n)*H = 32 \* Dim\('h', min=1, "
+                                         r"max=16\); W = 32 \* Dim\('w', min=1, max=16\)"):
+        pypto.optimize(Stride32Skip().eval(), (torch.randn(2, 3, 64, 96),),
+                       dynamic_shapes={"x": {2: Dim("H", min=32, max=512),
+                                             3: Dim("W", min=32, max=512)}})
+
+
+def test_derived_spatial_dims_stay_symbolic_as_products():
+    from torch.export import Dim
+
+    torch.manual_seed(0)
+    model = Stride32().eval()
+    h, w = Dim("h", min=1, max=16), Dim("w", min=1, max=16)
+    fast = pypto.optimize(model, (torch.randn(2, 3, 64, 96),), dynamic_shapes={
+        "x": {0: Dim("batch", min=1, max=8), 2: 32 * h, 3: 32 * w}})
+    assert fast.graph.type(fast.graph.inputs[0]) == ("f32", ["batch", 3, "32*h", "32*w"])
+    assert fast.dynamic_dims["32*h"] == (32, 512) and fast.dynamic_dims["w"][1] == 16
+    for shape in ((1, 3, 64, 96), (3, 3, 128, 64)):
+        x = torch.randn(shape)
+        with torch.no_grad():
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"dimension 2 \('32\*h'\) is 70, not a multiple of 32"):
+        fast(torch.randn(1, 3, 70, 64))

@@ -593,6 +593,20 @@ def _gather(ctx, node, x, dim, index, sparse_grad=False):
     return out(ctx, node, ctx.op("GatherElements", [x, index], {"axis": axis(dim, x.rank)}))
 
 
+def stack_indices(ctx, indices: list) -> tuple[int, int]:
+    """Index tensors broadcast together to B and stacked: (B + [k] int64 indices for GatherND /
+    ScatterND, a B-shaped int64 zero tensor)."""
+    idx = [ctx.cast(t, torch.int64).id for t in indices]
+    zero = None  # sum of idx*0: broadcasts every index tensor to B, symbolic sizes included
+    for i in idx:
+        z = ctx.op("Mul", [i, ctx.constant(0, torch.int64)])
+        zero = z if zero is None else ctx.op("Add", [zero, z])
+    last = ctx.ints([-1])
+    stacked = ctx.op("Concat", [ctx.op("Unsqueeze", [ctx.op("Add", [i, zero]), last]) for i in idx],
+                     {"axis": -1})
+    return stacked, zero
+
+
 @converter(aten.index.Tensor)
 def _index(ctx, node, x, indices):
     """x[i0, i1, ...] with integer index tensors (None for a ':' dim), numpy's rules: the index
@@ -605,14 +619,7 @@ def _index(ctx, node, x, indices):
         d = present[0]
         return out(ctx, node, ctx.op("Gather", [x, ctx.cast(indices[d], torch.int64)],
                                      {"axis": d}))
-    idx = [ctx.cast(indices[i], torch.int64).id for i in present]
-    zero = None  # sum of idx*0: broadcasts every index tensor to B, symbolic sizes included
-    for i in idx:
-        z = ctx.op("Mul", [i, ctx.constant(0, torch.int64)])
-        zero = z if zero is None else ctx.op("Add", [zero, z])
-    last = ctx.ints([-1])
-    stacked = ctx.op("Concat", [ctx.op("Unsqueeze", [ctx.op("Add", [i, zero]), last]) for i in idx],
-                     {"axis": -1})
+    stacked, _ = stack_indices(ctx, [indices[i] for i in present])
     rest = [d for d in range(x.rank) if d not in present]
     perm = present + rest
     xt = x.id if perm == list(range(x.rank)) else ctx.op("Transpose", [x], {"perm": perm})
@@ -627,19 +634,28 @@ def _index(ctx, node, x, indices):
     return out(ctx, node, y)
 
 
-@converter(aten.constant_pad_nd.default)
-def _pad(ctx, node, x, pad, value=0):
-    # torch's pad lists (begin, end) pairs from the last dim backwards; ONNX wants all begins
-    # then all ends, from the first dim.
-    n = len(pad) // 2
+def _onnx_pads(x: V, pad) -> list:
+    """torch's (begin, end) pairs from the last dim backwards -> ONNX's begins then ends."""
     begins, ends = [0] * x.rank, [0] * x.rank
-    for i in range(n):
+    for i in range(len(pad) // 2):
         begins[x.rank - 1 - i] = pad[2 * i]
         ends[x.rank - 1 - i] = pad[2 * i + 1]
-    if any(p < 0 for p in begins + ends):
-        ctx.unsupported("negative padding")
-    return out(ctx, node, ctx.op("Pad", [x, ctx.ints(begins + ends), ctx.constant(value, x.dtype)],
-                                 {"mode": "constant"}))
+    return begins + ends
+
+
+@converter(aten.constant_pad_nd.default)
+def _pad(ctx, node, x, pad, value=0):
+    pads = _onnx_pads(x, pad)
+    y = x.id
+    if any(p < 0 for p in pads):  # negative padding crops: a Slice
+        r = x.rank
+        y = ctx.op("Slice", [y, ctx.ints([max(0, -p) for p in pads[:r]]),
+                             ctx.ints([min(p, 0) or INT64_MAX for p in pads[r:]]),
+                             ctx.ints(list(range(r)))])
+        pads = [max(0, p) for p in pads]
+    if any(pads) or y == x.id:
+        y = ctx.op("Pad", [y, ctx.ints(pads), ctx.constant(value, x.dtype)], {"mode": "constant"})
+    return out(ctx, node, y)
 
 
 @converter(aten.tril.default, aten.triu.default)
@@ -1063,3 +1079,6 @@ def _quantized_conv2d(ctx, node, x, weight, weight_scale, bias, x_scale, x_zero_
     if bias is not None:
         y = ctx.op("Add", [y, ctx.op("Reshape", [bias, channels])])
     return out(ctx, node, y)
+
+
+from . import aten_more, aten_scatter  # noqa: E402, F401  (register their converters)

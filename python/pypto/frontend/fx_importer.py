@@ -325,12 +325,21 @@ class FxImporter:
     def input_type(self, val) -> tuple[str, list]:
         shape = []
         for d in val.shape:
-            if isinstance(d, torch.SymInt):
-                expr = d.node.expr
-                shape.append(self.symbol_names.get(expr, str(expr)) if expr.is_Symbol else None)
-            else:
-                shape.append(int(d))
+            shape.append(self.dim_name(d.node.expr) if isinstance(d, torch.SymInt) else int(d))
         return dtypes.name(val.dtype), shape
+
+    def dim_name(self, expr) -> str | None:
+        """The graph's name for a size expression: a symbol's name, or a product of symbols with
+        a positive integer factor in include/pto/shape.h's canonical form ("32*h", "batch*seq",
+        a derived Dim such as 32 * Dim("h")); None (an unknown dim) for anything else."""
+        if expr.is_Symbol:
+            return self.symbol_names.get(expr, str(expr))
+        coeff, rest = expr.as_coeff_Mul()
+        factors = rest.as_ordered_factors() if rest.is_Mul else [rest]
+        if not (coeff.is_Integer and coeff > 0 and all(f.is_Symbol for f in factors)):
+            return None
+        names = sorted(self.symbol_names.get(f, str(f)) for f in factors)
+        return "*".join(([str(int(coeff))] if coeff != 1 else []) + names)
 
     def add_input(self, node: torch.fx.Node, name: str | None = None):
         val = node.meta.get("val")

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 
 from .. import _C
 from . import aten_ops  # noqa: F401  (registers the converters)
@@ -96,7 +97,7 @@ def dim_names(module, args: tuple, kwargs: dict, dynamic_shapes) -> list[dict[in
 
     def per_tensor(spec) -> dict[int, str]:
         items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
-        return {int(d): getattr(dim, "__name__", None) or str(dim) for d, dim in items
+        return {int(d): _root_name(dim) for d, dim in items
                 if dim is not None and not isinstance(dim, int)}
 
     def walk(value, spec):
@@ -124,6 +125,12 @@ def dim_names(module, args: tuple, kwargs: dict, dynamic_shapes) -> list[dict[in
     for k, v in kwargs.items():
         walk(v, dynamic_shapes.get(k) if isinstance(dynamic_shapes, dict) else None)
     return names
+
+
+def _root_name(dim) -> str:
+    """A declared Dim's name; for a derived one (32 * Dim("h")), its root's ("h")."""
+    root = getattr(dim, "root", None)
+    return getattr(root, "__name__", None) or getattr(dim, "__name__", None) or str(dim)
 
 
 def export(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
@@ -160,12 +167,31 @@ class ExportError(ValueError):
 def _export(module, args, kwargs, dynamic_shapes, what=None) -> ExportedProgram:
     try:
         ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
-    except torch._dynamo.exc.UserError:
-        raise
+    except torch._dynamo.exc.UserError as e:
+        if e.error_type != torch._dynamo.exc.UserErrorType.CONSTRAINT_VIOLATION:
+            raise
+        raise ValueError(f"[capture] torch.export cannot use the dynamic dims you declared for "
+                         f"{what or type(module).__name__}: {e}\n{_derived_dim_hint(str(e))}") \
+            from e
     except Exception as e:
         raise ExportError(f"[capture] torch.export could not capture "
                           f"{what or type(module).__name__}: {type(e).__name__}: {e}") from e
     return ep.run_decompositions(_decompositions())
+
+
+def _derived_dim_hint(message: str) -> str:
+    """PyPTO's reading of torch's "Suggested fixes": a size a network needs to be a multiple of k
+    (a stride-32 CNN's height) is declared as k times a Dim, which PyPTO keeps as the symbolic
+    size "k*h"."""
+    roots = dict(re.findall(r"^\s*(\w+) = (Dim\(.*\))\s*$", message, re.M))
+    fixes = []
+    for name, k, root in re.findall(r"^\s*(\w+) = (\d+)\*(\w+)\s*$", message, re.M):
+        dim = roots.get(root, f"Dim('{root}')").replace(f"'{root}'", f"'{root.strip('_').lower()}'")
+        fixes.append(f"{name} = {k} * {dim}")
+    example = "; ".join(fixes) if fixes else "H = 32 * Dim('h', min=1, max=16)"
+    return ("[capture] hint: declare a size the model needs to be a multiple of k (a stride-32 "
+            f"network's height and width) as k times a Dim, e.g. {example}; PyPTO keeps such a "
+            "derived dim symbolic as the size 'k*h'")
 
 
 def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
@@ -284,8 +310,10 @@ def import_program(ep: ExportedProgram, name: str = "main",
             continue
         for d, n in declared.items():
             size = val.shape[d] if d < val.dim() else None
-            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                imp.symbol_names.setdefault(size.node.expr, n)
+            # A declared Dim, or one derived from it (32*s0): its one symbol takes the name.
+            syms = size.node.expr.free_symbols if isinstance(size, torch.SymInt) else ()
+            if len(syms) == 1:
+                imp.symbol_names.setdefault(next(iter(syms)), n)
     for spec, node in zip(sig.input_specs, placeholders):
         imp.node = None
         if spec.kind == InputKind.USER_INPUT:
@@ -302,7 +330,10 @@ def import_program(ep: ExportedProgram, name: str = "main",
         else:
             raise NotImplementedError(f"[capture] input '{node.name}' of kind {spec.kind.name}")
     output_node = imp.convert_body(ep.graph)
-    outs = [imp.resolve(a) for a in output_node.args[0]]
+    # Only the user's outputs: buffer updates (a train-mode BatchNorm's running stats) are
+    # dropped, as compiling for inference means.
+    outs = [imp.resolve(a) for a, spec in zip(output_node.args[0], sig.output_specs)
+            if spec.kind == OutputKind.USER_OUTPUT]
     imp.set_outputs(outs, output_names)
 
     # A size of an input is at least 1, as the default batch is: torch.export's Dim has min=0
@@ -312,7 +343,7 @@ def import_program(ep: ExportedProgram, name: str = "main",
                    if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
     ranges = {}
     for sym, vr in ep.range_constraints.items():
-        n = imp.symbol_names.get(sym, str(sym))
+        n = imp.dim_name(sym) or str(sym)
         lo, hi = _bound(vr.lower, 0), _bound(vr.upper, INT64_MAX)
         ranges[n] = (max(lo, 1 if sym in input_sizes else 0), hi)
     for n, (lo, hi) in ranges.items():

@@ -9,6 +9,7 @@
 
 #include "ir/ops/qlinear_ops.h"
 #include "proto_util.h"
+#include "pto/log.h"
 #include "pto/onnx.h"
 #include "pto/op_registry.h"
 
@@ -46,7 +47,36 @@ std::string unsupported_domain_hint(const std::string& domain, const std::string
              "load the model as exported, before the optimizer fuses it)");
 }
 
-TensorType type_from_proto(const ::onnx::TypeProto& tp, const std::string& where) {
+// Dimensions the exporters of other frameworks write that the ONNX spec does not define, read as
+// onnxruntime reads them. Each kind is reported once per model, naming where it was seen.
+class DimGuesses {
+ public:
+  enum Kind { kMinusOne, kZero, kAnonymous, kKinds };
+
+  void note(Kind k, const std::string& where, size_t axis) {
+    if (seen_[k]++ < 3) places_[k] += cat(places_[k].empty() ? "" : ", ", where, " dim ", axis);
+  }
+  void report(const std::string& src) const {
+    static const char* kWhat[kKinds] = {
+        "dim_value -1 read as an unknown dimension (Paddle2ONNX writes -1 for a dynamic size)",
+        "dim_value 0 on a graph input, output or value_info read as an unknown dimension (some "
+        "exporters write 0 for a dynamic size; initializers and Constants keep real zero sizes)",
+        "dim_param '?' or '' read as a fresh unknown dimension each time, not one shared symbol"};
+    for (int k = 0; k < kKinds; ++k)
+      if (seen_[k])
+        log(LogLevel::kWarn, cat(src, ": ", kWhat[k], ": ", places_[k], seen_[k] > 3 ? ", ..." : "",
+                                 " (", seen_[k], seen_[k] == 1 ? " dim)" : " dims)"));
+  }
+
+ private:
+  int seen_[kKinds] = {};
+  std::string places_[kKinds];
+};
+
+// `what` names the value ("input 'x'"), `src` the file.
+TensorType type_from_proto(const ::onnx::TypeProto& tp, const std::string& src,
+                           const std::string& what, DimGuesses& guesses) {
+  const std::string where = cat(src, ": ", what);
   TensorType out;
   if (!tp.has_tensor_type()) {
     if (tp.value_case() == ::onnx::TypeProto::VALUE_NOT_SET) return out;  // untyped
@@ -59,13 +89,19 @@ TensorType type_from_proto(const ::onnx::TypeProto& tp, const std::string& where
   if (tt.has_shape()) {
     Shape s;
     for (const auto& d : tt.shape().dim()) {
-      if (d.has_dim_value()) {
-        if (d.dim_value() < 0) throw ValueError(cat(where, ": negative dimension ", d.dim_value()));
+      const size_t axis = s.size();
+      if (d.has_dim_value() && d.dim_value() > 0) {
         s.emplace_back(d.dim_value());
-      } else if (d.has_dim_param() && !d.dim_param().empty()) {
+      } else if (d.has_dim_value()) {
+        if (d.dim_value() < -1)
+          throw ValueError(cat(where, ": negative dimension ", d.dim_value()));
+        guesses.note(d.dim_value() == 0 ? DimGuesses::kZero : DimGuesses::kMinusOne, what, axis);
+        s.push_back(Dim::unknown());
+      } else if (d.has_dim_param() && !d.dim_param().empty() && d.dim_param() != "?") {
         s.push_back(Dim::sym(d.dim_param()));
       } else {
-        s.push_back(Dim::unknown());
+        if (d.has_dim_param()) guesses.note(DimGuesses::kAnonymous, what, axis);
+        s.push_back(Dim::unknown());  // unknown dims are independent of each other
       }
     }
     out.shape = std::move(s);
@@ -170,6 +206,7 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
   const auto& gp = m.graph();
   g.name = gp.name();
 
+  DimGuesses guesses;
   std::unordered_set<std::string> init_names;
   for (const auto& t : gp.initializer()) init_names.insert(t.name());
   if (gp.sparse_initializer_size())
@@ -182,7 +219,8 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
     if (g.find_value(vi.name()))
       throw ValueError(cat(src, ": graph input '", vi.name(), "' is declared twice"));
     try {
-      g.add_input(vi.name(), type_from_proto(vi.type(), cat(src, ": input '", vi.name(), "'")));
+      g.add_input(vi.name(),
+                  type_from_proto(vi.type(), src, cat("input '", vi.name(), "'"), guesses));
     } catch (const UnsupportedError& e) {
       throw UnsupportedError(cat(e.what(), readers(gp, vi.name())));
     }
@@ -252,7 +290,7 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
   for (const auto& vi : gp.output()) {
     auto v = g.find_value(vi.name());
     if (!v) throw ValueError(cat(src, ": graph output '", vi.name(), "' is never defined"));
-    TensorType declared = type_from_proto(vi.type(), cat(src, ": output '", vi.name(), "'"));
+    TensorType declared = type_from_proto(vi.type(), src, cat("output '", vi.name(), "'"), guesses);
     Value& val = g.value(*v);
     if (val.type.dtype == DType::kUndefined) val.type.dtype = declared.dtype;
     if (!val.type.shape) val.type.shape = declared.shape;
@@ -262,7 +300,7 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
     auto v = g.find_value(vi.name());
     if (!v || g.initializer(*v)) continue;
     try {
-      TensorType t = type_from_proto(vi.type(), src);
+      TensorType t = type_from_proto(vi.type(), src, cat("value_info '", vi.name(), "'"), guesses);
       Value& val = g.value(*v);
       if (val.type.dtype == DType::kUndefined) val.type.dtype = t.dtype;
       if (!val.type.shape) val.type.shape = t.shape;
@@ -270,6 +308,7 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
       // value_info is a hint; an unusual type there does not stop the import
     }
   }
+  guesses.report(src);
   return g;
 }
 

@@ -1,0 +1,368 @@
+"""ATen converters added for real-world models (slice/select/index/scatter writes, var, log2,
+atan2, padding modes, batch norm with batch statistics, diagonal), each compared with PyTorch eager
+on random inputs: through pypto.optimize with a symbolic batch where the export keeps the op, and
+through an FX graph traced with symbolic sizes (make_fx, no decompositions) for ops torch.export
+decomposes. Ops PyPTO cannot compile give a NotImplementedError naming the op and why."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import pypto
+from pypto.dynamo import PyptoPiece
+from pypto.frontend import torch_capture
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def _ops(ep) -> set:
+    return {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+
+
+def check(fn, make, op, batches=(2, 1, 5), dynamic=True, rtol=1e-5, atol=1e-6):
+    """Optimizes Fn(fn) on make(3), checks the exported graph holds `op` (so the converter under
+    test ran), that the batch stayed symbolic, and compares with eager for each batch size."""
+    torch.manual_seed(0)
+    model = Fn(fn).eval()
+    ex = make(3)
+    assert op in _ops(torch_capture.export(model, ex, dynamic=dynamic))
+    fast = pypto.optimize(model, ex, dynamic=dynamic)
+    if dynamic:
+        assert fast.graph.type(fast.graph.inputs[0])[1][0] == "batch"
+    for b in (batches if dynamic else (3,)):
+        xs = make(b)
+        torch.testing.assert_close(fast(*xs), model(*xs), rtol=rtol, atol=atol)
+
+
+def check_fx(fn, make, op, sizes=(5, 9), rtol=1e-5, atol=1e-6):
+    """The same through an FX graph of `fn` traced with symbolic sizes and no decompositions
+    (every size symbolic: `sizes` must not coincide with the other sizes of the inputs)."""
+    torch.manual_seed(0)
+    gm = make_fx(fn, tracing_mode="symbolic")(*make(sizes[0]))
+    assert op in _ops(gm)
+    piece = PyptoPiece(gm, None)
+    for n in sizes:
+        xs = make(n)
+        torch.testing.assert_close(piece(*xs), fn(*xs), rtol=rtol, atol=atol)
+
+
+def randn(*shape):
+    return lambda b: (torch.randn(b, *shape),)
+
+
+# ---- slice_scatter / select_scatter / copy ----
+
+
+def _ghost_concat(x, y):  # GhostNet-style: write into the first channels of a copy
+    x = x.clone()
+    x[:, :3] = y * 2
+    return x
+
+
+def _assign_tail(x, y):
+    x = x.clone()
+    x[:, -3:] = y
+    return x
+
+
+def _assign_middle_steps(x, y):
+    x = x.clone()
+    x[:, 1:7:2] = y  # step 2: ScatterElements
+    x[:, :, 2:4] = 0
+    return x
+
+
+@pytest.mark.parametrize("fn,cols", [(_ghost_concat, 3), (_assign_tail, 3),
+                                     (_assign_middle_steps, 3)])
+def test_slice_assignment(fn, cols):
+    check(fn, lambda b: (torch.randn(b, 8, 5), torch.randn(b, cols, 5)),
+          "aten.slice_scatter.default")
+
+
+def test_slice_scatter_with_a_symbolic_length():
+    # The slice ends at a symbolic size: its bounds are computed in the graph.
+    check_fx(lambda x, y: torch.slice_scatter(x, y, 0, 1, 1 + y.shape[0]),
+             lambda n: (torch.randn(n + 2, 4), torch.randn(n, 4)), "aten.slice_scatter.default")
+
+
+class SwinShift(torch.nn.Module):
+    """Swin's shifted window: roll, add the attention-region mask built by slice assignment,
+    roll back."""
+
+    def __init__(self, h=8, w=8, win=4, shift=2):
+        super().__init__()
+        self.shift = shift
+        self.h, self.w, self.win = h, w, win
+
+    def forward(self, x):
+        img = torch.zeros(1, self.h, self.w, 1)
+        cnt = 0
+        cuts = (slice(0, -self.win), slice(-self.win, -self.shift), slice(-self.shift, None))
+        for hs in cuts:
+            for ws in cuts:
+                img[:, hs, ws, :] = cnt
+                cnt += 1
+        s = torch.roll(x, shifts=(-self.shift, -self.shift), dims=(1, 2))
+        s = s + img
+        return torch.roll(s, shifts=(self.shift, self.shift), dims=(1, 2))
+
+
+def test_swin_window_shift_optimizes_and_matches_eager():
+    model = SwinShift().eval()
+    fast = pypto.optimize(model, (torch.randn(2, 8, 8, 3),))
+    for b in (1, 2, 4):
+        x = torch.randn(b, 8, 8, 3)
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("index", [2, -1, 0])
+def test_select_scatter(index):
+    check_fx(lambda x, y: torch.select_scatter(x, y * 3, 1, index),
+             lambda n: (torch.randn(n, 4, 3), torch.randn(n, 3)), "aten.select_scatter.default")
+
+
+def test_copy_broadcasts_and_casts():
+    check_fx(lambda x, y: torch.ops.aten.copy.default(x, y),
+             lambda n: (torch.randn(n, 4), torch.randn(4, dtype=torch.float64)),
+             "aten.copy.default")
+
+
+# ---- index_put / scatter family ----
+
+
+def _index_put(accumulate):
+    def fn(x, v):
+        return x.index_put((torch.tensor([0, 2, 0]),), v * 3, accumulate=accumulate)
+
+    return fn
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put(accumulate):
+    # Duplicate index 0: accumulate adds both; without, both write the same value.
+    def make(b):
+        v = torch.randn(3, 4)
+        v[2] = v[0]
+        return torch.randn(b + 3, 4), v
+
+    check(_index_put(accumulate), make, "aten.index_put.default", batches=(3, 7))
+
+
+def test_index_put_two_indices():
+    def fn(x, v):
+        return x.index_put((torch.tensor([0, 1, 1]), torch.tensor([2, 0, 3])), v, accumulate=True)
+
+    check(fn, lambda b: (torch.randn(b + 2, 4, 5), torch.randn(3, 5)), "aten.index_put.default",
+          batches=(3, 6))
+
+
+@pytest.mark.parametrize("where", ["middle", "apart"])
+def test_index_put_after_a_colon(where):
+    # x[:, i, j] (B replaces dims 1, 2 in place) and x[i, :, j] (B goes first).
+    def fn(x, v):
+        i, j = torch.tensor([[0, 2], [1, 1]]), torch.tensor([1, 0])
+        key = (slice(None), i, j) if where == "middle" else (i, slice(None), j)
+        x = x.clone()
+        x[key] += v
+        return x
+
+    shape_v = (5, 2, 2) if where == "middle" else (2, 2, 4)
+    check(fn, lambda b: (torch.randn(b + 2, 4, 3) if where == "apart" else torch.randn(5, 3, 2),
+                         torch.randn(*shape_v)), "aten.index_put.default", dynamic=False)
+
+
+def test_index_put_with_a_boolean_mask():
+    check(lambda x: x.index_put((x > 0.5,), torch.tensor(7.0)), randn(4, 5),
+          "aten.index_put.default")
+
+
+def _idx(b):
+    return torch.randint(0, 6, (b, 4))
+
+
+def test_scatter_src_value_add():
+    def fn(x, i):
+        return x.scatter(1, i, x[:, :4] * 2), x.scatter(1, i, -1.5), x.scatter_add(1, i, x[:, 2:6])
+
+    for op in ("aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default"):
+        check(fn, lambda b: (torch.randn(b, 6), torch.stack([torch.randperm(6)[:4]
+                                                              for _ in range(b)])), op)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce(reduce, include_self):
+    def fn(x, i, s):
+        return x.scatter_reduce(1, i, s, reduce, include_self=include_self)
+
+    check(fn, lambda b: (torch.randn(b, 6), _idx(b), torch.randn(b, 5)),
+          "aten.scatter_reduce.two")
+
+
+# ---- math ----
+
+
+def test_var():
+    check(lambda x: (x.var(1), torch.var(x, (0, 2), unbiased=False, keepdim=True),
+                     torch.var(x, 2, correction=3)), randn(5, 7), "aten.var.correction")
+
+
+def test_log2_log10():
+    check(lambda x: (torch.log2(x.abs() + 0.1), torch.log10(x.abs() + 0.1)), randn(9),
+          "aten.log2.default")
+
+
+def test_atan2_in_every_quadrant():
+    def make(b):
+        y, x = torch.randn(b, 12), torch.randn(b, 12)
+        y[:, :4], x[:, 4:8] = 0.0, 0.0  # on the axes, and at the origin where both are 0
+        x[:, 2] = -1.0
+        return y, x
+
+    check(torch.atan2, make, "aten.atan2.default")
+
+
+def test_diagonal():
+    check(lambda x: (torch.diagonal(x, 1, 1, 2), torch.diagonal(x, -2, 2, 1)), randn(4, 6),
+          "aten.diagonal.default")
+
+
+# ---- padding modes and batch norm ----
+
+
+@pytest.mark.parametrize("mode,shape,pad", [("reflect", (2, 9), (2, 3)),
+                                            ("reflect", (2, 7, 6), (1, 2, 3, 0)),
+                                            ("replicate", (2, 7, 6), (1, 2, 3, 0))])
+def test_padding_modes(mode, shape, pad):
+    op = f"aten.{'reflection' if mode == 'reflect' else 'replication'}_pad{len(pad) // 2}d.default"
+    check_fx(lambda x: F.pad(x, pad, mode=mode), lambda n: (torch.randn(n, *shape),), op)
+
+
+def test_batch_norm_with_batch_statistics():
+    w, b = torch.randn(4), torch.randn(4)
+    check(lambda x: F.batch_norm(x, None, None, w, b, training=True, eps=1e-3), randn(4, 3, 5),
+          "aten._native_batch_norm_legit.no_stats", batches=(2, 5), rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_legit_outputs():
+    # The saved mean and 1/std outputs too (what torch.compile's graphs read).
+    check_fx(lambda x: torch.ops.aten._native_batch_norm_legit.no_stats(x, None, None, True, 0.1,
+                                                                         1e-5),
+             lambda n: (torch.randn(n, 4, 6),), "aten._native_batch_norm_legit.no_stats",
+             rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_functional_updates_running_stats():
+    def fn(x, rm, rv):
+        return torch.ops.aten._native_batch_norm_legit_functional.default(
+            x, None, None, rm, rv, True, 0.1, 1e-5)
+
+    check_fx(fn, lambda n: (torch.randn(n, 4, 6), torch.randn(4), torch.rand(4) + 0.5),
+             "aten._native_batch_norm_legit_functional.default", rtol=1e-4, atol=1e-5)
+
+
+def test_train_mode_batch_norm_module_matches_eager():
+    # The running-stat updates torch.export returns as extra outputs are dropped.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))  # training
+    fast = pypto.optimize(model, (torch.randn(2, 3, 8, 8),))
+    for b in (2, 5):
+        x = torch.randn(b, 3, 8, 8)
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+# ---- ops PyPTO cannot compile: a clear error naming the op and why ----
+
+
+@pytest.mark.parametrize("fn,op,why", [
+    (lambda x: x * x.sum().item(), "_local_scalar_dense", r"\.item\(\)"),
+    (lambda x: x + torch.randn(x.shape), "randn", "deterministic; pass the noise in"),
+    (lambda x: torch.fft.rfft(x).abs(), "_fft_r2c", "FFT"),
+    (lambda x: F.dropout(x, 0.5, training=True), "native_dropout", r"model\.eval\(\)"),
+])
+def test_ops_that_cannot_be_compiled_are_named(fn, op, why):
+    with pytest.raises(NotImplementedError, match=rf"aten\.{op}\.default\] node .*{why}"):
+        pypto.optimize(Fn(fn), (torch.randn(3, 8),))
+
+
+# ---- sort, grid_sample, fold, masked_scatter ----
+
+
+def test_sort():
+    check(lambda x: (torch.sort(x, 1), torch.sort(x, dim=-1, descending=True, stable=True)),
+          randn(6, 7), "aten.sort.default")
+
+
+@pytest.mark.parametrize("mode,padding", [("bilinear", "zeros"), ("nearest", "border"),
+                                          ("bilinear", "reflection")])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample(mode, padding, align_corners):
+    def fn(x, grid):
+        return F.grid_sample(x, grid, mode=mode, padding_mode=padding, align_corners=align_corners)
+
+    check(fn, lambda b: (torch.randn(b, 3, 5, 6), torch.rand(b, 4, 7, 2) * 2.4 - 1.2),
+          "aten.grid_sampler_2d.default", rtol=1e-4, atol=1e-5)
+
+
+def _fold(x):
+    return F.fold(x, (7, 8), (3, 2), dilation=(1, 2), padding=(1, 0), stride=(2, 1))
+
+
+def test_fold():
+    check_fx(_fold, lambda n: (torch.randn(n, 3 * 6, 24),), "aten.col2im.default")
+
+
+def test_fold_as_torch_export_decomposes_it():
+    check(_fold, randn(3 * 6, 24), "aten.index_put.default")  # index_put with ':' dims first
+
+
+def test_masked_scatter():
+    def fn(x, mask, src):
+        return x.masked_scatter(mask, src)
+
+    check(fn, lambda b: (torch.randn(b, 4, 5), torch.rand(4, 5) > 0.4, torch.randn(b * 20 + 3)),
+          "aten.masked_scatter.default", batches=(3,), dynamic=False)
+
+
+def test_negative_padding_crops():
+    check(lambda x: F.pad(x, (-1, 2, 0, -2)), randn(5, 6), "aten.constant_pad_nd.default")
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0, float("inf")])
+def test_cdist(p):
+    check(lambda a, b: torch.cdist(a, b, p=p),
+          lambda n: (torch.randn(n, 7, 5), torch.randn(n, 4, 5)), "aten._cdist_forward.default",
+          rtol=1e-4, atol=1e-5)
+
+
+class Bag(torch.nn.Module):
+    def __init__(self, mode, last):
+        super().__init__()
+        self.bag = torch.nn.EmbeddingBag(10, 4, mode=mode, include_last_offset=last)
+
+    def forward(self, i, o, w=None):
+        return self.bag(i, o, per_sample_weights=w)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("last", [False, True])
+def test_embedding_bag(mode, last):
+    torch.manual_seed(0)
+    model = Bag(mode, last).eval()
+    i, o = torch.randint(0, 10, (9,)), torch.tensor([0, 2, 2, 5] + ([9] if last else []))
+    fast = pypto.optimize(model, (i, o), dynamic=False)
+    for i, o in ((i, o), (torch.randint(0, 10, (9,)), torch.tensor([0, 0, 4, 9] + ([9] if last
+                                                                                     else [])))):
+        torch.testing.assert_close(fast(i, o), model(i, o))  # an empty bag in each
+    if mode == "sum":
+        w = torch.rand(9)
+        fast = pypto.optimize(model, (i, o, w), dynamic=False)
+        torch.testing.assert_close(fast(i, o, w), model(i, o, w), rtol=1e-5, atol=1e-6)
