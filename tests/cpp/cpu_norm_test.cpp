@@ -1,5 +1,6 @@
-// CPU Softmax, LogSoftmax, LayerNormalization, BatchNormalization, InstanceNormalization and
-// GroupNormalization against the reference interpreter, on every ISA with 1 and 2 threads.
+// CPU Softmax, LogSoftmax, LayerNormalization, RMSNormalization, BatchNormalization,
+// InstanceNormalization and GroupNormalization against the reference interpreter, on every ISA with
+// 1 and 2 threads.
 //
 // Tolerances (kUlp = one float ulp at 1): Softmax and LogSoftmax within 8 ulp relative plus 8 ulp
 // absolute (vector exp ~1 ulp, the float sum, one division; tiny probabilities carry the rounding
@@ -91,6 +92,30 @@ TEST(CpuLayerNorm, LargeMeanAndOtherScaleShapes) {
   expect_matches({"LayerNormalization", {x, random_f32({5, 64}, 4)}, {}, 17}, norm_tol());
   // stash_type double: declined.
   NodeCase c{"LayerNormalization", {x, random_f32({64}, 4)}, {}, 17};
+  c.attrs.set("stash_type", int64_t{11});
+  expect_matches(c, norm_tol(), {}, "reference");
+}
+
+TEST(CpuRmsNorm, EveryAxisAndScaleShapes) {
+  uint32_t seed = 70;
+  for (const Dims& shape :
+       {Dims{7}, Dims{3, 5}, Dims{4, 1, 33}, Dims{2, 0, 3}, Dims{2, 3, 4, 17}, Dims{16, 4096}}) {
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    const Tensor x = random_f32(shape, seed++, -2, 3);
+    for (int64_t axis = -rank; axis < rank; ++axis) {
+      const Dims norm(shape.begin() + (axis < 0 ? axis + rank : axis), shape.end());
+      NodeCase c{"RMSNormalization", {x, random_f32(norm, seed++)}, {}, 23};
+      c.constant = {false, true};
+      c.attrs.set("axis", axis);
+      c.attrs.set("epsilon", 1e-5);
+      expect_matches(c, norm_tol());
+    }
+  }
+  // A Scale that broadcasts over rows goes to the reference at run time; stash_type double is
+  // declined at compile time.
+  const Tensor x = random_f32({5, 64}, 3);
+  expect_matches({"RMSNormalization", {x, random_f32({5, 64}, 4)}, {}, 23}, norm_tol());
+  NodeCase c{"RMSNormalization", {x, random_f32({64}, 4)}, {}, 23};
   c.attrs.set("stash_type", int64_t{11});
   expect_matches(c, norm_tol(), {}, "reference");
 }

@@ -1,8 +1,9 @@
-// CPU kernels for Softmax, LogSoftmax, LayerNormalization, BatchNormalization (inference),
-// InstanceNormalization and GroupNormalization on float32. Each row, plane or group is normalized
-// by one thread (its mean, variance, then one pass writing (x - mean) * a + b). Parameter shapes
-// the fast path does not cover (broadcast Scale, BatchNormalization's per-element form before
-// opset 9) are left to the reference kernel at run time, which also raises the shape errors.
+// CPU kernels for Softmax, LogSoftmax, LayerNormalization, RMSNormalization, BatchNormalization
+// (inference), InstanceNormalization and GroupNormalization on float32. Each row, plane or group is
+// normalized by one thread (its mean, variance, then one pass writing (x - mean) * a + b).
+// Parameter shapes the fast path does not cover (broadcast Scale, BatchNormalization's per-element
+// form before opset 9) are left to the reference kernel at run time, which also raises the shape
+// errors.
 //
 // Each also takes the Casts around its node (Kernel::takes_casts): X in bf16 or f16 and Y stored
 // in bf16 or f16, computing in float32 between; half rows are converted through per-thread
@@ -227,6 +228,35 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
   return out;
 }
 
+// ---- RMSNormalization ----
+
+// y = x / sqrt(mean(x^2) + epsilon) * scale over the rows of the normalized axes (the reference
+// sums in double; here block sums of float squares, within the norms' tolerance).
+std::vector<Tensor> run_rms_norm(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const params::Norm p = params::norm(c.node);
+  const int64_t axis = normalize_axis(p.axis, x.rank(), c.where());
+  if (!is_normalized_shape(c.input(1), x, axis)) return reference_f32(c);
+  const auto eps = static_cast<float>(p.epsilon);
+  int64_t rows = 1, n = 1;
+  for (int64_t k = 0; k < x.rank(); ++k) (k < axis ? rows : n) *= x.dim(k);
+  Tensor y = Tensor::empty(out_dtype(c), x.shape());
+  if (n == 0 || rows == 0) return {y};
+  const float* scale = c.input(1).data<float>();
+  const bool stream = y.dtype() == DType::kF32 && stream_stores_for(y.nbytes());
+  parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / n), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = read_f32(x, r * n, n, 0);
+      float* yr = out_f32(y, r * n, n, 1);
+      const float inv = 1.0f / std::sqrt(PTO_ISA_DISPATCH(mean_square, xr, n) + eps);
+      PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, 0.0f, 0.0f, inv, scale, nullptr, stream,
+                       r + 1 == r1);
+      write_back(yr, y, r * n, n);
+    }
+  });
+  return {y};
+}
+
 bool accepts_layer_norm(const NodeInfo& n) {
   if (!all_f32(n) || params::norm(n.node).stash_type != 1) return false;
   for (const TensorType& t : n.outputs)
@@ -337,6 +367,7 @@ void register_norm_kernels(KernelRegistry& r) {
   // The norms: parameter shapes the fast path does not cover go to the reference at run time.
   const std::pair<const char*, Kernel> norms[] = {
       {"LayerNormalization", {.accepts = accepts_layer_norm, .run = run_layer_norm}},
+      {"RMSNormalization", {.accepts = accepts_layer_norm, .run = run_rms_norm}},
       {"BatchNormalization", {.accepts = accepts_batch_norm, .run = run_batch_norm}},
       {"InstanceNormalization", {.accepts = all_f32, .run = run_instance_norm}},
       {"GroupNormalization", {.accepts = all_f32, .run = run_group_norm}}};

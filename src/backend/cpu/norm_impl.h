@@ -49,6 +49,10 @@ void moments(const float* x, int64_t n, float* shift, float* mean, float* var) {
   *var = q / static_cast<float>(n);
 }
 
+float mean_square(const float* x, int64_t n) {
+  return block_sum(x, n, [](Vec v) { return v * v; }) / static_cast<float>(n);
+}
+
 void normalize(const float* x, float* y, int64_t n, float shift, float mean, float a, float b) {
   const Vec sh = Vec::set1(shift), m = Vec::set1(mean), av = Vec::set1(a), bv = Vec::set1(b);
   for (int64_t j = 0; j < n; j += Vec::kLanes) {

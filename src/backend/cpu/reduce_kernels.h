@@ -53,6 +53,8 @@ PTO_ISA_DECLARE(
 
     // Population statistics of x[0, n), n > 0: the mean is shift + mean (shift = x[0]).
     void moments(const float* x, int64_t n, float* shift, float* mean, float* var);
+    // The mean of x[j]^2 over j < n, n > 0 (RMSNormalization).
+    float mean_square(const float* x, int64_t n);
     // y = (x - shift - mean) * a + b over n elements.
     void normalize(const float* x, float* y, int64_t n, float shift, float mean, float a, float b);
     // y = (x - shift - mean) * inv_std * scale + bias over n elements; bias may be null; with
