@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/isa/isa.h"
@@ -255,6 +256,28 @@ TEST(CpuMovement, GatherOutOfRangeNamesTheNode) {
   // Checked even when the output is empty.
   error_of(
       {"Gather", {random_tensor(DType::kF32, {4, 0}), Tensor::from_vector<int64_t>({9}, {1})}});
+}
+
+TEST(CpuMovement, GatherND) {
+  // (data shape, indices shape, batch_dims): whole elements, rows and blocks; batches; an empty
+  // index set. Indices drawn across [-n, n) of the dimension each one indexes.
+  const std::tuple<Dims, Dims, int64_t> cases[] = {
+      {{4, 5, 6}, {3, 3}, 0},    {{4, 5, 6}, {2, 2, 1}, 0}, {{4, 5, 6}, {7, 2}, 0},
+      {{4, 5, 6}, {4, 3, 1}, 1}, {{4, 5, 6}, {4, 5, 1}, 2}, {{2, 16, 16}, {2, 1, 16, 1}, 1},
+      {{4, 5, 6}, {0, 2}, 0}};
+  for (DType dt : kDTypes)
+    for (const auto& [shape, ind_shape, b] : cases) {
+      Tensor ind = Tensor::empty(DType::kI64, ind_shape);
+      const int64_t m = ind_shape.back();
+      for (int64_t i = 0; i < ind.numel(); ++i) {
+        const int64_t n = shape[b + i % m];
+        ind.data<int64_t>()[i] = static_cast<int64_t>(rng()() % (2 * n)) - n;
+      }
+      check({"GatherND", {random_tensor(dt, shape), ind}, {}, attrs({{"batch_dims", b}})});
+    }
+  // Out of range: the node's error, before anything is copied.
+  error_of({"GatherND",
+            {random_tensor(DType::kF32, {3, 4}), Tensor::from_vector<int64_t>({0, 4}, {1, 2})}});
 }
 
 TEST(CpuMovement, GatherElements) {

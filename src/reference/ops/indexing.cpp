@@ -36,6 +36,43 @@ std::vector<int64_t> gather_elements_indices(const KernelContext& c, int64_t* ax
   return idx;
 }
 
+std::vector<int64_t> gather_nd_offsets(const KernelContext& c, Dims* out_shape, int64_t* slice) {
+  const std::string w = c.where();
+  const Tensor& data = c.input(0);
+  const Tensor& ind = c.input(1);
+  const int64_t b = c.node.attr_int("batch_dims");
+  const int64_t r = data.rank(), q = ind.rank();
+  if (q < 1 || r < 1) throw ValueError(cat(w, ": data and indices must have rank >= 1"));
+  if (b < 0 || b >= std::min(q, r))
+    throw ValueError(cat(w, ": batch_dims ", b, " must be in [0, min(rank(data), rank(indices)))"));
+  const int64_t m = ind.dim(-1);
+  if (m > r - b)
+    throw ValueError(
+        cat(w, ": indices' last dimension ", m, " exceeds rank(data) - batch_dims = ", r - b));
+  for (int64_t k = 0; k < b; ++k)
+    if (ind.dim(k) != data.dim(k))
+      throw ValueError(
+          cat(w, ": batch dimension ", k, " differs: data ", data.str(), ", indices ", ind.str()));
+  const Dims& d = data.shape();
+  out_shape->assign(ind.shape().begin(), ind.shape().end() - 1);
+  out_shape->insert(out_shape->end(), d.begin() + b + m, d.end());
+  const std::vector<int64_t> idx = index_values(ind, w, "indices");
+  const int64_t batches = dims_product(d, 0, b);
+  const int64_t rows = dims_product(ind.shape(), b, q - 1);  // index rows per batch
+  const int64_t block = dims_product(d, b, d.size());        // data elements per batch
+  const Dims strides = contiguous_strides(d);
+  *slice = dims_product(d, b + m, d.size());
+  std::vector<int64_t> from(static_cast<size_t>(batches * rows));
+  for (int64_t bi = 0; bi < batches; ++bi)
+    for (int64_t j = 0; j < rows; ++j) {
+      int64_t& f = from[bi * rows + j];
+      f = bi * block;
+      for (int64_t t = 0; t < m; ++t)
+        f += fix_index(idx[(bi * rows + j) * m + t], d[b + t], w, b + t) * strides[b + t];
+    }
+  return from;
+}
+
 namespace {
 
 // Gather: out[outer, indices..., inner] = data[outer, indices[...], inner] along `axis`.
@@ -75,39 +112,13 @@ std::vector<Tensor> gather_elements(const KernelContext& c) {
 
 // GatherND with batch_dims b: indices [B..., R..., m] pick slices data[B..., i_0..i_{m-1}, S...].
 std::vector<Tensor> gather_nd(const KernelContext& c) {
-  const std::string w = c.where();
   const Tensor& data = c.input(0);
-  const Tensor& ind = c.input(1);
-  const int64_t b = c.node.attr_int("batch_dims");
-  const int64_t r = data.rank(), q = ind.rank();
-  if (q < 1 || r < 1) throw ValueError(cat(w, ": data and indices must have rank >= 1"));
-  if (b < 0 || b >= std::min(q, r))
-    throw ValueError(cat(w, ": batch_dims ", b, " must be in [0, min(rank(data), rank(indices)))"));
-  const int64_t m = ind.dim(-1);
-  if (m > r - b)
-    throw ValueError(
-        cat(w, ": indices' last dimension ", m, " exceeds rank(data) - batch_dims = ", r - b));
-  for (int64_t k = 0; k < b; ++k)
-    if (ind.dim(k) != data.dim(k))
-      throw ValueError(
-          cat(w, ": batch dimension ", k, " differs: data ", data.str(), ", indices ", ind.str()));
-  const Dims& d = data.shape();
-  Dims out_shape(ind.shape().begin(), ind.shape().end() - 1);
-  out_shape.insert(out_shape.end(), d.begin() + b + m, d.end());
+  Dims out_shape;
+  int64_t slice = 0;
+  const std::vector<int64_t> from = gather_nd_offsets(c, &out_shape, &slice);
   Tensor y = Tensor::empty(data.dtype(), out_shape);
-  std::vector<int64_t> idx = index_values(ind, w, "indices");
-  const int64_t batches = dims_product(d, 0, b);
-  const int64_t rows = dims_product(ind.shape(), b, q - 1);  // index rows per batch
-  const int64_t slice = dims_product(d, b + m, d.size());
-  const int64_t block = dims_product(d, b, d.size());  // data elements per batch
-  const Dims strides = contiguous_strides(d);
-  for (int64_t bi = 0; bi < batches; ++bi)
-    for (int64_t j = 0; j < rows; ++j) {
-      int64_t from = bi * block;
-      for (int64_t t = 0; t < m; ++t)
-        from += fix_index(idx[(bi * rows + j) * m + t], d[b + t], w, b + t) * strides[b + t];
-      copy_elems(y, (bi * rows + j) * slice, data, from, slice);
-    }
+  for (size_t j = 0; j < from.size(); ++j)
+    copy_elems(y, static_cast<int64_t>(j) * slice, data, from[j], slice);
   return {y};
 }
 

@@ -44,6 +44,9 @@ std::vector<int64_t> gather_indices(const KernelContext& c, int64_t* axis, Dims*
 // GatherElements: the same for its indices (the output has their shape), after checking that they
 // fit inside the data on every other axis.
 std::vector<int64_t> gather_elements_indices(const KernelContext& c, int64_t* axis);
+// GatherND: the element offset in data of each slice the output copies (every index checked),
+// the output's shape and the slice's element count.
+std::vector<int64_t> gather_nd_offsets(const KernelContext& c, Dims* out_shape, int64_t* slice);
 
 // Pad: for each output index along each axis, the input index it reads, or -1 for the constant.
 // The maps are left empty when the output has no elements.

@@ -1,5 +1,6 @@
-// Gather and GatherElements on the CPU. The indices are read and checked by the reference's code
-// (same errors, raised before any copy); the copies then run in parallel over output rows.
+// Gather, GatherElements and GatherND on the CPU. The indices are read and checked by the
+// reference's code (same errors, raised before any copy); the copies then run in parallel over
+// output rows.
 #include <cstring>
 
 #include "backend/cpu/movement/movement.h"
@@ -77,11 +78,34 @@ std::vector<Tensor> gather_elements(const KernelContext& c) {
   return {y};
 }
 
+// GatherND: a contiguous slice copied per index row (the masks and positions of Hugging Face
+// decoders are its usual users: small int64 tensors).
+std::vector<Tensor> gather_nd(const KernelContext& c) {
+  const Tensor& data = c.input(0);
+  Dims out_shape;
+  int64_t slice = 0;
+  const std::vector<int64_t> from = reference::gather_nd_offsets(c, &out_shape, &slice);
+  Tensor y = Tensor::empty(data.dtype(), out_shape);
+  if (y.numel() == 0) return {y};
+  const int64_t bytes = slice * static_cast<int64_t>(data.itemsize());
+  const int64_t grain = std::max<int64_t>(1, kCopyGrainBytes / std::max<int64_t>(bytes, 1));
+  with_element_size(data.itemsize(), [&]<class U>() {
+    const U* src = static_cast<const U*>(data.raw_data());
+    U* dst = static_cast<U*>(y.raw_data());
+    parallel_for(0, static_cast<int64_t>(from.size()), grain, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j)
+        for (int64_t i = 0; i < slice; ++i) dst[j * slice + i] = src[from[j] + i];
+    });
+  });
+  return {y};
+}
+
 }  // namespace
 
 void register_gather_kernels(KernelRegistry& r) {
   r.add("Gather", {.run = gather});
   r.add("GatherElements", {.run = gather_elements});
+  r.add("GatherND", {.run = gather_nd});
 }
 
 }  // namespace pto::cpu
