@@ -15,6 +15,7 @@ KernelRegistry& KernelRegistry::global() {
     register_attention_kernels(*r);
     register_quant_kernels(*r);
     register_generate_kernels(*r);
+    register_resize_kernels(*r);
     return r;
   }();
   return *registry;

@@ -139,6 +139,7 @@ void register_movement_kernels(KernelRegistry& r);     // movement: Transpose, G
 void register_attention_kernels(KernelRegistry& r);    // attention: Attention (4-D, float32)
 void register_quant_kernels(KernelRegistry& r);  // quant_kernels: MatMulInteger, QLinearMatMul, ...
 void register_generate_kernels(KernelRegistry& r);  // generate: Range, ConstantOfShape, Shape, ...
+void register_resize_kernels(KernelRegistry& r);    // resize: Resize, Upsample
 
 // The CPU backend (backend.cpp): single nodes on the kernels above, and fused groups.
 std::unique_ptr<Backend> make_backend();

@@ -10,20 +10,11 @@
 #include <cmath>
 
 #include "cast.h"
+#include "resize_plan.h"
 #include "tensor_kernels.h"
 
 namespace pto::reference {
 namespace {
-
-struct ResizeParams {
-  std::string mode = "nearest";                // nearest | linear | cubic
-  std::string coord = "half_pixel";            // coordinate_transformation_mode
-  std::string nearest = "round_prefer_floor";  // nearest_mode, or "simple" (opset 10)
-  double cubic_a = -0.75;
-  bool exclude_outside = false;
-  bool antialias = false;
-  double extrapolation = 0.0;
-};
 
 // The weights of the n source pixels around x (ratio = x - floor(x), or 1 when x is whole).
 std::vector<double> coefficients(const ResizeParams& p, double ratio, double scale) {
@@ -93,28 +84,17 @@ double source_coordinate(const ResizeParams& p, double y, double scale, int64_t 
   return (y + 0.5) / scale - 0.5;  // half_pixel
 }
 
-// Resizes `data` (shape `shape`, doubles) along `axis` to `out` pixels, in place.
-void resize_axis(std::vector<double>& data, Dims& shape, int64_t axis, int64_t out, double scale,
-                 double roi_start, double roi_end, const ResizeParams& p,
-                 const std::string& where) {
-  int64_t in = shape[axis];
+}  // namespace
+
+ResizeTaps resize_taps(const ResizeParams& p, int64_t in, int64_t out, double scale,
+                       double roi_start, double roi_end, const std::string& where) {
   if (in == 0 && out > 0)
-    throw ValueError(cat(where, ": cannot resize axis ", axis, " of size 0 to ", out));
-  int64_t outer = 1, inner = 1;
-  for (int64_t k = 0; k < axis; ++k) outer *= shape[k];
-  for (size_t k = axis + 1; k < shape.size(); ++k) inner *= shape[k];
-  int64_t count = checked_numel({outer, out, inner}, "[Resize] output");
-  if (static_cast<uint64_t>(count) > max_tensor_bytes() / sizeof(double))
-    throw ValueError(cat(where, ": resizing axis ", axis, " to ", out, " needs ", count,
-                         " intermediate values, more than the memory limit allows"));
-  std::vector<double> result(static_cast<size_t>(count));
-  shape[axis] = out;
-  if (result.empty()) {  // nothing to compute (and `out` alone may be huge)
-    data = std::move(result);
-    return;
-  }
+    throw ValueError(cat(where, ": cannot resize an axis of size 0 to ", out));
   if (p.antialias && scale < 1.0 / (1 << 20))
     throw ValueError(cat(where, ": antialiasing a downscale by ", scale, " is not supported"));
+  ResizeTaps t;
+  t.in = in;
+  t.out = out;
   for (int64_t o = 0; o < out; ++o) {
     double x = source_coordinate(p, static_cast<double>(o), scale, in, out, roi_start, roi_end);
     if (std::isnan(x)) throw ValueError(cat(where, ": the scale gives an invalid coordinate"));
@@ -124,6 +104,8 @@ void resize_axis(std::vector<double>& data, Dims& shape, int64_t axis, int64_t o
     double xi = std::floor(x);
     std::vector<double> w = coefficients(p, x == xi ? 1.0 : x - xi, scale);
     auto n = static_cast<int64_t>(w.size());
+    if (o == 0) t.n = n;
+    PTO_CHECK(n == t.n) << "resize_taps: " << n << " taps after " << t.n;
     // The n indices nearest x, ties to the smaller one (the reference's edge-padded window).
     int64_t pad = (n + 1) / 2;
     double xp = x + static_cast<double>(pad);
@@ -143,13 +125,46 @@ void resize_axis(std::vector<double>& data, Dims& shape, int64_t axis, int64_t o
         for (double& v : w) v /= sum;
     }
     for (int64_t& i : idx) i = std::clamp<int64_t>(i, 0, in - 1);
+    t.index.insert(t.index.end(), idx.begin(), idx.end());
+    t.weight.insert(t.weight.end(), w.begin(), w.end());
+    t.extrapolate.push_back(extrapolate);
+  }
+  return t;
+}
+
+namespace {
+
+// Resizes `data` (shape `shape`, doubles) along `axis` to `out` pixels, in place.
+void resize_axis(std::vector<double>& data, Dims& shape, int64_t axis, int64_t out, double scale,
+                 double roi_start, double roi_end, const ResizeParams& p,
+                 const std::string& where) {
+  int64_t in = shape[axis];
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < axis; ++k) outer *= shape[k];
+  for (size_t k = axis + 1; k < shape.size(); ++k) inner *= shape[k];
+  int64_t count = checked_numel({outer, out, inner}, "[Resize] output");
+  if (static_cast<uint64_t>(count) > max_tensor_bytes() / sizeof(double))
+    throw ValueError(cat(where, ": resizing axis ", axis, " to ", out, " needs ", count,
+                         " intermediate values, more than the memory limit allows"));
+  if (in == 0 && out > 0)
+    throw ValueError(cat(where, ": cannot resize axis ", axis, " of size 0 to ", out));
+  std::vector<double> result(static_cast<size_t>(count));
+  shape[axis] = out;
+  if (result.empty()) {  // nothing to compute (and `out` alone may be huge)
+    data = std::move(result);
+    return;
+  }
+  const ResizeTaps t = resize_taps(p, in, out, scale, roi_start, roi_end, where);
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t* idx = t.index.data() + o * t.n;
+    const double* w = t.weight.data() + o * t.n;
     for (int64_t b = 0; b < outer; ++b)
       for (int64_t k = 0; k < inner; ++k) {
         double acc = 0;
-        if (extrapolate) {
+        if (t.extrapolate[o]) {
           acc = p.extrapolation;
         } else {
-          for (int64_t j = 0; j < n; ++j) acc += w[j] * data[(b * in + idx[j]) * inner + k];
+          for (int64_t j = 0; j < t.n; ++j) acc += w[j] * data[(b * in + idx[j]) * inner + k];
         }
         result[(b * out + o) * inner + k] = acc;
       }
@@ -183,10 +198,8 @@ Tensor interpolate(const Tensor& x, const Dims& out, const std::vector<double>& 
   Dims shape = x.shape();
   for (int64_t a : order) {
     double rs = roi.empty() ? 0.0 : roi[a], re = roi.empty() ? 1.0 : roi[r + a];
-    bool identity =
-        std::fabs(scales[a] - 1.0) <= 1e-9 && out[a] == shape[a] &&
-        (p.coord != "tf_crop_and_resize" || (std::fabs(rs) <= 1e-9 && std::fabs(re - 1.0) <= 1e-9));
-    if (!identity) resize_axis(data, shape, a, out[a], scales[a], rs, re, p, where);
+    if (!is_identity_axis(p, shape[a], out[a], scales[a], rs, re))
+      resize_axis(data, shape, a, out[a], scales[a], rs, re, p, where);
   }
   Tensor y = Tensor::empty(x.dtype(), out);
   dispatch(x.dtype(), kAllTypes, where, [&]<class T>() {
@@ -207,7 +220,16 @@ void check_scale(double s, const std::string& where) {
     throw ValueError(cat(where, ": scales must be positive and finite, got ", s));
 }
 
-std::vector<Tensor> resize_kernel(const KernelContext& c) {
+}  // namespace
+
+bool is_identity_axis(const ResizeParams& p, int64_t in, int64_t out, double scale,
+                      double roi_start, double roi_end) {
+  return std::fabs(scale - 1.0) <= 1e-9 && out == in &&
+         (p.coord != "tf_crop_and_resize" ||
+          (std::fabs(roi_start) <= 1e-9 && std::fabs(roi_end - 1.0) <= 1e-9));
+}
+
+ResizePlan resize_plan(const KernelContext& c) {
   const Tensor& x = c.input(0);
   int64_t r = x.rank();
   bool v10 = c.node.opset == 10;
@@ -313,12 +335,13 @@ std::vector<Tensor> resize_kernel(const KernelContext& c) {
       roi[r + axes[i]] = given[k + i];
     }
   }
-  return {interpolate(x, out, scales, roi, axes, p, c.where())};
+  check_output_dims(out, c.where());
+  return {p, out, scales, roi, axes};
 }
 
 // Upsample: nearest or (bi)linear with asymmetric coordinates; scales as attribute (opset 7),
 // input (opset 9) or height_scale/width_scale on NCHW (opset 1).
-std::vector<Tensor> upsample_kernel(const KernelContext& c) {
+ResizePlan upsample_plan(const KernelContext& c) {
   const Tensor& x = c.input(0);
   int64_t r = x.rank();
   ResizeParams p;
@@ -349,14 +372,22 @@ std::vector<Tensor> upsample_kernel(const KernelContext& c) {
     out[i] = static_cast<int64_t>(o);
     axes.push_back(i);
   }
-  return {interpolate(x, out, scales, {}, axes, p, c.where())};
+  check_output_dims(out, c.where());
+  return {p, out, scales, {}, axes};
+}
+
+namespace {
+
+std::vector<Tensor> resize_kernel(const KernelContext& c) {
+  const ResizePlan r = c.node.op == "Upsample" ? upsample_plan(c) : resize_plan(c);
+  return {interpolate(c.input(0), r.out, r.scales, r.roi, r.order, r.params, c.where())};
 }
 
 }  // namespace
 
 void register_resize_kernels(KernelRegistry& r) {
   r.add("Resize", resize_kernel);
-  r.add("Upsample", upsample_kernel);
+  r.add("Upsample", resize_kernel);
 }
 
 }  // namespace pto::reference
