@@ -118,9 +118,14 @@ nb::object tensor_to_python(const Tensor& t) {
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
   auto* keep = new Tensor(t);
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
-  nb::ndarray<nb::array_api> a(t.raw_data(), shape.size(), shape.data(), owner, t.strides().data(),
-                               dtype_to_dlpack(t.dtype()), nb::device::cpu::value);
-  return nb::cast(a);
+  auto as = [&]<typename Framework>(Framework) {
+    return nb::cast(nb::ndarray<Framework>(t.raw_data(), shape.size(), shape.data(), owner,
+                                           t.strides().data(), dtype_to_dlpack(t.dtype()),
+                                           nb::device::cpu::value));
+  };
+  // A numpy array is made through the buffer protocol, which is cheaper to import on the other
+  // side (torch.from_numpy, numpy itself) than a DLPack capsule; numpy has no bf16.
+  return t.dtype() == DType::kBF16 ? as(nb::array_api()) : as(nb::numpy());
 }
 
 void bind_tensor(nb::module_& m) {
