@@ -661,14 +661,22 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
   for (const auto& [v, r] : p.released) env[v] = r.meta;
 
   // Step s on this thread, its outputs from the arena slots the plan gave them. Steps of a stage
-  // run at once: each reads values of earlier stages only and writes its own entries of env.
-  auto run_one = [&](size_t s) {
+  // run at once: each reads values of earlier stages only and writes its own entries of env, and
+  // has its own allocator and arguments; steps run one after another share one of each.
+  std::shared_ptr<StepAllocator> serial_alloc;
+  std::vector<Tensor> serial_args;
+  auto run_one = [&](size_t s, bool concurrently) {
     const profiler::KernelScope profile_step(profile, s);
     const Plan::Step& step = p.steps[s];
     const Node& last = g.nodes()[step.group.last_node()];
-    auto alloc = std::make_shared<StepAllocator>(arena.get(), arena ? p.arena_size : 0, p.pool);
+    auto new_alloc = [&] {
+      return std::make_shared<StepAllocator>(arena.get(), arena ? p.arena_size : 0, p.pool);
+    };
+    if (!concurrently && !serial_alloc) serial_alloc = new_alloc();
+    const std::shared_ptr<StepAllocator> alloc = concurrently ? new_alloc() : serial_alloc;
     AllocatorScope scope(alloc);
-    std::vector<Tensor> args;
+    std::vector<Tensor> own_args;
+    std::vector<Tensor>& args = concurrently ? own_args : serial_args;
     args.reserve(step.group.inputs.size());
     for (ValueId v : step.group.inputs) {
       if (!env[v].defined())
@@ -718,14 +726,14 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     const size_t begin = stage_begin[i], end = stage_begin[i + 1];
     if (concurrent && end - begin > 1) {
       parallel_tasks(static_cast<int64_t>(end - begin), [&](int64_t t) {
-        run_as_on_pool([&] { run_one(begin + static_cast<size_t>(t)); });
+        run_as_on_pool([&] { run_one(begin + static_cast<size_t>(t), true); });
       });
       for (size_t s = begin; s < end; ++s)
         for (ValueId v : p.live.release_after[s]) env[v] = Tensor();
       continue;
     }
     for (size_t s = begin; s < end; ++s) {
-      run_one(s);
+      run_one(s, false);
       if (observer) {
         const Node& last = g.nodes()[p.steps[s].group.last_node()];
         std::vector<Tensor> seen;
