@@ -99,6 +99,9 @@ struct Executable::Plan {
   std::map<std::vector<Dims>, std::shared_ptr<const MemoryPlan>> memory_plans;
   std::shared_ptr<const MemoryPlan> last_plan;
   std::vector<std::shared_ptr<std::byte[]>> free_arenas;  // each of arena_size bytes
+  // Value tables of finished runs (one empty tensor per graph value), for the next runs: a table
+  // is a few KiB, and allocating it costs more than a small graph's kernels.
+  std::vector<std::vector<Tensor>> free_envs;
   size_t arena_size = 0;
 };
 
@@ -643,18 +646,25 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     profile.begin(session, p.id, shapes,
                   [&](const profiler::Options& o) { return model_info(p, g, shapes, o); });
   }
-  if (mp && p.plan_memory) {
+  std::vector<Tensor> env;
+  {
     std::lock_guard<std::mutex> lock(p.mutex);
-    if (!p.free_arenas.empty()) {
-      arena = std::move(p.free_arenas.back());
-      p.free_arenas.pop_back();
-    } else if (p.arena_size > 0) {
-      arena = std::shared_ptr<std::byte[]>(
-          static_cast<std::byte*>(p.pool->allocate(p.arena_size)),
-          [pool = p.pool, n = p.arena_size](std::byte* b) { pool->deallocate(b, n); });
+    if (mp && p.plan_memory) {
+      if (!p.free_arenas.empty()) {
+        arena = std::move(p.free_arenas.back());
+        p.free_arenas.pop_back();
+      } else if (p.arena_size > 0) {
+        arena = std::shared_ptr<std::byte[]>(
+            static_cast<std::byte*>(p.pool->allocate(p.arena_size)),
+            [pool = p.pool, n = p.arena_size](std::byte* b) { pool->deallocate(b, n); });
+      }
+    }
+    if (!p.free_envs.empty()) {
+      env = std::move(p.free_envs.back());
+      p.free_envs.pop_back();
     }
   }
-  std::vector<Tensor> env(g.values().size());
+  env.resize(g.values().size());
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];
   for (const auto& [v, t] : g.initializers())
     if (!env[v].defined()) env[v] = t;  // a graph input with a default keeps the caller's value
@@ -751,11 +761,13 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
       throw ValueError(cat("graph output '", g.value(v).name, "' was never computed"));
     out.push_back(env[v]);
   }
-  env.clear();
-  if (arena && p.keep_arenas) {
+  for (Tensor& t : env) t = Tensor();  // before the arena goes back
+  {
     std::lock_guard<std::mutex> lock(p.mutex);
-    if (p.arena_size <= (mp ? mp->arena_bytes : 0) || p.free_arenas.size() < 4)
+    if (arena && p.keep_arenas &&
+        (p.arena_size <= (mp ? mp->arena_bytes : 0) || p.free_arenas.size() < 4))
       p.free_arenas.push_back(std::move(arena));
+    if (p.free_envs.size() < 4) p.free_envs.push_back(std::move(env));
   }
   return out;
 }
