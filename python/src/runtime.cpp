@@ -36,8 +36,10 @@ std::vector<Tensor> inputs_from_python(const Executable& exe, const nb::list& ar
   std::vector<Tensor> inputs;
   inputs.reserve(nb::len(args));
   for (size_t i = 0; i < nb::len(args); ++i) {
-    std::string what =
-        i < g.inputs().size() ? cat("input '", g.value(g.inputs()[i]).name, "'") : cat("input ", i);
+    auto what = [&] {
+      return i < g.inputs().size() ? cat("input '", g.value(g.inputs()[i]).name, "'")
+                                   : cat("input ", i);
+    };
     inputs.push_back(tensor_from_python(args[i], what));
   }
   return inputs;
