@@ -53,7 +53,11 @@ class OnnxModel:
             inputs = args
         else:
             inputs = self._by_name(names, args, kwargs)
-        like = "numpy" if any(isinstance(x, np.ndarray) for x in inputs) else "torch"
+        like = "torch"
+        for x in inputs:  # a loop, not any(): no generator per call
+            if isinstance(x, np.ndarray):
+                like = "numpy"
+                break
         outs = self._compiled.run(inputs, like=like)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
