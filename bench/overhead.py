@@ -12,8 +12,10 @@ and each is timed per call (the median of every call of interleaved rounds, each
 its own, after warm-up) through:
 
   ort            onnxruntime InferenceSession.run (numpy in and out)
-  ort_ortvalue   InferenceSession.run_with_ort_values on OrtValues made once (ORT's cheapest
-                 Python path)
+  ort_ortvalue   InferenceSession.run_with_ort_values on OrtValues made once (its Python-level
+                 checks cost ~30 us a call in onnxruntime 1.32)
+  ort_binding    the same through the session's C binding, sess._sess.run_with_ort_values (a
+                 private API with no checks: ORT's floor from Python)
   onnx_numpy     pypto.onnx.load(...)(x) with a numpy array (an OnnxModel)
   run_numpy      CompiledGraph.run([x], like="numpy")
   run_torch      CompiledGraph.run([x]) with a torch tensor (torch tensors out)
@@ -173,6 +175,7 @@ def measure(name: str, path: str, threads: int, rounds: int, calls: int, pto: st
     feeds = {"x": x}
     ort_x = ort.OrtValue.ortvalue_from_numpy(x)
     ort_feeds = {"x": ort_x}
+    c_feeds = {"x": ort_x._get_c_value()}
     out_names = [o.name for o in sess.get_outputs()]
 
     model = pypto.onnx.load(path)
@@ -200,6 +203,7 @@ def measure(name: str, path: str, threads: int, rounds: int, calls: int, pto: st
     engines = {
         "ort": lambda: sess.run(None, feeds),
         "ort_ortvalue": lambda: sess.run_with_ort_values(out_names, ort_feeds),
+        "ort_binding": lambda: sess._sess.run_with_ort_values(c_feeds, out_names, None),
         "onnx_numpy": lambda: model(x),
         "run_numpy": lambda: compiled.run([x], like="numpy"),
         "run_torch": lambda: compiled.run([xt]),
