@@ -20,7 +20,7 @@ its own, after warm-up) through:
   run_numpy      CompiledGraph.run([x], like="numpy")
   run_torch      CompiledGraph.run([x]) with a torch tensor (torch tensors out)
   optimize       pypto.optimize of the equivalent torch module, called with a torch tensor
-  eager          that torch module, eagerly (for scale)
+  eager          that torch module, eagerly, under torch.no_grad (for scale)
   cpp            `build/pto bench` on the same file: Executable::run from C++, p50 of its runs
                  (in a child process, right after the Python rounds)
 
@@ -207,7 +207,7 @@ def measure(name: str, path: str, threads: int, rounds: int, calls: int, pto: st
         "onnx_numpy": lambda: model(x),
         "run_numpy": lambda: compiled.run([x], like="numpy"),
         "run_torch": lambda: compiled.run([xt]),
-        "optimize": no_grad(lambda: fast(xt)),
+        "optimize": lambda: fast(xt),  # records no autograd graph: no torch.no_grad needed
         "eager": no_grad(lambda: module(xt)),
     }
     samples = {k: [] for k in engines}
