@@ -39,6 +39,11 @@ class OptimizedModule(torch.nn.Module):
         self._lock = threading.Lock()
         self._level: int | None = None  # the optimization level asked for (None: the option)
         self._example: list | None = None  # graph input shapes of the first call or example
+        # Per-call shortcuts found at compile time (_shortcuts): the number of positional tensor
+        # arguments when the graph's inputs are exactly those (-1: not so), and how the outputs
+        # come back when no pytree is needed ("one": a tensor, "tuple": a flat tuple, None).
+        self._flat_args = -1
+        self._flat_out: str | None = None
 
     def _ensure_compiled(self, args=None, kwargs=None):
         """Captures and compiles on first use, from these arguments when no example was given."""
@@ -52,6 +57,21 @@ class OptimizedModule(torch.nn.Module):
                 self._captured, self._compiled = self._compile_fn(args, kwargs)
                 self._example = [list(x.shape) for x in self._graph_inputs(args, kwargs or {})]
                 self._example_args = (tuple(args), dict(kwargs or {}))
+                self._shortcuts()
+
+    def _shortcuts(self) -> None:
+        """Finds whether calls can skip pytree: every argument a positional tensor that is a
+        graph input, in order; outputs one tensor or a flat tuple of them."""
+        cap = self._captured
+        n = len(cap.inputs)
+        if (all(kind == "tensor" for kind, _ in cap.inputs)
+                and cap.in_spec == pytree.tree_structure((tuple(range(n)), {}))):
+            self._flat_args = n
+        k = len(self._compiled.output_names)
+        if cap.out_spec == pytree.tree_structure(0):
+            self._flat_out = "one"
+        elif cap.out_spec == pytree.tree_structure(tuple(range(k))):
+            self._flat_out = "tuple"
 
     @property
     def compiled(self) -> CompiledGraph:
@@ -96,6 +116,10 @@ class OptimizedModule(torch.nn.Module):
             inputs = [x.float() if x.dtype == self._dtype and t[0] == "f32" else x
                       for x, t in zip(inputs, compiled.input_types)]
         outs = compiled.run(inputs)  # a bf16 model's graph returns bf16 (capture output_dtype)
+        if self._flat_out == "one":
+            return outs[0]
+        if self._flat_out == "tuple":
+            return tuple(outs)
         return pytree.tree_unflatten(outs, self._captured.out_spec)
 
     def precision_report(self, *args, **kwargs) -> "PrecisionReport":
@@ -156,6 +180,12 @@ class OptimizedModule(torch.nn.Module):
 
     def _graph_inputs(self, args, kwargs) -> list:
         """The graph's inputs for a call, checked against what the module was optimized with."""
+        if not kwargs and len(args) == self._flat_args:
+            for x in args:
+                if type(x) is not torch.Tensor:
+                    break
+            else:
+                return list(args)
         cap = self._captured
         flat, spec = pytree.tree_flatten((args, kwargs))
         if spec != cap.in_spec:

@@ -49,6 +49,21 @@ class OnnxModel:
 
     def __call__(self, *args: Any, **kwargs: Any):
         names = self._compiled.input_names
+        if not kwargs and len(args) == len(names):  # every input, positionally
+            inputs = args
+        else:
+            inputs = self._by_name(names, args, kwargs)
+        like = "torch"
+        for x in inputs:  # a loop, not any(): no generator per call
+            if isinstance(x, np.ndarray):
+                like = "numpy"
+                break
+        outs = self._compiled.run(inputs, like=like)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    @staticmethod
+    def _by_name(names: list[str], args: tuple, kwargs: dict) -> list:
+        """The inputs in graph order from positional and keyword arguments."""
         if len(args) > len(names):
             raise TypeError(f"the model takes {len(names)} input(s) ({', '.join(names)}), "
                             f"got {len(args)} positional")
@@ -62,10 +77,7 @@ class OnnxModel:
         missing = [n for n in names if n not in given]
         if missing:
             raise TypeError(f"missing input(s): {', '.join(missing)}")
-        inputs = [given[n] for n in names]
-        like = "numpy" if any(isinstance(x, np.ndarray) for x in inputs) else "torch"
-        outs = self._compiled.run(inputs, like=like)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return [given[n] for n in names]
 
     def precision_report(self, *args: Any, **kwargs: Any) -> PrecisionReport:
         """The error of this reduced-precision compile against a float32 compile of the same

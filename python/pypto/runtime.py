@@ -46,6 +46,34 @@ def to_boundary(x: Any, what: str):
     raise TypeError(f"{what} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
+def _to_c(x: Any, what: str):
+    """to_boundary(x), as the cheapest object for _C to import: a numpy array as it is, a torch
+    tensor as a DLPack capsule (torch.utils.dlpack.to_dlpack is one C call; the tensor's own
+    __dlpack__ method is Python code)."""
+    if type(x) is np.ndarray and x.dtype.isnative:
+        return x
+    x = to_boundary(x, what)
+    torch = _torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        try:
+            return torch.utils.dlpack.to_dlpack(x)
+        except RuntimeError:  # a layout DLPack cannot carry: _C's own error names the input
+            return x
+    return x
+
+
+def _to_torch(a):
+    """An output of _C as a torch tensor sharing its memory: a numpy array through the buffer it
+    is (torch.from_numpy), a bf16 one through DLPack."""
+    import torch
+
+    return torch.from_numpy(a) if type(a) is np.ndarray else torch.from_dlpack(a)
+
+
+def _to_numpy(a):
+    return a if type(a) is np.ndarray else np.from_dlpack(a)
+
+
 class CompiledGraph:
     """A Tensor Graph compiled by ``_C.compile``; ``run`` takes one array per graph input."""
 
@@ -57,12 +85,23 @@ class CompiledGraph:
         # (options.tile_option). mixed_precision: "bf16" or "f16"
         # products, True/False (None: the options' values).
         # _progress: the label of the progress bar a terminal shows.
-        self._exe = _C.compile(graph, _options.compile_options(level, tile, mixed_precision),
-                               _consume, _progress)
-        g = self._exe.graph
+        self._set_executable(_C.compile(
+            graph, _options.compile_options(level, tile, mixed_precision), _consume, _progress))
+
+    @classmethod
+    def _wrap(cls, exe: _C.Executable) -> CompiledGraph:
+        """A CompiledGraph around an Executable that is compiled already."""
+        cg = cls.__new__(cls)
+        cg._set_executable(exe)
+        return cg
+
+    def _set_executable(self, exe: _C.Executable) -> None:
+        self._exe = exe
+        g = exe.graph
         self.input_names = [g.value_name(v) for v in g.inputs]
         self.input_types = [g.type(v) for v in g.inputs]
         self.output_names = [g.value_name(v) for v in g.outputs]
+        self._what = [f"input '{n}'" for n in self.input_names]  # argument names for errors
 
     @property
     def graph(self) -> _C.Graph:
@@ -133,24 +172,20 @@ class CompiledGraph:
         if len(inputs) != len(self.input_names):
             raise TypeError(f"expected {len(self.input_names)} input(s) "
                             f"({', '.join(self.input_names)}), got {len(inputs)}")
-        arrays = [to_boundary(x, f"input '{n}'") for x, n in zip(inputs, self.input_names)]
+        arrays = [_to_c(x, w) for x, w in zip(inputs, self._what)]
         if _call_hook is not None:
             _call_hook()
         outs = self._exe.run(arrays)
         if like == "numpy":
-            return [np.from_dlpack(o) for o in outs]
-        import torch
-
-        return [torch.from_dlpack(o) for o in outs]
+            return [_to_numpy(o) for o in outs]
+        return [_to_torch(o) for o in outs]
 
     def run_values(self, inputs: Sequence[Any]) -> list[tuple[int, str, Any]]:
         """Runs once keeping every value a kernel wrote: (step index, value name, torch tensor)
         in execution order. Values inside a fused kernel are never materialized and are absent
         (pypto.debug.compare_layers uses this)."""
-        import torch
-
         arrays = [to_boundary(x, f"input '{n}'") for x, n in zip(inputs, self.input_names)]
-        return [(s, n, torch.from_dlpack(a)) for s, n, a in self._exe.run_values(arrays)]
+        return [(s, n, _to_torch(a)) for s, n, a in self._exe.run_values(arrays)]
 
     def profile(self, inputs: Sequence[Any]) -> list[tuple[str, str, float]]:
         """Runs once; returns (node name, op, seconds) per node, in execution order."""

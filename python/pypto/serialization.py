@@ -88,13 +88,7 @@ def save(model, path: str | os.PathLike) -> None:
 
 def _wrap(exe) -> CompiledGraph:
     """A CompiledGraph around an Executable that is compiled already."""
-    cg = CompiledGraph.__new__(CompiledGraph)
-    cg._exe = exe
-    g = exe.graph
-    cg.input_names = [g.value_name(v) for v in g.inputs]
-    cg.input_types = [g.type(v) for v in g.inputs]
-    cg.output_names = [g.value_name(v) for v in g.outputs]
-    return cg
+    return CompiledGraph._wrap(exe)
 
 
 def _onnx_model(compiled: CompiledGraph, path: str | None):

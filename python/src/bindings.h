@@ -2,6 +2,9 @@
 // part of the module; tensors cross the boundary through DLPack (tensor.cpp) with no copy.
 #pragma once
 
+#include <functional>
+#include <string>
+
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
@@ -15,9 +18,12 @@ namespace nb = nanobind;
 // without copying; strides are kept, so a non-contiguous view is read correctly. The Tensor holds
 // a reference to the array until it is destroyed. `what` names the argument in errors.
 Tensor tensor_from_python(nb::handle array, const std::string& what);
+// The same, with `what` made only for an error (a run's inputs: no string per call).
+Tensor tensor_from_python(nb::handle array, const std::function<std::string()>& what);
 
-// Exposes a pto::Tensor as a DLPack-capable array (no copy); the array keeps the storage alive.
-// torch.from_dlpack / numpy.from_dlpack turn it into the user's type.
+// Exposes a pto::Tensor as an array (no copy) that keeps the storage alive: a numpy array, or for
+// bf16 (which numpy lacks) a DLPack-capable one. torch.from_numpy / torch.from_dlpack turn it
+// into a torch tensor.
 nb::object tensor_to_python(const Tensor& t);
 
 void bind_errors(nb::module_& m);

@@ -34,21 +34,23 @@ nb::dict stats_dict(const MemoryPoolStats& s) {
 std::vector<Tensor> inputs_from_python(const Executable& exe, const nb::list& args) {
   const Graph& g = exe.graph();
   std::vector<Tensor> inputs;
+  inputs.reserve(nb::len(args));
   for (size_t i = 0; i < nb::len(args); ++i) {
-    std::string what =
-        i < g.inputs().size() ? cat("input '", g.value(g.inputs()[i]).name, "'") : cat("input ", i);
+    auto what = [&] {
+      return i < g.inputs().size() ? cat("input '", g.value(g.inputs()[i]).name, "'")
+                                   : cat("input ", i);
+    };
     inputs.push_back(tensor_from_python(args[i], what));
   }
   return inputs;
 }
 
-// Runs without the GIL; the references to the callers' arrays are dropped before it returns.
-std::vector<Tensor> run_unlocked(const Executable& exe, std::vector<Tensor> inputs,
+// Runs without the GIL. The caller drops its references to the arrays after the GIL is back,
+// so releasing them does not take the GIL once per input.
+std::vector<Tensor> run_unlocked(const Executable& exe, const std::vector<Tensor>& inputs,
                                  const reference::NodeObserver& observer = {}) {
   nb::gil_scoped_release unlocked;
-  std::vector<Tensor> outputs = exe.run(inputs, observer);
-  inputs.clear();
-  return outputs;
+  return exe.run(inputs, observer);
 }
 
 }  // namespace
@@ -82,20 +84,23 @@ void bind_runtime(nb::module_& m) {
       .def(
           "run",
           [](const Executable& exe, const nb::list& args) {
+            const std::vector<Tensor> inputs = inputs_from_python(exe, args);
+            const std::vector<Tensor> outputs = run_unlocked(exe, inputs);
             nb::list out;
-            for (const Tensor& t : run_unlocked(exe, inputs_from_python(exe, args)))
-              out.append(tensor_to_python(t));
+            for (const Tensor& t : outputs) out.append(tensor_to_python(t));
             return out;
           },
-          nb::arg("inputs"), "Runs on a list of arrays; returns a list of DLPack-capable arrays.")
+          nb::arg("inputs"),
+          "Runs on a list of arrays; returns a list of arrays: numpy arrays, or DLPack-capable "
+          "arrays for dtypes numpy lacks (bf16).")
       .def(
           "run_traced",
           [](const Executable& exe, const nb::list& args) {
             std::vector<std::tuple<std::string, std::string, std::vector<Tensor>>> trace;
-            run_unlocked(exe, inputs_from_python(exe, args),
-                         [&](const Node& n, const std::vector<Tensor>& outs) {
-                           trace.emplace_back(n.name, n.op, outs);
-                         });
+            const std::vector<Tensor> inputs = inputs_from_python(exe, args);
+            run_unlocked(exe, inputs, [&](const Node& n, const std::vector<Tensor>& outs) {
+              trace.emplace_back(n.name, n.op, outs);
+            });
             nb::list out;
             for (auto& [name, op, outs] : trace) {
               nb::list arrays;
@@ -120,8 +125,8 @@ void bind_runtime(nb::module_& m) {
                   seen.emplace_back(exe.step_of_node(static_cast<size_t>(node)), g.value(v).name,
                                     t);
               });
-              inputs.clear();
             }
+            inputs.clear();
             nb::list out;
             for (auto& [step, name, t] : seen)
               out.append(nb::make_tuple(step, name, tensor_to_python(t)));
@@ -136,14 +141,14 @@ void bind_runtime(nb::module_& m) {
             std::vector<std::tuple<std::string, std::string, double>> times;
             const Node* first = exe.graph().nodes().data();
             auto last = std::chrono::steady_clock::now();
-            run_unlocked(exe, inputs_from_python(exe, args),
-                         [&](const Node& n, const std::vector<Tensor>&) {
-                           auto now = std::chrono::steady_clock::now();
-                           const StepInfo& s = exe.step(exe.step_of_node(&n - first));
-                           times.emplace_back(n.name, s.rule.empty() ? n.op : s.rule,
-                                              std::chrono::duration<double>(now - last).count());
-                           last = now;
-                         });
+            const std::vector<Tensor> inputs = inputs_from_python(exe, args);
+            run_unlocked(exe, inputs, [&](const Node& n, const std::vector<Tensor>&) {
+              auto now = std::chrono::steady_clock::now();
+              const StepInfo& s = exe.step(exe.step_of_node(&n - first));
+              times.emplace_back(n.name, s.rule.empty() ? n.op : s.rule,
+                                 std::chrono::duration<double>(now - last).count());
+              last = now;
+            });
             return times;
           },
           nb::arg("inputs"),

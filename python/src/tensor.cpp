@@ -1,6 +1,7 @@
 // Tensors across the boundary, both ways through DLPack and with no copy: a torch or numpy array
 // becomes a pto::Tensor that holds a reference to it; a pto::Tensor becomes an array that holds
 // its storage. Strides travel with the data, so a non-contiguous view is never misread.
+#include <functional>
 #include <memory>
 
 #include <nanobind/stl/string.h>
@@ -17,7 +18,7 @@ namespace {
 using nb::dlpack::dtype_code;
 using ArrayRO = nb::ndarray<nb::ro>;
 
-DType dtype_from_dlpack(nb::dlpack::dtype t, const std::string& what) {
+DType dtype_from_dlpack(nb::dlpack::dtype t, const std::function<std::string()>& what) {
   if (t.lanes == 1) {
     switch (static_cast<dtype_code>(t.code)) {
       case dtype_code::Float:
@@ -47,7 +48,7 @@ DType dtype_from_dlpack(nb::dlpack::dtype t, const std::string& what) {
         break;
     }
   }
-  throw TypeError(cat(what, ": unsupported element type (DLPack code ", int(t.code), ", ",
+  throw TypeError(cat(what(), ": unsupported element type (DLPack code ", int(t.code), ", ",
                       int(t.bits), " bits, ", int(t.lanes), " lanes)"));
 }
 
@@ -91,14 +92,18 @@ nb::dlpack::dtype dtype_to_dlpack(DType dt) {
 }  // namespace
 
 Tensor tensor_from_python(nb::handle array, const std::string& what) {
+  return tensor_from_python(array, [&] { return what; });
+}
+
+Tensor tensor_from_python(nb::handle array, const std::function<std::string()>& what) {
   ArrayRO a;
   if (!nb::try_cast(array, a))
-    throw TypeError(cat(what, ": expected a tensor or array (DLPack-capable), got ",
+    throw TypeError(cat(what(), ": expected a tensor or array (DLPack-capable), got ",
                         nb::inst_name(array).c_str()));
   if (a.device_type() != nb::device::cpu::value)
-    throw ValueError(cat(what, ": the tensor is on a non-CPU device (DLPack device type ",
+    throw ValueError(cat(what(), ": the tensor is on a non-CPU device (DLPack device type ",
                          a.device_type(), "); move it to the CPU first"));
-  DType dt = dtype_from_dlpack(a.dtype(), what);
+  const DType dt = dtype_from_dlpack(a.dtype(), what);
   Dims shape(a.ndim()), strides(a.ndim());
   for (size_t i = 0; i < a.ndim(); ++i) {
     shape[i] = static_cast<int64_t>(a.shape(i));
@@ -118,9 +123,14 @@ nb::object tensor_to_python(const Tensor& t) {
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
   auto* keep = new Tensor(t);
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
-  nb::ndarray<nb::array_api> a(t.raw_data(), shape.size(), shape.data(), owner, t.strides().data(),
-                               dtype_to_dlpack(t.dtype()), nb::device::cpu::value);
-  return nb::cast(a);
+  auto as = [&]<typename Framework>(Framework) {
+    return nb::cast(nb::ndarray<Framework>(t.raw_data(), shape.size(), shape.data(), owner,
+                                           t.strides().data(), dtype_to_dlpack(t.dtype()),
+                                           nb::device::cpu::value));
+  };
+  // A numpy array is made through the buffer protocol, which is cheaper to import on the other
+  // side (torch.from_numpy, numpy itself) than a DLPack capsule; numpy has no bf16.
+  return t.dtype() == DType::kBF16 ? as(nb::array_api()) : as(nb::numpy());
 }
 
 void bind_tensor(nb::module_& m) {

@@ -90,7 +90,11 @@ DType Attributes::get_dtype(const std::string& name) const {
 // ---- Node and Graph ----
 
 std::string Node::where() const {
-  return cat("[", op, "] node '", name, "'");
+  // Kernels call this on every run (for their error messages): plain appends, no stream.
+  std::string s;
+  s.reserve(op.size() + name.size() + 11);
+  s.append("[").append(op).append("] node '").append(name).append("'");
+  return s;
 }
 
 const Attributes& Node::attr_source(const std::string& name, Attributes& scratch) const {

@@ -67,25 +67,25 @@ int64_t dim_factor(const std::string& symbol) {
 void check_input(const Graph& g, ValueId v, const Tensor& t,
                  std::unordered_map<std::string, int64_t>& symbols) {
   const Value& val = g.value(v);
-  std::string where = cat("input '", val.name, "'");
-  if (!t.defined()) throw ValueError(cat(where, ": no tensor was given"));
+  auto where = [&] { return cat("input '", val.name, "'"); };  // only for an error
+  if (!t.defined()) throw ValueError(cat(where(), ": no tensor was given"));
   if (val.type.dtype != DType::kUndefined && t.dtype() != val.type.dtype)
-    throw TypeError(cat(where, ": expected dtype ", dtype_name(val.type.dtype), ", got ",
+    throw TypeError(cat(where(), ": expected dtype ", dtype_name(val.type.dtype), ", got ",
                         dtype_name(t.dtype())));
   if (!val.type.shape) return;
   const Shape& s = *val.type.shape;
   if (static_cast<int64_t>(s.size()) != t.rank())
-    throw ValueError(cat(where, ": expected rank ", s.size(), " ", shape_str(s), ", got shape ",
+    throw ValueError(cat(where(), ": expected rank ", s.size(), " ", shape_str(s), ", got shape ",
                          dims_str(t.shape())));
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i].is_known() && s[i].value != t.shape()[i])
-      throw ValueError(cat(where, ": dimension ", i, " should be ", s[i].value, ", got ",
+      throw ValueError(cat(where(), ": dimension ", i, " should be ", s[i].value, ", got ",
                            t.shape()[i], " (expected ", shape_str(s), ", got ", dims_str(t.shape()),
                            ")"));
     if (s[i].is_symbolic()) {
       auto [it, fresh] = symbols.emplace(s[i].symbol, t.shape()[i]);
       if (!fresh && it->second != t.shape()[i])
-        throw ValueError(cat(where, ": dimension ", i, " ('", s[i].symbol, "') is ", t.shape()[i],
+        throw ValueError(cat(where(), ": dimension ", i, " ('", s[i].symbol, "') is ", t.shape()[i],
                              " but another input set it to ", it->second));
       if (const int64_t f = dim_factor(s[i].symbol); t.shape()[i] % f != 0)
         throw ValueError(cat(where, ": dimension ", i, " ('", s[i].symbol, "') is ", t.shape()[i],

@@ -99,6 +99,9 @@ struct Executable::Plan {
   std::map<std::vector<Dims>, std::shared_ptr<const MemoryPlan>> memory_plans;
   std::shared_ptr<const MemoryPlan> last_plan;
   std::vector<std::shared_ptr<std::byte[]>> free_arenas;  // each of arena_size bytes
+  // Value tables of finished runs (one empty tensor per graph value), for the next runs: a table
+  // is a few KiB, and allocating it costs more than a small graph's kernels.
+  std::vector<std::vector<Tensor>> free_envs;
   size_t arena_size = 0;
 };
 
@@ -643,32 +646,47 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     profile.begin(session, p.id, shapes,
                   [&](const profiler::Options& o) { return model_info(p, g, shapes, o); });
   }
-  if (mp && p.plan_memory) {
+  std::vector<Tensor> env;
+  {
     std::lock_guard<std::mutex> lock(p.mutex);
-    if (!p.free_arenas.empty()) {
-      arena = std::move(p.free_arenas.back());
-      p.free_arenas.pop_back();
-    } else if (p.arena_size > 0) {
-      arena = std::shared_ptr<std::byte[]>(
-          static_cast<std::byte*>(p.pool->allocate(p.arena_size)),
-          [pool = p.pool, n = p.arena_size](std::byte* b) { pool->deallocate(b, n); });
+    if (mp && p.plan_memory) {
+      if (!p.free_arenas.empty()) {
+        arena = std::move(p.free_arenas.back());
+        p.free_arenas.pop_back();
+      } else if (p.arena_size > 0) {
+        arena = std::shared_ptr<std::byte[]>(
+            static_cast<std::byte*>(p.pool->allocate(p.arena_size)),
+            [pool = p.pool, n = p.arena_size](std::byte* b) { pool->deallocate(b, n); });
+      }
+    }
+    if (!p.free_envs.empty()) {
+      env = std::move(p.free_envs.back());
+      p.free_envs.pop_back();
     }
   }
-  std::vector<Tensor> env(g.values().size());
+  env.resize(g.values().size());
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];
   for (const auto& [v, t] : g.initializers())
     if (!env[v].defined()) env[v] = t;  // a graph input with a default keeps the caller's value
   for (const auto& [v, r] : p.released) env[v] = r.meta;
 
   // Step s on this thread, its outputs from the arena slots the plan gave them. Steps of a stage
-  // run at once: each reads values of earlier stages only and writes its own entries of env.
-  auto run_one = [&](size_t s) {
+  // run at once: each reads values of earlier stages only and writes its own entries of env, and
+  // has its own allocator and arguments; steps run one after another share one of each.
+  std::shared_ptr<StepAllocator> serial_alloc;
+  std::vector<Tensor> serial_args;
+  auto run_one = [&](size_t s, bool concurrently) {
     const profiler::KernelScope profile_step(profile, s);
     const Plan::Step& step = p.steps[s];
     const Node& last = g.nodes()[step.group.last_node()];
-    auto alloc = std::make_shared<StepAllocator>(arena.get(), arena ? p.arena_size : 0, p.pool);
+    auto new_alloc = [&] {
+      return std::make_shared<StepAllocator>(arena.get(), arena ? p.arena_size : 0, p.pool);
+    };
+    if (!concurrently && !serial_alloc) serial_alloc = new_alloc();
+    const std::shared_ptr<StepAllocator> alloc = concurrently ? new_alloc() : serial_alloc;
     AllocatorScope scope(alloc);
-    std::vector<Tensor> args;
+    std::vector<Tensor> own_args;
+    std::vector<Tensor>& args = concurrently ? own_args : serial_args;
     args.reserve(step.group.inputs.size());
     for (ValueId v : step.group.inputs) {
       if (!env[v].defined())
@@ -718,14 +736,14 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     const size_t begin = stage_begin[i], end = stage_begin[i + 1];
     if (concurrent && end - begin > 1) {
       parallel_tasks(static_cast<int64_t>(end - begin), [&](int64_t t) {
-        run_as_on_pool([&] { run_one(begin + static_cast<size_t>(t)); });
+        run_as_on_pool([&] { run_one(begin + static_cast<size_t>(t), true); });
       });
       for (size_t s = begin; s < end; ++s)
         for (ValueId v : p.live.release_after[s]) env[v] = Tensor();
       continue;
     }
     for (size_t s = begin; s < end; ++s) {
-      run_one(s);
+      run_one(s, false);
       if (observer) {
         const Node& last = g.nodes()[p.steps[s].group.last_node()];
         std::vector<Tensor> seen;
@@ -743,11 +761,13 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
       throw ValueError(cat("graph output '", g.value(v).name, "' was never computed"));
     out.push_back(env[v]);
   }
-  env.clear();
-  if (arena && p.keep_arenas) {
+  for (Tensor& t : env) t = Tensor();  // before the arena goes back
+  {
     std::lock_guard<std::mutex> lock(p.mutex);
-    if (p.arena_size <= (mp ? mp->arena_bytes : 0) || p.free_arenas.size() < 4)
+    if (arena && p.keep_arenas &&
+        (p.arena_size <= (mp ? mp->arena_bytes : 0) || p.free_arenas.size() < 4))
       p.free_arenas.push_back(std::move(arena));
+    if (p.free_envs.size() < 4) p.free_envs.push_back(std::move(env));
   }
   return out;
 }

@@ -92,3 +92,26 @@ def test_memory_is_kept_alive_by_the_other_side():
     expect = x.clone()
     del x  # the capsule still holds the storage
     torch.testing.assert_close(torch.from_dlpack(arr), expect)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_compiled_graph_outputs_share_memory_in_every_dtype(dtype):
+    # Outputs come back as numpy arrays (torch.from_numpy on the torch side) or, for bf16, through
+    # DLPack; either way a view of the input stays the caller's memory, with the input's dtype.
+    from pypto import dtypes
+    from pypto.runtime import CompiledGraph
+
+    g = _C.Graph()
+    x = g.add_input("x", dtypes.name(dtype), [2, 6])
+    shape = g.add_initializer("shape", torch.tensor([3, 4]))
+    g.add_output(g.add_node("Reshape", [x, shape], 1, {}, "r", 21)[0])
+    cg = CompiledGraph(g)
+    xin = (torch.arange(12) % 5).to(dtype).reshape(2, 6)
+    out = cg.run([xin])[0]
+    assert type(out) is torch.Tensor and out.dtype == dtype
+    assert out.data_ptr() == xin.data_ptr()
+    assert torch.equal(out, xin.reshape(3, 4))
+    if dtype != torch.bfloat16:
+        arr = cg.run([xin.numpy()], like="numpy")[0]
+        assert type(arr) is np.ndarray
+        np.testing.assert_array_equal(arr, xin.numpy().reshape(3, 4))
