@@ -88,7 +88,7 @@ void check_input(const Graph& g, ValueId v, const Tensor& t,
         throw ValueError(cat(where(), ": dimension ", i, " ('", s[i].symbol, "') is ", t.shape()[i],
                              " but another input set it to ", it->second));
       if (const int64_t f = dim_factor(s[i].symbol); t.shape()[i] % f != 0)
-        throw ValueError(cat(where, ": dimension ", i, " ('", s[i].symbol, "') is ", t.shape()[i],
+        throw ValueError(cat(where(), ": dimension ", i, " ('", s[i].symbol, "') is ", t.shape()[i],
                              ", not a multiple of ", f));
     }
   }
