@@ -647,6 +647,9 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
                   [&](const profiler::Options& o) { return model_info(p, g, shapes, o); });
   }
   std::vector<Tensor> env;
+  // The size of this run's arena, read with it: another thread's larger plan may grow
+  // p.arena_size while this run holds a smaller one.
+  size_t arena_bytes = 0;
   {
     std::lock_guard<std::mutex> lock(p.mutex);
     if (mp && p.plan_memory) {
@@ -658,6 +661,7 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
             static_cast<std::byte*>(p.pool->allocate(p.arena_size)),
             [pool = p.pool, n = p.arena_size](std::byte* b) { pool->deallocate(b, n); });
       }
+      if (arena) arena_bytes = p.arena_size;  // every free arena is of the current size
     }
     if (!p.free_envs.empty()) {
       env = std::move(p.free_envs.back());
@@ -680,7 +684,7 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     const Plan::Step& step = p.steps[s];
     const Node& last = g.nodes()[step.group.last_node()];
     auto new_alloc = [&] {
-      return std::make_shared<StepAllocator>(arena.get(), arena ? p.arena_size : 0, p.pool);
+      return std::make_shared<StepAllocator>(arena.get(), arena_bytes, p.pool);
     };
     if (!concurrently && !serial_alloc) serial_alloc = new_alloc();
     const std::shared_ptr<StepAllocator> alloc = concurrently ? new_alloc() : serial_alloc;
@@ -764,7 +768,9 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
   for (Tensor& t : env) t = Tensor();  // before the arena goes back
   {
     std::lock_guard<std::mutex> lock(p.mutex);
-    if (arena && p.keep_arenas &&
+    // Kept only at the current size (free arenas are all of p.arena_size): one taken before a
+    // larger plan grew it would overflow in the next run.
+    if (arena && p.keep_arenas && arena_bytes == p.arena_size &&
         (p.arena_size <= (mp ? mp->arena_bytes : 0) || p.free_arenas.size() < 4))
       p.free_arenas.push_back(std::move(arena));
     if (p.free_envs.size() < 4) p.free_envs.push_back(std::move(env));
