@@ -1,0 +1,130 @@
+// The per-step vector code of the CPU RNN, GRU and LSTM for one ISA (included by
+// recurrent_avx512.cpp, recurrent_avx2.cpp, recurrent_generic.cpp; see recurrent_kernels.h).
+#pragma once
+
+#include "backend/cpu/isa/vmath.h"
+#include "backend/cpu/recurrent_kernels.h"
+
+namespace pto::cpu::PTO_ISA_NS {
+namespace {
+
+constexpr int64_t L = Vec::kLanes;
+
+inline int tail(int64_t n, int64_t j) {
+  return n - j < L ? static_cast<int>(n - j) : static_cast<int>(L);
+}
+
+// Rows of `R` at once, columns two vectors at a time: each k loads two vectors of rt and
+// broadcasts one h per row, so rt is read once for all the rows.
+template <int R>
+void matvec_rows(const float* h, int64_t ldh, int64_t k, const float* rt, int64_t ldr,
+                 const float* bias, float* out, int64_t ldo, int64_t n) {
+  for (int64_t j = 0; j < n; j += 2 * L) {
+    const int n0 = tail(n, j), n1 = j + L < n ? tail(n, j + L) : 0;
+    Vec acc[R][2];
+    const Vec b0 = bias ? Vec::load(bias + j, n0) : Vec::zero();
+    const Vec b1 = bias && n1 ? Vec::load(bias + j + L, n1) : Vec::zero();
+    for (int r = 0; r < R; ++r) acc[r][0] = b0, acc[r][1] = b1;
+    for (int64_t q = 0; q < k; ++q) {
+      const float* row = rt + q * ldr + j;
+      const Vec w0 = n0 == L ? Vec::load(row) : Vec::load(row, n0);
+      const Vec w1 = n1 == L ? Vec::load(row + L) : n1 ? Vec::load(row + L, n1) : Vec::zero();
+      for (int r = 0; r < R; ++r) {
+        const Vec x = Vec::set1(h[r * ldh + q]);
+        acc[r][0] = fma(x, w0, acc[r][0]);
+        acc[r][1] = fma(x, w1, acc[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      acc[r][0].store(out + r * ldo + j, n0);
+      if (n1) acc[r][1].store(out + r * ldo + j + L, n1);
+    }
+  }
+}
+
+// The activation's input clamped to [-clip, clip], NaN kept (as std::clamp in the reference).
+inline Vec clamp(const CellRow& c, Vec v) {
+  if (!c.clip) return v;
+  const Vec lim = Vec::set1(c.clip_value);
+  return select(is_nan(v), v, min(max(v, -lim), lim));
+}
+
+inline Vec gate(const CellRow& c, int g, int64_t j, int n) {
+  const int64_t at = g * c.hidden + j;
+  return clamp(c, Vec::load(c.gx + at, n) + Vec::load(c.gh + at, n));
+}
+
+}  // namespace
+
+void recurrent_matvec(const float* h, int64_t ldh, int64_t rows, int64_t k, const float* rt,
+                      int64_t ldr, const float* bias, float* out, int64_t ldo, int64_t n) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4)
+    matvec_rows<4>(h + r * ldh, ldh, k, rt, ldr, bias, out + r * ldo, ldo, n);
+  switch (rows - r) {
+    case 3:
+      matvec_rows<3>(h + r * ldh, ldh, k, rt, ldr, bias, out + r * ldo, ldo, n);
+      break;
+    case 2:
+      matvec_rows<2>(h + r * ldh, ldh, k, rt, ldr, bias, out + r * ldo, ldo, n);
+      break;
+    case 1:
+      matvec_rows<1>(h + r * ldh, ldh, k, rt, ldr, bias, out + r * ldo, ldo, n);
+      break;
+    default:
+      break;
+  }
+}
+
+void rnn_cell(const CellRow& c, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; j += L) {
+    const int n = tail(j1, j);
+    tanh(gate(c, 0, j, n)).store(c.h + j, n);
+  }
+}
+
+void gru_cell(const CellRow& c, int64_t j0, int64_t j1) {
+  const int64_t H = c.hidden;
+  for (int64_t j = j0; j < j1; j += L) {
+    const int n = tail(j1, j);
+    const Vec z = sigmoid(gate(c, 0, j, n));
+    const Vec gh = Vec::load(c.gh + 2 * H + j, n);
+    const Vec hh = c.reset_applied ? gh : sigmoid(gate(c, 1, j, n)) * gh;
+    const Vec cand = tanh(clamp(c, Vec::load(c.gx + 2 * H + j, n) + hh));
+    const Vec hp = Vec::load(c.h_prev + j, n);
+    ((Vec::set1(1.0f) - z) * cand + z * hp).store(c.h + j, n);
+  }
+}
+
+void gru_reset(const CellRow& c, float* rh, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; j += L) {
+    const int n = tail(j1, j);
+    (sigmoid(gate(c, 1, j, n)) * Vec::load(c.h_prev + j, n)).store(rh + j, n);
+  }
+}
+
+void lstm_cell(const CellRow& c, int64_t j0, int64_t j1) {
+  const int64_t H = c.hidden;
+  for (int64_t j = j0; j < j1; j += L) {
+    const int n = tail(j1, j);
+    const Vec cs = Vec::load(c.c + j, n);
+    Vec pi = Vec::zero(), pf = Vec::zero(), po = Vec::zero();
+    if (c.peep) {
+      pi = Vec::load(c.peep + j, n) * cs;
+      po = Vec::load(c.peep + H + j, n);
+      pf = Vec::load(c.peep + 2 * H + j, n) * cs;
+    }
+    const Vec i = sigmoid(clamp(c, Vec::load(c.gx + j, n) + Vec::load(c.gh + j, n) + pi));
+    const Vec f = c.input_forget ? Vec::set1(1.0f) - i
+                                 : sigmoid(clamp(c, Vec::load(c.gx + 2 * H + j, n) +
+                                                        Vec::load(c.gh + 2 * H + j, n) + pf));
+    const Vec g = tanh(gate(c, 3, j, n));
+    const Vec c_new = f * cs + i * g;
+    const Vec o =
+        sigmoid(clamp(c, Vec::load(c.gx + H + j, n) + Vec::load(c.gh + H + j, n) + po * c_new));
+    c_new.store(c.c + j, n);
+    (o * tanh(c_new)).store(c.h + j, n);
+  }
+}
+
+}  // namespace pto::cpu::PTO_ISA_NS
