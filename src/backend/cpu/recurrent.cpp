@@ -27,16 +27,25 @@ int64_t gates_of(Cell cell) {
 // W and R of every direction as the run reads them.
 struct Weights {
   std::vector<PackedB> w;              // per direction: X W^T, K = I, N = G * H
-  std::vector<std::vector<float>> rt;  // per direction: R^T, H x G * H
+  std::vector<std::vector<float>> rt;  // per direction: R^T in panels (pack_r)
 };
 
-// R[d] (G * H x H) transposed.
-std::vector<float> transpose_r(const Tensor& R, int64_t d) {
-  const int64_t GH = R.dim(1), H = R.dim(2);
-  std::vector<float> rt(static_cast<size_t>(H * GH));
+// Panels of one gate's hidden units, zero-padded to whole panels.
+int64_t panels_per_gate(int64_t H) {
+  return (H + kRecurrentPanel - 1) / kRecurrentPanel;
+}
+
+// R[d] (G * H x H) transposed into panels (recurrent_kernels.h): gate g's panel q holds
+// R[g * H + q * W + c][k] at (g * P + q) * H * W + k * W + c, W = kRecurrentPanel.
+std::vector<float> pack_r(const Tensor& R, int64_t d) {
+  const int64_t GH = R.dim(1), H = R.dim(2), G = GH / H, P = panels_per_gate(H);
+  constexpr int64_t W = kRecurrentPanel;
+  std::vector<float> rt(static_cast<size_t>(G * P * H * W), 0.0f);
   const float* r = R.data<float>() + d * GH * H;
-  for (int64_t g = 0; g < GH; ++g)
-    for (int64_t k = 0; k < H; ++k) rt[k * GH + g] = r[g * H + k];
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t j = 0; j < H; ++j)
+      for (int64_t k = 0; k < H; ++k)
+        rt[((g * P + j / W) * H + k) * W + j % W] = r[(g * H + j) * H + k];
   return rt;
 }
 
@@ -45,7 +54,7 @@ Weights pack_weights(const Tensor& W, const Tensor& R) {
   Weights p;
   for (int64_t d = 0; d < D; ++d) {
     p.w.push_back(pack_b(I, GH, W.data<float>() + d * GH * I, I, /*trans_b=*/true));
-    p.rt.push_back(transpose_r(R, d));
+    p.rt.push_back(pack_r(R, d));
   }
   return p;
 }
@@ -83,7 +92,7 @@ std::any prepare(const NodeInfo& n) {
   if (!n.is_constant(1) || !n.is_constant(2)) return {};
   const Tensor &W = *n.constants[1], &R = *n.constants[2];
   if (W.rank() != 3 || R.rank() != 3 || W.dim(0) != R.dim(0) || W.dim(1) != R.dim(1) ||
-      W.dim(1) % R.dim(2) != 0)
+      R.dim(2) == 0 || W.dim(1) % R.dim(2) != 0)
     return {};  // the run hands it to the reference, which says what is wrong
   return pack_weights(W, R);
 }
@@ -119,6 +128,7 @@ std::optional<Problem> read_problem(const KernelContext& c, Cell cell) {
   p.S = X.dim(p.batch_first ? 1 : 0), p.B = X.dim(p.batch_first ? 0 : 1), p.I = X.dim(2);
   p.H = c.attrs().get_int("hidden_size", R.dim(2));
   const int64_t GH = p.G * p.H;
+  if (p.H <= 0) return std::nullopt;  // nothing to compute: the reference's empty outputs
   if (W.shape() != Dims{p.D, GH, p.I} || R.shape() != Dims{p.D, GH, p.H}) return std::nullopt;
   const Dims state = p.batch_first ? Dims{p.B, p.D, p.H} : Dims{p.D, p.B, p.H};
   auto shape_is = [&](size_t i, const Dims& s) {
@@ -201,11 +211,15 @@ void Direction::project_inputs() {
 void Direction::step(int64_t s, float* y, int64_t j0, int64_t j1, int phase) {
   const int64_t H = p_.H, GH = p_.G * H, B = p_.B, n = j1 - j0;
   const int64_t gates = phase == 1 ? 2 : phase == 2 ? 0 : p_.G;
+  // Gate g's panels from unit j0 (a whole panel: j0 is a multiple of kUnits).
+  auto panels = [&](int64_t g) {
+    return rt_ + (g * panels_per_gate(H) + j0 / kRecurrentPanel) * H * kRecurrentPanel;
+  };
   for (int64_t g = 0; g < gates; ++g)
-    PTO_ISA_DISPATCH(recurrent_matvec, h_.data(), H, B, H, rt_ + g * H + j0, GH,
-                     hbias_.data() + g * H + j0, gh_.data() + g * H + j0, GH, n);
+    PTO_ISA_DISPATCH(recurrent_matvec, h_.data(), H, B, H, panels(g), hbias_.data() + g * H + j0,
+                     gh_.data() + g * H + j0, GH, n);
   if (phase == 2)
-    PTO_ISA_DISPATCH(recurrent_matvec, rh_.data(), H, B, H, rt_ + 2 * H + j0, GH, nullptr,
+    PTO_ISA_DISPATCH(recurrent_matvec, rh_.data(), H, B, H, panels(2), nullptr,
                      gh_.data() + 2 * H + j0, GH, n);
   for (int64_t b = 0; b < B; ++b) {
     float* hn = h_next_.data() + b * H;
@@ -258,7 +272,7 @@ void Direction::run(float* y, float* yh, float* yc) {
   }
   // Hidden units in blocks of whole vectors, one task each when a step has enough work to
   // pay for a parallel_for (~2 us).
-  constexpr int64_t kUnits = 64, kMinFlops = 1 << 17;
+  constexpr int64_t kUnits = 2 * kRecurrentPanel, kMinFlops = 1 << 17;
   const int64_t blocks = (H + kUnits - 1) / kUnits;
   const bool split = blocks > 1 && B * H * GH >= kMinFlops;
   const int64_t steps = B ? *std::max_element(p_.lens.begin(), p_.lens.end()) : 0;
@@ -287,7 +301,7 @@ std::vector<Tensor> recurrent(const KernelContext& c, Cell cell) {
   const Weights* prepared = c.state && c.state->has_value() ? &c.prepared<Weights>() : nullptr;
   Weights local;
   if (!prepared)  // R transposed for this run; W read in place
-    for (int64_t d = 0; d < p->D; ++d) local.rt.push_back(transpose_r(c.input(2), d));
+    for (int64_t d = 0; d < p->D; ++d) local.rt.push_back(pack_r(c.input(2), d));
   const Weights& wts = prepared ? *prepared : local;
   const Dims yshape = p->batch_first ? Dims{p->B, p->S, p->D, p->H} : Dims{p->S, p->D, p->B, p->H};
   const Dims sshape = p->batch_first ? Dims{p->B, p->D, p->H} : Dims{p->D, p->B, p->H};

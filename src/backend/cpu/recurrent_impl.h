@@ -14,21 +14,21 @@ inline int tail(int64_t n, int64_t j) {
   return n - j < L ? static_cast<int>(n - j) : static_cast<int>(L);
 }
 
-// Rows of `R` at once, columns two vectors at a time: each k loads two vectors of rt and
-// broadcasts one h per row, so rt is read once for all the rows.
+// Rows of `R` at once, columns two vectors at a time within a panel: each k loads two vectors
+// of the panel and broadcasts one h per row, so the panel is read once for all the rows.
 template <int R>
-void matvec_rows(const float* h, int64_t ldh, int64_t k, const float* rt, int64_t ldr,
-                 const float* bias, float* out, int64_t ldo, int64_t n) {
+void matvec_rows(const float* h, int64_t ldh, int64_t k, const float* panels, const float* bias,
+                 float* out, int64_t ldo, int64_t n) {
+  constexpr int64_t W = kRecurrentPanel;
   for (int64_t j = 0; j < n; j += 2 * L) {
+    const float* panel = panels + j / W * k * W + j % W;
     const int n0 = tail(n, j), n1 = j + L < n ? tail(n, j + L) : 0;
     Vec acc[R][2];
     const Vec b0 = bias ? Vec::load(bias + j, n0) : Vec::zero();
     const Vec b1 = bias && n1 ? Vec::load(bias + j + L, n1) : Vec::zero();
     for (int r = 0; r < R; ++r) acc[r][0] = b0, acc[r][1] = b1;
-    for (int64_t q = 0; q < k; ++q) {
-      const float* row = rt + q * ldr + j;
-      const Vec w0 = n0 == L ? Vec::load(row) : Vec::load(row, n0);
-      const Vec w1 = n1 == L ? Vec::load(row + L) : n1 ? Vec::load(row + L, n1) : Vec::zero();
+    for (int64_t q = 0; q < k; ++q) {  // panels are zero-padded: whole vectors are safe
+      const Vec w0 = Vec::load(panel + q * W), w1 = Vec::load(panel + q * W + L);
       for (int r = 0; r < R; ++r) {
         const Vec x = Vec::set1(h[r * ldh + q]);
         acc[r][0] = fma(x, w0, acc[r][0]);
@@ -56,23 +56,34 @@ inline Vec gate(const CellRow& c, int g, int64_t j, int n) {
 
 }  // namespace
 
-void recurrent_matvec(const float* h, int64_t ldh, int64_t rows, int64_t k, const float* rt,
-                      int64_t ldr, const float* bias, float* out, int64_t ldo, int64_t n) {
+void recurrent_matvec(const float* h, int64_t ldh, int64_t rows, int64_t k, const float* panels,
+                      const float* bias, float* out, int64_t ldo, int64_t n) {
+  // As many rows as the registers hold accumulators for (2 per row, 32 AVX-512 registers, 16
+  // AVX2): more rows per pass of the panels, fewer passes.
+  constexpr int kRows = L >= 16 ? 8 : 4;
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4)
-    matvec_rows<4>(h + r * ldh, ldh, k, rt, ldr, bias, out + r * ldo, ldo, n);
+  for (; r + kRows <= rows; r += kRows)
+    matvec_rows<kRows>(h + r * ldh, ldh, k, panels, bias, out + r * ldo, ldo, n);
+  const auto run = [&]<int R>() {
+    matvec_rows<R>(h + r * ldh, ldh, k, panels, bias, out + r * ldo, ldo, n);
+  };
   switch (rows - r) {
+    case 7:
+      return run.template operator()<7>();
+    case 6:
+      return run.template operator()<6>();
+    case 5:
+      return run.template operator()<5>();
+    case 4:
+      return run.template operator()<4>();
     case 3:
-      matvec_rows<3>(h + r * ldh, ldh, k, rt, ldr, bias, out + r * ldo, ldo, n);
-      break;
+      return run.template operator()<3>();
     case 2:
-      matvec_rows<2>(h + r * ldh, ldh, k, rt, ldr, bias, out + r * ldo, ldo, n);
-      break;
+      return run.template operator()<2>();
     case 1:
-      matvec_rows<1>(h + r * ldh, ldh, k, rt, ldr, bias, out + r * ldo, ldo, n);
-      break;
+      return run.template operator()<1>();
     default:
-      break;
+      return;
   }
 }
 

@@ -26,12 +26,16 @@ struct CellRow {
   bool reset_applied = false;  // GRU: gh's h part is already R_h (r . h) (linear_before_reset 0)
 };
 
+// R^T packed in panels of kRecurrentPanel columns (one gate's hidden units, zero-padded to whole
+// panels), each k x kRecurrentPanel row-major, so the per-step product streams through memory.
+inline constexpr int64_t kRecurrentPanel = 32;
+
 PTO_ISA_DECLARE(
-    // out[r, j] = bias[j] + sum_k h[r, k] rt[k, j] for r < rows, j < n (rows of h: ldh, of rt:
-    // ldr, of out: ldo; bias may be null). Each column is summed over k in order, whatever the
-    // rows and column ranges a caller cuts, so results do not depend on the split.
-    void recurrent_matvec(const float* h, int64_t ldh, int64_t rows, int64_t k, const float* rt,
-                          int64_t ldr, const float* bias, float* out, int64_t ldo, int64_t n);
+    // out[r, j] = bias[j] + sum_k h[r, k] P[k, j] for r < rows, j < n, P the consecutive panels
+    // at `panels` (rows of h: ldh, of out: ldo; bias may be null). Each column is summed over k in
+    // order, whatever rows and whole panels a caller cuts, so results do not depend on the split.
+    void recurrent_matvec(const float* h, int64_t ldh, int64_t rows, int64_t k, const float* panels,
+                          const float* bias, float* out, int64_t ldo, int64_t n);
 
     void rnn_cell(const CellRow& r, int64_t j0, int64_t j1);
     void gru_cell(const CellRow& r, int64_t j0, int64_t j1);
