@@ -1,8 +1,8 @@
-"""torch nn.LSTM, nn.GRU and nn.RNN exported to ONNX (the LSTM, GRU and RNN ops) run on the CPU
-kernels, not the reference interpreter, and match torch and onnxruntime: several layers,
-bidirectional, batch_first, initial states given or not. The exporter is torch's TorchScript one
-(dynamo=False), which writes the recurrent ops; the dynamo exporter and pypto.optimize unroll the
-steps into MatMuls and gates instead."""
+"""torch nn.LSTM, nn.GRU and nn.RNN run on the CPU recurrent kernels, not the reference
+interpreter, and match torch (and onnxruntime): exported to ONNX by torch's TorchScript exporter
+(dynamo=False, which writes the LSTM, GRU and RNN ops) and loaded, or through pypto.optimize
+(frontend/aten_rnn.py: one ONNX node per layer); several layers, bidirectional, batch_first,
+initial states given or not, and a streaming GRU whose state is fed back call after call."""
 
 from __future__ import annotations
 
@@ -92,3 +92,49 @@ def test_streaming_gru_state_carried_across_calls(tmp_path):
         want, want_h = gru(torch.cat(chunks, dim=1))
     np.testing.assert_allclose(torch.cat(ys, dim=1).numpy(), want.numpy(), rtol=1e-4, atol=2e-5)
     np.testing.assert_allclose(h.numpy(), want_h.numpy(), rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn"])
+@pytest.mark.parametrize("batch_first,bidirectional,with_state",
+                         [(True, True, True), (False, False, False), (True, False, False)])
+def test_optimize_maps_torch_rnn_to_one_node_per_layer(kind, batch_first, bidirectional,
+                                                       with_state):
+    """pypto.optimize converts aten.lstm/gru/rnn_tanh into ONNX LSTM/GRU/RNN nodes (one per
+    layer, weights reordered and folded at compile time) that run on the CPU kernels."""
+    model = _Wrap(_module(kind, batch_first, bidirectional))
+    batch, seq = 2, 7
+    x = torch.randn((batch, seq, 12) if batch_first else (seq, batch, 12))
+    layers = 2 * (2 if bidirectional else 1)
+    state = ()
+    if with_state:
+        state = tuple(torch.randn(layers, batch, 24) for _ in range(2 if kind == "lstm" else 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = pypto.optimize(model, (x, *state))
+        got = fast(x, *state)
+    with torch.no_grad():
+        want = model(x, *state)
+    op = kind.upper()
+    backends = fast._compiled.node_backends
+    assert [b for o, b in backends if o == op] == ["cpu", "cpu"], backends
+    assert all(b == "cpu" for _, b in backends), backends
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.LSTM(12, 24, proj_size=8, batch_first=True),  # no ONNX form: unrolled
+    lambda: torch.nn.RNN(12, 24, nonlinearity="relu", batch_first=True),  # the reference's
+])
+def test_optimize_rnn_forms_without_a_kernel_still_match(make):
+    torch.manual_seed(2)
+    model = _Wrap(make().eval())
+    x = torch.randn(2, 6, 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = pypto.optimize(model, (x,))
+        got = fast(x)
+    with torch.no_grad():
+        want = model(x)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=2e-5)
