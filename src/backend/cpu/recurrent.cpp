@@ -333,6 +333,7 @@ void register_recurrent_kernels(KernelRegistry& r) {
     k.accepts = [cell](const NodeInfo& n) { return accepts(n, cell); };
     k.prepare = prepare;
     k.run = [cell](const KernelContext& c) { return recurrent(c, cell); };
+    k.reference_at_run_time = true;  // shapes the reference rejects, and hidden size 0
     r.add(cell == Cell::kRnn ? "RNN" : cell == Cell::kGru ? "GRU" : "LSTM", std::move(k));
   }
 }

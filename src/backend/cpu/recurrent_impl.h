@@ -42,6 +42,16 @@ void matvec_rows(const float* h, int64_t ldh, int64_t k, const float* panels, co
   }
 }
 
+// The last `rows` (< R + 1) rows: matvec_rows<rows>.
+template <int R>
+void matvec_tail(int rows, const float* h, int64_t ldh, int64_t k, const float* panels,
+                 const float* bias, float* out, int64_t ldo, int64_t n) {
+  if constexpr (R > 0) {
+    if (rows == R) return matvec_rows<R>(h, ldh, k, panels, bias, out, ldo, n);
+    matvec_tail<R - 1>(rows, h, ldh, k, panels, bias, out, ldo, n);
+  }
+}
+
 // The activation's input clamped to [-clip, clip], NaN kept (as std::clamp in the reference).
 inline Vec clamp(const CellRow& c, Vec v) {
   if (!c.clip) return v;
@@ -64,27 +74,9 @@ void recurrent_matvec(const float* h, int64_t ldh, int64_t rows, int64_t k, cons
   int64_t r = 0;
   for (; r + kRows <= rows; r += kRows)
     matvec_rows<kRows>(h + r * ldh, ldh, k, panels, bias, out + r * ldo, ldo, n);
-  const auto run = [&]<int R>() {
-    matvec_rows<R>(h + r * ldh, ldh, k, panels, bias, out + r * ldo, ldo, n);
-  };
-  switch (rows - r) {
-    case 7:
-      return run.template operator()<7>();
-    case 6:
-      return run.template operator()<6>();
-    case 5:
-      return run.template operator()<5>();
-    case 4:
-      return run.template operator()<4>();
-    case 3:
-      return run.template operator()<3>();
-    case 2:
-      return run.template operator()<2>();
-    case 1:
-      return run.template operator()<1>();
-    default:
-      return;
-  }
+  if (r < rows)
+    matvec_tail<kRows - 1>(static_cast<int>(rows - r), h + r * ldh, ldh, k, panels, bias,
+                           out + r * ldo, ldo, n);
 }
 
 void rnn_cell(const CellRow& c, int64_t j0, int64_t j1) {
