@@ -14,6 +14,18 @@ inline int tail(int64_t n, int64_t j) {
   return n - j < L ? static_cast<int>(n - j) : static_cast<int>(L);
 }
 
+// n lanes at p: whole vectors without a mask (masked moves are slow on AMD, and a masked store
+// does not forward to the next load).
+inline Vec load(const float* p, int n) {
+  return n == L ? Vec::load(p) : Vec::load(p, n);
+}
+inline void store(Vec v, float* p, int n) {
+  if (n == L)
+    v.store(p);
+  else
+    v.store(p, n);
+}
+
 // Rows of `R` at once, columns two vectors at a time within a panel: each k loads two vectors
 // of the panel and broadcasts one h per row, so the panel is read once for all the rows.
 template <int R>
@@ -24,8 +36,8 @@ void matvec_rows(const float* h, int64_t ldh, int64_t k, const float* panels, co
     const float* panel = panels + j / W * k * W + j % W;
     const int n0 = tail(n, j), n1 = j + L < n ? tail(n, j + L) : 0;
     Vec acc[R][2];
-    const Vec b0 = bias ? Vec::load(bias + j, n0) : Vec::zero();
-    const Vec b1 = bias && n1 ? Vec::load(bias + j + L, n1) : Vec::zero();
+    const Vec b0 = bias ? load(bias + j, n0) : Vec::zero();
+    const Vec b1 = bias && n1 ? load(bias + j + L, n1) : Vec::zero();
     for (int r = 0; r < R; ++r) acc[r][0] = b0, acc[r][1] = b1;
     for (int64_t q = 0; q < k; ++q) {  // panels are zero-padded: whole vectors are safe
       const Vec w0 = Vec::load(panel + q * W), w1 = Vec::load(panel + q * W + L);
@@ -36,8 +48,8 @@ void matvec_rows(const float* h, int64_t ldh, int64_t k, const float* panels, co
       }
     }
     for (int r = 0; r < R; ++r) {
-      acc[r][0].store(out + r * ldo + j, n0);
-      if (n1) acc[r][1].store(out + r * ldo + j + L, n1);
+      store(acc[r][0], out + r * ldo + j, n0);
+      if (n1) store(acc[r][1], out + r * ldo + j + L, n1);
     }
   }
 }
@@ -61,7 +73,7 @@ inline Vec clamp(const CellRow& c, Vec v) {
 
 inline Vec gate(const CellRow& c, int g, int64_t j, int n) {
   const int64_t at = g * c.hidden + j;
-  return clamp(c, Vec::load(c.gx + at, n) + Vec::load(c.gh + at, n));
+  return clamp(c, load(c.gx + at, n) + load(c.gh + at, n));
 }
 
 }  // namespace
@@ -82,7 +94,7 @@ void recurrent_matvec(const float* h, int64_t ldh, int64_t rows, int64_t k, cons
 void rnn_cell(const CellRow& c, int64_t j0, int64_t j1) {
   for (int64_t j = j0; j < j1; j += L) {
     const int n = tail(j1, j);
-    tanh(gate(c, 0, j, n)).store(c.h + j, n);
+    store(tanh(gate(c, 0, j, n)), c.h + j, n);
   }
 }
 
@@ -91,18 +103,18 @@ void gru_cell(const CellRow& c, int64_t j0, int64_t j1) {
   for (int64_t j = j0; j < j1; j += L) {
     const int n = tail(j1, j);
     const Vec z = sigmoid(gate(c, 0, j, n));
-    const Vec gh = Vec::load(c.gh + 2 * H + j, n);
+    const Vec gh = load(c.gh + 2 * H + j, n);
     const Vec hh = c.reset_applied ? gh : sigmoid(gate(c, 1, j, n)) * gh;
-    const Vec cand = tanh(clamp(c, Vec::load(c.gx + 2 * H + j, n) + hh));
-    const Vec hp = Vec::load(c.h_prev + j, n);
-    ((Vec::set1(1.0f) - z) * cand + z * hp).store(c.h + j, n);
+    const Vec cand = tanh(clamp(c, load(c.gx + 2 * H + j, n) + hh));
+    const Vec hp = load(c.h_prev + j, n);
+    store((Vec::set1(1.0f) - z) * cand + z * hp, c.h + j, n);
   }
 }
 
 void gru_reset(const CellRow& c, float* rh, int64_t j0, int64_t j1) {
   for (int64_t j = j0; j < j1; j += L) {
     const int n = tail(j1, j);
-    (sigmoid(gate(c, 1, j, n)) * Vec::load(c.h_prev + j, n)).store(rh + j, n);
+    store(sigmoid(gate(c, 1, j, n)) * load(c.h_prev + j, n), rh + j, n);
   }
 }
 
@@ -110,23 +122,23 @@ void lstm_cell(const CellRow& c, int64_t j0, int64_t j1) {
   const int64_t H = c.hidden;
   for (int64_t j = j0; j < j1; j += L) {
     const int n = tail(j1, j);
-    const Vec cs = Vec::load(c.c + j, n);
+    const Vec cs = load(c.c + j, n);
     Vec pi = Vec::zero(), pf = Vec::zero(), po = Vec::zero();
     if (c.peep) {
-      pi = Vec::load(c.peep + j, n) * cs;
-      po = Vec::load(c.peep + H + j, n);
-      pf = Vec::load(c.peep + 2 * H + j, n) * cs;
+      pi = load(c.peep + j, n) * cs;
+      po = load(c.peep + H + j, n);
+      pf = load(c.peep + 2 * H + j, n) * cs;
     }
-    const Vec i = sigmoid(clamp(c, Vec::load(c.gx + j, n) + Vec::load(c.gh + j, n) + pi));
-    const Vec f = c.input_forget ? Vec::set1(1.0f) - i
-                                 : sigmoid(clamp(c, Vec::load(c.gx + 2 * H + j, n) +
-                                                        Vec::load(c.gh + 2 * H + j, n) + pf));
+    const Vec i = sigmoid(clamp(c, load(c.gx + j, n) + load(c.gh + j, n) + pi));
+    const Vec f =
+        c.input_forget
+            ? Vec::set1(1.0f) - i
+            : sigmoid(clamp(c, load(c.gx + 2 * H + j, n) + load(c.gh + 2 * H + j, n) + pf));
     const Vec g = tanh(gate(c, 3, j, n));
     const Vec c_new = f * cs + i * g;
-    const Vec o =
-        sigmoid(clamp(c, Vec::load(c.gx + H + j, n) + Vec::load(c.gh + H + j, n) + po * c_new));
-    c_new.store(c.c + j, n);
-    (o * tanh(c_new)).store(c.h + j, n);
+    const Vec o = sigmoid(clamp(c, load(c.gx + H + j, n) + load(c.gh + H + j, n) + po * c_new));
+    store(c_new, c.c + j, n);
+    store(o * tanh(c_new), c.h + j, n);
   }
 }
 
