@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "cpu_reduce_test_util.h"
 
@@ -133,6 +134,33 @@ TEST(CpuRecurrent, OnlySomeOutputsAndEmptyBatch) {
   check({.op = "GRU", .outputs = 1});
   check({.batch = 0});
   check({.seq = 1, .batch = 2, .lens = true});
+}
+
+// Constant W and R are held packed only (the runtime releases the originals) and come back bit for
+// bit from the packing.
+TEST(CpuRecurrent, PackedWeightsReleasedAndGivenBack) {
+  for (const char* op : {"GRU", "LSTM"}) {
+    NodeCase c = make_case({.op = op, .hidden = 37, .direction = "bidirectional"});
+    const std::vector<Tensor> want = {c.inputs[1].clone(), c.inputs[2].clone()};
+    std::vector<Tensor> feeds;
+    Graph g = one_node(c, &feeds);
+    const std::vector<ValueId> ids = {g.nodes()[0].inputs[1], g.nodes()[0].inputs[2]};
+    c.inputs.clear();  // the Executable holds the only copy
+    CompileOptions o;
+    o.level = 0;
+    o.release_packed_weights = true;
+    const Executable exe = compile(std::move(g), o);
+    ASSERT_EQ(exe.node_backend(0), "cpu");
+    EXPECT_EQ(exe.graph().released().size(), 2u) << op;
+    const Graph full = exe.graph_with_weights();
+    for (size_t i = 0; i < 2; ++i) {
+      const Tensor& back = full.initializers().at(ids[i]);
+      EXPECT_TRUE(back.shape() == want[i].shape() &&
+                  std::memcmp(back.raw_data(), want[i].raw_data(), want[i].nbytes()) == 0)
+          << op << " input " << i + 1;
+    }
+    expect_runs_match(full, exe, feeds, kTol);
+  }
 }
 
 TEST(CpuRecurrent, OtherActivationsStayOnTheReference) {

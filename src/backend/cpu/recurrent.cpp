@@ -28,6 +28,7 @@ int64_t gates_of(Cell cell) {
 struct Weights {
   std::vector<PackedB> w;              // per direction: X W^T, K = I, N = G * H
   std::vector<std::vector<float>> rt;  // per direction: R^T in panels (pack_r)
+  int64_t hidden = 0;
 };
 
 // Panels of one gate's hidden units, zero-padded to whole panels.
@@ -52,11 +53,37 @@ std::vector<float> pack_r(const Tensor& R, int64_t d) {
 Weights pack_weights(const Tensor& W, const Tensor& R) {
   const int64_t D = W.dim(0), GH = W.dim(1), I = W.dim(2);
   Weights p;
+  p.hidden = R.dim(2);
   for (int64_t d = 0; d < D; ++d) {
     p.w.push_back(pack_b(I, GH, W.data<float>() + d * GH * I, I, /*trans_b=*/true));
     p.rt.push_back(pack_r(R, d));
   }
   return p;
+}
+
+// W (input 1) or R (input 2) as it was before packing, for running the node on another kernel
+// once the runtime released the originals (Kernel::unpack).
+Tensor unpack_weights(const std::any& state, size_t input) {
+  const auto& p = std::any_cast<const Weights&>(state);
+  PTO_CHECK(input == 1 || input == 2) << "RNN/GRU/LSTM: only W and R are packed";
+  const auto D = static_cast<int64_t>(p.w.size());
+  const int64_t GH = p.w[0].n(), I = p.w[0].k(), H = p.hidden;
+  Tensor t = Tensor::empty(DType::kF32, input == 1 ? Dims{D, GH, I} : Dims{D, GH, H});
+  float* out = t.data<float>();
+  for (int64_t d = 0; d < D; ++d) {
+    if (input == 1) {  // the panels unpack to N x K: W[d] itself
+      const std::vector<float> w = p.w[d].unpack();
+      std::copy(w.begin(), w.end(), out + d * GH * I);
+      continue;
+    }
+    constexpr int64_t W = kRecurrentPanel;
+    const int64_t P = panels_per_gate(H);
+    for (int64_t g = 0; g < GH / H; ++g)
+      for (int64_t j = 0; j < H; ++j)
+        for (int64_t k = 0; k < H; ++k)
+          out[(d * GH + g * H + j) * H + k] = p.rt[d][((g * P + j / W) * H + k) * W + j % W];
+  }
+  return t;
 }
 
 bool is_default_activations(const Node& n, Cell cell) {
@@ -351,6 +378,18 @@ void register_recurrent_kernels(KernelRegistry& r) {
     Kernel k;
     k.accepts = [cell](const NodeInfo& n) { return accepts(n, cell); };
     k.prepare = prepare;
+    k.packed_inputs = [](const std::any& state) {
+      return state.has_value() ? std::vector<size_t>{1, 2} : std::vector<size_t>{};
+    };
+    k.packed_bytes = [](const std::any& state) -> size_t {
+      if (!state.has_value()) return 0;
+      const auto& p = std::any_cast<const Weights&>(state);
+      size_t bytes = 0;
+      for (size_t d = 0; d < p.w.size(); ++d)
+        bytes += p.w[d].bytes() + p.rt[d].size() * sizeof(float);
+      return bytes;
+    };
+    k.unpack = unpack_weights;
     k.run = [cell](const KernelContext& c) { return recurrent(c, cell); };
     k.reference_at_run_time = true;  // shapes the reference rejects, and hidden size 0
     r.add(cell == Cell::kRnn ? "RNN" : cell == Cell::kGru ? "GRU" : "LSTM", std::move(k));
