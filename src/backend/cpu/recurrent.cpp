@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <iterator>
 
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/recurrent_kernels.h"
+#include "backend/cpu/scratch.h"
 #include "pto/parallel.h"
 
 namespace pto::cpu {
@@ -200,15 +202,19 @@ class Direction {
   const PackedB* w_;  // null: W unpacked, read from the input
   const float* rt_;
   bool reverse_ = false;
-  std::vector<float> gx_, gh_, h_, h_next_, cs_, rh_, xbias_, hbias_;
+  // In the thread's scratch (one block, carved by take_workspace): no allocation or page fault
+  // per call once it has grown.
+  float *gx_ = nullptr, *gh_ = nullptr, *h_ = nullptr, *h_next_ = nullptr, *cs_ = nullptr,
+        *rh_ = nullptr, *xbias_ = nullptr, *hbias_ = nullptr;
+  void take_workspace(bool two_phase);
 };
 
 // gx = X W^T + Wb + Rb for every step at once; the GRU's Rb_h stays with h R^T when
 // linear_before_reset (it is inside the reset gate's product).
 void Direction::project_inputs() {
   const int64_t GH = p_.G * p_.H, H = p_.H;
-  xbias_.assign(static_cast<size_t>(GH), 0.0f);
-  hbias_.assign(static_cast<size_t>(GH), 0.0f);
+  std::fill_n(xbias_, GH, 0.0f);
+  std::fill_n(hbias_, GH, 0.0f);
   if (c_.has_input(3)) {
     const float* wb = c_.input(3).data<float>() + d_ * 2 * GH;
     const float* rb = wb + GH;
@@ -218,13 +224,12 @@ void Direction::project_inputs() {
       hbias_[g] = apart ? rb[g] : 0.0f;
     }
   }
-  gx_.resize(static_cast<size_t>(p_.S * p_.B * GH));
   GemmArgs g;
   g.m = p_.S * p_.B, g.n = GH, g.k = p_.I;
   g.a = c_.input(0).data<float>(), g.lda = p_.I;
-  g.c = gx_.data(), g.ldc = GH;
+  g.c = gx_, g.ldc = GH;
   g.epilogue.bias_kind = Epilogue::Bias::kPerCol;
-  g.epilogue.bias = xbias_.data();
+  g.epilogue.bias = xbias_;
   if (g.m == 0 || g.n == 0) return;
   if (w_) {
     sgemm_packed(g, *w_);
@@ -242,7 +247,7 @@ void Direction::prefetch_inputs(int64_t s, int64_t j0, int64_t j1) const {
   const int64_t H = p_.H, GH = p_.G * H;
   for (int64_t b = 0; b < p_.B; ++b) {
     if (s >= p_.lens[b]) continue;
-    const float* row = gx_.data() + p_.x_row(time_of(s, b), b) * GH;
+    const float* row = gx_ + p_.x_row(time_of(s, b), b) * GH;
     for (int64_t g = 0; g < p_.G; ++g) {
       for (int64_t j = j0; j < j1; j += kLine) __builtin_prefetch(row + g * H + j);
       __builtin_prefetch(row + g * H + j1 - 1);
@@ -262,23 +267,22 @@ void Direction::step(int64_t s, float* y, int64_t j0, int64_t j1, int phase) {
   };
   if (phase != 2) prefetch_inputs(s, j0, j1);
   for (int64_t g = 0; g < gates; ++g)
-    PTO_ISA_DISPATCH(recurrent_matvec, h_.data(), H, B, H, panels(g), hbias_.data() + g * H + j0,
-                     gh_.data() + g * H + j0, GH, n);
+    PTO_ISA_DISPATCH(recurrent_matvec, h_, H, B, H, panels(g), hbias_ + g * H + j0,
+                     gh_ + g * H + j0, GH, n);
   if (phase == 2)
-    PTO_ISA_DISPATCH(recurrent_matvec, rh_.data(), H, B, H, panels(2), nullptr,
-                     gh_.data() + 2 * H + j0, GH, n);
+    PTO_ISA_DISPATCH(recurrent_matvec, rh_, H, B, H, panels(2), nullptr, gh_ + 2 * H + j0, GH, n);
   for (int64_t b = 0; b < B; ++b) {
-    float* hn = h_next_.data() + b * H;
+    float* hn = h_next_ + b * H;
     if (s >= p_.lens[b]) {  // past this row's sequence: the state stays
-      if (phase != 1) std::copy(h_.data() + b * H + j0, h_.data() + b * H + j1, hn + j0);
+      if (phase != 1) std::copy(h_ + b * H + j0, h_ + b * H + j1, hn + j0);
       continue;
     }
     const int64_t t = time_of(s, b);
-    CellRow r{.gx = gx_.data() + p_.x_row(t, b) * GH,
-              .gh = gh_.data() + b * GH,
-              .h_prev = h_.data() + b * H,
+    CellRow r{.gx = gx_ + p_.x_row(t, b) * GH,
+              .gh = gh_ + b * GH,
+              .h_prev = h_ + b * H,
               .h = hn,
-              .c = cs_.empty() ? nullptr : cs_.data() + b * H,
+              .c = cs_ ? cs_ + b * H : nullptr,
               .peep = c_.has_input(7) ? c_.input(7).data<float>() + d_ * 3 * H : nullptr,
               .hidden = H,
               .clip = p_.clip,
@@ -286,7 +290,7 @@ void Direction::step(int64_t s, float* y, int64_t j0, int64_t j1, int phase) {
               .input_forget = p_.input_forget,
               .reset_applied = phase == 2};
     if (phase == 1) {
-      PTO_ISA_DISPATCH(gru_reset, r, rh_.data() + b * H, j0, j1);
+      PTO_ISA_DISPATCH(gru_reset, r, rh_ + b * H, j0, j1);
       continue;
     }
     if (p_.cell == Cell::kRnn)
@@ -299,22 +303,38 @@ void Direction::step(int64_t s, float* y, int64_t j0, int64_t j1, int phase) {
   }
 }
 
+// gx, gh, the two states, the cell state (LSTM), r . h (GRU in two phases) and the biases, each
+// from a 64-byte boundary; states zeroed (initial_h and initial_c are copied in after).
+void Direction::take_workspace(bool two_phase) {
+  const int64_t H = p_.H, B = p_.B, GH = p_.G * H;
+  const auto round = [](int64_t n) { return (n + 15) / 16 * 16; };
+  const int64_t state = round(B * H);
+  const int64_t sizes[] = {
+      round(p_.S * B * GH),  round(B * GH), state,    state, p_.cell == Cell::kLstm ? state : 0,
+      two_phase ? state : 0, round(GH),     round(GH)};
+  float** parts[] = {&gx_, &gh_, &h_, &h_next_, &cs_, &rh_, &xbias_, &hbias_};
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  float* at = scratch_as<float>(static_cast<size_t>(total));
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    *parts[i] = sizes[i] ? at : nullptr;
+    at += sizes[i];
+  }
+  for (float* z : {h_, h_next_, cs_, rh_})
+    if (z) std::fill_n(z, B * H, 0.0f);
+}
+
 void Direction::run(float* y, float* yh, float* yc) {
   const int64_t H = p_.H, B = p_.B, GH = p_.G * H;
   reverse_ = p_.reverse_only || d_ == 1;
-  project_inputs();
-  const auto state = static_cast<size_t>(B * H);
-  h_.assign(state, 0.0f);
-  h_next_.assign(state, 0.0f);
-  gh_.assign(static_cast<size_t>(B * GH), 0.0f);
-  if (p_.cell == Cell::kLstm) cs_.assign(state, 0.0f);
   const bool two_phase = p_.cell == Cell::kGru && !p_.linear_before_reset;
-  if (two_phase) rh_.assign(state, 0.0f);
+  take_workspace(two_phase);
+  project_inputs();
   for (int64_t b = 0; b < B; ++b) {
     const int64_t at = p_.state_at(d_, b);
-    if (c_.has_input(5)) std::memcpy(&h_[b * H], c_.input(5).data<float>() + at, H * sizeof(float));
-    if (!cs_.empty() && c_.has_input(6))
-      std::memcpy(&cs_[b * H], c_.input(6).data<float>() + at, H * sizeof(float));
+    if (c_.has_input(5)) std::memcpy(h_ + b * H, c_.input(5).data<float>() + at, H * sizeof(float));
+    if (cs_ && c_.has_input(6))
+      std::memcpy(cs_ + b * H, c_.input(6).data<float>() + at, H * sizeof(float));
   }
   // Hidden units in blocks of whole vectors, one task each when a step has enough work to
   // pay for a parallel_for (~2 us).
@@ -336,8 +356,8 @@ void Direction::run(float* y, float* yh, float* yc) {
   }
   for (int64_t b = 0; b < B; ++b) {
     const int64_t at = p_.state_at(d_, b);
-    if (yh) std::copy(h_.begin() + b * H, h_.begin() + (b + 1) * H, yh + at);
-    if (yc) std::copy(cs_.begin() + b * H, cs_.begin() + (b + 1) * H, yc + at);
+    if (yh) std::copy(h_ + b * H, h_ + (b + 1) * H, yh + at);
+    if (yc) std::copy(cs_ + b * H, cs_ + (b + 1) * H, yc + at);
   }
 }
 
