@@ -1,12 +1,13 @@
 // CPU RNN, GRU and LSTM (float32, the default activations). Per direction, one GEMM projects
 // every time step's input at once (X W^T + biases, W packed at compile time when constant); then
-// each step multiplies the hidden state by R^T (kept transposed, H x G*H, so one row of h is a
-// vector multiply-add per k: recurrent_matvec) and applies the gate math with the vector sigmoid
-// and tanh (recurrent_impl.h). A step is split over the pool by ranges of hidden units when it is
-// large enough (each range reads the whole previous state: two state buffers, swapped per step);
-// two directions run as two tasks. Semantics as the reference (reference/ops/recurrent.cpp):
-// gate orders GRU z r h and LSTM i o f c, peepholes i o f, clip on the activations' inputs but not
-// on the cell state's tanh, zeros in Y past a row's sequence length. Other activations decline.
+// each step multiplies the hidden state by R^T (packed in panels of 32 columns, so one row of h is
+// a vector multiply-add per k: recurrent_matvec) and applies the gate math with the vector
+// sigmoid and tanh (recurrent_impl.h; docs/backend/recurrent.md). A step is split over the pool by
+// ranges of hidden units when it is large enough (each range reads the whole previous state: two
+// state buffers, swapped per step); two directions run as two tasks. Semantics as the reference
+// (reference/ops/recurrent.cpp): gate orders GRU z r h and LSTM i o f c, peepholes i o f, clip on
+// the activations' inputs but not on the cell state's tanh, zeros in Y past a row's sequence
+// length. Other activations decline.
 #include <algorithm>
 #include <cctype>
 #include <cstring>
