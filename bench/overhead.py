@@ -1,12 +1,18 @@
 """Per-call overhead: graphs of ten tiny ops, PyPTO against ONNX Runtime (issue 14).
 
-Two ONNX models are built with onnx.helper in a temporary folder (never kept):
+The ONNX models are built in a temporary folder (never kept):
 
   tiny10   10 elementwise ops on a [1, 64] tensor (Relu, Add, Mul, Sigmoid, Sub, Tanh, ...):
-           one fused tile kernel at level 2
+           one fused tile kernel at level 2 (onnx.helper)
   small10  10 ops PyPTO cannot fuse into one kernel, with symbolic shape arithmetic: MatMul,
            Add, LayerNormalization, Shape -> Gather -> Concat -> Reshape, Transpose, Softmax,
-           ReduceMean on x[n, 64] (run with n = 1)
+           ReduceMean on x[n, 64] (run with n = 1; onnx.helper)
+  audio    a streaming-audio model in torch, exported with torch.onnx.export (dynamo=False,
+           which writes the GRU op): 512 samples [1, 1, 512] and the GRU state [1, 1, 64] in,
+           Conv1d(1, 32, 16, stride 8) + ReLU, Conv1d(32, 64, 3, stride 2) + ReLU, GRU(64, 64)
+           over the 32 frames, Linear(64, 16); the frames' outputs and the new state out
+  lstm     throughput: one LSTM(256, 256) layer over 100 steps of batch 8 (torch.onnx.export);
+           fewer calls per block (each call is milliseconds)
 
 and each is timed per call (the median of every call of interleaved rounds, each call timed on
 its own, after warm-up) through:
@@ -100,8 +106,61 @@ def build_small10(path: str) -> None:
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
 
 
+class AudioNet:
+    """The streaming-audio model: a torch module built from seed 0 (see the module docstring)."""
+
+    def __new__(cls):
+        import torch
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv1 = torch.nn.Conv1d(1, 32, 16, stride=8, padding=4)
+                self.conv2 = torch.nn.Conv1d(32, 64, 3, stride=2, padding=1)
+                self.gru = torch.nn.GRU(64, 64, batch_first=True)
+                self.out = torch.nn.Linear(64, 16)
+
+            def forward(self, audio, h):
+                f = torch.relu(self.conv2(torch.relu(self.conv1(audio))))  # [1, 64, 32]
+                y, h = self.gru(f.transpose(1, 2), h)
+                return self.out(y), h
+
+        torch.manual_seed(0)
+        return Net().eval()
+
+
+def lstm_net():
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.LSTM(256, 256).eval()
+
+
+# name -> (the torch module, its example inputs as numpy arrays in graph-input order)
+TORCH_MODELS = {
+    "audio": (AudioNet, lambda rng: [rng.standard_normal((1, 1, 512)).astype(np.float32),
+                                     rng.standard_normal((1, 1, 64)).astype(np.float32) * 0.1]),
+    "lstm": (lstm_net, lambda rng: [rng.standard_normal((100, 8, 256)).astype(np.float32)]),
+}
+
+
+def build_torch(name: str, path: str) -> None:
+    import warnings
+
+    import torch
+
+    xs = [torch.from_numpy(x) for x in TORCH_MODELS[name][1](np.random.default_rng(1))]
+    with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice
+        warnings.simplefilter("ignore")
+        torch.onnx.export(TORCH_MODELS[name][0](), tuple(xs), path, dynamo=False,
+                          opset_version=17)
+
+
 def torch_module(name: str, path: str):
-    """The torch module computing what the ONNX file does (weights read from the file)."""
+    """The torch module computing what the ONNX file does (weights read from the file, or the
+    exported module made again from the same seed)."""
+    if name in TORCH_MODELS:
+        return TORCH_MODELS[name][0]()
     import onnx
     import torch
     from onnx import numpy_helper
@@ -149,7 +208,8 @@ def cpp_p50(pto: str, model: str, threads: int, iterations: int) -> float | None
     """p50 seconds of `pto bench` (Executable::run from C++), or None without the binary."""
     if not os.path.exists(pto):
         return None
-    out = subprocess.run([pto, "bench", model, "--threads", str(threads), "--warmup", "1000",
+    out = subprocess.run([pto, "bench", model, "--threads", str(threads), "--warmup",
+                          str(min(1000, iterations)),
                           "--iterations", str(iterations)], capture_output=True, text=True,
                          check=True, env={**os.environ, "PTO_PROGRESS": "0"}).stdout
     m = re.search(r"p50 ([0-9.]+)", out)
@@ -164,30 +224,36 @@ def measure(name: str, path: str, threads: int, rounds: int, calls: int, pto: st
 
     pypto.set_num_threads(threads)
     torch.set_num_threads(threads)
-    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
-    xt = torch.from_numpy(x.copy())
+    rng = np.random.default_rng(1)
+    xs = (TORCH_MODELS[name][1](rng) if name in TORCH_MODELS
+          else [rng.standard_normal((1, 64)).astype(np.float32)])
+    xts = [torch.from_numpy(x.copy()) for x in xs]
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    feeds = {"x": x}
-    ort_x = ort.OrtValue.ortvalue_from_numpy(x)
-    ort_feeds = {"x": ort_x}
-    c_feeds = {"x": ort_x._get_c_value()}
+    in_names = [i.name for i in sess.get_inputs()]
+    feeds = dict(zip(in_names, xs))
+    ort_feeds = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
+    c_feeds = {k: v._get_c_value() for k, v in ort_feeds.items()}
     out_names = [o.name for o in sess.get_outputs()]
 
     model = pypto.onnx.load(path)
     compiled = model._compiled
     module = torch_module(name, path)
+    def first(out):  # the first output, as numpy
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        return out.numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
+
     with torch.no_grad():
-        fast = pypto.optimize(module, (xt,))
-        want = module(xt).numpy()
+        fast = pypto.optimize(module, tuple(xts))
+        want = first(module(*xts))
     got = {
-        "ort": sess.run(None, feeds)[0],
-        "onnx_numpy": model(x),
-        "optimize": fast(xt).numpy(),
+        "ort": first(sess.run(None, feeds)),
+        "onnx_numpy": first(model(*xs)),
+        "optimize": first(fast(*xts)),
     }
     for k, v in got.items():  # the engines compute the same thing
         if not np.allclose(v, want, rtol=1e-4, atol=1e-5):
@@ -204,11 +270,11 @@ def measure(name: str, path: str, threads: int, rounds: int, calls: int, pto: st
         "ort": lambda: sess.run(None, feeds),
         "ort_ortvalue": lambda: sess.run_with_ort_values(out_names, ort_feeds),
         "ort_binding": lambda: sess._sess.run_with_ort_values(c_feeds, out_names, None),
-        "onnx_numpy": lambda: model(x),
-        "run_numpy": lambda: compiled.run([x], like="numpy"),
-        "run_torch": lambda: compiled.run([xt]),
-        "optimize": lambda: fast(xt),  # records no autograd graph: no torch.no_grad needed
-        "eager": no_grad(lambda: module(xt)),
+        "onnx_numpy": lambda: model(*xs),
+        "run_numpy": lambda: compiled.run(xs, like="numpy"),
+        "run_torch": lambda: compiled.run(xts),
+        "optimize": lambda: fast(*xts),  # records no autograd graph: no torch.no_grad needed
+        "eager": no_grad(lambda: module(*xts)),
     }
     samples = {k: [] for k in engines}
     for fn in engines.values():  # warm-up
@@ -217,13 +283,13 @@ def measure(name: str, path: str, threads: int, rounds: int, calls: int, pto: st
         for k, fn in engines.items():
             samples[k] += timed(fn, calls)
     res = {k: statistics.median(v) for k, v in samples.items()}
-    res["cpp"] = cpp_p50(pto, path, threads, max(calls * rounds, 2000))
+    res["cpp"] = cpp_p50(pto, path, threads, max(calls * rounds, 2000 if calls >= 100 else 0))
     return res
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="tiny10,small10")
+    ap.add_argument("--models", default="tiny10,small10,audio,lstm")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=400, help="calls per timed block")
@@ -231,14 +297,16 @@ def main() -> None:
     ap.add_argument("--pto", default=os.path.join(ROOT, "build", "pto"),
                     help="the pto binary for the C++ column (default: this clone's build/pto)")
     a = ap.parse_args()
-    builders = {"tiny10": build_tiny10, "small10": build_small10}
+    builders = {"tiny10": build_tiny10, "small10": build_small10,
+                **{k: (lambda path, k=k: build_torch(k, path)) for k in TORCH_MODELS}}
     results = []
     with tempfile.TemporaryDirectory(prefix="pto_overhead_") as tmp:
         for name in a.models.split(","):
             path = os.path.join(tmp, f"{name}.onnx")
             builders[name](path)
             for threads in (int(t) for t in a.threads.split(",")):
-                r = measure(name, path, threads, a.rounds, a.calls, a.pto)
+                calls = a.calls if name != "lstm" else max(a.calls // 100, 3)
+                r = measure(name, path, threads, a.rounds, calls, a.pto)
                 results.append({"model": name, "threads": threads, "us": {
                     k: (v * 1e6 if v is not None else None) for k, v in r.items()}})
     import onnxruntime as ort

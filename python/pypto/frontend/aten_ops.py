@@ -1081,4 +1081,4 @@ def _quantized_conv2d(ctx, node, x, weight, weight_scale, bias, x_scale, x_zero_
     return out(ctx, node, y)
 
 
-from . import aten_more, aten_scatter  # noqa: E402, F401  (register their converters)
+from . import aten_more, aten_rnn, aten_scatter  # noqa: E402, F401  (register their converters)

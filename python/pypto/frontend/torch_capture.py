@@ -24,6 +24,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from .. import _C
 from . import aten_ops  # noqa: F401  (registers the converters)
+from .aten_rnn import RNN_OPS, rnn_decomposed
 from .fx_importer import OUTPUT_DTYPE, FxImporter, SymV, V, node_prefix, supported, target_name
 
 log = logging.getLogger("pypto")
@@ -176,7 +177,7 @@ def _export(module, args, kwargs, dynamic_shapes, what=None) -> ExportedProgram:
     except Exception as e:
         raise ExportError(f"[capture] torch.export could not capture "
                           f"{what or type(module).__name__}: {type(e).__name__}: {e}") from e
-    return ep.run_decompositions(_decompositions())
+    return ep.run_decompositions(_decompositions(ep))
 
 
 def _derived_dim_hint(message: str) -> str:
@@ -281,16 +282,23 @@ def trace_fx(module, args: tuple, kwargs: dict, what: str,
     return Captured(imp.g, in_spec, out_spec, inputs, {})
 
 
-def _decompositions():
+def _decompositions(ep: ExportedProgram | None = None):
     """torch's core-ATen decompositions, minus the ops PyPTO converts whole: attention stays one
-    node (its decomposition also trips a torch bug with a symbolic batch, in GPT-2)."""
+    node (its decomposition also trips a torch bug with a symbolic batch, in GPT-2), and the
+    recurrent layers one ONNX LSTM/GRU/RNN per layer, unless `ep` has one of a form the
+    converters do not take (aten_rnn.rnn_decomposed), which torch then unrolls."""
     table = torch.export.default_decompositions()
+    unrolled = set()
+    if ep is not None:
+        unrolled = {n.target for n in ep.graph.nodes
+                    if n.op == "call_function" and n.target in RNN_OPS and rnn_decomposed(n)}
     for op in KEEP_WHOLE:
-        table.pop(op, None)
+        if op not in unrolled:
+            table.pop(op, None)
     return table
 
 
-KEEP_WHOLE = [torch.ops.aten.scaled_dot_product_attention.default]
+KEEP_WHOLE = [torch.ops.aten.scaled_dot_product_attention.default, *RNN_OPS]
 
 
 def import_program(ep: ExportedProgram, name: str = "main",

@@ -16,6 +16,7 @@ KernelRegistry& KernelRegistry::global() {
     register_quant_kernels(*r);
     register_generate_kernels(*r);
     register_resize_kernels(*r);
+    register_recurrent_kernels(*r);
     return r;
   }();
   return *registry;

@@ -1,0 +1,1 @@
+#include "backend/cpu/recurrent_impl.h"
