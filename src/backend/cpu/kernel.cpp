@@ -16,6 +16,8 @@ KernelRegistry& KernelRegistry::global() {
     register_quant_kernels(*r);
     register_generate_kernels(*r);
     register_resize_kernels(*r);
+    register_topk_kernels(*r);
+    register_grid_sample_kernels(*r);
     return r;
   }();
   return *registry;

@@ -140,6 +140,8 @@ void register_attention_kernels(KernelRegistry& r);    // attention: Attention (
 void register_quant_kernels(KernelRegistry& r);  // quant_kernels: MatMulInteger, QLinearMatMul, ...
 void register_generate_kernels(KernelRegistry& r);  // generate: Range, ConstantOfShape, Shape, ...
 void register_resize_kernels(KernelRegistry& r);    // resize: Resize, Upsample
+void register_topk_kernels(KernelRegistry& r);      // topk: TopK
+void register_grid_sample_kernels(KernelRegistry& r);  // grid_sample: GridSample
 
 // The CPU backend (backend.cpp): single nodes on the kernels above, and fused groups.
 std::unique_ptr<Backend> make_backend();
