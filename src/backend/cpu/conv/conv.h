@@ -65,6 +65,11 @@ std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t
 
 class KernelRegistry;
 struct FusedEpilogue;
+struct NodeInfo;
+
+// Whether a Conv or ConvTranspose node has float32 X, W (and B) and X of known rank 3 or 4 (1-D
+// or 2-D).
+bool accepts_f32_conv(const NodeInfo& info);
 
 // The residual and activation of a fused group (null: none) as the conv kernels' Epilogue; throws
 // KernelDeclined when the residual's shape is not the output's `yshape`. The bias is the caller's.

@@ -22,11 +22,7 @@ namespace {
 constexpr int kBlockedScratch = 2;
 
 bool accepts(const NodeInfo& info) {
-  const size_t n = info.inputs.size();
-  if (n < 2 || info.dtype(0) != DType::kF32 || info.dtype(1) != DType::kF32) return false;
-  if (n > 2 && info.dtype(2) != DType::kF32 && info.dtype(2) != DType::kUndefined) return false;
-  const auto& x = info.inputs[0].shape;
-  return x && (x->size() == 3 || x->size() == 4) && precision_of(info.node).has_value();
+  return accepts_f32_conv(info) && precision_of(info.node).has_value();
 }
 
 // A constant W packed once per group as the GEMM's A operand, and W's shape to give it back; or,
@@ -246,6 +242,14 @@ std::vector<Tensor> run(const KernelContext& c) {
 }
 
 }  // namespace
+
+bool accepts_f32_conv(const NodeInfo& info) {
+  const size_t n = info.inputs.size();
+  if (n < 2 || info.dtype(0) != DType::kF32 || info.dtype(1) != DType::kF32) return false;
+  if (n > 2 && info.dtype(2) != DType::kF32 && info.dtype(2) != DType::kUndefined) return false;
+  const auto& x = info.inputs[0].shape;
+  return x && (x->size() == 3 || x->size() == 4);
+}
 
 std::optional<EpilogueOperand> conv_operand_strides(const Dims& t, const Dims& y) {
   if (t.size() > y.size() || y.size() < 3) return std::nullopt;

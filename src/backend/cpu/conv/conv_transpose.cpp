@@ -29,14 +29,6 @@ using window::floor_div;
 // The per-thread workspace slot of the GEMM's columns (the GEMM uses the others).
 constexpr int kColScratch = 3;
 
-bool accepts(const NodeInfo& info) {
-  const size_t n = info.inputs.size();
-  if (n < 2 || info.dtype(0) != DType::kF32 || info.dtype(1) != DType::kF32) return false;
-  if (n > 2 && info.dtype(2) != DType::kF32 && info.dtype(2) != DType::kUndefined) return false;
-  const auto& x = info.inputs[0].shape;
-  return x && (x->size() == 3 || x->size() == 4);
-}
-
 // A constant W [C, M/group, k...] packed per group as the GEMM's A = W_g^T [Mg*kk, Cg].
 struct PreparedW {
   std::vector<PackedA> groups;
@@ -181,7 +173,7 @@ std::vector<Tensor> run(const KernelContext& c) {
 }  // namespace
 
 void register_conv_transpose_kernels(KernelRegistry& r) {
-  r.add("ConvTranspose", {accepts, prepare, run});
+  r.add("ConvTranspose", {accepts_f32_conv, prepare, run});
 }
 
 }  // namespace pto::cpu
