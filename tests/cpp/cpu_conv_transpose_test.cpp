@@ -78,7 +78,7 @@ TEST(CpuConvTranspose, OverlappingTaps) {
            {3, 2, 3, 3},
            attrs_of({{"strides", Dims{2, 2}}, {"auto_pad", std::string(pad)}})});
   // W as a graph input (not packed), and several column blocks (64 * 16 rows of col per input
-  // row of 64: four rows a block).
+  // row of 64: one row a block).
   check({{2, 6, 5, 5}, {6, 4, 4, 4}, attrs_of({{"strides", Dims{2, 2}}}), true, false});
   check({{1, 8, 16, 64},
          {8, 64, 4, 4},
