@@ -2,8 +2,9 @@
 // interpreter, on every ISA with 1 and 2 threads: kernel == stride (the exact-tiling store path)
 // and overlapping taps, pads, dilations, strides, output_padding, output_shape, every auto_pad,
 // groups (depthwise too), 1-D and 2-D, several column blocks, W constant (packed) or a graph input,
-// and a 3-D one left to the reference. Tolerance: the kernel sums Cg*kh*kw float products where
-// the reference sums in double; 4 ulp of 1 per product (inputs in [-1, 1]).
+// and a 3-D one left to the reference; Col2Im (its col2im step alone). Tolerance: the kernel sums
+// Cg*kh*kw float products where the reference sums in double; 4 ulp of 1 per product (inputs in
+// [-1, 1]).
 #include <gtest/gtest.h>
 
 #include "cpu_reduce_test_util.h"
@@ -101,6 +102,32 @@ TEST(CpuConvTranspose, GroupsAndOneDimensional) {
   // Empty batch, and 3-D (declined: the reference runs it).
   check({{0, 4, 3, 3}, {4, 2, 2, 2}, attrs_of({{"strides", Dims{2, 2}}})});
   check({{1, 2, 3, 3, 3}, {2, 2, 2, 2, 2}, attrs_of({{"strides", Dims{2, 2, 2}}})}, "reference");
+}
+
+// Col2Im of x [n, c * prod(block), L] into `image` (L follows from the attributes).
+void check_col2im(int64_t n, int64_t c, const Dims& image, const Dims& block, const Attributes& a) {
+  static uint32_t seed = 500;
+  const size_t r = image.size();
+  const Dims strides = a.get_ints("strides", Dims(r, 1)), dil = a.get_ints("dilations", Dims(r, 1));
+  const Dims pads = a.get_ints("pads", Dims(2 * r, 0));
+  int64_t k = 1, l = 1;
+  for (size_t i = 0; i < r; ++i) {
+    k *= block[i];
+    l *= (image[i] + pads[i] + pads[i + r] - dil[i] * (block[i] - 1) - 1) / strides[i] + 1;
+  }
+  NodeCase nc{"Col2Im", {random_f32({n, c * k, l}, seed++), ints(image), ints(block)}, a, 18};
+  nc.constant = {false, true, true};
+  expect_matches(nc, {0, 4 * kUlp * static_cast<double>(k + 1)});
+}
+
+TEST(CpuConvTranspose, Col2Im) {
+  check_col2im(2, 3, {8, 10}, {2, 2}, attrs_of({{"strides", Dims{2, 2}}}));  // exact tiling
+  check_col2im(1, 4, {9, 7}, {3, 3}, attrs_of({{"pads", Dims{1, 1, 1, 1}}}));
+  check_col2im(
+      2, 2, {11, 8}, {3, 2},
+      attrs_of({{"strides", Dims{2, 3}}, {"dilations", Dims{2, 1}}, {"pads", Dims{0, 1, 2, 1}}}));
+  check_col2im(1, 3, {12}, {4}, attrs_of({{"strides", Dims{2}}, {"pads", Dims{1, 1}}}));  // 1-D
+  check_col2im(1, 2, {4, 4, 4}, {2, 2, 2}, attrs_of({{"strides", Dims{2, 2, 2}}}));  // reference
 }
 
 }  // namespace

@@ -114,3 +114,14 @@ def test_grid_sample(mode, padding_mode, align_corners):
     x = torch.randn(2, 3, 9, 11)
     grid = torch.rand(2, 5, 7, 2) * 2.4 - 1.2
     _check(M(), (x, grid), ["GridSample"], rtol=1e-5, atol=1e-5)
+
+
+def test_fold_runs_on_the_scatter_kernels():
+    """torch.export decomposes F.fold into index_put with accumulate (ScatterND, reduction add)."""
+    torch.manual_seed(4)
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return F.fold(x, (7, 8), (3, 2), dilation=(1, 2), padding=(1, 0), stride=(2, 1))
+
+    _check(M(), (torch.randn(2, 3 * 6, 24),), ["ScatterND"])

@@ -132,7 +132,7 @@ std::optional<Precision> precision_of(const Node& n);
 
 // Kernel families register themselves through these (explicit calls, as for the reference).
 void register_gemm_kernels(KernelRegistry& r);         // gemm/: MatMul, Gemm
-void register_conv_kernels(KernelRegistry& r);         // conv/: Conv, ConvTranspose
+void register_conv_kernels(KernelRegistry& r);         // conv/: Conv, ConvTranspose, Col2Im
 void register_elementwise_kernels(KernelRegistry& r);  // elementwise: unary, binary, Where, Cast
 void register_reduce_kernels(KernelRegistry& r);       // reduce: Reduce*, Softmax, norms, pooling
 void register_movement_kernels(KernelRegistry& r);     // movement: Transpose, Gather, Concat, ...

@@ -86,6 +86,16 @@ struct ConvTransposePlan {
 };
 ConvTransposePlan conv_transpose_plan(const KernelContext& c);
 
+// Col2Im's inputs and attributes checked (image_layout.cpp), for the reference kernel and the CPU
+// kernel (backend/cpu/conv/conv_transpose.cpp): input [n, c * k, l] holds, for each channel and
+// offset inside the block (k of them), the values of the l block positions (`blocks` per axis).
+struct Col2ImPlan {
+  int64_t n = 0, c = 0, k = 0, l = 0;
+  Dims image, block, blocks, strides, dilations, pads;  // pads: begins then ends
+  Dims out_shape;                                       // [n, c, image...]
+};
+Col2ImPlan col2im_plan(const KernelContext& c);
+
 // Values of a numeric tensor in the accumulation type V: double for floats, uint64 for integers.
 template <class V>
 std::vector<V> values_as(const Tensor& t, const std::string& where) {

@@ -94,7 +94,7 @@ void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, con
 // ReorderToBlocked, ReorderFromBlocked and ConvBlocked (conv_blocked.cpp), registered from
 // register_conv_kernels.
 void register_blocked_conv_kernels(KernelRegistry& r);
-// ConvTranspose (conv_transpose.cpp), registered from register_conv_kernels.
+// ConvTranspose and Col2Im (conv_transpose.cpp), registered from register_conv_kernels.
 void register_conv_transpose_kernels(KernelRegistry& r);
 
 }  // namespace pto::cpu

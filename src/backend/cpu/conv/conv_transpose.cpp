@@ -1,4 +1,5 @@
-// CPU ConvTranspose (float32, NCHW, 1-D and 2-D; 3-D declines to the reference interpreter).
+// CPU ConvTranspose (float32, NCHW, 1-D and 2-D; 3-D declines to the reference interpreter), and
+// Col2Im (F.fold), which is its col2im step alone.
 //
 // Per image and group, the GEMM cols[Mg*kh*kw, HW] = W_g^T [Mg*kh*kw, Cg] x X_g [Cg, HW] (W_g the
 // group's [Cg, Mg*kh*kw] rows of W, packed once as the GEMM's transposed A operand when W is
@@ -53,7 +54,6 @@ std::any prepare(const NodeInfo& info) {
 // [iy0, iy1)) into y (planes of oh x ow), which holds the bias already unless `store`.
 struct Col2Im {
   const Geom3& g;  // axes 1 (height) and 2 (width)
-  int64_t mg;      // output channels per group
 
   int64_t kk() const { return g.k[1] * g.k[2]; }
 
@@ -106,7 +106,7 @@ std::vector<Tensor> run(const KernelContext& c) {
   if (y.numel() == 0) return {y};
   const int64_t cg = plan.c / plan.group, mg = plan.m / plan.group;
   const int64_t ih = g.in[1], iw = g.in[2], hw = ih * iw, out_plane = g.out[1] * g.out[2];
-  const Col2Im col2im{g, mg};
+  const Col2Im col2im{g};
   const int64_t mk = mg * col2im.kk();
   const float* bias = c.has_input(2) ? c.input(2).data<float>() : nullptr;
   const float* xp = x.data<float>();
@@ -172,10 +172,50 @@ std::vector<Tensor> run(const KernelContext& c) {
   return {y};
 }
 
+// Col2Im (F.fold) on float32 with a 1-D or 2-D image: the col2im above with the block positions
+// as the input grid (input [n, c * k, l] is its columns, channel by channel), in parallel over
+// (image, channel) planes. A 3-D image (seen only at run time: image_shape is an input) runs on
+// the reference kernel.
+std::vector<Tensor> run_col2im(const KernelContext& c) {
+  const reference::Col2ImPlan p = reference::col2im_plan(c);
+  const size_t rank = p.image.size();
+  if (rank > 2) return run_reference(c);
+  Tensor y = Tensor::empty(DType::kF32, p.out_shape);
+  if (y.numel() == 0) return {y};
+  Geom3 g;
+  for (size_t i = 0; i < rank; ++i) {
+    const size_t a = 3 - rank + i;
+    g.in[a] = p.blocks[i];
+    g.out[a] = p.image[i];
+    g.k[a] = p.block[i];
+    g.s[a] = p.strides[i];
+    g.d[a] = p.dilations[i];
+    g.pb[a] = p.pads[i];
+    g.pe[a] = p.pads[i + rank];
+  }
+  const Col2Im col2im{g};
+  const bool store = col2im.exact();
+  const int64_t plane = g.out[1] * g.out[2];
+  const float* x = c.input(0).data<float>();
+  float* out = y.data<float>();
+  parallel_for(0, p.n * p.c, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / p.c, m = t % p.c;
+      if (!store) std::fill_n(out + t * plane, plane, 0.0f);
+      col2im.run(x + n * p.c * p.k * p.l, p.l, 0, g.in[1], out + n * p.c * plane, nullptr, m, m + 1,
+                 store);
+    }
+  });
+  return {y};
+}
+
 }  // namespace
 
 void register_conv_transpose_kernels(KernelRegistry& r) {
   r.add("ConvTranspose", {accepts_f32_conv, prepare, run});
+  r.add("Col2Im", {.accepts = [](const NodeInfo& n) { return n.dtype(0) == DType::kF32; },
+                   .run = run_col2im,
+                   .reference_at_run_time = true});
 }
 
 }  // namespace pto::cpu
