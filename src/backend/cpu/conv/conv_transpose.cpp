@@ -78,9 +78,17 @@ struct Col2Im {
           const int64_t oy = iy * sh + offy;
           if (oy < 0 || oy >= oh) continue;
           float* yrow = plane + oy * ow;
+          const float* row0 = col + (m * kh + ky) * kw * ncols + (iy - iy0) * iw;
+          if (store && kw == 2) {  // two interleaved rows of col: stores the compiler vectorizes
+            for (int64_t ix = 0; ix < iw; ++ix) {
+              yrow[2 * ix] = row0[ix] + b;
+              yrow[2 * ix + 1] = row0[ncols + ix] + b;
+            }
+            continue;
+          }
           for (int64_t kx = 0; kx < kw; ++kx) {
             const int64_t offx = kx * g.d[2] - g.pb[2];
-            const float* crow = col + ((m * kh + ky) * kw + kx) * ncols + (iy - iy0) * iw;
+            const float* crow = row0 + kx * ncols;
             const int64_t lo = std::max<int64_t>(0, ceil_div(-offx, sw));
             const int64_t hi = std::min<int64_t>(iw, floor_div(ow - 1 - offx, sw) + 1);
             float* yo = yrow + offx;
