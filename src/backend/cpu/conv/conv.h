@@ -70,6 +70,9 @@ struct NodeInfo;
 // Whether a Conv or ConvTranspose node has float32 X, W (and B) and X of known rank 3 or 4 (1-D
 // or 2-D).
 bool accepts_f32_conv(const NodeInfo& info);
+// For prepare(): the node's W when it is a constant float32 tensor of rank 3 or 4 whose dim 0 the
+// node's group count (set through `group`) divides; nullptr otherwise (run() reports errors).
+const Tensor* constant_conv_weight(const NodeInfo& info, int64_t* group);
 
 // The residual and activation of a fused group (null: none) as the conv kernels' Epilogue; throws
 // KernelDeclined when the residual's shape is not the output's `yshape`. The bias is the caller's.

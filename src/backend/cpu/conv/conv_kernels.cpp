@@ -106,11 +106,10 @@ std::string check_conv_knob(const NodeInfo& info, const std::string& knob,
 }
 
 std::any prepare(const NodeInfo& info) {
-  if (!info.is_constant(1)) return {};
-  const Tensor& w = *info.constants[1];
-  if ((w.rank() != 3 && w.rank() != 4) || w.dtype() != DType::kF32) return {};
-  const int64_t group = info.node.attrs.get_int("group", 1);
-  if (group < 1 || w.dim(0) % group != 0) return {};  // run() reports the error
+  int64_t group = 1;
+  const Tensor* wp = constant_conv_weight(info, &group);
+  if (!wp) return {};
+  const Tensor& w = *wp;
   // bf16 products always take the implicit GEMM (the blocked kernel is fp32).
   const Precision precision = *precision_of(info.node);
   if (const int block = channel_block();
@@ -242,6 +241,15 @@ std::vector<Tensor> run(const KernelContext& c) {
 }
 
 }  // namespace
+
+const Tensor* constant_conv_weight(const NodeInfo& info, int64_t* group) {
+  if (!info.is_constant(1)) return nullptr;
+  const Tensor& w = *info.constants[1];
+  if ((w.rank() != 3 && w.rank() != 4) || w.dtype() != DType::kF32) return nullptr;
+  *group = info.node.attrs.get_int("group", 1);
+  if (*group < 1 || w.dim(0) % *group != 0) return nullptr;  // run() reports the error
+  return &w;
+}
 
 bool accepts_f32_conv(const NodeInfo& info) {
   const size_t n = info.inputs.size();

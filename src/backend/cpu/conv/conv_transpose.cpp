@@ -38,11 +38,10 @@ struct PreparedW {
 };
 
 std::any prepare(const NodeInfo& info) {
-  if (!info.is_constant(1)) return {};
-  const Tensor& w = *info.constants[1];
-  if ((w.rank() != 3 && w.rank() != 4) || w.dtype() != DType::kF32) return {};
-  const int64_t group = info.node.attrs.get_int("group", 1);
-  if (group < 1 || w.dim(0) % group != 0) return {};  // run() reports the error
+  int64_t group = 1;
+  const Tensor* wp = constant_conv_weight(info, &group);
+  if (!wp) return {};
+  const Tensor& w = *wp;
   const int64_t cg = w.dim(0) / group, mk = w.numel() / std::max<int64_t>(w.dim(0), 1);
   PreparedW p{{}, w.shape()};
   for (int64_t gi = 0; gi < group; ++gi)
