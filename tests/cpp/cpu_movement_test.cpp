@@ -340,8 +340,8 @@ TEST(CpuMovement, ScatterElementsAndScatterND) {
   for (DType dt : {DType::kF32, DType::kF64, DType::kI64, DType::kI32, DType::kU8, DType::kBool})
     for (const char* red : reductions)
       for (bool unique : {false, true}) {
-        // ScatterElements on each axis: duplicates (serial, updates' order) or none (parallel
-        // once there are enough: the [3, 9000] case).
+        // ScatterElements on each axis: duplicates or none; the [4, 9000] case splits the output
+        // between 2 threads (4- and 8-byte types).
         for (int64_t axis : {0, 1, -1}) {
           const Dims data_shape = {4, 6, 5};
           const int64_t a = axis < 0 ? axis + 3 : axis, n = data_shape[a];
@@ -354,13 +354,14 @@ TEST(CpuMovement, ScatterElementsAndScatterND) {
                  attrs({{"axis", axis}, {"reduction", std::string(red)}})});
         }
         check({"ScatterElements",
-               {random_tensor(dt, {3, 9000}), scatter_indices({3, 9000}, 1, 9000, unique),
-                random_tensor(dt, {3, 9000})},
+               {random_tensor(dt, {4, 9000}), scatter_indices({4, 9000}, 1, 9000, unique),
+                random_tensor(dt, {4, 9000})},
                {},
                attrs({{"axis", int64_t{1}}, {"reduction", std::string(red)}})});
-        // ScatterND: elements, rows and blocks; 40 rows of 2 KB (parallel when unique).
+        // ScatterND: elements, rows and blocks; 40 rows of 4 KB (parallel over output ranges on 2
+        // threads for 4- and 8-byte types, with and without duplicates).
         const std::tuple<Dims, int64_t, int64_t> nd[] = {
-            {{6, 5, 4}, 3, 7}, {{6, 5, 4}, 2, 9}, {{6, 5, 4}, 1, 4}, {{40, 512}, 1, 40}};
+            {{6, 5, 4}, 3, 7}, {{6, 5, 4}, 2, 9}, {{6, 5, 4}, 1, 4}, {{40, 1024}, 1, 40}};
         for (const auto& [shape, k, rows] : nd) {
           Tensor ind = Tensor::empty(DType::kI64, {unique ? shape[0] : rows, k});
           const Tensor first = scatter_indices({ind.dim(0)}, 0, shape[0], unique);
