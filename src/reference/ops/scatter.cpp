@@ -31,13 +31,22 @@ std::vector<int64_t> elements_offsets(const KernelContext& c) {
   std::vector<int64_t> idx = index_values(ind, w, "indices");
   const Dims strides = contiguous_strides(data.shape());
   std::vector<int64_t> offsets(idx.size());
-  Dims pos(ind.rank(), 0);
-  for (int64_t i = 0; i < ind.numel(); ++i) {
-    unravel(i, ind.shape(), pos);
-    pos[axis] = fix_index(idx[i], data.dim(axis), w, axis);
-    int64_t off = 0;
-    for (int64_t k = 0; k < data.rank(); ++k) off += pos[k] * strides[k];
-    offsets[i] = off;
+  if (idx.empty()) return offsets;
+  // Row by row of the indices' last dimension: the offset of the row's position without the axis,
+  // then one index per element.
+  const Dims& shape = ind.shape();
+  const int64_t last = ind.rank() - 1, width = shape[last], n = data.dim(axis);
+  const int64_t step = axis == last ? 0 : strides[last];  // along the row, off the axis
+  for (int64_t row = 0; row < ind.numel() / width; ++row) {
+    int64_t base = 0;
+    for (int64_t k = last, rest = row; k-- > 0;) {
+      if (k != axis) base += (rest % shape[k]) * strides[k];
+      rest /= shape[k];
+    }
+    for (int64_t j = 0; j < width; ++j) {
+      const int64_t i = row * width + j;
+      offsets[i] = base + j * step + fix_index(idx[i], n, w, axis) * strides[axis];
+    }
   }
   return offsets;
 }
