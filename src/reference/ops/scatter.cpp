@@ -20,7 +20,7 @@ void check_updates(const Tensor& data, const Tensor& updates, const Dims& want,
 }
 
 // ScatterElements: output[..., indices[i, j, ...], ...] (index along `axis`) = updates[i, j, ...].
-std::vector<int64_t> elements_offsets(const KernelContext& c) {
+void elements_offsets(const KernelContext& c, std::vector<int64_t>& offsets) {
   const std::string w = c.where();
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
@@ -28,10 +28,9 @@ std::vector<int64_t> elements_offsets(const KernelContext& c) {
   const int64_t axis = normalize_axis(c.node.attr_int("axis"), data.rank(), w);
   check_elements_shape(data, ind, axis, w);
   check_updates(data, upd, ind.shape(), w);
-  std::vector<int64_t> idx = index_values(ind, w, "indices");
+  index_values_into(ind, w, "indices", offsets);  // each becomes its offset in place
   const Dims strides = contiguous_strides(data.shape());
-  std::vector<int64_t> offsets(idx.size());
-  if (idx.empty()) return offsets;
+  if (offsets.empty()) return;
   // Row by row of the indices' last dimension: the offset of the row's position without the axis,
   // then one index per element.
   const Dims& shape = ind.shape();
@@ -45,15 +44,14 @@ std::vector<int64_t> elements_offsets(const KernelContext& c) {
     }
     for (int64_t j = 0; j < width; ++j) {
       const int64_t i = row * width + j;
-      offsets[i] = base + j * step + fix_index(idx[i], n, w, axis) * strides[axis];
+      offsets[i] = base + j * step + fix_index(offsets[i], n, w, axis) * strides[axis];
     }
   }
-  return offsets;
 }
 
 // ScatterND: indices [..., k] address slices data[i_0, ..., i_{k-1}, :, ...]; updates has shape
 // indices.shape[:-1] + data.shape[k:].
-std::vector<int64_t> nd_offsets(const KernelContext& c, int64_t* slice_out) {
+void nd_offsets(const KernelContext& c, int64_t* slice_out, std::vector<int64_t>& offsets) {
   const std::string w = c.where();
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
@@ -67,24 +65,26 @@ std::vector<int64_t> nd_offsets(const KernelContext& c, int64_t* slice_out) {
   Dims want(ind.shape().begin(), ind.shape().end() - 1);
   want.insert(want.end(), d.begin() + k, d.end());
   check_updates(data, upd, want, w);
-  std::vector<int64_t> idx = index_values(ind, w, "indices");
   const int64_t rows = dims_product(ind.shape(), 0, ind.rank() - 1);
   const int64_t slice = dims_product(d, k, d.size());
   const Dims strides = contiguous_strides(d);
-  std::vector<int64_t> offsets(rows);
-  for (int64_t j = 0; j < rows; ++j) {
+  // Row j's k indices become its offset, written at j (<= j * k: read before overwritten).
+  index_values_into(ind, w, "indices", offsets);
+  if (k == 0) offsets.assign(static_cast<size_t>(rows), 0);
+  for (int64_t j = 0; j < rows && k > 0; ++j) {
     int64_t off = 0;
-    for (int64_t t = 0; t < k; ++t) off += fix_index(idx[j * k + t], d[t], w, t) * strides[t];
+    for (int64_t t = 0; t < k; ++t) off += fix_index(offsets[j * k + t], d[t], w, t) * strides[t];
     offsets[j] = off;
   }
+  offsets.resize(static_cast<size_t>(rows));
   *slice_out = slice;
-  return offsets;
 }
 
 // Copies data, then combines each update slice into the copy in row-major order of the updates.
 std::vector<Tensor> scatter(const KernelContext& c) {
   int64_t slice = 0;
-  const std::vector<int64_t> offsets = scatter_offsets(c, &slice);
+  std::vector<int64_t> offsets;
+  scatter_offsets(c, &slice, offsets);
   const ScatterReduction red = scatter_reduction(c);
   const Tensor& updates = c.input(2);
   Tensor out = c.input(0).clone();
@@ -157,10 +157,10 @@ ScatterReduction scatter_reduction(const KernelContext& c) {
   throw ValueError(cat(c.where(), ": reduction must be none, add, mul, max or min, got '", r, "'"));
 }
 
-std::vector<int64_t> scatter_offsets(const KernelContext& c, int64_t* slice) {
-  if (c.node.op == "ScatterND") return nd_offsets(c, slice);
+void scatter_offsets(const KernelContext& c, int64_t* slice, std::vector<int64_t>& offsets) {
+  if (c.node.op == "ScatterND") return nd_offsets(c, slice, offsets);
   *slice = 1;
-  return elements_offsets(c);
+  elements_offsets(c, offsets);
 }
 
 void register_scatter_kernels(KernelRegistry& r) {

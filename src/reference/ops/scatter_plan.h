@@ -45,8 +45,9 @@ T scatter_combine(ScatterReduction r, T old, T update) {
 
 // ScatterElements, Scatter or ScatterND node `c`: the offset in data of each update slice, in
 // the updates' row-major order (update slice i is elements [i * slice, (i + 1) * slice) of
-// updates), after checking the updates' dtype and shape and every index (negative ones
-// counted from the end); the slice's element count (1 for ScatterElements) through `slice`.
-std::vector<int64_t> scatter_offsets(const KernelContext& c, int64_t* slice);
+// updates), into `offsets` (resized; its capacity is reused), after checking the updates' dtype
+// and shape and every index (negative ones counted from the end); the slice's element count (1
+// for ScatterElements) through `slice`.
+void scatter_offsets(const KernelContext& c, int64_t* slice, std::vector<int64_t>& offsets);
 
 }  // namespace pto::reference

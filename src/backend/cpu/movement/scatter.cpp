@@ -17,7 +17,11 @@ namespace {
 
 std::vector<Tensor> scatter(const KernelContext& c) {
   int64_t slice = 0;
-  const std::vector<int64_t> offsets = reference::scatter_offsets(c, &slice);
+  // Kept by the calling thread (no page faults for the next run's); the tasks read it through
+  // this reference (a thread_local named in a task would be the task thread's own).
+  thread_local std::vector<int64_t> kept;
+  reference::scatter_offsets(c, &slice, kept);
+  const std::vector<int64_t>& offsets = kept;
   const reference::ScatterReduction red = reference::scatter_reduction(c);
   const Tensor& updates = c.input(2);
   Tensor y = pack(c.input(0));
