@@ -311,6 +311,92 @@ TEST(CpuMovement, GatherElements) {
             attrs({{"axis", int64_t{0}}})});
 }
 
+// Indices of `shape` along dimension `axis` of data (size n): random in [-n, n) (duplicates
+// likely), or, with `unique`, a permutation of [0, n) per line along `axis` (then shape[axis] ==
+// n), shifted by -n in every other entry (negative indices).
+Tensor scatter_indices(const Dims& shape, int64_t axis, int64_t n, bool unique) {
+  Tensor ind = Tensor::empty(DType::kI64, shape);
+  int64_t* p = ind.data<int64_t>();
+  if (!unique) {
+    for (int64_t i = 0; i < ind.numel(); ++i) p[i] = static_cast<int64_t>(rng()() % (2 * n)) - n;
+    return ind;
+  }
+  int64_t inner = 1;
+  for (size_t k = axis + 1; k < shape.size(); ++k) inner *= shape[k];
+  for (int64_t line = 0; line < ind.numel() / n; ++line) {
+    std::vector<int64_t> perm(n);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng());
+    const int64_t base = (line / inner) * n * inner + line % inner;
+    for (int64_t j = 0; j < n; ++j) p[base + j * inner] = perm[j] - (j % 2) * n;
+  }
+  return ind;
+}
+
+TEST(CpuMovement, ScatterElementsAndScatterND) {
+  // Not f16: PromoteHalf computes an f16 scatter in fp32 between Casts, and the CPU and reference
+  // Casts may quiet a random NaN payload differently.
+  const char* reductions[] = {"none", "add", "mul", "max", "min"};
+  for (DType dt : {DType::kF32, DType::kF64, DType::kI64, DType::kI32, DType::kU8, DType::kBool})
+    for (const char* red : reductions)
+      for (bool unique : {false, true}) {
+        // ScatterElements on each axis: duplicates or none; the [4, 9000] case splits the output
+        // between 2 threads (4- and 8-byte types).
+        for (int64_t axis : {0, 1, -1}) {
+          const Dims data_shape = {4, 6, 5};
+          const int64_t a = axis < 0 ? axis + 3 : axis, n = data_shape[a];
+          Dims ind_shape = {3, 4, 5};
+          if (unique) ind_shape = data_shape;
+          check({"ScatterElements",
+                 {random_tensor(dt, data_shape), scatter_indices(ind_shape, a, n, unique),
+                  random_tensor(dt, ind_shape)},
+                 {},
+                 attrs({{"axis", axis}, {"reduction", std::string(red)}})});
+        }
+        check({"ScatterElements",
+               {random_tensor(dt, {4, 9000}), scatter_indices({4, 9000}, 1, 9000, unique),
+                random_tensor(dt, {4, 9000})},
+               {},
+               attrs({{"axis", int64_t{1}}, {"reduction", std::string(red)}})});
+        // ScatterND: elements, rows and blocks; 40 rows of 4 KB (parallel over output ranges on 2
+        // threads for 4- and 8-byte types, with and without duplicates).
+        const std::tuple<Dims, int64_t, int64_t> nd[] = {
+            {{6, 5, 4}, 3, 7}, {{6, 5, 4}, 2, 9}, {{6, 5, 4}, 1, 4}, {{40, 1024}, 1, 40}};
+        for (const auto& [shape, k, rows] : nd) {
+          Tensor ind = Tensor::empty(DType::kI64, {unique ? shape[0] : rows, k});
+          const Tensor first = scatter_indices({ind.dim(0)}, 0, shape[0], unique);
+          for (int64_t r = 0; r < ind.dim(0); ++r)
+            for (int64_t t = 0; t < k; ++t)
+              ind.data<int64_t>()[r * k + t] =
+                  t == 0 ? first.data<int64_t>()[r] : static_cast<int64_t>(rng()() % shape[t]);
+          Dims upd_shape = {ind.dim(0)};
+          upd_shape.insert(upd_shape.end(), shape.begin() + k, shape.end());
+          check({"ScatterND",
+                 {random_tensor(dt, shape), ind, random_tensor(dt, upd_shape)},
+                 {},
+                 attrs({{"reduction", std::string(red)}})});
+        }
+      }
+  // Scatter (ScatterElements' old name, opset 9), and no updates.
+  check({"Scatter",
+         {random_tensor(DType::kF32, {4, 5}), scatter_indices({2, 5}, 0, 4, false),
+          random_tensor(DType::kF32, {2, 5})},
+         {},
+         attrs({{"axis", int64_t{0}}}),
+         1,
+         9});
+  check({"ScatterND",
+         {random_tensor(DType::kI32, {4, 5}), Tensor::empty(DType::kI64, {0, 1}),
+          random_tensor(DType::kI32, {0, 5})}});
+  // Out of range: the node's error.
+  error_of({"ScatterND",
+            {random_tensor(DType::kF32, {3, 4}), Tensor::from_vector<int64_t>({0, 4}, {1, 2}),
+             random_tensor(DType::kF32, {1})}});
+  error_of({"ScatterElements",
+            {random_tensor(DType::kF32, {3, 4}), Tensor::from_vector<int64_t>({-4}, {1, 1}),
+             random_tensor(DType::kF32, {1, 1})}});
+}
+
 // ---- Concat and Split ----
 
 TEST(CpuMovement, Concat) {

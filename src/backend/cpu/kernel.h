@@ -132,7 +132,7 @@ std::optional<Precision> precision_of(const Node& n);
 
 // Kernel families register themselves through these (explicit calls, as for the reference).
 void register_gemm_kernels(KernelRegistry& r);         // gemm/: MatMul, Gemm
-void register_conv_kernels(KernelRegistry& r);         // conv/: Conv
+void register_conv_kernels(KernelRegistry& r);         // conv/: Conv, ConvTranspose, Col2Im
 void register_elementwise_kernels(KernelRegistry& r);  // elementwise: unary, binary, Where, Cast
 void register_reduce_kernels(KernelRegistry& r);       // reduce: Reduce*, Softmax, norms, pooling
 void register_movement_kernels(KernelRegistry& r);     // movement: Transpose, Gather, Concat, ...
@@ -141,6 +141,8 @@ void register_quant_kernels(KernelRegistry& r);  // quant_kernels: MatMulInteger
 void register_generate_kernels(KernelRegistry& r);   // generate: Range, ConstantOfShape, Shape, ...
 void register_resize_kernels(KernelRegistry& r);     // resize: Resize, Upsample
 void register_recurrent_kernels(KernelRegistry& r);  // recurrent: RNN, GRU, LSTM (float32)
+void register_topk_kernels(KernelRegistry& r);       // topk: TopK
+void register_grid_sample_kernels(KernelRegistry& r);  // grid_sample: GridSample
 
 // The CPU backend (backend.cpp): single nodes on the kernels above, and fused groups.
 std::unique_ptr<Backend> make_backend();

@@ -71,6 +71,7 @@ void register_movement_kernels(KernelRegistry& r) {
   r.add("Concat", {.run = concat});
   register_gather_kernels(r);
   register_pad_kernels(r);
+  register_scatter_kernels(r);
 }
 
 }  // namespace pto::cpu

@@ -116,40 +116,25 @@ std::vector<Tensor> conv(const KernelContext& c) {
 
 std::vector<Tensor> conv_transpose(const KernelContext& c) {
   const std::string w = c.where();
-  const ConvShapes s = check_conv_inputs(c, true);
-  const window::Params p = window::read_params(c.attrs(), s.kernel, false, w);
-  const size_t rank = p.rank();
-  const Dims opad = c.attrs().get_ints("output_padding", Dims(rank, 0));
-  Dims oshape = c.attrs().get_ints("output_shape", {});
-  if (oshape.size() == rank + 2) oshape.erase(oshape.begin(), oshape.begin() + 2);
-  if (opad.size() != rank || (!oshape.empty() && oshape.size() != rank))
-    throw ValueError(cat(w, ": output_padding ", dims_str(opad), " and output_shape ",
-                         dims_str(oshape), " must have one value per spatial axis"));
-  std::vector<window::Axis> axes;
-  for (size_t i = 0; i < rank; ++i) {
-    if (opad[i] < 0 || (!oshape.empty() && oshape[i] < 0))
-      throw ValueError(cat(w, ": output_padding and output_shape must be >= 0"));
-    axes.push_back(
-        window::transpose_axis(p, i, s.in_spatial[i], opad[i], oshape.empty() ? -1 : oshape[i], w));
-  }
-  const Geom3 g = lift(p, axes, s.in_spatial);
-  const Dims yshape = output_shape(s, g);
+  const ConvTransposePlan plan = conv_transpose_plan(c);
+  const Geom3& g = plan.g;
+  const Dims& yshape = plan.y_shape;
   if (checked_numel(yshape, w.c_str()) == 0) return {Tensor::empty(c.input(0).dtype(), yshape)};
 
   const std::vector<double> x = to_doubles(c.input(0), w), wt = to_doubles(c.input(1), w);
   std::vector<double> bias = c.has_input(2) ? to_doubles(c.input(2), w) : std::vector<double>();
-  const int64_t Cg = s.C / s.group, Mg = s.M / s.group;
+  const int64_t Cg = plan.c / plan.group, Mg = plan.m / plan.group;
   const int64_t in_size = c.input(0).numel() ? g.in_size() : 0;
   const int64_t out_size = g.out_size(), k_size = g.k_size();
-  std::vector<double> y(static_cast<size_t>(s.N * s.M * out_size));
+  std::vector<double> y(static_cast<size_t>(plan.n * plan.m * out_size));
   // Scatter: input position i feeds output position i * stride + k * dilation - pad_begin.
-  for (int64_t n = 0; n < s.N; ++n)
-    for (int64_t ch = 0; ch < s.C; ++ch) {
+  for (int64_t n = 0; n < plan.n; ++n)
+    for (int64_t ch = 0; ch < plan.c; ++ch) {
       const int64_t grp = ch / Cg;
-      const double* xp = x.data() + (n * s.C + ch) * in_size;
+      const double* xp = x.data() + (n * plan.c + ch) * in_size;
       for (int64_t mg = 0; mg < Mg; ++mg) {
         const int64_t m = grp * Mg + mg;
-        double* acc = y.data() + (n * s.M + m) * out_size;
+        double* acc = y.data() + (n * plan.m + m) * out_size;
         const double* wp = wt.data() + (ch * Mg + mg) * k_size;
         for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
           const int64_t off0 = k0 * g.d[0] - g.pb[0];
@@ -177,13 +162,36 @@ std::vector<Tensor> conv_transpose(const KernelContext& c) {
       }
     }
   if (!bias.empty())
-    for (int64_t n = 0; n < s.N; ++n)
-      for (int64_t m = 0; m < s.M; ++m)
-        for (int64_t i = 0; i < out_size; ++i) y[(n * s.M + m) * out_size + i] += bias[m];
+    for (int64_t n = 0; n < plan.n; ++n)
+      for (int64_t m = 0; m < plan.m; ++m)
+        for (int64_t i = 0; i < out_size; ++i) y[(n * plan.m + m) * out_size + i] += bias[m];
   return {from_doubles(c.input(0).dtype(), yshape, y, w)};
 }
 
 }  // namespace
+
+ConvTransposePlan conv_transpose_plan(const KernelContext& c) {
+  const std::string w = c.where();
+  const ConvShapes s = check_conv_inputs(c, true);
+  const window::Params p = window::read_params(c.attrs(), s.kernel, false, w);
+  const size_t rank = p.rank();
+  const Dims opad = c.attrs().get_ints("output_padding", Dims(rank, 0));
+  Dims oshape = c.attrs().get_ints("output_shape", {});
+  if (oshape.size() == rank + 2) oshape.erase(oshape.begin(), oshape.begin() + 2);
+  if (opad.size() != rank || (!oshape.empty() && oshape.size() != rank))
+    throw ValueError(cat(w, ": output_padding ", dims_str(opad), " and output_shape ",
+                         dims_str(oshape), " must have one value per spatial axis"));
+  std::vector<window::Axis> axes;
+  for (size_t i = 0; i < rank; ++i) {
+    if (opad[i] < 0 || (!oshape.empty() && oshape[i] < 0))
+      throw ValueError(cat(w, ": output_padding and output_shape must be >= 0"));
+    axes.push_back(
+        window::transpose_axis(p, i, s.in_spatial[i], opad[i], oshape.empty() ? -1 : oshape[i], w));
+  }
+  ConvTransposePlan plan{s.N, s.C, s.M, s.group, lift(p, axes, s.in_spatial), {}};
+  plan.y_shape = output_shape(s, plan.g);
+  return plan;
+}
 
 void register_conv_kernels(KernelRegistry& r) {
   r.add("Conv", conv);

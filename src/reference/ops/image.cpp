@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "grid_sample_plan.h"
 #include "index_math.h"
 #include "output_buffer.h"
 
@@ -13,9 +14,6 @@ void register_image_layout_kernels(KernelRegistry& r);  // image_layout.cpp
 void register_image_detect_kernels(KernelRegistry& r);  // image_detect.cpp
 
 namespace {
-
-enum class SampleMode { kNearest, kLinear, kCubic };
-enum class PadMode { kZeros, kBorder, kReflection };
 
 // Reflects x into [lo, hi] by folding it at the nearer border until it lands inside (the ONNX
 // reference's _gs_reflect). A zero-width range (one pixel with align_corners) collapses to lo.
@@ -43,75 +41,6 @@ void cubic_weights(double t, double w[4]) {
   w[3] = outer(2 - t);
 }
 
-// The taps (element offset along one axis, weight) that sample one coordinate of one axis.
-struct Tap {
-  int64_t index;
-  double weight;
-};
-
-struct AxisSampler {
-  int64_t size;  // the input's extent on this axis (> 0)
-  SampleMode mode;
-  PadMode pad;
-  bool align_corners;
-  bool single;  // the grid is not f64: denormalize in float steps, as the ONNX reference does
-
-  // Maps an integer pixel index to an in-range one, or -1 where zero padding reads 0.
-  int64_t pixel(int64_t i) const {
-    if (i >= 0 && i < size) return i;
-    if (pad == PadMode::kZeros) return -1;
-    if (pad == PadMode::kBorder) return std::clamp<int64_t>(i, 0, size - 1);
-    const double lo = align_corners ? 0.0 : -0.5;
-    const double hi = align_corners ? size - 1.0 : size - 0.5;
-    return std::clamp<int64_t>(static_cast<int64_t>(reflect(static_cast<double>(i), lo, hi)), 0,
-                               size - 1);
-  }
-
-  // Appends the taps for normalized coordinate `n` in [-1, 1]; returns false when n is not
-  // finite (the sample is then NaN).
-  bool taps(double n, std::vector<Tap>& out) const {
-    if (!std::isfinite(n)) return false;
-    const double d = static_cast<double>(size);
-    double x;
-    if (single) {  // matters for nearest, where a last-bit difference can flip a .5 tie
-      const float f = static_cast<float>(n), fd = static_cast<float>(size);
-      x = align_corners ? (f + 1) / 2 * (fd - 1) : ((f + 1) * fd - 1) / 2;
-    } else {
-      x = align_corners ? (n + 1) / 2 * (d - 1) : ((n + 1) * d - 1) / 2;
-    }
-    if (mode == SampleMode::kNearest) x = std::nearbyint(x);  // half to even, as PyTorch
-    const double lo = align_corners ? 0.0 : -0.5;
-    const double hi = align_corners ? d - 1 : d - 0.5;
-    if (x < lo || x > hi) {
-      if (pad == PadMode::kBorder) x = std::clamp(x, 0.0, d - 1);
-      if (pad == PadMode::kReflection) x = reflect(x, lo, hi);
-    }
-    if (std::isnan(x)) return false;  // e.g. an overflow to inf, reflected
-    // Past this margin every tap reads zero padding; clamping keeps the integer casts defined.
-    x = std::clamp(x, -8.0, d + 8);
-    auto add = [&](int64_t i, double weight) {
-      const int64_t p = pixel(i);
-      if (p >= 0) out.push_back({p, weight});
-    };
-    if (mode == SampleMode::kNearest) {
-      add(static_cast<int64_t>(x), 1.0);
-      return true;
-    }
-    const double f = std::floor(x);
-    const int64_t i0 = static_cast<int64_t>(f);
-    const double t = x - f;
-    if (mode == SampleMode::kLinear) {
-      add(i0, 1 - t);
-      add(i0 + 1, t);
-    } else {
-      double w[4];
-      cubic_weights(t, w);
-      for (int k = 0; k < 4; ++k) add(i0 - 1 + k, w[k]);
-    }
-    return true;
-  }
-};
-
 // GridSample: Y[n, c, p...] samples X[n, c] at grid[n, p...], whose last axis holds normalized
 // coordinates in reverse axis order (x = the last spatial axis first). Out-of-range reads follow
 // padding_mode. Opsets 16 (4-D only, "bilinear"/"bicubic") and 20+ (N-D, "linear"/"cubic") are
@@ -119,51 +48,12 @@ struct AxisSampler {
 std::vector<Tensor> grid_sample(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& X = c.input(0);
-  const Tensor& G = c.input(1);
-  if (X.rank() < 3)
-    throw ValueError(cat(w, ": X must be [N, C, spatial...] (rank >= 3), got ", X.str()));
-  const int64_t r = X.rank() - 2;
-  if (G.rank() != r + 2 || G.dim(0) != X.dim(0) || G.dim(-1) != r)
-    throw ValueError(
-        cat(w, ": grid must be [N, spatial..., ", r, "] for X ", X.str(), ", got ", G.str()));
-  if (!is_floating(G.dtype())) throw TypeError(cat(w, ": grid must be a float tensor"));
-  const std::string mode_name = c.node.attr_string("mode");
-  SampleMode mode;
-  if (mode_name == "nearest")
-    mode = SampleMode::kNearest;
-  else if (mode_name == "linear" || mode_name == "bilinear")
-    mode = SampleMode::kLinear;
-  else if (mode_name == "cubic" || mode_name == "bicubic")
-    mode = SampleMode::kCubic;
-  else
-    throw ValueError(cat(w, ": unknown mode '", mode_name, "'"));
-  const std::string pad_name = c.node.attr_string("padding_mode");
-  PadMode pad;
-  if (pad_name == "zeros")
-    pad = PadMode::kZeros;
-  else if (pad_name == "border")
-    pad = PadMode::kBorder;
-  else if (pad_name == "reflection")
-    pad = PadMode::kReflection;
-  else
-    throw ValueError(cat(w, ": unknown padding_mode '", pad_name, "'"));
-  const bool align = c.node.attr_int("align_corners") != 0;
-
-  const int64_t N = X.dim(0), C = X.dim(1);
-  Dims out_shape{N, C};
-  for (int64_t k = 1; k <= r; ++k) out_shape.push_back(G.dim(k));
-  Tensor Y = Tensor::empty(X.dtype(), out_shape);
-  const int64_t points = dims_product(out_shape, 2, out_shape.size());
+  const GridSamplePlan plan = grid_sample_plan(c);
+  Tensor Y = Tensor::empty(X.dtype(), plan.out_shape);
   if (Y.numel() == 0) return {Y};
-  const Dims in_spatial(X.shape().begin() + 2, X.shape().end());
-  for (int64_t d : in_spatial)
-    if (d == 0) throw ValueError(cat(w, ": cannot sample an empty input ", X.str()));
-  const Dims in_strides = contiguous_strides(in_spatial);
-  const int64_t plane = dims_product(in_spatial, 0, in_spatial.size());
-  std::vector<AxisSampler> axes;
-  const bool single = G.dtype() != DType::kF64;
-  for (int64_t k = 0; k < r; ++k) axes.push_back({in_spatial[k], mode, pad, align, single});
-  const std::vector<double> grid = to_doubles(G, w);
+  const int64_t N = plan.n, C = plan.c, r = plan.rank, points = plan.points, plane = plan.plane;
+  const SampleMode mode = plan.mode;
+  const std::vector<double> grid = to_doubles(c.input(1), w);
 
   const uint32_t types = mode == SampleMode::kNearest ? kAllTypes : kFloatTypes;
   dispatch(X.dtype(), types, w, [&]<class T>() {
@@ -173,21 +63,8 @@ std::vector<Tensor> grid_sample(const KernelContext& c) {
     std::vector<Tap> combined, next;
     for (int64_t n = 0; n < N; ++n)
       for (int64_t p = 0; p < points; ++p) {
-        // The taps of every axis, then their tensor product as (plane offset, weight) pairs.
-        bool finite = true;
-        for (int64_t k = 0; k < r; ++k) {
-          per_axis[k].clear();
-          const double coord = grid[(n * points + p) * r + (r - 1 - k)];
-          finite = axes[k].taps(coord, per_axis[k]) && finite;
-        }
-        combined.assign(1, {0, 1.0});
-        for (int64_t k = 0; k < r && finite; ++k) {
-          next.clear();
-          for (const Tap& a : combined)
-            for (const Tap& b : per_axis[k])
-              next.push_back({a.index + b.index * in_strides[k], a.weight * b.weight});
-          combined.swap(next);
-        }
+        const bool finite =
+            grid_point_taps(plan, grid.data() + (n * points + p) * r, combined, per_axis, next);
         for (int64_t ch = 0; ch < C; ++ch) {
           const T* src = in + (n * C + ch) * plane;
           T& dst = out[(n * C + ch) * points + p];
@@ -266,6 +143,128 @@ std::vector<Tensor> affine_grid(const KernelContext& c) {
 }
 
 }  // namespace
+
+int64_t AxisSampler::pixel(int64_t i) const {
+  if (i >= 0 && i < size) return i;
+  if (pad == PadMode::kZeros) return -1;
+  if (pad == PadMode::kBorder) return std::clamp<int64_t>(i, 0, size - 1);
+  const double lo = align_corners ? 0.0 : -0.5;
+  const double hi = align_corners ? size - 1.0 : size - 0.5;
+  return std::clamp<int64_t>(static_cast<int64_t>(reflect(static_cast<double>(i), lo, hi)), 0,
+                             size - 1);
+}
+
+bool AxisSampler::taps(double n, std::vector<Tap>& out) const {
+  if (!std::isfinite(n)) return false;
+  const double d = static_cast<double>(size);
+  double x;
+  if (single) {  // matters for nearest, where a last-bit difference can flip a .5 tie
+    const float f = static_cast<float>(n), fd = static_cast<float>(size);
+    x = align_corners ? (f + 1) / 2 * (fd - 1) : ((f + 1) * fd - 1) / 2;
+  } else {
+    x = align_corners ? (n + 1) / 2 * (d - 1) : ((n + 1) * d - 1) / 2;
+  }
+  if (mode == SampleMode::kNearest) x = std::nearbyint(x);  // half to even, as PyTorch
+  const double lo = align_corners ? 0.0 : -0.5;
+  const double hi = align_corners ? d - 1 : d - 0.5;
+  if (x < lo || x > hi) {
+    if (pad == PadMode::kBorder) x = std::clamp(x, 0.0, d - 1);
+    if (pad == PadMode::kReflection) x = reflect(x, lo, hi);
+  }
+  if (std::isnan(x)) return false;  // e.g. an overflow to inf, reflected
+  // Past this margin every tap reads zero padding; clamping keeps the integer casts defined.
+  x = std::clamp(x, -8.0, d + 8);
+  auto add = [&](int64_t i, double weight) {
+    const int64_t p = pixel(i);
+    if (p >= 0) out.push_back({p, weight});
+  };
+  if (mode == SampleMode::kNearest) {
+    add(static_cast<int64_t>(x), 1.0);
+    return true;
+  }
+  const double f = std::floor(x);
+  const int64_t i0 = static_cast<int64_t>(f);
+  const double t = x - f;
+  if (mode == SampleMode::kLinear) {
+    add(i0, 1 - t);
+    add(i0 + 1, t);
+  } else {
+    double w[4];
+    cubic_weights(t, w);
+    for (int k = 0; k < 4; ++k) add(i0 - 1 + k, w[k]);
+  }
+  return true;
+}
+
+GridSamplePlan grid_sample_plan(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor& X = c.input(0);
+  const Tensor& G = c.input(1);
+  if (X.rank() < 3)
+    throw ValueError(cat(w, ": X must be [N, C, spatial...] (rank >= 3), got ", X.str()));
+  const int64_t r = X.rank() - 2;
+  if (G.rank() != r + 2 || G.dim(0) != X.dim(0) || G.dim(-1) != r)
+    throw ValueError(
+        cat(w, ": grid must be [N, spatial..., ", r, "] for X ", X.str(), ", got ", G.str()));
+  if (!is_floating(G.dtype())) throw TypeError(cat(w, ": grid must be a float tensor"));
+  GridSamplePlan p;
+  const std::string mode_name = c.node.attr_string("mode");
+  if (mode_name == "nearest")
+    p.mode = SampleMode::kNearest;
+  else if (mode_name == "linear" || mode_name == "bilinear")
+    p.mode = SampleMode::kLinear;
+  else if (mode_name == "cubic" || mode_name == "bicubic")
+    p.mode = SampleMode::kCubic;
+  else
+    throw ValueError(cat(w, ": unknown mode '", mode_name, "'"));
+  const std::string pad_name = c.node.attr_string("padding_mode");
+  PadMode pad;
+  if (pad_name == "zeros")
+    pad = PadMode::kZeros;
+  else if (pad_name == "border")
+    pad = PadMode::kBorder;
+  else if (pad_name == "reflection")
+    pad = PadMode::kReflection;
+  else
+    throw ValueError(cat(w, ": unknown padding_mode '", pad_name, "'"));
+  const bool align = c.node.attr_int("align_corners") != 0;
+
+  p.n = X.dim(0);
+  p.c = X.dim(1);
+  p.rank = r;
+  p.out_shape = {p.n, p.c};
+  for (int64_t k = 1; k <= r; ++k) p.out_shape.push_back(G.dim(k));
+  p.points = dims_product(p.out_shape, 2, p.out_shape.size());
+  if (dims_product(p.out_shape, 0, p.out_shape.size()) == 0) return p;
+  const Dims in_spatial(X.shape().begin() + 2, X.shape().end());
+  for (int64_t d : in_spatial)
+    if (d == 0) throw ValueError(cat(w, ": cannot sample an empty input ", X.str()));
+  p.in_strides = contiguous_strides(in_spatial);
+  p.plane = dims_product(in_spatial, 0, in_spatial.size());
+  const bool single = G.dtype() != DType::kF64;
+  for (int64_t k = 0; k < r; ++k) p.axes.push_back({in_spatial[k], p.mode, pad, align, single});
+  return p;
+}
+
+bool grid_point_taps(const GridSamplePlan& p, const double* coords, std::vector<Tap>& combined,
+                     std::vector<std::vector<Tap>>& per_axis, std::vector<Tap>& next) {
+  // The taps of every axis, then their tensor product as (plane offset, weight) pairs.
+  const int64_t r = p.rank;
+  bool finite = true;
+  for (int64_t k = 0; k < r; ++k) {
+    per_axis[k].clear();
+    finite = p.axes[k].taps(coords[r - 1 - k], per_axis[k]) && finite;
+  }
+  combined.assign(1, {0, 1.0});
+  for (int64_t k = 0; k < r && finite; ++k) {
+    next.clear();
+    for (const Tap& a : combined)
+      for (const Tap& b : per_axis[k])
+        next.push_back({a.index + b.index * p.in_strides[k], a.weight * b.weight});
+    combined.swap(next);
+  }
+  return finite;
+}
 
 void register_image_kernels(KernelRegistry& r) {
   r.add("GridSample", grid_sample);

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "index_math.h"
+#include "nn_kernels.h"
 
 namespace pto::reference {
 namespace {
@@ -65,35 +66,12 @@ std::vector<int64_t> spatial_attr(const KernelContext& c, const char* name, size
 std::vector<Tensor> col2im(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& x = c.input(0);
-  const std::vector<int64_t> image = index_values(c.input(1), w, "image_shape");
-  const std::vector<int64_t> block = index_values(c.input(2), w, "block_shape");
-  const size_t n = image.size();
-  if (x.rank() != 3) throw ValueError(cat(w, ": input must be [N, C * prod(block), L]"));
-  if (n == 0 || block.size() != n || c.input(1).rank() != 1 || c.input(2).rank() != 1)
-    throw ValueError(cat(w, ": image_shape and block_shape must be 1-D of equal, nonzero length"));
-  const std::vector<int64_t> strides = spatial_attr(c, "strides", n, 1, 1);
-  const std::vector<int64_t> dilations = spatial_attr(c, "dilations", n, 1, 1);
-  const std::vector<int64_t> pads = spatial_attr(c, "pads", 2 * n, 0, 0);
-  for (size_t k = 0; k < n; ++k)
-    if (image[k] < 0 || block[k] < 1)
-      throw ValueError(cat(w, ": image_shape must be >= 0 and block_shape >= 1"));
-  const int64_t K = checked_numel(block, "Col2Im block");
-  if (x.dim(1) % K != 0)
-    throw ValueError(
-        cat(w, ": input dim 1 (", x.dim(1), ") is not a multiple of the block size ", K));
-  Dims blocks(n);  // block positions per axis
-  for (size_t k = 0; k < n; ++k) {
-    const int64_t span = image[k] + pads[k] + pads[k + n] - dilations[k] * (block[k] - 1) - 1;
-    if (span < 0) throw ValueError(cat(w, ": the block does not fit the padded image"));
-    blocks[k] = span / strides[k] + 1;
-  }
-  const int64_t L = checked_numel(blocks, "Col2Im blocks");
-  if (x.dim(2) != L)
-    throw ValueError(cat(w, ": input has ", x.dim(2), " blocks, the image holds ", L));
-  const int64_t N = x.dim(0), C = x.dim(1) / K;
-  Dims out_shape{N, C};
-  out_shape.insert(out_shape.end(), image.begin(), image.end());
-  Tensor y = Tensor::empty(x.dtype(), out_shape);
+  const Col2ImPlan p = col2im_plan(c);
+  const size_t n = p.image.size();
+  const Dims &image = p.image, &block = p.block, &blocks = p.blocks, &strides = p.strides,
+             &dilations = p.dilations, &pads = p.pads;
+  const int64_t N = p.n, K = p.k, L = p.l;
+  Tensor y = Tensor::empty(x.dtype(), p.out_shape);
   if (y.numel() == 0) return {y};
   const int64_t plane = checked_numel(image, "Col2Im image");
   const Dims img_strides = contiguous_strides(image);
@@ -105,7 +83,7 @@ std::vector<Tensor> col2im(const KernelContext& c) {
     T* out = y.data<T>();
     std::vector<Acc> acc(static_cast<size_t>(plane));
     Dims kidx(n), lidx(n);
-    for (int64_t b = 0; b < N * C; ++b) {
+    for (int64_t b = 0; b < N * p.c; ++b) {
       std::fill(acc.begin(), acc.end(), Acc(0));
       for (int64_t k = 0; k < K; ++k) {
         unravel(k, block, kidx);
@@ -189,6 +167,43 @@ std::vector<Tensor> max_unpool(const KernelContext& c) {
 }
 
 }  // namespace
+
+Col2ImPlan col2im_plan(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor& x = c.input(0);
+  Col2ImPlan p;
+  p.image = index_values(c.input(1), w, "image_shape");
+  p.block = index_values(c.input(2), w, "block_shape");
+  const size_t n = p.image.size();
+  if (x.rank() != 3) throw ValueError(cat(w, ": input must be [N, C * prod(block), L]"));
+  if (n == 0 || p.block.size() != n || c.input(1).rank() != 1 || c.input(2).rank() != 1)
+    throw ValueError(cat(w, ": image_shape and block_shape must be 1-D of equal, nonzero length"));
+  p.strides = spatial_attr(c, "strides", n, 1, 1);
+  p.dilations = spatial_attr(c, "dilations", n, 1, 1);
+  p.pads = spatial_attr(c, "pads", 2 * n, 0, 0);
+  for (size_t k = 0; k < n; ++k)
+    if (p.image[k] < 0 || p.block[k] < 1)
+      throw ValueError(cat(w, ": image_shape must be >= 0 and block_shape >= 1"));
+  p.k = checked_numel(p.block, "Col2Im block");
+  if (x.dim(1) % p.k != 0)
+    throw ValueError(
+        cat(w, ": input dim 1 (", x.dim(1), ") is not a multiple of the block size ", p.k));
+  p.blocks.resize(n);
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t span =
+        p.image[k] + p.pads[k] + p.pads[k + n] - p.dilations[k] * (p.block[k] - 1) - 1;
+    if (span < 0) throw ValueError(cat(w, ": the block does not fit the padded image"));
+    p.blocks[k] = span / p.strides[k] + 1;
+  }
+  p.l = checked_numel(p.blocks, "Col2Im blocks");
+  if (x.dim(2) != p.l)
+    throw ValueError(cat(w, ": input has ", x.dim(2), " blocks, the image holds ", p.l));
+  p.n = x.dim(0);
+  p.c = x.dim(1) / p.k;
+  p.out_shape = {p.n, p.c};
+  p.out_shape.insert(p.out_shape.end(), p.image.begin(), p.image.end());
+  return p;
+}
 
 void register_image_layout_kernels(KernelRegistry& r) {
   r.add("CenterCropPad", center_crop_pad);

@@ -50,14 +50,15 @@ T saturate_cast(double v) {
 }
 
 // All elements of an integer tensor as int64 (uint64 values past INT64_MAX saturate, so they
-// fail any bounds check). `what` names the input in errors ("indices").
-inline std::vector<int64_t> index_values(const Tensor& t, const std::string& where,
-                                         const char* what) {
+// fail any bounds check), into `v` (resized; its capacity is reused). `what` names the input in
+// errors ("indices").
+inline void index_values_into(const Tensor& t, const std::string& where, const char* what,
+                              std::vector<int64_t>& v) {
   if (!is_integral(t.dtype()))
     throw TypeError(cat(where, ": ", what, " must be an integer tensor, got ", t.str()));
-  return dispatch(t.dtype(), kIntTypes, where, [&]<class T>() {
+  dispatch(t.dtype(), kIntTypes, where, [&]<class T>() {
     const T* p = t.data<T>();
-    std::vector<int64_t> v(t.numel());
+    v.resize(static_cast<size_t>(t.numel()));
     for (int64_t i = 0; i < t.numel(); ++i) {
       if constexpr (std::is_same_v<T, uint64_t>)
         v[i] = p[i] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
@@ -66,8 +67,13 @@ inline std::vector<int64_t> index_values(const Tensor& t, const std::string& whe
       else
         v[i] = static_cast<int64_t>(p[i]);
     }
-    return v;
   });
+}
+inline std::vector<int64_t> index_values(const Tensor& t, const std::string& where,
+                                         const char* what) {
+  std::vector<int64_t> v;
+  index_values_into(t, where, what, v);
+  return v;
 }
 
 // Maps an index in [-n, n) to [0, n); anything else is a ValueError naming the node.

@@ -77,6 +77,25 @@ inline Range valid_range(int64_t count, int64_t limit, int64_t stride, int64_t o
   return {lo, std::max(lo, hi)};
 }
 
+// ConvTranspose's inputs checked and its geometry resolved (output_padding, output_shape,
+// auto_pad), as the reference kernel (conv.cpp) and the CPU kernel (backend/cpu/conv) read them.
+struct ConvTransposePlan {
+  int64_t n = 0, c = 0, m = 0, group = 1;  // batch, input and output channels, groups
+  Geom3 g;
+  Dims y_shape;
+};
+ConvTransposePlan conv_transpose_plan(const KernelContext& c);
+
+// Col2Im's inputs and attributes checked (image_layout.cpp), for the reference kernel and the CPU
+// kernel (backend/cpu/conv/conv_transpose.cpp): input [n, c * k, l] holds, for each channel and
+// offset inside the block (k of them), the values of the l block positions (`blocks` per axis).
+struct Col2ImPlan {
+  int64_t n = 0, c = 0, k = 0, l = 0;
+  Dims image, block, blocks, strides, dilations, pads;  // pads: begins then ends
+  Dims out_shape;                                       // [n, c, image...]
+};
+Col2ImPlan col2im_plan(const KernelContext& c);
+
 // Values of a numeric tensor in the accumulation type V: double for floats, uint64 for integers.
 template <class V>
 std::vector<V> values_as(const Tensor& t, const std::string& where) {

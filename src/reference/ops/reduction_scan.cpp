@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "index_math.h"
+#include "topk_plan.h"
 
 namespace pto::reference {
 namespace {
@@ -51,48 +52,25 @@ Kernel scan_kernel(bool product) {
 // lower index (the ONNX reference's stable order). NaN orders above every number, as in the
 // reference's lexsort. `sorted=0` allows any order; this kernel always sorts.
 std::vector<Tensor> top_k(const KernelContext& c) {
-  const std::string w = c.where();
+  const TopKPlan p = topk_plan(c);
   const Tensor& x = c.input(0);
-  int64_t k;
-  if (c.has_input(1))
-    k = scalar_int(c.input(1), w, "k");
-  else if (c.attrs().has("k"))
-    k = c.attrs().get_int("k");
-  else
-    throw ValueError(cat(w, ": k is neither an input nor an attribute"));
-  if (x.rank() == 0) throw ValueError(cat(w, ": input must have rank >= 1"));
-  const int64_t axis = normalize_axis(c.node.attr_int("axis"), x.rank(), w);
-  const bool largest = c.node.attr_int("largest") != 0;
-  const Dims& s = x.shape();
-  const int64_t n = s[axis];
-  if (k < 0 || k > n)
-    throw ValueError(cat(w, ": k = ", k, " is outside [0, ", n, "] (the size of axis ", axis, ")"));
-  const int64_t outer = dims_product(s, 0, axis), inner = dims_product(s, axis + 1, s.size());
-  Dims out_shape = s;
-  out_shape[axis] = k;
-  Tensor values = Tensor::empty(x.dtype(), out_shape);
-  Tensor indices = Tensor::empty(DType::kI64, out_shape);
+  const int64_t n = p.n, k = p.k, inner = p.inner;
+  Tensor values = Tensor::empty(x.dtype(), p.out_shape);
+  Tensor indices = Tensor::empty(DType::kI64, p.out_shape);
   if (values.numel() == 0) return {values, indices};
   int64_t* pi = indices.data<int64_t>();
-  dispatch(x.dtype(), kNumericTypes, w, [&]<class T>() {
+  dispatch(x.dtype(), kNumericTypes, c.where(), [&]<class T>() {
     using C = compute_t<T>;
     const T* in = x.data<T>();
     T* pv = values.data<T>();
-    // Strict weak order "a comes before b" on values, NaN above everything and equal to NaN.
-    auto before = [&](C a, C b) {
-      if constexpr (std::is_floating_point_v<C>) {
-        if (std::isnan(a) || std::isnan(b))
-          return largest ? std::isnan(a) && !std::isnan(b) : !std::isnan(a) && std::isnan(b);
-      }
-      return largest ? a > b : a < b;
-    };
     std::vector<int64_t> order(n);
-    for (int64_t o = 0; o < outer; ++o)
+    for (int64_t o = 0; o < p.outer; ++o)
       for (int64_t i = 0; i < inner; ++i) {
         const T* line = in + o * n * inner + i;
         std::iota(order.begin(), order.end(), 0);
         std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-          return before(static_cast<C>(line[a * inner]), static_cast<C>(line[b * inner]));
+          return topk_before(p.largest, static_cast<C>(line[a * inner]),
+                             static_cast<C>(line[b * inner]));
         });
         for (int64_t j = 0; j < k; ++j) {
           const int64_t at = (o * k + j) * inner + i;
@@ -105,6 +83,31 @@ std::vector<Tensor> top_k(const KernelContext& c) {
 }
 
 }  // namespace
+
+TopKPlan topk_plan(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor& x = c.input(0);
+  TopKPlan p;
+  if (c.has_input(1))
+    p.k = scalar_int(c.input(1), w, "k");
+  else if (c.attrs().has("k"))
+    p.k = c.attrs().get_int("k");
+  else
+    throw ValueError(cat(w, ": k is neither an input nor an attribute"));
+  if (x.rank() == 0) throw ValueError(cat(w, ": input must have rank >= 1"));
+  p.axis = normalize_axis(c.node.attr_int("axis"), x.rank(), w);
+  p.largest = c.node.attr_int("largest") != 0;
+  const Dims& s = x.shape();
+  p.n = s[p.axis];
+  if (p.k < 0 || p.k > p.n)
+    throw ValueError(
+        cat(w, ": k = ", p.k, " is outside [0, ", p.n, "] (the size of axis ", p.axis, ")"));
+  p.outer = dims_product(s, 0, p.axis);
+  p.inner = dims_product(s, p.axis + 1, s.size());
+  p.out_shape = s;
+  p.out_shape[p.axis] = p.k;
+  return p;
+}
 
 void register_scan_kernels(KernelRegistry& r) {
   r.add("CumSum", scan_kernel(false));

@@ -1,50 +1,14 @@
 // Reference kernels for ScatterElements (and its old name Scatter), ScatterND and TensorScatter.
 // Each copies the data input and writes updates into the copy in row-major order of the updates,
 // so with duplicate indices and no reduction the last write wins (as in the ONNX reference).
-// Reductions: add and mul wrap on integers; max and min propagate NaN like numpy.
+// Reductions: add and mul wrap on integers; max and min propagate NaN like numpy
+// (scatter_plan.h, shared with the CPU kernels).
 #include <cmath>
 
-#include "index_math.h"
+#include "scatter_plan.h"
 
 namespace pto::reference {
 namespace {
-
-enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
-
-Reduction parse_reduction(const KernelContext& c) {
-  // Scatter (ScatterElements' old name) has no reduction attribute: it always replaces.
-  if (c.node.op == "Scatter") return Reduction::kNone;
-  const std::string r = c.node.attr_string("reduction");
-  if (r == "none") return Reduction::kNone;
-  if (r == "add") return Reduction::kAdd;
-  if (r == "mul") return Reduction::kMul;
-  if (r == "max") return Reduction::kMax;
-  if (r == "min") return Reduction::kMin;
-  throw ValueError(cat(c.where(), ": reduction must be none, add, mul, max or min, got '", r, "'"));
-}
-
-template <class T>
-T combine(Reduction r, T old, T update) {
-  using C = compute_t<T>;
-  const C a = static_cast<C>(old), b = static_cast<C>(update);
-  switch (r) {
-    case Reduction::kNone:
-      return update;
-    case Reduction::kAdd:
-      return wrap_add(old, update);
-    case Reduction::kMul:
-      return wrap_mul(old, update);
-    case Reduction::kMax:
-      if constexpr (std::is_floating_point_v<C>)
-        if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? old : update;
-      return a >= b ? old : update;
-    case Reduction::kMin:
-      if constexpr (std::is_floating_point_v<C>)
-        if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? old : update;
-      return a <= b ? old : update;
-  }
-  return update;
-}
 
 void check_updates(const Tensor& data, const Tensor& updates, const Dims& want,
                    const std::string& w) {
@@ -55,23 +19,8 @@ void check_updates(const Tensor& data, const Tensor& updates, const Dims& want,
     throw ValueError(cat(w, ": updates ", updates.str(), " should have shape ", dims_str(want)));
 }
 
-// out[flat_offsets[i] + e] = combine(out[...], updates[i * slice + e]) for e < slice.
-Tensor apply(const KernelContext& c, const Tensor& data, const Tensor& updates,
-             const std::vector<int64_t>& offsets, int64_t slice) {
-  const Reduction red = parse_reduction(c);
-  Tensor out = data.clone();
-  dispatch(data.dtype(), kAllTypes, c.where(), [&]<class T>() {
-    T* o = out.data<T>();
-    const T* u = updates.data<T>();
-    for (size_t i = 0; i < offsets.size(); ++i)
-      for (int64_t e = 0; e < slice; ++e)
-        o[offsets[i] + e] = combine(red, o[offsets[i] + e], u[i * slice + e]);
-  });
-  return out;
-}
-
 // ScatterElements: output[..., indices[i, j, ...], ...] (index along `axis`) = updates[i, j, ...].
-std::vector<Tensor> scatter_elements(const KernelContext& c) {
+void elements_offsets(const KernelContext& c, std::vector<int64_t>& offsets) {
   const std::string w = c.where();
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
@@ -79,23 +28,30 @@ std::vector<Tensor> scatter_elements(const KernelContext& c) {
   const int64_t axis = normalize_axis(c.node.attr_int("axis"), data.rank(), w);
   check_elements_shape(data, ind, axis, w);
   check_updates(data, upd, ind.shape(), w);
-  std::vector<int64_t> idx = index_values(ind, w, "indices");
+  index_values_into(ind, w, "indices", offsets);  // each becomes its offset in place
   const Dims strides = contiguous_strides(data.shape());
-  std::vector<int64_t> offsets(idx.size());
-  Dims pos(ind.rank(), 0);
-  for (int64_t i = 0; i < ind.numel(); ++i) {
-    unravel(i, ind.shape(), pos);
-    pos[axis] = fix_index(idx[i], data.dim(axis), w, axis);
-    int64_t off = 0;
-    for (int64_t k = 0; k < data.rank(); ++k) off += pos[k] * strides[k];
-    offsets[i] = off;
+  if (offsets.empty()) return;
+  // Row by row of the indices' last dimension: the offset of the row's position without the axis,
+  // then one index per element.
+  const Dims& shape = ind.shape();
+  const int64_t last = ind.rank() - 1, width = shape[last], n = data.dim(axis);
+  const int64_t step = axis == last ? 0 : strides[last];  // along the row, off the axis
+  for (int64_t row = 0; row < ind.numel() / width; ++row) {
+    int64_t base = 0;
+    for (int64_t k = last, rest = row; k-- > 0;) {
+      if (k != axis) base += (rest % shape[k]) * strides[k];
+      rest /= shape[k];
+    }
+    for (int64_t j = 0; j < width; ++j) {
+      const int64_t i = row * width + j;
+      offsets[i] = base + j * step + fix_index(offsets[i], n, w, axis) * strides[axis];
+    }
   }
-  return {apply(c, data, upd, offsets, 1)};
 }
 
 // ScatterND: indices [..., k] address slices data[i_0, ..., i_{k-1}, :, ...]; updates has shape
 // indices.shape[:-1] + data.shape[k:].
-std::vector<Tensor> scatter_nd(const KernelContext& c) {
+void nd_offsets(const KernelContext& c, int64_t* slice_out, std::vector<int64_t>& offsets) {
   const std::string w = c.where();
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
@@ -109,17 +65,37 @@ std::vector<Tensor> scatter_nd(const KernelContext& c) {
   Dims want(ind.shape().begin(), ind.shape().end() - 1);
   want.insert(want.end(), d.begin() + k, d.end());
   check_updates(data, upd, want, w);
-  std::vector<int64_t> idx = index_values(ind, w, "indices");
   const int64_t rows = dims_product(ind.shape(), 0, ind.rank() - 1);
   const int64_t slice = dims_product(d, k, d.size());
   const Dims strides = contiguous_strides(d);
-  std::vector<int64_t> offsets(rows);
-  for (int64_t j = 0; j < rows; ++j) {
+  // Row j's k indices become its offset, written at j (<= j * k: read before overwritten).
+  index_values_into(ind, w, "indices", offsets);
+  if (k == 0) offsets.assign(static_cast<size_t>(rows), 0);
+  for (int64_t j = 0; j < rows && k > 0; ++j) {
     int64_t off = 0;
-    for (int64_t t = 0; t < k; ++t) off += fix_index(idx[j * k + t], d[t], w, t) * strides[t];
+    for (int64_t t = 0; t < k; ++t) off += fix_index(offsets[j * k + t], d[t], w, t) * strides[t];
     offsets[j] = off;
   }
-  return {apply(c, data, upd, offsets, slice)};
+  offsets.resize(static_cast<size_t>(rows));
+  *slice_out = slice;
+}
+
+// Copies data, then combines each update slice into the copy in row-major order of the updates.
+std::vector<Tensor> scatter(const KernelContext& c) {
+  int64_t slice = 0;
+  std::vector<int64_t> offsets;
+  scatter_offsets(c, &slice, offsets);
+  const ScatterReduction red = scatter_reduction(c);
+  const Tensor& updates = c.input(2);
+  Tensor out = c.input(0).clone();
+  dispatch(out.dtype(), kAllTypes, c.where(), [&]<class T>() {
+    T* o = out.data<T>();
+    const T* u = updates.data<T>();
+    for (size_t i = 0; i < offsets.size(); ++i)
+      for (int64_t e = 0; e < slice; ++e)
+        o[offsets[i] + e] = scatter_combine(red, o[offsets[i] + e], u[i * slice + e]);
+  });
+  return {out};
 }
 
 // TensorScatter (KV-cache update): for each batch entry b, writes update's `sequence` steps along
@@ -169,10 +145,28 @@ std::vector<Tensor> tensor_scatter(const KernelContext& c) {
 
 }  // namespace
 
+ScatterReduction scatter_reduction(const KernelContext& c) {
+  // Scatter (ScatterElements' old name) has no reduction attribute: it always replaces.
+  if (c.node.op == "Scatter") return ScatterReduction::kNone;
+  const std::string r = c.node.attr_string("reduction");
+  if (r == "none") return ScatterReduction::kNone;
+  if (r == "add") return ScatterReduction::kAdd;
+  if (r == "mul") return ScatterReduction::kMul;
+  if (r == "max") return ScatterReduction::kMax;
+  if (r == "min") return ScatterReduction::kMin;
+  throw ValueError(cat(c.where(), ": reduction must be none, add, mul, max or min, got '", r, "'"));
+}
+
+void scatter_offsets(const KernelContext& c, int64_t* slice, std::vector<int64_t>& offsets) {
+  if (c.node.op == "ScatterND") return nd_offsets(c, slice, offsets);
+  *slice = 1;
+  elements_offsets(c, offsets);
+}
+
 void register_scatter_kernels(KernelRegistry& r) {
-  r.add("Scatter", scatter_elements);
-  r.add("ScatterElements", scatter_elements);
-  r.add("ScatterND", scatter_nd);
+  r.add("Scatter", scatter);
+  r.add("ScatterElements", scatter);
+  r.add("ScatterND", scatter);
   r.add("TensorScatter", tensor_scatter);
 }
 

@@ -65,6 +65,14 @@ std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t
 
 class KernelRegistry;
 struct FusedEpilogue;
+struct NodeInfo;
+
+// Whether a Conv or ConvTranspose node has float32 X, W (and B) and X of known rank 3 or 4 (1-D
+// or 2-D).
+bool accepts_f32_conv(const NodeInfo& info);
+// For prepare(): the node's W when it is a constant float32 tensor of rank 3 or 4 whose dim 0 the
+// node's group count (set through `group`) divides; nullptr otherwise (run() reports errors).
+const Tensor* constant_conv_weight(const NodeInfo& info, int64_t* group);
 
 // The residual and activation of a fused group (null: none) as the conv kernels' Epilogue; throws
 // KernelDeclined when the residual's shape is not the output's `yshape`. The bias is the caller's.
@@ -89,5 +97,7 @@ void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, con
 // ReorderToBlocked, ReorderFromBlocked and ConvBlocked (conv_blocked.cpp), registered from
 // register_conv_kernels.
 void register_blocked_conv_kernels(KernelRegistry& r);
+// ConvTranspose and Col2Im (conv_transpose.cpp), registered from register_conv_kernels.
+void register_conv_transpose_kernels(KernelRegistry& r);
 
 }  // namespace pto::cpu

@@ -22,11 +22,7 @@ namespace {
 constexpr int kBlockedScratch = 2;
 
 bool accepts(const NodeInfo& info) {
-  const size_t n = info.inputs.size();
-  if (n < 2 || info.dtype(0) != DType::kF32 || info.dtype(1) != DType::kF32) return false;
-  if (n > 2 && info.dtype(2) != DType::kF32 && info.dtype(2) != DType::kUndefined) return false;
-  const auto& x = info.inputs[0].shape;
-  return x && (x->size() == 3 || x->size() == 4) && precision_of(info.node).has_value();
+  return accepts_f32_conv(info) && precision_of(info.node).has_value();
 }
 
 // A constant W packed once per group as the GEMM's A operand, and W's shape to give it back; or,
@@ -110,11 +106,10 @@ std::string check_conv_knob(const NodeInfo& info, const std::string& knob,
 }
 
 std::any prepare(const NodeInfo& info) {
-  if (!info.is_constant(1)) return {};
-  const Tensor& w = *info.constants[1];
-  if ((w.rank() != 3 && w.rank() != 4) || w.dtype() != DType::kF32) return {};
-  const int64_t group = info.node.attrs.get_int("group", 1);
-  if (group < 1 || w.dim(0) % group != 0) return {};  // run() reports the error
+  int64_t group = 1;
+  const Tensor* wp = constant_conv_weight(info, &group);
+  if (!wp) return {};
+  const Tensor& w = *wp;
   // bf16 products always take the implicit GEMM (the blocked kernel is fp32).
   const Precision precision = *precision_of(info.node);
   if (const int block = channel_block();
@@ -247,6 +242,23 @@ std::vector<Tensor> run(const KernelContext& c) {
 
 }  // namespace
 
+const Tensor* constant_conv_weight(const NodeInfo& info, int64_t* group) {
+  if (!info.is_constant(1)) return nullptr;
+  const Tensor& w = *info.constants[1];
+  if ((w.rank() != 3 && w.rank() != 4) || w.dtype() != DType::kF32) return nullptr;
+  *group = info.node.attrs.get_int("group", 1);
+  if (*group < 1 || w.dim(0) % *group != 0) return nullptr;  // run() reports the error
+  return &w;
+}
+
+bool accepts_f32_conv(const NodeInfo& info) {
+  const size_t n = info.inputs.size();
+  if (n < 2 || info.dtype(0) != DType::kF32 || info.dtype(1) != DType::kF32) return false;
+  if (n > 2 && info.dtype(2) != DType::kF32 && info.dtype(2) != DType::kUndefined) return false;
+  const auto& x = info.inputs[0].shape;
+  return x && (x->size() == 3 || x->size() == 4);
+}
+
 std::optional<EpilogueOperand> conv_operand_strides(const Dims& t, const Dims& y) {
   if (t.size() > y.size() || y.size() < 3) return std::nullopt;
   // Strides of t through y's dimensions (0 where t broadcasts).
@@ -330,6 +342,7 @@ void register_conv_kernels(KernelRegistry& r) {
   };
   r.add("Conv", std::move(conv));
   register_blocked_conv_kernels(r);
+  register_conv_transpose_kernels(r);
 }
 
 }  // namespace pto::cpu
