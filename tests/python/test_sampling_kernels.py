@@ -107,13 +107,8 @@ def test_topk():
     _check(TopK(), (x,), ["TopK"], rtol=0, atol=0)
 
 
-# Not bicubic with border padding: ONNX's GridSample (the reference, and this kernel, which
-# matches it bit for bit in tests/cpp/cpu_topk_grid_sample_test.cpp) clamps the coordinate before
-# taking the four taps, PyTorch clamps each tap; the aten converter maps one onto the other
-# regardless (a frontend gap, reported separately).
 @pytest.mark.parametrize("mode,padding_mode", [
-    (m, p) for m in ("bilinear", "nearest", "bicubic") for p in ("zeros", "border", "reflection")
-    if (m, p) != ("bicubic", "border")])
+    (m, p) for m in ("bilinear", "nearest", "bicubic") for p in ("zeros", "border", "reflection")])
 @pytest.mark.parametrize("align_corners", [False, True])
 def test_grid_sample(mode, padding_mode, align_corners):
     torch.manual_seed(3)

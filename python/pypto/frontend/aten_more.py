@@ -165,9 +165,27 @@ def _embedding_bag(ctx, node, weight, indices, offsets, scale_grad_by_freq=False
 def _grid_sampler_2d(ctx, node, x, grid, interpolation_mode, padding_mode, align_corners):
     modes = ["linear", "nearest", "cubic"]
     pads = ["zeros", "border", "reflection"]
-    return out(ctx, node, ctx.op("GridSample", [x, ctx.cast(grid, x.dtype)], {
+    xin, g = x.id, ctx.cast(grid, x.dtype).id
+    if (modes[interpolation_mode], pads[padding_mode]) == ("cubic", "border"):
+        xin, g = _bicubic_border(ctx, x, g, align_corners)
+    return out(ctx, node, ctx.op("GridSample", [xin, g], {
         "mode": modes[interpolation_mode], "padding_mode": pads[padding_mode],
         "align_corners": int(bool(align_corners))}))
+
+
+def _bicubic_border(ctx, x, grid, align_corners):
+    """PyTorch's bicubic border mode clamps each of the 4x4 taps; ONNX's GridSample clamps the
+    sample point first. They agree once the image is edge-padded by the taps' reach (2 pixels)
+    and the grid rescaled so every point keeps its pixel: inside the padding ONNX's per-tap
+    border reads equal PyTorch's clamped taps, and beyond it every tap is the edge value in
+    both. Unnormalizing g over W gives x; over W + 4 it must give x + 2, so g' = g * W / (W + 4)
+    (align_corners: g * (W - 1) / (W + 3))."""
+    h, w = x.shape[-2], x.shape[-1]
+    if not (isinstance(h, int) and isinstance(w, int)):
+        ctx.unsupported("grid_sample bicubic with border padding on a symbolic image size")
+    scale = [(w - 1) / (w + 3), (h - 1) / (h + 3)] if align_corners else [w / (w + 4), h / (h + 4)]
+    padded = ctx.op("Pad", [x, ctx.ints([0, 0, 2, 2, 0, 0, 2, 2])], {"mode": "edge"})
+    return padded, ctx.op("Mul", [grid, ctx.constant(scale, x.dtype)])
 
 
 @converter(aten.col2im.default)
