@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "pto/graph.h"
 #include "pto/tensor.h"
 #include "reference/ops/cast.h"
 
@@ -237,6 +239,33 @@ TEST(StorageDType, NamesAndOnnxCodes) {
   EXPECT_EQ(dtype_size(DType::kI4), 1u);
   // Kernels that do not name the storage sets never see these dtypes.
   EXPECT_THROW(dispatch(DType::kF8E4M3FN, kAllTypes, "[X]", []<class T>() {}), UnsupportedError);
+}
+
+// Small constants print inline and parse back to the same bits.
+TEST(StorageDType, InlineConstantsPrintAndParse) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{3}});
+  Tensor w = Tensor::empty(DType::kI4, {3});
+  const int8_t values[3] = {-6, -1, 4};  // i4 is a sign-extended byte each
+  std::memcpy(w.raw_data(), values, 3);
+  Tensor s = Tensor::empty(DType::kF8E4M3FN, {});
+  s.data<Float8E4M3FN>()->bits = 0x31;  // 0.5625
+  ValueId wv = g.add_value("w"), sv = g.add_value("s"), d = g.add_value("d"), y = g.add_value("y");
+  g.set_initializer(wv, w);
+  g.set_initializer(sv, s);
+  Attributes to;
+  to.set("to", int64_t{1});
+  ValueId sf = g.add_value("sf");
+  g.add_node("Cast", {sv}, {sf}, to, "c");
+  g.add_node("DequantizeLinear", {wv, sf}, {d}, {}, "dq");
+  g.add_node("Add", {x, d}, {y}, {}, "add");
+  g.add_output(y);
+  const std::string text = print(g);
+  EXPECT_NE(text.find("i4[3] = [-6, -1, 4]"), std::string::npos) << text;
+  EXPECT_NE(text.find("f8e4m3fn[] = [0.5625]"), std::string::npos) << text;
+  Graph back = parse_graph(text);
+  EXPECT_EQ(print(back), text);
+  EXPECT_THROW(parse_graph("graph main (opset 21)\n  %w: i4[1] = [8]\n  return %w\n"), ValueError);
 }
 
 }  // namespace
