@@ -151,3 +151,35 @@ def test_float8_output_is_not_exported_to_python(tmp_path):
     exe = pypto.onnx.load(path)
     with pytest.raises(TypeError, match="f8e4m3fn"):
         exe(x=np.ones(4, np.float32))
+
+
+@pytest.mark.parametrize("qtype", [TensorProto.FLOAT8E5M2, TensorProto.INT4],
+                         ids=lambda t: TensorProto.DataType.Name(t))
+def test_movement_ops_carry_storage_dtypes(tmp_path, qtype):
+    """Transpose, Reshape, Slice, Concat and Gather move the bytes of storage dtypes (on the CPU
+    kernels that copy by element size) between Casts."""
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-7, 7, (2, 3, 4)).astype(np.float32)
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [4, 6])
+    starts = helper.make_tensor("starts", TensorProto.INT64, [1], [1])
+    ends = helper.make_tensor("ends", TensorProto.INT64, [1], [5])
+    idx = helper.make_tensor("idx", TensorProto.INT64, [3], [2, 0, 2])
+    path, _ = save(
+        tmp_path / "move.onnx",
+        [helper.make_node("Cast", ["x"], ["q"], to=qtype),
+         helper.make_node("Transpose", ["q"], ["t"], perm=[2, 0, 1]),
+         helper.make_node("Reshape", ["t", "shape"], ["r"]),
+         helper.make_node("Slice", ["r", "starts", "ends"], ["s"]),
+         helper.make_node("Concat", ["s", "r"], ["c"], axis=0),
+         helper.make_node("Gather", ["c", "idx"], ["g"], axis=1),
+         helper.make_node("Cast", ["g"], ["y"], to=TensorProto.FLOAT)],
+        [vi("x", TensorProto.FLOAT, [2, 3, 4])], [vi("y", TensorProto.FLOAT, [7, 3])],
+        [shape, starts, ends, idx])
+    np_type = ml_dtypes.float8_e5m2 if qtype == TensorProto.FLOAT8E5M2 else ml_dtypes.int4
+    q = np.clip(x, -57344, 57344).astype(np_type) if qtype == TensorProto.FLOAT8E5M2 \
+        else np.trunc(x).astype(np.int8)  # |x| < 7: in range, truncated toward zero
+    r = q.transpose(2, 0, 1).reshape(4, 6)
+    want = np.concatenate([r[1:5], r])[:, [2, 0, 2]].astype(np.float32)
+    for level in (0, 2, 3):
+        got = pypto.onnx.load(path, level=level)(x=x)
+        np.testing.assert_array_equal(got, want)
