@@ -86,7 +86,9 @@ nb::dlpack::dtype dtype_to_dlpack(DType dt) {
     default:
       break;
   }
-  throw TypeError(cat("cannot export a tensor of dtype ", dtype_name(dt)));
+  throw TypeError(
+      cat("cannot export a tensor of dtype ", dtype_name(dt),
+          is_storage_only(dt) ? " (a storage dtype: Cast it to float32 in the model)" : ""));
 }
 
 }  // namespace

@@ -197,7 +197,7 @@ double Tensor::item_as_double(int64_t i) const {
     off += (i % shape_[k]) * strides_[k];
     i /= shape_[k];
   }
-  return dispatch(dtype_, kAllTypes, "item", [&]<class T>() {
+  return dispatch_with_storage(dtype_, kAllTypes | kStorageTypes, "item", [&]<class T>() {
     return static_cast<double>(static_cast<compute_t<T>>(static_cast<const T*>(raw_data())[off]));
   });
 }

@@ -153,7 +153,7 @@ class LineParser {
     Tensor t = Tensor::empty(type.dtype, dims);
     if (static_cast<int64_t>(items.size()) != t.numel())
       fail(cat("constant ", t.str(), " needs ", t.numel(), " values, got ", items.size()));
-    dispatch(type.dtype, kAllTypes, "parse_graph", [&]<class T>() {
+    dispatch_with_storage(type.dtype, kAllTypes | kStorageTypes, "parse_graph", [&]<class T>() {
       T* p = t.data<T>();
       for (size_t i = 0; i < items.size(); ++i) p[i] = element<T>(items[i]);
     });
@@ -173,6 +173,10 @@ class LineParser {
       auto r = std::from_chars(b, e, v);
       if (r.ec != std::errc() || r.ptr != e) fail(cat("bad integer '", item, "'"));
       return v;
+    } else if constexpr (is_small_int_v<T>) {
+      int v = element<int>(item);
+      if (v < T::min || v > T::max) fail(cat("integer '", item, "' is out of range"));
+      return T(v);
     } else {
       using F = std::conditional_t<std::is_same_v<T, double>, double, float>;
       F v{};

@@ -97,14 +97,14 @@ void print_attr(std::ostream& os, const Attribute& a) {
 std::string tensor_data_str(const Tensor& t) {
   std::string out = "[";
   Tensor c = t.contiguous();
-  dispatch(c.dtype(), kAllTypes, "print", [&]<class T>() {
+  dispatch_with_storage(c.dtype(), kAllTypes | kStorageTypes, "print", [&]<class T>() {
     const T* p = c.data<T>();
     for (int64_t i = 0; i < c.numel(); ++i) {
       if (i) out += ", ";
       if constexpr (std::is_same_v<T, bool>) {
         out += p[i] ? "true" : "false";
-      } else if constexpr (std::is_integral_v<T>) {
-        out += std::to_string(p[i]);
+      } else if constexpr (std::is_integral_v<T> || is_small_int_v<T>) {
+        out += std::to_string(static_cast<compute_t<T>>(p[i]));
       } else {
         char buf[64];
         std::to_chars_result r;

@@ -66,8 +66,16 @@ void write_tensor(Writer& w, const Tensor& t) {
   const Tensor c = t.contiguous();
   w.str(dtype_name(c.dtype()));
   w.pods<int64_t>(c.shape());
-  w.pod<uint64_t>(c.nbytes());
-  w.bytes(c.raw_data(), c.nbytes());
+  // The 4- and 2-bit types are packed as in ONNX (one element per byte in memory).
+  const size_t n = packed_nbytes(c.dtype(), c.numel());
+  w.pod<uint64_t>(n);
+  if (n == c.nbytes()) {
+    w.bytes(c.raw_data(), n);
+  } else {
+    std::string packed(n, '\0');
+    pack_elements(c.dtype(), c.raw_data(), c.numel(), reinterpret_cast<uint8_t*>(packed.data()));
+    w.bytes(packed.data(), n);
+  }
 }
 
 // The variant's index first; the order of pto::Attribute's alternatives is part of the format.
@@ -283,11 +291,12 @@ Tensor read_tensor(Reader& r) {
     if (d < 0 || (d > 0 && numel > INT64_MAX / d)) r.corrupt("a tensor with a bad shape");
     numel *= d;
   }
-  if (static_cast<uint64_t>(numel) > nbytes || nbytes != numel * dtype_size(dt))
+  // numel <= 4 * nbytes (2-bit types hold 4 per byte) first, so that packed_nbytes cannot overflow.
+  if (static_cast<uint64_t>(numel) / 4 > nbytes || nbytes != packed_nbytes(dt, numel))
     r.corrupt(cat("a ", dtype_name(dt), dims_str(shape), " tensor of ", nbytes, " bytes"));
   const char* data = r.take(nbytes);
   Tensor t = Tensor::empty(dt, shape);
-  if (nbytes) std::memcpy(t.raw_data(), data, nbytes);
+  if (nbytes) unpack_elements(dt, reinterpret_cast<const uint8_t*>(data), numel, t.raw_data());
   return t;
 }
 

@@ -73,12 +73,15 @@ TEST(OnnxExport, SymbolicAndUnknownDimsSurvive) {
   EXPECT_EQ(back.value(back.inputs()[2]).type.str(), "f16[*]");
 }
 
-// Random bytes of every dtype (bools 0 or 1), so NaN payloads and odd bit patterns must survive.
+// Random bytes of every dtype (bools 0 or 1; 4- and 2-bit types any of their values), so NaN
+// payloads and odd bit patterns must survive, and the sub-byte types' packing.
 Tensor random_tensor(DType dt, Dims shape, std::mt19937& rng) {
   Tensor t = Tensor::empty(dt, std::move(shape));
   auto* p = static_cast<unsigned char*>(t.raw_data());
-  for (size_t i = 0; i < t.nbytes(); ++i)
-    p[i] = static_cast<unsigned char>(dt == DType::kBool ? rng() & 1 : rng());
+  for (size_t i = 0; i < t.nbytes(); ++i) {
+    auto byte = static_cast<uint8_t>(dt == DType::kBool ? rng() & 1 : rng());
+    unpack_elements(dt, &byte, 1, p + i);  // the low bits as an element of a sub-byte dtype
+  }
   return t;
 }
 

@@ -258,6 +258,44 @@ TEST(Serialize, PartitionMustFitTheGraph) {
   EXPECT_THROW(compile_partitioned(g, reordered, exe.options()), ValueError);
 }
 
+// 4-bit weights (packed two per byte in the file) and a float8 constant survive saving: the loaded
+// model gives the reference interpreter's bits, and the file is smaller than one byte per element.
+TEST(Serialize, StorageDTypeInitializersRoundTrip) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{3, 128}});
+  Tensor w4 = Tensor::empty(DType::kI4, {128, 64});
+  for (int64_t i = 0; i < w4.numel(); ++i) w4.data<Int4>()[i] = Int4(i * 7 % 16 - 8);
+  Tensor f8 = Tensor::empty(DType::kF8E5M2, {64});
+  for (int64_t i = 0; i < 64; ++i) f8.data<Float8E5M2>()[i] = Float8E5M2(0.1f * i - 0.7f);
+  ValueId w = g.add_value("w4"), s = g.add_value("s"), b = g.add_value("b");
+  g.set_initializer(w, w4);
+  g.set_initializer(s, Tensor::scalar(0.05f));
+  g.set_initializer(b, f8);
+  ValueId wf = g.add_value("wf"), bf = g.add_value("bf"), mm = g.add_value("mm");
+  ValueId y = g.add_value("y");
+  g.add_node("DequantizeLinear", {w, s}, {wf}, {}, "dq");
+  Attributes to;
+  to.set("to", int64_t{1});
+  g.add_node("Cast", {b}, {bf}, to, "cast");
+  g.add_node("MatMul", {x, wf}, {mm}, {}, "mm");
+  g.add_node("Add", {mm, bf}, {y}, {}, "add");
+  g.add_output(y);
+  for (int level : {0, 2}) {
+    Executable exe = compile(g, {.level = level});
+    const std::string bytes = serialize_executable(exe, "");
+    if (level == 0) {
+      EXPECT_LT(bytes.size(), 128u * 64u);  // the 8192 int4 take 4096 bytes
+    }
+    LoadedExecutable m = deserialize_executable(bytes, "m.pto");
+    const std::vector<Tensor> in = {random_tensor({3, 128}, 9)};
+    const auto ref = reference::run(g, in);
+    const auto got = m.exe.run(in);
+    for (int64_t e = 0; e < ref[0].numel(); ++e) {
+      ASSERT_NEAR(got[0].item_as_double(e), ref[0].item_as_double(e), 1e-5) << level;
+    }
+  }
+}
+
 TEST(Serialize, SaveAndLoadFiles) {
   Executable exe = compile(model(), {.level = 2});
   const std::string path = ::testing::TempDir() + "serialize_test.pto";

@@ -1,7 +1,7 @@
 """fp16 mixed precision from Python: pypto.optimize(dtype=torch.float16), pypto.amp.autocast
 (dtype=torch.float16), models in fp16 (model.half(), ONNX float16 graphs), Cast to and from
 float16 against numpy, the ONNX export run by ONNX Runtime, precision_report and the CLI; and
-reduced-precision schemes PyPTO has no kernels for (4-bit, float8) rejected with a message.
+reduced-precision schemes PyPTO does not support (float6, MatMulNBits) rejected with a message.
 
 The references are independent of PyPTO: float64 on operands rounded to fp16 by torch's own
 conversion, eager PyTorch under torch.autocast, numpy's float16 conversion, ONNX Runtime.
@@ -296,7 +296,7 @@ def test_cli_precision_f16(tmp_path):
         assert r.returncode == 0, (cmd, r.stderr)
 
 
-# ---- schemes PyPTO has no kernels for: 4-bit and float8 ----
+# ---- schemes PyPTO does not support: float6, MatMulNBits ----
 
 def save(path, nodes, inputs, outputs, inits=(), opset=21, domains=()):
     import onnx
@@ -311,38 +311,15 @@ def vi(name, t, shape):
     return helper.make_tensor_value_info(name, t, shape)
 
 
-def test_int4_and_float8_models_are_rejected_with_the_node_and_type(tmp_path):
+def test_unsupported_low_precision_models_are_rejected_with_the_node_and_type(tmp_path):
+    # int4, float8 and float4 are storage dtypes (tests/python/test_storage_dtypes.py); float6
+    # and onnxruntime's 4-bit MatMulNBits are not supported.
     cases = {}
-    # DequantizeLinear of an INT4 weight (what 4-bit weight-only quantizers write).
-    w4 = helper.make_tensor("w4", TensorProto.INT4, [4, 8], [1, -2, 3, 7] * 8)
-    scale = numpy_helper.from_array(np.float32(0.1), "scale")
-    cases["int4 weight"] = (save(
-        tmp_path / "int4.onnx",
-        [helper.make_node("DequantizeLinear", ["w4", "scale"], ["w"], name="dq_w"),
-         helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
-        [vi("x", TensorProto.FLOAT, [2, 4])], [vi("y", TensorProto.FLOAT, [2, 8])],
-        [w4, scale]), ["w4", "INT4", "[DequantizeLinear] node 'dq_w'", "no 4-bit"])
-    # QuantizeLinear to UINT4 (output_dtype), then back.
-    zp = helper.make_tensor("zp", TensorProto.UINT4, [], [8])
-    cases["uint4 quantize"] = (save(
-        tmp_path / "uint4.onnx",
-        [helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["q"], name="q_x"),
-         helper.make_node("DequantizeLinear", ["q", "scale", "zp"], ["y"], name="dq_x")],
-        [vi("x", TensorProto.FLOAT, [2, 4])], [vi("y", TensorProto.FLOAT, [2, 4])],
-        [scale, zp]), ["'zp'", "UINT4", "[QuantizeLinear] node 'q_x'"])
-    # Cast to FLOAT8E4M3FN and back (an fp8 activation round trip).
-    cases["float8 cast"] = (save(
-        tmp_path / "fp8.onnx",
-        [helper.make_node("Cast", ["x"], ["x8"], to=TensorProto.FLOAT8E4M3FN, name="to_fp8"),
-         helper.make_node("Cast", ["x8"], ["y"], to=TensorProto.FLOAT, name="from_fp8")],
-        [vi("x", TensorProto.FLOAT, [2, 4])], [vi("y", TensorProto.FLOAT, [2, 4])]),
-        ["[Cast] node 'to_fp8'", "FLOAT8E4M3FN", "no 4-bit or float8"])
-    # A float8 input.
-    cases["float8 input"] = (save(
-        tmp_path / "fp8_in.onnx",
-        [helper.make_node("Cast", ["x8"], ["y"], to=TensorProto.FLOAT, name="from_fp8")],
-        [vi("x8", TensorProto.FLOAT8E5M2, [2, 4])], [vi("y", TensorProto.FLOAT, [2, 4])]),
-        ["input 'x8'", "FLOAT8E5M2", "[Cast] node 'from_fp8'"])
+    cases["float6 input"] = (save(
+        tmp_path / "fp6_in.onnx",
+        [helper.make_node("Cast", ["x6"], ["y"], to=TensorProto.FLOAT, name="from_fp6")],
+        [vi("x6", TensorProto.FLOAT6E2M3, [2, 4])], [vi("y", TensorProto.FLOAT, [2, 4])]),
+        ["input 'x6'", "FLOAT6E2M3"])
     # onnxruntime's 4-bit weight-only MatMul.
     packed = numpy_helper.from_array(np.zeros((8, 1, 2), np.uint8), "b4")
     scales = numpy_helper.from_array(np.ones(8, np.float32), "scales")

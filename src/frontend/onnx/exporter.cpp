@@ -109,8 +109,11 @@ void tensor_to_proto(const Tensor& t, const std::string& where, ::onnx::TensorPr
   for (int64_t d : t.shape()) p.add_dims(d);
   Tensor c = t.contiguous();
   // raw_data is set even when empty, so a zero-element tensor still reads back as raw data.
-  p.mutable_raw_data()->assign(c.nbytes() ? static_cast<const char*>(c.raw_data()) : "",
-                               c.nbytes());
+  // 4- and 2-bit types are packed (one element per byte in memory).
+  std::string* raw = p.mutable_raw_data();
+  raw->assign(packed_nbytes(c.dtype(), c.numel()), '\0');
+  if (!raw->empty())
+    pack_elements(c.dtype(), c.raw_data(), c.numel(), reinterpret_cast<uint8_t*>(raw->data()));
 }
 
 void attribute_to_proto(const std::string& name, const Attribute& a, const std::string& where,

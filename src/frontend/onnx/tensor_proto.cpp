@@ -2,6 +2,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "proto_util.h"
 
@@ -9,40 +10,15 @@ namespace pto::onnx {
 
 DType dtype_from_onnx(int32_t t, const std::string& where) {
   using TP = ::onnx::TensorProto;
-  switch (t) {
-    case TP::FLOAT:
-      return DType::kF32;
-    case TP::DOUBLE:
-      return DType::kF64;
-    case TP::FLOAT16:
-      return DType::kF16;
-    case TP::BFLOAT16:
-      return DType::kBF16;
-    case TP::INT8:
-      return DType::kI8;
-    case TP::INT16:
-      return DType::kI16;
-    case TP::INT32:
-      return DType::kI32;
-    case TP::INT64:
-      return DType::kI64;
-    case TP::UINT8:
-      return DType::kU8;
-    case TP::UINT16:
-      return DType::kU16;
-    case TP::UINT32:
-      return DType::kU32;
-    case TP::UINT64:
-      return DType::kU64;
-    case TP::BOOL:
-      return DType::kBool;
-    default:
-      break;
+  try {
+    return dtype_from_onnx_code(t, where);
+  } catch (const UnsupportedError&) {
   }
   std::string name = TP::DataType_IsValid(t) ? TP::DataType_Name(static_cast<TP::DataType>(t))
                                              : cat("unknown (", t, ")");
-  throw UnsupportedError(cat(where, ": element type ", name,
-                             " is not supported (PyPTO has no 4-bit, float8 or complex kernels)"));
+  throw UnsupportedError(
+      cat(where, ": element type ", name,
+          " is not supported (PyPTO has no string, complex or 6-bit float tensors)"));
 }
 
 namespace {
@@ -94,8 +70,14 @@ Tensor read_external(const ::onnx::TensorProto& t, const std::string& base_dir, 
                          " bytes, fewer than offset ", offset, " + ", expected));
   Tensor out = allocate(dt, dims, where);
   in.seekg(offset);
-  in.read(static_cast<char*>(out.raw_data()), static_cast<std::streamsize>(expected));
+  // 4- and 2-bit data is packed in the file and one element per byte in the tensor.
+  const bool packed = packed_bits(dt) < 8;
+  std::string buf(packed ? expected : 0, '\0');
+  in.read(packed ? buf.data() : static_cast<char*>(out.raw_data()),
+          static_cast<std::streamsize>(expected));
   if (!in) throw ValueError(cat(where, ": reading external data '", file.string(), "' failed"));
+  if (packed)
+    unpack_elements(dt, reinterpret_cast<const uint8_t*>(buf.data()), out.numel(), out.raw_data());
   return out;
 }
 
@@ -117,9 +99,10 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& t, const std::string& base_d
   for (int64_t d : dims)
     if (d < 0) throw ValueError(cat(where, ": negative dimension in ", dims_str(dims)));
   int64_t n = checked_numel(dims, where.c_str());
-  size_t nbytes = 0;
+  size_t nbytes = 0;  // in the proto: 4- and 2-bit types are packed there
   if (__builtin_mul_overflow(static_cast<size_t>(n), dtype_size(dt), &nbytes))
     throw ValueError(cat(where, ": shape ", dims_str(dims), " is too large"));
+  nbytes = packed_nbytes(dt, n);
 
   if (t.data_location() == ::onnx::TensorProto::EXTERNAL)
     return read_external(t, base_dir, dt, dims, nbytes, where);
@@ -128,7 +111,15 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& t, const std::string& base_d
       throw ValueError(cat(where, ": raw_data holds ", t.raw_data().size(), " bytes but shape ",
                            dims_str(dims), " of ", dtype_name(dt), " needs ", nbytes));
     Tensor out = allocate(dt, dims, where);
-    std::memcpy(out.raw_data(), t.raw_data().data(), nbytes);
+    unpack_elements(dt, reinterpret_cast<const uint8_t*>(t.raw_data().data()), n, out.raw_data());
+    return out;
+  }
+  // 4- and 2-bit types: int32_data holds the packed bytes, one per entry.
+  if (packed_bits(dt) < 8) {
+    check_count(t.int32_data(), static_cast<int64_t>(nbytes), "int32_data (packed bytes)", where);
+    std::vector<uint8_t> bytes(t.int32_data().begin(), t.int32_data().end());
+    Tensor out = allocate(dt, dims, where);
+    unpack_elements(dt, bytes.data(), n, out.raw_data());
     return out;
   }
   // Typed fields: the count is checked before allocating, so a tiny file cannot claim gigabytes.
@@ -136,17 +127,18 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& t, const std::string& base_d
   auto copy = [&]<class Src>(const Src& field, const char* name, auto convert) {
     check_count(field, n, name, where);
     out = allocate(dt, dims, where);
-    dispatch(dt, kAllTypes, where, [&]<class T>() {
+    dispatch_with_storage(dt, kAllTypes | kSmallFloatTypes, where, [&]<class T>() {
       T* p = out.data<T>();
       for (int64_t i = 0; i < n; ++i) p[i] = convert.template operator()<T>(field[i]);
     });
   };
   auto same = []<class T>(auto v) { return static_cast<T>(v); };
-  // f16 and bf16 travel as their bit patterns in int32_data.
+  // f16, bf16 and the float8 / float4 types travel as their bit patterns in int32_data.
   auto bits = []<class T>(int32_t v) {
-    if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+    if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16> ||
+                  is_small_float_v<T>) {
       T h;
-      h.bits = static_cast<uint16_t>(v);
+      h.bits = static_cast<decltype(h.bits)>(v);
       return h;
     } else {
       return static_cast<T>(v);

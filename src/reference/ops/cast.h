@@ -5,7 +5,11 @@
 //    spec leaves these undefined; saturating keeps them from being undefined behaviour in C++);
 //  - anything -> bool is `x != 0` (NaN -> true); bool -> anything is 0 or 1;
 //  - to f16/bf16 rounds to nearest even, once: f64 and 64-bit integers go through a
-//    round-to-odd float so that the two roundings equal one.
+//    round-to-odd float so that the two roundings equal one;
+//  - to the float8 / float4 storage types rounds to nearest even (E8M0: by `round_mode`), with
+//    Cast's `saturate` (see small_float_from_double); from them goes through float;
+//  - to the 4- and 2-bit integers: integers wrap; floats truncate toward zero and become 0 when
+//    out of range or NaN (ml_dtypes' rule, which ONNX's reference and test data follow).
 #pragma once
 
 #include <bit>
@@ -72,11 +76,55 @@ T from_double(double d) {
 
 }  // namespace detail
 
+// Cast's attributes for storage targets.
+struct StorageCast {
+  bool saturate = true;
+  E8M0Rounding round = E8M0Rounding::kUp;
+};
+
+template <class To, class From>
+To cast_value(From v, const StorageCast& mode = {});
+
+namespace detail {
+
+template <class T>
+inline constexpr bool is_storage_v = is_small_float_v<T> || is_small_int_v<T>;
+
+// Cast to or from a storage type (one of To, From is).
+template <class To, class From>
+To storage_cast(From v, const StorageCast& mode) {
+  if constexpr (is_small_float_v<From>) {
+    return cast_value<To>(static_cast<float>(v), mode);
+  } else if constexpr (is_small_int_v<From>) {
+    return cast_value<To>(static_cast<int32_t>(v), mode);
+  } else if constexpr (is_small_float_v<To>) {
+    double d;
+    if constexpr (std::is_same_v<From, bool>)
+      d = v ? 1 : 0;
+    else if constexpr (std::is_integral_v<From> && sizeof(From) == 8)
+      d = to_double_round_odd(v);
+    else
+      d = static_cast<double>(static_cast<compute_t<From>>(v));
+    To out;
+    out.bits = small_float_from_double(To::format, d, mode.saturate, mode.round);
+    return out;
+  } else if constexpr (std::is_integral_v<From>) {  // and bool
+    return To(static_cast<int64_t>(v));             // wraps
+  } else {
+    double t = std::trunc(static_cast<double>(static_cast<compute_t<From>>(v)));
+    return t >= To::min && t <= To::max ? To(static_cast<int64_t>(t)) : To(0);  // NaN: 0
+  }
+}
+
+}  // namespace detail
+
 // Converts one value from From to To with the rules above.
 template <class To, class From>
-To cast_value(From v) {
+To cast_value(From v, const StorageCast& mode) {
   if constexpr (std::is_same_v<To, From>) {
     return v;
+  } else if constexpr (detail::is_storage_v<To> || detail::is_storage_v<From>) {
+    return detail::storage_cast<To>(v, mode);
   } else if constexpr (std::is_same_v<To, bool>) {
     return static_cast<compute_t<From>>(v) != 0;
   } else if constexpr (std::is_same_v<From, bool>) {
@@ -103,6 +151,7 @@ To cast_value(From v) {
 
 // x converted to dtype `to` (a new tensor; x itself when it already has that dtype).
 // Throws UnsupportedError naming `where` for dtypes outside PyPTO's set.
-Tensor cast(const Tensor& x, DType to, const std::string& where = "[Cast]");
+Tensor cast(const Tensor& x, DType to, const std::string& where = "[Cast]",
+            const StorageCast& mode = {});
 
 }  // namespace pto::reference

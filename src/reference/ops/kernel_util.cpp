@@ -45,7 +45,7 @@ std::vector<int64_t> to_int64s(const Tensor& t, const std::string& where) {
 
 std::vector<double> to_doubles(const Tensor& t, const std::string& where) {
   Tensor c = t.contiguous();
-  return dispatch(t.dtype(), kNumericTypes | kBoolType, where, [&]<class T>() {
+  return dispatch_with_storage(t.dtype(), kAllTypes | kStorageTypes, where, [&]<class T>() {
     const T* p = c.data<T>();
     std::vector<double> v(c.numel());
     for (int64_t i = 0; i < c.numel(); ++i)

@@ -2,6 +2,7 @@
 // the input's precision, round half to even, saturate to the target integer range.
 #include <cmath>
 
+#include "cast.h"
 #include "kernel_util.h"
 #include "pto/op_registry.h"
 
@@ -53,8 +54,11 @@ std::vector<int64_t> param_index(const Dims& x, const Dims& s, int64_t axis, int
 
 template <class T>
 std::pair<double, double> int_range() {
-  return {static_cast<double>(std::numeric_limits<T>::lowest()),
-          static_cast<double>(std::numeric_limits<T>::max())};
+  if constexpr (is_small_int_v<T>)
+    return {T::min, T::max};
+  else
+    return {static_cast<double>(std::numeric_limits<T>::lowest()),
+            static_cast<double>(std::numeric_limits<T>::max())};
 }
 
 std::vector<Tensor> quantize_linear(const KernelContext& c) {
@@ -85,21 +89,29 @@ std::vector<Tensor> quantize_linear(const KernelContext& c) {
   DType prec =
       c.node.attr_int("precision") ? dtype_from_onnx_code(a.get_int("precision"), w) : X.dtype();
   std::vector<double> x = to_doubles(X, w);
+  const StorageCast mode{.saturate = c.node.attr_int("saturate") != 0};
   Tensor y = Tensor::empty(out, X.shape());
-  dispatch(out, kIntTypes, w, [&]<class Q>() {
+  dispatch_with_storage(out, kIntTypes | kStorageTypes, w, [&]<class Q>() {
     if constexpr (sizeof(Q) > 2) {
       throw UnsupportedError(cat(w, ": quantizing to ", dtype_name(out), " is not supported"));
     } else {
-      auto [lo, hi] = int_range<Q>();
       Q* p = y.data<Q>();
       dispatch(prec, kFloatTypes, w, [&]<class P>() {
         for (int64_t i = 0; i < X.numel(); ++i) {
           using C = compute_t<P>;
           P q = static_cast<P>(static_cast<C>(static_cast<P>(static_cast<C>(x[i]))) /
                                static_cast<C>(static_cast<P>(static_cast<C>(s[si[i]]))));
-          double r = std::nearbyint(static_cast<double>(static_cast<C>(q)));
-          if (std::isnan(r)) r = 0;
-          p[i] = static_cast<Q>(std::clamp(r + zp[si[i]], lo, hi));
+          if constexpr (is_small_float_v<Q>) {
+            // ONNX's reference: float8 ignores the (zero) zero point, float4 adds it.
+            double v = static_cast<double>(static_cast<C>(q));
+            if (out == DType::kF4E2M1) v = static_cast<float>(v + zp[si[i]]);
+            p[i] = cast_value<Q>(v, mode);
+          } else {
+            auto [lo, hi] = int_range<Q>();
+            double r = std::nearbyint(static_cast<double>(static_cast<C>(q)));
+            if (std::isnan(r)) r = 0;
+            p[i] = cast_value<Q>(static_cast<int64_t>(std::clamp(r + zp[si[i]], lo, hi)));
+          }
         }
       });
     }
@@ -111,8 +123,11 @@ std::vector<Tensor> dequantize_linear(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor &X = c.input(0), &S = c.input(1);
   const auto& a = c.attrs();
-  if (!is_integral(X.dtype()))
+  if (!is_integral(X.dtype()) && !is_storage_only(X.dtype()))
     throw UnsupportedError(cat(w, ": dequantizing ", dtype_name(X.dtype()), " is not supported"));
+  // Float8 and float4 are dequantized without a zero point (ONNX's reference ignores float4's and
+  // requires float8's to be zero).
+  const bool float_x = is_small_float(X.dtype());
   if (c.node.opset < 21 && S.rank() > 1)
     throw ValueError(cat(w, ": x_scale must be a scalar or a vector before opset 21"));
   DType out = c.node.attr_int("output_dtype") ? dtype_from_onnx_code(a.get_int("output_dtype"), w)
@@ -127,6 +142,12 @@ std::vector<Tensor> dequantize_linear(const KernelContext& c) {
     if (Z.shape() != S.shape() && !(Z.numel() == 1 && S.numel() == 1))  // [] and [1]: one value
       throw ValueError(cat(w, ": zero point ", Z.str(), " must match the scale ", S.str()));
     zp = to_doubles(Z, w);
+    if (float_x) {
+      if (X.dtype() != DType::kF4E2M1 &&
+          std::any_of(zp.begin(), zp.end(), [](double z) { return z != 0; }))
+        throw ValueError(cat(w, ": a float8 zero point must be zero"));
+      std::fill(zp.begin(), zp.end(), 0.0);
+    }
   }
   // (float(x) - float(zp)) * scale in float32, as the ONNX reference computes it.
   std::vector<double> y(x.size());
