@@ -1,6 +1,7 @@
 // The runtime: the thread pool behind parallel_for (fixed chunks, errors, nesting, sizing), the
 // caching memory pool (size classes, flags, stats), streams and events, and an Executable that
 // allocates nothing from the system once warm.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -204,6 +205,118 @@ TEST(ThreadPool, EnvironmentVariableIsParsedStrictly) {
     setenv("PTO_NUM_THREADS", saved_value.c_str(), 1);
   else
     unsetenv("PTO_NUM_THREADS");
+}
+
+TEST(ThreadPool, SpinTimeIsParsedStrictly) {
+  ThreadsGuard restore;
+  set_num_threads(2);
+  for (const char* bad : {"-1", "1e3", "fast", "1000001"}) {
+    setenv("PTO_SPIN_US", bad, 1);
+    EXPECT_EQ(message_of([] { set_num_threads(3); }),
+              cat("PTO_SPIN_US must be an integer in [0, 1000000], got '", bad, "'"));
+    EXPECT_EQ(num_threads(), 2);  // the pool is unchanged
+  }
+  for (const char* good : {"0", "7"}) {  // no spinning, or a little: the same results
+    setenv("PTO_SPIN_US", good, 1);
+    set_num_threads(good[0] == '0' ? 3 : 2);
+    std::atomic<int64_t> sum{0};
+    for (int rep = 0; rep < 50; ++rep) parallel_tasks(9, [&](int64_t t) { sum += t; });
+    EXPECT_EQ(sum.load(), 50 * 36);
+  }
+  unsetenv("PTO_SPIN_US");
+}
+
+// A GEMM, a bias and a softmax big enough to be cut into many chunks on two threads.
+Graph gemm_softmax() {
+  Graph g;
+  g.name = "gemm_softmax";
+  ValueId x = g.add_input("x", {DType::kF32, Shape{96, 200}});
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::vector<float> w(200 * 300), b(300);
+  for (float& v : w) v = nd(rng) * 0.1f;
+  for (float& v : b) v = nd(rng);
+  ValueId wv = g.add_value("w"), bv = g.add_value("b");
+  g.set_initializer(wv, Tensor::from_vector(w, {200, 300}));
+  g.set_initializer(bv, Tensor::from_vector(b, {300}));
+  ValueId mm = g.add_value("mm"), add = g.add_value("add"), y = g.add_value("y");
+  g.add_node("MatMul", {x, wv}, {mm}, {}, "matmul");
+  g.add_node("Add", {mm, bv}, {add}, {}, "add");
+  g.add_node("Softmax", {add}, {y}, {}, "softmax");
+  g.add_output(y);
+  return g;
+}
+
+// PTO_THREADING=omp: the jobs run on the team of the libgomp in the process (here the system's,
+// loaded as PyTorch loads its own): the same bits as on the pool's own threads, both threads at
+// work, errors as on the pool; unknown modes and omp without libgomp are errors.
+TEST(ThreadPool, OmpTeamGivesTheBitsOfTheOwnThreads) {
+  ThreadsGuard restore;
+  struct ModeGuard {
+    ~ModeGuard() { set_threading("own"); }  // the later tests as before libgomp was loaded
+  } restore_mode;
+  EXPECT_EQ(message_of([] { set_threading("openmp"); }),
+            "set_threading: the mode must be one of auto, own, omp; got 'openmp'");
+  if (!dlopen("libgomp.so.1", RTLD_NOLOAD | RTLD_LAZY)) {
+    EXPECT_EQ(message_of([] { set_threading("omp"); }),
+              "threading 'omp' needs the process to have loaded libgomp.so.1 (import torch "
+              "first); use 'own' or 'auto'");
+    set_threading("auto");
+    EXPECT_EQ(threading(), "own");
+  }
+  ASSERT_NE(dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL), nullptr) << dlerror();
+
+  Graph g = gemm_softmax();
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd;
+  std::vector<float> xs(96 * 200);
+  for (float& v : xs) v = nd(rng);
+  Tensor x = Tensor::from_vector(xs, {96, 200});
+  Tensor want = reference::run(g, {x})[0];
+  for (int threads = 1; threads <= 3; ++threads) {
+    set_num_threads(threads);
+    set_threading("own");
+    EXPECT_EQ(threading(), "own");
+    Tensor own = compile(g).run({x})[0];
+    set_threading("omp");
+    EXPECT_EQ(threading(), "omp");
+    EXPECT_EQ(num_threads(), threads);
+    Executable exe = compile(g);
+    for (int rep = 0; rep < 3; ++rep) {
+      Tensor omp = exe.run({x})[0];
+      ASSERT_EQ(omp.shape(), own.shape());
+      EXPECT_EQ(std::memcmp(omp.raw_data(), own.raw_data(), omp.nbytes()), 0)
+          << "threads " << threads;
+    }
+    for (int64_t i = 0; i < own.numel(); ++i)
+      ASSERT_NEAR(own.item_as_double(i), want.item_as_double(i), 1e-5) << i;
+  }
+  set_threading("auto");  // libgomp is loaded now
+  EXPECT_EQ(threading(), "omp");
+
+  set_num_threads(2);
+  std::atomic<int> arrived{0}, met{0};
+  parallel_tasks(2, [&](int64_t) {
+    arrived.fetch_add(1);
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (arrived.load() < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    if (arrived.load() == 2) met.fetch_add(1);
+  });
+  EXPECT_EQ(met.load(), 2);
+  std::atomic<int> ran{0};
+  EXPECT_EQ(message_of([&] {
+              parallel_tasks(8, [&](int64_t t) {
+                ran.fetch_add(1);
+                if (t == 1) {
+                  std::this_thread::sleep_for(20ms);
+                  throw ValueError("task 1");
+                }
+                if (t == 5) throw ValueError("task 5");
+              });
+            }),
+            "task 1");
+  EXPECT_EQ(ran.load(), 8);
 }
 
 // ---- memory pool ----
