@@ -1,14 +1,16 @@
 """PyPTO next to PyTorch: how much slower a PyPTO call runs right after eager PyTorch work (issue 14).
 
-Each configuration runs in a child process of its own, which times three loops, interleaved
-(rounds of: alone, torch, mixed, ...), every call timed on its own:
+Each configuration runs in a child process of its own, which times three loops, interleaved in
+short blocks (a few calls of each, round after round, so that the load of a shared machine falls
+on all three alike), every call timed on its own:
 
   pypto alone   the PyPTO call (a small CNN compiled with pypto.optimize), back to back
   torch alone   the eager torch op (a 512x512 matmul, or --torch-op conv), back to back
   mixed         {torch op, PyPTO call}: each timed on its own
 
 and reports the slowdown of each engine in the mixed loop against the same engine alone (medians,
-same process). The children vary, per thread count (PyPTO and torch both at T threads):
+same process), and the CPU time the whole process spent during each PyPTO call (every thread's:
+workers that spin or compete show there even when the machine's load blurs the wall times). The children vary, per thread count (PyPTO and torch both at T threads):
 
   OMP_WAIT_POLICY   unset (libgomp's workers spin ~300k iterations after a region) or PASSIVE
   PTO_THREADING     own (PyPTO's pool) or omp (PyPTO's regions on torch's OpenMP team), auto
@@ -81,17 +83,19 @@ def child(args) -> dict:
         with torch.inference_mode():
             op()
 
-    clock = time.perf_counter
+    clock, cpu = time.perf_counter, time.process_time  # cpu: every thread of the process
     pto_alone, torch_alone, pto_mixed, torch_mixed = [], [], [], []
-    cpu0 = time.process_time()
+    cpu_alone, cpu_mixed = [], []  # CPU seconds of the process during each PyPTO call
+    cpu0 = cpu()
     wall0 = clock()
-    for r in range(args.rounds + 1):  # round 0: warm-up
-        keep = r > 0
+    for r in range(args.rounds + 5):  # rounds 0-4: warm-up
+        keep = r >= 5
         for _ in range(args.calls):
-            t = clock()
+            c, t = cpu(), clock()
             fast(x)
             if keep:
                 pto_alone.append(clock() - t)
+                cpu_alone.append(cpu() - c)
         for _ in range(args.calls):
             t = clock()
             torch_op()
@@ -100,16 +104,18 @@ def child(args) -> dict:
         for _ in range(args.calls):
             t0 = clock()
             torch_op()
-            t1 = clock()
+            c, t1 = cpu(), clock()
             fast(x)
-            t2 = clock()
+            t2, c2 = clock(), cpu()
             if keep:
                 torch_mixed.append(t1 - t0)
                 pto_mixed.append(t2 - t1)
-    util = (time.process_time() - cpu0) / (clock() - wall0)
+                cpu_mixed.append(c2 - c)
+    util = (cpu() - cpu0) / (clock() - wall0)
     med = lambda v: statistics.median(v) * 1e6  # noqa: E731
     return {"pypto_alone_us": med(pto_alone), "pypto_mixed_us": med(pto_mixed),
             "torch_alone_us": med(torch_alone), "torch_mixed_us": med(torch_mixed),
+            "pypto_alone_cpu_us": med(cpu_alone), "pypto_mixed_cpu_us": med(cpu_mixed),
             "calls": len(pto_alone), "cpu_util": util,
             "threading": pypto._C.threading() if hasattr(pypto._C, "threading") else "own"}
 
@@ -139,8 +145,8 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--configs", default="own_oldspin,own,own_nospin,omp,own_passive,omp_passive")
     ap.add_argument("--torch-op", choices=["matmul", "conv"], default="matmul")
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--calls", type=int, default=50, help="calls per loop per round")
+    ap.add_argument("--rounds", type=int, default=80)
+    ap.add_argument("--calls", type=int, default=5, help="calls per loop per round")
     ap.add_argument("--repeat", type=int, default=1, help="runs of every configuration")
     ap.add_argument("--json", help="also write the results here (default bench/results/)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -161,7 +167,8 @@ def main() -> None:
                       f"torch {args.torch_op} {r['torch_alone_us']:8.1f} -> "
                       f"{r['torch_mixed_us']:8.1f} us "
                       f"({r['torch_mixed_us'] / r['torch_alone_us'] - 1:+6.1%})   "
-                      f"cpu {r['cpu_util']:.2f}", flush=True)
+                      f"pypto cpu {r['pypto_alone_cpu_us']:7.1f} -> {r['pypto_mixed_cpu_us']:7.1f}"
+                      f" us   util {r['cpu_util']:.2f}", flush=True)
     path = args.json or os.path.join(
         ROOT, "bench", "results", f"coexist-{time.strftime('%Y%m%d-%H%M%S')}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -503,7 +503,9 @@ std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
     return values;
   };
   std::vector<Tensor> core_args;
-  if (step.leading.empty()) {
+  if (step.leading.empty() && step.core.inputs == step.group.inputs) {
+    // the usual case: the kernel takes the group's inputs as they are (no copies)
+  } else if (step.leading.empty()) {
     for (ValueId v : step.core.inputs) {
       auto it = std::find(step.group.inputs.begin(), step.group.inputs.end(), v);
       core_args.push_back(args[it - step.group.inputs.begin()]);
@@ -515,7 +517,8 @@ std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
   }
   std::vector<Tensor> outs;
   try {
-    outs = step.kernel->run(core_args);
+    const bool as_given = step.leading.empty() && step.core.inputs == step.group.inputs;
+    outs = step.kernel->run(as_given ? args : core_args);
   } catch (const KernelDeclined& e) {
     std::shared_ptr<std::vector<Executable::Plan::NodeRun>> unfused;
     {
@@ -670,9 +673,16 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
   }
   env.resize(g.values().size());
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];
-  for (const auto& [v, t] : g.initializers())
-    if (!env[v].defined()) env[v] = t;  // a graph input with a default keeps the caller's value
-  for (const auto& [v, r] : p.released) env[v] = r.meta;
+  // A value: computed in this run or passed in (a graph input with a default keeps the caller's
+  // value), else a released weight's stand-in or the graph's constant. Constants are read where
+  // they are, not copied into env on every run.
+  auto value_of = [&](ValueId v) -> const Tensor& {
+    if (env[v].defined()) return env[v];
+    if (!p.released.empty())
+      if (auto it = p.released.find(v); it != p.released.end()) return it->second.meta;
+    const Tensor* c = g.initializer(v);
+    return c ? *c : env[v];
+  };
 
   // Step s on this thread, its outputs from the arena slots the plan gave them. Steps of a stage
   // run at once: each reads values of earlier stages only and writes its own entries of env, and
@@ -693,9 +703,10 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     std::vector<Tensor>& args = concurrently ? own_args : serial_args;
     args.reserve(step.group.inputs.size());
     for (ValueId v : step.group.inputs) {
-      if (!env[v].defined())
+      const Tensor& t = value_of(v);
+      if (!t.defined())
         throw ValueError(cat(last.where(), ": input '", g.value(v).name, "' has no value"));
-      args.push_back(env[v].contiguous());
+      args.push_back(t.contiguous());
     }
     std::vector<Tensor> outs;
     alloc->set_slots(arena ? &mp->step_slots[s] : nullptr);
@@ -761,9 +772,10 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
   }
   std::vector<Tensor> out;
   for (ValueId v : g.outputs()) {
-    if (!env[v].defined())
+    const Tensor& t = value_of(v);
+    if (!t.defined())
       throw ValueError(cat("graph output '", g.value(v).name, "' was never computed"));
-    out.push_back(env[v]);
+    out.push_back(t);
   }
   for (Tensor& t : env) t = Tensor();  // before the arena goes back
   {

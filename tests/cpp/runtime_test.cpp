@@ -108,9 +108,8 @@ TEST(ThreadPool, ReductionsAreBitwiseRepeatable) {
   }
 }
 
-TEST(ThreadPool, TwoThreadsRunConcurrently) {
-  ThreadsGuard restore;
-  set_num_threads(2);
+// Two tasks that each wait for the other to start: both ran at once, on two threads.
+void expect_two_threads_meet() {
   std::atomic<int> arrived{0};
   std::atomic<int> met{0};
   parallel_tasks(2, [&](int64_t) {
@@ -123,32 +122,43 @@ TEST(ThreadPool, TwoThreadsRunConcurrently) {
   EXPECT_EQ(met.load(), 2);  // each task saw the other one start: two threads ran them
 }
 
+// Every task runs; the lowest failing one's error is rethrown, not the first in time.
+void expect_lowest_failure_rethrown(int threads) {
+  std::atomic<int> ran{0};
+  // Task 5 fails at once; task 1 fails later in time but has the lower index.
+  std::string what = message_of([&] {
+    parallel_tasks(8, [&](int64_t t) {
+      ran.fetch_add(1);
+      if (t == 1) {
+        std::this_thread::sleep_for(20ms);
+        throw ValueError("task 1");
+      }
+      if (t == 5) throw ValueError("task 5");
+    });
+  });
+  EXPECT_EQ(what, "task 1") << "threads " << threads;
+  EXPECT_EQ(ran.load(), 8) << "threads " << threads;
+  // parallel_for: the chunk holding the lowest failing element.
+  what = message_of([&] {
+    parallel_for(0, 400, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        if (i % 97 == 96) throw ValueError(cat("element ", i));
+    });
+  });
+  EXPECT_EQ(what, "element 96") << "threads " << threads;
+}
+
+TEST(ThreadPool, TwoThreadsRunConcurrently) {
+  ThreadsGuard restore;
+  set_num_threads(2);
+  expect_two_threads_meet();
+}
+
 TEST(ThreadPool, TheLowestFailingChunkIsRethrownAfterAllRan) {
   ThreadsGuard restore;
   for (int threads = 1; threads <= 4; ++threads) {
     set_num_threads(threads);
-    std::atomic<int> ran{0};
-    // Task 5 fails at once; task 1 fails later in time but has the lower index.
-    std::string what = message_of([&] {
-      parallel_tasks(8, [&](int64_t t) {
-        ran.fetch_add(1);
-        if (t == 1) {
-          std::this_thread::sleep_for(20ms);
-          throw ValueError("task 1");
-        }
-        if (t == 5) throw ValueError("task 5");
-      });
-    });
-    EXPECT_EQ(what, "task 1") << "threads " << threads;
-    EXPECT_EQ(ran.load(), 8) << "threads " << threads;
-    // parallel_for: the chunk holding the lowest failing element.
-    what = message_of([&] {
-      parallel_for(0, 400, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i)
-          if (i % 97 == 96) throw ValueError(cat("element ", i));
-      });
-    });
-    EXPECT_EQ(what, "element 96") << "threads " << threads;
+    expect_lowest_failure_rethrown(threads);
   }
 }
 
@@ -226,23 +236,25 @@ TEST(ThreadPool, SpinTimeIsParsedStrictly) {
   unsetenv("PTO_SPIN_US");
 }
 
-// A GEMM, a bias and a softmax big enough to be cut into many chunks on two threads.
-Graph gemm_softmax() {
+// y = last(x @ w + b) for x: f32[rows, k], w: [k, n], with weights from `seed` times `scale`.
+Graph matmul_add(const std::string& name, Shape x_shape, int64_t n, const std::string& last,
+                 unsigned seed, float scale = 1.0f) {
   Graph g;
-  g.name = "gemm_softmax";
-  ValueId x = g.add_input("x", {DType::kF32, Shape{96, 200}});
-  std::mt19937 rng(7);
+  g.name = name;
+  const int64_t k = x_shape.back().value;
+  ValueId x = g.add_input("x", {DType::kF32, std::move(x_shape)});
+  std::mt19937 rng(seed);
   std::normal_distribution<float> nd;
-  std::vector<float> w(200 * 300), b(300);
-  for (float& v : w) v = nd(rng) * 0.1f;
+  std::vector<float> w(static_cast<size_t>(k * n)), b(static_cast<size_t>(n));
+  for (float& v : w) v = nd(rng) * scale;
   for (float& v : b) v = nd(rng);
   ValueId wv = g.add_value("w"), bv = g.add_value("b");
-  g.set_initializer(wv, Tensor::from_vector(w, {200, 300}));
-  g.set_initializer(bv, Tensor::from_vector(b, {300}));
+  g.set_initializer(wv, Tensor::from_vector(w, {k, n}));
+  g.set_initializer(bv, Tensor::from_vector(b, {n}));
   ValueId mm = g.add_value("mm"), add = g.add_value("add"), y = g.add_value("y");
   g.add_node("MatMul", {x, wv}, {mm}, {}, "matmul");
   g.add_node("Add", {mm, bv}, {add}, {}, "add");
-  g.add_node("Softmax", {add}, {y}, {}, "softmax");
+  g.add_node(last, {add}, {y}, {}, "last");
   g.add_output(y);
   return g;
 }
@@ -266,7 +278,8 @@ TEST(ThreadPool, OmpTeamGivesTheBitsOfTheOwnThreads) {
   }
   ASSERT_NE(dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL), nullptr) << dlerror();
 
-  Graph g = gemm_softmax();
+  // big enough to be cut into many chunks on two threads
+  Graph g = matmul_add("gemm_softmax", Shape{96, 200}, 300, "Softmax", 7, 0.1f);
   std::mt19937 rng(8);
   std::normal_distribution<float> nd;
   std::vector<float> xs(96 * 200);
@@ -295,28 +308,8 @@ TEST(ThreadPool, OmpTeamGivesTheBitsOfTheOwnThreads) {
   EXPECT_EQ(threading(), "omp");
 
   set_num_threads(2);
-  std::atomic<int> arrived{0}, met{0};
-  parallel_tasks(2, [&](int64_t) {
-    arrived.fetch_add(1);
-    auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (arrived.load() < 2 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::yield();
-    if (arrived.load() == 2) met.fetch_add(1);
-  });
-  EXPECT_EQ(met.load(), 2);
-  std::atomic<int> ran{0};
-  EXPECT_EQ(message_of([&] {
-              parallel_tasks(8, [&](int64_t t) {
-                ran.fetch_add(1);
-                if (t == 1) {
-                  std::this_thread::sleep_for(20ms);
-                  throw ValueError("task 1");
-                }
-                if (t == 5) throw ValueError("task 5");
-              });
-            }),
-            "task 1");
-  EXPECT_EQ(ran.load(), 8);
+  expect_two_threads_meet();
+  expect_lowest_failure_rethrown(2);
 }
 
 // ---- memory pool ----
@@ -635,23 +628,7 @@ TEST(Stream, RunsParallelKernelsOnTwoStreams) {
 
 // y = relu(x @ w + b), x: f32[4, 24]
 Graph matmul_add_relu() {
-  Graph g;
-  g.name = "mlp";
-  ValueId x = g.add_input("x", {DType::kF32, Shape{4, 24}});
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd;
-  std::vector<float> w(24 * 40), b(40);
-  for (float& v : w) v = nd(rng);
-  for (float& v : b) v = nd(rng);
-  ValueId wv = g.add_value("w"), bv = g.add_value("b");
-  g.set_initializer(wv, Tensor::from_vector(w, {24, 40}));
-  g.set_initializer(bv, Tensor::from_vector(b, {40}));
-  ValueId mm = g.add_value("mm"), add = g.add_value("add"), y = g.add_value("y");
-  g.add_node("MatMul", {x, wv}, {mm}, {}, "matmul");
-  g.add_node("Add", {mm, bv}, {add}, {}, "add");
-  g.add_node("Relu", {add}, {y}, {}, "relu");
-  g.add_output(y);
-  return g;
+  return matmul_add("mlp", Shape{4, 24}, 40, "Relu", 3);
 }
 
 TEST(Executable, SteadyStateRunsAllocateNothingFromTheSystem) {
