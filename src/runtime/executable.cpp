@@ -98,6 +98,7 @@ struct Executable::Plan {
   std::mutex mutex;
   std::map<std::vector<Dims>, std::shared_ptr<const MemoryPlan>> memory_plans;
   std::shared_ptr<const MemoryPlan> last_plan;
+  std::vector<Dims> last_shapes;                          // last_plan's key
   std::vector<std::shared_ptr<std::byte[]>> free_arenas;  // each of arena_size bytes
   // Value tables of finished runs (one empty tensor per graph value), for the next runs: a table
   // is a few KiB, and allocating it costs more than a small graph's kernels.
@@ -426,6 +427,7 @@ std::shared_ptr<const MemoryPlan> memory_plan_for(Executable::Plan& p, const Gra
                                                   const std::vector<Dims>& shapes) {
   std::lock_guard<std::mutex> lock(p.mutex);
   auto it = p.memory_plans.find(shapes);
+  p.last_shapes = shapes;
   if (it != p.memory_plans.end()) return p.last_plan = it->second;
   const Graph typed = all_static(g) ? Graph() : with_input_shapes(g, shapes);
   const Graph& types = all_static(g) ? g : typed;
@@ -438,6 +440,21 @@ std::shared_ptr<const MemoryPlan> memory_plan_for(Executable::Plan& p, const Gra
     p.free_arenas.clear();
   }
   return p.last_plan = plan;
+}
+
+// memory_plan_for the inputs' shapes; a run with the shapes of the last one builds no key.
+std::shared_ptr<const MemoryPlan> memory_plan_of(Executable::Plan& p, const Graph& g,
+                                                 const std::vector<Tensor>& inputs) {
+  if (all_static(g)) return memory_plan_for(p, g, {});
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    bool same = p.last_plan && p.last_shapes.size() == inputs.size();
+    for (size_t i = 0; same && i < inputs.size(); ++i) same = p.last_shapes[i] == inputs[i].shape();
+    if (same) return p.last_plan;
+  }
+  std::vector<Dims> shapes;
+  for (const Tensor& t : inputs) shapes.push_back(t.shape());
+  return memory_plan_for(p, g, shapes);
 }
 
 ExecutableStats stats_of(const Executable::Plan& p, const Graph& g, const MemoryPlan* mp) {
@@ -642,7 +659,7 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     return shapes;
   };
   if (!observer && !value_observer && (p.plan_memory || !p.stage_of.empty()))
-    mp = memory_plan_for(p, g, input_shapes());
+    mp = memory_plan_of(p, g, inputs);
   profiler::CallRecorder profile;  // records only while a profiler session is on
   if (profiler::Session* session = profiler::active()) [[unlikely]] {
     const std::vector<Dims> shapes = input_shapes();
