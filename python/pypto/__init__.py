@@ -49,8 +49,8 @@ def __getattr__(name: str):
 
 
 def _with_torch() -> None:
-    """Once torch is loaded: threading "auto" now runs on its OpenMP team (if the thread pool
-    already exists), and torch.compile(backend="pypto") is registered."""
+    """Once torch is loaded: threading "auto" (if asked for) now runs on its OpenMP team, and
+    torch.compile(backend="pypto") is registered."""
     _C.recheck_threading()
     from . import dynamo  # noqa: F401 - registers the backend
 

@@ -147,10 +147,9 @@ _THREADING = ("auto", "own", "omp")
 
 
 def set_threading(mode: str) -> None:
-    """Where the kernel threads come from: "own" (PyPTO's pool), "omp" (the OpenMP team of the
-    libgomp PyTorch loaded: beside PyTorch, no second set of threads competing for the cores) or
-    "auto" (omp when PyTorch's libgomp is loaded, else own; the default, or PTO_THREADING). Same
-    results in every mode. Not while models run."""
+    """Where the kernel threads come from: "own" (PyPTO's pool; the default, or PTO_THREADING),
+    "omp" (the OpenMP team of the libgomp PyTorch loaded) or "auto" (omp when PyTorch's libgomp is
+    loaded, else own). Same results in every mode. Not while models run."""
     if not isinstance(mode, str):
         raise TypeError(f"set_threading expects a str, got {type(mode).__name__}")
     if mode not in _THREADING:

@@ -10,10 +10,12 @@
 // sleep on a condition variable.
 //
 // PTO_THREADING=omp runs the same jobs on the OpenMP team of the libgomp the process has already
-// loaded (PyTorch's) instead of on threads of its own: beside PyTorch, two pools of spinning
-// workers on the same cores steal time from each other, one team does not. `auto` (the default)
-// takes omp when libgomp.so.1 is loaded. The tasks and their boundaries are the same in both modes,
-// so are the bits.
+// loaded (PyTorch's) instead of on threads of its own (`auto`: omp when libgomp.so.1 is loaded).
+// The tasks and their boundaries are the same in both modes, so are the bits. The default is own:
+// on a loaded machine a libgomp team with its default (active) wait policy made a PyPTO call right
+// after a torch op 100x slower (the region's end barrier waits for every member, descheduled or
+// not), while own threads that spin only PTO_SPIN_US removed most of the slowdown
+// (bench/coexist.py).
 #include <dlfcn.h>
 #include <immintrin.h>
 #include <sched.h>
@@ -97,7 +99,7 @@ Threading parse_threading(std::string_view mode, const char* where) {
 
 Threading requested_default() {
   const char* env = std::getenv("PTO_THREADING");
-  return env && *env ? parse_threading(env, "PTO_THREADING") : Threading::kAuto;
+  return env && *env ? parse_threading(env, "PTO_THREADING") : Threading::kOwn;
 }
 
 int default_threads() {
@@ -257,7 +259,7 @@ class ThreadPool {
 
 std::mutex g_pool_mutex;
 std::unique_ptr<ThreadPool> g_pool;
-std::optional<Threading> g_requested;  // set_threading's mode, else PTO_THREADING's, else auto
+std::optional<Threading> g_requested;  // set_threading's mode, else PTO_THREADING's, else own
 
 // The team the requested mode gives now: libgomp's for omp (an error without one), libgomp's for
 // auto when the process has loaded it, else none (own threads).
@@ -312,7 +314,7 @@ void set_threading(std::string_view mode) {
   Threading m = parse_threading(mode, "set_threading: the mode");
   check_not_in_region("set_threading");
   std::lock_guard lock(g_pool_mutex);
-  Threading before = g_requested.value_or(Threading::kAuto);
+  std::optional<Threading> before = g_requested;
   g_requested = m;
   try {
     make_pool(g_pool ? g_pool->threads() : default_threads());

@@ -96,12 +96,14 @@ def test_threading_follows_torch():
     code = ("import pypto; pypto.set_num_threads(2); print(pypto.get_threading()); "
             "import torch; print(pypto.get_threading()); pypto.set_threading('own'); "
             "print(pypto.get_threading())")
-    r = run_env(code)
+    r = run_env(code, PTO_THREADING="auto")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["own", "omp", "own"]
-    r = run_env("import torch, pypto; print(pypto.get_threading())", PTO_THREADING="own")
+    # the default is own, torch or not
+    r = run_env("import torch, pypto; print(pypto.get_threading()); pypto.set_threading('omp'); "
+                "print(pypto.get_threading())")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["own"]
+    assert r.stdout.split() == ["own", "omp"]
     r = run_env("import pypto; pypto.set_threading('omp')")
     assert r.returncode != 0 and "needs the process to have loaded libgomp.so.1" in r.stderr
 
@@ -136,7 +138,7 @@ def test_threading_modes_give_the_same_bits(threads):
             fast = pypto.optimize(net, (x,))
             got.setdefault(mode, []).append(fast(x))
     finally:
-        pypto.set_threading("auto")
+        pypto.set_threading("own")
     for y in got["own"] + got["omp"]:
         assert torch.equal(y, got["own"][0])  # the same bits in every mode
     torch.testing.assert_close(got["omp"][0], want, rtol=1e-4, atol=1e-5)
