@@ -236,6 +236,17 @@ TEST(ThreadPool, SpinTimeIsParsedStrictly) {
   unsetenv("PTO_SPIN_US");
 }
 
+// f32 values from a normal distribution seeded with `seed`.
+Tensor random_input(const Dims& shape, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> xs(static_cast<size_t>(n));
+  for (float& v : xs) v = nd(rng);
+  return Tensor::from_vector(xs, shape);
+}
+
 // y = last(x @ w + b) for x: f32[rows, k], w: [k, n], with weights from `seed` times `scale`.
 Graph matmul_add(const std::string& name, Shape x_shape, int64_t n, const std::string& last,
                  unsigned seed, float scale = 1.0f) {
@@ -280,11 +291,7 @@ TEST(ThreadPool, OmpTeamGivesTheBitsOfTheOwnThreads) {
 
   // big enough to be cut into many chunks on two threads
   Graph g = matmul_add("gemm_softmax", Shape{96, 200}, 300, "Softmax", 7, 0.1f);
-  std::mt19937 rng(8);
-  std::normal_distribution<float> nd;
-  std::vector<float> xs(96 * 200);
-  for (float& v : xs) v = nd(rng);
-  Tensor x = Tensor::from_vector(xs, {96, 200});
+  Tensor x = random_input({96, 200}, 8);
   Tensor want = reference::run(g, {x})[0];
   for (int threads = 1; threads <= 3; ++threads) {
     set_num_threads(threads);
@@ -634,11 +641,7 @@ Graph matmul_add_relu() {
 TEST(Executable, SteadyStateRunsAllocateNothingFromTheSystem) {
   ThreadsGuard restore;
   Graph g = matmul_add_relu();
-  std::mt19937 rng(4);
-  std::normal_distribution<float> nd;
-  std::vector<float> xs(4 * 24);
-  for (float& v : xs) v = nd(rng);
-  Tensor x = Tensor::from_vector(xs, {4, 24});
+  Tensor x = random_input({4, 24}, 4);
   Tensor want = reference::run(g, {x})[0];
   for (int threads = 1; threads <= 2; ++threads) {
     set_num_threads(threads);
