@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <string_view>
 
 namespace pto {
 
@@ -19,6 +21,19 @@ namespace pto {
 int num_threads();
 // Resizes the pool (n >= 1; 0 means the default). Not to be called while kernels run.
 void set_num_threads(int n);
+
+// Where the pool's threads come from: "own" (threads of its own, which spin PTO_SPIN_US
+// microseconds when idle, default 50, then sleep), "omp" (the OpenMP team of the libgomp.so.1 the
+// process has loaded, PyTorch's: no second set of threads fighting the first for the cores) or
+// "auto" (omp when libgomp.so.1 is loaded, else own). Default: PTO_THREADING, else own (measured
+// better on a loaded machine: docs/backend/runtime.md). The work is cut the same way in both, so
+// results are the same bits. "omp" without libgomp loaded and
+// unknown modes are errors. Not to be called while kernels run.
+void set_threading(std::string_view mode);
+// Decides "auto" again (after a library that brings libgomp, such as PyTorch, was loaded).
+void recheck_threading();
+// The mode in effect: "own" or "omp".
+std::string threading();
 
 // Calls fn(begin, end) over [begin, end) in chunks of at least `grain` elements, in parallel.
 void parallel_for(int64_t begin, int64_t end, int64_t grain,

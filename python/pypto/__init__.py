@@ -15,8 +15,9 @@ import sys as _sys
 
 from . import _C
 from .device import device_info, is_available
-from .options import (get_num_threads, get_optimization_options, reset_optimization_options,
-                      set_num_threads, set_optimization_options)
+from .options import (get_num_threads, get_optimization_options, get_threading,
+                      reset_optimization_options, set_num_threads, set_optimization_options,
+                      set_threading)
 from .runtime import CompiledGraph
 from .serialization import load, save, save_graph
 from . import amp, debug, memory, onnx, profiler, tuning
@@ -47,12 +48,19 @@ def __getattr__(name: str):
     return value
 
 
+def _with_torch() -> None:
+    """Once torch is loaded: threading "auto" (if asked for) now runs on its OpenMP team, and
+    torch.compile(backend="pypto") is registered."""
+    _C.recheck_threading()
+    from . import dynamo  # noqa: F401 - registers the backend
+
+
 def _register_backend_with_torch() -> None:
     """torch.compile(backend="pypto") works whenever torch is imported, before or after pypto:
     now if it is loaded, else right after it loads (an installed package is also found through
     its torch_dynamo_backends entry point)."""
     if "torch" in _sys.modules:
-        from . import dynamo  # noqa: F401 - registers the backend
+        _with_torch()
         return
 
     class _AfterTorch(_abc.MetaPathFinder):
@@ -72,7 +80,7 @@ def _register_backend_with_torch() -> None:
 
             def exec_then_register(module):
                 exec_module(module)
-                from . import dynamo  # noqa: F401 - registers the backend
+                _with_torch()
 
             spec.loader.exec_module = exec_then_register
             return spec
@@ -85,7 +93,7 @@ _register_backend_with_torch()
 __all__ = [
     "CompiledGraph", "OptimizedModule", "amp", "custom_op", "debug", "device_info",
     "enable_memory_pool", "get_num_threads", "memory", "memory_stats",
-    "get_optimization_options", "is_available", "jit", "load", "onnx", "optimize", "profiler",
-    "quantization", "reset_optimization_options", "save", "save_graph", "set_num_threads",
-    "set_optimization_options", "tuning",
+    "get_optimization_options", "get_threading", "is_available", "jit", "load", "onnx",
+    "optimize", "profiler", "quantization", "reset_optimization_options", "save", "save_graph", "set_num_threads",
+    "set_optimization_options", "set_threading", "tuning",
 ]

@@ -1,5 +1,5 @@
-"""Process-wide options: ``pypto.set_optimization_options({...})`` and the kernel thread count
-``pypto.set_num_threads(n)``.
+"""Process-wide options: ``pypto.set_optimization_options({...})``, the kernel thread count
+``pypto.set_num_threads(n)`` and where the threads come from, ``pypto.set_threading(mode)``.
 
 The optimization options are the defaults every later compilation starts from (``optimize``,
 ``torch.compile``, ``@jit``, ``onnx.load``); an explicit argument such as
@@ -141,3 +141,23 @@ def set_num_threads(n: int | None) -> None:
 def get_num_threads() -> int:
     """The number of threads kernels run on."""
     return _C.num_threads()
+
+
+_THREADING = ("auto", "own", "omp")
+
+
+def set_threading(mode: str) -> None:
+    """Where the kernel threads come from: "own" (PyPTO's pool; the default, or PTO_THREADING),
+    "omp" (the OpenMP team of the libgomp PyTorch loaded) or "auto" (omp when PyTorch's libgomp is
+    loaded, else own). Same results in every mode. Not while models run."""
+    if not isinstance(mode, str):
+        raise TypeError(f"set_threading expects a str, got {type(mode).__name__}")
+    if mode not in _THREADING:
+        raise ValueError(f"set_threading: mode must be one of {', '.join(_THREADING)}, "
+                         f"got {mode!r}")
+    _C.set_threading(mode)
+
+
+def get_threading() -> str:
+    """The mode in effect: "own" or "omp"."""
+    return _C.threading()

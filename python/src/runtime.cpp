@@ -5,6 +5,7 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
@@ -354,6 +355,11 @@ void bind_runtime(nb::module_& m) {
   m.def("set_num_threads", &set_num_threads, nb::arg("n"),
         "Resizes the kernel thread pool (n >= 1; 0 means the default).");
   m.def("num_threads", &num_threads, "Threads the kernel thread pool runs on.");
+  m.def("set_threading", &set_threading, nb::arg("mode"),
+        "Where the pool's threads come from: 'auto', 'own' or 'omp' (see pto/parallel.h).");
+  m.def("recheck_threading", &recheck_threading,
+        "Decides 'auto' again, now that PyTorch (and its libgomp) may be loaded.");
+  m.def("threading", &threading, "The threading mode in effect: 'own' or 'omp'.");
 }
 
 }  // namespace pto::python

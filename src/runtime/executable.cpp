@@ -98,6 +98,7 @@ struct Executable::Plan {
   std::mutex mutex;
   std::map<std::vector<Dims>, std::shared_ptr<const MemoryPlan>> memory_plans;
   std::shared_ptr<const MemoryPlan> last_plan;
+  std::vector<Dims> last_shapes;                          // last_plan's key
   std::vector<std::shared_ptr<std::byte[]>> free_arenas;  // each of arena_size bytes
   // Value tables of finished runs (one empty tensor per graph value), for the next runs: a table
   // is a few KiB, and allocating it costs more than a small graph's kernels.
@@ -426,6 +427,7 @@ std::shared_ptr<const MemoryPlan> memory_plan_for(Executable::Plan& p, const Gra
                                                   const std::vector<Dims>& shapes) {
   std::lock_guard<std::mutex> lock(p.mutex);
   auto it = p.memory_plans.find(shapes);
+  p.last_shapes = shapes;
   if (it != p.memory_plans.end()) return p.last_plan = it->second;
   const Graph typed = all_static(g) ? Graph() : with_input_shapes(g, shapes);
   const Graph& types = all_static(g) ? g : typed;
@@ -438,6 +440,21 @@ std::shared_ptr<const MemoryPlan> memory_plan_for(Executable::Plan& p, const Gra
     p.free_arenas.clear();
   }
   return p.last_plan = plan;
+}
+
+// memory_plan_for the inputs' shapes; a run with the shapes of the last one builds no key.
+std::shared_ptr<const MemoryPlan> memory_plan_of(Executable::Plan& p, const Graph& g,
+                                                 const std::vector<Tensor>& inputs) {
+  if (all_static(g)) return memory_plan_for(p, g, {});
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    bool same = p.last_plan && p.last_shapes.size() == inputs.size();
+    for (size_t i = 0; same && i < inputs.size(); ++i) same = p.last_shapes[i] == inputs[i].shape();
+    if (same) return p.last_plan;
+  }
+  std::vector<Dims> shapes;
+  for (const Tensor& t : inputs) shapes.push_back(t.shape());
+  return memory_plan_for(p, g, shapes);
 }
 
 ExecutableStats stats_of(const Executable::Plan& p, const Graph& g, const MemoryPlan* mp) {
@@ -503,7 +520,9 @@ std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
     return values;
   };
   std::vector<Tensor> core_args;
-  if (step.leading.empty()) {
+  if (step.leading.empty() && step.core.inputs == step.group.inputs) {
+    // the usual case: the kernel takes the group's inputs as they are (no copies)
+  } else if (step.leading.empty()) {
     for (ValueId v : step.core.inputs) {
       auto it = std::find(step.group.inputs.begin(), step.group.inputs.end(), v);
       core_args.push_back(args[it - step.group.inputs.begin()]);
@@ -515,7 +534,8 @@ std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
   }
   std::vector<Tensor> outs;
   try {
-    outs = step.kernel->run(core_args);
+    const bool as_given = step.leading.empty() && step.core.inputs == step.group.inputs;
+    outs = step.kernel->run(as_given ? args : core_args);
   } catch (const KernelDeclined& e) {
     std::shared_ptr<std::vector<Executable::Plan::NodeRun>> unfused;
     {
@@ -639,7 +659,7 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     return shapes;
   };
   if (!observer && !value_observer && (p.plan_memory || !p.stage_of.empty()))
-    mp = memory_plan_for(p, g, input_shapes());
+    mp = memory_plan_of(p, g, inputs);
   profiler::CallRecorder profile;  // records only while a profiler session is on
   if (profiler::Session* session = profiler::active()) [[unlikely]] {
     const std::vector<Dims> shapes = input_shapes();
@@ -670,9 +690,16 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
   }
   env.resize(g.values().size());
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];
-  for (const auto& [v, t] : g.initializers())
-    if (!env[v].defined()) env[v] = t;  // a graph input with a default keeps the caller's value
-  for (const auto& [v, r] : p.released) env[v] = r.meta;
+  // A value: computed in this run or passed in (a graph input with a default keeps the caller's
+  // value), else a released weight's stand-in or the graph's constant. Constants are read where
+  // they are, not copied into env on every run.
+  auto value_of = [&](ValueId v) -> const Tensor& {
+    if (env[v].defined()) return env[v];
+    if (!p.released.empty())
+      if (auto it = p.released.find(v); it != p.released.end()) return it->second.meta;
+    const Tensor* c = g.initializer(v);
+    return c ? *c : env[v];
+  };
 
   // Step s on this thread, its outputs from the arena slots the plan gave them. Steps of a stage
   // run at once: each reads values of earlier stages only and writes its own entries of env, and
@@ -693,9 +720,10 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     std::vector<Tensor>& args = concurrently ? own_args : serial_args;
     args.reserve(step.group.inputs.size());
     for (ValueId v : step.group.inputs) {
-      if (!env[v].defined())
+      const Tensor& t = value_of(v);
+      if (!t.defined())
         throw ValueError(cat(last.where(), ": input '", g.value(v).name, "' has no value"));
-      args.push_back(env[v].contiguous());
+      args.push_back(t.contiguous());
     }
     std::vector<Tensor> outs;
     alloc->set_slots(arena ? &mp->step_slots[s] : nullptr);
@@ -761,9 +789,10 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
   }
   std::vector<Tensor> out;
   for (ValueId v : g.outputs()) {
-    if (!env[v].defined())
+    const Tensor& t = value_of(v);
+    if (!t.defined())
       throw ValueError(cat("graph output '", g.value(v).name, "' was never computed"));
-    out.push_back(env[v]);
+    out.push_back(t);
   }
   for (Tensor& t : env) t = Tensor();  // before the arena goes back
   {

@@ -6,18 +6,31 @@
 // boundaries but runs the pieces in order on its thread (a kernel of an Executable stage, beside
 // others on the other threads, gives the bits it gives on the whole pool). parallel_for cuts a few
 // chunks per thread so that the others finish the work of a thread the OS has descheduled. Idle
-// workers spin briefly (kernels in a graph follow each other within microseconds) and then sleep on
-// a condition variable.
+// workers spin for PTO_SPIN_US (kernels in a graph follow each other within microseconds) and then
+// sleep on a condition variable.
+//
+// PTO_THREADING=omp runs the same jobs on the OpenMP team of the libgomp the process has already
+// loaded (PyTorch's) instead of on threads of its own (`auto`: omp when libgomp.so.1 is loaded).
+// The tasks and their boundaries are the same in both modes, so are the bits. The default is own:
+// on a loaded machine a libgomp team with its default (active) wait policy made a PyPTO call right
+// after a torch op 100x slower (the region's end barrier waits for every member, descheduled or
+// not), while own threads that spin only PTO_SPIN_US removed most of the slowdown
+// (bench/coexist.py).
+#include <dlfcn.h>
 #include <immintrin.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -41,14 +54,57 @@ struct RegionGuard {
   ~RegionGuard() { t_in_region = saved; }
 };
 
+// An integer environment variable in [lo, hi], or `fallback` when unset or empty.
+long env_int(const char* name, long lo, long hi, long fallback, const char* what) {
+  const char* env = std::getenv(name);
+  if (!env || !*env) return fallback;
+  char* end = nullptr;
+  long n = std::strtol(env, &end, 10);
+  if (*end != '\0' || n < lo || n > hi)
+    throw ValueError(cat(name, " must be ", what, ", got '", env, "'"));
+  return n;
+}
+
+// How long an idle worker spins before it sleeps. Beside another runtime's threads a worker that
+// spins takes the core from them; one that sleeps costs ~5-10 us to wake.
+std::chrono::microseconds spin_time() {
+  return std::chrono::microseconds(
+      env_int("PTO_SPIN_US", 0, 1000000, 50, "an integer in [0, 1000000]"));
+}
+
+// GOMP_parallel of a libgomp already in the process, or null.
+struct Gomp {
+  void (*parallel)(void (*)(void*), void*, unsigned, unsigned) = nullptr;
+};
+
+Gomp loaded_gomp() {
+  // RTLD_NOLOAD: only a copy the process has (PyTorch ships one named libgomp.so.1); never a new
+  // one.
+  void* lib = dlopen("libgomp.so.1", RTLD_NOLOAD | RTLD_LAZY);
+  if (!lib) return {};
+  Gomp g;
+  g.parallel = reinterpret_cast<decltype(g.parallel)>(dlsym(lib, "GOMP_parallel"));
+  dlclose(lib);  // the process still holds it: the handle from NOLOAD took one more reference
+  return g;
+}
+
+enum class Threading { kAuto, kOwn, kOmp };
+
+Threading parse_threading(std::string_view mode, const char* where) {
+  if (mode == "auto") return Threading::kAuto;
+  if (mode == "own") return Threading::kOwn;
+  if (mode == "omp") return Threading::kOmp;
+  throw ValueError(cat(where, " must be one of auto, own, omp; got '", mode, "'"));
+}
+
+Threading requested_default() {
+  const char* env = std::getenv("PTO_THREADING");
+  return env && *env ? parse_threading(env, "PTO_THREADING") : Threading::kOwn;
+}
+
 int default_threads() {
-  if (const char* env = std::getenv("PTO_NUM_THREADS"); env && *env) {
-    char* end = nullptr;
-    long n = std::strtol(env, &end, 10);
-    if (*end != '\0' || n < 1 || n > 4096)
-      throw ValueError(cat("PTO_NUM_THREADS must be a positive integer, got '", env, "'"));
+  if (long n = env_int("PTO_NUM_THREADS", 1, 4096, 0, "a positive integer"); n > 0)
     return static_cast<int>(n);
-  }
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
   return std::max(1u, std::thread::hardware_concurrency());
@@ -102,7 +158,10 @@ struct Job {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads) : threads_(threads) {
+  // With gomp.parallel the jobs run on that OpenMP team and the pool starts no thread.
+  ThreadPool(int threads, Gomp gomp, std::chrono::microseconds spin)
+      : threads_(threads), gomp_(gomp), spin_(spin) {
+    if (gomp_.parallel) return;
     for (int i = 1; i < threads; ++i)
       workers_.emplace_back([this, i] {
         profiler::set_thread_name(cat("pto worker ", i));
@@ -121,11 +180,12 @@ class ThreadPool {
   }
 
   int threads() const { return threads_; }
+  bool on_omp() const { return gomp_.parallel != nullptr; }
 
   void run(int64_t tasks, const std::function<void(int64_t)>& fn) {
     // One job at a time; a second caller (another thread running a graph) works alone.
     std::unique_lock busy(job_mutex_, std::try_to_lock);
-    if (!busy.owns_lock() || tasks == 1 || workers_.empty()) {
+    if (!busy.owns_lock() || tasks == 1 || threads_ == 1) {
       run_serial(tasks, fn);
       return;
     }
@@ -133,6 +193,19 @@ class ThreadPool {
     job.fn = &fn;
     job.profile = profiler::detail::t_context;
     job.tasks = tasks;
+    if (gomp_.parallel) {
+      // Every member of the team (the caller is its master) works until no task is left; the
+      // team may be smaller than asked (a nested region gets one thread), which only takes longer.
+      gomp_.parallel([](void* j) { static_cast<Job*>(j)->work(); }, &job,
+                     static_cast<unsigned>(std::min<int64_t>(threads_, tasks)), 0);
+    } else {
+      run_on_workers(job);
+    }
+    if (job.error) std::rethrow_exception(job.error);
+  }
+
+ private:
+  void run_on_workers(Job& job) {
     job_.store(&job);
     {
       std::lock_guard lock(wake_mutex_);
@@ -140,18 +213,22 @@ class ThreadPool {
     }
     if (sleepers_.load() > 0) wake_cv_.notify_all();
     job.work();
-    for (int spins = 0; job.done.load(std::memory_order_acquire) < tasks; ++spins)
+    for (int spins = 0; job.done.load(std::memory_order_acquire) < job.tasks; ++spins)
       spins < 4096 ? _mm_pause() : std::this_thread::yield();
     job_.store(nullptr);
     while (active_.load() > 0) _mm_pause();  // a worker may still hold &job
-    if (job.error) std::rethrow_exception(job.error);
   }
 
- private:
   void worker_loop() {
+    using Clock = std::chrono::steady_clock;
     uint64_t seen = 0;
     for (;;) {
-      for (int spins = 0; spins < 20000 && generation_.load() == seen; ++spins) _mm_pause();
+      // Spin for PTO_SPIN_US, reading the clock every 64 pauses.
+      const auto until = Clock::now() + spin_;
+      for (int spins = 1; generation_.load() == seen; ++spins) {
+        _mm_pause();
+        if (spins % 64 == 0 && Clock::now() >= until) break;
+      }
       if (generation_.load() == seen) {
         std::unique_lock lock(wake_mutex_);
         sleepers_.fetch_add(1);
@@ -167,6 +244,8 @@ class ThreadPool {
   }
 
   int threads_;
+  Gomp gomp_;
+  std::chrono::microseconds spin_;
   std::vector<std::thread> workers_;
   std::mutex job_mutex_;
   std::atomic<Job*> job_{nullptr};
@@ -180,11 +259,41 @@ class ThreadPool {
 
 std::mutex g_pool_mutex;
 std::unique_ptr<ThreadPool> g_pool;
+std::optional<Threading> g_requested;  // set_threading's mode, else PTO_THREADING's, else own
+
+// The team the requested mode gives now: libgomp's for omp (an error without one), libgomp's for
+// auto when the process has loaded it, else none (own threads).
+Gomp resolve(Threading mode) {
+  if (mode == Threading::kOwn) return {};
+  Gomp g = loaded_gomp();
+  if (mode == Threading::kOmp && !g.parallel)
+    throw ValueError(
+        "threading 'omp' needs the process to have loaded libgomp.so.1 (import torch first); "
+        "use 'own' or 'auto'");
+  return g;
+}
+
+// Under g_pool_mutex: a pool of `threads` threads in the requested mode, replacing the current
+// one if it differs.
+void make_pool(int threads) {
+  if (!g_requested) g_requested = requested_default();
+  Gomp gomp = resolve(*g_requested);
+  if (g_pool && g_pool->threads() == threads && g_pool->on_omp() == (gomp.parallel != nullptr))
+    return;
+  const auto spin = spin_time();  // checked before the pool goes
+  g_pool.reset();
+  g_pool = std::make_unique<ThreadPool>(threads, gomp, spin);
+}
 
 ThreadPool& pool() {
   std::lock_guard lock(g_pool_mutex);
-  if (!g_pool) g_pool = std::make_unique<ThreadPool>(default_threads());
+  if (!g_pool) make_pool(default_threads());
   return *g_pool;
+}
+
+void check_not_in_region(const char* what) {
+  if (t_in_region || t_as_on_pool)
+    throw ValueError(cat(what, ": called from inside a parallel region"));
 }
 
 }  // namespace
@@ -195,13 +304,33 @@ int num_threads() {
 
 void set_num_threads(int n) {
   if (n < 0 || n > 4096) throw ValueError(cat("set_num_threads: expected 1..4096, got ", n));
-  if (t_in_region || t_as_on_pool)
-    throw ValueError("set_num_threads: called from inside a parallel region");
+  check_not_in_region("set_num_threads");
   int want = n == 0 ? default_threads() : n;
   std::lock_guard lock(g_pool_mutex);
-  if (g_pool && g_pool->threads() == want) return;
-  g_pool.reset();
-  g_pool = std::make_unique<ThreadPool>(want);
+  make_pool(want);
+}
+
+void set_threading(std::string_view mode) {
+  Threading m = parse_threading(mode, "set_threading: the mode");
+  check_not_in_region("set_threading");
+  std::lock_guard lock(g_pool_mutex);
+  std::optional<Threading> before = g_requested;
+  g_requested = m;
+  try {
+    make_pool(g_pool ? g_pool->threads() : default_threads());
+  } catch (...) {
+    g_requested = before;
+    throw;
+  }
+}
+
+void recheck_threading() {
+  std::lock_guard lock(g_pool_mutex);
+  if (g_pool) make_pool(g_pool->threads());
+}
+
+std::string threading() {
+  return pool().on_omp() ? "omp" : "own";
 }
 
 bool in_parallel_region() {

@@ -1,6 +1,7 @@
 // The runtime: the thread pool behind parallel_for (fixed chunks, errors, nesting, sizing), the
 // caching memory pool (size classes, flags, stats), streams and events, and an Executable that
 // allocates nothing from the system once warm.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -107,9 +108,8 @@ TEST(ThreadPool, ReductionsAreBitwiseRepeatable) {
   }
 }
 
-TEST(ThreadPool, TwoThreadsRunConcurrently) {
-  ThreadsGuard restore;
-  set_num_threads(2);
+// Two tasks that each wait for the other to start: both ran at once, on two threads.
+void expect_two_threads_meet() {
   std::atomic<int> arrived{0};
   std::atomic<int> met{0};
   parallel_tasks(2, [&](int64_t) {
@@ -122,32 +122,43 @@ TEST(ThreadPool, TwoThreadsRunConcurrently) {
   EXPECT_EQ(met.load(), 2);  // each task saw the other one start: two threads ran them
 }
 
+// Every task runs; the lowest failing one's error is rethrown, not the first in time.
+void expect_lowest_failure_rethrown(int threads) {
+  std::atomic<int> ran{0};
+  // Task 5 fails at once; task 1 fails later in time but has the lower index.
+  std::string what = message_of([&] {
+    parallel_tasks(8, [&](int64_t t) {
+      ran.fetch_add(1);
+      if (t == 1) {
+        std::this_thread::sleep_for(20ms);
+        throw ValueError("task 1");
+      }
+      if (t == 5) throw ValueError("task 5");
+    });
+  });
+  EXPECT_EQ(what, "task 1") << "threads " << threads;
+  EXPECT_EQ(ran.load(), 8) << "threads " << threads;
+  // parallel_for: the chunk holding the lowest failing element.
+  what = message_of([&] {
+    parallel_for(0, 400, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        if (i % 97 == 96) throw ValueError(cat("element ", i));
+    });
+  });
+  EXPECT_EQ(what, "element 96") << "threads " << threads;
+}
+
+TEST(ThreadPool, TwoThreadsRunConcurrently) {
+  ThreadsGuard restore;
+  set_num_threads(2);
+  expect_two_threads_meet();
+}
+
 TEST(ThreadPool, TheLowestFailingChunkIsRethrownAfterAllRan) {
   ThreadsGuard restore;
   for (int threads = 1; threads <= 4; ++threads) {
     set_num_threads(threads);
-    std::atomic<int> ran{0};
-    // Task 5 fails at once; task 1 fails later in time but has the lower index.
-    std::string what = message_of([&] {
-      parallel_tasks(8, [&](int64_t t) {
-        ran.fetch_add(1);
-        if (t == 1) {
-          std::this_thread::sleep_for(20ms);
-          throw ValueError("task 1");
-        }
-        if (t == 5) throw ValueError("task 5");
-      });
-    });
-    EXPECT_EQ(what, "task 1") << "threads " << threads;
-    EXPECT_EQ(ran.load(), 8) << "threads " << threads;
-    // parallel_for: the chunk holding the lowest failing element.
-    what = message_of([&] {
-      parallel_for(0, 400, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i)
-          if (i % 97 == 96) throw ValueError(cat("element ", i));
-      });
-    });
-    EXPECT_EQ(what, "element 96") << "threads " << threads;
+    expect_lowest_failure_rethrown(threads);
   }
 }
 
@@ -204,6 +215,108 @@ TEST(ThreadPool, EnvironmentVariableIsParsedStrictly) {
     setenv("PTO_NUM_THREADS", saved_value.c_str(), 1);
   else
     unsetenv("PTO_NUM_THREADS");
+}
+
+TEST(ThreadPool, SpinTimeIsParsedStrictly) {
+  ThreadsGuard restore;
+  set_num_threads(2);
+  for (const char* bad : {"-1", "1e3", "fast", "1000001"}) {
+    setenv("PTO_SPIN_US", bad, 1);
+    EXPECT_EQ(message_of([] { set_num_threads(3); }),
+              cat("PTO_SPIN_US must be an integer in [0, 1000000], got '", bad, "'"));
+    EXPECT_EQ(num_threads(), 2);  // the pool is unchanged
+  }
+  for (const char* good : {"0", "7"}) {  // no spinning, or a little: the same results
+    setenv("PTO_SPIN_US", good, 1);
+    set_num_threads(good[0] == '0' ? 3 : 2);
+    std::atomic<int64_t> sum{0};
+    for (int rep = 0; rep < 50; ++rep) parallel_tasks(9, [&](int64_t t) { sum += t; });
+    EXPECT_EQ(sum.load(), 50 * 36);
+  }
+  unsetenv("PTO_SPIN_US");
+}
+
+// f32 values from a normal distribution seeded with `seed`.
+Tensor random_input(const Dims& shape, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> xs(static_cast<size_t>(n));
+  for (float& v : xs) v = nd(rng);
+  return Tensor::from_vector(xs, shape);
+}
+
+// y = last(x @ w + b) for x: f32[rows, k], w: [k, n], with weights from `seed` times `scale`.
+Graph matmul_add(const std::string& name, Shape x_shape, int64_t n, const std::string& last,
+                 unsigned seed, float scale = 1.0f) {
+  Graph g;
+  g.name = name;
+  const int64_t k = x_shape.back().value;
+  ValueId x = g.add_input("x", {DType::kF32, std::move(x_shape)});
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> w(static_cast<size_t>(k * n)), b(static_cast<size_t>(n));
+  for (float& v : w) v = nd(rng) * scale;
+  for (float& v : b) v = nd(rng);
+  ValueId wv = g.add_value("w"), bv = g.add_value("b");
+  g.set_initializer(wv, Tensor::from_vector(w, {k, n}));
+  g.set_initializer(bv, Tensor::from_vector(b, {n}));
+  ValueId mm = g.add_value("mm"), add = g.add_value("add"), y = g.add_value("y");
+  g.add_node("MatMul", {x, wv}, {mm}, {}, "matmul");
+  g.add_node("Add", {mm, bv}, {add}, {}, "add");
+  g.add_node(last, {add}, {y}, {}, "last");
+  g.add_output(y);
+  return g;
+}
+
+// PTO_THREADING=omp: the jobs run on the team of the libgomp in the process (here the system's,
+// loaded as PyTorch loads its own): the same bits as on the pool's own threads, both threads at
+// work, errors as on the pool; unknown modes and omp without libgomp are errors.
+TEST(ThreadPool, OmpTeamGivesTheBitsOfTheOwnThreads) {
+  ThreadsGuard restore;
+  struct ModeGuard {
+    ~ModeGuard() { set_threading("own"); }  // the later tests as before libgomp was loaded
+  } restore_mode;
+  EXPECT_EQ(message_of([] { set_threading("openmp"); }),
+            "set_threading: the mode must be one of auto, own, omp; got 'openmp'");
+  if (!dlopen("libgomp.so.1", RTLD_NOLOAD | RTLD_LAZY)) {
+    EXPECT_EQ(message_of([] { set_threading("omp"); }),
+              "threading 'omp' needs the process to have loaded libgomp.so.1 (import torch "
+              "first); use 'own' or 'auto'");
+    set_threading("auto");
+    EXPECT_EQ(threading(), "own");
+  }
+  ASSERT_NE(dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL), nullptr) << dlerror();
+
+  // big enough to be cut into many chunks on two threads
+  Graph g = matmul_add("gemm_softmax", Shape{96, 200}, 300, "Softmax", 7, 0.1f);
+  Tensor x = random_input({96, 200}, 8);
+  Tensor want = reference::run(g, {x})[0];
+  for (int threads = 1; threads <= 3; ++threads) {
+    set_num_threads(threads);
+    set_threading("own");
+    EXPECT_EQ(threading(), "own");
+    Tensor own = compile(g).run({x})[0];
+    set_threading("omp");
+    EXPECT_EQ(threading(), "omp");
+    EXPECT_EQ(num_threads(), threads);
+    Executable exe = compile(g);
+    for (int rep = 0; rep < 3; ++rep) {
+      Tensor omp = exe.run({x})[0];
+      ASSERT_EQ(omp.shape(), own.shape());
+      EXPECT_EQ(std::memcmp(omp.raw_data(), own.raw_data(), omp.nbytes()), 0)
+          << "threads " << threads;
+    }
+    for (int64_t i = 0; i < own.numel(); ++i)
+      ASSERT_NEAR(own.item_as_double(i), want.item_as_double(i), 1e-5) << i;
+  }
+  set_threading("auto");  // libgomp is loaded now
+  EXPECT_EQ(threading(), "omp");
+
+  set_num_threads(2);
+  expect_two_threads_meet();
+  expect_lowest_failure_rethrown(2);
 }
 
 // ---- memory pool ----
@@ -522,33 +635,13 @@ TEST(Stream, RunsParallelKernelsOnTwoStreams) {
 
 // y = relu(x @ w + b), x: f32[4, 24]
 Graph matmul_add_relu() {
-  Graph g;
-  g.name = "mlp";
-  ValueId x = g.add_input("x", {DType::kF32, Shape{4, 24}});
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd;
-  std::vector<float> w(24 * 40), b(40);
-  for (float& v : w) v = nd(rng);
-  for (float& v : b) v = nd(rng);
-  ValueId wv = g.add_value("w"), bv = g.add_value("b");
-  g.set_initializer(wv, Tensor::from_vector(w, {24, 40}));
-  g.set_initializer(bv, Tensor::from_vector(b, {40}));
-  ValueId mm = g.add_value("mm"), add = g.add_value("add"), y = g.add_value("y");
-  g.add_node("MatMul", {x, wv}, {mm}, {}, "matmul");
-  g.add_node("Add", {mm, bv}, {add}, {}, "add");
-  g.add_node("Relu", {add}, {y}, {}, "relu");
-  g.add_output(y);
-  return g;
+  return matmul_add("mlp", Shape{4, 24}, 40, "Relu", 3);
 }
 
 TEST(Executable, SteadyStateRunsAllocateNothingFromTheSystem) {
   ThreadsGuard restore;
   Graph g = matmul_add_relu();
-  std::mt19937 rng(4);
-  std::normal_distribution<float> nd;
-  std::vector<float> xs(4 * 24);
-  for (float& v : xs) v = nd(rng);
-  Tensor x = Tensor::from_vector(xs, {4, 24});
+  Tensor x = random_input({4, 24}, 4);
   Tensor want = reference::run(g, {x})[0];
   for (int threads = 1; threads <= 2; ++threads) {
     set_num_threads(threads);

@@ -79,3 +79,66 @@ def test_cli_threads(pto_bin, tmp_path):
     assert "threads:     3 (from PTO_NUM_THREADS)" in pto("info", env_threads="3").stdout
     r = pto("info")
     assert r.returncode == 0 and "(default)" in r.stdout
+
+
+def run_env(code: str, **env) -> subprocess.CompletedProcess:
+    full = dict(os.environ, PYTHONPATH=str(REPO / "python") + os.pathsep
+                + os.environ.get("PYTHONPATH", ""))
+    for k in ("PTO_THREADING", "PTO_SPIN_US"):
+        full.pop(k, None)
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_threading_follows_torch():
+    # auto: PyPTO's own threads until torch (and its libgomp) is loaded, then torch's OpenMP team
+    code = ("import pypto; pypto.set_num_threads(2); print(pypto.get_threading()); "
+            "import torch; print(pypto.get_threading()); pypto.set_threading('own'); "
+            "print(pypto.get_threading())")
+    r = run_env(code, PTO_THREADING="auto")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["own", "omp", "own"]
+    # the default is own, torch or not
+    r = run_env("import torch, pypto; print(pypto.get_threading()); pypto.set_threading('omp'); "
+                "print(pypto.get_threading())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["own", "omp"]
+    r = run_env("import pypto; pypto.set_threading('omp')")
+    assert r.returncode != 0 and "needs the process to have loaded libgomp.so.1" in r.stderr
+
+
+def test_threading_values_are_checked():
+    with pytest.raises(ValueError, match="set_threading: mode must be one of auto, own, omp"):
+        pypto.set_threading("openmp")
+    with pytest.raises(TypeError):
+        pypto.set_threading(None)
+    for var, bad, want in [("PTO_THREADING", "gomp", "PTO_THREADING must be one of auto, own, omp"),
+                           ("PTO_SPIN_US", "-5", "PTO_SPIN_US must be an integer in [0, 1000000]")]:
+        r = run_env("import pypto; pypto.set_num_threads(2)", **{var: bad})
+        assert r.returncode != 0 and "ValueError" in r.stderr and want in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_threading_modes_give_the_same_bits(threads):
+    import torch
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(8, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(32, 16, 3),
+        torch.nn.Flatten(), torch.nn.Linear(16 * 22 * 22, 40), torch.nn.Softmax(-1)).eval()
+    x = torch.randn(2, 8, 24, 24)
+    with torch.no_grad():
+        want = net(x)
+    pypto.set_num_threads(threads)
+    got = {}
+    try:
+        for mode in ["own", "omp", "own"]:
+            pypto.set_threading(mode)
+            assert pypto.get_threading() == mode
+            fast = pypto.optimize(net, (x,))
+            got.setdefault(mode, []).append(fast(x))
+    finally:
+        pypto.set_threading("own")
+    for y in got["own"] + got["omp"]:
+        assert torch.equal(y, got["own"][0])  # the same bits in every mode
+    torch.testing.assert_close(got["omp"][0], want, rtol=1e-4, atol=1e-5)

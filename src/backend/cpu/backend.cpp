@@ -134,6 +134,9 @@ class NodeKernel : public CompiledKernel {
   // Runs the kernel and keeps the outputs the node defines (the group's outputs).
   std::vector<Tensor> outputs_of(const KernelContext& ctx) const {
     std::vector<Tensor> all = kernel_->run(ctx);
+    if (all.size() == node_.outputs.size() &&
+        std::find(node_.outputs.begin(), node_.outputs.end(), kNoValue) == node_.outputs.end())
+      return all;  // every output is the group's: as they are (no copies)
     std::vector<Tensor> out;
     for (size_t o = 0; o < node_.outputs.size(); ++o)
       if (node_.outputs[o] != kNoValue) out.push_back(o < all.size() ? all[o] : Tensor());
@@ -174,10 +177,15 @@ class EpilogueKernel : public NodeKernel {
   }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
-    FusedEpilogue ep = epilogue_;
-    if (residual_slot_ >= 0) ep.residual = inputs[residual_slot_];
+    FusedEpilogue with_residual;
+    const FusedEpilogue* ep = &epilogue_;  // copied (a bias, a tile program) only for a residual
+    if (residual_slot_ >= 0) {
+      with_residual = epilogue_;
+      with_residual.residual = inputs[residual_slot_];
+      ep = &with_residual;
+    }
     KernelContext ctx = context(inputs);
-    ctx.epilogue = &ep;
+    ctx.epilogue = ep;
     std::vector<Tensor> out = outputs_of(ctx);
     // The views only relabel the product's shape (they are views of contiguous data).
     for (const View& v : views_) {
@@ -188,8 +196,8 @@ class EpilogueKernel : public NodeKernel {
     }
     // The anchor checked the residual's size; an Add that broadcasts it to another shape of the
     // same size is the unfused graph's to compute (rare enough to compute twice).
-    if (ep.residual.defined() && ep.residual.shape() != out[0].shape())
-      throw KernelDeclined(cat(node_.where(), ": residual ", ep.residual.str(), " and output ",
+    if (ep->residual.defined() && ep->residual.shape() != out[0].shape())
+      throw KernelDeclined(cat(node_.where(), ": residual ", ep->residual.str(), " and output ",
                                out[0].str(), " differ"));
     return out;
   }
