@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 
 import torch
 import torch.fx
@@ -33,6 +34,7 @@ _stats = {"graphs": 0, "pypto_pieces": 0, "pypto_runs": 0, "fallback_ops": set()
           "fallback_nodes": 0, "frozen_weights": 0, "weight_inputs": 0, "levels": set()}
 _logged: set[tuple[str, str]] = set()
 _logged_messages: set[str] = set()
+_pieces: weakref.WeakSet = weakref.WeakSet()  # the PyptoPieces alive, for pieces()
 
 OPTIONS = ("level",)  # the keys torch.compile(..., options=...) may hold
 
@@ -44,6 +46,13 @@ def stats() -> dict:
     and weights passed per call instead (weight_inputs: under autograd, or when freezing was not
     possible), and the levels pieces were compiled at."""
     return {k: (sorted(v) if isinstance(v, set) else v) for k, v in _stats.items()}
+
+
+def pieces() -> list[CompiledGraph]:
+    """The compiled graphs of the pieces alive (those run at least once), in no set order:
+    ``print(g.graph)``, ``g.input_names`` (the arguments it takes per call; frozen weights are
+    initializers, ``g.graph.initializer_names``), ``g.stats()``."""
+    return [p._compiled[0] for p in list(_pieces) if p._compiled is not None]
 
 
 def _log_fallback(op: str, problem: str):
@@ -74,6 +83,7 @@ class PyptoPiece(torch.nn.Module):
         self._sym = [i for i, n in enumerate(gm.graph.find_nodes(op="placeholder"))
                      if isinstance(n.meta.get("val"), torch.SymInt)]
         self._sizes: dict[int, torch.Tensor] = {}
+        _pieces.add(self)
 
     def forward(self, *args):
         return self.run(args)
@@ -331,4 +341,4 @@ def register():
 
 register()  # importing this module (pypto does when torch is loaded) makes the backend known
 
-__all__ = ["backend", "register", "stats"]
+__all__ = ["backend", "pieces", "register", "stats"]
