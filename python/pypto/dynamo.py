@@ -297,7 +297,6 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
     parameter (model.fc.weight = ...) is not seen at all; compile again (torch._dynamo.reset())
     after changing weights. Under autograd (grad mode on and parameters that require grad) the
     forward runs on PyPTO with the weights passed per call and the backward in PyTorch."""
-    from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
 
     level = _level(options)
@@ -324,7 +323,18 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
 
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                         inference_compiler=inference_compiler,
-                        decompositions=core_aten_decompositions())(gm, example_inputs)
+                        decompositions=_decompositions())(gm, example_inputs)
+
+
+def _decompositions() -> dict:
+    """torch's core-ATen decompositions, minus attention's: scaled_dot_product_attention then
+    reaches the graph as what it dispatches to on the CPU (_scaled_dot_product_flash_attention_
+    for_cpu), which PyPTO converts whole, as pypto.optimize does sdpa (one Attention kernel)."""
+    from torch._decomp import core_aten_decompositions
+
+    keep = {torch.ops.aten.scaled_dot_product_attention.default,
+            torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in keep}
 
 
 def _weight_count(inputs) -> int:

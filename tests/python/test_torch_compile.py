@@ -152,13 +152,19 @@ def _delta(before: dict) -> dict:
     return {k: after[k] - before[k] for k in after if isinstance(after[k], int)}
 
 
+def _new_pieces(before: list) -> list:
+    """The compiled graphs of the pieces compiled since `before` (a dynamo.pieces() list)."""
+    seen = {id(g) for g in before}
+    return [g for g in dynamo.pieces() if id(g) not in seen]
+
+
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "bert", "llama"])
 def test_frozen_weights_match_eager_on_zoo_models(name):
     import torch_models
 
     model = torch_models.build(name)
     fast = torch.compile(model, backend="pypto")
-    before = dynamo.stats()
+    before, old = dynamo.stats(), dynamo.pieces()
     with torch.no_grad():
         for batch in (1, 2):
             x = torch_models.inputs(name, batch)
@@ -175,12 +181,15 @@ def test_frozen_weights_match_eager_on_zoo_models(name):
     weights = len(list(model.parameters())) + sum(b.is_floating_point() for b in model.buffers())
     assert d["frozen_weights"] >= 0.9 * weights * d["graphs"]
     # The pieces take the model's inputs (and sizes), never a weight: those are initializers.
-    graphs = dynamo.pieces()
-    assert graphs
+    graphs = _new_pieces(old)
+    assert len(graphs) == d["pypto_pieces"]
     for g in graphs:
         assert all(not n.startswith("_frozen_") for n in g.input_names), g.input_names
         assert len(g.input_names) <= 3, g.input_names  # input_ids / the image, symbolic sizes
         assert any(n.startswith("_frozen_") for n in g.graph.initializer_names)
+    if name == "bert":  # attention whole: one Attention kernel per layer, as in optimize
+        ops = [op for op, _ in graphs[0].node_backends]
+        assert ops.count("Attention") == model.config.num_hidden_layers
 
 
 def test_weights_are_frozen_at_compile_time():
@@ -218,19 +227,74 @@ def test_dynamic_bert_compiles_once_for_two_sequence_lengths():
     assert d["fallback_nodes"] == 0 and d["weight_inputs"] == 0 and d["frozen_weights"] > 0
 
 
+class SelfAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(16, 48)
+
+    def forward(self, x, mask):
+        q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 2, 8).permute(2, 0, 3, 1, 4)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_attention_under_autograd_keeps_its_backward_in_pytorch():
+    """In training the attention's logsumexp output feeds the backward: that node stays in
+    PyTorch, the rest runs on PyPTO, and the gradients are eager's."""
+    torch.manual_seed(0)
+    model = SelfAttention()
+    fast = torch.compile(model, backend="pypto")
+    x = torch.randn(2, 5, 16)
+    mask = torch.rand(5, 5) > 0.3
+    mask.fill_diagonal_(True)
+    before = dynamo.stats()
+    got = fast(x, mask)
+    want = model(x, mask)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    got.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    want.sum().backward()
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in \
+        dynamo.stats()["fallback_ops"]
+    assert _delta(before)["pypto_pieces"] >= 1
+
+
+def test_attention_is_one_kernel_as_in_optimize():
+    """scaled_dot_product_attention reaches PyPTO whole (not torch's decomposition of it): one
+    Attention kernel, as pypto.optimize makes of the same module."""
+    torch.manual_seed(0)
+    model = SelfAttention().eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.rand(5, 5) > 0.3
+    mask.fill_diagonal_(True)
+    fast = torch.compile(model, backend="pypto")
+    before, old = dynamo.stats(), dynamo.pieces()
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x, mask), model(x, mask), rtol=1e-5, atol=1e-6)
+    assert _delta(before)["fallback_nodes"] == 0
+    ops = [op for g in _new_pieces(old) for op, _ in g.node_backends]
+    optimized = pypto.optimize(model, (x, mask))
+    assert ops.count("Attention") == 1
+    assert [op for op, _ in optimized.compiled.node_backends].count("Attention") == 1
+
+
 def test_a_graph_break_keeps_the_weights_frozen_in_each_piece():
     torch.manual_seed(0)
     model = HasUnsupported().eval()
     fast = torch.compile(model, backend="pypto")
     x = torch.randn(4, 8)
-    before = dynamo.stats()
+    before, old = dynamo.stats(), dynamo.pieces()
     with torch.no_grad():
         torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
     d = _delta(before)
     assert d["pypto_pieces"] == 2 and d["fallback_nodes"] == 1
     # fc's weight and bias, in both pieces: each piece takes one activation, nothing else
     assert d["frozen_weights"] == 4 and d["weight_inputs"] == 0
-    for g in dynamo.pieces():
+    graphs = _new_pieces(old)
+    assert len(graphs) == 2
+    for g in graphs:
         assert len(g.input_names) == 1
 
 
@@ -243,6 +307,7 @@ def test_autograd_runs_the_forward_on_pypto_and_says_so(caplog):
     fast = torch.compile(model, backend="pypto")
     x = torch.randn(4, 8)
     before = dynamo.stats()
+    dynamo._logged_messages.clear()  # (an earlier test may have had the warning)
     with caplog.at_level(logging.WARNING, logger="pypto"):
         for _ in range(2):
             got = fast(x)
