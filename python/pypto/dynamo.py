@@ -212,7 +212,7 @@ def _freeze(gm: torch.fx.GraphModule, real_inputs: list, names: list[str]) -> li
     from torch._subclasses.fake_tensor import FakeTensor
 
     placeholders = gm.graph.find_nodes(op="placeholder")
-    tc = torch._guards.TracingContext.try_get()
+    tc = _tracing_context()
     meta = tc.fw_metadata if tc is not None else None
     lifted = list(tc.params_flat or []) if tc is not None else []
     real = lifted + list(real_inputs)
@@ -241,6 +241,11 @@ def _freeze(gm: torch.fx.GraphModule, real_inputs: list, names: list[str]) -> li
             keep.append(i)
     _to_constants(gm, consts)
     return keep
+
+
+def _tracing_context():
+    """AOT autograd's TracingContext of the compilation under way (None outside one)."""
+    return torch._guards.TracingContext.try_get()
 
 
 def _warn_once(message: str):

@@ -158,6 +158,16 @@ def _new_pieces(before: list) -> list:
     return [g for g in dynamo.pieces() if id(g) not in seen]
 
 
+def _check_gradients(model, got, want):
+    """The parameters' gradients of sum(got) (the compiled model's output) equal eager's."""
+    got.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    want.sum().backward()
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "bert", "llama"])
 def test_frozen_weights_match_eager_on_zoo_models(name):
     import torch_models
@@ -250,12 +260,7 @@ def test_attention_under_autograd_keeps_its_backward_in_pytorch():
     got = fast(x, mask)
     want = model(x, mask)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    got.sum().backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    want.sum().backward()
-    for g, p in zip(grads, model.parameters()):
-        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+    _check_gradients(model, got, want)
     assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in \
         dynamo.stats()["fallback_ops"]
     assert _delta(before)["pypto_pieces"] >= 1
@@ -313,12 +318,7 @@ def test_autograd_runs_the_forward_on_pypto_and_says_so(caplog):
             got = fast(x)
     want = model(x)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    got.sum().backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    want.sum().backward()
-    for g, p in zip(grads, model.parameters()):
-        torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-6)
+    _check_gradients(model, got, want)
     d = _delta(before)
     assert d["pypto_runs"] == 2 and d["frozen_weights"] == 0 and d["weight_inputs"] == 4
     assert caplog.text.count("runs under autograd") == 1
@@ -339,3 +339,24 @@ def test_train_mode_batch_norm_updates_its_running_stats_like_eager():
     torch.testing.assert_close(bn.running_mean, bn_twin.running_mean, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(bn.running_var, bn_twin.running_var, rtol=1e-4, atol=1e-6)
     assert int(bn.num_batches_tracked) == 1
+
+
+def test_without_a_tracing_context_the_weights_stay_inputs(monkeypatch, caplog):
+    """Where AOT autograd gives no TracingContext to tell the weights by, the graph keeps them
+    as inputs (correct, slower) and one warning says so."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    model.eval()
+    monkeypatch.setattr(dynamo, "_tracing_context", lambda: None)
+    dynamo._logged_messages.clear()
+    fast = torch.compile(model, backend="pypto")
+    before, old = dynamo.stats(), dynamo.pieces()
+    with caplog.at_level(logging.WARNING, logger="pypto"), torch.no_grad():
+        for b in (3, 3):
+            x = torch.randn(b, 8)
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    d = _delta(before)
+    assert d["frozen_weights"] == 0 and d["weight_inputs"] == 4 and d["pypto_runs"] == 2
+    assert caplog.text.count("could not tell the weights") == 1
+    (graph,) = _new_pieces(old)
+    assert len(graph.input_names) == 5  # the four weights and x
