@@ -8,7 +8,7 @@ models, steady state, in one run (issue 14 T3; rules: BENCHMARKING.md; usage: be
 Cases: every model of tests/python/torch_models.py's ALWAYS_ON (--models: any zoo names, or
 "core" for the ten benchmark models) at batch 1 (--batch) on its zoo input, and BERT-base with
 dynamic sizes at two sequence lengths (--seqs, default 16 and 64): torch.compile(dynamic=True),
-and pypto.optimize with the batch and the sequence symbolic (torch.export Dims), each compiled
+and pypto.optimize with the sequence symbolic (a torch.export Dim), each compiled
 once and called at both lengths before the timing of one of them. Engines, each (case, engine)
 in a process of its own, interleaved (eager, optimize, compile; again for each --rounds):
 - eager: the model under torch.inference_mode (the floor);
@@ -81,7 +81,8 @@ def child(args) -> dict:
         shapes = None
         if seq is not None:
             dim = torch.export.Dim
-            shapes = ({0: dim("batch", max=64), 1: dim("seq", min=2, max=512)},)
+            # the sequence symbolic (a batch-1 example would specialize a symbolic batch)
+            shapes = ({1: dim("seq", min=2, max=512)},)
         fn = pypto.optimize(model, xs[0], dynamic_shapes=shapes)
     else:
         fn = torch.compile(model, backend="pypto", dynamic=True if seq is not None else None)
