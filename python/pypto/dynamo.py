@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 
 import torch
 import torch.fx
@@ -30,16 +31,28 @@ from .runtime import CompiledGraph
 
 log = logging.getLogger("pypto")
 _stats = {"graphs": 0, "pypto_pieces": 0, "pypto_runs": 0, "fallback_ops": set(),
-          "levels": set()}
+          "fallback_nodes": 0, "frozen_weights": 0, "weight_inputs": 0, "levels": set()}
 _logged: set[tuple[str, str]] = set()
+_logged_messages: set[str] = set()
+_pieces: weakref.WeakSet = weakref.WeakSet()  # the PyptoPieces alive, for pieces()
 
 OPTIONS = ("level",)  # the keys torch.compile(..., options=...) may hold
 
 
 def stats() -> dict:
     """What the backend did so far: graphs received, pieces compiled by PyPTO, runs of those
-    pieces, the ops left to PyTorch, and the levels pieces were compiled at."""
+    pieces, the ops left to PyTorch (fallback_ops: their names; fallback_nodes: how many nodes
+    of the graphs received), weights frozen into the pieces as initializers (frozen_weights)
+    and weights passed per call instead (weight_inputs: under autograd, or when freezing was not
+    possible), and the levels pieces were compiled at."""
     return {k: (sorted(v) if isinstance(v, set) else v) for k, v in _stats.items()}
+
+
+def pieces() -> list[CompiledGraph]:
+    """The compiled graphs of the pieces alive (those run at least once), in no set order:
+    ``print(g.graph)``, ``g.input_names`` (the arguments it takes per call; frozen weights are
+    initializers, ``g.graph.initializer_names``), ``g.stats()``."""
+    return [p._compiled[0] for p in list(_pieces) if p._compiled is not None]
 
 
 def _log_fallback(op: str, problem: str):
@@ -57,25 +70,46 @@ def _log_fallback(op: str, problem: str):
 class PyptoPiece(torch.nn.Module):
     """One partition of the graph, compiled on its first call. The graph's input types come from
     Dynamo's FakeTensors: symbolic sizes stay symbolic, so one compilation serves every size
-    Dynamo's guards send here."""
+    Dynamo's guards send here. Frozen weights are get_attr nodes of `gm` (see _freeze): they
+    become initializers sharing the tensors' memory, and are not arguments."""
 
     def __init__(self, gm: torch.fx.GraphModule, level: int | None):
         super().__init__()
         self.gm, self.level = gm, level
         self._compiled: tuple[CompiledGraph, bool] | None = None
         self._lock = threading.Lock()
+        # The positions of the SymInt arguments (sizes), passed as int64 [1] tensors made once
+        # per value; every other argument is a tensor, passed as it is.
+        self._sym = [i for i, n in enumerate(gm.graph.find_nodes(op="placeholder"))
+                     if isinstance(n.meta.get("val"), torch.SymInt)]
+        self._sizes: dict[int, torch.Tensor] = {}
+        _pieces.add(self)
 
     def forward(self, *args):
+        return self.run(args)
+
+    def run(self, args):
+        """The call itself (forward without nn.Module's hooks): `args` in placeholder order."""
         if self._compiled is None:
             with self._lock:
                 if self._compiled is None:
                     self._compiled = self._compile()
         compiled, single = self._compiled
         _stats["pypto_runs"] += 1
-        inputs = [a if isinstance(a, torch.Tensor) else torch.tensor([a], dtype=torch.int64)
-                  for a in args]
-        outs = compiled.run(inputs)
+        if self._sym:
+            args = list(args)
+            for i in self._sym:
+                args[i] = self._size(args[i])
+        outs = compiled.run(args)
         return outs[0] if single else tuple(outs)
+
+    def _size(self, value: int) -> torch.Tensor:
+        t = self._sizes.get(value)
+        if t is None:
+            if len(self._sizes) >= 256:  # sizes seen in a long run with many shapes: start over
+                self._sizes.clear()
+            t = self._sizes[value] = torch.tensor([int(value)], dtype=torch.int64)
+        return t
 
     def _compile(self):
         imp = FxImporter("torch_compile")
@@ -91,7 +125,46 @@ class PyptoPiece(torch.nn.Module):
         compiled = CompiledGraph(imp.g, self.level)
         _stats["pypto_pieces"] += 1
         _stats["levels"].add(compiled.level)
+        _stats["frozen_weights"] += len(self.gm.graph.find_nodes(op="get_attr"))
         return compiled, single
+
+
+def _to_constants(gm: torch.fx.GraphModule, consts: dict[torch.fx.Node, tuple[str, torch.Tensor]]):
+    """Turns placeholders of `gm` into get_attr nodes of these (name, tensor) attributes (the
+    tensors detached: they share memory with the originals); the FakeTensor metadata stays."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    if not consts:
+        return
+    first_op = next(n for n in gm.graph.nodes if n.op != "placeholder")
+    for node, (name, t) in consts.items():
+        with unset_fake_temporarily():  # the backend runs under Dynamo's fake mode
+            t = t.detach()
+        gm.register_buffer(name, t, persistent=False)
+        with gm.graph.inserting_before(first_op):
+            attr = gm.graph.get_attr(name)
+        attr.meta = dict(node.meta)
+        node.replace_all_uses_with(attr)
+        gm.graph.erase_node(node)
+    gm.recompile()
+
+
+def _inline_piece_constants(fused: torch.fx.GraphModule):
+    """After partitioning, a frozen weight a piece uses is an argument of its call: moves it into
+    the piece as a get_attr of its own, so it is an initializer there too."""
+    for call in fused.graph.find_nodes(op="call_module"):
+        if not call.target.startswith("pypto_piece_"):
+            continue
+        sub = getattr(fused, call.target)
+        placeholders = sub.graph.find_nodes(op="placeholder")
+        consts = {p: (a.target, getattr(fused, a.target)) for p, a in zip(placeholders, call.args)
+                  if isinstance(a, torch.fx.Node) and a.op == "get_attr"}
+        if consts:
+            _to_constants(sub, consts)
+            call.args = tuple(a for a in call.args
+                              if not (isinstance(a, torch.fx.Node) and a.op == "get_attr"))
+    fused.graph.eliminate_dead_code()
+    fused.recompile()
 
 
 def _node_supported(node: torch.fx.Node) -> bool:
@@ -106,19 +179,96 @@ class _Support(torch.fx.passes.operator_support.OperatorSupportBase):
         return _node_supported(node)
 
 
-def _compile_graph(gm: torch.fx.GraphModule, example_inputs, level=None):
+def _compile_graph(gm: torch.fx.GraphModule, level=None):
+    """The callable that runs `gm` on a list of its placeholders' arguments: one PyptoPiece when
+    PyPTO converts every op, else `gm` partitioned into PyPTO pieces and PyTorch ops."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
     _stats["graphs"] += 1
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-    if calls and all([_node_supported(n) for n in calls]):  # a list: log every fallback
-        return PyptoPiece(gm, level)
+    supported = [_node_supported(n) for n in calls]  # a list: log every fallback
+    _stats["fallback_nodes"] += supported.count(False)
+    if calls and all(supported):
+        return PyptoPiece(gm, level).run
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     fused = partitioner.partition_and_fuse("pypto_piece_")
+    _inline_piece_constants(fused)
     for name, sub in list(fused.named_children()):
         if name.startswith("pypto_piece_"):
             setattr(fused, name, PyptoPiece(sub, level))
-    return fused
+    return lambda args: fused(*args)
+
+
+def _freeze(gm: torch.fx.GraphModule, real_inputs: list, names: list[str]) -> list[int] | None:
+    """Makes the parameters and buffers among `gm`'s inputs initializers, as Inductor's freezing
+    does: AOT autograd's TracingContext tells which of its inputs are static (the module's
+    parameters and buffers Dynamo lifted to inputs, after the ones AOT lifted itself,
+    params_flat), and which of those the graph mutates or returns a view of (they stay
+    inputs). Their placeholders become get_attr nodes of the real tensors (`real_inputs`:
+    Dynamo's inputs, named `names`). Returns the indices of the inputs that remain, or None (with
+    one warning) when there is no context to tell the weights by."""
+    from torch._functorch._aot_autograd.input_output_analysis import INPUT_ALIAS_TYPES
+    from torch._functorch._aot_autograd.schemas import MutationType
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    tc = _tracing_context()
+    meta = tc.fw_metadata if tc is not None else None
+    lifted = list(tc.params_flat or []) if tc is not None else []
+    real = lifted + list(real_inputs)
+    if meta is None or len(real) != len(placeholders):
+        why = ("no TracingContext" if meta is None else
+               f"{len(placeholders)} graph inputs for {len(real)} arguments")
+        _warn_once(f"pypto: torch.compile could not tell the weights among the graph's inputs "
+                   f"({why}); they are passed on every call, not packed at compile time "
+                   f"(slower; pypto.optimize(model) packs them)")
+        return None
+    names = [f"param_{i}" for i in range(len(lifted))] + list(names)
+    keep_as_input = {i for i, m in enumerate(meta.input_info)
+                     if m.mutation_type in (MutationType.MUTATED_IN_GRAPH,
+                                            MutationType.MUTATED_OUT_GRAPH)}
+    keep_as_input |= {o.base_idx for o in meta.output_info
+                      if o.base_idx is not None and o.output_type in INPUT_ALIAS_TYPES}
+    static = set(range(len(lifted))) | set(meta.static_input_indices or ())
+    consts, keep = {}, []
+    for i, (node, t) in enumerate(zip(placeholders, real)):
+        val = node.meta.get("val")
+        if (i in static and i not in keep_as_input and type(t) in (torch.Tensor, torch.nn.Parameter)
+                and not isinstance(t, FakeTensor) and isinstance(val, torch.Tensor)
+                and tuple(val.shape) == tuple(t.shape) and val.dtype == t.dtype):
+            consts[node] = (f"_frozen_{names[i]}", t)
+        else:
+            keep.append(i)
+    _to_constants(gm, consts)
+    return keep
+
+
+def _tracing_context():
+    """AOT autograd's TracingContext of the compilation under way (None outside one)."""
+    return torch._guards.TracingContext.try_get()
+
+
+def _warn_once(message: str):
+    if message not in _logged_messages:
+        _logged_messages.add(message)
+        log.warning("%s", message)
+
+
+def _boxed(fn, keep: list[int] | None = None):
+    """AOT autograd's calling convention: one list of arguments (cleared, so the inputs can be
+    freed early); `keep` selects those the compiled graph still takes."""
+    if keep is None:
+        def call(args):
+            a = list(args)
+            args.clear()
+            return fn(a)
+    else:
+        def call(args):
+            a = [args[i] for i in keep]
+            args.clear()
+            return fn(a)
+    call._boxed_call = True
+    return call
 
 
 def _level(options) -> int | None:
@@ -142,21 +292,59 @@ def _level(options) -> int | None:
 
 def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
     """The torch.compile backend (registered as "pypto"). `options` is torch.compile's
-    options dict; its one key is "level" (0..3, default: the graph_optimization_level option)."""
-    from functorch.compile import make_boxed_func
-    from torch._decomp import core_aten_decompositions
+    options dict; its one key is "level" (0..3, default: the graph_optimization_level option).
+
+    For inference (no input requires grad, or grad mode off: AOT autograd's inference graph) the
+    weights are frozen: the parameters and buffers become initializers sharing their memory, so
+    GEMM and Conv weights are packed and BatchNorms and constants folded at compile time, as in
+    pypto.optimize. Like there, later changes to the weights are not seen: an in-place update
+    reaches the ops that read the weight's memory but not the packed copies, and a replaced
+    parameter (model.fc.weight = ...) is not seen at all; compile again (torch._dynamo.reset())
+    after changing weights. Under autograd (grad mode on and parameters that require grad) the
+    forward runs on PyPTO with the weights passed per call and the backward in PyTorch."""
     from torch._dynamo.backends.common import aot_autograd
 
     level = _level(options)
+    names = [n.name for n in gm.graph.find_nodes(op="placeholder")]
 
-    def fw_compiler(fx_gm, inputs):
-        return make_boxed_func(_compile_graph(fx_gm, inputs, level))
+    def inference_compiler(fx_gm, inputs):
+        keep = _freeze(fx_gm, example_inputs, names)
+        fn = _compile_graph(fx_gm, level)
+        if keep is None:
+            _stats["weight_inputs"] += _weight_count(example_inputs)
+        return _boxed(fn, keep)
+
+    def fw_compiler(fx_gm, inputs):  # autograd: the forward of the training graph
+        _warn_once("pypto: torch.compile runs under autograd here (grad mode on and parameters "
+                   "that require grad): the forward runs on PyPTO with the weights passed on "
+                   "every call, the backward in PyTorch. For inference, call the model under "
+                   "torch.no_grad() or torch.inference_mode(): the weights are then packed at "
+                   "compile time")
+        _stats["weight_inputs"] += _weight_count(example_inputs)
+        return _boxed(_compile_graph(fx_gm, level))
 
     def bw_compiler(fx_gm, inputs):  # training runs its backward in PyTorch for now
-        return make_boxed_func(fx_gm)
+        return _boxed(lambda args: fx_gm(*args))
 
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                        decompositions=core_aten_decompositions())(gm, example_inputs)
+                        inference_compiler=inference_compiler,
+                        decompositions=_decompositions())(gm, example_inputs)
+
+
+def _decompositions() -> dict:
+    """torch's core-ATen decompositions, minus attention's: scaled_dot_product_attention then
+    reaches the graph as what it dispatches to on the CPU (_scaled_dot_product_flash_attention_
+    for_cpu), which PyPTO converts whole, as pypto.optimize does sdpa (one Attention kernel)."""
+    from torch._decomp import core_aten_decompositions
+
+    keep = {torch.ops.aten.scaled_dot_product_attention.default,
+            torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in keep}
+
+
+def _weight_count(inputs) -> int:
+    return sum(1 for x in inputs if isinstance(x, torch.nn.Parameter) or
+               getattr(x, "_dynamo_static_input_type", None) is not None)
 
 
 def register():
@@ -168,4 +356,4 @@ def register():
 
 register()  # importing this module (pypto does when torch is loaded) makes the backend known
 
-__all__ = ["backend", "register", "stats"]
+__all__ = ["backend", "pieces", "register", "stats"]

@@ -55,3 +55,25 @@ def test_attention_flops_count_the_visible_keys():
     assert attention.flops("s512-causal") == 4 * h * (512 * 513 // 2) * d
     assert attention.flops("decode-4096") == 4 * h * 4096 * d
     assert attention.flops("gqa-decode-4096") == 4 * 32 * 4096 * 128
+
+
+def test_compile_vs_optimize_summary_takes_the_median_round_and_ratios():
+    import compile_vs_optimize as cvo
+
+    def r(engine, ms, cpu, **extra):
+        return {"case": "m", "engine": engine, "status": "ok", "median": ms / 1e3,
+                "cpu_median": cpu / 1e3, **extra}
+
+    stats = {"graphs": 1, "pypto_pieces": 1, "fallback_nodes": 0, "frozen_weights": 7,
+             "weight_inputs": 0, "fallback_ops": []}
+    results = [r("eager", 9.0, 8.0), r("optimize", 2.0, 1.0), r("optimize", 4.0, 3.0),
+               r("optimize", 3.0, 2.0), r("compile", 3.3, 2.5, dynamo=stats),
+               {"case": "m", "engine": "compile", "status": "wrong"}]
+    (row,) = cvo.summarize(results, ["m"])
+    assert row["compile"] == "wrong"  # a wrong round stands for the lot
+    (row,) = cvo.summarize(results[:-1], ["m"])
+    assert row["optimize"] == pytest.approx(3.0) and row["optimize_cpu"] == pytest.approx(2.0)
+    assert row["ratio"] == pytest.approx(1.1) and row["cpu_ratio"] == pytest.approx(1.25)
+    assert row["frozen"] == 7 and row["pieces"] == 1
+    text = "\n".join(cvo.table([row]))
+    assert "| m | 9.00 | 3.00 | 3.30 | 1.100 |" in text and "1 of 1 cases within 1.10" in text

@@ -143,3 +143,220 @@ def test_a_symbolic_graph_compiles_once_for_every_batch(dynamic, batches):
     assert graphs <= 2
     assert after["pypto_pieces"] - before["pypto_pieces"] == graphs  # not one per batch size
     assert after["pypto_runs"] - before["pypto_runs"] == len(batches)
+
+
+# ---- frozen weights (inference): parameters and buffers become initializers ----
+
+def _delta(before: dict) -> dict:
+    after = dynamo.stats()
+    return {k: after[k] - before[k] for k in after if isinstance(after[k], int)}
+
+
+def _new_pieces(before: list) -> list:
+    """The compiled graphs of the pieces compiled since `before` (a dynamo.pieces() list)."""
+    seen = {id(g) for g in before}
+    return [g for g in dynamo.pieces() if id(g) not in seen]
+
+
+def _check_gradients(model, got, want):
+    """The parameters' gradients of sum(got) (the compiled model's output) equal eager's."""
+    got.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    want.sum().backward()
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "bert", "llama"])
+def test_frozen_weights_match_eager_on_zoo_models(name):
+    import torch_models
+
+    model = torch_models.build(name)
+    fast = torch.compile(model, backend="pypto")
+    before, old = dynamo.stats(), dynamo.pieces()
+    with torch.no_grad():
+        for batch in (1, 2):
+            x = torch_models.inputs(name, batch)
+            got, want = fast(*x), model(*x)
+            torch_models.check_nontrivial(torch_models.first_tensor(want), name)
+            err = torch_models.relative_error(torch_models.first_tensor(got),
+                                              torch_models.first_tensor(want))
+            assert err <= 1e-4, f"batch {batch}: relative error {err:.2e}"
+    d = _delta(before)
+    assert d["fallback_nodes"] == 0 and d["weight_inputs"] == 0
+    assert d["pypto_pieces"] == d["graphs"] >= 1
+    # Every parameter and float buffer (a tied one counts once; the graph of an eval-mode
+    # BatchNorm does not read num_batches_tracked)
+    weights = len(list(model.parameters())) + sum(b.is_floating_point() for b in model.buffers())
+    assert d["frozen_weights"] >= 0.9 * weights * d["graphs"]
+    # The pieces take the model's inputs (and sizes), never a weight: those are initializers.
+    graphs = _new_pieces(old)
+    assert len(graphs) == d["pypto_pieces"]
+    for g in graphs:
+        assert all(not n.startswith("_frozen_") for n in g.input_names), g.input_names
+        assert len(g.input_names) <= 3, g.input_names  # input_ids / the image, symbolic sizes
+        assert any(n.startswith("_frozen_") for n in g.graph.initializer_names)
+    if name == "bert":  # attention whole: one Attention kernel per layer, as in optimize
+        ops = [op for op, _ in graphs[0].node_backends]
+        assert ops.count("Attention") == model.config.num_hidden_layers
+
+
+def test_weights_are_frozen_at_compile_time():
+    """As with pypto.optimize, the compiled module keeps the weights it was compiled with in
+    packed form; compiling again (torch._dynamo.reset()) takes the new ones."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(4, 8)
+    fast = torch.compile(model, backend="pypto")
+    with torch.no_grad():
+        first = fast(x)
+        model[0].weight.mul_(2)  # PyPTO packed the old weight: not seen
+        torch.testing.assert_close(fast(x), first)
+        assert not torch.allclose(model(x), first)
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(model, backend="pypto")(x), model(x),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_dynamic_bert_compiles_once_for_two_sequence_lengths():
+    import torch_models
+
+    model = torch_models.build("roberta")
+    fast = torch.compile(model, backend="pypto", dynamic=True)
+    before = dynamo.stats()
+    with torch.no_grad():
+        for batch, seq in ((2, 16), (3, 24), (2, 16)):
+            torch.manual_seed(seq)
+            ids = torch.randint(0, 1000, (batch, seq))
+            want = model(ids).last_hidden_state
+            err = torch_models.relative_error(fast(ids).last_hidden_state, want)
+            assert err <= 1e-4, f"batch {batch}, sequence {seq}: relative error {err:.2e}"
+    d = _delta(before)
+    assert d["graphs"] == 1 and d["pypto_pieces"] == 1  # one symbolic graph for both lengths
+    assert d["fallback_nodes"] == 0 and d["weight_inputs"] == 0 and d["frozen_weights"] > 0
+
+
+class SelfAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(16, 48)
+
+    def forward(self, x, mask):
+        q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 2, 8).permute(2, 0, 3, 1, 4)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_attention_under_autograd_keeps_its_backward_in_pytorch():
+    """In training the attention's logsumexp output feeds the backward: that node stays in
+    PyTorch, the rest runs on PyPTO, and the gradients are eager's."""
+    torch.manual_seed(0)
+    model = SelfAttention()
+    fast = torch.compile(model, backend="pypto")
+    x = torch.randn(2, 5, 16)
+    mask = torch.rand(5, 5) > 0.3
+    mask.fill_diagonal_(True)
+    before = dynamo.stats()
+    got = fast(x, mask)
+    want = model(x, mask)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    _check_gradients(model, got, want)
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in \
+        dynamo.stats()["fallback_ops"]
+    assert _delta(before)["pypto_pieces"] >= 1
+
+
+def test_attention_is_one_kernel_as_in_optimize():
+    """scaled_dot_product_attention reaches PyPTO whole (not torch's decomposition of it): one
+    Attention kernel, as pypto.optimize makes of the same module."""
+    torch.manual_seed(0)
+    model = SelfAttention().eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.rand(5, 5) > 0.3
+    mask.fill_diagonal_(True)
+    fast = torch.compile(model, backend="pypto")
+    before, old = dynamo.stats(), dynamo.pieces()
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x, mask), model(x, mask), rtol=1e-5, atol=1e-6)
+    assert _delta(before)["fallback_nodes"] == 0
+    ops = [op for g in _new_pieces(old) for op, _ in g.node_backends]
+    optimized = pypto.optimize(model, (x, mask))
+    assert ops.count("Attention") == 1
+    assert [op for op, _ in optimized.compiled.node_backends].count("Attention") == 1
+
+
+def test_a_graph_break_keeps_the_weights_frozen_in_each_piece():
+    torch.manual_seed(0)
+    model = HasUnsupported().eval()
+    fast = torch.compile(model, backend="pypto")
+    x = torch.randn(4, 8)
+    before, old = dynamo.stats(), dynamo.pieces()
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    d = _delta(before)
+    assert d["pypto_pieces"] == 2 and d["fallback_nodes"] == 1
+    # fc's weight and bias, in both pieces: each piece takes one activation, nothing else
+    assert d["frozen_weights"] == 4 and d["weight_inputs"] == 0
+    graphs = _new_pieces(old)
+    assert len(graphs) == 2
+    for g in graphs:
+        assert len(g.input_names) == 1
+
+
+def test_autograd_runs_the_forward_on_pypto_and_says_so(caplog):
+    """Grad mode with parameters that require grad: the weights stay inputs (their gradients
+    come from PyTorch's backward), with one warning that inference wants torch.no_grad()."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                                torch.nn.Linear(16, 1)).eval()
+    fast = torch.compile(model, backend="pypto")
+    x = torch.randn(4, 8)
+    before = dynamo.stats()
+    dynamo._logged_messages.clear()  # (an earlier test may have had the warning)
+    with caplog.at_level(logging.WARNING, logger="pypto"):
+        for _ in range(2):
+            got = fast(x)
+    want = model(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    _check_gradients(model, got, want)
+    d = _delta(before)
+    assert d["pypto_runs"] == 2 and d["frozen_weights"] == 0 and d["weight_inputs"] == 4
+    assert caplog.text.count("runs under autograd") == 1
+
+
+def test_train_mode_batch_norm_updates_its_running_stats_like_eager():
+    """A BatchNorm in training mode mutates its buffers: those stay inputs (not frozen) and get
+    the same updates as in eager; the conv weight is frozen."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).train()
+    twin = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).train()
+    twin.load_state_dict(model.state_dict())
+    fast = torch.compile(model, backend="pypto")
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), twin(x), rtol=1e-4, atol=1e-5)
+    bn, bn_twin = model[1], twin[1]
+    torch.testing.assert_close(bn.running_mean, bn_twin.running_mean, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(bn.running_var, bn_twin.running_var, rtol=1e-4, atol=1e-6)
+    assert int(bn.num_batches_tracked) == 1
+
+
+def test_without_a_tracing_context_the_weights_stay_inputs(monkeypatch, caplog):
+    """Where AOT autograd gives no TracingContext to tell the weights by, the graph keeps them
+    as inputs (correct, slower) and one warning says so."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    model.eval()
+    monkeypatch.setattr(dynamo, "_tracing_context", lambda: None)
+    dynamo._logged_messages.clear()
+    fast = torch.compile(model, backend="pypto")
+    before, old = dynamo.stats(), dynamo.pieces()
+    with caplog.at_level(logging.WARNING, logger="pypto"), torch.no_grad():
+        for b in (3, 3):
+            x = torch.randn(b, 8)
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    d = _delta(before)
+    assert d["frozen_weights"] == 0 and d["weight_inputs"] == 4 and d["pypto_runs"] == 2
+    assert caplog.text.count("could not tell the weights") == 1
+    (graph,) = _new_pieces(old)
+    assert len(graph.input_names) == 5  # the four weights and x

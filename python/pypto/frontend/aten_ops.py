@@ -10,6 +10,7 @@ them for multi-output ops). The set covers torch's core ATen opset as models use
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
@@ -877,6 +878,24 @@ def _baddbmm(ctx, node, bias, a, b, beta=1, alpha=1):
 @converter(aten.scaled_dot_product_attention.default)
 def _sdpa(ctx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
           enable_gqa=False):
+    return out(ctx, node, _attention(ctx, q, k, v, attn_mask, dropout_p, is_causal, scale,
+                                     enable_gqa))
+
+
+@converter(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _sdpa_flash_cpu(ctx, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None,
+                    scale=None):
+    """What scaled_dot_product_attention dispatches to on the CPU, in torch.compile's graphs
+    (AOT autograd traces below it). Its second output, the logsumexp, serves the backward only:
+    a graph that reads it (training) keeps the node in PyTorch. Heads of k and v fewer than q's
+    are grouped-query attention."""
+    if any(u.target is operator.getitem and u.args[1] != 0 for u in node.users):
+        ctx.unsupported("the logsumexp output (the backward's) is used")
+    y = _attention(ctx, q, k, v, attn_mask, dropout_p, is_causal, scale, True)
+    return [V(y, q.dtype, tuple(q.shape[:-1]) + (v.shape[-1],)), None]
+
+
+def _attention(ctx, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
     """softmax(q k^T * scale + mask) v, as torch's math path computes it; rows that the mask
     hides entirely give 0, as torch's CPU kernel does."""
     if dropout_p:
@@ -917,7 +936,7 @@ def _sdpa(ctx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *,
         row_max = ctx.op("ReduceMax", [scores, ctx.ints([-1])], {"keepdims": 1})
         any_alive = ctx.op("Not", [ctx.op("Equal", [row_max, neg_inf])])
         p = ctx.op("Where", [any_alive, p, ctx.constant(0.0, dt)])
-    return out(ctx, node, ctx.op("MatMul", [p, vv]))
+    return ctx.op("MatMul", [p, vv])
 
 
 def _repeat_heads(ctx, t: V, hq: int, hk: int, shape) -> int:

@@ -105,7 +105,7 @@ def conversion_problem(node: torch.fx.Node) -> str | None:
     converter is tried on the node alone, with its inputs typed from their FakeTensors. A
     converter may accept an op yet reject a form of it (elu with a scale, avg_pool with
     divisor_override); the torch.compile partitioner then leaves the node to PyTorch. Answers
-    are cached by target and argument signature (dtypes, shapes, constants)."""
+    are cached by target, argument signature (dtypes, shapes, constants) and the outputs read."""
     if node.op != "call_function":
         return f"FX op {node.op}"
     if not supported(node):
@@ -113,8 +113,11 @@ def conversion_problem(node: torch.fx.Node) -> str | None:
     if "val" not in node.meta:
         return "no FakeTensor metadata"
     try:
+        # Which outputs of a multi-output op are read matters too (a converter may reject an
+        # output that only a backward reads).
+        used = tuple(sorted({repr(u.args[1]) for u in node.users if u.target is operator.getitem}))
         key = (node.target, _signature(node.args), _signature(node.kwargs),
-               _signature(node.meta["val"]))
+               _signature(node.meta["val"]), used)
         hash(key)
     except TypeError:  # an unhashable constant argument: try without caching
         key = None
