@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <unordered_set>
 
@@ -200,8 +201,8 @@ std::string readers(const ::onnx::GraphProto& gp, const std::string& name) {
 }
 
 // The names a graph reads without defining them (its inputs, initializers and node outputs),
-// its nested subgraphs' included, in order of first use: what a subgraph captures from the
-// enclosing scopes.
+// its nested subgraphs' included (a node's subgraphs in attribute-name order), in order of first
+// use: what a subgraph captures from the enclosing scopes.
 std::vector<std::string> free_names(const ::onnx::GraphProto& gp) {
   std::unordered_set<std::string> defined, seen;
   std::vector<std::string> out;
@@ -212,12 +213,11 @@ std::vector<std::string> free_names(const ::onnx::GraphProto& gp) {
   };
   for (const auto& np : gp.node()) {
     for (const auto& in : np.input()) use(in);
-    for (const auto& a : np.attribute()) {
-      if (a.has_g())
-        for (const std::string& name : free_names(a.g())) use(name);
-      for (const auto& g : a.graphs())
-        for (const std::string& name : free_names(g)) use(name);
-    }
+    std::map<std::string, const ::onnx::GraphProto*> subgraphs;  // in attribute-name order
+    for (const auto& a : np.attribute())
+      if (a.has_g()) subgraphs[a.name()] = &a.g();
+    for (const auto& [key, sub] : subgraphs)
+      for (const std::string& name : free_names(*sub)) use(name);
     for (const auto& o : np.output()) defined.insert(o);
   }
   for (const auto& vi : gp.output()) use(vi.name());
@@ -323,18 +323,22 @@ struct Converter {
     std::vector<ValueId> inputs;
     for (const auto& in : np.input())
       inputs.push_back(in.empty() ? kNoValue : defined(g, in, where));
-    // Subgraphs: the outer values any of them reads (the union, in order of first use) become
-    // the node's last inputs and every subgraph's last inputs.
-    std::vector<std::string> captured;
-    std::unordered_set<std::string> seen;
+    // Subgraphs: the outer values any of them reads (the union, in order of first use, the
+    // subgraphs taken in attribute-name order as Attributes keeps them, so that an exported and
+    // re-imported node gets the same order) become the node's last inputs and every subgraph's
+    // last inputs.
+    std::map<std::string, const ::onnx::GraphProto*> by_name;
     for (const auto& a : np.attribute()) {
       if (a.type() == ::onnx::AttributeProto::GRAPHS || a.graphs_size())
         throw UnsupportedError(cat(where, " attribute '", a.name(),
                                    "': lists of subgraphs (GRAPHS) are not supported"));
-      if (a.has_g())
-        for (const std::string& n : free_names(a.g()))
-          if (seen.insert(n).second) captured.push_back(n);
+      if (a.has_g()) by_name[a.name()] = &a.g();
     }
+    std::vector<std::string> captured;
+    std::unordered_set<std::string> seen;
+    for (const auto& [key, sub] : by_name)
+      for (const std::string& n : free_names(*sub))
+        if (seen.insert(n).second) captured.push_back(n);
     std::vector<std::pair<std::string, TensorType>> captures;
     for (const std::string& n : captured) {
       const ValueId v = defined(g, n, cat(where, ": a subgraph's"));

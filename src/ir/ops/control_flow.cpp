@@ -323,7 +323,7 @@ void register_control_flow_ops(OpRegistry& r) {
   add_control_flow(r, "Loop", 0, {required_attr("body", AttrKind::kGraph)}, infer_loop,
                    "runs body up to M times while cond holds; carries values, stacks scan outputs");
   add_control_flow(
-      r, "Scan", 1,
+      r, "Scan", 0,
       {required_attr("body", AttrKind::kGraph), required_attr("num_scan_inputs", AttrKind::kInt),
        optional_attr("scan_input_directions", AttrKind::kInts),
        optional_attr("scan_output_directions", AttrKind::kInts),
