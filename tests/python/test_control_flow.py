@@ -216,3 +216,17 @@ def test_undefined_capture_is_a_value_error(tmp_path):
                  [_vi("y", F, [2])])
     with pytest.raises(ValueError, match="'nowhere' is not defined"):
         pypto.onnx.load(path)
+
+
+def test_subgraph_reading_a_later_value_is_a_value_error(tmp_path):
+    """A branch reads 'late', which the outer graph defines only after the If: a cycle."""
+    then_g = helper.make_graph([helper.make_node("Neg", ["late"], ["t"])], "then", [],
+                               [_vi("t", F, [2])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [_vi("e", F, [2])])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Relu", ["y"], ["late"])]
+    path = _save(tmp_path / "cycle.onnx", nodes, [_vi("c", B, []), _vi("x", F, [2])],
+                 [_vi("late", F, [2])])
+    with pytest.raises(ValueError, match="'late' is not defined before this node"):
+        pypto.onnx.load(path)
