@@ -230,3 +230,35 @@ def test_subgraph_reading_a_later_value_is_a_value_error(tmp_path):
                  [_vi("late", F, [2])])
     with pytest.raises(ValueError, match="'late' is not defined before this node"):
         pypto.onnx.load(path)
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_if_in_loop_in_scan_at_every_level(tmp_path, level):
+    """Scan over the rows of xs; per row, a Loop (2 trips) whose body holds an If; the If reads
+    the Scan's outer input k (captured through three scopes) and the row (captured through two)."""
+    then_g = helper.make_graph([helper.make_node("Add", ["acc_in", "row"], ["a1"])], "then", [],
+                               [_vi("a1", F, [3])])
+    else_g = helper.make_graph([helper.make_node("Mul", ["acc_in", "k"], ["a2"])], "else", [],
+                               [_vi("a2", F, [3])])
+    loop_body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["b"], to=B),
+         helper.make_node("If", ["b"], ["acc_out"], then_branch=then_g, else_branch=else_g),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "loop_body", [_vi("i", I64, []), _vi("cond_in", B, []), _vi("acc_in", F, [3])],
+        [_vi("cond_out", B, []), _vi("acc_out", F, [3])])
+    trips = numpy_helper.from_array(np.array(2, np.int64), "trips")
+    scan_body = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "", "s_in"], ["s_out"], body=loop_body),
+         helper.make_node("Relu", ["s_out"], ["y"])],
+        "scan_body", [_vi("s_in", F, [3]), _vi("row", F, [3])],
+        [_vi("s_out", F, [3]), _vi("y", F, [3])], [trips])
+    nodes = [helper.make_node("Scan", ["s0", "xs"], ["s", "ys"], body=scan_body,
+                              num_scan_inputs=1)]
+    path = _save(tmp_path / "nested.onnx", nodes,
+                 [_vi("s0", F, [3]), _vi("xs", F, [4, 3]), _vi("k", F, [3])],
+                 [_vi("s", F, [3]), _vi("ys", F, [4, 3])])
+    rng = np.random.default_rng(11)
+    feeds = {"s0": rng.standard_normal(3).astype(np.float32),
+             "xs": rng.standard_normal((4, 3)).astype(np.float32),
+             "k": rng.standard_normal(3).astype(np.float32)}
+    _check(path, feeds, level=level)
