@@ -364,8 +364,14 @@ struct Converter {
           convert_graph(*a.mutable_g(), *sub, captures);
         } catch (const InternalError&) {
           throw;
-        } catch (const Error&) {
-          rethrow_with(cat(where, " subgraph '", a.name(), "': "));
+        } catch (const Error& e) {
+          // The inner message starts with the file too: said once.
+          std::string msg = e.what();
+          if (msg.starts_with(src + ": ")) msg.erase(0, src.size() + 2);
+          msg = cat(where, " subgraph '", a.name(), "': ", msg);
+          if (dynamic_cast<const UnsupportedError*>(&e)) throw UnsupportedError(msg);
+          if (dynamic_cast<const TypeError*>(&e)) throw TypeError(msg);
+          throw ValueError(msg);
         }
         attrs.set(a.name(), GraphAttr(std::move(sub)));
         continue;
