@@ -18,6 +18,7 @@
 namespace pto {
 
 struct OpDef;
+class Graph;
 
 using ValueId = int32_t;
 inline constexpr ValueId kNoValue = -1;
@@ -42,8 +43,13 @@ struct Value {
   int32_t producer = -1;  // node index, -1 for graph inputs, initializers and constants
 };
 
+// A subgraph (the body of a control-flow node: If's branches, Loop's and Scan's body). Shared and
+// immutable: a pass that changes one builds a new graph.
+using GraphAttr = std::shared_ptr<const Graph>;
+
+// The order of the alternatives is part of the saved-model format (src/runtime/serialize.cpp).
 using Attribute = std::variant<int64_t, double, std::string, std::vector<int64_t>,
-                               std::vector<double>, std::vector<std::string>, Tensor>;
+                               std::vector<double>, std::vector<std::string>, Tensor, GraphAttr>;
 
 // Named node attributes with typed getters whose errors name the node and the attribute.
 class Attributes {
@@ -64,6 +70,7 @@ class Attributes {
   std::vector<double> get_floats(const std::string& name, std::vector<double> fallback) const;
   std::vector<std::string> get_strings(const std::string& name) const;
   const Tensor& get_tensor(const std::string& name) const;
+  const Graph& get_graph(const std::string& name) const;
   // A dtype attribute: an ONNX element-type code (Cast's `to`), or the type name Cast-1 used
   // ("FLOAT", "INT64", ...).
   DType get_dtype(const std::string& name) const;
@@ -156,6 +163,11 @@ class Graph {
 
   std::string name;
   int opset = 0;  // default-domain opset the graph was imported with (0: not from ONNX)
+  // For a subgraph (a control-flow node's attribute): how many of its inputs, the last ones, are
+  // captures: values of the enclosing graph the subgraph reads. The node lists the same values as
+  // its last inputs, in the same order, so that liveness, use counts and rewrites see those
+  // reads like any other (docs/architecture.md, "Control flow").
+  int num_captures = 0;
   // Declared ranges of symbolic dimensions ("batch" -> [1, 64]); a symbol absent here is >= 0.
   std::map<std::string, DimRange> symbol_ranges;
 

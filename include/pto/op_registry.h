@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,9 @@ struct InferContext {
   // The symbolic contents of small integer inputs (shape arithmetic; pto/shape_value.h), nullptr
   // where not known; empty when the caller does not propagate them.
   std::vector<const ShapeValue*> values;
+  // Subgraph attributes (control flow) the inference re-typed from the node's input types, by
+  // attribute name: infer_types stores them back in the node.
+  std::map<std::string, GraphAttr> subgraphs;
 
   size_t num_inputs() const { return inputs.size(); }
   bool has_input(size_t i) const {
@@ -56,7 +60,17 @@ using InferFn = std::function<void(InferContext&)>;
 
 // The kind of value an attribute holds: one per Attribute alternative, plus kDType, an ONNX element
 // type given as its code (Cast's `to`) or, as Cast-1 wrote it, its name ("FLOAT").
-enum class AttrKind : uint8_t { kInt, kFloat, kString, kInts, kFloats, kStrings, kTensor, kDType };
+enum class AttrKind : uint8_t {
+  kInt,
+  kFloat,
+  kString,
+  kInts,
+  kFloats,
+  kStrings,
+  kTensor,
+  kGraph,
+  kDType
+};
 const char* attr_kind_name(AttrKind k);  // "int", "float", "ints", "dtype", ...
 
 // Whether a node must give an attribute, and what an absent one means.
@@ -169,5 +183,6 @@ void register_loss_ops(OpRegistry& r);
 void register_image_ops(OpRegistry& r);
 void register_signal_ops(OpRegistry& r);
 void register_recurrent_ops(OpRegistry& r);
+void register_control_flow_ops(OpRegistry& r);
 
 }  // namespace pto

@@ -78,5 +78,6 @@ void register_loss_kernels(KernelRegistry& r);
 void register_image_kernels(KernelRegistry& r);
 void register_signal_kernels(KernelRegistry& r);
 void register_recurrent_kernels(KernelRegistry& r);
+void register_control_flow_kernels(KernelRegistry& r);
 
 }  // namespace pto::reference

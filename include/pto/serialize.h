@@ -20,8 +20,10 @@
 
 namespace pto {
 
-// The file layout's version: a file of another version is refused, never guessed at.
-inline constexpr uint32_t kSavedModelFormat = 1;
+// The file layout's version: a file of another version is refused, never guessed at. Version 2
+// added subgraph attributes (control flow); it reads version 1 files, which have none.
+inline constexpr uint32_t kSavedModelFormat = 2;
+inline constexpr uint32_t kOldestSavedModelFormat = 1;
 
 // What a saved model's header says.
 struct SavedModelInfo {

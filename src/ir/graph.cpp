@@ -72,6 +72,12 @@ const Tensor& Attributes::get_tensor(const std::string& name) const {
   return typed<Tensor>(get(name, "tensor"), where, name, "a tensor");
 }
 
+const Graph& Attributes::get_graph(const std::string& name) const {
+  const GraphAttr& g = typed<GraphAttr>(get(name, "graph"), where, name, "a graph");
+  if (!g) throw ValueError(cat(where, ": attribute '", name, "' is an empty graph"));
+  return *g;
+}
+
 DType Attributes::get_dtype(const std::string& name) const {
   const Attribute& a = get(name, "dtype");
   if (const auto* s = std::get_if<std::string>(&a)) {

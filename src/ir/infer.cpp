@@ -16,7 +16,7 @@ void infer_types(Graph& g) {
     if (auto sv = shape_value_of_constant(t)) values[v] = std::move(*sv);
   };
   for (const auto& [v, t] : g.initializers()) remember_constant(v, t);
-  for (const Node& n : g.nodes()) {
+  for (Node& n : g.mutable_nodes()) {
     InferContext ctx{n, {}, {}, {}, {}};
     for (ValueId v : n.inputs) {
       ctx.inputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
@@ -30,6 +30,7 @@ void infer_types(Graph& g) {
       remember_constant(n.outputs[0], n.attrs.get_tensor("value"));
     ctx.outputs.resize(n.outputs.size());
     if (n.def->infer) n.def->infer(ctx);
+    for (auto& [k, sub] : ctx.subgraphs) n.attrs.set(k, std::move(sub));
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       if (n.outputs[i] == kNoValue) continue;
       TensorType& declared = g.value(n.outputs[i]).type;

@@ -28,6 +28,8 @@ const char* attr_kind_name(AttrKind k) {
       return "strings";
     case AttrKind::kTensor:
       return "tensor";
+    case AttrKind::kGraph:
+      return "graph";
     case AttrKind::kDType:
       return "dtype";
   }
@@ -38,9 +40,9 @@ namespace {
 
 // The kind of a value, in the order of Attribute's alternatives.
 AttrKind kind_of(const Attribute& a) {
-  static constexpr AttrKind kKinds[] = {AttrKind::kInt,   AttrKind::kFloat,  AttrKind::kString,
-                                        AttrKind::kInts,  AttrKind::kFloats, AttrKind::kStrings,
-                                        AttrKind::kTensor};
+  static constexpr AttrKind kKinds[] = {AttrKind::kInt,    AttrKind::kFloat,  AttrKind::kString,
+                                        AttrKind::kInts,   AttrKind::kFloats, AttrKind::kStrings,
+                                        AttrKind::kTensor, AttrKind::kGraph};
   static_assert(std::size(kKinds) == std::variant_size_v<Attribute>);
   return kKinds[a.index()];
 }
@@ -166,6 +168,7 @@ OpRegistry& OpRegistry::global() {
     register_image_ops(*r);
     register_signal_ops(*r);
     register_recurrent_ops(*r);
+    register_control_flow_ops(*r);
     return r;
   }();
   return *registry;

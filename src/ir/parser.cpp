@@ -195,6 +195,8 @@ class LineParser {
   Attribute attribute() {
     char c = peek();
     if (c == '"') return quoted_string();
+    // A subgraph: its block follows the node line (GraphParser::node_line reads it).
+    if (accept("graph")) return GraphAttr{};
     if (accept("tensor<")) {
       TensorType t = type();
       Tensor data;
@@ -248,28 +250,37 @@ class LineParser {
 
 class GraphParser {
  public:
-  Graph parse(const std::string& text) {
-    size_t start = 0;
-    int number = 0;
+  GraphParser(const std::vector<std::string>& lines, size_t& cursor)
+      : lines_(lines), cursor_(cursor) {}
+
+  // The graph whose header is the next non-blank line; a subgraph's header starts with the name
+  // of its attribute (`label`), and it ends at its return line.
+  Graph parse(const std::string& label = "") {
     bool header = false, done = false;
-    while (start <= text.size()) {
-      size_t end = text.find('\n', start);
-      if (end == std::string::npos) end = text.size();
-      std::string line = text.substr(start, end - start);
-      start = end + 1;
-      ++number;
+    int number = 0;
+    while (cursor_ < lines_.size() && !(done && !label.empty())) {
+      const std::string& line = lines_[cursor_++];
+      number = static_cast<int>(cursor_);
       LineParser p(line, number);
       if (p.at_end() || p.accept("//")) continue;
       if (done) p.fail("text after the return line");
       if (!header) {
+        if (!label.empty()) {
+          if (!p.accept(label.c_str()) || !p.accept(":"))
+            p.fail(cat("expected the subgraph '", label, ": graph NAME (opset N)'"));
+        }
         p.expect("graph");
-        header_line(p, line, number);
+        header_line(p, number);
         header = true;
         continue;
       }
       try {
         if (p.accept("input ")) {
+          if (g_.num_captures) p.fail("an input after a capture (captures are the last inputs)");
           input_line(p);
+        } else if (p.accept("capture ")) {
+          input_line(p);
+          ++g_.num_captures;
         } else if (p.accept("const ")) {
           const_line(p);
         } else if (p.accept("return")) {
@@ -285,7 +296,10 @@ class GraphParser {
         p.fail(e.what());
       }
     }
-    if (!header) throw ValueError("parse_graph: no 'graph' line");
+    if (!header)
+      throw ValueError(
+          label.empty() ? std::string("parse_graph: no 'graph' line")
+                        : cat("parse_graph: line ", number, ": subgraph '", label, "' is missing"));
     if (!done) throw ValueError(cat("parse_graph: line ", number, ": no 'return' line"));
     if (untyped_) {
       try {
@@ -298,12 +312,12 @@ class GraphParser {
   }
 
  private:
-  void header_line(LineParser& p, const std::string& line, int number) {
+  // The header after "graph": "NAME (opset N)".
+  void header_line(LineParser& p, int number) {
+    const std::string line = p.rest();
     size_t at = line.rfind("(opset ");
-    size_t g = line.find("graph");
-    if (at == std::string::npos || at < g + 5) p.fail("expected 'graph NAME (opset N)'");
-    std::string name = line.substr(g + 5, at - g - 5);
-    while (!name.empty() && name.front() == ' ') name.erase(name.begin());
+    if (at == std::string::npos) p.fail("expected 'graph NAME (opset N)'");
+    std::string name = line.substr(0, at);
     while (!name.empty() && name.back() == ' ') name.pop_back();
     g_.name = name == "main" ? "" : name;
     const std::string tail = line.substr(at + 7);
@@ -405,6 +419,12 @@ class GraphParser {
     std::string node_name;
     if (p.accept("#")) node_name = p.rest();
     if (!p.at_end()) p.fail("unexpected text after the node");
+    // The blocks of the graph attributes follow, in attribute order.
+    std::vector<std::string> subgraphs;
+    for (const auto& [key, a] : attrs.all())
+      if (std::holds_alternative<GraphAttr>(a)) subgraphs.push_back(key);
+    for (const std::string& key : subgraphs)
+      attrs.set(key, std::make_shared<const Graph>(GraphParser(lines_, cursor_).parse(key)));
     std::vector<ValueId> outputs;
     for (auto& [name, t] : outs) {
       if (!name) {
@@ -418,6 +438,8 @@ class GraphParser {
     n.domain = domain;
   }
 
+  const std::vector<std::string>& lines_;
+  size_t& cursor_;
   Graph g_;
   bool untyped_ = false;
 };
@@ -425,7 +447,15 @@ class GraphParser {
 }  // namespace
 
 Graph parse_graph(const std::string& text) {
-  return GraphParser().parse(text);
+  std::vector<std::string> lines;
+  for (size_t start = 0; start <= text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  size_t cursor = 0;
+  return GraphParser(lines, cursor).parse();
 }
 
 }  // namespace pto

@@ -83,6 +83,8 @@ void print_attr(std::ostream& os, const Attribute& a) {
           os << "[";
           for (size_t i = 0; i < x.size(); ++i) os << (i ? ", " : "") << float_str(x[i]);
           os << "]";
+        } else if constexpr (std::is_same_v<T, GraphAttr>) {
+          os << "graph";  // print() writes the graph itself as a block after the node line
         } else if constexpr (std::is_arithmetic_v<T>) {
           os << x;
         } else {
@@ -125,25 +127,37 @@ std::string attribute_str(const Attribute& a) {
   return os.str();
 }
 
-std::string print(const Graph& g) {
-  std::ostringstream os;
+namespace {
+
+// Writes `g` with every line indented by `indent`; a subgraph's header starts with the name of the
+// attribute that holds it ("body: graph loop_body (opset 17)"), and its lines are indented two
+// more spaces than the node line that owns it.
+void print_graph(std::ostream& os, const Graph& g, const std::string& indent,
+                 const std::string& label) {
   auto ref = [&](ValueId v) {
     return v == kNoValue ? std::string("_") : ref_name(g.value(v).name);
   };
-  os << "graph " << (g.name.empty() ? "main" : g.name) << " (opset " << g.opset << ")\n";
-  for (ValueId v : g.inputs()) os << "  input  " << ref(v) << ": " << g.value(v).type.str() << "\n";
+  const std::string in = indent + "  ";
+  os << indent << label << (label.empty() ? "" : ": ") << "graph "
+     << (g.name.empty() ? "main" : g.name) << " (opset " << g.opset << ")\n";
+  const size_t first_capture = g.inputs().size() - static_cast<size_t>(g.num_captures);
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const ValueId v = g.inputs()[i];
+    os << in << (i < first_capture ? "input  " : "capture ") << ref(v) << ": "
+       << g.value(v).type.str() << "\n";
+  }
   for (ValueId v = 0; v < static_cast<ValueId>(g.values().size()); ++v) {
     const Tensor* t = g.initializer(v);
     if (!t && g.is_released(v))
-      os << "  const  " << ref(v) << ": " << g.value(v).type.str()
+      os << in << "const  " << ref(v) << ": " << g.value(v).type.str()
          << " released (a kernel holds it packed)\n";
     if (!t) continue;
-    os << "  const  " << ref(v) << ": " << t->str();
+    os << in << "const  " << ref(v) << ": " << t->str();
     if (t->numel() <= kInlineElements) os << " = " << tensor_data_str(*t);
     os << "\n";
   }
   for (const Node& n : g.nodes()) {
-    os << "  ";
+    os << in;
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       os << (i ? ", " : "") << ref(n.outputs[i]);
       if (n.outputs[i] != kNoValue) os << ": " << g.value(n.outputs[i]).type.str();
@@ -162,10 +176,20 @@ std::string print(const Graph& g) {
       os << "}";
     }
     os << "  # " << n.name << "\n";
+    for (const auto& [k, a] : n.attrs.all())
+      if (const auto* sub = std::get_if<GraphAttr>(&a); sub && *sub)
+        print_graph(os, **sub, in + "  ", k);
   }
-  os << "  return ";
+  os << in << "return ";
   for (size_t i = 0; i < g.outputs().size(); ++i) os << (i ? ", " : "") << ref(g.outputs()[i]);
   os << "\n";
+}
+
+}  // namespace
+
+std::string print(const Graph& g) {
+  std::ostringstream os;
+  print_graph(os, g, "", "");
   return os.str();
 }
 

@@ -4,6 +4,7 @@
 // passes through here before it is compiled or run.
 #include <vector>
 
+#include "ir/ops/control_flow.h"
 #include "pto/op_registry.h"
 
 namespace pto {
@@ -32,6 +33,7 @@ void verify(const Graph& g) {
       throw ValueError(cat(n.where(), ": operator is not registered"));
     const OpDef& d = *n.def;
     check_attributes(n);
+    if (!control_flow::subgraphs(n).empty()) control_flow::verify_subgraphs(n);
     auto n_in = static_cast<int>(n.inputs.size());
     auto n_out = static_cast<int>(n.outputs.size());
     if (n_in < d.min_inputs || (d.max_inputs >= 0 && n_in > d.max_inputs))

@@ -82,12 +82,61 @@ std::optional<std::vector<Tensor>> evaluate(const Graph& g, const Node& n) {
   return outs;
 }
 
+// An If whose cond is a constant becomes the branch it takes: the branch's nodes are inserted
+// before position `pos` (the If's), its captures read the If's captured inputs, its constants
+// become initializers, and each If output is an Identity of the branch output (EliminateNoOps
+// removes those). Returns the number of nodes inserted; the caller removes the If.
+size_t inline_if(Graph& g, size_t pos, bool cond) {
+  const Node n = g.nodes()[pos];
+  // The If's outputs move to the Identities below; the If itself is removed by the caller.
+  for (ValueId& o : g.mutable_nodes()[pos].outputs) {
+    if (o != kNoValue) g.value(o).producer = -1;
+    o = kNoValue;
+  }
+  const Graph& branch = n.attrs.get_graph(cond ? "then_branch" : "else_branch");
+  std::vector<ValueId> map(branch.values().size(), kNoValue);
+  for (size_t i = 0; i < branch.inputs().size(); ++i) map[branch.inputs()[i]] = n.inputs[1 + i];
+  for (const auto& [v, t] : branch.initializers())
+    map[v] = g.add_constant(cat(n.name, "/", branch.value(v).name), t);
+  auto mapped = [&](ValueId v) { return v == kNoValue ? kNoValue : map[v]; };
+  size_t at = pos;
+  for (const Node& b : branch.nodes()) {
+    std::vector<ValueId> ins, outs;
+    for (ValueId v : b.inputs) ins.push_back(mapped(v));
+    for (ValueId v : b.outputs) {
+      if (v != kNoValue)
+        map[v] = g.add_value(g.unique_name(cat(n.name, "/", branch.value(v).name)),
+                             branch.value(v).type);
+      outs.push_back(mapped(v));
+    }
+    Node& m = g.insert_node(at++, b.op, std::move(ins), std::move(outs), b.attrs,
+                            cat(n.name, "/", b.name));
+    m.domain = b.domain;
+    m.opset = b.opset;
+  }
+  for (size_t o = 0; o < n.outputs.size(); ++o)
+    if (n.outputs[o] != kNoValue)
+      g.insert_node(at++, "Identity", {mapped(branch.outputs()[o])}, {n.outputs[o]}, {},
+                    cat(n.name, "/output_", o));
+  return at - pos;
+}
+
 Graph fold_constants(Graph g, const PassContext& ctx) {
   std::vector<bool> folded(g.nodes().size(), false);
   int count = 0;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
-    if (!n.def || n.def->has(kNondeterministic) || n.outputs.empty()) continue;
+    if (folded[i] || !n.def || n.def->has(kNondeterministic) || n.outputs.empty()) continue;
+    const Tensor* cond = n.op == "If" && n.domain.empty() ? constant_of(g, n.inputs[0]) : nullptr;
+    if (cond && cond->numel() == 1 && cond->dtype() == DType::kBool) {
+      const size_t added = inline_if(g, i, cond->contiguous().data<bool>()[0]);
+      folded.insert(folded.begin() + static_cast<std::ptrdiff_t>(i), added, false);
+      folded[i + added] = true;
+      ++count;
+      ctx.note("FoldConstants/If with a constant cond");
+      --i;  // the branch's nodes, now at i.., are visited next (and folded when constant)
+      continue;
+    }
     std::optional<std::vector<Tensor>> outs;
     std::string rule = "FoldConstants/" + n.op;
     if (n.def->has(kShapeOnly) && (n.op == "Shape" || n.op == "Size") &&

@@ -30,6 +30,7 @@ KernelRegistry& KernelRegistry::global() {
     register_image_kernels(*r);
     register_signal_kernels(*r);
     register_recurrent_kernels(*r);
+    register_control_flow_kernels(*r);
     return r;
   }();
   return *registry;

@@ -78,7 +78,10 @@ void write_tensor(Writer& w, const Tensor& t) {
   }
 }
 
+std::vector<ValueId> write_graph(Writer& w, const Graph& g);
+
 // The variant's index first; the order of pto::Attribute's alternatives is part of the format.
+// A subgraph (format 2 on) is its number of captures and the graph.
 void write_attribute(Writer& w, const Attribute& a) {
   w.pod<uint8_t>(static_cast<uint8_t>(a.index()));
   std::visit(
@@ -94,6 +97,10 @@ void write_attribute(Writer& w, const Attribute& a) {
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           w.pod<uint64_t>(v.size());
           for (const std::string& s : v) w.str(s);
+        } else if constexpr (std::is_same_v<T, GraphAttr>) {
+          PTO_CHECK(v != nullptr) << "saving an empty subgraph";
+          w.pod<int32_t>(v->num_captures);
+          write_graph(w, *v);
         } else {
           write_tensor(w, v);
         }
@@ -300,6 +307,8 @@ Tensor read_tensor(Reader& r) {
   return t;
 }
 
+Graph read_graph(Reader& r);
+
 Attribute read_attribute(Reader& r) {
   switch (r.pod<uint8_t>()) {
     case 0:
@@ -319,6 +328,14 @@ Attribute read_attribute(Reader& r) {
     }
     case 6:
       return read_tensor(r);
+    case 7: {
+      const auto captures = r.pod<int32_t>();
+      Graph g = read_graph(r);
+      if (captures < 0 || static_cast<size_t>(captures) > g.inputs().size())
+        r.corrupt(cat("a subgraph with ", captures, " captures"));
+      g.num_captures = captures;
+      return std::make_shared<const Graph>(std::move(g));
+    }
     default:
       r.corrupt("an attribute of unknown kind");
   }
@@ -540,10 +557,10 @@ LoadedExecutable deserialize_executable(std::string_view bytes, const std::strin
   std::memcpy(&format, bytes.data() + 8, 4);
   std::memcpy(&size, bytes.data() + 16, 8);
   std::memcpy(&sum, bytes.data() + 24, 8);
-  if (format != kSavedModelFormat)
+  if (format < kOldestSavedModelFormat || format > kSavedModelFormat)
     throw ValueError(cat(where, ": saved model format version ", format, "; this PyPTO (",
-                         PTO_VERSION, ") reads version ", kSavedModelFormat,
-                         " only: compile the model again"));
+                         PTO_VERSION, ") reads versions ", kOldestSavedModelFormat, " to ",
+                         kSavedModelFormat, " only: compile the model again"));
   const std::string_view payload = bytes.substr(kHeaderBytes);
   if (payload.size() < size)
     throw ValueError(cat(where, ": truncated saved model (", bytes.size(), " bytes of ",

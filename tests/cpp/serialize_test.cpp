@@ -180,7 +180,14 @@ TEST(Serialize, DamagedFilesAreClearErrors) {
   std::memcpy(other.data() + 8, &v2, 4);
   const std::string e = error_of(other);
   EXPECT_NE(e.find(cat("format version ", v2)), std::string::npos) << e;
-  EXPECT_NE(e.find(cat("reads version ", kSavedModelFormat)), std::string::npos) << e;
+  EXPECT_NE(e.find(cat("reads versions ", kOldestSavedModelFormat, " to ", kSavedModelFormat)),
+            std::string::npos)
+      << e;
+  // A version 1 file (no subgraph attributes) still loads.
+  std::string v1 = bytes;
+  const uint32_t one = 1;
+  std::memcpy(v1.data() + 8, &one, 4);
+  EXPECT_EQ(error_of(v1), "(no error)");
   // A damaged payload that still has a right checksum (written by a broken tool) is caught by
   // the bounds checks and the verifier: cut the payload's last bytes and reseal it.
   const std::string short_payload = error_of(resealed(bytes.substr(0, bytes.size() - 9)));

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "ir/ops/control_flow.h"
 #include "ir/ops/op_params.h"
 #include "proto_util.h"
 #include "pto/onnx.h"
@@ -70,12 +71,17 @@ std::map<std::string, int> domain_opsets(const Graph& g) {
 
 // One unique, non-empty name per value, in value order: its own when free, else "<name>_<k>" (a
 // repeated name) or "v<id>" (an empty one), skipping names any value already holds.
-std::vector<std::string> unique_names(const Graph& g) {
+// One ONNX name per value. `fixed` names some values first (a subgraph's captures take the names
+// of the outer values they stand for).
+std::vector<std::string> unique_names(const Graph& g,
+                                      const std::unordered_map<ValueId, std::string>& fixed = {}) {
   const auto& values = g.values();
   std::vector<std::string> names(values.size());
   std::unordered_set<std::string> taken;
+  for (const auto& [v, name] : fixed) names[v] = name, taken.insert(name);
   for (size_t i = 0; i < values.size(); ++i)
-    if (!values[i].name.empty() && taken.insert(values[i].name).second) names[i] = values[i].name;
+    if (names[i].empty())
+      if (!values[i].name.empty() && taken.insert(values[i].name).second) names[i] = values[i].name;
   for (size_t i = 0; i < values.size(); ++i) {
     if (!names[i].empty()) continue;
     std::string base = values[i].name.empty() ? cat("v", i) : values[i].name;
@@ -138,6 +144,9 @@ void attribute_to_proto(const std::string& name, const Attribute& a, const std::
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           p.set_type(AP::STRINGS);
           for (const auto& s : x) p.add_strings(s);
+        } else if constexpr (std::is_same_v<T, GraphAttr>) {
+          (void)x;  // written by graph_to_proto, which knows the outer names of the captures
+          throw InternalError(cat(where, " attribute '", name, "': a subgraph outside a node"));
         } else {
           static_assert(std::is_same_v<T, Tensor>, "a new Attribute kind needs a case here");
           p.set_type(AP::TENSOR);
@@ -147,12 +156,20 @@ void attribute_to_proto(const std::string& name, const Attribute& a, const std::
       a);
 }
 
-void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp) {
-  const std::vector<std::string> names = unique_names(g);
+// `capture_names`: for a subgraph, the outer names of its captures, which are not written as
+// inputs: ONNX subgraphs read outer values by name.
+void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp,
+                    const std::vector<std::string>& capture_names = {}) {
+  const size_t first_capture = g.inputs().size() - capture_names.size();
+  std::unordered_map<ValueId, std::string> fixed;
+  for (size_t i = 0; i < capture_names.size(); ++i)
+    fixed[g.inputs()[first_capture + i]] = capture_names[i];
+  const std::vector<std::string> names = unique_names(g, fixed);
   auto name_of = [&](ValueId v) { return v == kNoValue ? std::string() : names[v]; };
   gp.set_name(g.name.empty() ? "pypto_graph" : g.name);
 
   for (ValueId v : g.inputs()) {
+    if (fixed.count(v)) continue;
     auto* vi = gp.add_input();
     vi->set_name(names[v]);
     type_to_proto(g.value(v).type, *vi);
@@ -187,7 +204,12 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp) {
                            n.attrs.get_string("precision"), "', which has no ONNX form"));
     const std::string h = reduced ? params::product_precision_name(*precision) : "";
     std::vector<std::string> inputs;
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
+    // A control-flow node's captures are not ONNX inputs: its subgraphs name them.
+    const size_t captures = static_cast<size_t>(control_flow::num_captures(n));
+    std::vector<std::string> outer;
+    for (size_t i = n.inputs.size() - captures; i < n.inputs.size(); ++i)
+      outer.push_back(name_of(n.inputs[i]));
+    for (size_t i = 0; i + captures < n.inputs.size(); ++i) {
       std::string in = name_of(n.inputs[i]);
       if (reduced && i < 2) {
         std::string half = cat(in, "_", h), rounded = cat(in, "_", h, "f");
@@ -216,9 +238,17 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp) {
     if (!is_default_domain(n.domain)) np->set_domain(n.domain);
     for (const std::string& in : inputs) np->add_input(in);
     for (ValueId v : n.outputs) np->add_output(name_of(v));
-    for (const auto& [key, a] : n.attrs.all())
-      if (!(reduced && key == "precision"))
-        attribute_to_proto(key, a, n.where(), *np->add_attribute());
+    for (const auto& [key, a] : n.attrs.all()) {
+      if (reduced && key == "precision") continue;
+      auto* ap = np->add_attribute();
+      if (const auto* sub = std::get_if<GraphAttr>(&a); sub && *sub) {
+        ap->set_name(key);
+        ap->set_type(::onnx::AttributeProto::GRAPH);
+        graph_to_proto(**sub, *ap->mutable_g(), outer);
+      } else {
+        attribute_to_proto(key, a, n.where(), *ap);
+      }
+    }
   }
   std::unordered_set<ValueId> is_output;
   for (ValueId v : g.outputs()) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <unordered_set>
 
@@ -149,11 +150,10 @@ Attribute attribute_from_proto(const ::onnx::AttributeProto& a, const std::strin
       return std::vector<int64_t>(a.ints().begin(), a.ints().end());
     case AP::STRINGS:
       return std::vector<std::string>(a.strings().begin(), a.strings().end());
-    case AP::GRAPH:
+    case AP::GRAPH:  // one with a graph is read by Converter::convert_node
+      throw ValueError(cat(w, ": a GRAPH attribute without a graph"));
     case AP::GRAPHS:
-      throw UnsupportedError(cat(w,
-                                 ": subgraphs (control flow: If, Loop, Scan) are not "
-                                 "supported yet"));
+      throw UnsupportedError(cat(w, ": lists of subgraphs (GRAPHS) are not supported"));
     default:
       throw UnsupportedError(cat(w, ": attribute type ",
                                  AP::AttributeType_IsValid(type)
@@ -200,50 +200,119 @@ std::string readers(const ::onnx::GraphProto& gp, const std::string& name) {
   return out.empty() ? out : out + ")";
 }
 
-Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::string& src) {
-  Graph g;
-  g.opset = default_opset(m, src);
-  const auto& gp = m.graph();
-  g.name = gp.name();
+// The names a graph reads without defining them (its inputs, initializers and node outputs),
+// its nested subgraphs' included (a node's subgraphs in attribute-name order), in order of first
+// use: what a subgraph captures from the enclosing scopes.
+std::vector<std::string> free_names(const ::onnx::GraphProto& gp) {
+  std::unordered_set<std::string> defined, seen;
+  std::vector<std::string> out;
+  for (const auto& vi : gp.input()) defined.insert(vi.name());
+  for (const auto& t : gp.initializer()) defined.insert(t.name());
+  auto use = [&](const std::string& name) {
+    if (!name.empty() && !defined.count(name) && seen.insert(name).second) out.push_back(name);
+  };
+  for (const auto& np : gp.node()) {
+    for (const auto& in : np.input()) use(in);
+    std::map<std::string, const ::onnx::GraphProto*> subgraphs;  // in attribute-name order
+    for (const auto& a : np.attribute())
+      if (a.has_g()) subgraphs[a.name()] = &a.g();
+    for (const auto& [key, sub] : subgraphs)
+      for (const std::string& name : free_names(*sub)) use(name);
+    for (const auto& o : np.output()) defined.insert(o);
+  }
+  for (const auto& vi : gp.output()) use(vi.name());
+  return out;
+}
 
+struct Converter {
+  const std::string& base_dir;
+  const std::string& src;
+  int opset;
   DimGuesses guesses;
-  std::unordered_set<std::string> init_names;
-  for (const auto& t : gp.initializer()) init_names.insert(t.name());
-  if (gp.sparse_initializer_size())
-    throw UnsupportedError(cat(src, ": sparse initializers are not supported"));
 
-  // Graph inputs that are not initializers are what the caller feeds.
-  for (const auto& vi : gp.input()) {
-    if (init_names.count(vi.name())) continue;
-    if (vi.name().empty()) throw ValueError(cat(src, ": a graph input has no name"));
-    if (g.find_value(vi.name()))
-      throw ValueError(cat(src, ": graph input '", vi.name(), "' is declared twice"));
-    try {
-      g.add_input(vi.name(),
-                  type_from_proto(vi.type(), src, cat("input '", vi.name(), "'"), guesses));
-    } catch (const UnsupportedError& e) {
-      throw UnsupportedError(cat(e.what(), readers(gp, vi.name())));
+  // Fills `g` from `gp`. `captures` (a subgraph's): the outer values it reads, with their types,
+  // added as its last inputs under their outer names.
+  void convert_graph(::onnx::GraphProto& gp, Graph& g,
+                     const std::vector<std::pair<std::string, TensorType>>& captures) {
+    g.opset = opset;
+    g.name = gp.name();
+    std::unordered_set<std::string> init_names;
+    for (const auto& t : gp.initializer()) init_names.insert(t.name());
+    if (gp.sparse_initializer_size())
+      throw UnsupportedError(cat(src, ": sparse initializers are not supported"));
+
+    // Graph inputs that are not initializers are what the caller feeds.
+    for (const auto& vi : gp.input()) {
+      if (init_names.count(vi.name())) continue;
+      if (vi.name().empty()) throw ValueError(cat(src, ": a graph input has no name"));
+      if (g.find_value(vi.name()))
+        throw ValueError(cat(src, ": graph input '", vi.name(), "' is declared twice"));
+      try {
+        g.add_input(vi.name(),
+                    type_from_proto(vi.type(), src, cat("input '", vi.name(), "'"), guesses));
+      } catch (const UnsupportedError& e) {
+        throw UnsupportedError(cat(e.what(), readers(gp, vi.name())));
+      }
+    }
+    for (const auto& [name, type] : captures) {
+      if (g.find_value(name))
+        throw ValueError(cat(src, ": subgraph '", gp.name(), "' reads outer value '", name,
+                             "' and also declares it"));
+      g.add_input(name, type);
+      ++g.num_captures;
+    }
+    for (auto& t : *gp.mutable_initializer()) {
+      if (t.name().empty()) throw ValueError(cat(src, ": an initializer has no name"));
+      if (g.find_value(t.name()))
+        throw ValueError(cat(src, ": initializer '", t.name(), "' is defined twice"));
+      std::string where = cat(src, ": initializer");
+      ValueId v = g.add_value(t.name());
+      try {
+        g.set_initializer(v, tensor_from_proto(t, base_dir, where));
+      } catch (const UnsupportedError& e) {
+        throw UnsupportedError(cat(e.what(), readers(gp, t.name())));
+      }
+      if (t.has_raw_data()) {
+        t.mutable_raw_data()->clear();
+        t.mutable_raw_data()->shrink_to_fit();
+      }
+    }
+
+    for (int i = 0; i < gp.node_size(); ++i) convert_node(gp, i, g);
+
+    for (const auto& vi : gp.output()) {
+      auto v = g.find_value(vi.name());
+      if (!v) throw ValueError(cat(src, ": graph output '", vi.name(), "' is never defined"));
+      TensorType declared =
+          type_from_proto(vi.type(), src, cat("output '", vi.name(), "'"), guesses);
+      Value& val = g.value(*v);
+      if (val.type.dtype == DType::kUndefined) val.type.dtype = declared.dtype;
+      if (!val.type.shape) val.type.shape = declared.shape;
+      g.add_output(*v);
+    }
+    for (const auto& vi : gp.value_info()) {
+      auto v = g.find_value(vi.name());
+      if (!v || g.initializer(*v)) continue;
+      try {
+        TensorType t =
+            type_from_proto(vi.type(), src, cat("value_info '", vi.name(), "'"), guesses);
+        Value& val = g.value(*v);
+        if (val.type.dtype == DType::kUndefined) val.type.dtype = t.dtype;
+        if (!val.type.shape) val.type.shape = t.shape;
+      } catch (const UnsupportedError&) {
+        // value_info is a hint; an unusual type there does not stop the import
+      }
     }
   }
-  for (auto& t : *m.mutable_graph()->mutable_initializer()) {
-    if (t.name().empty()) throw ValueError(cat(src, ": an initializer has no name"));
-    if (g.find_value(t.name()))
-      throw ValueError(cat(src, ": initializer '", t.name(), "' is defined twice"));
-    std::string where = cat(src, ": initializer");
-    ValueId v = g.add_value(t.name());
-    try {
-      g.set_initializer(v, tensor_from_proto(t, base_dir, where));
-    } catch (const UnsupportedError& e) {
-      throw UnsupportedError(cat(e.what(), readers(gp, t.name())));
-    }
-    if (t.has_raw_data()) {
-      t.mutable_raw_data()->clear();
-      t.mutable_raw_data()->shrink_to_fit();
-    }
+
+  ValueId defined(const Graph& g, const std::string& name, const std::string& where) {
+    auto v = g.find_value(name);
+    if (!v) throw ValueError(cat(where, ": input '", name, "' is not defined before this node"));
+    return *v;
   }
 
-  for (int i = 0; i < gp.node_size(); ++i) {
-    const auto& np = gp.node(i);
+  void convert_node(::onnx::GraphProto& gp, int i, Graph& g) {
+    auto& np = *gp.mutable_node(i);
     std::string name = np.name().empty() ? cat(np.op_type(), "_", i) : np.name();
     std::string where = cat(src, ": [", np.op_type(), "] node '", name, "'");
     const bool contrib = np.domain() == "com.microsoft" && qlinear::is_contrib_op(np.op_type());
@@ -252,14 +321,29 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
                                  unsupported_domain_hint(np.domain(), np.op_type())));
     if (np.op_type().empty()) throw ValueError(cat(where, ": node has no op_type"));
     std::vector<ValueId> inputs;
-    for (const auto& in : np.input()) {
-      if (in.empty()) {
-        inputs.push_back(kNoValue);
-        continue;
-      }
-      auto v = g.find_value(in);
-      if (!v) throw ValueError(cat(where, ": input '", in, "' is not defined before this node"));
-      inputs.push_back(*v);
+    for (const auto& in : np.input())
+      inputs.push_back(in.empty() ? kNoValue : defined(g, in, where));
+    // Subgraphs: the outer values any of them reads (the union, in order of first use, the
+    // subgraphs taken in attribute-name order as Attributes keeps them, so that an exported and
+    // re-imported node gets the same order) become the node's last inputs and every subgraph's
+    // last inputs.
+    std::map<std::string, const ::onnx::GraphProto*> by_name;
+    for (const auto& a : np.attribute()) {
+      if (a.type() == ::onnx::AttributeProto::GRAPHS || a.graphs_size())
+        throw UnsupportedError(cat(where, " attribute '", a.name(),
+                                   "': lists of subgraphs (GRAPHS) are not supported"));
+      if (a.has_g()) by_name[a.name()] = &a.g();
+    }
+    std::vector<std::string> captured;
+    std::unordered_set<std::string> seen;
+    for (const auto& [key, sub] : by_name)
+      for (const std::string& n : free_names(*sub))
+        if (seen.insert(n).second) captured.push_back(n);
+    std::vector<std::pair<std::string, TensorType>> captures;
+    for (const std::string& n : captured) {
+      const ValueId v = defined(g, n, cat(where, ": a subgraph's"));
+      inputs.push_back(v);
+      captures.emplace_back(n, g.value(v).type);
     }
     std::vector<ValueId> outputs;
     for (const auto& out : np.output()) {
@@ -271,8 +355,27 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
       outputs.push_back(g.add_value(out));
     }
     Attributes attrs;
-    for (const auto& a : np.attribute()) {
+    for (auto& a : *np.mutable_attribute()) {
       if (a.name().empty()) throw ValueError(cat(where, ": an attribute has no name"));
+      if (a.has_g() && (a.type() == ::onnx::AttributeProto::GRAPH ||
+                        a.type() == ::onnx::AttributeProto::UNDEFINED)) {
+        auto sub = std::make_shared<Graph>();
+        try {
+          convert_graph(*a.mutable_g(), *sub, captures);
+        } catch (const InternalError&) {
+          throw;
+        } catch (const Error& e) {
+          // The inner message starts with the file too: said once.
+          std::string msg = e.what();
+          if (msg.starts_with(src + ": ")) msg.erase(0, src.size() + 2);
+          msg = cat(where, " subgraph '", a.name(), "': ", msg);
+          if (dynamic_cast<const UnsupportedError*>(&e)) throw UnsupportedError(msg);
+          if (dynamic_cast<const TypeError*>(&e)) throw TypeError(msg);
+          throw ValueError(msg);
+        }
+        attrs.set(a.name(), GraphAttr(std::move(sub)));
+        continue;
+      }
       attrs.set(a.name(), attribute_from_proto(a, base_dir, where));
     }
     try {
@@ -286,29 +389,13 @@ Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::str
       throw UnsupportedError(cat(src, ": ", e.what()));
     }
   }
+};
 
-  for (const auto& vi : gp.output()) {
-    auto v = g.find_value(vi.name());
-    if (!v) throw ValueError(cat(src, ": graph output '", vi.name(), "' is never defined"));
-    TensorType declared = type_from_proto(vi.type(), src, cat("output '", vi.name(), "'"), guesses);
-    Value& val = g.value(*v);
-    if (val.type.dtype == DType::kUndefined) val.type.dtype = declared.dtype;
-    if (!val.type.shape) val.type.shape = declared.shape;
-    g.add_output(*v);
-  }
-  for (const auto& vi : gp.value_info()) {
-    auto v = g.find_value(vi.name());
-    if (!v || g.initializer(*v)) continue;
-    try {
-      TensorType t = type_from_proto(vi.type(), src, cat("value_info '", vi.name(), "'"), guesses);
-      Value& val = g.value(*v);
-      if (val.type.dtype == DType::kUndefined) val.type.dtype = t.dtype;
-      if (!val.type.shape) val.type.shape = t.shape;
-    } catch (const UnsupportedError&) {
-      // value_info is a hint; an unusual type there does not stop the import
-    }
-  }
-  guesses.report(src);
+Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::string& src) {
+  Converter c{base_dir, src, default_opset(m, src), {}};
+  Graph g;
+  c.convert_graph(*m.mutable_graph(), g, {});
+  c.guesses.report(src);
   return g;
 }
 

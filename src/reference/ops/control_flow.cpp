@@ -1,0 +1,209 @@
+// Reference kernels for control flow: If runs the branch cond chooses, Loop and Scan run their
+// body once per iteration, each with reference::run. A node's last inputs are the captures
+// (ir/ops/control_flow.h), passed on as the subgraph's last inputs.
+#include <cstring>
+#include <limits>
+
+#include "ir/ops/control_flow.h"
+#include "kernel_util.h"
+
+namespace pto::reference {
+namespace {
+
+// A single-element tensor as a truth value (a bool, or any number: nonzero is true).
+bool truth(const Tensor& t, const std::string& where, const char* what) {
+  if (t.numel() != 1)
+    throw ValueError(cat(where, ": ", what, " should have one element, got ", dims_str(t.shape())));
+  bool v = false;
+  dispatch(t.dtype(), kAllTypes, what, [&]<class T>() { v = t.data<T>()[0] != T{}; });
+  return v;
+}
+
+std::vector<Tensor> tail(const std::vector<Tensor>& v, size_t from) {
+  return std::vector<Tensor>(v.begin() + static_cast<std::ptrdiff_t>(from), v.end());
+}
+
+// Elements before and after `axis` (in bytes for `inner`).
+std::pair<int64_t, size_t> split_at(const Dims& shape, int64_t axis, size_t itemsize) {
+  int64_t outer = 1;
+  size_t inner = itemsize;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (d < axis) outer *= shape[d];
+    if (d > axis) inner *= static_cast<size_t>(shape[d]);
+  }
+  return {outer, inner};
+}
+
+// x[..., i, ...] along `axis`, as a new contiguous tensor of one rank less.
+Tensor take(const Tensor& x, int64_t axis, int64_t i) {
+  const Tensor c = x.contiguous();
+  Dims shape = c.shape();
+  const int64_t n = shape[axis];
+  shape.erase(shape.begin() + axis);
+  Tensor out = Tensor::empty(c.dtype(), shape);
+  const auto [outer, inner] = split_at(c.shape(), axis, dtype_size(c.dtype()));
+  const char* src = static_cast<const char*>(c.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(dst + o * inner, src + (o * n + i) * inner, inner);
+  return out;
+}
+
+// The parts (all of one dtype and shape) stacked along a new `axis`. With no parts, the result
+// has `fallback`'s dtype and static shape (the subgraph output's declared type).
+Tensor stack(const std::vector<Tensor>& parts, int64_t axis, const TensorType& fallback,
+             const std::string& where) {
+  if (parts.empty()) {
+    if (fallback.dtype == DType::kUndefined || !fallback.shape || !is_static(*fallback.shape))
+      throw ValueError(cat(where, ": no iteration ran, and the shape of a scan output (",
+                           fallback.str(), ") is not static"));
+    Dims shape = to_dims(*fallback.shape);
+    const auto rank = static_cast<int64_t>(shape.size()) + 1;
+    shape.insert(shape.begin() + normalize_axis(axis, rank, where), 0);
+    return Tensor::empty(fallback.dtype, shape);
+  }
+  const Dims& part = parts.front().shape();
+  for (const Tensor& p : parts)
+    if (p.shape() != part || p.dtype() != parts.front().dtype())
+      throw ValueError(cat(where, ": a scan output is ", dtype_name(p.dtype()), dims_str(p.shape()),
+                           " in one iteration and ", dtype_name(parts.front().dtype()),
+                           dims_str(part), " in another"));
+  Dims shape = part;
+  const auto n = static_cast<int64_t>(parts.size());
+  shape.insert(shape.begin() + axis, n);
+  Tensor out = Tensor::empty(parts.front().dtype(), shape);
+  const auto [outer, inner] = split_at(shape, axis, dtype_size(out.dtype()));
+  char* dst = static_cast<char*>(out.raw_data());
+  for (int64_t i = 0; i < n; ++i) {
+    const Tensor c = parts[i].contiguous();
+    const char* src = static_cast<const char*>(c.raw_data());
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(dst + (o * n + i) * inner, src + o * inner, inner);
+  }
+  return out;
+}
+
+const TensorType& output_type(const Graph& g, size_t i) {
+  return g.value(g.outputs()[i]).type;
+}
+
+std::vector<Tensor> run_if(const KernelContext& c) {
+  const bool cond = truth(c.input(0), c.where(), "cond");
+  return run(c.attrs().get_graph(cond ? "then_branch" : "else_branch"), tail(c.inputs, 1));
+}
+
+std::vector<Tensor> run_loop(const KernelContext& c) {
+  const control_flow::Arity a = control_flow::loop_arity(c.node);
+  const Graph& body = c.attrs().get_graph("body");
+  int64_t trips = std::numeric_limits<int64_t>::max();
+  if (c.has_input(0)) {
+    const Tensor m = c.input(0);
+    if (m.numel() != 1 || m.dtype() != DType::kI64)
+      throw ValueError(cat(c.where(), ": M should be one int64, got ", m.str()));
+    trips = m.data<int64_t>()[0];
+  }
+  bool cond = !c.has_input(1) || truth(c.input(1), c.where(), "cond");
+  if (!c.has_input(0) && !c.has_input(1))
+    throw UnsupportedError(cat(c.where(), ": a Loop without M and cond never ends"));
+  std::vector<Tensor> carried(c.inputs.begin() + 2,
+                              c.inputs.begin() + 2 + static_cast<std::ptrdiff_t>(a.carried));
+  const std::vector<Tensor> captures = tail(c.inputs, 2 + a.carried);
+  std::vector<std::vector<Tensor>> scans(a.scan_outputs);
+  for (int64_t i = 0; i < trips && cond; ++i) {
+    std::vector<Tensor> in{Tensor::scalar<int64_t>(i), Tensor::scalar<bool>(cond)};
+    in.insert(in.end(), carried.begin(), carried.end());
+    in.insert(in.end(), captures.begin(), captures.end());
+    std::vector<Tensor> out = run(body, in);
+    cond = truth(out[0], c.where(), "the body's cond");
+    for (size_t k = 0; k < a.carried; ++k) carried[k] = std::move(out[1 + k]);
+    for (size_t k = 0; k < a.scan_outputs; ++k)
+      scans[k].push_back(std::move(out[1 + a.carried + k]));
+  }
+  std::vector<Tensor> outs = std::move(carried);
+  for (size_t k = 0; k < a.scan_outputs; ++k)
+    outs.push_back(stack(scans[k], 0, output_type(body, 1 + a.carried + k), c.where()));
+  return outs;
+}
+
+// One scan over axis in_axes[i] of each scan input (opset 9+ semantics).
+std::vector<Tensor> scan(const KernelContext& c, const control_flow::Arity& a,
+                         std::vector<Tensor> states, const std::vector<Tensor>& scan_inputs,
+                         const std::vector<Tensor>& captures) {
+  const Graph& body = c.attrs().get_graph("body");
+  std::vector<int64_t> in_ranks, out_ranks;
+  for (const Tensor& t : scan_inputs) in_ranks.push_back(t.rank());
+  for (size_t k = 0; k < a.scan_outputs; ++k) {
+    const TensorType& t = output_type(body, a.carried + k);
+    out_ranks.push_back(t.shape ? static_cast<int64_t>(t.shape->size()) + 1 : -1);
+  }
+  const control_flow::ScanAxes axes = control_flow::scan_axes(c.node, in_ranks, out_ranks);
+  const int64_t length = scan_inputs[0].shape()[axes.in_axes[0]];
+  for (size_t i = 0; i < scan_inputs.size(); ++i)
+    if (scan_inputs[i].shape()[axes.in_axes[i]] != length)
+      throw ValueError(cat(c.where(), ": scan input ", i, " has ",
+                           scan_inputs[i].shape()[axes.in_axes[i]], " steps, scan input 0 ",
+                           length));
+  std::vector<std::vector<Tensor>> parts(a.scan_outputs, std::vector<Tensor>(length));
+  for (int64_t t = 0; t < length; ++t) {
+    std::vector<Tensor> in = states;
+    for (size_t i = 0; i < scan_inputs.size(); ++i)
+      in.push_back(take(scan_inputs[i], axes.in_axes[i], axes.in_reverse[i] ? length - 1 - t : t));
+    in.insert(in.end(), captures.begin(), captures.end());
+    std::vector<Tensor> out = run(body, in);
+    for (size_t k = 0; k < a.carried; ++k) states[k] = std::move(out[k]);
+    for (size_t k = 0; k < a.scan_outputs; ++k)
+      parts[k][axes.out_reverse[k] ? length - 1 - t : t] = std::move(out[a.carried + k]);
+  }
+  std::vector<Tensor> outs = std::move(states);
+  for (size_t k = 0; k < a.scan_outputs; ++k) {
+    // The stacking axis counts in the stacked rank; the parts have one axis less.
+    const int64_t axis = length
+                             ? normalize_axis(axes.out_axes[k], parts[k][0].rank() + 1, c.where())
+                             : axes.out_axes[k];
+    outs.push_back(stack(parts[k], axis, output_type(body, a.carried + k), c.where()));
+  }
+  return outs;
+}
+
+std::vector<Tensor> run_scan(const KernelContext& c) {
+  const control_flow::Arity a = control_flow::scan_arity(c.node);
+  const bool v8 = c.node.opset != 0 && c.node.opset < 9;
+  const size_t first = v8 ? 1 : 0;
+  std::vector<Tensor> states(c.inputs.begin() + static_cast<std::ptrdiff_t>(first),
+                             c.inputs.begin() + static_cast<std::ptrdiff_t>(first + a.carried));
+  std::vector<Tensor> scan_inputs(
+      c.inputs.begin() + static_cast<std::ptrdiff_t>(first + a.carried),
+      c.inputs.begin() + static_cast<std::ptrdiff_t>(first + a.carried + a.scan_inputs));
+  const std::vector<Tensor> captures = tail(c.inputs, first + a.carried + a.scan_inputs);
+  if (!v8) return scan(c, a, std::move(states), scan_inputs, captures);
+  // Opset 8: axis 0 is a batch; each batch entry scans along its axis 0 (the input's axis 1).
+  const int64_t batch = scan_inputs[0].shape()[0];
+  if (c.has_input(0)) {
+    const Tensor lens = c.input(0);
+    for (int64_t b = 0; b < lens.numel(); ++b)
+      if (lens.dtype() != DType::kI32 || lens.data<int32_t>()[b] != scan_inputs[0].shape()[1])
+        throw UnsupportedError(cat(c.where(), ": sequence_lens shorter than the scan inputs"));
+  }
+  std::vector<std::vector<Tensor>> per_output(c.num_outputs);
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<Tensor> s, x;
+    for (const Tensor& t : states) s.push_back(take(t, 0, b));
+    for (const Tensor& t : scan_inputs) x.push_back(take(t, 0, b));
+    std::vector<Tensor> out = scan(c, a, std::move(s), x, captures);
+    for (size_t o = 0; o < out.size(); ++o) per_output[o].push_back(std::move(out[o]));
+  }
+  std::vector<Tensor> outs;
+  for (size_t o = 0; o < per_output.size(); ++o)
+    outs.push_back(stack(per_output[o], 0, TensorType{}, c.where()));
+  return outs;
+}
+
+}  // namespace
+
+void register_control_flow_kernels(KernelRegistry& r) {
+  r.add("If", run_if);
+  r.add("Loop", run_loop);
+  r.add("Scan", run_scan);
+}
+
+}  // namespace pto::reference

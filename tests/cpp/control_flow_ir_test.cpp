@@ -1,0 +1,179 @@
+// Control flow in the Tensor Graph: If / Loop / Scan nodes with subgraph attributes and explicit
+// captures. The text form round-trips, the verifier checks subgraphs against their node, type
+// inference types the subgraphs, saved models keep them, and compiled graphs (every level, and
+// reloaded from a saved model) compute what the reference interpreter computes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "pto/executable.h"
+#include "pto/reference.h"
+#include "pto/serialize.h"
+#include "random_tensor.h"
+
+namespace pto {
+namespace {
+
+using testing::random_tensor;
+
+// acc, scans = Loop(m) { even = i % 2 == 0; acc = If(even) acc + x else acc - x; scan = -acc }:
+// the If captures the body's input acc and the body's capture x.
+const char* kLoopIf = R"(graph main (opset 17)
+  input  %m: i64[]
+  input  %a0: f32[3]
+  input  %x: f32[3]
+  %a: f32[3], %s: f32[?, 3] = Loop(%m, _, %a0, %x) {body=graph}  # loop
+    body: graph body (opset 17)
+      input  %i: i64[]
+      input  %c: bool[]
+      input  %acc: f32[3]
+      capture %x_in: f32[3]
+      const  %two: i64[] = [2]
+      const  %zero: i64[] = [0]
+      %r: i64[] = Mod(%i, %two)  # mod
+      %even: bool[] = Equal(%r, %zero)  # eq
+      %acc_out: f32[3] = If(%even, %acc, %x_in) {else_branch=graph, then_branch=graph}  # if
+        else_branch: graph else (opset 17)
+          capture %acc_e: f32[3]
+          capture %x_e: f32[3]
+          %e: f32[3] = Sub(%acc_e, %x_e)  # sub
+          return %e
+        then_branch: graph then (opset 17)
+          capture %acc_t: f32[3]
+          capture %x_t: f32[3]
+          %t: f32[3] = Add(%acc_t, %x_t)  # add
+          return %t
+      %scan: f32[3] = Neg(%acc_out)  # neg
+      return %c, %acc_out, %scan
+  return %a, %s
+)";
+
+std::vector<Tensor> loop_inputs(int64_t trips) {
+  return {Tensor::scalar<int64_t>(trips), random_tensor({3}, 1), random_tensor({3}, 2)};
+}
+
+void expect_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].shape(), want[i].shape()) << i;
+    const Tensor a = got[i].contiguous(), b = want[i].contiguous();
+    for (int64_t k = 0; k < a.numel(); ++k)
+      EXPECT_NEAR(a.data<float>()[k], b.data<float>()[k], 1e-5) << i << " " << k;
+  }
+}
+
+TEST(ControlFlowIr, TextRoundTrips) {
+  Graph g = parse_graph(kLoopIf);
+  EXPECT_EQ(print(g), kLoopIf);
+  verify(g);
+  const Graph& body = g.nodes()[0].attrs.get_graph("body");
+  EXPECT_EQ(body.num_captures, 1);
+  EXPECT_EQ(body.nodes()[2].attrs.get_graph("then_branch").num_captures, 2);
+  EXPECT_TRUE(structurally_equal(g, parse_graph(print(g))));
+  // A different branch is a different graph.
+  std::string other = kLoopIf;
+  other.replace(other.find("Add(%acc_t"), 3, "Mul");
+  std::string why;
+  EXPECT_FALSE(structurally_equal(g, parse_graph(other), &why));
+  EXPECT_NE(why.find("attributes"), std::string::npos) << why;
+}
+
+TEST(ControlFlowIr, InferenceTypesTheSubgraphs) {
+  // The loop's outputs and two subgraph node outputs without types: inferred from the inputs.
+  std::string untyped = kLoopIf;
+  for (auto [from, to] :
+       {std::pair{"%a: f32[3], %s: f32[?, 3] =", "%a, %s ="}, std::pair{"%e: f32[3] =", "%e ="},
+        std::pair{"%scan: f32[3] =", "%scan ="}})
+    untyped.replace(untyped.find(from), std::strlen(from), to);
+  Graph g = parse_graph(untyped);
+  EXPECT_EQ(print(g), kLoopIf);
+  // A constant trip count gives the scan output its length.
+  Graph c = parse_graph(kLoopIf);
+  c.set_initializer(c.inputs()[0], Tensor::scalar<int64_t>(4));
+  infer_types(c);
+  EXPECT_EQ(c.value(c.outputs()[1]).type.str(), "f32[4, 3]");
+}
+
+TEST(ControlFlowIr, VerifierChecksSubgraphsAgainstTheNode) {
+  auto error = [](const std::string& text) {
+    try {
+      verify(parse_graph(text));
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error(kLoopIf), "(no error)");
+  // The If passes one capture fewer than its branches read.
+  std::string fewer = kLoopIf;
+  fewer.replace(fewer.find("If(%even, %acc, %x_in)"), 22, "If(%even, %acc)");
+  EXPECT_NE(error(fewer).find("[If] node 'if'"), std::string::npos) << error(fewer);
+  // A body node reads a value its body does not define.
+  std::string undefined = kLoopIf;
+  undefined.replace(undefined.find("Neg(%acc_out)"), 13, "Neg(%a0)");
+  EXPECT_NE(error(undefined).find("not defined"), std::string::npos) << error(undefined);
+  // A Loop body with a missing output.
+  std::string outputs = kLoopIf;
+  outputs.replace(outputs.find("return %c, %acc_out, %scan"), 26, "return %c, %acc_out");
+  EXPECT_NE(error(outputs).find("the body has 2 outputs"), std::string::npos) << error(outputs);
+}
+
+TEST(ControlFlowIr, ReferenceRunsLoopAndIf) {
+  const Graph g = parse_graph(kLoopIf);
+  for (int64_t trips : {0, 1, 4}) {
+    const std::vector<Tensor> in = loop_inputs(trips);
+    const std::vector<Tensor> out = reference::run(g, in);
+    ASSERT_EQ(out[1].shape(), (Dims{trips, 3}));
+    // acc + x, - x, + x, - x, ...: alternately a0 + x and a0.
+    for (int64_t k = 0; k < 3; ++k) {
+      const float a0 = in[1].data<float>()[k], x = in[2].data<float>()[k];
+      EXPECT_FLOAT_EQ(out[0].data<float>()[k], trips % 2 ? a0 + x : a0);
+      if (trips) {
+        EXPECT_FLOAT_EQ(out[1].data<float>()[k], -(a0 + x));
+      }
+    }
+  }
+}
+
+TEST(ControlFlowIr, CompiledAndSavedModelsMatchTheReference) {
+  for (int level : {0, 1, 2, 3}) {
+    SCOPED_TRACE(cat("level ", level));
+    Executable exe = compile(parse_graph(kLoopIf), {.level = level});
+    const std::string bytes = serialize_executable(exe, "");
+    LoadedExecutable m = deserialize_executable(bytes, "m.pto");
+    EXPECT_EQ(print(m.exe.graph()), print(exe.graph()));
+    for (int64_t trips : {0, 3}) {
+      const std::vector<Tensor> in = loop_inputs(trips);
+      const std::vector<Tensor> want = reference::run(parse_graph(kLoopIf), in);
+      expect_same(exe.run(in), want);
+      expect_same(m.exe.run(in), want);
+    }
+  }
+}
+
+// If with a constant cond is inlined by FoldConstants: no If is left, and the result is the
+// branch's.
+TEST(ControlFlowIr, FoldConstantsInlinesAnIfWithAConstantCond) {
+  const std::string text = R"(graph main (opset 17)
+  input  %x: f32[2]
+  const  %c: bool[] = [false]
+  %y: f32[2] = If(%c, %x) {else_branch=graph, then_branch=graph}  # if
+    else_branch: graph else (opset 17)
+      capture %xe: f32[2]
+      const  %k: f32[2] = [3, 4]
+      %e: f32[2] = Mul(%xe, %k)  # mul
+      return %e
+    then_branch: graph then (opset 17)
+      capture %xt: f32[2]
+      return %xt
+  return %y
+)";
+  EXPECT_EQ(print(parse_graph(text)), text);
+  Executable exe = compile(parse_graph(text), {.level = 1});
+  for (const Node& n : exe.graph().nodes()) EXPECT_NE(n.op, "If");
+  const std::vector<Tensor> in{random_tensor({2}, 5)};
+  expect_same(exe.run(in), reference::run(parse_graph(text), in));
+}
+
+}  // namespace
+}  // namespace pto

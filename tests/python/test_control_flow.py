@@ -1,0 +1,264 @@
+"""ONNX control flow (If, Loop, Scan) built with onnx.helper, run by PyPTO and compared with
+onnxruntime: captures of outer values, an If inside a Loop, scan outputs and zero iterations, a
+Loop with only a condition, Scan along several axes in both directions, a silero-style If on a
+shape-derived condition (folded away when the shape is static), and the ONNX export round trip."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import pypto
+
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def _save(path, nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "cf", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _check(path, feeds, rtol=1e-5, atol=1e-6, level=None):
+    """Runs `path` in PyPTO and onnxruntime on `feeds`; returns the loaded PyPTO model."""
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    model = pypto.onnx.load(path, level)
+    got = model(**feeds)
+    if not isinstance(got, (list, tuple)):
+        got = [got]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g = np.asarray(g)
+        assert g.shape == w.shape, (g.shape, w.shape)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return model
+
+
+def _vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _if_model(path):
+    """y = If(sum(x) > 0) then x + w (w an outer initializer) else x * x - x (x captured twice)."""
+    w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["t"])], "then", [],
+                               [_vi("t", F, [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["xx"]),
+                                helper.make_node("Sub", ["xx", "x"], ["e"])], "else", [],
+                               [_vi("e", F, [2, 3])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    zero = numpy_helper.from_array(np.zeros((), np.float32), "zero")
+    return _save(path, nodes, [_vi("x", F, [2, 3])], [_vi("y", F, [2, 3])], [w, zero])
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_if_with_captures(tmp_path, sign):
+    x = (sign * (np.abs(np.random.default_rng(0).standard_normal((2, 3))) + 0.1)).astype(np.float32)
+    model = _check(_if_model(tmp_path / "if.onnx"), {"x": x})
+    assert "If" in model.graph.ops
+
+
+def _loop_if_model(path):
+    """acc = Loop(M) { If(i % 2 == 0) acc + x else acc - 2 x }; the If reads x from two scopes
+    out, so x is a capture of the If and of the Loop; scan output: acc * i."""
+    two = numpy_helper.from_array(np.array(2, np.int64), "two")
+    zero = numpy_helper.from_array(np.array(0, np.int64), "zero_i")
+    then_g = helper.make_graph([helper.make_node("Add", ["acc_in", "x"], ["a1"])], "then", [],
+                               [_vi("a1", F, [3])])
+    else_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["x2"]),
+                                helper.make_node("Sub", ["acc_in", "x2"], ["a2"])], "else", [],
+                               [_vi("a2", F, [3])])
+    body = helper.make_graph(
+        [helper.make_node("Mod", ["i", "two"], ["r"]),
+         helper.make_node("Equal", ["r", "zero_i"], ["even"]),
+         helper.make_node("If", ["even"], ["acc_out"], then_branch=then_g, else_branch=else_g),
+         helper.make_node("Cast", ["i"], ["fi"], to=F),
+         helper.make_node("Mul", ["acc_out", "fi"], ["scan"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [_vi("i", I64, []), _vi("cond_in", B, []), _vi("acc_in", F, [3])],
+        [_vi("cond_out", B, []), _vi("acc_out", F, [3]), _vi("scan", F, [3])], [two, zero])
+    nodes = [helper.make_node("Loop", ["m", "", "acc0"], ["acc", "scans"], body=body)]
+    return _save(path, nodes, [_vi("m", I64, []), _vi("acc0", F, [3]), _vi("x", F, [3])],
+                 [_vi("acc", F, [3]), _vi("scans", F, [None, 3])])
+
+
+@pytest.mark.parametrize("trips", [0, 1, 5])
+def test_if_inside_loop_with_scan_outputs(tmp_path, trips):
+    rng = np.random.default_rng(trips)
+    feeds = {"m": np.array(trips, np.int64), "acc0": rng.standard_normal(3).astype(np.float32),
+             "x": rng.standard_normal(3).astype(np.float32)}
+    _check(_loop_if_model(tmp_path / "loop_if.onnx"), feeds)
+
+
+def test_loop_with_only_cond(tmp_path):
+    """while acc < limit: acc = acc * 2 + 1 (no M; the body computes cond); acc grows in a
+    carried [1] tensor, and a carried counter counts the iterations."""
+    one_f = numpy_helper.from_array(np.ones((1,), np.float32), "one_f")
+    two_f = numpy_helper.from_array(np.full((1,), 2, np.float32), "two_f")
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["a_in", "two_f"], ["a2"]),
+         helper.make_node("Add", ["a2", "one_f"], ["a_out"]),
+         helper.make_node("Less", ["a_out", "limit"], ["c1"]),
+         helper.make_node("Squeeze", ["c1"], ["cond_out"]),
+         helper.make_node("Add", ["n_in", "i"], ["n_out"])],
+        "body", [_vi("i", I64, []), _vi("cond_in", B, []), _vi("a_in", F, [1]),
+                 _vi("n_in", I64, [])],
+        [_vi("cond_out", B, []), _vi("a_out", F, [1]), _vi("n_out", I64, [])], [one_f, two_f])
+    nodes = [helper.make_node("Loop", ["", "c0", "a0", "n0"], ["a", "n"], body=body)]
+    path = _save(tmp_path / "while.onnx", nodes,
+                 [_vi("c0", B, []), _vi("a0", F, [1]), _vi("n0", I64, []), _vi("limit", F, [1])],
+                 [_vi("a", F, [1]), _vi("n", I64, [])])
+    for c0 in (True, False):
+        _check(path, {"c0": np.array(c0), "a0": np.array([0.5], np.float32),
+                      "n0": np.array(0, np.int64), "limit": np.array([100.0], np.float32)})
+
+
+def test_loop_growing_carried_value(tmp_path):
+    """A carried value that grows each iteration (Concat): its type is generalized."""
+    body = helper.make_graph(
+        [helper.make_node("Concat", ["s_in", "v"], ["s_out"], axis=0),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [_vi("i", I64, []), _vi("cond_in", B, []), _vi("s_in", F, [None])],
+        [_vi("cond_out", B, []), _vi("s_out", F, [None])])
+    nodes = [helper.make_node("Loop", ["m", "", "s0"], ["s"], body=body)]
+    path = _save(tmp_path / "grow.onnx", nodes,
+                 [_vi("m", I64, []), _vi("s0", F, [1]), _vi("v", F, [2])], [_vi("s", F, [None])])
+    _check(path, {"m": np.array(3, np.int64), "s0": np.ones(1, np.float32),
+                  "v": np.array([2.0, 3.0], np.float32)})
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_axes_and_directions(tmp_path, reverse):
+    """Two scan inputs sliced along axes 0 and 1 (the second reversed when `reverse`), a running
+    sum state, and two scan outputs stacked along axes 1 and 0 (the first reversed)."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["ab"]),
+         helper.make_node("Add", ["s_in", "ab"], ["s_out"]),
+         helper.make_node("Mul", ["s_out", "k"], ["y1"]),
+         helper.make_node("Neg", ["ab"], ["y2"])],
+        "body", [_vi("s_in", F, [4]), _vi("a", F, [4]), _vi("b", F, [4])],
+        [_vi("s_out", F, [4]), _vi("y1", F, [4]), _vi("y2", F, [4])])
+    d = 1 if reverse else 0
+    nodes = [helper.make_node("Scan", ["s0", "xa", "xb"], ["s", "ys1", "ys2"], body=body,
+                              num_scan_inputs=2, scan_input_axes=[0, 1],
+                              scan_input_directions=[0, d], scan_output_axes=[1, 0],
+                              scan_output_directions=[1, 0])]
+    path = _save(tmp_path / "scan.onnx", nodes,
+                 [_vi("s0", F, [4]), _vi("xa", F, [5, 4]), _vi("xb", F, [4, 5]), _vi("k", F, [4])],
+                 [_vi("s", F, [4]), _vi("ys1", F, [4, 5]), _vi("ys2", F, [5, 4])])
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.standard_normal(s).astype(np.float32)
+             for n, s in (("s0", (4,)), ("xa", (5, 4)), ("xb", (4, 5)), ("k", (4,)))}
+    _check(path, feeds)
+
+
+def _silero_like(path, n):
+    """silero VAD's pattern: If(Shape(x)[1] == 16000) picks one of two sub-networks."""
+    idx = numpy_helper.from_array(np.array(1, np.int64), "idx")
+    sr = numpy_helper.from_array(np.array(16000, np.int64), "sr")
+    w16 = numpy_helper.from_array(np.full((1,), 0.5, np.float32), "w16")
+    w8 = numpy_helper.from_array(np.full((1,), 2.0, np.float32), "w8")
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "w16"], ["t0"]),
+                                helper.make_node("ReduceMean", ["t0"], ["t"], keepdims=0)],
+                               "sr16k", [], [_vi("t", F, None)])
+    else_g = helper.make_graph([helper.make_node("Mul", ["x", "w8"], ["e0"]),
+                                helper.make_node("ReduceMax", ["e0"], ["e"], keepdims=0)],
+                               "sr8k", [], [_vi("e", F, None)])
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "idx"], ["len"], axis=0),
+             helper.make_node("Equal", ["len", "sr"], ["is16k"]),
+             helper.make_node("If", ["is16k"], ["y"], then_branch=then_g, else_branch=else_g)]
+    return _save(path, nodes, [_vi("x", F, [1, n])], [_vi("y", F, [])], [idx, sr, w16, w8])
+
+
+@pytest.mark.parametrize("n", [16000, 8000])
+def test_silero_style_if_folds_with_a_static_shape(tmp_path, n):
+    x = np.random.default_rng(n).standard_normal((1, n)).astype(np.float32)
+    model = _check(_silero_like(tmp_path / "vad.onnx", n), {"x": x}, rtol=1e-4)
+    assert "If" not in model.graph.ops, model.graph.ops  # the constant cond inlined the branch
+
+
+def test_silero_style_if_with_a_dynamic_shape(tmp_path):
+    path = _silero_like(tmp_path / "vad_dyn.onnx", "n")
+    for n in (16000, 512):
+        x = np.random.default_rng(n).standard_normal((1, n)).astype(np.float32)
+        model = _check(path, {"x": x}, rtol=1e-4)
+    assert "If" in model.graph.ops
+
+
+def test_export_round_trip(tmp_path):
+    """Export writes subgraphs that read outer names directly; onnxruntime runs the file."""
+    src = _loop_if_model(tmp_path / "loop_if.onnx")
+    model = pypto.onnx.load(src, 0)
+    out = tmp_path / "exported.onnx"
+    pypto.onnx.export(model, None, out)
+    rng = np.random.default_rng(7)
+    feeds = {"m": np.array(4, np.int64), "acc0": rng.standard_normal(3).astype(np.float32),
+             "x": rng.standard_normal(3).astype(np.float32)}
+    want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    again = pypto.onnx.load(out, 0)
+    assert str(again.graph) == str(model.graph)
+
+
+def test_undefined_capture_is_a_value_error(tmp_path):
+    then_g = helper.make_graph([helper.make_node("Neg", ["nowhere"], ["t"])], "then", [],
+                               [_vi("t", F, [2])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [_vi("e", F, [2])])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    path = _save(tmp_path / "bad.onnx", nodes, [_vi("c", B, []), _vi("x", F, [2])],
+                 [_vi("y", F, [2])])
+    with pytest.raises(ValueError, match="'nowhere' is not defined"):
+        pypto.onnx.load(path)
+
+
+def test_subgraph_reading_a_later_value_is_a_value_error(tmp_path):
+    """A branch reads 'late', which the outer graph defines only after the If: a cycle."""
+    then_g = helper.make_graph([helper.make_node("Neg", ["late"], ["t"])], "then", [],
+                               [_vi("t", F, [2])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [_vi("e", F, [2])])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Relu", ["y"], ["late"])]
+    path = _save(tmp_path / "cycle.onnx", nodes, [_vi("c", B, []), _vi("x", F, [2])],
+                 [_vi("late", F, [2])])
+    with pytest.raises(ValueError, match="'late' is not defined before this node"):
+        pypto.onnx.load(path)
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_if_in_loop_in_scan_at_every_level(tmp_path, level):
+    """Scan over the rows of xs; per row, a Loop (2 trips) whose body holds an If; the If reads
+    the Scan's outer input k (captured through three scopes) and the row (captured through two)."""
+    then_g = helper.make_graph([helper.make_node("Add", ["acc_in", "row"], ["a1"])], "then", [],
+                               [_vi("a1", F, [3])])
+    else_g = helper.make_graph([helper.make_node("Mul", ["acc_in", "k"], ["a2"])], "else", [],
+                               [_vi("a2", F, [3])])
+    loop_body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["b"], to=B),
+         helper.make_node("If", ["b"], ["acc_out"], then_branch=then_g, else_branch=else_g),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "loop_body", [_vi("i", I64, []), _vi("cond_in", B, []), _vi("acc_in", F, [3])],
+        [_vi("cond_out", B, []), _vi("acc_out", F, [3])])
+    trips = numpy_helper.from_array(np.array(2, np.int64), "trips")
+    scan_body = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "", "s_in"], ["s_out"], body=loop_body),
+         helper.make_node("Relu", ["s_out"], ["y"])],
+        "scan_body", [_vi("s_in", F, [3]), _vi("row", F, [3])],
+        [_vi("s_out", F, [3]), _vi("y", F, [3])], [trips])
+    nodes = [helper.make_node("Scan", ["s0", "xs"], ["s", "ys"], body=scan_body,
+                              num_scan_inputs=1)]
+    path = _save(tmp_path / "nested.onnx", nodes,
+                 [_vi("s0", F, [3]), _vi("xs", F, [4, 3]), _vi("k", F, [3])],
+                 [_vi("s", F, [3]), _vi("ys", F, [4, 3])])
+    rng = np.random.default_rng(11)
+    feeds = {"s0": rng.standard_normal(3).astype(np.float32),
+             "xs": rng.standard_normal((4, 3)).astype(np.float32),
+             "k": rng.standard_normal(3).astype(np.float32)}
+    _check(path, feeds, level=level)
