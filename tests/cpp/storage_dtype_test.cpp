@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pto/graph.h"
+#include "pto/reference.h"
 #include "pto/tensor.h"
 #include "reference/ops/cast.h"
 
@@ -266,6 +267,43 @@ TEST(StorageDType, InlineConstantsPrintAndParse) {
   Graph back = parse_graph(text);
   EXPECT_EQ(print(back), text);
   EXPECT_THROW(parse_graph("graph main (opset 21)\n  %w: i4[1] = [8]\n  return %w\n"), ValueError);
+}
+
+// BitCast keeps the bits: a sub-byte value is masked to its width and sign-extended for a signed
+// target (i4 -1 is 0xF, u4 15 and back); widths must agree; a bool takes only 0 or 1.
+TEST(StorageDType, BitCastKeepsTheBits) {
+  auto bit_cast = [](const Tensor& x, DType to) {
+    Graph g;
+    ValueId in = g.add_input("x", {x.dtype(), Shape{x.shape()[0]}});
+    ValueId out = g.add_value("y");
+    Attributes a;
+    a.set("to", int64_t{onnx_code(to)});
+    g.add_node("BitCast", {in}, {out}, a, "b");
+    g.add_output(out);
+    return reference::run(g, {x})[0];
+  };
+  Tensor i4 = Tensor::empty(DType::kI4, {4});
+  const int8_t signed_values[4] = {-1, -8, 7, 0};
+  std::memcpy(i4.raw_data(), signed_values, 4);
+  Tensor u4 = bit_cast(i4, DType::kU4);
+  ASSERT_EQ(u4.dtype(), DType::kU4);
+  const uint8_t want_u4[4] = {15, 8, 7, 0};
+  EXPECT_EQ(std::memcmp(u4.raw_data(), want_u4, 4), 0);
+  Tensor back = bit_cast(u4, DType::kI4);
+  EXPECT_EQ(std::memcmp(back.raw_data(), signed_values, 4), 0);
+
+  Tensor f = Tensor::empty(DType::kF32, {2});
+  f.data<float>()[0] = 1.0f;
+  f.data<float>()[1] = -2.0f;
+  Tensor i = bit_cast(f, DType::kI32);
+  EXPECT_EQ(i.data<int32_t>()[0], 0x3F800000);
+  EXPECT_EQ(static_cast<uint32_t>(i.data<int32_t>()[1]), 0xC0000000u);
+
+  EXPECT_THROW(bit_cast(f, DType::kI64), ValueError);
+  Tensor u8 = Tensor::empty(DType::kU8, {2});
+  u8.data<uint8_t>()[0] = 1;
+  u8.data<uint8_t>()[1] = 2;
+  EXPECT_THROW(bit_cast(u8, DType::kBool), ValueError);
 }
 
 }  // namespace

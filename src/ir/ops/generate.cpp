@@ -1,4 +1,4 @@
-// Op definitions for Cast, CastLike, Constant, ConstantOfShape, Range, EyeLike and Trilu.
+// Op definitions for Cast, CastLike, BitCast, Constant, ConstantOfShape, Range, EyeLike and Trilu.
 #include <cmath>
 #include <limits>
 #include <variant>
@@ -116,6 +116,20 @@ void register_generate_ops(OpRegistry& r) {
          .attrs = cast_attrs(),
          .infer = [](InferContext& c) {
            infer::set(c, 0, c.has_input(1) ? c.inputs[1].dtype : DType::kUndefined, shape_of(c, 0));
+         }});
+  r.add({.name = "BitCast",
+         .min_inputs = 1,
+         .max_inputs = 1,
+         .properties = 0,
+         .attrs = {required_attr("to", AttrKind::kDType)},
+         .infer = [](InferContext& c) {
+           DType to = cast_target(c);
+           if (c.has_input(0) && c.inputs[0].dtype != DType::kUndefined &&
+               packed_bits(c.inputs[0].dtype) != packed_bits(to))
+             throw ValueError(cat(c.where(), ": BitCast from ", dtype_name(c.inputs[0].dtype), " (",
+                                  packed_bits(c.inputs[0].dtype), " bits) to ", dtype_name(to),
+                                  " (", packed_bits(to), " bits): the widths must be equal"));
+           infer::set(c, 0, to, shape_of(c, 0));
          }});
   r.add({.name = "Constant",
          .min_inputs = 0,
