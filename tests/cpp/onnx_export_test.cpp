@@ -80,7 +80,10 @@ Tensor random_tensor(DType dt, Dims shape, std::mt19937& rng) {
   auto* p = static_cast<unsigned char*>(t.raw_data());
   for (size_t i = 0; i < t.nbytes(); ++i) {
     auto byte = static_cast<uint8_t>(dt == DType::kBool ? rng() & 1 : rng());
-    unpack_elements(dt, &byte, 1, p + i);  // the low bits as an element of a sub-byte dtype
+    if (packed_bits(dt) < 8)
+      unpack_elements(dt, &byte, 1, p + i);  // the low bits as an element of a sub-byte dtype
+    else
+      p[i] = byte;
   }
   return t;
 }
