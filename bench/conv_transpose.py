@@ -3,6 +3,7 @@ alone: PyPTO against torch eager and ONNX Runtime in the same process, interleav
 layer's GFLOP/s.
 
     python bench/conv_transpose.py                 # 1 thread; --threads 2; --quick; --no-ort
+    python bench/conv_transpose.py --cpu-time      # process CPU time instead of wall time
     python bench/conv_transpose.py --fma-gflops 150  # print the fraction of that peak
 
 Cases (batch 1): DBNet's probability head (2x2 stride 2: 64 -> 64 at 160x160, 64 -> 1 at
@@ -17,7 +18,10 @@ torch.onnx.export, graph optimizations on) are checked against eager (max |diff|
 20 ms; --quick: 5 ms); the table quotes the median of 7 repetitions (--quick: 3). FLOPs = 2 x N x
 Cin x H x W x Cout/groups x kh x kw for a ConvTranspose; the FMA peak is what
 `build/bench/pto_bench --only fma` prints for the thread count (--fma-gflops). Run with
-PYTHONPATH pointing at another build's python/ to time that one.
+PYTHONPATH pointing at another build's python/ to time that one. --cpu-time measures the process's
+CPU time rather than wall time: on a machine shared with other jobs (load above the core count)
+wall times mostly measure waiting, while CPU time of a 1-thread run still compares the libraries
+(it hides what other threads do, so it is meant for --threads 1).
 """
 
 from __future__ import annotations
@@ -86,13 +90,13 @@ CASES = [
 ]
 
 
-def timed(fn, seconds: float) -> float:
+def timed(fn, seconds: float, clock=time.perf_counter) -> float:
     fn()
-    n, t0 = 0, time.perf_counter()
+    n, t0 = 0, clock()
     while True:
         fn()
         n += 1
-        t = time.perf_counter() - t0
+        t = clock() - t0
         if t >= seconds:
             return t / n
 
@@ -119,11 +123,14 @@ def main() -> None:
     ap.add_argument("--no-ort", action="store_true")
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     ap.add_argument("--fma-gflops", type=float, default=0.0)
+    ap.add_argument("--cpu-time", action="store_true", help="time.process_time, not wall time")
     args = ap.parse_args()
+    clock = time.process_time if args.cpu_time else time.perf_counter
     torch.set_num_threads(args.threads)
     pypto.set_num_threads(args.threads)
     reps, seconds = (3, 0.005) if args.quick else (7, 0.02)
-    print(f"threads {args.threads}; times in ms (median of {reps}); pypto from {pypto.__file__}")
+    print(f"threads {args.threads}; {'CPU' if args.cpu_time else 'wall'} times in ms (median of "
+          f"{reps}); pypto from {pypto.__file__}")
     print(f"{'case':30s} {'eager':>8s} {'ort':>8s} {'pypto':>8s} {'/eager':>7s} {'/ort':>6s} "
           f"{'GFLOP/s':>8s} {'of peak':>7s}  kernels")
     for name, build in CASES:
@@ -149,7 +156,7 @@ def main() -> None:
         with torch.inference_mode():
             for _ in range(reps):
                 for k, fn in fns.items():
-                    rounds[k].append(timed(fn, seconds))
+                    rounds[k].append(timed(fn, seconds, clock))
         t = {k: statistics.median(v) for k, v in rounds.items()}
         te, tp, to = t["eager"], t["pypto"], t.get("ort", float("nan"))
         gf = flops / tp / 1e9

@@ -108,7 +108,8 @@ TEST(CpuConvTranspose, SubPixel) {
   // The sub-pixel form (kernel a multiple of the stride, no dilation): odd sizes with
   // output_padding (phases of unequal sizes), unequal strides and asymmetric pads, groups, one
   // input channel per group, W a graph input, a stride-1 3x3 (one phase), 1-D, phases large
-  // enough for conv2d's shifted path; and pads past the kernel's reach, which take the col2im.
+  // enough for conv2d's shifted path; and pads past the kernel's reach and Mg < Cg / 2, which take
+  // the col2im.
   check(
       {{1, 5, 7, 9},
        {5, 3, 4, 4},
@@ -136,6 +137,9 @@ TEST(CpuConvTranspose, SubPixel) {
   check({{1, 4, 5, 5},
          {4, 3, 4, 4},
          attrs_of({{"strides", Dims{2, 2}}, {"pads", Dims{3, 3, 3, 3}}})});
+  check({{1, 8, 5, 6},
+         {8, 2, 4, 4},
+         attrs_of({{"strides", Dims{2, 2}}, {"pads", Dims{1, 1, 1, 1}}})});
 }
 
 // ConvTranspose -> BatchNormalization -> (+ residual) -> Relu at level 2: the BN folds into W and

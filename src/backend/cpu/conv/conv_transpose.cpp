@@ -2,10 +2,11 @@
 // Col2Im (F.fold), which is its col2im step alone.
 //
 // Two forms. The sub-pixel form (kernel a multiple of the stride on both axes, no dilation,
-// kernel != stride: the 4x4 stride 2 pad 1 upsamplers, stride-1 transposed convs): output phase
-// (py, px) is an ordinary stride-1 convolution of X with a quarter (1 / (sh * sw)) of the taps,
-// reversed; conv2d computes each one (implicit GEMM, the weights of every residue packed once)
-// and the phases interleave into Y. Otherwise GEMM then col2im: per image and group,
+// kernel != stride, and stride 1 or at least half as many output as input channels: the 4x4
+// stride 2 pad 1 upsamplers, stride-1 transposed convs; use_subpixel has the measurements): output
+// phase (py, px) is an ordinary stride-1 convolution of X with a quarter (1 / (sh * sw)) of the
+// taps, reversed; conv2d computes each one (implicit GEMM, the weights of every residue packed
+// once) and the phases interleave into Y. Otherwise GEMM then col2im: per image and group,
 // cols[Mg*kh*kw, HW] = W_g^T [Mg*kh*kw, Cg] x X_g [Cg, HW] (W_g packed once as the GEMM's
 // transposed A operand when W is constant), in column blocks of whole input rows; each column
 // (input position) and row (output channel, tap) adds into output position i * stride + k *
@@ -52,13 +53,19 @@ int64_t phase_taps(int64_t k, int64_t s, int64_t d) {
   return d == 1 && s >= 1 && k % s == 0 ? k / s : 0;
 }
 
-// Whether ConvTranspose takes the sub-pixel form for kernel (kh, kw), strides and dilations.
-// Measured (bench/conv_transpose.py layers, 1 thread, CPU time in one process): 1.3-2.4x faster
-// than GEMM + col2im on 4x4 stride 2 pad 1 and 1.7x on a stride-1 3x3. Not when kernel ==
-// stride: there one GEMM of Mg * kh * kw rows whose columns are stored once (no adds) was
-// 1.3-3.1x faster than the phases (1x1 convs, a separate output, then the interleave).
-bool use_subpixel(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw) {
-  return phase_taps(kh, sh, dh) > 0 && phase_taps(kw, sw, dw) > 0 && (kh != sh || kw != sw);
+// Whether ConvTranspose takes the sub-pixel form for kernel (kh, kw), strides, dilations and
+// channels per group. Measured against GEMM + col2im (bench/conv_transpose.py layers and DBNet-like
+// blocks, 1 thread, CPU time of the two compiled side by side in one process, medians of 9):
+// stride 1 3x3 1.21x faster; 4x4 stride 2 pad 1 1.08-1.14x with Mg >= Cg / 2 (256->128 @32 and
+// @40, 64->32 @128, 128->64 @80), but 0.94x at 256->64 @80: the phases' GEMMs are narrow (M = Mg
+// against K = 4 Cg) and their output makes one more pass (separate planes, then the interleave).
+// Not when kernel == stride: there one GEMM of Mg * kh * kw rows whose columns are stored once
+// (no adds) was 1.3-3.1x faster than the phases as 1x1 convs (their weights packed per call).
+bool use_subpixel(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                  int64_t cg, int64_t mg) {
+  if (phase_taps(kh, sh, dh) == 0 || phase_taps(kw, sw, dw) == 0 || (kh == sh && kw == sw))
+    return false;
+  return sh * sw == 1 || 2 * mg >= cg;
 }
 
 // One phase of one axis: its residue, the stride-1 conv's leading pad, and its output count.
@@ -148,7 +155,8 @@ std::any prepare(const NodeInfo& info) {
   if (strides.size() != rank || dil.size() != rank) return {};  // run() reports the error
   PreparedW p;
   const SubPixel sp = sub_pixel_of(w.shape(), group, strides);
-  if (use_subpixel(sp.kh, sp.kw, sp.sh, sp.sw, rank == 2 ? dil[0] : 1, dil.back())) {
+  if (use_subpixel(sp.kh, sp.kw, sp.sh, sp.sw, rank == 2 ? dil[0] : 1, dil.back(), sp.cg(),
+                   sp.mg)) {
     const bool depthwise = sp.cg() == 1 && group > 1;
     for (int64_t ry = 0; ry < sp.sh; ++ry)
       for (int64_t rx = 0; rx < sp.sw; ++rx)
@@ -294,7 +302,7 @@ std::vector<Tensor> run(const KernelContext& c) {
   const float* xp = x.data<float>();
   const PreparedW* prepared = c.state && c.state->has_value() ? &c.prepared<PreparedW>() : nullptr;
   const Tensor& w = c.input(1);
-  if (cg > 0 && use_subpixel(g.k[1], g.k[2], g.s[1], g.s[2], g.d[1], g.d[2])) {
+  if (cg > 0 && use_subpixel(g.k[1], g.k[2], g.s[1], g.s[2], g.d[1], g.d[2], cg, mg)) {
     const Dims strides = {g.s[1], g.s[2]};
     const SubPixel sp = sub_pixel_of({plan.c, mg, g.k[1], g.k[2]}, plan.group, strides);
     static const std::vector<Residue> kNone;
