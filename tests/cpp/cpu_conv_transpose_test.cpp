@@ -1,10 +1,11 @@
 // The CPU ConvTranspose kernel (src/backend/cpu/conv/conv_transpose.cpp) against the reference
-// interpreter, on every ISA with 1 and 2 threads: kernel == stride (the exact-tiling store path)
-// and overlapping taps, pads, dilations, strides, output_padding, output_shape, every auto_pad,
-// groups (depthwise too), 1-D and 2-D, several column blocks, W constant (packed) or a graph input,
-// and a 3-D one left to the reference; Col2Im (its col2im step alone). Tolerance: the kernel sums
-// Cg*kh*kw float products where the reference sums in double; 4 ulp of 1 per product (inputs in
-// [-1, 1]).
+// interpreter, on every ISA with 1 and 2 threads: kernel == stride (the exact-tiling store path),
+// the sub-pixel form (kernel a multiple of the stride) and overlapping taps on the col2im, pads,
+// dilations, strides, output_padding, output_shape, every auto_pad, groups (depthwise too), 1-D
+// and 2-D, several column blocks, W constant (packed) or a graph input, and a 3-D one left to the
+// reference; ConvTranspose + BatchNormalization + (residual) + Relu fused into one kernel on each
+// form; Col2Im (its col2im step alone). Tolerance: the kernel sums Cg*kh*kw float products where
+// the reference sums in double; 4 ulp of 1 per product (inputs in [-1, 1]).
 #include <gtest/gtest.h>
 
 #include "cpu_reduce_test_util.h"
