@@ -1,6 +1,6 @@
-// match_epilogue walks forward from a Conv/Gemm/MatMul/DynamicQuantizeMatMul along single-use
-// values, taking at most one bias, one residual and one activation, in the order the epilogue
-// applies them, then a Gemm's or MatMul's Cast to bf16/f16.
+// match_epilogue walks forward from a Conv/ConvTranspose/Gemm/MatMul/DynamicQuantizeMatMul along
+// single-use values, taking at most one bias, one residual and one activation, in the order the
+// epilogue applies them, then a Gemm's or MatMul's Cast to bf16/f16.
 #include "fusion/epilogue_chain.h"
 
 #include <algorithm>
@@ -95,12 +95,14 @@ std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
   // DynamicQuantizeMatMul (A quantized on the fly, B one 8-bit matrix) takes them as a MatMul
   // whose B is one matrix; its own bias is input 4.
   const bool dqmm = a.op == "DynamicQuantizeMatMul" && a.domain.empty();
-  if (a.op != "Conv" && a.op != "Gemm" && a.op != "MatMul" && !blocked && !dqmm)
+  // ConvTranspose takes them as a Conv does (its output is NCHW, the channel on axis 1).
+  const bool transpose = a.op == "ConvTranspose" && a.domain.empty();
+  if (a.op != "Conv" && a.op != "Gemm" && a.op != "MatMul" && !blocked && !dqmm && !transpose)
     return std::nullopt;
   if (a.outputs.size() != 1 || !is_f32(g, a.outputs[0])) return std::nullopt;
   const TensorType& out = g.value(a.outputs[0]).type;
   if (!out.shape || out.shape->size() < 2) return std::nullopt;
-  const bool conv = a.op == "Conv" || blocked;
+  const bool conv = a.op == "Conv" || transpose || blocked;
   const size_t bias_input = dqmm ? 4 : 2;
   const bool has_own_bias = a.inputs.size() > bias_input && a.inputs[bias_input] != kNoValue;
   // Gemm's C takes the epilogue's bias when it is a row of N (or a scalar), its residual when it

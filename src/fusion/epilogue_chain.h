@@ -1,5 +1,5 @@
-// The epilogue of a heavy node: what follows a Conv, Gemm or MatMul along a chain of single-use
-// values and can be applied to each output tile while it is still in cache,
+// The epilogue of a heavy node: what follows a Conv (or ConvTranspose), Gemm or MatMul along a
+// chain of single-use values and can be applied to each output tile while it is still in cache,
 //
 //   y = store(act(anchor(x, w) + bias + residual))
 //
@@ -17,7 +17,7 @@
 namespace pto::fusion {
 
 struct EpilogueChain {
-  int32_t anchor = -1;         // Conv, Gemm or MatMul
+  int32_t anchor = -1;         // Conv, ConvTranspose, Gemm or MatMul
   std::vector<int32_t> nodes;  // anchor first, then the epilogue nodes in order
   // View nodes (Reshape, Flatten, Squeeze, Unsqueeze) on the way, for a Gemm or MatMul: they keep
   // the product's rows of N and change only the shape the rest of the chain sees.
@@ -34,8 +34,9 @@ struct EpilogueChain {
   std::string rule(const Graph& g) const;
 };
 
-// The longest epilogue chain starting at node `anchor` (whose op must be Conv, Gemm or MatMul with
-// float32 output), or nullopt when nothing follows it that can be fused. `readers` is the graph's.
+// The longest epilogue chain starting at node `anchor` (whose op must be Conv, ConvTranspose, Gemm
+// or MatMul with float32 output), or nullopt when nothing follows it that can be fused. `readers`
+// is the graph's.
 std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
                                             const ReaderIndex& readers);
 

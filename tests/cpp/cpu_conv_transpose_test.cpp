@@ -1,10 +1,11 @@
 // The CPU ConvTranspose kernel (src/backend/cpu/conv/conv_transpose.cpp) against the reference
-// interpreter, on every ISA with 1 and 2 threads: kernel == stride (the exact-tiling store path)
-// and overlapping taps, pads, dilations, strides, output_padding, output_shape, every auto_pad,
-// groups (depthwise too), 1-D and 2-D, several column blocks, W constant (packed) or a graph input,
-// and a 3-D one left to the reference; Col2Im (its col2im step alone). Tolerance: the kernel sums
-// Cg*kh*kw float products where the reference sums in double; 4 ulp of 1 per product (inputs in
-// [-1, 1]).
+// interpreter, on every ISA with 1 and 2 threads: kernel == stride (the exact-tiling store path),
+// the sub-pixel form (kernel a multiple of the stride) and overlapping taps on the col2im, pads,
+// dilations, strides, output_padding, output_shape, every auto_pad, groups (depthwise too), 1-D
+// and 2-D, several column blocks, W constant (packed) or a graph input, and a 3-D one left to the
+// reference; ConvTranspose + BatchNormalization + (residual) + Relu fused into one kernel on each
+// form; Col2Im (its col2im step alone). Tolerance: the kernel sums Cg*kh*kw float products where
+// the reference sums in double; 4 ulp of 1 per product (inputs in [-1, 1]).
 #include <gtest/gtest.h>
 
 #include "cpu_reduce_test_util.h"
@@ -102,6 +103,99 @@ TEST(CpuConvTranspose, GroupsAndOneDimensional) {
   // Empty batch, and 3-D (declined: the reference runs it).
   check({{0, 4, 3, 3}, {4, 2, 2, 2}, attrs_of({{"strides", Dims{2, 2}}})});
   check({{1, 2, 3, 3, 3}, {2, 2, 2, 2, 2}, attrs_of({{"strides", Dims{2, 2, 2}}})}, "reference");
+}
+
+TEST(CpuConvTranspose, SubPixel) {
+  // The sub-pixel form (kernel a multiple of the stride, no dilation): odd sizes with
+  // output_padding (phases of unequal sizes), unequal strides and asymmetric pads, groups, one
+  // input channel per group, W a graph input, a stride-1 3x3 (one phase), 1-D, phases large
+  // enough for conv2d's shifted path; and pads past the kernel's reach and Mg < Cg / 2, which take
+  // the col2im.
+  check(
+      {{1, 5, 7, 9},
+       {5, 3, 4, 4},
+       attrs_of(
+           {{"strides", Dims{2, 2}}, {"pads", Dims{1, 1, 1, 1}}, {"output_padding", Dims{1, 1}}})});
+  check({{2, 6, 5, 6},
+         {6, 2, 4, 6},
+         attrs_of({{"group", int64_t{2}}, {"strides", Dims{2, 3}}, {"pads", Dims{1, 2, 0, 1}}})});
+  check({{1, 3, 4, 5},
+         {3, 4, 6, 6},
+         attrs_of({{"strides", Dims{3, 3}}, {"pads", Dims{2, 2, 2, 2}}})});
+  check({{1, 4, 7, 7},
+         {4, 2, 4, 4},
+         attrs_of({{"group", int64_t{4}}, {"strides", Dims{2, 2}}, {"pads", Dims{1, 1, 1, 1}}})});
+  check({{1, 3, 6, 5},
+         {3, 2, 4, 4},
+         attrs_of({{"strides", Dims{2, 2}}, {"pads", Dims{1, 1, 1, 1}}}),
+         false,
+         false});
+  check({{2, 4, 6, 7}, {4, 5, 3, 3}, attrs_of({{"pads", Dims{1, 1, 1, 1}}})});
+  check({{1, 4, 11}, {4, 3, 4}, attrs_of({{"strides", Dims{2}}, {"pads", Dims{1, 2}}})});
+  check({{1, 8, 20, 24},
+         {8, 6, 4, 4},
+         attrs_of({{"strides", Dims{2, 2}}, {"pads", Dims{1, 1, 1, 1}}})});
+  check({{1, 4, 5, 5},
+         {4, 3, 4, 4},
+         attrs_of({{"strides", Dims{2, 2}}, {"pads", Dims{3, 3, 3, 3}}})});
+  check({{1, 8, 5, 6},
+         {8, 2, 4, 4},
+         attrs_of({{"strides", Dims{2, 2}}, {"pads", Dims{1, 1, 1, 1}}})});
+}
+
+// ConvTranspose -> BatchNormalization -> (+ residual) -> Relu at level 2: the BN folds into W and
+// B and the rest is one kernel (`rule`), which on every ISA and thread count gives the reference's
+// result on the graph as built; for the sub-pixel, exact-tiling and col2im forms.
+void check_fused(const Dims& x, const Dims& w, const Dims& y, const Attributes& a, bool residual,
+                 const std::string& rule) {
+  SCOPED_TRACE(rule + " " + dims_str(x) + " " + dims_str(w));
+  static uint32_t seed = 900;
+  const int64_t m = y[1];
+  Graph g;
+  std::vector<Tensor> feeds = {random_f32(x, seed++)};
+  ValueId v = g.add_input("x", {DType::kF32, to_shape(x)});
+  auto constant = [&](const std::string& name, Tensor t) {
+    ValueId c = g.add_value(name);
+    g.set_initializer(c, std::move(t));
+    return c;
+  };
+  ValueId wv = constant("w", random_f32(w, seed++)), bv = constant("b", random_f32({m}, seed++));
+  ValueId t = g.add_value("t");
+  g.add_node("ConvTranspose", {v, wv, bv}, {t}, a, "up", 18);
+  ValueId bn = g.add_value("bn");
+  g.add_node("BatchNormalization",
+             {t, constant("scale", random_f32({m}, seed++, 0.5f, 1.5f)),
+              constant("shift", random_f32({m}, seed++)), constant("mean", random_f32({m}, seed++)),
+              constant("var", random_f32({m}, seed++, 0.5f, 2.0f))},
+             {bn}, {}, "bn", 15);
+  v = bn;
+  if (residual) {
+    ValueId r = g.add_input("r", {DType::kF32, to_shape(y)});
+    feeds.push_back(random_f32(y, seed++));
+    ValueId s = g.add_value("s");
+    g.add_node("Add", {v, r}, {s}, {}, "add", 14);
+    v = s;
+  }
+  ValueId out = g.add_value("out");
+  g.add_node("Relu", {v}, {out}, {}, "relu", 14);
+  g.add_output(out);
+  infer_types(g);
+  Executable exe = compile(g, {.level = 2});
+  ASSERT_EQ(exe.num_steps(), 1u);
+  EXPECT_EQ(exe.step(0).rule, rule);
+  expect_runs_match(g, exe, feeds, {1e-5, 1e-4});
+}
+
+TEST(CpuConvTranspose, FusedBatchNormAndRelu) {
+  const Attributes s2 = attrs_of({{"strides", Dims{2, 2}}});
+  const Attributes s2p1 = attrs_of({{"strides", Dims{2, 2}}, {"pads", Dims{1, 1, 1, 1}}});
+  const Attributes dil = attrs_of({{"strides", Dims{2, 2}}, {"dilations", Dims{2, 2}}});
+  check_fused({1, 8, 6, 7}, {8, 4, 2, 2}, {1, 4, 12, 14}, s2, false, "ConvTranspose+Relu");
+  check_fused({2, 8, 5, 6}, {8, 4, 4, 4}, {2, 4, 10, 12}, s2p1, false, "ConvTranspose+Relu");
+  check_fused({1, 4, 5, 5}, {4, 3, 3, 3}, {1, 3, 13, 13}, dil, false, "ConvTranspose+Relu");
+  check_fused({1, 8, 6, 7}, {8, 4, 2, 2}, {1, 4, 12, 14}, s2, true, "ConvTranspose+Add+Relu");
+  check_fused({2, 8, 5, 6}, {8, 4, 4, 4}, {2, 4, 10, 12}, s2p1, true, "ConvTranspose+Add+Relu");
+  check_fused({1, 4, 5, 5}, {4, 3, 3, 3}, {1, 3, 13, 13}, dil, true, "ConvTranspose+Add+Relu");
 }
 
 // Col2Im of x [n, c * prod(block), L] into `image` (L follows from the attributes).

@@ -1,7 +1,8 @@
 // The CPU TopK and GridSample kernels against the reference interpreter, on every ISA with 1 and 2
 // threads. TopK must match exactly (values and indices): ties (values drawn from a few integers),
 // NaN and infinities, every axis, largest and smallest, k from 0 to n, float and integer dtypes.
-// GridSample: every mode, padding mode and align_corners, grids reaching past the borders.
+// GridSample: every mode, padding mode and align_corners, grids reaching past the borders, NaN and
+// infinite coordinates and inputs on the 2-D fast path.
 #include <gtest/gtest.h>
 
 #include "cpu_reduce_test_util.h"
@@ -55,8 +56,13 @@ void check_grid_sample(const Tensor& x, const Tensor& grid, const char* mode, co
                        {"padding_mode", std::string(pad)},
                        {"align_corners", align}}),
              opset};
-  // The kernel sums the same taps in double, in the same order: exact.
-  expect_matches(c, {});
+  // The general path sums the same taps in double, in the same order: exact. The 2-D fast path
+  // (bilinear or nearest, zeros or border padding) computes in float: nearest is still exact, a
+  // bilinear sample within a few ulps of the inputs' scale (|x| <= 1 or infinite here).
+  const bool fast = x.rank() == 4 && std::string(mode) != "cubic" &&
+                    std::string(mode) != "bicubic" && std::string(pad) != "reflection";
+  const bool nearest = std::string(mode) == "nearest";
+  expect_matches(c, {0, fast && !nearest ? 8 * kUlp : 0.0});
 }
 
 TEST(CpuGridSample, EveryModePaddingAndAlignment) {
@@ -80,6 +86,14 @@ TEST(CpuGridSample, EveryModePaddingAndAlignment) {
                     "border", 1, 16);
   check_grid_sample(random_f32({1, 16, 40, 30}, seed), random_f32({1, 64, 48, 2}, seed + 1),
                     "bilinear", "zeros", 0, 16);
+  // The fast path's cases with NaN and infinite coordinates and inputs (zero-padding taps must
+  // not turn an infinite input into NaN), widths that are not a multiple of the vector width.
+  for (const char* mode : {"bilinear", "nearest"})
+    for (const char* pad : {"zeros", "border"})
+      for (int64_t align : {0, 1})
+        check_grid_sample(with_specials(random_f32({2, 3, 5, 7}, seed + 2)),
+                          with_specials(random_f32({2, 5, 19, 2}, seed + 3, -1.5f, 1.5f)), mode,
+                          pad, align, 16);
 }
 
 }  // namespace

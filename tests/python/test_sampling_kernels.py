@@ -72,6 +72,41 @@ def test_conv_transpose_symbolic_batch():
     assert {b for op, b in fast.compiled.node_backends if op == "ConvTranspose"} == {"cpu"}
 
 
+class DecoderBlock(torch.nn.Module):
+    """A DBNet-style FPN decoder step: ConvTranspose2d + BatchNorm2d + ReLU, twice."""
+
+    def __init__(self, k, s, p, op=0, groups=1):
+        super().__init__()
+        self.up = torch.nn.ConvTranspose2d(8, 6, k, stride=s, padding=p, output_padding=op,
+                                           groups=groups, bias=False)
+        self.bn = torch.nn.BatchNorm2d(6)
+        self.up2 = torch.nn.ConvTranspose2d(6, 4, 2, stride=2)
+        self.bn2 = torch.nn.BatchNorm2d(4)
+        for bn in (self.bn, self.bn2):  # running statistics that are not the identity
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.data.uniform_(0.5, 1.5)
+            bn.bias.data.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return torch.relu(self.bn2(self.up2(torch.relu(self.bn(self.up(x))))))
+
+
+@pytest.mark.parametrize("k,s,p,op,groups", [
+    (4, 2, 1, 0, 1), (2, 2, 0, 0, 1), (4, 2, 1, 1, 2), (3, 1, 1, 0, 1), (3, 2, 1, 1, 1),
+    (6, 3, 2, 0, 1)])
+def test_conv_transpose_batch_norm_relu_is_one_kernel(k, s, p, op, groups):
+    """Each ConvTranspose + BN + ReLU becomes one kernel (BN folded into the weights, ReLU in the
+    epilogue) on the sub-pixel (k a multiple of s), exact-tiling (k == s) and col2im forms."""
+    torch.manual_seed(5)
+    model = DecoderBlock(k, s, p, op, groups).eval()
+    x = torch.randn(2, 8, 7, 9)
+    _check(model, (x,), ["ConvTranspose"], rtol=1e-4, atol=1e-4)
+    fast = pypto.optimize(model, (x,), dynamic=False)
+    rules = [step["rule"] or step["op"] for step in fast.compiled.steps]
+    assert rules == ["ConvTranspose+Relu", "ConvTranspose+Relu"], rules
+
+
 def test_scatter_elements_and_scatter_nd():
     torch.manual_seed(1)
     x = torch.randn(6, 10)
@@ -121,6 +156,37 @@ def test_grid_sample(mode, padding_mode, align_corners):
     x = torch.randn(2, 3, 9, 11)
     grid = torch.rand(2, 5, 7, 2) * 2.4 - 1.2
     _check(M(), (x, grid), ["GridSample"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,padding_mode", [
+    (m, p) for m in ("bilinear", "nearest") for p in ("zeros", "border")])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_fast_path(mode, padding_mode, align_corners):
+    """The vectorized 2-D path: output widths that are not a multiple of the vector width, more
+    points than one block, grid points far outside and exactly on the edges, and infinite input
+    values (zero-padding taps must not turn them into NaN). Non-finite coordinates and infinite
+    inputs with border padding, where torch and ONNX differ, are checked against the reference
+    in tests/cpp/cpu_topk_grid_sample_test.cpp."""
+    torch.manual_seed(6)
+
+    class M(torch.nn.Module):
+        def forward(self, x, grid):
+            return F.grid_sample(x, grid, mode=mode, padding_mode=padding_mode,
+                                 align_corners=align_corners)
+
+    x = torch.randn(2, 5, 13, 17)
+    if padding_mode == "zeros":  # border reads an edge pixel with weight 0 (ONNX: NaN, torch: not)
+        x[0, 1, 0, 0] = float("inf")
+        x[1, 2, 12, 16] = float("-inf")
+    grid = torch.rand(2, 19, 23, 2) * 3.0 - 1.5
+    grid[0, 0, :4] = torch.tensor([[-1.0, -1.0], [1.0, 1.0], [1e30, 0.5], [-1.0, 1.0]])
+    model = M().eval()
+    with torch.no_grad():
+        want = model(x, grid)
+        fast = pypto.optimize(model, (x, grid), dynamic=False)
+        got = torch.as_tensor(fast(x, grid))
+    assert {b for op, b in fast.compiled.node_backends if op == "GridSample"} == {"cpu"}
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
 def test_fold_runs_on_the_scatter_kernels():

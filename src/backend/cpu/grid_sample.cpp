@@ -4,11 +4,19 @@
 // the same tap order, so the results are the reference's bit for bit. The work is split into
 // blocks of output points of one image, in parallel: a block's taps are computed once and applied
 // to every channel, channel by channel (contiguous output rows).
+//
+// The fast path (2-D, bilinear or nearest, zeros or border padding, either align_corners: image
+// warps, optical flow, deformable sampling) computes the taps in float on vectors of points and
+// each channel's samples as masked gathers (grid_sample_impl.h), summed in float: within a few
+// float ulps of the reference, not bit for bit (nearest is exact).
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <vector>
 
+#include "backend/cpu/grid_sample_isa.h"
 #include "backend/cpu/kernel.h"
+#include "backend/cpu/scratch.h"
 #include "pto/parallel.h"
 #include "reference/ops/grid_sample_plan.h"
 
@@ -19,10 +27,47 @@ using reference::Tap;
 
 constexpr int64_t kBlockPoints = 256;
 
+// The fast path's rule for `plan`, or nullopt when it does not apply.
+std::optional<GridSample2d> fast_form(const reference::GridSamplePlan& plan) {
+  if (plan.rank != 2 || plan.mode == reference::SampleMode::kCubic) return std::nullopt;
+  const reference::AxisSampler& a = plan.axes[0];
+  if (a.pad == reference::PadMode::kReflection || plan.plane >= (int64_t{1} << 24))
+    return std::nullopt;
+  return GridSample2d{plan.axes[0].size, plan.axes[1].size,
+                      plan.mode == reference::SampleMode::kNearest,
+                      a.pad == reference::PadMode::kBorder, a.align_corners};
+}
+
+// The fast path: blocks of output points of one image in parallel, the block's taps computed
+// once and applied to every channel.
+void run_fast(const reference::GridSamplePlan& plan, const GridSample2d& s, const float* x,
+              const float* grid, float* out) {
+  const int64_t points = plan.points, blocks = (points + kBlockPoints - 1) / kBlockPoints;
+  const int taps = grid_taps(s);
+  const int64_t grain = std::max<int64_t>(1, 16 / std::max<int64_t>(plan.c, 1));
+  parallel_for(0, plan.n * blocks, grain, [&](int64_t t0, int64_t t1) {
+    float* idx = scratch_as<float>(static_cast<size_t>(2 * taps * kBlockPoints));
+    float* w = idx + taps * kBlockPoints;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / blocks, p0 = t % blocks * kBlockPoints;
+      const int64_t len = std::min(kBlockPoints, points - p0);
+      PTO_ISA_DISPATCH(grid_sample_taps, s, grid + (n * points + p0) * 2, len, idx, w,
+                       kBlockPoints);
+      for (int64_t ch = 0; ch < plan.c; ++ch)
+        PTO_ISA_DISPATCH(grid_sample_apply, idx, w, taps, kBlockPoints, len,
+                         x + (n * plan.c + ch) * plan.plane, out + (n * plan.c + ch) * points + p0);
+    }
+  });
+}
+
 std::vector<Tensor> run_grid_sample(const KernelContext& c) {
   const reference::GridSamplePlan plan = reference::grid_sample_plan(c);
   Tensor y = Tensor::empty(DType::kF32, plan.out_shape);
   if (y.numel() == 0) return {y};
+  if (const std::optional<GridSample2d> s = fast_form(plan)) {
+    run_fast(plan, *s, c.input(0).data<float>(), c.input(1).data<float>(), y.data<float>());
+    return {y};
+  }
   const int64_t points = plan.points, r = plan.rank, channels = plan.c;
   const int64_t blocks = (points + kBlockPoints - 1) / kBlockPoints;
   const float* x = c.input(0).data<float>();

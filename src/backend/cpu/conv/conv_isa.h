@@ -108,4 +108,14 @@ PTO_ISA_DECLARE(bool winograd_input(const BlockedConv& g, const float* x, int64_
 PTO_ISA_DECLARE(bool winograd_output(const BlockedConv& g, const float* m, int64_t mstride,
                                      int64_t t, const float* bias, float* y);)
 
+// ConvTranspose's data movement (conv_transpose_impl.h). Output row dst[x * s + b] = src[b][x] +
+// bias for x * s + b < n: s rows interleaved (the sub-pixel form's phases, or the kernel == stride
+// col2im's taps).
+PTO_ISA_DECLARE(void interleave_phases(const float* const* src, int64_t s, int64_t n, float bias,
+                                       float* dst);
+                // The col2im of one col row: y[i * s] += col[i] for i in [lo, hi), or, with
+                // `store` (each output written once), y[i * s] = col[i] + bias.
+                void col2im_row(const float* col, float* y, int64_t lo, int64_t hi, int64_t s,
+                                bool store, float bias);)
+
 }  // namespace pto::cpu

@@ -1,0 +1,1 @@
+#include "backend/cpu/grid_sample_impl.h"
