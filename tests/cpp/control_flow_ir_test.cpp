@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <thread>
 
 #include "pto/executable.h"
 #include "pto/reference.h"
@@ -149,6 +151,40 @@ TEST(ControlFlowIr, CompiledAndSavedModelsMatchTheReference) {
       expect_same(m.exe.run(in), want);
     }
   }
+}
+
+// Compiled, a control-flow node runs each subgraph on an Executable of its own, compiled with the
+// model: node_backends lists the subgraphs' nodes under the node's name, recursively, with the
+// backend that runs each; four threads may run the model at once.
+TEST(ControlFlowIr, CompiledSubgraphsRunOnCpuKernels) {
+  Executable exe = compile(parse_graph(kLoopIf), {.level = 2});
+  ASSERT_EQ(exe.graph().nodes()[0].op, "Loop");
+  EXPECT_EQ(exe.node_backend(0), "cpu");
+  const auto subs = exe.subgraphs(0);
+  ASSERT_EQ(subs.size(), 1u);
+  EXPECT_EQ(subs[0].first, "body");
+  std::map<std::string, std::string> backends;
+  for (const auto& [op, b] : exe.node_backends()) backends[op] = b;
+  EXPECT_EQ(backends["Loop"], "cpu");
+  EXPECT_EQ(backends["loop/body/If"], "cpu");
+  EXPECT_EQ(backends["loop/body/if/then_branch/Add"], "cpu");
+  EXPECT_EQ(backends["loop/body/if/else_branch/Sub"], "cpu");
+  EXPECT_EQ(backends["loop/body/Neg"], "cpu");
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 5; ++rep) {
+        const std::vector<Tensor> in = loop_inputs(3 + t);
+        const std::vector<Tensor> got = exe.run(in), want = reference::run(exe.graph(), in);
+        bool same = got[1].shape() == want[1].shape();
+        for (size_t o = 0; same && o < 2; ++o)
+          same = std::memcmp(got[o].raw_data(), want[o].raw_data(), got[o].nbytes()) == 0;
+        ok[t] += same;
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(ok, (std::vector<int>{5, 5, 5, 5}));
 }
 
 // If with a constant cond is inlined by FoldConstants: no If is left, and the result is the
