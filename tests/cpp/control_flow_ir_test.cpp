@@ -187,6 +187,32 @@ TEST(ControlFlowIr, CompiledSubgraphsRunOnCpuKernels) {
   EXPECT_EQ(ok, (std::vector<int>{5, 5, 5, 5}));
 }
 
+// A Loop whose body multiplies by an outer constant it captures: the body's Executable reads the
+// capture as a constant of its own, so its GEMM packs the weight once, at compile time.
+TEST(ControlFlowIr, CapturedConstantIsAWeightOfTheBody) {
+  const std::string text = R"(graph main (opset 17)
+  input  %x: f32[2, 2]
+  const  %m: i64[] = [3]
+  const  %w: f32[2, 2] = [0.5, -1, 2, 0.25]
+  %y: f32[2, 2] = Loop(%m, _, %x, %w) {body=graph}  # loop
+    body: graph body (opset 17)
+      input  %i: i64[]
+      input  %c: bool[]
+      input  %x_in: f32[2, 2]
+      capture %w_in: f32[2, 2]
+      %p: f32[2, 2] = MatMul(%x_in, %w_in)  # mm
+      %x_out: f32[2, 2] = Relu(%p)  # relu
+      return %c, %x_out
+  return %y
+)";
+  Executable exe = compile(parse_graph(text), {.level = 2});
+  const auto subs = exe.subgraphs(0);
+  ASSERT_EQ(subs.size(), 1u);
+  EXPECT_GT(subs[0].second->stats().packed_weight_bytes, 0u);
+  const std::vector<Tensor> in{random_tensor({2, 2}, 9)};
+  expect_same(exe.run(in), reference::run(parse_graph(text), in));
+}
+
 // If with a constant cond is inlined by FoldConstants: no If is left, and the result is the
 // branch's.
 TEST(ControlFlowIr, FoldConstantsInlinesAnIfWithAConstantCond) {
