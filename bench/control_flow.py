@@ -8,7 +8,8 @@ The ONNX models are built in a temporary folder (never kept):
   scan_rnn  an RNN cell under Scan over 64 steps: h = Tanh(x_t @ wx + h @ wh + b), batch 16,
             input 128, hidden 256, every h stacked as a scan output
 
-each timed per call (median of every call of interleaved rounds, after warm-up) through:
+each timed per call (median and fastest of every call of interleaved rounds, after warm-up)
+through:
 
   ort        onnxruntime InferenceSession.run
   compiled   pypto.onnx.load(...)(x): the node runs its compiled subgraph (CPU kernels)
@@ -100,7 +101,9 @@ MODELS = {"loop_mm": build_loop_mm, "scan_rnn": build_scan_rnn}
 
 
 def time_calls(fns: dict, rounds: int, calls: int) -> dict:
-    """Median seconds per call of each engine, rounds interleaved so load drifts hit all."""
+    """(median, fastest) seconds per call of each engine, rounds interleaved so load drifts hit
+    all. On a loaded machine a call is often preempted once (a few ms): the fastest call is then
+    the better view of the engines themselves."""
     times = {k: [] for k in fns}
     for f in fns.values():  # warm-up
         f()
@@ -110,7 +113,7 @@ def time_calls(fns: dict, rounds: int, calls: int) -> dict:
                 t0 = time.perf_counter()
                 f()
                 times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {k: (statistics.median(v), min(v)) for k, v in times.items()}
 
 
 def reference_time(pto: str, path: str, feeds: dict, threads: int, repeat: int, tmp: str) -> float:
@@ -146,8 +149,9 @@ def main() -> None:
     so = ort.SessionOptions()
     so.intra_op_num_threads = a.threads
     so.inter_op_num_threads = 1
-    print(f"threads {a.threads}, rounds {a.rounds} x {a.calls} calls; median ms per call")
-    print(f"{'model':10} {'ort':>9} {'compiled':>9} {'reference':>10} {'comp/ort':>9} "
+    print(f"threads {a.threads}, rounds {a.rounds} x {a.calls} calls; ms per call, median "
+          f"(fastest); reference: median of {a.reference_repeat} runs")
+    print(f"{'model':10} {'ort':>16} {'compiled':>16} {'reference':>10} {'comp/ort':>12} "
           f"{'ref/comp':>9}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.models.split(","):
@@ -164,8 +168,9 @@ def main() -> None:
             engines = {"ort": lambda: sess.run(None, feeds), "compiled": lambda: model(**feeds)}
             t = time_calls(engines, a.rounds, a.calls)
             ref = reference_time(a.pto, path, feeds, a.threads, a.reference_repeat, tmp)
-            print(f"{name:10} {t['ort'] * 1e3:9.3f} {t['compiled'] * 1e3:9.3f} {ref * 1e3:10.1f} "
-                  f"{t['compiled'] / t['ort']:9.2f} {ref / t['compiled']:9.1f}")
+            (om, of), (cm, cf) = t["ort"], t["compiled"]
+            print(f"{name:10} {om * 1e3:7.2f} ({of * 1e3:6.2f}) {cm * 1e3:7.2f} ({cf * 1e3:6.2f}) "
+                  f"{ref * 1e3:10.1f} {cm / om:5.2f} ({cf / of:4.2f}) {ref / cm:9.1f}")
 
 
 if __name__ == "__main__":
