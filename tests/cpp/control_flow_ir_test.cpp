@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "pto/executable.h"
+#include "pto/graph_dot.h"
 #include "pto/reference.h"
 #include "pto/serialize.h"
 #include "random_tensor.h"
@@ -185,6 +186,22 @@ TEST(ControlFlowIr, CompiledSubgraphsRunOnCpuKernels) {
     });
   for (std::thread& th : threads) th.join();
   EXPECT_EQ(ok, (std::vector<int>{5, 5, 5, 5}));
+}
+
+// The picture of a compiled model draws each compiled subgraph in a dashed frame beside its
+// node, nested ones inside, with ids of their own.
+TEST(ControlFlowIr, GraphDotDrawsSubgraphsAsClusters) {
+  Executable exe = compile(parse_graph(kLoopIf), {.level = 2});
+  const std::string dot = to_dot(exe);
+  EXPECT_NE(dot.find("subgraph cluster_s0_ {"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"loop: body\""), std::string::npos) << dot;
+  EXPECT_NE(dot.find("subgraph cluster_s0_s0_ {"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"if: else_branch\""), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"if: then_branch\""), std::string::npos) << dot;
+  EXPECT_NE(dot.find("n0 -> s0_v"), std::string::npos) << dot;  // the Loop feeds its body
+  EXPECT_NE(dot.find("Add\\nadd"), std::string::npos) << dot;  // a then_branch node
+  // Each DOT id is declared once: the body's n0 is s0_n0, not the outer n0.
+  EXPECT_EQ(dot.find("  n0 ["), dot.rfind("  n0 ["));
 }
 
 // A Loop whose body multiplies by an outer constant it captures: the body's Executable reads the
