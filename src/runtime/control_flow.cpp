@@ -49,6 +49,8 @@ std::unique_ptr<ControlFlowKernel> ControlFlowKernel::compile(const Graph& g,
     if (!sub || !*sub) continue;
     try {
       subgraphs.emplace_back(attr, pto::compile(with_constant_captures(g, n, **sub), nested));
+    } catch (const InternalError&) {
+      throw;  // a bug, not a subgraph we cannot compile
     } catch (const Error& e) {
       log(LogLevel::kInfo,
           cat(n.where(), ": subgraph '", attr, "' not compiled (", e.what(), "); interpreted"));

@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "env_guard.h"
 #include "pto/executable.h"
 #include "pto/graph_dot.h"
 #include "pto/reference.h"
@@ -188,6 +189,22 @@ TEST(ControlFlowIr, CompiledSubgraphsRunOnCpuKernels) {
   EXPECT_EQ(ok, (std::vector<int>{5, 5, 5, 5}));
 }
 
+// A subgraph that does not compile leaves its node on the reference backend, whole: here
+// PTO_TEST_PERTURB_VALUE names an outer value, which the body's compile cannot find (a
+// ValueError). The result is still the reference's (plus the test fault on that value).
+TEST(ControlFlowIr, SubgraphThatDoesNotCompileFallsBackToTheReference) {
+  testing::EnvGuard env("PTO_TEST_PERTURB_VALUE", "a");
+  Executable exe = compile(parse_graph(kLoopIf), {.level = 2});
+  EXPECT_EQ(exe.node_backend(0), "reference");
+  EXPECT_TRUE(exe.subgraphs(0).empty());
+  EXPECT_EQ(exe.node_backends().size(), 1u);
+  const std::vector<Tensor> in = loop_inputs(3);
+  const std::vector<Tensor> got = exe.run(in), want = reference::run(parse_graph(kLoopIf), in);
+  for (int64_t k = 0; k < 3; ++k)
+    EXPECT_FLOAT_EQ(got[0].data<float>()[k], want[0].data<float>()[k] + 1.0f);
+  expect_same({got[1]}, {want[1]});
+}
+
 // The picture of a compiled model draws each compiled subgraph in a dashed frame beside its
 // node, nested ones inside, with ids of their own.
 TEST(ControlFlowIr, GraphDotDrawsSubgraphsAsClusters) {
@@ -199,7 +216,7 @@ TEST(ControlFlowIr, GraphDotDrawsSubgraphsAsClusters) {
   EXPECT_NE(dot.find("label=\"if: else_branch\""), std::string::npos) << dot;
   EXPECT_NE(dot.find("label=\"if: then_branch\""), std::string::npos) << dot;
   EXPECT_NE(dot.find("n0 -> s0_v"), std::string::npos) << dot;  // the Loop feeds its body
-  EXPECT_NE(dot.find("Add\\nadd"), std::string::npos) << dot;  // a then_branch node
+  EXPECT_NE(dot.find("Add\\nadd"), std::string::npos) << dot;   // a then_branch node
   // Each DOT id is declared once: the body's n0 is s0_n0, not the outer n0.
   EXPECT_EQ(dot.find("  n0 ["), dot.rfind("  n0 ["));
 }
