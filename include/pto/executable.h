@@ -12,6 +12,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "pto/graph.h"
@@ -129,6 +131,14 @@ class Executable {
   const CompileOptions& options() const { return options_; }
   // For node i of graph(): the backend of the step that runs it ("cpu", "reference").
   const std::string& node_backend(size_t i) const;
+  // For node i of graph(), a control-flow node: its subgraphs as compiled (attribute name, the
+  // Executable that runs each branch or iteration), in attribute order. Empty for other nodes,
+  // and for a control-flow node left to the reference backend (a subgraph did not compile).
+  std::vector<std::pair<std::string, const Executable*>> subgraphs(size_t i) const;
+  // (op, backend) for every node of graph(), in order; a control-flow node is followed by the
+  // nodes of its compiled subgraphs, as ("node/attribute/op", backend), recursively
+  // ("loop_0/body/MatMul", "cpu"; "loop_0/body/if_1/then_branch/Add", "cpu").
+  std::vector<std::pair<std::string, std::string>> node_backends() const;
   size_t num_steps() const;
   size_t step_of_node(size_t i) const;  // the step that runs node i of graph()
   const StepInfo& step(size_t i) const;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "pto/graph.h"
 #include "pto/kernel_graph.h"
@@ -22,11 +23,23 @@ struct DotOptions {
   size_t max_name_chars = 40;  // node names longer than this keep their end ("...layer1/conv")
 };
 
-// `kernels`, when given, draws every kernel of more than one node as a cluster (src/ir).
-std::string to_dot(const Graph& g, const KernelGraph* kernels = nullptr,
-                   const DotOptions& options = {});
+// A subgraph drawn in the picture of the graph that holds it (a control-flow node's compiled
+// body): a dashed frame titled `title` beside node `node`, which feeds its inputs.
+struct DotSubgraph {
+  int32_t node = -1;
+  std::string title;  // "Loop_0: body"
+  const Graph* graph = nullptr;
+  KernelGraph kernels;                 // drawn as clusters inside it, as for the outer graph
+  std::vector<DotSubgraph> subgraphs;  // its own nodes' subgraphs
+};
 
-// The compiled graph of `exe` with its plan's kernels as clusters (src/runtime).
+// `kernels`, when given, draws every kernel of more than one node as a cluster; `subgraphs`, the
+// subgraphs to draw inside (src/ir).
+std::string to_dot(const Graph& g, const KernelGraph* kernels = nullptr,
+                   const DotOptions& options = {}, const std::vector<DotSubgraph>& subgraphs = {});
+
+// The compiled graph of `exe` with its plan's kernels as clusters, and the compiled subgraphs of
+// its control-flow nodes as dashed frames, recursively (src/runtime).
 std::string to_dot(const Executable& exe, const DotOptions& options = {});
 
 // `g` as pass `pass` of level `level`'s pipeline left it (src/runtime; pypto.save_graph(after=)).

@@ -21,6 +21,8 @@ enum class CpuCoverage {
              // to the reference kernel
   kLowered,  // no CPU kernel of its own: a pass rewrites its nodes into ops that have kernels
              // (OpDef::lowered_by says which, and when)
+  kSubgraphs,  // control flow: the runtime compiles its subgraphs, whose nodes get their own
+               // kernels (src/runtime/control_flow.h)
 };
 
 struct OpCoverage {

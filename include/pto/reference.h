@@ -63,6 +63,17 @@ void check_inputs(const Graph& g, const std::vector<Tensor>& inputs);
 std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs,
                         const NodeObserver& observer = {});
 
+// Runs one subgraph of a control-flow node, named by its attribute ("then_branch", "body"), on
+// the subgraph's inputs (the captures last).
+using SubgraphRunner =
+    std::function<std::vector<Tensor>(const std::string& attr, const std::vector<Tensor>& inputs)>;
+
+// Control flow (If, Loop, Scan) on the node's inputs, each subgraph run by `run_sub`: the
+// reference kernels pass the interpreter, the Executable its compiled subgraphs (src/runtime),
+// so both share one reading of the ONNX semantics (cond, trip counts, scan axes, stacking).
+std::vector<Tensor> run_control_flow(const Node& n, std::vector<Tensor> inputs,
+                                     const SubgraphRunner& run_sub);
+
 // The reference interpreter as a backend (pto/backend.h): single nodes only.
 std::unique_ptr<Backend> make_backend();
 

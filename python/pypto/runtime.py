@@ -116,9 +116,10 @@ class CompiledGraph:
     @property
     def node_backends(self) -> list[tuple[str, str]]:
         """(op, "cpu" or "reference") for every node, in execution order: which ran on a CPU
-        backend kernel and which fell back to the reference interpreter's."""
-        g = self._exe.graph
-        return list(zip(g.ops, self._exe.node_backends))
+        backend kernel and which fell back to the reference interpreter's. A control-flow node
+        (If, Loop, Scan) is followed by the nodes of its compiled subgraphs, named
+        "node/attribute/op" ("loop_0/body/MatMul"), nested ones recursively."""
+        return list(self._exe.node_backends)
 
     @property
     def memory_stats(self) -> dict:

@@ -4,6 +4,7 @@
 
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
@@ -156,13 +157,10 @@ void bind_runtime(nb::module_& m) {
           "Runs once and returns (last node name, fusion rule or op, seconds) for every kernel, in "
           "order.")
       .def_prop_ro(
-          "node_backends",
-          [](const Executable& e) {
-            std::vector<std::string> out;
-            for (size_t i = 0; i < e.graph().nodes().size(); ++i) out.push_back(e.node_backend(i));
-            return out;
-          },
-          "For each node, in order: 'cpu' (a CPU backend kernel) or 'reference' (the fallback).")
+          "node_backends", [](const Executable& e) { return e.node_backends(); },
+          "(op, backend) for each node, in order: 'cpu' (a CPU backend kernel) or 'reference' "
+          "(the fallback); a control-flow node is followed by its subgraphs' nodes, named "
+          "'node/attribute/op'.")
       .def_prop_ro(
           "memory_stats", [](const Executable& e) { return stats_dict(e.memory_stats()); },
           "The memory pool's counters (bytes held, in use, peak; allocations from the system "

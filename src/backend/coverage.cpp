@@ -1,6 +1,7 @@
 // The op x backend coverage table (pto/op_coverage.h), read from the registries themselves: the
 // OpRegistry, the reference KernelRegistry and the CPU KernelRegistry with each kernel's accepts()
 // and reference_at_run_time. It lives with the backend registry because it knows every backend.
+#include <algorithm>
 #include <sstream>
 
 #include "backend/cpu/gemm/igemm.h"
@@ -49,6 +50,9 @@ std::vector<OpCoverage> op_coverage() {
     } else if (const OpDef* def = OpRegistry::global().find(op); !def->lowered_by.empty()) {
       c.cpu = CpuCoverage::kLowered;
       c.lowered_by = def->lowered_by;
+    } else if (std::any_of(def->attrs.defs().begin(), def->attrs.defs().end(),
+                           [](const AttrDef& a) { return a.kind == AttrKind::kGraph; })) {
+      c.cpu = CpuCoverage::kSubgraphs;
     }
     out.push_back(std::move(c));
   }
@@ -67,13 +71,15 @@ const char* cpu_coverage_str(CpuCoverage c) {
       return "kernel; declines some nodes, and unusual shapes at run time, to the reference";
     case CpuCoverage::kLowered:
       return "lowered by a pass into ops with CPU kernels";
+    case CpuCoverage::kSubgraphs:
+      return "subgraphs compiled with the model";
   }
   return "?";
 }
 
 std::string op_coverage_markdown() {
   std::vector<OpCoverage> ops = op_coverage();
-  int reference = 0, counts[5] = {0, 0, 0, 0, 0};
+  int reference = 0, counts[6] = {0, 0, 0, 0, 0, 0};
   for (const OpCoverage& c : ops) {
     reference += c.reference;
     ++counts[static_cast<int>(c.cpu)];
@@ -91,8 +97,10 @@ std::string op_coverage_markdown() {
         "  float32, unusual attributes or opsets) to the reference backend, decided at compile\n"
         "  time and reported by the plan. *unusual shapes at run time*: the kernel itself calls\n"
         "  the reference kernel for inputs it sees only at run time. *lowered*: a pass rewrites\n"
-        "  the op's nodes into ops with CPU kernels (which pass, and when). *- (reference\n"
-        "  backend)*: no CPU kernel; every node of the op runs on the reference backend.\n"
+        "  the op's nodes into ops with CPU kernels (which pass, and when). *subgraphs\n"
+        "  compiled*: control flow; the runtime compiles the node's subgraphs with the model and\n"
+        "  their nodes run on their own kernels. *- (reference backend)*: no CPU kernel; every\n"
+        "  node of the op runs on the reference backend.\n"
         "- Fused groups (epilogues, tile programs) are decided per group: see "
         "[fusion.md](fusion.md).\n"
         "- **attributes**: the op's attribute schema (`OpDef::attrs`), across the opsets the\n"
@@ -105,6 +113,7 @@ std::string op_coverage_markdown() {
      << counts[static_cast<int>(CpuCoverage::kSome)] << " declining some nodes, "
      << counts[static_cast<int>(CpuCoverage::kRunTime)] << " also declining at run time, "
      << counts[static_cast<int>(CpuCoverage::kLowered)] << " lowered into ops with kernels, "
+     << counts[static_cast<int>(CpuCoverage::kSubgraphs)] << " with compiled subgraphs, "
      << counts[static_cast<int>(CpuCoverage::kNone)] << " on the reference backend only.\n\n"
      << "| op | reference | cpu | attributes |\n|---|---|---|---|\n";
   for (const OpCoverage& c : ops)

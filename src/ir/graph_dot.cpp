@@ -61,27 +61,19 @@ std::string constant_line(const Graph& g, ValueId v, size_t max_name) {
   return line;
 }
 
-}  // namespace
-
-std::string to_dot(const Graph& g, const KernelGraph* kernels, const DotOptions& options) {
-  std::ostringstream out;
-  out << "digraph pypto {\n"
-      << "  rankdir=TB; nodesep=0.25; ranksep=0.35;\n"
-      << "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10, "
-         "height=0.3];\n"
-      << "  edge [fontname=\"Helvetica\", fontsize=8, color=\"#555555\", "
-         "fontcolor=\"#555555\"];\n";
-  if (!options.title.empty())
-    out << "  labelloc=t; fontname=\"Helvetica\"; label=\"" << quote(options.title) << "\";\n";
-
+// The statements drawing `g`, its kernels and its subgraphs, every id starting with `p` (a
+// subgraph's ids must not meet its enclosing graph's), each line indented by `ind`.
+void write_graph(std::ostream& out, const Graph& g, const KernelGraph* kernels,
+                 const std::vector<DotSubgraph>& subgraphs, const DotOptions& options,
+                 const std::string& p, const std::string& ind) {
   auto is_const = [&](ValueId v) { return g.initializer(v) || g.is_released(v); };
   for (ValueId v : g.inputs()) {
     if (is_const(v)) continue;
-    out << "  v" << v << " [shape=invhouse, fillcolor=\"#c6dbef\", label=\""
+    out << ind << p << "v" << v << " [shape=invhouse, fillcolor=\"#c6dbef\", label=\""
         << quote(short_name(g.value(v).name, options.max_name_chars) + "\n" + g.value(v).type.str())
         << "\"];\n";
   }
-  auto node_stmt = [&](int32_t i, const char* indent) {
+  auto node_stmt = [&](int32_t i, const std::string& indent) {
     const Node& n = g.nodes()[i];
     std::string label = n.domain.empty() ? n.op : cat(n.domain, ".", n.op);
     label += '\n';
@@ -91,35 +83,35 @@ std::string to_dot(const Graph& g, const KernelGraph* kernels, const DotOptions&
       label += '\n';
       label += constant_line(g, v, options.max_name_chars);
     }
-    out << indent << "n" << i << " [fillcolor=\"" << fill_of(n) << "\", label=\"" << quote(label)
-        << "\"];\n";
+    out << indent << p << "n" << i << " [fillcolor=\"" << fill_of(n) << "\", label=\""
+        << quote(label) << "\"];\n";
   };
   std::vector<char> in_cluster(g.nodes().size(), 0);
   if (kernels) {
     for (size_t k = 0; k < kernels->kernels.size(); ++k) {
       const KernelGroup& group = kernels->kernels[k];
       if (group.nodes.size() < 2) continue;
-      out << "  subgraph cluster_k" << k << " {\n"
-          << "    style=\"rounded,filled\"; color=\"#3182bd\"; fillcolor=\"#f0f6fc\"; "
-             "penwidth=1.5;\n"
-          << "    fontname=\"Helvetica\"; fontsize=10; fontcolor=\"#3182bd\"; label=\""
+      out << ind << "subgraph cluster_" << p << "k" << k << " {\n"
+          << ind << "  style=\"rounded,filled\"; color=\"#3182bd\"; fillcolor=\"#f0f6fc\"; "
+          << "penwidth=1.5;\n"
+          << ind << "  fontname=\"Helvetica\"; fontsize=10; fontcolor=\"#3182bd\"; label=\""
           << quote(cat("kernel ", k, group.rule.empty() ? "" : ": " + group.rule)) << "\";\n";
       for (int32_t n : group.nodes) {
         if (n < 0 || n >= static_cast<int32_t>(g.nodes().size()) || in_cluster[n]) continue;
         in_cluster[n] = 1;
-        node_stmt(n, "    ");
+        node_stmt(n, ind + "  ");
       }
-      out << "  }\n";
+      out << ind << "}\n";
     }
   }
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes().size()); ++i)
-    if (!in_cluster[i]) node_stmt(i, "  ");
+    if (!in_cluster[i]) node_stmt(i, ind);
 
   // Edges: producer (or input node) -> reader, labelled with the value's type.
   auto source = [&](ValueId v) -> std::string {
-    const int32_t p = g.value(v).producer;
-    if (p >= 0) return cat("n", p);
-    return cat("v", v);
+    const int32_t producer = g.value(v).producer;
+    if (producer >= 0) return cat(p, "n", producer);
+    return cat(p, "v", v);
   };
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes().size()); ++i) {
     std::vector<ValueId> seen;
@@ -130,17 +122,49 @@ std::string to_dot(const Graph& g, const KernelGraph* kernels, const DotOptions&
       if (g.value(v).producer < 0 &&
           std::find(g.inputs().begin(), g.inputs().end(), v) == g.inputs().end())
         continue;  // a value nothing defines (an unset optional): nothing to draw from
-      out << "  " << source(v) << " -> n" << i << " [label=\" " << quote(g.value(v).type.str())
-          << "\"];\n";
+      out << ind << source(v) << " -> " << p << "n" << i << " [label=\" "
+          << quote(g.value(v).type.str()) << "\"];\n";
     }
   }
   for (size_t o = 0; o < g.outputs().size(); ++o) {
     const ValueId v = g.outputs()[o];
-    out << "  out" << o << " [shape=house, fillcolor=\"#c7e9c0\", label=\""
+    out << ind << p << "out" << o << " [shape=house, fillcolor=\"#c7e9c0\", label=\""
         << quote(short_name(g.value(v).name, options.max_name_chars) + "\n" + g.value(v).type.str())
         << "\"];\n";
-    if (!is_const(v)) out << "  " << source(v) << " -> out" << o << ";\n";
+    if (!is_const(v)) out << ind << source(v) << " -> " << p << "out" << o << ";\n";
   }
+  // Subgraphs: a dashed frame each, its inputs fed (dashed) by the node that runs it.
+  for (size_t s = 0; s < subgraphs.size(); ++s) {
+    const DotSubgraph& sub = subgraphs[s];
+    if (!sub.graph) continue;
+    const std::string sp = cat(p, "s", s, "_");
+    out << ind << "subgraph cluster_" << sp << " {\n"
+        << ind << "  style=\"rounded,dashed\"; color=\"#756bb1\"; fontname=\"Helvetica\"; "
+        << "fontsize=10; fontcolor=\"#756bb1\"; label=\"" << quote(sub.title) << "\";\n";
+    write_graph(out, *sub.graph, &sub.kernels, sub.subgraphs, options, sp, ind + "  ");
+    out << ind << "}\n";
+    if (sub.node >= 0 && sub.node < static_cast<int32_t>(g.nodes().size()))
+      for (ValueId v : sub.graph->inputs())
+        if (!sub.graph->initializer(v) && !sub.graph->is_released(v))
+          out << ind << p << "n" << sub.node << " -> " << sp << "v" << v
+              << " [style=dashed, color=\"#756bb1\"];\n";
+  }
+}
+
+}  // namespace
+
+std::string to_dot(const Graph& g, const KernelGraph* kernels, const DotOptions& options,
+                   const std::vector<DotSubgraph>& subgraphs) {
+  std::ostringstream out;
+  out << "digraph pypto {\n"
+      << "  rankdir=TB; nodesep=0.25; ranksep=0.35;\n"
+      << "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10, "
+         "height=0.3];\n"
+      << "  edge [fontname=\"Helvetica\", fontsize=8, color=\"#555555\", "
+         "fontcolor=\"#555555\"];\n";
+  if (!options.title.empty())
+    out << "  labelloc=t; fontname=\"Helvetica\"; label=\"" << quote(options.title) << "\";\n";
+  write_graph(out, g, kernels, subgraphs, options, "", "  ");
   out << "}\n";
   return out.str();
 }

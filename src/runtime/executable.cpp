@@ -31,6 +31,7 @@
 #include "pto/op_registry.h"
 #include "pto/parallel.h"
 #include "pto/reader_index.h"
+#include "runtime/control_flow.h"
 #include "runtime/memory_plan.h"
 #include "runtime/profiler_hooks.h"
 #include "runtime/stages.h"
@@ -57,6 +58,7 @@ struct Executable::Plan {
     std::vector<NodeRun> views;    // Reshape-like nodes applied to the core's one output
     // The group node by node, made on the first KernelDeclined (under `mutex`).
     std::shared_ptr<std::vector<NodeRun>> unfused;
+    const ControlFlowKernel* control_flow = nullptr;  // `kernel`, when it is one
   };
   std::vector<Step> steps;
   KernelGraph kernels;
@@ -360,6 +362,27 @@ Executable::~Executable() = default;
 const std::string& Executable::node_backend(size_t i) const {
   PTO_CHECK(i < plan_->step_of_node.size()) << "node_backend: node " << i << " out of range";
   return plan_->steps[plan_->step_of_node[i]].info.backend;
+}
+
+std::vector<std::pair<std::string, const Executable*>> Executable::subgraphs(size_t i) const {
+  PTO_CHECK(i < plan_->step_of_node.size()) << "subgraphs: node " << i << " out of range";
+  std::vector<std::pair<std::string, const Executable*>> out;
+  const Plan::Step& step = plan_->steps[plan_->step_of_node[i]];
+  if (step.control_flow && step.core.nodes[0] == static_cast<int32_t>(i))
+    for (const auto& [name, exe] : step.control_flow->subgraphs()) out.emplace_back(name, &exe);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> Executable::node_backends() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 0; i < graph_->nodes().size(); ++i) {
+    const Node& n = graph_->nodes()[i];
+    out.emplace_back(n.op, node_backend(i));
+    for (const auto& [attr, exe] : subgraphs(i))
+      for (auto& [op, backend] : exe->node_backends())
+        out.emplace_back(cat(n.name.empty() ? n.op : n.name, "/", attr, "/", op), backend);
+  }
+  return out;
 }
 
 size_t Executable::step_of_node(size_t i) const {
@@ -1104,14 +1127,24 @@ Executable compile_partitioned(Graph g, KernelPartition part, const CompileOptio
     step.core.rule = k.rule;
     step.core.tile = k.tile;
     step.core.knobs = k.knobs;
-    const Backend* b = backend_for(gr, step.core);
-    if (!b) throw UnsupportedError(cat(gr.nodes()[k.nodes[0]].where(), ": no kernel for this op"));
+    // A control-flow node runs its compiled subgraphs; "cpu" as their host (their own nodes
+    // say where each runs: node_backends()).
+    std::unique_ptr<ControlFlowKernel> control_flow =
+        ControlFlowKernel::compile(gr, step.core, options);
+    const Backend* b = control_flow ? nullptr : backend_for(gr, step.core);
+    if (!control_flow && !b)
+      throw UnsupportedError(cat(gr.nodes()[k.nodes[0]].where(), ": no kernel for this op"));
     bool tuned = false;
-    step.kernel = compile_core(gr, step.core, *b, tune_cache, tuned);
+    if (control_flow) {
+      step.control_flow = control_flow.get();
+      step.kernel = std::move(control_flow);
+    } else {
+      step.kernel = compile_core(gr, step.core, *b, tune_cache, tuned);
+    }
     plan->tuned_kernels += tuned;
     for (int32_t v : leading[s]) step.leading.push_back(compile_node(gr, v));
     for (int32_t v : trailing[s]) step.views.push_back(compile_node(gr, v));
-    step.info = {b->name(), k.rule, k.nodes, k.inputs, k.outputs};
+    step.info = {b ? b->name() : "cpu", k.rule, k.nodes, k.inputs, k.outputs};
     for (int32_t n : k.nodes) plan->step_of_node[n] = s;
     plan->steps.push_back(std::move(step));
     if (releaser) releaser->after_step(*graph, *plan, s);

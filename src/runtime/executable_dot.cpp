@@ -9,7 +9,9 @@
 
 namespace pto {
 
-std::string to_dot(const Executable& exe, const DotOptions& options) {
+namespace {
+
+KernelGraph steps_of(const Executable& exe) {
   KernelGraph kg;
   for (size_t i = 0; i < exe.num_steps(); ++i) {
     const StepInfo& s = exe.step(i);
@@ -18,7 +20,26 @@ std::string to_dot(const Executable& exe, const DotOptions& options) {
     k.rule = s.rule;
     kg.kernels.push_back(std::move(k));
   }
-  return to_dot(exe.graph(), &kg, options);
+  return kg;
+}
+
+// The compiled subgraphs of exe's control-flow nodes, each with its own.
+std::vector<DotSubgraph> subgraphs_of(const Executable& exe) {
+  std::vector<DotSubgraph> out;
+  for (size_t i = 0; i < exe.graph().nodes().size(); ++i) {
+    const Node& n = exe.graph().nodes()[i];
+    for (const auto& [attr, sub] : exe.subgraphs(i))
+      out.push_back({static_cast<int32_t>(i), cat(n.name.empty() ? n.op : n.name, ": ", attr),
+                     &sub->graph(), steps_of(*sub), subgraphs_of(*sub)});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string to_dot(const Executable& exe, const DotOptions& options) {
+  const KernelGraph kg = steps_of(exe);
+  return to_dot(exe.graph(), &kg, options, subgraphs_of(exe));
 }
 
 void check_pass_runs(int level, const std::string& pass) {

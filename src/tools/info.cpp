@@ -62,7 +62,8 @@ int info_main(const std::vector<std::string>& args) {
   };
   size_t cpu_kernels = 0;
   for (const OpCoverage& c : op_coverage())
-    cpu_kernels += c.cpu != CpuCoverage::kNone && c.cpu != CpuCoverage::kLowered;
+    cpu_kernels += c.cpu != CpuCoverage::kNone && c.cpu != CpuCoverage::kLowered &&
+                   c.cpu != CpuCoverage::kSubgraphs;
   const char* env_threads = std::getenv("PTO_NUM_THREADS");
   std::string precisions;  // "bf16:        VDPBF16PS (avx512_bf16)"
   for (const PrecisionPath& p : precision_paths())

@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <thread>
 
+#include "env_guard.h"
 #include "pto/executable.h"
+#include "pto/graph_dot.h"
 #include "pto/reference.h"
 #include "pto/serialize.h"
 #include "random_tensor.h"
@@ -149,6 +153,98 @@ TEST(ControlFlowIr, CompiledAndSavedModelsMatchTheReference) {
       expect_same(m.exe.run(in), want);
     }
   }
+}
+
+// Compiled, a control-flow node runs each subgraph on an Executable of its own, compiled with the
+// model: node_backends lists the subgraphs' nodes under the node's name, recursively, with the
+// backend that runs each; four threads may run the model at once.
+TEST(ControlFlowIr, CompiledSubgraphsRunOnCpuKernels) {
+  Executable exe = compile(parse_graph(kLoopIf), {.level = 2});
+  ASSERT_EQ(exe.graph().nodes()[0].op, "Loop");
+  EXPECT_EQ(exe.node_backend(0), "cpu");
+  const auto subs = exe.subgraphs(0);
+  ASSERT_EQ(subs.size(), 1u);
+  EXPECT_EQ(subs[0].first, "body");
+  std::map<std::string, std::string> backends;
+  for (const auto& [op, b] : exe.node_backends()) backends[op] = b;
+  EXPECT_EQ(backends["Loop"], "cpu");
+  EXPECT_EQ(backends["loop/body/If"], "cpu");
+  EXPECT_EQ(backends["loop/body/if/then_branch/Add"], "cpu");
+  EXPECT_EQ(backends["loop/body/if/else_branch/Sub"], "cpu");
+  EXPECT_EQ(backends["loop/body/Neg"], "cpu");
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 5; ++rep) {
+        const std::vector<Tensor> in = loop_inputs(3 + t);
+        const std::vector<Tensor> got = exe.run(in), want = reference::run(exe.graph(), in);
+        bool same = got[1].shape() == want[1].shape();
+        for (size_t o = 0; same && o < 2; ++o)
+          same = std::memcmp(got[o].raw_data(), want[o].raw_data(), got[o].nbytes()) == 0;
+        ok[t] += same;
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(ok, (std::vector<int>{5, 5, 5, 5}));
+}
+
+// A subgraph that does not compile leaves its node on the reference backend, whole: here
+// PTO_TEST_PERTURB_VALUE names an outer value, which the body's compile cannot find (a
+// ValueError). The result is still the reference's (plus the test fault on that value).
+TEST(ControlFlowIr, SubgraphThatDoesNotCompileFallsBackToTheReference) {
+  testing::EnvGuard env("PTO_TEST_PERTURB_VALUE", "a");
+  Executable exe = compile(parse_graph(kLoopIf), {.level = 2});
+  EXPECT_EQ(exe.node_backend(0), "reference");
+  EXPECT_TRUE(exe.subgraphs(0).empty());
+  EXPECT_EQ(exe.node_backends().size(), 1u);
+  const std::vector<Tensor> in = loop_inputs(3);
+  const std::vector<Tensor> got = exe.run(in), want = reference::run(parse_graph(kLoopIf), in);
+  for (int64_t k = 0; k < 3; ++k)
+    EXPECT_FLOAT_EQ(got[0].data<float>()[k], want[0].data<float>()[k] + 1.0f);
+  expect_same({got[1]}, {want[1]});
+}
+
+// The picture of a compiled model draws each compiled subgraph in a dashed frame beside its
+// node, nested ones inside, with ids of their own.
+TEST(ControlFlowIr, GraphDotDrawsSubgraphsAsClusters) {
+  Executable exe = compile(parse_graph(kLoopIf), {.level = 2});
+  const std::string dot = to_dot(exe);
+  EXPECT_NE(dot.find("subgraph cluster_s0_ {"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"loop: body\""), std::string::npos) << dot;
+  EXPECT_NE(dot.find("subgraph cluster_s0_s0_ {"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"if: else_branch\""), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"if: then_branch\""), std::string::npos) << dot;
+  EXPECT_NE(dot.find("n0 -> s0_v"), std::string::npos) << dot;  // the Loop feeds its body
+  EXPECT_NE(dot.find("Add\\nadd"), std::string::npos) << dot;   // a then_branch node
+  // Each DOT id is declared once: the body's n0 is s0_n0, not the outer n0.
+  EXPECT_EQ(dot.find("  n0 ["), dot.rfind("  n0 ["));
+}
+
+// A Loop whose body multiplies by an outer constant it captures: the body's Executable reads the
+// capture as a constant of its own, so its GEMM packs the weight once, at compile time.
+TEST(ControlFlowIr, CapturedConstantIsAWeightOfTheBody) {
+  const std::string text = R"(graph main (opset 17)
+  input  %x: f32[2, 2]
+  const  %m: i64[] = [3]
+  const  %w: f32[2, 2] = [0.5, -1, 2, 0.25]
+  %y: f32[2, 2] = Loop(%m, _, %x, %w) {body=graph}  # loop
+    body: graph body (opset 17)
+      input  %i: i64[]
+      input  %c: bool[]
+      input  %x_in: f32[2, 2]
+      capture %w_in: f32[2, 2]
+      %p: f32[2, 2] = MatMul(%x_in, %w_in)  # mm
+      %x_out: f32[2, 2] = Relu(%p)  # relu
+      return %c, %x_out
+  return %y
+)";
+  Executable exe = compile(parse_graph(text), {.level = 2});
+  const auto subs = exe.subgraphs(0);
+  ASSERT_EQ(subs.size(), 1u);
+  EXPECT_GT(subs[0].second->stats().packed_weight_bytes, 0u);
+  const std::vector<Tensor> in{random_tensor({2, 2}, 9)};
+  expect_same(exe.run(in), reference::run(parse_graph(text), in));
 }
 
 // If with a constant cond is inlined by FoldConstants: no If is left, and the result is the

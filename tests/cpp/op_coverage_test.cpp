@@ -47,6 +47,7 @@ TEST(OpCoverage, CpuColumnFollowsTheKernelTable) {
   EXPECT_EQ(cpu["Relu"], CpuCoverage::kSome);    // float32 only
   EXPECT_EQ(cpu["LayerNormalization"], CpuCoverage::kRunTime);
   EXPECT_EQ(cpu["NonMaxSuppression"], CpuCoverage::kNone);
+  EXPECT_EQ(cpu["Loop"], CpuCoverage::kSubgraphs);  // the runtime compiles its body
 }
 
 // An op a pass lowers names a pass that exists (the first word of OpDef::lowered_by).

@@ -1,7 +1,12 @@
 """ONNX control flow (If, Loop, Scan) built with onnx.helper, run by PyPTO and compared with
 onnxruntime: captures of outer values, an If inside a Loop, scan outputs and zero iterations, a
 Loop with only a condition, Scan along several axes in both directions, a silero-style If on a
-shape-derived condition (folded away when the shape is static), and the ONNX export round trip."""
+shape-derived condition (folded away when the shape is static), and the ONNX export round trip.
+Subgraphs are compiled: node_backends lists their nodes ("node/attribute/op") and the kernels
+that run them; a Loop of MatMul+Relu, a Scan RNN cell, Scan opset 8, and one compiled Loop
+model run from 4 threads at once."""
+
+import threading
 
 import numpy as np
 import onnxruntime as ort
@@ -35,6 +40,19 @@ def _check(path, feeds, rtol=1e-5, atol=1e-6, level=None):
     return model
 
 
+def _nested(model):
+    """node_backends entries of the subgraphs' nodes: {"node/attribute/op": backend}."""
+    return {op: b for op, b in model._compiled.node_backends if "/" in op}
+
+
+def _assert_nested_on_cpu(model, *ops):
+    """Every subgraph node runs on a CPU kernel, and each of `ops` is one of them."""
+    nested = _nested(model)
+    assert nested and set(nested.values()) == {"cpu"}, nested
+    for op in ops:
+        assert any(name.split("/")[-1] == op for name in nested), (op, nested)
+
+
 def _vi(name, elem, shape):
     return helper.make_tensor_value_info(name, elem, shape)
 
@@ -59,6 +77,8 @@ def test_if_with_captures(tmp_path, sign):
     x = (sign * (np.abs(np.random.default_rng(0).standard_normal((2, 3))) + 0.1)).astype(np.float32)
     model = _check(_if_model(tmp_path / "if.onnx"), {"x": x})
     assert "If" in model.graph.ops
+    _assert_nested_on_cpu(model, "Add", "Mul", "Sub")
+    assert {n.split("/")[1] for n in _nested(model)} == {"then_branch", "else_branch"}
 
 
 def _loop_if_model(path):
@@ -90,7 +110,10 @@ def test_if_inside_loop_with_scan_outputs(tmp_path, trips):
     rng = np.random.default_rng(trips)
     feeds = {"m": np.array(trips, np.int64), "acc0": rng.standard_normal(3).astype(np.float32),
              "x": rng.standard_normal(3).astype(np.float32)}
-    _check(_loop_if_model(tmp_path / "loop_if.onnx"), feeds)
+    model = _check(_loop_if_model(tmp_path / "loop_if.onnx"), feeds)
+    # The If inside the body is compiled too: its branches' nodes are listed under the body's.
+    _assert_nested_on_cpu(model, "Mod", "If", "Add", "Sub")
+    assert any(n.count("/") == 4 and "/then_branch/" in n for n in _nested(model)), _nested(model)
 
 
 def test_loop_with_only_cond(tmp_path):
@@ -126,8 +149,134 @@ def test_loop_growing_carried_value(tmp_path):
     nodes = [helper.make_node("Loop", ["m", "", "s0"], ["s"], body=body)]
     path = _save(tmp_path / "grow.onnx", nodes,
                  [_vi("m", I64, []), _vi("s0", F, [1]), _vi("v", F, [2])], [_vi("s", F, [None])])
-    _check(path, {"m": np.array(3, np.int64), "s0": np.ones(1, np.float32),
-                  "v": np.array([2.0, 3.0], np.float32)})
+    for m in (0, 1, 3):
+        model = _check(path, {"m": np.array(m, np.int64), "s0": np.ones(1, np.float32),
+                              "v": np.array([2.0, 3.0], np.float32)})
+    assert "Concat" in [n.split("/")[-1] for n in _nested(model)], _nested(model)
+
+
+def test_loop_carried_matrix_growing_rows(tmp_path):
+    """A carried matrix whose rows double each iteration (Concat of itself): the body, compiled
+    once with an unknown row count, runs on every shape; its MatMul runs on the CPU kernel."""
+    w = numpy_helper.from_array(
+        np.random.default_rng(5).standard_normal((4, 4)).astype(np.float32) * 0.5, "w")
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["s_in", "w"], ["p"]),
+         helper.make_node("Concat", ["s_in", "p"], ["s_out"], axis=0),
+         helper.make_node("ReduceSum", ["p"], ["total"], keepdims=0),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [_vi("i", I64, []), _vi("cond_in", B, []), _vi("s_in", F, [None, 4])],
+        [_vi("cond_out", B, []), _vi("s_out", F, [None, 4]), _vi("total", F, [])])
+    nodes = [helper.make_node("Loop", ["m", "", "s0"], ["s", "totals"], body=body)]
+    path = _save(tmp_path / "double.onnx", nodes, [_vi("m", I64, []), _vi("s0", F, [1, 4])],
+                 [_vi("s", F, [None, 4]), _vi("totals", F, [None])], [w])
+    s0 = np.random.default_rng(6).standard_normal((1, 4)).astype(np.float32)
+    for m in (0, 4):
+        model = _check(path, {"m": np.array(m, np.int64), "s0": s0}, rtol=1e-4, atol=1e-5)
+    assert _nested(model)["Loop_0/body/MatMul"] == "cpu", _nested(model)
+
+
+def _loop_matmul_model(path, n=32, trips=5):
+    """x = Relu(x @ w + b) five times (M an initializer), w and b outer initializers captured
+    by the body, plus a scan output of each iteration's row sums."""
+    rng = np.random.default_rng(21)
+    w = numpy_helper.from_array((rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(n).astype(np.float32) * 0.1, "b")
+    m = numpy_helper.from_array(np.array(trips, np.int64), "m")
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["x_in", "w"], ["xw"]),
+         helper.make_node("Add", ["xw", "b"], ["xwb"]),
+         helper.make_node("Relu", ["xwb"], ["x_out"]),
+         helper.make_node("ReduceSum", ["x_out", "one"], ["rows"], keepdims=0),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [_vi("i", I64, []), _vi("cond_in", B, []), _vi("x_in", F, [n, n])],
+        [_vi("cond_out", B, []), _vi("x_out", F, [n, n]), _vi("rows", F, [n])],
+        [numpy_helper.from_array(np.array([1], np.int64), "one")])
+    nodes = [helper.make_node("Loop", ["m", "", "x"], ["y", "sums"], body=body, name="loop_0")]
+    return _save(path, nodes, [_vi("x", F, [n, n])], [_vi("y", F, [n, n]),
+                                                       _vi("sums", F, [trips, n])], [w, b, m])
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_loop_matmul_relu_body_runs_on_cpu_kernels(tmp_path, level):
+    x = np.random.default_rng(1).standard_normal((32, 32)).astype(np.float32)
+    model = _check(_loop_matmul_model(tmp_path / "loop_mm.onnx"), {"x": x}, rtol=1e-4,
+                   atol=1e-5, level=level)
+    backends = model._compiled.node_backends
+    assert backends[0] == ("Loop", "cpu"), backends
+    assert ("loop_0/body/MatMul", "cpu") in backends, backends
+    _assert_nested_on_cpu(model, "MatMul", "Relu")
+
+
+def test_one_compiled_loop_from_four_threads(tmp_path):
+    """Four threads run one compiled Loop model at once, each on its own input, 10 times each;
+    every result is onnxruntime's for that input."""
+    path = _loop_matmul_model(tmp_path / "loop_mm.onnx")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    model = pypto.onnx.load(path)
+    xs = [np.random.default_rng(40 + t).standard_normal((32, 32)).astype(np.float32)
+          for t in range(4)]
+    want = [sess.run(None, {"x": x}) for x in xs]
+    errors = []
+
+    def work(t):
+        try:
+            for _ in range(10):
+                got = model(x=xs[t])
+                for g, w in zip(got, want[t]):
+                    np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
+        except Exception as e:  # noqa: BLE001 - reported below, with the thread
+            errors.append((t, e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+
+
+def _scan_rnn_model(path, opset=17, batch=3, hidden=8, inp=5, steps=7):
+    """h_t = Tanh(x_t @ wx + h_{t-1} @ wh + b) over the steps of xs, with every h_t stacked;
+    opset 8 scans a batch: xs [batch, steps, inp], h0 [batch, hidden], and the body sees one
+    batch entry ([inp] and [hidden] with a leading 1 added by Unsqueeze)."""
+    rng = np.random.default_rng(17)
+    wx = numpy_helper.from_array(rng.standard_normal((inp, hidden)).astype(np.float32) * 0.5, "wx")
+    wh = numpy_helper.from_array(
+        rng.standard_normal((hidden, hidden)).astype(np.float32) * 0.5, "wh")
+    b = numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32) * 0.1, "b")
+    if opset >= 9:
+        h_shape, x_shape, xs_shape, h0_shape = [batch, hidden], [batch, inp], [steps, batch, inp], \
+            [batch, hidden]
+    else:
+        h_shape, x_shape, xs_shape, h0_shape = [1, hidden], [1, inp], [batch, steps, 1, inp], \
+            [batch, 1, hidden]
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["x_t", "wx"], ["xw"]),
+         helper.make_node("MatMul", ["h_in", "wh"], ["hw"]),
+         helper.make_node("Add", ["xw", "hw"], ["s"]),
+         helper.make_node("Add", ["s", "b"], ["sb"]),
+         helper.make_node("Tanh", ["sb"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["y"])],
+        "cell", [_vi("h_in", F, h_shape), _vi("x_t", F, x_shape)],
+        [_vi("h_out", F, h_shape), _vi("y", F, h_shape)])
+    inputs = ["h0", "xs"] if opset >= 9 else ["", "h0", "xs"]
+    nodes = [helper.make_node("Scan", inputs, ["h", "ys"], body=body, num_scan_inputs=1,
+                              name="rnn")]
+    ys_shape = [steps] + h_shape if opset >= 9 else [batch, steps] + h_shape
+    return _save(path, nodes, [_vi("h0", F, h0_shape), _vi("xs", F, xs_shape)],
+                 [_vi("h", F, h0_shape), _vi("ys", F, ys_shape)], [wx, wh, b], opset=opset)
+
+
+@pytest.mark.parametrize("opset", [8, 17])
+def test_scan_rnn_cell_runs_on_cpu_kernels(tmp_path, opset):
+    path = _scan_rnn_model(tmp_path / f"rnn{opset}.onnx", opset)
+    inputs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).get_inputs()
+    rng = np.random.default_rng(opset)
+    feeds = {i.name: rng.standard_normal(i.shape).astype(np.float32) for i in inputs}
+    model = _check(path, feeds, rtol=1e-4, atol=1e-5)
+    _assert_nested_on_cpu(model, "MatMul", "Tanh")
+    assert all(n.startswith("rnn/body/") for n in _nested(model)), _nested(model)
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -262,3 +411,23 @@ def test_if_in_loop_in_scan_at_every_level(tmp_path, level):
              "xs": rng.standard_normal((4, 3)).astype(np.float32),
              "k": rng.standard_normal(3).astype(np.float32)}
     _check(path, feeds, level=level)
+
+
+def test_body_op_without_a_cpu_kernel_falls_back_alone(tmp_path):
+    """Acos has no CPU kernel: in the compiled body it runs on its reference kernel, the Mul
+    beside it on the CPU one, and the result is still onnxruntime's."""
+    k = numpy_helper.from_array(np.full((4,), 0.3, np.float32), "k")
+    m = numpy_helper.from_array(np.array(3, np.int64), "m")
+    body = helper.make_graph(
+        [helper.make_node("Acos", ["x_in"], ["a"]),
+         helper.make_node("Mul", ["a", "k"], ["x_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [_vi("i", I64, []), _vi("cond_in", B, []), _vi("x_in", F, [4])],
+        [_vi("cond_out", B, []), _vi("x_out", F, [4])])
+    nodes = [helper.make_node("Loop", ["m", "", "x"], ["y"], body=body, name="acos_loop")]
+    path = _save(tmp_path / "acos.onnx", nodes, [_vi("x", F, [4])], [_vi("y", F, [4])], [k, m])
+    x = np.array([-0.9, -0.2, 0.4, 1.0], np.float32)
+    model = _check(path, {"x": x})
+    nested = _nested(model)
+    assert nested["acos_loop/body/Acos"] == "reference", nested
+    assert nested["acos_loop/body/Mul"] == "cpu", nested

@@ -1,6 +1,8 @@
-// Reference kernels for control flow: If runs the branch cond chooses, Loop and Scan run their
-// body once per iteration, each with reference::run. A node's last inputs are the captures
-// (ir/ops/control_flow.h), passed on as the subgraph's last inputs.
+// Control flow: If runs the branch cond chooses, Loop and Scan run their body once per
+// iteration. A node's last inputs are the captures (ir/ops/control_flow.h), passed on as the
+// subgraph's last inputs. run_control_flow takes what runs a subgraph: the reference kernels
+// below pass reference::run, the Executable its compiled subgraphs (src/runtime), so both follow
+// this one reading of the ONNX semantics.
 #include <cstring>
 #include <limits>
 
@@ -87,12 +89,12 @@ const TensorType& output_type(const Graph& g, size_t i) {
   return g.value(g.outputs()[i]).type;
 }
 
-std::vector<Tensor> run_if(const KernelContext& c) {
+std::vector<Tensor> run_if(const KernelContext& c, const SubgraphRunner& run_sub) {
   const bool cond = truth(c.input(0), c.where(), "cond");
-  return run(c.attrs().get_graph(cond ? "then_branch" : "else_branch"), tail(c.inputs, 1));
+  return run_sub(cond ? "then_branch" : "else_branch", tail(c.inputs, 1));
 }
 
-std::vector<Tensor> run_loop(const KernelContext& c) {
+std::vector<Tensor> run_loop(const KernelContext& c, const SubgraphRunner& run_sub) {
   const control_flow::Arity a = control_flow::loop_arity(c.node);
   const Graph& body = c.attrs().get_graph("body");
   int64_t trips = std::numeric_limits<int64_t>::max();
@@ -113,7 +115,7 @@ std::vector<Tensor> run_loop(const KernelContext& c) {
     std::vector<Tensor> in{Tensor::scalar<int64_t>(i), Tensor::scalar<bool>(cond)};
     in.insert(in.end(), carried.begin(), carried.end());
     in.insert(in.end(), captures.begin(), captures.end());
-    std::vector<Tensor> out = run(body, in);
+    std::vector<Tensor> out = run_sub("body", in);
     cond = truth(out[0], c.where(), "the body's cond");
     for (size_t k = 0; k < a.carried; ++k) carried[k] = std::move(out[1 + k]);
     for (size_t k = 0; k < a.scan_outputs; ++k)
@@ -126,8 +128,9 @@ std::vector<Tensor> run_loop(const KernelContext& c) {
 }
 
 // One scan over axis in_axes[i] of each scan input (opset 9+ semantics).
-std::vector<Tensor> scan(const KernelContext& c, const control_flow::Arity& a,
-                         std::vector<Tensor> states, const std::vector<Tensor>& scan_inputs,
+std::vector<Tensor> scan(const KernelContext& c, const SubgraphRunner& run_sub,
+                         const control_flow::Arity& a, std::vector<Tensor> states,
+                         const std::vector<Tensor>& scan_inputs,
                          const std::vector<Tensor>& captures) {
   const Graph& body = c.attrs().get_graph("body");
   std::vector<int64_t> in_ranks, out_ranks;
@@ -149,7 +152,7 @@ std::vector<Tensor> scan(const KernelContext& c, const control_flow::Arity& a,
     for (size_t i = 0; i < scan_inputs.size(); ++i)
       in.push_back(take(scan_inputs[i], axes.in_axes[i], axes.in_reverse[i] ? length - 1 - t : t));
     in.insert(in.end(), captures.begin(), captures.end());
-    std::vector<Tensor> out = run(body, in);
+    std::vector<Tensor> out = run_sub("body", in);
     for (size_t k = 0; k < a.carried; ++k) states[k] = std::move(out[k]);
     for (size_t k = 0; k < a.scan_outputs; ++k)
       parts[k][axes.out_reverse[k] ? length - 1 - t : t] = std::move(out[a.carried + k]);
@@ -165,7 +168,7 @@ std::vector<Tensor> scan(const KernelContext& c, const control_flow::Arity& a,
   return outs;
 }
 
-std::vector<Tensor> run_scan(const KernelContext& c) {
+std::vector<Tensor> run_scan(const KernelContext& c, const SubgraphRunner& run_sub) {
   const control_flow::Arity a = control_flow::scan_arity(c.node);
   const bool v8 = c.node.opset != 0 && c.node.opset < 9;
   const size_t first = v8 ? 1 : 0;
@@ -175,7 +178,7 @@ std::vector<Tensor> run_scan(const KernelContext& c) {
       c.inputs.begin() + static_cast<std::ptrdiff_t>(first + a.carried),
       c.inputs.begin() + static_cast<std::ptrdiff_t>(first + a.carried + a.scan_inputs));
   const std::vector<Tensor> captures = tail(c.inputs, first + a.carried + a.scan_inputs);
-  if (!v8) return scan(c, a, std::move(states), scan_inputs, captures);
+  if (!v8) return scan(c, run_sub, a, std::move(states), scan_inputs, captures);
   // Opset 8: axis 0 is a batch; each batch entry scans along its axis 0 (the input's axis 1).
   const int64_t batch = scan_inputs[0].shape()[0];
   if (c.has_input(0)) {
@@ -189,7 +192,7 @@ std::vector<Tensor> run_scan(const KernelContext& c) {
     std::vector<Tensor> s, x;
     for (const Tensor& t : states) s.push_back(take(t, 0, b));
     for (const Tensor& t : scan_inputs) x.push_back(take(t, 0, b));
-    std::vector<Tensor> out = scan(c, a, std::move(s), x, captures);
+    std::vector<Tensor> out = scan(c, run_sub, a, std::move(s), x, captures);
     for (size_t o = 0; o < out.size(); ++o) per_output[o].push_back(std::move(out[o]));
   }
   std::vector<Tensor> outs;
@@ -198,12 +201,30 @@ std::vector<Tensor> run_scan(const KernelContext& c) {
   return outs;
 }
 
+// The reference kernel of a control-flow op: its subgraphs on the interpreter.
+Kernel interpreted(std::vector<Tensor> (*op)(const KernelContext&, const SubgraphRunner&)) {
+  return [op](const KernelContext& c) {
+    return op(c, [&](const std::string& attr, const std::vector<Tensor>& in) {
+      return reference::run(c.attrs().get_graph(attr), in);
+    });
+  };
+}
+
 }  // namespace
 
+std::vector<Tensor> run_control_flow(const Node& n, std::vector<Tensor> inputs,
+                                     const SubgraphRunner& run_sub) {
+  const KernelContext c{n, std::move(inputs), n.outputs.size()};
+  if (n.op == "If") return run_if(c, run_sub);
+  if (n.op == "Loop") return run_loop(c, run_sub);
+  if (n.op == "Scan") return run_scan(c, run_sub);
+  throw InternalError(cat(n.where(), ": run_control_flow: not a control-flow op"));
+}
+
 void register_control_flow_kernels(KernelRegistry& r) {
-  r.add("If", run_if);
-  r.add("Loop", run_loop);
-  r.add("Scan", run_scan);
+  r.add("If", interpreted(run_if));
+  r.add("Loop", interpreted(run_loop));
+  r.add("Scan", interpreted(run_scan));
 }
 
 }  // namespace pto::reference

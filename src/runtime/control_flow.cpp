@@ -1,0 +1,90 @@
+// Compiled control flow (control_flow.h). The subgraphs are compiled when the enclosing model is:
+// a subgraph is a self-contained graph whose last inputs are its captures (docs/architecture.md,
+// "Control flow"), so compile() takes it as it is, and its nodes get the normal fallback to the
+// reference backend one by one. Types come from the node's type inference: a Loop body whose
+// carried values change shape has unknown dims there, and its Executable plans memory per
+// input-shape signature like any model with dynamic shapes.
+#include "runtime/control_flow.h"
+
+#include <algorithm>
+
+#include "pto/log.h"
+#include "pto/reference.h"
+
+namespace pto {
+namespace {
+
+// `sub` with each capture whose outer value is a constant of `g` (an initializer, not a graph
+// input with a default) read from a constant of its own: its kernels then see a weight (a GEMM
+// packs it once, not per iteration) and constant folding can use it. The subgraph input stays,
+// unread, so the node passes its inputs as before.
+Graph with_constant_captures(const Graph& g, const Node& n, const Graph& sub) {
+  Graph out = sub;
+  const auto captures = static_cast<size_t>(sub.num_captures);
+  for (size_t c = 0; c < captures; ++c) {
+    const ValueId outer = n.inputs[n.inputs.size() - captures + c];
+    const Tensor* t = g.initializer(outer);
+    if (!t || std::find(g.inputs().begin(), g.inputs().end(), outer) != g.inputs().end()) continue;
+    const ValueId in = out.inputs()[out.inputs().size() - captures + c];
+    out.replace_uses(in, out.add_constant(out.value(in).name + "_const", *t));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<ControlFlowKernel> ControlFlowKernel::compile(const Graph& g,
+                                                              const KernelGroup& group,
+                                                              const CompileOptions& options) {
+  if (group.nodes.size() != 1) return nullptr;
+  const Node& n = g.nodes()[group.nodes[0]];
+  // The nested compiles report no progress of their own, and tile pins name the enclosing
+  // model's kernels (a name no subgraph has would be an error there).
+  CompileOptions nested = options;
+  nested.on_progress = nullptr;
+  nested.tiles.clear();
+  std::vector<std::pair<std::string, Executable>> subgraphs;
+  for (const auto& [attr, value] : n.attrs.all()) {
+    const auto* sub = std::get_if<GraphAttr>(&value);
+    if (!sub || !*sub) continue;
+    try {
+      subgraphs.emplace_back(attr, pto::compile(with_constant_captures(g, n, **sub), nested));
+    } catch (const InternalError&) {
+      throw;  // a bug, not a subgraph we cannot compile
+    } catch (const Error& e) {
+      log(LogLevel::kInfo,
+          cat(n.where(), ": subgraph '", attr, "' not compiled (", e.what(), "); interpreted"));
+      return nullptr;
+    }
+  }
+  if (subgraphs.empty()) return nullptr;
+  return std::unique_ptr<ControlFlowKernel>(new ControlFlowKernel(n, group, std::move(subgraphs)));
+}
+
+ControlFlowKernel::ControlFlowKernel(const Node& n, const KernelGroup& group,
+                                     std::vector<std::pair<std::string, Executable>> subgraphs)
+    : node_(n), slots_(node_input_slots(n, group)), subgraphs_(std::move(subgraphs)) {}
+
+std::vector<Tensor> ControlFlowKernel::run(const std::vector<Tensor>& inputs) const {
+  AllocatorScope scope(pool_);
+  std::vector<Tensor> all = reference::run_control_flow(
+      node_, gather_node_inputs(slots_, inputs),
+      [this](const std::string& attr, const std::vector<Tensor>& in) {
+        for (const auto& [name, exe] : subgraphs_)
+          if (name == attr) return exe.run(in);
+        throw InternalError(cat(node_.where(), ": no compiled subgraph '", attr, "'"));
+      });
+  std::vector<Tensor> out;  // the node's named outputs, as the group lists them
+  for (size_t o = 0; o < node_.outputs.size(); ++o)
+    if (node_.outputs[o] != kNoValue) out.push_back(o < all.size() ? all[o] : Tensor());
+  return out;
+}
+
+std::string ControlFlowKernel::describe() const {
+  std::string d;
+  for (const auto& [name, exe] : subgraphs_)
+    d += cat(d.empty() ? "" : ", ", name, ": ", exe.num_steps(), " kernels");
+  return d;
+}
+
+}  // namespace pto
