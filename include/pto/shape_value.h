@@ -26,7 +26,8 @@ std::optional<ShapeValue> shape_value_of_constant(const Tensor& t);
 // The value of a node's single output from its inputs' types and values (nullptr: not known),
 // for the ops shape arithmetic uses: Shape, Size, Identity, integer Cast, Gather (axis 0), Slice
 // (axis 0, step 1), Concat (axis 0), Unsqueeze/Squeeze of a scalar or 1-element vector, and
-// Add/Sub/Mul/Div of two values, Equal (booleans as 0 and 1) and Where on a known condition.
+// Add/Sub/Mul/Div of two values, Equal (booleans as 0 and 1), Where on a known condition and a
+// Reshape to rank 0 or 1.
 // nullopt for every other op.
 std::optional<ShapeValue> evaluate_shape_value(const Node& n,
                                                const std::vector<TensorType>& input_types,

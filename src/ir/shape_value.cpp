@@ -130,6 +130,15 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
   }
   if (n.op == "Squeeze" && value(0) && !value(0)->scalar && value(0)->dims.size() == 1)
     return ShapeValue{value(0)->dims, true, value(0)->literal};
+  if (n.op == "Reshape" && value(0) && value(1) && value(1)->literal && !value(1)->scalar) {
+    // A size between scalar and [1] (the dynamo exporter's Reshape(floordiv, [-1])).
+    const ShapeValue& x = *value(0);
+    const Shape& to = value(1)->dims;
+    if (to.empty() && x.dims.size() == 1) return ShapeValue{x.dims, true, x.literal};
+    if (to.size() == 1 && (to[0].value == -1 || to[0].value == static_cast<int64_t>(x.dims.size())))
+      return ShapeValue{x.dims, false, x.literal};
+    return std::nullopt;
+  }
   if (n.op == "Equal" && value(0) && value(1)) {
     // The legacy ONNX exporter's Expand target, Where(Equal(shape, -1), 1, shape): a size is
     // never negative, so a symbolic dim differs from any negative literal.
