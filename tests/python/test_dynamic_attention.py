@@ -103,3 +103,31 @@ def test_onnx_export_with_dynamic_axes_matches_onnxruntime(name, dynamo, tmp_pat
     count = EXPORTS[(name, dynamo)]
     if count is not None:
         assert _attention_steps(exe._compiled) == count
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_causal_sdpa_with_a_symbolic_sequence_is_one_op(grouped):
+    """F.scaled_dot_product_attention(is_causal=True) with a symbolic sequence: no [L, S] causal
+    constant can be built, so the converter emits Attention(is_causal=1) itself (it raised
+    NotImplementedError before); equal to eager at lengths 1, 9 and 33, grouped K/V heads too."""
+    import torch.nn.functional as F
+    from torch.export import Dim
+
+    class Causal(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=grouped)
+
+    kv_heads = 2 if grouped else 4
+
+    def qkv(seq):
+        g = torch.Generator().manual_seed(seq)
+        return (torch.randn(2, 4, seq, 16, generator=g),
+                torch.randn(2, kv_heads, seq, 16, generator=g),
+                torch.randn(2, kv_heads, seq, 16, generator=g))
+
+    seq = Dim("seq", min=1, max=256)
+    fast = pypto.optimize(Causal().eval(), qkv(8), dynamic_shapes=({2: seq},) * 3)
+    for s in (1, 9, 33):
+        args = qkv(s)
+        torch.testing.assert_close(fast(*args), Causal()(*args), rtol=1e-4, atol=1e-5)
+    assert [s["rule"] or s["op"] for s in fast.compiled.steps] == ["Attention"]
