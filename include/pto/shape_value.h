@@ -19,13 +19,16 @@ struct ShapeValue {
                          // Reshape's "infer this one"), not a symbol or an unknown
 };
 
-// The value of a constant integer tensor of rank <= 1 and at most 64 elements.
+// The value of a constant integer (or boolean: 0 and 1) tensor of rank <= 1 and at most 64
+// elements.
 std::optional<ShapeValue> shape_value_of_constant(const Tensor& t);
 
 // The value of a node's single output from its inputs' types and values (nullptr: not known),
 // for the ops shape arithmetic uses: Shape, Size, Identity, integer Cast, Gather (axis 0), Slice
 // (axis 0, step 1), Concat (axis 0), Unsqueeze/Squeeze of a scalar or 1-element vector, and
-// Add/Sub/Mul/Div of two values. nullopt for every other op.
+// Add/Sub/Mul/Div of two values, Equal (booleans as 0 and 1), Where on a known condition and a
+// Reshape to rank 0 or 1.
+// nullopt for every other op.
 std::optional<ShapeValue> evaluate_shape_value(const Node& n,
                                                const std::vector<TensorType>& input_types,
                                                const std::vector<const ShapeValue*>& inputs);

@@ -48,7 +48,8 @@ void infer_types(Graph& g) {
       }
     }
     if (n.outputs.size() == 1 && n.outputs[0] != kNoValue && !values.contains(n.outputs[0]) &&
-        is_integral(g.value(n.outputs[0]).type.dtype))
+        (is_integral(g.value(n.outputs[0]).type.dtype) ||
+         g.value(n.outputs[0]).type.dtype == DType::kBool))
       if (auto sv = evaluate_shape_value(n, ctx.inputs, ctx.values))
         values[n.outputs[0]] = std::move(*sv);
   }

@@ -45,10 +45,17 @@ Dim arithmetic(const std::string& op, const Dim& a, const Dim& b) {
 }  // namespace
 
 std::optional<ShapeValue> shape_value_of_constant(const Tensor& t) {
-  if (!is_integral(t.dtype()) || t.rank() > 1 || t.numel() > 64) return std::nullopt;
+  const bool integral = is_integral(t.dtype()) && !is_storage_only(t.dtype());
+  if (!(integral || t.dtype() == DType::kBool) || t.rank() > 1 || t.numel() > 64)
+    return std::nullopt;
   ShapeValue out{{}, t.rank() == 0, true};
-  for (int64_t i = 0; i < t.numel(); ++i)
-    out.dims.push_back(Dim(static_cast<int64_t>(t.item_as_double(i))));
+  // Read as integers: a double loses the exporters' INT64_MAX / INT64_MIN slice bounds (and
+  // turns them into INT64_MIN, an empty slice).
+  const Tensor c = t.contiguous();
+  dispatch(c.dtype(), kIntTypes | kBoolType, "shape value", [&]<class T>() {
+    for (int64_t i = 0; i < c.numel(); ++i)
+      out.dims.push_back(Dim(static_cast<int64_t>(c.data<T>()[i])));
+  });
   return out;
 }
 
@@ -123,6 +130,54 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
   }
   if (n.op == "Squeeze" && value(0) && !value(0)->scalar && value(0)->dims.size() == 1)
     return ShapeValue{value(0)->dims, true, value(0)->literal};
+  if (n.op == "Reshape" && value(0) && value(1) && value(1)->literal && !value(1)->scalar) {
+    // A size between scalar and [1] (the dynamo exporter's Reshape(floordiv, [-1])).
+    const ShapeValue& x = *value(0);
+    const Shape& to = value(1)->dims;
+    if (to.empty() && x.dims.size() == 1) return ShapeValue{x.dims, true, x.literal};
+    if (to.size() == 1 && (to[0].value == -1 || to[0].value == static_cast<int64_t>(x.dims.size())))
+      return ShapeValue{x.dims, false, x.literal};
+    return std::nullopt;
+  }
+  if (n.op == "Equal" && value(0) && value(1)) {
+    // The legacy ONNX exporter's Expand target, Where(Equal(shape, -1), 1, shape): a size is
+    // never negative, so a symbolic dim differs from any negative literal.
+    const ShapeValue &a = *value(0), &b = *value(1);
+    const size_t na = a.dims.size(), nb = b.dims.size();
+    if (na != nb && na != 1 && nb != 1) return std::nullopt;
+    ShapeValue out{{}, a.scalar && b.scalar, true};
+    for (size_t i = 0; i < std::max(na, nb); ++i) {
+      const Dim &x = a.dims[na == 1 ? 0 : i], &y = b.dims[nb == 1 ? 0 : i];
+      const bool xe = a.literal || x.is_known(), ye = b.literal || y.is_known();
+      Dim r;
+      if (xe && ye)
+        r = Dim(x.value == y.value ? 1 : 0);
+      else if ((x.is_symbolic() && ye && y.value < 0) || (y.is_symbolic() && xe && x.value < 0))
+        r = Dim(0);
+      else if (x.is_symbolic() && x == y)
+        r = Dim(1);
+      out.literal = out.literal && r.is_known();
+      out.dims.push_back(r);
+    }
+    return out;
+  }
+  if (n.op == "Where" && value(0) && value(1) && value(2)) {
+    const ShapeValue &c = *value(0), &a = *value(1), &b = *value(2);
+    const size_t nc = c.dims.size(), na = a.dims.size(), nb = b.dims.size();
+    const size_t size = std::max({nc, na, nb});
+    for (size_t s : {nc, na, nb})
+      if (s != size && s != 1) return std::nullopt;
+    ShapeValue out{{}, c.scalar && a.scalar && b.scalar, true};
+    for (size_t i = 0; i < size; ++i) {
+      const Dim& pick = c.dims[nc == 1 ? 0 : i];
+      if (!pick.is_known()) return std::nullopt;
+      const ShapeValue& from = pick.value != 0 ? a : b;
+      const Dim& d = from.dims[from.dims.size() == 1 ? 0 : i];
+      out.literal = out.literal && (from.literal || d.is_known());
+      out.dims.push_back(d);
+    }
+    return out;
+  }
   if ((n.op == "Add" || n.op == "Sub" || n.op == "Mul" || n.op == "Div") && value(0) && value(1)) {
     const ShapeValue &a = *value(0), &b = *value(1);
     const size_t na = a.dims.size(), nb = b.dims.size();

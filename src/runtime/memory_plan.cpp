@@ -160,7 +160,10 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
         int32_t host = -1;
         for (ValueId in : kg.kernels[s].inputs) {
           const int32_t b = in == kNoValue || live.root.at(in) != in ? -1 : buffer_of.at(in);
+          // The exact sizes, not the aligned ones: an input broadcast to a larger output of the
+          // same aligned size ([7, 1] bools to [7, 7]) is still read after its slots are written.
           if (b >= 0 && buffers.at(b).end == step && buffers[b].bytes == bytes &&
+              static_bytes(g.value(in).type) == static_bytes(g.value(o).type) &&
               g.value(in).type.dtype == g.value(o).type.dtype && !sibling_reads(b)) {
             host = b;
             break;

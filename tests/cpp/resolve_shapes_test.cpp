@@ -3,6 +3,7 @@
 // the original graph for several batch sizes.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "pto/passes.h"
@@ -331,6 +332,54 @@ TEST(PassRecognizeComposites, HardSwishFromTorchDecomposition) {
   Tensor in = random_tensor({4, 7}, 94);
   for (int64_t i = 0; i < in.numel(); ++i) in.data<float>()[i] *= 5;  // both sides of the kinks
   expect_same_outputs(g, out, {in});
+}
+
+}  // namespace
+}  // namespace pto
+
+namespace pto {
+namespace {
+
+// The dynamo ONNX exporter's slices of a shape run to INT64_MAX and from INT64_MIN (read through a
+// double they became INT64_MIN: empty slices, a Reshape of the wrong rank); the legacy exporter's
+// Expand target is Where(Equal(shape, -1), 1, shape). Both keep the symbolic dims.
+TEST(ShapeValues, ExporterSliceBoundsAndExpandTargets) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{Dim::sym("b"), 4, Dim::sym("s"), 16}});
+  auto constant = [&](const std::string& name, Tensor t) {
+    ValueId c = g.add_value(name);
+    g.set_initializer(c, std::move(t));
+    return c;
+  };
+  auto ints1 = [&](const std::string& name, int64_t v) {
+    return constant(name, Tensor::from_vector<int64_t>({v}, {1}));
+  };
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  ValueId shape = g.add_value("shape"), last = g.add_value("last"), seq = g.add_value("seq"),
+          lead = g.add_value("lead"), to = g.add_value("to"), r = g.add_value("r");
+  g.add_node("Shape", {x}, {shape}, {}, "shape");
+  g.add_node("Slice", {shape, ints1("m1", -1), ints1("max", kMax)}, {last}, {}, "last");
+  g.add_node("Slice", {shape, ints1("m2", -2), ints1("m1b", -1)}, {seq}, {}, "seq");
+  g.add_node("Slice", {shape, ints1("min", std::numeric_limits<int64_t>::min()), ints1("m2b", -2)},
+             {lead}, {}, "lead");
+  g.add_node("Concat", {ints1("all", -1), seq, last}, {to}, axis0(), "to");
+  g.add_node("Reshape", {x, to}, {r}, {}, "reshape");
+  // Expand a [1, 1, s, 1] ramp to Where(Equal([b, 1, s, s], -1), 1, [b, 1, s, s]).
+  ValueId dims = g.add_value("dims"), eq = g.add_value("eq"), target = g.add_value("target"),
+          ramp = g.add_input("ramp", {DType::kF32, Shape{1, 1, Dim::sym("s"), 1}}),
+          e = g.add_value("e");
+  g.add_node("Concat", {lead, seq, seq}, {dims}, axis0(), "dims");
+  g.add_node("Equal",
+             {dims, constant("minus", Tensor::from_vector<int64_t>({-1, -1, -1, -1}, {4}))}, {eq},
+             {}, "eq");
+  g.add_node("Where", {eq, constant("ones", Tensor::from_vector<int64_t>({1, 1, 1, 1}, {4})), dims},
+             {target}, {}, "where");
+  g.add_node("Expand", {ramp, target}, {e}, {}, "expand");
+  g.add_output(r);
+  g.add_output(e);
+  infer_types(g);
+  EXPECT_EQ(g.value(r).type.str(), "f32[4*b, s, 16]");
+  EXPECT_EQ(g.value(e).type.str(), "f32[b, 4, s, s]");
 }
 
 }  // namespace

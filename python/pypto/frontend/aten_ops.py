@@ -906,6 +906,12 @@ def _attention(ctx, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         if not is_static(e):
             ctx.unsupported("attention with a symbolic head size and no explicit scale")
         scale = 1.0 / math.sqrt(e)
+    if is_causal and not (is_static(q.shape[-2]) and is_static(k.shape[-2])):
+        # No [L, S] constant for a symbolic length: Attention's is_causal is torch's (top-left:
+        # query i sees keys <= i; grouped K/V heads read as they are), for 4-D operands.
+        if not (q.rank == k.rank == v.rank == 4):
+            ctx.unsupported("causal attention with a symbolic sequence length, not 4-D")
+        return ctx.op("Attention", [q, k, v], {"scale": float(scale), "is_causal": 1})
     kk, vv = k.id, v.id
     if enable_gqa and is_static(q.shape[-3]) and is_static(k.shape[-3]) and \
             q.shape[-3] != k.shape[-3]:
@@ -919,8 +925,6 @@ def _attention(ctx, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     neg_inf = ctx.constant(float("-inf"), dt)
     if is_causal:
         l_, s_ = q.shape[-2], k.shape[-2]
-        if not (is_static(l_) and is_static(s_)):
-            ctx.unsupported("causal attention with a symbolic sequence length")
         causal = ctx.constant(torch.ones(int(l_), int(s_), dtype=torch.bool).tril().tolist(),
                               torch.bool)
         scores = ctx.op("Where", [causal, scores, neg_inf])

@@ -240,6 +240,7 @@ class FxImporter:
         self._consts: dict[tuple, int] = {}
         self._count = 0
         self.node: torch.fx.Node | None = None  # the node being converted (for errors)
+        self._size_inputs: dict[torch.fx.Node, Any] = {}  # SymInt placeholders -> their symbol
 
     # ---- building blocks used by the converters ----
 
@@ -352,6 +353,8 @@ class FxImporter:
             self.env[node] = V(self.g.add_input(name, dt, shape), val.dtype, val.shape)
         elif isinstance(val, torch.SymInt):
             self.env[node] = SymV(self.g.add_input(name, "i64", [1]))
+            if val.node.expr.is_Symbol:
+                self._size_inputs[node] = val.node.expr
         elif isinstance(val, (int, float, bool)) or val is None:
             self.env[node] = val
         else:
@@ -391,12 +394,31 @@ class FxImporter:
     def convert_body(self, graph: torch.fx.Graph) -> torch.fx.Node:
         """Converts every call node of `graph` (placeholders must be bound already); returns its
         output node."""
+        self._sizes_from_shapes()
         for n in graph.nodes:
             if n.op == "output":
                 return n
             if n.op != "placeholder":
                 self.convert(n)
         raise ValueError("[import] the FX graph has no output node")
+
+    def _sizes_from_shapes(self):
+        """A size Dynamo passes as an input of its own (s0, the batch of a symbolic graph) is
+        read off a tensor input that has it as a dim, Shape(x)[j:j+1], instead: the graph's shape
+        arithmetic then knows it is that symbol (the size input's value is opaque), so the head
+        splits' Reshapes keep [s0, heads, s1, d] and attention is recognised over them. Dynamo's
+        guards make the two equal; the size input stays, unread."""
+        for node, expr in list(self._size_inputs.items()):
+            for x, v in self.env.items():
+                val = x.meta.get("val") if x.op == "placeholder" else None
+                if not isinstance(v, V) or not isinstance(val, torch.Tensor):
+                    continue
+                dims = [d.node.expr if isinstance(d, torch.SymInt) else None for d in val.shape]
+                if expr in dims:
+                    j = dims.index(expr)
+                    self.env[node] = SymV(self.op("Shape", [v], {"start": j, "end": j + 1}))
+                    break
+        self._size_inputs.clear()
 
     def set_outputs(self, values, names: list[str] | bool = False):
         """Declares the graph outputs. names=True names them "output" (one) or "output_<i>",
