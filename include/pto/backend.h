@@ -39,6 +39,10 @@ class CompiledKernel {
   // `inputs`: the group's inputs in KernelGroup::inputs order, contiguous. Returns the group's
   // outputs in KernelGroup::outputs order. Must be safe to call from several threads at once.
   virtual std::vector<Tensor> run(const std::vector<Tensor>& inputs) const = 0;
+  // run() on inputs the caller gives away: the kernel may move them into its work instead of
+  // copying them (per call, a copy of a tensor is two allocations) and puts them back if it
+  // throws. After a return they are unspecified. The default copies: run(inputs).
+  virtual std::vector<Tensor> run_taking(std::vector<Tensor>& inputs) const { return run(inputs); }
   // What `pto compile --dump-tiles` prints for it: the tile program, or "" for an opaque kernel.
   virtual std::string describe() const { return ""; }
   // Bytes held for the kernel's lifetime, e.g. weights packed into GEMM panels.
@@ -81,5 +85,8 @@ std::vector<int> node_input_slots(const Node& n, const KernelGroup& group);
 // The node's inputs, in its own order, from the group's inputs (undefined where slots says -1).
 std::vector<Tensor> gather_node_inputs(const std::vector<int>& slots,
                                        const std::vector<Tensor>& group_inputs);
+// Whether the node reads the group's inputs as they are: slots 0, 1, ..., n-1 of n (a single
+// node's group whose inputs are distinct), so run_taking can hand them over without gathering.
+bool reads_in_order(const std::vector<int>& slots, size_t num_group_inputs);
 
 }  // namespace pto

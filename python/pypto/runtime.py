@@ -101,7 +101,8 @@ class CompiledGraph:
         self.input_names = [g.value_name(v) for v in g.inputs]
         self.input_types = [g.type(v) for v in g.inputs]
         self.output_names = [g.value_name(v) for v in g.outputs]
-        self._what = [f"input '{n}'" for n in self.input_names]  # argument names for errors
+        # Outputs _C returns as numpy arrays (no bf16): run(like="numpy") hands them on as they are.
+        self._numpy_out = all(g.type(v)[0] not in ("bf16", "undefined") for v in g.outputs)
 
     @property
     def graph(self) -> _C.Graph:
@@ -173,12 +174,12 @@ class CompiledGraph:
         if len(inputs) != len(self.input_names):
             raise TypeError(f"expected {len(self.input_names)} input(s) "
                             f"({', '.join(self.input_names)}), got {len(inputs)}")
-        arrays = [_to_c(x, w) for x, w in zip(inputs, self._what)]
         if _call_hook is not None:
             _call_hook()
-        outs = self._exe.run(arrays)
+        # One call: _C takes numpy arrays as they are and passes anything else through _to_c.
+        outs = self._exe.run(inputs, _to_c)
         if like == "numpy":
-            return [_to_numpy(o) for o in outs]
+            return outs if self._numpy_out else [_to_numpy(o) for o in outs]
         return [_to_torch(o) for o in outs]
 
     def run_values(self, inputs: Sequence[Any]) -> list[tuple[int, str, Any]]:

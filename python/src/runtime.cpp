@@ -47,6 +47,42 @@ std::vector<Tensor> inputs_from_python(const Executable& exe, const nb::list& ar
   return inputs;
 }
 
+// One tensor per element of `args` (a list or tuple), named after the graph input in errors; no
+// copies. A numpy array is taken as it is; anything else (a torch tensor, a numpy scalar, an array
+// of another byte order) goes through `convert(x, what)` first (pypto.runtime._to_c), so a call
+// with numpy arrays runs no Python code between the caller and the Executable. Without `convert`
+// every element is taken as it is.
+std::vector<Tensor> inputs_converting(const Executable& exe, nb::handle args, nb::handle convert) {
+  static PyTypeObject* const ndarray = [] {  // a reference kept for the process's lifetime
+    nb::object t = nb::module_::import_("numpy").attr("ndarray");
+    return reinterpret_cast<PyTypeObject*>(t.release().ptr());
+  }();
+  nb::object seq = nb::steal(PySequence_Fast(args.ptr(), "inputs must be a list or tuple"));
+  if (!seq.is_valid()) throw nb::python_error();
+  const size_t n = static_cast<size_t>(PySequence_Fast_GET_SIZE(seq.ptr()));
+  PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+  const Graph& g = exe.graph();
+  std::vector<Tensor> inputs;
+  inputs.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    auto what = [&] {
+      return i < g.inputs().size() ? cat("input '", g.value(g.inputs()[i]).name, "'")
+                                   : cat("input ", i);
+    };
+    nb::handle x = items[i];
+    if (convert.is_none() || Py_TYPE(x.ptr()) == ndarray) {
+      try {
+        inputs.push_back(tensor_from_python(x, what));
+        continue;
+      } catch (const TypeError&) {
+        if (convert.is_none()) throw;  // else an array of another byte order: converted below
+      }
+    }
+    inputs.push_back(tensor_from_python(convert(x, what()), what));
+  }
+  return inputs;
+}
+
 // Runs without the GIL. The caller drops its references to the arrays after the GIL is back,
 // so releasing them does not take the GIL once per input.
 std::vector<Tensor> run_unlocked(const Executable& exe, const std::vector<Tensor>& inputs,
@@ -85,16 +121,17 @@ void bind_runtime(nb::module_& m) {
   nb::class_<Executable>(m, "Executable", "A compiled graph; call run() with one array per input.")
       .def(
           "run",
-          [](const Executable& exe, const nb::list& args) {
-            const std::vector<Tensor> inputs = inputs_from_python(exe, args);
+          [](const Executable& exe, nb::handle args, nb::handle convert) {
+            const std::vector<Tensor> inputs = inputs_converting(exe, args, convert);
             const std::vector<Tensor> outputs = run_unlocked(exe, inputs);
             nb::list out;
             for (const Tensor& t : outputs) out.append(tensor_to_python(t));
             return out;
           },
-          nb::arg("inputs"),
+          nb::arg("inputs"), nb::arg("convert") = nb::none(),
           "Runs on a list of arrays; returns a list of arrays: numpy arrays, or DLPack-capable "
-          "arrays for dtypes numpy lacks (bf16).")
+          "arrays for dtypes numpy lacks (bf16). convert(x, what): called for every input that is "
+          "not a numpy array, returns what to take in its place (a DLPack capsule or array).")
       .def(
           "run_traced",
           [](const Executable& exe, const nb::list& args) {

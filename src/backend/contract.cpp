@@ -30,4 +30,11 @@ std::vector<Tensor> gather_node_inputs(const std::vector<int>& slots,
   return out;
 }
 
+bool reads_in_order(const std::vector<int>& slots, size_t num_group_inputs) {
+  if (slots.size() != num_group_inputs) return false;
+  for (size_t i = 0; i < slots.size(); ++i)
+    if (slots[i] != static_cast<int>(i)) return false;
+  return true;
+}
+
 }  // namespace pto

@@ -13,6 +13,21 @@ class NodeKernel : public CompiledKernel {
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
     KernelContext ctx{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()};
+    return outputs_of(ctx);
+  }
+  std::vector<Tensor> run_taking(std::vector<Tensor>& inputs) const override {
+    if (!reads_in_order(slots_, inputs.size())) return run(inputs);
+    KernelContext ctx{node_, std::move(inputs), node_.outputs.size()};
+    try {
+      return outputs_of(ctx);
+    } catch (...) {
+      inputs = std::move(ctx.inputs);
+      throw;
+    }
+  }
+
+ private:
+  std::vector<Tensor> outputs_of(const KernelContext& ctx) const {
     std::vector<Tensor> all = (*kernel_)(ctx);
     std::vector<Tensor> out;
     for (size_t o = 0; o < node_.outputs.size(); ++o)
@@ -20,7 +35,6 @@ class NodeKernel : public CompiledKernel {
     return out;
   }
 
- private:
   const Node& node_;
   const Kernel* kernel_;
   std::vector<int> slots_;

@@ -534,9 +534,10 @@ Tensor unpacked_weight(Executable::Plan& p, ValueId v) {
 }
 
 // One step: the core kernel on the step's inputs, then its trailing views. A core that declines
-// these shapes runs node by node instead.
+// these shapes runs node by node instead. `args` are the step's own: a kernel may take them
+// (CompiledKernel::run_taking) when nothing reads them after it.
 std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
-                             const Executable::Plan::Step& step, const std::vector<Tensor>& args) {
+                             const Executable::Plan::Step& step, std::vector<Tensor>& args) {
   auto value_map = [&] {
     std::unordered_map<ValueId, Tensor> values;
     for (size_t i = 0; i < args.size(); ++i) values[step.group.inputs[i]] = args[i];
@@ -558,7 +559,12 @@ std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
   std::vector<Tensor> outs;
   try {
     const bool as_given = step.leading.empty() && step.core.inputs == step.group.inputs;
-    outs = step.kernel->run(as_given ? args : core_args);
+    if (!as_given)
+      outs = step.kernel->run(core_args);
+    else if (step.views.empty())
+      outs = step.kernel->run_taking(args);
+    else
+      outs = step.kernel->run(args);
   } catch (const KernelDeclined& e) {
     std::shared_ptr<std::vector<Executable::Plan::NodeRun>> unfused;
     {
@@ -742,7 +748,16 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     std::vector<Tensor> own_args;
     std::vector<Tensor>& args = concurrently ? own_args : serial_args;
     args.reserve(step.group.inputs.size());
+    const std::vector<ValueId>& dying = p.live.release_after[s];
     for (ValueId v : step.group.inputs) {
+      // A value read last by this step, once, moves from env instead of being copied (env drops
+      // it after the step anyway). Steps that run at once may share a value: they copy.
+      if (!concurrently && env[v].defined() && env[v].is_contiguous() &&
+          std::find(dying.begin(), dying.end(), v) != dying.end() &&
+          std::count(step.group.inputs.begin(), step.group.inputs.end(), v) == 1) {
+        args.push_back(std::move(env[v]));
+        continue;
+      }
       const Tensor& t = value_of(v);
       if (!t.defined())
         throw ValueError(cat(last.where(), ": input '", g.value(v).name, "' has no value"));

@@ -151,6 +151,25 @@ class NodeKernel : public CompiledKernel {
   std::any state_;
 };
 
+// A node alone (no epilogue, no Casts): run_taking hands the runtime's inputs to the kernel
+// without copying them when the node reads them in order.
+class SingleNodeKernel final : public NodeKernel {
+ public:
+  using NodeKernel::NodeKernel;
+
+  std::vector<Tensor> run_taking(std::vector<Tensor>& inputs) const override {
+    if (!reads_in_order(slots_, inputs.size())) return run(inputs);
+    KernelContext ctx{{node_, std::move(inputs), node_.outputs.size()}, &state_};
+    ctx.knobs = &knobs_;
+    try {
+      return outputs_of(ctx);
+    } catch (...) {
+      inputs = std::move(ctx.inputs);
+      throw;
+    }
+  }
+};
+
 // A Conv, Gemm or MatMul with its epilogue.
 class EpilogueKernel : public NodeKernel {
  public:
@@ -465,8 +484,8 @@ class CpuBackend : public Backend {
   std::unique_ptr<CompiledKernel> compile(const Graph& g, const KernelGroup& group) const override {
     // A single node with a pinned tile (CompileOptions::tiles) runs as a tile program.
     if (group.nodes.size() == 1 && (group.tile.empty() || !lower_elementwise(g, group)))
-      return std::make_unique<NodeKernel>(g, group, group.nodes[0],
-                                          accepted(g, g.nodes()[group.nodes[0]]));
+      return std::make_unique<SingleNodeKernel>(g, group, group.nodes[0],
+                                                accepted(g, g.nodes()[group.nodes[0]]));
     if (group.rule == "Elementwise" || group.nodes.size() == 1) {
       std::string why;
       auto program = lower_elementwise(g, group, &why);
