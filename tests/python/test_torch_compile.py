@@ -443,3 +443,16 @@ def test_inference_settings_keep_weights_frozen_and_see_replaced_weights():
         model[0].weight = torch.nn.Parameter(torch.randn(16, 8))
         torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
     assert _delta(before)["graphs"] == 3
+
+
+def test_profiler_with_stack_records_each_call_of_a_piece():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    fast = torch.compile(model, backend="pypto")
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        fast(x)
+        with pypto.profiler.profile(with_stack=True) as prof:
+            fast(x)
+            fast(x)
+    calls = [r for r in prof.key_averages() if r.kind == "call"]
+    assert sum(r.count for r in calls) == 2 and all(" @ " in r.key for r in calls)
