@@ -88,8 +88,8 @@ class PyptoPiece(torch.nn.Module):
                      if isinstance(n.meta.get("val"), torch.SymInt)]
         self._sizes: dict[int, np.ndarray] = {}
         # Whether every tensor argument is known, from the graph's metadata, to be what
-        # CompiledGraph.run checks for on every call (a CPU tensor that needs no grad, without a
-        # conjugate or negative bit): Dynamo's guards hold the graph's inputs to that metadata,
+        # CompiledGraph.run checks for on every call (a strided CPU tensor that needs no grad,
+        # without a conjugate or negative bit): Dynamo's guards hold the graph's inputs to that metadata,
         # and the PyTorch ops between pieces produce what their FakeTensors say.
         self._trusted = all(_trusted_value(n.meta.get("val")) for n in placeholders)
         _pieces.add(self)
@@ -170,12 +170,13 @@ class PyptoPiece(torch.nn.Module):
 
 def _trusted_value(val) -> bool:
     """Whether a placeholder's FakeTensor (or SymInt) describes an argument CompiledGraph.run
-    would pass unchanged: a size, or a CPU tensor that needs no grad, without conjugate or
-    negative bit."""
+    would pass unchanged: a size, or a strided CPU tensor that needs no grad, without conjugate
+    or negative bit."""
     if isinstance(val, torch.SymInt):
         return True
-    return (isinstance(val, torch.Tensor) and val.device.type == "cpu" and not val.requires_grad
-            and not val.is_conj() and not val.is_neg())
+    return (isinstance(val, torch.Tensor) and val.device.type == "cpu"
+            and val.layout == torch.strided and not val.requires_grad and not val.is_conj()
+            and not val.is_neg())
 
 
 def _to_constants(gm: torch.fx.GraphModule, consts: dict[torch.fx.Node, tuple[str, torch.Tensor]]):
