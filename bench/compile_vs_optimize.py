@@ -16,7 +16,12 @@ in a process of its own, interleaved (eager, optimize, compile; again for each -
 - compile: torch.compile(model, backend="pypto"), called under torch.inference_mode (the
   inference graph: weights frozen into initializers), with pypto.dynamo.stats() after the
   warm-up: graphs Dynamo made, PyPTO pieces, nodes left to PyTorch, weights frozen / passed per
-  call.
+  call;
+- compile_tuned (only when --engines names it): the same under the settings docs/python.md
+  suggests for inference, around the first calls: torch._inductor.config.freezing (Dynamo reads
+  it: the parameters become graph attributes guarded by identity, not fetched on every call)
+  and torch._dynamo.config.use_recursive_dict_tags_for_guards (nn.Module guards checked by dict
+  tags).
 Each child checks its main output against eager (max relative error <= 1e-4) before timing, then
 times calls one by one (bench/run.py's measure; PROTOCOL below), and then the CPU time of as many
 calls one by one (time.process_time: less sensitive than wall-clock to other processes on a
@@ -27,6 +32,7 @@ round of each); the target is <= 1.10. JSON goes to bench/results/.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -39,7 +45,8 @@ sys.path.insert(0, str(HERE))
 import run as base  # noqa: E402  (bench/run.py: children, timing)
 
 MARK = "@@compile-vs-optimize@@"
-ENGINES = ["eager", "optimize", "compile"]
+ENGINES = ["eager", "optimize", "compile"]  # the default --engines
+ALL_ENGINES = ENGINES + ["compile_tuned"]
 TOLERANCE = 1e-4
 TARGET = 1.10  # compile / optimize
 # Warm-up 3 calls and 0.5 s, then at least 10 calls and 2 s (bench/run.py's FULL takes 1 s and 4 s:
@@ -86,7 +93,13 @@ def child(args) -> dict:
         fn = pypto.optimize(model, xs[0], dynamic_shapes=shapes)
     else:
         fn = torch.compile(model, backend="pypto", dynamic=True if seq is not None else None)
-    with torch.inference_mode():
+    stack = contextlib.ExitStack()
+    if engine == "compile_tuned":
+        import torch._inductor.config
+
+        stack.enter_context(torch._inductor.config.patch(freezing=True))
+        stack.enter_context(torch._dynamo.config.patch(use_recursive_dict_tags_for_guards=True))
+    with stack, torch.inference_mode():
         for a in xs:
             got = torch_models.first_tensor(fn(*a))
     result["compile_s"] = time.perf_counter() - t0  # capture, compile, the first call(s)
@@ -106,7 +119,7 @@ def child(args) -> dict:
             fn(*x)
             cpu.append(time.process_time() - c0)
     result["cpu_median"] = statistics.median(cpu)
-    if engine == "compile":
+    if engine.startswith("compile"):
         result["dynamo"] = dynamo.stats()
         result["piece_inputs"] = sorted(len(g.input_names) for g in dynamo.pieces())
     result["peak_rss_mib"] = base.peak_rss_mib()
@@ -123,7 +136,7 @@ def summarize(results: list[dict], cases: list[str]) -> list[dict]:
     rows = []
     for case in cases:
         row: dict = {"case": case}
-        for e in ENGINES:
+        for e in ALL_ENGINES:
             r = base.median_round([r for r in results if r["case"] == case and r["engine"] == e])
             if r is None:
                 continue
@@ -138,6 +151,8 @@ def summarize(results: list[dict], cases: list[str]) -> list[dict]:
         if isinstance(row.get("compile"), float) and isinstance(row.get("optimize"), float):
             row["ratio"] = row["compile"] / row["optimize"]
             row["cpu_ratio"] = row["compile_cpu"] / row["optimize_cpu"]
+        if isinstance(row.get("compile_tuned"), float) and isinstance(row.get("optimize"), float):
+            row["tuned_cpu_ratio"] = row["compile_tuned_cpu"] / row["optimize_cpu"]
         if isinstance(row.get("compile"), float) and isinstance(row.get("eager"), float):
             row["vs_eager"] = row["eager"] / row["compile"]
         rows.append(row)
@@ -146,9 +161,9 @@ def summarize(results: list[dict], cases: list[str]) -> list[dict]:
 
 def table(rows: list[dict]) -> list[str]:
     lines = ["| model | eager ms | optimize ms | compile ms | compile / optimize | CPU ms optimize "
-             "/ compile | CPU compile / optimize | speed-up over eager | graphs / pieces | nodes "
-             "left to PyTorch | weights frozen / per call |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "/ compile | CPU compile / optimize | CPU compile_tuned / optimize | speed-up over "
+             "eager | graphs / pieces | nodes left to PyTorch | weights frozen / per call |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cells = [fmt(r[e]) if isinstance(r.get(e), float) else str(r.get(e, "-"))
                  for e in ENGINES]
@@ -157,12 +172,14 @@ def table(rows: list[dict]) -> list[str]:
             ratio += " (over)"
         cpu = f"{fmt(r.get('optimize_cpu'))} / {fmt(r.get('compile_cpu'))}"
         lines.append(f"| {r['case']} | {' | '.join(cells)} | {ratio} | {cpu} | "
-                     f"{fmt(r.get('cpu_ratio'), '{:.3f}')} | {fmt(r.get('vs_eager'))}x | "
+                     f"{fmt(r.get('cpu_ratio'), '{:.3f}')} | "
+                     f"{fmt(r.get('tuned_cpu_ratio'), '{:.3f}')} | {fmt(r.get('vs_eager'))}x | "
                      f"{r.get('graphs', '-')} / {r.get('pieces', '-')} | "
                      f"{r.get('fallback_nodes', '-')} | {r.get('frozen', '-')} / "
                      f"{r.get('weight_inputs', '-')} |")
     lines.append("")
-    for key, what in (("ratio", "wall-clock"), ("cpu_ratio", "CPU time")):
+    for key, what in (("ratio", "wall-clock"), ("cpu_ratio", "CPU time"),
+                      ("tuned_cpu_ratio", "CPU time, compile_tuned")):
         ratios = sorted(r[key] for r in rows if r.get(key) is not None)
         if ratios:
             gm = statistics.geometric_mean(ratios)
@@ -199,7 +216,7 @@ def main() -> int:
     named = {"always_on": torch_models.ALWAYS_ON, "core": torch_models.CORE}
     models = named.get(args.models) or base.parse_list(args.models, list(torch_models.ZOO),
                                                        "model")
-    engines = base.parse_list(args.engines, ENGINES, "engine")
+    engines = base.parse_list(args.engines, ALL_ENGINES, "engine")
     configs = [(m, None, None) for m in models]
     if not args.no_dynamic:
         a, b = (int(s) for s in args.seqs.split(","))

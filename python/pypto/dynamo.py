@@ -21,9 +21,11 @@ import logging
 import threading
 import weakref
 
+import numpy as np
 import torch
 import torch.fx
 
+from . import runtime as _runtime
 from .frontend import aten_ops  # noqa: F401  (registers the converters)
 from .frontend.fx_importer import FxImporter, SymV, V, conversion_problem, target_name
 from .options import compile_options
@@ -77,12 +79,19 @@ class PyptoPiece(torch.nn.Module):
         super().__init__()
         self.gm, self.level = gm, level
         self._compiled: tuple[CompiledGraph, bool] | None = None
+        self._run = None  # the per-call function (_runner), made with the compiled graph
         self._lock = threading.Lock()
-        # The positions of the SymInt arguments (sizes), passed as int64 [1] tensors made once
+        placeholders = gm.graph.find_nodes(op="placeholder")
+        # The positions of the SymInt arguments (sizes), passed as int64 [1] arrays made once
         # per value; every other argument is a tensor, passed as it is.
-        self._sym = [i for i, n in enumerate(gm.graph.find_nodes(op="placeholder"))
+        self._sym = [i for i, n in enumerate(placeholders)
                      if isinstance(n.meta.get("val"), torch.SymInt)]
-        self._sizes: dict[int, torch.Tensor] = {}
+        self._sizes: dict[int, np.ndarray] = {}
+        # Whether every tensor argument is known, from the graph's metadata, to be what
+        # CompiledGraph.run checks for on every call (a strided CPU tensor that needs no grad,
+        # without a conjugate or negative bit): Dynamo's guards hold the graph's inputs to that metadata,
+        # and the PyTorch ops between pieces produce what their FakeTensors say.
+        self._trusted = all(_trusted_value(n.meta.get("val")) for n in placeholders)
         _pieces.add(self)
 
     def forward(self, *args):
@@ -90,26 +99,56 @@ class PyptoPiece(torch.nn.Module):
 
     def run(self, args):
         """The call itself (forward without nn.Module's hooks): `args` in placeholder order."""
-        if self._compiled is None:
+        run = self._run
+        if run is None:
             with self._lock:
-                if self._compiled is None:
+                if self._run is None:
                     self._compiled = self._compile()
-        compiled, single = self._compiled
+                    self._run = self._runner(*self._compiled)
+            run = self._run
         _stats["pypto_runs"] += 1
-        if self._sym:
-            args = list(args)
-            for i in self._sym:
-                args[i] = self._size(args[i])
-        outs = compiled.run(args)
-        return outs[0] if single else tuple(outs)
+        return run(args)
 
-    def _size(self, value: int) -> torch.Tensor:
-        t = self._sizes.get(value)
-        if t is None:
+    def _runner(self, compiled: CompiledGraph, single: bool):
+        """The function a call runs. Where the arguments are trusted (see __init__) it calls the
+        Executable directly: each tensor goes over as a DLPack capsule and each output comes back
+        as a tensor sharing its memory, as in CompiledGraph.run, without run()'s per-call
+        checks of types, devices, grad and conjugate bits. Otherwise it is run() itself."""
+        sym, size = self._sym, self._size
+        if not self._trusted:
+            def checked(args):
+                if sym:
+                    args = list(args)
+                    for i in sym:
+                        args[i] = size(args[i])
+                outs = compiled.run(args)
+                return outs[0] if single else tuple(outs)
+            return checked
+
+        exe_run = compiled._exe.run
+        to_dlpack, from_numpy, from_dlpack = (torch.utils.dlpack.to_dlpack, torch.from_numpy,
+                                              torch.from_dlpack)
+        ndarray = np.ndarray
+
+        def trusted(args):
+            if _runtime._call_hook is not None:  # pypto.profiler.profile(with_stack=True)
+                _runtime._call_hook()
+            if sym:
+                args = list(args)
+                for i in sym:
+                    args[i] = size(args[i])
+            outs = exe_run([x if type(x) is ndarray else to_dlpack(x) for x in args])
+            outs = [from_numpy(o) if type(o) is ndarray else from_dlpack(o) for o in outs]
+            return outs[0] if single else tuple(outs)
+        return trusted
+
+    def _size(self, value: int) -> np.ndarray:
+        a = self._sizes.get(value)
+        if a is None:
             if len(self._sizes) >= 256:  # sizes seen in a long run with many shapes: start over
                 self._sizes.clear()
-            t = self._sizes[value] = torch.tensor([int(value)], dtype=torch.int64)
-        return t
+            a = self._sizes[value] = np.array([int(value)], dtype=np.int64)
+        return a
 
     def _compile(self):
         imp = FxImporter("torch_compile")
@@ -127,6 +166,17 @@ class PyptoPiece(torch.nn.Module):
         _stats["levels"].add(compiled.level)
         _stats["frozen_weights"] += len(self.gm.graph.find_nodes(op="get_attr"))
         return compiled, single
+
+
+def _trusted_value(val) -> bool:
+    """Whether a placeholder's FakeTensor (or SymInt) describes an argument CompiledGraph.run
+    would pass unchanged: a size, or a strided CPU tensor that needs no grad, without conjugate
+    or negative bit."""
+    if isinstance(val, torch.SymInt):
+        return True
+    return (isinstance(val, torch.Tensor) and val.device.type == "cpu"
+            and val.layout == torch.strided and not val.requires_grad and not val.is_conj()
+            and not val.is_neg())
 
 
 def _to_constants(gm: torch.fx.GraphModule, consts: dict[torch.fx.Node, tuple[str, torch.Tensor]]):

@@ -362,3 +362,96 @@ def test_without_a_tracing_context_the_weights_stay_inputs(monkeypatch, caplog):
     assert caplog.text.count("could not tell the weights") == 1
     (graph,) = _new_pieces(old)
     assert len(graph.input_names) == 5  # the four weights and x
+
+
+# ---- the per-call path ----
+
+class TwoOutputs(torch.nn.Module):
+    """Two pieces (around i0, which PyPTO leaves to PyTorch), the second one fed a size when
+    the batch is symbolic, and two outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 6)
+
+    def forward(self, x):
+        h = torch.special.i0(self.fc(x)).transpose(0, 1)  # [6, batch]
+        return torch.relu(h) * 2, h.reshape(-1, x.shape[0] * 2).sum(1)
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_pieces_take_strided_views_and_sizes_and_return_every_output(dynamic):
+    torch.manual_seed(0)
+    model = TwoOutputs().eval()
+    fast = torch.compile(model, backend="pypto", dynamic=dynamic)
+    before = dynamo.stats()
+    with torch.no_grad():
+        for b in (3, 5, 3):
+            x = torch.randn(8, b).t()  # a strided view goes to the first piece as it is
+            for got, want in zip(fast(x), model(x), strict=True):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    d = _delta(before)
+    assert d["pypto_pieces"] >= 2 and d["pypto_runs"] >= 2 * 3  # both sides of i0, every call
+
+
+def test_pieces_under_autograd_still_detach_their_inputs():
+    """A training forward piece takes tensors that require grad: it runs on PyPTO and the
+    gradients are PyTorch's (the per-call path that skips run()'s checks is for inference)."""
+    torch.manual_seed(0)
+    model = TwoOutputs()
+    fast = torch.compile(model, backend="pypto")
+    x = torch.randn(4, 8)
+    got, want = fast(x), model(x)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    _check_gradients(model, got[0], want[0])
+
+
+def _inference_settings():
+    """The settings docs/python.md suggests for inference: Inductor's freezing switch (read by
+    Dynamo: parameters become graph attributes guarded by identity) and nn.Module guards checked
+    by dict tags."""
+    import contextlib
+
+    import torch._inductor.config
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._inductor.config.patch(freezing=True))
+    stack.enter_context(torch._dynamo.config.patch(use_recursive_dict_tags_for_guards=True))
+    return stack
+
+
+def test_inference_settings_keep_weights_frozen_and_see_replaced_weights():
+    """Under the suggested settings the weights are still frozen (each piece takes only the
+    input), and a replaced submodule or parameter makes Dynamo compile again with it."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(),
+                                torch.nn.Linear(16, 4)).eval()
+    fast = torch.compile(model, backend="pypto")
+    x = torch.randn(3, 8)
+    before, old = dynamo.stats(), dynamo.pieces()
+    with torch.no_grad(), _inference_settings():
+        for _ in range(3):
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+        d = _delta(before)
+        assert d["graphs"] == 1 and d["frozen_weights"] == 4 and d["weight_inputs"] == 0
+        (graph,) = _new_pieces(old)
+        assert len(graph.input_names) == 1
+        model[2] = torch.nn.Linear(16, 4)
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+        model[0].weight = torch.nn.Parameter(torch.randn(16, 8))
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    assert _delta(before)["graphs"] == 3
+
+
+def test_profiler_with_stack_records_each_call_of_a_piece():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    fast = torch.compile(model, backend="pypto")
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        fast(x)
+        with pypto.profiler.profile(with_stack=True) as prof:
+            fast(x)
+            fast(x)
+    calls = [r for r in prof.key_averages() if r.kind == "call"]
+    assert sum(r.count for r in calls) == 2 and all(" @ " in r.key for r in calls)
