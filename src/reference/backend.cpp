@@ -13,6 +13,7 @@ class NodeKernel : public CompiledKernel {
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
     KernelContext ctx{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()};
+    check_tensor_values(node_, ctx.inputs);
     std::vector<Tensor> all = (*kernel_)(ctx);
     std::vector<Tensor> out;
     for (size_t o = 0; o < node_.outputs.size(); ++o)

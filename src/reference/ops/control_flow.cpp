@@ -198,12 +198,39 @@ std::vector<Tensor> run_scan(const KernelContext& c) {
   return outs;
 }
 
+// SequenceMap: the body on element i of every sequence input (other inputs whole), each body
+// output collected into a sequence. The sequences must have the same length.
+std::vector<Tensor> run_sequence_map(const KernelContext& c) {
+  const Graph& body = c.attrs().get_graph("body");
+  const size_t formal = c.inputs.size() - static_cast<size_t>(body.num_captures);
+  const Tensor& first = c.input(0);
+  if (first.kind() != ValueKind::kSequence)
+    throw ValueError(cat(c.where(), ": input 0 should be a sequence, got ", first.str()));
+  const size_t length = first.items().size();
+  for (size_t k = 1; k < formal; ++k)
+    if (c.input(k).kind() == ValueKind::kSequence && c.input(k).items().size() != length)
+      throw ValueError(cat(c.where(), ": input ", k, " has ", c.input(k).items().size(),
+                           " elements, input 0 ", length));
+  std::vector<std::vector<Tensor>> outs(c.num_outputs);
+  for (size_t i = 0; i < length; ++i) {
+    std::vector<Tensor> in = c.inputs;
+    for (size_t k = 0; k < formal; ++k)
+      if (in[k].kind() == ValueKind::kSequence) in[k] = in[k].items()[i];
+    std::vector<Tensor> out = run(body, in);
+    for (size_t o = 0; o < out.size(); ++o) outs[o].push_back(std::move(out[o]));
+  }
+  std::vector<Tensor> result;
+  for (auto& o : outs) result.push_back(Tensor::sequence(std::move(o)));
+  return result;
+}
+
 }  // namespace
 
 void register_control_flow_kernels(KernelRegistry& r) {
   r.add("If", run_if);
   r.add("Loop", run_loop);
   r.add("Scan", run_scan);
+  r.add("SequenceMap", run_sequence_map);
 }
 
 }  // namespace pto::reference
