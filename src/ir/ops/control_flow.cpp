@@ -223,10 +223,10 @@ void infer_if(InferContext& c) {
 }
 
 // A stacked output: `t` with `count` inserted at `axis` (unknown rank stays unknown).
-TensorType stacked(const TensorType& t, Dim count, int64_t axis) {
+TensorType stacked(const TensorType& t, Dim count, int64_t axis, const std::string& where) {
   TensorType out{t.dtype, std::nullopt};
   if (!t.is_tensor())  // ONNX stacks tensors only
-    throw UnsupportedError(cat("a scan output is ", t.kind_name(), " (", t.str(), ")"));
+    throw UnsupportedError(cat(where, ": a scan output is ", t.kind_name(), " (", t.str(), ")"));
   if (!t.shape) return out;
   Shape s = *t.shape;
   axis = std::clamp<int64_t>(axis < 0 ? axis + static_cast<int64_t>(s.size()) + 1 : axis, 0,
@@ -261,7 +261,7 @@ void infer_loop(InferContext& c) {
       trips = Dim((*m)[0]);
   for (size_t i = 0; i < a.carried; ++i) c.outputs[i] = types[2 + i];
   for (size_t k = 0; k < a.scan_outputs; ++k)
-    c.outputs[a.carried + k] = stacked(output_type(*g, 1 + a.carried + k), trips, 0);
+    c.outputs[a.carried + k] = stacked(output_type(*g, 1 + a.carried + k), trips, 0, c.where());
   c.subgraphs["body"] = g;
 }
 
@@ -306,7 +306,7 @@ void infer_scan(InferContext& c) {
                         : Dim::unknown();
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     TensorType t = output_type(*g, i);
-    if (i >= a.carried) t = stacked(t, length, axes.out_axes[i - a.carried]);
+    if (i >= a.carried) t = stacked(t, length, axes.out_axes[i - a.carried], c.where());
     if (v8 && t.shape) t.shape->insert(t.shape->begin(), batch);
     c.outputs[i] = t;
   }

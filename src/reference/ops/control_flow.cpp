@@ -62,6 +62,8 @@ Tensor stack(const std::vector<Tensor>& parts, int64_t axis, const TensorType& f
     shape.insert(shape.begin() + normalize_axis(axis, rank, where), 0);
     return Tensor::empty(fallback.dtype, shape);
   }
+  for (const Tensor& p : parts)
+    if (!p.is_tensor()) throw UnsupportedError(cat(where, ": a scan output is ", p.str()));
   const Dims& part = parts.front().shape();
   for (const Tensor& p : parts)
     if (p.shape() != part || p.dtype() != parts.front().dtype())
