@@ -23,12 +23,22 @@ class Graph;
 using ValueId = int32_t;
 inline constexpr ValueId kNoValue = -1;
 
-// What a value is: its dtype and, when known, its (possibly symbolic) shape.
+// What a value is: its dtype and, when known, its (possibly symbolic) shape. A value may also be
+// one of ONNX's other kinds, a sequence of tensors or an optional (of a tensor or a sequence):
+// then dtype and shape describe the tensor (of the sequence's elements) inside. The flags are the
+// whole difference, so the code that deals in tensors only (nearly all of it) reads dtype and
+// shape as before, and the few places that must not see a non-tensor ask is_tensor().
 struct TensorType {
   DType dtype = DType::kUndefined;
   std::optional<Shape> shape;  // nullopt: rank unknown
+  bool sequence = false;       // seq(tensor): dtype and shape are the elements'
+  bool optional = false;       // optional(tensor) or, with `sequence`, optional(seq(tensor))
 
-  std::string str() const;  // "f32[batch, 3, 224, 224]" or "f32[*]"
+  bool is_tensor() const { return !sequence && !optional; }
+  // "f32[batch, 3, 224, 224]", "f32[*]"; "seq<f32[*]>", "opt<f32[2]>", "opt<seq<i64[*]>>".
+  std::string str() const;
+  // "a sequence", "an optional": for errors about a value that is not a tensor.
+  const char* kind_name() const;
 };
 
 // The sizes a symbolic dimension may take, as its frontend declared them (inclusive).
@@ -206,6 +216,8 @@ std::string print(const Graph& g);
 // elements) reads back as zeros: its structure round-trips, its data does not. Node opsets are
 // not printed; parsed nodes take the graph's opset. Throws ValueError "parse_graph: line N: ...".
 Graph parse_graph(const std::string& text);
+// One type as TensorType::str writes it ("f32[2, ?]", "opt<seq<i64[*]>>"); ValueError otherwise.
+TensorType parse_type(const std::string& text);
 
 // Whether `a` and `b` compute the same thing the same way: the same ops (and domains) with equal
 // attributes (tensor attributes by dtype, shape and bytes), wired the same way, with the same

@@ -30,6 +30,10 @@ void save(const Graph& g, const std::string& path);
 
 // Reads a serialized TensorProto file (the ONNX test-data format, input_0.pb).
 Tensor load_tensor(const std::string& path);
+// Reads a test-data file of a value of `type`: a TensorProto for a tensor, a SequenceProto for a
+// sequence (Tensor::sequence), an OptionalProto for an optional (Tensor::none() when empty, else
+// the value it holds).
+Tensor load_value(const std::string& path, const TensorType& type);
 
 // Opset range of the default domain this importer accepts.
 inline constexpr int kMinOpset = 7;

@@ -31,6 +31,10 @@ enum OpProperty : uint32_t {
   // Draws random numbers (RandomNormal, Bernoulli, ...): two nodes alike are two different
   // values, and constant folding must not evaluate it.
   kNondeterministic = 1u << 9,
+  // Reads or writes ONNX's other values, sequences and optionals (TensorType::is_tensor, and
+  // Tensor's containers): the sequence ops, Identity and control flow. Only these may see one;
+  // every other op is declared to take and make tensors alone.
+  kNonTensorValues = 1u << 10,
 };
 
 // What an inference function sees: the node, its inputs' types, constant input data where the
@@ -59,7 +63,8 @@ struct InferContext {
 using InferFn = std::function<void(InferContext&)>;
 
 // The kind of value an attribute holds: one per Attribute alternative, plus kDType, an ONNX element
-// type given as its code (Cast's `to`) or, as Cast-1 wrote it, its name ("FLOAT").
+// type given as its code (Cast's `to`) or, as Cast-1 wrote it, its name ("FLOAT"), and kType, a
+// value type (Optional's `type`) as a string the parser reads ("seq<f32[5]>", parse_type).
 enum class AttrKind : uint8_t {
   kInt,
   kFloat,
@@ -69,7 +74,8 @@ enum class AttrKind : uint8_t {
   kStrings,
   kTensor,
   kGraph,
-  kDType
+  kDType,
+  kType,  // a value type (ONNX TypeProto), held as the string TensorType::str writes
 };
 const char* attr_kind_name(AttrKind k);  // "int", "float", "ints", "dtype", ...
 
@@ -156,6 +162,10 @@ struct OpDef {
   bool is_view() const { return has(kView); }
 };
 
+// Checks that a node of an op without kNonTensorValues neither reads nor makes a value typed as a
+// sequence or an optional: UnsupportedError naming the node and the value. Called by verify().
+void check_tensor_values(const Graph& g, const Node& n);
+
 class OpRegistry {
  public:
   static OpRegistry& global();  // filled with every built-in op on first use
@@ -184,5 +194,6 @@ void register_image_ops(OpRegistry& r);
 void register_signal_ops(OpRegistry& r);
 void register_recurrent_ops(OpRegistry& r);
 void register_control_flow_ops(OpRegistry& r);
+void register_sequence_ops(OpRegistry& r);
 
 }  // namespace pto

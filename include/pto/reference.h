@@ -54,6 +54,10 @@ using NodeObserver = std::function<void(const Node&, const std::vector<Tensor>& 
 void run_node(const Graph& g, KernelContext& ctx, std::vector<Tensor>& env,
               const std::function<std::vector<Tensor>()>& kernel, const NodeObserver& observer);
 
+// A sequence or an empty optional among the values a node of an op without kNonTensorValues is
+// about to read: UnsupportedError naming the node (the runtime twin of check_tensor_values(g, n)).
+void check_tensor_values(const Node& n, const std::vector<Tensor>& values);
+
 // Checks each input's dtype, rank and known or symbolic dimensions against the graph's declaration
 // (ValueError/TypeError naming the input); the input count must already match.
 void check_inputs(const Graph& g, const std::vector<Tensor>& inputs);
@@ -90,5 +94,6 @@ void register_image_kernels(KernelRegistry& r);
 void register_signal_kernels(KernelRegistry& r);
 void register_recurrent_kernels(KernelRegistry& r);
 void register_control_flow_kernels(KernelRegistry& r);
+void register_sequence_kernels(KernelRegistry& r);
 
 }  // namespace pto::reference

@@ -21,8 +21,9 @@
 namespace pto {
 
 // The file layout's version: a file of another version is refused, never guessed at. Version 2
-// added subgraph attributes (control flow); it reads version 1 files, which have none.
-inline constexpr uint32_t kSavedModelFormat = 2;
+// added subgraph attributes (control flow); version 3 sequence and optional value types (flag
+// bits beside a type's shape). Each reads the older versions, which have none of these.
+inline constexpr uint32_t kSavedModelFormat = 3;
 inline constexpr uint32_t kOldestSavedModelFormat = 1;
 
 // What a saved model's header says.

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pto/dtype.h"
 #include "pto/shape.h"
@@ -78,9 +79,29 @@ class Storage {
 size_t max_tensor_bytes();
 void set_max_tensor_bytes(size_t n);
 
+// What a Tensor holds. Besides a tensor, one of ONNX's other values: a sequence of tensors, or an
+// empty optional (an optional that holds something is represented by what it holds).
+enum class ValueKind : uint8_t { kTensor, kSequence, kNone };
+
+// A Tensor may carry a sequence or an empty optional instead of tensor data. Every path that moves
+// values between nodes (the interpreter's value table, a backend kernel's arguments and results,
+// the Executable, subgraph runs, saved inputs, the Python boundary) moves Tensors, so a container
+// rides through all of them unchanged and only the ops that read sequences look inside; a
+// separate Value variant would have changed every one of those signatures for a few ops. A
+// container has no dtype, shape or storage (dtype() is kUndefined, numel() 0): the interpreter
+// and the Executable give one only to ops declared to take it (kNonTensorValues), and an
+// UnsupportedError to any other.
 class Tensor {
  public:
   Tensor() = default;  // undefined: a missing optional input
+
+  // A sequence (its elements are tensors, each shared, not copied) and the empty optional.
+  static Tensor sequence(std::vector<Tensor> items);
+  static Tensor none();
+  ValueKind kind() const { return kind_; }
+  bool is_tensor() const { return kind_ == ValueKind::kTensor; }
+  // A sequence's elements; an InternalError on anything else.
+  const std::vector<Tensor>& items() const;
 
   static Tensor empty(DType dtype, Dims shape);  // contiguous, uninitialized
   static Tensor zeros(DType dtype, Dims shape);
@@ -102,7 +123,7 @@ class Tensor {
   static Tensor wrap(void* data, DType dtype, Dims shape, Dims strides,
                      std::function<void()> release);
 
-  bool defined() const { return storage_ != nullptr; }
+  bool defined() const { return storage_ != nullptr || kind_ != ValueKind::kTensor; }
   DType dtype() const { return dtype_; }
   const Dims& shape() const { return shape_; }
   const Dims& strides() const { return strides_; }
@@ -131,7 +152,7 @@ class Tensor {
 
   // Reads element i (row-major logical index) converted to double; for tests and printing.
   double item_as_double(int64_t i = 0) const;
-  std::string str() const;  // "f32[2, 3]"
+  std::string str() const;  // "f32[2, 3]", "seq(f32[2], f32[3])", "none"
 
  private:
   std::shared_ptr<Storage> storage_;
@@ -140,6 +161,8 @@ class Tensor {
   Dims shape_;
   Dims strides_;
   int64_t numel_ = 0;
+  ValueKind kind_ = ValueKind::kTensor;
+  std::shared_ptr<const std::vector<Tensor>> items_;  // a sequence's elements
 };
 
 }  // namespace pto

@@ -55,7 +55,8 @@ class OnnxModel:
             inputs = self._by_name(names, args, kwargs)
         like = "torch"
         for x in inputs:  # a loop, not any(): no generator per call
-            if isinstance(x, np.ndarray):
+            if isinstance(x, np.ndarray) or (type(x) is list and x and
+                                             isinstance(x[0], np.ndarray)):  # a sequence
                 like = "numpy"
                 break
         outs = self._compiled.run(inputs, like=like)

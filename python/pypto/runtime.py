@@ -49,9 +49,14 @@ def to_boundary(x: Any, what: str):
 def _to_c(x: Any, what: str):
     """to_boundary(x), as the cheapest object for _C to import: a numpy array as it is, a torch
     tensor as a DLPack capsule (torch.utils.dlpack.to_dlpack is one C call; the tensor's own
-    __dlpack__ method is Python code)."""
+    __dlpack__ method is Python code). A sequence (a list of arrays) and an empty optional
+    (None) go as a list of such objects and as None."""
     if type(x) is np.ndarray and x.dtype.isnative:
         return x
+    if x is None:  # an empty optional
+        return x
+    if isinstance(x, (list, tuple)):  # a sequence
+        return [_to_c(e, f"{what} element {i}") for i, e in enumerate(x)]
     x = to_boundary(x, what)
     torch = _torch()
     if torch is not None and isinstance(x, torch.Tensor):
@@ -67,11 +72,17 @@ def _to_torch(a):
     is (torch.from_numpy), a bf16 one through DLPack."""
     import torch
 
-    return torch.from_numpy(a) if type(a) is np.ndarray else torch.from_dlpack(a)
+    if type(a) is np.ndarray:
+        return torch.from_numpy(a)
+    if a is None or type(a) is list:  # an empty optional, a sequence
+        return a if a is None else [_to_torch(e) for e in a]
+    return torch.from_dlpack(a)
 
 
 def _to_numpy(a):
-    return a if type(a) is np.ndarray else np.from_dlpack(a)
+    if type(a) is np.ndarray or a is None:  # None: an empty optional
+        return a
+    return [_to_numpy(e) for e in a] if type(a) is list else np.from_dlpack(a)
 
 
 class CompiledGraph:

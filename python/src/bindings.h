@@ -21,9 +21,13 @@ Tensor tensor_from_python(nb::handle array, const std::string& what);
 // The same, with `what` made only for an error (a run's inputs: no string per call).
 Tensor tensor_from_python(nb::handle array, const std::function<std::string()>& what);
 
+// A graph input's value: an array as tensor_from_python takes it, a list (or tuple) of arrays for
+// a sequence, None for an empty optional.
+Tensor value_from_python(nb::handle x, const std::function<std::string()>& what);
+
 // Exposes a pto::Tensor as an array (no copy) that keeps the storage alive: a numpy array, or for
 // bf16 (which numpy lacks) a DLPack-capable one. torch.from_numpy / torch.from_dlpack turn it
-// into a torch tensor.
+// into a torch tensor. A sequence becomes a list of arrays, an empty optional None.
 nb::object tensor_to_python(const Tensor& t);
 
 void bind_errors(nb::module_& m);

@@ -32,7 +32,8 @@ nb::dict stats_dict(const MemoryPoolStats& s) {
   return d;
 }
 
-// One tensor per graph input, named after the input in errors; no copies.
+// One value per graph input (an array; a list of arrays for a sequence, None for an empty
+// optional), named after the input in errors; no copies.
 std::vector<Tensor> inputs_from_python(const Executable& exe, const nb::list& args) {
   const Graph& g = exe.graph();
   std::vector<Tensor> inputs;
@@ -42,7 +43,7 @@ std::vector<Tensor> inputs_from_python(const Executable& exe, const nb::list& ar
       return i < g.inputs().size() ? cat("input '", g.value(g.inputs()[i]).name, "'")
                                    : cat("input ", i);
     };
-    inputs.push_back(tensor_from_python(args[i], what));
+    inputs.push_back(value_from_python(args[i], what));
   }
   return inputs;
 }

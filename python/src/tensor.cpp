@@ -120,8 +120,28 @@ Tensor tensor_from_python(nb::handle array, const std::function<std::string()>& 
                       });
 }
 
+Tensor value_from_python(nb::handle x, const std::function<std::string()>& what) {
+  if (x.is_none()) return Tensor::none();
+  if (nb::isinstance<nb::list>(x) || nb::isinstance<nb::tuple>(x)) {
+    std::vector<Tensor> items;
+    size_t i = 0;
+    for (nb::handle e : x) {
+      items.push_back(tensor_from_python(e, [&] { return cat(what(), " element ", i); }));
+      ++i;
+    }
+    return Tensor::sequence(std::move(items));
+  }
+  return tensor_from_python(x, what);
+}
+
 nb::object tensor_to_python(const Tensor& t) {
   PTO_CHECK(t.defined()) << "tensor_to_python on an undefined tensor";
+  if (t.kind() == ValueKind::kNone) return nb::none();
+  if (t.kind() == ValueKind::kSequence) {
+    nb::list items;
+    for (const Tensor& e : t.items()) items.append(tensor_to_python(e));
+    return items;
+  }
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
   auto* keep = new Tensor(t);
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Tensor*>(p); });

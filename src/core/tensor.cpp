@@ -153,6 +153,26 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+Tensor Tensor::sequence(std::vector<Tensor> items) {
+  for (const Tensor& t : items)
+    PTO_CHECK(t.defined() && t.is_tensor()) << "a sequence element is " << t.str();
+  Tensor s;
+  s.kind_ = ValueKind::kSequence;
+  s.items_ = std::make_shared<const std::vector<Tensor>>(std::move(items));
+  return s;
+}
+
+Tensor Tensor::none() {
+  Tensor t;
+  t.kind_ = ValueKind::kNone;
+  return t;
+}
+
+const std::vector<Tensor>& Tensor::items() const {
+  PTO_CHECK(kind_ == ValueKind::kSequence) << "items() of " << str();
+  return *items_;
+}
+
 Tensor Tensor::contiguous() const {
   if (!defined() || is_contiguous()) return *this;
   return clone();
@@ -160,6 +180,12 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::clone() const {
   if (!defined()) return *this;
+  if (kind_ == ValueKind::kSequence) {
+    std::vector<Tensor> items;
+    for (const Tensor& t : *items_) items.push_back(t.clone());
+    return sequence(std::move(items));
+  }
+  if (kind_ == ValueKind::kNone) return *this;
   Tensor out = empty(dtype_, shape_);
   if (is_contiguous())
     std::memcpy(out.raw_data(), raw_data(), nbytes());
@@ -204,6 +230,12 @@ double Tensor::item_as_double(int64_t i) const {
 
 std::string Tensor::str() const {
   if (!defined()) return "undefined";
+  if (kind_ == ValueKind::kNone) return "none";
+  if (kind_ == ValueKind::kSequence) {
+    std::string s = "seq(";
+    for (size_t i = 0; i < items_->size(); ++i) s += (i ? ", " : "") + (*items_)[i].str();
+    return s + ")";
+  }
   return cat(dtype_name(dtype_), dims_str(shape_));
 }
 

@@ -7,8 +7,13 @@
 namespace pto {
 
 std::string TensorType::str() const {
-  std::string s(dtype_name(dtype));
-  return s + (shape ? shape_str(*shape) : "[*]");
+  std::string s = std::string(dtype_name(dtype)) + (shape ? shape_str(*shape) : "[*]");
+  if (sequence) s = "seq<" + s + ">";
+  return optional ? "opt<" + s + ">" : s;
+}
+
+const char* TensorType::kind_name() const {
+  return optional ? "an optional" : sequence ? "a sequence" : "a tensor";
 }
 
 // ---- Attributes ----

@@ -37,7 +37,14 @@ void infer_types(Graph& g) {
       const TensorType& inferred = ctx.outputs[i];
       // Keep what the model declared when inference knows less.
       if (inferred.dtype != DType::kUndefined) declared.dtype = inferred.dtype;
-      if (!inferred.shape) continue;
+      if (!inferred.is_tensor()) declared.sequence = inferred.sequence;
+      if (!inferred.is_tensor()) declared.optional = inferred.optional;
+      if (!inferred.shape) {
+        // A sequence's declared element shape is a hint ONNX does not hold a model to (its node
+        // tests declare rank-0 elements for rank-1 ones): where inference cannot tell, unknown.
+        if (inferred.sequence) declared.shape.reset();
+        continue;
+      }
       if (declared.shape && declared.shape->size() == inferred.shape->size()) {
         // Merge dim by dim: what inference knows wins, what only the model declared stays.
         for (size_t d = 0; d < inferred.shape->size(); ++d)

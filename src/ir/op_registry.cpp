@@ -32,6 +32,8 @@ const char* attr_kind_name(AttrKind k) {
       return "graph";
     case AttrKind::kDType:
       return "dtype";
+    case AttrKind::kType:
+      return "type";
   }
   return "?";
 }
@@ -74,6 +76,8 @@ bool fits(AttrKind want, const Attribute& value) {
       return given == AttrKind::kInt;
     case AttrKind::kDType:
       return given == AttrKind::kInt || given == AttrKind::kString;
+    case AttrKind::kType:
+      return given == AttrKind::kString;
     default:
       return is_list(want) && is_list(given) && is_empty_list(value);
   }
@@ -132,6 +136,19 @@ std::string attr_schema_str(const AttrSchema& s) {
   return out;
 }
 
+void check_tensor_values(const Graph& g, const Node& n) {
+  if (!n.def || n.def->has(kNonTensorValues)) return;
+  auto check = [&](const std::vector<ValueId>& ids, const char* what) {
+    for (ValueId v : ids)
+      if (v != kNoValue && !g.value(v).type.is_tensor())
+        throw UnsupportedError(cat(n.where(), ": ", what, " '", g.value(v).name, "' is ",
+                                   g.value(v).type.kind_name(), " (", g.value(v).type.str(),
+                                   "); the op takes and makes tensors only"));
+  };
+  check(n.inputs, "input");
+  check(n.outputs, "output");
+}
+
 void check_attributes(const Node& n) {
   if (!n.def || !n.def->attrs.declared()) return;
   const AttrSchema& schema = n.def->attrs;
@@ -169,6 +186,7 @@ OpRegistry& OpRegistry::global() {
     register_signal_ops(*r);
     register_recurrent_ops(*r);
     register_control_flow_ops(*r);
+    register_sequence_ops(*r);
     return r;
   }();
   return *registry;

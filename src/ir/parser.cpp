@@ -109,8 +109,18 @@ class LineParser {
   }
 
   TensorType type() {
-    TensorType t;
     std::string dt = identifier();
+    // "seq<...>" and "opt<...>" wrap the tensor type inside (TensorType::str): seq(tensor),
+    // optional(tensor), optional(seq(tensor)).
+    if ((dt == "seq" || dt == "opt") && accept("<")) {
+      TensorType t = type();
+      if (t.optional || (dt == "seq" && t.sequence))
+        fail(cat("a ", dt, " of ", t.str(), " is not a type PyPTO has"));
+      (dt == "seq" ? t.sequence : t.optional) = true;
+      expect(">");
+      return t;
+    }
+    TensorType t;
     try {
       t.dtype = dt == "undefined" ? DType::kUndefined : dtype_from_name(dt);
     } catch (const ValueError&) {
@@ -456,6 +466,13 @@ Graph parse_graph(const std::string& text) {
   }
   size_t cursor = 0;
   return GraphParser(lines, cursor).parse();
+}
+
+TensorType parse_type(const std::string& text) {
+  LineParser p(text, 1);
+  TensorType t = p.type();
+  if (!p.at_end()) p.fail(cat("'", text, "' is not one type"));
+  return t;
 }
 
 }  // namespace pto

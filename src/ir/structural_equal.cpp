@@ -73,7 +73,8 @@ bool same_attributes(const Attributes& a, const Attributes& b) {
 namespace {
 
 bool same_type(const TensorType& a, const TensorType& b) {
-  return a.dtype == b.dtype && a.shape == b.shape;
+  return a.dtype == b.dtype && a.shape == b.shape && a.sequence == b.sequence &&
+         a.optional == b.optional;
 }
 
 class Matcher {

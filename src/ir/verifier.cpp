@@ -61,6 +61,7 @@ void verify(const Graph& g) {
         throw ValueError(cat(n.where(), ": output '", g.value(v).name, "' is defined twice"));
       defined[v] = 1;
     }
+    check_tensor_values(g, n);
   }
   if (g.outputs().empty()) throw ValueError("graph: has no outputs");
   for (ValueId v : g.outputs()) {

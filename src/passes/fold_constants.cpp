@@ -3,7 +3,8 @@
 // Shape and Size of a value whose type has a fully static shape fold too, without data, so that
 // Shape -> Gather -> Concat -> Reshape chains become a constant shape. One forward sweep: a folded
 // output is a constant for the nodes after it. Skipped: ops marked kNondeterministic, results
-// over kMaxFoldedBytes, and any node whose kernel throws (the node stays; the run reports it).
+// over kMaxFoldedBytes, sequences and optionals, and any node whose kernel throws (the node stays;
+// the run reports it).
 #include <algorithm>
 
 #include "passes/passes.h"
@@ -127,6 +128,10 @@ Graph fold_constants(Graph g, const PassContext& ctx) {
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
     if (folded[i] || !n.def || n.def->has(kNondeterministic) || n.outputs.empty()) continue;
+    // Initializers hold tensors: a sequence or an optional is never a constant.
+    if (std::any_of(n.outputs.begin(), n.outputs.end(),
+                    [&](ValueId v) { return v != kNoValue && !g.value(v).type.is_tensor(); }))
+      continue;
     const Tensor* cond = n.op == "If" && n.domain.empty() ? constant_of(g, n.inputs[0]) : nullptr;
     if (cond && cond->numel() == 1 && cond->dtype() == DType::kBool) {
       const size_t added = inline_if(g, i, cond->contiguous().data<bool>()[0]);

@@ -28,6 +28,7 @@ class NodeKernel : public CompiledKernel {
 
  private:
   std::vector<Tensor> outputs_of(const KernelContext& ctx) const {
+    check_tensor_values(node_, ctx.inputs);
     std::vector<Tensor> all = (*kernel_)(ctx);
     std::vector<Tensor> out;
     for (size_t o = 0; o < node_.outputs.size(); ++o)

@@ -31,6 +31,7 @@ KernelRegistry& KernelRegistry::global() {
     register_signal_kernels(*r);
     register_recurrent_kernels(*r);
     register_control_flow_kernels(*r);
+    register_sequence_kernels(*r);
     return r;
   }();
   return *registry;
@@ -65,16 +66,15 @@ int64_t dim_factor(const std::string& symbol) {
   return ec == std::errc() && p != end && *p == '*' && f > 0 ? f : 1;
 }
 
-void check_input(const Graph& g, ValueId v, const Tensor& t,
-                 std::unordered_map<std::string, int64_t>& symbols) {
-  const Value& val = g.value(v);
-  auto where = [&] { return cat("input '", val.name, "'"); };  // only for an error
-  if (!t.defined()) throw ValueError(cat(where(), ": no tensor was given"));
-  if (val.type.dtype != DType::kUndefined && t.dtype() != val.type.dtype)
-    throw TypeError(cat(where(), ": expected dtype ", dtype_name(val.type.dtype), ", got ",
-                        dtype_name(t.dtype())));
-  if (!val.type.shape) return;
-  const Shape& s = *val.type.shape;
+// Tensor t against the dtype and shape of `type`; where() says what t is, only for an error.
+template <class Where>
+void check_tensor(const TensorType& type, const Where& where, const Tensor& t,
+                  std::unordered_map<std::string, int64_t>& symbols) {
+  if (type.dtype != DType::kUndefined && t.dtype() != type.dtype)
+    throw TypeError(
+        cat(where(), ": expected dtype ", dtype_name(type.dtype), ", got ", dtype_name(t.dtype())));
+  if (!type.shape) return;
+  const Shape& s = *type.shape;
   if (static_cast<int64_t>(s.size()) != t.rank())
     throw ValueError(cat(where(), ": expected rank ", s.size(), " ", shape_str(s), ", got shape ",
                          dims_str(t.shape())));
@@ -95,7 +95,39 @@ void check_input(const Graph& g, ValueId v, const Tensor& t,
   }
 }
 
+// A graph input's value against its declared type: a tensor, a sequence (each element checked
+// on its own, as a symbolic dim may differ between elements) or an optional (None, or what the
+// optional holds).
+void check_input(const Graph& g, ValueId v, const Tensor& t,
+                 std::unordered_map<std::string, int64_t>& symbols) {
+  const TensorType& type = g.value(v).type;
+  auto name = [&] { return cat("input '", g.value(v).name, "'"); };  // only for an error
+  if (!t.defined()) throw ValueError(cat(name(), ": no tensor was given"));
+  if (t.kind() == ValueKind::kNone) {
+    if (!type.optional)
+      throw TypeError(cat(name(), ": expected ", type.str(), ", got an empty optional (None)"));
+    return;
+  }
+  if (type.sequence != (t.kind() == ValueKind::kSequence))
+    throw TypeError(cat(name(), ": expected ", type.str(), ", got ",
+                        t.is_tensor() ? "a tensor " + t.str() : "a sequence"));
+  if (t.is_tensor()) return check_tensor(type, name, t, symbols);
+  for (size_t i = 0; i < t.items().size(); ++i) {
+    std::unordered_map<std::string, int64_t> own;
+    check_tensor(
+        type, [&] { return cat(name(), " element ", i); }, t.items()[i], own);
+  }
+}
+
 }  // namespace
+
+void check_tensor_values(const Node& n, const std::vector<Tensor>& values) {
+  if (n.def && n.def->has(kNonTensorValues)) return;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i].defined() && !values[i].is_tensor())
+      throw UnsupportedError(
+          cat(n.where(), ": input ", i, " is ", values[i].str(), "; the op takes tensors only"));
+}
 
 void run_node(const Graph& g, KernelContext& ctx, std::vector<Tensor>& env,
               const std::function<std::vector<Tensor>()>& kernel, const NodeObserver& observer) {
@@ -110,6 +142,7 @@ void run_node(const Graph& g, KernelContext& ctx, std::vector<Tensor>& env,
       throw ValueError(cat(n.where(), ": input '", g.value(v).name, "' has no value"));
     ctx.inputs.push_back(env[v].contiguous());
   }
+  check_tensor_values(n, ctx.inputs);
   std::vector<Tensor> outs;
   try {
     outs = kernel();

@@ -126,7 +126,7 @@ void check_symbol_ranges(const Graph& g, const std::vector<Tensor>& inputs) {
   if (g.symbol_ranges.empty()) return;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value& v = g.value(g.inputs()[i]);
-    if (!v.type.shape || !inputs[i].defined()) continue;
+    if (!v.type.shape || !inputs[i].defined() || !inputs[i].is_tensor()) continue;
     const Shape& s = *v.type.shape;
     if (static_cast<int64_t>(s.size()) != inputs[i].rank()) continue;  // reported by the run
     for (size_t d = 0; d < s.size(); ++d) {
@@ -159,7 +159,8 @@ bool all_static(const Graph& g) {
 Graph with_input_shapes(const Graph& g, const std::vector<Dims>& shapes) {
   Graph typed = g;
   for (size_t i = 0; i < shapes.size() && i < g.inputs().size(); ++i)
-    typed.value(g.inputs()[i]).type.shape = to_shape(shapes[i]);
+    if (g.value(g.inputs()[i]).type.is_tensor())  // a sequence's "shape" says nothing
+      typed.value(g.inputs()[i]).type.shape = to_shape(shapes[i]);
   infer_types(typed);
   PassOptions fold;
   fold.only = {"FoldConstants"};
@@ -168,15 +169,31 @@ Graph with_input_shapes(const Graph& g, const std::vector<Dims>& shapes) {
   } catch (const Error&) {  // the plan then leaves unknown sizes to the pool
     Graph plain = g;
     for (size_t i = 0; i < shapes.size() && i < g.inputs().size(); ++i)
-      plain.value(g.inputs()[i]).type.shape = to_shape(shapes[i]);
+      if (g.value(g.inputs()[i]).type.is_tensor())
+        plain.value(g.inputs()[i]).type.shape = to_shape(shapes[i]);
     infer_types(plain);
     return plain;
   }
 }
 
+// Whether a group reads or writes a sequence or an optional (only ops with kNonTensorValues can).
+bool has_non_tensor_values(const Graph& g, const KernelGroup& k) {
+  for (int32_t n : k.nodes) {
+    const Node& node = g.nodes()[n];
+    if (!node.def || !node.def->has(kNonTensorValues)) continue;
+    for (const auto* ids : {&node.inputs, &node.outputs})
+      for (ValueId v : *ids)
+        if (v != kNoValue && !g.value(v).type.is_tensor()) return true;
+  }
+  return false;
+}
+
 const Backend* backend_for(const Graph& g, const KernelGroup& k) {
+  // Sequences and optionals exist on the reference kernels alone: no other backend is asked
+  // (the CPU kernel of Identity, say, would take one for a tensor).
+  const bool reference_only = has_non_tensor_values(g, k);
   for (const Backend* b : BackendRegistry::global().backends())
-    if (b->supports(g, k)) return b;
+    if ((!reference_only || b->name() == "reference") && b->supports(g, k)) return b;
   return nullptr;
 }
 
@@ -790,6 +807,15 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
           in_own_step = in_own_step || (data >= arena.get() + slot.offset &&
                                         data < arena.get() + slot.offset + slot.bytes);
         if (!in_own_step) outs[o] = outs[o].clone();
+      }
+      // A sequence may hold tensors of the arena (the inputs of a SequenceConstruct), whose
+      // slots the plan reuses once those values die: it keeps copies instead.
+      if (arena && outs[o].kind() == ValueKind::kSequence) {
+        std::vector<Tensor> items = outs[o].items();
+        bool copied = false;
+        for (Tensor& t : items)
+          if (alloc->in_arena(t.raw_data())) t = t.clone(), copied = true;
+        if (copied) outs[o] = Tensor::sequence(std::move(items));
       }
       if (v == p.perturbed) outs[o] = perturbed_copy(outs[o]);
       env[v] = std::move(outs[o]);

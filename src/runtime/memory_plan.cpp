@@ -36,9 +36,10 @@ size_t align_up(size_t n) {
   return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
 }
 
-// Bytes of a value's buffer, or 0 when its shape or dtype is not known.
+// Bytes of a value's buffer, or 0 when its shape or dtype is not known or it is not a tensor.
 size_t static_bytes(const TensorType& t) {
-  if (!t.shape || t.dtype == DType::kUndefined) return 0;
+  // A sequence or an optional has no buffer of its own (its elements are made by the kernel).
+  if (!t.shape || t.dtype == DType::kUndefined || !t.is_tensor()) return 0;
   size_t n = dtype_size(t.dtype);
   for (const Dim& d : *t.shape) {
     if (!d.is_known()) return 0;

@@ -108,9 +108,13 @@ void write_attribute(Writer& w, const Attribute& a) {
       a);
 }
 
+// The flag byte after the dtype: whether a shape follows, and the kind of value (format 3).
+constexpr uint8_t kHasShape = 1, kSequence = 2, kOptional = 4;
+
 void write_type(Writer& w, const TensorType& t) {
   w.str(dtype_name(t.dtype));
-  w.pod<uint8_t>(t.shape.has_value());
+  w.pod<uint8_t>((t.shape ? kHasShape : 0) | (t.sequence ? kSequence : 0) |
+                 (t.optional ? kOptional : 0));
   if (!t.shape) return;
   w.pod<uint64_t>(t.shape->size());
   for (const Dim& d : *t.shape) {
@@ -344,7 +348,11 @@ Attribute read_attribute(Reader& r) {
 TensorType read_type(Reader& r) {
   TensorType t;
   t.dtype = read_dtype(r);
-  if (!r.pod<uint8_t>()) return t;
+  const auto flags = r.pod<uint8_t>();
+  if (flags & ~(kHasShape | kSequence | kOptional)) r.corrupt(cat("a type with flags ", +flags));
+  t.sequence = (flags & kSequence) != 0;
+  t.optional = (flags & kOptional) != 0;
+  if (!(flags & kHasShape)) return t;
   Shape s(r.count(16));
   for (Dim& d : s) {
     d.value = r.pod<int64_t>();

@@ -69,12 +69,58 @@ std::string compare(const Tensor& got, const Tensor& want, double rtol, double a
   return "";
 }
 
-std::vector<Tensor> load_set(const fs::path& dir, const char* kind) {
+// Sequences and optionals: the same comparison element by element; an empty optional only
+// matches an empty one.
+std::string compare_values(const Tensor& got, const Tensor& want, double rtol, double atol) {
+  if (got.kind() != want.kind()) return pto::cat(got.str(), ", expected ", want.str());
+  if (want.kind() == pto::ValueKind::kNone) return "";
+  if (want.kind() == pto::ValueKind::kTensor) return compare(got, want, rtol, atol);
+  if (got.items().size() != want.items().size())
+    return pto::cat(got.items().size(), " elements, expected ", want.items().size());
+  for (size_t i = 0; i < want.items().size(); ++i) {
+    std::string diff = compare(got.items()[i], want.items()[i], rtol, atol);
+    if (!diff.empty()) return pto::cat("element ", i, ": ", diff);
+  }
+  return "";
+}
+
+// What each graph input or output is, as the model file declares it (a sequence or an optional
+// is read from a SequenceProto or OptionalProto): only the kind flags are set.
+struct DeclaredKinds {
+  std::vector<pto::TensorType> inputs, outputs;
+};
+
+pto::TensorType kind_of(const ::onnx::TypeProto& tp) {
+  pto::TensorType t;
+  if (tp.has_optional_type()) {
+    t.optional = true;
+    t.sequence = tp.optional_type().elem_type().has_sequence_type();
+  }
+  t.sequence = t.sequence || tp.has_sequence_type();
+  return t;
+}
+
+DeclaredKinds declared_kinds(const fs::path& model) {
+  std::ifstream in(model, std::ios::binary);
+  ::onnx::ModelProto m;
+  DeclaredKinds k;
+  if (!m.ParseFromIstream(&in)) return k;
+  std::set<std::string> inits;
+  for (const auto& t : m.graph().initializer()) inits.insert(t.name());
+  for (const auto& vi : m.graph().input())
+    if (!inits.count(vi.name())) k.inputs.push_back(kind_of(vi.type()));
+  for (const auto& vi : m.graph().output()) k.outputs.push_back(kind_of(vi.type()));
+  return k;
+}
+
+std::vector<Tensor> load_set(const fs::path& dir, const char* kind,
+                             const std::vector<pto::TensorType>& types) {
   std::vector<Tensor> out;
-  for (int k = 0;; ++k) {
+  for (size_t k = 0;; ++k) {
     fs::path p = dir / pto::cat(kind, "_", k, ".pb");
     if (!fs::exists(p)) break;
-    out.push_back(pto::onnx::load_tensor(p.string()));
+    out.push_back(
+        pto::onnx::load_value(p.string(), k < types.size() ? types[k] : pto::TensorType{}));
   }
   return out;
 }
@@ -106,6 +152,14 @@ std::map<std::string, Tolerance> read_overrides(const fs::path& file) {
 bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.defined() != b.defined()) return false;
   if (!a.defined()) return true;
+  if (a.kind() != b.kind()) return false;
+  if (a.kind() == pto::ValueKind::kNone) return true;
+  if (a.kind() == pto::ValueKind::kSequence) {
+    if (a.items().size() != b.items().size()) return false;
+    for (size_t i = 0; i < a.items().size(); ++i)
+      if (!same_bits(a.items()[i], b.items()[i])) return false;
+    return true;
+  }
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
   Tensor ca = a.contiguous(), cb = b.contiguous();
   return ca.nbytes() == 0 || std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
@@ -134,17 +188,18 @@ std::string round_trip(const pto::Graph& g, const std::vector<std::vector<Tensor
 // and the memory plan change what runs. "" when every level holds.
 std::string run_backend(const fs::path& dir, const pto::Graph& g,
                         const std::vector<std::vector<Tensor>>& inputs, double rtol, double atol,
-                        int& cpu_nodes) {
+                        const DeclaredKinds& kinds, int& cpu_nodes) {
   for (int level : {0, 2, 3}) {
     pto::Executable exe = pto::compile(g, {.level = level});
     if (level == 0)
       for (size_t i = 0; i < g.nodes().size(); ++i) cpu_nodes += exe.node_backend(i) == "cpu";
     for (size_t n = 0; n < inputs.size(); ++n) {
       std::vector<Tensor> got = exe.run(inputs[n]);
-      std::vector<Tensor> want = load_set(dir / pto::cat("test_data_set_", n), "output");
+      std::vector<Tensor> want =
+          load_set(dir / pto::cat("test_data_set_", n), "output", kinds.outputs);
       if (got.size() != want.size()) return pto::cat("level ", level, ": ", got.size(), " outputs");
       for (size_t k = 0; k < want.size(); ++k) {
-        std::string diff = compare(got[k], want[k], rtol, atol);
+        std::string diff = compare_values(got[k], want[k], rtol, atol);
         if (!diff.empty())
           return pto::cat("level ", level, " data set ", n, " output ", k, ": ", diff);
       }
@@ -167,27 +222,39 @@ Result run_case(const fs::path& dir, const Tolerance& override_tol) {
       r.status = Status::kUnsupported;
       return r;
     }
+    const DeclaredKinds kinds = declared_kinds(dir / "model.onnx");
     std::vector<std::vector<Tensor>> all_inputs, all_outputs;  // for the round trip
     for (int n = 0;; ++n) {
       fs::path ds = dir / pto::cat("test_data_set_", n);
       if (!fs::exists(ds)) break;
-      std::vector<Tensor> inputs = load_set(ds, "input");
-      std::vector<Tensor> want = load_set(ds, "output");
-      // Every value's inferred dtype and known dimensions must match what the kernels produce.
+      std::vector<Tensor> inputs = load_set(ds, "input", kinds.inputs);
+      std::vector<Tensor> want = load_set(ds, "output", kinds.outputs);
+      // Every value's inferred kind, dtype and known dimensions must match what the kernels
+      // produce (each element of a sequence; an empty optional only its kind).
+      auto matches = [](const pto::TensorType& t, const Tensor& x) {
+        bool ok = t.dtype == pto::DType::kUndefined || t.dtype == x.dtype();
+        if (t.shape) {
+          ok = ok && t.shape->size() == x.shape().size();
+          for (size_t k = 0; ok && k < t.shape->size(); ++k)
+            ok = !(*t.shape)[k].is_known() || (*t.shape)[k].value == x.shape()[k];
+        }
+        return ok;
+      };
       std::string infer_error;
       auto check_types = [&](const pto::Node& node, const std::vector<Tensor>& outs) {
         for (size_t o = 0; o < outs.size() && infer_error.empty(); ++o) {
           if (node.outputs[o] == pto::kNoValue || !outs[o].defined()) continue;
           const pto::TensorType& t = g.value(node.outputs[o]).type;
-          bool ok = t.dtype == pto::DType::kUndefined || t.dtype == outs[o].dtype();
-          if (t.shape) {
-            ok = ok && t.shape->size() == outs[o].shape().size();
-            for (size_t k = 0; ok && k < t.shape->size(); ++k)
-              ok = !(*t.shape)[k].is_known() || (*t.shape)[k].value == outs[o].shape()[k];
-          }
+          const Tensor& x = outs[o];
+          bool ok = x.kind() == pto::ValueKind::kNone
+                        ? t.optional
+                        : t.sequence == (x.kind() == pto::ValueKind::kSequence);
+          if (ok && x.kind() == pto::ValueKind::kSequence)
+            for (const Tensor& e : x.items()) ok = ok && matches(t, e);
+          if (ok && x.is_tensor()) ok = matches(t, x);
           if (!ok)
             infer_error = pto::cat(node.where(), " output ", o, ": inferred ", t.str(),
-                                   ", computed ", outs[o].str());
+                                   ", computed ", x.str());
         }
       };
       std::vector<Tensor> got = pto::reference::run(g, inputs, check_types);
@@ -202,7 +269,7 @@ Result run_case(const fs::path& dir, const Tolerance& override_tol) {
         return r;
       }
       for (size_t k = 0; k < want.size(); ++k) {
-        std::string diff = compare(got[k], want[k], rtol, atol);
+        std::string diff = compare_values(got[k], want[k], rtol, atol);
         if (!diff.empty()) {
           r.status = Status::kFail;
           r.detail = pto::cat("output ", k, ": ", diff);
@@ -218,7 +285,7 @@ Result run_case(const fs::path& dir, const Tolerance& override_tol) {
       r.detail = "export round trip: " + trip;
       return r;
     }
-    std::string backend = run_backend(dir, g, all_inputs, rtol, atol, r.cpu_nodes);
+    std::string backend = run_backend(dir, g, all_inputs, rtol, atol, kinds, r.cpu_nodes);
     if (!backend.empty()) {
       r.status = Status::kFail;
       r.detail = "CPU backend: " + backend;

@@ -222,7 +222,7 @@ def test_damaged_files_are_value_errors(saved_resnet, tmp_path):
         "header": (data[:20], "truncated"),
         "flipped": (data[:1000] + bytes([data[1000] ^ 1]) + data[1001:], "checksum"),
         "version": (data[:8] + (99).to_bytes(4, "little") + data[12:],
-                    r"format version 99; this PyPTO \(0\.1\.0\) reads versions 1 to 2 only"),
+                    r"format version 99; this PyPTO \(0\.1\.0\) reads versions 1 to 3 only"),
         "appended": (data + b"\0", "after its end"),
     }
     for name, (bytes_, message) in cases.items():

@@ -15,6 +15,7 @@
 #include "ir/ops/op_params.h"
 #include "proto_util.h"
 #include "pto/onnx.h"
+#include "pto/op_registry.h"
 
 namespace pto::onnx {
 namespace {
@@ -92,9 +93,18 @@ std::vector<std::string> unique_names(const Graph& g,
   return names;
 }
 
-void type_to_proto(const TensorType& t, ::onnx::ValueInfoProto& vi) {
-  if (t.dtype == DType::kUndefined && !t.shape) return;  // untyped, as the importer reads it
-  auto* tt = vi.mutable_type()->mutable_tensor_type();
+void type_to_proto(const TensorType& t, ::onnx::TypeProto& tp) {
+  if (t.optional) {  // optional(tensor) or optional(seq(tensor)): the type inside, wrapped
+    TensorType inner = t;
+    inner.optional = false;
+    return type_to_proto(inner, *tp.mutable_optional_type()->mutable_elem_type());
+  }
+  if (t.sequence) {
+    TensorType element = t;
+    element.sequence = false;
+    return type_to_proto(element, *tp.mutable_sequence_type()->mutable_elem_type());
+  }
+  auto* tt = tp.mutable_tensor_type();
   if (t.dtype != DType::kUndefined) tt->set_elem_type(onnx_code(t.dtype));
   if (!t.shape) return;               // unknown rank: no shape field
   auto* shape = tt->mutable_shape();  // present even for a scalar (rank 0)
@@ -106,6 +116,12 @@ void type_to_proto(const TensorType& t, ::onnx::ValueInfoProto& vi) {
       dim->set_dim_param(d.symbol);
     // unknown: an empty Dimension
   }
+}
+
+void type_to_proto(const TensorType& t, ::onnx::ValueInfoProto& vi) {
+  if (t.is_tensor() && t.dtype == DType::kUndefined && !t.shape)
+    return;  // untyped, as the importer reads it
+  type_to_proto(t, *vi.mutable_type());
 }
 
 void tensor_to_proto(const Tensor& t, const std::string& where, ::onnx::TensorProto& p) {
@@ -245,6 +261,10 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp,
         ap->set_name(key);
         ap->set_type(::onnx::AttributeProto::GRAPH);
         graph_to_proto(**sub, *ap->mutable_g(), outer);
+      } else if (const AttrDef* d = n.def->attrs.find(key); d && d->kind == AttrKind::kType) {
+        ap->set_name(key);  // a type attribute (Optional's) is a TypeProto in ONNX
+        ap->set_type(::onnx::AttributeProto::TYPE_PROTO);
+        type_to_proto(parse_type(std::get<std::string>(a)), *ap->mutable_tp());
       } else {
         attribute_to_proto(key, a, n.where(), *ap);
       }

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <unordered_set>
 
+#include <google/protobuf/unknown_field_set.h>
+
 #include "ir/ops/qlinear_ops.h"
 #include "proto_util.h"
 #include "pto/log.h"
@@ -79,11 +81,26 @@ TensorType type_from_proto(const ::onnx::TypeProto& tp, const std::string& src,
                            const std::string& what, DimGuesses& guesses) {
   const std::string where = cat(src, ": ", what);
   TensorType out;
+  // seq(tensor), optional(tensor) and optional(seq(tensor)): the tensor type inside, flagged.
+  if (tp.has_optional_type() && tp.optional_type().has_elem_type()) {
+    const auto& elem = tp.optional_type().elem_type();
+    if (elem.has_tensor_type() || elem.has_sequence_type()) {
+      out = type_from_proto(elem, src, what, guesses);
+      out.optional = true;
+      return out;
+    }
+  }
+  if (tp.has_sequence_type() && tp.sequence_type().has_elem_type() &&
+      tp.sequence_type().elem_type().has_tensor_type()) {
+    out = type_from_proto(tp.sequence_type().elem_type(), src, what, guesses);
+    out.sequence = true;
+    return out;
+  }
   if (!tp.has_tensor_type()) {
     if (tp.value_case() == ::onnx::TypeProto::VALUE_NOT_SET) return out;  // untyped
     throw UnsupportedError(cat(where,
-                               ": only tensor types are supported (sequences, maps, "
-                               "optionals and sparse tensors are not)"));
+                               ": only tensors, sequences of tensors and optionals of these are "
+                               "supported (maps, sparse tensors and other nestings are not)"));
   }
   const auto& tt = tp.tensor_type();
   if (tt.has_elem_type()) out.dtype = dtype_from_onnx(tt.elem_type(), where);
@@ -150,6 +167,10 @@ Attribute attribute_from_proto(const ::onnx::AttributeProto& a, const std::strin
       return std::vector<int64_t>(a.ints().begin(), a.ints().end());
     case AP::STRINGS:
       return std::vector<std::string>(a.strings().begin(), a.strings().end());
+    case AP::TYPE_PROTO: {  // Optional's `type`: kept as the text TensorType::str writes
+      DimGuesses guesses;
+      return type_from_proto(a.tp(), "", w, guesses).str();
+    }
     case AP::GRAPH:  // one with a graph is read by Converter::convert_node
       throw ValueError(cat(w, ": a GRAPH attribute without a graph"));
     case AP::GRAPHS:
@@ -288,6 +309,8 @@ struct Converter {
       Value& val = g.value(*v);
       if (val.type.dtype == DType::kUndefined) val.type.dtype = declared.dtype;
       if (!val.type.shape) val.type.shape = declared.shape;
+      if (val.type.is_tensor()) val.type.sequence = declared.sequence;
+      if (val.type.is_tensor()) val.type.optional = declared.optional;
       g.add_output(*v);
     }
     for (const auto& vi : gp.value_info()) {
@@ -299,6 +322,7 @@ struct Converter {
         Value& val = g.value(*v);
         if (val.type.dtype == DType::kUndefined) val.type.dtype = t.dtype;
         if (!val.type.shape) val.type.shape = t.shape;
+        if (val.type.is_tensor()) val.type.sequence = t.sequence, val.type.optional = t.optional;
       } catch (const UnsupportedError&) {
         // value_info is a hint; an unusual type there does not stop the import
       }
@@ -466,6 +490,54 @@ Graph load(const std::string& path) {
   if (!m.ParseFromIstream(&in)) not_onnx(path);
   std::string dir = fs::absolute(fs::path(path)).parent_path().string();
   return load_model(m, dir, path);
+}
+
+namespace {
+
+// A SequenceProto or OptionalProto (onnx-data.proto) of `type`, read field by field: that schema
+// cannot be generated beside onnx.proto (it imports onnx-ml.proto, which defines the same
+// messages). Both keep a tensor in field 3 (tensor_values, tensor_value) and an OptionalProto its
+// sequence in field 5 (sequence_value).
+Tensor value_from_bytes(const std::string& bytes, const TensorType& type, const std::string& dir,
+                        const std::string& where) {
+  if (type.is_tensor()) {
+    ::onnx::TensorProto t;
+    if (!t.ParseFromString(bytes)) throw ValueError(cat(where, ": not a valid TensorProto"));
+    return tensor_from_proto(t, dir, where);
+  }
+  google::protobuf::UnknownFieldSet fields;
+  if (!fields.ParseFromString(bytes))
+    throw ValueError(
+        cat(where, ": not a valid ", type.optional ? "OptionalProto" : "SequenceProto"));
+  TensorType inner = type;
+  (type.optional ? inner.optional : inner.sequence) = false;
+  std::vector<Tensor> items;
+  for (int i = 0; i < fields.field_count(); ++i) {
+    const google::protobuf::UnknownField& f = fields.field(i);
+    if (f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    if (f.number() == 3 && inner.is_tensor())
+      items.push_back(value_from_bytes(f.length_delimited(), inner, dir, where));
+    else if (f.number() == 5 && type.optional && inner.sequence)
+      items.push_back(value_from_bytes(f.length_delimited(), inner, dir, where));
+    else if (f.number() != 1)  // 1 is the name
+      throw UnsupportedError(cat(where, ": field ", f.number(), " of a ", type.str(),
+                                 " (only tensors, sequences of tensors and optionals of these)"));
+  }
+  if (type.sequence && !type.optional) return Tensor::sequence(std::move(items));
+  if (items.size() > 1)
+    throw ValueError(cat(where, ": an optional with ", items.size(), " values"));
+  return items.empty() ? Tensor::none() : items[0];
+}
+
+}  // namespace
+
+Tensor load_value(const std::string& path, const TensorType& type) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ValueError(cat(path, ": cannot open the value file"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string dir = fs::absolute(fs::path(path)).parent_path().string();
+  return value_from_bytes(ss.str(), type, dir, path);
 }
 
 Tensor load_tensor(const std::string& path) {

@@ -1,6 +1,6 @@
-// Control-flow op definitions: If, Loop and Scan. Their bodies are subgraph attributes whose
-// outer-scope reads are explicit captures (control_flow.h). Type inference types each subgraph
-// from the node's input types (InferContext::subgraphs hands the typed copies back to
+// Control-flow op definitions: If, Loop, Scan and SequenceMap. Their bodies are subgraph attributes
+// whose outer-scope reads are explicit captures (control_flow.h). Type inference types each
+// subgraph from the node's input types (InferContext::subgraphs hands the typed copies back to
 // infer_types) and reads the node's output types off the subgraph's outputs.
 #include "ir/ops/control_flow.h"
 
@@ -116,6 +116,12 @@ void verify_subgraphs(const Node& n) {
     loop_arity(n);
   } else if (n.op == "Scan") {
     scan_arity(n);
+  } else if (n.op == "SequenceMap") {
+    const Graph& body = *subs.front();
+    if (body.inputs().size() != n.inputs.size() || body.outputs().size() != n.outputs.size())
+      throw ValueError(cat(n.where(), ": the body has ", body.inputs().size(), " inputs and ",
+                           body.outputs().size(), " outputs; expected ", n.inputs.size(), " and ",
+                           n.outputs.size(), " (one per input and output of the node)"));
   }
 }
 
@@ -162,6 +168,7 @@ std::shared_ptr<Graph> typed_copy(const Graph& sub, const std::vector<TensorType
   auto g = std::make_shared<Graph>(sub);
   for (size_t i = 0; i < types.size() && i < g->inputs().size(); ++i) {
     TensorType& t = g->value(g->inputs()[i]).type;
+    if (!types[i].is_tensor()) t.sequence = types[i].sequence, t.optional = types[i].optional;
     if (types[i].dtype != DType::kUndefined) t.dtype = types[i].dtype;
     if (types[i].shape || types[i].dtype != DType::kUndefined) t.shape = types[i].shape;
   }
@@ -173,9 +180,12 @@ std::shared_ptr<Graph> typed_copy(const Graph& sub, const std::vector<TensorType
   return g;
 }
 
-// The common type of `a` and `b`: the dims where they agree, unknown elsewhere.
+// The common type of `a` and `b`: the dims where they agree, unknown elsewhere. A sequence or
+// an optional on either side stays one (an If branch may yield an empty optional's element type).
 TensorType join(const TensorType& a, const TensorType& b) {
   TensorType t;
+  t.sequence = a.sequence || b.sequence;
+  t.optional = a.optional || b.optional;
   t.dtype = a.dtype == b.dtype ? a.dtype : DType::kUndefined;
   if (!a.shape || !b.shape || a.shape->size() != b.shape->size()) return t;
   Shape s = *a.shape;
@@ -213,8 +223,10 @@ void infer_if(InferContext& c) {
 }
 
 // A stacked output: `t` with `count` inserted at `axis` (unknown rank stays unknown).
-TensorType stacked(const TensorType& t, Dim count, int64_t axis) {
+TensorType stacked(const TensorType& t, Dim count, int64_t axis, const std::string& where) {
   TensorType out{t.dtype, std::nullopt};
+  if (!t.is_tensor())  // ONNX stacks tensors only
+    throw UnsupportedError(cat(where, ": a scan output is ", t.kind_name(), " (", t.str(), ")"));
   if (!t.shape) return out;
   Shape s = *t.shape;
   axis = std::clamp<int64_t>(axis < 0 ? axis + static_cast<int64_t>(s.size()) + 1 : axis, 0,
@@ -236,7 +248,8 @@ void infer_loop(InferContext& c) {
   for (size_t i = 0; i < a.carried; ++i) {
     TensorType j = join(types[2 + i], output_type(*g, 1 + i));
     if (j.dtype == DType::kUndefined) j.dtype = types[2 + i].dtype;
-    if (j.dtype != types[2 + i].dtype || j.shape != types[2 + i].shape) {
+    if (j.dtype != types[2 + i].dtype || j.shape != types[2 + i].shape ||
+        j.sequence != types[2 + i].sequence || j.optional != types[2 + i].optional) {
       types[2 + i] = j;
       changed = true;
     }
@@ -248,7 +261,7 @@ void infer_loop(InferContext& c) {
       trips = Dim((*m)[0]);
   for (size_t i = 0; i < a.carried; ++i) c.outputs[i] = types[2 + i];
   for (size_t k = 0; k < a.scan_outputs; ++k)
-    c.outputs[a.carried + k] = stacked(output_type(*g, 1 + a.carried + k), trips, 0);
+    c.outputs[a.carried + k] = stacked(output_type(*g, 1 + a.carried + k), trips, 0, c.where());
   c.subgraphs["body"] = g;
 }
 
@@ -293,8 +306,28 @@ void infer_scan(InferContext& c) {
                         : Dim::unknown();
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     TensorType t = output_type(*g, i);
-    if (i >= a.carried) t = stacked(t, length, axes.out_axes[i - a.carried]);
+    if (i >= a.carried) t = stacked(t, length, axes.out_axes[i - a.carried], c.where());
     if (v8 && t.shape) t.shape->insert(t.shape->begin(), batch);
+    c.outputs[i] = t;
+  }
+  c.subgraphs["body"] = g;
+}
+
+// SequenceMap: the body runs once per element; a sequence input gives it that element, any other
+// input is passed whole, and each body output is collected into a sequence.
+void infer_sequence_map(InferContext& c) {
+  control_flow::verify_subgraphs(c.node);
+  std::vector<TensorType> types = c.inputs;
+  const size_t formal = c.inputs.size() - static_cast<size_t>(control_flow::num_captures(c.node));
+  if (!types[0].sequence || types[0].optional)
+    throw TypeError(cat(c.where(), ": input 0 should be a sequence, got ", types[0].str()));
+  for (size_t i = 0; i < formal; ++i) types[i].sequence = false;
+  auto g = typed_copy(c.attrs().get_graph("body"), types, false);
+  for (size_t i = 0; i < c.outputs.size(); ++i) {
+    TensorType t = output_type(*g, i);
+    if (!t.is_tensor())
+      throw UnsupportedError(cat(c.where(), ": body output ", i, " is ", t.kind_name()));
+    t.sequence = true;
     c.outputs[i] = t;
   }
   c.subgraphs["body"] = g;
@@ -307,7 +340,7 @@ void add_control_flow(OpRegistry& r, const std::string& name, int min_inputs, At
          .max_inputs = -1,
          .min_outputs = 1,
          .max_outputs = std::numeric_limits<int>::max(),
-         .properties = kOpaque,
+         .properties = kOpaque | kNonTensorValues,
          .attrs = std::move(attrs),
          .infer = std::move(infer),
          .doc = std::move(doc)});
@@ -331,6 +364,10 @@ void register_control_flow_ops(OpRegistry& r) {
        optional_attr("scan_output_axes", AttrKind::kInts),
        optional_attr("directions", AttrKind::kInts, "opset 8")},
       infer_scan, "runs body on each slice of the scan inputs, carrying states");
+  add_control_flow(r, "SequenceMap", 1, {required_attr("body", AttrKind::kGraph)},
+                   infer_sequence_map,
+                   "runs body on each element of the input sequences; collects the outputs into "
+                   "sequences");
 }
 
 }  // namespace pto

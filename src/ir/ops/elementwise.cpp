@@ -73,10 +73,18 @@ void variadic(OpRegistry& r, const std::string& name) {
 void register_elementwise_ops(OpRegistry& r) {
   // Unary math, logic and activations: output has the input's dtype and shape.
   for (const char* op :
-       {"Sin",      "Cos",   "Tan",   "Asin",     "Acos",     "Atan",      "Sinh",
-        "Cosh",     "Asinh", "Acosh", "Atanh",    "Erf",      "Not",       "BitwiseNot",
-        "Identity", "Round", "Sign",  "Softplus", "Softsign", "HardSwish", "Mish"})
+       {"Sin",   "Cos",   "Tan",      "Asin",     "Acos",      "Atan", "Sinh",
+        "Cosh",  "Asinh", "Acosh",    "Atanh",    "Erf",       "Not",  "BitwiseNot",
+        "Round", "Sign",  "Softplus", "Softsign", "HardSwish", "Mish"})
     unary(r, op);
+  // Identity also passes sequences and optionals on (its reference kernel; the CPU one sees
+  // tensors only, as the runtime gives every node with such a value to the reference backend).
+  r.add({.name = "Identity",
+         .min_inputs = 1,
+         .max_inputs = 1,
+         .properties = kElementwise | kInPlace | kNonTensorValues,
+         .attrs = AttrSchema::none(),
+         .infer = [](InferContext& c) { infer::same_as_input(c); }});
   // These took opset 1's consumed_inputs.
   for (const char* op : {"Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Relu",
                          "Sigmoid", "Tanh"})

@@ -64,6 +64,8 @@ Tensor stack(const std::vector<Tensor>& parts, int64_t axis, const TensorType& f
     shape.insert(shape.begin() + normalize_axis(axis, rank, where), 0);
     return Tensor::empty(fallback.dtype, shape);
   }
+  for (const Tensor& p : parts)
+    if (!p.is_tensor()) throw UnsupportedError(cat(where, ": a scan output is ", p.str()));
   const Dims& part = parts.front().shape();
   for (const Tensor& p : parts)
     if (p.shape() != part || p.dtype() != parts.front().dtype())
@@ -201,6 +203,32 @@ std::vector<Tensor> run_scan(const KernelContext& c, const SubgraphRunner& run_s
   return outs;
 }
 
+// SequenceMap: the body on element i of every sequence input (other inputs whole), each body
+// output collected into a sequence. The sequences must have the same length.
+std::vector<Tensor> run_sequence_map(const KernelContext& c, const SubgraphRunner& run_sub) {
+  const Graph& body = c.attrs().get_graph("body");
+  const size_t formal = c.inputs.size() - static_cast<size_t>(body.num_captures);
+  const Tensor& first = c.input(0);
+  if (first.kind() != ValueKind::kSequence)
+    throw ValueError(cat(c.where(), ": input 0 should be a sequence, got ", first.str()));
+  const size_t length = first.items().size();
+  for (size_t k = 1; k < formal; ++k)
+    if (c.input(k).kind() == ValueKind::kSequence && c.input(k).items().size() != length)
+      throw ValueError(cat(c.where(), ": input ", k, " has ", c.input(k).items().size(),
+                           " elements, input 0 ", length));
+  std::vector<std::vector<Tensor>> outs(c.num_outputs);
+  for (size_t i = 0; i < length; ++i) {
+    std::vector<Tensor> in = c.inputs;
+    for (size_t k = 0; k < formal; ++k)
+      if (in[k].kind() == ValueKind::kSequence) in[k] = in[k].items()[i];
+    std::vector<Tensor> out = run_sub("body", in);
+    for (size_t o = 0; o < out.size(); ++o) outs[o].push_back(std::move(out[o]));
+  }
+  std::vector<Tensor> result;
+  for (auto& o : outs) result.push_back(Tensor::sequence(std::move(o)));
+  return result;
+}
+
 // The reference kernel of a control-flow op: its subgraphs on the interpreter.
 Kernel interpreted(std::vector<Tensor> (*op)(const KernelContext&, const SubgraphRunner&)) {
   return [op](const KernelContext& c) {
@@ -225,6 +253,7 @@ void register_control_flow_kernels(KernelRegistry& r) {
   r.add("If", interpreted(run_if));
   r.add("Loop", interpreted(run_loop));
   r.add("Scan", interpreted(run_scan));
+  r.add("SequenceMap", interpreted(run_sequence_map));
 }
 
 }  // namespace pto::reference
