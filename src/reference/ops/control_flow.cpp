@@ -246,6 +246,7 @@ std::vector<Tensor> run_control_flow(const Node& n, std::vector<Tensor> inputs,
   if (n.op == "If") return run_if(c, run_sub);
   if (n.op == "Loop") return run_loop(c, run_sub);
   if (n.op == "Scan") return run_scan(c, run_sub);
+  if (n.op == "SequenceMap") return run_sequence_map(c, run_sub);
   throw InternalError(cat(n.where(), ": run_control_flow: not a control-flow op"));
 }
 
