@@ -48,7 +48,7 @@ std::vector<Tensor> inputs_from_python(const Executable& exe, const nb::list& ar
   return inputs;
 }
 
-// One tensor per element of `args` (a list or tuple), named after the graph input in errors; no
+// One value per element of `args` (a list or tuple), named after the graph input in errors; no
 // copies. A numpy array is taken as it is; anything else (a torch tensor, a numpy scalar, an array
 // of another byte order) goes through `convert(x, what)` first (pypto.runtime._to_c), so a call
 // with numpy arrays runs no Python code between the caller and the Executable. Without `convert`
@@ -71,7 +71,7 @@ std::vector<Tensor> inputs_converting(const Executable& exe, nb::handle args, nb
                                    : cat("input ", i);
     };
     nb::handle x = items[i];
-    if (convert.is_none() || Py_TYPE(x.ptr()) == ndarray) {
+    if (Py_TYPE(x.ptr()) == ndarray) {
       try {
         inputs.push_back(tensor_from_python(x, what));
         continue;
@@ -79,7 +79,14 @@ std::vector<Tensor> inputs_converting(const Executable& exe, nb::handle args, nb
         if (convert.is_none()) throw;  // else an array of another byte order: converted below
       }
     }
-    inputs.push_back(tensor_from_python(convert(x, what()), what));
+    // A list (a sequence) or None (an empty optional) too, where the input is one: convert
+    // passes them on as such.
+    if ((x.is_none() || nb::isinstance<nb::list>(x) || nb::isinstance<nb::tuple>(x)) &&
+        i < g.inputs().size() && g.value(g.inputs()[i]).type.is_tensor())
+      throw TypeError(cat(what(), " must be a torch.Tensor or numpy.ndarray, got ",
+                          nb::inst_name(x).c_str(), " (the input is ",
+                          g.value(g.inputs()[i]).type.str(), ", not a sequence or optional)"));
+    inputs.push_back(value_from_python(convert.is_none() ? x : convert(x, what()), what));
   }
   return inputs;
 }

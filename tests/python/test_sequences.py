@@ -196,7 +196,8 @@ def test_wrong_input_kind_is_a_clear_error(tmp_path):
     path = _split_edit_concat(tmp_path / "m.onnx")
     model = pypto.onnx.load(path)
     x = np.zeros((4, 6), np.float32)
-    with pytest.raises(TypeError, match="input 'x': expected f32\\[4, 6\\], got a sequence"):
+    with pytest.raises(TypeError, match="input 'x' must be a torch.Tensor or numpy.ndarray, "
+                                        "got list \\(the input is f32\\[4, 6\\], not a sequence"):
         model(x=[x], y=np.zeros((4, 1), np.float32))
     seq_path = _save(tmp_path / "s.onnx", [helper.make_node("SequenceLength", ["s"], ["n"])],
                      [_seq("s", F, [2])], [_vi("n", I64, [])])
