@@ -25,17 +25,6 @@ std::vector<Tensor> tail(const std::vector<Tensor>& v, size_t from) {
   return std::vector<Tensor>(v.begin() + static_cast<std::ptrdiff_t>(from), v.end());
 }
 
-// Elements before and after `axis` (in bytes for `inner`).
-std::pair<int64_t, size_t> split_at(const Dims& shape, int64_t axis, size_t itemsize) {
-  int64_t outer = 1;
-  size_t inner = itemsize;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    if (d < axis) outer *= shape[d];
-    if (d > axis) inner *= static_cast<size_t>(shape[d]);
-  }
-  return {outer, inner};
-}
-
 // x[..., i, ...] along `axis`, as a new contiguous tensor of one rank less.
 Tensor take(const Tensor& x, int64_t axis, int64_t i) {
   const Tensor c = x.contiguous();

@@ -2,6 +2,7 @@
 // here favours being obviously right over being fast.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "pto/reference.h"
@@ -25,6 +26,18 @@ std::vector<int64_t> to_int64s(const Tensor& t, const std::string& where);
 std::vector<double> to_doubles(const Tensor& t, const std::string& where);
 Tensor from_doubles(DType dtype, Dims shape, const std::vector<double>& v,
                     const std::string& where);
+
+// The elements before `axis` (outer) and the bytes of those after it (inner), for copying
+// slices along `axis` of a contiguous tensor with memcpy.
+inline std::pair<int64_t, size_t> split_at(const Dims& shape, int64_t axis, size_t itemsize) {
+  int64_t outer = 1;
+  size_t inner = itemsize;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (d < axis) outer *= shape[d];
+    if (d > axis) inner *= static_cast<size_t>(shape[d]);
+  }
+  return {outer, inner};
+}
 
 // Row-major multi-index of a flat index.
 inline void unravel(int64_t flat, const Dims& shape, Dims& idx) {

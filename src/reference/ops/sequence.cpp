@@ -38,17 +38,6 @@ size_t position(const KernelContext& c, size_t i, size_t size, bool end_ok) {
   return static_cast<size_t>(at);
 }
 
-// Sizes before `axis` (outer) and of the elements after it, in bytes (inner).
-std::pair<int64_t, size_t> split_at(const Dims& shape, int64_t axis, size_t itemsize) {
-  int64_t outer = 1;
-  size_t inner = itemsize;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    if (d < axis) outer *= shape[d];
-    if (d > axis) inner *= static_cast<size_t>(shape[d]);
-  }
-  return {outer, inner};
-}
-
 std::vector<Tensor> sequence_empty(const KernelContext&) {
   return {Tensor::sequence({})};
 }
