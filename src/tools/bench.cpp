@@ -267,6 +267,12 @@ struct PeerResult {
 };
 
 PeerResult run_onnxruntime(const Options& o, const Graph& g, const std::vector<Tensor>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i].is_tensor())  // the peer script hands ONNX Runtime .npy tensors only
+      throw UnsupportedError(
+          cat("--compare onnxruntime: input '", g.value(g.inputs()[i]).name, "' is a ",
+              inputs[i].kind() == ValueKind::kNone ? "empty optional" : "sequence",
+              "; the comparison feeds tensors only (time PyPTO alone)"));
   char tmpl[] = "/tmp/pto_bench_XXXXXX";
   if (!mkdtemp(tmpl)) throw ValueError("--compare: cannot create a temporary folder");
   const fs::path dir = tmpl;

@@ -110,6 +110,16 @@ Tensor unblocked(const Tensor& blocked, const Tensor& want) {
   return reference::run(g, {blocked})[0];
 }
 
+// A copy of a value that outlives the run (the executable reuses its buffers): a sequence's
+// elements are copied one by one; an empty optional is kept as it is.
+Tensor kept(const Tensor& t) {
+  if (t.kind() == ValueKind::kNone) return t;
+  if (t.kind() == ValueKind::kTensor) return t.clone();
+  std::vector<Tensor> items;
+  for (const Tensor& item : t.items()) items.push_back(kept(item));
+  return Tensor::sequence(std::move(items));
+}
+
 std::string sci(double x) {
   std::ostringstream os;
   os.precision(2);
@@ -157,7 +167,7 @@ int check_main(const std::vector<std::string>& args) {
   std::map<std::string, Tensor> compiled;
   const Graph& cg = exe.graph();
   exe.run_observing_values(inputs, [&](ValueId v, const Tensor& t) {
-    if (t.defined()) compiled[cg.value(v).name] = t.clone();
+    if (t.defined()) compiled[cg.value(v).name] = kept(t);
   });
 
   // The reference run on the original graph, compared value by value as it goes.
@@ -166,7 +176,7 @@ int check_main(const std::vector<std::string>& args) {
   reference::run(g, inputs, [&](const Node& n, const std::vector<Tensor>& outs) {
     for (size_t i = 0; i < n.outputs.size() && i < outs.size(); ++i) {
       if (n.outputs[i] == kNoValue || !outs[i].defined()) continue;
-      ++values;
+      values += outs[i].kind() == ValueKind::kSequence ? outs[i].items().size() : 1;
       const std::string& name = g.value(n.outputs[i]).name;
       auto it = compiled.find(name);
       if (it == compiled.end()) {  // level 3: the value may be there in the blocked layout
@@ -175,13 +185,27 @@ int check_main(const std::vector<std::string>& args) {
         Tensor nchw = unblocked(it->second, outs[i]);
         if (nchw.defined()) it->second = nchw;
       }
-      Row r{n.name, n.op, name, outs[i].str(), {}, outs[i].shape(), ""};
-      if (it->second.dtype() != outs[i].dtype() || it->second.shape() != outs[i].shape())
-        r.note = cat("not compared: the compiled value is ", it->second.str());
-      else
-        r.diff = compare(it->second, outs[i], o.rtol, o.atol, cat("value '", name, "'"));
+      // One row a tensor; a sequence's elements are compared one by one, as name[k].
+      auto add_row = [&](const std::string& value, const Tensor& got, const Tensor& want) {
+        Row r{n.name, n.op, value, want.str(), {}, want.shape(), ""};
+        if (got.kind() != want.kind() || want.kind() == ValueKind::kSequence ||
+            got.dtype() != want.dtype() || got.shape() != want.shape())
+          r.note = cat("not compared: the compiled value is ", got.str());
+        else if (want.kind() == ValueKind::kNone)
+          r.note = "both empty optionals";
+        else
+          r.diff = compare(got, want, o.rtol, o.atol, cat("value '", value, "'"));
+        rows.push_back(std::move(r));
+      };
+      const Tensor &got = it->second, &want = outs[i];
+      if (want.kind() == ValueKind::kSequence && got.kind() == ValueKind::kSequence &&
+          got.items().size() == want.items().size()) {
+        for (size_t k = 0; k < want.items().size(); ++k)
+          add_row(cat(name, "[", k, "]"), got.items()[k], want.items()[k]);
+      } else {
+        add_row(name, got, want);
+      }
       compiled.erase(it);
-      rows.push_back(std::move(r));
     }
   });
 

@@ -5,13 +5,54 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <set>
 
 #include "pto/npy.h"
+#include "pto/onnx.h"
 #include "run_util.h"
 
 namespace pto::cli {
+
+namespace {
+
+// Input `name` (declared `type`) from what --input gave: a .pb file is ONNX test data (a
+// TensorProto, SequenceProto or OptionalProto, as in a node test's test_data_set_0), read as the
+// declared type; otherwise .npy, and for a sequence input a comma-separated list of .npy files,
+// one per element.
+Tensor read_input(const std::string& file, const TensorType& type, const std::string& name) {
+  if (file.ends_with(".pb")) return onnx::load_value(file, type);
+  if (!type.sequence) return read_npy(file);
+  std::vector<Tensor> items;
+  for (size_t begin = 0;;) {
+    const size_t end = std::min(file.find(',', begin), file.size());
+    const std::string part = file.substr(begin, end - begin);
+    if (part.empty())
+      throw ValueError(cat("--input ", name, "=", file,
+                           ": an empty file name in the list (a sequence input takes "
+                           "a.npy,b.npy, one file per element; an empty sequence only as .pb)"));
+    items.push_back(read_npy(part));
+    if (end == file.size()) break;
+    begin = end + 1;
+  }
+  return Tensor::sequence(std::move(items));
+}
+
+// The sizes `t` (a tensor, or each element of a sequence) gives the symbols of `shape`; the
+// first value a symbol gets wins.
+void bind_symbols(const Tensor& t, const std::optional<Shape>& shape,
+                  std::map<std::string, int64_t>& symbols) {
+  if (t.kind() == ValueKind::kSequence) {
+    for (const Tensor& item : t.items()) bind_symbols(item, shape, symbols);
+    return;
+  }
+  if (!t.is_tensor() || !shape || shape->size() != static_cast<size_t>(t.rank())) return;
+  for (size_t k = 0; k < shape->size(); ++k)
+    if ((*shape)[k].is_symbolic()) symbols.emplace((*shape)[k].symbol, t.shape()[k]);
+}
+
+}  // namespace
 
 bool read_input_option(ArgReader& a, InputSpec& spec) {
   if (a.is("--input")) {
@@ -54,11 +95,9 @@ std::vector<Tensor> make_inputs(const Graph& g, const InputSpec& o) {
   for (size_t i = 0; i < names.size(); ++i) {
     auto f = files.find(names[i]);
     if (f == files.end()) continue;
-    out[i] = read_npy(f->second);
-    const auto& shape = g.value(g.inputs()[i]).type.shape;
-    if (shape && shape->size() == static_cast<size_t>(out[i].rank()))
-      for (size_t k = 0; k < shape->size(); ++k)
-        if ((*shape)[k].is_symbolic()) symbols.emplace((*shape)[k].symbol, out[i].shape()[k]);
+    const TensorType& type = g.value(g.inputs()[i]).type;
+    out[i] = read_input(f->second, type, names[i]);
+    bind_symbols(out[i], type.shape, symbols);
     std::cout << "input  " << names[i] << ": " << out[i].str() << " from " << f->second << "\n";
   }
 
@@ -71,6 +110,14 @@ std::vector<Tensor> make_inputs(const Graph& g, const InputSpec& o) {
         if (d.is_symbolic()) used.insert(d.symbol);
     if (out[i].defined()) continue;
     std::string where = cat("input '", names[i], "'");
+    if (type.optional) {  // not given: the empty optional, as ONNX Runtime runs it
+      out[i] = Tensor::none();
+      std::cout << "input  " << names[i] << ": none (an optional input, not given: empty)\n";
+      continue;
+    }
+    if (type.sequence)
+      throw ValueError(cat(where, ": a sequence of tensors; give it with --input ", names[i],
+                           "=a.npy,b.npy (one file per element) or ", names[i], "=FILE.pb"));
     if (type.dtype == DType::kUndefined || !type.shape)
       throw ValueError(cat(where, ": the model does not declare its ",
                            type.dtype == DType::kUndefined ? "element type" : "shape",

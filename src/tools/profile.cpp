@@ -40,7 +40,7 @@ const char* kUsage =
     "                         operands rounded to it (docs/precision.md)\n"
     "  --repeat N             profiled runs (default 1)\n"
     "  --warmup N             runs before profiling, not recorded (default 1)\n"
-    "  --input NAME=FILE.npy  feed graph input NAME from a .npy file\n"
+    "  --input NAME=FILE.npy  feed graph input NAME from a .npy file (or .pb; see 'pto run')\n"
     "  --dim SYMBOL=VALUE     the size of a symbolic dimension for the random inputs\n"
     "  --seed N               seed of the random inputs (default 0)\n"
     "  --sort-by KEY          self (default), total, avg, calls, flops, gflops, alloc, name\n"

@@ -40,14 +40,18 @@ const char* kUsage =
     "\n"
     "options:\n"
     "  --input NAME=FILE.npy  feed graph input NAME from a .npy file; its dtype and rank must\n"
-    "                         match the model's declaration\n"
+    "                         match the model's declaration. A sequence input takes a list,\n"
+    "                         NAME=a.npy,b.npy (one file per element); FILE.pb is ONNX test\n"
+    "                         data (TensorProto, SequenceProto or OptionalProto). An optional\n"
+    "                         input not given is empty\n"
     "  --dim SYMBOL=VALUE     the size of a symbolic dimension (e.g. --dim batch=8) for the\n"
     "                         random inputs; default 1 (a note says so), or the size a --input\n"
     "                         file gave the same symbol\n"
     "  --seed N               seed of the random inputs (default 0)\n"
     "  --repeat N             run N times and report the median time (default 1)\n"
     "  --output-dir DIR       write each output to DIR/NAME.npy; characters of NAME outside\n"
-    "                         [A-Za-z0-9_.-] become '_' (bf16 outputs are saved as float32)\n"
+    "                         [A-Za-z0-9_.-] become '_' (bf16 outputs are saved as float32);\n"
+    "                         a sequence to DIR/NAME_0.npy, NAME_1.npy, ...\n"
     "  --print-graph          print the imported graph\n"
     "  --threads N            run kernels on N threads (default: PTO_NUM_THREADS, else the\n"
     "                         cores this process may use)\n"
@@ -122,15 +126,27 @@ void write_outputs(const Graph& g, const std::vector<Tensor>& outs, const std::s
     std::string base = sanitize_file_name(g.value(g.outputs()[i]).name, i);
     std::string name = base;
     for (int k = 1; !taken.insert(name).second; ++k) name = cat(base, "_", k);
-    std::string path = (fs::path(dir) / (name + ".npy")).string();
-    Tensor t = outs[i];
-    if (t.dtype() == DType::kBF16) {
-      std::cerr << "note: output '" << g.value(g.outputs()[i]).name
-                << "' is bf16, which numpy lacks; saved as float32\n";
-      t = bf16_to_f32(t);
+    const std::string& output = g.value(g.outputs()[i]).name;
+    auto write = [&](Tensor t, const std::string& file) {
+      if (t.dtype() == DType::kBF16) {
+        std::cerr << "note: output '" << output
+                  << "' is bf16, which numpy lacks; saved as float32\n";
+        t = bf16_to_f32(t);
+      }
+      std::string path = (fs::path(dir) / (file + ".npy")).string();
+      write_npy(path, t);
+      std::cout << "wrote " << path << "\n";
+    };
+    if (outs[i].kind() == ValueKind::kNone) {
+      std::cerr << "note: output '" << output << "' is an empty optional; nothing written\n";
+    } else if (outs[i].kind() == ValueKind::kSequence) {
+      const std::vector<Tensor>& items = outs[i].items();
+      for (size_t k = 0; k < items.size(); ++k) write(items[k], cat(name, "_", k));
+      if (items.empty())
+        std::cerr << "note: output '" << output << "' is an empty sequence; nothing written\n";
+    } else {
+      write(outs[i], name);
     }
-    write_npy(path, t);
-    std::cout << "wrote " << path << "\n";
   }
 }
 

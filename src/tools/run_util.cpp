@@ -13,6 +13,13 @@
 namespace pto::cli {
 
 std::string summarize(const Tensor& t, int64_t max_values) {
+  if (t.kind() == ValueKind::kNone) return "none (an empty optional)";
+  if (t.kind() == ValueKind::kSequence) {
+    std::string s = cat("a sequence of ", t.items().size());
+    for (size_t i = 0; i < t.items().size(); ++i)
+      s += cat("\n  [", i, "] ", summarize(t.items()[i], max_values));
+    return s;
+  }
   std::ostringstream os;
   os << std::setprecision(6) << t.str();
   if (t.numel() == 0) {

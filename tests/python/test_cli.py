@@ -394,3 +394,61 @@ def test_compile_dump_tiles_shows_plans_and_pins(tmp_path):
     expect_error(pto("compile", m, "--tile", "add=512x512"), "register r0")
     expect_error(pto("compile", m, "--tile", "nope=4x4"), "no tile kernel")
     expect_error(pto("compile", m, "--tile", "4xq"), "expected [KERNEL=]ROWSxCOLS", code=2)
+
+
+def test_run_and_check_sequence_and_optional_inputs(tmp_path):
+    """`pto run` takes a sequence input as a list of .npy files or as ONNX test data (.pb), runs an
+    optional input not given as empty, and writes a sequence output one file an element; the
+    files equal onnxruntime's outputs. `pto check` compares a sequence element by element."""
+    import onnxruntime as ort
+
+    seq_in = helper.make_tensor_sequence_value_info("s", TP.FLOAT, [2, "n"])
+    opt_in = helper.make_value_info(
+        "o", helper.make_optional_type_proto(helper.make_tensor_type_proto(TP.FLOAT, [2])))
+    nodes = [helper.make_node("ConcatFromSequence", ["s"], ["c"], axis=1),
+             helper.make_node("SplitToSequence", ["c"], ["parts"], axis=1, keepdims=1),
+             helper.make_node("OptionalHasElement", ["o"], ["has"])]
+    model = save_model(tmp_path / "seq.onnx", nodes, [seq_in, opt_in],
+                       [helper.make_tensor_value_info("c", TP.FLOAT, [2, None]),
+                        helper.make_tensor_sequence_value_info("parts", TP.FLOAT, [2, 1]),
+                        helper.make_tensor_value_info("has", TP.BOOL, [])], opset=18)
+    rng = np.random.default_rng(0)
+    items = [rng.standard_normal((2, 3)).astype(np.float32),
+             rng.standard_normal((2, 2)).astype(np.float32)]
+    for k, a in enumerate(items):
+        np.save(tmp_path / f"a{k}.npy", a)
+    (tmp_path / "s.pb").write_bytes(numpy_helper.from_list(items, "s").SerializeToString())
+    (tmp_path / "o.pb").write_bytes(
+        numpy_helper.from_optional(np.ones(2, np.float32), "o").SerializeToString())
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+
+    def check_outputs(out_dir, optional):
+        c, parts, has = session.run(None, {"s": items, "o": optional})
+        np.testing.assert_allclose(np.load(out_dir / "c.npy"), c, rtol=1e-6)
+        for k, part in enumerate(parts):
+            np.testing.assert_allclose(np.load(out_dir / f"parts_{k}.npy"), part, rtol=1e-6)
+        assert not (out_dir / f"parts_{len(parts)}.npy").exists()
+        assert np.load(out_dir / "has.npy") == has
+
+    r = pto("run", model, "--input", f"s={tmp_path / 'a0.npy'},{tmp_path / 'a1.npy'}",
+            "--output-dir", tmp_path / "list")
+    assert r.returncode == 0, r.stderr
+    assert "input  o: none" in r.stdout and "output parts: a sequence of 5" in r.stdout
+    check_outputs(tmp_path / "list", None)
+
+    r = pto("run", model, "--input", f"s={tmp_path / 's.pb'}", "--input",
+            f"o={tmp_path / 'o.pb'}", "--output-dir", tmp_path / "pb")
+    assert r.returncode == 0, r.stderr
+    check_outputs(tmp_path / "pb", np.ones(2, np.float32))
+
+    r = pto("check", model, "--input", f"s={tmp_path / 's.pb'}")
+    assert r.returncode == 0, r.stderr
+    assert "parts[4]" in r.stdout and "compared 7 of 7 values" in r.stdout
+
+    r = pto("run", model)
+    assert r.returncode == 1
+    assert "input 's': a sequence of tensors; give it with --input s=a.npy,b.npy" in r.stderr
+    r = pto("run", model, "--input", f"s={tmp_path / 'a0.npy'},")
+    assert r.returncode == 1 and "an empty file name in the list" in r.stderr
+    r = pto("bench", model, "--input", f"s={tmp_path / 's.pb'}", "--compare", "onnxruntime")
+    assert r.returncode != 0 and "input 's' is a sequence" in r.stderr
