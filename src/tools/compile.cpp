@@ -118,7 +118,11 @@ void print_stats(const Executable& exe) {
     for (const auto& [rule, count] : r.fired) std::cout << "  " << rule << " x" << count;
     std::cout << "\n";
   }
-  std::cout << "kernels: " << s.kernels << " (" << s.fused_kernels << " fused)\n";
+  std::cout << "kernels: " << s.kernels << " (" << s.fused_kernels << " fused)";
+  if (s.subgraph_kernels)
+    std::cout << "; in control-flow subgraphs: " << s.subgraph_kernels << " ("
+              << s.subgraph_fused_kernels << " fused)";
+  std::cout << "\n";
   std::cout << "tuned kernels: " << s.tuned_kernels << " (knobs from the tuning cache)\n";
   std::cout << "weights: " << cat(std::fixed, std::setprecision(2), s.weight_bytes / 1048576.0)
             << " MiB, packed for the GEMMs: "
@@ -137,6 +141,10 @@ void print_stats(const Executable& exe) {
   } else {
     std::cout << "intermediate memory: planned per input shape at the first run (symbolic dims)\n";
   }
+  if (s.subgraph_kernels)
+    std::cout << "subgraph memory: "
+              << cat(std::fixed, std::setprecision(2), s.subgraph_peak_bytes / 1048576.0)
+              << " MiB planned at most at once, beside the model's\n";
 }
 
 // The picture's format from the file's extension: "dot" (write the text), or one `dot -T` takes.
