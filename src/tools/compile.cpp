@@ -147,6 +147,26 @@ void print_stats(const Executable& exe) {
               << " MiB planned at most at once, beside the model's\n";
 }
 
+// The kernels of `exe` as --dump-tiles shows them. A control-flow node's compiled subgraphs follow
+// its kernel, numbered under their path ("kernel loop_0/body/1"), the name tile pins take.
+void print_kernels(const Executable& exe, const std::string& path) {
+  const Graph& g = exe.graph();
+  for (size_t i = 0; i < exe.num_steps(); ++i) {
+    const StepInfo& s = exe.step(i);
+    std::cout << "kernel " << path << i << " [" << s.backend << "] "
+              << (s.rule.empty() ? g.nodes()[s.nodes[0]].op : s.rule) << ":";
+    for (int32_t n : s.nodes) std::cout << " " << g.nodes()[n].name;
+    std::cout << "\n";
+    const std::string program = exe.describe_step(i);
+    if (!program.empty()) std::cout << program << (program.back() == '\n' ? "" : "\n");
+    for (int32_t n : s.nodes) {
+      const Node& node = g.nodes()[n];
+      for (const auto& [attr, sub] : exe.subgraphs(static_cast<size_t>(n)))
+        print_kernels(*sub, cat(path, node.name.empty() ? node.op : node.name, "/", attr, "/"));
+    }
+  }
+}
+
 // The picture's format from the file's extension: "dot" (write the text), or one `dot -T` takes.
 std::string picture_format(const std::string& path, const ArgReader& a) {
   std::string ext = std::filesystem::path(path).extension().string();
@@ -342,16 +362,7 @@ int compile_main(const std::vector<std::string>& args) {
   }
   if (o.tiles) {
     print_cache_budget();
-    const Graph& g = exe->graph();
-    for (size_t i = 0; i < exe->num_steps(); ++i) {
-      const StepInfo& s = exe->step(i);
-      std::cout << "kernel " << i << " [" << s.backend << "] "
-                << (s.rule.empty() ? g.nodes()[s.nodes[0]].op : s.rule) << ":";
-      for (int32_t n : s.nodes) std::cout << " " << g.nodes()[n].name;
-      std::cout << "\n";
-      const std::string program = exe->describe_step(i);
-      if (!program.empty()) std::cout << program << (program.back() == '\n' ? "" : "\n");
-    }
+    print_kernels(*exe, "");
   }
   if (o.stats || (!o.tiles && o.output.empty() && o.graph.empty())) print_stats(*exe);
   if (original) print_precision_report(*original, *exe);

@@ -306,6 +306,11 @@ def test_stats_count_the_body_kernels(tmp_path, pto_bin):
             f"({b['fused_kernels']} fused)")
     assert line in r.stdout, r.stdout
     assert "subgraph memory: " in r.stdout, r.stdout
+    r = subprocess.run([str(pto_bin), "compile", str(path), "--dump-tiles"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for k in range(b["kernels"]):  # the body's kernels, under the Loop's path
+        assert f"kernel loop_0/body/{k} [cpu]" in r.stdout, r.stdout
 
 
 def test_one_compiled_scan_from_four_threads(tmp_path):
