@@ -61,8 +61,11 @@ struct CompileOptions {
   std::vector<std::string> dump_after;  // passes after which the graph is printed (PTO_DUMP_AFTER)
   // Tile shapes pinned for tile kernels instead of the planner's ({rows, cols} of the output
   // merged to 2-D, or {cols}): kernel name -> shape, where a kernel is named by any of its nodes
-  // or its first output, and "*" names every tile kernel (a named one wins). A name that matches
-  // no tile kernel, a bad shape, or one whose working set does not fit L1 is a ValueError.
+  // or its first output, and "*" names every tile kernel (a named one wins). A kernel of a
+  // control-flow node's compiled subgraph is named by its path, "node/attribute/name"
+  // ("loop_0/body/y", "loop_0/body/*" for all of that subgraph's; node_backends() spells them).
+  // A name that matches no tile kernel, a bad shape, or one whose working set does not fit L1 is
+  // a ValueError.
   std::map<std::string, std::vector<int64_t>> tiles;
   // The autotuner's winners (docs/tuning.md): each kernel without a pinned tile takes the knobs
   // the tuning cache holds for its signature and this thread count (stale ones are ignored).
@@ -98,6 +101,12 @@ struct ExecutableStats {
   size_t stages = 0;                 // groups of steps that run at the same time (more than one)
   size_t staged_kernels = 0;         // steps in them
   size_t tuned_kernels = 0;          // steps whose knobs came from the tuning cache
+  // The compiled subgraphs of control-flow nodes, recursively: their steps (not counted in
+  // `kernels`), and the most arena memory they plan at once (one subgraph of a node runs at a
+  // time, with its own subgraphs'). packed_weight_bytes and tuned_kernels include their kernels.
+  size_t subgraph_kernels = 0;
+  size_t subgraph_fused_kernels = 0;
+  size_t subgraph_peak_bytes = 0;
 };
 
 class Executable {

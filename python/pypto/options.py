@@ -73,7 +73,8 @@ def reset_optimization_options() -> None:
 def tile_option(tile: Any, what: str = "tile") -> dict[str, list[int]]:
     """Checks a pinned tile and returns it as CompileOptions.tiles wants it: ``(rows, cols)`` or
     ``(cols,)`` (or a bare int) for every tile kernel, or a dict from a kernel's name (one of its
-    nodes or its output) to such a shape. Whether the tile fits is checked at compile time."""
+    nodes or its output; a kernel of a control-flow subgraph by its path, ``"loop_0/body/y"``) to
+    such a shape. Whether the tile fits is checked at compile time."""
     def shape(v, name):
         if isinstance(v, int) and not isinstance(v, bool):
             v = (v,)

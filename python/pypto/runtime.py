@@ -143,7 +143,11 @@ class CompiledGraph:
         """What compiling made: ``kernels`` (plan steps), ``fused_kernels``, ``nodes`` (after the
         graph passes), ``nodes_in``, ``peak_bytes`` (the planned arena for intermediates),
         ``unplanned_peak_bytes`` (every intermediate in its own buffer), ``live_peak_bytes``,
-        ``stages`` (groups of kernels that run at the same time) and ``staged_kernels``.
+        ``stages`` (groups of kernels that run at the same time) and ``staged_kernels``; the
+        kernels of control-flow subgraphs (If, Loop, Scan bodies, recursively) as
+        ``subgraph_kernels``, ``subgraph_fused_kernels`` and ``subgraph_peak_bytes`` (the most
+        arena memory they plan at once), their packed weights and tuned kernels in
+        ``packed_weight_bytes`` and ``tuned_kernels``.
         With symbolic shapes the memory numbers are for ``inputs`` (arrays or shapes), else for
         the last run."""
         shapes = None

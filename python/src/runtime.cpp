@@ -230,6 +230,9 @@ void bind_runtime(nb::module_& m) {
             d["stages"] = s.stages;
             d["staged_kernels"] = s.staged_kernels;
             d["tuned_kernels"] = s.tuned_kernels;
+            d["subgraph_kernels"] = s.subgraph_kernels;
+            d["subgraph_fused_kernels"] = s.subgraph_fused_kernels;
+            d["subgraph_peak_bytes"] = s.subgraph_peak_bytes;
             return d;
           },
           nb::arg("input_shapes") = nb::none(),

@@ -31,27 +31,67 @@ Graph with_constant_captures(const Graph& g, const Node& n, const Graph& sub) {
   return out;
 }
 
+// Whether a node or value of `g` has this name (a pin then names `g`'s own kernel).
+bool own_name(const Graph& g, const std::string& name) {
+  for (const Node& n : g.nodes())
+    if (n.name == name) return true;
+  for (const Value& v : g.values())
+    if (v.name == name) return true;
+  return false;
+}
+
+// How node_backends() and tile pins name node n: its name, else its op.
+const std::string& path_name(const Node& n) {
+  return n.name.empty() ? n.op : n.name;
+}
+
+// The pins of `tiles` for subgraph `attr` of node n, named as in that subgraph.
+std::map<std::string, std::vector<int64_t>> subgraph_tiles(
+    const std::map<std::string, std::vector<int64_t>>& tiles, const Graph& g, const Node& n,
+    const std::string& attr) {
+  const std::string prefix = cat(path_name(n), "/", attr, "/");
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const auto& [name, dims] : tiles)
+    if (name.size() > prefix.size() && name.starts_with(prefix) && !own_name(g, name))
+      out[name.substr(prefix.size())] = dims;
+  return out;
+}
+
 }  // namespace
+
+std::map<std::string, std::vector<int64_t>> own_tiles(
+    const std::map<std::string, std::vector<int64_t>>& tiles, const Graph& g) {
+  std::map<std::string, std::vector<int64_t>> out = tiles;
+  for (const Node& n : g.nodes())
+    for (const auto& [attr, value] : n.attrs.all())
+      if (const auto* sub = std::get_if<GraphAttr>(&value); sub && *sub)
+        for (const auto& [name, dims] : subgraph_tiles(tiles, g, n, attr))
+          out.erase(cat(path_name(n), "/", attr, "/", name));
+  return out;
+}
 
 std::unique_ptr<ControlFlowKernel> ControlFlowKernel::compile(const Graph& g,
                                                               const KernelGroup& group,
                                                               const CompileOptions& options) {
   if (group.nodes.size() != 1) return nullptr;
   const Node& n = g.nodes()[group.nodes[0]];
-  // The nested compiles report no progress of their own, and tile pins name the enclosing
-  // model's kernels (a name no subgraph has would be an error there).
+  // The nested compiles report no progress of their own, and take the tile pins named by
+  // their path ("loop_0/body/y"). The tuning cache is read by kernel signature, as outside.
   CompileOptions nested = options;
   nested.on_progress = nullptr;
-  nested.tiles.clear();
   std::vector<std::pair<std::string, Executable>> subgraphs;
   for (const auto& [attr, value] : n.attrs.all()) {
     const auto* sub = std::get_if<GraphAttr>(&value);
     if (!sub || !*sub) continue;
+    nested.tiles = subgraph_tiles(options.tiles, g, n, attr);
     try {
       subgraphs.emplace_back(attr, pto::compile(with_constant_captures(g, n, **sub), nested));
     } catch (const InternalError&) {
       throw;  // a bug, not a subgraph we cannot compile
     } catch (const Error& e) {
+      // A pin the user named for this subgraph must apply, or say why it cannot.
+      if (!nested.tiles.empty())
+        throw ValueError(cat(n.where(), ": subgraph '", attr, "': ", e.what()));
       log(LogLevel::kInfo,
           cat(n.where(), ": subgraph '", attr, "' not compiled (", e.what(), "); interpreted"));
       return nullptr;
@@ -78,6 +118,19 @@ std::vector<Tensor> ControlFlowKernel::run(const std::vector<Tensor>& inputs) co
   for (size_t o = 0; o < node_.outputs.size(); ++o)
     if (node_.outputs[o] != kNoValue) out.push_back(o < all.size() ? all[o] : Tensor());
   return out;
+}
+
+void ControlFlowKernel::add_stats(ExecutableStats& s) const {
+  size_t peak = 0;
+  for (const auto& [name, exe] : subgraphs_) {
+    const ExecutableStats sub = exe.stats();  // its own subgraphs' already added
+    s.subgraph_kernels += sub.kernels + sub.subgraph_kernels;
+    s.subgraph_fused_kernels += sub.fused_kernels + sub.subgraph_fused_kernels;
+    s.packed_weight_bytes += sub.packed_weight_bytes;
+    s.tuned_kernels += sub.tuned_kernels;
+    peak = std::max(peak, sub.peak_bytes + sub.subgraph_peak_bytes);
+  }
+  s.subgraph_peak_bytes = std::max(s.subgraph_peak_bytes, peak);
 }
 
 std::string ControlFlowKernel::describe() const {

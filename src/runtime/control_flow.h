@@ -5,6 +5,7 @@
 // kernels on buffers, while a subgraph needs a plan, an arena and backends of its own.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,6 +16,12 @@
 
 namespace pto {
 
+// CompileOptions::tiles less the pins that name a kernel of a control-flow node's subgraph
+// ("node/attribute/...", unless a node or value of `g` itself has that name): the pins of `g`'s
+// own kernels. The subgraphs' compiles take theirs, the prefix stripped.
+std::map<std::string, std::vector<int64_t>> own_tiles(
+    const std::map<std::string, std::vector<int64_t>>& tiles, const Graph& g);
+
 class ControlFlowKernel final : public CompiledKernel {
  public:
   // The kernel of `group`, a single control-flow node of `g`, with its subgraphs compiled with
@@ -24,6 +31,8 @@ class ControlFlowKernel final : public CompiledKernel {
                                                     const CompileOptions& options);
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override;
+  // Adds the subgraphs' kernels and memory to the enclosing model's stats (ExecutableStats).
+  void add_stats(ExecutableStats& s) const;
   std::string describe() const override;
 
   // The compiled subgraphs by attribute name, in attribute order.

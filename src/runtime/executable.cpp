@@ -506,6 +506,7 @@ ExecutableStats stats_of(const Executable::Plan& p, const Graph& g, const Memory
   for (const auto& step : p.steps) {
     s.fused_kernels += step.info.nodes.size() > 1;
     s.packed_weight_bytes += step.kernel->prepared_bytes();
+    if (step.control_flow) step.control_flow->add_stats(s);
   }
   for (const auto& [v, t] : g.initializers()) s.weight_bytes += t.nbytes();
   for (const auto& [v, r] : p.released) s.released_weight_bytes += r.meta.nbytes();
@@ -1131,7 +1132,7 @@ Executable compile_partitioned(Graph g, KernelPartition part, const CompileOptio
   kg = plan->partition.kernels;
   std::vector<std::vector<int32_t>> trailing = plan->partition.trailing;
   std::vector<std::vector<int32_t>> leading = plan->partition.leading;
-  pin_tiles(options.tiles, gr, kg);  // CompileOptions::tiles onto KernelGroup::tile
+  pin_tiles(own_tiles(options.tiles, gr), gr, kg);  // CompileOptions::tiles onto KernelGroup::tile
   if (options.level >= 2 && options.concurrent_kernels && num_threads() > 1) {
     const Stages st = choose_stages(gr, kg, representative_types(gr));
     if (st.concurrent_stages > 0) {

@@ -118,7 +118,11 @@ void print_stats(const Executable& exe) {
     for (const auto& [rule, count] : r.fired) std::cout << "  " << rule << " x" << count;
     std::cout << "\n";
   }
-  std::cout << "kernels: " << s.kernels << " (" << s.fused_kernels << " fused)\n";
+  std::cout << "kernels: " << s.kernels << " (" << s.fused_kernels << " fused)";
+  if (s.subgraph_kernels)
+    std::cout << "; in control-flow subgraphs: " << s.subgraph_kernels << " ("
+              << s.subgraph_fused_kernels << " fused)";
+  std::cout << "\n";
   std::cout << "tuned kernels: " << s.tuned_kernels << " (knobs from the tuning cache)\n";
   std::cout << "weights: " << cat(std::fixed, std::setprecision(2), s.weight_bytes / 1048576.0)
             << " MiB, packed for the GEMMs: "
@@ -136,6 +140,30 @@ void print_stats(const Executable& exe) {
               << " live at most; " << s.unplanned_values << " values left to the pool\n";
   } else {
     std::cout << "intermediate memory: planned per input shape at the first run (symbolic dims)\n";
+  }
+  if (s.subgraph_kernels)
+    std::cout << "subgraph memory: "
+              << cat(std::fixed, std::setprecision(2), s.subgraph_peak_bytes / 1048576.0)
+              << " MiB planned at most at once, beside the model's\n";
+}
+
+// The kernels of `exe` as --dump-tiles shows them. A control-flow node's compiled subgraphs follow
+// its kernel, numbered under their path ("kernel loop_0/body/1"), the name tile pins take.
+void print_kernels(const Executable& exe, const std::string& path) {
+  const Graph& g = exe.graph();
+  for (size_t i = 0; i < exe.num_steps(); ++i) {
+    const StepInfo& s = exe.step(i);
+    std::cout << "kernel " << path << i << " [" << s.backend << "] "
+              << (s.rule.empty() ? g.nodes()[s.nodes[0]].op : s.rule) << ":";
+    for (int32_t n : s.nodes) std::cout << " " << g.nodes()[n].name;
+    std::cout << "\n";
+    const std::string program = exe.describe_step(i);
+    if (!program.empty()) std::cout << program << (program.back() == '\n' ? "" : "\n");
+    for (int32_t n : s.nodes) {
+      const Node& node = g.nodes()[n];
+      for (const auto& [attr, sub] : exe.subgraphs(static_cast<size_t>(n)))
+        print_kernels(*sub, cat(path, node.name.empty() ? node.op : node.name, "/", attr, "/"));
+    }
   }
 }
 
@@ -334,16 +362,7 @@ int compile_main(const std::vector<std::string>& args) {
   }
   if (o.tiles) {
     print_cache_budget();
-    const Graph& g = exe->graph();
-    for (size_t i = 0; i < exe->num_steps(); ++i) {
-      const StepInfo& s = exe->step(i);
-      std::cout << "kernel " << i << " [" << s.backend << "] "
-                << (s.rule.empty() ? g.nodes()[s.nodes[0]].op : s.rule) << ":";
-      for (int32_t n : s.nodes) std::cout << " " << g.nodes()[n].name;
-      std::cout << "\n";
-      const std::string program = exe->describe_step(i);
-      if (!program.empty()) std::cout << program << (program.back() == '\n' ? "" : "\n");
-    }
+    print_kernels(*exe, "");
   }
   if (o.stats || (!o.tiles && o.output.empty() && o.graph.empty())) print_stats(*exe);
   if (original) print_precision_report(*original, *exe);

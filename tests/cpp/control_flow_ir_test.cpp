@@ -247,6 +247,113 @@ TEST(ControlFlowIr, CapturedConstantIsAWeightOfTheBody) {
   expect_same(exe.run(in), reference::run(parse_graph(text), in));
 }
 
+// The model's stats count its subgraphs' kernels (recursively: the If branches inside the Loop
+// body), their packed weights and their planned memory; a body compiled as a model of its own
+// (the capture a constant, as the nested compile makes it) has the same kernels and weights.
+TEST(ControlFlowIr, StatsCountTheSubgraphsKernels) {
+  Executable exe = compile(parse_graph(kLoopIf), {.level = 2});
+  const Executable& body = *exe.subgraphs(0)[0].second;
+  size_t nested = body.num_steps();
+  for (size_t i = 0; i < body.graph().nodes().size(); ++i)
+    for (const auto& [attr, branch] : body.subgraphs(i)) nested += branch->num_steps();
+  EXPECT_EQ(exe.stats().kernels, 1u);
+  EXPECT_EQ(exe.stats().subgraph_kernels, nested);
+  EXPECT_GE(nested, 4u);  // the body's If, Neg, ... and one kernel per branch
+
+  std::string w = "[";  // 256 weights
+  for (int k = 0; k < 256; ++k) w += cat(k ? ", " : "", (k % 7 - 3) * 0.125);
+  w += "]";
+  const std::string loop = R"(graph main (opset 17)
+  input  %x: f32[8, 16]
+  const  %m: i64[] = [3]
+  const  %w: f32[16, 16] = )" +
+                           w + R"(
+  %y: f32[8, 16] = Loop(%m, _, %x, %w) {body=graph}  # loop
+    body: graph body (opset 17)
+      input  %i: i64[]
+      input  %c: bool[]
+      input  %x_in: f32[8, 16]
+      capture %w_in: f32[16, 16]
+      %p: f32[8, 16] = MatMul(%x_in, %w_in)  # mm
+      %x_out: f32[8, 16] = Relu(%p)  # relu
+      return %c, %x_out
+  return %y
+)";
+  const std::string alone = R"(graph body (opset 17)
+  input  %i: i64[]
+  input  %c: bool[]
+  input  %x_in: f32[8, 16]
+  const  %w: f32[16, 16] = )" +
+                            w + R"(
+  %p: f32[8, 16] = MatMul(%x_in, %w)  # mm
+  %x_out: f32[8, 16] = Relu(%p)  # relu
+  return %c, %x_out
+)";
+  const ExecutableStats s = compile(parse_graph(loop), {.level = 2}).stats();
+  const ExecutableStats b = compile(parse_graph(alone), {.level = 2}).stats();
+  EXPECT_EQ(s.kernels, 1u);
+  EXPECT_EQ(s.subgraph_kernels, b.kernels);
+  EXPECT_EQ(s.subgraph_fused_kernels, b.fused_kernels);
+  EXPECT_GE(b.fused_kernels, 1u);  // MatMul+Relu
+  EXPECT_EQ(s.packed_weight_bytes, b.packed_weight_bytes);
+  EXPECT_GT(s.packed_weight_bytes, 0u);
+  EXPECT_EQ(s.subgraph_peak_bytes, b.peak_bytes);
+}
+
+// Tile pins reach a subgraph's kernels by their path ("loop/body/y"): the body's tile kernel is
+// compiled with the pinned tile and still computes the reference's result. "*" names the
+// model's own kernels only; a name the subgraph does not have is a ValueError naming both.
+TEST(ControlFlowIr, TilePinsReachSubgraphKernelsByPath) {
+  const std::string text = R"(graph main (opset 17)
+  input  %x: f32[7, 100]
+  input  %b: f32[100]
+  const  %m: i64[] = [2]
+  %y: f32[7, 100] = Loop(%m, _, %x, %b) {body=graph}  # loop
+    body: graph body (opset 17)
+      input  %i: i64[]
+      input  %c: bool[]
+      input  %x_in: f32[7, 100]
+      capture %b_in: f32[100]
+      %s: f32[7, 100] = Sigmoid(%x_in)  # sig
+      %x_out: f32[7, 100] = Add(%s, %b_in)  # add
+      return %c, %x_out
+  return %y
+)";
+  auto body_tiles = [](const Executable& exe) {
+    const Executable& body = *exe.subgraphs(0)[0].second;
+    std::string d;
+    for (size_t i = 0; i < body.num_steps(); ++i) d += body.describe_step(i);
+    return d;
+  };
+  const std::vector<Tensor> in{random_tensor({7, 100}, 3), random_tensor({100}, 4)};
+  const std::vector<Tensor> want = reference::run(parse_graph(text), in);
+  EXPECT_EQ(body_tiles(compile(parse_graph(text))).find("(pinned)"), std::string::npos);
+  for (const char* name : {"loop/body/x_out", "loop/body/sig", "loop/body/*"}) {
+    SCOPED_TRACE(name);
+    CompileOptions o;
+    o.tiles[name] = {3, 32};
+    Executable exe = compile(parse_graph(text), o);
+    const std::string d = body_tiles(exe);
+    EXPECT_NE(d.find("of 3x32 (pinned)"), std::string::npos) << d;
+    expect_same(exe.run(in), want);
+  }
+  auto message = [&](const char* name) {
+    CompileOptions o;
+    o.tiles[name] = {3, 32};
+    try {
+      compile(parse_graph(text), o);
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string m = message("loop/body/nope");
+  EXPECT_NE(m.find("subgraph 'body'"), std::string::npos) << m;
+  EXPECT_NE(m.find("'nope'"), std::string::npos) << m;
+  m = message("*");  // the outer graph has no tile kernel of its own
+  EXPECT_NE(m.find("no tile kernel"), std::string::npos) << m;
+}
+
 // If with a constant cond is inlined by FoldConstants: no If is left, and the result is the
 // branch's.
 TEST(ControlFlowIr, FoldConstantsInlinesAnIfWithAConstantCond) {

@@ -325,5 +325,39 @@ TEST_F(TunerTest, NumTrialsAndEarlyStopLimitTheCandidates) {
   EXPECT_THROW(parse_level("quick"), ValueError);
 }
 
+// Knobs cached for a kernel of a Loop body (by its signature, as any kernel's) are used when the
+// body is compiled with the model: the model's stats count it, and the result stays the
+// reference's.
+TEST_F(TunerTest, CachedKnobsReachSubgraphKernels) {
+  const Graph g = parse_graph(R"(graph main (opset 17)
+  input  %x: f32[7, 100]
+  input  %b: f32[100]
+  const  %m: i64[] = [2]
+  %y: f32[7, 100] = Loop(%m, _, %x, %b) {body=graph}  # loop
+    body: graph body (opset 17)
+      input  %i: i64[]
+      input  %c: bool[]
+      input  %x_in: f32[7, 100]
+      capture %b_in: f32[100]
+      %s: f32[7, 100] = Sigmoid(%x_in)  # sig
+      %x_out: f32[7, 100] = Add(%s, %b_in)  # add
+      return %c, %x_out
+  return %y
+)");
+  const std::vector<Tensor> in{testing::random_tensor({7, 100}, 1),
+                               testing::random_tensor({100}, 2)};
+  const Executable planner = compile(g, with_cache(false));
+  const Executable& body = *planner.subgraphs(0)[0].second;
+  const size_t ew = step_with(body, "Sigmoid");
+  TuneCache::open(cache_file_)
+      .store(signature_of(body, ew), num_threads(), {{{"tile", {2, 64}}}, 100, 50, 0});
+  const Executable exe = compile(g, with_cache());
+  EXPECT_EQ(planner.stats().tuned_kernels, 0u);
+  EXPECT_EQ(exe.stats().tuned_kernels, 1u);
+  const std::string d = exe.subgraphs(0)[0].second->describe_step(ew);
+  EXPECT_NE(d.find("of 2x64"), std::string::npos) << d;
+  EXPECT_LT(max_diff(exe.run(in), reference::run(g, in)), 1e-5f);
+}
+
 }  // namespace
 }  // namespace pto::tune

@@ -6,6 +6,7 @@ Subgraphs are compiled: node_backends lists their nodes ("node/attribute/op") an
 that run them; a Loop of MatMul+Relu, a Scan RNN cell, Scan opset 8, and one compiled Loop
 model run from 4 threads at once."""
 
+import subprocess
 import threading
 
 import numpy as np
@@ -277,6 +278,66 @@ def test_scan_rnn_cell_runs_on_cpu_kernels(tmp_path, opset):
     model = _check(path, feeds, rtol=1e-4, atol=1e-5)
     _assert_nested_on_cpu(model, "MatMul", "Tanh")
     assert all(n.startswith("rnn/body/") for n in _nested(model)), _nested(model)
+
+
+def test_stats_count_the_body_kernels(tmp_path, pto_bin):
+    """stats() and `pto compile --stats` count the Loop body's kernels and its packed weight
+    beside the model's own (the Loop step): the same numbers as the body compiled as a model of
+    its own, its captures initializers."""
+    path = _loop_matmul_model(tmp_path / "loop_mm.onnx")
+    import onnx
+
+    m = onnx.load(str(path))
+    body = next(a.g for a in m.graph.node[0].attribute if a.name == "body")
+    alone = _save(tmp_path / "body.onnx", list(body.node), list(body.input), list(body.output),
+                  list(body.initializer)
+                  + [i for i in m.graph.initializer if i.name in ("w", "b")])
+    s = pypto.onnx.load(path)._compiled.stats()
+    b = pypto.onnx.load(alone)._compiled.stats()
+    assert s["kernels"] == 1, s
+    assert b["fused_kernels"] >= 1 and b["packed_weight_bytes"] > 0, b
+    for key, want in (("subgraph_kernels", "kernels"), ("subgraph_fused_kernels", "fused_kernels"),
+                      ("packed_weight_bytes", "packed_weight_bytes")):
+        assert s[key] == b[want], (key, s, b)
+    r = subprocess.run([str(pto_bin), "compile", str(path), "--stats"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    line = (f"kernels: 1 (0 fused); in control-flow subgraphs: {b['kernels']} "
+            f"({b['fused_kernels']} fused)")
+    assert line in r.stdout, r.stdout
+    assert "subgraph memory: " in r.stdout, r.stdout
+    r = subprocess.run([str(pto_bin), "compile", str(path), "--dump-tiles"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for k in range(b["kernels"]):  # the body's kernels, under the Loop's path
+        assert f"kernel loop_0/body/{k} [cpu]" in r.stdout, r.stdout
+
+
+def test_one_compiled_scan_from_four_threads(tmp_path):
+    """Four threads run one compiled Scan RNN at once (slices of each thread's own scan input,
+    stacked outputs), 10 times each; every result is onnxruntime's for that input."""
+    path = _scan_rnn_model(tmp_path / "rnn.onnx", steps=9)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    model = pypto.onnx.load(path)
+    feeds = [{i.name: np.random.default_rng(50 + t).standard_normal(i.shape).astype(np.float32)
+              for i in sess.get_inputs()} for t in range(4)]
+    want = [sess.run(None, f) for f in feeds]
+    errors = []
+
+    def work(t):
+        try:
+            for _ in range(10):
+                for g, w in zip(model(**feeds[t]), want[t]):
+                    np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
+        except Exception as e:  # noqa: BLE001 - reported below, with the thread
+            errors.append((t, e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
 
 
 @pytest.mark.parametrize("reverse", [False, True])

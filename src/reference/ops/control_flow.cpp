@@ -25,55 +25,79 @@ std::vector<Tensor> tail(const std::vector<Tensor>& v, size_t from) {
   return std::vector<Tensor>(v.begin() + static_cast<std::ptrdiff_t>(from), v.end());
 }
 
-// x[..., i, ...] along `axis`, as a new contiguous tensor of one rank less.
+// x[..., i, ...] along `axis`, one rank less: a view of x where that is contiguous (a slice along
+// axis 0, every scan step of the usual layout), else a packed copy (made once, not by each
+// reader of it in the subgraph).
 Tensor take(const Tensor& x, int64_t axis, int64_t i) {
-  const Tensor c = x.contiguous();
-  Dims shape = c.shape();
-  const int64_t n = shape[axis];
+  Dims shape = x.shape(), strides = x.strides();
+  const int64_t offset = i * strides[axis];
   shape.erase(shape.begin() + axis);
-  Tensor out = Tensor::empty(c.dtype(), shape);
-  const auto [outer, inner] = split_at(c.shape(), axis, dtype_size(c.dtype()));
-  const char* src = static_cast<const char*>(c.raw_data());
-  char* dst = static_cast<char*>(out.raw_data());
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(dst + o * inner, src + (o * n + i) * inner, inner);
-  return out;
+  strides.erase(strides.begin() + axis);
+  return x.view(std::move(shape), std::move(strides), offset).contiguous();
 }
 
-// The parts (all of one dtype and shape) stacked along a new `axis`. With no parts, the result
-// has `fallback`'s dtype and static shape (the subgraph output's declared type).
+// Copies `part` to out[..., i, ...] along `axis` (out's other dims are part's).
+void put(const Tensor& out, int64_t axis, int64_t i, const Tensor& part) {
+  const Tensor c = part.contiguous();
+  const int64_t n = out.shape()[axis];
+  const auto [outer, inner] = split_at(out.shape(), axis, dtype_size(out.dtype()));
+  char* dst = static_cast<char*>(out.raw_data());
+  const char* src = static_cast<const char*>(c.raw_data());
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(dst + (o * n + i) * inner, src + o * inner, inner);
+}
+
+// `length` parts (all of one dtype and shape) stacked along a new `axis` (of the stacked rank) as
+// they come: the stacked tensor is made at the first part, and each part is copied to its place
+// at once, so no part outlives its iteration (its buffer goes back to the pool for the next
+// one). With no parts, the result has `fallback`'s dtype and static shape (the subgraph output's
+// declared type).
+class Stacker {
+ public:
+  Stacker(int64_t length, int64_t axis, const TensorType& fallback, std::string where)
+      : length_(length), axis_(axis), fallback_(fallback), where_(std::move(where)) {}
+
+  void add(int64_t i, const Tensor& part) {
+    if (!part.is_tensor()) throw UnsupportedError(cat(where_, ": a scan output is ", part.str()));
+    if (!out_.defined()) {
+      Dims shape = part.shape();
+      axis_ = normalize_axis(axis_, part.rank() + 1, where_);
+      shape.insert(shape.begin() + axis_, length_);
+      out_ = Tensor::empty(part.dtype(), shape);
+      first_ = part.shape();
+    } else if (part.shape() != first_ || part.dtype() != out_.dtype()) {
+      throw ValueError(cat(where_, ": a scan output is ", dtype_name(part.dtype()),
+                           dims_str(part.shape()), " in one iteration and ",
+                           dtype_name(out_.dtype()), dims_str(first_), " in another"));
+    }
+    put(out_, axis_, i, part);
+  }
+
+  Tensor result() const {
+    if (out_.defined()) return out_;
+    if (fallback_.dtype == DType::kUndefined || !fallback_.shape || !is_static(*fallback_.shape))
+      throw ValueError(cat(where_, ": no iteration ran, and the shape of a scan output (",
+                           fallback_.str(), ") is not static"));
+    Dims shape = to_dims(*fallback_.shape);
+    const auto rank = static_cast<int64_t>(shape.size()) + 1;
+    shape.insert(shape.begin() + normalize_axis(axis_, rank, where_), 0);
+    return Tensor::empty(fallback_.dtype, shape);
+  }
+
+ private:
+  int64_t length_, axis_;
+  TensorType fallback_;
+  std::string where_;
+  Tensor out_;
+  Dims first_;  // the first part's shape
+};
+
+// The parts stacked along a new `axis`, as Stacker does.
 Tensor stack(const std::vector<Tensor>& parts, int64_t axis, const TensorType& fallback,
              const std::string& where) {
-  if (parts.empty()) {
-    if (fallback.dtype == DType::kUndefined || !fallback.shape || !is_static(*fallback.shape))
-      throw ValueError(cat(where, ": no iteration ran, and the shape of a scan output (",
-                           fallback.str(), ") is not static"));
-    Dims shape = to_dims(*fallback.shape);
-    const auto rank = static_cast<int64_t>(shape.size()) + 1;
-    shape.insert(shape.begin() + normalize_axis(axis, rank, where), 0);
-    return Tensor::empty(fallback.dtype, shape);
-  }
-  for (const Tensor& p : parts)
-    if (!p.is_tensor()) throw UnsupportedError(cat(where, ": a scan output is ", p.str()));
-  const Dims& part = parts.front().shape();
-  for (const Tensor& p : parts)
-    if (p.shape() != part || p.dtype() != parts.front().dtype())
-      throw ValueError(cat(where, ": a scan output is ", dtype_name(p.dtype()), dims_str(p.shape()),
-                           " in one iteration and ", dtype_name(parts.front().dtype()),
-                           dims_str(part), " in another"));
-  Dims shape = part;
-  const auto n = static_cast<int64_t>(parts.size());
-  shape.insert(shape.begin() + axis, n);
-  Tensor out = Tensor::empty(parts.front().dtype(), shape);
-  const auto [outer, inner] = split_at(shape, axis, dtype_size(out.dtype()));
-  char* dst = static_cast<char*>(out.raw_data());
-  for (int64_t i = 0; i < n; ++i) {
-    const Tensor c = parts[i].contiguous();
-    const char* src = static_cast<const char*>(c.raw_data());
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(dst + (o * n + i) * inner, src + o * inner, inner);
-  }
-  return out;
+  Stacker s(static_cast<int64_t>(parts.size()), axis, fallback, where);
+  for (size_t i = 0; i < parts.size(); ++i) s.add(static_cast<int64_t>(i), parts[i]);
+  return s.result();
 }
 
 const TensorType& output_type(const Graph& g, size_t i) {
@@ -137,25 +161,24 @@ std::vector<Tensor> scan(const KernelContext& c, const SubgraphRunner& run_sub,
       throw ValueError(cat(c.where(), ": scan input ", i, " has ",
                            scan_inputs[i].shape()[axes.in_axes[i]], " steps, scan input 0 ",
                            length));
-  std::vector<std::vector<Tensor>> parts(a.scan_outputs, std::vector<Tensor>(length));
+  std::vector<Stacker> stacked;
+  for (size_t k = 0; k < a.scan_outputs; ++k)
+    stacked.emplace_back(length, axes.out_axes[k], output_type(body, a.carried + k), c.where());
+  // The body's inputs: the states, this iteration's slices, the captures (set once).
+  std::vector<Tensor> in(a.carried + scan_inputs.size());
+  in.insert(in.end(), captures.begin(), captures.end());
   for (int64_t t = 0; t < length; ++t) {
-    std::vector<Tensor> in = states;
+    for (size_t k = 0; k < a.carried; ++k) in[k] = std::move(states[k]);
     for (size_t i = 0; i < scan_inputs.size(); ++i)
-      in.push_back(take(scan_inputs[i], axes.in_axes[i], axes.in_reverse[i] ? length - 1 - t : t));
-    in.insert(in.end(), captures.begin(), captures.end());
+      in[a.carried + i] =
+          take(scan_inputs[i], axes.in_axes[i], axes.in_reverse[i] ? length - 1 - t : t);
     std::vector<Tensor> out = run_sub("body", in);
     for (size_t k = 0; k < a.carried; ++k) states[k] = std::move(out[k]);
     for (size_t k = 0; k < a.scan_outputs; ++k)
-      parts[k][axes.out_reverse[k] ? length - 1 - t : t] = std::move(out[a.carried + k]);
+      stacked[k].add(axes.out_reverse[k] ? length - 1 - t : t, out[a.carried + k]);
   }
   std::vector<Tensor> outs = std::move(states);
-  for (size_t k = 0; k < a.scan_outputs; ++k) {
-    // The stacking axis counts in the stacked rank; the parts have one axis less.
-    const int64_t axis = length
-                             ? normalize_axis(axes.out_axes[k], parts[k][0].rank() + 1, c.where())
-                             : axes.out_axes[k];
-    outs.push_back(stack(parts[k], axis, output_type(body, a.carried + k), c.where()));
-  }
+  for (const Stacker& s : stacked) outs.push_back(s.result());
   return outs;
 }
 
