@@ -92,8 +92,8 @@ class PyptoPiece(torch.nn.Module):
         self._sizes: dict[int, np.ndarray] = {}
         # Whether every tensor argument is known, from the graph's metadata, to be what
         # CompiledGraph.run checks for on every call (a strided CPU tensor that needs no grad,
-        # without a conjugate or negative bit): Dynamo's guards hold the graph's inputs to that metadata,
-        # and the PyTorch ops between pieces produce what their FakeTensors say.
+        # without a conjugate or negative bit): Dynamo's guards hold the graph's inputs to that
+        # metadata, and the PyTorch ops between pieces produce what their FakeTensors say.
         self._trusted = all(_trusted_value(n.meta.get("val")) for n in placeholders)
         _pieces.add(self)
 
@@ -394,14 +394,15 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
 
 
 def _direct_call(fn, keep: list[int], arity: int, example_inputs):
-    """The function Dynamo can call instead of AOT autograd's (its `forward` and runtime wrapper:
-    about 10 µs a call, and a list of every argument, weights included, built twice), or None
-    where that wrapper has work to do. For an inference graph that mutates no input, returns
-    no alias, and whose arguments AOT neither deduplicated nor regrouped, the wrapper only turns
-    grad mode off around the call, which changes nothing here: no argument requires grad
-    (Dynamo guards that), PyPTO records no autograd graph, and the ops left to PyTorch then
-    record none either. The call then takes Dynamo's arguments as they come and passes on those
-    the compiled graph still takes (`keep`, less the weights AOT lifted itself, all frozen)."""
+    """The function Dynamo can call instead of AOT autograd's (its `forward` and runtime
+    wrapper, which build lists of every argument, weights included: 13-40 µs a call on
+    MobileNetV3-small's 211), or None where that wrapper has work to do. For an inference graph
+    that mutates no input, returns no alias, and whose arguments AOT neither deduplicated nor
+    regrouped, the wrapper only turns grad mode off around the call, which changes nothing
+    here: no argument requires grad (Dynamo guards that), PyPTO records no autograd graph, and
+    the ops left to PyTorch then record none either. The call takes Dynamo's arguments as they
+    come and passes on those the compiled graph still takes (`keep`, less the weights AOT
+    lifted itself, all frozen)."""
     from torch._functorch._aot_autograd.schemas import OutputType, PlainTensorMeta
 
     tc = _tracing_context()
@@ -419,7 +420,7 @@ def _direct_call(fn, keep: list[int], arity: int, example_inputs):
 
     def call(*args):
         return fn([args[i] for i in picks])
-    # Dynamo must not trace into it, as AOT autograd's own result is wrapped
+    # Dynamo must not trace into it (it wraps what a backend returns the same way, once: no cost)
     return torch._dynamo.disable(call, reason="PyPTO's compiled graph")
 
 
