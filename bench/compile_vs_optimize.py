@@ -301,7 +301,7 @@ def table(rows: list[dict], engines: list[str]) -> list[str]:
                      f"({cell(r, 'dynamo_floor_warm', '{:.3f}')}) | {ratio} | "
                      f"{cell(r, 'bound', '{:.3f}')} | {cell(r, 'cpu_ratio', '{:.3f}')} | "
                      f"{cell(r, 'cpu_bound', '{:.3f}')} | {cell(r, 'ours', '{:.3f}')} | "
-                     f"{cell(r, 'vs_eager')}x | {r.get('graphs', '-')} / {r.get('pieces', '-')} "
+                     f"{cell(r, 'vs_eager')}{'x' if 'vs_eager' in r else ''} | {r.get('graphs', '-')} / {r.get('pieces', '-')} "
                      f"| {r.get('fallback_nodes', '-')} | {r.get('frozen', '-')} / "
                      f"{r.get('weight_inputs', '-')} |")
     lines += ["", "Paired (each call after a call of pypto.optimize's model in the same process, "
