@@ -407,6 +407,61 @@ def test_pieces_under_autograd_still_detach_their_inputs():
     _check_gradients(model, got[0], want[0])
 
 
+class MutatesItsInput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        x.mul_(2)  # AOT autograd's wrapper writes this back into the caller's tensor
+        return self.fc(x)
+
+
+class ReturnsAView(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x), x[:, :2]  # the second output is a view of the input, as in eager
+
+
+def test_inference_graphs_skip_aot_autograds_wrapper_and_match_eager():
+    """An inference graph that mutates no input and returns no alias is called directly, with
+    the results of eager: a graph of one piece, one of two pieces around an op left to PyTorch,
+    and the symbolic graphs Dynamo compiles when the batch size changes (sizes as inputs)."""
+    torch.manual_seed(0)
+    before = dynamo.stats()
+    for model in (torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(),
+                                      torch.nn.Linear(16, 4)).eval(), HasUnsupported().eval()):
+        fast = torch.compile(model, backend="pypto")
+        with torch.no_grad():
+            for b in (3, 3, 5):
+                x = torch.randn(b, 8)
+                torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    d = _delta(before)
+    assert d["graphs"] == 4 and d["direct_graphs"] == 4 and d["weight_inputs"] == 0
+
+
+@pytest.mark.parametrize("model_type", [MutatesItsInput, ReturnsAView])
+def test_a_mutated_or_aliased_input_keeps_aot_autograds_wrapper(model_type):
+    torch.manual_seed(0)
+    model = model_type().eval()
+    fast = torch.compile(model, backend="pypto")
+    before = dynamo.stats()
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(3, 8)
+            x_eager = x.clone()
+            got, want = fast(x), model(x_eager)
+            torch.testing.assert_close(x, x_eager)  # mutated in place as in eager (or not at all)
+            if model_type is ReturnsAView:
+                assert got[1].data_ptr() == x.data_ptr() and got[1]._base is x
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    d = _delta(before)
+    assert d["graphs"] == 1 and d["direct_graphs"] == 0 and d["pypto_runs"] == 2
+
+
 def _inference_settings():
     """The settings docs/python.md suggests for inference: Inductor's freezing switch (read by
     Dynamo: parameters become graph attributes guarded by identity) and nn.Module guards checked
