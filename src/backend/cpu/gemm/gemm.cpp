@@ -283,10 +283,18 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
       blk.n = nc;
       blk.k = kc;
       if (packed) {  // offsets in elements: floats, or halves (blk.b_half)
-        const int64_t at = (jc / nr) * K * nr + pc * nr;
-        blk.b = pre.b_half != Precision::kF32
-                    ? reinterpret_cast<const float*>(reinterpret_cast<const uint16_t*>(packed) + at)
-                    : packed + at;
+        auto panel = [&](int64_t j, int64_t p) {
+          const int64_t at = (j / nr) * K * nr + p * nr;
+          return pre.b_half != Precision::kF32 ? reinterpret_cast<const float*>(
+                                                     reinterpret_cast<const uint16_t*>(packed) + at)
+                                               : packed + at;
+        };
+        blk.b = panel(jc, pc);
+        // What this task reads next: the next slice's first panel, or the next column block's.
+        if (s + 1 < slices)
+          blk.b_after = panel(jc, pc + kc);
+        else if (jc + nc < j1)
+          blk.b_after = panel(jc + nc, 0);
         blk.b_half = pre.b_half;
         blk.b_panel_stride = K * nr;
         blk.b_row_stride = nr;
