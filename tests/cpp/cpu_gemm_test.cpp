@@ -542,6 +542,52 @@ TEST(CpuGemm, PackedBMatchesAndCrossesIsas) {
   });
 }
 
+// B packed ahead (a MatMul's weight) and few rows, on 2 threads: the threads pack A once together
+// and split the columns into several tasks (run_shared_a). Rows under one register block, odd
+// column counts (partial panels at task edges), K across slices, a transposed A, an epilogue
+// with a residual, bf16 and f16 products: the double loop's result, and the bits of one thread.
+TEST(CpuGemm, PackedBFewRowsShareTheirPackedA) {
+  const Case shapes[] = {
+      {4, 833, 600}, {5, 70, 3000}, {13, 777, 450}, {127, 1000, 600}, {6, 200, 1100}};
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    int shared = 0;
+    for (const Case& s : shapes)
+      for (int t = 0; t < 4; ++t) {
+        const bool ta = t & 1;
+        const Precision precision = t == 2   ? Precision::kBF16
+                                    : t == 3 ? Precision::kF16
+                                             : Precision::kF32;
+        Problem p(s, ta, false, static_cast<uint32_t>(s.m + s.n + t));
+        p.g.precision = precision;
+        const std::vector<float> bias = random_vector(s.n, 7), res = random_vector(s.m * s.n, 8);
+        if (ta) {
+          p.g.epilogue.bias_kind = Epilogue::Bias::kPerCol;
+          p.g.epilogue.bias = bias.data();
+          p.g.epilogue.residual = res.data();
+          p.g.epilogue.ldr = s.n;
+          p.g.epilogue.act = Activation::kGelu;
+        }
+        const PackedB packed = pack_b(s.k, s.n, p.g.b, p.g.ldb, false, precision);
+        const GemmPlan plan = plan_gemm(p.g, 1, true, 2);
+        EXPECT_EQ(plan.a_shared, plan.tm == 1 && plan.tn > 1) << plan.str();
+        shared += plan.a_shared;
+        const std::string what =
+            cat(isa_name(isa), ", ", s.m, "x", s.n, "x", s.k, " t", t, ", ", plan.str());
+        set_num_threads(1);
+        sgemm_packed(p.g, packed);
+        const std::vector<float> one = p.c;
+        set_num_threads(2);
+        std::fill(p.c.begin(), p.c.end(), NAN);
+        sgemm_packed(p.g, packed);
+        EXPECT_EQ(std::memcmp(one.data(), p.c.data(), one.size() * 4), 0) << what;
+        expect_matches(p.g, what);
+      }
+    EXPECT_GT(shared, 0) << isa_name(isa);
+  }
+  set_num_threads(0);
+}
+
 // A packed once (as Conv packs its weights), run on every ISA; 700 rows and K = 450 cross the MC
 // and KC block edges of the packed panels.
 TEST(CpuGemm, PackedAMatchesAndCrossesIsas) {

@@ -217,6 +217,20 @@ struct Prepacked {
   Precision b_half = Precision::kF32;  // b holds these half bits (PackedPanels::half_panels)
 };
 
+// Rows ic..ic+mc of op(A) by its k_real values of K from k0, packed into panels at `ap` (widened
+// first when A is held as halves).
+void pack_a_block(const GemmArgs& g, const PanelOps& o, int64_t ic, int64_t mc, int64_t k0,
+                  int64_t k_real, float* ap) {
+  const int64_t offset = g.trans_a ? k0 * g.lda + ic : ic * g.lda + k0;
+  if (g.a_half) {  // widened: mc x k_real (k_real x mc transposed), packed from there
+    const float* w =
+        g.trans_a ? widen_a_block(g, offset, k_real, mc) : widen_a_block(g, offset, mc, k_real);
+    pack_a_for(o, w, g.trans_a ? mc : k_real, g.trans_a, mc, k_real, ap);
+  } else {
+    pack_a_for(o, g.a + offset, g.lda, g.trans_a, mc, k_real, ap);
+  }
+}
+
 // Rows i0..i1 of C's columns blk.n0.. against the (KC x NC) block of B that `blk` describes (its
 // B, slice and epilogue set): A packed MC rows at a time (or taken from pre.a), then the
 // macro-kernel on each block.
@@ -236,14 +250,7 @@ void multiply_rows(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
       blk.a_panel_stride = K * bl.mr;
     } else {
       float* ap = t_pack_a.get_as<float>(ceil_div(mc, bl.mr) * bl.mr * kc);
-      const int64_t offset = g.trans_a ? k0 * g.lda + ic : ic * g.lda + k0;
-      if (g.a_half) {  // widened: mc x k_real (k_real x mc transposed), packed from there
-        const float* w =
-            g.trans_a ? widen_a_block(g, offset, k_real, mc) : widen_a_block(g, offset, mc, k_real);
-        pack_a_for(o, w, g.trans_a ? mc : k_real, g.trans_a, mc, k_real, ap);
-      } else {
-        pack_a_for(o, g.a + offset, g.lda, g.trans_a, mc, k_real, ap);
-      }
+      pack_a_block(g, o, ic, mc, k0, k_real, ap);
       blk.a = ap;
       blk.a_panel_stride = 0;
     }
@@ -276,10 +283,18 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
       blk.n = nc;
       blk.k = kc;
       if (packed) {  // offsets in elements: floats, or halves (blk.b_half)
-        const int64_t at = (jc / nr) * K * nr + pc * nr;
-        blk.b = pre.b_half != Precision::kF32
-                    ? reinterpret_cast<const float*>(reinterpret_cast<const uint16_t*>(packed) + at)
-                    : packed + at;
+        auto panel = [&](int64_t j, int64_t p) {
+          const int64_t at = (j / nr) * K * nr + p * nr;
+          return pre.b_half != Precision::kF32 ? reinterpret_cast<const float*>(
+                                                     reinterpret_cast<const uint16_t*>(packed) + at)
+                                               : packed + at;
+        };
+        blk.b = panel(jc, pc);
+        // What this task reads next: the next slice's first panel, or the next column block's.
+        if (s + 1 < slices)
+          blk.b_after = panel(jc, pc + kc);
+        else if (jc + nc < j1)
+          blk.b_after = panel(jc + nc, 0);
         blk.b_half = pre.b_half;
         blk.b_panel_stride = K * nr;
         blk.b_row_stride = nr;
@@ -366,6 +381,30 @@ void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int 
   }
 }
 
+// One GEMM with B packed ahead whose threads split only its columns (few rows): A is packed once,
+// the threads packing its panels together into one shared buffer (one pool dispatch), instead of
+// once by every column task; then the column tasks (a few per thread, so a thread the OS
+// deschedules strands a small share, not half of the work) multiply all of A against their
+// columns of B (a second dispatch). Each C element sees the same micro-kernel, panel of A and
+// K slices as on one thread.
+void run_shared_a(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, const Blocking& bl,
+                  const GemmPlan& plan) {
+  static thread_local ScratchBuffer shared;  // the caller's: the workers only write into it
+  const int64_t K = ceil_div(g.k, o.unit), mp = ceil_div(g.m, bl.mr), np = ceil_div(g.n, bl.nr);
+  float* ap = shared.get_as<float>(mp * bl.mr * K);
+  parallel_tasks(plan.threads, [&](int64_t t) {
+    const int64_t p0 = t * mp / plan.threads, p1 = (t + 1) * mp / plan.threads;
+    const int64_t i0 = p0 * bl.mr, rows = std::min(g.m, p1 * bl.mr) - i0;
+    if (rows > 0) pack_a_block(g, o, i0, rows, 0, g.k, ap + i0 * K);
+  });
+  const Prepacked both{ap, pre.b, pre.b_half};
+  parallel_tasks(plan.tn, [&](int64_t t) {
+    const int64_t j0 = std::min(g.n, t * np / plan.tn * bl.nr);
+    const int64_t j1 = std::min(g.n, (t + 1) * np / plan.tn * bl.nr);
+    if (j0 < j1) compute_block(g, o, both, bl, 0, g.m, j0, j1);
+  });
+}
+
 }  // namespace
 
 // Splits each GEMM's rows into tm and columns into tn ranges (whole MR / NR panels) so that
@@ -401,6 +440,9 @@ TaskGrid choose_task_grid(int64_t items, int64_t m, int64_t n, int64_t k, int64_
 
 namespace {
 
+constexpr int kColumnTasksPerThread = 3;
+constexpr int64_t kColumnTaskPanels = 2;
+
 // How run_gemm splits and blocks one call: what it executes, and what describe_gemm prints.
 GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int threads) {
   const Blocking bl = blocking_of(g);
@@ -429,6 +471,14 @@ GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int t
         : packs_b(g, std::min(g.m, task_rows), bl) ? GemmPlan::B::kPackedPerTask
                                                    : GemmPlan::B::kInPlace;
   p.batch = batch;
+  // B packed ahead and only the columns split: A packed once for all the threads (run_shared_a),
+  // the columns cut into up to kColumnTasksPerThread tasks per thread of at least
+  // kColumnTaskPanels panels (within a task each B panel's successor is fetched ahead).
+  if (p.b == GemmPlan::B::kPackedAhead && batch == 1 && p.tm == 1 && p.tn > 1 && pre.a == nullptr) {
+    p.a_shared = true;
+    p.tn = std::max(p.tn, std::min(ceil_div(g.n, bl.nr) / kColumnTaskPanels,
+                                   int64_t{kColumnTasksPerThread} * threads));
+  }
   return p;
 }
 
@@ -441,6 +491,10 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
   const GemmPlan plan = make_plan(args, pre, batch, in_parallel_region() ? 1 : num_threads());
   if (plan.b == GemmPlan::B::kPackedShared) {
     run_shared_b(args, ops, bl, plan.threads);
+    return;
+  }
+  if (plan.a_shared) {
+    run_shared_a(args, ops, pre, bl, plan);
     return;
   }
   const int64_t mp = ceil_div(args.m, bl.mr), np = ceil_div(args.n, bl.nr);
@@ -495,7 +549,8 @@ std::string GemmPlan::str() const {
                 ", fp32 FMA), "),
       "register block ", mr, "x", nr, ", K in ", k_slices, " slice(s) of ", kc, ", MC ", mc,
       " rows, NC ", nc, " columns; ", batch * tm * tn, " task(s) (", batch, " item(s) x ", tm,
-      " row x ", tn, " column ranges) on ", threads, " thread(s); B ", how[static_cast<int>(b)]);
+      " row x ", tn, " column ranges) on ", threads, " thread(s); B ", how[static_cast<int>(b)],
+      a_shared ? "; A packed once and shared by the threads" : "");
 }
 
 GemmPlan plan_gemm(const GemmArgs& args, int64_t batch, bool b_packed_ahead, int threads) {

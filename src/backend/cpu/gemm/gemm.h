@@ -208,6 +208,8 @@ struct GemmPlan {
   // How B is read: in place (row stride), packed by each task for its columns, packed once per
   // block for all threads (which then split the rows), or packed ahead (constant weights).
   enum class B { kInPlace, kPackedPerTask, kPackedShared, kPackedAhead } b = B::kInPlace;
+  // A packed once for all threads, which then split the columns (B packed ahead, few rows).
+  bool a_shared = false;
   std::string str() const;
 };
 

@@ -323,8 +323,8 @@ void gemm_macro(const MacroBlock& blk) {
     // 2^shift steps, call i from row i * (k >> shift) on, so the first 2^shift calls cover it.
     NextPanel next;
     const bool next_plain = j + 2 < np || (j + 2 == np && !(blk.b_edge && blk.n % kNR));
-    if (!blk.b_rows && next_plain) {
-      next.b = panel(j + 1);
+    if (!blk.b_rows && (next_plain || (j + 1 == np && blk.b_after))) {
+      next.b = next_plain ? panel(j + 1) : blk.b_after;
       next.ld = blk.b_row_stride * esize / 4;  // in floats
       while (next.shift < 4 && (int64_t{2} << next.shift) <= mp) ++next.shift;
     }
@@ -558,8 +558,8 @@ void gemm_macro_bf16(const MacroBlock& blk) {
     const int nv = (nj + kL - 1) / kL;
     const int n_last = nj - (nv - 1) * kL;
     NextPanel next;
-    if (j + 1 < np) {
-      next.b = bp + blk.b_panel_stride;
+    if (j + 1 < np || blk.b_after) {
+      next.b = j + 1 < np ? bp + blk.b_panel_stride : blk.b_after;
       next.ld = kNR;
       while (next.shift < 4 && (int64_t{2} << next.shift) <= mp) ++next.shift;
     }

@@ -33,6 +33,10 @@ struct MacroBlock {
   // count halves), widened in registers as the micro-kernel loads them (VCVTPH2PS for IEEE
   // half, a 16-bit shift for bf16). kF32: floats.
   Precision b_half = Precision::kF32;
+  // The B panel the caller multiplies right after this block (B packed ahead: the next K slice's
+  // or next column block's first panel, at the same row stride), or null: fetched into L2 during
+  // the last panel, as every panel fetches its successor, so no block starts on a cold panel.
+  const float* b_after = nullptr;
 };
 
 PTO_ISA_DECLARE(
