@@ -10,6 +10,7 @@
 //   Cast+Op+Cast         a norm's kernel reading its input in bf16/f16 and storing its output so
 //                        (Kernel::takes_casts, fusion/node_casts.h).
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 #include "backend/cpu/conv/conv.h"
@@ -408,6 +409,17 @@ class ElementwiseKernel : public CompiledKernel {
       shape_steps_.push_back(std::move(step));
     }
     outputs_ = group.outputs;
+    for (int slot : slots_) {
+      const std::optional<Shape>& in = g.value(group.inputs[slot]).type.shape;
+      Dims d;
+      for (size_t k = 0; in && k < in->size() && (*in)[k].is_known(); ++k)
+        d.push_back((*in)[k].value);
+      if (!in || d.size() != in->size()) {
+        input_shapes_.clear();
+        break;
+      }
+      input_shapes_.push_back(std::move(d));
+    }
     if (p.shape) {
       static_shape_ = true;
       for (const Dim& d : *p.shape) {
@@ -418,22 +430,46 @@ class ElementwiseKernel : public CompiledKernel {
   }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
+    std::vector<Tensor> lent = inputs;
+    return run_taking(lent);
+  }
+
+  // The program's inputs move out of `inputs` (each read once) and back when it returns or throws.
+  std::vector<Tensor> run_taking(std::vector<Tensor>& inputs) const override {
     const TileProgram& p = kernel_.program();
+    // A static program on the input shapes it was compiled for needs the shape checks once.
+    Dims broadcast;
+    const Dims* shape = &shape_;
+    if (!checked_.load(std::memory_order_relaxed) || !has_compiled_shapes(inputs)) {
+      for (int s : slots_) broadcast = broadcast_dims(broadcast, inputs[s].shape(), where_);
+      if (!static_shape_) shape = &broadcast;
+      check_shapes(inputs, *shape);
+      if (static_shape_ && has_compiled_shapes(inputs))
+        checked_.store(true, std::memory_order_relaxed);
+    }
+    std::vector<Tensor> outs;
+    outs.reserve(p.outputs.size());
+    for (const TileOperand& o : p.outputs)
+      outs.push_back(Tensor::empty(graph_dtype(o.dtype), *shape));
+    auto once = [&](size_t k) { return std::count(slots_.begin(), slots_.end(), slots_[k]) == 1; };
     std::vector<Tensor> args;
     args.reserve(slots_.size());
-    Dims shape;
-    for (int s : slots_) {
-      args.push_back(inputs[s]);
-      shape = broadcast_dims(shape, inputs[s].shape(), where_);
+    for (size_t k = 0; k < slots_.size(); ++k)
+      args.push_back(once(k) ? std::move(inputs[slots_[k]]) : inputs[slots_[k]]);
+    auto give_back = [&] {
+      for (size_t k = 0; k < slots_.size(); ++k)
+        if (once(k)) inputs[slots_[k]] = std::move(args[k]);
+    };
+    try {
+      kernel_.run(args, outs);
+    } catch (...) {
+      give_back();
+      throw;
     }
-    if (static_shape_) shape = shape_;
-    check_shapes(inputs, shape);
-    std::vector<Tensor> outs;
-    for (const TileOperand& o : p.outputs)
-      outs.push_back(Tensor::empty(graph_dtype(o.dtype), shape));
-    kernel_.run(args, outs);
+    give_back();
     std::vector<Tensor> ordered;
-    for (int o : order_) ordered.push_back(outs[o]);
+    ordered.reserve(order_.size());
+    for (int o : order_) ordered.push_back(std::move(outs[o]));  // each program output once
     return ordered;
   }
 
@@ -486,6 +522,14 @@ class ElementwiseKernel : public CompiledKernel {
     }
   }
 
+  // Whether the program's inputs have the shapes inference gave them at compile time.
+  bool has_compiled_shapes(const std::vector<Tensor>& inputs) const {
+    if (input_shapes_.size() != slots_.size()) return false;  // one was not known then
+    for (size_t k = 0; k < slots_.size(); ++k)
+      if (inputs[slots_[k]].shape() != input_shapes_[k]) return false;
+    return true;
+  }
+
   TileKernel kernel_;
   std::vector<ShapeStep> shape_steps_;
   std::vector<ValueId> outputs_;
@@ -494,6 +538,8 @@ class ElementwiseKernel : public CompiledKernel {
   std::vector<int> order_;  // per group output: its program output
   bool static_shape_ = false;
   Dims shape_;
+  std::vector<Dims> input_shapes_;            // per program input, when all are known
+  mutable std::atomic<bool> checked_{false};  // the checks passed on input_shapes_
 };
 
 class CpuBackend : public Backend {
