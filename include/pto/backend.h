@@ -39,9 +39,9 @@ class CompiledKernel {
   // `inputs`: the group's inputs in KernelGroup::inputs order, contiguous. Returns the group's
   // outputs in KernelGroup::outputs order. Must be safe to call from several threads at once.
   virtual std::vector<Tensor> run(const std::vector<Tensor>& inputs) const = 0;
-  // run() on inputs the caller gives away: the kernel may move them into its work instead of
-  // copying them (per call, a copy of a tensor is two allocations) and puts them back if it
-  // throws. After a return they are unspecified. The default copies: run(inputs).
+  // run() on inputs the caller lends: the kernel may move them into its work instead of copying
+  // them (per call, a copy of a tensor is two allocations) and puts them back when it returns or
+  // throws, so the caller keeps what it lent (a weight). The default copies: run(inputs).
   virtual std::vector<Tensor> run_taking(std::vector<Tensor>& inputs) const { return run(inputs); }
   // What `pto compile --dump-tiles` prints for it: the tile program, or "" for an opaque kernel.
   virtual std::string describe() const { return ""; }

@@ -29,6 +29,9 @@ Tensor value_from_python(nb::handle x, const std::function<std::string()>& what)
 // bf16 (which numpy lacks) a DLPack-capable one. torch.from_numpy / torch.from_dlpack turn it
 // into a torch tensor. A sequence becomes a list of arrays, an empty optional None.
 nb::object tensor_to_python(const Tensor& t);
+// The same for a tensor the caller gives away: the array holds it without a copy (a Tensor copy
+// is two allocations, on every output of every call).
+nb::object tensor_to_python(Tensor&& t);
 
 void bind_errors(nb::module_& m);
 void bind_tensor(nb::module_& m);

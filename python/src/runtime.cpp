@@ -131,9 +131,9 @@ void bind_runtime(nb::module_& m) {
           "run",
           [](const Executable& exe, nb::handle args, nb::handle convert) {
             const std::vector<Tensor> inputs = inputs_converting(exe, args, convert);
-            const std::vector<Tensor> outputs = run_unlocked(exe, inputs);
+            std::vector<Tensor> outputs = run_unlocked(exe, inputs);
             nb::list out;
-            for (const Tensor& t : outputs) out.append(tensor_to_python(t));
+            for (Tensor& t : outputs) out.append(tensor_to_python(std::move(t)));
             return out;
           },
           nb::arg("inputs"), nb::arg("convert") = nb::none(),

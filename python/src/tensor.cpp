@@ -135,6 +135,10 @@ Tensor value_from_python(nb::handle x, const std::function<std::string()>& what)
 }
 
 nb::object tensor_to_python(const Tensor& t) {
+  return tensor_to_python(Tensor(t));
+}
+
+nb::object tensor_to_python(Tensor&& t) {
   PTO_CHECK(t.defined()) << "tensor_to_python on an undefined tensor";
   if (t.kind() == ValueKind::kNone) return nb::none();
   if (t.kind() == ValueKind::kSequence) {
@@ -143,16 +147,16 @@ nb::object tensor_to_python(const Tensor& t) {
     return items;
   }
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
-  auto* keep = new Tensor(t);
+  auto* keep = new Tensor(std::move(t));
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
   auto as = [&]<typename Framework>(Framework) {
-    return nb::cast(nb::ndarray<Framework>(t.raw_data(), shape.size(), shape.data(), owner,
-                                           t.strides().data(), dtype_to_dlpack(t.dtype()),
+    return nb::cast(nb::ndarray<Framework>(keep->raw_data(), shape.size(), shape.data(), owner,
+                                           keep->strides().data(), dtype_to_dlpack(keep->dtype()),
                                            nb::device::cpu::value));
   };
   // A numpy array is made through the buffer protocol, which is cheaper to import on the other
   // side (torch.from_numpy, numpy itself) than a DLPack capsule; numpy has no bf16.
-  return t.dtype() == DType::kBF16 ? as(nb::array_api()) : as(nb::numpy());
+  return keep->dtype() == DType::kBF16 ? as(nb::array_api()) : as(nb::numpy());
 }
 
 void bind_tensor(nb::module_& m) {

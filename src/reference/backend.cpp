@@ -19,7 +19,9 @@ class NodeKernel : public CompiledKernel {
     if (!reads_in_order(slots_, inputs.size())) return run(inputs);
     KernelContext ctx{node_, std::move(inputs), node_.outputs.size()};
     try {
-      return outputs_of(ctx);
+      std::vector<Tensor> out = outputs_of(ctx);
+      inputs = std::move(ctx.inputs);
+      return out;
     } catch (...) {
       inputs = std::move(ctx.inputs);
       throw;

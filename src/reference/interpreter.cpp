@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <new>
-#include <unordered_map>
 
 #include "pto/liveness.h"
 #include "pto/op_registry.h"
@@ -66,10 +65,13 @@ int64_t dim_factor(const std::string& symbol) {
   return ec == std::errc() && p != end && *p == '*' && f > 0 ? f : 1;
 }
 
+// The symbolic dimensions bound so far by a call's inputs: a few, searched in order (a hash map
+// of strings cost more than the check, on every call).
+using Symbols = std::vector<std::pair<const std::string*, int64_t>>;
+
 // Tensor t against the dtype and shape of `type`; where() says what t is, only for an error.
 template <class Where>
-void check_tensor(const TensorType& type, const Where& where, const Tensor& t,
-                  std::unordered_map<std::string, int64_t>& symbols) {
+void check_tensor(const TensorType& type, const Where& where, const Tensor& t, Symbols& symbols) {
   if (type.dtype != DType::kUndefined && t.dtype() != type.dtype)
     throw TypeError(
         cat(where(), ": expected dtype ", dtype_name(type.dtype), ", got ", dtype_name(t.dtype())));
@@ -84,8 +86,10 @@ void check_tensor(const TensorType& type, const Where& where, const Tensor& t,
                            t.shape()[i], " (expected ", shape_str(s), ", got ", dims_str(t.shape()),
                            ")"));
     if (s[i].is_symbolic()) {
-      auto [it, fresh] = symbols.emplace(s[i].symbol, t.shape()[i]);
-      if (!fresh && it->second != t.shape()[i])
+      auto it = std::find_if(symbols.begin(), symbols.end(),
+                             [&](const auto& b) { return *b.first == s[i].symbol; });
+      if (it == symbols.end()) it = symbols.insert(it, {&s[i].symbol, t.shape()[i]});
+      if (it->second != t.shape()[i])
         throw ValueError(cat(where(), ": dimension ", i, " ('", s[i].symbol, "') is ", t.shape()[i],
                              " but another input set it to ", it->second));
       if (const int64_t f = dim_factor(s[i].symbol); t.shape()[i] % f != 0)
@@ -98,8 +102,7 @@ void check_tensor(const TensorType& type, const Where& where, const Tensor& t,
 // A graph input's value against its declared type: a tensor, a sequence (each element checked
 // on its own, as a symbolic dim may differ between elements) or an optional (None, or what the
 // optional holds).
-void check_input(const Graph& g, ValueId v, const Tensor& t,
-                 std::unordered_map<std::string, int64_t>& symbols) {
+void check_input(const Graph& g, ValueId v, const Tensor& t, Symbols& symbols) {
   const TensorType& type = g.value(v).type;
   auto name = [&] { return cat("input '", g.value(v).name, "'"); };  // only for an error
   if (!t.defined()) throw ValueError(cat(name(), ": no tensor was given"));
@@ -113,7 +116,7 @@ void check_input(const Graph& g, ValueId v, const Tensor& t,
                         t.is_tensor() ? "a tensor " + t.str() : "a sequence"));
   if (t.is_tensor()) return check_tensor(type, name, t, symbols);
   for (size_t i = 0; i < t.items().size(); ++i) {
-    std::unordered_map<std::string, int64_t> own;
+    Symbols own;
     check_tensor(
         type, [&] { return cat(name(), " element ", i); }, t.items()[i], own);
   }
@@ -167,7 +170,7 @@ void run_node(const Graph& g, KernelContext& ctx, std::vector<Tensor>& env,
 }
 
 void check_inputs(const Graph& g, const std::vector<Tensor>& inputs) {
-  std::unordered_map<std::string, int64_t> symbols;
+  Symbols symbols;
   for (size_t i = 0; i < inputs.size(); ++i) check_input(g, g.inputs()[i], inputs[i], symbols);
 }
 

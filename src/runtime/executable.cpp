@@ -103,8 +103,11 @@ struct Executable::Plan {
   std::vector<Dims> last_shapes;                          // last_plan's key
   std::vector<std::shared_ptr<std::byte[]>> free_arenas;  // each of arena_size bytes
   // Value tables of finished runs (one empty tensor per graph value), for the next runs: a table
-  // is a few KiB, and allocating it costs more than a small graph's kernels.
+  // is a few KiB, and allocating it costs more than a small graph's kernels. A table keeps its
+  // copies of the constants (`constant`) from run to run: a step borrows them (run_taking) instead
+  // of copying them, two allocations each.
   std::vector<std::vector<Tensor>> free_envs;
+  std::vector<bool> constant;  // per value: an initializer or released weight, not a graph input
   size_t arena_size = 0;
 };
 
@@ -244,14 +247,46 @@ Executable::Plan::NodeRun compile_node(const Graph& g, int32_t n) {
   return r;
 }
 
+// The few values a step's extra nodes (views, the group run unfused) read and write, found by a
+// linear search: a hash map's nodes cost more than the search, on every call.
+class StepValues {
+ public:
+  Tensor& operator[](ValueId v) {
+    for (auto& [id, t] : items_)
+      if (id == v) return t;
+    return items_.emplace_back(v, Tensor()).second;
+  }
+  Tensor& at(ValueId v) {
+    for (auto& [id, t] : items_)
+      if (id == v) return t;
+    PTO_CHECK(false) << "a step reads value " << v << ", which it was not given";
+    return items_.front().second;
+  }
+  auto begin() { return items_.begin(); }
+  auto end() { return items_.end(); }
+
+ private:
+  std::vector<std::pair<ValueId, Tensor>> items_;
+};
+
 // Runs nodes one by one on their own kernels; `values` holds what they read and receives what
 // they write.
-void run_nodes(const std::vector<Executable::Plan::NodeRun>& runs,
-               std::unordered_map<ValueId, Tensor>& values) {
+void run_nodes(const std::vector<Executable::Plan::NodeRun>& runs, StepValues& values) {
   for (const auto& r : runs) {
-    std::vector<Tensor> args;
-    for (ValueId v : r.group.inputs) args.push_back(values.at(v).contiguous());
-    std::vector<Tensor> outs = r.kernel->run(args);
+    std::vector<Tensor> args;  // lent by `values` and given back
+    args.reserve(r.group.inputs.size());
+    for (ValueId v : r.group.inputs) {
+      Tensor& t = values.at(v);
+      args.push_back(t.is_contiguous() ? std::move(t) : t.contiguous());
+    }
+    std::vector<Tensor> outs;
+    try {
+      outs = r.kernel->run_taking(args);
+    } catch (...) {
+      for (size_t i = 0; i < args.size(); ++i) values[r.group.inputs[i]] = std::move(args[i]);
+      throw;
+    }
+    for (size_t i = 0; i < args.size(); ++i) values[r.group.inputs[i]] = std::move(args[i]);
     for (size_t o = 0; o < outs.size() && o < r.group.outputs.size(); ++o)
       values[r.group.outputs[o]] = std::move(outs[o]);
   }
@@ -552,38 +587,40 @@ Tensor unpacked_weight(Executable::Plan& p, ValueId v) {
 }
 
 // One step: the core kernel on the step's inputs, then its trailing views. A core that declines
-// these shapes runs node by node instead. `args` are the step's own: a kernel may take them
-// (CompiledKernel::run_taking) when nothing reads them after it.
+// these shapes runs node by node instead. `args` are lent to the kernel and the views
+// (CompiledKernel::run_taking) and given back.
 std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
                              const Executable::Plan::Step& step, std::vector<Tensor>& args) {
   auto value_map = [&] {
-    std::unordered_map<ValueId, Tensor> values;
+    StepValues values;
     for (size_t i = 0; i < args.size(); ++i) values[step.group.inputs[i]] = args[i];
     return values;
   };
+  // The kernel's inputs: the step's as they are (the usual case), else moved out of them (and
+  // back after), else what the leading views made.
+  const bool as_given = step.leading.empty() && step.core.inputs == step.group.inputs;
   std::vector<Tensor> core_args;
-  if (step.leading.empty() && step.core.inputs == step.group.inputs) {
-    // the usual case: the kernel takes the group's inputs as they are (no copies)
+  std::vector<size_t> core_from;  // per core input, its index in args when moved from there
+  if (as_given) {
   } else if (step.leading.empty()) {
     for (ValueId v : step.core.inputs) {
       auto it = std::find(step.group.inputs.begin(), step.group.inputs.end(), v);
-      core_args.push_back(args[it - step.group.inputs.begin()]);
+      core_from.push_back(static_cast<size_t>(it - step.group.inputs.begin()));
+      core_args.push_back(std::move(args[core_from.back()]));
     }
   } else {
-    std::unordered_map<ValueId, Tensor> values = value_map();
-    run_nodes(step.leading, values);
-    for (ValueId v : step.core.inputs) core_args.push_back(values.at(v).contiguous());
+    StepValues leading = value_map();
+    run_nodes(step.leading, leading);
+    for (ValueId v : step.core.inputs) core_args.push_back(leading.at(v).contiguous());
   }
+  auto give_back = [&] {
+    for (size_t k = 0; k < core_from.size(); ++k) args[core_from[k]] = std::move(core_args[k]);
+  };
   std::vector<Tensor> outs;
   try {
-    const bool as_given = step.leading.empty() && step.core.inputs == step.group.inputs;
-    if (!as_given)
-      outs = step.kernel->run(core_args);
-    else if (step.views.empty())
-      outs = step.kernel->run_taking(args);
-    else
-      outs = step.kernel->run(args);
+    outs = step.kernel->run_taking(as_given ? args : core_args);
   } catch (const KernelDeclined& e) {
+    give_back();
     std::shared_ptr<std::vector<Executable::Plan::NodeRun>> unfused;
     {
       std::lock_guard<std::mutex> lock(p.mutex);
@@ -596,19 +633,24 @@ std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
       }
       unfused = step.unfused;
     }
-    std::unordered_map<ValueId, Tensor> values = value_map();
-    for (auto& [v, t] : values)
+    StepValues all = value_map();
+    for (auto& [v, t] : all)
       if (p.released.count(v)) t = unpacked_weight(p, v);
-    run_nodes(*unfused, values);
-    for (ValueId v : step.group.outputs) outs.push_back(values[v]);
+    run_nodes(*unfused, all);
+    for (ValueId v : step.group.outputs) outs.push_back(all[v]);
     return outs;
   }
+  give_back();
   if (step.views.empty()) return outs;
-  std::unordered_map<ValueId, Tensor> values = value_map();
-  for (size_t o = 0; o < outs.size(); ++o) values[step.core.outputs[o]] = outs[o];
+  // The trailing views, on the core's outputs and the step's inputs (a Reshape's shape): lent to
+  // them and given back.
+  StepValues values;
+  for (size_t i = 0; i < args.size(); ++i) values[step.group.inputs[i]] = std::move(args[i]);
+  for (size_t o = 0; o < outs.size(); ++o) values[step.core.outputs[o]] = std::move(outs[o]);
   run_nodes(step.views, values);
+  for (size_t i = 0; i < args.size(); ++i) args[i] = std::move(values.at(step.group.inputs[i]));
   outs.clear();
-  for (ValueId v : step.group.outputs) outs.push_back(values[v]);
+  for (ValueId v : step.group.outputs) outs.push_back(std::move(values.at(v)));
   return outs;
 }
 
@@ -734,7 +776,15 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
       env = std::move(p.free_envs.back());
       p.free_envs.pop_back();
     }
+    if (p.constant.empty()) {
+      p.constant.resize(g.values().size());
+      for (size_t v = 0; v < g.values().size(); ++v)
+        p.constant[v] =
+            g.initializer(static_cast<ValueId>(v)) || p.released.count(static_cast<ValueId>(v));
+      for (ValueId v : g.inputs()) p.constant[v] = false;
+    }
   }
+  const std::vector<bool>& constant = p.constant;
   env.resize(g.values().size());
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];
   // A value: computed in this run or passed in (a graph input with a default keeps the caller's
@@ -769,10 +819,12 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     const std::vector<ValueId>& dying = p.live.release_after[s];
     for (ValueId v : step.group.inputs) {
       // A value read last by this step, once, moves from env instead of being copied (env drops
-      // it after the step anyway). Steps that run at once may share a value: they copy.
+      // it after the step anyway), and so does a constant env holds (it goes back after the
+      // step). Steps that run at once may share a value: they copy.
       if (!concurrently && env[v].defined() && env[v].is_contiguous() &&
-          std::find(dying.begin(), dying.end(), v) != dying.end() &&
-          std::count(step.group.inputs.begin(), step.group.inputs.end(), v) == 1) {
+          (constant[v] ||
+           (std::find(dying.begin(), dying.end(), v) != dying.end() &&
+            std::count(step.group.inputs.begin(), step.group.inputs.end(), v) == 1))) {
         args.push_back(std::move(env[v]));
         continue;
       }
@@ -791,6 +843,11 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
       throw ValueError(cat(last.where(), ": size too large (", e.what(), ")"));
     }
     alloc->set_slots(nullptr);
+    // The constants back into env for the next steps and runs (the first run copies them there).
+    if (!concurrently)
+      for (size_t i = 0; i < args.size(); ++i)
+        if (constant[step.group.inputs[i]] && args[i].defined())
+          env[step.group.inputs[i]] = std::move(args[i]);
     args.clear();
     PTO_CHECK(outs.size() == step.group.outputs.size())
         << last.where() << ": kernel returned " << outs.size() << " outputs, expected "
@@ -836,7 +893,8 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
         run_as_on_pool([&] { run_one(begin + static_cast<size_t>(t), true); });
       });
       for (size_t s = begin; s < end; ++s)
-        for (ValueId v : p.live.release_after[s]) env[v] = Tensor();
+        for (ValueId v : p.live.release_after[s])
+          if (!constant[v]) env[v] = Tensor();
       continue;
     }
     for (size_t s = begin; s < end; ++s) {
@@ -849,7 +907,8 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
       }
       if (value_observer)
         for (ValueId v : p.steps[s].group.outputs) value_observer(v, env[v]);
-      for (ValueId v : p.live.release_after[s]) env[v] = Tensor();
+      for (ValueId v : p.live.release_after[s])
+        if (!constant[v]) env[v] = Tensor();
     }
   }
   std::vector<Tensor> out;
@@ -859,7 +918,8 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
       throw ValueError(cat("graph output '", g.value(v).name, "' was never computed"));
     out.push_back(t);
   }
-  for (Tensor& t : env) t = Tensor();  // before the arena goes back
+  for (size_t v = 0; v < env.size(); ++v)  // before the arena goes back
+    if (!constant[v]) env[v] = Tensor();
   {
     std::lock_guard<std::mutex> lock(p.mutex);
     // Kept only at the current size (free arenas are all of p.arena_size): one taken before a

@@ -105,3 +105,74 @@ def test_threads_sharing_the_model_with_different_shapes(small10):
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def build_prepared(path):
+    """Nodes whose CPU kernels read their attributes and constant inputs once, when the kernel is
+    made (Reshape's shape with 0 and -1, Transpose without perm, Reduce axes as a constant input,
+    LayerNormalization with its statistics), on x[n, m, 8] with both first dimensions symbolic;
+    the constant c is read by two steps."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [
+        numpy_helper.from_array(np.linspace(0.5, 1.5, 8, dtype=np.float32), "g"),
+        numpy_helper.from_array(np.linspace(-0.2, 0.2, 8, dtype=np.float32), "c"),
+        numpy_helper.from_array(np.array([0, -1, 4], np.int64), "shape"),
+        numpy_helper.from_array(np.array([-1, 0], np.int64), "axes"),
+    ]
+    n = helper.make_node
+    nodes = [
+        n("LayerNormalization", ["x", "g", "c"], ["l", "mean", "inv"], axis=-1, epsilon=1e-3),
+        n("Add", ["l", "c"], ["a"]),
+        n("Reshape", ["a", "shape"], ["r"]),
+        n("Transpose", ["r"], ["t"]),
+        n("Relu", ["t"], ["u"]),
+        n("ReduceSum", ["u", "axes"], ["y"], keepdims=0),
+    ]
+    f = TensorProto.FLOAT
+    g = helper.make_graph(
+        nodes, "prepared", [helper.make_tensor_value_info("x", f, ["n", "m", 8])],
+        [helper.make_tensor_value_info("y", f, None),
+         helper.make_tensor_value_info("mean", f, None),
+         helper.make_tensor_value_info("inv", f, None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
+
+
+def test_parameters_read_once_hold_for_every_shape(tmp_path):
+    path = str(tmp_path / "prepared.onnx")
+    build_prepared(path)
+    model = pypto.onnx.load(path)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    kept = []
+    for shape in ((1, 2, 8), (3, 4, 8), (2, 6, 8), (1, 2, 8), (5, 2, 8)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        wants = sess.run(None, {"x": x})
+        gots = model(x)
+        for got, want in zip(gots, wants):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        kept.append([(g, g.copy()) for g in gots])
+    for outs in kept:  # no later call wrote over an earlier call's outputs
+        for got, copy in outs:
+            np.testing.assert_array_equal(got, copy)
+
+
+def test_reshape_read_once_still_rejects_a_shape_it_cannot_take(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    path = str(tmp_path / "reshape.onnx")
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Neg", ["r"], ["y"])],
+        "reshape", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([-1, 3], np.int64), "s")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
+    model = pypto.onnx.load(path)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(model(x), -x.reshape(4, 3))
+    with pytest.raises(ValueError, match=r"\[Reshape\] .*cannot reshape"):
+        model(x[:1])
+    np.testing.assert_array_equal(model(x), -x.reshape(4, 3))

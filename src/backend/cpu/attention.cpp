@@ -199,10 +199,10 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
   const int64_t group = H / Hkv;
 
   Tensor y = Tensor::empty(DType::kF32, {B, H, Sq, Dv});
-  if (y.numel() == 0) return {y};
+  if (y.numel() == 0) return one(std::move(y));
   if (L == 0) {
     std::fill_n(y.data<float>(), y.numel(), 0.0f);
-    return {y};
+    return one(std::move(y));
   }
   const AttentionShape shape{B, H, Hkv, Sq, L, D, Dv, causal};
   const std::optional<AttentionTiles> tiles = tiles_of(c.knobs);
@@ -311,7 +311,7 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
                          w.corr + g * r, nullptr, 0, r, Dv);
     }
   });
-  if (parts == 1) return {y};
+  if (parts == 1) return one(std::move(y));
   // Merge the parts of each row: m = max m_p, w_p = exp(m_p - m), Y = sum w_p O_p / sum w_p l_p
   // (parts in order: the same bits for the same thread count); no visible key in any part: 0.
   parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
@@ -341,7 +341,7 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
       }
     }
   });
-  return {y};
+  return one(std::move(y));
 }
 
 // The plan for static 4-D shapes at the current thread count, for describe (the run plans again

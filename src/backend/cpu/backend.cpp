@@ -10,6 +10,7 @@
 //   Cast+Op+Cast         a norm's kernel reading its input in bf16/f16 and storing its output so
 //                        (Kernel::takes_casts, fusion/node_casts.h).
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 #include "backend/cpu/conv/conv.h"
@@ -90,7 +91,43 @@ class NodeKernel : public CompiledKernel {
   }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
-    return outputs_of(context(inputs));
+    KernelContext ctx = context(inputs);
+    return run_with(ctx, inputs);
+  }
+
+  // The node's inputs move out of the runtime's instead of being copied (a copy is two
+  // allocations, a small graph's main per-call cost), except those read twice or kept for what
+  // the kernel reads after the node (kept_); they go back when the kernel returns or throws.
+  std::vector<Tensor> run_taking(std::vector<Tensor>& inputs) const override {
+    KernelContext ctx{{node_, {}, node_.outputs.size()}, &state_};
+    ctx.knobs = &knobs_;
+    // A node reading the group's inputs in order, and nothing beside: the whole vector.
+    const bool whole = kept_.empty() && reads_in_order(slots_, inputs.size());
+    if (whole) {
+      ctx.inputs = std::move(inputs);
+    } else {
+      ctx.inputs.reserve(slots_.size());
+      for (size_t i = 0; i < slots_.size(); ++i)
+        ctx.inputs.push_back(slots_[i] < 0 ? Tensor()
+                             : movable(i)  ? std::move(inputs[slots_[i]])
+                                           : inputs[slots_[i]]);
+    }
+    auto give_back = [&] {
+      if (whole) {
+        inputs = std::move(ctx.inputs);
+        return;
+      }
+      for (size_t i = 0; i < slots_.size(); ++i)
+        if (slots_[i] >= 0 && movable(i)) inputs[slots_[i]] = std::move(ctx.inputs[i]);
+    };
+    try {
+      std::vector<Tensor> out = run_with(ctx, inputs);
+      give_back();
+      return out;
+    } catch (...) {
+      give_back();
+      throw;
+    }
   }
 
   std::string describe() const override {
@@ -124,6 +161,21 @@ class NodeKernel : public CompiledKernel {
   }
 
  protected:
+  // Runs the node on `ctx` (its inputs gathered); `inputs` are the group's, for what a subclass
+  // reads beside the node's own (a residual, tile operands, views), whose slots are in kept_.
+  virtual std::vector<Tensor> run_with(KernelContext& ctx,
+                                       const std::vector<Tensor>& inputs) const {
+    (void)inputs;
+    return outputs_of(ctx);
+  }
+
+  // Whether run_taking may move node input i out of the group's inputs.
+  bool movable(size_t i) const {
+    const int s = slots_[i];
+    return std::count(slots_.begin(), slots_.end(), s) == 1 &&
+           std::find(kept_.begin(), kept_.end(), s) == kept_.end();
+  }
+
   // The node's inputs from the group's, with the prepared state and the knobs.
   KernelContext context(const std::vector<Tensor>& inputs) const {
     KernelContext ctx{{node_, gather_node_inputs(slots_, inputs), node_.outputs.size()}, &state_};
@@ -146,28 +198,10 @@ class NodeKernel : public CompiledKernel {
   const Node& node_;
   const Kernel* kernel_;
   std::vector<int> slots_;
+  std::vector<int> kept_;  // group input slots read beside the node's inputs
   Knobs knobs_;
   std::string knobs_described_;  // a line per knob, as the kernel says what it changes
   std::any state_;
-};
-
-// A node alone (no epilogue, no Casts): run_taking hands the runtime's inputs to the kernel
-// without copying them when the node reads them in order.
-class SingleNodeKernel final : public NodeKernel {
- public:
-  using NodeKernel::NodeKernel;
-
-  std::vector<Tensor> run_taking(std::vector<Tensor>& inputs) const override {
-    if (!reads_in_order(slots_, inputs.size())) return run(inputs);
-    KernelContext ctx{{node_, std::move(inputs), node_.outputs.size()}, &state_};
-    ctx.knobs = &knobs_;
-    try {
-      return outputs_of(ctx);
-    } catch (...) {
-      inputs = std::move(ctx.inputs);
-      throw;
-    }
-  }
 };
 
 // A Conv, Gemm or MatMul with its epilogue.
@@ -192,10 +226,13 @@ class EpilogueKernel : public NodeKernel {
       const reference::Kernel* k = reference::KernelRegistry::global().find(n.op);
       PTO_CHECK(k) << n.where() << ": no kernel for a view";
       views_.push_back({&n, k, node_input_slots(n, group)});
+      kept_.insert(kept_.end(), views_.back().slots.begin(), views_.back().slots.end());
     }
+    if (residual_slot_ >= 0) kept_.push_back(residual_slot_);
   }
 
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
+  std::vector<Tensor> run_with(KernelContext& ctx,
+                               const std::vector<Tensor>& inputs) const override {
     FusedEpilogue with_residual;
     const FusedEpilogue* ep = &epilogue_;  // copied (a bias, a tile program) only for a residual
     if (residual_slot_ >= 0) {
@@ -203,7 +240,6 @@ class EpilogueKernel : public NodeKernel {
       with_residual.residual = inputs[residual_slot_];
       ep = &with_residual;
     }
-    KernelContext ctx = context(inputs);
     ctx.epilogue = ep;
     std::vector<Tensor> out = outputs_of(ctx);
     // The views only relabel the product's shape (they are views of contiguous data).
@@ -245,8 +281,7 @@ class CastsKernel : public NodeKernel {
     epilogue_.store = casts.store;
   }
 
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
-    KernelContext ctx = context(inputs);
+  std::vector<Tensor> run_with(KernelContext& ctx, const std::vector<Tensor>&) const override {
     ctx.epilogue = &epilogue_;
     return outputs_of(ctx);
   }
@@ -274,14 +309,15 @@ class TileEpilogueKernel : public NodeKernel {
       PTO_CHECK(it != group.inputs.end()) << "tile operand '" << ins[i].name << "' is not an input";
       operand_slots_.push_back(static_cast<int>(it - group.inputs.begin()));
     }
+    kept_ = operand_slots_;
   }
 
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
+  std::vector<Tensor> run_with(KernelContext& ctx,
+                               const std::vector<Tensor>& inputs) const override {
     FusedEpilogue ep;
     ep.tile = &tile_;
     ep.store = graph_dtype(tile_.program().outputs[0].dtype);
     for (int s : operand_slots_) ep.tile_inputs.push_back(inputs[s]);
-    KernelContext ctx = context(inputs);
     ctx.epilogue = &ep;
     return outputs_of(ctx);
   }
@@ -373,6 +409,17 @@ class ElementwiseKernel : public CompiledKernel {
       shape_steps_.push_back(std::move(step));
     }
     outputs_ = group.outputs;
+    for (int slot : slots_) {
+      const std::optional<Shape>& in = g.value(group.inputs[slot]).type.shape;
+      Dims d;
+      for (size_t k = 0; in && k < in->size() && (*in)[k].is_known(); ++k)
+        d.push_back((*in)[k].value);
+      if (!in || d.size() != in->size()) {
+        input_shapes_.clear();
+        break;
+      }
+      input_shapes_.push_back(std::move(d));
+    }
     if (p.shape) {
       static_shape_ = true;
       for (const Dim& d : *p.shape) {
@@ -383,22 +430,46 @@ class ElementwiseKernel : public CompiledKernel {
   }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
+    std::vector<Tensor> lent = inputs;
+    return run_taking(lent);
+  }
+
+  // The program's inputs move out of `inputs` (each read once) and back when it returns or throws.
+  std::vector<Tensor> run_taking(std::vector<Tensor>& inputs) const override {
     const TileProgram& p = kernel_.program();
+    // A static program on the input shapes it was compiled for needs the shape checks once.
+    Dims broadcast;
+    const Dims* shape = &shape_;
+    if (!checked_.load(std::memory_order_relaxed) || !has_compiled_shapes(inputs)) {
+      for (int s : slots_) broadcast = broadcast_dims(broadcast, inputs[s].shape(), where_);
+      if (!static_shape_) shape = &broadcast;
+      check_shapes(inputs, *shape);
+      if (static_shape_ && has_compiled_shapes(inputs))
+        checked_.store(true, std::memory_order_relaxed);
+    }
+    std::vector<Tensor> outs;
+    outs.reserve(p.outputs.size());
+    for (const TileOperand& o : p.outputs)
+      outs.push_back(Tensor::empty(graph_dtype(o.dtype), *shape));
+    auto once = [&](size_t k) { return std::count(slots_.begin(), slots_.end(), slots_[k]) == 1; };
     std::vector<Tensor> args;
     args.reserve(slots_.size());
-    Dims shape;
-    for (int s : slots_) {
-      args.push_back(inputs[s]);
-      shape = broadcast_dims(shape, inputs[s].shape(), where_);
+    for (size_t k = 0; k < slots_.size(); ++k)
+      args.push_back(once(k) ? std::move(inputs[slots_[k]]) : inputs[slots_[k]]);
+    auto give_back = [&] {
+      for (size_t k = 0; k < slots_.size(); ++k)
+        if (once(k)) inputs[slots_[k]] = std::move(args[k]);
+    };
+    try {
+      kernel_.run(args, outs);
+    } catch (...) {
+      give_back();
+      throw;
     }
-    if (static_shape_) shape = shape_;
-    check_shapes(inputs, shape);
-    std::vector<Tensor> outs;
-    for (const TileOperand& o : p.outputs)
-      outs.push_back(Tensor::empty(graph_dtype(o.dtype), shape));
-    kernel_.run(args, outs);
+    give_back();
     std::vector<Tensor> ordered;
-    for (int o : order_) ordered.push_back(outs[o]);
+    ordered.reserve(order_.size());
+    for (int o : order_) ordered.push_back(std::move(outs[o]));  // each program output once
     return ordered;
   }
 
@@ -451,6 +522,14 @@ class ElementwiseKernel : public CompiledKernel {
     }
   }
 
+  // Whether the program's inputs have the shapes inference gave them at compile time.
+  bool has_compiled_shapes(const std::vector<Tensor>& inputs) const {
+    if (input_shapes_.size() != slots_.size()) return false;  // one was not known then
+    for (size_t k = 0; k < slots_.size(); ++k)
+      if (inputs[slots_[k]].shape() != input_shapes_[k]) return false;
+    return true;
+  }
+
   TileKernel kernel_;
   std::vector<ShapeStep> shape_steps_;
   std::vector<ValueId> outputs_;
@@ -459,6 +538,8 @@ class ElementwiseKernel : public CompiledKernel {
   std::vector<int> order_;  // per group output: its program output
   bool static_shape_ = false;
   Dims shape_;
+  std::vector<Dims> input_shapes_;            // per program input, when all are known
+  mutable std::atomic<bool> checked_{false};  // the checks passed on input_shapes_
 };
 
 class CpuBackend : public Backend {
@@ -484,8 +565,8 @@ class CpuBackend : public Backend {
   std::unique_ptr<CompiledKernel> compile(const Graph& g, const KernelGroup& group) const override {
     // A single node with a pinned tile (CompileOptions::tiles) runs as a tile program.
     if (group.nodes.size() == 1 && (group.tile.empty() || !lower_elementwise(g, group)))
-      return std::make_unique<SingleNodeKernel>(g, group, group.nodes[0],
-                                                accepted(g, g.nodes()[group.nodes[0]]));
+      return std::make_unique<NodeKernel>(g, group, group.nodes[0],
+                                          accepted(g, g.nodes()[group.nodes[0]]));
     if (group.rule == "Elementwise" || group.nodes.size() == 1) {
       std::string why;
       auto program = lower_elementwise(g, group, &why);

@@ -451,7 +451,7 @@ std::vector<Tensor> broadcast_run(const KernelContext& c, const Row& row) {
       row(pa + off[0], sa, pb + off[1], sb, po + o, n);
     });
   });
-  return {y};
+  return one(std::move(y));
 }
 
 template <class Out, class... Ts, class Row>
@@ -586,7 +586,7 @@ std::vector<Tensor> where_run(const KernelContext& c) {
     default:
       scalar.template operator()<uint8_t>();
   }
-  return {out};
+  return one(std::move(out));
 }
 
 Kernel where_kernel() {
@@ -623,7 +623,7 @@ std::vector<Tensor> pow_run(const KernelContext& c) {
                 : e == 2 ? UnaryOp::kSquare
                          : UnaryOp::kPowHalf,
                 {}, a, y);
-      return {y};
+      return one(std::move(y));
     }
     if (e == 3) {  // x^2 is exact in double, so this is pow's correctly rounded double
       parallel_for(0, y.numel(), kGrain, [&](int64_t lo, int64_t hi) {
@@ -632,7 +632,7 @@ std::vector<Tensor> pow_run(const KernelContext& c) {
           po[i] = static_cast<float>(x * x * x);
         }
       });
-      return {y};
+      return one(std::move(y));
     }
   }
   const int64_t sa = bc.row_stride(0), sb = bc.row_stride(1);
@@ -644,7 +644,7 @@ std::vector<Tensor> pow_run(const KernelContext& c) {
                                                 static_cast<double>(pb[off[1] + i * sb])));
     });
   });
-  return {y};
+  return one(std::move(y));
 }
 
 // ---- Cast ----

@@ -27,7 +27,7 @@ std::vector<Tensor> range(const KernelContext& c) {
       for (int64_t i = b; i < e; ++i) out[i] = reference::range_value(start, delta, i);
     });
   });
-  return {y};
+  return one(std::move(y));
 }
 
 // Copies of one element of `size` bytes, filled in parallel.
@@ -54,20 +54,20 @@ std::vector<Tensor> constant_of_shape(const KernelContext& c) {
     default:
       fill(static_cast<uint8_t*>(y.raw_data()), value.raw_data(), y.numel());
   }
-  return {y};
+  return one(std::move(y));
 }
 
 std::vector<Tensor> shape(const KernelContext& c) {
   const std::vector<int64_t> dims = reference::shape_output(c);
   Tensor y = Tensor::empty(DType::kI64, {static_cast<int64_t>(dims.size())});
   std::copy(dims.begin(), dims.end(), y.data<int64_t>());
-  return {y};
+  return one(std::move(y));
 }
 
 std::vector<Tensor> size(const KernelContext& c) {
   Tensor y = Tensor::empty(DType::kI64, {});
   y.data<int64_t>()[0] = c.input(0).numel();
-  return {y};
+  return one(std::move(y));
 }
 
 // CumSum along the axis given by input 1, the input viewed as [outer, n, inner]: the same running
@@ -84,7 +84,7 @@ std::vector<Tensor> cumsum(const KernelContext& c) {
   const int64_t outer = reference::dims_product(s, 0, axis);
   const int64_t inner = reference::dims_product(s, axis + 1, s.size());
   Tensor y = Tensor::empty(x.dtype(), s);
-  if (y.numel() == 0) return {y};
+  if (y.numel() == 0) return one(std::move(y));
   constexpr int64_t kBlock = 256;  // lines of one task, one accumulator each
   const int64_t blocks = (inner + kBlock - 1) / kBlock;
   dispatch(x.dtype(), kFloatTypes | kSignedInts, c.where(), [&]<class T>() {
@@ -112,7 +112,7 @@ std::vector<Tensor> cumsum(const KernelContext& c) {
       }
     });
   });
-  return {y};
+  return one(std::move(y));
 }
 
 bool is_float_or_signed(DType dt) {

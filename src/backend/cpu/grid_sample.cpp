@@ -63,10 +63,10 @@ void run_fast(const reference::GridSamplePlan& plan, const GridSample2d& s, cons
 std::vector<Tensor> run_grid_sample(const KernelContext& c) {
   const reference::GridSamplePlan plan = reference::grid_sample_plan(c);
   Tensor y = Tensor::empty(DType::kF32, plan.out_shape);
-  if (y.numel() == 0) return {y};
+  if (y.numel() == 0) return one(std::move(y));
   if (const std::optional<GridSample2d> s = fast_form(plan)) {
     run_fast(plan, *s, c.input(0).data<float>(), c.input(1).data<float>(), y.data<float>());
-    return {y};
+    return one(std::move(y));
   }
   const int64_t points = plan.points, r = plan.rank, channels = plan.c;
   const int64_t blocks = (points + kBlockPoints - 1) / kBlockPoints;
@@ -111,7 +111,7 @@ std::vector<Tensor> run_grid_sample(const KernelContext& c) {
       }
     }
   });
-  return {y};
+  return one(std::move(y));
 }
 
 bool accepts_grid_sample(const NodeInfo& n) {

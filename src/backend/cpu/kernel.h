@@ -80,7 +80,27 @@ struct KernelContext : reference::KernelContext {
   const T& prepared() const {
     return std::any_cast<const T&>(*state);
   }
+  // What prepare() returned when it is a T, else nullptr (no prepare(), or a context made
+  // without one).
+  template <class T>
+  const T* prepared_if() const {
+    return state ? std::any_cast<T>(state) : nullptr;
+  }
+  // normalize_axis(axis, rank, where()) without building where() (an allocation, on every run)
+  // unless the axis is out of range.
+  int64_t axis(int64_t axis, int64_t rank) const {
+    if (axis >= -rank && axis < rank) return axis < 0 ? axis + rank : axis;
+    return normalize_axis(axis, rank, where());
+  }
 };
+
+// A kernel's one output, moved in: `return {t}` copies t through an initializer list (two
+// allocations for its shape and strides, on every run).
+inline std::vector<Tensor> one(Tensor t) {
+  std::vector<Tensor> out;
+  out.push_back(std::move(t));
+  return out;
+}
 
 struct Kernel {
   std::function<bool(const NodeInfo&)> accepts;      // empty: accepts every node of the op

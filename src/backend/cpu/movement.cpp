@@ -15,16 +15,73 @@ namespace {
 
 namespace ref = pto::reference;
 
-std::vector<Tensor> one(Tensor t) {
-  return {std::move(t)};
-}
-
 Kernel view_kernel(Dims (*dims)(const ref::KernelContext&)) {
   return {.run = [dims](const KernelContext& c) { return one(c.input(0).reshape(dims(c))); }};
 }
 
+// Reshape's target shape as written (a constant 1-D input) and allowzero, read once when the
+// kernel is made rather than on every run.
+struct ReshapeSpec {
+  Dims spec;
+  bool allowzero;
+};
+
+std::any prepare_reshape(const NodeInfo& n) {
+  if (!n.is_constant(1) || n.dtype(1) != DType::kI64 || n.constants[1]->rank() != 1) return {};
+  const Tensor& s = *n.constants[1];
+  return ReshapeSpec{Dims(s.data<int64_t>(), s.data<int64_t>() + s.numel()),
+                     n.node.attr_int("allowzero") != 0};
+}
+
+// The output shape from the prepared spec where it resolves simply (positive sizes, 0 copying a
+// dimension, one -1); anything else, and every error, is the reference's reshape_dims.
+Dims reshape_to(const KernelContext& c) {
+  const auto* p = c.prepared_if<ReshapeSpec>();
+  const Tensor& x = c.input(0);
+  if (!p || x.numel() == 0) return ref::reshape_dims(c);
+  Dims out = p->spec;
+  int64_t known = 1, infer_at = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1 && infer_at < 0) {
+      infer_at = static_cast<int64_t>(i);
+      continue;
+    }
+    if (out[i] == 0 && !p->allowzero && static_cast<int64_t>(i) < x.rank()) out[i] = x.shape()[i];
+    if (out[i] <= 0 || out[i] > x.numel() / known) return ref::reshape_dims(c);
+    known *= out[i];
+  }
+  if (infer_at >= 0 && x.numel() % known == 0)
+    out[static_cast<size_t>(infer_at)] = x.numel() / known;
+  else if (known != x.numel())
+    return ref::reshape_dims(c);
+  return out;
+}
+
+// Transpose's permutation, checked once when the input's rank is known at compile time; the
+// reference reads it (with its errors) otherwise.
+std::any prepare_transpose(const NodeInfo& n) {
+  if (!n.inputs[0].shape) return {};
+  const auto rank = static_cast<int64_t>(n.inputs[0].shape->size());
+  std::vector<int64_t> perm(static_cast<size_t>(rank));
+  for (int64_t i = 0; i < rank; ++i) perm[static_cast<size_t>(i)] = rank - 1 - i;
+  if (n.node.attrs.has("perm")) perm = n.node.attrs.get_ints("perm");
+  if (static_cast<int64_t>(perm.size()) != rank) return {};
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  for (int64_t& a : perm) {
+    if (a < -rank || a >= rank) return {};
+    a = a < 0 ? a + rank : a;
+    if (seen[static_cast<size_t>(a)]) return {};
+    seen[static_cast<size_t>(a)] = true;
+  }
+  return perm;
+}
+
 std::vector<Tensor> transpose(const KernelContext& c) {
-  return one(pack(ref::permuted_view(c.input(0), ref::transpose_perm(c))));
+  const Tensor& x = c.input(0);
+  const auto* perm = c.prepared_if<std::vector<int64_t>>();
+  if (perm && static_cast<int64_t>(perm->size()) == x.rank())
+    return one(pack(ref::permuted_view(x, *perm)));
+  return one(pack(ref::permuted_view(x, ref::transpose_perm(c))));
 }
 
 // Ops whose output is a packed view reshaped: Tile, DepthToSpace, SpaceToDepth.
@@ -56,12 +113,14 @@ std::vector<Tensor> concat(const KernelContext& c) {
 }  // namespace
 
 void register_movement_kernels(KernelRegistry& r) {
-  r.add("Reshape", view_kernel(ref::reshape_dims));
+  r.add("Reshape", {.prepare = prepare_reshape, .run = [](const KernelContext& c) {
+                      return one(c.input(0).reshape(reshape_to(c)));
+                    }});
   r.add("Flatten", view_kernel(ref::flatten_dims));
   r.add("Squeeze", view_kernel(ref::squeeze_dims));
   r.add("Unsqueeze", view_kernel(ref::unsqueeze_dims));
   r.add("Identity", {.run = [](const KernelContext& c) { return one(c.input(0)); }});
-  r.add("Transpose", {.run = transpose});
+  r.add("Transpose", {.prepare = prepare_transpose, .run = transpose});
   r.add("Slice", {.run = [](const KernelContext& c) { return one(pack(ref::slice_view(c))); }});
   r.add("Expand", {.run = [](const KernelContext& c) { return one(pack(ref::expand_view(c))); }});
   r.add("Tile", reshaped_view_kernel(ref::tile_view));

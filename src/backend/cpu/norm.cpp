@@ -121,7 +121,7 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
   const int64_t rank = x.rank();
   int64_t axis = params::softmax_axis(c.node);
   if (per_axis) {
-    axis = rank == 0 ? 0 : normalize_axis(axis, rank, c.where());
+    axis = rank == 0 ? 0 : c.axis(axis, rank);
   } else {
     if (axis < 0) axis += rank;
     if (axis < 0 || axis > rank)
@@ -129,7 +129,7 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
           cat(c.where(), ": axis ", params::softmax_axis(c.node), " out of range for ", x.str()));
   }
   Tensor y = Tensor::empty(out_dtype(c), x.shape());
-  if (x.numel() == 0) return {y};
+  if (x.numel() == 0) return one(std::move(y));
   int64_t outer = 1, len = 1, inner = 1;
   for (int64_t k = 0; k < rank; ++k)
     (k < axis ? outer : per_axis && k > axis ? inner : len) *= x.dim(k);
@@ -149,7 +149,7 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
         write_back(yr, y, off, n);
       }
     });
-    return {y};
+    return one(std::move(y));
   }
   const int64_t block = std::min<int64_t>(inner, 64), blocks = (inner + block - 1) / block;
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / (len * block));
@@ -170,7 +170,7 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
       for (int64_t l = 0; l < len; ++l) store_f32(ys + l * w, y, (o * len + l) * inner + i0, w);
     }
   });
-  return {y};
+  return one(std::move(y));
 }
 
 // ---- LayerNormalization ----
@@ -178,32 +178,49 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
 // Scale (or B) fits the fast path when it is the normalized shape X.shape[axis:], leading 1s aside.
 bool is_normalized_shape(const Tensor& t, const Tensor& x, int64_t axis) {
   if (t.rank() > x.rank()) return false;
-  Dims a(t.shape()), b(x.shape().begin() + axis, x.shape().end());
-  while (!a.empty() && a.front() == 1) a.erase(a.begin());
-  while (!b.empty() && b.front() == 1) b.erase(b.begin());
-  return a == b;
+  auto a = t.shape().begin(), b = x.shape().begin() + axis;
+  while (a != t.shape().end() && *a == 1) ++a;
+  while (b != x.shape().end() && *b == 1) ++b;
+  return std::equal(a, t.shape().end(), b, x.shape().end());
+}
+
+// The norms' attributes, read once when the kernel is made (the attribute lookups cost more than
+// a small row's arithmetic); a context without them (no prepare) reads the node.
+params::Norm norm_params(const KernelContext& c) {
+  const auto* p = c.prepared_if<params::Norm>();
+  return p ? *p : params::norm(c.node);
+}
+std::any prepare_norm(const NodeInfo& n) {
+  return params::norm(n.node);
 }
 
 std::vector<Tensor> run_layer_norm(const KernelContext& c) {
   const Tensor& x = c.input(0);
-  const params::Norm p = params::norm(c.node);
-  const int64_t axis = normalize_axis(p.axis, x.rank(), c.where());
+  const params::Norm p = norm_params(c);
+  const int64_t axis = c.axis(p.axis, x.rank());
   if (!is_normalized_shape(c.input(1), x, axis) ||
       (c.has_input(2) && !is_normalized_shape(c.input(2), x, axis)))
     return reference_f32(c);
   const auto eps = static_cast<float>(p.epsilon);
   int64_t rows = 1, n = 1;
-  Dims stat_shape = x.shape();
-  for (int64_t k = 0; k < x.rank(); ++k) {
-    (k < axis ? rows : n) *= x.dim(k);
-    if (k >= axis) stat_shape[k] = 1;
-  }
+  for (int64_t k = 0; k < x.rank(); ++k) (k < axis ? rows : n) *= x.dim(k);
   Tensor y = Tensor::empty(out_dtype(c), x.shape());
-  Tensor mean = Tensor::empty(DType::kF32, stat_shape),
-         inv_std = Tensor::empty(DType::kF32, stat_shape);
+  // Mean and InvStdDev only when the node has them (usually only Y is read).
+  Tensor mean, inv_std;
+  std::vector<float> stats;
+  float *mp, *ip;
+  if (c.num_outputs > 1) {
+    Dims stat_shape = x.shape();
+    for (int64_t k = axis; k < x.rank(); ++k) stat_shape[k] = 1;
+    mean = Tensor::empty(DType::kF32, stat_shape);
+    inv_std = Tensor::empty(DType::kF32, stat_shape);
+    mp = mean.data<float>(), ip = inv_std.data<float>();
+  } else {
+    stats.resize(2 * static_cast<size_t>(rows));
+    mp = stats.data(), ip = stats.data() + rows;
+  }
   const float* scale = c.input(1).data<float>();
   const float* bias = c.has_input(2) ? c.input(2).data<float>() : nullptr;
-  float *mp = mean.data<float>(), *ip = inv_std.data<float>();
   const bool stream = y.dtype() == DType::kF32 && stream_stores_for(y.nbytes());
   parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
                [&](int64_t r0, int64_t r1) {
@@ -223,8 +240,10 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
                    write_back(yr, y, r * n, n);
                  }
                });
-  std::vector<Tensor> out = {y, mean, inv_std};
-  out.resize(std::min<size_t>(out.size(), c.num_outputs));
+  std::vector<Tensor> out;  // moved in: a copy of a tensor is two allocations
+  out.push_back(std::move(y));
+  if (c.num_outputs > 1) out.push_back(std::move(mean));
+  if (c.num_outputs > 2) out.push_back(std::move(inv_std));
   return out;
 }
 
@@ -234,14 +253,14 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
 // sums in double; here block sums of float squares, within the norms' tolerance).
 std::vector<Tensor> run_rms_norm(const KernelContext& c) {
   const Tensor& x = c.input(0);
-  const params::Norm p = params::norm(c.node);
-  const int64_t axis = normalize_axis(p.axis, x.rank(), c.where());
+  const params::Norm p = norm_params(c);
+  const int64_t axis = c.axis(p.axis, x.rank());
   if (!is_normalized_shape(c.input(1), x, axis)) return reference_f32(c);
   const auto eps = static_cast<float>(p.epsilon);
   int64_t rows = 1, n = 1;
   for (int64_t k = 0; k < x.rank(); ++k) (k < axis ? rows : n) *= x.dim(k);
   Tensor y = Tensor::empty(out_dtype(c), x.shape());
-  if (n == 0 || rows == 0) return {y};
+  if (n == 0 || rows == 0) return one(std::move(y));
   const float* scale = c.input(1).data<float>();
   const bool stream = y.dtype() == DType::kF32 && stream_stores_for(y.nbytes());
   parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / n), [&](int64_t r0, int64_t r1) {
@@ -254,7 +273,7 @@ std::vector<Tensor> run_rms_norm(const KernelContext& c) {
       write_back(yr, y, r * n, n);
     }
   });
-  return {y};
+  return one(std::move(y));
 }
 
 bool accepts_layer_norm(const NodeInfo& n) {
@@ -293,11 +312,11 @@ std::vector<Tensor> run_batch_norm(const KernelContext& c) {
   for (int64_t k = 0; k < channels; ++k)
     a[k] = static_cast<float>(scale[k] / std::sqrt(static_cast<double>(var[k]) + eps));
   Tensor y = Tensor::empty(out_dtype(c), x.shape());
-  if (x.numel() == 0) return {y};
+  if (x.numel() == 0) return one(std::move(y));
   const int64_t planes = x.dim(0) * channels;
   normalize_planes(x, y, planes, channels, x.numel() / planes, c.input(3).data<float>(), a.data(),
                    c.input(2).data<float>());
-  return {y};
+  return one(std::move(y));
 }
 
 bool accepts_batch_norm(const NodeInfo& n) {
@@ -313,7 +332,7 @@ std::vector<Tensor> normalize_groups(const KernelContext& c, int64_t groups, boo
   const int64_t channels = x.dim(1);
   const float eps = static_cast<float>(c.node.attr_float("epsilon"));
   Tensor y = Tensor::empty(out_dtype(c), x.shape());
-  if (x.numel() == 0) return {y};
+  if (x.numel() == 0) return one(std::move(y));
   const int64_t count = x.dim(0) * groups, per = channels / groups;
   const int64_t spatial = x.numel() / (x.dim(0) * channels), size = per * spatial;
   const float *scale = c.input(1).data<float>(), *bias = c.input(2).data<float>();
@@ -332,7 +351,7 @@ std::vector<Tensor> normalize_groups(const KernelContext& c, int64_t groups, boo
       write_back(yg, y, g * size, size);
     }
   });
-  return {y};
+  return one(std::move(y));
 }
 
 std::vector<Tensor> run_instance_norm(const KernelContext& c) {
@@ -366,8 +385,10 @@ void register_norm_kernels(KernelRegistry& r) {
            .takes_casts = true});
   // The norms: parameter shapes the fast path does not cover go to the reference at run time.
   const std::pair<const char*, Kernel> norms[] = {
-      {"LayerNormalization", {.accepts = accepts_layer_norm, .run = run_layer_norm}},
-      {"RMSNormalization", {.accepts = accepts_layer_norm, .run = run_rms_norm}},
+      {"LayerNormalization",
+       {.accepts = accepts_layer_norm, .prepare = prepare_norm, .run = run_layer_norm}},
+      {"RMSNormalization",
+       {.accepts = accepts_layer_norm, .prepare = prepare_norm, .run = run_rms_norm}},
       {"BatchNormalization", {.accepts = accepts_batch_norm, .run = run_batch_norm}},
       {"InstanceNormalization", {.accepts = all_f32, .run = run_instance_norm}},
       {"GroupNormalization", {.accepts = all_f32, .run = run_group_norm}}};

@@ -78,7 +78,7 @@ std::vector<Tensor> run_pool(const KernelContext& c, bool is_max) {
   yshape.push_back(g.ow);
   if (blocked) yshape.push_back(g.lanes);
   Tensor y = Tensor::empty(DType::kF32, yshape);
-  if (y.numel() == 0) return {y};
+  if (y.numel() == 0) return one(std::move(y));
   g.span = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
   const bool count_pad = !is_max && c.node.attr_int("count_include_pad") != 0;
   const AxisTable rows = axis_table(g.h, g.oh, g.kh, g.sh, g.dh, g.ph, ah.pad_end, count_pad);
@@ -92,7 +92,7 @@ std::vector<Tensor> run_pool(const KernelContext& c, bool is_max) {
                  std::vector<float> scratch(static_cast<size_t>(2 * g.span * g.lanes));
                  PTO_ISA_DISPATCH(pool_planes, g, ix, is_max, xp, yp, p0, p1, scratch.data());
                });
-  return {y};
+  return one(std::move(y));
 }
 
 bool accepts_pool(const NodeInfo& n, bool is_max) {
@@ -124,7 +124,7 @@ std::vector<Tensor> run_global_pool(const KernelContext& c, bool is_max) {
   for (size_t i = 2; i < yshape.size(); ++i) yshape[i] = 1;
   Tensor y = Tensor::empty(DType::kF32, yshape);
   const int64_t planes = y.numel();
-  if (planes == 0) return {y};
+  if (planes == 0) return one(std::move(y));
   const int64_t size = x.numel() / planes;
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
@@ -137,7 +137,7 @@ std::vector<Tensor> run_global_pool(const KernelContext& c, bool is_max) {
     else if (std::isnan(xp[k * size]))
       yp[k] = xp[k * size];  // NaN wins only as the first element
   }
-  return {y};
+  return one(std::move(y));
 }
 
 }  // namespace

@@ -433,7 +433,7 @@ std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
   if (X.rank() == 4) yshape.push_back(g.oh);
   yshape.push_back(g.ow);
   Tensor Y = Tensor::empty(out, yshape);
-  if (Y.numel() == 0) return {Y};
+  if (Y.numel() == 0) return one(std::move(Y));
   const size_t out_size = out == DType::kI32 ? 4 : 1;
   const bool x_signed = X.dtype() == DType::kI8;
   a.a_signed = x_signed;
@@ -448,7 +448,7 @@ std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
     (nhwc ? depthwise_nhwc : depthwise)(g, x, x_signed, x_zp,
                                         static_cast<const uint8_t*>(W.raw_data()),
                                         W.dtype() == DType::kI8, w_zp, a, Y.raw_data(), out_size);
-    return {Y};
+    return one(std::move(Y));
   }
 
   std::vector<PackedI8B> packed;
@@ -512,7 +512,7 @@ std::vector<Tensor> conv_int8(const KernelContext& c, const ConvInputs& in) {
     });
   else
     for (int64_t t = 0; t < g.n * chunks; ++t) run_chunk(t);
-  return {Y};
+  return one(std::move(Y));
 }
 
 bool same_or_absent(const NodeInfo& n, size_t i, DType d) {

@@ -144,7 +144,7 @@ std::vector<Tensor> matmul_integer(const KernelContext& c) {
     g.b_zp = zb.data();
   }
   Tensor Y = Tensor::empty(DType::kI32, yshape);
-  if (Y.numel() == 0) return {Y};
+  if (Y.numel() == 0) return one(std::move(Y));
   g.m = M;
   g.n = N;
   g.k = K;
@@ -155,7 +155,7 @@ std::vector<Tensor> matmul_integer(const KernelContext& c) {
   g.c = Y.data<int32_t>();
   g.ldc = N;
   igemm(g, packed_b(c, B));
-  return {Y};
+  return one(std::move(Y));
 }
 
 std::vector<Tensor> qlinear_matmul(const KernelContext& c) {
@@ -177,7 +177,7 @@ std::vector<Tensor> qlinear_matmul(const KernelContext& c) {
   g.b_zp_per_col = zp_per_col;
   const std::vector<double> mult = requant_multipliers(as, bs, ys);
   Tensor Y = Tensor::empty(yz.dtype(), yshape);
-  if (Y.numel() == 0) return {Y};
+  if (Y.numel() == 0) return one(std::move(Y));
   g.m = M;
   g.n = N;
   g.k = K;
@@ -192,7 +192,7 @@ std::vector<Tensor> qlinear_matmul(const KernelContext& c) {
   g.y_zp = byte_value(yz, 0);
   g.c_signed = yz.dtype() == DType::kI8;
   igemm(g, packed_b(c, B));
-  return {Y};
+  return one(std::move(Y));
 }
 
 // ---- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear ----
@@ -275,7 +275,7 @@ std::vector<Tensor> quantize_linear(const KernelContext& c) {
   for_each_span(p, [&](int64_t off, int64_t n, QuantParams q) {
     PTO_ISA_DISPATCH(quantize_span, x + off, n, q, 0.0f, to_signed, y + off);
   });
-  return {Y};
+  return one(std::move(Y));
 }
 
 std::vector<Tensor> dequantize_linear(const KernelContext& c) {
@@ -289,7 +289,7 @@ std::vector<Tensor> dequantize_linear(const KernelContext& c) {
   for_each_span(p, [&](int64_t off, int64_t n, QuantParams q) {
     PTO_ISA_DISPATCH(dequantize_span, x + off, x_signed, n, q, y + off);
   });
-  return {Y};
+  return one(std::move(Y));
 }
 
 // DynamicQuantizeLinear's scale and zero point for values in [mn, mx] (mn <= 0 <= mx), as the
@@ -380,7 +380,7 @@ std::vector<Tensor> dynamic_quantize_matmul(const KernelContext& c) {
     g.bias = bias.data();
   }
   Tensor Y = Tensor::empty(DType::kF32, yshape);
-  if (Y.numel() == 0) return {Y};
+  if (Y.numel() == 0) return one(std::move(Y));
   const bool per_row = c.node.attr_int("per_row") != 0;
   // Not zeroed: every byte is written by fill_a before igemm reads it (a vector's zeroing was a
   // serial pass over A's size).
@@ -425,7 +425,7 @@ std::vector<Tensor> dynamic_quantize_matmul(const KernelContext& c) {
     g.epilogue = &ep;
   }
   igemm(g, packed_b(c, B));
-  return {Y};
+  return one(std::move(Y));
 }
 
 // Linear quantization with float32 data and scales, per tensor or per axis, not blocked.

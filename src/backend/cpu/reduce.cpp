@@ -95,7 +95,20 @@ Fold fold_of(Reduce op) {
 
 // Which axes are reduced, as the reference reads them: the `axes` input, else the attribute; none
 // means all unless noop_with_empty_axes.
+// Reduce::reduced, naming the node only for an axis out of range or repeated (the error).
+std::vector<bool> reduced_mask(const KernelContext& c, const params::Reduce& p, int64_t rank) {
+  if (!p.axes) return p.reduced(rank, c.where());
+  std::vector<bool> out(static_cast<size_t>(rank), p.axes->empty() && !p.noop_with_empty_axes);
+  for (int64_t a : *p.axes) {
+    if (a < -rank || a >= rank || out[static_cast<size_t>(c.axis(a, rank))])
+      return p.reduced(rank, c.where());
+    out[static_cast<size_t>(c.axis(a, rank))] = true;
+  }
+  return out;
+}
+
 std::vector<bool> reduced_axes(const KernelContext& c, int64_t rank) {
+  if (const auto* p = c.prepared_if<params::Reduce>()) return reduced_mask(c, *p, rank);
   std::optional<std::vector<int64_t>> axes;
   if (c.has_input(1)) {
     const Tensor& a = c.input(1);
@@ -103,7 +116,21 @@ std::vector<bool> reduced_axes(const KernelContext& c, int64_t rank) {
       throw ValueError(cat(c.where(), ": axes must be a 1-D tensor, got ", a.str()));
     axes.emplace(a.data<int64_t>(), a.data<int64_t>() + a.numel());
   }
-  return params::reduce(c.node, axes).reduced(rank, c.where());
+  return reduced_mask(c, params::reduce(c.node, axes), rank);
+}
+
+// The attributes and, where they are known when the kernel is made (the attribute, or a constant
+// 1-D axes input), the axes: read once instead of on every run. Nothing for axes known only then.
+std::any prepare_reduce(const NodeInfo& n) {
+  std::optional<std::vector<int64_t>> axes;
+  if (n.is_constant(1)) {
+    const Tensor& a = *n.constants[1];
+    if (a.rank() > 1 || a.dtype() != DType::kI64) return {};
+    axes.emplace(a.data<int64_t>(), a.data<int64_t>() + a.numel());
+  } else if (n.node.inputs.size() > 1 && n.node.inputs[1] != kNoValue) {
+    return {};
+  }
+  return params::reduce(n.node, axes);
 }
 
 // x as [outer, reduce, inner]; `data` is x's or a copy with the reduced axes moved last.
@@ -173,15 +200,17 @@ Folded fold_view(const Tensor& x, const std::vector<bool>& reduced) {
 std::vector<Tensor> run_reduce(const KernelContext& c, Reduce op) {
   const Tensor& x = c.input(0);
   const std::vector<bool> reduced = reduced_axes(c, x.rank());
-  const bool keepdims = params::reduce(c.node, {}).keepdims;
+  const auto* p = c.prepared_if<params::Reduce>();
+  const bool keepdims = p ? p->keepdims : params::reduce(c.node, {}).keepdims;
   Dims out_shape;
+  out_shape.reserve(static_cast<size_t>(x.rank()));
   int64_t out_numel = 1;
   for (int64_t k = 0; k < x.rank(); ++k) {
     if (!reduced[k]) out_numel *= x.dim(k);
     if (!reduced[k] || keepdims) out_shape.push_back(reduced[k] ? 1 : x.dim(k));
   }
-  Tensor y = Tensor::empty(DType::kF32, out_shape);
-  if (out_numel == 0) return {y};
+  Tensor y = Tensor::empty(DType::kF32, std::move(out_shape));
+  if (out_numel == 0) return one(std::move(y));
   Folded f;
   if (x.numel() == 0) {  // an empty reduced axis: every output is the identity
     f.outer = out_numel;
@@ -219,7 +248,7 @@ std::vector<Tensor> run_reduce(const KernelContext& c, Reduce op) {
         break;
     }
   }
-  return {y};
+  return one(std::move(y));
 }
 
 bool accepts_reduce(const NodeInfo& n) {
@@ -243,7 +272,7 @@ std::vector<Tensor> run_arg(const KernelContext& c, bool is_max) {
     if (k != axis || keepdims) out_shape.push_back(k == axis ? 1 : x.dim(k));
   }
   Tensor y = Tensor::empty(DType::kI64, out_shape);
-  if (y.numel() == 0) return {y};
+  if (y.numel() == 0) return one(std::move(y));
   if (n == 0)
     throw ValueError(cat(c.where(), ": cannot take the arg", is_max ? "max" : "min",
                          " of an empty axis ", axis));
@@ -273,7 +302,7 @@ std::vector<Tensor> run_arg(const KernelContext& c, bool is_max) {
           }
     }
   });
-  return {y};
+  return one(std::move(y));
 }
 
 }  // namespace
@@ -291,6 +320,7 @@ void register_reduce_kernels(KernelRegistry& r) {
                                                 {"ReduceSumSquare", Reduce::kSumSquare}};
   for (const auto& [name, op] : ops)
     r.add(name, {.accepts = accepts_reduce,
+                 .prepare = prepare_reduce,
                  .run = [op](const KernelContext& c) { return run_reduce(c, op); }});
   for (bool is_max : {true, false})
     r.add(is_max ? "ArgMax" : "ArgMin",

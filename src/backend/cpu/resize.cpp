@@ -58,7 +58,7 @@ std::vector<Tensor> run_resize(const KernelContext& c) {
       c.node.op == "Upsample" ? reference::upsample_plan(c) : reference::resize_plan(c);
   const Tensor& x = c.input(0);
   Tensor y = Tensor::empty(DType::kF32, plan.out);
-  if (y.numel() == 0) return {y};
+  if (y.numel() == 0) return one(std::move(y));
   Dims shape = x.shape();
   std::vector<int64_t> axes;
   for (int64_t a : plan.order)
@@ -67,7 +67,7 @@ std::vector<Tensor> run_resize(const KernelContext& c) {
       axes.push_back(a);
   if (axes.empty()) {
     std::copy_n(x.data<float>(), x.numel(), y.data<float>());
-    return {y};
+    return one(std::move(y));
   }
   std::vector<float> bufs[2];
   const float* src = x.data<float>();
@@ -88,7 +88,7 @@ std::vector<Tensor> run_resize(const KernelContext& c) {
     resize_pass(src, dst, outer, inner, t, static_cast<float>(plan.params.extrapolation));
     src = dst;
   }
-  return {y};
+  return one(std::move(y));
 }
 
 bool accepts_resize(const NodeInfo& n) {

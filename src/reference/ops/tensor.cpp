@@ -30,12 +30,12 @@ std::optional<Ints> input_or_attr(const KernelContext& c, size_t i, const std::s
 }  // namespace
 
 Tensor permuted_view(const Tensor& t, const Ints& perm) {
-  Dims shape, strides;
-  for (int64_t p : perm) {
-    shape.push_back(t.shape()[p]);
-    strides.push_back(t.strides()[p]);
+  Dims shape(perm.size()), strides(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    shape[i] = t.shape()[perm[i]];
+    strides[i] = t.strides()[perm[i]];
   }
-  return t.view(shape, strides, 0);
+  return t.view(std::move(shape), std::move(strides), 0);
 }
 
 // ---- Reshape and friends: same elements, new shape ----

@@ -63,7 +63,7 @@ std::vector<Tensor> run_to_blocked(const KernelContext& c) {
   const int64_t cb = (x.dim(1) + b - 1) / b;
   Tensor y = Tensor::empty(DType::kF32, {x.dim(0), cb, x.dim(2), x.dim(3), b});
   to_blocked(x.data<float>(), y.data<float>(), x.dim(0), x.dim(1), x.dim(2) * x.dim(3), b);
-  return {y};
+  return one(std::move(y));
 }
 
 std::vector<Tensor> run_from_blocked(const KernelContext& c) {
@@ -74,7 +74,7 @@ std::vector<Tensor> run_from_blocked(const KernelContext& c) {
         cat(c.where(), ": X must be [N, Cb, H, W, c] with ", ch, " channels, got ", x.str()));
   Tensor y = Tensor::empty(DType::kF32, {x.dim(0), ch, x.dim(2), x.dim(3)});
   from_blocked(x.data<float>(), y.data<float>(), x.dim(0), ch, x.dim(2) * x.dim(3), x.dim(4));
-  return {y};
+  return one(std::move(y));
 }
 
 // The ConvBlocked geometry from X, W, the window attributes and `group`; throws ValueError when
@@ -201,11 +201,11 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
         << c.where() << ": Winograd weights prepared for another geometry";
     if (u.always || winograd_pays(g)) {
       winograd_conv(g, u, x, bias, yp, ep);
-      return {y};
+      return one(std::move(y));
     }
   }
   conv_blocked_rows(g, x, w, bias, yp, ep);
-  return {y};
+  return one(std::move(y));
 }
 
 // DwPwConvBlocked: per output row, the depthwise conv of every channel block into a row buffer
@@ -281,7 +281,7 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
       if (has_rest) row_epilogues(ep, yp, n, gp.ocb, gd.oh, oy, row, b0, b1);
     }
   });
-  return {y};
+  return one(std::move(y));
 }
 
 bool accepts_conv_blocked(const NodeInfo& info) {

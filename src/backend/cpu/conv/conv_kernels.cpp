@@ -225,7 +225,7 @@ std::vector<Tensor> run(const KernelContext& c) {
     if (p.blocked.defined() && x.rank() == 4 &&
         Dims(x.shape().begin() + 1, x.shape().end()) == p.x_chw) {
       run_blocked(g, p, x.data<float>(), bias, y.data<float>(), ep);
-      return {y};
+      return one(std::move(y));
     }
     if (p.blocked.defined()) {  // not the shape it was prepared for: the plain path on W
       unpacked = unpack(*c.state, 1);
@@ -237,7 +237,7 @@ std::vector<Tensor> run(const KernelContext& c) {
     }
   }
   conv2d(g, x.data<float>(), wp, bias, y.data<float>(), ep, packed, *precision_of(c.node));
-  return {y};
+  return one(std::move(y));
 }
 
 }  // namespace

@@ -292,7 +292,7 @@ std::vector<Tensor> run(const KernelContext& c) {
   const reference::ConvTransposePlan plan = reference::conv_transpose_plan(c);
   const Geom3& g = plan.g;
   Tensor y = Tensor::empty(DType::kF32, plan.y_shape);
-  if (y.numel() == 0) return {y};
+  if (y.numel() == 0) return one(std::move(y));
   const Epilogue ep = conv_epilogue(c.epilogue, plan.y_shape, c.where());
   const int64_t cg = plan.c / plan.group, mg = plan.m / plan.group;
   const int64_t ih = g.in[1], iw = g.in[2], hw = ih * iw, out_plane = g.out[1] * g.out[2];
@@ -308,7 +308,7 @@ std::vector<Tensor> run(const KernelContext& c) {
     static const std::vector<Residue> kNone;
     const bool ok = run_subpixel(plan, sp, prepared ? prepared->residues : kNone, xp,
                                  w.data<float>(), bias, ep, y.data<float>());
-    if (ok) return {y};
+    if (ok) return one(std::move(y));
   }
   const PackedA* packed = nullptr;
   if (prepared && !prepared->groups.empty()) {
@@ -393,7 +393,7 @@ std::vector<Tensor> run(const KernelContext& c) {
   if (post && !store)
     parallel_for(0, plan.n * plan.m, 1,
                  [&](int64_t p0, int64_t p1) { finish(p0, 0, p1 - p0, 0, g.out[1]); });
-  return {y};
+  return one(std::move(y));
 }
 
 // Col2Im (F.fold) on float32 with a 1-D or 2-D image: the col2im above with the block positions
@@ -405,7 +405,7 @@ std::vector<Tensor> run_col2im(const KernelContext& c) {
   const size_t rank = p.image.size();
   if (rank > 2) return run_reference(c);
   Tensor y = Tensor::empty(DType::kF32, p.out_shape);
-  if (y.numel() == 0) return {y};
+  if (y.numel() == 0) return one(std::move(y));
   Geom3 g;
   for (size_t i = 0; i < rank; ++i) {
     const size_t a = 3 - rank + i;
@@ -430,7 +430,7 @@ std::vector<Tensor> run_col2im(const KernelContext& c) {
                  store);
     }
   });
-  return {y};
+  return one(std::move(y));
 }
 
 }  // namespace

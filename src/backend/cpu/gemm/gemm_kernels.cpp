@@ -134,26 +134,26 @@ void run_sgemm(const KernelContext& c, const GemmArgs& g) {
 }
 
 std::vector<Tensor> matmul(const KernelContext& c) {
-  const std::string w = c.where();
+  // The node's name (an allocation) is built for the messages only: this runs on every call.
   const Tensor &A = c.input(0), &B = c.input(1);
   if (A.rank() == 0 || B.rank() == 0)
-    throw ValueError(cat(w, ": operands must have rank >= 1, got ", dims_str(A.shape()), " and ",
-                         dims_str(B.shape())));
+    throw ValueError(cat(c.where(), ": operands must have rank >= 1, got ", dims_str(A.shape()),
+                         " and ", dims_str(B.shape())));
   Dims a2 = A.shape(), b2 = B.shape();
   if (a2.size() == 1) a2.insert(a2.begin(), 1);
   if (b2.size() == 1) b2.push_back(1);
   const int64_t M = a2[a2.size() - 2], K = a2.back(), N = b2.back();
   if (b2[b2.size() - 2] != K)
-    throw ValueError(
-        cat(w, ": inner dimensions differ: ", dims_str(A.shape()), " x ", dims_str(B.shape())));
+    throw ValueError(cat(c.where(), ": inner dimensions differ: ", dims_str(A.shape()), " x ",
+                         dims_str(B.shape())));
   const Dims ab(a2.begin(), a2.end() - 2), bb(b2.begin(), b2.end() - 2);
-  const Dims batch = broadcast_dims(ab, bb, w);
+  const Dims batch = ab == bb ? ab : broadcast_dims(ab, bb, c.where());
   Dims yshape = batch;
   if (A.rank() > 1) yshape.push_back(M);
   if (B.rank() > 1) yshape.push_back(N);
   GemmArgs g;
   const auto [Y, y] = result_for(c, yshape, g);
-  if (Y.numel() == 0) return {Y};
+  if (Y.numel() == 0) return one(std::move(Y));
   g.m = M;
   g.n = N;
   g.k = K;
@@ -164,22 +164,22 @@ std::vector<Tensor> matmul(const KernelContext& c) {
   g.c = y;
   g.ldc = N;
   g.precision = *precision_of(c.node);
-  if (const FusedEpilogue* f = c.epilogue) apply_fused(*f, Y, N, w, g.epilogue);
+  if (const FusedEpilogue* f = c.epilogue) apply_fused(*f, Y, N, c.where(), g.epilogue);
   int64_t items = 1;
   for (int64_t d : batch) items *= d;
   int64_t a_items = 1, b_items = 1;
   for (int64_t d : ab) a_items *= d;
   for (int64_t d : bb) b_items *= d;
   if (c.epilogue && c.epilogue->tile && b_items != 1)  // operands index the folded rows
-    throw KernelDeclined(cat(w, ": a tile epilogue needs one B for every batch item"));
+    throw KernelDeclined(cat(c.where(), ": a tile epilogue needs one B for every batch item"));
   if (b_items == 1) {  // one B for every batch: fold A's batch into M (rows are contiguous)
     g.m = M * items;
     run_sgemm(c, g);
-    return {Y};
+    return one(std::move(Y));
   }
   if ((a_items == 1 || a_items == items) && b_items == items) {  // A shared or batched in full
     sgemm_batched(g, items, a_items == 1 ? 0 : M * K, K * N, M * N);
-    return {Y};
+    return one(std::move(Y));
   }
   // General broadcasting between batch shapes: one GEMM per output batch item.
   const size_t r = batch.size();
@@ -207,7 +207,7 @@ std::vector<Tensor> matmul(const KernelContext& c) {
       else
         idx[d] = 0;
   }
-  return {Y};
+  return one(std::move(Y));
 }
 
 std::vector<Tensor> gemm(const KernelContext& c) {
@@ -266,7 +266,7 @@ std::vector<Tensor> gemm(const KernelContext& c) {
     throw KernelDeclined(cat(w, ": a tile epilogue after a Gemm with C"));
   if (const FusedEpilogue* f = c.epilogue) apply_fused(*f, Y, N, w, g.epilogue);
   run_sgemm(c, g);
-  return {Y};
+  return one(std::move(Y));
 }
 
 // How a tile-epilogue operand is read from the product's rows of N (EpilogueOperand): a scalar,

@@ -26,6 +26,9 @@ struct Layout {
 // step over it as over one longer dimension.
 Layout simplify(const Dims& shape, const Dims& dst, const Dims& src) {
   Layout l;
+  l.shape.reserve(shape.size());  // one allocation each instead of one per doubling
+  l.dst.reserve(shape.size());
+  l.src.reserve(shape.size());
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 1) continue;
     if (l.rank() > 0 && l.dst.back() == dst[i] * shape[i] && l.src.back() == src[i] * shape[i]) {
