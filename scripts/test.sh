@@ -7,7 +7,8 @@
 #   3. asan build    with PTO_SANITIZE=1: the same tests built with AddressSanitizer + UBSan
 #                    (-O1), in build-asan/
 #   4. asan ctest    ... and run
-#   5. pytest        tests/python: whole models through `pto run` against onnxruntime
+#   5. pytest        tests/python: whole models through `pto run` against onnxruntime (one
+#                    worker per core)
 #
 # Installs what is missing first (scripts/setup.sh). The sanitizer phases are opt-in
 # (PTO_SANITIZE=1; run them at least once per change to the C++): on a fresh 2-core machine they
@@ -38,8 +39,13 @@ skip() { results+=("$(printf '%-12s %-16s' "$1" "SKIP ($2)")"); failed=1; }
 
 # shellcheck disable=SC2317  # called through `phase`
 run_pytest() {
-  local rc=0
-  PTO_BIN=$PWD/build/pto "$PY" -m pytest tests/python -p no:cacheprovider -ra </dev/null || rc=$?
+  local rc=0 workers=()
+  # One pytest worker per core (pytest-xdist): most of a test's time is single-threaded Python
+  # (export, capture, compile); model exports are cached with an atomic rename, so two workers
+  # may race to write one safely.
+  "$PY" -c "import xdist" 2>/dev/null && workers=(-n "$(nproc)")
+  PTO_BIN=$PWD/build/pto "$PY" -m pytest tests/python -p no:cacheprovider -ra "${workers[@]}" \
+    </dev/null || rc=$?
   if [ "$rc" -eq 5 ]; then echo "pytest: no tests collected"; return 0; fi
   return "$rc"
 }
