@@ -1,8 +1,8 @@
 """Attention over symbolic sizes: BERT (padding mask) and GPT-2 (causal and padding) with a
 symbolic batch and sequence, captured by pypto.optimize with torch.export Dims and exported to
-ONNX with dynamic axes (by both exporters), keep one Attention op per layer, and one compiled model matches eager
-PyTorch / onnxruntime at every size, batch 1 and odd lengths included. Tiny configs, random
-weights."""
+ONNX with dynamic axes (by both exporters), keep one Attention op per layer, and one compiled
+model matches eager PyTorch / onnxruntime at every size, batch 1 and odd lengths included. Tiny
+configs, random weights."""
 
 import numpy as np
 import pytest
