@@ -11,7 +11,10 @@ rounds of --reps calls each, after 3 warm-up calls):
 - pypto-dynamic: pypto.optimize with torch.export Dims for batch and sequence, compiled once;
 - pypto-static: pypto.optimize with dynamic=False, compiled for each length;
 - pypto-onnx: pypto.onnx.load of the dynamic-axes ONNX export (torch.onnx.export, dynamo);
-- ort: onnxruntime on the same file (all graph optimizations, intra-op threads = --threads).
+- ort: onnxruntime on the same file (all graph optimizations, intra-op threads = --threads);
+- pypto-onnx-ts, ort-ts: the same two on the TorchScript exporter's file (dynamo=False, the same
+  dynamic axes), which flattens every Linear to Reshape-Gemm-Reshape and slices its position
+  ids to min(seq, 512) (--no-torchscript leaves them out).
 Each engine's output is checked against eager PyTorch first, and the Attention ops of each PyPTO
 model are counted (12 = every layer's attention is one op).
 """
@@ -64,6 +67,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--no-torchscript", action="store_true",
+                    help="leave out the TorchScript exporter's file (pypto-onnx-ts, ort-ts)")
     args = ap.parse_args()
     seqs = [int(s) for s in args.seqs.split(",")]
 
@@ -86,21 +91,27 @@ def main() -> int:
     static = {}
     for s in seqs:
         static[s] = pypto.optimize(model, inputs(s), dynamic=False)
-    path = os.path.join(tempfile.mkdtemp(), "bert.onnx")
-    axes = {0: "batch", 1: "seq"}
-    torch.onnx.export(model, inputs(32, 2), path, input_names=["ids", "mask"], output_names=["y"],
-                      dynamic_axes={"ids": axes, "mask": axes, "y": axes}, dynamo=True)
-    from_onnx = pypto.onnx.load(path)
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
-    session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    files = {"": True} if args.no_torchscript else {"": True, "-ts": False}  # suffix: dynamo
+    from_onnx, sessions = {}, {}
+    for suffix, dynamo in files.items():
+        path = os.path.join(tempfile.mkdtemp(), "bert.onnx")
+        axes = {0: "batch", 1: "seq"}
+        torch.onnx.export(model, inputs(32, 2), path, input_names=["ids", "mask"],
+                          output_names=["y"], dynamic_axes={"ids": axes, "mask": axes, "y": axes},
+                          dynamo=dynamo)
+        from_onnx[suffix] = pypto.onnx.load(path)
+        sessions[suffix] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
     print(f"\nBERT-base, batch 1, {args.threads} thread(s), load average "
           f"{os.getloadavg()[0]:.2f}; median of {args.rounds} rounds x {args.reps} calls, ms")
-    print("| seq | pypto-dynamic | pypto-static | pypto-onnx | ort | dynamic / static | "
-          "dynamic / ort | Attention ops (dynamic, static, onnx) |")
-    print("|---|---|---|---|---|---|---|---|")
+    onnx_names = [f"{e}{suffix}" for suffix in files for e in ("pypto-onnx", "ort")]
+    print(f"| seq | pypto-dynamic | pypto-static | {' | '.join(onnx_names)} | dynamic / static | "
+          f"dynamic / ort | {' | '.join(f'pypto-onnx{x} / ort{x}' for x in files)} | "
+          f"Attention ops (dynamic, static, {', '.join(f'onnx{x}' for x in files)}) |")
+    print("|---" * (6 + len(onnx_names) + len(files)) + "|")
     for s in seqs:
         ids, mask = inputs(s)
         with torch.inference_mode():
@@ -109,9 +120,10 @@ def main() -> int:
         engines = {
             "pypto-dynamic": lambda: dynamic(ids, mask),
             "pypto-static": lambda s=s: static[s](ids, mask),
-            "pypto-onnx": lambda: from_onnx(npi, npm),
-            "ort": lambda: session.run(None, {"ids": npi, "mask": npm})[0],
         }
+        for x in files:
+            engines[f"pypto-onnx{x}"] = lambda x=x: from_onnx[x](npi, npm)
+            engines[f"ort{x}"] = lambda x=x: sessions[x].run(None, {"ids": npi, "mask": npm})[0]
         with torch.inference_mode():
             for name, fn in engines.items():
                 got = torch.as_tensor(np.asarray(fn()))
@@ -125,11 +137,13 @@ def main() -> int:
                     times[name].append(median_ms(fn, args.reps))
         med = {name: statistics.median(t) for name, t in times.items()}
         counts = (attention_ops(dynamic.compiled), attention_ops(static[s].compiled),
-                  attention_ops(from_onnx._compiled))
+                  *(attention_ops(from_onnx[x]._compiled) for x in files))
         print(f"| {s} | {med['pypto-dynamic']:.2f} | {med['pypto-static']:.2f} | "
-              f"{med['pypto-onnx']:.2f} | {med['ort']:.2f} | "
-              f"{med['pypto-dynamic'] / med['pypto-static']:.2f} | "
-              f"{med['pypto-dynamic'] / med['ort']:.2f} | {counts} |", flush=True)
+              + "".join(f"{med[e]:.2f} | " for e in onnx_names)
+              + f"{med['pypto-dynamic'] / med['pypto-static']:.2f} | "
+              f"{med['pypto-dynamic'] / med['ort']:.2f} | "
+              + "".join(f"{med[f'pypto-onnx{x}'] / med[f'ort{x}']:.2f} | " for x in files)
+              + f"{counts} |", flush=True)
     return 0
 
 

@@ -13,10 +13,15 @@
 namespace pto {
 
 struct ShapeValue {
-  Shape dims;            // one per element; Dim::unknown() where not known
-  bool scalar = false;   // a 0-D tensor (a Gather by a scalar index)
-  bool literal = false;  // every element is an exact integer (a -1 in dims is a real -1, as
-                         // Reshape's "infer this one"), not a symbol or an unknown
+  Shape dims;           // one per element; Dim::unknown() where not known
+  bool scalar = false;  // a 0-D tensor (a Gather by a scalar index)
+  // Per element: an exact integer (a -1 in dims is a real -1, as Reshape's "infer this one"),
+  // not a symbol or an unknown. Per element because exporters mix the two in one vector:
+  // Concat(batch, [-1], seq, seq) as an Expand target.
+  std::vector<bool> exact;
+
+  bool is_exact(size_t i) const { return i < exact.size() && exact[i]; }
+  bool literal() const;  // every element exact
 };
 
 // The value of a constant integer (or boolean: 0 and 1) tensor of rank <= 1 and at most 64

@@ -81,6 +81,20 @@ Dims broadcast_dims(const Dims& a, const Dims& b, const std::string& where) {
   return out;
 }
 
+namespace {
+
+// Whether x is min(N, y): the symbol "min(N,y)" Slice inference gives x[:y] of a dimension of
+// size N (BERT's position ids, a [1, 512] buffer sliced to the sequence length).
+bool is_min_with(const Dim& x, const Dim& y) {
+  const std::string_view s = x.symbol;
+  if (!x.is_symbolic() || !y.is_symbolic() || !s.starts_with("min(") || !s.ends_with(")"))
+    return false;
+  const size_t comma = s.find(',');
+  return comma != std::string_view::npos && s.substr(comma + 1, s.size() - comma - 2) == y.symbol;
+}
+
+}  // namespace
+
 Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& where) {
   size_t r = std::max(a.size(), b.size());
   Shape out(r);
@@ -98,6 +112,9 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& where)
       out[i] = x;
     } else if (x == y) {
       out[i] = x;
+    } else if (is_min_with(x, y) || is_min_with(y, x)) {
+      // min(N, s) <= s, so the two broadcast only where they are equal or both 1: s either way.
+      out[i] = is_min_with(x, y) ? y : x;
     } else if (x.is_known()) {
       out[i] = x;  // the symbol must be 1 or equal to x
     } else if (y.is_known()) {

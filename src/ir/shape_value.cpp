@@ -8,8 +8,23 @@ namespace {
 
 // Input i's one element as a literal integer (-1 included), when it came from a constant.
 std::optional<int64_t> literal(const std::vector<const ShapeValue*>& in, size_t i) {
-  if (i >= in.size() || !in[i] || !in[i]->literal || in[i]->dims.size() != 1) return std::nullopt;
+  if (i >= in.size() || !in[i] || !in[i]->is_exact(0) || in[i]->dims.size() != 1)
+    return std::nullopt;
   return in[i]->dims[0].value;
+}
+
+// A value whose elements are exact where known (a computed -1 is an unknown, never a literal).
+ShapeValue computed(Shape dims, bool scalar) {
+  ShapeValue out{std::move(dims), scalar, {}};
+  for (const Dim& d : out.dims) out.exact.push_back(d.is_known());
+  return out;
+}
+
+// Elements [begin, end) of v (bounds already clamped).
+ShapeValue elements(const ShapeValue& v, size_t begin, size_t end, bool scalar) {
+  return ShapeValue{{v.dims.begin() + begin, v.dims.begin() + end},
+                    scalar,
+                    {v.exact.begin() + begin, v.exact.begin() + end}};
 }
 
 std::optional<int64_t> int_attr_or_input(const Node& n, const std::vector<const ShapeValue*>& in,
@@ -44,11 +59,16 @@ Dim arithmetic(const std::string& op, const Dim& a, const Dim& b) {
 
 }  // namespace
 
+bool ShapeValue::literal() const {
+  return exact.size() == dims.size() &&
+         std::all_of(exact.begin(), exact.end(), [](bool e) { return e; });
+}
+
 std::optional<ShapeValue> shape_value_of_constant(const Tensor& t) {
   const bool integral = is_integral(t.dtype()) && !is_storage_only(t.dtype());
   if (!(integral || t.dtype() == DType::kBool) || t.rank() > 1 || t.numel() > 64)
     return std::nullopt;
-  ShapeValue out{{}, t.rank() == 0, true};
+  ShapeValue out{{}, t.rank() == 0, {}};
   // Read as integers: a double loses the exporters' INT64_MAX / INT64_MIN slice bounds (and
   // turns them into INT64_MIN, an empty slice).
   const Tensor c = t.contiguous();
@@ -56,6 +76,7 @@ std::optional<ShapeValue> shape_value_of_constant(const Tensor& t) {
     for (int64_t i = 0; i < c.numel(); ++i)
       out.dims.push_back(Dim(static_cast<int64_t>(c.data<T>()[i])));
   });
+  out.exact.assign(out.dims.size(), true);
   return out;
 }
 
@@ -72,28 +93,27 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
     if (end < 0) end += rank;
     start = std::clamp<int64_t>(start, 0, rank);
     end = std::clamp<int64_t>(end, start, rank);
-    ShapeValue out{{s.begin() + start, s.begin() + end}, false, true};
-    for (const Dim& d : out.dims) out.literal = out.literal && d.is_known();
-    return out;
+    return computed({s.begin() + start, s.begin() + end}, false);
   }
   if (n.op == "Size") {
     if (input_types.empty() || !input_types[0].shape) return std::nullopt;
     Dim total(1);
     for (const Dim& d : *input_types[0].shape) total = arithmetic("Mul", total, d);
-    return ShapeValue{{total}, true, total.is_known()};
+    return computed({total}, true);
   }
   if (n.op == "Identity" || n.op == "Cast") {
     if (!value(0) || (n.op == "Cast" && !is_integral(n.attrs.get_dtype("to")))) return std::nullopt;
     return *value(0);
   }
-  if (n.op == "Gather" && value(0) && value(1) && value(1)->literal &&
+  if (n.op == "Gather" && value(0) && value(1) && value(1)->literal() &&
       n.attrs.get_int("axis", 0) == 0) {
-    ShapeValue out{{}, value(1)->scalar, value(0)->literal};
+    ShapeValue out{{}, value(1)->scalar, {}};
     const auto size = static_cast<int64_t>(value(0)->dims.size());
     for (const Dim& d : value(1)->dims) {
       int64_t i = d.value < 0 ? d.value + size : d.value;
       if (i < 0 || i >= size) return std::nullopt;
       out.dims.push_back(value(0)->dims[i]);
+      out.exact.push_back(value(0)->is_exact(static_cast<size_t>(i)));
     }
     return out;
   }
@@ -107,15 +127,14 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
     int64_t s = *start < 0 ? *start + size : *start, e = *end < 0 ? *end + size : *end;
     s = std::clamp<int64_t>(s, 0, size);
     e = std::clamp<int64_t>(e, s, size);
-    return ShapeValue{
-        {value(0)->dims.begin() + s, value(0)->dims.begin() + e}, false, value(0)->literal};
+    return elements(*value(0), static_cast<size_t>(s), static_cast<size_t>(e), false);
   }
   if (n.op == "Concat" && n.attrs.get_int("axis", 0) == 0) {
-    ShapeValue out{{}, false, true};
+    ShapeValue out{{}, false, {}};
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (!value(i) || value(i)->scalar) return std::nullopt;
-      out.literal = out.literal && value(i)->literal;
       out.dims.insert(out.dims.end(), value(i)->dims.begin(), value(i)->dims.end());
+      out.exact.insert(out.exact.end(), value(i)->exact.begin(), value(i)->exact.end());
     }
     return out;
   }
@@ -126,17 +145,17 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
     else if (n.attrs.has("axes") && n.attrs.get_ints("axes").size() == 1)
       axis = n.attrs.get_ints("axes")[0];
     if (!axis || (*axis != 0 && *axis != -1)) return std::nullopt;
-    return ShapeValue{value(0)->dims, false, value(0)->literal};
+    return elements(*value(0), 0, 1, false);
   }
   if (n.op == "Squeeze" && value(0) && !value(0)->scalar && value(0)->dims.size() == 1)
-    return ShapeValue{value(0)->dims, true, value(0)->literal};
-  if (n.op == "Reshape" && value(0) && value(1) && value(1)->literal && !value(1)->scalar) {
+    return elements(*value(0), 0, 1, true);
+  if (n.op == "Reshape" && value(0) && value(1) && value(1)->literal() && !value(1)->scalar) {
     // A size between scalar and [1] (the dynamo exporter's Reshape(floordiv, [-1])).
     const ShapeValue& x = *value(0);
     const Shape& to = value(1)->dims;
-    if (to.empty() && x.dims.size() == 1) return ShapeValue{x.dims, true, x.literal};
+    if (to.empty() && x.dims.size() == 1) return elements(x, 0, 1, true);
     if (to.size() == 1 && (to[0].value == -1 || to[0].value == static_cast<int64_t>(x.dims.size())))
-      return ShapeValue{x.dims, false, x.literal};
+      return elements(x, 0, x.dims.size(), false);
     return std::nullopt;
   }
   if (n.op == "Equal" && value(0) && value(1)) {
@@ -145,10 +164,11 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
     const ShapeValue &a = *value(0), &b = *value(1);
     const size_t na = a.dims.size(), nb = b.dims.size();
     if (na != nb && na != 1 && nb != 1) return std::nullopt;
-    ShapeValue out{{}, a.scalar && b.scalar, true};
+    Shape out;
     for (size_t i = 0; i < std::max(na, nb); ++i) {
-      const Dim &x = a.dims[na == 1 ? 0 : i], &y = b.dims[nb == 1 ? 0 : i];
-      const bool xe = a.literal || x.is_known(), ye = b.literal || y.is_known();
+      const size_t ia = na == 1 ? 0 : i, ib = nb == 1 ? 0 : i;
+      const Dim &x = a.dims[ia], &y = b.dims[ib];
+      const bool xe = a.is_exact(ia), ye = b.is_exact(ib);
       Dim r;
       if (xe && ye)
         r = Dim(x.value == y.value ? 1 : 0);
@@ -156,10 +176,9 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
         r = Dim(0);
       else if (x.is_symbolic() && x == y)
         r = Dim(1);
-      out.literal = out.literal && r.is_known();
-      out.dims.push_back(r);
+      out.push_back(r);
     }
-    return out;
+    return computed(std::move(out), a.scalar && b.scalar);
   }
   if (n.op == "Where" && value(0) && value(1) && value(2)) {
     const ShapeValue &c = *value(0), &a = *value(1), &b = *value(2);
@@ -167,14 +186,14 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
     const size_t size = std::max({nc, na, nb});
     for (size_t s : {nc, na, nb})
       if (s != size && s != 1) return std::nullopt;
-    ShapeValue out{{}, c.scalar && a.scalar && b.scalar, true};
+    ShapeValue out{{}, c.scalar && a.scalar && b.scalar, {}};
     for (size_t i = 0; i < size; ++i) {
       const Dim& pick = c.dims[nc == 1 ? 0 : i];
       if (!pick.is_known()) return std::nullopt;
       const ShapeValue& from = pick.value != 0 ? a : b;
-      const Dim& d = from.dims[from.dims.size() == 1 ? 0 : i];
-      out.literal = out.literal && (from.literal || d.is_known());
-      out.dims.push_back(d);
+      const size_t j = from.dims.size() == 1 ? 0 : i;
+      out.dims.push_back(from.dims[j]);
+      out.exact.push_back(from.is_exact(j));
     }
     return out;
   }
@@ -182,12 +201,10 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
     const ShapeValue &a = *value(0), &b = *value(1);
     const size_t na = a.dims.size(), nb = b.dims.size();
     if (na != nb && na != 1 && nb != 1) return std::nullopt;
-    ShapeValue out{{}, a.scalar && b.scalar, true};
-    for (size_t i = 0; i < std::max(na, nb); ++i) {
-      out.dims.push_back(arithmetic(n.op, a.dims[na == 1 ? 0 : i], b.dims[nb == 1 ? 0 : i]));
-      out.literal = out.literal && out.dims.back().is_known();
-    }
-    return out;
+    Shape out;
+    for (size_t i = 0; i < std::max(na, nb); ++i)
+      out.push_back(arithmetic(n.op, a.dims[na == 1 ? 0 : i], b.dims[nb == 1 ? 0 : i]));
+    return computed(std::move(out), a.scalar && b.scalar);
   }
   return std::nullopt;
 }

@@ -5,7 +5,11 @@
 //     -> Add(MatMul(x, W), C)
 //
 // when the second Reshape restores exactly x's leading dimensions (its known entries equal x's,
-// and at most one -1 stands where x's one unknown or symbolic dimension is). MatMul broadcasts over
+// and at most one -1 stands where x's one unknown or symbolic dimension is; or, for a target
+// computed from Shape() at run time, its inferred shape is x's leading dims, symbols included, as
+// the TorchScript exporter writes every Linear of a dynamic model). x may also merge more than
+// its last dim into K ([b, s, h, d] to [b*s, h*d], the attention output's projection): the first
+// Reshape then stays, as Reshape(x, [0, .., 0, K]). MatMul broadcasts over
 // the leading dimensions, so the result is the same, and the value keeps its symbolic batch
 // instead of the "?" that flattening leaves: shapes stay known for the rest of the pipeline
 // (composite recognition, epilogues) and two Reshapes per layer disappear. A Gemm with transB
@@ -26,13 +30,13 @@
 namespace pto::passes {
 namespace {
 
-// Whether Reshape target t puts back x's leading dimensions with n columns.
-bool restores_leading(const std::vector<int64_t>& t, const Shape& x, int64_t n) {
-  if (t.size() != x.size() || t.back() != n) return false;
+// Whether Reshape target t puts back the leading dimensions `lead` with n columns.
+bool restores_leading(const std::vector<int64_t>& t, const Shape& lead, int64_t n) {
+  if (t.size() != lead.size() + 1 || t.back() != n) return false;
   int wild = 0;
-  for (size_t i = 0; i + 1 < t.size(); ++i) {
-    if (x[i].is_known()) {
-      if (t[i] != x[i].value) return false;
+  for (size_t i = 0; i < lead.size(); ++i) {
+    if (lead[i].is_known()) {
+      if (t[i] != lead[i].value) return false;
     } else if (t[i] == -1) {
       ++wild;
     } else {
@@ -40,6 +44,27 @@ bool restores_leading(const std::vector<int64_t>& t, const Shape& x, int64_t n) 
     }
   }
   return wild <= 1;
+}
+
+// Whether a Reshape whose target is computed at run time gives the leading dimensions `lead`
+// with n columns, by its inferred type: each dimension known or the same symbol ([batch*seq, N]
+// back to [batch, seq, N] with the target Concat(Shape(x)[0], Shape(x)[1], N)).
+bool restores_type(const TensorType& y, const Shape& lead, const Dim& n) {
+  if (!y.shape || y.shape->size() != lead.size() + 1 || !same_dim(y.shape->back(), n)) return false;
+  for (size_t i = 0; i < lead.size(); ++i)
+    if (!same_dim((*y.shape)[i], lead[i])) return false;
+  return true;
+}
+
+// How many leading dims of x stay when its trailing ones are merged into k columns: the first j
+// with x[j] * .. * x[rank-1] == k, all known. 0 when there is none.
+size_t leading_rank(const Shape& x, int64_t k) {
+  int64_t tail = 1;
+  for (size_t j = x.size(); j-- > 1;) {
+    if (!x[j].is_known() || __builtin_mul_overflow(tail, x[j].value, &tail) || tail > k) return 0;
+    if (tail == k) return j;
+  }
+  return 0;
 }
 
 // The input of a Reshape that merges the leading dims of a rank >= 4 value into one: v =
@@ -104,8 +129,10 @@ Graph unflatten_mat_mul(Graph g, const PassContext& ctx) {
     const TensorType& xt = g.value(flat.inputs[0]).type;
     const TensorType& ft = g.value(flat.outputs[0]).type;
     if (!xt.shape || xt.shape->size() < 3 || !ft.shape || ft.shape->size() != 2) continue;
-    const Dim k = xt.shape->back();
-    if (!k.is_known() || !(ft.shape->back() == k)) continue;
+    const Dim k = ft.shape->back();
+    const size_t lead_rank = k.is_known() ? leading_rank(*xt.shape, k.value) : 0;
+    if (lead_rank == 0) continue;
+    const Shape lead(xt.shape->begin(), xt.shape->begin() + static_cast<std::ptrdiff_t>(lead_rank));
     const int32_t mm = readers.single_reader(flat.outputs[0]);
     if (mm < 0) continue;
     const Node& m = g.nodes()[mm];
@@ -135,11 +162,27 @@ Graph unflatten_mat_mul(Graph g, const PassContext& ctx) {
     if (un < 0 || g.nodes()[un].op != "Reshape") continue;
     const Node& unflat = g.nodes()[un];
     auto target = constant_ints(g, unflat, 1);
-    if (!target || unflat.attrs.get_int("allowzero", 0) != 0 ||
-        !restores_leading(*target, *xt.shape, n.value))
-      continue;
+    const bool restores = target ? unflat.attrs.get_int("allowzero", 0) == 0 &&
+                                       restores_leading(*target, lead, n.value)
+                                 : restores_type(g.value(unflat.outputs[0]).type, lead, n);
+    if (!restores) continue;
 
-    const ValueId x = flat.inputs[0];
+    // x itself when only its last dim is merged; else x with its trailing dims merged into k
+    // (the attention output [batch, seq, heads, dh] -> [batch, seq, heads * dh]): the flattening
+    // Reshape stays with the target [0, .., 0, k], which copies the leading dims at run time.
+    ValueId x = flat.inputs[0];
+    if (lead_rank + 1 < xt.shape->size()) {
+      std::vector<int64_t> t(lead_rank, 0);
+      t.push_back(k.value);
+      Node& merge = g.mutable_nodes()[i];
+      merge.inputs.resize(2);
+      merge.inputs[1] = g.add_constant(
+          merge.name + "_shape", Tensor::from_vector<int64_t>(t, {static_cast<int64_t>(t.size())}));
+      merge.attrs = {};
+      x = merge.outputs[0];
+    } else {
+      remove[i] = true;
+    }
     const ValueId weight = w;
     const ValueId product = m.outputs[0];
     retarget(g.mutable_nodes()[mm], "MatMul", {x, weight}, with_precision_of(m));
@@ -148,7 +191,6 @@ Graph unflatten_mat_mul(Graph g, const PassContext& ctx) {
       retarget(last, "Add", {product, c});
     else
       retarget(last, "Identity", {product});
-    remove[i] = true;
     ctx.note(gemm ? "UnflattenMatMul/Gemm" : "UnflattenMatMul/MatMul");
   }
   g.remove_nodes(remove);

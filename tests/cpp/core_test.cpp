@@ -46,6 +46,13 @@ TEST(Shape, Broadcast) {
   Shape a = {Dim::sym("batch"), 1, 7};
   Shape b = {5, 7};
   EXPECT_EQ(shape_str(broadcast_shapes(a, b, "t")), "[batch, 5, 7]");
+  // x[:seq] of a 512 buffer is min(512, seq) long: it broadcasts with seq only where equal to it
+  // (or both are 1), so the result is seq; with another symbol it stays unknown.
+  const Shape pos = {1, Dim::sym("min(512,seq)"), 7};
+  EXPECT_EQ(shape_str(broadcast_shapes(pos, {Dim::sym("batch"), Dim::sym("seq"), 7}, "t")),
+            "[batch, seq, 7]");
+  EXPECT_EQ(shape_str(broadcast_shapes({Dim::sym("seq"), 1}, pos, "t")), "[1, seq, 7]");
+  EXPECT_EQ(shape_str(broadcast_shapes(pos, {1, Dim::sym("len"), 7}, "t")), "[1, ?, 7]");
 }
 
 TEST(Shape, NumelOverflowIsAnError) {

@@ -384,3 +384,102 @@ TEST(ShapeValues, ExporterSliceBoundsAndExpandTargets) {
 
 }  // namespace
 }  // namespace pto
+
+namespace pto {
+namespace {
+
+// The TorchScript exporter's forms over a symbolic batch and sequence: an Expand target that mixes
+// a literal -1 with symbols, Where(Equal(Concat(b, [-1], s, s), -1), 1, ...) (the -1 must compare
+// equal, the symbols not), and BERT's position ids, a [1, 16] buffer sliced to the sequence
+// length, min(16, s) long, added to a [b, s] value: the sum keeps [b, s]. The reference agrees at
+// every size.
+TEST(ShapeValues, LiteralMinusOneAmongSymbolsAndASliceToTheSequence) {
+  Graph g;
+  const Dim b = Dim::sym("b"), s = Dim::sym("s");
+  ValueId ids = g.add_input("ids", {DType::kI64, Shape{b, s}});
+  ValueId ramp = g.add_input("ramp", {DType::kF32, Shape{b, 1, 1, s}});
+  auto constant = [&](const std::string& name, std::vector<int64_t> v) {
+    ValueId c = g.add_value(name);
+    const auto n = static_cast<int64_t>(v.size());
+    g.set_initializer(c, Tensor::from_vector<int64_t>(v, {n}));
+    return c;
+  };
+  std::vector<int64_t> buffer(16);
+  for (int64_t i = 0; i < 16; ++i) buffer[i] = 100 + i;
+  ValueId pos_buffer = g.add_value("pos_buffer");
+  g.set_initializer(pos_buffer, Tensor::from_vector<int64_t>(buffer, {1, 16}));
+  ValueId shape = g.add_value("shape"), bdim = g.add_value("bdim"), sdim = g.add_value("sdim");
+  g.add_node("Shape", {ids}, {shape}, {}, "shape");
+  g.add_node("Slice", {shape, constant("z", {0}), constant("o", {1})}, {bdim}, {}, "bdim");
+  g.add_node("Slice", {shape, constant("o2", {1}), constant("t", {2})}, {sdim}, {}, "sdim");
+  // Expand's target [b, 1, s, s] from [b, -1, s, s].
+  ValueId dims = g.add_value("dims"), eq = g.add_value("eq"), target = g.add_value("target"),
+          e = g.add_value("e");
+  g.add_node("Concat", {bdim, constant("minus", {-1}), sdim, sdim}, {dims}, axis0(), "dims");
+  g.add_node("Equal", {dims, constant("minus4", {-1, -1, -1, -1})}, {eq}, {}, "eq");
+  g.add_node("Where", {eq, constant("ones", {1, 1, 1, 1}), dims}, {target}, {}, "where");
+  g.add_node("Expand", {ramp, target}, {e}, {}, "expand");
+  // Position ids: pos_buffer[:, :s] + ids.
+  ValueId pos = g.add_value("pos"), sum = g.add_value("sum");
+  g.add_node("Slice", {pos_buffer, constant("z2", {0}), sdim, constant("axis1", {1})}, {pos}, {},
+             "pos");
+  g.add_node("Add", {ids, pos}, {sum}, {}, "add");
+  g.add_output(e);
+  g.add_output(sum);
+  infer_types(g);
+  EXPECT_EQ(g.value(e).type.str(), "f32[b, 1, s, s]");
+  EXPECT_EQ(g.value(pos).type.str(), "i64[1, min(16,s)]");
+  EXPECT_EQ(g.value(sum).type.str(), "i64[b, s]");
+  for (auto [batch, seq] : {std::pair<int64_t, int64_t>{1, 5}, {3, 16}}) {
+    std::vector<int64_t> id(batch * seq, 7);
+    std::vector<Tensor> got = reference::run(
+        g, {Tensor::from_vector<int64_t>(id, {batch, seq}), random_tensor({batch, 1, 1, seq}, 3)});
+    EXPECT_EQ(got[0].shape(), (Dims{batch, 1, seq, seq}));
+    ASSERT_EQ(got[1].shape(), (Dims{batch, seq}));
+    EXPECT_EQ(got[1].item_as_double(seq - 1), 107 + static_cast<double>(seq - 1));
+  }
+}
+
+// The TorchScript exporter's Linear on [b, s, K]: Reshape(x, [-1, K]) -> Gemm -> Reshape(.,
+// Concat(Shape(x)[0], Shape(x)[1], [N])), a target computed at run time whose inferred shape is
+// x's leading dims: MatMul on x. And the attention output's projection, [b, s, h, d] flattened
+// to [b*s, h*d]: a Reshape to [0, 0, h*d] stays before the MatMul. Equal to the reference on the
+// original graph at two sizes.
+TEST(PassUnflattenMatMul, ComputedUnflattenTargetOnSymbolicDims) {
+  for (bool heads : {false, true}) {
+    SCOPED_TRACE(heads);
+    Graph g;
+    const Dim b = Dim::sym("b"), s = Dim::sym("s");
+    ValueId x = g.add_input("x", {DType::kF32, heads ? Shape{b, s, 2, 3} : Shape{b, s, 6}});
+    ValueId w = g.add_value("w"), c = g.add_value("c"), t1 = g.add_value("t1"),
+            n = g.add_value("n"), i0 = g.add_value("i0"), i2 = g.add_value("i2");
+    g.set_initializer(w, random_tensor({6, 5}, 97));
+    g.set_initializer(c, random_tensor({5}, 98));
+    g.set_initializer(t1, Tensor::from_vector<int64_t>({-1, 6}, {2}));
+    g.set_initializer(n, Tensor::from_vector<int64_t>({5}, {1}));
+    g.set_initializer(i0, Tensor::from_vector<int64_t>({0}, {1}));
+    g.set_initializer(i2, Tensor::from_vector<int64_t>({2}, {1}));
+    ValueId shape = g.add_value("shape"), lead = g.add_value("lead"), t2 = g.add_value("t2");
+    g.add_node("Shape", {x}, {shape}, {}, "shape");
+    g.add_node("Slice", {shape, i0, i2}, {lead}, {}, "lead");
+    g.add_node("Concat", {lead, n}, {t2}, axis0(), "t2");
+    ValueId f = g.add_value("f"), p = g.add_value("p"), y = g.add_value("y");
+    g.add_node("Reshape", {x, t1}, {f}, {}, "flat");
+    g.add_node("Gemm", {f, w, c}, {p}, {}, "gemm");
+    g.add_node("Reshape", {p, t2}, {y}, {}, "unflat");
+    g.add_output(y);
+    infer_types(g);
+    EXPECT_EQ(g.value(p).type.str(), "f32[b*s, 5]");
+    Graph out = run_passes(g, {.only = {"UnflattenMatMul", "EliminateDeadCode"}});
+    EXPECT_EQ(ops_of(out), heads ? (std::vector<std::string>{"Reshape", "MatMul", "Add"})
+                                 : (std::vector<std::string>{"MatMul", "Add"}))
+        << print(out);
+    EXPECT_EQ(out.value(out.outputs()[0]).type.str(), "f32[b, s, 5]");
+    for (auto [batch, seq] : {std::pair<int64_t, int64_t>{1, 7}, {3, 2}})
+      expect_same_outputs(
+          g, out, {random_tensor(heads ? Dims{batch, seq, 2, 3} : Dims{batch, seq, 6}, 99)});
+  }
+}
+
+}  // namespace
+}  // namespace pto

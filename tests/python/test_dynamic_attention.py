@@ -1,8 +1,8 @@
 """Attention over symbolic sizes: BERT (padding mask) and GPT-2 (causal and padding) with a
 symbolic batch and sequence, captured by pypto.optimize with torch.export Dims and exported to
-ONNX with dynamic axes, keep one Attention op per layer, and one compiled model matches eager
-PyTorch / onnxruntime at every size, batch 1 and odd lengths included. Tiny configs, random
-weights."""
+ONNX with dynamic axes (by both exporters), keep one Attention op per layer, and one compiled
+model matches eager PyTorch / onnxruntime at every size, batch 1 and odd lengths included. Tiny
+configs, random weights."""
 
 import numpy as np
 import pytest
@@ -79,30 +79,64 @@ def _export(model, path, dynamo):
                       dynamo=dynamo)
 
 
-# (model, exporter) -> Attention ops after optimization. The TorchScript exporter's BERT reads its
-# positions through a Slice of a constant to a symbolic end, whose length stays unknown (it is
-# min(seq, 512)), so that graph is checked for its numbers only. GPT-2's causal and padding mask is
+# Both exporters, both models: one Attention op per layer. The TorchScript exporter's BERT reads
+# its positions through a Slice of a [1, 512] buffer to the sequence length (min(512, seq) long,
+# which broadcasts with seq to seq); its GPT-2 expands the mask to Where(Equal(Concat(batch, [-1],
+# seq, seq), -1), 1, ...), a literal -1 among symbols. The dynamo exporter's GPT-2 mask is
 # expanded to Concat(batch, 1, seq, Reshape(seq * batch / batch, [-1])): a shape value too.
-EXPORTS = {("bert", True): 2, ("bert", False): None, ("gpt2", True): 2}
+EXPORTS = [("bert", True), ("bert", False), ("gpt2", True), ("gpt2", False)]
+FACTORIES = {"bert": _bert, "gpt2": _gpt2}
 
 
-@pytest.mark.parametrize("name,dynamo", list(EXPORTS), ids=["bert-dynamo", "bert-torchscript",
-                                                             "gpt2-dynamo"])
+def _kernels(compiled):
+    """The fused GEMM, attention and normalization kernels, by rule: what a static graph gets."""
+    rules = [s["rule"] or s["op"] for s in compiled.steps]
+    return sorted(r for r in rules
+                  if r.startswith(("MatMul", "Gemm")) or r in ("Attention", "LayerNormalization"))
+
+
+@pytest.mark.parametrize("name,dynamo", EXPORTS, ids=["bert-dynamo", "bert-torchscript",
+                                                      "gpt2-dynamo", "gpt2-torchscript"])
 def test_onnx_export_with_dynamic_axes_matches_onnxruntime(name, dynamo, tmp_path):
     """One compiled model of the file for every (batch, sequence); each equals onnxruntime on the
-    same file. (The TorchScript export's mask at batch 1 came out wrong: an in-place And over a
-    broadcast input of the same aligned size.)"""
+    same file and eager PyTorch. (The TorchScript export's mask at batch 1 came out wrong: an
+    in-place And over a broadcast input of the same aligned size.)"""
     path = tmp_path / f"{name}.onnx"
-    _export(_model({"bert": _bert, "gpt2": _gpt2}[name]), path, dynamo)
+    model = _model(FACTORIES[name])
+    _export(model, path, dynamo)
     exe = pypto.onnx.load(path)
     session = ort.InferenceSession(str(path))
     for b, s in SIZES:
-        ids, mask = (x.numpy() for x in _inputs(b, s))
+        args = _inputs(b, s)
+        ids, mask = (x.numpy() for x in args)
+        got = exe(ids, mask)
         want = session.run(None, {"input_ids": ids, "mask": mask})[0]
-        np.testing.assert_allclose(exe(ids, mask), want, rtol=1e-4, atol=1e-5)
-    count = EXPORTS[(name, dynamo)]
-    if count is not None:
-        assert _attention_steps(exe._compiled) == count
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        with torch.inference_mode():
+            np.testing.assert_allclose(got, model(*args).numpy(), rtol=1e-4, atol=1e-5)
+        assert _attention_steps(exe._compiled) == 2, (b, s)
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_torchscript_dynamic_export_fuses_like_the_static_one(name, tmp_path):
+    """The TorchScript exporter flattens every Linear of a dynamic model to Reshape(x, [-1, K]) ->
+    Gemm -> Reshape(Concat(Shape(x)[0], Shape(x)[1], [N])): folded into MatMul on [batch, seq, K]
+    like the static export's, so the GEMM kernels get the same epilogues (bias, GELU, residual
+    Add) and attention the same one op per layer."""
+    model = _model(FACTORIES[name])
+    dynamic, static = tmp_path / "dynamic.onnx", tmp_path / "static.onnx"
+    _export(model, dynamic, dynamo=False)
+    torch.onnx.export(model, _inputs(2, 12), str(static), input_names=["input_ids", "mask"],
+                      output_names=["y"], dynamo=False)
+    runs = []
+    for path in (dynamic, static):
+        exe = pypto.onnx.load(path)
+        ids, mask = (x.numpy() for x in _inputs(2, 12))
+        runs.append(exe(ids, mask))
+        runs.append(_kernels(exe._compiled))
+    np.testing.assert_allclose(runs[0], runs[2], rtol=1e-5, atol=1e-6)
+    assert runs[1] == runs[3]
+    assert runs[1].count("Attention") == 2 and any("+" in r for r in runs[1])
 
 
 @pytest.mark.parametrize("grouped", [False, True])

@@ -312,6 +312,20 @@ int64_t slice_length(int64_t start, int64_t end, int64_t step, int64_t d) {
   return start > end ? static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / mag) + 1 : 0;
 }
 
+// The length of x[0:end] on a dimension `d` for a symbolic end: the symbol itself where d is that
+// symbol, "min(N,end)" where d is a known N (broadcast_shapes knows that min(N, s) broadcasts
+// with s to s), unknown otherwise.
+Dim slice_to_symbol(const InferContext& c, const Dim& d, const Dim& end,
+                    const std::optional<Ints>& starts, const std::optional<Ints>& steps, size_t i) {
+  const bool from_zero = starts && i < starts->size() && (*starts)[i] == 0;
+  const bool unit = !c.has_input(4) || (steps && i < steps->size() && (*steps)[i] == 1);
+  if (!from_zero || !unit || !end.is_symbolic() || end.symbol.find('*') != std::string::npos)
+    return Dim::unknown();
+  if (d == end) return d;
+  if (d.is_known() && d.value > 1) return Dim::sym(cat("min(", d.value, ",", end.symbol, ")"));
+  return Dim::unknown();
+}
+
 void infer_slice(InferContext& c) {
   const auto& in = shape_of(c, 0);
   if (!in) return set_like_input(c, std::nullopt);
@@ -330,6 +344,9 @@ void infer_slice(InferContext& c) {
     }
     if (c.has_input(4)) steps = infer::constant_ints(c, 4);
   }
+  // Ends computed from another tensor's shape (x[:, :seq]): symbols where not constant.
+  const ShapeValue* symbolic_ends = ends ? nullptr : infer::shape_value(c, 2);
+  if (symbolic_ends && symbolic_ends->scalar) symbolic_ends = nullptr;
   size_t n = starts ? starts->size() : (ends ? ends->size() : 0);
   if (!axes) {
     if (!starts && !ends) return set_like_input(c, infer::unknown_dims(r));
@@ -343,6 +360,8 @@ void infer_slice(InferContext& c) {
                  i < ends->size() && (!steps || i < steps->size());
     if (!known) {
       out[a] = Dim::unknown();
+      if (symbolic_ends && i < symbolic_ends->dims.size())
+        out[a] = slice_to_symbol(c, (*in)[a], symbolic_ends->dims[i], starts, steps, i);
       continue;
     }
     int64_t s = (*starts)[i], e = (*ends)[i], st = steps ? (*steps)[i] : 1;
