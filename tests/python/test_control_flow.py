@@ -209,21 +209,16 @@ def test_loop_matmul_relu_body_runs_on_cpu_kernels(tmp_path, level):
     _assert_nested_on_cpu(model, "MatMul", "Relu")
 
 
-def test_one_compiled_loop_from_four_threads(tmp_path):
-    """Four threads run one compiled Loop model at once, each on its own input, 10 times each;
-    every result is onnxruntime's for that input."""
-    path = _loop_matmul_model(tmp_path / "loop_mm.onnx")
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    model = pypto.onnx.load(path)
-    xs = [np.random.default_rng(40 + t).standard_normal((32, 32)).astype(np.float32)
-          for t in range(4)]
-    want = [sess.run(None, {"x": x}) for x in xs]
+def _run_in_four_threads(model, feeds, want):
+    """Thread t calls `model` on feeds[t] 10 times, all four at once; each result must be
+    want[t] (onnxruntime's)."""
     errors = []
 
     def work(t):
         try:
             for _ in range(10):
-                got = model(x=xs[t])
+                got = model(**feeds[t])
+                got = got if isinstance(got, (list, tuple)) else [got]
                 for g, w in zip(got, want[t]):
                     np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
         except Exception as e:  # noqa: BLE001 - reported below, with the thread
@@ -235,6 +230,18 @@ def test_one_compiled_loop_from_four_threads(tmp_path):
     for th in threads:
         th.join()
     assert not errors, errors
+
+
+def test_one_compiled_loop_from_four_threads(tmp_path):
+    """Four threads run one compiled Loop model at once, each on its own input, 10 times each;
+    every result is onnxruntime's for that input."""
+    path = _loop_matmul_model(tmp_path / "loop_mm.onnx")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    model = pypto.onnx.load(path)
+    xs = [np.random.default_rng(40 + t).standard_normal((32, 32)).astype(np.float32)
+          for t in range(4)]
+    want = [sess.run(None, {"x": x}) for x in xs]
+    _run_in_four_threads(model, [{"x": x} for x in xs], want)
 
 
 def _scan_rnn_model(path, opset=17, batch=3, hidden=8, inp=5, steps=7):
@@ -322,22 +329,7 @@ def test_one_compiled_scan_from_four_threads(tmp_path):
     feeds = [{i.name: np.random.default_rng(50 + t).standard_normal(i.shape).astype(np.float32)
               for i in sess.get_inputs()} for t in range(4)]
     want = [sess.run(None, f) for f in feeds]
-    errors = []
-
-    def work(t):
-        try:
-            for _ in range(10):
-                for g, w in zip(model(**feeds[t]), want[t]):
-                    np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
-        except Exception as e:  # noqa: BLE001 - reported below, with the thread
-            errors.append((t, e))
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors
+    _run_in_four_threads(model, feeds, want)
 
 
 @pytest.mark.parametrize("reverse", [False, True])
