@@ -68,12 +68,18 @@ def test_compile_vs_optimize_summary_takes_the_median_round_and_ratios():
              "weight_inputs": 0, "fallback_ops": []}
     results = [r("eager", 9.0, 8.0), r("optimize", 2.0, 1.0), r("optimize", 4.0, 3.0),
                r("optimize", 3.0, 2.0), r("compile", 3.3, 2.5, dynamo=stats),
+               r("dynamo_floor", 0.5, 0.4),
                {"case": "m", "engine": "compile", "status": "wrong"}]
-    (row,) = cvo.summarize(results, ["m"])
+    engines = ["eager", "optimize", "compile", "dynamo_floor"]
+    (row,) = cvo.summarize(results, ["m"], engines)
     assert row["compile"] == "wrong"  # a wrong round stands for the lot
-    (row,) = cvo.summarize(results[:-1], ["m"])
+    (row,) = cvo.summarize(results[:-1], ["m"], engines)
     assert row["optimize"] == pytest.approx(3.0) and row["optimize_cpu"] == pytest.approx(2.0)
     assert row["ratio"] == pytest.approx(1.1) and row["cpu_ratio"] == pytest.approx(1.25)
+    # the best a backend adding nothing could do: (optimize + Dynamo's floor) / optimize
+    assert row["bound"] == pytest.approx(3.5 / 3.0) and row["cpu_bound"] == pytest.approx(1.2)
     assert row["frozen"] == 7 and row["pieces"] == 1
-    text = "\n".join(cvo.table([row]))
-    assert "| m | 9.00 | 3.00 | 3.30 | 1.100 |" in text and "1 of 1 cases within 1.10" in text
+    text = "\n".join(cvo.table([row], engines))
+    assert "| m | 9.00 | 3.00 | 3.30 | 0.500 (-) | 1.100 | 1.167 | 1.250 | 1.200 | -0.200 |" in text
+    assert "compile / optimize, wall-clock: geometric mean 1.100" in text
+    assert "1 of 1 cases within 1.10" in text
