@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "control_flow_models.h"
 #include "env_guard.h"
 #include "pto/executable.h"
 #include "pto/graph_dot.h"
@@ -224,21 +225,7 @@ TEST(ControlFlowIr, GraphDotDrawsSubgraphsAsClusters) {
 // A Loop whose body multiplies by an outer constant it captures: the body's Executable reads the
 // capture as a constant of its own, so its GEMM packs the weight once, at compile time.
 TEST(ControlFlowIr, CapturedConstantIsAWeightOfTheBody) {
-  const std::string text = R"(graph main (opset 17)
-  input  %x: f32[2, 2]
-  const  %m: i64[] = [3]
-  const  %w: f32[2, 2] = [0.5, -1, 2, 0.25]
-  %y: f32[2, 2] = Loop(%m, _, %x, %w) {body=graph}  # loop
-    body: graph body (opset 17)
-      input  %i: i64[]
-      input  %c: bool[]
-      input  %x_in: f32[2, 2]
-      capture %w_in: f32[2, 2]
-      %p: f32[2, 2] = MatMul(%x_in, %w_in)  # mm
-      %x_out: f32[2, 2] = Relu(%p)  # relu
-      return %c, %x_out
-  return %y
-)";
+  const std::string text = testing::matmul_relu_loop(2, 2, "[0.5, -1, 2, 0.25]");
   Executable exe = compile(parse_graph(text), {.level = 2});
   const auto subs = exe.subgraphs(0);
   ASSERT_EQ(subs.size(), 1u);
@@ -263,22 +250,7 @@ TEST(ControlFlowIr, StatsCountTheSubgraphsKernels) {
   std::string w = "[";  // 256 weights
   for (int k = 0; k < 256; ++k) w += cat(k ? ", " : "", (k % 7 - 3) * 0.125);
   w += "]";
-  const std::string loop = R"(graph main (opset 17)
-  input  %x: f32[8, 16]
-  const  %m: i64[] = [3]
-  const  %w: f32[16, 16] = )" +
-                           w + R"(
-  %y: f32[8, 16] = Loop(%m, _, %x, %w) {body=graph}  # loop
-    body: graph body (opset 17)
-      input  %i: i64[]
-      input  %c: bool[]
-      input  %x_in: f32[8, 16]
-      capture %w_in: f32[16, 16]
-      %p: f32[8, 16] = MatMul(%x_in, %w_in)  # mm
-      %x_out: f32[8, 16] = Relu(%p)  # relu
-      return %c, %x_out
-  return %y
-)";
+  const std::string loop = testing::matmul_relu_loop(8, 16, w);
   const std::string alone = R"(graph body (opset 17)
   input  %i: i64[]
   input  %c: bool[]
@@ -304,21 +276,7 @@ TEST(ControlFlowIr, StatsCountTheSubgraphsKernels) {
 // compiled with the pinned tile and still computes the reference's result. "*" names the
 // model's own kernels only; a name the subgraph does not have is a ValueError naming both.
 TEST(ControlFlowIr, TilePinsReachSubgraphKernelsByPath) {
-  const std::string text = R"(graph main (opset 17)
-  input  %x: f32[7, 100]
-  input  %b: f32[100]
-  const  %m: i64[] = [2]
-  %y: f32[7, 100] = Loop(%m, _, %x, %b) {body=graph}  # loop
-    body: graph body (opset 17)
-      input  %i: i64[]
-      input  %c: bool[]
-      input  %x_in: f32[7, 100]
-      capture %b_in: f32[100]
-      %s: f32[7, 100] = Sigmoid(%x_in)  # sig
-      %x_out: f32[7, 100] = Add(%s, %b_in)  # add
-      return %c, %x_out
-  return %y
-)";
+  const std::string text = testing::kLoopSigmoidAdd;
   auto body_tiles = [](const Executable& exe) {
     const Executable& body = *exe.subgraphs(0)[0].second;
     std::string d;

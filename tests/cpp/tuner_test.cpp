@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "control_flow_models.h"
 #include "env_guard.h"
 #include "onnx_model_builder.h"
 #include "pto/backend.h"
@@ -329,21 +330,7 @@ TEST_F(TunerTest, NumTrialsAndEarlyStopLimitTheCandidates) {
 // body is compiled with the model: the model's stats count it, and the result stays the
 // reference's.
 TEST_F(TunerTest, CachedKnobsReachSubgraphKernels) {
-  const Graph g = parse_graph(R"(graph main (opset 17)
-  input  %x: f32[7, 100]
-  input  %b: f32[100]
-  const  %m: i64[] = [2]
-  %y: f32[7, 100] = Loop(%m, _, %x, %b) {body=graph}  # loop
-    body: graph body (opset 17)
-      input  %i: i64[]
-      input  %c: bool[]
-      input  %x_in: f32[7, 100]
-      capture %b_in: f32[100]
-      %s: f32[7, 100] = Sigmoid(%x_in)  # sig
-      %x_out: f32[7, 100] = Add(%s, %b_in)  # add
-      return %c, %x_out
-  return %y
-)");
+  const Graph g = parse_graph(testing::kLoopSigmoidAdd);
   const std::vector<Tensor> in{testing::random_tensor({7, 100}, 1),
                                testing::random_tensor({100}, 2)};
   const Executable planner = compile(g, with_cache(false));
