@@ -33,28 +33,10 @@ std::any prepare_reshape(const NodeInfo& n) {
                      n.node.attr_int("allowzero") != 0};
 }
 
-// The output shape from the prepared spec where it resolves simply (positive sizes, 0 copying a
-// dimension, one -1); anything else, and every error, is the reference's reshape_dims.
+// The output shape, from the prepared spec when there is one (the reference rules and errors).
 Dims reshape_to(const KernelContext& c) {
   const auto* p = c.prepared_if<ReshapeSpec>();
-  const Tensor& x = c.input(0);
-  if (!p || x.numel() == 0) return ref::reshape_dims(c);
-  Dims out = p->spec;
-  int64_t known = 1, infer_at = -1;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == -1 && infer_at < 0) {
-      infer_at = static_cast<int64_t>(i);
-      continue;
-    }
-    if (out[i] == 0 && !p->allowzero && static_cast<int64_t>(i) < x.rank()) out[i] = x.shape()[i];
-    if (out[i] <= 0 || out[i] > x.numel() / known) return ref::reshape_dims(c);
-    known *= out[i];
-  }
-  if (infer_at >= 0 && x.numel() % known == 0)
-    out[static_cast<size_t>(infer_at)] = x.numel() / known;
-  else if (known != x.numel())
-    return ref::reshape_dims(c);
-  return out;
+  return p ? ref::reshape_dims(c, p->spec, p->allowzero) : ref::reshape_dims(c);
 }
 
 // Transpose's permutation, checked once when the input's rank is known at compile time; the

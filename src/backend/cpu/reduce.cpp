@@ -93,8 +93,6 @@ Fold fold_of(Reduce op) {
   }
 }
 
-// Which axes are reduced, as the reference reads them: the `axes` input, else the attribute; none
-// means all unless noop_with_empty_axes.
 // Reduce::reduced, naming the node only for an axis out of range or repeated (the error).
 std::vector<bool> reduced_mask(const KernelContext& c, const params::Reduce& p, int64_t rank) {
   if (!p.axes) return p.reduced(rank, c.where());
@@ -107,6 +105,8 @@ std::vector<bool> reduced_mask(const KernelContext& c, const params::Reduce& p, 
   return out;
 }
 
+// Which axes are reduced, as the reference reads them: the `axes` input, else the attribute; none
+// means all unless noop_with_empty_axes. Prepared once where they are known at compile time.
 std::vector<bool> reduced_axes(const KernelContext& c, int64_t rank) {
   if (const auto* p = c.prepared_if<params::Reduce>()) return reduced_mask(c, *p, rank);
   std::optional<std::vector<int64_t>> axes;

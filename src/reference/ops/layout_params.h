@@ -14,6 +14,9 @@ namespace pto::reference {
 
 // Output shapes of the ops that only rename dimensions (the output is input 0 reshaped).
 Dims reshape_dims(const KernelContext& c);  // shape input or attribute; 0, -1 and allowzero
+// reshape_dims for a target `spec` read once (a kernel prepared with the constant shape input):
+// errors name c's node, whose where() is built only for them.
+Dims reshape_dims(const KernelContext& c, const std::vector<int64_t>& spec, bool allowzero);
 Dims flatten_dims(const KernelContext& c);
 Dims squeeze_dims(const KernelContext& c);  // axes input or attribute, or every size-1 axis
 Dims unsqueeze_dims(const KernelContext& c);

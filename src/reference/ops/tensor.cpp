@@ -41,15 +41,19 @@ Tensor permuted_view(const Tensor& t, const Ints& perm) {
 // ---- Reshape and friends: same elements, new shape ----
 
 Dims reshape_dims(const KernelContext& c) {
-  const Tensor& x = c.input(0);
   std::optional<Ints> spec = input_or_attr(c, 1, "shape");
   if (!spec) throw ValueError(cat(c.where(), ": the target shape is missing"));
-  bool allowzero = c.node.attr_int("allowzero") != 0;
+  return reshape_dims(c, *spec, c.node.attr_int("allowzero") != 0);
+}
+
+Dims reshape_dims(const KernelContext& c, const Ints& spec, bool allowzero) {
+  const Tensor& x = c.input(0);
   Dims out;
+  out.reserve(spec.size());
   int64_t infer_at = -1;
   bool has_zero = false;
-  for (size_t i = 0; i < spec->size(); ++i) {
-    int64_t v = (*spec)[i];
+  for (size_t i = 0; i < spec.size(); ++i) {
+    int64_t v = spec[i];
     if (v == -1) {
       if (infer_at >= 0) throw ValueError(cat(c.where(), ": more than one -1 in the shape"));
       infer_at = static_cast<int64_t>(i);
@@ -68,12 +72,12 @@ Dims reshape_dims(const KernelContext& c) {
   }
   if (infer_at >= 0) {
     if (has_zero) throw ValueError(cat(c.where(), ": allowzero=1 with both 0 and -1 in the shape"));
-    int64_t known = check_output_dims(out, c.where());
+    int64_t known = check_output_dims(out, c);
     if (known == 0 || x.numel() % known != 0)
-      throw ValueError(cat(c.where(), ": cannot reshape ", x.str(), " to ", dims_str(*spec)));
+      throw ValueError(cat(c.where(), ": cannot reshape ", x.str(), " to ", dims_str(spec)));
     out[infer_at] = x.numel() / known;
   }
-  if (check_output_dims(out, c.where()) != x.numel())
+  if (check_output_dims(out, c) != x.numel())
     throw ValueError(cat(c.where(), ": cannot reshape ", x.str(), " (", x.numel(), " elements) to ",
                          dims_str(out)));
   return out;

@@ -22,6 +22,17 @@ inline int64_t check_output_dims(const Dims& d, const std::string& where) {
   return n;
 }
 
+// The same, naming c's node: its where() is built only for the error, not on every run.
+inline int64_t check_output_dims(const Dims& d, const KernelContext& c) {
+  int64_t n = 1, strided = 1;
+  bool bad = false;
+  for (int64_t x : d) {
+    bad |= x < 0 || __builtin_mul_overflow(strided, std::max<int64_t>(x, 1), &strided);
+    n *= x;
+  }
+  return bad ? check_output_dims(d, c.where()) : n;  // the string form throws
+}
+
 void register_layout_kernels(KernelRegistry& r);     // tensor.cpp: Reshape, Transpose, Slice, ...
 void register_cast_kernels(KernelRegistry& r);       // cast.cpp: Cast, CastLike
 void register_generator_kernels(KernelRegistry& r);  // generate.cpp: Constant, Range, EyeLike, ...
