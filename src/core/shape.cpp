@@ -128,6 +128,18 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& where)
 
 namespace {
 
+// The first '*' of a product outside parentheses ("min(16,2*s)*b" splits after the ")"), npos
+// when there is none.
+size_t top_level_star(std::string_view s) {
+  int depth = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '(') ++depth;
+    if (s[i] == ')') --depth;
+    if (s[i] == '*' && depth == 0) return i;
+  }
+  return std::string_view::npos;
+}
+
 // A dim as factor × symbols; nullopt for an unknown dim.
 struct Monomial {
   int64_t factor = 1;
@@ -140,7 +152,7 @@ std::optional<Monomial> monomial(const Dim& d) {
   Monomial m;
   std::string_view rest = d.symbol;
   while (!rest.empty()) {
-    size_t star = rest.find('*');
+    size_t star = top_level_star(rest);
     std::string_view tok = rest.substr(0, star);
     rest = star == std::string_view::npos ? std::string_view() : rest.substr(star + 1);
     const bool digits = !tok.empty() && std::all_of(tok.begin(), tok.end(),

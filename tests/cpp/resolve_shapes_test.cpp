@@ -440,6 +440,49 @@ TEST(ShapeValues, LiteralMinusOneAmongSymbolsAndASliceToTheSequence) {
   }
 }
 
+// A slice end that is a product of the sequence: x[:, :2*s] of a [b, 2*s] value keeps 2*s, and a
+// [1, 64] buffer sliced to 2*s is min(64,2*s), which broadcasts with 2*s (a product factors
+// the parenthesized min as one symbol). The reference agrees at two sizes.
+TEST(ShapeValues, SliceToAProductOfTheSequence) {
+  Graph g;
+  const Dim b = Dim::sym("b"), s = Dim::sym("s"), s2 = dim_mul(Dim(2), s);
+  ValueId ids = g.add_input("ids", {DType::kI64, Shape{b, s}});
+  ValueId x = g.add_input("x", {DType::kF32, Shape{b, s2}});
+  auto constant = [&](const std::string& name, std::vector<int64_t> v) {
+    ValueId c = g.add_value(name);
+    g.set_initializer(c, Tensor::from_vector<int64_t>(v, {static_cast<int64_t>(v.size())}));
+    return c;
+  };
+  std::vector<float> buffer(64);
+  for (int64_t i = 0; i < 64; ++i) buffer[i] = static_cast<float>(i);
+  ValueId table = g.add_value("table");
+  g.set_initializer(table, Tensor::from_vector<float>(buffer, {1, 64}));
+  ValueId shape = g.add_value("shape"), sdim = g.add_value("sdim"), end = g.add_value("end");
+  g.add_node("Shape", {ids}, {shape}, {}, "shape");
+  g.add_node("Slice", {shape, constant("o", {1}), constant("t", {2})}, {sdim}, {}, "sdim");
+  g.add_node("Mul", {sdim, constant("two", {2})}, {end}, {}, "end");
+  ValueId head = g.add_value("head"), rows = g.add_value("rows"), sum = g.add_value("sum");
+  g.add_node("Slice", {x, constant("z", {0}), end, constant("a", {1})}, {head}, {}, "head");
+  g.add_node("Slice", {table, constant("z2", {0}), end, constant("a2", {1})}, {rows}, {}, "rows");
+  g.add_node("Add", {head, rows}, {sum}, {}, "add");
+  g.add_output(sum);
+  infer_types(g);
+  EXPECT_EQ(g.value(head).type.str(), "f32[b, 2*s]");
+  EXPECT_EQ(g.value(rows).type.str(), "f32[1, min(64,2*s)]");
+  EXPECT_EQ(g.value(sum).type.str(), "f32[b, 2*s]");
+  EXPECT_EQ(dim_mul(g.value(rows).type.shape->at(1), b).symbol, "b*min(64,2*s)");
+  for (auto [batch, seq] : {std::pair<int64_t, int64_t>{1, 3}, {2, 32}}) {
+    std::vector<int64_t> id(batch * seq, 0);
+    Tensor in = random_tensor({batch, 2 * seq}, 5);
+    std::vector<Tensor> got =
+        reference::run(g, {Tensor::from_vector<int64_t>(id, {batch, seq}), in});
+    ASSERT_EQ(got[0].shape(), (Dims{batch, 2 * seq}));
+    const int64_t last = batch * 2 * seq - 1;
+    EXPECT_FLOAT_EQ(static_cast<float>(got[0].item_as_double(last)),
+                    static_cast<float>(in.item_as_double(last)) + static_cast<float>(2 * seq - 1));
+  }
+}
+
 // The TorchScript exporter's Linear on [b, s, K]: Reshape(x, [-1, K]) -> Gemm -> Reshape(.,
 // Concat(Shape(x)[0], Shape(x)[1], [N])), a target computed at run time whose inferred shape is
 // x's leading dims: MatMul on x. And the attention output's projection, [b, s, h, d] flattened

@@ -312,15 +312,15 @@ int64_t slice_length(int64_t start, int64_t end, int64_t step, int64_t d) {
   return start > end ? static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / mag) + 1 : 0;
 }
 
-// The length of x[0:end] on a dimension `d` for a symbolic end: the symbol itself where d is that
-// symbol, "min(N,end)" where d is a known N (broadcast_shapes knows that min(N, s) broadcasts
-// with s to s), unknown otherwise.
+// The length of x[0:end] on a dimension `d` for a symbolic end (a symbol or a product, "2*seq"):
+// the symbol itself where d is that symbol, "min(N,end)" where d is a known N (broadcast_shapes
+// knows that min(N, s) broadcasts with s to s; products treat the parenthesized min as one
+// factor), unknown otherwise.
 Dim slice_to_symbol(const InferContext& c, const Dim& d, const Dim& end,
                     const std::optional<Ints>& starts, const std::optional<Ints>& steps, size_t i) {
   const bool from_zero = starts && i < starts->size() && (*starts)[i] == 0;
   const bool unit = !c.has_input(4) || (steps && i < steps->size() && (*steps)[i] == 1);
-  if (!from_zero || !unit || !end.is_symbolic() || end.symbol.find('*') != std::string::npos)
-    return Dim::unknown();
+  if (!from_zero || !unit || !end.is_symbolic()) return Dim::unknown();
   if (d == end) return d;
   if (d.is_known() && d.value > 1) return Dim::sym(cat("min(", d.value, ",", end.symbol, ")"));
   return Dim::unknown();
