@@ -409,6 +409,11 @@ class ElementwiseKernel : public CompiledKernel {
       shape_steps_.push_back(std::move(step));
     }
     outputs_ = group.outputs;
+    direct_ = slots_.size() == group.inputs.size() && order_.size() == p.outputs.size();
+    for (size_t k = 0; k < slots_.size(); ++k)
+      direct_ = direct_ && slots_[k] == static_cast<int>(k);
+    for (size_t o = 0; o < order_.size(); ++o)
+      direct_ = direct_ && order_[o] == static_cast<int>(o);
     for (int slot : slots_) {
       const std::optional<Shape>& in = g.value(group.inputs[slot]).type.shape;
       Dims d;
@@ -451,6 +456,10 @@ class ElementwiseKernel : public CompiledKernel {
     outs.reserve(p.outputs.size());
     for (const TileOperand& o : p.outputs)
       outs.push_back(Tensor::empty(graph_dtype(o.dtype), *shape));
+    if (direct_) {  // the program reads the group's inputs as they are, and writes its outputs
+      kernel_.run(inputs, outs);
+      return outs;
+    }
     auto once = [&](size_t k) { return std::count(slots_.begin(), slots_.end(), slots_[k]) == 1; };
     std::vector<Tensor> args;
     args.reserve(slots_.size());
@@ -536,6 +545,7 @@ class ElementwiseKernel : public CompiledKernel {
   std::string where_;
   std::vector<int> slots_;  // per program input: its position in the group's inputs
   std::vector<int> order_;  // per group output: its program output
+  bool direct_ = false;     // slots_ and order_ are the identity: no argument lists to build
   bool static_shape_ = false;
   Dims shape_;
   std::vector<Dims> input_shapes_;            // per program input, when all are known

@@ -33,12 +33,14 @@ Tensor take(const Tensor& x, int64_t axis, int64_t i) {
   const int64_t offset = i * strides[axis];
   shape.erase(shape.begin() + axis);
   strides.erase(strides.begin() + axis);
-  return x.view(std::move(shape), std::move(strides), offset).contiguous();
+  Tensor v = x.view(std::move(shape), std::move(strides), offset);
+  return v.is_contiguous() ? v : v.clone();
 }
 
 // Copies `part` to out[..., i, ...] along `axis` (out's other dims are part's).
 void put(const Tensor& out, int64_t axis, int64_t i, const Tensor& part) {
-  const Tensor c = part.contiguous();
+  const Tensor packed = part.is_contiguous() ? Tensor() : part.clone();
+  const Tensor& c = packed.defined() ? packed : part;
   const int64_t n = out.shape()[axis];
   const auto [outer, inner] = split_at(out.shape(), axis, dtype_size(out.dtype()));
   char* dst = static_cast<char*>(out.raw_data());
