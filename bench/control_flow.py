@@ -7,6 +7,8 @@ The ONNX models are built in a temporary folder (never kept):
             initializer the body captures
   scan_rnn  an RNN cell under Scan over 64 steps: h = Tanh(x_t @ wx + h @ wh + b), batch 16,
             input 128, hidden 256, every h stacked as a scan output
+  scan_tiny a Scan over 1024 steps whose body is one 1-element Add (a running sum, every sum
+            stacked): the per-step overhead, which the time per call divided by 1024 bounds
 
 each timed per call (median and fastest of every call of interleaved rounds, after warm-up)
 through:
@@ -97,7 +99,25 @@ def build_scan_rnn(path: str) -> dict:
             "xs": rng.standard_normal((steps, batch, inp)).astype(np.float32)}
 
 
-MODELS = {"loop_mm": build_loop_mm, "scan_rnn": build_scan_rnn}
+def build_scan_tiny(path: str) -> dict:
+    from onnx import TensorProto as T, helper
+
+    steps = 1024
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["y"])],
+        "acc", [vi("s_in", T.FLOAT, [1]), vi("x_t", T.FLOAT, [1])],
+        [vi("s_out", T.FLOAT, [1]), vi("y", T.FLOAT, [1])])
+    scan = helper.make_node("Scan", ["s0", "xs"], ["s", "ys"], body=body, num_scan_inputs=1)
+    _save(path, [scan], [vi("s0", T.FLOAT, [1]), vi("xs", T.FLOAT, [steps, 1])],
+          [vi("s", T.FLOAT, [1]), vi("ys", T.FLOAT, [steps, 1])], [])
+    rng = np.random.default_rng(2)
+    return {"s0": np.zeros(1, np.float32),
+            "xs": rng.standard_normal((steps, 1)).astype(np.float32)}
+
+
+MODELS = {"loop_mm": build_loop_mm, "scan_rnn": build_scan_rnn, "scan_tiny": build_scan_tiny}
 
 
 def time_calls(fns: dict, rounds: int, calls: int) -> dict:

@@ -208,7 +208,13 @@ Tensor Tensor::reshape(Dims shape) const {
 
 Tensor Tensor::view(Dims shape, Dims strides, int64_t element_offset) const {
   PTO_CHECK(shape.size() == strides.size()) << "view: rank mismatch";
-  Tensor t = *this;
+  // Field by field, not a copy of *this: its shape and strides would be allocated only to be
+  // replaced (views are made per step of a Scan and by every Reshape).
+  Tensor t;
+  t.storage_ = storage_;
+  t.dtype_ = dtype_;
+  t.kind_ = kind_;
+  t.items_ = items_;
   t.offset_bytes_ = offset_bytes_ + static_cast<size_t>(element_offset) * itemsize();
   t.numel_ = checked_numel(shape, "view");
   t.shape_ = std::move(shape);

@@ -108,6 +108,9 @@ struct Executable::Plan {
   // of copying them, two allocations each.
   std::vector<std::vector<Tensor>> free_envs;
   std::vector<bool> constant;  // per value: an initializer or released weight, not a graph input
+  // Per value: for a graph input that is no graph output, the last step reading it, else -1. Its
+  // copy in env (the caller keeps the original) moves to that step instead of being copied again.
+  std::vector<int32_t> input_last_read;
   size_t arena_size = 0;
 };
 
@@ -782,9 +785,13 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
         p.constant[v] =
             g.initializer(static_cast<ValueId>(v)) || p.released.count(static_cast<ValueId>(v));
       for (ValueId v : g.inputs()) p.constant[v] = false;
+      p.input_last_read.assign(g.values().size(), -1);
+      for (ValueId v : g.inputs()) p.input_last_read[v] = p.live.last_use[v];
+      for (ValueId v : g.outputs()) p.input_last_read[v] = -1;
     }
   }
   const std::vector<bool>& constant = p.constant;
+  const std::vector<int32_t>& input_last_read = p.input_last_read;
   env.resize(g.values().size());
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];
   // A value: computed in this run or passed in (a graph input with a default keeps the caller's
@@ -819,11 +826,13 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     const std::vector<ValueId>& dying = p.live.release_after[s];
     for (ValueId v : step.group.inputs) {
       // A value read last by this step, once, moves from env instead of being copied (env drops
-      // it after the step anyway), and so does a constant env holds (it goes back after the
-      // step). Steps that run at once may share a value: they copy.
+      // it after the step anyway; a graph input's entry is a copy of the caller's), and so does
+      // a constant env holds (it goes back after the step). Steps that run at once may share a
+      // value: they copy.
       if (!concurrently && env[v].defined() && env[v].is_contiguous() &&
           (constant[v] ||
-           (std::find(dying.begin(), dying.end(), v) != dying.end() &&
+           ((input_last_read[v] == static_cast<int32_t>(s) ||
+             std::find(dying.begin(), dying.end(), v) != dying.end()) &&
             std::count(step.group.inputs.begin(), step.group.inputs.end(), v) == 1))) {
         args.push_back(std::move(env[v]));
         continue;
@@ -912,11 +921,22 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     }
   }
   std::vector<Tensor> out;
-  for (ValueId v : g.outputs()) {
+  out.reserve(g.outputs().size());
+  const std::vector<ValueId>& outputs = g.outputs();
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const ValueId v = outputs[o];
     const Tensor& t = value_of(v);
     if (!t.defined())
       throw ValueError(cat("graph output '", g.value(v).name, "' was never computed"));
-    out.push_back(t);
+    // env drops its values below anyway: an output moves out of it (a tensor's copy allocates
+    // its shape and strides, per iteration of a Loop or Scan body), unless env keeps it (a
+    // constant) or a later output is the same value.
+    if (&t == &env[v] && !constant[v] &&
+        std::find(outputs.begin() + static_cast<std::ptrdiff_t>(o) + 1, outputs.end(), v) ==
+            outputs.end())
+      out.push_back(std::move(env[v]));
+    else
+      out.push_back(t);
   }
   for (size_t v = 0; v < env.size(); ++v)  // before the arena goes back
     if (!constant[v]) env[v] = Tensor();

@@ -409,6 +409,23 @@ class ElementwiseKernel : public CompiledKernel {
       shape_steps_.push_back(std::move(step));
     }
     outputs_ = group.outputs;
+    std::vector<int> sorted = slots_;
+    std::sort(sorted.begin(), sorted.end());
+    permutation_ = slots_.size() == group.inputs.size();
+    for (size_t k = 0; k < sorted.size(); ++k)
+      permutation_ = permutation_ && sorted[k] == static_cast<int>(k);
+    // The swaps that take the group's order to the program's: position k gets slots_[k].
+    std::vector<int> at(slots_.size());  // the group input now at each position
+    for (size_t k = 0; k < at.size(); ++k) at[k] = static_cast<int>(k);
+    for (size_t k = 0; permutation_ && k < slots_.size(); ++k) {
+      const auto j = static_cast<size_t>(std::find(at.begin(), at.end(), slots_[k]) - at.begin());
+      if (j == k) continue;
+      std::swap(at[k], at[j]);
+      swaps_.emplace_back(k, j);
+    }
+    outputs_in_order_ = order_.size() == p.outputs.size();
+    for (size_t o = 0; o < order_.size(); ++o)
+      outputs_in_order_ = outputs_in_order_ && order_[o] == static_cast<int>(o);
     for (int slot : slots_) {
       const std::optional<Shape>& in = g.value(group.inputs[slot]).type.shape;
       Dims d;
@@ -451,6 +468,19 @@ class ElementwiseKernel : public CompiledKernel {
     outs.reserve(p.outputs.size());
     for (const TileOperand& o : p.outputs)
       outs.push_back(Tensor::empty(graph_dtype(o.dtype), *shape));
+    if (permutation_) {
+      // The group's inputs in the program's order in place, and back after: moves, no list.
+      permute(inputs, false);
+      try {
+        kernel_.run(inputs, outs);
+      } catch (...) {
+        permute(inputs, true);
+        throw;
+      }
+      permute(inputs, true);
+      if (outputs_in_order_) return outs;
+      return ordered(outs);
+    }
     auto once = [&](size_t k) { return std::count(slots_.begin(), slots_.end(), slots_[k]) == 1; };
     std::vector<Tensor> args;
     args.reserve(slots_.size());
@@ -467,10 +497,8 @@ class ElementwiseKernel : public CompiledKernel {
       throw;
     }
     give_back();
-    std::vector<Tensor> ordered;
-    ordered.reserve(order_.size());
-    for (int o : order_) ordered.push_back(std::move(outs[o]));  // each program output once
-    return ordered;
+    if (outputs_in_order_) return outs;
+    return ordered(outs);
   }
 
   std::string describe() const override { return kernel_.describe(); }
@@ -483,6 +511,24 @@ class ElementwiseKernel : public CompiledKernel {
     std::vector<std::pair<ValueId, int>> inputs;  // value, and its group-input slot or -1
     ValueId output;
   };
+
+  // The program's outputs in the group's order.
+  std::vector<Tensor> ordered(std::vector<Tensor>& outs) const {
+    std::vector<Tensor> out;
+    out.reserve(order_.size());
+    for (int o : order_) out.push_back(std::move(outs[o]));  // each program output once
+    return out;
+  }
+
+  // inputs[k] = inputs[slots_[k]] for every k (slots_ a permutation), or its inverse (`back`):
+  // the swaps of swaps_, forward or backward.
+  void permute(std::vector<Tensor>& inputs, bool back) const {
+    if (back)
+      for (auto it = swaps_.rbegin(); it != swaps_.rend(); ++it)
+        std::swap(inputs[it->first], inputs[it->second]);
+    else
+      for (const auto& [a, b] : swaps_) std::swap(inputs[a], inputs[b]);
+  }
 
   // Every output of the group must have the program's index space: an unknown dimension that
   // turns out to broadcast inside the group makes the program wrong for this run, and the
@@ -536,6 +582,11 @@ class ElementwiseKernel : public CompiledKernel {
   std::string where_;
   std::vector<int> slots_;  // per program input: its position in the group's inputs
   std::vector<int> order_;  // per group output: its program output
+  // slots_ is a permutation of the group's inputs (each read once), which run_taking applies in
+  // place by swaps_; order_ is the identity. Then a run builds no argument list.
+  bool permutation_ = false;
+  std::vector<std::pair<size_t, size_t>> swaps_;
+  bool outputs_in_order_ = false;
   bool static_shape_ = false;
   Dims shape_;
   std::vector<Dims> input_shapes_;            // per program input, when all are known

@@ -60,17 +60,52 @@ int64_t epilogue_capacity(int num_regs) {
   return cap;
 }
 
+// Up to N values in place, more on the heap: the arrays a run builds (merged dimensions, operand
+// views), which at the usual ranks and operand counts then allocate nothing. On a tiny tensor
+// (a Scan body's step) malloc and free were most of a run.
+template <class T, size_t N>
+class InlineVec {
+ public:
+  explicit InlineVec(size_t n = 0, const T& v = T()) {
+    for (size_t i = 0; i < n; ++i) push_back(v);
+  }
+  void push_back(const T& v) {
+    if (heap_.empty() && size_ < N) {
+      local_[size_++] = v;
+      return;
+    }
+    if (heap_.empty()) heap_.assign(local_, local_ + size_);
+    heap_.push_back(v);
+    ++size_;
+  }
+  T* data() { return heap_.empty() ? local_ : heap_.data(); }
+  const T* data() const { return heap_.empty() ? local_ : heap_.data(); }
+  T& operator[](size_t i) { return data()[i]; }
+  const T& operator[](size_t i) const { return data()[i]; }
+  T& back() { return data()[size_ - 1]; }
+  const T& back() const { return data()[size_ - 1]; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  T local_[N] = {};
+  std::vector<T> heap_;  // all values, once there are more than N
+  size_t size_ = 0;
+};
+
 // The output's merged dimensions and each input's strides through them.
 struct RowSpace {
-  std::vector<int64_t> dims;
-  std::vector<std::vector<int64_t>> strides;  // [input][dim]
+  InlineVec<int64_t, 8> dims;
+  InlineVec<int64_t, 32> strides;  // [dim][input]
+  size_t num_inputs = 0;
+  int64_t stride(size_t k, size_t d) const { return strides[d * num_inputs + k]; }
 };
 
 // keep_last: the last axis stays a dimension of its own (the rows a reduction runs over).
-RowSpace merge_dims(const Dims& out, const std::vector<const Dims*>& inputs, bool keep_last) {
-  const size_t rank = out.size();
-  std::vector<std::vector<int64_t>> full(inputs.size(), std::vector<int64_t>(rank, 0));
-  for (size_t k = 0; k < inputs.size(); ++k) {
+RowSpace merge_dims(const Dims& out, const InlineVec<const Dims*, 8>& inputs, bool keep_last) {
+  const size_t rank = out.size(), ni = inputs.size();
+  InlineVec<int64_t, 32> full(ni * rank, 0);  // [input][dim]
+  for (size_t k = 0; k < ni; ++k) {
     const Dims& s = *inputs[k];
     if (s.size() > rank)
       throw ValueError(cat("[TileKernel] input ", k, " ", dims_str(s), " has more dimensions than ",
@@ -81,29 +116,30 @@ RowSpace merge_dims(const Dims& out, const std::vector<const Dims*>& inputs, boo
       if (s[d] != o && s[d] != 1)
         throw ValueError(cat("[TileKernel] input ", k, " ", dims_str(s),
                              " does not broadcast to the output ", dims_str(out)));
-      if (s[d] != 1) full[k][rank - s.size() + d] = step;
+      if (s[d] != 1) full[k * rank + rank - s.size() + d] = step;
       step *= s[d];
     }
   }
   RowSpace r;
-  r.strides.resize(inputs.size());
+  r.num_inputs = ni;
   for (size_t d = 0; d < rank; ++d) {
     const bool last = keep_last && d + 1 == rank;
     if (out[d] == 1 && !last) continue;
+    const size_t prev = (r.dims.size() - 1) * ni;  // the last merged dimension's strides
     bool merge = !r.dims.empty() && !last;
-    for (size_t k = 0; k < inputs.size() && merge; ++k)
-      merge = r.strides[k].back() == full[k][d] * out[d];
+    for (size_t k = 0; k < ni && merge; ++k)
+      merge = r.strides[prev + k] == full[k * rank + d] * out[d];
     if (merge) {
       r.dims.back() *= out[d];
-      for (size_t k = 0; k < inputs.size(); ++k) r.strides[k].back() = full[k][d];
+      for (size_t k = 0; k < ni; ++k) r.strides[prev + k] = full[k * rank + d];
     } else {
       r.dims.push_back(out[d]);
-      for (size_t k = 0; k < inputs.size(); ++k) r.strides[k].push_back(full[k][d]);
+      for (size_t k = 0; k < ni; ++k) r.strides.push_back(full[k * rank + d]);
     }
   }
   if (r.dims.empty()) {
     r.dims.push_back(1);
-    for (auto& s : r.strides) s.push_back(0);
+    for (size_t k = 0; k < ni; ++k) r.strides.push_back(0);
   }
   return r;
 }
@@ -150,7 +186,7 @@ TileKernel::TileKernel(TileProgram program, std::string name, const std::vector<
 }
 
 TilePlan TileKernel::plan(const Dims& out, const std::vector<Dims>& in) const {
-  std::vector<const Dims*> ins;
+  InlineVec<const Dims*, 8> ins;
   for (const Dims& d : in) ins.push_back(&d);
   const RowSpace rs = merge_dims(out, ins, program_.has_row_reduction());
   return plan_tiles(facts_, space_of(rs), cache_model(), num_threads(), pinned_);
@@ -195,7 +231,7 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
                            ": expected a contiguous tensor of the program's dtype"));
   if (outputs[0].numel() == 0) return;
 
-  std::vector<const Dims*> in_shapes;
+  InlineVec<const Dims*, 8> in_shapes;
   for (const Tensor& t : inputs) in_shapes.push_back(&t.shape());
   const RowSpace rs = merge_dims(shape, in_shapes, p.has_row_reduction());
   const size_t nd = rs.dims.size();
@@ -221,8 +257,8 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
 
   auto run_range = [&](int64_t begin, int64_t end) {
     float* scratch = scratch_for(p, plan.capacity);
-    std::vector<TileOperandView> in(inputs.size()), out(outputs.size());
-    std::vector<int64_t> idx(nd);
+    InlineVec<TileOperandView, 8> in(inputs.size()), out(outputs.size());
+    InlineVec<int64_t, 8> idx(nd);
     for (int64_t t = begin; t < end; ++t) {
       // Tile t: row tile t / col_tiles (block b of row group g), column tile t % col_tiles.
       const int64_t rt = t / plan.col_tiles, b = rt % blocks_per_group;
@@ -235,12 +271,11 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
         r /= static_cast<size_t>(rs.dims[d]);
       }
       for (size_t k = 0; k < inputs.size(); ++k) {
-        const std::vector<int64_t>& s = rs.strides[k];
-        int64_t off = col0 * s[nd - 1];
-        for (size_t d = 0; d + 1 < nd; ++d) off += idx[d] * s[d];
+        int64_t off = col0 * rs.stride(k, nd - 1);
+        for (size_t d = 0; d + 1 < nd; ++d) off += idx[d] * rs.stride(k, d);
         in[k] = {
             static_cast<const char*>(inputs[k].raw_data()) + off * tile_itemsize(p.inputs[k].dtype),
-            nd >= 2 ? s[nd - 2] : 0, s[nd - 1], p.inputs[k].dtype};
+            nd >= 2 ? rs.stride(k, nd - 2) : 0, rs.stride(k, nd - 1), p.inputs[k].dtype};
       }
       for (size_t k = 0; k < outputs.size(); ++k)
         out[k] = {static_cast<char*>(outputs[k].raw_data()) +

@@ -33,12 +33,14 @@ Tensor take(const Tensor& x, int64_t axis, int64_t i) {
   const int64_t offset = i * strides[axis];
   shape.erase(shape.begin() + axis);
   strides.erase(strides.begin() + axis);
-  return x.view(std::move(shape), std::move(strides), offset).contiguous();
+  Tensor v = x.view(std::move(shape), std::move(strides), offset);
+  return v.is_contiguous() ? v : v.clone();
 }
 
 // Copies `part` to out[..., i, ...] along `axis` (out's other dims are part's).
 void put(const Tensor& out, int64_t axis, int64_t i, const Tensor& part) {
-  const Tensor c = part.contiguous();
+  const Tensor packed = part.is_contiguous() ? Tensor() : part.clone();
+  const Tensor& c = packed.defined() ? packed : part;
   const int64_t n = out.shape()[axis];
   const auto [outer, inner] = split_at(out.shape(), axis, dtype_size(out.dtype()));
   char* dst = static_cast<char*>(out.raw_data());
@@ -126,10 +128,14 @@ std::vector<Tensor> run_loop(const KernelContext& c, const SubgraphRunner& run_s
                               c.inputs.begin() + 2 + static_cast<std::ptrdiff_t>(a.carried));
   const std::vector<Tensor> captures = tail(c.inputs, 2 + a.carried);
   std::vector<std::vector<Tensor>> scans(a.scan_outputs);
+  // The body's inputs: the iteration number, cond, the carried values (moved in: each is
+  // replaced by the body's output), the captures (set once).
+  std::vector<Tensor> in(2 + a.carried);
+  in.insert(in.end(), captures.begin(), captures.end());
   for (int64_t i = 0; i < trips && cond; ++i) {
-    std::vector<Tensor> in{Tensor::scalar<int64_t>(i), Tensor::scalar<bool>(cond)};
-    in.insert(in.end(), carried.begin(), carried.end());
-    in.insert(in.end(), captures.begin(), captures.end());
+    in[0] = Tensor::scalar<int64_t>(i);
+    in[1] = Tensor::scalar<bool>(cond);
+    for (size_t k = 0; k < a.carried; ++k) in[2 + k] = std::move(carried[k]);
     std::vector<Tensor> out = run_sub("body", in);
     cond = truth(out[0], c.where(), "the body's cond");
     for (size_t k = 0; k < a.carried; ++k) carried[k] = std::move(out[1 + k]);
