@@ -78,6 +78,11 @@ void write_back(const float* y, const Tensor& t, int64_t off, int64_t n) {
   if (t.dtype() != DType::kF32) store_f32(y, t, off, n);
 }
 
+// Row `r` of n values of float32 t when r < end (the task's rows), to prefetch; else null.
+const float* next_row(const Tensor& t, int64_t r, int64_t end, int64_t n) {
+  return r < end && t.dtype() == DType::kF32 ? t.data<float>() + r * n : nullptr;
+}
+
 // The output's type: float32, or what the Cast after the node makes (a fused group).
 DType out_dtype(const KernelContext& c) {
   return c.epilogue ? c.epilogue->store : DType::kF32;
@@ -236,7 +241,7 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
                    mp[r] = shift + m;
                    ip[r] = 1.0f / std::sqrt(var + eps);
                    PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, shift, m, ip[r], scale, bias,
-                                    stream, r + 1 == r1);
+                                    stream, r + 1 == r1, next_row(x, r + 1, r1, n));
                    write_back(yr, y, r * n, n);
                  }
                });
@@ -269,7 +274,7 @@ std::vector<Tensor> run_rms_norm(const KernelContext& c) {
       float* yr = out_f32(y, r * n, n, 1);
       const float inv = 1.0f / std::sqrt(PTO_ISA_DISPATCH(mean_square, xr, n) + eps);
       PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, 0.0f, 0.0f, inv, scale, nullptr, stream,
-                       r + 1 == r1);
+                       r + 1 == r1, next_row(x, r + 1, r1, n));
       write_back(yr, y, r * n, n);
     }
   });

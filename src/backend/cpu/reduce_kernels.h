@@ -59,10 +59,12 @@ PTO_ISA_DECLARE(
     void normalize(const float* x, float* y, int64_t n, float shift, float mean, float a, float b);
     // y = (x - shift - mean) * inv_std * scale + bias over n elements; bias may be null; with
     // `stream`, y is stored past the cache, and with `fence` too the streamed stores are ordered
-    // before what follows (the last row of a task: one sfence per task, not per row).
+    // before what follows (the last row of a task: one sfence per task, not per row). `next`
+    // (or null): n floats, the row to come, prefetched into L2 meanwhile, so that memory
+    // delivers it while this row, read from the cache, is computed.
     void normalize_affine(const float* x, float* y, int64_t n, float shift, float mean,
                           float inv_std, const float* scale, const float* bias, bool stream,
-                          bool fence);
+                          bool fence, const float* next);
 
     // Max or average pooling of planes [p0, p1); `scratch` has room for 2 * g.span floats.
     void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,
