@@ -212,12 +212,12 @@ inline void softmax_row(const float* x, float* y, float* e, int64_t len, bool lo
   }
 }
 
-void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log,
-                  float* stream_buf) {
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log, float* stream_buf,
+                  bool prefetch) {
   for (int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * len;
     softmax_row(x + r * len, yr, stream_buf ? stream_buf : yr, len, log, stream_buf != nullptr,
-                r + 1 < rows ? x + (r + 1) * len : nullptr);
+                prefetch && r + 1 < rows ? x + (r + 1) * len : nullptr);
   }
   if (stream_buf) stream_fence();
 }
