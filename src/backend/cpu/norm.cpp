@@ -78,6 +78,13 @@ void write_back(const float* y, const Tensor& t, int64_t off, int64_t n) {
   if (t.dtype() != DType::kF32) store_f32(y, t, off, n);
 }
 
+// Row `r` of n values of float32 t when r < end (the task's rows), to prefetch; else null, and
+// null when MemoryPolicy::prefetch_distance is 0 (off; any other value: a row ahead).
+const float* next_row(const Tensor& t, int64_t r, int64_t end, int64_t n) {
+  const bool on = memory_policy().prefetch_distance != 0;
+  return on && r < end && t.dtype() == DType::kF32 ? t.data<float>() + r * n : nullptr;
+}
+
 // The output's type: float32, or what the Cast after the node makes (a fused group).
 DType out_dtype(const KernelContext& c) {
   return c.epilogue ? c.epilogue->store : DType::kF32;
@@ -140,12 +147,14 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
     // Not in auto mode: on Zen 5 at 4x L3, rows of 1024 ran 1.05x, rows of 8192 0.91x
     // (bench/memory_bound.py, docs/python.md "Memory policy").
     const bool stream = f32 && stream_stores_for(y.nbytes(), /*in_auto=*/false);
+    const bool prefetch = memory_policy().prefetch_distance != 0;
     parallel_for(0, outer, std::max<int64_t>(1, kParallelGrain / len), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; r += piece) {
         const int64_t off = r * len, n = std::min(piece, r1 - r) * len;
         float* yr = out_f32(y, off, n, 1);
         float* buf = stream ? scratch_as<float>(static_cast<size_t>(len), 2) : nullptr;
-        PTO_ISA_DISPATCH(softmax_rows, read_f32(x, off, n, 0), yr, n / len, len, log, buf);
+        PTO_ISA_DISPATCH(softmax_rows, read_f32(x, off, n, 0), yr, n / len, len, log, buf,
+                         prefetch);
         write_back(yr, y, off, n);
       }
     });
@@ -236,7 +245,7 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
                    mp[r] = shift + m;
                    ip[r] = 1.0f / std::sqrt(var + eps);
                    PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, shift, m, ip[r], scale, bias,
-                                    stream, r + 1 == r1);
+                                    stream, r + 1 == r1, next_row(x, r + 1, r1, n));
                    write_back(yr, y, r * n, n);
                  }
                });
@@ -269,7 +278,7 @@ std::vector<Tensor> run_rms_norm(const KernelContext& c) {
       float* yr = out_f32(y, r * n, n, 1);
       const float inv = 1.0f / std::sqrt(PTO_ISA_DISPATCH(mean_square, xr, n) + eps);
       PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, 0.0f, 0.0f, inv, scale, nullptr, stream,
-                       r + 1 == r1);
+                       r + 1 == r1, next_row(x, r + 1, r1, n));
       write_back(yr, y, r * n, n);
     }
   });

@@ -62,9 +62,11 @@ void normalize(const float* x, float* y, int64_t n, float shift, float mean, flo
 }
 
 void normalize_affine(const float* x, float* y, int64_t n, float shift, float mean, float inv_std,
-                      const float* scale, const float* bias, bool stream, bool fence) {
+                      const float* scale, const float* bias, bool stream, bool fence,
+                      const float* next) {
   const Vec sh = Vec::set1(shift), m = Vec::set1(mean), inv = Vec::set1(inv_std);
   store_vectors(y, n, stream, [&](int64_t j, int k) {
+    if (next) __builtin_prefetch(next + j, 0, 2);  // a line per vector (two under AVX2)
     const Vec t = (Vec::load(x + j, k) - sh - m) * inv;
     const Vec b = bias ? Vec::load(bias + j, k) : Vec::zero();
     return fma(t, Vec::load(scale + j, k), b);

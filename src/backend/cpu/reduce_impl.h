@@ -158,17 +158,37 @@ void fold(Fold op, const float* x, const FoldRange& r, const float* shift, float
 
 // ---- Softmax ----
 
-// One contiguous row: the max, then exp(x - max) (stored for Softmax) and its sum, then the scale
-// (Softmax) or x - max - log(sum) (LogSoftmax). With `stream` the exps go to `e` (len floats, in
-// cache) and y is written once, past the cache; without, e is y.
-inline void softmax_row(const float* x, float* y, float* e, int64_t len, bool log, bool stream) {
+// The max of x[0, len), NaN aside: a NaN in the row makes its exp(x - max), so the sum and every
+// output, NaN whatever the max is, so one vmaxps a vector does (kMax tracks NaN in three).
+inline float row_max(const float* x, int64_t len) {
   constexpr int64_t L = Vec::kLanes;
-  const float mx = fold_contiguous<Fold::kMax>(x, len, 0.0f);
-  const Vec m = Vec::set1(mx);
+  Vec m0 = Vec::set1(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+  int64_t j = 0;
+  for (; j + 4 * L <= len; j += 4 * L) {
+    m0 = max(m0, Vec::load(x + j));
+    m1 = max(m1, Vec::load(x + j + L));
+    m2 = max(m2, Vec::load(x + j + 2 * L));
+    m3 = max(m3, Vec::load(x + j + 3 * L));
+  }
+  for (; j < len; j += L) m0 = max(m0, load_padded(x + j, lanes_left(len, j), -INFINITY));
+  return reduce_max(max(max(m0, m1), max(m2, m3)));
+}
+
+// One contiguous row: the max, then exp(x - max) (<= 0 or NaN; stored for Softmax) and its sum,
+// then the scale (Softmax) or x - max - log(sum) (LogSoftmax). With `stream` the exps go to `e`
+// (len floats, in cache) and y is written once, past the cache; without, e is y. `next` (or
+// null), the row to come, is prefetched into L2 a line per vector while the exps are computed:
+// the row's passes run on cached data, so without it nothing is read from memory meanwhile.
+inline void softmax_row(const float* x, float* y, float* e, int64_t len, bool log, bool stream,
+                        const float* next) {
+  constexpr int64_t L = Vec::kLanes, kLineFloats = 16;
+  const Vec m = Vec::set1(row_max(x, len));
   Vec s0 = Vec::zero(), s1 = Vec::zero();
   int64_t j = 0;
   for (; j + 2 * L <= len; j += 2 * L) {
-    const Vec e0 = exp(Vec::load(x + j) - m), e1 = exp(Vec::load(x + j + L) - m);
+    if (next)
+      for (int64_t k = 0; k < 2 * L; k += kLineFloats) __builtin_prefetch(next + j + k, 0, 2);
+    const Vec e0 = exp<false>(Vec::load(x + j) - m), e1 = exp<false>(Vec::load(x + j + L) - m);
     if (!log) {
       e0.store(e + j);
       e1.store(e + j + L);
@@ -178,7 +198,7 @@ inline void softmax_row(const float* x, float* y, float* e, int64_t len, bool lo
   }
   for (; j < len; j += L) {
     const int n = lanes_left(len, j);
-    const Vec ej = exp(load_padded(x + j, n, -INFINITY) - m);
+    const Vec ej = exp<false>(load_padded(x + j, n, -INFINITY) - m);
     if (!log) ej.store(e + j, n);
     s0 = s0 + ej;
   }
@@ -192,11 +212,12 @@ inline void softmax_row(const float* x, float* y, float* e, int64_t len, bool lo
   }
 }
 
-void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log,
-                  float* stream_buf) {
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log, float* stream_buf,
+                  bool prefetch) {
   for (int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * len;
-    softmax_row(x + r * len, yr, stream_buf ? stream_buf : yr, len, log, stream_buf != nullptr);
+    softmax_row(x + r * len, yr, stream_buf ? stream_buf : yr, len, log, stream_buf != nullptr,
+                prefetch && r + 1 < rows ? x + (r + 1) * len : nullptr);
   }
   if (stream_buf) stream_fence();
 }

@@ -44,9 +44,10 @@ PTO_ISA_DECLARE(
     void fold(Fold op, const float* x, const FoldRange& r, const float* shift, float* y);
 
     // Softmax (or LogSoftmax) of `rows` contiguous rows of `len` elements. stream_buf: null, or
-    // len floats of scratch, and y is stored past the cache (MemoryPolicy::nontemporal).
+    // len floats of scratch, and y is stored past the cache (MemoryPolicy::nontemporal). With
+    // `prefetch`, each row but the last prefetches the next one into L2.
     void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log,
-                      float* stream_buf);
+                      float* stream_buf, bool prefetch);
     // The same along the middle axis of one [len, inner] slice, for columns [i0, i1).
     void softmax_columns(const float* x, float* y, int64_t len, int64_t inner, int64_t i0,
                          int64_t i1, bool log);
@@ -59,10 +60,12 @@ PTO_ISA_DECLARE(
     void normalize(const float* x, float* y, int64_t n, float shift, float mean, float a, float b);
     // y = (x - shift - mean) * inv_std * scale + bias over n elements; bias may be null; with
     // `stream`, y is stored past the cache, and with `fence` too the streamed stores are ordered
-    // before what follows (the last row of a task: one sfence per task, not per row).
+    // before what follows (the last row of a task: one sfence per task, not per row). `next`
+    // (or null): n floats, the row to come, prefetched into L2 meanwhile, so that memory
+    // delivers it while this row, read from the cache, is computed.
     void normalize_affine(const float* x, float* y, int64_t n, float shift, float mean,
                           float inv_std, const float* scale, const float* bias, bool stream,
-                          bool fence);
+                          bool fence, const float* next);
 
     // Max or average pooling of planes [p0, p1); `scratch` has room for 2 * g.span floats.
     void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,

@@ -34,8 +34,9 @@ struct TileArgs {
   // With `stream`: order the streamed stores before what follows (sfence) once the tile is done;
   // set on the last tile of a task only.
   bool fence = true;
-  // Cache lines of each contiguous input past this tile (the next tile's) to prefetch before the
-  // tile runs (MemoryPolicy::prefetch_distance); 0: none.
+  // Cache lines of each contiguous input past this tile (the next tile's; with `strip`, past
+  // each strip) to prefetch before the tile (strip) runs (MemoryPolicy::prefetch_distance); 0:
+  // none.
   int prefetch_lines = 0;
   // > 0: run the program on strips of this many values of a one-row tile, every instruction on
   // a strip before the next one, so loads from memory, the arithmetic and the stores of

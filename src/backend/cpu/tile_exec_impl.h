@@ -370,7 +370,6 @@ TileOperandView from_column(const TileOperandView& v, int64_t c0) {
 void exec_tile(const TileArgs& t) {
   alignas(64) float splat[kTileMaxRegs + 1][kSplat];
   Src reg[kTileMaxRegs];
-  const int64_t n = t.rows * t.width;
   auto splat_of = [&](float x, int slot) {
     for (int l = 0; l < kSplat; ++l) splat[slot][l] = x;
     return Src{splat[slot], 0};
@@ -397,9 +396,8 @@ void exec_tile(const TileArgs& t) {
         } else if (v.dtype == TileDType::kF32 && (t.rows == 1 || v.row_step == t.width)) {
           reg[in.dst] = Src{static_cast<const float*>(v.ptr), -1};
           // Prefetch instructions never fault, so lines past the input's end are harmless.
-          const char* next = static_cast<const char*>(v.ptr) + n * 4;
-          if (base == 0)
-            for (int l = 0; l < t.prefetch_lines; ++l) __builtin_prefetch(next + l * 64);
+          const char* next = static_cast<const char*>(v.ptr) + (base + count) * 4;
+          for (int l = 0; l < t.prefetch_lines; ++l) __builtin_prefetch(next + l * 64);
         } else {
           const TileOperandView from = from_column(v, c0);
           for (int64_t i = r0; i < r0 + rows; ++i)

@@ -518,6 +518,20 @@ inline Vec operator-(Vec a) {
   return from_bits(bits(a) ^ set1_int(INT32_MIN));
 }  // -(+0) is -0
 
+// p 2^n for integral n in [-252, 254] where the result is a normal float or an overflow: one
+// VSCALEFPS under AVX-512, else 2^n built in the exponent bits as two factors (each a normal
+// float), both exact on those arguments, so every ISA gives the same bits.
+inline Vec scale_pow2(Vec p, Vec n) {
+#if defined(PTO_ISA_AVX512)
+  return {_mm512_scalef_ps(p.v, n.v)};
+#else
+  VecI ni = to_int(n);
+  VecI n1 = shift_right_arith<1>(ni), n2 = ni - n1;
+  return p * from_bits(shift_left<23>(n1 + set1_int(127))) *
+         from_bits(shift_left<23>(n2 + set1_int(127)));
+#endif
+}
+
 // Orders the streaming stores (Vec::stream) before the stores that follow, such as the thread
 // pool's "task done": a task that streamed calls it before it ends.
 inline void stream_fence() {
@@ -542,6 +556,9 @@ inline void store_vectors(float* y, int64_t n, bool stream, F f) {
     }
     for (; j + L <= n; j += L) f(j, static_cast<int>(L)).stream(y + j);
   }
+  // Whole vectors apart from the tail: f inlined with k = L loads and stores without masks
+  // (computing a mask per vector cost a third of Softmax's scaling pass).
+  for (; j + L <= n; j += L) f(j, static_cast<int>(L)).store(y + j);
   for (; j < n; j += L) {
     const int k = static_cast<int>(n - j < L ? n - j : L);
     f(j, k).store(y + j, k);

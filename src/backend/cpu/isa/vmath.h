@@ -21,7 +21,7 @@ inline Vec poly(Vec x, const float (&c)[N]) {
 }
 
 // e^x on arguments where the result is a normal float or an overflow: x = n ln2 + r with
-// |r| <= ln2/2, e^r by a degree-6 polynomial, times 2^n built in the exponent bits as two factors.
+// |r| <= ln2/2, e^r by a degree-6 polynomial, times 2^n (scale_pow2).
 inline Vec exp_normal_range(Vec x) {
   Vec n = round(x * Vec::set1(1.44269504088896341f));
   Vec r = fnma(n, Vec::set1(0.693359375f), x);  // ln2 split in two for an exact product
@@ -33,27 +33,26 @@ inline Vec exp_normal_range(Vec x) {
   p = fma(p, r, Vec::set1(1.6666665459e-1f));
   p = fma(p, r, Vec::set1(5.0000001201e-1f));
   p = fma(p, r * r, r + Vec::set1(1.0f));
-  VecI ni = to_int(n);
-  VecI n1 = shift_right_arith<1>(ni), n2 = ni - n1;
-  return p * from_bits(shift_left<23>(n1 + set1_int(127))) *
-         from_bits(shift_left<23>(n2 + set1_int(127)));
+  return scale_pow2(p, n);  // one instruction under AVX-512 (a third of exp's)
 }
 
 // e^x, about 1 ulp, underflowing gradually through the subnormals. Lanes whose result is
 // subnormal are computed apart, and only when a vector has one: a multiply that underflows costs
 // a microcode assist of ~100 cycles on x86, and masked softmax rows (scores of -inf or -FLT_MAX)
-// would otherwise pay it on every element.
+// would otherwise pay it on every element. exp<false> is for arguments known to be <= 0 or NaN
+// (Softmax's x - max): the same bits without the overflow checks.
+template <bool kMayOverflow = true>
 inline Vec exp(Vec x) {
   const Vec hi = Vec::set1(88.7228391f), lo_normal = Vec::set1(-87.0f),  // e^-87 > FLT_MIN
       lo = Vec::set1(-103.972084f);
-  Vec y = exp_normal_range(min(max(x, lo_normal), hi));
+  Vec y = exp_normal_range(kMayOverflow ? min(max(x, lo_normal), hi) : max(x, lo_normal));
   Mask under = x < lo_normal;
   if (any(under)) {
     Mask band = under & (x >= lo);  // subnormal results
     if (any(band)) y = select(band, exp_normal_range(select(band, x, lo_normal)), y);
     y = select(x < lo, Vec::zero(), y);
   }
-  y = select(x > hi, Vec::set1(INFINITY), y);
+  if (kMayOverflow) y = select(x > hi, Vec::set1(INFINITY), y);
   return select(is_nan(x), x, y);
 }
 
