@@ -123,7 +123,7 @@ std::string check_conv_knob(const NodeInfo& info, const std::string& knob,
   if (v[0] != kImplicitGemm && (!info.is_constant(1) || !f32 ||
                                 !blocked_plane(info, *info.constants[1], group, channel_block())))
     throw ValueError(
-        cat(where, ": knob conv.algo ", dims_str(v), ": the blocked kernel does not ", "apply"));
+        cat(where, ": knob conv.algo ", dims_str(v), ": the blocked kernel does not apply"));
   if (v[0] == kBlockedWinograd && !winograd_fits(info, *info.constants[1], group))
     throw ValueError(cat(where, ": knob conv.algo {2}: Winograd F(4x4, 3x3) needs a 3x3 kernel, ",
                          "stride 1, dilation 1 and group 1"));
