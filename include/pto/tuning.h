@@ -65,7 +65,7 @@ struct KernelTuning {
 
 struct TuneReport {
   std::vector<KernelTuning> kernels;  // tuned or looked-up steps, slowest first
-  double model_planner_seconds = 0, model_tuned_seconds = 0;  // medians, interleaved rounds
+  double model_planner_seconds = 0, model_tuned_seconds = 0;  // minima, interleaved rounds
   bool kept = true;    // false: the model was not faster and the winners were dropped
   int64_t trials = 0;  // candidate timings in all
   double seconds = 0;  // how long tuning took

@@ -20,8 +20,10 @@
 
 namespace pto::tune {
 
-// Bumped whenever the file layout or the meaning of a knob changes: older files then never match.
-inline constexpr int kTuneCacheFormat = 1;
+// Bumped whenever the file layout, the meaning of a knob or the candidates the tuner tries change:
+// older files then never match (2: conv.algo {2} and gemm.grid, whose steps a format-1 file holds
+// as "planner" without having tried them).
+inline constexpr int kTuneCacheFormat = 2;
 
 // What a tuned knob depends on besides the kernel: a file written under another key is not used.
 struct DeviceKey {

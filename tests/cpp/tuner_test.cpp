@@ -161,8 +161,9 @@ TEST_F(TunerTest, InvalidKnobsNameTheKernel) {
   EXPECT_THROW(cpu->compile(exe.graph(), ew), ValueError);
 }
 
-// conv.algo picks the implicit GEMM or the blocked direct kernel; both match the reference, and
-// the blocked kernel on a conv it cannot run (3 input channels) is a ValueError.
+// conv.algo picks the implicit GEMM, the blocked direct kernel or Winograd on the blocked tensors;
+// each matches the reference (Winograd within its rounding), and the blocked kernels on a conv
+// they cannot run (3 input channels; Winograd on a strided conv) are stale or a ValueError.
 TEST_F(TunerTest, ConvAlgoKnob) {
   for (int64_t c : {32, 3}) {
     SCOPED_TRACE(c);
@@ -179,20 +180,60 @@ TEST_F(TunerTest, ConvAlgoKnob) {
     const Executable planner = compile(g, with_cache(false));
     const std::string sig = signature_of(planner, 0);
     std::set<std::string> described;
-    for (int64_t algo : {0, 1}) {
+    for (int64_t algo : {0, 1, 2}) {
       TuneCache cache = TuneCache::open(cache_file_);
       cache.clear();
       cache.store(sig, num_threads(), {{{"conv.algo", {algo}}}, 100, 50, 0});
       const Executable exe = compile(g, with_cache());
       EXPECT_LT(max_diff(exe.run(in), want), 1e-3f);
-      // The blocked kernel needs a channel block of input channels: the knob is stale for c=3.
+      // The blocked kernels need a channel block of input channels: the knob is stale for c=3.
       EXPECT_EQ(exe.stats().tuned_kernels, algo == 0 || c == 32 ? 1u : 0u) << algo;
       described.insert(exe.describe_step(0));
     }
-    EXPECT_EQ(described.size(), 2u);
+    EXPECT_EQ(described.size(), c == 32 ? 3u : 2u);  // c=3: {0}, or none (stale)
     KernelGroup k = planner.step_group(0);
-    k.knobs["conv.algo"] = {2};
+    k.knobs["conv.algo"] = {3};
     EXPECT_THROW(BackendRegistry::global().find("cpu")->compile(planner.graph(), k), ValueError);
+  }
+}
+
+// conv.algo {2} on a strided 3x3 conv (which Winograd F(4x4, 3x3) does not compute) is a
+// ValueError; with a fused residual and ReLU at batch 2 Winograd matches the reference.
+TEST_F(TunerTest, ConvWinogradKnob) {
+  for (int64_t stride : {2, 1}) {
+    SCOPED_TRACE(stride);
+    Graph g;
+    const ValueId x = g.add_input("x", {DType::kF32, Shape{2, 32, 13, 13}});
+    const ValueId w = testing::constant(g, "w", {48, 32, 3, 3}, 7);
+    const int64_t o = stride == 1 ? 13 : 7;
+    const ValueId r = g.add_input("r", {DType::kF32, Shape{2, 48, o, o}});
+    const ValueId y = g.add_value("y"), s = g.add_value("s"), z = g.add_value("z");
+    Attributes a;
+    a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    a.set("strides", std::vector<int64_t>{stride, stride});
+    g.add_node("Conv", {x, w}, {y}, a, "conv");
+    g.add_node("Add", {y, r}, {s}, {}, "add");
+    g.add_node("Relu", {s}, {z}, {}, "relu");
+    g.add_output(z);
+    const std::vector<Tensor> in = {testing::random_tensor({2, 32, 13, 13}, 8),
+                                    testing::random_tensor({2, 48, o, o}, 9)};
+    const Executable planner = compile(g, with_cache(false));
+    KernelGroup k = planner.step_group(step_with(planner, "Conv"));
+    k.knobs["conv.algo"] = {2};
+    const Backend* cpu = BackendRegistry::global().find("cpu");
+    if (stride == 2) {
+      EXPECT_THROW(cpu->compile(planner.graph(), k), ValueError);
+      continue;
+    }
+    const std::unique_ptr<CompiledKernel> kernel = cpu->compile(planner.graph(), k);
+    EXPECT_NE(kernel->describe().find("Winograd"), std::string::npos) << kernel->describe();
+    TuneCache cache = TuneCache::open(cache_file_);
+    cache.clear();
+    cache.store(kernel_signature(planner.graph(), planner.step_group(step_with(planner, "Conv"))),
+                num_threads(), {{{"conv.algo", {2}}}, 100, 50, 0});
+    const Executable exe = compile(g, with_cache());
+    EXPECT_EQ(exe.stats().tuned_kernels, 1u);
+    EXPECT_LT(max_diff(exe.run(in), reference::run(g, in)), 1e-3f);
   }
 }
 
@@ -295,6 +336,59 @@ TEST_F(TunerTest, AFasterCandidateWinsAndIsUsed) {
 }
 
 // The whole model not faster with the winners: they are dropped and stored as the planner's.
+// gemm.grid pins the GEMM's task grid on two threads: the tuner offers grids, a faster one wins
+// and round-trips through the cache, the next compile uses it (its plan says so) with outputs
+// within tolerance of the reference; a grid out of range is a ValueError.
+TEST_F(TunerTest, GemmGridKnob) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  const Graph g = model();
+  std::set<std::vector<int64_t>> offered;
+  std::vector<int64_t> first;  // the first grid offered is the fast one
+  FakeTimer f{[&](int64_t, const Knobs& k) {
+    const auto it = k.find("gemm.grid");
+    if (it == k.end()) return 1.0;
+    offered.insert(it->second);
+    if (first.empty()) first = it->second;
+    return it->second == first ? 0.8 : 1.0;
+  }};
+  f.model_tuned = 0.9;
+  const TuneReport r = tune(g, inputs(), {}, fake(f, cache_file_));
+  EXPECT_TRUE(r.kept);
+  EXPECT_GE(offered.size(), 3u);
+  CompileOptions keep = with_cache(false);
+  keep.release_packed_weights = false;  // W stays in the graph, for the kernel run alone below
+  const Executable planner = compile(g, keep);
+  const size_t mm = step_with(planner, "MatMul");
+  const std::optional<TuneEntry> e =
+      TuneCache::open(cache_file_).lookup(signature_of(planner, mm), 2);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->knobs, (Knobs{{"gemm.grid", first}}));
+  const Executable exe = compile(g, with_cache());
+  EXPECT_EQ(exe.stats().tuned_kernels, 1u);
+  EXPECT_NE(exe.describe_step(mm).find(cat("gemm.grid: ", first[0], " row x ", first[1])),
+            std::string::npos)
+      << exe.describe_step(mm);
+  EXPECT_LT(max_diff(exe.run(inputs()), reference::run(g, inputs())), 1e-3f);
+  for (const std::vector<int64_t>& grid : {std::vector<int64_t>{1, 7}, {3, 3}}) {
+    KernelGroup k = planner.step_group(mm);
+    k.knobs["gemm.grid"] = grid;
+    const std::unique_ptr<CompiledKernel> kernel =
+        BackendRegistry::global().find("cpu")->compile(planner.graph(), k);
+    std::vector<Tensor> in;
+    for (ValueId v : k.inputs) {
+      const Tensor* init = planner.graph().initializer(v);
+      in.push_back(init ? *init : inputs()[0]);
+    }
+    const Tensor want = reference::run(g, inputs())[0];
+    std::vector<Tensor> out = kernel->run(in);
+    EXPECT_LT(max_abs_diff(out[0], want), 1e-3f) << dims_str(grid);
+    k.knobs["gemm.grid"] = {0, 2};
+    EXPECT_THROW(BackendRegistry::global().find("cpu")->compile(planner.graph(), k), ValueError);
+  }
+  set_num_threads(saved);
+}
+
 TEST_F(TunerTest, WinnersAreDroppedWhenTheModelIsNotFaster) {
   const Graph g = model();
   FakeTimer f{[](int64_t, const Knobs&) { return 0.5; }};

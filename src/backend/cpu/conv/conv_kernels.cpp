@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "backend/cpu/conv/conv.h"
+#include "backend/cpu/conv/winograd.h"
 #include "backend/cpu/isa/isa.h"
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/scratch.h"
@@ -26,8 +27,8 @@ bool accepts(const NodeInfo& info) {
 }
 
 // A constant W packed once per group as the GEMM's A operand, and W's shape to give it back; or,
-// for a conv on a small plane (small_plane_blocked), W in the blocked layout instead, with the
-// input shape that path was chosen for.
+// for a conv on a small plane (conv_algo), W in the blocked layout instead, with the input shape
+// that path was chosen for, and for Winograd (the knob conv.algo {2}) also its transformed U.
 struct PreparedW {
   std::vector<PackedA> groups;
   Dims shape;
@@ -35,7 +36,11 @@ struct PreparedW {
   Dims x_chw;      // the input's [C, H, W] it was chosen for (the batch may vary)
   int block = 0;
   bool depthwise = false;
+  std::optional<WinogradWeights> winograd;  // set: Winograd on the blocked tensors
 };
+
+// The algorithms of the NCHW Conv kernel, as the "conv.algo" knob names them.
+enum ConvAlgo : int64_t { kImplicitGemm = 0, kBlockedDirect = 1, kBlockedWinograd = 2 };
 
 // The channel block of the blocked kernel on this machine (its vectors' float lanes), 0: none.
 int channel_block() {
@@ -80,29 +85,50 @@ std::optional<int64_t> blocked_plane(const NodeInfo& info, const Tensor& w, int6
   }
 }
 
-// Whether Conv `info` (W constant, f32) runs on the blocked kernel, for channel block `block`:
-// the "conv.algo" knob ({0}: implicit GEMM, {1}: blocked) when set, else the plane-size rule.
-bool small_plane_blocked(const NodeInfo& info, const Tensor& w, int64_t group, int block) {
-  const std::optional<int64_t> plane = blocked_plane(info, w, group, block);
-  if (const std::vector<int64_t>* algo = info.knob("conv.algo")) return plane && (*algo)[0] == 1;
-  if (!plane) return false;
-  if (group != 1) return *plane <= kBlockedDepthwisePlane;
-  return *plane <= (w.dim(2) * w.dim(3) > 1 ? kBlockedPlane : kBlockedPointwisePlane);
+// Whether Winograd F(4x4, 3x3) computes Conv `info` (blocked_plane holds for it): group 1, 3x3,
+// stride 1, dilation 1.
+bool winograd_fits(const NodeInfo& info, const Tensor& w, int64_t group) {
+  if (group != 1 || w.rank() != 4) return false;
+  const Shape& xs = *info.inputs[0].shape;
+  BlockedConv b;
+  static_cast<ConvWindow&>(b) =
+      conv_geometry(info.node.attrs, {1, w.dim(1), xs[2].value, xs[3].value}, w.shape(), "");
+  return winograd_applies(b);
 }
 
-// The "conv.algo" knob: {0} the implicit GEMM, {1} the blocked direct kernel, which must apply.
+// The algorithm of Conv `info` (W constant, f32) for channel block `block`: the "conv.algo"
+// knob when set, else the plane-size rule (which never picks Winograd inside this kernel: the
+// reorders around it and its rounding are the tuner's to weigh, per machine).
+ConvAlgo conv_algo(const NodeInfo& info, const Tensor& w, int64_t group, int block) {
+  const std::optional<int64_t> plane = blocked_plane(info, w, group, block);
+  if (const std::vector<int64_t>* algo = info.knob("conv.algo"))
+    return plane ? static_cast<ConvAlgo>((*algo)[0]) : kImplicitGemm;
+  if (!plane) return kImplicitGemm;
+  if (group != 1) return *plane <= kBlockedDepthwisePlane ? kBlockedDirect : kImplicitGemm;
+  return *plane <= (w.dim(2) * w.dim(3) > 1 ? kBlockedPlane : kBlockedPointwisePlane)
+             ? kBlockedDirect
+             : kImplicitGemm;
+}
+
+// The "conv.algo" knob: {0} the implicit GEMM, {1} the blocked direct kernel, {2} Winograd
+// F(4x4, 3x3) on the blocked tensors; {1} and {2} must apply.
 std::string check_conv_knob(const NodeInfo& info, const std::string& knob,
                             const std::vector<int64_t>& v, const std::string& where) {
   if (knob != "conv.algo") throw ValueError(cat(where, ": takes no knob '", knob, "'"));
-  if (v.size() != 1 || (v[0] != 0 && v[0] != 1))
-    throw ValueError(cat(where, ": knob conv.algo must be {0} (implicit GEMM) or {1} (blocked ",
-                         "direct), got ", dims_str(v)));
+  if (v.size() != 1 || v[0] < kImplicitGemm || v[0] > kBlockedWinograd)
+    throw ValueError(cat(where, ": knob conv.algo must be {0} (implicit GEMM), {1} (blocked ",
+                         "direct) or {2} (blocked Winograd), got ", dims_str(v)));
   const bool f32 = precision_of(info.node) == Precision::kF32;
-  if (v[0] == 1 && (!info.is_constant(1) || !f32 ||
-                    !blocked_plane(info, *info.constants[1], info.node.attrs.get_int("group", 1),
-                                   channel_block())))
-    throw ValueError(cat(where, ": knob conv.algo {1}: the blocked kernel does not apply"));
-  return cat("knob conv.algo: ", v[0] == 1 ? "blocked direct" : "implicit GEMM");
+  const int64_t group = info.node.attrs.get_int("group", 1);
+  if (v[0] != kImplicitGemm && (!info.is_constant(1) || !f32 ||
+                                !blocked_plane(info, *info.constants[1], group, channel_block())))
+    throw ValueError(
+        cat(where, ": knob conv.algo ", dims_str(v), ": the blocked kernel does not apply"));
+  if (v[0] == kBlockedWinograd && !winograd_fits(info, *info.constants[1], group))
+    throw ValueError(cat(where, ": knob conv.algo {2}: Winograd F(4x4, 3x3) needs a 3x3 kernel, ",
+                         "stride 1, dilation 1 and group 1"));
+  const char* names[] = {"implicit GEMM", "blocked direct", "blocked Winograd F(4x4,3x3)"};
+  return cat("knob conv.algo: ", names[v[0]]);
 }
 
 std::any prepare(const NodeInfo& info) {
@@ -112,14 +138,23 @@ std::any prepare(const NodeInfo& info) {
   const Tensor& w = *wp;
   // bf16 products always take the implicit GEMM (the blocked kernel is fp32).
   const Precision precision = *precision_of(info.node);
-  if (const int block = channel_block();
-      precision == Precision::kF32 && small_plane_blocked(info, w, group, block)) {
+  const int block = channel_block();
+  if (const ConvAlgo algo =
+          precision == Precision::kF32 ? conv_algo(info, w, group, block) : kImplicitGemm;
+      algo != kImplicitGemm) {
     PreparedW p;
     p.shape = w.shape();
     p.depthwise = group > 1;
     p.blocked = blocked_conv_weights(w, p.depthwise, block);
     p.block = block;
     for (size_t d = 1; d < 4; ++d) p.x_chw.push_back((*info.inputs[0].shape)[d].value);
+    if (algo == kBlockedWinograd) {
+      WinogradWeights u;
+      u.always = true;  // the knob chose it for this conv: at every batch
+      prepare_winograd(p.blocked.data<float>(), (w.dim(0) + block - 1) / block,
+                       (w.dim(1) + block - 1) / block, block, w.dim(1), u);
+      p.winograd = std::move(u);
+    }
     return p;
   }
   std::vector<PackedA> packed =
@@ -178,7 +213,10 @@ void run_blocked(const ConvGeometry& g, const PreparedW& p, const float* x, cons
   // An activation alone runs on the blocked accumulators (ReLU and Clip in registers); a
   // residual (laid out NCHW) or a tile program, on the NCHW output.
   const bool act_only = !ep.tile && !ep.residual;
-  conv_blocked_rows(k, xb, p.blocked.data<float>(), bp, yb, act_only ? ep : Epilogue{});
+  if (p.winograd)
+    winograd_conv(k, *p.winograd, xb, bp, yb, act_only ? ep : Epilogue{});
+  else
+    conv_blocked_rows(k, xb, p.blocked.data<float>(), bp, yb, act_only ? ep : Epilogue{});
   const int64_t hw = g.out_plane();
   from_blocked(yb, y, g.n, g.m, hw, b);
   if (act_only) return;
@@ -322,6 +360,7 @@ void register_conv_kernels(KernelRegistry& r) {
     const auto& p = std::any_cast<const PreparedW&>(state);
     for (const PackedA& a : p.groups) n += a.bytes();
     if (p.blocked.defined()) n += p.blocked.nbytes();
+    if (p.winograd) n += p.winograd->bytes();
     return n;
   };
   conv.unpack = unpack;
@@ -337,8 +376,9 @@ void register_conv_kernels(KernelRegistry& r) {
                            ? "bf16 pairs (vdpbf16ps)"
                            : cat(precision_name(p.groups[0].precision()), "-rounded fp32"))
                  : std::string();
-    return cat("small plane: blocked direct ", p.depthwise ? "depthwise " : "", "convolution on ",
-               p.block, "-channel blocks, input and output reordered inside the kernel");
+    return cat(p.winograd ? "Winograd F(4x4,3x3)" : "small plane: blocked direct",
+               p.depthwise ? " depthwise" : "", " convolution on ", p.block,
+               "-channel blocks, input and output reordered inside the kernel");
   };
   r.add("Conv", std::move(conv));
   register_blocked_conv_kernels(r);

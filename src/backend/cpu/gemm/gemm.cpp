@@ -458,10 +458,14 @@ GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int t
   p.mc = bl.mc;
   p.nc = bl.nc;
   p.threads = threads;
-  const bool shared = batch == 1 && threads > 1 && pre.a == nullptr && pre.b == nullptr &&
-                      packs_b(g, g.m, bl) && g.m >= threads * bl.mc;
-  const TaskGrid grid =
-      shared ? TaskGrid{threads, 1} : choose_task_grid(batch, g.m, g.n, g.k, bl.mr, bl.nr, threads);
+  // A pinned grid (gemm.grid) replaces the planner's split, the shared B and the column tasks.
+  const bool pinned = g.grid_tm > 0 && g.grid_tn > 0 && threads > 1;
+  const bool shared = !pinned && batch == 1 && threads > 1 && pre.a == nullptr &&
+                      pre.b == nullptr && packs_b(g, g.m, bl) && g.m >= threads * bl.mc;
+  const TaskGrid grid = pinned   ? TaskGrid{std::min(g.grid_tm, ceil_div(g.m, bl.mr)),
+                                          std::min(g.grid_tn, ceil_div(g.n, bl.nr))}
+                        : shared ? TaskGrid{threads, 1}
+                                 : choose_task_grid(batch, g.m, g.n, g.k, bl.mr, bl.nr, threads);
   p.tm = grid.tm;
   p.tn = grid.tn;
   const int64_t task_rows = ceil_div(ceil_div(g.m, bl.mr), p.tm) * bl.mr;
@@ -476,8 +480,9 @@ GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int t
   // kColumnTaskPanels panels (within a task each B panel's successor is fetched ahead).
   if (p.b == GemmPlan::B::kPackedAhead && batch == 1 && p.tm == 1 && p.tn > 1 && pre.a == nullptr) {
     p.a_shared = true;
-    p.tn = std::max(p.tn, std::min(ceil_div(g.n, bl.nr) / kColumnTaskPanels,
-                                   int64_t{kColumnTasksPerThread} * threads));
+    if (!pinned)
+      p.tn = std::max(p.tn, std::min(ceil_div(g.n, bl.nr) / kColumnTaskPanels,
+                                     int64_t{kColumnTasksPerThread} * threads));
   }
   return p;
 }

@@ -93,6 +93,9 @@ struct GemmArgs {
   // Block sizes in place of the cache model's (the "gemm.blocks" knob, docs/tuning.md): KC
   // (rounded to 8), MC and NC (rounded to the register block); 0 keeps the planner's.
   int64_t block_kc = 0, block_mc = 0, block_nc = 0;
+  // The task grid in place of choose_task_grid's (the "gemm.grid" knob): rows cut into grid_tm
+  // ranges and columns into grid_tn, each at most its panels; 0 keeps the planner's.
+  int64_t grid_tm = 0, grid_tn = 0;
 };
 
 // Rounds n floats to what products in `p` see, kept in fp32: bf16 (round_to_bf16, elementwise.h),

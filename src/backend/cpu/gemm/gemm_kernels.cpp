@@ -43,12 +43,17 @@ struct Result {
 };
 
 Result result_for(const KernelContext& c, const Dims& shape, GemmArgs& g) {
-  if (c.knobs)
+  if (c.knobs) {
     if (auto it = c.knobs->find("gemm.blocks"); it != c.knobs->end()) {
       g.block_kc = it->second[0];
       g.block_mc = it->second[1];
       g.block_nc = it->second[2];
     }
+    if (auto it = c.knobs->find("gemm.grid"); it != c.knobs->end()) {
+      g.grid_tm = it->second[0];
+      g.grid_tn = it->second[1];
+    }
+  }
   const DType dt = c.epilogue ? c.epilogue->store : DType::kF32;
   Result r{Tensor::empty(dt, shape)};
   if (dt == DType::kF32) {
@@ -325,9 +330,17 @@ std::optional<Precision> precision_of(const Node& n) {
                              : Precision::kF32;
 }
 
-// The knobs MatMul and Gemm take: "gemm.blocks" = {KC, MC, NC} (GemmArgs::block_kc...).
+// The knobs MatMul and Gemm take: "gemm.blocks" = {KC, MC, NC} (GemmArgs::block_kc...) and
+// "gemm.grid" = {row ranges, column ranges} (GemmArgs::grid_tm, grid_tn).
 std::string check_gemm_knob(const NodeInfo&, const std::string& knob, const std::vector<int64_t>& v,
                             const std::string& where) {
+  if (knob == "gemm.grid") {
+    if (v.size() != 2 || v[0] < 1 || v[0] > 256 || v[1] < 1 || v[1] > 256)
+      throw ValueError(cat(where, ": knob gemm.grid must be {row ranges in [1, 256], column ",
+                           "ranges in [1, 256]}, got ", dims_str(v)));
+    return cat("knob gemm.grid: ", v[0], " row x ", v[1],
+               " column ranges per product (at most its panels; with more than one thread)");
+  }
   if (knob != "gemm.blocks") throw ValueError(cat(where, ": takes no knob '", knob, "'"));
   if (v.size() != 3 || v[0] < 8 || v[0] > 8192 || v[1] < 1 || v[1] > (1 << 20) || v[2] < 1 ||
       v[2] > (1 << 24))
