@@ -1,6 +1,6 @@
 // MergeSiblingMatMuls: matrix products of one activation by constant weights (attention's Q, K
-// and V projections, an MLP's gate and up projections) become one product by the weights
-// concatenated along N, split back into the original results:
+// and V projections) become one product by the weights concatenated along N, split back into the
+// original results:
 //
 //   y_i = MatMul(x, W_i) [+ b_i]   (or Gemm(x, W_i [, c_i]), transB either way)
 //     -> Split(Add(MatMul(x, concat(W_i)), concat(b_i)), [N_1, .., N_n], axis=-1) -> y_1 .. y_n
@@ -11,10 +11,10 @@
 // order, with x as the left operand, a constant 2-D weight of x's dtype (floating) and the same
 // `precision`; Gemm only with alpha = 1, beta = 1, transA = 0 and a constant [N] or [1, N] bias.
 // A bias is an Add of a constant whose shape is [N] with leading ones, the product's only reader.
-// A member whose result feeds an elementwise op is left alone: that op fuses into the GEMM's
-// epilogue now and would not after the Split. Each element is the same dot product as before, so
-// the reference gives the same bits; the CPU GEMM's blocking may move it by rounding (level 2).
-// Split copies its outputs: the cost (one pass over the [M, sum N_i] result) is in
+// A member whose result feeds an elementwise op (through views too) is left alone: that op fuses
+// into the GEMM's epilogue now and would not after the Split. Each element is the same dot product
+// as before, so the reference gives the same bits; the CPU GEMM's blocking may move it by rounding
+// (level 2). Split copies its outputs: the cost (one pass over the [M, sum N_i] result) is in
 // docs/passes.md, measured against what the merge buys.
 #include "ir/ops/op_params.h"
 #include "passes/rewrite_util.h"
@@ -38,11 +38,15 @@ bool is_bias(const Graph& g, ValueId v, int64_t n, DType dt) {
   return b && b->dtype() == dt && b->rank() >= 1 && b->numel() == n && b->dim(b->rank() - 1) == n;
 }
 
-// Whether an elementwise op reads y (it would fuse into the product's epilogue).
-bool feeds_elementwise(const Graph& g, const ReaderIndex& readers, ValueId y) {
+// Whether an elementwise op reads y, directly or through views (Reshape ...): it would fuse into
+// the product's epilogue, as the epilogue chain follows views.
+bool feeds_elementwise(const Graph& g, const ReaderIndex& readers, ValueId y, int depth = 4) {
   for (int32_t r : readers.readers(y)) {
     const Node& n = g.nodes()[static_cast<size_t>(r)];
     if (n.def && n.def->is_elementwise()) return true;
+    if (n.def && n.def->is_view() && n.outputs.size() == 1 && depth > 0 &&
+        feeds_elementwise(g, readers, n.outputs[0], depth - 1))
+      return true;
   }
   return false;
 }

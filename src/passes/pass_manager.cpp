@@ -66,10 +66,11 @@ std::vector<std::string> pipeline(int level) {
   if (level >= 2) order.insert(order.begin(), {"LowerQLinearOps", "LowerQdqToInteger"});
   // Level 2: products of one activation by constant weights as one wider GEMM (the GEMM's
   // blocking may move a result by rounding); after RecognizeAttention, which then already holds
-  // Q, K and V, and before the clean-up drops the weights it made dead.
+  // Q, K and V, and after EliminateCommonSubexpressions, which makes the flattening Reshape an
+  // exporter writes before each projection one value; EliminateDeadCode drops the old weights.
   if (level >= 2) {
-    const auto at = std::find(order.begin(), order.end(), "RecognizeAttention");
-    order.insert(at + 1, "MergeSiblingMatMuls");
+    const auto at = std::find(order.begin(), order.end(), "EliminateDeadCode");
+    order.insert(at, "MergeSiblingMatMuls");
   }
   // Level 2: activations read only by bf16/f16 products stored in that type (fused casts).
   if (level >= 2) order.push_back("StoreHalfOperands");

@@ -1158,8 +1158,9 @@ TEST(PassMergeSiblingMatMuls, MergesGemmsWithTransposedWeights) {
   EXPECT_EQ(fired["MergeSiblingMatMuls/2Products"], 1);
 }
 
-// Not merged: a product feeding an elementwise op (its epilogue), a weight computed at run time,
-// products of another precision, a Gemm scaled by alpha. One candidate is left: nothing to merge.
+// Not merged: products feeding an elementwise op (their epilogue), directly or through a view, a
+// weight computed at run time, a product of another precision, a Gemm scaled by alpha. One
+// candidate is left: nothing to merge.
 TEST(PassMergeSiblingMatMuls, LeavesOtherProducts) {
   expect_unchanged("MergeSiblingMatMuls", R"(graph t (opset 17)
   input %x: f32[2, 3]
@@ -1167,13 +1168,17 @@ TEST(PassMergeSiblingMatMuls, LeavesOtherProducts) {
   const %w1: f32[3, 2] = [1, 2, 3, 4, 5, 6]
   const %w2: f32[3, 2] = [6, 5, 4, 3, 2, 1]
   const %w3: f32[3, 1] = [1, 1, 1]
+  const %flat: i64[1] = [4]
   %a: f32[2, 2] = MatMul(%x, %w1)
   %r: f32[2, 2] = Relu(%a)
+  %f: f32[2, 2] = MatMul(%x, %w2)
+  %f4: f32[4] = Reshape(%f, %flat)
+  %s: f32[4] = Sigmoid(%f4)
   %b: f32[2, 2] = MatMul(%x, %u)
   %c: f32[2, 2] = MatMul(%x, %w2)
   %d: f32[2, 2] = MatMul(%x, %w1) {precision="bf16"}
   %e: f32[2, 1] = Gemm(%x, %w3) {alpha=2.0}
-  return %r, %b, %c, %d, %e
+  return %r, %s, %b, %c, %d, %e
 )");
 }
 
