@@ -5,6 +5,8 @@
 //   y_i = MatMul(x, W_i) [+ b_i]   (or Gemm(x, W_i [, c_i]), transB either way)
 //     -> Split(Add(MatMul(x, concat(W_i)), concat(b_i)), [N_1, .., N_n], axis=-1) -> y_1 .. y_n
 //
+// (for a 2-D x, Gemm(x, concat(W_i), concat(b_i)), with transB when every member had it).
+//
 // One [M, K] x [K, sum N_i] GEMM packs x once and gives the threads n times the columns to share
 // (BERT's three 128x768x768 projections scale poorly from 1 to 2 threads; one 128x768x2304 does
 // well). A member without a bias gets zeros (x + 0 is x). Members are the readers of x, in graph
@@ -119,42 +121,57 @@ bool merge_siblings(Rewrite& rw, size_t i, const PassContext& ctx) {
   if (members.size() < 2 || members[0].node != i) return false;
 
   int64_t total = 0;
-  bool any_bias = false;
+  bool any_bias = false, all_trans_b = two_d;
   for (const Member& m : members) {
     total += m.n;
     any_bias = any_bias || m.bias != kNoValue;
+    all_trans_b = all_trans_b && m.trans_b;
   }
-  // concat(W_i) as [K, sum N_i] and concat(b_i), read only now that the merge happens.
+  // concat(W_i), read only now that the merge happens: [sum N_i, K] (the rows one after another)
+  // when every member is a Gemm with transB, else [K, sum N_i]; concat(b_i) likewise.
   std::vector<double> w(static_cast<size_t>(k * total)), b(static_cast<size_t>(total), 0.0);
   int64_t col = 0;
   for (const Member& m : members) {
     const std::vector<double> mw = to_doubles(*m.weight);
-    for (int64_t r = 0; r < k; ++r)
-      for (int64_t c = 0; c < m.n; ++c)
-        w[static_cast<size_t>(r * total + col + c)] =
-            mw[static_cast<size_t>(m.trans_b ? c * k + r : r * m.n + c)];
+    if (all_trans_b) {
+      std::copy(mw.begin(), mw.end(), w.begin() + col * k);
+    } else {
+      for (int64_t r = 0; r < k; ++r)
+        for (int64_t c = 0; c < m.n; ++c)
+          w[static_cast<size_t>(r * total + col + c)] =
+              mw[static_cast<size_t>(m.trans_b ? c * k + r : r * m.n + c)];
+    }
     if (m.bias != kNoValue) {
       const std::vector<double> mb = to_doubles(*constant(g, m.bias));
       std::copy(mb.begin(), mb.end(), b.begin() + col);
     }
     col += m.n;
   }
-  auto wt = float_tensor(dt, {k, total}, w);
+  auto wt = float_tensor(dt, all_trans_b ? Dims{total, k} : Dims{k, total}, w);
   auto bt = float_tensor(dt, {total}, b);
   if (!wt || !bt) return false;
 
+  // A 2-D activation gets a Gemm (bias in C), as the exporters write a Linear layer; a batched
+  // one MatMul and an Add, which the GEMM's epilogue fuses.
   const std::string name = first.name.empty() ? "merged" : first.name + "_merged";
-  const Attributes attrs = with_precision_of(first);
+  Attributes attrs = with_precision_of(first);
   const ValueId wid = g.add_constant(name + "_weight", std::move(*wt));
+  const ValueId bid = any_bias ? g.add_constant(name + "_bias", std::move(*bt)) : kNoValue;
   size_t at = i;
   ValueId y = g.add_value(g.unique_name(name), TensorType{dt, std::nullopt});
-  rw.insert(at++, "MatMul", {x, wid}, {y}, attrs, name);
-  if (any_bias) {
-    const ValueId bid = g.add_constant(name + "_bias", std::move(*bt));
-    const ValueId biased =
-        g.add_value(g.unique_name(name + "_biased"), TensorType{dt, std::nullopt});
-    rw.insert(at++, "Add", {y, bid}, {biased}, {}, name + "_bias");
-    y = biased;
+  if (two_d) {
+    if (all_trans_b) attrs.set("transB", int64_t{1});
+    std::vector<ValueId> in = {x, wid};
+    if (any_bias) in.push_back(bid);
+    rw.insert(at++, "Gemm", std::move(in), {y}, std::move(attrs), name);
+  } else {
+    rw.insert(at++, "MatMul", {x, wid}, {y}, std::move(attrs), name);
+    if (any_bias) {
+      const ValueId biased =
+          g.add_value(g.unique_name(name + "_biased"), TensorType{dt, std::nullopt});
+      rw.insert(at++, "Add", {y, bid}, {biased}, {}, name + "_bias");
+      y = biased;
+    }
   }
   std::vector<int64_t> sizes;
   std::vector<ValueId> outs;

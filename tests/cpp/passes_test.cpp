@@ -1131,7 +1131,7 @@ TEST(PassMergeSiblingMatMuls, MergesProjectionsOfOneActivation) {
   EXPECT_EQ(fired["MergeSiblingMatMuls/3Products"], 1);
 }
 
-// Gemm siblings of a 2-D activation: transB is undone in the merged weight, Gemm's C is the bias.
+// Gemm siblings of a 2-D activation, one with transB: the merged weight is [K, N], the Cs are C.
 TEST(PassMergeSiblingMatMuls, MergesGemmsWithTransposedWeights) {
   auto fired = expect_pass("MergeSiblingMatMuls", R"(graph t (opset 17)
   input %x: f32[2, 3]
@@ -1150,12 +1150,33 @@ TEST(PassMergeSiblingMatMuls, MergesGemmsWithTransposedWeights) {
   const %w: f32[3, 3] = [1, 4, 1, 2, 5, 0, 3, 6, -1]
   const %c: f32[3] = [0.25, 0.75, 0]
   const %s: i64[2] = [2, 1]
-  %m: f32[2, 3] = MatMul(%x, %w)
-  %mc: f32[2, 3] = Add(%m, %c)
-  %a: f32[2, 2], %b: f32[2, 1] = Split(%mc, %s) {axis=-1}
+  %m: f32[2, 3] = Gemm(%x, %w, %c)
+  %a: f32[2, 2], %b: f32[2, 1] = Split(%m, %s) {axis=-1}
   return %a, %b
 )");
   EXPECT_EQ(fired["MergeSiblingMatMuls/2Products"], 1);
+}
+
+// Every member with transB (torch's Linear): the weights' rows one after another, transB kept.
+TEST(PassMergeSiblingMatMuls, KeepsTransBWhenEveryMemberHasIt) {
+  expect_pass("MergeSiblingMatMuls", R"(graph t (opset 17)
+  input %x: f32[2, 3]
+  const %wa: f32[2, 3] = [1, 2, 3, 4, 5, 6]
+  const %wb: f32[1, 3] = [1, 0, -1]
+  %a: f32[2, 2] = Gemm(%x, %wa) {transB=1}
+  %b: f32[2, 1] = Gemm(%x, %wb) {transB=1}
+  return %a, %b
+)",
+              R"(graph t (opset 17)
+  input %x: f32[2, 3]
+  const %wa: f32[2, 3] = [1, 2, 3, 4, 5, 6]
+  const %wb: f32[1, 3] = [1, 0, -1]
+  const %w: f32[3, 3] = [1, 2, 3, 4, 5, 6, 1, 0, -1]
+  const %s: i64[2] = [2, 1]
+  %m: f32[2, 3] = Gemm(%x, %w) {transB=1}
+  %a: f32[2, 2], %b: f32[2, 1] = Split(%m, %s) {axis=-1}
+  return %a, %b
+)");
 }
 
 // Not merged: products feeding an elementwise op (their epilogue), directly or through a view, a
