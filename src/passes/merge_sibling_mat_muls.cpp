@@ -8,16 +8,16 @@
 // (for a 2-D x, Gemm(x, concat(W_i), concat(b_i)), with transB when every member had it).
 //
 // One [M, K] x [K, sum N_i] GEMM packs x once and gives the threads n times the columns to share
-// (BERT's three 128x768x768 projections scale poorly from 1 to 2 threads; one 128x768x2304 does
-// well). A member without a bias gets zeros (x + 0 is x). Members are the readers of x, in graph
-// order, with x as the left operand, a constant 2-D weight of x's dtype (floating) and the same
-// `precision`; Gemm only with alpha = 1, beta = 1, transA = 0 and a constant [N] or [1, N] bias.
-// A bias is an Add of a constant whose shape is [N] with leading ones, the product's only reader.
-// A member whose result feeds an elementwise op (through views too) is left alone: that op fuses
-// into the GEMM's epilogue now and would not after the Split. Each element is the same dot product
-// as before, so the reference gives the same bits; the CPU GEMM's blocking may move it by rounding.
-// The pass is in no pipeline: Split copies its outputs, and on BERT-base at 2 threads the merged
-// model was slower than the three products (docs/passes.md).
+// (issue 13 measured BERT's 128x768x768 projections scaling poorly from 1 to 2 threads). A member
+// without a bias gets zeros (x + 0 is x). Members are the readers of x, in graph order, with x as
+// the left operand, a constant 2-D weight of x's dtype (floating) and the same `precision`; Gemm
+// only with alpha = 1, beta = 1, transA = 0 and a constant [N] or [1, N] bias. A bias is an Add of
+// a constant whose shape is [N] with leading ones, the product's only reader. A member whose result
+// feeds an elementwise op (through views too) is left alone: that op fuses into the GEMM's epilogue
+// now and would not after the Split. Each element is the same dot product as before, so the
+// reference gives the same bits; the CPU GEMM's blocking may move it by rounding. The pass is in no
+// pipeline: Split copies its outputs, and on BERT-base at 2 threads the merged model was slower
+// than the three products (docs/passes.md).
 #include "ir/ops/op_params.h"
 #include "passes/rewrite_util.h"
 
