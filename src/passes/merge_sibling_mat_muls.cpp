@@ -15,9 +15,8 @@
 // a constant whose shape is [N] with leading ones, the product's only reader. A member whose result
 // feeds an elementwise op (through views too) is left alone: that op fuses into the GEMM's epilogue
 // now and would not after the Split. Each element is the same dot product as before, so the
-// reference gives the same bits; the CPU GEMM's blocking may move it by rounding. The pass is in no
-// pipeline: Split copies its outputs, and on BERT-base at 2 threads the merged model was slower
-// than the three products (docs/passes.md).
+// reference gives the same bits; the CPU GEMM's blocking may move it by rounding (level 2). Split
+// copies its outputs: what that costs against what the merge buys is in docs/passes.md.
 #include "ir/ops/op_params.h"
 #include "passes/rewrite_util.h"
 
