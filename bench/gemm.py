@@ -2,7 +2,7 @@
 square, transformer and convolution shapes, as GFLOP/s and % of the FMA peak (usage:
 bench/README.md).
 
-    python bench/gemm.py                       # 12 shapes x threads 1, 2 (about 10 minutes)
+    python bench/gemm.py                       # 13 shapes x threads 1, 2 (about 10 minutes)
     python bench/gemm.py --quick --threads 1 --shapes 512,128x768x3072
 
 Shapes are MxKxN (C[M, N] = A[M, K] B[K, N], row-major fp32); a conv layer as an implicit GEMM is
@@ -41,6 +41,7 @@ SHAPES = {  # MxKxN -> what it is
     "1024x1024x1024": "square",
     "2048x2048x2048": "square",
     "128x768x768": "BERT b1 attention proj",
+    "128x768x2304": "BERT b1 Q/K/V proj merged (MergeSiblingMatMuls)",
     "128x768x3072": "BERT b1 FFN up",
     "128x3072x768": "BERT b1 FFN down",
     "1024x768x3072": "BERT b8 FFN up",

@@ -38,6 +38,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_fuse_dynamic_quantization(*r);
     passes::register_lower_qdq_to_integer(*r);
     passes::register_lower_qlinear_ops(*r);
+    passes::register_merge_sibling_mat_muls(*r);
     return r;
   }();
   return *registry;
@@ -63,6 +64,14 @@ std::vector<std::string> pipeline(int level) {
   // first, before FoldConstants turns the dequantized weights into float ones; before that,
   // onnxruntime's QOperator ops as QDQ (a result can move by one step of its grid).
   if (level >= 2) order.insert(order.begin(), {"LowerQLinearOps", "LowerQdqToInteger"});
+  // Level 2: products of one activation by constant weights as one wider GEMM (the GEMM's
+  // blocking may move a result by rounding); after RecognizeAttention, which then already holds
+  // Q, K and V, and after EliminateCommonSubexpressions, which makes the flattening Reshape an
+  // exporter writes before each projection one value; EliminateDeadCode drops the old weights.
+  if (level >= 2) {
+    const auto at = std::find(order.begin(), order.end(), "EliminateDeadCode");
+    order.insert(at, "MergeSiblingMatMuls");
+  }
   // Level 2: activations read only by bf16/f16 products stored in that type (fused casts).
   if (level >= 2) order.push_back("StoreHalfOperands");
   // Level 3: layouts (blocked channels where the CPU's blocked kernels pay), on the cleaned graph.

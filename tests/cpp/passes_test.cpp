@@ -1091,5 +1091,149 @@ TEST(PassLowerQLinearOps, LeavesOtherForms) {
 )");
 }
 
+// ---------------------------------------------------------------- MergeSiblingMatMuls
+
+// Q, K and V projections of one activation (a bias on the left of its Add, one without a bias, a
+// [1, N] bias): one MatMul by the weights side by side, one Add of the biases (0 for K), a Split.
+// The Transpose reading Q is not elementwise, so it does not keep Q out.
+TEST(PassMergeSiblingMatMuls, MergesProjectionsOfOneActivation) {
+  auto fired = expect_pass("MergeSiblingMatMuls", R"(graph t (opset 17)
+  input %x: f32[1, 2, 3]
+  const %wq: f32[3, 2] = [1, 2, 3, 4, 5, 6]
+  const %bq: f32[2] = [0.5, -0.5]
+  const %wk: f32[3, 1] = [7, 8, 9]
+  const %wv: f32[3, 2] = [-1, -2, -3, -4, -5, -6]
+  const %bv: f32[1, 2] = [1, 2]
+  %q0: f32[1, 2, 2] = MatMul(%x, %wq)
+  %q: f32[1, 2, 2] = Add(%bq, %q0)
+  %k: f32[1, 2, 1] = MatMul(%x, %wk)
+  %v0: f32[1, 2, 2] = MatMul(%x, %wv)
+  %v: f32[1, 2, 2] = Add(%v0, %bv)
+  %t: f32[1, 2, 2] = Transpose(%q) {perm=[0, 2, 1]}
+  return %t, %k, %v
+)",
+                           R"(graph t (opset 17)
+  input %x: f32[1, 2, 3]
+  const %wq: f32[3, 2] = [1, 2, 3, 4, 5, 6]
+  const %bq: f32[2] = [0.5, -0.5]
+  const %wk: f32[3, 1] = [7, 8, 9]
+  const %wv: f32[3, 2] = [-1, -2, -3, -4, -5, -6]
+  const %bv: f32[1, 2] = [1, 2]
+  const %w: f32[3, 5] = [1, 2, 7, -1, -2, 3, 4, 8, -3, -4, 5, 6, 9, -5, -6]
+  const %b: f32[5] = [0.5, -0.5, 0, 1, 2]
+  const %s: i64[3] = [2, 1, 2]
+  %m: f32[1, 2, 5] = MatMul(%x, %w)
+  %mb: f32[1, 2, 5] = Add(%m, %b)
+  %q: f32[1, 2, 2], %k: f32[1, 2, 1], %v: f32[1, 2, 2] = Split(%mb, %s) {axis=-1}
+  %t: f32[1, 2, 2] = Transpose(%q) {perm=[0, 2, 1]}
+  return %t, %k, %v
+)");
+  EXPECT_EQ(fired["MergeSiblingMatMuls/3Products"], 1);
+}
+
+// Gemm siblings of a 2-D activation, one with transB: the merged weight is [K, N], the Cs are C.
+TEST(PassMergeSiblingMatMuls, MergesGemmsWithTransposedWeights) {
+  auto fired = expect_pass("MergeSiblingMatMuls", R"(graph t (opset 17)
+  input %x: f32[2, 3]
+  const %wa: f32[2, 3] = [1, 2, 3, 4, 5, 6]
+  const %ca: f32[2] = [0.25, 0.75]
+  const %wb: f32[3, 1] = [1, 0, -1]
+  %a: f32[2, 2] = Gemm(%x, %wa, %ca) {transB=1}
+  %b: f32[2, 1] = Gemm(%x, %wb)
+  return %a, %b
+)",
+                           R"(graph t (opset 17)
+  input %x: f32[2, 3]
+  const %wa: f32[2, 3] = [1, 2, 3, 4, 5, 6]
+  const %ca: f32[2] = [0.25, 0.75]
+  const %wb: f32[3, 1] = [1, 0, -1]
+  const %w: f32[3, 3] = [1, 4, 1, 2, 5, 0, 3, 6, -1]
+  const %c: f32[3] = [0.25, 0.75, 0]
+  const %s: i64[2] = [2, 1]
+  %m: f32[2, 3] = Gemm(%x, %w, %c)
+  %a: f32[2, 2], %b: f32[2, 1] = Split(%m, %s) {axis=-1}
+  return %a, %b
+)");
+  EXPECT_EQ(fired["MergeSiblingMatMuls/2Products"], 1);
+}
+
+// Every member with transB (torch's Linear): the weights' rows one after another, transB kept.
+TEST(PassMergeSiblingMatMuls, KeepsTransBWhenEveryMemberHasIt) {
+  expect_pass("MergeSiblingMatMuls", R"(graph t (opset 17)
+  input %x: f32[2, 3]
+  const %wa: f32[2, 3] = [1, 2, 3, 4, 5, 6]
+  const %wb: f32[1, 3] = [1, 0, -1]
+  %a: f32[2, 2] = Gemm(%x, %wa) {transB=1}
+  %b: f32[2, 1] = Gemm(%x, %wb) {transB=1}
+  return %a, %b
+)",
+              R"(graph t (opset 17)
+  input %x: f32[2, 3]
+  const %wa: f32[2, 3] = [1, 2, 3, 4, 5, 6]
+  const %wb: f32[1, 3] = [1, 0, -1]
+  const %w: f32[3, 3] = [1, 2, 3, 4, 5, 6, 1, 0, -1]
+  const %s: i64[2] = [2, 1]
+  %m: f32[2, 3] = Gemm(%x, %w) {transB=1}
+  %a: f32[2, 2], %b: f32[2, 1] = Split(%m, %s) {axis=-1}
+  return %a, %b
+)");
+}
+
+// Not merged: products feeding an elementwise op (their epilogue), directly or through a view, a
+// weight computed at run time, a product of another precision, a Gemm scaled by alpha. One
+// candidate is left: nothing to merge.
+TEST(PassMergeSiblingMatMuls, LeavesOtherProducts) {
+  expect_unchanged("MergeSiblingMatMuls", R"(graph t (opset 17)
+  input %x: f32[2, 3]
+  input %u: f32[3, 2]
+  const %w1: f32[3, 2] = [1, 2, 3, 4, 5, 6]
+  const %w2: f32[3, 2] = [6, 5, 4, 3, 2, 1]
+  const %w3: f32[3, 1] = [1, 1, 1]
+  const %flat: i64[1] = [4]
+  %a: f32[2, 2] = MatMul(%x, %w1)
+  %r: f32[2, 2] = Relu(%a)
+  %f: f32[2, 2] = MatMul(%x, %w2)
+  %f4: f32[4] = Reshape(%f, %flat)
+  %s: f32[4] = Sigmoid(%f4)
+  %b: f32[2, 2] = MatMul(%x, %u)
+  %c: f32[2, 2] = MatMul(%x, %w2)
+  %d: f32[2, 2] = MatMul(%x, %w1) {precision="bf16"}
+  %e: f32[2, 1] = Gemm(%x, %w3) {alpha=2.0}
+  return %r, %s, %b, %c, %d, %e
+)");
+}
+
+// A symbolic batch and sequence (a dynamic model): the merge needs only K and the N_i, which the
+// weights fix; the outputs keep their bits on two sequence lengths.
+TEST(PassMergeSiblingMatMuls, MergesUnderSymbolicShapes) {
+  const std::string text = R"(graph t (opset 17)
+  input %x: f32[batch, seq, 3]
+  const %wq: f32[3, 2] = [1, 2, 3, 4, 5, 6]
+  const %bq: f32[2] = [0.5, -0.5]
+  const %wk: f32[3, 2] = [7, 8, 9, 1, 2, 3]
+  %q0: f32[batch, seq, 2] = MatMul(%x, %wq)
+  %q: f32[batch, seq, 2] = Add(%q0, %bq)
+  %k: f32[batch, seq, 2] = MatMul(%x, %wk)
+  return %q, %k
+)";
+  Graph out = run_passes(parse_graph(text), {.only = {"MergeSiblingMatMuls"}});
+  std::vector<std::string> ops;
+  for (const Node& n : out.nodes()) ops.push_back(n.op);
+  EXPECT_EQ(ops, (std::vector<std::string>{"MatMul", "Add", "Split"}));
+  const Shape& qs = *out.value(out.outputs()[0]).type.shape;
+  EXPECT_TRUE(qs[0].is_symbolic() && qs[1].is_symbolic()) << print(out);
+  for (int64_t seq : {1, 7}) {
+    std::mt19937 rng(static_cast<uint32_t>(seq));
+    const std::vector<Tensor> in = {random_tensor(DType::kF32, {2, seq, 3}, rng)};
+    std::vector<Tensor> a = reference::run(parse_graph(text), in), b = reference::run(out, in);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].shape(), b[i].shape());
+      Tensor x = a[i].contiguous(), y = b[i].contiguous();
+      EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()), 0) << "output " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pto

@@ -2,7 +2,8 @@
 symbolic batch and sequence, captured by pypto.optimize with torch.export Dims and exported to
 ONNX with dynamic axes (by both exporters), keep one Attention op per layer, and one compiled
 model matches eager PyTorch / onnxruntime at every size, batch 1 and odd lengths included. Tiny
-configs, random weights."""
+configs, random weights. BERT's Q, K and V projections are one GEMM (MergeSiblingMatMuls) at
+symbolic sizes too."""
 
 import numpy as np
 import pytest
@@ -54,6 +55,12 @@ def _attention_steps(compiled):
     return [s["rule"] or s["op"] for s in compiled.steps].count("Attention")
 
 
+def _merged_projections(compiled):
+    """How many Q/K/V triples MergeSiblingMatMuls made one GEMM (BERT: one a layer; GPT-2's
+    c_attn is one already)."""
+    return sum(r["fired"].get("MergeSiblingMatMuls/3Products", 0) for r in compiled.pass_report)
+
+
 @pytest.mark.parametrize("factory", [_bert, _gpt2], ids=["bert", "gpt2"])
 def test_optimize_with_symbolic_batch_and_sequence_fuses_attention(factory):
     from torch.export import Dim
@@ -64,6 +71,7 @@ def test_optimize_with_symbolic_batch_and_sequence_fuses_attention(factory):
     fast = pypto.optimize(model, _inputs(2, 12), dynamic_shapes=(spec, spec))
     text = str(fast.compiled.graph)
     assert "i64[batch, seq]" in text and text.count("Attention(") == 2
+    assert _merged_projections(fast.compiled) == (2 if factory is _bert else 0)
     for b, s in SIZES:
         args = _inputs(b, s)
         with torch.inference_mode():
@@ -115,6 +123,7 @@ def test_onnx_export_with_dynamic_axes_matches_onnxruntime(name, dynamo, tmp_pat
         with torch.inference_mode():
             np.testing.assert_allclose(got, model(*args).numpy(), rtol=1e-4, atol=1e-5)
         assert _attention_steps(exe._compiled) == 2, (b, s)
+    assert _merged_projections(exe._compiled) == (2 if name == "bert" else 0)
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
