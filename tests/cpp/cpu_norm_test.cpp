@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "cpu_reduce_test_util.h"
+#include "pto/memory_policy.h"
 
 namespace pto::testing {
 namespace {
@@ -107,6 +108,25 @@ TEST(CpuLayerNorm, EveryAxisBiasAndStatistics) {
         }
     }
   }
+}
+
+// The row kernels with the next row prefetched (the built-in prefetch_distance, -1) and with
+// prefetching off (0): the same results as the reference either way, over several rows a task.
+TEST(CpuNorm, RowKernelsWithPrefetchOnAndOff) {
+  const MemoryPolicy saved = memory_policy();
+  for (int distance : {-1, 0}) {
+    SCOPED_TRACE(::testing::Message() << "prefetch_distance " << distance);
+    set_memory_policy(MemoryPolicy{.prefetch_distance = distance});
+    const Tensor x = random_f32({37, 768}, 61, -2, 3);
+    expect_matches({"Softmax", {x}, {}, 13}, {8 * kUlp, 8 * kUlp});
+    NodeCase ln{"LayerNormalization", {x, random_f32({768}, 62), random_f32({768}, 63)}, {}, 17};
+    ln.constant = {false, true, true};
+    expect_matches(ln, norm_tol());
+    NodeCase rms{"RMSNormalization", {x, random_f32({768}, 64)}, {}, 23};
+    rms.constant = {false, true};
+    expect_matches(rms, norm_tol());
+  }
+  set_memory_policy(saved);
 }
 
 TEST(CpuLayerNorm, LargeMeanAndOtherScaleShapes) {
