@@ -39,6 +39,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_lower_qdq_to_integer(*r);
     passes::register_lower_qlinear_ops(*r);
     passes::register_merge_sibling_mat_muls(*r);
+    passes::register_fold_attention_heads(*r);
     return r;
   }();
   return *registry;
@@ -58,7 +59,7 @@ std::vector<std::string> pipeline(int level) {
       "UnflattenMatMul",    "EliminateNoOps",          "SimplifyTransposes",
       "FoldBatchNorm",      "FoldTransposeIntoGemm",   "RecognizeComposites",
       "RecognizeAttention", "FuseDynamicQuantization", "EliminateCommonSubexpressions",
-      "EliminateDeadCode",
+      "FoldAttentionHeads", "EliminateDeadCode",
   };
   // Level 2: QDQ-quantized products on the integer kernels (rounding moves by float ulps),
   // first, before FoldConstants turns the dequantized weights into float ones; before that,
@@ -68,8 +69,10 @@ std::vector<std::string> pipeline(int level) {
   // blocking may move a result by rounding); after RecognizeAttention, which then already holds
   // Q, K and V, and after EliminateCommonSubexpressions, which makes the flattening Reshape an
   // exporter writes before each projection one value; EliminateDeadCode drops the old weights.
+  // FoldAttentionHeads (level 1: Attention reads its heads in place) comes after it, to take
+  // the merged product's Split in too.
   if (level >= 2) {
-    const auto at = std::find(order.begin(), order.end(), "EliminateDeadCode");
+    const auto at = std::find(order.begin(), order.end(), "FoldAttentionHeads");
     order.insert(at, "MergeSiblingMatMuls");
   }
   // Level 2: activations read only by bf16/f16 products stored in that type (fused casts).

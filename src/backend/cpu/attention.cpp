@@ -25,9 +25,14 @@
 // parallel loop merges the ranges of each row in order (log-sum-exp weights), so the bits depend
 // only on the sizes and the thread count.
 //
-// What the fast path does not cover goes to the reference kernel at run time: 3-D (packed-head)
-// inputs, a KV cache, nonpad_kv_seqlen, softcap, windows, extra outputs, a mask whose last axis
-// is not the key length.
+// Q, K, V and Y are 4-D [B, H, S, D] or 3-D [B, S, H*D] (ONNX's packed heads): the kernel reads
+// and writes rows of D at strides (HeadRows), so the head-split transposes around it need no
+// copies (FoldAttentionHeads). With PyPTO's qkv_split, Q, K and V are the column ranges of one
+// [B, S, width] input (a merged Q/K/V projection), read in place.
+//
+// What the fast path does not cover goes to the reference kernel at run time: a KV cache,
+// nonpad_kv_seqlen, softcap, windows, extra outputs, a mask whose last axis is not the key
+// length, shapes that do not agree (the reference raises).
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -105,6 +110,63 @@ std::optional<MaskView> mask_view(const Tensor& m, const int64_t full[4]) {
   return v;
 }
 
+// Where the rows of one operand lie: position s of head h in batch b starts at
+// base + col + b * sb + h * sh + s * ss, its D values contiguous.
+template <typename T>
+struct HeadRows {
+  T* base = nullptr;
+  int64_t sb = 0, sh = 0, ss = 0, col = 0;
+  T* row(int64_t b, int64_t h, int64_t s) const { return base + col + b * sb + h * sh + s * ss; }
+};
+
+// The sizes of a call and where its operands' rows lie (offsets from each input's data): 4-D
+// [B, H, S, D], or 3-D [B, S, width] with head h at columns col + h * D.
+struct Operands {
+  int64_t B = 0, H = 0, Hkv = 0, Sq = 0, L = 0, D = 0, Dv = 0;
+  bool packed = false;  // 3-D: Y is [B, Sq, H * Dv]
+  HeadRows<const float> q, k, v;
+};
+
+HeadRows<const float> rows_4d(const Dims& t) {
+  return {nullptr, t[1] * t[2] * t[3], t[2] * t[3], t[3], 0};
+}
+
+HeadRows<const float> rows_3d(const Dims& t, int64_t col, int64_t head) {
+  return {nullptr, t[1] * t[2], head, t[2], col};
+}
+
+// The call's sizes and strides from the shapes of Q, K and V; nullopt when they do not agree.
+std::optional<Operands> operands_of(const Dims& Q, const Dims& K, const Dims& V,
+                                    const params::Attention& a) {
+  Operands o;
+  if (Q.size() == 4 && K.size() == 4 && V.size() == 4 && a.qkv_split.empty()) {
+    o.B = Q[0], o.H = Q[1], o.Sq = Q[2], o.D = Q[3], o.Hkv = K[1], o.L = K[2], o.Dv = V[3];
+    if (K[0] != o.B || V[0] != o.B || V[1] != o.Hkv || V[2] != o.L || K[3] != o.D)
+      return std::nullopt;
+    o.q = rows_4d(Q), o.k = rows_4d(K), o.v = rows_4d(V);
+  } else if (Q.size() == 3 && K.size() == 3 && V.size() == 3) {
+    o.packed = true;
+    o.B = Q[0], o.H = a.q_num_heads, o.Hkv = a.kv_num_heads, o.Sq = Q[1], o.L = K[1];
+    int64_t wq = Q[2], wk = K[2], wv = V[2], kcol = 0, vcol = 0;
+    if (!a.qkv_split.empty()) {
+      const std::vector<int64_t>& s = a.qkv_split;
+      if (s.size() != 3 || s[0] <= 0 || s[1] <= 0 || s[2] <= 0 || s[0] + s[1] + s[2] != wq ||
+          K != Q || V != Q)
+        return std::nullopt;
+      wq = s[0], wk = s[1], wv = s[2], kcol = s[0], vcol = s[0] + s[1];
+    }
+    if (o.H <= 0 || o.Hkv <= 0 || wq % o.H || wk % o.Hkv || wv % o.Hkv || K[0] != o.B ||
+        V[0] != o.B || V[1] != o.L || wk / o.Hkv != wq / o.H)
+      return std::nullopt;
+    o.D = wq / o.H, o.Dv = wv / o.Hkv;
+    o.q = rows_3d(Q, 0, o.D), o.k = rows_3d(K, kcol, o.D), o.v = rows_3d(V, vcol, o.Dv);
+  } else {
+    return std::nullopt;
+  }
+  if (o.Hkv == 0 || o.H % o.Hkv != 0) return std::nullopt;
+  return o;
+}
+
 // PTO_ATTENTION_TILES="rows,block[,splits]": the plan's tiles replaced (0 keeps the planner's
 // choice).
 std::optional<AttentionTiles> tiles_from_env() {
@@ -180,25 +242,26 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
   for (size_t i = 4; i < c.inputs.size(); ++i)
     if (c.has_input(i)) return run_reference(c);
   if (c.num_outputs != 1) return run_reference(c);
-  const Tensor &Q = c.input(0), &K = c.input(1), &V = c.input(2);
-  if (Q.rank() != 4 || K.rank() != 4 || V.rank() != 4) return run_reference(c);
-  const int64_t B = Q.dim(0), H = Q.dim(1), Sq = Q.dim(2), D = Q.dim(3);
-  const int64_t Hkv = K.dim(1), L = K.dim(2), Dv = V.dim(3);
-  if (K.dim(0) != B || V.dim(0) != B || V.dim(1) != Hkv || V.dim(2) != L || K.dim(3) != D ||
-      Hkv == 0 || H % Hkv != 0)
-    return run_reference(c);  // it raises the error
+  const params::Attention a = params::attention(c.node);
+  std::optional<Operands> ops =
+      operands_of(c.input(0).shape(), c.input(1).shape(), c.input(2).shape(), a);
+  if (!ops) return run_reference(c);  // it raises the error
+  ops->q.base = c.input(0).data<float>();
+  ops->k.base = c.input(1).data<float>();
+  ops->v.base = c.input(2).data<float>();
+  const int64_t B = ops->B, H = ops->H, Sq = ops->Sq, D = ops->D;
+  const int64_t Hkv = ops->Hkv, L = ops->L, Dv = ops->Dv;
   const int64_t full[4] = {B, H, Sq, L};
   std::optional<MaskView> mask;
   if (c.has_input(3)) {
     mask = mask_view(c.input(3), full);
     if (!mask) return run_reference(c);
   }
-  const params::Attention a = params::attention(c.node);
   const auto scale = static_cast<float>(a.scale_for(D));
   const bool causal = a.is_causal;
   const int64_t group = H / Hkv;
 
-  Tensor y = Tensor::empty(DType::kF32, {B, H, Sq, Dv});
+  Tensor y = Tensor::empty(DType::kF32, ops->packed ? Dims{B, Sq, H * Dv} : Dims{B, H, Sq, Dv});
   if (y.numel() == 0) return one(std::move(y));
   if (L == 0) {
     std::fill_n(y.data<float>(), y.numel(), 0.0f);
@@ -213,12 +276,14 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
   const int64_t units = B * Hkv * blocks, parts = plan.splits;
   const int64_t partial_floats = plan.task_rows * (Dv + 2);  // O rows, m, l of one part
   std::vector<float> partial(static_cast<size_t>(parts > 1 ? units * parts * partial_floats : 0));
-  const float *qp = Q.data<float>(), *kp = K.data<float>(), *vp = V.data<float>();
-  float* yp = y.data<float>();
+  const HeadRows<const float>&q_rows = ops->q, &k_rows = ops->k, &v_rows = ops->v;
+  const HeadRows<float> y_rows =
+      ops->packed ? HeadRows<float>{y.data<float>(), Sq * H * Dv, Dv, H * Dv, 0}
+                  : HeadRows<float>{y.data<float>(), H * Sq * Dv, Sq * Dv, Dv, 0};
   // Row g * r + i of a task is head hk * group + g at position i0 + i: its output row.
   const auto y_row = [&](int64_t unit, int64_t g, int64_t i) {
     const int64_t bk = unit / blocks, i0 = unit % blocks * plan.rows;
-    return yp + ((bk / Hkv * H + bk % Hkv * group + g) * Sq + i0 + i) * Dv;
+    return y_rows.row(bk / Hkv, bk % Hkv * group + g, i0 + i);
   };
   parallel_for(0, units * parts, 1, [&](int64_t t0, int64_t t1) {
     const TaskScratch w(plan, D, Dv);
@@ -231,9 +296,8 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
       int64_t key_begin = 0, key_end = causal ? std::min(L, i0 + r) : L;
       int64_t mask_begin = L, mask_end = 0;
       for (int64_t g = 0; g < group; ++g) {
-        const int64_t bh = b * H + hk * group + g;
-        std::copy_n(qp + (bh * Sq + i0) * D, r * D, w.q + g * r * D);
         for (int64_t i = 0; i < r; ++i) {
+          std::copy_n(q_rows.row(b, hk * group + g, i0 + i), D, w.q + (g * r + i) * D);
           w.limit[g * r + i] = i0 + i + 1;
           if (!mask) continue;
           const int64_t off =
@@ -253,8 +317,9 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
       std::fill_n(w.o, rows * Dv, 0.0f);
       std::fill_n(w.m, rows, kNegInf);
       std::fill_n(w.l, rows, 0.0f);
-      const float* k = kp + bk * L * D;
-      const float* v = vp + bk * L * Dv;
+      const float* k = k_rows.row(b, hk, 0);
+      const float* v = v_rows.row(b, hk, 0);
+      const int64_t ldk = k_rows.ss, ldv = v_rows.ss;
       for (int64_t j0 = key_begin; j0 < key_end; j0 += plan.block) {
         const int64_t n = std::min(plan.block, key_end - j0);
         // Only a chunk that reaches past the first query's position crosses a causal limit.
@@ -272,18 +337,18 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
         if (plan.decode) {
           PTO_ISA_DISPATCH(attention_decode_chunk, DecodeChunk{.sm = sm,
                                                                .q = w.q,
-                                                               .k = k + j0 * D,
-                                                               .v = v + j0 * Dv,
+                                                               .k = k + j0 * ldk,
+                                                               .v = v + j0 * ldv,
                                                                .d = D,
                                                                .dv = Dv,
-                                                               .ldk = D,
-                                                               .ldv = Dv,
+                                                               .ldk = ldk,
+                                                               .ldv = ldv,
                                                                .scale = scale,
                                                                .o = w.o});
           continue;
         }
-        pack_b_into(w.k, D, n, k + j0 * D, D, true);
-        pack_b_into(w.v, n, Dv, v + j0 * Dv, Dv, false);
+        pack_b_into(w.k, D, n, k + j0 * ldk, ldk, true);
+        pack_b_into(w.v, n, Dv, v + j0 * ldv, ldv, false);
         sgemm_prepacked({.m = rows,
                          .n = n,
                          .k = D,
@@ -307,7 +372,7 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
       }
       for (int64_t i = 0; i < rows; ++i) w.corr[i] = w.l[i] > 0 ? 1.0f / w.l[i] : 0.0f;
       for (int64_t g = 0; g < group; ++g)
-        PTO_ISA_DISPATCH(attention_scale_rows, y_row(unit, g, 0), Dv, w.o + g * r * Dv, Dv,
+        PTO_ISA_DISPATCH(attention_scale_rows, y_row(unit, g, 0), y_rows.ss, w.o + g * r * Dv, Dv,
                          w.corr + g * r, nullptr, 0, r, Dv);
     }
   });
@@ -351,14 +416,13 @@ std::any prepare_attention(const NodeInfo& n) {
   for (size_t i = 0; i < 3; ++i) {
     if (!n.inputs[i].shape || !is_static(*n.inputs[i].shape)) return {};
     dims[i] = to_dims(*n.inputs[i].shape);
-    if (dims[i].size() != 4) return {};
   }
   const params::Attention a = params::attention(n.node);
+  const std::optional<Operands> o = operands_of(dims[0], dims[1], dims[2], a);
+  if (!o) return {};
   const std::optional<AttentionTiles> tiles = tiles_of(n.knobs);
-  return plan_attention({dims[0][0], dims[0][1], dims[1][1], dims[0][2], dims[1][2], dims[0][3],
-                         dims[2][3], a.is_causal},
-                        num_threads(), cache_model(), packed_b_floats(1, 1),
-                        tiles ? &*tiles : nullptr);
+  return plan_attention({o->B, o->H, o->Hkv, o->Sq, o->L, o->D, o->Dv, a.is_causal}, num_threads(),
+                        cache_model(), packed_b_floats(1, 1), tiles ? &*tiles : nullptr);
 }
 
 }  // namespace

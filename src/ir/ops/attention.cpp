@@ -20,7 +20,10 @@ void infer_attention(InferContext& c) {
       const params::Attention p = params::attention(c.node);
       const int64_t qh = p.q_num_heads, kvh = p.kv_num_heads;
       Dim hidden = Dim::unknown();
-      if (vs[2].is_known() && qh > 0 && kvh > 0) hidden = Dim(vs[2].value / kvh * qh);
+      if (p.qkv_split.size() == 3 && qh > 0 && kvh > 0)
+        hidden = Dim(p.qkv_split[2] / kvh * qh);  // V is the last part of the one input
+      else if (vs[2].is_known() && qh > 0 && kvh > 0)
+        hidden = Dim(vs[2].value / kvh * qh);
       y = Shape{qs[0], qs[1], hidden};
     }
   }
@@ -46,7 +49,10 @@ void register_attention_ops(OpRegistry& r) {
                    optional_attr("softmax_precision", AttrKind::kInt, "ONNX type code"),
                    // Sliding-window masks as ONNX proposes them (-1: unbounded).
                    {"left_window_size", int64_t{-1}},
-                   {"right_window_size", int64_t{-1}}},
+                   {"right_window_size", int64_t{-1}},
+                   optional_attr("qkv_split", AttrKind::kInts,
+                                 "PyPTO: inputs 0-2 are one 3-D tensor, Q, K and V side by side "
+                                 "on its last axis with these widths")},
          .infer = infer_attention,
          .doc = "softmax(Q K^T * scale + mask) V with GQA, KV cache, causal and window masks"});
   r.add({.name = "RMSNormalization",

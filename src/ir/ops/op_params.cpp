@@ -112,7 +112,8 @@ Attention attention(const Node& n) {
   Attention p{a.get_int("q_num_heads", 0),     a.get_int("kv_num_heads", 0),
               n.attr_int("is_causal") != 0,    n.attr_int("qk_matmul_output_mode"),
               n.attr_float("softcap"),         n.attr_int("left_window_size"),
-              n.attr_int("right_window_size"), std::nullopt};
+              n.attr_int("right_window_size"), std::nullopt,
+              a.get_ints("qkv_split", {})};
   if (a.has("scale")) p.scale = a.get_float("scale");
   return p;
 }

@@ -88,6 +88,9 @@ struct Attention {
   double softcap;                               // 0: none
   int64_t left_window_size, right_window_size;  // -1: unbounded
   std::optional<double> scale;                  // absent: 1 / sqrt(head size)
+  // PyPTO: {Q, K, V} widths when inputs 0-2 are one 3-D tensor holding Q, K and V side by side
+  // on its last axis (FoldAttentionHeads); empty: three tensors, as ONNX has them.
+  std::vector<int64_t> qkv_split;
 
   double scale_for(int64_t head_size) const;
 };

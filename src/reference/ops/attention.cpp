@@ -11,25 +11,30 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// A [B, H, S, D] view over either a 4-D tensor or a 3-D [B, S, H*D] one.
+// A [B, H, S, D] view over either a 4-D tensor or a 3-D [B, S, H*D] one; a 3-D one may be
+// columns [col, col + H*D) of a wider [B, S, width] tensor (qkv_split).
 struct Heads {
   const std::vector<double>* data;
   int64_t B, H, S, D;
-  bool packed;  // 3-D [B, S, H*D]
+  bool packed;  // 3-D [B, S, width]
+  int64_t col, width;
   double at(int64_t b, int64_t h, int64_t s, int64_t d) const {
-    if (packed) return (*data)[((b * S + s) * H + h) * D + d];
+    if (packed) return (*data)[(b * S + s) * width + col + h * D + d];
     return (*data)[((b * H + h) * S + s) * D + d];
   }
 };
 
+// `part` = {col, columns} of a 3-D t (qkv_split), or {0, 0}: all of t.
 Heads heads_of(const Tensor& t, const std::vector<double>& data, int64_t num_heads,
-               const std::string& what, const std::string& where) {
-  if (t.rank() == 4) return {&data, t.dim(0), t.dim(1), t.dim(2), t.dim(3), false};
-  if (num_heads <= 0 || t.dim(2) % num_heads != 0)
+               const std::string& what, const std::string& where,
+               std::pair<int64_t, int64_t> part = {0, 0}) {
+  if (t.rank() == 4) return {&data, t.dim(0), t.dim(1), t.dim(2), t.dim(3), false, 0, 0};
+  const int64_t columns = part.second ? part.second : t.dim(2);
+  if (num_heads <= 0 || columns % num_heads != 0)
     throw ValueError(cat(where, ": 3-D ", what, " of shape ", dims_str(t.shape()),
                          " needs a head count that divides its last dimension (got ", num_heads,
                          ")"));
-  return {&data, t.dim(0), num_heads, t.dim(1), t.dim(2) / num_heads, true};
+  return {&data, t.dim(0), num_heads, t.dim(1), columns / num_heads, true, part.first, t.dim(2)};
 }
 
 std::vector<Tensor> attention(const KernelContext& c) {
@@ -54,10 +59,23 @@ std::vector<Tensor> attention(const KernelContext& c) {
   if (left < -1 || right < -1) throw ValueError(cat(w, ": window sizes must be -1 or >= 0"));
   if (mode < 0 || mode > 3) throw ValueError(cat(w, ": qk_matmul_output_mode must be 0..3"));
 
+  // qkv_split: Q, K and V are the parts of input 0 (inputs 1 and 2 are the same tensor).
+  const std::vector<int64_t>& split = p.qkv_split;
+  std::pair<int64_t, int64_t> parts[3] = {};
+  if (!split.empty()) {
+    if (split.size() != 3 || Q.rank() != 3 || split[0] <= 0 || split[1] <= 0 || split[2] <= 0 ||
+        split[0] + split[1] + split[2] != Q.dim(2) || K.shape() != Q.shape() ||
+        V.shape() != Q.shape())
+      throw ValueError(cat(w, ": qkv_split ", dims_str(split), " needs one 3-D input whose ",
+                           "last dimension is their sum, got ", Q.str()));
+    parts[0] = {0, split[0]};
+    parts[1] = {split[0], split[1]};
+    parts[2] = {split[0] + split[1], split[2]};
+  }
   std::vector<double> qd = to_doubles(Q, w), kd = to_doubles(K, w), vd = to_doubles(V, w);
-  Heads q = heads_of(Q, qd, q_heads_attr, "Q", w);
-  Heads k = heads_of(K, kd, kv_heads_attr, "K", w);
-  Heads v = heads_of(V, vd, kv_heads_attr, "V", w);
+  Heads q = heads_of(Q, qd, q_heads_attr, "Q", w, parts[0]);
+  Heads k = heads_of(K, kd, kv_heads_attr, "K", w, parts[1]);
+  Heads v = heads_of(V, vd, kv_heads_attr, "V", w, parts[2]);
   const int64_t B = q.B, Hq = q.H, Sq = q.S, Dq = q.D, Hkv = k.H, Dv = v.D;
   if (k.B != B || v.B != B || v.H != Hkv || v.S != k.S || k.D != Dq)
     throw ValueError(cat(w, ": Q ", Q.str(), ", K ", K.str(), " and V ", V.str(),
