@@ -12,6 +12,7 @@
 
 #include "bindings.h"
 #include "pto/executable.h"
+#include "pto/op_registry.h"
 #include "pto/parallel.h"
 #include "pto/progress.h"
 #include "pto/runtime.h"
@@ -249,15 +250,24 @@ void bind_runtime(nb::module_& m) {
               nb::dict d;
               d["backend"] = s.backend;
               d["rule"] = s.rule;
-              d["op"] = e.graph().nodes()[s.nodes.back()].op;
+              // The core kernel's op: views that joined the step (a head merge's Reshape
+              // after an Attention) do not name it.
+              const Node* core = &e.graph().nodes()[s.nodes.back()];
+              for (auto n = s.nodes.rbegin(); n != s.nodes.rend(); ++n) {
+                const Node& node = e.graph().nodes()[*n];
+                if (!node.def || !node.def->is_view()) {
+                  core = &node;
+                  break;
+                }
+              }
+              d["op"] = core->op;
               d["nodes"] = names;
               out.append(d);
             }
             return out;
           },
-          "The plan: one dict per kernel (backend, fusion rule, the op of its last node, the names "
-          "of "
-          "the nodes it covers).")
+          "The plan: one dict per kernel (backend, fusion rule, the op of its last node that is "
+          "not a view, the names of the nodes it covers).")
       .def("describe_step", &Executable::describe_step, nb::arg("i"),
            "Step i's kernel as its backend describes it (a tile program), or ''.")
       .def_prop_ro(

@@ -1,8 +1,10 @@
 // CPU Attention (4-D, float32) against the reference interpreter, on every ISA with 1 and 2
 // threads: query blocks that do not divide the sequence, grouped heads, float and boolean masks
 // broadcast over batch, heads or rows, causal masking with more keys than queries, fully masked
-// rows (zeros), and the forms the fast path leaves to the reference (3-D inputs, a KV cache, a
-// mask shorter than the keys) giving the same answers. The flash-style kernel's seams: lengths
+// rows (zeros), 3-D packed heads ([B, S, H * D], read at row strides) and PyPTO's qkv_split (Q,
+// K and V as the column ranges of one input), and the forms the fast path leaves to the reference
+// (a KV cache, a mask shorter than the keys, a qkv_split that does not fit) giving the same
+// answers. The flash-style kernel's seams: lengths
 // around its task rows and key chunks, padding and causal spans that skip chunks, scores large
 // enough that the running max moves at almost every chunk, head sizes off the register panels,
 // every tile choice (PTO_ATTENTION_TILES), and plan_attention's sizes (linear scratch). The
@@ -85,15 +87,58 @@ TEST(CpuAttention, MasksBroadcastCausalAndFullyMaskedRows) {
                  attention_tol());
 }
 
+NodeCase packed(std::vector<Tensor> in, int64_t hq, int64_t hkv, bool causal = false,
+                Dims split = {}) {
+  NodeCase c = attention(std::move(in), causal);
+  c.attrs.set("q_num_heads", hq);
+  c.attrs.set("kv_num_heads", hkv);
+  if (!split.empty()) c.attrs.set("qkv_split", split);
+  return c;
+}
+
+TEST(CpuAttention, PackedHeadsAndQkvSplit) {
+  // 3-D [B, S, H * D] inputs and output read and written at row strides, with grouped heads,
+  // Dv != D, masks and causal; then Q, K and V as the columns of one [B, S, width] tensor
+  // (qkv_split), as FoldAttentionHeads leaves a merged projection, on batch 2, a length off the
+  // task rows, and a decode-sized call (one position of 8 heads).
+  uint32_t seed = 900;
+  struct Case {
+    int64_t b, hq, hkv, sq, l, d, dv;
+  };
+  for (const Case& k :
+       {Case{2, 3, 3, 5, 7, 4, 4}, Case{2, 4, 2, 70, 70, 32, 24}, Case{1, 12, 12, 129, 129, 64, 64},
+        Case{2, 8, 8, 1, 1, 16, 16}, Case{1, 8, 2, 3, 3, 8, 8}}) {
+    SCOPED_TRACE(::testing::Message() << k.b << "x" << k.hq << "/" << k.hkv << " q" << k.sq << " l"
+                                      << k.l << " d" << k.d << " dv" << k.dv);
+    const Tensor q = random_f32({k.b, k.sq, k.hq * k.d}, seed++, -2, 2);
+    const Tensor kk = random_f32({k.b, k.l, k.hkv * k.d}, seed++, -2, 2);
+    const Tensor v = random_f32({k.b, k.l, k.hkv * k.dv}, seed++);
+    const Tensor mask = random_bool({k.b, 1, k.sq, k.l}, seed++);
+    expect_matches(packed({q, kk, v}, k.hq, k.hkv), attention_tol());
+    expect_matches(packed({q, kk, v, mask}, k.hq, k.hkv, true), attention_tol());
+    if (k.sq != k.l) continue;
+    const Dims split = {k.hq * k.d, k.hkv * k.d, k.hkv * k.dv};
+    const Tensor x = random_f32({k.b, k.sq, split[0] + split[1] + split[2]}, seed++, -2, 2);
+    expect_matches(packed({x, x, x}, k.hq, k.hkv, false, split), attention_tol());
+    expect_matches(packed({x, x, x, mask}, k.hq, k.hkv, true, split), attention_tol());
+  }
+  // Split-K and short task rows on the strided forms.
+  const Tensor x = random_f32({1, 40, 3 * 2 * 16}, seed++, -2, 2);
+  for (const char* tiles : {"0,0,3", "16,0,2", "7,8,1"}) {
+    SCOPED_TRACE(tiles);
+    const EnvGuard env("PTO_ATTENTION_TILES", tiles);
+    expect_matches(packed({x, x, x}, 2, 2, true, {32, 32, 32}), attention_tol());
+  }
+}
+
 TEST(CpuAttention, FormsLeftToTheReference) {
-  // 3-D packed heads, a KV cache, and a mask shorter than the keys (padded as masked) run on the
-  // reference kernel inside the CPU kernel: same answers.
-  const Tensor q3 = random_f32({2, 5, 12}, 31), k3 = random_f32({2, 7, 12}, 32),
-               v3 = random_f32({2, 7, 12}, 33);
-  NodeCase packed = attention({q3, k3, v3});
-  packed.attrs.set("q_num_heads", int64_t{3});
-  packed.attrs.set("kv_num_heads", int64_t{3});
-  expect_matches(packed, attention_tol());
+  // A KV cache, a mask shorter than the keys (padded as masked) and a qkv_split whose widths do
+  // not add up to the input's (the reference raises) run on the reference kernel inside the CPU
+  // kernel: same answers.
+  const Tensor x = random_f32({1, 4, 12}, 30);
+  std::vector<Tensor> feeds;
+  const Graph bad = one_node(packed({x, x, x}, 2, 2, false, {4, 4, 5}), &feeds);
+  EXPECT_THROW(compile(bad, {.level = 0}).run(feeds), ValueError);
   const Tensor q = random_f32({1, 2, 3, 8}, 34), k = random_f32({1, 2, 3, 8}, 35),
                v = random_f32({1, 2, 3, 8}, 36);
   NodeCase cache =

@@ -1235,5 +1235,144 @@ TEST(PassMergeSiblingMatMuls, MergesUnderSymbolicShapes) {
   }
 }
 
+// ---------------------------------------------------------------- FoldAttentionHeads
+
+// The ops of `g` in order.
+std::vector<std::string> ops_of(const Graph& g) {
+  std::vector<std::string> ops;
+  for (const Node& n : g.nodes()) ops.push_back(n.op);
+  return ops;
+}
+
+// A merged Q/K/V projection's Split, the head splits, an Attention with a padding mask and the
+// head merge (BERT after MergeSiblingMatMuls, batch 2, 2 heads of 2, a V head of 3): one 3-D
+// Attention reading the merged tensor (qkv_split), the same bits on the reference.
+TEST(PassFoldAttentionHeads, FoldsHeadSplitsHeadMergeAndTheSplit) {
+  const std::string text = R"(graph t (opset 23)
+  input %x: f32[2, 3, 14]
+  input %mask: f32[2, 1, 1, 3]
+  const %s: i64[3] = [4, 4, 6]
+  const %h: i64[4] = [0, 0, 2, 2]
+  const %hv: i64[4] = [0, 0, 2, 3]
+  const %m: i64[3] = [0, 0, 6]
+  %q3: f32[2, 3, 4], %k3: f32[2, 3, 4], %v3: f32[2, 3, 6] = Split(%x, %s) {axis=-1}
+  %qr: f32[2, 3, 2, 2] = Reshape(%q3, %h)
+  %q: f32[2, 2, 3, 2] = Transpose(%qr) {perm=[0, 2, 1, 3]}
+  %kr: f32[2, 3, 2, 2] = Reshape(%k3, %h)
+  %k: f32[2, 2, 3, 2] = Transpose(%kr) {perm=[0, 2, 1, 3]}
+  %vr: f32[2, 3, 2, 3] = Reshape(%v3, %hv)
+  %v: f32[2, 2, 3, 3] = Transpose(%vr) {perm=[0, 2, 1, 3]}
+  %y: f32[2, 2, 3, 3] = Attention(%q, %k, %v, %mask) {scale=0.5}
+  %yt: f32[2, 3, 2, 3] = Transpose(%y) {perm=[0, 2, 1, 3]}
+  %out: f32[2, 3, 6] = Reshape(%yt, %m)
+  return %out
+)";
+  std::vector<PassReport> report;
+  Graph out =
+      run_passes(parse_graph(text), {.only = {"FoldAttentionHeads", "EliminateDeadCode"}}, &report);
+  EXPECT_EQ(ops_of(out), std::vector<std::string>{"Attention"}) << print(out);
+  const Node& a = out.nodes()[0];
+  EXPECT_EQ(a.inputs[0], out.inputs()[0]);
+  EXPECT_EQ(a.inputs[1], out.inputs()[0]);
+  EXPECT_EQ(a.inputs[2], out.inputs()[0]);
+  EXPECT_EQ(a.inputs[3], out.inputs()[1]);
+  EXPECT_EQ(a.attrs.get_ints("qkv_split"), (std::vector<int64_t>{4, 4, 6}));
+  EXPECT_EQ(a.attrs.get_int("q_num_heads"), 2);
+  EXPECT_EQ(a.attrs.get_int("kv_num_heads"), 2);
+  EXPECT_EQ(a.attrs.get_float("scale"), 0.5);
+  EXPECT_EQ(report[0].fired["FoldAttentionHeads/Split"], 1);
+  expect_same_results(parse_graph(text), out);
+}
+
+// GPT-2's export: Q, K and V as graph inputs (no Split to fold), K through torch's batched K^T
+// and back, and a head merge to [B * S, H * D] for the next Gemm: a 3-D Attention on q, k and v
+// whose result that Reshape (a view) flattens.
+TEST(PassFoldAttentionHeads, ReadsThroughTheKeyRoundTripAndKeepsAFlatteningMerge) {
+  const std::string text = R"(graph t (opset 23)
+  input %q3: f32[1, 3, 4]
+  input %k3: f32[1, 3, 4]
+  input %v3: f32[1, 3, 4]
+  const %h: i64[4] = [1, 3, 2, 2]
+  const %flat3: i64[3] = [2, 3, 2]
+  const %kt4: i64[4] = [1, 2, 2, 3]
+  const %m: i64[2] = [3, 4]
+  %qr: f32[1, 3, 2, 2] = Reshape(%q3, %h)
+  %q: f32[1, 2, 3, 2] = Transpose(%qr) {perm=[0, 2, 1, 3]}
+  %kr: f32[1, 3, 2, 2] = Reshape(%k3, %h)
+  %k0: f32[1, 2, 3, 2] = Transpose(%kr) {perm=[0, 2, 1, 3]}
+  %k1: f32[2, 3, 2] = Reshape(%k0, %flat3)
+  %k2: f32[2, 2, 3] = Transpose(%k1) {perm=[0, 2, 1]}
+  %k3b: f32[1, 2, 2, 3] = Reshape(%k2, %kt4)
+  %k: f32[1, 2, 3, 2] = Transpose(%k3b) {perm=[0, 1, 3, 2]}
+  %vr: f32[1, 3, 2, 2] = Reshape(%v3, %h)
+  %v: f32[1, 2, 3, 2] = Transpose(%vr) {perm=[0, 2, 1, 3]}
+  %y: f32[1, 2, 3, 2] = Attention(%q, %k, %v) {is_causal=1}
+  %yt: f32[1, 3, 2, 2] = Transpose(%y) {perm=[0, 2, 1, 3]}
+  %out: f32[3, 4] = Reshape(%yt, %m)
+  return %out
+)";
+  Graph out = run_passes(parse_graph(text), {.only = {"FoldAttentionHeads", "EliminateDeadCode"}});
+  EXPECT_EQ(ops_of(out), (std::vector<std::string>{"Attention", "Reshape"})) << print(out);
+  const Node& a = out.nodes()[0];
+  EXPECT_EQ(a.inputs, (std::vector<ValueId>{out.inputs()[0], out.inputs()[1], out.inputs()[2]}));
+  EXPECT_FALSE(a.attrs.has("qkv_split"));
+  EXPECT_EQ(a.attrs.get_int("is_causal"), 1);
+  expect_same_results(parse_graph(text), out);
+}
+
+// Left alone: an output read by more than the head merge, a head split that is not [0, 2, 1, 3],
+// and a head merge that keeps the heads apart (4-D).
+TEST(PassFoldAttentionHeads, LeavesOtherForms) {
+  expect_unchanged("FoldAttentionHeads", R"(graph t (opset 23)
+  input %q3: f32[1, 3, 4]
+  const %h: i64[4] = [1, 3, 2, 2]
+  const %m: i64[3] = [1, 3, 4]
+  %qr: f32[1, 3, 2, 2] = Reshape(%q3, %h)
+  %q: f32[1, 2, 3, 2] = Transpose(%qr) {perm=[0, 2, 1, 3]}
+  %y: f32[1, 2, 3, 2] = Attention(%q, %q, %q)
+  %yt: f32[1, 3, 2, 2] = Transpose(%y) {perm=[0, 2, 1, 3]}
+  %out: f32[1, 3, 4] = Reshape(%yt, %m)
+  %qs: f32[1, 2, 2, 3] = Transpose(%qr) {perm=[0, 2, 3, 1]}
+  %z: f32[1, 2, 2, 3] = Attention(%qs, %qs, %qs)
+  %zt: f32[1, 2, 2, 3] = Transpose(%z) {perm=[0, 2, 1, 3]}
+  %w: f32[1, 2, 3, 2] = Attention(%q, %q, %q) {scale=0.25}
+  %wt: f32[1, 3, 2, 2] = Transpose(%w) {perm=[0, 2, 1, 3]}
+  return %out, %y, %zt, %wt
+)");
+}
+
+// Symbolic batch and sequence (a dynamic BERT): the head Reshapes copy them with 0, the fold
+// needs only the head sizes; the same bits at two sequence lengths.
+TEST(PassFoldAttentionHeads, FoldsUnderSymbolicShapes) {
+  const std::string text = R"(graph t (opset 23)
+  input %x: f32[batch, seq, 12]
+  const %s: i64[3] = [4, 4, 4]
+  const %h: i64[4] = [0, 0, 2, 2]
+  const %m: i64[3] = [0, 0, 4]
+  %q3: f32[batch, seq, 4], %k3: f32[batch, seq, 4], %v3: f32[batch, seq, 4] = Split(%x, %s) {axis=2}
+  %qr: f32[batch, seq, 2, 2] = Reshape(%q3, %h)
+  %q: f32[batch, 2, seq, 2] = Transpose(%qr) {perm=[0, 2, 1, 3]}
+  %kr: f32[batch, seq, 2, 2] = Reshape(%k3, %h)
+  %k: f32[batch, 2, seq, 2] = Transpose(%kr) {perm=[0, 2, 1, 3]}
+  %vr: f32[batch, seq, 2, 2] = Reshape(%v3, %h)
+  %v: f32[batch, 2, seq, 2] = Transpose(%vr) {perm=[0, 2, 1, 3]}
+  %y: f32[batch, 2, seq, 2] = Attention(%q, %k, %v)
+  %yt: f32[batch, seq, 2, 2] = Transpose(%y) {perm=[0, 2, 1, 3]}
+  %out: f32[batch, seq, 4] = Reshape(%yt, %m)
+  return %out
+)";
+  Graph out = run_passes(parse_graph(text), {.only = {"FoldAttentionHeads", "EliminateDeadCode"}});
+  EXPECT_EQ(ops_of(out), std::vector<std::string>{"Attention"}) << print(out);
+  for (int64_t seq : {1, 7}) {
+    std::mt19937 rng(static_cast<uint32_t>(seq));
+    const std::vector<Tensor> in = {random_tensor(DType::kF32, {2, seq, 12}, rng)};
+    std::vector<Tensor> a = reference::run(parse_graph(text), in), b = reference::run(out, in);
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_EQ(a[0].shape(), b[0].shape());
+    Tensor x = a[0].contiguous(), y = b[0].contiguous();
+    EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()), 0) << "seq " << seq;
+  }
+}
+
 }  // namespace
 }  // namespace pto
