@@ -9,10 +9,11 @@
 // (T: Transpose with perm [0, 2, 1, 3]; R: a Reshape of a 3-D [B, S, H * D] tensor.) When q, k
 // and v are the three outputs, in order, of one Split of a 3-D x on its last axis
 // (MergeSiblingMatMuls' merged projection, GPT-2's c_attn), the Split goes too: Attention(x, x, x
-// [, mask]) with qkv_split = the three widths, read in place. Only an Attention with a mask or
-// none (no KV cache, one output) whose output is read by that head merge alone; the Transposes
-// and Reshapes left unread go with EliminateDeadCode. Every element is the same sum in the same
-// order, so the bits do not change.
+// [, mask]) with qkv_split = the three widths, read in place; a 2-D [B * S, width] x whose parts
+// are each reshaped to [B, S, w] (torch's import of a Linear on rows) is reshaped once instead.
+// Only an Attention with a mask or none (no KV cache, one output) whose output is read by that head
+// merge alone; the Transposes and Reshapes left unread go with EliminateDeadCode. Every element is
+// the same sum in the same order, so the bits do not change.
 #include "ir/ops/op_params.h"
 #include "passes/rewrite_util.h"
 
@@ -100,15 +101,36 @@ int32_t head_merge_of(Rewrite& rw, ValueId y, int32_t& transpose) {
   return r;
 }
 
-// The Split of a 3-D x on its last axis into exactly q, k and v, in that order, or nullptr.
-const Node* qkv_split_of(const Graph& g, ValueId q, ValueId k, ValueId v) {
-  const Node* s = producer(g, q);
+// The Split on the last axis whose outputs are q, k and v, in that order: of a 3-D x, or of a 2-D
+// [B * S, width] x with q, k and v Reshapes of its outputs to [B, S, w] (torch's import of a Linear
+// on rows; `unflattened` says which). nullptr for anything else.
+const Node* qkv_split_of(const Graph& g, const ValueId (&qkv)[3], bool& unflattened) {
+  ValueId parts[3];
+  const Node* first = producer(g, qkv[0]);
+  unflattened = first && first->op == "Reshape" && first->domain.empty();
+  for (size_t p = 0; p < 3; ++p) {
+    parts[p] = qkv[p];
+    if (!unflattened) continue;
+    const Node* r = producer(g, qkv[p]);
+    if (!r || r->op != "Reshape" || !r->domain.empty()) return nullptr;
+    parts[p] = r->inputs[0];
+  }
+  const Node* s = producer(g, parts[0]);
   if (!s || s->op != "Split" || !s->domain.empty() || s->outputs.size() != 3 ||
-      s->outputs[0] != q || s->outputs[1] != k || s->outputs[2] != v)
+      s->outputs[0] != parts[0] || s->outputs[1] != parts[1] || s->outputs[2] != parts[2])
     return nullptr;
   const auto& xs = g.value(s->inputs[0]).type.shape;
   const int64_t axis = s->attrs.get_int("axis", 0);
-  if (!xs || xs->size() != 3 || (axis != 2 && axis != -1)) return nullptr;
+  if (!xs || xs->size() != (unflattened ? 2u : 3u) ||
+      (axis != static_cast<int64_t>(xs->size()) - 1 && axis != -1))
+    return nullptr;
+  if (!unflattened) return s;
+  // Each part [M, w] became [B, S, w]: the same B and S for all three.
+  const Shape& q = *g.value(qkv[0]).type.shape;
+  for (const ValueId v : qkv) {
+    const Shape& vs = *g.value(v).type.shape;
+    if (!same_dim(vs[0], q[0]) || !same_dim(vs[1], q[1])) return nullptr;
+  }
   return s;
 }
 
@@ -133,12 +155,26 @@ bool fold_heads(Rewrite& rw, size_t i, const PassContext& ctx) {
   Attributes attrs = n.attrs;
   attrs.set("q_num_heads", parts[0]->second);
   attrs.set("kv_num_heads", parts[1]->second);
-  if (const Node* s = qkv_split_of(g, inputs[0], inputs[1], inputs[2])) {
+  // A 2-D merged x gets a Reshape to [B, S, width] (a view), put in front of the Attention last.
+  ValueId flat = kNoValue;
+  std::vector<int64_t> unflatten;
+  bool unflattened = false;
+  const ValueId qkv[3] = {inputs[0], inputs[1], inputs[2]};
+  if (const Node* s = qkv_split_of(g, qkv, unflattened)) {
     std::vector<int64_t> widths;
     for (const ValueId v : inputs) widths.push_back(g.value(v).type.shape->back().value);
-    inputs.assign(3, s->inputs[0]);
-    attrs.set("qkv_split", widths);
-    ctx.note("FoldAttentionHeads/Split");
+    const Shape q = *g.value(inputs[0]).type.shape;
+    const int64_t width = widths[0] + widths[1] + widths[2];
+    if (!unflattened) {
+      inputs.assign(3, s->inputs[0]);
+    } else if (q[0].is_known() || q[1].is_known()) {  // one of B and S may be -1
+      flat = s->inputs[0];
+      unflatten = {q[0].is_known() ? q[0].value : -1, q[1].is_known() ? q[1].value : -1, width};
+    }
+    if (!unflattened || flat != kNoValue) {
+      attrs.set("qkv_split", widths);
+      ctx.note("FoldAttentionHeads/Split");
+    }
   }
   if (n.inputs.size() > 3) inputs.push_back(n.inputs[3]);
   const Node& m = g.nodes()[static_cast<size_t>(merge)];
@@ -157,9 +193,23 @@ bool fold_heads(Rewrite& rw, size_t i, const PassContext& ctx) {
     g.mutable_nodes()[static_cast<size_t>(merge)].inputs[0] = y;
     rw.move_output(i, 0, y);
   }
+  const Shape q = *g.value(inputs[0]).type.shape;
+  ValueId x3 = kNoValue;
+  if (flat != kNoValue) {
+    x3 = g.add_value(g.unique_name(g.value(flat).name + "_rows"),
+                     TensorType{dtype_of_value(g, flat), Shape{q[0], q[1], Dim(unflatten[2])}});
+    inputs[0] = inputs[1] = inputs[2] = x3;
+  }
   Node& a = g.mutable_nodes()[i];
   retarget(a, "Attention", std::move(inputs), std::move(attrs), a.opset);
   ctx.note("FoldAttentionHeads/Heads");
+  if (flat != kNoValue) {  // last: the Attention moves to i + 1
+    Tensor shape = Tensor::empty(DType::kI64, {3});
+    std::copy(unflatten.begin(), unflatten.end(), shape.data<int64_t>());
+    const ValueId sid =
+        g.add_constant(g.unique_name(g.value(flat).name + "_rows_shape"), std::move(shape));
+    rw.insert(i, "Reshape", {flat, sid}, {x3}, {}, g.value(x3).name);
+  }
   return true;
 }
 

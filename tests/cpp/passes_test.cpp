@@ -1284,6 +1284,39 @@ TEST(PassFoldAttentionHeads, FoldsHeadSplitsHeadMergeAndTheSplit) {
   expect_same_results(parse_graph(text), out);
 }
 
+// torch's import of BERT (a Linear on 2-D rows): the merged [B * S, 3 * H * D] product's parts
+// are each reshaped to [B, S, H * D]; the Split goes, the merged product is reshaped once (a view).
+TEST(PassFoldAttentionHeads, FoldsASplitOfRowsThroughOneReshape) {
+  const std::string text = R"(graph t (opset 23)
+  input %x: f32[6, 12]
+  const %s: i64[3] = [4, 4, 4]
+  const %u: i64[3] = [2, 3, 4]
+  const %h: i64[4] = [2, 3, 2, 2]
+  const %m: i64[2] = [6, 4]
+  %q2: f32[6, 4], %k2: f32[6, 4], %v2: f32[6, 4] = Split(%x, %s) {axis=1}
+  %q3: f32[2, 3, 4] = Reshape(%q2, %u)
+  %k3: f32[2, 3, 4] = Reshape(%k2, %u)
+  %v3: f32[2, 3, 4] = Reshape(%v2, %u)
+  %qr: f32[2, 3, 2, 2] = Reshape(%q3, %h)
+  %q: f32[2, 2, 3, 2] = Transpose(%qr) {perm=[0, 2, 1, 3]}
+  %kr: f32[2, 3, 2, 2] = Reshape(%k3, %h)
+  %k: f32[2, 2, 3, 2] = Transpose(%kr) {perm=[0, 2, 1, 3]}
+  %vr: f32[2, 3, 2, 2] = Reshape(%v3, %h)
+  %v: f32[2, 2, 3, 2] = Transpose(%vr) {perm=[0, 2, 1, 3]}
+  %y: f32[2, 2, 3, 2] = Attention(%q, %k, %v)
+  %yt: f32[2, 3, 2, 2] = Transpose(%y) {perm=[0, 2, 1, 3]}
+  %out: f32[6, 4] = Reshape(%yt, %m)
+  return %out
+)";
+  Graph out = run_passes(parse_graph(text), {.only = {"FoldAttentionHeads", "EliminateDeadCode"}});
+  EXPECT_EQ(ops_of(out), (std::vector<std::string>{"Reshape", "Attention", "Reshape"}))
+      << print(out);
+  const Node& a = out.nodes()[1];
+  EXPECT_EQ(a.inputs, std::vector<ValueId>(3, out.nodes()[0].outputs[0]));
+  EXPECT_EQ(a.attrs.get_ints("qkv_split"), (std::vector<int64_t>{4, 4, 4}));
+  expect_same_results(parse_graph(text), out);
+}
+
 // GPT-2's export: Q, K and V as graph inputs (no Split to fold), K through torch's batched K^T
 // and back, and a head merge to [B * S, H * D] for the next Gemm: a 3-D Attention on q, k and v
 // whose result that Reshape (a view) flattens.

@@ -160,7 +160,8 @@ ENCODER_DECODERS = {
 
 def _attention_nodes(compiled):
     """The optimized graph's Attention nodes, read from its printed form: name -> (query length,
-    key length, has a mask, is_causal)."""
+    key length, has a mask, is_causal). Q and K are 4-D [B, H, S, D] or, once FoldAttentionHeads
+    read the heads in place, 3-D [B, S, H * D]."""
     text = str(compiled.graph)
     dims = dict(re.findall(r"%(\S+): \w+\[([^\]]*)\]", text))
     node = r"%(\S+): \w+\[[^\]]*\] = Attention\(([^)]*)\)( \{[^}]*\})?"
@@ -168,7 +169,7 @@ def _attention_nodes(compiled):
     for name, args, attrs in re.findall(node, text):
         operands = [a.strip().lstrip("%") for a in args.split(",")]
         q, k = (dims[x].split(", ") for x in operands[:2])
-        nodes[name] = (q[2], k[2], len(operands) > 3, "is_causal=1" in attrs)
+        nodes[name] = (q[-2], k[-2], len(operands) > 3, "is_causal=1" in attrs)
     return nodes
 
 
