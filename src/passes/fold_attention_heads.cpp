@@ -214,6 +214,10 @@ bool fold_heads(Rewrite& rw, size_t i, const PassContext& ctx) {
 }
 
 Graph fold_attention_heads(Graph g, const PassContext& ctx) {
+  // Dead readers (the Shape nodes an exporter computed a head merge's target from, folded since)
+  // would hide a value's one reader: dead code goes first, unreported (EliminateDeadCode follows).
+  const PassContext quiet{ctx.level, ctx.mixed_precision};
+  g = PassRegistry::global().find("EliminateDeadCode")->run(std::move(g), quiet);
   apply_rules(g, {{nullptr, fold_heads}}, ctx);
   return g;
 }

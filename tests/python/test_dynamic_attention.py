@@ -3,7 +3,7 @@ symbolic batch and sequence, captured by pypto.optimize with torch.export Dims a
 ONNX with dynamic axes (by both exporters), keep one Attention op per layer, and one compiled
 model matches eager PyTorch / onnxruntime at every size, batch 1 and odd lengths included. Tiny
 configs, random weights. BERT's Q, K and V projections are one GEMM (MergeSiblingMatMuls) at
-symbolic sizes too."""
+symbolic sizes too, which Attention reads in place (FoldAttentionHeads), on and off."""
 
 import numpy as np
 import pytest
@@ -124,6 +124,37 @@ def test_onnx_export_with_dynamic_axes_matches_onnxruntime(name, dynamo, tmp_pat
             np.testing.assert_allclose(got, model(*args).numpy(), rtol=1e-4, atol=1e-5)
         assert _attention_steps(exe._compiled) == 2, (b, s)
     assert _merged_projections(exe._compiled) == (2 if name == "bert" else 0)
+
+
+def _fired(compiled, rule):
+    return sum(r["fired"].get(rule, 0) for r in compiled.pass_report)
+
+
+@pytest.mark.parametrize("name,dynamo", EXPORTS, ids=["bert-dynamo", "bert-torchscript",
+                                                      "gpt2-dynamo", "gpt2-torchscript"])
+def test_attention_reading_heads_in_place_matches_onnxruntime(name, dynamo, tmp_path, monkeypatch):
+    """FoldAttentionHeads on and off (PTO_DISABLE_PASSES) on one file with symbolic batch and
+    sequence: with it each layer's Attention reads Q, K and V, and the merged Q/K/V product
+    (BERT's merge, GPT-2's c_attn), in place (3-D, qkv_split) and the head-split copies are gone;
+    both equal onnxruntime at every size."""
+    path = tmp_path / f"{name}.onnx"
+    _export(_model(FACTORIES[name]), path, dynamo)
+    folded = pypto.onnx.load(path)
+    monkeypatch.setenv("PTO_DISABLE_PASSES", "FoldAttentionHeads")
+    apart = pypto.onnx.load(path)
+    monkeypatch.delenv("PTO_DISABLE_PASSES")
+    session = ort.InferenceSession(str(path))
+    for b, s in SIZES:
+        ids, mask = (x.numpy() for x in _inputs(b, s))
+        want = session.run(None, {"input_ids": ids, "mask": mask})[0]
+        np.testing.assert_allclose(folded(ids, mask), want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(apart(ids, mask), want, rtol=1e-4, atol=1e-5)
+    assert _fired(folded._compiled, "FoldAttentionHeads/Heads") == 2
+    assert _fired(folded._compiled, "FoldAttentionHeads/Split") == 2
+    assert _fired(apart._compiled, "FoldAttentionHeads/Heads") == 0
+    steps = [s["rule"] or s["op"] for s in folded._compiled.steps]
+    assert "Split" not in steps and "Transpose" not in steps, steps
+    assert len(steps) < len(apart._compiled.steps)
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
