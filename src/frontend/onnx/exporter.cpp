@@ -248,6 +248,35 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp,
       }
       inputs.push_back(in);
     }
+    // PyPTO's qkv_split on Attention (FoldAttentionHeads: Q, K and V read in place from one
+    // input) is not ONNX: a Split on the last axis makes the three inputs of the 3-D form again.
+    const bool packed_qkv = n.domain.empty() && n.op == "Attention" && n.attrs.has("qkv_split");
+    if (packed_qkv) {
+      const std::vector<int64_t> widths = n.attrs.get_ints("qkv_split");
+      const std::string base = n.name.empty() ? "attention" : n.name;
+      std::string sizes = cat(base, "/qkv_split");
+      while (!taken.insert(sizes).second) sizes += "_";
+      Tensor t = Tensor::empty(DType::kI64, {static_cast<int64_t>(widths.size())});
+      std::copy(widths.begin(), widths.end(), t.data<int64_t>());
+      auto* ip = gp.add_initializer();
+      ip->set_name(sizes);
+      tensor_to_proto(t, cat("initializer '", sizes, "'"), *ip);
+      auto* sp = gp.add_node();
+      sp->set_op_type("Split");
+      sp->set_name(cat(base, "/qkv_split"));
+      sp->add_input(inputs[0]);
+      sp->add_input(sizes);
+      for (size_t i = 0; i < 3; ++i) {
+        std::string part = cat(base, "/", "qkv"[i]);
+        while (!taken.insert(part).second) part += "_";
+        sp->add_output(part);
+        inputs[i] = part;
+      }
+      auto* ap = sp->add_attribute();
+      ap->set_name("axis");
+      ap->set_type(::onnx::AttributeProto::INT);
+      ap->set_i(-1);
+    }
     auto* np = gp.add_node();
     np->set_op_type(n.op);
     if (!n.name.empty()) np->set_name(n.name);
@@ -255,7 +284,7 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp,
     for (const std::string& in : inputs) np->add_input(in);
     for (ValueId v : n.outputs) np->add_output(name_of(v));
     for (const auto& [key, a] : n.attrs.all()) {
-      if (reduced && key == "precision") continue;
+      if ((reduced && key == "precision") || (packed_qkv && key == "qkv_split")) continue;
       auto* ap = np->add_attribute();
       if (const auto* sub = std::get_if<GraphAttr>(&a); sub && *sub) {
         ap->set_name(key);
