@@ -131,11 +131,13 @@ std::vector<Knobs> attention_candidates(const KernelGroup& core, const Node& a,
     return it == core.inputs.end() ? nullptr : &inputs[it - core.inputs.begin()].shape();
   };
   const Dims *q = dims(0), *k = dims(1);
-  if (!q || !k || q->size() != 4 || k->size() != 4) return {};
+  // 4-D [B, H, S, D] or 3-D [B, S, H * D] (FoldAttentionHeads): the sequence is axis rank - 2.
+  if (!q || !k || q->size() != k->size() || (q->size() != 4 && q->size() != 3)) return {};
+  const size_t seq = q->size() - 2;
   std::vector<std::vector<int64_t>> tiles;
   for (int64_t rows = 32; rows <= 512; rows *= 2)
     for (int64_t block = 64; block <= 1024; block *= 2) {
-      const std::vector<int64_t> t = {std::min(rows, (*q)[2]), std::min(block, (*k)[2])};
+      const std::vector<int64_t> t = {std::min(rows, (*q)[seq]), std::min(block, (*k)[seq])};
       if (std::find(tiles.begin(), tiles.end(), t) == tiles.end()) tiles.push_back(t);
     }
   auto distance = [](const std::vector<int64_t>& t) {

@@ -420,6 +420,35 @@ TEST_F(TunerTest, NumTrialsAndEarlyStopLimitTheCandidates) {
   EXPECT_THROW(parse_level("quick"), ValueError);
 }
 
+// A 3-D Attention reading Q, K and V in place from one input (FoldAttentionHeads' qkv_split) gets
+// the same attn.tiles candidates as the 4-D form, its sequence on axis 1: the faster one wins
+// and the tuned model keeps the reference's result.
+TEST_F(TunerTest, PackedAttentionIsTuned) {
+  Graph g;
+  const ValueId x = g.add_input("x", {DType::kF32, Shape{1, 100, 96}});
+  const ValueId y = g.add_value("y");
+  Attributes a;
+  a.set("q_num_heads", int64_t{2});
+  a.set("kv_num_heads", int64_t{2});
+  a.set("qkv_split", std::vector<int64_t>{32, 32, 32});
+  g.add_node("Attention", {x, x, x}, {y}, a, "attn", 23);
+  g.add_output(y);
+  const std::vector<Tensor> in = {testing::random_tensor({1, 100, 96}, 3)};
+  FakeTimer f{[](int64_t, const Knobs& k) {
+    const auto it = k.find("attn.tiles");
+    return it != k.end() && it->second == std::vector<int64_t>{32, 64} ? 0.5 : 1.0;
+  }};
+  f.model_tuned = 0.6;
+  TuneOptions o = fake(f, cache_file_);
+  o.early_stop = false;
+  const TuneReport r = tune(g, in, {}, o);
+  ASSERT_EQ(r.kernels.size(), 1u);
+  EXPECT_EQ(r.kernels[0].knobs.at("attn.tiles"), (std::vector<int64_t>{32, 64}));
+  const Executable exe = compile(g, with_cache());
+  EXPECT_EQ(exe.stats().tuned_kernels, 1u);
+  EXPECT_LT(max_diff(exe.run(in), reference::run(g, in)), 1e-4f);
+}
+
 // Knobs cached for a kernel of a Loop body (by its signature, as any kernel's) are used when the
 // body is compiled with the model: the model's stats count it, and the result stays the
 // reference's.
