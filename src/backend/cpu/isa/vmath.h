@@ -115,10 +115,24 @@ inline Vec tanh(Vec x) {
   return select(x == Vec::zero(), x, r);  // keeps -0
 }
 
-// 1 / (1 + e^-x), as e^x / (1 + e^x) for x < 0 so that tiny results keep their precision.
+// a / b for b in [1, 2] and a in [0, 1]. Under AVX-512: the 14-bit reciprocal estimate r, q = a r,
+// and one correction q + r (a - b q), whose error is r's squared (2^-28) plus q's rounding, so
+// within an ulp of a / b; 4 instructions against a VDIVPS that alone costs more than the rest of
+// sigmoid (chain2 of bench/memory_bound.py). Elsewhere the division.
+inline Vec div_1_2(Vec a, Vec b) {
+#if defined(PTO_ISA_AVX512)
+  const Vec r{_mm512_rcp14_ps(b.v)}, q = a * r;
+  return fma(r, fnma(b, q, a), q);
+#else
+  return a / b;
+#endif
+}
+
+// 1 / (1 + e^-x), as e^x / (1 + e^x) for x < 0 so that tiny results keep their precision. -|x|
+// is <= 0 or NaN, so exp needs no overflow checks.
 inline Vec sigmoid(Vec x) {
-  Vec e = exp(-abs(x));
-  return select(x < Vec::zero(), e, Vec::set1(1.0f)) / (e + Vec::set1(1.0f));
+  Vec e = exp<false>(-abs(x));
+  return div_1_2(select(x < Vec::zero(), e, Vec::set1(1.0f)), e + Vec::set1(1.0f));
 }
 
 // erfc(t) for t >= 1 as exp(-t^2 + h(t)), h (the slowly varying rest) fitted on [1, 4.5], given
