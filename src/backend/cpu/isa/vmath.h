@@ -14,7 +14,8 @@ namespace pto::cpu::PTO_ISA_NS {
 
 // For the functions an elementwise loop calls once a vector: GCC otherwise leaves exp and sigmoid
 // out of line, called through the shared library's PLT with their constants loaded again on every
-// call (sigmoid(a) b + 1 in L2: 61% of the time in sigmoid, a third of it on the call's tail).
+// call (sigmoid(a) b + 1 in L2 spent 61% of its time in sigmoid and 2.6% in its PLT stub; inlined,
+// it ran 1.03-1.04x on a Xeon).
 #define PTO_VMATH_INLINE [[gnu::always_inline]] inline
 
 // c[0] + c[1] x + ... + c[N-1] x^(N-1), by Horner's rule with fma.
@@ -122,8 +123,8 @@ inline Vec tanh(Vec x) {
 
 // a / b for b in [1, 2] and a in [0, 1]. Under AVX-512: the 14-bit reciprocal estimate r, q = a r,
 // and one correction q + r (a - b q), whose error is r's squared (2^-28) plus q's rounding, so
-// within an ulp of a / b; 4 instructions against a VDIVPS that alone costs more than the rest of
-// sigmoid (chain2 of bench/memory_bound.py). Elsewhere the division.
+// within an ulp of a / b (sigmoid's measured error did not move); 4 instructions in place of a
+// VDIVPS, 1.01x on sigmoid(a) b + 1 in L2 (Xeon). Elsewhere the division.
 inline Vec div_1_2(Vec a, Vec b) {
 #if defined(PTO_ISA_AVX512)
   const Vec r{_mm512_rcp14_ps(b.v)}, q = a * r;
