@@ -63,25 +63,32 @@ TEST(CpuSoftmax, LargeRowsColumnsAndSpecials) {
 // around the vector width (1, 15, 16, 17 ...), several rows each (the next row is prefetched while
 // one is computed), with specials inside the unrolled part of a row: a NaN (not tracked by the
 // row's max: it still makes the row NaN through the sum), +inf, a row all -inf, huge magnitudes,
-// and scores 88-110 below the max, whose exps are subnormal or zero.
+// and scores 88-110 below the max, whose exps are subnormal or zero. Both store paths: ordinary
+// stores, and the rows' exps kept in a scratch row and streamed to y (what `auto` does for outputs
+// larger than the L3, forced here by `always`).
 TEST(CpuSoftmax, RowLengthsAndSpecialsInLongRows) {
   const Tol tol = {8 * kUlp, 8 * kUlp};
-  for (const char* op : {"Softmax", "LogSoftmax"}) {
-    for (int64_t len : {1, 15, 16, 17, 31, 63, 64, 65, 129, 1003}) {
-      Tensor x = random_f32({9, len}, static_cast<uint32_t>(len), -20, 20);
-      float* v = x.data<float>();
-      const int64_t mid = len / 2 + len / 3;  // past the first four vectors when len >= 129
-      v[0 * len + mid] = NAN;
-      v[1 * len + mid] = INFINITY;
-      for (int64_t j = 0; j < len; ++j) v[2 * len + j] = -INFINITY;
-      v[3 * len + mid] = 3e38f;  // a huge max: the rest of the row underflows to 0
-      v[4 * len + mid] = -3e38f;
-      for (int64_t j = 0; j < len; ++j)  // exp(x - max) from e^-110 to 1: subnormals in between
-        v[5 * len + j] = -110.0f * static_cast<float>(j) / static_cast<float>(len);
-      v[6 * len + len - 1] = 1e4f;  // the max in the tail
-      expect_matches({op, {x}, {}, 13}, tol);
+  const MemoryPolicy saved = memory_policy();
+  for (auto nt : {MemoryPolicy::NonTemporal::kNever, MemoryPolicy::NonTemporal::kAlways})
+    for (const char* op : {"Softmax", "LogSoftmax"}) {
+      SCOPED_TRACE(::testing::Message() << "nontemporal " << static_cast<int>(nt));
+      set_memory_policy(MemoryPolicy{.nontemporal = nt});
+      for (int64_t len : {1, 15, 16, 17, 31, 63, 64, 65, 129, 1003}) {
+        Tensor x = random_f32({9, len}, static_cast<uint32_t>(len), -20, 20);
+        float* v = x.data<float>();
+        const int64_t mid = len / 2 + len / 3;  // past the first four vectors when len >= 129
+        v[0 * len + mid] = NAN;
+        v[1 * len + mid] = INFINITY;
+        for (int64_t j = 0; j < len; ++j) v[2 * len + j] = -INFINITY;
+        v[3 * len + mid] = 3e38f;  // a huge max: the rest of the row underflows to 0
+        v[4 * len + mid] = -3e38f;
+        for (int64_t j = 0; j < len; ++j)  // exp(x - max) from e^-110 to 1: subnormals in between
+          v[5 * len + j] = -110.0f * static_cast<float>(j) / static_cast<float>(len);
+        v[6 * len + len - 1] = 1e4f;  // the max in the tail
+        expect_matches({op, {x}, {}, 13}, tol);
+      }
     }
-  }
+  set_memory_policy(saved);
 }
 
 Tol norm_tol() {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -15,6 +16,7 @@
 #include "backend/cpu/tile_kernel.h"
 #include "pto/executable.h"
 #include "pto/kernel_graph.h"
+#include "pto/memory_policy.h"
 #include "pto/parallel.h"
 #include "pto/reference.h"
 #include "reference/ops/cast.h"
@@ -132,11 +134,14 @@ TileProgram check(Case& c, const std::string& what, int ulps = 4, double atol = 
   cpu::TileKernel kernel(*prog);
   const int saved = num_threads();
   // Strips of 16 and 48 values (one and three AVX-512 vectors) run what operands larger than
-  // the L3 run; 0 the whole tiles of cached operands.
-  for (int64_t strip : {0, 16, 48})
+  // the L3 run; 0 the whole tiles of cached operands. Strips of 48 also with a prefetch distance
+  // set (its lines all before each strip, not spread over the strip's instructions).
+  const MemoryPolicy saved_policy = memory_policy();
+  for (int64_t strip : {0, 16, 48, -48})
     for (Isa isa : cpu::supported_isas()) {
       cpu::IsaScope scope(isa);
-      kernel.force_strip(strip);
+      set_memory_policy(MemoryPolicy{.prefetch_distance = strip < 0 ? 8 : -1});
+      kernel.force_strip(std::abs(strip));
       for (int threads : {1, 2}) {
         set_num_threads(threads);
         std::vector<Tensor> outs;
@@ -152,10 +157,12 @@ TileProgram check(Case& c, const std::string& what, int ulps = 4, double atol = 
           while (c.g.outputs()[idx] != prog->outputs[k].value) ++idx;
           expect_near(outs[k], want[idx], ulps, atol,
                       what + " " + cpu::isa_name(isa) + " x" + std::to_string(threads) +
-                          (strip ? " strips of " + std::to_string(strip) : ""));
+                          (strip ? " strips of " + std::to_string(strip) : "") +
+                          (strip < 0 ? ", prefetch 8" : ""));
         }
       }
     }
+  set_memory_policy(saved_policy);
   set_num_threads(saved);
   return *prog;
 }

@@ -144,9 +144,11 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
   if (inner == 1) {
     // Half rows go through scratch a few at a time, in L1 (all of them at once in place).
     const int64_t piece = f32 ? outer : std::max<int64_t>(1, 4096 / len);
-    // Not in auto mode: on Zen 5 at 4x L3, rows of 1024 ran 1.05x, rows of 8192 0.91x
-    // (bench/memory_bound.py, docs/python.md "Memory policy").
-    const bool stream = f32 && stream_stores_for(y.nbytes(), /*in_auto=*/false);
+    // Streamed in auto mode (outputs past the L3): at 4x L3 on a Xeon (AVX-512) 1.19x on rows of
+    // 1024 and 1.31x on rows of 8192 (1 thread; 1.16x / 1.35x on 2) over ordinary stores. On Zen 5
+    // rows of 8192 ran 0.91x, but that was while Softmax was compute-bound (before its exp and row
+    // max got cheaper: 13.6 -> 22.6 GB/s in L2), docs/python.md "Memory policy".
+    const bool stream = f32 && stream_stores_for(y.nbytes());
     const bool prefetch = memory_policy().prefetch_distance != 0;
     parallel_for(0, outer, std::max<int64_t>(1, kParallelGrain / len), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; r += piece) {

@@ -38,6 +38,10 @@ struct TileArgs {
   // each strip) to prefetch before the tile (strip) runs (MemoryPolicy::prefetch_distance); 0:
   // none.
   int prefetch_lines = 0;
+  // Issue those lines in equal shares before each instruction of the tile (strip) instead of all
+  // before its first: a block of prefetches fills the core's line-fill buffers, and the strip's
+  // arithmetic waits behind the stalled prefetch instead of running while the lines arrive.
+  bool prefetch_spread = false;
   // > 0: run the program on strips of this many values of a one-row tile, every instruction on
   // a strip before the next one, so loads from memory, the arithmetic and the stores of
   // neighbouring strips are in flight together (operands far larger than the caches); 0: each

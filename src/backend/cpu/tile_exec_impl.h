@@ -380,8 +380,18 @@ void exec_tile(const TileArgs& t) {
   auto run = [&](int64_t r0, int64_t rows, int64_t c0, int64_t width) {
     const int64_t base = r0 * t.width + c0, count = rows * width;
     auto at_base = [&](Src s) { return Src{s.m == 0 ? s.p : s.p + base, s.m}; };
+    // With prefetch_spread, the inputs read in place so far (the lines past this tile or strip
+    // of each), and instruction pc's share of those lines: [pc P / n, (pc + 1) P / n).
+    const char* ahead[4];
+    int num_ahead = 0;
+    auto share = [&](int pc) { return t.prefetch_lines * pc / t.num_code; };
+    // Prefetch instructions never fault, so lines past the input's end are harmless.
+    auto prefetch = [](const char* p, int l0, int l1) {
+      for (int l = l0; l < l1; ++l) __builtin_prefetch(p + l * 64);
+    };
     for (int pc = 0; pc < t.num_code; ++pc) {
       const TileInstr& in = t.code[pc];
+      for (int k = 0; k < num_ahead; ++k) prefetch(ahead[k], share(pc), share(pc + 1));
       if (in.op == TileOpcode::kStore) {
         const TileOperandView v = from_column(t.outputs[in.operand], c0);
         for (int64_t i = r0; i < r0 + rows; ++i)
@@ -395,9 +405,13 @@ void exec_tile(const TileArgs& t) {
           reg[in.dst] = splat_of(load_one(v, 0), in.dst);
         } else if (v.dtype == TileDType::kF32 && (t.rows == 1 || v.row_step == t.width)) {
           reg[in.dst] = Src{static_cast<const float*>(v.ptr), -1};
-          // Prefetch instructions never fault, so lines past the input's end are harmless.
           const char* next = static_cast<const char*>(v.ptr) + (base + count) * 4;
-          for (int l = 0; l < t.prefetch_lines; ++l) __builtin_prefetch(next + l * 64);
+          if (t.prefetch_spread && num_ahead < 4) {
+            ahead[num_ahead++] = next;
+            prefetch(next, 0, share(pc + 1));  // the shares of the instructions before
+          } else {
+            prefetch(next, 0, t.prefetch_lines);
+          }
         } else {
           const TileOperandView from = from_column(v, c0);
           for (int64_t i = r0; i < r0 + rows; ++i)

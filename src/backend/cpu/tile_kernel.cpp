@@ -253,14 +253,19 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
                         : forced_strip_ > 0                             ? forced_strip_
                         : in_bytes + out_bytes > device_info().l3_bytes ? kStripValues
                                                                         : 0;
-  // The built-in prefetch (-1): with strips, the next strip's lines as each one starts (the
-  // hardware prefetchers alone leave a strip's reads waiting while the one before computes):
-  // relu(2x + 1) 1.32x on 1 thread and 1.30x on 2 at 4x L3 on a Xeon (AVX-512) against 0 in the
-  // same run, sigmoid(a) b + 1 1.00x / 1.03x. Whole tiles: none.
+  // The built-in prefetch (-1): with strips, the next strip's lines (the hardware prefetchers
+  // alone leave a strip's reads waiting while the one before computes): relu(2x + 1) 1.32x on 1
+  // thread and 1.30x on 2 at 4x L3 on a Xeon (AVX-512) against 0 in the same run, sigmoid(a) b + 1
+  // 1.00x / 1.03x; spread over the strip's instructions (TileArgs::prefetch_spread) rather than
+  // all as it starts, where perf put 62% of the tile interpreter's time on the stalled prefetch
+  // loop (1.02-1.37x over prefetch_distance 32 in 13 of 14 alternated pairs on the chains, 1
+  // thread, Xeon, docs/python.md). Whole tiles: none. A distance the policy sets is prefetched as
+  // each tile (strip) starts.
   const int policy_prefetch = memory_policy().prefetch_distance;
   const int prefetch = policy_prefetch >= 0 ? policy_prefetch
                        : strip > 0          ? static_cast<int>(strip * 4 / 64)
                                             : 0;
+  const bool spread = policy_prefetch < 0 && strip > 0;
 
   auto run_range = [&](int64_t begin, int64_t end) {
     float* scratch = scratch_for(p, plan.capacity);
@@ -300,6 +305,7 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
                     .stream = stream,
                     .fence = t + 1 == end,
                     .prefetch_lines = prefetch,
+                    .prefetch_spread = spread,
                     .strip = strip};
       PTO_ISA_DISPATCH(exec_tile, args);
     }
