@@ -117,6 +117,8 @@ struct Executable::Plan {
   // caller's destination when the output is known to fit it.
   std::vector<int32_t> output_step;
   std::vector<std::optional<Dims>> output_dims;
+  // Per graph output: the outputs of that step before its root, of the same static size.
+  std::vector<int> output_skip;
   size_t arena_size = 0;
 };
 
@@ -312,9 +314,10 @@ class StepAllocator : public Allocator {
     taken_.assign(slots ? slots->size() : 0, 0);
   }
   // The caller's buffer of a graph output this step makes (Executable::run_into): the step's
-  // first allocation of exactly its size gets it, once.
-  void add_destination(const Tensor& d) {
-    destinations_.push_back({static_cast<std::byte*>(d.raw_data()), d.nbytes()});
+  // allocation of exactly its size after `skip` others of that size (the step's outputs before
+  // it: kernels allocate their outputs in order) gets it, once.
+  void add_destination(const Tensor& d, int skip) {
+    destinations_.push_back({static_cast<std::byte*>(d.raw_data()), d.nbytes(), skip});
   }
   void clear_destinations() { destinations_.clear(); }
   // Whether p is a destination handed out (the caller's memory, never freed here).
@@ -322,13 +325,20 @@ class StepAllocator : public Allocator {
     return std::find(handed_out_.begin(), handed_out_.end(), p) != handed_out_.end();
   }
   void* allocate(size_t nbytes) override {
-    for (auto it = destinations_.begin(); it != destinations_.end(); ++it)
-      if (it->second == nbytes) {
-        std::byte* d = it->first;
-        destinations_.erase(it);
-        handed_out_.push_back(d);
-        return d;
+    std::byte* given = nullptr;
+    for (auto it = destinations_.begin(); it != destinations_.end();) {
+      if (it->bytes == nbytes && !given && it->skip == 0) {
+        given = it->data;
+        it = destinations_.erase(it);
+        continue;
       }
+      if (it->bytes == nbytes && it->skip > 0) --it->skip;
+      ++it;
+    }
+    if (given) {
+      handed_out_.push_back(given);
+      return given;
+    }
     const size_t rounded = (nbytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
     if (slots_ && nbytes > 0)
       for (size_t i = 0; i < slots_->size(); ++i)
@@ -352,8 +362,13 @@ class StepAllocator : public Allocator {
   std::shared_ptr<MemoryPool> pool_;
   const std::vector<MemoryPlan::Slot>* slots_ = nullptr;
   std::vector<char> taken_;
-  std::vector<std::pair<std::byte*, size_t>> destinations_;  // this step's, not yet taken
-  std::vector<const void*> handed_out_;                      // this run's
+  struct Destination {
+    std::byte* data;
+    size_t bytes;
+    int skip;
+  };
+  std::vector<Destination> destinations_;  // this step's, not yet taken
+  std::vector<const void*> handed_out_;    // this run's
 };
 
 // Level 2: Reshape-like views join a neighbouring kernel, since they only relabel a buffer. A view
@@ -760,6 +775,12 @@ std::vector<Tensor> Executable::run_into(const std::vector<Tensor>& inputs,
 
 namespace {
 
+// The bytes of a value of this type, 0 when its shape is not static.
+size_t static_bytes(const TensorType& t) {
+  if (!t.shape || !is_static(*t.shape)) return 0;
+  return static_cast<size_t>(checked_numel(to_dims(*t.shape))) * dtype_size(t.dtype);
+}
+
 // Whether t can be written into d as it is: same dtype and shape, d a contiguous tensor.
 bool fits(const Tensor& t, const Tensor& d) {
   return d.defined() && d.is_tensor() && t.is_tensor() && d.is_contiguous() &&
@@ -870,6 +891,13 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
         const TensorType& t = g.value(v).type;
         p.output_dims.push_back(
             t.shape && is_static(*t.shape) ? std::optional<Dims>(to_dims(*t.shape)) : std::nullopt);
+        p.output_skip.push_back(0);
+        if (p.output_step.back() < 0 || !p.output_dims.back()) continue;
+        const size_t bytes = static_bytes(t);
+        for (ValueId u : p.steps[static_cast<size_t>(p.output_step.back())].group.outputs) {
+          if (u == p.live.root[v]) break;
+          p.output_skip.back() += static_bytes(g.value(u).type) == bytes;
+        }
       }
     }
   }
@@ -932,7 +960,7 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
           p.output_step[o] == static_cast<int32_t>(s) && d.defined() && d.is_tensor() &&
           d.is_contiguous() && d.nbytes() > 0 && p.output_dims[o] &&
           *p.output_dims[o] == d.shape() && g.value(g.outputs()[o]).type.dtype == d.dtype())
-        alloc->add_destination(d);
+        alloc->add_destination(d, p.output_skip[o]);
     try {
       outs = run_step(p, g, step, args);
     } catch (const std::bad_alloc&) {

@@ -359,32 +359,33 @@ def test_scan_axes_and_directions(tmp_path, reverse):
 
 @pytest.mark.parametrize("out_axis,reverse", [(0, False), (0, True), (1, False), (1, True)])
 def test_scan_outputs_written_in_place(tmp_path, out_axis, reverse):
-    """The compiled body writes each step's scan output into its slice of the stacked output
-    (axis 0, or axis 1 behind a leading 1: contiguous slices), in either direction; the final
-    state is that output's value but does not share its memory. The number of steps changes
-    between calls of one loaded model (1, 6, 3)."""
+    """The compiled body writes each step's scan output (4 KiB, the least written in place) into
+    its slice of the stacked output (axis 0, or axis 1 behind a leading 1: contiguous slices),
+    in either direction; the final state is that output's value but does not share its memory.
+    The number of steps changes between calls of one loaded model (1, 6, 3)."""
+    n = 1024
     body = helper.make_graph(
         [helper.make_node("MatMul", ["x_t", "w"], ["xw"]),
          helper.make_node("Add", ["h_in", "xw"], ["a"]),
          helper.make_node("Tanh", ["a"], ["h_out"]),
          helper.make_node("Identity", ["h_out"], ["y"])],
-        "cell", [_vi("h_in", F, [1, 6]), _vi("x_t", F, [1, 5])],
-        [_vi("h_out", F, [1, 6]), _vi("y", F, [1, 6])])
+        "cell", [_vi("h_in", F, [1, n]), _vi("x_t", F, [1, 5])],
+        [_vi("h_out", F, [1, n]), _vi("y", F, [1, n])])
     w = numpy_helper.from_array(
-        np.random.default_rng(8).standard_normal((5, 6)).astype(np.float32) * 0.5, "w")
-    ys_shape = [None, 1, 6] if out_axis == 0 else [1, None, 6]
+        np.random.default_rng(8).standard_normal((5, n)).astype(np.float32) * 0.5, "w")
+    ys_shape = [None, 1, n] if out_axis == 0 else [1, None, n]
     nodes = [helper.make_node("Scan", ["h0", "xs"], ["h", "ys"], body=body, num_scan_inputs=1,
                               scan_output_axes=[out_axis],
                               scan_output_directions=[int(reverse)])]
     path = _save(tmp_path / "scan.onnx", nodes,
-                 [_vi("h0", F, [1, 6]), _vi("xs", F, [None, 1, 5])],
-                 [_vi("h", F, [1, 6]), _vi("ys", F, ys_shape)], [w])
+                 [_vi("h0", F, [1, n]), _vi("xs", F, [None, 1, 5])],
+                 [_vi("h", F, [1, n]), _vi("ys", F, ys_shape)], [w])
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     model = pypto.onnx.load(path)
     _assert_nested_on_cpu(model, "MatMul", "Tanh")
     for steps in (1, 6, 3):
         rng = np.random.default_rng(steps)
-        feeds = {"h0": rng.standard_normal((1, 6)).astype(np.float32),
+        feeds = {"h0": rng.standard_normal((1, n)).astype(np.float32),
                  "xs": rng.standard_normal((steps, 1, 5)).astype(np.float32)}
         h, ys = (np.asarray(t) for t in model(**feeds))
         want_h, want_ys = sess.run(None, feeds)
