@@ -349,7 +349,7 @@ class StepAllocator : public Allocator {
     return pool_->allocate(nbytes);
   }
   void deallocate(void* p, size_t nbytes) override {
-    if (!in_arena(p) && !handed_out(p)) pool_->deallocate(p, nbytes);
+    if (!in_arena(p) && (handed_out_.empty() || !handed_out(p))) pool_->deallocate(p, nbytes);
   }
   bool in_arena(const void* p) const {
     auto* b = static_cast<const std::byte*>(p);

@@ -69,10 +69,7 @@ class Stacker {
   // ~2.4K instructions a step for a 4-byte part).
   static constexpr size_t kInPlaceBytes = 4096;
   Tensor slot(int64_t i) const {
-    if (!out_.defined() || out_.nbytes() / static_cast<size_t>(length_) < kInPlaceBytes)
-      return Tensor();
-    for (int64_t d = 0; d < axis_; ++d)
-      if (out_.shape()[d] != 1) return Tensor();
+    if (!in_place_) return Tensor();
     Dims shape = out_.shape(), strides = out_.strides();
     shape.erase(shape.begin() + axis_);
     strides.erase(strides.begin() + axis_);
@@ -95,13 +92,15 @@ class Stacker {
       shape.insert(shape.begin() + axis_, length_);
       out_ = Tensor::empty(part.dtype(), shape);
       first_ = part.shape();
+      in_place_ = part.nbytes() >= kInPlaceBytes;
+      for (int64_t d = 0; d < axis_; ++d) in_place_ = in_place_ && shape[d] == 1;
     } else if (part.shape() != first_ || part.dtype() != out_.dtype()) {
       throw ValueError(cat(where_, ": a scan output is ", dtype_name(part.dtype()),
                            dims_str(part.shape()), " in one iteration and ",
                            dtype_name(out_.dtype()), dims_str(first_), " in another"));
     }
     // Written in place: the body's kernel made it in slot(i).
-    if (part.is_contiguous() && part.raw_data() == slot_data(i)) return;
+    if (in_place_ && part.is_contiguous() && part.raw_data() == slot_data(i)) return;
     put(out_, axis_, i, part);
   }
 
@@ -126,7 +125,8 @@ class Stacker {
   }
 
   Tensor out_;
-  Dims first_;  // the first part's shape
+  Dims first_;             // the first part's shape
+  bool in_place_ = false;  // slot() offers views
 };
 
 // The parts stacked along a new `axis`, as Stacker does.
