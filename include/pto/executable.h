@@ -130,11 +130,11 @@ class Executable {
   using ValueObserver = std::function<void(ValueId, const Tensor&)>;
   std::vector<Tensor> run_observing_values(const std::vector<Tensor>& inputs,
                                            const ValueObserver& observer) const;
-  // run() writing graph output k into outputs[k] where that is defined (a view the caller owns,
-  // such as one step's slice of a Scan's stacked output): the kernel that makes it writes there
-  // directly when it can, else it is copied in, and the result holds outputs[k] itself. An output
-  // whose dtype or shape differs from outputs[k]'s, or a non-contiguous outputs[k], is returned
-  // as run() returns it, outputs[k] untouched. `outputs` is empty or one entry per graph output.
+  // run() writing graph output k into outputs[k] where defined (a view the caller owns, e.g. a
+  // step's slice of a Scan's stacked output, overlapping no input): the kernel making it writes
+  // there when it can, else it is copied in; the result holds outputs[k] itself. An output whose
+  // dtype or shape is not outputs[k]'s, or a non-contiguous outputs[k], comes back as from run(),
+  // outputs[k] untouched. `outputs` is empty or one entry per graph output (else a ValueError).
   std::vector<Tensor> run_into(const std::vector<Tensor>& inputs,
                                const std::vector<Tensor>& outputs) const;
 
