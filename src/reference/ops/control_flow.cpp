@@ -62,12 +62,14 @@ class Stacker {
   Stacker(int64_t length, int64_t axis, const TensorType& fallback, std::string where)
       : length_(length), axis_(axis), fallback_(fallback), where_(std::move(where)) {}
 
-  // out[..., i, ...] where the body may write part i itself: a view of the stacked tensor when
-  // that is contiguous (the stacking axis is 0, or every dim before it is 1) and at least
-  // kInPlaceBytes, else undefined. Undefined before the first part (its shape makes the stacked
-  // tensor). Below that size the copy costs less than passing the view (callgrind, scan_tiny:
-  // ~2.4K instructions a step for a 4-byte part).
+  // Whether the body may write the parts in place (slot), decided at the first part (its shape
+  // makes the stacked tensor): where a part's place is contiguous (the stacking axis is 0, or
+  // every dim before it is 1) and it has at least kInPlaceBytes. Below that size the copy costs
+  // less than passing the view (callgrind, scan_tiny: ~2.4K instructions a step for 4 bytes).
   static constexpr size_t kInPlaceBytes = 4096;
+  bool in_place() const { return in_place_; }
+
+  // out[..., i, ...], a view of the stacked tensor, where in_place(); else undefined.
   Tensor slot(int64_t i) const {
     if (!in_place_) return Tensor();
     Dims shape = out_.shape(), strides = out_.strides();
@@ -125,8 +127,8 @@ class Stacker {
   }
 
   Tensor out_;
-  Dims first_;             // the first part's shape
-  bool in_place_ = false;  // slot() offers views
+  Dims first_;  // the first part's shape
+  bool in_place_ = false;
 };
 
 // The parts stacked along a new `axis`, as Stacker does.
@@ -218,7 +220,7 @@ std::vector<Tensor> scan(const KernelContext& c, const SubgraphRunnerInto& run_s
           take(scan_inputs[i], axes.in_axes[i], axes.in_reverse[i] ? length - 1 - t : t);
     if (t == 1)  // the stacked tensors exist now: does any take its parts in place?
       for (size_t k = 0; k < a.scan_outputs; ++k)
-        if (stacked[k].slot(0).defined()) dests.resize(a.carried + a.scan_outputs);
+        if (stacked[k].in_place()) dests.resize(a.carried + a.scan_outputs);
     for (size_t k = 0; k < a.scan_outputs && !dests.empty(); ++k)
       dests[a.carried + k] = stacked[k].slot(out_index(k, t));
     std::vector<Tensor> out = run_sub("body", in, dests);
