@@ -130,6 +130,13 @@ class Executable {
   using ValueObserver = std::function<void(ValueId, const Tensor&)>;
   std::vector<Tensor> run_observing_values(const std::vector<Tensor>& inputs,
                                            const ValueObserver& observer) const;
+  // run() writing graph output k into outputs[k] where defined (a view the caller owns, e.g. a
+  // step's slice of a Scan's stacked output, overlapping no input): the kernel making it writes
+  // there when it can, else it is copied in; the result holds outputs[k] itself. An output whose
+  // dtype or shape is not outputs[k]'s, or a non-contiguous outputs[k], comes back as from run(),
+  // outputs[k] untouched. `outputs` is empty or one entry per graph output (else a ValueError).
+  std::vector<Tensor> run_into(const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& outputs) const;
 
   // The graph it runs: the one given to compile() after the passes of its level. Weights that
   // kernels hold packed are released there (Graph::is_released; CompileOptions).
@@ -172,7 +179,8 @@ class Executable {
   friend Executable compile(Graph g, const CompileOptions& options);
   std::vector<Tensor> run_impl(const std::vector<Tensor>& inputs,
                                const reference::NodeObserver& node_observer,
-                               const ValueObserver& value_observer) const;
+                               const ValueObserver& value_observer,
+                               const std::vector<Tensor>& destinations = {}) const;
   friend Executable compile_partitioned(Graph g, KernelPartition partition,
                                         const CompileOptions& options,
                                         std::vector<PassReport> passes, size_t nodes_in);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "pto/control_flow_runner.h"
 #include "pto/log.h"
 #include "pto/reference.h"
 
@@ -107,11 +108,12 @@ ControlFlowKernel::ControlFlowKernel(const Node& n, const KernelGroup& group,
 
 std::vector<Tensor> ControlFlowKernel::run(const std::vector<Tensor>& inputs) const {
   AllocatorScope scope(pool_);
-  std::vector<Tensor> all = reference::run_control_flow(
+  std::vector<Tensor> all = reference::run_control_flow_into(
       node_, gather_node_inputs(slots_, inputs),
-      [this](const std::string& attr, const std::vector<Tensor>& in) {
+      [this](const std::string& attr, const std::vector<Tensor>& in,
+             const std::vector<Tensor>& dests) {
         for (const auto& [name, exe] : subgraphs_)
-          if (name == attr) return exe.run(in);
+          if (name == attr) return dests.empty() ? exe.run(in) : exe.run_into(in, dests);
         throw InternalError(cat(node_.where(), ": no compiled subgraph '", attr, "'"));
       });
   std::vector<Tensor> out;  // the node's named outputs, as the group lists them

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -111,6 +112,13 @@ struct Executable::Plan {
   // Per value: for a graph input that is no graph output, the last step reading it, else -1. Its
   // copy in env (the caller keeps the original) moves to that step instead of being copied again.
   std::vector<int32_t> input_last_read;
+  // Per graph output: the step that allocates its buffer (its root's producer), else -1 (an
+  // input or a constant), and its static shape if it has one. run_into hands that step the
+  // caller's destination when the output is known to fit it.
+  std::vector<int32_t> output_step;
+  std::vector<std::optional<Dims>> output_dims;
+  // Per graph output: the outputs of that step before its root, of the same static size.
+  std::vector<int> output_skip;
   size_t arena_size = 0;
 };
 
@@ -305,7 +313,32 @@ class StepAllocator : public Allocator {
     slots_ = slots;
     taken_.assign(slots ? slots->size() : 0, 0);
   }
+  // The caller's buffer of a graph output this step makes (Executable::run_into): the step's
+  // allocation of exactly its size after `skip` others of that size (the step's outputs before
+  // it: kernels allocate their outputs in order) gets it, once.
+  void add_destination(const Tensor& d, int skip) {
+    destinations_.push_back({static_cast<std::byte*>(d.raw_data()), d.nbytes(), skip});
+  }
+  void clear_destinations() { destinations_.clear(); }
+  // Whether p is a destination handed out (the caller's memory, never freed here).
+  bool handed_out(const void* p) const {
+    return std::find(handed_out_.begin(), handed_out_.end(), p) != handed_out_.end();
+  }
   void* allocate(size_t nbytes) override {
+    std::byte* given = nullptr;
+    for (auto it = destinations_.begin(); it != destinations_.end();) {
+      if (it->bytes == nbytes && !given && it->skip == 0) {
+        given = it->data;
+        it = destinations_.erase(it);
+        continue;
+      }
+      if (it->bytes == nbytes && it->skip > 0) --it->skip;
+      ++it;
+    }
+    if (given) {
+      handed_out_.push_back(given);
+      return given;
+    }
     const size_t rounded = (nbytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
     if (slots_ && nbytes > 0)
       for (size_t i = 0; i < slots_->size(); ++i)
@@ -316,7 +349,7 @@ class StepAllocator : public Allocator {
     return pool_->allocate(nbytes);
   }
   void deallocate(void* p, size_t nbytes) override {
-    if (!in_arena(p)) pool_->deallocate(p, nbytes);
+    if (!in_arena(p) && (handed_out_.empty() || !handed_out(p))) pool_->deallocate(p, nbytes);
   }
   bool in_arena(const void* p) const {
     auto* b = static_cast<const std::byte*>(p);
@@ -329,6 +362,13 @@ class StepAllocator : public Allocator {
   std::shared_ptr<MemoryPool> pool_;
   const std::vector<MemoryPlan::Slot>* slots_ = nullptr;
   std::vector<char> taken_;
+  struct Destination {
+    std::byte* data;
+    size_t bytes;
+    int skip;
+  };
+  std::vector<Destination> destinations_;  // this step's, not yet taken
+  std::vector<const void*> handed_out_;    // this run's
 };
 
 // Level 2: Reshape-like views join a neighbouring kernel, since they only relabel a buffer. A view
@@ -728,14 +768,71 @@ std::vector<Tensor> Executable::run_observing_values(const std::vector<Tensor>& 
   return run_impl(inputs, {}, observer);
 }
 
+std::vector<Tensor> Executable::run_into(const std::vector<Tensor>& inputs,
+                                         const std::vector<Tensor>& outputs) const {
+  return run_impl(inputs, {}, {}, outputs);
+}
+
+namespace {
+
+// The bytes of a value of this type, 0 when its shape is not static.
+size_t static_bytes(const TensorType& t) {
+  if (!t.shape || !is_static(*t.shape)) return 0;
+  return static_cast<size_t>(checked_numel(to_dims(*t.shape))) * dtype_size(t.dtype);
+}
+
+// Whether t can be written into d as it is: same dtype and shape, d a contiguous tensor.
+bool fits(const Tensor& t, const Tensor& d) {
+  return d.defined() && d.is_tensor() && t.is_tensor() && d.is_contiguous() &&
+         t.dtype() == d.dtype() && t.shape() == d.shape();
+}
+
+// The run's outputs with their destinations (run_into): an output its kernel wrote into its
+// destination becomes the caller's tensor itself, one that fits is copied in, the rest stay as
+// they are. An output that merely lies in a destination (a view, or the buffer another output's
+// kernel took) is the destination where it matches it exactly, else a copy: the memory is the
+// caller's, and the tensor the kernel made does not keep it alive.
+void settle_destinations(std::vector<Tensor>& out, const std::vector<Tensor>& dests) {
+  auto in_dest = [&](const Tensor& t) -> const Tensor* {
+    if (!t.is_tensor() || !t.defined()) return nullptr;
+    const auto* data = static_cast<const std::byte*>(t.raw_data());
+    for (const Tensor& d : dests)
+      if (d.defined() && d.is_tensor() && d.nbytes() > 0 &&
+          data >= static_cast<const std::byte*>(d.raw_data()) &&
+          data < static_cast<const std::byte*>(d.raw_data()) + d.nbytes())
+        return &d;
+    return nullptr;
+  };
+  for (Tensor& t : out)
+    if (const Tensor* d = in_dest(t))
+      t = t.raw_data() == d->raw_data() && fits(t, *d) && t.is_contiguous() ? *d : t.clone();
+  for (size_t k = 0; k < dests.size(); ++k) {
+    const Tensor& d = dests[k];
+    if (!fits(out[k], d) || out[k].raw_data() == d.raw_data()) continue;
+    for (Tensor& other : out)  // another output that is d: it keeps the value it has
+      if (&other != &out[k] && other.defined() && other.is_tensor() &&
+          other.raw_data() == d.raw_data())
+        other = other.clone();
+    const Tensor c = out[k].contiguous();
+    std::memcpy(d.raw_data(), c.raw_data(), d.nbytes());
+    out[k] = d;
+  }
+}
+
+}  // namespace
+
 std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
                                          const reference::NodeObserver& observer,
-                                         const ValueObserver& value_observer) const {
+                                         const ValueObserver& value_observer,
+                                         const std::vector<Tensor>& destinations) const {
   const Graph& g = *graph_;
   Plan& p = *plan_;
   if (inputs.size() != g.inputs().size())
     throw ValueError(
         cat("graph '", g.name, "' takes ", g.inputs().size(), " input(s), got ", inputs.size()));
+  if (!destinations.empty() && destinations.size() != g.outputs().size())
+    throw ValueError(cat("graph '", g.name, "' has ", g.outputs().size(), " output(s), got ",
+                         destinations.size(), " destination(s)"));
   reference::check_inputs(g, inputs);
   check_symbol_ranges(g, inputs);
 
@@ -788,6 +885,20 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
       p.input_last_read.assign(g.values().size(), -1);
       for (ValueId v : g.inputs()) p.input_last_read[v] = p.live.last_use[v];
       for (ValueId v : g.outputs()) p.input_last_read[v] = -1;
+      for (ValueId v : g.outputs()) {
+        const int32_t producer = g.value(p.live.root[v]).producer;
+        p.output_step.push_back(producer < 0 ? -1 : static_cast<int32_t>(p.step_of_node[producer]));
+        const TensorType& t = g.value(v).type;
+        p.output_dims.push_back(
+            t.shape && is_static(*t.shape) ? std::optional<Dims>(to_dims(*t.shape)) : std::nullopt);
+        p.output_skip.push_back(0);
+        if (p.output_step.back() < 0 || !p.output_dims.back()) continue;
+        const size_t bytes = static_bytes(t);
+        for (ValueId u : p.steps[static_cast<size_t>(p.output_step.back())].group.outputs) {
+          if (u == p.live.root[v]) break;
+          p.output_skip.back() += static_bytes(g.value(u).type) == bytes;
+        }
+      }
     }
   }
   const std::vector<bool>& constant = p.constant;
@@ -844,6 +955,12 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
     }
     std::vector<Tensor> outs;
     alloc->set_slots(arena ? &mp->step_slots[s] : nullptr);
+    for (size_t o = 0; o < destinations.size(); ++o)
+      if (const Tensor& d = destinations[o];
+          p.output_step[o] == static_cast<int32_t>(s) && d.defined() && d.is_tensor() &&
+          d.is_contiguous() && d.nbytes() > 0 && p.output_dims[o] &&
+          *p.output_dims[o] == d.shape() && g.value(g.outputs()[o]).type.dtype == d.dtype())
+        alloc->add_destination(d, p.output_skip[o]);
     try {
       outs = run_step(p, g, step, args);
     } catch (const std::bad_alloc&) {
@@ -852,6 +969,7 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
       throw ValueError(cat(last.where(), ": size too large (", e.what(), ")"));
     }
     alloc->set_slots(nullptr);
+    alloc->clear_destinations();
     // The constants back into env for the next steps and runs (the first run copies them there).
     if (!concurrently)
       for (size_t i = 0; i < args.size(); ++i)
@@ -949,6 +1067,7 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
       p.free_arenas.push_back(std::move(arena));
     if (p.free_envs.size() < 4) p.free_envs.push_back(std::move(env));
   }
+  if (!destinations.empty()) settle_destinations(out, destinations);
   return out;
 }
 

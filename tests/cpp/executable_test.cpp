@@ -135,6 +135,57 @@ TEST(Executable, OutputsThatAreRepeatedInputsOrConstants) {
   EXPECT_EQ(in[0].numel(), 4);  // the caller's inputs are left as they were
 }
 
+// run_into: each output comes back as the caller's destination (a row of one buffer) holding
+// the reference's values: the kernels' outputs written there directly (the runs ask the pool
+// for fewer blocks than run()), an input and a constant given back copied in. An output listed
+// twice gets its own copy in each destination. A destination of the wrong shape is left alone.
+TEST(Executable, RunIntoWritesTheCallersDestinations) {
+  Graph g;
+  g.name = "into";
+  const ValueId a = g.add_input("a", {DType::kF32, Shape{4}});
+  const ValueId b = g.add_input("b", {DType::kF32, Shape{4}});
+  const ValueId w = testing::constant(g, "w", {4}, 7);
+  const ValueId c = g.add_value("c"), d = g.add_value("d");
+  g.add_node("Sub", {b, a}, {c}, {}, "sub");
+  g.add_node("Exp", {c}, {d}, {}, "exp");
+  for (ValueId v : {c, d, c, a, w}) g.add_output(v);
+  for (int level : {0, 2}) {
+    const Executable exe = compile(g, {.level = level});
+    const std::vector<Tensor> in{testing::random_tensor({4}, 1), testing::random_tensor({4}, 2)};
+    const std::vector<Tensor> want = reference::run(g, in);
+    exe.run(in);  // warm: plans and pools
+    MemoryPoolStats s0 = exe.memory_stats();
+    exe.run(in);
+    MemoryPoolStats s1 = exe.memory_stats();
+    const Tensor buffer = Tensor::zeros(DType::kF32, {5, 4});
+    std::vector<Tensor> dests;
+    for (int64_t o = 0; o < 5; ++o) dests.push_back(buffer.view({4}, {1}, o * 4));
+    const std::vector<Tensor> got = exe.run_into(in, dests);
+    MemoryPoolStats s2 = exe.memory_stats();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t o = 0; o < got.size(); ++o) {
+      EXPECT_EQ(got[o].raw_data(), dests[o].raw_data()) << "level " << level << ", output " << o;
+      for (int64_t i = 0; i < 4; ++i)
+        EXPECT_FLOAT_EQ(static_cast<float>(got[o].item_as_double(i)),
+                        static_cast<float>(want[o].item_as_double(i)))
+            << "level " << level << ", output " << o << ", element " << i;
+    }
+    const auto requests = [](const MemoryPoolStats& s) {
+      return s.system_allocations + s.pool_hits;
+    };
+    EXPECT_LT(requests(s2) - requests(s1), requests(s1) - requests(s0)) << "level " << level;
+    // A destination that does not fit: the output is run()'s, the destination untouched.
+    const Tensor wrong = Tensor::zeros(DType::kF32, {2, 2});
+    const std::vector<Tensor> other =
+        exe.run_into(in, {Tensor(), wrong, Tensor(), Tensor(), Tensor()});
+    EXPECT_NE(other[1].raw_data(), wrong.raw_data());
+    EXPECT_FLOAT_EQ(static_cast<float>(other[1].item_as_double(3)),
+                    static_cast<float>(want[1].item_as_double(3)));
+    for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(wrong.item_as_double(i), 0.0);
+    EXPECT_THROW(exe.run_into(in, {Tensor()}), ValueError);
+  }
+}
+
 TEST(Executable, AGraphWithoutOutputsIsAnError) {
   EXPECT_EQ(message_of([] { compile(Graph()); }), "graph: has no outputs");
 }

@@ -244,14 +244,14 @@ def test_one_compiled_loop_from_four_threads(tmp_path):
     _run_in_four_threads(model, [{"x": x} for x in xs], want)
 
 
-def _scan_rnn_model(path, opset=17, batch=3, hidden=8, inp=5, steps=7):
+def _scan_rnn_model(path, opset=17, batch=3, hidden=8, inp=5, steps=7, wh_scale=0.5):
     """h_t = Tanh(x_t @ wx + h_{t-1} @ wh + b) over the steps of xs, with every h_t stacked;
     opset 8 scans a batch: xs [batch, steps, inp], h0 [batch, hidden], and the body sees one
     batch entry ([inp] and [hidden] with a leading 1 added by Unsqueeze)."""
     rng = np.random.default_rng(17)
     wx = numpy_helper.from_array(rng.standard_normal((inp, hidden)).astype(np.float32) * 0.5, "wx")
     wh = numpy_helper.from_array(
-        rng.standard_normal((hidden, hidden)).astype(np.float32) * 0.5, "wh")
+        rng.standard_normal((hidden, hidden)).astype(np.float32) * wh_scale, "wh")
     b = numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32) * 0.1, "b")
     if opset >= 9:
         h_shape, x_shape, xs_shape, h0_shape = [batch, hidden], [batch, inp], [steps, batch, inp], \
@@ -320,10 +320,15 @@ def test_stats_count_the_body_kernels(tmp_path, pto_bin):
         assert f"kernel loop_0/body/{k} [cpu]" in r.stdout, r.stdout
 
 
-def test_one_compiled_scan_from_four_threads(tmp_path):
+@pytest.mark.parametrize("hidden", [8, 512])
+def test_one_compiled_scan_from_four_threads(tmp_path, hidden):
     """Four threads run one compiled Scan RNN at once (slices of each thread's own scan input,
-    stacked outputs), 10 times each; every result is onnxruntime's for that input."""
-    path = _scan_rnn_model(tmp_path / "rnn.onnx", steps=9)
+    stacked outputs: copied, or with hidden 512 written in place by the body), 10 times each;
+    every result is onnxruntime's for that input."""
+    # wh scaled as 1/sqrt(hidden): a larger recurrent gain makes the cell chaotic, and rounding
+    # differences grow past any tolerance within a few steps.
+    path = _scan_rnn_model(tmp_path / "rnn.onnx", steps=9, hidden=hidden,
+                           wh_scale=0.5 * (8 / hidden) ** 0.5)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     model = pypto.onnx.load(path)
     feeds = [{i.name: np.random.default_rng(50 + t).standard_normal(i.shape).astype(np.float32)
@@ -355,6 +360,70 @@ def test_scan_axes_and_directions(tmp_path, reverse):
     feeds = {n: rng.standard_normal(s).astype(np.float32)
              for n, s in (("s0", (4,)), ("xa", (5, 4)), ("xb", (4, 5)), ("k", (4,)))}
     _check(path, feeds)
+
+
+@pytest.mark.parametrize("out_axis,reverse", [(0, False), (0, True), (1, False), (1, True)])
+def test_scan_outputs_written_in_place(tmp_path, out_axis, reverse):
+    """The compiled body writes each step's scan output (4 KiB, the least written in place) into
+    its slice of the stacked output (axis 0, or axis 1 behind a leading 1: contiguous slices),
+    in either direction; the final state is that output's value but does not share its memory.
+    The number of steps changes between calls of one loaded model (1, 6, 3)."""
+    n = 1024
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["x_t", "w"], ["xw"]),
+         helper.make_node("Add", ["h_in", "xw"], ["a"]),
+         helper.make_node("Tanh", ["a"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["y"])],
+        "cell", [_vi("h_in", F, [1, n]), _vi("x_t", F, [1, 5])],
+        [_vi("h_out", F, [1, n]), _vi("y", F, [1, n])])
+    w = numpy_helper.from_array(
+        np.random.default_rng(8).standard_normal((5, n)).astype(np.float32) * 0.5, "w")
+    ys_shape = [None, 1, n] if out_axis == 0 else [1, None, n]
+    nodes = [helper.make_node("Scan", ["h0", "xs"], ["h", "ys"], body=body, num_scan_inputs=1,
+                              scan_output_axes=[out_axis],
+                              scan_output_directions=[int(reverse)])]
+    path = _save(tmp_path / "scan.onnx", nodes,
+                 [_vi("h0", F, [1, n]), _vi("xs", F, [None, 1, 5])],
+                 [_vi("h", F, [1, n]), _vi("ys", F, ys_shape)], [w])
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    model = pypto.onnx.load(path)
+    _assert_nested_on_cpu(model, "MatMul", "Tanh")
+    for steps in (1, 6, 3):
+        rng = np.random.default_rng(steps)
+        feeds = {"h0": rng.standard_normal((1, n)).astype(np.float32),
+                 "xs": rng.standard_normal((steps, 1, 5)).astype(np.float32)}
+        h, ys = (np.asarray(t) for t in model(**feeds))
+        want_h, want_ys = sess.run(None, feeds)
+        np.testing.assert_allclose(h, want_h, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ys, want_ys, rtol=1e-5, atol=1e-6)
+        assert not np.shares_memory(h, ys)
+
+
+def test_loop_packed_weight_kept_when_the_trip_count_changes(tmp_path):
+    """One loaded Loop model (x = Relu(x @ w + b), w packed once when the body compiled) run with
+    M = 3, 7, 0, 3: every result is onnxruntime's, and the packed weight is the same one all
+    along (stats count it once, the model's steps and memory plan unchanged)."""
+    path = _loop_matmul_model(tmp_path / "loop_mm.onnx", trips=3)
+    import onnx
+
+    m = onnx.load(str(path))  # M a graph input instead of an initializer; sums of any length
+    m.graph.initializer.remove(next(i for i in m.graph.initializer if i.name == "m"))
+    m.graph.input.append(_vi("m", I64, []))
+    m.graph.output[1].CopyFrom(_vi("sums", F, [None, 32]))
+    path.write_bytes(m.SerializeToString())
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    model = pypto.onnx.load(path)
+    x = np.random.default_rng(4).standard_normal((32, 32)).astype(np.float32)
+    first = model._compiled.stats()
+    assert first["packed_weight_bytes"] > 0, first
+    for trips in (3, 7, 0, 3):
+        feeds = {"x": x, "m": np.array(trips, np.int64)}
+        got = model(**feeds)
+        for g, w in zip(got, sess.run(None, feeds)):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
+        s = model._compiled.stats()
+        for key in ("packed_weight_bytes", "subgraph_kernels", "kernels"):
+            assert s[key] == first[key], (trips, key, s, first)
 
 
 def _silero_like(path, n):
