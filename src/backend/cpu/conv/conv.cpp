@@ -36,9 +36,12 @@ bool is_pointwise(const ConvGeometry& g) {
          g.oh == g.ih && g.ow == g.iw;
 }
 
-// Columns per block: enough that the weights, re-read once per block, are amortised over at
-// least 256 columns, and otherwise a block of col of about 512 KB (a share of L2).
+// Columns per block (the planner's): enough that the weights, re-read once per block, are
+// amortised over at least 256 columns, and otherwise a block of col of about 512 KB (a share of
+// L2). The block is also the unit of work on several threads: with at least 3 per thread, each
+// block is one task running a serial GEMM; with fewer, the GEMM of each spreads over the pool.
 int64_t column_block(const ConvGeometry& g, int64_t k) {
+  if (g.cols > 0) return std::min(g.out_plane(), g.cols);
   const int64_t target = std::max<int64_t>(256, (int64_t{128} << 10) / std::max<int64_t>(k, 1));
   return std::min(g.out_plane(), (target + 15) / 16 * 16);
 }
@@ -258,6 +261,11 @@ void conv_depthwise(const ConvGeometry& g, const float* x, const float* w, const
 }
 
 }  // namespace
+
+int64_t conv_column_block(const ConvGeometry& g) {
+  if (g.depthwise() || use_shifted(g)) return 0;
+  return column_block(g, g.cg() * g.kh * g.kw);
+}
 
 ConvGeometry conv_geometry(const Attributes& attrs, const Dims& x, const Dims& w,
                            const std::string& where) {
