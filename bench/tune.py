@@ -9,7 +9,7 @@ bench/run.py once first to export them) and thread count:
   2. `pto bench` of the planner's plan (`--no-tune-cache`) and of the tuned one (the temporary
      cache), interleaved for --rounds rounds; each round's p50 latency, the median over rounds.
 Prints a markdown table: planner ms, tuned ms, speed-up (planner / tuned), kernels taking the
-cache's knobs, tuning time; and the machine's FMA ceiling (build/bench/pto_bench --only fma).
+cache's knobs, the cache's entries holding each knob (the winners kept), tuning time; and the machine's FMA ceiling (build/bench/pto_bench --only fma).
 The JSON goes to bench/results/tune.json. On a shared machine the numbers are noisy: read the
 speed-ups, measured in the same run, not the absolute times.
 """
@@ -60,6 +60,16 @@ def tuned_kernels(model: str, threads: int, cache: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def cache_knobs(cache: str) -> dict:
+    """Entries of the tuning cache holding each knob name (the winners kept)."""
+    counts: dict = {}
+    text = Path(cache).read_text() if Path(cache).exists() else ""
+    for body in re.findall(r'"knobs": \{([^}]*)\}', text):
+        for name in re.findall(r'"([a-z_.]+)":', body):
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 def measure(model: str, threads: int, args) -> dict:
     with tempfile.TemporaryDirectory() as d:
         cache = str(Path(d) / "tune.json")
@@ -77,6 +87,7 @@ def measure(model: str, threads: int, args) -> dict:
         return {"threads": threads, "planner_ms": p, "tuned_ms": t, "speedup": p / t,
                 "planner_rounds": planner, "tuned_rounds": tuned,
                 "tuned_kernels": tuned_kernels(model, threads, cache), "tuning_s": tuning_s,
+                "knobs": cache_knobs(cache),
                 "tune_summary": tune_out.strip().splitlines()[-1]}
 
 
@@ -109,13 +120,15 @@ def main() -> int:
             results.setdefault(name, []).append(measure(str(model), threads, args))
     lines = [f"Planner vs tuned (pto tune --level {args.level}), p50 of pto bench, median of "
              f"{args.rounds} interleaved rounds", "",
-             "| model | threads | planner ms | tuned ms | speed-up | tuned kernels | tuning s |",
-             "|---|---|---|---|---|---|---|"]
+             "| model | threads | planner ms | tuned ms | speed-up | tuned kernels | knobs kept | "
+             "tuning s |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, rows in results.items():
         for r in rows:
+            knobs = ", ".join(f"{k} {n}" for k, n in sorted(r["knobs"].items()))
             lines.append(f"| {base.MODELS[name][0]} | {r['threads']} | {r['planner_ms']:.3f} | "
                          f"{r['tuned_ms']:.3f} | {r['speedup']:.3f}x | {r['tuned_kernels']} | "
-                         f"{r['tuning_s']:.1f} |")
+                         f"{knobs or '-'} | {r['tuning_s']:.1f} |")
     if fma:
         lines += ["", "Ceiling (build/bench/pto_bench --only fma):", "", "```", fma, "```"]
     print("\n".join(lines))

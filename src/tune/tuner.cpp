@@ -10,12 +10,14 @@
 #include <optional>
 #include <unordered_map>
 
+#include "backend/cpu/conv/conv.h"
 #include "backend/cpu/gemm/gemm.h"
 #include "pto/backend.h"
 #include "pto/error.h"
 #include "pto/log.h"
 #include "pto/parallel.h"
 #include "pto/progress.h"
+#include "pto/runtime.h"
 #include "tile/tile_planner.h"
 #include "tune/signature.h"
 #include "tune/tune_cache.h"
@@ -151,6 +153,39 @@ std::vector<Knobs> attention_candidates(const KernelGroup& core, const Node& a,
   return out;
 }
 
+// Conv: the three algorithms (Winograd first; those that do not apply fail to compile, and one of
+// them is the planner's), then, where the conv runs on the implicit GEMM, output columns per GEMM
+// in powers of two from 256 to the plane other than the planner's, nearest it first (X [N, C, H, W]
+// and W as in this run).
+std::vector<Knobs> conv_candidates(const Graph& g, const KernelGroup& core, const Node& a,
+                                   const std::vector<Tensor>& inputs) {
+  std::vector<Knobs> out = {{{"conv.algo", {2}}}, {{"conv.algo", {1}}}, {{"conv.algo", {0}}}};
+  auto slot = std::find(core.inputs.begin(), core.inputs.end(), a.inputs[0]);
+  const TensorType& wt = g.value(a.inputs[1]).type;
+  if (slot == core.inputs.end() || !wt.shape || wt.shape->size() != 4) return out;
+  Dims w;
+  for (const Dim& d : *wt.shape) w.push_back(d.is_known() ? d.value : -1);
+  const Dims& x = inputs[slot - core.inputs.begin()].shape();
+  if (x.size() != 4 || std::find(w.begin(), w.end(), -1) != w.end()) return out;
+  cpu::ConvGeometry geo;
+  try {
+    geo = cpu::conv_geometry(a.attrs, x, w, "");
+  } catch (const ValueError&) {
+    return out;
+  }
+  const int64_t planner = cpu::conv_column_block(geo), plane = geo.out_plane();
+  if (planner == 0) return out;
+  std::vector<int64_t> cols;
+  for (int64_t c = 256; c < 2 * plane && c <= 16384; c *= 2)
+    if (std::min(c, plane) != planner) cols.push_back(std::min(c, plane));
+  std::stable_sort(cols.begin(), cols.end(), [&](int64_t p, int64_t q) {
+    return std::abs(std::log2(static_cast<double>(p) / static_cast<double>(planner))) <
+           std::abs(std::log2(static_cast<double>(q) / static_cast<double>(planner)));
+  });
+  for (int64_t c : cols) out.push_back({{"conv.cols", {c}}});
+  return out;
+}
+
 // The knobs worth trying for a step's kernel (the planner's, empty knobs, is not among them), from
 // the sizes of this run: its inputs and `out`, its first output.
 std::vector<Knobs> candidates(const Graph& g, const KernelGroup& core,
@@ -167,9 +202,7 @@ std::vector<Knobs> candidates(const Graph& g, const KernelGroup& core,
   const int32_t anchor = core.anchor >= 0 ? core.anchor : core.nodes[0];
   const Node& a = g.nodes()[anchor];
   if (!a.domain.empty()) return {};
-  if (a.op == "Conv")  // the implicit GEMM, the blocked direct kernel (one is the planner's), and
-                       // Winograd on the blocked tensors (fails to compile where it does not apply)
-    return {{{"conv.algo", {2}}}, {{"conv.algo", {0}}}, {{"conv.algo", {1}}}};
+  if (a.op == "Conv") return conv_candidates(g, core, a, inputs);
   if (a.op == "Attention") return attention_candidates(core, a, inputs);
   if (a.op != "MatMul" && a.op != "Gemm") return {};
   auto slot = std::find(core.inputs.begin(), core.inputs.end(), a.inputs[0]);
@@ -270,6 +303,7 @@ class Tuner {
         return p > 0 ? t / p : 1.0;
       };
       double r = ratio();
+      log(LogLevel::kDebug, cat("tune: ", kt.name, " ", knobs_str(c), ": ", r, "x the planner"));
       bool improved = false;
       if (r <= 1.0 - o_.min_gain && r < best_ratio) {
         r = std::max(r, ratio());  // confirmed by a second comparison
@@ -325,6 +359,13 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
   exe.run_observing_values(inputs, [&](ValueId v, const Tensor& t) { values[v] = t.clone(); });
   for (size_t i = 0; i < eg.inputs().size() && i < inputs.size(); ++i)
     values[eg.inputs()[i]] = inputs[i];
+  // Kernels allocate their outputs per call; timed on fresh pages from the system, a 5 MB output's
+  // page faults tripled a 0.55 ms conv (1.8 ms), hiding every candidate's gain behind the same
+  // overhead. The executor writes them into its arena, reused from run to run: a pool, which hands
+  // the block each call frees to the next, times them the same way. Kernels only: under it the
+  // whole-model check below measured MobileNetV2's winners 1.14x faster where `pto bench` found
+  // them 0.94x (and without it, 0.68x), so the check runs without.
+  std::optional<AllocatorScope> pooled(std::in_place, std::make_shared<MemoryPool>());
 
   std::vector<Step> steps;
   for (size_t s = 0; s < exe.num_steps(); ++s) {
@@ -423,7 +464,8 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
   report.trials = tuner.trials();
 
   // The whole model with and without the winners, interleaved: this run's winners stay only when
-  // the model is faster with them.
+  // the model is faster with them. Timed as `pto run` runs them, outside the tuner's pool.
+  pooled.reset();
   if (any_winner) {
     CompileOptions planner_opts = compile, tuned_opts = compile;
     planner_opts.use_tune_cache = false;

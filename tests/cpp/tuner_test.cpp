@@ -389,6 +389,81 @@ TEST_F(TunerTest, GemmGridKnob) {
   set_num_threads(saved);
 }
 
+// conv.cols sets the output columns per GEMM of a conv on the implicit GEMM (a 1x1 conv, a strided
+// 3x3 one through im2col), on one and two threads: the plan names it, each value matches the
+// reference, and the tuner offers it; a conv off that path (depthwise, or one the planner runs on
+// the blocked kernel) or a value under 16 is a ValueError.
+TEST_F(TunerTest, ConvColsKnob) {
+  const int saved = num_threads();
+  const Backend* cpu = BackendRegistry::global().find("cpu");
+  struct Case {
+    int64_t c, m, k, stride, size, group;
+    bool takes;
+  };
+  for (const Case& t : {Case{24, 40, 1, 1, 30, 1, true}, Case{16, 32, 3, 2, 33, 1, true},
+                        Case{32, 32, 3, 1, 14, 32, false}, Case{32, 32, 3, 1, 7, 1, false}}) {
+    SCOPED_TRACE(cat("c ", t.c, " k ", t.k, " stride ", t.stride, " size ", t.size));
+    Graph g;
+    const ValueId x = g.add_input("x", {DType::kF32, Shape{1, t.c, t.size, t.size}});
+    const ValueId w = testing::constant(g, "w", {t.m, t.c / t.group, t.k, t.k}, 10);
+    const ValueId b = testing::constant(g, "b", {t.m}, 11);
+    const ValueId y = g.add_value("y"), z = g.add_value("z");
+    Attributes a;
+    a.set("pads", std::vector<int64_t>(4, t.k / 2));
+    a.set("strides", std::vector<int64_t>{t.stride, t.stride});
+    a.set("group", t.group);
+    g.add_node("Conv", {x, w, b}, {y}, a, "conv");
+    g.add_node("Relu", {y}, {z}, {}, "relu");
+    g.add_output(z);
+    const std::vector<Tensor> in = {testing::random_tensor({1, t.c, t.size, t.size}, 12)};
+    const std::vector<Tensor> want = reference::run(g, in);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      const Executable planner = compile(g, with_cache(false));
+      const size_t s = step_with(planner, "Conv");
+      KernelGroup k = planner.step_group(s);
+      k.knobs["conv.cols"] = {64};
+      if (!t.takes) {
+        EXPECT_THROW(cpu->compile(planner.graph(), k), ValueError);
+        continue;
+      }
+      std::set<std::string> described = {planner.describe_step(s)};
+      for (int64_t cols : {16, 48, 64, 256, 4096}) {
+        TuneCache cache = TuneCache::open(cache_file_);
+        cache.clear();
+        cache.store(signature_of(planner, s), threads, {{{"conv.cols", {cols}}}, 100, 50, 0});
+        const Executable exe = compile(g, with_cache());
+        EXPECT_EQ(exe.stats().tuned_kernels, 1u) << cols;
+        const std::string plan = exe.describe_step(s);
+        EXPECT_NE(plan.find("conv.cols"), std::string::npos) << plan;
+        described.insert(plan);
+        EXPECT_LT(max_diff(exe.run(in), want), 1e-3f) << cols << " on " << threads;
+      }
+      // 4096 is the whole plane (at most 900 columns): the planner's block, but named.
+      EXPECT_EQ(described.size(), 6u);
+      k.knobs["conv.cols"] = {8};
+      EXPECT_THROW(cpu->compile(planner.graph(), k), ValueError);
+    }
+  }
+  set_num_threads(saved);
+  // The tuner offers columns for the 1x1 conv on a 56x56 plane (the planner's: the whole plane).
+  Graph g;
+  const ValueId x = g.add_input("x", {DType::kF32, Shape{1, 24, 56, 56}});
+  const ValueId w = testing::constant(g, "w", {64, 24, 1, 1}, 13);
+  const ValueId y = g.add_value("y");
+  g.add_node("Conv", {x, w}, {y}, {}, "conv");
+  g.add_output(y);
+  std::set<int64_t> offered;
+  FakeTimer f{[&](int64_t, const Knobs& k) {
+    if (auto it = k.find("conv.cols"); it != k.end()) offered.insert(it->second[0]);
+    return 1.0;
+  }};
+  TuneOptions o = fake(f, cache_file_);
+  o.early_stop = false;
+  tune(g, {testing::random_tensor({1, 24, 56, 56}, 14)}, {}, o);
+  EXPECT_EQ(offered, (std::set<int64_t>{256, 512, 1024, 2048}));
+}
+
 TEST_F(TunerTest, WinnersAreDroppedWhenTheModelIsNotFaster) {
   const Graph g = model();
   FakeTimer f{[](int64_t, const Knobs&) { return 0.5; }};

@@ -33,6 +33,9 @@ namespace pto::cpu {
 // One 2-D convolution's sizes; a 1-D conv is the case ih = kh = 1.
 struct ConvGeometry : ConvWindow {
   int64_t n = 0, c = 0, m = 0, group = 1;  // batch, input and output channels, groups
+  // Output columns per GEMM of the implicit-GEMM path (the "conv.cols" knob); 0: the planner's
+  // (conv_column_block).
+  int64_t cols = 0;
 
   int64_t cg() const { return c / group; }  // input channels per group
   int64_t mg() const { return m / group; }  // output channels per group
@@ -45,6 +48,11 @@ struct ConvGeometry : ConvWindow {
 // auto_pad; throws ValueError naming `where` when they do not fit together.
 ConvGeometry conv_geometry(const Attributes& attrs, const Dims& x, const Dims& w,
                            const std::string& where);
+
+// The output columns (positions of one image) each GEMM of the implicit-GEMM path computes: g.cols
+// when set (clamped to the plane), else the planner's choice. 0 when the conv does not run on that
+// path (depthwise, or the shifted path of a stride-1 conv with few junk columns).
+int64_t conv_column_block(const ConvGeometry& g);
 
 // y = act(conv(x, w) + bias[m] + residual_scale * residual) for NCHW x [n, c, ih, iw], w
 // [m, c/group, kh, kw], y and residual [n, m, oh, ow]. `bias` (m values) may be null; of `ep` only

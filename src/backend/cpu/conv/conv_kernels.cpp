@@ -110,10 +110,42 @@ ConvAlgo conv_algo(const NodeInfo& info, const Tensor& w, int64_t group, int blo
              : kImplicitGemm;
 }
 
+// The "conv.cols" knob: {columns} per GEMM of the implicit-GEMM path, which the conv must take
+// (not depthwise, not the shifted path, not the blocked kernels).
+std::string check_conv_cols(const NodeInfo& info, const std::vector<int64_t>& v,
+                            const std::string& where) {
+  if (v.size() != 1 || v[0] < 16 || v[0] > (int64_t{1} << 30))
+    throw ValueError(
+        cat(where, ": knob conv.cols must be {columns in [16, 2^30]}, got ", dims_str(v)));
+  const auto& xs = info.inputs[0].shape;
+  const auto& ws = info.inputs[1].shape;
+  bool known = xs && ws && xs->size() == 4 && ws->size() == 4;
+  for (size_t d = 1; known && d < 4; ++d) known = (*xs)[d].is_known() && (*ws)[d].is_known();
+  if (!known || !(*ws)[0].is_known())
+    throw ValueError(cat(where, ": knob conv.cols needs a 2-D conv of known channels and sizes"));
+  Dims wd;
+  for (const Dim& d : *ws) wd.push_back(d.value);
+  ConvGeometry g = conv_geometry(info.node.attrs,
+                                 {1, (*xs)[1].value, (*xs)[2].value, (*xs)[3].value}, wd, where);
+  int64_t group = 1;
+  const Tensor* w = constant_conv_weight(info, &group);
+  const bool blocked = w && precision_of(info.node) == Precision::kF32 &&
+                       conv_algo(info, *w, group, channel_block()) != kImplicitGemm;
+  if (blocked || conv_column_block(g) == 0)
+    throw ValueError(cat(where, ": knob conv.cols: the conv does not run on the implicit GEMM (",
+                         blocked         ? "blocked kernel"
+                         : g.depthwise() ? "depthwise"
+                                         : "shifted path",
+                         ")"));
+  g.cols = v[0];
+  return cat("knob conv.cols: ", conv_column_block(g), " output columns per GEMM");
+}
+
 // The "conv.algo" knob: {0} the implicit GEMM, {1} the blocked direct kernel, {2} Winograd
-// F(4x4, 3x3) on the blocked tensors; {1} and {2} must apply.
+// F(4x4, 3x3) on the blocked tensors; {1} and {2} must apply. And "conv.cols" (check_conv_cols).
 std::string check_conv_knob(const NodeInfo& info, const std::string& knob,
                             const std::vector<int64_t>& v, const std::string& where) {
+  if (knob == "conv.cols") return check_conv_cols(info, v, where);
   if (knob != "conv.algo") throw ValueError(cat(where, ": takes no knob '", knob, "'"));
   if (v.size() != 1 || v[0] < kImplicitGemm || v[0] > kBlockedWinograd)
     throw ValueError(cat(where, ": knob conv.algo must be {0} (implicit GEMM), {1} (blocked ",
@@ -241,7 +273,9 @@ void run_blocked(const ConvGeometry& g, const PreparedW& p, const float* x, cons
 std::vector<Tensor> run(const KernelContext& c) {
   const std::string where = c.where();
   const Tensor &x = c.input(0), &w = c.input(1);
-  const ConvGeometry g = conv_geometry(c.attrs(), x.shape(), w.shape(), where);
+  ConvGeometry g = conv_geometry(c.attrs(), x.shape(), w.shape(), where);
+  if (c.knobs)
+    if (auto it = c.knobs->find("conv.cols"); it != c.knobs->end()) g.cols = it->second[0];
   const float* bias = nullptr;
   if (c.has_input(2)) {
     const Tensor& b = c.input(2);
