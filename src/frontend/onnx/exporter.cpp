@@ -46,8 +46,33 @@ int64_t ir_version_for(int opset) {
   return std::min<int64_t>(ir, ::onnx::IR_VERSION);
 }
 
+// The default-domain opset that introduced an op PyPTO's passes make (they say opset 0, "the
+// latest"): BERT exported at opset 17 gains an Attention, which ONNX has from opset 23 only, so
+// the file must say 23 or ONNX Runtime refuses it. 0 for every other op.
+int introduced_in(const std::string& op) {
+  static const std::map<std::string, int, std::less<>> kNewOps = {
+      {"LayerNormalization", 17}, {"Gelu", 20}, {"Attention", 23}, {"RMSNormalization", 23},
+      {"RotaryEmbedding", 23},
+  };
+  auto it = kNewOps.find(op);
+  return it == kNewOps.end() ? 0 : it->second;
+}
+
+// The newest default-domain opset that an opset-0 node of `g` or of its subgraphs needs.
+int newest_needed(const Graph& g) {
+  int need = 0;
+  for (const Node& n : g.nodes()) {
+    if (is_default_domain(n.domain) && n.opset == 0) need = std::max(need, introduced_in(n.op));
+    for (const auto& [key, a] : n.attrs.all())
+      if (const auto* sub = std::get_if<GraphAttr>(&a); sub && *sub)
+        need = std::max(need, newest_needed(**sub));
+  }
+  return need;
+}
+
 // Domain ("" for the default one) -> opset. Nodes that say opset 0 take their domain's opset;
-// a domain none of whose nodes says gets g.opset (default domain) or 1.
+// a domain none of whose nodes says gets g.opset (default domain) or 1. The default domain is
+// raised to what the passes' new ops need; graph_to_proto upgrades the older nodes.
 std::map<std::string, int> domain_opsets(const Graph& g) {
   std::map<std::string, const Node*> first;  // the first node with a nonzero opset, per domain
   std::map<std::string, int> out = {{"", 0}};
@@ -67,7 +92,29 @@ std::map<std::string, int> domain_opsets(const Graph& g) {
   for (auto& [d, opset] : out)
     if (opset == 0)
       opset = !d.empty() ? 1 : g.opset ? g.opset : std::min(max_opset(), kNewestExportOpset);
+  out[""] = std::max(out[""], newest_needed(g));
   return out;
+}
+
+// A node imported at an older opset than the one its graph is written at (domain_opsets raised
+// it) in the newer form: the attribute that became input 1 (Reduce*'s axes at opset 18), or ""
+// when none did. The IR reads both forms, so only the file changes. GridSample's mode names are
+// renamed where written. Forms older than opset 13 (the attributes of Clip, Pad, Slice, Squeeze,
+// Split, TopK ...) and GroupNormalization's change of meaning are not rewritten: an error.
+std::string attribute_made_input(const Node& n, int to) {
+  if (!is_default_domain(n.domain) || n.opset == 0 || n.opset >= to) return "";
+  if (n.opset < 13)
+    throw UnsupportedError(cat("onnx export: ", n.where(), " is opset ", n.opset,
+                               ", but the graph is written at opset ", to, " for the ops ",
+                               "PyPTO's passes made (Attention needs 23, Gelu 20); nodes older ",
+                               "than opset 13 are not raised: convert the model to opset 13 or ",
+                               "newer first (onnx.version_converter)"));
+  if (n.op == "GroupNormalization" && n.opset < 21 && to >= 21)
+    throw UnsupportedError(cat("onnx export: ", n.where(), ": GroupNormalization's scale and ",
+                               "bias changed meaning at opset 21; it cannot be raised from opset ",
+                               n.opset, " to ", to));
+  const bool reduce = n.op.starts_with("Reduce") && n.op != "ReduceSum";
+  return reduce && n.opset < 18 && to >= 18 && n.attrs.has("axes") ? "axes" : "";
 }
 
 // One unique, non-empty name per value, in value order: its own when free, else "<name>_<k>" (a
@@ -174,7 +221,8 @@ void attribute_to_proto(const std::string& name, const Attribute& a, const std::
 
 // `capture_names`: for a subgraph, the outer names of its captures, which are not written as
 // inputs: ONNX subgraphs read outer values by name.
-void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp,
+// `opset`: the default domain's, which nodes of an older one are written in the form of.
+void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp, int opset,
                     const std::vector<std::string>& capture_names = {}) {
   const size_t first_capture = g.inputs().size() - capture_names.size();
   std::unordered_map<ValueId, std::string> fixed;
@@ -208,6 +256,16 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp,
     tensor_to_proto(*t, cat("initializer '", names[v], "'"), *p);
   }
   std::unordered_set<std::string> taken(names.begin(), names.end());
+  // An int64 initializer the file needs but the graph holds as an attribute; returns its name.
+  auto add_ints = [&](std::string name, const std::vector<int64_t>& values) {
+    while (!taken.insert(name).second) name += "_";
+    Tensor t = Tensor::empty(DType::kI64, {static_cast<int64_t>(values.size())});
+    std::copy(values.begin(), values.end(), t.data<int64_t>());
+    auto* ip = gp.add_initializer();
+    ip->set_name(name);
+    tensor_to_proto(t, cat("initializer '", name, "'"), *ip);
+    return name;
+  };
   for (const Node& n : g.nodes()) {
     // PyPTO's precision="bf16" / "f16" on MatMul/Gemm/Conv (AutoMixedPrecision) is not ONNX:
     // each product operand goes through Cast(to=bfloat16 or float16) and Cast(to=float) instead,
@@ -252,15 +310,8 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp,
     // input) is not ONNX: a Split on the last axis makes the three inputs of the 3-D form again.
     const bool packed_qkv = n.domain.empty() && n.op == "Attention" && n.attrs.has("qkv_split");
     if (packed_qkv) {
-      const std::vector<int64_t> widths = n.attrs.get_ints("qkv_split");
       const std::string base = n.name.empty() ? "attention" : n.name;
-      std::string sizes = cat(base, "/qkv_split");
-      while (!taken.insert(sizes).second) sizes += "_";
-      Tensor t = Tensor::empty(DType::kI64, {static_cast<int64_t>(widths.size())});
-      std::copy(widths.begin(), widths.end(), t.data<int64_t>());
-      auto* ip = gp.add_initializer();
-      ip->set_name(sizes);
-      tensor_to_proto(t, cat("initializer '", sizes, "'"), *ip);
+      const std::string sizes = add_ints(cat(base, "/qkv_split"), n.attrs.get_ints("qkv_split"));
       auto* sp = gp.add_node();
       sp->set_op_type("Split");
       sp->set_name(cat(base, "/qkv_split"));
@@ -277,6 +328,11 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp,
       ap->set_type(::onnx::AttributeProto::INT);
       ap->set_i(-1);
     }
+    const std::string moved = attribute_made_input(n, opset);
+    if (!moved.empty())
+      inputs.push_back(
+          add_ints(cat(n.name.empty() ? n.op : n.name, "/", moved), n.attrs.get_ints(moved)));
+    const bool renamed_modes = n.op == "GridSample" && n.opset != 0 && n.opset < 20 && opset >= 20;
     auto* np = gp.add_node();
     np->set_op_type(n.op);
     if (!n.name.empty()) np->set_name(n.name);
@@ -284,16 +340,24 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp,
     for (const std::string& in : inputs) np->add_input(in);
     for (ValueId v : n.outputs) np->add_output(name_of(v));
     for (const auto& [key, a] : n.attrs.all()) {
-      if ((reduced && key == "precision") || (packed_qkv && key == "qkv_split")) continue;
+      if ((reduced && key == "precision") || (packed_qkv && key == "qkv_split") || key == moved)
+        continue;
       auto* ap = np->add_attribute();
       if (const auto* sub = std::get_if<GraphAttr>(&a); sub && *sub) {
         ap->set_name(key);
         ap->set_type(::onnx::AttributeProto::GRAPH);
-        graph_to_proto(**sub, *ap->mutable_g(), outer);
+        graph_to_proto(**sub, *ap->mutable_g(), opset, outer);
       } else if (const AttrDef* d = n.def->attrs.find(key); d && d->kind == AttrKind::kType) {
         ap->set_name(key);  // a type attribute (Optional's) is a TypeProto in ONNX
         ap->set_type(::onnx::AttributeProto::TYPE_PROTO);
         type_to_proto(parse_type(std::get<std::string>(a)), *ap->mutable_tp());
+      } else if (renamed_modes && key == "mode") {  // opset 20 renamed bilinear and bicubic
+        const std::string& mode = std::get<std::string>(a);
+        attribute_to_proto(key,
+                           mode == "bilinear"  ? "linear"
+                           : mode == "bicubic" ? "cubic"
+                                               : mode,
+                           n.where(), *ap);
       } else {
         attribute_to_proto(key, a, n.where(), *ap);
       }
@@ -331,7 +395,7 @@ std::string save_to_bytes(const Graph& g) {
     o->set_domain(domain);
     o->set_version(version);
   }
-  graph_to_proto(g, *m.mutable_graph());
+  graph_to_proto(g, *m.mutable_graph(), opsets.at(""));
   if (m.ByteSizeLong() > static_cast<size_t>(std::numeric_limits<int>::max()))
     throw UnsupportedError(cat("graph '", g.name, "': the model exceeds protobuf's 2 GB limit ",
                                "and saving weights as external data is not supported yet"));
