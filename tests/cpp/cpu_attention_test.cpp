@@ -17,6 +17,7 @@
 // rescaling (one rounding of exp(m_old - m_new) and one multiply per chunk) stays within it.
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "backend/cpu/attention_plan.h"
 #include "cpu_reduce_test_util.h"
@@ -229,6 +230,72 @@ TEST(CpuAttention, CausalSpansAndFullyMaskedRows) {
   const Tensor v = random_f32({1, H, L, 16}, seed++);
   expect_matches(attention({q, k, v, m}), attention_tol());
   expect_matches(attention({q, k, v, m}, true), attention_tol());
+}
+
+// A mask of exactly the top-left causal pattern (a decoder's from transformers' SDPA path: GPT-2
+// builds [1, 1, S, S] booleans) runs as is_causal without it; near misses keep the mask. Both
+// against the reference, with and without is_causal, on boolean and additive masks.
+Tensor causal_mask(Dims shape, DType dtype) {
+  Tensor m = Tensor::empty(dtype, shape);
+  const int64_t L = shape.back(), S = shape[shape.size() - 2];
+  for (int64_t i = 0; i < m.numel(); ++i) {
+    const bool visible = i % L <= i / L % S;
+    if (dtype == DType::kBool)
+      m.data<bool>()[i] = visible;
+    else
+      m.data<float>()[i] = visible ? 0.0f : -std::numeric_limits<float>::infinity();
+  }
+  return m;
+}
+
+TEST(CpuAttention, CausalMasksRunAsCausal) {
+  uint32_t seed = 700;
+  struct Case {
+    int64_t h, sq, l;
+    Dims mask;
+  };
+  for (const Case& k :
+       {Case{12, 128, 128, {1, 1, 128, 128}}, Case{3, 70, 70, {70, 70}},
+        Case{2, 5, 9, {2, 2, 5, 9}}, Case{2, 9, 5, {1, 2, 9, 5}}, Case{1, 300, 300, {300, 300}}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "h " << k.h << " q " << k.sq << " l " << k.l << " mask " << dims_str(k.mask));
+    const int64_t b = k.mask.size() == 4 ? k.mask[0] : 1;
+    const int64_t full[4] = {b, k.h, k.sq, k.l};
+    const Tensor q = random_f32({b, k.h, k.sq, 64}, seed++, -2, 2);
+    const Tensor kk = random_f32({b, k.h, k.l, 64}, seed++, -2, 2);
+    const Tensor v = random_f32({b, k.h, k.l, 64}, seed++);
+    for (DType dt : {DType::kBool, DType::kF32}) {
+      const Tensor m = causal_mask(k.mask, dt);
+      EXPECT_TRUE(cpu::is_causal_mask(m, full)) << dtype_name(dt);
+      expect_matches(attention({q, kk, v, m}), attention_tol());
+      expect_matches(attention({q, kk, v, m}, true), attention_tol());
+      // Near misses run with the mask: one hidden key inside the causal span (key 0 of the last
+      // row), one visible key past it (first row), an additive mask of -1e9 in place of -inf.
+      Tensor hidden = causal_mask(k.mask, dt), extra = causal_mask(k.mask, dt);
+      const int64_t last = hidden.numel() - k.l;
+      if (dt == DType::kBool) {
+        hidden.data<bool>()[last] = false;
+        if (k.l > 1) extra.data<bool>()[1] = true;
+      } else {
+        hidden.data<float>()[last] = -std::numeric_limits<float>::infinity();
+        if (k.l > 1) extra.data<float>()[1] = 0.0f;
+      }
+      EXPECT_FALSE(cpu::is_causal_mask(hidden, full));
+      EXPECT_FALSE(cpu::is_causal_mask(extra, full));
+      expect_matches(attention({q, kk, v, hidden}), attention_tol());
+      expect_matches(attention({q, kk, v, extra}), attention_tol());
+      if (dt == DType::kF32) {
+        Tensor soft = causal_mask(k.mask, dt);
+        for (int64_t i = 0; i < soft.numel(); ++i)
+          if (soft.data<float>()[i] != 0.0f) soft.data<float>()[i] = -1e9f;
+        EXPECT_FALSE(cpu::is_causal_mask(soft, full));
+        expect_matches(attention({q, kk, v, soft}), attention_tol());
+      }
+    }
+  }
+  // One row per query is required: a [1, L] mask broadcast over the queries is not causal.
+  const int64_t full[4] = {1, 1, 4, 4};
+  EXPECT_FALSE(cpu::is_causal_mask(causal_mask({1, 4}, DType::kBool), full));
 }
 
 TEST(CpuAttention, LargeScoresRescaleOften) {

@@ -30,10 +30,14 @@
 // copies (FoldAttentionHeads). With PyPTO's qkv_split, Q, K and V are the column ranges of one
 // [B, S, width] input (a merged Q/K/V projection), read in place.
 //
+// A mask that is exactly the top-left causal pattern (is_causal_mask) runs as is_causal without it.
+//
 // What the fast path does not cover goes to the reference kernel at run time: a KV cache,
 // nonpad_kv_seqlen, softcap, windows, extra outputs, a mask whose last axis is not the key
 // length, shapes that do not agree (the reference raises).
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 
@@ -252,13 +256,15 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
   const int64_t B = ops->B, H = ops->H, Sq = ops->Sq, D = ops->D;
   const int64_t Hkv = ops->Hkv, L = ops->L, Dv = ops->Dv;
   const int64_t full[4] = {B, H, Sq, L};
+  bool causal = a.is_causal;
   std::optional<MaskView> mask;
-  if (c.has_input(3)) {
+  if (c.has_input(3) && is_causal_mask(c.input(3), full)) {
+    causal = true;  // the mask says no more than is_causal does
+  } else if (c.has_input(3)) {
     mask = mask_view(c.input(3), full);
     if (!mask) return run_reference(c);
   }
   const auto scale = static_cast<float>(a.scale_for(D));
-  const bool causal = a.is_causal;
   const int64_t group = H / Hkv;
 
   Tensor y = Tensor::empty(DType::kF32, ops->packed ? Dims{B, Sq, H * Dv} : Dims{B, H, Sq, Dv});
@@ -426,6 +432,47 @@ std::any prepare_attention(const NodeInfo& n) {
 }
 
 }  // namespace
+
+// attention_plan.h. Whether mask `m` (broadcast to full = {B, H, Sq, L}) is exactly the top-left
+// causal pattern, one row per query: query i sees keys [0, i] (every key once i >= L - 1) and no
+// other, as boolean true / false or additive 0 / -inf. Decoders exported from transformers pass
+// such a mask to SDPA (GPT-2: a [1, 1, S, S] boolean built from LessOrEqual) instead of is_causal.
+// Such a mask then runs as is_causal without it: no mask pass per chunk, the chunks past the
+// diagonal skipped (3/8 of the products at S = L = 128, towards half at longer ones), causal task
+// sizes, and no float copy of a boolean mask made serially before the tasks start. A scan of the
+// mask, vectorized, with early exit.
+bool is_causal_mask(const Tensor& m, const int64_t full[4]) {
+  if (m.rank() < 1 || m.rank() > 4 || (m.dtype() != DType::kBool && m.dtype() != DType::kF32))
+    return false;
+  int64_t dims[4] = {1, 1, 1, 1};
+  for (int64_t i = 0; i < m.rank(); ++i) dims[4 - m.rank() + i] = m.dim(i);
+  if (dims[3] != full[3] || dims[2] != full[2] || dims[3] <= 0 || dims[2] <= 0) return false;
+  for (int i = 0; i < 2; ++i)
+    if (dims[i] != 1 && dims[i] != full[i]) return false;  // mask_view's shapes, else reference
+  const int64_t L = dims[3], S = dims[2], rows = m.numel() / L;
+  if (m.dtype() == DType::kBool) {
+    const auto* p = static_cast<const uint8_t*>(m.raw_data());  // bool: one byte, 0 or 1
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* x = p + r * L;
+      const int64_t e = std::min(L, r % S + 1);
+      uint8_t all = 1, any = 0;
+      for (int64_t j = 0; j < e; ++j) all &= x[j];
+      for (int64_t j = e; j < L; ++j) any |= x[j];
+      if (!all || any) return false;
+    }
+    return true;
+  }
+  const float* p = m.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = p + r * L;
+    const int64_t e = std::min(L, r % S + 1);
+    bool ok = true;
+    for (int64_t j = 0; j < e; ++j) ok &= x[j] == 0.0f;
+    for (int64_t j = e; j < L; ++j) ok &= x[j] == kNegInf;
+    if (!ok) return false;
+  }
+  return true;
+}
 
 void register_attention_kernels(KernelRegistry& r) {
   r.add("Attention", {.accepts = accepts_attention,

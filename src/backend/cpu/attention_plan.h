@@ -15,6 +15,7 @@
 #include <string>
 
 #include "pto/device_info.h"
+#include "pto/tensor.h"
 
 namespace pto::cpu {
 
@@ -53,5 +54,10 @@ struct AttentionShape {
 // the choice (clamped to [1, Sq], [1, L] and [1, L]).
 AttentionPlan plan_attention(const AttentionShape& s, int threads, const CacheModel& cache,
                              int64_t nr, const AttentionTiles* override = nullptr);
+
+// Whether mask `m` (broadcast to full = {B, H, Sq, L}, one row per query) is exactly the top-left
+// causal pattern: query i sees keys [0, i] and no other (boolean true / false, or additive 0 /
+// -inf). The kernel then runs such a mask as is_causal without it (attention.cpp).
+bool is_causal_mask(const Tensor& m, const int64_t full[4]);
 
 }  // namespace pto::cpu
