@@ -596,8 +596,15 @@ TEST_F(TunerTest, NumTrialsAndEarlyStopLimitTheCandidates) {
   const TuneReport stopped = tune(g, inputs(), {}, o);
   for (const KernelTuning& k : stopped.kernels) EXPECT_EQ(k.trials, 6) << k.name;
   o.early_stop = false;
+  // Without it, every candidate that compiles: more than 6 for the GEMM (the elementwise group
+  // compiled only 6 tiles on the 2-core Zen 4, whose L1d is 32 KiB; more on a larger L1).
   const TuneReport all = tune(g, inputs(), {}, o);
-  for (const KernelTuning& k : all.kernels) EXPECT_GT(k.trials, 6) << k.name;
+  size_t more = 0;
+  for (const KernelTuning& k : all.kernels) {
+    EXPECT_GE(k.trials, 6) << k.name;
+    more += k.trials > 6;
+  }
+  EXPECT_GE(more, 1u);
   // Fast tries at most 8 candidates a kernel.
   o.level = Level::kFast;
   for (const KernelTuning& k : tune(g, inputs(), {}, o).kernels) EXPECT_LE(k.trials, 8);
