@@ -286,15 +286,17 @@ class Tuner {
     return {ma, mb};
   }
 
-  // The whole model, planner (a) and tuned (b): `repeats` rounds interleaved, each round's time
+  // The whole model, planner (a) and tuned (b): `repeats` rounds interleaved (alternating which
+  // goes first), each round's time
   // as `pto bench` takes it (the default timer: warm-up, runs, p50), the median over rounds, as
   // bench/tune.py compares them.
   std::pair<double, double> compare_models(const std::function<void()>& a,
                                            const std::function<void()>& b) const {
     std::vector<double> sa, sb;
-    for (int r = 0; r < std::max(1, o_.repeats); ++r) {
-      sa.push_back(o_.timer(Trial{-1, nullptr, false}, a));
+    for (int r = 0; r < std::max(1, o_.repeats); ++r) {  // a b, b a, a b, ...: neither always first
+      if (r % 2 == 0) sa.push_back(o_.timer(Trial{-1, nullptr, false}, a));
       sb.push_back(o_.timer(Trial{-1, nullptr, true}, b));
+      if (r % 2 == 1) sa.push_back(o_.timer(Trial{-1, nullptr, false}, a));
     }
     return {median(std::move(sa)), median(std::move(sb))};
   }
