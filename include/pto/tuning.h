@@ -36,6 +36,9 @@ struct Trial {
   bool tuned = false;  // step -1: the model with the winners
 };
 // Seconds one run takes, measured by calling `run` (as often as it likes). Tests inject a fake.
+// The default: a kernel, runs for at least `sample_seconds`, their mean; the whole model, as
+// `pto bench` times it: 2 warm-up runs, then at least 5 runs and 10 x `sample_seconds` each timed
+// alone, the median.
 using Timer = std::function<double(const Trial& trial, const std::function<void()>& run)>;
 
 struct TuneOptions {
@@ -65,7 +68,7 @@ struct KernelTuning {
 
 struct TuneReport {
   std::vector<KernelTuning> kernels;  // tuned or looked-up steps, slowest first
-  double model_planner_seconds = 0, model_tuned_seconds = 0;  // minima, interleaved rounds
+  double model_planner_seconds = 0, model_tuned_seconds = 0;  // medians, interleaved rounds
   bool kept = true;    // false: the model was not faster and the winners were dropped
   int64_t trials = 0;  // candidate timings in all
   double seconds = 0;  // how long tuning took

@@ -53,6 +53,23 @@ double wall_time(const std::function<void()>& run, double min_seconds) {
   return elapsed / static_cast<double>(n);
 }
 
+// Seconds per run of a whole model as `pto bench` measures it: warm-up runs, then runs timed one by
+// one, the median (p50); at least kModelRuns runs and 10 x `min_seconds`.
+constexpr int kModelWarmup = 2, kModelRuns = 5;
+double bench_time(const std::function<void()>& run, double min_seconds) {
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < kModelWarmup; ++i) run();
+  std::vector<double> t;
+  double total = 0;
+  while (t.size() < static_cast<size_t>(kModelRuns) || total < 10 * min_seconds) {
+    const auto t0 = Clock::now();
+    run();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    total += t.back();
+  }
+  return median(std::move(t));
+}
+
 // Tile shapes for a tile program whose output's last dimension is `cols` (of `rows` rows): pieces
 // of rows (the executor merges contiguous dimensions, so a piece may span several of these rows)
 // and blocks of whole rows (what a row reduction needs), nearest the planner's usual capacity
@@ -154,12 +171,15 @@ std::vector<Knobs> attention_candidates(const KernelGroup& core, const Node& a,
 }
 
 // Conv: the three algorithms (Winograd first; those that do not apply fail to compile, and one of
-// them is the planner's), then, where the conv runs on the implicit GEMM, output columns per GEMM
-// in powers of two from 256 to the plane other than the planner's, nearest it first (X [N, C, H, W]
-// and W as in this run).
+// them is the planner's), on several threads the conv on the calling thread only, then, where the
+// conv runs on the implicit GEMM, output columns per GEMM in powers of two from 256 to the plane
+// other than the planner's, nearest it first (X [N, C, H, W] and W as in this run).
 std::vector<Knobs> conv_candidates(const Graph& g, const KernelGroup& core, const Node& a,
                                    const std::vector<Tensor>& inputs) {
   std::vector<Knobs> out = {{{"conv.algo", {2}}}, {{"conv.algo", {1}}}, {{"conv.algo", {0}}}};
+  // On several threads, the conv on the calling thread alone (small convs: the pool's hand-off
+  // costs more than the second thread saves), with the planner's algorithm.
+  if (num_threads() > 1) out.push_back({{"conv.threads", {1}}});
   auto slot = std::find(core.inputs.begin(), core.inputs.end(), a.inputs[0]);
   const TensorType& wt = g.value(a.inputs[1]).type;
   if (slot == core.inputs.end() || !wt.shape || wt.shape->size() != 4) return out;
@@ -245,8 +265,8 @@ class Tuner {
   explicit Tuner(const TuneOptions& o) : o_(o) {
     if (!o_.timer) {
       const double min_s = o_.sample_seconds;
-      o_.timer = [min_s](const Trial&, const std::function<void()>& run) {
-        return wall_time(run, min_s);
+      o_.timer = [min_s](const Trial& t, const std::function<void()>& run) {
+        return t.step < 0 ? bench_time(run, min_s) : wall_time(run, min_s);
       };
     }
   }
@@ -264,6 +284,21 @@ class Tuner {
       mb = r == 0 ? sb : std::min(mb, sb);
     }
     return {ma, mb};
+  }
+
+  // The whole model, planner (a) and tuned (b): `repeats` rounds interleaved (alternating which
+  // goes first), each round's time
+  // as `pto bench` takes it (the default timer: warm-up, runs, p50), the median over rounds, as
+  // bench/tune.py compares them.
+  std::pair<double, double> compare_models(const std::function<void()>& a,
+                                           const std::function<void()>& b) const {
+    std::vector<double> sa, sb;
+    for (int r = 0; r < std::max(1, o_.repeats); ++r) {  // a b, b a, a b, ...: neither always first
+      if (r % 2 == 0) sa.push_back(o_.timer(Trial{-1, nullptr, false}, a));
+      sb.push_back(o_.timer(Trial{-1, nullptr, true}, b));
+      if (r % 2 == 1) sa.push_back(o_.timer(Trial{-1, nullptr, false}, a));
+    }
+    return {median(std::move(sa)), median(std::move(sb))};
   }
 
   // Tunes one step; returns the winner (empty: the planner's) and its time ratio to the planner.
@@ -479,9 +514,8 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
     // machine one can be luck.
     bool faster = true;
     for (int round = 0; round < 2 && faster; ++round) {
-      const auto [p, t] = tuner.compare(
-          Trial{-1, nullptr, false}, [&] { planner.run(inputs); }, Trial{-1, nullptr, true},
-          [&] { tuned.run(inputs); });
+      const auto [p, t] =
+          tuner.compare_models([&] { planner.run(inputs); }, [&] { tuned.run(inputs); });
       report.model_planner_seconds = p;
       report.model_tuned_seconds = t;
       faster = t < p * (1.0 - kModelGain);

@@ -464,6 +464,115 @@ TEST_F(TunerTest, ConvColsKnob) {
   EXPECT_EQ(offered, (std::set<int64_t>{256, 512, 1024, 2048}));
 }
 
+// conv.threads {1} runs a conv on the calling thread only, on every path (the implicit GEMM of a
+// 1x1 and of a strided 3x3 conv, the blocked depthwise and direct kernels, Winograd): on two
+// threads the plan names it and the outputs are the planner's bits, within tolerance of the
+// reference; on one thread, or with any value but {1}, it is a ValueError; the tuner offers it on
+// two threads, not on one.
+TEST_F(TunerTest, ConvThreadsKnob) {
+  const int saved = num_threads();
+  const Backend* cpu = BackendRegistry::global().find("cpu");
+  struct Case {
+    int64_t c, m, k, stride, size, group, algo;  // algo -1: the planner's
+  };
+  for (const Case& t : {Case{24, 40, 1, 1, 30, 1, -1}, Case{16, 32, 3, 2, 33, 1, -1},
+                        Case{32, 32, 3, 1, 14, 32, -1}, Case{32, 32, 3, 1, 7, 1, -1},
+                        Case{32, 48, 3, 1, 13, 1, 2}}) {
+    SCOPED_TRACE(cat("c ", t.c, " k ", t.k, " stride ", t.stride, " size ", t.size, " group ",
+                     t.group, " algo ", t.algo));
+    Graph g;
+    const ValueId x = g.add_input("x", {DType::kF32, Shape{2, t.c, t.size, t.size}});
+    const ValueId w = testing::constant(g, "w", {t.m, t.c / t.group, t.k, t.k}, 20);
+    const ValueId b = testing::constant(g, "b", {t.m}, 21);
+    const ValueId y = g.add_value("y"), z = g.add_value("z");
+    Attributes a;
+    a.set("pads", std::vector<int64_t>(4, t.k / 2));
+    a.set("strides", std::vector<int64_t>{t.stride, t.stride});
+    a.set("group", t.group);
+    g.add_node("Conv", {x, w, b}, {y}, a, "conv");
+    g.add_node("Relu", {y}, {z}, {}, "relu");
+    g.add_output(z);
+    const std::vector<Tensor> in = {testing::random_tensor({2, t.c, t.size, t.size}, 22)};
+    const std::vector<Tensor> want = reference::run(g, in);
+    Knobs base;
+    if (t.algo >= 0) base["conv.algo"] = {t.algo};
+    set_num_threads(2);
+    const Executable planner = compile(g, with_cache(false));
+    const size_t s = step_with(planner, "Conv");
+    const std::string sig = signature_of(planner, s);
+    TuneCache cache = TuneCache::open(cache_file_);
+    cache.clear();
+    if (!base.empty()) cache.store(sig, 2, {base, 100, 50, 0});
+    const Executable pool = compile(g, with_cache(!base.empty()));
+    const std::vector<Tensor> pooled = pool.run(in);
+    Knobs knobs = base;
+    knobs["conv.threads"] = {1};
+    cache.store(sig, 2, {knobs, 100, 50, 0});
+    const Executable one = compile(g, with_cache());
+    EXPECT_EQ(one.stats().tuned_kernels, 1u);
+    EXPECT_NE(one.describe_step(s).find("conv.threads"), std::string::npos) << one.describe_step(s);
+    const std::vector<Tensor> got = one.run(in);
+    EXPECT_EQ(max_diff(got, pooled), 0.0f);  // the same bits as on the pool
+    EXPECT_LT(max_diff(got, want), 1e-3f);
+    KernelGroup k = planner.step_group(s);
+    for (const std::vector<int64_t>& bad :
+         {std::vector<int64_t>{2}, std::vector<int64_t>{0}, std::vector<int64_t>{1, 1}}) {
+      k.knobs["conv.threads"] = bad;
+      EXPECT_THROW(cpu->compile(planner.graph(), k), ValueError) << dims_str(bad);
+    }
+    set_num_threads(1);
+    k.knobs["conv.threads"] = {1};
+    EXPECT_THROW(cpu->compile(planner.graph(), k), ValueError);
+  }
+  // The tuner offers it on two threads only.
+  Graph g;
+  const ValueId x = g.add_input("x", {DType::kF32, Shape{1, 24, 28, 28}});
+  const ValueId w = testing::constant(g, "w", {64, 24, 1, 1}, 23);
+  const ValueId y = g.add_value("y");
+  g.add_node("Conv", {x, w}, {y}, {}, "conv");
+  g.add_output(y);
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    bool offered = false;
+    FakeTimer f{[&](int64_t, const Knobs& k) {
+      offered = offered || k.count("conv.threads") > 0;
+      return k.count("conv.threads") ? 0.5 : 1.0;
+    }};
+    f.model_tuned = 0.9;
+    TuneOptions o = fake(f, cache_file_);
+    o.reuse_cache = false;
+    const TuneReport r = tune(g, {testing::random_tensor({1, 24, 28, 28}, 24)}, {}, o);
+    EXPECT_EQ(offered, threads == 2) << threads;
+    ASSERT_EQ(r.kernels.size(), 1u);
+    EXPECT_EQ(r.kernels[0].knobs.count("conv.threads"), threads == 2 ? 1u : 0u);
+  }
+  set_num_threads(saved);
+}
+
+// The whole-model check compares medians over its rounds (as bench/tune.py compares `pto bench`
+// p50s): a tuned model faster in one round of five only is not kept; one faster in three is.
+TEST_F(TunerTest, ModelCheckTakesTheMedianOfItsRounds) {
+  const Graph g = model();
+  for (int fast_rounds : {1, 3}) {
+    SCOPED_TRACE(fast_rounds);
+    int round = 0;
+    TuneOptions o;
+    o.level = Level::kExhaustive;
+    o.cache_path = cache_file_;
+    o.progress = false;
+    o.reuse_cache = false;
+    o.repeats = 5;
+    o.timer = [&](const Trial& t, const std::function<void()>&) {
+      if (t.step >= 0) return t.knobs->count("gemm.blocks") ? 0.5 : 1.0;
+      if (!t.tuned) return 1.0;
+      return round++ % 5 < fast_rounds ? 0.5 : 1.2;
+    };
+    const TuneReport r = tune(g, inputs(), {}, o);
+    EXPECT_EQ(r.kept, fast_rounds == 3);
+    EXPECT_EQ(compile(g, with_cache()).stats().tuned_kernels, fast_rounds == 3 ? 1u : 0u);
+  }
+}
+
 TEST_F(TunerTest, WinnersAreDroppedWhenTheModelIsNotFaster) {
   const Graph g = model();
   FakeTimer f{[](int64_t, const Knobs&) { return 0.5; }};
@@ -487,8 +596,15 @@ TEST_F(TunerTest, NumTrialsAndEarlyStopLimitTheCandidates) {
   const TuneReport stopped = tune(g, inputs(), {}, o);
   for (const KernelTuning& k : stopped.kernels) EXPECT_EQ(k.trials, 6) << k.name;
   o.early_stop = false;
+  // Without it, every candidate that compiles: more than 6 for the GEMM (the elementwise group
+  // compiled only 6 tiles on the 2-core Zen 4, whose L1d is 32 KiB; more on a larger L1).
   const TuneReport all = tune(g, inputs(), {}, o);
-  for (const KernelTuning& k : all.kernels) EXPECT_GT(k.trials, 6) << k.name;
+  size_t more = 0;
+  for (const KernelTuning& k : all.kernels) {
+    EXPECT_GE(k.trials, 6) << k.name;
+    more += k.trials > 6;
+  }
+  EXPECT_GE(more, 1u);
   // Fast tries at most 8 candidates a kernel.
   o.level = Level::kFast;
   for (const KernelTuning& k : tune(g, inputs(), {}, o).kernels) EXPECT_LE(k.trials, 8);

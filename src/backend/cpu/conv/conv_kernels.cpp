@@ -142,10 +142,22 @@ std::string check_conv_cols(const NodeInfo& info, const std::vector<int64_t>& v,
 }
 
 // The "conv.algo" knob: {0} the implicit GEMM, {1} the blocked direct kernel, {2} Winograd
-// F(4x4, 3x3) on the blocked tensors; {1} and {2} must apply. And "conv.cols" (check_conv_cols).
+// F(4x4, 3x3) on the blocked tensors; {1} and {2} must apply. And "conv.cols" (check_conv_cols)
+// and "conv.threads".
 std::string check_conv_knob(const NodeInfo& info, const std::string& knob,
                             const std::vector<int64_t>& v, const std::string& where) {
   if (knob == "conv.cols") return check_conv_cols(info, v, where);
+  if (knob == "conv.threads") {
+    // {1}: the whole conv (and its epilogue) on the thread that runs the step, its work cut as on
+    // the pool (run_as_on_pool), so the result is the same bits; with one thread that is what
+    // runs anyway, so the knob would change nothing.
+    if (v.size() != 1 || v[0] != 1)
+      throw ValueError(cat(where, ": knob conv.threads must be {1} (the conv on the calling ",
+                           "thread only), got ", dims_str(v)));
+    if (num_threads() < 2)
+      throw ValueError(cat(where, ": knob conv.threads {1} changes nothing on one thread"));
+    return "knob conv.threads: the calling thread only";
+  }
   if (knob != "conv.algo") throw ValueError(cat(where, ": takes no knob '", knob, "'"));
   if (v.size() != 1 || v[0] < kImplicitGemm || v[0] > kBlockedWinograd)
     throw ValueError(cat(where, ": knob conv.algo must be {0} (implicit GEMM), {1} (blocked ",
@@ -270,7 +282,7 @@ void run_blocked(const ConvGeometry& g, const PreparedW& p, const float* x, cons
   });
 }
 
-std::vector<Tensor> run(const KernelContext& c) {
+std::vector<Tensor> run_conv(const KernelContext& c) {
   const std::string where = c.where();
   const Tensor &x = c.input(0), &w = c.input(1);
   ConvGeometry g = conv_geometry(c.attrs(), x.shape(), w.shape(), where);
@@ -310,6 +322,17 @@ std::vector<Tensor> run(const KernelContext& c) {
   }
   conv2d(g, x.data<float>(), wp, bias, y.data<float>(), ep, packed, *precision_of(c.node));
   return one(std::move(y));
+}
+
+// The "conv.threads" knob {1} runs the conv on the calling thread, as if it had the pool: on a
+// small conv the pool's hand-off costs more than the second thread saves.
+std::vector<Tensor> run(const KernelContext& c) {
+  if (c.knobs && c.knobs->count("conv.threads") && !in_parallel_region()) {
+    std::vector<Tensor> out;
+    run_as_on_pool([&] { out = run_conv(c); });
+    return out;
+  }
+  return run_conv(c);
 }
 
 }  // namespace
