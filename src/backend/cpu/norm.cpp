@@ -154,7 +154,7 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
       for (int64_t r = r0; r < r1; r += piece) {
         const int64_t off = r * len, n = std::min(piece, r1 - r) * len;
         float* yr = out_f32(y, off, n, 1);
-        float* buf = stream ? scratch_as<float>(static_cast<size_t>(len), 2) : nullptr;
+        float* buf = stream ? scratch_as<float>(2 * static_cast<size_t>(len), 2) : nullptr;
         PTO_ISA_DISPATCH(softmax_rows, read_f32(x, off, n, 0), yr, n / len, len, log, buf,
                          prefetch);
         write_back(yr, y, off, n);

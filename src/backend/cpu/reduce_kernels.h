@@ -44,7 +44,7 @@ PTO_ISA_DECLARE(
     void fold(Fold op, const float* x, const FoldRange& r, const float* shift, float* y);
 
     // Softmax (or LogSoftmax) of `rows` contiguous rows of `len` elements. stream_buf: null, or
-    // len floats of scratch, and y is stored past the cache (MemoryPolicy::nontemporal). With
+    // 2 len floats of scratch, and y is stored past the cache (MemoryPolicy::nontemporal). With
     // `prefetch`, each row but the last prefetches the next one into L2.
     void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log,
                       float* stream_buf, bool prefetch);
