@@ -139,6 +139,38 @@ TEST(CpuNorm, RowKernelsWithPrefetchOnAndOff) {
   set_memory_policy(saved);
 }
 
+// Streaming stores (what `auto` gives outputs larger than the L3, forced by `always`): rows of
+// 4096 floats or more, a multiple of 32, stream each row's output during the next row's variance
+// pass (layer_norm_rows_streamed; 8224 spans two of the sums' blocks of 4096), the others row by
+// row.
+// One row, a few, many over 2 threads; with and without bias; Mean and InvStdDev too; NaN and inf.
+TEST(CpuLayerNorm, StreamedRowsAgainstReference) {
+  const MemoryPolicy saved = memory_policy();
+  set_memory_policy(MemoryPolicy{.nontemporal = MemoryPolicy::NonTemporal::kAlways});
+  uint32_t seed = 90;
+  for (const Dims& shape :
+       {Dims{1, 4096}, Dims{5, 64}, Dims{3, 8224}, Dims{37, 768}, Dims{6, 100}, Dims{4, 2, 4096}}) {
+    Tensor x = random_f32(shape, seed++, -2, 3);
+    if (x.numel() > 200) {
+      x.data<float>()[shape.back() + 7] = NAN;           // row 1
+      x.data<float>()[2 * shape.back() + 9] = INFINITY;  // row 2
+    }
+    const Dims norm{shape.back()};
+    const Tensor scale = random_f32(norm, seed++), bias = random_f32(norm, seed++);
+    for (bool with_bias : {false, true})
+      for (size_t outputs : {1, 3}) {
+        SCOPED_TRACE(::testing::Message()
+                     << dims_str(shape) << " bias " << with_bias << " outputs " << outputs);
+        NodeCase c{"LayerNormalization", {x, scale, with_bias ? bias : Tensor()}, {}, 17};
+        c.num_outputs = outputs;
+        c.constant = {false, true, true};
+        c.attrs.set("axis", -1);
+        expect_matches(c, norm_tol());
+      }
+  }
+  set_memory_policy(saved);
+}
+
 TEST(CpuLayerNorm, LargeMeanAndOtherScaleShapes) {
   Tensor x = random_f32({5, 64}, 3);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] += 1000;  // cancels in E[x^2]-E[x]^2
