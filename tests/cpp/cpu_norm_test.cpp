@@ -65,9 +65,9 @@ TEST(CpuSoftmax, LargeRowsColumnsAndSpecials) {
 // row's max: it still makes the row NaN through the sum), +inf, a row all -inf, huge magnitudes,
 // and scores 88-110 below the max, whose exps are subnormal or zero. Both store paths: ordinary
 // stores, and the rows' exps kept in a scratch row and streamed to y (what `auto` does for outputs
-// larger than the L3, forced here by `always`). Rows of a multiple of two vectors (32, 64, 96,
-// 2048) stream each row's outputs during the next row's exps (softmax_rows_pipelined), the others
-// row by row; a single row of 64 streams after its own exps.
+// larger than the L3, forced here by `always`). Rows of 4096 or more, a multiple of two vectors
+// (4096, 8224), stream each row's outputs during the next row's exps (softmax_rows_pipelined), the
+// others row by row; a single row of 4096 streams after its own exps.
 TEST(CpuSoftmax, RowLengthsAndSpecialsInLongRows) {
   const Tol tol = {8 * kUlp, 8 * kUlp};
   const MemoryPolicy saved = memory_policy();
@@ -75,8 +75,8 @@ TEST(CpuSoftmax, RowLengthsAndSpecialsInLongRows) {
     for (const char* op : {"Softmax", "LogSoftmax"}) {
       SCOPED_TRACE(::testing::Message() << "nontemporal " << static_cast<int>(nt));
       set_memory_policy(MemoryPolicy{.nontemporal = nt});
-      expect_matches({op, {random_f32({1, 64}, 3, -20, 20)}, {}, 13}, tol);
-      for (int64_t len : {1, 15, 16, 17, 31, 32, 63, 64, 65, 96, 129, 1003, 2048}) {
+      expect_matches({op, {random_f32({1, 4096}, 3, -20, 20)}, {}, 13}, tol);
+      for (int64_t len : {1, 15, 16, 17, 31, 63, 64, 65, 129, 1003, 4096, 8224}) {
         Tensor x = random_f32({9, len}, static_cast<uint32_t>(len), -20, 20);
         float* v = x.data<float>();
         const int64_t mid = len / 2 + len / 3;  // past the first four vectors when len >= 129
