@@ -65,7 +65,9 @@ TEST(CpuSoftmax, LargeRowsColumnsAndSpecials) {
 // row's max: it still makes the row NaN through the sum), +inf, a row all -inf, huge magnitudes,
 // and scores 88-110 below the max, whose exps are subnormal or zero. Both store paths: ordinary
 // stores, and the rows' exps kept in a scratch row and streamed to y (what `auto` does for outputs
-// larger than the L3, forced here by `always`).
+// larger than the L3, forced here by `always`). Rows of 4096 or more, a multiple of two vectors
+// (4096, 8224), stream each row's outputs during the next row's exps (softmax_rows_pipelined), the
+// others row by row; a single row of 4096 streams after its own exps.
 TEST(CpuSoftmax, RowLengthsAndSpecialsInLongRows) {
   const Tol tol = {8 * kUlp, 8 * kUlp};
   const MemoryPolicy saved = memory_policy();
@@ -73,7 +75,8 @@ TEST(CpuSoftmax, RowLengthsAndSpecialsInLongRows) {
     for (const char* op : {"Softmax", "LogSoftmax"}) {
       SCOPED_TRACE(::testing::Message() << "nontemporal " << static_cast<int>(nt));
       set_memory_policy(MemoryPolicy{.nontemporal = nt});
-      for (int64_t len : {1, 15, 16, 17, 31, 63, 64, 65, 129, 1003}) {
+      expect_matches({op, {random_f32({1, 4096}, 3, -20, 20)}, {}, 13}, tol);
+      for (int64_t len : {1, 15, 16, 17, 31, 63, 64, 65, 129, 1003, 4096, 8224}) {
         Tensor x = random_f32({9, len}, static_cast<uint32_t>(len), -20, 20);
         float* v = x.data<float>();
         const int64_t mid = len / 2 + len / 3;  // past the first four vectors when len >= 129
@@ -132,6 +135,38 @@ TEST(CpuNorm, RowKernelsWithPrefetchOnAndOff) {
     NodeCase rms{"RMSNormalization", {x, random_f32({768}, 64)}, {}, 23};
     rms.constant = {false, true};
     expect_matches(rms, norm_tol());
+  }
+  set_memory_policy(saved);
+}
+
+// Streaming stores (what `auto` gives outputs larger than the L3, forced by `always`): rows of
+// 4096 floats or more, a multiple of 32, stream each row's output during the next row's variance
+// pass (layer_norm_rows_streamed; 8224 spans two of the sums' blocks of 4096), the others row by
+// row.
+// One row, a few, many over 2 threads; with and without bias; Mean and InvStdDev too; NaN and inf.
+TEST(CpuLayerNorm, StreamedRowsAgainstReference) {
+  const MemoryPolicy saved = memory_policy();
+  set_memory_policy(MemoryPolicy{.nontemporal = MemoryPolicy::NonTemporal::kAlways});
+  uint32_t seed = 90;
+  for (const Dims& shape :
+       {Dims{1, 4096}, Dims{5, 64}, Dims{3, 8224}, Dims{37, 768}, Dims{6, 100}, Dims{4, 2, 4096}}) {
+    Tensor x = random_f32(shape, seed++, -2, 3);
+    if (x.numel() > 200) {
+      x.data<float>()[shape.back() + 7] = NAN;           // row 1
+      x.data<float>()[2 * shape.back() + 9] = INFINITY;  // row 2
+    }
+    const Dims norm{shape.back()};
+    const Tensor scale = random_f32(norm, seed++), bias = random_f32(norm, seed++);
+    for (bool with_bias : {false, true})
+      for (size_t outputs : {1, 3}) {
+        SCOPED_TRACE(::testing::Message()
+                     << dims_str(shape) << " bias " << with_bias << " outputs " << outputs);
+        NodeCase c{"LayerNormalization", {x, scale, with_bias ? bias : Tensor()}, {}, 17};
+        c.num_outputs = outputs;
+        c.constant = {false, true, true};
+        c.attrs.set("axis", -1);
+        expect_matches(c, norm_tol());
+      }
   }
   set_memory_policy(saved);
 }

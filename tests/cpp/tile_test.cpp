@@ -135,13 +135,25 @@ TileProgram check(Case& c, const std::string& what, int ulps = 4, double atol = 
   const int saved = num_threads();
   // Strips of 16 and 48 values (one and three AVX-512 vectors) run what operands larger than
   // the L3 run; 0 the whole tiles of cached operands. Strips of 48 also with a prefetch distance
-  // set (its lines all before each strip, not spread over the strip's instructions).
+  // set (its lines all before each strip, not spread over the strip's instructions). Whole tiles
+  // and strips of 48 also with streaming stores (as outputs larger than the L3 get them): the
+  // last instruction before a store then streams into the output itself where nothing else
+  // reads its result (TileArgs::direct_stream), else the store streams the register.
   const MemoryPolicy saved_policy = memory_policy();
-  for (int64_t strip : {0, 16, 48, -48})
+  struct Config {
+    int64_t strip;
+    int prefetch;
+    bool stream;
+  };
+  for (const Config& cfg : {Config{0, -1, false}, Config{16, -1, false}, Config{48, -1, false},
+                            Config{48, 8, false}, Config{0, -1, true}, Config{48, -1, true}})
     for (Isa isa : cpu::supported_isas()) {
       cpu::IsaScope scope(isa);
-      set_memory_policy(MemoryPolicy{.prefetch_distance = strip < 0 ? 8 : -1});
-      kernel.force_strip(std::abs(strip));
+      set_memory_policy(MemoryPolicy{.prefetch_distance = cfg.prefetch,
+                                     .nontemporal = cfg.stream ? MemoryPolicy::NonTemporal::kAlways
+                                                               : MemoryPolicy::NonTemporal::kAuto});
+      const int64_t strip = cfg.strip;
+      kernel.force_strip(strip);
       for (int threads : {1, 2}) {
         set_num_threads(threads);
         std::vector<Tensor> outs;
@@ -158,7 +170,8 @@ TileProgram check(Case& c, const std::string& what, int ulps = 4, double atol = 
           expect_near(outs[k], want[idx], ulps, atol,
                       what + " " + cpu::isa_name(isa) + " x" + std::to_string(threads) +
                           (strip ? " strips of " + std::to_string(strip) : "") +
-                          (strip < 0 ? ", prefetch 8" : ""));
+                          (cfg.prefetch > 0 ? ", prefetch 8" : "") +
+                          (cfg.stream ? ", streaming stores" : ""));
         }
       }
     }

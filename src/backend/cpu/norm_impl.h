@@ -5,6 +5,8 @@
 // reference does, rather than E[x^2] - E[x]^2, which cancels when the mean is large.
 #pragma once
 
+#include <cmath>
+
 #include "backend/cpu/reduce_kernels.h"
 #include "backend/cpu/reduce_simd.h"
 
@@ -72,6 +74,54 @@ void normalize_affine(const float* x, float* y, int64_t n, float shift, float me
     return fma(t, Vec::load(scale + j, k), b);
   });
   if (stream && fence) stream_fence();
+}
+
+// The streamed output vectors of a row drain while the next row's variance computes, instead of
+// in a burst of their own (Softmax's softmax_rows_pipelined does the same).
+void layer_norm_rows_streamed(const float* x, float* y, int64_t rows, int64_t n, float eps,
+                              const float* scale, const float* bias, float* mean_out,
+                              float* inv_out, bool prefetch) {
+  constexpr int64_t L = Vec::kLanes, kBlock = 4096, kLineFloats = 16;
+  // The previous row's shift, mean and 1 / std, and one output vector of it at k.
+  Vec psh = Vec::zero(), pm = Vec::zero(), pinv = Vec::zero();
+  auto out = [&](const float* xp, float* yp, int64_t k) {
+    const Vec t = (Vec::load(xp + k) - psh - pm) * pinv;
+    const Vec b = bias ? Vec::load(bias + k) : Vec::zero();
+    fma(t, Vec::load(scale + k), b).stream(yp + k);
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    const float* next = prefetch && r + 1 < rows ? xr + n : nullptr;
+    const float x0 = xr[0];
+    const Vec sh = Vec::set1(x0);
+    const float m = block_sum(xr, n, [&](Vec v) { return v - sh; }) / static_cast<float>(n);
+    const Vec mv = Vec::set1(m);
+    // block_sum of (x - shift - mean)^2 (n a multiple of 2 vectors: no tail), row r - 1 out.
+    Vec total = Vec::zero();
+    for (int64_t b = 0; b < n; b += kBlock) {
+      const int64_t e = b + kBlock < n ? b + kBlock : n;
+      Vec s0 = Vec::zero(), s1 = Vec::zero();
+      for (int64_t j = b; j < e; j += 2 * L) {
+        if (next)
+          for (int64_t k = 0; k < 2 * L; k += kLineFloats) __builtin_prefetch(next + j + k, 0, 2);
+        const Vec d0 = Vec::load(xr + j) - sh - mv, d1 = Vec::load(xr + j + L) - sh - mv;
+        s0 = s0 + d0 * d0;
+        s1 = s1 + d1 * d1;
+        if (r > 0) {
+          out(xr - n, y + (r - 1) * n, j);
+          out(xr - n, y + (r - 1) * n, j + L);
+        }
+      }
+      total = total + (s0 + s1);
+    }
+    const float var = sum_lanes(total) / static_cast<float>(n);
+    mean_out[r] = x0 + m;
+    inv_out[r] = 1.0f / std::sqrt(var + eps);
+    psh = sh, pm = mv, pinv = Vec::set1(inv_out[r]);
+  }
+  if (rows > 0)
+    for (int64_t j = 0; j < n; j += L) out(x + (rows - 1) * n, y + (rows - 1) * n, j);
+  stream_fence();
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS

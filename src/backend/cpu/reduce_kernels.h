@@ -44,7 +44,7 @@ PTO_ISA_DECLARE(
     void fold(Fold op, const float* x, const FoldRange& r, const float* shift, float* y);
 
     // Softmax (or LogSoftmax) of `rows` contiguous rows of `len` elements. stream_buf: null, or
-    // len floats of scratch, and y is stored past the cache (MemoryPolicy::nontemporal). With
+    // 2 len floats of scratch, and y is stored past the cache (MemoryPolicy::nontemporal). With
     // `prefetch`, each row but the last prefetches the next one into L2.
     void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log,
                       float* stream_buf, bool prefetch);
@@ -66,6 +66,15 @@ PTO_ISA_DECLARE(
     void normalize_affine(const float* x, float* y, int64_t n, float shift, float mean,
                           float inv_std, const float* scale, const float* bias, bool stream,
                           bool fence, const float* next);
+    // LayerNormalization of `rows` contiguous rows of n floats, y stored past the cache: the
+    // moments and normalize_affine of each row, with row r's normalizing pass folded into row
+    // r + 1's variance pass (a streamed output vector per variance vector), then a fence. The
+    // same arithmetic as those calls row by row. n > 0 a multiple of 32, y 64-byte aligned. Each
+    // row's mean to mean[r], 1 / sqrt(var + eps) to inv_std[r]. With `prefetch`, each row but the
+    // last prefetches the next one into L2.
+    void layer_norm_rows_streamed(const float* x, float* y, int64_t rows, int64_t n, float eps,
+                                  const float* scale, const float* bias, float* mean,
+                                  float* inv_std, bool prefetch);
 
     // Max or average pooling of planes [p0, p1); `scratch` has room for 2 * g.span floats.
     void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,

@@ -23,7 +23,11 @@ struct TileArgs {
   const TileInstr* code = nullptr;
   int num_code = 0;
   const int8_t* direct = nullptr;  // per instruction: the output it may write in place, or -1
-  int64_t rows = 1, width = 0;     // the tile; registers hold rows * width values
+  // Per instruction with direct >= 0: nothing but that store reads its result, so with `stream`
+  // it may write the output itself with streaming stores (no copy of the register to the
+  // output); null: never with `stream`.
+  const uint8_t* direct_stream = nullptr;
+  int64_t rows = 1, width = 0;  // the tile; registers hold rows * width values
   const TileOperandView* inputs = nullptr;
   const TileOperandView* outputs = nullptr;  // col_stride 1; ptr is written through
   float* scratch = nullptr;                  // num_regs * capacity floats

@@ -50,6 +50,37 @@ std::vector<int8_t> direct_writes(const TileProgram& p) {
   return direct;
 }
 
+// Per instruction that direct_writes marks: whether nothing but its store reads the register it
+// defines (before the register is defined again), so that with streaming stores it may write the
+// output itself and leave its store nothing to do. Otherwise a later read would load the value
+// back from the streamed-to output (from memory), so the register stays in scratch and the store
+// streams it.
+std::vector<uint8_t> direct_streams(const TileProgram& p, const std::vector<int8_t>& direct) {
+  std::vector<uint8_t> ok(p.code.size(), 0);
+  for (size_t d = 0; d < p.code.size(); ++d) {
+    if (direct[d] < 0) continue;
+    const int16_t r = p.code[d].dst;
+    bool only_store = true, stored = false;
+    for (size_t k = d + 1; k < p.code.size() && only_store; ++k) {
+      const TileInstr& in = p.code[k];
+      const bool reads = in.op != TileOpcode::kLoad && in.op != TileOpcode::kConst &&
+                         (in.a == r || in.b == r || in.c == r);
+      if (in.op == TileOpcode::kStore) {
+        if (!reads) continue;
+        if (stored || in.operand != direct[d]) only_store = false;
+        stored = true;
+        continue;
+      }
+      if (reads)
+        only_store = false;
+      else if (in.dst == r)
+        break;  // defined again: later reads see the new value
+    }
+    ok[d] = only_store && stored ? 1 : 0;
+  }
+  return ok;
+}
+
 // A GEMM/conv epilogue block's capacity. The GEMM's blocking decides the block, so this keeps the
 // rule it was tuned with: half of L1 for the registers, the rest for the lines streaming through.
 int64_t epilogue_capacity(int num_regs) {
@@ -182,6 +213,7 @@ TileKernel::TileKernel(TileProgram program, std::string name, const std::vector<
       check_pinned_rows(facts_, *pinned_, program_.shape->back().value);
   }
   direct_ = direct_writes(program_);
+  direct_stream_ = direct_streams(program_, direct_);
   capacity_ = epilogue_capacity(program_.num_regs);
 }
 
@@ -296,6 +328,7 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
       TileArgs args{.code = p.code.data(),
                     .num_code = static_cast<int>(p.code.size()),
                     .direct = direct_.data(),
+                    .direct_stream = direct_stream_.data(),
                     .rows = nrows,
                     .width = width,
                     .inputs = in.data(),

@@ -69,7 +69,8 @@ class TileKernel {
   TileProgram program_;
   TileFacts facts_;
   std::optional<TileShape> pinned_;
-  std::vector<int8_t> direct_;  // per instruction: the output it writes in place, or -1
+  std::vector<int8_t> direct_;          // per instruction: the output it writes in place, or -1
+  std::vector<uint8_t> direct_stream_;  // per instruction: it may stream there (TileArgs)
   int64_t capacity_ = 0;
   int64_t forced_strip_ = 0;
 };
