@@ -389,6 +389,25 @@ TEST_F(TunerTest, GemmGridKnob) {
   set_num_threads(saved);
 }
 
+// Conv (pads k / 2, bias) then Relu on a [batch, c, size, size] input, weights of `seed`, bias of
+// seed + 1: the graph the conv knob tests tune.
+Graph conv_relu(int64_t batch, int64_t c, int64_t m, int64_t k, int64_t stride, int64_t size,
+                int64_t group, uint32_t seed) {
+  Graph g;
+  const ValueId x = g.add_input("x", {DType::kF32, Shape{batch, c, size, size}});
+  const ValueId w = testing::constant(g, "w", {m, c / group, k, k}, seed);
+  const ValueId b = testing::constant(g, "b", {m}, seed + 1);
+  const ValueId y = g.add_value("y"), z = g.add_value("z");
+  Attributes a;
+  a.set("pads", std::vector<int64_t>(4, k / 2));
+  a.set("strides", std::vector<int64_t>{stride, stride});
+  a.set("group", group);
+  g.add_node("Conv", {x, w, b}, {y}, a, "conv");
+  g.add_node("Relu", {y}, {z}, {}, "relu");
+  g.add_output(z);
+  return g;
+}
+
 // conv.cols sets the output columns per GEMM of a conv on the implicit GEMM (a 1x1 conv, a strided
 // 3x3 one through im2col), on one and two threads: the plan names it, each value matches the
 // reference, and the tuner offers it; a conv off that path (depthwise, or one the planner runs on
@@ -403,18 +422,7 @@ TEST_F(TunerTest, ConvColsKnob) {
   for (const Case& t : {Case{24, 40, 1, 1, 30, 1, true}, Case{16, 32, 3, 2, 33, 1, true},
                         Case{32, 32, 3, 1, 14, 32, false}, Case{32, 32, 3, 1, 7, 1, false}}) {
     SCOPED_TRACE(cat("c ", t.c, " k ", t.k, " stride ", t.stride, " size ", t.size));
-    Graph g;
-    const ValueId x = g.add_input("x", {DType::kF32, Shape{1, t.c, t.size, t.size}});
-    const ValueId w = testing::constant(g, "w", {t.m, t.c / t.group, t.k, t.k}, 10);
-    const ValueId b = testing::constant(g, "b", {t.m}, 11);
-    const ValueId y = g.add_value("y"), z = g.add_value("z");
-    Attributes a;
-    a.set("pads", std::vector<int64_t>(4, t.k / 2));
-    a.set("strides", std::vector<int64_t>{t.stride, t.stride});
-    a.set("group", t.group);
-    g.add_node("Conv", {x, w, b}, {y}, a, "conv");
-    g.add_node("Relu", {y}, {z}, {}, "relu");
-    g.add_output(z);
+    const Graph g = conv_relu(1, t.c, t.m, t.k, t.stride, t.size, t.group, 10);
     const std::vector<Tensor> in = {testing::random_tensor({1, t.c, t.size, t.size}, 12)};
     const std::vector<Tensor> want = reference::run(g, in);
     for (int threads : {1, 2}) {
@@ -480,18 +488,7 @@ TEST_F(TunerTest, ConvThreadsKnob) {
                         Case{32, 48, 3, 1, 13, 1, 2}}) {
     SCOPED_TRACE(cat("c ", t.c, " k ", t.k, " stride ", t.stride, " size ", t.size, " group ",
                      t.group, " algo ", t.algo));
-    Graph g;
-    const ValueId x = g.add_input("x", {DType::kF32, Shape{2, t.c, t.size, t.size}});
-    const ValueId w = testing::constant(g, "w", {t.m, t.c / t.group, t.k, t.k}, 20);
-    const ValueId b = testing::constant(g, "b", {t.m}, 21);
-    const ValueId y = g.add_value("y"), z = g.add_value("z");
-    Attributes a;
-    a.set("pads", std::vector<int64_t>(4, t.k / 2));
-    a.set("strides", std::vector<int64_t>{t.stride, t.stride});
-    a.set("group", t.group);
-    g.add_node("Conv", {x, w, b}, {y}, a, "conv");
-    g.add_node("Relu", {y}, {z}, {}, "relu");
-    g.add_output(z);
+    const Graph g = conv_relu(2, t.c, t.m, t.k, t.stride, t.size, t.group, 20);
     const std::vector<Tensor> in = {testing::random_tensor({2, t.c, t.size, t.size}, 22)};
     const std::vector<Tensor> want = reference::run(g, in);
     Knobs base;
