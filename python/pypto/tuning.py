@@ -55,11 +55,13 @@ def auto_tune(module: Any, level: str = "normal", num_trials: int | None = None,
     ~/.cache/pypto/tune/<machine>.json) and recompiles the module with them, in place.
 
     level: "fast" (kernels taking 80% of the time, 8 candidates each), "normal" (kernels taking
-    at least 1%, 32 candidates) or "exhaustive". num_trials: at most this many candidates timed
+    at least 1%, 32 candidates, and shape classes: on several threads, the small convs on the
+    calling thread, tried together) or "exhaustive". num_trials: at most this many candidates timed
     in all. early_stop: a kernel stops after 6 candidates without improvement.
 
     Returns a dict: ``kernels`` (per kernel: name, knobs, planner_seconds, tuned_seconds,
-    trials, from_cache), ``model_planner_seconds`` and ``model_tuned_seconds`` (0 when nothing
+    trials, from_cache, from_class), ``classes`` (the shape classes tried: name, knobs, steps,
+    ratio, won), ``model_planner_seconds`` and ``model_tuned_seconds`` (0 when nothing
     beat the planner), ``kept`` (False: the model was not faster with the winners, which were
     dropped), ``trials``, ``seconds`` and ``cache``."""
     if level not in _LEVELS:

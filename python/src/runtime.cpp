@@ -353,10 +353,22 @@ void bind_runtime(nb::module_& m) {
           d["trials"] = k.trials;
           d["from_cache"] = k.from_cache;
           d["capped"] = k.capped;
+          d["from_class"] = k.from_class;
           kernels.append(d);
+        }
+        nb::list classes;
+        for (const tune::ClassTuning& c : r.classes) {
+          nb::dict d;
+          d["name"] = c.name;
+          d["knobs"] = c.knobs;
+          d["steps"] = c.steps;
+          d["ratio"] = c.ratio;
+          d["won"] = c.won;
+          classes.append(d);
         }
         nb::dict d;
         d["kernels"] = kernels;
+        d["classes"] = classes;
         d["model_planner_seconds"] = r.model_planner_seconds;
         d["model_tuned_seconds"] = r.model_tuned_seconds;
         d["kept"] = r.kept;
