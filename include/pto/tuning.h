@@ -42,9 +42,11 @@ struct Trial {
   const std::vector<size_t>* steps = nullptr;  // step -2: the class's steps, in model order
 };
 // Seconds one run takes, measured by calling `run` (as often as it likes). Tests inject a fake.
-// The default: a kernel, runs for at least `sample_seconds`, their mean; the whole model, as
-// `pto bench` times it: 2 warm-up runs, then at least 5 runs and 10 x `sample_seconds` each timed
-// alone, the median.
+// The default: a kernel (a shape class, the pool probe's job), runs for at least
+// `sample_seconds` / 5, their mean, and a comparison takes 5 x `repeats` such samples of each
+// side, alternating; the whole model, as `pto bench` times it: 2 warm-up runs, then at least 5
+// runs and 10 x `sample_seconds` each timed alone, the median. An injected timer gets `repeats`
+// samples of each side per comparison.
 using Timer = std::function<double(const Trial& trial, const std::function<void()>& run)>;
 
 struct TuneOptions {
@@ -53,9 +55,9 @@ struct TuneOptions {
   bool early_stop = true;         // a kernel stops after 6 candidates without improvement
   std::string cache_path;         // "": the default tuning cache (tune_cache.h)
   bool reuse_cache = true;        // false: tune kernels the cache already holds, again
-  int repeats = 5;                // samples per comparison (each interleaved with the planner's)
+  int repeats = 5;                // samples per comparison, interleaved (x5 with the default)
   double min_gain = 0.03;         // a winner is at least this much faster than the planner
-  double sample_seconds = 0.005;  // the default timer runs a kernel at least this long a sample
+  double sample_seconds = 0.005;  // the default timer: a kernel's 5 samples take at least this
   bool progress = true;           // a ProgressBar on stderr (when it is a terminal)
   // On several threads the tuner first measures the pool's speed-up on a compute-bound job; under
   // kContendedSpeedup x the threads, other processes hold the cores, and a knob that takes
