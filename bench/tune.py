@@ -9,7 +9,10 @@ bench/run.py once first to export them) and thread count:
   2. `pto bench` of the planner's plan (`--no-tune-cache`) and of the tuned one (the temporary
      cache), interleaved for --rounds rounds; each round's p50 latency, the median over rounds.
 Prints a markdown table: planner ms, tuned ms, speed-up (planner / tuned), kernels taking the
-cache's knobs, the cache's entries holding each knob (the winners kept), tuning time; and the machine's FMA ceiling (build/bench/pto_bench --only fma).
+cache's knobs, the cache's entries holding each knob (the winners kept), tuning time, the
+tuner's pool probe (2 threads' speed-up over one; "busy": other processes hold the cores, so
+conv.threads was not tried unless --for-load) and its whole-model check; and the machine's FMA
+ceiling (build/bench/pto_bench --only fma).
 The JSON goes to bench/results/tune.json. On a shared machine the numbers are noisy: read the
 speed-ups, measured in the same run, not the absolute times.
 """
@@ -70,12 +73,29 @@ def cache_knobs(cache: str) -> dict:
     return counts
 
 
+def pool_speedup(tune_stdout: str) -> str:
+    """The tuner's pool probe: "1.93x", "0.55x busy" (thread knobs not tried), "-" (1 thread)."""
+    m = re.search(r"pool speed-up ([0-9.]+x)(.*)", tune_stdout)
+    if not m:
+        return "-"
+    return m.group(1) + (" busy" if "hold the cores" in m.group(2) else "")
+
+
+def model_check(tune_stdout: str) -> str:
+    """The tuner's whole-model check: its comparisons, and whether it kept the winners."""
+    m = re.search(r"\(checks ([0-9.x ]+)\)(.*)", tune_stdout)
+    if not m:
+        return "no winner"
+    return m.group(1).strip().replace(" ", " / ") + ("" if "not faster" not in m.group(2)
+                                                      else ", dropped")
+
+
 def measure(model: str, threads: int, args) -> dict:
     with tempfile.TemporaryDirectory() as d:
         cache = str(Path(d) / "tune.json")
         t0 = time.perf_counter()
         tune_out = run_pto(["tune", model, "--level", args.level, "--threads", str(threads),
-                            "--cache", cache])
+                            "--cache", cache] + (["--for-load"] if args.for_load else []))
         tuning_s = time.perf_counter() - t0
         bench = ["bench", model, "--threads", str(threads), "--warmup", str(args.warmup),
                  "--iterations", str(args.iterations)]
@@ -87,7 +107,8 @@ def measure(model: str, threads: int, args) -> dict:
         return {"threads": threads, "planner_ms": p, "tuned_ms": t, "speedup": p / t,
                 "planner_rounds": planner, "tuned_rounds": tuned,
                 "tuned_kernels": tuned_kernels(model, threads, cache), "tuning_s": tuning_s,
-                "knobs": cache_knobs(cache),
+                "knobs": cache_knobs(cache), "pool": pool_speedup(tune_out),
+                "check": model_check(tune_out),
                 "tune_summary": tune_out.strip().splitlines()[-1]}
 
 
@@ -99,6 +120,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--for-load", action="store_true",
+                    help="pto tune --for-load: try conv.threads even when other processes hold "
+                         "the cores (tunes for this load)")
     args = ap.parse_args()
     if not pto_bin().exists():
         print(f"{pto_bin()} not built", file=sys.stderr)
@@ -118,17 +142,18 @@ def main() -> int:
         for threads in (int(t) for t in args.threads.split(",")):
             print(f"{name}, {threads} thread(s) ...", file=sys.stderr)
             results.setdefault(name, []).append(measure(str(model), threads, args))
-    lines = [f"Planner vs tuned (pto tune --level {args.level}), p50 of pto bench, median of "
+    lines = [f"Planner vs tuned (pto tune --level {args.level}"
+             f"{' --for-load' if args.for_load else ''}), p50 of pto bench, median of "
              f"{args.rounds} interleaved rounds", "",
              "| model | threads | planner ms | tuned ms | speed-up | tuned kernels | knobs kept | "
-             "tuning s |",
-             "|---|---|---|---|---|---|---|---|"]
+             "tuning s | pool probe | model check |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, rows in results.items():
         for r in rows:
             knobs = ", ".join(f"{k} {n}" for k, n in sorted(r["knobs"].items()))
             lines.append(f"| {base.MODELS[name][0]} | {r['threads']} | {r['planner_ms']:.3f} | "
                          f"{r['tuned_ms']:.3f} | {r['speedup']:.3f}x | {r['tuned_kernels']} | "
-                         f"{knobs or '-'} | {r['tuning_s']:.1f} |")
+                         f"{knobs or '-'} | {r['tuning_s']:.1f} | {r['pool']} | {r['check']} |")
     if fma:
         lines += ["", "Ceiling (build/bench/pto_bench --only fma):", "", "```", fma, "```"]
     print("\n".join(lines))

@@ -47,7 +47,7 @@ def _graph_and_inputs(module: Any, example_inputs: Any) -> tuple[CompiledGraph, 
 
 def auto_tune(module: Any, level: str = "normal", num_trials: int | None = None,
               early_stop: bool = True, example_inputs: Any = None,
-              cache: str | None = None) -> dict:
+              cache: str | None = None, for_load: bool = False) -> dict:
     """Tunes `module` (what ``pypto.optimize`` returned, or a ``CompiledGraph``) on
     `example_inputs` (the module's arguments, or one array per graph input of a CompiledGraph;
     default: the module's example or first-call inputs), stores the winners in the tuning cache
@@ -55,12 +55,17 @@ def auto_tune(module: Any, level: str = "normal", num_trials: int | None = None,
     ~/.cache/pypto/tune/<machine>.json) and recompiles the module with them, in place.
 
     level: "fast" (kernels taking 80% of the time, 8 candidates each), "normal" (kernels taking
-    at least 1%, 32 candidates) or "exhaustive". num_trials: at most this many candidates timed
-    in all. early_stop: a kernel stops after 6 candidates without improvement.
+    at least 1%, 32 candidates, and shape classes: on several threads, the small convs on the
+    calling thread, tried together) or "exhaustive". num_trials: at most this many candidates timed
+    in all. early_stop: a kernel stops after 6 candidates without improvement. for_load: on
+    several threads, try knobs that take threads from a kernel (conv.threads) even when the pool
+    probe finds other processes holding the cores; the winners then suit this load only.
 
     Returns a dict: ``kernels`` (per kernel: name, knobs, planner_seconds, tuned_seconds,
-    trials, from_cache), ``model_planner_seconds`` and ``model_tuned_seconds`` (0 when nothing
-    beat the planner), ``kept`` (False: the model was not faster with the winners, which were
+    trials, from_cache, from_class), ``classes`` (the shape classes tried: name, knobs, steps,
+    ratio, won), ``pool_speedup`` and ``contended`` (the pool probe: the threads' speed-up over
+    one; 0 on one thread), ``model_checks`` (the check's (planner, tuned) medians),
+    ``model_planner_seconds`` and ``model_tuned_seconds`` (0 when nothing beat the planner), ``kept`` (False: the model was not faster with the winners, which were
     dropped), ``trials``, ``seconds`` and ``cache``."""
     if level not in _LEVELS:
         raise ValueError(f"auto_tune: level must be one of {', '.join(_LEVELS)}, got {level!r}")
@@ -71,7 +76,7 @@ def auto_tune(module: Any, level: str = "normal", num_trials: int | None = None,
     path = cache if cache is not None else _options.get_optimization_options()["tune_cache_path"]
     arrays = [to_boundary(x, f"input '{n}'") for x, n in zip(inputs, compiled.input_names)]
     report = _C.tune(compiled._exe, arrays, level, num_trials or 0, bool(early_stop), str(path),
-                     True)
+                     True, bool(for_load))
     # Recompiled in place from the optimized graph, reading the cache just written.
     opts = compiled._exe.options
     opts.use_tune_cache = True

@@ -327,8 +327,9 @@ void bind_runtime(nb::module_& m) {
   m.def(
       "tune",
       [](const Executable& exe, const nb::list& args, const std::string& level, int64_t trials,
-         bool early_stop, const std::string& cache, bool reuse) {
+         bool early_stop, const std::string& cache, bool reuse, bool for_load) {
         tune::TuneOptions o;
+        o.for_load = for_load;
         o.level = tune::parse_level(level);
         o.num_trials = trials;
         o.early_stop = early_stop;
@@ -353,10 +354,25 @@ void bind_runtime(nb::module_& m) {
           d["trials"] = k.trials;
           d["from_cache"] = k.from_cache;
           d["capped"] = k.capped;
+          d["from_class"] = k.from_class;
           kernels.append(d);
+        }
+        nb::list classes;
+        for (const tune::ClassTuning& c : r.classes) {
+          nb::dict d;
+          d["name"] = c.name;
+          d["knobs"] = c.knobs;
+          d["steps"] = c.steps;
+          d["ratio"] = c.ratio;
+          d["won"] = c.won;
+          classes.append(d);
         }
         nb::dict d;
         d["kernels"] = kernels;
+        d["classes"] = classes;
+        d["pool_speedup"] = r.pool_speedup;
+        d["contended"] = r.contended;
+        d["model_checks"] = r.model_checks;
         d["model_planner_seconds"] = r.model_planner_seconds;
         d["model_tuned_seconds"] = r.model_tuned_seconds;
         d["kept"] = r.kept;
@@ -367,7 +383,7 @@ void bind_runtime(nb::module_& m) {
       },
       nb::arg("executable"), nb::arg("inputs"), nb::arg("level") = "normal",
       nb::arg("num_trials") = 0, nb::arg("early_stop") = true, nb::arg("cache") = "",
-      nb::arg("reuse_cache") = true,
+      nb::arg("reuse_cache") = true, nb::arg("for_load") = false,
       "Tunes the executable's graph on these inputs (pto/tuning.h) and stores the winners in "
       "the tuning cache; returns the report as a dict.");
 

@@ -20,7 +20,7 @@ namespace {
 const char* kUsage =
     "usage: pto tune model.onnx [--level fast|normal|exhaustive] [--trials N] [--no-early-stop]\n"
     "                [--threads T] [--dim SYMBOL=VALUE ...] [--input NAME=FILE.npy ...]\n"
-    "                [--seed N] [--cache FILE] [--no-tune-cache]\n"
+    "                [--seed N] [--cache FILE] [--no-tune-cache] [--for-load]\n"
     "\n"
     "Tunes the kernels of a model on this machine: each kernel's tile shape or GEMM blocking is\n"
     "timed against the planner's choice on the model's own intermediate values, and a winner\n"
@@ -42,6 +42,9 @@ const char* kUsage =
     "  --cache FILE           the tuning cache file (default: $PTO_TUNE_CACHE, else\n"
     "                         ~/.cache/pypto/tune/<machine>.json)\n"
     "  --no-tune-cache        tune every kernel again, ignoring what the cache holds\n"
+    "  --for-load             on several threads, try knobs that take threads from a kernel\n"
+    "                         (conv.threads) even when other processes hold the cores: the\n"
+    "                         winners then suit this load and may be slower without it\n"
     "  --input, --dim, --seed the inputs, as for 'pto run' (random by default); symbolic\n"
     "                         dimensions are tuned at these sizes\n";
 
@@ -74,6 +77,8 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       o.tune.cache_path = a.value();
     } else if (a.is("--no-tune-cache")) {
       o.tune.reuse_cache = false;
+    } else if (a.is("--for-load")) {
+      o.tune.for_load = true;
     } else if (a.positional() && o.model.empty()) {
       o.model = a.arg();
     } else {
@@ -107,19 +112,34 @@ int tune_main(const std::vector<std::string>& args) {
     std::cout << std::left << std::setw(44) << name << std::right << std::setw(12)
               << ms(k.planner_seconds) << std::setw(12) << ms(k.tuned_seconds) << "  "
               << tune::knobs_str(k.knobs)
-              << (k.from_cache ? " (cached)"
-                  : k.capped   ? " (not tuned: --trials spent)"
-                               : "")
+              << (k.from_class   ? " (shape class)"
+                  : k.from_cache ? " (cached)"
+                  : k.capped     ? " (not tuned: --trials spent)"
+                                 : "")
               << "\n";
   }
+  if (r.pool_speedup > 0)
+    std::cout << "pool speed-up " << std::fixed << std::setprecision(2) << r.pool_speedup << "x on "
+              << num_threads() << " threads"
+              << (!r.contended       ? ""
+                  : o->tune.for_load ? " (other processes hold the cores; --for-load: thread "
+                                       "knobs tried anyway)"
+                                     : " (other processes hold the cores: thread knobs such as "
+                                       "conv.threads not tried; --for-load tries them)")
+              << "\n";
+  for (const tune::ClassTuning& c : r.classes)
+    std::cout << "shape class: " << c.name << " (" << c.steps.size() << " kernels): " << std::fixed
+              << std::setprecision(3) << c.ratio << "x the planner's time"
+              << (c.won ? ", kept" : "") << "\n";
   std::cout << r.kernels.size() << " kernel(s), " << r.trials << " candidate(s) timed in "
             << std::fixed << std::setprecision(1) << r.seconds << " s\n";
-  if (r.model_planner_seconds > 0)
+  if (r.model_planner_seconds > 0) {
     std::cout << "model: planner " << ms(r.model_planner_seconds) << " ms, tuned "
               << ms(r.model_tuned_seconds) << " ms, speed-up " << std::setprecision(3)
-              << r.model_planner_seconds / r.model_tuned_seconds << "x"
-              << (r.kept ? "" : " (not faster: the planner's knobs are kept)") << "\n";
-  else
+              << r.model_planner_seconds / r.model_tuned_seconds << "x (checks";
+    for (const auto& [p, t] : r.model_checks) std::cout << " " << p / t << "x";
+    std::cout << ")" << (r.kept ? "" : " (not faster: the planner's knobs are kept)") << "\n";
+  } else
     std::cout << "model: no kernel faster than the planner's choice\n";
   return 0;
 }

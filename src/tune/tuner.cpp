@@ -27,6 +27,16 @@ namespace {
 
 constexpr int kEarlyStop = 6;        // candidates without improvement before a kernel stops
 constexpr double kModelGain = 0.01;  // the tuned model must be at least this much faster
+// The default timer's kernel samples last sample_seconds / kSplit, and a comparison takes
+// kSplit x repeats of them, interleaved: the same time in all as samples of sample_seconds, but
+// a burst of another process's work now lands on both kernels' samples instead of on all of one
+// kernel's (samples of 5 ms, minima of 5, compared MobileNetV2's conv with itself at 0.42x to
+// 1.0x on 2 threads under a build's load, and kept winners that were 1.3x to 2x slower).
+constexpr int kSplit = 5;
+// Shape classes: at most this many at `normal` (the smallest planes first), and a class phase
+// stops after this many classes without improvement.
+constexpr size_t kNormalClasses = 4;
+constexpr int kClassEarlyStop = 2;
 
 const Backend* backend_for(const Graph& g, const KernelGroup& k) {
   for (const Backend* b : BackendRegistry::global().backends())
@@ -175,11 +185,12 @@ std::vector<Knobs> attention_candidates(const KernelGroup& core, const Node& a,
 // conv runs on the implicit GEMM, output columns per GEMM in powers of two from 256 to the plane
 // other than the planner's, nearest it first (X [N, C, H, W] and W as in this run).
 std::vector<Knobs> conv_candidates(const Graph& g, const KernelGroup& core, const Node& a,
-                                   const std::vector<Tensor>& inputs) {
+                                   const std::vector<Tensor>& inputs, bool thread_knobs) {
   std::vector<Knobs> out = {{{"conv.algo", {2}}}, {{"conv.algo", {1}}}, {{"conv.algo", {0}}}};
   // On several threads, the conv on the calling thread alone (small convs: the pool's hand-off
-  // costs more than the second thread saves), with the planner's algorithm.
-  if (num_threads() > 1) out.push_back({{"conv.threads", {1}}});
+  // costs more than the second thread saves), with the planner's algorithm; not when the pool
+  // probe found the cores busy (TuneOptions::for_load).
+  if (num_threads() > 1 && thread_knobs) out.push_back({{"conv.threads", {1}}});
   auto slot = std::find(core.inputs.begin(), core.inputs.end(), a.inputs[0]);
   const TensorType& wt = g.value(a.inputs[1]).type;
   if (slot == core.inputs.end() || !wt.shape || wt.shape->size() != 4) return out;
@@ -209,7 +220,8 @@ std::vector<Knobs> conv_candidates(const Graph& g, const KernelGroup& core, cons
 // The knobs worth trying for a step's kernel (the planner's, empty knobs, is not among them), from
 // the sizes of this run: its inputs and `out`, its first output.
 std::vector<Knobs> candidates(const Graph& g, const KernelGroup& core,
-                              const std::vector<Tensor>& inputs, const Tensor& out) {
+                              const std::vector<Tensor>& inputs, const Tensor& out,
+                              bool thread_knobs) {
   if (!out.defined() || out.rank() == 0 || out.numel() == 0) return {};
   const int64_t cols = out.shape().back();
   if (is_tile_group(g, core)) {
@@ -222,7 +234,7 @@ std::vector<Knobs> candidates(const Graph& g, const KernelGroup& core,
   const int32_t anchor = core.anchor >= 0 ? core.anchor : core.nodes[0];
   const Node& a = g.nodes()[anchor];
   if (!a.domain.empty()) return {};
-  if (a.op == "Conv") return conv_candidates(g, core, a, inputs);
+  if (a.op == "Conv") return conv_candidates(g, core, a, inputs, thread_knobs);
   if (a.op == "Attention") return attention_candidates(core, a, inputs);
   if (a.op != "MatMul" && a.op != "Gemm") return {};
   auto slot = std::find(core.inputs.begin(), core.inputs.end(), a.inputs[0]);
@@ -265,8 +277,9 @@ class Tuner {
   explicit Tuner(const TuneOptions& o) : o_(o) {
     if (!o_.timer) {
       const double min_s = o_.sample_seconds;
+      split_ = kSplit;
       o_.timer = [min_s](const Trial& t, const std::function<void()>& run) {
-        return t.step < 0 ? bench_time(run, min_s) : wall_time(run, min_s);
+        return t.step == -1 ? bench_time(run, min_s) : wall_time(run, min_s / kSplit);
       };
     }
   }
@@ -278,7 +291,7 @@ class Tuner {
   std::pair<double, double> compare(const Trial& ta, const std::function<void()>& a,
                                     const Trial& tb, const std::function<void()>& b) const {
     double ma = 0, mb = 0;
-    for (int r = 0; r < std::max(1, o_.repeats); ++r) {
+    for (int r = 0; r < std::max(1, o_.repeats) * split_; ++r) {
       const double sa = o_.timer(ta, a), sb = o_.timer(tb, b);
       ma = r == 0 ? sa : std::min(ma, sa);
       mb = r == 0 ? sb : std::min(mb, sb);
@@ -305,7 +318,7 @@ class Tuner {
   std::pair<Knobs, double> tune_step(const Graph& g, Step& st, KernelTuning& kt, ProgressBar& bar,
                                      size_t done, size_t total) {
     static const Knobs kNone;
-    std::vector<Knobs> cands = candidates(g, st.core, st.inputs, st.output);
+    std::vector<Knobs> cands = candidates(g, st.core, st.inputs, st.output, thread_knobs_);
     const size_t cap = o_.level == Level::kFast     ? 8
                        : o_.level == Level::kNormal ? 32
                                                     : cands.size();
@@ -354,13 +367,77 @@ class Tuner {
     return {best, best_ratio};
   }
 
+  // A shape class's ratio to the planner: the members' kernels (`planner` and `cand`, in model
+  // order) run one after the other as one unit, compared as a step's kernel is; a second
+  // comparison when the first finds it at least min_gain faster, the larger ratio kept.
+  double class_ratio(const std::vector<size_t>& members, const Knobs& knobs,
+                     const std::vector<std::function<void()>>& planner,
+                     const std::vector<std::function<void()>>& cand) {
+    static const Knobs kNone;
+    ++trials_;
+    const Trial tp{-2, &kNone, false, &members}, tc{-2, &knobs, false, &members};
+    auto run_all = [](const std::vector<std::function<void()>>& runs) {
+      return [&runs] {
+        for (const auto& r : runs) r();
+      };
+    };
+    auto ratio = [&] {
+      const auto [p, t] = compare(tp, run_all(planner), tc, run_all(cand));
+      return p > 0 ? t / p : 1.0;
+    };
+    double r = ratio();
+    if (r <= 1.0 - o_.min_gain) r = std::max(r, ratio());
+    return r;
+  }
+
+  // The pool's speed-up right now over one thread on a compute-bound job (2 tasks per thread of
+  // about 30 us of FMA chains each): on the pool and on this thread alone (run_as_on_pool),
+  // interleaved, the ratio of their medians over kProbeRounds samples (medians: the state the
+  // model will typically run in, not the luckiest sample).
+  double pool_speedup() const {
+    static const Knobs kNone, kAlone = {{"conv.threads", {1}}};
+    constexpr int kProbeRounds = 15;
+    const int64_t tasks = 2 * num_threads();
+    std::vector<float> sink(static_cast<size_t>(tasks));
+    auto task = [&sink](int64_t t) {
+      float acc[16];
+      for (int k = 0; k < 16; ++k) acc[k] = static_cast<float>(t + k) * 1e-3f;
+      for (int i = 0; i < 8192; ++i)
+        for (float& v : acc) v = v * 0.999999f + 1e-6f;
+      float sum = 0;
+      for (float v : acc) sum += v;
+      sink[static_cast<size_t>(t)] = sum;
+    };
+    auto on_pool = [&] { parallel_tasks(tasks, task); };
+    auto alone = [&] { run_as_on_pool(on_pool); };
+    std::vector<double> p, a;
+    for (int r = 0; r < kProbeRounds; ++r) {
+      p.push_back(o_.timer(Trial{-3, &kNone, false, nullptr}, on_pool));
+      a.push_back(o_.timer(Trial{-3, &kAlone, false, nullptr}, alone));
+    }
+    const double mp = median(std::move(p));
+    return mp > 0 ? median(std::move(a)) / mp : 0.0;
+  }
+  void set_thread_knobs(bool on) { thread_knobs_ = on; }
+  bool thread_knobs() const { return thread_knobs_; }
+
   int64_t trials() const { return trials_; }
   const TuneOptions& options() const { return o_; }
 
  private:
   TuneOptions o_;
+  bool thread_knobs_ = true;  // conv.threads and its shape classes are tried
+  int split_ = 1;             // kSplit with the default timer
   int64_t trials_ = 0;
 };
+
+// The output plane (positions of one image) of a conv step on 4-D tensors; 0 for other steps.
+int64_t conv_plane(const Graph& g, const KernelGroup& core, const Tensor& out) {
+  const int32_t anchor = core.anchor >= 0 ? core.anchor : core.nodes[0];
+  const Node& a = g.nodes()[anchor];
+  if (a.op != "Conv" || !a.domain.empty() || !out.defined() || out.rank() != 4) return 0;
+  return out.shape()[2] * out.shape()[3];
+}
 
 }  // namespace
 
@@ -383,6 +460,13 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
   TuneCache cache = TuneCache::open(options.cache_path);
   report.cache_path = cache.path();
   const int threads = num_threads();
+  if (threads > 1) {
+    report.pool_speedup = tuner.pool_speedup();
+    report.contended = report.pool_speedup < kContendedSpeedup * threads;
+    tuner.set_thread_knobs(!report.contended || options.for_load);
+    log(LogLevel::kDebug, cat("tune: the pool's speed-up on ", threads, " threads: ",
+                              report.pool_speedup, "x", report.contended ? " (contended)" : ""));
+  }
 
   // The planner's model, with every weight kept in the graph, run once to capture step inputs.
   CompileOptions base = compile;
@@ -454,13 +538,16 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
       ++count;
     }
   }
-  steps.resize(count);
+  // What the cache held before this run (a shape class leaves those steps alone).
+  std::vector<bool> cached_before(steps.size(), false);
+  for (size_t i = 0; i < steps.size() && options.reuse_cache; ++i)
+    cached_before[i] = cache.lookup(steps[i].signature, threads).has_value();
 
   ProgressBar bar("tuning");
   if (!options.progress) bar.finish();
-  std::vector<TuneEntry> entries;
-  bool any_winner = false;
-  for (size_t i = 0; i < steps.size(); ++i) {
+  // This run's winners by signature (what the model check drops when the model is not faster).
+  std::unordered_map<std::string, TuneEntry> won;
+  for (size_t i = 0; i < count; ++i) {
     Step& st = steps[i];
     KernelTuning kt;
     kt.step = st.index;
@@ -468,10 +555,9 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
     kt.signature = st.signature;
     kt.planner_seconds = st.seconds;
     kt.tuned_seconds = st.seconds;
-    if (options.progress) bar.update(i, steps.size(), kt.name);
+    if (options.progress) bar.update(i, count, kt.name);
     std::optional<TuneEntry> cached =
         options.reuse_cache ? cache.lookup(st.signature, threads) : std::nullopt;
-    TuneEntry e;
     if (cached) {
       kt.from_cache = true;
       kt.knobs = cached->knobs;
@@ -479,29 +565,138 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
           st.seconds * (cached->planner_ns > 0 ? static_cast<double>(cached->tuned_ns) /
                                                      static_cast<double>(cached->planner_ns)
                                                : 1.0);
-      e = *cached;
     } else if (options.num_trials > 0 && tuner.trials() >= options.num_trials) {
       kt.capped = true;  // not tuned, so not stored: a later run tunes it
     } else {
-      auto [knobs, ratio] = tuner.tune_step(eg, st, kt, bar, i, steps.size());
+      auto [knobs, ratio] = tuner.tune_step(eg, st, kt, bar, i, count);
       kt.knobs = knobs;
       kt.tuned_seconds = st.seconds * ratio;
+      TuneEntry e;
       e.knobs = knobs;
       e.planner_ns = static_cast<int64_t>(st.seconds * 1e9);
       e.tuned_ns = static_cast<int64_t>(kt.tuned_seconds * 1e9);
       cache.store(st.signature, threads, e);
+      if (!knobs.empty()) {
+        won[st.signature] = e;
+        log(LogLevel::kDebug,
+            cat("tune: winner ", kt.name, " ", knobs_str(knobs), ": ", ratio, "x the planner"));
+      }
     }
-    any_winner = any_winner || (!kt.from_cache && !kt.knobs.empty());
-    entries.push_back(e);
     report.kernels.push_back(std::move(kt));
   }
+
+  // Shape classes (normal and exhaustive, on several threads): `conv.threads {1}` on every conv
+  // whose output plane is at most P positions, for P among the planes of the model's convs,
+  // smallest first, the members' kernels timed as one unit against the planner's. One conv of
+  // MobileNetV2 at 7x7 or 14x14 takes 0.3-1% of the model, too little to tune (or time) alone;
+  // together they are a quarter of it. Members: every conv step (below 1% too) the cache did not
+  // hold before this run and that won nothing on its own above. The best class, when it wins
+  // (at least min_gain faster, twice), gives its knob to every member.
+  const bool try_classes = threads > 1 && tuner.thread_knobs() && options.level != Level::kFast &&
+                           !(options.num_trials > 0 && tuner.trials() >= options.num_trials);
+  std::vector<std::pair<size_t, int64_t>> eligible;  // (index into steps, plane)
+  for (size_t i = 0; i < steps.size() && try_classes; ++i) {
+    const int64_t plane = conv_plane(eg, steps[i].core, steps[i].output);
+    if (plane > 0 && !cached_before[i] && !won.count(steps[i].signature))
+      eligible.push_back({i, plane});
+  }
+  std::vector<int64_t> planes;
+  for (const auto& [i, p] : eligible) planes.push_back(p);
+  std::sort(planes.begin(), planes.end());
+  planes.erase(std::unique(planes.begin(), planes.end()), planes.end());
+  if (options.level == Level::kNormal && planes.size() > kNormalClasses)
+    planes.resize(kNormalClasses);
+  const Knobs class_knobs = {{"conv.threads", {1}}};
+  std::unordered_map<size_t, std::unique_ptr<CompiledKernel>> class_kernels;  // by step index
+  std::optional<size_t> best_class;
+  double best_class_ratio = 1.0;
+  int class_since = 0;
+  for (int64_t plane : planes) {
+    if (options.early_stop && class_since >= kClassEarlyStop) break;
+    if (options.num_trials > 0 && tuner.trials() >= options.num_trials) break;
+    ClassTuning ct;
+    ct.knobs = class_knobs;
+    ct.name = cat(knobs_str(class_knobs), " on convs with planes <= ", plane);
+    std::vector<std::pair<size_t, size_t>> members;  // (model step, index into steps)
+    for (const auto& [i, p] : eligible) {
+      if (p > plane) continue;
+      if (!class_kernels.count(i)) {
+        Step& st = steps[i];
+        KernelGroup pinned = st.core;
+        apply_knobs(pinned, class_knobs);
+        try {
+          if (!st.backend->supports(eg, pinned)) continue;
+          std::unique_ptr<CompiledKernel> k = st.backend->compile(eg, pinned);
+          k->run(st.inputs);  // warm-up; a member that fails is no member
+          class_kernels[i] = std::move(k);
+        } catch (const std::exception& e) {
+          log(LogLevel::kDebug,
+              cat("tune: ", ct.name, ": ", step_name(eg, st.core), ": ", e.what()));
+          class_kernels[i] = nullptr;
+        }
+      }
+      if (class_kernels[i]) members.push_back({steps[i].index, i});
+    }
+    if (members.empty()) continue;
+    std::sort(members.begin(), members.end());
+    std::vector<std::function<void()>> planner_runs, cand_runs;
+    for (const auto& [s, i] : members) {
+      ct.steps.push_back(s);
+      Step& st = steps[i];
+      planner_runs.push_back([&st] { st.planner->run(st.inputs); });
+      CompiledKernel* k = class_kernels[i].get();
+      cand_runs.push_back([k, &st] { k->run(st.inputs); });
+    }
+    if (options.progress) bar.update(count, count, ct.name);
+    ct.ratio = tuner.class_ratio(ct.steps, ct.knobs, planner_runs, cand_runs);
+    log(LogLevel::kDebug,
+        cat("tune: ", ct.name, " (", ct.steps.size(), " steps): ", ct.ratio, "x the planner"));
+    if (ct.ratio <= 1.0 - options.min_gain && ct.ratio < best_class_ratio) {
+      best_class = report.classes.size();
+      best_class_ratio = ct.ratio;
+      class_since = 0;
+    } else {
+      ++class_since;
+    }
+    report.classes.push_back(std::move(ct));
+  }
+  if (best_class) {
+    ClassTuning& ct = report.classes[*best_class];
+    ct.won = true;
+    for (size_t s : ct.steps) {
+      const auto it =
+          std::find_if(steps.begin(), steps.end(), [&](const Step& st) { return st.index == s; });
+      TuneEntry e;
+      e.knobs = ct.knobs;
+      e.planner_ns = static_cast<int64_t>(it->seconds * 1e9);
+      e.tuned_ns = static_cast<int64_t>(it->seconds * ct.ratio * 1e9);
+      cache.store(it->signature, threads, e);
+      won[it->signature] = e;
+      auto kt = std::find_if(report.kernels.begin(), report.kernels.end(),
+                             [&](const KernelTuning& k) { return k.step == s; });
+      if (kt == report.kernels.end()) {
+        report.kernels.emplace_back();
+        kt = report.kernels.end() - 1;
+        kt->step = s;
+        kt->name = step_name(eg, it->core);
+        kt->signature = it->signature;
+        kt->planner_seconds = it->seconds;
+      }
+      kt->knobs = ct.knobs;
+      kt->from_class = true;
+      kt->tuned_seconds = it->seconds * ct.ratio;
+    }
+  }
+  // Steps of this run sharing a winner's signature (reported "cached" above) take it too.
+  for (KernelTuning& k : report.kernels)
+    if (k.from_cache && won.count(k.signature)) k.knobs = won[k.signature].knobs;
   bar.finish();
   report.trials = tuner.trials();
 
   // The whole model with and without the winners, interleaved: this run's winners stay only when
   // the model is faster with them. Timed as `pto run` runs them, outside the tuner's pool.
   pooled.reset();
-  if (any_winner) {
+  if (!won.empty()) {
     CompileOptions planner_opts = compile, tuned_opts = compile;
     planner_opts.use_tune_cache = false;
     tuned_opts.use_tune_cache = true;
@@ -518,19 +713,24 @@ TuneReport tune(const Graph& g, const std::vector<Tensor>& inputs, const Compile
           tuner.compare_models([&] { planner.run(inputs); }, [&] { tuned.run(inputs); });
       report.model_planner_seconds = p;
       report.model_tuned_seconds = t;
+      report.model_checks.push_back({p, t});
       faster = t < p * (1.0 - kModelGain);
+      log(LogLevel::kDebug, cat("tune: model check ", round + 1, ": planner ", p * 1e3,
+                                " ms, tuned ", t * 1e3, " ms: ", p / t, "x"));
     }
     if (!faster) {
       report.kept = false;
-      for (size_t i = 0; i < steps.size(); ++i) {
-        if (report.kernels[i].from_cache || report.kernels[i].capped) continue;
-        TuneEntry e = entries[i];
+      for (auto& [sig, e] : won) {
         e.knobs.clear();
         e.tuned_ns = e.planner_ns;
-        cache.store(steps[i].signature, threads, e);
-        report.kernels[i].knobs.clear();
-        report.kernels[i].tuned_seconds = report.kernels[i].planner_seconds;
+        cache.store(sig, threads, e);
       }
+      for (KernelTuning& k : report.kernels)
+        if (won.count(k.signature)) {
+          k.knobs.clear();
+          k.tuned_seconds = k.planner_seconds;
+        }
+      for (ClassTuning& ct : report.classes) ct.won = false;
     }
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

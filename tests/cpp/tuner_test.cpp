@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "control_flow_models.h"
@@ -268,14 +270,20 @@ TEST_F(TunerTest, AttentionTilesKnob) {
 }
 
 // A fake timer: the planner's kernels take 1 s, candidates what `cost` says, the whole model
-// `model_planner` and `model_tuned`.
+// `model_planner` and `model_tuned`, a shape class of n steps 1 s with the planner's knobs and
+// `class_cost(n)` with its knob (default 1 s), the pool probe's job 1 s on the pool and
+// `alone` s on one thread (default 2: an idle machine's 2 threads).
 struct FakeTimer {
   std::function<double(int64_t step, const Knobs&)> cost;
   double model_planner = 1.0, model_tuned = 1.0;
+  std::function<double(size_t members)> class_cost = [](size_t) { return 1.0; };
+  double alone = 2.0;
   int64_t calls = 0;
   Timer timer() {
     return [this](const Trial& t, const std::function<void()>&) {
       ++calls;
+      if (t.step == -3) return t.knobs->empty() ? 1.0 : alone;
+      if (t.step == -2) return t.knobs->empty() ? 1.0 : class_cost(t.steps->size());
       if (t.step < 0) return t.tuned ? model_tuned : model_planner;
       return t.knobs->empty() ? 1.0 : cost(t.step, *t.knobs);
     };
@@ -568,6 +576,125 @@ TEST_F(TunerTest, ModelCheckTakesTheMedianOfItsRounds) {
     EXPECT_EQ(r.kept, fast_rounds == 3);
     EXPECT_EQ(compile(g, with_cache()).stats().tuned_kernels, fast_rounds == 3 ? 1u : 0u);
   }
+}
+
+// x [1, 8, 28, 28] through three 3x3 convs: 28x28, then stride 2 to 14x14 and 7x7 (planes 784,
+// 196, 49), each its own step.
+Graph three_convs() {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{1, 8, 28, 28}});
+  int64_t c = 8;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t stride = i == 0 ? 1 : 2;
+    const ValueId w = testing::constant(g, cat("w", i), {16, c, 3, 3}, 30 + i);
+    const ValueId y = g.add_value(cat("y", i));
+    Attributes a;
+    a.set("pads", std::vector<int64_t>(4, 1));
+    a.set("strides", std::vector<int64_t>{stride, stride});
+    g.add_node("Conv", {x, w}, {y}, a, cat("conv", i));
+    x = y;
+    c = 16;
+  }
+  g.add_output(x);
+  return g;
+}
+
+// Shape classes on two threads: conv.threads {1} on the convs of planes <= 49, <= 196, <= 784,
+// each class timed as one unit. The best (the 7x7 and 14x14 convs) wins though no conv won on
+// its own, the cache gives both its knob (the 28x28 one keeps the planner's), and the next
+// compile uses them, bit-equal to the planner's plan and within tolerance of the reference. Not
+// on one thread, nor at level fast; dropped with the rest when the model is not faster.
+TEST_F(TunerTest, ShapeClassesTuneSmallConvsTogether) {
+  const int saved = num_threads();
+  const Graph g = three_convs();
+  const std::vector<Tensor> in = {testing::random_tensor({1, 8, 28, 28}, 33)};
+  set_num_threads(2);
+  const Executable planner = compile(g, with_cache(false));
+  std::map<int64_t, std::string> sig_of_plane;  // the conv steps by output plane
+  for (size_t s = 0; s < planner.num_steps(); ++s) {
+    const auto& out = planner.graph().value(planner.step(s).outputs[0]).type.shape;
+    sig_of_plane[(*out)[2].value * (*out)[3].value] = signature_of(planner, s);
+  }
+  ASSERT_EQ(sig_of_plane.size(), 3u);
+  FakeTimer f{[](int64_t, const Knobs&) { return 1.0; }};  // no conv wins alone
+  f.class_cost = [](size_t n) { return n == 1 ? 0.95 : n == 2 ? 0.9 : 1.4; };
+  f.model_tuned = 0.9;
+  TuneOptions o = fake(f, cache_file_);
+  o.reuse_cache = false;
+  const TuneReport r = tune(g, in, {}, o);
+  EXPECT_TRUE(r.kept);
+  EXPECT_NEAR(r.pool_speedup, 2.0, 1e-9);
+  EXPECT_FALSE(r.contended);
+  ASSERT_EQ(r.classes.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.classes[i].steps.size(), i + 1);
+    EXPECT_EQ(r.classes[i].won, i == 1) << r.classes[i].name;
+    EXPECT_EQ(r.classes[i].knobs, (Knobs{{"conv.threads", {1}}}));
+  }
+  EXPECT_NEAR(r.classes[1].ratio, 0.9, 1e-9);
+  size_t from_class = 0;
+  for (const KernelTuning& k : r.kernels) from_class += k.from_class;
+  EXPECT_EQ(from_class, 2u);
+  TuneCache cache = TuneCache::open(cache_file_);
+  for (const auto& [plane, sig] : sig_of_plane) {
+    const std::optional<TuneEntry> e = cache.lookup(sig, 2);
+    ASSERT_TRUE(e) << plane;
+    EXPECT_EQ(e->knobs.count("conv.threads"), plane <= 196 ? 1u : 0u) << plane;
+  }
+  const Executable tuned = compile(g, with_cache());
+  EXPECT_EQ(tuned.stats().tuned_kernels, 2u);
+  const std::vector<Tensor> got = tuned.run(in);
+  EXPECT_EQ(max_diff(got, planner.run(in)), 0.0f);
+  EXPECT_LT(max_diff(got, reference::run(g, in)), 1e-3f);
+
+  // The model not faster: the class's knobs are dropped too.
+  f.model_tuned = 1.0;
+  const TuneReport dropped = tune(g, in, {}, o);
+  EXPECT_FALSE(dropped.kept);
+  ASSERT_EQ(dropped.classes.size(), 3u);
+  for (const ClassTuning& c : dropped.classes) EXPECT_FALSE(c.won);
+  EXPECT_EQ(compile(g, with_cache()).stats().tuned_kernels, 0u);
+
+  // No class at level fast, nor on one thread (where the pool is not probed).
+  f.model_tuned = 0.9;
+  o.level = Level::kFast;
+  EXPECT_TRUE(tune(g, in, {}, o).classes.empty());
+  o.level = Level::kExhaustive;
+  set_num_threads(1);
+  const TuneReport one = tune(g, in, {}, o);
+  EXPECT_TRUE(one.classes.empty());
+  EXPECT_EQ(one.pool_speedup, 0.0);
+  set_num_threads(saved);
+}
+
+// The pool probe finding the cores busy (2 threads no faster than one): neither conv.threads nor
+// a shape class is tried, unless for_load.
+TEST_F(TunerTest, ThreadKnobsNeedAnUncontendedPool) {
+  const int saved = num_threads();
+  const Graph g = three_convs();
+  const std::vector<Tensor> in = {testing::random_tensor({1, 8, 28, 28}, 34)};
+  set_num_threads(2);
+  for (bool for_load : {false, true}) {
+    SCOPED_TRACE(for_load);
+    bool offered = false;
+    FakeTimer f{[&](int64_t, const Knobs& k) {
+      offered = offered || k.count("conv.threads") > 0;
+      return 1.0;
+    }};
+    f.class_cost = [](size_t n) { return 0.6 - 0.1 * static_cast<double>(n); };
+    f.alone = 1.2;  // the pool 1.2x faster than one thread: under 0.75 x 2
+    f.model_tuned = 0.9;
+    TuneOptions o = fake(f, cache_file_);
+    o.reuse_cache = false;
+    o.for_load = for_load;
+    const TuneReport r = tune(g, in, {}, o);
+    EXPECT_NEAR(r.pool_speedup, 1.2, 1e-9);
+    EXPECT_TRUE(r.contended);
+    EXPECT_EQ(offered, for_load);
+    EXPECT_EQ(r.classes.empty(), !for_load);
+    EXPECT_EQ(compile(g, with_cache()).stats().tuned_kernels, for_load ? 3u : 0u);
+  }
+  set_num_threads(saved);
 }
 
 TEST_F(TunerTest, WinnersAreDroppedWhenTheModelIsNotFaster) {

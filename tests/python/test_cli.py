@@ -131,6 +131,20 @@ def test_tune_usage_errors(tmp_path):
     expect_error(pto("tune", "m.onnx", "--trials", "0"), "--trials", code=2)
     r = pto("tune", "--help")
     assert r.returncode == 0 and "usage: pto tune" in r.stdout and "--no-early-stop" in r.stdout
+    assert "--for-load" in r.stdout
+
+
+def test_tune_probes_the_pool_on_several_threads(tmp_path):
+    """On 2 threads pto tune prints the pool probe (2 threads' speed-up over one), saying whether
+    thread knobs were tried; on 1 thread there is no probe."""
+    model = gemm_model(tmp_path / "m.onnx")
+    for threads, extra in (("2", []), ("2", ["--for-load"]), ("1", [])):
+        r = pto("tune", model, "--level", "fast", "--threads", threads, "--trials", "2",
+                "--cache", tmp_path / f"tune{threads}{len(extra)}.json", *extra)
+        assert r.returncode == 0, r.stderr
+        assert ("pool speed-up" in r.stdout) == (threads == "2"), r.stdout
+        if "hold the cores" in r.stdout:
+            assert ("--for-load: thread knobs tried anyway" in r.stdout) == bool(extra), r.stdout
 
 
 # ---- pto info ----

@@ -104,14 +104,19 @@ def test_bad_arguments():
 def test_auto_tune_tries_every_conv_algorithm(tmp_path):
     """A 3x3, stride-1 conv on 32 channels: the implicit GEMM, the blocked direct kernel and
     Winograd on the blocked tensors all apply, so auto_tune times three candidates for it (and, on
-    more than one thread, the conv on the calling thread only); whichever wins, the tuned model
-    matches eager PyTorch."""
+    more than one thread, the conv on the calling thread only: for_load tries it even when other
+    processes hold the cores); whichever wins, the tuned model matches eager PyTorch."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU()).eval()
     x = torch.randn(1, 32, 14, 14)
     fast = pypto.optimize(model, example_inputs=(x,))
-    report = pypto.tuning.auto_tune(fast, level="exhaustive", cache=str(tmp_path / "tune.json"))
+    report = pypto.tuning.auto_tune(fast, level="exhaustive", cache=str(tmp_path / "tune.json"),
+                                    for_load=True)
     conv = [k for k in report["kernels"] if k["name"].startswith("Conv")]
-    expected = 3 + (pypto.get_num_threads() > 1)  # conv.threads {1} on several threads
+    several = pypto.get_num_threads() > 1
+    expected = 3 + several  # conv.threads {1} on several threads
     assert len(conv) == 1 and conv[0]["trials"] == expected, report["kernels"]
+    assert (report["pool_speedup"] > 0) == several, report["pool_speedup"]
+    # The shape classes: one (the conv's plane) on several threads, unless it won on its own.
+    assert len(report["classes"]) <= several, report["classes"]
     torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
