@@ -72,6 +72,11 @@ std::chrono::microseconds spin_time() {
       env_int("PTO_SPIN_US", 0, 1000000, 50, "an integer in [0, 1000000]"));
 }
 
+// Wait loops: pauses between looks at whether another pool thread shares this core, and the
+// pauses after which a waiting caller yields at every step.
+constexpr int kYieldEvery = 64;
+constexpr int kSpinSteps = 4096;
+
 // GOMP_parallel of a libgomp already in the process, or null.
 struct Gomp {
   void (*parallel)(void (*)(void*), void*, unsigned, unsigned) = nullptr;
@@ -128,6 +133,10 @@ void run_serial(int64_t tasks, const std::function<void(int64_t)>& fn) {
   if (error) std::rethrow_exception(error);
 }
 
+// The CPU a pool thread runs on: -1 while it has no job (set by the thread itself, read by the
+// others to see whether they share a core; a hint, as the OS may move a thread at any time).
+thread_local std::atomic<int>* t_cpu_slot = nullptr;
+
 struct Job {
   const std::function<void(int64_t)>* fn;
   profiler::detail::TaskContext profile;  // the kernel step that started the job, when recording
@@ -142,6 +151,7 @@ struct Job {
   void work() {
     RegionGuard guard;
     for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) {
+      if (t_cpu_slot) t_cpu_slot->store(sched_getcpu(), std::memory_order_relaxed);
       try {
         profiler::run_task(profile, t, [&] { (*fn)(t); });
       } catch (...) {
@@ -160,12 +170,13 @@ class ThreadPool {
  public:
   // With gomp.parallel the jobs run on that OpenMP team and the pool starts no thread.
   ThreadPool(int threads, Gomp gomp, std::chrono::microseconds spin)
-      : threads_(threads), gomp_(gomp), spin_(spin) {
+      : threads_(threads), gomp_(gomp), spin_(spin), cpu_(new std::atomic<int>[threads]) {
+    for (int i = 0; i < threads; ++i) cpu_[i].store(-1);
     if (gomp_.parallel) return;
     for (int i = 1; i < threads; ++i)
       workers_.emplace_back([this, i] {
         profiler::set_thread_name(cat("pto worker ", i));
-        worker_loop();
+        worker_loop(i);
       });
   }
 
@@ -189,6 +200,7 @@ class ThreadPool {
       run_serial(tasks, fn);
       return;
     }
+    cpu_[0].store(sched_getcpu(), std::memory_order_relaxed);
     Job job;
     job.fn = &fn;
     job.profile = profiler::detail::t_context;
@@ -213,21 +225,48 @@ class ThreadPool {
     }
     if (sleepers_.load() > 0) wake_cv_.notify_all();
     job.work();
-    for (int spins = 0; job.done.load(std::memory_order_acquire) < job.tasks; ++spins)
-      spins < 4096 ? _mm_pause() : std::this_thread::yield();
+    wait_for([&] { return job.done.load(std::memory_order_acquire) >= job.tasks; });
     job_.store(nullptr);
-    while (active_.load() > 0) _mm_pause();  // a worker may still hold &job
+    wait_for([&] { return active_.load() == 0; });  // a worker may still hold &job
   }
 
-  void worker_loop() {
+  // Whether another pool thread with a job, or the caller (slot 0: the CPU of the last run's
+  // caller), last ran on `cpu`.
+  bool shares_cpu(int cpu, int self) const {
+    for (int i = 0; i < threads_; ++i)
+      if (i != self && cpu_[i].load(std::memory_order_relaxed) == cpu) return true;
+    return false;
+  }
+
+  // The caller's wait for the workers: pauses, and every kYieldEvery of them its core to a pool
+  // thread the OS has put on the same core (where other processes hold the other cores, the
+  // scheduler puts the caller and a worker together: pausing alone, the caller kept the core for
+  // the rest of its time slice while the task it waited for could not run); after kSpinSteps, the
+  // core to anyone at each step (a worker descheduled in mid-task).
+  template <class Done>
+  void wait_for(Done done) {
+    for (int spins = 1; !done(); ++spins) {
+      if (spins >= kSpinSteps || (spins % kYieldEvery == 0 && shares_cpu(sched_getcpu(), 0)))
+        std::this_thread::yield();
+      else
+        _mm_pause();
+    }
+  }
+
+  void worker_loop(int index) {
     using Clock = std::chrono::steady_clock;
     uint64_t seen = 0;
+    std::atomic<int>& slot = cpu_[index];
+    t_cpu_slot = &slot;
     for (;;) {
-      // Spin for PTO_SPIN_US, reading the clock every 64 pauses.
+      // Spin for PTO_SPIN_US, reading the clock every kYieldEvery pauses, and then giving the core
+      // to the caller if it shares it (between jobs the caller runs the graph's serial parts).
       const auto until = Clock::now() + spin_;
       for (int spins = 1; generation_.load() == seen; ++spins) {
         _mm_pause();
-        if (spins % 64 == 0 && Clock::now() >= until) break;
+        if (spins % kYieldEvery != 0) continue;
+        if (Clock::now() >= until) break;
+        if (cpu_[0].load(std::memory_order_relaxed) == sched_getcpu()) std::this_thread::yield();
       }
       if (generation_.load() == seen) {
         std::unique_lock lock(wake_mutex_);
@@ -237,15 +276,19 @@ class ThreadPool {
       }
       seen = generation_.load();
       if (stop_.load()) return;
+      slot.store(sched_getcpu(), std::memory_order_relaxed);
       active_.fetch_add(1);
       if (Job* job = job_.load()) job->work();
       active_.fetch_sub(1);
+      slot.store(-1, std::memory_order_relaxed);
     }
   }
 
   int threads_;
   Gomp gomp_;
   std::chrono::microseconds spin_;
+  // Per pool thread (0: the caller of the last job), the CPU it last ran a task on, or -1.
+  std::unique_ptr<std::atomic<int>[]> cpu_;
   std::vector<std::thread> workers_;
   std::mutex job_mutex_;
   std::atomic<Job*> job_{nullptr};
