@@ -627,18 +627,34 @@ constexpr uint8_t chain_code(ChainKind k, int fn) {
   return static_cast<uint8_t>(static_cast<int>(k) * 48 + fn);
 }
 
-// The unary functions a chain takes (the others run instruction by instruction).
-#define PTO_CHAIN_UNARY(X)                                                                     \
-  X(Neg)                                                                                       \
-  X(Abs) X(Exp) X(Sqrt) X(Reciprocal) X(Square) X(Relu) X(LeakyRelu) X(Sigmoid) X(HardSigmoid) \
-      X(HardSwish) X(Tanh) X(Erf) X(Gelu) X(GeluTanh) X(Silu) X(Softplus) X(Floor) X(Ceil)     \
-          X(Round)
+// The unary functions a chain takes (the others run instruction by instruction): the light ones
+// (a few instructions, few registers) and the others. A chain of light ones only runs a loop
+// whose switch has no others: their registers (exp's, erf's constants) made the compiler keep
+// the four running vectors in memory across the whole switch (AVX2).
+// clang-format off
+#define PTO_CHAIN_LIGHT(X) X(Neg) X(Abs) X(Square) X(Relu) X(Floor) X(Ceil)
+#define PTO_CHAIN_HEAVY(X)                                                                     \
+  X(Exp) X(Sqrt) X(Reciprocal) X(LeakyRelu) X(Sigmoid) X(HardSigmoid) X(HardSwish) X(Tanh)     \
+  X(Erf) X(Gelu) X(GeluTanh) X(Silu) X(Softplus) X(Round)
+#define PTO_CHAIN_UNARY(X) PTO_CHAIN_LIGHT(X) PTO_CHAIN_HEAVY(X)
+// clang-format on
 #define PTO_CHAIN_BINARY(X) X(Add) X(Sub) X(Mul) X(Div) X(Max) X(Min)
 
 bool chain_unary(TileUnary fn) {
   switch (fn) {
 #define PTO_CHAIN_CASE(name) case TileUnary::k##name:
     PTO_CHAIN_UNARY(PTO_CHAIN_CASE)
+#undef PTO_CHAIN_CASE
+    return true;
+    default:
+      return false;
+  }
+}
+
+bool chain_light(TileUnary fn) {
+  switch (fn) {
+#define PTO_CHAIN_CASE(name) case TileUnary::k##name:
+    PTO_CHAIN_LIGHT(PTO_CHAIN_CASE)
 #undef PTO_CHAIN_CASE
     return true;
     default:
@@ -657,8 +673,9 @@ bool chain_binary(TileBinary fn) {
   }
 }
 
-// v[j] = op(v[j]) for B vectors at value i (B == 1: the first k lanes).
-template <int B>
+// v[j] = op(v[j]) for B vectors at value i (B == 1: the first k lanes); kLight: light unary
+// functions only.
+template <int B, bool kLight>
 PTO_VMATH_INLINE void chain_step(const ChainOp& o, Vec (&v)[B], int64_t i, int k) {
   Vec w[B];
   for (int j = 0; j < B; ++j)
@@ -671,7 +688,14 @@ PTO_VMATH_INLINE void chain_step(const ChainOp& o, Vec (&v)[B], int64_t i, int k
   case chain_code(ChainKind::kUnary, static_cast<int>(TileUnary::k##name)):            \
     for (int j = 0; j < B; ++j) v[j] = tile_unary<TileUnary::k##name>(v[j], o.params); \
     break;
-    PTO_CHAIN_UNARY(PTO_CHAIN_CASE)
+    PTO_CHAIN_LIGHT(PTO_CHAIN_CASE)
+#undef PTO_CHAIN_CASE
+#define PTO_CHAIN_CASE(name)                                                             \
+  case chain_code(ChainKind::kUnary, static_cast<int>(TileUnary::k##name)):              \
+    if constexpr (!kLight)                                                               \
+      for (int j = 0; j < B; ++j) v[j] = tile_unary<TileUnary::k##name>(v[j], o.params); \
+    break;
+    PTO_CHAIN_HEAVY(PTO_CHAIN_CASE)
 #undef PTO_CHAIN_CASE
 #define PTO_CHAIN_CASE(name)                                                         \
   case chain_code(ChainKind::kLeft, static_cast<int>(TileBinary::k##name)):          \
@@ -696,11 +720,52 @@ PTO_VMATH_INLINE void chain_step(const ChainOp& o, Vec (&v)[B], int64_t i, int k
 }
 
 // The chain over values [i, i + B L) (B == 1: the first k lanes) of x into y.
-template <int B>
+template <int B, bool kLight>
 PTO_VMATH_INLINE void chain_run(const ChainOp* ops, int num_ops, const float* x, int64_t i, int k,
                                 Vec (&v)[B]) {
   for (int j = 0; j < B; ++j) v[j] = B == 1 ? Vec::load(x + i, k) : Vec::load(x + i + j * L);
-  for (int q = 0; q < num_ops; ++q) chain_step<B>(ops[q], v, i, k);
+  for (int q = 0; q < num_ops; ++q) chain_step<B, kLight>(ops[q], v, i, k);
+}
+
+// The chain over n values of x into y (the head before y's first aligned vector, then full
+// vectors past the cache, with kStream), four vectors a step; the inputs ins prefetched `lines`
+// lines ahead.
+template <bool kLight, bool kStream>
+void chain_loop(const ChainOp* ops, int num_ops, const float* x, float* y, int64_t n,
+                const float* const* ins, int num_ins, int lines) {
+  int64_t i = 0;
+  Vec one[1];
+  if (kStream) {
+    const auto lane = static_cast<int64_t>(reinterpret_cast<uintptr_t>(y) / sizeof(float) % L);
+    if (lane != 0) {
+      const int k = static_cast<int>(n < L - lane ? n : L - lane);
+      chain_run<1, kLight>(ops, num_ops, x, 0, k, one);
+      one[0].store(y, k);
+      i = k;
+    }
+  }
+  constexpr int B = 4;
+  for (; i + B * L <= n; i += B * L) {
+    for (int j = 0; j < num_ins; ++j)
+      for (int l = 0; l < B * L * 4; l += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(ins[j] + i) + lines * 64 + l);
+    Vec v[B];
+    chain_run<B, kLight>(ops, num_ops, x, i, L, v);
+    for (int j = 0; j < B; ++j) {
+      if constexpr (kStream)
+        v[j].stream(y + i + j * L);
+      else
+        v[j].store(y + i + j * L);
+    }
+  }
+  for (; i < n; i += L) {
+    const int k = static_cast<int>(n - i < L ? n - i : L);
+    chain_run<1, kLight>(ops, num_ops, x, i, k, one);
+    if (k == L)
+      one[0].store(y + i);
+    else
+      one[0].store(y + i, k);
+  }
 }
 
 // Recognizes a chain (above) and runs it; false (nothing run) for any other program.
@@ -847,39 +912,17 @@ bool exec_chain(const TileArgs& t) {
         if (!seen) ins[num_ins++] = ops[q].p;
       }
   }
-  int64_t i = 0;
-  Vec one[1];
-  if (t.stream) {  // the unaligned head stored normally, then full vectors past the cache
-    const auto lane = static_cast<int64_t>(reinterpret_cast<uintptr_t>(y) / sizeof(float) % L);
-    if (lane != 0) {
-      const int k = static_cast<int>(n < L - lane ? n : L - lane);
-      chain_run<1>(ops, num_ops, x, 0, k, one);
-      one[0].store(y, k);
-      i = k;
-    }
-  }
-  constexpr int B = 4;
-  for (; i + B * L <= n; i += B * L) {
-    for (int j = 0; j < num_ins; ++j)
-      for (int l = 0; l < B * L * 4; l += 64)
-        __builtin_prefetch(reinterpret_cast<const char*>(ins[j] + i) + lines * 64 + l);
-    Vec v[B];
-    chain_run<B>(ops, num_ops, x, i, L, v);
-    for (int j = 0; j < B; ++j) {
-      if (t.stream)
-        v[j].stream(y + i + j * L);
-      else
-        v[j].store(y + i + j * L);
-    }
-  }
-  for (; i < n; i += L) {
-    const int k = static_cast<int>(n - i < L ? n - i : L);
-    chain_run<1>(ops, num_ops, x, i, k, one);
-    if (k == L)
-      one[0].store(y + i);
-    else
-      one[0].store(y + i, k);
-  }
+  bool light = true;
+  for (int q = 0; q < num_ops; ++q)
+    light &= ops[q].code >= chain_code(ChainKind::kLeft, 0) ||
+             chain_light(static_cast<TileUnary>(ops[q].code));
+  auto go = [&]<bool kLight, bool kStream>() {
+    chain_loop<kLight, kStream>(ops, num_ops, x, y, n, ins, num_ins, lines);
+  };
+  if (light)
+    t.stream ? go.template operator()<true, true>() : go.template operator()<true, false>();
+  else
+    t.stream ? go.template operator()<false, true>() : go.template operator()<false, false>();
   if (t.stream && t.fence) stream_fence();
   return true;
 }
