@@ -397,10 +397,10 @@ TEST(TileExec, WhereCompareClipPRelu) {
 }
 
 // Programs that are one chain (each instruction reads the one before's result only, the other
-// operands splats or inputs read in place, one float32 store) run as one loop, four vectors at a
-// time through every instruction (tile_exec_impl.h exec_chain); the others instruction by
-// instruction. Both against the reference, at sizes around the vector widths and the group of
-// four, with NaN, infinities, signed zeros and subnormals among the inputs.
+// operands splats or inputs read in place, the unary functions light ones, one float32 store) run
+// as one loop, four vectors at a time through every instruction (tile_exec_impl.h exec_chain);
+// the others instruction by instruction. Both against the reference, at sizes around the vector
+// widths and the group of four, with NaN, infinities, signed zeros and subnormals among the inputs.
 TEST(TileExec, ChainsMatchReference) {
   for (int64_t n : {1, 7, 17, 63, 65, 4099, 100003}) {
     const std::string at = " n=" + std::to_string(n);
@@ -430,7 +430,7 @@ TEST(TileExec, ChainsMatchReference) {
       check(c, "sigmoid(a)*b+1" + at, 4, 1e-6);  // + 1 cancels
     }
     {  // the chain's value on the right: 1 - x, 3 / that, max(b, .), min(., c) with c a
-       // broadcast scalar input, then x * x of the chain's value, clip and tanh
+       // broadcast scalar input, then x * x of the chain's value, clip and neg
       Case c;
       Graph& g = c.g;
       ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
@@ -445,29 +445,64 @@ TEST(TileExec, ChainsMatchReference) {
       g.add_node("Mul", {v[3], v[3]}, {v[4]}, {}, "sq");
       g.add_node("Clip", {v[4], constant(g, "lo", -1.0f), constant(g, "hi", 2.5f)}, {v[5]}, {},
                  "clip", 13);
-      g.add_node("Tanh", {v[5]}, {v[6]}, {}, "tanh");
+      g.add_node("Neg", {v[5]}, {v[6]}, {}, "neg");
       g.add_node("Sub", {v[6], b}, {v[7]}, {}, "sub2");
       g.add_output(v[7]);
       c.feeds = {random_f32({n}, 14), random_f32({n}, 15), random_f32({1}, 16, 0.5f, 1.0f, false)};
       check(c, "right-hand chain" + at, 4, 1e-6);  // the last Sub cancels
     }
     {  // x * x + x: the chain starts from an input on both sides, then reads it again; then
-       // exp, gelu, softplus, abs, neg
+       // the other unary functions a chain takes
       Case c;
       Graph& g = c.g;
       ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
-      ValueId v[7];
-      for (int i = 0; i < 7; ++i) v[i] = g.add_value("v" + std::to_string(i));
+      ValueId v[9];
+      for (int i = 0; i < 9; ++i) v[i] = g.add_value("v" + std::to_string(i));
       g.add_node("Mul", {x, x}, {v[0]}, {}, "sq");
       g.add_node("Add", {v[0], x}, {v[1]}, {}, "add");
       g.add_node("Neg", {v[1]}, {v[2]}, {}, "neg");
-      g.add_node("Exp", {v[2]}, {v[3]}, {}, "exp");
-      g.add_node("Gelu", {v[3]}, {v[4]}, {}, "gelu");
-      g.add_node("Softplus", {v[4]}, {v[5]}, {}, "softplus");
-      g.add_node("Abs", {v[5]}, {v[6]}, {}, "abs");
+      g.add_node("LeakyRelu", {v[2]}, {v[3]}, attrs({{"alpha", 0.1}}), "leaky");
+      g.add_node("Mul", {v[3], constant(g, "k", 0.37f)}, {v[4]}, {}, "scale");
+      g.add_node("Round", {v[4]}, {v[5]}, {}, "round");
+      g.add_node("Sub", {v[5], v[4]}, {v[6]}, {}, "frac");  // not a chain: v4 read again
+      g.add_node("Abs", {v[4]}, {v[7]}, {}, "abs");
+      g.add_node("Floor", {v[7]}, {v[8]}, {}, "floor");
       g.add_output(v[6]);
+      g.add_output(v[8]);
       c.feeds = {random_f32({n}, 17)};
-      check(c, "square chain" + at, 8, 1e-6);
+      check(c, "square, two outputs" + at, 4, 1e-6);
+    }
+    {  // the same as one chain
+      Case c;
+      Graph& g = c.g;
+      ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
+      ValueId v[8];
+      for (int i = 0; i < 8; ++i) v[i] = g.add_value("v" + std::to_string(i));
+      g.add_node("Mul", {x, x}, {v[0]}, {}, "sq");
+      g.add_node("Add", {v[0], x}, {v[1]}, {}, "add");
+      g.add_node("Neg", {v[1]}, {v[2]}, {}, "neg");
+      g.add_node("LeakyRelu", {v[2]}, {v[3]}, attrs({{"alpha", 0.1}}), "leaky");
+      g.add_node("Mul", {v[3], constant(g, "k", 0.37f)}, {v[4]}, {}, "scale");
+      g.add_node("Round", {v[4]}, {v[5]}, {}, "round");
+      g.add_node("Abs", {v[5]}, {v[6]}, {}, "abs");
+      g.add_node("Ceil", {v[6]}, {v[7]}, {}, "ceil");
+      g.add_output(v[7]);
+      c.feeds = {random_f32({n}, 17)};
+      check(c, "square chain" + at);
+    }
+    {  // exp, gelu, softplus: the passes
+      Case c;
+      Graph& g = c.g;
+      ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
+      ValueId v[4];
+      for (int i = 0; i < 4; ++i) v[i] = g.add_value("v" + std::to_string(i));
+      g.add_node("Neg", {x}, {v[0]}, {}, "neg");
+      g.add_node("Exp", {v[0]}, {v[1]}, {}, "exp");
+      g.add_node("Gelu", {v[1]}, {v[2]}, {}, "gelu");
+      g.add_node("Softplus", {v[2]}, {v[3]}, {}, "softplus");
+      g.add_output(v[3]);
+      c.feeds = {random_f32({n}, 18)};
+      check(c, "exp chain" + at, 8, 1e-6);
     }
     {  // not a chain: t is read after the chain has moved on (the passes run it)
       Case c;

@@ -627,16 +627,14 @@ constexpr uint8_t chain_code(ChainKind k, int fn) {
   return static_cast<uint8_t>(static_cast<int>(k) * 48 + fn);
 }
 
-// The unary functions a chain takes (the others run instruction by instruction): the light ones
-// (a few instructions, few registers) and the others. A chain of light ones only runs a loop
-// whose switch has no others: their registers (exp's, erf's constants) made the compiler keep
-// the four running vectors in memory across the whole switch (AVX2).
+// The unary functions a chain takes: a few instructions each, few registers. With the others
+// (exp, sigmoid, erf: tens of instructions and their constants' registers) in the chain's switch
+// the compiler kept the four running vectors in memory across the whole loop, and out of line
+// (a call per function per four vectors) the loop's own instructions around the call exceeded
+// those of the passes: sigmoid(a) b + 1 ran 0.87-0.91x the passes in L2 (Zen 4, AVX-512) and
+// 11.5 against 9.5 instructions a value (callgrind, AVX2), so chains with them run the passes.
 // clang-format off
-#define PTO_CHAIN_LIGHT(X) X(Neg) X(Abs) X(Square) X(Relu) X(Floor) X(Ceil)
-#define PTO_CHAIN_HEAVY(X)                                                                     \
-  X(Exp) X(Sqrt) X(Reciprocal) X(LeakyRelu) X(Sigmoid) X(HardSigmoid) X(HardSwish) X(Tanh)     \
-  X(Erf) X(Gelu) X(GeluTanh) X(Silu) X(Softplus) X(Round)
-#define PTO_CHAIN_UNARY(X) PTO_CHAIN_LIGHT(X) PTO_CHAIN_HEAVY(X)
+#define PTO_CHAIN_UNARY(X) X(Neg) X(Abs) X(Square) X(Relu) X(LeakyRelu) X(Floor) X(Ceil) X(Round)
 // clang-format on
 #define PTO_CHAIN_BINARY(X) X(Add) X(Sub) X(Mul) X(Div) X(Max) X(Min)
 
@@ -644,17 +642,6 @@ bool chain_unary(TileUnary fn) {
   switch (fn) {
 #define PTO_CHAIN_CASE(name) case TileUnary::k##name:
     PTO_CHAIN_UNARY(PTO_CHAIN_CASE)
-#undef PTO_CHAIN_CASE
-    return true;
-    default:
-      return false;
-  }
-}
-
-bool chain_light(TileUnary fn) {
-  switch (fn) {
-#define PTO_CHAIN_CASE(name) case TileUnary::k##name:
-    PTO_CHAIN_LIGHT(PTO_CHAIN_CASE)
 #undef PTO_CHAIN_CASE
     return true;
     default:
@@ -673,9 +660,8 @@ bool chain_binary(TileBinary fn) {
   }
 }
 
-// v[j] = op(v[j]) for B vectors at value i (B == 1: the first k lanes); kLight: light unary
-// functions only.
-template <int B, bool kLight>
+// v[j] = op(v[j]) for B vectors at value i (B == 1: the first k lanes).
+template <int B>
 PTO_VMATH_INLINE void chain_step(const ChainOp& o, Vec (&v)[B], int64_t i, int k) {
   Vec w[B];
   for (int j = 0; j < B; ++j)
@@ -688,14 +674,7 @@ PTO_VMATH_INLINE void chain_step(const ChainOp& o, Vec (&v)[B], int64_t i, int k
   case chain_code(ChainKind::kUnary, static_cast<int>(TileUnary::k##name)):            \
     for (int j = 0; j < B; ++j) v[j] = tile_unary<TileUnary::k##name>(v[j], o.params); \
     break;
-    PTO_CHAIN_LIGHT(PTO_CHAIN_CASE)
-#undef PTO_CHAIN_CASE
-#define PTO_CHAIN_CASE(name)                                                             \
-  case chain_code(ChainKind::kUnary, static_cast<int>(TileUnary::k##name)):              \
-    if constexpr (!kLight)                                                               \
-      for (int j = 0; j < B; ++j) v[j] = tile_unary<TileUnary::k##name>(v[j], o.params); \
-    break;
-    PTO_CHAIN_HEAVY(PTO_CHAIN_CASE)
+    PTO_CHAIN_UNARY(PTO_CHAIN_CASE)
 #undef PTO_CHAIN_CASE
 #define PTO_CHAIN_CASE(name)                                                         \
   case chain_code(ChainKind::kLeft, static_cast<int>(TileBinary::k##name)):          \
@@ -720,17 +699,17 @@ PTO_VMATH_INLINE void chain_step(const ChainOp& o, Vec (&v)[B], int64_t i, int k
 }
 
 // The chain over values [i, i + B L) (B == 1: the first k lanes) of x into y.
-template <int B, bool kLight>
+template <int B>
 PTO_VMATH_INLINE void chain_run(const ChainOp* ops, int num_ops, const float* x, int64_t i, int k,
                                 Vec (&v)[B]) {
   for (int j = 0; j < B; ++j) v[j] = B == 1 ? Vec::load(x + i, k) : Vec::load(x + i + j * L);
-  for (int q = 0; q < num_ops; ++q) chain_step<B, kLight>(ops[q], v, i, k);
+  for (int q = 0; q < num_ops; ++q) chain_step<B>(ops[q], v, i, k);
 }
 
 // The chain over n values of x into y (the head before y's first aligned vector, then full
 // vectors past the cache, with kStream), four vectors a step; the inputs ins prefetched `lines`
 // lines ahead.
-template <bool kLight, bool kStream>
+template <bool kStream>
 void chain_loop(const ChainOp* ops, int num_ops, const float* x, float* y, int64_t n,
                 const float* const* ins, int num_ins, int lines) {
   int64_t i = 0;
@@ -739,7 +718,7 @@ void chain_loop(const ChainOp* ops, int num_ops, const float* x, float* y, int64
     const auto lane = static_cast<int64_t>(reinterpret_cast<uintptr_t>(y) / sizeof(float) % L);
     if (lane != 0) {
       const int k = static_cast<int>(n < L - lane ? n : L - lane);
-      chain_run<1, kLight>(ops, num_ops, x, 0, k, one);
+      chain_run<1>(ops, num_ops, x, 0, k, one);
       one[0].store(y, k);
       i = k;
     }
@@ -750,7 +729,7 @@ void chain_loop(const ChainOp* ops, int num_ops, const float* x, float* y, int64
       for (int l = 0; l < B * L * 4; l += 64)
         __builtin_prefetch(reinterpret_cast<const char*>(ins[j] + i) + lines * 64 + l);
     Vec v[B];
-    chain_run<B, kLight>(ops, num_ops, x, i, L, v);
+    chain_run<B>(ops, num_ops, x, i, L, v);
     for (int j = 0; j < B; ++j) {
       if constexpr (kStream)
         v[j].stream(y + i + j * L);
@@ -760,7 +739,7 @@ void chain_loop(const ChainOp* ops, int num_ops, const float* x, float* y, int64
   }
   for (; i < n; i += L) {
     const int k = static_cast<int>(n - i < L ? n - i : L);
-    chain_run<1, kLight>(ops, num_ops, x, i, k, one);
+    chain_run<1>(ops, num_ops, x, i, k, one);
     if (k == L)
       one[0].store(y + i);
     else
@@ -912,17 +891,10 @@ bool exec_chain(const TileArgs& t) {
         if (!seen) ins[num_ins++] = ops[q].p;
       }
   }
-  bool light = true;
-  for (int q = 0; q < num_ops; ++q)
-    light &= ops[q].code >= chain_code(ChainKind::kLeft, 0) ||
-             chain_light(static_cast<TileUnary>(ops[q].code));
-  auto go = [&]<bool kLight, bool kStream>() {
-    chain_loop<kLight, kStream>(ops, num_ops, x, y, n, ins, num_ins, lines);
-  };
-  if (light)
-    t.stream ? go.template operator()<true, true>() : go.template operator()<true, false>();
+  if (t.stream)
+    chain_loop<true>(ops, num_ops, x, y, n, ins, num_ins, lines);
   else
-    t.stream ? go.template operator()<false, true>() : go.template operator()<false, false>();
+    chain_loop<false>(ops, num_ops, x, y, n, ins, num_ins, lines);
   if (t.stream && t.fence) stream_fence();
   return true;
 }
