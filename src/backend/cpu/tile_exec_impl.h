@@ -470,8 +470,9 @@ namespace {
 // change from strip to strip (splat loads, constants, every instruction on splats only, the
 // immediates' splats, each instruction's sources and destination, whether it streams into an
 // output, its share of the prefetches) is worked out before the first strip, so a strip runs
-// only the vector loops, gathers, stores and prefetches. Decoding as each strip ran cost ~30% of
-// the interpreter's instructions on relu(2x + 1) (callgrind, AVX2, strips of 512 values).
+// only the vector loops, gathers, stores and prefetches (relu(2x + 1) in passes: 7% fewer
+// instructions, callgrind, AVX2, strips of 512 values; sigmoid(a) b + 1, whose sigmoid dominates,
+// 1% fewer).
 constexpr int kMaxStripCode = 128;
 
 struct Step {  // trivial: an array of them costs nothing to set up
@@ -608,8 +609,11 @@ namespace {
 // place; one store of the last result to a float32 output) runs as one loop over the tile, four
 // vectors at a time through every instruction in registers: no pass per instruction with its
 // loads and stores of a register in L1, and no strips. The interpreter's dispatch is then one
-// switch per instruction per four vectors. relu(2x + 1): 6.4 instructions a value instead of 33
-// (callgrind, AVX2, 32 MiB); the same functions as the passes, so the same bits.
+// switch per instruction per four vectors; the same functions as the passes, so the same bits.
+// relu(2x + 1) over 128 MiB on a Zen 4 core: 39.2 GB/s (the bandwidth ceiling, copy_nt, ~40)
+// against ~21-30 in strips of passes. The same 4x L3 in callgrind (AVX2) executes 10-15% more
+// instructions than the strips (no unrolling across instructions: a dispatch per instruction per
+// four vectors), but no register goes through L1 and the loads stay ahead of the stores.
 constexpr int kMaxChain = 16;
 
 // What a chain instruction does with the running value v and its operand w.
