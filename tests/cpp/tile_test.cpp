@@ -397,10 +397,11 @@ TEST(TileExec, WhereCompareClipPRelu) {
 }
 
 // Programs that are one chain (each instruction reads the one before's result only, the other
-// operands splats or inputs read in place, the unary functions light ones, one float32 store) run
-// as one loop, four vectors at a time through every instruction (tile_exec_impl.h exec_chain);
-// the others instruction by instruction. Both against the reference, at sizes around the vector
-// widths and the group of four, with NaN, infinities, signed zeros and subnormals among the inputs.
+// operands splats or inputs read in place, the unary functions light ones and at most one of exp,
+// sigmoid, tanh, erf, gelu; one float32 store) run as one loop, four vectors at a time through
+// every instruction (tile_exec_impl.h exec_chain); the others instruction by instruction. Both
+// against the reference, at sizes around the vector widths and the group of four, with NaN,
+// infinities, signed zeros and subnormals among the inputs.
 TEST(TileExec, ChainsMatchReference) {
   for (int64_t n : {1, 7, 17, 63, 65, 4099, 100003}) {
     const std::string at = " n=" + std::to_string(n);
@@ -490,7 +491,7 @@ TEST(TileExec, ChainsMatchReference) {
       c.feeds = {random_f32({n}, 17)};
       check(c, "square chain" + at);
     }
-    {  // exp, gelu, softplus: the passes
+    {  // exp, gelu (two heavy functions), softplus: the passes
       Case c;
       Graph& g = c.g;
       ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
@@ -503,6 +504,28 @@ TEST(TileExec, ChainsMatchReference) {
       g.add_output(v[3]);
       c.feeds = {random_f32({n}, 18)};
       check(c, "exp chain" + at, 8, 1e-6);
+    }
+    // One heavy function in a chain, light instructions before and after it:
+    // relu((f(x / 2 - 1) * b + 0.25)).
+    for (const char* f : {"Exp", "Sigmoid", "Tanh", "Erf", "Gelu", "GeluTanh"}) {
+      Case c;
+      Graph& g = c.g;
+      ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
+      ValueId b = g.add_input("b", {DType::kF32, Shape{n}});
+      const ValueId v[5] = {g.add_value("v0"), g.add_value("v1"), g.add_value("v2"),
+                            g.add_value("v3"), g.add_value("v4")};
+      g.add_node("Mul", {x, constant(g, "half", 0.5f)}, {v[0]}, {}, "half");
+      g.add_node("Sub", {v[0], constant(g, "one", 1.0f)}, {v[1]}, {}, "sub");
+      const bool tanh_form = std::string(f) == "GeluTanh";
+      g.add_node(tanh_form ? "Gelu" : f, {v[1]}, {v[2]},
+                 tanh_form ? attrs({{"approximate", std::string("tanh")}}) : Attributes{}, "f");
+      g.add_node("Mul", {v[2], b}, {v[3]}, {}, "mul");
+      g.add_node("Add", {v[3], constant(g, "q", 0.25f)}, {v[4]}, {}, "add");
+      ValueId y = g.add_value("y");
+      g.add_node("Relu", {v[4]}, {y}, {}, "relu");
+      g.add_output(y);
+      c.feeds = {random_f32({n}, 20), random_f32({n}, 21)};
+      check(c, std::string(f) + " in a chain" + at, 8, 1e-6);
     }
     {  // not a chain: t is read after the chain has moved on (the passes run it)
       Case c;

@@ -702,19 +702,59 @@ PTO_VMATH_INLINE void chain_step(const ChainOp& o, Vec (&v)[B], int64_t i, int k
   }
 }
 
-// The chain over values [i, i + B L) (B == 1: the first k lanes) of x into y.
-template <int B>
-PTO_VMATH_INLINE void chain_run(const ChainOp* ops, int num_ops, const float* x, int64_t i, int k,
-                                Vec (&v)[B]) {
+// The one heavy unary function a chain may have (kNone: none), compiled into the chain's loop
+// between the switches of the instructions before and after it.
+enum class ChainHeavy : uint8_t { kNone, kExp, kSigmoid, kTanh, kErf, kGelu, kGeluTanh };
+
+ChainHeavy chain_heavy(TileUnary fn) {
+  switch (fn) {
+    case TileUnary::kExp:
+      return ChainHeavy::kExp;
+    case TileUnary::kSigmoid:
+      return ChainHeavy::kSigmoid;
+    case TileUnary::kTanh:
+      return ChainHeavy::kTanh;
+    case TileUnary::kErf:
+      return ChainHeavy::kErf;
+    case TileUnary::kGelu:
+      return ChainHeavy::kGelu;
+    case TileUnary::kGeluTanh:
+      return ChainHeavy::kGeluTanh;
+    default:
+      return ChainHeavy::kNone;
+  }
+}
+
+template <ChainHeavy H>
+PTO_VMATH_INLINE Vec heavy_unary(Vec x, const UnaryParams& p) {
+  using enum TileUnary;
+  if constexpr (H == ChainHeavy::kExp) return tile_unary<kExp>(x, p);
+  if constexpr (H == ChainHeavy::kSigmoid) return tile_unary<kSigmoid>(x, p);
+  if constexpr (H == ChainHeavy::kTanh) return tile_unary<kTanh>(x, p);
+  if constexpr (H == ChainHeavy::kErf) return tile_unary<kErf>(x, p);
+  if constexpr (H == ChainHeavy::kGelu) return tile_unary<kGelu>(x, p);
+  if constexpr (H == ChainHeavy::kGeluTanh) return tile_unary<kGeluTanh>(x, p);
+  return x;
+}
+
+// The chain over values [i, i + B L) (B == 1: the first k lanes) of x into y; instruction h is
+// the heavy function H (with H kNone, h is num_ops).
+template <int B, ChainHeavy H>
+PTO_VMATH_INLINE void chain_run(const ChainOp* ops, int num_ops, int h, const float* x, int64_t i,
+                                int k, Vec (&v)[B]) {
   for (int j = 0; j < B; ++j) v[j] = B == 1 ? Vec::load(x + i, k) : Vec::load(x + i + j * L);
-  for (int q = 0; q < num_ops; ++q) chain_step<B>(ops[q], v, i, k);
+  for (int q = 0; q < h; ++q) chain_step<B>(ops[q], v, i, k);
+  if constexpr (H != ChainHeavy::kNone) {
+    for (int j = 0; j < B; ++j) v[j] = heavy_unary<H>(v[j], ops[h].params);
+    for (int q = h + 1; q < num_ops; ++q) chain_step<B>(ops[q], v, i, k);
+  }
 }
 
 // The chain over n values of x into y (the head before y's first aligned vector, then full
 // vectors past the cache, with kStream), four vectors a step; the inputs ins prefetched `lines`
 // lines ahead.
-template <bool kStream>
-void chain_loop(const ChainOp* ops, int num_ops, const float* x, float* y, int64_t n,
+template <bool kStream, ChainHeavy H>
+void chain_loop(const ChainOp* ops, int num_ops, int h, const float* x, float* y, int64_t n,
                 const float* const* ins, int num_ins, int lines) {
   int64_t i = 0;
   Vec one[1];
@@ -722,7 +762,7 @@ void chain_loop(const ChainOp* ops, int num_ops, const float* x, float* y, int64
     const auto lane = static_cast<int64_t>(reinterpret_cast<uintptr_t>(y) / sizeof(float) % L);
     if (lane != 0) {
       const int k = static_cast<int>(n < L - lane ? n : L - lane);
-      chain_run<1>(ops, num_ops, x, 0, k, one);
+      chain_run<1, H>(ops, num_ops, h, x, 0, k, one);
       one[0].store(y, k);
       i = k;
     }
@@ -733,7 +773,7 @@ void chain_loop(const ChainOp* ops, int num_ops, const float* x, float* y, int64
       for (int l = 0; l < B * L * 4; l += 64)
         __builtin_prefetch(reinterpret_cast<const char*>(ins[j] + i) + lines * 64 + l);
     Vec v[B];
-    chain_run<B>(ops, num_ops, x, i, L, v);
+    chain_run<B, H>(ops, num_ops, h, x, i, L, v);
     for (int j = 0; j < B; ++j) {
       if constexpr (kStream)
         v[j].stream(y + i + j * L);
@@ -743,7 +783,7 @@ void chain_loop(const ChainOp* ops, int num_ops, const float* x, float* y, int64
   }
   for (; i < n; i += L) {
     const int k = static_cast<int>(n - i < L ? n - i : L);
-    chain_run<1>(ops, num_ops, x, i, k, one);
+    chain_run<1, H>(ops, num_ops, h, x, i, k, one);
     if (k == L)
       one[0].store(y + i);
     else
@@ -767,7 +807,9 @@ bool exec_chain(const TileArgs& t) {
   const float* x = nullptr;  // the chain's first value: an input
   float* y = nullptr;
   const int64_t count = t.rows * t.width;
-  int acc = -1;  // the register of the chain's value
+  int acc = -1;                          // the register of the chain's value
+  ChainHeavy heavy = ChainHeavy::kNone;  // the chain's heavy function, instruction h
+  int h = -1;
   for (int pc = 0; pc < t.num_code; ++pc) {
     const TileInstr& in = t.code[pc];
     if (in.op == TileOpcode::kStore) {
@@ -840,7 +882,12 @@ bool exec_chain(const TileArgs& t) {
       if (acc < 0) x = reg[r].p;
     };
     if (in.op == TileOpcode::kUnary || in.op == TileOpcode::kClip) {
-      if (in.op == TileOpcode::kUnary && !chain_unary(static_cast<TileUnary>(in.fn))) return false;
+      if (in.op == TileOpcode::kUnary && !chain_unary(static_cast<TileUnary>(in.fn))) {
+        const ChainHeavy hv = chain_heavy(static_cast<TileUnary>(in.fn));
+        if (hv == ChainHeavy::kNone || heavy != ChainHeavy::kNone) return false;
+        heavy = hv;
+        h = num_ops;
+      }
       if (!is_acc(in.a) && !can_start(in.a)) return false;
       start(in.a);
       o.code = in.op == TileOpcode::kClip ? chain_code(ChainKind::kClip, 0)
@@ -895,10 +942,36 @@ bool exec_chain(const TileArgs& t) {
         if (!seen) ins[num_ins++] = ops[q].p;
       }
   }
-  if (t.stream)
-    chain_loop<true>(ops, num_ops, x, y, n, ins, num_ins, lines);
-  else
-    chain_loop<false>(ops, num_ops, x, y, n, ins, num_ins, lines);
+  if (heavy == ChainHeavy::kNone) h = num_ops;
+  auto go = [&]<ChainHeavy H>() {
+    if (t.stream)
+      chain_loop<true, H>(ops, num_ops, h, x, y, n, ins, num_ins, lines);
+    else
+      chain_loop<false, H>(ops, num_ops, h, x, y, n, ins, num_ins, lines);
+  };
+  switch (heavy) {
+    case ChainHeavy::kNone:
+      go.template operator()<ChainHeavy::kNone>();
+      break;
+    case ChainHeavy::kExp:
+      go.template operator()<ChainHeavy::kExp>();
+      break;
+    case ChainHeavy::kSigmoid:
+      go.template operator()<ChainHeavy::kSigmoid>();
+      break;
+    case ChainHeavy::kTanh:
+      go.template operator()<ChainHeavy::kTanh>();
+      break;
+    case ChainHeavy::kErf:
+      go.template operator()<ChainHeavy::kErf>();
+      break;
+    case ChainHeavy::kGelu:
+      go.template operator()<ChainHeavy::kGelu>();
+      break;
+    case ChainHeavy::kGeluTanh:
+      go.template operator()<ChainHeavy::kGeluTanh>();
+      break;
+  }
   if (t.stream && t.fence) stream_fence();
   return true;
 }
