@@ -631,12 +631,13 @@ constexpr uint8_t chain_code(ChainKind k, int fn) {
   return static_cast<uint8_t>(static_cast<int>(k) * 48 + fn);
 }
 
-// The unary functions a chain takes: a few instructions each, few registers. With the others
-// (exp, sigmoid, erf: tens of instructions and their constants' registers) in the chain's switch
-// the compiler kept the four running vectors in memory across the whole loop, and out of line
-// (a call per function per four vectors) the loop's own instructions around the call exceeded
-// those of the passes: sigmoid(a) b + 1 ran 0.87-0.91x the passes in L2 (Zen 4, AVX-512) and
-// 11.5 against 9.5 instructions a value (callgrind, AVX2), so chains with them run the passes.
+// The unary functions a chain takes in its switch: a few instructions each, few registers. With
+// exp, sigmoid or erf in the switch too (tens of instructions, their constants' registers) the
+// compiler kept the four running vectors in memory across the whole loop, and out of line (a call
+// per function per four vectors) the loop's own instructions around the call exceeded those of
+// the passes: sigmoid(a) b + 1 ran 0.87-0.91x the passes in L2 (Zen 4, AVX-512). So a chain
+// takes at most one of those (ChainHeavy), compiled into a loop of its own between the switches
+// of the instructions before and after it: 1.11x the passes in L2, 1.17-1.19x at 128 MiB.
 // clang-format off
 #define PTO_CHAIN_UNARY(X) X(Neg) X(Abs) X(Square) X(Relu) X(LeakyRelu) X(Floor) X(Ceil) X(Round)
 // clang-format on
