@@ -804,6 +804,16 @@ bool exec_chain(const TileArgs& t) {
     uint8_t kind;
     const float* p;
   } reg[kTileMaxRegs];
+  // What cannot be a chain, before any setup: this runs for every tile of every program.
+  int stores = 0;
+  for (int pc = 0; pc < t.num_code; ++pc) {
+    const TileOpcode op = t.code[pc].op;
+    stores += op == TileOpcode::kStore;
+    if (op == TileOpcode::kRowReduce || op == TileOpcode::kSelect || op == TileOpcode::kFma ||
+        op == TileOpcode::kCompare || op == TileOpcode::kCompareImm)
+      return false;
+  }
+  if (stores != 1) return false;
   for (int r = 0; r < kTileMaxRegs; ++r) reg[r].kind = 0;
   const float* x = nullptr;  // the chain's first value: an input
   float* y = nullptr;
