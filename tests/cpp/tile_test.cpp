@@ -396,6 +396,171 @@ TEST(TileExec, WhereCompareClipPRelu) {
   EXPECT_EQ(p.outputs[0].dtype, TileDType::kBool);
 }
 
+// Programs that are one chain (each instruction reads the one before's result only, the other
+// operands splats or inputs read in place, the unary functions light ones and at most one of exp,
+// sigmoid, tanh, erf, gelu; one float32 store) run as one loop, four vectors at a time through
+// every instruction (tile_exec_impl.h exec_chain); the others instruction by instruction. Both
+// against the reference, at sizes around the vector widths and the group of four, with NaN,
+// infinities, signed zeros and subnormals among the inputs.
+TEST(TileExec, ChainsMatchReference) {
+  for (int64_t n : {1, 7, 17, 63, 65, 4099, 100003}) {
+    const std::string at = " n=" + std::to_string(n);
+    {  // relu(2x + 1)
+      Case c;
+      Graph& g = c.g;
+      ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
+      ValueId t = g.add_value("t"), u = g.add_value("u"), y = g.add_value("y");
+      g.add_node("Mul", {x, constant(g, "two", 2.0f)}, {t}, {}, "mul");
+      g.add_node("Add", {t, constant(g, "one", 1.0f)}, {u}, {}, "add");
+      g.add_node("Relu", {u}, {y}, {}, "relu");
+      g.add_output(y);
+      c.feeds = {random_f32({n}, 11)};
+      check(c, "relu(2x+1)" + at);
+    }
+    {  // sigmoid(a) * b + 1: a second input read in place
+      Case c;
+      Graph& g = c.g;
+      ValueId a = g.add_input("a", {DType::kF32, Shape{n}});
+      ValueId b = g.add_input("b", {DType::kF32, Shape{n}});
+      ValueId s = g.add_value("s"), t = g.add_value("t"), y = g.add_value("y");
+      g.add_node("Sigmoid", {a}, {s}, {}, "sig");
+      g.add_node("Mul", {s, b}, {t}, {}, "mul");
+      g.add_node("Add", {t, constant(g, "one", 1.0f)}, {y}, {}, "add");
+      g.add_output(y);
+      c.feeds = {random_f32({n}, 12), random_f32({n}, 13)};
+      check(c, "sigmoid(a)*b+1" + at, 4, 1e-6);  // + 1 cancels
+    }
+    {  // the chain's value on the right: 1 - x, 3 / that, max(b, .), min(., c) with c a
+       // broadcast scalar input, then x * x of the chain's value, clip and neg
+      Case c;
+      Graph& g = c.g;
+      ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
+      ValueId b = g.add_input("b", {DType::kF32, Shape{n}});
+      ValueId k = g.add_input("k", {DType::kF32, Shape{1}});
+      ValueId v[8];
+      for (int i = 0; i < 8; ++i) v[i] = g.add_value("v" + std::to_string(i));
+      g.add_node("Sub", {constant(g, "one", 1.0f), x}, {v[0]}, {}, "sub");
+      g.add_node("Div", {constant(g, "three", 3.0f), v[0]}, {v[1]}, {}, "div");
+      g.add_node("Max", {b, v[1]}, {v[2]}, {}, "max");
+      g.add_node("Min", {v[2], k}, {v[3]}, {}, "min");
+      g.add_node("Mul", {v[3], v[3]}, {v[4]}, {}, "sq");
+      g.add_node("Clip", {v[4], constant(g, "lo", -1.0f), constant(g, "hi", 2.5f)}, {v[5]}, {},
+                 "clip", 13);
+      g.add_node("Neg", {v[5]}, {v[6]}, {}, "neg");
+      g.add_node("Sub", {v[6], b}, {v[7]}, {}, "sub2");
+      g.add_output(v[7]);
+      c.feeds = {random_f32({n}, 14), random_f32({n}, 15), random_f32({1}, 16, 0.5f, 1.0f, false)};
+      check(c, "right-hand chain" + at, 4, 1e-6);  // the last Sub cancels
+    }
+    {  // x * x + x: the chain starts from an input on both sides, then reads it again; then
+       // the other unary functions a chain takes
+      Case c;
+      Graph& g = c.g;
+      ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
+      ValueId v[9];
+      for (int i = 0; i < 9; ++i) v[i] = g.add_value("v" + std::to_string(i));
+      g.add_node("Mul", {x, x}, {v[0]}, {}, "sq");
+      g.add_node("Add", {v[0], x}, {v[1]}, {}, "add");
+      g.add_node("Neg", {v[1]}, {v[2]}, {}, "neg");
+      g.add_node("LeakyRelu", {v[2]}, {v[3]}, attrs({{"alpha", 0.1}}), "leaky");
+      g.add_node("Mul", {v[3], constant(g, "k", 0.37f)}, {v[4]}, {}, "scale");
+      g.add_node("Round", {v[4]}, {v[5]}, {}, "round");
+      g.add_node("Sub", {v[5], v[4]}, {v[6]}, {}, "frac");  // not a chain: v4 read again
+      g.add_node("Abs", {v[4]}, {v[7]}, {}, "abs");
+      g.add_node("Floor", {v[7]}, {v[8]}, {}, "floor");
+      g.add_output(v[6]);
+      g.add_output(v[8]);
+      c.feeds = {random_f32({n}, 17)};
+      check(c, "square, two outputs" + at, 4, 1e-6);
+    }
+    {  // the same as one chain
+      Case c;
+      Graph& g = c.g;
+      ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
+      ValueId v[8];
+      for (int i = 0; i < 8; ++i) v[i] = g.add_value("v" + std::to_string(i));
+      g.add_node("Mul", {x, x}, {v[0]}, {}, "sq");
+      g.add_node("Add", {v[0], x}, {v[1]}, {}, "add");
+      g.add_node("Neg", {v[1]}, {v[2]}, {}, "neg");
+      g.add_node("LeakyRelu", {v[2]}, {v[3]}, attrs({{"alpha", 0.1}}), "leaky");
+      g.add_node("Mul", {v[3], constant(g, "k", 0.37f)}, {v[4]}, {}, "scale");
+      g.add_node("Round", {v[4]}, {v[5]}, {}, "round");
+      g.add_node("Abs", {v[5]}, {v[6]}, {}, "abs");
+      g.add_node("Ceil", {v[6]}, {v[7]}, {}, "ceil");
+      g.add_output(v[7]);
+      c.feeds = {random_f32({n}, 17)};
+      check(c, "square chain" + at);
+    }
+    {  // exp, gelu (two heavy functions), softplus: the passes
+      Case c;
+      Graph& g = c.g;
+      ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
+      ValueId v[4];
+      for (int i = 0; i < 4; ++i) v[i] = g.add_value("v" + std::to_string(i));
+      g.add_node("Neg", {x}, {v[0]}, {}, "neg");
+      g.add_node("Exp", {v[0]}, {v[1]}, {}, "exp");
+      g.add_node("Gelu", {v[1]}, {v[2]}, {}, "gelu");
+      g.add_node("Softplus", {v[2]}, {v[3]}, {}, "softplus");
+      g.add_output(v[3]);
+      c.feeds = {random_f32({n}, 18)};
+      check(c, "exp chain" + at, 8, 1e-6);
+    }
+    // One heavy function in a chain, light instructions before and after it:
+    // relu((f(x / 2 - 1) * b + 0.25)).
+    for (const char* f : {"Exp", "Sigmoid", "Tanh", "Erf", "Gelu", "GeluTanh"}) {
+      Case c;
+      Graph& g = c.g;
+      ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
+      ValueId b = g.add_input("b", {DType::kF32, Shape{n}});
+      const ValueId v[5] = {g.add_value("v0"), g.add_value("v1"), g.add_value("v2"),
+                            g.add_value("v3"), g.add_value("v4")};
+      g.add_node("Mul", {x, constant(g, "half", 0.5f)}, {v[0]}, {}, "half");
+      g.add_node("Sub", {v[0], constant(g, "one", 1.0f)}, {v[1]}, {}, "sub");
+      const bool tanh_form = std::string(f) == "GeluTanh";
+      g.add_node(tanh_form ? "Gelu" : f, {v[1]}, {v[2]},
+                 tanh_form ? attrs({{"approximate", std::string("tanh")}}) : Attributes{}, "f");
+      g.add_node("Mul", {v[2], b}, {v[3]}, {}, "mul");
+      g.add_node("Add", {v[3], constant(g, "q", 0.25f)}, {v[4]}, {}, "add");
+      ValueId y = g.add_value("y");
+      g.add_node("Relu", {v[4]}, {y}, {}, "relu");
+      g.add_output(y);
+      c.feeds = {random_f32({n}, 20), random_f32({n}, 21)};
+      check(c, std::string(f) + " in a chain" + at, 8, 1e-6);
+    }
+    {  // not a chain: t is read after the chain has moved on (the passes run it)
+      Case c;
+      Graph& g = c.g;
+      ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
+      ValueId t = g.add_value("t"), u = g.add_value("u"), y = g.add_value("y");
+      g.add_node("Mul", {x, constant(g, "two", 2.0f)}, {t}, {}, "mul");
+      g.add_node("Sigmoid", {t}, {u}, {}, "sig");
+      g.add_node("Mul", {u, t}, {y}, {}, "mul2");
+      g.add_output(y);
+      c.feeds = {random_f32({n}, 18)};
+      check(c, "silu(2x)" + at);
+    }
+  }
+  // relu keeps NaN and gives +0 for -0, on every ISA (the reference's x > 0 ? x : 0).
+  Case c;
+  ValueId x = c.g.add_input("x", {DType::kF32, Shape{40}});
+  ValueId y = c.g.add_value("y");
+  c.g.add_node("Relu", {x}, {y}, {}, "relu");
+  c.g.add_output(y);
+  c.feeds = {random_f32({40}, 19)};
+  c.feeds[0].data<float>()[39] = -0.0f;
+  TileProgram p = check(c, "relu");
+  cpu::TileKernel kernel(p);
+  for (Isa isa : cpu::supported_isas()) {
+    cpu::IsaScope scope(isa);
+    std::vector<Tensor> outs = {Tensor::empty(DType::kF32, {40})};
+    kernel.run(c.feeds, outs);
+    const float* o = outs[0].data<float>();
+    EXPECT_TRUE(std::isnan(o[0])) << cpu::isa_name(isa);
+    EXPECT_FALSE(std::signbit(o[12])) << cpu::isa_name(isa) << ": relu(-0)";  // specials[4]
+    EXPECT_FALSE(std::signbit(o[39])) << cpu::isa_name(isa) << ": relu(-0)";
+  }
+}
+
 TEST(TileExec, SharedIntermediateAndTwoOutputs) {
   Case c;
   ValueId x = c.g.add_input("x", {DType::kF32, Shape{3, 1000}});

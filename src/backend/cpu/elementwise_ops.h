@@ -22,7 +22,15 @@ inline Vec unary(Vec x, const UnaryParams& p) {
   const Vec a = Vec::set1(p.a), b = Vec::set1(p.b);
   using enum UnaryOp;
   if constexpr (Op == kIdentity) return x;
-  if constexpr (Op == kRelu) return select((x > zero) | is_nan(x), x, zero);
+  if constexpr (Op == kRelu) {
+#if defined(PTO_ISA_GENERIC)
+    return select((x > zero) | is_nan(x), x, zero);
+#else
+    // MAXPS returns its second operand when either is NaN or both are zeros: x's NaN stays, and
+    // + 0 turns the -0 it keeps into +0. Two instructions instead of the compares, OR and blend.
+    return max(zero, x) + zero;
+#endif
+  }
   if constexpr (Op == kLeakyRelu) return select(x < zero, a * x, x);
   if constexpr (Op == kClip) {  // std::min(std::max(x, lo), hi): lo > hi gives hi, NaN stays
     Vec r = select(x < a, a, x);

@@ -40,7 +40,8 @@ struct TileArgs {
   bool fence = true;
   // Cache lines of each contiguous input past this tile (the next tile's; with `strip`, past
   // each strip) to prefetch before the tile (strip) runs (MemoryPolicy::prefetch_distance); 0:
-  // none.
+  // none. A chain (tile_exec_impl.h exec_chain) prefetches each input this many lines ahead of
+  // the four vectors it is at.
   int prefetch_lines = 0;
   // Issue those lines in equal shares before each instruction of the tile (strip) instead of all
   // before its first: a block of prefetches fills the core's line-fill buffers, and the strip's
