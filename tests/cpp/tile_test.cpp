@@ -452,19 +452,23 @@ TEST(TileExec, ChainsMatchReference) {
       c.feeds = {random_f32({n}, 14), random_f32({n}, 15), random_f32({1}, 16, 0.5f, 1.0f, false)};
       check(c, "right-hand chain" + at, 4, 1e-6);  // the last Sub cancels
     }
-    {  // x * x + x: the chain starts from an input on both sides, then reads it again; then
-       // the other unary functions a chain takes
-      Case c;
-      Graph& g = c.g;
-      ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
-      ValueId v[9];
-      for (int i = 0; i < 9; ++i) v[i] = g.add_value("v" + std::to_string(i));
+    // x * x + x, negated, leaky relu, scaled into v[4] and rounded into v[5]: the chain starts
+    // from an input on both sides, then reads it again.
+    const auto square_prefix = [](Graph& g, ValueId x, ValueId* v) {
       g.add_node("Mul", {x, x}, {v[0]}, {}, "sq");
       g.add_node("Add", {v[0], x}, {v[1]}, {}, "add");
       g.add_node("Neg", {v[1]}, {v[2]}, {}, "neg");
       g.add_node("LeakyRelu", {v[2]}, {v[3]}, attrs({{"alpha", 0.1}}), "leaky");
       g.add_node("Mul", {v[3], constant(g, "k", 0.37f)}, {v[4]}, {}, "scale");
       g.add_node("Round", {v[4]}, {v[5]}, {}, "round");
+    };
+    {  // the prefix, then the other unary functions a chain takes
+      Case c;
+      Graph& g = c.g;
+      ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
+      ValueId v[9];
+      for (int i = 0; i < 9; ++i) v[i] = g.add_value("v" + std::to_string(i));
+      square_prefix(g, x, v);
       g.add_node("Sub", {v[5], v[4]}, {v[6]}, {}, "frac");  // not a chain: v4 read again
       g.add_node("Abs", {v[4]}, {v[7]}, {}, "abs");
       g.add_node("Floor", {v[7]}, {v[8]}, {}, "floor");
@@ -479,12 +483,7 @@ TEST(TileExec, ChainsMatchReference) {
       ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
       ValueId v[8];
       for (int i = 0; i < 8; ++i) v[i] = g.add_value("v" + std::to_string(i));
-      g.add_node("Mul", {x, x}, {v[0]}, {}, "sq");
-      g.add_node("Add", {v[0], x}, {v[1]}, {}, "add");
-      g.add_node("Neg", {v[1]}, {v[2]}, {}, "neg");
-      g.add_node("LeakyRelu", {v[2]}, {v[3]}, attrs({{"alpha", 0.1}}), "leaky");
-      g.add_node("Mul", {v[3], constant(g, "k", 0.37f)}, {v[4]}, {}, "scale");
-      g.add_node("Round", {v[4]}, {v[5]}, {}, "round");
+      square_prefix(g, x, v);
       g.add_node("Abs", {v[5]}, {v[6]}, {}, "abs");
       g.add_node("Ceil", {v[6]}, {v[7]}, {}, "ceil");
       g.add_output(v[7]);
