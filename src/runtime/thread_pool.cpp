@@ -230,11 +230,10 @@ class ThreadPool {
     wait_for([&] { return active_.load() == 0; });  // a worker may still hold &job
   }
 
-  // Whether another pool thread with a job, or the caller (slot 0: the CPU of the last run's
-  // caller), last ran on `cpu`.
-  bool shares_cpu(int cpu, int self) const {
-    for (int i = 0; i < threads_; ++i)
-      if (i != self && cpu_[i].load(std::memory_order_relaxed) == cpu) return true;
+  // Whether a worker with a job last ran a task on `cpu`.
+  bool worker_on(int cpu) const {
+    for (int i = 1; i < threads_; ++i)
+      if (cpu_[i].load(std::memory_order_relaxed) == cpu) return true;
     return false;
   }
 
@@ -246,7 +245,7 @@ class ThreadPool {
   template <class Done>
   void wait_for(Done done) {
     for (int spins = 1; !done(); ++spins) {
-      if (spins >= kSpinSteps || (spins % kYieldEvery == 0 && shares_cpu(sched_getcpu(), 0)))
+      if (spins >= kSpinSteps || (spins % kYieldEvery == 0 && worker_on(sched_getcpu())))
         std::this_thread::yield();
       else
         _mm_pause();
