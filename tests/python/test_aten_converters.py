@@ -367,3 +367,25 @@ def test_embedding_bag(mode, last):
         w = torch.rand(9)
         fast = pypto.optimize(model, (i, o, w), dynamic=False)
         torch.testing.assert_close(fast(i, o, w), model(i, o, w), rtol=1e-5, atol=1e-6)
+
+
+# ---- adaptive average pooling on sizes the output does not divide ----
+
+
+@pytest.mark.parametrize("shape,size", [
+    ((4, 2, 2), (7, 7)),      # VGG's pool on a small image: overlapping windows, output larger
+    ((3, 10, 9), (4, 7)),     # windows of two lengths on both axes
+    ((3, 12, 10), (4, 3)),    # one axis divides (AveragePool), the other does not
+    ((3, 5, 7), (5, 2)),      # one axis unchanged
+])
+def test_adaptive_avg_pool2d_uneven(shape, size):
+    check(lambda x: F.adaptive_avg_pool2d(x, size), randn(*shape), "aten._adaptive_avg_pool2d.default")
+
+
+def test_adaptive_avg_pool1d_and_3d_uneven():
+    check(lambda x: F.adaptive_avg_pool1d(x, 4), randn(3, 10),
+          "aten._adaptive_avg_pool2d.default")  # export makes it 2-d
+    check(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), randn(2, 4, 7, 9),
+          "aten._adaptive_avg_pool3d.default")
+    with pytest.raises(NotImplementedError, match="uneven window on a spatial axis before"):
+        pypto.optimize(Fn(lambda x: F.adaptive_avg_pool3d(x, (3, 3, 4))), (torch.randn(1, 2, 4, 7, 8),))

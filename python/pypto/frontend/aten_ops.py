@@ -1037,6 +1037,11 @@ def _avg_pool(ctx, node, x, kernel, stride=(), padding=(0,), ceil_mode=False,
     return out(ctx, node, ctx.op("AveragePool", [x], attrs))
 
 
+def _adaptive_bins(size: int, out_size: int) -> list[tuple[int, int]]:
+    """PyTorch's adaptive pooling windows: bin i covers [floor(i S / O), ceil((i + 1) S / O))."""
+    return [(i * size // out_size, -(-(i + 1) * size // out_size)) for i in range(out_size)]
+
+
 @converter(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default,
            aten._adaptive_avg_pool3d.default, aten.adaptive_avg_pool1d.default)
 def _adaptive_avg_pool(ctx, node, x, output_size):
@@ -1045,10 +1050,38 @@ def _adaptive_avg_pool(ctx, node, x, output_size):
     if all(s == 1 for s in output_size):
         return out(ctx, node, ctx.op("GlobalAveragePool", [x]))
     spatial = x.shape[2:]
-    if not all(is_static(s) and s % o == 0 for s, o in zip(spatial, output_size)):
-        ctx.unsupported(f"adaptive_avg_pool to {output_size} from a size it does not divide")
-    k = [s // o for s, o in zip(spatial, output_size)]
-    return out(ctx, node, ctx.op("AveragePool", [x], {"kernel_shape": k, "strides": k}))
+    if not all(is_static(s) for s in spatial):
+        ctx.unsupported(f"adaptive_avg_pool to {output_size} from a symbolic spatial size")
+    spatial = [int(s) for s in spatial]
+    even = [s % o == 0 for s, o in zip(spatial, output_size)]
+    # The axes the output size divides pool with equal windows (AveragePool, window 1 elsewhere).
+    k = [s // o if e else 1 for s, o, e in zip(spatial, output_size, even)]
+    y = ctx.op("AveragePool", [x], {"kernel_shape": k, "strides": k}) if any(
+        kk > 1 for kk in k) else x
+    if all(even):
+        return out(ctx, node, y)
+    # The others have windows of two lengths, overlapping when the output is the larger: a
+    # product with the matrix of window means, P[i, j] = 1 / len_i on bin i's inputs, from the
+    # right for the last axis, from the left for the one before it.
+    uneven = [a for a in range(nd) if not even[a]]
+    if uneven[0] < nd - 2:
+        ctx.unsupported(f"adaptive_avg_pool to {output_size} from {spatial}: an uneven window "
+                        "on a spatial axis before the last two")
+    dtype = node.meta["val"].dtype
+
+    def means(a: int) -> list[list[float]]:
+        rows = [[0.0] * spatial[a] for _ in range(output_size[a])]
+        for i, (b, e) in enumerate(_adaptive_bins(spatial[a], output_size[a])):
+            rows[i][b:e] = [1.0 / (e - b)] * (e - b)
+        return rows
+
+    if nd - 1 in uneven:  # [.., W] @ P^T: [W, Ow]
+        p = means(nd - 1)
+        pt = [list(col) for col in zip(*p)]
+        y = ctx.op("MatMul", [y, ctx.constant(pt, dtype)])
+    if nd >= 2 and nd - 2 in uneven:  # P: [Oh, H] @ [.., H, Ow]
+        y = ctx.op("MatMul", [ctx.constant(means(nd - 2), dtype), y])
+    return out(ctx, node, y)
 
 
 @converter(aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
