@@ -389,3 +389,8 @@ def test_adaptive_avg_pool1d_and_3d_uneven():
           "aten._adaptive_avg_pool3d.default")
     with pytest.raises(NotImplementedError, match="uneven window on a spatial axis before"):
         pypto.optimize(Fn(lambda x: F.adaptive_avg_pool3d(x, (3, 3, 4))), (torch.randn(1, 2, 4, 7, 8),))
+
+
+@pytest.mark.parametrize("dim,size,step", [(1, 3, 2), (-1, 4, 4), (2, 2, 1), (3, 5, 3), (1, 4, 5)])
+def test_unfold_windows(dim, size, step):
+    check(lambda x: x.unfold(dim, size, step) * 2, randn(6, 7, 9), "aten.unfold.default")

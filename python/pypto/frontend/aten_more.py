@@ -82,6 +82,26 @@ def _diagonal(ctx, node, x, offset=0, dim1=0, dim2=1):
                                  {"axis": len(rest)}))
 
 
+@converter(aten.unfold.default, aten.unfold_copy.default)
+def _unfold(ctx, node, x, dim, size, step):
+    """Tensor.unfold: the windows [i step, i step + size) of dim, as a new dim of `size` last
+    (HaloNet's blocked attention): a Gather of the window indices [windows, size] on dim, then
+    the window's positions moved to the end. dim's length must be static."""
+    if x.rank == 0:
+        ctx.unsupported("unfold of a 0-d tensor")
+    d = axis(dim, x.rank)
+    length = x.shape[d]
+    if not is_static(length):
+        ctx.unsupported("unfold of a symbolic dim")
+    windows = (int(length) - size) // step + 1
+    idx = [[i * step + j for j in range(size)] for i in range(windows)]
+    g = ctx.op("Gather", [x, ctx.constant(idx, torch.int64, (windows, size))], {"axis": d})
+    if d == x.rank - 1:
+        return out(ctx, node, g)
+    perm = list(range(d + 1)) + list(range(d + 2, x.rank + 1)) + [d + 1]
+    return out(ctx, node, ctx.op("Transpose", [g], {"perm": perm}))
+
+
 @converter(aten.sort.default, aten.sort.stable)
 def _sort(ctx, node, x, *args, stable=None, dim=-1, descending=False):
     """TopK with k = the dim's size (ties may order their indices differently from torch)."""
