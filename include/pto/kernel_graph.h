@@ -36,6 +36,10 @@ struct KernelGraph {
   std::vector<KernelGroup> kernels;  // in an order that respects every dependency
 };
 
+// What a profile or the tuner calls a kernel: its fusion rule, else the op of its first node that
+// computes (a Conv with the Reshape views absorbed after it is "Conv"), else its last node's op.
+std::string kernel_label(const Graph& g, const KernelGroup& k);
+
 // Node n as a kernel of its own: its inputs, and every output it defines (a lone node's kernel
 // produces them all, read or not).
 KernelGroup single_node_group(const Graph& g, int32_t n);

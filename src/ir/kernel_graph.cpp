@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "pto/kernel_graph.h"
+#include "pto/op_registry.h"
 
 namespace pto {
 
@@ -35,6 +36,15 @@ void finish_group(const Graph& g, KernelGroup& group) {
   for (int32_t i : group.nodes)
     for (ValueId o : nodes[i].outputs)
       if (o != kNoValue && used_outside[o]) group.outputs.push_back(o);
+}
+
+std::string kernel_label(const Graph& g, const KernelGroup& k) {
+  if (!k.rule.empty()) return k.rule;
+  for (int32_t n : k.nodes) {
+    const Node& node = g.nodes()[n];
+    if (!node.def || !node.def->is_view()) return node.op;
+  }
+  return g.nodes()[k.last_node()].op;
 }
 
 KernelGroup single_node_group(const Graph& g, int32_t n) {

@@ -40,6 +40,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_lower_qlinear_ops(*r);
     passes::register_merge_sibling_mat_muls(*r);
     passes::register_fold_attention_heads(*r);
+    passes::register_lower_conv3d(*r);
     return r;
   }();
   return *registry;
@@ -74,6 +75,12 @@ std::vector<std::string> pipeline(int level) {
   if (level >= 2) {
     const auto at = std::find(order.begin(), order.end(), "FoldAttentionHeads");
     order.insert(at, "MergeSiblingMatMuls");
+  }
+  // Level 2: 3-D convs as 2-D ones over depth windows (the conv kernels' summation order), after
+  // FoldBatchNorm, which folds a BN into the 3-D conv's weights.
+  if (level >= 2) {
+    const auto at = std::find(order.begin(), order.end(), "FoldBatchNorm");
+    order.insert(at + 1, "LowerConv3D");
   }
   // Level 2: activations read only by bf16/f16 products stored in that type (fused casts).
   if (level >= 2) order.push_back("StoreHalfOperands");

@@ -714,7 +714,7 @@ profiler::ModelInfo model_info(Executable::Plan& p, const Graph& g, const std::v
   for (size_t s = 0; s < p.steps.size(); ++s) {
     const Executable::Plan::Step& step = p.steps[s];
     profiler::KernelInfo k;
-    k.name = step.info.rule.empty() ? g.nodes()[step.group.last_node()].op : step.info.rule;
+    k.name = kernel_label(g, step.group);
     for (int32_t n : step.info.nodes) k.sources.push_back(g.nodes()[n].name);
     k.backend = step.info.backend;
     if (std::string d = step.kernel->describe(); d.find('\n') == std::string::npos && d.size() < 64)

@@ -256,8 +256,7 @@ std::vector<Knobs> candidates(const Graph& g, const KernelGroup& core,
 
 // "MatMul+Gelu f32[128, 3072]"
 std::string step_name(const Graph& g, const KernelGroup& core) {
-  const Node& last = g.nodes()[core.last_node()];
-  return cat(core.rule.empty() ? last.op : core.rule, " ",
+  return cat(kernel_label(g, core), " ",
              core.outputs.empty() ? std::string() : g.value(core.outputs[0]).type.str());
 }
 

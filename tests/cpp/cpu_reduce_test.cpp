@@ -171,5 +171,30 @@ TEST(CpuArgMax, AxesKeepdimsTiesAndNaN) {
     }
 }
 
+// Integer inputs (CLIP's pooled output takes the ArgMax of int64 token ids): every integer width,
+// ties (values in -3..3), both tie rules.
+TEST(CpuArgMax, IntegerInputs) {
+  const Tensor base = random_f32({3, 4, 33}, 77);
+  auto as = [&]<class T>(DType dt) {
+    Tensor x = Tensor::empty(dt, base.shape());
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.data<T>()[i] =
+          static_cast<T>(std::lround(base.data<float>()[i] * 3) + (dt == DType::kU8 ? 3 : 0));
+    return x;
+  };
+  const Tensor inputs[] = {as.operator()<int64_t>(DType::kI64), as.operator()<int32_t>(DType::kI32),
+                           as.operator()<int8_t>(DType::kI8), as.operator()<uint8_t>(DType::kU8)};
+  for (const char* op : {"ArgMax", "ArgMin"})
+    for (const Tensor& x : inputs)
+      for (int64_t axis : {-3, -2, -1})
+        for (int64_t last : {0, 1}) {
+          NodeCase c{op, {x}};
+          c.attrs.set("axis", axis);
+          c.attrs.set("keepdims", int64_t{0});
+          c.attrs.set("select_last_index", last);
+          expect_matches(c, {});
+        }
+}
+
 }  // namespace
 }  // namespace pto::testing

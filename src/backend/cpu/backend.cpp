@@ -61,7 +61,7 @@ bool activation_from(const std::string& name, Activation& act) {
 std::string kernel_name(const Graph& g, const KernelGroup& group) {
   const Node& last = g.nodes()[group.last_node()];
   const std::string out = group.outputs.empty() ? last.name : g.value(group.outputs[0]).name;
-  return cat("kernel '", out, "' (", group.rule.empty() ? last.op : group.rule, ")");
+  return cat("kernel '", out, "' (", kernel_label(g, group), ")");
 }
 
 // A group's knobs on a kernel that takes none: ValueError naming the kernel.

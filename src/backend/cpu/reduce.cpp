@@ -4,6 +4,8 @@
 // copy. Finishing steps (mean's division, L2's sqrt, the logs) run on the folded outputs.
 #include <cmath>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/reduce_kernels.h"
@@ -257,7 +259,44 @@ bool accepts_reduce(const NodeInfo& n) {
 }
 
 // ArgMax / ArgMin along `axis` with the reference's rules: NaN is the extreme (the first one, or
-// the last with select_last_index), ties go to the first (or last) index.
+// the last with select_last_index), ties go to the first (or last) index. float32 and the integer
+// types (CLIP's pooled output takes the ArgMax of the token ids).
+template <class T>
+void arg_rows(const T* xp, int64_t* yp, int64_t outer, int64_t n, int64_t inner, bool is_max,
+              bool last) {
+  auto better = [&](T a, T b) {  // a replaces the current best b
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(b)) return last && std::isnan(a);
+      if (std::isnan(a)) return true;
+    }
+    if (a == b) return last;
+    return is_max ? a > b : a < b;
+  };
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / (n * inner));
+  parallel_for(0, outer, grain, [&](int64_t o0, int64_t o1) {
+    std::vector<T> best(static_cast<size_t>(inner));
+    for (int64_t o = o0; o < o1; ++o) {
+      const T* xo = xp + o * n * inner;
+      int64_t* yo = yp + o * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        best[i] = xo[i];
+        yo[i] = 0;
+      }
+      for (int64_t j = 1; j < n; ++j)  // row by row, so that x streams
+        for (int64_t i = 0; i < inner; ++i)
+          if (better(xo[j * inner + i], best[i])) {
+            best[i] = xo[j * inner + i];
+            yo[i] = j;
+          }
+    }
+  });
+}
+
+bool accepts_arg(const NodeInfo& n) {
+  const DType t = n.dtype(0);
+  return t == DType::kF32 || (is_integral(t) && t != DType::kBool);
+}
+
 std::vector<Tensor> run_arg(const KernelContext& c, bool is_max) {
   const Tensor& x = c.input(0);
   const int64_t axis = normalize_axis(c.node.attr_int("axis"), x.rank(), c.where());
@@ -276,32 +315,13 @@ std::vector<Tensor> run_arg(const KernelContext& c, bool is_max) {
   if (n == 0)
     throw ValueError(cat(c.where(), ": cannot take the arg", is_max ? "max" : "min",
                          " of an empty axis ", axis));
-  auto better = [&](float a, float b) {  // a replaces the current best b
-    if (std::isnan(b)) return last && std::isnan(a);
-    if (std::isnan(a)) return true;
-    if (a == b) return last;
-    return is_max ? a > b : a < b;
-  };
-  const float* xp = x.data<float>();
-  int64_t* yp = y.data<int64_t>();
-  const int64_t grain = std::max<int64_t>(1, kParallelGrain / (n * inner));
-  parallel_for(0, outer, grain, [&](int64_t o0, int64_t o1) {
-    std::vector<float> best(static_cast<size_t>(inner));
-    for (int64_t o = o0; o < o1; ++o) {
-      const float* xo = xp + o * n * inner;
-      int64_t* yo = yp + o * inner;
-      for (int64_t i = 0; i < inner; ++i) {
-        best[i] = xo[i];
-        yo[i] = 0;
-      }
-      for (int64_t j = 1; j < n; ++j)  // row by row, so that x streams
-        for (int64_t i = 0; i < inner; ++i)
-          if (better(xo[j * inner + i], best[i])) {
-            best[i] = xo[j * inner + i];
-            yo[i] = j;
-          }
-    }
-  });
+  const Tensor xc = x.contiguous();
+  if (xc.dtype() == DType::kF32)
+    arg_rows(xc.data<float>(), y.data<int64_t>(), outer, n, inner, is_max, last);
+  else
+    dispatch(xc.dtype(), kIntTypes, c.where(), [&]<class T>() {
+      arg_rows(xc.data<T>(), y.data<int64_t>(), outer, n, inner, is_max, last);
+    });
   return one(std::move(y));
 }
 
@@ -324,7 +344,7 @@ void register_reduce_kernels(KernelRegistry& r) {
                  .run = [op](const KernelContext& c) { return run_reduce(c, op); }});
   for (bool is_max : {true, false})
     r.add(is_max ? "ArgMax" : "ArgMin",
-          {.accepts = [](const NodeInfo& n) { return n.dtype(0) == DType::kF32; },
+          {.accepts = accepts_arg,
            .run = [is_max](const KernelContext& c) { return run_arg(c, is_max); }});
   register_norm_kernels(r);
   register_pool_kernels(r);

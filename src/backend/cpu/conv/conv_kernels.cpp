@@ -1,6 +1,7 @@
 // Registers the CPU Conv kernel: float32, NCHW, 1-D and 2-D (conv.h), fp32 or bf16 products
-// (precision="bf16": always an implicit GEMM, see conv.h). 3-D convolutions and other
-// dtypes are declined and run on the reference interpreter. The blocked-layout kernels are in
+// (precision="bf16": always an implicit GEMM, see conv.h). 3-D convolutions reach it as 2-D ones
+// over depth windows (the LowerConv3D pass, level 2); at levels 0 and 1, and in other dtypes, they
+// are declined and run on the reference interpreter. The blocked-layout kernels are in
 // conv_blocked.cpp.
 #include <algorithm>
 #include <optional>
