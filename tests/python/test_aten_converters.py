@@ -394,3 +394,15 @@ def test_adaptive_avg_pool1d_and_3d_uneven():
 @pytest.mark.parametrize("dim,size,step", [(1, 3, 2), (-1, 4, 4), (2, 2, 1), (3, 5, 3), (1, 4, 5)])
 def test_unfold_windows(dim, size, step):
     check(lambda x: x.unfold(dim, size, step) * 2, randn(6, 7, 9), "aten.unfold.default")
+
+
+# ---- repeat with more repeats than dims (new leading dims), XCiT's position encoding ----
+
+
+@pytest.mark.parametrize("shape,repeats", [((4, 1), (1, 1, 3)), ((2, 3), (2, 1, 1, 2)),
+                                           ((5,), (3, 2)), ((2, 3), (1, 2))])
+def test_repeat_adds_leading_dims(shape, repeats):
+    check(lambda x: x.repeat(*repeats) + 1, lambda b: (torch.randn(*shape),), "aten.repeat.default",
+          dynamic=False)
+    check(lambda x: x[0].repeat(*repeats), lambda b: (torch.randn(b, *shape),),
+          "aten.repeat.default")

@@ -680,8 +680,8 @@ def _flip(ctx, node, x, dims):
 def _repeat(ctx, node, x, repeats):
     repeats = list(repeats)
     xin = x.id
-    if len(repeats) > x.rank:
-        xin = ctx.op("Reshape", [x, ctx.ints([1] * (len(repeats) - x.rank) + [0] * x.rank)])
+    if len(repeats) > x.rank:  # new leading dims of 1 (Reshape's 0 would copy by position)
+        xin = ctx.op("Unsqueeze", [x, ctx.ints(list(range(len(repeats) - x.rank)))])
     return out(ctx, node, ctx.op("Tile", [xin, ctx.shape_tensor(repeats)]))
 
 
