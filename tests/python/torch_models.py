@@ -39,6 +39,15 @@ def _vision(name: str, image: int = IMAGE, **kwargs):
     return ZooModel(build, lambda b: (torch.randn(b, 3, image, image),))
 
 
+def _video(name: str):
+    def build():
+        import torchvision
+
+        return getattr(torchvision.models.video, name)()
+
+    return build
+
+
 def _text(config_name: str, model_name: str, **config):
     def build():
         import transformers
@@ -169,6 +178,12 @@ ZOO: dict[str, ZooModel] = {
                      ("pixel_values",), num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
                      hidden_sizes=[16, 32], num_attention_heads=[1, 2], patch_sizes=[7, 3],
                      strides=[4, 2], mlp_ratios=[2, 2], decoder_hidden_size=32, num_labels=4),
+    # Added after a sweep of architectures outside the zoo: a 3-D conv net (LowerConv3D), XCiT
+    # (repeat with new leading dims), HaloNet (Tensor.unfold), CLIP's text tower (ArgMax of ids).
+    "r3d_18": ZooModel(_video("r3d_18"), lambda b: (torch.randn(b, 3, 4, 32, 32),)),
+    "xcit_nano": _timm("xcit_nano_12_p16_224", image=64, img_size=64),
+    "halonet26t": _timm("halonet26t", image=256),
+    "clip_text": _hf("CLIPTextConfig", "CLIPTextModel", **TINY),
 }
 
 # The first ten: what the benchmarks, the layout and save/load tests and bench/accuracy.py run.
