@@ -26,9 +26,12 @@ inline Vec poly(Vec x, const float (&c)[N]) {
   return p;
 }
 
-// e^x on arguments where the result is a normal float or an overflow: x = n ln2 + r with
-// |r| <= ln2/2, e^r by a degree-6 polynomial, times 2^n (scale_pow2).
-inline Vec exp_normal_range(Vec x) {
+#if defined(PTO_ISA_GENERIC)
+// e^x on arguments where the result is a normal float or an overflow (and, with kSubnormal, on
+// [-104, -87], where it is subnormal): x = n ln2 + r with |r| <= ln2/2, e^r by a degree-6
+// polynomial, times 2^n (scale_pow2).
+template <bool kSubnormal = false>
+inline Vec exp_reduced(Vec x) {
   Vec n = round(x * Vec::set1(1.44269504088896341f));
   Vec r = fnma(n, Vec::set1(0.693359375f), x);  // ln2 split in two for an exact product
   r = fnma(n, Vec::set1(-2.12194440e-4f), r);
@@ -39,32 +42,100 @@ inline Vec exp_normal_range(Vec x) {
   p = fma(p, r, Vec::set1(1.6666665459e-1f));
   p = fma(p, r, Vec::set1(5.0000001201e-1f));
   p = fma(p, r * r, r + Vec::set1(1.0f));
-  return scale_pow2(p, n);  // one instruction under AVX-512 (a third of exp's)
+  return scale_pow2(p, n);
 }
-
-// e^x, about 1 ulp, underflowing gradually through the subnormals. Lanes whose result is
-// subnormal are computed apart, and only when a vector has one: a multiply that underflows costs
-// a microcode assist of ~100 cycles on x86, and masked softmax rows (scores of -inf or -FLT_MAX)
-// would otherwise pay it on every element. exp<false> is for arguments known to be <= 0 or NaN
-// (Softmax's x - max): the same bits without the overflow checks.
+inline constexpr float kExpLoNormal = -87.0f;  // e^-87 > FLT_MIN
+#else
+// e^x by a table of 2^(j/N), N = 16 under AVX-512, 8 under AVX2: x = (k/N) ln2 + r with
+// k = round(x N / ln2), so |r| <= ln2 / 2N, and e^x = 2^floor(k/N) 2^(j/N) e^r for j = k mod N.
+// The shifter trick rounds: t = x / ln2 + 1.5 2^(23 - log2 N) has 1/N as its ulp, so t - shifter
+// is k/N exactly and t's low mantissa bits are k (two's complement), whose low bits index the
+// table in one VPERMPS. r = x - (k/N) ln2 with ln2 in two parts, the first of 15 bits so that
+// the first fnma is exact.
 //
-// On x86 the clamps take x as their second operand, which VMAXPS/VMINPS return when it is NaN, so
-// a NaN goes through the clamps and the polynomial (every step of it NaN in, NaN out) without the
-// compare and blend that would put it back at the end: 4 of 18 cycles a vector on Zen 4 (exp
-// over a row in L1, AVX-512). The generic build's max and min keep their first operand instead.
+// The entries are T_j = 2^(j/N + d), rounded to float, with d (0.00089 for N = 16, -0.0037 for
+// 8) searched so that every entry is within 0.19 ulp (N = 16) or 0.035 ulp (N = 8) of its exact
+// value; 2^(j/16) itself is up to 0.45 ulp off, which left sigmoid, SiLU and softplus a few
+// tenths of an ulp worse than the degree-6 polynomial this replaces. The polynomial takes the d
+// back: T_j (1 + q(r)) with q(r) ~ e^(r - d ln2) - 1, minimax on |r| <= ln2 / 2N by degree 3
+// (AVX-512) or 4 (AVX2, |r| twice as large), coefficients rounded one by one and the rest
+// refitted; 2^-28 relative with its roundings. Measured: 0.9 ulp or less, against 1.16
+// (cpu_vmath_test; docs/backend/elementwise.md). 11 vector instructions against 15: exp over a
+// row in L1 ran 1.4x (Zen 4, AVX-512).
+//
+// The power of two: AVX-512's VSCALEFPS multiplies by 2^floor(k/16) directly, exact into the
+// subnormals and overflowing to inf. AVX2's table holds 2 2^(j/8 + d), so on the normal range
+// (kSubnormal false: x in [kExpLoNormal, 88.72], k/8 in [-125, 128]) the factor 2^(floor(k/8) - 1)
+// is a normal float made from t's bits in three integer instructions; on the subnormal band,
+// scale_pow2's two factors.
+#if defined(PTO_ISA_AVX512)
+inline constexpr float kExp2Table[16] = {
+    1.000617743e+00f, 1.044918895e+00f, 1.091181397e+00f, 1.139492154e+00f,
+    1.189941764e+00f, 1.242624998e+00f, 1.297640681e+00f, 1.355092168e+00f,
+    1.415087223e+00f, 1.477738500e+00f, 1.543163538e+00f, 1.611485243e+00f,
+    1.682831764e+00f, 1.757337093e+00f, 1.835141063e+00f, 1.916389704e+00f};
+inline constexpr float kExp2Poly[] = {-6.1738467775e-04f, 9.9938261509e-01f, 4.9971115589e-01f,
+                                      1.6657665372e-01f};
+inline constexpr float kExpLoNormal = -87.0f;  // e^-87 > FLT_MIN
+#else
+inline constexpr float kExp2Table[8] = {1.994877934e+00f, 2.175429821e+00f, 2.372323036e+00f,
+                                        2.587036610e+00f, 2.821183443e+00f, 3.076522350e+00f,
+                                        3.354971409e+00f, 3.658622265e+00f};
+inline constexpr float kExp2Poly[] = {2.5676067453e-03f, 1.0025676489e+00f, 5.0128400326e-01f,
+                                      1.6707892716e-01f, 4.1681930423e-02f};
+inline constexpr float kExpLoNormal = -86.5f;  // floor(k/8) - 1 >= -126
+#endif
+
+template <bool kSubnormal = false>
+PTO_VMATH_INLINE Vec exp_reduced(Vec x) {
+  const Vec shifter = Vec::set1(Vec::kLanes == 16 ? 786432.0f : 1572864.0f);  // 1.5 2^19, 2^20
+  const Vec t = fma(x, Vec::set1(1.44269504088896341f), shifter);
+  const Vec n = t - shifter;                          // k/N
+  Vec r = fnma(n, Vec::set1(0.693145751953125f), x);  // 22713 / 2^15: exact
+  r = fnma(n, Vec::set1(1.42860677e-6f), r);
+  const Vec T = permute(Vec::load(kExp2Table), bits(t));
+  const Vec y = fma(T, poly(r, kExp2Poly), T);
+#if defined(PTO_ISA_AVX512)
+  (void)kSubnormal;
+  return {_mm512_scalef_ps(y.v, n.v)};  // times 2^floor(n)
+#else
+  if constexpr (kSubnormal) return scale_pow2(y, floor(n) - Vec::set1(1.0f));
+  // ((k >> 3) - 1 + 127) << 23, k being t's low bits
+  const VecI e =
+      (shift_left<20>(bits(t)) & set1_int(static_cast<int32_t>(0xff800000u))) + set1_int(126 << 23);
+  return y * from_bits(e);
+#endif
+}
+#endif
+
+// e^x, below 1 ulp (generic build: 1.2), underflowing gradually through the subnormals. Lanes
+// whose result is subnormal are computed apart, and only when a vector has one: a multiply that
+// underflows costs a microcode assist of ~100 cycles on x86, and masked softmax rows (scores of
+// -inf or -FLT_MAX) would otherwise pay it on every element. exp<false> is for arguments known to
+// be <= 0 or NaN (Softmax's x - max): the same bits without the overflow checks.
+//
+// On x86 a vector whose lanes are all in [kExpLoNormal, hi] or NaN (compares false) goes straight
+// through exp_reduced, NaN in, NaN out (the table lookup of a NaN's bits is some entry, times
+// the NaN): no clamps and no selects, two compares and a branch. Other vectors take the clamps,
+// which take x as their second operand, which VMAXPS/VMINPS return when it is NaN. The generic
+// build's max and min keep their first operand instead, so it puts NaNs back at the end.
 template <bool kMayOverflow = true>
 PTO_VMATH_INLINE Vec exp(Vec x) {
-  const Vec hi = Vec::set1(88.7228391f), lo_normal = Vec::set1(-87.0f),  // e^-87 > FLT_MIN
-      lo = Vec::set1(-103.972084f);
+  const Vec hi = Vec::set1(88.7228391f), lo_normal = Vec::set1(kExpLoNormal),
+            lo = Vec::set1(-103.972084f);
 #if defined(PTO_ISA_GENERIC)
-  Vec y = exp_normal_range(kMayOverflow ? min(max(x, lo_normal), hi) : max(x, lo_normal));
+  Vec y = exp_reduced(kMayOverflow ? min(max(x, lo_normal), hi) : max(x, lo_normal));
 #else
-  Vec y = exp_normal_range(kMayOverflow ? min(hi, max(lo_normal, x)) : max(lo_normal, x));
+  Mask out = x < lo_normal;
+  if constexpr (kMayOverflow) out = out | (x > hi);
+  if (!any(out)) [[likely]]
+    return exp_reduced(x);
+  Vec y = exp_reduced(kMayOverflow ? min(hi, max(lo_normal, x)) : max(lo_normal, x));
 #endif
   Mask under = x < lo_normal;
   if (any(under)) {
     Mask band = under & (x >= lo);  // subnormal results
-    if (any(band)) y = select(band, exp_normal_range(select(band, x, lo_normal)), y);
+    if (any(band)) y = select(band, exp_reduced<true>(select(band, x, lo_normal)), y);
     y = select(x < lo, Vec::zero(), y);
   }
   if (kMayOverflow) y = select(x > hi, Vec::set1(INFINITY), y);
