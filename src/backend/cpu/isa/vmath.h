@@ -108,28 +108,14 @@ PTO_VMATH_INLINE Vec exp_reduced(Vec x) {
 }
 #endif
 
-// e^x, below 1 ulp (generic build: 1.2), underflowing gradually through the subnormals. Lanes
-// whose result is subnormal are computed apart, and only when a vector has one: a multiply that
-// underflows costs a microcode assist of ~100 cycles on x86, and masked softmax rows (scores of
-// -inf or -FLT_MAX) would otherwise pay it on every element. exp<false> is for arguments known to
-// be <= 0 or NaN (Softmax's x - max): the same bits without the overflow checks.
-//
-// On x86 a vector whose lanes are all in [kExpLoNormal, hi] or NaN (compares false) goes straight
-// through exp_reduced, NaN in, NaN out (the table lookup of a NaN's bits is some entry, times
-// the NaN): no clamps and no selects, two compares and a branch. Other vectors take the clamps,
-// which take x as their second operand, which VMAXPS/VMINPS return when it is NaN. The generic
-// build's max and min keep their first operand instead, so it puts NaNs back at the end.
-template <bool kMayOverflow = true>
-PTO_VMATH_INLINE Vec exp(Vec x) {
+// e^x on any argument (the clamps and special lanes of exp below).
+template <bool kMayOverflow>
+inline Vec exp_any(Vec x) {
   const Vec hi = Vec::set1(88.7228391f), lo_normal = Vec::set1(kExpLoNormal),
             lo = Vec::set1(-103.972084f);
 #if defined(PTO_ISA_GENERIC)
   Vec y = exp_reduced(kMayOverflow ? min(max(x, lo_normal), hi) : max(x, lo_normal));
 #else
-  Mask out = x < lo_normal;
-  if constexpr (kMayOverflow) out = out | (x > hi);
-  if (!any(out)) [[likely]]
-    return exp_reduced(x);
   Vec y = exp_reduced(kMayOverflow ? min(hi, max(lo_normal, x)) : max(lo_normal, x));
 #endif
   Mask under = x < lo_normal;
@@ -143,6 +129,37 @@ PTO_VMATH_INLINE Vec exp(Vec x) {
   return select(is_nan(x), x, y);
 #else
   return y;  // NaN where x is (above)
+#endif
+}
+
+// exp_any out of line, for the x86 exp's rare vectors: inlined, its third copy of exp_reduced
+// made GCC leave silu and gelu_tanh out of their loops (called once a vector, 0.9x).
+template <bool kMayOverflow>
+[[gnu::noinline]] inline Vec exp_any_call(Vec x) {
+  return exp_any<kMayOverflow>(x);
+}
+
+// e^x, below 1 ulp (generic build: 1.2), underflowing gradually through the subnormals. Lanes
+// whose result is subnormal are computed apart, and only when a vector has one: a multiply that
+// underflows costs a microcode assist of ~100 cycles on x86, and masked softmax rows (scores of
+// -inf or -FLT_MAX) would otherwise pay it on every element. exp<false> is for arguments known to
+// be <= 0 or NaN (Softmax's x - max): the same bits without the overflow checks.
+//
+// On x86 a vector whose lanes are all in [kExpLoNormal, hi] or NaN (compares false) goes straight
+// through exp_reduced, NaN in, NaN out (the table lookup of a NaN's bits is some entry, times
+// the NaN): no clamps and no selects, two compares and a branch. Other vectors call exp_any,
+// whose clamps take x as their second operand, which VMAXPS/VMINPS return when it is NaN. The
+// generic build's max and min keep their first operand instead, so it puts NaNs back at the end.
+template <bool kMayOverflow = true>
+PTO_VMATH_INLINE Vec exp(Vec x) {
+#if defined(PTO_ISA_GENERIC)
+  return exp_any<kMayOverflow>(x);
+#else
+  Mask out = x < Vec::set1(kExpLoNormal);
+  if constexpr (kMayOverflow) out = out | (x > Vec::set1(88.7228391f));
+  if (any(out)) [[unlikely]]
+    return exp_any_call<kMayOverflow>(x);
+  return exp_reduced(x);
 #endif
 }
 
