@@ -53,15 +53,17 @@ inline constexpr float kExpLoNormal = -87.0f;  // e^-87 > FLT_MIN
 // table in one VPERMPS. r = x - (k/N) ln2 with ln2 in two parts, the first of 15 bits so that
 // the first fnma is exact.
 //
-// The entries are T_j = 2^(j/N + d), rounded to float, with d (0.00089 for N = 16, -0.0037 for
-// 8) searched so that every entry is within 0.19 ulp (N = 16) or 0.035 ulp (N = 8) of its exact
-// value; 2^(j/16) itself is up to 0.45 ulp off, which left sigmoid, SiLU and softplus a few
-// tenths of an ulp worse than the degree-6 polynomial this replaces. The polynomial takes the d
-// back: T_j (1 + q(r)) with q(r) ~ e^(r - d ln2) - 1, minimax on |r| <= ln2 / 2N by degree 3
-// (AVX-512) or 4 (AVX2, |r| twice as large), coefficients rounded one by one and the rest
-// refitted; 2^-28 relative with its roundings. Measured: 0.9 ulp or less, against 1.16
-// (cpu_vmath_test; docs/backend/elementwise.md). 11 vector instructions against 15: exp over a
-// row in L1 ran 1.4x (Zen 4, AVX-512).
+// The entries are T_j = 2^(j/N + d), rounded to float, with d (-0.00029 for N = 16, -0.0037 for
+// 8) searched so that every entry is within 0.22 ulp (N = 16) or 0.035 ulp (N = 8) of its exact
+// value; 2^(j/16) itself is up to 0.45 ulp off, which left sigmoid and SiLU a few tenths of an
+// ulp worse than the degree-6 polynomial this replaces. d < 0 keeps T_j (1 + q) in or above
+// T_j's binade (above, T's error is half as many ulps); a d > 0 table (0.19 ulp) put results
+// near x = 0 a binade below T_0 > 1 and measured worse. The polynomial takes the d back:
+// T_j (1 + q(r)) with q(r) ~ e^(r - d ln2) - 1, minimax on |r| <= ln2 / 2N by degree 3 (AVX-512)
+// or 4 (AVX2, |r| twice as large), coefficients rounded one by one and the rest refitted; 2^-28
+// relative with its roundings. Measured on every float: 0.87 ulp (AVX-512), 0.79 (AVX2), against
+// 1.26 (docs/backend/elementwise.md). 11 vector instructions a vector against 15: exp over a row
+// in L1 ran 1.41x (AVX-512) and 1.67x (AVX2) on Zen 4.
 //
 // The power of two: AVX-512's VSCALEFPS multiplies by 2^floor(k/16) directly, exact into the
 // subnormals and overflowing to inf. AVX2's table holds 2 2^(j/8 + d), so on the normal range
