@@ -1,8 +1,8 @@
 // pto_bench: the machine's ceilings and PyPTO's SGEMM, measured in one run, as JSON on stdout
 // (progress on stderr). bench/run.py runs it and sets the numbers beside PyTorch's.
 //
-//   pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm] [--shapes 512,128x768x3072] [--quick]
-//             [--packed a|b]
+//   pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm,vmath] [--shapes 512,128x768x3072]
+//             [--quick] [--packed a|b]
 //             [--warmup-calls N] [--warmup-time S] [--min-calls N] [--min-time S] [--max-time S]
 //             [--cpu-clock]
 //
@@ -21,6 +21,8 @@
 // - igemm: pto::cpu::igemm (uint8 A x int8 B -> int32, B packed ahead as MatMulInteger packs a
 //   constant weight) on the same shapes, GOPS counting a multiply-add as 2 operations, checked
 //   exactly on sampled entries; "vnni" says whether VPDPBUSD or the widening fallback ran.
+// - vmath (only when asked): exp, sigmoid, silu, tanh and gelu_tanh (pto::cpu::unary_f32) over
+//   a row in L1 on one thread, per ISA, in ns per element and per 16 floats.
 // Every measurement times calls one by one after a warm-up and reports the median, p10, p90, the
 // count and the CPU utilisation (CPU seconds / wall seconds) of the timed calls. --cpu-clock times
 // each call by the process's CPU seconds over the thread count: on a machine time-shared with other
@@ -42,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/elementwise.h"
 #include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/gemm/igemm.h"
 #include "backend/cpu/isa/ceiling.h"
@@ -185,6 +188,38 @@ class Json {
   std::ostringstream os_;
   bool first_ = true;
 };
+
+// ---- Vector math over a row in L1 ----
+
+// pto::cpu::unary_f32 on a row of 1024 floats in [-10, 10) (4 KiB in, 4 KiB out: L1), 4096
+// times a call, on one thread, for each ISA: the cost of exp and the functions built on it
+// without the memory's, in ns per element and per 16 floats (an AVX-512 vector).
+void bench_vmath(Json& j, const Timing& timing) {
+  constexpr int64_t kRow = 1024, kReps = 4096;
+  std::vector<float> x(kRow), y(kRow);
+  for (int64_t i = 0; i < kRow; ++i) x[i] = -10.0f + 20.0f * static_cast<float>(i) / kRow;
+  const std::pair<const char*, cpu::UnaryOp> ops[] = {{"exp", cpu::UnaryOp::kExp},
+                                                      {"sigmoid", cpu::UnaryOp::kSigmoid},
+                                                      {"silu", cpu::UnaryOp::kSilu},
+                                                      {"tanh", cpu::UnaryOp::kTanh},
+                                                      {"gelu_tanh", cpu::UnaryOp::kGeluTanh}};
+  set_num_threads(1);
+  j.key("vmath").open('[');
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    cpu::IsaScope scope(isa);
+    for (const auto& [name, op] : ops) {
+      std::cerr << "vmath " << name << " " << cpu::isa_name(isa) << "\n";
+      Sample s = measure(timing, [&] {
+        for (int64_t r = 0; r < kReps; ++r) cpu::unary_f32(op, {}, x.data(), y.data(), kRow);
+      });
+      const double ns = s.median() * 1e9 / static_cast<double>(kRow * kReps);
+      j.open('{').key("op").str(name).key("isa").str(cpu::isa_name(isa));
+      j.key("ns_per_element").num(ns).key("ns_per_16").num(16 * ns);
+      j.sample(s, static_cast<double>(kRow * kReps) / 1e9, "gelements_per_s").close('}');
+    }
+  }
+  j.close(']');
+}
 
 // ---- FMA peak ----
 
@@ -503,7 +538,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 const char* kUsage =
-    "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm] [--shapes S|MxKxN,...]\n"
+    "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm,vmath] [--shapes "
+    "S|MxKxN,...]\n"
     "                 [--quick] [--packed a|b] [--precision f32,bf16,f16] [--warmup-calls N]\n"
     "                 [--warmup-time S] [--min-calls N]\n"
     "                 [--min-time S] [--max-time S] [--cpu-clock]\n";
@@ -585,6 +621,7 @@ int main_impl(int argc, char** argv) {
   if (wants("memory")) bench_memory(j, threads, timing, quick);
   if (wants("sgemm")) bench_sgemm(j, threads, timing, shapes, packed, precisions);
   if (wants("igemm")) bench_igemm(j, threads, timing, shapes);
+  if (wants("vmath")) bench_vmath(j, timing);
   j.close('}');
   std::cout << j.text() << "\n";
   return 0;

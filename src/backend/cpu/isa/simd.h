@@ -159,6 +159,10 @@ inline float reduce_max(Vec a) {
 inline float reduce_min(Vec a) {
   return _mm512_reduce_min_ps(a.v);
 }
+// Lane i of the result is table's lane idx[i] mod kLanes (the index's low bits): one VPERMPS.
+inline Vec permute(Vec table, VecI idx) {
+  return {_mm512_permutexvar_ps(idx.v, table.v)};
+}
 inline Vec ceil(Vec a) {
   return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)};
 }
@@ -324,6 +328,10 @@ inline float reduce_max(Vec a) {
 inline float reduce_min(Vec a) {
   return _mm_cvtss_f32(fold(a.v, [](__m128 x, __m128 y) { return _mm_min_ps(x, y); }));
 }
+// Lane i of the result is table's lane idx[i] mod kLanes.
+inline Vec permute(Vec table, VecI idx) {
+  return {_mm256_permutevar8x32_ps(table.v, idx.v)};
+}
 inline Vec ceil(Vec a) {
   return {_mm256_round_ps(a.v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)};
 }
@@ -487,6 +495,11 @@ inline float reduce_max(Vec a) {
 }
 inline float reduce_min(Vec a) {
   return a.v;
+}
+// Lane i of the result is table's lane idx[i] mod kLanes.
+inline Vec permute(Vec table, VecI idx) {
+  (void)idx;
+  return table;
 }
 inline Vec ceil(Vec a) {
   return {std::ceil(a.v)};

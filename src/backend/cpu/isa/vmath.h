@@ -26,9 +26,12 @@ inline Vec poly(Vec x, const float (&c)[N]) {
   return p;
 }
 
-// e^x on arguments where the result is a normal float or an overflow: x = n ln2 + r with
-// |r| <= ln2/2, e^r by a degree-6 polynomial, times 2^n (scale_pow2).
-inline Vec exp_normal_range(Vec x) {
+#if defined(PTO_ISA_GENERIC)
+// e^x on arguments where the result is a normal float or an overflow (and, with kSubnormal, on
+// [-104, -87], where it is subnormal): x = n ln2 + r with |r| <= ln2/2, e^r by a degree-6
+// polynomial, times 2^n (scale_pow2).
+template <bool kSubnormal = false>
+inline Vec exp_reduced(Vec x) {
   Vec n = round(x * Vec::set1(1.44269504088896341f));
   Vec r = fnma(n, Vec::set1(0.693359375f), x);  // ln2 split in two for an exact product
   r = fnma(n, Vec::set1(-2.12194440e-4f), r);
@@ -39,32 +42,88 @@ inline Vec exp_normal_range(Vec x) {
   p = fma(p, r, Vec::set1(1.6666665459e-1f));
   p = fma(p, r, Vec::set1(5.0000001201e-1f));
   p = fma(p, r * r, r + Vec::set1(1.0f));
-  return scale_pow2(p, n);  // one instruction under AVX-512 (a third of exp's)
+  return scale_pow2(p, n);
 }
-
-// e^x, about 1 ulp, underflowing gradually through the subnormals. Lanes whose result is
-// subnormal are computed apart, and only when a vector has one: a multiply that underflows costs
-// a microcode assist of ~100 cycles on x86, and masked softmax rows (scores of -inf or -FLT_MAX)
-// would otherwise pay it on every element. exp<false> is for arguments known to be <= 0 or NaN
-// (Softmax's x - max): the same bits without the overflow checks.
-//
-// On x86 the clamps take x as their second operand, which VMAXPS/VMINPS return when it is NaN, so
-// a NaN goes through the clamps and the polynomial (every step of it NaN in, NaN out) without the
-// compare and blend that would put it back at the end: 4 of 18 cycles a vector on Zen 4 (exp
-// over a row in L1, AVX-512). The generic build's max and min keep their first operand instead.
-template <bool kMayOverflow = true>
-PTO_VMATH_INLINE Vec exp(Vec x) {
-  const Vec hi = Vec::set1(88.7228391f), lo_normal = Vec::set1(-87.0f),  // e^-87 > FLT_MIN
-      lo = Vec::set1(-103.972084f);
-#if defined(PTO_ISA_GENERIC)
-  Vec y = exp_normal_range(kMayOverflow ? min(max(x, lo_normal), hi) : max(x, lo_normal));
+inline constexpr float kExpLoNormal = -87.0f;  // e^-87 > FLT_MIN
 #else
-  Vec y = exp_normal_range(kMayOverflow ? min(hi, max(lo_normal, x)) : max(lo_normal, x));
+// e^x by a table of 2^(j/N), N = 16 under AVX-512, 8 under AVX2: x = (k/N) ln2 + r with
+// k = round(x N / ln2), so |r| <= ln2 / 2N, and e^x = 2^floor(k/N) 2^(j/N) e^r for j = k mod N.
+// The shifter trick rounds: t = x / ln2 + 1.5 2^(23 - log2 N) has 1/N as its ulp, so t - shifter
+// is k/N exactly and t's low mantissa bits are k (two's complement), whose low bits index the
+// table in one VPERMPS. r = x - (k/N) ln2 with ln2 in two parts, the first of 15 bits so that
+// the first fnma is exact.
+//
+// The entries are T_j = 2^(j/N + d), rounded to float, with d (-0.00029 for N = 16, -0.0037 for
+// 8) searched so that every entry is within 0.22 ulp (N = 16) or 0.035 ulp (N = 8) of its exact
+// value; 2^(j/16) itself is up to 0.45 ulp off, which left sigmoid and SiLU a few tenths of an
+// ulp worse than the degree-6 polynomial this replaces. d < 0 keeps T_j (1 + q) in or above
+// T_j's binade (above, T's error is half as many ulps); a d > 0 table (0.19 ulp) put results
+// near x = 0 a binade below T_0 > 1 and measured worse. The polynomial takes the d back:
+// T_j (1 + q(r)) with q(r) ~ e^(r - d ln2) - 1, minimax on |r| <= ln2 / 2N by degree 3 (AVX-512)
+// or 4 (AVX2, |r| twice as large), coefficients rounded one by one and the rest refitted; 2^-28
+// relative with its roundings. Measured on every float: 0.87 ulp (AVX-512), 0.79 (AVX2), against
+// 1.26 (docs/backend/elementwise.md). 11 vector instructions a vector against 15: exp over a row
+// in L1 ran 1.41x (AVX-512) and 1.67x (AVX2) on Zen 4.
+//
+// The power of two: AVX-512's VSCALEFPS multiplies by 2^floor(k/16) directly, exact into the
+// subnormals and overflowing to inf. AVX2's table holds 2 2^(j/8 + d), so on the normal range
+// (kSubnormal false: x in [kExpLoNormal, 88.72], k/8 in [-125, 128]) the factor 2^(floor(k/8) - 1)
+// is a normal float made from t's bits in three integer instructions; on the subnormal band,
+// scale_pow2's two factors.
+#if defined(PTO_ISA_AVX512)
+inline constexpr float kExp2Table[16] = {
+    9.997979999e-01f, 1.044062853e+00f, 1.090287447e+00f, 1.138558626e+00f,
+    1.188966870e+00f, 1.241606951e+00f, 1.296577573e+00f, 1.353981972e+00f,
+    1.413927913e+00f, 1.476527810e+00f, 1.541899323e+00f, 1.610165000e+00f,
+    1.681453109e+00f, 1.755897403e+00f, 1.833637595e+00f, 1.914819717e+00f};
+inline constexpr float kExp2Poly[] = {2.0203867462e-04f, 1.0002020597e+00f, 5.0012058020e-01f,
+                                      1.6665939987e-01f};
+inline constexpr float kExpLoNormal = -87.0f;  // e^-87 > FLT_MIN
+#else
+inline constexpr float kExp2Table[8] = {1.994877934e+00f, 2.175429821e+00f, 2.372323036e+00f,
+                                        2.587036610e+00f, 2.821183443e+00f, 3.076522350e+00f,
+                                        3.354971409e+00f, 3.658622265e+00f};
+inline constexpr float kExp2Poly[] = {2.5676067453e-03f, 1.0025676489e+00f, 5.0128400326e-01f,
+                                      1.6707892716e-01f, 4.1681930423e-02f};
+inline constexpr float kExpLoNormal = -86.5f;  // floor(k/8) - 1 >= -126
+#endif
+
+template <bool kSubnormal = false>
+PTO_VMATH_INLINE Vec exp_reduced(Vec x) {
+  const Vec shifter = Vec::set1(Vec::kLanes == 16 ? 786432.0f : 1572864.0f);  // 1.5 2^19, 2^20
+  const Vec t = fma(x, Vec::set1(1.44269504088896341f), shifter);
+  const Vec n = t - shifter;                          // k/N
+  Vec r = fnma(n, Vec::set1(0.693145751953125f), x);  // 22713 / 2^15: exact
+  r = fnma(n, Vec::set1(1.42860677e-6f), r);
+  const Vec T = permute(Vec::load(kExp2Table), bits(t));
+  const Vec y = fma(T, poly(r, kExp2Poly), T);
+#if defined(PTO_ISA_AVX512)
+  (void)kSubnormal;
+  return {_mm512_scalef_ps(y.v, n.v)};  // times 2^floor(n)
+#else
+  if constexpr (kSubnormal) return scale_pow2(y, floor(n) - Vec::set1(1.0f));
+  // ((k >> 3) - 1 + 127) << 23, k being t's low bits
+  const VecI e =
+      (shift_left<20>(bits(t)) & set1_int(static_cast<int32_t>(0xff800000u))) + set1_int(126 << 23);
+  return y * from_bits(e);
+#endif
+}
+#endif
+
+// e^x on any argument (the clamps and special lanes of exp below).
+template <bool kMayOverflow>
+inline Vec exp_any(Vec x) {
+  const Vec hi = Vec::set1(88.7228391f), lo_normal = Vec::set1(kExpLoNormal),
+            lo = Vec::set1(-103.972084f);
+#if defined(PTO_ISA_GENERIC)
+  Vec y = exp_reduced(kMayOverflow ? min(max(x, lo_normal), hi) : max(x, lo_normal));
+#else
+  Vec y = exp_reduced(kMayOverflow ? min(hi, max(lo_normal, x)) : max(lo_normal, x));
 #endif
   Mask under = x < lo_normal;
   if (any(under)) {
     Mask band = under & (x >= lo);  // subnormal results
-    if (any(band)) y = select(band, exp_normal_range(select(band, x, lo_normal)), y);
+    if (any(band)) y = select(band, exp_reduced<true>(select(band, x, lo_normal)), y);
     y = select(x < lo, Vec::zero(), y);
   }
   if (kMayOverflow) y = select(x > hi, Vec::set1(INFINITY), y);
@@ -72,6 +131,37 @@ PTO_VMATH_INLINE Vec exp(Vec x) {
   return select(is_nan(x), x, y);
 #else
   return y;  // NaN where x is (above)
+#endif
+}
+
+// exp_any out of line, for the x86 exp's rare vectors: inlined, its third copy of exp_reduced
+// made GCC leave silu and gelu_tanh out of their loops (called once a vector, 0.9x).
+template <bool kMayOverflow>
+[[gnu::noinline]] inline Vec exp_any_call(Vec x) {
+  return exp_any<kMayOverflow>(x);
+}
+
+// e^x, below 1 ulp (generic build: 1.2), underflowing gradually through the subnormals. Lanes
+// whose result is subnormal are computed apart, and only when a vector has one: a multiply that
+// underflows costs a microcode assist of ~100 cycles on x86, and masked softmax rows (scores of
+// -inf or -FLT_MAX) would otherwise pay it on every element. exp<false> is for arguments known to
+// be <= 0 or NaN (Softmax's x - max): the same bits without the overflow checks.
+//
+// On x86 a vector whose lanes are all in [kExpLoNormal, hi] or NaN (compares false) goes straight
+// through exp_reduced, NaN in, NaN out (the table lookup of a NaN's bits is some entry, times
+// the NaN): no clamps and no selects, two compares and a branch. Other vectors call exp_any,
+// whose clamps take x as their second operand, which VMAXPS/VMINPS return when it is NaN. The
+// generic build's max and min keep their first operand instead, so it puts NaNs back at the end.
+template <bool kMayOverflow = true>
+PTO_VMATH_INLINE Vec exp(Vec x) {
+#if defined(PTO_ISA_GENERIC)
+  return exp_any<kMayOverflow>(x);
+#else
+  Mask out = x < Vec::set1(kExpLoNormal);
+  if constexpr (kMayOverflow) out = out | (x > Vec::set1(88.7228391f));
+  if (any(out)) [[unlikely]]
+    return exp_any_call<kMayOverflow>(x);
+  return exp_reduced(x);
 #endif
 }
 
