@@ -418,6 +418,9 @@ std::vector<Case> random_cases() {
       {1, 64, 9, 11, 96, 3, 1, 1, 1, false, true, 2},   // 2 groups: 32 -> 48 channels each
       {2, 64, 7, 10, 64, 3, 2, 1, 1, false, false, 4},  // 4 groups of one block of 16, strided
       {1, 96, 6, 5, 48, 1, 1, 0, 1, false, true, 3},    // 3 groups, 1x1: 32 -> 16 each
+      {1, 20, 3, 65, 16, 1, 1, 0},                      // 1x1, one output block: 28 + 28 + 9 pixels
+      {2, 40, 2, 45, 40, 1, 1, 0},  // 1x1, 2 + 1 blocks of 16 (5 of 8), wide rows
+      {1, 12, 3, 64, 9, 3, 1, 1},   // 3x3 stride 1, one block, 62 interior pixels
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
@@ -510,7 +513,9 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
   };
   for (const Block& t : {Block{1, 24, 9, 11, 72, 1, "Clip"}, Block{2, 16, 8, 7, 48, 2, "Relu"},
                          Block{1, 32, 5, 5, 96, 1, ""},
-                         Block{1, 128, 3, 3, 256, 1, "Clip"}}) {  // 3 rows: blocks split too
+                         Block{1, 128, 3, 3, 256, 1, "Clip"},  // 3 rows: blocks split too
+                         Block{1, 16, 3, 61, 32, 1, "Clip"},   // one project block, wide rows
+                         Block{2, 24, 4, 58, 72, 1, ""}}) {    // 2 project blocks, 56 + 2
     std::mt19937 rng(9);
     Graph g;
     const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});

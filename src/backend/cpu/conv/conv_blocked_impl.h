@@ -31,6 +31,13 @@ struct RowKernel {
   static constexpr int kNV = B / kLanes;      // vectors per channel block
   static constexpr int kAcc = kAccRegs / (kNV * OB);
   static constexpr int kRMax = kAcc < 1 ? 1 : (kAcc > 14 ? 14 : kAcc);
+  // A general conv at stride 1 on a blocked X (every 1x1 conv of MobileNetV2 and the project
+  // half of DwPwConvBlocked): pixel r of a register block is r * B floats on, a constant, so its
+  // broadcasts all address off one register, and a register block may be as wide as the
+  // accumulators allow (one output block: 28 pixels, 1 weight load per 28 FMAs, where the
+  // general stride kept 14 pixel addresses in registers and spilled them).
+  static constexpr bool kHasUnit = !kNchw;
+  static constexpr int kRUnit = kAcc < 1 ? 1 : (kAcc > 28 ? 28 : kAcc);
 
   const BlockedConv& g;
   const float* x;     // the image (general) or its channel block (depthwise)
@@ -65,6 +72,7 @@ struct RowKernel {
     float* const yb = y;
     const int64_t ys = ystride;
     if (!e) {
+#pragma GCC unroll 32
       for (int r = 0; r < R; ++r)
         for (int o = 0; o < NOB; ++o)
           for (int v = 0; v < kNV; ++v)
@@ -74,6 +82,7 @@ struct RowKernel {
     const float* res = e->residual;
     const Vec scale = Vec::set1(e->scale), lo = Vec::set1(e->lo), hi = Vec::set1(e->hi);
     const bool clamp = e->clamp;
+#pragma GCC unroll 32
     for (int r = 0; r < R; ++r)
       for (int o = 0; o < NOB; ++o)
         for (int v = 0; v < kNV; ++v) {
@@ -87,16 +96,17 @@ struct RowKernel {
 
   // Output pixels [ox0, ox0 + R) of OB output blocks; with kChecked, taps outside the row are
   // skipped (R == 1). Per input lane: OB weight loads and R broadcasts feed OB x R FMAs.
-  template <int R, bool kChecked>
+  template <int R, bool kChecked, bool kUnit = false>
   void general(int64_t ox0) const {
     fetch_ends<R, OB>(ox0);
     Vec acc[R][OB][kNV];
     for (int o = 0; o < OB; ++o)
       for (int v = 0; v < kNV; ++v) {
         const Vec b = bias ? Vec::load(bias + o * B + v * kLanes) : Vec::zero();
+#pragma GCC unroll 32
         for (int r = 0; r < R; ++r) acc[r][o][v] = b;
       }
-    const int64_t xstep = g.sw * kPix;
+    const int64_t xstep = kUnit ? kPix : g.sw * kPix;
     const int64_t xlane = kNchw ? g.ih * g.iw : 1;  // floats from one lane to the next
     // Each input block plane contributes a short run of pixels per register block, a stream
     // too short for the hardware prefetcher: fetch the run kAheadPlanes planes on meanwhile
@@ -127,6 +137,7 @@ struct RowKernel {
             for (int o = 0; o < OB; ++o)
               for (int v = 0; v < kNV; ++v)
                 wv[o][v] = Vec::load(wp + o * wstride + i * B + v * kLanes);
+#pragma GCC unroll 32
             for (int r = 0; r < R; ++r) {
               const Vec xv = Vec::set1(xp[r * xstep + i * xlane]);
               for (int o = 0; o < OB; ++o)
@@ -149,6 +160,7 @@ struct RowKernel {
     Vec acc[R][1][kNV];
     for (int v = 0; v < kNV; ++v) {
       const Vec b = bias ? Vec::load(bias + v * kLanes) : Vec::zero();
+#pragma GCC unroll 32
       for (int r = 0; r < R; ++r) acc[r][0][v] = b;
     }
     const int64_t xstep = g.sw * B;
@@ -163,6 +175,7 @@ struct RowKernel {
         const float* wp = w + (ky * g.kw + kx) * B;
         for (int v = 0; v < kNV; ++v) {
           const Vec wv = Vec::load(wp + v * kLanes);
+#pragma GCC unroll 32
           for (int r = 0; r < R; ++r)
             acc[r][0][v] = fma(Vec::load(xp + r * xstep + v * kLanes), wv, acc[r][0][v]);
         }
@@ -181,6 +194,7 @@ struct RowKernel {
     Vec acc[R][1][kNV];
     for (int v = 0; v < kNV; ++v) {
       const Vec b = bias ? Vec::load(bias + v * kLanes) : Vec::zero();
+#pragma GCC unroll 32
       for (int r = 0; r < R; ++r) acc[r][0][v] = b;
     }
     constexpr int kJ = (R - 1) * SW + 3;  // input pixels a kernel row reads
@@ -207,7 +221,7 @@ struct RowKernel {
     store<R, 1>(acc, ox0);
   }
 
-  template <int R, bool kChecked>
+  template <int R, bool kChecked, bool kUnit = false>
   void block(int64_t ox0) const {
     if constexpr (OB == 1 && !kNchw)
       if (g.depthwise) {
@@ -216,15 +230,15 @@ struct RowKernel {
             return g.sw == 1 ? depthwise3<R, 1>(ox0) : depthwise3<R, 2>(ox0);
         return depthwise<R, kChecked>(ox0);
       }
-    general<R, kChecked>(ox0);
+    general<R, kChecked, kUnit>(ox0);
   }
 
   // The last `r` (< kRMax) interior pixels from ox0, as one register block of r.
-  template <int R>
+  template <int R, bool kUnit = false>
   void tail(int r, int64_t ox0) const {
     if constexpr (R >= 1) {
-      if (r == R) return block<R, false>(ox0);
-      tail<R - 1>(r, ox0);
+      if (r == R) return block<R, false, kUnit>(ox0);
+      tail<R - 1, kUnit>(r, ox0);
     }
   }
 
@@ -236,6 +250,14 @@ struct RowKernel {
     hi = hi > g.ow ? g.ow : (hi < lo ? lo : hi);
     for (int64_t ox = 0; ox < lo; ++ox) block<1, true>(ox);
     int64_t ox = lo;
+    if constexpr (kHasUnit) {
+      if (g.sw == 1 && !g.depthwise) {
+        for (; ox + kRUnit <= hi; ox += kRUnit) block<kRUnit, false, true>(ox);
+        if (ox < hi) tail<kRUnit - 1, true>(static_cast<int>(hi - ox), ox);
+        for (ox = hi; ox < g.ow; ++ox) block<1, true>(ox);
+        return;
+      }
+    }
     for (; ox + kRMax <= hi; ox += kRMax) block<kRMax, false>(ox);
     if (ox < hi) tail<kRMax - 1>(static_cast<int>(hi - ox), ox);
     for (ox = hi; ox < g.ow; ++ox) block<1, true>(ox);
