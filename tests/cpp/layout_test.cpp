@@ -515,7 +515,11 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
                          Block{1, 32, 5, 5, 96, 1, ""},
                          Block{1, 128, 3, 3, 256, 1, "Clip"},  // 3 rows: blocks split too
                          Block{1, 16, 3, 61, 32, 1, "Clip"},   // one project block, wide rows
-                         Block{2, 24, 4, 58, 72, 1, ""}}) {    // 2 project blocks, 56 + 2
+                         Block{2, 24, 4, 58, 72, 1, ""},       // 2 project blocks, 56 + 2
+                         // Expanded planes of 1 MiB and more: the expansion joins the node too
+                         // (a ring of expanded rows; several images; stride 2; padded lanes).
+                         Block{1, 16, 64, 66, 64, 1, "Clip"}, Block{2, 32, 48, 48, 120, 1, "Relu"},
+                         Block{1, 16, 65, 64, 64, 2, "Clip"}}) {
     std::mt19937 rng(9);
     Graph g;
     const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
@@ -565,13 +569,19 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
         set_num_threads(threads);
         Executable exe = compile(g, {.level = 3});
         int fused = 0;
+        const bool big = t.h * t.w * (t.e + 15) / 16 * 16 * 4 >= (1 << 20);
         for (size_t i = 0; i < exe.graph().nodes().size(); ++i) {
-          if (exe.graph().nodes()[i].op != "DwPwConvBlocked") continue;
+          const Node& node = exe.graph().nodes()[i];
+          if (node.op != "DwPwConvBlocked") continue;
           ++fused;
           EXPECT_EQ(exe.node_backend(i), "cpu") << what;
+          EXPECT_EQ(node.inputs.size(), big ? 7u : 5u) << what << ": the expansion joins it";
         }
         EXPECT_EQ(fused, 1) << what;
         expect_close(exe.run(in)[0], want, cat(what, ", ", cpu::isa_name(isa), ", ", threads));
+        // The reference kernel of the fused node: the same block, one op after the other.
+        if (threads == 1)
+          expect_close(reference::run(exe.graph(), in)[0], want, cat(what, ", reference"));
       }
     }
   }

@@ -167,7 +167,7 @@ struct RowKernel {
     for (int64_t ky = 0; ky < g.kh; ++ky) {
       const int64_t iy = oy * g.sh + ky * g.dh - g.ph;
       if (iy < 0 || iy >= g.ih) continue;
-      const float* xrow = x + iy * g.iw * B;
+      const float* xrow = x + (g.ring ? iy % g.ring : iy) * g.iw * B;
       for (int64_t kx = 0; kx < g.kw; ++kx) {
         const int64_t ix = ox0 * g.sw + kx * g.dw - g.pw;
         if (kChecked && (ix < 0 || ix >= g.iw)) continue;
@@ -201,7 +201,7 @@ struct RowKernel {
     for (int64_t ky = 0; ky < g.kh; ++ky) {
       const int64_t iy = oy * g.sh + ky * g.dh - g.ph;
       if (iy < 0 || iy >= g.ih) continue;
-      const float* xp = x + (iy * g.iw + ox0 * SW - g.pw) * B;
+      const float* xp = x + ((g.ring ? iy % g.ring : iy) * g.iw + ox0 * SW - g.pw) * B;
       Vec wv[3][kNV];
       for (int kx = 0; kx < 3; ++kx)
         for (int v = 0; v < kNV; ++v) wv[kx][v] = Vec::load(w + (ky * 3 + kx) * B + v * kLanes);
@@ -273,7 +273,8 @@ struct RowKernel {
 template <int B, bool kNchw>
 void row(const BlockedConv& g, const float* x, const float* w, const float* bias, float* yrow,
          int64_t ystride, int64_t n, int64_t ob, int64_t obs, int64_t oy, const RowEpilogue* e) {
-  const int64_t plane = g.ih * g.iw * (kNchw ? g.channels : B);  // one image's block (NCHW: all)
+  // One image's block (NCHW: all of it; a ring: its rows).
+  const int64_t plane = (g.ring ? g.ring : g.ih) * g.iw * (kNchw ? g.channels : B);
   BlockedConv gg = g;
   gg.icb = g.icb / g.groups;
   if (g.groups > 1) gg.channels = gg.icb * B;
