@@ -521,9 +521,8 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
         // (a ring of expanded rows; several images; stride 2; padded lanes).
         Block{1, 16, 64, 66, 64, 1, "Clip"}, Block{2, 32, 48, 48, 120, 1, "Relu"},
         Block{1, 16, 65, 64, 64, 2, "Clip"},
-        // Project weights over half of L2 (0.6 MB): groups of output rows per
-        // pass over the weights (one thread; two threads split the blocks of a
-        // 7-row plane, or give 8 chunks of 2 rows of two 8-row images).
+        // 960 -> 160 (0.6 MB of project weights): on two threads a 7-row plane splits its
+        // output blocks, two 8-row images give 8 chunks of 2 rows.
         Block{1, 160, 7, 7, 960, 1, "Clip"}, Block{2, 160, 8, 8, 960, 1, "Relu"}}) {
     std::mt19937 rng(9);
     Graph g;
