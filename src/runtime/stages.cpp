@@ -69,7 +69,15 @@ double dw_pw_conv_flops(const Graph& g, const Node& n) {
   double window = 1;
   for (int64_t extent : n.attr_ints("kernel_shape")) window *= static_cast<double>(extent);
   const double pixels = out / (ocb * lanes);
-  return 2 * pixels * channels * window + 2 * out * channels;
+  double expand = 0;  // the 1x1 expansion (inputs We, Be): every expanded lane of every input pixel
+  if (n.inputs.size() >= 7 && n.inputs[5] != kNoValue) {
+    const double in = elements(g, n.inputs[0]), in_lanes = dim(g, n.inputs[0], 1) * lanes;
+    const double out_lanes = dim(g, n.inputs[5], 0) * lanes;
+    const auto in_channels = static_cast<double>(n.attr_int("expand_channels"));
+    if (in < 0 || in_lanes <= 0 || out_lanes <= 0) return -1;
+    expand = 2 * (in / in_lanes) * in_channels * out_lanes;
+  }
+  return expand + 2 * pixels * channels * window + 2 * out * channels;
 }
 
 // FLOPs of one node, 0 for the ops whose cost is their memory traffic, -1 when not known. The

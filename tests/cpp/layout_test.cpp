@@ -418,6 +418,9 @@ std::vector<Case> random_cases() {
       {1, 64, 9, 11, 96, 3, 1, 1, 1, false, true, 2},   // 2 groups: 32 -> 48 channels each
       {2, 64, 7, 10, 64, 3, 2, 1, 1, false, false, 4},  // 4 groups of one block of 16, strided
       {1, 96, 6, 5, 48, 1, 1, 0, 1, false, true, 3},    // 3 groups, 1x1: 32 -> 16 each
+      {1, 20, 3, 65, 16, 1, 1, 0},                      // 1x1, one output block: 28 + 28 + 9 pixels
+      {2, 40, 2, 45, 40, 1, 1, 0},  // 1x1, 2 + 1 blocks of 16 (5 of 8), wide rows
+      {1, 12, 3, 64, 9, 3, 1, 1},   // 3x3 stride 1, one block, 62 interior pixels
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
@@ -508,9 +511,19 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
     int64_t n, c, h, w, e, stride;
     std::string act;  // between the depthwise and the project conv
   };
-  for (const Block& t : {Block{1, 24, 9, 11, 72, 1, "Clip"}, Block{2, 16, 8, 7, 48, 2, "Relu"},
-                         Block{1, 32, 5, 5, 96, 1, ""},
-                         Block{1, 128, 3, 3, 256, 1, "Clip"}}) {  // 3 rows: blocks split too
+  for (const Block& t :
+       {Block{1, 24, 9, 11, 72, 1, "Clip"}, Block{2, 16, 8, 7, 48, 2, "Relu"},
+        Block{1, 32, 5, 5, 96, 1, ""},
+        Block{1, 128, 3, 3, 256, 1, "Clip"},  // 3 rows: blocks split too
+        Block{1, 16, 3, 61, 32, 1, "Clip"},   // one project block, wide rows
+        Block{2, 24, 4, 58, 72, 1, ""},       // 2 project blocks, 56 + 2
+        // Expanded planes of 1 MiB and more: the expansion joins the node too
+        // (a ring of expanded rows; several images; stride 2; padded lanes).
+        Block{1, 16, 64, 66, 64, 1, "Clip"}, Block{2, 32, 48, 48, 120, 1, "Relu"},
+        Block{1, 16, 65, 64, 64, 2, "Clip"},
+        // 960 -> 160 (0.6 MB of project weights): on two threads a 7-row plane splits its
+        // output blocks, two 8-row images give 8 chunks of 2 rows.
+        Block{1, 160, 7, 7, 960, 1, "Clip"}, Block{2, 160, 8, 8, 960, 1, "Relu"}}) {
     std::mt19937 rng(9);
     Graph g;
     const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
@@ -560,13 +573,19 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
         set_num_threads(threads);
         Executable exe = compile(g, {.level = 3});
         int fused = 0;
+        const bool big = t.h * t.w * (t.e + 15) / 16 * 16 * 4 >= (1 << 20);
         for (size_t i = 0; i < exe.graph().nodes().size(); ++i) {
-          if (exe.graph().nodes()[i].op != "DwPwConvBlocked") continue;
+          const Node& node = exe.graph().nodes()[i];
+          if (node.op != "DwPwConvBlocked") continue;
           ++fused;
           EXPECT_EQ(exe.node_backend(i), "cpu") << what;
+          EXPECT_EQ(node.inputs.size(), big ? 7u : 5u) << what << ": the expansion joins it";
         }
         EXPECT_EQ(fused, 1) << what;
         expect_close(exe.run(in)[0], want, cat(what, ", ", cpu::isa_name(isa), ", ", threads));
+        // The reference kernel of the fused node: the same block, one op after the other.
+        if (threads == 1)
+          expect_close(reference::run(exe.graph(), in)[0], want, cat(what, ", reference"));
       }
     }
   }

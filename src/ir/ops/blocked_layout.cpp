@@ -19,6 +19,11 @@
 //       1x1, stride-1 ConvBlocked (Wpw [OCb, Cb, 1, 1, c, c], Bpw [OCb * c]) as one node: the
 //       FuseBlockedConvs pass makes it so that the depthwise output, a row at a time, never
 //       leaves the cache. X [N, Cb, H, W, c] -> [N, OCb, OH, OW, c].
+//   DwPwConvBlocked(X, Wdw, Bdw, Wpw, Bpw, We, Be) {the above, expand_channels=IC,
+//       expand_activation="" | "Relu" | "Clip" with expand_min and expand_max}
+//       The same after a 1x1, stride-1 ConvBlocked expansion (We [Cb, ICb, 1, 1, c, c], Be
+//       [Cb * c]) and its activation on X [N, ICb, H, W, c] (IC real channels): a MobileNetV2
+//       inverted residual block, whose expanded tensor is computed a few rows at a time.
 #include "ir/ops/blocked_layout.h"
 
 #include "infer_util.h"
@@ -137,15 +142,20 @@ void register_blocked_layout_ops(OpRegistry& r) {
              "and weights"});
   r.add({.name = "DwPwConvBlocked",
          .min_inputs = 5,
-         .max_inputs = 5,
+         .max_inputs = 7,
          .properties = kOpaque,
          .attrs = window::window_attrs().with(
              {required_attr("channels", AttrKind::kInt, "the real channel count"),
               {"activation", "", "between the two convs: \"\", \"Relu\" or \"Clip\""},
               {"min", 0.0, "Clip's lower bound"},
-              {"max", 0.0, "Clip's upper bound"}}),
+              {"max", 0.0, "Clip's upper bound"},
+              {"expand_channels", int64_t{0}, "with We: X's real channel count"},
+              {"expand_activation", "", "after the expansion: \"\", \"Relu\" or \"Clip\""},
+              {"expand_min", 0.0, "the expansion's Clip lower bound"},
+              {"expand_max", 0.0, "the expansion's Clip upper bound"}}),
          .infer = infer_dw_pw_conv_blocked,
-         .doc = "depthwise ConvBlocked, an activation and a 1x1 ConvBlocked as one node"});
+         .doc = "[1x1 ConvBlocked expansion and activation,] depthwise ConvBlocked, an "
+                "activation and a 1x1 ConvBlocked as one node"});
 }
 
 Tensor blocked_conv_weights(const Tensor& w, bool depthwise, int block) {

@@ -115,25 +115,43 @@ std::vector<Tensor> conv_blocked(const KernelContext& c) {
 
 // The depthwise conv, the activation and the 1x1 conv, one after the other: the definition the
 // fused CPU kernel is checked against.
+// `t` clamped as activation `act` ("", "Relu" or "Clip" with bounds `min` and `max`) says.
+Tensor activate(const KernelContext& c, Tensor t, const std::string& act, const char* min,
+                const char* max) {
+  if (act.empty()) return t;
+  if (act != "Relu" && act != "Clip")
+    throw ValueError(cat(c.where(), ": activation must be \"\", Relu or Clip, got ", act));
+  const double lo = act == "Relu" ? 0.0 : c.attrs().get_float(min, 0.0);
+  const double hi =
+      act == "Relu" ? std::numeric_limits<double>::infinity() : c.attrs().get_float(max, 0.0);
+  std::vector<double> v = to_doubles(t, c.where());
+  for (double& x : v) x = std::min(std::max(x, lo), hi);
+  return from_doubles(t.dtype(), t.shape(), v, c.where());
+}
+
 std::vector<Tensor> dw_pw_conv_blocked(const KernelContext& c) {
+  Tensor x = c.input(0);
+  if (c.has_input(5)) {  // the 1x1 expansion and its activation first
+    Node e = c.node;
+    e.op = "ConvBlocked";
+    e.attrs = Attributes();
+    e.attrs.set("kernel_shape", Dims{1, 1});
+    e.attrs.set("channels", c.attrs().get_int("expand_channels"));
+    e.attrs.set("group", int64_t{1});
+    std::vector<Tensor> ins = {x, c.input(5)};
+    if (c.has_input(6)) ins.push_back(c.input(6));
+    x = activate(c, conv_blocked({e, ins, 1})[0], c.attrs().get_string("expand_activation", ""),
+                 "expand_min", "expand_max");
+  }
   Node dw = c.node;
   dw.op = "ConvBlocked";
   dw.attrs = Attributes();
   for (const auto& [name, value] : c.attrs().all())
-    if (name != "activation" && name != "min" && name != "max") dw.attrs.set(name, value);
+    if (name != "activation" && name != "min" && name != "max" && name.rfind("expand_", 0) != 0)
+      dw.attrs.set(name, value);
   dw.attrs.set("group", c.attrs().get_int("channels"));
-  Tensor mid = conv_blocked({dw, {c.input(0), c.input(1), c.input(2)}, 1})[0];
-  const std::string act = c.attrs().get_string("activation", "");
-  if (!act.empty()) {
-    if (act != "Relu" && act != "Clip")
-      throw ValueError(cat(c.where(), ": activation must be \"\", Relu or Clip, got ", act));
-    const double lo = act == "Relu" ? 0.0 : c.attrs().get_float("min", 0.0);
-    const double hi =
-        act == "Relu" ? std::numeric_limits<double>::infinity() : c.attrs().get_float("max", 0.0);
-    std::vector<double> v = to_doubles(mid, c.where());
-    for (double& x : v) x = std::min(std::max(x, lo), hi);
-    mid = from_doubles(mid.dtype(), mid.shape(), v, c.where());
-  }
+  Tensor mid = conv_blocked({dw, {x, c.input(1), c.input(2)}, 1})[0];
+  mid = activate(c, mid, c.attrs().get_string("activation", ""), "min", "max");
   Node pw = c.node;
   pw.op = "ConvBlocked";
   pw.attrs = Attributes();

@@ -208,15 +208,76 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
   return one(std::move(y));
 }
 
+// An activation attribute pair ("", "Relu" or "Clip" with bounds `min`/`max`) as a register clamp
+// (false: none).
+bool clamp_attrs(const KernelContext& c, const std::string& name, const char* min, const char* max,
+                 RowEpilogue& e) {
+  const std::string act = c.attrs().get_string(name, "");
+  if (!act.empty() && act != "Relu" && act != "Clip")
+    throw ValueError(cat(c.where(), ": ", name, " must be \"\", Relu or Clip, got ", act));
+  e.clamp = true;
+  e.lo = act == "Clip" ? static_cast<float>(c.attrs().get_float(min)) : 0.0f;
+  e.hi = act == "Clip" ? static_cast<float>(c.attrs().get_float(max))
+                       : std::numeric_limits<float>::infinity();
+  return !act.empty();
+}
+
 // DwPwConvBlocked: per output row, the depthwise conv of every channel block into a row buffer
 // (one row of a blocked image: [Cb, 1, OW, c]), the activation on it while it is in L1, then the
 // 1x1 conv of that row into the output, four output blocks at a time, and the fused residual and
 // activation. Tasks are (image, output row).
+// With an expansion (inputs We, Be), the depthwise conv reads a per-thread ring of the expanded
+// rows it needs ((KH - 1) * DH + 1 rows per channel block): each output row first computes the
+// expanded rows (1x1 conv and its activation, four blocks at a time) that the ring lacks, so
+// consecutive rows of a task compute each expanded row once and the expanded tensor is never
+// written out. Tasks then come in chunks of consecutive rows (at most two per thread), since a
+// chunk recomputes the rows it shares with the one before it.
 std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
   const std::string where = c.where();
   const Tensor &x = c.input(0), &wd = c.input(1), &bd = c.input(2), &wp = c.input(3),
                &bp = c.input(4);
-  const BlockedConv gd = blocked_geometry(x, wd, c.attrs(), c.attrs().get_int("channels"), where);
+  const bool expand = c.has_input(5);
+  BlockedConv ge;  // the expansion: a 1x1 conv of X into the ring
+  BlockedConv gd;
+  if (expand) {
+    const Tensor &we = c.input(5), &be = c.input(6);
+    Attributes ea;
+    ea.set("kernel_shape", Dims{1, 1});
+    ea.set("channels", c.attrs().get_int("expand_channels"));
+    ge = blocked_geometry(x, we, ea, 1, where);
+    if (ge.depthwise || ge.x_nchw || we.dim(2) != 1 || we.dim(3) != 1 ||
+        be.numel() != ge.ocb * ge.block)
+      throw ValueError(
+          cat(where, ": the expansion ", we.str(), ", ", be.str(), " does not fit ", x.str()));
+    // The depthwise conv's geometry on the expanded tensor [N, ge.ocb, H, W, c].
+    gd.channels = c.attrs().get_int("channels");
+    gd.depthwise = true;
+    gd.n = ge.n;
+    gd.icb = gd.ocb = ge.ocb;
+    gd.ih = ge.ih;
+    gd.iw = ge.iw;
+    gd.block = ge.block;
+    if (wd.rank() != 5 || wd.dim(0) != ge.ocb || wd.dim(1) != 1 || wd.dim(4) != ge.block ||
+        gd.channels > ge.ocb * ge.block || gd.channels <= (ge.ocb - 1) * ge.block)
+      throw ValueError(cat(where, ": the depthwise weights ", wd.str(), " do not fit ", gd.channels,
+                           " expanded channels"));
+    gd.kh = wd.dim(2);
+    gd.kw = wd.dim(3);
+    const window::Params p = window::read_params(c.attrs(), {gd.kh, gd.kw}, false, where);
+    const window::Axis ay = window::forward_axis(p, 0, gd.ih, where);
+    const window::Axis ax = window::forward_axis(p, 1, gd.iw, where);
+    gd.oh = ay.out;
+    gd.ow = ax.out;
+    gd.sh = p.strides[0];
+    gd.sw = p.strides[1];
+    gd.dh = p.dilations[0];
+    gd.dw = p.dilations[1];
+    gd.ph = ay.pad_begin;
+    gd.pw = ax.pad_begin;
+    gd.ring = (gd.kh - 1) * gd.dh + 1;
+  } else {
+    gd = blocked_geometry(x, wd, c.attrs(), c.attrs().get_int("channels"), where);
+  }
   if (!gd.depthwise || wp.rank() != 6 || wp.dim(1) != gd.ocb || wp.dim(2) != 1 || wp.dim(3) != 1 ||
       wp.dim(4) != gd.block || wp.dim(5) != gd.block || bd.numel() != gd.ocb * gd.block ||
       bp.numel() != wp.dim(0) * gd.block)
@@ -231,12 +292,11 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
   gp.ocb = wp.dim(0);
   gp.kh = gp.kw = gp.sh = gp.sw = gp.dh = gp.dw = 1;
   gp.channels = gd.channels;
-  const std::string act = c.attrs().get_string("activation", "");
-  if (!act.empty() && act != "Relu" && act != "Clip")
-    throw ValueError(cat(where, ": activation must be \"\", Relu or Clip, got ", act));
-  const float lo = act == "Clip" ? static_cast<float>(c.attrs().get_float("min")) : 0.0f;
-  const float hi = act == "Clip" ? static_cast<float>(c.attrs().get_float("max"))
-                                 : std::numeric_limits<float>::infinity();
+  RowEpilogue clamp_mid;  // the depthwise stage's activation, in registers
+  const bool act_mid = clamp_attrs(c, "activation", "min", "max", clamp_mid);
+  RowEpilogue clamp_e;  // the expansion's
+  const bool act_e =
+      expand && clamp_attrs(c, "expand_activation", "expand_min", "expand_max", clamp_e);
   const Dims yshape = {gd.n, gp.ocb, gd.oh, gd.ow, gd.block};
   if (c.epilogue && c.epilogue->bias.defined())
     throw KernelDeclined(cat(where, ": a fused bias is not supported on blocked tensors"));
@@ -244,14 +304,13 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
   Tensor y = Tensor::empty(DType::kF32, yshape);
   float* yp = y.data<float>();
   const float *xp = x.data<float>(), *wdp = wd.data<float>(), *wpp = wp.data<float>();
+  const float* wep = expand ? c.input(5).data<float>() : nullptr;
+  const float* bep = expand ? c.input(6).data<float>() : nullptr;
   const int64_t row = gd.ow * gd.block, plane = gd.oh * row;
+  const int64_t in_row = gd.iw * gd.block, ring_plane = gd.ring * in_row;
   RowEpilogue fused;
   const bool in_regs = row_epilogue(ep, &fused);
   const bool has_rest = !in_regs && (ep.residual || ep.act != Activation::kNone);
-  RowEpilogue clamp_mid;  // the depthwise stage's activation, in registers
-  clamp_mid.clamp = true;
-  clamp_mid.lo = lo;
-  clamp_mid.hi = hi;
   auto conv_row = [](const BlockedConv& g, const float* in, const float* w, const float* b,
                      float* out, int64_t stride, int64_t n, int64_t ob, int64_t obs, int64_t oy,
                      const RowEpilogue* e) {
@@ -262,13 +321,31 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
   // then split into `parts` tasks, each computing the (cheap) depthwise row again.
   const int64_t rows = gd.n * gd.oh, sets = (gp.ocb + 3) / 4;
   const int64_t parts = std::clamp<int64_t>((4 * num_threads() + rows - 1) / rows, 1, sets);
-  parallel_for(0, rows * parts, 1, [&](int64_t t0, int64_t t1) {
-    float* mid = scratch_as<float>(static_cast<size_t>(gd.ocb * row));
+  const int64_t tasks = rows * parts;
+  const int64_t grain =
+      expand ? std::max<int64_t>(1, (tasks + 2 * num_threads() - 1) / (2 * num_threads())) : 1;
+  parallel_for(0, tasks, grain, [&](int64_t t0, int64_t t1) {
+    const size_t mid_floats = static_cast<size_t>(gd.ocb * row);
+    float* mid = scratch_as<float>(mid_floats + (expand ? gd.ocb * ring_plane : 0));
+    float* ring = mid + mid_floats;
+    std::vector<int64_t> held(static_cast<size_t>(gd.ring), -1);  // n * ih + iy of each slot
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t part = t % parts, oy = t / parts % gd.oh, n = t / parts / gd.oh;
+      if (expand) {
+        for (int64_t ky = 0; ky < gd.kh; ++ky) {
+          const int64_t iy = oy * gd.sh + ky * gd.dh - gd.ph;
+          if (iy < 0 || iy >= gd.ih) continue;
+          const int64_t slot = iy % gd.ring;
+          if (held[static_cast<size_t>(slot)] == n * gd.ih + iy) continue;
+          for (int64_t ob = 0; ob < ge.ocb; ob += 4)
+            conv_row(ge, xp, wep, bep, ring + ob * ring_plane + slot * in_row, ring_plane, n, ob,
+                     std::min<int64_t>(4, ge.ocb - ob), iy, act_e ? &clamp_e : nullptr);
+          held[static_cast<size_t>(slot)] = n * gd.ih + iy;
+        }
+      }
       for (int64_t o = 0; o < gd.ocb; ++o)
-        conv_row(gd, xp, wdp, bd.data<float>(), mid + o * row, row, n, o, 1, oy,
-                 act.empty() ? nullptr : &clamp_mid);
+        conv_row(gd, expand ? ring : xp, wdp, bd.data<float>(), mid + o * row, row, expand ? 0 : n,
+                 o, 1, oy, act_mid ? &clamp_mid : nullptr);
       const int64_t at = (n * gp.ocb * gd.oh + oy) * row;  // block 0's row oy of image n
       const int64_t b0 = part * sets / parts * 4,
                     b1 = std::min(gp.ocb, (part + 1) * sets / parts * 4);
@@ -355,15 +432,16 @@ void register_blocked_conv_kernels(KernelRegistry& r) {
                              : std::string("direct");
   };
   r.add("ConvBlocked", std::move(conv));
-  r.add("DwPwConvBlocked", {[](const NodeInfo& i) {
-                              if (i.inputs.size() != 5 || !rank_is(i, 0, 5)) return false;
-                              for (size_t k = 0; k < 5; ++k)
-                                if (!is_f32(i, k)) return false;
-                              const Dim& b = (*i.inputs[0].shape)[4];
-                              return b == Dim(8) || b == Dim(16);
-                            },
-                            {},
-                            run_dw_pw_conv_blocked});
+  r.add("DwPwConvBlocked",
+        {[](const NodeInfo& i) {
+           if ((i.inputs.size() != 5 && i.inputs.size() != 7) || !rank_is(i, 0, 5)) return false;
+           for (size_t k = 0; k < i.inputs.size(); ++k)
+             if (!is_f32(i, k)) return false;
+           const Dim& b = (*i.inputs[0].shape)[4];
+           return b == Dim(8) || b == Dim(16);
+         },
+         {},
+         run_dw_pw_conv_blocked});
 }
 
 }  // namespace pto::cpu

@@ -31,6 +31,13 @@ struct RowKernel {
   static constexpr int kNV = B / kLanes;      // vectors per channel block
   static constexpr int kAcc = kAccRegs / (kNV * OB);
   static constexpr int kRMax = kAcc < 1 ? 1 : (kAcc > 14 ? 14 : kAcc);
+  // A general conv at stride 1 on a blocked X (every 1x1 conv of MobileNetV2 and the project
+  // half of DwPwConvBlocked): pixel r of a register block is r * B floats on, a constant, so its
+  // broadcasts all address off one register, and a register block may be as wide as the
+  // accumulators allow (one output block: 28 pixels, 1 weight load per 28 FMAs, where the
+  // general stride kept 14 pixel addresses in registers and spilled them).
+  static constexpr bool kHasUnit = !kNchw;
+  static constexpr int kRUnit = kAcc < 1 ? 1 : (kAcc > 28 ? 28 : kAcc);
 
   const BlockedConv& g;
   const float* x;     // the image (general) or its channel block (depthwise)
@@ -59,34 +66,47 @@ struct RowKernel {
   // e is copied to locals: the stores may alias it as far as the compiler knows.
   template <int R, int NOB>
   [[gnu::always_inline]] void store(const Vec (&acc)[R][NOB][kNV], int64_t ox0) const {
-    auto each = [&](auto f) {
+    // Plain loops, no lambda: a lambda GCC does not inline (R = 14) takes acc's address, and
+    // then every FMA of the reduction loads and stores its accumulator on the stack (perf:
+    // MobileNetV2's depthwise rows and checked edge pixels).
+    float* const yb = y;
+    const int64_t ys = ystride;
+    if (!e) {
+#pragma GCC unroll 32
       for (int r = 0; r < R; ++r)
         for (int o = 0; o < NOB; ++o)
-          for (int v = 0; v < kNV; ++v) f(acc[r][o][v], o * ystride + (ox0 + r) * B + v * kLanes);
-    };
-    if (!e) return each([&](Vec a, int64_t at) { a.store(y + at); });
+          for (int v = 0; v < kNV; ++v)
+            acc[r][o][v].store(yb + o * ys + (ox0 + r) * B + v * kLanes);
+      return;
+    }
     const float* res = e->residual;
     const Vec scale = Vec::set1(e->scale), lo = Vec::set1(e->lo), hi = Vec::set1(e->hi);
     const bool clamp = e->clamp;
-    each([&](Vec a, int64_t at) {
-      if (res) a = fma(scale, Vec::load(res + at), a);
-      if (clamp) a = min(max(a, lo), hi);
-      a.store(y + at);
-    });
+#pragma GCC unroll 32
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < NOB; ++o)
+        for (int v = 0; v < kNV; ++v) {
+          const int64_t at = o * ys + (ox0 + r) * B + v * kLanes;
+          Vec a = acc[r][o][v];
+          if (res) a = fma(scale, Vec::load(res + at), a);
+          if (clamp) a = min(max(a, lo), hi);
+          a.store(yb + at);
+        }
   }
 
   // Output pixels [ox0, ox0 + R) of OB output blocks; with kChecked, taps outside the row are
   // skipped (R == 1). Per input lane: OB weight loads and R broadcasts feed OB x R FMAs.
-  template <int R, bool kChecked>
+  template <int R, bool kChecked, bool kUnit = false>
   void general(int64_t ox0) const {
     fetch_ends<R, OB>(ox0);
     Vec acc[R][OB][kNV];
     for (int o = 0; o < OB; ++o)
       for (int v = 0; v < kNV; ++v) {
         const Vec b = bias ? Vec::load(bias + o * B + v * kLanes) : Vec::zero();
+#pragma GCC unroll 32
         for (int r = 0; r < R; ++r) acc[r][o][v] = b;
       }
-    const int64_t xstep = g.sw * kPix;
+    const int64_t xstep = kUnit ? kPix : g.sw * kPix;
     const int64_t xlane = kNchw ? g.ih * g.iw : 1;  // floats from one lane to the next
     // Each input block plane contributes a short run of pixels per register block, a stream
     // too short for the hardware prefetcher: fetch the run kAheadPlanes planes on meanwhile
@@ -117,6 +137,7 @@ struct RowKernel {
             for (int o = 0; o < OB; ++o)
               for (int v = 0; v < kNV; ++v)
                 wv[o][v] = Vec::load(wp + o * wstride + i * B + v * kLanes);
+#pragma GCC unroll 32
             for (int r = 0; r < R; ++r) {
               const Vec xv = Vec::set1(xp[r * xstep + i * xlane]);
               for (int o = 0; o < OB; ++o)
@@ -139,13 +160,14 @@ struct RowKernel {
     Vec acc[R][1][kNV];
     for (int v = 0; v < kNV; ++v) {
       const Vec b = bias ? Vec::load(bias + v * kLanes) : Vec::zero();
+#pragma GCC unroll 32
       for (int r = 0; r < R; ++r) acc[r][0][v] = b;
     }
     const int64_t xstep = g.sw * B;
     for (int64_t ky = 0; ky < g.kh; ++ky) {
       const int64_t iy = oy * g.sh + ky * g.dh - g.ph;
       if (iy < 0 || iy >= g.ih) continue;
-      const float* xrow = x + iy * g.iw * B;
+      const float* xrow = x + (g.ring ? iy % g.ring : iy) * g.iw * B;
       for (int64_t kx = 0; kx < g.kw; ++kx) {
         const int64_t ix = ox0 * g.sw + kx * g.dw - g.pw;
         if (kChecked && (ix < 0 || ix >= g.iw)) continue;
@@ -153,6 +175,7 @@ struct RowKernel {
         const float* wp = w + (ky * g.kw + kx) * B;
         for (int v = 0; v < kNV; ++v) {
           const Vec wv = Vec::load(wp + v * kLanes);
+#pragma GCC unroll 32
           for (int r = 0; r < R; ++r)
             acc[r][0][v] = fma(Vec::load(xp + r * xstep + v * kLanes), wv, acc[r][0][v]);
         }
@@ -171,13 +194,14 @@ struct RowKernel {
     Vec acc[R][1][kNV];
     for (int v = 0; v < kNV; ++v) {
       const Vec b = bias ? Vec::load(bias + v * kLanes) : Vec::zero();
+#pragma GCC unroll 32
       for (int r = 0; r < R; ++r) acc[r][0][v] = b;
     }
     constexpr int kJ = (R - 1) * SW + 3;  // input pixels a kernel row reads
     for (int64_t ky = 0; ky < g.kh; ++ky) {
       const int64_t iy = oy * g.sh + ky * g.dh - g.ph;
       if (iy < 0 || iy >= g.ih) continue;
-      const float* xp = x + (iy * g.iw + ox0 * SW - g.pw) * B;
+      const float* xp = x + ((g.ring ? iy % g.ring : iy) * g.iw + ox0 * SW - g.pw) * B;
       Vec wv[3][kNV];
       for (int kx = 0; kx < 3; ++kx)
         for (int v = 0; v < kNV; ++v) wv[kx][v] = Vec::load(w + (ky * 3 + kx) * B + v * kLanes);
@@ -197,7 +221,7 @@ struct RowKernel {
     store<R, 1>(acc, ox0);
   }
 
-  template <int R, bool kChecked>
+  template <int R, bool kChecked, bool kUnit = false>
   void block(int64_t ox0) const {
     if constexpr (OB == 1 && !kNchw)
       if (g.depthwise) {
@@ -206,15 +230,15 @@ struct RowKernel {
             return g.sw == 1 ? depthwise3<R, 1>(ox0) : depthwise3<R, 2>(ox0);
         return depthwise<R, kChecked>(ox0);
       }
-    general<R, kChecked>(ox0);
+    general<R, kChecked, kUnit>(ox0);
   }
 
   // The last `r` (< kRMax) interior pixels from ox0, as one register block of r.
-  template <int R>
+  template <int R, bool kUnit = false>
   void tail(int r, int64_t ox0) const {
     if constexpr (R >= 1) {
-      if (r == R) return block<R, false>(ox0);
-      tail<R - 1>(r, ox0);
+      if (r == R) return block<R, false, kUnit>(ox0);
+      tail<R - 1, kUnit>(r, ox0);
     }
   }
 
@@ -226,6 +250,14 @@ struct RowKernel {
     hi = hi > g.ow ? g.ow : (hi < lo ? lo : hi);
     for (int64_t ox = 0; ox < lo; ++ox) block<1, true>(ox);
     int64_t ox = lo;
+    if constexpr (kHasUnit) {
+      if (g.sw == 1 && !g.depthwise) {
+        for (; ox + kRUnit <= hi; ox += kRUnit) block<kRUnit, false, true>(ox);
+        if (ox < hi) tail<kRUnit - 1, true>(static_cast<int>(hi - ox), ox);
+        for (ox = hi; ox < g.ow; ++ox) block<1, true>(ox);
+        return;
+      }
+    }
     for (; ox + kRMax <= hi; ox += kRMax) block<kRMax, false>(ox);
     if (ox < hi) tail<kRMax - 1>(static_cast<int>(hi - ox), ox);
     for (ox = hi; ox < g.ow; ++ox) block<1, true>(ox);
@@ -241,7 +273,8 @@ struct RowKernel {
 template <int B, bool kNchw>
 void row(const BlockedConv& g, const float* x, const float* w, const float* bias, float* yrow,
          int64_t ystride, int64_t n, int64_t ob, int64_t obs, int64_t oy, const RowEpilogue* e) {
-  const int64_t plane = g.ih * g.iw * (kNchw ? g.channels : B);  // one image's block (NCHW: all)
+  // One image's block (NCHW: all of it; a ring: its rows).
+  const int64_t plane = (g.ring ? g.ring : g.ih) * g.iw * (kNchw ? g.channels : B);
   BlockedConv gg = g;
   gg.icb = g.icb / g.groups;
   if (g.groups > 1) gg.channels = gg.icb * B;

@@ -65,6 +65,9 @@ struct BlockedConv : ConvWindow {
   int64_t groups = 1;
   // X is [N, C, H, W] with C <= block (icb 1): a first conv reading the network's input as it is.
   bool x_nchw = false;
+  // Depthwise only: X holds `ring` rows per block (0: all ih), input row iy at row iy % ring (a
+  // ring of rows a fused expansion fills, DwPwConvBlocked); bounds are still checked against ih.
+  int64_t ring = 0;
 };
 
 // The part of a fused epilogue a blocked conv applies in registers: y = clamp(acc + scale *
