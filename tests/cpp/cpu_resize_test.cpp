@@ -46,6 +46,19 @@ TEST(CpuResize, NearestEveryModeAndCoordinate) {
                      scales);
 }
 
+// The plane resized by copies in one pass (resize_copies_2d): ranks 3 and 5, rows repeated within
+// and across the two threads' chunks, a plane of many rows, and an axis left alone.
+TEST(CpuResize, NearestPlanesOfOtherRanks) {
+  const auto nearest = attrs_of({{"mode", std::string("nearest")},
+                                 {"nearest_mode", std::string("floor")},
+                                 {"coordinate_transformation_mode", std::string("asymmetric")}});
+  check_resize(random_f32({2, 9, 13}, 2), nearest, floats({1, 2, 2}));
+  check_resize(random_f32({1, 2, 3, 4, 5}, 3), nearest, floats({1, 1, 1, 2.5f, 3}));
+  check_resize(random_f32({3, 64, 40, 40}, 4), nearest, floats({1, 1, 2, 2}));
+  check_resize(random_f32({2, 3, 6, 5}, 5), nearest, floats({1, 1, 1, 2}));
+  check_resize(random_f32({2, 3, 6, 5}, 6), nearest, floats({1, 1, 3, 1}));
+}
+
 TEST(CpuResize, LinearAndCubicUpAndDown) {
   const Tensor x = random_f32({1, 4, 9, 6}, 2);
   for (const char* mode : {"linear", "cubic"})

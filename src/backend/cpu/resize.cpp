@@ -5,7 +5,8 @@
 // float (the reference accumulates in double). An axis with more than one value per position
 // (`inner` > 1: every axis but the last) is a weighted sum of whole rows, vectorized along them;
 // the last axis is a weighted gather per output value. Each pass runs in parallel over its
-// output rows.
+// output rows. A plane (the last two axes) whose outputs each copy one input value (nearest, the
+// 2x upsampling of YOLO and U-Net decoders) is one pass of row gathers and row copies instead.
 #include <algorithm>
 #include <vector>
 
@@ -18,11 +19,45 @@ namespace {
 
 constexpr int64_t kGrainValues = 32768;  // multiply-adds per parallel chunk, at least
 
+// y[b, o] = sum_j w[o, j] x[b, index[o, j]] (or the extrapolation value) over [outer, in] ->
+// [outer, out]: the last axis, a weighted gather per output value, a row of them at a time (an
+// index per value, not a division: YOLOv8's 2x nearest upsampling of [256, 20, 20] took 1.1 ms
+// dividing out each output's row and column, a tenth of that without).
+void resize_last_axis(const float* x, float* y, int64_t outer, const reference::ResizeTaps& t,
+                      const std::vector<float>& w, float extrapolation) {
+  const int64_t n = t.n, out = t.out, in = t.in;
+  const bool extrapolates =
+      std::find(t.extrapolate.begin(), t.extrapolate.end(), true) != t.extrapolate.end();
+  const int64_t grain = std::max<int64_t>(1, kGrainValues / std::max<int64_t>(out * n, 1));
+  parallel_for(0, outer, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* xb = x + b * in;
+      float* yb = y + b * out;
+      if (n == 1 && !extrapolates) {  // nearest: one tap, weight 1
+        for (int64_t o = 0; o < out; ++o) yb[o] = w[o] * xb[t.index[o]];
+        continue;
+      }
+      for (int64_t o = 0; o < out; ++o) {
+        if (extrapolates && t.extrapolate[o]) {
+          yb[o] = extrapolation;
+          continue;
+        }
+        const int64_t* idx = t.index.data() + o * n;
+        const float* wo = w.data() + o * n;
+        float acc = 0;
+        for (int64_t j = 0; j < n; ++j) acc += wo[j] * xb[idx[j]];
+        yb[o] = acc;
+      }
+    }
+  });
+}
+
 // y[b, o, k] = sum_j w[o, j] x[b, index[o, j], k] (or the extrapolation value) over
 // [outer, in, inner] -> [outer, out, inner].
 void resize_pass(const float* x, float* y, int64_t outer, int64_t inner,
                  const reference::ResizeTaps& t, float extrapolation) {
   std::vector<float> w(t.weight.begin(), t.weight.end());
+  if (inner == 1) return resize_last_axis(x, y, outer, t, w, extrapolation);
   const int64_t n = t.n, out = t.out, in = t.in;
   const int64_t grain = std::max<int64_t>(1, kGrainValues / std::max<int64_t>(inner * n, 1));
   parallel_for(0, outer * out, grain, [&](int64_t r0, int64_t r1) {
@@ -36,12 +71,6 @@ void resize_pass(const float* x, float* y, int64_t outer, int64_t inner,
       const int64_t* idx = t.index.data() + o * n;
       const float* wo = w.data() + o * n;
       const float* xb = x + b * in * inner;
-      if (inner == 1) {
-        float acc = 0;
-        for (int64_t j = 0; j < n; ++j) acc += wo[j] * xb[idx[j]];
-        *yr = acc;
-        continue;
-      }
       const float* x0 = xb + idx[0] * inner;
       for (int64_t k = 0; k < inner; ++k) yr[k] = wo[0] * x0[k];
       for (int64_t j = 1; j < n; ++j) {
@@ -49,6 +78,51 @@ void resize_pass(const float* x, float* y, int64_t outer, int64_t inner,
         const float wj = wo[j];
         for (int64_t k = 0; k < inner; ++k) yr[k] += wj * xj[k];
       }
+    }
+  });
+}
+
+// The input index each output copies, when every output of an axis takes one input value whole:
+// nearest (its taps are {1, 0} or {0, 1}), or any mode at positions landing on inputs; no
+// extrapolation. Empty otherwise. A copy, unlike the weighted sum, leaves the neighbour of weight 0
+// unread, so an inf there does not make NaN (as in PyTorch's nearest).
+std::vector<int64_t> copy_indices(const reference::ResizeTaps& t) {
+  std::vector<int64_t> index(static_cast<size_t>(t.out));
+  for (int64_t o = 0; o < t.out; ++o) {
+    if (t.extrapolate[o]) return {};
+    int64_t from = -1;
+    for (int64_t j = 0; j < t.n; ++j) {
+      const double w = t.weight[o * t.n + j];
+      if (w == 1.0 && from < 0)
+        from = t.index[o * t.n + j];
+      else if (w != 0.0)
+        return {};
+    }
+    if (from < 0) return {};
+    index[o] = from;
+  }
+  return index;
+}
+
+// Both axes of a plane as one pass of copies, [outer, ih, iw] -> [outer, oh, ow] by the index
+// arrays of copy_indices: an output row gathers from its input row, or repeats the row above when
+// both come from the same input row (every other row of a 2x nearest upsampling), with no
+// intermediate tensor.
+void resize_copies_2d(const float* x, float* y, int64_t outer, int64_t ih, int64_t iw,
+                      const std::vector<int64_t>& rows, const std::vector<int64_t>& cols) {
+  const auto oh = static_cast<int64_t>(rows.size()), ow = static_cast<int64_t>(cols.size());
+  const int64_t* col = cols.data();
+  const int64_t grain = std::max<int64_t>(1, kGrainValues / std::max<int64_t>(ow, 1));
+  parallel_for(0, outer * oh, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / oh, o = r % oh;
+      float* yr = y + r * ow;
+      if (r > r0 && o > 0 && rows[o] == rows[o - 1]) {
+        std::copy_n(yr - ow, ow, yr);
+        continue;
+      }
+      const float* xr = x + (b * ih + rows[o]) * iw;
+      for (int64_t k = 0; k < ow; ++k) yr[k] = xr[col[k]];
     }
   });
 }
@@ -68,6 +142,21 @@ std::vector<Tensor> run_resize(const KernelContext& c) {
   if (axes.empty()) {
     std::copy_n(x.data<float>(), x.numel(), y.data<float>());
     return one(std::move(y));
+  }
+  const auto rank = static_cast<int64_t>(shape.size());
+  if (axes.size() == 2 && std::min(axes[0], axes[1]) == rank - 2 &&
+      std::max(axes[0], axes[1]) == rank - 1) {  // a plane: both axes in one pass when copies
+    auto taps = [&](int64_t a) {
+      return reference::resize_taps(plan.params, shape[a], plan.out[a], plan.scales[a],
+                                    plan.roi_start(a), plan.roi_end(a), c.where());
+    };
+    const std::vector<int64_t> rows = copy_indices(taps(rank - 2));
+    const std::vector<int64_t> cols = rows.empty() ? rows : copy_indices(taps(rank - 1));
+    if (!cols.empty()) {
+      const int64_t ih = shape[rank - 2], iw = shape[rank - 1];
+      resize_copies_2d(x.data<float>(), y.data<float>(), x.numel() / (ih * iw), ih, iw, rows, cols);
+      return one(std::move(y));
+    }
   }
   std::vector<float> bufs[2];
   const float* src = x.data<float>();
