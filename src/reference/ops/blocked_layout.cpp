@@ -130,14 +130,19 @@ Tensor activate(const KernelContext& c, Tensor t, const std::string& act, const 
 }
 
 std::vector<Tensor> dw_pw_conv_blocked(const KernelContext& c) {
+  // A 1x1 ConvBlocked to `channels` channels.
+  auto one_by_one = [&](int64_t channels) {
+    Node n = c.node;
+    n.op = "ConvBlocked";
+    n.attrs = Attributes();
+    n.attrs.set("kernel_shape", Dims{1, 1});
+    n.attrs.set("channels", channels);
+    n.attrs.set("group", int64_t{1});
+    return n;
+  };
   Tensor x = c.input(0);
   if (c.has_input(5)) {  // the 1x1 expansion and its activation first
-    Node e = c.node;
-    e.op = "ConvBlocked";
-    e.attrs = Attributes();
-    e.attrs.set("kernel_shape", Dims{1, 1});
-    e.attrs.set("channels", c.attrs().get_int("expand_channels"));
-    e.attrs.set("group", int64_t{1});
+    const Node e = one_by_one(c.attrs().get_int("expand_channels"));
     std::vector<Tensor> ins = {x, c.input(5)};
     if (c.has_input(6)) ins.push_back(c.input(6));
     x = activate(c, conv_blocked({e, ins, 1})[0], c.attrs().get_string("expand_activation", ""),
@@ -152,13 +157,8 @@ std::vector<Tensor> dw_pw_conv_blocked(const KernelContext& c) {
   dw.attrs.set("group", c.attrs().get_int("channels"));
   Tensor mid = conv_blocked({dw, {x, c.input(1), c.input(2)}, 1})[0];
   mid = activate(c, mid, c.attrs().get_string("activation", ""), "min", "max");
-  Node pw = c.node;
-  pw.op = "ConvBlocked";
-  pw.attrs = Attributes();
-  pw.attrs.set("kernel_shape", Dims{1, 1});
-  pw.attrs.set("channels", c.attrs().get_int("channels"));
-  pw.attrs.set("group", int64_t{1});
-  return conv_blocked({pw, {mid, c.input(3), c.input(4)}, 1});
+  return conv_blocked(
+      {one_by_one(c.attrs().get_int("channels")), {mid, c.input(3), c.input(4)}, 1});
 }
 
 }  // namespace

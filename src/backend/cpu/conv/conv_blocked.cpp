@@ -77,6 +77,22 @@ std::vector<Tensor> run_from_blocked(const KernelContext& c) {
   return one(std::move(y));
 }
 
+// The window of g's kh x kw kernel on its ih x iw input, from the node's strides, pads and
+// dilations: the output size, strides, dilations and leading pads.
+void set_window(BlockedConv& g, const Attributes& attrs, const std::string& where) {
+  const window::Params p = window::read_params(attrs, {g.kh, g.kw}, false, where);
+  const window::Axis ay = window::forward_axis(p, 0, g.ih, where);
+  const window::Axis ax = window::forward_axis(p, 1, g.iw, where);
+  g.oh = ay.out;
+  g.ow = ax.out;
+  g.sh = p.strides[0];
+  g.sw = p.strides[1];
+  g.dh = p.dilations[0];
+  g.dw = p.dilations[1];
+  g.ph = ay.pad_begin;
+  g.pw = ax.pad_begin;
+}
+
 // The ConvBlocked geometry from X, W, the window attributes and `group`; throws ValueError when
 // they disagree.
 BlockedConv blocked_geometry(const Tensor& x, const Tensor& w, const Attributes& attrs,
@@ -107,17 +123,7 @@ BlockedConv blocked_geometry(const Tensor& x, const Tensor& w, const Attributes&
   g.ocb = w.dim(0);
   g.kh = w.dim(2);
   g.kw = w.dim(3);
-  const window::Params p = window::read_params(attrs, {g.kh, g.kw}, false, where);
-  const window::Axis ay = window::forward_axis(p, 0, g.ih, where);
-  const window::Axis ax = window::forward_axis(p, 1, g.iw, where);
-  g.oh = ay.out;
-  g.ow = ax.out;
-  g.sh = p.strides[0];
-  g.sw = p.strides[1];
-  g.dh = p.dilations[0];
-  g.dw = p.dilations[1];
-  g.ph = ay.pad_begin;
-  g.pw = ax.pad_begin;
+  set_window(g, attrs, where);
   return g;
 }
 
@@ -263,17 +269,7 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
                            " expanded channels"));
     gd.kh = wd.dim(2);
     gd.kw = wd.dim(3);
-    const window::Params p = window::read_params(c.attrs(), {gd.kh, gd.kw}, false, where);
-    const window::Axis ay = window::forward_axis(p, 0, gd.ih, where);
-    const window::Axis ax = window::forward_axis(p, 1, gd.iw, where);
-    gd.oh = ay.out;
-    gd.ow = ax.out;
-    gd.sh = p.strides[0];
-    gd.sw = p.strides[1];
-    gd.dh = p.dilations[0];
-    gd.dw = p.dilations[1];
-    gd.ph = ay.pad_begin;
-    gd.pw = ax.pad_begin;
+    set_window(gd, c.attrs(), where);
     gd.ring = (gd.kh - 1) * gd.dh + 1;
   } else {
     gd = blocked_geometry(x, wd, c.attrs(), c.attrs().get_int("channels"), where);
