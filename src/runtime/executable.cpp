@@ -684,7 +684,18 @@ std::vector<Tensor> run_step(Executable::Plan& p, const Graph& g,
     return outs;
   }
   give_back();
-  if (step.views.empty()) return outs;
+  if (step.views.empty()) {
+    if (step.core.outputs == step.group.outputs) return outs;
+    // A lone node's kernel makes every output it defines; a step whose leading views joined it
+    // lists only those read (Silero VAD's LSTM, whose Y_c nothing reads).
+    std::vector<Tensor> read;
+    for (ValueId v : step.group.outputs) {
+      const auto it = std::find(step.core.outputs.begin(), step.core.outputs.end(), v);
+      PTO_CHECK(it != step.core.outputs.end()) << "step output not made by its core";
+      read.push_back(std::move(outs.at(static_cast<size_t>(it - step.core.outputs.begin()))));
+    }
+    return read;
+  }
   // The trailing views, on the core's outputs and the step's inputs (a Reshape's shape): lent to
   // them and given back.
   StepValues values;

@@ -138,3 +138,31 @@ def test_optimize_rnn_forms_without_a_kernel_still_match(make):
         want = model(x)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=2e-5)
+
+
+def test_lstm_with_unread_outputs_behind_a_view(tmp_path):
+    """Silero VAD's form: an LSTM reading an Unsqueeze (a view that joins the LSTM's step) with
+    Y and Y_c read by nothing. The step must hand over only the outputs that are read."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    hidden, feat, steps = 8, 5, 7
+    w = numpy_helper.from_array(rng.standard_normal((1, 4 * hidden, feat)).astype(np.float32), "W")
+    r = numpy_helper.from_array(rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.3,
+                                "R")
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    nodes = [helper.make_node("Unsqueeze", ["x", "axes"], ["x3"]),
+             helper.make_node("LSTM", ["x3", "W", "R"], ["y", "y_h", "y_c"], hidden_size=hidden),
+             helper.make_node("Tanh", ["y_h"], ["out"])]
+    graph = helper.make_graph(nodes, "lstm_views",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, feat])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                              [w, r, axes])
+    path = tmp_path / "lstm_views.onnx"
+    path.write_bytes(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    x = rng.standard_normal((steps, feat)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    exe = pypto.onnx.load(path)
+    assert dict(exe._compiled.node_backends)["LSTM"] == "cpu"
+    np.testing.assert_allclose(exe(x), want, rtol=1e-5, atol=1e-6)
