@@ -59,6 +59,21 @@ TEST(CpuResize, NearestPlanesOfOtherRanks) {
   check_resize(random_f32({2, 3, 6, 5}, 6), nearest, floats({1, 1, 3, 1}));
 }
 
+// Infinities and NaNs are copied by nearest (no weight-0 neighbour multiplies them), on the copy
+// path and the general one.
+TEST(CpuResize, NearestCopiesInfAndNan) {
+  Tensor x = random_f32({1, 2, 4, 6}, 7);
+  float* p = x.data<float>();
+  p[0] = INFINITY, p[7] = -INFINITY, p[13] = NAN, p[23] = INFINITY, p[30] = NAN;
+  for (const char* coord : {"asymmetric", "half_pixel"})
+    for (const Tensor& scales : {floats({1, 1, 2, 2}), floats({1, 1, 1.5f, 0.5f})})
+      check_resize(x,
+                   attrs_of({{"mode", std::string("nearest")},
+                             {"nearest_mode", std::string("round_prefer_floor")},
+                             {"coordinate_transformation_mode", std::string(coord)}}),
+                   scales);
+}
+
 TEST(CpuResize, LinearAndCubicUpAndDown) {
   const Tensor x = random_f32({1, 4, 9, 6}, 2);
   for (const char* mode : {"linear", "cubic"})

@@ -453,6 +453,14 @@ TEST(TensorOps, ResizeCubicNearestAndCrop) {
                   attrs({{"coordinate_transformation_mode", std::string("asymmetric")},
                          {"nearest_mode", std::string("floor")}}));
   expect_tensor(n.out[0], {6}, {1, 1, 1, 2, 2, 2});
+  // Nearest copies its one source: an inf beside it is not multiplied by a weight of 0 (NaN).
+  auto ni =
+      run_op("Resize", {in(vec<float>({1, INFINITY, -INFINITY, 4})), none(), in(vec<float>({2.f}))},
+             attrs({{"coordinate_transformation_mode", std::string("half_pixel")},
+                    {"nearest_mode", std::string("round_prefer_ceil")}}));
+  const std::vector<float> want_ni = {1, 1, INFINITY, INFINITY, -INFINITY, -INFINITY, 4, 4};
+  ASSERT_EQ(ni.out[0].shape(), Dims{8});
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(ni.out[0].data<float>()[i], want_ni[i]) << i;
   // tf_crop_and_resize: positions outside the roi get extrapolation_value.
   auto cr = run_op("Resize", {in(x), in(vec<float>({0.5f, 1.5f})), none(), in(ints({3}))},
                    attrs({{"mode", std::string("linear")},

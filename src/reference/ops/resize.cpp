@@ -155,6 +155,7 @@ void resize_axis(std::vector<double>& data, Dims& shape, int64_t axis, int64_t o
     return;
   }
   const ResizeTaps t = resize_taps(p, in, out, scale, roi_start, roi_end, where);
+  const bool nearest = p.mode == "nearest";
   for (int64_t o = 0; o < out; ++o) {
     const int64_t* idx = t.index.data() + o * t.n;
     const double* w = t.weight.data() + o * t.n;
@@ -164,7 +165,10 @@ void resize_axis(std::vector<double>& data, Dims& shape, int64_t axis, int64_t o
         if (t.extrapolate[o]) {
           acc = p.extrapolation;
         } else {
-          for (int64_t j = 0; j < t.n; ++j) acc += w[j] * data[(b * in + idx[j]) * inner + k];
+          // Nearest selects its one tap of weight 1: the other's 0 times an inf or NaN
+          // neighbour must not reach the result (PyTorch and ONNX Runtime copy the value).
+          for (int64_t j = 0; j < t.n; ++j)
+            if (!nearest || w[j] != 0) acc += w[j] * data[(b * in + idx[j]) * inner + k];
         }
         result[(b * out + o) * inner + k] = acc;
       }
@@ -173,7 +177,8 @@ void resize_axis(std::vector<double>& data, Dims& shape, int64_t axis, int64_t o
 }
 
 // Rounds back to T as the ONNX reference's saturate_cast does: integers round half to even and
-// clamp; floats clamp to the finite range.
+// clamp; floats clamp finite values to the finite range (a cubic overshoot) but keep an input's
+// infinities and NaNs, as ONNX Runtime and PyTorch do.
 template <class T>
 T saturate(double v) {
   if constexpr (std::is_same_v<T, bool>) {
@@ -184,7 +189,7 @@ T saturate(double v) {
     double hi = static_cast<double>(static_cast<compute_t<T>>(std::numeric_limits<T>::max()));
     if constexpr (std::is_same_v<T, Float16>) hi = 65504.0;
     if constexpr (std::is_same_v<T, BFloat16>) hi = 3.3895313892515355e38;
-    return cast_value<T>(std::isnan(v) ? v : std::clamp(v, -hi, hi));
+    return cast_value<T>(std::isfinite(v) ? std::clamp(v, -hi, hi) : v);
   }
 }
 
