@@ -1,8 +1,9 @@
-// CPU kernels for MaxPool and AveragePool (1-D and 2-D, float32, NCHW or level 3's
+// CPU kernels for MaxPool and AveragePool (1-D, 2-D and 3-D, float32, NCHW or level 3's
 // channel-blocked NCHWc; MaxPool without its Indices output) and GlobalAveragePool / GlobalMaxPool
 // (any rank, through the folds of reduce.cpp). Window geometry comes from ir/ops/window.h, as in
 // shape inference and the reference, and the per-row and per-column window extents are tabulated
 // once per node run.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -42,6 +43,69 @@ bool lanes_untouched(const window::Params& p) {
          (p.auto_pad != window::AutoPad::kNotSet || (p.pads[2] == 0 && p.pads[5] == 0));
 }
 
+// Pools `planes` planes of x ([planes, h, w, lanes]) into y ([planes, oh, ow, lanes]) with one
+// axis's window on the rows and another's on the columns, in parallel over the planes.
+// Without nan_first, a max ignores every NaN (the caller applies the first-element rule).
+void pool_2d(PoolGeom g, const window::Axis& ah, const window::Axis& aw, bool is_max,
+             bool count_pad, const float* xp, float* yp, int64_t planes, bool nan_first = true) {
+  g.oh = ah.out;
+  g.ow = aw.out;
+  g.ph = ah.pad_begin;
+  g.pw = aw.pad_begin;
+  if (planes * g.oh * g.ow * g.lanes == 0) return;
+  g.span = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+  AxisTable rows = axis_table(g.h, g.oh, g.kh, g.sh, g.dh, g.ph, ah.pad_end, count_pad);
+  const AxisTable cols = axis_table(g.w, g.ow, g.kw, g.sw, g.dw, g.pw, aw.pad_end, count_pad);
+  if (!nan_first) std::fill(rows.first.begin(), rows.first.end(), -1);
+  const PoolIndex ix{rows.first.data(), cols.first.data(), rows.count.data(), cols.count.data()};
+  const int64_t work = g.oh * (g.kh * g.span + g.kw * g.span) * g.lanes + 1;
+  parallel_for(0, planes, std::max<int64_t>(1, kParallelGrain / work), [&](int64_t p0, int64_t p1) {
+    std::vector<float> scratch(static_cast<size_t>(2 * g.span * g.lanes));
+    PTO_ISA_DISPATCH(pool_planes, g, ix, is_max, xp, yp, p0, p1, scratch.data());
+  });
+}
+
+// A 3-D window over [N, C, D, H, W] (MViT's attention pooling, 3-D CNNs), separably: the H x W
+// window on each of the N C D planes, then the D window on [N C, D, 1, OH OW] as a column of
+// positions whose OH OW values are the lanes. Max and sums separate exactly, an average's count
+// is the product of the axes' counts. Both passes of a max ignore NaN; the rule that keeps the
+// NaN of the first element a window reads is applied to the 3-D window at the end.
+Tensor pool_3d(const Tensor& x, const window::Params& p, bool is_max, bool count_pad,
+               const std::string& w) {
+  window::Axis ax[3];
+  for (size_t i = 0; i < 3; ++i) ax[i] = window::forward_axis(p, i, x.dim(2 + i), w);
+  const int64_t nc = x.dim(0) * x.dim(1), d = x.dim(2), h = x.dim(3), wd = x.dim(4);
+  Tensor t = Tensor::empty(DType::kF32, {x.dim(0), x.dim(1), d, ax[1].out, ax[2].out});
+  PoolGeom g{};
+  g.h = h, g.w = wd, g.kh = p.kernel[1], g.kw = p.kernel[2];
+  g.sh = p.strides[1], g.sw = p.strides[2], g.dh = p.dilations[1], g.dw = p.dilations[2];
+  pool_2d(g, ax[1], ax[2], is_max, count_pad, x.data<float>(), t.data<float>(), nc * d, false);
+  Tensor y = Tensor::empty(DType::kF32, {x.dim(0), x.dim(1), ax[0].out, ax[1].out, ax[2].out});
+  PoolGeom gd{};
+  gd.h = d, gd.w = 1, gd.kh = p.kernel[0], gd.kw = 1, gd.sh = p.strides[0], gd.sw = 1;
+  gd.dh = p.dilations[0], gd.dw = 1, gd.lanes = ax[1].out * ax[2].out;
+  pool_2d(gd, ax[0], window::Axis{1, 0, 0}, is_max, count_pad, t.data<float>(), y.data<float>(), nc,
+          false);
+  if (!is_max || y.numel() == 0) return y;
+  std::vector<int64_t> first[3];
+  for (size_t i = 0; i < 3; ++i)
+    first[i] = axis_table(x.dim(2 + i), ax[i].out, p.kernel[i], p.strides[i], p.dilations[i],
+                          ax[i].pad_begin, ax[i].pad_end, false)
+                   .first;
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  for (int64_t q = 0; q < nc; ++q)
+    for (int64_t od = 0; od < ax[0].out; ++od)
+      for (int64_t oh = 0; oh < ax[1].out; ++oh)
+        for (int64_t ow = 0; ow < ax[2].out; ++ow) {
+          const int64_t fd = first[0][od], fh = first[1][oh], fw = first[2][ow];
+          if (fd < 0 || fh < 0 || fw < 0) continue;
+          const float v = xp[((q * d + fd) * h + fh) * wd + fw];
+          if (std::isnan(v)) yp[((q * ax[0].out + od) * ax[1].out + oh) * ax[2].out + ow] = v;
+        }
+  return y;
+}
+
 std::vector<Tensor> run_pool(const KernelContext& c, bool is_max) {
   const std::string w = c.where();
   const Tensor& x = c.input(0);
@@ -50,9 +114,12 @@ std::vector<Tensor> run_pool(const KernelContext& c, bool is_max) {
     throw ValueError(cat(w, ": kernel_shape ", dims_str(kernel), " does not match ", x.rank() - 2,
                          " spatial axes of X ", x.str()));
   const window::Params p = window::read_params(c.attrs(), kernel, true, w);
-  const bool blocked = x.rank() == 5;
-  if (blocked && (!lanes_untouched(p) || window::forward_axis(p, 2, x.dim(4), w).out != x.dim(4)))
-    return run_reference(c);
+  const bool count_pad = !is_max && c.node.attr_int("count_include_pad") != 0;
+  // A 5-D value whose last axis the window leaves alone is pooled as level 3's NCHWc (the same
+  // result as a 3-D pool: the last axis becomes the lanes); any other 3-D window, separably.
+  const bool blocked = x.rank() == 5 && lanes_untouched(p) &&
+                       window::forward_axis(p, 2, x.dim(4), w).out == x.dim(4);
+  if (x.rank() == 5 && !blocked) return one(pool_3d(x, p, is_max, count_pad, w));
   const size_t rank = blocked ? 2 : static_cast<size_t>(x.rank() - 2);
   window::Axis axes[2];
   for (size_t i = 0; i < rank; ++i) axes[i] = window::forward_axis(p, i, x.dim(2 + i), w);
@@ -61,55 +128,27 @@ std::vector<Tensor> run_pool(const KernelContext& c, bool is_max) {
   const window::Axis aw = axes[rank - 1];
   PoolGeom g{};
   g.h = rank == 2 ? x.dim(2) : 1;
-  g.oh = ah.out;
-  g.ow = aw.out;
   g.kh = rank == 2 ? p.kernel[0] : 1;
   g.kw = p.kernel[rank - 1];
   g.sh = rank == 2 ? p.strides[0] : 1;
   g.sw = p.strides[rank - 1];
   g.dh = rank == 2 ? p.dilations[0] : 1;
   g.dw = p.dilations[rank - 1];
-  g.ph = ah.pad_begin;
-  g.pw = aw.pad_begin;
   g.w = x.dim(rank + 1);
   g.lanes = blocked ? x.dim(4) : 1;
   Dims yshape = {x.dim(0), x.dim(1)};
-  if (rank == 2) yshape.push_back(g.oh);
-  yshape.push_back(g.ow);
+  if (rank == 2) yshape.push_back(ah.out);
+  yshape.push_back(aw.out);
   if (blocked) yshape.push_back(g.lanes);
   Tensor y = Tensor::empty(DType::kF32, yshape);
-  if (y.numel() == 0) return one(std::move(y));
-  g.span = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
-  const bool count_pad = !is_max && c.node.attr_int("count_include_pad") != 0;
-  const AxisTable rows = axis_table(g.h, g.oh, g.kh, g.sh, g.dh, g.ph, ah.pad_end, count_pad);
-  const AxisTable cols = axis_table(g.w, g.ow, g.kw, g.sw, g.dw, g.pw, aw.pad_end, count_pad);
-  const PoolIndex ix{rows.first.data(), cols.first.data(), rows.count.data(), cols.count.data()};
-  const float* xp = x.data<float>();
-  float* yp = y.data<float>();
-  const int64_t work = g.oh * (g.kh * g.span + g.kw * g.span) * g.lanes + 1;
-  parallel_for(0, x.dim(0) * x.dim(1), std::max<int64_t>(1, kParallelGrain / work),
-               [&](int64_t p0, int64_t p1) {
-                 std::vector<float> scratch(static_cast<size_t>(2 * g.span * g.lanes));
-                 PTO_ISA_DISPATCH(pool_planes, g, ix, is_max, xp, yp, p0, p1, scratch.data());
-               });
+  pool_2d(g, ah, aw, is_max, count_pad, x.data<float>(), y.data<float>(), x.dim(0) * x.dim(1));
   return one(std::move(y));
 }
 
 bool accepts_pool(const NodeInfo& n, bool is_max) {
   if (n.dtype(0) != DType::kF32 || !n.inputs[0].shape) return false;
   const size_t rank = n.inputs[0].shape->size();
-  if (rank == 5) {  // only the channel-blocked form
-    try {
-      const Dims kernel = n.node.attrs.get_ints("kernel_shape");
-      if (kernel.size() != 3 ||
-          !lanes_untouched(window::read_params(n.node.attrs, kernel, true, n.node.where())))
-        return false;
-    } catch (const Error&) {
-      return false;  // the reference reports it
-    }
-  } else if (rank != 3 && rank != 4) {
-    return false;
-  }
+  if (rank < 3 || rank > 5) return false;
   if (!is_max) return true;
   const bool indices = n.node.outputs.size() > 1 && n.node.outputs[1] != kNoValue;
   return !indices && n.node.attr_int("storage_order") == 0;
