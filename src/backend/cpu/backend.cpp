@@ -601,7 +601,7 @@ class CpuBackend : public Backend {
   bool supports(const Graph& g, const KernelGroup& group) const override {
     if (group.nodes.size() == 1)
       return accepted(g, g.nodes()[group.nodes[0]]) != nullptr ||
-             (!group.tile.empty() && lower_elementwise(g, group).has_value());
+             lower_elementwise(g, group).has_value();
     if (group.rule == "Elementwise") return lower_elementwise(g, group).has_value();
     if (group.rule.find("+Elementwise") != std::string::npos)
       return tile_epilogue_of(g, group).has_value();
@@ -614,10 +614,13 @@ class CpuBackend : public Backend {
   }
 
   std::unique_ptr<CompiledKernel> compile(const Graph& g, const KernelGroup& group) const override {
-    // A single node with a pinned tile (CompileOptions::tiles) runs as a tile program.
-    if (group.nodes.size() == 1 && (group.tile.empty() || !lower_elementwise(g, group)))
-      return std::make_unique<NodeKernel>(g, group, group.nodes[0],
-                                          accepted(g, g.nodes()[group.nodes[0]]));
+    // A single node runs its op's kernel; as a tile program when its tile is pinned
+    // (CompileOptions::tiles, the tuner) or when it has no kernel of its own (a lone PRelu).
+    if (group.nodes.size() == 1) {
+      const Kernel* own = accepted(g, g.nodes()[group.nodes[0]]);
+      if ((own && group.tile.empty()) || !lower_elementwise(g, group))
+        return std::make_unique<NodeKernel>(g, group, group.nodes[0], own);
+    }
     if (group.rule == "Elementwise" || group.nodes.size() == 1) {
       std::string why;
       auto program = lower_elementwise(g, group, &why);
