@@ -41,6 +41,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_merge_sibling_mat_muls(*r);
     passes::register_fold_attention_heads(*r);
     passes::register_lower_conv3d(*r);
+    passes::register_lower_einsum(*r);
     return r;
   }();
   return *registry;
@@ -81,6 +82,13 @@ std::vector<std::string> pipeline(int level) {
   if (level >= 2) {
     const auto at = std::find(order.begin(), order.end(), "FoldBatchNorm");
     order.insert(at + 1, "LowerConv3D");
+  }
+  // Level 2: Einsums as MatMuls (the GEMM's summation order), once ResolveShapes has given
+  // their operands' shapes and before the passes that fold transposes into products and
+  // recognize attention in them.
+  if (level >= 2) {
+    const auto at = std::find(order.begin(), order.end(), "ResolveShapes");
+    order.insert(at + 1, "LowerEinsum");
   }
   // Level 2: activations read only by bf16/f16 products stored in that type (fused casts).
   if (level >= 2) order.push_back("StoreHalfOperands");

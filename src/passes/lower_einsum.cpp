@@ -1,0 +1,274 @@
+// LowerEinsum: an Einsum of one or two floating operands as ReduceSum, Transpose, Reshape and
+// MatMul, so that contractions run on the GEMM kernels instead of the reference interpreter's
+// loops, and attention written as einsum ("bhqd,bhkd->bhqk", then "bhqk,bhkd->bhqd"), as
+// exporters keep torch.einsum and Keras' EinsumDense, reaches RecognizeAttention as MatMuls.
+//
+// For A (labels a) and B (labels b) and the output's labels o, each label is one of:
+//   batch  in a, b and o: leading axes of the product, broadcast as MatMul broadcasts them
+//   M      in a and o only, N in b and o only: the product's rows and columns
+//   K      in a and b, not o: the contraction
+//   summed in one operand only, not o: summed out of that operand first (ReduceSum)
+// A is transposed to [batch, M, K] and B to [batch, K, N] (o's order for batch, M and N; a's for
+// K), several M, K or N labels are reshaped into one axis (batch axes copied with Reshape's 0),
+// and the product [batch, M, N] is reshaped and transposed to o. One operand: ReduceSum and
+// Transpose. Level 2: the GEMM sums in another order than the reference's loops.
+//
+// Taken when the equation parses for the operands' ranks, no operand or output repeats a label
+// (a diagonal), K labels have one size in both operands, and at most one of the sizes a Reshape
+// needs is unknown; other Einsums stay as they are.
+#include <algorithm>
+
+#include "ir/ops/einsum_equation.h"
+#include "passes/passes.h"
+#include "passes/rewrite_util.h"
+
+namespace pto::passes {
+namespace {
+
+bool has_repeats(const std::vector<int>& labels) {
+  std::vector<int> s = labels;
+  std::sort(s.begin(), s.end());
+  return std::adjacent_find(s.begin(), s.end()) != s.end();
+}
+
+bool contains(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+int64_t position(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) - v.begin();
+}
+
+// The product of `dims` (1 when empty); unknown if any is.
+Dim product(const Shape& dims) {
+  int64_t p = 1;
+  for (const Dim& d : dims) {
+    if (!d.is_known()) return Dim::unknown();
+    p *= d.value;
+  }
+  return p;
+}
+
+// Reshape targets for [batch..., groups...]: 0 for each batch axis, a known size or -1 (at most
+// one) for each group; nullopt when two groups are unknown.
+std::optional<std::vector<int64_t>> reshape_target(size_t batch, const std::vector<Dim>& groups) {
+  std::vector<int64_t> t(batch, 0);
+  bool unknown = false;
+  for (const Dim& d : groups) {
+    if (d.is_known()) {
+      t.push_back(d.value);
+    } else if (!unknown) {
+      unknown = true;
+      t.push_back(-1);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return t;
+}
+
+class Lowering {
+ public:
+  Lowering(Graph& g, size_t at, const Node& n) : g_(g), at_(at) {
+    base_ = n.name.empty() ? g.value(n.outputs[0]).name : n.name;
+    dtype_ = g.value(n.outputs[0]).type.dtype;
+  }
+
+  size_t at() const { return at_; }
+
+  ValueId value(const Shape& shape) {
+    return g_.add_value(g_.unique_name(base_ + "_lowered"), TensorType{dtype_, shape});
+  }
+  ValueId ints(const std::vector<int64_t>& v) {
+    return g_.add_constant(base_ + "_ints",
+                           Tensor::from_vector<int64_t>(v, {static_cast<int64_t>(v.size())}));
+  }
+  ValueId add(const std::string& op, std::vector<ValueId> in, const Shape& shape,
+              Attributes a = {}) {
+    const ValueId out = value(shape);
+    g_.insert_node(at_++, op, std::move(in), {out}, std::move(a), base_ + "_" + op);
+    return out;
+  }
+
+  // x (labels, shape) with the labels not in `keep` summed out.
+  ValueId sum_out(ValueId x, std::vector<int>& labels, Shape& shape, const std::vector<int>& keep) {
+    std::vector<int64_t> axes;
+    std::vector<int> kept_labels;
+    Shape kept_shape;
+    for (size_t i = 0; i < labels.size(); ++i) {
+      if (contains(keep, labels[i])) {
+        kept_labels.push_back(labels[i]);
+        kept_shape.push_back(shape[i]);
+      } else {
+        axes.push_back(static_cast<int64_t>(i));
+      }
+    }
+    if (axes.empty()) return x;
+    Attributes a;
+    a.set("keepdims", int64_t{0});
+    labels = kept_labels;
+    shape = kept_shape;
+    return add("ReduceSum", {x, ints(axes)}, shape, a);
+  }
+
+  // x (labels, shape) with its axes in the order of `order` (every label of x).
+  ValueId transpose(ValueId x, std::vector<int>& labels, Shape& shape,
+                    const std::vector<int>& order) {
+    std::vector<int64_t> perm;
+    Shape out;
+    for (int l : order) {
+      perm.push_back(position(labels, l));
+      out.push_back(shape[perm.back()]);
+    }
+    labels = order;
+    bool identity = true;
+    for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == int64_t(i);
+    if (identity) return x;
+    shape = out;
+    Attributes a;
+    a.set("perm", perm);
+    return add("Transpose", {x}, shape, a);
+  }
+
+ private:
+  Graph& g_;
+  size_t at_;
+  std::string base_;
+  DType dtype_;
+};
+
+// The dims of `labels` in an operand with labels `of` and shape `shape`.
+Shape dims_of(const std::vector<int>& labels, const std::vector<int>& of, const Shape& shape) {
+  Shape s;
+  for (int l : labels) s.push_back(shape[position(of, l)]);
+  return s;
+}
+
+// Lowers node i; false (and the graph unchanged) when it does not apply.
+bool lower(Graph& g, size_t i, const PassContext& ctx) {
+  const Node n = g.nodes()[i];  // a copy: inserting nodes moves the vector
+  if (n.op != "Einsum" || n.outputs.size() != 1 || n.inputs.empty() || n.inputs.size() > 2)
+    return false;
+  if (!is_floating(g.value(n.outputs[0]).type.dtype)) return false;
+  std::vector<Shape> shapes;
+  std::vector<int64_t> ranks;
+  for (ValueId v : n.inputs) {
+    const TensorType& t = g.value(v).type;
+    if (v == kNoValue || !t.shape || !is_floating(t.dtype)) return false;
+    shapes.push_back(*t.shape);
+    ranks.push_back(static_cast<int64_t>(t.shape->size()));
+  }
+  const TensorType& yt = g.value(n.outputs[0]).type;
+  if (!yt.shape) return false;
+  einsum::Equation e;
+  try {
+    e = einsum::parse(n.attrs.get_string("equation"), ranks, n.where());
+  } catch (const Error&) {
+    return false;  // the reference reports it
+  }
+  if (has_repeats(e.output)) return false;
+  for (const auto& labels : e.inputs)
+    if (has_repeats(labels)) return false;
+  if (yt.shape->size() != e.output.size()) return false;
+
+  Lowering low(g, i, n);
+  std::vector<int> la = e.inputs[0];
+  Shape sa = shapes[0];
+  if (n.inputs.size() == 1) {
+    ValueId x = low.sum_out(n.inputs[0], la, sa, e.output);
+    x = low.transpose(x, la, sa, e.output);
+    if (x == n.inputs[0]) x = low.add("Identity", {x}, sa);
+    g.replace_uses(n.outputs[0], x);
+    std::vector<bool> gone(g.nodes().size(), false);
+    gone[low.at()] = true;
+    g.remove_nodes(gone);
+    ctx.note("LowerEinsum/Reduce");
+    return true;
+  }
+  std::vector<int> lb = e.inputs[1];
+  Shape sb = shapes[1];
+  const std::vector<int>& lo = e.output;
+  std::vector<int> batch, m, nn, k;
+  for (int l : lo) {
+    const bool in_a = contains(la, l), in_b = contains(lb, l);
+    (in_a && in_b ? batch : in_a ? m : nn).push_back(l);
+  }
+  for (int l : la)
+    if (contains(lb, l) && !contains(lo, l)) k.push_back(l);
+  // K labels must have one size in both operands (a broadcast contraction is left alone).
+  for (int l : k)
+    if (!same_dim(sa[position(la, l)], sb[position(lb, l)])) return false;
+  for (int l : batch) {
+    const Dim &da = sa[position(la, l)], &db = sb[position(lb, l)];
+    if (!same_dim(da, db) && !(da.is_known() && da.value == 1) && !(db.is_known() && db.value == 1))
+      return false;
+  }
+  // What the reshapes need, checked before anything is inserted.
+  const Dim mg = product(dims_of(m, la, sa)), kg = product(dims_of(k, la, sa)),
+            ng = product(dims_of(nn, lb, sb));
+  const bool group_a = m.size() != 1 || k.size() != 1, group_b = k.size() != 1 || nn.size() != 1,
+             group_y = m.size() != 1 || nn.size() != 1;
+  if (group_a && !reshape_target(batch.size(), {mg, kg})) return false;
+  if (group_b && !reshape_target(batch.size(), {kg, ng})) return false;
+  std::vector<Dim> ygroups;
+  for (int l : m) ygroups.push_back(sa[position(la, l)]);
+  for (int l : nn) ygroups.push_back(sb[position(lb, l)]);
+  if (group_y && !reshape_target(batch.size(), ygroups)) return false;
+
+  std::vector<int> keep_a = lo, keep_b = lo;
+  keep_a.insert(keep_a.end(), lb.begin(), lb.end());
+  keep_b.insert(keep_b.end(), la.begin(), la.end());
+  ValueId a = low.sum_out(n.inputs[0], la, sa, keep_a);
+  ValueId b = low.sum_out(n.inputs[1], lb, sb, keep_b);
+  std::vector<int> order_a = batch, order_b = batch;
+  order_a.insert(order_a.end(), m.begin(), m.end());
+  order_a.insert(order_a.end(), k.begin(), k.end());
+  order_b.insert(order_b.end(), k.begin(), k.end());
+  order_b.insert(order_b.end(), nn.begin(), nn.end());
+  a = low.transpose(a, la, sa, order_a);
+  b = low.transpose(b, lb, sb, order_b);
+  Shape batch_a(sa.begin(), sa.begin() + batch.size()),
+      batch_b(sb.begin(), sb.begin() + batch.size()), batch_y;
+  for (size_t j = 0; j < batch.size(); ++j)
+    batch_y.push_back(batch_a[j].is_known() && batch_a[j].value == 1 ? batch_b[j] : batch_a[j]);
+  auto with = [](Shape s, std::initializer_list<Dim> more) {
+    s.insert(s.end(), more);
+    return s;
+  };
+  if (group_a)
+    a = low.add("Reshape", {a, low.ints(*reshape_target(batch.size(), {mg, kg}))},
+                with(batch_a, {mg, kg}));
+  if (group_b)
+    b = low.add("Reshape", {b, low.ints(*reshape_target(batch.size(), {kg, ng}))},
+                with(batch_b, {kg, ng}));
+  ValueId y = low.add("MatMul", {a, b}, with(batch_y, {mg, ng}));
+  std::vector<int> ly = batch;
+  ly.insert(ly.end(), m.begin(), m.end());
+  ly.insert(ly.end(), nn.begin(), nn.end());
+  Shape sy = batch_y;
+  sy.insert(sy.end(), ygroups.begin(), ygroups.end());
+  if (group_y) y = low.add("Reshape", {y, low.ints(*reshape_target(batch.size(), ygroups))}, sy);
+  y = low.transpose(y, ly, sy, lo);
+  g.value(y).type = yt;
+  g.replace_uses(n.outputs[0], y);
+  std::vector<bool> gone(g.nodes().size(), false);
+  gone[low.at()] = true;
+  g.remove_nodes(gone);
+  ctx.note("LowerEinsum/MatMul");
+  return true;
+}
+
+Graph lower_einsum(Graph g, const PassContext& ctx) {
+  for (size_t i = 0; i < g.nodes().size(); ++i) lower(g, i, ctx);
+  return g;
+}
+
+}  // namespace
+
+void register_lower_einsum(PassRegistry& r) {
+  r.add({"LowerEinsum", lower_einsum,
+         "an Einsum of one or two float operands as ReduceSum, Transpose, Reshape and MatMul (the "
+         "GEMM kernels)"});
+}
+
+}  // namespace pto::passes
