@@ -290,3 +290,25 @@ def test_derived_spatial_dims_stay_symbolic_as_products():
             torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"dimension 2 \('32\*h'\) is 70, not a multiple of 32"):
         fast(torch.randn(1, 3, 70, 64))
+
+
+def test_mixture_of_experts_captured_with_static_shapes():
+    """transformers' default experts implementation (grouped_mm: data-dependent row ranges, an
+    opaque custom op) cannot be exported; the capture runs the experts as "batched_mm" and puts
+    the config back."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.MixtralConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                     num_key_value_heads=2, intermediate_size=96, vocab_size=500,
+                                     num_local_experts=4, num_experts_per_tok=2, use_cache=False)
+    torch.manual_seed(0)
+    model = transformers.MixtralModel(cfg).eval()
+    before = model.config._experts_implementation
+    assert before != "batched_mm"
+    fast = pypto.optimize(model, example_inputs=(torch.randint(0, 500, (1, 12)),))
+    assert model.config._experts_implementation == before
+    assert {b for _, b in fast.compiled.node_backends} == {"cpu"}
+    for batch in (1, 3):
+        ids = torch.randint(0, 500, (batch, 12))
+        with torch.inference_mode():
+            want = model(ids).last_hidden_state
+        torch.testing.assert_close(fast(ids).last_hidden_state, want, rtol=1e-4, atol=1e-5)

@@ -184,6 +184,16 @@ ZOO: dict[str, ZooModel] = {
     "xcit_nano": _timm("xcit_nano_12_p16_224", image=64, img_size=64),
     "halonet26t": _timm("halonet26t", image=256),
     "clip_text": _hf("CLIPTextConfig", "CLIPTextModel", **TINY),
+    # A second sweep: mixture-of-experts decoders (captured with experts_implementation
+    # "batched_mm"), MViT (3-D pooling).
+    "mixtral": _hf("MixtralConfig", "MixtralModel", num_local_experts=4, num_experts_per_tok=2,
+                   num_key_value_heads=2, use_cache=False, **TINY),
+    "deepseek_v3": _hf("DeepseekV3Config", "DeepseekV3Model", n_routed_experts=4,
+                       num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+                       first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=32,
+                       qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=8, n_group=2,
+                       topk_group=1, num_key_value_heads=4, use_cache=False, **TINY),
+    "mvit_v2_s": ZooModel(_video("mvit_v2_s"), lambda b: (torch.randn(b, 3, 16, 224, 224),)),
 }
 
 # The first ten: what the benchmarks, the layout and save/load tests and bench/accuracy.py run.
@@ -194,7 +204,7 @@ CORE = list(ZOO)[:10]
 ALWAYS_ON = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "bert", "gpt2",
              "t5_encoder", "shufflenet_v2_x0_5", "regnet_y_400mf", "swin_t", "ghostnet_100",
              "levit_128s", "eva02_tiny", "roberta", "deberta_v2", "llama", "bloom", "bart",
-             "whisper", "dinov2", "segformer"]
+             "whisper", "dinov2", "segformer", "mixtral"]
 
 
 def randomize_(model: torch.nn.Module, example: tuple | None = None,

@@ -11,6 +11,7 @@ gives the general graph; batch 1 then runs through the same graph.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import re
@@ -210,9 +211,52 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
         OUTPUT_DTYPE.reset(token)
 
 
+@contextlib.contextmanager
+def _capturable_experts(module: torch.nn.Module):
+    """transformers' mixture-of-experts layers (Mixtral, Qwen-MoE, ...) run their experts by the
+    implementation their config names. The default, "grouped_mm", sorts the tokens by expert and
+    multiplies data-dependent row ranges (an opaque custom op, offsets from histc), and "eager"
+    loops over torch.nonzero: neither has shapes torch.export can capture. "batched_mm" computes
+    the same sums with static shapes (the weights of each token's chosen experts gathered, then
+    one batched product), so the capture runs the layers with it and restores the config."""
+    try:
+        from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+    except Exception:  # no transformers, or one without selectable experts
+        yield
+        return
+    if "batched_mm" not in ALL_EXPERTS_FUNCTIONS:
+        yield
+        return
+    saved = {}
+    for m in module.modules():
+        cfg = getattr(m, "config", None)
+        if (hasattr(m, "_is_expert_parallel") and id(cfg) not in saved
+                and hasattr(cfg, "_experts_implementation_internal")
+                and cfg._experts_implementation_internal != "batched_mm"):
+            saved[id(cfg)] = (cfg, cfg._experts_implementation_internal)
+            cfg._experts_implementation_internal = "batched_mm"
+    if saved:
+        log.info("pypto: capturing %d mixture-of-experts config(s) with experts_implementation="
+                 "'batched_mm' (static shapes)", len(saved))
+    try:
+        yield
+    finally:
+        for cfg, impl in saved.values():
+            cfg._experts_implementation_internal = impl
+
+
 def _capture(module: torch.nn.Module, args: tuple, kwargs: dict | None, *, dynamic: bool,
              dynamic_shapes, max_batch: int | None, what: str | None,
              output_names: list[str] | bool) -> Captured:
+    with _capturable_experts(module):
+        return _capture_as_is(module, args, kwargs, dynamic=dynamic,
+                              dynamic_shapes=dynamic_shapes, max_batch=max_batch, what=what,
+                              output_names=output_names)
+
+
+def _capture_as_is(module: torch.nn.Module, args: tuple, kwargs: dict | None, *, dynamic: bool,
+                   dynamic_shapes, max_batch: int | None, what: str | None,
+                   output_names: list[str] | bool) -> Captured:
     """capture() without the output cast.
 
     The fallback traces with fake tensors, so control flow on data still fails (no branch is
