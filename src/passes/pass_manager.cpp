@@ -42,6 +42,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_fold_attention_heads(*r);
     passes::register_lower_conv3d(*r);
     passes::register_lower_einsum(*r);
+    passes::register_fuse_gather_mat_mul(*r);
     return r;
   }();
   return *registry;
@@ -89,6 +90,13 @@ std::vector<std::string> pipeline(int level) {
   if (level >= 2) {
     const auto at = std::find(order.begin(), order.end(), "ResolveShapes");
     order.insert(at + 1, "LowerEinsum");
+  }
+  // Level 2: products of rows by per-row gathered matrices (mixture-of-experts layers) as one
+  // GatherMatMul, once FoldConstants has made the experts' weights constants; EliminateDeadCode
+  // then drops the gathers.
+  if (level >= 2) {
+    const auto at = std::find(order.begin(), order.end(), "EliminateDeadCode");
+    order.insert(at, "FuseGatherMatMul");
   }
   // Level 2: activations read only by bf16/f16 products stored in that type (fused casts).
   if (level >= 2) order.push_back("StoreHalfOperands");

@@ -8,6 +8,7 @@ KernelRegistry& KernelRegistry::global() {
   static KernelRegistry* registry = [] {
     auto* r = new KernelRegistry();
     register_gemm_kernels(*r);
+    register_gather_matmul_kernel(*r);
     register_conv_kernels(*r);
     register_elementwise_kernels(*r);
     register_reduce_kernels(*r);

@@ -151,12 +151,13 @@ std::vector<Tensor> run_reference(const KernelContext& c);
 std::optional<Precision> precision_of(const Node& n);
 
 // Kernel families register themselves through these (explicit calls, as for the reference).
-void register_gemm_kernels(KernelRegistry& r);         // gemm/: MatMul, Gemm
-void register_conv_kernels(KernelRegistry& r);         // conv/: Conv, ConvTranspose, Col2Im
-void register_elementwise_kernels(KernelRegistry& r);  // elementwise: unary, binary, Where, Cast
-void register_reduce_kernels(KernelRegistry& r);       // reduce: Reduce*, Softmax, norms, pooling
-void register_movement_kernels(KernelRegistry& r);     // movement: Transpose, Gather, Concat, ...
-void register_attention_kernels(KernelRegistry& r);    // attention: Attention (4-D, float32)
+void register_gemm_kernels(KernelRegistry& r);          // gemm/: MatMul, Gemm
+void register_gather_matmul_kernel(KernelRegistry& r);  // gemm/gather_matmul.cpp
+void register_conv_kernels(KernelRegistry& r);          // conv/: Conv, ConvTranspose, Col2Im
+void register_elementwise_kernels(KernelRegistry& r);   // elementwise: unary, binary, Where, Cast
+void register_reduce_kernels(KernelRegistry& r);        // reduce: Reduce*, Softmax, norms, pooling
+void register_movement_kernels(KernelRegistry& r);      // movement: Transpose, Gather, Concat, ...
+void register_attention_kernels(KernelRegistry& r);     // attention: Attention (4-D, float32)
 void register_quant_kernels(KernelRegistry& r);  // quant_kernels: MatMulInteger, QLinearMatMul, ...
 void register_generate_kernels(KernelRegistry& r);   // generate: Range, ConstantOfShape, Shape, ...
 void register_resize_kernels(KernelRegistry& r);     // resize: Resize, Upsample

@@ -66,6 +66,28 @@ void infer_einsum(InferContext& c) {
   infer::set(c, 0, c.inputs[0].dtype, y);
 }
 
+// GatherMatMul(X [S, K], W [E, N, K] (or [E, K, N] with trans_w), I [S]) -> [S, N].
+void infer_gather_matmul(InferContext& c) {
+  if (!c.has_input(0)) return;
+  std::optional<Shape> y;
+  const std::optional<Shape>&x = c.inputs[0].shape, &w = c.input(1).shape, &i = c.input(2).shape;
+  if (x && w && i) {
+    if (x->size() != 2 || w->size() != 3 || i->size() != 1)
+      throw ValueError(cat(c.where(), ": X, W and I must be [S, K], [E, N, K] and [S], got ",
+                           shape_str(*x), ", ", shape_str(*w), " and ", shape_str(*i)));
+    const bool trans = c.node.attr_int("trans_w") != 0;
+    const Dim &k = (*w)[trans ? 1 : 2], &n = (*w)[trans ? 2 : 1];
+    if (k.is_known() && (*x)[1].is_known() && k.value != (*x)[1].value)
+      throw ValueError(cat(c.where(), ": X ", shape_str(*x), " does not fit W ", shape_str(*w)));
+    y = Shape{(*x)[0], n};
+  }
+  if (c.has_input(2) && c.input(2).dtype != DType::kUndefined && c.input(2).dtype != DType::kI64 &&
+      c.input(2).dtype != DType::kI32)
+    throw TypeError(
+        cat(c.where(), ": I must be int32 or int64, got ", dtype_name(c.input(2).dtype)));
+  infer::set(c, 0, c.inputs[0].dtype, y);
+}
+
 }  // namespace
 
 void register_nn_matmul_ops(OpRegistry& r) {
@@ -100,6 +122,14 @@ void register_nn_matmul_ops(OpRegistry& r) {
                    params::precision_attr()},
          .infer = infer_gemm,
          .doc = "alpha * A' B' + beta * C, with optional transposes and broadcast C"});
+  r.add({.name = "GatherMatMul",
+         .min_inputs = 3,
+         .max_inputs = 3,
+         .properties = kOpaque,
+         .attrs = {{"trans_w", int64_t{0}, "1: W is [E, K, N] (Y[s] = X[s] W[I[s]])"}},
+         .infer = infer_gather_matmul,
+         .doc = "Y[s] = W[I[s]] X[s] for X [S, K], W [E, N, K], I [S]: each row by its own "
+                "matrix (a mixture of experts' layer), made by FuseGatherMatMul"});
   r.add({.name = "Einsum",
          .min_inputs = 1,
          .max_inputs = -1,

@@ -1,7 +1,7 @@
-// Reference MatMul, Gemm and MatMulInteger. Floats accumulate in double; integers accumulate in
-// uint64 (two's complement wraparound, no signed overflow) and are truncated to the output type.
-// The i-k-j loop order keeps the innermost loop a contiguous row of B and of the result, so
-// BERT-sized models run in seconds.
+// Reference MatMul, Gemm, MatMulInteger and GatherMatMul. Floats accumulate in double; integers
+// accumulate in uint64 (two's complement wraparound, no signed overflow) and are truncated to the
+// output type. The i-k-j loop order keeps the innermost loop a contiguous row of B and of the
+// result, so BERT-sized models run in seconds.
 #include <cmath>
 #include <type_traits>
 
@@ -236,12 +236,42 @@ std::vector<Tensor> matmul_integer(const KernelContext& c) {
   return {tensor_from(DType::kI32, p.yshape, run_plan(p, a, b), w)};
 }
 
+// Row s of Y is W[I[s]] X[s] (W [E, N, K]) or X[s] W[I[s]] (trans_w, W [E, K, N]).
+std::vector<Tensor> gather_matmul(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor &X = c.input(0), &W = c.input(1), &I = c.input(2);
+  if (X.rank() != 2 || W.rank() != 3 || I.rank() != 1 || I.dim(0) != X.dim(0))
+    throw ValueError(cat(w, ": X, W and I must be [S, K], [E, N, K] and [S], got ", X.str(), ", ",
+                         W.str(), " and ", I.str()));
+  const bool trans = c.node.attr_int("trans_w") != 0;
+  const int64_t S = X.dim(0), K = X.dim(1), E = W.dim(0), N = W.dim(trans ? 2 : 1);
+  if (W.dim(trans ? 1 : 2) != K)
+    throw ValueError(cat(w, ": X ", X.str(), " does not fit W ", W.str()));
+  const std::vector<double> x = values_as<double>(X, w), wv = values_as<double>(W, w);
+  const std::vector<int64_t> idx = values_as<int64_t>(I, w);
+  std::vector<double> y(static_cast<size_t>(S * N), 0.0);
+  for (int64_t s = 0; s < S; ++s) {
+    int64_t e = idx[s];
+    if (e < -E || e >= E)
+      throw ValueError(cat(w, ": index ", e, " of row ", s, " is outside [", -E, ", ", E, ")"));
+    if (e < 0) e += E;
+    const double* we = wv.data() + e * N * K;
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t q = 0; q < K; ++q) acc += x[s * K + q] * (trans ? we[q * N + j] : we[j * K + q]);
+      y[s * N + j] = acc;
+    }
+  }
+  return {tensor_from(X.dtype(), {S, N}, y, w)};
+}
+
 }  // namespace
 
 void register_matmul_kernels(KernelRegistry& r) {
   r.add("MatMul", matmul);
   r.add("Gemm", gemm);
   r.add("MatMulInteger", matmul_integer);
+  r.add("GatherMatMul", gather_matmul);
 }
 
 }  // namespace pto::reference
