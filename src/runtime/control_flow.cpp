@@ -91,6 +91,19 @@ bool needs_specializing(const Graph& g) {
   return unknown;
 }
 
+// Whether compiling `generic` again for concrete shapes can change what runs: some node (nested
+// subgraphs' included) is on the reference backend (a CPU kernel that needs a known rank), or is
+// shape arithmetic (Shape, Size) or an If that known shapes may fold. Otherwise the CPU kernels
+// already take any shape, and a specialization would only cost a compile and a copy of the
+// kernels' packed weights per signature.
+bool worth_specializing(const Executable& generic) {
+  for (const auto& [path, backend] : generic.node_backends()) {
+    const std::string op = path.substr(path.rfind('/') + 1);
+    if (backend != "cpu" || op == "Shape" || op == "Size" || op == "If") return true;
+  }
+  return false;
+}
+
 bool same_shapes(const std::vector<Dims>& shapes, const std::vector<Tensor>& inputs) {
   if (shapes.size() != inputs.size()) return false;
   for (size_t i = 0; i < shapes.size(); ++i)
@@ -117,7 +130,9 @@ std::unique_ptr<ControlFlowKernel> ControlFlowKernel::compile(const Graph& g,
     try {
       auto source = std::make_shared<const Graph>(with_constant_captures(g, n, **sub));
       Executable generic = pto::compile(*source, nested);
-      if (!options.specialize_subgraphs || !needs_specializing(*source)) source = nullptr;
+      if (!options.specialize_subgraphs || !needs_specializing(*source) ||
+          !worth_specializing(generic))
+        source = nullptr;
       subgraphs.push_back({attr, std::move(generic), std::move(source), nested});
     } catch (const InternalError&) {
       throw;  // a bug, not a subgraph we cannot compile
