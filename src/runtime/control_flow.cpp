@@ -167,6 +167,9 @@ const Executable& ControlFlowKernel::pick(size_t k, const std::vector<Tensor>& i
   const size_t seen = num_entries_.load(std::memory_order_acquire);
   for (size_t e = 0; e < seen; ++e)
     if (same_shapes(entries_[e]->shapes, inputs)) return found(e);
+  // Inputs the generic compile would reject (a fixed dim, symbols that disagree) are rejected
+  // the same way, before any compile: a specialization takes the shapes as they come.
+  reference::check_inputs(*sub.source, inputs);
   std::lock_guard<std::mutex> lock(mutex_);
   const size_t count = num_entries_.load(std::memory_order_relaxed);
   for (size_t e = seen; e < count; ++e)  // another thread may have added it meanwhile
@@ -187,20 +190,17 @@ const Executable& ControlFlowKernel::pick(size_t k, const std::vector<Tensor>& i
   for (size_t j = 0; j < subgraphs_.size(); ++j) {
     const Subgraph& s = subgraphs_[j];
     if (!s.source || s.source->inputs().size() != inputs.size()) continue;
-    Graph typed = *s.source;
-    bool fits = true;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      Value& v = typed.value(typed.inputs()[i]);
-      if (v.type.dtype != inputs[i].dtype() ||
-          (v.type.shape && v.type.shape->size() != inputs[i].shape().size()))
-        fits = false;  // the run's input check reports it, on the generic compile
-      v.type.shape = to_shape(inputs[i].shape());
-    }
-    if (!fits) continue;
     try {
+      if (j != k) reference::check_inputs(*s.source, inputs);
+      Graph typed = *s.source;
+      for (size_t i = 0; i < inputs.size(); ++i)
+        typed.value(typed.inputs()[i]).type.shape = to_shape(inputs[i].shape());
       entry->exes[j] = std::make_unique<Executable>(pto::compile(std::move(typed), s.options));
-    } catch (const InternalError&) {
-      throw;
+    } catch (const InternalError& e) {
+      // A bug in a pass on these shapes; the generic compile still runs them, so the run goes on
+      // there, and says so where it is seen.
+      log(LogLevel::kWarn, cat(node_.where(), ": subgraph '", s.attr,
+                               "' not specialized for these shapes (", e.what(), ")"));
     } catch (const Error& e) {
       log(LogLevel::kInfo, cat(node_.where(), ": subgraph '", s.attr,
                                "' not specialized for these shapes (", e.what(), ")"));

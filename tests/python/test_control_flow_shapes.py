@@ -9,6 +9,7 @@ subgraph node ran. The real Silero VAD file is checked too when the silero-vad w
 (skipped otherwise: it is not in the repository)."""
 
 import os
+import threading
 
 import numpy as np
 import onnxruntime as ort
@@ -143,6 +144,12 @@ def test_if_branch_conv_runs_on_cpu_for_the_run_shapes(tmp_path):
         assert set().union(*then.values()) == {"cpu"}, then
     _compare(model, path, _if_feeds(2, sr=8000))  # the other branch, same shapes
     assert set().union(*_backends(model, "if_sr/").values()) == {"cpu"}
+    # A shape the model's declaration rules out (x's fixed dim 4) is still an error, not a
+    # specialization for it.
+    bad = _if_feeds(2)
+    bad["x"] = np.zeros((2, 5, 1), np.float32)
+    with pytest.raises(ValueError):
+        model(**bad)
 
 
 def test_if_branch_with_specializing_off_runs_the_generic_compile(tmp_path, specialize_off):
@@ -174,6 +181,33 @@ def test_if_branch_not_taken_may_not_fit_the_shapes(tmp_path):
         model(**_if_feeds(2, length=3))
     _compare(model, path, _if_feeds(2, length=3, sr=8000))  # the other branch is fine
     _compare(model, path, _if_feeds(2))
+
+
+def test_if_branch_specialized_from_four_threads(tmp_path):
+    """Four threads run one model at once, each on its own batch size (a signature each, all
+    compiled while the others run), 10 times; every result is onnxruntime's."""
+    path = _if_conv_model(tmp_path / "if_conv_threads.onnx")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    model = pypto.onnx.load(path)
+    feeds = [_if_feeds(n, seed=20) for n in (1, 2, 3, 4)]
+    want = [sess.run(None, f) for f in feeds]
+    errors = []
+
+    def work(t):
+        try:
+            for _ in range(10):
+                np.testing.assert_allclose(np.asarray(model(**feeds[t])), want[t][0], rtol=1e-5,
+                                           atol=1e-5)
+        except Exception as e:  # noqa: BLE001 - reported below, with the thread
+            errors.append((t, e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert _backends(model, "if_sr/then_branch/")["Conv"] == {"cpu"}
 
 
 def _loop_feeds(n, m, seed=0):
