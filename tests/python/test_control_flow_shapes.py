@@ -177,8 +177,11 @@ def test_if_branch_not_taken_may_not_fit_the_shapes(tmp_path):
     then reads a rank-4 value, which onnxruntime rejects too: the run is a clean error."""
     path = _if_conv_model(tmp_path / "if_conv_l3.onnx")
     model = pypto.onnx.load(path)
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="kernel_shape"):
         model(**_if_feeds(2, length=3))
+    with pytest.raises(Exception, match="num_dims"):
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+            None, _if_feeds(2, length=3))
     _compare(model, path, _if_feeds(2, length=3, sr=8000))  # the other branch is fine
     _compare(model, path, _if_feeds(2))
 
