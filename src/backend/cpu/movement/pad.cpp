@@ -88,7 +88,8 @@ std::any prepare_pad(const NodeInfo& info) {
   reference::KernelContext ctx{info.node, {}, 1};
   Dims dims;
   for (const Dim& d : *shape) dims.push_back(d.value);
-  ctx.inputs.push_back(Tensor::zeros(info.inputs[0].dtype, dims));
+  ctx.inputs.push_back(
+      Tensor::empty(info.inputs[0].dtype, dims));  // its shape is read, not its data
   for (size_t i = 1; i < info.inputs.size(); ++i) {
     if (info.inputs[i].dtype == DType::kUndefined) {
       ctx.inputs.emplace_back();  // absent
