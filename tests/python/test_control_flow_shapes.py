@@ -152,6 +152,18 @@ def test_if_branch_conv_runs_on_cpu_for_the_run_shapes(tmp_path):
         model(**bad)
 
 
+def test_saved_model_specializes_its_branches(tmp_path):
+    """A model saved (pypto.save) and loaded back compiles its branches for the run's shapes
+    too (the generic compile is what the file holds)."""
+    path = _if_conv_model(tmp_path / "if_conv_saved.onnx")
+    pypto.save(pypto.onnx.load(path), tmp_path / "if_conv.pto")
+    model = pypto.load(tmp_path / "if_conv.pto")
+    assert "reference" in _backends(model, "if_sr/then_branch/")["Conv"]
+    for n in (2, 1):
+        _compare(model, path, _if_feeds(n))
+    assert _backends(model, "if_sr/then_branch/")["Conv"] == {"cpu"}
+
+
 def test_if_branch_with_specializing_off_runs_the_generic_compile(tmp_path, specialize_off):
     path = _if_conv_model(tmp_path / "if_conv_off.onnx")
     model = pypto.onnx.load(path)
