@@ -71,6 +71,12 @@ struct CompileOptions {
   // the tuning cache holds for its signature and this thread count (stale ones are ignored).
   // False, or PTO_TUNE_CACHE=off without a tune_cache_path: the planner's choices only.
   bool use_tune_cache = true;
+  // A control-flow subgraph whose inputs have dimensions unknown at compile time is compiled
+  // again at run time for each concrete input-shape signature it meets (a few per node), so its
+  // shape arithmetic folds and every op gets its kernel (docs/architecture.md, "Compiled control
+  // flow"); false: the compile made with the unknown dims runs every shape. Not saved with a
+  // model (pto::save): a loaded model takes the default.
+  bool specialize_subgraphs = true;
   std::string tune_cache_path;  // "": $PTO_TUNE_CACHE or the default file (tune_cache.h)
   // Called as compiling advances; empty: nothing is reported.
   std::function<void(const CompileProgress&)> on_progress;
@@ -148,8 +154,11 @@ class Executable {
   // For node i of graph(): the backend of the step that runs it ("cpu", "reference").
   const std::string& node_backend(size_t i) const;
   // For node i of graph(), a control-flow node: its subgraphs as compiled (attribute name, the
-  // Executable that runs each branch or iteration), in attribute order. Empty for other nodes,
-  // and for a control-flow node left to the reference backend (a subgraph did not compile).
+  // Executable that runs each branch or iteration), in attribute order: where the subgraph's
+  // input shapes were unknown at compile time, the one specialized for the shapes of the node's
+  // last run (CompileOptions::specialize_subgraphs), else the compile made at compile time.
+  // Empty for other nodes, and for a control-flow node left to the reference backend (a
+  // subgraph did not compile).
   std::vector<std::pair<std::string, const Executable*>> subgraphs(size_t i) const;
   // (op, backend) for every node of graph(), in order; a control-flow node is followed by the
   // nodes of its compiled subgraphs, as ("node/attribute/op", backend), recursively

@@ -23,6 +23,10 @@ _DEFAULTS: dict[str, Any] = {
     "release_packed_weights": True,
     # run independent kernels too small to fill the machine at the same time, one per thread
     "concurrent_kernels": True,
+    # compile If/Loop/Scan subgraphs again for each concrete input shape they meet (a few per
+    # node) when the model's dims are symbolic, so shape arithmetic folds and every op gets its
+    # CPU kernel (docs/architecture.md, "Compiled control flow")
+    "specialize_subgraphs": True,
     # take each kernel's knobs from the autotuner's cache (docs/tuning.md); False: the planner's
     "tune_cache": True,
     # the tuning cache file; "": $PTO_TUNE_CACHE, else ~/.cache/pypto/tune/<machine>.json
@@ -31,7 +35,7 @@ _DEFAULTS: dict[str, Any] = {
 _TYPES = {"graph_optimization_level": int, "memory_optimization": bool,
           "auto_mixed_precision": bool, "mixed_precision_dtype": str,
           "release_packed_weights": bool,
-          "concurrent_kernels": bool, "tune_cache": bool, "tune_cache_path": str}
+          "concurrent_kernels": bool, "specialize_subgraphs": bool, "tune_cache": bool, "tune_cache_path": str}
 _current = dict(_DEFAULTS)
 _MIXED = ("bf16", "f16")  # what mixed precision can round the products' operands to
 
@@ -121,6 +125,7 @@ def compile_options(level: int | None = None, tile: Any = None,
     o.release_packed_weights = _current["release_packed_weights"]
     o.tiles = tile_option(tile)
     o.concurrent_kernels = _current["concurrent_kernels"]
+    o.specialize_subgraphs = _current["specialize_subgraphs"]
     o.use_tune_cache = _current["tune_cache"]
     o.tune_cache_path = _current["tune_cache_path"]
     return o

@@ -120,6 +120,7 @@ void bind_runtime(nb::module_& m) {
           "What auto_mixed_precision rounds the products' operands to: 'bf16' or 'f16'.")
       .def_rw("release_packed_weights", &CompileOptions::release_packed_weights)
       .def_rw("concurrent_kernels", &CompileOptions::concurrent_kernels)
+      .def_rw("specialize_subgraphs", &CompileOptions::specialize_subgraphs)
       .def_rw("dump_after", &CompileOptions::dump_after)
       .def_rw("use_tune_cache", &CompileOptions::use_tune_cache)
       .def_rw("tune_cache_path", &CompileOptions::tune_cache_path)

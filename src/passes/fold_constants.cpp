@@ -122,7 +122,8 @@ size_t inline_if(Graph& g, size_t pos, bool cond) {
   return at - pos;
 }
 
-Graph fold_constants(Graph g, const PassContext& ctx) {
+// One sweep over the nodes in order; returns how many it folded.
+int fold_once(Graph& g, const PassContext& ctx) {
   std::vector<bool> folded(g.nodes().size(), false);
   int count = 0;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
@@ -166,6 +167,24 @@ Graph fold_constants(Graph g, const PassContext& ctx) {
     ctx.note(rule);
   }
   if (count) g.remove_nodes(folded);
+  return count;
+}
+
+// Sweeps until nothing folds, inferring types between sweeps: a folded value can make a shape
+// static only once the types are inferred again (Silero VAD's Pad widths, computed by a chain of
+// Concat/Reshape/Slice, give the STFT Conv a static shape, whose Shape then folds, and with it
+// the cond of an If on that shape, which then becomes its branch). Capped: each sweep after the
+// first costs an inference of the whole graph.
+Graph fold_constants(Graph g, const PassContext& ctx) {
+  constexpr int kMaxSweeps = 8;
+  for (int sweep = 0; sweep < kMaxSweeps && fold_once(g, ctx) > 0; ++sweep) {
+    if (sweep + 1 == kMaxSweeps) break;
+    try {
+      infer_types(g);
+    } catch (const Error&) {
+      break;  // the pass manager's check after the pass reports it
+    }
+  }
   return g;
 }
 

@@ -11,6 +11,7 @@
 #include "pto/control_flow_runner.h"
 #include "pto/log.h"
 #include "pto/reference.h"
+#include "pto/shape.h"
 
 namespace pto {
 namespace {
@@ -71,6 +72,47 @@ std::map<std::string, std::vector<int64_t>> own_tiles(
   return out;
 }
 
+namespace {
+
+// Whether `g`'s inputs are all tensors of known shape (nothing to specialize), or whether some
+// input is not a tensor (a sequence: its "shape" says nothing, so it is not specialized either).
+bool needs_specializing(const Graph& g) {
+  bool unknown = false;
+  for (ValueId v : g.inputs()) {
+    const TensorType& t = g.value(v).type;
+    if (!t.is_tensor()) return false;
+    if (!t.shape) {
+      unknown = true;
+      continue;
+    }
+    for (const Dim& d : *t.shape)
+      if (!d.is_known()) unknown = true;
+  }
+  return unknown;
+}
+
+// Whether compiling `generic` again for concrete shapes can change what runs: some node (nested
+// subgraphs' included) is on the reference backend (a CPU kernel that needs a known rank), or is
+// shape arithmetic (Shape, Size) or an If that known shapes may fold. Otherwise the CPU kernels
+// already take any shape, and a specialization would only cost a compile and a copy of the
+// kernels' packed weights per signature.
+bool worth_specializing(const Executable& generic) {
+  for (const auto& [path, backend] : generic.node_backends()) {
+    const std::string op = path.substr(path.rfind('/') + 1);
+    if (backend != "cpu" || op == "Shape" || op == "Size" || op == "If") return true;
+  }
+  return false;
+}
+
+bool same_shapes(const std::vector<Dims>& shapes, const std::vector<Tensor>& inputs) {
+  if (shapes.size() != inputs.size()) return false;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    if (shapes[i] != inputs[i].shape()) return false;
+  return true;
+}
+
+}  // namespace
+
 std::unique_ptr<ControlFlowKernel> ControlFlowKernel::compile(const Graph& g,
                                                               const KernelGroup& group,
                                                               const CompileOptions& options) {
@@ -80,13 +122,18 @@ std::unique_ptr<ControlFlowKernel> ControlFlowKernel::compile(const Graph& g,
   // their path ("loop_0/body/y"). The tuning cache is read by kernel signature, as outside.
   CompileOptions nested = options;
   nested.on_progress = nullptr;
-  std::vector<std::pair<std::string, Executable>> subgraphs;
+  std::vector<Subgraph> subgraphs;
   for (const auto& [attr, value] : n.attrs.all()) {
     const auto* sub = std::get_if<GraphAttr>(&value);
     if (!sub || !*sub) continue;
     nested.tiles = subgraph_tiles(options.tiles, g, n, attr);
     try {
-      subgraphs.emplace_back(attr, pto::compile(with_constant_captures(g, n, **sub), nested));
+      auto source = std::make_shared<const Graph>(with_constant_captures(g, n, **sub));
+      Executable generic = pto::compile(*source, nested);
+      if (!options.specialize_subgraphs || !needs_specializing(*source) ||
+          !worth_specializing(generic))
+        source = nullptr;
+      subgraphs.push_back({attr, std::move(generic), std::move(source), nested});
     } catch (const InternalError&) {
       throw;  // a bug, not a subgraph we cannot compile
     } catch (const Error& e) {
@@ -103,8 +150,66 @@ std::unique_ptr<ControlFlowKernel> ControlFlowKernel::compile(const Graph& g,
 }
 
 ControlFlowKernel::ControlFlowKernel(const Node& n, const KernelGroup& group,
-                                     std::vector<std::pair<std::string, Executable>> subgraphs)
-    : node_(n), slots_(node_input_slots(n, group)), subgraphs_(std::move(subgraphs)) {}
+                                     std::vector<Subgraph> subgraphs)
+    : node_(n), slots_(node_input_slots(n, group)), subgraphs_(std::move(subgraphs)) {
+  for (const Subgraph& s : subgraphs_) specializable_ = specializable_ || s.source;
+}
+
+const Executable& ControlFlowKernel::pick(size_t k, const std::vector<Tensor>& inputs) const {
+  const Subgraph& sub = subgraphs_[k];
+  if (!sub.source) return sub.generic;
+  auto found = [&](size_t e) -> const Executable& {
+    last_.store(static_cast<int>(e), std::memory_order_relaxed);
+    const Executable* exe = entries_[e]->exes[k].get();
+    return exe ? *exe : sub.generic;
+  };
+  // Published entries are read without the lock (they never change once counted).
+  const size_t seen = num_entries_.load(std::memory_order_acquire);
+  for (size_t e = 0; e < seen; ++e)
+    if (same_shapes(entries_[e]->shapes, inputs)) return found(e);
+  // Inputs the generic compile would reject (a fixed dim, symbols that disagree) are rejected
+  // the same way, before any compile: a specialization takes the shapes as they come.
+  reference::check_inputs(*sub.source, inputs);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t count = num_entries_.load(std::memory_order_relaxed);
+  for (size_t e = seen; e < count; ++e)  // another thread may have added it meanwhile
+    if (same_shapes(entries_[e]->shapes, inputs)) return found(e);
+  if (count == kMaxSpecializations) {
+    if (!full_logged_)
+      log(LogLevel::kInfo, cat(node_.where(), ": subgraphs specialized for ", count,
+                               " input shapes already; other shapes run the generic compile"));
+    full_logged_ = true;
+    last_.store(-1, std::memory_order_relaxed);
+    return sub.generic;
+  }
+  // Every subgraph that takes these inputs (both branches of an If: the same captures) is
+  // compiled for their shapes now, so the node's subgraphs() all show what these shapes run.
+  auto entry = std::make_unique<Specialization>();
+  for (const Tensor& t : inputs) entry->shapes.push_back(t.shape());
+  entry->exes.resize(subgraphs_.size());
+  for (size_t j = 0; j < subgraphs_.size(); ++j) {
+    const Subgraph& s = subgraphs_[j];
+    if (!s.source || s.source->inputs().size() != inputs.size()) continue;
+    try {
+      if (j != k) reference::check_inputs(*s.source, inputs);
+      Graph typed = *s.source;
+      for (size_t i = 0; i < inputs.size(); ++i)
+        typed.value(typed.inputs()[i]).type.shape = to_shape(inputs[i].shape());
+      entry->exes[j] = std::make_unique<Executable>(pto::compile(std::move(typed), s.options));
+    } catch (const InternalError& e) {
+      // A bug in a pass on these shapes; the generic compile still runs them, so the run goes on
+      // there, and says so where it is seen.
+      log(LogLevel::kWarn, cat(node_.where(), ": subgraph '", s.attr,
+                               "' not specialized for these shapes (", e.what(), ")"));
+    } catch (const Error& e) {
+      log(LogLevel::kInfo, cat(node_.where(), ": subgraph '", s.attr,
+                               "' not specialized for these shapes (", e.what(), ")"));
+    }
+  }
+  entries_[count] = std::move(entry);
+  num_entries_.store(count + 1, std::memory_order_release);
+  return found(count);
+}
 
 std::vector<Tensor> ControlFlowKernel::run(const std::vector<Tensor>& inputs) const {
   AllocatorScope scope(pool_);
@@ -112,8 +217,11 @@ std::vector<Tensor> ControlFlowKernel::run(const std::vector<Tensor>& inputs) co
       node_, gather_node_inputs(slots_, inputs),
       [this](const std::string& attr, const std::vector<Tensor>& in,
              const std::vector<Tensor>& dests) {
-        for (const auto& [name, exe] : subgraphs_)
-          if (name == attr) return dests.empty() ? exe.run(in) : exe.run_into(in, dests);
+        for (size_t k = 0; k < subgraphs_.size(); ++k)
+          if (subgraphs_[k].attr == attr) {
+            const Executable& exe = specializable_ ? pick(k, in) : subgraphs_[k].generic;
+            return dests.empty() ? exe.run(in) : exe.run_into(in, dests);
+          }
         throw InternalError(cat(node_.where(), ": no compiled subgraph '", attr, "'"));
       });
   std::vector<Tensor> out;  // the node's named outputs, as the group lists them
@@ -122,10 +230,21 @@ std::vector<Tensor> ControlFlowKernel::run(const std::vector<Tensor>& inputs) co
   return out;
 }
 
+std::vector<std::pair<std::string, const Executable*>> ControlFlowKernel::subgraphs() const {
+  const int last = last_.load(std::memory_order_relaxed);
+  std::vector<std::pair<std::string, const Executable*>> out;
+  for (size_t k = 0; k < subgraphs_.size(); ++k) {
+    const Executable* exe =
+        last >= 0 ? entries_[static_cast<size_t>(last)]->exes[k].get() : nullptr;
+    out.emplace_back(subgraphs_[k].attr, exe ? exe : &subgraphs_[k].generic);
+  }
+  return out;
+}
+
 void ControlFlowKernel::add_stats(ExecutableStats& s) const {
   size_t peak = 0;
-  for (const auto& [name, exe] : subgraphs_) {
-    const ExecutableStats sub = exe.stats();  // its own subgraphs' already added
+  for (const auto& [name, exe] : subgraphs()) {
+    const ExecutableStats sub = exe->stats();  // its own subgraphs' already added
     s.subgraph_kernels += sub.kernels + sub.subgraph_kernels;
     s.subgraph_fused_kernels += sub.fused_kernels + sub.subgraph_fused_kernels;
     s.packed_weight_bytes += sub.packed_weight_bytes;
@@ -137,8 +256,8 @@ void ControlFlowKernel::add_stats(ExecutableStats& s) const {
 
 std::string ControlFlowKernel::describe() const {
   std::string d;
-  for (const auto& [name, exe] : subgraphs_)
-    d += cat(d.empty() ? "" : ", ", name, ": ", exe.num_steps(), " kernels");
+  for (const auto& [name, exe] : subgraphs())
+    d += cat(d.empty() ? "" : ", ", name, ": ", exe->num_steps(), " kernels");
   return d;
 }
 

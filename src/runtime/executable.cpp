@@ -464,7 +464,7 @@ std::vector<std::pair<std::string, const Executable*>> Executable::subgraphs(siz
   std::vector<std::pair<std::string, const Executable*>> out;
   const Plan::Step& step = plan_->steps[plan_->step_of_node[i]];
   if (step.control_flow && step.core.nodes[0] == static_cast<int32_t>(i))
-    for (const auto& [name, exe] : step.control_flow->subgraphs()) out.emplace_back(name, &exe);
+    return step.control_flow->subgraphs();
   return out;
 }
 

@@ -336,5 +336,80 @@ TEST(ControlFlowIr, FoldConstantsInlinesAnIfWithAConstantCond) {
   expect_same(exe.run(in), reference::run(parse_graph(text), in));
 }
 
+// Silero VAD's pattern on a shape that only becomes static inside FoldConstants: the Pad widths
+// are computed (Concat, Reshape, Transpose: not shape arithmetic inference follows), so the Pad's
+// output, and the cond of the If on its last dim, are known only after a first sweep and a new
+// inference. The then_branch squeezes a last dim that is 6: it cannot run on these shapes and is
+// not taken. Inference must keep it (not fail), and FoldConstants' next sweep inlines the
+// else_branch: no If is left, and the result is the reference's.
+TEST(ControlFlowIr, FoldConstantsSweepsUntilAShapeIfFolds) {
+  const std::string text = R"(graph main (opset 17)
+  input  %x: f32[1, 4]
+  const  %c1: i64[2] = [0, 0]
+  const  %c2: i64[2] = [1, 1]
+  const  %two_by_two: i64[2] = [2, 2]
+  const  %flat: i64[1] = [-1]
+  const  %one: i64[1] = [1]
+  %cat = Concat(%c1, %c2) {axis=0}  # cat
+  %r = Reshape(%cat, %two_by_two)  # r
+  %t = Transpose(%r) {perm=[1, 0]}  # t
+  %pads = Reshape(%t, %flat)  # pads
+  %p = Pad(%x, %pads) {mode="reflect"}  # pad
+  %s = Shape(%p)  # shape
+  %last = Gather(%s, %flat) {axis=0}  # last
+  %is1 = Equal(%last, %one)  # is1
+  %u: f32[*] = If(%is1, %p) {else_branch=graph, then_branch=graph}  # if
+    else_branch: graph keep (opset 17)
+      capture %pe: f32[?, ?]
+      %e = Identity(%pe)  # id
+      return %e
+    then_branch: graph squeeze (opset 17)
+      capture %pt: f32[?, ?]
+      const  %ft: i64[1] = [-1]
+      %q = Squeeze(%pt, %ft)  # sq
+      return %q
+  %y = Relu(%u)  # relu
+  return %y
+)";
+  Graph g = parse_graph(text);
+  EXPECT_FALSE(g.value(g.outputs()[0]).type.shape.has_value());  // rank unknown before folding
+  Executable exe = compile(parse_graph(text), {.level = 1});
+  for (const Node& n : exe.graph().nodes()) {
+    EXPECT_NE(n.op, "If");
+    EXPECT_NE(n.op, "Shape");
+  }
+  EXPECT_EQ(exe.graph().value(exe.graph().outputs()[0]).type.str(), "f32[1, 6]");
+  const std::vector<Tensor> in{random_tensor({1, 4}, 7)};
+  expect_same(exe.run(in), reference::run(parse_graph(text), in));
+}
+
+// An If whose cond inference knows (a constant here) is typed from the branch it takes; the other
+// branch may not fit the shapes (it never runs), and is kept as it was.
+TEST(ControlFlowIr, KnownCondTypesTheTakenBranchOnly) {
+  const std::string text = R"(graph main (opset 17)
+  input  %x: f32[2, 3]
+  const  %c: bool[] = [false]
+  %u = If(%c, %x) {else_branch=graph, then_branch=graph}  # if
+    else_branch: graph keep (opset 17)
+      capture %xe: f32[?, ?]
+      %e = Neg(%xe)  # neg
+      return %e
+    then_branch: graph squeeze (opset 17)
+      capture %xt: f32[?, ?]
+      const  %at: i64[1] = [-1]
+      %q = Squeeze(%xt, %at)  # sq
+      return %q
+  return %u
+)";
+  Graph g = parse_graph(text);
+  EXPECT_EQ(g.value(g.outputs()[0]).type.str(), "f32[2, 3]");  // the else_branch's type
+  const std::vector<Tensor> in{random_tensor({2, 3}, 8)};
+  expect_same(compile(parse_graph(text), {.level = 2}).run(in), reference::run(g, in));
+  // With the cond true, the squeeze of a last dim of 3 is an error, as before.
+  std::string taken = text;
+  taken.replace(taken.find("[false]"), 7, "[true]");
+  EXPECT_THROW(parse_graph(taken), ValueError);
+}
+
 }  // namespace
 }  // namespace pto

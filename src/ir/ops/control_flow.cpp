@@ -204,11 +204,44 @@ const TensorType& output_type(const Graph& g, size_t i) {
   return g.value(g.outputs()[i]).type;
 }
 
+// The If's cond when inference knows it: a constant, or shape arithmetic on static shapes
+// (Equal(Shape(x)[-1], 1) once x's shape is known).
+std::optional<bool> known_cond(const InferContext& c) {
+  if (!c.constants.empty() && c.constants[0] && c.constants[0]->numel() == 1 &&
+      c.constants[0]->dtype() == DType::kBool)
+    return c.constants[0]->contiguous().data<bool>()[0];
+  if (!c.values.empty() && c.values[0] && c.values[0]->dims.size() == 1 && c.values[0]->is_exact(0))
+    return c.values[0]->dims[0].value != 0;
+  return std::nullopt;
+}
+
 void infer_if(InferContext& c) {
   control_flow::verify_subgraphs(c.node);
   const std::vector<TensorType> captures = tail_types(c, 1);
-  auto then_g = typed_copy(c.attrs().get_graph("then_branch"), captures, false);
-  auto else_g = typed_copy(c.attrs().get_graph("else_branch"), captures, false);
+  // A branch that cannot run on these types is no error when the cond is known not to take it
+  // (ONNX runs the taken branch only): Silero VAD's else_branch squeezes a last dim that is 1
+  // only when the then_branch is taken. The node then has the taken branch's types, and the
+  // other branch is kept as it was (FoldConstants replaces the If by the taken branch).
+  const std::optional<bool> cond = known_cond(c);
+  auto typed_or_kept = [&](const char* attr, bool taken) -> std::shared_ptr<Graph> {
+    if (!cond || taken) return typed_copy(c.attrs().get_graph(attr), captures, false);
+    try {
+      return typed_copy(c.attrs().get_graph(attr), captures, false);
+    } catch (const ValueError&) {
+    } catch (const TypeError&) {
+    } catch (const UnsupportedError&) {
+    }
+    return std::make_shared<Graph>(c.attrs().get_graph(attr));
+  };
+  auto then_g = typed_or_kept("then_branch", cond.value_or(true));
+  auto else_g = typed_or_kept("else_branch", !cond.value_or(false));
+  if (cond) {
+    const Graph& taken = *cond ? *then_g : *else_g;
+    for (size_t i = 0; i < c.outputs.size(); ++i) c.outputs[i] = output_type(taken, i);
+    c.subgraphs["then_branch"] = then_g;
+    c.subgraphs["else_branch"] = else_g;
+    return;
+  }
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     const TensorType &a = output_type(*then_g, i), &b = output_type(*else_g, i);
     if (a.dtype != b.dtype && a.dtype != DType::kUndefined && b.dtype != DType::kUndefined)
