@@ -553,3 +553,29 @@ def test_body_op_without_a_cpu_kernel_falls_back_alone(tmp_path):
     nested = _nested(model)
     assert nested["acos_loop/body/Acos"] == "reference", nested
     assert nested["acos_loop/body/Mul"] == "cpu", nested
+
+
+def test_conv_reading_an_if_of_unknown_rank(tmp_path):
+    """Silero VAD's decoder: If(last dim == 1) then Squeeze(x, -1) else x, then a 1-D Conv. The
+    branches' ranks differ, so the If's output has no known rank at compile time; the CPU conv
+    takes it from the weight."""
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array(rng.standard_normal((6, 4, 3)).astype(np.float32), "w")
+    then_g = helper.make_graph([helper.make_node("Squeeze", ["x", "last"], ["t"])], "then", [],
+                               [_vi("t", F, None)])
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                               [_vi("e", F, None)])
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=-1),
+             helper.make_node("Equal", ["shape", "one"], ["eq"]),
+             helper.make_node("Squeeze", ["eq"], ["c"]),
+             helper.make_node("If", ["c"], ["v"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Conv", ["v", "w"], ["y"], pads=[1, 1])]
+    inits = [w, numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.array([-1], np.int64), "last")]
+    path = _save(tmp_path / "m.onnx", nodes, [_vi("x", F, ["n", 4, "t", "u"])],
+                 [_vi("y", F, None)], inits)
+    x = rng.standard_normal((2, 4, 9, 1)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    model = pypto.onnx.load(path)
+    np.testing.assert_allclose(model(x=x), want[0], rtol=1e-5, atol=1e-5)
+    assert ("Conv", "cpu") in model._compiled.node_backends, model._compiled.node_backends

@@ -351,8 +351,12 @@ bool accepts_f32_conv(const NodeInfo& info) {
   const size_t n = info.inputs.size();
   if (n < 2 || info.dtype(0) != DType::kF32 || info.dtype(1) != DType::kF32) return false;
   if (n > 2 && info.dtype(2) != DType::kF32 && info.dtype(2) != DType::kUndefined) return false;
-  const auto& x = info.inputs[0].shape;
-  return x && (x->size() == 3 || x->size() == 4);
+  // X's rank, or W's where X's is not known (a value out of an If or a sequence: Silero VAD's
+  // decoder Conv reads an If that squeezes a dimension or not): ONNX makes them equal, and run()
+  // checks the ranks it is given.
+  const auto &x = info.inputs[0].shape, &w = info.inputs[1].shape;
+  const size_t rank = x ? x->size() : w ? w->size() : 0;
+  return rank == 3 || rank == 4;
 }
 
 std::optional<EpilogueOperand> conv_operand_strides(const Dims& t, const Dims& y) {
