@@ -74,8 +74,6 @@ class Lowering {
     dtype_ = g.value(n.outputs[0]).type.dtype;
   }
 
-  size_t at() const { return at_; }
-
   ValueId value(const Shape& shape) {
     return g_.add_value(g_.unique_name(base_ + "_lowered"), TensorType{dtype_, shape});
   }
@@ -88,6 +86,16 @@ class Lowering {
     const ValueId out = value(shape);
     g_.insert_node(at_++, op, std::move(in), {out}, std::move(a), base_ + "_" + op);
     return out;
+  }
+
+  // The Einsum's readers read `result` (typed as the Einsum's output was), and the Einsum goes.
+  void finish(ValueId result, ValueId einsum_output, const PassContext& ctx, const char* note) {
+    g_.value(result).type = g_.value(einsum_output).type;
+    g_.replace_uses(einsum_output, result);
+    std::vector<bool> gone(g_.nodes().size(), false);
+    gone[at_] = true;
+    g_.remove_nodes(gone);
+    ctx.note(note);
   }
 
   // x (labels, shape) with the labels not in `keep` summed out.
@@ -178,11 +186,7 @@ bool lower(Graph& g, size_t i, const PassContext& ctx) {
     ValueId x = low.sum_out(n.inputs[0], la, sa, e.output);
     x = low.transpose(x, la, sa, e.output);
     if (x == n.inputs[0]) x = low.add("Identity", {x}, sa);
-    g.replace_uses(n.outputs[0], x);
-    std::vector<bool> gone(g.nodes().size(), false);
-    gone[low.at()] = true;
-    g.remove_nodes(gone);
-    ctx.note("LowerEinsum/Reduce");
+    low.finish(x, n.outputs[0], ctx, "LowerEinsum/Reduce");
     return true;
   }
   std::vector<int> lb = e.inputs[1];
@@ -248,13 +252,7 @@ bool lower(Graph& g, size_t i, const PassContext& ctx) {
   Shape sy = batch_y;
   sy.insert(sy.end(), ygroups.begin(), ygroups.end());
   if (group_y) y = low.add("Reshape", {y, low.ints(*reshape_target(batch.size(), ygroups))}, sy);
-  y = low.transpose(y, ly, sy, lo);
-  g.value(y).type = yt;
-  g.replace_uses(n.outputs[0], y);
-  std::vector<bool> gone(g.nodes().size(), false);
-  gone[low.at()] = true;
-  g.remove_nodes(gone);
-  ctx.note("LowerEinsum/MatMul");
+  low.finish(low.transpose(y, ly, sy, lo), n.outputs[0], ctx, "LowerEinsum/MatMul");
   return true;
 }
 
