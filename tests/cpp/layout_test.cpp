@@ -342,6 +342,113 @@ TEST(LayoutPass, PoolingStaysBlocked) {
       4);
 }
 
+// A YOLOv8 C2f block on an input of symbolic height and width: the stride-2 conv's output size
+// is unknown ("?"), so only the graph's structure proves that SiLU's x * sigmoid(x), the residual
+// Add and the Concat combine values of one size. Everything stays blocked, the Split on
+// channels too (parts of whole blocks, split in blocks); the results match the reference on
+// inputs of several sizes, and on the CPU kernels at level 2 (fused) with 1 and 2 threads.
+TEST(LayoutPass, DynamicPlaneC2fBlockStaysBlocked) {
+  const std::string text =
+      "  input  %x: f32[batch, 8, height, width]\n"
+      "  const  %w0: f32[16, 8, 3, 3]\n"
+      "  const  %b0: f32[16]\n"
+      "  const  %w1: f32[8, 8, 3, 3]\n"
+      "  const  %w2: f32[12, 24, 1, 1]\n"
+      "  const  %parts: i64[2] = [8, 8]\n"
+      "  %y = Conv(%x, %w0, %b0) {pads=[1, 1, 1, 1], strides=[2, 2]}\n"
+      "  %ys = Sigmoid(%y)\n"
+      "  %a = Mul(%y, %ys)\n"
+      "  %s0, %s1 = Split(%a, %parts) {axis=1}\n"
+      "  %m = Conv(%s1, %w1) {pads=[1, 1, 1, 1]}\n"
+      "  %ms = Sigmoid(%m)\n"
+      "  %mm = Mul(%m, %ms)\n"
+      "  %r = Add(%s1, %mm)\n"
+      "  %c = Concat(%s0, %s1, %r) {axis=1}\n"
+      "  %z = Conv(%c, %w2)\n"
+      "  return %z\n";
+  Graph g = parse(text);
+  std::mt19937 rng(21);
+  const Graph parsed = g;
+  for (const auto& [v, t] : parsed.initializers())
+    if (t.dtype() == DType::kF32) g.set_initializer(v, random_tensor(t.shape(), rng));
+  std::map<std::string, int> fired;
+  const Graph out = assign(g, 4, &fired);
+  EXPECT_EQ(count_ops(out, "ConvBlocked"), 3) << print(out);
+  EXPECT_EQ(count_ops(out, "ReorderToBlocked"), 1) << print(out);
+  EXPECT_EQ(count_ops(out, "ReorderFromBlocked"), 1) << print(out);  // the output only
+  EXPECT_EQ(fired["AssignLayouts/Propagate/Split"], 1);
+  EXPECT_EQ(fired["AssignLayouts/Propagate/Add"], 1);
+  EXPECT_EQ(fired["AssignLayouts/Propagate/Mul"], 2);
+  for (const Node& n : out.nodes())
+    if (n.op == "Split") {
+      const Tensor* parts = out.initializer(n.inputs[1]);
+      ASSERT_NE(parts, nullptr);
+      EXPECT_EQ(parts->numel(), 2);
+      EXPECT_EQ(parts->item_as_double(0), 2.0);  // 8 channels in blocks of 4
+      EXPECT_EQ(n.attrs.get_int("axis"), 1);
+    }
+  const int saved = num_threads();
+  for (const Dims& shape : {Dims{1, 8, 12, 12}, Dims{2, 8, 11, 9}, Dims{1, 8, 5, 20}}) {
+    const std::vector<Tensor> in = {random_tensor(shape, rng)};
+    const Tensor want = reference::run(g, in)[0];
+    expect_close(reference::run(out, in)[0], want, cat("reference, ", dims_str(shape)));
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Executable exe = compile(assign(g, 8), {.level = 2});
+      expect_close(exe.run(in)[0], want,
+                   cat("cpu, ", dims_str(shape), ", ", threads, " thread(s)"));
+    }
+  }
+  set_num_threads(saved);
+}
+
+// What the structure does not prove stays NCHW: two stride-2 convs of different inputs have
+// sizes "?" that may differ, so their Add reads NCHW (and each conv, isolated, stays NCHW); a
+// Split into parts that are not whole blocks (4 + 12 channels in blocks of 8) reads NCHW.
+TEST(LayoutPass, DynamicPlanesOfUnprovenSizeStayNchw) {
+  const Graph add = parse(
+      "  input  %x: f32[1, 8, h1, w1]\n"
+      "  input  %u: f32[1, 8, h2, w2]\n"
+      "  const  %w: f32[8, 8, 3, 3]\n"
+      "  %a = Conv(%x, %w) {pads=[1, 1, 1, 1], strides=[2, 2]}\n"
+      "  %b = Conv(%u, %w) {pads=[1, 1, 1, 1], strides=[2, 2]}\n"
+      "  %s = Add(%a, %b)\n"
+      "  %r = Relu(%s)\n"
+      "  %z = Conv(%r, %w) {pads=[1, 1, 1, 1]}\n"
+      "  return %z\n");
+  const Graph a = assign(add, 8);
+  EXPECT_EQ(count_ops(a, "Add"), 1);
+  for (const Node& n : a.nodes())
+    if (n.op == "Add") {
+      for (ValueId in : n.inputs)
+        EXPECT_EQ(a.value(in).type.shape->size(), 4u) << print(a);  // NCHW operands
+    }
+  const Graph split = parse(
+      "  input  %x: f32[1, 16, h, w]\n"
+      "  const  %w: f32[16, 16, 3, 3]\n"
+      "  const  %w1: f32[8, 12, 3, 3]\n"
+      "  const  %parts: i64[2] = [4, 12]\n"
+      "  %y = Conv(%x, %w) {pads=[1, 1, 1, 1], strides=[2, 2]}\n"
+      "  %s0, %s1 = Split(%y, %parts) {axis=1}\n"
+      "  %z = Conv(%s1, %w1) {pads=[1, 1, 1, 1]}\n"
+      "  return %s0, %z\n");
+  std::map<std::string, int> fired;
+  const Graph b = assign(split, 8, &fired, false);
+  EXPECT_EQ(fired.count("AssignLayouts/Propagate/Split"), 0u) << print(b);
+  for (const Node& n : b.nodes())
+    if (n.op == "Split") {
+      EXPECT_EQ(b.value(n.inputs[0]).type.shape->size(), 4u) << print(b);
+    }
+  std::mt19937 rng(4);
+  const std::vector<Tensor> in = {random_tensor({1, 16, 9, 10}, rng)};
+  Graph sw = split;
+  for (const auto& [v, t] : split.initializers())
+    if (t.dtype() == DType::kF32) sw.set_initializer(v, random_tensor(t.shape(), rng));
+  const std::vector<Tensor> want = reference::run(sw, in),
+                            got = reference::run(assign(sw, 8, nullptr, false), in);
+  for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], cat("output ", i));
+}
+
 TEST(LayoutPass, IsInTheLevel3PipelineOnly) {
   auto has = [](int level) {
     const std::vector<std::string> p = pipeline(level);
