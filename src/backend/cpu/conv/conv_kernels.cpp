@@ -4,6 +4,8 @@
 // are declined and run on the reference interpreter. The blocked-layout kernels are in
 // conv_blocked.cpp.
 #include <algorithm>
+#include <memory>
+#include <mutex>
 #include <optional>
 
 #include "backend/cpu/conv/conv.h"
@@ -30,9 +32,20 @@ bool accepts(const NodeInfo& info) {
 // A constant W packed once per group as the GEMM's A operand, and W's shape to give it back; or,
 // for a conv on a small plane (conv_algo), W in the blocked layout instead, with the input shape
 // that path was chosen for, and for Winograd (the knob conv.algo {2}) also its transformed U.
+// The blocked weights of a conv whose plane is known only at run time (a model exported with
+// dynamic height and width), made from the packed ones the first time a small plane comes.
+struct LateBlocked {
+  std::once_flag once;
+  Tensor w;
+};
+
 struct PreparedW {
   std::vector<PackedA> groups;
   Dims shape;
+  // Set: the plane is unknown at compile time, the channels fit the blocked kernel, and a run
+  // whose output plane is small (small_plane_blocked) takes it, with weights made on first use.
+  std::shared_ptr<LateBlocked> late;
+  int late_block = 0;
   Tensor blocked;  // defined: the blocked path
   Dims x_chw;      // the input's [C, H, W] it was chosen for (the batch may vary)
   int block = 0;
@@ -65,6 +78,25 @@ int channel_block() {
 // 1.6x slower.
 constexpr int64_t kBlockedPlane = 16 * 16, kBlockedPointwisePlane = 8 * 8,
                   kBlockedDepthwisePlane = 14 * 14;
+
+// Whether the plane-size rule puts a conv of this kernel (kh x kw, group 1 or depthwise) with
+// this output plane on the blocked kernel.
+bool small_plane_blocked(int64_t plane, int64_t kh, int64_t kw, bool depthwise) {
+  if (depthwise) return plane <= kBlockedDepthwisePlane;
+  return plane <= (kh * kw > 1 ? kBlockedPlane : kBlockedPointwisePlane);
+}
+
+// Whether Conv `info` (W constant, f32, group 1) could take the blocked kernel for channel block
+// `block` but its output plane is unknown at compile time: then run() decides per call.
+bool late_blockable(const NodeInfo& info, const Tensor& w, int64_t group, int block) {
+  const auto& xs = info.inputs[0].shape;
+  if (block == 0 || group != 1 || w.rank() != 4 || !xs || xs->size() != 4) return false;
+  if (!(*xs)[1].is_known() || ((*xs)[2].is_known() && (*xs)[3].is_known())) return false;
+  if (info.knob("conv.algo")) return false;
+  const int64_t c = (*xs)[1].value;
+  return c >= block && c == w.dim(1) &&
+         info.node.attrs.get_string("auto_pad", "NOTSET") == "NOTSET";
+}
 
 // The output plane of Conv `info` (W constant, f32) when the blocked kernel can run it for channel
 // block `block` (a depthwise conv, or one of group 1, on at least `block` input channels).
@@ -105,10 +137,8 @@ ConvAlgo conv_algo(const NodeInfo& info, const Tensor& w, int64_t group, int blo
   if (const std::vector<int64_t>* algo = info.knob("conv.algo"))
     return plane ? static_cast<ConvAlgo>((*algo)[0]) : kImplicitGemm;
   if (!plane) return kImplicitGemm;
-  if (group != 1) return *plane <= kBlockedDepthwisePlane ? kBlockedDirect : kImplicitGemm;
-  return *plane <= (w.dim(2) * w.dim(3) > 1 ? kBlockedPlane : kBlockedPointwisePlane)
-             ? kBlockedDirect
-             : kImplicitGemm;
+  return small_plane_blocked(*plane, w.dim(2), w.dim(3), group != 1) ? kBlockedDirect
+                                                                     : kImplicitGemm;
 }
 
 // The "conv.cols" knob: {columns} per GEMM of the implicit-GEMM path, which the conv must take
@@ -206,7 +236,12 @@ std::any prepare(const NodeInfo& info) {
       pack_weights(w.data<float>(), w.dim(0), w.dim(1), w.rank() == 4 ? w.dim(2) : 1, w.dim(-1),
                    group, precision);
   if (packed.empty()) return {};
-  return PreparedW{std::move(packed), w.shape()};
+  PreparedW p{std::move(packed), w.shape()};
+  if (precision == Precision::kF32 && late_blockable(info, w, group, block)) {
+    p.late = std::make_shared<LateBlocked>();
+    p.late_block = block;
+  }
+  return p;
 }
 
 // W [m, cg, kh, kw] is the groups' A matrices [m/group, cg*kh*kw] one after another, or the
@@ -310,6 +345,18 @@ std::vector<Tensor> run_conv(const KernelContext& c) {
     if (p.blocked.defined() && x.rank() == 4 &&
         Dims(x.shape().begin() + 1, x.shape().end()) == p.x_chw) {
       run_blocked(g, p, x.data<float>(), bias, y.data<float>(), ep);
+      return one(std::move(y));
+    }
+    if (p.late && x.rank() == 4 && g.group == 1 && p.late_block == channel_block() &&
+        small_plane_blocked(g.out_plane(), g.kh, g.kw, false)) {
+      // A small plane that the compile could not see: the blocked kernel, as for a known one.
+      std::call_once(p.late->once, [&] {
+        p.late->w = blocked_conv_weights(unpack(*c.state, 1), false, p.late_block);
+      });
+      PreparedW b;
+      b.blocked = p.late->w;
+      b.block = p.late_block;
+      run_blocked(g, b, x.data<float>(), bias, y.data<float>(), ep);
       return one(std::move(y));
     }
     if (p.blocked.defined()) {  // not the shape it was prepared for: the plain path on W
