@@ -528,6 +528,10 @@ std::vector<Case> random_cases() {
       {1, 20, 3, 65, 16, 1, 1, 0},                      // 1x1, one output block: 28 + 28 + 9 pixels
       {2, 40, 2, 45, 40, 1, 1, 0},  // 1x1, 2 + 1 blocks of 16 (5 of 8), wide rows
       {1, 12, 3, 64, 9, 3, 1, 1},   // 3x3 stride 1, one block, 62 interior pixels
+      {1, 16, 5, 70, 16, 3, 2, 1},  // stride 2 as a constant: 28 + 6 interior pixels, one block
+      {2, 20, 4, 64, 32, 3, 2, 1},  // stride 2, two output blocks (of 16): 14 + 14 + 3
+      {1, 3, 6, 71, 16, 3, 2, 1},   // a stem at stride 2 reading NCHW: 28 + 6
+      {1, 40, 3, 33, 72, 1, 2, 0},  // 1x1 stride 2, 4 + 1 blocks of 16 (9 of 8)
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
@@ -593,7 +597,10 @@ TEST(LayoutKernels, ConvBlockedMatchesReferenceConv) {
 // the image), on every ISA and thread count, with a stride, padding, and a residual and Relu.
 TEST(LayoutKernels, StemReadsNchwInput) {
   std::mt19937 rng(8);
-  for (const Case& t : {Case{2, 3, 23, 19, 40, 7, 2, 3}, Case{1, 1, 9, 8, 16, 3, 1, 1}}) {
+  // The third: YOLOv8's stem (3 -> 16, 3x3 stride 2), 35 output pixels a row: one register
+  // block of 28 at the constant stride, a tail of 5 and the checked edges.
+  for (const Case& t : {Case{2, 3, 23, 19, 40, 7, 2, 3}, Case{1, 1, 9, 8, 16, 3, 1, 1},
+                        Case{2, 3, 7, 70, 16, 3, 2, 1}}) {
     for (bool epilogue : {false, true}) {
       const Graph g = conv_graph(t, epilogue, rng);
       const std::vector<Tensor> in = random_inputs(g, 21);
