@@ -214,6 +214,29 @@ bool spatial_mean(const Graph& g, const Node& n) {
   return *axes == std::vector<int64_t>{2, 3};
 }
 
+// A Resize of H and W only, by constant scales [1, 1, sh, sw] (no sizes, no roi crop, no axes
+// attribute; opset 11 and later): the same Resize of the blocked value with scales
+// [1, 1, sh, sw, 1] (the lane axis, scale 1, is an identity axis in every mode). YOLO's and
+// U-Net's 2x nearest upsampling between blocked convs.
+std::optional<std::vector<float>> plane_resize_scales(const Graph& g, const Node& n) {
+  if (n.op != "Resize" || !n.domain.empty() || n.inputs.size() < 3 || n.inputs.size() > 4 ||
+      (n.inputs.size() == 4 && n.inputs[3] != kNoValue) || n.attrs.has("axes") ||
+      (n.opset != 0 && n.opset < 11) ||
+      n.attrs.get_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize" ||
+      n.attrs.get_int("antialias", 0) != 0)
+    return std::nullopt;
+  const Tensor* scales = n.inputs[2] == kNoValue ? nullptr : constant(g, n.inputs[2]);
+  if (!scales || scales->dtype() != DType::kF32 || scales->numel() != 4) return std::nullopt;
+  std::vector<float> v(4);
+  for (int64_t i = 0; i < 4; ++i) v[i] = static_cast<float>(scales->item_as_double(i));
+  if (v[0] != 1.0f || v[1] != 1.0f) return std::nullopt;
+  return v;
+}
+
+bool plane_resize(const Graph& g, const Node& n) {
+  return plane_resize_scales(g, n).has_value();
+}
+
 // Whether node `n` can read and write blocked values given which values are blocked.
 bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked, int block,
                 SpatialClasses& classes) {
@@ -238,6 +261,7 @@ bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked,
   }
   if (n.op == "GlobalAveragePool" || n.op == "ReduceMean")
     return !n.inputs.empty() && blocked[n.inputs[0]] && spatial_mean(g, n);
+  if (n.op == "Resize") return !n.inputs.empty() && blocked[n.inputs[0]] && plane_resize(g, n);
   if (n.op == "MaxPool" || n.op == "AveragePool")
     return !n.inputs.empty() && blocked[n.inputs[0]] && n.attrs.has("kernel_shape") &&
            n.attrs.get_ints("kernel_shape").size() == 2 && n.attrs.get_int("storage_order", 0) == 0;
@@ -421,6 +445,13 @@ class Rewriter {
       attrs.set("keepdims", int64_t{1});
       retarget(g_.mutable_nodes()[i], "ReduceMean", {blocked_of_[inputs[0]], axes},
                std::move(attrs), 18);  // opset 18: axes as an input
+    } else if (g_.nodes()[i].op == "Resize") {
+      std::vector<float> v = *plane_resize_scales(g_, g_.nodes()[i]);
+      v.push_back(1.0f);  // the lanes: an identity axis
+      const ValueId scales =
+          g_.add_constant(g_.value(y).name + "_scales", Tensor::from_vector<float>(v, {5}));
+      Node& n = g_.mutable_nodes()[i];
+      n.inputs = {blocked_of_[inputs[0]], kNoValue, scales};  // roi unused without the crop
     } else if (g_.nodes()[i].op == "MaxPool" || g_.nodes()[i].op == "AveragePool") {
       // Pooling over H and W of [N, C/c, H, W, c]: a 3-D window with a unit last axis.
       const ValueId xb = blocked(inputs[0]);  // may add nodes: take the reference after

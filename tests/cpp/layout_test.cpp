@@ -449,6 +449,75 @@ TEST(LayoutPass, DynamicPlanesOfUnprovenSizeStayNchw) {
   for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], cat("output ", i));
 }
 
+// A Resize of H and W by constant scales [1, 1, sh, sw] between blocked convs stays blocked, as
+// the same Resize of the 5-D value with scales [1, 1, sh, sw, 1]: nearest (YOLO's 2x upsample,
+// one pass of pixel copies on the CPU), linear and cubic; a Resize that scales channels reads
+// NCHW. Against the reference, and on the CPU kernels at level 2 in blocks of 8 and 16 (copies
+// of 8 and 16 lanes a pixel), 1 and 2 threads.
+void expect_cpu_matches(const Graph& b, const std::vector<Tensor>& in, const Tensor& want,
+                        const std::string& what);
+
+TEST(LayoutPass, PlaneResizeStaysBlocked) {
+  const std::vector<std::pair<std::string, std::string>> resizes = {
+      {"[1, 1, 2, 2]",
+       "{coordinate_transformation_mode=\"asymmetric\", mode=\"nearest\", "
+       "nearest_mode=\"floor\"}"},
+      {"[1, 1, 1.5, 2]", "{mode=\"linear\"}"},
+      {"[1, 1, 2, 0.75]", "{mode=\"cubic\", coordinate_transformation_mode=\"align_corners\"}"},
+      {"[1, 1, 3, 2]", "{mode=\"nearest\", nearest_mode=\"round_prefer_ceil\"}"},
+  };
+  std::mt19937 rng(17);
+  const int saved = num_threads();
+  for (const auto& [scales, attrs] : resizes) {
+    SCOPED_TRACE(scales + " " + attrs);
+    Graph g = parse(
+        "  input  %x: f32[2, 12, 5, 7]\n"
+        "  const  %w1: f32[24, 12, 1, 1]\n"
+        "  const  %w2: f32[16, 24, 3, 3]\n"
+        "  const  %s: f32[4] = " +
+        scales +
+        "\n"
+        "  %a = Conv(%x, %w1)\n"
+        "  %r = Resize(%a, _, %s) " +
+        attrs +
+        "\n"
+        "  %z = Conv(%r, %w2) {pads=[1, 1, 1, 1]}\n"
+        "  return %z\n");
+    const Graph parsed = g;
+    for (const auto& [v, t] : parsed.initializers())
+      if (t.numel() > 4) g.set_initializer(v, random_tensor(t.shape(), rng));
+    std::map<std::string, int> fired;
+    const Graph out = assign(g, 8, &fired, false);  // the structure, not the cost rule
+    EXPECT_EQ(fired["AssignLayouts/Propagate/Resize"], 1) << print(out);
+    EXPECT_EQ(count_ops(out, "ReorderFromBlocked"), 1) << print(out);  // the output only
+    const std::vector<Tensor> in = random_inputs(g, 3);
+    const Tensor want = reference::run(g, in)[0];
+    expect_close(reference::run(out, in)[0], want, "reference");
+    for (int block : {8, 16}) {
+      const Graph b = assign(g, block, nullptr, false);
+      expect_cpu_matches(b, in, want, cat("level 0, block ", block));  // every node on the CPU
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Executable exe = compile(b, {.level = 2});
+        expect_close(exe.run(in)[0], want, cat("cpu, block ", block, ", ", threads, " thread(s)"));
+      }
+    }
+  }
+  set_num_threads(saved);
+  // Channels scaled too: the Resize reads NCHW.
+  const Graph c = parse(
+      "  input  %x: f32[1, 8, 4, 4]\n"
+      "  const  %w: f32[8, 8, 1, 1]\n"
+      "  const  %s: f32[4] = [1, 2, 2, 2]\n"
+      "  %a = Conv(%x, %w)\n"
+      "  %r = Resize(%a, _, %s) {mode=\"nearest\"}\n"
+      "  %z = Conv(%r, %w)\n"
+      "  return %z\n");
+  std::map<std::string, int> fired;
+  assign(c, 8, &fired, false);
+  EXPECT_EQ(fired.count("AssignLayouts/Propagate/Resize"), 0u);
+}
+
 TEST(LayoutPass, IsInTheLevel3PipelineOnly) {
   auto has = [](int level) {
     const std::vector<std::string> p = pipeline(level);
