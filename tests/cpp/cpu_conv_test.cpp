@@ -471,8 +471,8 @@ TEST(CpuConv, SmallPlaneChosenAtRunTime) {
     Dims strides, pads;
     std::vector<std::pair<int64_t, int64_t>> planes;  // input (h, w), in order
   };
-  for (const Case& t : {Case{{24, 20, 3, 3}, {1, 1}, {1, 1, 1, 1}, {{9, 8}, {20, 20}, {5, 16}}},
-                        Case{{24, 20, 3, 3}, {2, 2}, {1, 1, 1, 1}, {{17, 15}, {40, 36}, {3, 3}}},
+  for (const Case& t : {Case{{24, 20, 3, 3}, {1, 1}, {1, 1, 1, 1}, {{9, 8}, {90, 84}, {5, 16}}},
+                        Case{{24, 20, 3, 3}, {2, 2}, {1, 1, 1, 1}, {{17, 15}, {182, 171}, {3, 3}}},
                         Case{{36, 20, 1, 1}, {1, 1}, {0, 0, 0, 0}, {{6, 6}, {14, 14}, {8, 8}}}}) {
     Graph g;
     ValueId xv =

@@ -417,9 +417,9 @@ Graph conv_relu(int64_t batch, int64_t c, int64_t m, int64_t k, int64_t stride, 
 }
 
 // conv.cols sets the output columns per GEMM of a conv on the implicit GEMM (a 1x1 conv, a strided
-// 3x3 one through im2col), on one and two threads: the plan names it, each value matches the
-// reference, and the tuner offers it; a conv off that path (depthwise, or one the planner runs on
-// the blocked kernel) or a value under 16 is a ValueError.
+// 3x3 one on fewer channels than a block, through im2col), on one and two threads: the plan names
+// it, each value matches the reference, and the tuner offers it; a conv off that path (depthwise,
+// or one the planner runs on the blocked kernel) or a value under 16 is a ValueError.
 TEST_F(TunerTest, ConvColsKnob) {
   const int saved = num_threads();
   const Backend* cpu = BackendRegistry::global().find("cpu");
@@ -427,7 +427,7 @@ TEST_F(TunerTest, ConvColsKnob) {
     int64_t c, m, k, stride, size, group;
     bool takes;
   };
-  for (const Case& t : {Case{24, 40, 1, 1, 30, 1, true}, Case{16, 32, 3, 2, 33, 1, true},
+  for (const Case& t : {Case{24, 40, 1, 1, 30, 1, true}, Case{4, 32, 3, 2, 33, 1, true},
                         Case{32, 32, 3, 1, 14, 32, false}, Case{32, 32, 3, 1, 7, 1, false}}) {
     SCOPED_TRACE(cat("c ", t.c, " k ", t.k, " stride ", t.stride, " size ", t.size));
     const Graph g = conv_relu(1, t.c, t.m, t.k, t.stride, t.size, t.group, 10);

@@ -75,8 +75,12 @@ int channel_block() {
 // on 14x14 planes 12% faster, every conv on 7x7 planes 10-27% faster, depthwise convs with 14x14
 // and 7x7 outputs 1.2-2.7x; but 1x1 convs on 14x14 planes 4-12% slower (the GEMM wastes little
 // on 196 columns and the output reorder costs more) and a depthwise conv with a 28x28 output
-// 1.6x slower.
-constexpr int64_t kBlockedPlane = 16 * 16, kBlockedPointwisePlane = 8 * 8,
+// 1.6x slower. Convs with a 3x3 (or larger) window win up to 80x80 outputs, reorders included
+// (3x3 + ReLU alone, min of 30-40, two rounds, against the 16x16 rule): 128 -> 128 @28 2.30 ->
+// 2.09 ms, 256 -> 256 @28 9.4 -> 8.7, 96 @36 2.10 -> 1.98, 64 @40 1.16 -> 1.12, 32 @40 0.31 ->
+// 0.29, stride 2 56 -> 28 1.19 -> 1.08, 112 -> 56 1.25 -> 1.15, YOLOv8's 16 -> 32 160 -> 80 0.75
+// -> 0.64, 16 @80 0.32 -> 0.31; at par on 64 @56 and 48 @64 (YOLOv8n at level 2: -4%).
+constexpr int64_t kBlockedPlane = 80 * 80, kBlockedPointwisePlane = 8 * 8,
                   kBlockedDepthwisePlane = 14 * 14;
 
 // Whether the plane-size rule puts a conv of this kernel (kh x kw, group 1 or depthwise) with
