@@ -215,13 +215,13 @@ bool spatial_mean(const Graph& g, const Node& n) {
 }
 
 // A Resize of H and W only, by constant scales [1, 1, sh, sw] (no sizes, no roi crop, no axes
-// attribute; opset 11 and later): the same Resize of the blocked value with scales
+// attribute; opset 13 and later): the same Resize of the blocked value with scales
 // [1, 1, sh, sw, 1] (the lane axis, scale 1, is an identity axis in every mode). YOLO's and
 // U-Net's 2x nearest upsampling between blocked convs.
 std::optional<std::vector<float>> plane_resize_scales(const Graph& g, const Node& n) {
   if (n.op != "Resize" || !n.domain.empty() || n.inputs.size() < 3 || n.inputs.size() > 4 ||
       (n.inputs.size() == 4 && n.inputs[3] != kNoValue) || n.attrs.has("axes") ||
-      (n.opset != 0 && n.opset < 11) ||
+      (n.opset != 0 && n.opset < 13) ||  // roi optional (dropped below) from opset 13
       n.attrs.get_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize" ||
       n.attrs.get_int("antialias", 0) != 0)
     return std::nullopt;
