@@ -73,6 +73,7 @@ void pool_row_blocked(const PoolGeom& g, const PoolIndex& ix, bool is_max, const
                       int64_t r, float* buf) {
   const int64_t c = g.lanes;
   const Vec idv = Vec::set1(is_max ? -INFINITY : 0.0f);
+  Mask nan_seen = is_nan(idv);  // no lane: whether the window's rows hold a NaN (as pool_row)
   for (int64_t j = 0; j < g.span; ++j) {  // padded position j reads input column j - pw
     const int64_t iw = j - g.pw;
     for (int64_t l = 0; l < c; l += Vec::kLanes) {
@@ -81,14 +82,17 @@ void pool_row_blocked(const PoolGeom& g, const PoolIndex& ix, bool is_max, const
       if (iw >= 0 && iw < g.w)
         for (int64_t k = 0; k < g.kh; ++k) {
           const int64_t ih = r * g.sh + k * g.dh - g.ph;
-          if (ih >= 0 && ih < g.h)
-            acc = take(is_max, acc, Vec::load(x + (ih * g.w + iw) * c + l, n));
+          if (ih < 0 || ih >= g.h) continue;
+          const Vec v = Vec::load(x + (ih * g.w + iw) * c + l, n);
+          if (is_max) nan_seen = nan_seen | is_nan(v);
+          acc = take(is_max, acc, v);
         }
       acc.store(buf + j * c + l, n);
     }
   }
+  const bool fix_nan = any(nan_seen);
   for (int64_t o = 0; o < g.ow; ++o) {
-    const float* first = is_max && ix.row_first[r] >= 0 && ix.col_first[o] >= 0
+    const float* first = fix_nan && ix.row_first[r] >= 0 && ix.col_first[o] >= 0
                              ? x + (ix.row_first[r] * g.w + ix.col_first[o]) * c
                              : nullptr;
     const Vec div = Vec::set1(ix.row_count[r] * ix.col_count[o]);
