@@ -117,6 +117,10 @@ void resize_copies_2d(const float* x, float* y, int64_t outer, int64_t ih, int64
   const auto oh = static_cast<int64_t>(rows.size()), ow = static_cast<int64_t>(cols.size());
   const int64_t* col = cols.data();
   const int64_t len = ow * inner;  // values per output row
+  // Columns doubled (a 2x nearest upsampling): each input value written twice, no index loads
+  // (a loop the compiler vectorizes with permutes).
+  bool doubled = ow == 2 * iw;
+  for (int64_t k = 0; doubled && k < ow; ++k) doubled = col[k] == k / 2;
   const int64_t grain = std::max<int64_t>(1, kGrainValues / std::max<int64_t>(len, 1));
   parallel_for(0, outer * oh, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -127,7 +131,9 @@ void resize_copies_2d(const float* x, float* y, int64_t outer, int64_t ih, int64
         continue;
       }
       const float* xr = x + (b * ih + rows[o]) * iw * inner;
-      if (inner == 1) {
+      if (inner == 1 && doubled) {
+        for (int64_t k = 0; k < iw; ++k) yr[2 * k] = yr[2 * k + 1] = xr[k];
+      } else if (inner == 1) {
         for (int64_t k = 0; k < ow; ++k) yr[k] = xr[col[k]];
       } else if (inner == 16) {  // AVX-512's lanes: a constant length the compiler unrolls
         for (int64_t k = 0; k < ow; ++k) std::copy_n(xr + col[k] * 16, 16, yr + k * 16);
