@@ -79,7 +79,8 @@ int channel_block() {
 // (3x3 + ReLU alone, min of 30-40, two rounds, against the 16x16 rule): 128 -> 128 @28 2.30 ->
 // 2.09 ms, 256 -> 256 @28 9.4 -> 8.7, 96 @36 2.10 -> 1.98, 64 @40 1.16 -> 1.12, 32 @40 0.31 ->
 // 0.29, stride 2 56 -> 28 1.19 -> 1.08, 112 -> 56 1.25 -> 1.15, YOLOv8's 16 -> 32 160 -> 80 0.75
-// -> 0.64, 16 @80 0.32 -> 0.31; at par on 64 @56 and 48 @64 (YOLOv8n at level 2: -4%).
+// -> 0.64, 16 @80 0.32 -> 0.31; at par on 64 @56 and 48 @64 (YOLOv8n at level 2: kernel sum -4%,
+// its 80x80 layers at par inside the model).
 constexpr int64_t kBlockedPlane = 80 * 80, kBlockedPointwisePlane = 8 * 8,
                   kBlockedDepthwisePlane = 14 * 14;
 
