@@ -459,6 +459,69 @@ TEST(CpuConv, SmallPlaneBlockedPath) {
   }
 }
 
+// A stem (3 input channels, fewer than a block) at stride 2 with output channels that fill their
+// blocks runs the blocked kernel reading its NCHW input as it is (no reorder in); at stride 1,
+// with 24 outputs (a third of the last block of 16 empty) or on a plane over 160x160 it stays on
+// the GEMM. Residual Add + Relu fused (applied after the output's reorder), batch 2, every ISA,
+// 1 and 2 threads; and the same stems on a symbolic plane, chosen per run.
+TEST(CpuConv, StemReadsNchwOnTheBlockedKernel) {
+  struct Stem {
+    Dims x, w;
+    int64_t stride;
+    bool blocked;  // on AVX-512 (blocks of 16)
+  };
+  for (const Stem& t :
+       {Stem{{2, 3, 33, 31}, {16, 3, 3, 3}, 2, true}, Stem{{1, 3, 40, 46}, {32, 3, 7, 7}, 2, true},
+        Stem{{2, 3, 17, 19}, {16, 3, 3, 3}, 1, false},
+        Stem{{1, 3, 30, 30}, {24, 3, 3, 3}, 2, false},
+        Stem{{1, 3, 330, 324}, {16, 3, 3, 3}, 2, false}}) {
+    for (bool symbolic : {false, true}) {
+      Graph g;
+      const Shape xs =
+          symbolic ? Shape{Dim(t.x[0]), Dim(3), Dim::sym("h"), Dim::sym("w")} : to_shape(t.x);
+      ValueId xv = g.add_input("x", {DType::kF32, xs});
+      ValueId wv = g.add_value("w"), bv = g.add_value("b");
+      g.set_initializer(wv, random_tensor(t.w, 2));
+      g.set_initializer(bv, random_tensor({t.w[0]}, 3));
+      const int64_t k = t.w[2], p = k / 2;
+      const Dims y = {t.x[0], t.w[0], (t.x[2] + 2 * p - k) / t.stride + 1,
+                      (t.x[3] + 2 * p - k) / t.stride + 1};
+      ValueId rv = g.add_input(
+          "r", {DType::kF32, symbolic ? Shape{Dim(y[0]), Dim(y[1]), Dim::sym("oh"), Dim::sym("ow")}
+                                      : to_shape(y)});
+      ValueId c = g.add_value("c"), s = g.add_value("s"), out = g.add_value("out");
+      g.add_node("Conv", {xv, wv, bv}, {c},
+                 attrs_of({{"pads", Dims{p, p, p, p}}, {"strides", Dims{t.stride, t.stride}}}),
+                 "conv");
+      g.add_node("Add", {c, rv}, {s}, {}, "add");
+      g.add_node("Relu", {s}, {out}, {}, "relu");
+      g.add_output(out);
+      const std::vector<Tensor> feeds = {random_tensor(t.x, 1), random_tensor(y, 4)};
+      Graph typed = g;
+      typed.value(typed.inputs()[0]).type.shape = to_shape(t.x);
+      typed.value(typed.inputs()[1]).type.shape = to_shape(y);
+      const Tensor want = reference::run(typed, feeds)[0];
+      const int saved = num_threads();
+      for (cpu::Isa isa : cpu::supported_isas()) {
+        IsaScope scope(isa);
+        for (int threads : {1, 2}) {
+          set_num_threads(threads);
+          Executable exe = compile(g, {.level = 2});
+          ASSERT_EQ(exe.num_steps(), 1u);
+          if (!symbolic && isa == cpu::Isa::kAvx512) {
+            EXPECT_EQ(exe.describe_step(0).find("blocked direct") != std::string::npos, t.blocked)
+                << exe.describe_step(0);
+          }
+          expect_close(exe.run(feeds)[0], want, t.w[1] * k * k,
+                       cat(dims_str(t.x), " k", k, " s", t.stride, symbolic ? " symbolic" : "",
+                           " on ", cpu::isa_name(isa), ", ", threads, " thread(s)"));
+        }
+      }
+      set_num_threads(saved);
+    }
+  }
+}
+
 // A conv whose input height and width are symbolic (a model exported with dynamic axes) does not
 // know its output plane at compile time: each run picks the blocked kernel for a small plane
 // (its weights made from the packed ones on first use) and the implicit GEMM otherwise, as the

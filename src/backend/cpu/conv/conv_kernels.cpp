@@ -91,6 +91,20 @@ bool small_plane_blocked(int64_t plane, int64_t kh, int64_t kw, bool depthwise) 
   return plane <= (kh * kw > 1 ? kBlockedPlane : kBlockedPointwisePlane);
 }
 
+// Whether a stem (group 1, fewer input channels than a block, a window larger than 1x1) takes
+// the blocked kernel, which reads its NCHW input as it is (x_nchw: no reorder in) and pays the
+// reorder of the output only: at stride 2, with output channels that fill their blocks to 8/9
+// (the kernel computes every padded lane), on output planes up to 160x160. Measured (conv +
+// activation alone, 1 thread, min of 30, two rounds, implicit GEMM -> blocked, us): YOLOv8's
+// 3 -> 16 3x3 @320 s2 493 / 484 -> 473 / 474, MobileNetV2's 3 -> 32 3x3 @224 s2 333 / 328 ->
+// 305 / 306, ResNet's 3 -> 64 7x7 @224 s2 2492 / 2482 -> 2328 / 2328; lost: 3 -> 32 @640 s2
+// (320x320 out) 3995 / 3890 -> 4787 / 4391, and 3 -> 24 @64 stride 1 (24 of 32 lanes) 84 -> 123.
+bool stem_blocked(int64_t m, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t plane,
+                  int block) {
+  const int64_t lanes = (m + block - 1) / block * block;
+  return kh * kw > 1 && sh == 2 && sw == 2 && lanes * 8 <= m * 9 && plane <= 160 * 160;
+}
+
 // Whether Conv `info` (W constant, f32, group 1) could take the blocked kernel for channel block
 // `block` but its output plane is unknown at compile time: then run() decides per call.
 bool late_blockable(const NodeInfo& info, const Tensor& w, int64_t group, int block) {
@@ -99,7 +113,7 @@ bool late_blockable(const NodeInfo& info, const Tensor& w, int64_t group, int bl
   if (!(*xs)[1].is_known() || ((*xs)[2].is_known() && (*xs)[3].is_known())) return false;
   if (info.knob("conv.algo")) return false;
   const int64_t c = (*xs)[1].value;
-  return c >= block && c == w.dim(1) &&
+  return (c >= block || w.dim(2) * w.dim(3) > 1) && c == w.dim(1) &&
          info.node.attrs.get_string("auto_pad", "NOTSET") == "NOTSET";
 }
 
@@ -112,7 +126,8 @@ std::optional<int64_t> blocked_plane(const NodeInfo& info, const Tensor& w, int6
   for (size_t d = 1; d < 4; ++d)  // the batch may be symbolic
     if (!(*xs)[d].is_known()) return std::nullopt;
   const int64_t c = (*xs)[1].value;
-  if (c < block || c != w.dim(1) * group) return std::nullopt;  // a stem, or a mismatch
+  if (c != w.dim(1) * group) return std::nullopt;  // a mismatch
+  if (c < block && (group != 1 || w.dim(2) * w.dim(3) == 1)) return std::nullopt;
   if (info.node.attrs.get_string("auto_pad", "NOTSET") != "NOTSET") return std::nullopt;
   if (group != 1 && !(group == c && w.dim(0) == c && w.dim(1) == 1)) return std::nullopt;
   try {
@@ -142,6 +157,12 @@ ConvAlgo conv_algo(const NodeInfo& info, const Tensor& w, int64_t group, int blo
   if (const std::vector<int64_t>* algo = info.knob("conv.algo"))
     return plane ? static_cast<ConvAlgo>((*algo)[0]) : kImplicitGemm;
   if (!plane) return kImplicitGemm;
+  if (w.dim(1) * group < block) {
+    const Dims s = info.node.attrs.get_ints("strides", {1, 1});
+    return s.size() == 2 && stem_blocked(w.dim(0), w.dim(2), w.dim(3), s[0], s[1], *plane, block)
+               ? kBlockedDirect
+               : kImplicitGemm;
+  }
   return small_plane_blocked(*plane, w.dim(2), w.dim(3), group != 1) ? kBlockedDirect
                                                                      : kImplicitGemm;
 }
@@ -204,9 +225,10 @@ std::string check_conv_knob(const NodeInfo& info, const std::string& knob,
                                 !blocked_plane(info, *info.constants[1], group, channel_block())))
     throw ValueError(
         cat(where, ": knob conv.algo ", dims_str(v), ": the blocked kernel does not apply"));
-  if (v[0] == kBlockedWinograd && !winograd_fits(info, *info.constants[1], group))
+  if (v[0] == kBlockedWinograd && (!winograd_fits(info, *info.constants[1], group) ||
+                                   (*info.inputs[0].shape)[1].value < channel_block()))
     throw ValueError(cat(where, ": knob conv.algo {2}: Winograd F(4x4, 3x3) needs a 3x3 kernel, ",
-                         "stride 1, dilation 1 and group 1"));
+                         "stride 1, dilation 1, group 1 and at least a block of input channels"));
   const char* names[] = {"implicit GEMM", "blocked direct", "blocked Winograd F(4x4,3x3)"};
   return cat("knob conv.algo: ", names[v[0]]);
 }
@@ -289,19 +311,26 @@ void run_blocked(const ConvGeometry& g, const PreparedW& p, const float* x, cons
   k.block = b;
   k.channels = g.c;
   k.depthwise = p.depthwise;
-  const int64_t xn = g.n * icb * g.in_plane() * b, yn = g.n * ocb * g.out_plane() * b;
+  // A stem (fewer input channels than a block, group 1) reads the NCHW input as it is.
+  k.x_nchw = g.c < b && !p.depthwise;
+  const int64_t xn = k.x_nchw ? 0 : g.n * icb * g.in_plane() * b,
+                yn = g.n * ocb * g.out_plane() * b;
   float* xb = scratch_as<float>(static_cast<size_t>(xn + yn + ocb * b), kBlockedScratch);
   float *yb = xb + xn, *bp = yb + yn;
   std::fill(bp, bp + ocb * b, 0.0f);
   if (bias) std::copy(bias, bias + g.m, bp);
-  to_blocked(x, xb, g.n, g.c, g.in_plane(), b);
+  const float* xs = xb;
+  if (k.x_nchw)
+    xs = x;
+  else
+    to_blocked(x, xb, g.n, g.c, g.in_plane(), b);
   // An activation alone runs on the blocked accumulators (ReLU and Clip in registers); a
   // residual (laid out NCHW) or a tile program, on the NCHW output.
   const bool act_only = !ep.tile && !ep.residual;
   if (p.winograd)
-    winograd_conv(k, *p.winograd, xb, bp, yb, act_only ? ep : Epilogue{});
+    winograd_conv(k, *p.winograd, xs, bp, yb, act_only ? ep : Epilogue{});
   else
-    conv_blocked_rows(k, xb, p.blocked.data<float>(), bp, yb, act_only ? ep : Epilogue{});
+    conv_blocked_rows(k, xs, p.blocked.data<float>(), bp, yb, act_only ? ep : Epilogue{});
   const int64_t hw = g.out_plane();
   from_blocked(yb, y, g.n, g.m, hw, b);
   if (act_only) return;
@@ -353,7 +382,8 @@ std::vector<Tensor> run_conv(const KernelContext& c) {
       return one(std::move(y));
     }
     if (p.late && x.rank() == 4 && g.group == 1 && p.late_block == channel_block() &&
-        small_plane_blocked(g.out_plane(), g.kh, g.kw, false)) {
+        (g.c < p.late_block ? stem_blocked(g.m, g.kh, g.kw, g.sh, g.sw, g.out_plane(), p.late_block)
+                            : small_plane_blocked(g.out_plane(), g.kh, g.kw, false))) {
       // A small plane that the compile could not see: the blocked kernel, as for a known one.
       std::call_once(p.late->once, [&] {
         p.late->w = blocked_conv_weights(unpack(*c.state, 1), false, p.late_block);
