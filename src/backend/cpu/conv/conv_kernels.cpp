@@ -91,19 +91,14 @@ bool small_plane_blocked(int64_t plane, int64_t kh, int64_t kw, bool depthwise) 
   return plane <= (kh * kw > 1 ? kBlockedPlane : kBlockedPointwisePlane);
 }
 
-// Whether a stem (group 1, fewer input channels than a block, a window larger than 1x1) takes
-// the blocked kernel, which reads its NCHW input as it is (x_nchw: no reorder in) and pays the
-// reorder of the output only: at stride 2, with output channels that fill their blocks to 8/9
-// (the kernel computes every padded lane), on output planes up to 160x160. Measured (conv +
-// activation alone, 1 thread, min of 30, two rounds, implicit GEMM -> blocked, us): YOLOv8's
-// 3 -> 16 3x3 @320 s2 493 / 484 -> 473 / 474, MobileNetV2's 3 -> 32 3x3 @224 s2 333 / 328 ->
-// 305 / 306, ResNet's 3 -> 64 7x7 @224 s2 2492 / 2482 -> 2328 / 2328; lost: 3 -> 32 @640 s2
-// (320x320 out) 3995 / 3890 -> 4787 / 4391, and 3 -> 24 @64 stride 1 (24 of 32 lanes) 84 -> 123.
-bool stem_blocked(int64_t m, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t plane,
-                  int block) {
-  const int64_t lanes = (m + block - 1) / block * block;
-  return kh * kw > 1 && sh == 2 && sw == 2 && lanes * 8 <= m * 9 && plane <= 160 * 160;
-}
+// A stem (group 1, fewer input channels than a block, a window larger than 1x1) can run on the
+// blocked kernel reading its NCHW input as it is (x_nchw, no reorder in; the "conv.algo" knob
+// {1}), but the planner leaves it on the GEMM: alone, at stride 2 with filled output blocks, it
+// was 3-8% faster (YOLOv8's 3 -> 16 @320 493 -> 473 us, MobileNetV2's 3 -> 32 @224 333 -> 305,
+// ResNet's 7x7 3 -> 64 @224 2.49 -> 2.33 ms; 1 thread, min of 30), but inside the models, where
+// its output goes on to the next kernel, MobileNetV2's stem was 2-8% slower, ResNet-18's within
+// noise and YOLOv8n's 9% faster: no rule that holds. Larger outputs (3 -> 32 @640: 3.9 -> 4.4-4.8
+// ms) and partly empty blocks (3 -> 24 at stride 1: 84 -> 123 us) lose alone too.
 
 // Whether Conv `info` (W constant, f32, group 1) could take the blocked kernel for channel block
 // `block` but its output plane is unknown at compile time: then run() decides per call.
@@ -113,7 +108,7 @@ bool late_blockable(const NodeInfo& info, const Tensor& w, int64_t group, int bl
   if (!(*xs)[1].is_known() || ((*xs)[2].is_known() && (*xs)[3].is_known())) return false;
   if (info.knob("conv.algo")) return false;
   const int64_t c = (*xs)[1].value;
-  return (c >= block || w.dim(2) * w.dim(3) > 1) && c == w.dim(1) &&
+  return c >= block && c == w.dim(1) &&
          info.node.attrs.get_string("auto_pad", "NOTSET") == "NOTSET";
 }
 
@@ -157,12 +152,7 @@ ConvAlgo conv_algo(const NodeInfo& info, const Tensor& w, int64_t group, int blo
   if (const std::vector<int64_t>* algo = info.knob("conv.algo"))
     return plane ? static_cast<ConvAlgo>((*algo)[0]) : kImplicitGemm;
   if (!plane) return kImplicitGemm;
-  if (w.dim(1) * group < block) {
-    const Dims s = info.node.attrs.get_ints("strides", {1, 1});
-    return s.size() == 2 && stem_blocked(w.dim(0), w.dim(2), w.dim(3), s[0], s[1], *plane, block)
-               ? kBlockedDirect
-               : kImplicitGemm;
-  }
+  if (w.dim(1) * group < block) return kImplicitGemm;  // a stem: see above
   return small_plane_blocked(*plane, w.dim(2), w.dim(3), group != 1) ? kBlockedDirect
                                                                      : kImplicitGemm;
 }
@@ -382,8 +372,7 @@ std::vector<Tensor> run_conv(const KernelContext& c) {
       return one(std::move(y));
     }
     if (p.late && x.rank() == 4 && g.group == 1 && p.late_block == channel_block() &&
-        (g.c < p.late_block ? stem_blocked(g.m, g.kh, g.kw, g.sh, g.sw, g.out_plane(), p.late_block)
-                            : small_plane_blocked(g.out_plane(), g.kh, g.kw, false))) {
+        small_plane_blocked(g.out_plane(), g.kh, g.kw, false)) {
       // A small plane that the compile could not see: the blocked kernel, as for a known one.
       std::call_once(p.late->once, [&] {
         p.late->w = blocked_conv_weights(unpack(*c.state, 1), false, p.late_block);
