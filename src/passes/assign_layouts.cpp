@@ -30,6 +30,7 @@
 #include "passes/assign_layouts.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "ir/ops/blocked_layout.h"
 #include "passes/rewrite_util.h"
@@ -107,6 +108,89 @@ bool per_channel(const Tensor& t, int64_t C) {
   return true;
 }
 
+// Which 4-D values the graph's structure proves to have the same N, H and W where their shapes
+// cannot: a conv's output size on a symbolic input is unknown ("?"), so `same_shape` fails on
+// every elementwise op of a model exported with dynamic height and width (YOLOv8's SiLU
+// x * sigmoid(x) and C2f's residual adds), and none of its convs would be blocked. Union-find
+// over values, in node order: a unary elementwise op's output is its input's size; a binary
+// one's is its operands' when they are of one class (operands [N, C, 1, 1] broadcast and do not
+// count); a Split or Concat on channels keeps every part's N, H and W (a Concat's inputs must
+// agree for the graph to run at all); a Conv, MaxPool or AveragePool with unit strides whose
+// pads add up to the dilated window keeps its input's.
+class SpatialClasses {
+ public:
+  explicit SpatialClasses(const Graph& g) : parent_(g.values().size()) {
+    std::iota(parent_.begin(), parent_.end(), ValueId{0});
+    for (const Node& n : g.nodes()) visit(g, n);
+  }
+  bool same(ValueId a, ValueId b) { return find(a) == find(b); }
+
+ private:
+  ValueId find(ValueId v) {
+    while (parent_[v] != v) v = parent_[v] = parent_[parent_[v]];
+    return v;
+  }
+  void join(ValueId a, ValueId b) { parent_[find(a)] = find(b); }
+
+  static const Shape* shape4(const Graph& g, ValueId v) {
+    if (v == kNoValue) return nullptr;
+    const std::optional<Shape>& s = g.value(v).type.shape;
+    return s && s->size() == 4 ? &*s : nullptr;
+  }
+
+  // Unit strides and pads that add up to the dilated window on both axes (or SAME padding).
+  static bool keeps_plane(const Graph& g, const Node& n) {
+    Dims k = n.attrs.get_ints("kernel_shape", {});
+    if (k.empty() && n.op == "Conv" && n.inputs.size() > 1)
+      if (const Tensor* w = constant(g, n.inputs[1]); w && w->rank() == 4)
+        k = {w->dim(2), w->dim(3)};
+    if (k.size() != 2) return false;
+    const Dims s = n.attrs.get_ints("strides", {1, 1}), d = n.attrs.get_ints("dilations", {1, 1});
+    if (s != Dims{1, 1} || d.size() != 2) return false;
+    const std::string pad = n.attrs.get_string("auto_pad", "NOTSET");
+    if (pad == "SAME_UPPER" || pad == "SAME_LOWER") return true;
+    const Dims p = n.attrs.get_ints("pads", {0, 0, 0, 0});
+    if (pad != "NOTSET" || p.size() != 4) return pad == "VALID" && k == Dims{1, 1};
+    return p[0] + p[2] == d[0] * (k[0] - 1) && p[1] + p[3] == d[1] * (k[1] - 1);
+  }
+
+  void visit(const Graph& g, const Node& n) {
+    if (!n.domain.empty() || n.outputs.empty()) return;
+    const Shape* out = shape4(g, n.outputs[0]);
+    if (!out) return;
+    const int64_t axis = n.attrs.get_int("axis", 0);
+    if (n.op == "Split" || n.op == "Concat") {
+      if (axis != 1 && axis != -3) return;
+      for (ValueId v : n.op == "Split" ? n.outputs : n.inputs)
+        if (shape4(g, v)) join(v, n.op == "Split" ? n.inputs[0] : n.outputs[0]);
+      return;
+    }
+    if (n.op == "Conv" || n.op == "MaxPool" || n.op == "AveragePool") {
+      if (n.outputs.size() == 1 && shape4(g, n.inputs[0]) && keeps_plane(g, n))
+        join(n.outputs[0], n.inputs[0]);
+      return;
+    }
+    if (!n.def || !n.def->is_elementwise() || n.outputs.size() != 1 || n.attrs.has("axis")) return;
+    ValueId first = kNoValue;
+    for (ValueId in : n.inputs) {
+      if (in == kNoValue || constant(g, in)) continue;
+      const Shape* s = shape4(g, in);
+      if (!s) return;  // a lower rank that is not constant: leave it
+      if ((*s)[2] == Dim(1) && (*s)[3] == Dim(1) && !((*out)[2] == Dim(1) && (*out)[3] == Dim(1))) {
+        if (!((*s)[0] == Dim(1)) && !((*s)[0].is_symbolic() && (*s)[0] == (*out)[0])) return;
+        continue;  // [N, C, 1, 1] broadcasts onto the others
+      }
+      if (first == kNoValue)
+        first = in;
+      else if (!same(first, in))
+        return;
+    }
+    if (first != kNoValue) join(n.outputs[0], first);
+  }
+
+  std::vector<ValueId> parent_;
+};
+
 // A value [N', C, 1, 1] (N' the output's N or 1) that broadcasts onto `out` per channel: its
 // blocked form [N', C/c, 1, 1, c] broadcasts onto the blocked output the same way.
 bool per_channel_value(const Graph& g, ValueId v, const Shape& out) {
@@ -130,8 +214,40 @@ bool spatial_mean(const Graph& g, const Node& n) {
   return *axes == std::vector<int64_t>{2, 3};
 }
 
+// A Resize of H and W only, by constant scales [1, 1, sh, sw] (no sizes, no roi crop, no axes
+// attribute; opset 13 and later): the same Resize of the blocked value with scales
+// [1, 1, sh, sw, 1] (the lane axis, scale 1, is an identity axis in every mode). YOLO's and
+// U-Net's 2x nearest upsampling between blocked convs.
+std::optional<std::vector<float>> plane_resize_scales(const Graph& g, const Node& n) {
+  if (n.op != "Resize" || !n.domain.empty() || n.inputs.size() < 3 || n.inputs.size() > 4 ||
+      (n.inputs.size() == 4 && n.inputs[3] != kNoValue) || n.attrs.has("axes") ||
+      (n.opset != 0 && n.opset < 13) ||  // roi optional (dropped below) from opset 13
+      n.attrs.get_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize" ||
+      n.attrs.get_int("antialias", 0) != 0)
+    return std::nullopt;
+  const Tensor* scales = n.inputs[2] == kNoValue ? nullptr : constant(g, n.inputs[2]);
+  if (!scales || scales->dtype() != DType::kF32 || scales->numel() != 4) return std::nullopt;
+  std::vector<float> v(4);
+  for (int64_t i = 0; i < 4; ++i) v[i] = static_cast<float>(scales->item_as_double(i));
+  if (v[0] != 1.0f || v[1] != 1.0f) return std::nullopt;
+  return v;
+}
+
+bool plane_resize(const Graph& g, const Node& n) {
+  return plane_resize_scales(g, n).has_value();
+}
+
 // Whether node `n` can read and write blocked values given which values are blocked.
-bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked, int block) {
+bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked, int block,
+                SpatialClasses& classes) {
+  if (n.op == "Split" && n.domain.empty()) {
+    // On channels, into parts of whole blocks: a Split of the blocked value's block axis.
+    const int64_t axis = n.attrs.get_int("axis", 0);
+    if (n.inputs.empty() || !blocked[n.inputs[0]] || (axis != 1 && axis != -3)) return false;
+    for (ValueId out : n.outputs)
+      if (out == kNoValue || !nchw_f32(g, out) || channels_of(g, out) % block != 0) return false;
+    return !n.outputs.empty();
+  }
   if (n.outputs.size() != 1 || !n.domain.empty() || !n.def) return false;
   const std::optional<Shape> out = nchw_f32(g, n.outputs[0]);
   if (!out) return false;
@@ -145,6 +261,7 @@ bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked,
   }
   if (n.op == "GlobalAveragePool" || n.op == "ReduceMean")
     return !n.inputs.empty() && blocked[n.inputs[0]] && spatial_mean(g, n);
+  if (n.op == "Resize") return !n.inputs.empty() && blocked[n.inputs[0]] && plane_resize(g, n);
   if (n.op == "MaxPool" || n.op == "AveragePool")
     return !n.inputs.empty() && blocked[n.inputs[0]] && n.attrs.has("kernel_shape") &&
            n.attrs.get_ints("kernel_shape").size() == 2 && n.attrs.get_int("storage_order", 0) == 0;
@@ -155,7 +272,9 @@ bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked,
     if (in == kNoValue) continue;
     if (const Tensor* t = constant(g, in)) {
       if (t->numel() != 1 && !per_channel(*t, (*out)[1].value)) return false;
-    } else if (nchw_f32(g, in) && same_shape(g, in, n.outputs[0])) {
+    } else if (nchw_f32(g, in) &&
+               (same_shape(g, in, n.outputs[0]) ||
+                (channels_of(g, in) == (*out)[1].value && classes.same(in, n.outputs[0])))) {
       any = any || blocked[in];  // an NCHW operand is reordered (once): one reorder either way
     } else if (!per_channel_value(g, in, *out)) {
       return false;  // a per-channel value (squeeze-excitation's scale) is blocked or cheap
@@ -197,13 +316,16 @@ class Rewriter {
         order_.push_back(i);
         continue;
       }
-      const ValueId y = g_.nodes()[i].outputs[0];
+      const std::vector<ValueId> ys = g_.nodes()[i].outputs;
       if (kind_[i] == kConv)
         to_conv_blocked(i);
+      else if (g_.nodes()[i].op == "Split")
+        to_blocked_split(i);
       else
         to_blocked_reader(i);
       order_.push_back(i);
-      if (nchw_readers[y]) {
+      for (ValueId y : ys) {
+        if (!nchw_readers[y]) continue;
         g_.value(y).producer = -1;
         Attributes attrs;
         attrs.set("channels", channels_of(g_, y));
@@ -288,6 +410,30 @@ class Rewriter {
                           : "AssignLayouts/ConvBlocked");
   }
 
+  // A Split on channels into parts of whole blocks: the same Split of the blocked value's axis 1,
+  // in blocks (the split sizes as an input, opset 13).
+  void to_blocked_split(size_t i) {
+    const std::vector<ValueId> ys = g_.nodes()[i].outputs;
+    Dims sizes;
+    for (ValueId y : ys) sizes.push_back(channels_of(g_, y) / block_);
+    const ValueId parts =
+        g_.add_constant(g_.value(ys[0]).name + "_blocks",
+                        Tensor::from_vector<int64_t>(sizes, {static_cast<int64_t>(sizes.size())}));
+    const ValueId xb = blocked_of_[g_.nodes()[i].inputs[0]];
+    Attributes attrs;
+    attrs.set("axis", int64_t{1});
+    Node& n = g_.mutable_nodes()[i];
+    retarget(n, "Split", {xb, parts}, std::move(attrs), 13);
+    for (size_t k = 0; k < ys.size(); ++k) {
+      const ValueId yb = new_blocked_value(ys[k]);
+      Node& m = g_.mutable_nodes()[i];
+      m.outputs[k] = yb;
+      g_.value(yb).producer = static_cast<int32_t>(i);
+      g_.value(ys[k]).producer = -1;
+    }
+    ctx_.note("AssignLayouts/Propagate/Split");
+  }
+
   void to_blocked_reader(size_t i) {
     const ValueId y = g_.nodes()[i].outputs[0];
     const int64_t C = channels_of(g_, y);
@@ -299,6 +445,13 @@ class Rewriter {
       attrs.set("keepdims", int64_t{1});
       retarget(g_.mutable_nodes()[i], "ReduceMean", {blocked_of_[inputs[0]], axes},
                std::move(attrs), 18);  // opset 18: axes as an input
+    } else if (g_.nodes()[i].op == "Resize") {
+      std::vector<float> v = *plane_resize_scales(g_, g_.nodes()[i]);
+      v.push_back(1.0f);  // the lanes: an identity axis
+      const ValueId scales =
+          g_.add_constant(g_.value(y).name + "_scales", Tensor::from_vector<float>(v, {5}));
+      Node& n = g_.mutable_nodes()[i];
+      n.inputs = {blocked_of_[inputs[0]], kNoValue, scales};  // roi unused without the crop
     } else if (g_.nodes()[i].op == "MaxPool" || g_.nodes()[i].op == "AveragePool") {
       // Pooling over H and W of [N, C/c, H, W, c]: a 3-D window with a unit last axis.
       const ValueId xb = blocked(inputs[0]);  // may add nodes: take the reference after
@@ -350,7 +503,8 @@ struct Choice {
   std::vector<bool> blocked;
 };
 
-Choice choose(const Graph& g, int block, bool cost_rule, const std::vector<bool>& demoted) {
+Choice choose(const Graph& g, int block, bool cost_rule, const std::vector<bool>& demoted,
+              SpatialClasses& classes) {
   Choice c{std::vector<int8_t>(g.nodes().size(), kKeep),
            std::vector<bool>(g.values().size(), false)};
   for (size_t i = 0; i < g.nodes().size(); ++i) {
@@ -359,11 +513,11 @@ Choice choose(const Graph& g, int block, bool cost_rule, const std::vector<bool>
         !n.inputs.empty() && n.inputs[0] != kNoValue && c.blocked[n.inputs[0]];
     if (!demoted[i] && conv_blockable(g, n, block, input_blocked, cost_rule))
       c.kind[i] = kConv;
-    else if (propagates(g, n, c.blocked, block))
+    else if (propagates(g, n, c.blocked, block, classes))
       c.kind[i] = kPropagate;
     else
       continue;
-    c.blocked[n.outputs[0]] = true;
+    for (ValueId y : n.outputs) c.blocked[y] = true;
   }
   return c;
 }
@@ -375,7 +529,8 @@ bool demote_isolated(const Graph& g, const Choice& c, std::vector<bool>& demoted
   for (size_t i = g.nodes().size(); i-- > 0;) {
     const Node& n = g.nodes()[i];
     if (c.kind[i] == kConv) feeds[n.inputs[0]] = true;
-    if (c.kind[i] == kPropagate && feeds[n.outputs[0]])
+    if (c.kind[i] == kPropagate &&
+        std::any_of(n.outputs.begin(), n.outputs.end(), [&](ValueId y) { return feeds[y]; }))
       for (ValueId in : n.inputs)
         if (in != kNoValue) feeds[in] = true;
   }
@@ -404,11 +559,13 @@ int machine_channel_block() {
 Graph assign_layouts(Graph g, const PassContext& ctx, int block, bool cost_rule) {
   if (block < 2) return g;
   std::vector<bool> demoted(g.nodes().size(), false);
-  Choice c = choose(g, block, cost_rule, demoted);
+  SpatialClasses classes(g);
+  Choice c = choose(g, block, cost_rule, demoted, classes);
   // A conv that starts a region (NCHW input) whose blocked values reach no other blocked conv
   // pays two reorders for one conv (ResNet's stem, read by MaxPool): it stays NCHW. Demoting it
   // may end a region that fed another such conv, so repeat until nothing changes.
-  while (cost_rule && demote_isolated(g, c, demoted)) c = choose(g, block, cost_rule, demoted);
+  while (cost_rule && demote_isolated(g, c, demoted))
+    c = choose(g, block, cost_rule, demoted, classes);
   if (std::find(c.kind.begin(), c.kind.end(), kConv) == c.kind.end()) return g;
   Rewriter(g, c.kind, block, ctx).run();
   return g;

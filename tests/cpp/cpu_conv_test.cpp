@@ -459,6 +459,112 @@ TEST(CpuConv, SmallPlaneBlockedPath) {
   }
 }
 
+// Stems (3 input channels, fewer than a block) stay on the implicit GEMM at level 2 (the blocked
+// kernel reading their NCHW input is the tuner's "conv.algo" {1}, TunerTest.ConvAlgoKnob; the
+// planner does not pick it: conv_kernels.cpp). Residual Add + Relu fused, batch 2, 3x3 and 7x7,
+// strides 1 and 2, known and symbolic planes, every ISA, 1 and 2 threads, against the reference.
+TEST(CpuConv, StemsStayOnTheGemm) {
+  struct Stem {
+    Dims x, w;
+    int64_t stride;
+  };
+  for (const Stem& t :
+       {Stem{{2, 3, 33, 31}, {16, 3, 3, 3}, 2}, Stem{{1, 3, 40, 46}, {32, 3, 7, 7}, 2},
+        Stem{{2, 3, 17, 19}, {16, 3, 3, 3}, 1}}) {
+    for (bool symbolic : {false, true}) {
+      Graph g;
+      const Shape xs =
+          symbolic ? Shape{Dim(t.x[0]), Dim(3), Dim::sym("h"), Dim::sym("w")} : to_shape(t.x);
+      ValueId xv = g.add_input("x", {DType::kF32, xs});
+      ValueId wv = g.add_value("w"), bv = g.add_value("b");
+      g.set_initializer(wv, random_tensor(t.w, 2));
+      g.set_initializer(bv, random_tensor({t.w[0]}, 3));
+      const int64_t k = t.w[2], p = k / 2;
+      const Dims y = {t.x[0], t.w[0], (t.x[2] + 2 * p - k) / t.stride + 1,
+                      (t.x[3] + 2 * p - k) / t.stride + 1};
+      ValueId rv = g.add_input(
+          "r", {DType::kF32, symbolic ? Shape{Dim(y[0]), Dim(y[1]), Dim::sym("oh"), Dim::sym("ow")}
+                                      : to_shape(y)});
+      ValueId c = g.add_value("c"), s = g.add_value("s"), out = g.add_value("out");
+      g.add_node("Conv", {xv, wv, bv}, {c},
+                 attrs_of({{"pads", Dims{p, p, p, p}}, {"strides", Dims{t.stride, t.stride}}}),
+                 "conv");
+      g.add_node("Add", {c, rv}, {s}, {}, "add");
+      g.add_node("Relu", {s}, {out}, {}, "relu");
+      g.add_output(out);
+      const std::vector<Tensor> feeds = {random_tensor(t.x, 1), random_tensor(y, 4)};
+      Graph typed = g;
+      typed.value(typed.inputs()[0]).type.shape = to_shape(t.x);
+      typed.value(typed.inputs()[1]).type.shape = to_shape(y);
+      const Tensor want = reference::run(typed, feeds)[0];
+      const int saved = num_threads();
+      for (cpu::Isa isa : cpu::supported_isas()) {
+        IsaScope scope(isa);
+        for (int threads : {1, 2}) {
+          set_num_threads(threads);
+          Executable exe = compile(g, {.level = 2});
+          ASSERT_EQ(exe.num_steps(), 1u);
+          EXPECT_EQ(exe.describe_step(0).find("blocked direct"), std::string::npos)
+              << exe.describe_step(0);
+          expect_close(exe.run(feeds)[0], want, t.w[1] * k * k,
+                       cat(dims_str(t.x), " k", k, " s", t.stride, symbolic ? " symbolic" : "",
+                           " on ", cpu::isa_name(isa), ", ", threads, " thread(s)"));
+        }
+      }
+      set_num_threads(saved);
+    }
+  }
+}
+
+// A conv whose input height and width are symbolic (a model exported with dynamic axes) does not
+// know its output plane at compile time: each run picks the blocked kernel for a small plane
+// (its weights made from the packed ones on first use) and the implicit GEMM otherwise, as the
+// compile-time rule does. SiLU (x * sigmoid(x)) fused as the conv's epilogue; 20 input channels
+// (padded lanes in blocks of 8 and 16), batch 2, 3x3 with stride 1 and 2 and 1x1; the same
+// executable on planes of both kinds, small first and last, on every ISA, 1 and 2 threads.
+TEST(CpuConv, SmallPlaneChosenAtRunTime) {
+  struct Case {
+    Dims w;
+    Dims strides, pads;
+    std::vector<std::pair<int64_t, int64_t>> planes;  // input (h, w), in order
+  };
+  for (const Case& t : {Case{{24, 20, 3, 3}, {1, 1}, {1, 1, 1, 1}, {{9, 8}, {90, 84}, {5, 16}}},
+                        Case{{24, 20, 3, 3}, {2, 2}, {1, 1, 1, 1}, {{17, 15}, {182, 171}, {3, 3}}},
+                        Case{{36, 20, 1, 1}, {1, 1}, {0, 0, 0, 0}, {{6, 6}, {14, 14}, {8, 8}}}}) {
+    Graph g;
+    ValueId xv =
+        g.add_input("x", {DType::kF32, Shape{Dim(2), Dim(20), Dim::sym("h"), Dim::sym("w")}});
+    ValueId wv = g.add_value("w"), bv = g.add_value("b");
+    g.set_initializer(wv, random_tensor(t.w, 2));
+    g.set_initializer(bv, random_tensor({t.w[0]}, 3));
+    ValueId c = g.add_value("c"), s = g.add_value("s"), out = g.add_value("out");
+    g.add_node("Conv", {xv, wv, bv}, {c}, attrs_of({{"strides", t.strides}, {"pads", t.pads}}),
+               "conv");
+    g.add_node("Sigmoid", {c}, {s}, {}, "sigmoid");
+    g.add_node("Mul", {c, s}, {out}, {}, "mul");
+    g.add_output(out);
+    const int saved = num_threads();
+    for (cpu::Isa isa : cpu::supported_isas()) {
+      IsaScope scope(isa);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Executable exe = compile(g, {.level = 2});
+        ASSERT_EQ(exe.num_steps(), 1u);
+        for (const auto& [h, w] : t.planes) {
+          const std::vector<Tensor> feeds = {random_tensor({2, 20, h, w}, 1 + h)};
+          Graph typed = g;
+          typed.value(typed.inputs()[0]).type.shape = to_shape(feeds[0].shape());
+          const Tensor want = reference::run(typed, feeds)[0];
+          expect_close(exe.run(feeds)[0], want, t.w[1] * t.w[2] * t.w[3],
+                       cat(dims_str(t.w), " s", t.strides[0], " on ", h, "x", w, ", ",
+                           cpu::isa_name(isa), ", ", threads, " thread(s)"));
+        }
+      }
+    }
+    set_num_threads(saved);
+  }
+}
+
 // Same bits on every run for a given thread count (fixed task split, serial GEMM per task).
 TEST(CpuConv, Deterministic) {
   Built b =

@@ -47,7 +47,8 @@ TEST(CpuResize, NearestEveryModeAndCoordinate) {
 }
 
 // The plane resized by copies in one pass (resize_copies_2d): ranks 3 and 5, rows repeated within
-// and across the two threads' chunks, a plane of many rows, and an axis left alone.
+// and across the two threads' chunks, a plane of many rows, an axis left alone, a blocked plane
+// (the two axes before the lanes) and doubled columns.
 TEST(CpuResize, NearestPlanesOfOtherRanks) {
   const auto nearest = attrs_of({{"mode", std::string("nearest")},
                                  {"nearest_mode", std::string("floor")},
@@ -57,6 +58,12 @@ TEST(CpuResize, NearestPlanesOfOtherRanks) {
   check_resize(random_f32({3, 64, 40, 40}, 4), nearest, floats({1, 1, 2, 2}));
   check_resize(random_f32({2, 3, 6, 5}, 5), nearest, floats({1, 1, 1, 2}));
   check_resize(random_f32({2, 3, 6, 5}, 6), nearest, floats({1, 1, 3, 1}));
+  // A channel-blocked plane [N, C/c, H, W, c] (level 3): whole pixels of c = 16, 8 or 3 lanes.
+  check_resize(random_f32({2, 3, 5, 4, 16}, 7), nearest, floats({1, 1, 2, 2, 1}));
+  check_resize(random_f32({1, 2, 7, 3, 8}, 8), nearest, floats({1, 1, 2, 3, 1}));
+  check_resize(random_f32({1, 2, 4, 6, 3}, 9), nearest, floats({1, 1, 0.5f, 2, 1}));
+  // Columns doubled (2x): each value written twice, odd widths.
+  check_resize(random_f32({2, 5, 3, 9}, 10), nearest, floats({1, 1, 2, 2}));
 }
 
 // Infinities and NaNs are copied by nearest (no weight-0 neighbour multiplies them), on the copy

@@ -342,6 +342,182 @@ TEST(LayoutPass, PoolingStaysBlocked) {
       4);
 }
 
+// A YOLOv8 C2f block on an input of symbolic height and width: the stride-2 conv's output size
+// is unknown ("?"), so only the graph's structure proves that SiLU's x * sigmoid(x), the residual
+// Add and the Concat combine values of one size. Everything stays blocked, the Split on
+// channels too (parts of whole blocks, split in blocks); the results match the reference on
+// inputs of several sizes, and on the CPU kernels at level 2 (fused) with 1 and 2 threads.
+TEST(LayoutPass, DynamicPlaneC2fBlockStaysBlocked) {
+  const std::string text =
+      "  input  %x: f32[batch, 8, height, width]\n"
+      "  const  %w0: f32[16, 8, 3, 3]\n"
+      "  const  %b0: f32[16]\n"
+      "  const  %w1: f32[8, 8, 3, 3]\n"
+      "  const  %w2: f32[12, 24, 1, 1]\n"
+      "  const  %parts: i64[2] = [8, 8]\n"
+      "  %y = Conv(%x, %w0, %b0) {pads=[1, 1, 1, 1], strides=[2, 2]}\n"
+      "  %ys = Sigmoid(%y)\n"
+      "  %a = Mul(%y, %ys)\n"
+      "  %s0, %s1 = Split(%a, %parts) {axis=1}\n"
+      "  %m = Conv(%s1, %w1) {pads=[1, 1, 1, 1]}\n"
+      "  %ms = Sigmoid(%m)\n"
+      "  %mm = Mul(%m, %ms)\n"
+      "  %r = Add(%s1, %mm)\n"
+      "  %c = Concat(%s0, %s1, %r) {axis=1}\n"
+      "  %z = Conv(%c, %w2)\n"
+      "  return %z\n";
+  Graph g = parse(text);
+  std::mt19937 rng(21);
+  const Graph parsed = g;
+  for (const auto& [v, t] : parsed.initializers())
+    if (t.dtype() == DType::kF32) g.set_initializer(v, random_tensor(t.shape(), rng));
+  std::map<std::string, int> fired;
+  const Graph out = assign(g, 4, &fired);
+  EXPECT_EQ(count_ops(out, "ConvBlocked"), 3) << print(out);
+  EXPECT_EQ(count_ops(out, "ReorderToBlocked"), 1) << print(out);
+  EXPECT_EQ(count_ops(out, "ReorderFromBlocked"), 1) << print(out);  // the output only
+  EXPECT_EQ(fired["AssignLayouts/Propagate/Split"], 1);
+  EXPECT_EQ(fired["AssignLayouts/Propagate/Add"], 1);
+  EXPECT_EQ(fired["AssignLayouts/Propagate/Mul"], 2);
+  for (const Node& n : out.nodes())
+    if (n.op == "Split") {
+      const Tensor* parts = out.initializer(n.inputs[1]);
+      ASSERT_NE(parts, nullptr);
+      EXPECT_EQ(parts->numel(), 2);
+      EXPECT_EQ(parts->item_as_double(0), 2.0);  // 8 channels in blocks of 4
+      EXPECT_EQ(n.attrs.get_int("axis"), 1);
+    }
+  const int saved = num_threads();
+  for (const Dims& shape : {Dims{1, 8, 12, 12}, Dims{2, 8, 11, 9}, Dims{1, 8, 5, 20}}) {
+    const std::vector<Tensor> in = {random_tensor(shape, rng)};
+    const Tensor want = reference::run(g, in)[0];
+    expect_close(reference::run(out, in)[0], want, cat("reference, ", dims_str(shape)));
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Executable exe = compile(assign(g, 8), {.level = 2});
+      expect_close(exe.run(in)[0], want,
+                   cat("cpu, ", dims_str(shape), ", ", threads, " thread(s)"));
+    }
+  }
+  set_num_threads(saved);
+}
+
+// What the structure does not prove stays NCHW: two stride-2 convs of different inputs have
+// sizes "?" that may differ, so their Add reads NCHW (and each conv, isolated, stays NCHW); a
+// Split into parts that are not whole blocks (4 + 12 channels in blocks of 8) reads NCHW.
+TEST(LayoutPass, DynamicPlanesOfUnprovenSizeStayNchw) {
+  const Graph add = parse(
+      "  input  %x: f32[1, 8, h1, w1]\n"
+      "  input  %u: f32[1, 8, h2, w2]\n"
+      "  const  %w: f32[8, 8, 3, 3]\n"
+      "  %a = Conv(%x, %w) {pads=[1, 1, 1, 1], strides=[2, 2]}\n"
+      "  %b = Conv(%u, %w) {pads=[1, 1, 1, 1], strides=[2, 2]}\n"
+      "  %s = Add(%a, %b)\n"
+      "  %r = Relu(%s)\n"
+      "  %z = Conv(%r, %w) {pads=[1, 1, 1, 1]}\n"
+      "  return %z\n");
+  const Graph a = assign(add, 8);
+  EXPECT_EQ(count_ops(a, "Add"), 1);
+  for (const Node& n : a.nodes())
+    if (n.op == "Add") {
+      for (ValueId in : n.inputs)
+        EXPECT_EQ(a.value(in).type.shape->size(), 4u) << print(a);  // NCHW operands
+    }
+  const Graph split = parse(
+      "  input  %x: f32[1, 16, h, w]\n"
+      "  const  %w: f32[16, 16, 3, 3]\n"
+      "  const  %w1: f32[8, 12, 3, 3]\n"
+      "  const  %parts: i64[2] = [4, 12]\n"
+      "  %y = Conv(%x, %w) {pads=[1, 1, 1, 1], strides=[2, 2]}\n"
+      "  %s0, %s1 = Split(%y, %parts) {axis=1}\n"
+      "  %z = Conv(%s1, %w1) {pads=[1, 1, 1, 1]}\n"
+      "  return %s0, %z\n");
+  std::map<std::string, int> fired;
+  const Graph b = assign(split, 8, &fired, false);
+  EXPECT_EQ(fired.count("AssignLayouts/Propagate/Split"), 0u) << print(b);
+  for (const Node& n : b.nodes())
+    if (n.op == "Split") {
+      EXPECT_EQ(b.value(n.inputs[0]).type.shape->size(), 4u) << print(b);
+    }
+  std::mt19937 rng(4);
+  const std::vector<Tensor> in = {random_tensor({1, 16, 9, 10}, rng)};
+  Graph sw = split;
+  for (const auto& [v, t] : split.initializers())
+    if (t.dtype() == DType::kF32) sw.set_initializer(v, random_tensor(t.shape(), rng));
+  const std::vector<Tensor> want = reference::run(sw, in),
+                            got = reference::run(assign(sw, 8, nullptr, false), in);
+  for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], cat("output ", i));
+}
+
+// A Resize of H and W by constant scales [1, 1, sh, sw] between blocked convs stays blocked, as
+// the same Resize of the 5-D value with scales [1, 1, sh, sw, 1]: nearest (YOLO's 2x upsample,
+// one pass of pixel copies on the CPU), linear and cubic; a Resize that scales channels reads
+// NCHW. Against the reference, and on the CPU kernels at level 2 in blocks of 8 and 16 (copies
+// of 8 and 16 lanes a pixel), 1 and 2 threads.
+void expect_cpu_matches(const Graph& b, const std::vector<Tensor>& in, const Tensor& want,
+                        const std::string& what);
+
+TEST(LayoutPass, PlaneResizeStaysBlocked) {
+  const std::vector<std::pair<std::string, std::string>> resizes = {
+      {"[1, 1, 2, 2]",
+       "{coordinate_transformation_mode=\"asymmetric\", mode=\"nearest\", "
+       "nearest_mode=\"floor\"}"},
+      {"[1, 1, 1.5, 2]", "{mode=\"linear\"}"},
+      {"[1, 1, 2, 0.75]", "{mode=\"cubic\", coordinate_transformation_mode=\"align_corners\"}"},
+      {"[1, 1, 3, 2]", "{mode=\"nearest\", nearest_mode=\"round_prefer_ceil\"}"},
+  };
+  std::mt19937 rng(17);
+  const int saved = num_threads();
+  for (const auto& [scales, attrs] : resizes) {
+    SCOPED_TRACE(scales + " " + attrs);
+    Graph g = parse(
+        "  input  %x: f32[2, 12, 5, 7]\n"
+        "  const  %w1: f32[24, 12, 1, 1]\n"
+        "  const  %w2: f32[16, 24, 3, 3]\n"
+        "  const  %s: f32[4] = " +
+        scales +
+        "\n"
+        "  %a = Conv(%x, %w1)\n"
+        "  %r = Resize(%a, _, %s) " +
+        attrs +
+        "\n"
+        "  %z = Conv(%r, %w2) {pads=[1, 1, 1, 1]}\n"
+        "  return %z\n");
+    const Graph parsed = g;
+    for (const auto& [v, t] : parsed.initializers())
+      if (t.numel() > 4) g.set_initializer(v, random_tensor(t.shape(), rng));
+    std::map<std::string, int> fired;
+    const Graph out = assign(g, 8, &fired, false);  // the structure, not the cost rule
+    EXPECT_EQ(fired["AssignLayouts/Propagate/Resize"], 1) << print(out);
+    EXPECT_EQ(count_ops(out, "ReorderFromBlocked"), 1) << print(out);  // the output only
+    const std::vector<Tensor> in = random_inputs(g, 3);
+    const Tensor want = reference::run(g, in)[0];
+    expect_close(reference::run(out, in)[0], want, "reference");
+    for (int block : {8, 16}) {
+      const Graph b = assign(g, block, nullptr, false);
+      expect_cpu_matches(b, in, want, cat("level 0, block ", block));  // every node on the CPU
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Executable exe = compile(b, {.level = 2});
+        expect_close(exe.run(in)[0], want, cat("cpu, block ", block, ", ", threads, " thread(s)"));
+      }
+    }
+  }
+  set_num_threads(saved);
+  // Channels scaled too: the Resize reads NCHW.
+  const Graph c = parse(
+      "  input  %x: f32[1, 8, 4, 4]\n"
+      "  const  %w: f32[8, 8, 1, 1]\n"
+      "  const  %s: f32[4] = [1, 2, 2, 2]\n"
+      "  %a = Conv(%x, %w)\n"
+      "  %r = Resize(%a, _, %s) {mode=\"nearest\"}\n"
+      "  %z = Conv(%r, %w)\n"
+      "  return %z\n");
+  std::map<std::string, int> fired;
+  assign(c, 8, &fired, false);
+  EXPECT_EQ(fired.count("AssignLayouts/Propagate/Resize"), 0u);
+}
+
 TEST(LayoutPass, IsInTheLevel3PipelineOnly) {
   auto has = [](int level) {
     const std::vector<std::string> p = pipeline(level);
@@ -421,6 +597,10 @@ std::vector<Case> random_cases() {
       {1, 20, 3, 65, 16, 1, 1, 0},                      // 1x1, one output block: 28 + 28 + 9 pixels
       {2, 40, 2, 45, 40, 1, 1, 0},  // 1x1, 2 + 1 blocks of 16 (5 of 8), wide rows
       {1, 12, 3, 64, 9, 3, 1, 1},   // 3x3 stride 1, one block, 62 interior pixels
+      {1, 16, 5, 70, 16, 3, 2, 1},  // stride 2 as a constant: 28 + 6 interior pixels, one block
+      {2, 20, 4, 64, 32, 3, 2, 1},  // stride 2, two output blocks (of 16): 14 + 14 + 3
+      {1, 3, 6, 71, 16, 3, 2, 1},   // a stem at stride 2 reading NCHW: 28 + 6
+      {1, 40, 3, 33, 72, 1, 2, 0},  // 1x1 stride 2, 4 + 1 blocks of 16 (9 of 8)
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
@@ -486,7 +666,10 @@ TEST(LayoutKernels, ConvBlockedMatchesReferenceConv) {
 // the image), on every ISA and thread count, with a stride, padding, and a residual and Relu.
 TEST(LayoutKernels, StemReadsNchwInput) {
   std::mt19937 rng(8);
-  for (const Case& t : {Case{2, 3, 23, 19, 40, 7, 2, 3}, Case{1, 1, 9, 8, 16, 3, 1, 1}}) {
+  // The third: YOLOv8's stem (3 -> 16, 3x3 stride 2), 35 output pixels a row: one register
+  // block of 28 at the constant stride, a tail of 5 and the checked edges.
+  for (const Case& t : {Case{2, 3, 23, 19, 40, 7, 2, 3}, Case{1, 1, 9, 8, 16, 3, 1, 1},
+                        Case{2, 3, 7, 70, 16, 3, 2, 1}}) {
     for (bool epilogue : {false, true}) {
       const Graph g = conv_graph(t, epilogue, rng);
       const std::vector<Tensor> in = random_inputs(g, 21);

@@ -28,12 +28,16 @@ void pool_row(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* 
   const int64_t hi = g.pw + g.w < g.span ? g.pw + g.w : g.span;
   for (int64_t j = 0; j < lo; ++j) buf[j] = id;
   for (int64_t j = hi; j < g.span; ++j) buf[j] = id;
+  Mask nan_seen = is_nan(idv);                      // no lane: whether the window's rows hold a NaN
   for (int64_t j = lo; j < hi; j += Vec::kLanes) {  // column j reads input column j - pw
     const int n = lanes_left(hi, j);
     Vec acc = idv;
     for (int64_t k = 0; k < g.kh; ++k) {
       const int64_t ih = r * g.sh + k * g.dh - g.ph;
-      if (ih >= 0 && ih < g.h) acc = take(is_max, acc, Vec::load(x + ih * g.w + j - g.pw, n));
+      if (ih < 0 || ih >= g.h) continue;
+      const Vec v = Vec::load(x + ih * g.w + j - g.pw, n);
+      if (is_max) nan_seen = nan_seen | is_nan(v);
+      acc = take(is_max, acc, v);
     }
     acc.store(buf + j, n);
   }
@@ -48,7 +52,9 @@ void pool_row(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* 
   if (g.sw != 1)
     for (int64_t o = 0; o < g.ow; ++o) y[o] = hb[o * g.sw];
   if (is_max) {
-    if (ix.row_first[r] < 0) return;
+    // The NaN rule reads only elements the fold above loaded: without a NaN among them, nothing
+    // to fix (a per-output scalar pass that took most of a 5x5 pool's time on 10x10 planes).
+    if (ix.row_first[r] < 0 || !any(nan_seen)) return;
     const float* first = x + ix.row_first[r] * g.w;
     for (int64_t o = 0; o < g.ow; ++o)
       if (ix.col_first[o] >= 0 && std::isnan(first[ix.col_first[o]])) y[o] = first[ix.col_first[o]];
@@ -67,6 +73,7 @@ void pool_row_blocked(const PoolGeom& g, const PoolIndex& ix, bool is_max, const
                       int64_t r, float* buf) {
   const int64_t c = g.lanes;
   const Vec idv = Vec::set1(is_max ? -INFINITY : 0.0f);
+  Mask nan_seen = is_nan(idv);  // no lane: whether the window's rows hold a NaN (as pool_row)
   for (int64_t j = 0; j < g.span; ++j) {  // padded position j reads input column j - pw
     const int64_t iw = j - g.pw;
     for (int64_t l = 0; l < c; l += Vec::kLanes) {
@@ -75,14 +82,17 @@ void pool_row_blocked(const PoolGeom& g, const PoolIndex& ix, bool is_max, const
       if (iw >= 0 && iw < g.w)
         for (int64_t k = 0; k < g.kh; ++k) {
           const int64_t ih = r * g.sh + k * g.dh - g.ph;
-          if (ih >= 0 && ih < g.h)
-            acc = take(is_max, acc, Vec::load(x + (ih * g.w + iw) * c + l, n));
+          if (ih < 0 || ih >= g.h) continue;
+          const Vec v = Vec::load(x + (ih * g.w + iw) * c + l, n);
+          if (is_max) nan_seen = nan_seen | is_nan(v);
+          acc = take(is_max, acc, v);
         }
       acc.store(buf + j * c + l, n);
     }
   }
+  const bool fix_nan = any(nan_seen);
   for (int64_t o = 0; o < g.ow; ++o) {
-    const float* first = is_max && ix.row_first[r] >= 0 && ix.col_first[o] >= 0
+    const float* first = fix_nan && ix.row_first[r] >= 0 && ix.col_first[o] >= 0
                              ? x + (ix.row_first[r] * g.w + ix.col_first[o]) * c
                              : nullptr;
     const Vec div = Vec::set1(ix.row_count[r] * ix.col_count[o]);

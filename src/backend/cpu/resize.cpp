@@ -6,7 +6,8 @@
 // (`inner` > 1: every axis but the last) is a weighted sum of whole rows, vectorized along them;
 // the last axis is a weighted gather per output value. Each pass runs in parallel over its
 // output rows. A plane (the last two axes) whose outputs each copy one input value (nearest, the
-// 2x upsampling of YOLO and U-Net decoders) is one pass of row gathers and row copies instead.
+// 2x upsampling of YOLO and U-Net decoders) is one pass of row gathers and row copies instead;
+// so is the plane of a blocked tensor [N, C/c, H, W, c] (level 3), a run of c values a position.
 #include <algorithm>
 #include <vector>
 
@@ -108,21 +109,39 @@ std::vector<int64_t> copy_indices(const reference::ResizeTaps& t) {
 // arrays of copy_indices: an output row gathers from its input row, or repeats the row above when
 // both come from the same input row (every other row of a 2x nearest upsampling), with no
 // intermediate tensor.
+// `inner` > 1: each position is a run of `inner` values (the channel lanes of a blocked tensor
+// [N, C/c, H, W, c], whose Resize of H and W AssignLayouts keeps blocked), copied whole.
 void resize_copies_2d(const float* x, float* y, int64_t outer, int64_t ih, int64_t iw,
-                      const std::vector<int64_t>& rows, const std::vector<int64_t>& cols) {
+                      int64_t inner, const std::vector<int64_t>& rows,
+                      const std::vector<int64_t>& cols) {
   const auto oh = static_cast<int64_t>(rows.size()), ow = static_cast<int64_t>(cols.size());
   const int64_t* col = cols.data();
-  const int64_t grain = std::max<int64_t>(1, kGrainValues / std::max<int64_t>(ow, 1));
+  const int64_t len = ow * inner;  // values per output row
+  // Columns doubled (a 2x nearest upsampling): each input value written twice, no index loads
+  // (a loop the compiler vectorizes with permutes).
+  bool doubled = ow == 2 * iw;
+  for (int64_t k = 0; doubled && k < ow; ++k) doubled = col[k] == k / 2;
+  const int64_t grain = std::max<int64_t>(1, kGrainValues / std::max<int64_t>(len, 1));
   parallel_for(0, outer * oh, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / oh, o = r % oh;
-      float* yr = y + r * ow;
+      float* yr = y + r * len;
       if (r > r0 && o > 0 && rows[o] == rows[o - 1]) {
-        std::copy_n(yr - ow, ow, yr);
+        std::copy_n(yr - len, len, yr);
         continue;
       }
-      const float* xr = x + (b * ih + rows[o]) * iw;
-      for (int64_t k = 0; k < ow; ++k) yr[k] = xr[col[k]];
+      const float* xr = x + (b * ih + rows[o]) * iw * inner;
+      if (inner == 1 && doubled) {
+        for (int64_t k = 0; k < iw; ++k) yr[2 * k] = yr[2 * k + 1] = xr[k];
+      } else if (inner == 1) {
+        for (int64_t k = 0; k < ow; ++k) yr[k] = xr[col[k]];
+      } else if (inner == 16) {  // AVX-512's lanes: a constant length the compiler unrolls
+        for (int64_t k = 0; k < ow; ++k) std::copy_n(xr + col[k] * 16, 16, yr + k * 16);
+      } else if (inner == 8) {
+        for (int64_t k = 0; k < ow; ++k) std::copy_n(xr + col[k] * 8, 8, yr + k * 8);
+      } else {
+        for (int64_t k = 0; k < ow; ++k) std::copy_n(xr + col[k] * inner, inner, yr + k * inner);
+      }
     }
   });
 }
@@ -144,17 +163,22 @@ std::vector<Tensor> run_resize(const KernelContext& c) {
     return one(std::move(y));
   }
   const auto rank = static_cast<int64_t>(shape.size());
-  if (axes.size() == 2 && std::min(axes[0], axes[1]) == rank - 2 &&
-      std::max(axes[0], axes[1]) == rank - 1) {  // a plane: both axes in one pass when copies
+  // A plane, the last two axes or the two before a last identity axis (a blocked tensor's
+  // lanes): both axes in one pass when copies.
+  const int64_t last = std::max(axes[0], axes.size() > 1 ? axes[1] : axes[0]);
+  if (axes.size() == 2 && std::min(axes[0], axes[1]) == last - 1 &&
+      (last == rank - 1 || last == rank - 2)) {
     auto taps = [&](int64_t a) {
       return reference::resize_taps(plan.params, shape[a], plan.out[a], plan.scales[a],
                                     plan.roi_start(a), plan.roi_end(a), c.where());
     };
-    const std::vector<int64_t> rows = copy_indices(taps(rank - 2));
-    const std::vector<int64_t> cols = rows.empty() ? rows : copy_indices(taps(rank - 1));
+    const std::vector<int64_t> rows = copy_indices(taps(last - 1));
+    const std::vector<int64_t> cols = rows.empty() ? rows : copy_indices(taps(last));
     if (!cols.empty()) {
-      const int64_t ih = shape[rank - 2], iw = shape[rank - 1];
-      resize_copies_2d(x.data<float>(), y.data<float>(), x.numel() / (ih * iw), ih, iw, rows, cols);
+      const int64_t ih = shape[last - 1], iw = shape[last];
+      const int64_t inner = last == rank - 1 ? 1 : shape[rank - 1];
+      resize_copies_2d(x.data<float>(), y.data<float>(), x.numel() / (ih * iw * inner), ih, iw,
+                       inner, rows, cols);
       return one(std::move(y));
     }
   }

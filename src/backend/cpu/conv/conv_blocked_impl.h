@@ -36,6 +36,9 @@ struct RowKernel {
   // broadcasts all address off one register, and a register block may be as wide as the
   // accumulators allow (one output block: 28 pixels, 1 weight load per 28 FMAs, where the
   // general stride kept 14 pixel addresses in registers and spilled them).
+  // The same holds at stride 2 (YOLO's and ResNet's downsampling convs, the stems reading NCHW):
+  // pixel r is r * 2 * B floats on (2 floats for a stem), as wide a register block as the
+  // accumulators allow, where the runtime stride capped it at 14 pixels and spilled addresses.
   static constexpr bool kHasUnit = !kNchw;
   static constexpr int kRUnit = kAcc < 1 ? 1 : (kAcc > 28 ? 28 : kAcc);
 
@@ -95,8 +98,9 @@ struct RowKernel {
   }
 
   // Output pixels [ox0, ox0 + R) of OB output blocks; with kChecked, taps outside the row are
-  // skipped (R == 1). Per input lane: OB weight loads and R broadcasts feed OB x R FMAs.
-  template <int R, bool kChecked, bool kUnit = false>
+  // skipped (R == 1). Per input lane: OB weight loads and R broadcasts feed OB x R FMAs. kS: the
+  // stride as a constant (1 or 2), 0: g.sw at run time.
+  template <int R, bool kChecked, int kS = 0>
   void general(int64_t ox0) const {
     fetch_ends<R, OB>(ox0);
     Vec acc[R][OB][kNV];
@@ -106,7 +110,7 @@ struct RowKernel {
 #pragma GCC unroll 32
         for (int r = 0; r < R; ++r) acc[r][o][v] = b;
       }
-    const int64_t xstep = kUnit ? kPix : g.sw * kPix;
+    const int64_t xstep = kS ? kS * kPix : g.sw * kPix;
     const int64_t xlane = kNchw ? g.ih * g.iw : 1;  // floats from one lane to the next
     // Each input block plane contributes a short run of pixels per register block, a stream
     // too short for the hardware prefetcher: fetch the run kAheadPlanes planes on meanwhile
@@ -221,7 +225,7 @@ struct RowKernel {
     store<R, 1>(acc, ox0);
   }
 
-  template <int R, bool kChecked, bool kUnit = false>
+  template <int R, bool kChecked, int kS = 0>
   void block(int64_t ox0) const {
     if constexpr (OB == 1 && !kNchw)
       if (g.depthwise) {
@@ -230,16 +234,25 @@ struct RowKernel {
             return g.sw == 1 ? depthwise3<R, 1>(ox0) : depthwise3<R, 2>(ox0);
         return depthwise<R, kChecked>(ox0);
       }
-    general<R, kChecked, kUnit>(ox0);
+    general<R, kChecked, kS>(ox0);
   }
 
   // The last `r` (< kRMax) interior pixels from ox0, as one register block of r.
-  template <int R, bool kUnit = false>
+  template <int R, int kS = 0>
   void tail(int r, int64_t ox0) const {
     if constexpr (R >= 1) {
-      if (r == R) return block<R, false, kUnit>(ox0);
-      tail<R - 1, kUnit>(r, ox0);
+      if (r == R) return block<R, false, kS>(ox0);
+      tail<R - 1, kS>(r, ox0);
     }
+  }
+
+  // The interior [ox, hi) in register blocks of kRUnit pixels at constant stride kS, then the
+  // checked pixels past it.
+  template <int kS>
+  void interior(int64_t ox, int64_t hi) const {
+    for (; ox + kRUnit <= hi; ox += kRUnit) block<kRUnit, false, kS>(ox);
+    if (ox < hi) tail<kRUnit - 1, kS>(static_cast<int>(hi - ox), ox);
+    for (ox = hi; ox < g.ow; ++ox) block<1, true>(ox);
   }
 
   void run() const {
@@ -250,14 +263,9 @@ struct RowKernel {
     hi = hi > g.ow ? g.ow : (hi < lo ? lo : hi);
     for (int64_t ox = 0; ox < lo; ++ox) block<1, true>(ox);
     int64_t ox = lo;
-    if constexpr (kHasUnit) {
-      if (g.sw == 1 && !g.depthwise) {
-        for (; ox + kRUnit <= hi; ox += kRUnit) block<kRUnit, false, true>(ox);
-        if (ox < hi) tail<kRUnit - 1, true>(static_cast<int>(hi - ox), ox);
-        for (ox = hi; ox < g.ow; ++ox) block<1, true>(ox);
-        return;
-      }
-    }
+    if constexpr (kHasUnit)
+      if (g.sw == 1 && !g.depthwise) return interior<1>(ox, hi);
+    if (g.sw == 2 && !g.depthwise) return interior<2>(ox, hi);
     for (; ox + kRMax <= hi; ox += kRMax) block<kRMax, false>(ox);
     if (ox < hi) tail<kRMax - 1>(static_cast<int>(hi - ox), ox);
     for (ox = hi; ox < g.ow; ++ox) block<1, true>(ox);

@@ -4,6 +4,8 @@
 // are declined and run on the reference interpreter. The blocked-layout kernels are in
 // conv_blocked.cpp.
 #include <algorithm>
+#include <memory>
+#include <mutex>
 #include <optional>
 
 #include "backend/cpu/conv/conv.h"
@@ -30,9 +32,20 @@ bool accepts(const NodeInfo& info) {
 // A constant W packed once per group as the GEMM's A operand, and W's shape to give it back; or,
 // for a conv on a small plane (conv_algo), W in the blocked layout instead, with the input shape
 // that path was chosen for, and for Winograd (the knob conv.algo {2}) also its transformed U.
+// The blocked weights of a conv whose plane is known only at run time (a model exported with
+// dynamic height and width), made from the packed ones the first time a small plane comes.
+struct LateBlocked {
+  std::once_flag once;
+  Tensor w;
+};
+
 struct PreparedW {
   std::vector<PackedA> groups;
   Dims shape;
+  // Set: the plane is unknown at compile time, the channels fit the blocked kernel, and a run
+  // whose output plane is small (small_plane_blocked) takes it, with weights made on first use.
+  std::shared_ptr<LateBlocked> late;
+  int late_block = 0;
   Tensor blocked;  // defined: the blocked path
   Dims x_chw;      // the input's [C, H, W] it was chosen for (the batch may vary)
   int block = 0;
@@ -62,9 +75,42 @@ int channel_block() {
 // on 14x14 planes 12% faster, every conv on 7x7 planes 10-27% faster, depthwise convs with 14x14
 // and 7x7 outputs 1.2-2.7x; but 1x1 convs on 14x14 planes 4-12% slower (the GEMM wastes little
 // on 196 columns and the output reorder costs more) and a depthwise conv with a 28x28 output
-// 1.6x slower.
-constexpr int64_t kBlockedPlane = 16 * 16, kBlockedPointwisePlane = 8 * 8,
+// 1.6x slower. Convs with a 3x3 (or larger) window win up to 80x80 outputs, reorders included
+// (3x3 + ReLU alone, min of 30-40, two rounds, against the 16x16 rule): 128 -> 128 @28 2.30 ->
+// 2.09 ms, 256 -> 256 @28 9.4 -> 8.7, 96 @36 2.10 -> 1.98, 64 @40 1.16 -> 1.12, 32 @40 0.31 ->
+// 0.29, stride 2 56 -> 28 1.19 -> 1.08, 112 -> 56 1.25 -> 1.15, YOLOv8's 16 -> 32 160 -> 80 0.75
+// -> 0.64, 16 @80 0.32 -> 0.31; at par on 64 @56 and 48 @64 (YOLOv8n at level 2: kernel sum -4%,
+// its 80x80 layers at par inside the model).
+constexpr int64_t kBlockedPlane = 80 * 80, kBlockedPointwisePlane = 8 * 8,
                   kBlockedDepthwisePlane = 14 * 14;
+
+// Whether the plane-size rule puts a conv of this kernel (kh x kw, group 1 or depthwise) with
+// this output plane on the blocked kernel.
+bool small_plane_blocked(int64_t plane, int64_t kh, int64_t kw, bool depthwise) {
+  if (depthwise) return plane <= kBlockedDepthwisePlane;
+  return plane <= (kh * kw > 1 ? kBlockedPlane : kBlockedPointwisePlane);
+}
+
+// A stem (group 1, fewer input channels than a block, a window larger than 1x1) can run on the
+// blocked kernel reading its NCHW input as it is (x_nchw, no reorder in; the "conv.algo" knob
+// {1}), but the planner leaves it on the GEMM: alone, at stride 2 with filled output blocks, it
+// was 3-8% faster (YOLOv8's 3 -> 16 @320 493 -> 473 us, MobileNetV2's 3 -> 32 @224 333 -> 305,
+// ResNet's 7x7 3 -> 64 @224 2.49 -> 2.33 ms; 1 thread, min of 30), but inside the models, where
+// its output goes on to the next kernel, MobileNetV2's stem was 2-8% slower, ResNet-18's within
+// noise and YOLOv8n's 9% faster: no rule that holds. Larger outputs (3 -> 32 @640: 3.9 -> 4.4-4.8
+// ms) and partly empty blocks (3 -> 24 at stride 1: 84 -> 123 us) lose alone too.
+
+// Whether Conv `info` (W constant, f32, group 1) could take the blocked kernel for channel block
+// `block` but its output plane is unknown at compile time: then run() decides per call.
+bool late_blockable(const NodeInfo& info, const Tensor& w, int64_t group, int block) {
+  const auto& xs = info.inputs[0].shape;
+  if (block == 0 || group != 1 || w.rank() != 4 || !xs || xs->size() != 4) return false;
+  if (!(*xs)[1].is_known() || ((*xs)[2].is_known() && (*xs)[3].is_known())) return false;
+  if (info.knob("conv.algo")) return false;
+  const int64_t c = (*xs)[1].value;
+  return c >= block && c == w.dim(1) &&
+         info.node.attrs.get_string("auto_pad", "NOTSET") == "NOTSET";
+}
 
 // The output plane of Conv `info` (W constant, f32) when the blocked kernel can run it for channel
 // block `block` (a depthwise conv, or one of group 1, on at least `block` input channels).
@@ -75,7 +121,8 @@ std::optional<int64_t> blocked_plane(const NodeInfo& info, const Tensor& w, int6
   for (size_t d = 1; d < 4; ++d)  // the batch may be symbolic
     if (!(*xs)[d].is_known()) return std::nullopt;
   const int64_t c = (*xs)[1].value;
-  if (c < block || c != w.dim(1) * group) return std::nullopt;  // a stem, or a mismatch
+  if (c != w.dim(1) * group) return std::nullopt;  // a mismatch
+  if (c < block && (group != 1 || w.dim(2) * w.dim(3) == 1)) return std::nullopt;
   if (info.node.attrs.get_string("auto_pad", "NOTSET") != "NOTSET") return std::nullopt;
   if (group != 1 && !(group == c && w.dim(0) == c && w.dim(1) == 1)) return std::nullopt;
   try {
@@ -105,10 +152,9 @@ ConvAlgo conv_algo(const NodeInfo& info, const Tensor& w, int64_t group, int blo
   if (const std::vector<int64_t>* algo = info.knob("conv.algo"))
     return plane ? static_cast<ConvAlgo>((*algo)[0]) : kImplicitGemm;
   if (!plane) return kImplicitGemm;
-  if (group != 1) return *plane <= kBlockedDepthwisePlane ? kBlockedDirect : kImplicitGemm;
-  return *plane <= (w.dim(2) * w.dim(3) > 1 ? kBlockedPlane : kBlockedPointwisePlane)
-             ? kBlockedDirect
-             : kImplicitGemm;
+  if (w.dim(1) * group < block) return kImplicitGemm;  // a stem: see above
+  return small_plane_blocked(*plane, w.dim(2), w.dim(3), group != 1) ? kBlockedDirect
+                                                                     : kImplicitGemm;
 }
 
 // The "conv.cols" knob: {columns} per GEMM of the implicit-GEMM path, which the conv must take
@@ -169,9 +215,10 @@ std::string check_conv_knob(const NodeInfo& info, const std::string& knob,
                                 !blocked_plane(info, *info.constants[1], group, channel_block())))
     throw ValueError(
         cat(where, ": knob conv.algo ", dims_str(v), ": the blocked kernel does not apply"));
-  if (v[0] == kBlockedWinograd && !winograd_fits(info, *info.constants[1], group))
+  if (v[0] == kBlockedWinograd && (!winograd_fits(info, *info.constants[1], group) ||
+                                   (*info.inputs[0].shape)[1].value < channel_block()))
     throw ValueError(cat(where, ": knob conv.algo {2}: Winograd F(4x4, 3x3) needs a 3x3 kernel, ",
-                         "stride 1, dilation 1 and group 1"));
+                         "stride 1, dilation 1, group 1 and at least a block of input channels"));
   const char* names[] = {"implicit GEMM", "blocked direct", "blocked Winograd F(4x4,3x3)"};
   return cat("knob conv.algo: ", names[v[0]]);
 }
@@ -206,7 +253,12 @@ std::any prepare(const NodeInfo& info) {
       pack_weights(w.data<float>(), w.dim(0), w.dim(1), w.rank() == 4 ? w.dim(2) : 1, w.dim(-1),
                    group, precision);
   if (packed.empty()) return {};
-  return PreparedW{std::move(packed), w.shape()};
+  PreparedW p{std::move(packed), w.shape()};
+  if (precision == Precision::kF32 && late_blockable(info, w, group, block)) {
+    p.late = std::make_shared<LateBlocked>();
+    p.late_block = block;
+  }
+  return p;
 }
 
 // W [m, cg, kh, kw] is the groups' A matrices [m/group, cg*kh*kw] one after another, or the
@@ -249,19 +301,26 @@ void run_blocked(const ConvGeometry& g, const PreparedW& p, const float* x, cons
   k.block = b;
   k.channels = g.c;
   k.depthwise = p.depthwise;
-  const int64_t xn = g.n * icb * g.in_plane() * b, yn = g.n * ocb * g.out_plane() * b;
+  // A stem (fewer input channels than a block, group 1) reads the NCHW input as it is.
+  k.x_nchw = g.c < b && !p.depthwise;
+  const int64_t xn = k.x_nchw ? 0 : g.n * icb * g.in_plane() * b,
+                yn = g.n * ocb * g.out_plane() * b;
   float* xb = scratch_as<float>(static_cast<size_t>(xn + yn + ocb * b), kBlockedScratch);
   float *yb = xb + xn, *bp = yb + yn;
   std::fill(bp, bp + ocb * b, 0.0f);
   if (bias) std::copy(bias, bias + g.m, bp);
-  to_blocked(x, xb, g.n, g.c, g.in_plane(), b);
+  const float* xs = xb;
+  if (k.x_nchw)
+    xs = x;
+  else
+    to_blocked(x, xb, g.n, g.c, g.in_plane(), b);
   // An activation alone runs on the blocked accumulators (ReLU and Clip in registers); a
   // residual (laid out NCHW) or a tile program, on the NCHW output.
   const bool act_only = !ep.tile && !ep.residual;
   if (p.winograd)
-    winograd_conv(k, *p.winograd, xb, bp, yb, act_only ? ep : Epilogue{});
+    winograd_conv(k, *p.winograd, xs, bp, yb, act_only ? ep : Epilogue{});
   else
-    conv_blocked_rows(k, xb, p.blocked.data<float>(), bp, yb, act_only ? ep : Epilogue{});
+    conv_blocked_rows(k, xs, p.blocked.data<float>(), bp, yb, act_only ? ep : Epilogue{});
   const int64_t hw = g.out_plane();
   from_blocked(yb, y, g.n, g.m, hw, b);
   if (act_only) return;
@@ -310,6 +369,18 @@ std::vector<Tensor> run_conv(const KernelContext& c) {
     if (p.blocked.defined() && x.rank() == 4 &&
         Dims(x.shape().begin() + 1, x.shape().end()) == p.x_chw) {
       run_blocked(g, p, x.data<float>(), bias, y.data<float>(), ep);
+      return one(std::move(y));
+    }
+    if (p.late && x.rank() == 4 && g.group == 1 && p.late_block == channel_block() &&
+        small_plane_blocked(g.out_plane(), g.kh, g.kw, false)) {
+      // A small plane that the compile could not see: the blocked kernel, as for a known one.
+      std::call_once(p.late->once, [&] {
+        p.late->w = blocked_conv_weights(unpack(*c.state, 1), false, p.late_block);
+      });
+      PreparedW b;
+      b.blocked = p.late->w;
+      b.block = p.late_block;
+      run_blocked(g, b, x.data<float>(), bias, y.data<float>(), ep);
       return one(std::move(y));
     }
     if (p.blocked.defined()) {  // not the shape it was prepared for: the plain path on W
