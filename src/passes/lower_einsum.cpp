@@ -166,7 +166,7 @@ bool lower(Graph& g, size_t i, const PassContext& ctx) {
     shapes.push_back(*t.shape);
     ranks.push_back(static_cast<int64_t>(t.shape->size()));
   }
-  const TensorType& yt = g.value(n.outputs[0]).type;
+  const TensorType yt = g.value(n.outputs[0]).type;  // a copy: add_value moves the values
   if (!yt.shape) return false;
   einsum::Equation e;
   try {
