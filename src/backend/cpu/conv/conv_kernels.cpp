@@ -4,6 +4,7 @@
 // are declined and run on the reference interpreter. The blocked-layout kernels are in
 // conv_blocked.cpp.
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -126,8 +127,11 @@ std::optional<int64_t> blocked_plane(const NodeInfo& info, const Tensor& w, int6
   if (info.node.attrs.get_string("auto_pad", "NOTSET") != "NOTSET") return std::nullopt;
   if (group != 1 && !(group == c && w.dim(0) == c && w.dim(1) == 1)) return std::nullopt;
   try {
-    return conv_geometry(info.node.attrs, {1, c, (*xs)[2].value, (*xs)[3].value}, w.shape(), "")
-        .out_plane();
+    const ConvGeometry g =
+        conv_geometry(info.node.attrs, {1, c, (*xs)[2].value, (*xs)[3].value}, w.shape(), "");
+    // Sizes whose plane overflows (a damaged model) take no blocked kernel; run() reports them.
+    if (g.ow > 0 && g.oh > std::numeric_limits<int64_t>::max() / g.ow) return std::nullopt;
+    return g.out_plane();
   } catch (const ValueError&) {
     return std::nullopt;  // run() reports it
   }
