@@ -415,6 +415,43 @@ TEST(CpuConv, FusedResidualAndRelu) {
   set_num_threads(saved);
 }
 
+// Relu(Conv(x, W, B) + r): W and B random constants, x and r graph inputs of the given shapes.
+Graph conv_add_relu(const Shape& x, const Dims& w, const Shape& r, const Attributes& a) {
+  Graph g;
+  ValueId xv = g.add_input("x", {DType::kF32, x});
+  ValueId wv = g.add_value("w"), bv = g.add_value("b");
+  g.set_initializer(wv, random_tensor(w, 2));
+  g.set_initializer(bv, random_tensor({w[0]}, 3));
+  ValueId rv = g.add_input("r", {DType::kF32, r});
+  ValueId c = g.add_value("c"), s = g.add_value("s"), out = g.add_value("out");
+  g.add_node("Conv", {xv, wv, bv}, {c}, a, "conv");
+  g.add_node("Add", {c, rv}, {s}, {}, "add");
+  g.add_node("Relu", {s}, {out}, {}, "relu");
+  g.add_output(out);
+  return g;
+}
+
+// g compiled at level 2 on every ISA with 1 and 2 threads: one step, on the blocked direct
+// kernel exactly when blocked(isa), and close to `want` for sums of k products.
+template <class Blocked>
+void expect_one_conv_step(const Graph& g, const std::vector<Tensor>& feeds, const Tensor& want,
+                          Blocked blocked, int64_t k, const std::string& what) {
+  const int saved = num_threads();
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    IsaScope scope(isa);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Executable exe = compile(g, {.level = 2});
+      ASSERT_EQ(exe.num_steps(), 1u);
+      EXPECT_EQ(exe.describe_step(0).find("blocked direct") != std::string::npos, blocked(isa))
+          << exe.describe_step(0);
+      expect_close(exe.run(feeds)[0], want, k,
+                   cat(what, " on ", cpu::isa_name(isa), ", ", threads, " thread(s)"));
+    }
+  }
+  set_num_threads(saved);
+}
+
 // Small planes with a block of input channels or more run on the blocked kernel inside the Conv
 // kernel (conv_kernels.cpp); here with a fused residual Add and Relu at level 2 (applied to the
 // NCHW output after the reorder) and channel counts that leave padded lanes.
@@ -425,37 +462,16 @@ TEST(CpuConv, SmallPlaneBlockedPath) {
         std::tuple{Dims{1, 40, 7, 7}, Dims{36, 40, 1, 1}, 1, true},
         std::tuple{Dims{1, 40, 14, 14}, Dims{36, 40, 1, 1}, 1, false},
         std::tuple{Dims{2, 40, 9, 9}, Dims{40, 1, 3, 3}, 40, true}}) {
-    Graph g;
-    ValueId xv = g.add_input("x", {DType::kF32, to_shape(x)});
-    ValueId wv = g.add_value("w"), bv = g.add_value("b");
-    g.set_initializer(wv, random_tensor(w, 2));
-    g.set_initializer(bv, random_tensor({w[0]}, 3));
     const Dims y = {x[0], w[0], x[2], x[3]};
-    ValueId rv = g.add_input("r", {DType::kF32, to_shape(y)});
-    ValueId c = g.add_value("c"), s = g.add_value("s"), out = g.add_value("out");
     Attributes a = attrs_of({{"group", int64_t{group}}});
     if (w[2] == 3) a.set("pads", Dims{1, 1, 1, 1});
-    g.add_node("Conv", {xv, wv, bv}, {c}, a, "conv");
-    g.add_node("Add", {c, rv}, {s}, {}, "add");
-    g.add_node("Relu", {s}, {out}, {}, "relu");
-    g.add_output(out);
+    const Graph g = conv_add_relu(to_shape(x), w, to_shape(y), a);
     const std::vector<Tensor> feeds = {random_tensor(x, 1), random_tensor(y, 4)};
-    const Tensor want = reference::run(g, feeds)[0];
-    const int saved = num_threads();
-    for (cpu::Isa isa : cpu::supported_isas()) {
-      IsaScope scope(isa);
-      for (int threads : {1, 2}) {
-        set_num_threads(threads);
-        Executable exe = compile(g, {.level = 2});
-        ASSERT_EQ(exe.num_steps(), 1u);
-        const bool blocked = small && isa != cpu::Isa::kGeneric;
-        EXPECT_EQ(exe.describe_step(0).find("blocked direct") != std::string::npos, blocked)
-            << exe.describe_step(0);
-        expect_close(exe.run(feeds)[0], want, w[1] * w[2] * w[3],
-                     cat(dims_str(x), " on ", cpu::isa_name(isa), ", ", threads, " thread(s)"));
-      }
-    }
-    set_num_threads(saved);
+    const bool is_small = small;
+    expect_one_conv_step(
+        g, feeds, reference::run(g, feeds)[0],
+        [&](cpu::Isa isa) { return is_small && isa != cpu::Isa::kGeneric; }, w[1] * w[2] * w[3],
+        dims_str(x));
   }
 }
 
@@ -472,46 +488,24 @@ TEST(CpuConv, StemsStayOnTheGemm) {
        {Stem{{2, 3, 33, 31}, {16, 3, 3, 3}, 2}, Stem{{1, 3, 40, 46}, {32, 3, 7, 7}, 2},
         Stem{{2, 3, 17, 19}, {16, 3, 3, 3}, 1}}) {
     for (bool symbolic : {false, true}) {
-      Graph g;
       const Shape xs =
           symbolic ? Shape{Dim(t.x[0]), Dim(3), Dim::sym("h"), Dim::sym("w")} : to_shape(t.x);
-      ValueId xv = g.add_input("x", {DType::kF32, xs});
-      ValueId wv = g.add_value("w"), bv = g.add_value("b");
-      g.set_initializer(wv, random_tensor(t.w, 2));
-      g.set_initializer(bv, random_tensor({t.w[0]}, 3));
       const int64_t k = t.w[2], p = k / 2;
       const Dims y = {t.x[0], t.w[0], (t.x[2] + 2 * p - k) / t.stride + 1,
                       (t.x[3] + 2 * p - k) / t.stride + 1};
-      ValueId rv = g.add_input(
-          "r", {DType::kF32, symbolic ? Shape{Dim(y[0]), Dim(y[1]), Dim::sym("oh"), Dim::sym("ow")}
-                                      : to_shape(y)});
-      ValueId c = g.add_value("c"), s = g.add_value("s"), out = g.add_value("out");
-      g.add_node("Conv", {xv, wv, bv}, {c},
-                 attrs_of({{"pads", Dims{p, p, p, p}}, {"strides", Dims{t.stride, t.stride}}}),
-                 "conv");
-      g.add_node("Add", {c, rv}, {s}, {}, "add");
-      g.add_node("Relu", {s}, {out}, {}, "relu");
-      g.add_output(out);
+      const Shape ys =
+          symbolic ? Shape{Dim(y[0]), Dim(y[1]), Dim::sym("oh"), Dim::sym("ow")} : to_shape(y);
+      const Graph g = conv_add_relu(
+          xs, t.w, ys,
+          attrs_of({{"pads", Dims{p, p, p, p}}, {"strides", Dims{t.stride, t.stride}}}));
       const std::vector<Tensor> feeds = {random_tensor(t.x, 1), random_tensor(y, 4)};
       Graph typed = g;
       typed.value(typed.inputs()[0]).type.shape = to_shape(t.x);
       typed.value(typed.inputs()[1]).type.shape = to_shape(y);
       const Tensor want = reference::run(typed, feeds)[0];
-      const int saved = num_threads();
-      for (cpu::Isa isa : cpu::supported_isas()) {
-        IsaScope scope(isa);
-        for (int threads : {1, 2}) {
-          set_num_threads(threads);
-          Executable exe = compile(g, {.level = 2});
-          ASSERT_EQ(exe.num_steps(), 1u);
-          EXPECT_EQ(exe.describe_step(0).find("blocked direct"), std::string::npos)
-              << exe.describe_step(0);
-          expect_close(exe.run(feeds)[0], want, t.w[1] * k * k,
-                       cat(dims_str(t.x), " k", k, " s", t.stride, symbolic ? " symbolic" : "",
-                           " on ", cpu::isa_name(isa), ", ", threads, " thread(s)"));
-        }
-      }
-      set_num_threads(saved);
+      expect_one_conv_step(
+          g, feeds, want, [](cpu::Isa) { return false; }, t.w[1] * k * k,
+          cat(dims_str(t.x), " k", k, " s", t.stride, symbolic ? " symbolic" : ""));
     }
   }
 }
