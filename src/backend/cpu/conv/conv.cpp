@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/scratch.h"
@@ -268,6 +269,32 @@ void conv_depthwise(const ConvGeometry& g, const float* x, const float* w, const
   });
 }
 
+// ---- small-output path ----
+
+// Above this many multiply-adds a small conv is split over the pool by output channels (each
+// task gathers its own col: K x P floats).
+constexpr int64_t kSmallConvParallelMacs = int64_t{1} << 17;
+
+// col[k][q] for positions [j0, j0 + p) of one group's input planes x: the input value that
+// position reads through row k = (c, ky, kx), zero where it reads padding.
+void small_col(const ConvGeometry& g, const float* x, int64_t j0, int64_t p, float* col) {
+  int64_t iy0[kSmallConvMaxPositions], ix0[kSmallConvMaxPositions];
+  for (int64_t q = 0; q < p; ++q) {
+    iy0[q] = (j0 + q) / g.ow * g.sh - g.ph;
+    ix0[q] = (j0 + q) % g.ow * g.sw - g.pw;
+  }
+  const int64_t cg = g.cg();
+  for (int64_t c = 0; c < cg; ++c) {
+    const float* xc = x + c * g.in_plane();
+    for (int64_t ky = 0; ky < g.kh; ++ky)
+      for (int64_t kx = 0; kx < g.kw; ++kx, col += p)
+        for (int64_t q = 0; q < p; ++q) {
+          const int64_t iy = iy0[q] + ky * g.dh, ix = ix0[q] + kx * g.dw;
+          col[q] = iy >= 0 && iy < g.ih && ix >= 0 && ix < g.iw ? xc[iy * g.iw + ix] : 0.0f;
+        }
+  }
+}
+
 }  // namespace
 
 int64_t conv_column_block(const ConvGeometry& g) {
@@ -344,6 +371,100 @@ std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t
   for (int64_t gi = 0; gi < group; ++gi)
     packed.push_back(pack_a(mg, k, w + gi * mg * k, k, false, precision));
   return packed;
+}
+
+}  // namespace pto::cpu
+
+namespace pto::cpu {
+
+int64_t small_conv_ldw(int64_t mg) {
+  return (mg + 15) / 16 * 16;
+}
+
+Tensor pack_small_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
+                          int64_t group) {
+  const int64_t mg = m / group, k = cg * kh * kw, ldw = small_conv_ldw(mg);
+  Tensor t = Tensor::empty(DType::kF32, {group, k, ldw});
+  float* d = t.data<float>();
+  std::fill(d, d + group * k * ldw, 0.0f);
+  for (int64_t gi = 0; gi < group; ++gi)
+    for (int64_t o = 0; o < mg; ++o)
+      for (int64_t i = 0; i < k; ++i) d[(gi * k + i) * ldw + o] = w[(gi * mg + o) * k + i];
+  return t;
+}
+
+void unpack_small_weights(const float* packed, int64_t m, int64_t cg, int64_t kh, int64_t kw,
+                          int64_t group, float* w) {
+  const int64_t mg = m / group, k = cg * kh * kw, ldw = small_conv_ldw(mg);
+  for (int64_t gi = 0; gi < group; ++gi)
+    for (int64_t o = 0; o < mg; ++o)
+      for (int64_t i = 0; i < k; ++i) w[(gi * mg + o) * k + i] = packed[(gi * k + i) * ldw + o];
+}
+
+void conv_small(const ConvGeometry& g, const float* x, const float* packed, const float* bias,
+                float* y, const Epilogue& ep) {
+  const int64_t HW = g.out_plane(), K = g.cg() * g.kh * g.kw, Mg = g.mg(), ldw = small_conv_ldw(Mg);
+  if (g.n * g.m * HW == 0) return;
+  // Blocks of positions of equal size, at most kSmallConvMaxPositions each.
+  const int64_t chunks = ceil_div(HW, kSmallConvMaxPositions), P = ceil_div(HW, chunks);
+  // On several threads, a large enough conv is also cut by output channels (multiples of 16).
+  int64_t mblock = small_conv_ldw(Mg);
+  const int64_t items = g.n * g.group * chunks, threads = num_threads();
+  if (threads > 1 && items < threads && g.n * g.m * K * HW >= kSmallConvParallelMacs) {
+    const int64_t per = ceil_div(threads, items);
+    mblock = small_conv_ldw(ceil_div(Mg, per));
+  }
+  const int64_t mblocks = ceil_div(Mg, mblock), tasks = items * mblocks;
+  // ReLU and Clip in registers when nothing comes before them; anything else on each block.
+  const bool clamp =
+      !ep.tile && !ep.residual && (ep.act == Activation::kRelu || ep.act == Activation::kClip);
+  const bool rest = ep.tile || ep.residual || (ep.act != Activation::kNone && !clamp);
+  auto run = [&](int64_t t0, int64_t t1) {
+    float* col = workspace(K * P);
+    int64_t have = -1;  // the item whose col is in `col`
+    EpilogueOperand operands[kTileMaxRegs];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t item = t / mblocks, mb = t % mblocks;
+      const int64_t c = item % chunks, gi = item / chunks % g.group, n = item / (chunks * g.group);
+      const int64_t j0 = c * P, p = std::min(P, HW - j0);
+      if (item != have) {
+        small_col(g, x + (n * g.c + gi * g.cg()) * g.in_plane(), j0, p, col);
+        have = item;
+      }
+      SmallConvBlock b;
+      b.col = col;
+      b.k = K;
+      b.p = p;
+      b.w = packed + gi * K * ldw;
+      b.ldw = ldw;
+      b.bias = bias ? bias + gi * Mg : nullptr;
+      b.m0 = mb * mblock;
+      b.m1 = std::min(Mg, b.m0 + mblock);
+      const int64_t row0 = n * g.m + gi * Mg;  // the group's channel 0 in y
+      b.y = y + row0 * HW + j0;
+      b.ldy = HW;
+      b.clamp = clamp;
+      b.lo = ep.act == Activation::kRelu ? 0.0f : ep.lo;
+      b.hi = ep.act == Activation::kRelu ? std::numeric_limits<float>::infinity() : ep.hi;
+      PTO_ISA_DISPATCH(conv_small_block, b);
+      if (!rest) continue;
+      float* yb = b.y + b.m0 * HW;
+      const int64_t rows = b.m1 - b.m0;
+      if (ep.tile) {
+        apply_epilogue(epilogue_at(ep, n, gi * Mg + b.m0, j0, operands), yb, HW, 0, rows, 0, p);
+      } else {
+        Epilogue e = ep;
+        e.bias_kind = Epilogue::Bias::kNone;
+        if (e.residual) e.residual = ep.residual + (row0 + b.m0) * HW + j0;
+        e.ldr = HW;
+        apply_epilogue(e, yb, HW, 0, rows, 0, p);
+      }
+    }
+  };
+  if (tasks > 1 && threads > 1 && g.n * g.m * K * HW >= kSmallConvParallelMacs)
+    parallel_for(0, tasks, 1, run);
+  else
+    run(0, tasks);
 }
 
 }  // namespace pto::cpu

@@ -71,6 +71,27 @@ void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* 
 std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
                                   int64_t group, Precision precision = Precision::kF32);
 
+// ---- small-output convs (conv_small) ----
+// A conv whose output plane has few positions (Silero VAD's: 1 to 4) is a GEMM with that many
+// columns, which the implicit GEMM's micro-tiles (vectors along the positions) mostly waste. The
+// small-output kernel puts the output channels along the vector lanes instead: weights packed
+// once as [cg*kh*kw][ldw] per group (output channels contiguous, ldw = small_conv_ldw(m/group),
+// zero padded), each block of at most kSmallConvMaxPositions positions gathered into a tiny col
+// [K][positions], and P x NB accumulator vectors held over the whole K (conv_small_impl.h).
+// Any plane is computed (in blocks of positions), but it pays only on small ones (kSmallConvPlane).
+inline constexpr int64_t kSmallConvPlane = 8;
+int64_t small_conv_ldw(int64_t mg);
+Tensor pack_small_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
+                          int64_t group);
+// The inverse: w [m, cg, kh, kw] from pack_small_weights' layout.
+void unpack_small_weights(const float* packed, int64_t m, int64_t cg, int64_t kh, int64_t kw,
+                          int64_t group, float* w);
+// y = act(conv(x, w) + bias + residual) as conv2d computes it (fp32; not depthwise, which has its
+// own kernel), with w packed by pack_small_weights. ReLU and Clip are applied in registers, the
+// rest of `ep` (residual, other activations, a tile program) on each finished block.
+void conv_small(const ConvGeometry& g, const float* x, const float* packed, const float* bias,
+                float* y, const Epilogue& ep);
+
 class KernelRegistry;
 struct FusedEpilogue;
 struct NodeInfo;

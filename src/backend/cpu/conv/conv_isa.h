@@ -36,6 +36,27 @@ struct ShiftedPlane : ConvWindow {
 // zero outside the input.
 PTO_ISA_DECLARE(void shifted_pad(const ShiftedPlane& p, const float* x, float* dst);)
 
+// One block of the small-output conv (conv.h conv_small): output channels [m0, m1) of p <= 8
+// output positions, with output channels along the vector lanes. col [k][p] holds the positions'
+// input columns (zeros where they read padding), w [k][ldw] the weights with output channels
+// contiguous (ldw a multiple of 16, the padding zero); y[m * ldy + q] = bias[m] (or 0) + sum over
+// k of w[k][m] * col[k][q], then clamped to [lo, hi] when `clamp`.
+struct SmallConvBlock {
+  const float* col = nullptr;
+  int64_t k = 0, p = 0;
+  const float* w = nullptr;
+  int64_t ldw = 0;
+  const float* bias = nullptr;  // indexed by m, or null
+  int64_t m0 = 0, m1 = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  bool clamp = false;
+  float lo = 0.0f, hi = 0.0f;
+};
+inline constexpr int64_t kSmallConvMaxPositions = 8;
+
+PTO_ISA_DECLARE(void conv_small_block(const SmallConvBlock& b);)
+
 // A depthwise plane as the kernel reads it: the window plus the padded, phase-split input layout.
 struct DepthwisePlane : ConvWindow {
   int64_t rows = 0;       // padded input rows read: (oh - 1) * sh + (kh - 1) * dh + 1

@@ -40,9 +40,20 @@ struct LateBlocked {
   Tensor w;
 };
 
+// The small-output kernel's weights (pack_small_weights) of a conv whose plane is known only at
+// run time, made from the packed ones the first time a plane of at most kSmallConvPlane comes.
+struct LateSmall {
+  std::once_flag once;
+  Tensor w;
+};
+
 struct PreparedW {
   std::vector<PackedA> groups;
   Dims shape;
+  // Defined: the small-output kernel (conv_small), the weights as pack_small_weights lays them
+  // out (`groups` then empty).
+  Tensor small;
+  std::shared_ptr<LateSmall> late_small;  // set: the plane is unknown at compile time
   // Set: the plane is unknown at compile time, the channels fit the blocked kernel, and a run
   // whose output plane is small (small_plane_blocked) takes it, with weights made on first use.
   std::shared_ptr<LateBlocked> late;
@@ -55,7 +66,12 @@ struct PreparedW {
 };
 
 // The algorithms of the NCHW Conv kernel, as the "conv.algo" knob names them.
-enum ConvAlgo : int64_t { kImplicitGemm = 0, kBlockedDirect = 1, kBlockedWinograd = 2 };
+enum ConvAlgo : int64_t {
+  kImplicitGemm = 0,
+  kBlockedDirect = 1,
+  kBlockedWinograd = 2,
+  kSmallOutput = 3
+};
 
 // The channel block of the blocked kernel on this machine (its vectors' float lanes), 0: none.
 int channel_block() {
@@ -137,6 +153,26 @@ std::optional<int64_t> blocked_plane(const NodeInfo& info, const Tensor& w, int6
   }
 }
 
+// The output plane of Conv `info` (W constant, f32, rank 3 or 4) when the small-output kernel can
+// run it (not depthwise) and X's channels and spatial sizes are known at compile time.
+std::optional<int64_t> small_output_plane(const NodeInfo& info, const Tensor& w, int64_t group) {
+  const auto& xs = info.inputs[0].shape;
+  if (!xs || xs->size() != static_cast<size_t>(w.rank()) || (w.dim(1) == 1 && group > 1))
+    return std::nullopt;
+  Dims x = {1};
+  for (size_t d = 1; d < xs->size(); ++d) {
+    if (!(*xs)[d].is_known()) return std::nullopt;
+    x.push_back((*xs)[d].value);
+  }
+  try {
+    const ConvGeometry g = conv_geometry(info.node.attrs, x, w.shape(), "");
+    if (g.ow > 0 && g.oh > std::numeric_limits<int64_t>::max() / g.ow) return std::nullopt;
+    return g.out_plane();
+  } catch (const ValueError&) {
+    return std::nullopt;  // run() reports it
+  }
+}
+
 // Whether Winograd F(4x4, 3x3) computes Conv `info` (blocked_plane holds for it): group 1, 3x3,
 // stride 1, dilation 1.
 bool winograd_fits(const NodeInfo& info, const Tensor& w, int64_t group) {
@@ -153,8 +189,13 @@ bool winograd_fits(const NodeInfo& info, const Tensor& w, int64_t group) {
 // reorders around it and its rounding are the tuner's to weigh, per machine).
 ConvAlgo conv_algo(const NodeInfo& info, const Tensor& w, int64_t group, int block) {
   const std::optional<int64_t> plane = blocked_plane(info, w, group, block);
-  if (const std::vector<int64_t>* algo = info.knob("conv.algo"))
+  if (const std::vector<int64_t>* algo = info.knob("conv.algo")) {
+    if ((*algo)[0] == kSmallOutput) return kSmallOutput;  // check_conv_knob: it applies
     return plane ? static_cast<ConvAlgo>((*algo)[0]) : kImplicitGemm;
+  }
+  if (const std::optional<int64_t> small = small_output_plane(info, w, group);
+      small && *small <= kSmallConvPlane)
+    return kSmallOutput;
   if (!plane) return kImplicitGemm;
   if (w.dim(1) * group < block) return kImplicitGemm;  // a stem: see above
   return small_plane_blocked(*plane, w.dim(2), w.dim(3), group != 1) ? kBlockedDirect
@@ -180,13 +221,15 @@ std::string check_conv_cols(const NodeInfo& info, const std::vector<int64_t>& v,
                                  {1, (*xs)[1].value, (*xs)[2].value, (*xs)[3].value}, wd, where);
   int64_t group = 1;
   const Tensor* w = constant_conv_weight(info, &group);
-  const bool blocked = w && precision_of(info.node) == Precision::kF32 &&
-                       conv_algo(info, *w, group, channel_block()) != kImplicitGemm;
-  if (blocked || conv_column_block(g) == 0)
+  const ConvAlgo algo = w && precision_of(info.node) == Precision::kF32
+                            ? conv_algo(info, *w, group, channel_block())
+                            : kImplicitGemm;
+  if (algo != kImplicitGemm || conv_column_block(g) == 0)
     throw ValueError(cat(where, ": knob conv.cols: the conv does not run on the implicit GEMM (",
-                         blocked         ? "blocked kernel"
-                         : g.depthwise() ? "depthwise"
-                                         : "shifted path",
+                         algo == kSmallOutput    ? "small-output kernel"
+                         : algo != kImplicitGemm ? "blocked kernel"
+                         : g.depthwise()         ? "depthwise"
+                                                 : "shifted path",
                          ")"));
   g.cols = v[0];
   return cat("knob conv.cols: ", conv_column_block(g), " output columns per GEMM");
@@ -210,11 +253,21 @@ std::string check_conv_knob(const NodeInfo& info, const std::string& knob,
     return "knob conv.threads: the calling thread only";
   }
   if (knob != "conv.algo") throw ValueError(cat(where, ": takes no knob '", knob, "'"));
-  if (v.size() != 1 || v[0] < kImplicitGemm || v[0] > kBlockedWinograd)
+  if (v.size() != 1 || v[0] < kImplicitGemm || v[0] > kSmallOutput)
     throw ValueError(cat(where, ": knob conv.algo must be {0} (implicit GEMM), {1} (blocked ",
-                         "direct) or {2} (blocked Winograd), got ", dims_str(v)));
+                         "direct), {2} (blocked Winograd) or {3} (small output), got ",
+                         dims_str(v)));
   const bool f32 = precision_of(info.node) == Precision::kF32;
   const int64_t group = info.node.attrs.get_int("group", 1);
+  if (v[0] == kSmallOutput) {
+    // Any plane computes; the knob applies to a constant fp32 W of a conv that is not depthwise.
+    int64_t g = 1;
+    const Tensor* w = constant_conv_weight(info, &g);
+    if (!w || !f32 || (w->dim(1) == 1 && g > 1))
+      throw ValueError(cat(where, ": knob conv.algo {3}: the small-output kernel needs a constant ",
+                           "fp32 W and a conv that is not depthwise"));
+    return "knob conv.algo: small output";
+  }
   if (v[0] != kImplicitGemm && (!info.is_constant(1) || !f32 ||
                                 !blocked_plane(info, *info.constants[1], group, channel_block())))
     throw ValueError(
@@ -223,7 +276,8 @@ std::string check_conv_knob(const NodeInfo& info, const std::string& knob,
                                    (*info.inputs[0].shape)[1].value < channel_block()))
     throw ValueError(cat(where, ": knob conv.algo {2}: Winograd F(4x4, 3x3) needs a 3x3 kernel, ",
                          "stride 1, dilation 1, group 1 and at least a block of input channels"));
-  const char* names[] = {"implicit GEMM", "blocked direct", "blocked Winograd F(4x4,3x3)"};
+  const char* names[] = {"implicit GEMM", "blocked direct", "blocked Winograd F(4x4,3x3)",
+                         "small output"};
   return cat("knob conv.algo: ", names[v[0]]);
 }
 
@@ -235,9 +289,16 @@ std::any prepare(const NodeInfo& info) {
   // bf16 products always take the implicit GEMM (the blocked kernel is fp32).
   const Precision precision = *precision_of(info.node);
   const int block = channel_block();
-  if (const ConvAlgo algo =
-          precision == Precision::kF32 ? conv_algo(info, w, group, block) : kImplicitGemm;
-      algo != kImplicitGemm) {
+  const ConvAlgo algo =
+      precision == Precision::kF32 ? conv_algo(info, w, group, block) : kImplicitGemm;
+  if (algo == kSmallOutput) {
+    PreparedW p;
+    p.shape = w.shape();
+    p.small = pack_small_weights(w.data<float>(), w.dim(0), w.dim(1), w.rank() == 4 ? w.dim(2) : 1,
+                                 w.dim(-1), group);
+    return p;
+  }
+  if (algo != kImplicitGemm) {
     PreparedW p;
     p.shape = w.shape();
     p.depthwise = group > 1;
@@ -262,6 +323,10 @@ std::any prepare(const NodeInfo& info) {
     p.late = std::make_shared<LateBlocked>();
     p.late_block = block;
   }
+  // The plane unknown at compile time (Silero VAD's convs, inside an If): a run on a small one
+  // takes the small-output kernel, its weights made on first use.
+  if (precision == Precision::kF32 && !small_output_plane(info, w, group))
+    p.late_small = std::make_shared<LateSmall>();
   return p;
 }
 
@@ -272,6 +337,12 @@ Tensor unpack(const std::any& state, size_t input) {
   PTO_CHECK(input == 1) << "Conv: only W is packed";
   Tensor w = Tensor::empty(DType::kF32, p.shape);
   float* out = w.data<float>();
+  if (p.small.defined()) {
+    const int64_t r = static_cast<int64_t>(p.shape.size());
+    unpack_small_weights(p.small.data<float>(), p.shape[0], p.shape[1], r == 4 ? p.shape[2] : 1,
+                         p.shape[r - 1], p.small.dim(0), out);
+    return w;
+  }
   if (p.blocked.defined()) {
     const float* d = p.blocked.data<float>();
     const int64_t m = p.shape[0], c = p.shape[1], k = p.shape[2] * p.shape[3], b = p.block;
@@ -370,6 +441,20 @@ std::vector<Tensor> run_conv(const KernelContext& c) {
   Tensor unpacked;
   if (c.state && c.state->has_value()) {  // then W's data may have been released
     const auto& p = c.prepared<PreparedW>();
+    if (p.small.defined()) {
+      PTO_CHECK(p.small.dim(0) == g.group)
+          << where << ": W was packed for " << p.small.dim(0) << " groups";
+      conv_small(g, x.data<float>(), p.small.data<float>(), bias, y.data<float>(), ep);
+      return one(std::move(y));
+    }
+    if (p.late_small && !g.depthwise() && g.out_plane() <= kSmallConvPlane) {
+      std::call_once(p.late_small->once, [&] {
+        const Tensor wu = unpack(*c.state, 1);
+        p.late_small->w = pack_small_weights(wu.data<float>(), g.m, g.cg(), g.kh, g.kw, g.group);
+      });
+      conv_small(g, x.data<float>(), p.late_small->w.data<float>(), bias, y.data<float>(), ep);
+      return one(std::move(y));
+    }
     if (p.blocked.defined() && x.rank() == 4 &&
         Dims(x.shape().begin() + 1, x.shape().end()) == p.x_chw) {
       run_blocked(g, p, x.data<float>(), bias, y.data<float>(), ep);
@@ -497,6 +582,7 @@ void register_conv_kernels(KernelRegistry& r) {
     const auto& p = std::any_cast<const PreparedW&>(state);
     for (const PackedA& a : p.groups) n += a.bytes();
     if (p.blocked.defined()) n += p.blocked.nbytes();
+    if (p.small.defined()) n += p.small.nbytes();
     if (p.winograd) n += p.winograd->bytes();
     return n;
   };
@@ -505,6 +591,9 @@ void register_conv_kernels(KernelRegistry& r) {
   conv.describe = [](const std::any& state) {
     if (!state.has_value()) return std::string();
     const auto& p = std::any_cast<const PreparedW&>(state);
+    if (p.small.defined())
+      return std::string(
+          "small output: output channels along the vector lanes, weights packed [K][M]");
     if (!p.blocked.defined())
       return !p.groups.empty() && p.groups[0].precision() != Precision::kF32
                  ? cat(precision_name(p.groups[0].precision()),

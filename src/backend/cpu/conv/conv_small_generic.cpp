@@ -1,0 +1,1 @@
+#include "backend/cpu/conv/conv_small_impl.h"
