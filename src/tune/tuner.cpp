@@ -180,31 +180,38 @@ std::vector<Knobs> attention_candidates(const KernelGroup& core, const Node& a,
   return out;
 }
 
-// Conv: the three algorithms (Winograd first; those that do not apply fail to compile, and one of
-// them is the planner's), on several threads the conv on the calling thread only, then, where the
+// Conv: the algorithms (Winograd first; those that do not apply fail to compile, and one of them
+// is the planner's; the small-output kernel only on planes of at most 64 positions), on several
+// threads the conv on the calling thread only, then, where the
 // conv runs on the implicit GEMM, output columns per GEMM in powers of two from 256 to the plane
 // other than the planner's, nearest it first (X [N, C, H, W] and W as in this run).
 std::vector<Knobs> conv_candidates(const Graph& g, const KernelGroup& core, const Node& a,
                                    const std::vector<Tensor>& inputs, bool thread_knobs) {
   std::vector<Knobs> out = {{{"conv.algo", {2}}}, {{"conv.algo", {1}}}, {{"conv.algo", {0}}}};
+  auto slot = std::find(core.inputs.begin(), core.inputs.end(), a.inputs[0]);
+  const TensorType& wt = g.value(a.inputs[1]).type;
+  Dims w;
+  for (const Dim& d : wt.shape ? *wt.shape : Shape{}) w.push_back(d.is_known() ? d.value : -1);
+  std::optional<cpu::ConvGeometry> geo;
+  if (slot != core.inputs.end() && (w.size() == 3 || w.size() == 4) &&
+      std::find(w.begin(), w.end(), -1) == w.end()) {
+    const Dims& x = inputs[slot - core.inputs.begin()].shape();
+    try {
+      if (x.size() == w.size()) geo = cpu::conv_geometry(a.attrs, x, w, "");
+    } catch (const ValueError&) {
+    }
+  }
+  // The small-output kernel (conv.algo {3}) where the output plane is small enough that it may
+  // win (the planner takes it up to kSmallConvPlane positions); it applies to any plane, but on
+  // large ones it only costs tuning time.
+  if (geo && !geo->depthwise() && geo->out_plane() <= 8 * cpu::kSmallConvPlane)
+    out.push_back({{"conv.algo", {3}}});
   // On several threads, the conv on the calling thread alone (small convs: the pool's hand-off
   // costs more than the second thread saves), with the planner's algorithm; not when the pool
   // probe found the cores busy (TuneOptions::for_load).
   if (num_threads() > 1 && thread_knobs) out.push_back({{"conv.threads", {1}}});
-  auto slot = std::find(core.inputs.begin(), core.inputs.end(), a.inputs[0]);
-  const TensorType& wt = g.value(a.inputs[1]).type;
-  if (slot == core.inputs.end() || !wt.shape || wt.shape->size() != 4) return out;
-  Dims w;
-  for (const Dim& d : *wt.shape) w.push_back(d.is_known() ? d.value : -1);
-  const Dims& x = inputs[slot - core.inputs.begin()].shape();
-  if (x.size() != 4 || std::find(w.begin(), w.end(), -1) != w.end()) return out;
-  cpu::ConvGeometry geo;
-  try {
-    geo = cpu::conv_geometry(a.attrs, x, w, "");
-  } catch (const ValueError&) {
-    return out;
-  }
-  const int64_t planner = cpu::conv_column_block(geo), plane = geo.out_plane();
+  if (!geo || w.size() != 4) return out;
+  const int64_t planner = cpu::conv_column_block(*geo), plane = geo->out_plane();
   if (planner == 0) return out;
   std::vector<int64_t> cols;
   for (int64_t c = 256; c < 2 * plane && c <= 16384; c *= 2)

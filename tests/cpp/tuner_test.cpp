@@ -195,7 +195,7 @@ TEST_F(TunerTest, ConvAlgoKnob) {
     }
     EXPECT_EQ(described.size(), 3u);  // c=3: {0}, {1}, and {2} stale: the planner's
     KernelGroup k = planner.step_group(0);
-    k.knobs["conv.algo"] = {3};
+    k.knobs["conv.algo"] = {4};
     EXPECT_THROW(BackendRegistry::global().find("cpu")->compile(planner.graph(), k), ValueError);
   }
 }

@@ -325,7 +325,8 @@ std::any prepare(const NodeInfo& info) {
   }
   // The plane unknown at compile time (Silero VAD's convs, inside an If): a run on a small one
   // takes the small-output kernel, its weights made on first use.
-  if (precision == Precision::kF32 && !small_output_plane(info, w, group))
+  if (precision == Precision::kF32 && !info.knob("conv.algo") &&
+      !small_output_plane(info, w, group))
     p.late_small = std::make_shared<LateSmall>();
   return p;
 }

@@ -1,0 +1,356 @@
+// The small-output conv kernel (conv.h conv_small: output channels along the vector lanes, for
+// convs of at most kSmallConvPlane output positions, as Silero VAD's) against the reference
+// interpreter: 1-D and 2-D convs with 1 to 8 output positions, strides, pads, dilations, groups,
+// with and without bias, fused ReLU / Clip / Sigmoid / residual Add + ReLU / a tile epilogue, on
+// every ISA with 1 and 2 threads; a depthwise conv and a larger plane stay on their kernels; a
+// plane known only at run time; the kernel on planes of many position blocks; the conv.algo {3}
+// knob.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/conv/conv.h"
+#include "backend/cpu/isa/isa.h"
+#include "pto/backend.h"
+#include "pto/error.h"
+#include "pto/executable.h"
+#include "pto/parallel.h"
+#include "pto/reference.h"
+#include "random_tensor.h"
+
+namespace pto {
+namespace {
+
+using cpu::IsaScope;
+using testing::random_tensor;
+
+Attributes attrs_of(std::initializer_list<std::pair<std::string, Attribute>> kv) {
+  Attributes a;
+  for (const auto& [k, v] : kv) a.set(k, v);
+  return a;
+}
+
+// Inputs lie in [-1, 1], so each output is a sum of K products of magnitude <= 1.
+void expect_close(const Tensor& got, const Tensor& want, int64_t k, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const double tol = 1e-5 + 2e-6 * static_cast<double>(k);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double a = got.item_as_double(i), b = want.item_as_double(i);
+    if (!(std::fabs(a - b) <= tol) && bad++ < 3)
+      ADD_FAILURE() << what << ": element " << i << " is " << a << ", reference " << b;
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.numel() << " elements differ";
+}
+
+struct Case {
+  Dims x, w;
+  Attributes attrs;
+  bool bias = true;
+  bool small = true;  // whether the planner puts it on the small-output kernel
+};
+
+int64_t k_of(const Dims& w) {
+  int64_t k = 1;
+  for (size_t d = 1; d < w.size(); ++d) k *= w[d];
+  return k;
+}
+
+// The output shape of `c` (the reference's shape inference on a one-node graph).
+Dims out_shape(const Case& c) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, to_shape(c.x)});
+  ValueId w = testing::constant(g, "w", c.w, 2);
+  ValueId y = g.add_value("y");
+  g.add_node("Conv", {x, w}, {y}, c.attrs, "conv");
+  g.add_output(y);
+  return reference::run(g, {random_tensor(c.x, 1)})[0].shape();
+}
+
+// What follows the conv (fused into its kernel at level 2).
+enum class After { kNone, kRelu, kClip, kSigmoid, kAddRelu, kTile };
+const char* after_name(After a) {
+  const char* names[] = {"none", "relu", "clip", "sigmoid", "add+relu", "mul+tanh"};
+  return names[static_cast<int>(a)];
+}
+
+struct Built {
+  Graph g;
+  std::vector<Tensor> feeds;
+};
+
+// Conv (W and B constants) then `after`; X (and the residual) graph inputs of shape `xs` (and
+// the output's), fed with x (and r).
+Built build(const Case& c, After after, const Shape& xs) {
+  Built b;
+  const Dims y = out_shape(c);
+  ValueId x = b.g.add_input("x", {DType::kF32, xs});
+  b.feeds.push_back(random_tensor(c.x, 1));
+  std::vector<ValueId> ins = {x, testing::constant(b.g, "w", c.w, 2)};
+  if (c.bias) ins.push_back(testing::constant(b.g, "b", {c.w[0]}, 3));
+  ValueId conv = b.g.add_value("conv");
+  b.g.add_node("Conv", ins, {conv}, c.attrs, "conv");
+  ValueId out = b.g.add_value("out");
+  switch (after) {
+    case After::kNone:
+      out = conv;
+      break;
+    case After::kRelu:
+      b.g.add_node("Relu", {conv}, {out}, {}, "relu");
+      break;
+    case After::kClip: {
+      ValueId lo = b.g.add_value("lo"), hi = b.g.add_value("hi");
+      Tensor l = Tensor::empty(DType::kF32, {}), h = Tensor::empty(DType::kF32, {});
+      l.data<float>()[0] = -0.25f;
+      h.data<float>()[0] = 0.5f;
+      b.g.set_initializer(lo, l);
+      b.g.set_initializer(hi, h);
+      b.g.add_node("Clip", {conv, lo, hi}, {out}, {}, "clip");
+      break;
+    }
+    case After::kSigmoid:
+      b.g.add_node("Sigmoid", {conv}, {out}, {}, "sigmoid");
+      break;
+    case After::kAddRelu: {
+      ValueId r = b.g.add_input("r", {DType::kF32, to_shape(y)});
+      b.feeds.push_back(random_tensor(y, 4));
+      ValueId s = b.g.add_value("s");
+      b.g.add_node("Add", {conv, r}, {s}, {}, "add");
+      b.g.add_node("Relu", {s}, {out}, {}, "relu");
+      break;
+    }
+    case After::kTile: {  // Tanh(conv * s), s one value per output channel: a tile epilogue
+      Dims sd(y.size() - 1, 1);
+      sd[0] = y[1];
+      ValueId s = testing::constant(b.g, "s", sd, 5), m = b.g.add_value("m");
+      b.g.add_node("Mul", {conv, s}, {m}, {}, "mul");
+      b.g.add_node("Tanh", {m}, {out}, {}, "tanh");
+      break;
+    }
+  }
+  b.g.add_output(out);
+  return b;
+}
+
+// The case at level 0 (the conv alone) and level 2 (fused with `after`), on every ISA with 1 and
+// 2 threads: one step, on the small-output kernel exactly when c.small, close to the reference,
+// and the same bits on 1 and 2 threads.
+void check(const Case& c, After after) {
+  Built b = build(c, after, to_shape(c.x));
+  const Tensor want = reference::run(b.g, b.feeds)[0];
+  const int saved = num_threads();
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    IsaScope scope(isa);
+    for (int level : {0, 2}) {
+      if (level == 0 && after != After::kNone) continue;
+      Tensor first;
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        const std::string what =
+            cat("X ", dims_str(c.x), " W ", dims_str(c.w), " then ", after_name(after), " on ",
+                cpu::isa_name(isa), ", level ", level, ", ", threads, " thread(s)");
+        Executable exe = compile(b.g, {.level = level});
+        ASSERT_EQ(exe.num_steps(), 1u) << what;
+        ASSERT_EQ(exe.node_backend(0), "cpu") << what;
+        if (after != After::kTile) {  // (a tile epilogue's step describes its program instead)
+          EXPECT_EQ(exe.describe_step(0).find("small output") != std::string::npos, c.small)
+              << what << ": " << exe.describe_step(0);
+        }
+        const Tensor got = exe.run(b.feeds)[0];
+        expect_close(got, want, k_of(c.w), what);
+        if (threads == 1) {
+          first = got;
+        } else {
+          ASSERT_EQ(got.numel(), first.numel());
+          for (int64_t i = 0; i < got.numel(); ++i)
+            ASSERT_EQ(got.data<float>()[i], first.data<float>()[i]) << what << ": element " << i;
+        }
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
+std::vector<Case> one_d_cases() {
+  return {
+      // Silero VAD's: the STFT (258 filters, kernel 256, stride 128) and the encoder.
+      {{1, 1, 576}, {258, 1, 256}, attrs_of({{"strides", Dims{128}}}), false},
+      {{1, 129, 3}, {128, 129, 3}, attrs_of({{"pads", Dims{1, 1}}})},
+      {{1, 128, 3}, {64, 128, 3}, attrs_of({{"pads", Dims{1, 1}}, {"strides", Dims{2}}})},
+      {{1, 64, 2}, {64, 64, 3}, attrs_of({{"pads", Dims{1, 1}}, {"strides", Dims{2}}})},
+      {{2, 64, 1}, {128, 64, 3}, attrs_of({{"pads", Dims{1, 1}}})},
+      {{1, 128, 1}, {1, 128, 1}, {}},  // one output channel (the decoder)
+      // Dilation and asymmetric pads, 8 positions, 37 channels (a partial vector).
+      {{2, 20, 9}, {37, 20, 3}, attrs_of({{"pads", Dims{2, 1}}, {"dilations", Dims{2}}}), false},
+      // Groups, 4 positions at stride 2.
+      {{1, 12, 7},
+       {30, 4, 3},
+       attrs_of({{"group", int64_t{3}}, {"pads", Dims{1, 1}}, {"strides", Dims{2}}})},
+      // 300 channels in several register blocks, 5, 6 and 7 positions.
+      {{1, 8, 5}, {300, 8, 1}, {}, false},
+      {{1, 8, 8}, {40, 8, 3}, {}},
+      {{3, 5, 9}, {17, 5, 3}, {}},
+  };
+}
+
+TEST(CpuConvSmall, OneDimensional) {
+  for (const Case& c : one_d_cases())
+    for (After a :
+         {After::kNone, After::kRelu, After::kClip, After::kSigmoid, After::kAddRelu, After::kTile})
+      check(c, a);
+}
+
+TEST(CpuConvSmall, TwoDimensional) {
+  const std::vector<Case> cases = {
+      {{1, 32, 2, 2}, {48, 32, 3, 3}, attrs_of({{"pads", Dims{1, 1, 1, 1}}})},
+      {{2, 16, 5, 5}, {24, 16, 3, 3}, attrs_of({{"strides", Dims{2, 2}}}), false},
+      {{1, 8, 9, 9},
+       {20, 8, 3, 3},
+       attrs_of({{"strides", Dims{4, 4}}, {"dilations", Dims{2, 2}}, {"pads", Dims{1, 0, 2, 1}}})},
+      {{1, 6, 2, 4}, {10, 6, 1, 1}, {}},  // 8 positions, 1x1
+      {{1, 16, 3, 3}, {40, 8, 3, 3}, attrs_of({{"group", int64_t{2}}, {"strides", Dims{2, 2}}})},
+      {{1, 16, 1, 1}, {64, 16, 3, 3}, attrs_of({{"pads", Dims{1, 1, 1, 1}}})},  // 1x1 input
+  };
+  for (const Case& c : cases)
+    for (After a : {After::kNone, After::kRelu, After::kAddRelu, After::kTile}) check(c, a);
+}
+
+// Planes of more than kSmallConvPlane positions and depthwise convs (their own kernel) do not take
+// the small-output kernel.
+TEST(CpuConvSmall, LargerPlanesAndDepthwiseDecline) {
+  Case big{
+      {1, 16, 3, 4}, {40, 8, 1, 3}, attrs_of({{"group", int64_t{2}}, {"pads", Dims{0, 1, 0, 1}}})};
+  big.small = false;  // 12 positions
+  check(big, After::kRelu);
+  Case wide{{1, 6, 9}, {10, 6, 1}, {}};
+  wide.small = false;  // 9 positions
+  check(wide, After::kNone);
+  Case dw{
+      {1, 16, 2, 2}, {16, 1, 3, 3}, attrs_of({{"group", int64_t{16}}, {"pads", Dims{1, 1, 1, 1}}})};
+  dw.small = false;
+  check(dw, After::kRelu);
+  Case dw1{{1, 8, 3}, {16, 1, 3}, attrs_of({{"group", int64_t{8}}})};  // 1-D, multiplier 2
+  dw1.small = false;
+  check(dw1, After::kNone);
+}
+
+// A plane known only at run time (Silero VAD's convs inside its If: [?, C, ?]): a run whose
+// output has at most kSmallConvPlane positions takes the small-output kernel (its weights made
+// from the packed ones on first use), a wider one the implicit GEMM, in any order, on every ISA
+// and 1 and 2 threads.
+TEST(CpuConvSmall, PlaneChosenAtRunTime) {
+  const Case c{{1, 24, 5}, {40, 24, 3}, attrs_of({{"pads", Dims{1, 1}}, {"strides", Dims{2}}})};
+  Built b = build(c, After::kRelu, Shape{Dim::sym("n"), Dim(24), Dim::sym("t")});
+  const int saved = num_threads();
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    IsaScope scope(isa);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Executable exe = compile(b.g, {.level = 2});
+      ASSERT_EQ(exe.num_steps(), 1u);
+      for (Dims x : {Dims{1, 24, 5}, Dims{2, 24, 64}, Dims{1, 24, 16}, Dims{3, 24, 2}}) {
+        const std::vector<Tensor> feeds = {random_tensor(x, 7 + static_cast<uint32_t>(x[2]))};
+        Graph typed = b.g;
+        typed.value(typed.inputs()[0]).type.shape = to_shape(x);
+        expect_close(exe.run(feeds)[0], reference::run(typed, feeds)[0], k_of(c.w),
+                     cat(dims_str(x), " on ", cpu::isa_name(isa), ", ", threads, " thread(s)"));
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
+// conv_small itself computes any plane, in blocks of at most 8 positions (12 -> 6 + 6, 35 ->
+// 5 x 7): against the reference, with bias, groups and a residual + ReLU epilogue; and the
+// packed weights unpack to W.
+TEST(CpuConvSmall, KernelOnLargerPlanes) {
+  struct K {
+    Dims x, w;
+    Attributes attrs;
+  };
+  for (const K& t : {K{{2, 6, 3, 4},
+                       {20, 3, 3, 3},
+                       attrs_of({{"group", int64_t{2}}, {"pads", Dims{1, 1, 1, 1}}})},
+                     K{{1, 5, 35}, {33, 5, 3}, attrs_of({{"pads", Dims{1, 1}}})}}) {
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kF32, to_shape(t.x)});
+    ValueId w = testing::constant(g, "w", t.w, 2), bv = testing::constant(g, "b", {t.w[0]}, 3);
+    ValueId y = g.add_value("y");
+    g.add_node("Conv", {x, w, bv}, {y}, t.attrs, "conv");
+    g.add_output(y);
+    const Tensor xt = random_tensor(t.x, 1), wt = random_tensor(t.w, 2),
+                 bt = random_tensor({t.w[0]}, 3);
+    const Tensor conv = reference::run(g, {xt})[0];
+    const Tensor r = random_tensor(conv.shape(), 9);
+    Tensor want = Tensor::empty(DType::kF32, conv.shape());
+    for (int64_t i = 0; i < conv.numel(); ++i)
+      want.data<float>()[i] = std::max(0.0f, conv.data<float>()[i] + 0.5f * r.data<float>()[i]);
+    const cpu::ConvGeometry geo = cpu::conv_geometry(t.attrs, t.x, t.w, "test");
+    const int64_t kh = t.w.size() == 4 ? t.w[2] : 1;
+    const Tensor packed =
+        cpu::pack_small_weights(wt.data<float>(), t.w[0], t.w[1], kh, t.w.back(), geo.group);
+    Tensor back = Tensor::empty(DType::kF32, t.w);
+    cpu::unpack_small_weights(packed.data<float>(), t.w[0], t.w[1], kh, t.w.back(), geo.group,
+                              back.data<float>());
+    for (int64_t i = 0; i < wt.numel(); ++i) ASSERT_EQ(back.data<float>()[i], wt.data<float>()[i]);
+    cpu::Epilogue ep;
+    ep.residual = r.data<float>();
+    ep.residual_scale = 0.5f;
+    ep.act = cpu::Activation::kRelu;
+    const int saved = num_threads();
+    for (cpu::Isa isa : cpu::supported_isas()) {
+      IsaScope scope(isa);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Tensor got = Tensor::empty(DType::kF32, conv.shape());
+        cpu::conv_small(geo, xt.data<float>(), packed.data<float>(), bt.data<float>(),
+                        got.data<float>(), ep);
+        expect_close(got, want, k_of(t.w),
+                     cat(dims_str(t.x), " on ", cpu::isa_name(isa), ", ", threads, " thread(s)"));
+      }
+    }
+    set_num_threads(saved);
+  }
+}
+
+// The knob conv.algo {3} puts a conv of any plane on the small-output kernel (which the plan then
+// names); on a depthwise conv or with bf16 products it is a ValueError.
+TEST(CpuConvSmall, AlgoKnob) {
+  const Backend* cpu = BackendRegistry::global().find("cpu");
+  auto conv = [](const Dims& x, const Dims& w, const Attributes& a) {
+    Graph g;
+    ValueId xv = g.add_input("x", {DType::kF32, to_shape(x)});
+    ValueId y = g.add_value("y");
+    g.add_node("Conv", {xv, testing::constant(g, "w", w, 2)}, {y}, a, "conv");
+    g.add_output(y);
+    return g;
+  };
+  const Graph wide = conv({1, 8, 7, 7}, {16, 8, 3, 3}, attrs_of({{"pads", Dims{1, 1, 1, 1}}}));
+  const Executable planner = compile(wide, {.level = 2});
+  EXPECT_EQ(planner.describe_step(0).find("small output"), std::string::npos);
+  KernelGroup k = planner.step_group(0);
+  k.knobs["conv.algo"] = {3};
+  const std::unique_ptr<CompiledKernel> kernel = cpu->compile(planner.graph(), k);
+  EXPECT_NE(kernel->describe().find("small output"), std::string::npos) << kernel->describe();
+  const Graph dw = conv({1, 8, 3, 3}, {8, 1, 3, 3},
+                        attrs_of({{"group", int64_t{8}}, {"pads", Dims{1, 1, 1, 1}}}));
+  const Executable dwe = compile(dw, {.level = 2});
+  KernelGroup kd = dwe.step_group(0);
+  kd.knobs["conv.algo"] = {3};
+  EXPECT_THROW(cpu->compile(dwe.graph(), kd), ValueError);
+  const Graph bf16 =
+      conv({1, 8, 2, 2}, {16, 8, 1, 1}, attrs_of({{"precision", std::string("bf16")}}));
+  const Executable be = compile(bf16, {.level = 0});
+  KernelGroup kb = be.step_group(0);
+  kb.knobs["conv.algo"] = {3};
+  EXPECT_THROW(cpu->compile(be.graph(), kb), ValueError);
+  // bf16 products never take it on their own (the kernel is fp32).
+  EXPECT_EQ(be.describe_step(0).find("small output"), std::string::npos) << be.describe_step(0);
+}
+
+}  // namespace
+}  // namespace pto
