@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -223,11 +225,11 @@ TEST(CpuConvSmall, TwoDimensional) {
 // the small-output kernel.
 TEST(CpuConvSmall, LargerPlanesAndDepthwiseDecline) {
   Case big{
-      {1, 16, 3, 4}, {40, 8, 1, 3}, attrs_of({{"group", int64_t{2}}, {"pads", Dims{0, 1, 0, 1}}})};
-  big.small = false;  // 12 positions
+      {1, 16, 4, 4}, {40, 8, 1, 3}, attrs_of({{"group", int64_t{2}}, {"pads", Dims{0, 1, 0, 1}}})};
+  big.small = false;  // 16 positions
   check(big, After::kRelu);
-  Case wide{{1, 6, 9}, {10, 6, 1}, {}};
-  wide.small = false;  // 9 positions
+  Case wide{{1, 6, 13}, {10, 6, 1}, {}};
+  wide.small = false;  // 13 positions
   check(wide, After::kNone);
   Case dw{
       {1, 16, 2, 2}, {16, 1, 3, 3}, attrs_of({{"group", int64_t{16}}, {"pads", Dims{1, 1, 1, 1}}})};
@@ -350,6 +352,59 @@ TEST(CpuConvSmall, AlgoKnob) {
   EXPECT_THROW(cpu->compile(be.graph(), kb), ValueError);
   // bf16 products never take it on their own (the kernel is fp32).
   EXPECT_EQ(be.describe_step(0).find("small output"), std::string::npos) << be.describe_step(0);
+}
+
+// Times the small-output kernel against the implicit GEMM (weights packed as the Conv kernel packs
+// them) on 1-D convs of 1 to 32 output positions: where kSmallConvPlane should be. Per shape and
+// width, the median over 15 rounds of the mean of 40 calls, the two alternating.
+TEST(CpuConvSmall, DISABLED_Crossover) {
+  struct S {
+    const char* name;
+    int64_t c, m, k, stride;
+  };
+  const S shapes[] = {{"64->64 k3", 64, 64, 3, 1},
+                      {"128->128 k3", 128, 128, 3, 1},
+                      {"256->256 k3", 256, 256, 3, 1},
+                      {"129->128 k3", 129, 128, 3, 1},
+                      {"1->258 k256 s128", 1, 258, 256, 128},
+                      {"32->16 k3", 32, 16, 3, 1}};
+  for (const S& s : shapes) {
+    for (int64_t pos : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
+      const int64_t pad = s.k == 3 ? 1 : 0, width = (pos - 1) * s.stride + s.k - 2 * pad;
+      const Attributes a = attrs_of({{"strides", Dims{s.stride}}, {"pads", Dims{pad, pad}}});
+      const cpu::ConvGeometry g = cpu::conv_geometry(a, {1, s.c, width}, {s.m, s.c, s.k}, "bench");
+      const Tensor x = random_tensor({1, s.c, width}, 1), w = random_tensor({s.m, s.c, s.k}, 2),
+                   b = random_tensor({s.m}, 3);
+      const std::vector<cpu::PackedA> packed =
+          cpu::pack_weights(w.data<float>(), s.m, s.c, 1, s.k, 1);
+      const Tensor small = cpu::pack_small_weights(w.data<float>(), s.m, s.c, 1, s.k, 1);
+      Tensor y = Tensor::empty(DType::kF32, {1, s.m, g.ow});
+      cpu::Epilogue ep;
+      ep.act = cpu::Activation::kRelu;
+      auto time = [&](auto f) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 40; ++i) f();
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                   .count() /
+               40;
+      };
+      std::vector<double> tg, ts;
+      for (int r = 0; r < 15; ++r) {
+        tg.push_back(time([&] {
+          cpu::conv2d(g, x.data<float>(), nullptr, b.data<float>(), y.data<float>(), ep,
+                      packed.data());
+        }));
+        ts.push_back(time([&] {
+          cpu::conv_small(g, x.data<float>(), small.data<float>(), b.data<float>(), y.data<float>(),
+                          ep);
+        }));
+      }
+      std::sort(tg.begin(), tg.end());
+      std::sort(ts.begin(), ts.end());
+      std::printf("%-18s %3lld positions  gemm %8.2f us  small %8.2f us  %5.2fx\n", s.name,
+                  static_cast<long long>(g.ow), tg[7], ts[7], tg[7] / ts[7]);
+    }
+  }
 }
 
 }  // namespace

@@ -271,27 +271,44 @@ void conv_depthwise(const ConvGeometry& g, const float* x, const float* w, const
 
 // ---- small-output path ----
 
-// Above this many multiply-adds a small conv is split over the pool by output channels (each
-// task gathers its own col: K x P floats).
+// Above this many multiply-adds a small conv is split over the pool by output channels.
 constexpr int64_t kSmallConvParallelMacs = int64_t{1} << 17;
 
-// col[k][q] for positions [j0, j0 + p) of one group's input planes x: the input value that
-// position reads through row k = (c, ky, kx), zero where it reads padding.
-void small_col(const ConvGeometry& g, const float* x, int64_t j0, int64_t p, float* col) {
-  int64_t iy0[kSmallConvMaxPositions], ix0[kSmallConvMaxPositions];
-  for (int64_t q = 0; q < p; ++q) {
-    iy0[q] = (j0 + q) / g.ow * g.sh - g.ph;
-    ix0[q] = (j0 + q) % g.ow * g.sw - g.pw;
+// The input as the small-output kernel reads it: each channel plane padded so that every tap of
+// every position reads inside it (rows x cols, zeros around the input), or X itself when no read
+// leaves the input (no padding: Silero VAD's STFT).
+struct SmallInput {
+  int64_t rows = 0, cols = 0;  // of a padded plane
+  bool copy = false;
+};
+
+SmallInput small_input_of(const ConvGeometry& g) {
+  SmallInput s;
+  s.rows = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  s.cols = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+  s.copy = g.ph > 0 || g.pw > 0 || s.rows > g.ih || s.cols > g.iw;
+  if (!s.copy) {
+    s.rows = g.ih;
+    s.cols = g.iw;
   }
-  const int64_t cg = g.cg();
-  for (int64_t c = 0; c < cg; ++c) {
-    const float* xc = x + c * g.in_plane();
-    for (int64_t ky = 0; ky < g.kh; ++ky)
-      for (int64_t kx = 0; kx < g.kw; ++kx, col += p)
-        for (int64_t q = 0; q < p; ++q) {
-          const int64_t iy = iy0[q] + ky * g.dh, ix = ix0[q] + kx * g.dw;
-          col[q] = iy >= 0 && iy < g.ih && ix >= 0 && ix < g.iw ? xc[iy * g.iw + ix] : 0.0f;
-        }
+  return s;
+}
+
+// Plane x [ih, iw] into dst [s.rows, s.cols]: padded row r, column q is input (r - ph, q - pw),
+// zero outside. Plain loops: the rows are a few floats (a library call per row cost more).
+void pad_small_plane(const ConvGeometry& g, const SmallInput& s, const float* x, float* dst) {
+  const int64_t lo = std::min(s.cols, g.pw), hi = std::clamp(g.iw + g.pw, lo, s.cols);
+  for (int64_t r = 0; r < s.rows; ++r, dst += s.cols) {
+    const int64_t iy = r - g.ph;
+    if (iy < 0 || iy >= g.ih) {
+      for (int64_t q = 0; q < s.cols; ++q) dst[q] = 0.0f;
+      continue;
+    }
+    const float* xr = x + iy * g.iw - g.pw;
+    int64_t q = 0;
+    for (; q < lo; ++q) dst[q] = 0.0f;
+    for (; q < hi; ++q) dst[q] = xr[q];
+    for (; q < s.cols; ++q) dst[q] = 0.0f;
   }
 }
 
@@ -405,34 +422,47 @@ void conv_small(const ConvGeometry& g, const float* x, const float* packed, cons
                 float* y, const Epilogue& ep) {
   const int64_t HW = g.out_plane(), K = g.cg() * g.kh * g.kw, Mg = g.mg(), ldw = small_conv_ldw(Mg);
   if (g.n * g.m * HW == 0) return;
+  const SmallInput s = small_input_of(g);
+  const int64_t plane = s.rows * s.cols, planes = g.n * g.c;
+  // The calling thread's scratch, which every task reads: the tap offsets (K), then the padded
+  // input when it is copied.
+  int64_t* koff = scratch_as<int64_t>(
+      static_cast<size_t>(K + (s.copy ? (planes * plane + 1) / 2 : 0) + 1), kShiftedInputScratch);
+  for (int64_t c = 0, k = 0; c < g.cg(); ++c)
+    for (int64_t ky = 0; ky < g.kh; ++ky)
+      for (int64_t kx = 0; kx < g.kw; ++kx) koff[k++] = c * plane + ky * g.dh * s.cols + kx * g.dw;
+  const float* xs = x;
+  if (s.copy) {
+    float* padded = reinterpret_cast<float*>(koff + K);
+    for (int64_t t = 0; t < planes; ++t)
+      pad_small_plane(g, s, x + t * g.in_plane(), padded + t * plane);
+    xs = padded;
+  }
   // Blocks of positions of equal size, at most kSmallConvMaxPositions each.
   const int64_t chunks = ceil_div(HW, kSmallConvMaxPositions), P = ceil_div(HW, chunks);
   // On several threads, a large enough conv is also cut by output channels (multiples of 16).
   int64_t mblock = small_conv_ldw(Mg);
   const int64_t items = g.n * g.group * chunks, threads = num_threads();
-  if (threads > 1 && items < threads && g.n * g.m * K * HW >= kSmallConvParallelMacs) {
-    const int64_t per = ceil_div(threads, items);
-    mblock = small_conv_ldw(ceil_div(Mg, per));
-  }
+  const bool parallel = threads > 1 && g.n * g.m * K * HW >= kSmallConvParallelMacs;
+  if (parallel && items < threads) mblock = small_conv_ldw(ceil_div(Mg, ceil_div(threads, items)));
   const int64_t mblocks = ceil_div(Mg, mblock), tasks = items * mblocks;
   // ReLU and Clip in registers when nothing comes before them; anything else on each block.
   const bool clamp =
       !ep.tile && !ep.residual && (ep.act == Activation::kRelu || ep.act == Activation::kClip);
   const bool rest = ep.tile || ep.residual || (ep.act != Activation::kNone && !clamp);
   auto run = [&](int64_t t0, int64_t t1) {
-    float* col = workspace(K * P);
-    int64_t have = -1;  // the item whose col is in `col`
     EpilogueOperand operands[kTileMaxRegs];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t item = t / mblocks, mb = t % mblocks;
       const int64_t c = item % chunks, gi = item / chunks % g.group, n = item / (chunks * g.group);
       const int64_t j0 = c * P, p = std::min(P, HW - j0);
-      if (item != have) {
-        small_col(g, x + (n * g.c + gi * g.cg()) * g.in_plane(), j0, p, col);
-        have = item;
-      }
+      int64_t qoff[kSmallConvMaxPositions];
+      for (int64_t q = 0; q < p; ++q)
+        qoff[q] = (j0 + q) / g.ow * g.sh * s.cols + (j0 + q) % g.ow * g.sw;
       SmallConvBlock b;
-      b.col = col;
+      b.x = xs + (n * g.c + gi * g.cg()) * plane;
+      b.koff = koff;
+      b.qoff = qoff;
       b.k = K;
       b.p = p;
       b.w = packed + gi * K * ldw;
@@ -461,7 +491,7 @@ void conv_small(const ConvGeometry& g, const float* x, const float* packed, cons
       }
     }
   };
-  if (tasks > 1 && threads > 1 && g.n * g.m * K * HW >= kSmallConvParallelMacs)
+  if (tasks > 1 && parallel)
     parallel_for(0, tasks, 1, run);
   else
     run(0, tasks);

@@ -79,7 +79,7 @@ std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t
 // zero padded), each block of at most kSmallConvMaxPositions positions gathered into a tiny col
 // [K][positions], and P x NB accumulator vectors held over the whole K (conv_small_impl.h).
 // Any plane is computed (in blocks of positions), but it pays only on small ones (kSmallConvPlane).
-inline constexpr int64_t kSmallConvPlane = 8;
+inline constexpr int64_t kSmallConvPlane = 12;
 int64_t small_conv_ldw(int64_t mg);
 Tensor pack_small_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
                           int64_t group);

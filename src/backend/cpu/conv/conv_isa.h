@@ -37,12 +37,15 @@ struct ShiftedPlane : ConvWindow {
 PTO_ISA_DECLARE(void shifted_pad(const ShiftedPlane& p, const float* x, float* dst);)
 
 // One block of the small-output conv (conv.h conv_small): output channels [m0, m1) of p <= 8
-// output positions, with output channels along the vector lanes. col [k][p] holds the positions'
-// input columns (zeros where they read padding), w [k][ldw] the weights with output channels
-// contiguous (ldw a multiple of 16, the padding zero); y[m * ldy + q] = bias[m] (or 0) + sum over
-// k of w[k][m] * col[k][q], then clamped to [lo, hi] when `clamp`.
+// output positions, with output channels along the vector lanes. Input value k of position q is
+// x[koff[k] + qoff[q]] (x padded so that every read is inside it); w [k][ldw] holds the weights
+// with output channels contiguous (ldw a multiple of 16, the padding zero); y[m * ldy + q] =
+// bias[m] (or 0) + sum over k of w[k][m] * x[koff[k] + qoff[q]], then clamped to [lo, hi] when
+// `clamp`.
 struct SmallConvBlock {
-  const float* col = nullptr;
+  const float* x = nullptr;
+  const int64_t* koff = nullptr;
+  const int64_t* qoff = nullptr;
   int64_t k = 0, p = 0;
   const float* w = nullptr;
   int64_t ldw = 0;

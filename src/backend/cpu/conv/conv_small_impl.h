@@ -3,7 +3,8 @@
 // VAD's STFT and encoder convs have 1 to 4) is a GEMM with 1-8 columns: the implicit GEMM's
 // micro-tiles, whose vectors run along the positions, stay mostly empty. Here the vectors run along
 // the output channels instead: per k, NB weight vectors (w[k][m0 .. m0 + NB * V), contiguous) times
-// P broadcast inputs col[k][q] into P x NB accumulators that stay in registers for the whole K.
+// P broadcast inputs x[koff[k] + qoff[q]] into P x NB accumulators that stay in registers for the
+// whole K.
 #include "backend/cpu/conv/conv_isa.h"
 #include "backend/cpu/isa/simd.h"
 
@@ -32,12 +33,14 @@ void block(const SmallConvBlock& b, int64_t m0, int tail) {
     for (int q = 0; q < P; ++q) acc[q][j] = bias;
   }
   const float* w = b.w + m0;
-  const float* col = b.col;
-  for (int64_t k = 0; k < b.k; ++k, w += b.ldw, col += P) {
+  int64_t qoff[P];
+  for (int q = 0; q < P; ++q) qoff[q] = b.qoff[q];
+  for (int64_t k = 0; k < b.k; ++k, w += b.ldw) {
     Vec wv[NB];
     for (int j = 0; j < NB; ++j) wv[j] = Vec::load(w + j * V);
+    const float* xk = b.x + b.koff[k];
     for (int q = 0; q < P; ++q) {
-      const Vec x = Vec::set1(col[q]);
+      const Vec x = Vec::set1(xk[qoff[q]]);
       for (int j = 0; j < NB; ++j) acc[q][j] = fma(wv[j], x, acc[q][j]);
     }
   }
