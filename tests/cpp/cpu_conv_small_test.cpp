@@ -196,6 +196,8 @@ std::vector<Case> one_d_cases() {
       {{1, 8, 5}, {300, 8, 1}, {}, false},
       {{1, 8, 8}, {40, 8, 3}, {}},
       {{3, 5, 9}, {17, 5, 3}, {}},
+      // 1.6M multiply-adds: on 2 threads split by output channels.
+      {{1, 256, 4}, {512, 256, 3}, attrs_of({{"pads", Dims{1, 1}}})},
   };
 }
 

@@ -271,8 +271,11 @@ void conv_depthwise(const ConvGeometry& g, const float* x, const float* w, const
 
 // ---- small-output path ----
 
-// Above this many multiply-adds a small conv is split over the pool by output channels.
-constexpr int64_t kSmallConvParallelMacs = int64_t{1} << 17;
+// Above this many multiply-adds a small conv is split over the pool by output channels: below,
+// the hand-off costs more than a second thread saves (DISABLED_Crossover on 2 threads, loaded
+// 2-core machine: 128 -> 128 channels at 3-4 positions, 150-200K multiply-adds, 4.5 us on one
+// thread, 5.2-5.6 us split in two).
+constexpr int64_t kSmallConvParallelMacs = int64_t{1} << 20;
 
 // The input as the small-output kernel reads it: each channel plane padded so that every tap of
 // every position reads inside it (rows x cols, zeros around the input), or X itself when no read
@@ -428,9 +431,13 @@ void conv_small(const ConvGeometry& g, const float* x, const float* packed, cons
   // input when it is copied.
   int64_t* koff = scratch_as<int64_t>(
       static_cast<size_t>(K + (s.copy ? (planes * plane + 1) / 2 : 0) + 1), kShiftedInputScratch);
-  for (int64_t c = 0, k = 0; c < g.cg(); ++c)
-    for (int64_t ky = 0; ky < g.kh; ++ky)
-      for (int64_t kx = 0; kx < g.kw; ++kx) koff[k++] = c * plane + ky * g.dh * s.cols + kx * g.dw;
+  {  // (locals: koff may alias g's fields as far as the compiler knows)
+    const int64_t cg = g.cg(), kh = g.kh, kw = g.kw, row = g.dh * s.cols, dw = g.dw;
+    int64_t* o = koff;
+    for (int64_t c = 0; c < cg; ++c)
+      for (int64_t ky = 0, base = c * plane; ky < kh; ++ky, base += row)
+        for (int64_t kx = 0, off = base; kx < kw; ++kx, off += dw) *o++ = off;
+  }
   const float* xs = x;
   if (s.copy) {
     float* padded = reinterpret_cast<float*>(koff + K);
