@@ -297,24 +297,6 @@ SmallInput small_input_of(const ConvGeometry& g) {
   return s;
 }
 
-// Plane x [ih, iw] into dst [s.rows, s.cols]: padded row r, column q is input (r - ph, q - pw),
-// zero outside. Plain loops: the rows are a few floats (a library call per row cost more).
-void pad_small_plane(const ConvGeometry& g, const SmallInput& s, const float* x, float* dst) {
-  const int64_t lo = std::min(s.cols, g.pw), hi = std::clamp(g.iw + g.pw, lo, s.cols);
-  for (int64_t r = 0; r < s.rows; ++r, dst += s.cols) {
-    const int64_t iy = r - g.ph;
-    if (iy < 0 || iy >= g.ih) {
-      for (int64_t q = 0; q < s.cols; ++q) dst[q] = 0.0f;
-      continue;
-    }
-    const float* xr = x + iy * g.iw - g.pw;
-    int64_t q = 0;
-    for (; q < lo; ++q) dst[q] = 0.0f;
-    for (; q < hi; ++q) dst[q] = xr[q];
-    for (; q < s.cols; ++q) dst[q] = 0.0f;
-  }
-}
-
 }  // namespace
 
 int64_t conv_column_block(const ConvGeometry& g) {
@@ -441,8 +423,7 @@ void conv_small(const ConvGeometry& g, const float* x, const float* packed, cons
   const float* xs = x;
   if (s.copy) {
     float* padded = reinterpret_cast<float*>(koff + K);
-    for (int64_t t = 0; t < planes; ++t)
-      pad_small_plane(g, s, x + t * g.in_plane(), padded + t * plane);
+    PTO_ISA_DISPATCH(small_pad, g, s.rows, s.cols, x, planes, g.in_plane(), padded);
     xs = padded;
   }
   // Blocks of positions of equal size, at most kSmallConvMaxPositions each.

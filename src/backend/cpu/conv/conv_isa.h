@@ -58,7 +58,12 @@ struct SmallConvBlock {
 };
 inline constexpr int64_t kSmallConvMaxPositions = 8;
 
-PTO_ISA_DECLARE(void conv_small_block(const SmallConvBlock& b);)
+PTO_ISA_DECLARE(void conv_small_block(const SmallConvBlock& b);
+                // `planes` input planes (x, in_plane floats apart) each padded into dst
+                // [rows, cols] (consecutive): padded row r, column q is input (r - ph, q - pw),
+                // zero outside.
+                void small_pad(const ConvWindow& g, int64_t rows, int64_t cols, const float* x,
+                               int64_t planes, int64_t in_plane, float* dst);)
 
 // A depthwise plane as the kernel reads it: the window plus the padded, phase-split input layout.
 struct DepthwisePlane : ConvWindow {

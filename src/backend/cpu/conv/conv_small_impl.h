@@ -5,8 +5,10 @@
 // the output channels instead: per k, NB weight vectors (w[k][m0 .. m0 + NB * V), contiguous) times
 // P broadcast inputs x[koff[k] + qoff[q]] into P x NB accumulators that stay in registers for the
 // whole K.
+#include <utility>
+
 #include "backend/cpu/conv/conv_isa.h"
-#include "backend/cpu/isa/simd.h"
+#include "backend/cpu/conv/conv_simd.h"
 
 namespace pto::cpu::PTO_ISA_NS {
 namespace {
@@ -86,6 +88,23 @@ void positions(const SmallConvBlock& b) {
 }
 
 }  // namespace
+
+void small_pad(const ConvWindow& g, int64_t rows, int64_t cols, const float* x, int64_t planes,
+               int64_t in_plane, float* dst) {
+  int64_t lo, hi;  // the padded columns that hold input columns
+  valid_span(0, cols, g.iw, 1, -g.pw, &lo, &hi);
+  for (int64_t t = 0; t < planes; ++t, x += in_plane)
+    for (int64_t r = 0; r < rows; ++r, dst += cols) {
+      const int64_t iy = r - g.ph;
+      if (iy < 0 || iy >= g.ih) {
+        fill_zero(dst, cols);
+        continue;
+      }
+      fill_zero(dst, lo);
+      copy_strided(dst + lo, x + iy * g.iw + lo - g.pw, hi - lo, 1);
+      fill_zero(dst + hi, cols - hi);
+    }
+}
 
 void conv_small_block(const SmallConvBlock& b) {
   if (b.m1 <= b.m0) return;
