@@ -391,7 +391,8 @@ Tensor pack_small_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int
   std::fill(d, d + group * k * ldw, 0.0f);
   for (int64_t gi = 0; gi < group; ++gi)
     for (int64_t o = 0; o < mg; ++o)
-      for (int64_t i = 0; i < k; ++i) d[(gi * k + i) * ldw + o] = w[(gi * mg + o) * k + i];
+      for (int64_t i = 0; i < k; ++i)
+        d[gi * k * ldw + (o / 16 * k + i) * 16 + o % 16] = w[(gi * mg + o) * k + i];
   return t;
 }
 
@@ -400,7 +401,8 @@ void unpack_small_weights(const float* packed, int64_t m, int64_t cg, int64_t kh
   const int64_t mg = m / group, k = cg * kh * kw, ldw = small_conv_ldw(mg);
   for (int64_t gi = 0; gi < group; ++gi)
     for (int64_t o = 0; o < mg; ++o)
-      for (int64_t i = 0; i < k; ++i) w[(gi * mg + o) * k + i] = packed[(gi * k + i) * ldw + o];
+      for (int64_t i = 0; i < k; ++i)
+        w[(gi * mg + o) * k + i] = packed[gi * k * ldw + (o / 16 * k + i) * 16 + o % 16];
 }
 
 void conv_small(const ConvGeometry& g, const float* x, const float* packed, const float* bias,

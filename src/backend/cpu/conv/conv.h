@@ -75,10 +75,11 @@ std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t
 // A conv whose output plane has few positions (Silero VAD's: 1 to 4) is a GEMM with that many
 // columns, which the implicit GEMM's micro-tiles (vectors along the positions) mostly waste. The
 // small-output kernel puts the output channels along the vector lanes instead: weights packed
-// once as [cg*kh*kw][ldw] per group (output channels contiguous, ldw = small_conv_ldw(m/group),
-// zero padded), each block of at most kSmallConvMaxPositions positions gathered into a tiny col
-// [K][positions], and P x NB accumulator vectors held over the whole K (conv_small_impl.h).
-// Any plane is computed (in blocks of positions), but it pays only on small ones (kSmallConvPlane).
+// once per group as panels of 16 output channels, [ldw / 16][cg*kh*kw][16] (ldw =
+// small_conv_ldw(m/group), zero padded), the input read in place or from a padded copy through
+// tap and position offsets (no im2col), and P x NB accumulator vectors for blocks of at most
+// kSmallConvMaxPositions positions held over the whole K (conv_small_impl.h). Any plane is
+// computed (in blocks of positions), but it pays only on small ones (kSmallConvPlane).
 inline constexpr int64_t kSmallConvPlane = 12;
 int64_t small_conv_ldw(int64_t mg);
 Tensor pack_small_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,

@@ -38,10 +38,11 @@ PTO_ISA_DECLARE(void shifted_pad(const ShiftedPlane& p, const float* x, float* d
 
 // One block of the small-output conv (conv.h conv_small): output channels [m0, m1) of p <= 8
 // output positions, with output channels along the vector lanes. Input value k of position q is
-// x[koff[k] + qoff[q]] (x padded so that every read is inside it); w [k][ldw] holds the weights
-// with output channels contiguous (ldw a multiple of 16, the padding zero); y[m * ldy + q] =
-// bias[m] (or 0) + sum over k of w[k][m] * x[koff[k] + qoff[q]], then clamped to [lo, hi] when
-// `clamp`.
+// x[koff[k] + qoff[q]] (x padded so that every read is inside it); w holds the weights in panels
+// of 16 output channels, [ldw / 16][k][16] (ldw a multiple of 16, the padding zero), so weight
+// (k, m) is w[(m / 16 * k + k) * 16 + m % 16] and each panel is one sequential stream;
+// y[m * ldy + q] = bias[m] (or 0) + sum over k of w(k, m) * x[koff[k] + qoff[q]], then clamped to
+// [lo, hi] when `clamp`.
 struct SmallConvBlock {
   const float* x = nullptr;
   const int64_t* koff = nullptr;

@@ -2,7 +2,7 @@
 // (conv_small_{avx512,avx2,generic}.cpp). A conv with a few output positions per image (Silero
 // VAD's STFT and encoder convs have 1 to 4) is a GEMM with 1-8 columns: the implicit GEMM's
 // micro-tiles, whose vectors run along the positions, stay mostly empty. Here the vectors run along
-// the output channels instead: per k, NB weight vectors (w[k][m0 .. m0 + NB * V), contiguous) times
+// the output channels instead: per k, NB weight vectors (channels m0 .. m0 + NB * V) times
 // P broadcast inputs x[koff[k] + qoff[q]] into P x NB accumulators that stay in registers for the
 // whole K.
 #include <utility>
@@ -34,12 +34,16 @@ void block(const SmallConvBlock& b, int64_t m0, int tail) {
     const Vec bias = b.bias ? Vec::load(b.bias + m0 + j * V, n) : Vec::zero();
     for (int q = 0; q < P; ++q) acc[q][j] = bias;
   }
-  const float* w = b.w + m0;
+  const float* w[NB];  // vector j's weights: 16-channel panel (m0 + j V) / 16, at its lane offset
+  for (int j = 0; j < NB; ++j) {
+    const int64_t m = m0 + j * V;
+    w[j] = b.w + m / 16 * b.k * 16 + m % 16;
+  }
   int64_t qoff[P];
   for (int q = 0; q < P; ++q) qoff[q] = b.qoff[q];
-  for (int64_t k = 0; k < b.k; ++k, w += b.ldw) {
+  for (int64_t k = 0; k < b.k; ++k) {
     Vec wv[NB];
-    for (int j = 0; j < NB; ++j) wv[j] = Vec::load(w + j * V);
+    for (int j = 0; j < NB; ++j) wv[j] = Vec::load(w[j] + k * 16);
     const float* xk = b.x + b.koff[k];
     for (int q = 0; q < P; ++q) {
       const Vec x = Vec::set1(xk[qoff[q]]);
