@@ -412,9 +412,10 @@ void conv_small(const ConvGeometry& g, const float* x, const float* packed, cons
   const SmallInput s = small_input_of(g);
   const int64_t plane = s.rows * s.cols, planes = g.n * g.c;
   // The calling thread's scratch, which every task reads: the tap offsets (K), then the padded
-  // input when it is copied.
-  int64_t* koff = scratch_as<int64_t>(
-      static_cast<size_t>(K + (s.copy ? (planes * plane + 1) / 2 : 0) + 1), kShiftedInputScratch);
+  // input when it is copied (and 16 floats that small_pad may write).
+  int64_t* koff =
+      scratch_as<int64_t>(static_cast<size_t>(K + (s.copy ? (planes * plane + 16 + 1) / 2 : 0) + 1),
+                          kShiftedInputScratch);
   {  // (locals: koff may alias g's fields as far as the compiler knows)
     const int64_t cg = g.cg(), kh = g.kh, kw = g.kw, row = g.dh * s.cols, dw = g.dw;
     int64_t* o = koff;

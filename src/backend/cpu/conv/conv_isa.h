@@ -62,7 +62,7 @@ inline constexpr int64_t kSmallConvMaxPositions = 8;
 PTO_ISA_DECLARE(void conv_small_block(const SmallConvBlock& b);
                 // `planes` input planes (x, in_plane floats apart) each padded into dst
                 // [rows, cols] (consecutive): padded row r, column q is input (r - ph, q - pw),
-                // zero outside.
+                // zero outside. dst has room for 16 floats more (written, zero).
                 void small_pad(const ConvWindow& g, int64_t rows, int64_t cols, const float* x,
                                int64_t planes, int64_t in_plane, float* dst);)
 

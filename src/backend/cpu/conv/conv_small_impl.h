@@ -97,6 +97,16 @@ void small_pad(const ConvWindow& g, int64_t rows, int64_t cols, const float* x, 
                int64_t in_plane, float* dst) {
   int64_t lo, hi;  // the padded columns that hold input columns
   valid_span(0, cols, g.iw, 1, -g.pw, &lo, &hi);
+  if (rows == 1 && g.ih == 1 && g.ph == 0 && cols <= V) {
+    // 1-D rows that fit a vector (Silero VAD's: 3 columns padded to 5): one load and one store
+    // a plane; the store's zero lanes are the plane's trailing pads and the next plane's leading
+    // ones (the caller leaves V floats of slack after the last plane).
+    fill_zero(dst, lo);
+    const int n = static_cast<int>(hi - lo);
+    for (int64_t t = 0; t < planes; ++t, x += in_plane, dst += cols)
+      Vec::load(x + lo - g.pw, n).store(dst + lo);
+    return;
+  }
   for (int64_t t = 0; t < planes; ++t, x += in_plane)
     for (int64_t r = 0; r < rows; ++r, dst += cols) {
       const int64_t iy = r - g.ph;
