@@ -202,9 +202,9 @@ std::vector<Knobs> conv_candidates(const Graph& g, const KernelGroup& core, cons
     }
   }
   // The small-output kernel (conv.algo {3}) where the output plane is small enough that it may
-  // win (the planner takes it up to kSmallConvPlane positions); it applies to any plane, but on
-  // large ones it only costs tuning time.
-  if (geo && !geo->depthwise() && geo->out_plane() <= 8 * cpu::kSmallConvPlane)
+  // win (cpu::small_output_wins); it applies to any plane, but on large ones it only costs
+  // tuning time.
+  if (geo && !geo->depthwise() && geo->out_plane() <= cpu::kSmallConvTunePlane)
     out.push_back({{"conv.algo", {3}}});
   // On several threads, the conv on the calling thread alone (small convs: the pool's hand-off
   // costs more than the second thread saves), with the planner's algorithm; not when the pool

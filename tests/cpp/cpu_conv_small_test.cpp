@@ -1,6 +1,6 @@
 // The small-output conv kernel (conv.h conv_small: output channels along the vector lanes, for
-// convs of at most kSmallConvPlane output positions, as Silero VAD's) against the reference
-// interpreter: 1-D and 2-D convs with 1 to 8 output positions, strides, pads, dilations, groups,
+// convs of a few output positions, as Silero VAD's) against the reference
+// interpreter: 1-D and 2-D convs with 1 to 12 output positions, strides, pads, dilations, groups,
 // with and without bias, fused ReLU / Clip / Sigmoid / residual Add + ReLU / a tile epilogue, on
 // every ISA with 1 and 2 threads; a depthwise conv and a larger plane stay on their kernels; a
 // plane known only at run time; the kernel on planes of many position blocks; the conv.algo {3}
@@ -54,6 +54,9 @@ struct Case {
   Attributes attrs;
   bool bias = true;
   bool small = true;  // whether the planner puts it on the small-output kernel
+  // Not small but on the generic ISA (no blocked kernel there: the implicit GEMM is the
+  // alternative).
+  bool generic_small = false;
 };
 
 int64_t k_of(const Dims& w) {
@@ -159,7 +162,8 @@ void check(const Case& c, After after) {
         ASSERT_EQ(exe.num_steps(), 1u) << what;
         ASSERT_EQ(exe.node_backend(0), "cpu") << what;
         if (after != After::kTile) {  // (a tile epilogue's step describes its program instead)
-          EXPECT_EQ(exe.describe_step(0).find("small output") != std::string::npos, c.small)
+          const bool small = c.small || (c.generic_small && isa == cpu::Isa::kGeneric);
+          EXPECT_EQ(exe.describe_step(0).find("small output") != std::string::npos, small)
               << what << ": " << exe.describe_step(0);
         }
         const Tensor got = exe.run(b.feeds)[0];
@@ -210,28 +214,35 @@ TEST(CpuConvSmall, OneDimensional) {
 
 TEST(CpuConvSmall, TwoDimensional) {
   const std::vector<Case> cases = {
-      {{1, 32, 2, 2}, {48, 32, 3, 3}, attrs_of({{"pads", Dims{1, 1, 1, 1}}})},
-      {{2, 16, 5, 5}, {24, 16, 3, 3}, attrs_of({{"strides", Dims{2, 2}}}), false},
-      {{1, 8, 9, 9},
-       {20, 8, 3, 3},
+      // 64 input channels (the blocked kernel would apply) and 74K weights.
+      {{1, 64, 2, 2}, {128, 64, 3, 3}, attrs_of({{"pads", Dims{1, 1, 1, 1}}})},
+      {{2, 6, 5, 5}, {24, 6, 3, 3}, attrs_of({{"strides", Dims{2, 2}}}), false},
+      {{1, 5, 9, 9},
+       {20, 5, 3, 3},
        attrs_of({{"strides", Dims{4, 4}}, {"dilations", Dims{2, 2}}, {"pads", Dims{1, 0, 2, 1}}})},
       {{1, 6, 2, 4}, {10, 6, 1, 1}, {}},  // 8 positions, 1x1
       {{1, 16, 3, 3}, {40, 8, 3, 3}, attrs_of({{"group", int64_t{2}}, {"strides", Dims{2, 2}}})},
-      {{1, 16, 1, 1}, {64, 16, 3, 3}, attrs_of({{"pads", Dims{1, 1, 1, 1}}})},  // 1x1 input
+      {{1, 64, 1, 1}, {128, 64, 3, 3}, attrs_of({{"pads", Dims{1, 1, 1, 1}}})},  // 1x1 input
   };
   for (const Case& c : cases)
     for (After a : {After::kNone, After::kRelu, After::kAddRelu, After::kTile}) check(c, a);
 }
 
-// Planes of more than kSmallConvPlane positions and depthwise convs (their own kernel) do not take
-// the small-output kernel.
+// Planes beyond small_output_wins' rule and depthwise convs (their own kernel) do not take the
+// small-output kernel.
 TEST(CpuConvSmall, LargerPlanesAndDepthwiseDecline) {
   Case big{
       {1, 16, 4, 4}, {40, 8, 1, 3}, attrs_of({{"group", int64_t{2}}, {"pads", Dims{0, 1, 0, 1}}})};
   big.small = false;  // 16 positions
   check(big, After::kRelu);
-  Case wide{{1, 6, 13}, {10, 6, 1}, {}};
-  wide.small = false;  // 13 positions
+  Case wide{{1, 6, 25}, {10, 6, 1}, {}};
+  wide.small = false;  // 25 positions in a row
+  // A 2-D window on a tiny plane with a channel block of inputs or more and few weights: the
+  // blocked kernel (not on the generic ISA, which has none).
+  Case blocked{{1, 32, 2, 2}, {48, 32, 3, 3}, attrs_of({{"pads", Dims{1, 1, 1, 1}}})};
+  blocked.small = false;
+  blocked.generic_small = true;
+  check(blocked, After::kRelu);
   check(wide, After::kNone);
   Case dw{
       {1, 16, 2, 2}, {16, 1, 3, 3}, attrs_of({{"group", int64_t{16}}, {"pads", Dims{1, 1, 1, 1}}})};
@@ -243,7 +254,7 @@ TEST(CpuConvSmall, LargerPlanesAndDepthwiseDecline) {
 }
 
 // A plane known only at run time (Silero VAD's convs inside its If: [?, C, ?]): a run whose
-// output has at most kSmallConvPlane positions takes the small-output kernel (its weights made
+// output has at most kSmallConvRow positions takes the small-output kernel (its weights made
 // from the packed ones on first use), a wider one the implicit GEMM, in any order, on every ISA
 // and 1 and 2 threads.
 TEST(CpuConvSmall, PlaneChosenAtRunTime) {

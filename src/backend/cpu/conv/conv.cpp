@@ -379,6 +379,13 @@ std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t
 
 namespace pto::cpu {
 
+bool small_output_wins(const ConvGeometry& g, bool blocked) {
+  if (g.depthwise() || g.n == 0) return false;
+  if (g.oh == 1 && g.kh == 1) return g.ow <= kSmallConvRow;
+  return g.out_plane() <= kSmallConvPlane &&
+         (!blocked || g.m * g.cg() * g.kh * g.kw >= kSmallConvBlockedWeights);
+}
+
 int64_t small_conv_ldw(int64_t mg) {
   return (mg + 15) / 16 * 16;
 }

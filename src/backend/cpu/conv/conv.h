@@ -79,8 +79,21 @@ std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t
 // small_conv_ldw(m/group), zero padded), the input read in place or from a padded copy through
 // tap and position offsets (no im2col), and P x NB accumulator vectors for blocks of at most
 // kSmallConvMaxPositions positions held over the whole K (conv_small_impl.h). Any plane is
-// computed (in blocks of positions), but it pays only on small ones (kSmallConvPlane).
-inline constexpr int64_t kSmallConvPlane = 12;
+// computed (in blocks of positions), but it pays only on small ones (small_output_wins).
+//
+// The planner's rule (measured, docs/backend/conv.md): a conv with one output row and a kernel
+// one row high (1-D) of at most kSmallConvRow positions, against the implicit GEMM (whose 16
+// columns wide panels fill from 16 positions on; at 32 the two are at par); another (2-D) of at
+// most kSmallConvPlane positions, but where the blocked direct kernel is the alternative
+// (`blocked`: group 1, a channel block of inputs or more), only with at least
+// kSmallConvBlockedWeights weights: a 2-D window on a tiny plane reads mostly padding, which the
+// blocked kernel skips and this one multiplies (64 -> 64 channels 3x3 on 2x2 and 4x4 planes: 12%
+// and 10% slower than blocked; 256 -> 256 on 2x2 to 5x5: 11-34% faster, its weights streamed once).
+inline constexpr int64_t kSmallConvRow = 24, kSmallConvPlane = 12,
+                         kSmallConvBlockedWeights = int64_t{1} << 16;
+// Planes the tuner offers the small-output kernel (conv.algo {3}) on.
+inline constexpr int64_t kSmallConvTunePlane = 64;
+bool small_output_wins(const ConvGeometry& g, bool blocked);
 int64_t small_conv_ldw(int64_t mg);
 Tensor pack_small_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
                           int64_t group);

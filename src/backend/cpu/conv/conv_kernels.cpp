@@ -41,7 +41,7 @@ struct LateBlocked {
 };
 
 // The small-output kernel's weights (pack_small_weights) of a conv whose plane is known only at
-// run time, made from the packed ones the first time a plane of at most kSmallConvPlane comes.
+// run time, made from the packed ones the first time a plane small_output_wins for comes.
 struct LateSmall {
   std::once_flag once;
   Tensor w;
@@ -153,9 +153,10 @@ std::optional<int64_t> blocked_plane(const NodeInfo& info, const Tensor& w, int6
   }
 }
 
-// The output plane of Conv `info` (W constant, f32, rank 3 or 4) when the small-output kernel can
-// run it (not depthwise) and X's channels and spatial sizes are known at compile time.
-std::optional<int64_t> small_output_plane(const NodeInfo& info, const Tensor& w, int64_t group) {
+// The geometry of Conv `info` (W constant, f32, rank 3 or 4; batch 1) when the small-output
+// kernel can run it (not depthwise) and X's channels and spatial sizes are known at compile time.
+std::optional<ConvGeometry> small_output_geometry(const NodeInfo& info, const Tensor& w,
+                                                  int64_t group) {
   const auto& xs = info.inputs[0].shape;
   if (!xs || xs->size() != static_cast<size_t>(w.rank()) || (w.dim(1) == 1 && group > 1))
     return std::nullopt;
@@ -167,7 +168,7 @@ std::optional<int64_t> small_output_plane(const NodeInfo& info, const Tensor& w,
   try {
     const ConvGeometry g = conv_geometry(info.node.attrs, x, w.shape(), "");
     if (g.ow > 0 && g.oh > std::numeric_limits<int64_t>::max() / g.ow) return std::nullopt;
-    return g.out_plane();
+    return g;
   } catch (const ValueError&) {
     return std::nullopt;  // run() reports it
   }
@@ -193,8 +194,10 @@ ConvAlgo conv_algo(const NodeInfo& info, const Tensor& w, int64_t group, int blo
     if ((*algo)[0] == kSmallOutput) return kSmallOutput;  // check_conv_knob: it applies
     return plane ? static_cast<ConvAlgo>((*algo)[0]) : kImplicitGemm;
   }
-  if (const std::optional<int64_t> small = small_output_plane(info, w, group);
-      small && *small <= kSmallConvPlane)
+  // The blocked kernel is the alternative for a 2-D conv of group 1 on a block of inputs or more.
+  const bool blocked = plane && group == 1 && w.dim(1) >= block;
+  if (const std::optional<ConvGeometry> small = small_output_geometry(info, w, group);
+      small && small_output_wins(*small, blocked))
     return kSmallOutput;
   if (!plane) return kImplicitGemm;
   if (w.dim(1) * group < block) return kImplicitGemm;  // a stem: see above
@@ -326,7 +329,7 @@ std::any prepare(const NodeInfo& info) {
   // The plane unknown at compile time (Silero VAD's convs, inside an If): a run on a small one
   // takes the small-output kernel, its weights made on first use.
   if (precision == Precision::kF32 && !info.knob("conv.algo") &&
-      !small_output_plane(info, w, group))
+      !small_output_geometry(info, w, group))
     p.late_small = std::make_shared<LateSmall>();
   return p;
 }
@@ -448,7 +451,8 @@ std::vector<Tensor> run_conv(const KernelContext& c) {
       conv_small(g, x.data<float>(), p.small.data<float>(), bias, y.data<float>(), ep);
       return one(std::move(y));
     }
-    if (p.late_small && !g.depthwise() && g.out_plane() <= kSmallConvPlane) {
+    if (p.late_small && small_output_wins(g, p.late && x.rank() == 4 && g.group == 1 &&
+                                                 p.late_block == channel_block())) {
       std::call_once(p.late_small->once, [&] {
         const Tensor wu = unpack(*c.state, 1);
         p.late_small->w = pack_small_weights(wu.data<float>(), g.m, g.cg(), g.kh, g.kw, g.group);
