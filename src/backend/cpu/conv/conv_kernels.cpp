@@ -598,7 +598,8 @@ void register_conv_kernels(KernelRegistry& r) {
     const auto& p = std::any_cast<const PreparedW&>(state);
     if (p.small.defined())
       return std::string(
-          "small output: output channels along the vector lanes, weights packed [K][M]");
+          "small output: output channels along the vector lanes, weights packed in panels of 16 "
+          "output channels [M/16][K][16]");
     if (!p.blocked.defined())
       return !p.groups.empty() && p.groups[0].precision() != Precision::kF32
                  ? cat(precision_name(p.groups[0].precision()),
