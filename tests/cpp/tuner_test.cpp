@@ -163,9 +163,10 @@ TEST_F(TunerTest, InvalidKnobsNameTheKernel) {
   EXPECT_THROW(cpu->compile(exe.graph(), ew), ValueError);
 }
 
-// conv.algo picks the implicit GEMM, the blocked direct kernel or Winograd on the blocked tensors;
-// each matches the reference (Winograd within its rounding), and Winograd on a conv it cannot run
-// (3 input channels, a strided conv) is stale or a ValueError.
+// conv.algo picks the implicit GEMM, the blocked direct kernel, Winograd on the blocked tensors or
+// the small-output kernel (here on 196 positions, in blocks of 8); each matches the reference
+// (Winograd within its rounding), and Winograd on a conv it cannot run (3 input channels, a
+// strided conv) is stale or a ValueError.
 TEST_F(TunerTest, ConvAlgoKnob) {
   for (int64_t c : {32, 3}) {
     SCOPED_TRACE(c);
@@ -182,7 +183,7 @@ TEST_F(TunerTest, ConvAlgoKnob) {
     const Executable planner = compile(g, with_cache(false));
     const std::string sig = signature_of(planner, 0);
     std::set<std::string> described;
-    for (int64_t algo : {0, 1, 2}) {
+    for (int64_t algo : {0, 1, 2, 3}) {
       TuneCache cache = TuneCache::open(cache_file_);
       cache.clear();
       cache.store(sig, num_threads(), {{{"conv.algo", {algo}}}, 100, 50, 0});
@@ -193,7 +194,7 @@ TEST_F(TunerTest, ConvAlgoKnob) {
       EXPECT_EQ(exe.stats().tuned_kernels, algo != 2 || c == 32 ? 1u : 0u) << algo;
       described.insert(exe.describe_step(0));
     }
-    EXPECT_EQ(described.size(), 3u);  // c=3: {0}, {1}, and {2} stale: the planner's
+    EXPECT_EQ(described.size(), 4u);  // c=3: {0}, {1}, {3}, and {2} stale: the planner's
     KernelGroup k = planner.step_group(0);
     k.knobs["conv.algo"] = {4};
     EXPECT_THROW(BackendRegistry::global().find("cpu")->compile(planner.graph(), k), ValueError);
@@ -479,6 +480,41 @@ TEST_F(TunerTest, ConvColsKnob) {
   o.early_stop = false;
   tune(g, {testing::random_tensor({1, 24, 56, 56}, 14)}, {}, o);
   EXPECT_EQ(offered, (std::set<int64_t>{256, 512, 1024, 2048}));
+}
+
+// The tuner offers the small-output kernel (conv.algo {3}) on planes of at most 64 positions, 1-D
+// or 2-D (16 and 40 here, where the planner takes the GEMM or the blocked kernel), not on an
+// 81-position plane nor on a depthwise conv.
+TEST_F(TunerTest, OffersSmallOutputOnSmallPlanes) {
+  struct Case {
+    Dims x, w;
+    int64_t group;
+    bool offered;
+  };
+  for (const Case& t :
+       {Case{{1, 32, 4, 4}, {32, 32, 3, 3}, 1, true}, Case{{1, 16, 40}, {24, 16, 3}, 1, true},
+        Case{{1, 32, 9, 9}, {32, 32, 3, 3}, 1, false},
+        Case{{1, 32, 4, 4}, {32, 1, 3, 3}, 32, false}}) {
+    SCOPED_TRACE(dims_str(t.x));
+    Graph g;
+    const ValueId x = g.add_input("x", {DType::kF32, to_shape(t.x)});
+    const ValueId w = testing::constant(g, "w", t.w, 13);
+    const ValueId y = g.add_value("y");
+    Attributes a;
+    a.set("group", t.group);
+    a.set("pads", t.x.size() == 4 ? Dims{1, 1, 1, 1} : Dims{1, 1});
+    g.add_node("Conv", {x, w}, {y}, a, "conv");
+    g.add_output(y);
+    std::set<int64_t> algos;
+    FakeTimer f{[&](int64_t, const Knobs& k) {
+      if (auto it = k.find("conv.algo"); it != k.end()) algos.insert(it->second[0]);
+      return 1.0;
+    }};
+    TuneOptions o = fake(f, cache_file_);
+    o.early_stop = false;
+    tune(g, {testing::random_tensor(t.x, 14)}, {}, o);
+    EXPECT_EQ(algos.count(3) == 1, t.offered);
+  }
 }
 
 // conv.threads {1} runs a conv on the calling thread only, on every path (the implicit GEMM of a
