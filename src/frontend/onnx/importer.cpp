@@ -10,6 +10,7 @@
 
 #include <google/protobuf/unknown_field_set.h>
 
+#include "contrib_ops.h"
 #include "ir/ops/qlinear_ops.h"
 #include "proto_util.h"
 #include "pto/log.h"
@@ -340,7 +341,8 @@ struct Converter {
     std::string name = np.name().empty() ? cat(np.op_type(), "_", i) : np.name();
     std::string where = cat(src, ": [", np.op_type(), "] node '", name, "'");
     const bool contrib = np.domain() == "com.microsoft" && qlinear::is_contrib_op(np.op_type());
-    if (!is_default_domain(np.domain()) && !contrib)
+    const bool expanded = is_expanded_contrib_op(np.domain(), np.op_type());
+    if (!is_default_domain(np.domain()) && !contrib && !expanded)
       throw UnsupportedError(cat(where, ": operator domain '", np.domain(), "' is not supported",
                                  unsupported_domain_hint(np.domain(), np.op_type())));
     if (np.op_type().empty()) throw ValueError(cat(where, ": node has no op_type"));
@@ -401,6 +403,10 @@ struct Converter {
         continue;
       }
       attrs.set(a.name(), attribute_from_proto(a, base_dir, where));
+    }
+    if (expanded) {  // `where` names the file already
+      expand_contrib_op(g, np.op_type(), inputs, outputs, attrs, name, where);
+      return;
     }
     try {
       Node& n =
