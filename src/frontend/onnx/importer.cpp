@@ -11,6 +11,7 @@
 #include <google/protobuf/unknown_field_set.h>
 
 #include "contrib_ops.h"
+#include "functions.h"
 #include "ir/ops/qlinear_ops.h"
 #include "proto_util.h"
 #include "pto/log.h"
@@ -423,6 +424,7 @@ struct Converter {
 
 Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::string& src) {
   Converter c{base_dir, src, default_opset(m, src), {}};
+  inline_functions(m, src);
   Graph g;
   c.convert_graph(*m.mutable_graph(), g, {});
   c.guesses.report(src);
