@@ -331,8 +331,7 @@ def test_rotary_embedding(tmp_path, layout, interleaved, offset):
                [_vi("y", F, shape)],
                [_init("cos", np.cos(angles).astype(np.float32)),
                 _init("sin", np.sin(angles).astype(np.float32))])
-    # ONNX's RotaryEmbedding has no CPU kernel yet: the reference interpreter runs it
-    _check(tmp_path, m, {"x": _randn(*shape), "pos": pos.astype(np.int64)}, cpu_only=False)
+    _check(tmp_path, m, {"x": _randn(*shape), "pos": pos.astype(np.int64)})
 
 
 def test_unread_contrib_op_names_itself(tmp_path):
