@@ -400,3 +400,24 @@ def test_models_fused_by_onnxruntime(tmp_path, kind, want):
     exe = _check(tmp_path, model, feeds, atol=1e-4)
     ran = {op for op, _ in exe._compiled.node_backends}
     assert "Attention" in ran and "LayerNormalization" in ran
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_expansion_written_back_runs_in_onnxruntime(tmp_path, level):
+    """An expanded Attention with a padding mask, written back as ONNX (standard ops; at level 2
+    the fused Attention with its Q/K/V read in place and a [batch, 1, 1, keys] mask), loads in
+    onnxruntime and agrees with the contrib op."""
+    mask = np.ones((2, 7), np.int32)
+    mask[1, 4:] = 0
+    m, feeds = _attention_model(2, 7, 32, 4, mask)
+    path = tmp_path / "contrib.onnx"
+    onnx.save(m, path)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    exe = pypto.onnx.load(str(path), level=level)
+    exe(**feeds)
+    out = tmp_path / "written.onnx"
+    pypto.onnx.export(exe, None, out)
+    written = onnx.load(out)
+    assert not [n.op_type for n in written.graph.node if n.domain == MS]
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=2e-5)
