@@ -330,15 +330,15 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp, int opset,
     }
     // A mask with one row for every query ([batch, 1, 1, keys]: a padding mask) is ONNX
     // (broadcast to [batch, heads, queries, keys]) and PyPTO's kernels read it as is, but
-    // onnxruntime's Attention wants the query axis of the mask to be Q's sequence length: the
-    // file expands the mask's rows to it.
+    // onnxruntime's Attention wants the query axis of the mask to be Q's sequence length when Q
+    // is 3-D ([batch, seq, hidden]): the file expands the mask's rows to it there.
     if (n.domain.empty() && n.op == "Attention" && n.inputs.size() > 3 && n.inputs[3] != kNoValue) {
       const auto& mask = g.value(n.inputs[3]).type.shape;
       const auto& q = g.value(n.inputs[0]).type.shape;
       const int64_t q_rank = q ? static_cast<int64_t>(q->size()) : 0;
       const bool packed_q = packed_qkv || q_rank == 3;
       const Dim* q_seq = !q ? nullptr : packed_q ? &(*q)[1] : q_rank == 4 ? &(*q)[2] : nullptr;
-      if (mask && mask->size() >= 2 && (*mask)[mask->size() - 2] == Dim(1) && q_seq &&
+      if (packed_q && mask && mask->size() >= 2 && (*mask)[mask->size() - 2] == Dim(1) && q_seq &&
           !(*q_seq == Dim(1))) {
         const std::string base = cat(n.name.empty() ? "attention" : n.name, "/mask_rows");
         auto fresh = [&](std::string name) {
