@@ -421,3 +421,26 @@ def test_expansion_written_back_runs_in_onnxruntime(tmp_path, level):
     assert not [n.op_type for n in written.graph.node if n.domain == MS]
     got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=2e-5)
+
+
+# ---- weight-only quantized MatMul ----
+
+@pytest.mark.parametrize("bits,symmetric,k", [(4, False, 100), (4, True, 128), (8, False, 72)])
+def test_mat_mul_nbits_from_onnxruntime_quantizer(tmp_path, bits, symmetric, k):
+    """onnxruntime's MatMulNBitsQuantizer (as the int4 LLM exports write MatMulNBits) on a
+    MatMul + bias; PyPTO dequantizes the weight once and runs float32 (onnxruntime at
+    accuracy_level 0 dequantizes too: the same products up to summation order)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
+                                                                 MatMulNBitsQuantizer)
+    n = 24
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["t"]),
+             helper.make_node("Add", ["t", "bias"], ["y"])]
+    m = _model(nodes, [_vi("a", F, ["b", 5, k])], [_vi("y", F, ["b", 5, n])],
+               [_init("w", _randn(k, n)), _init("bias", _randn(n))])
+    config = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=symmetric, bits=bits,
+                                          accuracy_level=0)
+    q = MatMulNBitsQuantizer(m, algo_config=config)
+    q.process()
+    quantized = q.model.model
+    assert [nd.op_type for nd in quantized.graph.node if nd.domain == MS] == ["MatMulNBits"]
+    _check(tmp_path, quantized, {"a": _randn(3, 5, k)}, atol=1e-4)

@@ -31,8 +31,6 @@ bool is_default_domain(const std::string& d) {
 // qlinear_ops.h lists those it does).
 std::string unsupported_domain_hint(const std::string& domain, const std::string& op) {
   if (domain != "com.microsoft") return "";
-  if (op == "MatMulNBits")
-    return " (MatMulNBits: 2..8-bit weight-only quantized MatMul; PyPTO has no 4-bit kernels)";
   if (op == "QAttention" || op == "QEmbedLayerNormalization")
     return cat(" (", op,
                ": what quantize_dynamic writes for a model onnxruntime.transformers.optimizer "
