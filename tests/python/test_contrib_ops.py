@@ -335,12 +335,12 @@ def test_rotary_embedding(tmp_path, layout, interleaved, offset):
 
 
 def test_unread_contrib_op_names_itself(tmp_path):
-    node = helper.make_node("GroupQueryAttention", ["q", "q", "q"], ["y"], domain=MS,
-                            num_heads=2, kv_num_heads=2)
+    node = helper.make_node("DecoderMaskedMultiHeadAttention", ["q", "q", "q"], ["y"],
+                            domain=MS, num_heads=2)
     m = _model([node], [_vi("q", F, [1, 4, 8])], [_vi("y", F, None)])
     path = tmp_path / "m.onnx"
     onnx.save(m, path)
-    with pytest.raises(NotImplementedError, match="GroupQueryAttention.*contrib op"):
+    with pytest.raises(NotImplementedError, match="DecoderMaskedMultiHeadAttention.*contrib op"):
         pypto.onnx.load(str(path))
 
 
@@ -444,3 +444,83 @@ def test_mat_mul_nbits_from_onnxruntime_quantizer(tmp_path, bits, symmetric, k):
     quantized = q.model.model
     assert [nd.op_type for nd in quantized.graph.node if nd.domain == MS] == ["MatMulNBits"]
     _check(tmp_path, quantized, {"a": _randn(3, 5, k)}, atol=1e-4)
+
+
+# ---- GroupQueryAttention (onnxruntime-genai's LLM exports) ----
+
+def _gqa_case(b, s, past, lens, heads=4, kv=2, head=16, packed=False, rotary=True,
+              interleaved=0, window=-1):
+    """A GroupQueryAttention node and its feeds: `past` rows of K/V cache (0: none), `lens` the
+    tokens each batch holds after this step (seqlens_k + 1), total_sequence_length max(lens)."""
+    total = int(max(lens))
+    ins = ["q", "k", "v", "pk", "pv", "seqlens", "total", "cos", "sin"]
+    inputs = [_vi("q", F, ["b", "s", (heads + 2 * kv) * head if packed else heads * head])]
+    feeds = {"q": _randn(b, s, (heads + 2 * kv) * head if packed else heads * head)}
+    if packed:
+        ins[1] = ins[2] = ""
+    else:
+        inputs += [_vi("k", F, ["b", "s", kv * head]), _vi("v", F, ["b", "s", kv * head])]
+        feeds["k"], feeds["v"] = _randn(b, s, kv * head), _randn(b, s, kv * head)
+    if past:
+        inputs += [_vi("pk", F, ["b", kv, "p", head]), _vi("pv", F, ["b", kv, "p", head])]
+        feeds["pk"], feeds["pv"] = _randn(b, kv, past, head), _randn(b, kv, past, head)
+    else:
+        ins[3] = ins[4] = ""
+    inputs += [_vi("seqlens", I32, ["b"]), _vi("total", I32, [])]
+    feeds["seqlens"] = np.asarray(lens, np.int32) - 1
+    feeds["total"] = np.array(total, np.int32)
+    inits = []
+    if rotary:
+        angles = np.arange(32)[:, None] * (0.7 ** np.arange(head // 2))[None, :]
+        inits = [_init("cos", np.cos(angles).astype(np.float32)),
+                 _init("sin", np.sin(angles).astype(np.float32))]
+    else:
+        ins = ins[:7]
+    node = helper.make_node("GroupQueryAttention", ins, ["y", "present_k", "present_v"],
+                            domain=MS, num_heads=heads, kv_num_heads=kv,
+                            do_rotary=int(rotary), rotary_interleaved=interleaved,
+                            local_window_size=window)
+    outs = [_vi("y", F, None), _vi("present_k", F, None), _vi("present_v", F, None)]
+    return _model([node], inputs, outs, inits), feeds
+
+
+def _check_gqa(tmp_path, model, feeds, lens, s, first_prompt):
+    """Output rows of real queries and present rows below each batch's length (onnxruntime
+    leaves the rest unspecified) agree with onnxruntime."""
+    path = tmp_path / "gqa.onnx"
+    onnx.save(model, path)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    exe = pypto.onnx.load(str(path))
+    got = [np.asarray(g) for g in exe(**feeds)]
+    on_ref = [op for op, b in exe._compiled.node_backends if b == "reference"]
+    assert not on_ref, on_ref
+    for bi, n in enumerate(lens):
+        rows = n if first_prompt else s  # padded prompt queries have no defined output
+        np.testing.assert_allclose(got[0][bi, :rows], want[0][bi, :rows], rtol=1e-4, atol=2e-5)
+        for o in (1, 2):
+            assert got[o].shape == want[o].shape
+            np.testing.assert_allclose(got[o][bi, :, :n], want[o][bi, :, :n], rtol=1e-5,
+                                       atol=1e-6)
+
+
+@pytest.mark.parametrize("packed,rotary", [(True, True), (False, False), (False, True)])
+def test_gqa_first_prompt(tmp_path, packed, rotary):
+    m, feeds = _gqa_case(2, 7, 0, [7, 7], packed=packed, rotary=rotary)
+    _check_gqa(tmp_path, m, feeds, [7, 7], 7, True)
+
+
+def test_gqa_padded_prompt(tmp_path):
+    m, feeds = _gqa_case(2, 7, 0, [7, 4])
+    _check_gqa(tmp_path, m, feeds, [7, 4], 7, True)
+
+
+@pytest.mark.parametrize("lens,past", [([6], 5), ([6, 6], 5), ([6, 4], 6), ([9, 3], 8)])
+def test_gqa_token_generation(tmp_path, lens, past):
+    """One new token; the caches right-padded: batch b's new row goes at lens[b] - 1."""
+    m, feeds = _gqa_case(len(lens), 1, past, lens, interleaved=1)
+    _check_gqa(tmp_path, m, feeds, lens, 1, False)
+
+
+def test_gqa_subsequent_prompt_and_window(tmp_path):
+    m, feeds = _gqa_case(1, 3, 4, [7], window=3)
+    _check_gqa(tmp_path, m, feeds, [7], 3, False)

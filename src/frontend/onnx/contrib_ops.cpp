@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 
 #include "pto/error.h"
 #include "pto/log.h"
@@ -533,6 +534,131 @@ void multi_head_attention(Emit& e, const std::vector<ValueId>& x, const std::vec
   attend(e, qkv, pk, pv, mask, attrs, y[0], in(y, 1), in(y, 2));
 }
 
+// GroupQueryAttention(query, key?, value?, past_key?, past_value?, seqlens_k,
+// total_sequence_length, cos_cache?, sin_cache?, position_ids?, attention_bias?) -> (output,
+// present_key, present_value), as onnxruntime's CPU kernel computes it (onnxruntime-genai's LLM
+// exports): always causal; Q, K and V 3-D (or packed in the query); K/V caches [batch,
+// kv_heads, past, head] right-padded, batch b holding past_b = seqlens_k[b] + 1 - seq tokens
+// (0 on the first prompt, when seq equals total_sequence_length); the new keys and values go at
+// past_b, the present caches are max(total_sequence_length, past) long; query i sits at
+// position past_b + i and sees keys up to it that are below seqlens_k[b] + 1 (and, with
+// local_window_size w, above position - w); with do_rotary, Q and K are rotated at those
+// positions (or position_ids) by the caches. Positions past a batch's total are unspecified in
+// onnxruntime's present outputs and are left as whatever the gather reads there.
+void group_query_attention(Emit& e, const std::vector<ValueId>& x, const std::vector<ValueId>& y,
+                           const Attributes& attrs) {
+  const int64_t heads = attrs.get_int("num_heads"), kv_heads = attrs.get_int("kv_num_heads");
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads)
+    throw ValueError(cat(e.where(), ": num_heads ", heads, " must be a positive multiple of ",
+                         "kv_num_heads ", kv_heads));
+  if (attrs.get_int("smooth_softmax", 0)) e.unsupported("GroupQueryAttention's smooth_softmax");
+  if (attrs.get_int("qk_output", 0)) e.unsupported("GroupQueryAttention's qk_output");
+  if (in(x, 11) != kNoValue) e.unsupported("GroupQueryAttention's head_sink");
+  if ((in(x, 3) == kNoValue) != (in(x, 4) == kNoValue))
+    throw ValueError(cat(e.where(), ": past_key and past_value must be given together"));
+  if ((in(x, 1) == kNoValue) != (in(x, 2) == kNoValue))
+    throw ValueError(cat(e.where(), ": key and value must be given together"));
+  if (in(x, 5) == kNoValue || in(x, 6) == kNoValue)
+    throw ValueError(cat(e.where(), ": seqlens_k and total_sequence_length are required"));
+  std::array<ValueId, 3> qkv = {x[0], in(x, 1), in(x, 2)};
+  const auto& qshape = e.graph().value(x[0]).type.shape;
+  if (!qshape || qshape->size() != 3 || !qshape->back().is_known())
+    e.unsupported("GroupQueryAttention whose query is not 3-D with a known width");
+  int64_t head = qshape->back().value / heads;
+  if (qkv[1] == kNoValue) {  // packed: Q, K and V side by side in the query
+    head = qshape->back().value / (heads + 2 * kv_heads);
+    Attributes last;
+    last.set("axis", int64_t{-1});
+    for (ValueId& v : qkv) v = e.fresh("qkv");
+    e.node("Split", {x[0], e.ints({heads * head, kv_heads * head, kv_heads * head})},
+           {qkv[0], qkv[1], qkv[2]}, last);
+  }
+  Attributes to_i64;
+  to_i64.set("to", static_cast<int64_t>(7));
+  Attributes all;
+  all.set("keepdims", int64_t{0});
+  const ValueId zero = e.int_scalar(0), one = e.int_scalar(1);
+  const ValueId seq = e.dim(qkv[0], 1);
+  const ValueId total = e.op("ReduceMax", {e.op("Cast", {x[6]}, to_i64)}, all);  // a scalar
+  const ValueId lens = e.op("Add", {e.op("Cast", {x[5]}, to_i64), one});         // [batch] totals
+  const ValueId first = e.op("Equal", {seq, total});
+  const ValueId past_b = e.op("Where", {first, zero, e.op("Sub", {lens, seq})});  // [batch]
+  const ValueId steps = e.op("Range", {zero, seq, one});                          // [seq]
+  const ValueId pos =  // [batch, seq]: each query's position
+      e.op("Add",
+           {e.op("Unsqueeze", {past_b, e.ints({1})}), e.op("Unsqueeze", {steps, e.ints({0})})});
+  if (attrs.get_int("do_rotary", 0)) {
+    if (in(x, 7) == kNoValue || in(x, 8) == kNoValue)
+      throw ValueError(cat(e.where(), ": do_rotary needs cos_cache and sin_cache"));
+    const auto& cs = e.graph().value(x[7]).type.shape;
+    if (!cs || cs->size() != 2 || !(*cs)[1].is_known())
+      e.unsupported("GroupQueryAttention whose cos_cache is not 2-D with a known width");
+    Attributes rot;
+    rot.set("interleaved", attrs.get_int("rotary_interleaved", 0));
+    rot.set("rotary_embedding_dim", 2 * (*cs)[1].value);
+    const ValueId ids = in(x, 9) != kNoValue ? e.op("Cast", {x[9]}, to_i64) : pos;
+    for (int i = 0; i < 2; ++i) {
+      rot.set("num_heads", i ? kv_heads : heads);
+      qkv[i] = e.op("RotaryEmbedding", {qkv[i], x[7], x[8], ids}, rot);
+    }
+  }
+  // The present caches: row j of batch b is past row j below past_b, new row j - past_b up to
+  // past_b + seq, read from Concat(past, new) with GatherElements.
+  Attributes seq_axis;
+  seq_axis.set("axis", int64_t{2});
+  const ValueId k4 = to_heads(e, qkv[1], kv_heads), v4 = to_heads(e, qkv[2], kv_heads);
+  const bool has_past = in(x, 3) != kNoValue;
+  const ValueId kc = has_past ? e.op("Concat", {x[3], k4}, seq_axis) : k4;
+  const ValueId vc = has_past ? e.op("Concat", {x[4], v4}, seq_axis) : v4;
+  const ValueId past_len = has_past ? e.dim(x[3], 2) : zero;
+  const ValueId length = e.op("Max", {total, past_len});
+  const ValueId rows = e.op("Unsqueeze", {e.op("Range", {zero, length, one}), e.ints({0})});
+  const ValueId pb = e.op("Unsqueeze", {past_b, e.ints({1})});
+  const ValueId rel = e.op("Sub", {rows, pb});
+  const ValueId last_row = e.op("Sub", {e.op("Add", {past_len, seq}), one});
+  const ValueId index =
+      e.op("Where", {e.op("Less", {rows, pb}), rows,
+                     e.op("Where", {e.op("Less", {rel, seq}), e.op("Add", {past_len, rel}),
+                                    e.op("Min", {rows, last_row})})});  // [batch, length]
+  const ValueId index4 = e.op("Unsqueeze", {index, e.ints({1, 3})});
+  auto gather = [&](ValueId cache, ValueId out) {
+    const ValueId shape = e.op("Concat",
+                               {e.op("Slice", {e.op("Shape", {cache}), e.ints({0}), e.ints({2})}),
+                                e.op("Unsqueeze", {length, e.ints({0})}),
+                                e.op("Slice", {e.op("Shape", {cache}), e.ints({3}), e.ints({4})})},
+                               [] {
+                                 Attributes a;
+                                 a.set("axis", int64_t{0});
+                                 return a;
+                               }());
+    return e.op("GatherElements", {cache, e.op("Expand", {index4, shape})}, seq_axis, out);
+  };
+  const ValueId pk = gather(kc, in(y, 1)), pv = gather(vc, in(y, 2));
+  // The mask [batch, 1, seq, length]: key j visible to query i when j <= pos and j < lens[b]
+  // (and j > pos - window).
+  const ValueId qpos = e.op("Unsqueeze", {pos, e.ints({2})});   // [batch, seq, 1]
+  const ValueId keys = e.op("Unsqueeze", {rows, e.ints({1})});  // [1, 1, length]
+  ValueId visible = e.op("And", {e.op("LessOrEqual", {keys, qpos}),
+                                 e.op("Less", {keys, e.op("Unsqueeze", {lens, e.ints({1, 2})})})});
+  if (const int64_t w = attrs.get_int("local_window_size", -1); w >= 0)
+    visible = e.op("And", {visible, e.op("Greater", {keys, e.op("Sub", {qpos, e.int_scalar(w)})})});
+  const ValueId mask =
+      e.op("Unsqueeze", {e.op("Where", {visible, e.float_scalar(0.0f),
+                                        e.float_scalar(std::numeric_limits<float>::lowest())}),
+                         e.ints({1})});
+  Attributes a;
+  if (const double scale = attrs.get_float("scale", 0.0); scale != 0.0) a.set("scale", scale);
+  if (const double cap = attrs.get_float("softcap", 0.0); cap != 0.0) a.set("softcap", cap);
+  Attributes perm;
+  perm.set("perm", std::vector<int64_t>{0, 2, 1, 3});
+  const ValueId q4 = to_heads(e, qkv[0], heads);
+  const ValueId full_mask = add(e, mask, in(x, 10));
+  e.op("Reshape",
+       {e.op("Transpose", {e.op("Attention", {q4, pk, pv, full_mask}, a)}, perm),
+        e.ints({0, 0, -1})},
+       {}, y[0]);
+}
+
 // RotaryEmbedding(input, position_ids, cos_cache, sin_cache): ONNX's RotaryEmbedding(input,
 // cos_cache, sin_cache, position_ids). A position_ids of one element is the position of the first
 // token (the rest follow it); ONNX's takes [batch, seq] positions.
@@ -604,6 +730,7 @@ constexpr Entry kContribOps[] = {
      [](Emit& e, const std::vector<ValueId>& x, const std::vector<ValueId>& y, const Attributes&) {
        gelu(e, {x[0]}, y, "none");
      }},
+    {"GroupQueryAttention", first(1), group_query_attention},
     {"MatMulNBits", first(3), mat_mul_nbits},
     {"MultiHeadAttention", first(1), multi_head_attention},
     {"QuickGelu", first(1), quick_gelu},
