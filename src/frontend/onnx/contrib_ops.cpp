@@ -67,6 +67,12 @@ class Emit {
       throw UnsupportedError(cat(where_, ": the rank of ", what, " is unknown; PyPTO needs it"));
     return static_cast<int64_t>(shape->size());
   }
+  // The shape of v as far as it is known, inferring the types of the nodes so far when v is the
+  // output of one.
+  const std::optional<Shape>& shape(ValueId v) {
+    if (!g_.value(v).type.shape) infer_types(g_);
+    return g_.value(v).type.shape;
+  }
   // The constant data of v (an initializer), or nullptr.
   const Tensor* constant(ValueId v) const { return g_.initializer(v); }
 
@@ -506,8 +512,8 @@ void multi_head_attention(Emit& e, const std::vector<ValueId>& x, const std::vec
     e.unsupported("MultiHeadAttention whose query, key and value are not all 3-D");
   std::array<ValueId, 3> qkv = {x[0], x[1], x[2]};
   if (const ValueId bias = in(x, 3); bias != kNoValue) {
-    const auto& q = e.graph().value(x[0]).type.shape;
-    const auto& v = e.graph().value(x[2]).type.shape;
+    const auto& q = e.shape(x[0]);
+    const auto& v = e.shape(x[2]);
     if (!q || !v || !q->back().is_known() || !v->back().is_known())
       e.unsupported("MultiHeadAttention's bias with query or value widths unknown");
     Attributes axis0;
@@ -561,7 +567,7 @@ void group_query_attention(Emit& e, const std::vector<ValueId>& x, const std::ve
   if (in(x, 5) == kNoValue || in(x, 6) == kNoValue)
     throw ValueError(cat(e.where(), ": seqlens_k and total_sequence_length are required"));
   std::array<ValueId, 3> qkv = {x[0], in(x, 1), in(x, 2)};
-  const auto& qshape = e.graph().value(x[0]).type.shape;
+  const auto& qshape = e.shape(x[0]);
   if (!qshape || qshape->size() != 3 || !qshape->back().is_known())
     e.unsupported("GroupQueryAttention whose query is not 3-D with a known width");
   int64_t head = qshape->back().value / heads;
@@ -590,7 +596,7 @@ void group_query_attention(Emit& e, const std::vector<ValueId>& x, const std::ve
   if (attrs.get_int("do_rotary", 0)) {
     if (in(x, 7) == kNoValue || in(x, 8) == kNoValue)
       throw ValueError(cat(e.where(), ": do_rotary needs cos_cache and sin_cache"));
-    const auto& cs = e.graph().value(x[7]).type.shape;
+    const auto& cs = e.shape(x[7]);
     if (!cs || cs->size() != 2 || !(*cs)[1].is_known())
       e.unsupported("GroupQueryAttention whose cos_cache is not 2-D with a known width");
     Attributes rot;
