@@ -18,7 +18,6 @@ KernelRegistry& KernelRegistry::global() {
     register_generate_kernels(*r);
     register_resize_kernels(*r);
     register_recurrent_kernels(*r);
-    register_rotary_kernels(*r);
     register_topk_kernels(*r);
     register_grid_sample_kernels(*r);
     return r;
