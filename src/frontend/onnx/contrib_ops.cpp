@@ -58,20 +58,17 @@ class Emit {
     return op("Squeeze", {op("Shape", {v}, a), ints({0})});
   }
 
-  // The rank of v: from its type, after inferring the types of the nodes so far when v is the
-  // output of one (the importer infers the whole graph only at the end).
-  int64_t rank(ValueId v, const std::string& what) {
-    if (!g_.value(v).type.shape) infer_types(g_);
-    const auto& shape = g_.value(v).type.shape;
-    if (!shape)
-      throw UnsupportedError(cat(where_, ": the rank of ", what, " is unknown; PyPTO needs it"));
-    return static_cast<int64_t>(shape->size());
-  }
   // The shape of v as far as it is known, inferring the types of the nodes so far when v is the
-  // output of one.
+  // output of one (the importer infers the whole graph only at the end).
   const std::optional<Shape>& shape(ValueId v) {
     if (!g_.value(v).type.shape) infer_types(g_);
     return g_.value(v).type.shape;
+  }
+  int64_t rank(ValueId v, const std::string& what) {
+    const auto& s = shape(v);
+    if (!s)
+      throw UnsupportedError(cat(where_, ": the rank of ", what, " is unknown; PyPTO needs it"));
+    return static_cast<int64_t>(s->size());
   }
   // The constant data of v (an initializer), or nullptr.
   const Tensor* constant(ValueId v) const { return g_.initializer(v); }
