@@ -150,7 +150,9 @@ TEST(CpuReduce, IntegerSumProductMaxMin) {
     for (int64_t i = 0; i < x.numel(); ++i) {
       const int64_t v = std::lround(base.data<float>()[i] * 9);
       if (dt == DType::kI64)
-        x.data<int64_t>()[i] = i % 11 == 0 ? v * 4000000000000000000LL : v;  // wraps
+        x.data<int64_t>()[i] =  // every 11th near the int64 limits: sums and products wrap
+            i % 11 == 0 ? static_cast<int64_t>(static_cast<uint64_t>(v) * 4000000000000000000ULL)
+                        : v;
       else
         x.data<int32_t>()[i] = static_cast<int32_t>(i % 11 == 0 ? v * 900000000 : v);
     }
