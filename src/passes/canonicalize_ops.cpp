@@ -13,6 +13,7 @@
 //   Squeeze/Unsqueeze/Reduce*{axes} -> axes as a constant input  exact
 //   MatMul(Expand(a), b) -> MatMul(a, b) when the Expand only grows batch dimensions that
 //                           MatMul broadcasts itself (what the torch frontend does for bmm)
+//   Conv(Pad(x))         -> Conv(x){pads + the Pad's}: zeros on spatial axes    exact
 // Floating types only for the arithmetic rules; constants are scalars unless stated.
 #include <cmath>
 #include <limits>
@@ -222,6 +223,54 @@ bool matmul_expand(Rewrite& rw, size_t i, const PassContext&) {
   return false;
 }
 
+// Conv(Pad(x)): a constant-mode Pad by zeros on the spatial axes only (tf2onnx writes one before
+// each stride-2 conv, as TensorFlow pads "SAME" asymmetrically) becomes the conv's own padding,
+// which the conv kernels apply without a copy of the input. The Pad must have no other reader and
+// the conv no auto_pad; pads of either sign combine only when every result is >= 0.
+bool pad_into_conv(Rewrite& rw, size_t i, const PassContext&) {
+  const Node& n = node_at(rw, i);
+  if (n.op != "Conv" || n.inputs.empty() || n.attrs.get_string("auto_pad", "NOTSET") != "NOTSET")
+    return false;
+  Graph& g = rw.graph();
+  const ValueId padded = n.inputs[0];
+  const Node* p = producer(g, padded);
+  if (!p || p->op != "Pad" || p->inputs.empty() || rw.uses()[padded] != 1 || g.is_output(padded))
+    return false;
+  if (p->attrs.get_string("mode", "constant") != "constant") return false;
+  std::vector<int64_t> pads;
+  const bool inputs = p->opset == 0 || p->opset >= 11;
+  if (inputs) {
+    if (p->inputs.size() < 2 || p->inputs.size() > 3) return false;  // no axes input (opset 18)
+    const Tensor* t = constant(g, p->inputs[1]);
+    if (!t || t->dtype() != DType::kI64 || t->rank() != 1) return false;
+    pads.assign(t->data<int64_t>(), t->data<int64_t>() + t->numel());
+    if (p->inputs.size() == 3 && p->inputs[2] != kNoValue) {
+      const std::optional<double> v = scalar_constant(g, p->inputs[2]);
+      if (!v || *v != 0.0) return false;
+    }
+  } else {
+    pads = p->attrs.get_ints("pads", {});
+    if (p->attrs.get_float("value", 0.0) != 0.0) return false;
+  }
+  const auto& shape = g.value(p->inputs[0]).type.shape;
+  if (!shape || shape->size() < 3 || pads.size() != 2 * shape->size()) return false;
+  const size_t rank = shape->size(), spatial = rank - 2;
+  if (pads[0] || pads[1] || pads[rank] || pads[rank + 1]) return false;  // batch and channels
+  std::vector<int64_t> conv = n.attrs.get_ints("pads", std::vector<int64_t>(2 * spatial, 0));
+  if (conv.size() != 2 * spatial) return false;
+  for (size_t k = 0; k < spatial; ++k) {
+    conv[k] += pads[2 + k];
+    conv[spatial + k] += pads[rank + 2 + k];
+    if (conv[k] < 0 || conv[spatial + k] < 0) return false;
+  }
+  const size_t pad_at = static_cast<size_t>(g.value(padded).producer);
+  Node& m = g.mutable_nodes()[i];
+  m.inputs[0] = p->inputs[0];
+  m.attrs.set("pads", conv);
+  rw.remove(pad_at);
+  return true;
+}
+
 Graph canonicalize_ops(Graph g, const PassContext& ctx) {
   apply_rules(g,
               {{nullptr, pow_chain},
@@ -230,7 +279,8 @@ Graph canonicalize_ops(Graph g, const PassContext& ctx) {
                {"CanonicalizeOps/DivPowerOfTwo", div_power_of_two},
                {"CanonicalizeOps/ClipAttributes", clip_attributes},
                {"CanonicalizeOps/AxesAttribute", axes_attribute},
-               {"CanonicalizeOps/MatMulExpand", matmul_expand}},
+               {"CanonicalizeOps/MatMulExpand", matmul_expand},
+               {"CanonicalizeOps/PadIntoConv", pad_into_conv}},
               ctx);
   return g;
 }
@@ -240,7 +290,8 @@ Graph canonicalize_ops(Graph g, const PassContext& ctx) {
 void register_canonicalize_ops(PassRegistry& r) {
   r.add({"CanonicalizeOps", canonicalize_ops,
          "one form per computation: Pow by small integers as Mul, Sub/Div by constants as "
-         "Add/Mul, attribute operands as inputs, broadcasts MatMul does itself removed"});
+         "Add/Mul, attribute operands as inputs, broadcasts MatMul does itself removed, zero "
+         "Pads before a Conv made its padding"});
 }
 
 }  // namespace pto::passes

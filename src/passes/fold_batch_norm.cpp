@@ -1,6 +1,9 @@
 // FoldBatchNorm: an inference BatchNormalization whose input is the single-use output of a layer
-// with constant weights becomes part of that layer's weights. With s = gamma / sqrt(var + eps)
-// per channel c, BN(y) = s * (y - mean) + beta, and y is linear in the weight, so
+// with constant weights becomes part of that layer's weights; so does a Mul or Add of that output
+// of a Conv or ConvTranspose by a constant that varies only along the channel axis (tf2onnx's
+// depthwise batch norms, biases left as Adds), read as the BN with that scale or shift. With s =
+// gamma / sqrt(var + eps) per channel c, BN(y) = s * (y - mean) + beta, and y is linear in the
+// weight, so
 //   Conv          W[c, ...] *= s[c]                      (W: [Cout, Cin/g, k...])
 //   ConvTranspose W[ic, j, ...] *= s[c(ic, j)]           (W: [Cin, Cout/g, k...], c = group of ic
 //                                                         * Cout/g + j)
@@ -144,15 +147,59 @@ bool fold_into_gemm(Rewrite& rw, size_t layer, const BnAffine& a) {
   return true;
 }
 
+// A Mul or Add of a conv's output x ([N, C, ...]) and a constant that varies at most along the
+// channel axis, as the per-channel affine map BN folding applies: Mul scales (scale c, shift 0),
+// Add shifts (scale 1, shift c). tf2onnx writes a depthwise conv's batch norm as such a Mul, and
+// exporters leave biases as Adds.
+std::optional<BnAffine> channel_affine(const Graph& g, const Node& n, ValueId x, bool conv) {
+  if (n.inputs.size() != 2 || n.outputs.size() != 1) return {};
+  const ValueId other = n.inputs[0] == x ? n.inputs[1] : n.inputs[0];
+  const Tensor* c = constant(g, other);
+  const auto& shape = g.value(x).type.shape;
+  if (!c || !is_floating(c->dtype()) || !shape || shape->size() < 2) return {};
+  const int64_t rank = static_cast<int64_t>(shape->size()), axis = conv ? 1 : rank - 1;
+  const Dim& channels = (*shape)[static_cast<size_t>(axis)];
+  if (!channels.is_known() || c->rank() > rank || !conv) return {};
+  const int64_t C = channels.value;
+  int64_t per_channel = 1;  // the constant's size along the channel axis (1 or C)
+  for (int64_t k = 0; k < c->rank(); ++k) {
+    const int64_t at = rank - c->rank() + k, d = c->dim(k);
+    if (at == axis && (d == C || d == 1))
+      per_channel = d;
+    else if (d != 1)
+      return {};
+  }
+  const std::vector<double> v = to_doubles(*c);
+  BnAffine a;
+  a.scale.assign(static_cast<size_t>(C), 1.0);
+  a.shift.assign(static_cast<size_t>(C), 0.0);
+  a.mean.assign(static_cast<size_t>(C), 0.0);
+  for (int64_t k = 0; k < C; ++k)
+    (n.op == "Mul" ? a.scale : a.shift)[static_cast<size_t>(k)] =
+        v[static_cast<size_t>(per_channel == 1 ? 0 : k)];
+  return a;
+}
+
 bool fold(Rewrite& rw, size_t i, const PassContext& ctx) {
   Graph& g = rw.graph();
   const Node& bn = g.nodes()[i];
-  if (bn.op != "BatchNormalization") return false;
-  const ValueId x = bn.inputs.empty() ? kNoValue : bn.inputs[0];
+  const bool affine = bn.op == "Mul" || bn.op == "Add";
+  if (bn.op != "BatchNormalization" && !affine) return false;
+  auto is_conv = [&](ValueId v) {
+    const Node* q = producer(g, v);
+    return q && (q->op == "Conv" || q->op == "ConvTranspose");
+  };
+  ValueId x = bn.inputs.empty() ? kNoValue : bn.inputs[0];
+  if (affine) {  // Mul and Add fold into convolutions only (a MatMul + Add is a GEMM epilogue)
+    if (bn.inputs.size() != 2) return false;
+    if (!is_conv(x)) x = bn.inputs[1];
+    if (!is_conv(x)) return false;
+  }
   const Node* p = producer(g, x);
   if (!p || p->outputs.empty() || p->outputs[0] != x) return false;
   if (rw.uses()[x] != 1 || g.is_output(x)) return false;
-  auto a = bn_affine(g, bn);
+  const bool conv = p->op == "Conv" || p->op == "ConvTranspose";
+  auto a = affine ? channel_affine(g, bn, x, conv) : bn_affine(g, bn);
   if (!a) return false;
   const size_t layer = static_cast<size_t>(g.value(x).producer);
   const std::string op = p->op;
@@ -164,7 +211,7 @@ bool fold(Rewrite& rw, size_t i, const PassContext& ctx) {
   if (!done) return false;
   rw.move_output(layer, 0, g.nodes()[i].outputs[0]);
   rw.remove(i);
-  ctx.note("FoldBatchNorm/" + op);
+  ctx.note(cat("FoldBatchNorm/", affine ? g.nodes()[i].op + "Into" : "", op));
   return true;
 }
 
@@ -177,8 +224,8 @@ Graph fold_batch_norm(Graph g, const PassContext& ctx) {
 
 void register_fold_batch_norm(PassRegistry& r) {
   r.add({"FoldBatchNorm", fold_batch_norm,
-         "folds an inference BatchNormalization into the constant weights of the Conv, "
-         "ConvTranspose, Gemm or MatMul before it"});
+         "folds an inference BatchNormalization, or a Mul or Add by a per-channel constant, into "
+         "the constant weights of the Conv, ConvTranspose, Gemm or MatMul before it"});
 }
 
 }  // namespace pto::passes

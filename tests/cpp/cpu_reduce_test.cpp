@@ -131,11 +131,49 @@ TEST(CpuReduce, NaNAndInfinities) {
 }
 
 TEST(CpuReduce, DeclinesOtherDtypes) {
-  NodeCase c{"ReduceSum", {Tensor::from_vector<int32_t>({1, 2, 3}, {3})}};
+  NodeCase c{"ReduceMean", {Tensor::from_vector<int32_t>({1, 2, 3}, {3})}};  // truncating mean
   expect_matches(c, {}, {}, "reference");
+  NodeCase i8{"ReduceSum", {Tensor::from_vector<int8_t>({1, 2, 3}, {3})}};
+  expect_matches(i8, {}, {}, "reference");
   NodeCase axes32{"ReduceMax", {random_f32({2, 3}, 1), Tensor::from_vector<int32_t>({1}, {1})}};
   axes32.constant = {false, true};
   expect_matches(axes32, {}, {}, "reference");  // int32 axes: left to the reference
+}
+
+// int32 and int64 sums, products, max and min (Hugging Face models sum their attention masks):
+// every axis subset of a 3-D shape (two apart: the reference at run time), keepdims, an empty
+// reduced axis (the identities), sums and products that wrap modulo 2^bits as the reference's.
+TEST(CpuReduce, IntegerSumProductMaxMin) {
+  const Tensor base = random_f32({3, 5, 7}, 91);
+  for (DType dt : {DType::kI64, DType::kI32}) {
+    Tensor x = Tensor::empty(dt, base.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const int64_t v = std::lround(base.data<float>()[i] * 9);
+      if (dt == DType::kI64)
+        x.data<int64_t>()[i] =  // every 11th near the int64 limits: sums and products wrap
+            i % 11 == 0 ? static_cast<int64_t>(static_cast<uint64_t>(v) * 4000000000000000000ULL)
+                        : v;
+      else
+        x.data<int32_t>()[i] = static_cast<int32_t>(i % 11 == 0 ? v * 900000000 : v);
+    }
+    for (const char* op : {"ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin"})
+      for (const std::vector<int64_t>& axes :
+           {std::vector<int64_t>{0}, {1}, {2}, {0, 1}, {1, 2}, {-1}, {}, {0, 2}})
+        for (int64_t keepdims : {0, 1}) {
+          NodeCase c{op, {x, ints(axes)}};
+          c.constant = {false, true};
+          c.attrs.set("keepdims", keepdims);
+          const bool apart = axes == std::vector<int64_t>{0, 2};
+          SCOPED_TRACE(apart ? "axes apart" : "one run of axes");
+          expect_matches(c, {});  // exact: integers
+        }
+    NodeCase empty{"ReduceSum", {Tensor::empty(dt, {2, 0, 3}), ints({1})}};
+    empty.constant = {false, true};
+    for (const char* op : {"ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin"}) {
+      empty.op = op;
+      expect_matches(empty, {});
+    }
+  }
 }
 
 TEST(CpuReduce, BadAxesRaiseLikeTheReference) {

@@ -186,10 +186,34 @@ TEST(OnnxImport, NonDefaultDomain) {
   o->set_domain("com.microsoft");
   o->set_version(1);
   mb.input("x", TP::FLOAT, {int64_t{2}});
+  mb.node("DecoderMaskedMultiHeadAttention", {"x", "x", "x"}, {"y"}, "dmmha")
+      .set_domain("com.microsoft");
+  mb.output("y");
+  expect_error<UnsupportedError>(
+      [&] { load_bytes(mb.bytes()); },
+      {"model.onnx", "com.microsoft", "dmmha", "[DecoderMaskedMultiHeadAttention]", "contrib op"});
+}
+
+// A contrib op the importer reads (contrib_ops.h) becomes the standard op it stands for.
+TEST(OnnxImport, ContribGeluIsTheStandardGelu) {
+  ModelBuilder mb;
+  auto* o = mb.model().add_opset_import();
+  o->set_domain("com.microsoft");
+  o->set_version(1);
+  mb.input("x", TP::FLOAT, {int64_t{5}});
   mb.node("Gelu", {"x"}, {"y"}, "gelu_ms").set_domain("com.microsoft");
   mb.output("y");
-  expect_error<UnsupportedError>([&] { load_bytes(mb.bytes()); },
-                                 {"model.onnx", "com.microsoft", "gelu_ms", "[Gelu]"});
+  const Graph g = load_bytes(mb.bytes());
+  ASSERT_EQ(g.nodes().size(), 1u);
+  EXPECT_EQ(g.nodes()[0].op, "Gelu");
+  EXPECT_EQ(g.nodes()[0].domain, "");
+  EXPECT_EQ(g.nodes()[0].attr_string("approximate"), "none");
+  const Tensor x = Tensor::from_vector(std::vector<float>{-3.0f, -1.0f, 0.0f, 0.5f, 2.0f}, {5});
+  const Tensor y = reference::run(g, {x})[0];
+  for (int64_t i = 0; i < 5; ++i) {
+    const double v = x.data<float>()[i];
+    EXPECT_NEAR(y.data<float>()[i], 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))), 1e-6);
+  }
 }
 
 TEST(OnnxImport, InputNotDefined) {

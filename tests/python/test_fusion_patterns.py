@@ -202,7 +202,9 @@ CONV_RULES = {
     "Conv+HardSwish": "Conv+HardSwish",
     "Depthwise Conv+BN+ReLU6": "Conv+Clip",
     "Conv, (y+x)*0.5, x*sigmoid(x) (spelled out)": "Conv+Elementwise",
-    "Conv, y*scale+shift, HardSwish (spelled out)": "Conv+Elementwise",
+    # the per-channel scale and shift fold into the conv's weights and bias (FoldBatchNorm reads
+    # them as a BN), leaving the HardSwish epilogue
+    "Conv, y*scale+shift, HardSwish (spelled out)": "Conv+HardSwish",
 }
 
 

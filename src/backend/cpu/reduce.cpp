@@ -1,7 +1,9 @@
-// CPU kernels for the Reduce* family and ArgMax/ArgMin on float32 (other dtypes go to the
-// reference). A reduction drops size-1 axes, merges neighbouring axes of one kind and folds x as
-// [outer, reduce, inner]; reduced axes that are not adjacent are first gathered to the end with a
-// copy. Finishing steps (mean's division, L2's sqrt, the logs) run on the folded outputs.
+// CPU kernels for the Reduce* family and ArgMax/ArgMin on float32, and ReduceSum / Prod / Max /
+// Min on int32 and int64 (the attention masks' sums of Hugging Face models; other dtypes go to
+// the reference). A reduction drops size-1 axes, merges neighbouring axes of one kind and folds x
+// as [outer, reduce, inner]; reduced axes that are not adjacent are first gathered to the end with
+// a copy. Finishing steps (mean's division, L2's sqrt, the logs) run on the folded outputs.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -164,39 +166,95 @@ Tensor move_reduced_last(const Tensor& x, const Dims& sizes, const std::vector<b
   return out;
 }
 
+// x's axes with size-1 axes dropped and neighbours of one kind (reduced or kept) merged.
+struct MergedAxes {
+  Dims sizes;
+  std::vector<bool> reduced;
+  int runs = 0;  // how many runs of reduced axes
+};
+
+MergedAxes merge_axes(const Tensor& x, const std::vector<bool>& reduced) {
+  MergedAxes m;
+  for (int64_t k = 0; k < x.rank(); ++k) {
+    if (x.dim(k) == 1) continue;
+    if (!m.reduced.empty() && m.reduced.back() == reduced[k]) {
+      m.sizes.back() *= x.dim(k);
+    } else {
+      m.sizes.push_back(x.dim(k));
+      m.reduced.push_back(reduced[k]);
+      m.runs += reduced[k];
+    }
+  }
+  return m;
+}
+
+// [outer, reduce, inner] of merged axes with at most one run of reduced axes.
+void split_at_run(const MergedAxes& m, int64_t& outer, int64_t& reduce, int64_t& inner) {
+  outer = reduce = inner = 1;
+  if (m.runs == 0) {  // only size-1 axes reduced: each element alone
+    for (int64_t d : m.sizes) outer *= d;
+    return;
+  }
+  bool seen = false;
+  for (size_t k = 0; k < m.sizes.size(); ++k) {
+    int64_t& part = m.reduced[k] ? reduce : seen ? inner : outer;
+    part *= m.sizes[k];
+    seen = seen || m.reduced[k];
+  }
+}
+
 Folded fold_view(const Tensor& x, const std::vector<bool>& reduced) {
   Folded f;
   f.data = x.data<float>();
-  Dims sizes;  // size-1 axes dropped, neighbours of one kind merged
-  std::vector<bool> kind;
-  for (int64_t k = 0; k < x.rank(); ++k) {
-    if (x.dim(k) == 1) continue;
-    if (!kind.empty() && kind.back() == reduced[k]) {
-      sizes.back() *= x.dim(k);
-    } else {
-      sizes.push_back(x.dim(k));
-      kind.push_back(reduced[k]);
-    }
-  }
-  int runs = 0;
-  for (bool r : kind) runs += r;
-  if (runs == 0) {  // only size-1 axes reduced: each element alone
-    f.outer = x.numel();
-    return f;
-  }
-  if (runs > 1) {
-    f.copy = move_reduced_last(x, sizes, kind);
+  const MergedAxes m = merge_axes(x, reduced);
+  if (m.runs > 1) {
+    f.copy = move_reduced_last(x, m.sizes, m.reduced);
     f.data = f.copy.data<float>();
-    for (size_t k = 0; k < sizes.size(); ++k) (kind[k] ? f.reduce : f.outer) *= sizes[k];
+    for (size_t k = 0; k < m.sizes.size(); ++k) (m.reduced[k] ? f.reduce : f.outer) *= m.sizes[k];
     return f;
   }
-  bool seen = false;
-  for (size_t k = 0; k < sizes.size(); ++k) {
-    int64_t& part = kind[k] ? f.reduce : seen ? f.inner : f.outer;
-    part *= sizes[k];
-    seen = seen || kind[k];
-  }
+  split_at_run(m, f.outer, f.reduce, f.inner);
   return f;
+}
+
+// Sum, product (both wrapping modulo 2^bits, as the reference and numpy do), max and min of an
+// integer x as [outer, reduce, inner], row by row so that x streams.
+template <class T>
+void fold_integers(Reduce op, const T* x, int64_t outer, int64_t reduce, int64_t inner, T* y) {
+  using U = std::make_unsigned_t<T>;
+  const T start = op == Reduce::kProd  ? T{1}
+                  : op == Reduce::kMax ? std::numeric_limits<T>::lowest()
+                  : op == Reduce::kMin ? std::numeric_limits<T>::max()
+                                       : T{0};
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, reduce * inner));
+  parallel_for(0, outer, grain, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      T* yo = y + o * inner;
+      std::fill(yo, yo + inner, start);
+      for (int64_t r = 0; r < reduce; ++r) {
+        const T* xr = x + (o * reduce + r) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          switch (op) {
+            case Reduce::kSum:
+              yo[i] = static_cast<T>(static_cast<U>(yo[i]) + static_cast<U>(xr[i]));
+              break;
+            case Reduce::kProd:
+              yo[i] = static_cast<T>(static_cast<U>(yo[i]) * static_cast<U>(xr[i]));
+              break;
+            case Reduce::kMax:
+              yo[i] = std::max(yo[i], xr[i]);
+              break;
+            default:
+              yo[i] = std::min(yo[i], xr[i]);
+          }
+        }
+      }
+    }
+  });
+}
+
+bool integer_fold(Reduce op) {
+  return op == Reduce::kSum || op == Reduce::kProd || op == Reduce::kMax || op == Reduce::kMin;
 }
 
 std::vector<Tensor> run_reduce(const KernelContext& c, Reduce op) {
@@ -210,6 +268,21 @@ std::vector<Tensor> run_reduce(const KernelContext& c, Reduce op) {
   for (int64_t k = 0; k < x.rank(); ++k) {
     if (!reduced[k]) out_numel *= x.dim(k);
     if (!reduced[k] || keepdims) out_shape.push_back(reduced[k] ? 1 : x.dim(k));
+  }
+  if (x.dtype() != DType::kF32) {  // int32 / int64 sums, products, max and min
+    Tensor y = Tensor::empty(x.dtype(), std::move(out_shape));
+    if (out_numel == 0) return one(std::move(y));
+    const MergedAxes m = merge_axes(x, reduced);
+    if (m.runs > 1) return run_reference(c);  // reduced axes apart: rare for integers
+    int64_t outer, reduce, inner;
+    split_at_run(m, outer, reduce, inner);
+    if (x.numel() == 0) outer = out_numel, reduce = 0, inner = 1;
+    const Tensor xc = x.contiguous();
+    dispatch(x.dtype(), kIntTypes, c.where(), [&]<class T>() {
+      if constexpr (std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>)
+        fold_integers(op, xc.data<T>(), outer, reduce, inner, y.data<T>());
+    });
+    return one(std::move(y));
   }
   Tensor y = Tensor::empty(DType::kF32, std::move(out_shape));
   if (out_numel == 0) return one(std::move(y));
@@ -253,9 +326,10 @@ std::vector<Tensor> run_reduce(const KernelContext& c, Reduce op) {
   return one(std::move(y));
 }
 
-bool accepts_reduce(const NodeInfo& n) {
-  const DType axes = n.dtype(1);
-  return n.dtype(0) == DType::kF32 && (axes == DType::kUndefined || axes == DType::kI64);
+bool accepts_reduce(const NodeInfo& n, Reduce op) {
+  const DType x = n.dtype(0), axes = n.dtype(1);
+  const bool ints = (x == DType::kI32 || x == DType::kI64) && integer_fold(op);
+  return (x == DType::kF32 || ints) && (axes == DType::kUndefined || axes == DType::kI64);
 }
 
 // ArgMax / ArgMin along `axis` with the reference's rules: NaN is the extreme (the first one, or
@@ -339,9 +413,10 @@ void register_reduce_kernels(KernelRegistry& r) {
                                                 {"ReduceLogSumExp", Reduce::kLogSumExp},
                                                 {"ReduceSumSquare", Reduce::kSumSquare}};
   for (const auto& [name, op] : ops)
-    r.add(name, {.accepts = accepts_reduce,
+    r.add(name, {.accepts = [op](const NodeInfo& n) { return accepts_reduce(n, op); },
                  .prepare = prepare_reduce,
-                 .run = [op](const KernelContext& c) { return run_reduce(c, op); }});
+                 .run = [op](const KernelContext& c) { return run_reduce(c, op); },
+                 .reference_at_run_time = integer_fold(op)});
   for (bool is_max : {true, false})
     r.add(is_max ? "ArgMax" : "ArgMin",
           {.accepts = accepts_arg,

@@ -328,6 +328,48 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp, int opset,
       ap->set_type(::onnx::AttributeProto::INT);
       ap->set_i(-1);
     }
+    // A mask with one row for every query ([batch, 1, 1, keys]: a padding mask) is ONNX
+    // (broadcast to [batch, heads, queries, keys]) and PyPTO's kernels read it as is, but
+    // onnxruntime's Attention wants the query axis of the mask to be Q's sequence length when Q
+    // is 3-D ([batch, seq, hidden]): the file expands the mask's rows to it there.
+    if (n.domain.empty() && n.op == "Attention" && n.inputs.size() > 3 && n.inputs[3] != kNoValue) {
+      const auto& mask = g.value(n.inputs[3]).type.shape;
+      const auto& q = g.value(n.inputs[0]).type.shape;
+      const int64_t q_rank = q ? static_cast<int64_t>(q->size()) : 0;
+      const bool packed_q = packed_qkv || q_rank == 3;
+      const Dim* q_seq = !q ? nullptr : packed_q ? &(*q)[1] : q_rank == 4 ? &(*q)[2] : nullptr;
+      if (packed_q && mask && mask->size() >= 2 && (*mask)[mask->size() - 2] == Dim(1) && q_seq &&
+          !(*q_seq == Dim(1))) {
+        const std::string base = cat(n.name.empty() ? "attention" : n.name, "/mask_rows");
+        auto fresh = [&](std::string name) {
+          while (!taken.insert(name).second) name += "_";
+          return name;
+        };
+        auto node = [&](const std::string& op, std::vector<std::string> ins,
+                        std::vector<std::pair<std::string, int64_t>> ints) {
+          auto* p = gp.add_node();
+          p->set_op_type(op);
+          p->set_name(fresh(cat(base, "/", op)));
+          for (const std::string& i : ins) p->add_input(i);
+          const std::string out = fresh(cat(base, "/", op));
+          p->add_output(out);
+          for (const auto& [key, v] : ints) {
+            auto* a = p->add_attribute();
+            a->set_name(key);
+            a->set_type(::onnx::AttributeProto::INT);
+            a->set_i(v);
+          }
+          return out;
+        };
+        const int64_t seq_axis = packed_q ? 1 : 2;
+        const std::string seq =
+            node("Shape", {inputs[0]}, {{"start", seq_axis}, {"end", seq_axis + 1}});
+        const std::string lead = node("Shape", {inputs[3]}, {{"end", -2}});
+        const std::string last = node("Shape", {inputs[3]}, {{"start", -1}});
+        const std::string shape = node("Concat", {lead, seq, last}, {{"axis", 0}});
+        inputs[3] = node("Expand", {inputs[3], shape}, {});
+      }
+    }
     const std::string moved = attribute_made_input(n, opset);
     if (!moved.empty())
       inputs.push_back(

@@ -10,6 +10,8 @@
 
 #include <google/protobuf/unknown_field_set.h>
 
+#include "contrib_ops.h"
+#include "functions.h"
 #include "ir/ops/qlinear_ops.h"
 #include "proto_util.h"
 #include "pto/log.h"
@@ -29,8 +31,6 @@ bool is_default_domain(const std::string& d) {
 // qlinear_ops.h lists those it does).
 std::string unsupported_domain_hint(const std::string& domain, const std::string& op) {
   if (domain != "com.microsoft") return "";
-  if (op == "MatMulNBits")
-    return " (MatMulNBits: 2..8-bit weight-only quantized MatMul; PyPTO has no 4-bit kernels)";
   if (op == "QAttention" || op == "QEmbedLayerNormalization")
     return cat(" (", op,
                ": what quantize_dynamic writes for a model onnxruntime.transformers.optimizer "
@@ -340,7 +340,8 @@ struct Converter {
     std::string name = np.name().empty() ? cat(np.op_type(), "_", i) : np.name();
     std::string where = cat(src, ": [", np.op_type(), "] node '", name, "'");
     const bool contrib = np.domain() == "com.microsoft" && qlinear::is_contrib_op(np.op_type());
-    if (!is_default_domain(np.domain()) && !contrib)
+    const bool expanded = is_expanded_contrib_op(np.domain(), np.op_type());
+    if (!is_default_domain(np.domain()) && !contrib && !expanded)
       throw UnsupportedError(cat(where, ": operator domain '", np.domain(), "' is not supported",
                                  unsupported_domain_hint(np.domain(), np.op_type())));
     if (np.op_type().empty()) throw ValueError(cat(where, ": node has no op_type"));
@@ -402,6 +403,10 @@ struct Converter {
       }
       attrs.set(a.name(), attribute_from_proto(a, base_dir, where));
     }
+    if (expanded) {  // `where` names the file already
+      expand_contrib_op(g, np.op_type(), inputs, outputs, attrs, name, where);
+      return;
+    }
     try {
       Node& n =
           g.add_node(np.op_type(), std::move(inputs), std::move(outputs), std::move(attrs), name);
@@ -417,6 +422,7 @@ struct Converter {
 
 Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::string& src) {
   Converter c{base_dir, src, default_opset(m, src), {}};
+  inline_functions(m, src);
   Graph g;
   c.convert_graph(*m.mutable_graph(), g, {});
   c.guesses.report(src);
