@@ -313,22 +313,13 @@ def vi(name, t, shape):
 
 def test_unsupported_low_precision_models_are_rejected_with_the_node_and_type(tmp_path):
     # int4, float8 and float4 are storage dtypes (tests/python/test_storage_dtypes.py); float6
-    # and onnxruntime's 4-bit MatMulNBits are not supported.
+    # is not supported. (onnxruntime's 4-bit MatMulNBits is read: tests/python/test_contrib_ops.py.)
     cases = {}
     cases["float6 input"] = (save(
         tmp_path / "fp6_in.onnx",
         [helper.make_node("Cast", ["x6"], ["y"], to=TensorProto.FLOAT, name="from_fp6")],
         [vi("x6", TensorProto.FLOAT6E2M3, [2, 4])], [vi("y", TensorProto.FLOAT, [2, 4])]),
         ["input 'x6'", "FLOAT6E2M3"])
-    # onnxruntime's 4-bit weight-only MatMul.
-    packed = numpy_helper.from_array(np.zeros((8, 1, 2), np.uint8), "b4")
-    scales = numpy_helper.from_array(np.ones(8, np.float32), "scales")
-    cases["MatMulNBits"] = (save(
-        tmp_path / "nbits.onnx",
-        [helper.make_node("MatMulNBits", ["x", "b4", "scales"], ["y"], domain="com.microsoft",
-                          K=4, N=8, bits=4, block_size=16, name="mm4")],
-        [vi("x", TensorProto.FLOAT, [2, 4])], [vi("y", TensorProto.FLOAT, [2, 8])],
-        [packed, scales], domains=["com.microsoft"]), ["[MatMulNBits] node 'mm4'", "4-bit"])
     for what, (path, names) in cases.items():
         with pytest.raises((ValueError, NotImplementedError)) as e:
             pypto.onnx.load(path)
