@@ -286,6 +286,8 @@ class Lowering {
     if (op == "HardSigmoid")
       return unary(kHardSigmoid, float_in(n, 0), attr(n, "alpha", 0.2f), attr(n, "beta", 0.5f));
     if (op == "Swish") return unary(kSwish, float_in(n, 0), attr(n, "alpha", 1.0f));
+    if (op == "Shrink")
+      return unary(kShrink, float_in(n, 0), attr(n, "lambd", 0.5f), attr(n, "bias", 0.0f));
     if (op == "Gelu") {
       std::string form = n.attrs.get_string("approximate", "none");
       if (form != "none" && form != "tanh") return std::nullopt;

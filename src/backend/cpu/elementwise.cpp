@@ -338,6 +338,21 @@ void register_unary(KernelRegistry& r) {
           return UnaryParams{attr(a, "alpha"), attr(a, "beta")};
         }));
   r.add("Swish", unary_kernel(kSwish, [](const Node& a) { return UnaryParams{attr(a, "alpha")}; }));
+  r.add("Shrink", unary_kernel(kShrink, [](const Node& a) {
+          return UnaryParams{attr(a, "lambd"), attr(a, "bias")};
+        }));
+  // Trigonometric and hyperbolic functions without a vector form: the C library's float
+  // functions element by element (within an ulp of the reference's double ones).
+  for (auto [name, f] : {std::pair<const char*, float (*)(float)>{"Tan", std::tan},
+                         {"Asin", std::asin},
+                         {"Acos", std::acos},
+                         {"Atan", std::atan},
+                         {"Sinh", std::sinh},
+                         {"Cosh", std::cosh},
+                         {"Asinh", std::asinh},
+                         {"Acosh", std::acosh},
+                         {"Atanh", std::atanh}})
+    r.add(name, with_typed_unary<float>({}, f));
   r.add("Gelu", {.accepts =
                      [](const NodeInfo& info) {
                        return info.inputs.size() == 1 && info.dtype(0) == DType::kF32 &&

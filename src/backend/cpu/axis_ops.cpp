@@ -1,0 +1,333 @@
+// CPU kernels for the less common normalizations and per-axis ops that real ONNX files still
+// carry: MeanVarianceNormalization (speech front ends), LpNormalization (embedding heads), LRN
+// (AlexNet/GoogLeNet-era CNNs), Hardmax and Trilu (masks). float32 (Trilu: every dtype); each
+// mirrors the reference kernel's formula (src/reference/ops/norm.cpp, softmax.cpp, generate.cpp)
+// and leaves what it does not cover (other dtypes, legacy attributes, bad axes: their errors) to
+// the reference kernel.
+//
+//   MVN      (x - mean) / (sqrt(var) + 1e-9) per group of the kept axes (ONNX's function body;
+//            onnxruntime 1.32 divides by sqrt(var) alone, so a constant group is NaN there and 0
+//            here). The input viewed as [A, G, B] (A and B reduced, G kept): each group's
+//            chunks' moments (the LayerNormalization kernels' shifted ones) combined in double,
+//            then one normalizing pass; other axis sets are packed to [kept, reduced] first.
+//   LpNorm   the p-norm along the axis by the ReduceL1/ReduceSumSquare folds, then x / norm (a
+//            zero norm gives zeros, as in onnxruntime).
+//   LRN      per channel plane, the window's squares summed in float, then x * s^-beta (beta 0.75:
+//            two square roots; else std::pow).
+//   Hardmax  one-hot of the first maximum along the axis; a row whose first element is NaN is all
+//            zeros and other NaNs are skipped (onnxruntime's rule: its running max stays NaN).
+//   Trilu    rows copied as bytes, the rest zeroed, rows spread over threads.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kernel.h"
+#include "backend/cpu/movement/strided_copy.h"
+#include "backend/cpu/reduce_kernels.h"
+#include "ir/ops/op_params.h"
+#include "pto/parallel.h"
+
+namespace pto::cpu {
+namespace {
+
+bool f32_in_out(const NodeInfo& n) {
+  return n.dtype(0) == DType::kF32 && n.outputs.size() == 1;
+}
+
+// ---- MeanVarianceNormalization ----
+
+// Normalizes groups [g0, g1) of x viewed as [A, G, B] (reduce A and B) into y.
+void mvn_groups(const float* x, float* y, int64_t A, int64_t G, int64_t B, int64_t g0, int64_t g1) {
+  constexpr float kEps = 1e-9f;  // ONNX's function body: (x - mean) / (sqrt(var) + 1e-9)
+  for (int64_t g = g0; g < g1; ++g) {
+    float shift = 0, mean = 0, var = 0;
+    if (A == 1) {
+      PTO_ISA_DISPATCH(moments, x + g * B, B, &shift, &mean, &var);
+    } else {
+      // Chan's combination of the chunks' population moments (count B each), in double.
+      double m = 0, m2 = 0;
+      for (int64_t a = 0; a < A; ++a) {
+        float s, cm, cv;
+        PTO_ISA_DISPATCH(moments, x + (a * G + g) * B, B, &s, &cm, &cv);
+        const double chunk_mean = static_cast<double>(s) + cm;
+        const double n0 = static_cast<double>(a * B), n = n0 + static_cast<double>(B);
+        const double delta = chunk_mean - m;
+        m += delta * static_cast<double>(B) / n;
+        m2 += static_cast<double>(cv) * static_cast<double>(B) + delta * delta * n0 * B / n;
+      }
+      shift = static_cast<float>(m);
+      mean = static_cast<float>(m - static_cast<double>(shift));
+      var = static_cast<float>(m2 / (static_cast<double>(A) * static_cast<double>(B)));
+    }
+    const float a = 1.0f / (std::sqrt(var) + kEps);
+    for (int64_t k = 0; k < A; ++k) {
+      const int64_t off = (k * G + g) * B;
+      PTO_ISA_DISPATCH(normalize, x + off, y + off, B, shift, mean, a, 0.0f);
+    }
+  }
+}
+
+void mvn_all(const float* x, float* y, int64_t A, int64_t G, int64_t B) {
+  parallel_for(0, G, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, A * B)),
+               [&](int64_t g0, int64_t g1) { mvn_groups(x, y, A, G, B, g0, g1); });
+}
+
+bool accepts_mvn(const NodeInfo& n) {
+  // The opset 1 attributes (across_channels, normalize_variance) are the reference's to judge.
+  return f32_in_out(n) && !n.node.attrs.has("across_channels") &&
+         !n.node.attrs.has("normalize_variance");
+}
+
+std::vector<Tensor> run_mvn(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const int64_t rank = x.rank();
+  std::vector<bool> reduced(static_cast<size_t>(rank), false);
+  for (int64_t a : c.node.attr_ints("axes")) {
+    if (a < -rank || a >= rank) return run_reference(c);  // its error
+    const int64_t ax = a < 0 ? a + rank : a;
+    if (reduced[ax]) return run_reference(c);
+    reduced[ax] = true;
+  }
+  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  if (x.numel() == 0) return one(std::move(y));
+  // Runs of adjacent axes that are all reduced or all kept (size-1 axes join either).
+  std::vector<std::pair<int64_t, bool>> runs;  // size, reduced
+  for (int64_t a = 0; a < rank; ++a) {
+    if (x.dim(a) == 1) continue;
+    if (!runs.empty() && runs.back().second == reduced[a])
+      runs.back().first *= x.dim(a);
+    else
+      runs.push_back({x.dim(a), reduced[a]});
+  }
+  // [A, G, B]: at most a reduced run, a kept run and a reduced run, in that order.
+  int64_t A = 1, G = 1, B = 1;
+  size_t i = 0;
+  if (i < runs.size() && runs[i].second) A = runs[i++].first;
+  if (i < runs.size() && !runs[i].second) G = runs[i++].first;
+  if (i < runs.size() && runs[i].second) B = runs[i++].first;
+  // Chunks of B contiguous elements: short chunks (or a kept run inside) are packed first.
+  if (i == runs.size() && (A == 1 || B >= 16)) {
+    mvn_all(x.data<float>(), y.data<float>(), A, G, B);
+    return one(std::move(y));
+  }
+  // The kept axes first, then the reduced ones: rows of the reduced elements.
+  Dims perm;
+  for (int64_t a = 0; a < rank; ++a)
+    if (!reduced[a]) perm.push_back(a);
+  int64_t rows = 1;
+  for (int64_t a : perm) rows *= x.dim(a);
+  for (int64_t a = 0; a < rank; ++a)
+    if (reduced[a]) perm.push_back(a);
+  Dims shape, strides;
+  for (int64_t a : perm) {
+    shape.push_back(x.dim(a));
+    strides.push_back(x.strides()[a]);
+  }
+  Tensor packed = pack(x.view(shape, strides, 0));
+  mvn_all(packed.data<float>(), packed.data<float>(), 1, rows, x.numel() / rows);
+  unpack_into(y.view(shape, strides, 0), packed);
+  return one(std::move(y));
+}
+
+// ---- LpNormalization ----
+
+bool accepts_lp_norm(const NodeInfo& n) {
+  const int64_t p = n.node.attr_int("p");
+  return f32_in_out(n) && (p == 1 || p == 2);
+}
+
+std::vector<Tensor> run_lp_norm(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const int64_t axis_attr = c.node.attr_int("axis");
+  if (x.rank() == 0 || axis_attr < -x.rank() || axis_attr >= x.rank()) return run_reference(c);
+  const int64_t axis = c.axis(axis_attr, x.rank());
+  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  if (x.numel() == 0) return one(std::move(y));
+  int64_t outer = 1, inner = 1;
+  for (int64_t a = 0; a < axis; ++a) outer *= x.dim(a);
+  for (int64_t a = axis + 1; a < x.rank(); ++a) inner *= x.dim(a);
+  const int64_t len = x.dim(axis);
+  const bool l2 = c.node.attr_int("p") == 2;
+  std::vector<float> norm(static_cast<size_t>(outer * inner));
+  fold_all(l2 ? Fold::kSumSquare : Fold::kSumAbs, x.data<float>(), outer, len, inner, nullptr,
+           norm.data());
+  const float* in = x.data<float>();
+  float* out = y.data<float>();
+  parallel_for(0, outer, std::max<int64_t>(1, kParallelGrain / (len * inner)),
+               [&](int64_t o0, int64_t o1) {
+                 for (int64_t o = o0; o < o1; ++o) {
+                   float* nr = norm.data() + o * inner;
+                   if (l2)
+                     for (int64_t i = 0; i < inner; ++i) nr[i] = std::sqrt(nr[i]);
+                   for (int64_t j = 0; j < len; ++j) {
+                     const float* xr = in + (o * len + j) * inner;
+                     float* yr = out + (o * len + j) * inner;
+                     for (int64_t i = 0; i < inner; ++i)  // a zero norm gives zeros
+                       yr[i] = nr[i] == 0.0f ? 0.0f : xr[i] / nr[i];
+                   }
+                 }
+               });
+  return one(std::move(y));
+}
+
+// ---- LRN ----
+
+std::vector<Tensor> run_lrn(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const int64_t size = c.attrs().get_int("size");
+  if (x.rank() < 2 || size < 1) return run_reference(c);  // its errors
+  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  if (x.numel() == 0) return one(std::move(y));
+  const float alpha = static_cast<float>(c.node.attr_float("alpha"));
+  const float beta = static_cast<float>(c.node.attr_float("beta"));
+  const float bias = static_cast<float>(c.node.attr_float("bias"));
+  const float scale = alpha / static_cast<float>(size);
+  const int64_t channels = x.dim(1), planes = x.dim(0) * channels;
+  const int64_t hw = x.numel() / planes;
+  // Channels [ch - floor((size-1)/2), ch + ceil((size-1)/2)], clipped to the tensor.
+  const int64_t before = (size - 1) / 2, after = size - 1 - before;
+  const float* in = x.data<float>();
+  float* out = y.data<float>();
+  parallel_for(0, planes, std::max<int64_t>(1, kParallelGrain / (hw * std::min(size, channels))),
+               [&](int64_t p0, int64_t p1) {
+                 std::vector<float> acc(static_cast<size_t>(hw));
+                 for (int64_t p = p0; p < p1; ++p) {
+                   const int64_t n = p / channels, ch = p % channels;
+                   const int64_t lo = std::max<int64_t>(0, ch - before);
+                   const int64_t hi = std::min(channels - 1, ch + std::min(after, channels));
+                   std::fill(acc.begin(), acc.end(), 0.0f);
+                   for (int64_t k = lo; k <= hi; ++k) {
+                     const float* xk = in + (n * channels + k) * hw;
+                     for (int64_t i = 0; i < hw; ++i) acc[i] += xk[i] * xk[i];
+                   }
+                   const float* xp = in + p * hw;
+                   float* yp = out + p * hw;
+                   if (beta == 0.75f) {
+                     for (int64_t i = 0; i < hw; ++i) {
+                       const float s = bias + scale * acc[i];
+                       const float r = std::sqrt(s);
+                       yp[i] = xp[i] / (r * std::sqrt(r));
+                     }
+                   } else {
+                     for (int64_t i = 0; i < hw; ++i)
+                       yp[i] = xp[i] / std::pow(bias + scale * acc[i], beta);
+                   }
+                 }
+               });
+  return one(std::move(y));
+}
+
+// ---- Hardmax ----
+
+std::vector<Tensor> run_hardmax(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const int64_t rank = x.rank();
+  int64_t axis = params::softmax_axis(c.node);
+  const bool per_axis = !params::softmax_coerces_2d(c.node);
+  // Before opset 13: rows of everything from `axis` on; from 13: along `axis`.
+  if (rank == 0 || axis < -rank || axis >= (per_axis ? rank : rank + 1)) return run_reference(c);
+  if (axis < 0) axis += rank;
+  Tensor y = Tensor::zeros(DType::kF32, x.shape());
+  if (x.numel() == 0) return one(std::move(y));
+  int64_t outer = 1, len = 1, inner = 1;
+  for (int64_t a = 0; a < rank; ++a)
+    (a < axis ? outer : (per_axis && a > axis) ? inner : len) *= x.dim(a);
+  const float* in = x.data<float>();
+  float* out = y.data<float>();
+  parallel_for(0, outer, std::max<int64_t>(1, kParallelGrain / (len * inner)),
+               [&](int64_t o0, int64_t o1) {
+                 std::vector<float> best(static_cast<size_t>(inner));
+                 std::vector<int64_t> arg(static_cast<size_t>(inner));
+                 for (int64_t o = o0; o < o1; ++o) {
+                   const float* xo = in + o * len * inner;
+                   float* yo = out + o * len * inner;
+                   if (inner == 1) {
+                     float m = xo[0];
+                     int64_t at = 0;
+                     for (int64_t j = 1; j < len; ++j)
+                       if (xo[j] > m) {
+                         m = xo[j];
+                         at = j;
+                       }
+                     if (!std::isnan(xo[0])) yo[at] = 1.0f;
+                     continue;
+                   }
+                   std::copy(xo, xo + inner, best.begin());
+                   std::fill(arg.begin(), arg.end(), 0);
+                   for (int64_t j = 1; j < len; ++j) {
+                     const float* xr = xo + j * inner;
+                     for (int64_t i = 0; i < inner; ++i) {
+                       const bool more = xr[i] > best[i];
+                       best[i] = more ? xr[i] : best[i];
+                       arg[i] = more ? j : arg[i];
+                     }
+                   }
+                   for (int64_t i = 0; i < inner; ++i)
+                     if (!std::isnan(xo[i])) yo[arg[i] * inner + i] = 1.0f;
+                 }
+               });
+  return one(std::move(y));
+}
+
+// ---- Trilu ----
+
+// Whole-byte element types (the sub-byte and 8-bit float ones stay on the reference).
+bool accepts_trilu(const NodeInfo& n) {
+  using enum DType;
+  for (DType t : {kF32, kF64, kF16, kBF16, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64, kBool})
+    if (n.dtype(0) == t) return true;
+  return false;
+}
+
+std::vector<Tensor> run_trilu(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  if (x.rank() < 2) return run_reference(c);
+  int64_t k = 0;
+  if (c.has_input(1)) {
+    const Tensor& kt = c.input(1);
+    if (kt.numel() != 1 || kt.dtype() != DType::kI64) return run_reference(c);
+    k = kt.data<int64_t>()[0];
+  }
+  const bool upper = c.node.attr_int("upper") != 0;
+  const int64_t rows = x.dim(x.rank() - 2), cols = x.dim(x.rank() - 1);
+  k = std::clamp<int64_t>(k, -rows - 1, cols + 1);  // beyond this every k acts the same
+  Tensor y = Tensor::empty(x.dtype(), x.shape());
+  if (x.numel() == 0) return one(std::move(y));
+  const size_t item = x.itemsize();
+  const auto* src = static_cast<const std::byte*>(x.raw_data());
+  auto* dst = static_cast<std::byte*>(y.raw_data());
+  const int64_t all_rows = x.numel() / cols;
+  parallel_for(0, all_rows, std::max<int64_t>(1, kParallelGrain / cols),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   const int64_t i = r % rows;
+                   const int64_t lo = upper ? std::clamp<int64_t>(i + k, 0, cols) : 0;
+                   const int64_t hi = upper ? cols : std::clamp<int64_t>(i + k + 1, 0, cols);
+                   std::byte* d = dst + static_cast<size_t>(r * cols) * item;
+                   const std::byte* s = src + static_cast<size_t>(r * cols) * item;
+                   const size_t row = static_cast<size_t>(cols) * item;
+                   if (hi <= lo) {
+                     std::memset(d, 0, row);
+                     continue;
+                   }
+                   std::memset(d, 0, static_cast<size_t>(lo) * item);
+                   std::memcpy(d + lo * item, s + lo * item, static_cast<size_t>(hi - lo) * item);
+                   std::memset(d + hi * item, 0, static_cast<size_t>(cols - hi) * item);
+                 }
+               });
+  return one(std::move(y));
+}
+
+}  // namespace
+
+void register_axis_kernels(KernelRegistry& r) {
+  // Bad axes, attributes and parameter shapes go to the reference at run time for its errors.
+  r.add("MeanVarianceNormalization",
+        {.accepts = accepts_mvn, .run = run_mvn, .reference_at_run_time = true});
+  r.add("LpNormalization",
+        {.accepts = accepts_lp_norm, .run = run_lp_norm, .reference_at_run_time = true});
+  r.add("LRN", {.accepts = f32_in_out, .run = run_lrn, .reference_at_run_time = true});
+  r.add("Hardmax", {.accepts = f32_in_out, .run = run_hardmax, .reference_at_run_time = true});
+  r.add("Trilu", {.accepts = accepts_trilu, .run = run_trilu, .reference_at_run_time = true});
+}
+
+}  // namespace pto::cpu
