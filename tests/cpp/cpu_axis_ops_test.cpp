@@ -1,0 +1,160 @@
+// CPU MeanVarianceNormalization, LpNormalization, LRN, Hardmax and Trilu (backend/cpu/axis_ops.cpp)
+// against the reference interpreter, on every ISA with 1 and 2 threads: every axis set and axis,
+// both opset rules of Hardmax, odd sizes, NaN and infinities.
+//
+// Tolerances (kUlp = one float ulp at 1): MVN computes the moments in float against the
+// reference's double: within 64 ulp relative plus 64 ulp absolute for outputs of order 1 (data
+// offset far from zero included). LpNormalization sums in float: 16 ulp. LRN sums the window's
+// squares in float and takes two square roots (beta 0.75) or a pow: 16 ulp. Hardmax and Trilu are
+// exact.
+#include <cstring>
+
+#include "cpu_reduce_test_util.h"
+
+namespace pto::testing {
+namespace {
+
+Attributes axes_attr(const char* name, std::vector<int64_t> axes) {
+  Attributes a;
+  a.set(name, std::move(axes));
+  return a;
+}
+
+TEST(CpuMeanVarianceNormalization, EveryAxisSet) {
+  const Tol tol = {64 * kUlp, 64 * kUlp};
+  uint32_t seed = 1;
+  // [A, G, B] directly (reduced, kept, reduced; chunks of 16 or more), rows (reduced axes last),
+  // and the packed form (kept axes after reduced ones, or several kept runs).
+  for (const Dims& shape : {Dims{2, 3, 4, 5}, Dims{3, 4, 20, 17}, Dims{1, 7, 33}, Dims{5, 1, 9}}) {
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    const Tensor x = random_f32(shape, seed++, -3, 5);
+    for (int64_t mask = 1; mask < (1 << rank); ++mask) {
+      std::vector<int64_t> axes;
+      for (int64_t a = 0; a < rank; ++a)
+        if (mask >> a & 1) axes.push_back(a == rank - 1 && mask % 3 == 0 ? -1 : a);
+      NodeCase c{"MeanVarianceNormalization", {x}, axes_attr("axes", axes), 13};
+      expect_matches(c, tol);
+    }
+  }
+  // The default axes [0, 2, 3] (NCHW, per channel), with a large offset: the shifted moments.
+  expect_matches({"MeanVarianceNormalization", {random_f32({2, 3, 7, 9}, 40, 1000, 1001)}, {}, 13},
+                 tol);
+  expect_matches({"MeanVarianceNormalization", {random_f32({4, 5, 16, 16}, 41, -2, 2)}, {}, 9},
+                 tol);
+  // An audio front end's [batch, features, frames] normalized over the frames, and over both.
+  const Tensor feats = random_f32({2, 80, 301}, 42, -10, 3);
+  expect_matches({"MeanVarianceNormalization", {feats}, axes_attr("axes", {2}), 13}, tol);
+  expect_matches({"MeanVarianceNormalization", {feats}, axes_attr("axes", {1, 2}), 13}, tol);
+}
+
+TEST(CpuMeanVarianceNormalization, ConstantGroupsAndSpecials) {
+  const Tol tol = {64 * kUlp, 64 * kUlp};
+  // Group 0 constant (0 / (0 + 1e-9) = 0), group 1 with a NaN, group 2 with +inf (NaN), group 3
+  // ordinary; per row and per [A, G, B] chunks.
+  Tensor x = random_f32({4, 40}, 50);
+  float* v = x.data<float>();
+  for (int64_t j = 0; j < 40; ++j) v[j] = 2.5f;
+  v[40 + 17] = NAN;
+  v[80 + 3] = INFINITY;
+  expect_matches({"MeanVarianceNormalization", {x}, axes_attr("axes", {1}), 13}, tol);
+  expect_matches(
+      {"MeanVarianceNormalization", {x.reshape({2, 2, 40})}, axes_attr("axes", {0, 2}), 13}, tol);
+  expect_matches({"MeanVarianceNormalization", {x}, axes_attr("axes", {0}), 13}, tol);
+  // An empty input.
+  expect_matches({"MeanVarianceNormalization", {random_f32({0, 3, 2, 2}, 51)}, {}, 13}, tol);
+}
+
+TEST(CpuLpNormalization, EveryAxisBothNorms) {
+  const Tol tol = {16 * kUlp, 16 * kUlp};
+  uint32_t seed = 60;
+  for (const Dims& shape :
+       {Dims{7}, Dims{3, 5}, Dims{4, 1, 33}, Dims{2, 0, 3}, Dims{2, 3, 4, 17}}) {
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    Tensor x = random_f32(shape, seed++, -3, 3);
+    for (int64_t axis = -rank; axis < rank; ++axis)
+      for (int64_t p : {1, 2}) {
+        Attributes a;
+        a.set("axis", axis);
+        a.set("p", p);
+        expect_matches({"LpNormalization", {x}, a, 1}, tol);
+      }
+  }
+  // A zero row (zeros out), a NaN row, an inf row (inf / inf NaN, the rest 0), tiny values.
+  Tensor x = random_f32({5, 19}, 70);
+  float* v = x.data<float>();
+  for (int64_t j = 0; j < 19; ++j) v[j] = 0.0f;
+  v[19 + 4] = NAN;
+  v[38 + 7] = -INFINITY;
+  for (int64_t j = 0; j < 19; ++j) v[57 + j] *= 1e-20f;
+  for (int64_t p : {1, 2}) {
+    Attributes a;
+    a.set("p", p);
+    expect_matches({"LpNormalization", {x}, a, 1}, tol);
+  }
+}
+
+TEST(CpuLrn, WindowsAndExponents) {
+  const Tol tol = {16 * kUlp, 16 * kUlp};
+  uint32_t seed = 80;
+  for (const Dims& shape : {Dims{1, 1, 5}, Dims{2, 3, 4, 5}, Dims{1, 7, 9, 11}, Dims{2, 16, 13}})
+    for (int64_t size : {1, 2, 3, 5, 9})
+      for (double beta : {0.75, 0.5, 1.3}) {
+        Attributes a;
+        a.set("size", size);
+        a.set("beta", beta);
+        if (size == 3) {
+          a.set("alpha", 0.02);
+          a.set("bias", 2.0);
+        }
+        expect_matches({"LRN", {random_f32(shape, seed++, -4, 4)}, a, 13}, tol);
+      }
+  Attributes a;
+  a.set("size", int64_t{3});
+  expect_matches({"LRN", {with_specials(random_f32({1, 4, 6, 5}, 90))}, a, 13}, tol);
+}
+
+TEST(CpuHardmax, EveryAxisBothOpsetRulesAndNaN) {
+  uint32_t seed = 100;
+  for (const Dims& shape :
+       {Dims{7}, Dims{3, 5}, Dims{4, 1, 33}, Dims{2, 0, 3}, Dims{2, 3, 4, 17}}) {
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    Tensor x = random_f32(shape, seed++, -4, 4);
+    // Ties (the first maximum wins) and NaNs: first in some rows, later in others.
+    float* v = x.data<float>();
+    for (int64_t i = 0; i + 5 < x.numel(); i += 9) v[i + 5] = v[i];
+    for (int64_t i = 0; i < x.numel(); i += 11) v[i] = NAN;
+    for (int opset : {11, 13})
+      for (int64_t axis = -rank; axis < (opset < 13 ? rank + 1 : rank); ++axis) {
+        Attributes a;
+        a.set("axis", axis);
+        expect_matches({"Hardmax", {x}, a, opset}, {});
+      }
+  }
+}
+
+// Trilu on float, integer and bool elements, upper and lower, k from far below to far above.
+TEST(CpuTrilu, EveryDiagonalAndDtype) {
+  for (const Dims& shape : {Dims{4, 6}, Dims{3, 5, 2}, Dims{2, 7, 7}, Dims{0, 3}, Dims{1, 1}}) {
+    const Tensor f = random_f32(shape, 110, -5, 5);
+    Tensor i64 = Tensor::empty(DType::kI64, shape), b = Tensor::empty(DType::kBool, shape);
+    for (int64_t i = 0; i < f.numel(); ++i) {
+      i64.data<int64_t>()[i] = static_cast<int64_t>(f.data<float>()[i] * 1000);
+      b.data<bool>()[i] = f.data<float>()[i] > 0;
+    }
+    for (const Tensor& x : {f, i64, b})
+      for (int64_t upper : {0, 1}) {
+        Attributes a;
+        a.set("upper", upper);
+        expect_matches({"Trilu", {x}, a, 14}, {});
+        for (int64_t k : {-100, -3, -1, 0, 1, 2, 5, 100}) {
+          NodeCase c{"Trilu", {x, Tensor::scalar(k)}, a, 14};
+          expect_matches(c, {});
+          c.constant = {false, true};
+          expect_matches(c, {});
+        }
+      }
+  }
+}
+
+}  // namespace
+}  // namespace pto::testing
