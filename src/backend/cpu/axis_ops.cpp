@@ -14,8 +14,9 @@
 //            zero norm gives zeros, as in onnxruntime).
 //   LRN      per channel plane, the window's squares summed in float, then x * s^-beta (beta 0.75:
 //            two square roots; else std::pow).
-//   Hardmax  one-hot of the first maximum along the axis; a row whose first element is NaN is all
-//            zeros and other NaNs are skipped (onnxruntime's rule: its running max stays NaN).
+//   Hardmax  one-hot of the first maximum along the axis (the max fold skipping NaN, then a scan
+//            for it); a row whose first element is NaN is all zeros and other NaNs are skipped
+//            (onnxruntime's result where its running max starts at a NaN and stays there).
 //   Trilu    rows copied as bytes, the rest zeroed, rows spread over threads.
 #include <cmath>
 #include <cstring>
@@ -231,38 +232,33 @@ std::vector<Tensor> run_hardmax(const KernelContext& c) {
   int64_t outer = 1, len = 1, inner = 1;
   for (int64_t a = 0; a < rank; ++a)
     (a < axis ? outer : (per_axis && a > axis) ? inner : len) *= x.dim(a);
+  // The largest non-NaN element of each row (the vector max fold), then the first position
+  // holding it: the first strict maximum, NaNs skipped. A row starting with NaN stays zeros.
+  std::vector<float> best(static_cast<size_t>(outer * inner));
+  fold_all(Fold::kMaxSkipNaN, x.data<float>(), outer, len, inner, nullptr, best.data());
   const float* in = x.data<float>();
   float* out = y.data<float>();
   parallel_for(0, outer, std::max<int64_t>(1, kParallelGrain / (len * inner)),
                [&](int64_t o0, int64_t o1) {
-                 std::vector<float> best(static_cast<size_t>(inner));
-                 std::vector<int64_t> arg(static_cast<size_t>(inner));
+                 std::vector<uint8_t> found(static_cast<size_t>(inner));
                  for (int64_t o = o0; o < o1; ++o) {
                    const float* xo = in + o * len * inner;
                    float* yo = out + o * len * inner;
+                   const float* bo = best.data() + o * inner;
                    if (inner == 1) {
-                     float m = xo[0];
-                     int64_t at = 0;
-                     for (int64_t j = 1; j < len; ++j)
-                       if (xo[j] > m) {
-                         m = xo[j];
-                         at = j;
-                       }
-                     if (!std::isnan(xo[0])) yo[at] = 1.0f;
+                     if (std::isnan(xo[0])) continue;
+                     int64_t j = 0;
+                     while (xo[j] != bo[0]) ++j;  // bo[0] is one of the row's elements
+                     yo[j] = 1.0f;
                      continue;
                    }
-                   std::copy(xo, xo + inner, best.begin());
-                   std::fill(arg.begin(), arg.end(), 0);
-                   for (int64_t j = 1; j < len; ++j) {
-                     const float* xr = xo + j * inner;
-                     for (int64_t i = 0; i < inner; ++i) {
-                       const bool more = xr[i] > best[i];
-                       best[i] = more ? xr[i] : best[i];
-                       arg[i] = more ? j : arg[i];
-                     }
-                   }
-                   for (int64_t i = 0; i < inner; ++i)
-                     if (!std::isnan(xo[i])) yo[arg[i] * inner + i] = 1.0f;
+                   for (int64_t i = 0; i < inner; ++i) found[i] = std::isnan(xo[i]);
+                   for (int64_t j = 0; j < len; ++j)
+                     for (int64_t i = 0; i < inner; ++i)
+                       if (!found[i] && xo[j * inner + i] == bo[i]) {
+                         found[i] = 1;
+                         yo[j * inner + i] = 1.0f;
+                       }
                  }
                });
   return one(std::move(y));

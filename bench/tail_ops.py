@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""The long tail of ONNX ops (docs/backend/tail.md) against ONNX Runtime: one-node ONNX graphs
+at sizes real models use, 1 thread each, timed interleaved (pypto, onnxruntime, pypto, ...).
+
+    python bench/tail_ops.py [--ops mvn_frames,hardmax,...] [--rounds 7] [--json FILE]
+
+Prints per op the median time of a call (ms) of each engine and pypto / onnxruntime. Run it
+against another build's module (PYTHONPATH=/path/to/python) for a before/after: onnxruntime's
+time in the same run is the yardstick that absorbs the shared machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper, save
+
+os.environ.setdefault("PTO_NUM_THREADS", "1")
+import pypto  # noqa: E402
+
+F = TensorProto.FLOAT
+# name: (op, input shape, attributes, opset, extra initializers, input dtype)
+CASES = {
+    "mvn_frames": ("MeanVarianceNormalization", (1, 80, 3000), {"axes": [2]}, 13, [], F),
+    "mvn_nchw": ("MeanVarianceNormalization", (8, 64, 56, 56), {}, 13, [], F),
+    "hardmax": ("Hardmax", (256, 1000), {"axis": -1}, 13, [], F),
+    "shrink": ("Shrink", (4, 1 << 18), {"lambd": 0.5, "bias": 0.1}, 18, [], F),
+    "lpnorm": ("LpNormalization", (512, 768), {"axis": -1, "p": 2}, 13, [], F),
+    "lrn": ("LRN", (1, 96, 55, 55), {"size": 5, "alpha": 1e-4, "beta": 0.75, "bias": 1.0}, 13, [],
+            F),
+    "trilu": ("Trilu", (12, 512, 512), {"upper": 1}, 14, [("k", np.array(1, np.int64))], F),
+    "atan": ("Atan", (1 << 20,), {}, 18, [], F),
+}
+
+
+def model(tmp, name):
+    op, shape, attrs, opset, inits, dtype = CASES[name]
+    ins = ["x"] + [k for k, _ in inits]
+    graph = helper.make_graph(
+        [helper.make_node(op, ins, ["y"], **attrs)], name,
+        [helper.make_tensor_value_info("x", dtype, list(shape))],
+        [helper.make_tensor_value_info("y", dtype, None)],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits])
+    path = os.path.join(tmp, name + ".onnx")
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path, np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+
+
+def per_call(f, budget=0.25):
+    f()
+    n, t0 = 0, time.perf_counter()
+    while True:
+        f()
+        n += 1
+        t = time.perf_counter() - t0
+        if t > budget or n >= 200:
+            return t / n
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ops", default=",".join(CASES))
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--json")
+    a = p.parse_args()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    results = {}
+    print(f"load {open('/proc/loadavg').read().split()[:3]}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in a.ops.split(","):
+            path, x = model(tmp, name)
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+            exe = pypto.onnx.load(path)
+            backend = dict(exe._compiled.node_backends).get(CASES[name][0], "fused")
+            pt, ot = [], []
+            for _ in range(a.rounds):
+                pt.append(per_call(lambda: exe(x=x)))
+                ot.append(per_call(lambda: sess.run(None, {"x": x})))
+            mp, mo = statistics.median(pt) * 1e3, statistics.median(ot) * 1e3
+            results[name] = {"pypto_ms": mp, "ort_ms": mo, "ratio": mp / mo, "backend": backend}
+            print(f"{name:12s} {backend:9s} pypto {mp:9.3f} ms  onnxruntime {mo:8.3f} ms  "
+                  f"ratio {mp / mo:6.2f}", flush=True)
+    print(f"load {open('/proc/loadavg').read().split()[:3]}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
