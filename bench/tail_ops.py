@@ -29,12 +29,14 @@ F = TensorProto.FLOAT
 # name: (op, input shape, attributes, opset, extra initializers, input dtype)
 CASES = {
     "mvn_frames": ("MeanVarianceNormalization", (1, 80, 3000), {"axes": [2]}, 13, [], F),
+    "mvn_time": ("MeanVarianceNormalization", (1, 3000, 80), {"axes": [1]}, 13, [], F),
     "mvn_nchw": ("MeanVarianceNormalization", (8, 64, 56, 56), {}, 13, [], F),
     "hardmax": ("Hardmax", (256, 1000), {"axis": -1}, 13, [], F),
     "shrink": ("Shrink", (4, 1 << 18), {"lambd": 0.5, "bias": 0.1}, 18, [], F),
     "lpnorm": ("LpNormalization", (512, 768), {"axis": -1, "p": 2}, 13, [], F),
     "lrn": ("LRN", (1, 96, 55, 55), {"size": 5, "alpha": 1e-4, "beta": 0.75, "bias": 1.0}, 13, [],
             F),
+    "einsum_diag": ("Einsum", (64, 128, 128), {"equation": "bii->bi"}, 12, [], F),
     "trilu": ("Trilu", (12, 512, 512), {"upper": 1}, 14, [("k", np.array(1, np.int64))], F),
     "atan": ("Atan", (1 << 20,), {}, 18, [], F),
 }

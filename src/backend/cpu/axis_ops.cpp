@@ -9,7 +9,8 @@
 //            onnxruntime 1.32 divides by sqrt(var) alone, so a constant group is NaN there and 0
 //            here). The input viewed as [A, G, B] (A and B reduced, G kept): each group's
 //            chunks' moments (the LayerNormalization kernels' shifted ones) combined in double,
-//            then one normalizing pass; other axis sets are packed to [kept, reduced] first.
+//            then one normalizing pass; [A, G] (columns) per column in double across the rows;
+//            other axis sets are packed to [kept, reduced] first.
 //   LpNorm   the p-norm along the axis by the ReduceL1/ReduceSumSquare folds, then x / norm (a
 //            zero norm gives zeros, as in onnxruntime).
 //   LRN      per channel plane, the window's squares summed in float, then x * s^-beta (beta 0.75:
@@ -72,6 +73,33 @@ void mvn_all(const float* x, float* y, int64_t A, int64_t G, int64_t B) {
                [&](int64_t g0, int64_t g1) { mvn_groups(x, y, A, G, B, g0, g1); });
 }
 
+// Normalizes columns [g0, g1) of x viewed as [A, G] (reduce A): the sums and the squared
+// deviations accumulated per column in double, row by row (vectorized across the columns).
+void mvn_columns(const float* x, float* y, int64_t A, int64_t G, int64_t g0, int64_t g1) {
+  const size_t w = static_cast<size_t>(g1 - g0);
+  std::vector<double> sum(w, 0.0), dev(w, 0.0);
+  std::vector<float> mean(w), a(w);
+  for (int64_t r = 0; r < A; ++r) {
+    const float* xr = x + r * G + g0;
+    for (size_t i = 0; i < w; ++i) sum[i] += xr[i];
+  }
+  for (size_t i = 0; i < w; ++i) mean[i] = static_cast<float>(sum[i] / static_cast<double>(A));
+  for (int64_t r = 0; r < A; ++r) {
+    const float* xr = x + r * G + g0;
+    for (size_t i = 0; i < w; ++i) {
+      const double d = static_cast<double>(xr[i]) - mean[i];
+      dev[i] += d * d;
+    }
+  }
+  for (size_t i = 0; i < w; ++i)
+    a[i] = 1.0f / (std::sqrt(static_cast<float>(dev[i] / static_cast<double>(A))) + 1e-9f);
+  for (int64_t r = 0; r < A; ++r) {
+    const float* xr = x + r * G + g0;
+    float* yr = y + r * G + g0;
+    for (size_t i = 0; i < w; ++i) yr[i] = (xr[i] - mean[i]) * a[i];
+  }
+}
+
 bool accepts_mvn(const NodeInfo& n) {
   // The opset 1 attributes (across_channels, normalize_variance) are the reference's to judge.
   return f32_in_out(n) && !n.node.attrs.has("across_channels") &&
@@ -105,9 +133,18 @@ std::vector<Tensor> run_mvn(const KernelContext& c) {
   if (i < runs.size() && runs[i].second) A = runs[i++].first;
   if (i < runs.size() && !runs[i].second) G = runs[i++].first;
   if (i < runs.size() && runs[i].second) B = runs[i++].first;
-  // Chunks of B contiguous elements: short chunks (or a kept run inside) are packed first.
+  // Chunks of B contiguous elements; columns ([A, G]: B == 1); short chunks (or a kept run
+  // inside) are packed first.
   if (i == runs.size() && (A == 1 || B >= 16)) {
     mvn_all(x.data<float>(), y.data<float>(), A, G, B);
+    return one(std::move(y));
+  }
+  if (i == runs.size() && B == 1) {
+    const float* in = x.data<float>();
+    float* out = y.data<float>();
+    // Column ranges of whole cache lines per task.
+    const int64_t grain = std::max<int64_t>(16, (kParallelGrain / A + 15) / 16 * 16);
+    parallel_for(0, G, grain, [&](int64_t g0, int64_t g1) { mvn_columns(in, out, A, G, g0, g1); });
     return one(std::move(y));
   }
   // The kept axes first, then the reduced ones: rows of the reduced elements.
