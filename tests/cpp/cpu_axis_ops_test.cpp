@@ -132,6 +132,23 @@ TEST(CpuHardmax, EveryAxisBothOpsetRulesAndNaN) {
   }
 }
 
+// Dropout at inference: Y is X, the mask ones (bool, or float before opset 10); a training_mode
+// input that is false keeps it on the CPU kernel, a true one (ratio 0) runs the reference's.
+TEST(CpuDropout, InferenceAndMask) {
+  const Tensor x = random_f32({3, 17}, 120);
+  for (int opset : {7, 10, 13})
+    for (size_t outputs : {1, 2}) {
+      NodeCase c{"Dropout", {x}, {}, opset};
+      c.num_outputs = outputs;
+      expect_matches(c, {});
+    }
+  for (bool training : {false, true}) {
+    NodeCase c{"Dropout", {x, Tensor::scalar(0.0f), Tensor::scalar(training)}, {}, 13};
+    c.num_outputs = 2;
+    expect_matches(c, {});
+  }
+}
+
 // Trilu on float, integer and bool elements, upper and lower, k from far below to far above.
 TEST(CpuTrilu, EveryDiagonalAndDtype) {
   for (const Dims& shape : {Dims{4, 6}, Dims{3, 5, 2}, Dims{2, 7, 7}, Dims{0, 3}, Dims{1, 1}}) {

@@ -215,6 +215,43 @@ TEST(CpuElementwise, Shrink) {
   }
 }
 
+// SwiGLU(a, b) = a * sigmoid(alpha a) * b on one shape; a shape mismatch is the reference's
+// error, from the CPU kernel too.
+TEST(CpuElementwise, SwiGLU) {
+  for (const Dims& s : kUnaryShapes) {
+    Tensor a = random_f32(s, 30, -12, 12), b = random_f32(s, 31, -2, 2);
+    if (a.numel() > 9) {
+      a.data<float>()[1] = NAN;
+      a.data<float>()[2] = INFINITY;
+      a.data<float>()[3] = -INFINITY;
+      b.data<float>()[4] = INFINITY;
+    }
+    check({"SwiGLU", {a, b}}, {8, 1e-6});
+    check({"SwiGLU", {a, b}, attrs({{"alpha", 1.702}})}, {8, 1e-6});
+  }
+  Graph g;
+  ValueId a = g.add_input("a", {DType::kF32, Shape{3, 4}}), b = g.add_input("b", {DType::kF32});
+  ValueId y = g.add_value("y");
+  g.add_node("SwiGLU", {a, b}, {y}, {}, "n");
+  g.add_output(y);
+  Executable exe = compile(g, {.level = 0});
+  EXPECT_EQ(exe.node_backend(0), "cpu");
+  const std::vector<Tensor> in = {random_f32({3, 4}, 1), random_f32({4}, 2)};
+  std::string want, got;
+  try {
+    reference::run(g, in);
+  } catch (const ValueError& e) {
+    want = e.what();
+  }
+  try {
+    exe.run(in);
+  } catch (const ValueError& e) {
+    got = e.what();
+  }
+  EXPECT_FALSE(want.empty());
+  EXPECT_EQ(got, want);
+}
+
 // The trigonometric and hyperbolic functions without a vector form (libm's float functions):
 // within 4 ulp of the reference's double ones; outside their domains NaN, like the reference.
 TEST(CpuElementwise, InverseAndHyperbolicTrigonometry) {

@@ -134,3 +134,22 @@ def test_trigonometry(tmp_path, op, lo, hi):
     x.flat[:5] = [np.nan, np.inf, -np.inf, 0.0, 1.0]
     got, want = _run(tmp_path, helper.make_node(op, ["x"], ["y"]), x)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)  # libm and onnxruntime: a few ulp
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.702])
+def test_swiglu_against_torch(tmp_path, alpha):
+    # SwiGLU (opset 24) is newer than onnxruntime's CPU kernels: checked against PyTorch,
+    # a * sigmoid(alpha a) * b.
+    import torch
+    a, b = _rand((5, 4, 1001), 9, -10, 10), _rand((5, 4, 1001), 10)
+    path = str(tmp_path / "m.onnx")
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape)) for n in "ab"]
+    graph = helper.make_graph([helper.make_node("SwiGLU", ["a", "b"], ["y"], alpha=alpha)], "g",
+                              info, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)]), path)
+    exe = pypto.onnx.load(path)
+    got = exe(a=a, b=b)
+    ta = torch.from_numpy(a).double()
+    want = (ta * torch.sigmoid(alpha * ta) * torch.from_numpy(b).double()).float().numpy()
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+    assert {b for _, b in exe._compiled.node_backends} == {"cpu"}, exe._compiled.node_backends

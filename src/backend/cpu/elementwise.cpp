@@ -338,6 +338,31 @@ void register_unary(KernelRegistry& r) {
           return UnaryParams{attr(a, "alpha"), attr(a, "beta")};
         }));
   r.add("Swish", unary_kernel(kSwish, [](const Node& a) { return UnaryParams{attr(a, "alpha")}; }));
+  // SwiGLU(a, b) = swish(a) * b (one shape; others go to the reference for its error), in
+  // cache-sized chunks: the swish into y, then y *= b.
+  r.add("SwiGLU", {.accepts =
+                       [](const NodeInfo& info) {
+                         return info.inputs.size() == 2 && info.dtype(0) == DType::kF32 &&
+                                info.dtype(1) == DType::kF32;
+                       },
+                   .run =
+                       [](const KernelContext& c) {
+                         const Tensor &a = c.input(0), &b = c.input(1);
+                         if (a.shape() != b.shape()) return run_reference(c);
+                         const UnaryParams p{attr(c.node, "alpha")};
+                         Tensor y = Tensor::empty(DType::kF32, a.shape());
+                         const float *pa = a.data<float>(), *pb = b.data<float>();
+                         float* py = y.data<float>();
+                         parallel_for(0, a.numel(), kGrain, [&](int64_t s, int64_t e) {
+                           for (int64_t i = s; i < e; i += 4096) {
+                             const int64_t n = std::min<int64_t>(4096, e - i);
+                             unary_f32(kSwish, p, pa + i, py + i, n);
+                             binary_f32(BinaryOp::kMul, py + i, 1, pb + i, 1, py + i, n);
+                           }
+                         });
+                         return one(std::move(y));
+                       },
+                   .reference_at_run_time = true});
   r.add("Shrink", unary_kernel(kShrink, [](const Node& a) {
           return UnaryParams{attr(a, "lambd"), attr(a, "bias")};
         }));
