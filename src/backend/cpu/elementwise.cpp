@@ -368,16 +368,15 @@ void register_unary(KernelRegistry& r) {
         }));
   // Trigonometric and hyperbolic functions without a vector form: the C library's float
   // functions element by element (within an ulp of the reference's double ones).
-  for (auto [name, f] : {std::pair<const char*, float (*)(float)>{"Tan", std::tan},
-                         {"Asin", std::asin},
-                         {"Acos", std::acos},
-                         {"Atan", std::atan},
-                         {"Sinh", std::sinh},
-                         {"Cosh", std::cosh},
-                         {"Asinh", std::asinh},
-                         {"Acosh", std::acosh},
-                         {"Atanh", std::atanh}})
-    r.add(name, with_typed_unary<float>({}, f));
+  r.add("Tan", with_typed_unary<float>({}, [](float x) { return std::tan(x); }));
+  r.add("Asin", with_typed_unary<float>({}, [](float x) { return std::asin(x); }));
+  r.add("Acos", with_typed_unary<float>({}, [](float x) { return std::acos(x); }));
+  r.add("Atan", with_typed_unary<float>({}, [](float x) { return std::atan(x); }));
+  r.add("Sinh", with_typed_unary<float>({}, [](float x) { return std::sinh(x); }));
+  r.add("Cosh", with_typed_unary<float>({}, [](float x) { return std::cosh(x); }));
+  r.add("Asinh", with_typed_unary<float>({}, [](float x) { return std::asinh(x); }));
+  r.add("Acosh", with_typed_unary<float>({}, [](float x) { return std::acosh(x); }));
+  r.add("Atanh", with_typed_unary<float>({}, [](float x) { return std::atanh(x); }));
   r.add("Gelu", {.accepts =
                      [](const NodeInfo& info) {
                        return info.inputs.size() == 1 && info.dtype(0) == DType::kF32 &&
