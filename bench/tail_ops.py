@@ -39,10 +39,33 @@ CASES = {
     "einsum_diag": ("Einsum", (64, 128, 128), {"equation": "bii->bi"}, 12, [], F),
     "trilu": ("Trilu", (12, 512, 512), {"upper": 1}, 14, [("k", np.array(1, np.int64))], F),
     "atan": ("Atan", (1 << 20,), {}, 18, [], F),
+    "nms": ("NonMaxSuppression", None, None, 13, None, F),  # nms_model
 }
 
 
+def nms_model(tmp):
+    """YOLOv8-sized NonMaxSuppression: 8400 boxes, 80 classes, 100 per class, IoU 0.5, score
+    0.25 (scores u^4: ~30% above it)."""
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(0, 600, (1, 8400, 2)).astype(np.float32)
+    boxes = np.concatenate([xy, xy + rng.uniform(10, 100, (1, 8400, 2))], -1).astype(np.float32)
+    scores = (rng.uniform(0, 1, (1, 80, 8400)) ** 4).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array([100], np.int64), "m"),
+             numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
+             numpy_helper.from_array(np.array([0.25], np.float32), "th")]
+    graph = helper.make_graph(
+        [helper.make_node("NonMaxSuppression", ["x", "s", "m", "iou", "th"], ["y"])], "nms",
+        [helper.make_tensor_value_info("x", F, [1, 8400, 4]),
+         helper.make_tensor_value_info("s", F, [1, 80, 8400])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)], initializer=inits)
+    path = os.path.join(tmp, "nms.onnx")
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path, {"x": boxes, "s": scores}
+
+
 def model(tmp, name):
+    if name == "nms":
+        return nms_model(tmp)
     op, shape, attrs, opset, inits, dtype = CASES[name]
     ins = ["x"] + [k for k, _ in inits]
     graph = helper.make_graph(
@@ -52,7 +75,7 @@ def model(tmp, name):
         initializer=[numpy_helper.from_array(v, k) for k, v in inits])
     path = os.path.join(tmp, name + ".onnx")
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
-    return path, np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    return path, {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
 
 
 def per_call(f, budget=0.25):
@@ -78,14 +101,14 @@ def main():
     print(f"load {open('/proc/loadavg').read().split()[:3]}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.ops.split(","):
-            path, x = model(tmp, name)
+            path, feeds = model(tmp, name)
             sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
             exe = pypto.onnx.load(path)
             backend = dict(exe._compiled.node_backends).get(CASES[name][0], "fused")
             pt, ot = [], []
             for _ in range(a.rounds):
-                pt.append(per_call(lambda: exe(x=x)))
-                ot.append(per_call(lambda: sess.run(None, {"x": x})))
+                pt.append(per_call(lambda: exe(**feeds)))
+                ot.append(per_call(lambda: sess.run(None, feeds)))
             mp, mo = statistics.median(pt) * 1e3, statistics.median(ot) * 1e3
             results[name] = {"pypto_ms": mp, "ort_ms": mo, "ratio": mp / mo, "backend": backend}
             print(f"{name:12s} {backend:9s} pypto {mp:9.3f} ms  onnxruntime {mo:8.3f} ms  "

@@ -175,3 +175,58 @@ TEST(CpuTrilu, EveryDiagonalAndDtype) {
 
 }  // namespace
 }  // namespace pto::testing
+
+namespace pto::testing {
+namespace {
+
+// NonMaxSuppression (backend/cpu/nms.cpp): the reference's selected rows exactly, on random boxes
+// in both box formats (flipped corners included), several batches and classes, ties, NaN scores,
+// with and without the optional inputs.
+TEST(CpuNonMaxSuppression, SameRowsAsTheReference) {
+  for (int64_t n : {1, 7, 300, 2000})
+    for (int64_t center : {0, 1}) {
+      const int64_t B = 2, K = 3;
+      Tensor boxes = random_f32({B, n, 4}, static_cast<uint32_t>(n), 0, 100);
+      float* bx = boxes.data<float>();
+      for (int64_t i = 0; i < B * n; ++i) {  // sizes 2..30, every third box's corners flipped
+        float* p = bx + i * 4;
+        if (center == 1) {
+          p[2] = 2 + p[2] * 0.28f, p[3] = 2 + p[3] * 0.28f;
+        } else {
+          p[2] = p[0] + 2 + p[2] * 0.28f, p[3] = p[1] + 2 + p[3] * 0.28f;
+          if (i % 3 == 0) std::swap(p[0], p[2]);
+        }
+      }
+      Tensor scores = random_f32({B, K, n}, static_cast<uint32_t>(n + 1), 0, 1);
+      float* sc = scores.data<float>();
+      for (int64_t i = 0; i < scores.numel(); i += 5) sc[i] = std::round(sc[i] * 10) / 10;  // ties
+      if (n > 7) sc[3] = NAN;
+      Attributes a;
+      a.set("center_point_box", center);
+      const Tensor max_out = Tensor::from_vector<int64_t>({n > 100 ? 50 : 5}, {1});
+      for (float iou : {0.0f, 0.3f, 0.7f}) {
+        const Tensor iou_t = Tensor::from_vector<float>({iou}, {1});
+        expect_matches({"NonMaxSuppression", {boxes, scores, max_out, iou_t}, a, 11}, {});
+        expect_matches({"NonMaxSuppression",
+                        {boxes, scores, max_out, iou_t, Tensor::from_vector<float>({0.4f}, {1})},
+                        a,
+                        11},
+                       {});
+      }
+      expect_matches({"NonMaxSuppression", {boxes, scores}, a, 11}, {});  // no boxes out
+      expect_matches(
+          {"NonMaxSuppression", {boxes, scores, Tensor::from_vector<int64_t>({n}, {1})}, a, 11},
+          {});
+    }
+  // Identical boxes: the first (by score, then index) suppresses the others.
+  Tensor same = Tensor::from_vector<float>({0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1}, {1, 3, 4});
+  expect_matches({"NonMaxSuppression",
+                  {same, Tensor::from_vector<float>({0.5f, 0.9f, 0.9f}, {1, 1, 3}),
+                   Tensor::from_vector<int64_t>({3}, {1}), Tensor::from_vector<float>({0.5f}, {1})},
+                  {},
+                  11},
+                 {});
+}
+
+}  // namespace
+}  // namespace pto::testing

@@ -153,3 +153,33 @@ def test_swiglu_against_torch(tmp_path, alpha):
     want = (ta * torch.sigmoid(alpha * ta) * torch.from_numpy(b).double()).float().numpy()
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
     assert {b for _, b in exe._compiled.node_backends} == {"cpu"}, exe._compiled.node_backends
+
+
+@pytest.mark.parametrize("center", [0, 1])
+@pytest.mark.parametrize("n, classes, max_out, iou, score", [(8400, 4, 100, 0.5, 0.25),
+                                                             (500, 3, 20, 0.3, None),
+                                                             (97, 2, 1000, 0.7, 0.1)])
+def test_non_max_suppression(tmp_path, center, n, classes, max_out, iou, score):
+    rng = np.random.default_rng(n)
+    xy = rng.uniform(0, 600, (2, n, 2)).astype(np.float32)
+    wh = rng.uniform(10, 100, (2, n, 2)).astype(np.float32)
+    boxes = np.concatenate([xy + wh / 2, wh] if center else [xy, xy + wh], -1)
+    scores = (rng.uniform(0, 1, (2, classes, n)) ** 4).astype(np.float32)
+    names = ["b", "s", "m", "iou"] + ([] if score is None else ["th"])
+    inits = [numpy_helper.from_array(np.array([max_out], np.int64), "m"),
+             numpy_helper.from_array(np.array([iou], np.float32), "iou")]
+    if score is not None:
+        inits.append(numpy_helper.from_array(np.array([score], np.float32), "th"))
+    graph = helper.make_graph(
+        [helper.make_node("NonMaxSuppression", names, ["y"], center_point_box=center)], "g",
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, list(boxes.shape)),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, list(scores.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)], initializer=inits)
+    path = str(tmp_path / "m.onnx")
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    feeds = {"b": boxes, "s": scores}
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    exe = pypto.onnx.load(path)
+    got = exe(**feeds)
+    assert dict(exe._compiled.node_backends) == {"NonMaxSuppression": "cpu"}
+    np.testing.assert_array_equal(got, want)

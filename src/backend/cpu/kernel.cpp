@@ -21,6 +21,7 @@ KernelRegistry& KernelRegistry::global() {
     register_topk_kernels(*r);
     register_grid_sample_kernels(*r);
     register_axis_kernels(*r);
+    register_nms_kernel(*r);
     return r;
   }();
   return *registry;
