@@ -40,6 +40,7 @@ CASES = {
     "trilu": ("Trilu", (12, 512, 512), {"upper": 1}, 14, [("k", np.array(1, np.int64))], F),
     "atan": ("Atan", (1 << 20,), {}, 18, [], F),
     "nms": ("NonMaxSuppression", None, None, 13, None, F),  # nms_model
+    "rotary": ("RotaryEmbedding", None, None, 23, None, F),  # rotary_model
 }
 
 
@@ -63,9 +64,27 @@ def nms_model(tmp):
     return path, {"x": boxes, "s": scores}
 
 
+def rotary_model(tmp):
+    """A LLaMA-7B prefill of 512 tokens: [1, 32, 512, 128], caches [4096, 64], position_ids."""
+    rng = np.random.default_rng(0)
+    angle = rng.uniform(0, 6.3, (4096, 64))
+    feeds = {"x": rng.standard_normal((1, 32, 512, 128)).astype(np.float32),
+             "c": np.cos(angle).astype(np.float32), "s": np.sin(angle).astype(np.float32),
+             "p": np.arange(512, dtype=np.int64)[None]}
+    info = [helper.make_tensor_value_info(k, TensorProto.INT64 if k == "p" else F, list(v.shape))
+            for k, v in feeds.items()]
+    graph = helper.make_graph([helper.make_node("RotaryEmbedding", list(feeds), ["y"])], "rope",
+                              info, [helper.make_tensor_value_info("y", F, None)])
+    path = os.path.join(tmp, "rope.onnx")
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]), path)
+    return path, feeds
+
+
 def model(tmp, name):
     if name == "nms":
         return nms_model(tmp)
+    if name == "rotary":
+        return rotary_model(tmp)
     op, shape, attrs, opset, inits, dtype = CASES[name]
     ins = ["x"] + [k for k, _ in inits]
     graph = helper.make_graph(

@@ -230,3 +230,35 @@ TEST(CpuNonMaxSuppression, SameRowsAsTheReference) {
 
 }  // namespace
 }  // namespace pto::testing
+
+namespace pto::testing {
+namespace {
+
+// RotaryEmbedding: 4-D [B, H, S, D] and 3-D [B, S, H * D] inputs, half-split and interleaved
+// pairs, a rotary_embedding_dim below D (the rest copied), caches read through position_ids or
+// per [B, S]; float products against the reference's double: 4 ulp.
+TEST(CpuRotaryEmbedding, LayoutsPairsAndCaches) {
+  const Tol tol = {4 * kUlp, 4 * kUlp};
+  const int64_t B = 2, H = 3, S = 5, D = 8, P = 11;
+  for (int64_t rot : {0, 4})
+    for (int64_t interleaved : {0, 1})
+      for (bool four_d : {true, false})
+        for (bool ids : {true, false}) {
+          const int64_t half = (rot ? rot : D) / 2;
+          Attributes a;
+          a.set("interleaved", interleaved);
+          if (rot) a.set("rotary_embedding_dim", rot);
+          if (!four_d) a.set("num_heads", H);
+          const Tensor x = random_f32(four_d ? Dims{B, H, S, D} : Dims{B, S, H * D}, 130, -3, 3);
+          const Dims cache = ids ? Dims{P, half} : Dims{B, S, half};
+          const Tensor cs = random_f32(cache, 131), sn = random_f32(cache, 132);
+          std::vector<int64_t> p(B * S);
+          for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int64_t>(i * 7 % P);
+          NodeCase c{"RotaryEmbedding", {x, cs, sn}, a, 23};
+          if (ids) c.inputs.push_back(Tensor::from_vector<int64_t>(p, {B, S}));
+          expect_matches(c, tol);
+        }
+}
+
+}  // namespace
+}  // namespace pto::testing

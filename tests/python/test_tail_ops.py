@@ -183,3 +183,34 @@ def test_non_max_suppression(tmp_path, center, n, classes, max_out, iou, score):
     got = exe(**feeds)
     assert dict(exe._compiled.node_backends) == {"NonMaxSuppression": "cpu"}
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("four_d", [True, False])
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("rot, ids", [(0, True), (32, True), (0, False)])
+def test_rotary_embedding(tmp_path, four_d, interleaved, rot, ids):
+    B, H, S, D, P = 2, 4, 37, 64, 100
+    rng = np.random.default_rng(rot + interleaved)
+    x = rng.standard_normal((B, H, S, D) if four_d else (B, S, H * D)).astype(np.float32)
+    half = (rot or D) // 2
+    angle = rng.uniform(0, 6.3, (P, half) if ids else (B, S, half))
+    feeds = {"x": x, "c": np.cos(angle).astype(np.float32), "s": np.sin(angle).astype(np.float32)}
+    if ids:
+        feeds["p"] = rng.integers(0, P, (B, S)).astype(np.int64)
+    attrs = {"interleaved": interleaved}
+    if rot:
+        attrs["rotary_embedding_dim"] = rot
+    if not four_d:
+        attrs["num_heads"] = H
+    info = [helper.make_tensor_value_info(k, TensorProto.INT64 if k == "p" else TensorProto.FLOAT,
+                                          list(v.shape)) for k, v in feeds.items()]
+    graph = helper.make_graph([helper.make_node("RotaryEmbedding", list(feeds), ["y"], **attrs)],
+                              "g", info, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                        None)])
+    path = str(tmp_path / "m.onnx")
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]), path)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    exe = pypto.onnx.load(path)
+    got = exe(**feeds)
+    assert dict(exe._compiled.node_backends) == {"RotaryEmbedding": "cpu"}
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -19,6 +19,7 @@
 //            for it); a row whose first element is NaN is all zeros and other NaNs are skipped
 //            (onnxruntime's result where its running max starts at a NaN and stays there).
 //   Trilu    rows copied as bytes, the rest zeroed, rows spread over threads.
+//   RotaryEmbedding  each head's pairs rotated by its position's cos/sin row, in float.
 #include <cmath>
 #include <cstring>
 
@@ -350,6 +351,77 @@ std::vector<Tensor> run_trilu(const KernelContext& c) {
   return one(std::move(y));
 }
 
+// ---- RotaryEmbedding ----
+
+bool accepts_rotary(const NodeInfo& n) {
+  return n.dtype(0) == DType::kF32 && n.dtype(1) == DType::kF32 && n.dtype(2) == DType::kF32 &&
+         (n.inputs.size() < 4 || n.dtype(3) == DType::kUndefined || n.dtype(3) == DType::kI64) &&
+         n.outputs.size() == 1;
+}
+
+// X is [B, H, S, D] (4-D) or [B, S, H * D] (3-D, num_heads); each head's first
+// rotary_embedding_dim values rotated in pairs (k, k + half), or (2k, 2k + 1) interleaved, by the
+// cos/sin cache row of the position (position_ids into a [positions, half] cache, or a
+// [B, S, half] cache); the rest copied. Anything the reference would reject goes to it.
+std::vector<Tensor> run_rotary(const KernelContext& c) {
+  const Tensor &x = c.input(0), &cs = c.input(1), &sn = c.input(2);
+  const auto& a = c.attrs();
+  if ((x.rank() != 3 && x.rank() != 4) || cs.shape() != sn.shape() || cs.rank() < 2)
+    return run_reference(c);
+  const bool packed = x.rank() == 3;
+  const int64_t heads = packed ? a.get_int("num_heads", 0) : x.dim(1);
+  if (packed && (heads <= 0 || x.dim(2) % heads != 0)) return run_reference(c);
+  const int64_t B = x.dim(0), H = heads, S = packed ? x.dim(1) : x.dim(2);
+  const int64_t D = packed ? x.dim(2) / heads : x.dim(3);
+  const int64_t rot =
+      c.node.attr_int("rotary_embedding_dim") ? a.get_int("rotary_embedding_dim") : D;
+  if (rot <= 0 || rot > D || rot % 2 || cs.dim(cs.rank() - 1) != rot / 2) return run_reference(c);
+  const int64_t half = rot / 2;
+  const bool interleaved = c.node.attr_int("interleaved") != 0;
+  const int64_t* pos = nullptr;
+  if (c.has_input(3)) {
+    const Tensor& p = c.input(3);
+    if (p.rank() != 2 || p.dim(0) != B || p.dim(1) != S || cs.rank() != 2) return run_reference(c);
+    pos = p.data<int64_t>();
+    for (int64_t i = 0; i < p.numel(); ++i)
+      if (pos[i] < 0 || pos[i] >= cs.dim(0)) return run_reference(c);
+  } else if (cs.rank() != 3 || cs.dim(0) != B || cs.dim(1) != S) {
+    return run_reference(c);
+  }
+  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  if (x.numel() == 0) return one(std::move(y));
+  const float *in = x.data<float>(), *pc = cs.data<float>(), *ps = sn.data<float>();
+  float* out = y.data<float>();
+  parallel_for(0, B * S, std::max<int64_t>(1, kParallelGrain / (H * D)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   const int64_t b = r / S, s = r % S;
+                   const int64_t row = pos ? pos[r] : r;
+                   const float *co = pc + row * half, *si = ps + row * half;
+                   for (int64_t h = 0; h < H; ++h) {
+                     const int64_t off = packed ? (r * H + h) * D : ((b * H + h) * S + s) * D;
+                     const float* xi = in + off;
+                     float* yo = out + off;
+                     if (interleaved) {
+                       for (int64_t k = 0; k < half; ++k) {
+                         const float x1 = xi[2 * k], x2 = xi[2 * k + 1];
+                         yo[2 * k] = co[k] * x1 - si[k] * x2;
+                         yo[2 * k + 1] = si[k] * x1 + co[k] * x2;
+                       }
+                     } else {
+                       for (int64_t k = 0; k < half; ++k) {
+                         const float x1 = xi[k], x2 = xi[k + half];
+                         yo[k] = co[k] * x1 - si[k] * x2;
+                         yo[k + half] = si[k] * x1 + co[k] * x2;
+                       }
+                     }
+                     std::copy(xi + rot, xi + D, yo + rot);
+                   }
+                 }
+               });
+  return one(std::move(y));
+}
+
 }  // namespace
 
 void register_axis_kernels(KernelRegistry& r) {
@@ -361,6 +433,8 @@ void register_axis_kernels(KernelRegistry& r) {
   r.add("LRN", {.accepts = f32_in_out, .run = run_lrn, .reference_at_run_time = true});
   r.add("Hardmax", {.accepts = f32_in_out, .run = run_hardmax, .reference_at_run_time = true});
   r.add("Trilu", {.accepts = accepts_trilu, .run = run_trilu, .reference_at_run_time = true});
+  r.add("RotaryEmbedding",
+        {.accepts = accepts_rotary, .run = run_rotary, .reference_at_run_time = true});
 }
 
 }  // namespace pto::cpu
