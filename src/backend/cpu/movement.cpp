@@ -119,8 +119,7 @@ std::vector<Tensor> concat(const KernelContext& c) {
 bool accepts_dropout(const NodeInfo& n) {
   if (n.outputs.size() > 2 || n.inputs.empty() || n.inputs[0].sequence) return false;
   const bool legacy_mask = n.node.opset > 0 && n.node.opset < 10;
-  return n.outputs.size() < 2 || n.outputs[1].dtype == DType::kUndefined || !legacy_mask ||
-         n.dtype(0) == DType::kF32;
+  return n.outputs.size() < 2 || !legacy_mask || n.dtype(0) == DType::kF32;
 }
 
 std::vector<Tensor> dropout(const KernelContext& c) {
