@@ -41,6 +41,7 @@ CASES = {
     "atan": ("Atan", (1 << 20,), {}, 18, [], F),
     "nms": ("NonMaxSuppression", None, None, 13, None, F),  # nms_model
     "rotary": ("RotaryEmbedding", None, None, 23, None, F),  # rotary_model
+    "roi_align": ("RoiAlign", None, None, 16, None, F),  # roi_model
 }
 
 
@@ -80,9 +81,29 @@ def rotary_model(tmp):
     return path, feeds
 
 
+def roi_model(tmp):
+    """Faster R-CNN's box head input: 1000 regions on a [1, 256, 50, 68] stride-16 map, 7x7 bins,
+    sampling_ratio 2."""
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(0, 700, (1000, 2))
+    feeds = {"x": rng.standard_normal((1, 256, 50, 68)).astype(np.float32),
+             "r": np.concatenate([xy, xy + rng.uniform(16, 200, (1000, 2))], 1).astype(np.float32),
+             "b": np.zeros(1000, np.int64)}
+    info = [helper.make_tensor_value_info(k, TensorProto.INT64 if k == "b" else F, list(v.shape))
+            for k, v in feeds.items()]
+    node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], output_height=7, output_width=7,
+                            sampling_ratio=2, spatial_scale=1 / 16)
+    graph = helper.make_graph([node], "roi", info, [helper.make_tensor_value_info("y", F, None)])
+    path = os.path.join(tmp, "roi.onnx")
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]), path)
+    return path, feeds
+
+
 def model(tmp, name):
     if name == "nms":
         return nms_model(tmp)
+    if name == "roi_align":
+        return roi_model(tmp)
     if name == "rotary":
         return rotary_model(tmp)
     op, shape, attrs, opset, inits, dtype = CASES[name]

@@ -262,3 +262,41 @@ TEST(CpuRotaryEmbedding, LayoutsPairsAndCaches) {
 
 }  // namespace
 }  // namespace pto::testing
+
+namespace pto::testing {
+namespace {
+
+// RoiAlign (backend/cpu/detect.cpp): the reference's values exactly (the same sample points and
+// double sums), both modes and coordinate transformations, adaptive and fixed sampling, regions
+// partly or wholly outside the map, several images.
+TEST(CpuRoiAlign, SameValuesAsTheReference) {
+  const Tensor x = random_f32({2, 5, 13, 17}, 140, -3, 3);
+  const int64_t R = 9;
+  Tensor rois = random_f32({R, 4}, 141, -20, 300);
+  float* b = rois.data<float>();
+  for (int64_t r = 0; r < R; ++r) {  // x2 >= x1 mostly; region 3 flipped, region 5 outside
+    b[r * 4 + 2] = b[r * 4] + std::abs(b[r * 4 + 2]) * 0.5f;
+    b[r * 4 + 3] = b[r * 4 + 1] + std::abs(b[r * 4 + 3]) * 0.5f;
+  }
+  std::swap(b[3 * 4], b[3 * 4 + 2]);
+  b[5 * 4] = b[5 * 4 + 1] = 1000, b[5 * 4 + 2] = b[5 * 4 + 3] = 1100;
+  std::vector<int64_t> bi(R);
+  for (int64_t r = 0; r < R; ++r) bi[r] = r % 2;
+  const Tensor batch = Tensor::from_vector<int64_t>(bi, {R});
+  for (const char* mode : {"avg", "max"})
+    for (const char* ctm : {"half_pixel", "output_half_pixel"})
+      for (int64_t sampling : {0, 2})
+        for (int64_t out : {1, 3}) {
+          Attributes a;
+          a.set("mode", std::string(mode));
+          a.set("coordinate_transformation_mode", std::string(ctm));
+          a.set("sampling_ratio", sampling);
+          a.set("output_height", out);
+          a.set("output_width", out + 1);
+          a.set("spatial_scale", 0.0625);
+          expect_matches({"RoiAlign", {x, rois, batch}, a, 16}, {});
+        }
+}
+
+}  // namespace
+}  // namespace pto::testing

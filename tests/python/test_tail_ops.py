@@ -214,3 +214,28 @@ def test_rotary_embedding(tmp_path, four_d, interleaved, rot, ids):
     got = exe(**feeds)
     assert dict(exe._compiled.node_backends) == {"RotaryEmbedding": "cpu"}
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("ctm, sampling", [("half_pixel", 2), ("output_half_pixel", 0)])
+def test_roi_align(tmp_path, mode, ctm, sampling):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 16, 25, 34)).astype(np.float32)
+    R = 40
+    xy = rng.uniform(-20, 500, (R, 2))
+    rois = np.concatenate([xy, xy + rng.uniform(4, 200, (R, 2))], 1).astype(np.float32)
+    feeds = {"x": x, "r": rois, "b": rng.integers(0, 2, R).astype(np.int64)}
+    node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], mode=mode, output_height=7,
+                            output_width=5, sampling_ratio=sampling, spatial_scale=1 / 16,
+                            coordinate_transformation_mode=ctm)
+    info = [helper.make_tensor_value_info(k, TensorProto.INT64 if k == "b" else TensorProto.FLOAT,
+                                          list(v.shape)) for k, v in feeds.items()]
+    graph = helper.make_graph([node], "g", info,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = str(tmp_path / "m.onnx")
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]), path)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    exe = pypto.onnx.load(path)
+    got = exe(**feeds)
+    assert dict(exe._compiled.node_backends) == {"RoiAlign": "cpu"}
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -21,7 +21,7 @@ KernelRegistry& KernelRegistry::global() {
     register_topk_kernels(*r);
     register_grid_sample_kernels(*r);
     register_axis_kernels(*r);
-    register_nms_kernel(*r);
+    register_detect_kernels(*r);
     return r;
   }();
   return *registry;
