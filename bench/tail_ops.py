@@ -31,6 +31,8 @@ CASES = {
     "mvn_frames": ("MeanVarianceNormalization", (1, 80, 3000), {"axes": [2]}, 13, [], F),
     "mvn_time": ("MeanVarianceNormalization", (1, 3000, 80), {"axes": [1]}, 13, [], F),
     "mvn_nchw": ("MeanVarianceNormalization", (8, 64, 56, 56), {}, 13, [], F),
+    "lppool": ("LpPool", (1, 64, 56, 56), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                           "pads": [1, 1, 1, 1], "p": 2}, 18, [], F),
     "hardmax": ("Hardmax", (256, 1000), {"axis": -1}, 13, [], F),
     "shrink": ("Shrink", (4, 1 << 18), {"lambd": 0.5, "bias": 0.1}, 18, [], F),
     "lpnorm": ("LpNormalization", (512, 768), {"axis": -1, "p": 2}, 13, [], F),

@@ -300,3 +300,41 @@ TEST(CpuRoiAlign, SameValuesAsTheReference) {
 
 }  // namespace
 }  // namespace pto::testing
+
+namespace pto::testing {
+namespace {
+
+// LpPool: 1-D, 2-D and 3-D windows with strides, dilations, pads, auto_pad and ceil_mode, p = 1, 2
+// and 3, against the reference (the same double sums: within an ulp).
+TEST(CpuLpPool, WindowsAndPowers) {
+  const Tol tol = {kUlp, 0};
+  struct Case {
+    Dims shape, kernel, strides, dilations, pads;
+    const char* auto_pad;
+    int64_t ceil;
+  };
+  const Case cases[] = {
+      {{2, 3, 17}, {3}, {2}, {1}, {1, 0}, "NOTSET", 0},
+      {{1, 4, 9, 11}, {3, 2}, {1, 2}, {1, 1}, {0, 0, 0, 0}, "NOTSET", 0},
+      {{2, 2, 10, 7}, {2, 3}, {2, 1}, {2, 1}, {1, 1, 0, 2}, "NOTSET", 1},
+      {{1, 3, 8, 9}, {3, 3}, {2, 2}, {1, 1}, {}, "SAME_UPPER", 0},
+      {{1, 3, 8, 9}, {2, 2}, {1, 1}, {1, 1}, {}, "SAME_LOWER", 0},
+      {{1, 2, 5, 6, 7}, {2, 3, 2}, {1, 2, 2}, {1, 1, 2}, {0, 1, 0, 1, 0, 1}, "NOTSET", 0},
+  };
+  uint32_t seed = 160;
+  for (const Case& k : cases)
+    for (double p : {1.0, 2.0, 3.0}) {
+      Attributes a;
+      a.set("kernel_shape", k.kernel);
+      a.set("strides", k.strides);
+      a.set("dilations", k.dilations);
+      if (!k.pads.empty()) a.set("pads", k.pads);
+      a.set("auto_pad", std::string(k.auto_pad));
+      a.set("ceil_mode", k.ceil);
+      a.set("p", static_cast<int64_t>(p));
+      expect_matches({"LpPool", {random_f32(k.shape, seed++, -3, 3)}, a, 18}, tol);
+    }
+}
+
+}  // namespace
+}  // namespace pto::testing

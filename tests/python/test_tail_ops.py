@@ -239,3 +239,16 @@ def test_roi_align(tmp_path, mode, ctm, sampling):
     got = exe(**feeds)
     assert dict(exe._compiled.node_backends) == {"RoiAlign": "cpu"}
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("shape, attrs", [
+    ((2, 8, 33), dict(kernel_shape=[4], strides=[2], pads=[1, 2])),
+    ((1, 16, 28, 31), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 4, 12, 13), dict(kernel_shape=[2, 3], auto_pad="SAME_UPPER")),
+    ((1, 2, 6, 7, 8), dict(kernel_shape=[2, 2, 3], strides=[1, 2, 2])),
+])
+def test_lp_pool(tmp_path, p, shape, attrs):
+    x = _rand(shape, 11)
+    got, want = _run(tmp_path, helper.make_node("LpPool", ["x"], ["y"], p=p, **attrs), x)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

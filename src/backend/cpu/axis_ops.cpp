@@ -20,6 +20,7 @@
 //            (onnxruntime's result where its running max starts at a NaN and stays there).
 //   Trilu    rows copied as bytes, the rest zeroed, rows spread over threads.
 //   RotaryEmbedding  each head's pairs rotated by its position's cos/sin row, in float.
+//   LpPool   the reference's windows and double sums, without its per-element pow for p = 1, 2.
 #include <cmath>
 #include <cstring>
 
@@ -27,6 +28,7 @@
 #include "backend/cpu/movement/strided_copy.h"
 #include "backend/cpu/reduce_kernels.h"
 #include "ir/ops/op_params.h"
+#include "ir/ops/window.h"
 #include "pto/parallel.h"
 
 namespace pto::cpu {
@@ -422,6 +424,80 @@ std::vector<Tensor> run_rotary(const KernelContext& c) {
   return one(std::move(y));
 }
 
+// ---- LpPool ----
+
+// (sum over the window's in-bounds elements of |x|^p)^(1/p) per output position, 1 to 3 spatial
+// axes, the reference's geometry (ir/ops/window.h) and arithmetic (double sums in window order;
+// |x|^p as x * x for p = 2 and |x| for p = 1, which are what pow gives there), planes in
+// parallel. Bad attributes and shapes go to the reference for its errors.
+std::vector<Tensor> run_lp_pool(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const double p = c.node.attr_float("p");
+  if (x.rank() < 3 || x.rank() > 5 || !(p > 0) || !std::isfinite(p)) return run_reference(c);
+  const size_t rank = static_cast<size_t>(x.rank() - 2);
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1},
+          d[3] = {1, 1, 1}, pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
+  try {
+    const Dims kernel = c.attrs().get_ints("kernel_shape");
+    if (kernel.size() != rank) return run_reference(c);
+    const window::Params wp = window::read_params(c.attrs(), kernel, true, c.where());
+    const size_t lead = 3 - rank;
+    for (size_t i = 0; i < rank; ++i) {
+      const window::Axis ax = window::forward_axis(wp, i, x.dim(2 + i), c.where());
+      in[lead + i] = x.dim(2 + i), out[lead + i] = ax.out, k[lead + i] = wp.kernel[i];
+      s[lead + i] = wp.strides[i], d[lead + i] = wp.dilations[i];
+      pb[lead + i] = ax.pad_begin, pe[lead + i] = ax.pad_end;
+    }
+  } catch (const Error&) {
+    return run_reference(c);
+  }
+  Dims yshape = {x.dim(0), x.dim(1)};
+  for (size_t i = 0; i < rank; ++i) yshape.push_back(out[3 - rank + i]);
+  Tensor y = Tensor::empty(DType::kF32, yshape);
+  if (y.numel() == 0) return one(std::move(y));
+  const int64_t planes = x.dim(0) * x.dim(1), in_size = in[0] * in[1] * in[2];
+  const int64_t out_size = out[0] * out[1] * out[2], k_size = k[0] * k[1] * k[2];
+  const int kind = p == 2 ? 2 : p == 1 ? 1 : 0;
+  const double inv_p = 1.0 / p;
+  const float* xs = x.data<float>();
+  float* ys = y.data<float>();
+  parallel_for(0, planes, std::max<int64_t>(1, kParallelGrain / (out_size * k_size)),
+               [&](int64_t p0, int64_t p1) {
+                 for (int64_t plane = p0; plane < p1; ++plane) {
+                   const float* xp = xs + plane * in_size;
+                   float* yp = ys + plane * out_size;
+                   int64_t o = 0;
+                   for (int64_t o0 = 0; o0 < out[0]; ++o0)
+                     for (int64_t o1 = 0; o1 < out[1]; ++o1)
+                       for (int64_t o2 = 0; o2 < out[2]; ++o2, ++o) {
+                         double sum = 0;
+                         for (int64_t k0 = 0; k0 < k[0]; ++k0) {
+                           const int64_t i0 = o0 * s[0] + k0 * d[0] - pb[0];
+                           if (i0 + pb[0] >= in[0] + pb[0] + pe[0]) break;
+                           if (i0 < 0 || i0 >= in[0]) continue;
+                           for (int64_t k1 = 0; k1 < k[1]; ++k1) {
+                             const int64_t i1 = o1 * s[1] + k1 * d[1] - pb[1];
+                             if (i1 + pb[1] >= in[1] + pb[1] + pe[1]) break;
+                             if (i1 < 0 || i1 >= in[1]) continue;
+                             const float* row = xp + (i0 * in[1] + i1) * in[2];
+                             for (int64_t k2 = 0; k2 < k[2]; ++k2) {
+                               const int64_t i2 = o2 * s[2] + k2 * d[2] - pb[2];
+                               if (i2 + pb[2] >= in[2] + pb[2] + pe[2]) break;
+                               if (i2 < 0 || i2 >= in[2]) continue;
+                               const double v = row[i2];
+                               sum += kind == 2   ? v * v
+                                      : kind == 1 ? std::fabs(v)
+                                                  : std::pow(std::fabs(v), p);
+                             }
+                           }
+                         }
+                         yp[o] = static_cast<float>(std::pow(sum, inv_p));
+                       }
+                 }
+               });
+  return one(std::move(y));
+}
+
 }  // namespace
 
 void register_axis_kernels(KernelRegistry& r) {
@@ -433,6 +509,7 @@ void register_axis_kernels(KernelRegistry& r) {
   r.add("LRN", {.accepts = f32_in_out, .run = run_lrn, .reference_at_run_time = true});
   r.add("Hardmax", {.accepts = f32_in_out, .run = run_hardmax, .reference_at_run_time = true});
   r.add("Trilu", {.accepts = accepts_trilu, .run = run_trilu, .reference_at_run_time = true});
+  r.add("LpPool", {.accepts = f32_in_out, .run = run_lp_pool, .reference_at_run_time = true});
   r.add("RotaryEmbedding",
         {.accepts = accepts_rotary, .run = run_rotary, .reference_at_run_time = true});
 }
