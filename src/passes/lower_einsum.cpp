@@ -13,9 +13,14 @@
 // and the product [batch, M, N] is reshaped and transposed to o. One operand: ReduceSum and
 // Transpose. Level 2: the GEMM sums in another order than the reference's loops.
 //
-// Taken when the equation parses for the operands' ranks, no operand or output repeats a label
-// (a diagonal), K labels have one size in both operands, and at most one of the sizes a Reshape
-// needs is unknown; other Einsums stay as they are.
+// An operand that repeats a label (a diagonal: "ii->i", "ii->" (a trace), "bii->bi") first takes
+// the diagonal of each repeated pair: a Transpose moving the pair last, a Reshape merging it into
+// one axis of n * n and a Slice with step n + 1 (every (j, j) element), so it reaches the rest
+// with distinct labels. The repeated axes' size must be known.
+//
+// Taken when the equation parses for the operands' ranks, the output repeats no label, repeated
+// operand labels have one known size, K labels have one size in both operands, and at most one of
+// the sizes a Reshape needs is unknown; other Einsums stay as they are.
 #include <algorithm>
 
 #include "ir/ops/einsum_equation.h"
@@ -65,6 +70,32 @@ std::optional<std::vector<int64_t>> reshape_target(size_t batch, const std::vect
     }
   }
   return t;
+}
+
+// The first label of `labels` that appears twice: its two positions, or nullopt.
+std::optional<std::pair<size_t, size_t>> first_repeat(const std::vector<int>& labels) {
+  for (size_t p = 0; p < labels.size(); ++p)
+    for (size_t q = p + 1; q < labels.size(); ++q)
+      if (labels[p] == labels[q]) return std::pair{p, q};
+  return std::nullopt;
+}
+
+// One diagonal step on (labels, shape): the pair (p, q) replaced by one axis at the end. False
+// when the pair's size is unknown or differs.
+bool take_diagonal(std::vector<int>& labels, Shape& shape, size_t p, size_t q) {
+  if (!shape[p].is_known() || !same_dim(shape[p], shape[q])) return false;
+  std::vector<int> l;
+  Shape s;
+  for (size_t i = 0; i < labels.size(); ++i)
+    if (i != p && i != q) {
+      l.push_back(labels[i]);
+      s.push_back(shape[i]);
+    }
+  l.push_back(labels[p]);
+  s.push_back(shape[p]);
+  labels = l;
+  shape = s;
+  return true;
 }
 
 class Lowering {
@@ -117,6 +148,37 @@ class Lowering {
     labels = kept_labels;
     shape = kept_shape;
     return add("ReduceSum", {x, ints(axes)}, shape, a);
+  }
+
+  // x (labels, shape) with each repeated label's diagonal taken (take_diagonal, already checked
+  // to apply): Transpose, Reshape and a Slice with step n + 1 per repeated pair.
+  ValueId diagonals(ValueId x, std::vector<int>& labels, Shape& shape) {
+    while (auto pq = first_repeat(labels)) {
+      const auto [p, q] = *pq;
+      const int64_t n = shape[p].value, rank = static_cast<int64_t>(labels.size());
+      std::vector<int64_t> perm;
+      for (int64_t i = 0; i < rank; ++i)
+        if (i != int64_t(p) && i != int64_t(q)) perm.push_back(i);
+      perm.push_back(static_cast<int64_t>(p));
+      perm.push_back(static_cast<int64_t>(q));
+      Shape moved;
+      for (int64_t i : perm) moved.push_back(shape[i]);
+      take_diagonal(labels, shape, p, q);
+      bool identity = true;
+      for (int64_t i = 0; i < rank; ++i) identity = identity && perm[i] == i;
+      if (!identity) {
+        Attributes a;
+        a.set("perm", perm);
+        x = add("Transpose", {x}, moved, a);
+      }
+      std::vector<int64_t> target(static_cast<size_t>(rank - 2), 0);
+      target.push_back(n * n);
+      Shape flat(moved.begin(), moved.end() - 2);
+      flat.push_back(Dim(n * n));
+      x = add("Reshape", {x, ints(target)}, flat);
+      x = add("Slice", {x, ints({0}), ints({n * n}), ints({rank - 2}), ints({n + 1})}, shape);
+    }
+    return x;
   }
 
   // x (labels, shape) with its axes in the order of `order` (every label of x).
@@ -175,18 +237,36 @@ bool lower(Graph& g, size_t i, const PassContext& ctx) {
     return false;  // the reference reports it
   }
   if (has_repeats(e.output)) return false;
-  for (const auto& labels : e.inputs)
-    if (has_repeats(labels)) return false;
   if (yt.shape->size() != e.output.size()) return false;
+  // Each operand's labels and shape once its diagonals are taken, checked before anything is
+  // inserted (the insertions follow the same steps).
+  const std::vector<std::vector<int>> written = e.inputs;
+  const std::vector<Shape> written_shapes = shapes;
+  bool diagonal = false;
+  for (size_t j = 0; j < e.inputs.size(); ++j)
+    while (auto pq = first_repeat(e.inputs[j])) {
+      diagonal = true;
+      if (!take_diagonal(e.inputs[j], shapes[j], pq->first, pq->second)) return false;
+    }
 
   Lowering low(g, i, n);
+  // The operands as the rest reads them: their diagonals inserted once every check has passed.
+  std::vector<ValueId> operands = n.inputs;
+  auto undiagonal = [&] {
+    for (size_t j = 0; j < operands.size(); ++j) {
+      std::vector<int> l = written[j];
+      Shape s = written_shapes[j];
+      operands[j] = low.diagonals(operands[j], l, s);
+    }
+  };
   std::vector<int> la = e.inputs[0];
   Shape sa = shapes[0];
   if (n.inputs.size() == 1) {
-    ValueId x = low.sum_out(n.inputs[0], la, sa, e.output);
+    undiagonal();
+    ValueId x = low.sum_out(operands[0], la, sa, e.output);
     x = low.transpose(x, la, sa, e.output);
     if (x == n.inputs[0]) x = low.add("Identity", {x}, sa);
-    low.finish(x, n.outputs[0], ctx, "LowerEinsum/Reduce");
+    low.finish(x, n.outputs[0], ctx, diagonal ? "LowerEinsum/Diagonal" : "LowerEinsum/Reduce");
     return true;
   }
   std::vector<int> lb = e.inputs[1];
@@ -222,8 +302,9 @@ bool lower(Graph& g, size_t i, const PassContext& ctx) {
   std::vector<int> keep_a = lo, keep_b = lo;
   keep_a.insert(keep_a.end(), lb.begin(), lb.end());
   keep_b.insert(keep_b.end(), la.begin(), la.end());
-  ValueId a = low.sum_out(n.inputs[0], la, sa, keep_a);
-  ValueId b = low.sum_out(n.inputs[1], lb, sb, keep_b);
+  undiagonal();
+  ValueId a = low.sum_out(operands[0], la, sa, keep_a);
+  ValueId b = low.sum_out(operands[1], lb, sb, keep_b);
   std::vector<int> order_a = batch, order_b = batch;
   order_a.insert(order_a.end(), m.begin(), m.end());
   order_a.insert(order_a.end(), k.begin(), k.end());

@@ -286,6 +286,16 @@ class Lowering {
     if (op == "HardSigmoid")
       return unary(kHardSigmoid, float_in(n, 0), attr(n, "alpha", 0.2f), attr(n, "beta", 0.5f));
     if (op == "Swish") return unary(kSwish, float_in(n, 0), attr(n, "alpha", 1.0f));
+    if (op == "SwiGLU") {  // a * sigmoid(alpha a) * b, a and b of one shape (no broadcasting)
+      const TensorType &ta = g_.value(n.inputs[0]).type, &tb = g_.value(n.inputs[1]).type;
+      if (!ta.shape || !tb.shape || !is_static(*ta.shape) || !is_static(*tb.shape) ||
+          to_dims(*ta.shape) != to_dims(*tb.shape))
+        return std::nullopt;
+      return binary(TileBinary::kMul, unary(kSwish, float_in(n, 0), attr(n, "alpha", 1.0f)),
+                    float_in(n, 1));
+    }
+    if (op == "Shrink")
+      return unary(kShrink, float_in(n, 0), attr(n, "lambd", 0.5f), attr(n, "bias", 0.0f));
     if (op == "Gelu") {
       std::string form = n.attrs.get_string("approximate", "none");
       if (form != "none" && form != "tanh") return std::nullopt;

@@ -10,9 +10,9 @@
 namespace pto {
 
 // X(enum name, printed name). Params: LeakyRelu/Elu/Celu/ThresholdedRelu/Swish alpha in imm0;
-// HardSigmoid alpha, beta; Selu alpha, gamma in imm0, imm1. PowHalf is pow(x, 0.5): sqrt except
-// -0 -> +0 and -inf -> +inf. Rsqrt is 1 / sqrt(x). RoundBf16 / RoundF16: to the nearest bf16 /
-// IEEE half value (ties to even), kept in float: what a Cast to that dtype stores.
+// HardSigmoid alpha, beta; Selu alpha, gamma; Shrink lambd, bias in imm0, imm1. PowHalf is pow(x,
+// 0.5): sqrt except -0 -> +0 and -inf -> +inf. Rsqrt is 1 / sqrt(x). RoundBf16 / RoundF16: to the
+// nearest bf16 / IEEE half value (ties to even), kept in float: what a Cast to that dtype stores.
 // clang-format off
 #define PTO_TILE_UNARY_OPS(X) \
   X(Neg, "neg") \
@@ -54,7 +54,8 @@ namespace pto {
   X(RoundBf16, "round_bf16") \
   X(RoundF16, "round_f16") \
   X(Sin, "sin") \
-  X(Cos, "cos")
+  X(Cos, "cos") \
+  X(Shrink, "shrink")
 // clang-format on
 
 enum class TileUnary : uint8_t {

@@ -197,6 +197,81 @@ TEST(CpuElementwise, TranscendentalUnaryOps) {
   EXPECT_EQ(compile(g, {.level = 0}).node_backend(0), "reference");
 }
 
+// Shrink: x < -lambd ? x + bias : x > lambd ? x - bias : 0, NaN to 0 (onnxruntime too), on the
+// vector op; bias not representable in float moves a result by at most one ulp.
+TEST(CpuElementwise, Shrink) {
+  for (const Dims& s : kUnaryShapes) {
+    Tensor x = random_f32(s, 25, -3, 3);
+    for (int64_t i = 0; i < x.numel(); i += 5) x.data<float>()[i] = 0.5f;  // == lambd: 0
+    if (x.numel() > 9) {
+      x.data<float>()[1] = NAN;
+      x.data<float>()[2] = INFINITY;
+      x.data<float>()[3] = -INFINITY;
+      x.data<float>()[4] = -0.5f;
+    }
+    check({"Shrink", {x}});
+    check({"Shrink", {x}, attrs({{"lambd", 1.5}, {"bias", 1.5}})});
+    check({"Shrink", {x}, attrs({{"lambd", 0.25}, {"bias", 0.1}})}, {1, 0});
+  }
+}
+
+// SwiGLU(a, b) = a * sigmoid(alpha a) * b on one shape; a shape mismatch is the reference's
+// error, from the CPU kernel too.
+TEST(CpuElementwise, SwiGLU) {
+  for (const Dims& s : kUnaryShapes) {
+    Tensor a = random_f32(s, 30, -12, 12), b = random_f32(s, 31, -2, 2);
+    if (a.numel() > 9) {
+      a.data<float>()[1] = NAN;
+      a.data<float>()[2] = INFINITY;
+      a.data<float>()[3] = -INFINITY;
+      b.data<float>()[4] = INFINITY;
+    }
+    check({"SwiGLU", {a, b}}, {8, 1e-6});
+    check({"SwiGLU", {a, b}, attrs({{"alpha", 1.702}})}, {8, 1e-6});
+  }
+  Graph g;
+  ValueId a = g.add_input("a", {DType::kF32, Shape{3, 4}}), b = g.add_input("b", {DType::kF32});
+  ValueId y = g.add_value("y");
+  g.add_node("SwiGLU", {a, b}, {y}, {}, "n");
+  g.add_output(y);
+  Executable exe = compile(g, {.level = 0});
+  EXPECT_EQ(exe.node_backend(0), "cpu");
+  const std::vector<Tensor> in = {random_f32({3, 4}, 1), random_f32({4}, 2)};
+  std::string want, got;
+  try {
+    reference::run(g, in);
+  } catch (const ValueError& e) {
+    want = e.what();
+  }
+  try {
+    exe.run(in);
+  } catch (const ValueError& e) {
+    got = e.what();
+  }
+  EXPECT_FALSE(want.empty());
+  EXPECT_EQ(got, want);
+}
+
+// The trigonometric and hyperbolic functions without a vector form (libm's float functions):
+// within 4 ulp of the reference's double ones; outside their domains NaN, like the reference.
+TEST(CpuElementwise, InverseAndHyperbolicTrigonometry) {
+  struct Range {
+    const char* op;
+    float lo, hi;
+  };
+  for (const Range& r :
+       {Range{"Tan", -1.5f, 1.5f}, Range{"Asin", -1.2f, 1.2f}, Range{"Acos", -1.2f, 1.2f},
+        Range{"Atan", -50, 50}, Range{"Sinh", -20, 20}, Range{"Cosh", -20, 20},
+        Range{"Asinh", -1e3f, 1e3f}, Range{"Acosh", 0.5f, 100}, Range{"Atanh", -1.2f, 1.2f}}) {
+    uint32_t seed = 40;
+    for (const Dims& s : kUnaryShapes) check({r.op, {random_f32(s, seed++, r.lo, r.hi)}}, {4, 0});
+    Tensor x = random_f32({3, 7}, 49, r.lo, r.hi);
+    const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1.0f, -1.0f, 100.0f};
+    std::copy(std::begin(specials), std::end(specials), x.data<float>());
+    check({r.op, {x}}, {4, 0});
+  }
+}
+
 TEST(CpuElementwise, Clip) {
   Tensor x = random_f32({5, 9}, 30);
   auto scalar = [](float v) { return Tensor::scalar<float>(v); };

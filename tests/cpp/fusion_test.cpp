@@ -388,6 +388,49 @@ TEST(Fusion, CastFromInt32JoinsAnElementwiseGroup) {
   EXPECT_EQ(exe.step(0).rule, "Elementwise");
 }
 
+// Shrink is a tile op: Add, Shrink and Mul run as one elementwise kernel.
+TEST(Fusion, ShrinkJoinsAnElementwiseGroup) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, to_shape({5, 67})});
+  ValueId b = g.add_value("b"), s = g.add_value("s");
+  g.set_initializer(b, random_tensor({67}, 140));
+  g.set_initializer(s, Tensor::scalar(1.5f));
+  ValueId a = g.add_value("a"), h = g.add_value("h"), y = g.add_value("y");
+  Attributes shrink;
+  shrink.set("lambd", 0.3);
+  shrink.set("bias", 0.25);
+  g.add_node("Add", {x, b}, {a}, {}, "bias");
+  g.add_node("Shrink", {a}, {h}, shrink, "shrink");
+  g.add_node("Mul", {h, s}, {y}, {}, "scale");
+  g.add_output(y);
+  Tensor in = random_tensor({5, 67}, 141);
+  in.data<float>()[3] = NAN;
+  Executable exe = check_against_reference(g, {in}, 2);
+  ASSERT_EQ(exe.num_steps(), 1u);
+  EXPECT_EQ(exe.step(0).rule, "Elementwise");
+}
+
+// SwiGLU is a tile op on operands of one static shape: Add, SwiGLU and Mul run as one kernel.
+TEST(Fusion, SwiGLUJoinsAnElementwiseGroup) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, to_shape({4, 96})});
+  ValueId gate = g.add_input("gate", {DType::kF32, to_shape({4, 96})});
+  ValueId b = g.add_value("b"), s = g.add_value("s");
+  g.set_initializer(b, random_tensor({96}, 150));
+  g.set_initializer(s, Tensor::scalar(0.5f));
+  ValueId a = g.add_value("a"), h = g.add_value("h"), y = g.add_value("y");
+  Attributes alpha;
+  alpha.set("alpha", 1.702);
+  g.add_node("Add", {x, b}, {a}, {}, "bias");
+  g.add_node("SwiGLU", {a, gate}, {h}, alpha, "swiglu");
+  g.add_node("Mul", {h, s}, {y}, {}, "scale");
+  g.add_output(y);
+  Executable exe =
+      check_against_reference(g, {random_tensor({4, 96}, 151), random_tensor({4, 96}, 152)}, 2);
+  ASSERT_EQ(exe.num_steps(), 1u);
+  EXPECT_EQ(exe.step(0).rule, "Elementwise");
+}
+
 // A norm with the Casts around it runs on its own kernel (rule Cast+LayerNormalization+Cast,
 // fusion/node_casts.h) only where the elementwise rule would have made a tile program of just
 // those: a norm with more elementwise work after it, or a norm whose output something else also

@@ -46,7 +46,7 @@ TEST(OpCoverage, CpuColumnFollowsTheKernelTable) {
   EXPECT_EQ(cpu["Reshape"], CpuCoverage::kAll);  // a view, for every node
   EXPECT_EQ(cpu["Relu"], CpuCoverage::kSome);    // float32 only
   EXPECT_EQ(cpu["LayerNormalization"], CpuCoverage::kRunTime);
-  EXPECT_EQ(cpu["NonMaxSuppression"], CpuCoverage::kNone);
+  EXPECT_EQ(cpu["CenterCropPad"], CpuCoverage::kNone);
   EXPECT_EQ(cpu["Loop"], CpuCoverage::kSubgraphs);  // the runtime compiles its body
 }
 

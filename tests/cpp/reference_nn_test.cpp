@@ -330,6 +330,12 @@ TEST(Hardmax, FirstMaximumWins) {
   EXPECT_EQ(values(y[0]), (V{0, 1, 0, 0, 1, 0}));
 }
 
+// A row starting with NaN has no maximum (all zeros, as onnxruntime); a later NaN is skipped.
+TEST(Hardmax, NaNFirstRowIsZeros) {
+  auto y = run_op({"Hardmax", {f32({NAN, 3, 5, 1, NAN, 2}, {2, 3})}, {}, 1, 13});
+  EXPECT_EQ(values(y[0]), (V{0, 0, 0, 0, 0, 1}));
+}
+
 // ---- Contractions ----
 
 TEST(Gemm, TransposesAlphaBetaAndBroadcastC) {

@@ -536,23 +536,25 @@ def test_if_in_loop_in_scan_at_every_level(tmp_path, level):
 
 
 def test_body_op_without_a_cpu_kernel_falls_back_alone(tmp_path):
-    """Acos has no CPU kernel: in the compiled body it runs on its reference kernel, the Mul
-    beside it on the CPU one, and the result is still onnxruntime's."""
+    """CenterCropPad has no CPU kernel: in the compiled body it runs on its reference kernel, the
+    Mul beside it on the CPU one, and the result is still onnxruntime's."""
     k = numpy_helper.from_array(np.full((4,), 0.3, np.float32), "k")
     m = numpy_helper.from_array(np.array(3, np.int64), "m")
+    s = numpy_helper.from_array(np.array([4], np.int64), "s")
     body = helper.make_graph(
-        [helper.make_node("Acos", ["x_in"], ["a"]),
+        [helper.make_node("CenterCropPad", ["x_in", "s"], ["a"]),
          helper.make_node("Mul", ["a", "k"], ["x_out"]),
          helper.make_node("Identity", ["cond_in"], ["cond_out"])],
         "body", [_vi("i", I64, []), _vi("cond_in", B, []), _vi("x_in", F, [4])],
         [_vi("cond_out", B, []), _vi("x_out", F, [4])])
-    nodes = [helper.make_node("Loop", ["m", "", "x"], ["y"], body=body, name="acos_loop")]
-    path = _save(tmp_path / "acos.onnx", nodes, [_vi("x", F, [4])], [_vi("y", F, [4])], [k, m])
+    nodes = [helper.make_node("Loop", ["m", "", "x"], ["y"], body=body, name="crop_loop")]
+    path = _save(tmp_path / "crop.onnx", nodes, [_vi("x", F, [4])], [_vi("y", F, [4])],
+                 [k, m, s], opset=18)
     x = np.array([-0.9, -0.2, 0.4, 1.0], np.float32)
     model = _check(path, {"x": x})
     nested = _nested(model)
-    assert nested["acos_loop/body/Acos"] == "reference", nested
-    assert nested["acos_loop/body/Mul"] == "cpu", nested
+    assert nested["crop_loop/body/CenterCropPad"] == "reference", nested
+    assert nested["crop_loop/body/Mul"] == "cpu", nested
 
 
 def test_conv_reading_an_if_of_unknown_rank(tmp_path):

@@ -1,8 +1,10 @@
 """Einsum on the GEMM kernels (the LowerEinsum pass, level 2) against ONNX Runtime: contractions
 with batch, row, column and contracted labels in any order, several labels per group, labels
 summed out of one operand, broadcast batch axes, ellipses, a symbolic batch, one-operand
-reductions and transposes; attention written as two einsums becomes one Attention kernel; an
-Einsum the pass does not take (a diagonal) still runs, on the reference interpreter."""
+reductions and transposes; attention written as two einsums becomes one Attention kernel;
+diagonals and traces (a repeated label: Transpose, Reshape and a strided Slice first); an Einsum
+the pass does not take (level 1; an output that repeats a label) still runs, on the reference
+interpreter."""
 
 from __future__ import annotations
 
@@ -102,6 +104,23 @@ def test_einsum_attention_becomes_one_kernel(tmp_path):
     assert ops == ["Attention"], ops
 
 
-def test_einsum_diagonal_and_level_1_stay_on_the_reference(tmp_path):
-    _check(tmp_path, "bii->bi", [(3, 4, 4)], backends=("reference",))
+@pytest.mark.parametrize("equation, shapes", [
+    ("ii->i", [(5, 5)]),
+    ("ii->", [(7, 7)]),                              # a trace
+    ("ii", [(6, 6)]),                                # implicit output: the trace
+    ("bii->bi", [(3, 4, 4)]),
+    ("bii->b", [(3, 9, 9)]),
+    ("iji->ij", [(4, 3, 4)]),                        # the pair not adjacent
+    ("ibi->bi", [(5, 2, 5)]),
+    ("iiii->i", [(3, 3, 3, 3)]),                     # two pairs of one label
+    ("iijj->ij", [(2, 2, 3, 3)]),
+    ("bii,bij->bj", [(2, 5, 5), (2, 5, 7)]),         # a diagonal, then a product
+    ("ij,kjj->ik", [(3, 4), (6, 4, 4)]),
+])
+def test_einsum_diagonals_on_cpu(tmp_path, equation, shapes):
+    _check(tmp_path, equation, shapes)
+
+
+def test_einsum_at_level_1_stays_on_the_reference(tmp_path):
     _check(tmp_path, "bij,bjk->bik", [(3, 4, 5), (3, 5, 6)], backends=("reference",), level=1)
+    _check(tmp_path, "bii->bi", [(3, 4, 4)], backends=("reference",), level=1)

@@ -338,6 +338,45 @@ void register_unary(KernelRegistry& r) {
           return UnaryParams{attr(a, "alpha"), attr(a, "beta")};
         }));
   r.add("Swish", unary_kernel(kSwish, [](const Node& a) { return UnaryParams{attr(a, "alpha")}; }));
+  // SwiGLU(a, b) = swish(a) * b (one shape; others go to the reference for its error), in
+  // cache-sized chunks: the swish into y, then y *= b.
+  r.add("SwiGLU", {.accepts =
+                       [](const NodeInfo& info) {
+                         return info.inputs.size() == 2 && info.dtype(0) == DType::kF32 &&
+                                info.dtype(1) == DType::kF32;
+                       },
+                   .run =
+                       [](const KernelContext& c) {
+                         const Tensor &a = c.input(0), &b = c.input(1);
+                         if (a.shape() != b.shape()) return run_reference(c);
+                         const UnaryParams p{attr(c.node, "alpha")};
+                         Tensor y = Tensor::empty(DType::kF32, a.shape());
+                         const float *pa = a.data<float>(), *pb = b.data<float>();
+                         float* py = y.data<float>();
+                         parallel_for(0, a.numel(), kGrain, [&](int64_t s, int64_t e) {
+                           for (int64_t i = s; i < e; i += 4096) {
+                             const int64_t n = std::min<int64_t>(4096, e - i);
+                             unary_f32(kSwish, p, pa + i, py + i, n);
+                             binary_f32(BinaryOp::kMul, py + i, 1, pb + i, 1, py + i, n);
+                           }
+                         });
+                         return one(std::move(y));
+                       },
+                   .reference_at_run_time = true});
+  r.add("Shrink", unary_kernel(kShrink, [](const Node& a) {
+          return UnaryParams{attr(a, "lambd"), attr(a, "bias")};
+        }));
+  // Trigonometric and hyperbolic functions without a vector form: the C library's float
+  // functions element by element (within an ulp of the reference's double ones).
+  r.add("Tan", with_typed_unary<float>({}, [](float x) { return std::tan(x); }));
+  r.add("Asin", with_typed_unary<float>({}, [](float x) { return std::asin(x); }));
+  r.add("Acos", with_typed_unary<float>({}, [](float x) { return std::acos(x); }));
+  r.add("Atan", with_typed_unary<float>({}, [](float x) { return std::atan(x); }));
+  r.add("Sinh", with_typed_unary<float>({}, [](float x) { return std::sinh(x); }));
+  r.add("Cosh", with_typed_unary<float>({}, [](float x) { return std::cosh(x); }));
+  r.add("Asinh", with_typed_unary<float>({}, [](float x) { return std::asinh(x); }));
+  r.add("Acosh", with_typed_unary<float>({}, [](float x) { return std::acosh(x); }));
+  r.add("Atanh", with_typed_unary<float>({}, [](float x) { return std::atanh(x); }));
   r.add("Gelu", {.accepts =
                      [](const NodeInfo& info) {
                        return info.inputs.size() == 1 && info.dtype(0) == DType::kF32 &&

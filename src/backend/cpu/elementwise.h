@@ -47,7 +47,8 @@ namespace pto::cpu {
   X(Celu) \
   X(PowHalf) \
   X(Sin) \
-  X(Cos)
+  X(Cos) \
+  X(Shrink)
 // clang-format on
 
 enum class UnaryOp {
@@ -58,7 +59,7 @@ enum class UnaryOp {
 
 // PowHalf is pow(x, 0.5): sqrt, except -0 -> +0 and -inf -> +inf.
 // Attribute values an op reads: LeakyRelu/Elu/Celu/ThresholdedRelu/Swish alpha in a; Clip's
-// bounds in a (lo) and b (hi); HardSigmoid alpha, beta; Selu alpha, gamma.
+// bounds in a (lo) and b (hi); HardSigmoid alpha, beta; Selu alpha, gamma; Shrink lambd, bias.
 struct UnaryParams {
   float a = 0.0f, b = 0.0f;
 };

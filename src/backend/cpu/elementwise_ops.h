@@ -75,6 +75,8 @@ inline Vec unary(Vec x, const UnaryParams& p) {
   if constexpr (Op == kMish) return mish(x);
   if constexpr (Op == kElu) return select(x < zero, a * expm1(x), x);
   if constexpr (Op == kSelu) return select(x > zero, b * x, b * (a * expm1(x)));
+  if constexpr (Op == kShrink)  // x < -lambd ? x + bias : x > lambd ? x - bias : 0 (NaN -> 0)
+    return select(x < Vec::set1(-p.a), x + b, select(x > a, x - b, zero));
   if constexpr (Op == kCelu) {  // max(0, x) + min(0, a expm1(x / a)), NaN -> 0 as in std::max/min
     Vec w = a * expm1(x / a);
     return select(zero < x, x, zero) + select(w < zero, w, zero);

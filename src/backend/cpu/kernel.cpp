@@ -20,6 +20,8 @@ KernelRegistry& KernelRegistry::global() {
     register_recurrent_kernels(*r);
     register_topk_kernels(*r);
     register_grid_sample_kernels(*r);
+    register_axis_kernels(*r);
+    register_detect_kernels(*r);
     return r;
   }();
   return *registry;

@@ -164,6 +164,9 @@ void register_resize_kernels(KernelRegistry& r);     // resize: Resize, Upsample
 void register_recurrent_kernels(KernelRegistry& r);  // recurrent: RNN, GRU, LSTM (float32)
 void register_topk_kernels(KernelRegistry& r);       // topk: TopK
 void register_grid_sample_kernels(KernelRegistry& r);  // grid_sample: GridSample
+// axis_ops: MeanVarianceNormalization, LpNormalization, LRN, Hardmax, Trilu
+void register_axis_kernels(KernelRegistry& r);
+void register_detect_kernels(KernelRegistry& r);  // detect: NonMaxSuppression, RoiAlign
 
 // The CPU backend (backend.cpp): single nodes on the kernels above, and fused groups.
 std::unique_ptr<Backend> make_backend();

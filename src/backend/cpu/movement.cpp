@@ -113,6 +113,35 @@ std::vector<Tensor> concat(const KernelContext& c) {
   return one(y);
 }
 
+// Dropout at inference: Y is X (a view), the mask all ones (bool from opset 10, X's dtype before:
+// float32 only). Training mode (opset 12's third input true) goes to the reference kernel, which
+// takes ratio 0 and reports a random one as unsupported.
+bool accepts_dropout(const NodeInfo& n) {
+  if (n.outputs.size() > 2 || n.inputs.empty() || n.inputs[0].sequence) return false;
+  const bool legacy_mask = n.node.opset > 0 && n.node.opset < 10;
+  return n.outputs.size() < 2 || !legacy_mask || n.dtype(0) == DType::kF32;
+}
+
+std::vector<Tensor> dropout(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const int opset = c.node.opset > 0 ? c.node.opset : 1 << 30;
+  if (opset >= 12 && c.has_input(2)) {
+    const Tensor& t = c.input(2);
+    if (t.numel() != 1 || t.dtype() != DType::kBool || t.data<bool>()[0]) return run_reference(c);
+  }
+  std::vector<Tensor> out;
+  out.push_back(x);
+  if (c.num_outputs > 1) {
+    Tensor mask = Tensor::empty(opset < 10 ? DType::kF32 : DType::kBool, x.shape());
+    if (opset < 10)
+      std::fill(mask.data<float>(), mask.data<float>() + mask.numel(), 1.0f);
+    else
+      std::fill(mask.data<bool>(), mask.data<bool>() + mask.numel(), true);
+    out.push_back(std::move(mask));
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_movement_kernels(KernelRegistry& r) {
@@ -123,6 +152,7 @@ void register_movement_kernels(KernelRegistry& r) {
   r.add("Squeeze", view_kernel(ref::squeeze_dims));
   r.add("Unsqueeze", view_kernel(ref::unsqueeze_dims));
   r.add("Identity", {.run = [](const KernelContext& c) { return one(c.input(0)); }});
+  r.add("Dropout", {.accepts = accepts_dropout, .run = dropout, .reference_at_run_time = true});
   r.add("Transpose", {.prepare = prepare_transpose, .run = transpose});
   r.add("Slice", {.run = [](const KernelContext& c) { return one(pack(ref::slice_view(c))); }});
   r.add("Expand", {.run = [](const KernelContext& c) { return one(pack(ref::expand_view(c))); }});

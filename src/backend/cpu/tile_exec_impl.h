@@ -152,6 +152,7 @@ inline Vec tile_unary(Vec x, const UnaryParams& p) {
   PTO_TILE_MAP(PowHalf)
   PTO_TILE_MAP(Sin)
   PTO_TILE_MAP(Cos)
+  PTO_TILE_MAP(Shrink)
   // clang-format on
 #undef PTO_TILE_MAP
 }

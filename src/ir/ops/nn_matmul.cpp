@@ -136,7 +136,9 @@ void register_nn_matmul_ops(OpRegistry& r) {
          .properties = kOpaque,
          .attrs = {required_attr("equation", AttrKind::kString)},
          .infer = infer_einsum,
-         .doc = "Einstein summation with diagonals, broadcasting and ellipsis"});
+         .doc = "Einstein summation with diagonals, broadcasting and ellipsis",
+         .lowered_by = "LowerEinsum at level >= 2 (one or two float operands; a repeated operand "
+                       "label of known size as a strided Slice)"});
 }
 
 }  // namespace pto

@@ -56,6 +56,9 @@ std::vector<Tensor> softmax_like(const KernelContext& c, MaxKind kind) {
           arg = j;
         }
       if (kind == MaxKind::kHardmax) {
+        // A row whose first element is NaN has no maximum: all zeros (onnxruntime's rule; its
+        // running maximum stays NaN and no element equals it). Later NaNs are skipped.
+        if (r.len > 0 && std::isnan(x[at(0)])) arg = -1;
         for (int64_t j = 0; j < r.len; ++j) y[at(j)] = j == arg ? 1.0 : 0.0;
         continue;
       }
