@@ -17,6 +17,7 @@
 
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/isa/isa.h"
+#include "conv_test_util.h"
 #include "pto/executable.h"
 #include "pto/parallel.h"
 #include "pto/reference.h"
@@ -85,18 +86,7 @@ Built conv_graph(const ConvCase& c, DType dt = DType::kF32) {
   return b;
 }
 
-// Inputs lie in [-1, 1], so each output is a sum of K products of magnitude <= 1.
-void expect_close(const Tensor& got, const Tensor& want, int64_t k, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const double tol = 1e-5 + 2e-6 * static_cast<double>(k);
-  int64_t bad = 0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double a = got.item_as_double(i), b = want.item_as_double(i);
-    if (!(std::fabs(a - b) <= tol) && bad++ < 3)
-      ADD_FAILURE() << what << ": element " << i << " is " << a << ", reference " << b;
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.numel() << " elements differ";
-}
+using testing::expect_close;
 
 int64_t k_of(const ConvCase& c) {
   return c.w[1] * (c.w.size() > 2 ? c.w[2] : 1) * (c.w.size() > 3 ? c.w[3] : 1);

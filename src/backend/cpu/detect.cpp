@@ -19,6 +19,7 @@
 
 #include "backend/cpu/kernel.h"
 #include "pto/parallel.h"
+#include "reference/ops/bilinear_corners.h"
 
 namespace pto::cpu {
 namespace {
@@ -149,46 +150,6 @@ std::vector<Tensor> run_nms(const KernelContext& c) {
 
 // ---- RoiAlign ----
 
-// One bilinear sample: four plane offsets and weights (all zero outside the map), as
-// reference::bilinear_corners computes them.
-struct Sample {
-  int64_t pos[4] = {0, 0, 0, 0};
-  double weight[4] = {0, 0, 0, 0};
-};
-
-Sample bilinear_sample(double y, double x, int64_t height, int64_t width) {
-  Sample c;
-  if (!(y >= -1.0 && y <= static_cast<double>(height) && x >= -1.0 &&
-        x <= static_cast<double>(width)))
-    return c;
-  y = std::max(y, 0.0);
-  x = std::max(x, 0.0);
-  int64_t y_low = static_cast<int64_t>(y), x_low = static_cast<int64_t>(x), y_high, x_high;
-  if (y_low >= height - 1) {
-    y_high = y_low = height - 1;
-    y = static_cast<double>(y_low);
-  } else {
-    y_high = y_low + 1;
-  }
-  if (x_low >= width - 1) {
-    x_high = x_low = width - 1;
-    x = static_cast<double>(x_low);
-  } else {
-    x_high = x_low + 1;
-  }
-  const double ly = y - static_cast<double>(y_low), lx = x - static_cast<double>(x_low);
-  const double hy = 1 - ly, hx = 1 - lx;
-  c.pos[0] = y_low * width + x_low;
-  c.pos[1] = y_low * width + x_high;
-  c.pos[2] = y_high * width + x_low;
-  c.pos[3] = y_high * width + x_high;
-  c.weight[0] = hy * hx;
-  c.weight[1] = hy * lx;
-  c.weight[2] = ly * hx;
-  c.weight[3] = ly * lx;
-  return c;
-}
-
 bool accepts_roi_align(const NodeInfo& n) {
   const std::string mode = n.node.attr_string("mode");
   return n.dtype(0) == DType::kF32 && n.dtype(1) == DType::kF32 && n.dtype(2) == DType::kI64 &&
@@ -248,7 +209,7 @@ std::vector<Tensor> run_roi_align(const KernelContext& c) {
   float* out = y.data<float>();
   const int64_t bins = ph * pw;
   // Per region: every bin's samples (shared by the channels), then channel planes in parallel.
-  std::vector<Sample> samples;
+  std::vector<reference::BilinearCorners> samples;
   std::vector<int64_t> first(static_cast<size_t>(bins + 1));
   for (int64_t r = 0; r < R; ++r) {
     const int64_t gh = grid[r * 2], gw = grid[r * 2 + 1];
@@ -264,7 +225,7 @@ std::vector<Tensor> run_roi_align(const KernelContext& c) {
           for (int64_t ix = 0; ix < gw; ++ix) {
             const double xx = start_w + static_cast<double>(xb) * bin_w +
                               (static_cast<double>(ix) + 0.5) * bin_w / static_cast<double>(gw);
-            samples.push_back(bilinear_sample(yy, xx, H, W));
+            samples.push_back(reference::bilinear_corners(yy, xx, H, W));
           }
         }
       }
@@ -278,7 +239,7 @@ std::vector<Tensor> run_roi_align(const KernelContext& c) {
         for (int64_t bin = 0; bin < bins; ++bin) {
           double acc = 0;
           for (int64_t s = first[bin]; s < first[bin + 1]; ++s) {
-            const Sample& k = samples[s];
+            const reference::BilinearCorners& k = samples[s];
             if (avg) {
               for (int q = 0; q < 4; ++q) acc += k.weight[q] * static_cast<double>(plane[k.pos[q]]);
             } else {

@@ -5,51 +5,12 @@
 #include <cmath>
 #include <numeric>
 
+#include "bilinear_corners.h"
 #include "index_math.h"
 #include "output_buffer.h"
 
 namespace pto::reference {
 namespace {
-
-// The four bilinear corners (plane offsets) and weights of one RoiAlign sample point; all
-// weights are zero for a point outside the feature map.
-struct Corners {
-  int64_t pos[4] = {0, 0, 0, 0};
-  double weight[4] = {0, 0, 0, 0};
-};
-
-Corners bilinear_corners(double y, double x, int64_t height, int64_t width) {
-  Corners c;
-  if (!(y >= -1.0 && y <= static_cast<double>(height) && x >= -1.0 &&
-        x <= static_cast<double>(width)))
-    return c;  // outside (or NaN)
-  y = std::max(y, 0.0);
-  x = std::max(x, 0.0);
-  int64_t y_low = static_cast<int64_t>(y), x_low = static_cast<int64_t>(x), y_high, x_high;
-  if (y_low >= height - 1) {
-    y_high = y_low = height - 1;
-    y = static_cast<double>(y_low);
-  } else {
-    y_high = y_low + 1;
-  }
-  if (x_low >= width - 1) {
-    x_high = x_low = width - 1;
-    x = static_cast<double>(x_low);
-  } else {
-    x_high = x_low + 1;
-  }
-  const double ly = y - static_cast<double>(y_low), lx = x - static_cast<double>(x_low);
-  const double hy = 1 - ly, hx = 1 - lx;
-  c.pos[0] = y_low * width + x_low;
-  c.pos[1] = y_low * width + x_high;
-  c.pos[2] = y_high * width + x_low;
-  c.pos[3] = y_high * width + x_high;
-  c.weight[0] = hy * hx;
-  c.weight[1] = hy * lx;
-  c.weight[2] = ly * hx;
-  c.weight[3] = ly * lx;
-  return c;
-}
 
 // RoiAlign: each region [x1, y1, x2, y2] (scaled by spatial_scale, shifted by half a pixel in
 // half_pixel mode) is split into output_height x output_width bins; each bin averages (or takes
@@ -114,7 +75,7 @@ std::vector<Tensor> roi_align(const KernelContext& c) {
       throw ValueError(
           cat(w, ": region ", r, " needs ", gh, " x ", gw, " samples per bin; set sampling_ratio"));
     const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
-    std::vector<Corners> samples;  // one bin's sample points, shared by all channels
+    std::vector<BilinearCorners> samples;  // one bin's sample points, shared by all channels
     for (int64_t y = 0; y < ph; ++y)
       for (int64_t x = 0; x < pw; ++x) {
         samples.clear();
@@ -131,7 +92,7 @@ std::vector<Tensor> roi_align(const KernelContext& c) {
           const double* plane = data.data() + (batch[r] * C + ch) * H * W;
           double acc = 0;
           for (size_t s = 0; s < samples.size(); ++s) {
-            const Corners& k = samples[s];
+            const BilinearCorners& k = samples[s];
             if (mode == "avg") {
               for (int q = 0; q < 4; ++q) acc += k.weight[q] * plane[k.pos[q]];
             } else {
