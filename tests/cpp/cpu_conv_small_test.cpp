@@ -212,7 +212,9 @@ TEST(CpuConvSmall, TwoDimensional) {
        attrs_of({{"strides", Dims{4, 4}}, {"dilations", Dims{2, 2}}, {"pads", Dims{1, 0, 2, 1}}})},
       {{1, 6, 2, 4}, {10, 6, 1, 1}, {}},  // 8 positions, 1x1
       {{1, 16, 3, 3}, {40, 8, 3, 3}, attrs_of({{"group", int64_t{2}}, {"strides", Dims{2, 2}}})},
-      {{1, 64, 1, 1}, {128, 64, 3, 3}, attrs_of({{"pads", Dims{1, 1, 1, 1}}})},  // 1x1 input
+      // 1x1 input, 8 of 9 taps in the padding: the blocked kernel, which skips them, where it
+      // applies (small_output_wins); the generic ISA has none
+      {{1, 64, 1, 1}, {128, 64, 3, 3}, attrs_of({{"pads", Dims{1, 1, 1, 1}}}), true, false, true},
   };
   for (const Case& c : cases)
     for (After a : {After::kNone, After::kRelu, After::kAddRelu, After::kTile}) check(c, a);

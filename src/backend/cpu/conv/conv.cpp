@@ -379,9 +379,27 @@ std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t
 
 namespace pto::cpu {
 
+// The share of (output position, tap) pairs that read the input rather than padding: the
+// small-output kernel multiplies every tap, the blocked kernel skips the padding ones.
+double valid_tap_share(const ConvGeometry& g) {
+  auto valid = [](int64_t out, int64_t in, int64_t k, int64_t s, int64_t d, int64_t p) {
+    int64_t n = 0;
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t t = 0; t < k; ++t) {
+        const int64_t i = o * s + t * d - p;
+        n += i >= 0 && i < in;
+      }
+    return static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, out * k));
+  };
+  return valid(g.oh, g.ih, g.kh, g.sh, g.dh, g.ph) * valid(g.ow, g.iw, g.kw, g.sw, g.dw, g.pw);
+}
+
 bool small_output_wins(const ConvGeometry& g, bool blocked) {
   if (g.depthwise() || g.n == 0) return false;
   if (g.oh == 1 && g.kh == 1) return g.ow <= kSmallConvRow;
+  // Where the blocked kernel applies and most taps read padding (a 3x3 or 1x3 conv on a 1x1 or
+  // 2x2 plane: Inception's last blocks at small inputs), it does less than half the work.
+  if (blocked && valid_tap_share(g) < 0.4) return false;
   return g.out_plane() <= kSmallConvPlane &&
          (!blocked || g.m * g.cg() * g.kh * g.kw >= kSmallConvBlockedWeights);
 }
