@@ -72,6 +72,14 @@ void plane(const DepthwisePlane& p, const float* padded, const float* w, float b
 }  // namespace
 
 void depthwise_pad(const DepthwisePlane& p, const float* x, float* padded) {
+  // Each phase's span of columns that read the input is the same on every row: found once (two
+  // divisions a phase) rather than per row and phase (they were a fifth of a small plane's copy).
+  constexpr int64_t kPhases = 8;
+  int64_t span[kPhases][2];
+  const bool hoisted = p.sw <= kPhases;
+  if (hoisted)
+    for (int64_t q = 0; q < p.sw; ++q)
+      valid_span(0, p.phase_len, p.iw, p.sw, q - p.pw, &span[q][0], &span[q][1]);
   for (int64_t r = 0; r < p.rows; ++r) {
     float* dst = padded + r * p.row_len;
     const int64_t iy = r - p.ph;
@@ -83,7 +91,10 @@ void depthwise_pad(const DepthwisePlane& p, const float* x, float* padded) {
     for (int64_t q = 0; q < p.sw; ++q) {
       float* d = dst + q * p.phase_len;
       int64_t lo, hi;
-      valid_span(0, p.phase_len, p.iw, p.sw, q - p.pw, &lo, &hi);
+      if (hoisted)
+        lo = span[q][0], hi = span[q][1];
+      else
+        valid_span(0, p.phase_len, p.iw, p.sw, q - p.pw, &lo, &hi);
       fill_zero(d, lo);
       copy_strided(d + lo, xr + q + lo * p.sw, hi - lo, p.sw);
       fill_zero(d + hi, p.phase_len - hi);
