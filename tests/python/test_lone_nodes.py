@@ -6,26 +6,16 @@ MaxPool / AveragePool over 3-D windows (MViT's attention pooling, 3-D CNNs)."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import torch
-from onnx import TensorProto, helper, numpy_helper, save
+from onnx import helper
 
 import pypto
+from one_node import run_one_node
 
 
 def _run(tmp_path, node, x, inits=(), opset=17):
-    path = str(tmp_path / "m.onnx")
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        initializer=[numpy_helper.from_array(v, k) for k, v in inits])
-    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
-    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    exe = pypto.onnx.load(path)
-    got = exe(x=x)
-    backends = {op: b for op, b in exe._compiled.node_backends}
-    return got, want, backends
+    return run_one_node(tmp_path, node, x, inits, opset)
 
 
 @pytest.mark.parametrize("x_shape, slope_shape", [

@@ -10,19 +10,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, save
 
 import pypto
+from one_node import run_one_node
 
 
 def _run(tmp_path, node, x, inits=(), opset=18, dtype=TensorProto.FLOAT):
-    path = str(tmp_path / "m.onnx")
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", dtype, list(x.shape))],
-        [helper.make_tensor_value_info("y", dtype, None)],
-        initializer=[numpy_helper.from_array(v, k) for k, v in inits])
-    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
-    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    exe = pypto.onnx.load(path)
-    got = exe(x=x)
-    backends = {op: b for op, b in exe._compiled.node_backends}
+    got, want, backends = run_one_node(tmp_path, node, x, inits, opset, dtype)
     assert backends == {node.op_type: "cpu"}, backends
     return got, want
 
