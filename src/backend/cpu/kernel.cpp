@@ -22,6 +22,7 @@ KernelRegistry& KernelRegistry::global() {
     register_grid_sample_kernels(*r);
     register_axis_kernels(*r);
     register_detect_kernels(*r);
+    register_nbits_kernels(*r);
     return r;
   }();
   return *registry;

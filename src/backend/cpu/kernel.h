@@ -167,6 +167,7 @@ void register_grid_sample_kernels(KernelRegistry& r);  // grid_sample: GridSampl
 // axis_ops: MeanVarianceNormalization, LpNormalization, LRN, Hardmax, Trilu
 void register_axis_kernels(KernelRegistry& r);
 void register_detect_kernels(KernelRegistry& r);  // detect: NonMaxSuppression, RoiAlign
+void register_nbits_kernels(KernelRegistry& r);   // nbits_kernels: MatMulNBits
 
 // The CPU backend (backend.cpp): single nodes on the kernels above, and fused groups.
 std::unique_ptr<Backend> make_backend();

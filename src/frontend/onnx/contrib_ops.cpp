@@ -248,64 +248,6 @@ void fused_mat_mul(Emit& e, const std::vector<ValueId>& x, const std::vector<Val
        y[0]);
 }
 
-// MatMulNBits(A, B, scales, zero_points?, g_idx?, bias?){K, N, bits, block_size}: A times the
-// block-quantized weight, dequantized once here: W[n, k] = (code - zero_point) * scale of k's
-// block, codes of `bits` (2, 4 or 8) packed low bits first along K in B [N, blocks, blob];
-// zero points packed the same way per row of blocks (uint8) or given as floats; 2^(bits - 1)
-// without. The weight becomes a float32 constant [K, N] and a MatMul (+ bias): PyPTO has no
-// 4-bit GEMM, so the model runs at float32 speed with 32 / bits times the weight memory.
-void mat_mul_nbits(Emit& e, const std::vector<ValueId>& x, const std::vector<ValueId>& y,
-                   const Attributes& attrs) {
-  const int64_t K = attrs.get_int("K"), N = attrs.get_int("N"), bits = attrs.get_int("bits", 4);
-  const int64_t block = attrs.get_int("block_size");
-  if (bits != 2 && bits != 4 && bits != 8) e.unsupported(cat("MatMulNBits with bits=", bits));
-  if (in(x, 4) != kNoValue) e.unsupported("MatMulNBits with g_idx (act-order)");
-  if (K <= 0 || N <= 0 || block < 16 || (block & (block - 1)))
-    throw ValueError(cat(e.where(), ": K ", K, ", N ", N, " and block_size ", block,
-                         " must be positive, block_size a power of 2 of 16 or more"));
-  const Tensor* b = e.constant(x[1]);
-  const Tensor* scales = e.constant(x[2]);
-  const Tensor* zp = in(x, 3) != kNoValue ? e.constant(x[3]) : nullptr;
-  if (!b || !scales || (in(x, 3) != kNoValue && !zp))
-    e.unsupported("MatMulNBits whose weights, scales or zero points are not constants");
-  const int64_t blocks = (K + block - 1) / block, blob = block * bits / 8;
-  if (b->dtype() != DType::kU8 || b->numel() != N * blocks * blob)
-    throw ValueError(cat(e.where(), ": B must be uint8 [N, blocks, blob] = [", N, ", ", blocks,
-                         ", ", blob, "], got ", b->str()));
-  if (scales->numel() != N * blocks || !is_floating(scales->dtype()))
-    throw ValueError(cat(e.where(), ": scales must hold N * blocks = ", N * blocks, " floats, got ",
-                         scales->str()));
-  const bool packed_zp = zp && zp->dtype() == DType::kU8;
-  const int64_t zp_row = (blocks * bits + 7) / 8;  // packed bytes of one row's zero points
-  if (zp && (packed_zp ? zp->numel() != N * zp_row : zp->numel() != N * blocks))
-    throw ValueError(cat(e.where(), ": zero_points ", zp->str(), " do not match N = ", N,
-                         " rows of ", blocks, " blocks"));
-  const Tensor bc = b->contiguous();
-  const uint8_t* codes = bc.data<uint8_t>();
-  const uint32_t mask = (1u << bits) - 1;
-  auto code = [&](const uint8_t* row, int64_t j) {  // the j-th packed value of a row
-    return static_cast<int>((row[j * bits / 8] >> (j * bits % 8)) & mask);
-  };
-  Tensor w = Tensor::empty(DType::kF32, {K, N});
-  float* pw = w.data<float>();
-  const double mid = static_cast<double>(1 << (bits - 1));
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const double scale = scales->item_as_double(n * blocks + blk);
-      const double zero = !zp         ? mid
-                          : packed_zp ? code(zp->data<uint8_t>() + n * zp_row, blk)
-                                      : zp->item_as_double(n * blocks + blk);
-      const uint8_t* row = codes + (n * blocks + blk) * blob;
-      for (int64_t j = 0; j < block && blk * block + j < K; ++j)
-        pw[(blk * block + j) * N + n] = static_cast<float>((code(row, j) - zero) * scale);
-    }
-  log(LogLevel::kInfo, cat(e.where(), ": ", bits, "-bit weights [", N, ", ", K,
-                           "] dequantized to float32 at load (no ", bits, "-bit GEMM)"));
-  const ValueId wv = e.weight(std::move(w));
-  const ValueId prod = e.op("MatMul", {x[0], wv}, {}, in(x, 5) == kNoValue ? y[0] : kNoValue);
-  if (in(x, 5) != kNoValue) e.op("Add", {prod, x[5]}, {}, y[0]);
-}
-
 // FusedConv(X, W, B?, Z?){conv attributes, activation, activation_params}: act(Conv + Z).
 void fused_conv(Emit& e, const std::vector<ValueId>& x, const std::vector<ValueId>& y,
                 const Attributes& attrs) {
@@ -734,7 +676,6 @@ constexpr Entry kContribOps[] = {
        gelu(e, {x[0]}, y, "none");
      }},
     {"GroupQueryAttention", first(1), group_query_attention},
-    {"MatMulNBits", first(3), mat_mul_nbits},
     {"MultiHeadAttention", first(1), multi_head_attention},
     {"QuickGelu", first(1), quick_gelu},
     {"RotaryEmbedding", first(4), rotary_embedding},

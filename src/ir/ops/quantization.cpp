@@ -37,6 +37,15 @@ void infer_dynamic_quantize_matmul(InferContext& c) {
   infer::set(c, 0, c.inputs[0].dtype, y);
 }
 
+// MatMulNBits: A [..., K] by the N x K block-quantized weight gives A's type [..., N]
+// (ir/ops/nbits.h).
+void infer_mat_mul_nbits(InferContext& c) {
+  if (!c.has_input(0)) return;
+  std::optional<Shape> y = c.inputs[0].shape;
+  if (y && !y->empty()) y->back() = Dim(c.node.attr_int("N"));
+  infer::set(c, 0, c.inputs[0].dtype, y && !y->empty() ? y : std::nullopt);
+}
+
 // Quantized contractions: the output type is the output zero point's, else the input's.
 DType qlinear_dtype(const InferContext& c) {
   return c.has_input(7) ? c.inputs[7].dtype : c.inputs[0].dtype;
@@ -126,6 +135,23 @@ void register_quantization_ops(OpRegistry& r) {
            infer::set(c, 1, DType::kF32, Shape{});
            infer::set(c, 2, DType::kU8, Shape{});
          }});
+  // onnxruntime's contrib op (domain com.microsoft, read and written as it is): the weight stays
+  // in its 2/4/8-bit blocks, multiplied in float32 (docs/precision.md "Weight-only").
+  r.add({.name = "MatMulNBits",
+         .min_inputs = 3,
+         .max_inputs = 6,
+         .properties = kOpaque,
+         .attrs = {required_attr("K", AttrKind::kInt, "the inner dimension"),
+                   required_attr("N", AttrKind::kInt, "the output columns"),
+                   {"bits", int64_t{4}, "bits of a weight code: 2, 4 or 8"},
+                   required_attr("block_size", AttrKind::kInt,
+                                 "codes along K sharing one scale and zero point"),
+                   {"accuracy_level", int64_t{0},
+                    "the least precision A may be rounded to (0 unset, 1 f32, 2 f16, 3 bf16, 4 "
+                    "int8); PyPTO computes in float32, which every level allows"}},
+         .infer = infer_mat_mul_nbits,
+         .doc = "com.microsoft: A times a weight of 2/4/8-bit codes in blocks along K, "
+                "(code - zero_point) * scale per block, plus bias"});
   register_qlinear_ops(r);
 }
 

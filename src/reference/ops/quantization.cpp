@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "cast.h"
+#include "ir/ops/nbits.h"
 #include "kernel_util.h"
 #include "pto/op_registry.h"
 
@@ -403,6 +404,39 @@ std::vector<Tensor> qlinear_conv(const KernelContext& c) {
   return {requantize(acc, shape, c.input(1), c.input(4), c.input(6), yzp, out, 1, false, w)};
 }
 
+// MatMulNBits: W dequantized in float32 as onnxruntime does ((code - zero) * scale), then
+// Y = A W + bias with the products summed in double, rounded once to A's type.
+std::vector<Tensor> mat_mul_nbits(const KernelContext& c) {
+  const std::string w = c.where();
+  const nbits::Layout L = nbits::layout(c.node, w);
+  const Tensor& A = c.input(0);
+  if (!is_floating(A.dtype()) || A.rank() < 1 || A.dim(-1) != L.k)
+    throw ValueError(cat(w, ": A ", A.str(), " must be float [..., K = ", L.k, "]"));
+  const Tensor* zp = c.has_input(3) ? &c.input(3) : nullptr;
+  const Tensor* g_idx = c.has_input(4) ? &c.input(4) : nullptr;
+  nbits::check_operands(L, c.input(1), c.input(2), zp, g_idx, w);
+  std::vector<double> bias(static_cast<size_t>(L.n), 0.0);
+  if (c.has_input(5)) {
+    bias = to_doubles(c.input(5), w);
+    if (static_cast<int64_t>(bias.size()) != L.n)
+      throw ValueError(cat(w, ": bias ", c.input(5).str(), " must hold N = ", L.n, " values"));
+  }
+  std::vector<float> weight(static_cast<size_t>(L.k * L.n));
+  nbits::dequantize(L, c.input(1), c.input(2), zp, g_idx, 0, L.n, weight.data(), L.n);
+  const std::vector<double> a = to_doubles(A, w);
+  const int64_t M = A.numel() / L.k;
+  std::vector<double> y(static_cast<size_t>(M * L.n));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < L.n; ++j) {
+      double acc = bias[j];
+      for (int64_t k = 0; k < L.k; ++k) acc += a[i * L.k + k] * weight[k * L.n + j];
+      y[i * L.n + j] = acc;
+    }
+  Dims shape = A.shape();
+  shape.back() = L.n;
+  return {from_doubles(A.dtype(), shape, y, w)};
+}
+
 }  // namespace
 
 void register_qlinear_kernels(KernelRegistry& r);  // qlinear.cpp: ONNX Runtime's QOperator ops
@@ -417,6 +451,7 @@ void register_quantization_kernels(KernelRegistry& r) {
   r.add("DequantizeLinear", dequantize_linear);
   r.add("DynamicQuantizeLinear", dynamic_quantize_linear);
   r.add("DynamicQuantizeMatMul", dynamic_quantize_matmul);
+  r.add("MatMulNBits", mat_mul_nbits);
 }
 
 }  // namespace pto::reference

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Weight-only 4-bit MatMul (onnxruntime's MatMulNBits, as onnxruntime-genai's int4 LLM exports
+and MatMulNBitsQuantizer write it) against ONNX Runtime, and against the same layer in float32,
+in one run with the machine's ceilings (docs/precision.md "Weight-only 4-bit").
+
+    python bench/nbits.py [--layers 4096x4096,4096x11008,11008x4096] [--rows 1,4,16,128]
+                          [--threads 1,2] [--rounds 5] [--quick] [--json FILE]
+
+Each layer (K x N, block 32, uint8 zero points, random codes) is one MatMulNBits node; rows is
+M, the tokens of a call (1: a decoding step; 128: a prompt). Engines, timed interleaved in
+rounds (each a burst of calls; the median call of a burst, the best burst of the rounds):
+- pypto-int4: pypto.onnx.load of the node (the weight kept in 4-bit panels);
+- ort-int4-acc0 / ort-int4-acc4: onnxruntime running the node at accuracy_level 0 (float32
+  products of the dequantized weight) and 4 (A quantized to int8 per block: less accurate);
+- pypto-f32 / ort-f32: a float32 MatMul by the dequantized weight (what PyPTO ran before it
+  read MatMulNBits natively, and what an unquantized model costs).
+Each thread count runs in a child process of its own (PTO_NUM_THREADS, onnxruntime's
+intra_op_num_threads). Reported: ms a call, the weight's GB/s (the bytes each engine's layout
+streams: 4-bit codes + float scales + zero points, or float32) against the memory ceiling
+(pto_bench's read kernel), the
+GFLOP/s against the FMA ceiling (pto_bench, the same run), and pypto-int4 / the best ORT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ENGINES = ["pypto-int4", "ort-int4-acc0", "ort-int4-acc4", "pypto-f32", "ort-f32"]
+BLOCK = 32
+
+
+def layer(k: int, n: int, seed: int = 0):
+    """Codes, scales, packed zero points of a K x N layer, and its float32 weight [K, N]."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    blocks = (k + BLOCK - 1) // BLOCK
+    codes = rng.integers(0, 16, (n, blocks * BLOCK), dtype=np.uint8)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).reshape(n, blocks, BLOCK // 2)
+    scales = (rng.random((n, blocks), dtype=np.float32) * 0.01 + 0.001)
+    zeros = rng.integers(0, 16, (n, blocks + (blocks & 1)), dtype=np.uint8)
+    zp = (zeros[:, 0::2] | (zeros[:, 1::2] << 4)).reshape(-1)
+    w = ((codes[:, :k].astype(np.float32).reshape(n, -1)
+          - np.repeat(zeros[:, :blocks], BLOCK, 1)[:, :k]) * np.repeat(scales, BLOCK, 1)[:, :k])
+    return packed, scales.reshape(-1), zp, np.ascontiguousarray(w.T)
+
+
+def save_models(tmp: str, k: int, n: int) -> dict:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    packed, scales, zp, w = layer(k, n)
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["m", k])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])
+    paths = {}
+    for acc in (0, 4):
+        node = helper.make_node("MatMulNBits", ["a", "B", "S", "Z"], ["y"], domain="com.microsoft",
+                                K=k, N=n, bits=4, block_size=BLOCK, accuracy_level=acc)
+        inits = [numpy_helper.from_array(packed, "B"), numpy_helper.from_array(scales, "S"),
+                 numpy_helper.from_array(zp, "Z")]
+        g = helper.make_graph([node], "nbits", [a], [y], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid("com.microsoft", 1)])
+        paths[f"int4-acc{acc}"] = os.path.join(tmp, f"nbits_{k}x{n}_acc{acc}.onnx")
+        onnx.save(m, paths[f"int4-acc{acc}"])
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "W"], ["y"])], "f32", [a], [y],
+                          [numpy_helper.from_array(w, "W")])
+    paths["f32"] = os.path.join(tmp, f"f32_{k}x{n}.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), paths["f32"],
+              save_as_external_data=w.nbytes > 1 << 30)
+    paths["int4_bytes"] = packed.nbytes + scales.nbytes + zp.nbytes
+    paths["f32_bytes"] = w.nbytes
+    return paths
+
+
+def child(args) -> None:
+    """One thread count: every layer, rows and engine, interleaved; JSON on stdout."""
+    import numpy as np
+    import onnxruntime as ort
+    import pypto
+    threads = args.child
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in args.layers.split(","):
+            k, n = map(int, spec.split("x"))
+            paths = save_models(tmp, k, n)
+            runners = {}
+            for e in args.engines.split(","):
+                path = paths[{"pypto-int4": "int4-acc0", "ort-int4-acc0": "int4-acc0",
+                              "ort-int4-acc4": "int4-acc4"}.get(e, "f32")]
+                if e.startswith("pypto"):
+                    exe = pypto.onnx.load(path)
+                    runners[e] = lambda x, exe=exe: exe(a=x)
+                else:
+                    so = ort.SessionOptions()
+                    so.intra_op_num_threads = threads
+                    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                    s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+                    runners[e] = lambda x, s=s: s.run(None, {"a": x})[0]
+            for m in map(int, args.rows.split(",")):
+                x = np.random.default_rng(1).standard_normal((m, k)).astype(np.float32)
+                ref = runners[next(iter(runners))](x)
+                best = {e: float("inf") for e in runners}
+                err = {}
+                for e, f in runners.items():
+                    got = np.asarray(f(x))
+                    err[e] = float(np.abs(got - ref).max() / (np.abs(ref).max() + 1e-30))
+                for _ in range(args.rounds):
+                    for e, f in runners.items():
+                        f(x)
+                        ts = []
+                        t_end = time.perf_counter() + args.burst
+                        while len(ts) < 3 or (time.perf_counter() < t_end and len(ts) < 200):
+                            t0 = time.perf_counter()
+                            f(x)
+                            ts.append(time.perf_counter() - t0)
+                        best[e] = min(best[e], statistics.median(ts))
+                for e in runners:
+                    wb = paths["f32_bytes"] if e.endswith("f32") else paths["int4_bytes"]
+                    results.append({"layer": spec, "k": k, "n": n, "rows": m, "engine": e,
+                                    "threads": threads, "ms": best[e] * 1e3,
+                                    "weight_gbps": wb / best[e] / 1e9,
+                                    "gflops": 2 * m * k * n / best[e] / 1e9,
+                                    "rel_diff_vs_first": err[e]})
+                print(f"  [{threads}T] {spec} rows {m}: " + ", ".join(
+                    f"{e} {best[e] * 1e3:.3f}" for e in runners) + " ms", file=sys.stderr,
+                    flush=True)
+    print(json.dumps(results))
+
+
+def ceilings(threads: list[int], quick: bool) -> dict:
+    exe = REPO / "build" / "bench" / "pto_bench"
+    out = json.loads(subprocess.run(
+        [str(exe), "--only", "fma,memory", "--threads", ",".join(map(str, threads)),
+         *(["--quick"] if quick else [])], check=True, capture_output=True, text=True).stdout)
+    # A call streams its weight: the "read" kernel's rate is the memory ceiling; the FMA peak of
+    # the ISA the kernels run with (not the bf16 dot products') the arithmetic one.
+    c = {t: {"gbps": 0.0, "gflops": 0.0} for t in threads}
+    for r in out["memory"]:
+        if r["kernel"] == "read":
+            c[r["threads"]]["gbps"] = max(c[r["threads"]]["gbps"], r["gbps_p90"])
+    for r in out["fma"]:
+        if r["isa"] == out["machine"]["isa"]:
+            c[r["threads"]]["gflops"] = max(c[r["threads"]]["gflops"], r["gflops_p90"])
+    return c
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--layers", default="4096x4096,4096x11008,11008x4096")
+    p.add_argument("--rows", default="1,4,16,128")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--engines", default=",".join(ENGINES))
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--burst", type=float, default=0.3, help="seconds of calls per burst")
+    p.add_argument("--quick", action="store_true", help="one small layer, 3 rounds")
+    p.add_argument("--json")
+    p.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.quick:
+        a.layers, a.rounds, a.burst = "2048x2048", 3, 0.1
+    if a.child:
+        child(a)
+        return
+    threads = [int(t) for t in a.threads.split(",")]
+    ceil = ceilings(threads, a.quick)
+    rows = []
+    for t in threads:
+        env = dict(os.environ, PTO_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
+        cmd = [sys.executable, __file__, "--child", str(t), "--layers", a.layers, "--rows",
+               a.rows, "--engines", a.engines, "--rounds", str(a.rounds), "--burst",
+               str(a.burst)]
+        out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+        rows += json.loads(out.strip().splitlines()[-1])
+    again = ceilings(threads, a.quick)
+    for t in threads:
+        for key in ("gbps", "gflops"):
+            ceil[t][key] = max(ceil[t][key], again[t][key])
+    print("\nceilings (pto_bench, best of before and after): " + "; ".join(
+        f"{t} thread(s): memory {ceil[t]['gbps']:.1f} GB/s, FMA {ceil[t]['gflops']:.1f} GFLOP/s"
+        for t in threads))
+    print("\n| layer K x N | rows | threads | " + " | ".join(a.engines.split(",")) +
+          " | int4 / best ORT | pypto-int4 weight GB/s (% memory) | GFLOP/s (% FMA) |")
+    print("|---|---|---|" + "---|" * len(a.engines.split(",")) + "---|---|---|")
+    keyed = {(r["layer"], r["rows"], r["threads"], r["engine"]): r for r in rows}
+    for spec in a.layers.split(","):
+        for m in map(int, a.rows.split(",")):
+            for t in threads:
+                cells = [keyed.get((spec, m, t, e)) for e in a.engines.split(",")]
+                if not all(cells):
+                    continue
+                ours = keyed[(spec, m, t, "pypto-int4")] if (spec, m, t, "pypto-int4") in keyed \
+                    else None
+                orts = [c["ms"] for c in cells if c["engine"].startswith("ort")]
+                ratio = f"{ours['ms'] / min(orts):.2f}x" if ours and orts else "-"
+                mem = f"{ours['weight_gbps']:.1f} ({100 * ours['weight_gbps'] / ceil[t]['gbps']:.0f}%)" \
+                    if ours else "-"
+                fl = f"{ours['gflops']:.1f} ({100 * ours['gflops'] / ceil[t]['gflops']:.0f}%)" \
+                    if ours else "-"
+                print(f"| {spec} | {m} | {t} | " + " | ".join(f"{c['ms']:.3f} ms" for c in cells)
+                      + f" | {ratio} | {mem} | {fl} |")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"ceilings": ceil, "results": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

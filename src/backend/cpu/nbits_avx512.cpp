@@ -1,0 +1,1 @@
+#include "backend/cpu/nbits_impl.h"
