@@ -7,18 +7,22 @@ in one run with the machine's ceilings (docs/precision.md "Weight-only 4-bit").
                           [--threads 1,2] [--rounds 5] [--quick] [--json FILE]
 
 Each layer (K x N, block 32, uint8 zero points, random codes) is one MatMulNBits node; rows is
-M, the tokens of a call (1: a decoding step; 128: a prompt). Engines, timed interleaved in
+M, the tokens of a call (1: a decoding step; 128: a prompt). --copies distinct copies of each
+layer are called in turn, so that (as an LLM's layers) the weights come from memory rather than
+the last-level cache. Engines, timed interleaved in
 rounds (each a burst of calls; the median call of a burst, the best burst of the rounds):
-- pypto-int4: pypto.onnx.load of the node (the weight kept in 4-bit panels);
-- ort-int4-acc0 / ort-int4-acc4: onnxruntime running the node at accuracy_level 0 (float32
-  products of the dequantized weight) and 4 (A quantized to int8 per block: less accurate);
+- pypto-int4-acc0 / ort-int4-acc0: the node at accuracy_level 0 (float32 products: PyPTO
+  multiplies its 4-bit panels, onnxruntime dequantizes);
+- pypto-int4-acc4 / ort-int4-acc4: accuracy_level 4 (A quantized to int8 per block, as both
+  do it: integer dot products, VNNI);
 - pypto-f32 / ort-f32: a float32 MatMul by the dequantized weight (what PyPTO ran before it
   read MatMulNBits natively, and what an unquantized model costs).
 Each thread count runs in a child process of its own (PTO_NUM_THREADS, onnxruntime's
 intra_op_num_threads). Reported: ms a call, the weight's GB/s (the bytes each engine's layout
 streams: 4-bit codes + float scales + zero points, or float32) against the memory ceiling
 (pto_bench's read kernel), the
-GFLOP/s against the FMA ceiling (pto_bench, the same run), and pypto-int4 / the best ORT.
+GFLOP/s against the FMA ceiling (pto_bench, the same run), and PyPTO's time / ORT's at the
+same accuracy level.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-ENGINES = ["pypto-int4", "ort-int4-acc0", "ort-int4-acc4", "pypto-f32", "ort-f32"]
+ENGINES = ["pypto-int4-acc0", "ort-int4-acc0", "pypto-int4-acc4", "ort-int4-acc4", "pypto-f32",
+           "ort-f32"]
 BLOCK = 32
 
 
@@ -53,10 +58,10 @@ def layer(k: int, n: int, seed: int = 0):
     return packed, scales.reshape(-1), zp, np.ascontiguousarray(w.T)
 
 
-def save_models(tmp: str, k: int, n: int) -> dict:
+def save_models(tmp: str, k: int, n: int, seed: int) -> dict:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    packed, scales, zp, w = layer(k, n)
+    packed, scales, zp, w = layer(k, n, seed)
     a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["m", k])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])
     paths = {}
@@ -68,11 +73,11 @@ def save_models(tmp: str, k: int, n: int) -> dict:
         g = helper.make_graph([node], "nbits", [a], [y], inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
                                                 helper.make_opsetid("com.microsoft", 1)])
-        paths[f"int4-acc{acc}"] = os.path.join(tmp, f"nbits_{k}x{n}_acc{acc}.onnx")
+        paths[f"int4-acc{acc}"] = os.path.join(tmp, f"nbits_{k}x{n}_acc{acc}_{seed}.onnx")
         onnx.save(m, paths[f"int4-acc{acc}"])
     g = helper.make_graph([helper.make_node("MatMul", ["a", "W"], ["y"])], "f32", [a], [y],
                           [numpy_helper.from_array(w, "W")])
-    paths["f32"] = os.path.join(tmp, f"f32_{k}x{n}.onnx")
+    paths["f32"] = os.path.join(tmp, f"f32_{k}x{n}_{seed}.onnx")
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), paths["f32"],
               save_as_external_data=w.nbytes > 1 << 30)
     paths["int4_bytes"] = packed.nbytes + scales.nbytes + zp.nbytes
@@ -90,27 +95,38 @@ def child(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.layers.split(","):
             k, n = map(int, spec.split("x"))
-            paths = save_models(tmp, k, n)
+            copies = [save_models(tmp, k, n, seed) for seed in range(args.copies)]
+            paths = copies[0]
             runners = {}
             for e in args.engines.split(","):
-                path = paths[{"pypto-int4": "int4-acc0", "ort-int4-acc0": "int4-acc0",
-                              "ort-int4-acc4": "int4-acc4"}.get(e, "f32")]
-                if e.startswith("pypto"):
-                    exe = pypto.onnx.load(path)
-                    runners[e] = lambda x, exe=exe: exe(a=x)
-                else:
-                    so = ort.SessionOptions()
-                    so.intra_op_num_threads = threads
-                    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                    s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-                    runners[e] = lambda x, s=s: s.run(None, {"a": x})[0]
+                calls = []
+                for c in copies:
+                    path = c[e.split("-", 1)[1] if "int4" in e else "f32"]
+                    if e.startswith("pypto"):
+                        exe = pypto.onnx.load(path)
+                        calls.append(lambda x, exe=exe: exe(a=x))
+                    else:
+                        so = ort.SessionOptions()
+                        so.intra_op_num_threads = threads
+                        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                        s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+                        calls.append(lambda x, s=s: s.run(None, {"a": x})[0])
+                # Each call the next copy of the layer: with enough copies the weights come from
+                # memory, as an LLM's layers do, not from the last-level cache.
+                turn = [0]
+
+                def call(x, calls=calls, turn=turn):
+                    turn[0] = (turn[0] + 1) % len(calls)
+                    return calls[turn[0]](x)
+                runners[e] = call
+                runners[e].first = calls[0]
             for m in map(int, args.rows.split(",")):
                 x = np.random.default_rng(1).standard_normal((m, k)).astype(np.float32)
-                ref = runners[next(iter(runners))](x)
+                ref = runners[next(iter(runners))].first(x)
                 best = {e: float("inf") for e in runners}
                 err = {}
                 for e, f in runners.items():
-                    got = np.asarray(f(x))
+                    got = np.asarray(f.first(x))
                     err[e] = float(np.abs(got - ref).max() / (np.abs(ref).max() + 1e-30))
                 for _ in range(args.rounds):
                     for e, f in runners.items():
@@ -159,6 +175,8 @@ def main() -> None:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--copies", type=int, default=4,
+                   help="distinct copies of each layer, called in turn (weights beyond the L3)")
     p.add_argument("--burst", type=float, default=0.3, help="seconds of calls per burst")
     p.add_argument("--quick", action="store_true", help="one small layer, 3 rounds")
     p.add_argument("--json")
@@ -175,7 +193,8 @@ def main() -> None:
     for t in threads:
         env = dict(os.environ, PTO_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
         cmd = [sys.executable, __file__, "--child", str(t), "--layers", a.layers, "--rows",
-               a.rows, "--engines", a.engines, "--rounds", str(a.rounds), "--burst",
+               a.rows, "--engines", a.engines, "--rounds", str(a.rounds), "--copies",
+               str(a.copies), "--burst",
                str(a.burst)]
         out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
         rows += json.loads(out.strip().splitlines()[-1])
@@ -186,26 +205,28 @@ def main() -> None:
     print("\nceilings (pto_bench, best of before and after): " + "; ".join(
         f"{t} thread(s): memory {ceil[t]['gbps']:.1f} GB/s, FMA {ceil[t]['gflops']:.1f} GFLOP/s"
         for t in threads))
-    print("\n| layer K x N | rows | threads | " + " | ".join(a.engines.split(",")) +
-          " | int4 / best ORT | pypto-int4 weight GB/s (% memory) | GFLOP/s (% FMA) |")
-    print("|---|---|---|" + "---|" * len(a.engines.split(",")) + "---|---|---|")
+    engines = a.engines.split(",")
+    print("\n| layer K x N | rows | threads | " + " | ".join(engines) +
+          " | acc0 PyPTO / ORT | acc4 PyPTO / ORT | PyPTO acc0: weight GB/s (% memory), "
+          "GFLOP/s (% FMA) |")
+    print("|---|---|---|" + "---|" * len(engines) + "---|---|---|")
     keyed = {(r["layer"], r["rows"], r["threads"], r["engine"]): r for r in rows}
     for spec in a.layers.split(","):
         for m in map(int, a.rows.split(",")):
             for t in threads:
-                cells = [keyed.get((spec, m, t, e)) for e in a.engines.split(",")]
-                if not all(cells):
+                got = {e: keyed.get((spec, m, t, e)) for e in engines}
+                if not all(got.values()):
                     continue
-                ours = keyed[(spec, m, t, "pypto-int4")] if (spec, m, t, "pypto-int4") in keyed \
-                    else None
-                orts = [c["ms"] for c in cells if c["engine"].startswith("ort")]
-                ratio = f"{ours['ms'] / min(orts):.2f}x" if ours and orts else "-"
-                mem = f"{ours['weight_gbps']:.1f} ({100 * ours['weight_gbps'] / ceil[t]['gbps']:.0f}%)" \
-                    if ours else "-"
-                fl = f"{ours['gflops']:.1f} ({100 * ours['gflops'] / ceil[t]['gflops']:.0f}%)" \
-                    if ours else "-"
-                print(f"| {spec} | {m} | {t} | " + " | ".join(f"{c['ms']:.3f} ms" for c in cells)
-                      + f" | {ratio} | {mem} | {fl} |")
+
+                def ratio(acc):
+                    ours, theirs = got.get(f"pypto-int4-{acc}"), got.get(f"ort-int4-{acc}")
+                    return f"{ours['ms'] / theirs['ms']:.2f}x" if ours and theirs else "-"
+                ours = got.get("pypto-int4-acc0")
+                rate = (f"{ours['weight_gbps']:.1f} ({100 * ours['weight_gbps'] / ceil[t]['gbps']:.0f}%), "
+                        f"{ours['gflops']:.1f} ({100 * ours['gflops'] / ceil[t]['gflops']:.0f}%)"
+                        if ours else "-")
+                print(f"| {spec} | {m} | {t} | " + " | ".join(f"{got[e]['ms']:.3f} ms" for e in engines)
+                      + f" | {ratio('acc0')} | {ratio('acc4')} | {rate} |")
     if a.json:
         Path(a.json).write_text(json.dumps({"ceilings": ceil, "results": rows}, indent=1))
 

@@ -10,6 +10,17 @@
 //
 // so the codes become floats once (two VPERMPS from a table of 0..15 under AVX-512) and each is
 // one FMA per row of A; the sums of A per block are taken once per call.
+//
+// The int8 form, for a node whose accuracy_level is 4 (the file allows A rounded to int8, as
+// onnxruntime then computes it) on a CPU with AVX512_VNNI: A is quantized per row and block,
+// a_q = round(a * 127 / max|a|) in [-127, 127], and the block's dot products are integers,
+// VPDPBUSD's four products a lane:
+//
+//   y[j] += scale[b, j] * a_scale[b] * (sum_{k in b} code(k, j) a_q[k] - zero[b, j] sum a_q)
+//
+// Its codes are laid out per group of 8 k: 64 bytes, byte 4 j + i = code(k + i, j) |
+// code(k + 4 + i, j) << 4, so one load and two masks give the bytes of k..k+3 and k+4..k+7 of
+// the 16 columns.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +34,7 @@ inline constexpr int kNBitsPanel = 16;  // output columns of a panel
 // A 4-bit weight repacked (see above): panel p's codes at codes + p * kp * 8, its scales and zero
 // points at scales / zeros + p * blocks * 16.
 struct NBitsPanels {
+  bool int8 = false;  // the int8 form's layout of codes (above)
   const uint8_t* codes = nullptr;
   const float* scales = nullptr;
   const uint8_t* zeros = nullptr;
@@ -37,8 +49,16 @@ PTO_ISA_DECLARE(
     void nbits4_gemv(const NBitsPanels& w, int64_t p, const float* a, int64_t lda,
                      const float* asum, int64_t rows, const float* bias, float* y, int64_t ldy,
                      int cols);
-    // Panel p's first k rows (k <= kp) dequantized: out[q * ldo + j] = W[q, j] for j < 16 (ldo >=
-    // 16; columns past N come out 0 * scale).
-    void nbits4_dequantize(const NBitsPanels& w, int64_t p, int64_t k, float* out, int64_t ldo);)
+    // The int8 form of nbits4_gemv: rows of A quantized (aq: kp int8 each, ldq apart; zeros past
+    // K), with per row and block a_scale[r * blocks + b] and qsum[r * blocks + b] (the sum of the
+    // block's a_q). VPDPBUSD under AVX-512 (the caller checks AVX512_VNNI), else scalar.
+    void nbits4_gemv_i8(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq,
+                        const float* a_scale, const float* qsum, int64_t rows, const float* bias,
+                        float* y, int64_t ldy, int cols);
+    // One row of A (k floats) quantized for nbits4_gemv_i8, per block of `block` values:
+    // q[b * block + i] = round(a * 127 / max|a|) (nearest even; zeros past k), a_scale[b] =
+    // max|a| / 127 and qsum[b] the sum of the block's q.
+    void nbits_quantize_row(const float* a, int64_t k, int64_t block, int64_t blocks, int8_t* q,
+                            float* a_scale, float* qsum);)
 
 }  // namespace pto::cpu

@@ -1,6 +1,7 @@
 // The per-ISA loops of nbits.h, written once against simd.h's Vec. Included once by each of
 // nbits_avx512.cpp, nbits_avx2.cpp and nbits_generic.cpp.
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "backend/cpu/isa/simd.h"
@@ -129,6 +130,79 @@ void gemv_dispatch(std::integer_sequence<int, Rs...>, int rows, const NBitsPanel
   ((rows == Rs + 1 ? gemv_rows<Rs + 1>(w, p, a, lda, asum, bias, y, ldy, cols) : void()), ...);
 }
 
+#if defined(PTO_ISA_AVX512)
+// acc + the sums of four products of u8's unsigned bytes and s8's signed ones, per 32-bit lane
+// (AVX512_VNNI: the caller checked the CPU has it).
+inline __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) {
+  asm("vpdpbusd %[b], %[a], %[acc]" : [acc] "+v"(acc) : [a] "v"(u8), [b] "v"(s8));
+  return acc;
+}
+
+int32_t four_bytes(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// R quantized rows of A times panel p, in the int8 form's layout.
+template <int R>
+void gemv_i8_rows(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq,
+                  const float* a_scale, const float* qsum, const float* bias, float* y, int64_t ldy,
+                  int cols) {
+  constexpr int C = R == 1 ? 2 : 1;  // one row alone: two sets of accumulators
+  const Decoder d;
+  const uint8_t* codes = w.codes + p * w.kp * (kNBitsPanel / 2);
+  const float* scales = w.scales + p * w.blocks * kNBitsPanel;
+  const uint8_t* zeros = w.zeros + p * w.blocks * kNBitsPanel;
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  const __mmask16 tail = static_cast<__mmask16>((1u << cols) - 1);
+  Vec out[R];
+  const Vec b0 = bias ? Vec{_mm512_maskz_loadu_ps(tail, bias)} : Vec::zero();
+  for (int r = 0; r < R; ++r) out[r] = b0;
+  const int64_t groups = w.block / 8;  // of 8 k: a power of 2, at least 2
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    __m512i acc[R][C][2];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm512_setzero_si512();
+    const uint8_t* s = codes + b * groups * 64;
+    const int8_t* ab = aq + b * w.block;
+    for (int64_t g = 0; g < groups; g += C) {
+      for (int c = 0; c < C; ++c) {
+        const __m512i v = _mm512_loadu_si512(s + (g + c) * 64);
+        const __m512i lo = _mm512_and_si512(v, nibble);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* a8 = ab + r * ldq + 8 * (g + c);
+          acc[r][c][0] = dpbusd(acc[r][c][0], lo, _mm512_set1_epi32(four_bytes(a8)));
+          acc[r][c][1] = dpbusd(acc[r][c][1], hi, _mm512_set1_epi32(four_bytes(a8 + 4)));
+        }
+      }
+    }
+    Vec z[1];
+    d.bytes(zeros + b * kNBitsPanel, z);
+    const Vec sc = Vec::load(scales + b * kNBitsPanel);
+    for (int r = 0; r < R; ++r) {
+      __m512i dot = _mm512_add_epi32(acc[r][0][0], acc[r][0][1]);
+      if constexpr (C == 2)
+        dot = _mm512_add_epi32(dot, _mm512_add_epi32(acc[r][1][0], acc[r][1][1]));
+      // Integers below 2^24 (|dot| <= 15 * 127 * block_size, block_size <= 4096): exact floats.
+      const Vec t = fnma(z[0], Vec::set1(qsum[r * w.blocks + b]), Vec{_mm512_cvtepi32_ps(dot)});
+      out[r] = fma(sc * Vec::set1(a_scale[r * w.blocks + b]), t, out[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r].store(y + r * ldy, cols);
+}
+
+template <int... Rs>
+void gemv_i8_dispatch(std::integer_sequence<int, Rs...>, int rows, const NBitsPanels& w, int64_t p,
+                      const int8_t* aq, int64_t ldq, const float* a_scale, const float* qsum,
+                      const float* bias, float* y, int64_t ldy, int cols) {
+  ((rows == Rs + 1 ? gemv_i8_rows<Rs + 1>(w, p, aq, ldq, a_scale, qsum, bias, y, ldy, cols)
+                   : void()),
+   ...);
+}
+#endif
+
 }  // namespace
 
 void nbits4_gemv(const NBitsPanels& w, int64_t p, const float* a, int64_t lda, const float* asum,
@@ -140,26 +214,71 @@ void nbits4_gemv(const NBitsPanels& w, int64_t p, const float* a, int64_t lda, c
   }
 }
 
-void nbits4_dequantize(const NBitsPanels& w, int64_t p, int64_t k, float* out, int64_t ldo) {
-  const Decoder d;
-  const uint8_t* codes = w.codes + p * w.kp * (kNBitsPanel / 2);
-  const float* scales = w.scales + p * w.blocks * kNBitsPanel;
-  const uint8_t* zeros = w.zeros + p * w.blocks * kNBitsPanel;
-  for (int64_t b = 0; b * w.block < k; ++b) {
-    Vec z[kV], sc[kV];
-    d.bytes(zeros + b * kNBitsPanel, z);
-    for (int v = 0; v < kV; ++v) sc[v] = Vec::load(scales + b * kNBitsPanel + v * kL);
-    const int64_t end = std::min(k, (b + 1) * w.block);
-    for (int64_t q = b * w.block; q < end; q += 2) {
-      Vec lo[kV], hi[kV];
-      d.pair(codes + q / 2 * kNBitsPanel, lo, hi);
-      // (code - zero) * scale, as onnxruntime and the reference dequantize.
-      for (int v = 0; v < kV; ++v) {
-        ((lo[v] - z[v]) * sc[v]).store(out + q * ldo + v * kL);
-        if (q + 1 < end) ((hi[v] - z[v]) * sc[v]).store(out + (q + 1) * ldo + v * kL);
-      }
+void nbits_quantize_row(const float* a, int64_t k, int64_t block, int64_t blocks, int8_t* q,
+                        float* a_scale, float* qsum) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* x = a + b * block;
+    const int64_t n = std::clamp<int64_t>(k - b * block, 0, block);
+    Vec m = Vec::zero();
+    int64_t i = 0;
+    for (; i + kL <= n; i += kL) m = max(m, abs(Vec::load(x + i)));
+    float amax = reduce_max(m);
+    for (; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+    // onnxruntime's form: scale max|a| / 127, the values multiplied by its inverse.
+    const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+    a_scale[b] = amax / 127.0f;
+    const Vec vinv = Vec::set1(inv);
+    Vec sum = Vec::zero();
+    i = 0;
+#if defined(PTO_ISA_AVX512)
+    for (; i + kL <= n; i += kL) {
+      const Vec r = round(Vec::load(x + i) * vinv);
+      sum = sum + r;
+      _mm512_mask_cvtepi32_storeu_epi8(q + b * block + i, 0xffff, to_int(r).v);
     }
+#endif
+    float tail = 0.0f;
+    for (; i < n; ++i) {
+      const float r = std::nearbyint(x[i] * inv);
+      tail += r;
+      q[b * block + i] = static_cast<int8_t>(r);
+    }
+    std::fill(q + b * block + n, q + (b + 1) * block, int8_t{0});
+    qsum[b] = reduce_add(sum) + tail;  // integers: exact
+    (void)vinv;
   }
+}
+
+void nbits4_gemv_i8(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq,
+                    const float* a_scale, const float* qsum, int64_t rows, const float* bias,
+                    float* y, int64_t ldy, int cols) {
+#if defined(PTO_ISA_AVX512)
+  for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
+    const int r = static_cast<int>(std::min<int64_t>(kMaxRows, rows - r0));
+    gemv_i8_dispatch(std::make_integer_sequence<int, kMaxRows>{}, r, w, p, aq + r0 * ldq, ldq,
+                     a_scale + r0 * w.blocks, qsum + r0 * w.blocks, bias, y + r0 * ldy, ldy, cols);
+  }
+#else
+  // The same integer dot products one at a time (a machine without VNNI in the AVX-512 kernels
+  // takes the float32 form; this runs only when the ISA was switched after compiling).
+  const uint8_t* codes = w.codes + p * w.kp * (kNBitsPanel / 2);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < cols; ++j) {
+      float out = bias ? bias[j] : 0.0f;
+      for (int64_t b = 0; b < w.blocks; ++b) {
+        int32_t dot = 0;
+        for (int64_t k = b * w.block; k < (b + 1) * w.block; ++k) {
+          const uint8_t byte = codes[k / 8 * 64 + j * 4 + k % 4];
+          dot += ((k % 8) < 4 ? byte & 15 : byte >> 4) * aq[r * ldq + k];
+        }
+        const int64_t at = (p * w.blocks + b) * kNBitsPanel + j;
+        const float t =
+            static_cast<float>(dot) - static_cast<float>(w.zeros[at]) * qsum[r * w.blocks + b];
+        out += w.scales[at] * a_scale[r * w.blocks + b] * t;
+      }
+      y[r * ldy + j] = out;
+    }
+#endif
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS

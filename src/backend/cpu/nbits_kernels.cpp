@@ -2,13 +2,15 @@
 //
 // A constant 4-bit weight with uint8 zero points (or none) is repacked at compile time into
 // panels of 16 columns (nbits.h) and the original released: a 4096 x 4096 layer holds 8 MiB of
-// codes and 2.5 MiB of scales and zero points instead of float32's 64 MiB. A few rows of A (a
-// decoding step) multiply the panels directly (nbits4_gemv: each code read once and made a float
-// in registers, all rows at once), so the call streams a quarter of the bytes a float32 weight
-// would; more rows multiply blocks of columns dequantized into float32 on the fly by the fp32
-// GEMM, whose arithmetic then dominates. Other forms (2- and 8-bit codes, float zero points,
-// g_idx, weights that are not constants) take the second path, dequantizing from the operands
-// as they are.
+// codes and 2.5 MiB of scales and zero points instead of float32's 64 MiB. Rows of A multiply the
+// panels directly, eight at a time (nbits4_gemv: each code made a float in registers once for
+// the eight), so a decoding step streams a quarter of the bytes a float32 weight would, and a
+// prompt runs at the FMA rate (bench/nbits.py: 90% of the FMA peak from 8 rows up, above the
+// float32 GEMM on blocks dequantized per call). A node whose accuracy_level is 4 takes the int8
+// form on a CPU with AVX512_VNNI (nbits4_gemv_i8: A quantized per block as onnxruntime does,
+// four products an instruction lane). Other forms (2- and 8-bit codes, float zero points,
+// g_idx, weights that are not constants) dequantize blocks of columns from the operands as they
+// are, per call, for the float32 GEMM.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -26,12 +28,12 @@
 namespace pto::cpu {
 namespace {
 
-// Up to this many rows of A multiply the 4-bit panels directly; more go through float32 blocks
-// and the GEMM (bench/nbits.py measures both sides of it).
-constexpr int64_t kGemvRows = 8;
-// Columns of W dequantized at a time for the GEMM: whole 16-column panels and whole GEMM
+// Columns of W dequantized at a time for the GEMM (the forms without panels): whole GEMM
 // register blocks (64 columns under AVX-512).
 constexpr int64_t kChunkCols = 64;
+// Rows of A a task multiplies each panel by: their float32 (or int8) values stay in the L2
+// while the task walks its panels.
+constexpr int64_t kRowBlock = 32;
 
 struct Prepared4 {
   nbits::Layout layout;
@@ -39,11 +41,29 @@ struct Prepared4 {
   std::shared_ptr<uint8_t[]> codes, zeros;
   std::shared_ptr<float[]> scales;
   int64_t panels = 0, kp = 0;
+  bool int8 = false;  // the int8 form (nbits.h)
   size_t bytes = 0;
   NBitsPanels view() const {
-    return {codes.get(), scales.get(), zeros.get(), kp, layout.block, layout.blocks};
+    return {int8, codes.get(), scales.get(), zeros.get(), kp, layout.block, layout.blocks};
   }
+  // Where code (k, col) sits among the panels' bytes, and in which half of that byte.
+  size_t at(int64_t k, int64_t col, int* shift) const {
+    const int64_t panel = p_base(col), j = col % kNBitsPanel;
+    if (!int8) {
+      *shift = static_cast<int>(k % 2) * 4;
+      return static_cast<size_t>(panel + k / 2 * kNBitsPanel + j);
+    }
+    *shift = static_cast<int>(k % 8 / 4) * 4;
+    return static_cast<size_t>(panel + k / 8 * 64 + j * 4 + k % 4);
+  }
+  int64_t p_base(int64_t col) const { return col / kNBitsPanel * kp / 2 * kNBitsPanel; }
 };
+
+// The int8 form where the node allows it and the CPU runs it fast.
+bool int8_form(const Node& n, const nbits::Layout& L) {
+  return n.attr_int("accuracy_level") == 4 && L.block <= 4096 && active_isa() == Isa::kAvx512 &&
+         has_ext(Ext::kAvx512Vnni);
+}
 
 // The panels of a 4-bit B with uint8 zero points or none, no g_idx (nbits.h's layout).
 std::any prepare(const NodeInfo& n) {
@@ -59,6 +79,7 @@ std::any prepare(const NodeInfo& n) {
   const Tensor* zp = has_zp ? n.constants[3] : nullptr;
   nbits::check_operands(L, B, *n.constants[2], zp, nullptr, where);
   p.b_shape = B.shape();
+  p.int8 = int8_form(n.node, L);
   p.kp = L.blocks * L.block;
   p.panels = (L.n + kNBitsPanel - 1) / kNBitsPanel;
   const size_t code_bytes = static_cast<size_t>(p.panels * p.kp / 2 * kNBitsPanel);
@@ -73,13 +94,16 @@ std::any prepare(const NodeInfo& n) {
   for (int64_t col = 0; col < L.n; ++col) {
     const int64_t panel = col / kNBitsPanel, j = col % kNBitsPanel;
     const uint8_t* row = codes + col * L.blocks * L.blob;  // kp codes, two a byte, low first
-    uint8_t* dst = p.codes.get() + panel * p.kp / 2 * kNBitsPanel + j;
-    for (int64_t q = 0; q < p.kp / 2; ++q) dst[q * kNBitsPanel] = row[q];
+    for (int64_t k = 0; k < p.kp; ++k) {
+      int shift = 0;
+      const size_t at = p.at(k, col, &shift);
+      p.codes[at] = static_cast<uint8_t>(p.codes[at] | nbits::code(row, k, 4, 15) << shift);
+    }
     for (int64_t b = 0; b < L.blocks; ++b) {
       const int64_t at = (panel * L.blocks + b) * kNBitsPanel + j;
       p.scales[at] = static_cast<float>(sc.item_as_double(col * L.blocks + b));
-      p.zeros[at] = static_cast<uint8_t>(
-          zp ? nbits::code(zc.data<uint8_t>() + col * L.zp_row, b, 4, 15) : 8);
+      p.zeros[at] =
+          static_cast<uint8_t>(zp ? nbits::code(zc.data<uint8_t>() + col * L.zp_row, b, 4, 15) : 8);
     }
   }
   return p;
@@ -92,11 +116,14 @@ Tensor unpack(const std::any& state, size_t input) {
   const nbits::Layout& L = p.layout;
   Tensor t = Tensor::empty(DType::kU8, p.b_shape);
   auto* out = t.data<uint8_t>();
-  for (int64_t col = 0; col < L.n; ++col) {
-    const uint8_t* src =
-        p.codes.get() + col / kNBitsPanel * p.kp / 2 * kNBitsPanel + col % kNBitsPanel;
-    for (int64_t q = 0; q < p.kp / 2; ++q) out[col * p.kp / 2 + q] = src[q * kNBitsPanel];
-  }
+  std::memset(out, 0, static_cast<size_t>(t.numel()));
+  for (int64_t col = 0; col < L.n; ++col)
+    for (int64_t k = 0; k < p.kp; ++k) {
+      int shift = 0;
+      const int32_t code = p.codes[p.at(k, col, &shift)] >> shift & 15;
+      out[col * p.kp / 2 + k / 2] =
+          static_cast<uint8_t>(out[col * p.kp / 2 + k / 2] | code << (k % 2 * 4));
+    }
   return t;
 }
 
@@ -114,8 +141,8 @@ template <class Dequantize>
 void gemm_by_chunks(int64_t M, int64_t N, int64_t K, const float* a, const float* bias, float* y,
                     const Dequantize& dequantize) {
   const int64_t col_tasks = (N + kChunkCols - 1) / kChunkCols;
-  const int64_t row_tasks = std::clamp<int64_t>((2 * num_threads() + col_tasks - 1) / col_tasks,
-                                                1, std::max<int64_t>(1, M / 64));
+  const int64_t row_tasks = std::clamp<int64_t>((2 * num_threads() + col_tasks - 1) / col_tasks, 1,
+                                                std::max<int64_t>(1, M / 64));
   const int64_t rows = (M + row_tasks - 1) / row_tasks;
   parallel_tasks(col_tasks * row_tasks, [&](int64_t t) {
     const int64_t c0 = t / row_tasks * kChunkCols, cols = std::min(kChunkCols, N - c0);
@@ -141,34 +168,56 @@ void gemm_by_chunks(int64_t M, int64_t N, int64_t K, const float* a, const float
   });
 }
 
-// A few rows times the 4-bit panels: A zero-padded to whole blocks and its block sums first.
-void gemv_panels(const Prepared4& p, int64_t M, const float* a, const float* bias, float* y) {
+// The rows of A times the panels: tasks over blocks of rows and ranges of panels. A is first
+// zero-padded to whole blocks with its block sums (float32 form), or quantized (int8 form).
+void multiply_panels(const Prepared4& p, int64_t M, const float* a, const float* bias, float* y) {
   const nbits::Layout& L = p.layout;
+  const int64_t per_row = p.int8 ? p.kp / 4 : p.kp;  // floats a prepared row of A takes
+  float* rows = scratch_as<float>(static_cast<size_t>(M * per_row), 1);
+  float* sums = scratch_as<float>(static_cast<size_t>(2 * M * L.blocks), 2);  // qsum, a_scale
+  auto* q = reinterpret_cast<int8_t*>(rows);
   const float* ap = a;
-  if (p.kp != L.k) {
-    float* pad = scratch_as<float>(static_cast<size_t>(M * p.kp), 1);
-    for (int64_t r = 0; r < M; ++r) {
-      std::memcpy(pad + r * p.kp, a + r * L.k, static_cast<size_t>(L.k) * sizeof(float));
-      std::fill(pad + r * p.kp + L.k, pad + (r + 1) * p.kp, 0.0f);
+  if (p.int8) {
+    parallel_for(0, M, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        PTO_ISA_DISPATCH(nbits_quantize_row, a + r * L.k, L.k, L.block, L.blocks, q + r * p.kp,
+                         sums + M * L.blocks + r * L.blocks, sums + r * L.blocks);
+    });
+  } else {
+    if (p.kp != L.k) {
+      for (int64_t r = 0; r < M; ++r) {
+        std::memcpy(rows + r * p.kp, a + r * L.k, static_cast<size_t>(L.k) * sizeof(float));
+        std::fill(rows + r * p.kp + L.k, rows + (r + 1) * p.kp, 0.0f);
+      }
+      ap = rows;
     }
-    ap = pad;
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t b = 0; b < L.blocks; ++b) {
+        const float* s = ap + r * p.kp + b * L.block;
+        float t = 0.0f;
+        for (int64_t i = 0; i < L.block; ++i) t += s[i];
+        sums[r * L.blocks + b] = t;
+      }
   }
-  float* asum = scratch_as<float>(static_cast<size_t>(M * L.blocks), 2);
-  for (int64_t r = 0; r < M; ++r)
-    for (int64_t b = 0; b < L.blocks; ++b) {
-      const float* s = ap + r * p.kp + b * L.block;
-      float t = 0.0f;
-      for (int64_t i = 0; i < L.block; ++i) t += s[i];
-      asum[r * L.blocks + b] = t;
-    }
   const NBitsPanels w = p.view();
+  const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
   // At least ~256K multiply-adds a chunk: a thread's share is then worth waking it for.
-  const int64_t grain = std::max<int64_t>(1, (1 << 18) / (M * p.kp * kNBitsPanel));
-  parallel_for(0, p.panels, grain, [&](int64_t p0, int64_t p1) {
-    for (int64_t i = p0; i < p1; ++i) {
-      const int cols = static_cast<int>(std::min<int64_t>(kNBitsPanel, L.n - i * kNBitsPanel));
-      PTO_ISA_DISPATCH(nbits4_gemv, w, i, ap, p.kp, asum, M, bias ? bias + i * kNBitsPanel : nullptr,
-                       y + i * kNBitsPanel, L.n, cols);
+  const int64_t grain =
+      std::max<int64_t>(1, (1 << 18) / (std::min(M, kRowBlock) * p.kp * kNBitsPanel));
+  parallel_for(0, row_blocks * p.panels, grain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t r0 = i / p.panels * kRowBlock, m = std::min(kRowBlock, M - r0);
+      const int64_t panel = i % p.panels, n0 = panel * kNBitsPanel;
+      const int cols = static_cast<int>(std::min<int64_t>(kNBitsPanel, L.n - n0));
+      const float* b = bias ? bias + n0 : nullptr;
+      float* out = y + r0 * L.n + n0;
+      if (p.int8)
+        PTO_ISA_DISPATCH(nbits4_gemv_i8, w, panel, q + r0 * p.kp, p.kp,
+                         sums + M * L.blocks + r0 * L.blocks, sums + r0 * L.blocks, m, b, out, L.n,
+                         cols);
+      else
+        PTO_ISA_DISPATCH(nbits4_gemv, w, panel, ap + r0 * p.kp, p.kp, sums + r0 * L.blocks, m, b,
+                         out, L.n, cols);
     }
   });
 }
@@ -192,15 +241,7 @@ std::vector<Tensor> mat_mul_nbits(const KernelContext& c) {
   const float* a = Ac.data<float>();
   float* y = Y.data<float>();
   if (p) {
-    if (M <= kGemvRows) {
-      gemv_panels(*p, M, a, bias, y);
-    } else {
-      const NBitsPanels w = p->view();
-      gemm_by_chunks(M, L.n, L.k, a, bias, y, [&](int64_t c0, int64_t, float* buf, int64_t ld) {
-        for (int64_t col = c0; col < std::min(c0 + kChunkCols, L.n); col += kNBitsPanel)
-          PTO_ISA_DISPATCH(nbits4_dequantize, w, col / kNBitsPanel, L.k, buf + (col - c0), ld);
-      });
-    }
+    multiply_panels(*p, M, a, bias, y);
     return one(std::move(Y));
   }
   const Tensor *zp = c.has_input(3) ? &c.input(3) : nullptr,
@@ -232,8 +273,9 @@ void register_nbits_kernels(KernelRegistry& r) {
   };
   k.unpack = unpack;
   k.describe = [](const std::any& s) -> std::string {
-    return s.has_value() ? "4-bit panels (rows <= 8: direct; more: float32 blocks + GEMM)"
-                         : "float32 blocks + GEMM (weight dequantized per call)";
+    if (!s.has_value()) return "float32 GEMM on blocks of W dequantized per call";
+    return std::any_cast<const Prepared4&>(s).int8 ? "4-bit panels, A in int8 (VNNI)"
+                                                   : "4-bit panels, float32";
   };
   r.add("MatMulNBits", std::move(k));
 }

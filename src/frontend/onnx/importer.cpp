@@ -340,9 +340,8 @@ struct Converter {
     std::string name = np.name().empty() ? cat(np.op_type(), "_", i) : np.name();
     std::string where = cat(src, ": [", np.op_type(), "] node '", name, "'");
     // QGemm and the QLinear ops, and MatMulNBits (its weight stays in 2/4/8-bit blocks).
-    const bool contrib =
-        np.domain() == "com.microsoft" &&
-        (qlinear::is_contrib_op(np.op_type()) || np.op_type() == "MatMulNBits");
+    const bool contrib = np.domain() == "com.microsoft" &&
+                         (qlinear::is_contrib_op(np.op_type()) || np.op_type() == "MatMulNBits");
     const bool expanded = is_expanded_contrib_op(np.domain(), np.op_type());
     if (!is_default_domain(np.domain()) && !contrib && !expanded)
       throw UnsupportedError(cat(where, ": operator domain '", np.domain(), "' is not supported",

@@ -13,7 +13,8 @@ Layout layout(const Node& n, const std::string& where) {
   w.bits = n.attr_int("bits");
   w.block = n.attr_int("block_size");
   if (w.bits != 2 && w.bits != 4 && w.bits != 8)
-    throw UnsupportedError(cat(where, ": MatMulNBits with bits=", w.bits, " (2, 4 and 8 are read)"));
+    throw UnsupportedError(
+        cat(where, ": MatMulNBits with bits=", w.bits, " (2, 4 and 8 are read)"));
   if (w.k <= 0 || w.n <= 0 || w.block < 16 || (w.block & (w.block - 1)) != 0)
     throw ValueError(cat(where, ": K ", w.k, ", N ", w.n, " and block_size ", w.block,
                          " must be positive, block_size a power of 2 of 16 or more"));
@@ -29,8 +30,8 @@ void check_operands(const Layout& w, const Tensor& b, const Tensor& scales, cons
     throw ValueError(cat(where, ": B must be uint8 [N, blocks, blob] = [", w.n, ", ", w.blocks,
                          ", ", w.blob, "], got ", b.str()));
   if (scales.numel() != w.n * w.blocks || !is_floating(scales.dtype()))
-    throw ValueError(cat(where, ": scales must hold N * blocks = ", w.n * w.blocks,
-                         " floats, got ", scales.str()));
+    throw ValueError(cat(where, ": scales must hold N * blocks = ", w.n * w.blocks, " floats, got ",
+                         scales.str()));
   if (zp) {
     const bool packed = zp->dtype() == DType::kU8;
     if (!packed && !is_floating(zp->dtype()))
@@ -46,8 +47,8 @@ void check_operands(const Layout& w, const Tensor& b, const Tensor& scales, cons
     for (int64_t i = 0; i < w.k; ++i) {
       const int64_t g = gc.data<int32_t>()[i];
       if (g < 0 || g >= w.blocks)
-        throw ValueError(cat(where, ": g_idx[", i, "] = ", g, " is not a block index in [0, ",
-                             w.blocks, ")"));
+        throw ValueError(
+            cat(where, ": g_idx[", i, "] = ", g, " is not a block index in [0, ", w.blocks, ")"));
     }
   }
 }
@@ -64,10 +65,11 @@ void dequantize(const Layout& w, const Tensor& b, const Tensor& scales, const Te
   for (int64_t n = n0; n < n1; ++n) {
     for (int64_t blk = 0; blk < w.blocks; ++blk) {
       scale[blk] = static_cast<float>(scales.item_as_double(n * w.blocks + blk));
-      zero[blk] = !zp         ? static_cast<float>(w.mid())
-                  : packed_zp ? static_cast<float>(
-                                    code(zc.data<uint8_t>() + n * w.zp_row, blk, w.bits, mask))
-                              : static_cast<float>(zp->item_as_double(n * w.blocks + blk));
+      zero[blk] =
+          !zp ? static_cast<float>(w.mid())
+          : packed_zp
+              ? static_cast<float>(code(zc.data<uint8_t>() + n * w.zp_row, blk, w.bits, mask))
+              : static_cast<float>(zp->item_as_double(n * w.blocks + blk));
     }
     // Row n's codes run along K (block after block, each blob exactly block_size codes); g_idx
     // only changes which block's scale and zero point a k takes.

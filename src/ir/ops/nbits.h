@@ -2,7 +2,8 @@
 // and onnxruntime-genai's model builder write for 2/4/8-bit weight-only LLMs): one reading of its
 // weight layout for shape inference, the reference kernel and the CPU kernel.
 //
-//   Y [..., N] = A [..., K] x W [K, N] (+ bias [N]),  W[k, n] = (code(n, k) - zero(n, b)) * scale(n, b)
+//   Y [..., N] = A [..., K] x W [K, N] (+ bias [N]),  W[k, n] = (code(n, k) - zero(n, b)) *
+//   scale(n, b)
 //
 // with b = k / block_size (or g_idx[k]). B is uint8 [N, blocks, blob]: row n's codes along K,
 // `bits` each, packed low bits first, blob = block_size * bits / 8 bytes a block (the last block
