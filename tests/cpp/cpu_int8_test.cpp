@@ -243,10 +243,11 @@ Tensor f32_tensor(const Dims& shape, uint32_t seed, float lo, float hi) {
 // One node; inputs listed in `constant` become initializers, undefined tensors are absent
 // optional inputs. Checks that the CPU kernel ran (or the reference, when `backend` says so) and
 // that every output equals the reference's bit for bit.
+// `rel_tol` 0: the same bits (integer kernels); else |got - want| <= rel_tol (|want| + 1).
 void expect_node_matches(const std::string& op, const std::vector<Tensor>& inputs,
                          const std::vector<bool>& constant, const Attributes& attrs, size_t outputs,
                          const std::string& what, int opset = 21,
-                         const std::string& backend = "cpu") {
+                         const std::string& backend = "cpu", double rel_tol = 0) {
   // `own`: the initializers are copies only this graph holds, so the Executable it is handed to
   // may release the weights its kernels pack.
   std::vector<Tensor> feeds;
@@ -290,8 +291,14 @@ void expect_node_matches(const std::string& op, const std::vector<Tensor>& input
   const bool conv = op == "ConvInteger" || op == "QLinearConv";
   const size_t b = qlinear ? 3 : 1;
   const bool depthwise = conv && inputs[b].dim(1) == 1 && attrs.get_int("group", 1) > 1;
+  // MatMulNBits: a 4-bit B with uint8 zero points or none, scales and zero points constant too.
+  const bool nbits_panels = op == "MatMulNBits" && attrs.get_int("bits", 4) == 4 &&
+                            inputs.size() > 2 && constant.size() > 3 && constant[2] &&
+                            (inputs.size() <= 3 || !inputs[3].defined() ||
+                             (inputs[3].dtype() == DType::kU8 && constant[3])) &&
+                            (inputs.size() <= 4 || !inputs[4].defined());
   const bool packs_b = op == "MatMulInteger" || op == "QLinearMatMul" ||
-                       op == "DynamicQuantizeMatMul" || (conv && !depthwise);
+                       op == "DynamicQuantizeMatMul" || (conv && !depthwise) || nbits_panels;
   if (packs_b && b < constant.size() && constant[b]) {
     EXPECT_EQ(exe.graph().released().size(), 1u) << what;
   }
@@ -302,7 +309,8 @@ void expect_node_matches(const std::string& op, const std::vector<Tensor>& input
     int bad = 0;
     for (int64_t i = 0; i < got[o].numel(); ++i) {
       const double x = got[o].item_as_double(i), y = want[o].item_as_double(i);
-      if (!(x == y || (std::isnan(x) && std::isnan(y))) && bad++ < 3)
+      const bool close = rel_tol > 0 && std::fabs(x - y) <= rel_tol * (std::fabs(y) + 1.0);
+      if (!(x == y || close || (std::isnan(x) && std::isnan(y))) && bad++ < 3)
         ADD_FAILURE() << what << " output " << o << " element " << i << ": got " << x << ", want "
                       << y;
     }
@@ -453,6 +461,136 @@ TEST(CpuInt8Kernels, DynamicQuantizeMatMulMatchesTheReference) {
                   10);
             }
         }
+  });
+}
+
+// ---- MatMulNBits ----
+
+// One MatMulNBits node's operands: A [rows..., K], B [N, blocks, blob] of random codes, scales,
+// zero points (0: none, 1: packed uint8, 2: float), g_idx (a permutation of the blocks), bias.
+struct NBitsCase {
+  Dims a;
+  int64_t n, bits, block;
+  int zp;
+  bool g_idx, bias;
+};
+
+std::vector<Tensor> nbits_inputs(const NBitsCase& c, uint32_t seed) {
+  const int64_t K = c.a.back(), blocks = (K + c.block - 1) / c.block;
+  const int64_t blob = c.block * c.bits / 8, zp_row = (blocks * c.bits + 7) / 8;
+  std::vector<Tensor> in = {f32_tensor(c.a, seed, -2.0f, 2.0f),
+                            bytes_tensor(DType::kU8, {c.n, blocks, blob}, seed + 1),
+                            f32_tensor({c.n * blocks}, seed + 2, 0.002f, 0.05f),
+                            Tensor(),
+                            Tensor(),
+                            Tensor()};
+  if (c.zp == 1) in[3] = bytes_tensor(DType::kU8, {c.n * zp_row}, seed + 3);
+  if (c.zp == 2) in[3] = f32_tensor({c.n * blocks}, seed + 3, 0.0f, float(1 << c.bits));
+  if (c.g_idx) {
+    std::vector<int32_t> g(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) g[k] = static_cast<int32_t>((k * 7 + 3) % blocks);
+    in[4] = Tensor::from_vector(g, {K});
+  }
+  if (c.bias) in[5] = f32_tensor({c.n}, seed + 4, -1.0f, 1.0f);
+  while (!in.back().defined()) in.pop_back();
+  return in;
+}
+
+Attributes nbits_attrs(const NBitsCase& c, int64_t accuracy_level) {
+  Attributes attrs;
+  attrs.set("K", c.a.back());
+  attrs.set("N", c.n);
+  attrs.set("bits", c.bits);
+  attrs.set("block_size", c.block);
+  attrs.set("accuracy_level", accuracy_level);
+  return attrs;
+}
+
+const std::vector<NBitsCase> kNBitsCases = {
+    {{1, 64}, 16, 4, 32, 1, false, true},     {{3, 100}, 37, 4, 32, 1, false, true},
+    {{2, 5, 96}, 20, 4, 16, 0, false, false}, {{9, 130}, 33, 4, 64, 1, false, true},
+    {{70, 48}, 18, 4, 16, 0, false, true},    {{1, 300}, 70, 4, 128, 1, false, false},
+    {{4, 100}, 24, 8, 32, 1, false, true},    {{5, 100}, 24, 2, 32, 0, false, true},
+    {{3, 70}, 40, 4, 32, 2, false, true},     {{6, 96}, 17, 4, 16, 1, true, true},
+    {{0, 64}, 16, 4, 32, 1, false, false}};
+
+// At accuracy_level 0 the kernel's float32 products against the reference's (double sums of the
+// same dequantized weight): the 4-bit panels (constant operands), and the dequantized blocks +
+// GEMM (2/8-bit codes, float zero points, g_idx, a B fed at run time).
+TEST(CpuNBitsKernel, MatchesTheReference) {
+  for_each_config([&](const std::string& cfg) {
+    uint32_t seed = 900;
+    for (const NBitsCase& c : kNBitsCases)
+      for (bool constant : {true, false}) {
+        const std::vector<Tensor> in = nbits_inputs(c, seed += 10);
+        expect_node_matches("MatMulNBits", in, {false, constant, true, true, true, true},
+                            nbits_attrs(c, 0), 1,
+                            cfg + ", MatMulNBits " + dims_str(c.a) + " x " + std::to_string(c.n) +
+                                " bits " + std::to_string(c.bits) + " block " +
+                                std::to_string(c.block) + (constant ? " (constant B)" : ""),
+                            21, "cpu", 2e-5);
+      }
+  });
+}
+
+// At accuracy_level 4 the int8 form (AVX512_VNNI) quantizes A per row and block as onnxruntime
+// does; against that arithmetic written out here (integer dot products, the float epilogue in
+// double). Where the form does not run (other ISAs, VNNI off) the float32 form must match the
+// reference instead.
+TEST(CpuNBitsKernel, Int8FormMatchesAnIntegerLoop) {
+  for_each_config([&](const std::string& cfg) {
+    uint32_t seed = 1900;
+    for (const NBitsCase& c : kNBitsCases) {
+      if (c.bits != 4 || c.zp == 2 || c.g_idx) continue;
+      const std::vector<Tensor> in = nbits_inputs(c, seed += 10);
+      Graph g;
+      std::vector<ValueId> ins = {g.add_input("a", {DType::kF32, to_shape(c.a)})};
+      for (size_t i = 1; i < in.size(); ++i) {
+        ins.push_back(in[i].defined() ? g.add_value(cat("c", i)) : kNoValue);
+        if (in[i].defined()) g.set_initializer(ins.back(), in[i]);
+      }
+      const ValueId y = g.add_value("y");
+      g.add_node("MatMulNBits", ins, {y}, nbits_attrs(c, 4), "node");
+      g.add_output(y);
+      const Executable exe = compile(g, {.level = 0});
+      const Tensor got = exe.run({in[0]})[0];
+      const std::string what = cfg + ", int8 form " + dims_str(c.a) + " x " + std::to_string(c.n);
+      if (exe.describe_step(0).find("int8") == std::string::npos) {
+        EXPECT_FALSE(isa_name(active_isa()) == std::string("avx512") && has_ext(Ext::kAvx512Vnni))
+            << what << ": the int8 form should run here";
+        expect_node_matches("MatMulNBits", in, {false, true, true, true, true, true},
+                            nbits_attrs(c, 4), 1, what + " (float32 form)", 21, "cpu", 2e-5);
+        continue;
+      }
+      const int64_t K = c.a.back(), N = c.n, blocks = (K + c.block - 1) / c.block;
+      const int64_t M = in[0].numel() / K, zp_row = (blocks * 4 + 7) / 8;
+      const float* a = in[0].data<float>();
+      const uint8_t* codes = in[1].data<uint8_t>();
+      ASSERT_EQ(got.numel(), M * N) << what;
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; ++n) {
+          double want = c.bias ? in[5].data<float>()[n] : 0.0;
+          for (int64_t b = 0; b < blocks; ++b) {
+            float amax = 0.0f;
+            for (int64_t k = b * c.block; k < std::min(K, (b + 1) * c.block); ++k)
+              amax = std::max(amax, std::fabs(a[m * K + k]));
+            const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+            const int zero =
+                c.zp ? (in[3].data<uint8_t>()[n * zp_row + b / 2] >> (b % 2 * 4)) & 15 : 8;
+            int64_t dot = 0;
+            for (int64_t k = b * c.block; k < std::min(K, (b + 1) * c.block); ++k) {
+              const int code = (codes[n * blocks * c.block / 2 + k / 2] >> (k % 2 * 4)) & 15;
+              dot += (code - zero) * static_cast<int64_t>(std::nearbyint(a[m * K + k] * inv));
+            }
+            want += double{in[2].data<float>()[n * blocks + b]} * (amax / 127.0f) *
+                    static_cast<double>(dot);
+          }
+          const double x = got.data<float>()[m * N + n];
+          EXPECT_NEAR(x, want, 1e-5 * (std::fabs(want) + 1.0))
+              << what << " [" << m << ", " << n << "]";
+        }
+      }
+    }
   });
 }
 
