@@ -296,7 +296,7 @@ def test_cli_precision_f16(tmp_path):
         assert r.returncode == 0, (cmd, r.stderr)
 
 
-# ---- schemes PyPTO does not support: float6, MatMulNBits ----
+# ---- schemes PyPTO does not support: float6 ----
 
 def save(path, nodes, inputs, outputs, inits=(), opset=21, domains=()):
     import onnx
@@ -313,7 +313,7 @@ def vi(name, t, shape):
 
 def test_unsupported_low_precision_models_are_rejected_with_the_node_and_type(tmp_path):
     # int4, float8 and float4 are storage dtypes (tests/python/test_storage_dtypes.py); float6
-    # is not supported. (onnxruntime's 4-bit MatMulNBits is read: tests/python/test_contrib_ops.py.)
+    # is not supported. (onnxruntime's 4-bit MatMulNBits runs on its own kernel: test_mat_mul_nbits.py.)
     cases = {}
     cases["float6 input"] = (save(
         tmp_path / "fp6_in.onnx",
