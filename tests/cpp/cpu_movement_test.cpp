@@ -300,6 +300,22 @@ TEST(CpuMovement, GatherElements) {
             {"GatherElements", {random_tensor(dt, data_shape), i32}, {}, attrs({{"axis", axis}})});
       }
     }
+  // Rows of one index along the last axis (an index Expand-ed over it: copied row by row), some
+  // of them negative, and the gather along the last axis itself.
+  for (DType dt : {DType::kF32, DType::kI64, DType::kU8})
+    for (int64_t axis : {0, 1, 2}) {
+      const Dims data_shape = {3, 7, 9};
+      const int64_t n = data_shape[axis];
+      Dims ind_shape = {3, 5, 9};
+      ind_shape[axis] = 4;
+      Tensor ind = Tensor::empty(DType::kI64, ind_shape);
+      const int64_t width = ind_shape[2];
+      for (int64_t r = 0; r < ind.numel() / width; ++r) {
+        const int64_t v = static_cast<int64_t>(rng()() % (2 * n)) - n;
+        for (int64_t j = 0; j < width; ++j) ind.data<int64_t>()[r * width + j] = v;
+      }
+      check({"GatherElements", {random_tensor(dt, data_shape), ind}, {}, attrs({{"axis", axis}})});
+    }
   Tensor x = random_tensor(DType::kF32, {3, 4});
   error_of({"GatherElements",
             {x, Tensor::from_vector<int64_t>({0, 1, 3, 2}, {2, 2})},

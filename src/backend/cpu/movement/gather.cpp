@@ -6,6 +6,7 @@
 #include "backend/cpu/movement/movement.h"
 #include "backend/cpu/movement/strided_copy.h"
 #include "pto/parallel.h"
+#include "reference/ops/index_math.h"
 #include "reference/ops/layout_params.h"
 
 namespace pto::cpu {
@@ -42,23 +43,50 @@ std::vector<Tensor> gather(const KernelContext& c) {
   return {y};
 }
 
+// Contiguous int64 or int32 indices, all inside [-n, n): in place of the reference's reading
+// (an index vector made and normalized value by value), which then only runs to raise the error.
+template <class I>
+bool indices_in_range(const Tensor& ind, int64_t n) {
+  const I* p = ind.data<I>();
+  bool ok = true;
+  for (int64_t i = 0; i < ind.numel(); ++i) ok &= p[i] >= -n && p[i] < n;
+  return ok;
+}
+
 // GatherElements: out[p] = data[p with p[axis] = indices[p]]. One data offset per row of the
-// indices' last dimension, then a loop along that row.
+// indices' last dimension, then a loop along that row; a row whose indices are all the same (an
+// index Expand-ed along the last axis, as the GroupQueryAttention expansion's) is one memcpy.
 std::vector<Tensor> gather_elements(const KernelContext& c) {
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
-  int64_t axis = 0;
-  const std::vector<int64_t> idx = reference::gather_elements_indices(c, &axis);
+  int64_t axis = c.axis(c.node.attr_int("axis"), data.rank());
+  const bool i64 = ind.dtype() == DType::kI64;
+  const bool fast = ind.is_contiguous() && (i64 || ind.dtype() == DType::kI32) &&
+                    ind.rank() == data.rank() && data.rank() > 0 &&
+                    (i64 ? indices_in_range<int64_t>(ind, data.dim(axis))
+                         : indices_in_range<int32_t>(ind, data.dim(axis)));
+  std::vector<int64_t> checked;
+  if (fast)
+    reference::check_elements_shape(data, ind, axis, c.where());
+  else
+    checked = reference::gather_elements_indices(c, &axis);
   Tensor y = Tensor::empty(data.dtype(), ind.shape());
   if (y.numel() == 0) return {y};
   const Dims& shape = ind.shape();
   const Dims& strides = data.strides();
   const int64_t last = ind.rank() - 1, width = shape[last], rows = y.numel() / width;
+  const int64_t n = data.dim(axis);
   const int64_t grain =
       std::max<int64_t>(1, kCopyGrainBytes / (width * static_cast<int64_t>(data.itemsize())));
+  auto index = [&](int64_t i) -> int64_t {
+    if (!fast) return checked[i];
+    const int64_t v = i64 ? ind.data<int64_t>()[i] : ind.data<int32_t>()[i];
+    return v < 0 ? v + n : v;
+  };
   with_element_size(data.itemsize(), [&]<class U>() {
     const U* src = static_cast<const U*>(data.raw_data());
     U* dst = static_cast<U*>(y.raw_data());
+    const bool rows_contiguous = strides[last] == 1;
     parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         int64_t base = 0;  // the data offset of (row's position, 0 along axis and last)
@@ -66,12 +94,21 @@ std::vector<Tensor> gather_elements(const KernelContext& c) {
           if (k != axis) base += (rest % shape[k]) * strides[k];
           rest /= shape[k];
         }
-        const int64_t* ix = idx.data() + row * width;
-        U* to = dst + row * width;
-        if (axis == last)
-          for (int64_t j = 0; j < width; ++j) to[j] = src[base + ix[j]];
-        else
-          for (int64_t j = 0; j < width; ++j) to[j] = src[base + j + ix[j] * strides[axis]];
+        const int64_t at = row * width;
+        U* to = dst + at;
+        if (axis == last) {
+          for (int64_t j = 0; j < width; ++j) to[j] = src[base + index(at + j)];
+          continue;
+        }
+        const int64_t first = index(at);
+        bool same = rows_contiguous;
+        for (int64_t j = 1; j < width && same; ++j) same = index(at + j) == first;
+        if (same) {
+          std::memcpy(to, src + base + first * strides[axis],
+                      static_cast<size_t>(width) * sizeof(U));
+          continue;
+        }
+        for (int64_t j = 0; j < width; ++j) to[j] = src[base + j + index(at + j) * strides[axis]];
       }
     });
   });
