@@ -91,21 +91,24 @@ std::any prepare(const NodeInfo& n) {
   const Tensor bc = B.contiguous(), sc = n.constants[2]->contiguous();
   const Tensor zc = zp ? zp->contiguous() : Tensor();
   const uint8_t* codes = bc.data<uint8_t>();
-  for (int64_t col = 0; col < L.n; ++col) {
-    const int64_t panel = col / kNBitsPanel, j = col % kNBitsPanel;
-    const uint8_t* row = codes + col * L.blocks * L.blob;  // kp codes, two a byte, low first
-    for (int64_t k = 0; k < p.kp; ++k) {
-      int shift = 0;
-      const size_t at = p.at(k, col, &shift);
-      p.codes[at] = static_cast<uint8_t>(p.codes[at] | nbits::code(row, k, 4, 15) << shift);
+  // Columns in parallel: each writes bytes of its own (a byte holds two codes of one column).
+  parallel_for(0, L.n, kNBitsPanel, [&](int64_t c0, int64_t c1) {
+    for (int64_t col = c0; col < c1; ++col) {
+      const int64_t panel = col / kNBitsPanel, j = col % kNBitsPanel;
+      const uint8_t* row = codes + col * L.blocks * L.blob;  // kp codes, two a byte, low first
+      for (int64_t k = 0; k < p.kp; ++k) {
+        int shift = 0;
+        const size_t at = p.at(k, col, &shift);
+        p.codes[at] = static_cast<uint8_t>(p.codes[at] | nbits::code(row, k, 4, 15) << shift);
+      }
+      for (int64_t b = 0; b < L.blocks; ++b) {
+        const int64_t at = (panel * L.blocks + b) * kNBitsPanel + j;
+        p.scales[at] = static_cast<float>(sc.item_as_double(col * L.blocks + b));
+        p.zeros[at] = static_cast<uint8_t>(
+            zp ? nbits::code(zc.data<uint8_t>() + col * L.zp_row, b, 4, 15) : 8);
+      }
     }
-    for (int64_t b = 0; b < L.blocks; ++b) {
-      const int64_t at = (panel * L.blocks + b) * kNBitsPanel + j;
-      p.scales[at] = static_cast<float>(sc.item_as_double(col * L.blocks + b));
-      p.zeros[at] =
-          static_cast<uint8_t>(zp ? nbits::code(zc.data<uint8_t>() + col * L.zp_row, b, 4, 15) : 8);
-    }
-  }
+  });
   return p;
 }
 
