@@ -281,9 +281,13 @@ void expect_node_matches(const std::string& op, const std::vector<Tensor>& input
   const Graph full = exe.graph_with_weights();
   for (const auto& [v, t] : g.initializers()) {
     const Tensor& back = full.initializers().at(v);
-    EXPECT_TRUE(back.shape() == t.shape() && back.dtype() == t.dtype() &&
-                std::memcmp(back.raw_data(), t.raw_data(), t.nbytes()) == 0)
-        << what << ": initializer " << v << " not given back";
+    ASSERT_TRUE(back.shape() == t.shape() && back.dtype() == t.dtype())
+        << what << ": initializer " << v << " given back as " << back.str();
+    const auto *x = static_cast<const uint8_t*>(back.raw_data()),
+               *y = static_cast<const uint8_t*>(t.raw_data());
+    const size_t first = std::mismatch(x, x + t.nbytes(), y).first - x;
+    EXPECT_EQ(first, t.nbytes()) << what << ": initializer " << v << " not given back: byte "
+                                 << first << " is " << int{x[first]} << ", was " << int{y[first]};
   }
   // The integer products' constant B and the integer convs' W are released (held packed only),
   // except a depthwise conv's (read as it is).
