@@ -123,7 +123,8 @@ Tensor unpack(const std::any& state, size_t input) {
   for (int64_t col = 0; col < L.n; ++col)
     for (int64_t k = 0; k < p.kp; ++k) {
       int shift = 0;
-      const int32_t code = p.codes[p.at(k, col, &shift)] >> shift & 15;
+      const size_t at = p.at(k, col, &shift);  // before shift is read
+      const int32_t code = p.codes[at] >> shift & 15;
       out[col * p.kp / 2 + k / 2] =
           static_cast<uint8_t>(out[col * p.kp / 2 + k / 2] | code << (k % 2 * 4));
     }
