@@ -295,8 +295,8 @@ void expect_node_matches(const std::string& op, const std::vector<Tensor>& input
   const bool conv = op == "ConvInteger" || op == "QLinearConv";
   const size_t b = qlinear ? 3 : 1;
   const bool depthwise = conv && inputs[b].dim(1) == 1 && attrs.get_int("group", 1) > 1;
-  // MatMulNBits: a 4-bit B with uint8 zero points or none, scales and zero points constant too.
-  const bool nbits_panels = op == "MatMulNBits" && attrs.get_int("bits", 4) == 4 &&
+  // MatMulNBits: a 4- or 8-bit B with uint8 zero points or none, scales and zero points constant.
+  const bool nbits_panels = op == "MatMulNBits" && attrs.get_int("bits", 4) != 2 &&
                             inputs.size() > 2 && constant.size() > 3 && constant[2] &&
                             (inputs.size() <= 3 || !inputs[3].defined() ||
                              (inputs[3].dtype() == DType::kU8 && constant[3])) &&
@@ -515,6 +515,7 @@ const std::vector<NBitsCase> kNBitsCases = {
     {{2, 5, 96}, 20, 4, 16, 0, false, false}, {{9, 130}, 33, 4, 64, 1, false, true},
     {{70, 48}, 18, 4, 16, 0, false, true},    {{1, 300}, 70, 4, 128, 1, false, false},
     {{4, 100}, 24, 8, 32, 1, false, true},    {{5, 100}, 24, 2, 32, 0, false, true},
+    {{1, 200}, 37, 8, 64, 0, false, true},    {{11, 72}, 16, 8, 16, 1, false, false},
     {{3, 70}, 40, 4, 32, 2, false, true},     {{6, 96}, 17, 4, 16, 1, true, true},
     {{0, 64}, 16, 4, 32, 1, false, false}};
 
@@ -537,15 +538,15 @@ TEST(CpuNBitsKernel, MatchesTheReference) {
   });
 }
 
-// At accuracy_level 4 the int8 form (AVX512_VNNI) quantizes A per row and block as onnxruntime
-// does; against that arithmetic written out here (integer dot products, the float epilogue in
-// double). Where the form does not run (other ISAs, VNNI off) the float32 form must match the
-// reference instead.
+// At accuracy_level 4 the int8 form (AVX512_VNNI; 4- and 8-bit codes) quantizes A per row and
+// block as onnxruntime does; against that arithmetic written out here (integer dot products, the
+// float epilogue in double). Where the form does not run (other ISAs, VNNI off) the float32 form
+// must match the reference instead.
 TEST(CpuNBitsKernel, Int8FormMatchesAnIntegerLoop) {
   for_each_config([&](const std::string& cfg) {
     uint32_t seed = 1900;
     for (const NBitsCase& c : kNBitsCases) {
-      if (c.bits != 4 || c.zp == 2 || c.g_idx) continue;
+      if (c.bits == 2 || c.zp == 2 || c.g_idx) continue;
       const std::vector<Tensor> in = nbits_inputs(c, seed += 10);
       Graph g;
       std::vector<ValueId> ins = {g.add_input("a", {DType::kF32, to_shape(c.a)})};
@@ -567,7 +568,7 @@ TEST(CpuNBitsKernel, Int8FormMatchesAnIntegerLoop) {
         continue;
       }
       const int64_t K = c.a.back(), N = c.n, blocks = (K + c.block - 1) / c.block;
-      const int64_t M = in[0].numel() / K, zp_row = (blocks * 4 + 7) / 8;
+      const int64_t M = in[0].numel() / K, zp_row = (blocks * c.bits + 7) / 8;
       const float* a = in[0].data<float>();
       const uint8_t* codes = in[1].data<uint8_t>();
       ASSERT_EQ(got.numel(), M * N) << what;
@@ -579,11 +580,14 @@ TEST(CpuNBitsKernel, Int8FormMatchesAnIntegerLoop) {
             for (int64_t k = b * c.block; k < std::min(K, (b + 1) * c.block); ++k)
               amax = std::max(amax, std::fabs(a[m * K + k]));
             const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
-            const int zero =
-                c.zp ? (in[3].data<uint8_t>()[n * zp_row + b / 2] >> (b % 2 * 4)) & 15 : 8;
+            const uint8_t* zrow = c.zp ? in[3].data<uint8_t>() + n * zp_row : nullptr;
+            const int zero = !zrow         ? 1 << (c.bits - 1)
+                             : c.bits == 8 ? zrow[b]
+                                           : (zrow[b / 2] >> (b % 2 * 4)) & 15;
+            const uint8_t* row = codes + n * blocks * c.block * c.bits / 8;
             int64_t dot = 0;
             for (int64_t k = b * c.block; k < std::min(K, (b + 1) * c.block); ++k) {
-              const int code = (codes[n * blocks * c.block / 2 + k / 2] >> (k % 2 * 4)) & 15;
+              const int code = c.bits == 8 ? row[k] : (row[k / 2] >> (k % 2 * 4)) & 15;
               dot += (code - zero) * static_cast<int64_t>(std::nearbyint(a[m * K + k] * inv));
             }
             want += double{in[2].data<float>()[n * blocks + b]} * (amax / 127.0f) *

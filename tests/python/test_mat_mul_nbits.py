@@ -71,11 +71,12 @@ CASES = [  # m, k, n, bits, block, zero points, bias
     (1, 64, 16, 4, 32, "u8", True), (3, 100, 37, 4, 32, "u8", True),
     (1, 256, 64, 4, 128, None, False), (9, 96, 20, 4, 16, "u8", True),
     (70, 300, 70, 4, 64, None, True), (2, 100, 37, 8, 32, "u8", True),
-    (5, 100, 37, 2, 32, None, True), (3, 100, 37, 4, 32, "f32", True)]
+    (5, 100, 37, 2, 32, None, True), (3, 100, 37, 4, 32, "f32", True),
+    (40, 96, 20, 8, 16, "u8", False), (1, 256, 40, 8, 64, None, True)]
 
 
-# accuracy_level 4 where onnxruntime quantizes A: 4-bit codes, uint8 zero points or none.
-LEVELS = [c + (0,) for c in CASES] + [c + (4,) for c in CASES if c[3] == 4 and c[5] != "f32"]
+# accuracy_level 4 where onnxruntime quantizes A: 4- and 8-bit codes, uint8 zero points or none.
+LEVELS = [c + (0,) for c in CASES] + [c + (4,) for c in CASES if c[3] != 2 and c[5] != "f32"]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -122,18 +123,20 @@ def test_accuracy_level_4_quantizes_activations(tmp_path):
     assert 1e-5 < diff < 2e-2, diff
 
 
-def test_weight_held_in_four_bits(tmp_path):
+@pytest.mark.parametrize("bits", [4, 8])
+def test_weight_held_in_its_bits(tmp_path, bits):
     """The float32 weight is never made: B is released and held as panels of the same size."""
-    model, w = _model(1024, 256)
+    model, w = _model(1024, 256, bits=bits)
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     exe = pypto.onnx.load(str(path))
     exe(a=np.ones((1, 1024), np.float32))
     stats = exe._compiled.stats()
-    codes = 1024 * 256 // 2
+    codes = 1024 * 256 * bits // 8
     assert stats["released_weight_bytes"] == codes
-    assert codes <= stats["packed_weight_bytes"] <= codes * 1.35  # + scales and zero points
-    assert stats["packed_weight_bytes"] < w.nbytes / 5
+    # + a float scale and a byte of zero point per block of 32
+    assert codes <= stats["packed_weight_bytes"] <= codes + 1024 * 256 // 32 * 5
+    assert stats["packed_weight_bytes"] < w.nbytes * bits / 24
 
 
 def test_written_back_as_the_contrib_op(tmp_path):

@@ -31,10 +31,13 @@ namespace pto::cpu {
 
 inline constexpr int kNBitsPanel = 16;  // output columns of a panel
 
-// A 4-bit weight repacked (see above): panel p's codes at codes + p * kp * 8, its scales and zero
-// points at scales / zeros + p * blocks * 16.
+// A 4- or 8-bit weight repacked (see above): panel p's codes at codes + p * kp * 16 * bits / 8,
+// its scales and zero points at scales / zeros + p * blocks * 16. 8-bit codes take the same
+// layouts a byte each: a pair of k is k's 16 bytes then k + 1's; in the int8 form a group of 4 k
+// is 64 bytes, byte 4 j + i = code(k + i, j).
 struct NBitsPanels {
   bool int8 = false;  // the int8 form's layout of codes (above)
+  int bits = 4;       // 4, or 8: one code a byte, a pair of k 32 bytes, a group of 4 k 64 bytes
   const uint8_t* codes = nullptr;
   const float* scales = nullptr;
   const uint8_t* zeros = nullptr;

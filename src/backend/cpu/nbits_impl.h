@@ -27,23 +27,38 @@ struct Decoder {
   const __m512 table = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 #endif
 
-  // The 16 bytes of a pair of k: lo = the codes of k, hi = those of k + 1, for the 16 columns.
+  // A pair of k's codes for the 16 columns, lo = k's, hi = k + 1's: 16 bytes of two 4-bit codes
+  // (low nibble k), or 32 bytes of 8-bit codes (k's 16, then k + 1's).
+  template <int Bits>
   void pair(const uint8_t* s, Vec* lo, Vec* hi) const {
 #if defined(PTO_ISA_AVX512)
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-    lo[0] = {_mm512_permutexvar_ps(v, table)};
-    hi[0] = {_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table)};
+    if constexpr (Bits == 4) {
+      lo[0] = {_mm512_permutexvar_ps(v, table)};
+      hi[0] = {_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table)};
+    } else {
+      lo[0] = {_mm512_cvtepi32_ps(v)};
+      hi[0] = {_mm512_cvtepi32_ps(
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16))))};
+    }
 #elif defined(PTO_ISA_AVX2)
     for (int h = 0; h < 2; ++h) {
-      const __m256i v =
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 8 * h)));
-      lo[h] = {_mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)))};
-      hi[h] = {_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4))};
+      if constexpr (Bits == 4) {
+        const __m256i v =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 8 * h)));
+        lo[h] = {_mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)))};
+        hi[h] = {_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4))};
+      } else {
+        lo[h] = {_mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 8 * h))))};
+        hi[h] = {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 16 + 8 * h))))};
+      }
     }
 #else
     for (int j = 0; j < kV; ++j) {
-      lo[j] = {static_cast<float>(s[j] & 15)};
-      hi[j] = {static_cast<float>(s[j] >> 4)};
+      lo[j] = {static_cast<float>(Bits == 4 ? s[j] & 15 : s[j])};
+      hi[j] = {static_cast<float>(Bits == 4 ? s[j] >> 4 : s[16 + j])};
     }
 #endif
   }
@@ -63,14 +78,15 @@ struct Decoder {
   }
 };
 
-// R rows of A times panel p. One row alone gets two sets of accumulators (four FMA chains), so
-// that the FMA latency does not bound it.
-template <int R>
+// R rows of A times panel p of `Bits`-bit codes. One row alone gets two sets of accumulators (four
+// FMA chains), so that the FMA latency does not bound it.
+template <int R, int Bits>
 void gemv_rows(const NBitsPanels& w, int64_t p, const float* a, int64_t lda, const float* asum,
                const float* bias, float* y, int64_t ldy, int cols) {
   constexpr int C = R == 1 ? 2 : 1;
+  constexpr int64_t kPair = 2 * kNBitsPanel * Bits / 8;  // bytes of a pair of k
   const Decoder d;
-  const uint8_t* codes = w.codes + p * w.kp * (kNBitsPanel / 2);
+  const uint8_t* codes = w.codes + p * w.kp * kNBitsPanel * Bits / 8;
   const float* scales = w.scales + p * w.blocks * kNBitsPanel;
   const uint8_t* zeros = w.zeros + p * w.blocks * kNBitsPanel;
   Vec out[R][kV];
@@ -85,12 +101,12 @@ void gemv_rows(const NBitsPanels& w, int64_t p, const float* a, int64_t lda, con
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c)
         for (int v = 0; v < kV; ++v) acc[r][c][0][v] = acc[r][c][1][v] = Vec::zero();
-    const uint8_t* s = codes + b * pairs * kNBitsPanel;
+    const uint8_t* s = codes + b * pairs * kPair;
     const float* ak = a + b * w.block;
     for (int64_t q = 0; q < pairs; q += C) {
       for (int c = 0; c < C; ++c) {
         Vec lo[kV], hi[kV];
-        d.pair(s + (q + c) * kNBitsPanel, lo, hi);
+        d.pair<Bits>(s + (q + c) * kPair, lo, hi);
         for (int r = 0; r < R; ++r) {
           const Vec a0 = Vec::set1(ak[r * lda + 2 * (q + c)]);
           const Vec a1 = Vec::set1(ak[r * lda + 2 * (q + c) + 1]);
@@ -123,11 +139,12 @@ void gemv_rows(const NBitsPanels& w, int64_t p, const float* a, int64_t lda, con
     }
 }
 
-template <int... Rs>
+template <int Bits, int... Rs>
 void gemv_dispatch(std::integer_sequence<int, Rs...>, int rows, const NBitsPanels& w, int64_t p,
                    const float* a, int64_t lda, const float* asum, const float* bias, float* y,
                    int64_t ldy, int cols) {
-  ((rows == Rs + 1 ? gemv_rows<Rs + 1>(w, p, a, lda, asum, bias, y, ldy, cols) : void()), ...);
+  ((rows == Rs + 1 ? gemv_rows<Rs + 1, Bits>(w, p, a, lda, asum, bias, y, ldy, cols) : void()),
+   ...);
 }
 
 #if defined(PTO_ISA_AVX512)
@@ -144,14 +161,15 @@ int32_t four_bytes(const int8_t* p) {
   return v;
 }
 
-// R quantized rows of A times panel p, in the int8 form's layout.
-template <int R>
+// R quantized rows of A times panel p, in the int8 form's layout of `Bits`-bit codes.
+template <int R, int Bits>
 void gemv_i8_rows(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq,
                   const float* a_scale, const float* qsum, const float* bias, float* y, int64_t ldy,
                   int cols) {
-  constexpr int C = R == 1 ? 2 : 1;  // one row alone: two sets of accumulators
+  constexpr int C = R == 1 ? 2 : 1;                       // one row alone: two sets of accumulators
+  constexpr int64_t kGroup = 8 * kNBitsPanel * Bits / 8;  // bytes of a group of 8 k
   const Decoder d;
-  const uint8_t* codes = w.codes + p * w.kp * (kNBitsPanel / 2);
+  const uint8_t* codes = w.codes + p * w.kp * kNBitsPanel * Bits / 8;
   const float* scales = w.scales + p * w.blocks * kNBitsPanel;
   const uint8_t* zeros = w.zeros + p * w.blocks * kNBitsPanel;
   const __m512i nibble = _mm512_set1_epi8(0x0f);
@@ -164,13 +182,21 @@ void gemv_i8_rows(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq
     __m512i acc[R][C][2];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm512_setzero_si512();
-    const uint8_t* s = codes + b * groups * 64;
+    const uint8_t* s = codes + b * groups * kGroup;
     const int8_t* ab = aq + b * w.block;
     for (int64_t g = 0; g < groups; g += C) {
       for (int c = 0; c < C; ++c) {
-        const __m512i v = _mm512_loadu_si512(s + (g + c) * 64);
-        const __m512i lo = _mm512_and_si512(v, nibble);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+        // The bytes of k..k+3 (lo) and k+4..k+7 (hi), four to a column's lane: two nibbles of
+        // one byte (4-bit), or two vectors (8-bit).
+        __m512i lo, hi;
+        if constexpr (Bits == 4) {
+          const __m512i v = _mm512_loadu_si512(s + (g + c) * kGroup);
+          lo = _mm512_and_si512(v, nibble);
+          hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+        } else {
+          lo = _mm512_loadu_si512(s + (g + c) * kGroup);
+          hi = _mm512_loadu_si512(s + (g + c) * kGroup + 64);
+        }
         for (int r = 0; r < R; ++r) {
           const int8_t* a8 = ab + r * ldq + 8 * (g + c);
           acc[r][c][0] = dpbusd(acc[r][c][0], lo, _mm512_set1_epi32(four_bytes(a8)));
@@ -185,7 +211,8 @@ void gemv_i8_rows(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq
       __m512i dot = _mm512_add_epi32(acc[r][0][0], acc[r][0][1]);
       if constexpr (C == 2)
         dot = _mm512_add_epi32(dot, _mm512_add_epi32(acc[r][1][0], acc[r][1][1]));
-      // Integers below 2^24 (|dot| <= 15 * 127 * block_size, block_size <= 4096): exact floats.
+      // Integers below 2^24 (|dot| <= 15 * 127 * block_size for block_size <= 4096, 255 * 127 *
+      // block_size for 512): exact floats.
       const Vec t = fnma(z[0], Vec::set1(qsum[r * w.blocks + b]), Vec{_mm512_cvtepi32_ps(dot)});
       out[r] = fma(sc * Vec::set1(a_scale[r * w.blocks + b]), t, out[r]);
     }
@@ -193,11 +220,11 @@ void gemv_i8_rows(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq
   for (int r = 0; r < R; ++r) out[r].store(y + r * ldy, cols);
 }
 
-template <int... Rs>
+template <int Bits, int... Rs>
 void gemv_i8_dispatch(std::integer_sequence<int, Rs...>, int rows, const NBitsPanels& w, int64_t p,
                       const int8_t* aq, int64_t ldq, const float* a_scale, const float* qsum,
                       const float* bias, float* y, int64_t ldy, int cols) {
-  ((rows == Rs + 1 ? gemv_i8_rows<Rs + 1>(w, p, aq, ldq, a_scale, qsum, bias, y, ldy, cols)
+  ((rows == Rs + 1 ? gemv_i8_rows<Rs + 1, Bits>(w, p, aq, ldq, a_scale, qsum, bias, y, ldy, cols)
                    : void()),
    ...);
 }
@@ -209,8 +236,12 @@ void nbits4_gemv(const NBitsPanels& w, int64_t p, const float* a, int64_t lda, c
                  int64_t rows, const float* bias, float* y, int64_t ldy, int cols) {
   for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
     const int r = static_cast<int>(std::min<int64_t>(kMaxRows, rows - r0));
-    gemv_dispatch(std::make_integer_sequence<int, kMaxRows>{}, r, w, p, a + r0 * lda, lda,
-                  asum + r0 * w.blocks, bias, y + r0 * ldy, ldy, cols);
+    if (w.bits == 4)
+      gemv_dispatch<4>(std::make_integer_sequence<int, kMaxRows>{}, r, w, p, a + r0 * lda, lda,
+                       asum + r0 * w.blocks, bias, y + r0 * ldy, ldy, cols);
+    else
+      gemv_dispatch<8>(std::make_integer_sequence<int, kMaxRows>{}, r, w, p, a + r0 * lda, lda,
+                       asum + r0 * w.blocks, bias, y + r0 * ldy, ldy, cols);
   }
 }
 
@@ -255,21 +286,28 @@ void nbits4_gemv_i8(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t l
 #if defined(PTO_ISA_AVX512)
   for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
     const int r = static_cast<int>(std::min<int64_t>(kMaxRows, rows - r0));
-    gemv_i8_dispatch(std::make_integer_sequence<int, kMaxRows>{}, r, w, p, aq + r0 * ldq, ldq,
-                     a_scale + r0 * w.blocks, qsum + r0 * w.blocks, bias, y + r0 * ldy, ldy, cols);
+    const auto rows_seq = std::make_integer_sequence<int, kMaxRows>{};
+    if (w.bits == 4)
+      gemv_i8_dispatch<4>(rows_seq, r, w, p, aq + r0 * ldq, ldq, a_scale + r0 * w.blocks,
+                          qsum + r0 * w.blocks, bias, y + r0 * ldy, ldy, cols);
+    else
+      gemv_i8_dispatch<8>(rows_seq, r, w, p, aq + r0 * ldq, ldq, a_scale + r0 * w.blocks,
+                          qsum + r0 * w.blocks, bias, y + r0 * ldy, ldy, cols);
   }
 #else
   // The same integer dot products one at a time (a machine without VNNI in the AVX-512 kernels
   // takes the float32 form; this runs only when the ISA was switched after compiling).
-  const uint8_t* codes = w.codes + p * w.kp * (kNBitsPanel / 2);
+  const uint8_t* codes = w.codes + p * w.kp * kNBitsPanel * w.bits / 8;
   for (int64_t r = 0; r < rows; ++r)
     for (int j = 0; j < cols; ++j) {
       float out = bias ? bias[j] : 0.0f;
       for (int64_t b = 0; b < w.blocks; ++b) {
         int32_t dot = 0;
         for (int64_t k = b * w.block; k < (b + 1) * w.block; ++k) {
-          const uint8_t byte = codes[k / 8 * 64 + j * 4 + k % 4];
-          dot += ((k % 8) < 4 ? byte & 15 : byte >> 4) * aq[r * ldq + k];
+          const int32_t code = w.bits == 4
+                                   ? (codes[k / 8 * 64 + j * 4 + k % 4] >> (k % 8 / 4 * 4)) & 15
+                                   : codes[k / 4 * 64 + j * 4 + k % 4];
+          dot += code * aq[r * ldq + k];
         }
         const int64_t at = (p * w.blocks + b) * kNBitsPanel + j;
         const float t =

@@ -1,6 +1,6 @@
 // MatMulNBits (ir/ops/nbits.h) on the CPU, the weight kept in its blocks of codes.
 //
-// A constant 4-bit weight with uint8 zero points (or none) is repacked at compile time into
+// A constant 4- or 8-bit weight with uint8 zero points (or none) is repacked at compile time into
 // panels of 16 columns (nbits.h) and the original released: a 4096 x 4096 layer holds 8 MiB of
 // codes and 2.5 MiB of scales and zero points instead of float32's 64 MiB. Rows of A multiply the
 // panels directly, eight at a time (nbits4_gemv: each code made a float in registers once for
@@ -8,8 +8,8 @@
 // prompt runs at the FMA rate (bench/nbits.py: 90% of the FMA peak from 8 rows up, above the
 // float32 GEMM on blocks dequantized per call). A node whose accuracy_level is 4 takes the int8
 // form on a CPU with AVX512_VNNI (nbits4_gemv_i8: A quantized per block as onnxruntime does,
-// four products an instruction lane). Other forms (2- and 8-bit codes, float zero points,
-// g_idx, weights that are not constants) dequantize blocks of columns from the operands as they
+// four products an instruction lane). Other forms (2-bit codes, float zero points, g_idx,
+// weights that are not constants) dequantize blocks of columns from the operands as they
 // are, per call, for the float32 GEMM.
 #include <algorithm>
 #include <cstring>
@@ -35,7 +35,7 @@ constexpr int64_t kChunkCols = 64;
 // while the task walks its panels.
 constexpr int64_t kRowBlock = 32;
 
-struct Prepared4 {
+struct PreparedPanels {
   nbits::Layout layout;
   Dims b_shape;  // B's shape as the file gave it (unpack)
   std::shared_ptr<uint8_t[]> codes, zeros;
@@ -44,37 +44,44 @@ struct Prepared4 {
   bool int8 = false;  // the int8 form (nbits.h)
   size_t bytes = 0;
   NBitsPanels view() const {
-    return {int8, codes.get(), scales.get(), zeros.get(), kp, layout.block, layout.blocks};
+    return {int8,         static_cast<int>(layout.bits),
+            codes.get(),  scales.get(),
+            zeros.get(),  kp,
+            layout.block, layout.blocks};
   }
-  // Where code (k, col) sits among the panels' bytes, and in which half of that byte.
+  // Where code (k, col) sits among the panels' bytes, and at which bit of that byte.
   size_t at(int64_t k, int64_t col, int* shift) const {
-    const int64_t panel = p_base(col), j = col % kNBitsPanel;
+    const int64_t base = col / kNBitsPanel * kp * kNBitsPanel * layout.bits / 8;
+    const int64_t j = col % kNBitsPanel;
+    *shift = 0;
+    if (layout.bits == 8)
+      return static_cast<size_t>(base + (int8 ? k / 4 * 64 + j * 4 + k % 4 : k * kNBitsPanel + j));
     if (!int8) {
       *shift = static_cast<int>(k % 2) * 4;
-      return static_cast<size_t>(panel + k / 2 * kNBitsPanel + j);
+      return static_cast<size_t>(base + k / 2 * kNBitsPanel + j);
     }
     *shift = static_cast<int>(k % 8 / 4) * 4;
-    return static_cast<size_t>(panel + k / 8 * 64 + j * 4 + k % 4);
+    return static_cast<size_t>(base + k / 8 * 64 + j * 4 + k % 4);
   }
-  int64_t p_base(int64_t col) const { return col / kNBitsPanel * kp / 2 * kNBitsPanel; }
 };
 
-// The int8 form where the node allows it and the CPU runs it fast.
+// The int8 form where the node allows it and the CPU runs it fast: a block's integer dot product
+// must stay an exact float (below 2^24).
 bool int8_form(const Node& n, const nbits::Layout& L) {
-  return n.attr_int("accuracy_level") == 4 && L.block <= 4096 && active_isa() == Isa::kAvx512 &&
-         has_ext(Ext::kAvx512Vnni);
+  return n.attr_int("accuracy_level") == 4 && L.block <= (L.bits == 4 ? 4096 : 512) &&
+         active_isa() == Isa::kAvx512 && has_ext(Ext::kAvx512Vnni);
 }
 
-// The panels of a 4-bit B with uint8 zero points or none, no g_idx (nbits.h's layout).
+// The panels of a 4- or 8-bit B with uint8 zero points or none, no g_idx (nbits.h's layouts).
 std::any prepare(const NodeInfo& n) {
   const bool has_zp = n.dtype(3) != DType::kUndefined;
   if (!n.is_constant(1) || !n.is_constant(2) || (has_zp && !n.is_constant(3))) return {};
   if (n.dtype(4) != DType::kUndefined || (has_zp && n.dtype(3) != DType::kU8)) return {};
   const std::string where = n.node.where();
-  Prepared4 p;
+  PreparedPanels p;
   p.layout = nbits::layout(n.node, where);
   const nbits::Layout& L = p.layout;
-  if (L.bits != 4) return {};
+  if (L.bits == 2) return {};
   const Tensor& B = *n.constants[1];
   const Tensor* zp = has_zp ? n.constants[3] : nullptr;
   nbits::check_operands(L, B, *n.constants[2], zp, nullptr, where);
@@ -82,7 +89,7 @@ std::any prepare(const NodeInfo& n) {
   p.int8 = int8_form(n.node, L);
   p.kp = L.blocks * L.block;
   p.panels = (L.n + kNBitsPanel - 1) / kNBitsPanel;
-  const size_t code_bytes = static_cast<size_t>(p.panels * p.kp / 2 * kNBitsPanel);
+  const size_t code_bytes = static_cast<size_t>(p.panels * p.kp * kNBitsPanel * L.bits / 8);
   const size_t params = static_cast<size_t>(p.panels * L.blocks * kNBitsPanel);
   p.codes.reset(new uint8_t[code_bytes]());
   p.zeros.reset(new uint8_t[params]());
@@ -91,21 +98,23 @@ std::any prepare(const NodeInfo& n) {
   const Tensor bc = B.contiguous(), sc = n.constants[2]->contiguous();
   const Tensor zc = zp ? zp->contiguous() : Tensor();
   const uint8_t* codes = bc.data<uint8_t>();
+  const int32_t mask = L.code_mask();
   // Columns in parallel: each writes bytes of its own (a byte holds two codes of one column).
   parallel_for(0, L.n, kNBitsPanel, [&](int64_t c0, int64_t c1) {
     for (int64_t col = c0; col < c1; ++col) {
       const int64_t panel = col / kNBitsPanel, j = col % kNBitsPanel;
-      const uint8_t* row = codes + col * L.blocks * L.blob;  // kp codes, two a byte, low first
+      const uint8_t* row = codes + col * L.blocks * L.blob;  // kp codes, low bits first
       for (int64_t k = 0; k < p.kp; ++k) {
         int shift = 0;
         const size_t at = p.at(k, col, &shift);
-        p.codes[at] = static_cast<uint8_t>(p.codes[at] | nbits::code(row, k, 4, 15) << shift);
+        p.codes[at] =
+            static_cast<uint8_t>(p.codes[at] | nbits::code(row, k, L.bits, mask) << shift);
       }
       for (int64_t b = 0; b < L.blocks; ++b) {
         const int64_t at = (panel * L.blocks + b) * kNBitsPanel + j;
         p.scales[at] = static_cast<float>(sc.item_as_double(col * L.blocks + b));
         p.zeros[at] = static_cast<uint8_t>(
-            zp ? nbits::code(zc.data<uint8_t>() + col * L.zp_row, b, 4, 15) : 8);
+            zp ? nbits::code(zc.data<uint8_t>() + col * L.zp_row, b, L.bits, mask) : L.mid());
       }
     }
   });
@@ -114,25 +123,26 @@ std::any prepare(const NodeInfo& n) {
 
 // B in the file's layout again, from the panels (a node the runtime moves to the reference).
 Tensor unpack(const std::any& state, size_t input) {
-  const auto& p = std::any_cast<const Prepared4&>(state);
+  const auto& p = std::any_cast<const PreparedPanels&>(state);
   PTO_CHECK(input == 1) << "MatMulNBits: only B is packed";
   const nbits::Layout& L = p.layout;
   Tensor t = Tensor::empty(DType::kU8, p.b_shape);
   auto* out = t.data<uint8_t>();
   std::memset(out, 0, static_cast<size_t>(t.numel()));
+  const int64_t row = p.kp * L.bits / 8;  // bytes of a row of B
   for (int64_t col = 0; col < L.n; ++col)
     for (int64_t k = 0; k < p.kp; ++k) {
       int shift = 0;
       const size_t at = p.at(k, col, &shift);  // before shift is read
-      const int32_t code = p.codes[at] >> shift & 15;
-      out[col * p.kp / 2 + k / 2] =
-          static_cast<uint8_t>(out[col * p.kp / 2 + k / 2] | code << (k % 2 * 4));
+      const int32_t code = p.codes[at] >> shift & L.code_mask();
+      uint8_t& byte = out[col * row + k * L.bits / 8];
+      byte = static_cast<uint8_t>(byte | code << (k * L.bits % 8));
     }
   return t;
 }
 
 std::vector<Tensor> reference_with_b(const KernelContext& c) {
-  if (!c.prepared_if<Prepared4>()) return run_reference(c);
+  if (!c.prepared_if<PreparedPanels>()) return run_reference(c);
   KernelContext inner = c;
   inner.inputs.at(1) = unpack(*c.state, 1);
   return run_reference(inner);
@@ -174,7 +184,8 @@ void gemm_by_chunks(int64_t M, int64_t N, int64_t K, const float* a, const float
 
 // The rows of A times the panels: tasks over blocks of rows and ranges of panels. A is first
 // zero-padded to whole blocks with its block sums (float32 form), or quantized (int8 form).
-void multiply_panels(const Prepared4& p, int64_t M, const float* a, const float* bias, float* y) {
+void multiply_panels(const PreparedPanels& p, int64_t M, const float* a, const float* bias,
+                     float* y) {
   const nbits::Layout& L = p.layout;
   const int64_t per_row = p.int8 ? p.kp / 4 : p.kp;  // floats a prepared row of A takes
   float* rows = scratch_as<float>(static_cast<size_t>(M * per_row), 1);
@@ -227,7 +238,7 @@ void multiply_panels(const Prepared4& p, int64_t M, const float* a, const float*
 }
 
 std::vector<Tensor> mat_mul_nbits(const KernelContext& c) {
-  const Prepared4* p = c.prepared_if<Prepared4>();
+  const PreparedPanels* p = c.prepared_if<PreparedPanels>();
   const nbits::Layout L = p ? p->layout : nbits::layout(c.node, c.where());
   const Tensor& A = c.input(0);
   if (A.rank() < 1 || A.dim(-1) != L.k) return reference_with_b(c);
@@ -273,13 +284,13 @@ void register_nbits_kernels(KernelRegistry& r) {
     return s.has_value() ? std::vector<size_t>{1} : std::vector<size_t>{};
   };
   k.packed_bytes = [](const std::any& s) {
-    return s.has_value() ? std::any_cast<const Prepared4&>(s).bytes : 0;
+    return s.has_value() ? std::any_cast<const PreparedPanels&>(s).bytes : 0;
   };
   k.unpack = unpack;
   k.describe = [](const std::any& s) -> std::string {
     if (!s.has_value()) return "float32 GEMM on blocks of W dequantized per call";
-    return std::any_cast<const Prepared4&>(s).int8 ? "4-bit panels, A in int8 (VNNI)"
-                                                   : "4-bit panels, float32";
+    const auto& p = std::any_cast<const PreparedPanels&>(s);
+    return cat(p.layout.bits, "-bit panels, ", p.int8 ? "A in int8 (VNNI)" : "float32");
   };
   r.add("MatMulNBits", std::move(k));
 }
