@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""Weight-only 4-bit MatMul (onnxruntime's MatMulNBits, as onnxruntime-genai's int4 LLM exports
-and MatMulNBitsQuantizer write it) against ONNX Runtime, and against the same layer in float32,
-in one run with the machine's ceilings (docs/precision.md "Weight-only 4-bit").
+"""Weight-only 4- and 8-bit MatMul (onnxruntime's MatMulNBits, as onnxruntime-genai's int4 and
+int8 LLM exports and MatMulNBitsQuantizer write it) against ONNX Runtime, and against the same
+layer in float32, in one run with the machine's ceilings (docs/precision.md, "Weight-only 4- and
+8-bit").
 
     python bench/nbits.py [--layers 4096x4096,4096x11008,11008x4096] [--rows 1,4,16,128]
-                          [--threads 1,2] [--rounds 5] [--quick] [--json FILE]
+                          [--bits 4|8] [--threads 1,2] [--rounds 5] [--quick] [--json FILE]
 
-Each layer (K x N, block 32, uint8 zero points, random codes) is one MatMulNBits node; rows is
+Each layer (K x N, 4-bit codes or 8 with --bits 8 (onnxruntime-genai's -p int8), block 32, uint8
+zero points, random codes) is one MatMulNBits node; rows is
 M, the tokens of a call (1: a decoding step; 128: a prompt). --copies distinct copies of each
 layer are called in turn, so that (as an LLM's layers) the weights come from memory rather than
 the last-level cache. Engines, timed interleaved in
 rounds (each a burst of calls; the median call of a burst, the best burst of the rounds):
-- pypto-int4-acc0 / ort-int4-acc0: the node at accuracy_level 0 (float32 products: PyPTO
+- pypto-nbits-acc0 / ort-nbits-acc0: the node at accuracy_level 0 (float32 products: PyPTO
   multiplies its 4-bit panels, onnxruntime dequantizes);
-- pypto-int4-acc4 / ort-int4-acc4: accuracy_level 4 (A quantized to int8 per block, as both
+- pypto-nbits-acc4 / ort-nbits-acc4: accuracy_level 4 (A quantized to int8 per block, as both
   do it: integer dot products, VNNI);
 - pypto-f32 / ort-f32: a float32 MatMul by the dequantized weight (what PyPTO ran before it
   read MatMulNBits natively, and what an unquantized model costs).
@@ -38,49 +40,54 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-ENGINES = ["pypto-int4-acc0", "ort-int4-acc0", "pypto-int4-acc4", "ort-int4-acc4", "pypto-f32",
+ENGINES = ["pypto-nbits-acc0", "ort-nbits-acc0", "pypto-nbits-acc4", "ort-nbits-acc4", "pypto-f32",
            "ort-f32"]
 BLOCK = 32
 
 
-def layer(k: int, n: int, seed: int = 0):
-    """Codes, scales, packed zero points of a K x N layer, and its float32 weight [K, N]."""
+def layer(k: int, n: int, bits: int, seed: int = 0):
+    """Codes, scales, packed zero points of a K x N layer of 4- or 8-bit codes, and its float32
+    weight [K, N]."""
     import numpy as np
     rng = np.random.default_rng(seed)
     blocks = (k + BLOCK - 1) // BLOCK
-    codes = rng.integers(0, 16, (n, blocks * BLOCK), dtype=np.uint8)
-    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).reshape(n, blocks, BLOCK // 2)
+    codes = rng.integers(0, 1 << bits, (n, blocks * BLOCK), dtype=np.uint8)
+    zeros = rng.integers(0, 1 << bits, (n, blocks + (blocks & 1)), dtype=np.uint8)
+    if bits == 4:  # two codes a byte, the first in the low nibble
+        packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).reshape(n, blocks, BLOCK // 2)
+        zp = (zeros[:, 0::2] | (zeros[:, 1::2] << 4)).reshape(-1)
+    else:
+        packed = codes.reshape(n, blocks, BLOCK)
+        zp = np.ascontiguousarray(zeros[:, :blocks]).reshape(-1)
     scales = (rng.random((n, blocks), dtype=np.float32) * 0.01 + 0.001)
-    zeros = rng.integers(0, 16, (n, blocks + (blocks & 1)), dtype=np.uint8)
-    zp = (zeros[:, 0::2] | (zeros[:, 1::2] << 4)).reshape(-1)
     w = ((codes[:, :k].astype(np.float32).reshape(n, -1)
           - np.repeat(zeros[:, :blocks], BLOCK, 1)[:, :k]) * np.repeat(scales, BLOCK, 1)[:, :k])
     return packed, scales.reshape(-1), zp, np.ascontiguousarray(w.T)
 
 
-def save_models(tmp: str, k: int, n: int, seed: int) -> dict:
+def save_models(tmp: str, k: int, n: int, bits: int, seed: int) -> dict:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    packed, scales, zp, w = layer(k, n, seed)
+    packed, scales, zp, w = layer(k, n, bits, seed)
     a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["m", k])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])
     paths = {}
     for acc in (0, 4):
         node = helper.make_node("MatMulNBits", ["a", "B", "S", "Z"], ["y"], domain="com.microsoft",
-                                K=k, N=n, bits=4, block_size=BLOCK, accuracy_level=acc)
+                                K=k, N=n, bits=bits, block_size=BLOCK, accuracy_level=acc)
         inits = [numpy_helper.from_array(packed, "B"), numpy_helper.from_array(scales, "S"),
                  numpy_helper.from_array(zp, "Z")]
         g = helper.make_graph([node], "nbits", [a], [y], inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
                                                 helper.make_opsetid("com.microsoft", 1)])
-        paths[f"int4-acc{acc}"] = os.path.join(tmp, f"nbits_{k}x{n}_acc{acc}_{seed}.onnx")
-        onnx.save(m, paths[f"int4-acc{acc}"])
+        paths[f"nbits-acc{acc}"] = os.path.join(tmp, f"nbits_{k}x{n}_acc{acc}_{seed}.onnx")
+        onnx.save(m, paths[f"nbits-acc{acc}"])
     g = helper.make_graph([helper.make_node("MatMul", ["a", "W"], ["y"])], "f32", [a], [y],
                           [numpy_helper.from_array(w, "W")])
     paths["f32"] = os.path.join(tmp, f"f32_{k}x{n}_{seed}.onnx")
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), paths["f32"],
               save_as_external_data=w.nbytes > 1 << 30)
-    paths["int4_bytes"] = packed.nbytes + scales.nbytes + zp.nbytes
+    paths["nbits_bytes"] = packed.nbytes + scales.nbytes + zp.nbytes
     paths["f32_bytes"] = w.nbytes
     return paths
 
@@ -95,13 +102,13 @@ def child(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.layers.split(","):
             k, n = map(int, spec.split("x"))
-            copies = [save_models(tmp, k, n, seed) for seed in range(args.copies)]
+            copies = [save_models(tmp, k, n, args.bits, seed) for seed in range(args.copies)]
             paths = copies[0]
             runners = {}
             for e in args.engines.split(","):
                 calls = []
                 for c in copies:
-                    path = c[e.split("-", 1)[1] if "int4" in e else "f32"]
+                    path = c[e.split("-", 1)[1] if "nbits" in e else "f32"]
                     if e.startswith("pypto"):
                         exe = pypto.onnx.load(path)
                         calls.append(lambda x, exe=exe: exe(a=x))
@@ -139,7 +146,7 @@ def child(args) -> None:
                             ts.append(time.perf_counter() - t0)
                         best[e] = min(best[e], statistics.median(ts))
                 for e in runners:
-                    wb = paths["f32_bytes"] if e.endswith("f32") else paths["int4_bytes"]
+                    wb = paths["f32_bytes"] if e.endswith("f32") else paths["nbits_bytes"]
                     results.append({"layer": spec, "k": k, "n": n, "rows": m, "engine": e,
                                     "threads": threads, "ms": best[e] * 1e3,
                                     "weight_gbps": wb / best[e] / 1e9,
@@ -174,6 +181,7 @@ def main() -> None:
     p.add_argument("--rows", default="1,4,16,128")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--engines", default=",".join(ENGINES))
+    p.add_argument("--bits", type=int, default=4, choices=[4, 8], help="bits of a weight code")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--copies", type=int, default=4,
                    help="distinct copies of each layer, called in turn (weights beyond the L3)")
@@ -193,7 +201,8 @@ def main() -> None:
     for t in threads:
         env = dict(os.environ, PTO_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
         cmd = [sys.executable, __file__, "--child", str(t), "--layers", a.layers, "--rows",
-               a.rows, "--engines", a.engines, "--rounds", str(a.rounds), "--copies",
+               a.rows, "--engines", a.engines, "--bits", str(a.bits), "--rounds", str(a.rounds),
+               "--copies",
                str(a.copies), "--burst",
                str(a.burst)]
         out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
@@ -206,6 +215,7 @@ def main() -> None:
         f"{t} thread(s): memory {ceil[t]['gbps']:.1f} GB/s, FMA {ceil[t]['gflops']:.1f} GFLOP/s"
         for t in threads))
     engines = a.engines.split(",")
+    print(f"\n{a.bits}-bit codes, block {BLOCK}, uint8 zero points")
     print("\n| layer K x N | rows | threads | " + " | ".join(engines) +
           " | acc0 PyPTO / ORT | acc4 PyPTO / ORT | PyPTO acc0: weight GB/s (% memory), "
           "GFLOP/s (% FMA) |")
@@ -219,9 +229,9 @@ def main() -> None:
                     continue
 
                 def ratio(acc):
-                    ours, theirs = got.get(f"pypto-int4-{acc}"), got.get(f"ort-int4-{acc}")
+                    ours, theirs = got.get(f"pypto-nbits-{acc}"), got.get(f"ort-nbits-{acc}")
                     return f"{ours['ms'] / theirs['ms']:.2f}x" if ours and theirs else "-"
-                ours = got.get("pypto-int4-acc0")
+                ours = got.get("pypto-nbits-acc0")
                 rate = (f"{ours['weight_gbps']:.1f} ({100 * ours['weight_gbps'] / ceil[t]['gbps']:.0f}%), "
                         f"{ours['gflops']:.1f} ({100 * ours['gflops'] / ceil[t]['gflops']:.0f}%)"
                         if ours else "-")
