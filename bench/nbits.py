@@ -231,12 +231,12 @@ def main() -> None:
                 def ratio(acc):
                     ours, theirs = got.get(f"pypto-nbits-{acc}"), got.get(f"ort-nbits-{acc}")
                     return f"{ours['ms'] / theirs['ms']:.2f}x" if ours and theirs else "-"
-                ours = got.get("pypto-nbits-acc0")
-                rate = (f"{ours['weight_gbps']:.1f} ({100 * ours['weight_gbps'] / ceil[t]['gbps']:.0f}%), "
-                        f"{ours['gflops']:.1f} ({100 * ours['gflops'] / ceil[t]['gflops']:.0f}%)"
+                ours, c = got.get("pypto-nbits-acc0"), ceil[t]
+                rate = (f"{ours['weight_gbps']:.1f} ({100 * ours['weight_gbps'] / c['gbps']:.0f}%), "
+                        f"{ours['gflops']:.1f} ({100 * ours['gflops'] / c['gflops']:.0f}%)"
                         if ours else "-")
-                print(f"| {spec} | {m} | {t} | " + " | ".join(f"{got[e]['ms']:.3f} ms" for e in engines)
-                      + f" | {ratio('acc0')} | {ratio('acc4')} | {rate} |")
+                times = " | ".join(f"{got[e]['ms']:.3f} ms" for e in engines)
+                print(f"| {spec} | {m} | {t} | {times} | {ratio('acc0')} | {ratio('acc4')} | {rate} |")
     if a.json:
         Path(a.json).write_text(json.dumps({"ceilings": ceil, "results": rows}, indent=1))
 
