@@ -232,11 +232,14 @@ def main() -> None:
                     ours, theirs = got.get(f"pypto-nbits-{acc}"), got.get(f"ort-nbits-{acc}")
                     return f"{ours['ms'] / theirs['ms']:.2f}x" if ours and theirs else "-"
                 ours, c = got.get("pypto-nbits-acc0"), ceil[t]
-                rate = (f"{ours['weight_gbps']:.1f} ({100 * ours['weight_gbps'] / c['gbps']:.0f}%), "
-                        f"{ours['gflops']:.1f} ({100 * ours['gflops'] / c['gflops']:.0f}%)"
-                        if ours else "-")
+                rate = "-"
+                if ours:
+                    gbps, gflops = ours["weight_gbps"], ours["gflops"]
+                    rate = (f"{gbps:.1f} ({100 * gbps / c['gbps']:.0f}%), "
+                            f"{gflops:.1f} ({100 * gflops / c['gflops']:.0f}%)")
                 times = " | ".join(f"{got[e]['ms']:.3f} ms" for e in engines)
-                print(f"| {spec} | {m} | {t} | {times} | {ratio('acc0')} | {ratio('acc4')} | {rate} |")
+                print(f"| {spec} | {m} | {t} | {times} | {ratio('acc0')} | {ratio('acc4')} | "
+                      f"{rate} |")
     if a.json:
         Path(a.json).write_text(json.dumps({"ceilings": ceil, "results": rows}, indent=1))
 
