@@ -295,12 +295,13 @@ void expect_node_matches(const std::string& op, const std::vector<Tensor>& input
   const bool conv = op == "ConvInteger" || op == "QLinearConv";
   const size_t b = qlinear ? 3 : 1;
   const bool depthwise = conv && inputs[b].dim(1) == 1 && attrs.get_int("group", 1) > 1;
-  // MatMulNBits: a 4- or 8-bit B with uint8 zero points or none, scales and zero points constant.
-  const bool nbits_panels = op == "MatMulNBits" && attrs.get_int("bits", 4) != 2 &&
-                            inputs.size() > 2 && constant.size() > 3 && constant[2] &&
-                            (inputs.size() <= 3 || !inputs[3].defined() ||
-                             (inputs[3].dtype() == DType::kU8 && constant[3])) &&
-                            (inputs.size() <= 4 || !inputs[4].defined());
+  // MatMulNBits: B on panels when every operand is constant, and g_idx absent or the plain
+  // k / block_size.
+  bool nbits_panels =
+      op == "MatMulNBits" && constant.size() > 4 && constant[2] && constant[3] && constant[4];
+  if (nbits_panels && inputs.size() > 4 && inputs[4].defined())
+    for (int64_t k = 0; k < inputs[4].numel(); ++k)
+      nbits_panels &= inputs[4].data<int32_t>()[k] == k / attrs.get_int("block_size");
   const bool packs_b = op == "MatMulInteger" || op == "QLinearMatMul" ||
                        op == "DynamicQuantizeMatMul" || (conv && !depthwise) || nbits_panels;
   if (packs_b && b < constant.size() && constant[b]) {
@@ -471,12 +472,13 @@ TEST(CpuInt8Kernels, DynamicQuantizeMatMulMatchesTheReference) {
 // ---- MatMulNBits ----
 
 // One MatMulNBits node's operands: A [rows..., K], B [N, blocks, blob] of random codes, scales,
-// zero points (0: none, 1: packed uint8, 2: float), g_idx (a permutation of the blocks), bias.
+// zero points (0: none, 1: packed uint8, 2: float), g_idx (0: none, 1: blocks scattered over K, 2:
+// the plain k / block_size), bias.
 struct NBitsCase {
   Dims a;
   int64_t n, bits, block;
-  int zp;
-  bool g_idx, bias;
+  int zp, g_idx;
+  bool bias;
 };
 
 std::vector<Tensor> nbits_inputs(const NBitsCase& c, uint32_t seed) {
@@ -492,7 +494,8 @@ std::vector<Tensor> nbits_inputs(const NBitsCase& c, uint32_t seed) {
   if (c.zp == 2) in[3] = f32_tensor({c.n * blocks}, seed + 3, 0.0f, float(1 << c.bits));
   if (c.g_idx) {
     std::vector<int32_t> g(static_cast<size_t>(K));
-    for (int64_t k = 0; k < K; ++k) g[k] = static_cast<int32_t>((k * 7 + 3) % blocks);
+    for (int64_t k = 0; k < K; ++k)
+      g[k] = static_cast<int32_t>(c.g_idx == 1 ? (k * 7 + 3) % blocks : k / c.block);
     in[4] = Tensor::from_vector(g, {K});
   }
   if (c.bias) in[5] = f32_tensor({c.n}, seed + 4, -1.0f, 1.0f);
@@ -511,17 +514,19 @@ Attributes nbits_attrs(const NBitsCase& c, int64_t accuracy_level) {
 }
 
 const std::vector<NBitsCase> kNBitsCases = {
-    {{1, 64}, 16, 4, 32, 1, false, true},     {{3, 100}, 37, 4, 32, 1, false, true},
-    {{2, 5, 96}, 20, 4, 16, 0, false, false}, {{9, 130}, 33, 4, 64, 1, false, true},
-    {{70, 48}, 18, 4, 16, 0, false, true},    {{1, 300}, 70, 4, 128, 1, false, false},
-    {{4, 100}, 24, 8, 32, 1, false, true},    {{5, 100}, 24, 2, 32, 0, false, true},
-    {{1, 200}, 37, 8, 64, 0, false, true},    {{11, 72}, 16, 8, 16, 1, false, false},
-    {{3, 70}, 40, 4, 32, 2, false, true},     {{6, 96}, 17, 4, 16, 1, true, true},
-    {{0, 64}, 16, 4, 32, 1, false, false}};
+    {{1, 64}, 16, 4, 32, 1, 0, true},     {{3, 100}, 37, 4, 32, 1, 0, true},
+    {{2, 5, 96}, 20, 4, 16, 0, 0, false}, {{9, 130}, 33, 4, 64, 1, 0, true},
+    {{70, 48}, 18, 4, 16, 0, 0, true},    {{1, 300}, 70, 4, 128, 1, 0, false},
+    {{4, 100}, 24, 8, 32, 1, 0, true},    {{5, 100}, 24, 2, 32, 0, 0, true},
+    {{2, 64}, 33, 2, 16, 1, 0, false},    {{1, 200}, 37, 8, 64, 0, 0, true},
+    {{11, 72}, 16, 8, 16, 1, 0, false},   {{3, 70}, 40, 4, 32, 2, 0, true},
+    {{1, 64}, 20, 8, 32, 2, 0, false},    {{6, 96}, 17, 4, 16, 1, 1, true},
+    {{4, 80}, 17, 4, 16, 1, 2, true},     {{0, 64}, 16, 4, 32, 1, 0, false}};
 
 // At accuracy_level 0 the kernel's float32 products against the reference's (double sums of the
-// same dequantized weight): the 4-bit panels (constant operands), and the dequantized blocks +
-// GEMM (2/8-bit codes, float zero points, g_idx, a B fed at run time).
+// same dequantized weight): the panels (constant operands: 2/4/8-bit codes, uint8, float or no
+// zero points, a plain g_idx), and the dequantized blocks + GEMM (a g_idx that scatters the
+// blocks, a B fed at run time).
 TEST(CpuNBitsKernel, MatchesTheReference) {
   for_each_config([&](const std::string& cfg) {
     uint32_t seed = 900;
@@ -538,15 +543,16 @@ TEST(CpuNBitsKernel, MatchesTheReference) {
   });
 }
 
-// At accuracy_level 4 the int8 form (AVX512_VNNI; 4- and 8-bit codes) quantizes A per row and
-// block as onnxruntime does; against that arithmetic written out here (integer dot products, the
-// float epilogue in double). Where the form does not run (other ISAs, VNNI off) the float32 form
-// must match the reference instead.
+// At accuracy_level 4 the int8 form (AVX512_VNNI; panels, in the forms onnxruntime quantizes A
+// for) quantizes A per row and block as onnxruntime does; against that arithmetic written out
+// here (integer dot products, the float epilogue in double). Where the form does not run (other
+// ISAs, VNNI off, float zero points, 2-bit codes with zero points) the float32 form must match the
+// reference instead.
 TEST(CpuNBitsKernel, Int8FormMatchesAnIntegerLoop) {
   for_each_config([&](const std::string& cfg) {
     uint32_t seed = 1900;
     for (const NBitsCase& c : kNBitsCases) {
-      if (c.bits == 2 || c.zp == 2 || c.g_idx) continue;
+      if (c.g_idx == 1) continue;  // dequantized per call: no int8 form
       const std::vector<Tensor> in = nbits_inputs(c, seed += 10);
       Graph g;
       std::vector<ValueId> ins = {g.add_input("a", {DType::kF32, to_shape(c.a)})};
@@ -560,9 +566,12 @@ TEST(CpuNBitsKernel, Int8FormMatchesAnIntegerLoop) {
       const Executable exe = compile(g, {.level = 0});
       const Tensor got = exe.run({in[0]})[0];
       const std::string what = cfg + ", int8 form " + dims_str(c.a) + " x " + std::to_string(c.n);
-      if (exe.describe_step(0).find("int8") == std::string::npos) {
-        EXPECT_FALSE(isa_name(active_isa()) == std::string("avx512") && has_ext(Ext::kAvx512Vnni))
-            << what << ": the int8 form should run here";
+      // onnxruntime's forms: not float zero points, nor 2-bit codes with zero points.
+      const bool int8_form = c.zp != 2 && !(c.bits == 2 && c.zp == 1) &&
+                             isa_name(active_isa()) == std::string("avx512") &&
+                             has_ext(Ext::kAvx512Vnni);
+      EXPECT_EQ(exe.describe_step(0).find("int8") != std::string::npos, int8_form) << what;
+      if (!int8_form) {
         expect_node_matches("MatMulNBits", in, {false, true, true, true, true, true},
                             nbits_attrs(c, 4), 1, what + " (float32 form)", 21, "cpu", 2e-5);
         continue;
@@ -580,18 +589,18 @@ TEST(CpuNBitsKernel, Int8FormMatchesAnIntegerLoop) {
             for (int64_t k = b * c.block; k < std::min(K, (b + 1) * c.block); ++k)
               amax = std::max(amax, std::fabs(a[m * K + k]));
             const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
-            const uint8_t* zrow = c.zp ? in[3].data<uint8_t>() + n * zp_row : nullptr;
-            const int zero = !zrow         ? 1 << (c.bits - 1)
-                             : c.bits == 8 ? zrow[b]
-                                           : (zrow[b / 2] >> (b % 2 * 4)) & 15;
+            // The j-th `bits`-wide value of a packed row, low bits first.
+            auto packed = [&](const uint8_t* p, int64_t j) {
+              return (p[j * c.bits / 8] >> (j * c.bits % 8)) & ((1 << c.bits) - 1);
+            };
+            const double zero = c.zp == 2   ? in[3].data<float>()[n * blocks + b]
+                                : c.zp == 1 ? packed(in[3].data<uint8_t>() + n * zp_row, b)
+                                            : 1 << (c.bits - 1);
             const uint8_t* row = codes + n * blocks * c.block * c.bits / 8;
-            int64_t dot = 0;
-            for (int64_t k = b * c.block; k < std::min(K, (b + 1) * c.block); ++k) {
-              const int code = c.bits == 8 ? row[k] : (row[k / 2] >> (k % 2 * 4)) & 15;
-              dot += (code - zero) * static_cast<int64_t>(std::nearbyint(a[m * K + k] * inv));
-            }
-            want += double{in[2].data<float>()[n * blocks + b]} * (amax / 127.0f) *
-                    static_cast<double>(dot);
+            double dot = 0;
+            for (int64_t k = b * c.block; k < std::min(K, (b + 1) * c.block); ++k)
+              dot += (packed(row, k) - zero) * std::nearbyint(a[m * K + k] * inv);
+            want += double{in[2].data<float>()[n * blocks + b]} * (amax / 127.0f) * dot;
           }
           const double x = got.data<float>()[m * N + n];
           EXPECT_NEAR(x, want, 1e-5 * (std::fabs(want) + 1.0))

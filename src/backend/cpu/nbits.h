@@ -41,7 +41,8 @@ struct NBitsPanels {
   const uint8_t* codes = nullptr;
   const float* scales = nullptr;
   const uint8_t* zeros = nullptr;
-  int64_t kp = 0;  // K rounded up to whole blocks
+  const float* float_zeros = nullptr;  // in place of zeros when the file's zero points are floats
+  int64_t kp = 0;                      // K rounded up to whole blocks
   int64_t block = 0, blocks = 0;
 };
 

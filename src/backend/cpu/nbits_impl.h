@@ -63,6 +63,16 @@ struct Decoder {
 #endif
   }
 
+  // Block b's 16 zero points of panel p as floats: bytes, or the file's floats.
+  void zero_points(const NBitsPanels& w, int64_t p, int64_t b, Vec* z) const {
+    const int64_t at = (p * w.blocks + b) * kNBitsPanel;
+    if (w.float_zeros) {
+      for (int v = 0; v < kV; ++v) z[v] = Vec::load(w.float_zeros + at + v * kL);
+      return;
+    }
+    bytes(w.zeros + at, z);
+  }
+
   // 16 zero points (bytes) as floats.
   void bytes(const uint8_t* s, Vec* z) const {
 #if defined(PTO_ISA_AVX512)
@@ -88,7 +98,6 @@ void gemv_rows(const NBitsPanels& w, int64_t p, const float* a, int64_t lda, con
   const Decoder d;
   const uint8_t* codes = w.codes + p * w.kp * kNBitsPanel * Bits / 8;
   const float* scales = w.scales + p * w.blocks * kNBitsPanel;
-  const uint8_t* zeros = w.zeros + p * w.blocks * kNBitsPanel;
   Vec out[R][kV];
   for (int v = 0; v < kV; ++v) {
     const int n = std::clamp(cols - v * kL, 0, kL);
@@ -118,7 +127,7 @@ void gemv_rows(const NBitsPanels& w, int64_t p, const float* a, int64_t lda, con
       }
     }
     Vec z[kV], sc[kV];
-    d.bytes(zeros + b * kNBitsPanel, z);
+    d.zero_points(w, p, b, z);
     for (int v = 0; v < kV; ++v) sc[v] = Vec::load(scales + b * kNBitsPanel + v * kL);
     for (int r = 0; r < R; ++r) {
       const Vec sum_a = Vec::set1(asum[r * w.blocks + b]);
@@ -171,7 +180,6 @@ void gemv_i8_rows(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq
   const Decoder d;
   const uint8_t* codes = w.codes + p * w.kp * kNBitsPanel * Bits / 8;
   const float* scales = w.scales + p * w.blocks * kNBitsPanel;
-  const uint8_t* zeros = w.zeros + p * w.blocks * kNBitsPanel;
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   const __mmask16 tail = static_cast<__mmask16>((1u << cols) - 1);
   Vec out[R];
@@ -205,7 +213,7 @@ void gemv_i8_rows(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq
       }
     }
     Vec z[1];
-    d.bytes(zeros + b * kNBitsPanel, z);
+    d.zero_points(w, p, b, z);
     const Vec sc = Vec::load(scales + b * kNBitsPanel);
     for (int r = 0; r < R; ++r) {
       __m512i dot = _mm512_add_epi32(acc[r][0][0], acc[r][0][1]);

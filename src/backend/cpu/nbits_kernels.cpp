@@ -1,16 +1,16 @@
 // MatMulNBits (ir/ops/nbits.h) on the CPU, the weight kept in its blocks of codes.
 //
-// A constant 4- or 8-bit weight with uint8 zero points (or none) is repacked at compile time into
-// panels of 16 columns (nbits.h) and the original released: a 4096 x 4096 layer holds 8 MiB of
+// A constant weight is repacked at compile time into panels of 16 columns (nbits.h; 2-bit codes
+// stored as 4-bit ones) and the original released: a 4096 x 4096 layer holds 8 MiB of
 // codes and 2.5 MiB of scales and zero points instead of float32's 64 MiB. Rows of A multiply the
 // panels directly, eight at a time (nbits4_gemv: each code made a float in registers once for
 // the eight), so a decoding step streams a quarter of the bytes a float32 weight would, and a
 // prompt runs at the FMA rate (bench/nbits.py: 90% of the FMA peak from 8 rows up, above the
 // float32 GEMM on blocks dequantized per call). A node whose accuracy_level is 4 takes the int8
 // form on a CPU with AVX512_VNNI (nbits4_gemv_i8: A quantized per block as onnxruntime does,
-// four products an instruction lane). Other forms (2-bit codes, float zero points, g_idx,
-// weights that are not constants) dequantize blocks of columns from the operands as they
-// are, per call, for the float32 GEMM.
+// four products an instruction lane). The other forms (a g_idx that reorders K, operands that
+// are not constants) dequantize blocks of columns from the operands as they are, per call, for
+// the float32 GEMM.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -39,22 +39,30 @@ struct PreparedPanels {
   nbits::Layout layout;
   Dims b_shape;  // B's shape as the file gave it (unpack)
   std::shared_ptr<uint8_t[]> codes, zeros;
-  std::shared_ptr<float[]> scales;
+  std::shared_ptr<float[]> scales, float_zeros;  // float_zeros: the file's zero points are floats
+  int store_bits = 4;  // the panels' codes: 8-bit codes as bytes, 2- and 4-bit ones as nibbles
   int64_t panels = 0, kp = 0;
   bool int8 = false;  // the int8 form (nbits.h)
   size_t bytes = 0;
   NBitsPanels view() const {
-    return {int8,         static_cast<int>(layout.bits),
-            codes.get(),  scales.get(),
-            zeros.get(),  kp,
-            layout.block, layout.blocks};
+    NBitsPanels w;
+    w.int8 = int8;
+    w.bits = store_bits;
+    w.codes = codes.get();
+    w.scales = scales.get();
+    w.zeros = zeros.get();
+    w.float_zeros = float_zeros.get();
+    w.kp = kp;
+    w.block = layout.block;
+    w.blocks = layout.blocks;
+    return w;
   }
   // Where code (k, col) sits among the panels' bytes, and at which bit of that byte.
   size_t at(int64_t k, int64_t col, int* shift) const {
-    const int64_t base = col / kNBitsPanel * kp * kNBitsPanel * layout.bits / 8;
+    const int64_t base = col / kNBitsPanel * kp * kNBitsPanel * store_bits / 8;
     const int64_t j = col % kNBitsPanel;
     *shift = 0;
-    if (layout.bits == 8)
+    if (store_bits == 8)
       return static_cast<size_t>(base + (int8 ? k / 4 * 64 + j * 4 + k % 4 : k * kNBitsPanel + j));
     if (!int8) {
       *shift = static_cast<int>(k % 2) * 4;
@@ -65,38 +73,53 @@ struct PreparedPanels {
   }
 };
 
-// The int8 form where the node allows it and the CPU runs it fast: a block's integer dot product
-// must stay an exact float (below 2^24).
-bool int8_form(const Node& n, const nbits::Layout& L) {
-  return n.attr_int("accuracy_level") == 4 && L.block <= (L.bits == 4 ? 4096 : 512) &&
-         active_isa() == Isa::kAvx512 && has_ext(Ext::kAvx512Vnni);
+// The int8 form where the node allows it, onnxruntime takes it too (not with float zero points,
+// nor 2-bit codes with zero points: there it multiplies in float32), and the CPU runs it fast; a
+// block's integer dot product must stay an exact float (below 2^24).
+bool int8_form(const Node& n, const nbits::Layout& L, bool has_zp, bool float_zp) {
+  return n.attr_int("accuracy_level") == 4 && !float_zp && !(L.bits == 2 && has_zp) &&
+         L.block <= (L.bits == 8 ? 512 : 4096) && active_isa() == Isa::kAvx512 &&
+         has_ext(Ext::kAvx512Vnni);
 }
 
-// The panels of a 4- or 8-bit B with uint8 zero points or none, no g_idx (nbits.h's layouts).
+// Whether g_idx says what its absence says: k in block k / block_size.
+bool plain_groups(const Tensor& g_idx, int64_t block) {
+  const Tensor g = g_idx.contiguous();
+  for (int64_t k = 0; k < g.numel(); ++k)
+    if (g.data<int32_t>()[k] != k / block) return false;
+  return true;
+}
+
+// The panels of a constant B (nbits.h's layouts): 2-bit codes stored as nibbles, zero points
+// uint8, float or none; a g_idx only when it is the plain k / block_size.
 std::any prepare(const NodeInfo& n) {
-  const bool has_zp = n.dtype(3) != DType::kUndefined;
-  if (!n.is_constant(1) || !n.is_constant(2) || (has_zp && !n.is_constant(3))) return {};
-  if (n.dtype(4) != DType::kUndefined || (has_zp && n.dtype(3) != DType::kU8)) return {};
+  const bool has_zp = n.dtype(3) != DType::kUndefined, has_g = n.dtype(4) != DType::kUndefined;
+  if (!n.is_constant(1) || !n.is_constant(2) || (has_zp && !n.is_constant(3)) ||
+      (has_g && !n.is_constant(4)))
+    return {};
   const std::string where = n.node.where();
   PreparedPanels p;
   p.layout = nbits::layout(n.node, where);
   const nbits::Layout& L = p.layout;
-  if (L.bits == 2) return {};
   const Tensor& B = *n.constants[1];
   const Tensor* zp = has_zp ? n.constants[3] : nullptr;
-  nbits::check_operands(L, B, *n.constants[2], zp, nullptr, where);
+  nbits::check_operands(L, B, *n.constants[2], zp, has_g ? n.constants[4] : nullptr, where);
+  if (has_g && !plain_groups(*n.constants[4], L.block)) return {};
+  const bool float_zp = zp && zp->dtype() != DType::kU8;
   p.b_shape = B.shape();
-  p.int8 = int8_form(n.node, L);
+  p.int8 = int8_form(n.node, L, has_zp, float_zp);
+  p.store_bits = L.bits == 8 ? 8 : 4;
   p.kp = L.blocks * L.block;
   p.panels = (L.n + kNBitsPanel - 1) / kNBitsPanel;
-  const size_t code_bytes = static_cast<size_t>(p.panels * p.kp * kNBitsPanel * L.bits / 8);
+  const size_t code_bytes = static_cast<size_t>(p.panels * p.kp * kNBitsPanel * p.store_bits / 8);
   const size_t params = static_cast<size_t>(p.panels * L.blocks * kNBitsPanel);
   p.codes.reset(new uint8_t[code_bytes]());
   p.zeros.reset(new uint8_t[params]());
   p.scales.reset(new float[params]());
-  p.bytes = code_bytes + params * (1 + sizeof(float));
+  if (float_zp) p.float_zeros.reset(new float[params]());
+  p.bytes = code_bytes + params * (1 + sizeof(float) * (float_zp ? 2 : 1));
   const Tensor bc = B.contiguous(), sc = n.constants[2]->contiguous();
-  const Tensor zc = zp ? zp->contiguous() : Tensor();
+  const Tensor zc = zp && !float_zp ? zp->contiguous() : Tensor();
   const uint8_t* codes = bc.data<uint8_t>();
   const int32_t mask = L.code_mask();
   // Columns in parallel: each writes bytes of its own (a byte holds two codes of one column).
@@ -113,8 +136,11 @@ std::any prepare(const NodeInfo& n) {
       for (int64_t b = 0; b < L.blocks; ++b) {
         const int64_t at = (panel * L.blocks + b) * kNBitsPanel + j;
         p.scales[at] = static_cast<float>(sc.item_as_double(col * L.blocks + b));
-        p.zeros[at] = static_cast<uint8_t>(
-            zp ? nbits::code(zc.data<uint8_t>() + col * L.zp_row, b, L.bits, mask) : L.mid());
+        if (float_zp)
+          p.float_zeros[at] = static_cast<float>(zp->item_as_double(col * L.blocks + b));
+        else
+          p.zeros[at] = static_cast<uint8_t>(
+              zp ? nbits::code(zc.data<uint8_t>() + col * L.zp_row, b, L.bits, mask) : L.mid());
       }
     }
   });
@@ -133,8 +159,8 @@ Tensor unpack(const std::any& state, size_t input) {
   for (int64_t col = 0; col < L.n; ++col)
     for (int64_t k = 0; k < p.kp; ++k) {
       int shift = 0;
-      const size_t at = p.at(k, col, &shift);  // before shift is read
-      const int32_t code = p.codes[at] >> shift & L.code_mask();
+      const size_t at = p.at(k, col, &shift);                     // before shift is read
+      const int32_t code = p.codes[at] >> shift & L.code_mask();  // a 2-bit code is its nibble
       uint8_t& byte = out[col * row + k * L.bits / 8];
       byte = static_cast<uint8_t>(byte | code << (k * L.bits % 8));
     }
