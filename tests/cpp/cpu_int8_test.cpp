@@ -472,8 +472,8 @@ TEST(CpuInt8Kernels, DynamicQuantizeMatMulMatchesTheReference) {
 // ---- MatMulNBits ----
 
 // One MatMulNBits node's operands: A [rows..., K], B [N, blocks, blob] of random codes, scales,
-// zero points (0: none, 1: packed uint8, 2: float), g_idx (0: none, 1: blocks scattered over K, 2:
-// the plain k / block_size), bias.
+// zero points (0: none, 1: packed uint8, 2: float), g_idx (0: none, 1: whole blocks scattered over
+// K, 2: the plain k / block_size, 3: blocks of uneven sizes), bias.
 struct NBitsCase {
   Dims a;
   int64_t n, bits, block;
@@ -495,7 +495,9 @@ std::vector<Tensor> nbits_inputs(const NBitsCase& c, uint32_t seed) {
   if (c.g_idx) {
     std::vector<int32_t> g(static_cast<size_t>(K));
     for (int64_t k = 0; k < K; ++k)
-      g[k] = static_cast<int32_t>(c.g_idx == 1 ? (k * 7 + 3) % blocks : k / c.block);
+      g[k] = static_cast<int32_t>(c.g_idx == 1   ? (k * 7 + 3) % blocks
+                                  : c.g_idx == 2 ? k / c.block
+                                                 : (k < K / 2 ? 0 : k % blocks));
     in[4] = Tensor::from_vector(g, {K});
   }
   if (c.bias) in[5] = f32_tensor({c.n}, seed + 4, -1.0f, 1.0f);
@@ -521,12 +523,13 @@ const std::vector<NBitsCase> kNBitsCases = {
     {{2, 64}, 33, 2, 16, 1, 0, false},    {{1, 200}, 37, 8, 64, 0, 0, true},
     {{11, 72}, 16, 8, 16, 1, 0, false},   {{3, 70}, 40, 4, 32, 2, 0, true},
     {{1, 64}, 20, 8, 32, 2, 0, false},    {{6, 96}, 17, 4, 16, 1, 1, true},
-    {{4, 80}, 17, 4, 16, 1, 2, true},     {{0, 64}, 16, 4, 32, 1, 0, false}};
+    {{4, 80}, 17, 4, 16, 1, 2, true},     {{2, 96}, 20, 8, 16, 0, 1, false},
+    {{3, 96}, 17, 4, 16, 1, 3, true},     {{0, 64}, 16, 4, 32, 1, 0, false}};
 
 // At accuracy_level 0 the kernel's float32 products against the reference's (double sums of the
 // same dequantized weight): the panels (constant operands: 2/4/8-bit codes, uint8, float or no
-// zero points, a plain g_idx), and the dequantized blocks + GEMM (a g_idx that scatters the
-// blocks, a B fed at run time).
+// zero points, a plain g_idx or one whose whole blocks are scattered over K), and the dequantized
+// blocks + GEMM (blocks of uneven sizes, a B fed at run time).
 TEST(CpuNBitsKernel, MatchesTheReference) {
   for_each_config([&](const std::string& cfg) {
     uint32_t seed = 900;
@@ -552,7 +555,7 @@ TEST(CpuNBitsKernel, Int8FormMatchesAnIntegerLoop) {
   for_each_config([&](const std::string& cfg) {
     uint32_t seed = 1900;
     for (const NBitsCase& c : kNBitsCases) {
-      if (c.g_idx == 1) continue;  // dequantized per call: no int8 form
+      if (c.g_idx == 1 || c.g_idx == 3) continue;  // K reordered or per call: no int8 form
       const std::vector<Tensor> in = nbits_inputs(c, seed += 10);
       Graph g;
       std::vector<ValueId> ins = {g.add_input("a", {DType::kF32, to_shape(c.a)})};

@@ -163,3 +163,32 @@ def test_malformed_weight_is_a_clear_error(tmp_path):
     onnx.save(model, path)
     with pytest.raises(ValueError, match=r"B must be uint8 \[N, blocks, blob\]"):
         pypto.onnx.load(str(path))(a=np.ones((1, 100), np.float32))
+
+
+@pytest.mark.parametrize("acc", [0, 4])
+def test_act_order_g_idx(tmp_path, acc):
+    """A g_idx that scatters each block's block_size rows over K (GPTQ's act order) runs on the
+    panels with K reordered, as onnxruntime computes it (in float32 at every level)."""
+    k, n, block = 96, 20, 16
+    codes = RNG.integers(0, 256, (n, k // block, block // 2), dtype=np.uint8)
+    scales = RNG.random(n * k // block).astype(np.float32) * 0.05
+    g_idx = (np.argsort(RNG.permutation(k)) // block).astype(np.int32)
+    inits = [numpy_helper.from_array(codes, "B"), numpy_helper.from_array(scales, "S"),
+             numpy_helper.from_array(g_idx, "G")]
+    node = helper.make_node("MatMulNBits", ["a", "B", "S", "", "G"], ["y"],
+                            domain="com.microsoft", K=k, N=n, bits=4, block_size=block,
+                            accuracy_level=acc)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT,
+                                                                      ["m", k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])],
+                          inits)
+    path = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                  helper.make_opsetid("com.microsoft", 1)]),
+              path)
+    a = RNG.standard_normal((3, k)).astype(np.float32)
+    exe = pypto.onnx.load(str(path))
+    got = np.asarray(exe(a=a))
+    want = _ort(path, a)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * np.abs(want).max() * np.sqrt(k))
+    assert exe._compiled.stats()["released_weight_bytes"] == codes.nbytes

@@ -8,12 +8,13 @@
 // prompt runs at the FMA rate (bench/nbits.py: 90% of the FMA peak from 8 rows up, above the
 // float32 GEMM on blocks dequantized per call). A node whose accuracy_level is 4 takes the int8
 // form on a CPU with AVX512_VNNI (nbits4_gemv_i8: A quantized per block as onnxruntime does,
-// four products an instruction lane). The other forms (a g_idx that reorders K, operands that
-// are not constants) dequantize blocks of columns from the operands as they are, per call, for
-// the float32 GEMM.
+// four products an instruction lane). The other forms (operands that are not constants, a g_idx
+// whose blocks are not whole) dequantize blocks of columns from the operands as they are, per
+// call, for the float32 GEMM.
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,10 @@ struct PreparedPanels {
   std::shared_ptr<uint8_t[]> codes, zeros;
   std::shared_ptr<float[]> scales, float_zeros;  // float_zeros: the file's zero points are floats
   int store_bits = 4;  // the panels' codes: 8-bit codes as bytes, 2- and 4-bit ones as nibbles
+  // With a g_idx that scatters the blocks over K (GPTQ's act order): the panels' k-th row is the
+  // file's row order[k] (k < K), so that each block is contiguous; A's columns are gathered the
+  // same way per call. Null: the file's order.
+  std::shared_ptr<int32_t[]> order;
   int64_t panels = 0, kp = 0;
   bool int8 = false;  // the int8 form (nbits.h)
   size_t bytes = 0;
@@ -74,24 +79,38 @@ struct PreparedPanels {
 };
 
 // The int8 form where the node allows it, onnxruntime takes it too (not with float zero points,
-// nor 2-bit codes with zero points: there it multiplies in float32), and the CPU runs it fast; a
-// block's integer dot product must stay an exact float (below 2^24).
-bool int8_form(const Node& n, const nbits::Layout& L, bool has_zp, bool float_zp) {
-  return n.attr_int("accuracy_level") == 4 && !float_zp && !(L.bits == 2 && has_zp) &&
+// 2-bit codes with zero points or a g_idx that reorders K: there it multiplies in float32), and
+// the CPU runs it fast; a block's integer dot product must stay an exact float (below 2^24).
+bool int8_form(const Node& n, const nbits::Layout& L, bool has_zp, bool float_zp, bool reordered) {
+  return n.attr_int("accuracy_level") == 4 && !float_zp && !(L.bits == 2 && has_zp) && !reordered &&
          L.block <= (L.bits == 8 ? 512 : 4096) && active_isa() == Isa::kAvx512 &&
          has_ext(Ext::kAvx512Vnni);
 }
 
-// Whether g_idx says what its absence says: k in block k / block_size.
-bool plain_groups(const Tensor& g_idx, int64_t block) {
+// K's order with each g_idx block contiguous (k sorted by block, stably): an empty vector when
+// g_idx is the plain k / block_size, nullopt when a block does not get the block_size members
+// (the last the rest of K) that the panels' blocks have.
+std::optional<std::vector<int32_t>> block_order(const Tensor& g_idx, const nbits::Layout& L) {
   const Tensor g = g_idx.contiguous();
-  for (int64_t k = 0; k < g.numel(); ++k)
-    if (g.data<int32_t>()[k] != k / block) return false;
-  return true;
+  const int32_t* idx = g.data<int32_t>();
+  std::vector<int64_t> count(static_cast<size_t>(L.blocks), 0);
+  bool plain = true;
+  for (int64_t k = 0; k < L.k; ++k) {
+    ++count[idx[k]];
+    plain &= idx[k] == k / L.block;
+  }
+  if (plain) return std::vector<int32_t>{};
+  for (int64_t b = 0; b < L.blocks; ++b)
+    if (count[b] != std::min(L.block, L.k - b * L.block)) return std::nullopt;
+  std::vector<int32_t> order(static_cast<size_t>(L.k));
+  for (int64_t k = 0; k < L.k; ++k) order[k] = static_cast<int32_t>(k);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t x, int32_t y) { return idx[x] < idx[y]; });
+  return order;
 }
 
 // The panels of a constant B (nbits.h's layouts): 2-bit codes stored as nibbles, zero points
-// uint8, float or none; a g_idx only when it is the plain k / block_size.
+// uint8, float or none; K reordered for a g_idx whose blocks are whole.
 std::any prepare(const NodeInfo& n) {
   const bool has_zp = n.dtype(3) != DType::kUndefined, has_g = n.dtype(4) != DType::kUndefined;
   if (!n.is_constant(1) || !n.is_constant(2) || (has_zp && !n.is_constant(3)) ||
@@ -104,10 +123,15 @@ std::any prepare(const NodeInfo& n) {
   const Tensor& B = *n.constants[1];
   const Tensor* zp = has_zp ? n.constants[3] : nullptr;
   nbits::check_operands(L, B, *n.constants[2], zp, has_g ? n.constants[4] : nullptr, where);
-  if (has_g && !plain_groups(*n.constants[4], L.block)) return {};
+  std::optional<std::vector<int32_t>> order;
+  if (has_g && !(order = block_order(*n.constants[4], L))) return {};
   const bool float_zp = zp && zp->dtype() != DType::kU8;
   p.b_shape = B.shape();
-  p.int8 = int8_form(n.node, L, has_zp, float_zp);
+  if (order && !order->empty()) {
+    p.order.reset(new int32_t[order->size()]);
+    std::copy(order->begin(), order->end(), p.order.get());
+  }
+  p.int8 = int8_form(n.node, L, has_zp, float_zp, p.order != nullptr);
   p.store_bits = L.bits == 8 ? 8 : 4;
   p.kp = L.blocks * L.block;
   p.panels = (L.n + kNBitsPanel - 1) / kNBitsPanel;
@@ -130,8 +154,9 @@ std::any prepare(const NodeInfo& n) {
       for (int64_t k = 0; k < p.kp; ++k) {
         int shift = 0;
         const size_t at = p.at(k, col, &shift);
+        const int64_t from = p.order && k < L.k ? p.order[k] : k;
         p.codes[at] =
-            static_cast<uint8_t>(p.codes[at] | nbits::code(row, k, L.bits, mask) << shift);
+            static_cast<uint8_t>(p.codes[at] | nbits::code(row, from, L.bits, mask) << shift);
       }
       for (int64_t b = 0; b < L.blocks; ++b) {
         const int64_t at = (panel * L.blocks + b) * kNBitsPanel + j;
@@ -161,8 +186,9 @@ Tensor unpack(const std::any& state, size_t input) {
       int shift = 0;
       const size_t at = p.at(k, col, &shift);                     // before shift is read
       const int32_t code = p.codes[at] >> shift & L.code_mask();  // a 2-bit code is its nibble
-      uint8_t& byte = out[col * row + k * L.bits / 8];
-      byte = static_cast<uint8_t>(byte | code << (k * L.bits % 8));
+      const int64_t to = p.order && k < L.k ? p.order[k] : k;
+      uint8_t& byte = out[col * row + to * L.bits / 8];
+      byte = static_cast<uint8_t>(byte | code << (to * L.bits % 8));
     }
   return t;
 }
@@ -217,6 +243,12 @@ void multiply_panels(const PreparedPanels& p, int64_t M, const float* a, const f
   float* rows = scratch_as<float>(static_cast<size_t>(M * per_row), 1);
   float* sums = scratch_as<float>(static_cast<size_t>(2 * M * L.blocks), 2);  // qsum, a_scale
   auto* q = reinterpret_cast<int8_t*>(rows);
+  if (p.order) {  // A's columns in the panels' order of K
+    float* gathered = scratch_as<float>(static_cast<size_t>(M * L.k), 3);
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t k = 0; k < L.k; ++k) gathered[r * L.k + k] = a[r * L.k + p.order[k]];
+    a = gathered;
+  }
   const float* ap = a;
   if (p.int8) {
     parallel_for(0, M, 16, [&](int64_t r0, int64_t r1) {
