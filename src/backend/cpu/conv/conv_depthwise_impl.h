@@ -69,6 +69,131 @@ void plane(const DepthwisePlane& p, const float* padded, const float* w, float b
   }
 }
 
+// ---- the flat kernel (DepthwiseFlat) ----
+
+// The lanes of p whose bit is set in `bits`, zeros elsewhere; the others are not read (they may
+// lie outside the plane: masked loads do not fault).
+inline Vec load_lanes(const float* p, uint32_t bits) {
+#if defined(PTO_ISA_AVX512)
+  return {_mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), p)};
+#elif defined(PTO_ISA_AVX2)
+  const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256i m =
+      _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(bits)), sel), sel);
+  return {_mm256_maskload_ps(p, m)};
+#else
+  return {bits & 1u ? *p : 0.0f};
+#endif
+}
+
+// What one call of depthwise_flat works on.
+struct FlatArgs {
+  const DepthwiseFlat* p;
+  const int64_t* off;  // p->off, or a copy of it
+  int64_t taps, hw;
+  const float* src;
+  int64_t src_plane;
+  const float* w;  // [channels][taps]
+  const float* bias;
+  float* y;
+};
+
+// Vectors [v0, v0 + NB) of G consecutive planes from channel c0: G * NB accumulators, one fused
+// multiply-add per tap each; with kMasked every load takes its lane mask from the table.
+// wreg holds the taps' weights in registers when G == 1 and K > 0.
+template <int K, int G, int NB, bool kMasked>
+inline void flat_block(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wreg) {
+  constexpr int V = Vec::kLanes;
+  const int64_t taps = K > 0 ? K : a.taps;
+  Vec acc[G][NB];
+  for (int c = 0; c < G; ++c) {
+    const Vec b = Vec::set1(a.bias ? a.bias[c0 + c] : 0.0f);
+    for (int u = 0; u < NB; ++u) acc[c][u] = b;
+  }
+  const uint32_t* mask = a.p->mask + v0 * taps;
+  for (int64_t t = 0; t < taps; ++t) {
+    for (int c = 0; c < G; ++c) {
+      const Vec wv = (G == 1 && K > 0) ? wreg[t] : Vec::set1(a.w[(c0 + c) * taps + t]);
+      const float* s = a.src + (c0 + c) * a.src_plane + a.off[t] + v0 * V;
+      for (int u = 0; u < NB; ++u) {
+        const Vec xv = kMasked ? load_lanes(s + u * V, mask[u * taps + t]) : Vec::load(s + u * V);
+        acc[c][u] = fma(wv, xv, acc[c][u]);
+      }
+    }
+  }
+  const Vec lo = Vec::set1(a.p->lo), hi = Vec::set1(a.p->hi);
+  for (int c = 0; c < G; ++c) {
+    float* y = a.y + (c0 + c) * a.hw + v0 * V;
+    for (int u = 0; u < NB; ++u) {
+      Vec r = acc[c][u];
+      if (a.p->clamp) r = min(max(r, lo), hi);
+      const int64_t left = a.hw - (v0 + u) * V;
+      if (!kMasked || left >= V)
+        r.store(y + u * V);
+      else
+        r.store(y + u * V, static_cast<int>(left));
+    }
+  }
+}
+
+template <int K, int G, int NB>
+inline void flat_block_any(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wreg) {
+  bool full = true;
+  for (int u = 0; u < NB; ++u) full = full && a.p->full[v0 + u];
+  if (full)
+    flat_block<K, G, NB, false>(a, c0, v0, wreg);
+  else
+    flat_block<K, G, NB, true>(a, c0, v0, wreg);
+}
+
+// Vectors [v0, v0 + n) of G planes from c0, n < 4, as one block.
+template <int K, int G>
+inline void flat_tail(const FlatArgs& a, int64_t c0, int64_t v0, int64_t n, const Vec* wreg) {
+  if (n == 1)
+    flat_block_any<K, G, 1>(a, c0, v0, wreg);
+  else if (n == 2)
+    flat_block_any<K, G, 2>(a, c0, v0, wreg);
+  else if (n == 3)
+    flat_block_any<K, G, 3>(a, c0, v0, wreg);
+}
+
+constexpr int kFlatBlock = 4;  // vectors of one plane per block: enough to hide the FMA latency
+
+// One plane (channel c): the weights in registers, blocks of kFlatBlock vectors.
+template <int K>
+void flat_plane(const FlatArgs& a, int64_t c) {
+  Vec wreg[K > 0 ? K : 1];
+  if constexpr (K > 0)
+    for (int t = 0; t < K; ++t) wreg[t] = Vec::set1(a.w[c * K + t]);
+  const int64_t n = a.p->vectors;
+  int64_t v = 0;
+  for (; v + kFlatBlock <= n; v += kFlatBlock) flat_block_any<K, 1, kFlatBlock>(a, c, v, wreg);
+  flat_tail<K, 1>(a, c, v, n - v, wreg);
+}
+
+template <int K>
+void flat_channels(const FlatArgs& a, int64_t channels) {
+  // Planes of 1-3 vectors (3x3 to 6x6 under AVX-512) would leave each tap's multiply-adds one
+  // dependent chain: several planes go through one block instead (their weights broadcast).
+  const int64_t n = a.p->vectors;
+  int64_t c = 0;
+  if constexpr (K > 0) {
+    if (n <= 3) {
+      constexpr int G = 4;
+      const int64_t g = n == 3 ? 2 : G;
+      for (; c + g <= channels; c += g) {
+        if (n == 3)
+          flat_block_any<K, 2, 3>(a, c, 0, nullptr);
+        else if (n == 2)
+          flat_block_any<K, G, 2>(a, c, 0, nullptr);
+        else
+          flat_block_any<K, G, 1>(a, c, 0, nullptr);
+      }
+    }
+  }
+  for (; c < channels; ++c) flat_plane<K>(a, c);
+}
+
 }  // namespace
 
 void depthwise_pad(const DepthwisePlane& p, const float* x, float* padded) {
@@ -110,6 +235,31 @@ void depthwise_plane(const DepthwisePlane& p, const float* padded, const float* 
     plane<5, 5>(p, padded, w, bias, y);
   else
     plane<0, 0>(p, padded, w, bias, y);
+}
+
+int depthwise_flat_lanes() {
+  return Vec::kLanes;
+}
+
+void depthwise_flat_split(const DepthwiseFlat& p, const float* x, float* dst) {
+  for (int64_t py = 0; py < p.sh; ++py)
+    for (int64_t px = 0; px < p.sw; ++px) {
+      float* d = dst + (py * p.sw + px) * p.phase_rows * p.ow;
+      const int64_t rows = (p.ih - py + p.sh - 1) / p.sh, cols = (p.iw - px + p.sw - 1) / p.sw;
+      for (int64_t r = 0; r < rows; ++r)
+        copy_strided(d + r * p.ow, x + (r * p.sh + py) * p.iw + px, cols, p.sw);
+    }
+}
+
+void depthwise_flat(const DepthwiseFlat& p, const float* src, int64_t src_plane, const float* w,
+                    const float* bias, float* y, int64_t channels) {
+  FlatArgs a{&p, p.off, p.kh * p.kw, p.oh * p.ow, src, src_plane, w, bias, y};
+  if (a.taps == 9)
+    flat_channels<9>(a, channels);
+  else if (a.taps == 25)
+    flat_channels<25>(a, channels);
+  else
+    flat_channels<0>(a, channels);
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS
