@@ -242,6 +242,39 @@ int depthwise_flat_lanes() {
 }
 
 void depthwise_flat_split(const DepthwiseFlat& p, const float* x, float* dst) {
+#if defined(PTO_ISA_AVX512)
+  if (p.sw == 2) {
+    // Each input row once: 2V floats at a time (the last masked), their even and odd lanes
+    // gathered by one two-source permute each into the row of phase 0 and of phase 1.
+    constexpr int V = Vec::kLanes;
+    const __m512i even =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd =
+        _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const int64_t n0 = (p.iw + 1) / 2, n1 = p.iw / 2;
+    for (int64_t iy = 0; iy < p.ih; ++iy) {
+      const int64_t py = iy % p.sh, r = iy / p.sh;
+      float* d0 = dst + (py * 2) * p.phase_rows * p.ow + r * p.ow;
+      float* d1 = d0 + p.phase_rows * p.ow;
+      const float* s = x + iy * p.iw;
+      for (int64_t j = 0; j < n0; j += V) {
+        const int64_t left = p.iw - 2 * j;  // input floats from 2j on
+        const __m512 lo =
+            left >= V ? _mm512_loadu_ps(s + 2 * j)
+                      : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1), s + 2 * j);
+        const int64_t lh = left - V;
+        const __m512 hi =
+            lh >= V  ? _mm512_loadu_ps(s + 2 * j + V)
+            : lh > 0 ? _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << lh) - 1), s + 2 * j + V)
+                     : _mm512_setzero_ps();
+        const int64_t k0 = n0 - j < V ? n0 - j : V, k1 = n1 - j < V ? n1 - j : V;
+        Vec{_mm512_permutex2var_ps(lo, even, hi)}.store(d0 + j, static_cast<int>(k0));
+        if (k1 > 0) Vec{_mm512_permutex2var_ps(lo, odd, hi)}.store(d1 + j, static_cast<int>(k1));
+      }
+    }
+    return;
+  }
+#endif
   for (int64_t py = 0; py < p.sh; ++py)
     for (int64_t px = 0; px < p.sw; ++px) {
       float* d = dst + (py * p.sw + px) * p.phase_rows * p.ow;

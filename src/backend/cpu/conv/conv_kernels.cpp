@@ -185,21 +185,26 @@ bool winograd_fits(const NodeInfo& info, const Tensor& w, int64_t group) {
   return winograd_applies(b);
 }
 
-// A stride-1 depthwise conv that the flat kernel runs (conv.h depthwise_flat_applies) stays on it
-// at every plane size: no reorders, and faster alone than the blocked kernel on the planes the
-// rule gave that (Conv 3x3 + Clip, 1 thread, p50 of 400 calls x3, blocked -> flat, us: 192 @12
-// 21.0 -> 16.4, 576 @6 22.8 -> 14.6, 384 @6 15.6 -> 10.2, 960 @3 15.6 -> 14.6, 576 @14 84.7 ->
-// 67.6, 960 @7 46.2 -> 38.2). Strided ones keep the rule: their split copy costs more than the
-// reorders on small planes (576 @6 -> 3: 12.5 blocked, 35.8 us flat in MobileNetV2 at 96x96).
-bool depthwise_stays_flat(const NodeInfo& info, const Tensor& w, int64_t group) {
-  if (group == 1 || !depthwise_flat_enabled()) return false;
+// Whether depthwise conv `info` (output plane `plane`) takes the blocked kernel. With the flat
+// kernel on (conv.h depthwise_flat_applies, PTO_DEPTHWISE_FLAT not 0), a stride-1 conv never: no
+// reorders, and faster alone than the blocked kernel on the planes the plane-size rule gave that
+// (Conv 3x3 + Clip, 1 thread, p50 of 400 calls x3, blocked -> flat, us: 192 @12 21.0 -> 16.4,
+// 576 @6 22.8 -> 14.6, 384 @6 15.6 -> 10.2, 960 @3 15.6 -> 14.6, 576 @14 84.7 -> 67.6, 960 @7
+// 46.2 -> 38.2). Strided ones keep the rule: on small planes the flat kernel's phase split costs
+// more than the reorders (alone, blocked / flat: 576 @6 s2 11.1 / 37.8, 192 @12 9.9 / 23.0,
+// 960 @7 25.0 / 68.4); on 24x24 and 28x28 outputs the blocked kernel was faster alone (96 @48
+// 58.7 / 67.4, 144 @56 120 / 128) but not inside MobileNetV2 (96x96 at par, 224x224 1% slower),
+// so the rule's 14x14 bound stays.
+bool depthwise_blocked(const NodeInfo& info, const Tensor& w, int64_t plane) {
+  const bool by_rule = small_plane_blocked(plane, w.dim(2), w.dim(3), true);
+  if (!depthwise_flat_enabled()) return by_rule;
   const auto& xs = info.inputs[0].shape;
   try {
     const ConvGeometry g = conv_geometry(
         info.node.attrs, {1, (*xs)[1].value, (*xs)[2].value, (*xs)[3].value}, w.shape(), "");
-    return g.sh == 1 && g.sw == 1 && depthwise_flat_applies(g);
+    return by_rule && !(g.sh == 1 && g.sw == 1 && depthwise_flat_applies(g));
   } catch (const ValueError&) {
-    return false;  // run() reports it
+    return by_rule;  // run() reports it
   }
 }
 
@@ -219,7 +224,7 @@ ConvAlgo conv_algo(const NodeInfo& info, const Tensor& w, int64_t group, int blo
     return kSmallOutput;
   if (!plane) return kImplicitGemm;
   if (w.dim(1) * group < block) return kImplicitGemm;  // a stem: see above
-  if (depthwise_stays_flat(info, w, group)) return kImplicitGemm;
+  if (group != 1) return depthwise_blocked(info, w, *plane) ? kBlockedDirect : kImplicitGemm;
   return small_plane_blocked(*plane, w.dim(2), w.dim(3), group != 1) ? kBlockedDirect
                                                                      : kImplicitGemm;
 }
