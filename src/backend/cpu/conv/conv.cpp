@@ -251,7 +251,7 @@ bool depthwise_flat_copies(const ConvGeometry& g) {
 struct FlatTables {
   std::vector<int64_t> off;
   std::vector<uint32_t> mask;
-  std::vector<uint8_t> full;
+  std::vector<uint64_t> full;
   int64_t vectors = 0, phase_rows = 0;
 };
 
@@ -291,8 +291,9 @@ const FlatTables& flat_tables(const ConvGeometry& g, int lanes) {
       }
   const uint32_t all = lanes >= 32 ? ~uint32_t{0} : (uint32_t{1} << lanes) - 1;
   for (int64_t v = 0; v < t.vectors; ++v) {
-    bool full = true;
-    for (int64_t k = 0; k < K; ++k) full = full && t.mask[v * K + k] == all;
+    uint64_t full = 0;
+    for (int64_t k = 0; k < K && k < 64; ++k)
+      if (t.mask[v * K + k] == all) full |= uint64_t{1} << k;
     t.full[v] = full;
   }
   return cache.emplace(key, std::move(t)).first->second;
@@ -320,18 +321,21 @@ void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, 
   // The split copy: sh * sw phase planes, and a vector's room past the last (masked reads).
   const int64_t split_plane = g.sh * g.sw * p.phase_rows * g.ow + lanes;
   const int64_t mult = g.m / g.c, HW = g.out_plane(), K = g.kh * g.kw;
-  constexpr int64_t kGroup = 4;  // planes per call: the kernel's channel blocks on tiny planes
-  Epilogue rest = ep;            // what is not clamped in registers, per plane while in cache
+  // Planes per call: the kernel's channel blocks on tiny planes (at most 3 vectors); larger ones
+  // one at a time, so that a split copy stays in L1 while the kernel reads it.
+  constexpr int64_t kGroup = 4;
+  const int64_t group = p.vectors <= 3 ? kGroup : 1;
+  Epilogue rest = ep;  // what is not clamped in registers, per plane while in cache
   rest.bias_kind = Epilogue::Bias::kNone;
   rest.ldr = g.ow;
   const bool has_rest = ep.tile || ep.residual || (ep.act != Activation::kNone && !p.clamp);
   parallel_for(0, g.n * g.m, 1, [&](int64_t t0, int64_t t1) {
-    float* buf = copies ? workspace(kGroup * split_plane) : nullptr;
+    float* buf = copies ? workspace(group * split_plane) : nullptr;
     int64_t split_of = -1;  // which input plane buf holds (one plane, depth multiplier > 1)
     EpilogueOperand operands[kTileMaxRegs];
     for (int64_t t = t0; t < t1;) {
       const int64_t n = t / g.m, m = t % g.m, plane = n * g.c + m / mult;
-      const int64_t cnt = mult == 1 ? std::min({kGroup, t1 - t, g.m - m}) : 1;
+      const int64_t cnt = mult == 1 ? std::min({group, t1 - t, g.m - m}) : 1;
       const float* src = x + plane * g.in_plane();
       int64_t src_plane = g.in_plane();
       if (copies) {

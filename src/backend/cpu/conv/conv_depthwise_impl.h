@@ -99,10 +99,11 @@ struct FlatArgs {
 };
 
 // Vectors [v0, v0 + NB) of G consecutive planes from channel c0: G * NB accumulators, one fused
-// multiply-add per tap each; with kMasked every load takes its lane mask from the table.
-// wreg holds the taps' weights in registers when G == 1 and K > 0.
+// multiply-add per tap each. With kMasked, the taps whose bit is clear in `plain` (some lane of
+// the block reads padding or past the plane) take their lane masks from the table, the others
+// load whole vectors. wreg holds the taps' weights in registers when G == 1 and K > 0.
 template <int K, int G, int NB, bool kMasked>
-inline void flat_block(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wreg) {
+inline void flat_block(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wreg, uint64_t plain) {
   constexpr int V = Vec::kLanes;
   const int64_t taps = K > 0 ? K : a.taps;
   Vec acc[G][NB];
@@ -112,13 +113,15 @@ inline void flat_block(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wre
   }
   const uint32_t* mask = a.p->mask + v0 * taps;
   for (int64_t t = 0; t < taps; ++t) {
+    const bool whole = !kMasked || (t < 64 && (plain >> t & 1u));
     for (int c = 0; c < G; ++c) {
       const Vec wv = (G == 1 && K > 0) ? wreg[t] : Vec::set1(a.w[(c0 + c) * taps + t]);
       const float* s = a.src + (c0 + c) * a.src_plane + a.off[t] + v0 * V;
-      for (int u = 0; u < NB; ++u) {
-        const Vec xv = kMasked ? load_lanes(s + u * V, mask[u * taps + t]) : Vec::load(s + u * V);
-        acc[c][u] = fma(wv, xv, acc[c][u]);
-      }
+      if (whole)
+        for (int u = 0; u < NB; ++u) acc[c][u] = fma(wv, Vec::load(s + u * V), acc[c][u]);
+      else
+        for (int u = 0; u < NB; ++u)
+          acc[c][u] = fma(wv, load_lanes(s + u * V, mask[u * taps + t]), acc[c][u]);
     }
   }
   const Vec lo = Vec::set1(a.p->lo), hi = Vec::set1(a.p->hi);
@@ -138,12 +141,14 @@ inline void flat_block(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wre
 
 template <int K, int G, int NB>
 inline void flat_block_any(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wreg) {
-  bool full = true;
-  for (int u = 0; u < NB; ++u) full = full && a.p->full[v0 + u];
-  if (full)
-    flat_block<K, G, NB, false>(a, c0, v0, wreg);
+  uint64_t plain = ~uint64_t{0};
+  for (int u = 0; u < NB; ++u) plain &= a.p->full[v0 + u];
+  const int64_t taps = K > 0 ? K : a.taps;
+  const uint64_t all = taps >= 64 ? ~uint64_t{0} : (uint64_t{1} << taps) - 1;
+  if (taps <= 64 && (plain & all) == all)
+    flat_block<K, G, NB, false>(a, c0, v0, wreg, plain);
   else
-    flat_block<K, G, NB, true>(a, c0, v0, wreg);
+    flat_block<K, G, NB, true>(a, c0, v0, wreg, plain);
 }
 
 // Vectors [v0, v0 + n) of G planes from c0, n < 4, as one block.

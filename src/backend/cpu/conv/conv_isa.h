@@ -94,7 +94,7 @@ struct DepthwiseFlat : ConvWindow {
   int64_t phase_rows = 0;          // rows of each phase plane of the split copy: ceil(ih / sh)
   const int64_t* off = nullptr;    // [kh * kw]
   const uint32_t* mask = nullptr;  // [vectors][kh * kw]
-  const uint8_t* full = nullptr;   // [vectors]: every tap reads all lanes (no masks needed)
+  const uint64_t* full = nullptr;  // [vectors]: bit t set where tap t < 64 reads all lanes
   bool clamp = false;              // y = min(max(y, lo), hi) in registers (ReLU, Clip)
   float lo = 0.0f, hi = 0.0f;
 };
