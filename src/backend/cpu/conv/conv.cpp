@@ -252,7 +252,7 @@ struct FlatTables {
   std::vector<int64_t> off;
   std::vector<uint32_t> mask;
   std::vector<uint64_t> full;
-  int64_t vectors = 0, phase_rows = 0;
+  int64_t vectors = 0, phase_rows = 0, phase_stride = 0;
 };
 
 const FlatTables& flat_tables(const ConvGeometry& g, int lanes) {
@@ -265,6 +265,7 @@ const FlatTables& flat_tables(const ConvGeometry& g, int lanes) {
   const int64_t K = g.kh * g.kw, hw = g.oh * g.ow;
   t.vectors = ceil_div(hw, lanes);
   t.phase_rows = ceil_div(g.ih, g.sh);
+  t.phase_stride = t.phase_rows * g.ow + lanes;  // a vector's room after each phase plane
   t.off.resize(static_cast<size_t>(K));
   t.mask.assign(static_cast<size_t>(t.vectors * K), 0u);
   t.full.assign(static_cast<size_t>(t.vectors), 0);
@@ -280,7 +281,7 @@ const FlatTables& flat_tables(const ConvGeometry& g, int lanes) {
       const int64_t py = ty - da[k] * g.sh, px = tx - db[k] * g.sw;
       rows[k] = ceil_div(g.ih - py, g.sh);
       cols[k] = ceil_div(g.iw - px, g.sw);
-      t.off[k] = (py * g.sw + px) * t.phase_rows * g.ow + da[k] * g.ow + db[k];
+      t.off[k] = (py * g.sw + px) * t.phase_stride + da[k] * g.ow + db[k];
     }
   for (int64_t oy = 0, f = 0; oy < g.oh; ++oy)
     for (int64_t ox = 0; ox < g.ow; ++ox, ++f)
@@ -310,6 +311,7 @@ void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, 
   p.lanes = lanes;
   p.vectors = tb.vectors;
   p.phase_rows = tb.phase_rows;
+  p.phase_stride = tb.phase_stride;
   p.off = tb.off.data();
   p.mask = tb.mask.data();
   p.full = tb.full.data();
@@ -319,7 +321,7 @@ void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, 
   p.hi = ep.act == Activation::kRelu ? std::numeric_limits<float>::infinity() : ep.hi;
   const bool copies = depthwise_flat_copies(g);
   // The split copy: sh * sw phase planes, and a vector's room past the last (masked reads).
-  const int64_t split_plane = g.sh * g.sw * p.phase_rows * g.ow + lanes;
+  const int64_t split_plane = g.sh * g.sw * p.phase_stride;
   const int64_t mult = g.m / g.c, HW = g.out_plane(), K = g.kh * g.kw;
   // Planes per call: the kernel's channel blocks on tiny planes (at most 3 vectors); larger ones
   // one at a time, so that a split copy stays in L1 while the kernel reads it.

@@ -89,9 +89,10 @@ PTO_ISA_DECLARE(void depthwise_plane(const DepthwisePlane& p, const float* padde
 // reads the input (zero: padding, or past the plane). src is the input plane itself (stride 1,
 // iw == ow) or its split copy (depthwise_flat_split), so no padded plane is made.
 struct DepthwiseFlat : ConvWindow {
-  int64_t lanes = 0;               // Vec::kLanes of the ISA the tables were made for
-  int64_t vectors = 0;             // ceil(oh * ow / lanes)
-  int64_t phase_rows = 0;          // rows of each phase plane of the split copy: ceil(ih / sh)
+  int64_t lanes = 0;         // Vec::kLanes of the ISA the tables were made for
+  int64_t vectors = 0;       // ceil(oh * ow / lanes)
+  int64_t phase_rows = 0;    // rows of each phase plane of the split copy: ceil(ih / sh)
+  int64_t phase_stride = 0;  // floats from one phase plane to the next: >= phase_rows * ow + lanes
   const int64_t* off = nullptr;    // [kh * kw]
   const uint32_t* mask = nullptr;  // [vectors][kh * kw]
   const uint64_t* full = nullptr;  // [vectors]: bit t set where tap t < 64 reads all lanes
@@ -102,8 +103,9 @@ struct DepthwiseFlat : ConvWindow {
 PTO_ISA_DECLARE(
     int depthwise_flat_lanes();
     // Input plane x as depthwise_flat reads it when it is not x itself: phase plane (py, px), at
-    // dst + (py * sw + px) * phase_rows * ow, row a column b holds input (a sh + py, b sw + px)
-    // (columns past the input's are left unwritten; the masks never read them).
+    // dst + (py * sw + px) * phase_stride, row a column b holds input (a sh + py, b sw + px)
+    // (columns past the input's, and the room after each plane, hold anything: the masks never
+    // read them).
     void depthwise_flat_split(const DepthwiseFlat& p, const float* x, float* dst);
     // `channels` consecutive output planes y (oh * ow floats apart), plane c reading src +
     // c * src_plane with weights w + c * kh * kw and bias bias[c] (bias may be null).
