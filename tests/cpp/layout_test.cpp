@@ -601,6 +601,9 @@ std::vector<Case> random_cases() {
       {2, 20, 4, 64, 32, 3, 2, 1},  // stride 2, two output blocks (of 16): 14 + 14 + 3
       {1, 3, 6, 71, 16, 3, 2, 1},   // a stem at stride 2 reading NCHW: 28 + 6
       {1, 40, 3, 33, 72, 1, 2, 0},  // 1x1 stride 2, 4 + 1 blocks of 16 (9 of 8)
+      {2, 160, 3, 3, 96, 1, 1, 0},  // 1x1 on a 3x3 plane: one row of 9 pixels, batch 2
+      {1, 40, 4, 4, 200, 1, 1, 0},  // 1x1 on 4x4: one row of 16 (13 blocks of 16, 25 of 8)
+      {1, 24, 2, 5, 40, 1, 1, 0},   // 1x1 on 2x5: one row of 10
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
@@ -793,7 +796,8 @@ TEST(LayoutKernels, GroupedConvBlocksOnlyOnWholeBlocks) {
 // At level 2 the blocked conv takes the residual Add and the Relu as its epilogue.
 TEST(LayoutKernels, ConvBlockedTakesResidualAndActivationEpilogue) {
   std::mt19937 rng(4);
-  for (const Case& t : {Case{1, 24, 9, 11, 40, 3, 1, 1}, Case{2, 32, 8, 8, 32, 3, 2, 1, 1, true}}) {
+  for (const Case& t : {Case{1, 24, 9, 11, 40, 3, 1, 1}, Case{2, 32, 8, 8, 32, 3, 2, 1, 1, true},
+                        Case{2, 48, 3, 3, 48, 1, 1, 0}}) {  // a 3x3 plane as one row
     const Graph g = conv_graph(t, true, rng);
     const Graph b = assign(g, 16, nullptr, false);
     const std::vector<Tensor> in = random_inputs(g, 23);
