@@ -337,7 +337,10 @@ void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, 
     EpilogueOperand operands[kTileMaxRegs];
     for (int64_t t = t0; t < t1;) {
       const int64_t n = t / g.m, m = t % g.m, plane = n * g.c + m / mult;
-      const int64_t cnt = mult == 1 ? std::min({group, t1 - t, g.m - m}) : 1;
+      // Without a copy or an epilogue pass, a whole run of planes in one call (the kernel
+      // blocks them itself): no dispatch and divisions per few tiny planes.
+      const int64_t run = !copies && !has_rest ? g.m : group;
+      const int64_t cnt = mult == 1 ? std::min({run, t1 - t, g.m - m}) : 1;
       const float* src = x + plane * g.in_plane();
       int64_t src_plane = g.in_plane();
       if (copies) {
