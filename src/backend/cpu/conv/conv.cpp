@@ -252,6 +252,7 @@ struct FlatTables {
   std::vector<int64_t> off;
   std::vector<uint32_t> mask;
   std::vector<uint64_t> full;
+  std::vector<uint8_t> inside;
   int64_t vectors = 0, phase_rows = 0, phase_stride = 0;
 };
 
@@ -297,6 +298,16 @@ const FlatTables& flat_tables(const ConvGeometry& g, int lanes) {
       if (t.mask[v * K + k] == all) full |= uint64_t{1} << k;
     t.full[v] = full;
   }
+  // Vectors whose every tap's whole vector lies inside the source (the input plane, or the split
+  // copy): their masked taps may load whole vectors and mask the multiply-add instead.
+  const int64_t src_len = depthwise_flat_copies(g) ? g.sh * g.sw * t.phase_stride : g.ih * g.iw;
+  t.inside.assign(static_cast<size_t>(t.vectors), 0);
+  for (int64_t v = 0; v < t.vectors; ++v) {
+    bool in = true;
+    for (int64_t k = 0; k < K; ++k)
+      in = in && v * lanes + t.off[k] >= 0 && v * lanes + t.off[k] + lanes <= src_len;
+    t.inside[v] = in;
+  }
   return cache.emplace(key, std::move(t)).first->second;
 }
 
@@ -315,6 +326,7 @@ void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, 
   p.off = tb.off.data();
   p.mask = tb.mask.data();
   p.full = tb.full.data();
+  p.inside = tb.inside.data();
   p.clamp =
       !ep.tile && !ep.residual && (ep.act == Activation::kRelu || ep.act == Activation::kClip);
   p.lo = ep.act == Activation::kRelu ? 0.0f : ep.lo;

@@ -102,8 +102,12 @@ struct FlatArgs {
 // multiply-add per tap each. With kMasked, the taps whose bit is clear in `plain` (some lane of
 // the block reads padding or past the plane) take their lane masks from the table, the others
 // load whole vectors. wreg holds the taps' weights in registers when G == 1 and K > 0.
-template <int K, int G, int NB, bool kMasked>
+// kMode: 0 every tap loads whole vectors; 1 masked taps load masked; 2 (AVX-512, vectors inside
+// the source) masked taps load whole vectors and mask the multiply-add, which keeps the
+// accumulator's lanes the mask clears (whatever those lanes loaded).
+template <int K, int G, int NB, int kMode>
 inline void flat_block(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wreg, uint64_t plain) {
+  constexpr bool kMasked = kMode != 0;
   constexpr int V = Vec::kLanes;
   const int64_t taps = K > 0 ? K : a.taps;
   Vec acc[G][NB];
@@ -120,8 +124,16 @@ inline void flat_block(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wre
       if (whole)
         for (int u = 0; u < NB; ++u) acc[c][u] = fma(wv, Vec::load(s + u * V), acc[c][u]);
       else
-        for (int u = 0; u < NB; ++u)
+        for (int u = 0; u < NB; ++u) {
+#if defined(PTO_ISA_AVX512)
+          if constexpr (kMode == 2) {
+            acc[c][u] = {_mm512_mask3_fmadd_ps(wv.v, Vec::load(s + u * V).v, acc[c][u].v,
+                                               static_cast<__mmask16>(mask[u * taps + t]))};
+            continue;
+          }
+#endif
           acc[c][u] = fma(wv, load_lanes(s + u * V, mask[u * taps + t]), acc[c][u]);
+        }
     }
   }
   const Vec lo = Vec::set1(a.p->lo), hi = Vec::set1(a.p->hi);
@@ -145,10 +157,21 @@ inline void flat_block_any(const FlatArgs& a, int64_t c0, int64_t v0, const Vec*
   for (int u = 0; u < NB; ++u) plain &= a.p->full[v0 + u];
   const int64_t taps = K > 0 ? K : a.taps;
   const uint64_t all = taps >= 64 ? ~uint64_t{0} : (uint64_t{1} << taps) - 1;
-  if (taps <= 64 && (plain & all) == all)
-    flat_block<K, G, NB, false>(a, c0, v0, wreg, plain);
-  else
-    flat_block<K, G, NB, true>(a, c0, v0, wreg, plain);
+  if (taps <= 64 && (plain & all) == all) {
+    flat_block<K, G, NB, 0>(a, c0, v0, wreg, plain);
+    return;
+  }
+#if defined(PTO_ISA_AVX512)
+  if constexpr (G == 1) {  // (on tiny planes, several channels a block, no vector is inside)
+    bool inside = true;
+    for (int u = 0; u < NB; ++u) inside = inside && a.p->inside[v0 + u];
+    if (inside) {
+      flat_block<K, G, NB, 2>(a, c0, v0, wreg, plain);
+      return;
+    }
+  }
+#endif
+  flat_block<K, G, NB, 1>(a, c0, v0, wreg, plain);
 }
 
 // Vectors [v0, v0 + n) of G planes from c0, n < 4, as one block.

@@ -93,10 +93,11 @@ struct DepthwiseFlat : ConvWindow {
   int64_t vectors = 0;       // ceil(oh * ow / lanes)
   int64_t phase_rows = 0;    // rows of each phase plane of the split copy: ceil(ih / sh)
   int64_t phase_stride = 0;  // floats from one phase plane to the next: >= phase_rows * ow + lanes
-  const int64_t* off = nullptr;    // [kh * kw]
-  const uint32_t* mask = nullptr;  // [vectors][kh * kw]
-  const uint64_t* full = nullptr;  // [vectors]: bit t set where tap t < 64 reads all lanes
-  bool clamp = false;              // y = min(max(y, lo), hi) in registers (ReLU, Clip)
+  const int64_t* off = nullptr;     // [kh * kw]
+  const uint32_t* mask = nullptr;   // [vectors][kh * kw]
+  const uint64_t* full = nullptr;   // [vectors]: bit t set where tap t < 64 reads all lanes
+  const uint8_t* inside = nullptr;  // [vectors]: every tap's whole vector lies in the source
+  bool clamp = false;               // y = min(max(y, lo), hi) in registers (ReLU, Clip)
   float lo = 0.0f, hi = 0.0f;
 };
 
