@@ -522,6 +522,19 @@ TEST(CpuConv, DepthwiseFlatEnvIsChecked) {
   const cpu::ConvGeometry g = cpu::conv_geometry(c.attrs, c.x, c.w, "conv");
   std::vector<float> x(144, 1.0f), w(36, 1.0f), y(144);
   EXPECT_THROW(cpu::conv2d(g, x.data(), w.data(), nullptr, y.data()), ValueError);
+  // Where the flat kernel applies: "same" pads (any stride) on planes up to 2^16 positions.
+  auto applies = [](Dims x, int64_t k, int64_t s, int64_t p) {
+    const Attributes a =
+        attrs_of({{"pads", Dims{p, p, p, p}}, {"strides", Dims{s, s}}, {"group", x[1]}});
+    return cpu::depthwise_flat_applies(cpu::conv_geometry(a, x, {x[1], 1, k, k}, "conv"));
+  };
+  EXPECT_TRUE(applies({1, 4, 6, 6}, 3, 1, 1));
+  EXPECT_TRUE(applies({1, 4, 7, 7}, 3, 2, 1));
+  EXPECT_TRUE(applies({1, 4, 13, 13}, 5, 2, 2));
+  EXPECT_FALSE(applies({1, 4, 8, 8}, 3, 1, 0));  // pads 0: input columns no output reads
+  EXPECT_FALSE(applies({1, 4, 9, 9}, 3, 2, 0));
+  EXPECT_TRUE(applies({1, 4, 256, 256}, 3, 1, 1));
+  EXPECT_FALSE(applies({1, 4, 257, 256}, 3, 1, 1));  // past 2^16 positions
 }
 
 // Relu(Conv(x, W, B) + r): W and B random constants, x and r graph inputs of the given shapes.

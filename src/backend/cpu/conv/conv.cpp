@@ -456,9 +456,13 @@ bool depthwise_flat_enabled() {
 
 // The flat kernel (DepthwiseFlat) applies when every input column a tap reads has an output
 // column in the same row of the flattened plane: ceil(iw / sw) <= ow (the "same" pads of any
-// stride; not a conv whose pads are smaller than that, which ignores input columns).
+// stride; not a conv whose pads are smaller than that, which ignores input columns), on output
+// planes up to kFlatMaxPlane positions: its mask table (4 bytes a tap per vector, kept per
+// geometry) stays under 0.5 MB, and larger planes gain little from it (rows of 256 and more).
+constexpr int64_t kFlatMaxPlane = int64_t{1} << 16;
+
 bool depthwise_flat_applies(const ConvGeometry& g) {
-  return ceil_div(g.iw, g.sw) <= g.ow;
+  return ceil_div(g.iw, g.sw) <= g.ow && g.oh * g.ow <= kFlatMaxPlane;
 }
 
 int64_t conv_column_block(const ConvGeometry& g) {
