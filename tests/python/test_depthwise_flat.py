@@ -24,6 +24,13 @@ CASES = [
     (1, 32, 3, 3, 192, 3, 1, 1, "Clip"),
     (1, 8, 9, 10, 32, 3, 2, 0, "Clip"),
     (1, 16, 20, 20, 48, 3, 1, 0, "Relu"),
+    # SiLU and a general chain after the depthwise conv: the epilogue pass over runs of planes
+    # (2x2 planes with mostly-padding taps stay on the blocked kernel)
+    (1, 16, 2, 2, 96, 5, 1, 2, "Silu"),
+    (1, 16, 4, 4, 96, 5, 1, 2, "Silu"),
+    (2, 8, 8, 8, 48, 3, 1, 1, "Silu"),
+    (1, 16, 7, 7, 96, 3, 1, 1, "Chain"),
+    (2, 8, 12, 12, 48, 3, 2, 1, "Chain"),
 ]
 
 
@@ -39,8 +46,19 @@ def block_model(path, n, c, h, w, e, k, s, p, act):
              helper.make_node("Clip", ["e", "lo", "hi"], ["ec"]),
              helper.make_node("Conv", ["ec", "wd", "bd"], ["d"], group=e, kernel_shape=[k, k],
                               strides=[s, s], pads=[p] * 4)]
-    nodes.append(helper.make_node("Clip", ["d", "lo", "hi"], ["da"]) if act == "Clip"
-                 else helper.make_node("Relu", ["d"], ["da"]))
+    if act == "Clip":
+        nodes.append(helper.make_node("Clip", ["d", "lo", "hi"], ["da"]))
+    elif act == "Relu":
+        nodes.append(helper.make_node("Relu", ["d"], ["da"]))
+    elif act == "Silu":
+        nodes += [helper.make_node("Sigmoid", ["d"], ["ds"]),
+                  helper.make_node("Mul", ["d", "ds"], ["da"])]
+    else:  # a chain: x * 0.5 + 0.25, then Tanh
+        inits += [numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+                  numpy_helper.from_array(np.array(0.25, np.float32), "quarter")]
+        nodes += [helper.make_node("Mul", ["d", "half"], ["dm"]),
+                  helper.make_node("Add", ["dm", "quarter"], ["dq"]),
+                  helper.make_node("Tanh", ["dq"], ["da"])]
     oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
     residual = s == 1 and (oh, ow) == (h, w)
     nodes.append(helper.make_node("Conv", ["da", "wp", "bp"], ["pj" if residual else "y"]))

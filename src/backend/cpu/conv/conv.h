@@ -61,6 +61,8 @@ int64_t conv_column_block(const ConvGeometry& g);
 // value other than 0 or 1).
 bool depthwise_flat_enabled();
 bool depthwise_flat_applies(const ConvGeometry& g);
+// The share of (output position, tap) pairs that read the input rather than padding.
+double valid_tap_share(const ConvGeometry& g);
 
 // y = act(conv(x, w) + bias[m] + residual_scale * residual) for NCHW x [n, c, ih, iw], w
 // [m, c/group, kh, kw], y and residual [n, m, oh, ow]. `bias` (m values) may be null; of `ep` only
