@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <random>
 #include <string>
@@ -405,6 +406,137 @@ TEST(CpuConv, FusedResidualAndRelu) {
   set_num_threads(saved);
 }
 
+// PTO_DEPTHWISE_FLAT for the scope of a test (null: unset).
+class DepthwiseFlatEnv {
+ public:
+  explicit DepthwiseFlatEnv(const char* value) {
+    if (const char* old = std::getenv("PTO_DEPTHWISE_FLAT")) saved_ = old, had_ = true;
+    if (value)
+      setenv("PTO_DEPTHWISE_FLAT", value, 1);
+    else
+      unsetenv("PTO_DEPTHWISE_FLAT");
+  }
+  ~DepthwiseFlatEnv() {
+    if (had_)
+      setenv("PTO_DEPTHWISE_FLAT", saved_.c_str(), 1);
+    else
+      unsetenv("PTO_DEPTHWISE_FLAT");
+  }
+
+ private:
+  std::string saved_;
+  bool had_ = false;
+};
+
+// The depthwise conv's flat kernel (no padded plane; conv_depthwise_impl.h) and the padded-plane
+// kernel (PTO_DEPTHWISE_FLAT=0) against the reference conv, its epilogues against plain loops:
+// planes 5..30 (odd and even, square and not), strides 1 and 2, pads 0, 1, 2 (symmetric and
+// not), kernels 3 and 5 (and 1x3), dilation 2, channel multiplier 2, batch 2, with none, Relu,
+// Clip and residual Add + Relu after it, every ISA, 1 and 2 threads.
+TEST(CpuConv, DepthwiseFlatKernel) {
+  struct Case {
+    int64_t n, c, h, w, mult, kh, kw, s, d;
+    Dims pads;
+  };
+  std::vector<Case> cases = {
+      {1, 19, 5, 5, 1, 3, 3, 1, 1, {1, 1, 1, 1}},  {2, 7, 6, 6, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {1, 9, 7, 7, 1, 3, 3, 2, 1, {1, 1, 1, 1}},   {1, 5, 11, 13, 1, 5, 5, 1, 1, {2, 2, 2, 2}},
+      {1, 6, 12, 12, 1, 3, 3, 2, 1, {1, 1, 1, 1}}, {2, 4, 24, 24, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {1, 3, 30, 29, 1, 5, 5, 2, 1, {2, 2, 2, 2}}, {1, 5, 17, 19, 1, 3, 3, 1, 2, {2, 2, 2, 2}},
+      {1, 4, 9, 9, 2, 3, 3, 1, 1, {1, 1, 1, 1}},   {1, 4, 10, 8, 2, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {1, 6, 9, 10, 1, 3, 3, 2, 1, {0, 0, 1, 1}},  {1, 5, 8, 9, 1, 3, 3, 1, 1, {0, 0, 0, 0}},
+      {1, 3, 13, 14, 1, 3, 3, 1, 1, {2, 2, 2, 2}}, {1, 7, 15, 16, 1, 1, 3, 1, 1, {0, 1, 0, 1}},
+      {1, 8, 3, 3, 1, 3, 3, 1, 1, {1, 1, 1, 1}},   {2, 17, 28, 28, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {1, 5, 26, 27, 1, 5, 5, 1, 1, {2, 2, 2, 2}}, {1, 4, 21, 20, 1, 3, 3, 2, 2, {2, 2, 2, 2}},
+      {1, 3, 9, 70, 1, 3, 3, 2, 1, {1, 1, 1, 1}},  {2, 3, 8, 67, 1, 5, 5, 2, 1, {2, 2, 2, 2}},
+  };
+  std::mt19937 rng(5);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int i = 0; i < 10; ++i) {  // random planes 5..30, stride 1 or 2, pads 0..2, kernel 3/5
+    const int64_t k = pick(0, 1) ? 5 : 3, p = pick(0, 2);
+    cases.push_back({pick(1, 2), pick(1, 12), pick(5, 30), pick(5, 30), 1, k, k, pick(1, 2), 1,
+                     Dims{p, p, pick(0, 2), p}});
+  }
+  const int saved = num_threads();
+  int flat = 0;
+  for (const Case& t : cases) {
+    const ConvCase c{{t.n, t.c, t.h, t.w},
+                     {t.c * t.mult, 1, t.kh, t.kw},
+                     true,
+                     attrs_of({{"pads", t.pads},
+                               {"strides", Dims{t.s, t.s}},
+                               {"dilations", Dims{t.d, t.d}},
+                               {"group", t.c}})};
+    Built b = conv_graph(c);
+    const Tensor& x = b.feeds[0];
+    const Tensor want_conv = reference::run(b.g, b.feeds)[0];
+    const Tensor& w = *b.g.initializer(1);
+    const Tensor& bias = *b.g.initializer(2);
+    const Tensor res = random_tensor(want_conv.shape(), 7);
+    const cpu::ConvGeometry g = cpu::conv_geometry(c.attrs, c.x, c.w, "conv");
+    flat += cpu::depthwise_flat_applies(g);
+    for (int e = 0; e < 4; ++e) {  // none, Relu, Clip, residual Add + Relu
+      cpu::Epilogue ep;
+      if (e == 1) ep.act = cpu::Activation::kRelu;
+      if (e == 2) ep.act = cpu::Activation::kClip, ep.lo = -0.5f, ep.hi = 0.75f;
+      if (e == 3) ep.residual = res.data<float>(), ep.act = cpu::Activation::kRelu;
+      Tensor want = Tensor::empty(DType::kF32, want_conv.shape());
+      for (int64_t j = 0; j < want.numel(); ++j) {
+        float v = static_cast<float>(want_conv.item_as_double(j));
+        if (e == 3) v += res.data<float>()[j];
+        if (e == 1 || e == 3) v = std::max(0.0f, v);
+        if (e == 2) v = std::min(std::max(v, -0.5f), 0.75f);
+        want.data<float>()[j] = v;
+      }
+      for (const char* env : {static_cast<const char*>(nullptr), "0"}) {
+        DepthwiseFlatEnv scope_env(env);
+        for (cpu::Isa isa : cpu::supported_isas()) {
+          IsaScope scope(isa);
+          for (int threads : {1, 2}) {
+            set_num_threads(threads);
+            Tensor y = Tensor::empty(DType::kF32, want.shape());
+            cpu::conv2d(g, x.data<float>(), w.data<float>(), bias.data<float>(), y.data<float>(),
+                        ep);
+            expect_close(
+                y, want, t.kh * t.kw,
+                cat(dims_str(c.x), " k", t.kh, "x", t.kw, " s", t.s, " d", t.d, " pads ",
+                    dims_str(t.pads), " mult ", t.mult, " epilogue ", e, " flat ",
+                    env ? env : "unset", " on ", cpu::isa_name(isa), ", ", threads, " thread(s)"));
+          }
+        }
+      }
+    }
+  }
+  set_num_threads(saved);
+  EXPECT_GE(flat, 20);  // most cases take the flat kernel; the rest the padded-plane one
+}
+
+TEST(CpuConv, DepthwiseFlatEnvIsChecked) {
+  DepthwiseFlatEnv scope_env("yes");
+  const ConvCase c{{1, 4, 6, 6},
+                   {4, 1, 3, 3},
+                   false,
+                   attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{4}}})};
+  const cpu::ConvGeometry g = cpu::conv_geometry(c.attrs, c.x, c.w, "conv");
+  std::vector<float> x(144, 1.0f), w(36, 1.0f), y(144);
+  EXPECT_THROW(cpu::conv2d(g, x.data(), w.data(), nullptr, y.data()), ValueError);
+  // Where the flat kernel applies: "same" pads (any stride) on planes up to 2^16 positions.
+  auto applies = [](Dims x, int64_t k, int64_t s, int64_t p) {
+    const Attributes a =
+        attrs_of({{"pads", Dims{p, p, p, p}}, {"strides", Dims{s, s}}, {"group", x[1]}});
+    return cpu::depthwise_flat_applies(cpu::conv_geometry(a, x, {x[1], 1, k, k}, "conv"));
+  };
+  EXPECT_TRUE(applies({1, 4, 6, 6}, 3, 1, 1));
+  EXPECT_TRUE(applies({1, 4, 7, 7}, 3, 2, 1));
+  EXPECT_TRUE(applies({1, 4, 13, 13}, 5, 2, 2));
+  EXPECT_FALSE(applies({1, 4, 8, 8}, 3, 1, 0));  // pads 0: input columns no output reads
+  EXPECT_FALSE(applies({1, 4, 9, 9}, 3, 2, 0));
+  EXPECT_TRUE(applies({1, 4, 256, 256}, 3, 1, 1));
+  EXPECT_FALSE(applies({1, 4, 257, 256}, 3, 1, 1));  // past 2^16 positions
+}
+
 // Relu(Conv(x, W, B) + r): W and B random constants, x and r graph inputs of the given shapes.
 Graph conv_add_relu(const Shape& x, const Dims& w, const Shape& r, const Attributes& a) {
   Graph g;
@@ -446,14 +578,16 @@ void expect_one_conv_step(const Graph& g, const std::vector<Tensor>& feeds, cons
 // kernel (conv_kernels.cpp); here with a fused residual Add and Relu at level 2 (applied to the
 // NCHW output after the reorder) and channel counts that leave padded lanes.
 TEST(CpuConv, SmallPlaneBlockedPath) {
-  // (x, w, group, whether the blocked path is chosen: a 1x1 conv only on planes up to 8x8)
-  for (const auto& [x, w, group, small] :
-       {std::tuple{Dims{2, 24, 7, 7}, Dims{40, 24, 3, 3}, 1, true},
-        std::tuple{Dims{1, 40, 7, 7}, Dims{36, 40, 1, 1}, 1, true},
-        std::tuple{Dims{1, 40, 14, 14}, Dims{36, 40, 1, 1}, 1, false},
-        std::tuple{Dims{2, 40, 9, 9}, Dims{40, 1, 3, 3}, 40, true}}) {
-    const Dims y = {x[0], w[0], x[2], x[3]};
-    Attributes a = attrs_of({{"group", int64_t{group}}});
+  // (x, w, group, stride, whether the blocked path is chosen: a 1x1 conv only on planes up to
+  // 8x8; a depthwise conv only when strided, the stride-1 ones stay on the flat kernel)
+  for (const auto& [x, w, group, stride, small] :
+       {std::tuple{Dims{2, 24, 7, 7}, Dims{40, 24, 3, 3}, 1, 1, true},
+        std::tuple{Dims{1, 40, 7, 7}, Dims{36, 40, 1, 1}, 1, 1, true},
+        std::tuple{Dims{1, 40, 14, 14}, Dims{36, 40, 1, 1}, 1, 1, false},
+        std::tuple{Dims{2, 40, 9, 9}, Dims{40, 1, 3, 3}, 40, 1, false},
+        std::tuple{Dims{2, 40, 9, 9}, Dims{40, 1, 3, 3}, 40, 2, true}}) {
+    const Dims y = {x[0], w[0], (x[2] - 1) / stride + 1, (x[3] - 1) / stride + 1};
+    Attributes a = attrs_of({{"group", int64_t{group}}, {"strides", Dims{stride, stride}}});
     if (w[2] == 3) a.set("pads", Dims{1, 1, 1, 1});
     const Graph g = conv_add_relu(to_shape(x), w, to_shape(y), a);
     const std::vector<Tensor> feeds = {random_tensor(x, 1), random_tensor(y, 4)};

@@ -601,6 +601,9 @@ std::vector<Case> random_cases() {
       {2, 20, 4, 64, 32, 3, 2, 1},  // stride 2, two output blocks (of 16): 14 + 14 + 3
       {1, 3, 6, 71, 16, 3, 2, 1},   // a stem at stride 2 reading NCHW: 28 + 6
       {1, 40, 3, 33, 72, 1, 2, 0},  // 1x1 stride 2, 4 + 1 blocks of 16 (9 of 8)
+      {2, 160, 3, 3, 96, 1, 1, 0},  // 1x1 on a 3x3 plane: one row of 9 pixels, batch 2
+      {1, 40, 4, 4, 200, 1, 1, 0},  // 1x1 on 4x4: one row of 16 (13 blocks of 16, 25 of 8)
+      {1, 24, 2, 5, 40, 1, 1, 0},   // 1x1 on 2x5: one row of 10
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
@@ -694,19 +697,22 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
     int64_t n, c, h, w, e, stride;
     std::string act;  // between the depthwise and the project conv
   };
-  for (const Block& t :
-       {Block{1, 24, 9, 11, 72, 1, "Clip"}, Block{2, 16, 8, 7, 48, 2, "Relu"},
-        Block{1, 32, 5, 5, 96, 1, ""},
-        Block{1, 128, 3, 3, 256, 1, "Clip"},  // 3 rows: blocks split too
-        Block{1, 16, 3, 61, 32, 1, "Clip"},   // one project block, wide rows
-        Block{2, 24, 4, 58, 72, 1, ""},       // 2 project blocks, 56 + 2
-        // Expanded planes of 1 MiB and more: the expansion joins the node too
-        // (a ring of expanded rows; several images; stride 2; padded lanes).
-        Block{1, 16, 64, 66, 64, 1, "Clip"}, Block{2, 32, 48, 48, 120, 1, "Relu"},
-        Block{1, 16, 65, 64, 64, 2, "Clip"},
-        // 960 -> 160 (0.6 MB of project weights): on two threads a 7-row plane splits its
-        // output blocks, two 8-row images give 8 chunks of 2 rows.
-        Block{1, 160, 7, 7, 960, 1, "Clip"}, Block{2, 160, 8, 8, 960, 1, "Relu"}}) {
+  for (const Block& t : {Block{1, 24, 9, 11, 72, 1, "Clip"}, Block{2, 16, 8, 7, 48, 2, "Relu"},
+                         Block{1, 32, 5, 5, 96, 1, ""},
+                         Block{1, 128, 3, 3, 256, 1, "Clip"},  // 3 rows: blocks split too
+                         Block{1, 16, 3, 61, 32, 1, "Clip"},   // one project block, wide rows
+                         Block{2, 24, 4, 58, 72, 1, ""},       // 2 project blocks, 56 + 2
+                         // Expanded planes of 1 MiB and more: the expansion joins the node too
+                         // (a ring of expanded rows; several images; stride 2; padded lanes).
+                         Block{1, 16, 64, 66, 64, 1, "Clip"}, Block{2, 32, 48, 48, 120, 1, "Relu"},
+                         Block{1, 16, 65, 64, 64, 2, "Clip"},
+                         // 960 -> 160 (0.6 MB of project weights): on two threads a 7-row plane
+                         // splits its output blocks, two 8-row images give 8 chunks of 2 rows.
+                         Block{1, 160, 7, 7, 960, 1, "Clip"}, Block{2, 160, 8, 8, 960, 1, "Relu"},
+                         // MobileNetV2 at 96x96: narrow rows projected in groups of rows (6x6 in
+                         // two groups of 3, 3x3 in one; 12x12 stride 2 -> 6x6, two images).
+                         Block{1, 96, 6, 6, 576, 1, "Clip"}, Block{2, 160, 3, 3, 960, 1, "Clip"},
+                         Block{2, 32, 12, 12, 192, 2, "Clip"}}) {
     std::mt19937 rng(9);
     Graph g;
     const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
@@ -790,7 +796,8 @@ TEST(LayoutKernels, GroupedConvBlocksOnlyOnWholeBlocks) {
 // At level 2 the blocked conv takes the residual Add and the Relu as its epilogue.
 TEST(LayoutKernels, ConvBlockedTakesResidualAndActivationEpilogue) {
   std::mt19937 rng(4);
-  for (const Case& t : {Case{1, 24, 9, 11, 40, 3, 1, 1}, Case{2, 32, 8, 8, 32, 3, 2, 1, 1, true}}) {
+  for (const Case& t : {Case{1, 24, 9, 11, 40, 3, 1, 1}, Case{2, 32, 8, 8, 32, 3, 2, 1, 1, true},
+                        Case{2, 48, 3, 3, 48, 1, 1, 0}}) {  // a 3x3 plane as one row
     const Graph g = conv_graph(t, true, rng);
     const Graph b = assign(g, 16, nullptr, false);
     const std::vector<Tensor> in = random_inputs(g, 23);

@@ -3,8 +3,11 @@
 #include "backend/cpu/conv/conv.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "backend/cpu/scratch.h"
@@ -238,8 +241,153 @@ DepthwisePlane depthwise_plane_of(const ConvGeometry& g) {
   return p;
 }
 
+// The flat kernel reads the input plane itself (no copy) when it already has the output's rows.
+bool depthwise_flat_copies(const ConvGeometry& g) {
+  return !(g.sh == 1 && g.sw == 1 && g.iw == g.ow);
+}
+
+// DepthwiseFlat's offsets and lane masks for a geometry and vector width, made once (per thread)
+// and kept: a model's depthwise convs have a handful of geometries.
+struct FlatTables {
+  std::vector<int64_t> off;
+  std::vector<uint32_t> mask;
+  std::vector<uint64_t> full;
+  std::vector<uint8_t> inside;
+  int64_t vectors = 0, phase_rows = 0, phase_stride = 0;
+};
+
+const FlatTables& flat_tables(const ConvGeometry& g, int lanes) {
+  using Key = std::array<int64_t, 13>;
+  thread_local std::map<Key, FlatTables> cache;
+  const Key key{g.ih, g.iw, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw, lanes};
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  FlatTables t;
+  const int64_t K = g.kh * g.kw, hw = g.oh * g.ow;
+  t.vectors = ceil_div(hw, lanes);
+  t.phase_rows = ceil_div(g.ih, g.sh);
+  t.phase_stride = t.phase_rows * g.ow + lanes;  // a vector's room after each phase plane
+  t.off.resize(static_cast<size_t>(K));
+  t.mask.assign(static_cast<size_t>(t.vectors * K), 0u);
+  t.full.assign(static_cast<size_t>(t.vectors), 0);
+  auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+  // Tap (ky, kx) reads input row oy sh + ky dh - ph: phase py = that mod sh, row oy + da of the
+  // phase plane, which has ceil((ih - py) / sh) rows (likewise columns, in rows of ow).
+  std::vector<int64_t> da(K), db(K), rows(K), cols(K);
+  for (int64_t ky = 0; ky < g.kh; ++ky)
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      const int64_t k = ky * g.kw + kx, ty = ky * g.dh - g.ph, tx = kx * g.dw - g.pw;
+      da[k] = floor_div(ty, g.sh);
+      db[k] = floor_div(tx, g.sw);
+      const int64_t py = ty - da[k] * g.sh, px = tx - db[k] * g.sw;
+      rows[k] = ceil_div(g.ih - py, g.sh);
+      cols[k] = ceil_div(g.iw - px, g.sw);
+      t.off[k] = (py * g.sw + px) * t.phase_stride + da[k] * g.ow + db[k];
+    }
+  for (int64_t oy = 0, f = 0; oy < g.oh; ++oy)
+    for (int64_t ox = 0; ox < g.ow; ++ox, ++f)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t a = oy + da[k], b = ox + db[k];
+        if (a >= 0 && a < rows[k] && b >= 0 && b < cols[k])
+          t.mask[f / lanes * K + k] |= uint32_t{1} << (f % lanes);
+      }
+  const uint32_t all = lanes >= 32 ? ~uint32_t{0} : (uint32_t{1} << lanes) - 1;
+  for (int64_t v = 0; v < t.vectors; ++v) {
+    uint64_t full = 0;
+    for (int64_t k = 0; k < K && k < 64; ++k)
+      if (t.mask[v * K + k] == all) full |= uint64_t{1} << k;
+    t.full[v] = full;
+  }
+  // Vectors whose every tap's whole vector lies inside the source (the input plane, or the split
+  // copy): their masked taps may load whole vectors and mask the multiply-add instead.
+  const int64_t src_len = depthwise_flat_copies(g) ? g.sh * g.sw * t.phase_stride : g.ih * g.iw;
+  t.inside.assign(static_cast<size_t>(t.vectors), 0);
+  for (int64_t v = 0; v < t.vectors; ++v) {
+    bool in = true;
+    for (int64_t k = 0; k < K; ++k)
+      in = in && v * lanes + t.off[k] >= 0 && v * lanes + t.off[k] + lanes <= src_len;
+    t.inside[v] = in;
+  }
+  return cache.emplace(key, std::move(t)).first->second;
+}
+
+// The depthwise conv by the flat kernel: no padded plane; a stride > 1 (or an input narrower
+// than the output) splits the input into phase planes with the output's row length first.
+void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                         float* y, const Epilogue& ep) {
+  const int lanes = PTO_ISA_DISPATCH(depthwise_flat_lanes);
+  const FlatTables& tb = flat_tables(g, lanes);
+  DepthwiseFlat p;
+  static_cast<ConvWindow&>(p) = g;
+  p.lanes = lanes;
+  p.vectors = tb.vectors;
+  p.phase_rows = tb.phase_rows;
+  p.phase_stride = tb.phase_stride;
+  p.off = tb.off.data();
+  p.mask = tb.mask.data();
+  p.full = tb.full.data();
+  p.inside = tb.inside.data();
+  p.clamp =
+      !ep.tile && !ep.residual && (ep.act == Activation::kRelu || ep.act == Activation::kClip);
+  p.lo = ep.act == Activation::kRelu ? 0.0f : ep.lo;
+  p.hi = ep.act == Activation::kRelu ? std::numeric_limits<float>::infinity() : ep.hi;
+  const bool copies = depthwise_flat_copies(g);
+  // The split copy: sh * sw phase planes, and a vector's room past the last (masked reads).
+  const int64_t split_plane = g.sh * g.sw * p.phase_stride;
+  const int64_t mult = g.m / g.c, HW = g.out_plane(), K = g.kh * g.kw;
+  // Planes per call: the kernel's channel blocks on tiny planes (at most 3 vectors); larger ones
+  // one at a time, so that a split copy stays in L1 while the kernel reads it.
+  constexpr int64_t kGroup = 4;
+  const int64_t group = p.vectors <= 3 ? kGroup : 1;
+  Epilogue rest = ep;  // what is not clamped in registers, per plane while in cache
+  rest.bias_kind = Epilogue::Bias::kNone;
+  rest.ldr = HW;
+  const bool has_rest = ep.tile || ep.residual || (ep.act != Activation::kNone && !p.clamp);
+  // With an epilogue pass, planes go through it in runs of about 16 KB (in L1 after the kernel).
+  const int64_t rest_run = std::max<int64_t>(group, 4096 / std::max<int64_t>(HW, 1));
+  parallel_for(0, g.n * g.m, 1, [&](int64_t t0, int64_t t1) {
+    float* buf = copies ? workspace(group * split_plane) : nullptr;
+    int64_t split_of = -1;  // which input plane buf holds (one plane, depth multiplier > 1)
+    EpilogueOperand operands[kTileMaxRegs];
+    for (int64_t t = t0; t < t1;) {
+      const int64_t n = t / g.m, m = t % g.m, plane = n * g.c + m / mult;
+      // Without a copy or an epilogue pass, a whole run of planes in one call (the kernel
+      // blocks them itself): no dispatch and divisions per few tiny planes.
+      const int64_t run = copies ? group : has_rest ? rest_run : g.m;
+      const int64_t cnt = mult == 1 ? std::min({run, t1 - t, g.m - m}) : 1;
+      const float* src = x + plane * g.in_plane();
+      int64_t src_plane = g.in_plane();
+      if (copies) {
+        if (cnt > 1 || plane != split_of)
+          for (int64_t i = 0; i < cnt; ++i)
+            PTO_ISA_DISPATCH(depthwise_flat_split, p, src + i * g.in_plane(),
+                             buf + i * split_plane);
+        split_of = cnt > 1 ? -1 : plane;
+        src = buf;
+        src_plane = split_plane;
+      }
+      PTO_ISA_DISPATCH(depthwise_flat, p, src, src_plane, w + m * K, bias ? bias + m : nullptr,
+                       y + t * HW, cnt);
+      if (has_rest) {  // the cnt planes as rows of HW: one call (per plane, tiny planes paid
+                       // the epilogue's set-up 1152 times: EfficientNet-B0's SiLU convs 4x slower)
+        float* yp = y + t * HW;
+        if (ep.tile) {
+          apply_epilogue(epilogue_at(rest, n, m, 0, operands), yp, HW, 0, cnt, 0, HW);
+        } else {
+          Epilogue e = rest;
+          if (ep.residual) e.residual = ep.residual + t * HW;
+          apply_epilogue(e, yp, HW, 0, cnt, 0, HW);
+        }
+      }
+      t += cnt;
+    }
+  });
+}
+
 void conv_depthwise(const ConvGeometry& g, const float* x, const float* w, const float* bias,
                     float* y, const Epilogue& ep) {
+  if (depthwise_flat_enabled() && depthwise_flat_applies(g))
+    return conv_depthwise_flat(g, x, w, bias, y, ep);
   const DepthwisePlane p = depthwise_plane_of(g);
   const int64_t mult = g.m / g.c, HW = g.out_plane(), K = g.kh * g.kw;
   Epilogue rest = ep;  // residual and activation, applied per plane while it is in cache
@@ -298,6 +446,26 @@ SmallInput small_input_of(const ConvGeometry& g) {
 }
 
 }  // namespace
+
+// PTO_DEPTHWISE_FLAT=0 keeps every depthwise conv on the padded-plane kernel (A/B and tests);
+// unset or 1, the flat kernel takes the convs it applies to. Anything else is an error.
+bool depthwise_flat_enabled() {
+  const char* e = std::getenv("PTO_DEPTHWISE_FLAT");
+  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
+  if (std::strcmp(e, "0") == 0) return false;
+  throw ValueError(cat("PTO_DEPTHWISE_FLAT='", e, "': expected 0 or 1"));
+}
+
+// The flat kernel (DepthwiseFlat) applies when every input column a tap reads has an output
+// column in the same row of the flattened plane: ceil(iw / sw) <= ow (the "same" pads of any
+// stride; not a conv whose pads are smaller than that, which ignores input columns), on output
+// planes up to kFlatMaxPlane positions: its mask table (4 bytes a tap per vector, kept per
+// geometry) stays under 0.5 MB, and larger planes gain little from it (rows of 256 and more).
+constexpr int64_t kFlatMaxPlane = int64_t{1} << 16;
+
+bool depthwise_flat_applies(const ConvGeometry& g) {
+  return ceil_div(g.iw, g.sw) <= g.ow && g.oh * g.ow <= kFlatMaxPlane;
+}
 
 int64_t conv_column_block(const ConvGeometry& g) {
   if (g.depthwise() || use_shifted(g)) return 0;

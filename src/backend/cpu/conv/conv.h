@@ -54,6 +54,16 @@ ConvGeometry conv_geometry(const Attributes& attrs, const Dims& x, const Dims& w
 // path (depthwise, or the shifted path of a stride-1 conv with few junk columns).
 int64_t conv_column_block(const ConvGeometry& g);
 
+// Whether the depthwise conv g runs on the flat kernel (conv.cpp, conv_depthwise_impl.h: no padded
+// plane, vectors across the rows of the flattened output): its pads give every input column an
+// output column (ceil(iw / sw) <= ow), and PTO_DEPTHWISE_FLAT is not 0 (then the padded-plane
+// kernel runs every depthwise conv, and the blocked kernel its small planes; ValueError for a
+// value other than 0 or 1).
+bool depthwise_flat_enabled();
+bool depthwise_flat_applies(const ConvGeometry& g);
+// The share of (output position, tap) pairs that read the input rather than padding.
+double valid_tap_share(const ConvGeometry& g);
+
 // y = act(conv(x, w) + bias[m] + residual_scale * residual) for NCHW x [n, c, ih, iw], w
 // [m, c/group, kh, kw], y and residual [n, m, oh, ow]. `bias` (m values) may be null; of `ep` only
 // residual (the start of the residual tensor), residual_scale, act, lo and hi are used, so a fused

@@ -69,6 +69,159 @@ void plane(const DepthwisePlane& p, const float* padded, const float* w, float b
   }
 }
 
+// ---- the flat kernel (DepthwiseFlat) ----
+
+// The lanes of p whose bit is set in `bits`, zeros elsewhere; the others are not read (they may
+// lie outside the plane: masked loads do not fault).
+inline Vec load_lanes(const float* p, uint32_t bits) {
+#if defined(PTO_ISA_AVX512)
+  return {_mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), p)};
+#elif defined(PTO_ISA_AVX2)
+  const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256i m =
+      _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(bits)), sel), sel);
+  return {_mm256_maskload_ps(p, m)};
+#else
+  return {bits & 1u ? *p : 0.0f};
+#endif
+}
+
+// What one call of depthwise_flat works on.
+struct FlatArgs {
+  const DepthwiseFlat* p;
+  const int64_t* off;  // p->off, or a copy of it
+  int64_t taps, hw;
+  const float* src;
+  int64_t src_plane;
+  const float* w;  // [channels][taps]
+  const float* bias;
+  float* y;
+};
+
+// Vectors [v0, v0 + NB) of G consecutive planes from channel c0: G * NB accumulators, one fused
+// multiply-add per tap each. With kMasked, the taps whose bit is clear in `plain` (some lane of
+// the block reads padding or past the plane) take their lane masks from the table, the others
+// load whole vectors. wreg holds the taps' weights in registers when G == 1 and K > 0.
+// kMode: 0 every tap loads whole vectors; 1 masked taps load masked; 2 (AVX-512, vectors inside
+// the source) masked taps load whole vectors and mask the multiply-add, which keeps the
+// accumulator's lanes the mask clears (whatever those lanes loaded).
+template <int K, int G, int NB, int kMode>
+inline void flat_block(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wreg, uint64_t plain) {
+  constexpr bool kMasked = kMode != 0;
+  constexpr int V = Vec::kLanes;
+  const int64_t taps = K > 0 ? K : a.taps;
+  Vec acc[G][NB];
+  for (int c = 0; c < G; ++c) {
+    const Vec b = Vec::set1(a.bias ? a.bias[c0 + c] : 0.0f);
+    for (int u = 0; u < NB; ++u) acc[c][u] = b;
+  }
+  const uint32_t* mask = a.p->mask + v0 * taps;
+  for (int64_t t = 0; t < taps; ++t) {
+    const bool whole = !kMasked || (t < 64 && (plain >> t & 1u));
+    for (int c = 0; c < G; ++c) {
+      const Vec wv = (G == 1 && K > 0) ? wreg[t] : Vec::set1(a.w[(c0 + c) * taps + t]);
+      const float* s = a.src + (c0 + c) * a.src_plane + a.off[t] + v0 * V;
+      if (whole)
+        for (int u = 0; u < NB; ++u) acc[c][u] = fma(wv, Vec::load(s + u * V), acc[c][u]);
+      else
+        for (int u = 0; u < NB; ++u) {
+#if defined(PTO_ISA_AVX512)
+          if constexpr (kMode == 2) {
+            acc[c][u] = {_mm512_mask3_fmadd_ps(wv.v, Vec::load(s + u * V).v, acc[c][u].v,
+                                               static_cast<__mmask16>(mask[u * taps + t]))};
+            continue;
+          }
+#endif
+          acc[c][u] = fma(wv, load_lanes(s + u * V, mask[u * taps + t]), acc[c][u]);
+        }
+    }
+  }
+  const Vec lo = Vec::set1(a.p->lo), hi = Vec::set1(a.p->hi);
+  for (int c = 0; c < G; ++c) {
+    float* y = a.y + (c0 + c) * a.hw + v0 * V;
+    for (int u = 0; u < NB; ++u) {
+      Vec r = acc[c][u];
+      if (a.p->clamp) r = min(max(r, lo), hi);
+      const int64_t left = a.hw - (v0 + u) * V;
+      if (!kMasked || left >= V)
+        r.store(y + u * V);
+      else
+        r.store(y + u * V, static_cast<int>(left));
+    }
+  }
+}
+
+template <int K, int G, int NB>
+inline void flat_block_any(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wreg) {
+  uint64_t plain = ~uint64_t{0};
+  for (int u = 0; u < NB; ++u) plain &= a.p->full[v0 + u];
+  const int64_t taps = K > 0 ? K : a.taps;
+  const uint64_t all = taps >= 64 ? ~uint64_t{0} : (uint64_t{1} << taps) - 1;
+  if (taps <= 64 && (plain & all) == all) {
+    flat_block<K, G, NB, 0>(a, c0, v0, wreg, plain);
+    return;
+  }
+#if defined(PTO_ISA_AVX512)
+  if constexpr (G == 1) {  // (on tiny planes, several channels a block, no vector is inside)
+    bool inside = true;
+    for (int u = 0; u < NB; ++u) inside = inside && a.p->inside[v0 + u];
+    if (inside) {
+      flat_block<K, G, NB, 2>(a, c0, v0, wreg, plain);
+      return;
+    }
+  }
+#endif
+  flat_block<K, G, NB, 1>(a, c0, v0, wreg, plain);
+}
+
+// Vectors [v0, v0 + n) of G planes from c0, n < 4, as one block.
+template <int K, int G>
+inline void flat_tail(const FlatArgs& a, int64_t c0, int64_t v0, int64_t n, const Vec* wreg) {
+  if (n == 1)
+    flat_block_any<K, G, 1>(a, c0, v0, wreg);
+  else if (n == 2)
+    flat_block_any<K, G, 2>(a, c0, v0, wreg);
+  else if (n == 3)
+    flat_block_any<K, G, 3>(a, c0, v0, wreg);
+}
+
+constexpr int kFlatBlock = 4;  // vectors of one plane per block: enough to hide the FMA latency
+
+// One plane (channel c): the weights in registers, blocks of kFlatBlock vectors.
+template <int K>
+void flat_plane(const FlatArgs& a, int64_t c) {
+  Vec wreg[K > 0 ? K : 1];
+  if constexpr (K > 0)
+    for (int t = 0; t < K; ++t) wreg[t] = Vec::set1(a.w[c * K + t]);
+  const int64_t n = a.p->vectors;
+  int64_t v = 0;
+  for (; v + kFlatBlock <= n; v += kFlatBlock) flat_block_any<K, 1, kFlatBlock>(a, c, v, wreg);
+  flat_tail<K, 1>(a, c, v, n - v, wreg);
+}
+
+template <int K>
+void flat_channels(const FlatArgs& a, int64_t channels) {
+  // Planes of 1-3 vectors (3x3 to 6x6 under AVX-512) would leave each tap's multiply-adds one
+  // dependent chain: several planes go through one block instead (their weights broadcast).
+  const int64_t n = a.p->vectors;
+  int64_t c = 0;
+  if constexpr (K > 0) {
+    if (n <= 3) {
+      constexpr int G = 4;
+      const int64_t g = n == 3 ? 2 : G;
+      for (; c + g <= channels; c += g) {
+        if (n == 3)
+          flat_block_any<K, 2, 3>(a, c, 0, nullptr);
+        else if (n == 2)
+          flat_block_any<K, G, 2>(a, c, 0, nullptr);
+        else
+          flat_block_any<K, G, 1>(a, c, 0, nullptr);
+      }
+    }
+  }
+  for (; c < channels; ++c) flat_plane<K>(a, c);
+}
+
 }  // namespace
 
 void depthwise_pad(const DepthwisePlane& p, const float* x, float* padded) {
@@ -110,6 +263,66 @@ void depthwise_plane(const DepthwisePlane& p, const float* padded, const float* 
     plane<5, 5>(p, padded, w, bias, y);
   else
     plane<0, 0>(p, padded, w, bias, y);
+}
+
+int depthwise_flat_lanes() {
+  return Vec::kLanes;
+}
+
+void depthwise_flat_split(const DepthwiseFlat& p, const float* x, float* dst) {
+#if defined(PTO_ISA_AVX512)
+  if (p.sw == 2) {
+    // Each input row once: 2V floats at a time (the last masked), their even and odd lanes
+    // gathered by one two-source permute each into the row of phase 0 and of phase 1.
+    constexpr int V = Vec::kLanes;
+    const __m512i even =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd =
+        _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const int64_t n0 = (p.iw + 1) / 2, n1 = p.iw / 2;
+    for (int64_t iy = 0, py = 0, r = 0; iy < p.ih; ++iy) {  // py = iy % sh, r = iy / sh
+      float* d0 = dst + (py * 2) * p.phase_stride + r * p.ow;
+      float* d1 = d0 + p.phase_stride;
+      const float* s = x + iy * p.iw;
+      for (int64_t j = 0; j < n0; j += V) {
+        const int64_t left = p.iw - 2 * j;  // input floats from 2j on
+        const __m512 lo =
+            left >= V ? _mm512_loadu_ps(s + 2 * j)
+                      : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1), s + 2 * j);
+        const int64_t lh = left - V;
+        const __m512 hi =
+            lh >= V  ? _mm512_loadu_ps(s + 2 * j + V)
+            : lh > 0 ? _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << lh) - 1), s + 2 * j + V)
+                     : _mm512_setzero_ps();
+        // Whole vectors, no masked stores (the 96 @48 stride-2 conv 65.6 -> 60.8 us): past a
+        // row's end they write into the next row, written after it, or the vector's room after
+        // the phase plane.
+        _mm512_storeu_ps(d0 + j, _mm512_permutex2var_ps(lo, even, hi));
+        if (j < n1) _mm512_storeu_ps(d1 + j, _mm512_permutex2var_ps(lo, odd, hi));
+      }
+      if (++py == p.sh) py = 0, ++r;
+    }
+    return;
+  }
+#endif
+  for (int64_t py = 0; py < p.sh; ++py)
+    for (int64_t px = 0; px < p.sw; ++px) {
+      float* d = dst + (py * p.sw + px) * p.phase_stride;
+      const int64_t rows = (p.ih - py + p.sh - 1) / p.sh, cols = (p.iw - px + p.sw - 1) / p.sw;
+      for (int64_t r = 0; r < rows; ++r)
+        copy_strided(d + r * p.ow, x + (r * p.sh + py) * p.iw + px, cols, p.sw);
+    }
+}
+
+void depthwise_flat(const DepthwiseFlat& p, const float* src, int64_t src_plane, const float* w,
+                    const float* bias, float* y, int64_t channels) {
+  FlatArgs a{&p, p.off, p.kh * p.kw, p.oh * p.ow, src, src_plane, w, bias, y};
+  if (a.taps == 9)
+    flat_channels<9>(a, channels);
+  else if (a.taps == 25)
+    flat_channels<25>(a, channels);
+  else
+    flat_channels<0>(a, channels);
 }
 
 }  // namespace pto::cpu::PTO_ISA_NS

@@ -83,6 +83,36 @@ PTO_ISA_DECLARE(void depthwise_pad(const DepthwisePlane& p, const float* x, floa
 PTO_ISA_DECLARE(void depthwise_plane(const DepthwisePlane& p, const float* padded, const float* w,
                                      float bias, float* y);)
 
+// The depthwise conv on the flattened output plane (conv.cpp conv_depthwise_flat): output
+// position f = oy * ow + ox of a plane, in vectors of `lanes` positions that run across rows, tap t
+// reading src[f + off[t]] where lane mask bit l of mask[v * taps + t] says position v * lanes + l
+// reads the input (zero: padding, or past the plane). src is the input plane itself (stride 1,
+// iw == ow) or its split copy (depthwise_flat_split), so no padded plane is made.
+struct DepthwiseFlat : ConvWindow {
+  int64_t lanes = 0;         // Vec::kLanes of the ISA the tables were made for
+  int64_t vectors = 0;       // ceil(oh * ow / lanes)
+  int64_t phase_rows = 0;    // rows of each phase plane of the split copy: ceil(ih / sh)
+  int64_t phase_stride = 0;  // floats from one phase plane to the next: >= phase_rows * ow + lanes
+  const int64_t* off = nullptr;     // [kh * kw]
+  const uint32_t* mask = nullptr;   // [vectors][kh * kw]
+  const uint64_t* full = nullptr;   // [vectors]: bit t set where tap t < 64 reads all lanes
+  const uint8_t* inside = nullptr;  // [vectors]: every tap's whole vector lies in the source
+  bool clamp = false;               // y = min(max(y, lo), hi) in registers (ReLU, Clip)
+  float lo = 0.0f, hi = 0.0f;
+};
+
+PTO_ISA_DECLARE(
+    int depthwise_flat_lanes();
+    // Input plane x as depthwise_flat reads it when it is not x itself: phase plane (py, px), at
+    // dst + (py * sw + px) * phase_stride, row a column b holds input (a sh + py, b sw + px)
+    // (columns past the input's, and the room after each plane, hold anything: the masks never
+    // read them).
+    void depthwise_flat_split(const DepthwiseFlat& p, const float* x, float* dst);
+    // `channels` consecutive output planes y (oh * ow floats apart), plane c reading src +
+    // c * src_plane with weights w + c * kh * kw and bias bias[c] (bias may be null).
+    void depthwise_flat(const DepthwiseFlat& p, const float* src, int64_t src_plane, const float* w,
+                        const float* bias, float* y, int64_t channels);)
+
 // A 2-D convolution on channel-blocked tensors (ConvBlocked, src/ir/ops/blocked_layout.cpp): x
 // [n, icb, ih, iw, block], y [n, ocb, oh, ow, block], w [ocb, icb, kh, kw, block, block] or, for a
 // depthwise conv, [icb, 1, kh, kw, block]. Only the first `channels` input lanes are read.

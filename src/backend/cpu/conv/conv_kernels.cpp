@@ -185,6 +185,34 @@ bool winograd_fits(const NodeInfo& info, const Tensor& w, int64_t group) {
   return winograd_applies(b);
 }
 
+// Whether depthwise conv `info` (output plane `plane`) takes the blocked kernel. With the flat
+// kernel on (conv.h depthwise_flat_applies, PTO_DEPTHWISE_FLAT not 0), a stride-1 conv does not
+// unless half its taps or more read padding: no reorders, and faster alone than the blocked
+// kernel on the planes the plane-size rule gave that (Conv 3x3 + Clip, 1 thread, p50 of 300
+// calls x3, blocked -> flat, us: 192 @12 21.0 -> 15.6, 576 @6 22.8 -> 13.0, 384 @6 15.6 -> 9.1,
+// 960 @3 15.6 -> 11.4, 576 @14 84.7 -> 64.5, 960 @7 46.4 -> 35.7), but not on 2x2 planes, whose
+// padding taps the blocked kernel skips (EfficientNet-B0 at 64x64: 1152 @2 3x3 + SiLU 16.8 vs
+// 42.8, 5x5 21 vs 63). Strided ones keep the rule: on small planes the flat kernel's phase split
+// costs more than the reorders (alone, blocked / flat: 576 @6 s2 11.1 / 20.6, 192 @12 9.9 /
+// 12.3, 960 @7 25.2 / 36.4); on 24x24 and 28x28 outputs the blocked kernel was faster alone (96
+// @48 58.7 / 67.4, 144 @56 120 / 128, before the split's divisions went) but not inside
+// MobileNetV2 (96x96 at par, 224x224 1% slower), so the rule's 14x14 bound stays.
+bool depthwise_blocked(const NodeInfo& info, const Tensor& w, int64_t plane) {
+  const bool by_rule = small_plane_blocked(plane, w.dim(2), w.dim(3), true);
+  if (!depthwise_flat_enabled()) return by_rule;
+  const auto& xs = info.inputs[0].shape;
+  try {
+    const ConvGeometry g = conv_geometry(
+        info.node.attrs, {1, (*xs)[1].value, (*xs)[2].value, (*xs)[3].value}, w.shape(), "");
+    // Tiny planes where most taps read padding (2x2 planes: 1152 @2 3x3 + SiLU 16.8 blocked,
+    // 42.8 us flat; 5x5 21 / 63) keep the blocked kernel, which skips those taps.
+    return by_rule &&
+           !(g.sh == 1 && g.sw == 1 && depthwise_flat_applies(g) && valid_tap_share(g) >= 0.5);
+  } catch (const ValueError&) {
+    return by_rule;  // run() reports it
+  }
+}
+
 // The algorithm of Conv `info` (W constant, f32) for channel block `block`: the "conv.algo"
 // knob when set, else the plane-size rule (which never picks Winograd inside this kernel: the
 // reorders around it and its rounding are the tuner's to weigh, per machine).
@@ -201,6 +229,7 @@ ConvAlgo conv_algo(const NodeInfo& info, const Tensor& w, int64_t group, int blo
     return kSmallOutput;
   if (!plane) return kImplicitGemm;
   if (w.dim(1) * group < block) return kImplicitGemm;  // a stem: see above
+  if (group != 1) return depthwise_blocked(info, w, *plane) ? kBlockedDirect : kImplicitGemm;
   return small_plane_blocked(*plane, w.dim(2), w.dim(3), group != 1) ? kBlockedDirect
                                                                      : kImplicitGemm;
 }

@@ -1,0 +1,103 @@
+"""Depthwise convs on small planes (the flat kernel, src/backend/cpu/conv/conv_depthwise_impl.h,
+and the blocked kernel the strided ones keep) inside MobileNet-style blocks, against onnxruntime:
+1x1 expansion + Clip, depthwise k x k (stride 1 or 2, pads 0..2) + Clip or Relu, 1x1 projection
+(+ the residual Add at stride 1), planes 5..30 and batch 2, at levels 2 and 3, on 1 and 2 threads,
+and with PTO_DEPTHWISE_FLAT=0 (the padded-plane kernel) for comparison."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper, save
+
+import pypto
+
+# (batch, channels, h, w, expansion, kernel, stride, pad, activation)
+CASES = [
+    (1, 16, 6, 6, 96, 3, 1, 1, "Clip"),
+    (1, 16, 12, 12, 96, 3, 2, 1, "Clip"),
+    (2, 8, 5, 7, 48, 3, 1, 1, "Relu"),
+    (1, 24, 24, 24, 144, 3, 1, 1, "Clip"),
+    (1, 16, 30, 29, 64, 5, 2, 2, "Clip"),
+    (2, 8, 13, 11, 32, 5, 1, 2, "Relu"),
+    (1, 32, 3, 3, 192, 3, 1, 1, "Clip"),
+    (1, 8, 9, 10, 32, 3, 2, 0, "Clip"),
+    (1, 16, 20, 20, 48, 3, 1, 0, "Relu"),
+    # SiLU and a general chain after the depthwise conv: the epilogue pass over runs of planes
+    # (2x2 planes with mostly-padding taps stay on the blocked kernel)
+    (1, 16, 2, 2, 96, 5, 1, 2, "Silu"),
+    (1, 16, 4, 4, 96, 5, 1, 2, "Silu"),
+    (2, 8, 8, 8, 48, 3, 1, 1, "Silu"),
+    (1, 16, 7, 7, 96, 3, 1, 1, "Chain"),
+    (2, 8, 12, 12, 48, 3, 2, 1, "Chain"),
+]
+
+
+def block_model(path, n, c, h, w, e, k, s, p, act):
+    rng = np.random.default_rng(h * 100 + w + k + s)
+    def t(name, *shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+    inits = [t("we", e, c, 1, 1), t("be", e), t("wd", e, 1, k, k), t("bd", e),
+             t("wp", c, e, 1, 1), t("bp", c),
+             numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+    nodes = [helper.make_node("Conv", ["x", "we", "be"], ["e"]),
+             helper.make_node("Clip", ["e", "lo", "hi"], ["ec"]),
+             helper.make_node("Conv", ["ec", "wd", "bd"], ["d"], group=e, kernel_shape=[k, k],
+                              strides=[s, s], pads=[p] * 4)]
+    if act == "Clip":
+        nodes.append(helper.make_node("Clip", ["d", "lo", "hi"], ["da"]))
+    elif act == "Relu":
+        nodes.append(helper.make_node("Relu", ["d"], ["da"]))
+    elif act == "Silu":
+        nodes += [helper.make_node("Sigmoid", ["d"], ["ds"]),
+                  helper.make_node("Mul", ["d", "ds"], ["da"])]
+    else:  # a chain: x * 0.5 + 0.25, then Tanh
+        inits += [numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+                  numpy_helper.from_array(np.array(0.25, np.float32), "quarter")]
+        nodes += [helper.make_node("Mul", ["d", "half"], ["dm"]),
+                  helper.make_node("Add", ["dm", "quarter"], ["dq"]),
+                  helper.make_node("Tanh", ["dq"], ["da"])]
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    residual = s == 1 and (oh, ow) == (h, w)
+    nodes.append(helper.make_node("Conv", ["da", "wp", "bp"], ["pj" if residual else "y"]))
+    if residual:
+        nodes.append(helper.make_node("Add", ["pj", "x"], ["y"]))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "n{}c{}_{}x{}_e{}_k{}s{}p{}_{}".format(*c))
+def test_depthwise_block_matches_onnxruntime(tmp_path, monkeypatch, case):
+    path = str(tmp_path / "m.onnx")
+    block_model(path, *case)
+    n, c, h, w = case[:4]
+    x = np.random.default_rng(1).standard_normal((n, c, h, w)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    saved = pypto.get_num_threads()
+    try:
+        for flat in (None, "0"):
+            if flat is None:
+                monkeypatch.delenv("PTO_DEPTHWISE_FLAT", raising=False)
+            else:
+                monkeypatch.setenv("PTO_DEPTHWISE_FLAT", flat)
+            for level in (2, 3):
+                for threads in (1, 2):
+                    pypto.set_num_threads(threads)
+                    got = pypto.onnx.load(path, level)(x=x)
+                    np.testing.assert_allclose(
+                        got, want, rtol=1e-4, atol=1e-4,
+                        err_msg=f"level {level}, {threads} thread(s), PTO_DEPTHWISE_FLAT={flat}")
+    finally:
+        pypto.set_num_threads(saved)
+
+
+def test_depthwise_flat_env_is_checked(tmp_path, monkeypatch):
+    path = str(tmp_path / "m.onnx")
+    block_model(path, *CASES[0])
+    monkeypatch.setenv("PTO_DEPTHWISE_FLAT", "yes")
+    with pytest.raises(Exception, match="PTO_DEPTHWISE_FLAT"):
+        pypto.onnx.load(path, 2)(x=np.zeros((1, 16, 6, 6), np.float32))
