@@ -9,9 +9,10 @@ layer in float32, in one run with the machine's ceilings (docs/precision.md, "We
 
 Each layer (K x N, 4-bit codes or 8 with --bits 8 (onnxruntime-genai's -p int8), block 32, uint8
 zero points, random codes) is one MatMulNBits node; rows is
-M, the tokens of a call (1: a decoding step; 128: a prompt). --copies distinct copies of each
-layer are called in turn, so that (as an LLM's layers) the weights come from memory rather than
-the last-level cache. Engines, timed interleaved in
+M, the tokens of a call (1: a decoding step; 128: a prompt). Each engine runs one model holding
+--copies independent copies of the layer (other codes, the same input), so that, as an LLM's
+layers do, the weights come from memory rather than the last-level cache; a call's time divided
+by the copies is the time of one layer. Engines, timed interleaved in
 rounds (each a burst of calls; the median call of a burst, the best burst of the rounds):
 - pypto-nbits-acc0 / ort-nbits-acc0: the node at accuracy_level 0 (float32 products: PyPTO
   multiplies its 4-bit panels, onnxruntime dequantizes);
@@ -65,28 +66,38 @@ def layer(k: int, n: int, bits: int, seed: int = 0):
     return packed, scales.reshape(-1), zp, np.ascontiguousarray(w.T)
 
 
-def save_models(tmp: str, k: int, n: int, bits: int, seed: int) -> dict:
+def save_models(tmp: str, k: int, n: int, bits: int, copies: int) -> dict:
+    """The layer's models (nbits-acc0, nbits-acc4, f32), each with `copies` independent copies
+    of the layer (other codes and scales) on the same input, outputs y0, y1, ...: one session a
+    model, as an LLM's layers are, and weights beyond the last-level cache."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    packed, scales, zp, w = layer(k, n, bits, seed)
+    layers = [layer(k, n, bits, seed) for seed in range(copies)]
     a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["m", k])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])
+    ys = [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, ["m", n])
+          for i in range(copies)]
     paths = {}
     for acc in (0, 4):
-        node = helper.make_node("MatMulNBits", ["a", "B", "S", "Z"], ["y"], domain="com.microsoft",
-                                K=k, N=n, bits=bits, block_size=BLOCK, accuracy_level=acc)
-        inits = [numpy_helper.from_array(packed, "B"), numpy_helper.from_array(scales, "S"),
-                 numpy_helper.from_array(zp, "Z")]
-        g = helper.make_graph([node], "nbits", [a], [y], inits)
+        nodes, inits = [], []
+        for i, (packed, scales, zp, _) in enumerate(layers):
+            nodes.append(helper.make_node("MatMulNBits", ["a", f"B{i}", f"S{i}", f"Z{i}"],
+                                          [f"y{i}"], domain="com.microsoft", K=k, N=n, bits=bits,
+                                          block_size=BLOCK, accuracy_level=acc))
+            inits += [numpy_helper.from_array(packed, f"B{i}"),
+                      numpy_helper.from_array(scales, f"S{i}"),
+                      numpy_helper.from_array(zp, f"Z{i}")]
+        g = helper.make_graph(nodes, "nbits", [a], ys, inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
                                                 helper.make_opsetid("com.microsoft", 1)])
-        paths[f"nbits-acc{acc}"] = os.path.join(tmp, f"nbits_{k}x{n}_acc{acc}_{seed}.onnx")
+        paths[f"nbits-acc{acc}"] = os.path.join(tmp, f"nbits_{k}x{n}_acc{acc}.onnx")
         onnx.save(m, paths[f"nbits-acc{acc}"])
-    g = helper.make_graph([helper.make_node("MatMul", ["a", "W"], ["y"])], "f32", [a], [y],
-                          [numpy_helper.from_array(w, "W")])
-    paths["f32"] = os.path.join(tmp, f"f32_{k}x{n}_{seed}.onnx")
+    nodes = [helper.make_node("MatMul", ["a", f"W{i}"], [f"y{i}"]) for i in range(copies)]
+    inits = [numpy_helper.from_array(w, f"W{i}") for i, (_, _, _, w) in enumerate(layers)]
+    g = helper.make_graph(nodes, "f32", [a], ys, inits)
+    paths["f32"] = os.path.join(tmp, f"f32_{k}x{n}.onnx")
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), paths["f32"],
-              save_as_external_data=w.nbytes > 1 << 30)
+              save_as_external_data=sum(w.nbytes for *_, w in layers) > 1 << 30)
+    packed, scales, zp, w = layers[0]
     paths["nbits_bytes"] = packed.nbytes + scales.nbytes + zp.nbytes
     paths["f32_bytes"] = w.nbytes
     return paths
@@ -102,38 +113,31 @@ def child(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.layers.split(","):
             k, n = map(int, spec.split("x"))
-            copies = [save_models(tmp, k, n, args.bits, seed) for seed in range(args.copies)]
-            paths = copies[0]
+            copies = args.copies
+            if not copies:  # the quantized weights three times the last-level cache
+                l3 = pypto.device_info()["l3_bytes"]
+                quantized = k * n * args.bits // 8 + k // BLOCK * n * 5  # + scales, zero points
+                copies = max(2, -(-3 * l3 // quantized))
+            paths = save_models(tmp, k, n, args.bits, copies)
             runners = {}
             for e in args.engines.split(","):
-                calls = []
-                for c in copies:
-                    path = c[e.split("-", 1)[1] if "nbits" in e else "f32"]
-                    if e.startswith("pypto"):
-                        exe = pypto.onnx.load(path)
-                        calls.append(lambda x, exe=exe: exe(a=x))
-                    else:
-                        so = ort.SessionOptions()
-                        so.intra_op_num_threads = threads
-                        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                        s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-                        calls.append(lambda x, s=s: s.run(None, {"a": x})[0])
-                # Each call the next copy of the layer: with enough copies the weights come from
-                # memory, as an LLM's layers do, not from the last-level cache.
-                turn = [0]
-
-                def call(x, calls=calls, turn=turn):
-                    turn[0] = (turn[0] + 1) % len(calls)
-                    return calls[turn[0]](x)
-                runners[e] = call
-                runners[e].first = calls[0]
+                path = paths[e.split("-", 1)[1] if "nbits" in e else "f32"]
+                if e.startswith("pypto"):
+                    exe = pypto.onnx.load(path)
+                    runners[e] = lambda x, exe=exe: exe(a=x)
+                else:
+                    so = ort.SessionOptions()
+                    so.intra_op_num_threads = threads
+                    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                    s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+                    runners[e] = lambda x, s=s: s.run(None, {"a": x})
             for m in map(int, args.rows.split(",")):
                 x = np.random.default_rng(1).standard_normal((m, k)).astype(np.float32)
-                ref = runners[next(iter(runners))].first(x)
+                ref = np.asarray(runners[next(iter(runners))](x)[0])
                 best = {e: float("inf") for e in runners}
                 err = {}
                 for e, f in runners.items():
-                    got = np.asarray(f.first(x))
+                    got = np.asarray(f(x)[0])
                     err[e] = float(np.abs(got - ref).max() / (np.abs(ref).max() + 1e-30))
                 for _ in range(args.rounds):
                     for e, f in runners.items():
@@ -144,7 +148,8 @@ def child(args) -> None:
                             t0 = time.perf_counter()
                             f(x)
                             ts.append(time.perf_counter() - t0)
-                        best[e] = min(best[e], statistics.median(ts))
+                        # a call runs every copy: the time of one layer
+                        best[e] = min(best[e], statistics.median(ts) / copies)
                 for e in runners:
                     wb = paths["f32_bytes"] if e.endswith("f32") else paths["nbits_bytes"]
                     results.append({"layer": spec, "k": k, "n": n, "rows": m, "engine": e,
@@ -183,8 +188,8 @@ def main() -> None:
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--bits", type=int, default=4, choices=[4, 8], help="bits of a weight code")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--copies", type=int, default=4,
-                   help="distinct copies of each layer, called in turn (weights beyond the L3)")
+    p.add_argument("--copies", type=int, default=0,
+                   help="copies of the layer in each model (0: the quantized weights 3x the L3)")
     p.add_argument("--burst", type=float, default=0.3, help="seconds of calls per burst")
     p.add_argument("--quick", action="store_true", help="one small layer, 3 rounds")
     p.add_argument("--json")
