@@ -16,6 +16,12 @@ constexpr int kL = Vec::kLanes;
 // 4096 x 4096 0.84 ms (float32 form) / 0.52 ms (int8 form) on one thread, 0.69 / 0.48 with it
 // (bench/nbits.py, Zen 4; 2048 bytes: 0.69 / 0.49).
 constexpr int64_t kPrefetchBytes = 4096;
+
+// The lines kPrefetchBytes past a block's `bytes` of codes at s, and past its scales.
+inline void prefetch_ahead(const uint8_t* s, int64_t bytes, const float* scales) {
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(s + kPrefetchBytes + off);
+  __builtin_prefetch(scales + kPrefetchBytes / 4);
+}
 constexpr int kV = kNBitsPanel / kL;  // vectors across a panel
 // Rows of A a panel's codes are decoded once for: the accumulators of that many rows stay in
 // registers (AVX2 has 16 of them).
@@ -116,9 +122,7 @@ void gemv_rows(const NBitsPanels& w, int64_t p, const float* a, int64_t lda, con
       for (int c = 0; c < C; ++c)
         for (int v = 0; v < kV; ++v) acc[r][c][0][v] = acc[r][c][1][v] = Vec::zero();
     const uint8_t* s = codes + b * pairs * kPair;
-    for (int64_t off = 0; off < pairs * kPair; off += 64)
-      __builtin_prefetch(s + kPrefetchBytes + off);
-    __builtin_prefetch(scales + b * kNBitsPanel + kPrefetchBytes / 4);
+    prefetch_ahead(s, pairs * kPair, scales + b * kNBitsPanel);
     const float* ak = a + b * w.block;
     for (int64_t q = 0; q < pairs; q += C) {
       for (int c = 0; c < C; ++c) {
@@ -199,9 +203,7 @@ void gemv_i8_rows(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm512_setzero_si512();
     const uint8_t* s = codes + b * groups * kGroup;
-    for (int64_t off = 0; off < groups * kGroup; off += 64)
-      __builtin_prefetch(s + kPrefetchBytes + off);
-    __builtin_prefetch(scales + b * kNBitsPanel + kPrefetchBytes / 4);
+    prefetch_ahead(s, groups * kGroup, scales + b * kNBitsPanel);
     const int8_t* ab = aq + b * w.block;
     for (int64_t g = 0; g < groups; g += C) {
       for (int c = 0; c < C; ++c) {
