@@ -89,6 +89,23 @@ Built conv_graph(const ConvCase& c, DType dt = DType::kF32) {
 
 using testing::expect_close;
 
+// A conv case with bias and initializer weights, its reference output and a residual operand, for
+// the tests that call the conv kernels directly with each epilogue.
+struct ConvWithReference {
+  Built b;
+  Tensor x, want_conv, w, bias, res;
+};
+
+ConvWithReference conv_with_reference(const ConvCase& c) {
+  ConvWithReference r{conv_graph(c), {}, {}, {}, {}, {}};
+  r.x = r.b.feeds[0];
+  r.want_conv = reference::run(r.b.g, r.b.feeds)[0];
+  r.w = *r.b.g.initializer(1);
+  r.bias = *r.b.g.initializer(2);
+  r.res = random_tensor(r.want_conv.shape(), 7);
+  return r;
+}
+
 int64_t k_of(const ConvCase& c) {
   return c.w[1] * (c.w.size() > 2 ? c.w[2] : 1) * (c.w.size() > 3 ? c.w[3] : 1);
 }
@@ -378,12 +395,8 @@ TEST(CpuConv, FusedResidualAndRelu) {
   };
   const int saved = num_threads();
   for (const ConvCase& c : cases) {
-    Built b = conv_graph(c);
-    const Tensor& x = b.feeds[0];
-    const Tensor want_conv = reference::run(b.g, b.feeds)[0];
-    const Tensor& w = *b.g.initializer(1);
-    const Tensor& bias = *b.g.initializer(2);
-    const Tensor res = random_tensor(want_conv.shape(), 7);
+    const ConvWithReference r = conv_with_reference(c);
+    const Tensor &x = r.x, &want_conv = r.want_conv, &w = r.w, &bias = r.bias, &res = r.res;
     Tensor want = Tensor::empty(DType::kF32, want_conv.shape());
     for (int64_t i = 0; i < want.numel(); ++i)
       want.data<float>()[i] = std::max(
@@ -469,12 +482,8 @@ TEST(CpuConv, DepthwiseFlatKernel) {
                                {"strides", Dims{t.s, t.s}},
                                {"dilations", Dims{t.d, t.d}},
                                {"group", t.c}})};
-    Built b = conv_graph(c);
-    const Tensor& x = b.feeds[0];
-    const Tensor want_conv = reference::run(b.g, b.feeds)[0];
-    const Tensor& w = *b.g.initializer(1);
-    const Tensor& bias = *b.g.initializer(2);
-    const Tensor res = random_tensor(want_conv.shape(), 7);
+    const ConvWithReference r = conv_with_reference(c);
+    const Tensor &x = r.x, &want_conv = r.want_conv, &w = r.w, &bias = r.bias, &res = r.res;
     const cpu::ConvGeometry g = cpu::conv_geometry(c.attrs, c.x, c.w, "conv");
     flat += cpu::depthwise_flat_applies(g);
     for (int e = 0; e < 4; ++e) {  // none, Relu, Clip, residual Add + Relu

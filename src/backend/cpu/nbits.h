@@ -50,16 +50,15 @@ PTO_ISA_DECLARE(
     // Rows [0, rows) of A (lda floats apart, kp values each, zeros after K) times panel p:
     // y[r * ldy + j] = bias[j] (0 when null) + sum_k a[r, k] W[k, j] for j < cols (<= 16).
     // asum[r * blocks + b] is the sum of row r's values in block b.
-    void nbits4_gemv(const NBitsPanels& w, int64_t p, const float* a, int64_t lda,
-                     const float* asum, int64_t rows, const float* bias, float* y, int64_t ldy,
-                     int cols);
-    // The int8 form of nbits4_gemv: rows of A quantized (aq: kp int8 each, ldq apart; zeros past
+    void nbits_gemv(const NBitsPanels& w, int64_t p, const float* a, int64_t lda, const float* asum,
+                    int64_t rows, const float* bias, float* y, int64_t ldy, int cols);
+    // The int8 form of nbits_gemv: rows of A quantized (aq: kp int8 each, ldq apart; zeros past
     // K), with per row and block a_scale[r * blocks + b] and qsum[r * blocks + b] (the sum of the
     // block's a_q). VPDPBUSD under AVX-512 (the caller checks AVX512_VNNI), else scalar.
-    void nbits4_gemv_i8(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq,
-                        const float* a_scale, const float* qsum, int64_t rows, const float* bias,
-                        float* y, int64_t ldy, int cols);
-    // One row of A (k floats) quantized for nbits4_gemv_i8, per block of `block` values:
+    void nbits_gemv_i8(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq,
+                       const float* a_scale, const float* qsum, int64_t rows, const float* bias,
+                       float* y, int64_t ldy, int cols);
+    // One row of A (k floats) quantized for nbits_gemv_i8, per block of `block` values:
     // q[b * block + i] = round(a * 127 / max|a|) (nearest even; zeros past k), a_scale[b] =
     // max|a| / 127 and qsum[b] the sum of the block's q.
     void nbits_quantize_row(const float* a, int64_t k, int64_t block, int64_t blocks, int8_t* q,

@@ -253,8 +253,8 @@ void gemv_i8_dispatch(std::integer_sequence<int, Rs...>, int rows, const NBitsPa
 
 }  // namespace
 
-void nbits4_gemv(const NBitsPanels& w, int64_t p, const float* a, int64_t lda, const float* asum,
-                 int64_t rows, const float* bias, float* y, int64_t ldy, int cols) {
+void nbits_gemv(const NBitsPanels& w, int64_t p, const float* a, int64_t lda, const float* asum,
+                int64_t rows, const float* bias, float* y, int64_t ldy, int cols) {
   for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
     const int r = static_cast<int>(std::min<int64_t>(kMaxRows, rows - r0));
     if (w.bits == 4)
@@ -301,9 +301,9 @@ void nbits_quantize_row(const float* a, int64_t k, int64_t block, int64_t blocks
   }
 }
 
-void nbits4_gemv_i8(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq,
-                    const float* a_scale, const float* qsum, int64_t rows, const float* bias,
-                    float* y, int64_t ldy, int cols) {
+void nbits_gemv_i8(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ldq,
+                   const float* a_scale, const float* qsum, int64_t rows, const float* bias,
+                   float* y, int64_t ldy, int cols) {
 #if defined(PTO_ISA_AVX512)
   for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
     const int r = static_cast<int>(std::min<int64_t>(kMaxRows, rows - r0));

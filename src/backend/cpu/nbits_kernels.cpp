@@ -3,11 +3,11 @@
 // A constant weight is repacked at compile time into panels of 16 columns (nbits.h; 2-bit codes
 // stored as 4-bit ones) and the original released: a 4096 x 4096 layer holds 8 MiB of
 // codes and 2.5 MiB of scales and zero points instead of float32's 64 MiB. Rows of A multiply the
-// panels directly, eight at a time (nbits4_gemv: each code made a float in registers once for
+// panels directly, eight at a time (nbits_gemv: each code made a float in registers once for
 // the eight), so a decoding step streams a quarter of the bytes a float32 weight would, and a
 // prompt runs at the FMA rate (bench/nbits.py: 90% of the FMA peak from 8 rows up, above the
 // float32 GEMM on blocks dequantized per call). A node whose accuracy_level is 4 takes the int8
-// form on a CPU with AVX512_VNNI (nbits4_gemv_i8: A quantized per block as onnxruntime does,
+// form on a CPU with AVX512_VNNI (nbits_gemv_i8: A quantized per block as onnxruntime does,
 // four products an instruction lane). The other forms (operands that are not constants, a g_idx
 // whose blocks are not whole) dequantize blocks of columns from the operands as they are, per
 // call, for the float32 GEMM.
@@ -285,11 +285,11 @@ void multiply_panels(const PreparedPanels& p, int64_t M, const float* a, const f
       const float* b = bias ? bias + n0 : nullptr;
       float* out = y + r0 * L.n + n0;
       if (p.int8)
-        PTO_ISA_DISPATCH(nbits4_gemv_i8, w, panel, q + r0 * p.kp, p.kp,
+        PTO_ISA_DISPATCH(nbits_gemv_i8, w, panel, q + r0 * p.kp, p.kp,
                          sums + M * L.blocks + r0 * L.blocks, sums + r0 * L.blocks, m, b, out, L.n,
                          cols);
       else
-        PTO_ISA_DISPATCH(nbits4_gemv, w, panel, ap + r0 * p.kp, p.kp, sums + r0 * L.blocks, m, b,
+        PTO_ISA_DISPATCH(nbits_gemv, w, panel, ap + r0 * p.kp, p.kp, sums + r0 * L.blocks, m, b,
                          out, L.n, cols);
     }
   });
