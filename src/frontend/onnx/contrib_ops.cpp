@@ -3,10 +3,13 @@
 // the masks of its attention ops add mask_filter_value (-10000 by default), not -inf.
 #include "contrib_ops.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
+#include "pto/device_info.h"
 #include "pto/error.h"
 #include "pto/log.h"
 #include "pto/op_registry.h"
@@ -102,7 +105,8 @@ ValueId activation(Emit& e, ValueId x, const std::string& kind, const std::vecto
   };
   Attributes a;
   if (kind.empty() || kind == "Identity") return e.op("Identity", {x}, {}, out);
-  if (kind == "Relu" || kind == "Tanh" || kind == "Sigmoid") return e.op(kind, {x}, {}, out);
+  if (kind == "Relu" || kind == "Tanh" || kind == "Sigmoid" || kind == "HardSwish")
+    return e.op(kind, {x}, {}, out);
   if (kind == "LeakyRelu") {
     a.set("alpha", param(0));
     return e.op(kind, {x}, a, out);
@@ -638,6 +642,164 @@ void rotary_embedding(Emit& e, const std::vector<ValueId>& x, const std::vector<
   e.op("RotaryEmbedding", {x[0], x[2], x[3], pos}, a, y[0]);
 }
 
+// ---- onnxruntime's NCHWc layout (com.microsoft.nchwc) ----
+
+// Whether a NCHWc Conv's filter is in OIHWBo order (a depthwise conv, or a conv reading an NCHW
+// input of fewer channels than the block) rather than OIHWBiBo, as onnxruntime's transformer
+// chose: the same rule its kernel reads the input format by.
+bool nchwc_filter_oihwbo(const NchwcConvShape& c, int64_t block) {
+  if (c.group > 1) return c.in == 1 && c.group == c.out;
+  return c.in < block;
+}
+
+bool nchwc_fits(const NchwcConvShape& c, int64_t block) {
+  if (c.group < 1 || c.out % block != 0) return false;
+  if (nchwc_filter_oihwbo(c, block)) return true;
+  return c.in % block == 0 && c.out % c.group == 0 && (c.out / c.group) % block == 0;
+}
+
+// Filter `w` (dims O, I, KH, KW) from onnxruntime's order to OIHW: OIHWBo is
+// [O/b][I][KH][KW][b], OIHWBiBo [O/b][I/b][KH][KW][b_in][b_out].
+Tensor nchwc_unblock_filter(const Tensor& w, int64_t b, bool oihwbo) {
+  const Tensor src = w.contiguous();
+  const int64_t outs = w.dim(0), ins = w.dim(1), taps = w.dim(2) * w.dim(3);
+  const int64_t bi = oihwbo ? 1 : b, in_blocks = ins / bi;
+  Tensor out = Tensor::empty(DType::kF32, w.shape());
+  const float* s = src.data<float>();
+  float* d = out.data<float>();
+  for (int64_t o = 0; o < outs; ++o)
+    for (int64_t i = 0; i < ins; ++i)
+      for (int64_t t = 0; t < taps; ++t)
+        d[(o * ins + i) * taps + t] =
+            s[((((o / b) * in_blocks + i / bi) * taps + t) * bi + i % bi) * b + o % b];
+  return out;
+}
+
+// Conv(X, W, B?, Sum?){conv attributes, activation, activation_params}: act(Conv + Sum), as
+// FusedConv, on the filter put back in OIHW order (once per filter).
+void nchwc_conv(Emit& e, NchwcState& st, const std::vector<ValueId>& x,
+                const std::vector<ValueId>& y, const Attributes& attrs) {
+  const Tensor* w = e.constant(x[1]);
+  if (!w || w->dtype() != DType::kF32 || w->rank() != 4)
+    e.unsupported("a filter that is not a 4-D float32 initializer");
+  const NchwcConvShape c{w->dim(0), w->dim(1), attrs.get_int("group", 1)};
+  if (!nchwc_fits(c, st.block))
+    throw ValueError(cat(e.where(), ": the filter [", c.out, ", ", c.in, ", ...] of group ",
+                         c.group, " is not in onnxruntime's NCHWc order for block ", st.block));
+  auto [it, fresh] = st.filters.try_emplace(x[1], kNoValue);
+  if (fresh)
+    it->second = e.weight(nchwc_unblock_filter(*w, st.block, nchwc_filter_oihwbo(c, st.block)));
+  std::vector<ValueId> conv_in = x;
+  conv_in[1] = it->second;
+  fused_conv(e, conv_in, y, attrs);
+}
+
+// The channel count of 4-D `v`, which must be known.
+int64_t nchwc_channels(Emit& e, ValueId v) {
+  const auto& s = e.shape(v);
+  if (!s || s->size() != 4 || !(*s)[1].is_known())
+    e.unsupported("an input whose channel count is not known");
+  return (*s)[1].value;
+}
+
+// ReorderInput(X){channels_last}: X (NHWC when channels_last) as NCHW with the channels padded
+// with zeros to a multiple of the block.
+void nchwc_reorder_input(Emit& e, NchwcState& st, const std::vector<ValueId>& x,
+                         const std::vector<ValueId>& y, const Attributes& attrs) {
+  ValueId v = x[0];
+  if (attrs.get_int("channels_last", 0) != 0) {
+    Attributes t;
+    t.set("perm", std::vector<int64_t>{0, 3, 1, 2});
+    v = e.op("Transpose", {v}, t);
+  }
+  const int64_t c = nchwc_channels(e, v), padded = (c + st.block - 1) / st.block * st.block;
+  if (padded == c) {
+    e.op("Identity", {v}, {}, y[0]);
+    return;
+  }
+  e.op("Pad", {v, e.ints({0, 0, 0, 0, 0, padded - c, 0, 0})}, {}, y[0]);
+}
+
+// ReorderOutput(X){channels, channels_last}: the first `channels` channels (then NHWC).
+void nchwc_reorder_output(Emit& e, NchwcState&, const std::vector<ValueId>& x,
+                          const std::vector<ValueId>& y, const Attributes& attrs) {
+  const int64_t channels = attrs.get_int("channels");
+  const bool last = attrs.get_int("channels_last", 0) != 0;
+  if (channels < 1) throw ValueError(cat(e.where(), ": channels must be positive"));
+  ValueId v = x[0];
+  if (nchwc_channels(e, v) < channels)
+    throw ValueError(cat(e.where(), ": channels ", channels, " exceeds the input's"));
+  if (nchwc_channels(e, v) > channels)
+    v = e.op("Slice", {v, e.ints({0}), e.ints({channels}), e.ints({1})}, {},
+             last ? kNoValue : y[0]);
+  Attributes t;
+  t.set("perm", std::vector<int64_t>{0, 2, 3, 1});
+  if (last)
+    e.op("Transpose", {v}, t, y[0]);
+  else if (v == x[0])
+    e.op("Identity", {v}, {}, y[0]);
+}
+
+// Upsample(X){scales (integers), mode, coordinate_transformation_mode}: Resize. Nearest is
+// onnxruntime's asymmetric floor form, the only one its transformer writes.
+void nchwc_upsample(Emit& e, NchwcState&, const std::vector<ValueId>& x,
+                    const std::vector<ValueId>& y, const Attributes& attrs) {
+  const std::vector<int64_t> scales = attrs.get_ints("scales");
+  if (scales.size() != 4) throw ValueError(cat(e.where(), ": scales must have 4 values"));
+  std::vector<float> f;
+  for (int64_t s : scales) {
+    if (s < 1) throw ValueError(cat(e.where(), ": scales must be positive"));
+    f.push_back(static_cast<float>(s));
+  }
+  const std::string mode = attrs.get_string("mode", "nearest");
+  Attributes r;
+  r.set("mode", mode);
+  if (mode == "nearest") {
+    r.set("coordinate_transformation_mode", std::string("asymmetric"));
+    r.set("nearest_mode", std::string("floor"));
+  } else if (mode == "linear") {
+    r.set("coordinate_transformation_mode",
+          attrs.get_string("coordinate_transformation_mode", "asymmetric"));
+  } else {
+    e.unsupported(cat("mode '", mode, "'"));
+  }
+  e.op("Resize", {x[0], kNoValue, e.weight(Tensor::from_vector(f, {4}))}, r, y[0]);
+}
+
+using NchwcExpander = void (*)(Emit&, NchwcState&, const std::vector<ValueId>&,
+                               const std::vector<ValueId>&, const Attributes&);
+
+// The pools are the standard ops with the same attributes.
+void nchwc_pool(Emit& e, const std::string& op, const std::vector<ValueId>& x,
+                const std::vector<ValueId>& y, const Attributes& attrs) {
+  e.op(op, {x[0]}, attrs, y[0]);
+}
+
+const std::pair<const char*, NchwcExpander> kNchwcOps[] = {
+    {"Conv", nchwc_conv},
+    {"ReorderInput", nchwc_reorder_input},
+    {"ReorderOutput", nchwc_reorder_output},
+    {"Upsample", nchwc_upsample},
+    {"MaxPool",
+     [](Emit& e, NchwcState&, const std::vector<ValueId>& x, const std::vector<ValueId>& y,
+        const Attributes& a) { nchwc_pool(e, "MaxPool", x, y, a); }},
+    {"AveragePool",
+     [](Emit& e, NchwcState&, const std::vector<ValueId>& x, const std::vector<ValueId>& y,
+        const Attributes& a) { nchwc_pool(e, "AveragePool", x, y, a); }},
+    {"GlobalMaxPool",
+     [](Emit& e, NchwcState&, const std::vector<ValueId>& x, const std::vector<ValueId>& y,
+        const Attributes& a) { nchwc_pool(e, "GlobalMaxPool", x, y, a); }},
+    {"GlobalAveragePool",
+     [](Emit& e, NchwcState&, const std::vector<ValueId>& x, const std::vector<ValueId>& y,
+        const Attributes& a) { nchwc_pool(e, "GlobalAveragePool", x, y, a); }},
+};
+
+NchwcExpander find_nchwc(const std::string& op) {
+  for (const auto& [name, f] : kNchwcOps)
+    if (op == name) return f;
+  return nullptr;
+}
+
 using Expander = void (*)(Emit&, const std::vector<ValueId>&, const std::vector<ValueId>&,
                           const Attributes&);
 
@@ -717,6 +879,51 @@ void expand_contrib_op(Graph& g, const std::string& op, const std::vector<ValueI
     throw ValueError(cat(where, ": the first output is required"));
   Emit e(g, name, where);
   entry->expand(e, inputs, outputs, attrs);
+}
+
+int64_t nchwc_block_size(const std::vector<NchwcConvShape>& convs, const std::string& where) {
+  std::vector<int64_t> fit;
+  for (int64_t b : {16, 8})
+    if (std::all_of(convs.begin(), convs.end(), [&](const auto& c) { return nchwc_fits(c, b); }))
+      fit.push_back(b);
+  const char* env = std::getenv("PTO_NCHWC_BLOCK");
+  if (env && *env) {
+    const std::string s = env;
+    if (s != "8" && s != "16")
+      throw ValueError(cat("PTO_NCHWC_BLOCK=", s,
+                           ": must be 8 or 16 (onnxruntime's NCHWc block "
+                           "on AVX2 and AVX-512 CPUs)"));
+    const int64_t b = std::stoll(s);
+    if (std::find(fit.begin(), fit.end(), b) == fit.end())
+      throw ValueError(
+          cat(where, ": PTO_NCHWC_BLOCK=", b, " does not fit the file's NCHWc filters (",
+              fit.empty() ? std::string("neither 8 nor 16 does") : cat(fit[0], " does"), ")"));
+    return b;
+  }
+  if (fit.empty())
+    throw UnsupportedError(cat(where,
+                               ": the NCHWc filters fit neither onnxruntime's block of 16 "
+                               "(AVX-512) nor of 8 (AVX2)"));
+  if (fit.size() == 1) return fit[0];
+  return detect_device().avx512f ? 16 : 8;  // what onnxruntime would reorder for on this CPU
+}
+
+bool is_nchwc_op(const std::string& domain, const std::string& op) {
+  return domain == "com.microsoft.nchwc" && find_nchwc(op) != nullptr;
+}
+
+void expand_nchwc_op(Graph& g, NchwcState& state, const std::string& op,
+                     const std::vector<ValueId>& inputs, const std::vector<ValueId>& outputs,
+                     const Attributes& attrs, const std::string& name, const std::string& where) {
+  const NchwcExpander f = find_nchwc(op);
+  PTO_CHECK(f && state.block > 0) << op << " is not a read NCHWc op, or no block was chosen";
+  const size_t required = op == "Conv" ? 2 : 1;
+  for (size_t i = 0; i < required; ++i)
+    if (in(inputs, i) == kNoValue) throw ValueError(cat(where, ": input ", i, " is required"));
+  if (outputs.empty() || outputs[0] == kNoValue)
+    throw ValueError(cat(where, ": the first output is required"));
+  Emit e(g, name, where);
+  f(e, state, inputs, outputs, attrs);
 }
 
 }  // namespace pto::onnx

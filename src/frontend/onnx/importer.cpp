@@ -30,6 +30,11 @@ bool is_default_domain(const std::string& d) {
 // What to do about an op of another domain (for com.microsoft: one PyPTO does not read;
 // qlinear_ops.h lists those it does).
 std::string unsupported_domain_hint(const std::string& domain, const std::string& op) {
+  if (domain == "com.microsoft.nchwc")
+    return cat(" (", op,
+               ": not among the NCHWc ops PyPTO reads (Conv, ReorderInput, ReorderOutput, the "
+               "pools, Upsample); save the onnxruntime-optimized model at ORT_ENABLE_EXTENDED, "
+               "which writes no NCHWc ops, or load it as exported)");
   if (domain != "com.microsoft") return "";
   if (op == "QAttention" || op == "QEmbedLayerNormalization")
     return cat(" (", op,
@@ -245,11 +250,30 @@ std::vector<std::string> free_names(const ::onnx::GraphProto& gp) {
   return out;
 }
 
+// The NCHWc convs' filter shapes in `gp` (those with an initializer filter).
+std::vector<NchwcConvShape> nchwc_convs(const ::onnx::GraphProto& gp) {
+  std::unordered_map<std::string, const ::onnx::TensorProto*> inits;
+  for (const auto& t : gp.initializer()) inits[t.name()] = &t;
+  std::vector<NchwcConvShape> out;
+  for (const auto& np : gp.node()) {
+    if (np.domain() != "com.microsoft.nchwc" || np.op_type() != "Conv" || np.input_size() < 2)
+      continue;
+    auto it = inits.find(np.input(1));
+    if (it == inits.end() || it->second->dims_size() != 4) continue;
+    NchwcConvShape c{it->second->dims(0), it->second->dims(1), 1};
+    for (const auto& a : np.attribute())
+      if (a.name() == "group") c.group = a.i();
+    out.push_back(c);
+  }
+  return out;
+}
+
 struct Converter {
   const std::string& base_dir;
   const std::string& src;
   int opset;
   DimGuesses guesses;
+  std::unordered_map<const Graph*, NchwcState> nchwc;  // per graph, made at its first NCHWc op
 
   // Fills `g` from `gp`. `captures` (a subgraph's): the outer values it reads, with their types,
   // added as its last inputs under their outer names.
@@ -343,7 +367,8 @@ struct Converter {
     const bool contrib = np.domain() == "com.microsoft" &&
                          (qlinear::is_contrib_op(np.op_type()) || np.op_type() == "MatMulNBits");
     const bool expanded = is_expanded_contrib_op(np.domain(), np.op_type());
-    if (!is_default_domain(np.domain()) && !contrib && !expanded)
+    const bool blocked = is_nchwc_op(np.domain(), np.op_type());
+    if (!is_default_domain(np.domain()) && !contrib && !expanded && !blocked)
       throw UnsupportedError(cat(where, ": operator domain '", np.domain(), "' is not supported",
                                  unsupported_domain_hint(np.domain(), np.op_type())));
     if (np.op_type().empty()) throw ValueError(cat(where, ": node has no op_type"));
@@ -407,6 +432,12 @@ struct Converter {
     }
     if (expanded) {  // `where` names the file already
       expand_contrib_op(g, np.op_type(), inputs, outputs, attrs, name, where);
+      return;
+    }
+    if (blocked) {
+      NchwcState& st = nchwc[&g];
+      if (st.block == 0) st.block = nchwc_block_size(nchwc_convs(gp), src);
+      expand_nchwc_op(g, st, np.op_type(), inputs, outputs, attrs, name, where);
       return;
     }
     try {
