@@ -18,6 +18,7 @@ KernelRegistry& KernelRegistry::global() {
     register_generate_kernels(*r);
     register_resize_kernels(*r);
     register_recurrent_kernels(*r);
+    register_linear_attention_kernels(*r);
     register_topk_kernels(*r);
     register_grid_sample_kernels(*r);
     register_axis_kernels(*r);

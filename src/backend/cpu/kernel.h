@@ -162,7 +162,9 @@ void register_quant_kernels(KernelRegistry& r);  // quant_kernels: MatMulInteger
 void register_generate_kernels(KernelRegistry& r);   // generate: Range, ConstantOfShape, Shape, ...
 void register_resize_kernels(KernelRegistry& r);     // resize: Resize, Upsample
 void register_recurrent_kernels(KernelRegistry& r);  // recurrent: RNN, GRU, LSTM (float32)
-void register_topk_kernels(KernelRegistry& r);       // topk: TopK
+// linear_attention: LinearAttention, CausalConvWithState (float32)
+void register_linear_attention_kernels(KernelRegistry& r);
+void register_topk_kernels(KernelRegistry& r);         // topk: TopK
 void register_grid_sample_kernels(KernelRegistry& r);  // grid_sample: GridSample
 // axis_ops: MeanVarianceNormalization, LpNormalization, LRN, Hardmax, Trilu
 void register_axis_kernels(KernelRegistry& r);

@@ -2,6 +2,8 @@
 // recurrent_avx512.cpp, recurrent_avx2.cpp, recurrent_generic.cpp; see recurrent_kernels.h).
 #pragma once
 
+#include <algorithm>
+
 #include "backend/cpu/isa/vmath.h"
 #include "backend/cpu/recurrent_kernels.h"
 
@@ -139,6 +141,105 @@ void lstm_cell(const CellRow& c, int64_t j0, int64_t j1) {
     const Vec o = sigmoid(clamp(c, load(c.gx + H + j, n) + load(c.gh + H + j, n) + po * c_new));
     store(c_new, c.c + j, n);
     store(o * tanh(c_new), c.h + j, n);
+  }
+}
+
+namespace {
+
+// Columns [m, m + n) of one LinearAttention token: the state's columns are independent, so a
+// strip of one vector goes through the whole token while it is in L1: decay and retrieve (delta
+// rule), then update, reading the first G query rows on the way.
+template <int G>
+void linear_attention_update(const LinearAttentionToken& t, int64_t m, int n) {
+  const int64_t dk = t.dk, dv = t.dv;
+  float* s = t.s + m;
+  Vec u = load(t.v + m, n);
+  if (t.delta) {
+    Vec r = Vec::zero();
+    for (int64_t d = 0; d < dk; ++d) {
+      Vec x = load(s + d * dv, n);
+      if (t.decay) {
+        x = x * Vec::set1(t.decay[d]);
+        store(x, s + d * dv, n);
+      }
+      r = fma(Vec::set1(t.k[d]), x, r);
+    }
+    u = Vec::set1(t.beta) * (u - r);
+  }
+  const bool decay_here = t.decay && !t.delta;
+  Vec acc[G];
+  for (int j = 0; j < G; ++j) acc[j] = Vec::zero();
+  for (int64_t d = 0; d < dk; ++d) {
+    Vec x = load(s + d * dv, n);
+    if (decay_here) x = x * Vec::set1(t.decay[d]);
+    x = fma(Vec::set1(t.k[d]), u, x);
+    store(x, s + d * dv, n);
+    for (int j = 0; j < G; ++j) acc[j] = fma(Vec::set1(t.q[j * dk + d]), x, acc[j]);
+  }
+  for (int j = 0; j < G; ++j) store(acc[j] * Vec::set1(t.scale), t.out + j * dv + m, n);
+}
+
+// Query rows [j0, j0 + G) of the strip, reading the updated state.
+template <int G>
+void linear_attention_read(const LinearAttentionToken& t, int64_t j0, int64_t m, int n) {
+  const int64_t dk = t.dk, dv = t.dv;
+  const float* q = t.q + j0 * dk;
+  Vec acc[G];
+  for (int j = 0; j < G; ++j) acc[j] = Vec::zero();
+  for (int64_t d = 0; d < dk; ++d) {
+    const Vec x = load(t.s + d * dv + m, n);
+    for (int j = 0; j < G; ++j) acc[j] = fma(Vec::set1(q[j * dk + d]), x, acc[j]);
+  }
+  for (int j = 0; j < G; ++j) store(acc[j] * Vec::set1(t.scale), t.out + (j0 + j) * dv + m, n);
+}
+
+}  // namespace
+
+void linear_attention_token(const LinearAttentionToken& t) {
+  const int64_t first = std::min<int64_t>(t.group, 4);
+  for (int64_t m = 0; m < t.dv; m += L) {
+    const int n = tail(t.dv, m);
+    switch (first) {
+      case 1:
+        linear_attention_update<1>(t, m, n);
+        break;
+      case 2:
+        linear_attention_update<2>(t, m, n);
+        break;
+      case 3:
+        linear_attention_update<3>(t, m, n);
+        break;
+      default:
+        linear_attention_update<4>(t, m, n);
+        break;
+    }
+    for (int64_t j = first; j < t.group; j += 4) {  // more query heads share the KV head
+      switch (std::min<int64_t>(t.group - j, 4)) {
+        case 1:
+          linear_attention_read<1>(t, j, m, n);
+          break;
+        case 2:
+          linear_attention_read<2>(t, j, m, n);
+          break;
+        case 3:
+          linear_attention_read<3>(t, j, m, n);
+          break;
+        default:
+          linear_attention_read<4>(t, j, m, n);
+          break;
+      }
+    }
+  }
+}
+
+void causal_conv_row(const float* row, int64_t n, const float* w, int64_t k, float bias, bool silu,
+                     float* out) {
+  for (int64_t i = 0; i < n; i += L) {
+    const int c = tail(n, i);
+    Vec acc = Vec::set1(bias);
+    for (int64_t j = 0; j < k; ++j) acc = fma(Vec::set1(w[j]), load(row + i + j, c), acc);
+    if (silu) acc = acc * sigmoid(acc);
+    store(acc, out + i, c);
   }
 }
 

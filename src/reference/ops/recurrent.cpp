@@ -1,5 +1,7 @@
 // Reference RNN, GRU and LSTM: one batch row and one time step at a time, in double precision,
-// exactly as the ONNX equations read (gate orders: GRU z r h, LSTM i o f c; peepholes i o f).
+// exactly as the ONNX equations read (gate orders: GRU z r h, LSTM i o f c; peepholes i o f);
+// LinearAttention's recurrence one token at a time and CausalConvWithState one output at a time,
+// in double precision too.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -204,9 +206,156 @@ std::vector<Tensor> recurrent(const KernelContext& c, Cell cell) {
   return out;
 }
 
+// LinearAttention: per batch row and KV head, the state S [dk, dv] (past_state, or zeros) for
+// each token t is decayed (gated rules: S *= exp(decay), per head or per key dimension), updated
+// (S += k (x) v, or with the delta rule S += k (x) beta (v - S^T k)), and read by each query head
+// of the KV head's group: o = scale q^T S.
+std::vector<Tensor> linear_attention(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor &Q = c.input(0), &K = c.input(1), &V = c.input(2);
+  const auto& a = c.attrs();
+  const int64_t hq = a.get_int("q_num_heads"), hkv = a.get_int("kv_num_heads");
+  const std::string rule = a.get_string("update_rule", "gated_delta");
+  if (rule != "linear" && rule != "gated" && rule != "delta" && rule != "gated_delta")
+    throw ValueError(
+        cat(w, ": update_rule '", rule, "' is not one of linear, gated, delta, gated_delta"));
+  if (hq <= 0 || hkv <= 0 || hq % hkv != 0)
+    throw ValueError(
+        cat(w, ": q_num_heads ", hq, " must be a positive multiple of kv_num_heads ", hkv));
+  const bool gated = rule == "gated" || rule == "gated_delta";
+  const bool delta = rule == "delta" || rule == "gated_delta";
+  if (gated != c.has_input(4))
+    throw ValueError(
+        cat(w, ": update_rule '", rule, "' ", gated ? "needs" : "takes no", " decay input"));
+  if (delta != c.has_input(5))
+    throw ValueError(
+        cat(w, ": update_rule '", rule, "' ", delta ? "needs" : "takes no", " beta input"));
+  if (Q.rank() != 3 || K.rank() != 3 || V.rank() != 3)
+    throw ValueError(cat(w, ": query, key and value must be 3-D [batch, tokens, heads * size]"));
+  const int64_t B = Q.dim(0), T = Q.dim(1);
+  if (Q.dim(2) % hq != 0 || V.dim(2) % hkv != 0)
+    throw ValueError(cat(w, ": the last dimensions of query ", Q.str(), " and value ", V.str(),
+                         " must divide by q_num_heads and kv_num_heads"));
+  const int64_t dk = Q.dim(2) / hq, dv = V.dim(2) / hkv, group = hq / hkv;
+  if (K.shape() != Dims{B, T, hkv * dk} || V.dim(0) != B || V.dim(1) != T)
+    throw ValueError(cat(w, ": key ", K.str(), " and value ", V.str(), " must be [", B, ", ", T,
+                         ", ", hkv * dk, "] and [", B, ", ", T, ", ", hkv, " * dv]"));
+  std::vector<double> q = to_doubles(Q, w), k = to_doubles(K, w), v = to_doubles(V, w);
+  std::vector<double> g, beta, S(static_cast<size_t>(B * hkv * dk * dv), 0.0);
+  int64_t g_width = 0, beta_width = 0;
+  if (gated) {
+    const Tensor& G = c.input(4);
+    g_width = G.rank() == 3 ? G.dim(2) : 0;
+    if (G.rank() != 3 || G.dim(0) != B || G.dim(1) != T || (g_width != hkv && g_width != hkv * dk))
+      throw ValueError(cat(w, ": decay ", G.str(), " must be [", B, ", ", T, ", ", hkv, "] or [", B,
+                           ", ", T, ", ", hkv * dk, "]"));
+    g = to_doubles(G, w);
+  }
+  if (delta) {
+    const Tensor& Bt = c.input(5);
+    beta_width = Bt.rank() == 3 ? Bt.dim(2) : 0;
+    if (Bt.rank() != 3 || Bt.dim(0) != B || Bt.dim(1) != T ||
+        (beta_width != hkv && beta_width != 1))
+      throw ValueError(cat(w, ": beta ", Bt.str(), " must be [", B, ", ", T, ", ", hkv, "] or [", B,
+                           ", ", T, ", 1]"));
+    beta = to_doubles(Bt, w);
+  }
+  if (c.has_input(3)) {
+    const Tensor& P = c.input(3);
+    if (P.shape() != Dims{B, hkv, dk, dv})
+      throw ValueError(
+          cat(w, ": past_state ", P.str(), " must be [", B, ", ", hkv, ", ", dk, ", ", dv, "]"));
+    S = to_doubles(P, w);
+  }
+  const double scale_attr = a.get_float("scale", 0.0);
+  const double scale = scale_attr == 0.0 ? 1.0 / std::sqrt(static_cast<double>(dk)) : scale_attr;
+  std::vector<double> out(static_cast<size_t>(B * T * hq * dv)), u(dv);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < hkv; ++h) {
+        double* s = &S[((b * hkv + h) * dk) * dv];
+        const double* kt = &k[((b * T + t) * hkv + h) * dk];
+        const double* vt = &v[((b * T + t) * hkv + h) * dv];
+        if (gated)
+          for (int64_t d = 0; d < dk; ++d) {
+            const double e = std::exp(g[(b * T + t) * g_width + (g_width == hkv ? h : h * dk + d)]);
+            for (int64_t m = 0; m < dv; ++m) s[d * dv + m] *= e;
+          }
+        for (int64_t m = 0; m < dv; ++m) u[m] = vt[m];
+        if (delta) {
+          const double bt = beta[(b * T + t) * beta_width + (beta_width == 1 ? 0 : h)];
+          for (int64_t m = 0; m < dv; ++m) {
+            double r = 0;
+            for (int64_t d = 0; d < dk; ++d) r += s[d * dv + m] * kt[d];
+            u[m] = bt * (vt[m] - r);
+          }
+        }
+        for (int64_t d = 0; d < dk; ++d)
+          for (int64_t m = 0; m < dv; ++m) s[d * dv + m] += kt[d] * u[m];
+        for (int64_t j = h * group; j < (h + 1) * group; ++j) {
+          const double* qt = &q[((b * T + t) * hq + j) * dk];
+          for (int64_t m = 0; m < dv; ++m) {
+            double o = 0;
+            for (int64_t d = 0; d < dk; ++d) o += qt[d] * s[d * dv + m];
+            out[((b * T + t) * hq + j) * dv + m] = scale * o;
+          }
+        }
+      }
+  std::vector<Tensor> result = {from_doubles(Q.dtype(), {B, T, hq * dv}, out, w)};
+  if (c.num_outputs > 1)
+    result.push_back(
+        from_doubles(c.has_input(3) ? c.input(3).dtype() : Q.dtype(), {B, hkv, dk, dv}, S, w));
+  return result;
+}
+
+// CausalConvWithState: each channel's row [past_state (or k - 1 zeros), input] convolved with
+// its k taps, valid positions only, plus bias, then x sigmoid(x) for silu/swish; the row's last
+// k - 1 values are the present state.
+std::vector<Tensor> causal_conv_with_state(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor &X = c.input(0), &W = c.input(1);
+  const std::string act = c.attrs().get_string("activation", "none");
+  if (act != "none" && act != "silu" && act != "swish")
+    throw ValueError(cat(w, ": activation '", act, "' is not one of none, silu, swish"));
+  if (X.rank() != 3 || W.rank() != 3 || W.dim(0) != X.dim(1) || W.dim(1) != 1 || W.dim(2) < 1)
+    throw ValueError(cat(w, ": input ", X.str(), " must be [batch, channels, length] and weight ",
+                         W.str(), " [channels, 1, k]"));
+  const int64_t B = X.dim(0), C = X.dim(1), L = X.dim(2), k = W.dim(2), P = k - 1;
+  std::vector<double> x = to_doubles(X, w), wt = to_doubles(W, w), bias, past;
+  if (c.has_input(2)) {
+    if (c.input(2).shape() != Dims{C})
+      throw ValueError(cat(w, ": bias ", c.input(2).str(), " must be [", C, "]"));
+    bias = to_doubles(c.input(2), w);
+  }
+  if (c.has_input(3)) {
+    if (c.input(3).shape() != Dims{B, C, P})
+      throw ValueError(
+          cat(w, ": past_state ", c.input(3).str(), " must be [", B, ", ", C, ", ", P, "]"));
+    past = to_doubles(c.input(3), w);
+  }
+  std::vector<double> y(x.size()), state(static_cast<size_t>(B * C * P)), row(L + P);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t ch = 0; ch < C; ++ch) {
+      const int64_t r = b * C + ch;
+      for (int64_t i = 0; i < P; ++i) row[i] = past.empty() ? 0.0 : past[r * P + i];
+      for (int64_t i = 0; i < L; ++i) row[P + i] = x[r * L + i];
+      for (int64_t t = 0; t < L; ++t) {
+        double o = bias.empty() ? 0.0 : bias[ch];
+        for (int64_t j = 0; j < k; ++j) o += wt[ch * k + j] * row[t + j];
+        y[r * L + t] = act == "none" ? o : o / (1.0 + std::exp(-o));
+      }
+      for (int64_t i = 0; i < P; ++i) state[r * P + i] = row[L + i];
+    }
+  std::vector<Tensor> result = {from_doubles(X.dtype(), X.shape(), y, w)};
+  if (c.num_outputs > 1) result.push_back(from_doubles(X.dtype(), {B, C, P}, state, w));
+  return result;
+}
+
 }  // namespace
 
 void register_recurrent_kernels(KernelRegistry& r) {
+  r.add("LinearAttention", linear_attention);
+  r.add("CausalConvWithState", causal_conv_with_state);
   r.add("RNN", [](const KernelContext& c) { return recurrent(c, Cell::kRnn); });
   r.add("GRU", [](const KernelContext& c) { return recurrent(c, Cell::kGru); });
   r.add("LSTM", [](const KernelContext& c) { return recurrent(c, Cell::kLstm); });
