@@ -44,6 +44,7 @@ CASES = {
     "nms": ("NonMaxSuppression", None, None, 13, None, F),  # nms_model
     "rotary": ("RotaryEmbedding", None, None, 23, None, F),  # rotary_model
     "roi_align": ("RoiAlign", None, None, 16, None, F),  # roi_model
+    "deform_conv": ("DeformConv", None, None, 19, None, F),  # deform_model
 }
 
 
@@ -101,7 +102,28 @@ def roi_model(tmp):
     return path, feeds
 
 
+def deform_model(tmp):
+    """A DCNv2 layer of a detection backbone (ResNet stage 3 with DCN): 256 channels 3x3 on a
+    [1, 256, 50, 68] map, offsets of a few pixels, a mask, bias."""
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((1, 256, 50, 68)).astype(np.float32),
+             "off": (rng.standard_normal((1, 18, 50, 68)) * 2).astype(np.float32),
+             "mask": rng.random((1, 9, 50, 68)).astype(np.float32)}
+    inits = [numpy_helper.from_array((rng.standard_normal((256, 256, 3, 3)) * 0.02)
+                                     .astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(256).astype(np.float32), "b")]
+    info = [helper.make_tensor_value_info(k, F, list(v.shape)) for k, v in feeds.items()]
+    node = helper.make_node("DeformConv", ["x", "w", "off", "b", "mask"], ["y"], pads=[1] * 4)
+    graph = helper.make_graph([node], "dcn", info, [helper.make_tensor_value_info("y", F, None)],
+                              initializer=inits)
+    path = os.path.join(tmp, "dcn.onnx")
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), path)
+    return path, feeds
+
+
 def model(tmp, name):
+    if name == "deform_conv":
+        return deform_model(tmp)
     if name == "nms":
         return nms_model(tmp)
     if name == "roi_align":

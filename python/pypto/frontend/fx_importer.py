@@ -89,6 +89,21 @@ def converter(*targets):
     return register
 
 
+# Converters of other libraries' custom ops, in a module imported the first time a graph holds
+# one of the namespace's ops (the library is loaded then, and PyPTO does not import it itself).
+LAZY_NAMESPACES = {"torchvision": "pypto.frontend.torchvision_ops"}
+
+
+def _load_lazy(target) -> None:
+    if target in CONVERTERS or not isinstance(target, torch._ops.OpOverload):
+        return
+    module = LAZY_NAMESPACES.get(target.namespace)
+    if module is not None:
+        import importlib
+
+        importlib.import_module(module)
+
+
 def target_name(target) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return str(target)
@@ -97,7 +112,10 @@ def target_name(target) -> str:
 
 def supported(node: torch.fx.Node) -> bool:
     """Whether a call node can be converted (the torch.compile partitioner asks)."""
-    return node.op != "call_function" or node.target in CONVERTERS or _is_custom(node.target)
+    if node.op != "call_function":
+        return True
+    _load_lazy(node.target)
+    return node.target in CONVERTERS or _is_custom(node.target)
 
 
 def conversion_problem(node: torch.fx.Node) -> str | None:
@@ -376,6 +394,7 @@ class FxImporter:
             return
         if node.op != "call_function":
             raise NotImplementedError(f"[import] node '{node.name}': unsupported FX op {node.op}")
+        _load_lazy(node.target)
         fn = CONVERTERS.get(node.target)
         args, kwargs = self.resolve(node.args), self.resolve(node.kwargs)
         if fn is None:

@@ -60,6 +60,22 @@ void infer_conv(InferContext& c) {
   infer::conv_output(c, 1, c.inputs[0].dtype);
 }
 
+// DeformConv: Y [N, W's oC, offset's spatial dims] (the offsets are given per output position).
+void infer_deform_conv(InferContext& c) {
+  if (!c.has_input(0)) return;
+  const std::optional<Shape>& x = c.inputs[0].shape;
+  std::optional<Shape> y;
+  if (x && x->size() >= 3) {
+    y = Shape{(*x)[0], Dim::unknown()};
+    if (c.has_input(1) && c.inputs[1].shape && !c.inputs[1].shape->empty())
+      (*y)[1] = (*c.inputs[1].shape)[0];
+    const std::optional<Shape>& off = c.has_input(2) ? c.inputs[2].shape : std::nullopt;
+    for (size_t i = 2; i < x->size(); ++i)
+      y->push_back(off && off->size() == x->size() ? (*off)[i] : Dim::unknown());
+  }
+  infer::set(c, 0, c.inputs[0].dtype, y);
+}
+
 void infer_conv_transpose(InferContext& c) {
   if (!c.has_input(0)) return;
   const std::optional<Shape>& x = c.inputs[0].shape;
@@ -129,6 +145,19 @@ void register_nn_ops(OpRegistry& r) {
          .attrs = window::window_attrs().with({{"group", int64_t{1}}, params::precision_attr()}),
          .infer = infer_conv,
          .doc = "N-D convolution with groups, dilations, strides, pads / auto_pad and bias"});
+  r.add({.name = "DeformConv",
+         .min_inputs = 3,
+         .max_inputs = 5,
+         .properties = kOpaque,
+         .attrs = {optional_attr("dilations", AttrKind::kInts, "absent: 1 per spatial axis"),
+                   {"group", int64_t{1}},
+                   optional_attr("kernel_shape", AttrKind::kInts, "absent: from W"),
+                   {"offset_group", int64_t{1}},
+                   optional_attr("pads", AttrKind::kInts, "absent: 0"),
+                   optional_attr("strides", AttrKind::kInts, "absent: 1 per spatial axis")},
+         .infer = infer_deform_conv,
+         .doc = "convolution whose taps sample the input at learned offsets (bilinear, zero "
+                "outside), times an optional mask per tap"});
   r.add({.name = "ConvTranspose",
          .min_inputs = 2,
          .max_inputs = 3,

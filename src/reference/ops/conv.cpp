@@ -168,7 +168,87 @@ std::vector<Tensor> conv_transpose(const KernelContext& c) {
   return {from_doubles(c.input(0).dtype(), yshape, y, w)};
 }
 
+// DeformConv in double precision, one output element at a time (deform_conv_plan).
+std::vector<Tensor> deform_conv(const KernelContext& c) {
+  const std::string w = c.where();
+  const DeformConvPlan p = deform_conv_plan(c);
+  const std::vector<double> x = to_doubles(c.input(0), w), wt = to_doubles(c.input(1), w),
+                            off = to_doubles(c.input(2), w);
+  const std::vector<double> bias = p.bias ? to_doubles(c.input(3), w) : std::vector<double>{};
+  const std::vector<double> mask = p.mask ? to_doubles(c.input(4), w) : std::vector<double>{};
+  const int64_t cg = p.c / p.group, mg = p.m / p.group, taps = p.kh * p.kw, plane = p.oh * p.ow;
+  const int64_t c_per_og = p.c / p.offset_group;
+  std::vector<double> y(static_cast<size_t>(p.n * p.m * plane));
+  for (int64_t n = 0; n < p.n; ++n)
+    for (int64_t m = 0; m < p.m; ++m)
+      for (int64_t i = 0; i < p.oh; ++i)
+        for (int64_t j = 0; j < p.ow; ++j) {
+          double acc = p.bias ? bias[m] : 0.0;
+          const int64_t g = m / mg;
+          for (int64_t ci = 0; ci < cg; ++ci) {
+            const int64_t ch = g * cg + ci, og = ch / c_per_og;
+            const double* xp = &x[(n * p.c + ch) * p.h * p.w];
+            for (int64_t ky = 0; ky < p.kh; ++ky)
+              for (int64_t kx = 0; kx < p.kw; ++kx) {
+                const int64_t t = og * taps + ky * p.kw + kx, pix = i * p.ow + j;
+                const double dy = off[((n * p.offset_group * taps * 2) + 2 * t) * plane + pix];
+                const double dx = off[((n * p.offset_group * taps * 2) + 2 * t + 1) * plane + pix];
+                const double yy = static_cast<double>(i * p.stride_h - p.pad_top + ky * p.dil_h);
+                const double xx = static_cast<double>(j * p.stride_w - p.pad_left + kx * p.dil_w);
+                double v = bilinear_zero_outside(xp, p.h, p.w, yy + dy, xx + dx);
+                if (p.mask) v *= mask[(n * p.offset_group * taps + t) * plane + pix];
+                acc += v * wt[((m * cg + ci) * p.kh + ky) * p.kw + kx];
+              }
+          }
+          y[((n * p.m + m) * p.oh + i) * p.ow + j] = acc;
+        }
+  return {from_doubles(c.input(0).dtype(), {p.n, p.m, p.oh, p.ow}, y, w)};
+}
+
 }  // namespace
+
+DeformConvPlan deform_conv_plan(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor &X = c.input(0), &W = c.input(1), &off = c.input(2);
+  if (X.rank() != 4)
+    throw UnsupportedError(
+        cat(w, ": DeformConv on ", X.rank() - 2, "-D data is not supported (2-D images only)"));
+  DeformConvPlan p;
+  p.n = X.dim(0), p.c = X.dim(1), p.h = X.dim(2), p.w = X.dim(3);
+  const auto& a = c.attrs();
+  p.group = a.get_int("group", 1), p.offset_group = a.get_int("offset_group", 1);
+  if (W.rank() != 4 || p.group < 1 || p.offset_group < 1 || p.c % p.group != 0 ||
+      W.dim(1) * p.group != p.c || W.dim(0) % p.group != 0 || p.c % p.offset_group != 0)
+    throw ValueError(cat(w, ": X ", X.str(), " and W ", W.str(), " do not fit group ", p.group,
+                         " and offset_group ", p.offset_group));
+  p.m = W.dim(0);
+  const Dims kernel = a.get_ints("kernel_shape", {W.dim(2), W.dim(3)});
+  if (kernel != Dims{W.dim(2), W.dim(3)})
+    throw ValueError(cat(w, ": kernel_shape ", dims_str(kernel), " differs from W's ", W.str()));
+  p.kh = kernel[0], p.kw = kernel[1];
+  const Dims strides = a.get_ints("strides", {1, 1}), dil = a.get_ints("dilations", {1, 1});
+  const Dims pads = a.get_ints("pads", {0, 0, 0, 0});
+  if (strides.size() != 2 || dil.size() != 2 || pads.size() != 4 || strides[0] < 1 ||
+      strides[1] < 1 || dil[0] < 1 || dil[1] < 1 ||
+      std::any_of(pads.begin(), pads.end(), [](int64_t v) { return v < 0; }))
+    throw ValueError(cat(w, ": strides ", dims_str(strides), ", dilations ", dims_str(dil),
+                         " and pads ", dims_str(pads), " must be positive (pads >= 0), per axis"));
+  p.stride_h = strides[0], p.stride_w = strides[1], p.dil_h = dil[0], p.dil_w = dil[1];
+  p.pad_top = pads[0], p.pad_left = pads[1];
+  p.oh = (p.h + pads[0] + pads[2] - (p.kh - 1) * p.dil_h - 1) / p.stride_h + 1;
+  p.ow = (p.w + pads[1] + pads[3] - (p.kw - 1) * p.dil_w - 1) / p.stride_w + 1;
+  const Dims want_off = {p.n, p.offset_group * p.kh * p.kw * 2, p.oh, p.ow};
+  if (p.oh < 1 || p.ow < 1 || off.shape() != want_off)
+    throw ValueError(cat(w, ": offset ", off.str(), " must be ", dims_str(want_off)));
+  p.bias = c.has_input(3);
+  if (p.bias && c.input(3).shape() != Dims{p.m})
+    throw ValueError(cat(w, ": B ", c.input(3).str(), " must be [", p.m, "]"));
+  p.mask = c.has_input(4);
+  const Dims want_mask = {p.n, p.offset_group * p.kh * p.kw, p.oh, p.ow};
+  if (p.mask && c.input(4).shape() != want_mask)
+    throw ValueError(cat(w, ": mask ", c.input(4).str(), " must be ", dims_str(want_mask)));
+  return p;
+}
 
 ConvTransposePlan conv_transpose_plan(const KernelContext& c) {
   const std::string w = c.where();
@@ -196,6 +276,7 @@ ConvTransposePlan conv_transpose_plan(const KernelContext& c) {
 void register_conv_kernels(KernelRegistry& r) {
   r.add("Conv", conv);
   r.add("ConvTranspose", conv_transpose);
+  r.add("DeformConv", deform_conv);
 }
 
 }  // namespace pto::reference

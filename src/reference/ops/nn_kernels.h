@@ -2,6 +2,8 @@
 // matmul.cpp, einsum.cpp), all registered from register_nn_kernels in nn.cpp.
 #pragma once
 
+#include <cmath>
+
 #include <algorithm>
 #include <type_traits>
 
@@ -95,6 +97,35 @@ struct Col2ImPlan {
   Dims out_shape;                                       // [n, c, image...]
 };
 Col2ImPlan col2im_plan(const KernelContext& c);
+
+// DeformConv's inputs and attributes checked (conv.cpp), for the reference kernel and the CPU
+// kernel (backend/cpu/conv/deform_conv.cpp); 2-D images only. Output pixel (i, j), tap (ky, kx)
+// of channel c samples X[c] at (i stride_h - pad_top + ky dil_h + dy, j stride_w - pad_left +
+// kx dil_w + dx), bilinearly with zeros outside, times the mask, where (dy, dx) are offset
+// channels 2 t and 2 t + 1 and the mask channel t of c's offset group, t = (group_off kh + ky) kw
+// + kx.
+struct DeformConvPlan {
+  int64_t n = 0, c = 0, h = 0, w = 0;  // input
+  int64_t m = 0, group = 1, offset_group = 1;
+  int64_t kh = 0, kw = 0, oh = 0, ow = 0;
+  int64_t stride_h = 1, stride_w = 1, dil_h = 1, dil_w = 1, pad_top = 0, pad_left = 0;
+  bool bias = false, mask = false;
+};
+DeformConvPlan deform_conv_plan(const KernelContext& c);
+
+// Bilinear sample of plane p (h x w) at (y, x), corners outside the plane taken as zero.
+template <class T>
+inline T bilinear_zero_outside(const T* p, int64_t h, int64_t w, T y, T x) {
+  if (!(y > T(-1)) || !(x > T(-1)) || !(y < T(h)) || !(x < T(w))) return T(0);
+  const T fy = std::floor(y), fx = std::floor(x);
+  const int64_t y0 = static_cast<int64_t>(fy), x0 = static_cast<int64_t>(fx);
+  const T ly = y - fy, lx = x - fx;
+  auto at = [&](int64_t yy, int64_t xx) {
+    return yy >= 0 && yy < h && xx >= 0 && xx < w ? p[yy * w + xx] : T(0);
+  };
+  return (T(1) - ly) * ((T(1) - lx) * at(y0, x0) + lx * at(y0, x0 + 1)) +
+         ly * ((T(1) - lx) * at(y0 + 1, x0) + lx * at(y0 + 1, x0 + 1));
+}
 
 // Values of a numeric tensor in the accumulation type V: double for floats, uint64 for integers.
 template <class V>

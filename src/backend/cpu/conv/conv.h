@@ -152,5 +152,7 @@ void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, con
 void register_blocked_conv_kernels(KernelRegistry& r);
 // ConvTranspose and Col2Im (conv_transpose.cpp), registered from register_conv_kernels.
 void register_conv_transpose_kernels(KernelRegistry& r);
+// DeformConv (deform_conv.cpp), registered from register_conv_kernels.
+void register_deform_conv_kernel(KernelRegistry& r);
 
 }  // namespace pto::cpu

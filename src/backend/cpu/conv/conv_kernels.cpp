@@ -644,6 +644,7 @@ void register_conv_kernels(KernelRegistry& r) {
   r.add("Conv", std::move(conv));
   register_blocked_conv_kernels(r);
   register_conv_transpose_kernels(r);
+  register_deform_conv_kernel(r);
 }
 
 }  // namespace pto::cpu
