@@ -3,8 +3,8 @@
 // ONNX Attention op, so the fusion and backends see one op and the [batch, heads, q, kv] score
 // tensor is never written to memory:
 //
-//   MatMul(Softmax(mask(MatMul(Q, Kt) * scale), axis=-1) [guarded], V)
-//     -> Attention(Q, K, V [, attn_mask]) {scale [, is_causal]}
+//   MatMul(Softmax(mask(softcap(MatMul(Q, Kt) * scale)), axis=-1) [guarded], V)
+//     -> Attention(Q, K, V [, attn_mask]) {scale [, is_causal] [, softcap]}
 //
 // Matching is backwards from the root MatMul:
 // - the probabilities may be guarded as torch's SDPA decomposition writes it,
@@ -18,6 +18,7 @@
 //   At most one mask remains as attn_mask, except that two float masks added in turn (T5-style
 //   position bias, then the padding mask: (s + bias) + pad) become one, bias + pad, added to the
 //   scores once: the sum is associated differently, which moves a score by float rounding;
+// - a soft cap inside the masks, c tanh(s / c) (Gemma-2, FlexAttention's soft_cap), as softcap;
 // - a scale as Mul or Div by a scalar constant on the scores, on Q, or on Kt, in any combination
 //   (the exporters' sqrt-scaling of both operands included); none means 1;
 // - Kt = Transpose(X, p) of rank 4: K is X transposed by p with its last two entries swapped
@@ -52,6 +53,7 @@ struct Match {
   bool mask_added = false;    // the mask is a float one (Add)
   bool causal = false;
   double scale = 1.0;
+  double softcap = 0.0;  // > 0: c tanh(s / c) on the scaled scores (Gemma-2)
 };
 
 class AttentionMatcher {
@@ -67,6 +69,7 @@ class AttentionMatcher {
     for (int layer = 0; layer < 3; ++layer) {
       if (!mask_layer(s)) break;
     }
+    s = capped(s);
     s = scaled(s);
     const Node* qk = inner(s, "MatMul");
     if (!qk || qk->inputs.size() != 2) return std::nullopt;
@@ -218,6 +221,28 @@ class AttentionMatcher {
       for (int64_t j = 0; j < kv; ++j)
         if ((d[i * kv + j] != 0) != (j <= i)) return false;
     return true;
+  }
+
+  // v without a soft cap c tanh(v / c) (Mul(Tanh(Div(v, c)), c), the division also as a Mul by
+  // 1 / c, the constants on either side of the Muls), recorded as the softcap.
+  ValueId capped(ValueId v) {
+    const size_t mark = m_.consumed.size();
+    const Node* outer = producer(g_, v);
+    if (!outer || outer->op != "Mul" || outer->inputs.size() != 2) return v;
+    const int k = scalar_constant(g_, outer->inputs[0]) ? 0 : 1;
+    const std::optional<double> c = scalar_constant(g_, outer->inputs[k]);
+    if (!c || !(*c > 0) || !std::isfinite(*c) || !inner(v, "Mul")) return v;
+    const Node* t = inner(outer->inputs[1 - k], "Tanh");
+    const Node* div = t ? producer(g_, t->inputs[0]) : nullptr;
+    if (!div || (div->op != "Div" && div->op != "Mul") || div->inputs.size() != 2)
+      return undo(mark), v;
+    const int j = div->op == "Mul" && scalar_constant(g_, div->inputs[0]) ? 0 : 1;
+    const std::optional<double> d = scalar_constant(g_, div->inputs[j]);
+    const double inv = d ? (div->op == "Div" ? 1.0 / *d : *d) : 0.0;
+    if (!d || std::fabs(inv * *c - 1.0) > 1e-6 || !inner(t->inputs[0], div->op))
+      return undo(mark), v;
+    m_.softcap = *c;
+    return div->inputs[1 - j];
   }
 
   // v without a Mul or Div by a scalar constant (folded into the scale).
@@ -387,6 +412,7 @@ bool attention(Rewrite& rw, size_t i, const PassContext& ctx) {
   Attributes attrs;
   attrs.set("scale", m->scale);
   if (m->causal) attrs.set("is_causal", int64_t{1});
+  if (m->softcap > 0) attrs.set("softcap", m->softcap);
   std::vector<ValueId> inputs = {m->q, k, value};
   if (mask != kNoValue) inputs.push_back(mask);
   retarget(g.mutable_nodes()[at], "Attention", std::move(inputs), std::move(attrs));

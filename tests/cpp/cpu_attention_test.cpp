@@ -298,6 +298,25 @@ TEST(CpuAttention, CausalMasksRunAsCausal) {
   EXPECT_FALSE(cpu::is_causal_mask(causal_mask({1, 4}, DType::kBool), full));
 }
 
+TEST(CpuAttention, SoftcapBeforeTheMask) {
+  // Gemma-2's soft cap c tanh(s / c) on the scaled scores, then a float mask or causal; prefill
+  // and decode, grouped heads; a softcap of 0 or below is none (the reference's rule).
+  for (double cap : {50.0, 2.0, 0.5, -1.0}) {
+    const Tensor q = random_f32({1, 4, 37, 16}, 60), k = random_f32({1, 2, 70, 16}, 61),
+                 v = random_f32({1, 2, 70, 24}, 62);
+    NodeCase c = attention({q, k, v, random_f32({1, 1, 37, 70}, 63)}, false, 0.9);
+    c.attrs.set("softcap", cap);
+    expect_matches(c, attention_tol());
+    NodeCase causal = attention({q, k, v}, true);
+    causal.attrs.set("softcap", cap);
+    expect_matches(causal, attention_tol());
+    NodeCase decode = attention({random_f32({2, 4, 1, 16}, 64), random_f32({2, 4, 300, 16}, 65),
+                                 random_f32({2, 4, 300, 16}, 66)});
+    decode.attrs.set("softcap", cap);
+    expect_matches(decode, attention_tol());
+  }
+}
+
 TEST(CpuAttention, LargeScoresRescaleOften) {
   // Scores scaled by 30 over 4097 keys: the running max grows at many chunks, and most
   // exponentials underflow; O must be rescaled each time without losing the rows' mass.

@@ -32,8 +32,11 @@
 //
 // A mask that is exactly the top-left causal pattern (is_causal_mask) runs as is_causal without it.
 //
+// softcap (Gemma-2's c tanh(s / c) on the scaled scores, before the mask) is applied in the
+// online softmax's first pass over each chunk of scores.
+//
 // What the fast path does not cover goes to the reference kernel at run time: a KV cache,
-// nonpad_kv_seqlen, softcap, windows, extra outputs, a mask whose last axis is not the key
+// nonpad_kv_seqlen, windows, extra outputs, a mask whose last axis is not the key
 // length, shapes that do not agree (the reference raises).
 #include <algorithm>
 #include <cmath>
@@ -63,8 +66,8 @@ bool accepts_attention(const NodeInfo& n) {
     if (n.dtype(i) != DType::kUndefined) return false;  // KV cache, nonpad lengths
   if (n.dtype(3) != DType::kUndefined && n.dtype(3) != DType::kF32 && n.dtype(3) != DType::kBool)
     return false;
-  return n.node.outputs.size() == 1 && a.softcap == 0.0 && a.qk_matmul_output_mode == 0 &&
-         a.left_window_size == -1 && a.right_window_size == -1;
+  return n.node.outputs.size() == 1 && a.qk_matmul_output_mode == 0 && a.left_window_size == -1 &&
+         a.right_window_size == -1;
 }
 
 // The mask broadcast to [B, H, Sq, L]: additive float values (a boolean mask as 0 / -inf), the
@@ -339,7 +342,8 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
                               .limit = crosses ? w.limit : nullptr,
                               .m = w.m,
                               .l = w.l,
-                              .corr = w.corr};
+                              .corr = w.corr,
+                              .softcap = static_cast<float>(a.softcap)};
         if (plan.decode) {
           PTO_ISA_DISPATCH(attention_decode_chunk, DecodeChunk{.sm = sm,
                                                                .q = w.q,

@@ -17,19 +17,20 @@ namespace pto::cpu::PTO_ISA_NS {
 void attention_softmax_chunk(const SoftmaxChunk& c) {
   constexpr int64_t L = Vec::kLanes;
   const Vec neg_inf = Vec::set1(-INFINITY);
+  const bool cap = c.softcap > 0.0f;
+  const Vec cap_v = Vec::set1(c.softcap), inv_cap = Vec::set1(1.0f / c.softcap);
   for (int64_t r = 0; r < c.rows; ++r) {
     float* s = c.s + r * c.ld;
     const float* mask = c.mask ? c.mask[r] + c.key0 : nullptr;
     const int64_t v = c.limit ? std::clamp<int64_t>(c.limit[r] - c.key0, 0, c.n) : c.n;
-    // The masked scores and their max over the visible keys.
+    // The capped and masked scores and their max over the visible keys.
     Vec mx = neg_inf;
     for (int64_t j = 0; j < v; j += L) {
       const int n = lanes_left(v, j);
       Vec x = Vec::load(s + j, n);
-      if (mask) {
-        x = x + Vec::load(mask + j, n);
-        x.store(s + j, n);
-      }
+      if (cap) x = cap_v * tanh(x * inv_cap);
+      if (mask) x = x + Vec::load(mask + j, n);
+      if (cap || mask) x.store(s + j, n);
       mx = max(mx, select(first_lanes(n), x, neg_inf));
     }
     float lanes[L];

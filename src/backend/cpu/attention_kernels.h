@@ -9,7 +9,8 @@
 namespace pto::cpu {
 
 // One chunk of n keys, from key0, of the online softmax for `rows` rows of scores (row r at
-// s + r * ld, already scaled). For each row: the mask row is added (mask[r] + key0 is the chunk's
+// s + r * ld, already scaled). For each row: the scores are soft-capped (s = softcap
+// tanh(s / softcap), when softcap > 0), the mask row is added (mask[r] + key0 is the chunk's
 // first key; no mask when null), keys from limit[r] on are hidden (causal; none when null),
 // then with m_new = max(m, the visible scores): s becomes exp(s - m_new) (0 for hidden keys),
 // corr = exp(m - m_new) the factor that rescales what the row summed so far, l = l * corr +
@@ -20,6 +21,7 @@ struct SoftmaxChunk {
   const float* const* mask = nullptr;
   const int64_t* limit = nullptr;
   float *m = nullptr, *l = nullptr, *corr = nullptr;
+  float softcap = 0.0f;
 };
 
 // The most rows of Q a decode task holds (query positions x heads of the group): the decode

@@ -13,6 +13,7 @@
 #include "contrib_ops.h"
 #include "functions.h"
 #include "ir/ops/qlinear_ops.h"
+#include "preview_ops.h"
 #include "proto_util.h"
 #include "pto/log.h"
 #include "pto/onnx.h"
@@ -368,7 +369,8 @@ struct Converter {
                          (qlinear::is_contrib_op(np.op_type()) || np.op_type() == "MatMulNBits");
     const bool expanded = is_expanded_contrib_op(np.domain(), np.op_type());
     const bool blocked = is_nchwc_op(np.domain(), np.op_type());
-    if (!is_default_domain(np.domain()) && !contrib && !expanded && !blocked)
+    const bool preview = is_preview_op(np.domain(), np.op_type());
+    if (!is_default_domain(np.domain()) && !contrib && !expanded && !blocked && !preview)
       throw UnsupportedError(cat(where, ": operator domain '", np.domain(), "' is not supported",
                                  unsupported_domain_hint(np.domain(), np.op_type())));
     if (np.op_type().empty()) throw ValueError(cat(where, ": node has no op_type"));
@@ -432,6 +434,10 @@ struct Converter {
     }
     if (expanded) {  // `where` names the file already
       expand_contrib_op(g, np.op_type(), inputs, outputs, attrs, name, where);
+      return;
+    }
+    if (preview) {
+      expand_preview_op(g, np.op_type(), inputs, outputs, attrs, name, where);
       return;
     }
     if (blocked) {
