@@ -139,3 +139,19 @@ def test_gemma2_soft_cap_runs_as_one_attention_kernel():
         torch.testing.assert_close(fast(q, k, v), model(q, k, v), rtol=1e-4, atol=1e-5)
     assert ("Attention", "cpu") in fast._compiled.node_backends
     assert "Tanh" not in [op for op, _ in fast._compiled.node_backends]
+
+
+def test_malformed_modifiers_are_clear_errors(tmp_path):
+    """A score_mod with two inputs, and Q of rank 3, are ValueErrors naming the node."""
+    i, o = _scores()
+    extra = helper.make_tensor_value_info("extra", F, ["B", "H", "L", "S"])
+    two = helper.make_graph([helper.make_node("Add", ["scores", "extra"], ["scores_out"])], "two",
+                            [i, extra], [o])
+    onnx.save(_model(1, 2, 2, 4, 4, 8, 8, score_mod=two), tmp_path / "two.onnx")
+    with pytest.raises(ValueError, match="score_mod must have one input"):
+        pypto.onnx.load(str(tmp_path / "two.onnx"))
+    m = _model(1, 2, 2, 4, 4, 8, 8)
+    m.graph.input[0].CopyFrom(helper.make_tensor_value_info("q", F, [1, 4, 16]))
+    onnx.save(m, tmp_path / "rank3.onnx")
+    with pytest.raises(ValueError, match="Q must be a 4-D tensor"):
+        pypto.onnx.load(str(tmp_path / "rank3.onnx"))

@@ -239,3 +239,22 @@ def test_unread_nchwc_op_is_a_clear_error(tmp_path):
     onnx.save(m, tmp_path / "m.onnx")
     with pytest.raises(NotImplementedError, match="Frobnicate.*NCHWc ops PyPTO reads.*EXTENDED"):
         pypto.onnx.load(str(tmp_path / "m.onnx"))
+
+
+def test_malformed_reorders_are_clear_errors(tmp_path):
+    """ReorderOutput asking for more channels than its input has, and an unknown channel count
+    for ReorderInput, are errors naming the node."""
+    def load(nodes, shape):
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid(NCHWC, 1)])
+        onnx.save(m, tmp_path / "m.onnx")
+        return pypto.onnx.load(str(tmp_path / "m.onnx"))
+
+    with pytest.raises(ValueError, match="channels 40 exceeds"):
+        load([helper.make_node("ReorderOutput", ["x"], ["y"], domain=NCHWC, channels=40)],
+             [1, 32, 4, 4])
+    with pytest.raises(NotImplementedError, match="channel count is not known"):
+        load([helper.make_node("ReorderInput", ["x"], ["y"], domain=NCHWC)], [1, "c", 4, 4])
