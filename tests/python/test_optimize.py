@@ -312,3 +312,20 @@ def test_mixture_of_experts_captured_with_static_shapes():
         with torch.inference_mode():
             want = model(ids).last_hidden_state
         torch.testing.assert_close(fast(ids).last_hidden_state, want, rtol=1e-4, atol=1e-5)
+
+
+def test_arange_of_types_onnx_range_lacks():
+    """torch.arange in uint8, int8 and float16 (transformers' chunked delta rule builds a uint8
+    one): Range counts in int64 or float32 and is cast, as eager gives."""
+
+    class Ranges(torch.nn.Module):
+        def forward(self, x):
+            n = x.shape[-1]
+            a = torch.arange(n, dtype=torch.uint8)
+            b = torch.arange(2, n + 2, dtype=torch.int8)
+            c = torch.arange(n, dtype=torch.float16) * 0.5
+            return x + a.float() + b.float() + c.float()
+
+    x = torch.randn(3, 7)
+    fast = pypto.optimize(Ranges(), (x,))
+    torch.testing.assert_close(fast(x), Ranges()(x))

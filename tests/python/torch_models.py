@@ -194,6 +194,12 @@ ZOO: dict[str, ZooModel] = {
                        qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=8, n_group=2,
                        topk_group=1, num_key_value_heads=4, use_cache=False, **TINY),
     "mvit_v2_s": ZooModel(_video("mvit_v2_s"), lambda b: (torch.randn(b, 3, 16, 224, 224),)),
+    # Hybrid linear-attention decoders: Gated DeltaNet layers (transformers' chunked PyTorch form,
+    # a uint8 arange among its masks) and a full-attention layer, MoE in Qwen3-Next. Their
+    # capture takes about a minute (torch.export's decompositions of the unrolled chunk loops).
+    "qwen3_5": _hf("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", num_key_value_heads=2, head_dim=16,
+                   linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                   linear_value_head_dim=16, use_cache=False, **{**TINY, "num_hidden_layers": 4}),
 }
 
 # The first ten: what the benchmarks, the layout and save/load tests and bench/accuracy.py run.

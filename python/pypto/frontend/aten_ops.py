@@ -411,8 +411,16 @@ def _arange(ctx, node, *args, **kwargs):
         start, end = args[0], args[1]
         step = args[2] if len(args) > 2 else kwargs.get("step", 1)
     dt = _float_out(node)
-    ids = [ctx.as_tensor(v, dt) for v in (start, end, step)]
-    return out(ctx, node, ctx.op("Range", ids))
+    # ONNX's Range takes int16/32/64 and float/double: other types count in int64 (float for
+    # half floats) and are cast (transformers' chunked delta rule builds a uint8 arange).
+    wide = dt
+    if dt not in (torch.int16, torch.int32, torch.int64, torch.float32, torch.float64):
+        wide = torch.float32 if dt.is_floating_point else torch.int64
+    ids = [ctx.as_tensor(v, wide) for v in (start, end, step)]
+    y = ctx.op("Range", ids)
+    if wide != dt:
+        y = ctx.op("Cast", [y], {"to": dtypes.onnx_code(dt)})
+    return out(ctx, node, y)
 
 
 # ---- shape and layout ----
