@@ -23,6 +23,7 @@ namespace pto {
 struct PassContext {
   int level = 2;
   DType mixed_precision = DType::kBF16;  // what AutoMixedPrecision marks products with
+  size_t max_folded_bytes = 0;           // PassOptions::max_folded_bytes
   // Rewrites that fired, by rule name ("FoldBatchNorm/Conv" -> 20); filled by note().
   mutable std::map<std::string, int> fired;
   void note(const std::string& rule, int count = 1) const { fired[rule] += count; }
@@ -65,6 +66,10 @@ struct PassOptions {
   std::vector<std::string> dump_after;
   // When set, the pipeline of `level` is replaced by these passes, in order.
   std::vector<std::string> only;
+  // FoldConstants leaves results larger than this unfolded (0: its own limit, 64 MiB). The
+  // runtime's per-shape memory planning folds only shape arithmetic (a few KiB), not the masks
+  // a sequence length makes constant.
+  size_t max_folded_bytes = 0;
   // Called after each pass with its name, its place in the pipeline (1-based), the pipeline's
   // length and the graph it left (progress bars, pto compile --graph-after).
   std::function<void(const std::string& pass, size_t index, size_t count, const Graph& g)>

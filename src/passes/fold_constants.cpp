@@ -4,7 +4,7 @@
 // Shape -> Gather -> Concat -> Reshape chains become a constant shape. One forward sweep: a folded
 // output is a constant for the nodes after it. Skipped: ops marked kNondeterministic, results
 // over kMaxFoldedBytes, sequences and optionals, and any node whose kernel throws (the node stays;
-// the run reports it).
+// the run reports it). PassContext::max_folded_bytes lowers the size limit.
 #include <algorithm>
 
 #include "passes/passes.h"
@@ -39,13 +39,12 @@ std::optional<Tensor> fold_shape_op(const Graph& g, const Node& n) {
 }
 
 // The node's outputs computed by its reference kernel; nullopt when it cannot be folded.
-std::optional<std::vector<Tensor>> evaluate(const Graph& g, const Node& n) {
+std::optional<std::vector<Tensor>> evaluate(const Graph& g, const Node& n, size_t max_bytes) {
   const reference::Kernel* kernel = reference::KernelRegistry::global().find(n.op);
   if (!kernel || !n.domain.empty()) return std::nullopt;
   for (ValueId o : n.outputs) {  // refuse before computing what is known to be too large
     std::optional<Dims> d = static_dims(g, o);
-    if (d && static_cast<size_t>(checked_numel(*d)) * dtype_size(g.value(o).type.dtype) >
-                 kMaxFoldedBytes)
+    if (d && static_cast<size_t>(checked_numel(*d)) * dtype_size(g.value(o).type.dtype) > max_bytes)
       return std::nullopt;
   }
   reference::KernelContext kc{n, {}, n.outputs.size()};
@@ -71,7 +70,7 @@ std::optional<std::vector<Tensor>> evaluate(const Graph& g, const Node& n) {
   if (outs.size() < n.outputs.size()) outs.resize(n.outputs.size());
   for (size_t o = 0; o < n.outputs.size(); ++o) {
     if (n.outputs[o] == kNoValue) continue;
-    if (!outs[o].defined() || outs[o].nbytes() > kMaxFoldedBytes) return std::nullopt;
+    if (!outs[o].defined() || outs[o].nbytes() > max_bytes) return std::nullopt;
     // A kernel may hand back a view of an input (Identity, Reshape); a folded constant owns its
     // data, so that rewriting one initializer in place can never change another.
     for (const Tensor& in : kc.inputs)
@@ -152,7 +151,7 @@ int fold_once(Graph& g, const PassContext& ctx) {
       rule = "FoldConstants/static " + n.op;
     } else {
       try {
-        outs = evaluate(g, n);
+        outs = evaluate(g, n, ctx.max_folded_bytes ? ctx.max_folded_bytes : kMaxFoldedBytes);
       } catch (const Error&) {  // e.g. an output type whose element count overflows
         continue;
       }

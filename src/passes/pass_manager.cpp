@@ -168,6 +168,7 @@ Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* r
     PTO_CHECK(pass) << "pass '" << name << "' is not registered";
     PassContext ctx;
     ctx.level = options.level;
+    ctx.max_folded_bytes = options.max_folded_bytes;
     ctx.mixed_precision = options.mixed_precision;
     PassReport r{name, 0, g.nodes().size(), 0, {}};
     // A pass that leaves the graph as it was cannot change results: verifying needs the copy.

@@ -178,6 +178,10 @@ Graph with_input_shapes(const Graph& g, const std::vector<Dims>& shapes) {
   infer_types(typed);
   PassOptions fold;
   fold.only = {"FoldConstants"};
+  // Shape arithmetic only: a mask or position table that the concrete sizes make constant
+  // (sized by the sequence) would be computed here at every new length, for nothing the plan
+  // needs (its shape is inferred all the same).
+  fold.max_folded_bytes = 4096;
   try {
     return run_passes(std::move(typed), fold);
   } catch (const Error&) {  // the plan then leaves unknown sizes to the pool

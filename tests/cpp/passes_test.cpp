@@ -346,6 +346,23 @@ TEST(PassFoldConstants, LeavesWhatItCannotFold) {
   EXPECT_TRUE(report.at(0).fired.empty());
 }
 
+TEST(PassFoldConstants, MaxFoldedBytesLimitsWhatFolds) {
+  // As the runtime plans memory per input shape: shape arithmetic folds, a 4 KiB+ mask does not.
+  const char* src = R"(graph t (opset 18)
+  input %x: f32[1, 2000]
+  %s = Shape(%x)
+  %z = ConstantOfShape(%s)
+  %y = Add(%x, %z)
+  return %y
+)";
+  std::vector<PassReport> all, small;
+  run_passes(parse_graph(src), {.only = {"FoldConstants"}}, &all);
+  run_passes(parse_graph(src), {.only = {"FoldConstants"}, .max_folded_bytes = 4096}, &small);
+  EXPECT_EQ(all.at(0).fired["FoldConstants/ConstantOfShape"], 1);
+  EXPECT_EQ(small.at(0).fired["FoldConstants/static Shape"], 1);
+  EXPECT_EQ(small.at(0).fired.count("FoldConstants/ConstantOfShape"), 0u);
+}
+
 // ---------------------------------------------------------------- EliminateNoOps
 
 TEST(PassEliminateNoOps, RemovesIdentityLikeNodes) {
