@@ -480,7 +480,9 @@ void group_query_attention(Emit& e, const std::vector<ValueId>& x, const std::ve
     }
   }
   // The present caches: row j of batch b is past row j below past_b, new row j - past_b up to
-  // past_b + seq, read from Concat(past, new) with GatherElements.
+  // past_b + seq, read from Concat(past, new) with GatherND (batch_dims 2: one index per row of
+  // head_size values, so the indices are a head_size-th of the cache, not its size as a
+  // GatherElements' would be).
   Attributes seq_axis;
   seq_axis.set("axis", int64_t{2});
   const ValueId k4 = to_heads(e, qkv[1], kv_heads), v4 = to_heads(e, qkv[2], kv_heads);
@@ -497,18 +499,19 @@ void group_query_attention(Emit& e, const std::vector<ValueId>& x, const std::ve
       e.op("Where", {e.op("Less", {rows, pb}), rows,
                      e.op("Where", {e.op("Less", {rel, seq}), e.op("Add", {past_len, rel}),
                                     e.op("Min", {rows, last_row})})});  // [batch, length]
-  const ValueId index4 = e.op("Unsqueeze", {index, e.ints({1, 3})});
+  const ValueId index4 = e.op("Unsqueeze", {index, e.ints({1, 3})});    // [batch, 1, length, 1]
   auto gather = [&](ValueId cache, ValueId out) {
     const ValueId shape = e.op("Concat",
                                {e.op("Slice", {e.op("Shape", {cache}), e.ints({0}), e.ints({2})}),
-                                e.op("Unsqueeze", {length, e.ints({0})}),
-                                e.op("Slice", {e.op("Shape", {cache}), e.ints({3}), e.ints({4})})},
+                                e.op("Unsqueeze", {length, e.ints({0})}), e.ints({1})},
                                [] {
                                  Attributes a;
                                  a.set("axis", int64_t{0});
                                  return a;
                                }());
-    return e.op("GatherElements", {cache, e.op("Expand", {index4, shape})}, seq_axis, out);
+    Attributes nd;
+    nd.set("batch_dims", int64_t{2});
+    return e.op("GatherND", {cache, e.op("Expand", {index4, shape})}, nd, out);
   };
   const ValueId pk = gather(kc, in(y, 1)), pv = gather(vc, in(y, 2));
   // The mask [batch, 1, seq, length]: key j visible to query i when j <= pos and j < lens[b]
