@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -198,6 +199,19 @@ void verify(const Graph& g);
 // Runs each node's shape and dtype inference in order and stores the results in the values.
 // Where an op cannot infer (data-dependent shapes), the result is left with an unknown shape.
 void infer_types(Graph& g);
+
+// Evaluates a node for infer_types' folding, given its input types, the data of those inputs
+// known before running (nullptr elsewhere) and its inferred output types. Returns the outputs'
+// data, or nullopt to leave them unknown.
+using NodeFolder = std::function<std::optional<std::vector<Tensor>>(
+    const Node& n, const std::vector<TensorType>& input_types,
+    const std::vector<const Tensor*>& constants, const std::vector<TensorType>& output_types)>;
+
+// infer_types that also asks `fold` for the data of each node, in the same sweep: a value it
+// returns counts as known for the nodes after it (their types and shapes), as constant folding
+// would make it, but the graph's nodes and initializers stay as they are. One sweep where
+// folding and inferring in turn would take several (the runtime's per-shape memory plan).
+void infer_types(Graph& g, const NodeFolder& fold);
 
 // A stable, readable text form, one node a line:
 //   %3: f32[1, 64, 112, 112] = Conv(%x, %w, %b) {kernel_shape=[7, 7], strides=[2, 2]}

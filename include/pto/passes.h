@@ -76,6 +76,11 @@ struct PassOptions {
       after_pass;
 };
 
+// FoldConstants' evaluation of one node as infer_types' folder (graph.h): Shape and Size of a
+// static shape, else the node's reference kernel on its inputs when every one is known, results
+// of at most `max_bytes`. Nondeterministic ops, If, sequences and optionals are never folded.
+NodeFolder constant_folder(size_t max_bytes);
+
 // The passes an optimization level runs, in order (level 0: none).
 std::vector<std::string> pipeline(int level);
 

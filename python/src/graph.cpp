@@ -154,7 +154,8 @@ void bind_graph(nb::module_& m) {
                      for (const Node& n : g.nodes()) ops.push_back(n.op);
                      return ops;
                    })
-      .def("infer_types", &infer_types, "Runs shape and dtype inference over the graph.")
+      .def("infer_types", static_cast<void (*)(Graph&)>(&infer_types),
+           "Runs shape and dtype inference over the graph.")
       .def("verify", &verify)
       .def("__str__", [](const Graph& g) { return print(g); });
 

@@ -1,5 +1,6 @@
 // Type inference over a whole graph: each node's OpDef::infer in topological order, with the
 // symbolic contents of shape arithmetic (pto/shape_value.h) propagated alongside.
+#include <deque>
 #include <unordered_map>
 
 #include "pto/op_registry.h"
@@ -8,8 +9,14 @@
 namespace pto {
 
 void infer_types(Graph& g) {
-  // Data known before running: initializers and the outputs of Constant nodes.
+  infer_types(g, NodeFolder());
+}
+
+void infer_types(Graph& g, const NodeFolder& fold) {
+  // Data known before running: initializers, the outputs of Constant nodes, and what `fold`
+  // computes (kept in `folded`, whose elements do not move).
   std::unordered_map<ValueId, const Tensor*> known;
+  std::deque<Tensor> folded;
   std::unordered_map<ValueId, ShapeValue> values;
   auto remember_constant = [&](ValueId v, const Tensor& t) {
     known[v] = &t;
@@ -52,6 +59,19 @@ void infer_types(Graph& g) {
             (*declared.shape)[d] = (*inferred.shape)[d];
       } else {
         declared.shape = inferred.shape;
+      }
+    }
+    if (fold && n.op != "Constant") {
+      if (auto outs = fold(n, ctx.inputs, ctx.constants, ctx.outputs)) {
+        for (size_t i = 0; i < n.outputs.size() && i < outs->size(); ++i) {
+          if (n.outputs[i] == kNoValue || !(*outs)[i].defined()) continue;
+          folded.push_back(std::move((*outs)[i]));
+          const Tensor& t = folded.back();
+          TensorType& type = g.value(n.outputs[i]).type;
+          type.dtype = t.dtype();
+          type.shape = to_shape(t.shape());
+          remember_constant(n.outputs[i], t);
+        }
       }
     }
     if (n.outputs.size() == 1 && n.outputs[0] != kNoValue && !values.contains(n.outputs[0]) &&

@@ -17,11 +17,9 @@ namespace {
 
 constexpr size_t kMaxFoldedBytes = size_t{64} << 20;
 
-// Shape (with start/end, clamped as the op does) or Size of a statically shaped input.
-std::optional<Tensor> fold_shape_op(const Graph& g, const Node& n) {
-  if (n.inputs.size() != 1 || n.outputs.size() != 1) return std::nullopt;
-  std::optional<Dims> dims = static_dims(g, n.inputs[0]);
-  if (!dims) return std::nullopt;
+// Shape (with start/end, clamped as the op does) or Size of an input of static shape `dims`.
+std::optional<Tensor> fold_shape_op(const Node& n, const std::optional<Dims>& dims) {
+  if (n.inputs.size() != 1 || n.outputs.size() != 1 || !dims) return std::nullopt;
   if (n.op == "Size") {
     int64_t numel = 1;
     for (int64_t d : *dims) {
@@ -38,24 +36,27 @@ std::optional<Tensor> fold_shape_op(const Graph& g, const Node& n) {
   return Tensor::from_vector(out, {static_cast<int64_t>(out.size())});
 }
 
-// The node's outputs computed by its reference kernel; nullopt when it cannot be folded.
-std::optional<std::vector<Tensor>> evaluate(const Graph& g, const Node& n, size_t max_bytes) {
+// The node's outputs computed by its reference kernel on `inputs` (every one known; nullptr only
+// for a missing optional input), each at most `max_bytes` (`out_types`: the inferred output
+// types, to refuse before computing what is known to be too large); nullopt when it cannot be
+// folded.
+std::optional<std::vector<Tensor>> evaluate(const Node& n, const std::vector<const Tensor*>& inputs,
+                                            const std::vector<TensorType>& out_types,
+                                            size_t max_bytes) {
   const reference::Kernel* kernel = reference::KernelRegistry::global().find(n.op);
   if (!kernel || !n.domain.empty()) return std::nullopt;
-  for (ValueId o : n.outputs) {  // refuse before computing what is known to be too large
-    std::optional<Dims> d = static_dims(g, o);
-    if (d && static_cast<size_t>(checked_numel(*d)) * dtype_size(g.value(o).type.dtype) > max_bytes)
+  for (const TensorType& t : out_types)
+    if (t.shape && is_static(*t.shape) &&
+        static_cast<size_t>(checked_numel(to_dims(*t.shape))) * dtype_size(t.dtype) > max_bytes)
       return std::nullopt;
-  }
   reference::KernelContext kc{n, {}, n.outputs.size()};
-  for (ValueId v : n.inputs) {
-    if (v == kNoValue) {
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (n.inputs[i] == kNoValue) {
       kc.inputs.emplace_back();
       continue;
     }
-    const Tensor* t = constant_of(g, v);
-    if (!t) return std::nullopt;
-    kc.inputs.push_back(t->contiguous());
+    if (!inputs[i]) return std::nullopt;
+    kc.inputs.push_back(inputs[i]->contiguous());
   }
   std::vector<Tensor> outs;
   try {
@@ -80,6 +81,15 @@ std::optional<std::vector<Tensor>> evaluate(const Graph& g, const Node& n, size_
       }
   }
   return outs;
+}
+
+// evaluate() on g's constants and inferred types.
+std::optional<std::vector<Tensor>> evaluate(const Graph& g, const Node& n, size_t max_bytes) {
+  std::vector<const Tensor*> inputs;
+  for (ValueId v : n.inputs) inputs.push_back(v == kNoValue ? nullptr : constant_of(g, v));
+  std::vector<TensorType> out_types;
+  for (ValueId o : n.outputs) out_types.push_back(o == kNoValue ? TensorType{} : g.value(o).type);
+  return evaluate(n, inputs, out_types, max_bytes);
 }
 
 // An If whose cond is a constant becomes the branch it takes: the branch's nodes are inserted
@@ -147,7 +157,8 @@ int fold_once(Graph& g, const PassContext& ctx) {
     if (n.def->has(kShapeOnly) && (n.op == "Shape" || n.op == "Size") &&
         !constant_of(g, n.inputs[0])) {
       // Shape/Size read only the type; data-carrying shape-only ops (EyeLike) fold below.
-      if (std::optional<Tensor> t = fold_shape_op(g, n)) outs = std::vector<Tensor>{*t};
+      if (std::optional<Tensor> t = fold_shape_op(n, static_dims(g, n.inputs[0])))
+        outs = std::vector<Tensor>{*t};
       rule = "FoldConstants/static " + n.op;
     } else {
       try {
@@ -195,3 +206,26 @@ void register_fold_constants(PassRegistry& r) {
 }
 
 }  // namespace pto::passes
+
+namespace pto {
+
+NodeFolder constant_folder(size_t max_bytes) {
+  return
+      [max_bytes](const Node& n, const std::vector<TensorType>& in_types,
+                  const std::vector<const Tensor*>& constants,
+                  const std::vector<TensorType>& out_types) -> std::optional<std::vector<Tensor>> {
+        if (!n.def || n.def->has(kNondeterministic) || n.outputs.empty() || n.op == "If") return {};
+        for (const TensorType& t : out_types)
+          if (!t.is_tensor()) return {};
+        if ((n.op == "Shape" || n.op == "Size") && n.domain.empty() && in_types.size() == 1) {
+          const std::optional<Shape>& s = in_types[0].shape;
+          std::optional<Tensor> t = passes::fold_shape_op(
+              n, s && is_static(*s) ? std::optional<Dims>(to_dims(*s)) : std::nullopt);
+          if (t) return std::vector<Tensor>{*t};
+          if (!constants.empty() && constants[0] == nullptr) return {};
+        }
+        return passes::evaluate(n, constants, out_types, max_bytes);
+      };
+}
+
+}  // namespace pto

@@ -175,15 +175,11 @@ Graph with_input_shapes(const Graph& g, const std::vector<Dims>& shapes) {
   for (size_t i = 0; i < shapes.size() && i < g.inputs().size(); ++i)
     if (g.value(g.inputs()[i]).type.is_tensor())  // a sequence's "shape" says nothing
       typed.value(g.inputs()[i]).type.shape = to_shape(shapes[i]);
-  infer_types(typed);
-  PassOptions fold;
-  fold.only = {"FoldConstants"};
-  // Shape arithmetic only: a mask or position table that the concrete sizes make constant
-  // (sized by the sequence) would be computed here at every new length, for nothing the plan
-  // needs (its shape is inferred all the same).
-  fold.max_folded_bytes = 4096;
+  // Shape arithmetic only (results <= 4 KiB), folded in the inference's one sweep: a mask or
+  // position table that the concrete sizes make constant (sized by the sequence) would be
+  // computed at every new length for nothing the plan needs (its shape is inferred the same).
   try {
-    return run_passes(std::move(typed), fold);
+    infer_types(typed, constant_folder(4096));
   } catch (const Error&) {  // the plan then leaves unknown sizes to the pool
     Graph plain = g;
     for (size_t i = 0; i < shapes.size() && i < g.inputs().size(); ++i)
@@ -192,6 +188,7 @@ Graph with_input_shapes(const Graph& g, const std::vector<Dims>& shapes) {
     infer_types(plain);
     return plain;
   }
+  return typed;
 }
 
 // Whether a group reads or writes a sequence or an optional (only ops with kNonTensorValues can).
