@@ -12,11 +12,14 @@
 // whose blocks are not whole) dequantize blocks of columns from the operands as they are, per
 // call, for the float32 GEMM.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/kernel.h"
@@ -87,6 +90,22 @@ bool int8_form(const Node& n, const nbits::Layout& L, bool has_zp, bool float_zp
          has_ext(Ext::kAvx512Vnni);
 }
 
+// A zeroed buffer for a layer's panels, on transparent huge pages (2 MiB) where it spans one: the
+// panels stream from memory once a decoding step, and on 4 KiB pages the step paid a TLB miss and
+// a restart of the hardware prefetcher every 4 KiB (8-bit 4096 x 4096, one row, one thread: int8
+// form 0.88 -> 0.56 ms, float32 form 1.16 -> 0.86; the tail short of 2 MiB stays on small pages).
+std::shared_ptr<uint8_t[]> panel_memory(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const bool huge = bytes >= kHuge;
+  const size_t size = (bytes + 63) / 64 * 64;
+  void* m = std::aligned_alloc(huge ? kHuge : 64, size);
+  if (!m)
+    throw ValueError(cat("MatMulNBits: out of memory allocating ", bytes, " bytes of panels"));
+  if (huge) madvise(m, size, MADV_HUGEPAGE);  // a hint: small pages where the kernel has none
+  std::memset(m, 0, size);
+  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(m), [](uint8_t* q) { std::free(q); });
+}
+
 // K's order with each g_idx block contiguous (k sorted by block, stably): an empty vector when
 // g_idx is the plain k / block_size, nullopt when a block does not get the block_size members
 // (the last the rest of K) that the panels' blocks have.
@@ -137,10 +156,17 @@ std::any prepare(const NodeInfo& n) {
   p.panels = (L.n + kNBitsPanel - 1) / kNBitsPanel;
   const size_t code_bytes = static_cast<size_t>(p.panels * p.kp * kNBitsPanel * p.store_bits / 8);
   const size_t params = static_cast<size_t>(p.panels * L.blocks * kNBitsPanel);
-  p.codes.reset(new uint8_t[code_bytes]());
-  p.zeros.reset(new uint8_t[params]());
-  p.scales.reset(new float[params]());
-  if (float_zp) p.float_zeros.reset(new float[params]());
+  // One buffer: the codes, then the scales, float zero points and zero points, 64-byte aligned.
+  const auto up = [](size_t n) { return (n + 63) / 64 * 64; };
+  const size_t at_scales = up(code_bytes), at_fzeros = at_scales + up(params * sizeof(float));
+  const size_t at_zeros = at_fzeros + (float_zp ? up(params * sizeof(float)) : 0);
+  const std::shared_ptr<uint8_t[]> memory = panel_memory(at_zeros + params);
+  p.codes = memory;
+  p.scales = std::shared_ptr<float[]>(memory, reinterpret_cast<float*>(memory.get() + at_scales));
+  if (float_zp)
+    p.float_zeros =
+        std::shared_ptr<float[]>(memory, reinterpret_cast<float*>(memory.get() + at_fzeros));
+  p.zeros = std::shared_ptr<uint8_t[]>(memory, memory.get() + at_zeros);
   p.bytes = code_bytes + params * (1 + sizeof(float) * (float_zp ? 2 : 1));
   const Tensor bc = B.contiguous(), sc = n.constants[2]->contiguous();
   const Tensor zc = zp && !float_zp ? zp->contiguous() : Tensor();
