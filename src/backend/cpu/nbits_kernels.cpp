@@ -60,6 +60,7 @@ struct PreparedPanels {
     w.scales = scales.get();
     w.zeros = zeros.get();
     w.float_zeros = float_zeros.get();
+    w.zero = static_cast<float>(layout.mid());
     w.kp = kp;
     w.block = layout.block;
     w.blocks = layout.blocks;
@@ -160,14 +161,16 @@ std::any prepare(const NodeInfo& n) {
   const auto up = [](size_t n) { return (n + 63) / 64 * 64; };
   const size_t at_scales = up(code_bytes), at_fzeros = at_scales + up(params * sizeof(float));
   const size_t at_zeros = at_fzeros + (float_zp ? up(params * sizeof(float)) : 0);
-  const std::shared_ptr<uint8_t[]> memory = panel_memory(at_zeros + params);
+  // Without the file's zero points none are stored (NBitsPanels::zero).
+  const size_t zero_bytes = zp && !float_zp ? params : 0;
+  const std::shared_ptr<uint8_t[]> memory = panel_memory(at_zeros + zero_bytes);
   p.codes = memory;
   p.scales = std::shared_ptr<float[]>(memory, reinterpret_cast<float*>(memory.get() + at_scales));
   if (float_zp)
     p.float_zeros =
         std::shared_ptr<float[]>(memory, reinterpret_cast<float*>(memory.get() + at_fzeros));
-  p.zeros = std::shared_ptr<uint8_t[]>(memory, memory.get() + at_zeros);
-  p.bytes = code_bytes + params * (1 + sizeof(float) * (float_zp ? 2 : 1));
+  if (zero_bytes) p.zeros = std::shared_ptr<uint8_t[]>(memory, memory.get() + at_zeros);
+  p.bytes = code_bytes + zero_bytes + params * sizeof(float) * (float_zp ? 2 : 1);
   const Tensor bc = B.contiguous(), sc = n.constants[2]->contiguous();
   const Tensor zc = zp && !float_zp ? zp->contiguous() : Tensor();
   const uint8_t* codes = bc.data<uint8_t>();
@@ -189,9 +192,9 @@ std::any prepare(const NodeInfo& n) {
         p.scales[at] = static_cast<float>(sc.item_as_double(col * L.blocks + b));
         if (float_zp)
           p.float_zeros[at] = static_cast<float>(zp->item_as_double(col * L.blocks + b));
-        else
+        else if (zp)
           p.zeros[at] = static_cast<uint8_t>(
-              zp ? nbits::code(zc.data<uint8_t>() + col * L.zp_row, b, L.bits, mask) : L.mid());
+              nbits::code(zc.data<uint8_t>() + col * L.zp_row, b, L.bits, mask));
       }
     }
   });
