@@ -73,7 +73,7 @@ CASES = [  # m, k, n, bits, block, zero points, bias
     (70, 300, 70, 4, 64, None, True), (2, 100, 37, 8, 32, "u8", True),
     (5, 100, 37, 2, 32, None, True), (3, 100, 37, 4, 32, "f32", True),
     (40, 96, 20, 8, 16, "u8", False), (1, 256, 40, 8, 64, None, True),
-    (3, 64, 24, 2, 16, "u8", False)]
+    (3, 64, 24, 2, 16, "u8", False), (3, 200, 33, 8, 32, None, False)]
 
 
 # accuracy_level 4 (A quantized to int8 where onnxruntime does it too) on every form.

@@ -42,7 +42,10 @@ struct NBitsPanels {
   const float* scales = nullptr;
   const uint8_t* zeros = nullptr;
   const float* float_zeros = nullptr;  // in place of zeros when the file's zero points are floats
-  int64_t kp = 0;                      // K rounded up to whole blocks
+  // Neither (the file has no zero points): every block's is this one, 2^(bits - 1), and the panels
+  // stream no zero points.
+  float zero = 0.0f;
+  int64_t kp = 0;  // K rounded up to whole blocks
   int64_t block = 0, blocks = 0;
 };
 

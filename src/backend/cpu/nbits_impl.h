@@ -81,6 +81,10 @@ struct Decoder {
       for (int v = 0; v < kV; ++v) z[v] = Vec::load(w.float_zeros + at + v * kL);
       return;
     }
+    if (!w.zeros) {
+      for (int v = 0; v < kV; ++v) z[v] = Vec::set1(w.zero);
+      return;
+    }
     bytes(w.zeros + at, z);
   }
 
@@ -332,7 +336,8 @@ void nbits_gemv_i8(const NBitsPanels& w, int64_t p, const int8_t* aq, int64_t ld
         }
         const int64_t at = (p * w.blocks + b) * kNBitsPanel + j;
         const float t =
-            static_cast<float>(dot) - static_cast<float>(w.zeros[at]) * qsum[r * w.blocks + b];
+            static_cast<float>(dot) -
+            (w.zeros ? static_cast<float>(w.zeros[at]) : w.zero) * qsum[r * w.blocks + b];
         out += w.scales[at] * a_scale[r * w.blocks + b] * t;
       }
       y[r * ldy + j] = out;
