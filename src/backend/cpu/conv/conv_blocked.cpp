@@ -5,6 +5,7 @@
 // stride-1 conv where the cost rule says so runs as Winograd F(4x4, 3x3) instead (winograd.h),
 // on weights transformed in prepare().
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -156,8 +157,20 @@ void row_epilogues(const Epilogue& ep, float* y, int64_t n, int64_t ocb, int64_t
 
 }  // namespace
 
-// Output pixels up to which a pointwise conv's plane runs as one row (conv_blocked_rows).
+// Output pixels up to which a pointwise conv's plane runs as one row (conv_blocked_rows, and the
+// project half of DwPwConvBlocked).
 constexpr int64_t kFlatPointwisePlane = 16;
+
+namespace {
+// PTO_DWPW_FLAT=0 keeps DwPwConvBlocked's small planes row by row (A/B); unset or 1 projects
+// them as one row. Anything else is an error.
+bool dwpw_flat_enabled() {
+  const char* e = std::getenv("PTO_DWPW_FLAT");
+  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
+  if (std::strcmp(e, "0") == 0) return false;
+  throw ValueError(cat("PTO_DWPW_FLAT='", e, "': expected 0 or 1"));
+}
+}  // namespace
 
 void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, const float* bias,
                        float* y, const Epilogue& ep) {
@@ -330,9 +343,41 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
     if (!PTO_ISA_DISPATCH(conv_blocked_row_at, g, in, w, b, out, stride, n, ob, obs, oy, e))
       generic::conv_blocked_row_at(g, in, w, b, out, stride, n, ob, obs, oy, e);
   };
+  const int64_t sets = (gp.ocb + 3) / 4;
+  // A small output plane (at most kFlatPointwisePlane pixels, MobileNetV2's 3x3 planes at 96x96)
+  // is one task per image and part: the depthwise conv of all its rows, then the 1x1 conv of
+  // the plane as one row, so a pass over the project weights (0.6-1.2 MB, from L3) serves every
+  // pixel rather than one 3-pixel row; parts split the output blocks over the threads, each
+  // computing the (cheap) depthwise plane again.
+  if (!expand && gd.oh > 1 && gd.oh * gd.ow <= kFlatPointwisePlane && dwpw_flat_enabled()) {
+    BlockedConv gf = gp;
+    gf.iw = gf.ow = gd.oh * gd.ow;
+    const int64_t parts = std::clamp<int64_t>(num_threads(), 1, sets);
+    parallel_for(0, gd.n * parts, 1, [&](int64_t t0, int64_t t1) {
+      float* mid = scratch_as<float>(static_cast<size_t>(gd.ocb * plane));
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t part = t % parts, n = t / parts;
+        for (int64_t o = 0; o < gd.ocb; ++o)
+          for (int64_t oy = 0; oy < gd.oh; ++oy)
+            conv_row(gd, xp, wdp, bd.data<float>(), mid + o * plane + oy * row, plane, n, o, 1,
+                     oy, act_mid ? &clamp_mid : nullptr);
+        const int64_t at = n * gp.ocb * plane;  // block 0 of image n
+        const int64_t b0 = part * sets / parts * 4,
+                      b1 = std::min(gp.ocb, (part + 1) * sets / parts * 4);
+        for (int64_t ob = b0; ob < b1; ob += 4) {
+          RowEpilogue e = fused;
+          if (e.residual) e.residual += at + ob * plane;
+          conv_row(gf, mid, wpp, bp.data<float>(), yp + at + ob * plane, plane, 0, ob,
+                   std::min<int64_t>(4, b1 - ob), 0, in_regs ? &e : nullptr);
+        }
+        if (has_rest) row_epilogues(ep, yp, n, gp.ocb, 1, 0, plane, b0, b1);
+      }
+    });
+    return one(std::move(y));
+  }
   // Few rows (a 7x7 plane at batch 1) would leave threads idle: the output blocks of a row are
   // then split into `parts` tasks, each computing the (cheap) depthwise row again.
-  const int64_t rows = gd.n * gd.oh, sets = (gp.ocb + 3) / 4;
+  const int64_t rows = gd.n * gd.oh;
   const int64_t parts = std::clamp<int64_t>((4 * num_threads() + rows - 1) / rows, 1, sets);
   const int64_t tasks = rows * parts;
   const int64_t grain =
