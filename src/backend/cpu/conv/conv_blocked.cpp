@@ -160,6 +160,8 @@ void row_epilogues(const Epilogue& ep, float* y, int64_t n, int64_t ocb, int64_t
 // Output pixels up to which a pointwise conv's plane runs as one row (conv_blocked_rows, and the
 // project half of DwPwConvBlocked).
 constexpr int64_t kFlatPointwisePlane = 16;
+// Output pixels up to which DwPwConvBlocked projects runs of rows as one row (below).
+constexpr int64_t kFlatDwPwPlane = 576;
 
 namespace {
 // PTO_DWPW_FLAT=0 keeps DwPwConvBlocked's small planes row by row (A/B); unset or 1 projects
@@ -344,24 +346,31 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
       generic::conv_blocked_row_at(g, in, w, b, out, stride, n, ob, obs, oy, e);
   };
   const int64_t sets = (gp.ocb + 3) / 4;
-  // A small output plane (at most kFlatPointwisePlane pixels, MobileNetV2's 3x3 planes at 96x96)
-  // is one task per image and part: the depthwise conv of all its rows, then the 1x1 conv of
-  // the plane as one row, so a pass over the project weights (0.6-1.2 MB, from L3) serves every
-  // pixel rather than one 3-pixel row; parts split the output blocks over the threads, each
-  // computing the (cheap) depthwise plane again.
-  if (!expand && gd.oh > 1 && gd.oh * gd.ow <= kFlatPointwisePlane && dwpw_flat_enabled()) {
-    BlockedConv gf = gp;
-    gf.iw = gf.ow = gd.oh * gd.ow;
-    const int64_t parts = std::clamp<int64_t>(num_threads(), 1, sets);
-    parallel_for(0, gd.n * parts, 1, [&](int64_t t0, int64_t t1) {
-      float* mid = scratch_as<float>(static_cast<size_t>(gd.ocb * plane));
+  // A small output plane (at most kFlatDwPwPlane pixels: MobileNetV2's at 96x96 from 24x24 on,
+  // at 224x224 from 14x14 on) is computed in runs of rows: the depthwise conv of the run's rows,
+  // then the 1x1 conv of the run as one row, so one pass over the project weights (0.6-1.2 MB on
+  // 3x3 and 7x7 planes, from L3) serves every pixel of the run rather than a 3- or 7-pixel row,
+  // and register blocks run across rows. Tasks are (image, run, part): parts split the output
+  // blocks over the threads and runs the rows where there are fewer sets of four blocks than
+  // threads, each part computing the (cheap) depthwise rows of its run again.
+  if (!expand && gd.oh > 1 && gd.oh * gd.ow <= kFlatDwPwPlane && dwpw_flat_enabled()) {
+    const int64_t threads = num_threads();
+    const int64_t parts = std::clamp<int64_t>((threads + gd.n - 1) / gd.n, 1, sets);
+    const int64_t runs =
+        std::clamp<int64_t>((threads + gd.n * parts - 1) / (gd.n * parts), 1, gd.oh);
+    const int64_t run_rows = (gd.oh + runs - 1) / runs;
+    parallel_for(0, gd.n * runs * parts, 1, [&](int64_t t0, int64_t t1) {
+      float* mid = scratch_as<float>(static_cast<size_t>(gd.ocb * run_rows * row));
       for (int64_t t = t0; t < t1; ++t) {
-        const int64_t part = t % parts, n = t / parts;
+        const int64_t part = t % parts, r = t / parts % runs, n = t / parts / runs;
+        const int64_t y0 = r * gd.oh / runs, y1 = (r + 1) * gd.oh / runs, span = (y1 - y0) * row;
         for (int64_t o = 0; o < gd.ocb; ++o)
-          for (int64_t oy = 0; oy < gd.oh; ++oy)
-            conv_row(gd, xp, wdp, bd.data<float>(), mid + o * plane + oy * row, plane, n, o, 1,
+          for (int64_t oy = y0; oy < y1; ++oy)
+            conv_row(gd, xp, wdp, bd.data<float>(), mid + o * span + (oy - y0) * row, span, n, o, 1,
                      oy, act_mid ? &clamp_mid : nullptr);
-        const int64_t at = n * gp.ocb * plane;  // block 0 of image n
+        BlockedConv gf = gp;  // the run as one row
+        gf.iw = gf.ow = (y1 - y0) * gd.ow;
+        const int64_t at = n * gp.ocb * plane + y0 * row;  // block 0's row y0 of image n
         const int64_t b0 = part * sets / parts * 4,
                       b1 = std::min(gp.ocb, (part + 1) * sets / parts * 4);
         for (int64_t ob = b0; ob < b1; ob += 4) {
@@ -370,7 +379,9 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
           conv_row(gf, mid, wpp, bp.data<float>(), yp + at + ob * plane, plane, 0, ob,
                    std::min<int64_t>(4, b1 - ob), 0, in_regs ? &e : nullptr);
         }
-        if (has_rest) row_epilogues(ep, yp, n, gp.ocb, 1, 0, plane, b0, b1);
+        if (has_rest)
+          for (int64_t oy = y0; oy < y1; ++oy)
+            row_epilogues(ep, yp, n, gp.ocb, gd.oh, oy, row, b0, b1);
       }
     });
     return one(std::move(y));
