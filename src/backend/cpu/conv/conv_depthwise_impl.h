@@ -324,6 +324,94 @@ void depthwise_flat_split(const DepthwiseFlat& p, const float* x, float* dst) {
     }
 }
 
+#if defined(PTO_ISA_AVX512)
+// What depthwise_rows works with: per tap column its permute indices and lane mask.
+struct RowsArgs {
+  const DepthwiseFlat* p;
+  const __m512i* idx;
+  const __mmask16* mk;
+  __mmask16 lo_mask, hi_mask, out_mask;
+  const float* x;
+  int64_t x_plane;
+  const float* w;
+  const float* bias;
+  float* y;
+};
+
+// G planes from c0 at once: their output rows are G independent chains of multiply-adds (a
+// plane of 3 or 6 rows alone is one chain a row, latency-bound).
+template <int G>
+inline void rows_planes(const RowsArgs& a, int64_t c0) {
+  const DepthwiseFlat& p = *a.p;
+  const int64_t taps = p.kh * p.kw, hw = p.oh * p.ow;
+  const __m512 vlo = _mm512_set1_ps(p.lo), vhi = _mm512_set1_ps(p.hi);
+  for (int64_t oy = 0; oy < p.oh; ++oy) {
+    __m512 acc[G];
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_set1_ps(a.bias ? a.bias[c0 + g] : 0.0f);
+    for (int64_t ky = 0; ky < p.kh; ++ky) {
+      const int64_t iy = oy * p.sh + ky * p.dh - p.ph;
+      if (iy < 0 || iy >= p.ih) continue;
+      __m512 lo[G], hi[G];
+      for (int g = 0; g < G; ++g) {
+        const float* r = a.x + (c0 + g) * a.x_plane + iy * p.iw;
+        lo[g] = _mm512_maskz_loadu_ps(a.lo_mask, r);
+        hi[g] = _mm512_maskz_loadu_ps(a.hi_mask, r + 16);
+      }
+      for (int64_t kx = 0; kx < p.kw; ++kx)
+        for (int g = 0; g < G; ++g)
+          acc[g] = _mm512_fmadd_ps(_mm512_maskz_permutex2var_ps(a.mk[kx], lo[g], a.idx[kx], hi[g]),
+                                   _mm512_set1_ps(a.w[(c0 + g) * taps + ky * p.kw + kx]), acc[g]);
+    }
+    for (int g = 0; g < G; ++g) {
+      __m512 r = acc[g];
+      if (p.clamp) r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
+      _mm512_mask_storeu_ps(a.y + (c0 + g) * hw + oy * p.ow, a.out_mask, r);
+    }
+  }
+}
+#endif
+
+bool depthwise_rows(const DepthwiseFlat& p, const float* x, int64_t x_plane, const float* w,
+                    const float* bias, float* y, int64_t channels) {
+#if defined(PTO_ISA_AVX512)
+  if (p.iw > 32 || p.ow > 16 || p.kw > 32) return false;
+  // Tap column kx: lane ox reads input column ox sw + kx dw - pw, one of the row's 32 floats
+  // (lo: 0-15, hi: 16-31), or padding (its mask bit clear).
+  __m512i idx[32];
+  __mmask16 mk[32];
+  for (int64_t kx = 0; kx < p.kw; ++kx) {
+    alignas(64) int32_t ix[16];
+    uint32_t bits = 0;
+    for (int64_t ox = 0; ox < 16; ++ox) {
+      const int64_t c = ox * p.sw + kx * p.dw - p.pw;
+      const bool in = ox < p.ow && c >= 0 && c < p.iw;
+      ix[ox] = in ? static_cast<int32_t>(c) : 0;
+      if (in) bits |= 1u << ox;
+    }
+    idx[kx] = _mm512_load_si512(ix);
+    mk[kx] = static_cast<__mmask16>(bits);
+  }
+  const RowsArgs a{&p,
+                   idx,
+                   mk,
+                   static_cast<__mmask16>(p.iw >= 16 ? 0xffffu : (1u << p.iw) - 1),
+                   static_cast<__mmask16>(p.iw <= 16 ? 0u : (1u << (p.iw - 16)) - 1),
+                   static_cast<__mmask16>((1u << p.ow) - 1),
+                   x,
+                   x_plane,
+                   w,
+                   bias,
+                   y};
+  int64_t c = 0;
+  for (; c + 4 <= channels; c += 4) rows_planes<4>(a, c);
+  for (; c < channels; ++c) rows_planes<1>(a, c);
+  return true;
+#else
+  (void)p, (void)x, (void)x_plane, (void)w, (void)bias, (void)y, (void)channels;
+  return false;
+#endif
+}
+
 void depthwise_flat(const DepthwiseFlat& p, const float* src, int64_t src_plane, const float* w,
                     const float* bias, float* y, int64_t channels) {
   FlatArgs a{&p, p.off, p.kh * p.kw, p.oh * p.ow, src, src_plane, w, bias, y};

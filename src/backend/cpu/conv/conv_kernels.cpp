@@ -206,6 +206,9 @@ bool depthwise_blocked(const NodeInfo& info, const Tensor& w, int64_t plane) {
         info.node.attrs, {1, (*xs)[1].value, (*xs)[2].value, (*xs)[3].value}, w.shape(), "");
     // Tiny planes where most taps read padding (2x2 planes: 1152 @2 3x3 + SiLU 16.8 blocked,
     // 42.8 us flat; 5x5 21 / 63) keep the blocked kernel, which skips those taps.
+    // Strided rows of at most 16 outputs take the rows kernel (no split, no reorders): MobileNetV2
+    // 96x96 at level 2, 1 thread, blocked -> rows: see depthwise_rows_applies' caller.
+    if (by_rule && depthwise_rows_applies(g)) return false;
     return by_rule &&
            !(g.sh == 1 && g.sw == 1 && depthwise_flat_applies(g) && valid_tap_share(g) >= 0.5);
   } catch (const ValueError&) {
