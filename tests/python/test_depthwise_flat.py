@@ -80,10 +80,12 @@ def test_depthwise_block_matches_onnxruntime(tmp_path, monkeypatch, case):
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     saved = pypto.get_num_threads()
     try:
-        # PTO_DWPW_FLAT=0: level 3's fused depthwise + projection row by row on small planes
-        for name, flat in ((None, None), ("PTO_DEPTHWISE_FLAT", "0"), ("PTO_DWPW_FLAT", "0")):
-            monkeypatch.delenv("PTO_DEPTHWISE_FLAT", raising=False)
-            monkeypatch.delenv("PTO_DWPW_FLAT", raising=False)
+        # PTO_DWPW_FLAT=0: level 3's fused depthwise + projection row by row on small planes;
+        # PTO_DEPTHWISE_ROWS=0: strided short rows not on the rows kernel (AVX-512)
+        for name, flat in ((None, None), ("PTO_DEPTHWISE_FLAT", "0"), ("PTO_DWPW_FLAT", "0"),
+                           ("PTO_DEPTHWISE_ROWS", "0")):
+            for var in ("PTO_DEPTHWISE_FLAT", "PTO_DWPW_FLAT", "PTO_DEPTHWISE_ROWS"):
+                monkeypatch.delenv(var, raising=False)
             if name is not None:
                 monkeypatch.setenv(name, flat)
             for level in (2, 3) if name != "PTO_DWPW_FLAT" else (3,):
@@ -103,6 +105,14 @@ def test_dwpw_flat_env_is_checked(tmp_path, monkeypatch):
     monkeypatch.setenv("PTO_DWPW_FLAT", "2")
     with pytest.raises(Exception, match="PTO_DWPW_FLAT"):
         pypto.onnx.load(path, 3)(x=np.zeros((1, 16, 6, 6), np.float32))
+
+
+def test_depthwise_rows_env_is_checked(tmp_path, monkeypatch):
+    path = str(tmp_path / "m.onnx")
+    block_model(path, *CASES[1])  # 12x12 stride 2: 6-wide output rows, the rows kernel's
+    monkeypatch.setenv("PTO_DEPTHWISE_ROWS", "on")
+    with pytest.raises(Exception, match="PTO_DEPTHWISE_ROWS"):
+        pypto.onnx.load(path, 2)(x=np.zeros((1, 16, 12, 12), np.float32))
 
 
 def test_depthwise_flat_env_is_checked(tmp_path, monkeypatch):
