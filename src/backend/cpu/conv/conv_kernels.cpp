@@ -200,6 +200,7 @@ bool winograd_fits(const NodeInfo& info, const Tensor& w, int64_t group) {
 bool depthwise_blocked(const NodeInfo& info, const Tensor& w, int64_t plane) {
   const bool by_rule = small_plane_blocked(plane, w.dim(2), w.dim(3), true);
   if (!depthwise_flat_enabled()) return by_rule;
+  const bool rows = depthwise_rows_enabled();  // (outside the try: a bad value is an error)
   const auto& xs = info.inputs[0].shape;
   try {
     const ConvGeometry g = conv_geometry(
@@ -208,7 +209,7 @@ bool depthwise_blocked(const NodeInfo& info, const Tensor& w, int64_t plane) {
     // 42.8 us flat; 5x5 21 / 63) keep the blocked kernel, which skips those taps.
     // Strided rows of at most 16 outputs take the rows kernel (no split, no reorders): MobileNetV2
     // 96x96 at level 2, 1 thread, blocked -> rows: see depthwise_rows_applies' caller.
-    if (by_rule && depthwise_rows_applies(g)) return false;
+    if (by_rule && rows && depthwise_rows_applies(g)) return false;
     return by_rule &&
            !(g.sh == 1 && g.sw == 1 && depthwise_flat_applies(g) && valid_tap_share(g) >= 0.5);
   } catch (const ValueError&) {
