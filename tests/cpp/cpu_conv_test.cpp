@@ -486,6 +486,13 @@ TEST(CpuConv, DepthwiseFlatKernel) {
       {1, 4, 18, 17, 1, 3, 3, 3, 1, {1, 1, 1, 1}},
       {1, 3, 9, 13, 1, 1, 3, 2, 1, {0, 1, 0, 1}},
       {2, 7, 14, 14, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      // Wider rows in chunks of 15 (3x3) or 14 (5x5) outputs: 28, 29, 43 and 120 wide, a
+      // trailing pad of 2, stride 3 (chunks of 10).
+      {1, 5, 7, 56, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {2, 3, 6, 57, 1, 5, 5, 2, 1, {2, 2, 2, 2}},
+      {1, 4, 5, 85, 1, 3, 3, 2, 1, {1, 0, 1, 2}},
+      {1, 2, 4, 240, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {1, 3, 5, 90, 1, 3, 3, 3, 1, {1, 1, 1, 1}},
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
@@ -643,7 +650,7 @@ TEST(CpuConv, SmallPlaneBlockedPath) {
     const bool is_small = small;
     // AVX-512 runs a strided 3x3 depthwise conv with input rows of at most 32 floats and output
     // rows of at least 6 on the rows kernel (conv.h depthwise_rows_applies) instead.
-    const bool rows = group > 1 && stride > 1 && x[3] <= 32 && y[3] >= 6;
+    const bool rows = group > 1 && stride > 1 && ((x[3] <= 32 && y[3] >= 6) || y[3] >= 28);
     expect_one_conv_step(
         g, feeds, reference::run(g, feeds)[0],
         [&](cpu::Isa isa) {

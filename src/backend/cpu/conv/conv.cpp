@@ -478,6 +478,21 @@ bool depthwise_flat_applies(const ConvGeometry& g) {
 // 192 @28 s2 43.2 -> 20.4, 5x5 240 @28 s2 (14 wide) 77 -> 51.
 constexpr int64_t kRowsMinWidth3 = 6, kRowsMinWidth = 12;
 
+// Wider rows go in chunks of as many outputs as read one 32-column window ((cw - 1) sw +
+// (kw - 1) dw < 32, at most 16; up to 8 chunks), from 28 outputs on: Conv + Clip alone, 1
+// thread, minimum of 1000 calls, flat kernel -> chunked rows, us: 96 @112 s2 (56 wide) 216 ->
+// 181, 144 @56 s2 80 -> 72.5, 5x5 144 @56 s2 149 -> 138, but 96 @48 s2 (24 wide) 39.5 -> 40.
+// (Rows of at most 16 keep the one-window path: through the chunks, whose window starts at
+// -pw, 144 @24 s2 took 16.0 us instead of 12.9.)
+constexpr int64_t kRowsMinChunked = 28;
+
+int64_t rows_max_width(const ConvGeometry& g) {
+  const int64_t span = (g.kw - 1) * g.dw;
+  if (span > 31) return 0;
+  const int64_t cw = std::min<int64_t>(16, (31 - span) / g.sw + 1);
+  return cw < 8 ? 0 : 8 * cw;
+}
+
 // PTO_DEPTHWISE_ROWS=0 keeps strided small-row depthwise convs off the rows kernel (A/B and
 // tests); unset or 1 lets them take it. Anything else is an error.
 bool depthwise_rows_enabled() {
@@ -489,8 +504,9 @@ bool depthwise_rows_enabled() {
 
 bool depthwise_rows_applies(const ConvGeometry& g) {
   return depthwise_flat_enabled() && depthwise_flat_applies(g) && depthwise_rows_enabled() &&
-         PTO_ISA_DISPATCH(depthwise_flat_lanes) == 16 && g.sw >= 2 && g.iw <= 32 && g.ow <= 16 &&
-         g.ow >= (g.kw <= 3 ? kRowsMinWidth3 : kRowsMinWidth);
+         PTO_ISA_DISPATCH(depthwise_flat_lanes) == 16 && g.sw >= 2 &&
+         ((g.iw <= 32 && g.ow <= 16 && g.ow >= (g.kw <= 3 ? kRowsMinWidth3 : kRowsMinWidth)) ||
+          (g.ow >= kRowsMinChunked && g.ow <= rows_max_width(g)));
 }
 
 int64_t conv_column_block(const ConvGeometry& g) {
