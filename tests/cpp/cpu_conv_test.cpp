@@ -419,24 +419,26 @@ TEST(CpuConv, FusedResidualAndRelu) {
   set_num_threads(saved);
 }
 
-// PTO_DEPTHWISE_FLAT for the scope of a test (null: unset).
+// PTO_DEPTHWISE_FLAT (or another variable) for the scope of a test (null: unset).
 class DepthwiseFlatEnv {
  public:
-  explicit DepthwiseFlatEnv(const char* value) {
-    if (const char* old = std::getenv("PTO_DEPTHWISE_FLAT")) saved_ = old, had_ = true;
+  explicit DepthwiseFlatEnv(const char* value, const char* name = "PTO_DEPTHWISE_FLAT")
+      : name_(name) {
+    if (const char* old = std::getenv(name)) saved_ = old, had_ = true;
     if (value)
-      setenv("PTO_DEPTHWISE_FLAT", value, 1);
+      setenv(name, value, 1);
     else
-      unsetenv("PTO_DEPTHWISE_FLAT");
+      unsetenv(name);
   }
   ~DepthwiseFlatEnv() {
     if (had_)
-      setenv("PTO_DEPTHWISE_FLAT", saved_.c_str(), 1);
+      setenv(name_, saved_.c_str(), 1);
     else
-      unsetenv("PTO_DEPTHWISE_FLAT");
+      unsetenv(name_);
   }
 
  private:
+  const char* name_;
   std::string saved_;
   bool had_ = false;
 };
@@ -452,16 +454,45 @@ TEST(CpuConv, DepthwiseFlatKernel) {
     Dims pads;
   };
   std::vector<Case> cases = {
-      {1, 19, 5, 5, 1, 3, 3, 1, 1, {1, 1, 1, 1}},  {2, 7, 6, 6, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
-      {1, 9, 7, 7, 1, 3, 3, 2, 1, {1, 1, 1, 1}},   {1, 5, 11, 13, 1, 5, 5, 1, 1, {2, 2, 2, 2}},
-      {1, 6, 12, 12, 1, 3, 3, 2, 1, {1, 1, 1, 1}}, {2, 4, 24, 24, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
-      {1, 3, 30, 29, 1, 5, 5, 2, 1, {2, 2, 2, 2}}, {1, 5, 17, 19, 1, 3, 3, 1, 2, {2, 2, 2, 2}},
-      {1, 4, 9, 9, 2, 3, 3, 1, 1, {1, 1, 1, 1}},   {1, 4, 10, 8, 2, 3, 3, 2, 1, {1, 1, 1, 1}},
-      {1, 6, 9, 10, 1, 3, 3, 2, 1, {0, 0, 1, 1}},  {1, 5, 8, 9, 1, 3, 3, 1, 1, {0, 0, 0, 0}},
-      {1, 3, 13, 14, 1, 3, 3, 1, 1, {2, 2, 2, 2}}, {1, 7, 15, 16, 1, 1, 3, 1, 1, {0, 1, 0, 1}},
-      {1, 8, 3, 3, 1, 3, 3, 1, 1, {1, 1, 1, 1}},   {2, 17, 28, 28, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
-      {1, 5, 26, 27, 1, 5, 5, 1, 1, {2, 2, 2, 2}}, {1, 4, 21, 20, 1, 3, 3, 2, 2, {2, 2, 2, 2}},
-      {1, 3, 9, 70, 1, 3, 3, 2, 1, {1, 1, 1, 1}},  {2, 3, 8, 67, 1, 5, 5, 2, 1, {2, 2, 2, 2}},
+      {1, 19, 5, 5, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {2, 7, 6, 6, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {1, 9, 7, 7, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {1, 5, 11, 13, 1, 5, 5, 1, 1, {2, 2, 2, 2}},
+      {1, 6, 12, 12, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {2, 4, 24, 24, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {1, 3, 30, 29, 1, 5, 5, 2, 1, {2, 2, 2, 2}},
+      {1, 5, 17, 19, 1, 3, 3, 1, 2, {2, 2, 2, 2}},
+      {1, 4, 9, 9, 2, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {1, 4, 10, 8, 2, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {1, 6, 9, 10, 1, 3, 3, 2, 1, {0, 0, 1, 1}},
+      {1, 5, 8, 9, 1, 3, 3, 1, 1, {0, 0, 0, 0}},
+      {1, 3, 13, 14, 1, 3, 3, 1, 1, {2, 2, 2, 2}},
+      {1, 7, 15, 16, 1, 1, 3, 1, 1, {0, 1, 0, 1}},
+      {1, 8, 3, 3, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {2, 17, 28, 28, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {1, 5, 26, 27, 1, 5, 5, 1, 1, {2, 2, 2, 2}},
+      {1, 4, 21, 20, 1, 3, 3, 2, 2, {2, 2, 2, 2}},
+      {1, 3, 9, 70, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {2, 3, 8, 67, 1, 5, 5, 2, 1, {2, 2, 2, 2}},
+      // AVX-512's blocks of 12 vectors, then 4, then the tail: 12, 13 and 16 vectors a plane.
+      {1, 3, 8, 24, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {2, 3, 13, 16, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {1, 3, 32, 32, 1, 5, 5, 2, 1, {2, 2, 2, 2}},
+      // The strided rows kernel (AVX-512: input rows of at most 32 floats, output rows of 6 to
+      // 16, 12 to 16 for 5x5): rows of 32 and 17, stride 3, a 1x3 kernel, asymmetric pads, 4
+      // planes at a time and the rest one by one (5 and 7 channels).
+      {1, 5, 11, 32, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {2, 4, 10, 17, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {1, 4, 18, 17, 1, 3, 3, 3, 1, {1, 1, 1, 1}},
+      {1, 3, 9, 13, 1, 1, 3, 2, 1, {0, 1, 0, 1}},
+      {2, 7, 14, 14, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      // Wider rows in chunks of 15 (3x3) or 14 (5x5) outputs: 28, 29, 43 and 120 wide, a
+      // trailing pad of 2, stride 3 (chunks of 10).
+      {1, 5, 7, 56, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {2, 3, 6, 57, 1, 5, 5, 2, 1, {2, 2, 2, 2}},
+      {1, 4, 5, 85, 1, 3, 3, 2, 1, {1, 0, 1, 2}},
+      {1, 2, 4, 240, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
+      {1, 3, 5, 90, 1, 3, 3, 3, 1, {1, 1, 1, 1}},
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
@@ -473,7 +504,9 @@ TEST(CpuConv, DepthwiseFlatKernel) {
                      Dims{p, p, pick(0, 2), p}});
   }
   const int saved = num_threads();
-  int flat = 0;
+  int flat = 0, rows = 0;
+  const std::vector<cpu::Isa> isas = cpu::supported_isas();
+  const bool has512 = std::find(isas.begin(), isas.end(), cpu::Isa::kAvx512) != isas.end();
   for (const Case& t : cases) {
     const ConvCase c{{t.n, t.c, t.h, t.w},
                      {t.c * t.mult, 1, t.kh, t.kw},
@@ -486,6 +519,10 @@ TEST(CpuConv, DepthwiseFlatKernel) {
     const Tensor &x = r.x, &want_conv = r.want_conv, &w = r.w, &bias = r.bias, &res = r.res;
     const cpu::ConvGeometry g = cpu::conv_geometry(c.attrs, c.x, c.w, "conv");
     flat += cpu::depthwise_flat_applies(g);
+    if (has512) {
+      IsaScope scope(cpu::Isa::kAvx512);
+      rows += cpu::depthwise_rows_applies(g);
+    }
     for (int e = 0; e < 4; ++e) {  // none, Relu, Clip, residual Add + Relu
       cpu::Epilogue ep;
       if (e == 1) ep.act = cpu::Activation::kRelu;
@@ -499,8 +536,12 @@ TEST(CpuConv, DepthwiseFlatKernel) {
         if (e == 2) v = std::min(std::max(v, -0.5f), 0.75f);
         want.data<float>()[j] = v;
       }
-      for (const char* env : {static_cast<const char*>(nullptr), "0"}) {
-        DepthwiseFlatEnv scope_env(env);
+      // unset: the flat kernel (and the rows kernel where it applies); "0": the padded-plane
+      // kernel; "rows 0": the flat kernel with its split where the rows kernel would apply.
+      for (const char* env : {static_cast<const char*>(nullptr), "0", "rows 0"}) {
+        const bool rows_off = env && std::string(env) == "rows 0";
+        DepthwiseFlatEnv scope_env(rows_off ? nullptr : env);
+        DepthwiseFlatEnv scope_rows(rows_off ? "0" : nullptr, "PTO_DEPTHWISE_ROWS");
         for (cpu::Isa isa : cpu::supported_isas()) {
           IsaScope scope(isa);
           for (int threads : {1, 2}) {
@@ -520,6 +561,9 @@ TEST(CpuConv, DepthwiseFlatKernel) {
   }
   set_num_threads(saved);
   EXPECT_GE(flat, 20);  // most cases take the flat kernel; the rest the padded-plane one
+  if (has512) {
+    EXPECT_GE(rows, 8);  // strided rows of <= 16 outputs
+  }
 }
 
 TEST(CpuConv, DepthwiseFlatEnvIsChecked) {
@@ -588,23 +632,31 @@ void expect_one_conv_step(const Graph& g, const std::vector<Tensor>& feeds, cons
 // NCHW output after the reorder) and channel counts that leave padded lanes.
 TEST(CpuConv, SmallPlaneBlockedPath) {
   // (x, w, group, stride, whether the blocked path is chosen: a 1x1 conv only on planes up to
-  // 8x8; a depthwise conv only when strided, the stride-1 ones stay on the flat kernel)
+  // 8x8; a depthwise conv only when strided, the stride-1 ones stay on the flat kernel, and
+  // under AVX-512 only when its input rows are wider than 32 or its output rows narrower than 6)
   for (const auto& [x, w, group, stride, small] :
        {std::tuple{Dims{2, 24, 7, 7}, Dims{40, 24, 3, 3}, 1, 1, true},
         std::tuple{Dims{1, 40, 7, 7}, Dims{36, 40, 1, 1}, 1, 1, true},
         std::tuple{Dims{1, 40, 14, 14}, Dims{36, 40, 1, 1}, 1, 1, false},
         std::tuple{Dims{2, 40, 9, 9}, Dims{40, 1, 3, 3}, 40, 1, false},
-        std::tuple{Dims{2, 40, 9, 9}, Dims{40, 1, 3, 3}, 40, 2, true}}) {
+        std::tuple{Dims{2, 40, 9, 9}, Dims{40, 1, 3, 3}, 40, 2, true},
+        std::tuple{Dims{2, 40, 13, 13}, Dims{40, 1, 3, 3}, 40, 2, true},
+        std::tuple{Dims{2, 40, 20, 36}, Dims{40, 1, 3, 3}, 40, 2, true}}) {
     const Dims y = {x[0], w[0], (x[2] - 1) / stride + 1, (x[3] - 1) / stride + 1};
     Attributes a = attrs_of({{"group", int64_t{group}}, {"strides", Dims{stride, stride}}});
     if (w[2] == 3) a.set("pads", Dims{1, 1, 1, 1});
     const Graph g = conv_add_relu(to_shape(x), w, to_shape(y), a);
     const std::vector<Tensor> feeds = {random_tensor(x, 1), random_tensor(y, 4)};
     const bool is_small = small;
+    // AVX-512 runs a strided 3x3 depthwise conv with input rows of at most 32 floats and output
+    // rows of at least 6 on the rows kernel (conv.h depthwise_rows_applies) instead.
+    const bool rows = group > 1 && stride > 1 && ((x[3] <= 32 && y[3] >= 6) || y[3] >= 28);
     expect_one_conv_step(
         g, feeds, reference::run(g, feeds)[0],
-        [&](cpu::Isa isa) { return is_small && isa != cpu::Isa::kGeneric; }, w[1] * w[2] * w[3],
-        dims_str(x));
+        [&](cpu::Isa isa) {
+          return is_small && isa != cpu::Isa::kGeneric && !(rows && isa == cpu::Isa::kAvx512);
+        },
+        w[1] * w[2] * w[3], dims_str(x));
   }
 }
 

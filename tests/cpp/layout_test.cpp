@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "backend/cpu/isa/isa.h"
@@ -696,6 +697,7 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
   struct Block {
     int64_t n, c, h, w, e, stride;
     std::string act;  // between the depthwise and the project conv
+    int64_t k = 3;    // the depthwise kernel
   };
   for (const Block& t : {Block{1, 24, 9, 11, 72, 1, "Clip"}, Block{2, 16, 8, 7, 48, 2, "Relu"},
                          Block{1, 32, 5, 5, 96, 1, ""},
@@ -712,7 +714,13 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
                          // MobileNetV2 at 96x96: narrow rows projected in groups of rows (6x6 in
                          // two groups of 3, 3x3 in one; 12x12 stride 2 -> 6x6, two images).
                          Block{1, 96, 6, 6, 576, 1, "Clip"}, Block{2, 160, 3, 3, 960, 1, "Clip"},
-                         Block{2, 32, 12, 12, 192, 2, "Clip"}}) {
+                         Block{2, 32, 12, 12, 192, 2, "Clip"},
+                         // Planes up to kFlatDwPwPlane project runs of rows as one row: three
+                         // images of odd 5x5 planes (stride 2), a 5x5 kernel on 7x9, one output
+                         // block on 2 threads (the rows split in two runs); 30x20 = 600 pixels
+                         // stay row by row.
+                         Block{3, 24, 10, 9, 48, 2, "Relu"}, Block{1, 16, 7, 9, 48, 1, "Clip", 5},
+                         Block{1, 16, 13, 5, 32, 2, ""}, Block{1, 24, 30, 20, 48, 1, "Clip"}}) {
     std::mt19937 rng(9);
     Graph g;
     const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
@@ -736,7 +744,7 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
       return y;
     };
     ValueId v = relu6(conv(x, t.e, t.c, 1, 1, 1));
-    v = conv(v, t.e, 1, 3, t.stride, t.e);
+    v = conv(v, t.e, 1, t.k, t.stride, t.e);
     if (t.act == "Clip") v = relu6(v);
     if (t.act == "Relu") {
       const ValueId r = g.add_value("relu");
@@ -753,31 +761,35 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
     infer_types(g);
     const std::vector<Tensor> in = random_inputs(g, 23);
     const Tensor want = reference::run(g, in)[0];
-    const std::string what = cat("C", t.c, " E", t.e, " ", t.h, "x", t.w, " s", t.stride, " ",
-                                 t.act.empty() ? "no activation" : t.act);
-    for (cpu::Isa isa : cpu::supported_isas()) {
-      if (isa == cpu::Isa::kGeneric) continue;  // no channel block: nothing blocked
-      cpu::IsaScope scope(isa);
-      for (int threads : {1, 2}) {
-        set_num_threads(threads);
-        Executable exe = compile(g, {.level = 3});
-        int fused = 0;
-        const bool big = t.h * t.w * (t.e + 15) / 16 * 16 * 4 >= (1 << 20);
-        for (size_t i = 0; i < exe.graph().nodes().size(); ++i) {
-          const Node& node = exe.graph().nodes()[i];
-          if (node.op != "DwPwConvBlocked") continue;
-          ++fused;
-          EXPECT_EQ(exe.node_backend(i), "cpu") << what;
-          EXPECT_EQ(node.inputs.size(), big ? 7u : 5u) << what << ": the expansion joins it";
+    for (const char* flat : {"1", "0"})  // PTO_DWPW_FLAT: runs of rows as one row, or not
+      for (cpu::Isa isa : cpu::supported_isas()) {
+        if (isa == cpu::Isa::kGeneric) continue;  // no channel block: nothing blocked
+        cpu::IsaScope scope(isa);
+        setenv("PTO_DWPW_FLAT", flat, 1);
+        const std::string what =
+            cat("C", t.c, " E", t.e, " ", t.h, "x", t.w, " k", t.k, " s", t.stride, " ",
+                t.act.empty() ? "no activation" : t.act, ", PTO_DWPW_FLAT=", flat);
+        for (int threads : {1, 2}) {
+          set_num_threads(threads);
+          Executable exe = compile(g, {.level = 3});
+          int fused = 0;
+          const bool big = t.h * t.w * (t.e + 15) / 16 * 16 * 4 >= (1 << 20);
+          for (size_t i = 0; i < exe.graph().nodes().size(); ++i) {
+            const Node& node = exe.graph().nodes()[i];
+            if (node.op != "DwPwConvBlocked") continue;
+            ++fused;
+            EXPECT_EQ(exe.node_backend(i), "cpu") << what;
+            EXPECT_EQ(node.inputs.size(), big ? 7u : 5u) << what << ": the expansion joins it";
+          }
+          EXPECT_EQ(fused, 1) << what;
+          expect_close(exe.run(in)[0], want, cat(what, ", ", cpu::isa_name(isa), ", ", threads));
+          // The reference kernel of the fused node: the same block, one op after the other.
+          if (threads == 1)
+            expect_close(reference::run(exe.graph(), in)[0], want, cat(what, ", reference"));
         }
-        EXPECT_EQ(fused, 1) << what;
-        expect_close(exe.run(in)[0], want, cat(what, ", ", cpu::isa_name(isa), ", ", threads));
-        // The reference kernel of the fused node: the same block, one op after the other.
-        if (threads == 1)
-          expect_close(reference::run(exe.graph(), in)[0], want, cat(what, ", reference"));
       }
-    }
   }
+  unsetenv("PTO_DWPW_FLAT");
   set_num_threads(0);
 }
 

@@ -2,7 +2,8 @@
 and the blocked kernel the strided ones keep) inside MobileNet-style blocks, against onnxruntime:
 1x1 expansion + Clip, depthwise k x k (stride 1 or 2, pads 0..2) + Clip or Relu, 1x1 projection
 (+ the residual Add at stride 1), planes 5..30 and batch 2, at levels 2 and 3, on 1 and 2 threads,
-and with PTO_DEPTHWISE_FLAT=0 (the padded-plane kernel) for comparison."""
+and with PTO_DEPTHWISE_FLAT=0 (the padded-plane kernel) and PTO_DWPW_FLAT=0 (level 3's fused
+depthwise + projection row by row on small planes) for comparison."""
 
 from __future__ import annotations
 
@@ -79,20 +80,39 @@ def test_depthwise_block_matches_onnxruntime(tmp_path, monkeypatch, case):
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     saved = pypto.get_num_threads()
     try:
-        for flat in (None, "0"):
-            if flat is None:
-                monkeypatch.delenv("PTO_DEPTHWISE_FLAT", raising=False)
-            else:
-                monkeypatch.setenv("PTO_DEPTHWISE_FLAT", flat)
-            for level in (2, 3):
+        # PTO_DWPW_FLAT=0: level 3's fused depthwise + projection row by row on small planes;
+        # PTO_DEPTHWISE_ROWS=0: strided short rows not on the rows kernel (AVX-512)
+        for name, flat in ((None, None), ("PTO_DEPTHWISE_FLAT", "0"), ("PTO_DWPW_FLAT", "0"),
+                           ("PTO_DEPTHWISE_ROWS", "0")):
+            for var in ("PTO_DEPTHWISE_FLAT", "PTO_DWPW_FLAT", "PTO_DEPTHWISE_ROWS"):
+                monkeypatch.delenv(var, raising=False)
+            if name is not None:
+                monkeypatch.setenv(name, flat)
+            for level in (2, 3) if name != "PTO_DWPW_FLAT" else (3,):
                 for threads in (1, 2):
                     pypto.set_num_threads(threads)
                     got = pypto.onnx.load(path, level)(x=x)
                     np.testing.assert_allclose(
                         got, want, rtol=1e-4, atol=1e-4,
-                        err_msg=f"level {level}, {threads} thread(s), PTO_DEPTHWISE_FLAT={flat}")
+                        err_msg=f"level {level}, {threads} thread(s), {name}={flat}")
     finally:
         pypto.set_num_threads(saved)
+
+
+def test_dwpw_flat_env_is_checked(tmp_path, monkeypatch):
+    path = str(tmp_path / "m.onnx")
+    block_model(path, *CASES[0])  # a 6x6 plane: DwPwConvBlocked at level 3
+    monkeypatch.setenv("PTO_DWPW_FLAT", "2")
+    with pytest.raises(Exception, match="PTO_DWPW_FLAT"):
+        pypto.onnx.load(path, 3)(x=np.zeros((1, 16, 6, 6), np.float32))
+
+
+def test_depthwise_rows_env_is_checked(tmp_path, monkeypatch):
+    path = str(tmp_path / "m.onnx")
+    block_model(path, *CASES[1])  # 12x12 stride 2: 6-wide output rows, the rows kernel's
+    monkeypatch.setenv("PTO_DEPTHWISE_ROWS", "on")
+    with pytest.raises(Exception, match="PTO_DEPTHWISE_ROWS"):
+        pypto.onnx.load(path, 2)(x=np.zeros((1, 16, 12, 12), np.float32))
 
 
 def test_depthwise_flat_env_is_checked(tmp_path, monkeypatch):

@@ -331,7 +331,9 @@ void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, 
       !ep.tile && !ep.residual && (ep.act == Activation::kRelu || ep.act == Activation::kClip);
   p.lo = ep.act == Activation::kRelu ? 0.0f : ep.lo;
   p.hi = ep.act == Activation::kRelu ? std::numeric_limits<float>::infinity() : ep.hi;
-  const bool copies = depthwise_flat_copies(g);
+  // Strided rows that fit a vector take the rows kernel, which reads the input as it is.
+  const bool rows = depthwise_rows_applies(g);
+  const bool copies = !rows && depthwise_flat_copies(g);
   // The split copy: sh * sw phase planes, and a vector's room past the last (masked reads).
   const int64_t split_plane = g.sh * g.sw * p.phase_stride;
   const int64_t mult = g.m / g.c, HW = g.out_plane(), K = g.kh * g.kw;
@@ -366,8 +368,10 @@ void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, 
         src = buf;
         src_plane = split_plane;
       }
-      PTO_ISA_DISPATCH(depthwise_flat, p, src, src_plane, w + m * K, bias ? bias + m : nullptr,
-                       y + t * HW, cnt);
+      if (!rows || !PTO_ISA_DISPATCH(depthwise_rows, p, src, src_plane, w + m * K,
+                                     bias ? bias + m : nullptr, y + t * HW, cnt))
+        PTO_ISA_DISPATCH(depthwise_flat, p, src, src_plane, w + m * K, bias ? bias + m : nullptr,
+                         y + t * HW, cnt);
       if (has_rest) {  // the cnt planes as rows of HW: one call (per plane, tiny planes paid
                        // the epilogue's set-up 1152 times: EfficientNet-B0's SiLU convs 4x slower)
         float* yp = y + t * HW;
@@ -465,6 +469,44 @@ constexpr int64_t kFlatMaxPlane = int64_t{1} << 16;
 
 bool depthwise_flat_applies(const ConvGeometry& g) {
   return ceil_div(g.iw, g.sw) <= g.ow && g.oh * g.ow <= kFlatMaxPlane;
+}
+
+// Output rows narrower than these (3-wide kernels, wider ones) leave the rows kernel's vectors
+// mostly empty: Conv + Clip alone, 1 thread, minimum of 2000 calls, blocked (the rule before) ->
+// rows kernel, us: 576 @6 s2 (3 wide) 11.0 -> 12.4, 5x5 672 @14 s2 (7 wide) 63.5 -> 67.6; but
+// 576 @14 s2 (7 wide) 38.5 -> 29.4, 192 @12 s2 (6 wide) 9.7 -> 9.0, 144 @24 s2 23.0 -> 12.9,
+// 192 @28 s2 43.2 -> 20.4, 5x5 240 @28 s2 (14 wide) 77 -> 51.
+constexpr int64_t kRowsMinWidth3 = 6, kRowsMinWidth = 12;
+
+// Wider rows go in chunks of as many outputs as read one 32-column window ((cw - 1) sw +
+// (kw - 1) dw < 32, at most 16; up to 8 chunks), from 28 outputs on: Conv + Clip alone, 1
+// thread, minimum of 1000 calls, flat kernel -> chunked rows, us: 96 @112 s2 (56 wide) 216 ->
+// 181, 144 @56 s2 80 -> 72.5, 5x5 144 @56 s2 149 -> 138, but 96 @48 s2 (24 wide) 39.5 -> 40.
+// (Rows of at most 16 keep the one-window path: through the chunks, whose window starts at
+// -pw, 144 @24 s2 took 16.0 us instead of 12.9.)
+constexpr int64_t kRowsMinChunked = 28;
+
+int64_t rows_max_width(const ConvGeometry& g) {
+  const int64_t span = (g.kw - 1) * g.dw;
+  if (span > 31) return 0;
+  const int64_t cw = std::min<int64_t>(16, (31 - span) / g.sw + 1);
+  return cw < 8 ? 0 : 8 * cw;
+}
+
+// PTO_DEPTHWISE_ROWS=0 keeps strided small-row depthwise convs off the rows kernel (A/B and
+// tests); unset or 1 lets them take it. Anything else is an error.
+bool depthwise_rows_enabled() {
+  const char* e = std::getenv("PTO_DEPTHWISE_ROWS");
+  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
+  if (std::strcmp(e, "0") == 0) return false;
+  throw ValueError(cat("PTO_DEPTHWISE_ROWS='", e, "': expected 0 or 1"));
+}
+
+bool depthwise_rows_applies(const ConvGeometry& g) {
+  return depthwise_flat_enabled() && depthwise_flat_applies(g) && depthwise_rows_enabled() &&
+         PTO_ISA_DISPATCH(depthwise_flat_lanes) == 16 && g.sw >= 2 &&
+         ((g.iw <= 32 && g.ow <= 16 && g.ow >= (g.kw <= 3 ? kRowsMinWidth3 : kRowsMinWidth)) ||
+          (g.ow >= kRowsMinChunked && g.ow <= rows_max_width(g)));
 }
 
 int64_t conv_column_block(const ConvGeometry& g) {

@@ -61,6 +61,11 @@ int64_t conv_column_block(const ConvGeometry& g);
 // value other than 0 or 1).
 bool depthwise_flat_enabled();
 bool depthwise_flat_applies(const ConvGeometry& g);
+// Whether the flat path of g runs the strided rows kernel instead (conv_isa.h depthwise_rows:
+// AVX-512, stride >= 2, input rows of at most 32 floats, output rows of at most 16), and
+// PTO_DEPTHWISE_ROWS is not 0 (ValueError for a value other than 0 or 1).
+bool depthwise_rows_applies(const ConvGeometry& g);
+bool depthwise_rows_enabled();
 // The share of (output position, tap) pairs that read the input rather than padding.
 double valid_tap_share(const ConvGeometry& g);
 

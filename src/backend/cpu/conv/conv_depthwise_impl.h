@@ -186,15 +186,25 @@ inline void flat_tail(const FlatArgs& a, int64_t c0, int64_t v0, int64_t n, cons
 }
 
 constexpr int kFlatBlock = 4;  // vectors of one plane per block: enough to hide the FMA latency
+// Under AVX-512 (32 registers) larger planes go first in blocks of kFlatWide vectors: 12
+// accumulators and 9 weights still fit, and the FMA chains have room around the loads and masks
+// (1 thread, Conv 3x3 + Clip alone, min of 1000 calls, 4 -> 12: 144 @56 s1 208 -> 177 us, 192 @28
+// s1 74 -> 66, 32 @48 s1 34.4 -> 28.7, 96 @48 s2 42.5 -> 39.8, 96 @112 s2 232 -> 215; 8 and 16
+// were slower than 12).
+constexpr int kFlatWide = Vec::kLanes == 16 ? 12 : kFlatBlock;
 
-// One plane (channel c): the weights in registers, blocks of kFlatBlock vectors.
+// One plane (channel c): the weights in registers, blocks of kFlatWide, then kFlatBlock vectors.
+// Not inlined: inside flat_channels its blocks of 12 made GCC stop inlining the tiny planes'
+// blocks there (576 @6 12.8 -> 19.7 us).
 template <int K>
-void flat_plane(const FlatArgs& a, int64_t c) {
+[[gnu::noinline]] void flat_plane(const FlatArgs& a, int64_t c) {
   Vec wreg[K > 0 ? K : 1];
   if constexpr (K > 0)
     for (int t = 0; t < K; ++t) wreg[t] = Vec::set1(a.w[c * K + t]);
   const int64_t n = a.p->vectors;
   int64_t v = 0;
+  if constexpr (kFlatWide != kFlatBlock)
+    for (; v + kFlatWide <= n; v += kFlatWide) flat_block_any<K, 1, kFlatWide>(a, c, v, wreg);
   for (; v + kFlatBlock <= n; v += kFlatBlock) flat_block_any<K, 1, kFlatBlock>(a, c, v, wreg);
   flat_tail<K, 1>(a, c, v, n - v, wreg);
 }
@@ -312,6 +322,184 @@ void depthwise_flat_split(const DepthwiseFlat& p, const float* x, float* dst) {
       for (int64_t r = 0; r < rows; ++r)
         copy_strided(d + r * p.ow, x + (r * p.sh + py) * p.iw + px, cols, p.sw);
     }
+}
+
+#if defined(PTO_ISA_AVX512)
+// What depthwise_rows works with: per tap column its permute indices and lane mask.
+struct RowsArgs {
+  const DepthwiseFlat* p;
+  const __m512i* idx;
+  const __mmask16* mk;
+  __mmask16 lo_mask, hi_mask, out_mask;
+  const float* x;
+  int64_t x_plane;
+  const float* w;
+  const float* bias;
+  float* y;
+};
+
+// G planes from c0 at once: their output rows are G independent chains of multiply-adds (a
+// plane of 3 or 6 rows alone is one chain a row, latency-bound).
+template <int G>
+inline void rows_planes(const RowsArgs& a, int64_t c0) {
+  const DepthwiseFlat& p = *a.p;
+  const int64_t taps = p.kh * p.kw, hw = p.oh * p.ow;
+  const __m512 vlo = _mm512_set1_ps(p.lo), vhi = _mm512_set1_ps(p.hi);
+  for (int64_t oy = 0; oy < p.oh; ++oy) {
+    __m512 acc[G];
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_set1_ps(a.bias ? a.bias[c0 + g] : 0.0f);
+    for (int64_t ky = 0; ky < p.kh; ++ky) {
+      const int64_t iy = oy * p.sh + ky * p.dh - p.ph;
+      if (iy < 0 || iy >= p.ih) continue;
+      __m512 lo[G], hi[G];
+      for (int g = 0; g < G; ++g) {
+        const float* r = a.x + (c0 + g) * a.x_plane + iy * p.iw;
+        lo[g] = _mm512_maskz_loadu_ps(a.lo_mask, r);
+        hi[g] = _mm512_maskz_loadu_ps(a.hi_mask, r + 16);
+      }
+      for (int64_t kx = 0; kx < p.kw; ++kx)
+        for (int g = 0; g < G; ++g)
+          acc[g] = _mm512_fmadd_ps(_mm512_maskz_permutex2var_ps(a.mk[kx], lo[g], a.idx[kx], hi[g]),
+                                   _mm512_set1_ps(a.w[(c0 + g) * taps + ky * p.kw + kx]), acc[g]);
+    }
+    for (int g = 0; g < G; ++g) {
+      __m512 r = acc[g];
+      if (p.clamp) r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
+      _mm512_mask_storeu_ps(a.y + (c0 + g) * hw + oy * p.ow, a.out_mask, r);
+    }
+  }
+}
+#endif
+
+#if defined(PTO_ISA_AVX512)
+// Output rows wider than a vector (conv.h depthwise_rows_applies): each row in chunks of cw
+// outputs, chunk j reading the 32 input columns from base[j] (masked to the row, so padding
+// reads zero), tap column kx of lane l at column l sw + kx dw of that window.
+constexpr int kMaxRowChunks = 8;
+
+struct ChunkArgs {
+  const DepthwiseFlat* p;
+  const __m512i* idx;  // [kw]
+  int64_t chunks, cw;
+  const int64_t* base;        // [chunks]
+  const __mmask16* lo_mask;   // [chunks]
+  const __mmask16* hi_mask;   // [chunks]
+  const __mmask16* out_mask;  // [chunks]
+  const float* x;
+  int64_t x_plane;
+  const float* w;
+  const float* bias;
+  float* y;
+};
+
+template <int G>
+inline void chunked_planes(const ChunkArgs& a, int64_t c0) {
+  const DepthwiseFlat& p = *a.p;
+  const int64_t taps = p.kh * p.kw, hw = p.oh * p.ow;
+  const __m512 vlo = _mm512_set1_ps(p.lo), vhi = _mm512_set1_ps(p.hi);
+  for (int64_t oy = 0; oy < p.oh; ++oy)
+    for (int64_t j = 0; j < a.chunks; ++j) {
+      __m512 acc[G];
+      for (int g = 0; g < G; ++g) acc[g] = _mm512_set1_ps(a.bias ? a.bias[c0 + g] : 0.0f);
+      for (int64_t ky = 0; ky < p.kh; ++ky) {
+        const int64_t iy = oy * p.sh + ky * p.dh - p.ph;
+        if (iy < 0 || iy >= p.ih) continue;
+        __m512 lo[G], hi[G];
+        for (int g = 0; g < G; ++g) {
+          // (masked-off lanes are not read: the window may start before the row)
+          const float* r = a.x + (c0 + g) * a.x_plane + iy * p.iw + a.base[j];
+          lo[g] = _mm512_maskz_loadu_ps(a.lo_mask[j], r);
+          hi[g] = _mm512_maskz_loadu_ps(a.hi_mask[j], r + 16);
+        }
+        for (int64_t kx = 0; kx < p.kw; ++kx)
+          for (int g = 0; g < G; ++g)
+            acc[g] = _mm512_fmadd_ps(_mm512_permutex2var_ps(lo[g], a.idx[kx], hi[g]),
+                                     _mm512_set1_ps(a.w[(c0 + g) * taps + ky * p.kw + kx]), acc[g]);
+      }
+      for (int g = 0; g < G; ++g) {
+        __m512 r = acc[g];
+        if (p.clamp) r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
+        _mm512_mask_storeu_ps(a.y + (c0 + g) * hw + oy * p.ow + j * a.cw, a.out_mask[j], r);
+      }
+    }
+}
+
+bool depthwise_rows_chunked(const DepthwiseFlat& p, const float* x, int64_t x_plane, const float* w,
+                            const float* bias, float* y, int64_t channels) {
+  // Chunks of cw outputs whose taps all read a 32-column window: (cw - 1) sw + (kw - 1) dw < 32.
+  const int64_t span = (p.kw - 1) * p.dw;
+  if (span > 31 || p.kw > 32) return false;
+  const int64_t cw = std::min<int64_t>(16, (31 - span) / p.sw + 1);
+  const int64_t chunks = (p.ow + cw - 1) / cw;
+  if (chunks > kMaxRowChunks) return false;
+  __m512i idx[32];
+  for (int64_t kx = 0; kx < p.kw; ++kx) {
+    alignas(64) int32_t ix[16];
+    for (int64_t l = 0; l < 16; ++l)  // lanes past the chunk: any column (not stored)
+      ix[l] = static_cast<int32_t>(l < cw ? l * p.sw + kx * p.dw : 0);
+    idx[kx] = _mm512_load_si512(ix);
+  }
+  int64_t base[kMaxRowChunks];
+  __mmask16 lo_mask[kMaxRowChunks], hi_mask[kMaxRowChunks], out_mask[kMaxRowChunks];
+  for (int64_t j = 0; j < chunks; ++j) {
+    base[j] = j * cw * p.sw - p.pw;
+    uint32_t lo = 0, hi = 0;
+    for (int64_t i = 0; i < 16; ++i) {
+      if (base[j] + i >= 0 && base[j] + i < p.iw) lo |= 1u << i;
+      if (base[j] + 16 + i >= 0 && base[j] + 16 + i < p.iw) hi |= 1u << i;
+    }
+    lo_mask[j] = static_cast<__mmask16>(lo);
+    hi_mask[j] = static_cast<__mmask16>(hi);
+    out_mask[j] = static_cast<__mmask16>((1u << std::min(cw, p.ow - j * cw)) - 1);
+  }
+  const ChunkArgs a{&p, idx, chunks, cw, base, lo_mask, hi_mask, out_mask, x, x_plane, w, bias, y};
+  int64_t c = 0;
+  for (; c + 4 <= channels; c += 4) chunked_planes<4>(a, c);
+  for (; c < channels; ++c) chunked_planes<1>(a, c);
+  return true;
+}
+#endif
+
+bool depthwise_rows(const DepthwiseFlat& p, const float* x, int64_t x_plane, const float* w,
+                    const float* bias, float* y, int64_t channels) {
+#if defined(PTO_ISA_AVX512)
+  if (p.iw > 32 || p.ow > 16) return depthwise_rows_chunked(p, x, x_plane, w, bias, y, channels);
+  if (p.kw > 32) return false;
+  // Tap column kx: lane ox reads input column ox sw + kx dw - pw, one of the row's 32 floats
+  // (lo: 0-15, hi: 16-31), or padding (its mask bit clear).
+  __m512i idx[32];
+  __mmask16 mk[32];
+  for (int64_t kx = 0; kx < p.kw; ++kx) {
+    alignas(64) int32_t ix[16];
+    uint32_t bits = 0;
+    for (int64_t ox = 0; ox < 16; ++ox) {
+      const int64_t c = ox * p.sw + kx * p.dw - p.pw;
+      const bool in = ox < p.ow && c >= 0 && c < p.iw;
+      ix[ox] = in ? static_cast<int32_t>(c) : 0;
+      if (in) bits |= 1u << ox;
+    }
+    idx[kx] = _mm512_load_si512(ix);
+    mk[kx] = static_cast<__mmask16>(bits);
+  }
+  const RowsArgs a{&p,
+                   idx,
+                   mk,
+                   static_cast<__mmask16>(p.iw >= 16 ? 0xffffu : (1u << p.iw) - 1),
+                   static_cast<__mmask16>(p.iw <= 16 ? 0u : (1u << (p.iw - 16)) - 1),
+                   static_cast<__mmask16>((1u << p.ow) - 1),
+                   x,
+                   x_plane,
+                   w,
+                   bias,
+                   y};
+  int64_t c = 0;
+  for (; c + 4 <= channels; c += 4) rows_planes<4>(a, c);
+  for (; c < channels; ++c) rows_planes<1>(a, c);
+  return true;
+#else
+  (void)p, (void)x, (void)x_plane, (void)w, (void)bias, (void)y, (void)channels;
+  return false;
+#endif
 }
 
 void depthwise_flat(const DepthwiseFlat& p, const float* src, int64_t src_plane, const float* w,

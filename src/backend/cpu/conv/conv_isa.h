@@ -111,6 +111,13 @@ PTO_ISA_DECLARE(
     // `channels` consecutive output planes y (oh * ow floats apart), plane c reading src +
     // c * src_plane with weights w + c * kh * kw and bias bias[c] (bias may be null).
     void depthwise_flat(const DepthwiseFlat& p, const float* src, int64_t src_plane, const float* w,
+                        const float* bias, float* y, int64_t channels);
+    // The strided rows kernel (conv.cpp depthwise_rows_applies: AVX-512, stride 2 or more, input
+    // rows of at most 32 floats, output rows of at most 16): each output row is one vector, tap
+    // (ky, kx) one two-source permute of the input row's two vectors (lanes reading padding
+    // zeroed by its mask) and one multiply-add: no split copy. Planes as depthwise_flat, read
+    // from x + c * x_plane; returns false, having done nothing, where this ISA has no such kernel.
+    bool depthwise_rows(const DepthwiseFlat& p, const float* x, int64_t x_plane, const float* w,
                         const float* bias, float* y, int64_t channels);)
 
 // A 2-D convolution on channel-blocked tensors (ConvBlocked, src/ir/ops/blocked_layout.cpp): x
