@@ -19,7 +19,10 @@ GEMMs). Skipped by default: the video models (r3d_18, mvit_v2_s) and the mixture
 Export: torch.onnx.export(dynamo=False, opset 17) of the model's main output (first_tensor);
 where that fails, the dynamo exporter (opset 18). onnxruntime: ORT_ENABLE_ALL, intra- and
 inter-op threads 1. PyPTO: pypto.onnx.load(file, level=2) and level=3, PTO_NUM_THREADS=1. Before
-timing, every engine's output is compared with eager PyTorch (max |got - want| / max |want|).
+timing, every engine's output is compared with eager PyTorch (max |got - want| / max |want|):
+"ok" within 1e-3, "wrong" past it, "illcnd" past it where onnxruntime is past it too (the model
+amplifies float32 rounding at this size: efficientnet_v2_s at 224, its batch norms calibrated
+at the zoo's 64).
 Each model runs in a child process (a crash or a --timeout costs that model only).
 
 Per model: the median ms of a call of each engine over --rounds rounds, best pypto / onnxruntime
@@ -186,6 +189,8 @@ def child(name: str, a) -> dict:
         r["ratio"] = r["ms"][best] / r["ms"]["ort"]
         tol = 1e-3
         r["status"] = "ok" if all(r["err"][k] <= tol for k in levels) else "wrong"
+        if r["status"] == "wrong" and r["err"]["ort"] > tol:
+            r["status"] = "illcnd"  # onnxruntime is as far off eager: float32 rounding amplified
     else:
         r["status"] = "pypto failed"
     return r
