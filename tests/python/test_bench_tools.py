@@ -116,3 +116,37 @@ def test_zoo_speed_rejects_bad_options(args, message):
     p = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_zoo_profile_lists_both_engines_kernels(tmp_path):
+    """bench/zoo_profile.py on a Conv -> Relu -> MatMul file: onnxruntime's nodes and PyPTO's
+    kernels, each covering the graph, with positive times."""
+    import json
+    import subprocess
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    m = numpy_helper.from_array(rng.standard_normal((30, 5)).astype(np.float32), "m")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"], name="relu"),
+         helper.make_node("MatMul", ["r", "m"], ["y"], name="matmul")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 30, 30])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[w, m])
+    path = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    out = tmp_path / "prof.json"
+    bench = Path(__file__).resolve().parents[2] / "bench" / "zoo_profile.py"
+    p = subprocess.run([sys.executable, str(bench), str(path), "--runs", "2", "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = json.loads(out.read_text())
+    covered = {s for k in d["pypto"] for s in k["sources"]}
+    assert covered == {"conv", "relu", "matmul"}
+    assert all(k["ms"] > 0 for k in d["pypto"]) and d["pypto_call_ms"] > 0
+    assert {n["op"] for n in d["ort"]} >= {"MatMul"} and all(n["ms"] >= 0 for n in d["ort"])
+    assert "by PyPTO kernel" in p.stdout
