@@ -3,7 +3,7 @@
 exported to ONNX once, then timed in one process, interleaved (onnxruntime, pypto level 2, pypto
 level 3, onnxruntime, ...), 1 thread each, batch 1.
 
-    python bench/zoo_speed.py                          # every vision and text model, ~30 min
+    python bench/zoo_speed.py                          # every vision and text model, ~12 min
     python bench/zoo_speed.py --models swin_t,bert --rounds 7 --json /tmp/zoo_speed.json
     python bench/zoo_speed.py --image 128 --seq 64 --keep /tmp/zoo_onnx   # keep the .onnx files
 
