@@ -83,3 +83,70 @@ def test_compile_vs_optimize_summary_takes_the_median_round_and_ratios():
     assert "| m | 9.00 | 3.00 | 3.30 | 0.500 (-) | 1.100 | 1.167 | 1.250 | 1.200 | -0.200 |" in text
     assert "compile / optimize, wall-clock: geometric mean 1.100" in text
     assert "1 of 1 cases within 1.10" in text
+
+
+def test_zoo_speed_times_a_model_against_eager_and_onnxruntime(tmp_path):
+    """bench/zoo_speed.py end to end on one small model: exported, every engine within 1e-3 of
+    eager PyTorch, the ratio the better level over onnxruntime."""
+    import json
+    import subprocess
+
+    out = tmp_path / "rows.json"
+    bench = Path(__file__).resolve().parents[2] / "bench" / "zoo_speed.py"
+    p = subprocess.run([sys.executable, str(bench), "--models", "mnasnet0_5", "--image", "64",
+                        "--rounds", "1", "--budget", "0.01", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (row,) = json.loads(out.read_text())
+    assert row["status"] == "ok", row
+    assert row["inputs"] == [[1, 3, 64, 64]] and row["exporter"] == "torchscript"
+    assert set(row["err"]) == {"ort", "l2", "l3"} and max(row["err"].values()) <= 1e-3
+    assert all(v > 0 for v in row["ms"].values())
+    assert row["ratio"] == pytest.approx(row["ms"][row["best"]] / row["ms"]["ort"])
+    assert "mnasnet0_5" in p.stdout and "slowest relative to onnxruntime" in p.stdout
+
+
+@pytest.mark.parametrize("args,message", [(["--rounds", "0"], "--rounds must be at least 1"),
+                                          (["--models", "nosuch"], "unknown model(s) nosuch"),
+                                          (["--budget", "0"], "must be positive")])
+def test_zoo_speed_rejects_bad_options(args, message):
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "zoo_speed.py"
+    p = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_zoo_profile_lists_both_engines_kernels(tmp_path):
+    """bench/zoo_profile.py on a Conv -> Relu -> MatMul file: onnxruntime's nodes and PyPTO's
+    kernels, each covering the graph, with positive times."""
+    import json
+    import subprocess
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    m = numpy_helper.from_array(rng.standard_normal((30, 5)).astype(np.float32), "m")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"], name="relu"),
+         helper.make_node("MatMul", ["r", "m"], ["y"], name="matmul")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 30, 30])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[w, m])
+    path = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    out = tmp_path / "prof.json"
+    bench = Path(__file__).resolve().parents[2] / "bench" / "zoo_profile.py"
+    p = subprocess.run([sys.executable, str(bench), str(path), "--runs", "2", "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = json.loads(out.read_text())
+    covered = {s for k in d["pypto"] for s in k["sources"]}
+    assert covered == {"conv", "relu", "matmul"}
+    assert all(k["ms"] > 0 for k in d["pypto"]) and d["pypto_call_ms"] > 0
+    assert {n["op"] for n in d["ort"]} >= {"MatMul"} and all(n["ms"] >= 0 for n in d["ort"])
+    assert "by PyPTO kernel" in p.stdout

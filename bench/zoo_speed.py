@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""A speed census of the test zoo (tests/python/torch_models.py) against ONNX Runtime: each model
+exported to ONNX once, then timed in one process, interleaved (onnxruntime, pypto level 2, pypto
+level 3, onnxruntime, ...), 1 thread each, batch 1.
+
+    python bench/zoo_speed.py                          # every vision and text model, ~12 min
+    python bench/zoo_speed.py --models swin_t,bert --rounds 7 --json /tmp/zoo_speed.json
+    python bench/zoo_speed.py --image 128 --seq 64 --keep /tmp/zoo_onnx   # keep the .onnx files
+
+Sizes: vision models at --image (default 224) where the model takes any size (timm ViTs whose
+position embedding fixes the size are built at --image with img_size=); models of a fixed size
+keep it (vit_b_16, maxvit_t, levit_128s, tiny_vit_5m_224 at 224, halonet26t at 256, the tiny
+HF vision transformers vit_hf at 32 and dinov2 at 56, whisper's and wav2vec2's audio stubs).
+Text models take a sequence of --seq tokens (default 128; clip_text at most its 77 positions) and
+are the zoo's tiny configs (2 layers of 64 wide: their time is mostly per-op overhead, not
+GEMMs). Skipped by default: the video models (r3d_18, mvit_v2_s) and the mixture-of-experts ones
+(mixtral, deepseek_v3: their routing exports poorly and their tiny configs time nothing useful).
+
+Export: torch.onnx.export(dynamo=False, opset 17) of the model's main output (first_tensor);
+where that fails, the dynamo exporter (opset 18). onnxruntime: ORT_ENABLE_ALL, intra- and
+inter-op threads 1. PyPTO: pypto.onnx.load(file, level=2) and level=3, PTO_NUM_THREADS=1. Before
+timing, every engine's output is compared with eager PyTorch (max |got - want| / max |want|):
+"ok" within 1e-3, "wrong" past it, "illcnd" past it where onnxruntime is past it too (the model
+amplifies float32 rounding at this size: efficientnet_v2_s at 224, its batch norms calibrated
+at the zoo's 64).
+Each model runs in a child process (a crash or a --timeout costs that model only).
+
+Per model: the median ms of a call of each engine over --rounds rounds, best pypto / onnxruntime
+(the ratio; > 1: pypto slower), which level wins, compile seconds, the exporter, and the ops that
+fell back to the reference interpreter. /proc/loadavg is printed before and after each model:
+onnxruntime's time in the same process is the yardstick that absorbs the shared machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+MARK = "@@zoo_speed@@"
+
+SKIP = {"r3d_18": "video (3-D conv)", "mvit_v2_s": "video (3-D)", "mixtral": "mixture of experts",
+        "deepseek_v3": "mixture of experts"}
+# Vision models that take any image size: (batch, 3, image, image).
+ANY_SIZE = {"resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
+            "convnext_tiny", "resnext50_32x4d", "efficientnet_v2_s", "shufflenet_v2_x0_5",
+            "squeezenet1_1", "densenet121", "googlenet", "regnet_y_400mf", "swin_t", "mnasnet0_5",
+            "ghostnet_100", "convnextv2_atto", "resnetv2_50x1_bit", "efficientvit_b0",
+            "poolformer_s12", "fastvit_t8", "hrnet_w18_small", "dla34", "mixnet_s",
+            "mobilevitv2_050", "segformer"}
+# timm ViTs whose position embedding fixes the size: rebuilt with img_size=--image.
+IMG_SIZE = {"eva02_tiny": "eva02_tiny_patch14_224", "deit_tiny": "deit_tiny_patch16_224",
+            "xcit_nano": "xcit_nano_12_p16_224"}
+MAX_SEQ = {"clip_text": 77}
+
+
+def loadavg() -> str:
+    return " ".join(open("/proc/loadavg").read().split()[:3])
+
+
+def per_call(f, budget: float) -> float:
+    """Seconds per call: one warm-up call, then calls until `budget` seconds or 200 calls."""
+    f()
+    n, t0 = 0, time.perf_counter()
+    while True:
+        f()
+        n += 1
+        t = time.perf_counter() - t0
+        if t > budget or n >= 200:
+            return t / n
+
+
+def child(name: str, a) -> dict:
+    os.environ["PTO_NUM_THREADS"] = "1"
+    sys.path.insert(0, str(REPO / "python"))
+    sys.path.insert(0, str(REPO / "tests" / "python"))
+    import logging
+
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    import pypto
+    import torch_models as tm
+
+    torch.set_num_threads(1)
+    logging.getLogger("onnxscript.optimizer").setLevel(logging.ERROR)
+    tm.SEQ = min(a.seq, MAX_SEQ.get(name, a.seq))  # the zoo's token inputs read it at call time
+    r: dict = {"model": name}
+    if name in IMG_SIZE:
+        import timm
+
+        def build():
+            torch.manual_seed(tm.SEED)
+            return timm.create_model(IMG_SIZE[name], pretrained=False, img_size=a.image).eval()
+        model = tm.randomize_(build())
+    else:
+        model = tm.randomize_(tm.build(name), tm.inputs(name, 16))
+    torch.manual_seed(1)
+    if name in ANY_SIZE or name in IMG_SIZE:
+        args = (torch.randn(1, 3, a.image, a.image),)
+    else:
+        args = tm.inputs(name, 1)
+    r["inputs"] = [list(x.shape) for x in args]
+
+    class First(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, *xs):
+            return tm.first_tensor(self.m(*xs))
+
+    wrapped = First(model).eval()
+    with torch.inference_mode():
+        want = wrapped(*args).float().numpy()
+    names = [f"x{i}" for i in range(len(args))]
+    path = os.path.join(a.keep or a.tmp, f"{name}.onnx")
+    t0 = time.perf_counter()
+    errors = []
+    for dynamo, opset in ((False, 17), (True, 18)):
+        try:
+            kw = {"external_data": False} if dynamo else {}
+            torch.onnx.export(wrapped, args, path, dynamo=dynamo, opset_version=opset,
+                              input_names=names, output_names=["y"], **kw)
+            r["exporter"] = "dynamo" if dynamo else "torchscript"
+            break
+        except Exception as e:  # noqa: BLE001 - the other exporter gets its turn
+            errors.append(f"{'dynamo' if dynamo else 'torchscript'}: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}"[:300])
+    else:
+        r["status"] = "export failed"
+        r["error"] = " | ".join(errors)
+        return r
+    r["export_s"] = time.perf_counter() - t0
+    del model, wrapped
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    want_in = {i.name for i in sess.get_inputs()}
+    feeds = {n: x.numpy() for n, x in zip(names, args) if n in want_in}
+
+    def rel(got) -> float:
+        got = np.asarray(got, dtype=np.float64)
+        if got.shape != want.shape:
+            return float("inf")
+        return float(np.abs(got - want).max() / np.abs(want).max())
+
+    engines = {"ort": lambda: sess.run(None, feeds)[0]}
+    r["err"] = {"ort": rel(engines["ort"]())}
+    r["compile_s"] = {}
+    for level in (2, 3):
+        key = f"l{level}"
+        try:
+            t0 = time.perf_counter()
+            exe = pypto.onnx.load(path, level=level)
+            out = exe(**feeds)
+            r["compile_s"][key] = time.perf_counter() - t0  # compile + first call
+            out = out[0] if isinstance(out, tuple) else out
+            r["err"][key] = rel(out)
+            if level == 2:
+                backends = exe._compiled.node_backends
+                r["nodes"] = len(backends)
+                r["reference_ops"] = dict(Counter(op for op, b in backends if b != "cpu"))
+            engines[key] = (lambda e: lambda: e(**feeds))(exe)
+        except Exception as e:  # noqa: BLE001 - recorded
+            r.setdefault("pypto_errors", {})[key] = f"{type(e).__name__}: {e}"[:300]
+    times: dict[str, list[float]] = {k: [] for k in engines}
+    for _ in range(a.rounds):
+        for k, f in engines.items():
+            times[k].append(per_call(f, a.budget))
+    r["ms"] = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    r["ms_min"] = {k: min(v) * 1e3 for k, v in times.items()}
+    levels = [k for k in ("l2", "l3") if k in r["ms"]]
+    if levels:
+        best = min(levels, key=lambda k: r["ms"][k])
+        r["best"] = best
+        r["ratio"] = r["ms"][best] / r["ms"]["ort"]
+        tol = 1e-3
+        r["status"] = "ok" if all(r["err"][k] <= tol for k in levels) else "wrong"
+        if r["status"] == "wrong" and r["err"]["ort"] > tol:
+            r["status"] = "illcnd"  # onnxruntime is as far off eager: float32 rounding amplified
+    else:
+        r["status"] = "pypto failed"
+    return r
+
+
+def row(r: dict) -> str:
+    name = r["model"]
+    if "ms" not in r:
+        return f"{name:20s} {r.get('status', '?')}: {r.get('error', r.get('pypto_errors', ''))}"
+    ms = r["ms"]
+    f = lambda k: f"{ms[k]:9.2f}" if k in ms else "        -"  # noqa: E731
+    ref = ",".join(f"{k}x{v}" for k, v in r.get("reference_ops", {}).items())
+    err = max(v for k, v in r["err"].items() if k != "ort") if len(r["err"]) > 1 else float("nan")
+    return (f"{name:20s} {f('ort')} {f('l2')} {f('l3')}  {r.get('ratio', float('nan')):6.2f} "
+            f"{r.get('best', '-'):>4s}  {err:8.1e}  {r['exporter'][:5]:5s} {r['status']:6s} {ref}")
+
+
+HEADER = (f"{'model':20s} {'ort ms':>9s} {'L2 ms':>9s} {'L3 ms':>9s}  {'ratio':>6s} {'best':>4s}"
+          f"  {'max err':>8s}  {'exp':5s} {'status':6s} reference ops")
+
+
+def main() -> int:
+    sys.path.insert(0, str(REPO / "tests" / "python"))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", help="comma-separated zoo names (default: every vision and text "
+                    "model: all but " + ", ".join(SKIP) + ")")
+    ap.add_argument("--image", type=int, default=224, help="image size of the vision models "
+                    "that take any (default 224)")
+    ap.add_argument("--seq", type=int, default=128, help="tokens of the text models (default 128)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    ap.add_argument("--budget", type=float, default=0.2,
+                    help="seconds of calls per engine per round (default 0.2; at least 2 calls)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per model (default 900)")
+    ap.add_argument("--keep", help="a folder to keep the exported .onnx files in (for profiling)")
+    ap.add_argument("--json", help="write the rows to this file (rewritten after every model)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--tmp", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    for k, v in (("image", a.image), ("seq", a.seq), ("rounds", a.rounds)):
+        if v < 1:
+            ap.error(f"--{k} must be at least 1, got {v}")
+    if a.budget <= 0 or a.timeout <= 0:
+        ap.error("--budget and --timeout must be positive")
+    if a.child:
+        print(MARK + json.dumps(child(a.child, a)), flush=True)
+        return 0
+    import torch_models as tm
+
+    names = a.models.split(",") if a.models else [n for n in tm.ZOO if n not in SKIP]
+    unknown = [n for n in names if n not in tm.ZOO]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(tm.ZOO)}")
+    if a.keep:
+        os.makedirs(a.keep, exist_ok=True)
+    if not a.models:
+        print("skipped: " + ", ".join(f"{k} ({v})" for k, v in SKIP.items()))
+    print(f"image {a.image}, seq {a.seq}, 1 thread, {a.rounds} rounds; load {loadavg()}")
+    print(HEADER, flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            load0 = loadavg()
+            cmd = [sys.executable, __file__, "--child", name, "--tmp", tmp, "--image",
+                   str(a.image), "--seq", str(a.seq), "--rounds", str(a.rounds), "--budget",
+                   str(a.budget)] + (["--keep", a.keep] if a.keep else [])
+            t0 = time.perf_counter()
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+                line = [x for x in p.stdout.splitlines() if x.startswith(MARK)]
+                if line:
+                    r = json.loads(line[-1][len(MARK):])
+                else:
+                    tail = (p.stderr.strip().splitlines() or ["?"])[-1]
+                    r = {"model": name, "status": "crashed", "error": tail[:300]}
+            except subprocess.TimeoutExpired:
+                r = {"model": name, "status": "timeout", "error": f"over {a.timeout:.0f} s"}
+            r["seconds"] = time.perf_counter() - t0
+            r["load"] = [load0, loadavg()]
+            rows.append(r)
+            print(row(r) + f"   [load {load0} -> {r['load'][1]}]", flush=True)
+            if a.json:
+                with open(a.json, "w") as f:
+                    json.dump(rows, f, indent=1)
+    done = sorted((r for r in rows if "ratio" in r), key=lambda r: -r["ratio"])
+    print("\nslowest relative to onnxruntime (best pypto level / onnxruntime):")
+    for r in done[:8]:
+        print(f"  {r['model']:20s} {r['ratio']:6.2f}  ({r['best']})")
+    wins = Counter(r["best"] for r in done)
+    if done:
+        print(f"level 2 wins {wins['l2']}, level 3 wins {wins['l3']}; geometric mean ratio "
+              f"{statistics.geometric_mean([r['ratio'] for r in done]):.2f} over {len(done)} "
+              f"models; load {loadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
