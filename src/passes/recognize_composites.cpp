@@ -3,6 +3,7 @@
 // op that means it, so later levels see one op:
 //   x * 0.5 * (1 + Erf(x / 1.41421 | x * 0.70711))                   -> Gelu
 //   x * 0.5 * (1 + Tanh(0.79788 * (x + 0.044715 * x^3)))             -> Gelu approximate="tanh"
+//   (the Tanh's argument also as 0.79788 * x * (1 + 0.044715 * x * x), Bloom's)
 //   (x - mean(x)) / Sqrt(mean((x - mean(x))^2) [+ eps]) [* g] [+ b]  -> LayerNormalization
 //   x / Sqrt(mean(x^2) [+ eps]) [* g]                                -> RMSNormalization
 //   x * Clip(x + 3, 0, 6) / 6 (one Clip or a min and a max Clip)       -> HardSwish
@@ -84,7 +85,38 @@ bool is_cube(Matcher& m, ValueId v, ValueId x) {
   return s && s->inputs[0] == x && s->inputs[1] == x;
 }
 
-// s = 1 + Erf(x / sqrt2) or 1 + Tanh(sqrt(2/pi) * (x + 0.044715 x^3)); sets `tanh`.
+// q = 0.044715 x^2: Mul(0.044715, Mul(x, x)) or Mul(Mul(x, 0.044715), x), either side.
+bool is_scaled_square(Matcher& m, ValueId q, ValueId x) {
+  const Node* n = m.inner(q, "Mul");
+  if (!n) return false;
+  if (const ValueId sq = m.times_const(*n, 0.044715); sq != kNoValue) {
+    const Node* s = m.inner(sq, "Mul");
+    return s && s->inputs[0] == x && s->inputs[1] == x;
+  }
+  const ValueId scaled = Matcher::other(*n, x);
+  const Node* k = scaled == kNoValue ? nullptr : m.inner(scaled, "Mul");
+  return k && m.times_const(*k, 0.044715) == x;
+}
+
+// v = (sqrt(2/pi) x) (1 + 0.044715 x^2): the tanh argument factored as Bloom writes it.
+bool is_factored_tanh_argument(Matcher& m, ValueId v, ValueId x) {
+  const Node* prod = m.inner(v, "Mul");
+  if (!prod || prod->inputs.size() != 2) return false;
+  for (int side = 0; side < 2; ++side) {
+    const size_t mark = m.consumed.size();
+    const Node* lin = m.inner(prod->inputs[side], "Mul");
+    const Node* add = lin && m.times_const(*lin, std::sqrt(2 / std::numbers::pi)) == x
+                          ? m.inner(prod->inputs[1 - side], "Add")
+                          : nullptr;
+    const ValueId q = add ? m.times_const(*add, 1.0) : kNoValue;
+    if (q != kNoValue && is_scaled_square(m, q, x)) return true;
+    m.consumed.resize(mark);
+  }
+  return false;
+}
+
+// s = 1 + Erf(x / sqrt2) or 1 + Tanh(sqrt(2/pi) * (x + 0.044715 x^3)) (or of Bloom's factored
+// sqrt(2/pi) x (1 + 0.044715 x^2)); sets `tanh`.
 bool gelu_sum(Matcher& m, ValueId s, ValueId x, bool& tanh) {
   const Node* add = m.inner(s, "Add");
   if (!add) return false;
@@ -103,6 +135,7 @@ bool gelu_sum(Matcher& m, ValueId s, ValueId x, bool& tanh) {
   }
   if (f->op != "Tanh" || !m.inner(t, "Tanh")) return false;
   tanh = true;
+  if (is_factored_tanh_argument(m, f->inputs[0], x)) return true;
   const Node* scaled = m.inner(f->inputs[0], "Mul");
   const ValueId w = scaled ? m.times_const(*scaled, std::sqrt(2 / std::numbers::pi)) : kNoValue;
   const Node* sum = w == kNoValue ? nullptr : m.inner(w, "Add");

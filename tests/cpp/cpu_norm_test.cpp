@@ -209,8 +209,10 @@ TEST(CpuRmsNorm, EveryAxisAndScaleShapes) {
 
 TEST(CpuBatchNorm, InferenceShapesAndTrainingDeclines) {
   uint32_t seed = 80;
-  for (const Dims& shape : {Dims{2, 3}, Dims{1, 1, 1}, Dims{2, 5, 7}, Dims{2, 3, 5, 9},
-                            Dims{0, 3, 4}, Dims{2, 16, 17, 17}}) {
+  // Planes under 16 elements take the row-wise path (BatchNorm1d on [tokens, channels]).
+  for (const Dims& shape :
+       {Dims{2, 3}, Dims{1, 1, 1}, Dims{2, 5, 7}, Dims{2, 3, 5, 9}, Dims{0, 3, 4},
+        Dims{2, 16, 17, 17}, Dims{196, 384}, Dims{3, 40, 15}, Dims{5, 7, 2, 2}}) {
     const int64_t ch = shape[1];
     const Tensor var = random_f32({ch}, seed++, 0.1f, 2);
     for (bool constant : {false, true}) {

@@ -428,6 +428,25 @@ TEST(PassRecognizeComposites, TanhGeluAsGpt2WritesIt) {
   }
 }
 
+TEST(PassRecognizeComposites, TanhGeluAsBloomWritesIt) {
+  // x * 0.5 * (1 + tanh(0.79788456 * x * (1 + 0.044715 * x * x))): the argument factored, the
+  // square scaled on either side.
+  for (bool scale_first : {true, false}) {
+    SCOPED_TRACE(scale_first);
+    Builder b;
+    ValueId x = b.input("x", {3, 10});
+    ValueId q = scale_first ? b.op("Mul", {b.op("Mul", {x, b.scalar("k", 0.044715f)}), x})
+                            : b.op("Mul", {b.scalar("k", 0.044715f), b.op("Mul", {x, x})});
+    ValueId arg = b.op("Mul", {b.op("Mul", {b.scalar("c", 0.79788456f), x}),
+                               b.op("Add", {b.scalar("one", 1.0f), q})});
+    ValueId s = b.op("Add", {b.scalar("one2", 1.0f), b.op("Tanh", {arg})});
+    b.g.add_output(b.op("Mul", {b.op("Mul", {x, b.scalar("half", 0.5f)}), s}));
+    Graph g = run_and_compare(b, "RecognizeComposites");
+    EXPECT_EQ(g.nodes().size(), 1u);
+    EXPECT_EQ(only(g, "Gelu").attrs.get_string("approximate"), "tanh");
+  }
+}
+
 TEST(PassRecognizeComposites, ConstantsAsConstantNodes) {
   Builder b;
   ValueId x = b.input("x", {4, 16});
