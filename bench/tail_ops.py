@@ -16,7 +16,6 @@ import json
 import os
 import statistics
 import tempfile
-import time
 
 import numpy as np
 import onnxruntime as ort
@@ -24,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper, save
 
 os.environ.setdefault("PTO_NUM_THREADS", "1")
 import pypto  # noqa: E402
+from timing import per_call  # noqa: E402
 
 F = TensorProto.FLOAT
 # name: (op, input shape, attributes, opset, extra initializers, input dtype)
@@ -140,17 +140,6 @@ def model(tmp, name):
     path = os.path.join(tmp, name + ".onnx")
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
     return path, {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
-
-
-def per_call(f, budget=0.25):
-    f()
-    n, t0 = 0, time.perf_counter()
-    while True:
-        f()
-        n += 1
-        t = time.perf_counter() - t0
-        if t > budget or n >= 200:
-            return t / n
 
 
 def main():

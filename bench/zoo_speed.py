@@ -42,6 +42,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
+
+from timing import per_call
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -65,18 +67,6 @@ MAX_SEQ = {"clip_text": 77}
 
 def loadavg() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3])
-
-
-def per_call(f, budget: float) -> float:
-    """Seconds per call: one warm-up call, then calls until `budget` seconds or 200 calls."""
-    f()
-    n, t0 = 0, time.perf_counter()
-    while True:
-        f()
-        n += 1
-        t = time.perf_counter() - t0
-        if t > budget or n >= 200:
-            return t / n
 
 
 def child(name: str, a) -> dict:
