@@ -24,8 +24,11 @@ import json
 import os
 import sys
 from collections import Counter, defaultdict
+from pathlib import Path
 
 os.environ.setdefault("PTO_NUM_THREADS", "1")
+# This checkout's package, as bench/zoo_speed.py finds it (PYTHONPATH still wins when set).
+sys.path.append(str(Path(__file__).resolve().parents[1] / "python"))
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
