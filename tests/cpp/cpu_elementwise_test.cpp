@@ -302,6 +302,14 @@ const std::vector<std::pair<Dims, Dims>> kPairs = {{{5, 7}, {5, 7}},
                                                    {{2, 3, 4, 5}, {3, 1, 5}},
                                                    {{300, 70}, {70}},
                                                    {{70, 300}, {70, 1}},
+                                                   // A per-channel vector against channel-blocked
+                                                   // planes (short rows folded k at a time), on
+                                                   // either side; a prime plane (k = m); rows too
+                                                   // many to fold (k = 1).
+                                                   {{1, 6, 14, 14, 16}, {1, 6, 1, 1, 16}},
+                                                   {{2, 3, 1, 1, 16}, {2, 3, 7, 5, 16}},
+                                                   {{13, 5}, {1, 5}},
+                                                   {{1031, 3}, {1, 3}},
                                                    {{}, {}}};
 
 TEST(CpuElementwise, BinaryOpsBroadcast) {
