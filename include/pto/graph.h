@@ -192,6 +192,14 @@ class Graph {
   std::unordered_map<std::string, ValueId> by_name_;
 };
 
+// Copies the nodes of subgraph `sub` into `g` before node position `pos` (g.nodes().size():
+// at the end), its inputs bound to `inputs` (one per input of `sub`, its captures included), its
+// initializers made constants; new nodes and values are named `prefix`/their name in `sub`.
+// Returns the values of sub's outputs. For a control-flow branch taken at compile time and a
+// modifier subgraph the importer splices in.
+std::vector<ValueId> inline_subgraph(Graph& g, size_t pos, const Graph& sub,
+                                     const std::vector<ValueId>& inputs, const std::string& prefix);
+
 // Checks structure: every op is registered, arities are within the OpDef's range, every value is
 // defined once and before it is used, outputs exist. Throws ValueError naming the node.
 void verify(const Graph& g);

@@ -298,4 +298,33 @@ std::vector<int> Graph::use_counts() const {
   return uses;
 }
 
+std::vector<ValueId> inline_subgraph(Graph& g, size_t pos, const Graph& sub,
+                                     const std::vector<ValueId>& inputs,
+                                     const std::string& prefix) {
+  PTO_CHECK(inputs.size() == sub.inputs().size() && pos <= g.nodes().size())
+      << "inline_subgraph: " << inputs.size() << " inputs for " << sub.inputs().size();
+  std::vector<ValueId> map(sub.values().size(), kNoValue);
+  for (size_t i = 0; i < inputs.size(); ++i) map[sub.inputs()[i]] = inputs[i];
+  for (const auto& [v, t] : sub.initializers())
+    map[v] = g.add_constant(prefix + "/" + sub.value(v).name, t);
+  auto mapped = [&](ValueId v) { return v == kNoValue ? kNoValue : map[v]; };
+  size_t at = pos;
+  for (const Node& n : sub.nodes()) {
+    std::vector<ValueId> ins, outs;
+    for (ValueId v : n.inputs) ins.push_back(mapped(v));
+    for (ValueId v : n.outputs) {
+      if (v != kNoValue)
+        map[v] = g.add_value(g.unique_name(prefix + "/" + sub.value(v).name), sub.value(v).type);
+      outs.push_back(mapped(v));
+    }
+    Node& m =
+        g.insert_node(at++, n.op, std::move(ins), std::move(outs), n.attrs, prefix + "/" + n.name);
+    m.domain = n.domain;
+    m.opset = n.opset;
+  }
+  std::vector<ValueId> out;
+  for (ValueId v : sub.outputs()) out.push_back(mapped(v));
+  return out;
+}
+
 }  // namespace pto

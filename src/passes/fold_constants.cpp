@@ -104,30 +104,12 @@ size_t inline_if(Graph& g, size_t pos, bool cond) {
     o = kNoValue;
   }
   const Graph& branch = n.attrs.get_graph(cond ? "then_branch" : "else_branch");
-  std::vector<ValueId> map(branch.values().size(), kNoValue);
-  for (size_t i = 0; i < branch.inputs().size(); ++i) map[branch.inputs()[i]] = n.inputs[1 + i];
-  for (const auto& [v, t] : branch.initializers())
-    map[v] = g.add_constant(cat(n.name, "/", branch.value(v).name), t);
-  auto mapped = [&](ValueId v) { return v == kNoValue ? kNoValue : map[v]; };
-  size_t at = pos;
-  for (const Node& b : branch.nodes()) {
-    std::vector<ValueId> ins, outs;
-    for (ValueId v : b.inputs) ins.push_back(mapped(v));
-    for (ValueId v : b.outputs) {
-      if (v != kNoValue)
-        map[v] = g.add_value(g.unique_name(cat(n.name, "/", branch.value(v).name)),
-                             branch.value(v).type);
-      outs.push_back(mapped(v));
-    }
-    Node& m = g.insert_node(at++, b.op, std::move(ins), std::move(outs), b.attrs,
-                            cat(n.name, "/", b.name));
-    m.domain = b.domain;
-    m.opset = b.opset;
-  }
+  const std::vector<ValueId> outs = inline_subgraph(
+      g, pos, branch, std::vector<ValueId>(n.inputs.begin() + 1, n.inputs.end()), n.name);
+  size_t at = pos + branch.nodes().size();
   for (size_t o = 0; o < n.outputs.size(); ++o)
     if (n.outputs[o] != kNoValue)
-      g.insert_node(at++, "Identity", {mapped(branch.outputs()[o])}, {n.outputs[o]}, {},
-                    cat(n.name, "/output_", o));
+      g.insert_node(at++, "Identity", {outs[o]}, {n.outputs[o]}, {}, cat(n.name, "/output_", o));
   return at - pos;
 }
 

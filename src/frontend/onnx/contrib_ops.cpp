@@ -700,34 +700,22 @@ void nchwc_upsample(Emit& e, NchwcState&, const std::vector<ValueId>& x,
 using NchwcExpander = void (*)(Emit&, NchwcState&, const std::vector<ValueId>&,
                                const std::vector<ValueId>&, const Attributes&);
 
-// The pools are the standard ops with the same attributes.
-void nchwc_pool(Emit& e, const std::string& op, const std::vector<ValueId>& x,
-                const std::vector<ValueId>& y, const Attributes& attrs) {
-  e.op(op, {x[0]}, attrs, y[0]);
-}
-
+// The NCHWc ops read; a null expander: the standard op of the same name and attributes (the
+// pools).
 const std::pair<const char*, NchwcExpander> kNchwcOps[] = {
     {"Conv", nchwc_conv},
     {"ReorderInput", nchwc_reorder_input},
     {"ReorderOutput", nchwc_reorder_output},
     {"Upsample", nchwc_upsample},
-    {"MaxPool",
-     [](Emit& e, NchwcState&, const std::vector<ValueId>& x, const std::vector<ValueId>& y,
-        const Attributes& a) { nchwc_pool(e, "MaxPool", x, y, a); }},
-    {"AveragePool",
-     [](Emit& e, NchwcState&, const std::vector<ValueId>& x, const std::vector<ValueId>& y,
-        const Attributes& a) { nchwc_pool(e, "AveragePool", x, y, a); }},
-    {"GlobalMaxPool",
-     [](Emit& e, NchwcState&, const std::vector<ValueId>& x, const std::vector<ValueId>& y,
-        const Attributes& a) { nchwc_pool(e, "GlobalMaxPool", x, y, a); }},
-    {"GlobalAveragePool",
-     [](Emit& e, NchwcState&, const std::vector<ValueId>& x, const std::vector<ValueId>& y,
-        const Attributes& a) { nchwc_pool(e, "GlobalAveragePool", x, y, a); }},
+    {"MaxPool", nullptr},
+    {"AveragePool", nullptr},
+    {"GlobalMaxPool", nullptr},
+    {"GlobalAveragePool", nullptr},
 };
 
-NchwcExpander find_nchwc(const std::string& op) {
-  for (const auto& [name, f] : kNchwcOps)
-    if (op == name) return f;
+const std::pair<const char*, NchwcExpander>* find_nchwc(const std::string& op) {
+  for (const auto& entry : kNchwcOps)
+    if (op == entry.first) return &entry;
   return nullptr;
 }
 
@@ -846,15 +834,18 @@ bool is_nchwc_op(const std::string& domain, const std::string& op) {
 void expand_nchwc_op(Graph& g, NchwcState& state, const std::string& op,
                      const std::vector<ValueId>& inputs, const std::vector<ValueId>& outputs,
                      const Attributes& attrs, const std::string& name, const std::string& where) {
-  const NchwcExpander f = find_nchwc(op);
-  PTO_CHECK(f && state.block > 0) << op << " is not a read NCHWc op, or no block was chosen";
+  const auto* entry = find_nchwc(op);
+  PTO_CHECK(entry && state.block > 0) << op << " is not a read NCHWc op, or no block was chosen";
   const size_t required = op == "Conv" ? 2 : 1;
   for (size_t i = 0; i < required; ++i)
     if (in(inputs, i) == kNoValue) throw ValueError(cat(where, ": input ", i, " is required"));
   if (outputs.empty() || outputs[0] == kNoValue)
     throw ValueError(cat(where, ": the first output is required"));
   Emit e(g, name, where);
-  f(e, state, inputs, outputs, attrs);
+  if (entry->second)
+    entry->second(e, state, inputs, outputs, attrs);
+  else
+    e.op(op, {inputs[0]}, attrs, outputs[0]);
 }
 
 }  // namespace pto::onnx

@@ -3,7 +3,6 @@
 #include "preview_ops.h"
 
 #include <cmath>
-#include <unordered_map>
 
 #include "emit.h"
 #include "pto/error.h"
@@ -22,40 +21,14 @@ ValueId splice(Emit& e, const Graph& sub, ValueId in, const std::string& what) {
                          " must have one input (besides the outer values "
                          "it reads) and one output; it has ",
                          own, " and ", sub.outputs().size()));
-  std::unordered_map<ValueId, ValueId> map;
-  map[sub.inputs()[0]] = in;
+  std::vector<ValueId> inputs = {in};
   for (size_t i = 1; i < sub.inputs().size(); ++i) {
     const std::string& outer = sub.value(sub.inputs()[i]).name;
     const auto v = g.find_value(outer);
     if (!v) throw ValueError(cat(e.where(), ": ", what, " reads '", outer, "', not defined"));
-    map[sub.inputs()[i]] = *v;
+    inputs.push_back(*v);
   }
-  for (const auto& [v, t] : sub.initializers())
-    map[v] = g.add_constant(cat(e.name(), "/", what, "/", sub.value(v).name), t);
-  auto mapped = [&](ValueId v) {
-    if (v == kNoValue) return kNoValue;
-    auto it = map.find(v);
-    if (it == map.end())
-      throw InternalError(cat(e.where(), ": ", what, " reads a value before defining it"));
-    return it->second;
-  };
-  for (const Node& n : sub.nodes()) {
-    std::vector<ValueId> ins, outs;
-    for (ValueId v : n.inputs) ins.push_back(mapped(v));
-    for (ValueId v : n.outputs) {
-      if (v == kNoValue) {
-        outs.push_back(kNoValue);
-        continue;
-      }
-      outs.push_back(e.fresh(cat(what, "/", sub.value(v).name)));
-      map[v] = outs.back();
-    }
-    Node& copy = g.add_node(n.op, std::move(ins), std::move(outs), n.attrs,
-                            cat(e.name(), "/", what, "/", n.name));
-    copy.domain = n.domain;
-    copy.opset = n.opset;
-  }
-  return mapped(sub.outputs()[0]);
+  return inline_subgraph(g, g.nodes().size(), sub, inputs, cat(e.name(), "/", what))[0];
 }
 
 // K or V [B, Hkv, S, D] with each head repeated `group` times in place: [B, Hkv * group, S, D].
