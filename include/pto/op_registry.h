@@ -195,5 +195,6 @@ void register_signal_ops(OpRegistry& r);
 void register_recurrent_ops(OpRegistry& r);
 void register_control_flow_ops(OpRegistry& r);
 void register_sequence_ops(OpRegistry& r);
+void register_ml_ops(OpRegistry& r);  // ai.onnx.ml: tree ensembles, linear models, ...
 
 }  // namespace pto

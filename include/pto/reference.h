@@ -95,5 +95,6 @@ void register_signal_kernels(KernelRegistry& r);
 void register_recurrent_kernels(KernelRegistry& r);
 void register_control_flow_kernels(KernelRegistry& r);
 void register_sequence_kernels(KernelRegistry& r);
+void register_ml_kernels(KernelRegistry& r);  // ai.onnx.ml (ml.cpp, ml_trees.cpp)
 
 }  // namespace pto::reference

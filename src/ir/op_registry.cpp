@@ -187,6 +187,7 @@ OpRegistry& OpRegistry::global() {
     register_recurrent_ops(*r);
     register_control_flow_ops(*r);
     register_sequence_ops(*r);
+    register_ml_ops(*r);
     return r;
   }();
   return *registry;

@@ -31,6 +31,7 @@ KernelRegistry& KernelRegistry::global() {
     register_recurrent_kernels(*r);
     register_control_flow_kernels(*r);
     register_sequence_kernels(*r);
+    register_ml_kernels(*r);
     return r;
   }();
   return *registry;

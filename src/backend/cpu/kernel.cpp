@@ -4,6 +4,10 @@
 
 namespace pto::cpu {
 
+// tree_ensemble.cpp: TreeEnsemble, TreeEnsembleRegressor, TreeEnsembleClassifier (ai.onnx.ml).
+// Declared here rather than in kernel.h, which every kernel file includes.
+void register_tree_ensemble_kernels(KernelRegistry& r);
+
 KernelRegistry& KernelRegistry::global() {
   static KernelRegistry* registry = [] {
     auto* r = new KernelRegistry();
@@ -24,6 +28,7 @@ KernelRegistry& KernelRegistry::global() {
     register_axis_kernels(*r);
     register_detect_kernels(*r);
     register_nbits_kernels(*r);
+    register_tree_ensemble_kernels(*r);
     return r;
   }();
   return *registry;

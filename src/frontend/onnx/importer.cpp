@@ -13,6 +13,7 @@
 #include "contrib_ops.h"
 #include "functions.h"
 #include "ir/ops/qlinear_ops.h"
+#include "ml_ops.h"
 #include "preview_ops.h"
 #include "proto_util.h"
 #include "pto/log.h"
@@ -31,6 +32,7 @@ bool is_default_domain(const std::string& d) {
 // What to do about an op of another domain (for com.microsoft: one PyPTO does not read;
 // qlinear_ops.h lists those it does).
 std::string unsupported_domain_hint(const std::string& domain, const std::string& op) {
+  if (domain == kMlDomain) return ml_unsupported_hint(op);
   if (domain == "com.microsoft.nchwc")
     return cat(" (", op,
                ": not among the NCHWc ops PyPTO reads (Conv, ReorderInput, ReorderOutput, the "
@@ -206,6 +208,13 @@ int default_opset(const ::onnx::ModelProto& m, const std::string& src) {
   return static_cast<int>(opset);
 }
 
+// The opset of ai.onnx.ml the model imports; 0 when it imports none.
+int64_t ml_opset(const ::onnx::ModelProto& m) {
+  for (const auto& o : m.opset_import())
+    if (o.domain() == kMlDomain) return o.version();
+  return 0;
+}
+
 // Builds the graph; each initializer's raw bytes are freed once copied into its tensor, so a model
 // is held about once while it loads, not twice.
 
@@ -273,6 +282,7 @@ struct Converter {
   const std::string& base_dir;
   const std::string& src;
   int opset;
+  int64_t ml_opset;  // of domain ai.onnx.ml, 0 when not imported
   DimGuesses guesses;
   std::unordered_map<const Graph*, NchwcState> nchwc;  // per graph, made at its first NCHWc op
 
@@ -370,10 +380,16 @@ struct Converter {
     const bool expanded = is_expanded_contrib_op(np.domain(), np.op_type());
     const bool blocked = is_nchwc_op(np.domain(), np.op_type());
     const bool preview = is_preview_op(np.domain(), np.op_type());
-    if (!is_default_domain(np.domain()) && !contrib && !expanded && !blocked && !preview)
+    const bool ml = np.domain() == kMlDomain && is_ml_op(np.op_type());
+    if (!is_default_domain(np.domain()) && !contrib && !expanded && !blocked && !preview && !ml)
       throw UnsupportedError(cat(where, ": operator domain '", np.domain(), "' is not supported",
                                  unsupported_domain_hint(np.domain(), np.op_type())));
     if (np.op_type().empty()) throw ValueError(cat(where, ": node has no op_type"));
+    if (ml) check_ml_opset(np.op_type(), ml_opset, where);
+    if (is_default_domain(np.domain()) && is_ml_op(np.op_type()))
+      throw ValueError(cat(where, ": ", np.op_type(),
+                           " is an op of domain ai.onnx.ml; the node "
+                           "names the default domain"));
     std::vector<ValueId> inputs;
     for (const auto& in : np.input())
       inputs.push_back(in.empty() ? kNoValue : defined(g, in, where));
@@ -452,6 +468,9 @@ struct Converter {
       if (contrib) {  // every com.microsoft op PyPTO reads is version 1 of that domain
         n.domain = np.domain();
         n.opset = 1;
+      } else if (ml) {
+        n.domain = np.domain();
+        n.opset = static_cast<int>(ml_opset);
       }
     } catch (const UnsupportedError& e) {
       throw UnsupportedError(cat(src, ": ", e.what()));
@@ -460,7 +479,7 @@ struct Converter {
 };
 
 Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::string& src) {
-  Converter c{base_dir, src, default_opset(m, src), {}};
+  Converter c{base_dir, src, default_opset(m, src), ml_opset(m), {}};
   inline_functions(m, src);
   Graph g;
   c.convert_graph(*m.mutable_graph(), g, {});

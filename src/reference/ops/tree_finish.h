@@ -1,0 +1,24 @@
+// What the tree ensembles and linear models of ai.onnx.ml do to their summed scores, as
+// onnxruntime (and the ONNX reference, where they agree) computes it: base values, the post
+// transform, and a classifier's label with onnxruntime's two-class rules. Shared by the reference
+// kernels and the CPU kernel (backend/cpu/tree_ensemble.cpp), which differ only in how they walk
+// the trees.
+#pragma once
+
+#include <cstdint>
+
+#include "ir/ops/tree_ensemble.h"
+
+namespace pto::reference::ml {
+
+double probit(double p);  // sqrt(2) erfinv(2p - 1), erfinv by Winitzki's approximation
+double logistic(double v);
+// The post transform over n >= 2 scores in place (PROBIT and LOGISTIC per score).
+void transform(trees::PostTransform post, double* v, int64_t n);
+
+// One row of a forest after its trees: `score` and `has` (whether any leaf reached the target)
+// per target. Writes the row's n_targets outputs to `out` and, for a classifier, its label.
+void finish_row(const trees::Forest& f, double* score, const uint8_t* has, double* out,
+                int64_t* label);
+
+}  // namespace pto::reference::ml
