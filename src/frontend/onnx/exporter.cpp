@@ -96,6 +96,22 @@ std::map<std::string, int> domain_opsets(const Graph& g) {
   return out;
 }
 
+// Whether the file needs an opset of the default domain: not for a graph imported without one
+// whose nodes are all of other domains (a classifier of ai.onnx.ml alone), which then reads back
+// as it was.
+bool uses_default_domain(const Graph& g) {
+  for (const Node& n : g.nodes()) {
+    if (is_default_domain(n.domain)) return true;
+    for (const auto& [key, a] : n.attrs.all())
+      if (const auto* sub = std::get_if<GraphAttr>(&a); sub && *sub && uses_default_domain(**sub))
+        return true;
+  }
+  return false;
+}
+bool imports_default_domain(const Graph& g) {
+  return g.opset != 0 || g.nodes().empty() || uses_default_domain(g);
+}
+
 // A node imported at an older opset than the one its graph is written at (domain_opsets raised
 // it) in the newer form: the attribute that became input 1 (Reduce*'s axes at opset 18), or ""
 // when none did. The IR reads both forms, so only the file changes. GridSample's mode names are
@@ -433,6 +449,7 @@ std::string save_to_bytes(const Graph& g) {
   m.set_ir_version(ir_version_for(opsets.at("")));
   m.set_producer_name("pypto");
   for (const auto& [domain, version] : opsets) {
+    if (domain.empty() && !imports_default_domain(g)) continue;
     auto* o = m.add_opset_import();
     o->set_domain(domain);
     o->set_version(version);
