@@ -100,31 +100,6 @@ std::shared_ptr<const Flat> flatten(const Node& n, DType x, const std::string& w
   return f;
 }
 
-// Whether x takes node i's true branch, for any mode (the reference's goes_true).
-template <class Th>
-bool general_true(const Forest& f, size_t i, Th x, Th t) {
-  if (std::isnan(x) && f.missing_true[i]) return true;
-  switch (f.mode[i]) {
-    case Mode::kLeq:
-      return x <= t;
-    case Mode::kLt:
-      return x < t;
-    case Mode::kGte:
-      return x >= t;
-    case Mode::kGt:
-      return x > t;
-    case Mode::kEq:
-      return x == t;
-    case Mode::kNeq:
-      return x != t;
-    case Mode::kMember:
-      for (int64_t m = f.set_begin[i]; m < f.set_begin[i + 1]; ++m)
-        if (x == static_cast<Th>(f.members[static_cast<size_t>(m)])) return true;
-      return false;
-  }
-  return false;
-}
-
 // Adds leaf `leaf`'s weights to one row's scores `a` (and marks `h`), by the aggregate.
 template <class Th>
 inline void add_leaf(const Forest& f, size_t leaf, Th* a, uint8_t* h) {
@@ -163,7 +138,7 @@ void walk_rows(const Flat& fl, const FlatNode<Th>* nodes, const T* x, int64_t co
           if (c < 0) continue;
           const FlatNode<Th>& nd = nodes[c];
           const Th v = static_cast<Th>(x[(b + j) * cols + nd.feature]);
-          const bool go = general_true<Th>(f, static_cast<size_t>(c), v, nd.threshold);
+          const bool go = reference::ml::goes_true<Th>(f, static_cast<size_t>(c), v, nd.threshold);
           at[j] = nd.child[go ? 0 : 1];
           moving = moving || at[j] >= 0;
         }

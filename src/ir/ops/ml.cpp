@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "ir/ops/infer_util.h"
+#include "pto/error.h"
 #include "pto/op_registry.h"
 
 namespace pto {
@@ -61,6 +62,14 @@ std::vector<AttrDef> tree_node_attrs() {
 std::vector<AttrDef> with(std::vector<AttrDef> a, std::initializer_list<AttrDef> more) {
   a.insert(a.end(), more);
   return a;
+}
+
+// String attributes would make string tensors, which PyPTO does not have: refused at import.
+void reject_strings(const InferContext& c, std::initializer_list<const char*> names,
+                    const char* advice) {
+  for (const char* name : names)
+    if (c.node.attrs.has(name))
+      throw UnsupportedError(cat(c.where(), ": ", name, ": PyPTO has no string tensors; ", advice));
 }
 
 // Y: float [N, C] scores with C the classes, Y int64 [N] labels, for the classifiers.
@@ -132,7 +141,12 @@ void register_tree_ops(OpRegistry& r) {
             optional_attr("class_weights_as_tensor", K::kTensor, "the weights (opset 3)"),
             optional_attr("classlabels_int64s", K::kInts, "the class labels"),
             optional_attr("classlabels_strings", K::kStrings, "not read: no string tensors")}),
-      [](InferContext& c) { infer_classifier(c, list_size(c.node, "classlabels_int64s")); },
+      [](InferContext& c) {
+        reject_strings(c, {"classlabels_strings"},
+                       "string class labels: fit the model on integer labels (encode the classes "
+                       "as 0..n-1)");
+        infer_classifier(c, list_size(c.node, "classlabels_int64s"));
+      },
       "opsets 1, 3: a forest of classification trees, labels int64 [N] and scores float "
       "[N, classes]");
 }
@@ -158,6 +172,8 @@ void register_linear_ops(OpRegistry& r) {
        {"multi_class", int64_t{0}, "ignored, as onnxruntime ignores it"},
        {"post_transform", std::string("NONE"), "NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT"}},
       [](InferContext& c) {
+        reject_strings(c, {"classlabels_strings"},
+                       "string class labels: fit the model on integer labels");
         const int64_t labels = list_size(c.node, "classlabels_ints");
         int64_t classes = list_size(c.node, "intercepts");
         if (classes == 0) classes = -1;
@@ -209,6 +225,7 @@ void register_transform_ops(OpRegistry& r) {
        optional_attr("cats_strings", K::kStrings, "not read: no string tensors"),
        {"zeros", int64_t{1}, "0: a value in no category is an error"}},
       [](InferContext& c) {
+        reject_strings(c, {"cats_strings"}, "encode the categories as integers");
         if (!c.has_input(0)) return;
         auto s = c.inputs[0].shape;
         if (s) s->push_back(Dim(list_size(c.node, "cats_int64s")));
@@ -230,6 +247,8 @@ void register_transform_ops(OpRegistry& r) {
        optional_attr("default_string", K::kString, "not read: no string tensors"),
        optional_attr("default_tensor", K::kTensor, "the value for a missing key (opset 4)")},
       [](InferContext& c) {
+        reject_strings(c, {"keys_strings", "values_strings"},
+                       "map integer or float keys to integer or float values");
         if (!c.has_input(0)) return;
         const Attributes& a = c.node.attrs;
         DType t = a.has("values_int64s")   ? DType::kI64

@@ -45,6 +45,8 @@ double to_threshold(double v, bool in_double) {
   return in_double ? v : static_cast<double>(static_cast<float>(v));
 }
 
+}  // namespace
+
 PostTransform post_from_string(const std::string& s, const std::string& where) {
   static const std::map<std::string, PostTransform> kNames = {
       {"NONE", PostTransform::kNone},
@@ -58,6 +60,8 @@ PostTransform post_from_string(const std::string& s, const std::string& where) {
                          "' is not one of NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT"));
   return it->second;
 }
+
+namespace {
 
 Mode mode_from_string(const std::string& s, const std::string& where) {
   static const std::map<std::string, Mode> kNames = {

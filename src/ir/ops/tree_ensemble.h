@@ -63,4 +63,8 @@ struct Forest {
 // UnsupportedError for what PyPTO does not read (string class labels), naming `where`.
 Forest decode(const Node& n, DType x, const std::string& where);
 
+// A post_transform attribute's value ("NONE", "SOFTMAX", ...); ValueError naming `where` for
+// another.
+PostTransform post_from_string(const std::string& s, const std::string& where);
+
 }  // namespace pto::trees

@@ -16,18 +16,7 @@ namespace {
 using trees::PostTransform;
 
 PostTransform post_transform(const Node& n, const std::string& where) {
-  static const std::map<std::string, PostTransform> kNames = {
-      {"NONE", PostTransform::kNone},
-      {"SOFTMAX", PostTransform::kSoftmax},
-      {"LOGISTIC", PostTransform::kLogistic},
-      {"SOFTMAX_ZERO", PostTransform::kSoftmaxZero},
-      {"PROBIT", PostTransform::kProbit}};
-  const std::string s = n.attrs.get_string("post_transform", "NONE");
-  auto it = kNames.find(s);
-  if (it == kNames.end())
-    throw ValueError(cat(where, ": post_transform '", s,
-                         "' is not one of NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT"));
-  return it->second;
+  return trees::post_from_string(n.attrs.get_string("post_transform", "NONE"), where);
 }
 
 // X as rows: [N, F] (a 1-D X is one row), its values in double.

@@ -159,32 +159,6 @@ namespace {
 
 using trees::Aggregate;
 using trees::Forest;
-using trees::Mode;
-
-// Whether x takes node i's true branch.
-bool goes_true(const Forest& f, size_t i, double x) {
-  if (std::isnan(x) && f.missing_true[i]) return true;
-  const double t = f.split[i];
-  switch (f.mode[i]) {
-    case Mode::kLeq:
-      return x <= t;
-    case Mode::kLt:
-      return x < t;
-    case Mode::kGte:
-      return x >= t;
-    case Mode::kGt:
-      return x > t;
-    case Mode::kEq:
-      return x == t;
-    case Mode::kNeq:
-      return x != t;
-    case Mode::kMember:
-      for (int64_t m = f.set_begin[i]; m < f.set_begin[i + 1]; ++m)
-        if (x == f.members[static_cast<size_t>(m)]) return true;
-      return false;
-  }
-  return false;
-}
 
 std::vector<Tensor> tree_ensemble(const KernelContext& c) {
   const std::string w = c.where();
@@ -211,7 +185,8 @@ std::vector<Tensor> tree_ensemble(const KernelContext& c) {
     for (int32_t node : f.roots) {
       while (!trees::is_leaf(node)) {
         const auto i = static_cast<size_t>(node);
-        node = goes_true(f, i, row[f.feature[i]]) ? f.true_child[i] : f.false_child[i];
+        node =
+            ml::goes_true(f, i, row[f.feature[i]], f.split[i]) ? f.true_child[i] : f.false_child[i];
       }
       const auto leaf = static_cast<size_t>(trees::leaf_index(node));
       for (int64_t k = f.leaf_begin[leaf]; k < f.leaf_begin[leaf + 1]; ++k) {

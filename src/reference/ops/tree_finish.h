@@ -5,6 +5,7 @@
 // the trees.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "ir/ops/tree_ensemble.h"
@@ -15,6 +16,32 @@ double probit(double p);  // sqrt(2) erfinv(2p - 1), erfinv by Winitzki's approx
 double logistic(double v);
 // The post transform over n >= 2 scores in place (PROBIT and LOGISTIC per score).
 void transform(trees::PostTransform post, double* v, int64_t n);
+
+// Whether x takes interior node i's true branch (x and the threshold t in the comparison type).
+template <class Th>
+bool goes_true(const trees::Forest& f, size_t i, Th x, Th t) {
+  using trees::Mode;
+  if (std::isnan(x) && f.missing_true[i]) return true;
+  switch (f.mode[i]) {
+    case Mode::kLeq:
+      return x <= t;
+    case Mode::kLt:
+      return x < t;
+    case Mode::kGte:
+      return x >= t;
+    case Mode::kGt:
+      return x > t;
+    case Mode::kEq:
+      return x == t;
+    case Mode::kNeq:
+      return x != t;
+    case Mode::kMember:
+      for (int64_t m = f.set_begin[i]; m < f.set_begin[i + 1]; ++m)
+        if (x == static_cast<Th>(f.members[static_cast<size_t>(m)])) return true;
+      return false;
+  }
+  return false;
+}
 
 // One row of a forest after its trees: `score` and `has` (whether any leaf reached the target)
 // per target. Writes the row's n_targets outputs to `out` and, for a classifier, its label.
