@@ -589,6 +589,36 @@ def test_sklearn_model(tmp_path, name):
         np.testing.assert_allclose(got[0].ravel(), model.predict(test_x), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("kernel", ["linear", "poly", "rbf", "sigmoid", "linear_svr"])
+def test_sklearn_svm_regressor(tmp_path, kernel):
+    from sklearn.svm import SVR, LinearSVR
+    x, _ = _sk_data(3, n=120, f=4)
+    target = x[:, 0] * 2 + np.sin(x[:, 1])
+    model = (LinearSVR(max_iter=5000) if kernel == "linear_svr"
+             else SVR(kernel=kernel, degree=2, gamma=0.3, coef0=0.5)).fit(x, target)
+    onx = skl2onnx.to_onnx(model, x[:1])
+    assert {n.op_type for n in onx.graph.node} & {"SVMRegressor", "LinearRegressor"}
+    path = tmp_path / "m.onnx"
+    onnx.save(onx, path)
+    name_in = onx.graph.input[0].name
+    test_x = RNG.standard_normal((53, 4)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {name_in: test_x})
+    got = np.asarray(pypto.onnx.load(str(path))(**{name_in: test_x}))
+    np.testing.assert_allclose(got, want[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got.ravel(), model.predict(test_x), rtol=1e-4, atol=1e-4)
+
+
+def test_svm_regressor_one_class(tmp_path):
+    sv = RNG.standard_normal((5, 3))
+    node = helper.make_node("SVMRegressor", ["x"], ["y"], domain="ai.onnx.ml",
+                            coefficients=list(RNG.standard_normal(5)), n_supports=5,
+                            support_vectors=list(sv.ravel()), rho=[0.1], kernel_type="RBF",
+                            kernel_params=[0.5, 0.0, 3.0], one_class=1)
+    _check(tmp_path, _model(node, TensorProto.FLOAT, [("y", TensorProto.FLOAT)]),
+           {"x": _x(40, 3)})
+
+
 def test_zipmap_says_how_to_export(tmp_path):
     """A classifier exported with its ZipMap (skl2onnx's default) is refused with the export
     option that leaves it out; exported so, the same model loads and runs."""

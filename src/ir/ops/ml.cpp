@@ -180,6 +180,21 @@ void register_linear_ops(OpRegistry& r) {
         infer_classifier(c, classes == 1 && labels == 2 ? 2 : classes);
       },
       "linear scores per class, labels int64 [N] and scores float [N, classes]");
+  add(
+      r, "SVMRegressor", 1, 1,
+      {optional_attr("coefficients", K::kFloats, "per support vector, or per feature (linear)"),
+       optional_attr("support_vectors", K::kFloats, "[n_supports, F], row-major"),
+       {"n_supports", int64_t{0}, "0: the linear form coefficients . x + rho"},
+       optional_attr("rho", K::kFloats, "the intercept"),
+       optional_attr("kernel_params", K::kFloats, "gamma, coef0, degree"),
+       {"kernel_type", std::string("LINEAR"), "LINEAR, POLY, RBF or SIGMOID"},
+       {"one_class", int64_t{0}, "1: the score's sign, 1 or -1"},
+       {"post_transform", std::string("NONE"), "NONE (no other is read)"},
+       optional_attr("n_targets", K::kInt, "1")},
+      [](InferContext& c) {
+        if (c.has_input(0)) set_rows(c, 0, DType::kF32, 1);
+      },
+      "a support-vector regressor, Y float [N, 1]");
 }
 
 void register_transform_ops(OpRegistry& r) {

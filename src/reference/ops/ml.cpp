@@ -335,6 +335,59 @@ std::vector<Tensor> feature_vectorizer(const KernelContext& c) {
   return {from_doubles(DType::kF32, {n, total}, y, w)};
 }
 
+// SVMRegressor: sum_j coefficients[j] K(x, support_vectors[j]) + rho, or with no support
+// vectors the linear form coefficients . x + rho; one_class gives the sign (1 or -1).
+std::vector<Tensor> svm_regressor(const KernelContext& c) {
+  const std::string w = c.where();
+  const Attributes& a = c.node.attrs;
+  const std::string post = a.get_string("post_transform", "NONE");
+  if (post != "NONE")
+    throw UnsupportedError(cat(w, ": post_transform '", post,
+                               "' (an SVM regressor's score is used as it is; NONE is read)"));
+  const Rows r = rows_of(c.input(0), w, true);
+  const int64_t n_sv = c.node.attr_int("n_supports");
+  const std::vector<double> coef = a.get_floats("coefficients", {});
+  const std::vector<double> rho = a.get_floats("rho", {0.0});
+  const std::vector<double> sv = a.get_floats("support_vectors", {});
+  const std::vector<double> params = a.get_floats("kernel_params", {0.0, 0.0, 0.0});
+  const std::string kernel = n_sv > 0 ? a.get_string("kernel_type", "LINEAR") : "LINEAR";
+  if (params.size() != 3)
+    throw ValueError(
+        cat(w, ": kernel_params has ", params.size(), " values; it is [gamma, coef0, degree]"));
+  if (kernel != "LINEAR" && kernel != "POLY" && kernel != "RBF" && kernel != "SIGMOID")
+    throw ValueError(cat(w, ": kernel_type '", kernel, "' is not LINEAR, POLY, RBF or SIGMOID"));
+  if (rho.empty()) throw ValueError(cat(w, ": rho is empty"));
+  if (n_sv > 0 ? static_cast<int64_t>(sv.size()) != n_sv * r.f ||
+                     static_cast<int64_t>(coef.size()) != n_sv
+               : static_cast<int64_t>(coef.size()) != r.f)
+    throw ValueError(cat(w, ": ", n_sv, " support vectors (", sv.size(), " values) and ",
+                         coef.size(), " coefficients do not fit X's ", r.f, " features"));
+  const double gamma = params[0], coef0 = params[1], degree = std::trunc(params[2]);
+  auto k = [&](const double* x, const double* v) {
+    double dot = 0, dist = 0;
+    for (int64_t j = 0; j < r.f; ++j) {
+      dot += x[j] * v[j];
+      dist += (x[j] - v[j]) * (x[j] - v[j]);
+    }
+    if (kernel == "POLY") return std::pow(gamma * dot + coef0, degree);
+    if (kernel == "RBF") return std::exp(-gamma * dist);
+    if (kernel == "SIGMOID") return std::tanh(gamma * dot + coef0);
+    return dot;
+  };
+  const bool one_class = c.node.attr_int("one_class") != 0;
+  std::vector<double> y(static_cast<size_t>(r.n));
+  for (int64_t i = 0; i < r.n; ++i) {
+    const double* x = r.x.data() + i * r.f;
+    double s = rho[0];
+    if (n_sv > 0)
+      for (int64_t j = 0; j < n_sv; ++j) s += coef[j] * k(x, sv.data() + j * r.f);
+    else
+      s += k(x, coef.data());
+    y[i] = one_class ? (s > 0 ? 1.0 : -1.0) : s;
+  }
+  return {from_doubles(DType::kF32, {r.n, 1}, y, w)};
+}
+
 }  // namespace
 
 void register_ml_tree_kernels(KernelRegistry& r);  // ml_trees.cpp
@@ -351,6 +404,7 @@ void register_ml_kernels(KernelRegistry& r) {
   r.add("OneHotEncoder", one_hot_encoder);
   r.add("LabelEncoder", label_encoder);
   r.add("FeatureVectorizer", feature_vectorizer);
+  r.add("SVMRegressor", svm_regressor);
 }
 
 }  // namespace pto::reference
