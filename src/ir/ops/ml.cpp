@@ -64,6 +64,22 @@ std::vector<AttrDef> with(std::vector<AttrDef> a, std::initializer_list<AttrDef>
   return a;
 }
 
+// The old tree ensembles' attributes: the nodes', the leaf weights' (`prefix` "target_" for the
+// regressor, "class_" for the classifier: each weight's tree, leaf, target or class, and value),
+// then `more`.
+std::vector<AttrDef> tree_attrs(const std::string& prefix, std::initializer_list<AttrDef> more) {
+  using K = AttrKind;
+  std::vector<AttrDef> a =
+      with(tree_node_attrs(),
+           {optional_attr(prefix + "treeids", K::kInts, "the tree of each leaf weight"),
+            optional_attr(prefix + "nodeids", K::kInts, "the leaf of each weight"),
+            optional_attr(prefix + "ids", K::kInts, "the target or class of each weight"),
+            optional_attr(prefix + "weights", K::kFloats, "the weights"),
+            optional_attr(prefix + "weights_as_tensor", K::kTensor, "the weights (opset 3)")});
+  a.insert(a.end(), more);
+  return a;
+}
+
 // String attributes would make string tensors, which PyPTO does not have: refused at import.
 void reject_strings(const InferContext& c, std::initializer_list<const char*> names,
                     const char* advice) {
@@ -119,28 +135,18 @@ void register_tree_ops(OpRegistry& r) {
       "opset 5: a forest of decision trees, Y [N, n_targets] in X's type");
   add(
       r, "TreeEnsembleRegressor", 1, 1,
-      with(tree_node_attrs(),
-           {optional_attr("target_treeids", K::kInts, "the tree of each leaf weight"),
-            optional_attr("target_nodeids", K::kInts, "the leaf of each weight"),
-            optional_attr("target_ids", K::kInts, "the target of each weight"),
-            optional_attr("target_weights", K::kFloats, "the weights"),
-            optional_attr("target_weights_as_tensor", K::kTensor, "the weights (opset 3)"),
-            {"n_targets", int64_t{1}, "the output's columns"},
-            {"aggregate_function", std::string("SUM"), "AVERAGE, SUM, MIN or MAX"}}),
+      tree_attrs("target_",
+                 {{"n_targets", int64_t{1}, "the output's columns"},
+                  {"aggregate_function", std::string("SUM"), "AVERAGE, SUM, MIN or MAX"}}),
       [](InferContext& c) {
         if (c.has_input(0)) set_rows(c, 0, DType::kF32, c.node.attrs.get_int("n_targets", 1));
       },
       "opsets 1, 3: a forest of regression trees, Y float [N, n_targets]");
   add(
       r, "TreeEnsembleClassifier", 1, 2,
-      with(tree_node_attrs(),
-           {optional_attr("class_treeids", K::kInts, "the tree of each leaf weight"),
-            optional_attr("class_nodeids", K::kInts, "the leaf of each weight"),
-            optional_attr("class_ids", K::kInts, "the class of each weight"),
-            optional_attr("class_weights", K::kFloats, "the weights"),
-            optional_attr("class_weights_as_tensor", K::kTensor, "the weights (opset 3)"),
-            optional_attr("classlabels_int64s", K::kInts, "the class labels"),
-            optional_attr("classlabels_strings", K::kStrings, "not read: no string tensors")}),
+      tree_attrs("class_", {optional_attr("classlabels_int64s", K::kInts, "the class labels"),
+                            optional_attr("classlabels_strings", K::kStrings,
+                                          "not read: no string tensors")}),
       [](InferContext& c) {
         reject_strings(c, {"classlabels_strings"},
                        "string class labels: fit the model on integer labels (encode the classes "
