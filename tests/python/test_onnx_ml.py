@@ -592,9 +592,16 @@ def test_sklearn_model(tmp_path, name):
     test_x = RNG.standard_normal((257, x.shape[1])).astype(np.float32)
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {name_in: test_x})
-    got = pypto.onnx.load(str(path))(**{name_in: test_x})
+    exe = pypto.onnx.load(str(path))
+    got = exe(**{name_in: test_x})
     got = [np.asarray(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
     _compare(want, got, rtol=1e-5, atol=1e-5)
+    # Written back (the ai.onnx.ml nodes keep their domain and opset), onnxruntime runs the file
+    # PyPTO wrote to the same results.
+    pypto.onnx.export(exe, None, tmp_path / "back.onnx")
+    back = ort.InferenceSession(str(tmp_path / "back.onnx"),
+                                providers=["CPUExecutionProvider"]).run(None, {name_in: test_x})
+    _compare(want, back, rtol=0, atol=0)
     if classes:  # and scikit-learn's own predictions
         np.testing.assert_array_equal(got[0], model.predict(test_x))
         np.testing.assert_allclose(got[1], model.predict_proba(test_x), rtol=1e-4, atol=1e-5)
