@@ -629,6 +629,30 @@ def test_sklearn_svm_regressor(tmp_path, kernel):
     np.testing.assert_allclose(got.ravel(), model.predict(test_x), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.filterwarnings("ignore:.*probability.*:FutureWarning")  # scikit-learn 1.9's SVC
+@pytest.mark.filterwarnings("ignore:Attribute `prob:FutureWarning")
+@pytest.mark.parametrize("kernel", ["linear", "poly", "rbf", "sigmoid"])
+@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("probability", [False, True])
+def test_sklearn_svm_classifier(tmp_path, kernel, classes, probability):
+    from sklearn.svm import SVC
+    x, y = _sk_data(classes, n=150, f=4)
+    model = SVC(kernel=kernel, degree=2, gamma=0.3, coef0=0.5, probability=probability,
+                random_state=0).fit(x, y)
+    onx = skl2onnx.to_onnx(model, x[:1], options={id(model): {"zipmap": False}})
+    path = tmp_path / "m.onnx"
+    onnx.save(onx, path)
+    name_in = onx.graph.input[0].name
+    test_x = RNG.standard_normal((61, 4)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {name_in: test_x})
+    got = [np.asarray(g) for g in pypto.onnx.load(str(path))(**{name_in: test_x})]
+    # onnxruntime couples the pairwise probabilities in float32 (its iteration stops within
+    # 0.005 / classes of the fixed point); the decisions are plain sums
+    _compare(want, got, rtol=1e-3 if probability else 1e-4, atol=1e-3 if probability else 1e-4)
+    np.testing.assert_array_equal(got[0], model.predict(test_x))
+
+
 def test_svm_regressor_one_class(tmp_path):
     sv = RNG.standard_normal((5, 3))
     node = helper.make_node("SVMRegressor", ["x"], ["y"], domain="ai.onnx.ml",

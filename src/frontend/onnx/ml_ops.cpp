@@ -10,13 +10,14 @@ namespace {
 // Op -> the first ai.onnx.ml opset at which PyPTO reads it.
 const std::map<std::string, int64_t>& ml_ops() {
   static const std::map<std::string, int64_t> kOps = {
-      {"ArrayFeatureExtractor", 1},  {"Binarizer", 1},
-      {"FeatureVectorizer", 1},      {"Imputer", 1},
-      {"LabelEncoder", 2},           {"LinearClassifier", 1},
-      {"LinearRegressor", 1},        {"Normalizer", 1},
-      {"OneHotEncoder", 1},          {"Scaler", 1},
-      {"SVMRegressor", 1},           {"TreeEnsemble", 5},
-      {"TreeEnsembleClassifier", 1}, {"TreeEnsembleRegressor", 1}};
+      {"ArrayFeatureExtractor", 1}, {"Binarizer", 1},
+      {"FeatureVectorizer", 1},     {"Imputer", 1},
+      {"LabelEncoder", 2},          {"LinearClassifier", 1},
+      {"LinearRegressor", 1},       {"Normalizer", 1},
+      {"OneHotEncoder", 1},         {"Scaler", 1},
+      {"SVMClassifier", 1},         {"SVMRegressor", 1},
+      {"TreeEnsemble", 5},          {"TreeEnsembleClassifier", 1},
+      {"TreeEnsembleRegressor", 1}};
   return kOps;
 }
 

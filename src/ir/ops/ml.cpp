@@ -201,6 +201,33 @@ void register_linear_ops(OpRegistry& r) {
         if (c.has_input(0)) set_rows(c, 0, DType::kF32, 1);
       },
       "a support-vector regressor, Y float [N, 1]");
+  add(
+      r, "SVMClassifier", 1, 2,
+      {required_attr("coefficients", K::kFloats,
+                     "[classes - 1, vectors], or [classes, F] (linear)"),
+       optional_attr("support_vectors", K::kFloats, "[vectors, F], row-major"),
+       optional_attr("vectors_per_class", K::kInts, "support vectors of each class"),
+       optional_attr("rho", K::kFloats, "one per pair of classes"),
+       optional_attr("prob_a", K::kFloats, "Platt scaling per pair: probabilities as scores"),
+       optional_attr("prob_b", K::kFloats, "Platt scaling per pair"),
+       optional_attr("kernel_params", K::kFloats, "gamma, coef0, degree"),
+       {"kernel_type", std::string("LINEAR"), "LINEAR, POLY, RBF or SIGMOID"},
+       optional_attr("classlabels_ints", K::kInts, "the class labels"),
+       optional_attr("classlabels_strings", K::kStrings, "not read: no string tensors"),
+       {"post_transform", std::string("NONE"), "NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT"}},
+      [](InferContext& c) {
+        reject_strings(c, {"classlabels_strings"},
+                       "string class labels: fit the model on integer labels");
+        const Attributes& a = c.node.attrs;
+        const int64_t classes = list_size(c.node, "classlabels_ints");
+        const bool svc = list_size(c.node, "vectors_per_class") > 0;
+        const bool proba = a.has("prob_a") && list_size(c.node, "prob_a") > 0;
+        infer_classifier(c, !svc || proba ? classes
+                            : classes > 2 ? classes * (classes - 1) / 2
+                                          : 2);
+      },
+      "a support-vector classifier, labels int64 [N] and scores float [N, classes] (or the "
+      "pairwise decisions)");
 }
 
 void register_transform_ops(OpRegistry& r) {

@@ -1,6 +1,7 @@
 // The linear models and preprocessing ops of ai.onnx.ml, plainly, in double. Where the spec is
 // silent the behaviour is onnxruntime's: a 1-D X is one row, the linear models read X as float,
 // a single score gets onnxruntime's two-class rules (tree_finish.h).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -335,6 +336,36 @@ std::vector<Tensor> feature_vectorizer(const KernelContext& c) {
   return {from_doubles(DType::kF32, {n, total}, y, w)};
 }
 
+// An SVM's kernel: kernel_type and kernel_params [gamma, coef0, degree] (degree truncated, as
+// the ONNX reference reads it).
+struct SvmKernel {
+  std::string type = "LINEAR";
+  double gamma = 0, coef0 = 0, degree = 0;
+
+  SvmKernel(const Attributes& a, bool linear, const std::string& where) {
+    const std::vector<double> p = a.get_floats("kernel_params", {0.0, 0.0, 0.0});
+    if (p.size() != 3)
+      throw ValueError(
+          cat(where, ": kernel_params has ", p.size(), " values; it is [gamma, coef0, degree]"));
+    gamma = p[0], coef0 = p[1], degree = std::trunc(p[2]);
+    type = linear ? "LINEAR" : a.get_string("kernel_type", "LINEAR");
+    if (type != "LINEAR" && type != "POLY" && type != "RBF" && type != "SIGMOID")
+      throw ValueError(
+          cat(where, ": kernel_type '", type, "' is not LINEAR, POLY, RBF or SIGMOID"));
+  }
+  double operator()(const double* x, const double* v, int64_t f) const {
+    double dot = 0, dist = 0;
+    for (int64_t j = 0; j < f; ++j) {
+      dot += x[j] * v[j];
+      dist += (x[j] - v[j]) * (x[j] - v[j]);
+    }
+    if (type == "POLY") return std::pow(gamma * dot + coef0, degree);
+    if (type == "RBF") return std::exp(-gamma * dist);
+    if (type == "SIGMOID") return std::tanh(gamma * dot + coef0);
+    return dot;
+  }
+};
+
 // SVMRegressor: sum_j coefficients[j] K(x, support_vectors[j]) + rho, or with no support
 // vectors the linear form coefficients . x + rho; one_class gives the sign (1 or -1).
 std::vector<Tensor> svm_regressor(const KernelContext& c) {
@@ -349,43 +380,167 @@ std::vector<Tensor> svm_regressor(const KernelContext& c) {
   const std::vector<double> coef = a.get_floats("coefficients", {});
   const std::vector<double> rho = a.get_floats("rho", {0.0});
   const std::vector<double> sv = a.get_floats("support_vectors", {});
-  const std::vector<double> params = a.get_floats("kernel_params", {0.0, 0.0, 0.0});
-  const std::string kernel = n_sv > 0 ? a.get_string("kernel_type", "LINEAR") : "LINEAR";
-  if (params.size() != 3)
-    throw ValueError(
-        cat(w, ": kernel_params has ", params.size(), " values; it is [gamma, coef0, degree]"));
-  if (kernel != "LINEAR" && kernel != "POLY" && kernel != "RBF" && kernel != "SIGMOID")
-    throw ValueError(cat(w, ": kernel_type '", kernel, "' is not LINEAR, POLY, RBF or SIGMOID"));
+  const SvmKernel k(a, n_sv == 0, w);
   if (rho.empty()) throw ValueError(cat(w, ": rho is empty"));
   if (n_sv > 0 ? static_cast<int64_t>(sv.size()) != n_sv * r.f ||
                      static_cast<int64_t>(coef.size()) != n_sv
                : static_cast<int64_t>(coef.size()) != r.f)
     throw ValueError(cat(w, ": ", n_sv, " support vectors (", sv.size(), " values) and ",
                          coef.size(), " coefficients do not fit X's ", r.f, " features"));
-  const double gamma = params[0], coef0 = params[1], degree = std::trunc(params[2]);
-  auto k = [&](const double* x, const double* v) {
-    double dot = 0, dist = 0;
-    for (int64_t j = 0; j < r.f; ++j) {
-      dot += x[j] * v[j];
-      dist += (x[j] - v[j]) * (x[j] - v[j]);
-    }
-    if (kernel == "POLY") return std::pow(gamma * dot + coef0, degree);
-    if (kernel == "RBF") return std::exp(-gamma * dist);
-    if (kernel == "SIGMOID") return std::tanh(gamma * dot + coef0);
-    return dot;
-  };
   const bool one_class = c.node.attr_int("one_class") != 0;
   std::vector<double> y(static_cast<size_t>(r.n));
   for (int64_t i = 0; i < r.n; ++i) {
     const double* x = r.x.data() + i * r.f;
     double s = rho[0];
     if (n_sv > 0)
-      for (int64_t j = 0; j < n_sv; ++j) s += coef[j] * k(x, sv.data() + j * r.f);
+      for (int64_t j = 0; j < n_sv; ++j) s += coef[j] * k(x, sv.data() + j * r.f, r.f);
     else
-      s += k(x, coef.data());
+      s += k(x, coef.data(), r.f);
     y[i] = one_class ? (s > 0 ? 1.0 : -1.0) : s;
   }
   return {from_doubles(DType::kF32, {r.n, 1}, y, w)};
+}
+
+// libsvm's pairwise coupling (Wu, Lin and Weng 2004, method 2), as onnxruntime and scikit-learn
+// run it: class probabilities p[k] from the pairwise ones r[i * k + j].
+void multiclass_probability(int64_t k, const std::vector<double>& r, double* p) {
+  std::vector<double> Q(static_cast<size_t>(k * k), 0.0), Qp(static_cast<size_t>(k), 0.0);
+  const double eps = 0.005 / static_cast<double>(k);
+  for (int64_t i = 0; i < k; ++i) {
+    p[i] = 1.0 / static_cast<double>(k);
+    for (int64_t j = 0; j < i; ++j) {
+      Q[i * k + i] += r[j * k + i] * r[j * k + i];
+      Q[i * k + j] = Q[j * k + i];
+    }
+    for (int64_t j = i + 1; j < k; ++j) {
+      Q[i * k + i] += r[j * k + i] * r[j * k + i];
+      Q[i * k + j] = -r[j * k + i] * r[i * k + j];
+    }
+  }
+  for (int loop = 0; loop < 100; ++loop) {
+    double pQp = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      Qp[i] = 0;
+      for (int64_t j = 0; j < k; ++j) Qp[i] += Q[i * k + j] * p[j];
+      pQp += p[i] * Qp[i];
+    }
+    double max_error = 0;
+    for (int64_t i = 0; i < k; ++i) max_error = std::max(max_error, std::abs(Qp[i] - pQp));
+    if (max_error < eps) break;
+    for (int64_t i = 0; i < k; ++i) {
+      const double diff = (-Qp[i] + pQp) / Q[i * k + i];
+      p[i] += diff;
+      pQp = (pQp + diff * (diff * Q[i * k + i] + 2 * Qp[i])) / (1 + diff) / (1 + diff);
+      for (int64_t j = 0; j < k; ++j) {
+        Qp[j] = (Qp[j] + diff * Q[i * k + j]) / (1 + diff);
+        p[j] /= (1 + diff);
+      }
+    }
+  }
+}
+
+// SVMClassifier, onnxruntime's way: with support vectors (libsvm's SVC), one-vs-one decisions
+// vote for the label, and the scores are the decisions or, with prob_a and prob_b, the coupled
+// class probabilities; without (liblinear), one linear score per class.
+std::vector<Tensor> svm_classifier(const KernelContext& c) {
+  const std::string w = c.where();
+  const Attributes& a = c.node.attrs;
+  const std::vector<int64_t> labels = a.get_ints("classlabels_ints", {});
+  if (labels.empty()) throw ValueError(cat(w, ": classlabels_ints is required"));
+  const auto classes = static_cast<int64_t>(labels.size());
+  const std::vector<int64_t> per_class = a.get_ints("vectors_per_class", {});
+  const std::vector<double> coef = a.get_floats("coefficients");
+  const std::vector<double> rho = a.get_floats("rho");
+  const std::vector<double> sv = a.get_floats("support_vectors", {});
+  const std::vector<double> prob_a = a.get_floats("prob_a", {}),
+                            prob_b = a.get_floats("prob_b", {});
+  const PostTransform post = post_transform(c.node, w);
+  const Rows r = rows_of(c.input(0), w, true);
+  int64_t vectors = 0;
+  std::vector<int64_t> start;
+  for (int64_t v : per_class) {
+    start.push_back(vectors);
+    vectors += v;
+  }
+  const bool svc = vectors > 0;
+  const SvmKernel k(a, !svc, w);
+  const int64_t pairs = classes * (classes - 1) / 2;
+  const bool proba = !prob_a.empty();
+  if (prob_a.size() != prob_b.size() || (proba && static_cast<int64_t>(prob_a.size()) != pairs))
+    throw ValueError(
+        cat(w, ": prob_a and prob_b need one value per pair of classes (", pairs, ")"));
+  if (svc ? static_cast<int64_t>(per_class.size()) != classes ||
+                static_cast<int64_t>(sv.size()) != vectors * r.f ||
+                static_cast<int64_t>(coef.size()) != (classes - 1) * vectors ||
+                static_cast<int64_t>(rho.size()) < pairs
+          : static_cast<int64_t>(coef.size()) != classes * r.f || rho.empty())
+    throw ValueError(cat(w,
+                         ": vectors_per_class, support_vectors, coefficients and rho do not fit ",
+                         classes, " classes of X's ", r.f, " features"));
+  const bool all_positive = std::all_of(coef.begin(), coef.end(), [](double v) { return v >= 0; });
+  // The scores a row writes: the coupled probabilities, the pairwise decisions (two for two
+  // classes), or the linear scores.
+  const int64_t cols = !svc || proba ? classes : (classes > 2 ? pairs : 2);
+  const int64_t scored = !svc || proba ? classes : pairs;  // before a second column is added
+  const int extra = svc && !proba && classes <= 2 ? (post == PostTransform::kNone ? 2 : 0) : -1;
+  std::vector<double> z(static_cast<size_t>(r.n * cols), 0.0);
+  Tensor label = Tensor::empty(DType::kI64, {r.n});
+  std::vector<double> kern(static_cast<size_t>(vectors)), dec(static_cast<size_t>(pairs));
+  for (int64_t n = 0; n < r.n; ++n) {
+    const double* x = r.x.data() + n * r.f;
+    double* out = z.data() + n * cols;
+    int64_t best = 0;
+    double best_weight = 0;
+    if (svc) {
+      for (int64_t v = 0; v < vectors; ++v) kern[v] = k(x, sv.data() + v * r.f, r.f);
+      std::vector<int64_t> votes(static_cast<size_t>(classes), 0);
+      int64_t idx = 0;
+      for (int64_t i = 0; i < classes - 1; ++i)
+        for (int64_t j = i + 1; j < classes; ++j, ++idx) {
+          double sum = rho[idx];
+          for (int64_t m = 0; m < per_class[i]; ++m)
+            sum += coef[(j - 1) * vectors + start[i] + m] * kern[start[i] + m];
+          for (int64_t m = 0; m < per_class[j]; ++m)
+            sum += coef[i * vectors + start[j] + m] * kern[start[j] + m];
+          dec[idx] = sum;
+          ++votes[sum > 0 ? i : j];
+        }
+      best = std::max_element(votes.begin(), votes.end()) - votes.begin();
+      if (proba) {
+        std::vector<double> pr(static_cast<size_t>(classes * classes), 0.0);
+        idx = 0;
+        for (int64_t i = 0; i < classes - 1; ++i)
+          for (int64_t j = i + 1; j < classes; ++j, ++idx) {
+            const double p =
+                std::clamp(1 - ml::logistic(dec[idx] * prob_a[idx] + prob_b[idx]), 1e-7, 1 - 1e-7);
+            pr[i * classes + j] = p;
+            pr[j * classes + i] = 1 - p;
+          }
+        multiclass_probability(classes, pr, out);
+      } else {
+        std::copy(dec.begin(), dec.end(), out);
+      }
+    } else {
+      for (int64_t i = 0; i < classes; ++i) out[i] = k(x, coef.data() + i * r.f, r.f) + rho[0];
+      best = std::max_element(out, out + classes) - out;
+      best_weight = out[best];
+    }
+    int64_t lab = labels[best];
+    if (pairs == 1 && !proba &&
+        ((all_positive && best_weight >= 0.5) || (!all_positive && best_weight > 0)))
+      lab = labels[1];
+    label.data<int64_t>()[n] = lab;
+    if (scored > 1) {
+      ml::transform(post, out, scored);
+    } else if (post == PostTransform::kProbit) {
+      out[0] = ml::probit(out[0]);  // onnxruntime leaves the second column unwritten
+    } else if (extra >= 0) {  // one decision, two columns: onnxruntime's [-s, s] or [1 - s, s]
+      const double s = out[0];
+      out[0] = extra == 2 ? -s : 1 - s;
+      out[1] = s;
+    }
+  }
+  return {label, from_doubles(DType::kF32, {r.n, cols}, z, w)};
 }
 
 }  // namespace
@@ -405,6 +560,7 @@ void register_ml_kernels(KernelRegistry& r) {
   r.add("LabelEncoder", label_encoder);
   r.add("FeatureVectorizer", feature_vectorizer);
   r.add("SVMRegressor", svm_regressor);
+  r.add("SVMClassifier", svm_classifier);
 }
 
 }  // namespace pto::reference
