@@ -371,6 +371,14 @@ def test_tree_ensemble_needs_opset_5(tmp_path):
         pypto.onnx.load(str(path))
 
 
+def test_old_tree_ensembles_deprecated_at_opset_5(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(_regressor(2, 2, 3), TensorProto.FLOAT, [("y", TensorProto.FLOAT)],
+                     ml_opset=5), path)
+    with pytest.raises(ValueError, match="deprecated at ai.onnx.ml opset 5.*TreeEnsemble"):
+        pypto.onnx.load(str(path))
+
+
 def test_deep_lopsided_tree(tmp_path):
     """A chain 60 nodes deep (deeper than the CPU kernel's branch-free form takes) of BRANCH_LEQ
     nodes, each with a leaf on its true side, and a shallow tree beside it."""
@@ -614,7 +622,7 @@ def test_sklearn_svm_regressor(tmp_path, kernel):
     from sklearn.svm import SVR, LinearSVR
     x, _ = _sk_data(3, n=120, f=4)
     target = x[:, 0] * 2 + np.sin(x[:, 1])
-    model = (LinearSVR(max_iter=5000) if kernel == "linear_svr"
+    model = (LinearSVR(max_iter=100000) if kernel == "linear_svr"
              else SVR(kernel=kernel, degree=2, gamma=0.3, coef0=0.5)).fit(x, target)
     onx = skl2onnx.to_onnx(model, x[:1])
     assert {n.op_type for n in onx.graph.node} & {"SVMRegressor", "LinearRegressor"}

@@ -30,6 +30,13 @@ bool is_ml_op(const std::string& op) {
 void check_ml_opset(const std::string& op, int64_t opset, const std::string& where) {
   if (opset <= 0)
     throw ValueError(cat(where, ": the model does not import domain ai.onnx.ml (opset_import)"));
+  if (opset >= 5 && (op == "TreeEnsembleRegressor" || op == "TreeEnsembleClassifier"))
+    throw ValueError(cat(where, ": ", op,
+                         " is deprecated at ai.onnx.ml opset 5 (the model "
+                         "imports opset ",
+                         opset,
+                         "); write TreeEnsemble there, or import "
+                         "ai.onnx.ml opset 3"));
   const int64_t first = ml_ops().at(op);
   if (opset >= first) return;
   if (op == "LabelEncoder")
