@@ -586,23 +586,29 @@ def _sklearn_models():
     }
 
 
-@pytest.mark.parametrize("name", sorted(_sklearn_models()))
-def test_sklearn_model(tmp_path, name):
-    make, classes = _sklearn_models()[name]
-    x, y = _sk_data(classes or 3)
-    target = y if classes else x[:, 0] * 2 + np.sin(x[:, 1])
-    model = make().fit(x, target)
-    options = {id(model): {"zipmap": False}} if classes else None
+def _sk_run(tmp_path, model, x, rows, zipmap_off):
+    """Exports the fitted model with skl2onnx; returns onnxruntime's and PyPTO's outputs on
+    `rows` random rows, those rows, the executable and the input name."""
+    options = {id(model): {"zipmap": False}} if zipmap_off else None
     onx = skl2onnx.to_onnx(model, x[:1], options=options)
     path = tmp_path / "m.onnx"
     onnx.save(onx, path)
     name_in = onx.graph.input[0].name
-    test_x = RNG.standard_normal((257, x.shape[1])).astype(np.float32)
+    test_x = RNG.standard_normal((rows, x.shape[1])).astype(np.float32)
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {name_in: test_x})
     exe = pypto.onnx.load(str(path))
     got = exe(**{name_in: test_x})
     got = [np.asarray(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
+    return want, got, test_x, exe, name_in, onx
+
+
+@pytest.mark.parametrize("name", sorted(_sklearn_models()))
+def test_sklearn_model(tmp_path, name):
+    make, classes = _sklearn_models()[name]
+    x, y = _sk_data(classes or 3)
+    model = make().fit(x, y if classes else x[:, 0] * 2 + np.sin(x[:, 1]))
+    want, got, test_x, exe, name_in, _ = _sk_run(tmp_path, model, x, 257, bool(classes))
     _compare(want, got, rtol=1e-5, atol=1e-5)
     # Written back (the ai.onnx.ml nodes keep their domain and opset), onnxruntime runs the file
     # PyPTO wrote to the same results.
@@ -621,20 +627,13 @@ def test_sklearn_model(tmp_path, name):
 def test_sklearn_svm_regressor(tmp_path, kernel):
     from sklearn.svm import SVR, LinearSVR
     x, _ = _sk_data(3, n=120, f=4)
-    target = x[:, 0] * 2 + np.sin(x[:, 1])
     model = (LinearSVR(max_iter=100000) if kernel == "linear_svr"
-             else SVR(kernel=kernel, degree=2, gamma=0.3, coef0=0.5)).fit(x, target)
-    onx = skl2onnx.to_onnx(model, x[:1])
+             else SVR(kernel=kernel, degree=2, gamma=0.3, coef0=0.5))
+    model.fit(x, x[:, 0] * 2 + np.sin(x[:, 1]))
+    want, got, test_x, _, _, onx = _sk_run(tmp_path, model, x, 53, False)
     assert {n.op_type for n in onx.graph.node} & {"SVMRegressor", "LinearRegressor"}
-    path = tmp_path / "m.onnx"
-    onnx.save(onx, path)
-    name_in = onx.graph.input[0].name
-    test_x = RNG.standard_normal((53, 4)).astype(np.float32)
-    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        None, {name_in: test_x})
-    got = np.asarray(pypto.onnx.load(str(path))(**{name_in: test_x}))
-    np.testing.assert_allclose(got, want[0], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(got.ravel(), model.predict(test_x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[0].ravel(), model.predict(test_x), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.filterwarnings("ignore:.*probability.*:FutureWarning")  # scikit-learn 1.9's SVC
@@ -647,17 +646,12 @@ def test_sklearn_svm_classifier(tmp_path, kernel, classes, probability):
     x, y = _sk_data(classes, n=150, f=4)
     model = SVC(kernel=kernel, degree=2, gamma=0.3, coef0=0.5, probability=probability,
                 random_state=0).fit(x, y)
-    onx = skl2onnx.to_onnx(model, x[:1], options={id(model): {"zipmap": False}})
-    path = tmp_path / "m.onnx"
-    onnx.save(onx, path)
-    name_in = onx.graph.input[0].name
-    test_x = RNG.standard_normal((61, 4)).astype(np.float32)
-    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        None, {name_in: test_x})
-    got = [np.asarray(g) for g in pypto.onnx.load(str(path))(**{name_in: test_x})]
+    want, got, test_x, _, _, onx = _sk_run(tmp_path, model, x, 61, True)
+    assert "SVMClassifier" in {n.op_type for n in onx.graph.node}
     # onnxruntime couples the pairwise probabilities in float32 (its iteration stops within
     # 0.005 / classes of the fixed point); the decisions are plain sums
-    _compare(want, got, rtol=1e-3 if probability else 1e-4, atol=1e-3 if probability else 1e-4)
+    tol = 1e-3 if probability else 1e-4
+    _compare(want, got, rtol=tol, atol=tol)
     np.testing.assert_array_equal(got[0], model.predict(test_x))
 
 
