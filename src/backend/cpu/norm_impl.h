@@ -81,7 +81,8 @@ namespace {
 // layer_norm_rows_short for rows of NV vectors (the last one `last` lanes wide).
 template <int NV>
 void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int last, float eps,
-                      const float* scale, const float* bias, float* mean, float* inv_std) {
+                      const float* scale, const float* bias, float* mean, float* inv_std,
+                      bool stream) {
   constexpr int64_t L = Vec::kLanes;
   const Mask tail = first_lanes(last);
   auto load = [&](const float* p, int i) {
@@ -119,29 +120,36 @@ void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int las
 #pragma GCC unroll 4
     for (int i = 0; i < NV; ++i) {
       const Vec t = fma((v[i] - sh - mv) * iv, g[i], b[i]);
-      if (i < NV - 1)
-        t.store(y + r * n + i * L);
-      else
-        t.store(y + r * n + i * L, last);
+      float* dst = y + r * n + i * L;
+      if (i < NV - 1 || last == L) {
+        if (stream && reinterpret_cast<uintptr_t>(dst) % (L * sizeof(float)) == 0)
+          t.stream(dst);
+        else
+          t.store(dst);
+      } else {
+        t.store(dst, last);
+      }
     }
   }
+  if (stream) stream_fence();
 }
 
 }  // namespace
 
 void layer_norm_rows_short(const float* x, float* y, int64_t rows, int64_t n, float eps,
-                           const float* scale, const float* bias, float* mean, float* inv_std) {
+                           const float* scale, const float* bias, float* mean, float* inv_std,
+                           bool stream) {
   constexpr int64_t L = Vec::kLanes;
   const int nv = static_cast<int>((n + L - 1) / L), last = static_cast<int>(n - (nv - 1) * L);
   switch (nv) {
     case 1:
-      return layer_norm_short<1>(x, y, rows, n, last, eps, scale, bias, mean, inv_std);
+      return layer_norm_short<1>(x, y, rows, n, last, eps, scale, bias, mean, inv_std, stream);
     case 2:
-      return layer_norm_short<2>(x, y, rows, n, last, eps, scale, bias, mean, inv_std);
+      return layer_norm_short<2>(x, y, rows, n, last, eps, scale, bias, mean, inv_std, stream);
     case 3:
-      return layer_norm_short<3>(x, y, rows, n, last, eps, scale, bias, mean, inv_std);
+      return layer_norm_short<3>(x, y, rows, n, last, eps, scale, bias, mean, inv_std, stream);
     default:
-      return layer_norm_short<4>(x, y, rows, n, last, eps, scale, bias, mean, inv_std);
+      return layer_norm_short<4>(x, y, rows, n, last, eps, scale, bias, mean, inv_std, stream);
   }
 }
 

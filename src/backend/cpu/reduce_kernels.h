@@ -76,11 +76,14 @@ PTO_ISA_DECLARE(
                                   const float* scale, const float* bias, float* mean,
                                   float* inv_std, bool prefetch);
     // LayerNormalization of `rows` contiguous rows of 0 < n <= kShortNormVectors vectors, each row
-    // held in registers: its moments (as `moments` computes them) and normalize_affine in one
-    // pass over memory, scale and bias loaded once for all the rows. Each row's mean to
-    // mean[r], 1 / sqrt(var + eps) to inv_std[r].
+    // held in registers: its moments (as `moments` takes them: shifted by x[0], the variance a
+    // second pass over the centred values) and normalize_affine in one pass over memory, scale
+    // and bias loaded once for all the rows. Each row's mean to mean[r], 1 / sqrt(var + eps) to
+    // inv_std[r]. With `stream`, y's whole aligned vectors go past the cache, then a fence (the
+    // same values either way).
     void layer_norm_rows_short(const float* x, float* y, int64_t rows, int64_t n, float eps,
-                               const float* scale, const float* bias, float* mean, float* inv_std);
+                               const float* scale, const float* bias, float* mean, float* inv_std,
+                               bool stream);
 
     // Max or average pooling of planes [p0, p1); `scratch` has room for 2 * g.span floats.
     void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,
