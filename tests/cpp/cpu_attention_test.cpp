@@ -336,6 +336,22 @@ TEST(CpuAttention, LargeScoresRescaleOften) {
       attention_tol());
 }
 
+TEST(CpuAttention, TheRowMaxSeesEveryKey) {
+  // One key scores 160 (q . k), the others 0: exp(s - max) overflows unless the max taken over
+  // the chunk sees that key, wherever it sits in the chunk's vectors (the max loop runs four
+  // vectors at a time, then the rest one at a time, masked past the last key).
+  for (int64_t keys : {int64_t{70}, int64_t{256}, int64_t{300}})
+    for (int64_t hot : {int64_t{0}, int64_t{17}, int64_t{50}, int64_t{63}, int64_t{69}})
+      for (int64_t at : {hot, keys - 1 - hot}) {
+        SCOPED_TRACE(::testing::Message() << keys << " keys, hot key " << at);
+        const Tensor q = Tensor::from_vector(std::vector<float>(48, 1.0f), {1, 1, 3, 16});
+        Tensor k = Tensor::zeros(DType::kF32, {1, 1, keys, 16});
+        for (int64_t c = 0; c < 16; ++c) k.data<float>()[at * 16 + c] = 10.0f;
+        expect_matches(attention({q, k, random_f32({1, 1, keys, 16}, 410)}, false, 1.0),
+                       attention_tol());
+      }
+}
+
 TEST(CpuAttention, EveryTileChoiceAgrees) {
   const Tensor q = random_f32({2, 4, 77, 40}, 500, -2, 2),
                k = random_f32({2, 2, 301, 40}, 501, -2, 2), v = random_f32({2, 2, 301, 24}, 502);

@@ -183,6 +183,25 @@ TEST(CpuConv, Dense3x3And7x7) {
   check({{3, 64, 17, 19}, {5, 64, 3, 3}, true, pad1});
 }
 
+// Strides 3 to 8 (im2col's permuted copies: 16 outputs a step, the loads stopping at the last
+// input used) and 9 (element by element): output rows shorter than a step, a step and a tail,
+// several steps; patch embeddings (kernel = stride) and padded stems; a depthwise conv.
+TEST(CpuConv, LargeStrides) {
+  for (int64_t s = 3; s <= 9; ++s)
+    for (int64_t w : {5 * s, 16 * s + 2, 41 * s + 1}) {
+      SCOPED_TRACE(::testing::Message() << "stride " << s << ", width " << w);
+      check({{1, 3, 2 * s + 1, w}, {5, 3, s, s}, true, attrs_of({{"strides", Dims{s, s}}})});
+      check({{1, 2, 3 * s, w},
+             {4, 2, 7, 5},
+             true,
+             attrs_of({{"pads", Dims{3, 2, 3, 2}}, {"strides", Dims{s, s}}})});
+    }
+  check({{1, 6, 9, 70},
+         {6, 1, 3, 3},
+         false,
+         attrs_of({{"group", int64_t{6}}, {"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{3, 4}}})});
+}
+
 // Stride-1 outputs at least 16 wide take the shifted path (sgemm reading shifted rows of a padded
 // copy of the input, no col): pads, dilation, asymmetric pads, groups, batch, several row blocks.
 TEST(CpuConv, ShiftedRows) {

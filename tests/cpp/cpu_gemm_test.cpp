@@ -487,6 +487,48 @@ TEST(CpuGemm, AppliesEveryEpilogue) {
   });
 }
 
+// Blocks at most 128 columns wide read A in place (gemm.cpp, reads_a_in_place): several MC
+// blocks of rows and K slices (C accumulated across them), rows past a multiple of MR, A wider
+// than K, an epilogue with a residual, one column, exactly 128 and one past it (packed again);
+// and the plan says which.
+TEST(CpuGemm, NarrowBlocksReadAInPlace) {
+  for_each_config([](const std::string& cfg) {
+    for (const Case& s : {Case{260, 128, 1100}, Case{130, 129, 900}, Case{601, 16, 50},
+                          Case{49, 1, 800}, Case{7, 70, 2000}})
+      for (bool epilogue : {false, true}) {
+        Problem p(s, false, false, static_cast<uint32_t>(s.m + s.n + s.k));
+        const std::vector<float> bias = random_vector(s.n, 3);
+        const std::vector<float> res = random_vector(s.m * (s.n + 5), 4);
+        if (epilogue) {
+          p.g.epilogue.bias_kind = Epilogue::Bias::kPerCol;
+          p.g.epilogue.bias = bias.data();
+          p.g.epilogue.residual = res.data();
+          p.g.epilogue.ldr = s.n + 5;
+          p.g.epilogue.residual_scale = 0.5f;
+          p.g.epilogue.act = Activation::kSilu;
+        }
+        sgemm(p.g);
+        expect_matches(p.g, cfg + ", " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                                std::to_string(s.k) + (epilogue ? " with epilogue" : ""));
+      }
+  });
+  GemmArgs g;
+  g.m = 3136;
+  g.k = 784;
+  g.n = g.ldb = 16;
+  g.lda = 784;
+  EXPECT_TRUE(plan_gemm(g, 1, false, 1).a_in_place);
+  EXPECT_NE(plan_gemm(g, 1, false, 2).str().find("A read in place"), std::string::npos);
+  g.n = g.ldb = 129;
+  EXPECT_FALSE(plan_gemm(g, 1, false, 1).a_in_place);
+  g.n = g.ldb = 16;
+  g.trans_a = true;  // columns of A: packed
+  EXPECT_FALSE(plan_gemm(g, 1, false, 1).a_in_place);
+  g.trans_a = false;
+  g.precision = Precision::kBF16;  // A rounded as it is packed
+  EXPECT_FALSE(plan_gemm(g, 1, false, 1).a_in_place);
+}
+
 TEST(CpuGemm, BatchedBroadcastsAStrideOfZero) {
   for_each_config([](const std::string& cfg) {
     const int64_t batch = 3, m = 9, n = 21, k = 13;

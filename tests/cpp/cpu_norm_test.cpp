@@ -171,6 +171,30 @@ TEST(CpuLayerNorm, StreamedRowsAgainstReference) {
   set_memory_policy(saved);
 }
 
+// Rows of at most four vectors run as one call per task with each row in registers
+// (layer_norm_rows_short): lengths around every vector count of AVX-512 and AVX2 (and 65, past
+// them), one row and many (split over 2 threads), with and without bias, Mean and InvStdDev too,
+// a large mean (kept exact by the shift) and a row with a NaN.
+TEST(CpuLayerNorm, ShortRowsInRegisters) {
+  uint32_t seed = 120;
+  for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65})
+    for (int64_t rows : {1, 300}) {
+      Tensor x = random_f32({rows, n}, seed++, -2, 3);
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] += rows == 1 ? 1000.0f : 0.0f;
+      if (rows > 1) x.data<float>()[n + n / 2] = NAN;  // row 1
+      const Tensor scale = random_f32({n}, seed++), bias = random_f32({n}, seed++);
+      for (bool with_bias : {false, true})
+        for (size_t outputs : {1, 3}) {
+          SCOPED_TRACE(::testing::Message() << rows << " rows of " << n << " bias " << with_bias
+                                            << " outputs " << outputs);
+          NodeCase c{"LayerNormalization", {x, scale, with_bias ? bias : Tensor()}, {}, 17};
+          c.num_outputs = outputs;
+          c.constant = {false, true, true};
+          expect_matches(c, norm_tol());
+        }
+    }
+}
+
 TEST(CpuLayerNorm, LargeMeanAndOtherScaleShapes) {
   Tensor x = random_f32({5, 64}, 3);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] += 1000;  // cancels in E[x^2]-E[x]^2

@@ -23,33 +23,52 @@ void attention_softmax_chunk(const SoftmaxChunk& c) {
     float* s = c.s + r * c.ld;
     const float* mask = c.mask ? c.mask[r] + c.key0 : nullptr;
     const int64_t v = c.limit ? std::clamp<int64_t>(c.limit[r] - c.key0, 0, c.n) : c.n;
-    // The capped and masked scores and their max over the visible keys.
-    Vec mx = neg_inf;
-    for (int64_t j = 0; j < v; j += L) {
+    // The capped and masked scores and their max over the visible keys: whole vectors first
+    // (plain loads, four running maxima), then the last part vector.
+    Vec mx = neg_inf, mx1 = neg_inf, mx2 = neg_inf, mx3 = neg_inf;
+    int64_t j = 0;
+    if (!cap && !mask) {
+      for (; j + 4 * L <= v; j += 4 * L) {
+        mx = max(mx, Vec::load(s + j));
+        mx1 = max(mx1, Vec::load(s + j + L));
+        mx2 = max(mx2, Vec::load(s + j + 2 * L));
+        mx3 = max(mx3, Vec::load(s + j + 3 * L));
+      }
+    }
+    for (; j < v; j += L) {
       const int n = lanes_left(v, j);
-      Vec x = Vec::load(s + j, n);
+      Vec x = n == L ? Vec::load(s + j) : Vec::load(s + j, n);
       if (cap) x = cap_v * tanh(x * inv_cap);
-      if (mask) x = x + Vec::load(mask + j, n);
+      if (mask) x = x + (n == L ? Vec::load(mask + j) : Vec::load(mask + j, n));
       if (cap || mask) x.store(s + j, n);
-      mx = max(mx, select(first_lanes(n), x, neg_inf));
+      mx = max(mx, n == L ? x : select(first_lanes(n), x, neg_inf));
     }
     float lanes[L];
-    mx.store(lanes);
-    float m_new = c.m[r];
+    max(max(mx, mx1), max(mx2, mx3)).store(lanes);
+    float m_new = c.m[r];  // NaN lanes skipped: their exps make the row's output NaN
     for (int64_t k = 0; k < L; ++k) m_new = std::max(m_new, lanes[k]);
     if (m_new == -INFINITY) {  // nothing visible yet: no contribution, nothing to rescale
       std::fill_n(s, c.n, 0.0f);
       c.corr[r] = 1.0f;
       continue;
     }
+    // exp(s - m) <= 1 (or NaN), in place, and its sum.
     const Vec m = Vec::set1(m_new);
-    Vec sum = Vec::zero();
-    for (int64_t j = 0; j < v; j += L) {
+    Vec sum = Vec::zero(), sum1 = Vec::zero();
+    for (j = 0; j + 2 * L <= v; j += 2 * L) {
+      const Vec e0 = exp<false>(Vec::load(s + j) - m), e1 = exp<false>(Vec::load(s + j + L) - m);
+      e0.store(s + j);
+      e1.store(s + j + L);
+      sum = sum + e0;
+      sum1 = sum1 + e1;
+    }
+    for (; j < v; j += L) {
       const int n = lanes_left(v, j);
-      const Vec e = exp(load_padded(s + j, n, -INFINITY) - m);
+      const Vec e = exp<false>(load_padded(s + j, n, -INFINITY) - m);
       e.store(s + j, n);
       sum = sum + e;
     }
+    sum = sum + sum1;
     std::fill(s + v, s + c.n, 0.0f);
     // exp(-inf - m_new) = 0 on the first chunk that sees a key: O and l start from zero.
     const float corr = c.m[r] == m_new ? 1.0f : std::exp(c.m[r] - m_new);

@@ -341,6 +341,7 @@ void register_unary(KernelRegistry& r) {
                           {"Erf", kErf},
                           {"Sin", kSin},
                           {"Cos", kCos},
+                          {"Atan", kAtan},
                           {"Sqrt", kSqrt},
                           {"Reciprocal", kReciprocal},
                           {"Sign", kSign},
@@ -401,7 +402,6 @@ void register_unary(KernelRegistry& r) {
   r.add("Tan", with_typed_unary<float>({}, [](float x) { return std::tan(x); }));
   r.add("Asin", with_typed_unary<float>({}, [](float x) { return std::asin(x); }));
   r.add("Acos", with_typed_unary<float>({}, [](float x) { return std::acos(x); }));
-  r.add("Atan", with_typed_unary<float>({}, [](float x) { return std::atan(x); }));
   r.add("Sinh", with_typed_unary<float>({}, [](float x) { return std::sinh(x); }));
   r.add("Cosh", with_typed_unary<float>({}, [](float x) { return std::cosh(x); }));
   r.add("Asinh", with_typed_unary<float>({}, [](float x) { return std::asinh(x); }));

@@ -48,7 +48,8 @@ namespace pto::cpu {
   X(PowHalf) \
   X(Sin) \
   X(Cos) \
-  X(Shrink)
+  X(Shrink) \
+  X(Atan)
 // clang-format on
 
 enum class UnaryOp {

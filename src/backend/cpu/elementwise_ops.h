@@ -53,6 +53,7 @@ inline Vec unary(Vec x, const UnaryParams& p) {
   if constexpr (Op == kErf) return erf(x);
   if constexpr (Op == kSin) return sin_cos<false>(x);
   if constexpr (Op == kCos) return sin_cos<true>(x);
+  if constexpr (Op == kAtan) return atan(x);
   if constexpr (Op == kSqrt) return sqrt(x);
   if constexpr (Op == kPowHalf) return select(x == Vec::set1(-INFINITY), -x, sqrt(x) + zero);
   if constexpr (Op == kReciprocal) return one / x;

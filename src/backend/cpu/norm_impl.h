@@ -76,6 +76,83 @@ void normalize_affine(const float* x, float* y, int64_t n, float shift, float me
   if (stream && fence) stream_fence();
 }
 
+namespace {
+
+// layer_norm_rows_short for rows of NV vectors (the last one `last` lanes wide).
+template <int NV>
+void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int last, float eps,
+                      const float* scale, const float* bias, float* mean, float* inv_std,
+                      bool stream) {
+  constexpr int64_t L = Vec::kLanes;
+  const Mask tail = first_lanes(last);
+  auto load = [&](const float* p, int i) {
+    return i < NV - 1 ? Vec::load(p + i * L) : Vec::load(p + i * L, last);
+  };
+  Vec g[NV], b[NV];
+#pragma GCC unroll 4
+  for (int i = 0; i < NV; ++i) {
+    g[i] = load(scale, i);
+    b[i] = bias ? load(bias, i) : Vec::zero();
+  }
+  const auto count = static_cast<float>(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    Vec v[NV];
+#pragma GCC unroll 4
+    for (int i = 0; i < NV; ++i) v[i] = load(xr, i);
+    const Vec sh = Vec::set1(xr[0]);
+    Vec s = Vec::zero();
+#pragma GCC unroll 4
+    for (int i = 0; i < NV; ++i)
+      s = s + (i < NV - 1 ? v[i] - sh : select(tail, v[i] - sh, Vec::zero()));
+    const float m = sum_lanes(s) / count;
+    const Vec mv = Vec::set1(m);
+    Vec q = Vec::zero();
+#pragma GCC unroll 4
+    for (int i = 0; i < NV; ++i) {
+      const Vec d = v[i] - sh - mv;
+      q = q + (i < NV - 1 ? d * d : select(tail, d * d, Vec::zero()));
+    }
+    const float inv = 1.0f / std::sqrt(sum_lanes(q) / count + eps);
+    mean[r] = xr[0] + m;
+    inv_std[r] = inv;
+    const Vec iv = Vec::set1(inv);
+#pragma GCC unroll 4
+    for (int i = 0; i < NV; ++i) {
+      const Vec t = fma((v[i] - sh - mv) * iv, g[i], b[i]);
+      float* dst = y + r * n + i * L;
+      if (i < NV - 1 || last == L) {
+        if (stream && reinterpret_cast<uintptr_t>(dst) % (L * sizeof(float)) == 0)
+          t.stream(dst);
+        else
+          t.store(dst);
+      } else {
+        t.store(dst, last);
+      }
+    }
+  }
+  if (stream) stream_fence();
+}
+
+}  // namespace
+
+void layer_norm_rows_short(const float* x, float* y, int64_t rows, int64_t n, float eps,
+                           const float* scale, const float* bias, float* mean, float* inv_std,
+                           bool stream) {
+  constexpr int64_t L = Vec::kLanes;
+  const int nv = static_cast<int>((n + L - 1) / L), last = static_cast<int>(n - (nv - 1) * L);
+  switch (nv) {
+    case 1:
+      return layer_norm_short<1>(x, y, rows, n, last, eps, scale, bias, mean, inv_std, stream);
+    case 2:
+      return layer_norm_short<2>(x, y, rows, n, last, eps, scale, bias, mean, inv_std, stream);
+    case 3:
+      return layer_norm_short<3>(x, y, rows, n, last, eps, scale, bias, mean, inv_std, stream);
+    default:
+      return layer_norm_short<4>(x, y, rows, n, last, eps, scale, bias, mean, inv_std, stream);
+  }
+}
+
 // The streamed output vectors of a row drain while the next row's variance computes, instead of
 // in a burst of their own (Softmax's softmax_rows_pipelined does the same).
 void layer_norm_rows_streamed(const float* x, float* y, int64_t rows, int64_t n, float eps,

@@ -75,6 +75,15 @@ PTO_ISA_DECLARE(
     void layer_norm_rows_streamed(const float* x, float* y, int64_t rows, int64_t n, float eps,
                                   const float* scale, const float* bias, float* mean,
                                   float* inv_std, bool prefetch);
+    // LayerNormalization of `rows` contiguous rows of 0 < n <= kShortNormVectors vectors, each row
+    // held in registers: its moments (as `moments` takes them: shifted by x[0], the variance a
+    // second pass over the centred values) and normalize_affine in one pass over memory, scale
+    // and bias loaded once for all the rows. Each row's mean to mean[r], 1 / sqrt(var + eps) to
+    // inv_std[r]. With `stream`, y's whole aligned vectors go past the cache, then a fence (the
+    // same values either way).
+    void layer_norm_rows_short(const float* x, float* y, int64_t rows, int64_t n, float eps,
+                               const float* scale, const float* bias, float* mean, float* inv_std,
+                               bool stream);
 
     // Max or average pooling of planes [p0, p1); `scratch` has room for 2 * g.span floats.
     void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,
@@ -87,6 +96,8 @@ void fold_all(Fold op, const float* x, int64_t outer, int64_t reduce, int64_t in
 
 // Work below this many elements stays on one thread.
 inline constexpr int64_t kParallelGrain = 32768;
+// layer_norm_rows_short takes rows of at most this many vectors (64 floats on AVX-512).
+inline constexpr int64_t kShortNormVectors = 4;
 
 void register_norm_kernels(KernelRegistry& r);  // norm.cpp: Softmax, LogSoftmax, the norms
 void register_pool_kernels(KernelRegistry& r);  // pool.cpp: MaxPool, AveragePool, Global*Pool

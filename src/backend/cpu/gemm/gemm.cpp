@@ -231,9 +231,26 @@ void pack_a_block(const GemmArgs& g, const PanelOps& o, int64_t ic, int64_t mc, 
   }
 }
 
+// Whether the blocks of C's columns that `blk` describes read A in place instead of packing it:
+// when a block is at most kAInPlaceColumns wide, each value of A meets few micro-kernel calls (2
+// on AVX-512, 8 on AVX2), too few to repay a packed copy of A. The micro-kernel then broadcasts
+// from MR rows lda apart. Only fp32 products of a float, non-transposed A against B panels of
+// floats, read packed or with a row stride (not a row table). One thread, Zen 4 (FMA peak 117
+// GFLOP/s), GFLOP/s packed -> in place: [3136, 784] x [784, N] N = 16: 71 -> 112, 32: 86 -> 112,
+// 64: 97 -> 112, 128: 97 -> 106; [128, 768] x [768, 64]: 106 -> 116; wider blocks gain nothing
+// (N = 256) or lose 2-4% (128 x 768 x 768). On AVX2 (PTO_ISA=avx2): N = 16 54 -> 106, 32: 72 ->
+// 106, 64: 90 -> 110; 128 even.
+constexpr int64_t kAInPlaceColumns = 128;
+
+bool reads_a_in_place(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, int64_t columns,
+                      const Blocking& bl) {
+  return !pre.a && !g.a_half && !g.trans_a && !g.b_rows && o.precision == Precision::kF32 &&
+         !o.pairs && pre.b_half == Precision::kF32 && columns <= kAInPlaceColumns;
+}
+
 // Rows i0..i1 of C's columns blk.n0.. against the (KC x NC) block of B that `blk` describes (its
-// B, slice and epilogue set): A packed MC rows at a time (or taken from pre.a), then the
-// macro-kernel on each block.
+// B, slice and epilogue set): A packed MC rows at a time (taken from pre.a, or read in place
+// where reads_a_in_place), then the macro-kernel on each block.
 // K, pc and blk.k count steps of o.unit values of K.
 void multiply_rows(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, const Blocking& bl,
                    MacroBlock blk, int64_t jc, int64_t pc, int64_t i0, int64_t i1, int64_t mc_even,
@@ -243,11 +260,15 @@ void multiply_rows(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
   blk.ldc = g.ldc;
   blk.alpha = g.alpha;
   blk.n0 = jc;
+  const bool in_place = reads_a_in_place(g, o, pre, blk.n, bl);
   for (int64_t ic = i0; ic < i1; ic += mc_even) {
     const int64_t mc = std::min(mc_even, i1 - ic);
     if (pre.a) {  // ic is a whole number of panels
       blk.a = pre.a + ic * K + pc * bl.mr;
       blk.a_panel_stride = K * bl.mr;
+    } else if (in_place) {
+      blk.a = g.a + ic * g.lda + k0;
+      blk.a_row_stride = g.lda;
     } else {
       float* ap = t_pack_a.get_as<float>(ceil_div(mc, bl.mr) * bl.mr * kc);
       pack_a_block(g, o, ic, mc, k0, k_real, ap);
@@ -475,11 +496,14 @@ GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int t
         : packs_b(g, std::min(g.m, task_rows), bl) ? GemmPlan::B::kPackedPerTask
                                                    : GemmPlan::B::kInPlace;
   p.batch = batch;
+  p.a_in_place =
+      reads_a_in_place(g, o, pre, std::min(g.n, ceil_div(ceil_div(g.n, bl.nr), p.tn) * bl.nr), bl);
   // B packed ahead and only the columns split: A packed once for all the threads (run_shared_a),
   // the columns cut into up to kColumnTasksPerThread tasks per thread of at least
   // kColumnTaskPanels panels (within a task each B panel's successor is fetched ahead).
   if (p.b == GemmPlan::B::kPackedAhead && batch == 1 && p.tm == 1 && p.tn > 1 && pre.a == nullptr) {
     p.a_shared = true;
+    p.a_in_place = false;
     if (!pinned)
       p.tn = std::max(p.tn, std::min(ceil_div(g.n, bl.nr) / kColumnTaskPanels,
                                      int64_t{kColumnTasksPerThread} * threads));
@@ -555,7 +579,9 @@ std::string GemmPlan::str() const {
       "register block ", mr, "x", nr, ", K in ", k_slices, " slice(s) of ", kc, ", MC ", mc,
       " rows, NC ", nc, " columns; ", batch * tm * tn, " task(s) (", batch, " item(s) x ", tm,
       " row x ", tn, " column ranges) on ", threads, " thread(s); B ", how[static_cast<int>(b)],
-      a_shared ? "; A packed once and shared by the threads" : "");
+      a_shared     ? "; A packed once and shared by the threads"
+      : a_in_place ? "; A read in place"
+                   : "");
 }
 
 GemmPlan plan_gemm(const GemmArgs& args, int64_t batch, bool b_packed_ahead, int threads) {

@@ -213,6 +213,8 @@ struct GemmPlan {
   enum class B { kInPlace, kPackedPerTask, kPackedShared, kPackedAhead } b = B::kInPlace;
   // A packed once for all threads, which then split the columns (B packed ahead, few rows).
   bool a_shared = false;
+  // A read in place by the micro-kernel, not packed (fp32, tasks one B panel wide: gemm.cpp).
+  bool a_in_place = false;
   std::string str() const;
 };
 

@@ -71,18 +71,22 @@ struct NextPanel {
   int shift = 0;
 };
 
-using MicroFn = void (*)(int64_t k, const float* a, const float* b, int64_t ldb,
+using MicroFn = void (*)(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                          const int64_t* rows, float* c, int64_t ldc, int n_last, float alpha,
                          bool accumulate, NextPanel next);
 
-// C[R x (NV vectors)] (=|+=) alpha * A_panel * B_panel over k. A: kMR floats per k (R used);
+// C[R x (NV vectors)] (=|+=) alpha * A_panel * B_panel over k. A: a packed panel, kMR floats per
+// k (R used), or with kAInPlace R rows of A itself, lda floats apart (one value of each row per
+// k, so the panel needs no packing: where each value of A is used once, packing it costs more
+// than the strided broadcasts save; docs/backend/gemm.md);
 // B: ldb floats per k (NV vectors used; kPackedF16: ldb halves at b's address), or with kRows
 // row p at b + rows[p] (an implicit GEMM's shifted input rows). n_last: valid lanes of the last
 // vector (1..kL). `next`: a share of the next B panel to fetch into L2 meanwhile (its first call
 // would otherwise wait on L3 or memory).
-template <BRead kB, int R, int NV>
-void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t* rows, float* c,
-           int64_t ldc, int n_last, float alpha, bool accumulate, NextPanel next) {
+template <BRead kB, bool kAInPlace, int R, int NV>
+void micro(int64_t k, const float* a, [[maybe_unused]] int64_t lda, const float* b, int64_t ldb,
+           const int64_t* rows, float* c, int64_t ldc, int n_last, float alpha, bool accumulate,
+           NextPanel next) {
   // The C tile is read and written only after the k loop; fetching it into L2 now hides the
   // latency of a tile that was evicted to L3 (large C, or row strides that alias in L1).
 #pragma GCC unroll 16
@@ -126,11 +130,11 @@ void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const Vec av = Vec::set1(a[r]);
+      const Vec av = Vec::set1(kAInPlace ? a[r * lda] : a[r]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) s[r][v] = fma(av, bv[v], s[r][v]);
     }
-    a += kMR;
+    a += kAInPlace ? 1 : kMR;
     if constexpr (!is_half(kB)) b += ldb;
   }
   const Vec va = Vec::set1(alpha);
@@ -151,24 +155,27 @@ void micro(int64_t k, const float* a, const float* b, int64_t ldb, const int64_t
   }
 }
 
-// table[R - 1][NV - 1] = micro<kB, R, NV>
-template <BRead kB, int R, int NV>
+// table[R - 1][NV - 1] = micro<kB, kAInPlace, R, NV>
+template <BRead kB, bool kAInPlace, int R, int NV>
 void fill_table(MicroFn (*table)[kNV]) {
-  table[R - 1][NV - 1] = &micro<kB, R, NV>;
+  table[R - 1][NV - 1] = &micro<kB, kAInPlace, R, NV>;
   if constexpr (NV > 1)
-    fill_table<kB, R, NV - 1>(table);
+    fill_table<kB, kAInPlace, R, NV - 1>(table);
   else if constexpr (R > 1)
-    fill_table<kB, R - 1, kNV>(table);
+    fill_table<kB, kAInPlace, R - 1, kNV>(table);
 }
 
 struct MicroTable {
-  MicroFn fn[5][kMR][kNV];  // [BRead][R - 1][NV - 1]
+  MicroFn fn[5][kMR][kNV];        // [BRead][R - 1][NV - 1], A packed
+  MicroFn in_place[2][kMR][kNV];  // [kPacked, kStrided][R - 1][NV - 1], A read in place
   MicroTable() {
-    fill_table<BRead::kPacked, kMR, kNV>(fn[0]);
-    fill_table<BRead::kStrided, kMR, kNV>(fn[1]);
-    fill_table<BRead::kRows, kMR, kNV>(fn[2]);
-    fill_table<BRead::kPackedF16, kMR, kNV>(fn[3]);
-    fill_table<BRead::kPackedBf16, kMR, kNV>(fn[4]);
+    fill_table<BRead::kPacked, false, kMR, kNV>(fn[0]);
+    fill_table<BRead::kStrided, false, kMR, kNV>(fn[1]);
+    fill_table<BRead::kRows, false, kMR, kNV>(fn[2]);
+    fill_table<BRead::kPackedF16, false, kMR, kNV>(fn[3]);
+    fill_table<BRead::kPackedBf16, false, kMR, kNV>(fn[4]);
+    fill_table<BRead::kPacked, true, kMR, kNV>(in_place[0]);
+    fill_table<BRead::kStrided, true, kMR, kNV>(in_place[1]);
   }
 };
 
@@ -291,7 +298,9 @@ void gemm_pack_b(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, 
 void gemm_macro(const MacroBlock& blk) {
   static const MicroTable table;
   const int64_t np = (blk.n + kNR - 1) / kNR, mp = (blk.m + kMR - 1) / kMR;
-  const int64_t as = blk.a_panel_stride ? blk.a_panel_stride : blk.k * kMR;
+  const int64_t as = blk.a_row_stride     ? blk.a_row_stride * kMR
+                     : blk.a_panel_stride ? blk.a_panel_stride
+                                          : blk.k * kMR;
   const float* res =
       blk.epilogue && !blk.epilogue->tile ? blk.epilogue->residual : nullptr;  // null: none
   // Panels of halves are addressed in halves (their micro-kernel reads them so).
@@ -315,7 +324,8 @@ void gemm_macro(const MacroBlock& blk) {
                        : rows                           ? BRead::kRows
                        : bs == kNR                      ? BRead::kPacked
                                                         : BRead::kStrided;
-    const auto& fn = table.fn[static_cast<int>(read)];
+    const auto& fn = blk.a_row_stride ? table.in_place[static_cast<int>(read)]
+                                      : table.fn[static_cast<int>(read)];
     const int nv = (nj + kL - 1) / kL;
     const int n_last = nj - (nv - 1) * kL;
     // While panel j runs against the mp panels of A, the next panel of B (packed or read in
@@ -341,8 +351,8 @@ void gemm_macro(const MacroBlock& blk) {
           for (int v = 0; v < nv; ++v)
             __builtin_prefetch(r + rr * blk.epilogue->ldr + v * kL, 0, 3);
       }
-      fn[mi - 1][nv - 1](blk.k, blk.a + i * as, bp, bs, rows, c, blk.ldc, n_last, blk.alpha,
-                         blk.accumulate, nx);
+      fn[mi - 1][nv - 1](blk.k, blk.a + i * as, blk.a_row_stride, bp, bs, rows, c, blk.ldc, n_last,
+                         blk.alpha, blk.accumulate, nx);
       if (blk.epilogue)
         apply_epilogue(*blk.epilogue, c, blk.ldc, blk.m0 + i * kMR, mi, blk.n0 + j * kNR, nj);
     }
@@ -551,7 +561,9 @@ void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_
 void gemm_macro_bf16(const MacroBlock& blk) {
   static const MicroBf16Table table;
   const int64_t np = (blk.n + kNR - 1) / kNR, mp = (blk.m + kMR - 1) / kMR;
-  const int64_t as = blk.a_panel_stride ? blk.a_panel_stride : blk.k * kMR;
+  const int64_t as = blk.a_row_stride     ? blk.a_row_stride * kMR
+                     : blk.a_panel_stride ? blk.a_panel_stride
+                                          : blk.k * kMR;
   for (int64_t j = 0; j < np; ++j) {
     const int nj = static_cast<int>(blk.n - j * kNR < kNR ? blk.n - j * kNR : kNR);
     const float* bp = blk.b + j * blk.b_panel_stride;

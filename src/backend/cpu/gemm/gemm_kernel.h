@@ -19,6 +19,9 @@ struct MacroBlock {
   int64_t m = 0, n = 0, k = 0;
   const float* a = nullptr;
   int64_t a_panel_stride = 0;
+  // A read in place instead (fp32, B packed or strided, no row table): a points at the block's
+  // first element of A, rows a_row_stride floats apart (0: packed panels as above).
+  int64_t a_row_stride = 0;
   const float* b = nullptr;
   int64_t b_panel_stride = 0, b_row_stride = 0;
   const int64_t* b_rows = nullptr;
