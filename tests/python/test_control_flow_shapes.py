@@ -19,7 +19,21 @@ from onnx import TensorProto, helper, numpy_helper
 import pypto
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
-SILERO = os.environ.get("PTO_SILERO_VAD", "/tmp/wheels/x/silero_vad/data/silero_vad.onnx")
+
+
+def _silero_path() -> str:
+    """Silero VAD's own ONNX file: PTO_SILERO_VAD, else the one in the silero-vad package
+    (scripts/setup.sh installs it without its dependencies), found without importing it."""
+    if os.environ.get("PTO_SILERO_VAD"):
+        return os.environ["PTO_SILERO_VAD"]
+    import importlib.util
+    spec = importlib.util.find_spec("silero_vad")
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    return os.path.join(list(spec.submodule_search_locations)[0], "data", "silero_vad.onnx")
+
+
+SILERO = _silero_path()
 
 
 def _vi(name, elem, shape):
