@@ -346,7 +346,7 @@ def _softplus(ctx, node, x, beta=1, threshold=20):
     return out(ctx, node, ctx.op("Softplus", [x]))
 
 
-@converter(aten._to_copy.default, aten.to.dtype)
+@converter(aten._to_copy.default, aten.to.dtype, torch.ops.prims.convert_element_type.default)
 def _to_copy(ctx, node, x, *args, dtype=None, **kwargs):
     dt = _float_out(node)
     dev = kwargs.get("device")
@@ -762,8 +762,8 @@ def _reduce(onnx_op):
 
 converter(aten.mean.dim, aten.mean.default)(_reduce("ReduceMean"))
 converter(aten.sum.dim_IntList, aten.sum.default)(_reduce("ReduceSum"))
-converter(aten.amax.default)(_reduce("ReduceMax"))
-converter(aten.amin.default)(_reduce("ReduceMin"))
+converter(aten.amax.default, aten.max.default)(_reduce("ReduceMax"))  # max(x): over all dims
+converter(aten.amin.default, aten.min.default)(_reduce("ReduceMin"))
 converter(aten.prod.dim_int, aten.prod.default)(_reduce("ReduceProd"))
 
 
