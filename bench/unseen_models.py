@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Models outside the test zoo (tests/python/torch_models.py), each tried both ways a user would:
+"""Models outside the test zoo (tests/python/torch_models.py), each tried the ways a user would:
 
   optimize  pypto.optimize(model) against eager PyTorch (max |got-want| / max |want| <= 1e-4);
+  compile   torch.compile(model, backend="pypto") against eager (--ways compile; the ops it left
+            to PyTorch are listed), the way for models pypto.optimize cannot capture;
   onnx      torch.onnx.export (dynamo=False, opset 17; dynamo=True where that fails), then
             pypto.onnx.load(file, level=2 and 3) against onnxruntime on the same file.
 
@@ -330,6 +332,23 @@ def _against_float64(got, peer, want64) -> dict:
         return {}
 
 
+def way_compile(name: str) -> dict:
+    """torch.compile(backend="pypto"): what a model pypto.optimize cannot capture runs as."""
+    _setup.name = name
+    torch, model, args = _setup()
+    import pypto
+    import pypto.dynamo
+
+    with torch.no_grad():
+        want = _leaves(model(*args))
+        got = _leaves(torch.compile(model, backend="pypto")(*args))
+    if len(got) != len(want):
+        raise AssertionError(f"{len(got)} outputs, eager has {len(want)}")
+    st = pypto.dynamo.stats()
+    return {"err": _worst(got, want), "empty": all(w.numel() == 0 for w in want),
+            "pieces": st["pypto_pieces"], "fallback_ops": st["fallback_ops"]}
+
+
 def way_onnx(name: str) -> dict:
     _setup.name = name
     torch, model, args = _setup()
@@ -367,11 +386,14 @@ def way_onnx(name: str) -> dict:
             "shapes": [list(w.shape) for w in want][:4], "empty": all(w.size == 0 for w in want)}
 
 
+WAYS = {"optimize": way_optimize, "onnx": way_onnx, "compile": way_compile}
+
+
 def child(name: str, way: str) -> dict:
     t0 = time.perf_counter()
     result = {"model": name, "way": way}
     try:
-        result.update(way_optimize(name) if way == "optimize" else way_onnx(name))
+        result.update(WAYS[way](name))
         result["status"] = "works" if result["err"] <= TOLERANCE else "wrong"
         if result["status"] == "wrong" and "err64" in result and \
                 result["err64"] <= ROUNDING * max(result["peer_err64"], TOLERANCE / ROUNDING):
@@ -406,6 +428,8 @@ def run_one(name: str, way: str, timeout: float) -> dict:
 def cell(r: dict) -> str:
     if r["status"] in ("works", "wrong"):
         text = f"{r['status']} ({r['err']:.1e})"
+        if r.get("fallback_ops"):
+            text += f", in PyTorch: {' '.join(r['fallback_ops'])}"
         return text + (" (dynamo)" if r.get("exporter", "").startswith("dynamo=True") else "")
     if r["status"] == "rounding":
         return (f"rounding ({r['err']:.1e}; vs float64 {r['err64']:.1e}, peer "
@@ -461,10 +485,14 @@ def main() -> None:
 
 
 def print_table(rows: dict) -> None:
-    print("| model | optimize vs eager | onnx (level 2, 3) vs onnxruntime |\n|---|---|---|")
-    for name, ways in rows.items():
-        print(f"| {name} | " + " | ".join(cell(ways[w]) if w in ways else "-"
-                                         for w in ("optimize", "onnx")) + " |")
+    ways = [w for w in WAYS if any(w in r for r in rows.values())]
+    heads = {"optimize": "optimize vs eager", "onnx": "onnx (level 2, 3) vs onnxruntime",
+             "compile": "torch.compile vs eager"}
+    print("| model | " + " | ".join(heads[w] for w in ways) + " |")
+    print("|" + "---|" * (len(ways) + 1))
+    for name, done in rows.items():
+        print(f"| {name} | " + " | ".join(cell(done[w]) if w in done else "-" for w in ways)
+              + " |")
 
 
 if __name__ == "__main__":
