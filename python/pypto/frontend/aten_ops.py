@@ -966,10 +966,15 @@ def _repeat_heads(ctx, t: V, hq: int, hk: int, shape) -> int:
 def _convolution(ctx, node, x, w, b, stride, padding, dilation, transposed, output_padding,
                  groups):
     nd = x.rank - 2
-    attrs = {"strides": list(stride), "pads": list(padding) * 2, "dilations": list(dilation),
+
+    def per_dim(v):  # one value for every spatial dim (padding="valid" arrives as [0])
+        v = [int(i) for i in v]
+        return v * nd if len(v) == 1 and nd > 1 else v
+
+    stride, padding, dilation = per_dim(stride), per_dim(padding), per_dim(dilation)
+    output_padding = per_dim(output_padding)
+    attrs = {"strides": stride, "pads": padding * 2, "dilations": dilation,
              "group": int(groups), "kernel_shape": [int(s) for s in w.shape[2:]]}
-    if len(attrs["strides"]) == 1 and nd > 1:
-        attrs["strides"] *= nd
     if transposed:
         if any(p != 0 for p in output_padding):
             attrs["output_padding"] = list(output_padding)
