@@ -474,7 +474,8 @@ def cell(r: dict) -> str:
         return "empty output (nothing compared)"
     if r["status"] == "timeout":
         return f"timeout ({r['seconds']:.0f} s)"
-    return "error: " + r.get("error", "").replace("|", "/")
+    error = r.get("error", "").replace("|", "/")
+    return "error: " + (error if len(error) <= 160 else error[:160] + "...")
 
 
 def main() -> None:
