@@ -13,10 +13,11 @@ Random weights (seed 0, never downloaded), heads redrawn so no output is trivial
     python bench/unseen_models.py                          # everything, a table at the end
     python bench/unseen_models.py --models alexnet,phi --ways onnx --json out.json
 
-A row: works / rounding (outside 1e-4, but within 10x the peer's own error against eager float64)
-/ wrong / empty (no output to compare) / error; for onnx, where onnxruntime is itself off eager
-PyTorch by more than 1e-4 (a detector's near ties), eager decides: works, or undecided (the error's first line) / timeout, per way; for onnx
-the exporter used and the worst error over levels 2 and 3. docs/unseen_models.md has the table.
+A row per model and way: works / rounding (outside 1e-4, but within 10x the peer's own error
+against eager float64) / wrong / empty (no output to compare) / error (the error's first line) /
+timeout; for onnx, where onnxruntime is itself off eager PyTorch by more than 1e-4 (a detector's
+near ties), eager decides: works, or undecided; for onnx also the exporter used and the worst
+error over levels 2 and 3. docs/unseen_models.md has the table.
 """
 
 from __future__ import annotations
@@ -245,13 +246,17 @@ MODELS = {
     "fcn_resnet50": _seg("fcn_resnet50"),
     "raft_small": _raft(),
     # detection (data-dependent shapes: NMS, RoiAlign, TopK)
-    "fasterrcnn_mobilenet_v3_large_320_fpn": _det("fasterrcnn_mobilenet_v3_large_320_fpn", box_score_thresh=0.0,
-                                                  min_size=128, max_size=128),
-    "retinanet_resnet50_fpn": _det("retinanet_resnet50_fpn", score_thresh=0.0, min_size=128, max_size=128),
+    "fasterrcnn_mobilenet_v3_large_320_fpn": _det(
+        "fasterrcnn_mobilenet_v3_large_320_fpn", box_score_thresh=0.0, min_size=128, max_size=128),
+    "retinanet_resnet50_fpn": _det(
+        "retinanet_resnet50_fpn", score_thresh=0.0, min_size=128, max_size=128),
     "ssdlite320_mobilenet_v3_large": _det("ssdlite320_mobilenet_v3_large", score_thresh=0.0),
-    "fcos_resnet50_fpn": _det("fcos_resnet50_fpn", score_thresh=0.0, min_size=128, max_size=128),
-    "keypointrcnn_resnet50_fpn": _det("keypointrcnn_resnet50_fpn", box_score_thresh=0.0, min_size=128, max_size=128),
-    "maskrcnn_resnet50_fpn": _det("maskrcnn_resnet50_fpn", box_score_thresh=0.0, min_size=128, max_size=128),
+    "fcos_resnet50_fpn": _det(
+        "fcos_resnet50_fpn", score_thresh=0.0, min_size=128, max_size=128),
+    "keypointrcnn_resnet50_fpn": _det(
+        "keypointrcnn_resnet50_fpn", box_score_thresh=0.0, min_size=128, max_size=128),
+    "maskrcnn_resnet50_fpn": _det(
+        "maskrcnn_resnet50_fpn", box_score_thresh=0.0, min_size=128, max_size=128),
 }
 
 
