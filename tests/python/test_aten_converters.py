@@ -215,6 +215,32 @@ def test_var():
                      torch.var(x, 2, correction=3)), randn(5, 7), "aten.var.correction")
 
 
+@pytest.mark.parametrize("conv", [
+    lambda: torch.nn.Conv2d(3, 5, (3, 2), stride=2, padding="valid"),  # SigLIP's patch embedding
+    lambda: torch.nn.Conv2d(3, 4, 3, padding="same", dilation=2),
+    lambda: torch.nn.Conv3d(3, 4, 2, padding="valid")])
+def test_convolution_with_padding_by_name(conv):
+    # F.conv2d(padding="valid") reaches aten.convolution with one padding value for every dim.
+    torch.manual_seed(0)
+    layer = conv().eval()
+    shape = (3, 9, 8, 7)[:len(layer.kernel_size) + 1]
+    check(lambda x: layer(x), randn(*shape), "aten.convolution.default", rtol=1e-5, atol=1e-5)
+
+
+def test_max_min_of_a_whole_tensor():
+    # torch.max(x) without a dim (torchvision's batched NMS offsets boxes by boxes.max()).
+    check_fx(lambda x, i: (torch.max(x) * 2, torch.min(x), torch.max(i) + 1),
+             lambda n: (torch.randn(n, 7), torch.randint(-50, 50, (3, n))), "aten.max.default")
+
+
+def test_prims_convert_element_type():
+    # What torch.compile hands over for casts in some decompositions (a detector's box head).
+    cast = torch.ops.prims.convert_element_type.default
+    check_fx(lambda x, i: (cast(i, torch.float32) * x, cast(x * 3, torch.int32)),
+             lambda n: (torch.randn(n, 4), torch.randint(-9, 9, (n, 4))),
+             "prims.convert_element_type.default")
+
+
 def test_log2_log10():
     check(lambda x: (torch.log2(x.abs() + 0.1), torch.log10(x.abs() + 0.1)), randn(9),
           "aten.log2.default")

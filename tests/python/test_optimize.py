@@ -154,9 +154,24 @@ def test_an_unsupported_op_is_named():
 
 
 def test_a_model_that_cannot_be_captured_is_a_value_error():
-    with pytest.raises(ValueError, match=r"\[capture\] torch.export could not capture "
-                                         r"DataDependent"):
+    with pytest.raises(ValueError) as info:
         pypto.optimize(DataDependent(), (torch.randn(3),), dynamic=False)
+    message = str(info.value)
+    # The first line says what is wrong and what to do (torchvision's detectors fail this way:
+    # NMS keeps a data-dependent number of boxes); torch's own account follows.
+    assert message.startswith("[capture] DataDependent has shapes or control flow that depend "
+                              "on tensor values"), message
+    assert 'torch.compile(model, backend="pypto")' in message.splitlines()[0]
+    assert "pypto.onnx.load" in message.splitlines()[0]
+    assert "[capture] torch.export could not capture DataDependent" in message
+
+
+def test_the_advice_for_data_dependent_models_holds():
+    """What the error above recommends runs the model: torch.compile with the pypto backend
+    (the branch on data stays in PyTorch), compared with eager on both branches."""
+    compiled = torch.compile(DataDependent(), backend="pypto")
+    for x in (torch.rand(5) + 0.1, -torch.rand(5) - 0.1):
+        torch.testing.assert_close(compiled(x), DataDependent()(x))
 
 
 class TakesAConfigObject(torch.nn.Module):

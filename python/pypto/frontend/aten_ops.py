@@ -346,7 +346,7 @@ def _softplus(ctx, node, x, beta=1, threshold=20):
     return out(ctx, node, ctx.op("Softplus", [x]))
 
 
-@converter(aten._to_copy.default, aten.to.dtype)
+@converter(aten._to_copy.default, aten.to.dtype, torch.ops.prims.convert_element_type.default)
 def _to_copy(ctx, node, x, *args, dtype=None, **kwargs):
     dt = _float_out(node)
     dev = kwargs.get("device")
@@ -762,8 +762,8 @@ def _reduce(onnx_op):
 
 converter(aten.mean.dim, aten.mean.default)(_reduce("ReduceMean"))
 converter(aten.sum.dim_IntList, aten.sum.default)(_reduce("ReduceSum"))
-converter(aten.amax.default)(_reduce("ReduceMax"))
-converter(aten.amin.default)(_reduce("ReduceMin"))
+converter(aten.amax.default, aten.max.default)(_reduce("ReduceMax"))  # max(x): over all dims
+converter(aten.amin.default, aten.min.default)(_reduce("ReduceMin"))
 converter(aten.prod.dim_int, aten.prod.default)(_reduce("ReduceProd"))
 
 
@@ -966,10 +966,15 @@ def _repeat_heads(ctx, t: V, hq: int, hk: int, shape) -> int:
 def _convolution(ctx, node, x, w, b, stride, padding, dilation, transposed, output_padding,
                  groups):
     nd = x.rank - 2
-    attrs = {"strides": list(stride), "pads": list(padding) * 2, "dilations": list(dilation),
+
+    def per_dim(v):  # one value for every spatial dim (padding="valid" arrives as [0])
+        v = [int(i) for i in v]
+        return v * nd if len(v) == 1 and nd > 1 else v
+
+    stride, padding, dilation = per_dim(stride), per_dim(padding), per_dim(dilation)
+    output_padding = per_dim(output_padding)
+    attrs = {"strides": stride, "pads": padding * 2, "dilations": dilation,
              "group": int(groups), "kernel_shape": [int(s) for s in w.shape[2:]]}
-    if len(attrs["strides"]) == 1 and nd > 1:
-        attrs["strides"] *= nd
     if transposed:
         if any(p != 0 for p in output_padding):
             attrs["output_padding"] = list(output_padding)

@@ -254,6 +254,30 @@ def _capture(module: torch.nn.Module, args: tuple, kwargs: dict | None, *, dynam
                               output_names=output_names)
 
 
+_DATA_DEPENDENT_HINT = (
+    "run it with torch.compile(model, backend=\"pypto\") (the data-dependent parts stay in "
+    "PyTorch), or export it with torch.onnx.export(model, args, path, dynamo=False) and run the "
+    "file with pypto.onnx.load (NonMaxSuppression, TopK and the exporter's If and Loop run "
+    "there; the exporter traces a Python `if` on data as the branch the example took)")
+
+
+def _data_dependent(e: BaseException) -> bool:
+    """Whether torch.export failed on a guard or an output size that depends on tensor values."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, \
+        DynamicOutputShapeException
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    kinds = (GuardOnDataDependentSymNode, DataDependentOutputException,
+             DynamicOutputShapeException)
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, kinds):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def _capture_as_is(module: torch.nn.Module, args: tuple, kwargs: dict | None, *, dynamic: bool,
                    dynamic_shapes, max_batch: int | None, what: str | None,
                    output_names: list[str] | bool) -> Captured:
@@ -274,8 +298,14 @@ def _capture_as_is(module: torch.nn.Module, args: tuple, kwargs: dict | None, *,
         except NotImplementedError:
             raise
         except Exception as e2:
-            raise ValueError(f"{e}\n[capture] FX tracing failed too: {type(e2).__name__}: "
-                             f"{str(e2).splitlines()[0] if str(e2) else ''}") from e2
+            details = (f"{e}\n[capture] FX tracing failed too: {type(e2).__name__}: "
+                       f"{str(e2).splitlines()[0] if str(e2) else ''}")
+            if _data_dependent(e):
+                raise ValueError(f"[capture] {what} has shapes or control flow that depend on "
+                                 f"tensor values (a branch on data, nonzero, NMS), which one "
+                                 f"captured graph cannot hold: {_DATA_DEPENDENT_HINT}\n"
+                                 f"{details}") from e2
+            raise ValueError(details) from e2
     missing = unsupported_ops(ep)
     if missing:
         raise NotImplementedError(f"{what} uses op(s) PyPTO cannot run yet: "

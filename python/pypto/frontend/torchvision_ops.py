@@ -1,11 +1,13 @@
 """Converters of torchvision's own ops (torch.ops.torchvision), loaded by fx_importer the first
 time a captured graph holds one: deform_conv2d becomes ONNX DeformConv (the same offset and mask
-layouts: per offset group, tap by tap, (dy, dx) pairs)."""
+layouts: per offset group, tap by tap, (dy, dx) pairs); roi_align becomes ONNX RoiAlign (as
+torchvision's own ONNX export writes it)."""
 
 from __future__ import annotations
 
 import torch
 
+from .. import dtypes
 from .aten_ops import out
 from .fx_importer import converter
 
@@ -26,3 +28,20 @@ def _deform_conv2d(ctx, node, x, weight, offset, mask, bias, stride_h, stride_w,
     return out(ctx, node, ctx.op("DeformConv", inputs, {
         "strides": [stride_h, stride_w], "pads": [pad_h, pad_w, pad_h, pad_w],
         "dilations": [dil_h, dil_w], "group": groups, "offset_group": offset_groups}))
+
+
+@converter(tv.roi_align.default)
+def _roi_align(ctx, node, x, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio,
+               aligned):
+    # rois are [K, 5] rows of (batch index, x1, y1, x2, y2); RoiAlign takes the boxes and the
+    # indices apart. aligned=False is "output_half_pixel" (no half-pixel shift, boxes of at least
+    # one pixel), torchvision's adaptive sampling_ratio -1 is ONNX's 0.
+    rois = ctx.cast(rois, x.dtype)
+    index = ctx.op("Slice", [rois, ctx.ints([0]), ctx.ints([1]), ctx.ints([1])])
+    index = ctx.op("Cast", [ctx.op("Reshape", [index, ctx.ints([-1])])],
+                   {"to": dtypes.onnx_code(torch.int64)})
+    boxes = ctx.op("Slice", [rois, ctx.ints([1]), ctx.ints([5]), ctx.ints([1])])
+    return out(ctx, node, ctx.op("RoiAlign", [x, boxes, index], {
+        "coordinate_transformation_mode": "half_pixel" if aligned else "output_half_pixel",
+        "mode": "avg", "output_height": pooled_height, "output_width": pooled_width,
+        "sampling_ratio": max(0, sampling_ratio), "spatial_scale": float(spatial_scale)}))

@@ -1,0 +1,541 @@
+#!/usr/bin/env python3
+"""Models outside the test zoo (tests/python/torch_models.py), each tried the ways a user would:
+
+  optimize  pypto.optimize(model) against eager PyTorch (max |got-want| / max |want| <= 1e-4);
+  compile   torch.compile(model, backend="pypto") against eager (--ways compile; the ops it left
+            to PyTorch are listed), the way for models pypto.optimize cannot capture;
+  onnx      torch.onnx.export (dynamo=False, opset 17; dynamo=True where that fails), then
+            pypto.onnx.load(file, level=2 and 3) against onnxruntime on the same file.
+
+Random weights (seed 0, never downloaded), heads redrawn so no output is trivially constant
+(torch_models.randomize_). One child process per model and way, with a time limit.
+
+    python bench/unseen_models.py                          # everything, a table at the end
+    python bench/unseen_models.py --models alexnet,phi --ways onnx --json out.json
+
+A row per model and way: works / rounding (outside 1e-4, but within 10x the peer's own error
+against eager float64) / wrong / empty (no output to compare) / error (the error's first line) /
+timeout; for onnx, where onnxruntime is itself off eager PyTorch by more than 1e-4 (a detector's
+near ties), eager decides: works, or undecided; for onnx also the exporter used and the worst
+error over levels 2 and 3. docs/unseen_models.md has the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+MARK = "@@unseen@@"
+TOLERANCE = 1e-4
+# "rounding", not "wrong": outside TOLERANCE of the float32 peer, but within ROUNDING times the
+# peer's own error against eager float64 (a model whose float32 output is that far from float64
+# amplifies rounding; level 3's Winograd convolutions round differently again).
+ROUNDING = 10
+
+
+# --- the models ---------------------------------------------------------------------------------
+
+def _tv(name: str, image: int = 64, **kwargs):
+    def build():
+        import torchvision
+
+        kwargs.setdefault("weights", None)
+        return getattr(torchvision.models, name)(**kwargs)
+
+    return build, lambda: (__import__("torch").randn(2, 3, image, image),)
+
+
+class _Detector:
+    """A torchvision detector (a list of images in, a list of dicts out) as tensors in and out:
+    the boxes, scores and labels of the first image (masks / keypoints where there are)."""
+
+    @staticmethod
+    def wrap(model):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x):
+                d = self.m(list(x))[0]
+                return tuple(d[k] for k in sorted(d))
+
+        return Wrapped(model)
+
+
+DETECTORS = set()  # outputs sorted by score: no float64 verdict (near ties reorder them)
+
+
+def _det(name: str, image: int = 128, module: str = "detection", **kwargs):
+    """Thresholds at 0 so random weights still give detections (an empty output proves nothing),
+    and class logits scaled 30-fold: with their initial weights SSDlite's 91 class scores were
+    all within 1.5% of 1/91, and near ties put eager's and onnxruntime's boxes in different
+    orders."""
+    DETECTORS.add(name)
+
+    def build():
+        import torch
+        import torchvision
+
+        m = getattr(getattr(torchvision.models, module), name)(
+            weights=None, weights_backbone=None, **kwargs)
+        with torch.no_grad():
+            for pname, p in m.named_parameters():
+                if any(k in pname for k in ("cls_logits", "cls_score", "classification_head")):
+                    p.mul_(30)
+        return _Detector.wrap(m)
+
+    return build, lambda: (__import__("torch").rand(1, 3, image, image),)
+
+
+def _seg(name: str, image: int = 64):
+    def build():
+        import torch
+        import torchvision
+
+        m = getattr(torchvision.models.segmentation, name)(weights=None, weights_backbone=None,
+                                                           aux_loss=False)
+
+        class Out(torch.nn.Module):  # the dict's "out"
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x):
+                return self.m(x)["out"]
+
+        return Out(m)
+
+    return build, lambda: (__import__("torch").randn(2, 3, image, image),)
+
+
+def _raft():
+    def build():
+        import torch
+        import torchvision
+
+        m = torchvision.models.optical_flow.raft_small(weights=None)
+
+        class Last(torch.nn.Module):  # the final flow estimate
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, a, b):
+                return self.m(a, b, num_flow_updates=3)[-1]
+
+        return Last(m)
+
+    import torch
+    return build, lambda: (torch.randn(1, 3, 128, 128), torch.randn(1, 3, 128, 128))
+
+
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            vocab_size=1000)
+
+
+def _hf(config: str, model: str, inputs: str = "tokens", keywords: tuple[str, ...] = (),
+        **cfg):
+    def build():
+        import torch
+        import transformers
+
+        m = getattr(transformers, model)(getattr(transformers, config)(**cfg))
+        names = keywords or (("pixel_values",) if inputs.startswith("image") else ("input_ids",))
+
+        class Keywords(torch.nn.Module):  # positional tensors in, the first output out
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, *args):
+                out = self.m(**dict(zip(names, args)), return_dict=True)
+                return out[0] if not hasattr(out, "last_hidden_state") else out.last_hidden_state
+
+        return Keywords(m)
+
+    def make():
+        import torch
+
+        if inputs == "tokens":
+            return (torch.randint(0, 1000, (2, 16)),)
+        if inputs == "pair":
+            return torch.randint(0, 1000, (2, 16)), torch.randint(0, 1000, (2, 8))
+        if inputs.startswith("image"):
+            size = int(inputs[5:] or 64)
+            return (torch.randn(2, 3, size, size),)
+        if inputs == "speech":  # Speech2Text: 80 filter-bank features, then decoder tokens
+            return torch.randn(2, 32, 80), torch.randint(0, 1000, (2, 8))
+        raise ValueError(inputs)
+
+    return build, make
+
+
+MODELS = {
+    # torchvision classifiers not in the zoo
+    "alexnet": _tv("alexnet", image=64),
+    "vgg11_bn": _tv("vgg11_bn", image=64),
+    "inception_v3": _tv("inception_v3", image=96, aux_logits=False, init_weights=True),
+    "wide_resnet50_2": _tv("wide_resnet50_2"),
+    "regnet_x_400mf": _tv("regnet_x_400mf"),
+    "mobilenet_v3_large": _tv("mobilenet_v3_large"),
+    "efficientnet_b3": _tv("efficientnet_b3"),
+    "swin_v2_t": _tv("swin_v2_t"),
+    "convnext_small": _tv("convnext_small"),
+    "shufflenet_v2_x1_0": _tv("shufflenet_v2_x1_0"),
+    "squeezenet1_0": _tv("squeezenet1_0"),
+    "densenet161": _tv("densenet161"),
+    "vit_b_32": _tv("vit_b_32", image=224),
+    # Hugging Face classes with tiny configs
+    "gpt_neox": _hf("GPTNeoXConfig", "GPTNeoXModel", use_cache=False, **TINY),
+    "falcon": _hf("FalconConfig", "FalconModel", use_cache=False, **TINY),
+    "phi": _hf("PhiConfig", "PhiModel", use_cache=False, **TINY),
+    "gemma": _hf("GemmaConfig", "GemmaModel", num_key_value_heads=2, head_dim=16,
+                 use_cache=False, **TINY),
+    "gemma2": _hf("Gemma2Config", "Gemma2Model", num_key_value_heads=2, head_dim=16,
+                  use_cache=False, **TINY),
+    "stablelm": _hf("StableLmConfig", "StableLmModel", num_key_value_heads=2, use_cache=False,
+                    **TINY),
+    "mobilevit_hf": _hf("MobileViTConfig", "MobileViTModel", "image64", image_size=64),
+    "convnext_hf": _hf("ConvNextConfig", "ConvNextModel", "image64", hidden_sizes=[16, 32, 64, 128],
+                       depths=[1, 1, 2, 1]),
+    "swin_hf": _hf("SwinConfig", "SwinModel", "image64", image_size=64, embed_dim=16,
+                   depths=[1, 1], num_heads=[2, 4], window_size=4),
+    "deit_hf": _hf("DeiTConfig", "DeiTModel", "image32", image_size=32, patch_size=8, **{
+        k: v for k, v in TINY.items() if k != "vocab_size"}),
+    "beit": _hf("BeitConfig", "BeitModel", "image32", image_size=32, patch_size=8,
+                use_relative_position_bias=True, **TINY),
+    "yolos": _hf("YolosConfig", "YolosModel", "image32", image_size=[32, 32], patch_size=8,
+                 num_detection_tokens=4, **{k: v for k, v in TINY.items() if k != "vocab_size"}),
+    "detr": _hf("DetrConfig", "DetrModel", "image64", use_timm_backbone=False,
+                backbone_config={"model_type": "resnet", "depths": [1, 1, 1, 1],
+                                 "hidden_sizes": [16, 32, 64, 128], "embedding_size": 16,
+                                 "out_features": ["stage4"]},
+                d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                num_queries=8),
+    "marian": _hf("MarianConfig", "MarianMTModel", "pair", ("input_ids", "decoder_input_ids"),
+                  d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                  decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                  vocab_size=1000, decoder_start_token_id=0, pad_token_id=1),
+    "t5": _hf("T5Config", "T5ForConditionalGeneration", "pair", ("input_ids", "decoder_input_ids"),
+              d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, vocab_size=1000),
+    "speech2text": _hf("Speech2TextConfig", "Speech2TextModel", "speech",
+                       ("input_features", "decoder_input_ids"), d_model=64, encoder_layers=2,
+                       decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                       encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1000,
+                       input_feat_per_channel=80, conv_channels=64, max_source_positions=64),
+    "clip_vision": _hf("CLIPVisionConfig", "CLIPVisionModel", "image32", image_size=32,
+                       patch_size=8, **{k: v for k, v in TINY.items() if k != "vocab_size"}),
+    "siglip_vision": _hf("SiglipVisionConfig", "SiglipVisionModel", "image32", image_size=32,
+                         patch_size=8, **{k: v for k, v in TINY.items() if k != "vocab_size"}),
+    # segmentation, optical flow
+    "deeplabv3_mobilenet_v3_large": _seg("deeplabv3_mobilenet_v3_large"),
+    "lraspp_mobilenet_v3_large": _seg("lraspp_mobilenet_v3_large"),
+    "fcn_resnet50": _seg("fcn_resnet50"),
+    "raft_small": _raft(),
+    # detection (data-dependent shapes: NMS, RoiAlign, TopK)
+    "fasterrcnn_mobilenet_v3_large_320_fpn": _det(
+        "fasterrcnn_mobilenet_v3_large_320_fpn", box_score_thresh=0.0, min_size=128, max_size=128),
+    "retinanet_resnet50_fpn": _det(
+        "retinanet_resnet50_fpn", score_thresh=0.0, min_size=128, max_size=128),
+    "ssdlite320_mobilenet_v3_large": _det("ssdlite320_mobilenet_v3_large", score_thresh=0.0),
+    "fcos_resnet50_fpn": _det(
+        "fcos_resnet50_fpn", score_thresh=0.0, min_size=128, max_size=128),
+    "keypointrcnn_resnet50_fpn": _det(
+        "keypointrcnn_resnet50_fpn", box_score_thresh=0.0, min_size=128, max_size=128),
+    "maskrcnn_resnet50_fpn": _det(
+        "maskrcnn_resnet50_fpn", box_score_thresh=0.0, min_size=128, max_size=128),
+}
+
+
+# --- one model, one way (in a child process) ----------------------------------------------------
+
+def _setup():
+    sys.path.insert(0, str(REPO / "python"))
+    sys.path.insert(0, str(REPO / "tests" / "python"))
+    import torch
+
+    torch.manual_seed(0)
+    build, make = MODELS[_setup.name]
+    model = build().eval()
+    import torch_models as tm
+
+    args = make()
+    # Batch-norm statistics from the model's own activations on 16 inputs (as the zoo test: from
+    # 2, Inception-v3's eager float32 output was 1.2e-4 off its float64 one).
+    calib = tuple(torch.randn(16, *a.shape[1:]) for a in args) \
+        if all(a.is_floating_point() for a in args) else None
+    try:
+        tm.randomize_(model, calib)
+    except Exception:  # noqa: BLE001 - detectors train differently; their own init stays
+        tm.randomize_(model)
+    return torch, model.eval(), args
+
+
+def _float64(model, args):
+    """The eager output in float64 (None where the model does not run in it): the yardstick for
+    telling rounding a model amplifies from a wrong result."""
+    import copy
+
+    import torch
+
+    if _setup.name in DETECTORS:
+        return None
+    try:
+        m64 = copy.deepcopy(model).double()
+        with torch.no_grad():
+            out = m64(*(a.double() if a.is_floating_point() else a for a in args))
+        return [x.float() if x.is_floating_point() else x for x in _leaves(out)]
+    except Exception:  # noqa: BLE001 - then 1e-4 alone decides
+        return None
+
+
+def _leaves(out) -> list:
+    import torch
+    import torch.utils._pytree as pytree
+
+    return [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
+
+
+def _rel(got, want) -> float:
+    import numpy as np
+
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        raise AssertionError(f"shape {list(got.shape)} vs {list(want.shape)}")
+    if want.size == 0:
+        return 0.0
+    scale = np.abs(want).max()
+    err = np.abs(got - want).max()
+    if not np.isfinite(err):
+        return float("inf")
+    return float(err / scale) if scale > 0 else float(err)
+
+
+def way_optimize(name: str) -> dict:
+    _setup.name = name
+    torch, model, args = _setup()
+    import pypto
+
+    with torch.no_grad():
+        want = _leaves(model(*args))
+    fast = pypto.optimize(model, example_inputs=args)
+    got = _leaves(fast(*args))
+    if len(got) != len(want):
+        raise AssertionError(f"{len(got)} outputs, eager has {len(want)}")
+    return {"err": _worst(got, want), "empty": all(w.numel() == 0 for w in want),
+            **_against_float64(got, want, _float64(model, args))}
+
+
+def _worst(got, want) -> float:
+    return max((_rel(g, w) for g, w in zip(got, want)), default=0.0)
+
+
+def _against_float64(got, peer, want64) -> dict:
+    """got's and the peer's (eager float32 or onnxruntime) errors against eager float64."""
+    if want64 is None or len(want64) != len(got):
+        return {}
+    try:
+        return {"err64": _worst(got, want64), "peer_err64": _worst(peer, want64)}
+    except AssertionError:  # shapes differ (data-dependent outputs): no verdict from float64
+        return {}
+
+
+def _against_eager(got, want, eager) -> dict:
+    """PyPTO's and onnxruntime's errors against eager PyTorch (the same model in float32): when
+    onnxruntime and PyPTO disagree, which of them eager sides with."""
+    try:
+        if len(eager) == len(got):
+            return {"eager_err": _worst(got, eager), "peer_eager_err": _worst(want, eager)}
+    except AssertionError:  # a different number of detections
+        pass
+    return {}
+
+
+def way_compile(name: str) -> dict:
+    """torch.compile(backend="pypto"): what a model pypto.optimize cannot capture runs as."""
+    _setup.name = name
+    torch, model, args = _setup()
+    import pypto
+    import pypto.dynamo
+
+    with torch.no_grad():
+        want = _leaves(model(*args))
+        got = _leaves(torch.compile(model, backend="pypto")(*args))
+    if len(got) != len(want):
+        raise AssertionError(f"{len(got)} outputs, eager has {len(want)}")
+    st = pypto.dynamo.stats()
+    return {"err": _worst(got, want), "empty": all(w.numel() == 0 for w in want),
+            "pieces": st["pypto_pieces"], "fallback_ops": st["fallback_ops"]}
+
+
+def way_onnx(name: str) -> dict:
+    _setup.name = name
+    torch, model, args = _setup()
+    import onnxruntime as ort
+
+    import pypto
+
+    path = os.path.join(tempfile.mkdtemp(), f"{name}.onnx")
+    exporter = "dynamo=False"
+    try:
+        torch.onnx.export(model, args, path, dynamo=False, opset_version=17)
+    except Exception as first:  # noqa: BLE001 - then the dynamo exporter
+        exporter = "dynamo=True"
+        try:
+            torch.onnx.export(model, args, path, dynamo=True, opset_version=18)
+        except Exception as e:  # noqa: BLE001
+            raise RuntimeError(f"export: {str(first).splitlines()[0][:150]} / dynamo: "
+                               f"{str(e).splitlines()[0][:150]}") from None
+        first_error = str(first).strip().splitlines()
+        exporter += f" (dynamo=False: {first_error[0][:120] if first_error else ''})"
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    feeds = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
+    want = sess.run(None, feeds)
+    errs, worst = {}, None
+    for level in (2, 3):
+        exe = pypto.onnx.load(path, level=level)
+        got = exe(*[a.numpy() for a in args][:len(exe.input_names)])
+        got = list(got) if isinstance(got, tuple) else [got]
+        if len(got) != len(want):
+            raise AssertionError(f"level {level}: {len(got)} outputs, onnxruntime has {len(want)}")
+        errs[level] = _worst(got, want)
+        worst = got if errs[level] >= max(errs.values()) else worst
+    with torch.no_grad():
+        eager = [x.numpy() for x in _leaves(model(*args))]
+    return {"err": max(errs.values()), "exporter": exporter,
+            **_against_float64(worst, want, _float64(model, args)),
+            **_against_eager(worst, want, eager),
+            "shapes": [list(w.shape) for w in want][:4], "empty": all(w.size == 0 for w in want)}
+
+
+WAYS = {"optimize": way_optimize, "onnx": way_onnx, "compile": way_compile}
+
+
+def child(name: str, way: str) -> dict:
+    t0 = time.perf_counter()
+    result = {"model": name, "way": way}
+    try:
+        result.update(WAYS[way](name))
+        result["status"] = "works" if result["err"] <= TOLERANCE else "wrong"
+        if result["status"] == "wrong" and result.get("peer_eager_err", 0) > TOLERANCE:
+            # onnxruntime is off eager PyTorch itself: eager decides (detectors: near ties)
+            result["status"] = "works" if result["eager_err"] <= TOLERANCE else "undecided"
+        if result["status"] == "wrong" and "err64" in result and \
+                result["err64"] <= ROUNDING * max(result["peer_err64"], TOLERANCE / ROUNDING):
+            result["status"] = "rounding"  # the model amplifies float32 rounding, eager's too
+        if result.pop("empty", False):
+            result["status"] = "empty"  # nothing to compare: not a pass
+    except Exception as e:  # noqa: BLE001 - recorded
+        msg = str(e).strip().splitlines()
+        result["status"] = "error"
+        result["error"] = f"{type(e).__name__}: {msg[0] if msg else ''}"[:300]
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    return result
+
+
+# --- the driver ---------------------------------------------------------------------------------
+
+def run_one(name: str, way: str, timeout: float) -> dict:
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    try:
+        p = subprocess.run([sys.executable, __file__, "--child", name, way], capture_output=True,
+                           text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"model": name, "way": way, "status": "timeout", "seconds": timeout}
+    for line in p.stdout.splitlines():
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+    tail = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return {"model": name, "way": way, "status": "error",
+            "error": f"crash (exit {p.returncode}): {tail[:200]}"}
+
+
+def cell(r: dict) -> str:
+    if r.get("peer_eager_err", 0) > TOLERANCE and r["status"] in ("works", "undecided"):
+        return (f"{r['status']}: {r['eager_err']:.1e} from eager, onnxruntime "
+                f"{r['err']:.1e} from PyPTO and {r['peer_eager_err']:.1e} from eager")
+    if r["status"] in ("works", "wrong"):
+        text = f"{r['status']} ({r['err']:.1e})"
+        if r.get("fallback_ops"):
+            text += f", in PyTorch: {' '.join(r['fallback_ops'])}"
+        return text + (" (dynamo)" if r.get("exporter", "").startswith("dynamo=True") else "")
+    if r["status"] == "rounding":
+        return (f"rounding ({r['err']:.1e}; vs float64 {r['err64']:.1e}, peer "
+                f"{r['peer_err64']:.1e})")
+    if r["status"] == "empty":
+        return "empty output (nothing compared)"
+    if r["status"] == "timeout":
+        return f"timeout ({r['seconds']:.0f} s)"
+    error = r.get("error", "").replace("|", "/")
+    return "error: " + (error if len(error) <= 160 else error[:160] + "...")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--models", help="comma-separated (default: all)")
+    ap.add_argument("--ways", default="optimize,onnx")
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--table", nargs="+", metavar="JSONL", help="only print the table of "
+                    "earlier --json files (a later row of a model and way replaces an earlier)")
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="children at a time")
+    ap.add_argument("--json", help="write the results here too (appends per row)")
+    a = ap.parse_args()
+    if a.child:
+        print(MARK + json.dumps(child(*a.child)), flush=True)
+        return
+    if a.table:  # the last row of each model and way in these files
+        rows = {}
+        for path in a.table:
+            for line in open(path):
+                r = json.loads(line)
+                rows.setdefault(r["model"], {})[r["way"]] = r
+        print_table({n: rows[n] for n in MODELS if n in rows})
+        return
+    names = a.models.split(",") if a.models else list(MODELS)
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s): {', '.join(unknown)} (known: {', '.join(MODELS)})")
+    rows: dict = {name: {} for name in names}
+
+    def one(job):
+        r = run_one(*job, a.timeout)
+        rows[job[0]][job[1]] = r
+        print(f"{job[0]:40s} {job[1]:9s} {cell(r)}  [{r.get('seconds', 0)} s]", flush=True)
+        if a.json:
+            with open(a.json, "a") as f:
+                f.write(json.dumps(r) + "\n")
+
+    jobs = [(name, way) for name in names for way in a.ways.split(",")]
+    with ThreadPoolExecutor(a.jobs) as pool:
+        list(pool.map(one, jobs))
+    print()
+    print_table(rows)
+
+
+def print_table(rows: dict) -> None:
+    ways = [w for w in WAYS if any(w in r for r in rows.values())]
+    heads = {"optimize": "optimize vs eager", "onnx": "onnx (level 2, 3) vs onnxruntime",
+             "compile": "torch.compile vs eager"}
+    print("| model | " + " | ".join(heads[w] for w in ways) + " |")
+    print("|" + "---|" * (len(ways) + 1))
+    for name, done in rows.items():
+        print(f"| {name} | " + " | ".join(cell(done[w]) if w in done else "-" for w in ways)
+              + " |")
+
+
+if __name__ == "__main__":
+    main()
