@@ -109,6 +109,9 @@ struct Executable::Plan {
   // of copying them, two allocations each.
   std::vector<std::vector<Tensor>> free_envs;
   std::vector<bool> constant;  // per value: an initializer or released weight, not a graph input
+  // The storages of the initializers, sorted: an output in one of them (the constant itself, or
+  // a view a kernel made of it) goes to the caller as a copy.
+  std::vector<const Storage*> constant_storage;
   // Per value: for a graph input that is no graph output, the last step reading it, else -1. Its
   // copy in env (the caller keeps the original) moves to that step instead of being copied again.
   std::vector<int32_t> input_last_read;
@@ -894,6 +897,11 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
         p.constant[v] =
             g.initializer(static_cast<ValueId>(v)) || p.released.count(static_cast<ValueId>(v));
       for (ValueId v : g.inputs()) p.constant[v] = false;
+      for (size_t v = 0; v < g.values().size(); ++v)
+        if (const Tensor* t = p.constant[v] ? g.initializer(static_cast<ValueId>(v)) : nullptr;
+            t && t->storage())
+          p.constant_storage.push_back(t->storage().get());
+      std::sort(p.constant_storage.begin(), p.constant_storage.end());
       p.input_last_read.assign(g.values().size(), -1);
       for (ValueId v : g.inputs()) p.input_last_read[v] = p.live.last_use[v];
       for (ValueId v : g.outputs()) p.input_last_read[v] = -1;
@@ -1060,10 +1068,16 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
       throw ValueError(cat("graph output '", g.value(v).name, "' was never computed"));
     // env drops its values below anyway: an output moves out of it (a tensor's copy allocates
     // its shape and strides, per iteration of a Loop or Scan body), unless env keeps it (a
-    // constant) or a later output is the same value.
-    if (&t == &env[v] && !constant[v] &&
-        std::find(outputs.begin() + static_cast<std::ptrdiff_t>(o) + 1, outputs.end(), v) ==
-            outputs.end())
+    // constant) or a later output is the same value. A constant, or a view of one (an Identity
+    // or Reshape of an initializer), goes out as a copy: callers write into their outputs
+    // (torchvision's paste_masks_in_image fills the zeros a torch.compile piece returned), and
+    // the next call must not see that in the graph's constant.
+    if (constant[v] ||
+        (t.storage() && std::binary_search(p.constant_storage.begin(), p.constant_storage.end(),
+                                           t.storage().get())))
+      out.push_back(t.clone());
+    else if (&t == &env[v] && std::find(outputs.begin() + static_cast<std::ptrdiff_t>(o) + 1,
+                                        outputs.end(), v) == outputs.end())
       out.push_back(std::move(env[v]));
     else
       out.push_back(t);
