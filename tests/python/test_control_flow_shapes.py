@@ -22,15 +22,18 @@ F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
 
 def _silero_path() -> str:
-    """Silero VAD's own ONNX file: PTO_SILERO_VAD, else the one in the silero-vad package
-    (scripts/setup.sh installs it without its dependencies), found without importing it."""
+    """Silero VAD's own ONNX file: PTO_SILERO_VAD, else the one the silero-vad distribution
+    installed (scripts/setup.sh installs it without its dependencies), found through its
+    metadata: an import lookup would find bench/silero_vad.py first where a test put bench/ on
+    sys.path."""
     if os.environ.get("PTO_SILERO_VAD"):
         return os.environ["PTO_SILERO_VAD"]
-    import importlib.util
-    spec = importlib.util.find_spec("silero_vad")
-    if spec is None or not spec.submodule_search_locations:
+    import importlib.metadata
+    try:
+        dist = importlib.metadata.distribution("silero-vad")
+    except importlib.metadata.PackageNotFoundError:
         return ""
-    return os.path.join(list(spec.submodule_search_locations)[0], "data", "silero_vad.onnx")
+    return str(dist.locate_file("silero_vad/data/silero_vad.onnx"))
 
 
 SILERO = _silero_path()
