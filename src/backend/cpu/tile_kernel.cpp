@@ -291,13 +291,19 @@ void TileKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& out
   // 1.00x / 1.03x; spread over the strip's instructions (TileArgs::prefetch_spread) rather than
   // all as it starts, where perf put 62% of the tile interpreter's time on the stalled prefetch
   // loop (1.02-1.37x over prefetch_distance 32 in 13 of 14 alternated pairs on the chains, 1
-  // thread, Xeon, docs/python.md). Whole tiles: none. A distance the policy sets is prefetched as
-  // each tile (strip) starts.
+  // thread, Xeon, docs/python.md). Only where one input streams from memory: with two, the
+  // prefetches cost more than they bring (AMD Zen 4, 1 thread, 128 MiB operands, no prefetch
+  // against the built-in one, best of 4 alternated rounds: a b + 1 1.07-1.12x, sigmoid(a) b + 1
+  // 1.21-1.26x, a b + a / b 1.11-1.13x; relu(2x + 1) 0.86-0.93x and sigmoid(a) 2 + 1 1.00x keep
+  // it; halving the lines per input or prefetching a strip further lost too). Whole tiles: none.
+  // A distance the policy sets is prefetched as each tile (strip) starts.
+  int streamed = 0;  // inputs larger than the L2: the ones read from memory, not from a cache
+  for (const Tensor& t : inputs) streamed += t.nbytes() > device_info().l2_bytes;
   const int policy_prefetch = memory_policy().prefetch_distance;
-  const int prefetch = policy_prefetch >= 0 ? policy_prefetch
-                       : strip > 0          ? static_cast<int>(strip * 4 / 64)
-                                            : 0;
-  const bool spread = policy_prefetch < 0 && strip > 0;
+  const int prefetch = policy_prefetch >= 0         ? policy_prefetch
+                       : strip > 0 && streamed <= 1 ? static_cast<int>(strip * 4 / 64)
+                                                    : 0;
+  const bool spread = policy_prefetch < 0 && prefetch > 0;
 
   auto run_range = [&](int64_t begin, int64_t end) {
     float* scratch = scratch_for(p, plan.capacity);
