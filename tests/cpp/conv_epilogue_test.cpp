@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "env_guard.h"
 #include "pto/backend.h"
 #include "pto/executable.h"
 #include "pto/parallel.h"
@@ -179,7 +180,13 @@ TEST(ConvEpilogue, PointwiseInputAsB) {
 }
 
 TEST(ConvEpilogue, ShiftedPath) {
+  testing::EnvGuard no_stem("PTO_CONV_STEM", "0");  // 4 input channels: a stem otherwise
   check_fused({"shifted", {2, 4, 20, 20}, {8, 4, 3, 3}, {}, {1, 1, 1, 1}, 1, true, {20, 20}});
+}
+
+TEST(ConvEpilogue, StemPath) {
+  check_fused({"stem", {2, 3, 40, 36}, {10, 3, 3, 3}, {2, 2}, {1, 1, 1, 1}, 1, true, {20, 18}});
+  check_fused({"stem 7x7", {1, 3, 44, 64}, {8, 3, 7, 7}, {2, 2}, {3, 3, 3, 3}, 1, false, {22, 32}});
 }
 
 TEST(ConvEpilogue, Depthwise) {

@@ -19,6 +19,7 @@
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/isa/isa.h"
 #include "conv_test_util.h"
+#include "env_guard.h"
 #include "pto/executable.h"
 #include "pto/parallel.h"
 #include "pto/reference.h"
@@ -204,7 +205,9 @@ TEST(CpuConv, LargeStrides) {
 
 // Stride-1 outputs at least 16 wide take the shifted path (sgemm reading shifted rows of a padded
 // copy of the input, no col): pads, dilation, asymmetric pads, groups, batch, several row blocks.
+// (Those on 4 input channels or fewer take the stem path unless PTO_CONV_STEM=0.)
 TEST(CpuConv, ShiftedRows) {
+  testing::EnvGuard no_stem("PTO_CONV_STEM", "0");
   check({{1, 8, 30, 30}, {16, 8, 3, 3}, true, attrs_of({{"pads", Dims{1, 1, 1, 1}}})});
   check({{1, 4, 40, 40},
          {6, 4, 3, 3},
@@ -217,6 +220,39 @@ TEST(CpuConv, ShiftedRows) {
          attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{2}}})});
   check({{1, 2, 70, 66}, {3, 2, 5, 5}, true, attrs_of({{"pads", Dims{2, 2, 2, 2}}})});
   check({{1, 5, 40, 36}, {4, 5, 3, 3}, false, {}, true});  // weights not prepared
+}
+
+// Convs on 1-4 input channels with outputs at least 16 wide (a network's first conv) take the
+// stem path: each output row one GEMM macro-block of the phase-split input's tap rows, written
+// into Y with the epilogue per micro-tile. Strides 1-4 with overlapping windows, 7x7 and 5x5,
+// dilation, asymmetric pads, 1 to 4 channels, output channels around the register block (5, 6,
+// 7, 13, 32), outputs 16 and 17 wide (a masked last vector), batch and groups, and weights given
+// at run time (packed per call).
+TEST(CpuConv, StemRows) {
+  check({{1, 3, 64, 70},
+         {32, 3, 3, 3},
+         true,
+         attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}})});
+  check({{1, 3, 40, 46},
+         {13, 3, 7, 7},
+         true,
+         attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{2, 2}}})});
+  check({{1, 3, 68, 72},
+         {16, 3, 7, 7},
+         false,
+         attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{4, 4}}})});
+  check(
+      {{1, 4, 30, 40},
+       {7, 4, 5, 5},
+       true,
+       attrs_of({{"dilations", Dims{2, 2}}, {"pads", Dims{2, 4, 3, 1}}, {"strides", Dims{1, 2}}})});
+  check({{1, 1, 20, 16}, {5, 1, 3, 3}, true, attrs_of({{"pads", Dims{1, 1, 1, 1}}})});
+  check({{1, 2, 19, 17}, {6, 2, 3, 3}, false, attrs_of({{"pads", Dims{0, 1, 0, 1}}})});
+  check({{2, 6, 34, 36},
+         {8, 3, 3, 3},
+         true,
+         attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}, {"group", int64_t{2}}})});
+  check({{1, 3, 35, 35}, {7, 3, 3, 3}, true, attrs_of({{"strides", Dims{2, 2}}}), true});
 }
 
 TEST(CpuConv, DilationsAndAsymmetricPads) {
@@ -679,7 +715,8 @@ TEST(CpuConv, SmallPlaneBlockedPath) {
   }
 }
 
-// Stems (3 input channels, fewer than a block) stay on the implicit GEMM at level 2 (the blocked
+// Stems (3 input channels, fewer than a block) stay on the NCHW kernel at level 2 (its stem path
+// from 16 output columns on, else the implicit GEMM; the blocked
 // kernel reading their NCHW input is the tuner's "conv.algo" {1}, TunerTest.ConvAlgoKnob; the
 // planner does not pick it: conv_kernels.cpp). Residual Add + Relu fused, batch 2, 3x3 and 7x7,
 // strides 1 and 2, known and symbolic planes, every ISA, 1 and 2 threads, against the reference.

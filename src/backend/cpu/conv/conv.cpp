@@ -10,6 +10,7 @@
 #include <map>
 #include <vector>
 
+#include "backend/cpu/gemm/gemm_kernel.h"
 #include "backend/cpu/scratch.h"
 #include "backend/cpu/tile_exec.h"
 #include "backend/cpu/tile_kernel.h"
@@ -227,6 +228,113 @@ void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const f
     });
   else
     for (int64_t t = 0; t < tasks; ++t) task(t);
+}
+
+// ---- stem path: the shifted path's micro-kernels writing Y's rows directly ----
+
+// A conv on few input channels (a network's first conv on the image: 1-4 channels) has a short K
+// (3 x 3 x 3 = 27 to 3 x 7 x 7 = 147) and a large output plane, so what the other paths cost
+// besides the multiply-adds dominates it: im2col writes and re-reads a col of K rows by the
+// whole plane, and the shifted path's GEMM computes junk columns into a buffer that is then
+// copied to Y and passed over again by the epilogue. Here each output row is one GEMM
+// macro-block of Mg x ow: B's rows are the tap rows of the phase-split input (as in the shifted
+// path, read in place through a row table), C is Y's row itself (row stride HW), and the epilogue
+// runs per micro-tile, in L1. Conv + ReLU alone, 1 thread, min of 40 calls, AMD Zen 4 (load 3),
+// im2col (shifted at stride 1) -> this path, us, ONNX Runtime in brackets: 3 -> 32 3x3/2 @224
+// (MobileNetV2) 313 -> 287 (269), 3 -> 16 3x3/2 @320 (YOLOv8n) 374 -> 321 (275), 3 -> 64 3x3/2
+// 558 -> 524 (534), 3 -> 48 428 -> 400 (386), ResNet's 3 -> 64 7x7/2 2460 -> 2172 (2170),
+// SegFormer's 3 -> 16 7x7/4 282 -> 213 (149), 3 -> 64 7x7/4 676 -> 667 (545), 4 -> 32 5x5/2
+// 978 -> 808 (786), 3 -> 24 3x3/1 845 -> 803 (1157), 1 -> 32 3x3/1 @128 200 -> 184 (198). Not
+// patchify convs (window = stride: ConvNeXt's 4x4/4), whose taps each read their own phase plane:
+// 3 -> 64, 96, 128 4x4/4 253, 346, 444 -> 278, 384, 497 (im2col is a plain permutation there);
+// nor more than 64 output channels, where the GEMM's blocking wins back its col: 3 -> 256 3x3/2
+// 2007 -> 2177. 1-D convs gain too: 1 -> 64 k3 on 16000 samples 265 -> 191 (189), 2 -> 32 k7 on
+// 8000 120 -> 103 (119).
+constexpr int64_t kStemMaxChannels = 4, kStemMaxOutputs = 64, kStemMinWidth = 16;
+
+// PTO_CONV_STEM=0 keeps stems on the shifted / im2col paths (A/B and tests); unset or 1 lets them
+// take the stem path. Anything else is an error.
+bool stem_enabled() {
+  const char* e = std::getenv("PTO_CONV_STEM");
+  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
+  if (std::strcmp(e, "0") == 0) return false;
+  throw ValueError(cat("PTO_CONV_STEM='", e, "': expected 0 or 1"));
+}
+
+bool use_stem(const ConvGeometry& g) {
+  return !g.depthwise() && g.cg() <= kStemMaxChannels && g.mg() <= kStemMaxOutputs &&
+         g.ow >= kStemMinWidth && g.kh * g.kw > 1 && !(g.kh == g.sh && g.kw == g.sw) &&
+         stem_enabled();
+}
+
+// The stem path runs on the weights packed for this ISA's fp32 micro-kernel (conv2d packs them
+// for the other cases).
+bool stem_weights_fit(const PackedA* packed_w, Precision precision) {
+  return packed_w && precision == Precision::kF32 && packed_w[0].precision() == Precision::kF32 &&
+         packed_w[0].isa() == static_cast<int>(active_isa());
+}
+
+void conv_stem(const ConvGeometry& g, const float* x, const float* bias, float* y,
+               const Epilogue& ep, const PackedA* packed_w) {
+  const ShiftedPlane p = shifted_plane_of(g);
+  const int64_t phase = p.rpp * p.wp, chan = g.sh * g.sw * phase;
+  const int64_t K = g.cg() * g.kh * g.kw, Mg = g.mg(), HW = g.out_plane(), planes = g.n * g.c;
+  // The last vector of an output row reads up to a vector past it (at most 15 junk floats into
+  // the next row, past the last channel at the end), and the micro-kernel fetches rows ahead.
+  const int64_t slack = (g.kw - 1) * g.dw / g.sw + 64;
+  float* padded =
+      scratch_as<float>(static_cast<size_t>(planes * chan + slack), kShiftedInputScratch);
+  std::fill(padded + planes * chan, padded + planes * chan + slack, 0.0f);
+  parallel_for(0, planes, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      PTO_ISA_DISPATCH(shifted_pad, p, x + t * g.in_plane(), padded + t * chan);
+  });
+  std::vector<int64_t> rows(static_cast<size_t>(K + kGemmRowsSlack));
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t kx = k % g.kw, ky = k / g.kw % g.kh, ci = k / (g.kw * g.kh);
+    const int64_t py = ky * g.dh % g.sh, px = kx * g.dw % g.sw;
+    rows[static_cast<size_t>(k)] =
+        ci * chan + (py * g.sw + px) * phase + ky * g.dh / g.sh * p.wp + kx * g.dw / g.sw;
+  }
+  int64_t mr = 0, nr = 0;
+  PTO_ISA_DISPATCH(gemm_block, &mr, &nr);
+  Epilogue rest = ep;
+  rest.bias_kind = bias ? Epilogue::Bias::kPerRow : Epilogue::Bias::kNone;
+  rest.ldr = HW;
+  // Tasks of whole output rows of one image and group: about 64 K of multiply-adds at least.
+  const int64_t per_row = Mg * g.ow * K;
+  const int64_t rb =
+      std::clamp<int64_t>((int64_t{1} << 16) / std::max<int64_t>(per_row, 1), 1, g.oh);
+  const int64_t blocks = ceil_div(g.oh, rb), tasks = g.n * g.group * blocks;
+  auto run = [&](int64_t t0, int64_t t1) {
+    EpilogueOperand operands[kTileMaxRegs];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t % blocks, gi = t / blocks % g.group, n = t / (blocks * g.group);
+      const int64_t yoff = (n * g.m + gi * Mg) * HW;
+      Epilogue e = epilogue_at(rest, n, gi * Mg, 0, operands);
+      if (bias) e.bias = bias + gi * Mg;
+      if (ep.residual) e.residual = ep.residual + yoff;
+      MacroBlock blk;
+      blk.m = Mg;
+      blk.n = g.ow;
+      blk.k = K;
+      blk.a = packed_w[gi].data();
+      blk.b_panel_stride = nr;
+      blk.b_rows = rows.data();
+      blk.ldc = HW;
+      blk.epilogue = &e;
+      for (int64_t oy = b * rb; oy < std::min(g.oh, (b + 1) * rb); ++oy) {
+        blk.b = padded + (n * g.c + gi * g.cg()) * chan + oy * p.wp;
+        blk.c = y + yoff + oy * g.ow;
+        blk.n0 = oy * g.ow;
+        PTO_ISA_DISPATCH(gemm_macro, blk);
+      }
+    }
+  };
+  if (tasks > 1 && num_threads() > 1)
+    parallel_for(0, tasks, 1, run);
+  else
+    run(0, tasks);
 }
 
 // ---- depthwise path ----
@@ -510,7 +618,7 @@ bool depthwise_rows_applies(const ConvGeometry& g) {
 }
 
 int64_t conv_column_block(const ConvGeometry& g) {
-  if (g.depthwise() || use_shifted(g)) return 0;
+  if (g.depthwise() || use_shifted(g) || use_stem(g)) return 0;
   return column_block(g, g.cg() * g.kh * g.kw);
 }
 
@@ -568,6 +676,13 @@ void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* 
     conv_depthwise(g, xr.data(), wr.data(), bias, y, ep);
   } else if (g.depthwise()) {
     conv_depthwise(g, x, w, bias, y, ep);
+  } else if (use_stem(g) && stem_weights_fit(packed_w, precision)) {
+    conv_stem(g, x, bias, y, ep, packed_w);
+  } else if (use_stem(g) && !packed_w && precision == Precision::kF32) {
+    // Weights given at run time: packed here, for this call (a stem's are a few KB).
+    const std::vector<PackedA> packed =
+        pack_weights(w, g.m, g.cg(), g.kh, g.kw, g.group, Precision::kF32);
+    conv_stem(g, x, bias, y, ep, packed.data());
   } else if (use_shifted(g)) {  // bf16: the GEMM packs the shifted rows into pairs
     conv_shifted(g, x, w, bias, y, ep, packed_w, precision);
   } else {
