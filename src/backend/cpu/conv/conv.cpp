@@ -247,6 +247,7 @@ void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const f
 // 978 -> 808 (786), 3 -> 24 3x3/1 845 -> 803 (1157), 1 -> 32 3x3/1 @128 200 -> 184 (198). Not
 // patchify convs (window = stride: ConvNeXt's 4x4/4), whose taps each read their own phase plane:
 // 3 -> 64, 96, 128 4x4/4 253, 346, 444 -> 278, 384, 497 (im2col is a plain permutation there);
+// nor grouped convs of 4 channels a group (ResNeXt's 128 @56 in 32 groups: 434 -> 445, shifted);
 // nor more than 64 output channels, where the GEMM's blocking wins back its col: 3 -> 256 3x3/2
 // 2007 -> 2177. 1-D convs gain too: 1 -> 64 k3 on 16000 samples 265 -> 191 (189), 2 -> 32 k7 on
 // 8000 120 -> 103 (119).
@@ -262,7 +263,7 @@ bool stem_enabled() {
 }
 
 bool use_stem(const ConvGeometry& g) {
-  return !g.depthwise() && g.cg() <= kStemMaxChannels && g.mg() <= kStemMaxOutputs &&
+  return g.group == 1 && g.c <= kStemMaxChannels && g.m <= kStemMaxOutputs &&
          g.ow >= kStemMinWidth && g.kh * g.kw > 1 && !(g.kh == g.sh && g.kw == g.sw) &&
          stem_enabled();
 }
