@@ -253,6 +253,8 @@ TEST(CpuConv, StemRows) {
          true,
          attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}})});
   check({{1, 3, 35, 35}, {7, 3, 3, 3}, true, attrs_of({{"strides", Dims{2, 2}}}), true});
+  // A 1-D front end on raw audio (wav2vec2's: kernel 10, stride 5) as a [1, W] plane.
+  check({{2, 1, 1, 403}, {24, 1, 1, 10}, true, attrs_of({{"strides", Dims{1, 5}}})});
 }
 
 TEST(CpuConv, DilationsAndAsymmetricPads) {
