@@ -275,7 +275,7 @@ bool pad_into_conv(Rewrite& rw, size_t i, const PassContext&) {
   return true;
 }
 
-// Conv on [N, C, H, 1] with a [O, I, k, 1] filter and no padding along the width of 1: the
+// Conv on [N, C, H, 1] (H not 1) with a [O, I, k, 1] filter and no padding of the width: the
 // same numbers as the 1-D conv on [N, C, H] (the width axis drops out of every index), which the
 // CPU kernels run with the spatial axis in the vector lanes. Layouts are identical, so the
 // Squeezes and the Unsqueeze are views.
@@ -291,6 +291,9 @@ bool conv_unit_width(Rewrite& rw, size_t i, const PassContext& ctx) {
   if (!xs || !ws || !ys || xs->size() != 4 || ws->size() != 4 || ys->size() != 4 ||
       (*xs)[3] != one || (*ws)[3] != one || (*ys)[3] != one)
     return false;
+  // A 1x1 plane (a squeeze-excite conv after global pooling) is a matrix product either way, and
+  // stays in the 2-D form that level 3's blocked layouts carry through.
+  if ((*xs)[2] == one) return false;
   auto two = [&](const char* name, int64_t dflt) {
     return n.attrs.get_ints(name, std::vector<int64_t>{dflt, dflt});
   };

@@ -127,10 +127,12 @@ def test_conv_over_unit_width_runs_as_1d(tmp_path, case, level):
     assert ops == (["Squeeze", "Conv", "Unsqueeze"] if level >= 2 else ["Conv"]), ops
 
 
-@pytest.mark.parametrize("case", ["width_padded", "width_2", "filter_width_2"])
+@pytest.mark.parametrize("case", ["width_padded", "width_2", "filter_width_2", "plane_1x1"])
 def test_other_convs_stay_2d(tmp_path, case):
     x_shape, w_shape, attrs = [1, 4, 9, 1], [3, 4, 3, 1], {}
-    if case == "width_padded":
+    if case == "plane_1x1":  # squeeze-excite after global pooling
+        x_shape, w_shape = [2, 4, 1, 1], [3, 4, 1, 1]
+    elif case == "width_padded":
         attrs = {"pads": [1, 1, 1, 1]}
     elif case == "width_2":
         x_shape = [1, 4, 9, 2]
