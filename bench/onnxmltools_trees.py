@@ -23,10 +23,8 @@ in this process, the load average printed before and after.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 import traceback
 from pathlib import Path
 
@@ -116,18 +114,10 @@ def rel(got, want) -> float:
     return float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30)
 
 
-def median_time(f, calls: int) -> float:
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def run(name, make, classes, rows, calls, tmp) -> str:
     import onnx
     import onnxruntime as ort
+    from ml_trees import burst  # bench/ml_trees.py: the median of a burst of calls
 
     import pypto
     x, y = data(2000, abs(classes))
@@ -175,8 +165,8 @@ def run(name, make, classes, rows, calls, tmp) -> str:
     ort_vs_lib = max(rel(w, lb) for w, lb in zip(want, lib))
     pto_vs_lib = max(rel(g, lb) for g, lb in zip(got, lib))
     pypto.set_num_threads(1)
-    t_p = min(median_time(lambda: exe(input=test_x), calls) for _ in range(2))
-    t_o = min(median_time(lambda: sess.run(None, {"input": test_x}), calls) for _ in range(2))
+    t_p = min(burst(lambda: exe(input=test_x), calls) for _ in range(2))
+    t_o = min(burst(lambda: sess.run(None, {"input": test_x}), calls) for _ in range(2))
     status = "works" if vs_ort <= 1e-4 else "wrong"
     return (f"| {name} | {', '.join(ops)} | {status} ({vs_ort:.1e}) | {pto_vs_lib:.1e} "
             f"(ORT {ort_vs_lib:.1e}) | {t_p * 1e3:.3f} ms vs {t_o * 1e3:.3f} ms |")

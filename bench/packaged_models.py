@@ -23,9 +23,7 @@ import argparse
 import fnmatch
 import json
 import os
-import statistics
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -117,17 +115,9 @@ def compare(got, want) -> float:
     return float(np.max(np.abs(got[ok].astype(np.float64) - want[ok]))) / (scale or 1.0)
 
 
-def median_time(f, calls: int) -> float:
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def run_file(path: Path, levels: list[int], calls: int) -> dict:
     import onnxruntime as ort
+    from ml_trees import burst  # bench/ml_trees.py: the median of a burst of calls
 
     import pypto
     so = ort.SessionOptions()
@@ -156,8 +146,8 @@ def run_file(path: Path, levels: list[int], calls: int) -> dict:
             res[key]["nodes"] = len(backends)
             t_p, t_o = [], []
             for _ in range(2):  # alternate the engines, a burst each
-                t_p.append(median_time(lambda: exe(**feeds), calls))
-                t_o.append(median_time(lambda: sess.run(None, feeds), calls))
+                t_p.append(burst(lambda: exe(**feeds), calls))
+                t_o.append(burst(lambda: sess.run(None, feeds), calls))
             res[key]["pypto_ms"] = min(t_p) * 1e3
             res[key]["ort_ms"] = min(t_o) * 1e3
         except Exception as e:
