@@ -278,7 +278,7 @@ bool pad_into_conv(Rewrite& rw, size_t i, const PassContext&) {
 // Conv on [N, C, H, 1] (H not 1) with a [O, I, k, 1] filter and no padding of the width: the
 // same numbers as the 1-D conv on [N, C, H] (the width axis drops out of every index), which the
 // CPU kernels run with the spatial axis in the vector lanes. Layouts are identical, so the
-// Squeezes and the Unsqueeze are views.
+// Squeezes and the Unsqueeze are views. An auto_pad carries over: it pads the width of 1 by 0.
 bool conv_unit_width(Rewrite& rw, size_t i, const PassContext& ctx) {
   const Node& n = node_at(rw, i);
   if (ctx.level < 2 || n.op != "Conv" || n.inputs.size() < 2 || n.outputs.size() != 1) return false;
@@ -304,7 +304,7 @@ bool conv_unit_width(Rewrite& rw, size_t i, const PassContext& ctx) {
       (n.attrs.has("kernel_shape") && (kernel.size() != 2 || kernel[1] != 1)))
     return false;
   Attributes attrs = n.attrs;
-  attrs.set("pads", std::vector<int64_t>{pads[0], pads[2]});
+  if (n.attrs.has("pads")) attrs.set("pads", std::vector<int64_t>{pads[0], pads[2]});
   attrs.set("strides", std::vector<int64_t>{strides[0]});
   attrs.set("dilations", std::vector<int64_t>{dilations[0]});
   if (n.attrs.has("kernel_shape")) attrs.set("kernel_shape", std::vector<int64_t>{kernel[0]});

@@ -110,7 +110,7 @@ def _conv_unit_width(tmp_path, level, x_shape, w_shape, transposed_filter=False,
 
 @pytest.mark.parametrize("level", [1, 2, 3])
 @pytest.mark.parametrize("case", ["plain", "pads_strides_dilations", "grouped", "symbolic",
-                                  "transposed_filter"])
+                                  "transposed_filter", "same_upper"])
 def test_conv_over_unit_width_runs_as_1d(tmp_path, case, level):
     """Conv on [N, C, H, 1] with a [O, I, k, 1] filter (magika's Conv1D, exported through jax2tf
     and tf2onnx) runs as the 1-D conv on [N, C, H] at level >= 2 (CanonicalizeOps/ConvUnitWidth:
@@ -120,6 +120,8 @@ def test_conv_over_unit_width_runs_as_1d(tmp_path, case, level):
         attrs = {"pads": [3, 0, 1, 0], "strides": [2, 3], "dilations": [2, 1]}
     elif case == "grouped":
         w_shape, attrs = [6, 4, 3, 1], {"group": 2, "pads": [1, 0, 1, 0]}
+    elif case == "same_upper":
+        attrs = {"auto_pad": "SAME_UPPER", "strides": [2, 2]}
     elif case == "symbolic":
         x_shape = ["n", 8, "h", 1]
         attrs = {"pads": [2, 0, 2, 0]}
