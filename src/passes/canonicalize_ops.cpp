@@ -14,6 +14,10 @@
 //   MatMul(Expand(a), b) -> MatMul(a, b) when the Expand only grows batch dimensions that
 //                           MatMul broadcasts itself (what the torch frontend does for bmm)
 //   Conv(Pad(x))         -> Conv(x){pads + the Pad's}: zeros on spatial axes    exact
+//   Conv(x[N,C,H,1], w[O,I,k,1]) -> Unsqueeze(Conv(Squeeze(x), Squeeze(w)))    level >= 2 (the
+//                           1-D conv kernel's summation order): a 1-D conv written as a 2-D one
+//                           along H (jax2tf, tf2onnx) on the 1-D kernel, which vectorizes along
+//                           the one spatial axis instead of the width of 1
 // Floating types only for the arithmetic rules; constants are scalars unless stated.
 #include <cmath>
 #include <limits>
@@ -271,6 +275,61 @@ bool pad_into_conv(Rewrite& rw, size_t i, const PassContext&) {
   return true;
 }
 
+// Conv on [N, C, H, 1] (H not 1) with a [O, I, k, 1] filter and no padding of the width: the
+// same numbers as the 1-D conv on [N, C, H] (the width axis drops out of every index), which the
+// CPU kernels run with the spatial axis in the vector lanes. Layouts are identical, so the
+// Squeezes and the Unsqueeze are views. An auto_pad carries over: it pads the width of 1 by 0.
+bool conv_unit_width(Rewrite& rw, size_t i, const PassContext& ctx) {
+  const Node& n = node_at(rw, i);
+  if (ctx.level < 2 || n.op != "Conv" || n.inputs.size() < 2 || n.outputs.size() != 1) return false;
+  Graph& g = rw.graph();
+  const ValueId x = n.inputs[0], w = n.inputs[1], y = n.outputs[0];
+  const auto& xs = g.value(x).type.shape;
+  const auto& ws = g.value(w).type.shape;
+  const auto& ys = g.value(y).type.shape;
+  const Dim one(1);
+  if (!xs || !ws || !ys || xs->size() != 4 || ws->size() != 4 || ys->size() != 4 ||
+      (*xs)[3] != one || (*ws)[3] != one || (*ys)[3] != one)
+    return false;
+  // A 1x1 plane (a squeeze-excite conv after global pooling) is a matrix product either way, and
+  // stays in the 2-D form that level 3's blocked layouts carry through.
+  if ((*xs)[2] == one) return false;
+  auto two = [&](const char* name, int64_t dflt) {
+    return n.attrs.get_ints(name, std::vector<int64_t>{dflt, dflt});
+  };
+  const std::vector<int64_t> pads = n.attrs.get_ints("pads", std::vector<int64_t>(4, 0));
+  const std::vector<int64_t> strides = two("strides", 1), dilations = two("dilations", 1);
+  const std::vector<int64_t> kernel = two("kernel_shape", 1);
+  if (pads.size() != 4 || pads[1] || pads[3] || strides.size() != 2 || dilations.size() != 2 ||
+      (n.attrs.has("kernel_shape") && (kernel.size() != 2 || kernel[1] != 1)))
+    return false;
+  Attributes attrs = n.attrs;
+  if (n.attrs.has("pads")) attrs.set("pads", std::vector<int64_t>{pads[0], pads[2]});
+  attrs.set("strides", std::vector<int64_t>{strides[0]});
+  attrs.set("dilations", std::vector<int64_t>{dilations[0]});
+  if (n.attrs.has("kernel_shape")) attrs.set("kernel_shape", std::vector<int64_t>{kernel[0]});
+  const std::string name = n.name;
+  const int opset = n.opset;
+  std::vector<ValueId> inputs = n.inputs;
+  const DType dt = dtype_of_value(g, y);
+  // Copies: add_value may move the values.
+  const Shape x3(xs->begin(), xs->end() - 1), w3s(ws->begin(), ws->end() - 1),
+      y3s(ys->begin(), ys->end() - 1);
+  const ValueId axis = g.add_constant(g.unique_name(name + "_width"),
+                                      Tensor::from_vector(std::vector<int64_t>{3}, {1}));
+  const ValueId xv = temp(g, name + "_rows", TensorType{dtype_of_value(g, x), x3});
+  const ValueId wv = temp(g, name + "_filter", TensorType{dtype_of_value(g, w), w3s});
+  const ValueId yv = temp(g, name + "_1d", TensorType{dt, y3s});
+  size_t at = i;
+  rw.insert(at++, "Squeeze", {x, axis}, {xv}, {}, name + "_rows");
+  rw.insert(at++, "Squeeze", {w, axis}, {wv}, {}, name + "_filter");
+  inputs[0] = xv;
+  inputs[1] = wv;
+  rw.insert(at++, "Conv", std::move(inputs), {yv}, std::move(attrs), name + "_1d", opset);
+  retarget(g.mutable_nodes()[at], "Unsqueeze", {yv, axis});
+  return true;
+}
+
 Graph canonicalize_ops(Graph g, const PassContext& ctx) {
   apply_rules(g,
               {{nullptr, pow_chain},
@@ -280,7 +339,8 @@ Graph canonicalize_ops(Graph g, const PassContext& ctx) {
                {"CanonicalizeOps/ClipAttributes", clip_attributes},
                {"CanonicalizeOps/AxesAttribute", axes_attribute},
                {"CanonicalizeOps/MatMulExpand", matmul_expand},
-               {"CanonicalizeOps/PadIntoConv", pad_into_conv}},
+               {"CanonicalizeOps/PadIntoConv", pad_into_conv},
+               {"CanonicalizeOps/ConvUnitWidth", conv_unit_width}},
               ctx);
   return g;
 }
@@ -291,7 +351,7 @@ void register_canonicalize_ops(PassRegistry& r) {
   r.add({"CanonicalizeOps", canonicalize_ops,
          "one form per computation: Pow by small integers as Mul, Sub/Div by constants as "
          "Add/Mul, attribute operands as inputs, broadcasts MatMul does itself removed, zero "
-         "Pads before a Conv made its padding"});
+         "Pads before a Conv made its padding, 2-D convs over a width of 1 as 1-D ones"});
 }
 
 }  // namespace pto::passes

@@ -2,7 +2,8 @@
 level >= 1 and compared with onnxruntime: a Mul or Add by a per-channel constant after a Conv
 (tf2onnx's depthwise batch norms; FoldBatchNorm reads it as a BN) and a Pad by zeros on the
 spatial axes before one (TensorFlow's asymmetric "SAME" padding; CanonicalizeOps/PadIntoConv).
-Forms that are not the same computation stay as they are."""
+A Conv over a width of 1 (a Conv1D through jax2tf/tf2onnx) runs as the 1-D conv at level >= 2
+(CanonicalizeOps/ConvUnitWidth). Forms that are not the same computation stay as they are."""
 
 import numpy as np
 import onnx
@@ -80,3 +81,63 @@ def test_other_pads_stay(tmp_path, case):
              "v": np.float32(0.5)}
     ops = _run(tmp_path, nodes, inits, [1, 4, 7, 7])
     assert "Pad" in ops, ops
+
+
+def _conv_unit_width(tmp_path, level, x_shape, w_shape, transposed_filter=False, **attrs):
+    """A Conv over a width of 1 (jax2tf's and tf2onnx's Conv1D) at `level`, against onnxruntime;
+    returns the ops that ran."""
+    w = _w(*w_shape)
+    inits = {"w": w, "b": _w(w_shape[0])}
+    nodes = [helper.make_node("Conv", ["x", "wt" if transposed_filter else "w", "b"], ["y"],
+                              **attrs)]
+    if transposed_filter:  # the filter as jax2tf writes it: a Transpose of an HWIO constant
+        inits["w"] = np.ascontiguousarray(w.transpose(2, 3, 1, 0))
+        nodes.insert(0, helper.make_node("Transpose", ["w"], ["wt"], perm=[3, 2, 0, 1]))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, x_shape)],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    exe = pypto.onnx.load(str(path), level=level)
+    for h in (37, 5):  # a symbolic H takes two sizes
+        shape = [h if isinstance(d, str) else d for d in x_shape]
+        x = RNG.standard_normal(shape).astype(np.float32)
+        want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x})[0]
+        np.testing.assert_allclose(np.asarray(exe(x=x)), want, rtol=1e-5, atol=1e-5)
+    return [op for op, _ in exe._compiled.node_backends]
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+@pytest.mark.parametrize("case", ["plain", "pads_strides_dilations", "grouped", "symbolic",
+                                  "transposed_filter", "same_upper"])
+def test_conv_over_unit_width_runs_as_1d(tmp_path, case, level):
+    """Conv on [N, C, H, 1] with a [O, I, k, 1] filter (magika's Conv1D, exported through jax2tf
+    and tf2onnx) runs as the 1-D conv on [N, C, H] at level >= 2 (CanonicalizeOps/ConvUnitWidth:
+    the 2-D kernels vectorized along the width of 1 at a third of the speed)."""
+    x_shape, w_shape, attrs = [2, 8, 37, 1], [6, 8, 5, 1], {"kernel_shape": [5, 1]}
+    if case == "pads_strides_dilations":
+        attrs = {"pads": [3, 0, 1, 0], "strides": [2, 3], "dilations": [2, 1]}
+    elif case == "grouped":
+        w_shape, attrs = [6, 4, 3, 1], {"group": 2, "pads": [1, 0, 1, 0]}
+    elif case == "same_upper":
+        attrs = {"auto_pad": "SAME_UPPER", "strides": [2, 2]}
+    elif case == "symbolic":
+        x_shape = ["n", 8, "h", 1]
+        attrs = {"pads": [2, 0, 2, 0]}
+    ops = _conv_unit_width(tmp_path, level, x_shape, w_shape, case == "transposed_filter", **attrs)
+    assert ops == (["Squeeze", "Conv", "Unsqueeze"] if level >= 2 else ["Conv"]), ops
+
+
+@pytest.mark.parametrize("case", ["width_padded", "width_2", "filter_width_2", "plane_1x1"])
+def test_other_convs_stay_2d(tmp_path, case):
+    x_shape, w_shape, attrs = [1, 4, 9, 1], [3, 4, 3, 1], {}
+    if case == "plane_1x1":  # squeeze-excite after global pooling
+        x_shape, w_shape = [2, 4, 1, 1], [3, 4, 1, 1]
+    elif case == "width_padded":
+        attrs = {"pads": [1, 1, 1, 1]}
+    elif case == "width_2":
+        x_shape = [1, 4, 9, 2]
+    else:
+        x_shape, w_shape = [1, 4, 9, 2], [3, 4, 3, 2]
+    assert _conv_unit_width(tmp_path, 2, x_shape, w_shape, **attrs) == ["Conv"]

@@ -193,7 +193,9 @@ def test_qgemm_alpha_trans_a_and_full_c(tmp_path):
 @pytest.mark.parametrize("op,advice", [
     ("QAttention", "quantize the unfused model"),
     ("QEmbedLayerNormalization", "quantize the unfused model"),
-    ("DynamicQuantizeLSTM", "op_types_to_quantize=['MatMul', 'Gemm', 'Conv']"),
+    ("DynamicQuantizeLSTM", "load the float model the file was quantized from, or quantize it "
+                            "again keeping the LSTM float with op_types_to_quantize=['MatMul', "
+                            "'Gemm', 'Conv']"),
     ("QLinearReduceMean", "QuantFormat.QDQ"),
     ("DecoderMaskedMultiHeadAttention", "before the optimizer fuses it"),
 ])

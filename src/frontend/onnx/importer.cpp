@@ -45,8 +45,9 @@ std::string unsupported_domain_hint(const std::string& domain, const std::string
                "fused first; quantize the unfused model instead: its MatMuls become "
                "DynamicQuantizeLinear + MatMulInteger, which run on PyPTO's int8 kernels)");
   if (op == "DynamicQuantizeLSTM")
-    return " (DynamicQuantizeLSTM: what quantize_dynamic writes for an LSTM; keep the LSTM float "
-           "with op_types_to_quantize=['MatMul', 'Gemm', 'Conv'])";
+    return " (DynamicQuantizeLSTM: what quantize_dynamic writes for an LSTM; load the float model "
+           "the file was quantized from, or quantize it again keeping the LSTM float with "
+           "op_types_to_quantize=['MatMul', 'Gemm', 'Conv'])";
   if (op.starts_with("QLinear")) {  // QLinearReduceMean, QLinearLayerNorm, ...
     std::string read = "QGemm";
     for (const std::string& q : qlinear::form_ops()) read += ", " + q;

@@ -52,8 +52,9 @@ std::string ml_unsupported_hint(const std::string& op) {
   if (op == "ZipMap")
     return " (ZipMap: its output is a sequence of maps, which PyPTO does not have; export "
            "the classifier without it: skl2onnx.to_onnx(model, X, options={id(model): "
-           "{'zipmap': False}}), or for onnxmltools remove the ZipMap node and output its input, "
-           "the probability tensor)";
+           "{'zipmap': False}}), onnxmltools.convert_lightgbm(model, ..., zipmap=False) "
+           "(convert_xgboost writes none), or remove the ZipMap node and output its input, the "
+           "probability tensor)";
   if (op == "CastMap" || op == "DictVectorizer")
     return cat(" (", op,
                ": it reads maps, which PyPTO does not have; vectorize the features "
