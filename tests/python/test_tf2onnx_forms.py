@@ -147,3 +147,27 @@ def test_reverse_sequence_errors_as_the_reference(tmp_path):
         model(x=x, lens=np.array([1, 4], np.int64))
     with pytest.raises(ValueError, match=r"sequence_lens must be \[2\]"):
         model(x=x, lens=np.array([1, 2, 3], np.int64))
+
+
+@pytest.mark.parametrize("producer", ["tf2onnx", "other"])
+def test_tensorflow_op_left_by_tf2onnx_is_a_clear_error(tmp_path, producer):
+    """tf2onnx leaves a TensorFlow op it cannot convert (Keras 3's exact GELU: Erfc) in the
+    file under its TensorFlow name; onnxruntime refuses such a file, and PyPTO says what it is
+    and what to do, for files tf2onnx wrote."""
+    graph = helper.make_graph([helper.make_node("Erfc", ["x"], ["y"], name="dense/Gelu/Erfc")],
+                              "tf", [_vi("x", F, [2, 3])], [_vi("y", F, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name=producer)
+    path = tmp_path / "erfc.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(Exception):  # noqa: B017 - onnxruntime's own error type
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    with pytest.raises(NotImplementedError) as e:
+        pypto.onnx.load(path)
+    msg = str(e.value)
+    assert "[Erfc] node 'dense/Gelu/Erfc': operator 'Erfc' is not supported" in msg, msg
+    if producer == "tf2onnx":
+        assert "left in the file under its TensorFlow name" in msg, msg
+        assert "gelu(x, approximate=True)" in msg, msg
+    else:
+        assert "tf2onnx" not in msg, msg
