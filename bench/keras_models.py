@@ -77,6 +77,47 @@ def _gru_text(keras):
     return keras.Model(x, y), [{"feed": [2, 20], "vocab": 1000}]
 
 
+def _bilstm_text(keras):
+    """A masked Embedding (mask_zero: the recurrent layers skip the padding steps), a
+    Bidirectional LSTM and a SimpleRNN: with the mask, tf2onnx writes each as a Loop (the
+    Bidirectional's backward half between ReverseSequences), not as ONNX's LSTM."""
+    L = keras.layers
+    x = keras.Input((None,), dtype="int32")
+    h = L.Embedding(500, 24, mask_zero=True)(x)
+    h = L.Bidirectional(L.LSTM(32, return_sequences=True))(h)
+    h = L.SimpleRNN(16)(h)
+    y = L.Dense(2)(h)
+    return keras.Model(x, y), [{"feed": [3, 12], "vocab": 500, "low": 1, "pad": 4}]
+
+
+def _tf_ops(keras):
+    """TensorFlow ops inside a Keras model, as tf2onnx writes them: tf.where on a condition,
+    int32 tf.gather and tf.math.top_k, argmax, one_hot, cumsum, a boolean mask (NonZero: a
+    data-dependent shape) reduced to a fixed one, tf.shape arithmetic."""
+    import tensorflow as tf
+
+    L = keras.layers
+    x = keras.Input((24,))
+
+    class Ops(L.Layer):
+        def call(self, t):
+            w = tf.where(t > 0.3, t * 2.0, tf.nn.relu(-t) - 1.0)
+            top, idx = tf.math.top_k(w, k=5)
+            picked = tf.gather(w, idx, batch_dims=1)
+            arg = tf.one_hot(tf.argmax(w, axis=-1, output_type=tf.int32), 24)
+            csum = tf.math.cumsum(w, axis=-1, reverse=True)
+            pos = tf.boolean_mask(w, w > 0.0)  # 1-D, data-dependent length
+            count = tf.cast(tf.shape(pos)[0], tf.float32)
+            mean_pos = tf.reduce_sum(pos) / tf.maximum(count, 1.0)
+            half = tf.shape(t)[1] // 2
+            return tf.concat([top, picked, arg, csum[:, :half],
+                              tf.fill([tf.shape(t)[0], 1], mean_pos)], axis=-1)
+
+    h = Ops()(x)
+    y = L.Dense(8)(h)
+    return keras.Model(x, y), [{"feed": [4, 24]}]
+
+
 def _transformer(keras, act="gelu_tanh"):
     """A one-block encoder: token and position embeddings, MultiHeadAttention with a padding
     mask from the tokens, LayerNormalization, a GELU feed-forward, mean pooling."""
@@ -171,6 +212,8 @@ MODELS = {
     "nasnet_mobile": _app("NASNetMobile", 96),
     "lstm_text": _lstm_text,
     "gru_text": _gru_text,
+    "bilstm_text": _bilstm_text,
+    "tf_ops": _tf_ops,
     "transformer": _transformer,
     "transformer_erf": lambda keras: _transformer(keras, "gelu"),
     "conv1d_audio": _conv1d_audio,
