@@ -18,6 +18,7 @@
 //                           1-D conv kernel's summation order): a 1-D conv written as a 2-D one
 //                           along H (jax2tf, tf2onnx) on the 1-D kernel, which vectorizes along
 //                           the one spatial axis instead of the width of 1
+//   Squeeze(Conv(Unsqueeze(x)), 2) with a 1 x k kernel -> the 1-D Conv(x)       exact
 // Floating types only for the arithmetic rules; constants are scalars unless stated.
 #include <cmath>
 #include <limits>
@@ -327,6 +328,105 @@ bool conv_unit_width(Rewrite& rw, size_t i, const PassContext& ctx) {
   inputs[1] = wv;
   rw.insert(at++, "Conv", std::move(inputs), {yv}, std::move(attrs), name + "_1d", opset);
   retarget(g.mutable_nodes()[at], "Unsqueeze", {yv, axis});
+// The rank-3 value [a, b, c] that `v` = [a, b, 1, c] relabels through reshape-like nodes
+// (Unsqueeze, Reshape, Squeeze, Flatten: row-major order kept) each read by its successor alone,
+// or kNoValue; those nodes in `chain`.
+ValueId unsqueezed_from(Rewrite& rw, ValueId v, std::vector<size_t>& chain) {
+  Graph& g = rw.graph();
+  const auto& s4 = g.value(v).type.shape;
+  if (!s4 || s4->size() != 4 || (*s4)[2].value != 1) return kNoValue;
+  for (int hops = 0; hops < 4; ++hops) {
+    const Node* p = producer(g, v);
+    if (!p || p->inputs.empty() || !p->domain.empty() || !OpRegistry::global().find(p->op) ||
+        !(p->op == "Unsqueeze" || p->op == "Reshape" || p->op == "Squeeze" || p->op == "Flatten"))
+      return kNoValue;
+    if (rw.uses()[v] != 1 || g.is_output(v)) return kNoValue;
+    chain.push_back(static_cast<size_t>(g.value(v).producer));
+    v = p->inputs[0];
+    const auto& s3 = g.value(v).type.shape;
+    if (s3 && s3->size() == 3 && same_dim((*s3)[0], (*s4)[0]) && same_dim((*s3)[1], (*s4)[1]) &&
+        same_dim((*s3)[2], (*s4)[3]))
+      return v;
+  }
+  return kNoValue;
+}
+
+// Squeeze(Conv(Unsqueeze(x, 2)), 2) with a [M, C/g, 1, k] kernel: how TensorFlow (and so tf2onnx)
+// writes a Conv1D, as a 2-D conv on a height-1 image. With the height axis gone the conv's
+// batch-norm Mul/Add and activation follow it directly, so FoldBatchNorm folds them into its
+// weights and fusion makes the activation its epilogue (with the Squeeze between they were
+// separate kernels), and a Pad before the Unsqueeze (Keras' causal padding) becomes its padding.
+// The height axis must be a no-op: kernel height 1, no height padding (any stride or dilation
+// along a size-1 axis gives one row). The weight must be a constant (it is viewed as 3-D);
+// "reshape-like" ops on either side (a Reshape to [a, b, 1, c]) count as the Unsqueeze/Squeeze.
+bool conv_1d(Rewrite& rw, size_t i, const PassContext&) {
+  const Node& n = node_at(rw, i);
+  if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
+    return false;
+  Graph& g = rw.graph();
+  const Tensor* w = constant(g, n.inputs[1]);
+  if (!w || w->rank() != 4 || w->shape()[2] != 1) return false;
+  const ValueId y4 = n.outputs[0];
+  if (y4 == kNoValue || rw.uses()[y4] != 1 || g.is_output(y4)) return false;
+  const int32_t reader = rw.readers().single_reader(y4);
+  if (reader < 0) return false;
+  const auto sq = static_cast<size_t>(reader);
+  const Node& s = g.nodes()[sq];
+  if (!(s.op == "Squeeze" || s.op == "Reshape" || s.op == "Flatten") || !s.domain.empty() ||
+      s.outputs.size() != 1 || s.inputs.empty() || s.inputs[0] != y4)
+    return false;
+  const ValueId y3 = s.outputs[0];
+  const auto& t4 = g.value(y4).type.shape;
+  const auto& t3 = g.value(y3).type.shape;
+  if (!t4 || t4->size() != 4 || !t3 || t3->size() != 3 || !same_dim((*t3)[0], (*t4)[0]) ||
+      !same_dim((*t3)[1], (*t4)[1]) || !same_dim((*t3)[2], (*t4)[3]) || (*t4)[2].value != 1 ||
+      !can_replace(g, y3, y4))
+    return false;
+  std::vector<size_t> chain;
+  const ValueId x4 = n.inputs[0];
+  ValueId x3 = unsqueezed_from(rw, x4, chain);
+  const auto& s4 = g.value(x4).type.shape;
+  if (x3 == kNoValue && (!s4 || s4->size() != 4 || (*s4)[2].value != 1)) return false;
+  // The attributes along width only.
+  Attributes attrs = n.attrs;
+  auto width = [&](const char* name, size_t count) -> bool {
+    if (!n.attrs.has(name)) return true;
+    const std::vector<int64_t> v = n.attrs.get_ints(name);
+    if (v.size() != 2 * count) return false;
+    attrs.set(name, count == 1 ? std::vector<int64_t>{v[1]} : std::vector<int64_t>{v[1], v[3]});
+    return true;
+  };
+  if (!width("kernel_shape", 1) || !width("strides", 1) || !width("dilations", 1) ||
+      !width("pads", 2))
+    return false;
+  if (n.attrs.has("kernel_shape") && n.attrs.get_ints("kernel_shape")[0] != 1) return false;
+  if (n.attrs.has("pads")) {
+    const std::vector<int64_t> p = n.attrs.get_ints("pads");
+    if (p[0] != 0 || p[2] != 0) return false;
+  }
+  const ValueId w3 =
+      g.add_constant(g.value(n.inputs[1]).name + "_1d",
+                     w->contiguous().reshape({w->shape()[0], w->shape()[1], w->shape()[3]}));
+  // No rank-3 value of the right shape before it (tf2onnx's NWC input of one channel, Unsqueeze
+  // and Reshape): a Reshape of the 4-D input to [a, b, c], which SimplifyTransposes merges with
+  // the reshapes before it.
+  ValueId shape = kNoValue;
+  if (x3 == kNoValue) {
+    chain.clear();  // x4 and the nodes before it stay
+    TensorType t = g.value(x4).type;
+    t.shape = Shape{(*t.shape)[0], (*t.shape)[1], (*t.shape)[3]};
+    x3 = temp(g, g.value(x4).name + "_1d", t);
+    shape = g.add_constant("conv_1d_shape", Tensor::from_vector<int64_t>({0, 0, -1}, {3}));
+  }
+  Node& m = g.mutable_nodes()[i];
+  m.inputs[0] = x3;
+  m.inputs[1] = w3;
+  m.attrs = std::move(attrs);
+  g.value(y4).type = g.value(y3).type;  // rank 3 now, before the types are inferred again
+  g.replace_uses(y3, y4);
+  rw.remove(sq);
+  for (size_t c : chain) rw.remove(c);  // unread now (a Pad before them then folds)
+  if (shape != kNoValue) rw.insert(i, "Reshape", {x4, shape}, {x3});
   return true;
 }
 
@@ -339,6 +439,7 @@ Graph canonicalize_ops(Graph g, const PassContext& ctx) {
                {"CanonicalizeOps/ClipAttributes", clip_attributes},
                {"CanonicalizeOps/AxesAttribute", axes_attribute},
                {"CanonicalizeOps/MatMulExpand", matmul_expand},
+               {"CanonicalizeOps/Conv1D", conv_1d},
                {"CanonicalizeOps/PadIntoConv", pad_into_conv},
                {"CanonicalizeOps/ConvUnitWidth", conv_unit_width}},
               ctx);
@@ -351,7 +452,8 @@ void register_canonicalize_ops(PassRegistry& r) {
   r.add({"CanonicalizeOps", canonicalize_ops,
          "one form per computation: Pow by small integers as Mul, Sub/Div by constants as "
          "Add/Mul, attribute operands as inputs, broadcasts MatMul does itself removed, zero "
-         "Pads before a Conv made its padding, 2-D convs over a width of 1 as 1-D ones"});
+         "Pads before a Conv made its padding, 1 x k convs between Unsqueeze and Squeeze made "
+         "1-D, 2-D convs over a width of 1 as 1-D ones"});
 }
 
 }  // namespace pto::passes

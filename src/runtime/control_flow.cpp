@@ -16,19 +16,55 @@
 namespace pto {
 namespace {
 
-// `sub` with each capture whose outer value is a constant of `g` (an initializer, not a graph
-// input with a default) read from a constant of its own: its kernels then see a weight (a GEMM
-// packs it once, not per iteration) and constant folding can use it. The subgraph input stays,
-// unread, so the node passes its inputs as before.
+// The constant of `g` that outer value `v` is: an initializer, not a graph input with a default.
+const Tensor* outer_constant(const Graph& g, ValueId v) {
+  const Tensor* t = g.initializer(v);
+  if (!t || std::find(g.inputs().begin(), g.inputs().end(), v) != g.inputs().end()) return nullptr;
+  return t;
+}
+
+// Subgraph input `in` read from a new constant `t` by every node (graph outputs keep `in`).
+void read_as_constant(Graph& sub, ValueId in, const Tensor& t) {
+  const ValueId c = sub.add_constant(sub.value(in).name + "_const", t);
+  for (Node& node : sub.mutable_nodes())
+    for (ValueId& v : node.inputs)
+      if (v == in) v = c;
+}
+
+// Whether body output `out` is body input `in` itself, or `in` through Identity nodes.
+bool passes_through(const Graph& body, ValueId out, ValueId in) {
+  for (int hops = 0; out != in; ++hops) {
+    const int p = body.value(out).producer;
+    if (p < 0 || hops > 8) return false;
+    const Node& id = body.nodes()[static_cast<size_t>(p)];
+    if (id.op != "Identity" || !id.domain.empty() || id.inputs.size() != 1) return false;
+    out = id.inputs[0];
+  }
+  return true;
+}
+
+// `sub` with each input that holds a constant of `g` in every run read from a constant of its
+// own: its kernels then see a weight (a GEMM packs it once, not per iteration) and constant
+// folding can use it. Such inputs are the captures whose outer value is a constant, and a
+// Loop's carried values that the body passes on unchanged from a constant initial value:
+// tf2onnx carries a TensorFlow while loop's weights (its resource variables) so, as Keras'
+// GRU and SimpleRNN layers become Loops. The subgraph input stays, so the node passes its
+// inputs as before (and a pass-through body output still returns it).
 Graph with_constant_captures(const Graph& g, const Node& n, const Graph& sub) {
   Graph out = sub;
   const auto captures = static_cast<size_t>(sub.num_captures);
   for (size_t c = 0; c < captures; ++c) {
-    const ValueId outer = n.inputs[n.inputs.size() - captures + c];
-    const Tensor* t = g.initializer(outer);
-    if (!t || std::find(g.inputs().begin(), g.inputs().end(), outer) != g.inputs().end()) continue;
-    const ValueId in = out.inputs()[out.inputs().size() - captures + c];
-    out.replace_uses(in, out.add_constant(out.value(in).name + "_const", *t));
+    const Tensor* t = outer_constant(g, n.inputs[n.inputs.size() - captures + c]);
+    if (t) read_as_constant(out, out.inputs()[out.inputs().size() - captures + c], *t);
+  }
+  // Loop: node inputs (M, cond, v...), body inputs (i, cond, v..., captures), body outputs
+  // (cond, v..., scan outputs).
+  if (n.op != "Loop" || !n.domain.empty() || sub.inputs().size() < captures + 2) return out;
+  const size_t carried = sub.inputs().size() - captures - 2;
+  for (size_t k = 0; k < carried && 1 + k < sub.outputs().size() && 2 + k < n.inputs.size(); ++k) {
+    const ValueId in = sub.inputs()[2 + k];
+    if (n.inputs[2 + k] == kNoValue || !passes_through(sub, sub.outputs()[1 + k], in)) continue;
+    if (const Tensor* t = outer_constant(g, n.inputs[2 + k])) read_as_constant(out, in, *t);
   }
   return out;
 }

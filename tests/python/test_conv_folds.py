@@ -1,8 +1,10 @@
 """The forms tf2onnx and other exporters leave around convolutions, folded into the conv at
 level >= 1 and compared with onnxruntime: a Mul or Add by a per-channel constant after a Conv
 (tf2onnx's depthwise batch norms; FoldBatchNorm reads it as a BN) and a Pad by zeros on the
-spatial axes before one (TensorFlow's asymmetric "SAME" padding; CanonicalizeOps/PadIntoConv).
-A Conv over a width of 1 (a Conv1D through jax2tf/tf2onnx) runs as the 1-D conv at level >= 2
+spatial axes before one (TensorFlow's asymmetric "SAME" padding; CanonicalizeOps/PadIntoConv),
+TensorFlow's Conv1D, a 1 x k Conv between an Unsqueeze and a Squeeze of the height axis, made a
+1-D Conv (CanonicalizeOps/Conv1D), after which its batch norm and causal Pad fold too, and a Conv
+over a width of 1 (a Conv1D through jax2tf/tf2onnx) run as the 1-D conv at level >= 2
 (CanonicalizeOps/ConvUnitWidth). Forms that are not the same computation stay as they are."""
 
 import numpy as np
@@ -141,3 +143,78 @@ def test_other_convs_stay_2d(tmp_path, case):
     else:
         x_shape, w_shape = [1, 4, 9, 2], [3, 4, 3, 2]
     assert _conv_unit_width(tmp_path, 2, x_shape, w_shape, **attrs) == ["Conv"]
+
+def _conv1d_nodes(x_to_4d, stride=1, dilation=1, group=1, pads=(0, 1, 0, 1)):
+    """tf2onnx's Conv1D: [N, C, W] -> Unsqueeze (or Reshape) to [N, C, 1, W] -> Conv with a
+    [M, C/g, 1, k] kernel -> Squeeze to [N, M, W'] -> batch norm Mul, Add -> Relu."""
+    head = ([helper.make_node("Unsqueeze", ["xp", "ax2"], ["x4"])] if x_to_4d == "unsqueeze"
+            else [helper.make_node("Reshape", ["xp", "shape4"], ["x4"])])
+    return [helper.make_node("Pad", ["x", "pads3"], ["xp"])] + head + [
+        helper.make_node("Conv", ["x4", "w", "b"], ["c4"], kernel_shape=[1, 3],
+                         strides=[1, stride], dilations=[1, dilation], group=group,
+                         pads=list(pads)),
+        helper.make_node("Squeeze", ["c4", "ax2"], ["c"]),
+        helper.make_node("Mul", ["c", "s"], ["m"]),
+        helper.make_node("Add", ["m", "t"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"])]
+
+
+@pytest.mark.parametrize("x_to_4d", ["unsqueeze", "reshape"])
+@pytest.mark.parametrize("stride,dilation,group", [(1, 2, 1), (2, 1, 1), (1, 1, 8)])
+def test_conv1d_as_tensorflow_writes_it_becomes_1d(tmp_path, x_to_4d, stride, dilation, group):
+    n, c, w = 2, 8, 23
+    inits = {"w": _w(8, 8 // group, 1, 3), "b": _w(8), "s": _w(1, 8, 1), "t": _w(1, 8, 1),
+             "ax2": np.array([2], np.int64), "shape4": np.array([n, c, 1, -1], np.int64),
+             # Keras' causal padding: 2 * dilation zeros on the left of the width axis.
+             "pads3": np.array([0, 0, 2 * dilation, 0, 0, 0], np.int64)}
+    ops = _run(tmp_path, _conv1d_nodes(x_to_4d, stride, dilation, group), inits, [n, c, w])
+    for gone in ("Squeeze", "Unsqueeze", "Reshape", "Pad", "Mul", "Add"):
+        assert gone not in ops, ops
+    assert ops == ["Conv", "Relu"], ops
+
+
+@pytest.mark.parametrize("case", ["height_padded", "tall_image", "squeeze_read_twice"])
+def test_other_height_one_convs_stay_2d(tmp_path, case):
+    """A kernel of height 1 on an image of height > 1, a conv padded along height, and a conv
+    whose 4-D output is read by more than the Squeeze are not 1-D convs."""
+    inits = {"w": _w(8, 8, 1, 3), "b": _w(8), "s": _w(1, 8, 1), "t": _w(1, 8, 1),
+             "ax2": np.array([2], np.int64), "shape4": np.array([2, 8, 1, -1], np.int64),
+             "pads3": np.array([0, 0, 0, 0, 0, 0], np.int64)}
+    pads = (1, 1, 1, 1) if case == "height_padded" else (0, 1, 0, 1)
+    nodes = _conv1d_nodes("unsqueeze", pads=pads)
+    if case == "height_padded":  # the output then has height 3: reduce it away instead
+        nodes[3] = helper.make_node("ReduceMax", ["c4"], ["c"], axes=[2], keepdims=0)
+    x_shape = [2, 8, 11]
+    if case == "tall_image":  # a 4-D image of height 5 straight into the conv
+        nodes = nodes[2:]
+        nodes[0] = helper.make_node("Conv", ["x", "w", "b"], ["c4"], kernel_shape=[1, 3],
+                                    pads=[0, 1, 0, 1])
+        nodes[1] = helper.make_node("ReduceMax", ["c4"], ["c"], axes=[2], keepdims=0)
+        x_shape = [2, 8, 5, 11]
+    if case == "squeeze_read_twice":
+        nodes[-1] = helper.make_node("Relu", ["a"], ["r"])
+        nodes.append(helper.make_node("ReduceSum", ["c4"], ["total"], keepdims=0))
+        nodes.append(helper.make_node("Add", ["r", "total"], ["y"]))
+    ops = _run(tmp_path, nodes, inits, x_shape)
+    assert "Conv" in ops, ops
+    if case != "tall_image":
+        assert "Squeeze" in ops or "ReduceMax" in ops, ops
+
+
+def test_conv1d_of_one_channel_nwc_input(tmp_path):
+    """tf2onnx's first Conv1D of a one-channel [N, W, 1] signal: Unsqueeze to [N, 1, W, 1], a
+    Reshape to [N, 1, 1, W] (its NHWC-to-NCHW Transpose, made a Reshape for one channel), the
+    1 x k Conv, the Squeeze; no rank-3 value has the conv's [N, 1, W] shape, so a Reshape makes
+    one, and the batch norm still folds."""
+    nodes = [helper.make_node("Unsqueeze", ["x", "ax1"], ["u"]),
+             helper.make_node("Reshape", ["u", "shape4"], ["x4"]),
+             helper.make_node("Conv", ["x4", "w"], ["c4"], kernel_shape=[1, 9], strides=[1, 2],
+                              pads=[0, 3, 0, 4]),
+             helper.make_node("Squeeze", ["c4", "ax2"], ["c"]),
+             helper.make_node("Mul", ["c", "s"], ["m"]),
+             helper.make_node("Add", ["m", "t"], ["y"])]
+    inits = {"w": _w(16, 1, 1, 9), "s": _w(1, 16, 1), "t": _w(1, 16, 1),
+             "ax1": np.array([1], np.int64), "ax2": np.array([2], np.int64),
+             "shape4": np.array([2, 1, 1, 400], np.int64)}
+    ops = _run(tmp_path, nodes, inits, [2, 400, 1])
+    assert ops == ["Reshape", "Conv"], ops

@@ -59,6 +59,24 @@ std::string unsupported_domain_hint(const std::string& domain, const std::string
              "load the model as exported, before the optimizer fuses it)");
 }
 
+// What to do about an op PyPTO has no definition of, from the converter that wrote the file.
+// tf2onnx keeps a TensorFlow op it has no conversion for under its TensorFlow name, in the
+// default domain, and only warns ("Tensorflow op [...] is not supported"): no ONNX runtime
+// reads the file. Keras 3's exact GELU (activation="gelu") is one: TensorFlow computes it with
+// Erfc, which tf2onnx 1.17 does not convert.
+std::string unknown_op_hint(const std::string& producer, const std::string& op) {
+  if (producer != "tf2onnx") return "";
+  std::string hint =
+      cat(" (the file is tf2onnx's: where tf2onnx warned 'Tensorflow op [...: ", op,
+          "] is not supported' as it converted, this is that TensorFlow op, left in the file under "
+          "its TensorFlow name; onnxruntime refuses the file too. Convert a model without it");
+  if (op == "Erfc")
+    hint +=
+        ": Keras' exact GELU computes Erfc; use keras.activations.gelu(x, approximate=True) "
+        "or 0.5 * x * (1 + tf.math.erf(x / sqrt(2))), which tf2onnx writes as Tanh or Erf";
+  return hint + ")";
+}
+
 // Dimensions the exporters of other frameworks write that the ONNX spec does not define, read as
 // onnxruntime reads them. Each kind is reported once per model, naming where it was seen.
 class DimGuesses {
@@ -283,7 +301,8 @@ struct Converter {
   const std::string& base_dir;
   const std::string& src;
   int opset;
-  int64_t ml_opset;  // of domain ai.onnx.ml, 0 when not imported
+  int64_t ml_opset;      // of domain ai.onnx.ml, 0 when not imported
+  std::string producer;  // ModelProto.producer_name ("tf2onnx", "pytorch", ...)
   DimGuesses guesses;
   std::unordered_map<const Graph*, NchwcState> nchwc;  // per graph, made at its first NCHWc op
 
@@ -474,13 +493,15 @@ struct Converter {
         n.opset = static_cast<int>(ml_opset);
       }
     } catch (const UnsupportedError& e) {
-      throw UnsupportedError(cat(src, ": ", e.what()));
+      const bool unknown = !OpRegistry::global().find(np.op_type());
+      throw UnsupportedError(
+          cat(src, ": ", e.what(), unknown ? unknown_op_hint(producer, np.op_type()) : ""));
     }
   }
 };
 
 Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::string& src) {
-  Converter c{base_dir, src, default_opset(m, src), ml_opset(m), {}};
+  Converter c{base_dir, src, default_opset(m, src), ml_opset(m), m.producer_name(), {}};
   inline_functions(m, src);
   Graph g;
   c.convert_graph(*m.mutable_graph(), g, {});

@@ -36,6 +36,27 @@ std::vector<int64_t> gather_elements_indices(const KernelContext& c, int64_t* ax
   return idx;
 }
 
+std::vector<int64_t> reverse_sequence_lens(const KernelContext& c, int64_t* batch_axis,
+                                           int64_t* time_axis) {
+  const std::string w = c.where();
+  const Tensor& x = c.input(0);
+  *batch_axis = c.node.attr_int("batch_axis");
+  *time_axis = c.node.attr_int("time_axis");
+  if (x.rank() < 2) throw ValueError(cat(w, ": input must have rank >= 2, got ", x.str()));
+  if (!((*batch_axis == 0 && *time_axis == 1) || (*batch_axis == 1 && *time_axis == 0)))
+    throw ValueError(cat(w, ": batch_axis and time_axis must be 0 and 1, got ", *batch_axis,
+                         " and ", *time_axis));
+  const Tensor& lens_t = c.input(1);
+  std::vector<int64_t> lens = index_values(lens_t, w, "sequence_lens");
+  const int64_t batch = x.dim(*batch_axis), steps = x.dim(*time_axis);
+  if (lens_t.rank() != 1 || lens_t.dim(0) != batch)
+    throw ValueError(cat(w, ": sequence_lens must be [", batch, "], got ", lens_t.str()));
+  for (int64_t l : lens)
+    if (l < 0 || l > steps)
+      throw ValueError(cat(w, ": sequence length ", l, " is outside [0, ", steps, "]"));
+  return lens;
+}
+
 std::vector<int64_t> gather_nd_offsets(const KernelContext& c, Dims* out_shape, int64_t* slice) {
   const std::string w = c.where();
   const Tensor& data = c.input(0);
@@ -224,22 +245,9 @@ std::vector<Tensor> compress(const KernelContext& c) {
 // ReverseSequence: for each batch entry b, reverses the first sequence_lens[b] steps along
 // time_axis (batch_axis and time_axis are 0 and 1 in either order).
 std::vector<Tensor> reverse_sequence(const KernelContext& c) {
-  const std::string w = c.where();
   const Tensor& x = c.input(0);
-  const int64_t batch_axis = c.node.attr_int("batch_axis");
-  const int64_t time_axis = c.node.attr_int("time_axis");
-  if (x.rank() < 2) throw ValueError(cat(w, ": input must have rank >= 2, got ", x.str()));
-  if (!((batch_axis == 0 && time_axis == 1) || (batch_axis == 1 && time_axis == 0)))
-    throw ValueError(
-        cat(w, ": batch_axis and time_axis must be 0 and 1, got ", batch_axis, " and ", time_axis));
-  const Tensor& lens_t = c.input(1);
-  std::vector<int64_t> lens = index_values(lens_t, w, "sequence_lens");
-  const int64_t batch = x.dim(batch_axis), steps = x.dim(time_axis);
-  if (lens_t.rank() != 1 || lens_t.dim(0) != batch)
-    throw ValueError(cat(w, ": sequence_lens must be [", batch, "], got ", lens_t.str()));
-  for (int64_t l : lens)
-    if (l < 0 || l > steps)
-      throw ValueError(cat(w, ": sequence length ", l, " is outside [0, ", steps, "]"));
+  int64_t batch_axis = 0, time_axis = 0;
+  const std::vector<int64_t> lens = reverse_sequence_lens(c, &batch_axis, &time_axis);
   Tensor y = Tensor::empty(x.dtype(), x.shape());
   const Dims strides = contiguous_strides(x.shape());
   Dims pos(x.rank(), 0);

@@ -50,6 +50,10 @@ std::vector<int64_t> gather_elements_indices(const KernelContext& c, int64_t* ax
 // GatherND: the element offset in data of each slice the output copies (every index checked),
 // the output's shape and the slice's element count.
 std::vector<int64_t> gather_nd_offsets(const KernelContext& c, Dims* out_shape, int64_t* slice);
+// ReverseSequence: sequence_lens, checked against the input (each in [0, steps]); the batch and
+// time axes (0 and 1, in either order) through the pointers.
+std::vector<int64_t> reverse_sequence_lens(const KernelContext& c, int64_t* batch_axis,
+                                           int64_t* time_axis);
 
 // Pad: for each output index along each axis, the input index it reads, or -1 for the constant.
 // The maps are left empty when the output has no elements.

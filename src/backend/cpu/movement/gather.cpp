@@ -1,6 +1,6 @@
-// Gather, GatherElements and GatherND on the CPU. The indices are read and checked by the
-// reference's code (same errors, raised before any copy); the copies then run in parallel over
-// output rows.
+// Gather, GatherElements, GatherND and ReverseSequence on the CPU. The indices are read and checked
+// by the reference's code (same errors, raised before any copy); the copies then run in parallel
+// over output rows.
 #include <cstring>
 
 #include "backend/cpu/movement/movement.h"
@@ -137,12 +137,39 @@ std::vector<Tensor> gather_nd(const KernelContext& c) {
   return {y};
 }
 
+// ReverseSequence: y[t, b] = x[len_b - 1 - t, b] for t < len_b, else x[t, b] (axes 0 and 1 in
+// either order), one contiguous row of the trailing dims per (t, b). tf2onnx writes it for
+// Keras' Bidirectional RNNs (TensorFlow's ReverseV2 of the time axis).
+std::vector<Tensor> reverse_sequence(const KernelContext& c) {
+  int64_t batch_axis = 0, time_axis = 0;
+  const std::vector<int64_t> lens = reference::reverse_sequence_lens(c, &batch_axis, &time_axis);
+  const Tensor x = c.input(0).is_contiguous() ? c.input(0) : pack(c.input(0));
+  Tensor y = Tensor::empty(x.dtype(), x.shape());
+  if (y.numel() == 0) return {y};
+  const int64_t d0 = x.dim(0), d1 = x.dim(1), inner = x.numel() / (d0 * d1);
+  const size_t row_bytes = static_cast<size_t>(inner) * x.itemsize();
+  const auto* src = static_cast<const char*>(x.raw_data());
+  auto* dst = static_cast<char*>(y.raw_data());
+  const int64_t grain = std::max<int64_t>(1, kCopyGrainBytes / static_cast<int64_t>(row_bytes));
+  parallel_for(0, d0 * d1, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t i0 = r / d1, i1 = r % d1;
+      const int64_t t = time_axis == 0 ? i0 : i1, len = lens[batch_axis == 0 ? i0 : i1];
+      const int64_t from_t = t < len ? len - 1 - t : t;
+      const int64_t from = time_axis == 0 ? from_t * d1 + i1 : i0 * d1 + from_t;
+      std::memcpy(dst + r * static_cast<int64_t>(row_bytes), src + from * row_bytes, row_bytes);
+    }
+  });
+  return {y};
+}
+
 }  // namespace
 
 void register_gather_kernels(KernelRegistry& r) {
   r.add("Gather", {.run = gather});
   r.add("GatherElements", {.run = gather_elements});
   r.add("GatherND", {.run = gather_nd});
+  r.add("ReverseSequence", {.run = reverse_sequence});
 }
 
 }  // namespace pto::cpu
