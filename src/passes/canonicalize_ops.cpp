@@ -328,6 +328,9 @@ bool conv_unit_width(Rewrite& rw, size_t i, const PassContext& ctx) {
   inputs[1] = wv;
   rw.insert(at++, "Conv", std::move(inputs), {yv}, std::move(attrs), name + "_1d", opset);
   retarget(g.mutable_nodes()[at], "Unsqueeze", {yv, axis});
+  return true;
+}
+
 // The rank-3 value [a, b, c] that `v` = [a, b, 1, c] relabels through reshape-like nodes
 // (Unsqueeze, Reshape, Squeeze, Flatten: row-major order kept) each read by its successor alone,
 // or kNoValue; those nodes in `chain`.
