@@ -157,13 +157,23 @@ bool use_shifted(const ConvGeometry& g) {
   return g.sh == 1 && g.sw == 1 && p.wp * 8 <= g.ow * 9 && g.oh * p.wp >= 256;
 }
 
-void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const float* bias,
-                  float* y, const Epilogue& ep, const PackedA* packed_w, Precision precision) {
-  const ShiftedPlane p = shifted_plane_of(g);
-  const int64_t phase = p.rpp * p.wp, chan = g.sh * g.sw * phase;
-  const int64_t K = g.cg() * g.kh * g.kw, Mg = g.mg(), HW = g.out_plane(), planes = g.n * g.c;
-  // The last tap's junk columns read up to (kw - 1) dw / sw floats past the last channel.
-  const int64_t slack = (g.kw - 1) * g.dw / g.sw + 16;
+// The padded, phase-split copy of every input plane (in the calling thread's scratch, which every
+// task reads) and the row table of B: row k = (c, ky, kx) is channel c's phase plane of the tap,
+// shifted by the tap's offset. `slack` zeros follow the last plane (what reads past it may see).
+struct ShiftedInput {
+  ShiftedPlane p;
+  int64_t chan = 0;  // floats per input channel: sh * sw phase planes
+  const float* padded = nullptr;
+  std::vector<int64_t> rows;  // K + kGemmRowsSlack entries
+};
+
+ShiftedInput shifted_input(const ConvGeometry& g, const float* x, int64_t slack) {
+  ShiftedInput in;
+  in.p = shifted_plane_of(g);
+  const ShiftedPlane& p = in.p;
+  const int64_t phase = p.rpp * p.wp, planes = g.n * g.c, K = g.cg() * g.kh * g.kw;
+  in.chan = g.sh * g.sw * phase;
+  const int64_t chan = in.chan;
   float* padded =
       scratch_as<float>(static_cast<size_t>(planes * chan + slack), kShiftedInputScratch);
   std::fill(padded + planes * chan, padded + planes * chan + slack, 0.0f);
@@ -171,14 +181,26 @@ void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const f
     for (int64_t t = t0; t < t1; ++t)
       PTO_ISA_DISPATCH(shifted_pad, p, x + t * g.in_plane(), padded + t * chan);
   });
-  // Row k = (c, ky, kx) of B: channel c's phase plane of the tap, shifted by the tap's offset.
-  std::vector<int64_t> rows(static_cast<size_t>(K + kGemmRowsSlack));
+  in.padded = padded;
+  in.rows.resize(static_cast<size_t>(K + kGemmRowsSlack));
   for (int64_t k = 0; k < K; ++k) {
     const int64_t kx = k % g.kw, ky = k / g.kw % g.kh, ci = k / (g.kw * g.kh);
     const int64_t py = ky * g.dh % g.sh, px = kx * g.dw % g.sw;
-    rows[static_cast<size_t>(k)] =
+    in.rows[static_cast<size_t>(k)] =
         ci * chan + (py * g.sw + px) * phase + ky * g.dh / g.sh * p.wp + kx * g.dw / g.sw;
   }
+  return in;
+}
+
+void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                  float* y, const Epilogue& ep, const PackedA* packed_w, Precision precision) {
+  const int64_t K = g.cg() * g.kh * g.kw, Mg = g.mg(), HW = g.out_plane();
+  // The last tap's junk columns read up to (kw - 1) dw / sw floats past the last channel.
+  const ShiftedInput in = shifted_input(g, x, (g.kw - 1) * g.dw / g.sw + 16);
+  const ShiftedPlane& p = in.p;
+  const int64_t chan = in.chan;
+  const float* padded = in.padded;
+  const std::vector<int64_t>& rows = in.rows;
   // Column blocks of whole output rows, a C block of about 256 KB (at least 512 columns).
   const int64_t target = std::max<int64_t>(512, (int64_t{64} << 10) / Mg);
   const int64_t rb = std::clamp<int64_t>(target / p.wp, 1, g.oh), blocks = ceil_div(g.oh, rb);
@@ -277,26 +299,13 @@ bool stem_weights_fit(const PackedA* packed_w, Precision precision) {
 
 void conv_stem(const ConvGeometry& g, const float* x, const float* bias, float* y,
                const Epilogue& ep, const PackedA* packed_w) {
-  const ShiftedPlane p = shifted_plane_of(g);
-  const int64_t phase = p.rpp * p.wp, chan = g.sh * g.sw * phase;
-  const int64_t K = g.cg() * g.kh * g.kw, Mg = g.mg(), HW = g.out_plane(), planes = g.n * g.c;
+  const int64_t K = g.cg() * g.kh * g.kw, Mg = g.mg(), HW = g.out_plane();
   // The last vector of an output row reads up to a vector past it (at most 15 junk floats into
   // the next row, past the last channel at the end), and the micro-kernel fetches rows ahead.
-  const int64_t slack = (g.kw - 1) * g.dw / g.sw + 64;
-  float* padded =
-      scratch_as<float>(static_cast<size_t>(planes * chan + slack), kShiftedInputScratch);
-  std::fill(padded + planes * chan, padded + planes * chan + slack, 0.0f);
-  parallel_for(0, planes, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t)
-      PTO_ISA_DISPATCH(shifted_pad, p, x + t * g.in_plane(), padded + t * chan);
-  });
-  std::vector<int64_t> rows(static_cast<size_t>(K + kGemmRowsSlack));
-  for (int64_t k = 0; k < K; ++k) {
-    const int64_t kx = k % g.kw, ky = k / g.kw % g.kh, ci = k / (g.kw * g.kh);
-    const int64_t py = ky * g.dh % g.sh, px = kx * g.dw % g.sw;
-    rows[static_cast<size_t>(k)] =
-        ci * chan + (py * g.sw + px) * phase + ky * g.dh / g.sh * p.wp + kx * g.dw / g.sw;
-  }
+  const ShiftedInput in = shifted_input(g, x, (g.kw - 1) * g.dw / g.sw + 64);
+  const ShiftedPlane& p = in.p;
+  const int64_t chan = in.chan;
+  const float* padded = in.padded;
   int64_t mr = 0, nr = 0;
   PTO_ISA_DISPATCH(gemm_block, &mr, &nr);
   Epilogue rest = ep;
@@ -321,7 +330,7 @@ void conv_stem(const ConvGeometry& g, const float* x, const float* bias, float* 
       blk.k = K;
       blk.a = packed_w[gi].data();
       blk.b_panel_stride = nr;
-      blk.b_rows = rows.data();
+      blk.b_rows = in.rows.data();
       blk.ldc = HW;
       blk.epilogue = &e;
       for (int64_t oy = b * rb; oy < std::min(g.oh, (b + 1) * rb); ++oy) {
