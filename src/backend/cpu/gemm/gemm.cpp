@@ -303,8 +303,6 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
       MacroBlock blk;
       blk.n = nc;
       blk.k = kc;
-      blk.b_cached = packed && K * g.n * (pre.b_half != Precision::kF32 ? 2 : 4) <=
-                                   static_cast<int64_t>(cache_model().l3);
       if (packed) {  // offsets in elements: floats, or halves (blk.b_half)
         auto panel = [&](int64_t j, int64_t p) {
           const int64_t at = (j / nr) * K * nr + p * nr;

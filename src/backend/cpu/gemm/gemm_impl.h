@@ -333,7 +333,7 @@ void gemm_macro(const MacroBlock& blk) {
     // 2^shift steps, call i from row i * (k >> shift) on, so the first 2^shift calls cover it.
     NextPanel next;
     const bool next_plain = j + 2 < np || (j + 2 == np && !(blk.b_edge && blk.n % kNR));
-    if (!blk.b_rows && !(mp == 1 && blk.b_cached) && (next_plain || (j + 1 == np && blk.b_after))) {
+    if (!blk.b_rows && (next_plain || (j + 1 == np && blk.b_after))) {
       next.b = next_plain ? panel(j + 1) : blk.b_after;
       next.ld = blk.b_row_stride * esize / 4;  // in floats
       while (next.shift < 4 && (int64_t{2} << next.shift) <= mp) ++next.shift;

@@ -40,11 +40,6 @@ struct MacroBlock {
   // or next column block's first panel, at the same row stride), or null: fetched into L2 during
   // the last panel, as every panel fetches its successor, so no block starts on a cold panel.
   const float* b_after = nullptr;
-  // B (packed ahead, all of it) fits this core's share of the L3: with one A panel per B panel
-  // (a GEMV, or a few rows), its panels stream from L3 and fetching the next one into L2 ahead only
-  // competes with the one being read: [1, 768] x [768, 3072] 137 -> 126 us without it, but a B
-  // read from memory gains from it ([1, 4096] x [4096, 4096] 2700 -> 2442 us; AMD Zen 4, 1 thread).
-  bool b_cached = false;
 };
 
 PTO_ISA_DECLARE(
