@@ -257,6 +257,28 @@ TEST(CpuConv, StemRows) {
   check({{2, 1, 1, 403}, {24, 1, 1, 10}, true, attrs_of({{"strides", Dims{1, 5}}})});
 }
 
+// PTO_CONV_STEM takes 0 (the stem on the shifted / im2col paths: still the reference's result) or
+// 1; any other value is an error that names the variable, not a silent default.
+TEST(CpuConv, StemSwitch) {
+  const ConvCase c{{1, 3, 34, 36},
+                   {8, 3, 3, 3},
+                   true,
+                   attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}})};
+  {
+    testing::EnvGuard off("PTO_CONV_STEM", "0");
+    check(c);
+  }
+  testing::EnvGuard bad("PTO_CONV_STEM", "yes");
+  Built b = conv_graph(c);
+  try {
+    compile(b.g, {.level = 0}).run(b.feeds);
+    FAIL() << "PTO_CONV_STEM=yes was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("PTO_CONV_STEM='yes': expected 0 or 1"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CpuConv, DilationsAndAsymmetricPads) {
   check({{1, 6, 11, 13},
          {5, 6, 3, 3},
