@@ -557,6 +557,17 @@ TEST(CpuConv, DepthwiseFlatKernel) {
       {1, 3, 8, 24, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
       {2, 3, 13, 16, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
       {1, 3, 32, 32, 1, 5, 5, 2, 1, {2, 2, 2, 2}},
+      // Four planes at a time (flat_quad, AVX-512 vectors): 4 vectors a plane (7x7 and 8x8), 4 and
+      // a tail of 1, 2 or 3, 12 and a tail of 1 or 3, 12 and 4; channel counts that leave 1-3
+      // planes one by one.
+      {1, 11, 7, 7, 1, 5, 5, 1, 1, {2, 2, 2, 2}},
+      {1, 10, 8, 8, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {2, 9, 7, 11, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {1, 8, 9, 10, 1, 5, 5, 1, 1, {2, 2, 2, 2}},
+      {1, 13, 7, 16, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {1, 9, 14, 14, 1, 5, 5, 1, 1, {2, 2, 2, 2}},
+      {1, 6, 15, 15, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {1, 7, 16, 16, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
       // The strided rows kernel (AVX-512: input rows of at most 32 floats, output rows of 6 to
       // 16, 12 to 16 for 5x5): rows of 32 and 17, stride 3, a 1x3 kernel, asymmetric pads, 4
       // planes at a time and the rest one by one (5 and 7 channels).

@@ -495,10 +495,12 @@ void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, 
         float* yp = y + t * HW;
         if (ep.tile) {
           apply_epilogue(epilogue_at(rest, n, m, 0, operands), yp, HW, 0, cnt, 0, HW);
-        } else {
+        } else {  // no per-channel operand left: the cnt planes as one row, which leaves one
+                  // masked vector a run, not a plane (SiLU on 1152 planes of 7x7: 37 -> 29 us)
           Epilogue e = rest;
           if (ep.residual) e.residual = ep.residual + t * HW;
-          apply_epilogue(e, yp, HW, 0, cnt, 0, HW);
+          e.ldr = cnt * HW;
+          apply_epilogue(e, yp, cnt * HW, 0, 1, 0, cnt * HW);
         }
       }
       t += cnt;

@@ -101,10 +101,11 @@ struct FlatArgs {
 // Vectors [v0, v0 + NB) of G consecutive planes from channel c0: G * NB accumulators, one fused
 // multiply-add per tap each. With kMasked, the taps whose bit is clear in `plain` (some lane of
 // the block reads padding or past the plane) take their lane masks from the table, the others
-// load whole vectors. wreg holds the taps' weights in registers when G == 1 and K > 0.
-// kMode: 0 every tap loads whole vectors; 1 masked taps load masked; 2 (AVX-512, vectors inside
-// the source) masked taps load whole vectors and mask the multiply-add, which keeps the
-// accumulator's lanes the mask clears (whatever those lanes loaded).
+// load whole vectors (AVX2; under AVX-512 every tap of a masked block takes its mask). wreg holds
+// the taps' weights in registers when G == 1 and K > 0. kMode: 0 every tap loads whole vectors; 1
+// masked taps load masked; 2 (AVX-512, vectors inside the source) masked taps load whole vectors
+// and mask the multiply-add, which keeps the accumulator's lanes the mask clears (whatever those
+// lanes loaded).
 template <int K, int G, int NB, int kMode>
 inline void flat_block(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wreg, uint64_t plain) {
   constexpr bool kMasked = kMode != 0;
@@ -116,8 +117,17 @@ inline void flat_block(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wre
     for (int u = 0; u < NB; ++u) acc[c][u] = b;
   }
   const uint32_t* mask = a.p->mask + v0 * taps;
+#if defined(PTO_ISA_AVX512)
+  // A whole tap's mask has every lane set: under AVX-512 it takes the masked instructions too,
+  // at the same cost, and the loop has no branch. With one, GCC kept the accumulators of blocks
+  // of 2 and 4 planes in memory, a store after every multiply-add (flat_quad's 1152 @7 5x5, 1
+  // thread: 113 us with the branch, 70-80 without).
+  constexpr bool kSplitTaps = false;
+#else
+  constexpr bool kSplitTaps = true;  // (AVX2's masked load costs a mask made per tap)
+#endif
   for (int64_t t = 0; t < taps; ++t) {
-    const bool whole = !kMasked || (t < 64 && (plain >> t & 1u));
+    const bool whole = !kMasked || (kSplitTaps && t < 64 && (plain >> t & 1u));
     for (int c = 0; c < G; ++c) {
       const Vec wv = (G == 1 && K > 0) ? wreg[t] : Vec::set1(a.w[(c0 + c) * taps + t]);
       const float* s = a.src + (c0 + c) * a.src_plane + a.off[t] + v0 * V;
@@ -193,20 +203,46 @@ constexpr int kFlatBlock = 4;  // vectors of one plane per block: enough to hide
 // were slower than 12).
 constexpr int kFlatWide = Vec::kLanes == 16 ? 12 : kFlatBlock;
 
-// One plane (channel c): the weights in registers, blocks of kFlatWide, then kFlatBlock vectors.
+// Vectors [0, end) of one plane (channel c): the weights in registers, blocks of kFlatWide, then
+// kFlatBlock vectors, then the tail.
 // Not inlined: inside flat_channels its blocks of 12 made GCC stop inlining the tiny planes'
 // blocks there (576 @6 12.8 -> 19.7 us).
 template <int K>
-[[gnu::noinline]] void flat_plane(const FlatArgs& a, int64_t c) {
+[[gnu::noinline]] void flat_plane(const FlatArgs& a, int64_t c, int64_t end) {
   Vec wreg[K > 0 ? K : 1];
   if constexpr (K > 0)
     for (int t = 0; t < K; ++t) wreg[t] = Vec::set1(a.w[c * K + t]);
-  const int64_t n = a.p->vectors;
   int64_t v = 0;
   if constexpr (kFlatWide != kFlatBlock)
-    for (; v + kFlatWide <= n; v += kFlatWide) flat_block_any<K, 1, kFlatWide>(a, c, v, wreg);
-  for (; v + kFlatBlock <= n; v += kFlatBlock) flat_block_any<K, 1, kFlatBlock>(a, c, v, wreg);
-  flat_tail<K, 1>(a, c, v, n - v, wreg);
+    for (; v + kFlatWide <= end; v += kFlatWide) flat_block_any<K, 1, kFlatWide>(a, c, v, wreg);
+  for (; v + kFlatBlock <= end; v += kFlatBlock) flat_block_any<K, 1, kFlatBlock>(a, c, v, wreg);
+  flat_tail<K, 1>(a, c, v, end - v, wreg);
+}
+
+// Four planes from c: each one's blocks of kFlatWide alone (12 chains of multiply-adds), then the
+// rest of the four together. A plane's blocks of kFlatBlock (4 chains) and its tail (1-3) alone
+// would wait on the FMA latency, tap after tap: two planes a block of 4 (8 chains), four a tail
+// of 1 or 2, two a tail of 3 (Conv alone, 1 thread, pto bench medians, one plane at a time ->
+// this: 1152 @7 3x3 43.0 -> 28.7-32.8 us, 5x5 107 -> 70-80; 672 @14 5x5 and 240 @28 5x5, whose
+// tails are a small part, 1-2%).
+template <int K>
+[[gnu::noinline]] void flat_quad(const FlatArgs& a, int64_t c, int64_t n) {
+  const int64_t body = kFlatWide != kFlatBlock ? n / kFlatWide * kFlatWide : 0;
+  if (body > 0)
+    for (int i = 0; i < 4; ++i) flat_plane<K>(a, c + i, body);
+  int64_t v = body;
+  for (; v + kFlatBlock <= n; v += kFlatBlock) {
+    flat_block_any<K, 2, kFlatBlock>(a, c, v, nullptr);
+    flat_block_any<K, 2, kFlatBlock>(a, c + 2, v, nullptr);
+  }
+  if (n - v == 1) {
+    flat_block_any<K, 4, 1>(a, c, v, nullptr);
+  } else if (n - v == 2) {
+    flat_block_any<K, 4, 2>(a, c, v, nullptr);
+  } else if (n - v == 3) {
+    flat_block_any<K, 2, 3>(a, c, v, nullptr);
+    flat_block_any<K, 2, 3>(a, c + 2, v, nullptr);
+  }
 }
 
 template <int K>
@@ -227,9 +263,11 @@ void flat_channels(const FlatArgs& a, int64_t channels) {
         else
           flat_block_any<K, G, 1>(a, c, 0, nullptr);
       }
+    } else if (n % kFlatWide != 0 || kFlatWide == kFlatBlock) {
+      for (; c + 4 <= channels; c += 4) flat_quad<K>(a, c, n);
     }
   }
-  for (; c < channels; ++c) flat_plane<K>(a, c);
+  for (; c < channels; ++c) flat_plane<K>(a, c, n);
 }
 
 }  // namespace
