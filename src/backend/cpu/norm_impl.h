@@ -39,10 +39,10 @@ float block_sum(const float* x, int64_t n, Term term) {
   return sum_lanes(total);
 }
 
-// The sums of d and d^2 over d = x[j] - sh, j < n, as block_sum takes its sums (blocks of 4096
-// elements, two accumulators of each, the last partial vector masked). each(j) is called before
-// every pair of whole vectors at j (layer_norm_rows_streamed computes the previous row's outputs
-// there; moments nothing), so both take the same sums.
+// The sums of d and d^2 over d = x[j] - sh, j < n, in block_sum's order (blocks of 4096
+// elements, two accumulators of each, the last partial vector masked), the lanes added as a tree.
+// each(j) is called before every pair of whole vectors at j (layer_norm_rows_streamed computes the
+// previous row's outputs there; moments nothing), so both take the same sums.
 template <class Each>
 void block_sums2(const float* x, int64_t n, Vec sh, float* s1, float* s2, Each each) {
   constexpr int64_t L = Vec::kLanes, kBlock = 4096;
@@ -68,18 +68,22 @@ void block_sums2(const float* x, int64_t n, Vec sh, float* s1, float* s2, Each e
     t1 = t1 + (a0 + a1);
     t2 = t2 + (q0 + q1);
   }
-  *s1 = sum_lanes(t1);
-  *s2 = sum_lanes(t2);
+  *s1 = reduce_add(t1);  // a tree of halves: a third of sum_lanes' instructions
+  *s2 = reduce_add(t2);
 }
 
 // The shift of moments' sums: the mean of x's first vector (of its first n elements when shorter),
 // near the mean of a row whose elements are alike (within sigma / 4 on 16 lanes, mostly), so that
 // the one-pass variance rarely needs its second pass; x[0] where that mean is not finite (an inf
 // or NaN among them: the row's statistics are then inf or NaN as the reference's).
+// `first`: x's first k = min(n, lanes) elements, zeros past them.
+inline float row_shift(Vec first, int k, float x0) {
+  const float s = reduce_add(first) / static_cast<float>(k);
+  return std::isfinite(s) ? s : x0;
+}
 inline float row_shift(const float* x, int64_t n) {
   const int k = lanes_left(n, 0);
-  const float s = reduce_add(load_padded(x, k, 0.0f)) / static_cast<float>(k);
-  return std::isfinite(s) ? s : x[0];
+  return row_shift(load_padded(x, k, 0.0f), k, x[0]);
 }
 
 // The variance of x[0, n) from its shifted sums s1 = sum(d), s2 = sum(d^2) (block_sums2), with
@@ -137,13 +141,16 @@ void normalize_affine(const float* x, float* y, int64_t n, float shift, float me
 
 namespace {
 
-// layer_norm_rows_short for rows of NV vectors (the last one `last` lanes wide).
+// layer_norm_rows_short for rows of NV vectors (the last one `last` lanes wide): the row's
+// vectors, scale and bias in registers.
 template <int NV>
 void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int last, float eps,
                       const float* scale, const float* bias, float* mean, float* inv_std,
                       bool stream) {
   constexpr int64_t L = Vec::kLanes;
   const Mask tail = first_lanes(last);
+  const int64_t paired = n / (2 * L) * 2;  // vectors in block_sums2's pairs
+  const auto count = static_cast<float>(n);
   auto load = [&](const float* p, int i) {
     return i < NV - 1 ? Vec::load(p + i * L) : Vec::load(p + i * L, last);
   };
@@ -153,28 +160,35 @@ void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int las
     g[i] = load(scale, i);
     b[i] = bias ? load(bias, i) : Vec::zero();
   }
-  const auto count = static_cast<float>(n);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     Vec v[NV];
 #pragma GCC unroll 4
     for (int i = 0; i < NV; ++i) v[i] = load(xr, i);
-    const Vec sh = Vec::set1(xr[0]);
-    Vec s = Vec::zero();
-#pragma GCC unroll 4
-    for (int i = 0; i < NV; ++i)
-      s = s + (i < NV - 1 ? v[i] - sh : select(tail, v[i] - sh, Vec::zero()));
-    const float m = sum_lanes(s) / count;
-    const Vec mv = Vec::set1(m);
-    Vec q = Vec::zero();
+    // moments' statistics, its sums taken from the registers in block_sums2's order (pairs of
+    // whole vectors into the first accumulators, the rest into the second), so that a row gives
+    // the same bits here as row by row (a fused Cast after the node, for one, takes that path).
+    const float c = row_shift(NV == 1 ? select(tail, v[0], Vec::zero()) : v[0],
+                              static_cast<int>(n < L ? n : L), xr[0]);
+    const Vec sh = Vec::set1(c);
+    Vec a0 = Vec::zero(), a1 = Vec::zero(), q0 = Vec::zero(), q1 = Vec::zero();
 #pragma GCC unroll 4
     for (int i = 0; i < NV; ++i) {
-      const Vec d = v[i] - sh - mv;
-      q = q + (i < NV - 1 ? d * d : select(tail, d * d, Vec::zero()));
+      const Vec d = i < NV - 1 ? v[i] - sh : select(tail, v[i] - sh, Vec::zero());
+      if (i < paired && i % 2 == 0) {
+        a0 = a0 + d;
+        q0 = fma(d, d, q0);
+      } else {
+        a1 = a1 + d;
+        q1 = fma(d, d, q1);
+      }
     }
-    const float inv = 1.0f / std::sqrt(sum_lanes(q) / count + eps);
-    mean[r] = xr[0] + m;
+    const float m = reduce_add(Vec::zero() + (a0 + a1)) / count;
+    const float var = variance(xr, n, sh, m, reduce_add(Vec::zero() + (q0 + q1)));
+    const float inv = 1.0f / std::sqrt(var + eps);
+    mean[r] = c + m;
     inv_std[r] = inv;
+    const Vec mv = Vec::set1(m);
     const Vec iv = Vec::set1(inv);
 #pragma GCC unroll 4
     for (int i = 0; i < NV; ++i) {

@@ -202,7 +202,7 @@ inline void softmax_row(const float* x, float* y, float* e, int64_t len, bool lo
     if (!log) ej.store(e + j, n);
     s0 = s0 + ej;
   }
-  const float sum = sum_lanes(s0 + s1);
+  const float sum = reduce_add(s0 + s1);
   if (log) {  // (x - max) first: exact near the max, where the outputs are small
     const Vec c = Vec::set1(std::log(sum));
     store_vectors(y, len, stream, [&](int64_t i, int n) { return Vec::load(x + i, n) - m - c; });
@@ -275,7 +275,7 @@ void softmax_rows_fused(const float* x, float* y, int64_t rows, int64_t len, flo
       s0 = s0 + ej;
     }
     max_next = reduce_max(max(n0, n1));
-    inv_prev = Vec::set1(1.0f / sum_lanes(s0 + s1));
+    inv_prev = Vec::set1(1.0f / reduce_add(s0 + s1));
   }
   const float* ep = row_e(rows - 1);
   float* yp = y + (rows - 1) * len;

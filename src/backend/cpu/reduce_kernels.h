@@ -79,8 +79,8 @@ PTO_ISA_DECLARE(
                                   const float* scale, const float* bias, float* mean,
                                   float* inv_std, bool prefetch);
     // LayerNormalization of `rows` contiguous rows of 0 < n <= kShortNormVectors vectors, each row
-    // held in registers: its moments (shifted by x[0], the variance a second pass over the
-    // centred values in registers) and normalize_affine in one pass over memory, scale
+    // held in registers: its moments (the row read again from L1: the same bits as row by row)
+    // and normalize_affine in one pass over memory, scale
     // and bias loaded once for all the rows. Each row's mean to mean[r], 1 / sqrt(var + eps) to
     // inv_std[r]. With `stream`, y's whole aligned vectors go past the cache, then a fence (the
     // same values either way).
