@@ -1,10 +1,10 @@
 // Mean/variance and the normalizing affine maps for one ISA (included by norm_avx512.cpp,
-// norm_avx2.cpp, norm_generic.cpp). Statistics are taken of x - x[0], exact for data clustered
-// far from 0, and the mean is kept as that shift plus a small float so (x - shift) - mean loses
-// nothing to the mean's rounding. The variance comes from one pass (the sums of d and d^2 for
-// d = x - shift, var = E[d^2] - E[d]^2) where that cannot cancel much: where E[d]^2 > 4 var
-// (x[0] more than two standard deviations from the mean, 4.6% of Gaussian rows), or either is
-// not finite, a second pass over the centred values takes it, as the reference does.
+// norm_avx2.cpp, norm_generic.cpp). Statistics are taken of d = x - shift, the shift the mean of
+// the row's first vector (row_shift): exact for data clustered far from 0, and the mean is kept as
+// that shift plus a small float so (x - shift) - mean loses nothing to the mean's rounding. The
+// variance comes from the same pass (the sums of d and d^2, var = E[d^2] - E[d]^2) where that
+// cannot cancel much, E[d]^2 <= var; elsewhere (a first vector unlike the rest of the row, NaN,
+// inf) a second pass over the centred values takes it, as the reference does.
 #pragma once
 
 #include <cmath>
