@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 
 #include "cpu_reduce_test_util.h"
@@ -60,14 +61,15 @@ TEST(CpuSoftmax, LargeRowsColumnsAndSpecials) {
 }
 
 // Rows long enough for the max's four accumulators and the exps' pairs of vectors, and lengths
-// around the vector width (1, 15, 16, 17 ...), several rows each (the next row is prefetched while
-// one is computed), with specials inside the unrolled part of a row: a NaN (not tracked by the
-// row's max: it still makes the row NaN through the sum), +inf, a row all -inf, huge magnitudes,
-// and scores 88-110 below the max, whose exps are subnormal or zero. Both store paths: ordinary
-// stores, and the rows' exps kept in a scratch row and streamed to y (what `auto` does for outputs
-// larger than the L3, forced here by `always`). Rows of 4096 or more, a multiple of two vectors
-// (4096, 8224), stream each row's outputs during the next row's exps (softmax_rows_pipelined), the
-// others row by row; a single row of 4096 streams after its own exps.
+// around the vector width (1, 15, 16, 17 ...), several rows each (each row's pass folds the next
+// row's max and prefetches the row after), with specials inside the unrolled part of a row: a NaN
+// (not tracked by the row's max: it still makes the row NaN through the sum), +inf, a row all
+// -inf, huge magnitudes, scores 88-110 below the max, whose exps are subnormal or zero, and the
+// max in a row's tail. Both store paths: ordinary stores (each row's exps in y, scaled in place
+// during the next row's pass), and the exps kept in two scratch rows and streamed to y a row
+// later (what `auto` does for outputs larger than the L3, forced here by `always`) where rows are
+// whole vectors (16, 64, 1024, 1040, 2080, 4096, 8224 on AVX-512), the others row by row in three
+// passes, as LogSoftmax always; a single row of 4096 scales its own exps after them.
 TEST(CpuSoftmax, RowLengthsAndSpecialsInLongRows) {
   const Tol tol = {8 * kUlp, 8 * kUlp};
   const MemoryPolicy saved = memory_policy();
@@ -76,7 +78,7 @@ TEST(CpuSoftmax, RowLengthsAndSpecialsInLongRows) {
       SCOPED_TRACE(::testing::Message() << "nontemporal " << static_cast<int>(nt));
       set_memory_policy(MemoryPolicy{.nontemporal = nt});
       expect_matches({op, {random_f32({1, 4096}, 3, -20, 20)}, {}, 13}, tol);
-      for (int64_t len : {1, 15, 16, 17, 31, 63, 64, 65, 129, 1003, 4096, 8224}) {
+      for (int64_t len : {1, 15, 16, 17, 31, 63, 64, 65, 129, 1003, 1024, 1040, 2080, 4096, 8224}) {
         Tensor x = random_f32({9, len}, static_cast<uint32_t>(len), -20, 20);
         float* v = x.data<float>();
         const int64_t mid = len / 2 + len / 3;  // past the first four vectors when len >= 129
@@ -91,6 +93,30 @@ TEST(CpuSoftmax, RowLengthsAndSpecialsInLongRows) {
         expect_matches({op, {x}, {}, 13}, tol);
       }
     }
+  set_memory_policy(saved);
+}
+
+// Softmax gives the same bits under every store policy: the one-pass rows with ordinary stores,
+// streamed, and the three-pass rows that streamed rows not of whole vectors take (lengths 1003
+// and 17), on every ISA.
+TEST(CpuSoftmax, SameBitsUnderEveryStorePolicy) {
+  const MemoryPolicy saved = memory_policy();
+  for (int64_t len : {17, 128, 1003, 1024, 1040}) {
+    NodeCase c{"Softmax", {random_f32({7, len}, static_cast<uint32_t>(len), -20, 20)}, {}, 13};
+    std::vector<Tensor> feeds;
+    const Graph g = one_node(c, &feeds);
+    const Executable exe = compile(g, {.level = 0});
+    for (cpu::Isa isa : cpu::supported_isas()) {
+      cpu::IsaScope scope(isa);
+      set_memory_policy(MemoryPolicy{.nontemporal = MemoryPolicy::NonTemporal::kNever});
+      const Tensor plain = exe.run(feeds)[0];
+      set_memory_policy(MemoryPolicy{.nontemporal = MemoryPolicy::NonTemporal::kAlways});
+      const Tensor streamed = exe.run(feeds)[0];
+      ASSERT_EQ(plain.numel(), streamed.numel());
+      EXPECT_EQ(std::memcmp(plain.raw_data(), streamed.raw_data(), plain.nbytes()), 0)
+          << cpu::isa_name(isa) << ", rows of " << len;
+    }
+  }
   set_memory_policy(saved);
 }
 
@@ -193,6 +219,53 @@ TEST(CpuLayerNorm, ShortRowsInRegisters) {
           expect_matches(c, norm_tol());
         }
     }
+}
+
+// The variance from one pass (the sums of d and d^2, d = x - shift, the shift the mean of the
+// row's first vector) and, where the shift lies over a standard deviation from the row's mean so
+// that E[d^2] - E[d]^2 cancels, from a second pass over the centred values: a row whose first 16
+// elements sit 3 above the rest (the second pass on every ISA; without it the outputs are off by
+// ~100 ulp, past the tolerance), x[0] an outlier (3 against values in [-1, 1]), a constant row
+// (variance 0), a large mean (1000 + [-1, 1]), an inf in the first vector (the shift then x[0]:
+// the row's outputs NaN, its mean inf, as the reference's), on every path: row by row (odd
+// lengths, the tails of the sums' vectors, two blocks of 4096 and one huge row) and streamed with
+// the next row's sums (multiples of 32 from 4096); Mean and InvStdDev too. GroupNormalization
+// takes the same moments.
+TEST(CpuLayerNorm, OnePassVarianceAndItsSecondPass) {
+  const MemoryPolicy saved = memory_policy();
+  uint32_t seed = 300;
+  for (auto nt : {MemoryPolicy::NonTemporal::kNever, MemoryPolicy::NonTemporal::kAlways})
+    for (const Dims& shape : {Dims{6, 65}, Dims{6, 100}, Dims{6, 768}, Dims{6, 1000}, Dims{6, 4096},
+                              Dims{6, 4097}, Dims{6, 8224}, Dims{1, 100003}}) {
+      set_memory_policy(MemoryPolicy{.nontemporal = nt});
+      const int64_t n = shape[1];
+      Tensor x = random_f32(shape, seed++, -1, 1);
+      float* v = x.data<float>();
+      for (int64_t j = 0; j < 16; ++j) v[j] += 3.0f;  // row 0: the shift far from the mean
+      if (shape[0] > 1) {
+        v[n] = 3.0f;  // row 1: x[0] an outlier
+        for (int64_t j = 0; j < n; ++j) {
+          v[2 * n + j] = 5.0f;      // row 2: constant
+          v[3 * n + j] += 1000.0f;  // row 3: a large mean
+        }
+        v[4 * n + 3] = INFINITY;  // row 4
+      }
+      const Tensor scale = random_f32({n}, seed++), bias = random_f32({n}, seed++);
+      for (size_t outputs : {1, 3}) {
+        SCOPED_TRACE(::testing::Message() << dims_str(shape) << " nontemporal "
+                                          << static_cast<int>(nt) << " outputs " << outputs);
+        NodeCase c{"LayerNormalization", {x, scale, bias}, {}, 17};
+        c.num_outputs = outputs;
+        c.constant = {false, true, true};
+        expect_matches(c, norm_tol());
+      }
+    }
+  set_memory_policy(saved);
+  Tensor g = random_f32({2, 4, 3, 50}, seed++, -1, 1);  // groups of 300, one shifted far
+  for (int64_t j = 0; j < 16; ++j) g.data<float>()[j] += 3.0f;
+  NodeCase gn{"GroupNormalization", {g, random_f32({4}, seed++), random_f32({4}, seed++)}, {}, 21};
+  gn.attrs.set("num_groups", int64_t{2});
+  expect_matches(gn, norm_tol());
 }
 
 TEST(CpuLayerNorm, LargeMeanAndOtherScaleShapes) {

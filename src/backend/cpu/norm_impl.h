@@ -1,8 +1,10 @@
 // Mean/variance and the normalizing affine maps for one ISA (included by norm_avx512.cpp,
-// norm_avx2.cpp, norm_generic.cpp). Statistics are taken of x - x[0], exact for data clustered
-// far from 0, and the mean is kept as that shift plus a small float so (x - shift) - mean loses
-// nothing to the mean's rounding; variance takes a second pass over the centred values, as the
-// reference does, rather than E[x^2] - E[x]^2, which cancels when the mean is large.
+// norm_avx2.cpp, norm_generic.cpp). Statistics are taken of d = x - shift, the shift the mean of
+// the row's first vector (row_shift): exact for data clustered far from 0, and the mean is kept as
+// that shift plus a small float so (x - shift) - mean loses nothing to the mean's rounding. The
+// variance comes from the same pass (the sums of d and d^2, var = E[d^2] - E[d]^2) where that
+// cannot cancel much, E[d]^2 <= var; elsewhere (a first vector unlike the rest of the row, NaN,
+// inf) a second pass over the centred values takes it, as the reference does.
 #pragma once
 
 #include <cmath>
@@ -37,18 +39,79 @@ float block_sum(const float* x, int64_t n, Term term) {
   return sum_lanes(total);
 }
 
-void moments(const float* x, int64_t n, float* shift, float* mean, float* var) {
-  const float x0 = x[0];
-  const Vec sh = Vec::set1(x0);
-  const float m = block_sum(x, n, [&](Vec v) { return v - sh; }) / static_cast<float>(n);
+// The sums of d and d^2 over d = x[j] - sh, j < n, in block_sum's order (blocks of 4096
+// elements, two accumulators of each, the last partial vector masked), the lanes added as a tree.
+// each(j) is called before every pair of whole vectors at j (layer_norm_rows_streamed computes the
+// previous row's outputs there; moments nothing), so both take the same sums.
+template <class Each>
+void block_sums2(const float* x, int64_t n, Vec sh, float* s1, float* s2, Each each) {
+  constexpr int64_t L = Vec::kLanes, kBlock = 4096;
+  Vec t1 = Vec::zero(), t2 = Vec::zero();
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = b + kBlock < n ? b + kBlock : n;
+    Vec a0 = Vec::zero(), a1 = Vec::zero(), q0 = Vec::zero(), q1 = Vec::zero();
+    int64_t j = b;
+    for (; j + 2 * L <= e; j += 2 * L) {
+      each(j);
+      const Vec d0 = Vec::load(x + j) - sh, d1 = Vec::load(x + j + L) - sh;
+      a0 = a0 + d0;
+      a1 = a1 + d1;
+      q0 = fma(d0, d0, q0);
+      q1 = fma(d1, d1, q1);
+    }
+    for (; j < e; j += L) {
+      const int k = lanes_left(e, j);
+      const Vec d = select(first_lanes(k), Vec::load(x + j, k) - sh, Vec::zero());
+      a1 = a1 + d;
+      q1 = fma(d, d, q1);
+    }
+    t1 = t1 + (a0 + a1);
+    t2 = t2 + (q0 + q1);
+  }
+  *s1 = reduce_add(t1);  // a tree of halves: a third of sum_lanes' instructions
+  *s2 = reduce_add(t2);
+}
+
+// The shift of moments' sums: the mean of x's first vector (of its first n elements when shorter),
+// near the mean of a row whose elements are alike (within sigma / 4 on 16 lanes, mostly), so that
+// the one-pass variance rarely needs its second pass; x[0] where that mean is not finite (an inf
+// or NaN among them: the row's statistics are then inf or NaN as the reference's).
+// `first`: x's first k = min(n, lanes) elements, zeros past them.
+inline float row_shift(Vec first, int k, float x0) {
+  const float s = reduce_add(first) / static_cast<float>(k);
+  return std::isfinite(s) ? s : x0;
+}
+inline float row_shift(const float* x, int64_t n) {
+  const int k = lanes_left(n, 0);
+  return row_shift(load_padded(x, k, 0.0f), k, x[0]);
+}
+
+// The variance of x[0, n) from its shifted sums s1 = sum(d), s2 = sum(d^2) (block_sums2), with
+// m = s1 / n: s2 / n - m^2 where m^2 <= that (the shift within a standard deviation of the mean:
+// the difference loses at most about as much as the sums' rounding again); else (a shift far
+// from the mean, where the difference cancels, a negative rounding, NaN or inf) a second pass over
+// (d - m)^2 as block_sum takes it.
+inline float variance(const float* x, int64_t n, Vec sh, float m, float s2) {
+  const float v = s2 / static_cast<float>(n) - m * m;
+  if (m * m <= v) return v;
   const Vec mv = Vec::set1(m);
-  const float q = block_sum(x, n, [&](Vec v) {
-    const Vec d = v - sh - mv;
-    return d * d;
-  });
-  *shift = x0;
+  return block_sum(x, n,
+                   [&](Vec t) {
+                     const Vec d = t - sh - mv;
+                     return d * d;
+                   }) /
+         static_cast<float>(n);
+}
+
+void moments(const float* x, int64_t n, float* shift, float* mean, float* var) {
+  const float c = row_shift(x, n);
+  const Vec sh = Vec::set1(c);
+  float s1, s2;
+  block_sums2(x, n, sh, &s1, &s2, [](int64_t) {});
+  const float m = s1 / static_cast<float>(n);
+  *shift = c;
   *mean = m;
-  *var = q / static_cast<float>(n);
+  *var = variance(x, n, sh, m, s2);
 }
 
 float mean_square(const float* x, int64_t n) {
@@ -78,13 +141,16 @@ void normalize_affine(const float* x, float* y, int64_t n, float shift, float me
 
 namespace {
 
-// layer_norm_rows_short for rows of NV vectors (the last one `last` lanes wide).
+// layer_norm_rows_short for rows of NV vectors (the last one `last` lanes wide): the row's
+// vectors, scale and bias in registers.
 template <int NV>
 void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int last, float eps,
                       const float* scale, const float* bias, float* mean, float* inv_std,
                       bool stream) {
   constexpr int64_t L = Vec::kLanes;
   const Mask tail = first_lanes(last);
+  const int64_t paired = n / (2 * L) * 2;  // vectors in block_sums2's pairs
+  const auto count = static_cast<float>(n);
   auto load = [&](const float* p, int i) {
     return i < NV - 1 ? Vec::load(p + i * L) : Vec::load(p + i * L, last);
   };
@@ -94,28 +160,35 @@ void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int las
     g[i] = load(scale, i);
     b[i] = bias ? load(bias, i) : Vec::zero();
   }
-  const auto count = static_cast<float>(n);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     Vec v[NV];
 #pragma GCC unroll 4
     for (int i = 0; i < NV; ++i) v[i] = load(xr, i);
-    const Vec sh = Vec::set1(xr[0]);
-    Vec s = Vec::zero();
-#pragma GCC unroll 4
-    for (int i = 0; i < NV; ++i)
-      s = s + (i < NV - 1 ? v[i] - sh : select(tail, v[i] - sh, Vec::zero()));
-    const float m = sum_lanes(s) / count;
-    const Vec mv = Vec::set1(m);
-    Vec q = Vec::zero();
+    // moments' statistics, its sums taken from the registers in block_sums2's order (pairs of
+    // whole vectors into the first accumulators, the rest into the second), so that a row gives
+    // the same bits here as row by row (a fused Cast after the node, for one, takes that path).
+    const float c = row_shift(NV == 1 ? select(tail, v[0], Vec::zero()) : v[0],
+                              static_cast<int>(n < L ? n : L), xr[0]);
+    const Vec sh = Vec::set1(c);
+    Vec a0 = Vec::zero(), a1 = Vec::zero(), q0 = Vec::zero(), q1 = Vec::zero();
 #pragma GCC unroll 4
     for (int i = 0; i < NV; ++i) {
-      const Vec d = v[i] - sh - mv;
-      q = q + (i < NV - 1 ? d * d : select(tail, d * d, Vec::zero()));
+      const Vec d = i < NV - 1 ? v[i] - sh : select(tail, v[i] - sh, Vec::zero());
+      if (i < paired && i % 2 == 0) {
+        a0 = a0 + d;
+        q0 = fma(d, d, q0);
+      } else {
+        a1 = a1 + d;
+        q1 = fma(d, d, q1);
+      }
     }
-    const float inv = 1.0f / std::sqrt(sum_lanes(q) / count + eps);
-    mean[r] = xr[0] + m;
+    const float m = reduce_add(Vec::zero() + (a0 + a1)) / count;
+    const float var = variance(xr, n, sh, m, reduce_add(Vec::zero() + (q0 + q1)));
+    const float inv = 1.0f / std::sqrt(var + eps);
+    mean[r] = c + m;
     inv_std[r] = inv;
+    const Vec mv = Vec::set1(m);
     const Vec iv = Vec::set1(inv);
 #pragma GCC unroll 4
     for (int i = 0; i < NV; ++i) {
@@ -153,12 +226,12 @@ void layer_norm_rows_short(const float* x, float* y, int64_t rows, int64_t n, fl
   }
 }
 
-// The streamed output vectors of a row drain while the next row's variance computes, instead of
-// in a burst of their own (Softmax's softmax_rows_pipelined does the same).
+// The streamed output vectors of a row drain while the next row's sums compute, instead of in a
+// burst of their own (Softmax's softmax_rows_pipelined does the same).
 void layer_norm_rows_streamed(const float* x, float* y, int64_t rows, int64_t n, float eps,
                               const float* scale, const float* bias, float* mean_out,
                               float* inv_out, bool prefetch) {
-  constexpr int64_t L = Vec::kLanes, kBlock = 4096, kLineFloats = 16;
+  constexpr int64_t L = Vec::kLanes, kLineFloats = 16;
   // The previous row's shift, mean and 1 / std, and one output vector of it at k.
   Vec psh = Vec::zero(), pm = Vec::zero(), pinv = Vec::zero();
   auto out = [&](const float* xp, float* yp, int64_t k) {
@@ -169,32 +242,23 @@ void layer_norm_rows_streamed(const float* x, float* y, int64_t rows, int64_t n,
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     const float* next = prefetch && r + 1 < rows ? xr + n : nullptr;
-    const float x0 = xr[0];
-    const Vec sh = Vec::set1(x0);
-    const float m = block_sum(xr, n, [&](Vec v) { return v - sh; }) / static_cast<float>(n);
-    const Vec mv = Vec::set1(m);
-    // block_sum of (x - shift - mean)^2 (n a multiple of 2 vectors: no tail), row r - 1 out.
-    Vec total = Vec::zero();
-    for (int64_t b = 0; b < n; b += kBlock) {
-      const int64_t e = b + kBlock < n ? b + kBlock : n;
-      Vec s0 = Vec::zero(), s1 = Vec::zero();
-      for (int64_t j = b; j < e; j += 2 * L) {
-        if (next)
-          for (int64_t k = 0; k < 2 * L; k += kLineFloats) __builtin_prefetch(next + j + k, 0, 2);
-        const Vec d0 = Vec::load(xr + j) - sh - mv, d1 = Vec::load(xr + j + L) - sh - mv;
-        s0 = s0 + d0 * d0;
-        s1 = s1 + d1 * d1;
-        if (r > 0) {
-          out(xr - n, y + (r - 1) * n, j);
-          out(xr - n, y + (r - 1) * n, j + L);
-        }
+    const float c = row_shift(xr, n);
+    const Vec sh = Vec::set1(c);
+    // moments' sums (n a multiple of 2 vectors: no tail), row r - 1 out meanwhile.
+    float s1, s2;
+    block_sums2(xr, n, sh, &s1, &s2, [&](int64_t j) {
+      if (next)
+        for (int64_t k = 0; k < 2 * L; k += kLineFloats) __builtin_prefetch(next + j + k, 0, 2);
+      if (r > 0) {
+        out(xr - n, y + (r - 1) * n, j);
+        out(xr - n, y + (r - 1) * n, j + L);
       }
-      total = total + (s0 + s1);
-    }
-    const float var = sum_lanes(total) / static_cast<float>(n);
-    mean_out[r] = x0 + m;
+    });
+    const float m = s1 / static_cast<float>(n);
+    const float var = variance(xr, n, sh, m, s2);
+    mean_out[r] = c + m;
     inv_out[r] = 1.0f / std::sqrt(var + eps);
-    psh = sh, pm = mv, pinv = Vec::set1(inv_out[r]);
+    psh = sh, pm = Vec::set1(m), pinv = Vec::set1(inv_out[r]);
   }
   if (rows > 0)
     for (int64_t j = 0; j < n; j += L) out(x + (rows - 1) * n, y + (rows - 1) * n, j);

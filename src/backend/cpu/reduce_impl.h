@@ -202,7 +202,7 @@ inline void softmax_row(const float* x, float* y, float* e, int64_t len, bool lo
     if (!log) ej.store(e + j, n);
     s0 = s0 + ej;
   }
-  const float sum = sum_lanes(s0 + s1);
+  const float sum = reduce_add(s0 + s1);
   if (log) {  // (x - max) first: exact near the max, where the outputs are small
     const Vec c = Vec::set1(std::log(sum));
     store_vectors(y, len, stream, [&](int64_t i, int n) { return Vec::load(x + i, n) - m - c; });
@@ -212,60 +212,95 @@ inline void softmax_row(const float* x, float* y, float* e, int64_t len, bool lo
   }
 }
 
-// Softmax of rows [0, rows) with streaming stores, each row's scaling pass folded into the exp
-// pass of the row after it: row r's exps go to half (r & 1) of buf (2 len floats) while row r - 1's
-// outputs, the other half times 1 / its sum, stream out a vector per exp vector, so the streaming
-// stores drain while the exps compute instead of in a burst of their own that stalls on the
-// write-combining buffers. Rows of 8192 at 4x L3 on Zen 4 (1 thread): 1.2x in a hand loop,
-// 20.2-20.9 -> 29.0-29.2 GB/s in the kernel; rows of 1024 gained nothing in the hand loop (14.6
-// and 12.8 against 14.1 GB/s) and looked slower under load, so softmax_rows takes this path for
-// rows of 4096 or more. y must be 64-byte aligned and len a multiple of 2 vectors (every vector
-// streams).
-void softmax_rows_pipelined(const float* x, float* y, int64_t rows, int64_t len, float* buf,
-                            bool prefetch) {
+// Softmax of rows [0, rows) in one pass over each row: the pass over row r computes its exps
+// (into e_r) and their sum, writes row r - 1's outputs (e_{r-1} times 1 / its sum) a vector per exp
+// vector, and folds row r + 1's max from its loads, while row r + 2 is prefetched into L2 (with
+// `prefetch`). Row by row (softmax_row) a row takes three passes: its max (the only reads from
+// memory, whose latency nothing hid), its exps, its scaling (a burst of streaming stores that
+// stalled on the write-combining buffers). With kStream, e_r is half (r & 1) of buf (2 len floats,
+// in L1 or L2) and y is streamed (len a multiple of the vector, y aligned to it); else e_r is y's
+// row r, scaled in place a row later. The same arithmetic as softmax_row (exps and sums in the
+// same order, the tail of a row summed into the first accumulator): the same bits either way.
+// Rows of 1024 at 4x L3 (Zen 4, 1 thread, streamed, in one process alternated with row by row):
+// see docs/python.md, "Memory policy".
+template <bool kStream>
+void softmax_rows_fused(const float* x, float* y, int64_t rows, int64_t len, float* buf,
+                        bool prefetch) {
   constexpr int64_t L = Vec::kLanes, kLineFloats = 16;
+  const int64_t pairs = len / (2 * L) * (2 * L);
+  auto row_e = [&](int64_t r) { return kStream ? buf + (r & 1) * len : y + r * len; };
+  auto out = [&](Vec v, float* p, int k) {
+    if (k < L)
+      v.store(p, k);
+    else if (kStream)
+      v.stream(p);
+    else
+      v.store(p);
+  };
   Vec inv_prev = Vec::zero();
+  float max_next = row_max(x, len);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * len;
-    const float* next = prefetch && r + 1 < rows ? xr + len : nullptr;
-    float* e = buf + (r & 1) * len;
-    const float* ep = buf + ((r + 1) & 1) * len;
-    float* yp = r > 0 ? y + (r - 1) * len : nullptr;
-    const Vec m = Vec::set1(row_max(xr, len));
+    const float* xn = r + 1 < rows ? xr + len : xr;  // the last row folds its own max again
+    const float* ahead = prefetch && r + 2 < rows ? xr + 2 * len : nullptr;
+    float* e = row_e(r);
+    const float* ep = r > 0 ? row_e(r - 1) : nullptr;
+    float* yp = r > 0 ? y + (r - 1) * len : y;
+    const Vec m = Vec::set1(max_next);
     Vec s0 = Vec::zero(), s1 = Vec::zero();
-    for (int64_t j = 0; j < len; j += 2 * L) {
-      if (next)
-        for (int64_t k = 0; k < 2 * L; k += kLineFloats) __builtin_prefetch(next + j + k, 0, 2);
+    Vec n0 = Vec::set1(-INFINITY), n1 = n0;
+    int64_t j = 0;
+    for (; j < pairs; j += 2 * L) {
+      if (ahead)
+        for (int64_t k = 0; k < 2 * L; k += kLineFloats) __builtin_prefetch(ahead + j + k, 0, 2);
+      n0 = max(n0, Vec::load(xn + j));
+      n1 = max(n1, Vec::load(xn + j + L));
       const Vec e0 = exp<false>(Vec::load(xr + j) - m), e1 = exp<false>(Vec::load(xr + j + L) - m);
       e0.store(e + j);
       e1.store(e + j + L);
-      if (yp) {
-        (Vec::load(ep + j) * inv_prev).stream(yp + j);
-        (Vec::load(ep + j + L) * inv_prev).stream(yp + j + L);
+      if (ep) {
+        out(Vec::load(ep + j) * inv_prev, yp + j, L);
+        out(Vec::load(ep + j + L) * inv_prev, yp + j + L, L);
       }
       s0 = s0 + e0;
       s1 = s1 + e1;
     }
-    inv_prev = Vec::set1(1.0f / sum_lanes(s0 + s1));
+    for (; j < len; j += L) {  // at most one whole vector and a part one
+      const int k = lanes_left(len, j);
+      if (ahead) __builtin_prefetch(ahead + j, 0, 2);
+      n0 = max(n0, load_padded(xn + j, k, -INFINITY));
+      const Vec ej = exp<false>(load_padded(xr + j, k, -INFINITY) - m);
+      ej.store(e + j, k);
+      if (ep) out(Vec::load(ep + j, k) * inv_prev, yp + j, k);
+      s0 = s0 + ej;
+    }
+    max_next = reduce_max(max(n0, n1));
+    inv_prev = Vec::set1(1.0f / reduce_add(s0 + s1));
   }
-  const float* ep = buf + ((rows - 1) & 1) * len;
+  const float* ep = row_e(rows - 1);
   float* yp = y + (rows - 1) * len;
-  for (int64_t j = 0; j < len; j += L) (Vec::load(ep + j) * inv_prev).stream(yp + j);
+  for (int64_t j = 0; j < len; j += L) {
+    const int k = lanes_left(len, j);
+    out(Vec::load(ep + j, k) * inv_prev, yp + j, k);
+  }
 }
 
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log, float* stream_buf,
                   bool prefetch) {
-  if (stream_buf && !log && len >= 4096 && len % (2 * Vec::kLanes) == 0 &&
-      reinterpret_cast<uintptr_t>(y) % 64 == 0 && rows > 0) {
-    softmax_rows_pipelined(x, y, rows, len, stream_buf, prefetch);
+  if (rows == 0) return;
+  const bool stream = stream_buf != nullptr;
+  if (!log && !stream) return softmax_rows_fused<false>(x, y, rows, len, nullptr, prefetch);
+  if (!log && len % Vec::kLanes == 0 &&
+      reinterpret_cast<uintptr_t>(y) % (Vec::kLanes * sizeof(float)) == 0) {
+    softmax_rows_fused<true>(x, y, rows, len, stream_buf, prefetch);
     return stream_fence();
   }
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = 0; r < rows; ++r) {  // LogSoftmax, and streamed rows not of whole vectors
     float* yr = y + r * len;
-    softmax_row(x + r * len, yr, stream_buf ? stream_buf : yr, len, log, stream_buf != nullptr,
+    softmax_row(x + r * len, yr, stream ? stream_buf : yr, len, log, stream,
                 prefetch && r + 1 < rows ? x + (r + 1) * len : nullptr);
   }
-  if (stream_buf) stream_fence();
+  if (stream) stream_fence();
 }
 
 void softmax_columns(const float* x, float* y, int64_t len, int64_t inner, int64_t i0, int64_t i1,

@@ -45,14 +45,17 @@ PTO_ISA_DECLARE(
 
     // Softmax (or LogSoftmax) of `rows` contiguous rows of `len` elements. stream_buf: null, or
     // 2 len floats of scratch, and y is stored past the cache (MemoryPolicy::nontemporal). With
-    // `prefetch`, each row but the last prefetches the next one into L2.
+    // `prefetch`, rows ahead are prefetched into L2 (Softmax: two rows ahead, its pass over a
+    // row also reading the next one; LogSoftmax: the next row).
     void softmax_rows(const float* x, float* y, int64_t rows, int64_t len, bool log,
                       float* stream_buf, bool prefetch);
     // The same along the middle axis of one [len, inner] slice, for columns [i0, i1).
     void softmax_columns(const float* x, float* y, int64_t len, int64_t inner, int64_t i0,
                          int64_t i1, bool log);
 
-    // Population statistics of x[0, n), n > 0: the mean is shift + mean (shift = x[0]).
+    // Population statistics of x[0, n), n > 0: the mean is shift + mean (shift: the mean of x's
+    // first vector, or x[0] where that is not finite); the variance from the one pass of the
+    // sums of x - shift and their squares, or a second pass where those cancel (norm_impl.h).
     void moments(const float* x, int64_t n, float* shift, float* mean, float* var);
     // The mean of x[j]^2 over j < n, n > 0 (RMSNormalization).
     float mean_square(const float* x, int64_t n);
@@ -68,7 +71,7 @@ PTO_ISA_DECLARE(
                           bool fence, const float* next);
     // LayerNormalization of `rows` contiguous rows of n floats, y stored past the cache: the
     // moments and normalize_affine of each row, with row r's normalizing pass folded into row
-    // r + 1's variance pass (a streamed output vector per variance vector), then a fence. The
+    // r + 1's pass of sums (a streamed output vector per vector summed), then a fence. The
     // same arithmetic as those calls row by row. n > 0 a multiple of 32, y 64-byte aligned. Each
     // row's mean to mean[r], 1 / sqrt(var + eps) to inv_std[r]. With `prefetch`, each row but the
     // last prefetches the next one into L2.
@@ -76,8 +79,8 @@ PTO_ISA_DECLARE(
                                   const float* scale, const float* bias, float* mean,
                                   float* inv_std, bool prefetch);
     // LayerNormalization of `rows` contiguous rows of 0 < n <= kShortNormVectors vectors, each row
-    // held in registers: its moments (as `moments` takes them: shifted by x[0], the variance a
-    // second pass over the centred values) and normalize_affine in one pass over memory, scale
+    // held in registers: its moments (the row read again from L1: the same bits as row by row)
+    // and normalize_affine in one pass over memory, scale
     // and bias loaded once for all the rows. Each row's mean to mean[r], 1 / sqrt(var + eps) to
     // inv_std[r]. With `stream`, y's whole aligned vectors go past the cache, then a fence (the
     // same values either way).
