@@ -13,20 +13,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import pypto
+from test_control_flow import _save, _vi
 
 F, I32, I64, B = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL
 H, X = 5, 3  # hidden and input sizes of the cell
-
-
-def _vi(name, elem, shape):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _save(path, nodes, inputs, outputs, inits=(), opset=17):
-    graph = helper.make_graph(nodes, "loops", inputs, outputs, list(inits))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    path.write_bytes(model.SerializeToString())
-    return path
 
 
 def _check(path, feeds, model=None):
