@@ -7,7 +7,8 @@
 //     takes more nodes (rules MatMul+Elementwise, Gemm+Elementwise, Conv+Elementwise);
 //  2. elementwise: starting from the first unclaimed fusible elementwise node, the group grows
 //     forward by the readers of its values that are fusible, have the group's output shape, and
-//     keep the group convex (no path leaves the group and comes back into it);
+//     keep the group convex (no path leaves the group and comes back into it), and backward by
+//     such producers whose results only the group reads;
 //  3. casts: a norm or softmax with the Casts that widen its input from and narrow its output to
 //     bf16/f16 (fusion/node_casts.h), when a backend's kernel for it takes them: what is left of
 //     them after rule 2, and a group of rule 2 that is just those (the norm kernel, not a tile
@@ -114,6 +115,23 @@ std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
       for (int32_t r : readers[o])
         if (joinable(r) && !widens(g, nodes[r])) join(r);
     }
+    // Backward: a producer of the group's shape whose every result is read inside the group
+    // only (a sibling branch of the seed: an LSTM's other gate, a mask's Mul) joins, so its
+    // result never leaves the kernel; a later seed would otherwise find its readers taken and
+    // stay a kernel of its own.
+    if (k + 1 == members.size())
+      for (size_t b = 0; b < members.size(); ++b)
+        for (ValueId v : nodes[members[b]].inputs) {
+          const int32_t p = v == kNoValue ? -1 : g.value(v).producer;
+          if (p < 0 || !joinable(p) || widens(g, nodes[p])) continue;
+          bool inside = true;
+          for (ValueId o : nodes[p].outputs)
+            if (o != kNoValue) {
+              inside = inside && !g.is_output(o);
+              for (int32_t r : readers[o]) inside = inside && in[r];
+            }
+          if (inside) join(p);
+        }
   }
   std::sort(members.begin(), members.end());
   return members;

@@ -140,6 +140,29 @@ bool worth_specializing(const Executable& generic) {
   return false;
 }
 
+// Whether each input dim of `g` that is not known is a symbol, none merely unknown: a Loop body
+// whose carried value changes shape from one iteration to the next has such a dim (inference
+// makes the dims that differ unknown), and would meet a new signature every iteration.
+bool symbolic_dims_only(const Graph& g) {
+  for (ValueId v : g.inputs()) {
+    const TensorType& t = g.value(v).type;
+    if (!t.is_tensor() || !t.shape) return false;
+    for (const Dim& d : *t.shape)
+      if (!d.is_known() && !d.is_symbolic()) return false;
+  }
+  return true;
+}
+
+// Whether subgraph `attr` of `n` runs once per iteration (a Loop or Scan body) on inputs whose
+// shapes stay those of the first iteration: compiled for those shapes, its kernels take their
+// static-shape paths (an elementwise kernel checks its shapes once, not on every call; views
+// reshape to the compiled dims; one memory plan without a lookup by shape), which a body that
+// runs tens of times a call pays for at once even when no node changes backend.
+bool iterated_with_fixed_shapes(const Node& n, const std::string& attr, const Graph& body) {
+  return (n.op == "Loop" || n.op == "Scan") && n.domain.empty() && attr == "body" &&
+         symbolic_dims_only(body);
+}
+
 bool same_shapes(const std::vector<Dims>& shapes, const std::vector<Tensor>& inputs) {
   if (shapes.size() != inputs.size()) return false;
   for (size_t i = 0; i < shapes.size(); ++i)
@@ -167,7 +190,7 @@ std::unique_ptr<ControlFlowKernel> ControlFlowKernel::compile(const Graph& g,
       auto source = std::make_shared<const Graph>(with_constant_captures(g, n, **sub));
       Executable generic = pto::compile(*source, nested);
       if (!options.specialize_subgraphs || !needs_specializing(*source) ||
-          !worth_specializing(generic))
+          (!worth_specializing(generic) && !iterated_with_fixed_shapes(n, attr, *source)))
         source = nullptr;
       subgraphs.push_back({attr, std::move(generic), std::move(source), nested});
     } catch (const InternalError&) {

@@ -411,5 +411,64 @@ TEST(ControlFlowIr, KnownCondTypesTheTakenBranchOnly) {
   EXPECT_THROW(parse_graph(taken), ValueError);
 }
 
+// A Loop body whose inputs have the model's symbolic dims runs every iteration on the shapes of
+// the first: it is compiled for them (its kernels then take their static-shape paths) even
+// though no node changes backend; a body whose carried value changes shape (an unknown dim, a
+// new signature every iteration) keeps its generic compile. Both match the reference.
+TEST(ControlFlowIr, LoopBodyWithSymbolicDimsIsCompiledForTheRunShapes) {
+  const std::string fixed = R"(graph main (opset 17)
+  input  %m: i64[]
+  input  %h0: f32[N, 8]
+  %h, %s = Loop(%m, _, %h0) {body=graph}  # loop
+    body: graph body (opset 17)
+      input  %i: i64[]
+      input  %c: bool[]
+      input  %h_in: f32[N, 8]
+      const  %st: i64[1] = [4]
+      const  %en: i64[1] = [8]
+      const  %ax: i64[1] = [1]
+      %hi = Slice(%h_in, %st, %en, %ax)  # slice
+      %a, %b = Split(%h_in) {axis=1}  # split
+      %g = Sigmoid(%a)  # sig
+      %t = Tanh(%hi)  # tanh
+      %u = Mul(%g, %t)  # mul
+      %v = Add(%u, %b)  # add
+      %h_out = Concat(%v, %u) {axis=1}  # cat
+      return %c, %h_out, %v
+  return %h, %s
+)";
+  const std::string grows = R"(graph main (opset 17)
+  input  %m: i64[]
+  input  %h0: f32[N, 8]
+  %h = Loop(%m, _, %h0) {body=graph}  # loop
+    body: graph body (opset 17)
+      input  %i: i64[]
+      input  %c: bool[]
+      input  %h_in: f32[N, ?]
+      %t = Tanh(%h_in)  # tanh
+      %h_out = Concat(%h_in, %t) {axis=1}  # cat
+      return %c, %h_out
+  return %h
+)";
+  for (const std::string* text : {&fixed, &grows}) {
+    Executable exe = compile(parse_graph(*text), {.level = 2});
+    ASSERT_EQ(exe.graph().nodes()[0].op, "Loop");
+    const Executable* generic = exe.subgraphs(0)[0].second;
+    for (int64_t n : {3, 1}) {
+      const std::vector<Tensor> in{Tensor::scalar<int64_t>(3), random_tensor({n, 8}, 9)};
+      expect_same(exe.run(in), reference::run(parse_graph(*text), in));
+      const Executable& ran = *exe.subgraphs(0)[0].second;
+      const TensorType& h_in = ran.graph().value(ran.graph().inputs()[2]).type;
+      if (text == &fixed) {
+        EXPECT_NE(&ran, generic);
+        EXPECT_EQ(h_in.str(), cat("f32[", n, ", 8]"));
+      } else {
+        EXPECT_EQ(&ran, generic);
+        EXPECT_EQ(h_in.str(), "f32[N, ?]");
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pto

@@ -49,14 +49,16 @@ struct Case {
   Attributes attrs;
   size_t outputs = 1;
   int opset = 18;
+  bool any_shape = false;  // data inputs of unknown shape: errors come at run time, not compile
 };
 
 Graph graph_of(const Case& c) {
   Graph g;
   std::vector<ValueId> ins, outs;
   for (size_t i = 0; i < c.data.size(); ++i)
-    ins.push_back(
-        g.add_input("x" + std::to_string(i), {c.data[i].dtype(), to_shape(c.data[i].shape())}));
+    ins.push_back(g.add_input(
+        "x" + std::to_string(i),
+        {c.data[i].dtype(), c.any_shape ? std::optional<Shape>() : to_shape(c.data[i].shape())}));
   for (size_t i = 0; i < c.constants.size(); ++i) {
     if (!c.constants[i].defined()) {
       ins.push_back(kNoValue);
@@ -480,6 +482,47 @@ TEST(CpuMovement, Slice) {
          1,
          1});
   check({"Slice", {random_tensor(DType::kF32, {300, 300})}, {ints({1, 2}), ints({299, 298})}});
+}
+
+// Constant starts/ends/axes/steps are read once when the kernel is made (prepare_params); every
+// error still comes at run time, the reference's message word for word, whether reading them
+// failed (lengths that differ) or the input shows it (an axis out of its rank, repeated, step 0).
+TEST(CpuMovement, SliceErrorsWithConstantParameters) {
+  const Tensor x = random_tensor(DType::kF32, {5, 6});
+  EXPECT_NE(error_of({"Slice", {x}, {ints({0}), ints({1}), ints({2})}, {}, 1, 18, true})
+                .find("out of range"),
+            std::string::npos);
+  EXPECT_NE(error_of({"Slice", {x}, {ints({0, 0}), ints({1, 1}), ints({1, -1})}, {}, 1, 18, true})
+                .find("repeated"),
+            std::string::npos);
+  EXPECT_NE(error_of({"Slice", {x}, {ints({0}), ints({1}), ints({0}), ints({0})}, {}, 1, 18, true})
+                .find("step 0"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of({"Slice", {x}, {ints({0, 1}), ints({1})}, {}, 1, 18, true}).find("differ in length"),
+      std::string::npos);
+  // The same prepared kernel on inputs of other ranks: the axis is checked per call.
+  Executable exe = compile(
+      graph_of({"Slice", {x}, {ints({1}), ints({4}), ints({-1})}, {}, 1, 18, true}), {.level = 0});
+  ASSERT_EQ(exe.node_backend(0), "cpu");
+  for (const Dims& shape : {Dims{7}, Dims{2, 3, 9}}) {
+    const Tensor y = random_tensor(DType::kF32, shape);
+    expect_same_bits(exe.run({y})[0], reference::run(exe.graph(), {y})[0], dims_str(shape));
+  }
+}
+
+TEST(CpuMovement, SplitErrorsWithConstantParameters) {
+  const Tensor x = random_tensor(DType::kF32, {5, 6});
+  EXPECT_NE(error_of({"Split", {x}, {ints({2, 3})}, attrs({{"axis", int64_t{1}}}), 2, 13, true})
+                .find("does not sum"),
+            std::string::npos);
+  EXPECT_NE(error_of({"Split", {x}, {ints({2, 3, 1})}, attrs({{"axis", int64_t{2}}}), 3, 13, true})
+                .find("out of range"),
+            std::string::npos);
+  EXPECT_NE(error_of({"Split", {x}, {ints({5})}, attrs({}), 2, 13, true}).find("entries for"),
+            std::string::npos);
+  EXPECT_NE(error_of({"Split", {x}, {}, attrs({{"axis", int64_t{1}}}), 4, 13, true}).find("evenly"),
+            std::string::npos);
 }
 
 // ---- Expand, Tile, Pad ----

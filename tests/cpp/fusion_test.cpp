@@ -388,6 +388,38 @@ TEST(Fusion, CastFromInt32JoinsAnElementwiseGroup) {
   EXPECT_EQ(exe.step(0).rule, "Elementwise");
 }
 
+// An LSTM cell's gates: c' = sigmoid(b) c + sigmoid(a) tanh(c~), h = sigmoid(d) tanh(c'). Grown
+// forward from the first gate alone, the group would leave the other gates' branches (their
+// readers taken) as kernels of their own; grown backward too, the four branches are one kernel
+// with two outputs. A gate also read outside the group (a graph output) stays out of it.
+TEST(Fusion, SiblingBranchesJoinTheirReadersGroup) {
+  for (bool gate_out : {false, true}) {
+    Graph g;
+    std::vector<ValueId> in;
+    for (const char* name : {"a", "b", "cand", "d", "c"})
+      in.push_back(g.add_input(name, {DType::kF32, to_shape({3, 37})}));
+    auto node = [&](const char* op, std::vector<ValueId> args, const char* out) {
+      const ValueId v = g.add_value(out);
+      g.add_node(op, args, {v}, {}, out);
+      return v;
+    };
+    const ValueId i = node("Sigmoid", {in[0]}, "i"), f = node("Sigmoid", {in[1]}, "f");
+    const ValueId t = node("Tanh", {in[2]}, "t"), o = node("Sigmoid", {in[3]}, "o");
+    const ValueId fc = node("Mul", {f, in[4]}, "fc"), it = node("Mul", {i, t}, "it");
+    const ValueId c2 = node("Add", {fc, it}, "c2");
+    const ValueId h = node("Mul", {o, node("Tanh", {c2}, "tc")}, "h");
+    g.add_output(c2);
+    g.add_output(h);
+    if (gate_out) g.add_output(f);
+    std::vector<Tensor> x;
+    for (uint64_t k = 0; k < 5; ++k) x.push_back(random_tensor({3, 37}, 140 + k));
+    Executable exe = check_against_reference(g, x, 2);
+    ASSERT_EQ(exe.num_steps(), gate_out ? 2u : 1u);
+    EXPECT_EQ(exe.step(gate_out ? 1 : 0).rule, "Elementwise");
+    EXPECT_EQ(exe.step(gate_out ? 1 : 0).nodes.size(), gate_out ? 8u : 9u);
+  }
+}
+
 // Shrink is a tile op: Add, Shrink and Mul run as one elementwise kernel.
 TEST(Fusion, ShrinkJoinsAnElementwiseGroup) {
   Graph g;

@@ -106,12 +106,15 @@ class Stacker {
     put(out_, axis_, i, part);
   }
 
+  // With no part, the declared type's dims that are not known (the model's symbols) are 0, as
+  // onnxruntime makes them: a Loop of zero trips over a [T, N, H] scan output gives [0, 0, H].
   Tensor result() const {
     if (out_.defined()) return out_;
-    if (fallback_.dtype == DType::kUndefined || !fallback_.shape || !is_static(*fallback_.shape))
-      throw ValueError(cat(where_, ": no iteration ran, and the shape of a scan output (",
-                           fallback_.str(), ") is not static"));
-    Dims shape = to_dims(*fallback_.shape);
+    if (fallback_.dtype == DType::kUndefined || !fallback_.shape)
+      throw ValueError(cat(where_, ": no iteration ran, and the rank of a scan output (",
+                           fallback_.str(), ") is not known"));
+    Dims shape;
+    for (const Dim& d : *fallback_.shape) shape.push_back(d.is_known() ? d.value : 0);
     const auto rank = static_cast<int64_t>(shape.size()) + 1;
     shape.insert(shape.begin() + normalize_axis(axis_, rank, where_), 0);
     return Tensor::empty(fallback_.dtype, shape);

@@ -9,17 +9,26 @@ namespace pto::reference {
 void register_scatter_kernels(KernelRegistry& r);  // scatter.cpp
 void register_unique_kernels(KernelRegistry& r);   // unique.cpp
 
+// The node's where() (an allocation) is built only for an error: a Loop body gathers its step's
+// row on every iteration.
 std::vector<int64_t> gather_indices(const KernelContext& c, int64_t* axis_out, Dims* out_shape) {
-  const std::string w = c.where();
   const Tensor& data = c.input(0);
   const Tensor& ind = c.input(1);
-  const int64_t axis = normalize_axis(c.node.attr_int("axis"), data.rank(), w);
+  const int64_t rank = data.rank(), a = c.node.attr_int("axis");
+  const int64_t axis =
+      a >= -rank && a < rank ? (a < 0 ? a + rank : a) : normalize_axis(a, rank, c.where());
   const Dims& d = data.shape();
   out_shape->assign(d.begin(), d.begin() + axis);
   out_shape->insert(out_shape->end(), ind.shape().begin(), ind.shape().end());
   out_shape->insert(out_shape->end(), d.begin() + axis + 1, d.end());
-  std::vector<int64_t> idx = index_values(ind, w, "indices");
-  for (int64_t& i : idx) i = fix_index(i, d[axis], w, axis);  // checked even for an empty output
+  // An integer tensor reads without an error (the name is for the others).
+  std::vector<int64_t> idx =
+      index_values(ind, is_integral(ind.dtype()) ? std::string() : c.where(), "indices");
+  const int64_t n = d[axis];
+  for (int64_t& i : idx) {                                   // checked even for an empty output
+    if (i < -n || i >= n) fix_index(i, n, c.where(), axis);  // throws
+    i = i < 0 ? i + n : i;
+  }
   *axis_out = axis;
   return idx;
 }

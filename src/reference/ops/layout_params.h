@@ -5,6 +5,7 @@
 // return that view, and a kernel only has to pack it.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,14 @@ Tensor permuted_view(const Tensor& t, const std::vector<int64_t>& perm);
 // Strided views of input 0 (zero strides where it repeats) whose packed copy is the output.
 Tensor expand_view(const KernelContext& c);
 Tensor slice_view(const KernelContext& c);
+// Slice's starts, ends, axes and steps (attributes, or inputs 1-4), of one length, axes and steps
+// filled in where absent; and the view for them read once (a kernel prepared with constant
+// inputs): errors name c's node, whose where() is built only for them.
+struct SliceParams {
+  std::vector<int64_t> starts, ends, axes, steps;
+};
+SliceParams slice_params(const KernelContext& c);
+Tensor slice_view(const KernelContext& c, const SliceParams& p);
 // Tile: the view has shape [r0, d0, r1, d1, ...]; its packed copy reshaped to `out` is the output.
 Tensor tile_view(const KernelContext& c, Dims* out);
 
@@ -38,6 +47,16 @@ Tensor depth_to_space_view(const KernelContext& c, Dims* out);
 Tensor space_to_depth_view(const KernelContext& c, Dims* out);
 // Split: one view of input 0 per output.
 std::vector<Tensor> split_views(const KernelContext& c);
+// Split's axis, sizes (input 1 or attribute `split`) and num_outputs as the node gives them; and
+// the views for them read once (a kernel prepared with a constant `split`), checked against
+// input 0 on each call (errors build where() only when thrown).
+struct SplitParams {
+  int64_t axis = 0;
+  std::optional<std::vector<int64_t>> split;
+  std::optional<int64_t> num_outputs;
+};
+SplitParams split_params(const KernelContext& c);
+std::vector<Tensor> split_views(const KernelContext& c, const SplitParams& p);
 // Concat: the output shape after checking every input against input 0; `*axis` normalized.
 Dims concat_dims(const KernelContext& c, int64_t* axis);
 

@@ -217,21 +217,43 @@ Dims concat_dims(const KernelContext& c, int64_t* axis_out) {
 
 // ---- Pieces: Split and Slice ----
 
+namespace {
+
+// normalize_axis without building c.where() (an allocation) unless the axis is out of range.
+int64_t axis_of(const KernelContext& c, int64_t axis, int64_t rank) {
+  if (axis >= -rank && axis < rank) return axis < 0 ? axis + rank : axis;
+  return normalize_axis(axis, rank, c.where());
+}
+
+}  // namespace
+
+SplitParams split_params(const KernelContext& c) {
+  SplitParams p;
+  p.axis = c.node.attr_int("axis");
+  p.split = input_or_attr(c, 1, "split");
+  if (c.attrs().has("num_outputs")) p.num_outputs = c.attrs().get_int("num_outputs");
+  return p;
+}
+
 std::vector<Tensor> split_views(const KernelContext& c) {
+  return split_views(c, split_params(c));
+}
+
+std::vector<Tensor> split_views(const KernelContext& c, const SplitParams& p) {
   const Tensor& x = c.input(0);
-  int64_t axis = normalize_axis(c.node.attr_int("axis"), x.rank(), c.where());
+  int64_t axis = axis_of(c, p.axis, x.rank());
   int64_t dim = x.shape()[axis];
   auto n = static_cast<int64_t>(c.num_outputs);
   Ints sizes;
-  if (std::optional<Ints> split = input_or_attr(c, 1, "split")) {
-    sizes = *split;
+  if (p.split) {
+    sizes = *p.split;
     if (static_cast<int64_t>(sizes.size()) != n)
       throw ValueError(cat(c.where(), ": split ", dims_str(sizes), " has ", sizes.size(),
                            " entries for ", n, " outputs"));
-  } else if (c.attrs().has("num_outputs")) {
-    if (c.attrs().get_int("num_outputs") != n)
-      throw ValueError(cat(c.where(), ": num_outputs is ", c.attrs().get_int("num_outputs"),
-                           " but the node has ", n, " outputs"));
+  } else if (p.num_outputs) {
+    if (*p.num_outputs != n)
+      throw ValueError(
+          cat(c.where(), ": num_outputs is ", *p.num_outputs, " but the node has ", n, " outputs"));
     int64_t chunk = n > 0 ? (dim + n - 1) / n : 0;  // the last chunk may be smaller
     for (int64_t i = 0; i < n; ++i) sizes.push_back(std::clamp<int64_t>(dim - i * chunk, 0, chunk));
     if (n > 0 && sizes.back() == 0 && dim > 0)
@@ -249,45 +271,55 @@ std::vector<Tensor> split_views(const KernelContext& c) {
   if (total != dim)
     throw ValueError(cat(c.where(), ": split ", dims_str(sizes), " does not sum to ", dim));
   std::vector<Tensor> views;
+  views.reserve(sizes.size());
   int64_t start = 0;
   for (int64_t s : sizes) {
     Dims shape = x.shape();
     shape[axis] = s;
-    views.push_back(x.view(shape, x.strides(), start * x.strides()[axis]));
+    views.push_back(x.view(std::move(shape), x.strides(), start * x.strides()[axis]));
     start += s;
   }
   return views;
 }
 
-Tensor slice_view(const KernelContext& c) {
-  const Tensor& x = c.input(0);
-  Ints starts, ends, axes, steps;
+SliceParams slice_params(const KernelContext& c) {
+  SliceParams p;
   if (c.attrs().has("starts")) {  // Slice-1: attributes
-    starts = c.attrs().get_ints("starts");
-    ends = c.attrs().get_ints("ends");
-    axes = c.attrs().get_ints("axes", {});
+    p.starts = c.attrs().get_ints("starts");
+    p.ends = c.attrs().get_ints("ends");
+    p.axes = c.attrs().get_ints("axes", {});
   } else {
-    starts = to_int64s(c.input(1), c.where());
-    ends = to_int64s(c.input(2), c.where());
-    if (c.has_input(3)) axes = to_int64s(c.input(3), c.where());
-    if (c.has_input(4)) steps = to_int64s(c.input(4), c.where());
+    p.starts = to_int64s(c.input(1), c.where());
+    p.ends = to_int64s(c.input(2), c.where());
+    if (c.has_input(3)) p.axes = to_int64s(c.input(3), c.where());
+    if (c.has_input(4)) p.steps = to_int64s(c.input(4), c.where());
   }
-  if (axes.empty() && !(c.has_input(3) && c.input(3).numel() == 0))
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+  if (p.axes.empty() && !(c.has_input(3) && c.input(3).numel() == 0))
+    for (size_t i = 0; i < p.starts.size(); ++i) p.axes.push_back(static_cast<int64_t>(i));
+  if (p.steps.empty()) p.steps.assign(p.starts.size(), 1);
+  if (p.ends.size() != p.starts.size() || p.axes.size() != p.starts.size() ||
+      p.steps.size() != p.starts.size())
     throw ValueError(cat(c.where(), ": starts, ends, axes and steps differ in length"));
+  return p;
+}
+
+Tensor slice_view(const KernelContext& c) {
+  return slice_view(c, slice_params(c));
+}
+
+Tensor slice_view(const KernelContext& c, const SliceParams& p) {
+  const Tensor& x = c.input(0);
   Dims shape = x.shape(), strides = x.strides();
   int64_t offset = 0;
-  std::vector<bool> seen(x.rank(), false);
-  for (size_t i = 0; i < starts.size(); ++i) {
-    int64_t a = normalize_axis(axes[i], x.rank(), c.where());
-    if (seen[a]) throw ValueError(cat(c.where(), ": axis ", axes[i], " is repeated"));
-    seen[a] = true;
-    int64_t d = x.shape()[a], step = steps[i];
-    if (step == 0) throw ValueError(cat(c.where(), ": step 0 on axis ", axes[i]));
-    int64_t s = starts[i] < 0 ? starts[i] + d : starts[i];
-    int64_t e = ends[i] < 0 ? ends[i] + d : ends[i];
+  for (size_t i = 0; i < p.starts.size(); ++i) {
+    int64_t a = axis_of(c, p.axes[i], x.rank());
+    for (size_t j = 0; j < i; ++j)  // a few axes: no set to allocate
+      if (axis_of(c, p.axes[j], x.rank()) == a)
+        throw ValueError(cat(c.where(), ": axis ", p.axes[i], " is repeated"));
+    int64_t d = x.shape()[a], step = p.steps[i];
+    if (step == 0) throw ValueError(cat(c.where(), ": step 0 on axis ", p.axes[i]));
+    int64_t s = p.starts[i] < 0 ? p.starts[i] + d : p.starts[i];
+    int64_t e = p.ends[i] < 0 ? p.ends[i] + d : p.ends[i];
     int64_t count;
     if (d == 0) {
       count = 0;
@@ -305,7 +337,7 @@ Tensor slice_view(const KernelContext& c) {
     if (count > 0) offset += s * x.strides()[a];
     strides[a] = count > 1 ? x.strides()[a] * step : x.strides()[a];  // |step| < d here
   }
-  return x.view(shape, strides, offset);
+  return x.view(std::move(shape), std::move(strides), offset);
 }
 
 // ---- Blocks between depth and space (NCHW) ----

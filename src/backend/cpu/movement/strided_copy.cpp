@@ -188,6 +188,27 @@ void copy_strided(std::byte* dst, const Dims& dst_strides, const std::byte* src,
     std::memcpy(dst, src, itemsize);
     return;
   }
+  // A small copy of at most two dimensions (a Slice or Split of a few rows, per iteration of a
+  // recurrent Loop body) on this thread, row by row: no task split, no odometer, no layouts of
+  // the outer dimensions (each an allocation, together most of such a copy's cost).
+  if (l.rank() <= 2 && checked_numel(l.shape) * static_cast<int64_t>(itemsize) <= kSmallCopyBytes) {
+    const int64_t rows = l.rank() == 2 ? l.shape[0] : 1, n = l.shape.back();
+    const int64_t row_dst = l.rank() == 2 ? l.dst[0] : 0, row_src = l.rank() == 2 ? l.src[0] : 0;
+    const int64_t step_dst = l.dst.back(), step_src = l.src.back();
+    const auto item = static_cast<int64_t>(itemsize);
+    if (step_dst == 1 && step_src == 1) {
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(dst + r * row_dst * item, src + r * row_src * item,
+                    static_cast<size_t>(n * item));
+      return;
+    }
+    with_element_size(itemsize, [&]<class U>() {
+      for (int64_t r = 0; r < rows; ++r)
+        copy_row(reinterpret_cast<U*>(dst) + r * row_dst, step_dst,
+                 reinterpret_cast<const U*>(src) + r * row_src, step_src, n);
+    });
+    return;
+  }
   if (l.dst.back() == 1 && l.src.back() == 1 &&
       l.shape.back() * static_cast<int64_t>(itemsize) >= 64) {
     copy_rows(dst, src, l, itemsize);

@@ -32,5 +32,8 @@ void unpack_into(const Tensor& region, const Tensor& src);
 
 // Bytes of work below which a copy does not go parallel (and the grain of parallel chunks).
 inline constexpr int64_t kCopyGrainBytes = 64 * 1024;
+// Copies of at most this many bytes over at most two (simplified) dimensions run on the calling
+// thread, row by row, without the general path's set-up (copy_strided).
+inline constexpr int64_t kSmallCopyBytes = 16 * 1024;
 
 }  // namespace pto::cpu
