@@ -649,7 +649,7 @@ def cell(r: dict) -> str:
         return text + _timings(r)
     if r["status"] == "rounding":
         return (f"rounding ({r['err']:.1e}; vs float64 {r['err64']:.1e}, peer "
-                f"{r['peer_err64']:.1e})")
+                f"{r['peer_err64']:.1e})") + _timings(r)
     if r["status"] == "empty":
         return "empty output (nothing compared)"
     if r["status"] == "skipped":

@@ -352,6 +352,8 @@ def _to_copy(ctx, node, x, *args, dtype=None, **kwargs):
     dev = kwargs.get("device")
     if dev is not None and torch.device(dev).type != "cpu":
         ctx.unsupported(f"copy to device {dev}")
+    if dt.is_complex:
+        return aten_fft.to_complex(ctx, node, x)
     return out(ctx, node, ctx.cast(x, dt).id if dt != x.dtype else ctx.op("Identity", [x]))
 
 
@@ -1150,4 +1152,4 @@ def _quantized_conv2d(ctx, node, x, weight, weight_scale, bias, x_scale, x_zero_
     return out(ctx, node, y)
 
 
-from . import aten_more, aten_rnn, aten_scatter  # noqa: E402, F401  (register their converters)
+from . import aten_fft, aten_more, aten_rnn, aten_scatter  # noqa: E402, F401  (register their converters)
