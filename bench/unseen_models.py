@@ -313,7 +313,7 @@ THIRD = {
     # timm transformers and MLPs
     "sequencer2d_s": _timm("sequencer2d_s"),  # bidirectional LSTMs over rows and columns
     "pvt_v2_b0": _timm("pvt_v2_b0"),
-    "coat_lite_tiny": _timm("coat_lite_tiny"),
+    "coat_lite_tiny": _timm("coat_lite_tiny", img_size=64),
     "efficientformerv2_s0": _timm("efficientformerv2_s0", img_size=64),
     "vit_small_patch16_rope_224": _timm("vit_small_patch16_rope_224", img_size=64),
     "davit_tiny": _timm("davit_tiny"),
@@ -326,7 +326,8 @@ THIRD = {
     "gptj": _hf("GPTJConfig", "GPTJModel", n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
                 n_positions=64, vocab_size=1000, use_cache=False),
     "persimmon": _hf("PersimmonConfig", "PersimmonModel", use_cache=False, **TINY),
-    "phi3": _hf("Phi3Config", "Phi3Model", num_key_value_heads=2, use_cache=False, **TINY),
+    "phi3": _hf("Phi3Config", "Phi3Model", num_key_value_heads=2, pad_token_id=0,
+                use_cache=False, **TINY),
     "pegasus": _hf("PegasusConfig", "PegasusModel", "pair", ("input_ids", "decoder_input_ids"),
                    decoder_start_token_id=0, pad_token_id=0, **_SEQ2SEQ),
     "fnet": _hf("FNetConfig", "FNetModel", use_tpu_fourier_optimizations=False, **TINY),
@@ -338,7 +339,9 @@ THIRD = {
                 context_length=32, use_cache=False),
     "swin2sr": _hf("Swin2SRConfig", "Swin2SRForImageSuperResolution", "image32", image_size=32,
                    embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, upscale=2),
-    "dpt": _hf("DPTConfig", "DPTForDepthEstimation", "image32", image_size=32, patch_size=8,
+    # (DPTForDepthEstimation's depth ends in a ReLU: all zeros with random weights)
+    "dpt": _hf("DPTConfig", "DPTForSemanticSegmentation", "image32", image_size=32, patch_size=8,
+               num_labels=4,
                backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[16, 32, 64, 64],
                fusion_hidden_size=32, head_hidden_size=16,
                **{**_NO_VOCAB, "num_hidden_layers": 4}),
@@ -470,6 +473,7 @@ def way_optimize(name: str) -> dict:
         with torch.no_grad():
             result["ms_eager"] = _median_ms(lambda: model(*args))
     return {"err": max(errs.values()), "errs": errs, "empty": all(w.numel() == 0 for w in want),
+            "constant": all(w.numel() > 0 and bool((w == w.flatten()[0]).all()) for w in want),
             **result, **_against_float64(worst, want, _float64(model, args))}
 
 
@@ -595,6 +599,8 @@ def child(name: str, way: str) -> dict:
             result["status"] = "rounding"  # the model amplifies float32 rounding, eager's too
         if result.pop("empty", False):
             result["status"] = "empty"  # nothing to compare: not a pass
+        elif result.pop("constant", False):
+            result["status"] = "constant"  # every output one value: not a pass either
     except Exception as e:  # noqa: BLE001 - recorded
         msg = str(e).strip().splitlines()
         result["status"] = "error"
@@ -652,6 +658,8 @@ def cell(r: dict) -> str:
                 f"{r['peer_err64']:.1e})") + _timings(r)
     if r["status"] == "empty":
         return "empty output (nothing compared)"
+    if r["status"] == "constant":
+        return "constant output (every element equal: nothing compared)"
     if r["status"] == "skipped":
         return r["error"]
     if r["status"] == "timeout":

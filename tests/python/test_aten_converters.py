@@ -465,3 +465,29 @@ def test_repeat_adds_leading_dims(shape, repeats):
           dynamic=False)
     check(lambda x: x[0].repeat(*repeats), lambda b: (torch.randn(b, *shape),),
           "aten.repeat.default")
+
+
+# ---- as_strided of a permuted tensor (Longformer's chunked attention under torch.compile) ----
+
+
+@pytest.mark.parametrize("fn", [
+    # Longformer's _chunk: overlapping windows of a transposed [batch*heads, seq, dim] tensor
+    lambda x: x.transpose(1, 2).reshape(6, 16, 4).as_strided((6, 3, 8, 4), (64, 16, 4, 1)) * 2,
+    lambda x: x.permute(2, 0, 1).as_strided((2, 4), (3, 7), 5) + 1,  # offset, odd strides
+    lambda x: x.as_strided((3, 4), (1, 3)) - 1,  # a contiguous x, as before
+])
+def test_as_strided_of_a_permuted_view(fn):
+    torch.manual_seed(0)
+    x = torch.randn(6, 4, 16)
+    gm = make_fx(fn)(x)
+    assert "aten.as_strided.default" in _ops(gm)
+    torch.testing.assert_close(PyptoPiece(gm, None)(x), fn(x), rtol=0, atol=0)
+
+
+def test_as_strided_of_a_slice_is_named():
+    def fn(x):
+        return x[:, 1:].as_strided((2, 3), (3, 1), 0)  # a strided slice: not dense
+
+    gm = make_fx(fn)(torch.randn(2, 4))
+    with pytest.raises(NotImplementedError, match=r"strides \[4, 1\] over sizes \[2, 3\] \(not a permutation of a dense layout\)"):
+        PyptoPiece(gm, None)(torch.randn(2, 4))
