@@ -12,6 +12,13 @@ Random weights (seed 0, never downloaded), heads redrawn so no output is trivial
 
     python bench/unseen_models.py                          # everything, a table at the end
     python bench/unseen_models.py --models alexnet,phi --ways onnx --json out.json
+    python bench/unseen_models.py --set third --time       # the third sweep's 35, timed
+
+--set first / third: one sweep's list (docs/unseen_models.md); a model whose package (timm,
+transformers, torchvision) is not installed is skipped with a line naming it. --time: one thread
+in PyTorch, PyPTO and onnxruntime, and the median ms at batch 2 of PyPTO (levels 2 / 3) and its
+peer, measured in the same child process. The third set also checks batch 1 (the compiled batch
+is symbolic) and CNNs at level 3 in the optimize way, and tries dynamo=True first for ONNX.
 
 A row per model and way: works / rounding (outside 1e-4, but within 10x the peer's own error
 against eager float64) / wrong / empty (no output to compare) / error (the error's first line) /
@@ -260,6 +267,100 @@ MODELS = {
 }
 
 
+FIRST = list(MODELS)  # the first sweep (2026-12-05 morning)
+
+# The third sweep (2026-12-05 afternoon): timm architectures and Hugging Face classes outside the
+# zoo and the lists above. CNNs also run at level 3 (channel-blocked layout, Winograd).
+CNNS = set()
+
+
+def _timm(name: str, image: int = 64, cnn: bool = False, **kwargs):
+    if cnn:
+        CNNS.add(name)
+
+    def build():
+        import timm
+
+        if name not in timm.list_models():
+            raise ModuleNotFoundError(f"timm {timm.__version__} has no model {name!r}")
+        return timm.create_model(name, pretrained=False, **kwargs)
+
+    return build, lambda: (__import__("torch").randn(2, 3, image, image),)
+
+
+def _audio(config: str, model: str, **cfg):  # wav2vec2-like: 800 samples of raw audio
+    build, _ = _hf(config, model, keywords=("input_values",), **cfg)
+    return build, lambda: (__import__("torch").randn(2, 800),)
+
+
+_CONV_AUDIO = dict(conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3),
+                   num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, **TINY)
+_SEQ2SEQ = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                vocab_size=1000, use_cache=False)
+_NO_VOCAB = {k: v for k, v in TINY.items() if k != "vocab_size"}
+
+THIRD = {
+    # timm CNNs (64x64)
+    "resnest14d": _timm("resnest14d", cnn=True),  # split attention (radix softmax)
+    "cspresnet50": _timm("cspresnet50", cnn=True),
+    "repvgg_a0": _timm("repvgg_a0", cnn=True),
+    "rexnet_100": _timm("rexnet_100", cnn=True),
+    "tf_efficientnetv2_b0": _timm("tf_efficientnetv2_b0", cnn=True),  # TF "same" padding
+    "res2net50_14w_8s": _timm("res2net50_14w_8s", cnn=True),
+    "selecsls42b": _timm("selecsls42b", cnn=True),
+    "ese_vovnet19b_dw": _timm("ese_vovnet19b_dw", cnn=True),
+    "lcnet_050": _timm("lcnet_050", cnn=True),
+    "xception41": _timm("xception41", cnn=True),
+    "dm_nfnet_f0": _timm("dm_nfnet_f0", cnn=True),  # scaled weight standardization
+    "regnetz_b16": _timm("regnetz_b16", cnn=True),
+    "inception_next_tiny": _timm("inception_next_tiny", cnn=True),
+    "mambaout_femto": _timm("mambaout_femto", cnn=True),
+    "edgenext_xx_small": _timm("edgenext_xx_small", cnn=True),
+    # timm transformers and MLPs
+    "sequencer2d_s": _timm("sequencer2d_s"),  # bidirectional LSTMs over rows and columns
+    "pvt_v2_b0": _timm("pvt_v2_b0"),
+    "coat_lite_tiny": _timm("coat_lite_tiny", img_size=64),
+    "efficientformerv2_s0": _timm("efficientformerv2_s0", img_size=64),
+    "vit_small_patch16_rope_224": _timm("vit_small_patch16_rope_224", img_size=64),
+    "davit_tiny": _timm("davit_tiny"),
+    # Hugging Face classes, tiny configs
+    "convbert": _hf("ConvBertConfig", "ConvBertModel", embedding_size=64, **TINY),
+    "funnel": _hf("FunnelConfig", "FunnelModel", block_sizes=[1, 1], num_decoder_layers=1,
+                  d_model=64, n_head=4, d_head=16, d_inner=128, vocab_size=1000),
+    "mpnet": _hf("MPNetConfig", "MPNetModel", **TINY),
+    "longformer": _hf("LongformerConfig", "LongformerModel", attention_window=[4, 4], **TINY),
+    "gptj": _hf("GPTJConfig", "GPTJModel", n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
+                n_positions=64, vocab_size=1000, use_cache=False),
+    "persimmon": _hf("PersimmonConfig", "PersimmonModel", use_cache=False, **TINY),
+    "phi3": _hf("Phi3Config", "Phi3Model", num_key_value_heads=2, pad_token_id=0,
+                use_cache=False, **TINY),
+    "pegasus": _hf("PegasusConfig", "PegasusModel", "pair", ("input_ids", "decoder_input_ids"),
+                   decoder_start_token_id=0, pad_token_id=0, **_SEQ2SEQ),
+    "fnet": _hf("FNetConfig", "FNetModel", use_tpu_fourier_optimizations=False, **TINY),
+    "hubert": _audio("HubertConfig", "HubertModel", **_CONV_AUDIO),
+    "mamba": _hf("MambaConfig", "MambaModel", hidden_size=64, num_hidden_layers=2,
+                 state_size=8, vocab_size=1000, use_cache=False),
+    "rwkv": _hf("RwkvConfig", "RwkvModel", hidden_size=64, num_hidden_layers=2,
+                attention_hidden_size=64, intermediate_size=128, vocab_size=1000,
+                context_length=32, use_cache=False),
+    "swin2sr": _hf("Swin2SRConfig", "Swin2SRForImageSuperResolution", "image32", image_size=32,
+                   embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, upscale=2),
+    # (DPTForDepthEstimation's depth ends in a ReLU: all zeros with random weights)
+    "dpt": _hf("DPTConfig", "DPTForSemanticSegmentation", "image32", image_size=32, patch_size=8,
+               num_labels=4,
+               backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[16, 32, 64, 64],
+               fusion_hidden_size=32, head_hidden_size=16,
+               **{**_NO_VOCAB, "num_hidden_layers": 4}),
+}
+MODELS.update(THIRD)
+SETS = {"first": FIRST, "third": list(THIRD)}
+# The package each model needs: a model whose package is missing is skipped, saying so.
+PACKAGES = {**{n: "torchvision" for n in FIRST}, **{n: "timm" for n in THIRD}}
+PACKAGES.update({n: "transformers" for n in FIRST + list(THIRD)
+                 if MODELS[n][0].__qualname__.startswith("_hf")})
+
+
 # --- one model, one way (in a child process) ----------------------------------------------------
 
 def _setup():
@@ -324,19 +425,63 @@ def _rel(got, want) -> float:
     return float(err / scale) if scale > 0 else float(err)
 
 
+def _median_ms(fn, budget: float = 1.0) -> float:
+    """The median time of `fn` in ms: one warm-up call, then as many as fit `budget` seconds
+    (3 to 20)."""
+    import statistics
+
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = time.perf_counter() - t0
+    times = [once]
+    for _ in range(max(2, min(19, int(budget / max(once, 1e-6))))):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times) * 1e3, 3)
+
+
+def _reference_ops(compiled) -> list[str]:
+    """The ops that ran on the reference interpreter instead of a CPU kernel."""
+    return sorted({op for op, backend in compiled.node_backends if backend == "reference"})
+
+
 def way_optimize(name: str) -> dict:
+    """Level 2 (and 3 for CNNs), batch 2 and batch 1 from one compile (the batch is symbolic);
+    eager and PyPTO timed at batch 2 when --time is on (set by the driver)."""
     _setup.name = name
     torch, model, args = _setup()
     import pypto
 
+    levels = (2, 3) if name in CNNS else (2,)
+    batches = (2, 1) if name in THIRD else (2,)
     with torch.no_grad():
-        want = _leaves(model(*args))
-    fast = pypto.optimize(model, example_inputs=args)
-    got = _leaves(fast(*args))
-    if len(got) != len(want):
-        raise AssertionError(f"{len(got)} outputs, eager has {len(want)}")
-    return {"err": _worst(got, want), "empty": all(w.numel() == 0 for w in want),
-            **_against_float64(got, want, _float64(model, args))}
+        wants = {b: _leaves(model(*(a[:b] for a in args))) for b in batches}
+    want = wants[2]
+    result, errs, fast = {}, {}, None
+    for level in levels:
+        fast = pypto.optimize(model, example_inputs=args, level=level)
+        for b in batches:
+            got = _leaves(fast(*(a[:b] for a in args)))
+            if len(got) != len(wants[b]):
+                raise AssertionError(f"level {level}, batch {b}: {len(got)} outputs, eager has "
+                                     f"{len(wants[b])}")
+            errs[f"L{level}b{b}"] = _worst(got, wants[b])
+            if b == 2 and errs[f"L{level}b{b}"] >= max(errs.values()):
+                worst = got
+        result.setdefault("reference_ops", [])
+        result["reference_ops"] = sorted(set(result["reference_ops"]) |
+                                         set(_reference_ops(fast.compiled)))
+        if os.environ.get("PTO_UNSEEN_TIME"):
+            with torch.no_grad():
+                result[f"ms_L{level}"] = _median_ms(lambda: fast(*args))
+    if os.environ.get("PTO_UNSEEN_TIME"):
+        with torch.no_grad():
+            result["ms_eager"] = _median_ms(lambda: model(*args))
+    return {"err": max(errs.values()), "errs": errs, "empty": all(w.numel() == 0 for w in want),
+            "constant": all(w.numel() > 0 and bool((w == w.flatten()[0]).all()) for w in want),
+            **result, **_against_float64(worst, want, _float64(model, args))}
 
 
 def _worst(got, want) -> float:
@@ -389,22 +534,30 @@ def way_onnx(name: str) -> dict:
     import pypto
 
     path = os.path.join(tempfile.mkdtemp(), f"{name}.onnx")
-    exporter = "dynamo=False"
-    try:
-        torch.onnx.export(model, args, path, dynamo=False, opset_version=17)
-    except Exception as first:  # noqa: BLE001 - then the dynamo exporter
-        exporter = "dynamo=True"
+    # The first sweep tried dynamo=False first, the third dynamo=True (what torch recommends).
+    tries = [("dynamo=False", dict(dynamo=False, opset_version=17)),
+             ("dynamo=True", dict(dynamo=True, opset_version=18))]
+    if name in THIRD:
+        tries.reverse()
+    failures = []
+    for exporter, options in tries:
         try:
-            torch.onnx.export(model, args, path, dynamo=True, opset_version=18)
-        except Exception as e:  # noqa: BLE001
-            raise RuntimeError(f"export: {str(first).splitlines()[0][:150]} / dynamo: "
-                               f"{str(e).splitlines()[0][:150]}") from None
-        first_error = str(first).strip().splitlines()
-        exporter += f" (dynamo=False: {first_error[0][:120] if first_error else ''})"
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            torch.onnx.export(model, args, path, **options)
+            break
+        except Exception as e:  # noqa: BLE001 - then the other exporter
+            lines = str(e).strip().splitlines()
+            failures.append(f"{exporter}: {type(e).__name__}: {lines[0][:150] if lines else ''}")
+    else:
+        raise RuntimeError("export: " + " / ".join(failures)) from None
+    if failures:
+        exporter += f" ({failures[0]})"
+    opts = ort.SessionOptions()
+    if os.environ.get("PTO_UNSEEN_TIME"):
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     feeds = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
     want = sess.run(None, feeds)
-    errs, worst = {}, None
+    errs, worst, reference_ops, timings = {}, None, [], {}
     for level in (2, 3):
         exe = pypto.onnx.load(path, level=level)
         got = exe(*[a.numpy() for a in args][:len(exe.input_names)])
@@ -413,9 +566,16 @@ def way_onnx(name: str) -> dict:
             raise AssertionError(f"level {level}: {len(got)} outputs, onnxruntime has {len(want)}")
         errs[level] = _worst(got, want)
         worst = got if errs[level] >= max(errs.values()) else worst
+        reference_ops = sorted(set(reference_ops) | set(_reference_ops(exe._compiled)))
+        if os.environ.get("PTO_UNSEEN_TIME"):
+            inputs = [a.numpy() for a in args][:len(exe.input_names)]
+            timings[f"ms_L{level}"] = _median_ms(lambda: exe(*inputs))
+    if os.environ.get("PTO_UNSEEN_TIME"):
+        timings["ms_ort"] = _median_ms(lambda: sess.run(None, feeds))
     with torch.no_grad():
         eager = [x.numpy() for x in _leaves(model(*args))]
-    return {"err": max(errs.values()), "exporter": exporter,
+    return {"err": max(errs.values()), "exporter": exporter, "reference_ops": reference_ops,
+            **timings,
             **_against_float64(worst, want, _float64(model, args)),
             **_against_eager(worst, want, eager),
             "shapes": [list(w.shape) for w in want][:4], "empty": all(w.size == 0 for w in want)}
@@ -427,6 +587,14 @@ WAYS = {"optimize": way_optimize, "onnx": way_onnx, "compile": way_compile}
 def child(name: str, way: str) -> dict:
     t0 = time.perf_counter()
     result = {"model": name, "way": way}
+    if os.environ.get("PTO_UNSEEN_TIME"):  # one thread each: PyTorch, PyPTO, onnxruntime
+        import torch
+
+        torch.set_num_threads(1)
+        sys.path.insert(0, str(REPO / "python"))
+        import pypto
+
+        pypto.set_num_threads(1)
     try:
         result.update(WAYS[way](name))
         result["status"] = "works" if result["err"] <= TOLERANCE else "wrong"
@@ -438,6 +606,8 @@ def child(name: str, way: str) -> dict:
             result["status"] = "rounding"  # the model amplifies float32 rounding, eager's too
         if result.pop("empty", False):
             result["status"] = "empty"  # nothing to compare: not a pass
+        elif result.pop("constant", False):
+            result["status"] = "constant"  # every output one value: not a pass either
     except Exception as e:  # noqa: BLE001 - recorded
         msg = str(e).strip().splitlines()
         result["status"] = "error"
@@ -448,7 +618,21 @@ def child(name: str, way: str) -> dict:
 
 # --- the driver ---------------------------------------------------------------------------------
 
+def missing_package(name: str) -> str | None:
+    """Why `name` cannot run here (its package is not installed), or None."""
+    import importlib.util
+
+    package = PACKAGES.get(name)
+    if package and importlib.util.find_spec(package) is None:
+        return f"skipped: {name} needs the package {package!r}, which is not installed " \
+               f"(pip install {package})"
+    return None
+
+
 def run_one(name: str, way: str, timeout: float) -> dict:
+    skip = missing_package(name)
+    if skip:
+        return {"model": name, "way": way, "status": "skipped", "error": skip}
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     try:
         p = subprocess.run([sys.executable, __file__, "--child", name, way], capture_output=True,
@@ -471,22 +655,52 @@ def cell(r: dict) -> str:
         text = f"{r['status']} ({r['err']:.1e})"
         if r.get("fallback_ops"):
             text += f", in PyTorch: {' '.join(r['fallback_ops'])}"
-        return text + (" (dynamo)" if r.get("exporter", "").startswith("dynamo=True") else "")
+        if r.get("exporter", "").startswith("dynamo=False") and r["model"] in THIRD:
+            text += " (dynamo=False)"
+        elif r.get("exporter", "").startswith("dynamo=True") and r["model"] not in THIRD:
+            text += " (dynamo)"
+        return text + _timings(r)
     if r["status"] == "rounding":
         return (f"rounding ({r['err']:.1e}; vs float64 {r['err64']:.1e}, peer "
-                f"{r['peer_err64']:.1e})")
+                f"{r['peer_err64']:.1e})") + _timings(r)
     if r["status"] == "empty":
         return "empty output (nothing compared)"
+    if r["status"] == "constant":
+        return "constant output (every element equal: nothing compared)"
+    if r["status"] == "skipped":
+        return r["error"]
     if r["status"] == "timeout":
         return f"timeout ({r['seconds']:.0f} s)"
     error = r.get("error", "").replace("|", "/")
     return "error: " + (error if len(error) <= 160 else error[:160] + "...")
 
 
+def _timings(r: dict) -> str:
+    """'; L2 / L3 ms vs eager (or ORT) ms', and the ops left to the reference interpreter."""
+    levels = [r[k] for k in ("ms_L2", "ms_L3") if k in r]
+    peer = r.get("ms_eager", r.get("ms_ort"))
+    text = ""
+    if levels and peer:
+        text += (f"; {' / '.join(f'{t:.2f}' for t in levels)} ms vs "
+                 f"{'eager' if 'ms_eager' in r else 'ORT'} {peer:.2f}")
+        ratio = min(levels) / peer
+        limit = 1.0 if "ms_eager" in r else 1.5
+        if ratio > limit:
+            text += f" (**{ratio:.2f}x**)"
+    if r.get("reference_ops"):
+        text += f"; on the reference: {' '.join(r['reference_ops'])}"
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
-    ap.add_argument("--models", help="comma-separated (default: all)")
+    ap.add_argument("--models", help="comma-separated (default: all, or those of --set)")
+    ap.add_argument("--set", choices=sorted(SETS), help="one sweep's models: first (the "
+                    "torchvision / transformers list of the first sweep) or third (timm and "
+                    "transformers, 2026-12-05 afternoon)")
+    ap.add_argument("--time", action="store_true", help="one thread everywhere, and time eager "
+                    "/ onnxruntime and PyPTO (median ms at batch 2)")
     ap.add_argument("--ways", default="optimize,onnx")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--table", nargs="+", metavar="JSONL", help="only print the table of "
@@ -505,7 +719,9 @@ def main() -> None:
                 rows.setdefault(r["model"], {})[r["way"]] = r
         print_table({n: rows[n] for n in MODELS if n in rows})
         return
-    names = a.models.split(",") if a.models else list(MODELS)
+    if a.time:
+        os.environ["PTO_UNSEEN_TIME"] = "1"
+    names = a.models.split(",") if a.models else SETS[a.set] if a.set else list(MODELS)
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         ap.error(f"unknown model(s): {', '.join(unknown)} (known: {', '.join(MODELS)})")

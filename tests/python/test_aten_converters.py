@@ -311,11 +311,44 @@ def test_train_mode_batch_norm_module_matches_eager():
 @pytest.mark.parametrize("fn,op,why", [
     (lambda x: x * x.sum().item(), "_local_scalar_dense", r"\.item\(\)"),
     (lambda x: x + torch.randn(x.shape), "randn", "deterministic; pass the noise in"),
-    (lambda x: torch.fft.rfft(x).abs(), "_fft_r2c", "FFT"),
     (lambda x: F.dropout(x, 0.5, training=True), "native_dropout", r"model\.eval\(\)"),
 ])
 def test_ops_that_cannot_be_compiled_are_named(fn, op, why):
     with pytest.raises(NotImplementedError, match=rf"aten\.{op}\.default\] node .*{why}"):
+        pypto.optimize(Fn(fn), (torch.randn(3, 8),))
+
+
+# ---- FFTs (FNet's fftn(x).real, GFNet's global filter): DFT nodes on [..., 2] tensors ----
+
+_FILTER = torch.randn(8, 5, 2)
+
+
+@pytest.mark.parametrize("fn,op", [
+    (lambda x: torch.fft.fftn(x, dim=(1, 2)).real, "aten._fft_c2c.default"),  # FNet
+    (lambda x: torch.fft.rfft(x).abs(), "aten._fft_r2c.default"),
+    (lambda x: torch.view_as_real(torch.fft.rfft(x, norm="ortho")), "aten._fft_r2c.default"),
+    (lambda x: torch.view_as_real(torch.fft.fft(x, dim=1, norm="forward")),
+     "aten._fft_r2c.default"),  # a real input's full transform: r2c, onesided=False
+    (lambda x: torch.view_as_real(torch.fft.ifft(torch.fft.fft(x) * 2)), "aten._fft_c2c.default"),
+    (lambda x: torch.fft.irfft2(torch.fft.rfft2(x, norm="ortho") * torch.view_as_complex(_FILTER),
+                                s=(8, 8), norm="ortho"), "aten._fft_c2r.default"),  # GFNet
+    (lambda x: torch.fft.irfft(torch.fft.rfft(x) + torch.fft.rfft(x * 2), n=8),
+     "aten._fft_c2r.default"),
+    (lambda x: torch.view_as_real(torch.fft.fft(x) * torch.fft.fft(x.flip(-1))),
+     "aten.mul.Tensor"),
+    (lambda x: torch.fft.fft(x).imag - torch.fft.fft2(x).real, "aten._fft_c2c.default"),
+])
+def test_fft(fn, op):
+    check(fn, randn(8, 8), op, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn,why", [
+    (lambda x: torch.view_as_real(torch.fft.fft(x).exp()), r"aten\.exp\.default\] node .*"
+     r"complex tensors .* view_as_real"),
+    (lambda x: torch.fft.fft(x), r"output 0 is a complex tensor.*view_as_real"),
+])
+def test_fft_forms_not_supported_are_named(fn, why):
+    with pytest.raises(NotImplementedError, match=why):
         pypto.optimize(Fn(fn), (torch.randn(3, 8),))
 
 
@@ -432,3 +465,29 @@ def test_repeat_adds_leading_dims(shape, repeats):
           dynamic=False)
     check(lambda x: x[0].repeat(*repeats), lambda b: (torch.randn(b, *shape),),
           "aten.repeat.default")
+
+
+# ---- as_strided of a permuted tensor (Longformer's chunked attention under torch.compile) ----
+
+
+@pytest.mark.parametrize("fn", [
+    # Longformer's _chunk: overlapping windows of a transposed [batch*heads, seq, dim] tensor
+    lambda x: x.transpose(1, 2).reshape(6, 16, 4).as_strided((6, 3, 8, 4), (64, 16, 4, 1)) * 2,
+    lambda x: x.permute(2, 0, 1).as_strided((2, 4), (3, 7), 5) + 1,  # offset, odd strides
+    lambda x: x.as_strided((3, 4), (1, 3)) - 1,  # a contiguous x, as before
+])
+def test_as_strided_of_a_permuted_view(fn):
+    torch.manual_seed(0)
+    x = torch.randn(6, 4, 16)
+    gm = make_fx(fn)(x)
+    assert "aten.as_strided.default" in _ops(gm)
+    torch.testing.assert_close(PyptoPiece(gm, None)(x), fn(x), rtol=0, atol=0)
+
+
+def test_as_strided_of_a_slice_is_named():
+    def fn(x):
+        return x[:, 1:].as_strided((2, 3), (3, 1), 0)  # a strided slice: not dense
+
+    gm = make_fx(fn)(torch.randn(2, 4))
+    with pytest.raises(NotImplementedError, match=r"strides \[4, 1\] over sizes \[2, 3\] \(not a permutation of a dense layout\)"):
+        PyptoPiece(gm, None)(torch.randn(2, 4))

@@ -1,7 +1,7 @@
 """More ATen converters, for the ops real-world models reach beyond the common core (issue 14):
 log2/log10, atan2, var, diagonal, sort, cdist, embedding_bag, grid_sample, col2im (F.fold),
 reflection/replication padding, batch norm with batch statistics, and a named error for the ops
-a compiled graph cannot run (.item(), random numbers, training-mode dropout, FFTs)."""
+a compiled graph cannot run (.item(), random numbers, training-mode dropout)."""
 
 from __future__ import annotations
 
@@ -293,9 +293,6 @@ _CANNOT = {
     aten.randperm.default: "a random permutation (torch.randperm): pass it in as an input",
     aten.native_dropout.default: "dropout in training mode; PyPTO compiles for inference: call "
                                  "model.eval()",
-    aten._fft_r2c.default: "FFTs (torch.fft / torch.stft) are not supported yet",
-    aten._fft_c2r.default: "FFTs (torch.fft / torch.istft) are not supported yet",
-    aten._fft_c2c.default: "FFTs (torch.fft) are not supported yet",
 }
 
 

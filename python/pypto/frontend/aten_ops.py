@@ -352,6 +352,8 @@ def _to_copy(ctx, node, x, *args, dtype=None, **kwargs):
     dev = kwargs.get("device")
     if dev is not None and torch.device(dev).type != "cpu":
         ctx.unsupported(f"copy to device {dev}")
+    if dt.is_complex:
+        return aten_fft.to_complex(ctx, node, x)
     return out(ctx, node, ctx.cast(x, dt).id if dt != x.dtype else ctx.op("Identity", [x]))
 
 
@@ -694,17 +696,38 @@ def _repeat(ctx, node, x, repeats):
 
 
 @converter(aten.as_strided.default, aten.as_strided_copy.default)
-def _as_strided(ctx, node, x, sizes, strides, offset=0):
-    """A view by explicit strides over x's elements in row-major order (the graph is functional,
-    so x is laid out contiguously). Same sizes with strides that differ only on size-1 dims (a
-    memory-format change) is x itself; other static views gather their elements."""
-    offset = offset or 0
+def _as_strided(ctx, node, x, sizes, strides, offset=None):
+    """A view by explicit strides over x's storage. x's own strides (its FakeTensor's) say how
+    its elements lie in that storage: a contiguous x is its storage in row-major order; a
+    permuted one (Longformer's chunked attention views a transposed tensor) is its transpose back
+    to the storage's order. Same sizes with strides that differ only on size-1 dims (a
+    memory-format change) of a contiguous x is x itself; other static views gather their
+    elements. offset None keeps x's storage offset."""
     sizes = _meta_ints(node.args[1])  # SymInts as torch knows them, comparable with x.shape
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    x_strides = list(val.stride()) if isinstance(val, torch.Tensor) else None
+    x_offset = val.storage_offset() if isinstance(val, torch.Tensor) else 0
     contiguous, acc = [], 1
     for d in reversed(x.shape):
         contiguous.insert(0, acc)
         acc = acc * d
-    if offset == 0 and _same_sizes(sizes, x.shape) and all(
+    if x_strides is None or all(_same_sizes([sz], [1]) or _same_sizes([st], [c])
+                                for sz, st, c in zip(x.shape, x_strides, contiguous)):
+        x_strides, perm = contiguous, None
+    else:  # a permuted x: its dims by decreasing stride are its storage's row-major order
+        if not all(is_static(v) for v in [*x_strides, *x.shape, x_offset]):
+            ctx.unsupported("as_strided of a non-contiguous tensor with symbolic strides")
+        perm = sorted(range(x.rank), key=lambda d: -int(x_strides[d]))
+        acc = 1
+        for d in reversed(perm):
+            if int(x.shape[d]) != 1 and int(x_strides[d]) != acc:
+                ctx.unsupported(f"as_strided of a tensor with strides {x_strides} over sizes "
+                                f"{list(x.shape)} (not a permutation of a dense layout)")
+            acc *= int(x.shape[d])
+    offset = x_offset if offset is None else offset
+    if is_static(offset) and is_static(x_offset):
+        offset = int(offset) - int(x_offset)  # from x's first element
+    if perm is None and offset == 0 and _same_sizes(sizes, x.shape) and all(
             _same_sizes([sz], [1]) or _same_sizes([st], [c])
             for sz, st, c in zip(sizes, strides, contiguous)):
         return out(ctx, node, ctx.op("Identity", [x]))
@@ -715,7 +738,12 @@ def _as_strided(ctx, node, x, sizes, strides, offset=0):
         shape = [1] * len(sizes)
         shape[d] = int(sz)
         idx = idx + torch.arange(int(sz)).reshape(shape) * int(st)
-    flat = ctx.op("Reshape", [x, ctx.ints([-1])])
+    numel = math.prod(int(d) for d in x.shape)
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= numel):
+        ctx.unsupported(f"as_strided reading storage elements {int(idx.min())}.."
+                        f"{int(idx.max())} of a tensor of {numel} (outside its own elements)")
+    storage = x.id if perm is None else ctx.op("Transpose", [x], {"perm": perm})
+    flat = ctx.op("Reshape", [storage, ctx.ints([-1])])
     return out(ctx, node, ctx.op("Gather", [flat, ctx.tensor_constant(f"as_strided_{node.name}",
                                                                      idx)], {"axis": 0}))
 
@@ -1150,4 +1178,4 @@ def _quantized_conv2d(ctx, node, x, weight, weight_scale, bias, x_scale, x_zero_
     return out(ctx, node, y)
 
 
-from . import aten_more, aten_rnn, aten_scatter  # noqa: E402, F401  (register their converters)
+from . import aten_fft, aten_more, aten_rnn, aten_scatter  # noqa: E402, F401  (register their converters)

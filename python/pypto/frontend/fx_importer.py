@@ -130,6 +130,9 @@ def conversion_problem(node: torch.fx.Node) -> str | None:
         return "no conversion"
     if "val" not in node.meta:
         return "no FakeTensor metadata"
+    if any(isinstance(v, torch.Tensor) and v.is_complex() for v in _leaves(node.meta["val"])):
+        # A piece's inputs and outputs are real: complex values (FFTs) stay in PyTorch here.
+        return "a complex output (pieces take and return real tensors)"
     try:
         # Which outputs of a multi-output op are read matters too (a converter may reject an
         # output that only a backward reads).
@@ -384,6 +387,10 @@ class FxImporter:
         if not isinstance(t, torch.Tensor):
             self.env[node] = t
             return
+        if t.is_complex():  # held as ONNX holds complex values: a trailing [re, im] axis
+            self.env[node] = V(self.tensor_constant(name, torch.view_as_real(t)), t.dtype,
+                               t.shape)
+            return
         self.env[node] = V(self.tensor_constant(name, t), t.dtype, t.shape)
 
     def convert(self, node: torch.fx.Node):
@@ -397,6 +404,11 @@ class FxImporter:
         _load_lazy(node.target)
         fn = CONVERTERS.get(node.target)
         args, kwargs = self.resolve(node.args), self.resolve(node.kwargs)
+        if any(isinstance(a, V) and a.dtype.is_complex
+               for a in _leaves((args, tuple(kwargs.values())))):
+            from .aten_fft import complex_converter_for
+
+            fn = complex_converter_for(self, node, args, kwargs)
         if fn is None:
             from .. import custom_ops as custom_op
 
@@ -458,6 +470,10 @@ class FxImporter:
                 raise NotImplementedError(
                     f"[import] output {i} is a {type(v).__name__}, not a tensor; PyPTO graphs "
                     "return tensors only")
+            if isinstance(v, V) and v.dtype.is_complex:
+                raise NotImplementedError(
+                    f"[import] output {i} is a complex tensor; PyPTO graphs return real ones: "
+                    "return torch.view_as_real(...) of it (its last dim: real, imaginary)")
             id = v.id
             if cast_to is not None and isinstance(v, V) and v.dtype.is_floating_point and \
                     v.dtype != cast_to:

@@ -1,0 +1,213 @@
+"""Converters of torch's FFTs (aten._fft_r2c, _fft_c2c, _fft_c2r: torch.fft.fft/rfft/fftn/...,
+and FNet's `fftn(x).real`) into ONNX DFT nodes, one per transformed dim.
+
+A complex value is held as ONNX holds it: a real tensor with a trailing axis of 2 (real,
+imaginary), complex64 as float32 and complex128 as float64. Its V keeps torch's complex dtype and
+shape (without that axis), so the converters here know it for what it is. Only a few ops may
+read a complex value: the FFTs, view_as_real / view_as_complex (no copy), abs, mul (complex by
+complex or by real), add / sub, clone and copies to a complex dtype; any other op on one is a
+NotImplementedError that names it (FxImporter.convert asks `complex_converter_for`).
+
+torch's normalization (0: none, 1: 1 / sqrt(n), 2: 1 / n, n the product of the transformed
+sizes) is a Mul by a constant; ONNX's inverse DFT divides by its length itself, so an inverse
+transform multiplies that back. The transformed sizes must be static."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .fx_importer import CONVERTERS, V, converter, is_static
+
+aten = torch.ops.aten
+
+_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+_COMPLEX = {v: k for k, v in _REAL.items()}
+
+# Converters of ops whose inputs include a complex value, by target.
+COMPLEX_CONVERTERS: dict = {}
+
+
+def complex_converter(*targets):
+    """Registers the converter of targets whose inputs include a complex value; an op that only
+    ever reads complex values (view_as_real, _fft_c2c) is a plain converter as well."""
+
+    def register(fn):
+        for t in targets:
+            COMPLEX_CONVERTERS[t] = fn
+            CONVERTERS.setdefault(t, fn)
+        return fn
+
+    return register
+
+
+def is_complex(x) -> bool:
+    return isinstance(x, V) and x.dtype.is_complex
+
+
+def complex_converter_for(ctx, node, args, kwargs):
+    """The converter of `node` when one of its inputs is complex, or a NotImplementedError."""
+    fn = COMPLEX_CONVERTERS.get(node.target)
+    if fn is None:
+        ctx.unsupported("complex tensors (from torch.fft) can only be read by the FFTs, "
+                        "view_as_real, view_as_complex, abs, mul, add, sub and clone; this op "
+                        "reads one: take the real and imaginary parts with "
+                        "torch.view_as_real(...) first")
+    return fn
+
+
+def _real_dtype(x: V) -> torch.dtype:
+    if x.dtype not in _REAL:
+        raise NotImplementedError(f"complex dtype {x.dtype} (supported: complex64, complex128)")
+    return _REAL[x.dtype]
+
+
+def _complex_out(ctx, node, id) -> V:
+    val = node.meta["val"]
+    return V(id, val.dtype, tuple(val.shape))
+
+
+def _sizes(ctx, shape, dims) -> list[int]:
+    sizes = [shape[d] for d in dims]
+    if not all(is_static(s) for s in sizes):
+        ctx.unsupported("an FFT over a dim of symbolic size (the transformed sizes must be "
+                        "static; the batch may stay symbolic)")
+    return [int(s) for s in sizes]
+
+
+def _dft(ctx, t, axis: int, inverse=False, onesided=False, length: int | None = None) -> int:
+    return ctx.op("DFT", [t, None if length is None else ctx.ints([length]), ctx.ints([axis])],
+                  {"inverse": int(inverse), "onesided": int(onesided)})
+
+
+def _normalize(ctx, t, dtype, normalization: int, n: int, inverse_n: int) -> int:
+    """torch's scale (normalization over n points), times the inverse_n ONNX divided by."""
+    scale = {0: 1.0, 1: 1.0 / math.sqrt(n), 2: 1.0 / n}.get(int(normalization))
+    if scale is None:
+        ctx.unsupported(f"FFT normalization mode {normalization}")
+    scale *= inverse_n
+    return t if scale == 1.0 else ctx.op("Mul", [t, ctx.constant(scale, dtype)])
+
+
+def _axes(dims, rank: int) -> list[int]:
+    return [d + rank if d < 0 else d for d in dims]
+
+
+@converter(aten._fft_r2c.default)
+def _fft_r2c(ctx, node, x, dim, normalization, onesided):
+    """Real to complex: the last dim first (a real [..., 1] signal, one-sided if asked), then the
+    others complex to complex."""
+    dt = _REAL[node.meta["val"].dtype]
+    dims = _axes(dim, x.rank)
+    sizes = _sizes(ctx, x.shape, dims)
+    t = ctx.op("Unsqueeze", [ctx.as_tensor(x, dt), ctx.ints([-1])])
+    t = _dft(ctx, t, dims[-1], onesided=bool(onesided))
+    for d in dims[:-1]:
+        t = _dft(ctx, t, d)
+    return _complex_out(ctx, node, _normalize(ctx, t, dt, normalization, math.prod(sizes), 1))
+
+
+@complex_converter(aten._fft_c2c.default)
+def _fft_c2c(ctx, node, x, dim, normalization, forward):
+    dt = _real_dtype(x)
+    dims = _axes(dim, x.rank)
+    n = math.prod(_sizes(ctx, x.shape, dims))
+    t = x.id
+    for d in dims:
+        t = _dft(ctx, t, d, inverse=not forward)
+    return _complex_out(ctx, node, _normalize(ctx, t, dt, normalization, n, 1 if forward else n))
+
+
+@complex_converter(aten._fft_c2r.default)
+def _fft_c2r(ctx, node, x, dim, normalization, last_dim_size):
+    """Complex to real: the other dims inverse complex to complex, then the last dim's one-sided
+    inverse to `last_dim_size` real points."""
+    dt = _real_dtype(x)
+    dims = _axes(dim, x.rank)
+    sizes = _sizes(ctx, x.shape, dims[:-1]) + [int(last_dim_size)]
+    t = x.id
+    for d in dims[:-1]:
+        t = _dft(ctx, t, d, inverse=True)
+    t = _dft(ctx, t, dims[-1], inverse=True, onesided=True, length=int(last_dim_size))
+    t = ctx.op("Squeeze", [t, ctx.ints([-1])])
+    n = math.prod(sizes)
+    return V(_normalize(ctx, t, dt, normalization, n, n), dt, tuple(node.meta["val"].shape))
+
+
+@complex_converter(aten.view_as_real.default)
+def _view_as_real(ctx, node, x):
+    return V(x.id, _real_dtype(x), tuple(x.shape) + (2,))
+
+
+@converter(aten.view_as_complex.default)
+def _view_as_complex(ctx, node, x):
+    if x.dtype not in _COMPLEX or not x.shape or x.shape[-1] != 2:
+        ctx.unsupported(f"view_as_complex of a {x.dtype} tensor of shape {list(x.shape)} "
+                        "(expected float32 or float64 with a last dim of 2)")
+    return V(x.id, _COMPLEX[x.dtype], tuple(x.shape[:-1]))
+
+
+@complex_converter(aten.abs.default)
+def _abs(ctx, node, x):
+    s = ctx.op("ReduceSumSquare", [x, ctx.ints([-1])], {"keepdims": 0})
+    return V(ctx.op("Sqrt", [s]), _real_dtype(x), tuple(node.meta["val"].shape))
+
+
+@complex_converter(aten.clone.default, aten._to_copy.default,
+                   torch.ops.prims.convert_element_type.default)
+def _copy(ctx, node, x, *args, **kwargs):
+    if node.meta["val"].dtype != x.dtype:
+        ctx.unsupported(f"a copy of a {x.dtype} tensor to {node.meta['val'].dtype}")
+    return _complex_out(ctx, node, ctx.op("Identity", [x]))
+
+
+def to_complex(ctx, node, x) -> V:
+    """A real (or integer) tensor cast to a complex dtype: [..., 1] padded to [..., 2]."""
+    cdt = node.meta["val"].dtype
+    if cdt not in _REAL:
+        ctx.unsupported(f"complex dtype {cdt} (supported: complex64, complex128)")
+    t = ctx.op("Unsqueeze", [ctx.as_tensor(x, _REAL[cdt]), ctx.ints([-1])])
+    pads = [0] * (x.rank + 1) * 2
+    pads[-1] = 1
+    return _complex_out(ctx, node, ctx.op("Pad", [t, ctx.ints(pads)]))
+
+
+def _parts(ctx, x) -> tuple[int, int]:
+    """(real, imaginary) of a complex operand, as [..., 1] tensors."""
+    return ctx.op("Split", [x, ctx.ints([1, 1])], {"axis": -1}, num_outputs=2)
+
+
+def _real_factor(ctx, r, dt) -> int:
+    """A real operand broadcast against [..., 2]: a tensor gets a trailing axis of 1."""
+    t = ctx.as_tensor(r, dt)
+    return ctx.op("Unsqueeze", [t, ctx.ints([-1])]) if isinstance(r, V) else t
+
+
+@complex_converter(aten.mul.Tensor, aten.mul.Scalar)
+def _mul(ctx, node, a, b):
+    """(ar + i ai)(br + i bi) = ar br - ai bi + i (ar bi + ai br); a real factor scales both."""
+    dt = _REAL[node.meta["val"].dtype]
+    if not (is_complex(a) and is_complex(b)):
+        c, r = (a, b) if is_complex(a) else (b, a)
+        if c.dtype != node.meta["val"].dtype:
+            ctx.unsupported(f"mul of {c.dtype} by a value that makes {node.meta['val'].dtype}")
+        return _complex_out(ctx, node, ctx.op("Mul", [c.id, _real_factor(ctx, r, dt)]))
+    (ar, ai), (br, bi) = _parts(ctx, a), _parts(ctx, b)
+    re = ctx.op("Sub", [ctx.op("Mul", [ar, br]), ctx.op("Mul", [ai, bi])])
+    im = ctx.op("Add", [ctx.op("Mul", [ar, bi]), ctx.op("Mul", [ai, br])])
+    return _complex_out(ctx, node, ctx.op("Concat", [re, im], {"axis": -1}))
+
+
+def _add_sub(onnx_op: str):
+    def convert(ctx, node, a, b, alpha=1):
+        if alpha != 1 or not (is_complex(a) and is_complex(b)) or a.dtype != b.dtype:
+            ctx.unsupported(f"{onnx_op.lower()} of a complex tensor and a real one, or with "
+                            "alpha (only complex with complex of one dtype)")
+        return _complex_out(ctx, node, ctx.op(onnx_op, [a.id, b.id]))
+
+    return convert
+
+
+complex_converter(aten.add.Tensor)(_add_sub("Add"))
+complex_converter(aten.sub.Tensor)(_add_sub("Sub"))
