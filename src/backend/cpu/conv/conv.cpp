@@ -278,10 +278,7 @@ constexpr int64_t kStemMaxChannels = 4, kStemMaxOutputs = 64, kStemMinWidth = 16
 // PTO_CONV_STEM=0 keeps stems on the shifted / im2col paths (A/B and tests); unset or 1 lets them
 // take the stem path. Anything else is an error.
 bool stem_enabled() {
-  const char* e = std::getenv("PTO_CONV_STEM");
-  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
-  if (std::strcmp(e, "0") == 0) return false;
-  throw ValueError(cat("PTO_CONV_STEM='", e, "': expected 0 or 1"));
+  return conv_switch("PTO_CONV_STEM");
 }
 
 bool use_stem(const ConvGeometry& g) {
@@ -571,13 +568,17 @@ SmallInput small_input_of(const ConvGeometry& g) {
 
 }  // namespace
 
+bool conv_switch(const char* name) {
+  const char* e = std::getenv(name);
+  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
+  if (std::strcmp(e, "0") == 0) return false;
+  throw ValueError(cat(name, "='", e, "': expected 0 or 1"));
+}
+
 // PTO_DEPTHWISE_FLAT=0 keeps every depthwise conv on the padded-plane kernel (A/B and tests);
 // unset or 1, the flat kernel takes the convs it applies to. Anything else is an error.
 bool depthwise_flat_enabled() {
-  const char* e = std::getenv("PTO_DEPTHWISE_FLAT");
-  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
-  if (std::strcmp(e, "0") == 0) return false;
-  throw ValueError(cat("PTO_DEPTHWISE_FLAT='", e, "': expected 0 or 1"));
+  return conv_switch("PTO_DEPTHWISE_FLAT");
 }
 
 // The flat kernel (DepthwiseFlat) applies when every input column a tap reads has an output
@@ -616,10 +617,7 @@ int64_t rows_max_width(const ConvGeometry& g) {
 // PTO_DEPTHWISE_ROWS=0 keeps strided small-row depthwise convs off the rows kernel (A/B and
 // tests); unset or 1 lets them take it. Anything else is an error.
 bool depthwise_rows_enabled() {
-  const char* e = std::getenv("PTO_DEPTHWISE_ROWS");
-  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
-  if (std::strcmp(e, "0") == 0) return false;
-  throw ValueError(cat("PTO_DEPTHWISE_ROWS='", e, "': expected 0 or 1"));
+  return conv_switch("PTO_DEPTHWISE_ROWS");
 }
 
 bool depthwise_rows_applies(const ConvGeometry& g) {

@@ -167,10 +167,7 @@ namespace {
 // PTO_DWPW_FLAT=0 keeps DwPwConvBlocked's small planes row by row (A/B); unset or 1 projects
 // them as one row. Anything else is an error.
 bool dwpw_flat_enabled() {
-  const char* e = std::getenv("PTO_DWPW_FLAT");
-  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
-  if (std::strcmp(e, "0") == 0) return false;
-  throw ValueError(cat("PTO_DWPW_FLAT='", e, "': expected 0 or 1"));
+  return conv_switch("PTO_DWPW_FLAT");
 }
 }  // namespace
 
