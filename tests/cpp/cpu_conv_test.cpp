@@ -583,6 +583,16 @@ TEST(CpuConv, DepthwiseFlatKernel) {
       {1, 4, 5, 85, 1, 3, 3, 2, 1, {1, 0, 1, 2}},
       {1, 2, 4, 240, 1, 3, 3, 2, 1, {1, 1, 1, 1}},
       {1, 3, 5, 90, 1, 3, 3, 3, 1, {1, 1, 1, 1}},
+      // The gapped kernel (AVX-512, stride 1, "same" sizes, 3x3 and 5x5): rows of 12 to 56
+      // (1-4 vectors, the last masked or whole), 1 to 30 rows (blocks of 12 or 5 and the
+      // rest), asymmetric pads (the gap is the larger side), channel multiplier 2.
+      {1, 3, 12, 15, 1, 3, 3, 1, 1, {0, 0, 2, 2}},
+      {1, 4, 10, 20, 1, 5, 5, 1, 1, {1, 3, 3, 1}},
+      {2, 3, 30, 32, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {1, 5, 1, 48, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {1, 6, 14, 14, 2, 5, 5, 1, 1, {2, 2, 2, 2}},
+      {1, 2, 11, 56, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
+      {1, 3, 23, 12, 1, 5, 5, 1, 1, {2, 2, 2, 2}},
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
@@ -594,7 +604,7 @@ TEST(CpuConv, DepthwiseFlatKernel) {
                      Dims{p, p, pick(0, 2), p}});
   }
   const int saved = num_threads();
-  int flat = 0, rows = 0;
+  int flat = 0, rows = 0, gapped = 0;
   const std::vector<cpu::Isa> isas = cpu::supported_isas();
   const bool has512 = std::find(isas.begin(), isas.end(), cpu::Isa::kAvx512) != isas.end();
   for (const Case& t : cases) {
@@ -612,6 +622,7 @@ TEST(CpuConv, DepthwiseFlatKernel) {
     if (has512) {
       IsaScope scope(cpu::Isa::kAvx512);
       rows += cpu::depthwise_rows_applies(g);
+      gapped += cpu::depthwise_gapped_applies(g);
     }
     for (int e = 0; e < 4; ++e) {  // none, Relu, Clip, residual Add + Relu
       cpu::Epilogue ep;
@@ -626,12 +637,15 @@ TEST(CpuConv, DepthwiseFlatKernel) {
         if (e == 2) v = std::min(std::max(v, -0.5f), 0.75f);
         want.data<float>()[j] = v;
       }
-      // unset: the flat kernel (and the rows kernel where it applies); "0": the padded-plane
-      // kernel; "rows 0": the flat kernel with its split where the rows kernel would apply.
-      for (const char* env : {static_cast<const char*>(nullptr), "0", "rows 0"}) {
-        const bool rows_off = env && std::string(env) == "rows 0";
-        DepthwiseFlatEnv scope_env(rows_off ? nullptr : env);
+      // unset: the flat kernel (and the rows or gapped kernel where they apply); "0": the
+      // padded-plane kernel; "rows 0": the flat kernel with its split where the rows kernel
+      // would apply; "gapped 0": the masked flat kernel where the gapped one would apply.
+      for (const char* env : {static_cast<const char*>(nullptr), "0", "rows 0", "gapped 0"}) {
+        const std::string e_str = env ? env : "";
+        const bool rows_off = e_str == "rows 0", gapped_off = e_str == "gapped 0";
+        DepthwiseFlatEnv scope_env(rows_off || gapped_off ? nullptr : env);
         DepthwiseFlatEnv scope_rows(rows_off ? "0" : nullptr, "PTO_DEPTHWISE_ROWS");
+        DepthwiseFlatEnv scope_gapped(gapped_off ? "0" : nullptr, "PTO_DEPTHWISE_GAPPED");
         for (cpu::Isa isa : cpu::supported_isas()) {
           IsaScope scope(isa);
           for (int threads : {1, 2}) {
@@ -652,7 +666,8 @@ TEST(CpuConv, DepthwiseFlatKernel) {
   set_num_threads(saved);
   EXPECT_GE(flat, 20);  // most cases take the flat kernel; the rest the padded-plane one
   if (has512) {
-    EXPECT_GE(rows, 8);  // strided rows of <= 16 outputs
+    EXPECT_GE(rows, 8);     // strided rows of <= 16 outputs
+    EXPECT_GE(gapped, 10);  // stride 1, "same" sizes, 3x3 and 5x5, rows that fill vectors
   }
 }
 

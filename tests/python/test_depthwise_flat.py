@@ -32,6 +32,9 @@ CASES = [
     (2, 8, 8, 8, 48, 3, 1, 1, "Silu"),
     (1, 16, 7, 7, 96, 3, 1, 1, "Chain"),
     (2, 8, 12, 12, 48, 3, 2, 1, "Chain"),
+    # stride-1 rows that fill their vectors: the gapped kernel (AVX-512), SiLU and a chain after
+    (1, 16, 14, 14, 96, 5, 1, 2, "Silu"),
+    (2, 8, 28, 28, 48, 3, 1, 1, "Chain"),
 ]
 
 
@@ -81,10 +84,12 @@ def test_depthwise_block_matches_onnxruntime(tmp_path, monkeypatch, case):
     saved = pypto.get_num_threads()
     try:
         # PTO_DWPW_FLAT=0: level 3's fused depthwise + projection row by row on small planes;
-        # PTO_DEPTHWISE_ROWS=0: strided short rows not on the rows kernel (AVX-512)
+        # PTO_DEPTHWISE_ROWS=0: strided short rows not on the rows kernel (AVX-512);
+        # PTO_DEPTHWISE_GAPPED=0: stride-1 rows on the masked flat kernel
         for name, flat in ((None, None), ("PTO_DEPTHWISE_FLAT", "0"), ("PTO_DWPW_FLAT", "0"),
-                           ("PTO_DEPTHWISE_ROWS", "0")):
-            for var in ("PTO_DEPTHWISE_FLAT", "PTO_DWPW_FLAT", "PTO_DEPTHWISE_ROWS"):
+                           ("PTO_DEPTHWISE_ROWS", "0"), ("PTO_DEPTHWISE_GAPPED", "0")):
+            for var in ("PTO_DEPTHWISE_FLAT", "PTO_DWPW_FLAT", "PTO_DEPTHWISE_ROWS",
+                        "PTO_DEPTHWISE_GAPPED"):
                 monkeypatch.delenv(var, raising=False)
             if name is not None:
                 monkeypatch.setenv(name, flat)
@@ -121,3 +126,11 @@ def test_depthwise_flat_env_is_checked(tmp_path, monkeypatch):
     monkeypatch.setenv("PTO_DEPTHWISE_FLAT", "yes")
     with pytest.raises(Exception, match="PTO_DEPTHWISE_FLAT"):
         pypto.onnx.load(path, 2)(x=np.zeros((1, 16, 6, 6), np.float32))
+
+
+def test_depthwise_gapped_env_is_checked(tmp_path, monkeypatch):
+    path = str(tmp_path / "m.onnx")
+    block_model(path, 1, 16, 14, 14, 96, 5, 1, 2, "Silu")  # 14-wide stride-1 rows: gapped
+    monkeypatch.setenv("PTO_DEPTHWISE_GAPPED", "yes")
+    with pytest.raises(Exception, match="PTO_DEPTHWISE_GAPPED"):
+        pypto.onnx.load(path, 2)(x=np.zeros((1, 16, 14, 14), np.float32))

@@ -426,6 +426,17 @@ const FlatTables& flat_tables(const ConvGeometry& g, int lanes) {
   return cache.emplace(key, std::move(t)).first->second;
 }
 
+// DepthwiseGapped's layout for a geometry that depthwise_gapped_applies to.
+DepthwiseGapped gapped_layout(const ConvGeometry& g) {
+  DepthwiseGapped d;
+  const int64_t right = (g.kw - 1) - g.pw;
+  d.stride = g.iw + std::max(g.pw, right);
+  d.lead = g.ph * d.stride + g.pw;
+  // The last tap of the last row's last vector (columns past ow are computed, not stored).
+  d.len = (g.oh + g.kh - 2) * d.stride + ceil_div(g.ow, 16) * 16 + g.kw - 1;
+  return d;
+}
+
 // The depthwise conv by the flat kernel: no padded plane; a stride > 1 (or an input narrower
 // than the output) splits the input into phase planes with the output's row length first.
 void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, const float* bias,
@@ -449,6 +460,9 @@ void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, 
   // Strided rows that fit a vector take the rows kernel, which reads the input as it is.
   const bool rows = depthwise_rows_applies(g);
   const bool copies = !rows && depthwise_flat_copies(g);
+  const bool use_gapped = depthwise_gapped_applies(g);
+  const DepthwiseGapped gl = use_gapped ? gapped_layout(g) : DepthwiseGapped{};
+  const DepthwiseGapped* gapped = use_gapped ? &gl : nullptr;
   // The split copy: sh * sw phase planes, and a vector's room past the last (masked reads).
   const int64_t split_plane = g.sh * g.sw * p.phase_stride;
   const int64_t mult = g.m / g.c, HW = g.out_plane(), K = g.kh * g.kw;
@@ -464,6 +478,10 @@ void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, 
   const int64_t rest_run = std::max<int64_t>(group, 4096 / std::max<int64_t>(HW, 1));
   parallel_for(0, g.n * g.m, 1, [&](int64_t t0, int64_t t1) {
     float* buf = copies ? workspace(group * split_plane) : nullptr;
+    if (gapped) {  // zeros once: each plane's copy writes only its input rows
+      buf = workspace(gapped->len);
+      std::fill(buf, buf + gapped->len, 0.0f);
+    }
     int64_t split_of = -1;  // which input plane buf holds (one plane, depth multiplier > 1)
     EpilogueOperand operands[kTileMaxRegs];
     for (int64_t t = t0; t < t1;) {
@@ -483,10 +501,12 @@ void conv_depthwise_flat(const ConvGeometry& g, const float* x, const float* w, 
         src = buf;
         src_plane = split_plane;
       }
-      if (!rows || !PTO_ISA_DISPATCH(depthwise_rows, p, src, src_plane, w + m * K,
-                                     bias ? bias + m : nullptr, y + t * HW, cnt))
-        PTO_ISA_DISPATCH(depthwise_flat, p, src, src_plane, w + m * K, bias ? bias + m : nullptr,
-                         y + t * HW, cnt);
+      const float* wm = w + m * K;
+      const float* bm = bias ? bias + m : nullptr;
+      if (!(gapped && PTO_ISA_DISPATCH(depthwise_gapped, p, *gapped, src, src_plane, wm, bm,
+                                       y + t * HW, cnt, buf)) &&
+          !(rows && PTO_ISA_DISPATCH(depthwise_rows, p, src, src_plane, wm, bm, y + t * HW, cnt)))
+        PTO_ISA_DISPATCH(depthwise_flat, p, src, src_plane, wm, bm, y + t * HW, cnt);
       if (has_rest) {  // the cnt planes as rows of HW: one call (per plane, tiny planes paid
                        // the epilogue's set-up 1152 times: EfficientNet-B0's SiLU convs 4x slower)
         float* yp = y + t * HW;
@@ -625,6 +645,32 @@ bool depthwise_rows_applies(const ConvGeometry& g) {
          PTO_ISA_DISPATCH(depthwise_flat_lanes) == 16 && g.sw >= 2 &&
          ((g.iw <= 32 && g.ow <= 16 && g.ow >= (g.kw <= 3 ? kRowsMinWidth3 : kRowsMinWidth)) ||
           (g.ow >= kRowsMinChunked && g.ow <= rows_max_width(g)));
+}
+
+// PTO_DEPTHWISE_GAPPED=0 keeps stride-1 depthwise convs on the masked flat kernel (A/B and
+// tests); unset or 1, those the gapped kernel applies to take it. Anything else is an error.
+bool depthwise_gapped_enabled() {
+  return conv_switch("PTO_DEPTHWISE_GAPPED");
+}
+
+// The gapped kernel takes the flat path's stride-1, undilated 3x3 and 5x5 convs of "same" output
+// size on AVX-512 (its only kernel) whose rows fill enough of their 16-column vectors: 7/8 for 3x3
+// (rows of 14-16, 28-32, 48, 56, 112, ...), 5/8 and 12 columns for 5x5, whose 25 taps amortize
+// more junk lanes. Conv alone, 1 thread, min of 25 calls, flat kernel -> gapped, us: 3x3 576 @14
+// 63.7 -> 57.4, 144 @56 193 -> 180, 32 @112 169 -> 157, but 256 @12 19.5 -> 21.3, 128 @17 20.9 ->
+// 27.8; 5x5 672 @14 171 -> 121 (ORT 129), 240 @28 206 -> 143 (ORT 156), 128 @20 62.7 -> 54.5,
+// 256 @12 45.0 -> 41.8, but 256 @10 35.0 -> 34.1-35.0 and 256 @8 20.1 -> 29.7.
+bool gapped_fills_rows(const ConvGeometry& g) {
+  const int64_t lanes = ceil_div(g.ow, 16) * 16;
+  return g.kh == 3 ? 8 * g.ow >= 7 * lanes : 8 * g.ow >= 5 * lanes && g.ow >= 12;
+}
+
+bool depthwise_gapped_applies(const ConvGeometry& g) {
+  return depthwise_flat_enabled() && depthwise_flat_applies(g) &&
+         PTO_ISA_DISPATCH(depthwise_flat_lanes) == 16 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
+         g.dw == 1 && ((g.kh == 3 && g.kw == 3) || (g.kh == 5 && g.kw == 5)) && g.ih == g.oh &&
+         g.iw == g.ow && g.pw >= 0 && g.pw < g.kw && g.ph >= 0 && g.ph < g.kh &&
+         gapped_fills_rows(g) && depthwise_gapped_enabled();
 }
 
 int64_t conv_column_block(const ConvGeometry& g) {

@@ -69,6 +69,10 @@ bool depthwise_flat_applies(const ConvGeometry& g);
 // PTO_DEPTHWISE_ROWS is not 0 (ValueError for a value other than 0 or 1).
 bool depthwise_rows_applies(const ConvGeometry& g);
 bool depthwise_rows_enabled();
+// Whether the flat path of g copies each plane into rows with zero gaps and runs the gapped
+// kernel (conv_isa.h DepthwiseGapped: stride 1, "same" sizes, AVX-512), and PTO_DEPTHWISE_GAPPED
+// is not 0 (ValueError for a value other than 0 or 1).
+bool depthwise_gapped_applies(const ConvGeometry& g);
 // The share of (output position, tap) pairs that read the input rather than padding.
 double valid_tap_share(const ConvGeometry& g);
 

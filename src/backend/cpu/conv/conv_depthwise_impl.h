@@ -2,6 +2,8 @@
 // generic}.cpp). Each output row is computed in chunks of kBlock vectors: the accumulators start
 // at the bias and take one fused multiply-add per tap, every tap a contiguous load from the padded,
 // phase-split plane (conv_depthwise.h), so there is no edge case besides the row's masked tail.
+#include <utility>
+
 #include "backend/cpu/conv/conv_isa.h"
 #include "backend/cpu/conv/conv_simd.h"
 
@@ -497,6 +499,102 @@ bool depthwise_rows_chunked(const DepthwiseFlat& p, const float* x, int64_t x_pl
   return true;
 }
 #endif
+
+#if defined(PTO_ISA_AVX512)
+// ---- the gapped kernel (DepthwiseGapped) ----
+
+// Output rows [y0, y0 + NB) of one plane, columns [16 j, 16 j + 16), from its gapped copy `src`:
+// NB chains of multiply-adds, every tap an unmasked load, and each load of an input row used by
+// every output row of the block it reaches (up to KH of them): (NB + KH - 1) KW loads for
+// NB KH KW multiply-adds, the weights in registers. (One load a multiply-add, each of them
+// across two cache lines where the shift kx is not 0, kept the flat kernel at 2.5-2.9 cycles a
+// multiply-add; NCHWc loads whole lines.)
+template <int KH, int KW, int NB>
+inline void gapped_rows(const DepthwiseFlat& p, const DepthwiseGapped& g, const float* src,
+                        const __m512* wreg, float bias, float* y, int64_t y0, int64_t j) {
+  __m512 acc[NB];
+#pragma GCC unroll 16
+  for (int u = 0; u < NB; ++u) acc[u] = _mm512_set1_ps(bias);
+  const float* base = src + y0 * g.stride + j * 16;
+#pragma GCC unroll 8
+  for (int kx = 0; kx < KW; ++kx)
+#pragma GCC unroll 20
+    for (int i = 0; i < NB + KH - 1; ++i) {
+      const __m512 in = _mm512_loadu_ps(base + i * g.stride + kx);
+#pragma GCC unroll 8
+      for (int ky = 0; ky < KH; ++ky)
+        if (i - ky >= 0 && i - ky < NB)
+          acc[i - ky] = _mm512_fmadd_ps(wreg[ky * KW + kx], in, acc[i - ky]);
+    }
+  const __m512 lo = _mm512_set1_ps(p.lo), hi = _mm512_set1_ps(p.hi);
+  const int64_t left = p.ow - j * 16;
+  const auto mask = static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1);
+#pragma GCC unroll 16
+  for (int u = 0; u < NB; ++u) {
+    __m512 r = acc[u];
+    if (p.clamp) r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+    _mm512_mask_storeu_ps(y + (y0 + u) * p.ow + j * 16, mask, r);
+  }
+}
+
+template <int KH, int KW, int... N>
+inline void gapped_rows_of(int64_t nb, const DepthwiseFlat& p, const DepthwiseGapped& g,
+                           const float* src, const __m512* wreg, float bias, float* y, int64_t y0,
+                           int64_t j, std::integer_sequence<int, N...>) {
+  (void)((nb == N + 1 ? (gapped_rows<KH, KW, N + 1>(p, g, src, wreg, bias, y, y0, j), true)
+                      : false) ||
+         ...);
+}
+
+// One plane: its rows in blocks of at most NBMAX, all of about the same size (14 rows of 6 at
+// most as 5 + 5 + 4, not 6 + 6 + 2: a block of 2 would wait on the FMA latency), each block
+// across the row's vectors.
+template <int KH, int KW, int NBMAX>
+[[gnu::noinline]] void gapped_plane(const DepthwiseFlat& p, const DepthwiseGapped& g,
+                                    const float* src, const float* w, float bias, float* y) {
+  __m512 wreg[KH * KW];
+  for (int t = 0; t < KH * KW; ++t) wreg[t] = _mm512_set1_ps(w[t]);
+  const int64_t blocks = (p.oh + NBMAX - 1) / NBMAX, vectors = (p.ow + 15) / 16;
+  for (int64_t b = 0, y0 = 0; b < blocks; ++b) {
+    const int64_t nb = p.oh / blocks + (b < p.oh % blocks ? 1 : 0);
+    for (int64_t j = 0; j < vectors; ++j)
+      gapped_rows_of<KH, KW>(nb, p, g, src, wreg, bias, y, y0, j,
+                             std::make_integer_sequence<int, NBMAX>{});
+    y0 += nb;
+  }
+}
+#endif
+
+bool depthwise_gapped(const DepthwiseFlat& p, const DepthwiseGapped& g, const float* x,
+                      int64_t x_plane, const float* w, const float* bias, float* y,
+                      int64_t channels, float* buf) {
+#if defined(PTO_ISA_AVX512)
+  const int64_t taps = p.kh * p.kw, hw = p.oh * p.ow;
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* xc = x + c * x_plane;
+    for (int64_t r = 0; r < p.ih; ++r) {
+      const float* s = xc + r * p.iw;
+      float* d = buf + g.lead + r * g.stride;
+      int64_t j = 0;
+      for (; j + 16 <= p.iw; j += 16) _mm512_storeu_ps(d + j, _mm512_loadu_ps(s + j));
+      if (j < p.iw) {
+        const auto m = static_cast<__mmask16>((1u << (p.iw - j)) - 1);
+        _mm512_mask_storeu_ps(d + j, m, _mm512_maskz_loadu_ps(m, s + j));
+      }
+    }
+    const float* wc = w + c * taps;
+    const float b = bias ? bias[c] : 0.0f;
+    if (taps == 9)
+      gapped_plane<3, 3, 12>(p, g, buf, wc, b, y + c * hw);
+    else
+      gapped_plane<5, 5, 5>(p, g, buf, wc, b, y + c * hw);
+  }
+  return true;
+#else
+  (void)p, (void)g, (void)x, (void)x_plane, (void)w, (void)bias, (void)y, (void)channels, (void)buf;
+  return false;
+#endif
+}
 
 bool depthwise_rows(const DepthwiseFlat& p, const float* x, int64_t x_plane, const float* w,
                     const float* bias, float* y, int64_t channels) {

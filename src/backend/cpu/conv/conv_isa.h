@@ -101,6 +101,18 @@ struct DepthwiseFlat : ConvWindow {
   float lo = 0.0f, hi = 0.0f;
 };
 
+// The gapped copy of a stride-1, undilated 3x3 or 5x5 depthwise conv with "same" output size
+// (conv.cpp conv_depthwise_flat, AVX-512): each input plane copied into rows `stride` floats
+// apart (input row r at lead + r * stride), the stride - iw floats between two rows and the rows
+// above and below zero, so that output (oy, ox) reads tap (ky, kx) at (oy + ky) * stride + ox + kx
+// with no mask: a gap of max(left pad, right pad) columns is the right pad of one row and the left
+// pad of the next. Output rows go in vectors of 16 columns (the last masked).
+struct DepthwiseGapped {
+  int64_t stride = 0;  // iw + max(left pad, right pad)
+  int64_t lead = 0;    // ph * stride + pw
+  int64_t len = 0;     // floats of the copy: every tap of every output vector reads inside it
+};
+
 PTO_ISA_DECLARE(
     int depthwise_flat_lanes();
     // Input plane x as depthwise_flat reads it when it is not x itself: phase plane (py, px), at
@@ -118,7 +130,14 @@ PTO_ISA_DECLARE(
     // zeroed by its mask) and one multiply-add: no split copy. Planes as depthwise_flat, read
     // from x + c * x_plane; returns false, having done nothing, where this ISA has no such kernel.
     bool depthwise_rows(const DepthwiseFlat& p, const float* x, int64_t x_plane, const float* w,
-                        const float* bias, float* y, int64_t channels);)
+                        const float* bias, float* y, int64_t channels);
+    // `channels` planes as depthwise_flat, read from x + c * x_plane through the gapped copy
+    // `buf` (g.len floats, zero where no input row is copied: the caller zeroes it once, the
+    // kernel writes only the input rows); false, having done nothing, where this ISA has no
+    // such kernel (only AVX-512 has one).
+    bool depthwise_gapped(const DepthwiseFlat& p, const DepthwiseGapped& g, const float* x,
+                          int64_t x_plane, const float* w, const float* bias, float* y,
+                          int64_t channels, float* buf);)
 
 // A 2-D convolution on channel-blocked tensors (ConvBlocked, src/ir/ops/blocked_layout.cpp): x
 // [n, icb, ih, iw, block], y [n, ocb, oh, ow, block], w [ocb, icb, kh, kw, block, block] or, for a
