@@ -19,8 +19,6 @@
 #include <string>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/nbits.h"
@@ -89,23 +87,6 @@ bool int8_form(const Node& n, const nbits::Layout& L, bool has_zp, bool float_zp
   return n.attr_int("accuracy_level") == 4 && !float_zp && !(L.bits == 2 && has_zp) && !reordered &&
          L.block <= (L.bits == 8 ? 512 : 4096) && active_isa() == Isa::kAvx512 &&
          has_ext(Ext::kAvx512Vnni);
-}
-
-// A zeroed buffer for a layer's panels, on transparent huge pages (2 MiB) where it spans one (the
-// tail short of 2 MiB stays on small pages): the panels stream from memory once a decoding step,
-// which on 4 KiB pages pays a TLB miss every 4 KiB. onnxruntime-genai's int8 export of a 4-layer
-// TinyLlama-shaped Llama, one thread: 15.8 -> 13.6 ms a generated token, int4 10.0 -> 7.7
-// (docs/precision.md); a lone layer's copies (bench/nbits.py) move less.
-std::shared_ptr<uint8_t[]> panel_memory(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const bool huge = bytes >= kHuge;
-  const size_t size = (bytes + 63) / 64 * 64;
-  void* m = nullptr;  // posix_memalign: a size that is not a multiple of the alignment
-  if (posix_memalign(&m, huge ? kHuge : 64, size) != 0)
-    throw ValueError(cat("MatMulNBits: out of memory allocating ", bytes, " bytes of panels"));
-  if (huge) madvise(m, size, MADV_HUGEPAGE);  // a hint: small pages where the kernel has none
-  std::memset(m, 0, size);
-  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(m), [](uint8_t* q) { std::free(q); });
 }
 
 // K's order with each g_idx block contiguous (k sorted by block, stably): an empty vector when

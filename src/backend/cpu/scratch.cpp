@@ -1,7 +1,11 @@
 #include "backend/cpu/scratch.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <new>
+
+#include <sys/mman.h>
 
 #include "pto/error.h"
 
@@ -48,6 +52,18 @@ void* ScratchBuffer::get(size_t bytes) {
     if (!p_) throw ValueError(cat("out of memory allocating a ", bytes, "-byte kernel buffer"));
   }
   return p_;
+}
+
+std::shared_ptr<uint8_t[]> panel_memory(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const bool huge = bytes >= kHuge;
+  const size_t size = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  void* m = nullptr;  // posix_memalign: a size that is not a multiple of the alignment
+  if (posix_memalign(&m, huge ? kHuge : 64, size) != 0)
+    throw ValueError(cat("out of memory allocating ", bytes, " bytes of packed panels"));
+  if (huge) madvise(m, size, MADV_HUGEPAGE);  // a hint: small pages where the kernel has none
+  std::memset(m, 0, size);                    // and the pages faulted in now, not on the first call
+  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(m), [](uint8_t* q) { std::free(q); });
 }
 
 }  // namespace pto::cpu

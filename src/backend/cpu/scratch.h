@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
 namespace pto::cpu {
 
@@ -37,5 +39,13 @@ class ScratchBuffer {
   void* p_ = nullptr;
   size_t cap_ = 0;
 };
+
+// A zeroed, 64-byte aligned buffer for constant operands packed once and read every call (weight
+// panels), on transparent huge pages (2 MiB, MADV_HUGEPAGE: the system's THP setting is often
+// "madvise") where it spans one; the tail short of 2 MiB stays on small pages. Panels that stream
+// from memory each call pay a TLB miss every 4 KiB on small pages, and the hardware prefetchers
+// stop at each 4 KiB page: onnxruntime-genai's int8 Llama layer 15.8 -> 13.6 ms a token
+// (docs/precision.md), BERT-base's fp32 weights (docs/backend/gemm.md).
+std::shared_ptr<uint8_t[]> panel_memory(size_t bytes);
 
 }  // namespace pto::cpu
