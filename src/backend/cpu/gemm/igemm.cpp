@@ -269,10 +269,9 @@ PackedI8B pack_i8_b(int64_t k, int64_t n, const void* b, int64_t ldb, bool trans
   p.signed_ = b_signed;
   const int64_t panels = ceil_div(n, 16), stride = i8_panel_stride(k);
   p.bytes_ = static_cast<size_t>(std::max<int64_t>(panels * stride, 64));
-  auto* data = static_cast<int8_t*>(std::aligned_alloc(64, p.bytes_));
-  PTO_CHECK(data != nullptr) << "igemm: out of memory for " << p.bytes_ << " bytes of panels";
-  std::memset(data, 0, p.bytes_);
-  p.data_ = std::shared_ptr<int8_t[]>(data, std::free);
+  const std::shared_ptr<uint8_t[]> memory = panel_memory(p.bytes_);  // zeroed, huge pages
+  p.data_ = std::shared_ptr<int8_t[]>(memory, reinterpret_cast<int8_t*>(memory.get()));
+  int8_t* data = p.data_.get();
   p.colsum_.assign(static_cast<size_t>(panels * 16), 0);
   const auto* src = static_cast<const uint8_t*>(b);
   const uint8_t flip = b_signed ? 0 : 0x80;  // uint8 b' = b - 128 = b ^ 0x80 as int8
