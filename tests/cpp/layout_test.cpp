@@ -591,7 +591,9 @@ std::vector<Case> random_cases() {
       {1, 32, 5, 37, 32, 3, 1, 1, 1, true},   // depthwise, rows of 14 + 14 + 7 interior pixels
       {1, 32, 5, 61, 32, 3, 2, 1, 1, true},   // depthwise, stride 2: 14 + 14 + 1 interior
       {2, 20, 8, 9, 20, 3, 1, 1, 1, true},    // depthwise, odd channels
-      {1, 17, 6, 40, 17, 5, 1, 4, 2, true, false},      // depthwise, dilated, no bias
+      {1, 17, 6, 40, 17, 5, 1, 4, 2, true, false},  // depthwise, dilated, no bias
+      {1, 32, 6, 37, 32, 5, 1, 2, 1, true},         // depthwise 5x5: rows of 14 + 14 + 5 interior
+      {1, 24, 7, 61, 24, 5, 2, 2, 1, true},         // depthwise 5x5, stride 2: 14 + 14 + 1 interior
       {1, 64, 9, 11, 96, 3, 1, 1, 1, false, true, 2},   // 2 groups: 32 -> 48 channels each
       {2, 64, 7, 10, 64, 3, 2, 1, 1, false, false, 4},  // 4 groups of one block of 16, strided
       {1, 96, 6, 5, 48, 1, 1, 0, 1, false, true, 3},    // 3 groups, 1x1: 32 -> 16 each

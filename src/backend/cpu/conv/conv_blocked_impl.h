@@ -188,12 +188,13 @@ struct RowKernel {
     store<R, 1>(acc, ox0);
   }
 
-  // The interior of a depthwise row with a 3-wide window (dilation 1) and stride SW: each input
-  // pixel is loaded once per kernel row and feeds every output of the block whose window holds
-  // it (3 FMAs a load at stride 1, where the general loop loads once per FMA). The FMAs reach each
-  // accumulator in the same (ky, kx) order, so the result is the general loop's bit for bit.
-  template <int R, int SW>
-  void depthwise3(int64_t ox0) const {
+  // The interior of a depthwise row with a KW-wide window (3 or 5, dilation 1) and stride SW:
+  // each input pixel is loaded once per kernel row and feeds every output of the block whose
+  // window holds it (KW FMAs a load at stride 1, where the general loop loads once per FMA, and
+  // the row's KW weights once). The FMAs reach each accumulator in the same (ky, kx) order, so
+  // the result is the general loop's bit for bit.
+  template <int R, int SW, int KW>
+  void depthwise_window(int64_t ox0) const {
     fetch_ends<R, 1>(ox0);
     Vec acc[R][1][kNV];
     for (int v = 0; v < kNV; ++v) {
@@ -201,21 +202,21 @@ struct RowKernel {
 #pragma GCC unroll 32
       for (int r = 0; r < R; ++r) acc[r][0][v] = b;
     }
-    constexpr int kJ = (R - 1) * SW + 3;  // input pixels a kernel row reads
+    constexpr int kJ = (R - 1) * SW + KW;  // input pixels a kernel row reads
     for (int64_t ky = 0; ky < g.kh; ++ky) {
       const int64_t iy = oy * g.sh + ky * g.dh - g.ph;
       if (iy < 0 || iy >= g.ih) continue;
       const float* xp = x + ((g.ring ? iy % g.ring : iy) * g.iw + ox0 * SW - g.pw) * B;
-      Vec wv[3][kNV];
-      for (int kx = 0; kx < 3; ++kx)
-        for (int v = 0; v < kNV; ++v) wv[kx][v] = Vec::load(w + (ky * 3 + kx) * B + v * kLanes);
+      Vec wv[KW][kNV];
+      for (int kx = 0; kx < KW; ++kx)
+        for (int v = 0; v < kNV; ++v) wv[kx][v] = Vec::load(w + (ky * KW + kx) * B + v * kLanes);
 #pragma GCC unroll 64
       for (int j = 0; j < kJ; ++j)
 #pragma GCC unroll 4
         for (int v = 0; v < kNV; ++v) {
           const Vec xv = Vec::load(xp + j * B + v * kLanes);
-#pragma GCC unroll 3
-          for (int kx = 0; kx < 3; ++kx) {
+#pragma GCC unroll 5
+          for (int kx = 0; kx < KW; ++kx) {
             const int d = j - kx;
             if (d >= 0 && d % SW == 0 && d / SW < R)
               acc[d / SW][0][v] = fma(xv, wv[kx][v], acc[d / SW][0][v]);
@@ -229,9 +230,12 @@ struct RowKernel {
   void block(int64_t ox0) const {
     if constexpr (OB == 1 && !kNchw)
       if (g.depthwise) {
-        if constexpr (!kChecked)
+        if constexpr (!kChecked) {
           if (g.kw == 3 && g.dw == 1 && (g.sw == 1 || g.sw == 2))
-            return g.sw == 1 ? depthwise3<R, 1>(ox0) : depthwise3<R, 2>(ox0);
+            return g.sw == 1 ? depthwise_window<R, 1, 3>(ox0) : depthwise_window<R, 2, 3>(ox0);
+          if (g.kw == 5 && g.dw == 1 && (g.sw == 1 || g.sw == 2))
+            return g.sw == 1 ? depthwise_window<R, 1, 5>(ox0) : depthwise_window<R, 2, 5>(ox0);
+        }
         return depthwise<R, kChecked>(ox0);
       }
     general<R, kChecked, kS>(ox0);
