@@ -594,6 +594,8 @@ std::vector<Case> random_cases() {
       {1, 17, 6, 40, 17, 5, 1, 4, 2, true, false},  // depthwise, dilated, no bias
       {1, 32, 6, 37, 32, 5, 1, 2, 1, true},         // depthwise 5x5: rows of 14 + 14 + 5 interior
       {1, 24, 7, 61, 24, 5, 2, 2, 1, true},         // depthwise 5x5, stride 2: 14 + 14 + 1 interior
+      {2, 40, 7, 7, 40, 5, 1, 2, 1, true},          // depthwise 5x5 on 7x7: a padded copy, no edges
+      {1, 20, 9, 14, 20, 3, 1, 1, 1, true},         // depthwise 3x3 on 9x14: a padded copy
       {1, 64, 9, 11, 96, 3, 1, 1, 1, false, true, 2},   // 2 groups: 32 -> 48 channels each
       {2, 64, 7, 10, 64, 3, 2, 1, 1, false, false, 4},  // 4 groups of one block of 16, strided
       {1, 96, 6, 5, 48, 1, 1, 0, 1, false, true, 3},    // 3 groups, 1x1: 32 -> 16 each
