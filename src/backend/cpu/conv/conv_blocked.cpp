@@ -167,6 +167,45 @@ constexpr int64_t kPaddedDepthwiseWidth = 14;
 constexpr int64_t kFlatDwPwPlane = 576;
 
 namespace {
+// Small planes leave most pixels of a depthwise row to the checked one-pixel path (a 7x7 plane's
+// 5x5 window: 4 of 7), which loads each tap's input and weight per multiply-add and branches per
+// tap. For a padded stride-1 3x3 or 5x5 depthwise conv with rows of at most
+// kPaddedDepthwiseWidth, x is copied into a zero-padded tensor (a per-thread buffer of the
+// caller's) and g changed to read it without pads, so every pixel takes the windowed register
+// blocks; otherwise x and g stay as they are. EfficientNet-B0, level 3, 1 thread, per-kernel
+// minima of 20 calls alternated in one process: 5x5 + SiLU 1152 @7 122-130 -> 90-95 us, 672 @14
+// 165 -> 140-145, 480 @14 119 -> 102; 3x3 1152 @7 at par; at stride 2 the copy of the larger
+// input cost more than the edges (240 @28 -> 14 3x3 42 -> 77 us), so those keep the checked path.
+const float* padded_depthwise_input(BlockedConv& g, const float* x) {
+  if (!(g.depthwise && !g.x_nchw && g.ring == 0 && (g.ph > 0 || g.pw > 0) &&
+        (g.kw == 3 || g.kw == 5) && g.dw == 1 && g.sw == 1 && g.ow <= kPaddedDepthwiseWidth))
+    return x;
+  BlockedConv p = g;
+  p.ih = std::max(g.ih + g.ph, (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1);
+  p.iw = std::max(g.iw + g.pw, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1);
+  p.ph = p.pw = 0;
+  const int64_t src = g.ih * g.iw * g.block, dst = p.ih * p.iw * g.block;
+  const int64_t row_in = g.iw * g.block, row_out = p.iw * g.block;
+  static thread_local ScratchBuffer padded;  // the caller's: the workers write into it
+  float* xp = padded.get_as<float>(g.n * g.icb * dst);
+  parallel_for(0, g.n * g.icb, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      float* d = xp + b * dst;
+      const float* sp = x + b * src;
+      std::fill(d, d + g.ph * row_out, 0.0f);
+      for (int64_t iy = 0; iy < g.ih; ++iy) {
+        float* dr = d + (g.ph + iy) * row_out;
+        std::fill(dr, dr + g.pw * g.block, 0.0f);
+        std::memcpy(dr + g.pw * g.block, sp + iy * row_in, row_in * sizeof(float));
+        std::fill(dr + g.pw * g.block + row_in, dr + row_out, 0.0f);
+      }
+      std::fill(d + (g.ph + g.ih) * row_out, d + dst, 0.0f);
+    }
+  });
+  g = p;
+  return xp;
+}
+
 // PTO_DWPW_FLAT=0 keeps DwPwConvBlocked's small planes row by row (A/B); unset or 1 projects
 // them as one row. Anything else is an error.
 bool dwpw_flat_enabled() {
@@ -190,39 +229,9 @@ void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, con
     f.ih = f.oh = 1;
     return conv_blocked_rows(f, x, w, bias, y, ep);
   }
-  if (g.depthwise && !g.x_nchw && g.ring == 0 && (g.ph > 0 || g.pw > 0) &&
-      (g.kw == 3 || g.kw == 5) && g.dw == 1 && g.sw == 1 && g.ow <= kPaddedDepthwiseWidth) {
-    // Small planes leave most pixels of a row to the checked one-pixel path (a 7x7 plane's 5x5
-    // window: 4 of 7), which loads each tap's input and weight per multiply-add and branches
-    // per tap: the input padded once, every pixel takes the windowed register blocks.
-    // EfficientNet-B0, level 3, 1 thread, per-kernel minima of 20 calls alternated in one
-    // process: 5x5 + SiLU 1152 @7 122-130 -> 90-95 us, 672 @14 165 -> 140-145, 480 @14 119 ->
-    // 102; 3x3 1152 @7 at par; at stride 2 the copy of the larger input costs more than the
-    // edges (240 @28 -> 14 3x3 42 -> 77 us), so those keep the checked path.
-    BlockedConv p = g;
-    p.ih = std::max(g.ih + g.ph, (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1);
-    p.iw = std::max(g.iw + g.pw, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1);
-    p.ph = p.pw = 0;
-    const int64_t src = g.ih * g.iw * g.block, dst = p.ih * p.iw * g.block;
-    static thread_local ScratchBuffer padded;  // the caller's: the workers write into it
-    float* xp = padded.get_as<float>(g.n * g.icb * dst);
-    parallel_for(0, g.n * g.icb, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        float* d = xp + b * dst;
-        const float* sp = x + b * src;
-        const int64_t row_in = g.iw * g.block, row_out = p.iw * g.block;
-        std::fill(d, d + g.ph * row_out, 0.0f);
-        for (int64_t iy = 0; iy < g.ih; ++iy) {
-          float* dr = d + (g.ph + iy) * row_out;
-          std::fill(dr, dr + g.pw * g.block, 0.0f);
-          std::memcpy(dr + g.pw * g.block, sp + iy * row_in, row_in * sizeof(float));
-          std::fill(dr + g.pw * g.block + row_in, dr + row_out, 0.0f);
-        }
-        std::fill(d + (g.ph + g.ih) * row_out, d + dst, 0.0f);
-      }
-    });
-    return conv_blocked_rows(p, xp, w, bias, y, ep);
-  }
+  BlockedConv padded = g;
+  if (const float* xp = padded_depthwise_input(padded, x); xp != x)
+    return conv_blocked_rows(padded, xp, w, bias, y, ep);
   const int64_t row = g.ow * g.block;
   // Tasks: (image, set of output blocks, output row), rows fastest so that consecutive tasks
   // of a chunk reuse the set's weights. A general conv computes four blocks per task (the
@@ -339,6 +348,8 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
   } else {
     gd = blocked_geometry(x, wd, c.attrs(), c.attrs().get_int("channels"), where);
   }
+  // (Without an expansion: small padded planes read a padded copy of X, as ConvBlocked does.)
+  const float* xp = expand ? x.data<float>() : padded_depthwise_input(gd, x.data<float>());
   if (!gd.depthwise || wp.rank() != 6 || wp.dim(1) != gd.ocb || wp.dim(2) != 1 || wp.dim(3) != 1 ||
       wp.dim(4) != gd.block || wp.dim(5) != gd.block || bd.numel() != gd.ocb * gd.block ||
       bp.numel() != wp.dim(0) * gd.block)
@@ -364,7 +375,7 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
   const Epilogue ep = conv_epilogue(c.epilogue, yshape, where);
   Tensor y = Tensor::empty(DType::kF32, yshape);
   float* yp = y.data<float>();
-  const float *xp = x.data<float>(), *wdp = wd.data<float>(), *wpp = wp.data<float>();
+  const float *wdp = wd.data<float>(), *wpp = wp.data<float>();
   const float* wep = expand ? c.input(5).data<float>() : nullptr;
   const float* bep = expand ? c.input(6).data<float>() : nullptr;
   const int64_t row = gd.ow * gd.block, plane = gd.oh * row;
