@@ -647,6 +647,8 @@ bool depthwise_rows_applies(const ConvGeometry& g) {
           (g.ow >= kRowsMinChunked && g.ow <= rows_max_width(g)));
 }
 
+namespace {
+
 // PTO_DEPTHWISE_GAPPED=0 keeps stride-1 depthwise convs on the masked flat kernel (A/B and
 // tests); unset or 1, those the gapped kernel applies to take it. Anything else is an error.
 bool depthwise_gapped_enabled() {
@@ -664,6 +666,8 @@ bool gapped_fills_rows(const ConvGeometry& g) {
   const int64_t lanes = ceil_div(g.ow, 16) * 16;
   return g.kh == 3 ? 8 * g.ow >= 7 * lanes : 8 * g.ow >= 5 * lanes && g.ow >= 12;
 }
+
+}  // namespace
 
 bool depthwise_gapped_applies(const ConvGeometry& g) {
   return depthwise_flat_enabled() && depthwise_flat_applies(g) &&
