@@ -348,13 +348,13 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
   } else {
     gd = blocked_geometry(x, wd, c.attrs(), c.attrs().get_int("channels"), where);
   }
-  // (Without an expansion: small padded planes read a padded copy of X, as ConvBlocked does.)
-  const float* xp = expand ? x.data<float>() : padded_depthwise_input(gd, x.data<float>());
   if (!gd.depthwise || wp.rank() != 6 || wp.dim(1) != gd.ocb || wp.dim(2) != 1 || wp.dim(3) != 1 ||
       wp.dim(4) != gd.block || wp.dim(5) != gd.block || bd.numel() != gd.ocb * gd.block ||
       bp.numel() != wp.dim(0) * gd.block)
     throw ValueError(cat(where, ": the 1x1 weights ", wp.str(), " or the biases ", bd.str(), ", ",
                          bp.str(), " do not fit the depthwise conv of ", x.str()));
+  // (Without an expansion: small padded planes read a padded copy of X, as ConvBlocked does.)
+  const float* xp = expand ? x.data<float>() : padded_depthwise_input(gd, x.data<float>());
   BlockedConv gp;  // the 1x1 conv on one row buffer
   gp.n = 1;
   gp.icb = gd.ocb;
