@@ -689,7 +689,8 @@ TEST(CpuGemm, RowTableB) {
 // The thread count changes how the work is split (tiles, shared B panels), never the bits: every
 // element sums the same K slices in the same order.
 TEST(CpuGemm, SameBitsOnOneAndTwoThreads) {
-  const Case shapes[] = {{5, 13, 9000}, {6, 60, 2000}, {600, 70, 300}, {1030, 200, 700}};
+  const Case shapes[] = {{5, 13, 9000},    {6, 60, 2000},  {600, 70, 300},
+                         {1030, 200, 700}, {64, 196, 384}, {36, 100, 500}};
   for (const Case& s : shapes)
     for (bool tb : {false, true}) {
       Problem p(s, false, tb, 11);
@@ -730,6 +731,15 @@ TEST(CpuGemm, PlanFollowsShapeAndThreads) {
   EXPECT_EQ(p.tn, 2) << p.str();
   EXPECT_EQ(p.b, GemmPlan::B::kInPlace);
   EXPECT_NE(p.str().find("2 task(s)"), std::string::npos) << p.str();
+  // Columns split in vectors where B is not packed ahead (a partial panel costs the vectors it
+  // holds), in whole panels where it is (its panels start at multiples of NR).
+  g.m = 64;
+  g.n = 196;
+  g.k = 384;
+  g.ldb = 196;
+  p = plan_gemm(g, 1, false, 2);
+  EXPECT_EQ(p.col_unit, std::min<int64_t>(p.nr, 16)) << p.str();
+  EXPECT_EQ(plan_gemm(g, 1, true, 2).col_unit, p.nr);
 }
 
 TEST(CpuGemm, SameBitsOnEveryRun) {

@@ -431,9 +431,9 @@ void run_shared_a(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, co
 // Splits each GEMM's rows into tm and columns into tn ranges (whole MR / NR panels) so that
 // items * tm * tn tasks keep every thread busy: the estimated time of the slowest wave of tasks,
 // counting each task's multiply-adds and its packing of A (rows x K) and B (columns x K).
-TaskGrid choose_task_grid(int64_t items, int64_t m, int64_t n, int64_t k, int64_t mr, int64_t nr,
+TaskGrid choose_task_grid(int64_t items, int64_t m, int64_t n, int64_t k, int64_t mr, int64_t nu,
                           int threads, double min_ops, bool split_n) {
-  const int64_t mp = ceil_div(m, mr), np = ceil_div(n, nr);
+  const int64_t mp = ceil_div(m, mr), np = ceil_div(n, nu);
   // Below min_ops of work per thread the pool's wake-up is not worth it.
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) *
                        static_cast<double>(std::max<int64_t>(k, 1)) * static_cast<double>(items);
@@ -449,7 +449,7 @@ TaskGrid choose_task_grid(int64_t items, int64_t m, int64_t n, int64_t k, int64_
       // The largest task's rows and columns as they are, not rounded up to whole panels: a
       // partial edge panel costs what it holds (196 columns split 128 + 68 is not balanced).
       const double mt = static_cast<double>(std::min(m, ceil_div(mp, tm) * mr));
-      const double nt = static_cast<double>(std::min(n, ceil_div(np, tn) * nr));
+      const double nt = static_cast<double>(std::min(n, ceil_div(np, tn) * nu));
       const double cost = waves * (mt * nt + 32.0 * (mt + nt)) + static_cast<double>(tasks);
       if (cost < best_cost) {
         best_cost = cost;
@@ -462,6 +462,7 @@ TaskGrid choose_task_grid(int64_t items, int64_t m, int64_t n, int64_t k, int64_
 namespace {
 
 constexpr int kColumnTasksPerThread = 3;
+constexpr int64_t kColumnUnit = 16;  // columns: an AVX-512 vector (AVX2's and generic NR)
 constexpr int64_t kColumnTaskPanels = 2;
 
 // How run_gemm splits and blocks one call: what it executes, and what describe_gemm prints.
@@ -483,10 +484,18 @@ GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int t
   const bool pinned = g.grid_tm > 0 && g.grid_tn > 0 && threads > 1;
   const bool shared = !pinned && batch == 1 && threads > 1 && pre.a == nullptr &&
                       pre.b == nullptr && packs_b(g, g.m, bl) && g.m >= threads * bl.mc;
-  const TaskGrid grid = pinned   ? TaskGrid{std::min(g.grid_tm, ceil_div(g.m, bl.mr)),
+  // Column ranges in vectors where each task reads or packs its own columns of B (the
+  // micro-kernel's partial panels do only the vectors they hold: 196 columns on 2 threads split
+  // 112 + 84, not 128 + 68 as whole 64-column panels; MobileNetV2's 384 -> 64 @14 conv alone,
+  // 2 threads, quiet, alternated in one process: 61.5 -> 55.9 us, other 1x1 shapes at par); in
+  // panels where B was packed ahead (a range starts at a panel) or the grid is pinned (the
+  // gemm.grid knob counts panels).
+  p.col_unit = pre.b || pinned ? bl.nr : std::min<int64_t>(bl.nr, kColumnUnit);
+  const TaskGrid grid = pinned ? TaskGrid{std::min(g.grid_tm, ceil_div(g.m, bl.mr)),
                                           std::min(g.grid_tn, ceil_div(g.n, bl.nr))}
-                        : shared ? TaskGrid{threads, 1}
-                                 : choose_task_grid(batch, g.m, g.n, g.k, bl.mr, bl.nr, threads);
+                        : shared
+                            ? TaskGrid{threads, 1}
+                            : choose_task_grid(batch, g.m, g.n, g.k, bl.mr, p.col_unit, threads);
   p.tm = grid.tm;
   p.tn = grid.tn;
   const int64_t task_rows = ceil_div(ceil_div(g.m, bl.mr), p.tm) * bl.mr;
@@ -496,8 +505,8 @@ GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int t
         : packs_b(g, std::min(g.m, task_rows), bl) ? GemmPlan::B::kPackedPerTask
                                                    : GemmPlan::B::kInPlace;
   p.batch = batch;
-  p.a_in_place =
-      reads_a_in_place(g, o, pre, std::min(g.n, ceil_div(ceil_div(g.n, bl.nr), p.tn) * bl.nr), bl);
+  p.a_in_place = reads_a_in_place(
+      g, o, pre, std::min(g.n, ceil_div(ceil_div(g.n, p.col_unit), p.tn) * p.col_unit), bl);
   // B packed ahead and only the columns split: A packed once for all the threads (run_shared_a),
   // the columns cut into up to kColumnTasksPerThread tasks per thread of at least
   // kColumnTaskPanels panels (within a task each B panel's successor is fetched ahead).
@@ -526,7 +535,7 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
     run_shared_a(args, ops, pre, bl, plan);
     return;
   }
-  const int64_t mp = ceil_div(args.m, bl.mr), np = ceil_div(args.n, bl.nr);
+  const int64_t mp = ceil_div(args.m, bl.mr), nu = plan.col_unit, np = ceil_div(args.n, nu);
   const int64_t per_item = plan.tm * plan.tn;
   auto task = [&](int64_t t) {
     const int64_t item = t / per_item, im = t % per_item / plan.tn, in = t % plan.tn;
@@ -541,8 +550,8 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
     if (g.epilogue.residual) g.epilogue.residual += item * stride_r;
     const int64_t i0 = std::min(args.m, im * mp / plan.tm * bl.mr);
     const int64_t i1 = std::min(args.m, (im + 1) * mp / plan.tm * bl.mr);
-    const int64_t j0 = std::min(args.n, in * np / plan.tn * bl.nr);
-    const int64_t j1 = std::min(args.n, (in + 1) * np / plan.tn * bl.nr);
+    const int64_t j0 = std::min(args.n, in * np / plan.tn * nu);
+    const int64_t j1 = std::min(args.n, (in + 1) * np / plan.tn * nu);
     if (i0 < i1 && j0 < j1) compute_block(g, ops, pre, bl, i0, i1, j0, j1);
   };
   const int64_t tasks = batch * per_item;

@@ -207,6 +207,7 @@ struct GemmPlan {
   int64_t kc = 0, k_slices = 1;        // K cut into equal slices of at most KC
   int64_t mc = 0, nc = 0;              // rows of A and columns of B packed per block
   int64_t batch = 1, tm = 1, tn = 1;   // tasks: items x row ranges x column ranges
+  int64_t col_unit = 0;  // column ranges in multiples of this: NR, or a vector (B not packed ahead)
   int threads = 1;
   // How B is read: in place (row stride), packed by each task for its columns, packed once per
   // block for all threads (which then split the rows), or packed ahead (constant weights).
@@ -224,14 +225,15 @@ GemmPlan plan_gemm(const GemmArgs& args, int64_t batch = 1, bool b_packed_ahead 
                    int threads = 0);
 
 // How `items` products of M x N x K split over `threads` threads: tm row ranges by tn column
-// ranges, in whole mr and nr panels, whose slowest wave of tasks (each costing its multiply-adds
-// and the packing of its rows and columns) is cheapest; fewer threads where each would get less
-// than `min_ops` operations (two per multiply-add); tn = 1 unless `split_n`. sgemm's split, and
-// igemm's.
+// ranges, in whole mr panels and nu-column units (nr panels, or vectors where a partial panel
+// costs only its vectors), whose slowest wave of tasks (each costing its multiply-adds and the
+// packing of its rows and columns) is cheapest; fewer threads where each would get less than
+// `min_ops` operations (two per multiply-add); tn = 1 unless `split_n`. sgemm's split, and
+// igemm's (nu = nr).
 struct TaskGrid {
   int64_t tm = 1, tn = 1;
 };
-TaskGrid choose_task_grid(int64_t items, int64_t m, int64_t n, int64_t k, int64_t mr, int64_t nr,
+TaskGrid choose_task_grid(int64_t items, int64_t m, int64_t n, int64_t k, int64_t mr, int64_t nu,
                           int threads, double min_ops = 2e5, bool split_n = true);
 
 // Applies the epilogue to an M x N block of C in place (row offset m0, column offset n0 within the
