@@ -48,13 +48,18 @@ def _run(tmp_path, x, attrs, opset, length=None, axis=None, op="DFT", extra=()):
     return got, want, backends
 
 
-def _close(got, want):
-    """Within 1e-6 of the reference's root-mean-square value (float32 FFTs: ~log2(n) ulps)."""
+def _close(got, want, tol=1e-6):
+    """Within tol of the reference's root-mean-square value: 1e-6 against numpy in float64 (a
+    float32 FFT: ~log2(n) ulps); onnxruntime's own float32 DFT sums lengths that are not powers of
+    two directly, 5e-4 of the value's scale from float64 at 768, so 2e-3 against it."""
     want = np.asarray(want, np.float64)
     assert got.shape == want.shape, (got.shape, want.shape)
     rms = np.sqrt(np.mean(want ** 2)) if want.size else 0.0
     err = np.max(np.abs(got - want)) if want.size else 0.0
-    assert err <= 1e-6 * max(rms, 1e-30), (err, rms)
+    assert err <= tol * max(rms, 1e-30), (err, rms)
+
+
+_ORT = 2e-3
 
 
 def _complex(a):
@@ -76,7 +81,7 @@ def test_dft_of_real_and_complex_inputs(tmp_path, shape, axis, opset):
         assert backends == {"cpu"}
         _close(got, _complex(ref))
         if want is not None:
-            _close(got, want)
+            _close(got, want, _ORT)
 
 
 @pytest.mark.parametrize("n,length", [(768, None), (128, 100), (65, 200), (12, 13)])
@@ -93,7 +98,7 @@ def test_onesided_inverse_and_dft_length(tmp_path, n, length):
                         length=length, axis=1)
     _close(got, _complex(np.fft.ifft(z, n=length, axis=1)))
     if want is not None:
-        _close(got, want)
+        _close(got, want, _ORT)
     # irfft: bins of a real signal's spectrum in, the real signal out.
     got, _, _ = _run(tmp_path, _complex(z).astype(np.float32), {"inverse": 1, "onesided": 1}, 20,
                      length=length, axis=1)
@@ -111,7 +116,7 @@ def test_stft_matches_numpy(tmp_path):
                       1).astype(np.float64)
     _close(got, _complex(np.fft.rfft(frames, axis=-1)))
     if want is not None:
-        _close(got, want)
+        _close(got, want, _ORT)
 
 
 def _optimize_backends(fn, x):

@@ -22,6 +22,7 @@ namespace pto::cpu {
 namespace {
 
 constexpr int64_t kGrainFlops = 1 << 16;  // butterfly operations per parallel chunk, at least
+constexpr int64_t kMaxLines = 32;         // lines a group: two for each of AVX-512's 16 lanes
 
 // What every line of a node shares; line g starts at in_offset(g) in x and out_offset(g) in y.
 struct Lines {
@@ -72,6 +73,7 @@ void transform_lines(const FftPlan& plan, const Lines& s, InOffset in_offset,
   const float sign = s.inverse ? -1.0f : 1.0f;
   const bool paired = s.cin == 1 && !s.hermitian;
   const int64_t per_group = paired ? 2 * w : w;
+  PTO_CHECK(per_group <= kMaxLines) << "DFT: " << per_group << " lines a group";
   const int64_t groups = (s.count + per_group - 1) / per_group;
   int64_t log_work = 1;
   while ((int64_t{1} << log_work) < work) ++log_work;
@@ -83,36 +85,41 @@ void transform_lines(const FftPlan& plan, const Lines& s, InOffset in_offset,
     // Lines [first, first + count), two a lane when `pair`; false (nothing written) when a pair
     // meets a value that is not finite.
     auto run_group = [&](int64_t first, int64_t count, bool pair) {
-      std::fill_n(a, length * point, 0.0f);
+      // Line j's lane and part: (j, real) or, paired, (j / 2, real for even j, else imaginary).
+      // Point by point across the lines: the buffer is written, and read back, a point at a time.
+      int64_t part[kMaxLines];
+      const float* src[kMaxLines];
       for (int64_t j = 0; j < count; ++j) {
-        // Line j's lane and part: (j, real) or, paired, (j / 2, real or imaginary).
-        const int64_t lane = pair ? j / 2 : j;
-        const float* src = s.x + in_offset(first + j);
-        float* dst = a + lane + (pair && j % 2 ? w : 0);
-        for (int64_t t = 0; t < s.used; ++t) {
-          const float* v = src + t * s.in_step;
-          const float f = s.window ? s.window[t] : 1.0f;
-          dst[t * point] = v[0] * f;
-          if (s.cin == 2) dst[t * point + w] = sign * v[1] * f;
-        }
+        part[j] = pair ? j / 2 + (j % 2) * w : j;
+        src[j] = s.x + in_offset(first + j);
+      }
+      std::fill_n(a, length * point, 0.0f);
+      for (int64_t t = 0; t < s.used; ++t) {
+        float* pt = a + t * point;
+        const float f = s.window ? s.window[t] : 1.0f;
+        const int64_t at = t * s.in_step;
+        for (int64_t j = 0; j < count; ++j) pt[part[j]] = src[j][at] * f;
+        if (s.cin == 2)
+          for (int64_t j = 0; j < count; ++j) pt[w + j] = sign * src[j][at + 1] * f;
       }
       if (pair && !all_finite(a, length * point)) return false;
       if (s.hermitian) hermitian_extend(a, length, s.used, w);
       const float* res = kernel.run(plan, a, b, c);
-      for (int64_t j = 0; j < count; ++j) {
-        float* dst = s.y + out_offset(first + j);
-        const int64_t lane = pair ? j / 2 : j;
-        for (int64_t k = 0; k < s.out_len; ++k) {
-          const float zr = res[k * point + lane], zi = res[k * point + w + lane];
-          float re = zr, im = zi;
+      float* dst[kMaxLines];
+      for (int64_t j = 0; j < count; ++j) dst[j] = s.y + out_offset(first + j);
+      for (int64_t k = 0; k < s.out_len; ++k) {
+        const float* z = res + k * point;
+        const float* zm = res + (k == 0 ? 0 : length - k) * point;  // Z[n - k]
+        const int64_t at = k * s.out_step;
+        for (int64_t j = 0; j < count; ++j) {
+          const int64_t l = pair ? j / 2 : j;
+          float re = z[l], im = z[w + l];
           if (pair) {
-            const int64_t mirror = k == 0 ? 0 : length - k;
-            const float cr = res[mirror * point + lane], ci = res[mirror * point + w + lane];
-            re = j % 2 ? 0.5f * (zi + ci) : 0.5f * (zr + cr);
-            im = j % 2 ? 0.5f * (cr - zr) : 0.5f * (zi - ci);
+            re = j % 2 ? 0.5f * (z[w + l] + zm[w + l]) : 0.5f * (z[l] + zm[l]);
+            im = j % 2 ? 0.5f * (zm[l] - z[l]) : 0.5f * (z[w + l] - zm[w + l]);
           }
-          dst[k * s.out_step] = re * scale;
-          if (s.cout == 2) dst[k * s.out_step + 1] = sign * im * scale;
+          dst[j][at] = re * scale;
+          if (s.cout == 2) dst[j][at + 1] = sign * im * scale;
         }
       }
       return true;
