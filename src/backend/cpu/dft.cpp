@@ -107,19 +107,36 @@ void transform_lines(const FftPlan& plan, const Lines& s, InOffset in_offset,
       const float* res = kernel.run(plan, a, b, c);
       float* dst[kMaxLines];
       for (int64_t j = 0; j < count; ++j) dst[j] = s.y + out_offset(first + j);
+      // Bin k of every line into out (line j's (re, im) at 2 j, scaled and conjugated for an
+      // inverse), in branch-free loops across the lanes, then stored line by line.
+      float out[2 * kMaxLines];
+      const float re_scale = scale, im_scale = sign * scale * (pair ? 0.5f : 1.0f);
+      const float pair_scale = 0.5f * scale;
+      const int64_t lanes = pair ? (count + 1) / 2 : count;
       for (int64_t k = 0; k < s.out_len; ++k) {
         const float* z = res + k * point;
         const float* zm = res + (k == 0 ? 0 : length - k) * point;  // Z[n - k]
-        const int64_t at = k * s.out_step;
-        for (int64_t j = 0; j < count; ++j) {
-          const int64_t l = pair ? j / 2 : j;
-          float re = z[l], im = z[w + l];
-          if (pair) {
-            re = j % 2 ? 0.5f * (z[w + l] + zm[w + l]) : 0.5f * (z[l] + zm[l]);
-            im = j % 2 ? 0.5f * (zm[l] - z[l]) : 0.5f * (z[w + l] - zm[w + l]);
+        if (pair) {
+          for (int64_t l = 0; l < lanes; ++l) {
+            out[4 * l] = pair_scale * (z[l] + zm[l]);
+            out[4 * l + 1] = im_scale * (z[w + l] - zm[w + l]);
+            out[4 * l + 2] = pair_scale * (z[w + l] + zm[w + l]);
+            out[4 * l + 3] = im_scale * (zm[l] - z[l]);
           }
-          dst[j][at] = re * scale;
-          if (s.cout == 2) dst[j][at + 1] = sign * im * scale;
+        } else {
+          for (int64_t l = 0; l < lanes; ++l) {
+            out[2 * l] = re_scale * z[l];
+            out[2 * l + 1] = im_scale * z[w + l];
+          }
+        }
+        const int64_t at = k * s.out_step;
+        if (s.cout == 2) {
+          for (int64_t j = 0; j < count; ++j) {
+            dst[j][at] = out[2 * j];
+            dst[j][at + 1] = out[2 * j + 1];
+          }
+        } else {
+          for (int64_t j = 0; j < count; ++j) dst[j][at] = out[2 * j];
         }
       }
       return true;

@@ -20,28 +20,42 @@ namespace pto::cpu {
 
 inline constexpr int kMaxRadix = 13;
 
+// The per-ISA code reads plans through raw pointers and plain fields only (isa.h: no standard
+// containers there); the vectors that own the tables are for fft_plan.cpp.
 struct FftStage {
   int radix = 1;
   int64_t l = 1;  // the length of the transforms the stage starts from
   int64_t m = 1;  // the interleaved transforms the stage leaves: n / (l * radix)
   // w_{l radix}^(v k) for k < l, 1 <= v < radix, as (re, im) pairs at [(k (radix - 1) + v - 1) 2].
-  std::vector<float> twiddles;
-  std::vector<float> roots;  // w_radix^j for j < radix, (re, im) pairs: the direct sum's
+  const float* twiddles = nullptr;
+  const float* roots = nullptr;  // w_radix^j for j < radix, (re, im) pairs: the direct sum's
 };
 
 // The forward transform X[k] = sum_t x[t] exp(-2 pi i k t / n); an inverse is the conjugate of
-// the forward transform of the conjugate (dft.cpp).
+// the forward transform of the conjugate (dft.cpp). Not copyable: the pointers are into its own
+// vectors.
 struct FftPlan {
   int64_t n = 1;
-  std::vector<FftStage> stages;  // Stockham; empty for n = 1 and for Bluestein
+  const FftStage* stages = nullptr;  // Stockham; none for n = 1 and for Bluestein
+  int64_t num_stages = 0;
   // Bluestein (n has a prime factor above kMaxRadix): chirp[t] = exp(-pi i t^2 / n) for t < n,
-  // kernel = FFT_m(conj(chirp) placed circularly) / m, and the m-point plan.
+  // kernel = FFT_m(conj(chirp) placed circularly) / m, both (re, im) pairs, and the m-point plan.
   int64_t m = 0;
-  std::vector<float> chirp, kernel;
-  std::shared_ptr<const FftPlan> sub;
+  const float* chirp = nullptr;
+  const float* kernel = nullptr;
+  const FftPlan* sub = nullptr;
 
   // Complex points each of the three buffers fft_run takes must hold.
   int64_t work_points() const { return m > 0 ? m : n; }
+
+  FftPlan() = default;
+  FftPlan(const FftPlan&) = delete;
+  FftPlan& operator=(const FftPlan&) = delete;
+
+  // What the pointers above point into.
+  std::vector<FftStage> stage_list;
+  std::vector<float> tables;
+  std::shared_ptr<const FftPlan> sub_plan;
 };
 
 // The plan of an n-point transform (n >= 1).

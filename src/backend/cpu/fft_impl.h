@@ -1,8 +1,6 @@
 // The FFT of fft.h for one ISA (fft_{avx512,avx2,generic}.cpp): every butterfly works on vectors
 // of W lines at once (W = Vec::kLanes), so a batch of transforms is vectorized across the batch
 // and each line's arithmetic is the scalar algorithm's.
-#include <utility>
-
 #include "backend/cpu/fft.h"
 #include "backend/cpu/isa/simd.h"
 
@@ -38,19 +36,25 @@ inline Cx conj(Cx a) {
   return {a.re, Vec::zero() - a.im};
 }
 
+// The p points of butterfly (k, r) of a stage, src[(k p + v) m + r] for v < p, times their
+// twiddles w_{l p}^(v k) (all ones when k = 0).
+inline void load_points(const FftStage& s, const float* src, int64_t k, int64_t r, int p, Cx* a) {
+  const float* tw = s.twiddles + k * (p - 1) * 2;
+  for (int v = 0; v < p; ++v) {
+    a[v] = load(src, (k * p + v) * s.m + r);
+    if (v > 0 && k > 0) a[v] = mul(a[v], tw + (v - 1) * 2);
+  }
+}
+
 // One Stockham stage: for k < l and r < m, the radix points src[(k p + v) m + r] (v < p), times
 // w_{l p}^(v k), go through a p-point DFT to dst[(k + l q) m + r] (q < p).
 template <int P>
 void stage_fixed(const FftStage& s, const float* src, float* dst) {
   const int64_t l = s.l, m = s.m;
   for (int64_t k = 0; k < l; ++k) {
-    const float* tw = s.twiddles.data() + k * (P - 1) * 2;
     for (int64_t r = 0; r < m; ++r) {
       Cx a[P];
-      for (int v = 0; v < P; ++v) {
-        a[v] = load(src, (k * P + v) * m + r);
-        if (v > 0 && k > 0) a[v] = mul(a[v], tw + (v - 1) * 2);  // k = 0: all ones
-      }
+      load_points(s, src, k, r, P, a);
       Cx b[P];
       if constexpr (P == 2) {
         b[0] = a[0] + a[1];
@@ -80,16 +84,12 @@ void stage_direct(const FftStage& s, const float* src, float* dst) {
   const int64_t l = s.l, m = s.m;
   const int p = s.radix;
   for (int64_t k = 0; k < l; ++k) {
-    const float* tw = s.twiddles.data() + k * (p - 1) * 2;
     for (int64_t r = 0; r < m; ++r) {
       Cx a[kMaxRadix];
-      for (int v = 0; v < p; ++v) {
-        a[v] = load(src, (k * p + v) * m + r);
-        if (v > 0 && k > 0) a[v] = mul(a[v], tw + (v - 1) * 2);
-      }
+      load_points(s, src, k, r, p, a);
       for (int q = 0; q < p; ++q) {
         Cx acc = a[0];
-        for (int v = 1, j = q; v < p; ++v, j = (j + q) % p) acc = acc + mul(a[v], &s.roots[j * 2]);
+        for (int v = 1, j = q; v < p; ++v, j = (j + q) % p) acc = acc + mul(a[v], s.roots + j * 2);
         store(dst, (k + l * q) * m + r, acc);
       }
     }
@@ -97,7 +97,8 @@ void stage_direct(const FftStage& s, const float* src, float* dst) {
 }
 
 float* stockham(const FftPlan& plan, float* a, float* b) {
-  for (const FftStage& s : plan.stages) {
+  for (int64_t i = 0; i < plan.num_stages; ++i) {
+    const FftStage& s = plan.stages[i];
     switch (s.radix) {
       case 2:
         stage_fixed<2>(s, a, b);
@@ -111,7 +112,9 @@ float* stockham(const FftPlan& plan, float* a, float* b) {
       default:
         stage_direct(s, a, b);
     }
-    std::swap(a, b);
+    float* const done = b;  // the stage wrote b: it is the next stage's input
+    b = a;
+    a = done;
   }
   return a;
 }
@@ -120,12 +123,12 @@ float* stockham(const FftPlan& plan, float* a, float* b) {
 // done as conj(FFT(conj(FFT(x chirp) * kernel))) (the kernel holds the 1 / m).
 float* bluestein(const FftPlan& plan, float* x, float* p, float* q) {
   const int64_t n = plan.n, m = plan.m;
-  for (int64_t t = 0; t < n; ++t) store(p, t, mul(load(x, t), &plan.chirp[t * 2]));
+  for (int64_t t = 0; t < n; ++t) store(p, t, mul(load(x, t), plan.chirp + t * 2));
   for (int64_t t = n; t < m; ++t) store(p, t, {Vec::zero(), Vec::zero()});
   float* r = stockham(*plan.sub, p, q);
-  for (int64_t k = 0; k < m; ++k) store(r, k, conj(mul(load(r, k), &plan.kernel[k * 2])));
+  for (int64_t k = 0; k < m; ++k) store(r, k, conj(mul(load(r, k), plan.kernel + k * 2)));
   float* s = stockham(*plan.sub, r, r == p ? q : p);
-  for (int64_t k = 0; k < n; ++k) store(x, k, mul(conj(load(s, k)), &plan.chirp[k * 2]));
+  for (int64_t k = 0; k < n; ++k) store(x, k, mul(conj(load(s, k)), plan.chirp + k * 2));
   return x;
 }
 

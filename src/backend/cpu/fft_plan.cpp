@@ -61,20 +61,32 @@ void fft_double(std::vector<Complex>& a) {
 std::shared_ptr<const FftPlan> make_fft_plan(int64_t n) {
   auto plan = std::make_shared<FftPlan>();
   plan->n = n;
+  std::vector<float>& tables = plan->tables;
   const std::vector<int> rs = radices(n);
   if (n == 1 || !rs.empty()) {
+    // Each stage's tables as offsets while `tables` grows, pointers once it is whole.
+    std::vector<std::pair<size_t, size_t>> offsets;
     int64_t l = 1;
     for (int p : rs) {
       FftStage s;
       s.radix = p;
       s.l = l;
       s.m = n / (l * p);
+      const size_t twiddles = tables.size();
       for (int64_t k = 0; k < l; ++k)
-        for (int v = 1; v < p; ++v) push(s.twiddles, root(v * k, l * p));
-      for (int j = 0; j < p; ++j) push(s.roots, root(j, p));
-      plan->stages.push_back(std::move(s));
+        for (int v = 1; v < p; ++v) push(tables, root(v * k, l * p));
+      const size_t roots = tables.size();
+      for (int j = 0; j < p; ++j) push(tables, root(j, p));
+      offsets.emplace_back(twiddles, roots);
+      plan->stage_list.push_back(s);
       l *= p;
     }
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      plan->stage_list[i].twiddles = tables.data() + offsets[i].first;
+      plan->stage_list[i].roots = tables.data() + offsets[i].second;
+    }
+    plan->stages = plan->stage_list.data();
+    plan->num_stages = static_cast<int64_t>(plan->stage_list.size());
     return plan;
   }
   // Bluestein. t^2 mod 2n by differences: (t + 1)^2 = t^2 + 2 t + 1.
@@ -84,15 +96,18 @@ std::shared_ptr<const FftPlan> make_fft_plan(int64_t n) {
   std::vector<Complex> chirp(static_cast<size_t>(n));
   for (int64_t t = 0, sq = 0; t < n; ++t) {
     chirp[t] = root(sq, 2 * n);  // exp(-pi i t^2 / n)
-    push(plan->chirp, chirp[t]);
+    push(tables, chirp[t]);
     sq = (sq + 2 * t + 1) % (2 * n);
   }
   std::vector<Complex> b(static_cast<size_t>(m));
   for (int64_t j = 0; j < n; ++j) b[j] = std::conj(chirp[j]);
   for (int64_t j = 1; j < n; ++j) b[m - j] = std::conj(chirp[j]);
   fft_double(b);
-  for (const Complex& z : b) push(plan->kernel, z / static_cast<double>(m));
-  plan->sub = make_fft_plan(m);
+  for (const Complex& z : b) push(tables, z / static_cast<double>(m));
+  plan->chirp = tables.data();
+  plan->kernel = tables.data() + 2 * n;
+  plan->sub_plan = make_fft_plan(m);
+  plan->sub = plan->sub_plan.get();
   return plan;
 }
 
