@@ -24,6 +24,7 @@ namespace {
 
 constexpr int64_t kGrainFlops = 1 << 16;  // butterfly operations per parallel chunk, at least
 constexpr int64_t kMaxLines = 32;         // lines a group: two for each of AVX-512's 16 lanes
+constexpr int64_t kBlock = 16;            // bins of a line stored together
 
 // What every line of a node shares; line g starts at in_offset(g) in x and out_offset(g) in y.
 struct Lines {
@@ -113,36 +114,54 @@ void transform_lines(const FftPlan& plan, const Lines& s, InOffset in_offset,
       const float* res = kernel.run(plan, a, b, c);
       float* dst[kMaxLines];
       for (int64_t j = 0; j < count; ++j) dst[j] = s.y + out_offset(first + j);
-      // Bin k of every line into out (line j's (re, im) at 2 j, scaled and conjugated for an
-      // inverse), in branch-free loops across the lanes, then stored line by line.
-      float out[2 * kMaxLines];
+      // Bin k of every line into bins[k % kBlock] (line j's (re, im) at 2 j, scaled and
+      // conjugated for an inverse), in branch-free loops across the lanes; then stored a bin of
+      // every line at a time when the lines interleave (a non-last axis: the lines' values are
+      // neighbours), else a block of kBlock bins of one line at a time (a line's bins are
+      // contiguous: whole cache lines written in order, not 2 * w output streams at once).
+      float bins[kBlock][2 * kMaxLines];
       const float re_scale = scale, im_scale = sign * scale * (pair ? 0.5f : 1.0f);
       const float pair_scale = 0.5f * scale;
       const int64_t lanes = pair ? (count + 1) / 2 : count;
-      for (int64_t k = 0; k < s.out_len; ++k) {
-        const float* z = res + k * point;
-        const float* zm = res + (k == 0 ? 0 : length - k) * point;  // Z[n - k]
-        if (pair) {
-          for (int64_t l = 0; l < lanes; ++l) {
-            out[4 * l] = pair_scale * (z[l] + zm[l]);
-            out[4 * l + 1] = im_scale * (z[w + l] - zm[w + l]);
-            out[4 * l + 2] = pair_scale * (z[w + l] + zm[w + l]);
-            out[4 * l + 3] = im_scale * (zm[l] - z[l]);
+      const bool by_line = s.out_step == s.cout;
+      for (int64_t k0 = 0; k0 < s.out_len; k0 += kBlock) {
+        const int64_t kb = std::min(kBlock, s.out_len - k0);
+        for (int64_t kk = 0; kk < kb; ++kk) {
+          const int64_t k = k0 + kk;
+          const float* z = res + k * point;
+          const float* zm = res + (k == 0 ? 0 : length - k) * point;  // Z[n - k]
+          float* out = bins[kk];
+          if (pair) {
+            for (int64_t l = 0; l < lanes; ++l) {
+              out[4 * l] = pair_scale * (z[l] + zm[l]);
+              out[4 * l + 1] = im_scale * (z[w + l] - zm[w + l]);
+              out[4 * l + 2] = pair_scale * (z[w + l] + zm[w + l]);
+              out[4 * l + 3] = im_scale * (zm[l] - z[l]);
+            }
+          } else {
+            for (int64_t l = 0; l < lanes; ++l) {
+              out[2 * l] = re_scale * z[l];
+              out[2 * l + 1] = im_scale * z[w + l];
+            }
           }
-        } else {
-          for (int64_t l = 0; l < lanes; ++l) {
-            out[2 * l] = re_scale * z[l];
-            out[2 * l + 1] = im_scale * z[w + l];
-          }
-        }
-        const int64_t at = k * s.out_step;
-        if (s.cout == 2) {
+          if (by_line) continue;
+          const int64_t at = k * s.out_step;
           for (int64_t j = 0; j < count; ++j) {
             dst[j][at] = out[2 * j];
-            dst[j][at + 1] = out[2 * j + 1];
+            if (s.cout == 2) dst[j][at + 1] = out[2 * j + 1];
           }
-        } else {
-          for (int64_t j = 0; j < count; ++j) dst[j][at] = out[2 * j];
+        }
+        if (!by_line) continue;
+        for (int64_t j = 0; j < count; ++j) {
+          float* d = dst[j] + k0 * s.cout;
+          if (s.cout == 2) {
+            for (int64_t kk = 0; kk < kb; ++kk) {
+              d[2 * kk] = bins[kk][2 * j];
+              d[2 * kk + 1] = bins[kk][2 * j + 1];
+            }
+          } else {
+            for (int64_t kk = 0; kk < kb; ++kk) d[kk] = bins[kk][2 * j];
+          }
         }
       }
       return true;
