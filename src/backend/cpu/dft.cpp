@@ -100,11 +100,24 @@ void transform_lines(const FftPlan& plan, const Lines& s, InOffset in_offset,
         part[j] = pair ? j / 2 + (j % 2) * w : j;
         src[j] = s.x + in_offset(first + j);
       }
+      // Complex lines side by side (a non-last axis): a point of every line is one run of
+      // (re, im) pairs, deinterleaved in a loop the compiler vectorizes.
+      bool side_by_side = s.cin == 2;
+      for (int64_t j = 1; j < count && side_by_side; ++j) side_by_side = src[j] == src[0] + 2 * j;
       std::fill_n(a, length * point, 0.0f);
       for (int64_t t = 0; t < s.used; ++t) {
         float* pt = a + t * point;
         const float f = s.window ? s.window[t] : 1.0f;
         const int64_t at = t * s.in_step;
+        if (side_by_side) {
+          const float* v = src[0] + at;
+          const float fi = sign * f;
+          for (int64_t j = 0; j < count; ++j) {
+            pt[j] = v[2 * j] * f;
+            pt[w + j] = v[2 * j + 1] * fi;
+          }
+          continue;
+        }
         for (int64_t j = 0; j < count; ++j) pt[part[j]] = src[j][at] * f;
         if (s.cin == 2)
           for (int64_t j = 0; j < count; ++j) pt[w + j] = sign * src[j][at + 1] * f;
@@ -124,6 +137,9 @@ void transform_lines(const FftPlan& plan, const Lines& s, InOffset in_offset,
       const float pair_scale = 0.5f * scale;
       const int64_t lanes = pair ? (count + 1) / 2 : count;
       const bool by_line = s.out_step == s.cout;
+      bool out_side_by_side = s.cout == 2;  // a bin of every line: one run of (re, im) pairs
+      for (int64_t j = 1; j < count && out_side_by_side; ++j)
+        out_side_by_side = dst[j] == dst[0] + 2 * j;
       for (int64_t k0 = 0; k0 < s.out_len; k0 += kBlock) {
         const int64_t kb = std::min(kBlock, s.out_len - k0);
         for (int64_t kk = 0; kk < kb; ++kk) {
@@ -146,6 +162,10 @@ void transform_lines(const FftPlan& plan, const Lines& s, InOffset in_offset,
           }
           if (by_line) continue;
           const int64_t at = k * s.out_step;
+          if (out_side_by_side) {
+            std::copy_n(out, 2 * count, dst[0] + at);
+            continue;
+          }
           for (int64_t j = 0; j < count; ++j) {
             dst[j][at] = out[2 * j];
             if (s.cout == 2) dst[j][at + 1] = out[2 * j + 1];
