@@ -28,6 +28,7 @@ KernelRegistry& KernelRegistry::global() {
     register_axis_kernels(*r);
     register_detect_kernels(*r);
     register_nbits_kernels(*r);
+    register_dft_kernels(*r);
     register_tree_ensemble_kernels(*r);
     return r;
   }();

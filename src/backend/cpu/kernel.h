@@ -170,6 +170,7 @@ void register_grid_sample_kernels(KernelRegistry& r);  // grid_sample: GridSampl
 void register_axis_kernels(KernelRegistry& r);
 void register_detect_kernels(KernelRegistry& r);  // detect: NonMaxSuppression, RoiAlign
 void register_nbits_kernels(KernelRegistry& r);   // nbits_kernels: MatMulNBits
+void register_dft_kernels(KernelRegistry& r);     // dft: DFT, STFT (float32)
 
 // The CPU backend (backend.cpp): single nodes on the kernels above, and fused groups.
 std::unique_ptr<Backend> make_backend();

@@ -6,6 +6,7 @@
 
 #include "index_math.h"
 #include "output_buffer.h"
+#include "signal_plan.h"
 
 namespace pto::reference {
 
@@ -77,69 +78,44 @@ int64_t scalar_input(const KernelContext& c, size_t i, const char* what) {
   return scalar_int(c.input(i), c.where(), what);
 }
 
-// DFT along `axis` (an attribute before opset 20, an input from 20 on) of a real [..., 1] or
-// complex [..., 2] input. dft_length zero-pads or truncates the axis. onesided keeps the
-// n / 2 + 1 non-redundant bins of a forward transform; an inverse one-sided transform reads such
-// bins and returns the real signal ([..., 1], numpy's irfft). Inverses are scaled by 1 / n.
+// DFT along the plan's axis (signal_plan.h) of a real [..., 1] or complex [..., 2] input.
+// dft_length zero-pads or truncates the axis. onesided keeps the n / 2 + 1 non-redundant bins of
+// a forward transform; an inverse one-sided transform reads such bins and returns the real signal
+// ([..., 1], numpy's irfft). Inverses are scaled by 1 / n.
 std::vector<Tensor> dft(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& x = c.input(0);
-  if (x.rank() < 2 || (x.dim(-1) != 1 && x.dim(-1) != 2))
-    throw ValueError(
-        cat(w, ": input must be [..., n, 1] (real) or [..., n, 2] (complex), got ", x.str()));
-  const bool inverse = c.node.attr_int("inverse") != 0;
-  const bool onesided = c.node.attr_int("onesided") != 0;
-  int64_t axis;
-  if (c.node.opset != 0 && c.node.opset < 20)
-    axis = c.node.attr_int("axis");
-  else
-    axis = c.has_input(2) ? scalar_input(c, 2, "axis") : -2;
-  const int64_t rank = x.rank();
-  axis = normalize_axis(axis, rank, w);
-  if (axis == rank - 1) throw ValueError(cat(w, ": axis cannot be the last (complex) axis"));
-  const int64_t n = x.dim(axis);
-  int64_t length = inverse && onesided ? 2 * (n - 1) : n;
-  if (c.has_input(1)) length = scalar_input(c, 1, "dft_length");
-  if (length < 1) throw ValueError(cat(w, ": dft_length must be >= 1, got ", length));
-  const bool real_out = inverse && onesided;
-  const int64_t out_len = real_out || inverse || !onesided ? length : length / 2 + 1;
-  Dims out_shape = x.shape();
-  out_shape[axis] = out_len;
-  out_shape.back() = real_out ? 1 : 2;
-  const int64_t outer = dims_product(x.shape(), 0, axis);
-  const int64_t inner = dims_product(x.shape(), axis + 1, rank - 1);
-  const int64_t cin = x.dim(-1), cout = out_shape.back();
-  std::vector<double> out = output_buffer(out_shape, w);
-  if (out.empty()) return {from_doubles(x.dtype(), out_shape, out, w)};
+  const DftPlan p = dft_plan(c);
+  std::vector<double> out = output_buffer(p.out_shape, w);
+  if (out.empty()) return {from_doubles(x.dtype(), p.out_shape, out, w)};
   if (!is_floating(x.dtype())) throw TypeError(cat(w, ": input must be a float tensor"));
   const std::vector<double> in = to_doubles(x, w);
+  const int64_t n = p.n, length = p.length, out_len = p.out_len, inner = p.inner;
+  const int64_t cin = p.cin, cout = p.cout, used = p.used;
   const Dft transform(length, w);
-  const double scale = inverse ? 1.0 / static_cast<double>(length) : 1.0;
-  // Input points read: the axis zero-padded or truncated to the length, or for an inverse
-  // one-sided transform its bins [0, length / 2], the rest following by symmetry.
-  const int64_t used = real_out ? std::min(n, length / 2 + 1) : std::min(n, length);
+  const double scale = p.inverse ? 1.0 / static_cast<double>(length) : 1.0;
   std::vector<Complex> line, spectrum;
-  for (int64_t o = 0; o < outer; ++o)
+  for (int64_t o = 0; o < p.outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       auto at = [&](int64_t t) { return ((o * n + t) * inner + i) * cin; };
       line.assign(static_cast<size_t>(length), 0);
       for (int64_t t = 0; t < used; ++t)
         line[t] = Complex(in[at(t)], cin == 2 ? in[at(t) + 1] : 0.0);
-      if (real_out) {
+      if (p.real_out) {
         // Hermitian extension, ignoring the imaginary parts of bin 0 and (even length) bin n/2.
         for (int64_t k = 1; k < used; ++k)
           if (length - k != k) line[length - k] = std::conj(line[k]);
         line[0] = line[0].real();
         if (length % 2 == 0 && length / 2 < used) line[length / 2] = line[length / 2].real();
       }
-      transform.run(line, inverse, spectrum);
+      transform.run(line, p.inverse, spectrum);
       for (int64_t k = 0; k < out_len; ++k) {
         const int64_t dst = ((o * out_len + k) * inner + i) * cout;
         out[dst] = spectrum[k].real() * scale;
         if (cout == 2) out[dst + 1] = spectrum[k].imag() * scale;
       }
     }
-  return {from_doubles(x.dtype(), out_shape, out, w)};
+  return {from_doubles(x.dtype(), p.out_shape, out, w)};
 }
 
 // STFT: frame f of the [batch, length, 1 | 2] signal starts at f * frame_step and holds
@@ -148,39 +124,18 @@ std::vector<Tensor> dft(const KernelContext& c) {
 std::vector<Tensor> stft(const KernelContext& c) {
   const std::string w = c.where();
   const Tensor& x = c.input(0);
-  if (x.rank() != 3 || (x.dim(2) != 1 && x.dim(2) != 2))
-    throw ValueError(cat(w, ": signal must be [batch, length, 1 | 2], got ", x.str()));
-  if (!is_floating(x.dtype())) throw TypeError(cat(w, ": signal must be a float tensor"));
-  const int64_t step = scalar_input(c, 1, "frame_step");
-  if (step < 1) throw ValueError(cat(w, ": frame_step must be >= 1, got ", step));
-  const bool has_window = c.has_input(2);
-  if (has_window && (c.input(2).rank() != 1 || c.input(2).dtype() != x.dtype()))
-    throw ValueError(cat(w, ": window must be 1-D of the signal's dtype, got ", c.input(2).str()));
-  const int64_t length = x.dim(1);
-  int64_t frame = has_window ? c.input(2).dim(0) : length;
-  if (c.has_input(3)) {
-    frame = scalar_input(c, 3, "frame_length");
-    if (has_window && frame != c.input(2).dim(0))
-      throw ValueError(cat(w, ": frame_length ", frame, " differs from the window's length ",
-                           c.input(2).dim(0)));
-  }
-  if (frame < 1 || frame > length)
-    throw ValueError(cat(w, ": frame_length ", frame, " must be in [1, ", length, "]"));
-  const bool onesided = c.node.attr_int("onesided") != 0;
-  const int64_t frames = 1 + (length - frame) / step;
-  const int64_t bins = onesided ? frame / 2 + 1 : frame;
-  const int64_t B = x.dim(0), cin = x.dim(2);
-  const Dims out_shape{B, frames, bins, 2};
-  std::vector<double> out = output_buffer(out_shape, w);
+  const StftPlan p = stft_plan(c);
+  std::vector<double> out = output_buffer(p.out_shape, w);
   const std::vector<double> in = to_doubles(x, w);
+  const int64_t frame = p.frame, frames = p.frames, bins = p.bins, cin = p.cin;
   const std::vector<double> window =
-      has_window ? to_doubles(c.input(2), w) : std::vector<double>(frame, 1.0);
+      p.has_window ? to_doubles(c.input(2), w) : std::vector<double>(frame, 1.0);
   const Dft transform(frame, w);
   std::vector<Complex> line(static_cast<size_t>(frame)), spectrum;
-  for (int64_t b = 0; b < B; ++b)
+  for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t f = 0; f < frames; ++f) {
       for (int64_t t = 0; t < frame; ++t) {
-        const int64_t at = (b * length + f * step + t) * cin;
+        const int64_t at = (b * p.length + f * p.step + t) * cin;
         line[t] = Complex(in[at], cin == 2 ? in[at + 1] : 0.0) * window[t];
       }
       transform.run(line, false, spectrum);
@@ -190,7 +145,7 @@ std::vector<Tensor> stft(const KernelContext& c) {
         out[dst + 1] = spectrum[k].imag();
       }
     }
-  return {from_doubles(x.dtype(), out_shape, out, w)};
+  return {from_doubles(x.dtype(), p.out_shape, out, w)};
 }
 
 // Det: the determinant of each [M, M] matrix in the last two axes, by Gaussian elimination with
@@ -238,6 +193,73 @@ std::vector<Tensor> det(const KernelContext& c) {
 }
 
 }  // namespace
+
+DftPlan dft_plan(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor& x = c.input(0);
+  if (x.rank() < 2 || (x.dim(-1) != 1 && x.dim(-1) != 2))
+    throw ValueError(
+        cat(w, ": input must be [..., n, 1] (real) or [..., n, 2] (complex), got ", x.str()));
+  DftPlan p;
+  p.inverse = c.node.attr_int("inverse") != 0;
+  p.onesided = c.node.attr_int("onesided") != 0;
+  int64_t axis;
+  if (c.node.opset != 0 && c.node.opset < 20)
+    axis = c.node.attr_int("axis");
+  else
+    axis = c.has_input(2) ? scalar_input(c, 2, "axis") : -2;
+  const int64_t rank = x.rank();
+  p.axis = normalize_axis(axis, rank, w);
+  if (p.axis == rank - 1) throw ValueError(cat(w, ": axis cannot be the last (complex) axis"));
+  p.n = x.dim(p.axis);
+  p.length = dft_default_length(p.n, p.inverse, p.onesided);
+  if (c.has_input(1)) p.length = scalar_input(c, 1, "dft_length");
+  if (p.length < 1) throw ValueError(cat(w, ": dft_length must be >= 1, got ", p.length));
+  p.real_out = p.inverse && p.onesided;
+  p.out_len = p.real_out || p.inverse || !p.onesided ? p.length : p.length / 2 + 1;
+  p.out_shape = x.shape();
+  p.out_shape[p.axis] = p.out_len;
+  p.out_shape.back() = p.real_out ? 1 : 2;
+  p.outer = dims_product(x.shape(), 0, p.axis);
+  p.inner = dims_product(x.shape(), p.axis + 1, rank - 1);
+  p.cin = x.dim(-1);
+  p.cout = p.out_shape.back();
+  // Input points read: the axis zero-padded or truncated to the length, or for an inverse
+  // one-sided transform its bins [0, length / 2], the rest following by symmetry.
+  p.used = p.real_out ? std::min(p.n, p.length / 2 + 1) : std::min(p.n, p.length);
+  return p;
+}
+
+StftPlan stft_plan(const KernelContext& c) {
+  const std::string w = c.where();
+  const Tensor& x = c.input(0);
+  if (x.rank() != 3 || (x.dim(2) != 1 && x.dim(2) != 2))
+    throw ValueError(cat(w, ": signal must be [batch, length, 1 | 2], got ", x.str()));
+  if (!is_floating(x.dtype())) throw TypeError(cat(w, ": signal must be a float tensor"));
+  StftPlan p;
+  p.step = scalar_input(c, 1, "frame_step");
+  if (p.step < 1) throw ValueError(cat(w, ": frame_step must be >= 1, got ", p.step));
+  p.has_window = c.has_input(2);
+  if (p.has_window && (c.input(2).rank() != 1 || c.input(2).dtype() != x.dtype()))
+    throw ValueError(cat(w, ": window must be 1-D of the signal's dtype, got ", c.input(2).str()));
+  p.length = x.dim(1);
+  p.frame = p.has_window ? c.input(2).dim(0) : p.length;
+  if (c.has_input(3)) {
+    p.frame = scalar_input(c, 3, "frame_length");
+    if (p.has_window && p.frame != c.input(2).dim(0))
+      throw ValueError(cat(w, ": frame_length ", p.frame, " differs from the window's length ",
+                           c.input(2).dim(0)));
+  }
+  if (p.frame < 1 || p.frame > p.length)
+    throw ValueError(cat(w, ": frame_length ", p.frame, " must be in [1, ", p.length, "]"));
+  p.onesided = c.node.attr_int("onesided") != 0;
+  p.frames = 1 + (p.length - p.frame) / p.step;
+  p.bins = p.onesided ? p.frame / 2 + 1 : p.frame;
+  p.batch = x.dim(0);
+  p.cin = x.dim(2);
+  p.out_shape = {p.batch, p.frames, p.bins, 2};
+  return p;
+}
 
 void register_signal_kernels(KernelRegistry& r) {
   r.add("DFT", dft);

@@ -1,0 +1,1 @@
+#include "backend/cpu/fft_impl.h"
