@@ -260,7 +260,8 @@ void streamed_pass(const float* cur, int64_t n, const Vec* sh, float* s1, float*
     }
   };
   if constexpr (C == 0) {
-    for (int64_t j = 0; j < n; j += L) out(j);
+    if constexpr (P > 0)
+      for (int64_t j = 0; j < n; j += L) out(j);
     return;
   } else {
     Vec t1[C], t2[C];
@@ -305,6 +306,14 @@ void streamed_pass(const float* cur, int64_t n, const Vec* sh, float* s1, float*
   }
 }
 
+// streamed_pass<C, P> by [C][P] (<0, 0> does nothing).
+using StreamedPass = void (*)(const float*, int64_t, const Vec*, float*, float*, const float*,
+                              float*, const RowStats*, const float*, const float*, const float*);
+constexpr StreamedPass kStreamedPass[3][3] = {
+    {streamed_pass<0, 0>, streamed_pass<0, 1>, streamed_pass<0, 2>},
+    {streamed_pass<1, 0>, streamed_pass<1, 1>, streamed_pass<1, 2>},
+    {streamed_pass<2, 0>, streamed_pass<2, 1>, streamed_pass<2, 2>}};
+
 }  // namespace
 
 // Each pass sums up to two rows while the two before them stream out (streamed_pass): a row's
@@ -331,25 +340,7 @@ void layer_norm_rows_streamed(const float* x, float* y, int64_t rows, int64_t n,
     for (int i = 0; i < nc; ++i) sh[i] = Vec::set1(c[i] = row_shift(cur + i * n, n));
     const float* prev = cur - np * n;
     float* yprev = y + (r - np) * n;
-    switch (nc * 3 + np) {
-      case 3:
-        streamed_pass<1, 0>(cur, n, sh, s1, s2, prev, yprev, ps, scale, bias, next);
-        break;
-      case 4:
-        streamed_pass<1, 1>(cur, n, sh, s1, s2, prev, yprev, ps, scale, bias, next);
-        break;
-      case 5:
-        streamed_pass<1, 2>(cur, n, sh, s1, s2, prev, yprev, ps, scale, bias, next);
-        break;
-      case 6:
-        streamed_pass<2, 0>(cur, n, sh, s1, s2, prev, yprev, ps, scale, bias, next);
-        break;
-      case 7:
-        streamed_pass<2, 1>(cur, n, sh, s1, s2, prev, yprev, ps, scale, bias, next);
-        break;
-      default:
-        streamed_pass<2, 2>(cur, n, sh, s1, s2, prev, yprev, ps, scale, bias, next);
-    }
+    kStreamedPass[nc][np](cur, n, sh, s1, s2, prev, yprev, ps, scale, bias, next);
     for (int i = 0; i < nc; ++i) {
       const float m = s1[i] / static_cast<float>(n);
       const float var = variance(cur + i * n, n, sh[i], m, s2[i]);
@@ -360,14 +351,8 @@ void layer_norm_rows_streamed(const float* x, float* y, int64_t rows, int64_t n,
     np = nc;
     r += nc;
   }
-  const float* prev = x + (rows - np) * n;
-  float* yprev = y + (rows - np) * n;
-  if (np == 1)
-    streamed_pass<0, 1>(nullptr, n, nullptr, nullptr, nullptr, prev, yprev, ps, scale, bias,
-                        nullptr);
-  else if (np == 2)
-    streamed_pass<0, 2>(nullptr, n, nullptr, nullptr, nullptr, prev, yprev, ps, scale, bias,
-                        nullptr);
+  kStreamedPass[0][np](nullptr, n, nullptr, nullptr, nullptr, x + (rows - np) * n,
+                       y + (rows - np) * n, ps, scale, bias, nullptr);
   stream_fence();
 }
 
