@@ -1,7 +1,8 @@
 // pto_bench: the machine's ceilings and PyPTO's SGEMM, measured in one run, as JSON on stdout
 // (progress on stderr). bench/run.py runs it and sets the numbers beside PyTorch's.
 //
-//   pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm,vmath] [--shapes 512,128x768x3072]
+//   pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm,vmath,vmath_large] [--shapes
+//   512,128x768x3072]
 //             [--quick] [--packed a|b]
 //             [--warmup-calls N] [--warmup-time S] [--min-calls N] [--min-time S] [--max-time S]
 //             [--cpu-clock]
@@ -23,6 +24,9 @@
 //   exactly on sampled entries; "vnni" says whether VPDPBUSD or the widening fallback ran.
 // - vmath (only when asked): exp, sigmoid, silu, tanh and gelu_tanh (pto::cpu::unary_f32) over
 //   a row in L1 on one thread, per ISA, in ns per element and per 16 floats.
+// - vmath_large (only when asked): every transcendental activation and Softmax on N(0, 1) rows
+//   against rows with 5-40% of their lanes beyond +-90 or +-20, interleaved, active ISA only
+//   (PTO_ISA picks another), and the slowdown of each.
 // Every measurement times calls one by one after a warm-up and reports the median, p10, p90, the
 // count and the CPU utilisation (CPU seconds / wall seconds) of the timed calls. --cpu-clock times
 // each call by the process's CPU seconds over the thread count: on a machine time-shared with other
@@ -49,6 +53,7 @@
 #include "backend/cpu/gemm/igemm.h"
 #include "backend/cpu/isa/ceiling.h"
 #include "backend/cpu/isa/isa.h"
+#include "backend/cpu/reduce_kernels.h"
 #include "pto/device_info.h"
 #include "pto/error.h"
 #include "pto/parallel.h"
@@ -217,6 +222,102 @@ void bench_vmath(Json& j, const Timing& timing) {
       j.key("ns_per_element").num(ns).key("ns_per_16").num(16 * ns);
       j.sample(s, static_cast<double>(kRow * kReps) / 1e9, "gelements_per_s").close('}');
     }
+  }
+  j.close(']');
+}
+
+// ---- Vector math on large arguments ----
+
+// Each transcendental activation on a row of 1024 floats (in L1, one thread, the active ISA) drawn
+// from N(0, 1), and on the same row with a share of its lanes (5%, 20%, 40%, at random positions)
+// replaced by +-U(90, 120) ("big": past exp's normal range, where e^-|x| is subnormal or 0 and
+// e^|x| overflows) or by +-U(20, 40) ("mid": where the tanh-based forms saturate). The
+// distributions are timed interleaved, call by call (41 rounds of 256 rows each; the median), so a
+// slow spell of the shared machine hits them alike. Softmax runs on rows of 1024 (softmax_rows).
+// "ratio" is each distribution's time over N(0, 1)'s: how much a function slows on such inputs
+// (a microcode assist for a subnormal operand or result, or a rarely taken path).
+void bench_vmath_large(Json& j) {
+  constexpr int64_t kRow = 1024, kReps = 256, kRounds = 41;
+  struct Dist {
+    const char* name;
+    double share, lo, hi;
+  };
+  const Dist dists[] = {{"normal", 0, 0, 0},     {"big5", 0.05, 90, 120}, {"big20", 0.2, 90, 120},
+                        {"big40", 0.4, 90, 120}, {"mid5", 0.05, 20, 40},  {"mid20", 0.2, 20, 40},
+                        {"mid40", 0.4, 20, 40}};
+  constexpr int kDists = sizeof(dists) / sizeof(dists[0]);
+  std::vector<std::vector<float>> xs;
+  for (const Dist& d : dists) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    std::uniform_real_distribution<double> u01;
+    std::vector<float> x(kRow);
+    for (float& v : x) {
+      v = normal(rng);
+      if (u01(rng) < d.share) {
+        const double m = d.lo + (d.hi - d.lo) * u01(rng);
+        v = static_cast<float>(u01(rng) < 0.5 ? -m : m);
+      }
+    }
+    xs.push_back(std::move(x));
+  }
+  // name, op (or none for Softmax), parameters (Elu/Celu alpha 1; Selu's alpha and gamma)
+  struct Fn {
+    const char* name;
+    int op;
+    cpu::UnaryParams p;
+  };
+  using U = cpu::UnaryOp;
+  const Fn fns[] = {{"exp", static_cast<int>(U::kExp), {}},
+                    {"expm1", static_cast<int>(U::kExpm1), {}},
+                    {"sigmoid", static_cast<int>(U::kSigmoid), {}},
+                    {"silu", static_cast<int>(U::kSilu), {}},
+                    {"swish", static_cast<int>(U::kSwish), {1.702f, 0}},
+                    {"tanh", static_cast<int>(U::kTanh), {}},
+                    {"gelu_tanh", static_cast<int>(U::kGeluTanh), {}},
+                    {"gelu_erf", static_cast<int>(U::kGelu), {}},
+                    {"erf", static_cast<int>(U::kErf), {}},
+                    {"softplus", static_cast<int>(U::kSoftplus), {}},
+                    {"mish", static_cast<int>(U::kMish), {}},
+                    {"elu", static_cast<int>(U::kElu), {1.0f, 0}},
+                    {"selu", static_cast<int>(U::kSelu), {1.67326324f, 1.05070098f}},
+                    {"celu", static_cast<int>(U::kCelu), {1.0f, 0}},
+                    {"softmax", -1, {}}};
+  set_num_threads(1);
+  std::vector<float> y(kRow * kReps), buf(2 * kRow);
+  std::vector<float> rows(kRow * kReps);
+  j.key("vmath_large").open('[');
+  for (const Fn& f : fns) {
+    std::vector<std::vector<double>> t(kDists);
+    for (int64_t round = -2; round < kRounds; ++round) {  // two warm-up rounds
+      for (int d = 0; d < kDists; ++d) {
+        const float* x = xs[d].data();
+        double t0 = 0;
+        if (f.op < 0) {
+          for (int64_t r = 0; r < kReps; ++r)
+            std::memcpy(rows.data() + r * kRow, x, kRow * sizeof(float));
+          t0 = now_s();
+          PTO_ISA_DISPATCH(softmax_rows, rows.data(), y.data(), kReps, kRow, false, nullptr, false);
+        } else {
+          t0 = now_s();
+          for (int64_t r = 0; r < kReps; ++r)
+            cpu::unary_f32(static_cast<U>(f.op), f.p, x, y.data() + (r % 4) * kRow, kRow);
+        }
+        if (round >= 0) t[d].push_back(now_s() - t0);
+      }
+    }
+    std::cerr << "vmath_large " << f.name << " " << cpu::isa_name(cpu::active_isa()) << ":";
+    double base = 0;
+    for (int d = 0; d < kDists; ++d) {
+      std::sort(t[d].begin(), t[d].end());
+      const double ns = t[d][t[d].size() / 2] * 1e9 / static_cast<double>(kRow * kReps);
+      if (d == 0) base = ns;
+      std::cerr << " " << dists[d].name << " " << ns * 16 << " ns/16 (x" << ns / base << ")";
+      j.open('{').key("op").str(f.name).key("isa").str(cpu::isa_name(cpu::active_isa()));
+      j.key("inputs").str(dists[d].name).key("ns_per_16").num(16 * ns).key("ratio").num(ns / base);
+      j.close('}');
+    }
+    std::cerr << "\n";
   }
   j.close(']');
 }
@@ -538,7 +639,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 const char* kUsage =
-    "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm,vmath] [--shapes "
+    "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm,vmath,vmath_large] [--shapes "
     "S|MxKxN,...]\n"
     "                 [--quick] [--packed a|b] [--precision f32,bf16,f16] [--warmup-calls N]\n"
     "                 [--warmup-time S] [--min-calls N]\n"
@@ -622,6 +723,7 @@ int main_impl(int argc, char** argv) {
   if (wants("sgemm")) bench_sgemm(j, threads, timing, shapes, packed, precisions);
   if (wants("igemm")) bench_igemm(j, threads, timing, shapes);
   if (wants("vmath")) bench_vmath(j, timing);
+  if (wants("vmath_large")) bench_vmath_large(j);
   j.close('}');
   std::cout << j.text() << "\n";
   return 0;

@@ -197,6 +197,47 @@ TEST(CpuLayerNorm, StreamedRowsAgainstReference) {
   set_memory_policy(saved);
 }
 
+// The streamed rows (two summed a pass while the two before them are written, scale and bias
+// loaded once for both) give the same bits as row by row (`never`): every row count from 1 to 7
+// (a last pass of one row or two, a last output pass of one or two), rows of 4096 and 8224 (two
+// of the sums' blocks), with and without bias, a NaN, an inf and a far shift in some rows; on
+// every ISA, Mean and InvStdDev too.
+TEST(CpuLayerNorm, StreamedRowsSameBitsAsRowByRow) {
+  const MemoryPolicy saved = memory_policy();
+  uint32_t seed = 200;
+  for (int64_t n : {4096, 8224})
+    for (int64_t rows = 1; rows <= 7; ++rows) {
+      Tensor x = random_f32({rows, n}, seed++, -2, 3);
+      if (rows > 2) x.data<float>()[n + 11] = NAN;
+      if (rows > 3) x.data<float>()[3 * n + 5] = INFINITY;
+      if (rows > 4)
+        for (int64_t j = 0; j < 16; ++j) x.data<float>()[4 * n + j] += 40.0f;  // second pass
+      const Tensor scale = random_f32({n}, seed++), bias = random_f32({n}, seed++);
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << rows << " rows of " << n << " bias " << with_bias);
+        NodeCase c{"LayerNormalization", {x, scale, with_bias ? bias : Tensor()}, {}, 17};
+        c.num_outputs = 3;
+        c.constant = {false, true, true};
+        std::vector<Tensor> feeds;
+        Graph g = one_node(c, &feeds);
+        Executable exe = compile(g, {.level = 0});
+        for (cpu::Isa isa : cpu::supported_isas()) {
+          cpu::IsaScope scope(isa);
+          set_memory_policy(MemoryPolicy{.nontemporal = MemoryPolicy::NonTemporal::kNever});
+          const std::vector<Tensor> rowwise = exe.run(feeds);
+          set_memory_policy(MemoryPolicy{.nontemporal = MemoryPolicy::NonTemporal::kAlways});
+          const std::vector<Tensor> streamed = exe.run(feeds);
+          for (size_t o = 0; o < 3; ++o)
+            EXPECT_EQ(std::memcmp(rowwise[o].raw_data(), streamed[o].raw_data(),
+                                  static_cast<size_t>(rowwise[o].nbytes())),
+                      0)
+                << cpu::isa_name(isa) << " output " << o;
+        }
+      }
+    }
+  set_memory_policy(saved);
+}
+
 // Rows of at most four vectors run as one call per task with each row in registers
 // (layer_norm_rows_short): lengths around every vector count of AVX-512 and AVX2 (and 65, past
 // them), one row and many (split over 2 threads), with and without bias, Mean and InvStdDev too,

@@ -142,6 +142,76 @@ TEST(CpuVmath, MaxUlpErrorPerIsa) {
   }
 }
 
+// Vectors mixing ordinary lanes (N(0, 1) and [-12, 12]) with lanes beyond +-87 (exp's normal
+// range: e^-|x| subnormal or 0, e^|x| overflowing), near it and at +-20..40 (where the tanh
+// forms saturate), at random positions and every offset: the functions that send such vectors
+// down a held or out-of-line path must give every lane, the ordinary ones beside them too, the
+// accuracy the sweep above asks of it, and Elu / Selu / Celu (expm1 on x < 0) theirs.
+TEST(CpuVmath, LargeLanesMixedWithOrdinaryOnes) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> near(-12.0f, 12.0f), big(87.0f, 120.0f), mid(20.0f, 40.0f),
+      edge(86.0f, 89.0f), band(1.0f, 16.0f);
+  std::uniform_int_distribution<int> kind(0, 9);
+  std::vector<float> x;
+  for (int i = 0; i < 6000; ++i) {
+    const int k = kind(rng);
+    const float sign = i % 2 ? -1.0f : 1.0f;
+    x.push_back(k < 4   ? normal(rng)
+                : k < 5 ? near(rng)
+                : k < 7 ? sign * big(rng)
+                : k < 8 ? sign * mid(rng)
+                : k < 9 ? sign * edge(rng)
+                        : sign * band(rng));
+  }
+  std::vector<Case> all = cases();
+  const auto elu = [](double a) { return [a](double v) { return v > 0 ? v : a * std::expm1(v); }; };
+  all.push_back({"elu", UnaryOp::kElu, elu(1.0), 3});
+  all.push_back({"celu", UnaryOp::kCelu, elu(1.0), 3});
+  const double sa = 1.67326324, sg = 1.05070098;
+  all.push_back({"selu", UnaryOp::kSelu,
+                 [=](double v) { return v > 0 ? sg * v : sg * sa * std::expm1(v); }, 4});
+  // Swish's argument is the float product alpha x, as the kernel forms it.
+  const auto ax = [](double v) { return static_cast<double>(1.702f * static_cast<float>(v)); };
+  all.push_back({"swish", UnaryOp::kSwish, [=](double v) { return v * sigmoid(ax(v)); }, 4,
+                 [=](double v) { return ax(v) < -87; }});
+  std::vector<float> y(x.size());
+  for (const Case& c : all) {
+    if (c.op == UnaryOp::kSin || c.op == UnaryOp::kCos) continue;
+    UnaryParams p;
+    if (c.op == UnaryOp::kElu || c.op == UnaryOp::kCelu) p = {1.0f, 0.0f};
+    if (c.op == UnaryOp::kSelu) p = {1.67326324f, 1.05070098f};
+    if (c.op == UnaryOp::kSwish) p = {1.702f, 0.0f};
+    for (Isa isa : supported_isas()) {
+      IsaScope scope(isa);
+      const double bound = c.max_ulp_simd > 0 && isa != Isa::kGeneric ? c.max_ulp_simd : c.max_ulp;
+      for (size_t off = 0; off < 17; off += 4) {
+        const int64_t n = static_cast<int64_t>(x.size() - off);
+        unary_f32(c.op, p, x.data() + off, y.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          const double xi = x[off + i], t = c.truth(xi);
+          if (std::isnan(t)) {  // log and log1p below 0
+            EXPECT_TRUE(std::isnan(y[i])) << c.name << "(" << xi << ") " << isa_name(isa);
+            continue;
+          }
+          const double tf = static_cast<float>(t);
+          if (std::isinf(tf)) {
+            EXPECT_EQ(y[i], tf) << c.name << "(" << xi << ") " << isa_name(isa);
+            continue;
+          }
+          const double err = std::fabs(y[i] - t);
+          if (c.absolute && c.absolute(xi))
+            EXPECT_LE(err / std::fabs(xi), c.max_abs)
+                << c.name << "(" << xi << ") " << isa_name(isa);
+          else
+            EXPECT_LE(err / ulp_of(t), bound) << c.name << "(" << xi << ") = " << y[i]
+                                              << " against " << t << " " << isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuVmath, SpecialValues) {
   const float inf = INFINITY, nan = NAN;
   struct Expect {

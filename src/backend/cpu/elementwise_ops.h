@@ -70,7 +70,7 @@ inline Vec unary(Vec x, const UnaryParams& p) {
   if constexpr (Op == kGelu) return gelu_erf(x);
   if constexpr (Op == kGeluTanh) return gelu_tanh(x);
   if constexpr (Op == kSilu) return silu(x);
-  if constexpr (Op == kSwish) return x * sigmoid(a * x);
+  if constexpr (Op == kSwish) return swish(x, a);
   if constexpr (Op == kSoftplus) return softplus(x);
   if constexpr (Op == kSoftsign) return x / (one + abs(x));
   if constexpr (Op == kMish) return mish(x);

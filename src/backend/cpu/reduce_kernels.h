@@ -70,11 +70,11 @@ PTO_ISA_DECLARE(
                           float inv_std, const float* scale, const float* bias, bool stream,
                           bool fence, const float* next);
     // LayerNormalization of `rows` contiguous rows of n floats, y stored past the cache: the
-    // moments and normalize_affine of each row, with row r's normalizing pass folded into row
-    // r + 1's pass of sums (a streamed output vector per vector summed), then a fence. The
-    // same arithmetic as those calls row by row. n > 0 a multiple of 32, y 64-byte aligned. Each
-    // row's mean to mean[r], 1 / sqrt(var + eps) to inv_std[r]. With `prefetch`, each row but the
-    // last prefetches the next one into L2.
+    // moments and normalize_affine of each row, with rows r and r + 1's normalizing pass folded
+    // into rows r + 2 and r + 3's pass of sums (streamed output vectors per vector summed), then
+    // a fence. The same arithmetic as those calls row by row. n > 0 a multiple of 32, y 64-byte
+    // aligned. Each row's mean to mean[r], 1 / sqrt(var + eps) to inv_std[r]. With `prefetch`, each
+    // row but the last prefetches the next one into L2.
     void layer_norm_rows_streamed(const float* x, float* y, int64_t rows, int64_t n, float eps,
                                   const float* scale, const float* bias, float* mean,
                                   float* inv_std, bool prefetch);
