@@ -671,6 +671,11 @@ int main_impl(int argc, char** argv) {
       for (const auto& t : split(value(), ',')) threads.push_back(std::stoi(t));
     } else if (arg == "--only") {
       only = split(value(), ',');
+      for (const auto& o : only)
+        if (o != "fma" && o != "memory" && o != "sgemm" && o != "igemm" && o != "vmath" &&
+            o != "vmath_large")
+          throw ValueError(cat("--only: unknown benchmark '", o,
+                               "' (expected fma, memory, sgemm, igemm, vmath, vmath_large)"));
     } else if (arg == "--shapes") {
       for (const auto& s : split(value(), ',')) shapes.push_back(parse_shape(s));
     } else if (arg == "--packed") {

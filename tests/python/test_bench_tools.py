@@ -150,3 +150,18 @@ def test_zoo_profile_lists_both_engines_kernels(tmp_path):
     assert all(k["ms"] > 0 for k in d["pypto"]) and d["pypto_call_ms"] > 0
     assert {n["op"] for n in d["ort"]} >= {"MatMul"} and all(n["ms"] >= 0 for n in d["ort"])
     assert "by PyPTO kernel" in p.stdout
+
+
+def test_pto_bench_rejects_an_unknown_benchmark_and_runs_a_known_one(pto_bin):
+    import json
+    import subprocess
+
+    bench = pto_bin.parent / "bench" / "pto_bench"
+    p = subprocess.run([str(bench), "--only", "fma,nosuch"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode != 0 and "unknown benchmark 'nosuch'" in p.stderr, p.stderr
+    p = subprocess.run([str(bench), "--only", "fma", "--quick", "--threads", "1"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["fma"] and "memory" not in out and out["fma"][0]["gflops"] > 0
