@@ -9,8 +9,9 @@
 //      with a blocked input whose other inputs are values of its output's shape, scalars, or
 //      constants per channel (reordered here; an NCHW operand costs one reorder, as reordering
 //      the blocked one back would); a Concat on channels of blocked values whose channel counts are
-//      multiples of c; a mean over H and W (GlobalAveragePool, ReduceMean over {2, 3} keeping
-//      them) of a blocked value, as ReduceMean over {2, 3} of the 5-D value; MaxPool and
+//      multiples of c; a mean over H and W (GlobalAveragePool, ReduceMean over {2, 3}; one that
+//      drops H and W first keeps them and is followed by a Flatten) of a blocked value, as
+//      ReduceMean over {2, 3} of the 5-D value; MaxPool and
 //      AveragePool (2-D windows) of a blocked value, as the same pool with a unit window on the
 //      5-D value's channel lanes. An elementwise op may also read [N, C, 1, 1] values
 //      (squeeze-excitation's scale), blocked or reordered. Everything else (Flatten, Gemm, other
@@ -203,15 +204,44 @@ bool per_channel_value(const Graph& g, ValueId v, const Shape& out) {
 // A mean over H and W that keeps them, [N, C, H, W] -> [N, C, 1, 1]: GlobalAveragePool, or
 // ReduceMean over axes {2, 3} with keepdims. On the blocked value it is ReduceMean over axes
 // {2, 3} of the 5-D value, whose result is the blocked form of the mean.
-bool spatial_mean(const Graph& g, const Node& n) {
-  if (n.op == "GlobalAveragePool") return true;
-  if (n.op != "ReduceMean" || n.attrs.get_int("keepdims", 1) == 0) return false;
+bool spatial_mean_axes(const Graph& g, const Node& n) {
+  if (n.op != "ReduceMean" || !n.domain.empty() || n.inputs.empty() || !nchw_f32(g, n.inputs[0]))
+    return false;
   std::optional<std::vector<int64_t>> axes =
       n.attrs.has("axes") ? std::optional(n.attrs.get_ints("axes")) : constant_ints(g, n, 1);
   if (!axes || axes->size() != 2) return false;
   for (int64_t& a : *axes) a = a < 0 ? a + 4 : a;
   std::sort(axes->begin(), axes->end());
   return *axes == std::vector<int64_t>{2, 3};
+}
+
+bool spatial_mean(const Graph& g, const Node& n) {
+  if (n.op == "GlobalAveragePool") return true;
+  return spatial_mean_axes(g, n) && n.attrs.get_int("keepdims", 1) != 0;
+}
+
+// A mean over H and W that drops them, [N, C, H, W] -> [N, C] (x.mean([2, 3]): torchvision's
+// MNASNet, timm heads), becomes the mean that keeps them and a Flatten (a view), so that the mean
+// reads a blocked value as spatial_mean does, rather than a reorder of the whole last feature map
+// and a mean over it on one thread (MNASNet: 1280 x 7 x 7, 10 + 15 us a call).
+void keep_spatial_mean_dims(Graph& g) {
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (!spatial_mean_axes(g, n) || n.attrs.get_int("keepdims", 1) != 0 || n.outputs.size() != 1)
+      continue;
+    const Shape& in = *g.value(n.inputs[0]).type.shape;
+    const ValueId y = n.outputs[0];
+    const ValueId kept = g.add_value(g.unique_name(g.value(y).name + "_kept"),
+                                     {DType::kF32, Shape{in[0], in[1], Dim(1), Dim(1)}});
+    Node& mean = g.mutable_nodes()[i];
+    mean.attrs.set("keepdims", int64_t{1});
+    mean.outputs[0] = kept;
+    g.value(kept).producer = static_cast<int32_t>(i);
+    g.value(y).producer = -1;  // the Flatten's now
+    Attributes attrs;
+    attrs.set("axis", int64_t{1});
+    g.insert_node(i + 1, "Flatten", {kept}, {y}, std::move(attrs), mean.name + "_flatten");
+  }
 }
 
 // A Resize of H and W only, by constant scales [1, 1, sh, sw] (no sizes, no roi crop, no axes
@@ -558,6 +588,7 @@ int machine_channel_block() {
 
 Graph assign_layouts(Graph g, const PassContext& ctx, int block, bool cost_rule) {
   if (block < 2) return g;
+  keep_spatial_mean_dims(g);
   std::vector<bool> demoted(g.nodes().size(), false);
   SpatialClasses classes(g);
   Choice c = choose(g, block, cost_rule, demoted, classes);

@@ -213,7 +213,8 @@ TEST(LayoutPass, ConcatStaysBlockedOnlyOnWholeBlocks) {
 
 // Squeeze-excitation stays blocked: the spatial mean becomes ReduceMean over {2, 3} of the 5-D
 // value, the small convs read it blocked, and the Mul broadcasts the [N, C/c, 1, 1, c] scale.
-// A ReduceMean that drops the axes (no keepdims) reads NCHW.
+// A ReduceMean that drops the axes (no keepdims: x.mean([2, 3])) reads it blocked too, keeping
+// them, and a Flatten of its reordered [N, C, 1, 1] result gives [N, C].
 TEST(LayoutPass, SqueezeExcitationStaysBlocked) {
   const Graph g = parse(
       "  input  %x: f32[2, 8, 6, 5]\n"
@@ -235,9 +236,14 @@ TEST(LayoutPass, SqueezeExcitationStaysBlocked) {
   const Graph out = assign(g, 4);
   EXPECT_EQ(count_ops(out, "ConvBlocked"), 3) << print(out);
   EXPECT_EQ(count_ops(out, "ReorderToBlocked"), 1);
-  EXPECT_EQ(count_ops(out, "ReorderFromBlocked"), 2);  // %z (an output, read by %f) and %m
+  EXPECT_EQ(count_ops(out, "ReorderFromBlocked"), 3);  // %z (an output), %m and %f's mean
   EXPECT_EQ(count_ops(out, "GlobalAveragePool"), 0);
   EXPECT_EQ(count_ops(out, "ReduceMean"), 3);
+  EXPECT_EQ(count_ops(out, "Flatten"), 1);
+  for (const Node& n : out.nodes())
+    if (n.op == "ReduceMean") {
+      EXPECT_EQ(out.value(n.inputs[0]).type.shape->size(), 5u) << print(out);
+    }
   expect_same_results(g, 4);
   // The same graph on the CPU kernels, at level 2 (fused), against the reference.
   const std::vector<Tensor> in = random_inputs(g, 5);
@@ -700,8 +706,9 @@ TEST(LayoutKernels, StemReadsNchwInput) {
 TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
   struct Block {
     int64_t n, c, h, w, e, stride;
-    std::string act;  // between the depthwise and the project conv
-    int64_t k = 3;    // the depthwise kernel
+    std::string act;   // between the depthwise and the project conv
+    int64_t k = 3;     // the depthwise kernel
+    std::string post;  // after the block: an activation the kernel applies after its stores
   };
   for (const Block& t : {Block{1, 24, 9, 11, 72, 1, "Clip"}, Block{2, 16, 8, 7, 48, 2, "Relu"},
                          Block{1, 32, 5, 5, 96, 1, ""},
@@ -713,7 +720,7 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
                          Block{1, 16, 64, 66, 64, 1, "Clip"}, Block{2, 32, 48, 48, 120, 1, "Relu"},
                          Block{1, 16, 65, 64, 64, 2, "Clip"},
                          // 960 -> 160 (0.6 MB of project weights): on two threads a 7-row plane
-                         // splits its output blocks, two 8-row images give 8 chunks of 2 rows.
+                         // splits its pixels, two 8-row images give 8 chunks of 2 rows.
                          Block{1, 160, 7, 7, 960, 1, "Clip"}, Block{2, 160, 8, 8, 960, 1, "Relu"},
                          // MobileNetV2 at 96x96: narrow rows projected in groups of rows (6x6 in
                          // two groups of 3, 3x3 in one; 12x12 stride 2 -> 6x6, two images).
@@ -724,7 +731,11 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
                          // block on 2 threads (the rows split in two runs); 30x20 = 600 pixels
                          // stay row by row.
                          Block{3, 24, 10, 9, 48, 2, "Relu"}, Block{1, 16, 7, 9, 48, 1, "Clip", 5},
-                         Block{1, 16, 13, 5, 32, 2, ""}, Block{1, 24, 30, 20, 48, 1, "Clip"}}) {
+                         Block{1, 16, 13, 5, 32, 2, ""}, Block{1, 24, 30, 20, 48, 1, "Clip"},
+                         // On two threads 7x7 and 7x9 planes split their pixels mid-row (24 +
+                         // 25, 31 + 32), here with an epilogue that runs after the stores.
+                         Block{1, 48, 7, 7, 144, 1, "Clip", 5, "Sigmoid"},
+                         Block{1, 16, 7, 9, 48, 1, "Relu", 3, "Tanh"}}) {
     std::mt19937 rng(9);
     Graph g;
     const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
@@ -760,6 +771,11 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
       const ValueId s = g.add_value("sum");
       g.add_node("Add", {v, x}, {s});
       v = s;
+    }
+    if (!t.post.empty()) {
+      const ValueId p = g.add_value("post");
+      g.add_node(t.post, {v}, {p});
+      v = p;
     }
     g.add_output(v);
     infer_types(g);
@@ -861,26 +877,31 @@ TEST(LayoutKernels, BlockedPoolingMatchesReference) {
   set_num_threads(saved);
 }
 
-// The reorders alone round-trip any float bits, padded lanes read back as zeros.
+// The reorders alone round-trip any float bits, padded lanes read back as zeros; also on 1x1
+// planes (a spatial mean's result), which copy each image's channels.
 TEST(LayoutKernels, ReordersRoundTripOnTheCpu) {
-  const Graph g = parse(
-      "  input  %x: f32[2, 19, 3, 5]\n"
-      "  %b = pto.ReorderToBlocked(%x) {block=8}\n"
-      "  %y = pto.ReorderFromBlocked(%b) {channels=19}\n"
-      "  return %y, %b\n");
-  std::mt19937 rng(9);
-  Tensor x = random_tensor({2, 19, 3, 5}, rng);
-  x.data<float>()[7] = std::nanf("");
-  Executable exe = compile(g, {.level = 0});
-  ASSERT_EQ(exe.node_backend(0), "cpu");
-  ASSERT_EQ(exe.node_backend(1), "cpu");
-  const std::vector<Tensor> got = exe.run({x});
-  const std::vector<Tensor> want = reference::run(g, {x});
-  ASSERT_EQ(got[0].shape(), x.shape());
-  EXPECT_EQ(std::memcmp(got[0].raw_data(), x.raw_data(), x.nbytes()), 0);
-  ASSERT_EQ(got[1].shape(), (Dims{2, 3, 3, 5, 8}));
-  EXPECT_EQ(std::memcmp(got[1].raw_data(), want[1].raw_data(), want[1].nbytes()), 0);
-  EXPECT_EQ(got[1].data<float>()[(2 * 15 + 0) * 8 + 3], 0.0f);  // channel 19 of image 0: padding
+  for (const Dims& shape : {Dims{2, 19, 3, 5}, Dims{3, 19, 1, 1}}) {
+    const std::string dims = cat(shape[0], ", 19, ", shape[2], ", ", shape[3]);
+    const Graph g = parse(cat("  input  %x: f32[", dims,
+                              "]\n"
+                              "  %b = pto.ReorderToBlocked(%x) {block=8}\n"
+                              "  %y = pto.ReorderFromBlocked(%b) {channels=19}\n"
+                              "  return %y, %b\n"));
+    std::mt19937 rng(9);
+    Tensor x = random_tensor(shape, rng);
+    x.data<float>()[7] = std::nanf("");
+    Executable exe = compile(g, {.level = 0});
+    ASSERT_EQ(exe.node_backend(0), "cpu");
+    ASSERT_EQ(exe.node_backend(1), "cpu");
+    const std::vector<Tensor> got = exe.run({x});
+    const std::vector<Tensor> want = reference::run(g, {x});
+    ASSERT_EQ(got[0].shape(), x.shape());
+    EXPECT_EQ(std::memcmp(got[0].raw_data(), x.raw_data(), x.nbytes()), 0) << dims;
+    ASSERT_EQ(got[1].shape(), (Dims{shape[0], 3, shape[2], shape[3], 8}));
+    EXPECT_EQ(std::memcmp(got[1].raw_data(), want[1].raw_data(), want[1].nbytes()), 0) << dims;
+    const int64_t hw = shape[2] * shape[3];  // channel 19 of image 0 (block 2, lane 3): padding
+    EXPECT_EQ(got[1].data<float>()[(2 * hw + 0) * 8 + 3], 0.0f) << dims;
+  }
 }
 
 }  // namespace

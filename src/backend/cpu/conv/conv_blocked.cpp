@@ -21,6 +21,13 @@ namespace pto::cpu {
 
 void to_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw, int64_t b) {
   const int64_t cb = (c + b - 1) / b;
+  if (hw == 1) {  // [N, C, 1, 1] into [N, Cb, 1, 1, b]: each image's channels, then zero lanes
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(y + i * cb * b, x + i * c, c * sizeof(float));
+      std::fill(y + i * cb * b + c, y + (i + 1) * cb * b, 0.0f);
+    }
+    return;
+  }
   parallel_for(0, n * cb, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t ch0 = t % cb * b, lanes = std::min(b, c - ch0);
@@ -36,6 +43,10 @@ void to_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw, int6
 
 void from_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw, int64_t b) {
   const int64_t cb = (c + b - 1) / b;
+  if (hw == 1) {  // [N, Cb, 1, 1, b] is [N, C, 1, 1] with padded lanes at the end of each image
+    for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * c, x + i * cb * b, c * sizeof(float));
+    return;
+  }
   parallel_for(0, n * cb, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t ch0 = t % cb * b, lanes = std::min(b, c - ch0);
@@ -142,17 +153,24 @@ bool row_epilogue(const Epilogue& ep, RowEpilogue* e) {
   return true;
 }
 
-// The fused residual and activation on output row oy of blocks [o0, o1) of image n of a blocked
-// output [N, ocb, oh, OW, c] (`row` = OW * c floats), while the row is in L1.
-void row_epilogues(const Epilogue& ep, float* y, int64_t n, int64_t ocb, int64_t oh, int64_t oy,
-                   int64_t row, int64_t o0, int64_t o1) {
+// The fused residual and activation on floats [at, at + count) of each plane of blocks [o0, o1) of
+// image n of a blocked output [N, ocb, OH, OW, c] (`plane` = OH * OW * c floats), while they are
+// in L1.
+void span_epilogues(const Epilogue& ep, float* y, int64_t n, int64_t ocb, int64_t plane, int64_t at,
+                    int64_t count, int64_t o0, int64_t o1) {
   for (int64_t o = o0; o < o1; ++o) {
-    const int64_t off = ((n * ocb + o) * oh + oy) * row;
+    const int64_t off = (n * ocb + o) * plane + at;
     Epilogue e = ep;
     if (ep.residual) e.residual = ep.residual + off;
-    e.ldr = row;
-    apply_epilogue(e, y + off, row, 0, 1, 0, row);
+    e.ldr = count;
+    apply_epilogue(e, y + off, count, 0, 1, 0, count);
   }
+}
+
+// The same on output row oy (`row` = OW * c floats).
+void row_epilogues(const Epilogue& ep, float* y, int64_t n, int64_t ocb, int64_t oh, int64_t oy,
+                   int64_t row, int64_t o0, int64_t o1) {
+  span_epilogues(ep, y, n, ocb, oh * row, oy * row, row, o0, o1);
 }
 
 }  // namespace
@@ -391,42 +409,49 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
   };
   const int64_t sets = (gp.ocb + 3) / 4;
   // A small output plane (at most kFlatDwPwPlane pixels: MobileNetV2's at 96x96 from 24x24 on,
-  // at 224x224 from 14x14 on) is computed in runs of rows: the depthwise conv of the run's rows,
-  // then the 1x1 conv of the run as one row, so one pass over the project weights (0.6-1.2 MB on
-  // 3x3 and 7x7 planes, from L3) serves every pixel of the run rather than a 3- or 7-pixel row,
-  // and register blocks run across rows. Tasks are (image, run, part): runs split the rows,
-  // parts the output blocks, each part computing the (cheap) depthwise rows of its run again.
+  // at 224x224 from 14x14 on) is computed in runs of pixels: the depthwise conv of the rows the
+  // run's pixels lie in, then the 1x1 conv of the run as one row, so one pass over the project
+  // weights (0.6-1.2 MB on 3x3 and 7x7 planes, from L3) serves every pixel of the run rather than
+  // a 3- or 7-pixel row, and register blocks run across rows. Tasks are (image, run, part): runs
+  // split the pixels, parts the output blocks, each part computing the (cheap) depthwise rows of
+  // its run again.
   if (!expand && gd.oh > 1 && gd.oh * gd.ow <= kFlatDwPwPlane && dwpw_flat_enabled()) {
-    // Splits per image where there are fewer images than threads: runs of rows where the plane
-    // has two rows a split or more (no depthwise row computed twice), else parts with as many
-    // output blocks each (sets of four split 4 + 6 blocks of 10 on two threads: MobileNetV2's
-    // 3x3 and 6x6 DwPw ran 1.25-1.4x faster on 2 threads than on 1).
+    // Splits per image where there are fewer images than threads: runs of equal pixel counts
+    // where the plane has two rows a split or more (a row shared by two runs has its depthwise
+    // conv computed twice: a 7x7 plane splits 24 + 25 pixels, where a split of rows gave 3 + 4),
+    // else parts with as many output blocks each (sets of four split 4 + 6 blocks of 10 on two
+    // threads: MobileNetV2's 3x3 and 6x6 DwPw ran 1.25-1.4x faster on 2 threads than on 1).
     const int64_t split = std::max<int64_t>(1, (num_threads() + gd.n - 1) / gd.n);
     const int64_t runs = split > 1 && gd.oh >= 2 * split ? split : 1;
     const int64_t parts = runs > 1 ? 1 : std::min(split, gp.ocb);
-    const int64_t run_rows = (gd.oh + runs - 1) / runs;
+    const int64_t pixels = gd.oh * gd.ow;
+    const int64_t run_rows = (pixels + runs - 1) / runs / gd.ow + 2;  // rows a run touches, most
     parallel_for(0, gd.n * runs * parts, 1, [&](int64_t t0, int64_t t1) {
       float* mid = scratch_as<float>(static_cast<size_t>(gd.ocb * run_rows * row));
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t part = t % parts, r = t / parts % runs, n = t / parts / runs;
-        const int64_t y0 = r * gd.oh / runs, y1 = (r + 1) * gd.oh / runs, span = (y1 - y0) * row;
+        const int64_t p0 = r * pixels / runs, p1 = (r + 1) * pixels / runs;
+        const int64_t y0 = p0 / gd.ow, y1 = (p1 + gd.ow - 1) / gd.ow, span = (y1 - y0) * row;
         for (int64_t o = 0; o < gd.ocb; ++o)
           for (int64_t oy = y0; oy < y1; ++oy)
             conv_row(gd, xp, wdp, bd.data<float>(), mid + o * span + (oy - y0) * row, span, n, o, 1,
                      oy, act_mid ? &clamp_mid : nullptr);
-        BlockedConv gf = gp;  // the run as one row
-        gf.iw = gf.ow = (y1 - y0) * gd.ow;
-        const int64_t at = n * gp.ocb * plane + y0 * row;  // block 0's row y0 of image n
+        // The run as one row: its input the rows y0..y1 (blocks span apart), its output the
+        // pixels [p0, p1) from the first.
+        BlockedConv gf = gp;
+        gf.iw = (y1 - y0) * gd.ow;
+        gf.ow = p1 - p0;
+        const float* in = mid + (p0 - y0 * gd.ow) * gd.block;
+        const int64_t at = n * gp.ocb * plane + p0 * gd.block;  // block 0's pixel p0 of image n
         const int64_t b0 = part * gp.ocb / parts, b1 = (part + 1) * gp.ocb / parts;
         for (int64_t ob = b0; ob < b1; ob += 4) {
           RowEpilogue e = fused;
           if (e.residual) e.residual += at + ob * plane;
-          conv_row(gf, mid, wpp, bp.data<float>(), yp + at + ob * plane, plane, 0, ob,
+          conv_row(gf, in, wpp, bp.data<float>(), yp + at + ob * plane, plane, 0, ob,
                    std::min<int64_t>(4, b1 - ob), 0, in_regs ? &e : nullptr);
         }
         if (has_rest)
-          for (int64_t oy = y0; oy < y1; ++oy)
-            row_epilogues(ep, yp, n, gp.ocb, gd.oh, oy, row, b0, b1);
+          span_epilogues(ep, yp, n, gp.ocb, plane, p0 * gd.block, (p1 - p0) * gd.block, b0, b1);
       }
     });
     return one(std::move(y));
