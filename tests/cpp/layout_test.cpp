@@ -781,14 +781,17 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
     infer_types(g);
     const std::vector<Tensor> in = random_inputs(g, 23);
     const Tensor want = reference::run(g, in)[0];
-    for (const char* flat : {"1", "0"})  // PTO_DWPW_FLAT: runs of rows as one row, or not
+    // PTO_DWPW_FLAT: runs of pixels as one row, or not; PTO_DWPW_CHANNEL_SPLIT: the halves of a
+    // plane whose rows the threads do not split evenly split apart, or not.
+    for (const auto& [flat, split] : {std::pair{"1", "1"}, {"1", "0"}, {"0", "1"}})
       for (cpu::Isa isa : cpu::supported_isas()) {
         if (isa == cpu::Isa::kGeneric) continue;  // no channel block: nothing blocked
         cpu::IsaScope scope(isa);
         setenv("PTO_DWPW_FLAT", flat, 1);
-        const std::string what =
-            cat("C", t.c, " E", t.e, " ", t.h, "x", t.w, " k", t.k, " s", t.stride, " ",
-                t.act.empty() ? "no activation" : t.act, ", PTO_DWPW_FLAT=", flat);
+        setenv("PTO_DWPW_CHANNEL_SPLIT", split, 1);
+        const std::string what = cat("C", t.c, " E", t.e, " ", t.h, "x", t.w, " k", t.k, " s",
+                                     t.stride, " ", t.act.empty() ? "no activation" : t.act,
+                                     ", PTO_DWPW_FLAT=", flat, ", PTO_DWPW_CHANNEL_SPLIT=", split);
         for (int threads : {1, 2}) {
           set_num_threads(threads);
           Executable exe = compile(g, {.level = 3});
@@ -810,6 +813,7 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
       }
   }
   unsetenv("PTO_DWPW_FLAT");
+  unsetenv("PTO_DWPW_CHANNEL_SPLIT");
   set_num_threads(0);
 }
 

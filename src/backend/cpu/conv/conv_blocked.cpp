@@ -229,6 +229,12 @@ const float* padded_depthwise_input(BlockedConv& g, const float* x) {
 bool dwpw_flat_enabled() {
   return conv_switch("PTO_DWPW_FLAT");
 }
+
+// PTO_DWPW_CHANNEL_SPLIT=0 keeps DwPwConvBlocked's small planes whose rows the threads do not
+// split evenly in runs of pixels (A/B); unset or 1 splits their two halves apart (below).
+bool dwpw_channel_split_enabled() {
+  return conv_switch("PTO_DWPW_CHANNEL_SPLIT");
+}
 }  // namespace
 
 void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, const float* bias,
@@ -425,6 +431,40 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
     const int64_t runs = split > 1 && gd.oh >= 2 * split ? split : 1;
     const int64_t parts = runs > 1 ? 1 : std::min(split, gp.ocb);
     const int64_t pixels = gd.oh * gd.ow;
+    // Where runs would not split the rows evenly (a 7x7 plane on 2 threads: the runs of 24 and 25
+    // pixels cost 4 depthwise rows and 4 register blocks of 7 pixels each, as 28 did) or parts
+    // would compute the depthwise conv again each (a plane of fewer than two rows a thread: 3x3,
+    // or 7x7 on 4 threads), the two halves split apart: the depthwise conv of the whole plane by
+    // channel blocks into one buffer, then the projection of the plane as one row by output blocks
+    // (a second job: one more wait).
+    if (split > 1 && (runs == 1 || gd.oh % runs != 0) && dwpw_channel_split_enabled()) {
+      static thread_local ScratchBuffer shared;  // the caller's: the workers write into it
+      float* mid = shared.get_as<float>(static_cast<size_t>(gd.n * gd.ocb * plane));
+      parallel_for(0, gd.n * gd.ocb, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t)  // t: image t / ocb, channel block t % ocb
+          for (int64_t oy = 0; oy < gd.oh; ++oy)
+            conv_row(gd, xp, wdp, bd.data<float>(), mid + t * plane + oy * row, plane, t / gd.ocb,
+                     t % gd.ocb, 1, oy, act_mid ? &clamp_mid : nullptr);
+      });
+      BlockedConv gf = gp;  // the plane as one row
+      gf.iw = gf.ow = pixels;
+      const int64_t parts_p = std::min(split, gp.ocb);
+      parallel_for(0, gd.n * parts_p, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t n = t / parts_p, part = t % parts_p;
+          const int64_t b0 = part * gp.ocb / parts_p, b1 = (part + 1) * gp.ocb / parts_p;
+          const int64_t at = n * gp.ocb * plane;  // image n's block 0
+          for (int64_t ob = b0; ob < b1; ob += 4) {
+            RowEpilogue e = fused;
+            if (e.residual) e.residual += at + ob * plane;
+            conv_row(gf, mid + n * gd.ocb * plane, wpp, bp.data<float>(), yp + at + ob * plane,
+                     plane, 0, ob, std::min<int64_t>(4, b1 - ob), 0, in_regs ? &e : nullptr);
+          }
+          if (has_rest) span_epilogues(ep, yp, n, gp.ocb, plane, 0, plane, b0, b1);
+        }
+      });
+      return one(std::move(y));
+    }
     const int64_t run_rows = (pixels + runs - 1) / runs / gd.ow + 2;  // rows a run touches, most
     parallel_for(0, gd.n * runs * parts, 1, [&](int64_t t0, int64_t t1) {
       float* mid = scratch_as<float>(static_cast<size_t>(gd.ocb * run_rows * row));
