@@ -8,9 +8,13 @@
 //   MatMul/Conv          the chain as a tile program the GEMM (or depthwise conv) runs on each
 //   + Elementwise        output block in cache;
 //   Cast+Op+Cast         a norm's kernel reading its input in bf16/f16 and storing its output so
-//                        (Kernel::takes_casts, fusion/node_casts.h).
+//                        (Kernel::takes_casts, fusion/node_casts.h);
+//   Add+Norm             a LayerNorm's or RMSNorm's kernel computing its input's sum of operands
+//                        as it loads each row (Kernel::takes_sums, fusion/sum_norm.h).
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "backend/cpu/conv/conv.h"
@@ -18,6 +22,8 @@
 #include "backend/cpu/tile_kernel.h"
 #include "fusion/epilogue_chain.h"
 #include "fusion/node_casts.h"
+#include "fusion/sum_norm.h"
+#include "ir/ops/op_params.h"
 #include "pto/op_registry.h"
 #include "tile/lower.h"
 
@@ -295,6 +301,114 @@ const Kernel* takes_casts(const Graph& g, const fusion::NodeCasts& casts) {
   const Kernel* k = accepted(g, g.nodes()[casts.node]);
   return k && k->takes_casts ? k : nullptr;
 }
+
+// PTO_ADD_NORM=0 leaves Add+LayerNormalization (RMSNormalization) groups to the tile program
+// (A/B and tests); unset or 1, the norm's kernel runs them. Anything else is an error.
+bool add_norm_enabled() {
+  const char* e = std::getenv("PTO_ADD_NORM");
+  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
+  if (std::strcmp(e, "0") == 0) return false;
+  throw ValueError(cat("PTO_ADD_NORM='", e, "': expected 0 or 1"));
+}
+
+// The concrete shape of v, or nullopt (a symbolic or unknown dimension).
+std::optional<Dims> concrete_shape(const Graph& g, ValueId v) {
+  const std::optional<Shape>& s = g.value(v).type.shape;
+  if (!s || !is_static(*s)) return std::nullopt;
+  return to_dims(*s);
+}
+
+// The norm kernel of a SumNorm group when it can compute the sum: float32 values of shapes known
+// at compile time, each Add of the norm input's shape, each operand that shape or a suffix of it
+// covering the normalized axes (the rows it repeats over dividing the rows), Scale and B of the
+// normalized shape (the norm kernel's fast path). Else null: the group stays a tile program.
+const Kernel* sum_norm_kernel(const Graph& g, const fusion::SumNorm& s) {
+  const Node& norm = g.nodes()[s.norm];
+  const Kernel* k = accepted(g, norm);
+  if (!k || !k->takes_sums) return nullptr;
+  const auto x = concrete_shape(g, norm.inputs[0]);
+  if (!x) return nullptr;
+  const auto rank = static_cast<int64_t>(x->size());
+  int64_t axis = params::norm(norm).axis;
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return nullptr;
+  int64_t rows = 1, n = 1;
+  for (int64_t d = 0; d < rank; ++d) (d < axis ? rows : n) *= (*x)[d];
+  if (rows == 0 || n == 0) return nullptr;
+  auto strip = [](Dims d) {
+    d.erase(d.begin(), std::find_if(d.begin(), d.end(), [](int64_t v) { return v != 1; }));
+    return d;
+  };
+  for (const fusion::SumNorm::Add& a : s.adds) {
+    const ValueId out = g.nodes()[a.node].outputs[0];
+    if (g.value(out).type.dtype != DType::kF32 || concrete_shape(g, out) != x) return nullptr;
+  }
+  for (ValueId v : s.operands) {
+    const auto t = concrete_shape(g, v);
+    if (g.value(v).type.dtype != DType::kF32 || !t) return nullptr;
+    const Dims d = strip(*t);
+    int64_t size = 1;
+    for (int64_t e : d) size *= e;
+    if (d.size() > x->size() || !std::equal(d.begin(), d.end(), x->end() - d.size()) ||
+        size % n != 0 || rows % (size / n) != 0)
+      return nullptr;
+  }
+  const Dims normalized = strip(Dims(x->begin() + axis, x->end()));
+  for (size_t i = 1; i < norm.inputs.size() && i < 3; ++i) {
+    if (norm.inputs[i] == kNoValue) continue;
+    const auto t = concrete_shape(g, norm.inputs[i]);
+    if (!t || strip(*t) != normalized) return nullptr;
+  }
+  return k;
+}
+
+// A LayerNormalization or RMSNormalization whose input is a sum of operands (fusion/sum_norm.h):
+// the norm's kernel computes the sum as it loads each row, and writes the sums the group outputs.
+class SumNormKernel : public NodeKernel {
+ public:
+  SumNormKernel(const Graph& g, const KernelGroup& group, const fusion::SumNorm& s, const Kernel* k)
+      : NodeKernel(g, group, s.norm, k) {
+    for (ValueId v : s.operands) {
+      auto it = std::find(group.inputs.begin(), group.inputs.end(), v);
+      PTO_CHECK(it != group.inputs.end()) << "cpu: a sum operand is not a group input";
+      operand_slots_.push_back(static_cast<int>(it - group.inputs.begin()));
+    }
+    kept_ = operand_slots_;
+    for (const fusion::SumNorm::Add& a : s.adds) sum_.adds.push_back({a.lhs, a.rhs});
+    shape_ = *concrete_shape(g, node_.inputs[0]);
+    // Per group output: the norm's Y (-1) or an Add's result.
+    for (ValueId v : group.outputs) {
+      int add = -1;
+      for (size_t i = 0; i < s.adds.size(); ++i)
+        if (g.nodes()[s.adds[i].node].outputs[0] == v) add = static_cast<int>(i);
+      PTO_CHECK(add >= 0 || v == node_.outputs[0]) << "cpu: a sum group's output is not a sum";
+      outputs_.push_back(add);
+    }
+  }
+
+  std::vector<Tensor> run_with(KernelContext& ctx,
+                               const std::vector<Tensor>& inputs) const override {
+    FusedSum sum = sum_;
+    sum.shape = shape_;
+    for (int s : operand_slots_) sum.operands.push_back(inputs[s]);
+    sum.outputs.resize(sum.adds.size());
+    for (int a : outputs_)
+      if (a >= 0) sum.outputs[a] = Tensor::empty(DType::kF32, shape_);
+    FusedEpilogue ep;
+    ep.sum = &sum;
+    ctx.epilogue = &ep;
+    Tensor y = std::move(outputs_of(ctx)[0]);
+    std::vector<Tensor> out;
+    for (int a : outputs_) out.push_back(a < 0 ? y : sum.outputs[a]);
+    return out;
+  }
+
+ private:
+  std::vector<int> operand_slots_;  // per operand: its group input
+  FusedSum sum_;                    // the adds; operands and outputs filled per run
+  Dims shape_;
+  std::vector<int> outputs_;  // per group output: -1 the norm's Y, else an Add's index
+};
 
 // A MatMul, Gemm or Conv followed by any elementwise chain: the chain as a tile program the GEMM
 // (or the depthwise conv) runs on each output block while it is in cache (Epilogue::tile).
@@ -605,6 +719,10 @@ class CpuBackend : public Backend {
     if (group.rule == "Elementwise") return lower_elementwise(g, group).has_value();
     if (group.rule.find("+Elementwise") != std::string::npos)
       return tile_epilogue_of(g, group).has_value();
+    if (fusion::is_sum_norm_rule(group.rule)) {
+      auto sum = fusion::sum_norm_of_group(g, group.nodes);
+      return sum && add_norm_enabled() && sum_norm_kernel(g, *sum) != nullptr;
+    }
     if (auto casts = fusion::casts_of_group(g, group.nodes, group.anchor))
       return takes_casts(g, *casts) != nullptr;
     auto chain = fusion::epilogue_of_group(g, group.nodes);
@@ -631,6 +749,13 @@ class CpuBackend : public Backend {
     if (auto program = tile_epilogue_of(g, group))
       return std::make_unique<TileEpilogueKernel>(
           g, group, group.anchor, accepted(g, g.nodes()[group.anchor]), std::move(*program));
+    if (fusion::is_sum_norm_rule(group.rule)) {
+      auto sum = fusion::sum_norm_of_group(g, group.nodes);
+      PTO_CHECK(sum) << "cpu: compile of a sum norm group that is not one";
+      const Kernel* k = sum_norm_kernel(g, *sum);
+      PTO_CHECK(k) << "cpu: compile of a sum norm group its kernel does not take";
+      return std::make_unique<SumNormKernel>(g, group, *sum, k);
+    }
     if (auto casts = fusion::casts_of_group(g, group.nodes, group.anchor))
       return std::make_unique<CastsKernel>(g, group, *casts, takes_casts(g, *casts));
     auto chain = fusion::epilogue_of_group(g, group.nodes);

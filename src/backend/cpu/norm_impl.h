@@ -114,6 +114,19 @@ void moments(const float* x, int64_t n, float* shift, float* mean, float* var) {
   *var = variance(x, n, sh, m, s2);
 }
 
+void add_rows(const float* a, const float* b, float* y, int64_t n) {
+  constexpr int64_t L = Vec::kLanes;
+  int64_t j = 0;
+  for (; j + 2 * L <= n; j += 2 * L) {
+    (Vec::load(a + j) + Vec::load(b + j)).store(y + j);
+    (Vec::load(a + j + L) + Vec::load(b + j + L)).store(y + j + L);
+  }
+  for (; j < n; j += L) {
+    const int k = lanes_left(n, j);
+    (Vec::load(a + j, k) + Vec::load(b + j, k)).store(y + j, k);
+  }
+}
+
 float mean_square(const float* x, int64_t n) {
   return block_sum(x, n, [](Vec v) { return v * v; }) / static_cast<float>(n);
 }
