@@ -311,53 +311,45 @@ bool add_norm_enabled() {
   throw ValueError(cat("PTO_ADD_NORM='", e, "': expected 0 or 1"));
 }
 
-// The concrete shape of v, or nullopt (a symbolic or unknown dimension).
-std::optional<Dims> concrete_shape(const Graph& g, ValueId v) {
-  const std::optional<Shape>& s = g.value(v).type.shape;
-  if (!s || !is_static(*s)) return std::nullopt;
-  return to_dims(*s);
-}
-
-// The norm kernel of a SumNorm group when it can compute the sum: float32 values of shapes known
-// at compile time, each Add of the norm input's shape, each operand that shape or a suffix of it
-// covering the normalized axes (the rows it repeats over dividing the rows), Scale and B of the
-// normalized shape (the norm kernel's fast path). Else null: the group stays a tile program.
+// The norm kernel of a SumNorm group when it can compute the sum: float32 values, the normalized
+// axes of the norm input of sizes known at compile time, each Add of the norm input's shape, each
+// operand that shape or a suffix of it covering the normalized axes (leading 1s aside; a symbolic
+// batch or sequence matches itself), Scale and B of the normalized shape (the norm kernel's fast
+// path). Else null: the group stays a tile program. What only the run's shapes show (an operand's
+// rows not dividing the sum's) makes the kernel decline and the nodes run one by one.
 const Kernel* sum_norm_kernel(const Graph& g, const fusion::SumNorm& s) {
   const Node& norm = g.nodes()[s.norm];
   const Kernel* k = accepted(g, norm);
   if (!k || !k->takes_sums) return nullptr;
-  const auto x = concrete_shape(g, norm.inputs[0]);
+  const std::optional<Shape>& x = g.value(norm.inputs[0]).type.shape;
   if (!x) return nullptr;
   const auto rank = static_cast<int64_t>(x->size());
   int64_t axis = params::norm(norm).axis;
   if (axis < 0) axis += rank;
   if (axis < 0 || axis >= rank) return nullptr;
-  int64_t rows = 1, n = 1;
-  for (int64_t d = 0; d < rank; ++d) (d < axis ? rows : n) *= (*x)[d];
-  if (rows == 0 || n == 0) return nullptr;
-  auto strip = [](Dims d) {
-    d.erase(d.begin(), std::find_if(d.begin(), d.end(), [](int64_t v) { return v != 1; }));
+  const Shape normalized(x->begin() + axis, x->end());
+  if (!is_static(normalized)) return nullptr;
+  auto strip = [](Shape d) {  // leading 1s off
+    d.erase(d.begin(), std::find_if(d.begin(), d.end(), [](const Dim& v) { return v != Dim(1); }));
     return d;
   };
+  const Shape tail = strip(normalized);
   for (const fusion::SumNorm::Add& a : s.adds) {
-    const ValueId out = g.nodes()[a.node].outputs[0];
-    if (g.value(out).type.dtype != DType::kF32 || concrete_shape(g, out) != x) return nullptr;
+    const TensorType& t = g.value(g.nodes()[a.node].outputs[0]).type;
+    if (t.dtype != DType::kF32 || !t.shape || !may_equal(*t.shape, *x)) return nullptr;
   }
   for (ValueId v : s.operands) {
-    const auto t = concrete_shape(g, v);
-    if (g.value(v).type.dtype != DType::kF32 || !t) return nullptr;
-    const Dims d = strip(*t);
-    int64_t size = 1;
-    for (int64_t e : d) size *= e;
-    if (d.size() > x->size() || !std::equal(d.begin(), d.end(), x->end() - d.size()) ||
-        size % n != 0 || rows % (size / n) != 0)
+    const TensorType& t = g.value(v).type;
+    if (t.dtype != DType::kF32 || !t.shape) return nullptr;
+    const Shape d = strip(*t.shape);
+    if (d.size() > x->size() || d.size() < tail.size() ||
+        !std::equal(d.begin(), d.end(), x->end() - static_cast<std::ptrdiff_t>(d.size())))
       return nullptr;
   }
-  const Dims normalized = strip(Dims(x->begin() + axis, x->end()));
   for (size_t i = 1; i < norm.inputs.size() && i < 3; ++i) {
     if (norm.inputs[i] == kNoValue) continue;
-    const auto t = concrete_shape(g, norm.inputs[i]);
-    if (!t || strip(*t) != normalized) return nullptr;
+    const std::optional<Shape>& t = g.value(norm.inputs[i]).type.shape;
+    if (!t || strip(*t) != tail) return nullptr;
   }
   return k;
 }
@@ -375,7 +367,6 @@ class SumNormKernel : public NodeKernel {
     }
     kept_ = operand_slots_;
     for (const fusion::SumNorm::Add& a : s.adds) sum_.adds.push_back({a.lhs, a.rhs});
-    shape_ = *concrete_shape(g, node_.inputs[0]);
     // Per group output: the norm's Y (-1) or an Add's result.
     for (ValueId v : group.outputs) {
       int add = -1;
@@ -389,11 +380,16 @@ class SumNormKernel : public NodeKernel {
   std::vector<Tensor> run_with(KernelContext& ctx,
                                const std::vector<Tensor>& inputs) const override {
     FusedSum sum = sum_;
-    sum.shape = shape_;
-    for (int s : operand_slots_) sum.operands.push_back(inputs[s]);
+    // The sum's shape: the operands' broadcast (each a suffix of it, which the kernel checks).
+    for (int s : operand_slots_) {
+      const Tensor& t = inputs[s];
+      sum.operands.push_back(t);
+      sum.shape = sum.operands.size() == 1 ? t.shape()
+                                           : broadcast_dims(sum.shape, t.shape(), node_.where());
+    }
     sum.outputs.resize(sum.adds.size());
     for (int a : outputs_)
-      if (a >= 0) sum.outputs[a] = Tensor::empty(DType::kF32, shape_);
+      if (a >= 0) sum.outputs[a] = Tensor::empty(DType::kF32, sum.shape);
     FusedEpilogue ep;
     ep.sum = &sum;
     ctx.epilogue = &ep;
@@ -405,9 +401,8 @@ class SumNormKernel : public NodeKernel {
 
  private:
   std::vector<int> operand_slots_;  // per operand: its group input
-  FusedSum sum_;                    // the adds; operands and outputs filled per run
-  Dims shape_;
-  std::vector<int> outputs_;  // per group output: -1 the norm's Y, else an Add's index
+  FusedSum sum_;                    // the adds; operands, outputs and shape filled per run
+  std::vector<int> outputs_;        // per group output: -1 the norm's Y, else an Add's index
 };
 
 // A MatMul, Gemm or Conv followed by any elementwise chain: the chain as a tile program the GEMM
