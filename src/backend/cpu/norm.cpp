@@ -210,6 +210,10 @@ struct SumRows {
   std::vector<const float*> data;
   std::vector<int64_t> period;
   std::vector<float*> out;  // per Add: its output's data, or null
+  // When the Adds are a chain ((t0 + t1) + t2) + ... none of whose partial sums the group
+  // writes: the operand of each term in order (sum_moments takes them), else empty.
+  std::vector<int> chain;
+  static constexpr size_t kMaxTerms = 16;
 
   // Operands shaped otherwise than the kernel reads them (the backend checked the compile-time
   // shapes; these are the run's) are the unfused graph's to compute.
@@ -232,6 +236,21 @@ struct SumRows {
         throw KernelDeclined(cat(c.where(), ": sum output ", t.str(), " for ", dims_str(shape)));
       out.push_back(t.defined() ? t.data<float>() : nullptr);
     }
+    const auto& adds = sum.adds;
+    bool chained = adds[0].lhs >= 0 && adds[0].rhs >= 0 && adds.size() < kMaxTerms;
+    chain = {adds[0].lhs, adds[0].rhs};
+    for (size_t i = 1; i < adds.size() && chained; ++i) {
+      const int prev = -static_cast<int>(i);  // the previous Add's result
+      const int other = adds[i].lhs == prev ? adds[i].rhs : adds[i].lhs;
+      chained = (adds[i].lhs == prev || adds[i].rhs == prev) && other >= 0 && !out[i - 1];
+      chain.push_back(other);
+    }
+    if (!chained) chain.clear();
+  }
+
+  // The chain's terms at row r.
+  void terms(int64_t r, const float** t) const {
+    for (size_t i = 0; i < chain.size(); ++i) t[i] = data[chain[i]] + r % period[chain[i]] * n;
   }
 
   // Row r of the sum into `dst` (n floats), each Add's into its output when the group has it
@@ -377,12 +396,33 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
       write_back(yr, y, r * n, n);
     }
   };
-  parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
-               [&](int64_t r0, int64_t r1) {
-                 for_input_rows(
-                     c, sum ? &*sum : nullptr, r0, r1, n,
-                     [&](const float* xs, int64_t a, int64_t b) { norm_rows(xs, a, b, r1); });
-               });
+  if (sum && !sum->chain.empty()) {
+    // A chain of Adds: each row summed and its statistics taken in one pass over the operands
+    // (sum_moments), the row kept in L1 (or in the sum's output) for the normalizing pass.
+    float* last_out = sum->out.back();
+    const int k = static_cast<int>(sum->chain.size());
+    parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / n), [&](int64_t r0, int64_t r1) {
+      float* buf = last_out ? nullptr : scratch_as<float>(static_cast<size_t>(n), 2);
+      const float* t[SumRows::kMaxTerms];
+      for (int64_t r = r0; r < r1; ++r) {
+        float* xr = last_out ? last_out + r * n : buf;
+        sum->terms(r, t);
+        float shift, m, var;
+        PTO_ISA_DISPATCH(sum_moments, t, k, xr, n, &shift, &m, &var);
+        mp[r] = shift + m;
+        ip[r] = 1.0f / std::sqrt(var + eps);
+        PTO_ISA_DISPATCH(normalize_affine, xr, y.data<float>() + r * n, n, shift, m, ip[r], scale,
+                         bias, stream, r + 1 == r1, nullptr);
+      }
+    });
+  } else {
+    parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
+                 [&](int64_t r0, int64_t r1) {
+                   for_input_rows(
+                       c, sum ? &*sum : nullptr, r0, r1, n,
+                       [&](const float* xs, int64_t a, int64_t b) { norm_rows(xs, a, b, r1); });
+                 });
+  }
   std::vector<Tensor> out;  // moved in: a copy of a tensor is two allocations
   out.push_back(std::move(y));
   if (c.num_outputs > 1) out.push_back(std::move(mean));
