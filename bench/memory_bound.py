@@ -13,6 +13,7 @@ from pypto.device_info(), 128 MiB at least per tensor):
   layernorm768  LayerNormalization, rows of 768  (and layernorm4096)
   addlayernorm768  LayerNormalization(a + b + c), rows of 768 (and addlayernorm4096): 3 reads,
                 1 write (the rule Add+LayerNormalization: the norm kernel sums as it loads)
+  sum3          y = a + b + c (a tile program): the same traffic without the norm
   softmax1024   Softmax over the last axis, rows of 1024 (and softmax8192)
 With --models bert,gpt2,resnet50 it instead compiles bench/run.py's exported models (batch 1,
 exported first by `python bench/run.py` when missing) with reuse_distance 0 and 2 and prints the
@@ -105,7 +106,13 @@ def scalar(name, v):
 def kernel(name: str, numel: int):
     """(ONNX model, input arrays, bytes moved once) for a kernel of about numel floats a tensor."""
     rng = np.random.default_rng(0)
-    if name.startswith("chain"):
+    if name == "sum3":
+        shape = [numel // 4096, 4096]
+        m = model([helper.make_node("Add", ["a", "b"], ["s"]),
+                   helper.make_node("Add", ["s", "c"], ["y"])],
+                  [vi("a", shape), vi("b", shape), vi("c", shape)], [vi("y", shape)])
+        xs = [rng.standard_normal(shape, dtype=np.float32) for _ in range(3)]
+    elif name.startswith("chain"):
         shape = [numel // 4096, 4096]
         if name == "chain1":
             m = model([helper.make_node("Mul", ["x", "two"], ["t"]),
