@@ -181,3 +181,30 @@ def test_add_norm_env(tmp_path, monkeypatch):
     monkeypatch.setenv("PTO_ADD_NORM", "yes")
     with pytest.raises(ValueError, match="PTO_ADD_NORM"):
         pypto.onnx.load(path, 2)(**feeds)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_skip_layer_normalization(tmp_path, with_bias):
+    """onnxruntime's SkipLayerNormalization (input + skip + bias, also output 3, then the norm):
+    one Add+LayerNormalization kernel writing the sum too."""
+    n = 768
+    rng = np.random.default_rng(9)
+    ins = ["x", "skip", "gamma", "beta"] + (["bias"] if with_bias else [])
+    node = helper.make_node("SkipLayerNormalization", ins, ["y", "", "", "sum"],
+                            domain="com.microsoft", epsilon=1e-12)
+    g = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(v, F, [2, 16, n]) for v in ("x", "skip")],
+        [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("sum", F, None)],
+        [numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), k)
+         for k in ins[2:]])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 10
+    path = str(tmp_path / "m.onnx")
+    save(m, path)
+    feeds = {k: rng.standard_normal((2, 16, n)).astype(np.float32) for k in ("x", "skip")}
+    exe = pypto.onnx.load(path, 2)
+    assert steps_of(exe) == ["Add+LayerNormalization"]
+    got, want = exe(**feeds), ort_run(path, feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-6)
