@@ -5,13 +5,6 @@
 
 namespace pto::fusion {
 
-std::vector<int32_t> SumNorm::nodes() const {
-  std::vector<int32_t> out = {norm};
-  for (const Add& a : adds) out.push_back(a.node);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 std::string SumNorm::rule(const Graph& g) const {
   return cat("Add+", g.nodes()[norm].op);
 }

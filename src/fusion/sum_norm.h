@@ -27,14 +27,13 @@ struct SumNorm {
   };
   std::vector<Add> adds;
   std::vector<ValueId> operands;           // the values summed, read from outside the group
-  std::vector<int32_t> nodes() const;      // ascending
   std::string rule(const Graph& g) const;  // "Add+LayerNormalization", "Add+RMSNormalization"
 };
 
-// The group `nodes` (ascending) read as a SumNorm, or nullopt: one LayerNormalization (opset
-// form with only output Y) or RMSNormalization, and Adds (two inputs, one output) each of whose
-// results is read inside the group only as a term of a later Add or as the norm's input 0, the
-// norm's input 0 being an Add's.
+// The group `nodes` (ascending) read as a SumNorm, or nullopt: one LayerNormalization (with only
+// output Y) or RMSNormalization, last, and before it only Adds (two inputs, one output), the last
+// of which makes the norm's input 0; no Add's result is the norm's Scale or B. (An Add whose
+// result only leaves the group is computed with the others; the kernel writes it out.)
 std::optional<SumNorm> sum_norm_of_group(const Graph& g, const std::vector<int32_t>& nodes);
 
 // Whether `rule` is one sum_norm_of_group's groups are named by.
