@@ -11,6 +11,9 @@ from pypto.device_info(), 128 MiB at least per tensor):
   chain1        y = relu(x * 2 + 1)             1 read, 1 write (write-heavy)
   chain2        y = sigmoid(a) * b + 1           2 reads, 1 write
   layernorm768  LayerNormalization, rows of 768  (and layernorm4096)
+  addlayernorm768  LayerNormalization(a + b + c), rows of 768 (and addlayernorm4096): 3 reads,
+                1 write (the rule Add+LayerNormalization: the norm kernel sums as it loads)
+  sum3          y = a + b + c (a tile program): the same traffic without the norm
   softmax1024   Softmax over the last axis, rows of 1024 (and softmax8192)
 With --models bert,gpt2,resnet50 it instead compiles bench/run.py's exported models (batch 1,
 exported first by `python bench/run.py` when missing) with reuse_distance 0 and 2 and prints the
@@ -63,7 +66,27 @@ POLICIES = {
     "pf0": {"prefetch_distance": 0},
     "pf8": {"prefetch_distance": 8},
     "pf32": {"prefetch_distance": 32},
+    # Not a memory policy: compiled with PTO_ADD_NORM=0, an Add+LayerNormalization group runs
+    # as the tile program instead of the norm kernel (the A/B of the fold; the same code as
+    # `default` for the other kernels).
+    "addnorm_off": {},
 }
+COMPILE_ENV = {"addnorm_off": {"PTO_ADD_NORM": "0"}}
+
+
+def load_with_env(path, policy):
+    """pypto.onnx.load with the policy's compile-time environment (COMPILE_ENV)."""
+    env = COMPILE_ENV.get(policy, {})
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return pypto.onnx.load(path)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def model(nodes, inputs, outputs, inits=()):
@@ -83,7 +106,13 @@ def scalar(name, v):
 def kernel(name: str, numel: int):
     """(ONNX model, input arrays, bytes moved once) for a kernel of about numel floats a tensor."""
     rng = np.random.default_rng(0)
-    if name.startswith("chain"):
+    if name == "sum3":
+        shape = [numel // 4096, 4096]
+        m = model([helper.make_node("Add", ["a", "b"], ["s"]),
+                   helper.make_node("Add", ["s", "c"], ["y"])],
+                  [vi("a", shape), vi("b", shape), vi("c", shape)], [vi("y", shape)])
+        xs = [rng.standard_normal(shape, dtype=np.float32) for _ in range(3)]
+    elif name.startswith("chain"):
         shape = [numel // 4096, 4096]
         if name == "chain1":
             m = model([helper.make_node("Mul", ["x", "two"], ["t"]),
@@ -97,6 +126,16 @@ def kernel(name: str, numel: int):
                        helper.make_node("Add", ["t", "one"], ["y"])],
                       [vi("a", shape), vi("b", shape)], [vi("y", shape)], [scalar("one", 1.0)])
             xs = [rng.standard_normal(shape, dtype=np.float32) for _ in range(2)]
+    elif name.startswith("addlayernorm"):
+        d = int(name[len("addlayernorm"):])
+        shape = [numel // d, d]
+        m = model([helper.make_node("Add", ["a", "b"], ["s"]),
+                   helper.make_node("Add", ["s", "c"], ["x"]),
+                   helper.make_node("LayerNormalization", ["x", "g", "bias"], ["y"], axis=-1)],
+                  [vi("a", shape), vi("b", shape), vi("c", shape)], [vi("y", shape)],
+                  [helper.make_tensor("g", TensorProto.FLOAT, [d], rng.standard_normal(d)),
+                   helper.make_tensor("bias", TensorProto.FLOAT, [d], rng.standard_normal(d))])
+        xs = [rng.standard_normal(shape, dtype=np.float32) for _ in range(3)]
     elif name.startswith("layernorm"):
         d = int(name[len("layernorm"):])
         shape = [numel // d, d]
@@ -237,7 +276,7 @@ def main() -> None:
                     if have_policy:
                         pypto.memory.reset_policy()
                         pypto.memory.set_policy(**POLICIES[p])
-                    exes[p] = pypto.onnx.load(path)
+                    exes[p] = load_with_env(path, p)
                 if have_policy:
                     pypto.memory.reset_policy()
             best = {p: [] for p in policies}

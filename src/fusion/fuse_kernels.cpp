@@ -9,6 +9,9 @@
 //     forward by the readers of its values that are fusible, have the group's output shape, and
 //     keep the group convex (no path leaves the group and comes back into it), and backward by
 //     such producers whose results only the group reads;
+//     A group that is just Adds summing a LayerNormalization's or RMSNormalization's input
+//     (fusion/sum_norm.h) is named "Add+LayerNormalization" when a backend runs it so (the norm
+//     kernel computing the sum as it loads each row), else it stays "Elementwise";
 //  3. casts: a norm or softmax with the Casts that widen its input from and narrow its output to
 //     bf16/f16 (fusion/node_casts.h), when a backend's kernel for it takes them: what is left of
 //     them after rule 2, and a group of rule 2 that is just those (the norm kernel, not a tile
@@ -21,6 +24,7 @@
 
 #include "fusion/epilogue_chain.h"
 #include "fusion/node_casts.h"
+#include "fusion/sum_norm.h"
 #include "pto/kernel_graph.h"
 #include "pto/log.h"
 #include "pto/op_registry.h"
@@ -242,6 +246,13 @@ KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options) {
       } else {
         k.nodes = std::move(members);
         k.rule = "Elementwise";
+        if (auto sum =
+                options.epilogue_fusible ? fusion::sum_norm_of_group(g, k.nodes) : std::nullopt) {
+          KernelGroup named = k;
+          named.rule = sum->rule(g);
+          finish_group(g, named);
+          if (options.epilogue_fusible(g, named)) k.rule = named.rule;
+        }
       }
       for (int32_t m : k.nodes) owner[m] = static_cast<int32_t>(groups.size());
       ++fired[k.rule];
@@ -273,11 +284,11 @@ KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options) {
   if (!order_kernels(g, kg)) {
     KernelGraph split;
     for (KernelGroup& k : kg.kernels) {
-      if (k.rule != "Elementwise") {
+      if (k.rule != "Elementwise" && !fusion::is_sum_norm_rule(k.rule)) {
         split.kernels.push_back(std::move(k));
         continue;
       }
-      --fired["Elementwise"];
+      --fired[k.rule];
       for (int32_t n : k.nodes) split.kernels.push_back(single_node_group(g, n));
     }
     kg = std::move(split);

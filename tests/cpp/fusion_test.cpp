@@ -494,6 +494,42 @@ TEST(Fusion, ANormTakesItsCastsOnlyWhenTheyAreAllThereIs) {
   }
 }
 
+// Adds feeding a LayerNormalization's input run on the norm's kernel (fusion/sum_norm.h) only
+// when the group is just that: a Mul among the Adds, another reader of the sum inside the group,
+// or the norm's output read by an elementwise node keep the tile program; every variant matches
+// the reference.
+TEST(Fusion, AddsIntoANormOnlyWhenTheyAreAllThereIs) {
+  const std::vector<std::string> want = {"Add+LayerNormalization", "Elementwise", "Elementwise",
+                                         "Elementwise"};
+  for (int variant = 0; variant < 4; ++variant) {
+    SCOPED_TRACE(variant);
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kF32, to_shape({6, 40})});
+    ValueId r = g.add_input("r", {DType::kF32, to_shape({6, 40})});
+    ValueId s = g.add_value("s"), y = g.add_value("y"), z = g.add_value("z");
+    g.add_node("Add", {x, r}, {s}, {}, "add", 17);
+    ValueId in = s;
+    if (variant == 1) {
+      in = g.add_value("s2");
+      g.add_node("Mul", {s, r}, {in}, {}, "mul", 17);
+    }
+    g.add_node("LayerNormalization", {in, constant(g, "scale", {40}, 150)}, {y}, {}, "norm", 17);
+    g.add_output(y);
+    if (variant == 2) {
+      g.add_node("Relu", {s}, {z}, {}, "relu", 17);
+      g.add_output(z);
+    }
+    if (variant == 3) {
+      g.add_node("Add", {y, x}, {z}, {}, "after", 17);
+      g.add_output(z);
+    }
+    const std::vector<Tensor> inputs = {random_tensor({6, 40}, 151), random_tensor({6, 40}, 152)};
+    Executable exe = check_against_reference(g, inputs, 2);
+    ASSERT_EQ(exe.num_steps(), 1u);
+    EXPECT_EQ(exe.step(0).rule, want[variant]);
+  }
+}
+
 // A quantized residual add (what a QOperator QLinearAdd lowers to): both DequantizeLinears join
 // the add's group backward, so it reads the bytes; the next block's DequantizeLinear of its
 // output stays out (in its own reader's group), so no float copy is stored.

@@ -226,3 +226,24 @@ if __name__ == "__main__":
         k = kernels(name)
         rules = ", ".join(r for r in k[2][1] if r) or "-"
         print(f"| {name} | {k[0][0]} | {k[2][0]} | {rules} |")
+
+
+# The sums feeding a norm: the norm's kernel adds the operands as it loads each row
+# (fusion/sum_norm.h), also with the capture's symbolic batch, and at another batch than traced.
+NORM_RULES = {
+    "Add+LayerNorm": "Add+LayerNormalization",
+    "embeddings sum+LayerNorm": "Add+LayerNormalization",
+    "Add+RMSNorm": "Add+RMSNormalization",
+}
+
+
+@pytest.mark.parametrize("name", list(NORM_RULES))
+def test_sum_norm_rule(name):
+    model, x, _ = build(name)
+    fast = pypto.optimize(model, example_inputs=x, level=2)
+    assert [s["rule"] for s in fast.compiled.steps] == [NORM_RULES[name]]
+    for b in (1, 3):
+        xs = tuple(torch.randn(b, *v.shape[1:]) for v in x)
+        with torch.inference_mode():
+            want = model(*xs)
+        torch.testing.assert_close(fast(*xs), want, rtol=1e-4, atol=1e-5)

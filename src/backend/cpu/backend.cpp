@@ -8,9 +8,13 @@
 //   MatMul/Conv          the chain as a tile program the GEMM (or depthwise conv) runs on each
 //   + Elementwise        output block in cache;
 //   Cast+Op+Cast         a norm's kernel reading its input in bf16/f16 and storing its output so
-//                        (Kernel::takes_casts, fusion/node_casts.h).
+//                        (Kernel::takes_casts, fusion/node_casts.h);
+//   Add+Norm             a LayerNorm's or RMSNorm's kernel computing its input's sum of operands
+//                        as it loads each row (Kernel::takes_sums, fusion/sum_norm.h).
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "backend/cpu/conv/conv.h"
@@ -18,6 +22,8 @@
 #include "backend/cpu/tile_kernel.h"
 #include "fusion/epilogue_chain.h"
 #include "fusion/node_casts.h"
+#include "fusion/sum_norm.h"
+#include "ir/ops/op_params.h"
 #include "pto/op_registry.h"
 #include "tile/lower.h"
 
@@ -295,6 +301,109 @@ const Kernel* takes_casts(const Graph& g, const fusion::NodeCasts& casts) {
   const Kernel* k = accepted(g, g.nodes()[casts.node]);
   return k && k->takes_casts ? k : nullptr;
 }
+
+// PTO_ADD_NORM=0 leaves Add+LayerNormalization (RMSNormalization) groups to the tile program
+// (A/B and tests); unset or 1, the norm's kernel runs them. Anything else is an error.
+bool add_norm_enabled() {
+  const char* e = std::getenv("PTO_ADD_NORM");
+  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
+  if (std::strcmp(e, "0") == 0) return false;
+  throw ValueError(cat("PTO_ADD_NORM='", e, "': expected 0 or 1"));
+}
+
+// The norm kernel of a SumNorm group when it can compute the sum: float32 values, the normalized
+// axes of the norm input of sizes known at compile time, each Add of the norm input's shape, each
+// operand that shape or a suffix of it covering the normalized axes (leading 1s aside; a symbolic
+// batch or sequence matches itself), Scale and B of the normalized shape (the norm kernel's fast
+// path). Else null: the group stays a tile program. What only the run's shapes show (an operand's
+// rows not dividing the sum's) makes the kernel decline and the nodes run one by one.
+const Kernel* sum_norm_kernel(const Graph& g, const fusion::SumNorm& s) {
+  const Node& norm = g.nodes()[s.norm];
+  const Kernel* k = accepted(g, norm);
+  if (!k || !k->takes_sums) return nullptr;
+  const std::optional<Shape>& x = g.value(norm.inputs[0]).type.shape;
+  if (!x) return nullptr;
+  const auto rank = static_cast<int64_t>(x->size());
+  int64_t axis = params::norm(norm).axis;
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return nullptr;
+  const Shape normalized(x->begin() + axis, x->end());
+  if (!is_static(normalized)) return nullptr;
+  auto strip = [](Shape d) {  // leading 1s off
+    d.erase(d.begin(), std::find_if(d.begin(), d.end(), [](const Dim& v) { return v != Dim(1); }));
+    return d;
+  };
+  const Shape tail = strip(normalized);
+  for (const fusion::SumNorm::Add& a : s.adds) {
+    const TensorType& t = g.value(g.nodes()[a.node].outputs[0]).type;
+    if (t.dtype != DType::kF32 || !t.shape || !may_equal(*t.shape, *x)) return nullptr;
+  }
+  for (ValueId v : s.operands) {
+    const TensorType& t = g.value(v).type;
+    if (t.dtype != DType::kF32 || !t.shape) return nullptr;
+    const Shape d = strip(*t.shape);
+    if (d.size() > x->size() || d.size() < tail.size() ||
+        !std::equal(d.begin(), d.end(), x->end() - static_cast<std::ptrdiff_t>(d.size())))
+      return nullptr;
+  }
+  for (size_t i = 1; i < norm.inputs.size() && i < 3; ++i) {
+    if (norm.inputs[i] == kNoValue) continue;
+    const std::optional<Shape>& t = g.value(norm.inputs[i]).type.shape;
+    if (!t || strip(*t) != tail) return nullptr;
+  }
+  return k;
+}
+
+// A LayerNormalization or RMSNormalization whose input is a sum of operands (fusion/sum_norm.h):
+// the norm's kernel computes the sum as it loads each row, and writes the sums the group outputs.
+class SumNormKernel : public NodeKernel {
+ public:
+  SumNormKernel(const Graph& g, const KernelGroup& group, const fusion::SumNorm& s, const Kernel* k)
+      : NodeKernel(g, group, s.norm, k) {
+    for (ValueId v : s.operands) {
+      auto it = std::find(group.inputs.begin(), group.inputs.end(), v);
+      PTO_CHECK(it != group.inputs.end()) << "cpu: a sum operand is not a group input";
+      operand_slots_.push_back(static_cast<int>(it - group.inputs.begin()));
+    }
+    kept_ = operand_slots_;
+    for (const fusion::SumNorm::Add& a : s.adds) sum_.adds.push_back({a.lhs, a.rhs});
+    // Per group output: the norm's Y (-1) or an Add's result.
+    for (ValueId v : group.outputs) {
+      int add = -1;
+      for (size_t i = 0; i < s.adds.size(); ++i)
+        if (g.nodes()[s.adds[i].node].outputs[0] == v) add = static_cast<int>(i);
+      PTO_CHECK(add >= 0 || v == node_.outputs[0]) << "cpu: a sum group's output is not a sum";
+      outputs_.push_back(add);
+    }
+  }
+
+  std::vector<Tensor> run_with(KernelContext& ctx,
+                               const std::vector<Tensor>& inputs) const override {
+    FusedSum sum = sum_;
+    // The sum's shape: the operands' broadcast (each a suffix of it, which the kernel checks).
+    for (int s : operand_slots_) {
+      const Tensor& t = inputs[s];
+      sum.operands.push_back(t);
+      sum.shape = sum.operands.size() == 1 ? t.shape()
+                                           : broadcast_dims(sum.shape, t.shape(), node_.where());
+    }
+    sum.outputs.resize(sum.adds.size());
+    for (int a : outputs_)
+      if (a >= 0) sum.outputs[a] = Tensor::empty(DType::kF32, sum.shape);
+    FusedEpilogue ep;
+    ep.sum = &sum;
+    ctx.epilogue = &ep;
+    Tensor y = std::move(outputs_of(ctx)[0]);
+    std::vector<Tensor> out;
+    for (int a : outputs_) out.push_back(a < 0 ? y : sum.outputs[a]);
+    return out;
+  }
+
+ private:
+  std::vector<int> operand_slots_;  // per operand: its group input
+  FusedSum sum_;                    // the adds; operands, outputs and shape filled per run
+  std::vector<int> outputs_;        // per group output: -1 the norm's Y, else an Add's index
+};
 
 // A MatMul, Gemm or Conv followed by any elementwise chain: the chain as a tile program the GEMM
 // (or the depthwise conv) runs on each output block while it is in cache (Epilogue::tile).
@@ -605,6 +714,10 @@ class CpuBackend : public Backend {
     if (group.rule == "Elementwise") return lower_elementwise(g, group).has_value();
     if (group.rule.find("+Elementwise") != std::string::npos)
       return tile_epilogue_of(g, group).has_value();
+    if (fusion::is_sum_norm_rule(group.rule)) {
+      auto sum = fusion::sum_norm_of_group(g, group.nodes);
+      return sum && add_norm_enabled() && sum_norm_kernel(g, *sum) != nullptr;
+    }
     if (auto casts = fusion::casts_of_group(g, group.nodes, group.anchor))
       return takes_casts(g, *casts) != nullptr;
     auto chain = fusion::epilogue_of_group(g, group.nodes);
@@ -631,6 +744,13 @@ class CpuBackend : public Backend {
     if (auto program = tile_epilogue_of(g, group))
       return std::make_unique<TileEpilogueKernel>(
           g, group, group.anchor, accepted(g, g.nodes()[group.anchor]), std::move(*program));
+    if (fusion::is_sum_norm_rule(group.rule)) {
+      auto sum = fusion::sum_norm_of_group(g, group.nodes);
+      PTO_CHECK(sum) << "cpu: compile of a sum norm group that is not one";
+      const Kernel* k = sum_norm_kernel(g, *sum);
+      PTO_CHECK(k) << "cpu: compile of a sum norm group its kernel does not take";
+      return std::make_unique<SumNormKernel>(g, group, *sum, k);
+    }
     if (auto casts = fusion::casts_of_group(g, group.nodes, group.anchor))
       return std::make_unique<CastsKernel>(g, group, *casts, takes_casts(g, *casts));
     auto chain = fusion::epilogue_of_group(g, group.nodes);

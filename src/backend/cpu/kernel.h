@@ -47,6 +47,21 @@ struct NodeInfo {
   DType dtype(size_t i) const { return i < inputs.size() ? inputs[i].dtype : DType::kUndefined; }
 };
 
+// A norm's input 0 as a sum of operands (fusion/sum_norm.h, a kernel that takes_sums): the kernel
+// adds them as it loads each row, in the graph's order, and writes the sums the group outputs.
+struct FusedSum {
+  // Per Add: its terms, >= 0 operands[t], < 0 the result of adds[-1 - t]; the last is input 0.
+  struct Add {
+    int lhs = 0, rhs = 0;
+  };
+  std::vector<Add> adds;
+  // float32 operands, each of the sum's shape or a suffix of it covering the normalized axes
+  // (read again every `numel / row` rows: position embeddings, a bias vector).
+  std::vector<Tensor> operands;
+  std::vector<Tensor> outputs;  // per Add: the sum's shape to store its result in, or undefined
+  Dims shape;                   // the sum's shape
+};
+
 // What a fused group adds after a Conv, Gemm or MatMul (fusion/epilogue_chain.h), applied by the
 // anchor's kernel to each output tile while it is in cache.
 struct FusedEpilogue {
@@ -62,6 +77,7 @@ struct FusedEpilogue {
   // The dtype the result is stored in: bf16 or f16 when the group ends in a Cast (MatMul/Gemm:
   // GemmArgs::c_half; a kernel that takes_casts), else float32.
   DType store = DType::kF32;
+  const FusedSum* sum = nullptr;  // a norm's input 0 as a sum (then inputs[0] is unused)
 };
 
 struct Epilogue;  // gemm/gemm.h
@@ -113,6 +129,9 @@ struct Kernel {
   // "Cast+LayerNormalization+Cast"): input 0 in bf16 or f16 where the widening Cast read it, and
   // its output stored in KernelContext::epilogue->store, computing in float32 between (norm.cpp).
   bool takes_casts = false;
+  // run() also computes input 0 as KernelContext::epilogue->sum (fusion/sum_norm.h, rule
+  // "Add+LayerNormalization"), float32, when accepts() takes the node (norm.cpp).
+  bool takes_sums = false;
   // For a prepare() that copies constant inputs into its state (a weight packed into GEMM
   // panels): the node inputs run() then never reads, so the runtime may release the originals
   // and pass tensors without data in their place; the bytes the copies hold; and one original

@@ -10,6 +10,7 @@
 // scratch while they are in cache, float32 ones used in place.
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernel.h"
@@ -184,15 +185,125 @@ std::vector<Tensor> run_softmax(const KernelContext& c, bool log) {
   return one(std::move(y));
 }
 
+// ---- a norm's input 0 as a sum (FusedSum, fusion/sum_norm.h) ----
+
+const FusedSum* sum_of(const KernelContext& c) {
+  return c.epilogue ? c.epilogue->sum : nullptr;
+}
+
+// The shape of input 0: the sum's when the group computes it.
+const Dims& input_shape(const KernelContext& c) {
+  const FusedSum* s = sum_of(c);
+  return s ? s->shape : c.input(0).shape();
+}
+
+// Rows of float32 input, `piece` rows of n floats at a time, to bound the scratch a sum's rows
+// take: 16 KiB (with scale, bias and the output rows, within L1), at least two rows
+// (layer_norm_rows_streamed's pass takes two).
+constexpr int64_t kSumPieceFloats = 4096;
+
+// Where a FusedSum's rows come from: operand k's row r at data[k] + (r % period[k]) * n (an operand
+// of the sum's shape has a period of all the rows; position embeddings of the last axes repeat).
+struct SumRows {
+  const FusedSum& s;
+  int64_t n;
+  std::vector<const float*> data;
+  std::vector<int64_t> period;
+  std::vector<float*> out;  // per Add: its output's data, or null
+  // When the Adds are a chain ((t0 + t1) + t2) + ... none of whose partial sums the group
+  // writes: the operand of each term in order (sum_moments takes them), else empty.
+  std::vector<int> chain;
+  static constexpr size_t kMaxTerms = 16;
+
+  // Operands shaped otherwise than the kernel reads them (the backend checked the compile-time
+  // shapes; these are the run's) are the unfused graph's to compute.
+  SumRows(const KernelContext& c, const FusedSum& sum, int64_t rows, int64_t row) : s(sum), n(row) {
+    const Dims& shape = sum.shape;
+    for (const Tensor& t : sum.operands) {
+      auto a = t.shape().begin();
+      while (a != t.shape().end() && *a == 1) ++a;
+      const auto len = static_cast<size_t>(t.shape().end() - a);
+      const int64_t size = t.numel();
+      if (t.dtype() != DType::kF32 || len > shape.size() ||
+          !std::equal(a, t.shape().end(), shape.end() - static_cast<std::ptrdiff_t>(len)) ||
+          size == 0 || n == 0 || size % n != 0 || size / n > rows || rows % (size / n) != 0)
+        throw KernelDeclined(cat(c.where(), ": sum operand ", t.str(), " for rows of ", n));
+      data.push_back(t.data<float>());
+      period.push_back(size / n);
+    }
+    for (const Tensor& t : sum.outputs) {
+      if (t.defined() && t.shape() != shape)
+        throw KernelDeclined(cat(c.where(), ": sum output ", t.str(), " for ", dims_str(shape)));
+      out.push_back(t.defined() ? t.data<float>() : nullptr);
+    }
+    const auto& adds = sum.adds;
+    bool chained = adds[0].lhs >= 0 && adds[0].rhs >= 0 && adds.size() < kMaxTerms;
+    chain = {adds[0].lhs, adds[0].rhs};
+    for (size_t i = 1; i < adds.size() && chained; ++i) {
+      const int prev = -static_cast<int>(i);  // the previous Add's result
+      const int other = adds[i].lhs == prev ? adds[i].rhs : adds[i].lhs;
+      chained = (adds[i].lhs == prev || adds[i].rhs == prev) && other >= 0 && !out[i - 1];
+      chain.push_back(other);
+    }
+    if (!chained) chain.clear();
+  }
+
+  // The chain's terms at row r.
+  void terms(int64_t r, const float** t) const {
+    for (size_t i = 0; i < chain.size(); ++i) t[i] = data[chain[i]] + r % period[chain[i]] * n;
+  }
+
+  // Row r of the sum into `dst` (n floats), each Add's into its output when the group has it
+  // (else into `tmp`, n floats per Add), in the graph's order of additions.
+  void row(int64_t r, float* dst, float* tmp) const {
+    const size_t last = s.adds.size() - 1;
+    auto result = [&](size_t i) {
+      return i == last ? dst : out[i] ? out[i] + r * n : tmp + static_cast<int64_t>(i) * n;
+    };
+    auto term = [&](int t) -> const float* {
+      return t >= 0 ? data[t] + r % period[t] * n : result(static_cast<size_t>(-1 - t));
+    };
+    for (size_t i = 0; i < s.adds.size(); ++i)
+      PTO_ISA_DISPATCH(add_rows, term(s.adds[i].lhs), term(s.adds[i].rhs), result(i), n);
+    if (out[last] && out[last] + r * n != dst)
+      std::memcpy(out[last] + r * n, dst, static_cast<size_t>(n) * sizeof(float));
+  }
+};
+
+// Calls fn(xs, a, b) for pieces [a, b) of rows [r0, r1) of n floats of input 0, xs the float32
+// rows from a on (contiguous), or null where input 0 is not float32 (the caller widens each row):
+// x's rows in place, or the sum's, computed a piece at a time while the operands' rows are
+// loaded, into scratch (or into the last Add's output when the group writes it, so the norm
+// reads them back from the cache).
+template <class Fn>
+void for_input_rows(const KernelContext& c, const SumRows* sum, int64_t r0, int64_t r1, int64_t n,
+                    Fn fn) {
+  if (!sum) {
+    const Tensor& x = c.input(0);
+    fn(x.dtype() == DType::kF32 ? x.data<float>() + r0 * n : nullptr, r0, r1);
+    return;
+  }
+  const int64_t piece = std::max<int64_t>(2, kSumPieceFloats / std::max<int64_t>(n, 1));
+  float* last_out = sum->out.back();
+  float* buf = last_out ? nullptr : scratch_as<float>(static_cast<size_t>(piece * n), 2);
+  float* tmp = scratch_as<float>(static_cast<size_t>(n) * sum->s.adds.size(), 3);
+  for (int64_t a = r0; a < r1; a += piece) {
+    const int64_t b = std::min(r1, a + piece);
+    float* xs = last_out ? last_out + a * n : buf;
+    for (int64_t r = a; r < b; ++r) sum->row(r, xs + (r - a) * n, tmp);
+    fn(xs, a, b);
+  }
+}
+
 // ---- LayerNormalization ----
 
 // Scale (or B) fits the fast path when it is the normalized shape X.shape[axis:], leading 1s aside.
-bool is_normalized_shape(const Tensor& t, const Tensor& x, int64_t axis) {
-  if (t.rank() > x.rank()) return false;
-  auto a = t.shape().begin(), b = x.shape().begin() + axis;
+bool is_normalized_shape(const Tensor& t, const Dims& x, int64_t axis) {
+  if (t.rank() > static_cast<int64_t>(x.size())) return false;
+  auto a = t.shape().begin(), b = x.begin() + axis;
   while (a != t.shape().end() && *a == 1) ++a;
-  while (b != x.shape().end() && *b == 1) ++b;
-  return std::equal(a, t.shape().end(), b, x.shape().end());
+  while (b != x.end() && *b == 1) ++b;
+  return std::equal(a, t.shape().end(), b, x.end());
 }
 
 // The norms' attributes, read once when the kernel is made (the attribute lookups cost more than
@@ -206,23 +317,31 @@ std::any prepare_norm(const NodeInfo& n) {
 }
 
 std::vector<Tensor> run_layer_norm(const KernelContext& c) {
-  const Tensor& x = c.input(0);
+  const FusedSum* fused = sum_of(c);
+  const Dims& shape = input_shape(c);
+  const auto rank = static_cast<int64_t>(shape.size());
   const params::Norm p = norm_params(c);
-  const int64_t axis = c.axis(p.axis, x.rank());
-  if (!is_normalized_shape(c.input(1), x, axis) ||
-      (c.has_input(2) && !is_normalized_shape(c.input(2), x, axis)))
+  const int64_t axis = c.axis(p.axis, rank);
+  if (!is_normalized_shape(c.input(1), shape, axis) ||
+      (c.has_input(2) && !is_normalized_shape(c.input(2), shape, axis))) {
+    if (fused)  // the backend checked the compile-time shapes; the run's differ
+      throw KernelDeclined(cat(c.where(), ": Scale or B not of the normalized shape"));
     return reference_f32(c);
+  }
   const auto eps = static_cast<float>(p.epsilon);
   int64_t rows = 1, n = 1;
-  for (int64_t k = 0; k < x.rank(); ++k) (k < axis ? rows : n) *= x.dim(k);
-  Tensor y = Tensor::empty(out_dtype(c), x.shape());
+  for (int64_t k = 0; k < rank; ++k) (k < axis ? rows : n) *= shape[k];
+  const DType x_dtype = fused ? DType::kF32 : c.input(0).dtype();
+  std::optional<SumRows> sum;
+  if (fused && rows > 0) sum.emplace(c, *fused, rows, n);  // rows of nothing: declined
+  Tensor y = Tensor::empty(out_dtype(c), shape);
   // Mean and InvStdDev only when the node has them (usually only Y is read).
   Tensor mean, inv_std;
   std::vector<float> stats;
   float *mp, *ip;
   if (c.num_outputs > 1) {
-    Dims stat_shape = x.shape();
-    for (int64_t k = axis; k < x.rank(); ++k) stat_shape[k] = 1;
+    Dims stat_shape = shape;
+    for (int64_t k = axis; k < rank; ++k) stat_shape[k] = 1;
     mean = Tensor::empty(DType::kF32, stat_shape);
     inv_std = Tensor::empty(DType::kF32, stat_shape);
     mp = mean.data<float>(), ip = inv_std.data<float>();
@@ -238,47 +357,72 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
   // (AVX-512, 1 thread, alternated with row by row twice), a row a pass then: rows of 4096 1.07x
   // (23.8, 22.7 against 21.9, 21.3 GB/s), but rows of 768 0.65x (20 against 31 GB/s), so short
   // rows stay row by row; two rows a pass over one: 1.15x (rows of 4096), 1.21x (8192).
-  const bool pipelined = stream && x.dtype() == DType::kF32 && n >= 4096 && n % 32 == 0 &&
+  const bool pipelined = stream && x_dtype == DType::kF32 && n >= 4096 && n % 32 == 0 &&
                          reinterpret_cast<uintptr_t>(y.raw_data()) % 64 == 0;
-  const bool prefetch = memory_policy().prefetch_distance != 0;
+  // A sum's rows are in the cache already (computed a piece at a time): nothing to prefetch.
+  const bool prefetch = memory_policy().prefetch_distance != 0 && !fused;
   // Rows of at most kShortNormVectors vectors, float32 in and out: one call per task, each row
   // in registers. Row by row, a row's two dispatched calls and their loops' set-up cost more than
   // its arithmetic: [3136, 16] 137 -> 65 us, [3136, 64] 167 -> 106 us (1 thread, Zen 4;
   // onnxruntime 82 and 130). Streamed or not, so that the memory policy never changes the bits.
   const Isa isa = active_isa();
   const int64_t lanes = isa == Isa::kAvx512 ? 16 : isa == Isa::kAvx2 ? 8 : 1;
-  const bool short_rows = n > 0 && n <= kShortNormVectors * lanes && x.dtype() == DType::kF32 &&
-                          y.dtype() == DType::kF32;
-  parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
-               [&](int64_t r0, int64_t r1) {
-                 if (short_rows) {
-                   PTO_ISA_DISPATCH(layer_norm_rows_short, x.data<float>() + r0 * n,
-                                    y.data<float>() + r0 * n, r1 - r0, n, eps, scale, bias, mp + r0,
-                                    ip + r0, stream);
-                   return;
-                 }
-                 if (pipelined) {
-                   PTO_ISA_DISPATCH(layer_norm_rows_streamed, x.data<float>() + r0 * n,
-                                    y.data<float>() + r0 * n, r1 - r0, n, eps, scale, bias, mp + r0,
-                                    ip + r0, prefetch);
-                   return;
-                 }
-                 for (int64_t r = r0; r < r1; ++r) {
-                   if (n == 0) {  // the reference's moments of nothing
-                     mp[r] = ip[r] = NAN;
-                     continue;
-                   }
-                   float shift, m, var;
-                   const float* xr = read_f32(x, r * n, n, 0);
-                   float* yr = out_f32(y, r * n, n, 1);
-                   PTO_ISA_DISPATCH(moments, xr, n, &shift, &m, &var);
-                   mp[r] = shift + m;
-                   ip[r] = 1.0f / std::sqrt(var + eps);
-                   PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, shift, m, ip[r], scale, bias,
-                                    stream, r + 1 == r1, next_row(x, r + 1, r1, n));
-                   write_back(yr, y, r * n, n);
-                 }
-               });
+  const bool short_rows =
+      n > 0 && n <= kShortNormVectors * lanes && x_dtype == DType::kF32 && y.dtype() == DType::kF32;
+  auto norm_rows = [&](const float* xs, int64_t r0, int64_t r1, int64_t end) {
+    if (short_rows) {
+      PTO_ISA_DISPATCH(layer_norm_rows_short, xs, y.data<float>() + r0 * n, r1 - r0, n, eps, scale,
+                       bias, mp + r0, ip + r0, stream);
+      return;
+    }
+    if (pipelined) {
+      PTO_ISA_DISPATCH(layer_norm_rows_streamed, xs, y.data<float>() + r0 * n, r1 - r0, n, eps,
+                       scale, bias, mp + r0, ip + r0, prefetch);
+      return;
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      if (n == 0) {  // the reference's moments of nothing
+        mp[r] = ip[r] = NAN;
+        continue;
+      }
+      float shift, m, var;
+      const float* xr = xs ? xs + (r - r0) * n : read_f32(c.input(0), r * n, n, 0);
+      float* yr = out_f32(y, r * n, n, 1);
+      PTO_ISA_DISPATCH(moments, xr, n, &shift, &m, &var);
+      mp[r] = shift + m;
+      ip[r] = 1.0f / std::sqrt(var + eps);
+      PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, shift, m, ip[r], scale, bias, stream,
+                       r + 1 == end, fused ? nullptr : next_row(c.input(0), r + 1, end, n));
+      write_back(yr, y, r * n, n);
+    }
+  };
+  if (sum && !sum->chain.empty()) {
+    // A chain of Adds: each row summed and its statistics taken in one pass over the operands
+    // (sum_moments), the row kept in L1 (or in the sum's output) for the normalizing pass.
+    float* last_out = sum->out.back();
+    const int k = static_cast<int>(sum->chain.size());
+    parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / n), [&](int64_t r0, int64_t r1) {
+      float* buf = last_out ? nullptr : scratch_as<float>(static_cast<size_t>(n), 2);
+      const float* t[SumRows::kMaxTerms];
+      for (int64_t r = r0; r < r1; ++r) {
+        float* xr = last_out ? last_out + r * n : buf;
+        sum->terms(r, t);
+        float shift, m, var;
+        PTO_ISA_DISPATCH(sum_moments, t, k, xr, n, &shift, &m, &var);
+        mp[r] = shift + m;
+        ip[r] = 1.0f / std::sqrt(var + eps);
+        PTO_ISA_DISPATCH(normalize_affine, xr, y.data<float>() + r * n, n, shift, m, ip[r], scale,
+                         bias, stream, r + 1 == r1, nullptr);
+      }
+    });
+  } else {
+    parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
+                 [&](int64_t r0, int64_t r1) {
+                   for_input_rows(
+                       c, sum ? &*sum : nullptr, r0, r1, n,
+                       [&](const float* xs, int64_t a, int64_t b) { norm_rows(xs, a, b, r1); });
+                 });
+  }
   std::vector<Tensor> out;  // moved in: a copy of a tensor is two allocations
   out.push_back(std::move(y));
   if (c.num_outputs > 1) out.push_back(std::move(mean));
@@ -291,26 +435,35 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
 // y = x / sqrt(mean(x^2) + epsilon) * scale over the rows of the normalized axes (the reference
 // sums in double; here block sums of float squares, within the norms' tolerance).
 std::vector<Tensor> run_rms_norm(const KernelContext& c) {
-  const Tensor& x = c.input(0);
+  const FusedSum* fused = sum_of(c);
+  const Dims& shape = input_shape(c);
+  const auto rank = static_cast<int64_t>(shape.size());
   const params::Norm p = norm_params(c);
-  const int64_t axis = c.axis(p.axis, x.rank());
-  if (!is_normalized_shape(c.input(1), x, axis)) return reference_f32(c);
+  const int64_t axis = c.axis(p.axis, rank);
+  if (!is_normalized_shape(c.input(1), shape, axis)) {
+    if (fused) throw KernelDeclined(cat(c.where(), ": Scale not of the normalized shape"));
+    return reference_f32(c);
+  }
   const auto eps = static_cast<float>(p.epsilon);
   int64_t rows = 1, n = 1;
-  for (int64_t k = 0; k < x.rank(); ++k) (k < axis ? rows : n) *= x.dim(k);
-  Tensor y = Tensor::empty(out_dtype(c), x.shape());
+  for (int64_t k = 0; k < rank; ++k) (k < axis ? rows : n) *= shape[k];
+  Tensor y = Tensor::empty(out_dtype(c), shape);
   if (n == 0 || rows == 0) return one(std::move(y));
+  std::optional<SumRows> sum;
+  if (fused) sum.emplace(c, *fused, rows, n);
   const float* scale = c.input(1).data<float>();
   const bool stream = y.dtype() == DType::kF32 && stream_stores_for(y.nbytes());
   parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / n), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = read_f32(x, r * n, n, 0);
-      float* yr = out_f32(y, r * n, n, 1);
-      const float inv = 1.0f / std::sqrt(PTO_ISA_DISPATCH(mean_square, xr, n) + eps);
-      PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, 0.0f, 0.0f, inv, scale, nullptr, stream,
-                       r + 1 == r1, next_row(x, r + 1, r1, n));
-      write_back(yr, y, r * n, n);
-    }
+    for_input_rows(c, sum ? &*sum : nullptr, r0, r1, n, [&](const float* xs, int64_t a, int64_t b) {
+      for (int64_t r = a; r < b; ++r) {
+        const float* xr = xs ? xs + (r - a) * n : read_f32(c.input(0), r * n, n, 0);
+        float* yr = out_f32(y, r * n, n, 1);
+        const float inv = 1.0f / std::sqrt(PTO_ISA_DISPATCH(mean_square, xr, n) + eps);
+        PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, 0.0f, 0.0f, inv, scale, nullptr, stream,
+                         r + 1 == r1, fused ? nullptr : next_row(c.input(0), r + 1, r1, n));
+        write_back(yr, y, r * n, n);
+      }
+    });
   });
   return one(std::move(y));
 }
@@ -445,9 +598,15 @@ void register_norm_kernels(KernelRegistry& r) {
   // The norms: parameter shapes the fast path does not cover go to the reference at run time.
   const std::pair<const char*, Kernel> norms[] = {
       {"LayerNormalization",
-       {.accepts = accepts_layer_norm, .prepare = prepare_norm, .run = run_layer_norm}},
+       {.accepts = accepts_layer_norm,
+        .prepare = prepare_norm,
+        .run = run_layer_norm,
+        .takes_sums = true}},
       {"RMSNormalization",
-       {.accepts = accepts_layer_norm, .prepare = prepare_norm, .run = run_rms_norm}},
+       {.accepts = accepts_layer_norm,
+        .prepare = prepare_norm,
+        .run = run_rms_norm,
+        .takes_sums = true}},
       {"BatchNormalization", {.accepts = accepts_batch_norm, .run = run_batch_norm}},
       {"InstanceNormalization", {.accepts = all_f32, .run = run_instance_norm}},
       {"GroupNormalization", {.accepts = all_f32, .run = run_group_norm}}};

@@ -57,6 +57,12 @@ PTO_ISA_DECLARE(
     // first vector, or x[0] where that is not finite); the variance from the one pass of the
     // sums of x - shift and their squares, or a second pass where those cancel (norm_impl.h).
     void moments(const float* x, int64_t n, float* shift, float* mean, float* var);
+    // y[j] = a[j] + b[j], j < n: a row of a norm's summed input (FusedSum), rounded as one Add.
+    void add_rows(const float* a, const float* b, float* y, int64_t n);
+    // y[j] = (((t[0][j] + t[1][j]) + t[2][j]) + ...), k >= 2 rows of n > 0 floats, and moments'
+    // statistics of y taken in the same pass (the same bits as moments(y, ...) after it).
+    void sum_moments(const float* const* t, int k, float* y, int64_t n, float* shift, float* mean,
+                     float* var);
     // The mean of x[j]^2 over j < n, n > 0 (RMSNormalization).
     float mean_square(const float* x, int64_t n);
     // y = (x - shift - mean) * a + b over n elements.

@@ -90,7 +90,10 @@ void skip_layer_norm(Emit& e, const std::vector<ValueId>& x, const std::vector<V
   }
   std::vector<ValueId> ins = {sum, x[2]};
   if (in(x, 3) != kNoValue) ins.push_back(x[3]);
-  e.node("LayerNormalization", ins, {y[0], in(y, 1), in(y, 2)}, a);
+  // Only the outputs read: a norm with just Y joins the Adds' group (Add+LayerNormalization).
+  std::vector<ValueId> outs = {y[0], in(y, 1), in(y, 2)};
+  while (outs.size() > 1 && outs.back() == kNoValue) outs.pop_back();
+  e.node("LayerNormalization", ins, outs, a);
 }
 
 // SimplifiedLayerNormalization(X, scale) -> Y: RMSNormalization (onnxruntime's, default domain).
