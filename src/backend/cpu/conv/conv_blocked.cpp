@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/conv/winograd.h"
@@ -194,33 +195,42 @@ namespace {
 // minima of 20 calls alternated in one process: 5x5 + SiLU 1152 @7 122-130 -> 90-95 us, 672 @14
 // 165 -> 140-145, 480 @14 119 -> 102; 3x3 1152 @7 at par; at stride 2 the copy of the larger
 // input cost more than the edges (240 @28 -> 14 3x3 42 -> 77 us), so those keep the checked path.
-const float* padded_depthwise_input(BlockedConv& g, const float* x) {
+// padded_geometry: the geometry of that copy, or nullopt where g reads x as it is.
+std::optional<BlockedConv> padded_geometry(const BlockedConv& g) {
   if (!(g.depthwise && !g.x_nchw && g.ring == 0 && (g.ph > 0 || g.pw > 0) &&
         (g.kw == 3 || g.kw == 5) && g.dw == 1 && g.sw == 1 && g.ow <= kPaddedDepthwiseWidth))
-    return x;
+    return std::nullopt;
   BlockedConv p = g;
   p.ih = std::max(g.ih + g.ph, (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1);
   p.iw = std::max(g.iw + g.pw, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1);
   p.ph = p.pw = 0;
-  const int64_t src = g.ih * g.iw * g.block, dst = p.ih * p.iw * g.block;
+  return p;
+}
+
+// One channel block's plane of g (`src`) into the zero-padded plane of p (`dst`).
+void pad_plane(const BlockedConv& g, const BlockedConv& p, const float* src, float* dst) {
   const int64_t row_in = g.iw * g.block, row_out = p.iw * g.block;
+  std::fill(dst, dst + g.ph * row_out, 0.0f);
+  for (int64_t iy = 0; iy < g.ih; ++iy) {
+    float* dr = dst + (g.ph + iy) * row_out;
+    std::fill(dr, dr + g.pw * g.block, 0.0f);
+    std::memcpy(dr + g.pw * g.block, src + iy * row_in, row_in * sizeof(float));
+    std::fill(dr + g.pw * g.block + row_in, dr + row_out, 0.0f);
+  }
+  std::fill(dst + (g.ph + g.ih) * row_out, dst + p.ih * p.iw * g.block, 0.0f);
+}
+
+// The copy of every plane of x (a job of its own), g changed to read it; x where none applies.
+const float* padded_depthwise_input(BlockedConv& g, const float* x) {
+  const std::optional<BlockedConv> p = padded_geometry(g);
+  if (!p) return x;
+  const int64_t src = g.ih * g.iw * g.block, dst = p->ih * p->iw * g.block;
   static thread_local ScratchBuffer padded;  // the caller's: the workers write into it
   float* xp = padded.get_as<float>(g.n * g.icb * dst);
   parallel_for(0, g.n * g.icb, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      float* d = xp + b * dst;
-      const float* sp = x + b * src;
-      std::fill(d, d + g.ph * row_out, 0.0f);
-      for (int64_t iy = 0; iy < g.ih; ++iy) {
-        float* dr = d + (g.ph + iy) * row_out;
-        std::fill(dr, dr + g.pw * g.block, 0.0f);
-        std::memcpy(dr + g.pw * g.block, sp + iy * row_in, row_in * sizeof(float));
-        std::fill(dr + g.pw * g.block + row_in, dr + row_out, 0.0f);
-      }
-      std::fill(d + (g.ph + g.ih) * row_out, d + dst, 0.0f);
-    }
+    for (int64_t b = b0; b < b1; ++b) pad_plane(g, *p, x + b * src, xp + b * dst);
   });
-  g = p;
+  g = *p;
   return xp;
 }
 
@@ -377,8 +387,21 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
       bp.numel() != wp.dim(0) * gd.block)
     throw ValueError(cat(where, ": the 1x1 weights ", wp.str(), " or the biases ", bd.str(), ", ",
                          bp.str(), " do not fit the depthwise conv of ", x.str()));
-  // (Without an expansion: small padded planes read a padded copy of X, as ConvBlocked does.)
-  const float* xp = expand ? x.data<float>() : padded_depthwise_input(gd, x.data<float>());
+  // A small output plane (at most kFlatDwPwPlane pixels) runs flat (below). With fewer images
+  // than threads, its work splits per image: runs of equal pixel counts where the plane has two
+  // rows a split or more, else parts with as many output blocks each; where runs would not
+  // divide the rows, or parts would each compute the whole depthwise conv again, the two halves
+  // split apart instead (`halves`).
+  const bool flat = !expand && gd.oh > 1 && gd.oh * gd.ow <= kFlatDwPwPlane && dwpw_flat_enabled();
+  const int64_t split = std::max<int64_t>(1, (num_threads() + gd.n - 1) / gd.n);
+  const int64_t runs = split > 1 && gd.oh >= 2 * split ? split : 1;
+  const bool halves =
+      flat && split > 1 && (runs == 1 || gd.oh % runs != 0) && dwpw_channel_split_enabled();
+  // Without an expansion, small padded planes read a padded copy of X, as ConvBlocked does (the
+  // halves pad each plane in the task that reads it).
+  const std::optional<BlockedConv> gpad = halves ? padded_geometry(gd) : std::nullopt;
+  const float* xp =
+      expand || halves ? x.data<float>() : padded_depthwise_input(gd, x.data<float>());
   BlockedConv gp;  // the 1x1 conv on one row buffer
   gp.n = 1;
   gp.icb = gd.ocb;
@@ -421,30 +444,38 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
   // a 3- or 7-pixel row, and register blocks run across rows. Tasks are (image, run, part): runs
   // split the pixels, parts the output blocks, each part computing the (cheap) depthwise rows of
   // its run again.
-  if (!expand && gd.oh > 1 && gd.oh * gd.ow <= kFlatDwPwPlane && dwpw_flat_enabled()) {
-    // Splits per image where there are fewer images than threads: runs of equal pixel counts
-    // where the plane has two rows a split or more (a row shared by two runs has its depthwise
-    // conv computed twice: a 7x7 plane splits 24 + 25 pixels, where a split of rows gave 3 + 4),
-    // else parts with as many output blocks each (sets of four split 4 + 6 blocks of 10 on two
-    // threads: MobileNetV2's 3x3 and 6x6 DwPw ran 1.25-1.4x faster on 2 threads than on 1).
-    const int64_t split = std::max<int64_t>(1, (num_threads() + gd.n - 1) / gd.n);
-    const int64_t runs = split > 1 && gd.oh >= 2 * split ? split : 1;
+  if (flat) {
+    // A row shared by two runs has its depthwise conv computed twice (a 7x7 plane's runs of 24 +
+    // 25 pixels: 4 depthwise rows and 4 register blocks of 7 pixels each, as 28 pixels had cost,
+    // so no faster than a split of rows 3 + 4); parts split sets of four output blocks 4 + 6 of
+    // 10 on two threads (MobileNetV2's 3x3 and 6x6 DwPw ran 1.25-1.4x faster on 2 threads).
     const int64_t parts = runs > 1 ? 1 : std::min(split, gp.ocb);
     const int64_t pixels = gd.oh * gd.ow;
-    // Where runs would not split the rows evenly (a 7x7 plane on 2 threads: the runs of 24 and 25
-    // pixels cost 4 depthwise rows and 4 register blocks of 7 pixels each, as 28 did) or parts
-    // would compute the depthwise conv again each (a plane of fewer than two rows a thread: 3x3,
-    // or 7x7 on 4 threads), the two halves split apart: the depthwise conv of the whole plane by
-    // channel blocks into one buffer, then the projection of the plane as one row by output blocks
-    // (a second job: one more wait).
-    if (split > 1 && (runs == 1 || gd.oh % runs != 0) && dwpw_channel_split_enabled()) {
+    // The halves: the depthwise conv of the whole plane by channel blocks into one buffer, then
+    // the projection of the plane as one row by output blocks (a second job: one more wait).
+    if (halves) {
       static thread_local ScratchBuffer shared;  // the caller's: the workers write into it
       float* mid = shared.get_as<float>(static_cast<size_t>(gd.n * gd.ocb * plane));
       parallel_for(0, gd.n * gd.ocb, 1, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t)  // t: image t / ocb, channel block t % ocb
-          for (int64_t oy = 0; oy < gd.oh; ++oy)
-            conv_row(gd, xp, wdp, bd.data<float>(), mid + t * plane + oy * row, plane, t / gd.ocb,
-                     t % gd.ocb, 1, oy, act_mid ? &clamp_mid : nullptr);
+        // A padded plane is copied by the task that reads it, into a buffer of its thread's.
+        BlockedConv one_plane = gpad ? *gpad : gd;
+        one_plane.n = one_plane.icb = one_plane.ocb = 1;
+        const int64_t in_plane = gd.ih * gd.iw * gd.block, taps = gd.kh * gd.kw * gd.block;
+        float* padded =
+            gpad ? scratch_as<float>(static_cast<size_t>(gpad->ih * gpad->iw * gd.block)) : nullptr;
+        for (int64_t t = t0; t < t1; ++t) {  // t: image t / ocb, channel block t % ocb
+          const int64_t o = t % gd.ocb;
+          if (gpad) pad_plane(gd, *gpad, xp + t * in_plane, padded);
+          for (int64_t oy = 0; oy < gd.oh; ++oy) {
+            float* out = mid + t * plane + oy * row;
+            const RowEpilogue* act = act_mid ? &clamp_mid : nullptr;
+            if (gpad)
+              conv_row(one_plane, padded, wdp + o * taps, bd.data<float>() + o * gd.block, out,
+                       plane, 0, 0, 1, oy, act);
+            else
+              conv_row(gd, xp, wdp, bd.data<float>(), out, plane, t / gd.ocb, o, 1, oy, act);
+          }
+        }
       });
       BlockedConv gf = gp;  // the plane as one row
       gf.iw = gf.ow = pixels;
