@@ -85,15 +85,18 @@ def test_depthwise_block_matches_onnxruntime(tmp_path, monkeypatch, case):
     try:
         # PTO_DWPW_FLAT=0: level 3's fused depthwise + projection row by row on small planes;
         # PTO_DEPTHWISE_ROWS=0: strided short rows not on the rows kernel (AVX-512);
-        # PTO_DEPTHWISE_GAPPED=0: stride-1 rows on the masked flat kernel
+        # PTO_DEPTHWISE_GAPPED=0: stride-1 rows on the masked flat kernel;
+        # PTO_DWPW_CHANNEL_SPLIT=0: level 3's small planes on 2 threads in runs or parts
         for name, flat in ((None, None), ("PTO_DEPTHWISE_FLAT", "0"), ("PTO_DWPW_FLAT", "0"),
-                           ("PTO_DEPTHWISE_ROWS", "0"), ("PTO_DEPTHWISE_GAPPED", "0")):
+                           ("PTO_DEPTHWISE_ROWS", "0"), ("PTO_DEPTHWISE_GAPPED", "0"),
+                           ("PTO_DWPW_CHANNEL_SPLIT", "0")):
             for var in ("PTO_DEPTHWISE_FLAT", "PTO_DWPW_FLAT", "PTO_DEPTHWISE_ROWS",
-                        "PTO_DEPTHWISE_GAPPED"):
+                        "PTO_DEPTHWISE_GAPPED", "PTO_DWPW_CHANNEL_SPLIT"):
                 monkeypatch.delenv(var, raising=False)
             if name is not None:
                 monkeypatch.setenv(name, flat)
-            for level in (2, 3) if name != "PTO_DWPW_FLAT" else (3,):
+            level3_only = name in ("PTO_DWPW_FLAT", "PTO_DWPW_CHANNEL_SPLIT")
+            for level in (2, 3) if not level3_only else (3,):
                 for threads in (1, 2):
                     pypto.set_num_threads(threads)
                     got = pypto.onnx.load(path, level)(x=x)
@@ -110,6 +113,58 @@ def test_dwpw_flat_env_is_checked(tmp_path, monkeypatch):
     monkeypatch.setenv("PTO_DWPW_FLAT", "2")
     with pytest.raises(Exception, match="PTO_DWPW_FLAT"):
         pypto.onnx.load(path, 3)(x=np.zeros((1, 16, 6, 6), np.float32))
+
+
+def test_dwpw_channel_split_env_is_checked(tmp_path, monkeypatch):
+    path = str(tmp_path / "m.onnx")
+    block_model(path, 1, 16, 7, 7, 96, 3, 1, 1, "Clip")  # 7 rows on 2 threads: the halves
+    monkeypatch.setenv("PTO_DWPW_CHANNEL_SPLIT", "yes")
+    saved = pypto.get_num_threads()
+    try:
+        pypto.set_num_threads(2)
+        with pytest.raises(Exception, match="PTO_DWPW_CHANNEL_SPLIT"):
+            pypto.onnx.load(path, 3)(x=np.zeros((1, 16, 7, 7), np.float32))
+    finally:
+        pypto.set_num_threads(saved)
+
+
+# A depthwise conv alone at level 3 (no projection after it: squeeze-excite in EfficientNet) on a
+# small padded plane, with a residual Add and an activation fused after it, batch 2: each task
+# copies its plane zero-padded into its thread's buffer (conv_blocked.cpp, padded_geometry).
+@pytest.mark.parametrize("c,hw,k,act,residual", [(128, 7, 3, "Relu", True),
+                                                  (256, 7, 5, "Sigmoid", True),
+                                                  (72, 14, 5, None, False),
+                                                  (160, 9, 3, "Tanh", False),
+                                                  (16, 7, 3, "Relu", True)])  # few planes
+def test_lone_padded_depthwise_matches_onnxruntime(tmp_path, c, hw, k, act, residual):
+    rng = np.random.default_rng(c + hw + k)
+    inits = [numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.1).astype(np.float32),
+                                     "w0"),
+             numpy_helper.from_array(rng.standard_normal((c, 1, k, k)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["x0"]),  # a blocked producer
+             helper.make_node("Conv", ["x0", "w", "b"], ["d"], group=c, pads=[k // 2] * 4)]
+    last = "d"
+    if residual:
+        nodes.append(helper.make_node("Add", ["d", "x0"], ["r"]))
+        last = "r"
+    nodes.append(helper.make_node(act or "Identity", [last], ["y"]))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    path = str(tmp_path / "m.onnx")
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    x = np.random.default_rng(1).standard_normal((2, c, hw, hw)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    saved = pypto.get_num_threads()
+    try:
+        for threads in (1, 2):
+            pypto.set_num_threads(threads)
+            got = pypto.onnx.load(path, 3)(x=x)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{threads} thread(s)")
+    finally:
+        pypto.set_num_threads(saved)
 
 
 def test_depthwise_rows_env_is_checked(tmp_path, monkeypatch):

@@ -263,18 +263,48 @@ void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, con
     f.ih = f.oh = 1;
     return conv_blocked_rows(f, x, w, bias, y, ep);
   }
-  BlockedConv padded = g;
-  if (const float* xp = padded_depthwise_input(padded, x); xp != x)
-    return conv_blocked_rows(padded, xp, w, bias, y, ep);
   const int64_t row = g.ow * g.block;
-  // Tasks: (image, set of output blocks, output row), rows fastest so that consecutive tasks
-  // of a chunk reuse the set's weights. A general conv computes four blocks per task (the
-  // kernel's register block); a depthwise one, one.
-  const int64_t per = g.depthwise ? 1 : 4, sets = (g.ocb + per - 1) / per;
   RowEpilogue fused;
   const bool in_regs = row_epilogue(ep, &fused);
   const bool has_rest = !in_regs && (ep.residual || ep.act != Activation::kNone);
   const RowEpilogue* e = in_regs ? &fused : nullptr;
+  // A padded small depthwise conv (padded_geometry) reads zero-padded planes. With enough planes
+  // for the threads, each task copies its plane into a buffer of its thread's and computes every
+  // row from it while it is in L1 (a copy job before the rows, into one shared buffer, cost 3-6x
+  // more a plane on 2 threads than on 1: DwPwConvBlocked's halves); else the copy job.
+  if (const std::optional<BlockedConv> p = padded_geometry(g)) {
+    if (g.n * g.ocb < 4 * num_threads()) {
+      BlockedConv padded = g;
+      return conv_blocked_rows(padded, padded_depthwise_input(padded, x), w, bias, y, ep);
+    }
+    BlockedConv one_plane = *p;
+    one_plane.n = one_plane.icb = one_plane.ocb = 1;
+    const int64_t in_plane = g.ih * g.iw * g.block, out_plane = g.oh * row;
+    const int64_t taps = g.kh * g.kw * g.block;
+    parallel_for(0, g.n * g.ocb, 1, [&](int64_t t0, int64_t t1) {
+      float* xp = scratch_as<float>(static_cast<size_t>(p->ih * p->iw * g.block));
+      for (int64_t t = t0; t < t1; ++t) {  // t: image t / ocb, channel block t % ocb
+        const int64_t o = t % g.ocb;
+        pad_plane(g, *p, x + t * in_plane, xp);
+        RowEpilogue eo = fused;
+        if (eo.residual) eo.residual += t * out_plane;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          if (!PTO_ISA_DISPATCH(conv_blocked_row, one_plane, xp, w + o * taps,
+                                bias ? bias + o * g.block : nullptr, y + t * out_plane, 0, 0, 1, oy,
+                                e ? &eo : nullptr))
+            generic::conv_blocked_row(one_plane, xp, w + o * taps,
+                                      bias ? bias + o * g.block : nullptr, y + t * out_plane, 0, 0,
+                                      1, oy, e ? &eo : nullptr);
+          if (has_rest) row_epilogues(ep, y, t / g.ocb, g.ocb, g.oh, oy, row, o, o + 1);
+        }
+      }
+    });
+    return;
+  }
+  // Tasks: (image, set of output blocks, output row), rows fastest so that consecutive tasks
+  // of a chunk reuse the set's weights. A general conv computes four blocks per task (the
+  // kernel's register block); a depthwise one, one.
+  const int64_t per = g.depthwise ? 1 : 4, sets = (g.ocb + per - 1) / per;
   parallel_for(0, g.n * sets * g.oh, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t oy = t % g.oh, ob = t / g.oh % sets * per, n = t / (g.oh * sets);
