@@ -219,15 +219,6 @@ def test_conv_epilogue_rule(name):
     assert rules == [CONV_RULES[name]], f"{name}: {rules}"
 
 
-if __name__ == "__main__":
-    print("| pattern | kernels at level 0 | kernels at level 2 | kernel (rule) |")
-    print("|---|---|---|---|")
-    for name in PATTERNS:
-        k = kernels(name)
-        rules = ", ".join(r for r in k[2][1] if r) or "-"
-        print(f"| {name} | {k[0][0]} | {k[2][0]} | {rules} |")
-
-
 # The sums feeding a norm: the norm's kernel adds the operands as it loads each row
 # (fusion/sum_norm.h), also with the capture's symbolic batch, and at another batch than traced.
 NORM_RULES = {
@@ -247,3 +238,13 @@ def test_sum_norm_rule(name):
         with torch.inference_mode():
             want = model(*xs)
         torch.testing.assert_close(fast(*xs), want, rtol=1e-4, atol=1e-5)
+
+
+if __name__ == "__main__":
+    print("| pattern | kernels at level 0 | kernels at level 2 | kernel (rule) |")
+    print("|---|---|---|---|")
+    for name in PATTERNS:
+        k = kernels(name)
+        rules = ", ".join(r for r in k[2][1] if r) or "-"
+        print(f"| {name} | {k[0][0]} | {k[2][0]} | {rules} |")
+
