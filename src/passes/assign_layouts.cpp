@@ -588,6 +588,7 @@ int machine_channel_block() {
 
 Graph assign_layouts(Graph g, const PassContext& ctx, int block, bool cost_rule) {
   if (block < 2) return g;
+  Graph original = g;  // what is returned when no conv runs blocked (initializers are shared)
   keep_spatial_mean_dims(g);
   std::vector<bool> demoted(g.nodes().size(), false);
   SpatialClasses classes(g);
@@ -597,7 +598,7 @@ Graph assign_layouts(Graph g, const PassContext& ctx, int block, bool cost_rule)
   // may end a region that fed another such conv, so repeat until nothing changes.
   while (cost_rule && demote_isolated(g, c, demoted))
     c = choose(g, block, cost_rule, demoted, classes);
-  if (std::find(c.kind.begin(), c.kind.end(), kConv) == c.kind.end()) return g;
+  if (std::find(c.kind.begin(), c.kind.end(), kConv) == c.kind.end()) return original;
   Rewriter(g, c.kind, block, ctx).run();
   return g;
 }

@@ -276,6 +276,13 @@ TEST(LayoutPass, LeavesWhatItCannotBlock) {
       "  return %y\n");
   EXPECT_TRUE(structurally_equal(assign(conv, 0), conv, &why)) << why;
   EXPECT_TRUE(structurally_equal(assign(conv, 1), conv, &why)) << why;
+  // A mean that drops H and W is split (mean keeping them + Flatten) only for a blocked graph.
+  const Graph mean = parse(
+      "  input  %x: f32[1, 4, 5, 5]\n"
+      "  const  %axes: i64[2] = [2, 3]\n"
+      "  %m = ReduceMean(%x, %axes) {keepdims=0}\n"
+      "  return %m\n");
+  EXPECT_TRUE(structurally_equal(assign(mean, 4), mean, &why)) << why;
 }
 
 // The cost rule: a conv that would start a blocked region with mostly empty channel blocks
