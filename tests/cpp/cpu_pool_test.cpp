@@ -62,6 +62,27 @@ TEST(CpuPool, OneDimensionalAndEmpty) {
   }
 }
 
+// Stride 1 along the rows folds each row's windows as lane shifts of the vertical folds in
+// registers: rows shorter than, equal to and a little past one or two vectors (8 lanes on AVX2, 16
+// on AVX-512), wide and dilated windows whose column offsets reach a whole vector either way, pads
+// on one side only, and NaN / infinities for max's first-element rule.
+TEST(CpuPool, RowsFoldedByLaneShifts) {
+  uint32_t seed = 90;
+  for (int64_t w : {3, 7, 8, 9, 15, 16, 17, 33})
+    for (const Dims& kd :
+         {Dims{2, 1}, Dims{3, 1}, Dims{5, 1}, Dims{3, 4}, Dims{7, 2}, Dims{5, 4}}) {
+      const int64_t k = kd[0], d = kd[1], reach = (k - 1) * d;
+      const Tensor x = with_specials(random_f32({1, 2, 4, w}, seed++));
+      for (const Dims& pw :
+           {Dims{0, 0}, Dims{reach / 2, reach - reach / 2}, Dims{reach, 0}, Dims{0, reach}})
+        for (const char* op : {"MaxPool", "AveragePool"})
+          for (bool count_pad : {false, true})
+            expect_matches(pool_case(op, x, {3, k}, {1, 1}, {1, d}, {1, pw[0], 1, pw[1]}, false,
+                                     "NOTSET", count_pad),
+                           std::string(op) == "MaxPool" ? Tol{} : kAvgTol);
+    }
+}
+
 TEST(CpuPool, ResNetStemAndLargePlanes) {
   const Tensor x = random_f32({2, 16, 57, 61}, 77);
   expect_matches(

@@ -163,6 +163,10 @@ inline float reduce_min(Vec a) {
 inline Vec permute(Vec table, VecI idx) {
   return {_mm512_permutexvar_ps(idx.v, table.v)};
 }
+// Lane i of the result is lane idx[i] of the 2 * kLanes lanes of a then b (idx[i] < 2 * kLanes).
+inline Vec permute2(Vec a, Vec b, VecI idx) {
+  return {_mm512_permutex2var_ps(a.v, idx.v, b.v)};
+}
 inline Vec ceil(Vec a) {
   return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)};
 }
@@ -332,6 +336,12 @@ inline float reduce_min(Vec a) {
 inline Vec permute(Vec table, VecI idx) {
   return {_mm256_permutevar8x32_ps(table.v, idx.v)};
 }
+// Lane i of the result is lane idx[i] of the 2 * kLanes lanes of a then b (idx[i] < 2 * kLanes).
+inline Vec permute2(Vec a, Vec b, VecI idx) {
+  const __m256 from_b = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx.v, _mm256_set1_epi32(7)));
+  return {_mm256_blendv_ps(_mm256_permutevar8x32_ps(a.v, idx.v),
+                           _mm256_permutevar8x32_ps(b.v, idx.v), from_b)};
+}
 inline Vec ceil(Vec a) {
   return {_mm256_round_ps(a.v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)};
 }
@@ -500,6 +510,10 @@ inline float reduce_min(Vec a) {
 inline Vec permute(Vec table, VecI idx) {
   (void)idx;
   return table;
+}
+// Lane i of the result is lane idx[i] of the 2 * kLanes lanes of a then b (idx[i] < 2 * kLanes).
+inline Vec permute2(Vec a, Vec b, VecI idx) {
+  return idx.v == 0 ? a : b;
 }
 inline Vec ceil(Vec a) {
   return {std::ceil(a.v)};
