@@ -1025,8 +1025,12 @@ void exec_tile(const TileArgs& t) {
       for (int k = 0; k < num_ahead; ++k) prefetch(ahead[k], share(pc), share(pc + 1));
       if (in.op == TileOpcode::kStore) {
         const TileOperandView v = from_column(t.outputs[in.operand], c0);
-        for (int64_t i = r0; i < r0 + rows; ++i)
-          store_row(v, i, width, reg[in.a], i * t.width + c0, t.stream);
+        if (width == t.width && v.row_step == t.width) {  // rows back to back: one run
+          store_row(v, r0, rows * width, reg[in.a], r0 * t.width, t.stream);
+        } else {
+          for (int64_t i = r0; i < r0 + rows; ++i)
+            store_row(v, i, width, reg[in.a], i * t.width + c0, t.stream);
+        }
         continue;
       }
       float* buf = t.scratch + in.dst * t.capacity;
