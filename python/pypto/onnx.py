@@ -22,8 +22,10 @@ class OnnxModel:
     returns one array, or a tuple for several outputs, of the kind given (torch or numpy)."""
 
     def __init__(self, graph: _C.Graph, level: int | None = None, path: str | None = None, *,
-                 precision: str | None = None, _consume: bool = False):
+                 precision: str | None = None, _consume: bool = False,
+                 _bytes: bytes | None = None):
         self.path = path
+        self._bytes = _bytes  # a model loaded from bytes: what precision_report compiles again
         self._level = level
         self._precision = precision
         mixed = None if precision is None else _PRECISIONS[precision]
@@ -92,12 +94,13 @@ class OnnxModel:
         if precision == "f32":
             raise ValueError("precision_report: this model was compiled in float32 (load it with "
                              "precision='bf16' or 'f16' to see what they cost)")
-        if self.path is None:
+        if self.path is None and self._bytes is None:
             raise ValueError("precision_report: the model has no file to compile in float32")
         if not args and not kwargs:
             raise TypeError("precision_report: pass the inputs to compare on")
         if self._f32 is None:
-            self._f32 = load(self.path, self._level, precision="f32")
+            self._f32 = load(self.path if self.path is not None else self._bytes, self._level,
+                             precision="f32")
         got = self(*args, **kwargs)
         want = self._f32(*args, **kwargs)
         if len(self.output_names) == 1:
@@ -106,25 +109,40 @@ class OnnxModel:
         return PrecisionReport(precision, output_errors(self.output_names, got, want), how)
 
     def __repr__(self):
-        return f"pypto.onnx.OnnxModel({self.path or ''}: {self._compiled!r})"
+        return f"pypto.onnx.OnnxModel({self.path or '<bytes>'}: {self._compiled!r})"
 
 
 # precision= of load: what the matrix products compute in (the auto_mixed_precision option).
 _PRECISIONS = {"f32": False, "bf16": "bf16", "f16": "f16"}
 
 
-def load(path: str | os.PathLike, level: int | None = None, *,
+def load(model: str | os.PathLike | bytes | Any, level: int | None = None, *,
          precision: str | None = None) -> OnnxModel:
-    """Loads and compiles an ONNX model file. precision: "f32", or "bf16" / "f16" for matrix
-    products on operands rounded to it with fp32 accumulation (as pto --precision); None: the
-    auto_mixed_precision option's choice."""
-    path = os.fspath(path)
+    """Loads and compiles an ONNX model: a file path, the serialized bytes, or an
+    onnx.ModelProto (as onnxruntime.InferenceSession takes them; weights in external data files
+    need the path). precision: "f32", or "bf16" / "f16" for matrix products on operands rounded
+    to it with fp32 accumulation (as pto --precision); None: the auto_mixed_precision option's
+    choice."""
     if precision is not None and precision not in _PRECISIONS:
         raise ValueError(f"pypto.onnx.load: precision must be one of {sorted(_PRECISIONS)}, got "
                          f"{precision!r}")
+    if hasattr(model, "SerializeToString") and not isinstance(model, (str, bytes)):  # ModelProto
+        model = model.SerializeToString()
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        # Kept only where precision_report may compile it again in float32 (a reduced-precision
+        # compile): a float32 model does not hold its weights twice.
+        reduced = precision in ("bf16", "f16") or (
+            precision is None and _options.get_optimization_options()["auto_mixed_precision"])
+        # The graph is ours alone: compiling may free each weight as soon as its kernel packed it.
+        return OnnxModel(_C.onnx_load_bytes(data, "<bytes>"), level, None, precision=precision,
+                         _consume=True, _bytes=data if reduced else None)
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError("pypto.onnx.load: expected a file path, bytes or an onnx.ModelProto, got "
+                        f"{type(model).__name__}")
+    path = os.fspath(model)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"pypto.onnx.load: no such file: {path}")
-    # The graph is ours alone: compiling may free each weight as soon as its kernel packed it.
     return OnnxModel(_C.onnx_load(path), level, path, precision=precision, _consume=True)
 
 
