@@ -609,6 +609,11 @@ std::vector<Case> random_cases() {
       {1, 24, 7, 61, 24, 5, 2, 2, 1, true},         // depthwise 5x5, stride 2: 14 + 14 + 1 interior
       {2, 40, 7, 7, 40, 5, 1, 2, 1, true},          // depthwise 5x5 on 7x7: a padded copy, no edges
       {1, 20, 9, 14, 20, 3, 1, 1, 1, true},         // depthwise 3x3 on 9x14: a padded copy
+      {1, 32, 6, 37, 32, 7, 1, 3, 1, true},         // depthwise 7x7: a padded copy, 7-wide windows
+      {1, 24, 7, 7, 24, 7, 1, 3, 1, true},          // depthwise 7x7 on 7x7 (FastViT's last stage)
+      {1, 16, 5, 70, 16, 7, 1, 3, 1, true},         // depthwise 7x7, rows past the copy: edges
+      {1, 16, 8, 20, 16, 7, 1, 0, 1, true},         // depthwise 7x7 unpadded: windows only
+      {1, 16, 9, 30, 16, 7, 2, 3, 1, true},         // depthwise 7x7, stride 2: the general loop
       {1, 64, 9, 11, 96, 3, 1, 1, 1, false, true, 2},   // 2 groups: 32 -> 48 channels each
       {2, 64, 7, 10, 64, 3, 2, 1, 1, false, false, 4},  // 4 groups of one block of 16, strided
       {1, 96, 6, 5, 48, 1, 1, 0, 1, false, true, 3},    // 3 groups, 1x1: 32 -> 16 each
@@ -721,6 +726,7 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
                          Block{1, 32, 5, 5, 96, 1, ""},
                          Block{1, 128, 3, 3, 256, 1, "Clip"},  // 3 rows: blocks split too
                          Block{1, 16, 3, 61, 32, 1, "Clip"},   // one project block, wide rows
+                         Block{1, 48, 12, 40, 144, 1, "", 7},  // FastViT's 7x7 ConvMlp
                          Block{2, 24, 4, 58, 72, 1, ""},       // 2 project blocks, 56 + 2
                          // Expanded planes of 1 MiB and more: the expansion joins the node too
                          // (a ring of expanded rows; several images; stride 2; padded lanes).

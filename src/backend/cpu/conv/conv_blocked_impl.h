@@ -188,7 +188,8 @@ struct RowKernel {
     store<R, 1>(acc, ox0);
   }
 
-  // The interior of a depthwise row with a KW-wide window (3 or 5, dilation 1) and stride SW:
+  // The interior of a depthwise row with a KW-wide window (3 or 5, or 7 at stride 1; dilation 1)
+  // and stride SW:
   // each input pixel is loaded once per kernel row and feeds every output of the block whose
   // window holds it (KW FMAs a load at stride 1, where the general loop loads once per FMA, and
   // the row's KW weights once). The FMAs reach each accumulator in the same (ky, kx) order, so
@@ -215,7 +216,7 @@ struct RowKernel {
 #pragma GCC unroll 4
         for (int v = 0; v < kNV; ++v) {
           const Vec xv = Vec::load(xp + j * B + v * kLanes);
-#pragma GCC unroll 5
+#pragma GCC unroll 7
           for (int kx = 0; kx < KW; ++kx) {
             const int d = j - kx;
             if (d >= 0 && d % SW == 0 && d / SW < R)
@@ -235,6 +236,7 @@ struct RowKernel {
             return g.sw == 1 ? depthwise_window<R, 1, 3>(ox0) : depthwise_window<R, 2, 3>(ox0);
           if (g.kw == 5 && g.dw == 1 && (g.sw == 1 || g.sw == 2))
             return g.sw == 1 ? depthwise_window<R, 1, 5>(ox0) : depthwise_window<R, 2, 5>(ox0);
+          if (g.kw == 7 && g.dw == 1 && g.sw == 1) return depthwise_window<R, 1, 7>(ox0);
         }
         return depthwise<R, kChecked>(ox0);
       }
