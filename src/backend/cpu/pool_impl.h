@@ -189,12 +189,10 @@ void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const floa
                  int64_t p0, int64_t p1, float* scratch) {
   const int64_t c = g.lanes;
   if (row_shifts_fit(g)) {
-    static const float kLane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     std::vector<VecI> shift(static_cast<size_t>(g.kw));
     for (int64_t k = 0; k < g.kw; ++k) {
       const int64_t s = k * g.dw - g.pw;
-      shift[k] =
-          to_int(Vec::load(kLane) + Vec::set1(static_cast<float>(s < 0 ? s + Vec::kLanes : s)));
+      shift[k] = to_int(lane_index() + Vec::set1(static_cast<float>(s < 0 ? s + Vec::kLanes : s)));
     }
     const int64_t left = std::min(g.kw, (g.pw + g.dw - 1) / g.dw);
     for (int64_t p = p0; p < p1; ++p)

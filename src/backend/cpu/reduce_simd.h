@@ -18,10 +18,15 @@ inline int lanes_left(int64_t n, int64_t j) {
   return static_cast<int>(n - j < Vec::kLanes ? n - j : Vec::kLanes);
 }
 
+// Lane i holds i.
+inline Vec lane_index() {
+  static const float kLane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  return Vec::load(kLane);
+}
+
 // A mask of the first n lanes (0 <= n <= kLanes).
 inline Mask first_lanes(int64_t n) {
-  static const float kLane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  return Vec::load(kLane) < Vec::set1(static_cast<float>(n));
+  return lane_index() < Vec::set1(static_cast<float>(n));
 }
 
 // The first n elements of p in a vector, the other lanes `fill`.
