@@ -627,6 +627,8 @@ std::vector<Case> random_cases() {
       {2, 160, 3, 3, 96, 1, 1, 0},  // 1x1 on a 3x3 plane: one row of 9 pixels, batch 2
       {1, 40, 4, 4, 200, 1, 1, 0},  // 1x1 on 4x4: one row of 16 (13 blocks of 16, 25 of 8)
       {1, 24, 2, 5, 40, 1, 1, 0},   // 1x1 on 2x5: one row of 10
+      {1, 20, 4, 40, 64, 1, 1, 1, 1, false, false},  // 1x1 padded, no bias: rows of zeros
+      {1, 48, 5, 33, 40, 1, 2, 1},                   // 1x1 padded, stride 2: 14 + 2 interior
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
