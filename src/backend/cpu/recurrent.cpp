@@ -195,7 +195,6 @@ class Direction {
   void project_inputs();
   void step(int64_t s, float* y, int64_t j0, int64_t j1, int phase);
   int64_t time_of(int64_t s, int64_t b) const { return reverse_ ? p_.lens[b] - 1 - s : s; }
-  void prefetch_inputs(int64_t s, int64_t j0, int64_t j1) const;
 
   const Problem& p_;
   int64_t d_;
@@ -240,22 +239,6 @@ void Direction::project_inputs() {
   }
 }
 
-// The parts of gx that step s reads for units [j0, j1), fetched while the product runs: the
-// input GEMM wrote gx long before (S * B rows, in L3 or memory by now), and the gate math
-// otherwise waits on these loads (a third of an LSTM(256) step at batch 8 without this).
-void Direction::prefetch_inputs(int64_t s, int64_t j0, int64_t j1) const {
-  constexpr int64_t kLine = 64 / sizeof(float);
-  const int64_t H = p_.H, GH = p_.G * H;
-  for (int64_t b = 0; b < p_.B; ++b) {
-    if (s >= p_.lens[b]) continue;
-    const float* row = gx_ + p_.x_row(time_of(s, b), b) * GH;
-    for (int64_t g = 0; g < p_.G; ++g) {
-      for (int64_t j = j0; j < j1; j += kLine) __builtin_prefetch(row + g * H + j);
-      __builtin_prefetch(row + g * H + j1 - 1);
-    }
-  }
-}
-
 // Step s for hidden units [j0, j1) of every batch row. Phase 0 is the whole step but for GRU
 // without linear_before_reset, which takes phase 1 (z and r products, r . h) and phase 2 (the
 // product with the reset state, the gates) with every unit's phase 1 done between.
@@ -266,7 +249,6 @@ void Direction::step(int64_t s, float* y, int64_t j0, int64_t j1, int phase) {
   auto panels = [&](int64_t g) {
     return rt_ + (g * panels_per_gate(H) + j0 / kRecurrentPanel) * H * kRecurrentPanel;
   };
-  if (phase != 2) prefetch_inputs(s, j0, j1);
   for (int64_t g = 0; g < gates; ++g)
     PTO_ISA_DISPATCH(recurrent_matvec, h_, H, B, H, panels(g), hbias_ + g * H + j0,
                      gh_ + g * H + j0, GH, n);
