@@ -164,9 +164,10 @@ struct RowKernel {
   // accumulators stay in registers from the bias to the store: general's tap loops and its two
   // lane loops (whole and partial blocks) make GCC keep them in memory across loop boundaries, a
   // store and a load of every accumulator before and after the reduction, which for a 1x1 conv
-  // costs as much as a few input blocks of FMAs. With init() (below), 1 thread, Zen 4, against
+  // costs as much as a few input blocks of FMAs. With init() (above), 1 thread, Zen 4, against
   // ONNX Runtime's NCHWc node in the same process: 96 -> 384 at 14x14 143 -> 134 us (ORT 127),
-  // 48 -> 144 at 56x56 463 -> 411 (386), 16 -> 96 at 112x112 520 -> 420 (362).
+  // 48 -> 144 at 56x56 463 -> 410 (386), 16 -> 96 at 112x112 520 -> 409 (362). A row's interior
+  // is one call over its register blocks (1-2% on the last two).
   // No prefetch of the output lines (for writing) or of the residual at a block's start: measured
   // 3-6% slower on those shapes, and no gain on ResNet-18's 3x3 convs.
   template <int R, int kS>
@@ -184,8 +185,7 @@ struct RowKernel {
       auto lane = [&](int i) {
         Vec wv[OB][kNV];
         for (int o = 0; o < OB; ++o)
-          for (int v = 0; v < kNV; ++v)
-            wv[o][v] = Vec::load(wp + o * wstride + i * B + v * kLanes);
+          for (int v = 0; v < kNV; ++v) wv[o][v] = Vec::load(wp + o * wstride + i * B + v * kLanes);
 #pragma GCC unroll 32
         for (int r = 0; r < R; ++r) {
           const Vec xv = Vec::set1(xp[r * kS * B + i]);
@@ -298,11 +298,12 @@ struct RowKernel {
   // checked pixels past it.
   template <int kS>
   void interior(int64_t ox, int64_t hi) const {
-    if (const int64_t iy = oy * g.sh - g.ph; g.kh == 1 && g.kw == 1 && iy >= 0 && iy < g.ih) {
-      const int64_t blocks = (hi - ox) / kRUnit;
-      pointwise<kRUnit, kS>(ox, blocks);
-      ox += blocks * kRUnit;
-    }
+    if constexpr (!kNchw)
+      if (const int64_t iy = oy * g.sh - g.ph; g.kh == 1 && g.kw == 1 && iy >= 0 && iy < g.ih) {
+        const int64_t blocks = (hi - ox) / kRUnit;
+        pointwise<kRUnit, kS>(ox, blocks);
+        ox += blocks * kRUnit;
+      }
     for (; ox + kRUnit <= hi; ox += kRUnit) block<kRUnit, false, kS>(ox);
     if (ox < hi) tail<kRUnit - 1, kS>(static_cast<int>(hi - ox), ox);
     for (ox = hi; ox < g.ow; ++ox) block<1, true>(ox);
