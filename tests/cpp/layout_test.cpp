@@ -695,9 +695,11 @@ TEST(LayoutKernels, ConvBlockedMatchesReferenceConv) {
 TEST(LayoutKernels, StemReadsNchwInput) {
   std::mt19937 rng(8);
   // The third: YOLOv8's stem (3 -> 16, 3x3 stride 2), 35 output pixels a row: one register
-  // block of 28 at the constant stride, a tail of 5 and the checked edges.
+  // block of 28 at the constant stride, a tail of 5 and the checked edges. Then a 1x1 at stride
+  // 2, and a dilated 3x3 RGB stem with 2 + 1 output blocks (the unrolled stem path).
   for (const Case& t : {Case{2, 3, 23, 19, 40, 7, 2, 3}, Case{1, 1, 9, 8, 16, 3, 1, 1},
-                        Case{2, 3, 7, 70, 16, 3, 2, 1}, Case{1, 3, 5, 64, 32, 1, 2, 0}}) {
+                        Case{2, 3, 7, 70, 16, 3, 2, 1}, Case{1, 3, 5, 64, 32, 1, 2, 0},
+                        Case{1, 3, 9, 64, 40, 3, 2, 2, 2}}) {
     for (bool epilogue : {false, true}) {
       const Graph g = conv_graph(t, epilogue, rng);
       const std::vector<Tensor> in = random_inputs(g, 21);
