@@ -203,6 +203,18 @@ TEST(CpuConv, LargeStrides) {
          attrs_of({{"group", int64_t{6}}, {"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{3, 4}}})});
 }
 
+// Patch embeddings wider than 8 (ViT's 16x16/16, DINOv2's 14x14/14): im2col transposes each input
+// row's patches into the kernel row's col rows. Input sizes the patches do not divide (the rest is
+// never read), batch 2, a plane of 196 patches, and a K split into several column blocks.
+TEST(CpuConv, PatchEmbeddings) {
+  const Attributes s16 = attrs_of({{"strides", Dims{16, 16}}});
+  const Attributes s14 = attrs_of({{"strides", Dims{14, 14}}});
+  check({{2, 3, 64, 48}, {8, 3, 16, 16}, true, s16});
+  check({{1, 3, 58, 59}, {12, 3, 14, 14}, true, s14});
+  check({{1, 3, 224, 224}, {20, 3, 16, 16}, true, s16});
+  check({{1, 16, 48, 32}, {5, 16, 16, 16}, false, s16});
+}
+
 // Stride-1 outputs at least 16 wide take the shifted path (sgemm reading shifted rows of a padded
 // copy of the input, no col): pads, dilation, asymmetric pads, groups, batch, several row blocks.
 // (Those on 4 input channels or fewer take the stem path unless PTO_CONV_STEM=0.)
