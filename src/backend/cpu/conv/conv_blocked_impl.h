@@ -71,6 +71,22 @@ struct RowKernel {
       }
   }
 
+  // One input lane into a register block: OB weight vectors from wp (wstride apart) and, for
+  // pixel r, the broadcast of xp[r * xstep], R x OB multiply-adds.
+  template <int R>
+  [[gnu::always_inline]] void fma_lane(Vec (&acc)[R][OB][kNV], const float* wp, const float* xp,
+                                       int64_t xstep) const {
+    Vec wv[OB][kNV];
+    for (int o = 0; o < OB; ++o)
+      for (int v = 0; v < kNV; ++v) wv[o][v] = Vec::load(wp + o * wstride + v * kLanes);
+#pragma GCC unroll 32
+    for (int r = 0; r < R; ++r) {
+      const Vec xv = Vec::set1(xp[r * xstep]);
+      for (int o = 0; o < OB; ++o)
+        for (int v = 0; v < kNV; ++v) acc[r][o][v] = fma(xv, wv[o][v], acc[r][o][v]);
+    }
+  }
+
   // Stores the accumulators of a register block (pixel r, block o, vector v at output offset
   // o * ystride + (ox0 + r) * B + v * kLanes), adding e's scaled residual and clamping first.
   // e is copied to locals: the stores may alias it as far as the compiler knows.
@@ -137,18 +153,7 @@ struct RowKernel {
           if (kChecked && (ix < 0 || ix >= g.iw)) continue;
           const float* xp = xrow + ix * kPix;
           const float* wp = w + ((ib * g.kh + ky) * g.kw + kx) * B * B;
-          auto lane = [&](int64_t i) {
-            Vec wv[OB][kNV];
-            for (int o = 0; o < OB; ++o)
-              for (int v = 0; v < kNV; ++v)
-                wv[o][v] = Vec::load(wp + o * wstride + i * B + v * kLanes);
-#pragma GCC unroll 32
-            for (int r = 0; r < R; ++r) {
-              const Vec xv = Vec::set1(xp[r * xstep + i * xlane]);
-              for (int o = 0; o < OB; ++o)
-                for (int v = 0; v < kNV; ++v) acc[r][o][v] = fma(xv, wv[o][v], acc[r][o][v]);
-            }
-          };
+          auto lane = [&](int64_t i) { fma_lane(acc, wp + i * B, xp + i * xlane, xstep); };
           if (lanes == B)
             for (int i = 0; i < B; ++i) lane(i);  // a loop still: unrolled, it ran slower
           else
@@ -165,11 +170,17 @@ struct RowKernel {
   // lane loops (whole and partial blocks) make GCC keep them in memory across loop boundaries, a
   // store and a load of every accumulator before and after the reduction, which for a 1x1 conv
   // costs as much as a few input blocks of FMAs. With init() (above), 1 thread, Zen 4, against
-  // ONNX Runtime's NCHWc node in the same process: 96 -> 384 at 14x14 143 -> 134 us (ORT 127),
-  // 48 -> 144 at 56x56 463 -> 410 (386), 16 -> 96 at 112x112 520 -> 409 (362). A row's interior
+  // ONNX Runtime's NCHWc node in the same process: 96 -> 384 at 14x14 143 -> 131 us (ORT 128),
+  // 48 -> 144 at 56x56 463 -> 393 (381), 16 -> 96 at 112x112 520 -> 373 (354). A row's interior
   // is one call over its register blocks (1-2% on the last two).
   // No prefetch of the output lines (for writing) or of the residual at a block's start: measured
   // 3-6% slower on those shapes, and no gain on ResNet-18's 3x3 convs.
+  // Whether this row takes pointwise: a 1x1 conv whose input row oy * sh - ph exists.
+  bool pointwise_row() const {
+    const int64_t iy = oy * g.sh - g.ph;
+    return g.kh == 1 && g.kw == 1 && iy >= 0 && iy < g.ih;
+  }
+
   template <int R, int kS>
   void pointwise(int64_t ox0, int64_t blocks) const {
     const int64_t plane = g.ih * g.iw * B;
@@ -182,17 +193,7 @@ struct RowKernel {
       init(acc);
       const float* xp = xb;
       const float* wp = w;
-      auto lane = [&](int i) {
-        Vec wv[OB][kNV];
-        for (int o = 0; o < OB; ++o)
-          for (int v = 0; v < kNV; ++v) wv[o][v] = Vec::load(wp + o * wstride + i * B + v * kLanes);
-#pragma GCC unroll 32
-        for (int r = 0; r < R; ++r) {
-          const Vec xv = Vec::set1(xp[r * kS * B + i]);
-          for (int o = 0; o < OB; ++o)
-            for (int v = 0; v < kNV; ++v) acc[r][o][v] = fma(xv, wv[o][v], acc[r][o][v]);
-        }
-      };
+      auto lane = [&](int i) { fma_lane(acc, wp + i * B, xp + i, kS * B); };
       for (int64_t ib = 0; ib < whole; ++ib, xp += plane, wp += B * B) {
         // The run of R pixels kAheadPlanes planes on (see general).
         if (ahead && ib + kAheadPlanes < g.icb)
@@ -221,19 +222,8 @@ struct RowKernel {
 #pragma GCC unroll 8
       for (int kx = 0; kx < kKW; ++kx)
 #pragma GCC unroll 4
-        for (int i = 0; i < kC; ++i) {
-          const float* xp = xrow + kx * g.dw + i * plane;
-          const float* wp = wrow + kx * B * B + i * B;
-          Vec wv[OB][kNV];
-          for (int o = 0; o < OB; ++o)
-            for (int v = 0; v < kNV; ++v) wv[o][v] = Vec::load(wp + o * wstride + v * kLanes);
-#pragma GCC unroll 32
-          for (int r = 0; r < R; ++r) {
-            const Vec xv = Vec::set1(xp[r * kS]);
-            for (int o = 0; o < OB; ++o)
-              for (int v = 0; v < kNV; ++v) acc[r][o][v] = fma(xv, wv[o][v], acc[r][o][v]);
-          }
-        }
+        for (int i = 0; i < kC; ++i)
+          fma_lane(acc, wrow + kx * B * B + i * B, xrow + kx * g.dw + i * plane, kS);
     }
     store<R, OB>(acc, ox0);
   }
@@ -313,10 +303,7 @@ struct RowKernel {
     if constexpr (!kChecked && kS != 0 && kNchw)
       if (g.channels == 3 && g.kw == 3) return stem<R, kS, 3, 3>(ox0);
     if constexpr (!kChecked && kS != 0 && !kNchw)
-      if (g.kh == 1 && g.kw == 1) {
-        const int64_t iy = oy * g.sh - g.ph;
-        if (iy >= 0 && iy < g.ih) return pointwise<R, kS>(ox0, 1);
-      }
+      if (pointwise_row()) return pointwise<R, kS>(ox0, 1);
     general<R, kChecked, kS>(ox0);
   }
 
@@ -334,7 +321,7 @@ struct RowKernel {
   template <int kS>
   void interior(int64_t ox, int64_t hi) const {
     if constexpr (!kNchw)
-      if (const int64_t iy = oy * g.sh - g.ph; g.kh == 1 && g.kw == 1 && iy >= 0 && iy < g.ih) {
+      if (pointwise_row()) {
         const int64_t blocks = (hi - ox) / kRUnit;
         pointwise<kRUnit, kS>(ox, blocks);
         ox += blocks * kRUnit;
