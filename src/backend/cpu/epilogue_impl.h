@@ -32,6 +32,7 @@ void epilogue_rows(const Epilogue& ep, const UnaryParams& p, float* c, int64_t l
       store(unary<Op>(x, p), row + j);
     };
     int64_t j = 0;
+#pragma GCC unroll 2
     for (; j + L <= n; j += L)
       step(
           j, [](const float* q) { return Vec::load(q); }, [](Vec v, float* q) { v.store(q); });
