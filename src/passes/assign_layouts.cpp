@@ -13,7 +13,8 @@
 //      drops H and W first keeps them and is followed by a Flatten) of a blocked value, as
 //      ReduceMean over {2, 3} of the 5-D value; MaxPool and
 //      AveragePool (2-D windows) of a blocked value, as the same pool with a unit window on the
-//      5-D value's channel lanes. An elementwise op may also read [N, C, 1, 1] values
+//      5-D value's channel lanes; GroupNormalization (per-channel scale and bias) of a blocked
+//      value, as GroupNormBlocked. An elementwise op may also read [N, C, 1, 1] values
 //      (squeeze-excitation's scale), blocked or reordered. Everything else (Flatten, Gemm, other
 //      reductions, unknown ops) reads NCHW. Then a conv that
 //      starts a region (NCHW input) reaching no other blocked conv is left NCHW, and the walk is
@@ -267,6 +268,19 @@ bool plane_resize(const Graph& g, const Node& n) {
   return plane_resize_scales(g, n).has_value();
 }
 
+// A GroupNormalization of a 4-D float32 value with constant scale and bias per channel (opset
+// 21's meaning; before, per group, the same where each group is one channel): GroupNormBlocked.
+bool group_norm_blockable(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 3 || !nchw_f32(g, n.inputs[0])) return false;
+  const int64_t C = channels_of(g, n.inputs[0]), groups = n.attrs.get_int("num_groups", 0);
+  if (groups < 1 || C % groups != 0 || (n.opset != 0 && n.opset < 21 && groups != C)) return false;
+  for (size_t i = 1; i < 3; ++i) {
+    const Tensor* t = constant(g, n.inputs[i]);
+    if (!t || t->dtype() != DType::kF32 || t->rank() != 1 || t->numel() != C) return false;
+  }
+  return true;
+}
+
 // Whether node `n` can read and write blocked values given which values are blocked.
 bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked, int block,
                 SpatialClasses& classes) {
@@ -292,6 +306,8 @@ bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked,
   if (n.op == "GlobalAveragePool" || n.op == "ReduceMean")
     return !n.inputs.empty() && blocked[n.inputs[0]] && spatial_mean(g, n);
   if (n.op == "Resize") return !n.inputs.empty() && blocked[n.inputs[0]] && plane_resize(g, n);
+  if (n.op == "GroupNormalization")
+    return !n.inputs.empty() && blocked[n.inputs[0]] && group_norm_blockable(g, n);
   if (n.op == "MaxPool" || n.op == "AveragePool")
     return !n.inputs.empty() && blocked[n.inputs[0]] && n.attrs.has("kernel_shape") &&
            n.attrs.get_ints("kernel_shape").size() == 2 && n.attrs.get_int("storage_order", 0) == 0;
@@ -482,6 +498,19 @@ class Rewriter {
           g_.add_constant(g_.value(y).name + "_scales", Tensor::from_vector<float>(v, {5}));
       Node& n = g_.mutable_nodes()[i];
       n.inputs = {blocked_of_[inputs[0]], kNoValue, scales};  // roi unused without the crop
+    } else if (g_.nodes()[i].op == "GroupNormalization") {
+      const Node& n = g_.nodes()[i];
+      Attributes attrs;
+      attrs.set("channels", C);
+      attrs.set("num_groups", n.attrs.get_int("num_groups"));
+      attrs.set("epsilon", n.attrs.get_float("epsilon", 1e-5));
+      std::vector<ValueId> ins = {blocked_of_[inputs[0]]};
+      for (size_t k = 1; k < 3; ++k)
+        ins.push_back(g_.add_constant(g_.value(inputs[k]).name + "_blocked",
+                                      padded_bias(*constant(g_, inputs[k]), block_)));
+      Node& m = g_.mutable_nodes()[i];
+      retarget(m, "GroupNormBlocked", std::move(ins), std::move(attrs));
+      m.domain = "pto";
     } else if (g_.nodes()[i].op == "MaxPool" || g_.nodes()[i].op == "AveragePool") {
       // Pooling over H and W of [N, C/c, H, W, c]: a 3-D window with a unit last axis.
       const ValueId xb = blocked(inputs[0]);  // may add nodes: take the reference after

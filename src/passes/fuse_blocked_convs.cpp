@@ -6,6 +6,7 @@
 //   %d = pto.ConvBlocked(%x, %wd, %bd) {depthwise}  %r = Clip(%d, 0, 6)
 //   %y = pto.ConvBlocked(%r, %wp, %bp) {1x1}
 // -> %y = pto.DwPwConvBlocked(%x, %wd, %bd, %wp, %bp) {activation="Clip", min=0, max=6}
+// A GroupNormBlocked read only by a Relu takes it as its activation.
 #include <cmath>
 #include <limits>
 
@@ -169,8 +170,30 @@ bool fuse_expand(Rewrite& rw, size_t i, const PassContext& ctx) {
   return true;
 }
 
+// A Relu read of a GroupNormBlocked only (its one reader) becomes the norm's activation: the
+// normalizing pass writes max(y, 0) instead of a second pass over the tensor.
+bool fuse_norm_relu(Rewrite& rw, size_t i, const PassContext& ctx) {
+  Graph& g = rw.graph();
+  const Node& relu = g.nodes()[i];
+  if (relu.op != "Relu" || !relu.domain.empty() || relu.inputs.size() != 1) return false;
+  const ValueId x = relu.inputs[0];
+  const Node* norm = producer(g, x);
+  if (!norm || norm->op != "GroupNormBlocked" || norm->domain != "pto" ||
+      !norm->attrs.get_string("activation", "").empty() || rw.uses()[x] != 1 || g.is_output(x))
+    return false;
+  const Node copy = *norm;
+  Attributes attrs = copy.attrs;
+  attrs.set("activation", std::string("Relu"));
+  rw.remove(index_of(g, norm));
+  Node& fused = g.mutable_nodes()[i];
+  retarget(fused, "GroupNormBlocked", copy.inputs, std::move(attrs));
+  fused.domain = "pto";
+  ctx.note("FuseBlockedConvs/GroupNormRelu");
+  return true;
+}
+
 Graph fuse_blocked_convs(Graph g, const PassContext& ctx) {
-  apply_rules(g, {{nullptr, fuse}}, ctx);
+  apply_rules(g, {{nullptr, fuse}, {nullptr, fuse_norm_relu}}, ctx);
   apply_rules(g, {{nullptr, fuse_expand}}, ctx);
   return g;
 }
@@ -180,7 +203,7 @@ Graph fuse_blocked_convs(Graph g, const PassContext& ctx) {
 void register_fuse_blocked_convs(PassRegistry& r) {
   r.add({"FuseBlockedConvs", fuse_blocked_convs,
          "joins a depthwise ConvBlocked, a Relu or Clip, and the 1x1 ConvBlocked reading it into "
-         "one DwPwConvBlocked (level 3)"});
+         "one DwPwConvBlocked, and a GroupNormBlocked and its Relu (level 3)"});
 }
 
 }  // namespace pto::passes

@@ -7,6 +7,8 @@
 //   (x - mean(x)) / Sqrt(mean((x - mean(x))^2) [+ eps]) [* g] [+ b]  -> LayerNormalization
 //   x / Sqrt(mean(x^2) [+ eps]) [* g]                                -> RMSNormalization
 //   x * Clip(x + 3, 0, 6) / 6 (one Clip or a min and a max Clip)       -> HardSwish
+//   Reshape(InstanceNormalization(Reshape(x, [N, G, -1]), 1, 0), x's shape) [* g] [+ b]
+//     (torch.onnx.export's GroupNorm before opset 18)                  -> GroupNormalization
 // Matching is backwards from the candidate root (the last node of the pattern). The product
 // x * 0.5 * s is matched in any association; commutative operands in either order; x^2 as Pow 2 or
 // Mul(d, d); x^3 as Pow 3 or Mul chains; the division as Div, Mul by Reciprocal or Mul by Div(1,
@@ -395,8 +397,134 @@ bool norm(Rewrite& rw, size_t i, const PassContext& ctx) {
   return true;
 }
 
+// ---- GroupNormalization ----
+
+// A constant per channel of x [N, C, ...] (shape [C, 1, ...] or [1, C, 1, ...], or [C]) as [C],
+// or nullopt.
+std::optional<Tensor> channel_vector(const Graph& g, ValueId p, ValueId x, int64_t channels) {
+  const Tensor* t = constant(g, p);
+  const auto& xs = g.value(x).type.shape;
+  if (!t || !xs || t->dtype() != dtype_of_value(g, x) || t->numel() != channels ||
+      t->rank() > static_cast<int64_t>(xs->size()))
+    return std::nullopt;
+  for (int64_t d = 0; d < t->rank(); ++d) {
+    const int64_t axis = d + static_cast<int64_t>(xs->size()) - t->rank();
+    if (t->dim(d) != 1 && axis != 1) return std::nullopt;
+  }
+  return t->contiguous().reshape({channels});
+}
+
+// Every element of constant v equals `want` (numel `count`).
+bool all_equal(const Graph& g, ValueId v, int64_t count, double want) {
+  const Tensor* t = v == kNoValue ? nullptr : constant(g, v);
+  if (!t || t->numel() != count) return false;
+  for (double d : to_doubles(*t))
+    if (d != want) return false;
+  return true;
+}
+
+struct GroupNormMatch {
+  std::vector<size_t> consumed;
+  ValueId x = kNoValue;
+  int64_t groups = 0, channels = 0;
+  double eps = 1e-5;
+  ValueId gamma = kNoValue, beta = kNoValue;  // per-channel constants, or none
+};
+
+// torch.onnx.export's GroupNorm (before opset 18 had the op), ending at node `i`:
+// [Add(Mul(r, gamma), beta) | Mul(r, gamma) | r], r = Reshape(InstanceNormalization(
+// Reshape(x, [N, G, -1]), ones, zeros), x's shape): G groups of C / G channels.
+std::optional<GroupNormMatch> match_group_norm(Rewrite& rw, size_t i) {
+  Graph& g = rw.graph();
+  const Node& root = g.nodes()[i];
+  if (root.outputs.size() != 1 || !root.domain.empty()) return std::nullopt;
+  for (int form = 0; form < 3; ++form) {
+    GroupNormMatch r;
+    Matcher m{g, rw.uses(), {}};
+    ValueId v = root.outputs[0];
+    const Node* node = &root;
+    if (form == 0) {  // Add(Mul(r, gamma), beta)
+      if (root.op != "Add" || root.inputs.size() != 2) continue;
+      const int side = constant(g, root.inputs[0]) ? 1 : 0;
+      r.beta = root.inputs[1 - side];
+      node = m.inner(root.inputs[side], "Mul");
+      if (!node) continue;
+    }
+    if (form <= 1) {  // Mul(r, gamma)
+      if (node->op != "Mul" || node->inputs.size() != 2) continue;
+      const int side = constant(g, node->inputs[0]) ? 1 : 0;
+      r.gamma = node->inputs[1 - side];
+      v = node->inputs[side];
+      node = nullptr;
+    }
+    const Node* back = node ? (node->op == "Reshape" ? node : nullptr) : m.inner(v, "Reshape");
+    if (!back || back->inputs.empty()) continue;
+    const Node* in = m.inner(back->inputs[0], "InstanceNormalization");
+    if (!in || in->inputs.size() != 3) continue;
+    const Node* split = m.inner(in->inputs[0], "Reshape");
+    if (!split || split->inputs.empty()) continue;
+    r.x = split->inputs[0];
+    const auto& xs = g.value(r.x).type.shape;
+    const auto& ss = g.value(in->inputs[0]).type.shape;
+    if (!xs || xs->size() < 3 || !(*xs)[1].is_known() || !ss || ss->size() != 3 ||
+        !(*ss)[1].is_known() || !same_dim((*ss)[0], (*xs)[0]) ||
+        !same_shape(g, back->outputs[0], r.x) || !is_floating(dtype_of_value(g, r.x)))
+      continue;
+    r.channels = (*xs)[1].value, r.groups = (*ss)[1].value;
+    if (r.groups < 1 || r.channels % r.groups != 0) continue;
+    // [N, G, -1] must split the channel axis into groups: the last dim is (C / G) * spatial.
+    int64_t spatial = 1;
+    for (size_t d = 2; d < xs->size(); ++d) {
+      if (!(*xs)[d].is_known()) spatial = -1;
+      if (spatial > 0) spatial *= (*xs)[d].value;
+    }
+    if (spatial < 0 || !(*ss)[2].is_known() || (*ss)[2].value != r.channels / r.groups * spatial)
+      continue;
+    if (!all_equal(g, in->inputs[1], r.groups, 1.0) || !all_equal(g, in->inputs[2], r.groups, 0.0))
+      continue;
+    r.eps = in->attrs.get_float("epsilon", 1e-5f);
+    if (r.gamma != kNoValue && !channel_vector(g, r.gamma, r.x, r.channels)) continue;
+    if (r.beta != kNoValue && !channel_vector(g, r.beta, r.x, r.channels)) continue;
+    r.consumed = std::move(m.consumed);
+    return r;
+  }
+  return std::nullopt;
+}
+
+bool group_norm(Rewrite& rw, size_t i, const PassContext& ctx) {
+  Graph& g = rw.graph();
+  const std::string& op = g.nodes()[i].op;
+  if (op != "Add" && op != "Mul" && op != "Reshape") return false;
+  auto r = match_group_norm(rw, i);
+  if (!r) return false;
+  // A longer match ending at the reader (the scale or bias step) is preferred: let it fire there.
+  const int32_t user = rw.readers().single_reader(g.nodes()[i].outputs[0]);
+  if (user >= 0 && match_group_norm(rw, static_cast<size_t>(user))) return false;
+  const DType dt = dtype_of_value(g, r->x);
+  auto param = [&](ValueId v, double fill, const char* suffix) -> std::optional<ValueId> {
+    std::optional<Tensor> t =
+        v != kNoValue ? channel_vector(g, v, r->x, r->channels)
+                      : float_tensor(dt, {r->channels},
+                                     std::vector<double>(static_cast<size_t>(r->channels), fill));
+    if (!t) return std::nullopt;
+    return g.add_constant(g.nodes()[i].name + suffix, std::move(*t));
+  };
+  const std::optional<ValueId> scale = param(r->gamma, 1.0, "_scale");
+  const std::optional<ValueId> bias = param(r->beta, 0.0, "_bias");
+  if (!scale || !bias) return false;
+  Attributes attrs;
+  attrs.set("epsilon", static_cast<float>(r->eps));
+  attrs.set("num_groups", r->groups);
+  for (size_t n : r->consumed) rw.remove(n);
+  // Opset 21's meaning (the latest): scale and bias per channel.
+  retarget(g.mutable_nodes()[i], "GroupNormalization", {r->x, *scale, *bias}, std::move(attrs));
+  ctx.note("RecognizeComposites/GroupNormalization");
+  return true;
+}
+
 Graph recognize_composites(Graph g, const PassContext& ctx) {
-  apply_rules(g, {{nullptr, gelu}, {nullptr, hard_swish}, {nullptr, norm}}, ctx);
+  apply_rules(g, {{nullptr, gelu}, {nullptr, hard_swish}, {nullptr, norm}, {nullptr, group_norm}},
+              ctx);
   return g;
 }
 
@@ -404,8 +532,8 @@ Graph recognize_composites(Graph g, const PassContext& ctx) {
 
 void register_recognize_composites(PassRegistry& r) {
   r.add({"RecognizeComposites", recognize_composites,
-         "replaces GELU (erf and tanh forms), LayerNorm and RMSNorm spelled out in primitive ops "
-         "by Gelu, LayerNormalization and RMSNormalization"});
+         "replaces GELU (erf and tanh forms), LayerNorm, RMSNorm and GroupNorm spelled out in "
+         "primitive ops by Gelu, LayerNormalization, RMSNormalization and GroupNormalization"});
 }
 
 }  // namespace pto::passes

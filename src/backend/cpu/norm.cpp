@@ -1,6 +1,7 @@
 // CPU kernels for Softmax, LogSoftmax, LayerNormalization, RMSNormalization, BatchNormalization
 // (inference), InstanceNormalization and GroupNormalization on float32. Each row, plane or group is
-// normalized by one thread (its mean, variance, then one pass writing (x - mean) * a + b).
+// normalized by one thread (its mean, variance, then one pass writing (x - mean) * a + b); the
+// blocked GroupNorm (GroupNormBlocked) by per-lane sums over runs of pixels, then the same.
 // Parameter shapes the fast path does not cover (broadcast Scale, BatchNormalization's per-element
 // form before opset 9) are left to the reference kernel at run time, which also raises the shape
 // errors.
@@ -587,6 +588,91 @@ std::vector<Tensor> run_group_norm(const KernelContext& c) {
   return per_group ? normalize_groups(c, groups, true) : reference_f32(c);
 }
 
+// GroupNormBlocked: GroupNormalization of a blocked X [N, Cb, H, W, c] (src/ir/ops/
+// blocked_layout.cpp) in two passes over X. First, per task (a run of pixels of one channel
+// block), each lane's sums of d = x - shift and d^2, shift being the lane's first pixel (so data
+// clustered far from 0 loses nothing); the tasks' sums are added per channel in double and then
+// per group: mean m and, exactly, sum (x - m)^2 = s2 + 2 (shift - m) s1 + count (shift - m)^2.
+// Second, y = (x - shift) a + b per lane, a = scale / sqrt(var + eps) and b = bias +
+// (shift - m) a, then the Relu. The padded lanes get a = b = 0.
+std::vector<Tensor> run_group_norm_blocked(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const int64_t C = c.attrs().get_int("channels"), G = c.attrs().get_int("num_groups");
+  if (x.rank() != 5 || !x.is_contiguous() || x.dtype() != DType::kF32 ||
+      c.input(1).numel() < C || c.input(2).numel() < C || C % G != 0 ||
+      C > x.dim(1) * x.dim(4))
+    return reference_f32(c);
+  const int64_t N = x.dim(0), Cb = x.dim(1), HW = x.dim(2) * x.dim(3), lanes = x.dim(4);
+  const int block = static_cast<int>(lanes);
+  Tensor y = Tensor::empty(DType::kF32, x.shape());
+  if (x.numel() == 0) return one(std::move(y));
+  const Tensor scale_t = c.input(1).contiguous(), bias_t = c.input(2).contiguous();
+  const float *scale = scale_t.data<float>(), *bias = bias_t.data<float>();
+  const float* xs = x.data<float>();
+  float* ys = y.data<float>();
+  const double eps = c.attrs().get_float("epsilon", 1e-5);
+  const bool relu = c.attrs().get_string("activation", "") == "Relu";
+  // Runs of pixels per task: enough tasks to spread a batch-1 tensor of few blocks, each at
+  // least kParallelGrain floats.
+  const int64_t run = std::max<int64_t>(kParallelGrain / lanes, (HW + 3) / 4);
+  const int64_t runs = (HW + run - 1) / run, tasks = N * Cb * runs;
+  const size_t width = static_cast<size_t>(lanes);
+  std::vector<float> shift(static_cast<size_t>(N * Cb) * width);
+  for (int64_t nb = 0; nb < N * Cb; ++nb)
+    std::copy_n(xs + nb * HW * lanes, lanes, shift.data() + nb * lanes);
+  std::vector<double> s1(static_cast<size_t>(tasks) * width, 0.0), s2(s1.size(), 0.0);
+  parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t nb = t / runs, p0 = t % runs * run, p1 = std::min(HW, p0 + run);
+      PTO_ISA_DISPATCH(lane_sums, xs + (nb * HW + p0) * lanes, p1 - p0, block,
+                       shift.data() + nb * lanes, s1.data() + t * lanes, s2.data() + t * lanes);
+    }
+  });
+  // Per channel and image: shift, sums; then each group's mean and inverse deviation.
+  std::vector<float> a(shift.size(), 0.0f), b(shift.size(), 0.0f);
+  const int64_t per = C / G;
+  const double count = static_cast<double>(per * HW);
+  std::vector<double> c1(static_cast<size_t>(per)), c2(c1.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g) {
+      double total = 0;
+      for (int64_t k = 0; k < per; ++k) {
+        const int64_t ch = g * per + k, nb = n * Cb + ch / lanes, l = ch % lanes;
+        double t1 = 0, t2 = 0;
+        for (int64_t r = 0; r < runs; ++r) {
+          t1 += s1[static_cast<size_t>((nb * runs + r) * lanes + l)];
+          t2 += s2[static_cast<size_t>((nb * runs + r) * lanes + l)];
+        }
+        c1[k] = t1, c2[k] = t2;
+        total += static_cast<double>(shift[nb * lanes + l]) * static_cast<double>(HW) + t1;
+      }
+      const double mean = total / count;
+      double m2 = 0;
+      for (int64_t k = 0; k < per; ++k) {
+        const int64_t ch = g * per + k;
+        const double d = static_cast<double>(shift[(n * Cb + ch / lanes) * lanes + ch % lanes]) - mean;
+        m2 += c2[k] + 2 * d * c1[k] + static_cast<double>(HW) * d * d;
+      }
+      const double inv = 1 / std::sqrt(std::max(m2, 0.0) / count + eps);
+      for (int64_t k = 0; k < per; ++k) {
+        const int64_t ch = g * per + k;
+        const size_t at = static_cast<size_t>((n * Cb + ch / lanes) * lanes + ch % lanes);
+        const double ak = scale[ch] * inv;
+        a[at] = static_cast<float>(ak);
+        b[at] = static_cast<float>(bias[ch] + (static_cast<double>(shift[at]) - mean) * ak);
+      }
+    }
+  parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t nb = t / runs, p0 = t % runs * run, p1 = std::min(HW, p0 + run);
+      const int64_t at = (nb * HW + p0) * lanes;
+      PTO_ISA_DISPATCH(lane_affine, xs + at, ys + at, p1 - p0, block, shift.data() + nb * lanes,
+                       a.data() + nb * lanes, b.data() + nb * lanes, relu);
+    }
+  });
+  return one(std::move(y));
+}
+
 }  // namespace
 
 void register_norm_kernels(KernelRegistry& r) {
@@ -614,6 +700,9 @@ void register_norm_kernels(KernelRegistry& r) {
     k.reference_at_run_time = k.takes_casts = true;
     r.add(op, std::move(k));
   }
+  Kernel blocked{.accepts = all_f32, .run = run_group_norm_blocked};
+  blocked.reference_at_run_time = true;
+  r.add("GroupNormBlocked", std::move(blocked));
 }
 
 }  // namespace pto::cpu

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "backend/cpu/reduce_kernels.h"
+#include "backend/cpu/isa/vmath.h"
 #include "backend/cpu/reduce_simd.h"
 
 namespace pto::cpu::PTO_ISA_NS {
@@ -191,6 +192,73 @@ void sum_moments(const float* const* t, int k, float* y, int64_t n, float* shift
 
 float mean_square(const float* x, int64_t n) {
   return block_sum(x, n, [](Vec v) { return v * v; }) / static_cast<float>(n);
+}
+
+// c lanes as kV vectors (c == kV * kLanes), or lane by lane where c is not a whole number of
+// vectors (one call per block: the loops over the pixels dominate).
+template <int kV>
+void lane_sums_v(const float* x, int64_t pixels, const float* shift, double* s1, double* s2) {
+  constexpr int L = Vec::kLanes, kRun = 256;
+  Vec sh[kV];
+  for (int v = 0; v < kV; ++v) sh[v] = Vec::load(shift + v * L);
+  for (int64_t p0 = 0; p0 < pixels; p0 += kRun) {
+    const int64_t p1 = p0 + kRun < pixels ? p0 + kRun : pixels;
+    Vec a[kV], q[kV];
+    for (int v = 0; v < kV; ++v) a[v] = q[v] = Vec::zero();
+    for (int64_t p = p0; p < p1; ++p)
+      for (int v = 0; v < kV; ++v) {
+        const Vec d = Vec::load(x + p * kV * L + v * L) - sh[v];
+        a[v] = a[v] + d;
+        q[v] = fma(d, d, q[v]);
+      }
+    float fa[kV * L], fq[kV * L];
+    for (int v = 0; v < kV; ++v) a[v].store(fa + v * L), q[v].store(fq + v * L);
+    for (int l = 0; l < kV * L; ++l) s1[l] += fa[l], s2[l] += fq[l];
+  }
+}
+
+void lane_sums(const float* x, int64_t pixels, int c, const float* shift, double* s1,
+               double* s2) {
+  constexpr int L = Vec::kLanes;
+  if (c == L) return lane_sums_v<1>(x, pixels, shift, s1, s2);
+  if (c == 2 * L) return lane_sums_v<2>(x, pixels, shift, s1, s2);
+  if (c == 4 * L) return lane_sums_v<4>(x, pixels, shift, s1, s2);
+  for (int64_t p = 0; p < pixels; ++p)
+    for (int l = 0; l < c; ++l) {
+      const double d = static_cast<double>(x[p * c + l] - shift[l]);
+      s1[l] += d, s2[l] += d * d;
+    }
+}
+
+template <int kV>
+void lane_affine_v(const float* x, float* y, int64_t pixels, const float* shift, const float* a,
+                   const float* b, bool relu) {
+  constexpr int L = Vec::kLanes;
+  Vec sh[kV], av[kV], bv[kV];
+  for (int v = 0; v < kV; ++v)
+    sh[v] = Vec::load(shift + v * L), av[v] = Vec::load(a + v * L), bv[v] = Vec::load(b + v * L);
+  auto run = [&]<bool kRelu>() {
+    for (int64_t p = 0; p < pixels; ++p)
+      for (int v = 0; v < kV; ++v) {
+        const int64_t at = p * kV * L + v * L;
+        const Vec t = fma(Vec::load(x + at) - sh[v], av[v], bv[v]);
+        (kRelu ? max_keep_nan(t, Vec::zero()) : t).store(y + at);
+      }
+  };
+  relu ? run.template operator()<true>() : run.template operator()<false>();
+}
+
+void lane_affine(const float* x, float* y, int64_t pixels, int c, const float* shift,
+                 const float* a, const float* b, bool relu) {
+  constexpr int L = Vec::kLanes;
+  if (c == L) return lane_affine_v<1>(x, y, pixels, shift, a, b, relu);
+  if (c == 2 * L) return lane_affine_v<2>(x, y, pixels, shift, a, b, relu);
+  if (c == 4 * L) return lane_affine_v<4>(x, y, pixels, shift, a, b, relu);
+  for (int64_t p = 0; p < pixels; ++p)
+    for (int l = 0; l < c; ++l) {
+      const float v = (x[p * c + l] - shift[l]) * a[l] + b[l];
+      y[p * c + l] = relu && v < 0.0f ? 0.0f : v;  // NaN stays NaN, as Relu's
+    }
 }
 
 void normalize(const float* x, float* y, int64_t n, float shift, float mean, float a, float b) {

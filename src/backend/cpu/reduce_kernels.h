@@ -63,6 +63,14 @@ PTO_ISA_DECLARE(
     // statistics of y taken in the same pass (the same bits as moments(y, ...) after it).
     void sum_moments(const float* const* t, int k, float* y, int64_t n, float* shift, float* mean,
                      float* var);
+    // Per-lane sums over `pixels` pixels of c lanes each (one channel block of a blocked tensor,
+    // GroupNormBlocked): with d = x - shift[l], s1[l] += d and s2[l] += d^2 (in double; floats
+    // within runs of 256 pixels).
+    void lane_sums(const float* x, int64_t pixels, int c, const float* shift, double* s1,
+                   double* s2);
+    // y = (x - shift[l]) * a[l] + b[l] over `pixels` pixels of c lanes, then max(., 0) with relu.
+    void lane_affine(const float* x, float* y, int64_t pixels, int c, const float* shift,
+                     const float* a, const float* b, bool relu);
     // The mean of x[j]^2 over j < n, n > 0 (RMSNormalization).
     float mean_square(const float* x, int64_t n);
     // y = (x - shift - mean) * a + b over n elements.

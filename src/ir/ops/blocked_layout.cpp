@@ -24,6 +24,11 @@
 //       The same after a 1x1, stride-1 ConvBlocked expansion (We [Cb, ICb, 1, 1, c, c], Be
 //       [Cb * c]) and its activation on X [N, ICb, H, W, c] (IC real channels): a MobileNetV2
 //       inverted residual block, whose expanded tensor is computed a few rows at a time.
+//   GroupNormBlocked(X, scale, bias) {channels=C, num_groups=G, epsilon, activation="" | "Relu"}
+//       GroupNormalization (opset 21: scale and bias per channel, here [Cb * c], padded) of
+//       blocked X [N, Cb, H, W, c] with C real channels in G groups of C / G, then the
+//       activation: the same shape. AssignLayouts makes it of a GroupNormalization whose input is
+//       blocked, FuseBlockedConvs gives it the Relu that reads it.
 #include "ir/ops/blocked_layout.h"
 
 #include "infer_util.h"
@@ -112,6 +117,21 @@ void infer_dw_pw_conv_blocked(InferContext& c) {
   infer::set(c, 0, c.inputs[0].dtype, y);
 }
 
+void infer_group_norm_blocked(InferContext& c) {
+  if (!c.has_input(0)) return;
+  const std::optional<Shape>& x = c.inputs[0].shape;
+  if (x && x->size() != 5)
+    throw ValueError(cat(c.where(), ": X must be [N, Cb, H, W, c], got ", shape_str(*x)));
+  const int64_t channels = c.attrs().get_int("channels"), groups = c.attrs().get_int("num_groups");
+  if (groups < 1 || channels < 1 || channels % groups != 0)
+    throw ValueError(cat(c.where(), ": ", channels, " channels do not split into ", groups,
+                         " groups"));
+  const std::string act = c.attrs().get_string("activation", "");
+  if (!act.empty() && act != "Relu")
+    throw ValueError(cat(c.where(), ": activation must be \"\" or \"Relu\", got \"", act, "\""));
+  infer::set(c, 0, c.inputs[0].dtype, x);
+}
+
 }  // namespace
 
 void register_blocked_layout_ops(OpRegistry& r) {
@@ -156,6 +176,17 @@ void register_blocked_layout_ops(OpRegistry& r) {
          .infer = infer_dw_pw_conv_blocked,
          .doc = "[1x1 ConvBlocked expansion and activation,] depthwise ConvBlocked, an "
                 "activation and a 1x1 ConvBlocked as one node"});
+  r.add({.name = "GroupNormBlocked",
+         .min_inputs = 3,
+         .max_inputs = 3,
+         .properties = kOpaque,
+         .attrs = {required_attr("channels", AttrKind::kInt, "the real channel count"),
+                   required_attr("num_groups", AttrKind::kInt, "groups of channels / num_groups"),
+                   {"epsilon", 1e-5, "added to the variance"},
+                   {"activation", "", "after the norm: \"\" or \"Relu\""}},
+         .infer = infer_group_norm_blocked,
+         .doc = "GroupNormalization (per-channel scale and bias) of a channel-blocked tensor, then "
+                "an optional Relu"});
 }
 
 Tensor blocked_conv_weights(const Tensor& w, bool depthwise, int block) {

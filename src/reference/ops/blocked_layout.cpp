@@ -3,6 +3,7 @@
 // input lanes and writes the padded output lanes as bias + 0 (general) or 0 (depthwise); nothing
 // reads them.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "nn_kernels.h"
@@ -161,6 +162,48 @@ std::vector<Tensor> dw_pw_conv_blocked(const KernelContext& c) {
       {one_by_one(c.attrs().get_int("channels")), {mid, c.input(3), c.input(4)}, 1});
 }
 
+// GroupNormalization of blocked X, in double: channel k is lane k % b of block k / b; each of G
+// groups of C / G channels is normalized over its channels and H x W, then scaled and shifted
+// per channel, then the activation. Padded lanes are written as 0.
+std::vector<Tensor> group_norm_blocked(const KernelContext& c) {
+  const std::string where = c.where();
+  const Tensor& X = c.input(0);
+  require_float(X.dtype(), where);
+  const int64_t C = c.attrs().get_int("channels"), G = c.attrs().get_int("num_groups");
+  if (X.rank() != 5 || C > X.dim(1) * X.dim(4) || C <= (X.dim(1) - 1) * X.dim(4) || G < 1 ||
+      C % G != 0)
+    throw ValueError(cat(where, ": X must be [N, Cb, H, W, c] with ", C, " channels in ", G,
+                         " groups, got ", X.str()));
+  const int64_t N = X.dim(0), Cb = X.dim(1), HW = X.dim(2) * X.dim(3), b = X.dim(4);
+  const std::vector<double> x = to_doubles(X, where), scale = to_doubles(c.input(1), where),
+                            bias = to_doubles(c.input(2), where);
+  if (static_cast<int64_t>(scale.size()) < C || static_cast<int64_t>(bias.size()) < C)
+    throw ValueError(cat(where, ": scale and bias need ", C, " values"));
+  const double eps = c.attrs().get_float("epsilon", 1e-5);
+  const bool relu = c.attrs().get_string("activation", "") == "Relu";
+  auto at = [&](int64_t n, int64_t ch, int64_t p) {
+    return static_cast<size_t>(((n * Cb + ch / b) * HW + p) * b + ch % b);
+  };
+  std::vector<double> y(x.size(), 0.0);
+  const int64_t per = C / G;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t grp = 0; grp < G; ++grp) {
+      double sum = 0, sq = 0;
+      for (int64_t ch = grp * per; ch < (grp + 1) * per; ++ch)
+        for (int64_t p = 0; p < HW; ++p) sum += x[at(n, ch, p)];
+      const double mean = sum / static_cast<double>(per * HW);
+      for (int64_t ch = grp * per; ch < (grp + 1) * per; ++ch)
+        for (int64_t p = 0; p < HW; ++p) sq += (x[at(n, ch, p)] - mean) * (x[at(n, ch, p)] - mean);
+      const double inv = 1 / std::sqrt(sq / static_cast<double>(per * HW) + eps);
+      for (int64_t ch = grp * per; ch < (grp + 1) * per; ++ch)
+        for (int64_t p = 0; p < HW; ++p) {
+          const double v = (x[at(n, ch, p)] - mean) * inv * scale[ch] + bias[ch];
+          y[at(n, ch, p)] = relu ? std::max(v, 0.0) : v;
+        }
+    }
+  return {from_doubles(X.dtype(), X.shape(), y, where)};
+}
+
 }  // namespace
 
 void register_blocked_layout_kernels(KernelRegistry& r) {
@@ -168,6 +211,7 @@ void register_blocked_layout_kernels(KernelRegistry& r) {
   r.add("ReorderFromBlocked", from_blocked);
   r.add("ConvBlocked", conv_blocked);
   r.add("DwPwConvBlocked", dw_pw_conv_blocked);
+  r.add("GroupNormBlocked", group_norm_blocked);
 }
 
 }  // namespace pto::reference
