@@ -834,6 +834,76 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
   set_num_threads(0);
 }
 
+// GroupNorm between convs (ResNetV2's pre-activation blocks): at level 3 the GroupNormalization of
+// a blocked value runs as GroupNormBlocked, with the Relu after it as its activation, on every
+// ISA with a channel block and on 1 and 2 threads, against the reference of the original graph.
+// Groups of 2 channels, of a whole block, of 5 (60 channels: padded lanes), one group, one channel
+// a group; conv outputs far from 0 (bias + 40) so that the variance is a small part of E[x^2].
+TEST(LayoutKernels, GroupNormRunsBlocked) {
+  struct GnCase {
+    int64_t n, c, h, w, groups;
+    bool relu;
+  };
+  for (const GnCase& t : {GnCase{1, 64, 9, 11, 32, true}, GnCase{2, 48, 7, 5, 3, false},
+                          GnCase{1, 60, 6, 13, 12, true}, GnCase{2, 32, 5, 5, 1, true},
+                          GnCase{1, 32, 70, 70, 32, false}}) {
+    std::mt19937 rng(31);
+    Graph g;
+    const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
+    auto conv = [&](ValueId in, int64_t k, float offset) {
+      Tensor b = random_tensor({t.c}, rng);
+      for (int64_t i = 0; i < t.c; ++i) b.data<float>()[i] += offset;
+      const ValueId w = g.add_constant("w", random_tensor({t.c, t.c, k, k}, rng));
+      Attributes a;
+      a.set("pads", Dims{k / 2, k / 2, k / 2, k / 2});
+      const ValueId y = g.add_value(g.unique_name("y"));
+      g.add_node("Conv", {in, w, g.add_constant("b", std::move(b))}, {y}, a);
+      return y;
+    };
+    ValueId v = conv(x, 3, 40.0f);
+    Attributes a;
+    a.set("num_groups", t.groups);
+    const ValueId n = g.add_value("norm");
+    g.add_node("GroupNormalization",
+               {v, g.add_constant("scale", random_tensor({t.c}, rng)),
+                g.add_constant("bias", random_tensor({t.c}, rng))},
+               {n}, a, "gn", 21);
+    v = n;
+    if (t.relu) {
+      const ValueId r = g.add_value("relu");
+      g.add_node("Relu", {v}, {r});
+      v = r;
+    }
+    g.add_output(conv(v, 1, 0.0f));
+    infer_types(g);
+    const std::vector<Tensor> in = random_inputs(g, 29);
+    const Tensor want = reference::run(g, in)[0];
+    const std::string what =
+        cat("N", t.n, " C", t.c, " ", t.h, "x", t.w, " G", t.groups, t.relu ? " Relu" : "");
+    for (cpu::Isa isa : cpu::supported_isas()) {
+      if (isa == cpu::Isa::kGeneric) continue;  // no channel block: nothing blocked
+      cpu::IsaScope scope(isa);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Executable exe = compile(g, {.level = 3});
+        int norms = 0;
+        for (size_t i = 0; i < exe.graph().nodes().size(); ++i) {
+          const Node& node = exe.graph().nodes()[i];
+          EXPECT_NE(node.op, "Relu") << what << ": the Relu goes into the norm";
+          if (node.op != "GroupNormBlocked") continue;
+          ++norms;
+          EXPECT_EQ(exe.node_backend(i), "cpu") << what;
+          EXPECT_EQ(node.attrs.get_string("activation", ""), t.relu ? "Relu" : "") << what;
+        }
+        EXPECT_EQ(norms, 1) << what;
+        expect_close(exe.run(in)[0], want, cat(what, ", ", cpu::isa_name(isa), ", ", threads));
+        if (threads == 1)  // the blocked node's reference kernel
+          expect_close(reference::run(exe.graph(), in)[0], want, cat(what, ", reference"));
+      }
+    }
+  }
+}
+
 // A grouped conv is blocked only where every group's channels fill whole blocks: groups of 8
 // channels block in 8s, not in 16s (the conv then stays NCHW, without reorders).
 TEST(LayoutKernels, GroupedConvBlocksOnlyOnWholeBlocks) {

@@ -598,9 +598,8 @@ std::vector<Tensor> run_group_norm(const KernelContext& c) {
 std::vector<Tensor> run_group_norm_blocked(const KernelContext& c) {
   const Tensor& x = c.input(0);
   const int64_t C = c.attrs().get_int("channels"), G = c.attrs().get_int("num_groups");
-  if (x.rank() != 5 || !x.is_contiguous() || x.dtype() != DType::kF32 ||
-      c.input(1).numel() < C || c.input(2).numel() < C || C % G != 0 ||
-      C > x.dim(1) * x.dim(4))
+  if (x.rank() != 5 || !x.is_contiguous() || x.dtype() != DType::kF32 || c.input(1).numel() < C ||
+      c.input(2).numel() < C || C % G != 0 || C > x.dim(1) * x.dim(4))
     return reference_f32(c);
   const int64_t N = x.dim(0), Cb = x.dim(1), HW = x.dim(2) * x.dim(3), lanes = x.dim(4);
   const int block = static_cast<int>(lanes);
@@ -650,7 +649,8 @@ std::vector<Tensor> run_group_norm_blocked(const KernelContext& c) {
       double m2 = 0;
       for (int64_t k = 0; k < per; ++k) {
         const int64_t ch = g * per + k;
-        const double d = static_cast<double>(shift[(n * Cb + ch / lanes) * lanes + ch % lanes]) - mean;
+        const double d =
+            static_cast<double>(shift[(n * Cb + ch / lanes) * lanes + ch % lanes]) - mean;
         m2 += c2[k] + 2 * d * c1[k] + static_cast<double>(HW) * d * d;
       }
       const double inv = 1 / std::sqrt(std::max(m2, 0.0) / count + eps);

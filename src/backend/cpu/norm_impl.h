@@ -9,8 +9,8 @@
 
 #include <cmath>
 
-#include "backend/cpu/reduce_kernels.h"
 #include "backend/cpu/isa/vmath.h"
+#include "backend/cpu/reduce_kernels.h"
 #include "backend/cpu/reduce_simd.h"
 
 namespace pto::cpu::PTO_ISA_NS {
@@ -217,8 +217,7 @@ void lane_sums_v(const float* x, int64_t pixels, const float* shift, double* s1,
   }
 }
 
-void lane_sums(const float* x, int64_t pixels, int c, const float* shift, double* s1,
-               double* s2) {
+void lane_sums(const float* x, int64_t pixels, int c, const float* shift, double* s1, double* s2) {
   constexpr int L = Vec::kLanes;
   if (c == L) return lane_sums_v<1>(x, pixels, shift, s1, s2);
   if (c == 2 * L) return lane_sums_v<2>(x, pixels, shift, s1, s2);

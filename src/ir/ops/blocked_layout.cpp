@@ -124,8 +124,8 @@ void infer_group_norm_blocked(InferContext& c) {
     throw ValueError(cat(c.where(), ": X must be [N, Cb, H, W, c], got ", shape_str(*x)));
   const int64_t channels = c.attrs().get_int("channels"), groups = c.attrs().get_int("num_groups");
   if (groups < 1 || channels < 1 || channels % groups != 0)
-    throw ValueError(cat(c.where(), ": ", channels, " channels do not split into ", groups,
-                         " groups"));
+    throw ValueError(
+        cat(c.where(), ": ", channels, " channels do not split into ", groups, " groups"));
   const std::string act = c.attrs().get_string("activation", "");
   if (!act.empty() && act != "Relu")
     throw ValueError(cat(c.where(), ": activation must be \"\" or \"Relu\", got \"", act, "\""));

@@ -1,7 +1,7 @@
 // Reference kernels of the blocked-channel layout ops (src/ir/ops/blocked_layout.cpp): the two
-// reorders and ConvBlocked as plain loops in double. ConvBlocked reads only the `channels` real
-// input lanes and writes the padded output lanes as bias + 0 (general) or 0 (depthwise); nothing
-// reads them.
+// reorders, ConvBlocked and GroupNormBlocked as plain loops in double. ConvBlocked reads only the
+// `channels` real input lanes and writes the padded output lanes as bias + 0 (general) or 0
+// (depthwise); nothing reads them.
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -401,8 +401,8 @@ inline Vec gelu_erf(Vec x) {
   // function is a long dependent chain, so its latency, not its operation count, sets the pace).
   const Vec u = max(h, Vec::set1(1.0f / 6.5f)) - Vec::set1(0.326923072f), u2 = u * u, u4 = u2 * u2;
   auto pair = [&](int i) { return fma(Vec::set1(kGeluG[i + 1]), u, Vec::set1(kGeluG[i])); };
-  const Vec g = fma(fma(Vec::set1(kGeluG[8]), u4, fma(pair(6), u2, pair(4))), u4,
-                    fma(pair(2), u2, pair(0)));
+  const Vec g =
+      fma(fma(Vec::set1(kGeluG[8]), u4, fma(pair(6), u2, pair(4))), u4, fma(pair(2), u2, pair(0)));
   const Vec sq = ax * ax, sq_hi = sq * half, sq_lo = fms(ax, ax, sq) * half;
   const Vec s = g - sq_hi;
   const Vec err = g - (s + sq_hi);  // s's rounding error where |sq_hi| >= |g| (else below 6e-8)

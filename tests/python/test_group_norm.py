@@ -1,0 +1,123 @@
+"""GroupNorm between convolutions (ResNetV2/BiT, U-Nets): torch.onnx.export's spelled-out form
+(Reshape, InstanceNormalization, Reshape, Mul, Add) recognized as one GroupNormalization, and at
+level 3 run on the blocked layout (GroupNormBlocked, with the Relu after it fused), so that the
+convolutions around it stay blocked. Results against PyTorch eager and onnxruntime."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+import pypto
+
+TOLERANCE = 1e-4
+
+
+class GnBlock(torch.nn.Module):
+    """conv -> GroupNorm -> ReLU -> conv -> GroupNorm -> + x: a pre-activation residual block."""
+
+    def __init__(self, channels, groups, affine=True):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(channels, channels, 3, padding=1)
+        self.n1 = torch.nn.GroupNorm(groups, channels, affine=affine)
+        self.c2 = torch.nn.Conv2d(channels, channels, 1)
+        self.n2 = torch.nn.GroupNorm(groups, channels, affine=affine)
+        torch.manual_seed(1)
+        if affine:
+            for n in (self.n1, self.n2):
+                n.weight.data.uniform_(0.5, 1.5)
+                n.bias.data.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        y = torch.relu(self.n1(self.c1(x)))
+        return self.n2(self.c2(y)) + x
+
+
+def _rel(got, want):
+    return float(np.abs(np.asarray(got) - np.asarray(want)).max() / np.abs(want).max())
+
+
+# (channels, groups): 2 channels a group (BiT's 64 / 32), a whole 16-lane block a group, 5 a
+# group with 60 channels (padded lanes), all channels one group, and one channel a group.
+SHAPES = [(64, 32), (48, 3), (60, 12), (32, 1), (32, 32)]
+
+
+@pytest.mark.parametrize("channels,groups", SHAPES)
+def test_exported_group_norm_is_recognized_and_runs_blocked(tmp_path, channels, groups):
+    torch.manual_seed(0)
+    model = GnBlock(channels, groups).eval()
+    # Far from 0 (mean 30): the statistics must not lose the variance to the mean.
+    x = torch.randn(2, channels, 13, 11) + 30
+    path = str(tmp_path / "gn.onnx")
+    torch.onnx.export(model, (x,), path, opset_version=17, dynamo=False)
+    assert any(n.op_type == "InstanceNormalization" for n in onnx.load(path).graph.node)
+    with torch.no_grad():
+        want = model(x).numpy()
+    peer = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    ref = peer.run(None, {peer.get_inputs()[0].name: x.numpy()})[0]
+    assert _rel(ref, want) < TOLERANCE
+    for level in (1, 2, 3):
+        m = pypto.onnx.load(path, level=level)
+        assert _rel(m(x.numpy()), want) < TOLERANCE, level
+        ops = [op for op, _ in m._compiled.node_backends]
+        assert "InstanceNormalization" not in ops, (level, ops)
+        if level == 3:
+            assert ops.count("GroupNormBlocked") == 2, ops
+            assert all(b == "cpu" for op, b in m._compiled.node_backends if op == "GroupNormBlocked")
+            assert "ConvBlocked" in ops and "Relu" not in ops, ops  # the Relu went into the norm
+        else:
+            assert ops.count("GroupNormalization") == 2, (level, ops)
+
+
+def test_group_norm_without_affine_from_export(tmp_path):
+    torch.manual_seed(0)
+    model = GnBlock(32, 4, affine=False).eval()
+    x = torch.randn(1, 32, 9, 9)
+    path = str(tmp_path / "gn.onnx")
+    torch.onnx.export(model, (x,), path, opset_version=17, dynamo=False)
+    with torch.no_grad():
+        want = model(x).numpy()
+    m = pypto.onnx.load(path, level=3)
+    assert _rel(m(x.numpy()), want) < TOLERANCE
+    assert [op for op, _ in m._compiled.node_backends].count("GroupNormBlocked") == 2
+
+
+def test_group_norm_from_optimize_runs_blocked():
+    torch.manual_seed(0)
+    model = GnBlock(64, 32).eval()
+    x = torch.randn(2, 64, 15, 15)
+    fast = pypto.optimize(model, example_inputs=x, level=3)
+    with torch.no_grad():
+        want = model(x).numpy()
+        got = fast(x).numpy()
+    assert _rel(got, want) < TOLERANCE
+    ops = [op for op, _ in fast.compiled.node_backends]
+    assert ops.count("GroupNormBlocked") == 2, ops
+
+
+def test_group_norm_with_a_second_reader_keeps_its_relu_apart(tmp_path):
+    """The norm's output read by the Relu and by the residual add: the Relu cannot go into it."""
+
+    class TwoReaders(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.nn.Conv2d(32, 32, 3, padding=1)
+            self.n = torch.nn.GroupNorm(8, 32)
+            self.d = torch.nn.Conv2d(32, 32, 1)
+
+        def forward(self, x):
+            y = self.n(self.c(x))
+            return self.d(torch.relu(y)) + y
+
+    torch.manual_seed(0)
+    model = TwoReaders().eval()
+    x = torch.randn(1, 32, 10, 10)
+    path = str(tmp_path / "gn.onnx")
+    torch.onnx.export(model, (x,), path, opset_version=17, dynamo=False)
+    with torch.no_grad():
+        want = model(x).numpy()
+    m = pypto.onnx.load(path, level=3)
+    assert _rel(m(x.numpy()), want) < TOLERANCE
+    ops = [op for op, _ in m._compiled.node_backends]
+    assert "GroupNormBlocked" in ops and "Relu" in ops, ops
