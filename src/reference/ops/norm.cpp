@@ -59,30 +59,34 @@ std::vector<Tensor> batch_norm(const KernelContext& c) {
   const std::vector<double> x = to_doubles(X, w);
   const int64_t N = X.dim(0), per_sample = N ? X.numel() / N : 0;
   const int64_t inner = slots ? per_sample / slots : 0;  // elements per slot per sample
-  auto slot_of = [&](int64_t i) { return i % per_sample / inner; };
+  // Element (n, s, j) of the [N, slots, inner] view: loops rather than a division per element
+  // (constant folding runs this over the weights of weight-standardized convs, millions).
+  auto each = [&](auto f) {
+    for (int64_t n = 0, i = 0; n < N; ++n)
+      for (int64_t s = 0; s < slots; ++s)
+        for (int64_t j = 0; j < inner; ++j, ++i) f(s, i);
+  };
 
   std::vector<double> mean = prm[2], var = prm[3];
   std::vector<double> batch_mean(slots, 0), batch_var(slots, 0);
   if (training) {
-    std::vector<int64_t> count(slots, 0);
-    for (int64_t i = 0; i < X.numel(); ++i) {
-      batch_mean[slot_of(i)] += x[i];
-      ++count[slot_of(i)];
-    }
-    for (int64_t s = 0; s < slots; ++s) batch_mean[s] /= static_cast<double>(count[s]);
-    for (int64_t i = 0; i < X.numel(); ++i) {
-      const double d = x[i] - batch_mean[slot_of(i)];
-      batch_var[slot_of(i)] += d * d;
-    }
-    for (int64_t s = 0; s < slots; ++s) batch_var[s] /= static_cast<double>(count[s]);
+    const double count = static_cast<double>(N * inner);
+    each([&](int64_t s, int64_t i) { batch_mean[s] += x[i]; });
+    for (int64_t s = 0; s < slots; ++s) batch_mean[s] /= count;
+    each([&](int64_t s, int64_t i) {
+      const double d = x[i] - batch_mean[s];
+      batch_var[s] += d * d;
+    });
+    for (int64_t s = 0; s < slots; ++s) batch_var[s] /= count;
     mean = batch_mean;
     var = batch_var;
   }
+  std::vector<double> deviation(slots);
+  for (int64_t s = 0; s < slots; ++s) deviation[s] = std::sqrt(var[s] + eps);
   std::vector<double> y(x.size());
-  for (int64_t i = 0; i < X.numel(); ++i) {
-    const int64_t s = slot_of(i);
-    y[i] = prm[0][s] * (x[i] - mean[s]) / std::sqrt(var[s] + eps) + prm[1][s];
-  }
+  each([&](int64_t s, int64_t i) {
+    y[i] = prm[0][s] * (x[i] - mean[s]) / deviation[s] + prm[1][s];
+  });
   std::vector<Tensor> out = {from_doubles(X.dtype(), X.shape(), y, w)};
   if (!training) {
     if (c.num_outputs > 1)
