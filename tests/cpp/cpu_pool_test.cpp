@@ -83,6 +83,26 @@ TEST(CpuPool, RowsFoldedByLaneShifts) {
     }
 }
 
+// Stride 2 along the rows folds each row's windows as lane shifts of the even and odd columns of
+// the vertical folds (pool_row_shifted2): rows around one, two and four vectors, windows whose
+// column offsets reach two vectors either way (5 wide, dilation 4), pads on either side, and NaN /
+// infinities for max's first-element rule.
+TEST(CpuPool, StrideTwoRowsFoldedByLaneShifts) {
+  uint32_t seed = 190;
+  for (int64_t w : {3, 8, 15, 16, 17, 31, 32, 33, 65})
+    for (const Dims& kd : {Dims{2, 1}, Dims{3, 1}, Dims{5, 1}, Dims{3, 4}, Dims{5, 4}}) {
+      const int64_t k = kd[0], d = kd[1], reach = (k - 1) * d;
+      const Tensor x = with_specials(random_f32({1, 2, 5, w}, seed++));
+      for (const Dims& pw :
+           {Dims{0, 0}, Dims{reach / 2, reach - reach / 2}, Dims{reach, 0}, Dims{0, reach}})
+        for (const char* op : {"MaxPool", "AveragePool"})
+          for (bool ceil : {false, true})
+            expect_matches(pool_case(op, x, {3, k}, {2, 2}, {1, d}, {1, pw[0], 0, pw[1]}, ceil,
+                                     "NOTSET", ceil),
+                           std::string(op) == "MaxPool" ? Tol{} : kAvgTol);
+    }
+}
+
 TEST(CpuPool, ResNetStemAndLargePlanes) {
   const Tensor x = random_f32({2, 16, 57, 61}, 77);
   expect_matches(

@@ -19,8 +19,18 @@ namespace pto::cpu::PTO_ISA_NS {
 
 namespace {
 
+// The max of acc and v ignoring a NaN v (acc, a max of non-NaN values or -inf, is never NaN):
+// VMAXPS returns its second operand when either is NaN, one instruction for a compare and a blend.
+inline Vec max_ignoring_nan(Vec acc, Vec v) {
+#if defined(PTO_ISA_GENERIC)
+  return select(v > acc, v, acc);
+#else
+  return max(v, acc);
+#endif
+}
+
 inline Vec take(bool is_max, Vec acc, Vec v) {
-  return is_max ? select(v > acc, v, acc) : acc + v;
+  return is_max ? max_ignoring_nan(acc, v) : acc + v;
 }
 
 // Max's NaN rule on output row r of plane x: an output whose window's first element is NaN is
@@ -97,6 +107,80 @@ void pool_row_shifted(const PoolGeom& g, const PoolIndex& ix, const float* x, fl
   if (is_max) keep_first_nan(g, ix, x, y, r, nan_seen);
 }
 
+// Whether pool_row_shifted2 applies: stride 2 along the row, every column offset s = k * dw - pw of
+// the window with floor(s / 2) in [-L, L).
+bool row_shifts2_fit(const PoolGeom& g) {
+  const int64_t L = Vec::kLanes;
+  return g.lanes == 1 && g.sw == 2 && g.pw <= 2 * L && (g.kw - 1) * g.dw - g.pw < 2 * L;
+}
+
+// pool_row_shifted at stride 2 (ResNet's and ShuffleNet's 3x3 / 2 max pools on NCHW planes):
+// outputs q..q+L read columns 2q + 2i + s for each window offset s. The vertical folds of the
+// input columns from 2q, as two vectors, split into their even and odd columns (E and O: lane i
+// is column 2q + 2i, 2q + 2i + 1); offset s = 2t + p is then lane i + t of the E (p = 0) or O
+// (p = 1) sequence, one permute of the previous and this pair (t < 0) or of this and the next.
+// pool_row's buffer, horizontal folds at every start and scalar gather of every second took
+// 117 us on [1, 24, 112, 112] (Zen 4, 1 thread). tap[k]: (p, t) of offset k's column.
+template <bool is_max>
+void pool_row_shifted2(const PoolGeom& g, const PoolIndex& ix, const float* x, float* y, int64_t r,
+                       const VecI* idx, const int* tap) {
+  constexpr int64_t L = Vec::kLanes;
+  const Vec idv = Vec::set1(is_max ? -INFINITY : 0.0f);
+  Mask nan_seen = is_nan(idv);
+  const int64_t top = r * g.sh - g.ph;
+  int64_t k0 = 0, k1 = g.kh;
+  if (g.dh == 1) {
+    k0 = top >= 0 ? 0 : -top;
+    k1 = std::min(g.kh, g.h - top);
+  } else {
+    k0 = top >= 0 ? 0 : (-top + g.dh - 1) / g.dh;
+    k1 = std::min(g.kh, top < g.h ? (g.h - 1 - top) / g.dh + 1 : 0);
+  }
+  const float* rows = x + (top + k0 * g.dh) * g.w;
+  const int64_t step = g.dh * g.w;
+  const auto fold_rows = [&](int64_t j) {  // input columns j..j+L of the window's rows
+    if (j >= g.w) return idv;
+    const int n = lanes_left(g.w, j);
+    Vec acc = idv;
+    for (int64_t k = k0; k < k1; ++k) {
+      Vec v = Vec::load(rows + (k - k0) * step + j, n);
+      if (is_max) {
+        if (n < L) v = select(first_lanes(n), v, idv);
+        nan_seen = nan_seen | is_nan(v);
+      }
+      acc = take(is_max, acc, v);
+    }
+    return acc;
+  };
+  const VecI even = to_int(lane_index() * Vec::set1(2.0f)),
+             odd = to_int(lane_index() * Vec::set1(2.0f) + Vec::set1(1.0f));
+  // The (E, O) pairs of the columns from 2q - 2L (prev), 2q (cur) and 2q + 2L (next).
+  Vec seq[2][3];
+  auto split = [&](int64_t j, int at) {
+    const Vec a = fold_rows(j), b = fold_rows(j + L);
+    seq[0][at] = permute2(a, b, even);
+    seq[1][at] = permute2(a, b, odd);
+  };
+  seq[0][0] = seq[1][0] = idv;
+  split(0, 1);
+  const Vec rc = Vec::set1(ix.row_count[r]);
+  for (int64_t q = 0; q < g.ow; q += L) {
+    split(2 * (q + L), 2);
+    Vec acc = idv;
+    for (int64_t k = 0; k < g.kw; ++k) {
+      const int p = tap[2 * k], t = tap[2 * k + 1];
+      acc = take(
+          is_max, acc,
+          t < 0 ? permute2(seq[p][0], seq[p][1], idx[k]) : permute2(seq[p][1], seq[p][2], idx[k]));
+    }
+    const int n = lanes_left(g.ow, q);
+    if (!is_max) acc = acc / (rc * Vec::load(ix.col_count + q, n));
+    acc.store(y + q, n);
+    for (int e = 0; e < 2; ++e) seq[e][0] = seq[e][1], seq[e][1] = seq[e][2];
+  }
+  if (is_max) keep_first_nan(g, ix, x, y, r, nan_seen);
+}
+
 // One output row r of plane x into y: buf (g.span) holds the folded rows, hb the horizontal folds.
 void pool_row(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,
               int64_t r, float* buf, float* hb) {
@@ -137,6 +221,62 @@ void pool_row(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* 
       const int n = lanes_left(g.ow, o);
       (Vec::load(y + o, n) / (rc * Vec::load(ix.col_count + o, n))).store(y + o, n);
     }
+  }
+}
+
+// pool_row_blocked for c = kV vectors of lanes: the window's rows inside the plane found once, no
+// test per position, the NaN check a vector OR (a NaN's x - x is NaN; so is an infinity's, which
+// only sends the row to the exact fixup below).
+template <bool kMax, int kV>
+void pool_row_blocked_v(const PoolGeom& g, const PoolIndex& ix, const float* x, float* y, int64_t r,
+                        float* buf) {
+  constexpr int64_t L = Vec::kLanes, c = kV * L;
+  const Vec idv = Vec::set1(kMax ? -INFINITY : 0.0f);
+  const int64_t top = r * g.sh - g.ph;
+  int64_t k0 = 0, k1 = g.kh;
+  if (g.dh == 1) {
+    k0 = top >= 0 ? 0 : -top;
+    k1 = std::min(g.kh, g.h - top);
+  } else {
+    k0 = top >= 0 ? 0 : (-top + g.dh - 1) / g.dh;
+    k1 = std::min(g.kh, top < g.h ? (g.h - 1 - top) / g.dh + 1 : 0);
+  }
+  const float* rows = x + (top + k0 * g.dh) * g.w * c;
+  const int64_t step = g.dh * g.w * c, lo = std::min(g.pw, g.span),
+                hi = std::min(g.pw + g.w, g.span);
+  Vec nan_acc = Vec::zero();
+  for (int64_t j = 0; j < lo; ++j)
+    for (int v = 0; v < kV; ++v) idv.store(buf + j * c + v * L);
+  for (int64_t j = hi; j < g.span; ++j)
+    for (int v = 0; v < kV; ++v) idv.store(buf + j * c + v * L);
+  for (int64_t j = lo; j < hi; ++j) {  // padded position j reads input column j - pw
+    const float* col = rows + (j - g.pw) * c;
+    for (int v = 0; v < kV; ++v) {
+      Vec acc = idv;
+      for (int64_t k = k0; k < k1; ++k) {
+        const Vec t = Vec::load(col + (k - k0) * step + v * L);
+        if constexpr (kMax) nan_acc = nan_acc + (t - t);
+        acc = take(kMax, acc, t);
+      }
+      acc.store(buf + j * c + v * L);
+    }
+  }
+  for (int64_t o = 0; o < g.ow; ++o) {
+    const float* b = buf + o * g.sw * c;
+    for (int v = 0; v < kV; ++v) {
+      Vec acc = Vec::load(b + v * L);
+      for (int64_t k = 1; k < g.kw; ++k) acc = take(kMax, acc, Vec::load(b + k * g.dw * c + v * L));
+      if constexpr (!kMax) acc = acc / Vec::set1(ix.row_count[r] * ix.col_count[o]);
+      acc.store(y + o * c + v * L);
+    }
+  }
+  if (kMax && ix.row_first[r] >= 0 && any(is_nan(nan_acc))) {
+    const float* first = x + ix.row_first[r] * g.w * c;
+    for (int64_t o = 0; o < g.ow; ++o)
+      if (ix.col_first[o] >= 0)
+        for (int64_t l = 0; l < c; ++l)
+          if (std::isnan(first[ix.col_first[o] * c + l]))
+            y[o * c + l] = first[ix.col_first[o] * c + l];
   }
 }
 
@@ -205,11 +345,38 @@ void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const floa
                                   shift.data(), left);
     return;
   }
+  if (row_shifts2_fit(g)) {
+    std::vector<VecI> idx(static_cast<size_t>(g.kw));
+    std::vector<int> tap(static_cast<size_t>(2 * g.kw));
+    for (int64_t k = 0; k < g.kw; ++k) {
+      const int64_t s = k * g.dw - g.pw, t = s >= 0 ? s / 2 : -((-s + 1) / 2);
+      tap[2 * k] = static_cast<int>(s - 2 * t);
+      tap[2 * k + 1] = static_cast<int>(t);
+      idx[k] = to_int(lane_index() + Vec::set1(static_cast<float>(t < 0 ? t + Vec::kLanes : t)));
+    }
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t r = 0; r < g.oh; ++r)
+        if (is_max)
+          pool_row_shifted2<true>(g, ix, x + p * g.h * g.w, y + (p * g.oh + r) * g.ow, r,
+                                  idx.data(), tap.data());
+        else
+          pool_row_shifted2<false>(g, ix, x + p * g.h * g.w, y + (p * g.oh + r) * g.ow, r,
+                                   idx.data(), tap.data());
+    return;
+  }
   for (int64_t p = p0; p < p1; ++p)
     for (int64_t r = 0; r < g.oh; ++r) {
       const float* xp = x + p * g.h * g.w * c;
       float* yp = y + (p * g.oh + r) * g.ow * c;
-      if (c > 1)
+      if (c == Vec::kLanes && is_max)
+        pool_row_blocked_v<true, 1>(g, ix, xp, yp, r, scratch);
+      else if (c == Vec::kLanes)
+        pool_row_blocked_v<false, 1>(g, ix, xp, yp, r, scratch);
+      else if (c == 2 * Vec::kLanes && is_max)
+        pool_row_blocked_v<true, 2>(g, ix, xp, yp, r, scratch);
+      else if (c == 2 * Vec::kLanes)
+        pool_row_blocked_v<false, 2>(g, ix, xp, yp, r, scratch);
+      else if (c > 1)
         pool_row_blocked(g, ix, is_max, xp, yp, r, scratch);
       else
         pool_row(g, ix, is_max, xp, yp, r, scratch, scratch + g.span);
