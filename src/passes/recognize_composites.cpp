@@ -468,17 +468,31 @@ std::optional<GroupNormMatch> match_group_norm(Rewrite& rw, size_t i) {
     const auto& ss = g.value(in->inputs[0]).type.shape;
     if (!xs || xs->size() < 3 || !(*xs)[1].is_known() || !ss || ss->size() != 3 ||
         !(*ss)[1].is_known() || !same_dim((*ss)[0], (*xs)[0]) ||
-        !same_shape(g, back->outputs[0], r.x) || !is_floating(dtype_of_value(g, r.x)))
+        !is_floating(dtype_of_value(g, r.x)))
+      continue;
+    // The Reshape back gives x's shape: statically, or as Shape(x) (a dynamic export's).
+    const Node* shape_of = back->inputs.size() > 1 ? producer(g, back->inputs[1]) : nullptr;
+    if (!same_shape(g, back->outputs[0], r.x) &&
+        !(shape_of && shape_of->op == "Shape" && !shape_of->inputs.empty() &&
+          shape_of->inputs[0] == r.x && !shape_of->attrs.has("start") &&
+          !shape_of->attrs.has("end")))
       continue;
     r.channels = (*xs)[1].value, r.groups = (*ss)[1].value;
     if (r.groups < 1 || r.channels % r.groups != 0) continue;
-    // [N, G, -1] must split the channel axis into groups: the last dim is (C / G) * spatial.
+    // [N, G, -1] must split the channel axis into groups: a target [0 | N, G, -1], or a last
+    // dimension of (C / G) * spatial.
     int64_t spatial = 1;
     for (size_t d = 2; d < xs->size(); ++d) {
       if (!(*xs)[d].is_known()) spatial = -1;
       if (spatial > 0) spatial *= (*xs)[d].value;
     }
-    if (spatial < 0 || !(*ss)[2].is_known() || (*ss)[2].value != r.channels / r.groups * spatial)
+    const std::optional<std::vector<int64_t>> to =
+        split->inputs.size() > 1 ? constant_ints(g, *split, 1) : std::nullopt;
+    const bool target = to && to->size() == 3 && (*to)[1] == r.groups && (*to)[2] == -1 &&
+                        (((*to)[0] == 0 && split->attrs.get_int("allowzero", 0) == 0) ||
+                         ((*xs)[0].is_known() && (*to)[0] == (*xs)[0].value));
+    if (!target &&
+        (spatial < 0 || !(*ss)[2].is_known() || (*ss)[2].value != r.channels / r.groups * spatial))
       continue;
     if (!all_equal(g, in->inputs[1], r.groups, 1.0) || !all_equal(g, in->inputs[2], r.groups, 0.0))
       continue;

@@ -121,3 +121,23 @@ def test_group_norm_with_a_second_reader_keeps_its_relu_apart(tmp_path):
     assert _rel(m(x.numpy()), want) < TOLERANCE
     ops = [op for op, _ in m._compiled.node_backends]
     assert "GroupNormBlocked" in ops and "Relu" in ops, ops
+
+
+def test_group_norm_with_dynamic_batch_and_plane(tmp_path):
+    """A dynamic export reshapes back to Shape(x), the groups to [0, G, -1]: still one
+    GroupNormalization, blocked at level 3, right at several shapes through one model."""
+    torch.manual_seed(0)
+    model = GnBlock(64, 32).eval()
+    path = str(tmp_path / "gn.onnx")
+    torch.onnx.export(model, (torch.randn(2, 64, 13, 11),), path, opset_version=17, dynamo=False,
+                      input_names=["x"], dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
+    for level in (2, 3):
+        m = pypto.onnx.load(path, level=level)
+        for shape in [(1, 64, 13, 11), (3, 64, 9, 20)]:
+            x = torch.randn(*shape)
+            with torch.no_grad():
+                want = model(x).numpy()
+            assert _rel(m(x.numpy()), want) < TOLERANCE, (level, shape)
+        ops = [op for op, _ in m._compiled.node_backends]
+        assert "InstanceNormalization" not in ops, ops
+        assert ops.count("GroupNormBlocked" if level == 3 else "GroupNormalization") == 2, ops
