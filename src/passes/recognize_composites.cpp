@@ -432,22 +432,22 @@ struct GroupNormMatch {
 };
 
 // torch.onnx.export's GroupNorm (before opset 18 had the op), ending at node `i`:
-// [Add(Mul(r, gamma), beta) | Mul(r, gamma) | r], r = Reshape(InstanceNormalization(
+// [Add(Mul(r, gamma), beta) | Mul(r, gamma) | Add(r, beta) | r], r = Reshape(InstanceNormalization(
 // Reshape(x, [N, G, -1]), ones, zeros), x's shape): G groups of C / G channels.
 std::optional<GroupNormMatch> match_group_norm(Rewrite& rw, size_t i) {
   Graph& g = rw.graph();
   const Node& root = g.nodes()[i];
   if (root.outputs.size() != 1 || !root.domain.empty()) return std::nullopt;
-  for (int form = 0; form < 3; ++form) {
+  for (int form = 0; form < 4; ++form) {
     GroupNormMatch r;
     Matcher m{g, rw.uses(), {}};
     ValueId v = root.outputs[0];
     const Node* node = &root;
-    if (form == 0) {  // Add(Mul(r, gamma), beta)
+    if (form == 0 || form == 3) {  // Add(Mul(r, gamma), beta), or Add(r, beta) (a unit gamma folded)
       if (root.op != "Add" || root.inputs.size() != 2) continue;
       const int side = constant(g, root.inputs[0]) ? 1 : 0;
       r.beta = root.inputs[1 - side];
-      node = m.inner(root.inputs[side], "Mul");
+      node = m.inner(root.inputs[side], form == 0 ? "Mul" : "Reshape");
       if (!node) continue;
     }
     if (form <= 1) {  // Mul(r, gamma)

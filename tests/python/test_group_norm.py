@@ -141,3 +141,22 @@ def test_group_norm_with_dynamic_batch_and_plane(tmp_path):
         ops = [op for op, _ in m._compiled.node_backends]
         assert "InstanceNormalization" not in ops, ops
         assert ops.count("GroupNormBlocked" if level == 3 else "GroupNormalization") == 2, ops
+
+
+def test_group_norm_with_a_unit_scale(tmp_path):
+    """A GroupNorm whose scale is all ones (default init) loses its Mul to the passes; the bias Add
+    that is left still joins the norm."""
+    torch.manual_seed(0)
+    model = GnBlock(32, 8).eval()
+    with torch.no_grad():
+        for n in (model.n1, model.n2):
+            n.weight.fill_(1.0)
+    x = torch.randn(1, 32, 9, 9)
+    path = str(tmp_path / "gn.onnx")
+    torch.onnx.export(model, (x,), path, opset_version=17, dynamo=False)
+    with torch.no_grad():
+        want = model(x).numpy()
+    m = pypto.onnx.load(path, level=3)
+    assert _rel(m(x.numpy()), want) < TOLERANCE
+    ops = [op for op, _ in m._compiled.node_backends]
+    assert ops.count("GroupNormBlocked") == 2 and ops.count("Add") == 1, ops  # the residual only
