@@ -6,7 +6,8 @@
 //   %d = pto.ConvBlocked(%x, %wd, %bd) {depthwise}  %r = Clip(%d, 0, 6)
 //   %y = pto.ConvBlocked(%r, %wp, %bp) {1x1}
 // -> %y = pto.DwPwConvBlocked(%x, %wd, %bd, %wp, %bp) {activation="Clip", min=0, max=6}
-// A GroupNormBlocked read only by a Relu takes it as its activation.
+// A GroupNormBlocked read only by a Relu, or by a SiLU (x * Sigmoid(x)), takes it as its
+// activation.
 #include <cmath>
 #include <limits>
 
@@ -170,30 +171,49 @@ bool fuse_expand(Rewrite& rw, size_t i, const PassContext& ctx) {
   return true;
 }
 
-// A Relu read of a GroupNormBlocked only (its one reader) becomes the norm's activation: the
-// normalizing pass writes max(y, 0) instead of a second pass over the tensor.
-bool fuse_norm_relu(Rewrite& rw, size_t i, const PassContext& ctx) {
+// The activation that reads a GroupNormBlocked's output y and nothing else does becomes the norm's:
+// Relu(y), or SiLU as Mul(y, Sigmoid(y)) (a UNet's GroupNorm + SiLU); the normalizing pass
+// applies it instead of a second pass over the tensor.
+bool fuse_norm_activation(Rewrite& rw, size_t i, const PassContext& ctx) {
   Graph& g = rw.graph();
-  const Node& relu = g.nodes()[i];
-  if (relu.op != "Relu" || !relu.domain.empty() || relu.inputs.size() != 1) return false;
-  const ValueId x = relu.inputs[0];
+  const Node& root = g.nodes()[i];
+  if (!root.domain.empty() || root.outputs.size() != 1) return false;
+  const std::vector<int>& uses = rw.uses();
+  ValueId x = kNoValue;
+  const Node* sigmoid = nullptr;
+  if (root.op == "Relu" && root.inputs.size() == 1) {
+    x = root.inputs[0];
+    if (uses[x] != 1) return false;
+  } else if (root.op == "Mul" && root.inputs.size() == 2) {
+    for (int side = 0; side < 2 && !sigmoid; ++side) {
+      const Node* s = producer(g, root.inputs[1 - side]);
+      if (s && s->op == "Sigmoid" && s->domain.empty() && s->inputs.size() == 1 &&
+          s->inputs[0] == root.inputs[side] && uses[s->outputs[0]] == 1 &&
+          !g.is_output(s->outputs[0]))
+        sigmoid = s, x = root.inputs[side];
+    }
+    if (!sigmoid || uses[x] != 2) return false;
+  } else {
+    return false;
+  }
   const Node* norm = producer(g, x);
   if (!norm || norm->op != "GroupNormBlocked" || norm->domain != "pto" ||
-      !norm->attrs.get_string("activation", "").empty() || rw.uses()[x] != 1 || g.is_output(x))
+      !norm->attrs.get_string("activation", "").empty() || g.is_output(x))
     return false;
   const Node copy = *norm;
   Attributes attrs = copy.attrs;
-  attrs.set("activation", std::string("Relu"));
+  attrs.set("activation", std::string(sigmoid ? "Silu" : "Relu"));
+  if (sigmoid) rw.remove(index_of(g, sigmoid));
   rw.remove(index_of(g, norm));
   Node& fused = g.mutable_nodes()[i];
   retarget(fused, "GroupNormBlocked", copy.inputs, std::move(attrs));
   fused.domain = "pto";
-  ctx.note("FuseBlockedConvs/GroupNormRelu");
+  ctx.note(sigmoid ? "FuseBlockedConvs/GroupNormSilu" : "FuseBlockedConvs/GroupNormRelu");
   return true;
 }
 
 Graph fuse_blocked_convs(Graph g, const PassContext& ctx) {
-  apply_rules(g, {{nullptr, fuse}, {nullptr, fuse_norm_relu}}, ctx);
+  apply_rules(g, {{nullptr, fuse}, {nullptr, fuse_norm_activation}}, ctx);
   apply_rules(g, {{nullptr, fuse_expand}}, ctx);
   return g;
 }
@@ -203,7 +223,7 @@ Graph fuse_blocked_convs(Graph g, const PassContext& ctx) {
 void register_fuse_blocked_convs(PassRegistry& r) {
   r.add({"FuseBlockedConvs", fuse_blocked_convs,
          "joins a depthwise ConvBlocked, a Relu or Clip, and the 1x1 ConvBlocked reading it into "
-         "one DwPwConvBlocked, and a GroupNormBlocked and its Relu (level 3)"});
+         "one DwPwConvBlocked, and a GroupNormBlocked and its Relu or SiLU (level 3)"});
 }
 
 }  // namespace pto::passes

@@ -834,19 +834,20 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
   set_num_threads(0);
 }
 
-// GroupNorm between convs (ResNetV2's pre-activation blocks): at level 3 the GroupNormalization of
-// a blocked value runs as GroupNormBlocked, with the Relu after it as its activation, on every
-// ISA with a channel block and on 1 and 2 threads, against the reference of the original graph.
-// Groups of 2 channels, of a whole block, of 5 (60 channels: padded lanes), one group, one channel
-// a group; conv outputs far from 0 (bias + 40) so that the variance is a small part of E[x^2].
+// GroupNorm between convs (ResNetV2's pre-activation blocks, UNets' GroupNorm + SiLU): at level 3
+// the GroupNormalization of a blocked value runs as GroupNormBlocked, with the Relu or the SiLU
+// (x * Sigmoid(x)) after it as its activation, on every ISA with a channel block and on 1 and 2
+// threads, against the reference of the original graph. Groups of 2 channels, of a whole block, of
+// 5 (60 channels: padded lanes), one group, one channel a group; conv outputs far from 0 (bias +
+// 40) so that the variance is a small part of E[x^2].
 TEST(LayoutKernels, GroupNormRunsBlocked) {
   struct GnCase {
     int64_t n, c, h, w, groups;
-    bool relu;
+    std::string act;  // "", "Relu" or "Silu"
   };
-  for (const GnCase& t : {GnCase{1, 64, 9, 11, 32, true}, GnCase{2, 48, 7, 5, 3, false},
-                          GnCase{1, 60, 6, 13, 12, true}, GnCase{2, 32, 5, 5, 1, true},
-                          GnCase{1, 32, 70, 70, 32, false}}) {
+  for (const GnCase& t : {GnCase{1, 64, 9, 11, 32, "Relu"}, GnCase{2, 48, 7, 5, 3, ""},
+                          GnCase{1, 60, 6, 13, 12, "Silu"}, GnCase{2, 32, 5, 5, 1, "Relu"},
+                          GnCase{1, 32, 70, 70, 32, ""}, GnCase{1, 64, 17, 19, 32, "Silu"}}) {
     std::mt19937 rng(31);
     Graph g;
     const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
@@ -869,9 +870,14 @@ TEST(LayoutKernels, GroupNormRunsBlocked) {
                 g.add_constant("bias", random_tensor({t.c}, rng))},
                {n}, a, "gn", 21);
     v = n;
-    if (t.relu) {
+    if (t.act == "Relu") {
       const ValueId r = g.add_value("relu");
       g.add_node("Relu", {v}, {r});
+      v = r;
+    } else if (t.act == "Silu") {
+      const ValueId s = g.add_value("sigmoid"), r = g.add_value("silu");
+      g.add_node("Sigmoid", {v}, {s});
+      g.add_node("Mul", {v, s}, {r});
       v = r;
     }
     g.add_output(conv(v, 1, 0.0f));
@@ -879,7 +885,7 @@ TEST(LayoutKernels, GroupNormRunsBlocked) {
     const std::vector<Tensor> in = random_inputs(g, 29);
     const Tensor want = reference::run(g, in)[0];
     const std::string what =
-        cat("N", t.n, " C", t.c, " ", t.h, "x", t.w, " G", t.groups, t.relu ? " Relu" : "");
+        cat("N", t.n, " C", t.c, " ", t.h, "x", t.w, " G", t.groups, " ", t.act);
     for (cpu::Isa isa : cpu::supported_isas()) {
       if (isa == cpu::Isa::kGeneric) continue;  // no channel block: nothing blocked
       cpu::IsaScope scope(isa);
@@ -889,11 +895,11 @@ TEST(LayoutKernels, GroupNormRunsBlocked) {
         int norms = 0;
         for (size_t i = 0; i < exe.graph().nodes().size(); ++i) {
           const Node& node = exe.graph().nodes()[i];
-          EXPECT_NE(node.op, "Relu") << what << ": the Relu goes into the norm";
+          EXPECT_TRUE(node.op != "Relu" && node.op != "Sigmoid") << what << ": into the norm";
           if (node.op != "GroupNormBlocked") continue;
           ++norms;
           EXPECT_EQ(exe.node_backend(i), "cpu") << what;
-          EXPECT_EQ(node.attrs.get_string("activation", ""), t.relu ? "Relu" : "") << what;
+          EXPECT_EQ(node.attrs.get_string("activation", ""), t.act) << what;
         }
         EXPECT_EQ(norms, 1) << what;
         expect_close(exe.run(in)[0], want, cat(what, ", ", cpu::isa_name(isa), ", ", threads));

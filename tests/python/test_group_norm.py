@@ -160,3 +160,42 @@ def test_group_norm_with_a_unit_scale(tmp_path):
     assert _rel(m(x.numpy()), want) < TOLERANCE
     ops = [op for op, _ in m._compiled.node_backends]
     assert ops.count("GroupNormBlocked") == 2 and ops.count("Add") == 1, ops  # the residual only
+
+
+class UnetResBlock(torch.nn.Module):
+    """A diffusion UNet's input conv and residual block: GroupNorm(32) -> SiLU -> conv, twice, plus
+    the block's input."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.inp = torch.nn.Conv2d(4, channels, 3, padding=1)
+        self.n1 = torch.nn.GroupNorm(32, channels)
+        self.c1 = torch.nn.Conv2d(channels, channels, 3, padding=1)
+        self.n2 = torch.nn.GroupNorm(32, channels)
+        self.c2 = torch.nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x):
+        f = torch.nn.functional
+        x = self.inp(x)
+        return x + self.c2(f.silu(self.n2(self.c1(f.silu(self.n1(x))))))
+
+
+@pytest.mark.parametrize("route", ["onnx", "optimize"])
+def test_group_norm_takes_its_silu(tmp_path, route):
+    torch.manual_seed(0)
+    model = UnetResBlock(64).eval()
+    x = torch.randn(1, 4, 12, 12)
+    with torch.no_grad():
+        want = model(x).numpy()
+    if route == "onnx":
+        path = str(tmp_path / "unet.onnx")
+        torch.onnx.export(model, (x,), path, opset_version=17, dynamo=False)
+        m = pypto.onnx.load(path, level=3)
+        got, ops = m(x.numpy()), [op for op, _ in m._compiled.node_backends]
+    else:
+        m = pypto.optimize(model, example_inputs=x, level=3)
+        with torch.no_grad():
+            got = m(x).numpy()
+        ops = [op for op, _ in m.compiled.node_backends]
+    assert _rel(got, want) < TOLERANCE
+    assert ops.count("GroupNormBlocked") == 2 and "Sigmoid" not in ops, ops

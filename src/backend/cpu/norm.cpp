@@ -594,7 +594,7 @@ std::vector<Tensor> run_group_norm(const KernelContext& c) {
 // clustered far from 0 loses nothing); the tasks' sums are added per channel in double and then
 // per group: mean m and, exactly, sum (x - m)^2 = s2 + 2 (shift - m) s1 + count (shift - m)^2.
 // Second, y = (x - shift) a + b per lane, a = scale / sqrt(var + eps) and b = bias +
-// (shift - m) a, then the Relu. The padded lanes get a = b = 0.
+// (shift - m) a, then the Relu or SiLU. The padded lanes get a = b = 0.
 std::vector<Tensor> run_group_norm_blocked(const KernelContext& c) {
   const Tensor& x = c.input(0);
   const int64_t C = c.attrs().get_int("channels"), G = c.attrs().get_int("num_groups");
@@ -610,7 +610,10 @@ std::vector<Tensor> run_group_norm_blocked(const KernelContext& c) {
   const float* xs = x.data<float>();
   float* ys = y.data<float>();
   const double eps = c.attrs().get_float("epsilon", 1e-5);
-  const bool relu = c.attrs().get_string("activation", "") == "Relu";
+  const std::string activation = c.attrs().get_string("activation", "");
+  const LaneAct act = activation == "Relu"   ? LaneAct::kRelu
+                      : activation == "Silu" ? LaneAct::kSilu
+                                             : LaneAct::kNone;
   // Runs of pixels per task: enough tasks to spread a batch-1 tensor of few blocks, each at
   // least kParallelGrain floats.
   const int64_t run = std::max<int64_t>(kParallelGrain / lanes, (HW + 3) / 4);
@@ -667,7 +670,7 @@ std::vector<Tensor> run_group_norm_blocked(const KernelContext& c) {
       const int64_t nb = t / runs, p0 = t % runs * run, p1 = std::min(HW, p0 + run);
       const int64_t at = (nb * HW + p0) * lanes;
       PTO_ISA_DISPATCH(lane_affine, xs + at, ys + at, p1 - p0, block, shift.data() + nb * lanes,
-                       a.data() + nb * lanes, b.data() + nb * lanes, relu);
+                       a.data() + nb * lanes, b.data() + nb * lanes, act);
     }
   });
   return one(std::move(y));

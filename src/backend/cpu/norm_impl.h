@@ -231,32 +231,43 @@ void lane_sums(const float* x, int64_t pixels, int c, const float* shift, double
 
 template <int kV>
 void lane_affine_v(const float* x, float* y, int64_t pixels, const float* shift, const float* a,
-                   const float* b, bool relu) {
+                   const float* b, LaneAct act) {
   constexpr int L = Vec::kLanes;
   Vec sh[kV], av[kV], bv[kV];
   for (int v = 0; v < kV; ++v)
     sh[v] = Vec::load(shift + v * L), av[v] = Vec::load(a + v * L), bv[v] = Vec::load(b + v * L);
-  auto run = [&]<bool kRelu>() {
+  auto run = [&]<LaneAct kAct>() {
     for (int64_t p = 0; p < pixels; ++p)
       for (int v = 0; v < kV; ++v) {
         const int64_t at = p * kV * L + v * L;
-        const Vec t = fma(Vec::load(x + at) - sh[v], av[v], bv[v]);
-        (kRelu ? max_keep_nan(t, Vec::zero()) : t).store(y + at);
+        Vec t = fma(Vec::load(x + at) - sh[v], av[v], bv[v]);
+        if constexpr (kAct == LaneAct::kRelu) t = max_keep_nan(t, Vec::zero());
+        if constexpr (kAct == LaneAct::kSilu) t = times_sigmoid(t, t);
+        t.store(y + at);
       }
   };
-  relu ? run.template operator()<true>() : run.template operator()<false>();
+  switch (act) {
+    case LaneAct::kNone:
+      return run.template operator()<LaneAct::kNone>();
+    case LaneAct::kRelu:
+      return run.template operator()<LaneAct::kRelu>();
+    case LaneAct::kSilu:
+      return run.template operator()<LaneAct::kSilu>();
+  }
 }
 
 void lane_affine(const float* x, float* y, int64_t pixels, int c, const float* shift,
-                 const float* a, const float* b, bool relu) {
+                 const float* a, const float* b, LaneAct act) {
   constexpr int L = Vec::kLanes;
-  if (c == L) return lane_affine_v<1>(x, y, pixels, shift, a, b, relu);
-  if (c == 2 * L) return lane_affine_v<2>(x, y, pixels, shift, a, b, relu);
-  if (c == 4 * L) return lane_affine_v<4>(x, y, pixels, shift, a, b, relu);
+  if (c == L) return lane_affine_v<1>(x, y, pixels, shift, a, b, act);
+  if (c == 2 * L) return lane_affine_v<2>(x, y, pixels, shift, a, b, act);
+  if (c == 4 * L) return lane_affine_v<4>(x, y, pixels, shift, a, b, act);
   for (int64_t p = 0; p < pixels; ++p)
     for (int l = 0; l < c; ++l) {
-      const float v = (x[p * c + l] - shift[l]) * a[l] + b[l];
-      y[p * c + l] = relu && v < 0.0f ? 0.0f : v;  // NaN stays NaN, as Relu's
+      float v = (x[p * c + l] - shift[l]) * a[l] + b[l];
+      if (act == LaneAct::kRelu && v < 0.0f) v = 0.0f;  // NaN stays NaN, as Relu's
+      if (act == LaneAct::kSilu) v = v / (1.0f + std::exp(-v));
+      y[p * c + l] = v;
     }
 }
 

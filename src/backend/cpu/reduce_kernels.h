@@ -40,6 +40,9 @@ struct PoolIndex {
   const float *row_count, *col_count;
 };
 
+// The activation GroupNormBlocked applies after its affine map.
+enum class LaneAct : uint8_t { kNone, kRelu, kSilu };
+
 PTO_ISA_DECLARE(
     void fold(Fold op, const float* x, const FoldRange& r, const float* shift, float* y);
 
@@ -68,9 +71,9 @@ PTO_ISA_DECLARE(
     // within runs of 256 pixels).
     void lane_sums(const float* x, int64_t pixels, int c, const float* shift, double* s1,
                    double* s2);
-    // y = (x - shift[l]) * a[l] + b[l] over `pixels` pixels of c lanes, then max(., 0) with relu.
+    // y = (x - shift[l]) * a[l] + b[l] over `pixels` pixels of c lanes, then the activation.
     void lane_affine(const float* x, float* y, int64_t pixels, int c, const float* shift,
-                     const float* a, const float* b, bool relu);
+                     const float* a, const float* b, LaneAct act);
     // The mean of x[j]^2 over j < n, n > 0 (RMSNormalization).
     float mean_square(const float* x, int64_t n);
     // y = (x - shift - mean) * a + b over n elements.

@@ -24,11 +24,12 @@
 //       The same after a 1x1, stride-1 ConvBlocked expansion (We [Cb, ICb, 1, 1, c, c], Be
 //       [Cb * c]) and its activation on X [N, ICb, H, W, c] (IC real channels): a MobileNetV2
 //       inverted residual block, whose expanded tensor is computed a few rows at a time.
-//   GroupNormBlocked(X, scale, bias) {channels=C, num_groups=G, epsilon, activation="" | "Relu"}
+//   GroupNormBlocked(X, scale, bias) {channels=C, num_groups=G, epsilon,
+//                                     activation="" | "Relu" | "Silu"}
 //       GroupNormalization (opset 21: scale and bias per channel, here [Cb * c], padded) of
 //       blocked X [N, Cb, H, W, c] with C real channels in G groups of C / G, then the
 //       activation: the same shape. AssignLayouts makes it of a GroupNormalization whose input is
-//       blocked, FuseBlockedConvs gives it the Relu that reads it.
+//       blocked, FuseBlockedConvs gives it the Relu or SiLU (x * Sigmoid(x)) that reads it.
 #include "ir/ops/blocked_layout.h"
 
 #include "infer_util.h"
@@ -127,8 +128,9 @@ void infer_group_norm_blocked(InferContext& c) {
     throw ValueError(
         cat(c.where(), ": ", channels, " channels do not split into ", groups, " groups"));
   const std::string act = c.attrs().get_string("activation", "");
-  if (!act.empty() && act != "Relu")
-    throw ValueError(cat(c.where(), ": activation must be \"\" or \"Relu\", got \"", act, "\""));
+  if (!act.empty() && act != "Relu" && act != "Silu")
+    throw ValueError(
+        cat(c.where(), ": activation must be \"\", \"Relu\" or \"Silu\", got \"", act, "\""));
   infer::set(c, 0, c.inputs[0].dtype, x);
 }
 
@@ -183,10 +185,10 @@ void register_blocked_layout_ops(OpRegistry& r) {
          .attrs = {required_attr("channels", AttrKind::kInt, "the real channel count"),
                    required_attr("num_groups", AttrKind::kInt, "groups of channels / num_groups"),
                    {"epsilon", 1e-5, "added to the variance"},
-                   {"activation", "", "after the norm: \"\" or \"Relu\""}},
+                   {"activation", "", "after the norm: \"\", \"Relu\" or \"Silu\" (x sigmoid(x))"}},
          .infer = infer_group_norm_blocked,
          .doc = "GroupNormalization (per-channel scale and bias) of a channel-blocked tensor, then "
-                "an optional Relu"});
+                "an optional Relu or SiLU"});
 }
 
 Tensor blocked_conv_weights(const Tensor& w, bool depthwise, int block) {

@@ -180,7 +180,7 @@ std::vector<Tensor> group_norm_blocked(const KernelContext& c) {
   if (static_cast<int64_t>(scale.size()) < C || static_cast<int64_t>(bias.size()) < C)
     throw ValueError(cat(where, ": scale and bias need ", C, " values"));
   const double eps = c.attrs().get_float("epsilon", 1e-5);
-  const bool relu = c.attrs().get_string("activation", "") == "Relu";
+  const std::string act = c.attrs().get_string("activation", "");
   auto at = [&](int64_t n, int64_t ch, int64_t p) {
     return static_cast<size_t>(((n * Cb + ch / b) * HW + p) * b + ch % b);
   };
@@ -198,7 +198,9 @@ std::vector<Tensor> group_norm_blocked(const KernelContext& c) {
       for (int64_t ch = grp * per; ch < (grp + 1) * per; ++ch)
         for (int64_t p = 0; p < HW; ++p) {
           const double v = (x[at(n, ch, p)] - mean) * inv * scale[ch] + bias[ch];
-          y[at(n, ch, p)] = relu ? std::max(v, 0.0) : v;
+          y[at(n, ch, p)] = act == "Relu"   ? std::max(v, 0.0)
+                            : act == "Silu" ? v / (1 + std::exp(-v))
+                                            : v;
         }
     }
   return {from_doubles(X.dtype(), X.shape(), y, where)};
