@@ -44,6 +44,50 @@ void keep_first_nan(const PoolGeom& g, const PoolIndex& ix, const float* x, floa
     if (ix.col_first[o] >= 0 && std::isnan(first[ix.col_first[o]])) y[o] = first[ix.col_first[o]];
 }
 
+// The rows of output row r's window inside the plane: k0 <= k < k1, the first at row `first`
+// (integer divisions only for dilated windows: they cost a row).
+struct WindowRows {
+  int64_t k0, k1, first;
+};
+inline WindowRows window_rows(const PoolGeom& g, int64_t r) {
+  const int64_t top = r * g.sh - g.ph;
+  if (g.dh == 1) {
+    const int64_t k0 = top >= 0 ? 0 : -top;
+    return {k0, std::min(g.kh, g.h - top), top + k0};
+  }
+  const int64_t k0 = top >= 0 ? 0 : (-top + g.dh - 1) / g.dh;
+  return {k0, std::min(g.kh, top < g.h ? (g.h - 1 - top) / g.dh + 1 : 0), top + k0 * g.dh};
+}
+
+// The vertical fold of output row r's window rows over input columns j..j+L of an NCHW plane
+// (pool_row_shifted, pool_row_shifted2); `nan_seen` collects the lanes that held a NaN.
+template <bool is_max>
+struct RowFold {
+  const PoolGeom& g;
+  WindowRows w;
+  const float* rows;
+  Mask nan_seen;
+
+  RowFold(const PoolGeom& geom, const float* x, int64_t r)
+      : g(geom), w(window_rows(geom, r)), rows(x + w.first * geom.w), nan_seen(is_nan(idv())) {}
+  static Vec idv() { return Vec::set1(is_max ? -INFINITY : 0.0f); }
+  Vec operator()(int64_t j) {
+    if (j >= g.w) return idv();
+    const int n = lanes_left(g.w, j);
+    const int64_t step = g.dh * g.w;
+    Vec acc = idv();
+    for (int64_t k = w.k0; k < w.k1; ++k) {
+      Vec v = Vec::load(rows + (k - w.k0) * step + j, n);
+      if (is_max) {
+        if (n < Vec::kLanes) v = select(first_lanes(n), v, idv());
+        nan_seen = nan_seen | is_nan(v);
+      }
+      acc = take(is_max, acc, v);
+    }
+    return acc;
+  }
+};
+
 // Whether pool_row_shifted applies: stride 1 along the row and every column offset of the window
 // (k * dw - pw) within a vector of lanes either way.
 bool row_shifts_fit(const PoolGeom& g) {
@@ -62,34 +106,8 @@ template <bool is_max>
 void pool_row_shifted(const PoolGeom& g, const PoolIndex& ix, const float* x, float* y, int64_t r,
                       const VecI* shift, int64_t left) {
   constexpr int64_t L = Vec::kLanes;
-  const Vec idv = Vec::set1(is_max ? -INFINITY : 0.0f);
-  Mask nan_seen = is_nan(idv);  // no lane: whether the window's rows hold a NaN
-  // The window's rows inside the plane: k0 <= k < k1.
-  const int64_t top = r * g.sh - g.ph;
-  int64_t k0 = 0, k1 = g.kh;  // (integer divisions only for dilated windows: they cost a row)
-  if (g.dh == 1) {
-    k0 = top >= 0 ? 0 : -top;
-    k1 = std::min(g.kh, g.h - top);
-  } else {
-    k0 = top >= 0 ? 0 : (-top + g.dh - 1) / g.dh;
-    k1 = std::min(g.kh, top < g.h ? (g.h - 1 - top) / g.dh + 1 : 0);
-  }
-  const float* rows = x + (top + k0 * g.dh) * g.w;
-  const int64_t step = g.dh * g.w;
-  const auto fold_rows = [&](int64_t j) {  // input columns j..j+L of the window's rows
-    if (j >= g.w) return idv;
-    const int n = lanes_left(g.w, j);
-    Vec acc = idv;
-    for (int64_t k = k0; k < k1; ++k) {
-      Vec v = Vec::load(rows + (k - k0) * step + j, n);
-      if (is_max) {
-        if (n < L) v = select(first_lanes(n), v, idv);
-        nan_seen = nan_seen | is_nan(v);
-      }
-      acc = take(is_max, acc, v);
-    }
-    return acc;
-  };
+  const Vec idv = RowFold<is_max>::idv();
+  RowFold<is_max> fold_rows(g, x, r);
   const Vec rc = Vec::set1(ix.row_count[r]);
   Vec prev = idv, cur = fold_rows(0);
   for (int64_t q = 0; q < g.ow; q += L) {
@@ -104,7 +122,7 @@ void pool_row_shifted(const PoolGeom& g, const PoolIndex& ix, const float* x, fl
     prev = cur;
     cur = next;
   }
-  if (is_max) keep_first_nan(g, ix, x, y, r, nan_seen);
+  if (is_max) keep_first_nan(g, ix, x, y, r, fold_rows.nan_seen);
 }
 
 // Whether pool_row_shifted2 applies: stride 2 along the row, every column offset s = k * dw - pw of
@@ -125,33 +143,8 @@ template <bool is_max>
 void pool_row_shifted2(const PoolGeom& g, const PoolIndex& ix, const float* x, float* y, int64_t r,
                        const VecI* idx, const int* tap) {
   constexpr int64_t L = Vec::kLanes;
-  const Vec idv = Vec::set1(is_max ? -INFINITY : 0.0f);
-  Mask nan_seen = is_nan(idv);
-  const int64_t top = r * g.sh - g.ph;
-  int64_t k0 = 0, k1 = g.kh;
-  if (g.dh == 1) {
-    k0 = top >= 0 ? 0 : -top;
-    k1 = std::min(g.kh, g.h - top);
-  } else {
-    k0 = top >= 0 ? 0 : (-top + g.dh - 1) / g.dh;
-    k1 = std::min(g.kh, top < g.h ? (g.h - 1 - top) / g.dh + 1 : 0);
-  }
-  const float* rows = x + (top + k0 * g.dh) * g.w;
-  const int64_t step = g.dh * g.w;
-  const auto fold_rows = [&](int64_t j) {  // input columns j..j+L of the window's rows
-    if (j >= g.w) return idv;
-    const int n = lanes_left(g.w, j);
-    Vec acc = idv;
-    for (int64_t k = k0; k < k1; ++k) {
-      Vec v = Vec::load(rows + (k - k0) * step + j, n);
-      if (is_max) {
-        if (n < L) v = select(first_lanes(n), v, idv);
-        nan_seen = nan_seen | is_nan(v);
-      }
-      acc = take(is_max, acc, v);
-    }
-    return acc;
-  };
+  const Vec idv = RowFold<is_max>::idv();
+  RowFold<is_max> fold_rows(g, x, r);
   const VecI even = to_int(lane_index() * Vec::set1(2.0f)),
              odd = to_int(lane_index() * Vec::set1(2.0f) + Vec::set1(1.0f));
   // The (E, O) pairs of the columns from 2q - 2L (prev), 2q (cur) and 2q + 2L (next).
@@ -178,7 +171,7 @@ void pool_row_shifted2(const PoolGeom& g, const PoolIndex& ix, const float* x, f
     acc.store(y + q, n);
     for (int e = 0; e < 2; ++e) seq[e][0] = seq[e][1], seq[e][1] = seq[e][2];
   }
-  if (is_max) keep_first_nan(g, ix, x, y, r, nan_seen);
+  if (is_max) keep_first_nan(g, ix, x, y, r, fold_rows.nan_seen);
 }
 
 // One output row r of plane x into y: buf (g.span) holds the folded rows, hb the horizontal folds.
@@ -232,16 +225,8 @@ void pool_row_blocked_v(const PoolGeom& g, const PoolIndex& ix, const float* x, 
                         float* buf) {
   constexpr int64_t L = Vec::kLanes, c = kV * L;
   const Vec idv = Vec::set1(kMax ? -INFINITY : 0.0f);
-  const int64_t top = r * g.sh - g.ph;
-  int64_t k0 = 0, k1 = g.kh;
-  if (g.dh == 1) {
-    k0 = top >= 0 ? 0 : -top;
-    k1 = std::min(g.kh, g.h - top);
-  } else {
-    k0 = top >= 0 ? 0 : (-top + g.dh - 1) / g.dh;
-    k1 = std::min(g.kh, top < g.h ? (g.h - 1 - top) / g.dh + 1 : 0);
-  }
-  const float* rows = x + (top + k0 * g.dh) * g.w * c;
+  const auto [k0, k1, first_row] = window_rows(g, r);
+  const float* rows = x + first_row * g.w * c;
   const int64_t step = g.dh * g.w * c, lo = std::min(g.pw, g.span),
                 hi = std::min(g.pw + g.w, g.span);
   Vec nan_acc = Vec::zero();
