@@ -443,7 +443,8 @@ std::optional<GroupNormMatch> match_group_norm(Rewrite& rw, size_t i) {
     Matcher m{g, rw.uses(), {}};
     ValueId v = root.outputs[0];
     const Node* node = &root;
-    if (form == 0 || form == 3) {  // Add(Mul(r, gamma), beta), or Add(r, beta) (a unit gamma folded)
+    // Add(Mul(r, gamma), beta), or Add(r, beta) (a unit gamma the passes removed).
+    if (form == 0 || form == 3) {
       if (root.op != "Add" || root.inputs.size() != 2) continue;
       const int side = constant(g, root.inputs[0]) ? 1 : 0;
       r.beta = root.inputs[1 - side];
