@@ -117,9 +117,15 @@ def main() -> int:
     print(f"\nwhere the time goes (pypto.profiler over {a.repeat} calls: {total:.1f} ms of kernels "
           f"a call; by kernel: fusion rule or op; % of the {peak:.0f} GFLOP/s FMA peak)")
     print(f"  {'kernel':<26}{'count':>6}{'ms':>10}{'share':>8}{'% peak':>9}")
+    above = False
     for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1])[:10]:
-        rate = f"{100 * flops[op] / (ms * 1e6) / peak:.0f}%" if flops[op] and ms else ""
+        pct = 100 * flops[op] / (ms * 1e6) / peak if flops[op] and ms else 0
+        above = above or pct > 100
+        rate = f"{pct:.0f}%" if pct else ""
         print(f"  {op:<26}{count[op]:>6}{ms:>10.2f}{ms / total:>8.1%}{rate:>9}")
+    if above:
+        print("  (over 100%: FLOPs are counted as the direct convolution's; Winograd F(4x4, 3x3) "
+              "does about a quarter of its multiplies)")
     what = {0: "each node as its own kernel",
             1: "graph passes (docs/passes.md)",
             2: "graph passes, fusion into kernels, planned memory (docs/fusion.md)",
