@@ -323,6 +323,14 @@ bool channel_param(const Graph& g, ValueId p, ValueId x) {
   return xs->back().is_known() || xs->back().is_symbolic();
 }
 
+// Whether the one reader of node i's output ends a match of `match` too: a longer match (through
+// the scale or bias step) is preferred, so the rule fires there rather than at i.
+template <class Match>
+bool reader_matches(Rewrite& rw, size_t i, Match match) {
+  const int32_t user = rw.readers().single_reader(rw.graph().nodes()[i].outputs[0]);
+  return user >= 0 && match(rw, static_cast<size_t>(user)).has_value();
+}
+
 struct NormMatch {
   std::vector<size_t> consumed;
   Norm norm;
@@ -371,9 +379,7 @@ bool norm(Rewrite& rw, size_t i, const PassContext& ctx) {
   if (op != "Add" && op != "Mul" && op != "Div") return false;
   auto r = match_norm(rw, i);
   if (!r || !same_shape(g, r->norm.x, g.nodes()[i].outputs[0])) return false;
-  // A longer match ending at the reader (the scale or bias step) is preferred: let it fire there.
-  const int32_t user = rw.readers().single_reader(g.nodes()[i].outputs[0]);
-  if (user >= 0 && match_norm(rw, static_cast<size_t>(user))) return false;
+  if (reader_matches(rw, i, match_norm)) return false;
   ValueId gamma = r->gamma;
   if (gamma == kNoValue) {  // the fused ops need a scale: ones, when the size is known
     const auto& xs = g.value(r->norm.x).type.shape;
@@ -512,9 +518,7 @@ bool group_norm(Rewrite& rw, size_t i, const PassContext& ctx) {
   if (op != "Add" && op != "Mul" && op != "Reshape") return false;
   auto r = match_group_norm(rw, i);
   if (!r) return false;
-  // A longer match ending at the reader (the scale or bias step) is preferred: let it fire there.
-  const int32_t user = rw.readers().single_reader(g.nodes()[i].outputs[0]);
-  if (user >= 0 && match_group_norm(rw, static_cast<size_t>(user))) return false;
+  if (reader_matches(rw, i, match_group_norm)) return false;
   const DType dt = dtype_of_value(g, r->x);
   auto param = [&](ValueId v, double fill, const char* suffix) -> std::optional<ValueId> {
     std::optional<Tensor> t =
