@@ -630,36 +630,32 @@ std::vector<Tensor> run_group_norm_blocked(const KernelContext& c) {
                        shift.data() + nb * lanes, s1.data() + t * lanes, s2.data() + t * lanes);
     }
   });
-  // Per channel and image: shift, sums; then each group's mean and inverse deviation.
+  // Per image and group: each channel's sums over its runs, the group's mean and deviation, then
+  // each channel's a and b. Channel ch of image n is element n * Cb * lanes + ch of shift, a, b.
   std::vector<float> a(shift.size(), 0.0f), b(shift.size(), 0.0f);
   const int64_t per = C / G;
-  const double count = static_cast<double>(per * HW);
+  const double count = static_cast<double>(per * HW), pixels = static_cast<double>(HW);
   std::vector<double> c1(static_cast<size_t>(per)), c2(c1.size());
   for (int64_t n = 0; n < N; ++n)
     for (int64_t g = 0; g < G; ++g) {
+      const int64_t ch0 = n * Cb * lanes + g * per;  // the group's first channel in shift, a, b
       double total = 0;
       for (int64_t k = 0; k < per; ++k) {
-        const int64_t ch = g * per + k, nb = n * Cb + ch / lanes, l = ch % lanes;
-        double t1 = 0, t2 = 0;
-        for (int64_t r = 0; r < runs; ++r) {
-          t1 += s1[static_cast<size_t>((nb * runs + r) * lanes + l)];
-          t2 += s2[static_cast<size_t>((nb * runs + r) * lanes + l)];
-        }
-        c1[k] = t1, c2[k] = t2;
-        total += static_cast<double>(shift[nb * lanes + l]) * static_cast<double>(HW) + t1;
+        const int64_t at = ch0 + k, first = (at / lanes * runs) * lanes + at % lanes;
+        c1[k] = c2[k] = 0;
+        for (int64_t r = 0; r < runs; ++r)
+          c1[k] += s1[first + r * lanes], c2[k] += s2[first + r * lanes];
+        total += static_cast<double>(shift[at]) * pixels + c1[k];
       }
       const double mean = total / count;
       double m2 = 0;
       for (int64_t k = 0; k < per; ++k) {
-        const int64_t ch = g * per + k;
-        const double d =
-            static_cast<double>(shift[(n * Cb + ch / lanes) * lanes + ch % lanes]) - mean;
-        m2 += c2[k] + 2 * d * c1[k] + static_cast<double>(HW) * d * d;
+        const double d = static_cast<double>(shift[ch0 + k]) - mean;
+        m2 += c2[k] + 2 * d * c1[k] + pixels * d * d;
       }
       const double inv = 1 / std::sqrt(std::max(m2, 0.0) / count + eps);
       for (int64_t k = 0; k < per; ++k) {
-        const int64_t ch = g * per + k;
-        const size_t at = static_cast<size_t>((n * Cb + ch / lanes) * lanes + ch % lanes);
+        const int64_t at = ch0 + k, ch = g * per + k;
         const double ak = scale[ch] * inv;
         a[at] = static_cast<float>(ak);
         b[at] = static_cast<float>(bias[ch] + (static_cast<double>(shift[at]) - mean) * ak);
