@@ -86,15 +86,16 @@ def test_compile_vs_optimize_summary_takes_the_median_round_and_ratios():
 
 
 def test_zoo_speed_times_a_model_against_eager_and_onnxruntime(tmp_path):
-    """bench/zoo_speed.py end to end on one small model: exported, every engine within 1e-3 of
-    eager PyTorch, the ratio the better level over onnxruntime."""
+    """bench/zoo_speed.py end to end on one small model, 2 threads: exported, every engine (each in
+    a process of its own) within 1e-3 of eager PyTorch, the ratio the better level over
+    onnxruntime, the slow-phase probe timed."""
     import json
     import subprocess
 
     out = tmp_path / "rows.json"
     bench = Path(__file__).resolve().parents[2] / "bench" / "zoo_speed.py"
     p = subprocess.run([sys.executable, str(bench), "--models", "mnasnet0_5", "--image", "64",
-                        "--rounds", "1", "--budget", "0.01", "--json", str(out)],
+                        "--rounds", "1", "--budget", "0.01", "--threads", "2", "--json", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     (row,) = json.loads(out.read_text())
@@ -103,11 +104,13 @@ def test_zoo_speed_times_a_model_against_eager_and_onnxruntime(tmp_path):
     assert set(row["err"]) == {"ort", "l2", "l3"} and max(row["err"].values()) <= 1e-3
     assert all(v > 0 for v in row["ms"].values())
     assert row["ratio"] == pytest.approx(row["ms"][row["best"]] / row["ms"]["ort"])
-    assert "mnasnet0_5" in p.stdout and "slowest relative to onnxruntime" in p.stdout
+    assert row["probe_ms"] > 0 and row["slow_wait_s"] >= 0
+    assert "2 thread(s)" in p.stdout and "mnasnet0_5" in p.stdout and "slowest relative to onnxruntime" in p.stdout
 
 
 @pytest.mark.parametrize("args,message", [(["--rounds", "0"], "--rounds must be at least 1"),
                                           (["--models", "nosuch"], "unknown model(s) nosuch"),
+                                          (["--threads", "0"], "--threads must be at least 1"),
                                           (["--budget", "0"], "must be positive")])
 def test_zoo_speed_rejects_bad_options(args, message):
     import subprocess
