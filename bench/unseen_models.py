@@ -14,7 +14,7 @@ Random weights (seed 0, never downloaded), heads redrawn so no output is trivial
     python bench/unseen_models.py --models alexnet,phi --ways onnx --json out.json
     python bench/unseen_models.py --set third --time       # the third sweep's 35, timed
 
---set first / third: one sweep's list (docs/unseen_models.md); a model whose package (timm,
+--set first / third / fourth: one sweep's list (docs/unseen_models.md); a model whose package (timm,
 transformers, torchvision) is not installed is skipped with a line naming it. --time: one thread
 in PyTorch, PyPTO and onnxruntime, and the median ms at batch 2 of PyPTO (levels 2 / 3) and its
 peer, measured in the same child process. The third set also checks batch 1 (the compiled batch
@@ -353,10 +353,43 @@ THIRD = {
                fusion_hidden_size=32, head_hidden_size=16,
                **{**_NO_VOCAB, "num_hidden_layers": 4}),
 }
+
+# The fourth sweep (2026-12-06): timm architectures none of the lists above has, at 64x64 where
+# the model takes any size and at its own size where the position embedding or windows fix it.
+FOURTH = {
+    # CNNs
+    **{n: _timm(n, cnn=True) for n in (
+        "dpn68", "eca_nfnet_l0", "tresnet_m", "ghostnetv2_100", "repghostnet_050",
+        "rdnet_tiny", "hgnetv2_b0", "mobileone_s0", "repvit_m0_9", "starnet_s1", "tinynet_a",
+        "mobilenetv4_conv_small", "semnasnet_050", "fbnetc_100", "convmixer_768_32",
+        "lambda_resnet26t", "caformer_s18", "fastvit_sa12", "efficientvit_m0")},
+    "inception_v4": _timm("inception_v4", 128, cnn=True),  # 64x64 is below its smallest input
+    # transformers, MLPs and hybrids
+    "mobilenetv4_hybrid_medium": _timm("mobilenetv4_hybrid_medium"),
+    "cait_xxs24_224": _timm("cait_xxs24_224", img_size=64),
+    "mixer_s16_224": _timm("mixer_s16_224", img_size=64),
+    "resmlp_12_224": _timm("resmlp_12_224", img_size=64),
+    "gmlp_ti16_224": _timm("gmlp_ti16_224", img_size=64),
+    "volo_d1_224": _timm("volo_d1_224", 224),
+    "crossvit_tiny_240": _timm("crossvit_tiny_240", 240),
+    "focalnet_tiny_srf": _timm("focalnet_tiny_srf"),
+    "gcvit_xxtiny": _timm("gcvit_xxtiny", 224),
+    "nextvit_small": _timm("nextvit_small"),
+    "mvitv2_tiny": _timm("mvitv2_tiny", 224),
+    "hiera_tiny_224": _timm("hiera_tiny_224", 224),
+    "efficientformer_l1": _timm("efficientformer_l1", 224),
+    "tiny_vit_11m_224": _timm("tiny_vit_11m_224", 224),
+    "botnet26t_256": _timm("botnet26t_256", 256),
+    "coatnet_nano_rw_224": _timm("coatnet_nano_rw_224", 224),
+    "maxxvitv2_nano_rw_256": _timm("maxxvitv2_nano_rw_256", 256),
+    "levit_conv_128s": _timm("levit_conv_128s", 224),
+}
 MODELS.update(THIRD)
-SETS = {"first": FIRST, "third": list(THIRD)}
+MODELS.update(FOURTH)
+LATER = set(THIRD) | set(FOURTH)  # the sweeps that try dynamo=True first and batch 1 too
+SETS = {"first": FIRST, "third": list(THIRD), "fourth": list(FOURTH)}
 # The package each model needs: a model whose package is missing is skipped, saying so.
-PACKAGES = {**{n: "torchvision" for n in FIRST}, **{n: "timm" for n in THIRD}}
+PACKAGES = {**{n: "torchvision" for n in FIRST}, **{n: "timm" for n in LATER}}
 PACKAGES.update({n: "transformers" for n in FIRST + list(THIRD)
                  if MODELS[n][0].__qualname__.startswith("_hf")})
 
@@ -455,7 +488,7 @@ def way_optimize(name: str) -> dict:
     import pypto
 
     levels = (2, 3) if name in CNNS else (2,)
-    batches = (2, 1) if name in THIRD else (2,)
+    batches = (2, 1) if name in LATER else (2,)
     with torch.no_grad():
         wants = {b: _leaves(model(*(a[:b] for a in args))) for b in batches}
     want = wants[2]
@@ -537,7 +570,7 @@ def way_onnx(name: str) -> dict:
     # The first sweep tried dynamo=False first, the third dynamo=True (what torch recommends).
     tries = [("dynamo=False", dict(dynamo=False, opset_version=17)),
              ("dynamo=True", dict(dynamo=True, opset_version=18))]
-    if name in THIRD:
+    if name in LATER:
         tries.reverse()
     failures = []
     for exporter, options in tries:
@@ -655,9 +688,9 @@ def cell(r: dict) -> str:
         text = f"{r['status']} ({r['err']:.1e})"
         if r.get("fallback_ops"):
             text += f", in PyTorch: {' '.join(r['fallback_ops'])}"
-        if r.get("exporter", "").startswith("dynamo=False") and r["model"] in THIRD:
+        if r.get("exporter", "").startswith("dynamo=False") and r["model"] in LATER:
             text += " (dynamo=False)"
-        elif r.get("exporter", "").startswith("dynamo=True") and r["model"] not in THIRD:
+        elif r.get("exporter", "").startswith("dynamo=True") and r["model"] not in LATER:
             text += " (dynamo)"
         return text + _timings(r)
     if r["status"] == "rounding":
@@ -697,8 +730,8 @@ def main() -> None:
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--models", help="comma-separated (default: all, or those of --set)")
     ap.add_argument("--set", choices=sorted(SETS), help="one sweep's models: first (the "
-                    "torchvision / transformers list of the first sweep) or third (timm and "
-                    "transformers, 2026-12-05 afternoon)")
+                    "torchvision / transformers list of the first sweep), third (timm and "
+                    "transformers, 2026-12-05 afternoon) or fourth (timm, 2026-12-06)")
     ap.add_argument("--time", action="store_true", help="one thread everywhere, and time eager "
                     "/ onnxruntime and PyPTO (median ms at batch 2)")
     ap.add_argument("--ways", default="optimize,onnx")
