@@ -14,7 +14,10 @@
 //      ReduceMean over {2, 3} of the 5-D value; MaxPool and
 //      AveragePool (2-D windows) of a blocked value, as the same pool with a unit window on the
 //      5-D value's channel lanes; GroupNormalization (per-channel scale and bias) of a blocked
-//      value, as GroupNormBlocked. An elementwise op may also read [N, C, 1, 1] values
+//      value, as GroupNormBlocked; an inference BatchNormalization of a blocked value (after an
+//      activation, ConvMixer's Conv -> GELU -> BN, or on a Concat, DenseNet's pre-activation
+//      BN -> ReLU -> Conv: one FoldBatchNorm could not fold into a conv), as a Mul and an Add
+//      by per-channel constants. An elementwise op may also read [N, C, 1, 1] values
 //      (squeeze-excitation's scale), blocked or reordered. Everything else (Flatten, Gemm, other
 //      reductions, unknown ops) reads NCHW. Then a conv that
 //      starts a region (NCHW input) reaching no other blocked conv is left NCHW, and the walk is
@@ -308,6 +311,10 @@ bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked,
   if (n.op == "Resize") return !n.inputs.empty() && blocked[n.inputs[0]] && plane_resize(g, n);
   if (n.op == "GroupNormalization")
     return !n.inputs.empty() && blocked[n.inputs[0]] && group_norm_blockable(g, n);
+  if (n.op == "BatchNormalization") {
+    const std::optional<BnAffine> a = bn_affine(g, n);
+    return blocked[n.inputs[0]] && a && static_cast<int64_t>(a->scale.size()) == (*out)[1].value;
+  }
   if (n.op == "MaxPool" || n.op == "AveragePool")
     return !n.inputs.empty() && blocked[n.inputs[0]] && n.attrs.has("kernel_shape") &&
            n.attrs.get_ints("kernel_shape").size() == 2 && n.attrs.get_int("storage_order", 0) == 0;
@@ -511,6 +518,26 @@ class Rewriter {
       Node& m = g_.mutable_nodes()[i];
       retarget(m, "GroupNormBlocked", std::move(ins), std::move(attrs));
       m.domain = "pto";
+    } else if (g_.nodes()[i].op == "BatchNormalization") {
+      // x * s + t per channel (s = gamma / sqrt(var + eps), t = beta - mean * s), as two
+      // elementwise ops on the blocked value: the Mul a new node before this one, which becomes
+      // the Add; the elementwise fusion makes them one kernel with whatever follows.
+      const BnAffine a = *bn_affine(g_, g_.nodes()[i]);
+      std::vector<float> scale(static_cast<size_t>(C)), shift(scale.size());
+      for (size_t c = 0; c < scale.size(); ++c) {
+        scale[c] = static_cast<float>(a.scale[c]);
+        shift[c] = static_cast<float>(a.shift[c] - a.mean[c] * a.scale[c]);
+      }
+      const std::string& name = g_.value(y).name;
+      const ValueId s = g_.add_constant(
+          name + "_bn_scale", blocked_constant(Tensor::from_vector<float>(scale, {C}), C, block_));
+      const ValueId t = g_.add_constant(
+          name + "_bn_shift", blocked_constant(Tensor::from_vector<float>(shift, {C}), C, block_));
+      const ValueId xb = blocked_of_[inputs[0]];
+      const ValueId scaled = g_.add_value(g_.unique_name(name + "_bn_scaled"), g_.value(xb).type);
+      g_.add_node("Mul", {xb, s}, {scaled}, {}, g_.unique_name(name + "_bn_mul"));
+      order_.push_back(g_.nodes().size() - 1);
+      retarget(g_.mutable_nodes()[i], "Add", {scaled, t});
     } else if (g_.nodes()[i].op == "MaxPool" || g_.nodes()[i].op == "AveragePool") {
       // Pooling over H and W of [N, C/c, H, W, c]: a 3-D window with a unit last axis.
       const ValueId xb = blocked(inputs[0]);  // may add nodes: take the reference after

@@ -2,6 +2,7 @@
 #include "passes/rewrite_util.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "ir/ops/op_params.h"
@@ -186,6 +187,32 @@ void apply_rules(Graph& g, const std::vector<Rule>& rules, const PassContext& ct
     rw.finish();
     if (!changed) return;
   }
+}
+
+std::optional<BnAffine> bn_affine(const Graph& g, const Node& bn) {
+  if (bn.op != "BatchNormalization" || bn.inputs.size() != 5 || bn.outputs.empty() ||
+      bn.outputs[0] == kNoValue)
+    return {};
+  // The reference's rule for training mode: the attribute from opset 14, the output count before.
+  const bool latest = bn.opset == 0 || bn.opset >= 14;
+  if (latest ? bn.attrs.get_int("training_mode", 0) != 0 : bn.outputs.size() > 1) return {};
+  for (size_t k = 1; k < bn.outputs.size(); ++k)
+    if (bn.outputs[k] != kNoValue) return {};
+  if (bn.attrs.get_int("spatial", 1) == 0) return {};
+  std::vector<std::vector<double>> p;
+  for (size_t k = 1; k <= 4; ++k) {
+    const Tensor* t = constant(g, bn.inputs[k]);
+    if (!t || !is_floating(t->dtype()) || t->rank() != 1) return {};
+    p.push_back(to_doubles(*t));
+    if (p.back().size() != p[0].size()) return {};
+  }
+  const double eps = bn.attrs.get_float("epsilon", 1e-5);
+  BnAffine a;
+  a.scale.resize(p[0].size());
+  for (size_t c = 0; c < p[0].size(); ++c) a.scale[c] = p[0][c] / std::sqrt(p[3][c] + eps);
+  a.shift = p[1];
+  a.mean = p[2];
+  return a;
 }
 
 bool takes_reduced_products(const Graph& g, const Node& n) {

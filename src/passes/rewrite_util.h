@@ -56,6 +56,14 @@ bool same_shape(const Graph& g, ValueId a, ValueId b);
 void retarget(Node& n, const std::string& op, std::vector<ValueId> inputs, Attributes attrs = {},
               int opset = 0);
 
+// An inference BatchNormalization per channel, y = scale * (x - mean) + shift, from its constant
+// parameters (scale = gamma / sqrt(var + eps), in double); nullopt for a training-mode BN
+// (batch statistics), spatial=0, or parameters that are not constant vectors of one length.
+struct BnAffine {
+  std::vector<double> scale, shift, mean;
+};
+std::optional<BnAffine> bn_affine(const Graph& g, const Node& bn);
+
 // A copy of `a` without the attribute `name`.
 Attributes without(const Attributes& a, const std::string& name);
 

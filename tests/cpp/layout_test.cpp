@@ -158,6 +158,41 @@ TEST(LayoutPass, PerChannelConstantIsReorderedAtCompileTime) {
       2);
 }
 
+// A BatchNormalization FoldBatchNorm could not fold (it follows the Relu) keeps the region
+// blocked: x * s + t per channel, s = gamma / sqrt(var + eps) = [1, 2, 1], t = beta - mean * s
+// = [-0.5, -5, -3], both zero-padded to two blocks of 2; the second conv reads it blocked.
+TEST(LayoutPass, BatchNormOfBlockedValueIsMulAndAdd) {
+  const std::map<std::string, int> fired = expect_layouts(
+      "  input  %x: f32[1, 2, 3, 3]\n"
+      "  const  %w1: f32[3, 2, 1, 1] = [1, 2, 3, 4, 5, 6]\n"
+      "  const  %g: f32[3] = [2, 6, 1]\n"
+      "  const  %be: f32[3] = [0.5, -1, 0]\n"
+      "  const  %mu: f32[3] = [1, 2, 3]\n"
+      "  const  %v: f32[3] = [4, 9, 1]\n"
+      "  const  %w2: f32[2, 3, 1, 1] = [1, 0, 1, 0, 1, 1]\n"
+      "  %y = Conv(%x, %w1)\n"
+      "  %r = Relu(%y)\n"
+      "  %n = BatchNormalization(%r, %g, %be, %mu, %v) {epsilon=0.0}\n"
+      "  %z = Conv(%n, %w2)\n"
+      "  return %z\n",
+      "  input  %x: f32[1, 2, 3, 3]\n"
+      "  const  %w1b: f32[2, 1, 1, 1, 2, 2] = [1, 3, 2, 4, 5, 0, 6, 0]\n"
+      "  const  %s: f32[1, 2, 1, 1, 2] = [1, 2, 1, 0]\n"
+      "  const  %t: f32[1, 2, 1, 1, 2] = [-0.5, -5, -3, 0]\n"
+      "  const  %w2b: f32[1, 2, 1, 1, 2, 2] = [1, 0, 0, 1, 1, 1, 0, 0]\n"
+      "  %xb = pto.ReorderToBlocked(%x) {block=2}\n"
+      "  %yb = pto.ConvBlocked(%xb, %w1b) {channels=2, kernel_shape=[1, 1]}\n"
+      "  %rb = Relu(%yb)\n"
+      "  %sb = Mul(%rb, %s)\n"
+      "  %nb = Add(%sb, %t)\n"
+      "  %zb = pto.ConvBlocked(%nb, %w2b) {channels=3, kernel_shape=[1, 1]}\n"
+      "  %z = pto.ReorderFromBlocked(%zb) {channels=2}\n"
+      "  return %z\n",
+      2);
+  EXPECT_EQ(fired.at("AssignLayouts/Propagate/Add"), 1);
+  EXPECT_EQ(fired.at("AssignLayouts/ConvBlocked"), 2);
+}
+
 // A value read by a blocked reader (the second conv), an NCHW reader (Flatten) and the caller
 // (a graph output) is reordered back once, and the output keeps its name.
 TEST(LayoutPass, ValueWithNchwAndBlockedReadersIsReorderedOnce) {
