@@ -556,7 +556,8 @@ def way_compile(name: str) -> dict:
         raise AssertionError(f"{len(got)} outputs, eager has {len(want)}")
     st = pypto.dynamo.stats()
     return {"err": _worst(got, want), "empty": all(w.numel() == 0 for w in want),
-            "pieces": st["pypto_pieces"], "fallback_ops": st["fallback_ops"]}
+            "pieces": st["pypto_pieces"], "fallback_ops": st["fallback_ops"],
+            **_against_float64(got, want, _float64(model, args))}
 
 
 def way_onnx(name: str) -> dict:
