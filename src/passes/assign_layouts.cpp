@@ -16,12 +16,12 @@
 //      5-D value's channel lanes; GroupNormalization (per-channel scale and bias) of a blocked
 //      value, as GroupNormBlocked; an inference BatchNormalization of a blocked value (after an
 //      activation, ConvMixer's Conv -> GELU -> BN, or on a Concat, DenseNet's pre-activation
-//      BN -> ReLU -> Conv: one FoldBatchNorm could not fold into a conv), as a Mul and an Add
-//      by per-channel constants. An elementwise op may also read [N, C, 1, 1] values
-//      (squeeze-excitation's scale), blocked or reordered. Everything else (Flatten, Gemm, other
-//      reductions, unknown ops) reads NCHW. Then a conv that
-//      starts a region (NCHW input) reaching no other blocked conv is left NCHW, and the walk is
-//      redone, until nothing changes (`demote_isolated`).
+//      BN -> ReLU -> Conv: one FoldBatchNorm could not fold into a conv), as a depthwise 1x1
+//      ConvBlocked with weights and bias per channel. An elementwise op may also read
+//      [N, C, 1, 1] values (squeeze-excitation's scale), blocked or reordered. Everything else
+//      (Flatten, Gemm, other reductions, unknown ops) reads NCHW. Then a conv that starts a region
+//      (NCHW input) reaching no other blocked conv is left NCHW, and the walk is redone, until
+//      nothing changes (`demote_isolated`).
 //   2. Rewrite. A chosen Conv becomes ConvBlocked, its weights and bias reordered now (weights
 //      [OC/c, IC/c, KH, KW, c, c], depthwise [C/c, 1, KH, KW, c], zero-padded). A blocked value v
 //      gets a new 5-D value; v itself survives as ReorderFromBlocked of it, placed right after the
@@ -519,9 +519,10 @@ class Rewriter {
       retarget(m, "GroupNormBlocked", std::move(ins), std::move(attrs));
       m.domain = "pto";
     } else if (g_.nodes()[i].op == "BatchNormalization") {
-      // x * s + t per channel (s = gamma / sqrt(var + eps), t = beta - mean * s), as two
-      // elementwise ops on the blocked value: the Mul a new node before this one, which becomes
-      // the Add; the elementwise fusion makes them one kernel with whatever follows.
+      // x * s + t per channel (s = gamma / sqrt(var + eps), t = beta - mean * s) as a depthwise
+      // 1x1 ConvBlocked with weights s and bias t: the blocked conv kernel, which also takes a
+      // residual Add and an activation after it (MobileOne's identity-branch BatchNorm, summed
+      // with the conv branches and ReLU'd, as onnxruntime's NCHWc transformer does).
       const BnAffine a = *bn_affine(g_, g_.nodes()[i]);
       std::vector<float> scale(static_cast<size_t>(C)), shift(scale.size());
       for (size_t c = 0; c < scale.size(); ++c) {
@@ -529,15 +530,18 @@ class Rewriter {
         shift[c] = static_cast<float>(a.shift[c] - a.mean[c] * a.scale[c]);
       }
       const std::string& name = g_.value(y).name;
-      const ValueId s = g_.add_constant(
-          name + "_bn_scale", blocked_constant(Tensor::from_vector<float>(scale, {C}), C, block_));
-      const ValueId t = g_.add_constant(
-          name + "_bn_shift", blocked_constant(Tensor::from_vector<float>(shift, {C}), C, block_));
-      const ValueId xb = blocked_of_[inputs[0]];
-      const ValueId scaled = g_.add_value(g_.unique_name(name + "_bn_scaled"), g_.value(xb).type);
-      g_.add_node("Mul", {xb, s}, {scaled}, {}, g_.unique_name(name + "_bn_mul"));
-      order_.push_back(g_.nodes().size() - 1);
-      retarget(g_.mutable_nodes()[i], "Add", {scaled, t});
+      const ValueId w = g_.add_constant(
+          name + "_bn_weights",
+          blocked_conv_weights(Tensor::from_vector<float>(scale, {C, 1, 1, 1}), true, block_));
+      const ValueId b = g_.add_constant(
+          name + "_bn_bias", padded_bias(Tensor::from_vector<float>(shift, {C}), block_));
+      Attributes attrs;
+      attrs.set("group", C);
+      attrs.set("kernel_shape", Dims{1, 1});
+      attrs.set("channels", C);
+      Node& n = g_.mutable_nodes()[i];
+      retarget(n, "ConvBlocked", {blocked_of_[inputs[0]], w, b}, std::move(attrs));
+      n.domain = "pto";
     } else if (g_.nodes()[i].op == "MaxPool" || g_.nodes()[i].op == "AveragePool") {
       // Pooling over H and W of [N, C/c, H, W, c]: a 3-D window with a unit last axis.
       const ValueId xb = blocked(inputs[0]);  // may add nodes: take the reference after

@@ -159,9 +159,10 @@ TEST(LayoutPass, PerChannelConstantIsReorderedAtCompileTime) {
 }
 
 // A BatchNormalization FoldBatchNorm could not fold (it follows the Relu) keeps the region
-// blocked: x * s + t per channel, s = gamma / sqrt(var + eps) = [1, 2, 1], t = beta - mean * s
-// = [-0.5, -5, -3], both zero-padded to two blocks of 2; the second conv reads it blocked.
-TEST(LayoutPass, BatchNormOfBlockedValueIsMulAndAdd) {
+// blocked: x * s + t per channel as a depthwise 1x1 ConvBlocked, weights s = gamma / sqrt(var +
+// eps) = [1, 2, 1] and bias t = beta - mean * s = [-0.5, -5, -3], both zero-padded to two blocks
+// of 2; the second conv reads it blocked.
+TEST(LayoutPass, BatchNormOfBlockedValueIsDepthwiseConv) {
   const std::map<std::string, int> fired = expect_layouts(
       "  input  %x: f32[1, 2, 3, 3]\n"
       "  const  %w1: f32[3, 2, 1, 1] = [1, 2, 3, 4, 5, 6]\n"
@@ -177,19 +178,18 @@ TEST(LayoutPass, BatchNormOfBlockedValueIsMulAndAdd) {
       "  return %z\n",
       "  input  %x: f32[1, 2, 3, 3]\n"
       "  const  %w1b: f32[2, 1, 1, 1, 2, 2] = [1, 3, 2, 4, 5, 0, 6, 0]\n"
-      "  const  %s: f32[1, 2, 1, 1, 2] = [1, 2, 1, 0]\n"
-      "  const  %t: f32[1, 2, 1, 1, 2] = [-0.5, -5, -3, 0]\n"
+      "  const  %s: f32[2, 1, 1, 1, 2] = [1, 2, 1, 0]\n"
+      "  const  %t: f32[4] = [-0.5, -5, -3, 0]\n"
       "  const  %w2b: f32[1, 2, 1, 1, 2, 2] = [1, 0, 0, 1, 1, 1, 0, 0]\n"
       "  %xb = pto.ReorderToBlocked(%x) {block=2}\n"
       "  %yb = pto.ConvBlocked(%xb, %w1b) {channels=2, kernel_shape=[1, 1]}\n"
       "  %rb = Relu(%yb)\n"
-      "  %sb = Mul(%rb, %s)\n"
-      "  %nb = Add(%sb, %t)\n"
+      "  %nb = pto.ConvBlocked(%rb, %s, %t) {channels=3, group=3, kernel_shape=[1, 1]}\n"
       "  %zb = pto.ConvBlocked(%nb, %w2b) {channels=3, kernel_shape=[1, 1]}\n"
       "  %z = pto.ReorderFromBlocked(%zb) {channels=2}\n"
       "  return %z\n",
       2);
-  EXPECT_EQ(fired.at("AssignLayouts/Propagate/Add"), 1);
+  EXPECT_EQ(fired.at("AssignLayouts/Propagate/ConvBlocked"), 1);
   EXPECT_EQ(fired.at("AssignLayouts/ConvBlocked"), 2);
 }
 
