@@ -312,8 +312,8 @@ bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked,
   if (n.op == "GroupNormalization")
     return !n.inputs.empty() && blocked[n.inputs[0]] && group_norm_blockable(g, n);
   if (n.op == "BatchNormalization") {
-    const std::optional<BnAffine> a = bn_affine(g, n);
-    return blocked[n.inputs[0]] && a && static_cast<int64_t>(a->scale.size()) == (*out)[1].value;
+    const std::optional<BnAffine> a = bn_affine(g, n);  // five inputs, constant parameters
+    return a && blocked[n.inputs[0]] && static_cast<int64_t>(a->scale.size()) == (*out)[1].value;
   }
   if (n.op == "MaxPool" || n.op == "AveragePool")
     return !n.inputs.empty() && blocked[n.inputs[0]] && n.attrs.has("kernel_shape") &&
