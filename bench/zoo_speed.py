@@ -157,14 +157,15 @@ class Worker:
 
 class SlowPhaseGate:
     """Holds a round back while the machine is in a slow phase. The shared VMs these censuses run
-    on have spells of 10-30 s in which every engine runs up to 2x slower (no steal time shows
-    for them); one falling on a model's rounds moved its ratio by 15%. Before each round a fixed
-    probe (a float32 matrix product on --threads threads, its best of 10) is timed; while it is
-    more than 1.25x the best probe seen in this census, the round waits (up to 60 s)."""
+    on have spells of 20 s to 2 minutes in which a process runs up to 2x slower (no steal time
+    shows for them); one falling on a model's rounds moved its ratio by 15%. Before each round a
+    fixed probe (a float32 matrix product on --threads threads, its best of 10) is timed; while it
+    is more than 1.25x the best probe seen in this census, the round waits (up to 60 s)."""
 
     def __init__(self, threads: int, best: float | None):
         import torch
 
+        torch.set_num_threads(threads)
         self.a = torch.randn(384, 384)
         self.best = best or float("inf")
         self.waited = 0.0
