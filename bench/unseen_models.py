@@ -14,11 +14,12 @@ Random weights (seed 0, never downloaded), heads redrawn so no output is trivial
     python bench/unseen_models.py --models alexnet,phi --ways onnx --json out.json
     python bench/unseen_models.py --set third --time       # the third sweep's 35, timed
 
---set first / third / fourth: one sweep's list (docs/unseen_models.md); a model whose package (timm,
-transformers, torchvision) is not installed is skipped with a line naming it. --time: one thread
-in PyTorch, PyPTO and onnxruntime, and the median ms at batch 2 of PyPTO (levels 2 / 3) and its
-peer, measured in the same child process. The third set also checks batch 1 (the compiled batch
-is symbolic) and CNNs at level 3 in the optimize way, and tries dynamo=True first for ONNX.
+--set first / third / fourth: one sweep's list (docs/unseen_models.md); a model whose package
+(timm, transformers, torchvision) is not installed is skipped with a line naming it. --time: one
+thread in PyTorch, PyPTO and onnxruntime, and the median ms at batch 2 of PyPTO (levels 2 / 3) and
+its peer, measured in the same child process. The third and fourth sets also check batch 1 (the
+compiled batch is symbolic) and CNNs at level 3 in the optimize way, and try dynamo=True first
+for ONNX.
 
 A row per model and way: works / rounding (outside 1e-4, but within 10x the peer's own error
 against eager float64) / wrong / empty (no output to compare) / error (the error's first line) /
@@ -568,7 +569,7 @@ def way_onnx(name: str) -> dict:
     import pypto
 
     path = os.path.join(tempfile.mkdtemp(), f"{name}.onnx")
-    # The first sweep tried dynamo=False first, the third dynamo=True (what torch recommends).
+    # The first sweep tried dynamo=False first, the later ones dynamo=True (what torch recommends).
     tries = [("dynamo=False", dict(dynamo=False, opset_version=17)),
              ("dynamo=True", dict(dynamo=True, opset_version=18))]
     if name in LATER:

@@ -168,3 +168,26 @@ def test_pto_bench_rejects_an_unknown_benchmark_and_runs_a_known_one(pto_bin):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["fma"] and "memory" not in out and out["fma"][0]["gflops"] > 0
+
+
+def test_unseen_models_fourth_set_names_timm_architectures():
+    """bench/unseen_models.py --set fourth: 38 architectures, each one the installed timm has
+    (a misspelt name would only show as an error row deep in a 40-minute sweep), none already in
+    an earlier set; an unknown set is rejected."""
+    import importlib.util
+    import subprocess
+
+    timm = pytest.importorskip("timm")
+    bench = Path(__file__).resolve().parents[2] / "bench" / "unseen_models.py"
+    spec = importlib.util.spec_from_file_location("unseen_models", bench)
+    um = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(um)
+    fourth = um.SETS["fourth"]
+    assert len(fourth) == 38 and len(set(fourth)) == 38
+    assert not set(fourth) & (set(um.SETS["first"]) | set(um.SETS["third"]))
+    known = set(timm.list_models())
+    assert [n for n in fourth if n not in known] == []
+    assert all(um.PACKAGES[n] == "timm" for n in fourth)
+    p = subprocess.run([sys.executable, str(bench), "--set", "fifth"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "invalid choice: 'fifth'" in p.stderr, p.stderr
