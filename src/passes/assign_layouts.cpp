@@ -17,8 +17,9 @@
 //      value, as GroupNormBlocked; an inference BatchNormalization of a blocked value (after an
 //      activation, ConvMixer's Conv -> GELU -> BN, or on a Concat, DenseNet's pre-activation
 //      BN -> ReLU -> Conv: one FoldBatchNorm could not fold into a conv), as a depthwise 1x1
-//      ConvBlocked with weights and bias per channel. An elementwise op may also read
-//      [N, C, 1, 1] values (squeeze-excitation's scale), blocked or reordered. Everything else
+//      ConvBlocked with weights and bias per channel; a GatherChannels (FuseChannelMoves: a channel
+//      shuffle) with a blocked input, its lanes permuted into place. An elementwise op may also
+//      read [N, C, 1, 1] values (squeeze-excitation's scale), blocked or reordered. Everything else
 //      (Flatten, Gemm, other reductions, unknown ops) reads NCHW. Then a conv that starts a region
 //      (NCHW input) reaching no other blocked conv is left NCHW, and the walk is redone, until
 //      nothing changes (`demote_isolated`).
@@ -294,6 +295,17 @@ bool propagates(const Graph& g, const Node& n, const std::vector<bool>& blocked,
     for (ValueId out : n.outputs)
       if (out == kNoValue || !nchw_f32(g, out) || channels_of(g, out) % block != 0) return false;
     return !n.outputs.empty();
+  }
+  if (n.op == "GatherChannels" && n.domain == "pto") {
+    // Channel planes of blocked values (ShuffleNet's shuffle, FuseChannelMoves): lanes permuted
+    // into the blocked output; an NCHW input costs one reorder, as reordering the result would.
+    if (n.outputs.size() != 1 || !nchw_f32(g, n.outputs[0])) return false;
+    bool any = false;
+    for (ValueId in : n.inputs) {
+      if (!nchw_f32(g, in)) return false;
+      any = any || blocked[in];
+    }
+    return any;
   }
   if (n.outputs.size() != 1 || !n.domain.empty() || !n.def) return false;
   const std::optional<Shape> out = nchw_f32(g, n.outputs[0]);

@@ -43,6 +43,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_lower_conv3d(*r);
     passes::register_lower_einsum(*r);
     passes::register_fuse_gather_mat_mul(*r);
+    passes::register_fuse_channel_moves(*r);
     return r;
   }();
   return *registry;
@@ -62,7 +63,7 @@ std::vector<std::string> pipeline(int level) {
       "UnflattenMatMul",    "EliminateNoOps",          "SimplifyTransposes",
       "FoldBatchNorm",      "FoldTransposeIntoGemm",   "RecognizeComposites",
       "RecognizeAttention", "FuseDynamicQuantization", "EliminateCommonSubexpressions",
-      "FoldAttentionHeads", "EliminateDeadCode",
+      "FoldAttentionHeads", "FuseChannelMoves",        "EliminateDeadCode",
   };
   // Level 2: QDQ-quantized products on the integer kernels (rounding moves by float ulps),
   // first, before FoldConstants turns the dequantized weights into float ones; before that,

@@ -32,6 +32,7 @@ void register_fold_attention_heads(PassRegistry& r);
 void register_lower_conv3d(PassRegistry& r);
 void register_lower_einsum(PassRegistry& r);
 void register_fuse_gather_mat_mul(PassRegistry& r);
+void register_fuse_channel_moves(PassRegistry& r);
 // Whether `g` has bf16 or f16 values (PromoteHalf then runs first, at any level).
 bool has_half_values(const Graph& g);
 

@@ -193,6 +193,7 @@ void register_movement_kernels(KernelRegistry& r) {
   register_gather_kernels(r);
   register_pad_kernels(r);
   register_scatter_kernels(r);
+  register_gather_channels_kernel(r);
 }
 
 }  // namespace pto::cpu

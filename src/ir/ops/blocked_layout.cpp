@@ -30,6 +30,13 @@
 //       blocked X [N, Cb, H, W, c] with C real channels in G groups of C / G, then the
 //       activation: the same shape. AssignLayouts makes it of a GroupNormalization whose input is
 //       blocked, FuseBlockedConvs gives it the Relu or SiLU (x * Sigmoid(x)) that reads it.
+//   GatherChannels(X0, X1, ...) {input_index=[i...], input_channel=[k...]}
+//       Y[n, j, h, w] = X{input_index[j]}[n, input_channel[j], h, w]: whole channel planes picked
+//       from inputs of one N, H and W, in any order. The FuseChannelMoves pass makes it of a chain
+//       of Concat, Slice, Split, Reshape and Transpose nodes that only moves channels (ShuffleNet's
+//       channel shuffle and the chunk after it). On NCHW inputs [N, C_i, H, W] Y is
+//       [N, J, H, W] (J = len(input_index)); on blocked inputs [N, Cb_i, H, W, c] (AssignLayouts)
+//       Y is blocked, [N, ceil(J/c), H, W, c], with the padded lanes 0.
 #include "ir/ops/blocked_layout.h"
 
 #include "infer_util.h"
@@ -134,6 +141,63 @@ void infer_group_norm_blocked(InferContext& c) {
   infer::set(c, 0, c.inputs[0].dtype, x);
 }
 
+void infer_gather_channels(InferContext& c) {
+  const Dims index = c.attrs().get_ints("input_index");
+  const Dims channel = c.attrs().get_ints("input_channel");
+  if (index.empty() || index.size() != channel.size())
+    throw ValueError(cat(c.where(),
+                         ": input_index and input_channel must have the same, non-zero "
+                         "length, got ",
+                         index.size(), " and ", channel.size()));
+  const auto inputs = static_cast<int64_t>(c.inputs.size());
+  std::optional<Shape> first;
+  for (int64_t i = 0; i < inputs; ++i) {
+    if (!c.has_input(static_cast<size_t>(i))) return;
+    const std::optional<Shape>& s = c.inputs[static_cast<size_t>(i)].shape;
+    if (!s) continue;
+    if (s->size() != 4 && s->size() != 5)
+      throw ValueError(cat(c.where(),
+                           ": inputs must be [N, C, H, W] or blocked [N, Cb, H, W, c], "
+                           "got ",
+                           shape_str(*s)));
+    if (!first) first = s;
+    if (s->size() != first->size())
+      throw ValueError(cat(c.where(), ": inputs of ranks ", first->size(), " and ", s->size()));
+    for (size_t d : {size_t{0}, size_t{2}, size_t{3}, size_t{4}}) {
+      if (d >= s->size()) continue;
+      const Dim &a = (*first)[d], &b = (*s)[d];
+      if (a.is_known() && b.is_known() && a.value != b.value)
+        throw ValueError(cat(c.where(), ": inputs ", shape_str(*first), " and ", shape_str(*s),
+                             " differ in more than their channels"));
+    }
+  }
+  for (size_t j = 0; j < index.size(); ++j) {
+    if (index[j] < 0 || index[j] >= inputs || channel[j] < 0)
+      throw ValueError(cat(c.where(), ": output channel ", j, " reads channel ", channel[j],
+                           " of input ", index[j], " (", inputs, " inputs)"));
+    const std::optional<Shape>& s = c.inputs[static_cast<size_t>(index[j])].shape;
+    if (!s) continue;
+    const bool blocked = s->size() == 5;
+    const Dim& cb = (*s)[1];
+    const int64_t lanes = blocked && (*s)[4].is_known() ? (*s)[4].value : 1;
+    if (cb.is_known() && (!blocked || (*s)[4].is_known()) && channel[j] >= cb.value * lanes)
+      throw ValueError(cat(c.where(), ": output channel ", j, " reads channel ", channel[j],
+                           " of input ", index[j], ", which is ", shape_str(*s)));
+  }
+  std::optional<Shape> y;
+  if (first) {
+    const auto J = static_cast<int64_t>(index.size());
+    if (first->size() == 4) {
+      y = Shape{(*first)[0], J, (*first)[2], (*first)[3]};
+    } else {
+      const Dim& b = (*first)[4];
+      y = Shape{(*first)[0], b.is_known() ? Dim((J + b.value - 1) / b.value) : Dim::unknown(),
+                (*first)[2], (*first)[3], b};
+    }
+  }
+  infer::set(c, 0, c.inputs[0].dtype, y);
+}
+
 }  // namespace
 
 void register_blocked_layout_ops(OpRegistry& r) {
@@ -189,6 +253,17 @@ void register_blocked_layout_ops(OpRegistry& r) {
          .infer = infer_group_norm_blocked,
          .doc = "GroupNormalization (per-channel scale and bias) of a channel-blocked tensor, then "
                 "an optional Relu or SiLU"});
+  r.add(
+      {.name = "GatherChannels",
+       .min_inputs = 1,
+       .max_inputs = -1,
+       .properties = kInjective,
+       .attrs = {required_attr("input_index", AttrKind::kInts, "the input of each output channel"),
+                 required_attr("input_channel", AttrKind::kInts,
+                               "the channel of that input each output channel is")},
+       .infer = infer_gather_channels,
+       .doc = "whole channel planes of inputs of one N, H and W, in any order (NCHW, or "
+              "channel-blocked in and out)"});
 }
 
 Tensor blocked_conv_weights(const Tensor& w, bool depthwise, int block) {

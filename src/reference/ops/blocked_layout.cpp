@@ -1,9 +1,10 @@
 // Reference kernels of the blocked-channel layout ops (src/ir/ops/blocked_layout.cpp): the two
 // reorders, ConvBlocked and GroupNormBlocked as plain loops in double. ConvBlocked reads only the
 // `channels` real input lanes and writes the padded output lanes as bias + 0 (general) or 0
-// (depthwise); nothing reads them.
+// (depthwise); nothing reads them. GatherChannels copies elements as bytes.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "nn_kernels.h"
@@ -206,6 +207,55 @@ std::vector<Tensor> group_norm_blocked(const KernelContext& c) {
   return {from_doubles(X.dtype(), X.shape(), y, where)};
 }
 
+// Y[n, j, h, w] = X{index[j]}[n, channel[j], h, w], NCHW or blocked (padded output lanes 0),
+// element by element as bytes: every dtype, NaN payloads untouched.
+std::vector<Tensor> gather_channels(const KernelContext& c) {
+  const std::string where = c.where();
+  const Dims index = c.attrs().get_ints("input_index"),
+             channel = c.attrs().get_ints("input_channel");
+  const Tensor& x0 = c.input(0);
+  const bool blocked = x0.rank() == 5;
+  if ((x0.rank() != 4 && !blocked) || index.empty() || index.size() != channel.size())
+    throw ValueError(cat(where,
+                         ": inputs must be [N, C, H, W] or [N, Cb, H, W, c] and the index "
+                         "lists of one non-zero length, got ",
+                         x0.str()));
+  const int64_t N = x0.dim(0), HW = x0.dim(2) * x0.dim(3), b = blocked ? x0.dim(4) : 1;
+  std::vector<Tensor> xs;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const Tensor& x = c.input(i);
+    if (x.rank() != x0.rank() || x.dtype() != x0.dtype() || x.dim(0) != N ||
+        x.dim(2) != x0.dim(2) || x.dim(3) != x0.dim(3) || (blocked && x.dim(4) != b))
+      throw ValueError(
+          cat(where, ": input ", i, " ", x.str(), " does not match input 0 ", x0.str()));
+    xs.push_back(x.contiguous());
+  }
+  const auto J = static_cast<int64_t>(index.size());
+  const int64_t Jb = (J + b - 1) / b;
+  Tensor y = blocked ? Tensor::zeros(x0.dtype(), {N, Jb, x0.dim(2), x0.dim(3), b})
+                     : Tensor::empty(x0.dtype(), {N, J, x0.dim(2), x0.dim(3)});
+  const size_t item = x0.itemsize();
+  auto* out = static_cast<std::byte*>(y.raw_data());
+  for (int64_t j = 0; j < J; ++j) {
+    const auto k = static_cast<size_t>(j);
+    if (index[k] < 0 || index[k] >= static_cast<int64_t>(xs.size()))
+      throw ValueError(cat(where, ": output channel ", j, " reads input ", index[k]));
+    const Tensor& x = xs[static_cast<size_t>(index[k])];
+    const int64_t C = x.dim(1) * b, ch = channel[k];
+    if (ch < 0 || ch >= C)
+      throw ValueError(cat(where, ": output channel ", j, " reads channel ", ch, " of ", x.str()));
+    const auto* in = static_cast<const std::byte*>(x.raw_data());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t p = 0; p < HW; ++p) {
+        const int64_t from = ((n * x.dim(1) + ch / b) * HW + p) * b + ch % b;
+        const int64_t to = ((n * (blocked ? Jb : J) + j / b) * HW + p) * b + j % b;
+        std::memcpy(out + static_cast<size_t>(to) * item, in + static_cast<size_t>(from) * item,
+                    item);
+      }
+  }
+  return {y};
+}
+
 }  // namespace
 
 void register_blocked_layout_kernels(KernelRegistry& r) {
@@ -214,6 +264,7 @@ void register_blocked_layout_kernels(KernelRegistry& r) {
   r.add("ConvBlocked", conv_blocked);
   r.add("DwPwConvBlocked", dw_pw_conv_blocked);
   r.add("GroupNormBlocked", group_norm_blocked);
+  r.add("GatherChannels", gather_channels);
 }
 
 }  // namespace pto::reference

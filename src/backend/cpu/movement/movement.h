@@ -29,7 +29,8 @@ decltype(auto) with_element_size(size_t itemsize, F&& f) {
 
 void register_gather_kernels(
     KernelRegistry& r);  // gather.cpp: Gather, GatherElements, GatherND, ReverseSequence
-void register_pad_kernels(KernelRegistry& r);      // pad.cpp: Pad
-void register_scatter_kernels(KernelRegistry& r);  // scatter.cpp: ScatterElements, ScatterND
+void register_pad_kernels(KernelRegistry& r);             // pad.cpp: Pad
+void register_scatter_kernels(KernelRegistry& r);         // scatter.cpp: ScatterElements, ScatterND
+void register_gather_channels_kernel(KernelRegistry& r);  // gather_channels.cpp: GatherChannels
 
 }  // namespace pto::cpu

@@ -1,0 +1,1 @@
+#include "lanes_impl.h"
