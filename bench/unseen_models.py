@@ -14,7 +14,7 @@ Random weights (seed 0, never downloaded), heads redrawn so no output is trivial
     python bench/unseen_models.py --models alexnet,phi --ways onnx --json out.json
     python bench/unseen_models.py --set third --time       # the third sweep's 35, timed
 
---set first / third / fourth: one sweep's list (docs/unseen_models.md); a model whose package
+--set first / third / fourth / fifth: one sweep's list (docs/unseen_models.md); a model whose package
 (timm, transformers, torchvision) is not installed is skipped with a line naming it. --time: one
 thread in PyTorch, PyPTO and onnxruntime, and the median ms at batch 2 of PyPTO (levels 2 / 3) and
 its peer, measured in the same child process. The third and fourth sets also check batch 1 (the
@@ -154,7 +154,7 @@ TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermed
 
 
 def _hf(config: str, model: str, inputs: str = "tokens", keywords: tuple[str, ...] = (),
-        **cfg):
+        output: str = "", **cfg):
     def build():
         import torch
         import transformers
@@ -169,6 +169,8 @@ def _hf(config: str, model: str, inputs: str = "tokens", keywords: tuple[str, ..
 
             def forward(self, *args):
                 out = self.m(**dict(zip(names, args)), return_dict=True)
+                if output:
+                    return getattr(out, output)
                 return out[0] if not hasattr(out, "last_hidden_state") else out.last_hidden_state
 
         return Keywords(m)
@@ -385,13 +387,94 @@ FOURTH = {
     "maxxvitv2_nano_rw_256": _timm("maxxvitv2_nano_rw_256", 256),
     "levit_conv_128s": _timm("levit_conv_128s", 224),
 }
+
+
+def _hf_inputs(config: str, model: str, keywords: tuple[str, ...], make, output: str = "",
+               **cfg):
+    """A Hugging Face class whose inputs are not tokens or images: `make` builds them."""
+    build, _ = _hf(config, model, keywords=keywords, output=output, **cfg)
+    return build, make
+
+
+def _randn(*shape):
+    return lambda: (__import__("torch").randn(*shape),)
+
+
+# The fifth sweep (2026-12-06): timm and Hugging Face architectures none of the lists above has,
+# chosen for what they add: split/selective kernels, CSP darknets, blur pools, NAS cells, relative
+# position biases, MoE and state-space decoders, audio spectrograms, codecs and time series.
+FIFTH = {
+    **{n: _timm(n, cnn=True) for n in (
+        "cs3darknet_s", "skresnet18", "gernet_s", "ecaresnet26t", "res2next50",
+        "seresnext26d_32x4d", "gcresnet33ts", "densenetblur121d", "hardcorenas_a",
+        "spnasnet_100", "mixnet_xl", "efficientnet_lite0", "resnetrs50", "rexnetr_100",
+        "fbnetv3_b", "lcnet_100", "resnetblur18", "nf_resnet26", "regnety_002",
+        "convformer_s18", "poolformerv2_s12")},
+    "inception_resnet_v2": _timm("inception_resnet_v2", 128, cnn=True),
+    "nasnetalarge": _timm("nasnetalarge", 96, cnn=True),  # NAS cells: pads, pools, concats
+    "efficientvit_b1": _timm("efficientvit_b1"),
+    "mobilevitv2_075": _timm("mobilevitv2_075"),
+    "pit_ti_224": _timm("pit_ti_224", 224),
+    "visformer_tiny": _timm("visformer_tiny", 224),
+    "convit_tiny": _timm("convit_tiny", 224),
+    "twins_pcpvt_small": _timm("twins_pcpvt_small"),
+    "deit3_small_patch16_224": _timm("deit3_small_patch16_224", img_size=64),
+    "vit_relpos_small_patch16_224": _timm("vit_relpos_small_patch16_224", img_size=64),
+    "swinv2_cr_tiny_ns_224": _timm("swinv2_cr_tiny_ns_224", 224),
+    "xcit_tiny_12_p16_224": _timm("xcit_tiny_12_p16_224", img_size=64),
+    # Hugging Face classes, tiny configs
+    "xlnet": _hf("XLNetConfig", "XLNetModel", d_model=64, n_layer=2, n_head=4, d_inner=128,
+                 vocab_size=1000, use_mems_eval=False),
+    "nystromformer": _hf("NystromformerConfig", "NystromformerModel", num_landmarks=4,
+                         segment_means_seq_len=16, **TINY),
+    "esm": _hf("EsmConfig", "EsmModel", pad_token_id=1, position_embedding_type="rotary",
+               **TINY),
+    "roformer": _hf("RoFormerConfig", "RoFormerModel", embedding_size=64, **TINY),
+    "squeezebert": _hf("SqueezeBertConfig", "SqueezeBertModel", embedding_size=64, q_groups=2,
+                       k_groups=2, v_groups=2, post_attention_groups=2,
+                       intermediate_groups=2, output_groups=2, **TINY),
+    "mobilebert": _hf("MobileBertConfig", "MobileBertModel", embedding_size=32,
+                      intra_bottleneck_size=32, true_hidden_size=32, num_feedforward_networks=2,
+                      **TINY),
+    "olmo": _hf("OlmoConfig", "OlmoModel", use_cache=False, **TINY),
+    "mixtral": _hf("MixtralConfig", "MixtralModel", num_key_value_heads=2, num_local_experts=4,
+                   num_experts_per_tok=2, use_cache=False, **TINY),
+    "modernbert": _hf("ModernBertConfig", "ModernBertModel", global_attn_every_n_layers=2,
+                      local_attention=8, pad_token_id=0, **TINY),
+    "data2vec_vision": _hf("Data2VecVisionConfig", "Data2VecVisionModel", "image32",
+                           image_size=32, patch_size=8, use_relative_position_bias=True,
+                           **_NO_VOCAB),
+    "levit_hf": _hf("LevitConfig", "LevitModel", "image64", image_size=64,
+                    hidden_sizes=[32, 48, 64], num_attention_heads=[2, 3, 4], depths=[1, 1, 1],
+                    key_dim=[8, 8, 8]),
+    # (depth[i] > i: CvtStage indexes its drop-path rates by the stage)
+    "cvt": _hf("CvtConfig", "CvtModel", "image64", depth=[1, 2, 3]),
+    "efficientnet_hf": _hf("EfficientNetConfig", "EfficientNetModel", "image64", image_size=64,
+                           width_coefficient=0.5, depth_coefficient=0.5, hidden_dim=640),
+    "bit_hf": _hf("BitConfig", "BitModel", "image64", embedding_size=64,
+                  hidden_sizes=[128, 256, 512, 1024], depths=[1, 1, 1, 1]),
+    "ast": _hf_inputs("ASTConfig", "ASTModel", ("input_values",), _randn(2, 64, 32),
+                      num_mel_bins=32, max_length=64, patch_size=8, frequency_stride=8,
+                      time_stride=8, **_NO_VOCAB),
+    # the decoded audio: with random weights every code is 0, so the codes check nothing
+    "encodec": _hf_inputs("EncodecConfig", "EncodecModel", ("input_values",), _randn(2, 1, 960),
+                          output="audio_values", num_filters=8, upsampling_ratios=[4, 4], hidden_size=32,
+                          num_lstm_layers=1, codebook_size=64, target_bandwidths=[1.5],
+                          sampling_rate=4000),
+    "patchtst": _hf_inputs("PatchTSTConfig", "PatchTSTModel", ("past_values",), _randn(2, 64, 3),
+                           num_input_channels=3, context_length=64, patch_length=8,
+                           patch_stride=8, d_model=32, num_attention_heads=4,
+                           num_hidden_layers=2, ffn_dim=64),
+}
 MODELS.update(THIRD)
 MODELS.update(FOURTH)
-LATER = set(THIRD) | set(FOURTH)  # the sweeps that try dynamo=True first and batch 1 too
-SETS = {"first": FIRST, "third": list(THIRD), "fourth": list(FOURTH)}
+MODELS.update(FIFTH)
+# the sweeps that try dynamo=True first and batch 1 too
+LATER = set(THIRD) | set(FOURTH) | set(FIFTH)
+SETS = {"first": FIRST, "third": list(THIRD), "fourth": list(FOURTH), "fifth": list(FIFTH)}
 # The package each model needs: a model whose package is missing is skipped, saying so.
 PACKAGES = {**{n: "torchvision" for n in FIRST}, **{n: "timm" for n in LATER}}
-PACKAGES.update({n: "transformers" for n in FIRST + list(THIRD)
+PACKAGES.update({n: "transformers" for n in FIRST + list(THIRD) + list(FIFTH)
                  if MODELS[n][0].__qualname__.startswith("_hf")})
 
 
@@ -733,7 +816,8 @@ def main() -> None:
     ap.add_argument("--models", help="comma-separated (default: all, or those of --set)")
     ap.add_argument("--set", choices=sorted(SETS), help="one sweep's models: first (the "
                     "torchvision / transformers list of the first sweep), third (timm and "
-                    "transformers, 2026-12-05 afternoon) or fourth (timm, 2026-12-06)")
+                    "transformers, 2026-12-05 afternoon), fourth (timm, 2026-12-06) or fifth "
+                    "(timm and transformers, 2026-12-06)")
     ap.add_argument("--time", action="store_true", help="one thread everywhere, and time eager "
                     "/ onnxruntime and PyPTO (median ms at batch 2)")
     ap.add_argument("--ways", default="optimize,onnx")

@@ -188,6 +188,34 @@ def test_unseen_models_fourth_set_names_timm_architectures():
     known = set(timm.list_models())
     assert [n for n in fourth if n not in known] == []
     assert all(um.PACKAGES[n] == "timm" for n in fourth)
-    p = subprocess.run([sys.executable, str(bench), "--set", "fifth"], capture_output=True,
+    p = subprocess.run([sys.executable, str(bench), "--set", "sixth"], capture_output=True,
                        text=True, timeout=120)
-    assert p.returncode == 2 and "invalid choice: 'fifth'" in p.stderr, p.stderr
+    assert p.returncode == 2 and "invalid choice: 'sixth'" in p.stderr, p.stderr
+
+
+def test_unseen_models_fifth_set_names_installed_architectures():
+    """bench/unseen_models.py --set fifth: 50 architectures, none in an earlier set; each timm
+    name one the installed timm has, each Hugging Face class (config and model) one the installed
+    transformers has."""
+    import importlib.util
+    import inspect
+
+    timm = pytest.importorskip("timm")
+    transformers = pytest.importorskip("transformers")
+    bench = Path(__file__).resolve().parents[2] / "bench" / "unseen_models.py"
+    spec = importlib.util.spec_from_file_location("unseen_models", bench)
+    um = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(um)
+    fifth = um.SETS["fifth"]
+    assert len(fifth) == 50 and len(set(fifth)) == 50
+    earlier = set(um.SETS["first"]) | set(um.SETS["third"]) | set(um.SETS["fourth"])
+    assert not set(fifth) & earlier
+    known = set(timm.list_models())
+    by_package = {"timm": [], "transformers": []}
+    for n in fifth:
+        by_package[um.PACKAGES[n]].append(n)
+    assert [n for n in by_package["timm"] if n not in known] == []
+    for n in by_package["transformers"]:
+        names = inspect.getclosurevars(um.MODELS[n][0]).nonlocals
+        assert hasattr(transformers, names["config"]) and hasattr(transformers, names["model"]), n
+    assert len(by_package["timm"]) == 33 and len(by_package["transformers"]) == 17
