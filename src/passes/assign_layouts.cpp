@@ -18,11 +18,12 @@
 //      activation, ConvMixer's Conv -> GELU -> BN, or on a Concat, DenseNet's pre-activation
 //      BN -> ReLU -> Conv: one FoldBatchNorm could not fold into a conv), as a depthwise 1x1
 //      ConvBlocked with weights and bias per channel; a GatherChannels (FuseChannelMoves: a channel
-//      shuffle) with a blocked input, its lanes permuted into place. An elementwise op may also
-//      read [N, C, 1, 1] values (squeeze-excitation's scale), blocked or reordered. Everything else
-//      (Flatten, Gemm, other reductions, unknown ops) reads NCHW. Then a conv that starts a region
-//      (NCHW input) reaching no other blocked conv is left NCHW, and the walk is redone, until
-//      nothing changes (`demote_isolated`).
+//      shuffle; or, made here first, a Concat, Split or Slice on channels whose parts are not whole
+//      blocks, GhostNet's halves) with a blocked input, its lanes permuted into place. An
+//      elementwise op may also read [N, C, 1, 1] values (squeeze-excitation's scale), blocked or
+//      reordered. Everything else (Flatten, Gemm, other reductions, unknown ops) reads NCHW. Then a
+//      conv that starts a region (NCHW input) reaching no other blocked conv is left NCHW, and the
+//      walk is redone, until nothing changes (`demote_isolated`).
 //   2. Rewrite. A chosen Conv becomes ConvBlocked, its weights and bias reordered now (weights
 //      [OC/c, IC/c, KH, KW, c, c], depthwise [C/c, 1, KH, KW, c], zero-padded). A blocked value v
 //      gets a new 5-D value; v itself survives as ReorderFromBlocked of it, placed right after the
@@ -120,9 +121,9 @@ bool per_channel(const Tensor& t, int64_t C) {
 // x * sigmoid(x) and C2f's residual adds), and none of its convs would be blocked. Union-find
 // over values, in node order: a unary elementwise op's output is its input's size; a binary
 // one's is its operands' when they are of one class (operands [N, C, 1, 1] broadcast and do not
-// count); a Split or Concat on channels keeps every part's N, H and W (a Concat's inputs must
-// agree for the graph to run at all); a Conv, MaxPool or AveragePool with unit strides whose
-// pads add up to the dilated window keeps its input's.
+// count); a Split or Concat on channels, or a GatherChannels, keeps every part's N, H and W (a
+// Concat's inputs must agree for the graph to run at all); a Conv, MaxPool or AveragePool with unit
+// strides whose pads add up to the dilated window keeps its input's.
 class SpatialClasses {
  public:
   explicit SpatialClasses(const Graph& g) : parent_(g.values().size()) {
@@ -161,6 +162,11 @@ class SpatialClasses {
   }
 
   void visit(const Graph& g, const Node& n) {
+    if (n.op == "GatherChannels" && n.domain == "pto" && n.outputs.size() == 1) {
+      for (ValueId in : n.inputs)  // channel planes: every input has the output's N, H and W
+        if (shape4(g, in) && shape4(g, n.outputs[0])) join(in, n.outputs[0]);
+      return;
+    }
     if (!n.domain.empty() || n.outputs.empty()) return;
     const Shape* out = shape4(g, n.outputs[0]);
     if (!out) return;
@@ -249,27 +255,156 @@ void keep_spatial_mean_dims(Graph& g) {
   }
 }
 
-// A Resize of H and W only, by constant scales [1, 1, sh, sw] (no sizes, no roi crop, no axes
-// attribute; opset 13 and later): the same Resize of the blocked value with scales
-// [1, 1, sh, sw, 1] (the lane axis, scale 1, is an identity axis in every mode). YOLO's and
-// U-Net's 2x nearest upsampling between blocked convs.
-std::optional<std::vector<float>> plane_resize_scales(const Graph& g, const Node& n) {
+// The channels [begin, end) a Slice takes of its 4-D input of C channels: one axis, 1 (or -3),
+// step 1, constant bounds (inputs from opset 10, attributes before); nullopt otherwise.
+std::optional<std::pair<int64_t, int64_t>> channel_slice(const Graph& g, const Node& n, int64_t C) {
+  std::optional<std::vector<int64_t>> starts, ends, axes = std::vector<int64_t>{0}, steps;
+  if (n.attrs.has("starts")) {
+    starts = n.attrs.get_ints("starts");
+    ends = n.attrs.get_ints("ends");
+    if (n.attrs.has("axes")) axes = n.attrs.get_ints("axes");
+  } else if (n.inputs.size() >= 3) {
+    starts = constant_ints(g, n, 1);
+    ends = constant_ints(g, n, 2);
+    if (n.inputs.size() > 3 && n.inputs[3] != kNoValue) axes = constant_ints(g, n, 3);
+    if (n.inputs.size() > 4 && n.inputs[4] != kNoValue) steps = constant_ints(g, n, 4);
+  }
+  if (!starts || !ends || !axes || starts->size() != 1 || ends->size() != 1 || axes->size() != 1 ||
+      ((*axes)[0] != 1 && (*axes)[0] != -3) || (steps && *steps != std::vector<int64_t>{1}))
+    return std::nullopt;
+  auto at = [&](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + C : i, 0, C); };
+  const int64_t begin = at((*starts)[0]), end = at((*ends)[0]);
+  if (end <= begin) return std::nullopt;
+  return std::make_pair(begin, end);
+}
+
+// Channel moves that do not keep to whole blocks — a Concat of parts, a Split into parts, or a
+// Slice, on channels of 4-D float32 values, where a part's channel count (or a Slice's first
+// channel) is not a multiple of c (GhostNet's modules concatenate two halves of 8, 12, 20, ...
+// channels) — become GatherChannels nodes (a Split one per output): the same copies on NCHW
+// values, and a lane permute on blocked ones, where the op itself would need its input in NCHW
+// (a reorder out and one back in). Returns the number rewritten.
+int channel_moves_as_gathers(Graph& g, int block) {
+  int rewritten = 0;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (!n.domain.empty() || (n.op != "Concat" && n.op != "Split" && n.op != "Slice") ||
+        n.inputs.empty() || !nchw_f32(g, n.inputs[0]))
+      continue;
+    const int64_t axis = n.attrs.get_int("axis", n.op == "Concat" ? 1 : 0);
+    std::vector<std::pair<ValueId, std::pair<Dims, Dims>>> parts;  // output, (index, channel)
+    std::vector<ValueId> sources = {n.inputs[0]};
+    bool aligned = true;
+    if (n.op == "Concat") {
+      if (axis != 1 && axis != -3) continue;
+      Dims index, channel;
+      sources = n.inputs;
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        if (!nchw_f32(g, n.inputs[k])) {
+          sources.clear();
+          break;
+        }
+        const int64_t C = channels_of(g, n.inputs[k]);
+        aligned = aligned && C % block == 0;
+        for (int64_t c = 0; c < C; ++c) {
+          index.push_back(static_cast<int64_t>(k));
+          channel.push_back(c);
+        }
+      }
+      if (sources.empty() || n.outputs.size() != 1) continue;
+      parts.push_back({n.outputs[0], {index, channel}});
+    } else if (n.op == "Split") {
+      if ((axis != 1 && axis != -3) || n.outputs.empty()) continue;
+      int64_t at = 0;
+      for (ValueId y : n.outputs) {
+        if (y == kNoValue || !nchw_f32(g, y)) {
+          parts.clear();
+          break;
+        }
+        const int64_t C = channels_of(g, y);
+        aligned = aligned && C % block == 0;
+        Dims channel(static_cast<size_t>(C));
+        std::iota(channel.begin(), channel.end(), at);
+        parts.push_back({y, {Dims(static_cast<size_t>(C), 0), channel}});
+        at += C;
+      }
+      if (parts.empty() || at != channels_of(g, n.inputs[0])) continue;
+    } else {
+      const std::optional<std::pair<int64_t, int64_t>> r =
+          channel_slice(g, n, channels_of(g, n.inputs[0]));
+      if (!r || n.outputs.size() != 1 || !nchw_f32(g, n.outputs[0]) ||
+          channels_of(g, n.outputs[0]) != r->second - r->first)
+        continue;
+      Dims channel(static_cast<size_t>(r->second - r->first));
+      std::iota(channel.begin(), channel.end(), r->first);
+      parts.push_back({n.outputs[0], {Dims(channel.size(), 0), channel}});
+      aligned = false;
+    }
+    if (aligned) continue;  // Concat and Split of whole blocks run blocked as they are
+    const std::string name = n.name;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      Attributes attrs;
+      attrs.set("input_index", parts[k].second.first);
+      attrs.set("input_channel", parts[k].second.second);
+      const ValueId y = parts[k].first;
+      if (k == 0) {
+        Node& m = g.mutable_nodes()[i];
+        retarget(m, "GatherChannels", sources, std::move(attrs));
+        m.domain = "pto";
+        m.outputs = {y};
+        continue;
+      }
+      g.value(y).producer = -1;  // the new node's
+      g.insert_node(i + k, "GatherChannels", sources, {y}, std::move(attrs), cat(name, "_part", k))
+          .domain = "pto";
+    }
+    i += parts.size() - 1;
+    ++rewritten;
+  }
+  return rewritten;
+}
+
+// A Resize of H and W only (no roi crop, no axes attribute, opset 13 and later), by constant
+// scales [1, 1, sh, sw] or constant sizes [N, C, OH, OW] of an input of that N and C (the
+// stretching policy): the same Resize of the blocked value with scales [1, 1, sh, sw, 1] or sizes
+// [N, C/c, OH, OW, c] (the lane axis, scale 1, is an identity axis in every mode; from sizes each
+// axis's scale is its own ratio, so H's and W's are unchanged). YOLO's and U-Net's 2x nearest
+// upsampling between blocked convs, and GhostNetV2's gate, resized to its branch's size.
+struct PlaneResize {
+  std::vector<float> scales;  // [1, 1, sh, sw]; empty when the sizes are given
+  Dims sizes;                 // [N, C, OH, OW]
+};
+
+std::optional<PlaneResize> plane_resize_params(const Graph& g, const Node& n) {
   if (n.op != "Resize" || !n.domain.empty() || n.inputs.size() < 3 || n.inputs.size() > 4 ||
-      (n.inputs.size() == 4 && n.inputs[3] != kNoValue) || n.attrs.has("axes") ||
-      (n.opset != 0 && n.opset < 13) ||  // roi optional (dropped below) from opset 13
+      n.attrs.has("axes") || (n.opset != 0 && n.opset < 13) ||  // roi optional from opset 13
       n.attrs.get_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize" ||
       n.attrs.get_int("antialias", 0) != 0)
     return std::nullopt;
+  PlaneResize r;
+  if (n.inputs.size() == 4 && n.inputs[3] != kNoValue) {
+    const Tensor* sizes = constant(g, n.inputs[3]);
+    const std::optional<Shape> x = nchw_f32(g, n.inputs[0]);
+    if (!sizes || !x || sizes->numel() != 4 || !(*x)[0].is_known() ||
+        (n.inputs[2] != kNoValue &&
+         !(constant(g, n.inputs[2]) && constant(g, n.inputs[2])->numel() == 0)) ||
+        n.attrs.get_string("keep_aspect_ratio_policy", "stretch") != "stretch")
+      return std::nullopt;
+    for (int64_t i = 0; i < 4; ++i)
+      r.sizes.push_back(static_cast<int64_t>(sizes->item_as_double(i)));
+    if (r.sizes[0] != (*x)[0].value || r.sizes[1] != (*x)[1].value) return std::nullopt;
+    return r;
+  }
   const Tensor* scales = n.inputs[2] == kNoValue ? nullptr : constant(g, n.inputs[2]);
   if (!scales || scales->dtype() != DType::kF32 || scales->numel() != 4) return std::nullopt;
-  std::vector<float> v(4);
-  for (int64_t i = 0; i < 4; ++i) v[i] = static_cast<float>(scales->item_as_double(i));
-  if (v[0] != 1.0f || v[1] != 1.0f) return std::nullopt;
-  return v;
+  r.scales.resize(4);
+  for (int64_t i = 0; i < 4; ++i) r.scales[i] = static_cast<float>(scales->item_as_double(i));
+  if (r.scales[0] != 1.0f || r.scales[1] != 1.0f) return std::nullopt;
+  return r;
 }
 
 bool plane_resize(const Graph& g, const Node& n) {
-  return plane_resize_scales(g, n).has_value();
+  return plane_resize_params(g, n).has_value();
 }
 
 // A GroupNormalization of a 4-D float32 value with constant scale and bias per channel (opset
@@ -511,12 +646,20 @@ class Rewriter {
       retarget(g_.mutable_nodes()[i], "ReduceMean", {blocked_of_[inputs[0]], axes},
                std::move(attrs), 18);  // opset 18: axes as an input
     } else if (g_.nodes()[i].op == "Resize") {
-      std::vector<float> v = *plane_resize_scales(g_, g_.nodes()[i]);
-      v.push_back(1.0f);  // the lanes: an identity axis
-      const ValueId scales =
-          g_.add_constant(g_.value(y).name + "_scales", Tensor::from_vector<float>(v, {5}));
-      Node& n = g_.mutable_nodes()[i];
-      n.inputs = {blocked_of_[inputs[0]], kNoValue, scales};  // roi unused without the crop
+      PlaneResize r = *plane_resize_params(g_, g_.nodes()[i]);
+      std::vector<ValueId> ins = {blocked_of_[inputs[0]], kNoValue};  // roi unused: no crop
+      if (r.scales.empty()) {
+        const Dims sizes = {r.sizes[0], blocks_of(r.sizes[1], block_), r.sizes[2], r.sizes[3],
+                            block_};
+        ins.push_back(kNoValue);
+        ins.push_back(
+            g_.add_constant(g_.value(y).name + "_sizes", Tensor::from_vector<int64_t>(sizes, {5})));
+      } else {
+        r.scales.push_back(1.0f);  // the lanes: an identity axis
+        ins.push_back(g_.add_constant(g_.value(y).name + "_scales",
+                                      Tensor::from_vector<float>(r.scales, {5})));
+      }
+      g_.mutable_nodes()[i].inputs = std::move(ins);
     } else if (g_.nodes()[i].op == "GroupNormalization") {
       const Node& n = g_.nodes()[i];
       Attributes attrs;
@@ -662,6 +805,8 @@ Graph assign_layouts(Graph g, const PassContext& ctx, int block, bool cost_rule)
   if (block < 2) return g;
   Graph original = g;  // what is returned when no conv runs blocked (initializers are shared)
   keep_spatial_mean_dims(g);
+  for (int n = channel_moves_as_gathers(g, block); n > 0; --n)
+    ctx.note("AssignLayouts/ChannelMoveAsGather");
   std::vector<bool> demoted(g.nodes().size(), false);
   SpatialClasses classes(g);
   Choice c = choose(g, block, cost_rule, demoted, classes);

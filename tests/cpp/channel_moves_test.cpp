@@ -4,6 +4,7 @@
 // threads) gives the reference kernel's bits.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -271,6 +272,70 @@ TEST(ChannelMoves, GatherStaysBlockedBetweenBlockedConvs) {
   ASSERT_EQ(got.shape(), want.shape());
   for (int64_t i = 0; i < want.numel(); ++i)
     ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4) << "element " << i;
+}
+
+// AssignLayouts makes a Concat, Slice or Split on channels whose parts are not whole blocks a
+// GatherChannels (GhostNet's halves of 12 channels, a Split into 17 and 23), and a Resize by
+// constant sizes a Resize of the blocked value: no reorder between the convolutions. The
+// rewritten graph on the reference interpreter and on the CPU kernels (level 0) gives the
+// original's results.
+TEST(ChannelMoves, UnalignedChannelMovesAndResizeStayBlocked) {
+  Graph g = parse_graph(R"(graph g (opset 18)
+  input  %x: f32[2, 32, 6, 6]
+  const  %w1: f32[12, 32, 1, 1]
+  const  %w2: f32[12, 1, 3, 3]
+  const  %w3: f32[40, 20, 1, 1]
+  const  %w4: f32[16, 17, 3, 3]
+  const  %w5: f32[16, 23, 1, 1]
+  const  %w6: f32[16, 16, 1, 1]
+  const  %ax: i64[1] = [1]
+  const  %z: i64[1] = [0]
+  const  %n: i64[1] = [20]
+  const  %parts: i64[2] = [17, 23]
+  const  %sizes: i64[4] = [2, 16, 12, 9]
+  %a = Conv(%x, %w1)
+  %b = Conv(%a, %w2) {group=12, pads=[1, 1, 1, 1]}
+  %c = Concat(%a, %b) {axis=1}
+  %s = Slice(%c, %z, %n, %ax)
+  %d = Conv(%s, %w3)
+  %p, %q = Split(%d, %parts) {axis=1}
+  %e = Conv(%p, %w4) {pads=[1, 1, 1, 1]}
+  %f = Conv(%q, %w5)
+  %h = Add(%e, %f)
+  %r = Resize(%h, _, _, %sizes) {mode="nearest"}
+  %o = Conv(%r, %w6)
+  return %o
+)");
+  uint32_t seed = 21;
+  for (const char* w : {"w1", "w2", "w3", "w4", "w5", "w6"}) {
+    const ValueId v = *g.find_value(w);
+    g.set_initializer(v, random_tensor(to_dims(*g.value(v).type.shape), seed++));
+  }
+  for (int block : {8, 16}) {
+    PassContext ctx;
+    Graph f = passes::assign_layouts(g, ctx, block, false);
+    verify(f);
+    infer_types(f);
+    EXPECT_EQ(count_ops(f, "GatherChannels"), 4) << print(f);    // the Concat, Slice, 2 Split parts
+    EXPECT_EQ(count_ops(f, "ReorderToBlocked"), 1) << print(f);  // x
+    EXPECT_EQ(count_ops(f, "ReorderFromBlocked"), 1) << print(f);  // the output
+    EXPECT_EQ(ctx.fired.at("AssignLayouts/ChannelMoveAsGather"), 3);
+    EXPECT_EQ(ctx.fired.at("AssignLayouts/Propagate/Resize"), 1);
+    const std::vector<Tensor> in = random_inputs(g, 5);
+    const Tensor want = reference::run(g, in)[0];
+    const Tensor ref = reference::run(f, in)[0];
+    Executable exe = compile(f, {.level = 0});
+    const Tensor cpu = exe.run(in)[0];
+    ASSERT_EQ(ref.shape(), want.shape());
+    ASSERT_EQ(cpu.shape(), want.shape());
+    double scale = 0;  // within 1e-4 of the largest |y| (the CPU's 3x3 conv may be Winograd)
+    for (int64_t i = 0; i < want.numel(); ++i)
+      scale = std::max(scale, std::fabs(double{want.data<float>()[i]}));
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      ASSERT_NEAR(ref.data<float>()[i], want.data<float>()[i], 1e-5 * scale) << block << ", " << i;
+      ASSERT_NEAR(cpu.data<float>()[i], want.data<float>()[i], 1e-4 * scale) << block << ", " << i;
+    }
+  }
 }
 
 // One GatherChannels node over inputs of `c` channels each, picking `picks` (input, channel)
