@@ -8,7 +8,11 @@
 //   ConvTranspose W[ic, j, ...] *= s[c(ic, j)]           (W: [Cin, Cout/g, k...], c = group of ic
 //                                                         * Cout/g + j)
 //   Gemm/MatMul   the output column n of op(B) *= s[n]   (2-D [N, C] products only: BN's channel
-//                                                         axis must be the product's last axis)
+//                                                         axis must be the product's last axis;
+//                                                         or a 2-D view of a MatMul's output
+//                                                         that keeps its last axis: the shift an
+//                                                         Add after the product, LeViT's
+//                                                         Flatten(MatMul) into BatchNorm1d)
 // and the bias becomes (b - mean) * s + beta (b = 0 when the layer has none; Gemm's beta * C is
 // taken in). The layer then produces BN's output and the BN node goes. New weights are computed
 // in double and stored in the weight's dtype. Training-mode BNs (batch statistics), BNs whose
@@ -17,6 +21,7 @@
 //
 // Arithmetic on tensor data outside src/reference is against DESIGN habit 6; folding constants
 // into weights is the one thing this pass is for, so it does it here, in double.
+#include <algorithm>
 #include <cmath>
 
 #include "passes/rewrite_util.h"
@@ -118,6 +123,53 @@ bool fold_into_gemm(Rewrite& rw, size_t layer, const BnAffine& a) {
   return true;
 }
 
+// A BatchNormalization of 2-D [R, C] values that a view (Flatten, Reshape, Squeeze, Unsqueeze)
+// made of a MatMul's [..., C] output, the product by a constant 2-D B: LeViT's Linear + BatchNorm1d
+// (`Flatten(MatMul(x, W), 2)` into the BN, reshaped back after). The view keeps the last axis, so
+// BN's channel c is the product's column c: B's columns are scaled, the shift becomes an Add after
+// the product (its GEMM epilogue at level 2), and the view produces BN's output. `i` is the BN.
+bool fold_through_view(Rewrite& rw, size_t i, const BnAffine& a) {
+  Graph& g = rw.graph();
+  const ValueId x = g.nodes()[i].inputs[0];
+  const Node* view = producer(g, x);
+  static const char* const kViews[] = {"Flatten", "Reshape", "Squeeze", "Unsqueeze"};
+  if (!view || !view->domain.empty() || view->outputs.size() != 1 || view->inputs.empty() ||
+      std::none_of(std::begin(kViews), std::end(kViews),
+                   [&](const char* op) { return view->op == op; }))
+    return false;
+  const ValueId y = view->inputs[0];
+  const Node* mm = producer(g, y);
+  if (!mm || mm->op != "MatMul" || !mm->domain.empty() || mm->inputs.size() != 2 ||
+      rw.uses()[y] != 1 || g.is_output(y))
+    return false;
+  // x is [R, C] and the product [..., C] (B's columns): a view between shapes of one last axis
+  // only regroups the leading ones, so x's column c is the product's column c.
+  const auto& xs = g.value(x).type.shape;
+  const Tensor* b = constant(g, mm->inputs[1]);
+  const auto C = static_cast<int64_t>(a.scale.size());
+  if (!xs || xs->size() != 2 || !(*xs)[1].is_known() || (*xs)[1].value != C || !b ||
+      !is_floating(b->dtype()) || b->rank() != 2 || b->dim(1) != C)
+    return false;
+  std::vector<double> bv = to_doubles(*b);
+  for (int64_t r = 0; r < b->dim(0); ++r)
+    for (int64_t k = 0; k < C; ++k) bv[static_cast<size_t>(r * C + k)] *= a.scale[k];
+  auto b2 = float_tensor(b->dtype(), b->shape(), bv);
+  auto t = float_tensor(g.value(y).type.dtype, {C}, folded_bias(a, std::vector<double>(C, 0.0)));
+  if (!b2 || !t) return false;
+  const size_t layer = static_cast<size_t>(g.value(y).producer);
+  const size_t at_view = static_cast<size_t>(g.value(x).producer);
+  const ValueId bid = g.add_constant(g.value(mm->inputs[1]).name + "_bn", std::move(*b2));
+  const ValueId tid = g.add_constant(mm->name + "_bias_bn", std::move(*t));
+  const ValueId shifted = g.add_value(g.unique_name(g.value(y).name + "_bn"), g.value(y).type);
+  g.mutable_nodes()[layer].inputs[1] = bid;
+  rw.insert(layer + 1, "Add", {y, tid}, {shifted}, {}, g.nodes()[layer].name + "_bn_shift");
+  // Everything from layer + 1 on moved one place down: the view and the BN included.
+  g.mutable_nodes()[at_view + 1].inputs[0] = shifted;
+  rw.remove(i + 1);
+  rw.move_output(at_view + 1, 0, g.nodes()[i + 1].outputs[0]);
+  return true;
+}
+
 // A Mul or Add of a conv's output x ([N, C, ...]) and a constant that varies at most along the
 // channel axis, as the per-channel affine map BN folding applies: Mul scales (scale c, shift 0),
 // Add shifts (scale 1, shift c). tf2onnx writes a depthwise conv's batch norm as such a Mul, and
@@ -169,6 +221,13 @@ bool fold(Rewrite& rw, size_t i, const PassContext& ctx) {
   const Node* p = producer(g, x);
   if (!p || p->outputs.empty() || p->outputs[0] != x) return false;
   if (rw.uses()[x] != 1 || g.is_output(x)) return false;
+  if (!affine && p->op != "MatMul" && p->op != "Gemm" && p->op != "Conv" &&
+      p->op != "ConvTranspose") {
+    const std::optional<BnAffine> a = bn_affine(g, bn);
+    if (!a || !fold_through_view(rw, i, *a)) return false;
+    ctx.note("FoldBatchNorm/MatMulThroughView");
+    return true;
+  }
   const bool conv = p->op == "Conv" || p->op == "ConvTranspose";
   // A conv with reduced products (precision="bf16") rounds its weights: scaled first, they
   // would round differently from the graph's order (scale after the rounded product).

@@ -179,6 +179,35 @@ TEST(PassFoldBatchNorm, MatMulBecomesGemm) {
   EXPECT_EQ(only(g, "Gemm").inputs.size(), 3u);
 }
 
+// LeViT's Linear + BatchNorm1d: a 3-D MatMul's output flattened to [rows, C] into the BN and
+// reshaped back. The product's columns are scaled, the shift is an Add after it, and the view
+// makes BN's output; a view that does not keep the last axis ([1, 4, 6] viewed as [6, 4]: BN's
+// 4 channels are not the product's 6 columns) is left alone.
+TEST(PassFoldBatchNorm, MatMulThroughAFlattenView) {
+  {
+    Builder b;
+    ValueId x = b.input("x", {2, 5, 8});
+    ValueId y = b.op("MatMul", {x, b.random("w", {8, 6})});
+    ValueId f = b.op("Flatten", {y}, b.attrs({{"axis", int64_t{2}}}));
+    ValueId n = batch_norm(b, f, 6);
+    b.g.add_output(
+        b.op("Reshape", {n, b.constant("s", Tensor::from_vector<int64_t>({2, 5, 6}, {3}))}));
+    Graph g = run_and_compare(b, "FoldBatchNorm");
+    EXPECT_EQ(count(g, "BatchNormalization"), 0);
+    EXPECT_EQ(count(g, "Add"), 1);
+    EXPECT_EQ(count(g, "Flatten"), 1);
+  }
+  {
+    Builder b;
+    ValueId x = b.input("x", {1, 4, 8});
+    ValueId y = b.op("MatMul", {x, b.random("w", {8, 6})});
+    ValueId r = b.op("Reshape", {y, b.constant("s", Tensor::from_vector<int64_t>({6, 4}, {2}))});
+    b.g.add_output(batch_norm(b, r, 4));
+    Graph g = run_and_compare(b, "FoldBatchNorm");
+    EXPECT_EQ(count(g, "BatchNormalization"), 1);
+  }
+}
+
 TEST(PassFoldBatchNorm, LeftAloneWhenNotFoldable) {
   {  // the conv weight is a graph input
     Builder b;
