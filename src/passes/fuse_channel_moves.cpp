@@ -17,10 +17,11 @@
 // Unsqueeze, Transpose and Identity qualifies; its other inputs (shapes, starts, permutations)
 // must be constants.
 //
-// A result is a 4-D float32 value of static shape that such a node makes and something else
-// reads (a node of another kind, a graph output, or a movement node whose result is not 4-D);
-// its sources are the values the chain starts from, all [N, C_i, H, W] with the result's N, H and
-// W. A chain of one node is left alone (it is one copy already), as is a chain whose index tensors
+// A result is a 4-D float32 value of known shape (its batch may be a symbol when every node of
+// its chain leaves the batch alone: chain_node) that such a node makes and something else reads
+// (a node of another kind, a graph output, or a movement node whose result is not 4-D); its
+// sources are the values the chain starts from, all [N, C_i, H, W] with the result's N, H and W.
+// A chain of one node is left alone (it is one copy already), as is a chain whose index tensors
 // would be large (kMaxElements, kMaxChain). A result equal to one source is replaced by it. The
 // chain's nodes that nothing else reads go with EliminateDeadCode.
 #include <algorithm>

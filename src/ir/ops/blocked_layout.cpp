@@ -34,7 +34,8 @@
 //       Y[n, j, h, w] = X{input_index[j]}[n, input_channel[j], h, w]: whole channel planes picked
 //       from inputs of one N, H and W, in any order. The FuseChannelMoves pass makes it of a chain
 //       of Concat, Slice, Split, Reshape and Transpose nodes that only moves channels (ShuffleNet's
-//       channel shuffle and the chunk after it). On NCHW inputs [N, C_i, H, W] Y is
+//       channel shuffle and the chunk after it), AssignLayouts of a Concat, Split or Slice whose
+//       channel parts are not whole blocks. On NCHW inputs [N, C_i, H, W] Y is
 //       [N, J, H, W] (J = len(input_index)); on blocked inputs [N, Cb_i, H, W, c] (AssignLayouts)
 //       Y is blocked, [N, ceil(J/c), H, W, c], with the padded lanes 0.
 #include "ir/ops/blocked_layout.h"

@@ -1,5 +1,6 @@
 // The CPU kernel of GatherChannels (src/ir/ops/blocked_layout.cpp): whole channel planes picked
-// from several inputs, as the FuseChannelMoves pass makes it of ShuffleNet's channel shuffle.
+// from several inputs, as the FuseChannelMoves pass makes it of ShuffleNet's channel shuffle and
+// AssignLayouts of a Concat, Split or Slice whose channel parts are not whole blocks.
 //
 // NCHW: output channels that read consecutive channels of one input form a run; each (image, run)
 // is one memcpy of run x H x W elements. Blocked [N, Cb, H, W, c]: each output block lists the
