@@ -6,14 +6,9 @@ takes the residual sum and the activation after it), so the convolutions around 
 at levels 1 and 2 it keeps its own kernel. Results against PyTorch eager and onnxruntime, on 1 and
 2 threads."""
 
-import numpy as np
-import onnxruntime as ort
 import pytest
 import torch
-
-import pypto
-
-TOLERANCE = 1e-4
+from onnx_levels import export_checked, levels
 
 
 class MixerBlock(torch.nn.Module):
@@ -78,10 +73,6 @@ class MobileOneBlock(torch.nn.Module):
         return torch.relu(self.k3(x) + self.k1(x) + self.bn(x))
 
 
-def _rel(got, want):
-    return float(np.abs(np.asarray(got) - np.asarray(want)).max() / np.abs(want).max())
-
-
 CASES = [("mixer_gelu", lambda: MixerBlock(48, 9, torch.nn.GELU()), 48),
          ("mixer_relu_padded", lambda: MixerBlock(60, 3, torch.nn.ReLU()), 60),
          ("dense", lambda: DenseLayer(32, 16), 3),
@@ -94,20 +85,8 @@ def test_unfolded_batch_norm_runs_blocked_at_level_3(tmp_path, name, make, chann
     model = make().eval()
     x = torch.randn(2, channels, 11, 9)
     path = str(tmp_path / f"{name}.onnx")
-    torch.onnx.export(model, (x,), path, opset_version=17, dynamo=False)
-    with torch.no_grad():
-        want = model(x).numpy()
-    peer = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    assert _rel(peer.run(None, {peer.get_inputs()[0].name: x.numpy()})[0], want) < TOLERANCE
-    saved = pypto.get_num_threads()
-    for level, threads in ((1, 1), (2, 1), (3, 1), (3, 2)):
-        pypto.set_num_threads(threads)
-        try:
-            m = pypto.onnx.load(path, level=level)
-            assert _rel(m(x.numpy()), want) < TOLERANCE, (level, threads)
-        finally:
-            pypto.set_num_threads(saved)
-        ops = [op for op, _ in m._compiled.node_backends]
+    want = export_checked(model, x, path)
+    for level, _, ops in levels(path, x, want, ((1, 1), (2, 1), (3, 1), (3, 2))):
         if level < 3:
             assert "BatchNormalization" in ops, (level, ops)
         else:

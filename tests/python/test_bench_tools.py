@@ -170,25 +170,34 @@ def test_pto_bench_rejects_an_unknown_benchmark_and_runs_a_known_one(pto_bin):
     assert out["fma"] and "memory" not in out and out["fma"][0]["gflops"] > 0
 
 
+UNSEEN = Path(__file__).resolve().parents[2] / "bench" / "unseen_models.py"
+
+
+def _unseen_models():
+    """bench/unseen_models.py as a module (its model lists; nothing is built)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("unseen_models", UNSEEN)
+    um = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(um)
+    return um
+
+
 def test_unseen_models_fourth_set_names_timm_architectures():
     """bench/unseen_models.py --set fourth: 38 architectures, each one the installed timm has
     (a misspelt name would only show as an error row deep in a 40-minute sweep), none already in
     an earlier set; an unknown set is rejected."""
-    import importlib.util
     import subprocess
 
     timm = pytest.importorskip("timm")
-    bench = Path(__file__).resolve().parents[2] / "bench" / "unseen_models.py"
-    spec = importlib.util.spec_from_file_location("unseen_models", bench)
-    um = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(um)
+    um = _unseen_models()
     fourth = um.SETS["fourth"]
     assert len(fourth) == 38 and len(set(fourth)) == 38
     assert not set(fourth) & (set(um.SETS["first"]) | set(um.SETS["third"]))
     known = set(timm.list_models())
     assert [n for n in fourth if n not in known] == []
     assert all(um.PACKAGES[n] == "timm" for n in fourth)
-    p = subprocess.run([sys.executable, str(bench), "--set", "sixth"], capture_output=True,
+    p = subprocess.run([sys.executable, str(UNSEEN), "--set", "sixth"], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 2 and "invalid choice: 'sixth'" in p.stderr, p.stderr
 
@@ -197,15 +206,11 @@ def test_unseen_models_fifth_set_names_installed_architectures():
     """bench/unseen_models.py --set fifth: 50 architectures, none in an earlier set; each timm
     name one the installed timm has, each Hugging Face class (config and model) one the installed
     transformers has."""
-    import importlib.util
     import inspect
 
     timm = pytest.importorskip("timm")
     transformers = pytest.importorskip("transformers")
-    bench = Path(__file__).resolve().parents[2] / "bench" / "unseen_models.py"
-    spec = importlib.util.spec_from_file_location("unseen_models", bench)
-    um = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(um)
+    um = _unseen_models()
     fifth = um.SETS["fifth"]
     assert len(fifth) == 50 and len(set(fifth)) == 50
     earlier = set(um.SETS["first"]) | set(um.SETS["third"]) | set(um.SETS["fourth"])

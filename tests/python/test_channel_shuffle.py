@@ -4,14 +4,11 @@ importer and through `pypto.optimize` (torch.export's permute/view/split forms);
 shuffle stays on the blocked layout between the convolutions. Results against PyTorch eager and
 onnxruntime, on 1 and 2 threads."""
 
-import numpy as np
-import onnxruntime as ort
 import pytest
 import torch
+from onnx_levels import TOLERANCE, export_checked, levels, rel
 
 import pypto
-
-TOLERANCE = 1e-4
 
 
 def channel_shuffle(x, groups):
@@ -66,10 +63,6 @@ class GhostModule(torch.nn.Module):
         return self.head(torch.cat([x1, x2], 1)[:, :self.out])
 
 
-def _rel(got, want):
-    return float(np.abs(np.asarray(got) - np.asarray(want)).max() / np.abs(want).max())
-
-
 CASES = [("shuffle_whole_blocks", lambda: ShuffleUnits(64), 3),
          ("shuffle_odd_halves", lambda: ShuffleUnits(48), 3),
          ("ghost", lambda: GhostModule(16, 27), 16)]
@@ -82,20 +75,8 @@ def test_channel_moves_are_one_gather_onnx(tmp_path, name, make, channels):
     model = make().eval()
     x = torch.randn(2, channels, 14, 12)
     path = str(tmp_path / f"{name}.onnx")
-    torch.onnx.export(model, (x,), path, opset_version=17, dynamo=False)
-    with torch.no_grad():
-        want = model(x).numpy()
-    peer = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    assert _rel(peer.run(None, {peer.get_inputs()[0].name: x.numpy()})[0], want) < TOLERANCE
-    saved = pypto.get_num_threads()
-    for level, threads in ((0, 1), (1, 1), (2, 2), (3, 1), (3, 2)):
-        pypto.set_num_threads(threads)
-        try:
-            m = pypto.onnx.load(path, level=level)
-            assert _rel(m(x.numpy()), want) < TOLERANCE, (level, threads)
-        finally:
-            pypto.set_num_threads(saved)
-        ops = [op for op, _ in m._compiled.node_backends]
+    want = export_checked(model, x, path)
+    for level, _, ops in levels(path, x, want, ((0, 1), (1, 1), (2, 2), (3, 1), (3, 2))):
         if level == 0:
             assert "GatherChannels" not in ops, ops
             continue
@@ -116,7 +97,7 @@ def test_channel_shuffle_through_optimize(channels):
         want = model(x).numpy()
     for level in (1, 3):
         m = pypto.optimize(model, (x,), level=level)
-        assert _rel(m(x).numpy(), want) < TOLERANCE, level
+        assert rel(m(x).numpy(), want) < TOLERANCE, level
         ops = [op for op, _ in m._compiled.node_backends]
         assert ops.count("GatherChannels") >= 4, (level, ops)
         assert not [op for op in ops if op in MOVES], (level, ops)
