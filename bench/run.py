@@ -54,9 +54,14 @@ MODELS = {  # name in tests/python/torch_models.py -> (title, kind)
     "resnet18": ("ResNet-18", "image"),
     "resnet50": ("ResNet-50", "image"),
     "mobilenet_v2": ("MobileNetV2", "image"),
+    "shufflenet_v2_x0_5": ("ShuffleNetV2 x0.5", "image"),
+    "ghostnet_100": ("GhostNet-100", "image"),
+    "levit_128s": ("LeViT-128S", "image"),
     "bert": ("BERT-base", "text"),
     "gpt2": ("GPT-2 small", "text"),
 }
+# What a run without --models measures; the small networks above are for --models.
+DEFAULT_MODELS = ["resnet18", "resnet50", "mobilenet_v2", "bert", "gpt2"]
 ENGINES = ["eager", "inductor", "ort", "pypto"]  # the order they run in (and the table's)
 TITLES = {"eager": "eager", "inductor": "Inductor", "ort": "ORT"}
 LEVELS = [0, 1, 2, 3]
@@ -599,7 +604,7 @@ def main_driver(args) -> int:
     threads = [int(t) for t in args.threads.split(",")]
     seqs = parse_list(args.seq, None, "seq", int)
     models = parse_list(args.models, list(MODELS), "models") if args.models else (
-        ["resnet18", "bert"] if args.quick else list(MODELS))
+        ["resnet18", "bert"] if args.quick else DEFAULT_MODELS)
     engines = parse_list(args.engines, ENGINES, "engines")
     levels = parse_list(args.levels, LEVELS, "levels", int) if "pypto" in engines else []
     batches = [1] if args.quick and not args.batches else [int(b) for b in

@@ -114,7 +114,7 @@ def measure(model: str, threads: int, args) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(base.MODELS))
+    ap.add_argument("--models", default=",".join(base.DEFAULT_MODELS))
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--level", default="normal", choices=["fast", "normal", "exhaustive"])
     ap.add_argument("--rounds", type=int, default=5)

@@ -29,6 +29,7 @@
 
 #include "passes/passes.h"
 #include "passes/rewrite_util.h"
+#include "pto/reader_index.h"
 #include "pto/reference.h"
 
 namespace pto::passes {
@@ -164,11 +165,7 @@ struct Gather {
 
 class Finder {
  public:
-  Finder(const Graph& g) : g_(g), readers_(g.values().size()) {
-    for (size_t i = 0; i < g.nodes().size(); ++i)
-      for (ValueId v : g.nodes()[i].inputs)
-        if (v != kNoValue) readers_[v].push_back(i);
-  }
+  explicit Finder(const Graph& g) : g_(g), readers_(g) {}
 
   // The values chain nodes make that something other than a chain step reads.
   std::vector<ValueId> results() const {
@@ -266,7 +263,7 @@ class Finder {
   // Whether v, a 4-D chain value, is read by something that is not a chain step over v's plane.
   bool ends_chain(ValueId v, const ValueDims& shape) const {
     if (g_.is_output(v)) return true;
-    for (size_t r : readers_[v]) {
+    for (const int32_t r : readers_.readers(v)) {
       const Node& n = g_.nodes()[r];
       if (!chain_node(g_, n)) return true;
       for (ValueId o : n.outputs) {
@@ -311,7 +308,7 @@ class Finder {
   }
 
   const Graph& g_;
-  std::vector<std::vector<size_t>> readers_;
+  const ReaderIndex readers_;
 };
 
 // Whether the gather is source 0 as it is.

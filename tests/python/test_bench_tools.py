@@ -224,3 +224,18 @@ def test_unseen_models_fifth_set_names_installed_architectures():
         names = inspect.getclosurevars(um.MODELS[n][0]).nonlocals
         assert hasattr(transformers, names["config"]) and hasattr(transformers, names["model"]), n
     assert len(by_package["timm"]) == 33 and len(by_package["transformers"]) == 17
+
+
+def test_run_models_are_zoo_models_and_the_default_is_the_peer_table():
+    """bench/run.py --models: every name one the test zoo builds (a misspelt one would only fail
+    minutes into a run); without --models, the five models of the README's peer table."""
+    import importlib.util
+
+    import torch_models
+
+    spec = importlib.util.spec_from_file_location("bench_run", UNSEEN.parent / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    assert set(run.MODELS) <= set(torch_models.ZOO), set(run.MODELS) - set(torch_models.ZOO)
+    assert run.DEFAULT_MODELS == ["resnet18", "resnet50", "mobilenet_v2", "bert", "gpt2"]
+    assert {"shufflenet_v2_x0_5", "ghostnet_100", "levit_128s"} <= set(run.MODELS)
