@@ -162,6 +162,40 @@ def test_half_model_exported_to_onnx_runs_like_onnx_runtime(tmp_path):
                                atol=2e-3)
 
 
+def test_an_fp16_onnx_conv_net_runs_on_the_blocked_kernels(tmp_path):
+    """An fp16 ONNX file (model.half() exported, as models are shipped to halve their size): its
+    convs compute in fp32 on the f16 weights (no CPU PyPTO runs on multiplies in f16), so at
+    level 3 they run on the blocked direct and Winograd kernels as an fp32 model's do, not on the
+    implicit GEMM that rounds activations to f16; the output matches ONNX Runtime's on the same
+    file and is at least as close to exact as PyTorch's own fp16 arithmetic."""
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    model = test_precision.bn_with_statistics(test_precision.ConvNet()).half()
+    x = torch.randn(2, 3, 40, 36).half()
+    path = tmp_path / "convnet_fp16.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    theirs = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0].astype(np.float32)
+    outs = {}
+    for level in (2, 3):
+        m = pypto.onnx.load(path, level=level)
+        fired = {k: v for r in m._compiled.pass_report for k, v in r["fired"].items()}
+        assert fired.get("PromoteHalf/f16 convs in fp32") == 5, fired  # not the depthwise one
+        assert "PromoteHalf/f16 products" in fired, fired  # the Linear's Gemm keeps f16
+        backends = m._compiled.node_backends
+        assert {b for _, b in backends} == {"cpu"}, backends
+        ops = {op for op, _ in backends}
+        assert ("ConvBlocked" in ops) == (level == 3), ops
+        outs[level] = m(x.numpy())
+        assert outs[level].dtype == np.float16
+        scale = np.abs(theirs).max()
+        np.testing.assert_allclose(outs[level].astype(np.float32), theirs, atol=2e-3 * scale)
+    # Within one fp16 step at the output's scale of eager's error: the final rounding to fp16 may
+    # fall on the other side (the error is the same at every level, and before this change).
+    ulp = 2.0 ** (np.floor(np.log2(np.abs(theirs).max())) - 10)
+    test_precision.assert_as_close_to_exact_as_eager(model, x, torch.from_numpy(outs[3]), atol=ulp, bound=0.01)
+
+
 def test_onnx_export_of_f16_products_runs_on_onnx_runtime(mlp, tmp_path):  # noqa: F811
     """precision="f16" exports as Cast(to=float16) + Cast(to=float) on each operand."""
     ort = pytest.importorskip("onnxruntime")
