@@ -14,8 +14,9 @@
 // Mul(d, d); x^3 as Pow 3 or Mul chains; the division as Div, Mul by Reciprocal or Mul by Div(1,
 // .); the means are ReduceMean over the last axis with keepdims (axes as attribute or constant
 // input). Every intermediate must be read only inside the pattern; otherwise nothing changes.
-// Constants are compared to 1e-4 relative (exporters print them with 8 digits). SiLU (x *
-// Sigmoid(x)) is left alone: it has no ONNX op.
+// Constants are compared to 1e-4 relative (exporters print them with 8 digits), or to two roundings
+// of a half type where they are values of one. SiLU (x * Sigmoid(x)) is left alone: it has no ONNX
+// op.
 //
 // The fused op is not bit-identical to the chain it replaces (the reference computes the fused
 // ops in double): results agree to a few float ulps.
@@ -42,12 +43,17 @@ struct Matcher {
     consumed.push_back(static_cast<size_t>(g.value(v).producer));
     return n;
   }
-  // A scalar constant within 1e-4 of `want` (relative), or within two roundings of the half types.
+  // A scalar constant within 1e-4 of `want` (relative), or within two roundings of the half types:
+  // a half constant, or an fp32 one whose value is a half (a half graph's, widened by PromoteHalf,
+  // which runs first: an fp16 file's 1/sqrt2 is 0.70703125, 1.1e-4 from the fp32 one).
   bool is_const(ValueId v, double want) {
     auto c = scalar_constant(g, v);
     if (!c) return false;
     const DType dt = dtype_of_value(g, v);
-    const double tol = dt == DType::kF16 ? 2e-3 : dt == DType::kBF16 ? 1.6e-2 : 1e-4;
+    const float f = static_cast<float>(*c);
+    const bool f16 = dt == DType::kF16 || (dt == DType::kF32 && float(Float16(f)) == f);
+    const bool bf16 = dt == DType::kBF16 || (dt == DType::kF32 && float(BFloat16(f)) == f);
+    const double tol = f16 ? 2e-3 : bf16 ? 1.6e-2 : 1e-4;
     return std::fabs(*c - want) <= tol * std::fabs(want);
   }
   // For a binary node n with operand `known` (either side), the other operand.

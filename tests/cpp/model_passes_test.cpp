@@ -439,6 +439,25 @@ TEST(PassRecognizeComposites, ErfGelu) {
   }
 }
 
+// An fp16 graph's GELU, widened by PromoteHalf: its constants are fp16 values (1/sqrt2 is
+// 0.70703125, sqrt2 1.4140625: 1.1e-4 from the fp32 ones, past the 1e-4 an fp32 constant gets).
+// A constant as far off that is no half's value stays a chain.
+TEST(PassRecognizeComposites, ErfGeluWithTheConstantsOfAHalfGraph) {
+  for (bool half_valued : {true, false}) {
+    SCOPED_TRACE(half_valued);
+    const float s2 = half_valued ? float(Float16(1.4142135f)) : 1.41436f;
+    ASSERT_GT(std::fabs(s2 - 1.4142135f), 1e-4f * 1.4142135f);
+    Builder b;
+    ValueId x = b.input("x", {4, 16});
+    ValueId s =
+        b.op("Add", {b.op("Erf", {b.op("Div", {x, b.scalar("s2", s2)})}), b.scalar("one", 1.0f)});
+    b.g.add_output(b.op("Mul", {b.op("Mul", {x, b.scalar("half", 0.5f)}), s}));
+    // The fused Gelu uses the exact constant: within the half's rounding of the chain.
+    Graph g = run_and_compare(b, "RecognizeComposites", 1e-3);
+    EXPECT_EQ(count(g, "Gelu"), half_valued ? 1 : 0);
+  }
+}
+
 TEST(PassRecognizeComposites, TanhGeluAsGpt2WritesIt) {
   for (bool pow : {true, false}) {
     SCOPED_TRACE(pow);
