@@ -438,7 +438,7 @@ TEST(TileExec, ChainsMatchReference) {
       ValueId b = g.add_input("b", {DType::kF32, Shape{n}});
       ValueId k = g.add_input("k", {DType::kF32, Shape{1}});
       ValueId v[8];
-      for (int i = 0; i < 8; ++i) v[i] = g.add_value("v" + std::to_string(i));
+      for (int i = 0; i < 8; ++i) v[i] = g.add_value(cat("v", i));
       g.add_node("Sub", {constant(g, "one", 1.0f), x}, {v[0]}, {}, "sub");
       g.add_node("Div", {constant(g, "three", 3.0f), v[0]}, {v[1]}, {}, "div");
       g.add_node("Max", {b, v[1]}, {v[2]}, {}, "max");
@@ -467,7 +467,7 @@ TEST(TileExec, ChainsMatchReference) {
       Graph& g = c.g;
       ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
       ValueId v[9];
-      for (int i = 0; i < 9; ++i) v[i] = g.add_value("v" + std::to_string(i));
+      for (int i = 0; i < 9; ++i) v[i] = g.add_value(cat("v", i));
       square_prefix(g, x, v);
       g.add_node("Sub", {v[5], v[4]}, {v[6]}, {}, "frac");  // not a chain: v4 read again
       g.add_node("Abs", {v[4]}, {v[7]}, {}, "abs");
@@ -482,7 +482,7 @@ TEST(TileExec, ChainsMatchReference) {
       Graph& g = c.g;
       ValueId x = g.add_input("x", {DType::kF32, Shape{n}});
       ValueId v[8];
-      for (int i = 0; i < 8; ++i) v[i] = g.add_value("v" + std::to_string(i));
+      for (int i = 0; i < 8; ++i) v[i] = g.add_value(cat("v", i));
       square_prefix(g, x, v);
       g.add_node("Abs", {v[5]}, {v[6]}, {}, "abs");
       g.add_node("Ceil", {v[6]}, {v[7]}, {}, "ceil");
@@ -557,6 +557,34 @@ TEST(TileExec, ChainsMatchReference) {
     EXPECT_TRUE(std::isnan(o[0])) << cpu::isa_name(isa);
     EXPECT_FALSE(std::signbit(o[12])) << cpu::isa_name(isa) << ": relu(-0)";  // specials[4]
     EXPECT_FALSE(std::signbit(o[39])) << cpu::isa_name(isa) << ": relu(-0)";
+  }
+}
+
+// A row that every row of the tile reads (an attention mask over the keys, a bias) in a chain:
+// read as a tile of that row repeated, in a buffer of the thread's kept while the same row comes
+// back (tile_exec_impl.h repeated_row). Rows of odd widths around the vector sizes and more rows
+// than a tile holds; then the row's values change in place (same address): the buffer is built
+// again, not read stale.
+TEST(TileExec, ChainWithARowEveryRowReads) {
+  for (auto [rows, width] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 49}, {5, 49}, {300, 49}, {3, 128}, {64, 17}, {2, 1000}, {700, 24}}) {
+    const std::string at = cat(" ", rows, "x", width);
+    Case c;
+    Graph& g = c.g;
+    ValueId x = g.add_input("x", {DType::kF32, Shape{rows, width}});
+    ValueId mask = g.add_input("mask", {DType::kF32, Shape{width}});
+    ValueId bias = g.add_input("bias", {DType::kF32, Shape{1, width}});
+    ValueId t = g.add_value("t"), u = g.add_value("u"), v = g.add_value("v"), y = g.add_value("y");
+    g.add_node("Mul", {x, constant(g, "scale", 0.125f)}, {t}, {}, "scale");
+    g.add_node("Add", {t, mask}, {u}, {}, "mask");
+    g.add_node("Relu", {u}, {v}, {}, "relu");
+    g.add_node("Sub", {bias, v}, {y}, {}, "bias");  // the chain's value on the right
+    g.add_output(y);
+    c.feeds = {random_f32({rows, width}, 21), random_f32({width}, 22), random_f32({1, width}, 23)};
+    check(c, "x * 0.125 + mask, relu, bias - ." + at);
+    float* m = c.feeds[1].data<float>();
+    for (int64_t j = 0; j < width; ++j) m[j] = 2.0f - m[j];
+    check(c, "the same with the mask changed in place" + at);
   }
 }
 
