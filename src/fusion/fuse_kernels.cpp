@@ -85,7 +85,8 @@ bool row_op(const Node& n) {
 // join forward, except widening ones (left to their readers' groups); a widening node whose one
 // reader joins comes along backward, so the group reads the narrow value. A row op (above) joins
 // only a group of Adds, as the end of their sum (rule "Add+LayerNormalization", the norm's own
-// kernel), and then only Adds join after it; a row op seeds no group.
+// kernel), and then only Adds join it, backward, and a Cast of its output to bf16 or f16, which
+// the norm's kernel stores (rule "Add+LayerNormalization+Cast"); a row op seeds no group.
 std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
                                       const std::vector<int32_t>& owner,
                                       const FusionOptions& options) {
@@ -117,10 +118,22 @@ std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
     has_row_op = has_row_op || row_op(nodes[r]);
     only_adds = only_adds && nodes[r].op == "Add";
   };
+  // After a row op: the Cast that narrows its output, that output's only reader.
+  auto narrows_row_op = [&](int32_t r) {
+    const Node& n = nodes[r];
+    if (n.op != "Cast" || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
+    const ValueId y = n.inputs[0];
+    const int32_t p = y == kNoValue ? -1 : g.value(y).producer;
+    if (p < 0 || g.is_output(y) || readers[y].size() != 1) return false;
+    const DType to =
+        n.outputs[0] == kNoValue ? DType::kUndefined : g.value(n.outputs[0]).type.dtype;
+    return in[p] && row_op(nodes[p]) && (to == DType::kBF16 || to == DType::kF16);
+  };
   // `backward`: r produces a value the group reads (else it reads one).
   auto joinable = [&](int32_t r, bool backward) {
     if (row_op(nodes[r]) ? backward || has_row_op || !only_adds
-                         : has_row_op && (!backward || nodes[r].op != "Add"))
+        : has_row_op     ? (backward ? nodes[r].op != "Add" : !narrows_row_op(r))
+                         : false)
       return false;
     return !in[r] && owner[r] < 0 && options.elementwise_fusible(g, r) &&
            same_output_shape(g, nodes[r], shape);

@@ -2,18 +2,47 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
+#include <utility>
 
 namespace pto::fusion {
 
 std::string SumNorm::rule(const Graph& g) const {
-  return cat("Add+", g.nodes()[norm].op);
+  return cat("Add+", g.nodes()[norm].op, narrow >= 0 ? "+Cast" : "");
 }
 
 bool is_sum_norm_rule(const std::string& rule) {
-  return rule == "Add+LayerNormalization" || rule == "Add+RMSNormalization";
+  for (const char* norm : {"Add+LayerNormalization", "Add+RMSNormalization"})
+    if (rule == norm || rule == cat(norm, "+Cast")) return true;
+  return false;
 }
 
-std::optional<SumNorm> sum_norm_of_group(const Graph& g, const std::vector<int32_t>& nodes) {
+namespace {
+
+// The narrowing Cast of the norm's Y that ends `nodes`: its node and type, or {-1, f32}.
+std::pair<int32_t, DType> narrowing_cast(const Graph& g, const std::vector<int32_t>& nodes) {
+  const Node& n = g.nodes()[nodes.back()];
+  if (nodes.size() < 3 || n.op != "Cast" || !n.domain.empty() || n.inputs.size() != 1 ||
+      n.outputs.size() != 1 || n.inputs[0] == kNoValue || n.outputs[0] == kNoValue)
+    return {-1, DType::kF32};
+  const ValueId y = n.inputs[0];
+  const DType to = g.value(n.outputs[0]).type.dtype;
+  if (g.value(y).producer != nodes[nodes.size() - 2] || g.is_output(y) ||
+      g.value(y).type.dtype != DType::kF32 || (to != DType::kBF16 && to != DType::kF16))
+    return {-1, DType::kF32};
+  for (const Node& r : g.nodes())  // Y's only reader (rare: only groups ending in a Cast look)
+    if (&r != &n && std::find(r.inputs.begin(), r.inputs.end(), y) != r.inputs.end())
+      return {-1, DType::kF32};
+  return {nodes.back(), to};
+}
+
+}  // namespace
+
+std::optional<SumNorm> sum_norm_of_group(const Graph& g, const std::vector<int32_t>& group) {
+  std::vector<int32_t> nodes = group;
+  SumNorm s;
+  std::tie(s.narrow, s.store) = narrowing_cast(g, group);
+  if (s.narrow >= 0) nodes.pop_back();
   if (nodes.size() < 2) return std::nullopt;
   const auto& all = g.nodes();
   const Node& norm = all[nodes.back()];  // the norm reads every Add's result: it comes last
@@ -22,7 +51,6 @@ std::optional<SumNorm> sum_norm_of_group(const Graph& g, const std::vector<int32
     return std::nullopt;
   for (size_t o = 1; o < norm.outputs.size(); ++o)
     if (norm.outputs[o] != kNoValue) return std::nullopt;
-  SumNorm s;
   s.norm = nodes.back();
   std::map<ValueId, int> made;  // an Add's result -> its term (-1 - index)
   auto term = [&](ValueId v) {

@@ -26,14 +26,19 @@ struct SumNorm {
     int lhs = 0, rhs = 0;
   };
   std::vector<Add> adds;
-  std::vector<ValueId> operands;           // the values summed, read from outside the group
-  std::string rule(const Graph& g) const;  // "Add+LayerNormalization", "Add+RMSNormalization"
+  std::vector<ValueId> operands;  // the values summed, read from outside the group
+  // The Cast storing the norm's output in bf16 or f16 (its only reader), or -1; `store` its type.
+  int32_t narrow = -1;
+  DType store = DType::kF32;
+  // "Add+LayerNormalization", "Add+RMSNormalization", "Add+LayerNormalization+Cast", ...
+  std::string rule(const Graph& g) const;
 };
 
 // The group `nodes` (ascending) read as a SumNorm, or nullopt: one LayerNormalization (with only
-// output Y) or RMSNormalization, last, and before it only Adds (two inputs, one output), the last
-// of which makes the norm's input 0; no Add's result is the norm's Scale or B. (An Add whose
-// result only leaves the group is computed with the others; the kernel writes it out.)
+// output Y) or RMSNormalization, last or followed by a Cast of Y to bf16 or f16 that is Y's only
+// reader, and before it only Adds (two inputs, one output), the last of which makes the norm's
+// input 0; no Add's result is the norm's Scale or B. (An Add whose result only leaves the group
+// is computed with the others; the kernel writes it out.)
 std::optional<SumNorm> sum_norm_of_group(const Graph& g, const std::vector<int32_t>& nodes);
 
 // Whether `rule` is one sum_norm_of_group's groups are named by.

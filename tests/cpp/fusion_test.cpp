@@ -538,6 +538,42 @@ TEST(Fusion, AddsIntoANormOnlyWhenTheyAreAllThereIs) {
   }
 }
 
+// A sum into a norm whose output a Cast stores in bf16 or f16 (a half model's pre-norm: the
+// LayerNorm's output read only by products): one kernel, the norm's, adding the operands as it
+// loads each row and storing the half output (rule "Add+LayerNormalization+Cast"); with the norm's
+// float output read elsewhere too, the Cast is a kernel of its own. LayerNorm and RMSNorm, bf16
+// and f16, against the reference.
+TEST(Fusion, AddsIntoANormThatACastStores) {
+  for (const char* op : {"LayerNormalization", "RMSNormalization"})
+    for (int64_t to : {int64_t{16}, int64_t{10}})  // bf16, f16
+      for (bool y_read_too : {false, true}) {
+        SCOPED_TRACE(cat(op, " to ", to, y_read_too ? ", Y read too" : ""));
+        Graph g;
+        ValueId x = g.add_input("x", {DType::kF32, to_shape({7, 48})});
+        ValueId r = g.add_input("r", {DType::kF32, to_shape({7, 48})});
+        ValueId s = g.add_value("s"), y = g.add_value("y"), z = g.add_value("z");
+        g.add_node("Add", {x, r}, {s}, {}, "add", 17);
+        g.add_node(op, {s, constant(g, "scale", {48}, 160)}, {y}, {}, "norm", 23);
+        Attributes cast;
+        cast.set("to", to);
+        g.add_node("Cast", {y}, {z}, cast, "store", 17);
+        g.add_output(z);
+        if (y_read_too) g.add_output(y);
+        const std::vector<Tensor> in = {random_tensor({7, 48}, 161), random_tensor({7, 48}, 162)};
+        Executable exe = compile(g, {.level = 2});
+        const std::string norm = cat("Add+", op);
+        const std::vector<std::string> want = y_read_too ? std::vector<std::string>{norm, ""}
+                                                         : std::vector<std::string>{norm + "+Cast"};
+        EXPECT_EQ(step_rules(exe), want);
+        const std::vector<Tensor> got = exe.run(in), ref = reference::run(exe.graph(), in);
+        ASSERT_EQ(got.size(), ref.size());
+        for (size_t o = 0; o < got.size(); ++o) {  // a half output may round the other way
+          EXPECT_EQ(got[o].dtype(), ref[o].dtype()) << "output " << o;
+          expect_near(got[o], ref[o], to == 16 ? 0x1p-7 : 0x1p-10, cat("output ", o));
+        }
+      }
+}
+
 // A quantized residual add (what a QOperator QLinearAdd lowers to): both DequantizeLinears join
 // the add's group backward, so it reads the bytes; the next block's DequantizeLinear of its
 // output stays out (in its own reader's group), so no float copy is stored.

@@ -320,7 +320,7 @@ bool add_norm_enabled() {
 const Kernel* sum_norm_kernel(const Graph& g, const fusion::SumNorm& s) {
   const Node& norm = g.nodes()[s.norm];
   const Kernel* k = accepted(g, norm);
-  if (!k || !k->takes_sums) return nullptr;
+  if (!k || !k->takes_sums || (s.narrow >= 0 && !k->takes_casts)) return nullptr;
   const std::optional<Shape>& x = g.value(norm.inputs[0]).type.shape;
   if (!x) return nullptr;
   const auto rank = static_cast<int64_t>(x->size());
@@ -367,12 +367,15 @@ class SumNormKernel : public NodeKernel {
     }
     kept_ = operand_slots_;
     for (const fusion::SumNorm::Add& a : s.adds) sum_.adds.push_back({a.lhs, a.rhs});
-    // Per group output: the norm's Y (-1) or an Add's result.
+    store_ = s.store;
+    // Per group output: the norm's Y (-1; stored as the Cast after it stores it) or an Add's
+    // result.
+    const ValueId y = s.narrow >= 0 ? g.nodes()[s.narrow].outputs[0] : node_.outputs[0];
     for (ValueId v : group.outputs) {
       int add = -1;
       for (size_t i = 0; i < s.adds.size(); ++i)
         if (g.nodes()[s.adds[i].node].outputs[0] == v) add = static_cast<int>(i);
-      PTO_CHECK(add >= 0 || v == node_.outputs[0]) << "cpu: a sum group's output is not a sum";
+      PTO_CHECK(add >= 0 || v == y) << "cpu: a sum group's output is not a sum";
       outputs_.push_back(add);
     }
   }
@@ -392,6 +395,7 @@ class SumNormKernel : public NodeKernel {
       if (a >= 0) sum.outputs[a] = Tensor::empty(DType::kF32, sum.shape);
     FusedEpilogue ep;
     ep.sum = &sum;
+    ep.store = store_;
     ctx.epilogue = &ep;
     Tensor y = std::move(outputs_of(ctx)[0]);
     std::vector<Tensor> out;
@@ -403,6 +407,7 @@ class SumNormKernel : public NodeKernel {
   std::vector<int> operand_slots_;  // per operand: its group input
   FusedSum sum_;                    // the adds; operands, outputs and shape filled per run
   std::vector<int> outputs_;        // per group output: -1 the norm's Y, else an Add's index
+  DType store_ = DType::kF32;       // Y's type: bf16 or f16 when a Cast after the norm stores it
 };
 
 // A MatMul, Gemm or Conv followed by any elementwise chain: the chain as a tile program the GEMM

@@ -412,8 +412,10 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
         PTO_ISA_DISPATCH(sum_moments, t, k, xr, n, &shift, &m, &var);
         mp[r] = shift + m;
         ip[r] = 1.0f / std::sqrt(var + eps);
-        PTO_ISA_DISPATCH(normalize_affine, xr, y.data<float>() + r * n, n, shift, m, ip[r], scale,
-                         bias, stream, r + 1 == r1, nullptr);
+        float* yr = out_f32(y, r * n, n, 1);  // bf16/f16 (a fused Cast): converted on the way
+        PTO_ISA_DISPATCH(normalize_affine, xr, yr, n, shift, m, ip[r], scale, bias, stream,
+                         r + 1 == r1, nullptr);
+        write_back(yr, y, r * n, n);
       }
     });
   } else {
