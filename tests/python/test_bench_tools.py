@@ -239,3 +239,25 @@ def test_run_models_are_zoo_models_and_the_default_is_the_peer_table():
     assert set(run.MODELS) <= set(torch_models.ZOO), set(run.MODELS) - set(torch_models.ZOO)
     assert run.DEFAULT_MODELS == ["resnet18", "resnet50", "mobilenet_v2", "bert", "gpt2"]
     assert {"shufflenet_v2_x0_5", "ghostnet_100", "levit_128s"} <= set(run.MODELS)
+
+
+def test_fp16_models_checks_an_fp16_file_against_the_fp32_one(tmp_path):
+    """bench/fp16_models.py's check of one file pair (here model.half() exported by torch, as the
+    converter is not a dependency): both engines' errors against onnxruntime on the fp32 file,
+    PyPTO's at the fp16 rounding's size and not zero (the fp16 file ran), every node on the CPU
+    kernels, the three timings."""
+    import fp16_models
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(16, 8, 3, padding=1), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * 12 * 12, 10)).eval()
+    x = torch.randn(1, 3, 12, 12)
+    f32, f16 = tmp_path / "m.onnx", tmp_path / "m16.onnx"
+    torch.onnx.export(model, (x,), str(f32), dynamo=False, opset_version=17)
+    torch.onnx.export(model.half(), (x.half(),), str(f16), dynamo=False, opset_version=17)
+    # the torch export takes fp16 inputs: a file whose inputs are fp16 is fed fp16
+    row = fp16_models.check(f32, f16, level=3, seconds=0.01, half_inputs=True)
+    assert 0 < row["pto16_err"] < 5e-3, row
+    assert row["ort16_err"] < 5e-3 and row["reference_nodes"] == [], row
+    assert min(row["pto16_ms"], row["pto32_ms"], row["ort16_ms"]) > 0
