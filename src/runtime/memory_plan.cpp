@@ -142,10 +142,24 @@ MemoryPlan plan_memory(const Graph& g, const KernelGraph& kg, const Liveness& li
           std::find(roots.begin(), roots.end(), r) == roots.end())
         roots.push_back(r);
     }
+    // The step's allocator hands the arena's slots out by size, in the order the kernel asks
+    // (StepAllocator): an output left to the pool (a graph output, a size known only at run
+    // time) could take the slot of a planned output of its size, which then dies with that
+    // output's lifetime while the graph still holds it. So a planned output shares no size with
+    // an unplanned one of its step (none at all when one's size is dynamic).
+    std::vector<size_t> pool_sizes;
+    bool pool_any_size = false;
+    for (ValueId o : roots) {
+      const size_t bytes = align_up(static_bytes(g.value(o).type));
+      if (bytes == 0) pool_any_size = true;
+      if (live.buffer_end[o] == Liveness::kForever) pool_sizes.push_back(bytes);
+    }
     for (ValueId o : roots) {
       const size_t bytes = align_up(static_bytes(g.value(o).type));
       const int32_t end = live.buffer_end[o];
-      if (bytes == 0 || end == Liveness::kForever) {
+      if (bytes == 0 || end == Liveness::kForever ||
+          (roots.size() > 1 && (pool_any_size || std::find(pool_sizes.begin(), pool_sizes.end(),
+                                                           bytes) != pool_sizes.end()))) {
         ++plan.unplanned_values;
         continue;
       }
