@@ -59,3 +59,30 @@ def test_dynamic_dims_as_other_exporters_write_them(tmp_path, capfd):
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
         assert got[0].shape == (na + nb, 3)
+
+
+def test_value_info_of_another_type_than_the_node_makes(tmp_path, capfd):
+    """onnxconverter-common's fp16 conversion declares some Casts' outputs float16 in value_info
+    where the Cast makes float: ONNX Runtime refuses the file; PyPTO uses the node's type, says so
+    once, and computes what the nodes say (checked against numpy)."""
+    f, h = TensorProto.FLOAT, TensorProto.FLOAT16
+    nodes = [helper.make_node("Cast", ["x"], ["x32"], to=f),
+             helper.make_node("Mul", ["x32", "x32"], ["sq"]),
+             helper.make_node("Cast", ["sq"], ["y"], to=h)]
+    graph = helper.make_graph(
+        nodes, "mixed", [helper.make_tensor_value_info("x", h, [3, 4])],
+        [helper.make_tensor_value_info("y", h, [3, 4])], [],
+        value_info=[helper.make_tensor_value_info("x32", h, [3, 4]),   # wrong: the Cast makes f32
+                    helper.make_tensor_value_info("sq", f, [3, 4])])   # right
+    path = tmp_path / "mixed.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                     .SerializeToString())
+    capfd.readouterr()
+    exe = pypto.onnx.load(path)
+    err = capfd.readouterr().err
+    assert ("mixed.onnx: value_info declares another element type than the node makes; the "
+            "node's is used") in err, err
+    assert "'x32' f16 (made f32) (1 value)" in err, err
+    x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float16)
+    want = (x.astype(np.float32) ** 2).astype(np.float16)
+    np.testing.assert_array_equal(exe(x), want)

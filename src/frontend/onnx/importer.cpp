@@ -305,6 +305,10 @@ struct Converter {
   std::string producer;  // ModelProto.producer_name ("tf2onnx", "pytorch", ...)
   DimGuesses guesses;
   std::unordered_map<const Graph*, NchwcState> nchwc;  // per graph, made at its first NCHWc op
+  // The top graph's value_info element types, to compare with what its nodes make once types are
+  // inferred (load_model).
+  const Graph* top = nullptr;
+  std::vector<std::pair<std::string, DType>> declared;
 
   // Fills `g` from `gp`. `captures` (a subgraph's): the outer values it reads, with their types,
   // added as its last inputs under their outer names.
@@ -374,6 +378,7 @@ struct Converter {
       try {
         TensorType t =
             type_from_proto(vi.type(), src, cat("value_info '", vi.name(), "'"), guesses);
+        if (&g == top && t.dtype != DType::kUndefined) declared.emplace_back(vi.name(), t.dtype);
         Value& val = g.value(*v);
         if (val.type.dtype == DType::kUndefined) val.type.dtype = t.dtype;
         if (!val.type.shape) val.type.shape = t.shape;
@@ -500,13 +505,41 @@ struct Converter {
   }
 };
 
-Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::string& src) {
+// `declared`: the top graph's value_info element types.
+Graph convert(::onnx::ModelProto& m, const std::string& base_dir, const std::string& src,
+              std::vector<std::pair<std::string, DType>>& declared) {
   Converter c{base_dir, src, default_opset(m, src), ml_opset(m), m.producer_name(), {}};
   inline_functions(m, src);
   Graph g;
+  c.top = &g;
   c.convert_graph(*m.mutable_graph(), g, {});
   c.guesses.report(src);
+  declared = std::move(c.declared);
   return g;
+}
+
+// value_info is a hint: where it names another element type than the value's node makes (as
+// onnxconverter-common's fp16 conversion writes for some Casts, a file ONNX Runtime refuses to
+// load), the node's type stands, with one warning.
+void report_declared_types(const Graph& g, const std::vector<std::pair<std::string, DType>>& d,
+                           const std::string& src) {
+  int count = 0;
+  std::string places;
+  for (const auto& [name, dtype] : d) {
+    const std::optional<ValueId> v = g.find_value(name);
+    if (!v) continue;
+    const DType made = g.value(*v).type.dtype;
+    if (made == DType::kUndefined || made == dtype) continue;
+    if (count++ < 3)
+      places += cat(places.empty() ? "" : ", ", "'", name, "' ", dtype_name(dtype), " (made ",
+                    dtype_name(made), ")");
+  }
+  if (count)
+    log(LogLevel::kWarn,
+        cat(src,
+            ": value_info declares another element type than the node makes; the node's is "
+            "used (ONNX Runtime refuses such a file): ",
+            places, count > 3 ? ", ..." : "", " (", count, count == 1 ? " value)" : " values)"));
 }
 
 }  // namespace
@@ -542,7 +575,8 @@ void check_size(size_t bytes, const std::string& source) {
 
 Graph load_model(::onnx::ModelProto& m, const std::string& base_dir, const std::string& source) {
   if (!m.has_graph()) throw ValueError(cat(source, ": the model has no graph"));
-  Graph g = convert(m, base_dir, source);
+  std::vector<std::pair<std::string, DType>> declared;
+  Graph g = convert(m, base_dir, source, declared);
   try {
     verify(g);
     infer_types(g);
@@ -551,6 +585,7 @@ Graph load_model(::onnx::ModelProto& m, const std::string& base_dir, const std::
   } catch (const Error&) {
     rethrow_with(source + ": ");
   }
+  report_declared_types(g, declared, source);
   return g;
 }
 
