@@ -491,3 +491,15 @@ def test_as_strided_of_a_slice_is_named():
     gm = make_fx(fn)(torch.randn(2, 4))
     with pytest.raises(NotImplementedError, match=r"strides \[4, 1\] over sizes \[2, 3\] \(not a permutation of a dense layout\)"):
         PyptoPiece(gm, None)(torch.randn(2, 4))
+
+
+@pytest.mark.parametrize("fn,op", [
+    (lambda a, b: a * b, "aten.mul.Tensor"),          # masks combined: a logical and
+    (lambda a, b: a + b, "aten.add.Tensor"),          # a logical or
+    (lambda a, b: torch.maximum(a, b), "aten.maximum.default"),
+    (lambda a, b: torch.minimum(a, b), "aten.minimum.default")])
+def test_arithmetic_on_bools_is_logic(fn, op):
+    """torch's mul/add/maximum/minimum of two bool tensors (ONNX's Mul, Add, Max and Min take no
+    bools: it was a NotImplementedError at run time, in BART's fp16 piece under torch.compile)."""
+    check(lambda x, y: fn(x > 0, y < 0.5).float() + x,
+          lambda b: (torch.randn(b, 6), torch.rand(b, 6)), op)

@@ -61,12 +61,18 @@ def _float_out(node) -> torch.dtype:
 # ---- elementwise arithmetic with torch's promotion ----
 
 
+# On bools torch's mul and minimum are a logical and, add and maximum a logical or (masks
+# combined as `a * b`, as Hugging Face models do); ONNX's Mul, Add, Max and Min take no bools.
+_ON_BOOLS = {"Mul": "And", "Min": "And", "Add": "Or", "Max": "Or"}
+
+
 def _arith(onnx_op):
     def convert(ctx, node, a, b, alpha=1):
         dt = _float_out(node)
-        if alpha != 1:
+        op = _ON_BOOLS.get(onnx_op, onnx_op) if dt == torch.bool else onnx_op
+        if alpha != 1 and dt != torch.bool:
             b = V(ctx.op("Mul", [ctx.as_tensor(b, dt), ctx.as_tensor(alpha, dt)]), dt, ())
-        return out(ctx, node, ctx.op(onnx_op, [ctx.as_tensor(a, dt), ctx.as_tensor(b, dt)]))
+        return out(ctx, node, ctx.op(op, [ctx.as_tensor(a, dt), ctx.as_tensor(b, dt)]))
 
     return convert
 
