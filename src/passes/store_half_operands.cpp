@@ -90,15 +90,24 @@ Graph store_half_operands(Graph g, const PassContext& ctx) {
     if (std::optional<DType> half = rounded_by_all_readers(g, v, uses))
       stores.push_back({i, v, *half});
   }
-  for (auto s = stores.rbegin(); s != stores.rend(); ++s) {  // back to front: positions hold
-    const std::string name = g.value(s->value).name;
-    const ValueId h = g.add_value(g.unique_name(cat(name, "_", dtype_name(s->half))),
-                                  TensorType{s->half, g.value(s->value).type.shape});
-    for (const auto& [node, slot] : uses.at(s->value)) g.mutable_nodes()[node].inputs[slot] = h;
+  // The readers first, while `uses` holds their positions (a store's readers may lie past a later
+  // store's Cast: the encoder output every decoder layer reads), then the Casts, back to front so
+  // that each producer's position holds.
+  std::vector<ValueId> halves;
+  for (const Store& s : stores) {
+    const std::string name = g.value(s.value).name;
+    halves.push_back(g.add_value(g.unique_name(cat(name, "_", dtype_name(s.half))),
+                                 TensorType{s.half, g.value(s.value).type.shape}));
+    for (const auto& [node, slot] : uses.at(s.value))
+      g.mutable_nodes()[node].inputs[slot] = halves.back();
+  }
+  for (size_t k = stores.size(); k-- > 0;) {
+    const Store& s = stores[k];
+    const std::string name = g.value(s.value).name;
     Attributes to;
-    to.set("to", static_cast<int64_t>(onnx_code(s->half)));
-    g.insert_node(s->after + 1, "Cast", {s->value}, {h}, to,
-                  g.unique_name(cat(name, "/store_", dtype_name(s->half))));
+    to.set("to", static_cast<int64_t>(onnx_code(s.half)));
+    g.insert_node(s.after + 1, "Cast", {s.value}, {halves[k]}, to,
+                  g.unique_name(cat(name, "/store_", dtype_name(s.half))));
   }
   if (!stores.empty()) ctx.note("StoreHalfOperands/values", static_cast<int>(stores.size()));
   return g;
