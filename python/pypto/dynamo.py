@@ -17,6 +17,7 @@ new batch size reuses it.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import weakref
@@ -307,9 +308,10 @@ def _warn_once(message: str):
         log.warning("%s", message)
 
 
-def _boxed(fn, keep: list[int] | None = None):
+def _boxed(fn, keep: list[int] | None = None, weights: _FrozenWeights | None = None):
     """AOT autograd's calling convention: one list of arguments (cleared, so the inputs can be
-    freed early); `keep` selects those the compiled graph still takes."""
+    freed early); `keep` selects those the compiled graph still takes; `weights` picks the
+    compiled graph frozen to the weights in the others."""
     if keep is None:
         def call(args):
             a = list(args)
@@ -317,11 +319,50 @@ def _boxed(fn, keep: list[int] | None = None):
             return fn(a)
     else:
         def call(args):
+            f = weights.pick(args.__getitem__) if weights is not None else fn
             a = [args[i] for i in keep]
             args.clear()
-            return fn(a)
+            return f(a)
     call._boxed_call = True
     return call
+
+
+class _FrozenWeights:
+    """A compiled graph's weights as frozen, and the graphs compiled for other weights passed in
+    their places. Dynamo compiles a frame once for every module that runs its code and passes
+    each module's parameters as inputs: the layers of a model whose layer has a graph break (BART
+    in fp16 branches on isfinite inside each layer) all call the graph compiled for the first
+    layer, whose weights _freeze made constants, so the others ran with the first's weights. A
+    call whose weight arguments are not the tensors frozen compiles (once) the graph again with
+    those frozen, from the graph as it was before freezing."""
+
+    def __init__(self, pristine: torch.fx.GraphModule, frozen: list[int], names: list[str],
+                 tensors: list, fn, level):
+        self.pristine, self.frozen, self.names, self.level = pristine, frozen, names, level
+        self.first = (tensors, fn)
+        self.others: dict[tuple, tuple] = {}  # ids of the weights -> (compiled, the weights)
+
+    def pick(self, arg):
+        """The compiled graph for the weights at the frozen positions of AOT's arguments, `arg(i)`
+        being argument i. The first and the last frozen weight tell modules apart (another
+        module sharing the code passes other tensors in every position): two identity checks a
+        call, where checking all of MobileNetV3-small's 211 took 11 us."""
+        tensors, fn = self.first
+        if not tensors or (arg(self.frozen[0]) is tensors[0] and
+                           arg(self.frozen[-1]) is tensors[-1]):
+            return fn
+        current = [arg(i) for i in self.frozen]
+        key = tuple(map(id, current))
+        hit = self.others.get(key)
+        if hit is None:
+            log.info("pypto: a compiled graph called with other weights (a module sharing its "
+                     "code); compiling it for those")
+            gm = copy.deepcopy(self.pristine)
+            placeholders = gm.graph.find_nodes(op="placeholder")
+            _to_constants(gm, {placeholders[i]: (f"_frozen_{self.names[i]}", t)
+                               for i, t in zip(self.frozen, current)})
+            hit = self.others[key] = (_compile_graph(gm, self.level), current)
+        return hit[0]
 
 
 def _level(options) -> int | None:
@@ -364,13 +405,21 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
 
     def inference_compiler(fx_gm, inputs):
         arity = len(fx_gm.graph.find_nodes(op="placeholder"))
+        pristine = copy.deepcopy(fx_gm)
         keep = _freeze(fx_gm, example_inputs, names)
         fn = _compile_graph(fx_gm, level)
         if keep is None:
             _stats["weight_inputs"] += _weight_count(example_inputs)
-        else:
-            direct.append(_direct_call(fn, keep, arity, example_inputs))
-        return _boxed(fn, keep)
+            return _boxed(fn, keep)
+        tc = _tracing_context()
+        real = list(tc.params_flat or []) + list(example_inputs)
+        lifted = len(real) - len(example_inputs)
+        frozen = [i for i in range(arity) if i not in set(keep)]
+        weights = _FrozenWeights(pristine, frozen,
+                                 [f"param_{i}" for i in range(lifted)] + list(names),
+                                 [real[i] for i in frozen], fn, level)
+        direct.append(_direct_call(fn, keep, arity, example_inputs, weights))
+        return _boxed(fn, keep, weights)
 
     def fw_compiler(fx_gm, inputs):  # autograd: the forward of the training graph
         _warn_once("pypto: torch.compile runs under autograd here (grad mode on and parameters "
@@ -393,7 +442,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
     return compiled
 
 
-def _direct_call(fn, keep: list[int], arity: int, example_inputs):
+def _direct_call(fn, keep: list[int], arity: int, example_inputs,
+                 weights: _FrozenWeights | None = None):
     """The function Dynamo can call instead of AOT autograd's (its `forward` and runtime
     wrapper, which build lists of every argument, weights included: 13-40 µs a call on
     MobileNetV3-small's 211), or None where that wrapper has work to do. For an inference graph
@@ -417,9 +467,15 @@ def _direct_call(fn, keep: list[int], arity: int, example_inputs):
             or not all(isinstance(m, (int, PlainTensorMeta)) for m in meta.subclass_inp_meta)):
         return None
     picks = [i - lifted for i in keep]
+    first = weights.first[0] if weights is not None else []
+    position = {i: k for k, i in enumerate(weights.frozen)} if weights is not None else {}
+
+    def arg(args, i):  # AOT's argument i: AOT's own lifted weights are not Dynamo's arguments
+        return args[i - lifted] if i >= lifted else first[position[i]]
 
     def call(*args):
-        return fn([args[i] for i in picks])
+        f = weights.pick(lambda i: arg(args, i)) if weights is not None else fn
+        return f([args[i] for i in picks])
     # Dynamo must not trace into it (it wraps what a backend returns the same way, once: no cost)
     return torch._dynamo.disable(call, reason="PyPTO's compiled graph")
 
