@@ -414,7 +414,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
         tc = _tracing_context()
         real = list(tc.params_flat or []) + list(example_inputs)
         lifted = len(real) - len(example_inputs)
-        frozen = [i for i in range(arity) if i not in set(keep)]
+        kept = set(keep)
+        frozen = [i for i in range(arity) if i not in kept]
         weights = _FrozenWeights(pristine, frozen,
                                  [f"param_{i}" for i in range(lifted)] + list(names),
                                  [real[i] for i in frozen], fn, level)

@@ -120,14 +120,10 @@ std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
   };
   // After a row op: the Cast that narrows its output, that output's only reader.
   auto narrows_row_op = [&](int32_t r) {
-    const Node& n = nodes[r];
-    if (n.op != "Cast" || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
-    const ValueId y = n.inputs[0];
-    const int32_t p = y == kNoValue ? -1 : g.value(y).producer;
-    if (p < 0 || g.is_output(y) || readers[y].size() != 1) return false;
-    const DType to =
-        n.outputs[0] == kNoValue ? DType::kUndefined : g.value(n.outputs[0]).type.dtype;
-    return in[p] && row_op(nodes[p]) && (to == DType::kBF16 || to == DType::kF16);
+    if (!fusion::narrows_to_half(g, nodes[r])) return false;
+    const ValueId y = nodes[r].inputs[0];
+    const int32_t p = g.value(y).producer;
+    return p >= 0 && in[p] && row_op(nodes[p]) && !g.is_output(y) && readers[y].size() == 1;
   };
   // `backward`: r produces a value the group reads (else it reads one).
   auto joinable = [&](int32_t r, bool backward) {

@@ -54,15 +54,19 @@ std::optional<NodeCasts> match_casts(const Graph& g, int32_t node, const ReaderI
       c.input = g.nodes()[p].inputs[0];
     }
   }
-  if (const int32_t r = readers.single_reader(y); r >= 0) {
-    auto t = float_cast(g, g.nodes()[r]);
-    if (t && is_half(t->second)) {
+  if (const int32_t r = readers.single_reader(y); r >= 0)
+    if (std::optional<DType> half = narrows_to_half(g, g.nodes()[r])) {
       c.narrow = r;
-      c.store = t->second;
+      c.store = *half;
     }
-  }
   if (c.widen < 0 && c.narrow < 0) return std::nullopt;
   return c;
+}
+
+std::optional<DType> narrows_to_half(const Graph& g, const Node& n) {
+  auto t = float_cast(g, n);
+  if (!t || t->first != DType::kF32 || !is_half(t->second)) return std::nullopt;
+  return t->second;
 }
 
 std::optional<NodeCasts> casts_of_group(const Graph& g, const std::vector<int32_t>& nodes,

@@ -32,6 +32,9 @@ struct NodeCasts {
 // output 0; nullopt when there is neither. `readers` is the graph's.
 std::optional<NodeCasts> match_casts(const Graph& g, int32_t node, const ReaderIndex& readers);
 
+// The type `n` stores in when it is a Cast of a float32 value to bf16 or f16, else nullopt.
+std::optional<DType> narrows_to_half(const Graph& g, const Node& n);
+
 // Reads a group formed from match_casts back into its roles (nullopt when it is not one).
 std::optional<NodeCasts> casts_of_group(const Graph& g, const std::vector<int32_t>& nodes,
                                         int32_t anchor);

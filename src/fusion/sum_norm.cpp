@@ -5,6 +5,9 @@
 #include <tuple>
 #include <utility>
 
+#include "fusion/node_casts.h"
+#include "pto/reader_index.h"
+
 namespace pto::fusion {
 
 std::string SumNorm::rule(const Graph& g) const {
@@ -19,21 +22,17 @@ bool is_sum_norm_rule(const std::string& rule) {
 
 namespace {
 
-// The narrowing Cast of the norm's Y that ends `nodes`: its node and type, or {-1, f32}.
+// The Cast storing the norm's Y in bf16 or f16 that ends `nodes` (Y's only reader): its node
+// and type, or {-1, f32}.
 std::pair<int32_t, DType> narrowing_cast(const Graph& g, const std::vector<int32_t>& nodes) {
   const Node& n = g.nodes()[nodes.back()];
-  if (nodes.size() < 3 || n.op != "Cast" || !n.domain.empty() || n.inputs.size() != 1 ||
-      n.outputs.size() != 1 || n.inputs[0] == kNoValue || n.outputs[0] == kNoValue)
-    return {-1, DType::kF32};
+  const std::optional<DType> half = nodes.size() >= 3 ? narrows_to_half(g, n) : std::nullopt;
+  if (!half) return {-1, DType::kF32};
   const ValueId y = n.inputs[0];
-  const DType to = g.value(n.outputs[0]).type.dtype;
   if (g.value(y).producer != nodes[nodes.size() - 2] || g.is_output(y) ||
-      g.value(y).type.dtype != DType::kF32 || (to != DType::kBF16 && to != DType::kF16))
+      ReaderIndex(g).single_reader(y) != nodes.back())  // only groups ending in a Cast get here
     return {-1, DType::kF32};
-  for (const Node& r : g.nodes())  // Y's only reader (rare: only groups ending in a Cast look)
-    if (&r != &n && std::find(r.inputs.begin(), r.inputs.end(), y) != r.inputs.end())
-      return {-1, DType::kF32};
-  return {nodes.back(), to};
+  return {nodes.back(), *half};
 }
 
 }  // namespace
