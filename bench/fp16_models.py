@@ -112,6 +112,15 @@ def main() -> int:
     ap.add_argument("--json", help="append each row to this file (JSON lines)")
     ap.add_argument("--keep", help="a folder to keep the fp16 files in (default: a temporary one)")
     a = ap.parse_args()
+    files = []
+    for p in map(Path, a.paths):
+        if not p.exists():
+            print(f"no such file or folder: {p}", file=sys.stderr)
+            return 2
+        files += sorted(p.glob("*.onnx")) if p.is_dir() else [p]
+    if not files:
+        print("no .onnx files in " + " ".join(a.paths), file=sys.stderr)
+        return 2
     try:
         from onnxconverter_common import float16
     except ImportError:
@@ -119,13 +128,6 @@ def main() -> int:
               file=sys.stderr)
         return 2
     import onnx
-
-    files = []
-    for p in map(Path, a.paths):
-        files += sorted(p.glob("*.onnx")) if p.is_dir() else [p]
-    if not files:
-        print("no .onnx files in " + " ".join(a.paths), file=sys.stderr)
-        return 2
     os.environ.setdefault("PTO_NUM_THREADS", "1")
     out_dir = Path(a.keep or tempfile.mkdtemp(prefix="pto_fp16_"))
     out_dir.mkdir(parents=True, exist_ok=True)

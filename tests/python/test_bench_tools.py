@@ -261,3 +261,17 @@ def test_fp16_models_checks_an_fp16_file_against_the_fp32_one(tmp_path):
     assert 0 < row["pto16_err"] < 5e-3, row
     assert row["ort16_err"] < 5e-3 and row["reference_nodes"] == [], row
     assert min(row["pto16_ms"], row["pto32_ms"], row["ort16_ms"]) > 0
+
+
+@pytest.mark.parametrize("what,message", [("missing", "no such file or folder: "),
+                                          ("empty", "no .onnx files in ")])
+def test_fp16_models_rejects_paths_with_nothing_to_convert(tmp_path, what, message):
+    """A path that does not exist, or a folder without .onnx files: a message and exit status 2
+    (checked before the converter is imported), not a traceback or a table of errors."""
+    import subprocess
+
+    path = tmp_path / "nosuch" if what == "missing" else tmp_path
+    bench = Path(__file__).resolve().parents[2] / "bench" / "fp16_models.py"
+    p = subprocess.run([sys.executable, str(bench), str(path)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and message + str(path) in p.stderr, p.stderr
