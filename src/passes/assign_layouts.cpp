@@ -40,6 +40,7 @@
 #include <numeric>
 
 #include "ir/ops/blocked_layout.h"
+#include "ir/ops/op_params.h"
 #include "passes/rewrite_util.h"
 #include "pto/device_info.h"
 
@@ -79,13 +80,14 @@ bool blocked_pays(int64_t in_channels, int64_t out_channels, int block, bool inp
   return filled(out_channels) && (in_channels < block || filled(in_channels));
 }
 
-// Whether Conv `n` runs blocked: float32, 2-D, fp32 products (a precision="bf16" conv runs on
-// the bf16 implicit GEMM, docs/backend/conv.md), constant weights (and bias), group 1, groups
-// whose channels fill whole blocks, or depthwise with one output per input channel, and the cost
-// rule says it pays.
+// Whether Conv `n` runs blocked: float32, 2-D, fp32 or bf16 products (ConvBlocked keeps
+// precision="bf16"; a depthwise conv drops it: memory bound, it computes in fp32), constant
+// weights (and bias), group 1, groups whose channels fill whole blocks, or depthwise with one
+// output per input channel, and the cost rule says it pays.
 bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked, bool cost_rule) {
-  if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1 ||
-      n.attrs.has("precision"))
+  if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
+    return false;
+  if (const std::optional<DType> p = params::product_precision(n); p != DType::kF32 && p != DType::kBF16)
     return false;
   const std::optional<Shape> x = nchw_f32(g, n.inputs[0]);
   const Tensor* w = constant(g, n.inputs[1]);
@@ -598,6 +600,7 @@ class Rewriter {
     Attributes attrs = n.attrs;
     attrs.set("kernel_shape", Dims{w.dim(2), w.dim(3)});
     attrs.set("channels", w.dim(1) * group);
+    if (depthwise) attrs.erase("precision");
     const ValueId y = n.outputs[0];
     Node& m = g_.mutable_nodes()[i];
     retarget(m, "ConvBlocked", std::move(inputs), std::move(attrs));

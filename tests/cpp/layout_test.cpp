@@ -509,7 +509,7 @@ TEST(LayoutPass, DynamicPlanesOfUnprovenSizeStayNchw) {
 // NCHW. Against the reference, and on the CPU kernels at level 2 in blocks of 8 and 16 (copies
 // of 8 and 16 lanes a pixel), 1 and 2 threads.
 void expect_cpu_matches(const Graph& b, const std::vector<Tensor>& in, const Tensor& want,
-                        const std::string& what);
+                        const std::string& what, double tol = 1e-5);
 
 TEST(LayoutPass, PlaneResizeStaysBlocked) {
   const std::vector<std::pair<std::string, std::string>> resizes = {
@@ -698,7 +698,7 @@ std::string describe(const Case& t) {
 // `b` compiled at level 0 runs every node on a CPU kernel and gives `want`, on every ISA the
 // machine has, with 1 and 2 threads.
 void expect_cpu_matches(const Graph& b, const std::vector<Tensor>& in, const Tensor& want,
-                        const std::string& what) {
+                        const std::string& what, double tol) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     cpu::IsaScope scope(isa);
     for (int threads : {1, 2}) {
@@ -706,7 +706,7 @@ void expect_cpu_matches(const Graph& b, const std::vector<Tensor>& in, const Ten
       Executable exe = compile(b, {.level = 0});
       for (size_t i = 0; i < b.nodes().size(); ++i) ASSERT_EQ(exe.node_backend(i), "cpu") << what;
       expect_close(exe.run(in)[0], want,
-                   cat(what, ", ", cpu::isa_name(isa), ", ", threads, " thread(s)"));
+                   cat(what, ", ", cpu::isa_name(isa), ", ", threads, " thread(s)"), tol);
     }
   }
 }
@@ -977,6 +977,82 @@ TEST(LayoutKernels, ConvBlockedTakesResidualAndActivationEpilogue) {
       fused = fused || exe.step(s).rule == "ConvBlocked+Add+Relu";
     EXPECT_TRUE(fused) << describe(t);
     expect_close(exe.run(in)[0], want, describe(t) + " fused");
+  }
+}
+
+// precision="bf16" (AutoMixedPrecision's convs): ConvBlocked keeps it and computes bf16 products,
+// on VDPBF16PS pairs where the CPU has AVX512_BF16 and blocks are 16, else the fp32 kernel on
+// operands rounded to bf16, against the reference Conv (which rounds X and W itself): every case
+// of ConvBlockedMatchesReferenceConv (stems, odd channels, groups, strides, dilations, 1x1 rows)
+// on every ISA, 1 and 2 threads, with the extension on and off, and a model compiled with it run
+// after it is turned off; with a residual and Relu fused at level 2. A depthwise conv drops the
+// precision (memory bound, fp32), within bf16's rounding of the reference.
+TEST(LayoutKernels, Bf16ConvBlockedMatchesReferenceConv) {
+  std::mt19937 rng(6);
+  const int saved = num_threads();
+  const bool pairs = cpu::has_ext(cpu::Ext::kAvx512Bf16);
+  for (const Case& t : random_cases()) {
+    for (bool epilogue : {false, true}) {
+      if (epilogue && t.depthwise) continue;
+      Graph g = conv_graph(t, epilogue, rng);
+      for (Node& n : g.mutable_nodes())
+        if (n.op == "Conv") n.attrs.set("precision", std::string("bf16"));
+      const std::vector<Tensor> in = random_inputs(g, 17);
+      const Tensor want = reference::run(g, in)[0];
+      const std::string what = cat(describe(t), epilogue ? " + residual, Relu" : "", ", bf16");
+      // Winograd F(4x4, 3x3) (3x3 stride-1 convs, on the rounded operands) adds its own rounding.
+      const double tol = t.k == 3 && t.stride == 1 && t.dilation == 1 ? 1e-4 : 1e-5;
+      for (int block : {8, 16}) {
+        const Graph b = assign(g, block, nullptr, false);
+        ASSERT_EQ(count_ops(b, "ConvBlocked"), 1) << what;
+        for (const Node& n : b.nodes())
+          if (n.op == "ConvBlocked") {
+            EXPECT_EQ(n.attrs.has("precision"), !t.depthwise) << what;
+          }
+        if (t.depthwise) {  // fp32 products against the rounded reference
+          Executable exe = compile(b, {.level = 0});
+          expect_close(exe.run(in)[0], want, cat(what, ", block ", block), 1e-2);
+          continue;
+        }
+        if (!epilogue)
+          expect_close(reference::run(b, in)[0], want, cat(what, " reference, block ", block));
+        if (epilogue) {  // fused at level 2: the residual and Relu in registers
+          Executable exe = compile(b, {.level = 2});
+          expect_close(exe.run(in)[0], want, cat(what, ", fused, block ", block), tol);
+          continue;
+        }
+        expect_cpu_matches(b, in, want, cat(what, ", block ", block), tol);
+        if (!pairs) continue;
+        set_num_threads(2);
+        Executable exe = compile(b, {.level = 0});  // pairs prepared
+        cpu::ExtScope off(cpu::Ext::kAvx512Bf16);
+        expect_close(exe.run(in)[0], want, cat(what, ", block ", block, ", pairs turned off"), tol);
+        expect_cpu_matches(b, in, want, cat(what, ", block ", block, ", no AVX512_BF16"), tol);
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
+// A bf16 3x3 stride-1 conv takes Winograd F(4x4, 3x3) (fp32 products of the rounded operands)
+// only from 392 output pixels where the bf16 direct kernel runs, else from 49: on a 20x20 plane
+// it is Winograd, on 14x14 the bf16 direct kernel.
+TEST(LayoutKernels, Bf16ConvTakesWinogradOnlyOnLargePlanes) {
+  std::mt19937 rng(7);
+  for (int64_t side : {20, 14}) {
+    Graph g = conv_graph(Case{1, 32, side, side, 48, 3, 1, 1}, false, rng);
+    for (Node& n : g.mutable_nodes())
+      if (n.op == "Conv") n.attrs.set("precision", std::string("bf16"));
+    const std::vector<Tensor> in = random_inputs(g, 5);
+    const Tensor want = reference::run(g, in)[0];
+    Executable exe = compile(assign(g, 16, nullptr, false), {.level = 0});
+    std::string kinds;
+    for (size_t s = 0; s < exe.num_steps(); ++s) kinds += exe.describe_step(s) + "; ";
+    const bool pairs = cpu::has_ext(cpu::Ext::kAvx512Bf16);
+    const bool winograd = side == 20 || !pairs;
+    EXPECT_EQ(kinds.find("winograd") != std::string::npos, winograd) << side << ": " << kinds;
+    EXPECT_EQ(kinds.find("direct/bf16 pairs") != std::string::npos, !winograd) << side << ": " << kinds;
+    expect_close(exe.run(in)[0], want, cat(side, "x", side), winograd ? 1e-4 : 1e-5);
   }
 }
 

@@ -41,6 +41,7 @@
 #include "ir/ops/blocked_layout.h"
 
 #include "infer_util.h"
+#include "op_params.h"
 #include "window.h"
 
 namespace pto {
@@ -222,7 +223,8 @@ void register_blocked_layout_ops(OpRegistry& r) {
          .properties = kOpaque,
          .attrs = window::window_attrs().with(
              {{"group", int64_t{1}},
-              required_attr("channels", AttrKind::kInt, "the real input channel count")}),
+              required_attr("channels", AttrKind::kInt, "the real input channel count"),
+              params::precision_attr()}),
          .infer = infer_conv_blocked,
          .doc =
              "2-D Conv (group 1, groups of whole blocks, or depthwise) on channel-blocked tensors "

@@ -1,5 +1,6 @@
 // Reference kernels of the blocked-channel layout ops (src/ir/ops/blocked_layout.cpp): the two
-// reorders, ConvBlocked and GroupNormBlocked as plain loops in double. ConvBlocked reads only the
+// reorders, ConvBlocked and GroupNormBlocked as plain loops in double (ConvBlocked's X and W
+// rounded to bf16 first under precision="bf16", as Conv's). ConvBlocked reads only the
 // `channels` real input lanes and writes the padded output lanes as bias + 0 (general) or 0
 // (depthwise); nothing reads them. GatherChannels copies elements as bytes.
 #include <algorithm>
@@ -77,7 +78,8 @@ std::vector<Tensor> conv_blocked(const KernelContext& c) {
   const window::Axis ax = window::forward_axis(p, 1, IW, where);
   const int64_t OH = ay.out, OW = ax.out;
 
-  const std::vector<double> x = to_doubles(X, where), wt = to_doubles(W, where);
+  // precision="bf16": X and W rounded to bf16 first, as the reference Conv does.
+  const std::vector<double> x = product_operand(c, X, where), wt = product_operand(c, W, where);
   const std::vector<double> bias =
       c.has_input(2) ? to_doubles(c.input(2), where) : std::vector<double>(OCb * b, 0.0);
   std::vector<double> y(static_cast<size_t>(N * OCb * OH * OW * b), 0.0);

@@ -155,9 +155,11 @@ void from_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t hw, in
 
 // The blocked direct convolution of `g` (conv_isa.h) into y [n, ocb, oh, ow, block], over the pool:
 // bias (ocb * block values, or null) in the accumulators; of `ep`, a residual (laid out as y) and
-// ReLU/Clip in registers, other activations per finished row.
+// ReLU/Clip in registers, other activations per finished row. With `pairs` (not depthwise, block
+// 16, cpu::has_ext(kAvx512Bf16)), the products are bf16 ones on pairs->x and pairs->w instead of
+// fp32 ones on x and w.
 void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, const float* bias,
-                       float* y, const Epilogue& ep);
+                       float* y, const Epilogue& ep, const PairOperands* pairs = nullptr);
 
 // ReorderToBlocked, ReorderFromBlocked and ConvBlocked (conv_blocked.cpp), registered from
 // register_conv_kernels.

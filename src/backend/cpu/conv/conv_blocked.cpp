@@ -12,9 +12,11 @@
 
 #include "backend/cpu/conv/conv.h"
 #include "backend/cpu/conv/winograd.h"
+#include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/movement/transpose.h"
 #include "backend/cpu/scratch.h"
+#include "ir/ops/op_params.h"
 #include "ir/ops/window.h"
 #include "pto/parallel.h"
 
@@ -253,7 +255,7 @@ bool dwpw_channel_split_enabled() {
 }  // namespace
 
 void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, const float* bias,
-                       float* y, const Epilogue& ep) {
+                       float* y, const Epilogue& ep, const PairOperands* pairs) {
   // A 1x1 conv (stride 1, no pads) on a plane of at most kFlatPointwisePlane pixels runs as
   // one row of all its pixels, which lie that way in memory: a 3x3 plane's three 3-pixel rows
   // each read the weights of a set of output blocks and filled 3 of the register block's 7
@@ -266,7 +268,7 @@ void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, con
     BlockedConv f = g;
     f.iw = f.ow = g.ih * g.iw;
     f.ih = f.oh = 1;
-    return conv_blocked_rows(f, x, w, bias, y, ep);
+    return conv_blocked_rows(f, x, w, bias, y, ep, pairs);
   }
   const int64_t row = g.ow * g.block;
   RowEpilogue fused;
@@ -277,7 +279,7 @@ void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, con
   // for the threads, each task copies its plane into a buffer of its thread's and computes every
   // row from it while it is in L1 (a copy job before the rows, into one shared buffer, cost 3-6x
   // more a plane on 2 threads than on 1: DwPwConvBlocked's halves); else the copy job.
-  if (const std::optional<BlockedConv> p = padded_geometry(g)) {
+  if (const std::optional<BlockedConv> p = pairs ? std::nullopt : padded_geometry(g)) {
     if (g.n * g.ocb < 4 * num_threads()) {
       BlockedConv padded = g;
       return conv_blocked_rows(padded, padded_depthwise_input(padded, x), w, bias, y, ep);
@@ -314,8 +316,15 @@ void conv_blocked_rows(const BlockedConv& g, const float* x, const float* w, con
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t oy = t % g.oh, ob = t / g.oh % sets * per, n = t / (g.oh * sets);
       const int64_t obs = std::min(per, g.ocb - ob);
-      if (!PTO_ISA_DISPATCH(conv_blocked_row, g, x, w, bias, y, n, ob, obs, oy, e))
+      if (pairs) {
+        const int64_t off = ((n * g.ocb + ob) * g.oh + oy) * row;
+        RowEpilogue eo = e ? *e : RowEpilogue{};
+        if (eo.residual) eo.residual += off;
+        avx512::conv_blocked_row_pairs(g, *pairs, bias, y + off, g.oh * row, n, ob, obs, oy,
+                                       e ? &eo : nullptr);
+      } else if (!PTO_ISA_DISPATCH(conv_blocked_row, g, x, w, bias, y, n, ob, obs, oy, e)) {
         generic::conv_blocked_row(g, x, w, bias, y, n, ob, obs, oy, e);
+      }
       if (has_rest) row_epilogues(ep, y, n, g.ocb, g.oh, oy, row, ob, ob + obs);
     }
   });
@@ -326,6 +335,89 @@ namespace {
 BlockedConv blocked_geometry(const KernelContext& c) {
   return blocked_geometry(c.input(0), c.input(1), c.attrs(), c.attrs().get_int("group", 1),
                           c.where());
+}
+
+// What prepare() makes once for a ConvBlocked with constant weights: Winograd's U where the cost
+// rule may choose it, and for precision="bf16" (not depthwise) the weights rounded to bf16.
+struct ConvBlockedState {
+  std::optional<WinogradWeights> winograd;
+  // W as pair words (PairOperands, `words` a pixel) where the compiling machine runs bf16 pairs;
+  // else W rounded to bf16 and kept as floats (words 0): the fp32 kernel on rounded operands
+  // computes the same products.
+  std::shared_ptr<uint8_t[]> bf16;
+  size_t bf16_bytes = 0;
+  int64_t words = 0;
+
+  size_t bytes() const { return (winograd ? winograd->bytes() : 0) + bf16_bytes; }
+  std::string describe() const {
+    // The profiler's tag is the first word: [direct/bf16].
+    const std::string direct = !bf16 ? "direct" : words > 0 ? "direct/bf16 pairs" : "direct/bf16-rounded";
+    if (!winograd) return direct;
+    const std::string w = winograd->describe();  // "..., else direct" where both run
+    return bf16 && w.ends_with("direct") ? w.substr(0, w.size() - 6) + direct : w;
+  }
+};
+
+// Whether bf16 pairs run here: block 16 on the avx512 kernels with AVX512_BF16.
+bool pairs_run(int64_t block) {
+  return block == 16 && has_ext(Ext::kAvx512Bf16);
+}
+
+// Pair words of blocked weights w [ocb, icb, kh, kw, 16, 16] (input lanes past `channels` zero;
+// an NCHW stem's W has icb 1 and `words` = ceil(C / 2)): [ocb, icb, kh, kw, words, 16].
+void pack_weight_pairs(const Tensor& w, int64_t channels, int64_t groups, int64_t words,
+                       uint32_t* dst) {
+  const int64_t icb = w.dim(1), taps = w.dim(2) * w.dim(3), rows = w.dim(0) * icb * taps;
+  const float* src = w.data<float>();
+  auto bits = [](float v) { return static_cast<uint32_t>(BFloat16::from_float(v)); };
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t ib = r / taps % icb;
+    // Grouped convs have whole blocks; a group-1 conv's last block may hold fewer lanes.
+    const int64_t lanes = groups > 1 ? 16 : std::clamp<int64_t>(channels - ib * 16, 0, 16);
+    const float* t = src + r * 256;
+    for (int64_t p = 0; p < words; ++p)
+      for (int64_t j = 0; j < 16; ++j) {
+        const uint32_t lo = 2 * p < lanes ? bits(t[2 * p * 16 + j]) : 0;
+        const uint32_t hi = 2 * p + 1 < lanes ? bits(t[(2 * p + 1) * 16 + j]) : 0;
+        dst[(r * words + p) * 16 + j] = lo | hi << 16;
+      }
+  }
+}
+
+// X as pair words (conv_isa.h PairOperands), in a buffer of the caller's thread.
+const uint32_t* input_pairs(const BlockedConv& g, const float* x, int64_t words) {
+  static thread_local ScratchBuffer buffer;  // the caller's: the workers write into it
+  const int64_t hw = g.ih * g.iw;
+  uint32_t* dst = buffer.get_as<uint32_t>(static_cast<size_t>(g.n * g.icb * hw * words));
+  if (g.x_nchw) {  // [N, C, H, W]: image by image, in runs of rows
+    const int64_t runs = std::max<int64_t>(1, std::min<int64_t>(g.ih, 4 * num_threads()));
+    parallel_for(0, g.n * runs, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t n = t / runs, r = t % runs;
+        const int64_t p0 = r * g.ih / runs * g.iw, p1 = (r + 1) * g.ih / runs * g.iw;
+        avx512::planes_to_pairs(x + n * g.channels * hw + p0, g.channels, p1 - p0, hw,
+                                dst + (n * hw + p0) * words);
+      }
+    });
+    return dst;
+  }
+  parallel_for(0, g.n * g.icb, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t lanes = std::clamp<int64_t>(g.channels - t % g.icb * 16, 0, 16);
+      avx512::blocked_to_pairs(x + t * hw * 16, hw, lanes, dst + t * hw * words);
+    }
+  });
+  return dst;
+}
+
+// A copy of n floats rounded to bf16, in buffer `b` (the fp32 kernel on bf16 operands).
+const float* rounded_copy(ScratchBuffer& b, const float* v, int64_t n) {
+  float* r = b.get_as<float>(static_cast<size_t>(n));
+  parallel_for(0, n, 1 << 16, [&](int64_t i0, int64_t i1) {
+    std::memcpy(r + i0, v + i0, (i1 - i0) * sizeof(float));
+    round_to_bf16(r + i0, i1 - i0);
+  });
+  return r;
 }
 
 std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
@@ -344,16 +436,38 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
   Tensor y = Tensor::empty(DType::kF32, yshape);
   const float *x = c.input(0).data<float>(), *w = c.input(1).data<float>();
   float* yp = y.data<float>();
-  if (c.state && c.state->has_value()) {
-    const auto& u = c.prepared<WinogradWeights>();
+  const ConvBlockedState* st =
+      c.state && c.state->has_value() ? &c.prepared<ConvBlockedState>() : nullptr;
+  // precision="bf16" (prepared with a constant W; the attribute read only without one): products
+  // of X and W rounded to bf16, whichever kernel computes them.
+  const bool bf16 = st ? st->bf16 != nullptr
+                       : !g.depthwise && params::product_precision(c.node) == DType::kBF16;
+  static thread_local ScratchBuffer xr, wr;  // the caller's: the workers write into them
+  if (st && st->winograd) {
+    const WinogradWeights& u = *st->winograd;  // of the rounded W under bf16
     PTO_CHECK(winograd_applies(g) && u.channels == g.channels && u.out == g.ocb * g.block)
         << c.where() << ": Winograd weights prepared for another geometry";
-    if (u.always || winograd_pays(g)) {
-      winograd_conv(g, u, x, bias, yp, ep);
+    if (u.always || winograd_pays(g, st->words > 0 && pairs_run(g.block))) {
+      winograd_conv(g, u, bf16 ? rounded_copy(xr, x, c.input(0).numel()) : x, bias, yp, ep);
       return one(std::move(y));
     }
   }
-  conv_blocked_rows(g, x, w, bias, yp, ep);
+  if (!bf16) {
+    conv_blocked_rows(g, x, w, bias, yp, ep);
+    return one(std::move(y));
+  }
+  if (st && st->words > 0 && pairs_run(g.block)) {
+    const PairOperands op{input_pairs(g, x, st->words), reinterpret_cast<const uint32_t*>(st->bf16.get()),
+                          st->words};
+    conv_blocked_rows(g, x, w, bias, yp, ep, &op);
+    return one(std::move(y));
+  }
+  // The fp32 kernel on operands rounded to bf16: W as prepared where it was (else rounded now:
+  // pairs prepared for a machine with AVX512_BF16 running without it).
+  const float* wb = st && st->bf16 && st->words == 0
+                        ? reinterpret_cast<const float*>(st->bf16.get())
+                        : rounded_copy(wr, w, c.input(1).numel());
+  conv_blocked_rows(g, rounded_copy(xr, x, c.input(0).numel()), wb, bias, yp, ep);
   return one(std::move(y));
 }
 
@@ -617,13 +731,33 @@ bool accepts_conv_blocked(const NodeInfo& info) {
   return b == Dim(8) || b == Dim(16);
 }
 
+// For precision="bf16" and a constant W (not depthwise): W as pair words, or rounded to bf16 (see
+// ConvBlockedState).
+void prepare_bf16(const NodeInfo& info, ConvBlockedState& st) {
+  const Tensor& w = *info.constants[1];
+  const int64_t channels = info.node.attrs.get_int("channels");
+  const int64_t groups = info.node.attrs.get_int("group", 1);
+  const bool nchw = rank_is(info, 0, 4);
+  if (pairs_run(w.dim(4))) {
+    st.words = nchw ? (channels + 1) / 2 : 8;
+    st.bf16_bytes = static_cast<size_t>(w.numel() / 256 * st.words * 16 * 4);
+    st.bf16 = panel_memory(st.bf16_bytes);
+    pack_weight_pairs(w, channels, groups, st.words, reinterpret_cast<uint32_t*>(st.bf16.get()));
+  } else {
+    st.bf16_bytes = static_cast<size_t>(w.numel()) * sizeof(float);
+    st.bf16 = panel_memory(st.bf16_bytes);
+    float* r = reinterpret_cast<float*>(st.bf16.get());
+    std::memcpy(r, w.data<float>(), st.bf16_bytes);
+    round_to_bf16(r, w.numel());
+  }
+}
+
 // Winograd weights for a constant W when the conv is one Winograd computes and the cost rule may
 // choose it (winograd_prepares: the batch, and perhaps the plane, are known only at run time).
-std::any prepare_conv_blocked(const NodeInfo& info) {
-  if (!info.is_constant(1) || !rank_is(info, 0, 5)) return {};
+std::optional<WinogradWeights> prepare_winograd_weights(const NodeInfo& info, bool against_pairs) {
+  if (!rank_is(info, 0, 5)) return std::nullopt;
   const Tensor& w = *info.constants[1];
-  if (w.rank() != 6 || w.dtype() != DType::kF32 || info.node.attrs.get_int("group", 1) != 1)
-    return {};
+  if (info.node.attrs.get_int("group", 1) != 1) return std::nullopt;
   const Shape& xs = *info.inputs[0].shape;
   auto known = [&](size_t d) { return xs[d].is_known() ? xs[d].value : int64_t{0}; };
   BlockedConv g;
@@ -638,7 +772,7 @@ std::any prepare_conv_blocked(const NodeInfo& info) {
   g.channels = info.node.attrs.get_int("channels");
   if (g.block != w.dim(5) || !xs[4].is_known() || xs[4].value != g.block ||
       g.channels > g.icb * g.block || g.channels <= (g.icb - 1) * g.block)
-    return {};  // run() reports the error
+    return std::nullopt;  // run() reports the error
   const bool plane_known = g.ih > 0 && g.iw > 0;
   try {
     const window::Params p =
@@ -652,12 +786,30 @@ std::any prepare_conv_blocked(const NodeInfo& info) {
       g.ow = window::forward_axis(p, 1, g.iw, info.node.where()).out;
     }
   } catch (const ValueError&) {
-    return {};  // run() reports it
+    return std::nullopt;  // run() reports it
   }
   WinogradWeights u;
-  if (!winograd_applies(g) || !winograd_prepares(g, plane_known, u)) return {};
-  prepare_winograd(w.data<float>(), g.ocb, g.icb, g.block, g.channels, u);
+  if (!winograd_applies(g) || !winograd_prepares(g, plane_known, u, against_pairs))
+    return std::nullopt;
+  if (params::product_precision(info.node) == DType::kBF16) {  // U of the rounded W
+    std::vector<float> r(w.data<float>(), w.data<float>() + w.numel());
+    round_to_bf16(r.data(), w.numel());
+    prepare_winograd(r.data(), g.ocb, g.icb, g.block, g.channels, u);
+  } else {
+    prepare_winograd(w.data<float>(), g.ocb, g.icb, g.block, g.channels, u);
+  }
   return u;
+}
+
+std::any prepare_conv_blocked(const NodeInfo& info) {
+  if (!info.is_constant(1)) return {};
+  const Tensor& w = *info.constants[1];
+  if (w.rank() != 6 || w.dtype() != DType::kF32 || w.dim(4) != w.dim(5)) return {};
+  ConvBlockedState st;
+  if (params::product_precision(info.node) == DType::kBF16) prepare_bf16(info, st);  // rank 6
+  st.winograd = prepare_winograd_weights(info, st.words > 0);
+  if (!st.winograd && !st.bf16) return {};
+  return st;
 }
 
 }  // namespace
@@ -670,10 +822,10 @@ void register_blocked_conv_kernels(KernelRegistry& r) {
   // The blocked W stays (packed_inputs empty): the Winograd U cannot give it back exactly.
   Kernel conv{accepts_conv_blocked, prepare_conv_blocked, run_conv_blocked};
   conv.packed_bytes = [](const std::any& state) {
-    return state.has_value() ? std::any_cast<const WinogradWeights&>(state).bytes() : size_t{0};
+    return state.has_value() ? std::any_cast<const ConvBlockedState&>(state).bytes() : size_t{0};
   };
   conv.describe = [](const std::any& state) {
-    return state.has_value() ? std::any_cast<const WinogradWeights&>(state).describe()
+    return state.has_value() ? std::any_cast<const ConvBlockedState&>(state).describe()
                              : std::string("direct");
   };
   r.add("ConvBlocked", std::move(conv));

@@ -416,4 +416,203 @@ bool conv_blocked_row(const BlockedConv& g, const float* x, const float* w, cons
                              e ? &eo : nullptr);
 }
 
+
+#if defined(PTO_ISA_AVX512)
+// ---- bf16 pairs (AVX512_BF16, conv_isa.h PairOperands) ----
+//
+// The general register block of RowKernel with two input lanes a step: per pair word, OB weight
+// vectors (16 output lanes x 2 input lanes each) and R broadcast words feed R x OB VDPBF16PS,
+// each two multiply-adds a lane, so a reduction takes half the instructions of the fp32 kernel
+// and reads half the weight bytes.
+#define PTO_BF16 __attribute__((target("avx512bf16")))
+
+namespace {
+
+template <int OB>
+struct PairKernel {
+  // 28 accumulators as the fp32 kernel (one spilled with four blocks: measured there).
+  static constexpr int kR = OB == 4 ? 7 : (OB == 2 ? 14 : 28);
+  static constexpr int kRChecked = 1;
+
+  const BlockedConv& g;  // one group's (icb, channels)
+  const uint32_t* x;     // the group's first input block plane of the image
+  const uint32_t* w;     // output block ob's weights (OB blocks, wstride words apart)
+  const float* bias;     // OB * 16 values, or null
+  float* y;              // output block ob's row (OB blocks, ystride floats apart)
+  int64_t oy, wstride, ystride, words;
+  const RowEpilogue* e;
+
+  template <int R>
+  PTO_BF16 [[gnu::always_inline]] inline void init(__m512 (&acc)[R][OB]) const {
+    for (int o = 0; o < OB; ++o) {
+      const __m512 b = bias ? _mm512_loadu_ps(bias + o * 16) : _mm512_setzero_ps();
+#pragma GCC unroll 32
+      for (int r = 0; r < R; ++r) acc[r][o] = b;
+    }
+  }
+
+  template <int R>
+  PTO_BF16 [[gnu::always_inline]] inline void store(__m512 (&acc)[R][OB], int64_t ox0) const {
+    float* const yb = y;
+    const int64_t ys = ystride;
+    if (!e) {
+#pragma GCC unroll 32
+      for (int r = 0; r < R; ++r)
+        for (int o = 0; o < OB; ++o) _mm512_storeu_ps(yb + o * ys + (ox0 + r) * 16, acc[r][o]);
+      return;
+    }
+    const float* res = e->residual;
+    const __m512 scale = _mm512_set1_ps(e->scale), lo = _mm512_set1_ps(e->lo),
+                 hi = _mm512_set1_ps(e->hi);
+    const bool clamp = e->clamp;
+#pragma GCC unroll 32
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < OB; ++o) {
+        const int64_t at = o * ys + (ox0 + r) * 16;
+        __m512 a = acc[r][o];
+        if (res) a = _mm512_fmadd_ps(scale, _mm512_loadu_ps(res + at), a);
+        if (clamp) a = _mm512_min_ps(_mm512_max_ps(a, lo), hi);
+        _mm512_storeu_ps(yb + at, a);
+      }
+  }
+
+  // Output pixels [ox0, ox0 + R) (kChecked: R == 1 and taps outside the row skipped) at stride kS
+  // (0: g.sw at run time).
+  template <int R, bool kChecked, int kS>
+  PTO_BF16 void block(int64_t ox0) const {
+    __m512 acc[R][OB];
+    init(acc);
+    const int64_t xstep = (kS ? kS : g.sw) * words;
+    for (int64_t ib = 0; ib < g.icb; ++ib) {
+      const int64_t left = g.channels - ib * 2 * words;  // real lanes from this block on
+      const int64_t pairs = left >= 2 * words ? words : (left + 1) / 2;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh + ky * g.dh - g.ph;
+        if (iy < 0 || iy >= g.ih) continue;
+        const uint32_t* xrow = x + (ib * g.ih + iy) * g.iw * words;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t ix = ox0 * g.sw + kx * g.dw - g.pw;
+          if (kChecked && (ix < 0 || ix >= g.iw)) continue;
+          const uint32_t* xp = xrow + ix * words;
+          const uint32_t* wp = w + ((ib * g.kh + ky) * g.kw + kx) * words * 16;
+          for (int64_t p = 0; p < pairs; ++p) {
+            __m512bh wv[OB];
+            for (int o = 0; o < OB; ++o)
+              wv[o] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wp + o * wstride + p * 16));
+#pragma GCC unroll 32
+            for (int r = 0; r < R; ++r) {
+              const __m512bh xv = reinterpret_cast<__m512bh>(
+                  _mm512_set1_epi32(static_cast<int>(xp[r * xstep + p])));
+              for (int o = 0; o < OB; ++o) acc[r][o] = _mm512_dpbf16_ps(acc[r][o], xv, wv[o]);
+            }
+          }
+        }
+      }
+    }
+    store(acc, ox0);
+  }
+
+  template <int R, int kS>
+  PTO_BF16 void tail(int r, int64_t ox0) const {
+    if constexpr (R >= 1) {
+      if (r == R) return block<R, false, kS>(ox0);
+      tail<R - 1, kS>(r, ox0);
+    }
+  }
+
+  template <int kS>
+  PTO_BF16 void interior(int64_t ox, int64_t hi) const {
+    for (; ox + kR <= hi; ox += kR) block<kR, false, kS>(ox);
+    if (ox < hi) tail<kR - 1, kS>(static_cast<int>(hi - ox), ox);
+  }
+
+  PTO_BF16 void run() const {
+    // Interior pixels [lo, hi): every tap of the window lies inside the row (as RowKernel::run).
+    const int64_t lo = (g.pw + g.sw - 1) / g.sw < g.ow ? (g.pw + g.sw - 1) / g.sw : g.ow;
+    const int64_t last = g.iw - 1 + g.pw - (g.kw - 1) * g.dw;
+    int64_t hi = last < 0 ? 0 : last / g.sw + 1;
+    hi = hi > g.ow ? g.ow : (hi < lo ? lo : hi);
+    for (int64_t ox = 0; ox < lo; ++ox) block<1, true, 0>(ox);
+    if (g.sw == 1)
+      interior<1>(lo, hi);
+    else if (g.sw == 2)
+      interior<2>(lo, hi);
+    else
+      interior<0>(lo, hi);
+    for (int64_t ox = hi; ox < g.ow; ++ox) block<1, true, 0>(ox);
+  }
+};
+
+}  // namespace
+
+void conv_blocked_row_pairs(const BlockedConv& g, const PairOperands& op, const float* bias,
+                            float* yrow, int64_t ystride, int64_t n, int64_t ob, int64_t obs,
+                            int64_t oy, const RowEpilogue* e) {
+  // One group's view, as row() (the pair copy of an NCHW stem is one block of `words`).
+  const int64_t icb = g.x_nchw ? 1 : g.icb;
+  BlockedConv gg = g;
+  gg.icb = icb / g.groups;
+  if (g.groups > 1) gg.channels = gg.icb * 16;
+  const int64_t plane = g.ih * g.iw * op.words;  // words of one input block plane
+  const int64_t ocb_g = g.ocb / g.groups;
+  const int64_t wstride = gg.icb * g.kh * g.kw * op.words * 16;
+  for (int64_t o = ob; o < ob + obs;) {
+    const uint32_t* xs = op.x + (n * icb + o / ocb_g * gg.icb) * plane;
+    const float* bs = bias ? bias + o * 16 : nullptr;
+    float* yr = yrow + (o - ob) * ystride;
+    RowEpilogue eo = e ? *e : RowEpilogue{};
+    if (eo.residual) eo.residual += (o - ob) * ystride;
+    const RowEpilogue* ep = e ? &eo : nullptr;
+    const int64_t group_end = (o / ocb_g + 1) * ocb_g;
+    const int64_t end = ob + obs < group_end ? ob + obs : group_end;
+    const uint32_t* wo = op.w + o * wstride;
+    if (o + 4 <= end) {
+      PairKernel<4>{gg, xs, wo, bs, yr, oy, wstride, ystride, op.words, ep}.run();
+      o += 4;
+    } else if (o + 2 <= end) {
+      PairKernel<2>{gg, xs, wo, bs, yr, oy, wstride, ystride, op.words, ep}.run();
+      o += 2;
+    } else {
+      PairKernel<1>{gg, xs, wo, bs, yr, oy, wstride, ystride, op.words, ep}.run();
+      o += 1;
+    }
+  }
+}
+
+PTO_BF16 void blocked_to_pairs(const float* x, int64_t pixels, int64_t lanes, uint32_t* dst) {
+  const __mmask16 m = lanes >= 16 ? __mmask16(0xffff) : __mmask16((1u << lanes) - 1);
+  int64_t i = 0;
+  for (; i + 2 <= pixels; i += 2) {  // two pixels a conversion
+    const __m512 a = _mm512_maskz_loadu_ps(m, x + i * 16), b = _mm512_maskz_loadu_ps(m, x + i * 16 + 16);
+    _mm512_storeu_si512(dst + i * 8, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
+  }
+  if (i < pixels)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i * 8),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i * 16))));
+}
+
+PTO_BF16 void planes_to_pairs(const float* x, int64_t c, int64_t hw, int64_t plane_stride,
+                              uint32_t* dst) {
+  const int64_t words = (c + 1) / 2;
+  alignas(64) uint32_t t[8][16];
+  for (int64_t q0 = 0; q0 < hw; q0 += 16) {
+    const int64_t n = hw - q0 < 16 ? hw - q0 : 16;
+    const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+    for (int64_t p = 0; p < words; ++p) {  // 16 pixels' word p: lanes 2p and 2p + 1
+      const __m256i lo = reinterpret_cast<__m256i>(
+          _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + 2 * p * plane_stride + q0)));
+      const __m256i hi =
+          2 * p + 1 < c ? reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
+                              _mm512_maskz_loadu_ps(m, x + (2 * p + 1) * plane_stride + q0)))
+                        : _mm256_setzero_si256();
+      _mm512_store_si512(t[p], _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
+                                               _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16)));
+    }
+    for (int64_t q = 0; q < n; ++q)
+      for (int64_t p = 0; p < words; ++p) dst[(q0 + q) * words + p] = t[p][q];
+  }
+}
+#undef PTO_BF16
+#endif  // PTO_ISA_AVX512
+
 }  // namespace pto::cpu::PTO_ISA_NS

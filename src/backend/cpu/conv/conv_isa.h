@@ -183,6 +183,32 @@ PTO_ISA_DECLARE(bool conv_blocked_row(const BlockedConv& g, const float* x, cons
                                          int64_t ob, int64_t obs, int64_t oy,
                                          const RowEpilogue* e);)
 
+// bf16 products of a blocked conv (ConvBlocked with precision="bf16"): X and W rounded to bf16,
+// fp32 accumulation on VDPBF16PS, two input lanes a multiply-add. X is read as "pair words": an
+// input pixel holds `words` 32-bit words, word p the bf16 values of its lanes 2p (low half) and
+// 2p + 1 (high half), so one broadcast feeds a pair of lanes; a blocked X [n, icb, ih, iw, 16] has
+// 8 words a pixel, an NCHW stem's X ([N, C, H, W], C <= 16) is copied as [n, 1, ih, iw,
+// ceil(C / 2)]. W is [ocb, icb, kh, kw, words, 16] words: word (p, j) holds the weights of output
+// lane j for input lanes 2p and 2p + 1. Lanes past g.channels are zero in both. Block 16 only.
+struct PairOperands {
+  const uint32_t* x = nullptr;
+  const uint32_t* w = nullptr;
+  int64_t words = 0;  // words per input pixel (and per weight tap row)
+};
+
+// Only the avx512 kernels have these, and they may run only where cpu::has_ext(kAvx512Bf16).
+namespace avx512 {
+// As conv_blocked_row_at, on pair words: block ob's output row oy of image n at `yrow`, the next
+// block's `ystride` floats on, bias and e as there.
+void conv_blocked_row_pairs(const BlockedConv& g, const PairOperands& op, const float* bias,
+                            float* yrow, int64_t ystride, int64_t n, int64_t ob, int64_t obs,
+                            int64_t oy, const RowEpilogue* e);
+// `pixels` blocked pixels of 16 floats (lanes [lanes, 16) read as zero) as 8 pair words each.
+void blocked_to_pairs(const float* x, int64_t pixels, int64_t lanes, uint32_t* dst);
+// `c` <= 16 planes of `hw` floats (plane_stride apart) as hw pixels of ceil(c / 2) words.
+void planes_to_pairs(const float* x, int64_t c, int64_t hw, int64_t plane_stride, uint32_t* dst);
+}  // namespace avx512
+
 // Winograd F(4x4, 3x3) transforms of a BlockedConv (winograd.h). Tiles of 4x4 output pixels are
 // numbered over (image, tile row, tile column); tile t0 + r is row r of each of the 36 matrices
 // V[xi] = v + xi * vstride (ldv floats a row): the input transform B^T d B of its 6x6 patch

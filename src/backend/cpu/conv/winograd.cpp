@@ -34,6 +34,11 @@ struct Tiling {
 // The cost rule's parts (winograd_pays, docs/backend/conv.md for the measurements).
 constexpr int64_t kMinChannels = 16;  // below, the GEMMs are too thin for the transforms' cost
 constexpr int64_t kMinPixels = 49;    // output pixels of a run: a 7x7 plane at batch 1
+// The same against the bf16 direct kernel (twice the fp32 one's multiply-adds a cycle): two 14x14
+// planes. ResNet-18's 3x3 convs, batch 1, 1 thread, Zen 4: Winograd 0.77-0.96 ms at 56x56 and
+// 28x28 against the bf16 kernel's 1.06-1.07, at par at 14x14 (1.06-1.12 vs 1.11), 2.0-2.3 ms
+// against 1.37 at 7x7 (reading U, 4x the weights' bytes, for 49 pixels).
+constexpr int64_t kMinPixelsPairs = 392;
 
 bool channels_pay(const BlockedConv& g) {
   return g.channels >= kMinChannels && g.ocb * g.block >= kMinChannels;
@@ -76,11 +81,13 @@ bool winograd_applies(const BlockedConv& g) {
   return !g.depthwise && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1;
 }
 
-bool winograd_pays(const BlockedConv& g) {
-  return channels_pay(g) && tiles_filled(g) && g.n * g.oh * g.ow >= kMinPixels;
+bool winograd_pays(const BlockedConv& g, bool against_pairs) {
+  return channels_pay(g) && tiles_filled(g) &&
+         g.n * g.oh * g.ow >= (against_pairs ? kMinPixelsPairs : kMinPixels);
 }
 
-bool winograd_prepares(const BlockedConv& g, bool plane_known, WinogradWeights& u) {
+bool winograd_prepares(const BlockedConv& g, bool plane_known, WinogradWeights& u,
+                       bool against_pairs) {
   if (const char* e = std::getenv("PTO_WINOGRAD")) {
     if (std::strcmp(e, "0") == 0) return false;
     if (std::strcmp(e, "1") == 0) return u.always = true;
@@ -88,7 +95,8 @@ bool winograd_prepares(const BlockedConv& g, bool plane_known, WinogradWeights& 
   if (!channels_pay(g)) return false;
   if (!plane_known) return true;  // min_batch 0: run() decides on the sizes
   if (!tiles_filled(g) || g.oh * g.ow == 0) return false;
-  u.min_batch = (kMinPixels + g.oh * g.ow - 1) / (g.oh * g.ow);
+  const int64_t pixels = against_pairs ? kMinPixelsPairs : kMinPixels;
+  u.min_batch = (pixels + g.oh * g.ow - 1) / (g.oh * g.ow);
   return g.n == 0 || g.n >= u.min_batch;  // a fixed batch below it would never use U
 }
 

@@ -47,14 +47,16 @@ bool winograd_applies(const BlockedConv& g);
 // The cost rule, on the sizes of one run (docs/backend/conv.md has the measurements behind it):
 // at least 16 input and 16 output channels, output tiles at least half filled (so a 2x2 or 5x5
 // plane stays direct), and at least 49 output pixels over the batch (each block of tiles reads
-// all of U, 4x the weights' bytes, which a few tiles do not repay).
-bool winograd_pays(const BlockedConv& g);
+// all of U, 4x the weights' bytes, which a few tiles do not repay). `against_pairs`: the other
+// choice is the bf16 direct kernel (precision="bf16"), which Winograd beats only from 392 pixels.
+bool winograd_pays(const BlockedConv& g, bool against_pairs = false);
 
 // At compile time, where the batch (and perhaps the plane) is not known yet: whether to prepare
 // U at all. PTO_WINOGRAD=0 says never, =1 always and for every size (tests, A/B measurements);
 // otherwise the rule's channel and tile-fill parts when the plane is known, and its pixel count
 // when the batch is too (g.n == 0: not known). Sets `min_batch` and `always` of `u` for run().
-bool winograd_prepares(const BlockedConv& g, bool plane_known, WinogradWeights& u);
+bool winograd_prepares(const BlockedConv& g, bool plane_known, WinogradWeights& u,
+                       bool against_pairs = false);
 
 // U for blocked weights w [ocb, icb, 3, 3, block(in), block(out)] of `channels` real inputs,
 // into r.u (with r.channels and r.out).
