@@ -14,7 +14,7 @@ Measures, on each thread count, in one process per configuration, engines interl
   - eager-bf16: the same under torch.autocast("cpu", dtype=torch.bfloat16);
   - ort: ONNX Runtime fp32 (bench/run.py's settings, the same cached export);
   - inductor: torch.compile (Inductor, freezing) fp32, as bench/run.py runs it;
-  - pypto: pypto.optimize(model, level=2), fp32;
+  - pypto: pypto.optimize(model, level=2), fp32 (--level: another level for every pypto engine);
   - pypto-bf16: pypto.optimize(model, level=2, dtype=torch.bfloat16);
   - eager-int8: torch.ao.quantization.quantize_dynamic(model, {Linear}, torch.qint8) (eager;
     transformers only: it leaves convolutions in fp32);
@@ -109,7 +109,7 @@ def child(args) -> dict:
 
             pypto.set_num_threads(args.threads)
             t0 = time.perf_counter()
-            om = pypto.onnx.load(args.onnx, level=2)
+            om = pypto.onnx.load(args.onnx, level=args.level)
             result["compile_s"] = time.perf_counter() - t0
             result["node_backends"] = dict(collections.Counter(
                 f"{op}:{b}" for op, b in om._compiled.node_backends))
@@ -127,7 +127,7 @@ def child(args) -> dict:
                 model = pypto.quantization.calibrate(model, calibration_batches(args.model))
             elif args.engine == "pypto-quant":
                 model = pypto.quantization.quantize_dynamic(model, {torch.nn.Linear}, torch.qint8)
-            fast = pypto.optimize(model, example_inputs=x, level=2, dtype=dtype)
+            fast = pypto.optimize(model, example_inputs=x, level=args.level, dtype=dtype)
             result["compile_s"] = time.perf_counter() - t0
             run = lambda: fast(*x)  # noqa: E731
             with torch.inference_mode():
@@ -199,7 +199,7 @@ def quantize(export: dict, model: str, fmt: str = "qdq") -> str | None:
 
 def cmd(args, *extra) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), *(["--quick"] if args.quick else []),
-            *extra]
+            "--level", str(args.level), *extra]
 
 
 def gemm_table(pbs: dict) -> list[str]:
@@ -322,9 +322,10 @@ def driver(args) -> int:
                     if cache:
                         shutil.rmtree(cache, ignore_errors=True)
             results.append({"model": m, "threads": t, "results": res})
-            (out / "precision.json").write_text(json.dumps({"gemm": pbs, "models": results},
-                                                           indent=1))
-    text = "\n".join(gemm_table(pbs)) + "\n\n" + "\n".join(model_table(results)) + "\n"
+            (out / "precision.json").write_text(json.dumps(
+                {"gemm": pbs, "level": args.level, "models": results}, indent=1))
+    text = ("\n".join(gemm_table(pbs)) + f"\n\nPyPTO at level {args.level}:\n\n" +
+            "\n".join(model_table(results)) + "\n")
     (out / "precision.md").write_text(text)
     print(text)
     return 0
@@ -335,6 +336,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--level", type=int, choices=(0, 1, 2, 3), default=2,
+                    help="PyPTO's graph optimization level for the pypto engines (3: blocked "
+                         "layouts for conv nets)")
     ap.add_argument("--ort-format", choices=("qdq", "qoperator"), default="qdq",
                     help="quantize_static's format for the conv nets' int8 file")
     ap.add_argument("--engines", default=",".join(ENGINES),

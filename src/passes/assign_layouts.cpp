@@ -87,7 +87,8 @@ bool blocked_pays(int64_t in_channels, int64_t out_channels, int block, bool inp
 bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked, bool cost_rule) {
   if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
     return false;
-  if (const std::optional<DType> p = params::product_precision(n); p != DType::kF32 && p != DType::kBF16)
+  if (const std::optional<DType> p = params::product_precision(n);
+      p != DType::kF32 && p != DType::kBF16)
     return false;
   const std::optional<Shape> x = nchw_f32(g, n.inputs[0]);
   const Tensor* w = constant(g, n.inputs[1]);

@@ -6,6 +6,7 @@
 //   %d = pto.ConvBlocked(%x, %wd, %bd) {depthwise}  %r = Clip(%d, 0, 6)
 //   %y = pto.ConvBlocked(%r, %wp, %bp) {1x1}
 // -> %y = pto.DwPwConvBlocked(%x, %wd, %bd, %wp, %bp) {activation="Clip", min=0, max=6}
+// The 1x1 conv's precision="bf16" becomes the fused node's: its 1x1 convs' products are bf16.
 // A GroupNormBlocked read only by a Relu, or by a SiLU (x * Sigmoid(x)), takes it as its
 // activation.
 #include <cmath>
@@ -77,7 +78,10 @@ bool fuse(Rewrite& rw, size_t i, const PassContext& ctx) {
   const Tensor* wp = constant(g, g.nodes()[i].inputs[1]);
   if (!wd || wd->rank() != 5 || wd->dim(0) != wp->dim(1) || wd->dim(4) != wp->dim(4)) return false;
   for (const auto& [name, value] : dw->attrs.all())
-    if (name != "group") attrs.set(name, value);
+    if (name != "group" && name != "precision") attrs.set(name, value);
+  // The 1x1 conv's products (a depthwise conv computes in fp32 whatever it says).
+  if (g.nodes()[i].attrs.has("precision"))
+    attrs.set("precision", g.nodes()[i].attrs.get_string("precision"));
   const int64_t lanes_dw = wd->dim(0) * wd->dim(4), lanes_pw = wp->dim(0) * wp->dim(4);
   // Copies: adding constants below may move the node vector.
   const Node dw_node = *dw, pw_node = g.nodes()[i];
@@ -143,6 +147,8 @@ bool fuse_expand(Rewrite& rw, size_t i, const PassContext& ctx) {
     mid = nullptr;
   }
   if (!e || !pointwise(g, *e)) return false;
+  // One precision for both 1x1 convs (AutoMixedPrecision marks both).
+  if (e->attrs.get_string("precision", "") != n.attrs.get_string("precision", "")) return false;
   const auto& xt = g.value(e->inputs[0]).type;
   const auto& yt = g.value(e->outputs[0]).type;
   if (!xt.shape || xt.shape->size() != 5 || !yt.shape || yt.shape->size() != 5) return false;

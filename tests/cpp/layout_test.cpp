@@ -758,7 +758,10 @@ TEST(LayoutKernels, StemReadsNchwInput) {
 // An inverted-residual block (1x1 expand, Clip, depthwise, Clip or Relu or nothing, 1x1 project,
 // residual Add) at level 3: FuseBlockedConvs joins the depthwise and project convs into one
 // DwPwConvBlocked, which runs on the CPU and matches the reference of the original graph on
-// every ISA, on 1 and 2 threads, with strides and odd sizes.
+// every ISA, on 1 and 2 threads, with strides and odd sizes. Again with the 1x1 convs'
+// precision="bf16" (AutoMixedPrecision's marking): the fused node keeps it and computes their
+// products on bf16 pairs (AVX512_BF16, blocks of 16) or on rounded operands, against the
+// reference's rounded operands; with the extension turned off too, before and after compiling.
 TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
   struct Block {
     int64_t n, c, h, w, e, stride;
@@ -793,81 +796,106 @@ TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
                          // 25, 31 + 32), here with an epilogue that runs after the stores.
                          Block{1, 48, 7, 7, 144, 1, "Clip", 5, "Sigmoid"},
                          Block{1, 16, 7, 9, 48, 1, "Relu", 3, "Tanh"}}) {
-    std::mt19937 rng(9);
-    Graph g;
-    const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
-    auto conv = [&](ValueId in, int64_t out, int64_t in_per_group, int64_t k, int64_t stride,
-                    int64_t group) {
-      const ValueId w = g.add_constant("w", random_tensor({out, in_per_group, k, k}, rng));
-      const ValueId b = g.add_constant("b", random_tensor({out}, rng));
-      Attributes a;
-      a.set("strides", Dims{stride, stride});
-      a.set("pads", Dims{k / 2, k / 2, k / 2, k / 2});
-      if (group > 1) a.set("group", group);
-      const ValueId y = g.add_value(g.unique_name("y"));
-      g.add_node("Conv", {in, w, b}, {y}, a);
-      return y;
-    };
-    auto relu6 = [&](ValueId in) {
-      const ValueId lo = g.add_constant("lo", Tensor::scalar(0.0f));
-      const ValueId hi = g.add_constant("hi", Tensor::scalar(6.0f));
-      const ValueId y = g.add_value(g.unique_name("r"));
-      g.add_node("Clip", {in, lo, hi}, {y});
-      return y;
-    };
-    ValueId v = relu6(conv(x, t.e, t.c, 1, 1, 1));
-    v = conv(v, t.e, 1, t.k, t.stride, t.e);
-    if (t.act == "Clip") v = relu6(v);
-    if (t.act == "Relu") {
-      const ValueId r = g.add_value("relu");
-      g.add_node("Relu", {v}, {r});
-      v = r;
-    }
-    v = conv(v, t.c, t.e, 1, 1, 1);
-    if (t.stride == 1) {
-      const ValueId s = g.add_value("sum");
-      g.add_node("Add", {v, x}, {s});
-      v = s;
-    }
-    if (!t.post.empty()) {
-      const ValueId p = g.add_value("post");
-      g.add_node(t.post, {v}, {p});
-      v = p;
-    }
-    g.add_output(v);
-    infer_types(g);
-    const std::vector<Tensor> in = random_inputs(g, 23);
-    const Tensor want = reference::run(g, in)[0];
-    // PTO_DWPW_FLAT: runs of pixels as one row, or not; PTO_DWPW_CHANNEL_SPLIT: the halves of a
-    // plane whose rows the threads do not split evenly split apart, or not.
-    for (const auto& [flat, split] : {std::pair{"1", "1"}, {"1", "0"}, {"0", "1"}})
-      for (cpu::Isa isa : cpu::supported_isas()) {
-        if (isa == cpu::Isa::kGeneric) continue;  // no channel block: nothing blocked
-        cpu::IsaScope scope(isa);
-        setenv("PTO_DWPW_FLAT", flat, 1);
-        setenv("PTO_DWPW_CHANNEL_SPLIT", split, 1);
-        const std::string what = cat("C", t.c, " E", t.e, " ", t.h, "x", t.w, " k", t.k, " s",
-                                     t.stride, " ", t.act.empty() ? "no activation" : t.act,
-                                     ", PTO_DWPW_FLAT=", flat, ", PTO_DWPW_CHANNEL_SPLIT=", split);
-        for (int threads : {1, 2}) {
-          set_num_threads(threads);
-          Executable exe = compile(g, {.level = 3});
-          int fused = 0;
-          const bool big = t.h * t.w * (t.e + 15) / 16 * 16 * 4 >= (1 << 20);
-          for (size_t i = 0; i < exe.graph().nodes().size(); ++i) {
-            const Node& node = exe.graph().nodes()[i];
-            if (node.op != "DwPwConvBlocked") continue;
-            ++fused;
-            EXPECT_EQ(exe.node_backend(i), "cpu") << what;
-            EXPECT_EQ(node.inputs.size(), big ? 7u : 5u) << what << ": the expansion joins it";
-          }
-          EXPECT_EQ(fused, 1) << what;
-          expect_close(exe.run(in)[0], want, cat(what, ", ", cpu::isa_name(isa), ", ", threads));
-          // The reference kernel of the fused node: the same block, one op after the other.
-          if (threads == 1)
-            expect_close(reference::run(exe.graph(), in)[0], want, cat(what, ", reference"));
-        }
+    for (bool bf16 : {false, true}) {
+      std::mt19937 rng(9);
+      Graph g;
+      const ValueId x = g.add_input("x", {DType::kF32, Shape{t.n, t.c, t.h, t.w}});
+      auto conv = [&](ValueId in, int64_t out, int64_t in_per_group, int64_t k, int64_t stride,
+                      int64_t group) {
+        const ValueId w = g.add_constant("w", random_tensor({out, in_per_group, k, k}, rng));
+        const ValueId b = g.add_constant("b", random_tensor({out}, rng));
+        Attributes a;
+        a.set("strides", Dims{stride, stride});
+        a.set("pads", Dims{k / 2, k / 2, k / 2, k / 2});
+        if (group > 1) a.set("group", group);
+        if (bf16 && group == 1) a.set("precision", std::string("bf16"));
+        const ValueId y = g.add_value(g.unique_name("y"));
+        g.add_node("Conv", {in, w, b}, {y}, a);
+        return y;
+      };
+      auto relu6 = [&](ValueId in) {
+        const ValueId lo = g.add_constant("lo", Tensor::scalar(0.0f));
+        const ValueId hi = g.add_constant("hi", Tensor::scalar(6.0f));
+        const ValueId y = g.add_value(g.unique_name("r"));
+        g.add_node("Clip", {in, lo, hi}, {y});
+        return y;
+      };
+      ValueId v = relu6(conv(x, t.e, t.c, 1, 1, 1));
+      v = conv(v, t.e, 1, t.k, t.stride, t.e);
+      if (t.act == "Clip") v = relu6(v);
+      if (t.act == "Relu") {
+        const ValueId r = g.add_value("relu");
+        g.add_node("Relu", {v}, {r});
+        v = r;
       }
+      v = conv(v, t.c, t.e, 1, 1, 1);
+      if (t.stride == 1) {
+        const ValueId s = g.add_value("sum");
+        g.add_node("Add", {v, x}, {s});
+        v = s;
+      }
+      if (!t.post.empty()) {
+        const ValueId p = g.add_value("post");
+        g.add_node(t.post, {v}, {p});
+        v = p;
+      }
+      g.add_output(v);
+      infer_types(g);
+      const std::vector<Tensor> in = random_inputs(g, 23);
+      const Tensor want = reference::run(g, in)[0];
+      // PTO_DWPW_FLAT: runs of pixels as one row, or not; PTO_DWPW_CHANNEL_SPLIT: the halves of a
+      // plane whose rows the threads do not split evenly split apart, or not.
+      for (const auto& [flat, split] : {std::pair{"1", "1"}, {"1", "0"}, {"0", "1"}})
+        for (cpu::Isa isa : cpu::supported_isas()) {
+          if (isa == cpu::Isa::kGeneric) continue;  // no channel block: nothing blocked
+          cpu::IsaScope scope(isa);
+          setenv("PTO_DWPW_FLAT", flat, 1);
+          setenv("PTO_DWPW_CHANNEL_SPLIT", split, 1);
+          const std::string what =
+              cat("C", t.c, " E", t.e, " ", t.h, "x", t.w, " k", t.k, " s", t.stride, " ",
+                  t.act.empty() ? "no activation" : t.act, ", PTO_DWPW_FLAT=", flat,
+                  ", PTO_DWPW_CHANNEL_SPLIT=", split, bf16 ? ", bf16" : "");
+          for (int threads : {1, 2}) {
+            set_num_threads(threads);
+            Executable exe = compile(g, {.level = 3});
+            int fused = 0;
+            const bool big = t.h * t.w * (t.e + 15) / 16 * 16 * 4 >= (1 << 20);
+            for (size_t i = 0; i < exe.graph().nodes().size(); ++i) {
+              const Node& node = exe.graph().nodes()[i];
+              if (node.op != "DwPwConvBlocked") continue;
+              ++fused;
+              EXPECT_EQ(exe.node_backend(i), "cpu") << what;
+              EXPECT_EQ(node.inputs.size(), big ? 7u : 5u) << what << ": the expansion joins it";
+              EXPECT_EQ(node.attrs.get_string("precision", ""), bf16 ? "bf16" : "") << what;
+              if (bf16) {
+                const bool pairs = cpu::has_ext(cpu::Ext::kAvx512Bf16) && isa == cpu::Isa::kAvx512;
+                EXPECT_EQ(exe.describe_step(exe.step_of_node(i))
+                              .rfind(pairs ? "bf16-pairs" : "bf16-rounded", 0),
+                          0u)
+                    << what;
+              }
+            }
+            EXPECT_EQ(fused, 1) << what;
+            // bf16: the projection rounds the depthwise output, which the kernel computes in
+            // fp32 and the reference in double, so a value on a rounding boundary may round
+            // the other way (one bf16 ulp of one input: within 2e-3 of max|y| here).
+            const double tol = bf16 ? 2e-3 : 1e-5;
+            const Tensor got = exe.run(in)[0];
+            expect_close(got, want, cat(what, ", ", cpu::isa_name(isa), ", ", threads), tol);
+            // The reference kernel of the fused node: the same block, one op after the other.
+            if (threads == 1)
+              expect_close(reference::run(exe.graph(), in)[0], want, cat(what, ", reference"), tol);
+            if (bf16 && threads == 2 && isa == cpu::Isa::kAvx512 &&
+                cpu::has_ext(cpu::Ext::kAvx512Bf16)) {
+              // The same depthwise output rounded the same way: the fp32 kernel on rounded
+              // operands gives the pairs' products, up to the order of the additions.
+              cpu::ExtScope off(cpu::Ext::kAvx512Bf16);  // pairs prepared, run without
+              expect_close(exe.run(in)[0], got, cat(what, ", pairs turned off"));
+              expect_close(compile(g, {.level = 3}).run(in)[0], got, cat(what, ", no AVX512_BF16"));
+            }
+          }
+        }
+    }
   }
   unsetenv("PTO_DWPW_FLAT");
   unsetenv("PTO_DWPW_CHANNEL_SPLIT");
@@ -1051,7 +1079,8 @@ TEST(LayoutKernels, Bf16ConvTakesWinogradOnlyOnLargePlanes) {
     const bool pairs = cpu::has_ext(cpu::Ext::kAvx512Bf16);
     const bool winograd = side == 20 || !pairs;
     EXPECT_EQ(kinds.find("winograd") != std::string::npos, winograd) << side << ": " << kinds;
-    EXPECT_EQ(kinds.find("direct/bf16 pairs") != std::string::npos, !winograd) << side << ": " << kinds;
+    EXPECT_EQ(kinds.find("direct/bf16 pairs") != std::string::npos, !winograd)
+        << side << ": " << kinds;
     expect_close(exe.run(in)[0], want, cat(side, "x", side), winograd ? 1e-4 : 1e-5);
   }
 }

@@ -240,7 +240,8 @@ TEST(Profiler, StopWhileOtherThreadsRunLeavesCompleteCalls) {
   for (int round = 0; round < 20 || (recorded == 0 && std::chrono::steady_clock::now() < give_up);
        ++round) {
     profiler::start({true, true});
-    std::this_thread::sleep_for(std::chrono::microseconds(200 * (round < 20 ? round % 5 : round - 16)));
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(200 * (round < 20 ? round % 5 : round - 16)));
     const profiler::Profile p = profiler::stop();
     // Every call recorded is complete: its event and one kernel event per step.
     std::map<int32_t, size_t> kernels_of_call;

@@ -241,7 +241,8 @@ void register_blocked_layout_ops(OpRegistry& r) {
               {"expand_channels", int64_t{0}, "with We: X's real channel count"},
               {"expand_activation", "", "after the expansion: \"\", \"Relu\" or \"Clip\""},
               {"expand_min", 0.0, "the expansion's Clip lower bound"},
-              {"expand_max", 0.0, "the expansion's Clip upper bound"}}),
+              {"expand_max", 0.0, "the expansion's Clip upper bound"},
+              params::precision_attr()}),
          .infer = infer_dw_pw_conv_blocked,
          .doc = "[1x1 ConvBlocked expansion and activation,] depthwise ConvBlocked, an "
                 "activation and a 1x1 ConvBlocked as one node"});

@@ -118,7 +118,7 @@ std::vector<Tensor> conv_blocked(const KernelContext& c) {
 }
 
 // The depthwise conv, the activation and the 1x1 conv, one after the other: the definition the
-// fused CPU kernel is checked against.
+// fused CPU kernel is checked against (`precision` applies to the 1x1 convs).
 // `t` clamped as activation `act` ("", "Relu" or "Clip" with bounds `min` and `max`) says.
 Tensor activate(const KernelContext& c, Tensor t, const std::string& act, const char* min,
                 const char* max) {
@@ -142,6 +142,7 @@ std::vector<Tensor> dw_pw_conv_blocked(const KernelContext& c) {
     n.attrs.set("kernel_shape", Dims{1, 1});
     n.attrs.set("channels", channels);
     n.attrs.set("group", int64_t{1});
+    if (c.attrs().has("precision")) n.attrs.set("precision", c.attrs().get_string("precision"));
     return n;
   };
   Tensor x = c.input(0);
@@ -156,7 +157,8 @@ std::vector<Tensor> dw_pw_conv_blocked(const KernelContext& c) {
   dw.op = "ConvBlocked";
   dw.attrs = Attributes();
   for (const auto& [name, value] : c.attrs().all())
-    if (name != "activation" && name != "min" && name != "max" && name.rfind("expand_", 0) != 0)
+    if (name != "activation" && name != "min" && name != "max" && name != "precision" &&
+        name.rfind("expand_", 0) != 0)
       dw.attrs.set(name, value);
   dw.attrs.set("group", c.attrs().get_int("channels"));
   Tensor mid = conv_blocked({dw, {x, c.input(1), c.input(2)}, 1})[0];

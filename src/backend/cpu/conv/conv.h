@@ -10,7 +10,8 @@
 // With bf16 products (precision="bf16", AutoMixedPrecision) a conv that is not depthwise takes
 // the implicit GEMM (general or shifted path) on the GEMM's bf16 products (GemmArgs::precision:
 // X and W rounded to bf16, fp32 accumulation; VDPBF16PS where the CPU has AVX512_BF16), its
-// weights packed once as bf16 pairs, never the fp32 blocked kernel; a depthwise conv stays fp32
+// weights packed once as bf16 pairs, never the fp32 small-plane blocked kernel (at level 3,
+// ConvBlocked has bf16 products of its own: conv_blocked.cpp); a depthwise conv stays fp32
 // (memory bound: bf16 products would not speed it up).
 // Bias, residual and activation are applied by the GEMM's epilogue (or, for depthwise, while the
 // output plane is still in cache); any other elementwise chain, as a tile program (Epilogue::tile),

@@ -351,7 +351,9 @@ struct ConvBlockedState {
   size_t bytes() const { return (winograd ? winograd->bytes() : 0) + bf16_bytes; }
   std::string describe() const {
     // The profiler's tag is the first word: [direct/bf16].
-    const std::string direct = !bf16 ? "direct" : words > 0 ? "direct/bf16 pairs" : "direct/bf16-rounded";
+    const std::string direct = !bf16       ? "direct"
+                               : words > 0 ? "direct/bf16 pairs"
+                                           : "direct/bf16-rounded";
     if (!winograd) return direct;
     const std::string w = winograd->describe();  // "..., else direct" where both run
     return bf16 && w.ends_with("direct") ? w.substr(0, w.size() - 6) + direct : w;
@@ -440,8 +442,8 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
       c.state && c.state->has_value() ? &c.prepared<ConvBlockedState>() : nullptr;
   // precision="bf16" (prepared with a constant W; the attribute read only without one): products
   // of X and W rounded to bf16, whichever kernel computes them.
-  const bool bf16 = st ? st->bf16 != nullptr
-                       : !g.depthwise && params::product_precision(c.node) == DType::kBF16;
+  const bool bf16 =
+      st ? st->bf16 != nullptr : !g.depthwise && params::product_precision(c.node) == DType::kBF16;
   static thread_local ScratchBuffer xr, wr;  // the caller's: the workers write into them
   if (st && st->winograd) {
     const WinogradWeights& u = *st->winograd;  // of the rounded W under bf16
@@ -457,8 +459,8 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
     return one(std::move(y));
   }
   if (st && st->words > 0 && pairs_run(g.block)) {
-    const PairOperands op{input_pairs(g, x, st->words), reinterpret_cast<const uint32_t*>(st->bf16.get()),
-                          st->words};
+    const PairOperands op{input_pairs(g, x, st->words),
+                          reinterpret_cast<const uint32_t*>(st->bf16.get()), st->words};
     conv_blocked_rows(g, x, w, bias, yp, ep, &op);
     return one(std::move(y));
   }
@@ -483,6 +485,62 @@ bool clamp_attrs(const KernelContext& c, const std::string& name, const char* mi
   e.hi = act == "Clip" ? static_cast<float>(c.attrs().get_float(max))
                        : std::numeric_limits<float>::infinity();
   return !act.empty();
+}
+
+// What prepare() makes once for a DwPwConvBlocked with precision="bf16" (its 1x1 convs': the
+// depthwise conv stays fp32): the projection's and the expansion's weights as pair words where
+// bf16 pairs run, else rounded to bf16 as floats (see ConvBlockedState).
+struct DwPwState {
+  std::shared_ptr<uint8_t[]> wp, we;  // we: with an expansion
+  size_t bytes = 0;
+  bool pairs = false;
+};
+
+// W of a 1x1 ConvBlocked reading `channels` lanes as DwPwState holds it.
+std::shared_ptr<uint8_t[]> bf16_weights(const Tensor& w, int64_t channels, bool pairs,
+                                        size_t& bytes) {
+  if (pairs) {
+    const size_t n = static_cast<size_t>(w.numel() / 256 * 8 * 16 * 4);
+    std::shared_ptr<uint8_t[]> m = panel_memory(n);
+    pack_weight_pairs(w, channels, 1, 8, reinterpret_cast<uint32_t*>(m.get()));
+    bytes += n;
+    return m;
+  }
+  const size_t n = static_cast<size_t>(w.numel()) * sizeof(float);
+  std::shared_ptr<uint8_t[]> m = panel_memory(n);
+  std::memcpy(m.get(), w.data<float>(), n);
+  round_to_bf16(reinterpret_cast<float*>(m.get()), w.numel());
+  bytes += n;
+  return m;
+}
+
+std::any prepare_dw_pw_conv_blocked(const NodeInfo& info) {
+  if (params::product_precision(info.node) != DType::kBF16 || !info.is_constant(3)) return {};
+  const bool expand = info.inputs.size() > 5;
+  if (expand && !info.is_constant(5)) return {};
+  const Tensor& wp = *info.constants[3];
+  if (wp.rank() != 6 || wp.dim(4) != wp.dim(5)) return {};  // run() reports it
+  DwPwState st;
+  st.pairs = pairs_run(wp.dim(4));
+  st.wp = bf16_weights(wp, info.node.attrs.get_int("channels"), st.pairs, st.bytes);
+  if (expand) {
+    const Tensor& we = *info.constants[5];
+    if (we.rank() != 6 || we.dim(4) != wp.dim(4)) return {};
+    st.we = bf16_weights(we, info.node.attrs.get_int("expand_channels"), st.pairs, st.bytes);
+  }
+  return st;
+}
+
+// `blocks` consecutive block planes of `pixels` pixels (of `channels` real lanes from the first)
+// as bf16 pair words, or rounded to bf16 in place where the pairs do not run (`dst` null).
+void mid_to_bf16(float* mid, int64_t blocks, int64_t pixels, int64_t channels, uint32_t* dst) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (dst)
+      avx512::blocked_to_pairs(mid + b * pixels * 16, pixels,
+                               std::clamp<int64_t>(channels - b * 16, 0, 16), dst + b * pixels * 8);
+    else
+      round_to_bf16(mid + b * pixels * 16, pixels * 16);
+  }
 }
 
 // DwPwConvBlocked: per output row, the depthwise conv of every channel block into a row buffer
@@ -574,6 +632,29 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
   const float *wdp = wd.data<float>(), *wpp = wp.data<float>();
   const float* wep = expand ? c.input(5).data<float>() : nullptr;
   const float* bep = expand ? c.input(6).data<float>() : nullptr;
+  // precision="bf16": the 1x1 convs' products on bf16 operands (DwPwState; the depthwise conv
+  // stays fp32). With pairs, X (the expansion's input) is converted once and each buffer of
+  // depthwise rows before its projection; else both are rounded (the rows in place: the buffer
+  // is this kernel's) and the weights are the rounded ones.
+  const DwPwState* st = c.prepared_if<DwPwState>();
+  if (!st && params::product_precision(c.node) == DType::kBF16)
+    throw KernelDeclined(cat(where, ": bf16 products need constant 1x1 weights"));
+  const bool pairs = st && st->pairs && pairs_run(gd.block), round_mid = st && !pairs;
+  const uint32_t *wpw = nullptr, *wew = nullptr, *xw = nullptr;
+  static thread_local ScratchBuffer xr, wpr, wer;  // the caller's: the workers write into them
+  if (pairs) {
+    wpw = reinterpret_cast<const uint32_t*>(st->wp.get());
+    wew = reinterpret_cast<const uint32_t*>(st->we.get());
+    if (expand) xw = input_pairs(ge, xp, 8);
+  } else if (st) {  // pairs prepared where this run has none: W rounded now
+    wpp = st->pairs ? rounded_copy(wpr, wpp, wp.numel())
+                    : reinterpret_cast<const float*>(st->wp.get());
+    if (expand) {
+      wep = st->pairs ? rounded_copy(wer, wep, c.input(5).numel())
+                      : reinterpret_cast<const float*>(st->we.get());
+      xp = rounded_copy(xr, xp, x.numel());
+    }
+  }
   const int64_t row = gd.ow * gd.block, plane = gd.oh * row;
   const int64_t in_row = gd.iw * gd.block, ring_plane = gd.ring * in_row;
   RowEpilogue fused;
@@ -584,6 +665,16 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
                      const RowEpilogue* e) {
     if (!PTO_ISA_DISPATCH(conv_blocked_row_at, g, in, w, b, out, stride, n, ob, obs, oy, e))
       generic::conv_blocked_row_at(g, in, w, b, out, stride, n, ob, obs, oy, e);
+  };
+  // A 1x1 conv's row (the expansion or the projection) on fp32 operands, or on pair words `in_w`
+  // and `w_w` where they are set.
+  auto pw_row = [&](const BlockedConv& g, const float* in, const uint32_t* in_w, const float* w,
+                    const uint32_t* w_w, const float* b, float* out, int64_t stride, int64_t n,
+                    int64_t ob, int64_t obs, int64_t oy, const RowEpilogue* e) {
+    if (in_w)
+      avx512::conv_blocked_row_pairs(g, {in_w, w_w, 8}, b, out, stride, n, ob, obs, oy, e);
+    else
+      conv_row(g, in, w, b, out, stride, n, ob, obs, oy, e);
   };
   const int64_t sets = (gp.ocb + 3) / 4;
   // A small output plane (at most kFlatDwPwPlane pixels: MobileNetV2's at 96x96 from 24x24 on,
@@ -603,8 +694,11 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
     // The halves: the depthwise conv of the whole plane by channel blocks into one buffer, then
     // the projection of the plane as one row by output blocks (a second job: one more wait).
     if (halves) {
-      static thread_local ScratchBuffer shared;  // the caller's: the workers write into it
+      static thread_local ScratchBuffer shared, shared_w;  // the caller's: the workers write
       float* mid = shared.get_as<float>(static_cast<size_t>(gd.n * gd.ocb * plane));
+      uint32_t* mid_w =
+          pairs ? shared_w.get_as<uint32_t>(static_cast<size_t>(gd.n * gd.ocb * plane / 2))
+                : nullptr;
       parallel_for(0, gd.n * gd.ocb, 1, [&](int64_t t0, int64_t t1) {
         // A padded plane is copied by the task that reads it, into a buffer of its thread's.
         BlockedConv one_plane = gpad ? *gpad : gd;
@@ -624,6 +718,9 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
             else
               conv_row(gd, xp, wdp, bd.data<float>(), out, plane, t / gd.ocb, o, 1, oy, act);
           }
+          if (pairs || round_mid)
+            mid_to_bf16(mid + t * plane, 1, gd.oh * gd.ow, gd.channels - o * gd.block,
+                        pairs ? mid_w + t * plane / 2 : nullptr);
         }
       });
       BlockedConv gf = gp;  // the plane as one row
@@ -637,8 +734,9 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
           for (int64_t ob = b0; ob < b1; ob += 4) {
             RowEpilogue e = fused;
             if (e.residual) e.residual += at + ob * plane;
-            conv_row(gf, mid + n * gd.ocb * plane, wpp, bp.data<float>(), yp + at + ob * plane,
-                     plane, 0, ob, std::min<int64_t>(4, b1 - ob), 0, in_regs ? &e : nullptr);
+            pw_row(gf, mid + n * gd.ocb * plane, pairs ? mid_w + n * gd.ocb * plane / 2 : nullptr,
+                   wpp, wpw, bp.data<float>(), yp + at + ob * plane, plane, 0, ob,
+                   std::min<int64_t>(4, b1 - ob), 0, in_regs ? &e : nullptr);
           }
           if (has_rest) span_epilogues(ep, yp, n, gp.ocb, plane, 0, plane, b0, b1);
         }
@@ -662,13 +760,20 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
         gf.iw = (y1 - y0) * gd.ow;
         gf.ow = p1 - p0;
         const float* in = mid + (p0 - y0 * gd.ow) * gd.block;
+        const uint32_t* in_w = nullptr;
+        if (pairs || round_mid) {
+          uint32_t* w =
+              pairs ? scratch_as<uint32_t>(static_cast<size_t>(gd.ocb * span / 2), 1) : nullptr;
+          mid_to_bf16(mid, gd.ocb, span / gd.block, gd.channels, w);
+          if (w) in_w = w + (p0 - y0 * gd.ow) * gd.block / 2;
+        }
         const int64_t at = n * gp.ocb * plane + p0 * gd.block;  // block 0's pixel p0 of image n
         const int64_t b0 = part * gp.ocb / parts, b1 = (part + 1) * gp.ocb / parts;
         for (int64_t ob = b0; ob < b1; ob += 4) {
           RowEpilogue e = fused;
           if (e.residual) e.residual += at + ob * plane;
-          conv_row(gf, in, wpp, bp.data<float>(), yp + at + ob * plane, plane, 0, ob,
-                   std::min<int64_t>(4, b1 - ob), 0, in_regs ? &e : nullptr);
+          pw_row(gf, in, in_w, wpp, wpw, bp.data<float>(), yp + at + ob * plane, plane, 0, ob,
+                 std::min<int64_t>(4, b1 - ob), 0, in_regs ? &e : nullptr);
         }
         if (has_rest)
           span_epilogues(ep, yp, n, gp.ocb, plane, p0 * gd.block, (p1 - p0) * gd.block, b0, b1);
@@ -697,22 +802,24 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
           const int64_t slot = iy % gd.ring;
           if (held[static_cast<size_t>(slot)] == n * gd.ih + iy) continue;
           for (int64_t ob = 0; ob < ge.ocb; ob += 4)
-            conv_row(ge, xp, wep, bep, ring + ob * ring_plane + slot * in_row, ring_plane, n, ob,
-                     std::min<int64_t>(4, ge.ocb - ob), iy, act_e ? &clamp_e : nullptr);
+            pw_row(ge, xp, xw, wep, wew, bep, ring + ob * ring_plane + slot * in_row, ring_plane, n,
+                   ob, std::min<int64_t>(4, ge.ocb - ob), iy, act_e ? &clamp_e : nullptr);
           held[static_cast<size_t>(slot)] = n * gd.ih + iy;
         }
       }
       for (int64_t o = 0; o < gd.ocb; ++o)
         conv_row(gd, expand ? ring : xp, wdp, bd.data<float>(), mid + o * row, row, expand ? 0 : n,
                  o, 1, oy, act_mid ? &clamp_mid : nullptr);
+      uint32_t* mid_w = pairs ? scratch_as<uint32_t>(mid_floats / 2, 1) : nullptr;
+      if (pairs || round_mid) mid_to_bf16(mid, gd.ocb, gd.ow, gd.channels, mid_w);
       const int64_t at = (n * gp.ocb * gd.oh + oy) * row;  // block 0's row oy of image n
       const int64_t b0 = part * sets / parts * 4,
                     b1 = std::min(gp.ocb, (part + 1) * sets / parts * 4);
       for (int64_t ob = b0; ob < b1; ob += 4) {
         RowEpilogue e = fused;
         if (e.residual) e.residual += at + ob * plane;
-        conv_row(gp, mid, wpp, bp.data<float>(), yp + at + ob * plane, plane, 0, ob,
-                 std::min<int64_t>(4, b1 - ob), 0, in_regs ? &e : nullptr);
+        pw_row(gp, mid, mid_w, wpp, wpw, bp.data<float>(), yp + at + ob * plane, plane, 0, ob,
+               std::min<int64_t>(4, b1 - ob), 0, in_regs ? &e : nullptr);
       }
       if (has_rest) row_epilogues(ep, yp, n, gp.ocb, gd.oh, oy, row, b0, b1);
     }
@@ -829,16 +936,24 @@ void register_blocked_conv_kernels(KernelRegistry& r) {
                              : std::string("direct");
   };
   r.add("ConvBlocked", std::move(conv));
-  r.add("DwPwConvBlocked",
-        {[](const NodeInfo& i) {
-           if ((i.inputs.size() != 5 && i.inputs.size() != 7) || !rank_is(i, 0, 5)) return false;
-           for (size_t k = 0; k < i.inputs.size(); ++k)
-             if (!is_f32(i, k)) return false;
-           const Dim& b = (*i.inputs[0].shape)[4];
-           return b == Dim(8) || b == Dim(16);
-         },
-         {},
-         run_dw_pw_conv_blocked});
+  Kernel dw_pw{[](const NodeInfo& i) {
+                 if ((i.inputs.size() != 5 && i.inputs.size() != 7) || !rank_is(i, 0, 5))
+                   return false;
+                 for (size_t k = 0; k < i.inputs.size(); ++k)
+                   if (!is_f32(i, k)) return false;
+                 const Dim& b = (*i.inputs[0].shape)[4];
+                 return b == Dim(8) || b == Dim(16);
+               },
+               prepare_dw_pw_conv_blocked, run_dw_pw_conv_blocked};
+  dw_pw.packed_bytes = [](const std::any& state) {
+    return state.has_value() ? std::any_cast<const DwPwState&>(state).bytes : size_t{0};
+  };
+  dw_pw.describe = [](const std::any& state) {  // the profiler's tag is the first word
+    if (!state.has_value()) return std::string();
+    return std::string(std::any_cast<const DwPwState&>(state).pairs ? "bf16-pairs 1x1 convs"
+                                                                    : "bf16-rounded 1x1 convs");
+  };
+  r.add("DwPwConvBlocked", std::move(dw_pw));
 }
 
 }  // namespace pto::cpu

@@ -416,7 +416,6 @@ bool conv_blocked_row(const BlockedConv& g, const float* x, const float* w, cons
                              e ? &eo : nullptr);
 }
 
-
 #if defined(PTO_ISA_AVX512)
 // ---- bf16 pairs (AVX512_BF16, conv_isa.h PairOperands) ----
 //
@@ -583,12 +582,14 @@ PTO_BF16 void blocked_to_pairs(const float* x, int64_t pixels, int64_t lanes, ui
   const __mmask16 m = lanes >= 16 ? __mmask16(0xffff) : __mmask16((1u << lanes) - 1);
   int64_t i = 0;
   for (; i + 2 <= pixels; i += 2) {  // two pixels a conversion
-    const __m512 a = _mm512_maskz_loadu_ps(m, x + i * 16), b = _mm512_maskz_loadu_ps(m, x + i * 16 + 16);
+    const __m512 a = _mm512_maskz_loadu_ps(m, x + i * 16),
+                 b = _mm512_maskz_loadu_ps(m, x + i * 16 + 16);
     _mm512_storeu_si512(dst + i * 8, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
   }
   if (i < pixels)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i * 8),
-                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i * 16))));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(dst + i * 8),
+        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i * 16))));
 }
 
 PTO_BF16 void planes_to_pairs(const float* x, int64_t c, int64_t hw, int64_t plane_stride,
@@ -601,10 +602,10 @@ PTO_BF16 void planes_to_pairs(const float* x, int64_t c, int64_t hw, int64_t pla
     for (int64_t p = 0; p < words; ++p) {  // 16 pixels' word p: lanes 2p and 2p + 1
       const __m256i lo = reinterpret_cast<__m256i>(
           _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + 2 * p * plane_stride + q0)));
-      const __m256i hi =
-          2 * p + 1 < c ? reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
-                              _mm512_maskz_loadu_ps(m, x + (2 * p + 1) * plane_stride + q0)))
-                        : _mm256_setzero_si256();
+      const __m256i hi = 2 * p + 1 < c
+                             ? reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
+                                   _mm512_maskz_loadu_ps(m, x + (2 * p + 1) * plane_stride + q0)))
+                             : _mm256_setzero_si256();
       _mm512_store_si512(t[p], _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
                                                _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16)));
     }
