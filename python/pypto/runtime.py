@@ -163,7 +163,8 @@ class CompiledGraph:
 
     def describe_step(self, i: int) -> str:
         """Step i's kernel as its backend describes it: a tile program, the algorithm a kernel
-        chose at compile time (ConvBlocked: "direct" or "winograd F(4x4,3x3)"), or ''."""
+        chose at compile time (ConvBlocked: "direct", "direct/bf16 pairs" or "winograd
+        F(4x4,3x3)"; DwPwConvBlocked with bf16 1x1 convs: "bf16-pairs 1x1 convs"), or ''."""
         return self._exe.describe_step(i)
 
     def describe_tiles(self) -> str:

@@ -4,9 +4,11 @@
 // graph_with_weights() rebuilds them bit for bit.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <set>
 
+#include "backend/cpu/isa/isa.h"
 #include "pto/executable.h"
 #include "pto/reference.h"
 #include "random_tensor.h"
@@ -187,6 +189,72 @@ TEST(PackedWeights, KeptWhenTheGroupReadsItAgain) {
     EXPECT_TRUE(exe.graph().released().empty()) << level;
     const std::vector<Tensor> got = exe.run(in);
     for (size_t i = 0; i < got.size(); ++i) expect_near(got[i], want[i], 1e-4, cat("output ", i));
+  }
+}
+
+// Level 3 with bf16 products (AutoMixedPrecision's marking): ConvBlocked and DwPwConvBlocked
+// hold their weights rounded to bf16 (pair words where AVX512_BF16 runs them), so the fp32
+// originals of the plain conv and of both 1x1 convs are released; the depthwise W stays (an fp32
+// kernel reads it). graph_with_weights() gives back the rounded weights, which the bf16 products
+// read anyway: compiled again it computes the same outputs, as does the first compile with the
+// extension turned off (the weights widened from the pairs).
+TEST(PackedWeights, Bf16BlockedConvsHoldTheirWeightsOnce) {
+  auto build = [] {
+    Graph g;
+    ValueId x = g.add_input("x", {DType::kF32, to_shape({1, 16, 10, 10})});
+    ValueId w0 = constant(g, "w0", {32, 16, 3, 3}, 40), we = constant(g, "we", {64, 32, 1, 1}, 41);
+    ValueId wd = constant(g, "wd", {64, 1, 3, 3}, 42), wp = constant(g, "wp", {32, 64, 1, 1}, 43);
+    auto conv = [&](ValueId in, ValueId w, int64_t group, int64_t k, const char* name) {
+      Attributes a;
+      a.set("pads", std::vector<int64_t>(4, k / 2));
+      if (group > 1)
+        a.set("group", group);
+      else
+        a.set("precision", std::string("bf16"));
+      ValueId y = g.add_value(std::string(name) + "_out"),
+              r = g.add_value(std::string(name) + "_relu");
+      g.add_node("Conv", {in, w}, {y}, a, name);
+      g.add_node("Relu", {y}, {r});
+      return r;
+    };
+    const ValueId a = conv(x, w0, 1, 3, "plain");
+    const ValueId e = conv(a, we, 1, 1, "expand");
+    const ValueId d = conv(e, wd, 64, 3, "depthwise");
+    const ValueId p = g.add_value("p");
+    g.add_node("Conv", {d, wp}, {p}, Attributes{}, "project");
+    Node& project = g.mutable_nodes().back();
+    project.attrs.set("precision", std::string("bf16"));
+    g.add_output(p);
+    return g;
+  };
+  Graph typed = build();
+  infer_types(typed);
+  const std::vector<Tensor> in = {random_tensor({1, 16, 10, 10}, 44)};
+  const Tensor want = reference::run(typed, in)[0];
+  Executable exe = compile(build(), {.level = 3});
+  int fused = 0;
+  for (const Node& n : exe.graph().nodes()) fused += n.op == "DwPwConvBlocked";
+  ASSERT_EQ(fused, 1) << print(exe.graph());
+  std::set<std::string> released;
+  for (ValueId v : exe.graph().released()) released.insert(exe.graph().value(v).name);
+  EXPECT_EQ(released.size(), 3u) << print(exe.graph());  // plain, expand and project W
+  for (const std::string& name : released) EXPECT_EQ(name.find("wd"), std::string::npos) << name;
+  EXPECT_GT(exe.stats().released_weight_bytes, 0u);
+  // The depthwise output is rounded before the projection: a value on a rounding boundary may
+  // round the other way than in the reference (double), one bf16 ulp of one input.
+  const Tensor got = exe.run(in)[0];
+  double scale = 0;
+  for (int64_t i = 0; i < want.numel(); ++i)
+    scale = std::max(scale, std::fabs(want.item_as_double(i)));
+  ASSERT_GT(scale, 0.0);
+  expect_near(got, want, 2e-3 * scale, "level 3 bf16");
+  const Graph full = exe.graph_with_weights();
+  EXPECT_TRUE(full.released().empty());
+  expect_near(compile(full, {.level = 3}).run(in)[0], got, 1e-5 * scale,
+              "recompiled from the weights");
+  if (cpu::has_ext(cpu::Ext::kAvx512Bf16)) {
+    cpu::ExtScope off(cpu::Ext::kAvx512Bf16);
+    expect_near(exe.run(in)[0], got, 1e-5 * scale, "pairs turned off");
   }
 }
 

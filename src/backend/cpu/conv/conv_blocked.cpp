@@ -5,6 +5,7 @@
 // stride-1 conv where the cost rule says so runs as Winograd F(4x4, 3x3) instead (winograd.h),
 // on weights transformed in prepare().
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -347,6 +348,7 @@ struct ConvBlockedState {
   std::shared_ptr<uint8_t[]> bf16;
   size_t bf16_bytes = 0;
   int64_t words = 0;
+  Dims w_shape;  // W's: with bf16, run() never reads W itself (packed_inputs), unpack() rebuilds it
 
   size_t bytes() const { return (winograd ? winograd->bytes() : 0) + bf16_bytes; }
   std::string describe() const {
@@ -384,6 +386,31 @@ void pack_weight_pairs(const Tensor& w, int64_t channels, int64_t groups, int64_
         dst[(r * words + p) * 16 + j] = lo | hi << 16;
       }
   }
+}
+
+// The inverse of pack_weight_pairs: `rows` tap rows of `words` pair words into blocked floats
+// [rows, 16, 16] (lanes past 2 * words zero). Exact on bf16 values: rounded W as the node's
+// precision reads it.
+void widen_weight_pairs(const uint32_t* src, int64_t rows, int64_t words, float* dst) {
+  std::fill(dst, dst + rows * 256, 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t p = 0; p < words; ++p)
+      for (int64_t j = 0; j < 16; ++j) {
+        const uint32_t word = src[(r * words + p) * 16 + j];
+        dst[r * 256 + 2 * p * 16 + j] = std::bit_cast<float>(word << 16);
+        if (2 * p + 1 < 16)
+          dst[r * 256 + (2 * p + 1) * 16 + j] = std::bit_cast<float>(word & 0xffff0000u);
+      }
+}
+
+// W as the fp32 kernel reads it from bf16 weights prepared as pair words (`words` > 0, into `b`)
+// or rounded floats.
+const float* bf16_weights_as_floats(const std::shared_ptr<uint8_t[]>& w, int64_t words,
+                                    int64_t numel, ScratchBuffer& b) {
+  if (words == 0) return reinterpret_cast<const float*>(w.get());
+  float* dst = b.get_as<float>(static_cast<size_t>(numel));
+  widen_weight_pairs(reinterpret_cast<const uint32_t*>(w.get()), numel / 256, words, dst);
+  return dst;
 }
 
 // X as pair words (conv_isa.h PairOperands), in a buffer of the caller's thread.
@@ -464,11 +491,10 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
     conv_blocked_rows(g, x, w, bias, yp, ep, &op);
     return one(std::move(y));
   }
-  // The fp32 kernel on operands rounded to bf16: W as prepared where it was (else rounded now:
-  // pairs prepared for a machine with AVX512_BF16 running without it).
-  const float* wb = st && st->bf16 && st->words == 0
-                        ? reinterpret_cast<const float*>(st->bf16.get())
-                        : rounded_copy(wr, w, c.input(1).numel());
+  // The fp32 kernel on operands rounded to bf16: W as prepared (widened from pair words prepared
+  // for a machine with AVX512_BF16 running without it), or rounded now without a state.
+  const float* wb = st ? bf16_weights_as_floats(st->bf16, st->words, c.input(1).numel(), wr)
+                       : rounded_copy(wr, w, c.input(1).numel());
   conv_blocked_rows(g, rounded_copy(xr, x, c.input(0).numel()), wb, bias, yp, ep);
   return one(std::move(y));
 }
@@ -492,6 +518,7 @@ bool clamp_attrs(const KernelContext& c, const std::string& name, const char* mi
 // bf16 pairs run, else rounded to bf16 as floats (see ConvBlockedState).
 struct DwPwState {
   std::shared_ptr<uint8_t[]> wp, we;  // we: with an expansion
+  Dims wp_shape, we_shape;            // run() reads these copies only (packed_inputs)
   size_t bytes = 0;
   bool pairs = false;
 };
@@ -522,10 +549,12 @@ std::any prepare_dw_pw_conv_blocked(const NodeInfo& info) {
   if (wp.rank() != 6 || wp.dim(4) != wp.dim(5)) return {};  // run() reports it
   DwPwState st;
   st.pairs = pairs_run(wp.dim(4));
+  st.wp_shape = wp.shape();
   st.wp = bf16_weights(wp, info.node.attrs.get_int("channels"), st.pairs, st.bytes);
   if (expand) {
     const Tensor& we = *info.constants[5];
     if (we.rank() != 6 || we.dim(4) != wp.dim(4)) return {};
+    st.we_shape = we.shape();
     st.we = bf16_weights(we, info.node.attrs.get_int("expand_channels"), st.pairs, st.bytes);
   }
   return st;
@@ -646,12 +675,10 @@ std::vector<Tensor> run_dw_pw_conv_blocked(const KernelContext& c) {
     wpw = reinterpret_cast<const uint32_t*>(st->wp.get());
     wew = reinterpret_cast<const uint32_t*>(st->we.get());
     if (expand) xw = input_pairs(ge, xp, 8);
-  } else if (st) {  // pairs prepared where this run has none: W rounded now
-    wpp = st->pairs ? rounded_copy(wpr, wpp, wp.numel())
-                    : reinterpret_cast<const float*>(st->wp.get());
+  } else if (st) {  // the rounded floats (widened from pairs prepared where this run has none)
+    wpp = bf16_weights_as_floats(st->wp, st->pairs ? 8 : 0, wp.numel(), wpr);
     if (expand) {
-      wep = st->pairs ? rounded_copy(wer, wep, c.input(5).numel())
-                      : reinterpret_cast<const float*>(st->we.get());
+      wep = bf16_weights_as_floats(st->we, st->pairs ? 8 : 0, c.input(5).numel(), wer);
       xp = rounded_copy(xr, xp, x.numel());
     }
   }
@@ -845,6 +872,7 @@ void prepare_bf16(const NodeInfo& info, ConvBlockedState& st) {
   const int64_t channels = info.node.attrs.get_int("channels");
   const int64_t groups = info.node.attrs.get_int("group", 1);
   const bool nchw = rank_is(info, 0, 4);
+  st.w_shape = w.shape();
   if (pairs_run(w.dim(4))) {
     st.words = nchw ? (channels + 1) / 2 : 8;
     st.bf16_bytes = static_cast<size_t>(w.numel() / 256 * st.words * 16 * 4);
@@ -931,6 +959,24 @@ void register_blocked_conv_kernels(KernelRegistry& r) {
   conv.packed_bytes = [](const std::any& state) {
     return state.has_value() ? std::any_cast<const ConvBlockedState&>(state).bytes() : size_t{0};
   };
+  // With bf16 products the state holds W (rounded: what the node's precision reads) and run()
+  // reads that copy only; the fp32 W goes. Winograd's U cannot give W back, so it keeps it.
+  conv.packed_inputs = [](const std::any& state) {
+    return state.has_value() && std::any_cast<const ConvBlockedState&>(state).bf16
+               ? std::vector<size_t>{1}
+               : std::vector<size_t>{};
+  };
+  conv.unpack = [](const std::any& state, size_t input) {
+    const auto& st = std::any_cast<const ConvBlockedState&>(state);
+    PTO_CHECK(input == 1 && st.bf16) << "ConvBlocked: only a bf16 W is packed";
+    Tensor w = Tensor::empty(DType::kF32, st.w_shape);
+    if (st.words == 0)
+      std::memcpy(w.data<float>(), st.bf16.get(), w.nbytes());
+    else
+      widen_weight_pairs(reinterpret_cast<const uint32_t*>(st.bf16.get()), w.numel() / 256,
+                         st.words, w.data<float>());
+    return w;
+  };
   conv.describe = [](const std::any& state) {
     return state.has_value() ? std::any_cast<const ConvBlockedState&>(state).describe()
                              : std::string("direct");
@@ -952,6 +998,23 @@ void register_blocked_conv_kernels(KernelRegistry& r) {
     if (!state.has_value()) return std::string();
     return std::string(std::any_cast<const DwPwState&>(state).pairs ? "bf16-pairs 1x1 convs"
                                                                     : "bf16-rounded 1x1 convs");
+  };
+  dw_pw.packed_inputs = [](const std::any& state) {
+    if (!state.has_value()) return std::vector<size_t>{};
+    return std::any_cast<const DwPwState&>(state).we ? std::vector<size_t>{3, 5}
+                                                     : std::vector<size_t>{3};
+  };
+  dw_pw.unpack = [](const std::any& state, size_t input) {
+    const auto& st = std::any_cast<const DwPwState&>(state);
+    PTO_CHECK(input == 3 || (input == 5 && st.we)) << "DwPwConvBlocked: only the 1x1 W are packed";
+    const std::shared_ptr<uint8_t[]>& m = input == 3 ? st.wp : st.we;
+    Tensor w = Tensor::empty(DType::kF32, input == 3 ? st.wp_shape : st.we_shape);
+    if (st.pairs)
+      widen_weight_pairs(reinterpret_cast<const uint32_t*>(m.get()), w.numel() / 256, 8,
+                         w.data<float>());
+    else
+      std::memcpy(w.data<float>(), m.get(), w.nbytes());
+    return w;
   };
   r.add("DwPwConvBlocked", std::move(dw_pw));
 }
