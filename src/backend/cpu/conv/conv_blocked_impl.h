@@ -27,6 +27,18 @@ constexpr int kAccRegs = kLanes == 16 ? 28 : (kLanes == 8 ? 12 : 16);
 constexpr int kMaxOutputLanes = 4 * 16;
 alignas(64) constexpr float kZeroBias[kMaxOutputLanes] = {};
 
+// The interior of an output row: pixels [lo, hi) whose every tap lies inside the input row.
+struct Interior {
+  int64_t lo, hi;
+};
+inline Interior interior_of(const BlockedConv& g) {
+  const int64_t lo = (g.pw + g.sw - 1) / g.sw < g.ow ? (g.pw + g.sw - 1) / g.sw : g.ow;
+  const int64_t last = g.iw - 1 + g.pw - (g.kw - 1) * g.dw;  // the last interior ox * sw
+  int64_t hi = last < 0 ? 0 : last / g.sw + 1;
+  hi = hi > g.ow ? g.ow : (hi < lo ? lo : hi);
+  return {lo, hi};
+}
+
 // kNchw: X is [N, C, H, W] with C <= B (a stem reading the network's input directly, no reorder):
 // lane i of a pixel is at channel plane i, pixels are adjacent.
 template <int B, int OB, bool kNchw = false>
@@ -332,11 +344,7 @@ struct RowKernel {
   }
 
   void run() const {
-    // Interior pixels [lo, hi): every tap of the window lies inside the row.
-    const int64_t lo = (g.pw + g.sw - 1) / g.sw < g.ow ? (g.pw + g.sw - 1) / g.sw : g.ow;
-    const int64_t last = g.iw - 1 + g.pw - (g.kw - 1) * g.dw;  // the last interior ox * sw
-    int64_t hi = last < 0 ? 0 : last / g.sw + 1;
-    hi = hi > g.ow ? g.ow : (hi < lo ? lo : hi);
+    const auto [lo, hi] = interior_of(g);
     for (int64_t ox = 0; ox < lo; ++ox) block<1, true>(ox);
     int64_t ox = lo;
     if constexpr (kHasUnit)
@@ -526,11 +534,7 @@ struct PairKernel {
   }
 
   PTO_BF16 void run() const {
-    // Interior pixels [lo, hi): every tap of the window lies inside the row (as RowKernel::run).
-    const int64_t lo = (g.pw + g.sw - 1) / g.sw < g.ow ? (g.pw + g.sw - 1) / g.sw : g.ow;
-    const int64_t last = g.iw - 1 + g.pw - (g.kw - 1) * g.dw;
-    int64_t hi = last < 0 ? 0 : last / g.sw + 1;
-    hi = hi > g.ow ? g.ow : (hi < lo ? lo : hi);
+    const auto [lo, hi] = interior_of(g);
     for (int64_t ox = 0; ox < lo; ++ox) block<1, true, 0>(ox);
     if (g.sw == 1)
       interior<1>(lo, hi);
