@@ -67,7 +67,6 @@ class Attributes {
  public:
   void set(const std::string& name, Attribute value) { map_[name] = std::move(value); }
   bool has(const std::string& name) const { return map_.count(name) != 0; }
-  void erase(const std::string& name) { map_.erase(name); }
   const std::map<std::string, Attribute>& all() const { return map_; }
 
   int64_t get_int(const std::string& name) const;

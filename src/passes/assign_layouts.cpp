@@ -81,9 +81,10 @@ bool blocked_pays(int64_t in_channels, int64_t out_channels, int block, bool inp
 }
 
 // Whether Conv `n` runs blocked: float32, 2-D, fp32 or bf16 products (ConvBlocked keeps
-// precision="bf16"; a depthwise conv drops it: memory bound, it computes in fp32), constant
-// weights (and bias), group 1, groups whose channels fill whole blocks, or depthwise with one
-// output per input channel, and the cost rule says it pays.
+// precision="bf16"), constant weights (and bias), group 1, groups whose channels fill whole
+// blocks, or depthwise with one output per input channel and fp32 products (AutoMixedPrecision
+// never marks one; the NCHW kernel honours a hand-written marking on rounded copies), and the
+// cost rule says it pays.
 bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked, bool cost_rule) {
   if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
     return false;
@@ -104,6 +105,7 @@ bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked
   const bool grouped = group > 1 && !depthwise && w->dim(1) * group == C &&
                        C % (group * block) == 0 && w->dim(0) % (group * block) == 0;
   if (!(group == 1 && w->dim(1) == C) && !depthwise && !grouped) return false;
+  if (depthwise && n.attrs.has("precision")) return false;
   return !cost_rule || blocked_pays(C, w->dim(0), block, input_blocked);
 }
 
@@ -601,7 +603,6 @@ class Rewriter {
     Attributes attrs = n.attrs;
     attrs.set("kernel_shape", Dims{w.dim(2), w.dim(3)});
     attrs.set("channels", w.dim(1) * group);
-    if (depthwise) attrs.erase("precision");
     const ValueId y = n.outputs[0];
     Node& m = g_.mutable_nodes()[i];
     retarget(m, "ConvBlocked", std::move(inputs), std::move(attrs));
