@@ -413,6 +413,35 @@ const float* bf16_weights_as_floats(const std::shared_ptr<uint8_t[]>& w, int64_t
   return dst;
 }
 
+// Blocked W as the bf16 kernels hold it: `words` pair words a tap row (pack_weight_pairs) where
+// the pairs run, else (words 0) rounded to bf16 and kept as floats; its bytes added to `bytes`.
+std::shared_ptr<uint8_t[]> bf16_weights(const Tensor& w, int64_t channels, int64_t groups,
+                                        int64_t words, size_t& bytes) {
+  const size_t n = static_cast<size_t>(words > 0 ? w.numel() / 256 * words * 16 * 4
+                                                 : w.numel() * static_cast<int64_t>(sizeof(float)));
+  std::shared_ptr<uint8_t[]> m = panel_memory(n);
+  if (words > 0) {
+    pack_weight_pairs(w, channels, groups, words, reinterpret_cast<uint32_t*>(m.get()));
+  } else {
+    std::memcpy(m.get(), w.data<float>(), n);
+    round_to_bf16(reinterpret_cast<float*>(m.get()), w.numel());
+  }
+  bytes += n;
+  return m;
+}
+
+// The weights bf16_weights() made, back as a tensor of `shape` (the kernels' unpack()): exact,
+// since the rounded W is what a bf16 node reads.
+Tensor bf16_weights_tensor(const std::shared_ptr<uint8_t[]>& m, const Dims& shape, int64_t words) {
+  Tensor w = Tensor::empty(DType::kF32, shape);
+  if (words > 0)
+    widen_weight_pairs(reinterpret_cast<const uint32_t*>(m.get()), w.numel() / 256, words,
+                       w.data<float>());
+  else
+    std::memcpy(w.data<float>(), m.get(), w.nbytes());
+  return w;
+}
+
 // X as pair words (conv_isa.h PairOperands), in a buffer of the caller's thread.
 const uint32_t* input_pairs(const BlockedConv& g, const float* x, int64_t words) {
   static thread_local ScratchBuffer buffer;  // the caller's: the workers write into it
@@ -523,24 +552,6 @@ struct DwPwState {
   bool pairs = false;
 };
 
-// W of a 1x1 ConvBlocked reading `channels` lanes as DwPwState holds it.
-std::shared_ptr<uint8_t[]> bf16_weights(const Tensor& w, int64_t channels, bool pairs,
-                                        size_t& bytes) {
-  if (pairs) {
-    const size_t n = static_cast<size_t>(w.numel() / 256 * 8 * 16 * 4);
-    std::shared_ptr<uint8_t[]> m = panel_memory(n);
-    pack_weight_pairs(w, channels, 1, 8, reinterpret_cast<uint32_t*>(m.get()));
-    bytes += n;
-    return m;
-  }
-  const size_t n = static_cast<size_t>(w.numel()) * sizeof(float);
-  std::shared_ptr<uint8_t[]> m = panel_memory(n);
-  std::memcpy(m.get(), w.data<float>(), n);
-  round_to_bf16(reinterpret_cast<float*>(m.get()), w.numel());
-  bytes += n;
-  return m;
-}
-
 std::any prepare_dw_pw_conv_blocked(const NodeInfo& info) {
   if (params::product_precision(info.node) != DType::kBF16 || !info.is_constant(3)) return {};
   const bool expand = info.inputs.size() > 5;
@@ -550,12 +561,13 @@ std::any prepare_dw_pw_conv_blocked(const NodeInfo& info) {
   DwPwState st;
   st.pairs = pairs_run(wp.dim(4));
   st.wp_shape = wp.shape();
-  st.wp = bf16_weights(wp, info.node.attrs.get_int("channels"), st.pairs, st.bytes);
+  st.wp = bf16_weights(wp, info.node.attrs.get_int("channels"), 1, st.pairs ? 8 : 0, st.bytes);
   if (expand) {
     const Tensor& we = *info.constants[5];
     if (we.rank() != 6 || we.dim(4) != wp.dim(4)) return {};
     st.we_shape = we.shape();
-    st.we = bf16_weights(we, info.node.attrs.get_int("expand_channels"), st.pairs, st.bytes);
+    st.we =
+        bf16_weights(we, info.node.attrs.get_int("expand_channels"), 1, st.pairs ? 8 : 0, st.bytes);
   }
   return st;
 }
@@ -873,18 +885,8 @@ void prepare_bf16(const NodeInfo& info, ConvBlockedState& st) {
   const int64_t groups = info.node.attrs.get_int("group", 1);
   const bool nchw = rank_is(info, 0, 4);
   st.w_shape = w.shape();
-  if (pairs_run(w.dim(4))) {
-    st.words = nchw ? (channels + 1) / 2 : 8;
-    st.bf16_bytes = static_cast<size_t>(w.numel() / 256 * st.words * 16 * 4);
-    st.bf16 = panel_memory(st.bf16_bytes);
-    pack_weight_pairs(w, channels, groups, st.words, reinterpret_cast<uint32_t*>(st.bf16.get()));
-  } else {
-    st.bf16_bytes = static_cast<size_t>(w.numel()) * sizeof(float);
-    st.bf16 = panel_memory(st.bf16_bytes);
-    float* r = reinterpret_cast<float*>(st.bf16.get());
-    std::memcpy(r, w.data<float>(), st.bf16_bytes);
-    round_to_bf16(r, w.numel());
-  }
+  st.words = pairs_run(w.dim(4)) ? (nchw ? (channels + 1) / 2 : 8) : 0;
+  st.bf16 = bf16_weights(w, channels, groups, st.words, st.bf16_bytes);
 }
 
 // Winograd weights for a constant W when the conv is one Winograd computes and the cost rule may
@@ -969,13 +971,7 @@ void register_blocked_conv_kernels(KernelRegistry& r) {
   conv.unpack = [](const std::any& state, size_t input) {
     const auto& st = std::any_cast<const ConvBlockedState&>(state);
     PTO_CHECK(input == 1 && st.bf16) << "ConvBlocked: only a bf16 W is packed";
-    Tensor w = Tensor::empty(DType::kF32, st.w_shape);
-    if (st.words == 0)
-      std::memcpy(w.data<float>(), st.bf16.get(), w.nbytes());
-    else
-      widen_weight_pairs(reinterpret_cast<const uint32_t*>(st.bf16.get()), w.numel() / 256,
-                         st.words, w.data<float>());
-    return w;
+    return bf16_weights_tensor(st.bf16, st.w_shape, st.words);
   };
   conv.describe = [](const std::any& state) {
     return state.has_value() ? std::any_cast<const ConvBlockedState&>(state).describe()
@@ -1007,14 +1003,8 @@ void register_blocked_conv_kernels(KernelRegistry& r) {
   dw_pw.unpack = [](const std::any& state, size_t input) {
     const auto& st = std::any_cast<const DwPwState&>(state);
     PTO_CHECK(input == 3 || (input == 5 && st.we)) << "DwPwConvBlocked: only the 1x1 W are packed";
-    const std::shared_ptr<uint8_t[]>& m = input == 3 ? st.wp : st.we;
-    Tensor w = Tensor::empty(DType::kF32, input == 3 ? st.wp_shape : st.we_shape);
-    if (st.pairs)
-      widen_weight_pairs(reinterpret_cast<const uint32_t*>(m.get()), w.numel() / 256, 8,
-                         w.data<float>());
-    else
-      std::memcpy(w.data<float>(), m.get(), w.nbytes());
-    return w;
+    return input == 3 ? bf16_weights_tensor(st.wp, st.wp_shape, st.pairs ? 8 : 0)
+                      : bf16_weights_tensor(st.we, st.we_shape, st.pairs ? 8 : 0);
   };
   r.add("DwPwConvBlocked", std::move(dw_pw));
 }
