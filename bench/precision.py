@@ -129,6 +129,8 @@ def child(args) -> dict:
                 model = pypto.quantization.quantize_dynamic(model, {torch.nn.Linear}, torch.qint8)
             fast = pypto.optimize(model, example_inputs=x, level=args.level, dtype=dtype)
             result["compile_s"] = time.perf_counter() - t0
+            result["level"] = args.level
+            result["kernels"] = sorted({s["rule"] or s["op"] for s in fast.compiled.steps})
             run = lambda: fast(*x)  # noqa: E731
             with torch.inference_mode():
                 got = torch_models.first_tensor(fast(*x)).float()

@@ -275,3 +275,31 @@ def test_fp16_models_rejects_paths_with_nothing_to_convert(tmp_path, what, messa
     p = subprocess.run([sys.executable, str(bench), str(path)], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 2 and message + str(path) in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("level,blocked", [(2, False), (3, True)])
+def test_precision_level_reaches_the_pypto_engines(level, blocked):
+    """bench/precision.py --level compiles the pypto engines at that level: MobileNetV2 in bf16
+    runs blocked convs (ConvBlocked, DwPwConvBlocked) at level 3 only."""
+    import json
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "precision.py"
+    p = subprocess.run([sys.executable, str(bench), "--quick", "--level", str(level), "--child",
+                        "--model", "mobilenet_v2", "--engine", "pypto-bf16", "--threads", "1"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    line = next(x for x in p.stdout.splitlines() if x.startswith("@@bench-result@@"))
+    result = json.loads(line[len("@@bench-result@@"):])
+    assert result["status"] == "ok" and result["level"] == level, result
+    assert any("ConvBlocked" in k for k in result["kernels"]) == blocked, result["kernels"]
+    assert result["max_rel_err"] < 3e-2
+
+
+def test_precision_rejects_an_unknown_level():
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "precision.py"
+    p = subprocess.run([sys.executable, str(bench), "--level", "4"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "--level" in p.stderr and "invalid choice" in p.stderr, p.stderr
