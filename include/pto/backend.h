@@ -45,6 +45,11 @@ class CompiledKernel {
   virtual std::vector<Tensor> run_taking(std::vector<Tensor>& inputs) const { return run(inputs); }
   // What `pto compile --dump-tiles` prints for it: the tile program, or "" for an opaque kernel.
   virtual std::string describe() const { return ""; }
+  // The algorithm a call on inputs of these shapes runs, in one line (the profiler's tag is its
+  // first word): `inputs` in KernelGroup::inputs order, -1 for a size not known. A kernel that
+  // chooses by the sizes at run time says which it takes (ConvBlocked: Winograd from a batch on,
+  // else direct); the default is describe() when that is one short line, else "".
+  virtual std::string algorithm(const std::vector<Dims>& inputs) const;
   // Bytes held for the kernel's lifetime, e.g. weights packed into GEMM panels.
   virtual size_t prepared_bytes() const { return 0; }
   // Constant inputs (initializers among the group's inputs) the kernel copied at compile time

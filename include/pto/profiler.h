@@ -31,7 +31,7 @@ struct KernelInfo {
   std::string name;                  // the fusion rule ("Conv+Bias+Relu") or the op ("MaxPool")
   std::vector<std::string> sources;  // the names of the nodes it covers, in graph order
   std::string backend;               // "cpu", "reference"
-  // The algorithm the kernel chose at compile time when it says so in a line ("direct",
+  // The algorithm the kernel runs on these shapes when it says so in a line ("direct",
   // "winograd F(4x4,3x3)"): Winograd does fewer multiplications than `flops` counts.
   std::string algorithm;
   std::vector<Dims> input_shapes, output_shapes;  // record_shapes

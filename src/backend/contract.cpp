@@ -7,6 +7,12 @@
 
 namespace pto {
 
+std::string CompiledKernel::algorithm(const std::vector<Dims>& inputs) const {
+  (void)inputs;
+  std::string d = describe();
+  return d.find('\n') == std::string::npos && d.size() < 64 ? d : std::string();
+}
+
 Tensor CompiledKernel::unpack_constant(ValueId v) const {
   throw InternalError(cat("unpack_constant: value ", v, " is not one this kernel packed"));
 }

@@ -732,8 +732,9 @@ profiler::ModelInfo model_info(Executable::Plan& p, const Graph& g, const std::v
     k.name = kernel_label(g, step.group);
     for (int32_t n : step.info.nodes) k.sources.push_back(g.nodes()[n].name);
     k.backend = step.info.backend;
-    if (std::string d = step.kernel->describe(); d.find('\n') == std::string::npos && d.size() < 64)
-      k.algorithm = d;
+    std::vector<Dims> input_dims;
+    for (ValueId v : step.group.inputs) input_dims.push_back(v == kNoValue ? Dims{} : dims_of(v));
+    k.algorithm = step.kernel->algorithm(input_dims);
     const KernelCost c = kernel_cost(g, step.group, &types);
     k.flops = c.flops;
     k.flops_known = c.known;

@@ -68,3 +68,26 @@ def test_resnet18_at_64_keeps_small_planes_direct(cost_rule):
     algos = conv_algorithms(fast)
     assert algos.count(WINOGRAD) == 7, algos  # layer1 (16x16) and layer2 (8x8)
     assert algos.count(WINOGRAD + " from batch 4, else direct") == 3, algos  # layer3
+
+
+def test_profile_tags_the_algorithm_each_call_runs(cost_rule):
+    """The profiler's tag is what the call ran, not what the plan prepared: layer3's three 3x3
+    convs (4x4 planes, "from batch 4, else direct") are [direct] at batch 1 and [winograd] at
+    batch 4; layers 1 and 2 are [winograd] at both."""
+    model = tm.build("resnet18")
+    fast = pypto.optimize(model, example_inputs=tm.inputs("resnet18", 1), level=3)
+    if pypto.device_info()["isa"] == "generic":
+        return
+
+    def tags(batch: int) -> list[str]:
+        x = torch.randn(batch, 3, 64, 64)
+        fast(x)  # the first call at a shape is not the one profiled
+        with pypto.profiler.profile() as prof:
+            fast(x)
+        return [e.key[e.key.index("[") + 1:-1] for e in prof.key_averages()
+                if e.kind == "kernel" and e.key.startswith("ConvBlocked")]
+
+    at1, at4 = tags(1), tags(4)
+    assert len(at1) == len(at4) == len(conv_algorithms(fast)), (at1, at4)
+    assert at1.count("winograd") == 7 and at4.count("winograd") == 10, (at1, at4)
+    assert at1.count("direct") == len(at1) - 7, at1

@@ -139,6 +139,12 @@ class NodeKernel : public CompiledKernel {
   std::string describe() const override {
     return (kernel_->describe ? kernel_->describe(state_) : std::string()) + knobs_described_;
   }
+  std::string algorithm(const std::vector<Dims>& inputs) const override {
+    if (!kernel_->algorithm) return CompiledKernel::algorithm(inputs);
+    std::vector<Dims> node_inputs;
+    for (int s : slots_) node_inputs.push_back(s < 0 ? Dims{} : inputs.at(s));
+    return kernel_->algorithm(node_, state_, node_inputs);
+  }
 
   // Weights packed at compile time: GEMM panels of B (MatMul, Gemm) or of A per group (Conv).
   size_t prepared_bytes() const override {

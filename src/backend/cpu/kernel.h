@@ -142,6 +142,12 @@ struct Kernel {
   // The algorithm prepare() chose, for `pto compile --dump-tiles` and Executable::describe_step
   // (ConvBlocked: "direct" or "winograd F(4x4,3x3)"). Empty: nothing to say.
   std::function<std::string(const std::any& state)> describe;
+  // The algorithm run() takes on node inputs of these shapes (-1: a size not known), for a kernel
+  // that chooses by the sizes at run time (ConvBlocked: Winograd from a batch on): the
+  // profiler's tag. Empty: describe() says it.
+  std::function<std::string(const Node& node, const std::any& state,
+                            const std::vector<Dims>& inputs)>
+      algorithm;
   // The tuning knobs run() honours (KernelContext::knobs; docs/tuning.md "Knobs"): checks one
   // knob's values for the node, throwing ValueError naming `where` when they are invalid, and says
   // what it changes ("GEMM blocks KC 256, MC 96, NC 4096"). Empty: the kernel takes no knobs.

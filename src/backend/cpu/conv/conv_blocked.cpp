@@ -351,20 +351,27 @@ struct ConvBlockedState {
   Dims w_shape;  // W's: with bf16, run() never reads W itself (packed_inputs), unpack() rebuilds it
 
   size_t bytes() const { return (winograd ? winograd->bytes() : 0) + bf16_bytes; }
+  // The direct kernel's name (the profiler's tag is the first word: [direct/bf16]).
+  std::string direct() const {
+    return !bf16 ? "direct" : words > 0 ? "direct/bf16 pairs" : "direct/bf16-rounded";
+  }
   std::string describe() const {
-    // The profiler's tag is the first word: [direct/bf16].
-    const std::string direct = !bf16       ? "direct"
-                               : words > 0 ? "direct/bf16 pairs"
-                                           : "direct/bf16-rounded";
-    if (!winograd) return direct;
+    if (!winograd) return direct();
     const std::string w = winograd->describe();  // "..., else direct" where both run
-    return bf16 && w.ends_with("direct") ? w.substr(0, w.size() - 6) + direct : w;
+    return bf16 && w.ends_with("direct") ? w.substr(0, w.size() - 6) + direct() : w;
   }
 };
 
 // Whether bf16 pairs run here: block 16 on the avx512 kernels with AVX512_BF16.
 bool pairs_run(int64_t block) {
   return block == 16 && has_ext(Ext::kAvx512Bf16);
+}
+
+// Whether a call of geometry g runs Winograd: U prepared, and the cost rule takes it (against the
+// pairs where those run, which are faster than the fp32 direct kernel).
+bool takes_winograd(const ConvBlockedState* st, const BlockedConv& g) {
+  return st && st->winograd &&
+         (st->winograd->always || winograd_pays(g, st->words > 0 && pairs_run(g.block)));
 }
 
 // Pair words of blocked weights w [ocb, icb, kh, kw, 16, 16] (input lanes past `channels` zero;
@@ -501,14 +508,12 @@ std::vector<Tensor> run_conv_blocked(const KernelContext& c) {
   const bool bf16 =
       st ? st->bf16 != nullptr : !g.depthwise && params::product_precision(c.node) == DType::kBF16;
   static thread_local ScratchBuffer xr, wr;  // the caller's: the workers write into them
-  if (st && st->winograd) {
+  if (takes_winograd(st, g)) {
     const WinogradWeights& u = *st->winograd;  // of the rounded W under bf16
     PTO_CHECK(winograd_applies(g) && u.channels == g.channels && u.out == g.ocb * g.block)
         << c.where() << ": Winograd weights prepared for another geometry";
-    if (u.always || winograd_pays(g, st->words > 0 && pairs_run(g.block))) {
-      winograd_conv(g, u, bf16 ? rounded_copy(xr, x, c.input(0).numel()) : x, bias, yp, ep);
-      return one(std::move(y));
-    }
+    winograd_conv(g, u, bf16 ? rounded_copy(xr, x, c.input(0).numel()) : x, bias, yp, ep);
+    return one(std::move(y));
   }
   if (!bf16) {
     conv_blocked_rows(g, x, w, bias, yp, ep);
@@ -976,6 +981,24 @@ void register_blocked_conv_kernels(KernelRegistry& r) {
   conv.describe = [](const std::any& state) {
     return state.has_value() ? std::any_cast<const ConvBlockedState&>(state).describe()
                              : std::string("direct");
+  };
+  // Where U is prepared, the batch (or the plane) decides per call: say which of the two runs.
+  conv.algorithm = [](const Node& node, const std::any& state, const std::vector<Dims>& in) {
+    const ConvBlockedState* st = state.has_value() ? &std::any_cast<const ConvBlockedState&>(state)
+                                                   : nullptr;
+    if (!st) return std::string("direct");
+    const bool known = in.size() >= 2 && std::ranges::all_of(in[0], [](int64_t d) {
+      return d >= 0;
+    }) && std::ranges::all_of(in[1], [](int64_t d) { return d >= 0; });
+    if (!st->winograd || !known) return st->describe();
+    auto shape_only = [](const Dims& d) { return Tensor::wrap(nullptr, DType::kF32, d, {}, {}); };
+    try {
+      const BlockedConv g = blocked_geometry(shape_only(in[0]), shape_only(in[1]), node.attrs,
+                                             node.attrs.get_int("group", 1), node.where());
+      return takes_winograd(st, g) ? std::string("winograd F(4x4,3x3)") : st->direct();
+    } catch (const ValueError&) {
+      return st->describe();  // run() reports it
+    }
   };
   r.add("ConvBlocked", std::move(conv));
   Kernel dw_pw{[](const NodeInfo& i) {
