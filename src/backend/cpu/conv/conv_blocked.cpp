@@ -984,12 +984,12 @@ void register_blocked_conv_kernels(KernelRegistry& r) {
   };
   // Where U is prepared, the batch (or the plane) decides per call: say which of the two runs.
   conv.algorithm = [](const Node& node, const std::any& state, const std::vector<Dims>& in) {
-    const ConvBlockedState* st = state.has_value() ? &std::any_cast<const ConvBlockedState&>(state)
-                                                   : nullptr;
-    if (!st) return std::string("direct");
-    const bool known = in.size() >= 2 && std::ranges::all_of(in[0], [](int64_t d) {
-      return d >= 0;
-    }) && std::ranges::all_of(in[1], [](int64_t d) { return d >= 0; });
+    if (!state.has_value()) return std::string("direct");
+    const auto* st = &std::any_cast<const ConvBlockedState&>(state);
+    auto known_dims = [](const Dims& d) {
+      return std::ranges::all_of(d, [](int64_t v) { return v >= 0; });
+    };
+    const bool known = in.size() >= 2 && known_dims(in[0]) && known_dims(in[1]);
     if (!st->winograd || !known) return st->describe();
     auto shape_only = [](const Dims& d) { return Tensor::wrap(nullptr, DType::kF32, d, {}, {}); };
     try {
