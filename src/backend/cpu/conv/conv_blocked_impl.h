@@ -8,8 +8,9 @@
 //   pointwise  the same for a 1x1 conv's interior, its reduction a plain run of input lanes;
 //   depthwise  each tap is one vector load of the input pixel (its block channels) times the tap's
 //              weight vector: block channels per FMA, no broadcast.
-// Pixels whose window crosses the image edge (the first and last few of a row) take a checked
-// one-pixel path; the interior has no bounds checks.
+// Register blocks whose windows cross the row's ends read zeros there (general and the bf16
+// pairs: general_padded, PairKernel::padded_block); the depthwise kernel and the NCHW stem take a
+// checked one-pixel path for those pixels. The interior has no bounds checks.
 #include "backend/cpu/conv/conv_isa.h"
 #include "backend/cpu/isa/simd.h"
 
@@ -99,6 +100,22 @@ struct RowKernel {
     }
   }
 
+  // fma_lane with pixel r's lane i at src[r][i]: a padded register block's pixels each read
+  // their own input pixel or zeros.
+  template <int R>
+  [[gnu::always_inline]] void fma_lane_from(Vec (&acc)[R][OB][kNV], const float* wp,
+                                            const float* const (&src)[R], int64_t i) const {
+    Vec wv[OB][kNV];
+    for (int o = 0; o < OB; ++o)
+      for (int v = 0; v < kNV; ++v) wv[o][v] = Vec::load(wp + o * wstride + v * kLanes);
+#pragma GCC unroll 32
+    for (int r = 0; r < R; ++r) {
+      const Vec xv = Vec::set1(src[r][i]);
+      for (int o = 0; o < OB; ++o)
+        for (int v = 0; v < kNV; ++v) acc[r][o][v] = fma(xv, wv[o][v], acc[r][o][v]);
+    }
+  }
+
   // Stores the accumulators of a register block (pixel r, block o, vector v at output offset
   // o * ystride + (ox0 + r) * B + v * kLanes), adding e's scaled residual and clamping first.
   // e is copied to locals: the stores may alias it as far as the compiler knows.
@@ -170,6 +187,34 @@ struct RowKernel {
             for (int i = 0; i < B; ++i) lane(i);  // a loop still: unrolled, it ran slower
           else
             for (int64_t i = 0; i < lanes; ++i) lane(i);
+        }
+      }
+    }
+    store<R, OB>(acc, ox0);
+  }
+
+  // Output pixels [ox0, ox0 + R) of a general conv on a blocked X, of which some read past the
+  // row's ends: a tap outside the row reads zeros (kZeroBias), whose products leave the sums as
+  // the checked path's skipping leaves them, so the R pixels share each weight load where the
+  // checked path loads every weight once a pixel.
+  template <int R>
+  void general_padded(int64_t ox0) const {
+    Vec acc[R][OB][kNV];
+    init(acc);
+    const float* src[R];
+    for (int64_t ib = 0; ib < g.icb; ++ib) {
+      const int64_t lanes = g.channels - ib * B < B ? g.channels - ib * B : B;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh + ky * g.dh - g.ph;
+        if (iy < 0 || iy >= g.ih) continue;
+        const float* xrow = x + (ib * g.ih + iy) * g.iw * B;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          for (int r = 0; r < R; ++r) {
+            const int64_t ix = (ox0 + r) * g.sw + kx * g.dw - g.pw;
+            src[r] = ix < 0 || ix >= g.iw ? kZeroBias : xrow + ix * B;
+          }
+          const float* wp = w + ((ib * g.kh + ky) * g.kw + kx) * B * B;
+          for (int64_t i = 0; i < lanes; ++i) fma_lane_from(acc, wp + i * B, src, i);
         }
       }
     }
@@ -319,12 +364,34 @@ struct RowKernel {
     general<R, kChecked, kS>(ox0);
   }
 
-  // The last `r` (< kRMax) interior pixels from ox0, as one register block of r.
-  template <int R, int kS = 0>
+  // The last `r` (<= R) interior pixels from ox0, as one register block of r (kPadded:
+  // general_padded's).
+  template <int R, int kS = 0, bool kPadded = false>
   void tail(int r, int64_t ox0) const {
     if constexpr (R >= 1) {
-      if (r == R) return block<R, false, kS>(ox0);
-      tail<R - 1, kS>(r, ox0);
+      if (r == R) {
+        if constexpr (kPadded)
+          return general_padded<R>(ox0);
+        else
+          return block<R, false, kS>(ox0);
+      }
+      tail<R - 1, kS, kPadded>(r, ox0);
+    }
+  }
+
+  // A general conv's row on a blocked X whose ends are padded, in register blocks of kR pixels
+  // (the last one shorter), those reaching into the padding general_padded. A 7x7 plane's row
+  // (3x3, pad 1) is one pass over the weights instead of three (an edge pixel, 5 pixels, an edge
+  // pixel), a 14x14 one two instead of four.
+  template <int kS>
+  void padded_row(int64_t lo, int64_t hi) const {
+    constexpr int kR = kS ? kRUnit : kRMax;
+    for (int64_t ox = 0; ox < g.ow; ox += kR) {
+      const int r = static_cast<int>(g.ow - ox < kR ? g.ow - ox : kR);
+      if (ox < lo || ox + r > hi)
+        tail<kR, kS, true>(r, ox);
+      else
+        tail<kR, kS>(r, ox);
     }
   }
 
@@ -345,6 +412,12 @@ struct RowKernel {
 
   void run() const {
     const auto [lo, hi] = interior_of(g);
+    if constexpr (!kNchw)
+      if (!g.depthwise && (lo > 0 || hi < g.ow)) {
+        if (g.sw == 1) return padded_row<1>(lo, hi);
+        if (g.sw == 2) return padded_row<2>(lo, hi);
+        return padded_row<0>(lo, hi);
+      }
     for (int64_t ox = 0; ox < lo; ++ox) block<1, true>(ox);
     int64_t ox = lo;
     if constexpr (kHasUnit)
@@ -439,7 +512,6 @@ template <int OB>
 struct PairKernel {
   // 28 accumulators as the fp32 kernel (one spilled with four blocks: measured there).
   static constexpr int kR = OB == 4 ? 7 : (OB == 2 ? 14 : 28);
-  static constexpr int kRChecked = 1;
 
   const BlockedConv& g;  // one group's (icb, channels)
   const uint32_t* x;     // the group's first input block plane of the image
@@ -483,9 +555,8 @@ struct PairKernel {
       }
   }
 
-  // Output pixels [ox0, ox0 + R) (kChecked: R == 1 and taps outside the row skipped) at stride kS
-  // (0: g.sw at run time).
-  template <int R, bool kChecked, int kS>
+  // Output pixels [ox0, ox0 + R), every tap inside the row, at stride kS (0: g.sw at run time).
+  template <int R, int kS>
   PTO_BF16 void block(int64_t ox0) const {
     __m512 acc[R][OB];
     init(acc);
@@ -498,9 +569,7 @@ struct PairKernel {
         if (iy < 0 || iy >= g.ih) continue;
         const uint32_t* xrow = x + (ib * g.ih + iy) * g.iw * words;
         for (int64_t kx = 0; kx < g.kw; ++kx) {
-          const int64_t ix = ox0 * g.sw + kx * g.dw - g.pw;
-          if (kChecked && (ix < 0 || ix >= g.iw)) continue;
-          const uint32_t* xp = xrow + ix * words;
+          const uint32_t* xp = xrow + (ox0 * g.sw + kx * g.dw - g.pw) * words;
           const uint32_t* wp = w + ((ib * g.kh + ky) * g.kw + kx) * words * 16;
           for (int64_t p = 0; p < pairs; ++p) {
             __m512bh wv[OB];
@@ -519,30 +588,80 @@ struct PairKernel {
     store(acc, ox0);
   }
 
-  template <int R, int kS>
+  // Output pixels [ox0, ox0 + R) of which some read past the row's ends: a pixel's tap outside
+  // the row reads a zero word (its products add +0), so the R pixels share each weight load
+  // where pixels one by one each load all the weights. A 7x7 plane's row (3x3, pad 1) was three
+  // passes over the weights (an edge pixel, 5 pixels, an edge pixel), now one.
+  template <int R>
+  PTO_BF16 void padded_block(int64_t ox0) const {
+    static constexpr uint32_t kZeros[16] = {};  // words <= 16
+    __m512 acc[R][OB];
+    init(acc);
+    const uint32_t* src[R];
+    for (int64_t ib = 0; ib < g.icb; ++ib) {
+      const int64_t left = g.channels - ib * 2 * words;  // real lanes from this block on
+      const int64_t pairs = left >= 2 * words ? words : (left + 1) / 2;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh + ky * g.dh - g.ph;
+        if (iy < 0 || iy >= g.ih) continue;
+        const uint32_t* xrow = x + (ib * g.ih + iy) * g.iw * words;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          for (int r = 0; r < R; ++r) {
+            const int64_t ix = (ox0 + r) * g.sw + kx * g.dw - g.pw;
+            src[r] = ix < 0 || ix >= g.iw ? kZeros : xrow + ix * words;
+          }
+          const uint32_t* wp = w + ((ib * g.kh + ky) * g.kw + kx) * words * 16;
+          for (int64_t p = 0; p < pairs; ++p) {
+            __m512bh wv[OB];
+            for (int o = 0; o < OB; ++o)
+              wv[o] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wp + o * wstride + p * 16));
+#pragma GCC unroll 32
+            for (int r = 0; r < R; ++r) {
+              const __m512bh xv =
+                  reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(src[r][p])));
+              for (int o = 0; o < OB; ++o) acc[r][o] = _mm512_dpbf16_ps(acc[r][o], xv, wv[o]);
+            }
+          }
+        }
+      }
+    }
+    store(acc, ox0);
+  }
+
+  // block<r> for r in [1, R]: kPadded, padded_block<r>, else block<r, false, kS>.
+  template <int R, bool kPadded, int kS>
   PTO_BF16 void tail(int r, int64_t ox0) const {
     if constexpr (R >= 1) {
-      if (r == R) return block<R, false, kS>(ox0);
-      tail<R - 1, kS>(r, ox0);
+      if (r == R) {
+        if constexpr (kPadded)
+          return padded_block<R>(ox0);
+        else
+          return block<R, kS>(ox0);
+      }
+      tail<R - 1, kPadded, kS>(r, ox0);
     }
   }
 
+  // The row in blocks of kR pixels (the last one shorter), those touching a padded edge padded.
   template <int kS>
-  PTO_BF16 void interior(int64_t ox, int64_t hi) const {
-    for (; ox + kR <= hi; ox += kR) block<kR, false, kS>(ox);
-    if (ox < hi) tail<kR - 1, kS>(static_cast<int>(hi - ox), ox);
+  PTO_BF16 void row(int64_t lo, int64_t hi) const {
+    for (int64_t ox = 0; ox < g.ow; ox += kR) {
+      const int r = static_cast<int>(g.ow - ox < kR ? g.ow - ox : kR);
+      if (ox < lo || ox + r > hi)
+        tail<kR, true, kS>(r, ox);
+      else
+        tail<kR, false, kS>(r, ox);
+    }
   }
 
   PTO_BF16 void run() const {
     const auto [lo, hi] = interior_of(g);
-    for (int64_t ox = 0; ox < lo; ++ox) block<1, true, 0>(ox);
     if (g.sw == 1)
-      interior<1>(lo, hi);
+      row<1>(lo, hi);
     else if (g.sw == 2)
-      interior<2>(lo, hi);
+      row<2>(lo, hi);
     else
-      interior<0>(lo, hi);
-    for (int64_t ox = hi; ox < g.ow; ++ox) block<1, true, 0>(ox);
+      row<0>(lo, hi);
   }
 };
 
