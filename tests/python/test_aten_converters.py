@@ -441,6 +441,14 @@ def test_adaptive_avg_pool2d_uneven(shape, size):
     check(lambda x: F.adaptive_avg_pool2d(x, size), randn(*shape), "aten._adaptive_avg_pool2d.default")
 
 
+def test_adaptive_avg_pool2d_to_its_own_size():
+    """A pool to the input's own size is the input (UperNet's pyramid pooling on a small image),
+    read by the next op or returned."""
+    check(lambda x: F.adaptive_avg_pool2d(x, (2, 3)) * 2, randn(4, 2, 3),
+          "aten._adaptive_avg_pool2d.default")
+    check(lambda x: F.adaptive_avg_pool2d(x, 3), randn(4, 3, 3), "aten._adaptive_avg_pool2d.default")
+
+
 def test_adaptive_avg_pool1d_and_3d_uneven():
     check(lambda x: F.adaptive_avg_pool1d(x, 4), randn(3, 10),
           "aten._adaptive_avg_pool2d.default")  # export makes it 2-d

@@ -1103,8 +1103,9 @@ def _adaptive_avg_pool(ctx, node, x, output_size):
     even = [s % o == 0 for s, o in zip(spatial, output_size)]
     # The axes the output size divides pool with equal windows (AveragePool, window 1 elsewhere).
     k = [s // o if e else 1 for s, o, e in zip(spatial, output_size, even)]
+    # (The pool of a size to itself, UperNet's pyramid level at a small input, is x.)
     y = ctx.op("AveragePool", [x], {"kernel_shape": k, "strides": k}) if any(
-        kk > 1 for kk in k) else x
+        kk > 1 for kk in k) else x.id
     if all(even):
         return out(ctx, node, y)
     # The others have windows of two lengths, overlapping when the output is the larger: a
