@@ -14,11 +14,11 @@ Random weights (seed 0, never downloaded), heads redrawn so no output is trivial
     python bench/unseen_models.py --models alexnet,phi --ways onnx --json out.json
     python bench/unseen_models.py --set third --time       # the third sweep's 35, timed
 
---set first / third / fourth / fifth: one sweep's list (docs/unseen_models.md); a model whose package
-(timm, transformers, torchvision) is not installed is skipped with a line naming it. --time: one
-thread in PyTorch, PyPTO and onnxruntime, and the median ms at batch 2 of PyPTO (levels 2 / 3) and
-its peer, measured in the same child process. The third and fourth sets also check batch 1 (the
-compiled batch is symbolic) and CNNs at level 3 in the optimize way, and try dynamo=True first
+--set first / third / fourth / fifth / sixth: one sweep's list (docs/unseen_models.md); a model
+whose package (timm, transformers, torchvision) is not installed is skipped with a line naming it.
+--time: one thread in PyTorch, PyPTO and onnxruntime, and the median ms at batch 2 of PyPTO (levels
+2 / 3) and its peer, measured in the same child process. The third to sixth sets also check batch 1
+(the compiled batch is symbolic) and CNNs at level 3 in the optimize way, and try dynamo=True first
 for ONNX.
 
 A row per model and way: works / rounding (outside 1e-4, but within 10x the peer's own error
@@ -466,16 +466,183 @@ FIFTH = {
                            patch_stride=8, d_model=32, num_attention_heads=4,
                            num_hidden_layers=2, ffn_dim=64),
 }
+
+
+def _series(config: str, model: str, **cfg):
+    """A Hugging Face time-series transformer (TimeSeriesTransformer, Informer, Autoformer):
+    one variable, context 16 and 3 lags (19 past steps), 8 future steps, one time feature; the
+    decoder's last hidden state out."""
+    def make():
+        import torch
+
+        return (torch.randn(2, 19), torch.randn(2, 19, 1), torch.ones(2, 19), torch.randn(2, 8),
+                torch.randn(2, 8, 1))
+
+    return _hf_inputs(config, model, ("past_values", "past_time_features", "past_observed_mask",
+                                      "future_values", "future_time_features"), make,
+                      prediction_length=8, context_length=16, lags_sequence=[1, 2, 3],
+                      num_time_features=1, d_model=32, encoder_layers=2, decoder_layers=2,
+                      encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                      decoder_ffn_dim=32, use_cache=False, **cfg)
+
+
+def _ints(*shape, high: int = 1000):
+    return lambda: (__import__("torch").randint(0, high, shape),)
+
+
+def _tokens_boxes():  # Bros: token ids and their boxes (x0, y0, x1, y1 in [0, 1])
+    import torch
+
+    xy = torch.rand(2, 16, 2) * 0.5
+    return torch.randint(0, 1000, (2, 16)), torch.cat([xy, xy + 0.25], -1)
+
+
+def _frames(model):
+    """A video as (batch, 4 frames, channels, height, width) to a model that takes the frames
+    as one batch (X-CLIP's vision tower, whose layers regroup them by 4)."""
+    build, _ = model
+
+    def wrapped():
+        import torch
+
+        class Frames(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x):
+                return self.m(x.flatten(0, 1))
+
+        return Frames(build())
+
+    return wrapped, _randn(2, 4, 3, 32, 32)
+
+
+_DECODER = dict(num_key_value_heads=2, use_cache=False, **TINY)
+
+# The sixth sweep (2026-12-06): kinds the lists above and the zoo lack: time-series transformers
+# (Autoformer's FFT autocorrelation, Informer's distilling convolutions), video transformers (3-D
+# tubelet patches, divided space-time attention), speech encoders (WavLM's gated relative
+# positions, SEW-D's disentangled attention, the Conformer), multimodal towers, document models,
+# depth and segmentation heads, and decoders not yet tried. (ELECTRA, DeBERTa-v2, BLOOM, Qwen2,
+# Mistral, DLA-34 and HaloNet are in the zoo already; the brief's other timm CNNs are in FOURTH.)
+SIXTH = {
+    # timm
+    "vovnet39a": _timm("vovnet39a", cnn=True),
+    "cspdarknet53": _timm("cspdarknet53", cnn=True),
+    "ghostnetv3_100": _timm("ghostnetv3_100", cnn=True),
+    "sebotnet33ts_256": _timm("sebotnet33ts_256", 256),
+    "nest_tiny": _timm("nest_tiny", 224),
+    "tnt_s_patch16_224": _timm("tnt_s_patch16_224", 224),
+    "shvit_s1": _timm("shvit_s1", 224),
+    # time series
+    "time_series_transformer": _series("TimeSeriesTransformerConfig",
+                                       "TimeSeriesTransformerModel"),
+    # (ProbSparse attention samples keys with torch.randint on every call: full attention)
+    "informer": _series("InformerConfig", "InformerModel", attention_type="full", distil=True),
+    "autoformer": _series("AutoformerConfig", "AutoformerModel", moving_average=5,
+                          autocorrelation_factor=2),
+    # video: (batch, frames, channels, height, width)
+    "videomae": _hf_inputs("VideoMAEConfig", "VideoMAEModel", ("pixel_values",),
+                           _randn(2, 4, 3, 32, 32), image_size=32, patch_size=8, num_frames=4,
+                           tubelet_size=2, **_NO_VOCAB),
+    "timesformer": _hf_inputs("TimesformerConfig", "TimesformerModel", ("pixel_values",),
+                              _randn(2, 4, 3, 32, 32), image_size=32, patch_size=8,
+                              num_frames=4, **_NO_VOCAB),
+    # speech (800 samples of raw audio)
+    "wavlm": _audio("WavLMConfig", "WavLMModel", num_buckets=32, max_bucket_distance=64,
+                    **_CONV_AUDIO),
+    "sew_d": _audio("SEWDConfig", "SEWDModel", squeeze_factor=2, position_buckets=16,
+                    max_position_embeddings=64, **_CONV_AUDIO),
+    "unispeech_sat": _audio("UniSpeechSatConfig", "UniSpeechSatModel", **_CONV_AUDIO),
+    "wav2vec2_conformer": _audio("Wav2Vec2ConformerConfig", "Wav2Vec2ConformerModel",
+                                 position_embeddings_type="relative",
+                                 conv_depthwise_kernel_size=7, **_CONV_AUDIO),
+    "speecht5_asr": _hf_inputs(
+        "SpeechT5Config", "SpeechT5ForSpeechToText", ("input_values", "decoder_input_ids"),
+        lambda: (__import__("torch").randn(2, 800), __import__("torch").randint(0, 1000, (2, 8))),
+        hidden_size=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1000,
+        conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4, use_cache=False),
+    # multimodal towers
+    "owlvit_vision": _hf("OwlViTVisionConfig", "OwlViTVisionModel", "image32", image_size=32,
+                         patch_size=8, **_NO_VOCAB),
+    "groupvit_vision": _hf("GroupViTVisionConfig", "GroupViTVisionModel", "image32",
+                           image_size=32, patch_size=8, hidden_size=64, intermediate_size=128,
+                           num_attention_heads=4, depths=[1, 1, 1], num_group_tokens=[8, 4, 0],
+                           num_output_groups=[8, 4, 4], num_hidden_layers=3),
+    "blip_vision": _hf("BlipVisionConfig", "BlipVisionModel", "image32", image_size=32,
+                       patch_size=8, **_NO_VOCAB),
+    "clap_audio": _hf_inputs("ClapAudioConfig", "ClapAudioModel", ("input_features",),
+                             _randn(2, 1, 64, 16), spec_size=64, num_mel_bins=16, patch_size=4,
+                             patch_stride=(4, 4), window_size=4, hidden_size=64,
+                             patch_embeds_hidden_size=16, depths=[1, 1],
+                             num_attention_heads=[2, 4], num_hidden_layers=2),
+    "xclip_vision": _frames(_hf("XCLIPVisionConfig", "XCLIPVisionModel", "image32",
+                                image_size=32, patch_size=8, num_frames=4, **_NO_VOCAB)),
+    # document and character-level text
+    # (text only: no image; 4 coordinate and 2 shape embeddings, 4 * 10 + 2 * 12 = 64 wide)
+    "layoutlmv3_text": _hf("LayoutLMv3Config", "LayoutLMv3Model", coordinate_size=10,
+                           shape_size=12, input_size=32, patch_size=8, visual_embed=False,
+                           **TINY),
+    "canine": _hf("CanineConfig", "CanineModel", hidden_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=128, num_hash_buckets=512,
+                  downsampling_rate=4),
+    "perceiver_mlm": _hf_inputs("PerceiverConfig", "PerceiverForMaskedLM", ("inputs",),
+                                _ints(2, 16, high=262), d_model=64, d_latents=64,
+                                num_latents=16, num_blocks=1, num_self_attends_per_block=2,
+                                num_self_attention_heads=4, num_cross_attention_heads=4,
+                                qk_channels=64, v_channels=64, max_position_embeddings=16),
+    "markuplm": _hf("MarkupLMConfig", "MarkupLMModel", **TINY),
+    "bros": _hf_inputs("BrosConfig", "BrosModel", ("input_ids", "bbox"), _tokens_boxes, **TINY),
+    # depth and segmentation
+    "glpn": _hf("GLPNConfig", "GLPNForDepthEstimation", "image64", num_encoder_blocks=2,
+                depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+                patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2], decoder_hidden_size=32,
+                output="predicted_depth"),
+    "upernet_convnext": _hf("UperNetConfig", "UperNetForSemanticSegmentation", "image64",
+                            backbone_config={"model_type": "convnext",
+                                             "hidden_sizes": [16, 32, 64, 128],
+                                             "depths": [1, 1, 1, 1],
+                                             "out_features": ["stage1", "stage2", "stage3",
+                                                              "stage4"]},
+                            hidden_size=32, auxiliary_in_channels=64, use_auxiliary_head=False,
+                            num_labels=4, output="logits"),
+    # (a tiny Swin backbone; multi-scale deformable attention: grid_sample; the mask logits out)
+    "mask2former": _hf("Mask2FormerConfig", "Mask2FormerForUniversalSegmentation", "image64",
+                       backbone_config={"model_type": "swin", "image_size": 64, "embed_dim": 16,
+                                        "depths": [1, 1, 1, 1], "num_heads": [1, 2, 2, 4],
+                                        "window_size": 4,
+                                        "out_features": ["stage1", "stage2", "stage3",
+                                                         "stage4"]},
+                       feature_size=32, mask_feature_size=32, hidden_dim=32,
+                       encoder_feedforward_dim=64, encoder_layers=1, decoder_layers=2,
+                       num_attention_heads=4, dim_feedforward=64, num_queries=8, num_labels=4,
+                       output="masks_queries_logits"),
+    # text encoders and decoders
+    "deberta": _hf("DebertaConfig", "DebertaModel", relative_attention=True,
+                   pos_att_type=["c2p", "p2c"], max_relative_positions=16, **TINY),
+    "camembert": _hf("CamembertConfig", "CamembertModel", **TINY),
+    "codegen": _hf("CodeGenConfig", "CodeGenModel", n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
+                   n_positions=64, n_ctx=64, vocab_size=1000, use_cache=False),
+    "starcoder2": _hf("Starcoder2Config", "Starcoder2Model", **_DECODER),
+    "cohere": _hf("CohereConfig", "CohereModel", **_DECODER),
+    "granite": _hf("GraniteConfig", "GraniteModel", embedding_multiplier=2.0,
+                   attention_multiplier=0.25, residual_multiplier=0.5, **_DECODER),
+}
 MODELS.update(THIRD)
 MODELS.update(FOURTH)
 MODELS.update(FIFTH)
+MODELS.update(SIXTH)
 # the sweeps that try dynamo=True first and batch 1 too
-LATER = set(THIRD) | set(FOURTH) | set(FIFTH)
-SETS = {"first": FIRST, "third": list(THIRD), "fourth": list(FOURTH), "fifth": list(FIFTH)}
+LATER = set(THIRD) | set(FOURTH) | set(FIFTH) | set(SIXTH)
+SETS = {"first": FIRST, "third": list(THIRD), "fourth": list(FOURTH), "fifth": list(FIFTH),
+        "sixth": list(SIXTH)}
 # The package each model needs: a model whose package is missing is skipped, saying so.
 PACKAGES = {**{n: "torchvision" for n in FIRST}, **{n: "timm" for n in LATER}}
-PACKAGES.update({n: "transformers" for n in FIRST + list(THIRD) + list(FIFTH)
-                 if MODELS[n][0].__qualname__.startswith("_hf")})
+PACKAGES.update({n: "transformers" for n in FIRST + list(THIRD) + list(FIFTH) + list(SIXTH)
+                 if MODELS[n][0].__qualname__.startswith(("_hf", "_frames"))})
 
 
 # --- one model, one way (in a child process) ----------------------------------------------------
@@ -816,8 +983,9 @@ def main() -> None:
     ap.add_argument("--models", help="comma-separated (default: all, or those of --set)")
     ap.add_argument("--set", choices=sorted(SETS), help="one sweep's models: first (the "
                     "torchvision / transformers list of the first sweep), third (timm and "
-                    "transformers, 2026-12-05 afternoon), fourth (timm, 2026-12-06) or fifth "
-                    "(timm and transformers, 2026-12-06)")
+                    "transformers, 2026-12-05 afternoon), fourth (timm, 2026-12-06), fifth "
+                    "(timm and transformers, 2026-12-06) or sixth (timm and transformers: time "
+                    "series, video, speech, multimodal towers, documents, 2026-12-06)")
     ap.add_argument("--time", action="store_true", help="one thread everywhere, and time eager "
                     "/ onnxruntime and PyPTO (median ms at batch 2)")
     ap.add_argument("--ways", default="optimize,onnx")
