@@ -285,6 +285,18 @@ TEST(CpuElementwise, Clip) {
   check({"Clip", {random_f32({0}, 1), scalar(0), scalar(1)}});
 }
 
+TEST(CpuElementwise, ClipIntegers) {  // LayoutLMv3's clamped box differences (int64)
+  Tensor i64 = Tensor::from_vector<int64_t>({-5, 0, 7, 1LL << 40, -(1LL << 40), 1023, 1024}, {7});
+  auto s64 = [](int64_t v) { return Tensor::scalar<int64_t>(v); };
+  check({"Clip", {i64, s64(0), s64(1023)}});
+  check({"Clip", {i64, s64(-3)}});
+  check({"Clip", {i64, Tensor(), s64(5)}});
+  check({"Clip", {i64, s64(9), s64(2)}});  // lo > hi: hi everywhere
+  check({"Clip", {i64}});
+  Tensor i32 = Tensor::from_vector<int32_t>({-9, 4, 12, 3, 100, -100}, {2, 3});
+  check({"Clip", {i32, Tensor::scalar<int32_t>(-1), Tensor::scalar<int32_t>(10)}});
+}
+
 // Pairs of shapes covering every kind of broadcasting.
 const std::vector<std::pair<Dims, Dims>> kPairs = {{{5, 7}, {5, 7}},
                                                    {{5, 7}, {}},

@@ -1,6 +1,6 @@
 // Elementwise CPU kernels: float32 unary math and activations, binary arithmetic, comparisons and
 // Where with numpy broadcasting, variadic Max/Min/Sum/Mean, Pow, logic on bools, and Cast. The
-// integer forms (int64/int32 Add/Sub/Mul/Div/Mod/Max/Min/Neg/Abs and comparisons, mostly shape
+// integer forms (int64/int32 Add/Sub/Mul/Div/Mod/Max/Min/Neg/Abs/Clip and comparisons, mostly shape
 // arithmetic) are scalar loops with the reference's integer semantics (wrapping, Div truncating).
 //
 // Broadcasting: the output shape's dimensions of size 1 are dropped and adjacent dimensions merged
@@ -18,6 +18,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "backend/cpu/isa/isa.h"
@@ -301,12 +302,41 @@ bool gelu_form_known(const NodeInfo& info) {
 }
 
 // Clip: float attributes before opset 11, optional scalar inputs from 11 (reference clip()).
+// Clip of int64 or int32 x by scalar bounds of its type (opset 11 on; LayoutLMv3's clamped box
+// differences): min(max(x, lo), hi), as the reference.
+std::vector<Tensor> clip_integers(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  Tensor y = Tensor::empty(x.dtype(), x.shape());
+  with_type<int64_t, int32_t>(x.dtype(), [&]<class T>() {
+    T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+    if (c.has_input(1)) lo = c.input(1).data<T>()[0];
+    if (c.has_input(2)) hi = c.input(2).data<T>()[0];
+    const T* in = x.data<T>();
+    T* out = y.data<T>();
+    parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = std::min(std::max(in[i], lo), hi);
+    });
+  });
+  return one(std::move(y));
+}
+
 Kernel clip_kernel() {
   auto attrs_form = [](const Node& n) { return n.opset > 0 && n.opset < 11; };
   return {
       .accepts =
           [attrs_form](const NodeInfo& info) {
-            if (info.dtype(0) != DType::kF32 || info.inputs.size() > 3) return false;
+            if (info.inputs.size() > 3) return false;
+            const DType t = info.dtype(0);
+            if (t == DType::kI64 || t == DType::kI32) {  // scalar bounds of x's type
+              if (attrs_form(info.node)) return false;
+              for (size_t i = 1; i < info.inputs.size(); ++i) {
+                if (info.dtype(i) == DType::kUndefined) continue;  // an omitted bound
+                if (info.dtype(i) != t || !info.inputs[i].shape || info.inputs[i].shape->size() > 1)
+                  return false;
+              }
+              return true;
+            }
+            if (t != DType::kF32) return false;
             if (attrs_form(info.node)) return true;
             for (size_t i = 1; i < info.inputs.size(); ++i)
               if (info.dtype(i) != DType::kF32 && info.dtype(i) != DType::kUndefined) return false;
@@ -314,6 +344,12 @@ Kernel clip_kernel() {
           },
       .run =
           [attrs_form](const KernelContext& c) {
+            if (c.input(0).dtype() != DType::kF32) {
+              for (size_t i : {1, 2})
+                if (c.has_input(i) && c.input(i).numel() != 1)
+                  return run_reference(c);  // its error message
+              return clip_integers(c);
+            }
             UnaryParams p{-std::numeric_limits<float>::max(), std::numeric_limits<float>::max()};
             if (attrs_form(c.node)) {
               p = {static_cast<float>(c.attrs().get_float("min", -INFINITY)),
