@@ -342,6 +342,46 @@ def test_fft(fn, op):
     check(fn, randn(8, 8), op, rtol=1e-5, atol=1e-5)
 
 
+# Complex values moved, selected, multiplied and summed as the real [..., 2] tensors they are
+# held as (aten_fft.py): torch.stft's permute, a Fourier neural operator's modes (slices, bmm by a
+# complex weight, zeros and slice_scatter), the Llama reference's rotary embedding.
+_MODES = torch.randn(4, 4, 3, 2, dtype=torch.cfloat) * 0.3  # [in, out, modes x, modes y]
+_FREQS = torch.polar(torch.ones(8, 4), torch.randn(8, 4))    # [positions, pairs]
+
+
+class _SpectralConv(torch.nn.Module):
+    """A Fourier neural operator's layer: the low modes of rfft2 mixed across channels."""
+
+    def forward(self, x):
+        f = torch.fft.rfft2(x)
+        mixed = torch.einsum("bixy,ioxy->boxy", f[:, :, :3, :2], _MODES)
+        spectrum = torch.zeros(x.shape[0], 4, x.shape[-2], x.shape[-1] // 2 + 1,
+                               dtype=torch.cfloat)
+        spectrum[:, :, :3, :2] = mixed
+        return torch.fft.irfft2(spectrum, s=x.shape[-2:])
+
+
+@pytest.mark.parametrize("fn,make,op", [
+    (lambda x: torch.stft(x, n_fft=16, hop_length=4, window=torch.hann_window(16),
+                          return_complex=True).abs().pow(2), randn(64), "aten.permute.default"),
+    (_SpectralConv(), randn(4, 8, 8), "aten.slice_scatter.default"),
+    (lambda x: torch.view_as_real(torch.view_as_complex(x.reshape(*x.shape[:-1], 4, 2)) * _FREQS)
+     .flatten(-2), randn(8, 8), "aten.view_as_complex.default"),  # rotary embedding
+    (lambda x: torch.view_as_real(torch.cat([torch.fft.fft(x), torch.fft.fft(x).conj()], dim=-1)),
+     randn(8, 8), "aten.cat.default"),
+    (lambda x: torch.view_as_real(torch.stack([torch.fft.fft(x)[:, 1], -torch.fft.fft(x)[:, 2]],
+                                              dim=1)), randn(8, 8), "aten.select.int"),
+    (lambda x: torch.view_as_real(torch.fft.rfft(x).unsqueeze(1).expand(-1, 3, -1, -1)
+                                  .sum(dim=-1) / 4), randn(8, 8), "aten.expand.default"),
+    (lambda x: torch.view_as_real(torch.fft.fft(x).mean(dim=1, keepdim=True).squeeze(1)),
+     randn(8, 8), "aten.mean.dim"),
+    (lambda x: torch.view_as_real(torch.fft.fft(x) @ torch.fft.fft(x).transpose(-2, -1)),
+     randn(8, 8), "aten.bmm.default"),
+])
+def test_complex_values_move_multiply_and_sum(fn, make, op):
+    check(fn, make, op, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("fn,why", [
     (lambda x: torch.view_as_real(torch.fft.fft(x).exp()), r"aten\.exp\.default\] node .*"
      r"complex tensors .* view_as_real"),

@@ -3,9 +3,12 @@ and FNet's `fftn(x).real`) into ONNX DFT nodes, one per transformed dim.
 
 A complex value is held as ONNX holds it: a real tensor with a trailing axis of 2 (real,
 imaginary), complex64 as float32 and complex128 as float64. Its V keeps torch's complex dtype and
-shape (without that axis), so the converters here know it for what it is. Only a few ops may
-read a complex value: the FFTs, view_as_real / view_as_complex (no copy), abs, mul (complex by
-complex or by real), add / sub, clone and copies to a complex dtype; any other op on one is a
+shape (without that axis), so the converters here know it for what it is. The ops that may read
+a complex value: the FFTs, view_as_real / view_as_complex (no copy), abs, conj, mul (complex by
+complex or by real), div by a real value, add / sub, neg, matmul / bmm (four real products),
+sum / mean, clone and copies, and the ops that only move or select elements (view, permute,
+slice, cat, slice_scatter, ...: the real op on the [..., 2] tensor, its axes counted in the
+complex rank); complex zeros/ones/full are made as [..., 2] constants. Any other op on one is a
 NotImplementedError that names it (FxImporter.convert asks `complex_converter_for`).
 
 torch's normalization (0: none, 1: 1 / sqrt(n), 2: 1 / n, n the product of the transformed
@@ -51,9 +54,11 @@ def complex_converter_for(ctx, node, args, kwargs):
     fn = COMPLEX_CONVERTERS.get(node.target)
     if fn is None:
         ctx.unsupported("complex tensors (from torch.fft) can only be read by the FFTs, "
-                        "view_as_real, view_as_complex, abs, mul, add, sub and clone; this op "
-                        "reads one: take the real and imaginary parts with "
-                        "torch.view_as_real(...) first")
+                        "view_as_real, abs, conj, mul, div by a real value, add, sub, neg, "
+                        "matmul/bmm, sum/mean, clone, copy and the ops that move or select "
+                        "elements (view, permute, transpose, slice, select, cat, stack, expand, "
+                        "squeeze, unsqueeze, slice_scatter, select_scatter); this op reads one: "
+                        "take the real and imaginary parts with torch.view_as_real(...) first")
     return fn
 
 
@@ -211,3 +216,218 @@ def _add_sub(onnx_op: str):
 
 complex_converter(aten.add.Tensor)(_add_sub("Add"))
 complex_converter(aten.sub.Tensor)(_add_sub("Sub"))
+
+
+# ---- data movement, products and sums of complex values ----
+#
+# A complex value of rank r is a real tensor of rank r + 1 whose last axis holds (real,
+# imaginary): ops that move, select or sum along the complex dims run as the real op on that
+# tensor, their axes counted in the complex rank, the last axis left where it is (torch.stft's
+# permute of the frames, a Fourier neural operator's mode slicing, bmm and slice_scatter, the
+# Llama reference's rotary embedding as a complex product).
+
+
+def complex_only(*targets):
+    """Registers the converter of targets for the case where an input is complex only; their
+    real converters (aten_ops) stay as they are."""
+
+    def register(fn):
+        for t in targets:
+            COMPLEX_CONVERTERS[t] = fn
+        return fn
+
+    return register
+
+
+def _as_real(x: V) -> V:
+    """The real [..., 2] tensor a complex value is held as."""
+    return V(x.id, _real_dtype(x), tuple(x.shape) + (2,))
+
+
+def _axis(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+def _all_complex(ctx, node, xs):
+    if not all(is_complex(x) for x in xs) or len({x.dtype for x in xs}) != 1:
+        ctx.unsupported("a complex tensor with a real one, or complex tensors of two dtypes "
+                        "(make both complex of one dtype first)")
+
+
+def _on_real(target, ctx, node, x, *args):
+    """The real converter of `target` on x's [..., 2] tensor; the result is typed as the node's
+    complex output."""
+    return CONVERTERS[target](ctx, node, _as_real(x), *args)
+
+
+@complex_only(aten.permute.default)
+def _c_permute(ctx, node, x, dims):
+    return _on_real(node.target, ctx, node, x, [_axis(d, x.rank) for d in dims] + [x.rank])
+
+
+@complex_only(aten.transpose.int)
+def _c_transpose(ctx, node, x, d0, d1):
+    return _on_real(node.target, ctx, node, x, _axis(d0, x.rank), _axis(d1, x.rank))
+
+
+@complex_only(aten.unsqueeze.default)
+def _c_unsqueeze(ctx, node, x, d):
+    return _on_real(node.target, ctx, node, x, _axis(d, x.rank + 1))
+
+
+@complex_only(aten.squeeze.dims, aten.squeeze.dim, aten.squeeze.default)
+def _c_squeeze(ctx, node, x, dims=None):
+    if dims is None:
+        dims = [i for i, s in enumerate(x.shape) if is_static(s) and s == 1]
+    elif isinstance(dims, int):
+        dims = [dims]
+    return _on_real(node.target, ctx, node, x, [_axis(d, x.rank) for d in dims])
+
+
+@complex_only(aten.slice.Tensor, aten.slice_copy.Tensor)
+def _c_slice(ctx, node, x, dim=0, start=None, end=None, step=1):
+    return _on_real(node.target, ctx, node, x, _axis(dim, x.rank), start, end, step)
+
+
+@complex_only(aten.select.int, aten.select_copy.int)
+def _c_select(ctx, node, x, dim, index):
+    return _on_real(node.target, ctx, node, x, _axis(dim, x.rank), index)
+
+
+@complex_only(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _c_view(ctx, node, x, sizes):
+    return _on_real(node.target, ctx, node, x, list(sizes) + [2])
+
+
+@complex_only(aten.expand.default, aten.expand_copy.default)
+def _c_expand(ctx, node, x, sizes):
+    sizes = [1 if is_static(s) and s == -1 else s for s in sizes]  # -1: x's size, 1 broadcasts
+    return _complex_out(ctx, node, ctx.op("Expand", [x.id, ctx.shape_tensor(sizes + [2])]))
+
+
+@complex_only(aten.cat.default)
+def _c_cat(ctx, node, tensors, dim=0):
+    _all_complex(ctx, node, tensors)
+    d = _axis(dim, node.meta["val"].dim())
+    return _complex_out(ctx, node, ctx.op("Concat", [t.id for t in tensors], {"axis": d}))
+
+
+@complex_only(aten.stack.default)
+def _c_stack(ctx, node, tensors, dim=0):
+    _all_complex(ctx, node, tensors)
+    d = _axis(dim, node.meta["val"].dim())
+    parts = [ctx.op("Unsqueeze", [t.id, ctx.ints([d])]) for t in tensors]
+    return _complex_out(ctx, node, ctx.op("Concat", parts, {"axis": d}))
+
+
+@complex_only(aten.slice_scatter.default)
+def _c_slice_scatter(ctx, node, x, src, dim=0, start=None, end=None, step=1):
+    _all_complex(ctx, node, [x, src])
+    return CONVERTERS[node.target](ctx, node, _as_real(x), _as_real(src), _axis(dim, x.rank),
+                                   start, end, step)
+
+
+@complex_only(aten.select_scatter.default)
+def _c_select_scatter(ctx, node, x, src, dim, index):
+    _all_complex(ctx, node, [x, src])
+    return CONVERTERS[node.target](ctx, node, _as_real(x), _as_real(src), _axis(dim, x.rank),
+                                   index)
+
+
+@complex_only(aten.copy.default, aten.copy_.default)
+def _c_copy(ctx, node, dst, src, non_blocking=False):
+    _all_complex(ctx, node, [dst, src])
+    return CONVERTERS[node.target](ctx, node, _as_real(dst), _as_real(src))
+
+
+def _sum(onnx_op: str):
+    def convert(ctx, node, x, dims=None, keepdim=False, *, dtype=None):
+        if dtype is not None and dtype != x.dtype:
+            ctx.unsupported(f"a sum of a {x.dtype} tensor in {dtype}")
+        if isinstance(dims, int):
+            dims = [dims]
+        axes = list(range(x.rank)) if not dims else [_axis(d, x.rank) for d in dims]
+        if not axes:  # a rank-0 value
+            return _complex_out(ctx, node, ctx.op("Identity", [x.id]))
+        return _complex_out(ctx, node, ctx.op(onnx_op, [x.id, ctx.ints(axes)],
+                                              {"keepdims": int(bool(keepdim))}))
+
+    return convert
+
+
+complex_only(aten.sum.dim_IntList, aten.sum.default)(_sum("ReduceSum"))
+complex_only(aten.mean.dim, aten.mean.default)(_sum("ReduceMean"))
+
+
+@complex_only(aten.neg.default)
+def _c_neg(ctx, node, x):
+    return _complex_out(ctx, node, ctx.op("Neg", [x.id]))
+
+
+@complex_converter(aten._conj.default, aten.conj_physical.default, aten.conj.default)
+def _conj(ctx, node, x):
+    if not is_complex(x):
+        return ctx.value(ctx.op("Identity", [x]), like=node)
+    return _complex_out(ctx, node, ctx.op("Mul", [x.id, ctx.constant([1.0, -1.0],
+                                                                     _real_dtype(x))]))
+
+
+@complex_only(aten.div.Tensor, aten.div.Scalar)
+def _c_div(ctx, node, a, b):
+    """A complex value divided by a real one (both parts divided)."""
+    if is_complex(b) or a.dtype != node.meta["val"].dtype:
+        ctx.unsupported("a division by a complex value")
+    return _complex_out(ctx, node, ctx.op("Div", [a.id, _real_factor(ctx, b, _real_dtype(a))]))
+
+
+@complex_only(aten.bmm.default, aten.matmul.default, aten.mm.default)
+def _c_matmul(ctx, node, a, b):
+    """(ar + i ai)(br + i bi): four real products (two where one operand is real)."""
+    dt = _REAL[node.meta["val"].dtype]
+    last = ctx.ints([-1])
+
+    def parts(x):
+        if not is_complex(x):
+            return ctx.cast(x, dt), None
+        return tuple(ctx.op("Squeeze", [p, last]) for p in _parts(ctx, x))
+
+    (ar, ai), (br, bi) = parts(a), parts(b)
+
+    def mm(p, q):
+        return ctx.op("MatMul", [p, q])
+
+    if ai is None:
+        re, im = mm(ar, br), mm(ar, bi)
+    elif bi is None:
+        re, im = mm(ar, br), mm(ai, br)
+    else:
+        re = ctx.op("Sub", [mm(ar, br), mm(ai, bi)])
+        im = ctx.op("Add", [mm(ar, bi), mm(ai, br)])
+    both = [ctx.op("Unsqueeze", [p, last]) for p in (re, im)]
+    return _complex_out(ctx, node, ctx.op("Concat", both, {"axis": -1}))
+
+
+def complex_fill(ctx, node, shape_id: int, fill) -> V:
+    """A complex tensor of `shape_id`'s shape, every element `fill`: zeros with (re, im) added."""
+    dt = _REAL.get(node.meta["val"].dtype)
+    if dt is None:
+        ctx.unsupported(f"complex dtype {node.meta['val'].dtype} (supported: complex64, "
+                        "complex128)")
+    z = complex(fill)
+    shape = ctx.op("Concat", [shape_id, ctx.ints([2])], {"axis": 0})
+    t = ctx.op("ConstantOfShape", [shape], {"value": torch.zeros(1, dtype=dt)})
+    if z != 0:
+        t = ctx.op("Add", [t, ctx.constant([z.real, z.imag], dt)])
+    return _complex_out(ctx, node, t)
+
+
+@complex_only(aten.zeros_like.default, aten.ones_like.default, aten.full_like.default,
+              aten.empty_like.default)
+def _c_full_like(ctx, node, x, *args, **kwargs):
+    name = node.target.__name__
+    fill = args[0] if name.startswith("full_like") else (1 if "ones" in name else 0)
+    if not isinstance(fill, (int, float, complex)):
+        ctx.unsupported("a fill value computed in the graph")
+    if not node.meta["val"].dtype.is_complex:
+        ctx.unsupported(f"{name} of a complex tensor in {node.meta['val'].dtype}")
+    return complex_fill(ctx, node, ctx.shape_tensor(list(x.shape)), fill)

@@ -396,6 +396,10 @@ def _full(ctx, node, *args, **kwargs):
         fill = 1
     if isinstance(fill, (V, SymV)):
         ctx.unsupported("a fill value computed in the graph")
+    if val.dtype.is_complex:  # a [..., 2] tensor of (real, imaginary) pairs
+        from .aten_fft import complex_fill
+
+        return complex_fill(ctx, node, ctx.shape_tensor(size), fill)
     return out(ctx, node, _fill(ctx, node, ctx.shape_tensor(size), fill, val.dtype))
 
 
