@@ -414,3 +414,37 @@ TEST(CpuConvSmall, DISABLED_Crossover) {
 
 }  // namespace
 }  // namespace pto
+
+// valid_tap_share counts, per tap, the outputs that read the input as one range: the same
+// count as walking every (output, tap) pair, and no walk for a declared size of 2^40.
+TEST(CpuConvSmall, ValidTapShareCountsWithoutWalking) {
+  using pto::cpu::ConvGeometry;
+  auto walked = [](int64_t out, int64_t in, int64_t k, int64_t s, int64_t d, int64_t p) {
+    int64_t n = 0;
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t t = 0; t < k; ++t) n += o * s + t * d - p >= 0 && o * s + t * d - p < in;
+    return static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, out * k));
+  };
+  for (int64_t in : {1, 2, 3, 7, 12})
+    for (int64_t k : {1, 3, 5})
+      for (int64_t s : {1, 2, 3})
+        for (int64_t d : {1, 2})
+          for (int64_t p : {0, 1, 2, 4}) {
+            const int64_t out = (in + 2 * p - d * (k - 1) - 1) / s + 1;
+            if (out < 1) continue;
+            ConvGeometry g;
+            g.ih = in;
+            g.oh = out;
+            g.kh = k;
+            g.sh = s;
+            g.dh = d;
+            g.ph = p;  // the width: 1 x 1, every tap valid
+            EXPECT_DOUBLE_EQ(pto::cpu::valid_tap_share(g), walked(out, in, k, s, d, p))
+                << in << " " << k << " " << s << " " << d << " " << p;
+          }
+  ConvGeometry huge;
+  huge.ih = huge.oh = int64_t{1} << 40;
+  huge.kh = 3;
+  huge.ph = 1;
+  EXPECT_NEAR(pto::cpu::valid_tap_share(huge), 1.0, 1e-9);
+}

@@ -767,13 +767,16 @@ namespace pto::cpu {
 // The share of (output position, tap) pairs that read the input rather than padding: the
 // small-output kernel multiplies every tap, the blocked kernel skips the padding ones.
 double valid_tap_share(const ConvGeometry& g) {
+  // Per tap, the outputs o with 0 <= o * s + t * d - p < in are one range: counted, not walked
+  // (a declared size of 2^40 made the walk a hang at compile time).
   auto valid = [](int64_t out, int64_t in, int64_t k, int64_t s, int64_t d, int64_t p) {
     int64_t n = 0;
-    for (int64_t o = 0; o < out; ++o)
-      for (int64_t t = 0; t < k; ++t) {
-        const int64_t i = o * s + t * d - p;
-        n += i >= 0 && i < in;
-      }
+    for (int64_t t = 0; t < k; ++t) {
+      const int64_t off = t * d - p;  // input index o * s + off
+      const int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
+      const int64_t hi = in - 1 - off < 0 ? -1 : std::min(out - 1, (in - 1 - off) / s);
+      n += std::max<int64_t>(0, hi - lo + 1);
+    }
     return static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, out * k));
   };
   return valid(g.oh, g.ih, g.kh, g.sh, g.dh, g.ph) * valid(g.ow, g.iw, g.kw, g.sw, g.dw, g.pw);
