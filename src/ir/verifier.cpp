@@ -47,6 +47,11 @@ void verify(const Graph& g) {
       if (v == kNoValue) {
         if (i < d.min_inputs)
           throw ValueError(cat(n.where(), ": required input ", i, " is missing"));
+        // A variadic list (Sum's, Concat's, Einsum's) has no holes; only ops whose leading
+        // inputs are all optional (Loop's M and cond) may omit some.
+        if (d.max_inputs < 0 && d.min_inputs > 0)
+          throw ValueError(cat(n.where(), ": input ", i, " is missing: ", n.op,
+                               "'s variadic inputs cannot be omitted"));
         continue;
       }
       check_id(v, n.where());
