@@ -41,3 +41,14 @@ def test_a_conv_declaring_a_huge_plane_compiles_without_walking_it():
                                  pads=[1, 1, 1, 1])], [_x([1, 8, 2 ** 40, 4])], initializers=[w])
     exe = pypto.onnx.load(m)
     assert exe.output_names == ["y"]
+
+
+def test_names_that_are_not_utf8_are_escaped_in_the_error():
+    """Protobuf keeps a name's bytes as they are: an error quoting one became a UnicodeDecodeError
+    without the error's message."""
+    m = _model([helper.make_node("FooBar", ["x"], ["y"], name="ZZZZ")], [_x([3])])
+    data = m.SerializeToString().replace(b"ZZZZ", b"\xb4\xff\xfe\x80")
+    with pytest.raises(NotImplementedError,
+                       match=r"\[FooBar\] node '\\xb4\\xff\\xfe\\x80': operator 'FooBar' is not "
+                             "supported"):
+        pypto.onnx.load(data)
