@@ -11,8 +11,8 @@ namespace {
 // protobuf, and a message quotes them) are escaped, \xb4, where PyErr_SetString would raise a
 // UnicodeDecodeError in place of the error and its message.
 void set_error(PyObject* type, const char* what) {
-  PyObject* message = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)),
-                                           "backslashreplace");
+  PyObject* message =
+      PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace");
   if (!message) {
     PyErr_Clear();
     PyErr_SetString(type, "(a message that is not text)");
