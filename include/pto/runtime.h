@@ -62,7 +62,7 @@ class MemoryPool : public Allocator, public std::enable_shared_from_this<MemoryP
 
   void* allocate(size_t nbytes) override { return allocate(nbytes, default_flags_); }
   void* allocate(size_t nbytes, AllocFlags flags);
-  void deallocate(void* p, size_t nbytes) override;
+  void deallocate(void* p, size_t nbytes) noexcept override;
   void release_cached();  // gives every cached (unused) block back to the system
   MemoryPoolStats stats() const;
 

@@ -34,7 +34,8 @@ class Allocator {
  public:
   virtual ~Allocator() = default;
   virtual void* allocate(size_t nbytes) = 0;  // 64-byte aligned; throws ValueError when out
-  virtual void deallocate(void* p, size_t nbytes) = 0;
+  // Called by a tensor's destructor, also while an exception unwinds: must not throw.
+  virtual void deallocate(void* p, size_t nbytes) noexcept = 0;
 };
 
 // Makes `a` the allocator of Tensor::empty on this thread until the scope ends (scopes nest).

@@ -86,12 +86,19 @@ void* MemoryPool::allocate(size_t nbytes, AllocFlags flags) {
   return p;
 }
 
-void MemoryPool::deallocate(void* p, size_t nbytes) {
+void MemoryPool::deallocate(void* p, size_t nbytes) noexcept {
   if (!p) return;
   size_t cls = size_class(nbytes);
   std::lock_guard lock(mutex_);
-  free_[cache_key(cls, p)].push_back(p);
   stats_.in_use_bytes -= cls;
+  try {
+    free_[cache_key(cls, p)].push_back(p);
+  } catch (...) {
+    // No memory left to cache it (a Loop's scan output grew until allocation failed): the block
+    // goes back to the system. A tensor's destructor calls this, so it must not throw.
+    std::free(p);
+    stats_.reserved_bytes -= cls;
+  }
 }
 
 void MemoryPool::release_cached() {
