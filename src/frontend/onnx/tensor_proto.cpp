@@ -1,4 +1,5 @@
 // TensorProto -> Tensor. Every size is checked against the declared shape before a byte is copied.
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -42,7 +43,8 @@ Tensor read_external(const ::onnx::TensorProto& t, const std::string& base_dir, 
     try {
       if (kv.key() == "location") location = kv.value();
       if (kv.key() == "offset") offset = std::stoll(kv.value());
-      if (kv.key() == "length") length = std::stoll(kv.value());
+      if (kv.key() == "length" && (length = std::stoll(kv.value())) < 0)
+        throw std::out_of_range("negative");
     } catch (const std::exception&) {
       throw ValueError(
           cat(where, ": external data key '", kv.key(), "' has a bad value '", kv.value(), "'"));
@@ -52,20 +54,37 @@ Tensor read_external(const ::onnx::TensorProto& t, const std::string& base_dir, 
     throw ValueError(cat(where, ": uses external data, which needs the model loaded from a file"));
   namespace fs = std::filesystem;
   fs::path rel(location);
+  const std::string inside = "' must be a relative path inside the model's folder";
+  if (location.find('\0') != std::string::npos)  // (quoted, it would cut the message short)
+    throw ValueError(cat(where,
+                         ": external data location holds a NUL byte (it must be a relative "
+                         "path inside the model's folder)"));
   if (location.empty() || rel.is_absolute() ||
       std::any_of(rel.begin(), rel.end(), [](const fs::path& p) { return p == ".."; }))
-    throw ValueError(cat(where, ": external data location '", location,
-                         "' must be a relative path inside the model's folder"));
+    throw ValueError(cat(where, ": external data location '", location, inside));
   if (offset < 0) throw ValueError(cat(where, ": external data offset ", offset, " is negative"));
   if (length >= 0 && static_cast<size_t>(length) != expected)
     throw ValueError(cat(where, ": external data length ", length, " does not match the ", expected,
                          " bytes its shape needs"));
   fs::path file = fs::path(base_dir) / rel;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ValueError(cat(where, ": cannot open external data file '", file.string(), "'"));
+  // The file the path names once links are followed must be in the folder too: a link in it
+  // to /etc/passwd is a path the text check above passes (onnxruntime refuses it as well).
   std::error_code ec;
-  auto size = fs::file_size(file, ec);
-  if (ec || static_cast<uintmax_t>(offset) + expected > size)
+  const fs::path real = fs::canonical(file, ec), folder = fs::canonical(fs::path(base_dir), ec);
+  if (ec || !fs::is_regular_file(real, ec))
+    throw ValueError(cat(where, ": cannot open external data file '", file.string(),
+                         "' (not an existing regular file)"));
+  const auto [past, _] = std::mismatch(folder.begin(), folder.end(), real.begin(), real.end());
+  if (past != folder.end())
+    throw ValueError(cat(where, ": external data location '", location, "' leads to '",
+                         real.string(), "', outside the model's folder '", folder.string(), "'"));
+  std::ifstream in(real, std::ios::binary);
+  if (!in) throw ValueError(cat(where, ": cannot open external data file '", file.string(), "'"));
+  auto size = fs::file_size(real, ec);
+  if (ec)
+    throw ValueError(
+        cat(where, ": cannot read the size of external data file '", file.string(), "'"));
+  if (static_cast<uintmax_t>(offset) + expected > size)
     throw ValueError(cat(where, ": external data file '", file.string(), "' holds ", size,
                          " bytes, fewer than offset ", offset, " + ", expected));
   Tensor out = allocate(dt, dims, where);
