@@ -40,6 +40,8 @@ struct KernelGraph {
 // computes (a Conv with the Reshape views absorbed after it is "Conv"), else its last node's op.
 std::string kernel_label(const Graph& g, const KernelGroup& k);
 
+class ReaderIndex;  // pto/reader_index.h
+
 // Node n as a kernel of its own: its inputs, and every output it defines (a lone node's kernel
 // produces them all, read or not).
 KernelGroup single_node_group(const Graph& g, int32_t n);
@@ -48,8 +50,9 @@ KernelGroup single_node_group(const Graph& g, int32_t n);
 KernelGraph single_node_kernels(const Graph& g);
 
 // Fills inputs and outputs of a group whose `nodes` are set (outputs: values used by a node
-// outside the group, or graph outputs).
-void finish_group(const Graph& g, KernelGroup& group);
+// outside the group, or graph outputs). With the graph's `readers` it costs the group's size;
+// without, it builds them (the graph's size): callers finishing many groups pass one index.
+void finish_group(const Graph& g, KernelGroup& group, const ReaderIndex* readers = nullptr);
 
 // Puts the kernels in an order that respects every dependency between them (a kernel runs after
 // every kernel whose outputs it reads), preferring the order of their last nodes. Ordering by last

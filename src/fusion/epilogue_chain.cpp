@@ -86,6 +86,19 @@ std::string EpilogueChain::rule(const Graph& g) const {
   return r;
 }
 
+namespace {
+
+// The ops whose kernels run an epilogue: Conv, Gemm, MatMul, ConvTranspose, the blocked convs
+// and DynamicQuantizeMatMul.
+bool epilogue_anchor(const Node& a) {
+  if (a.op == "Conv" || a.op == "Gemm" || a.op == "MatMul" || a.op == "ConvBlocked" ||
+      a.op == "DwPwConvBlocked")
+    return true;
+  return (a.op == "DynamicQuantizeMatMul" || a.op == "ConvTranspose") && a.domain.empty();
+}
+
+}  // namespace
+
 std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
                                             const ReaderIndex& readers) {
   const Node& a = g.nodes()[anchor];
@@ -97,8 +110,7 @@ std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
   const bool dqmm = a.op == "DynamicQuantizeMatMul" && a.domain.empty();
   // ConvTranspose takes them as a Conv does (its output is NCHW, the channel on axis 1).
   const bool transpose = a.op == "ConvTranspose" && a.domain.empty();
-  if (a.op != "Conv" && a.op != "Gemm" && a.op != "MatMul" && !blocked && !dqmm && !transpose)
-    return std::nullopt;
+  if (!epilogue_anchor(a)) return std::nullopt;
   if (a.outputs.size() != 1 || !is_f32(g, a.outputs[0])) return std::nullopt;
   const TensorType& out = g.value(a.outputs[0]).type;
   if (!out.shape || out.shape->size() < 2) return std::nullopt;
@@ -213,7 +225,9 @@ std::optional<EpilogueChain> match_epilogue(const Graph& g, int32_t anchor,
 }
 
 std::optional<EpilogueChain> epilogue_of_group(const Graph& g, const std::vector<int32_t>& nodes) {
-  if (nodes.size() < 2) return std::nullopt;
+  // (The anchor first: the index of readers costs the graph's size, a group's other kernels
+  // asked it of every group of a graph.)
+  if (nodes.size() < 2 || !epilogue_anchor(g.nodes()[nodes[0]])) return std::nullopt;
   auto c = match_epilogue(g, nodes[0], ReaderIndex(g));
   if (!c) return std::nullopt;
   std::vector<int32_t> sorted = c->nodes;

@@ -87,7 +87,7 @@ bool row_op(const Node& n) {
 // only a group of Adds, as the end of their sum (rule "Add+LayerNormalization", the norm's own
 // kernel), and then only Adds join it, backward, and a Cast of its output to bf16 or f16, which
 // the norm's kernel stores (rule "Add+LayerNormalization+Cast"); a row op seeds no group.
-std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
+std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed, const ReaderIndex& readers,
                                       const std::vector<int32_t>& owner,
                                       const FusionOptions& options) {
   const auto& nodes = g.nodes();
@@ -98,17 +98,33 @@ std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
   int32_t hi = seed;
   std::vector<int32_t> members = {seed};
   bool only_adds = nodes[seed].op == "Add", has_row_op = false;
-  // Readers of each value, so the group can look at who reads what it produces (and whether a
-  // widening producer has one reader).
-  std::map<ValueId, std::vector<int32_t>> readers;
-  for (size_t i = 0; i < nodes.size(); ++i)
-    for (ValueId v : nodes[i].inputs)
-      if (v != kNoValue) readers[v].push_back(static_cast<int32_t>(i));
   int32_t lo = seed;
+  // Whether r joins without the walk of convex(): a reader past the group whose inputs come from
+  // the group or from before it (no path from the group reaches it through another node, and it
+  // reaches no member), or a producer before the group read only by members. A chain of 32k
+  // Relus walked its whole span at every join (quadratic: 11 s to compile).
+  auto plainly_convex = [&](int32_t r) {
+    if (r > hi) {
+      for (ValueId v : nodes[r].inputs) {
+        const int32_t p = v == kNoValue ? -1 : g.value(v).producer;
+        if (p >= lo && !in[p]) return false;
+      }
+      return true;
+    }
+    if (r < lo) {
+      for (ValueId o : nodes[r].outputs)
+        if (o != kNoValue)
+          for (int32_t x : readers.readers(o))
+            if (!in[x]) return false;
+      return true;
+    }
+    return false;
+  };
   // Joins node r when it keeps the group convex.
   auto join = [&](int32_t r) {
+    const bool plain = plainly_convex(r);
     in[r] = 1;
-    if (!convex(g, in, std::min(lo, r), std::max(hi, r))) {
+    if (!plain && !convex(g, in, std::min(lo, r), std::max(hi, r))) {
       in[r] = 0;
       return;
     }
@@ -123,7 +139,7 @@ std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
     if (!fusion::narrows_to_half(g, nodes[r])) return false;
     const ValueId y = nodes[r].inputs[0];
     const int32_t p = g.value(y).producer;
-    return p >= 0 && in[p] && row_op(nodes[p]) && !g.is_output(y) && readers[y].size() == 1;
+    return p >= 0 && in[p] && row_op(nodes[p]) && !g.is_output(y) && readers.readers(y).size() == 1;
   };
   // `backward`: r produces a value the group reads (else it reads one).
   auto joinable = [&](int32_t r, bool backward) {
@@ -140,12 +156,12 @@ std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
       if (v == kNoValue) continue;
       const int32_t p = g.value(v).producer;
       if (p >= 0 && joinable(p, true) && widens(g, nodes[p]) && g.value(v).type.shape &&
-          readers[v].size() == 1 && !g.is_output(v))
+          readers.readers(v).size() == 1 && !g.is_output(v))
         join(p);
     }
     for (ValueId o : m.outputs) {
       if (o == kNoValue) continue;
-      for (int32_t r : readers[o])
+      for (int32_t r : readers.readers(o))
         if (joinable(r, false) && !widens(g, nodes[r])) join(r);
     }
     // Backward: a producer of the group's shape whose every result is read inside the group
@@ -161,7 +177,7 @@ std::vector<int32_t> grow_elementwise(const Graph& g, int32_t seed,
           for (ValueId o : nodes[p].outputs)
             if (o != kNoValue) {
               inside = inside && !g.is_output(o);
-              for (int32_t r : readers[o]) inside = inside && in[r];
+              for (int32_t r : readers.readers(o)) inside = inside && in[r];
             }
           if (inside) join(p);
         }
@@ -192,11 +208,11 @@ std::optional<KernelGroup> tile_epilogue(const Graph& g, int32_t anchor, const R
       !same_output_shape(g, g.nodes()[reader], *t.shape))
     return std::nullopt;
   KernelGroup k;
-  k.nodes = grow_elementwise(g, reader, owner, options);
+  k.nodes = grow_elementwise(g, reader, readers, owner, options);
   k.nodes.insert(k.nodes.begin(), anchor);
   k.anchor = anchor;
   k.rule = a.op + "+Elementwise";
-  finish_group(g, k);
+  finish_group(g, k, &readers);
   if (k.outputs.size() != 1 || !options.epilogue_fusible(g, k)) return std::nullopt;
   return k;
 }
@@ -217,7 +233,7 @@ std::optional<KernelGroup> casts_group(const Graph& g, int32_t n, const ReaderIn
     return std::nullopt;
   k.anchor = n;
   k.rule = casts->rule(g);
-  finish_group(g, k);
+  finish_group(g, k, &readers);
   if (!options.epilogue_fusible(g, k)) return std::nullopt;
   return k;
 }
@@ -264,7 +280,7 @@ KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options) {
       const Node& n = nodes[i];
       if (n.outputs.size() != 1 || n.outputs[0] == kNoValue || !g.value(n.outputs[0]).type.shape)
         continue;
-      std::vector<int32_t> members = grow_elementwise(g, seed, owner, options);
+      std::vector<int32_t> members = grow_elementwise(g, seed, readers, owner, options);
       if (members.size() < 2) continue;
       std::optional<KernelGroup> casts;
       for (int32_t m : members)
@@ -279,7 +295,7 @@ KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options) {
                 options.epilogue_fusible ? fusion::sum_norm_of_group(g, k.nodes) : std::nullopt) {
           KernelGroup named = k;
           named.rule = sum->rule(g);
-          finish_group(g, named);
+          finish_group(g, named, &readers);
           if (options.epilogue_fusible(g, named)) k.rule = named.rule;
         }
       }
@@ -305,7 +321,7 @@ KernelGraph fuse_kernels(const Graph& g, const FusionOptions& options) {
   }
   KernelGraph kg;
   for (KernelGroup& k : groups) {
-    if (k.nodes.size() > 1) finish_group(g, k);
+    if (k.nodes.size() > 1) finish_group(g, k, &readers);
     kg.kernels.push_back(std::move(k));
   }
   // Convex groups can still depend on each other in a cycle (through a third group); then the

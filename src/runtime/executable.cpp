@@ -352,7 +352,7 @@ class StepAllocator : public Allocator {
         }
     return pool_->allocate(nbytes);
   }
-  void deallocate(void* p, size_t nbytes) override {
+  void deallocate(void* p, size_t nbytes) noexcept override {
     if (!in_arena(p) && (handed_out_.empty() || !handed_out(p))) pool_->deallocate(p, nbytes);
   }
   bool in_arena(const void* p) const {
@@ -403,7 +403,7 @@ void absorb_views(const Graph& g, KernelGraph& kg, std::vector<std::vector<int32
       const size_t into = it->second;
       kg.kernels[into].nodes.push_back(kg.kernels[s].nodes[0]);
       trailing[into].push_back(kg.kernels[s].nodes[0]);
-      finish_group(g, kg.kernels[into]);
+      finish_group(g, kg.kernels[into], &readers);
       gone[s] = 1;
       made_by.erase(it);
       made_by[v->outputs[0]] = into;
@@ -426,7 +426,7 @@ void absorb_views(const Graph& g, KernelGraph& kg, std::vector<std::vector<int32
     host.nodes.push_back(kg.kernels[s].nodes[0]);
     std::sort(host.nodes.begin(), host.nodes.end());
     leading[into].push_back(kg.kernels[s].nodes[0]);
-    finish_group(g, host);
+    finish_group(g, host, &readers);
     group_of[kg.kernels[s].nodes[0]] = into;
     gone[s] = 1;
   }
@@ -1246,6 +1246,7 @@ void check_partition(const Graph& g, const KernelPartition& p) {
   const auto nv = static_cast<ValueId>(g.values().size());
   const auto nn = static_cast<int32_t>(g.nodes().size());
   std::vector<char> covered(nn, 0), defined(nv, 0);
+  const ReaderIndex readers(g);
   for (ValueId v : g.inputs()) defined[v] = 1;
   for (const auto& [v, t] : g.initializers()) defined[v] = 1;
   for (size_t k = 0; k < nk; ++k) {
@@ -1267,7 +1268,7 @@ void check_partition(const Graph& g, const KernelPartition& p) {
       }
     // Its inputs and outputs are what its nodes make them (what liveness and the plan read).
     KernelGroup expect = group;
-    finish_group(g, expect);
+    finish_group(g, expect, &readers);
     KernelGroup single = group.nodes.size() == 1 ? single_node_group(g, group.nodes[0]) : expect;
     if ((group.inputs != expect.inputs || group.outputs != expect.outputs) &&
         (group.inputs != single.inputs || group.outputs != single.outputs))
@@ -1377,6 +1378,7 @@ Executable compile_partitioned(Graph g, KernelPartition part, const CompileOptio
   }
 
   plan->step_of_node.assign(gr.nodes().size(), 0);
+  const ReaderIndex readers(gr);
   std::optional<WeightReleaser> releaser;
   if (options.release_packed_weights) releaser.emplace(gr, kg);
   const std::optional<tune::TuneCache> tune_cache = open_tune_cache(options);
@@ -1390,7 +1392,7 @@ Executable compile_partitioned(Graph g, KernelPartition part, const CompileOptio
         step.core.nodes.push_back(n);
     step.core.rule = k.rule;
     step.core.anchor = k.anchor;
-    finish_group(gr, step.core);
+    finish_group(gr, step.core, &readers);
     if (step.core.nodes.size() == 1) step.core = single_node_group(gr, step.core.nodes[0]);
     step.core.rule = k.rule;
     step.core.tile = k.tile;

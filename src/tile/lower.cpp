@@ -129,7 +129,13 @@ class Lowering {
     return r;
   }
 
-  int fresh() { return next_reg_++; }
+  // Instructions name virtual registers in int16_t: a group of 131072 Relus overflowed them
+  // and corrupted memory; past the limit the group is not one tile program.
+  int fresh() {
+    if (next_reg_ == std::numeric_limits<int16_t>::max())
+      throw Unsupported{cat("more than ", next_reg_, " values in one tile program")};
+    return next_reg_++;
+  }
 
   // A register holding v (an immediate is materialized).
   int reg(Val v) {

@@ -2,6 +2,7 @@
 #include "tune/signature.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "pto/error.h"
 #include "pto/shape.h"
@@ -32,6 +33,11 @@ std::string kernel_signature(const Graph& g, const KernelGroup& group) {
     s += cat(i ? "," : "", *t);
   }
   s += ";nodes=";
+  // Where each value a node reads comes from: a group input or an earlier node's output (maps,
+  // not scans of the earlier nodes: a chain of 32k Relus fused into one group was quadratic).
+  std::unordered_map<ValueId, std::string> from_node;
+  std::unordered_map<ValueId, size_t> input_at;
+  for (size_t i = 0; i < group.inputs.size(); ++i) input_at.emplace(group.inputs[i], i);
   for (size_t j = 0; j < group.nodes.size(); ++j) {
     const Node& n = g.nodes()[group.nodes[j]];
     s += cat(j ? ";" : "", n.domain.empty() ? "" : n.domain + ".", n.op, "{");
@@ -44,17 +50,17 @@ std::string kernel_signature(const Graph& g, const KernelGroup& group) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const ValueId v = n.inputs[i];
       std::string from = "-";
-      if (auto it = std::find(group.inputs.begin(), group.inputs.end(), v);
-          v != kNoValue && it != group.inputs.end())
-        from = cat("in", it - group.inputs.begin());
-      for (size_t p = 0; p < j && v != kNoValue; ++p) {
-        const std::vector<ValueId>& outs = g.nodes()[group.nodes[p]].outputs;
-        if (auto it = std::find(outs.begin(), outs.end(), v); it != outs.end())
-          from = cat("n", p, ".", it - outs.begin());
+      if (v != kNoValue) {
+        if (auto it = from_node.find(v); it != from_node.end())
+          from = it->second;
+        else if (auto in = input_at.find(v); in != input_at.end())
+          from = cat("in", in->second);
       }
       s += cat(i ? "," : "", from);
     }
     s += ")";
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      if (n.outputs[k] != kNoValue) from_node.emplace(n.outputs[k], cat("n", j, ".", k));
   }
   return s;
 }
