@@ -52,3 +52,133 @@ def test_names_that_are_not_utf8_are_escaped_in_the_error():
                        match=r"\[FooBar\] node '\\xb4\\xff\\xfe\\x80': operator 'FooBar' is not "
                              "supported"):
         pypto.onnx.load(data)
+
+
+def _external_weight(location, length=None):
+    import onnx
+
+    t = numpy_helper.from_array(np.zeros(4, np.float32), "w")
+    t.ClearField("raw_data")
+    t.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in [("location", location), ("length", length)]:
+        if value is not None:
+            e = t.external_data.add()
+            e.key, e.value = key, value
+    return _model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [_x([4])],
+                  initializers=[t])
+
+
+def test_external_data_through_a_link_out_of_the_folder_is_refused(tmp_path):
+    """A link in the model's folder to a file outside it passed the check of the path's text, and
+    the file (here /etc/passwd) became the weight; onnxruntime refuses it too."""
+    import os
+
+    os.symlink("/etc/passwd", tmp_path / "w.bin")
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_external_weight("w.bin").SerializeToString())
+    with pytest.raises(ValueError, match=r"external data location 'w.bin' leads to '/etc/passwd', "
+                                         "outside the model's folder"):
+        pypto.onnx.load(path)
+
+
+def test_external_data_inside_the_folder_through_a_link_loads(tmp_path):
+    weights = np.arange(4, dtype=np.float32)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "real.bin").write_bytes(weights.tobytes())
+    import os
+
+    os.symlink(tmp_path / "data" / "real.bin", tmp_path / "w.bin")
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_external_weight("w.bin", "16").SerializeToString())
+    np.testing.assert_array_equal(np.asarray(pypto.onnx.load(path)(np.ones(4, np.float32))),
+                                  weights + 1)
+
+
+@pytest.mark.parametrize("location,length,why", [
+    (".", None, r"cannot open external data file .* \(not an existing regular file\)"),
+    ("w\0.bin", None, r"location holds a NUL byte \(it must be a relative path inside"),
+    ("w.bin", "-1", r"external data key 'length' has a bad value '-1'"),
+])
+def test_bad_external_data_entries_are_named(tmp_path, location, length, why):
+    """'.' reported a size of 18446744073709551615 bytes; a length of -1 passed; a NUL cut the
+    path short."""
+    (tmp_path / "w.bin").write_bytes(np.zeros(4, np.float32).tobytes())
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_external_weight(location, length).SerializeToString())
+    with pytest.raises(ValueError, match=why):
+        pypto.onnx.load(path)
+
+
+def test_running_out_of_memory_in_a_loop_is_an_error_not_an_abort(tmp_path):
+    """A Loop accumulating a scan output until allocation fails: freeing the outputs made so far
+    while the error unwound allocated in the memory pool, threw from a destructor and aborted the
+    process. Run in a child under a 2 GiB address-space limit."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import resource, numpy as np
+        from onnx import TensorProto as T, helper as h, numpy_helper as nh
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        body = h.make_graph(
+            [h.make_node("Identity", ["cond_in"], ["cond_out"]),
+             h.make_node("Add", ["x", "x"], ["scan_out"])], "body",
+            [h.make_tensor_value_info("iter", T.INT64, []),
+             h.make_tensor_value_info("cond_in", T.BOOL, [])],
+            [h.make_tensor_value_info("cond_out", T.BOOL, []),
+             h.make_tensor_value_info("scan_out", T.FLOAT, [2, 3])])
+        g = h.make_graph([h.make_node("Loop", ["trip", "cond"], ["y"], name="loop", body=body)],
+                         "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                         [h.make_tensor_value_info("y", T.FLOAT, None)],
+                         [nh.from_array(np.array(2**63 - 1, np.int64), "trip"),
+                          nh.from_array(np.array(True), "cond")])
+        m = h.make_model(g, opset_imports=[h.make_operatorsetid("", 17)]); m.ir_version = 8
+        import pypto.onnx
+        exe = pypto.onnx.load(m)
+        try:
+            exe(np.ones((2, 3), np.float32))
+        except (MemoryError, ValueError) as e:
+            print("refused:", type(e).__name__)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "refused:" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+def test_a_pad_past_any_tensor_is_a_value_error():
+    """A pad of 2^40 built an index map per output position while compiling: a bare
+    MemoryError('std::bad_alloc') with no node named."""
+    p = numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 0, 2 ** 40], np.int64), "p")
+    m = _model([helper.make_node("Pad", ["x", "p"], ["y"], name="pad", mode="constant")],
+               [_x([1, 4, 8, 8])], initializers=[p], opset=18)
+    with pytest.raises(ValueError, match=r"\[Pad\] node 'pad': the padded output "
+                                         r"\[1, 4, 8, 1099511627784\] would hold"):
+        pypto.onnx.load(m)(np.ones((1, 4, 8, 8), np.float32))
+
+
+def test_a_dft_longer_than_any_tensor_is_a_value_error():
+    n = numpy_helper.from_array(np.array(2 ** 31, np.int64), "n")
+    a = numpy_helper.from_array(np.array(1, np.int64), "a")
+    m = _model([helper.make_node("DFT", ["x", "n", "a"], ["y"], name="dft")], [_x([1, 8, 1])],
+               initializers=[n, a], opset=20)
+    with pytest.raises(ValueError, match="a DFT of 2147483648 points needs tables larger"):
+        pypto.onnx.load(m)(np.ones((1, 8, 1), np.float32))
+
+
+def test_long_chains_compile_in_linear_time():
+    """32k Relus took 11 s to compile (every group scanned the graph, the fusion of a chain
+    walked its span at every join, the tuning signature looked back over the group); 131072
+    overflowed the tile program's int16 register numbers and corrupted memory."""
+    import time
+
+    for n, budget in [(32768, 30.0), (131072, 120.0)]:  # 0.4 s and 2.2 s here
+        nodes = [helper.make_node("Relu", [f"v{i}" if i else "x"], [f"v{i + 1}"], name=f"r{i}")
+                 for i in range(n)]
+        nodes.append(helper.make_node("Identity", [f"v{n}"], ["y"], name="out"))
+        start = time.perf_counter()
+        exe = pypto.onnx.load(_model(nodes, [_x([4])]))
+        took = time.perf_counter() - start
+        x = np.array([-1.0, 0.5, -2.0, 3.0], np.float32)
+        np.testing.assert_array_equal(np.asarray(exe(x)), np.maximum(x, 0))
+        assert took < budget, f"{n} Relus: {took:.1f} s to compile"

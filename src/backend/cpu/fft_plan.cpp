@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "backend/cpu/fft.h"
+#include "pto/error.h"
+#include "pto/tensor.h"
 
 namespace pto::cpu {
 namespace {
@@ -59,6 +61,11 @@ void fft_double(std::vector<Complex>& a) {
 }  // namespace
 
 std::shared_ptr<const FftPlan> make_fft_plan(int64_t n) {
+  // The tables (Bluestein's: a few complex values per point of the power of two past 2n) must
+  // fit where a tensor would: a dft_length of 2^31 was a bad_alloc at compile time.
+  if (n > static_cast<int64_t>(max_tensor_bytes() / 32))
+    throw ValueError(cat("a DFT of ", n, " points needs tables larger than a tensor may be (",
+                         max_tensor_bytes(), " bytes)"));
   auto plan = std::make_shared<FftPlan>();
   plan->n = n;
   std::vector<float>& tables = plan->tables;

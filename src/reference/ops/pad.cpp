@@ -94,8 +94,15 @@ PadPlan pad_plan(const KernelContext& c) {
     if (kept == 0 && out_shape[a] > 0 && mode != "constant")
       throw ValueError(cat(c.where(), ": cannot ", mode, "-pad an empty axis ", a));
   }
-  // The maps are built only for a non-empty output, which keeps them small.
-  if (check_output_dims(out_shape, c.where()) == 0) return plan;
+  // The maps are built only for a non-empty output, which keeps them small, and one a tensor
+  // may hold: a pad of 2^40 made the maps (an index per output position of an axis) a bad_alloc
+  // at compile time.
+  const int64_t count = check_output_dims(out_shape, c.where());
+  if (count == 0) return plan;
+  if (static_cast<uint64_t>(count) > max_tensor_bytes() / x.itemsize())
+    throw ValueError(cat(c.where(), ": the padded output ", dims_str(out_shape), " would hold ",
+                         count, " elements, more than a tensor may (", max_tensor_bytes(),
+                         " bytes)"));
   std::vector<std::vector<int64_t>>& src = plan.source;
   src.resize(rank);
   for (int64_t a = 0; a < rank; ++a) {
