@@ -197,9 +197,9 @@ def test_unseen_models_fourth_set_names_timm_architectures():
     known = set(timm.list_models())
     assert [n for n in fourth if n not in known] == []
     assert all(um.PACKAGES[n] == "timm" for n in fourth)
-    p = subprocess.run([sys.executable, str(UNSEEN), "--set", "sixth"], capture_output=True,
+    p = subprocess.run([sys.executable, str(UNSEEN), "--set", "seventh"], capture_output=True,
                        text=True, timeout=120)
-    assert p.returncode == 2 and "invalid choice: 'sixth'" in p.stderr, p.stderr
+    assert p.returncode == 2 and "invalid choice: 'seventh'" in p.stderr, p.stderr
 
 
 def test_unseen_models_fifth_set_names_installed_architectures():
@@ -224,6 +224,20 @@ def test_unseen_models_fifth_set_names_installed_architectures():
         names = inspect.getclosurevars(um.MODELS[n][0]).nonlocals
         assert hasattr(transformers, names["config"]) and hasattr(transformers, names["model"]), n
     assert len(by_package["timm"]) == 33 and len(by_package["transformers"]) == 17
+
+
+def test_unseen_models_sixth_set_names_installed_architectures():
+    """bench/unseen_models.py --set sixth: 36 architectures, none in an earlier set, 7 of timm
+    (each one the installed timm has) and 29 of transformers."""
+    timm = pytest.importorskip("timm")
+    um = _unseen_models()
+    sixth = um.SETS["sixth"]
+    assert len(sixth) == 36 and len(set(sixth)) == 36
+    earlier = set().union(*(um.SETS[s] for s in ("first", "third", "fourth", "fifth")))
+    assert not set(sixth) & earlier
+    timm_names = [n for n in sixth if um.PACKAGES[n] == "timm"]
+    assert len(timm_names) == 7 and not set(timm_names) - set(timm.list_models())
+    assert sum(um.PACKAGES[n] == "transformers" for n in sixth) == 29
 
 
 def test_run_models_are_zoo_models_and_the_default_is_the_peer_table():

@@ -40,6 +40,18 @@ inline Interior interior_of(const BlockedConv& g) {
   return {lo, hi};
 }
 
+// A padded register block's inputs for tap kx: src[r] is pixel ox0 + r's input in row xrow
+// (`pix` elements a pixel), or `zeros` where that pixel's tap reads the padding.
+template <class T, int R>
+[[gnu::always_inline]] inline void tap_sources(const BlockedConv& g, const T* xrow, int64_t pix,
+                                               int64_t ox0, int64_t kx, const T* zeros,
+                                               const T* (&src)[R]) {
+  for (int r = 0; r < R; ++r) {
+    const int64_t ix = (ox0 + r) * g.sw + kx * g.dw - g.pw;
+    src[r] = ix < 0 || ix >= g.iw ? zeros : xrow + ix * pix;
+  }
+}
+
 // kNchw: X is [N, C, H, W] with C <= B (a stem reading the network's input directly, no reorder):
 // lane i of a pixel is at channel plane i, pixels are adjacent.
 template <int B, int OB, bool kNchw = false>
@@ -209,10 +221,7 @@ struct RowKernel {
         if (iy < 0 || iy >= g.ih) continue;
         const float* xrow = x + (ib * g.ih + iy) * g.iw * B;
         for (int64_t kx = 0; kx < g.kw; ++kx) {
-          for (int r = 0; r < R; ++r) {
-            const int64_t ix = (ox0 + r) * g.sw + kx * g.dw - g.pw;
-            src[r] = ix < 0 || ix >= g.iw ? kZeroBias : xrow + ix * B;
-          }
+          tap_sources(g, xrow, B, ox0, kx, kZeroBias, src);
           const float* wp = w + ((ib * g.kh + ky) * g.kw + kx) * B * B;
           for (int64_t i = 0; i < lanes; ++i) fma_lane_from(acc, wp + i * B, src, i);
         }
@@ -606,10 +615,7 @@ struct PairKernel {
         if (iy < 0 || iy >= g.ih) continue;
         const uint32_t* xrow = x + (ib * g.ih + iy) * g.iw * words;
         for (int64_t kx = 0; kx < g.kw; ++kx) {
-          for (int r = 0; r < R; ++r) {
-            const int64_t ix = (ox0 + r) * g.sw + kx * g.dw - g.pw;
-            src[r] = ix < 0 || ix >= g.iw ? kZeros : xrow + ix * words;
-          }
+          tap_sources(g, xrow, words, ox0, kx, kZeros, src);
           const uint32_t* wp = w + ((ib * g.kh + ky) * g.kw + kx) * words * 16;
           for (int64_t p = 0; p < pairs; ++p) {
             __m512bh wv[OB];
