@@ -141,7 +141,15 @@ def test_running_out_of_memory_in_a_loop_is_an_error_not_an_abort(tmp_path):
         except (MemoryError, ValueError) as e:
             print("refused:", type(e).__name__)
     """)
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    import os
+    from pathlib import Path
+
+    # The child imports this checkout's pypto, as the test did (conftest puts it on sys.path).
+    root = str(Path(pypto.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                       env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "refused:" in r.stdout, (r.stdout, r.stderr[-2000:])
 
