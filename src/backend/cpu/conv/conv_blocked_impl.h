@@ -9,8 +9,8 @@
 //   depthwise  each tap is one vector load of the input pixel (its block channels) times the tap's
 //              weight vector: block channels per FMA, no broadcast.
 // Register blocks whose windows cross the row's ends read zeros there (general and the bf16
-// pairs: general_padded, PairKernel::padded_block); the depthwise kernel and the NCHW stem take a
-// checked one-pixel path for those pixels. The interior has no bounds checks.
+// pairs: general_padded, PairKernel::block<.., kPadded>); the depthwise kernel and the NCHW stem
+// take a checked one-pixel path for those pixels. The interior has no bounds checks.
 #include "backend/cpu/conv/conv_isa.h"
 #include "backend/cpu/isa/simd.h"
 
@@ -564,48 +564,17 @@ struct PairKernel {
       }
   }
 
-  // Output pixels [ox0, ox0 + R), every tap inside the row, at stride kS (0: g.sw at run time).
-  template <int R, int kS>
+  // Output pixels [ox0, ox0 + R) at stride kS (0: g.sw at run time), every tap inside the row;
+  // or, kPadded, some reading past the row's ends: a pixel's tap outside the row reads a zero
+  // word (its products add +0), so the R pixels share each weight load where pixels one by one
+  // each loaded all the weights (a 7x7 plane's row, 3x3 and pad 1, was three passes over the
+  // weights: an edge pixel, 5 pixels, an edge pixel; now one).
+  template <int R, int kS, bool kPadded = false>
   PTO_BF16 void block(int64_t ox0) const {
-    __m512 acc[R][OB];
-    init(acc);
-    const int64_t xstep = (kS ? kS : g.sw) * words;
-    for (int64_t ib = 0; ib < g.icb; ++ib) {
-      const int64_t left = g.channels - ib * 2 * words;  // real lanes from this block on
-      const int64_t pairs = left >= 2 * words ? words : (left + 1) / 2;
-      for (int64_t ky = 0; ky < g.kh; ++ky) {
-        const int64_t iy = oy * g.sh + ky * g.dh - g.ph;
-        if (iy < 0 || iy >= g.ih) continue;
-        const uint32_t* xrow = x + (ib * g.ih + iy) * g.iw * words;
-        for (int64_t kx = 0; kx < g.kw; ++kx) {
-          const uint32_t* xp = xrow + (ox0 * g.sw + kx * g.dw - g.pw) * words;
-          const uint32_t* wp = w + ((ib * g.kh + ky) * g.kw + kx) * words * 16;
-          for (int64_t p = 0; p < pairs; ++p) {
-            __m512bh wv[OB];
-            for (int o = 0; o < OB; ++o)
-              wv[o] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wp + o * wstride + p * 16));
-#pragma GCC unroll 32
-            for (int r = 0; r < R; ++r) {
-              const __m512bh xv = reinterpret_cast<__m512bh>(
-                  _mm512_set1_epi32(static_cast<int>(xp[r * xstep + p])));
-              for (int o = 0; o < OB; ++o) acc[r][o] = _mm512_dpbf16_ps(acc[r][o], xv, wv[o]);
-            }
-          }
-        }
-      }
-    }
-    store(acc, ox0);
-  }
-
-  // Output pixels [ox0, ox0 + R) of which some read past the row's ends: a pixel's tap outside
-  // the row reads a zero word (its products add +0), so the R pixels share each weight load
-  // where pixels one by one each load all the weights. A 7x7 plane's row (3x3, pad 1) was three
-  // passes over the weights (an edge pixel, 5 pixels, an edge pixel), now one.
-  template <int R>
-  PTO_BF16 void padded_block(int64_t ox0) const {
     static constexpr uint32_t kZeros[16] = {};  // words <= 16
     __m512 acc[R][OB];
     init(acc);
+    const int64_t xstep = (kS ? kS : g.sw) * words;
     const uint32_t* src[R];
     for (int64_t ib = 0; ib < g.icb; ++ib) {
       const int64_t left = g.channels - ib * 2 * words;  // real lanes from this block on
@@ -615,7 +584,9 @@ struct PairKernel {
         if (iy < 0 || iy >= g.ih) continue;
         const uint32_t* xrow = x + (ib * g.ih + iy) * g.iw * words;
         for (int64_t kx = 0; kx < g.kw; ++kx) {
-          tap_sources(g, xrow, words, ox0, kx, kZeros, src);
+          // (kPadded: no pointer to the row's left of its start is formed.)
+          const uint32_t* xp = kPadded ? nullptr : xrow + (ox0 * g.sw + kx * g.dw - g.pw) * words;
+          if constexpr (kPadded) tap_sources(g, xrow, words, ox0, kx, kZeros, src);
           const uint32_t* wp = w + ((ib * g.kh + ky) * g.kw + kx) * words * 16;
           for (int64_t p = 0; p < pairs; ++p) {
             __m512bh wv[OB];
@@ -623,8 +594,9 @@ struct PairKernel {
               wv[o] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wp + o * wstride + p * 16));
 #pragma GCC unroll 32
             for (int r = 0; r < R; ++r) {
+              const uint32_t word = kPadded ? src[r][p] : xp[r * xstep + p];
               const __m512bh xv =
-                  reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(src[r][p])));
+                  reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(word)));
               for (int o = 0; o < OB; ++o) acc[r][o] = _mm512_dpbf16_ps(acc[r][o], xv, wv[o]);
             }
           }
@@ -634,16 +606,11 @@ struct PairKernel {
     store(acc, ox0);
   }
 
-  // block<r> for r in [1, R]: kPadded, padded_block<r>, else block<r, false, kS>.
+  // block<r, kS, kPadded> for r in [1, R].
   template <int R, bool kPadded, int kS>
   PTO_BF16 void tail(int r, int64_t ox0) const {
     if constexpr (R >= 1) {
-      if (r == R) {
-        if constexpr (kPadded)
-          return padded_block<R>(ox0);
-        else
-          return block<R, kS>(ox0);
-      }
+      if (r == R) return block<R, kS, kPadded>(ox0);
       tail<R - 1, kPadded, kS>(r, ox0);
     }
   }
