@@ -4,6 +4,8 @@ on random inputs: through pypto.optimize with a symbolic batch where the export 
 through an FX graph traced with symbolic sizes (make_fx, no decompositions) for ops torch.export
 decomposes. Ops PyPTO cannot compile give a NotImplementedError naming the op and why."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -382,8 +384,57 @@ def test_complex_values_move_multiply_and_sum(fn, make, op):
     check(fn, make, op, rtol=1e-4, atol=1e-4)
 
 
+# Complex arithmetic and math (aten_complex.py): operands complex, real or Python scalars.
+def _z(x):  # [..., 2k] -> k complex values
+    return torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+
+
+def _r(z):
+    return torch.view_as_real(z).flatten(-2)
+
+
+@pytest.mark.parametrize("fn,op", [
+    (lambda x: _r(torch.exp(1j * x)), "aten.exp.default"),  # real * complex scalar
+    (lambda x: _r(torch.exp(_z(x))), "aten.exp.default"),
+    (lambda x: _r(torch.log(_z(x))), "aten.log.default"),
+    (lambda x: _r(torch.sqrt(_z(x))), "aten.sqrt.default"),
+    (lambda x: torch.angle(_z(x)) + torch.angle(x[..., :4]), "aten.angle.default"),
+    (lambda x: _r(_z(x) / (_z(x).flip(-1) + 3)), "aten.div.Tensor"),  # complex + real scalar
+    (lambda x: _r(_z(x) / (2 - 3j) - x[..., :4] * (1 + 1j)), "aten.div.Tensor"),
+    (lambda x: _r((x[..., :4] + 1) / _z(x)), "aten.div.Tensor"),  # real / complex
+    (lambda x: _r(torch.reciprocal(_z(x) * 1j + 0.5)), "aten.reciprocal.default"),
+    (lambda x: _r(_z(x) ** 2 + _z(x) ** -3 + _z(x) ** 0.3), "aten.pow.Tensor_Scalar"),
+    (lambda x: _r(torch.sgn(_z(x))), "aten.scalar_tensor.default"),  # sgn, decomposed
+    (lambda x: _r(torch.fft.fftshift(torch.fft.fft(x), dim=-1).flip(1)[:, [2, 0]]),
+     "aten.index_select.default"),
+    (lambda x: _r(torch.complex(x[..., :4], x[:, :1, 4:])), "aten.complex.default"),
+    (lambda x: _r(torch.polar(x[..., :4].abs(), x[..., 4:]) * _z(x)), "aten.polar.default"),
+    (lambda x: _r(torch.where(x[..., :4] > 0, _z(x), 1j)), "aten.where.self"),
+    (lambda x: _r(x[..., :4] - _z(x) + 2), "aten.sub.Tensor"),
+    (lambda x: _r(torch.fft.rfft(x).to(torch.complex128)).float(), "aten._to_copy.default"),
+])
+def test_complex_math(fn, op):
+    check(fn, randn(3, 8), op, rtol=1e-4, atol=1e-5)
+
+
+def test_complex_math_at_special_points():
+    """Zeros of both signs, tiny and huge parts (|z|^2 would underflow / overflow float32), the
+    negative real axis, infinities: as torch's C99 complex functions, except where both parts
+    are infinite."""
+    vals = [0.0, -0.0, 1.0, -4.0, 1e-30, -1e-30, 3e30, float("inf"), float("-inf")]
+    pairs = [(a, b) for a in vals for b in vals if not (math.isinf(a) and math.isinf(b))]
+    x = torch.tensor(pairs).reshape(1, -1)
+    fns = [lambda x: _r(torch.sqrt(_z(x))), lambda x: _r(torch.log(_z(x))),
+           lambda x: _r(torch.exp(_z(x))), lambda x: _r(torch.reciprocal(_z(x))),
+           lambda x: _r(_z(x) / _z(x).flip(-1)), lambda x: torch.angle(_z(x)),
+           lambda x: _z(x).abs(), lambda x: torch.atan2(x[..., 1::2], x[..., ::2])]
+    for fn in fns:
+        got = pypto.optimize(Fn(fn).eval(), (x,), dynamic=False)(x)
+        torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("fn,why", [
-    (lambda x: torch.view_as_real(torch.fft.fft(x).exp()), r"aten\.exp\.default\] node .*"
+    (lambda x: torch.view_as_real(torch.fft.fft(x).tanh()), r"aten\.tanh\.default\] node .*"
      r"complex tensors .* view_as_real"),
     (lambda x: torch.fft.fft(x), r"output 0 is a complex tensor.*view_as_real"),
 ])

@@ -4,11 +4,11 @@ and FNet's `fftn(x).real`) into ONNX DFT nodes, one per transformed dim.
 A complex value is held as ONNX holds it: a real tensor with a trailing axis of 2 (real,
 imaginary), complex64 as float32 and complex128 as float64. Its V keeps torch's complex dtype and
 shape (without that axis), so the converters here know it for what it is. The ops that may read
-a complex value: the FFTs, view_as_real / view_as_complex (no copy), abs, conj, mul (complex by
-complex or by real), div by a real value, add / sub, neg, matmul / bmm (four real products),
-sum / mean, clone and copies, and the ops that only move or select elements (view, permute,
-slice, cat, slice_scatter, ...: the real op on the [..., 2] tensor, its axes counted in the
-complex rank); complex zeros/ones/full are made as [..., 2] constants. Any other op on one is a
+a complex value: the FFTs, view_as_real / view_as_complex (no copy), clone and copies, matmul /
+bmm (four real products), sum / mean, and the ops that only move or select elements (view,
+permute, slice, cat, slice_scatter, ...: the real op on the [..., 2] tensor, its axes counted in
+the complex rank); complex zeros/ones/full are made as [..., 2] constants; arithmetic and math
+(exp, log, sqrt, angle, ...) are in aten_complex.py. Any other op on one is a
 NotImplementedError that names it (FxImporter.convert asks `complex_converter_for`).
 
 torch's normalization (0: none, 1: 1 / sqrt(n), 2: 1 / n, n the product of the transformed
@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from .. import dtypes
 from .fx_importer import CONVERTERS, V, converter, is_static
 
 aten = torch.ops.aten
@@ -53,11 +54,13 @@ def complex_converter_for(ctx, node, args, kwargs):
     """The converter of `node` when one of its inputs is complex, or a NotImplementedError."""
     fn = COMPLEX_CONVERTERS.get(node.target)
     if fn is None:
-        ctx.unsupported("complex tensors (from torch.fft) can only be read by the FFTs, "
-                        "view_as_real, abs, conj, mul, div by a real value, add, sub, neg, "
-                        "matmul/bmm, sum/mean, clone, copy and the ops that move or select "
-                        "elements (view, permute, transpose, slice, select, cat, stack, expand, "
-                        "squeeze, unsqueeze, slice_scatter, select_scatter); this op reads one: "
+        ctx.unsupported("complex tensors can only be read by the FFTs, view_as_real, "
+                        "arithmetic (+, -, *, / with complex, real or scalar operands, where), "
+                        "abs, angle, conj, neg, exp, log, sqrt, pow by a scalar, reciprocal, "
+                        "sgn, matmul/bmm, sum/mean, clone, copy and the ops that move or select "
+                        "elements (view, permute, transpose, slice, select, index, flip, roll, "
+                        "cat, stack, expand, squeeze, unsqueeze, slice_scatter, select_scatter); "
+                        "this op reads one: "
                         "take the real and imaginary parts with torch.view_as_real(...) first")
     return fn
 
@@ -153,69 +156,37 @@ def _view_as_complex(ctx, node, x):
     return V(x.id, _COMPLEX[x.dtype], tuple(x.shape[:-1]))
 
 
-@complex_converter(aten.abs.default)
-def _abs(ctx, node, x):
-    s = ctx.op("ReduceSumSquare", [x, ctx.ints([-1])], {"keepdims": 0})
-    return V(ctx.op("Sqrt", [s]), _real_dtype(x), tuple(node.meta["val"].shape))
-
-
 @complex_converter(aten.clone.default, aten._to_copy.default,
                    torch.ops.prims.convert_element_type.default)
 def _copy(ctx, node, x, *args, **kwargs):
-    if node.meta["val"].dtype != x.dtype:
-        ctx.unsupported(f"a copy of a {x.dtype} tensor to {node.meta['val'].dtype}")
-    return _complex_out(ctx, node, ctx.op("Identity", [x]))
+    to = node.meta["val"].dtype
+    if to == x.dtype:
+        return _complex_out(ctx, node, ctx.op("Identity", [x]))
+    if to not in _REAL:
+        ctx.unsupported(f"a copy of a {x.dtype} tensor to {to} (take .real or .abs() first)")
+    return _complex_out(ctx, node, ctx.op("Cast", [x.id], {"to": dtypes.onnx_code(_REAL[to])}))
+
+
+def real_to_pair(ctx, x, dt: torch.dtype) -> int:
+    """A real (or integer) tensor as a complex one of real dtype dt: [..., 1] padded to
+    [..., 2] with a zero imaginary part."""
+    t = ctx.op("Unsqueeze", [ctx.as_tensor(x, dt), ctx.ints([-1])])
+    pads = [0] * (x.rank + 1) * 2
+    pads[-1] = 1
+    return ctx.op("Pad", [t, ctx.ints(pads)])
 
 
 def to_complex(ctx, node, x) -> V:
-    """A real (or integer) tensor cast to a complex dtype: [..., 1] padded to [..., 2]."""
+    """A real (or integer) tensor cast to a complex dtype."""
     cdt = node.meta["val"].dtype
     if cdt not in _REAL:
         ctx.unsupported(f"complex dtype {cdt} (supported: complex64, complex128)")
-    t = ctx.op("Unsqueeze", [ctx.as_tensor(x, _REAL[cdt]), ctx.ints([-1])])
-    pads = [0] * (x.rank + 1) * 2
-    pads[-1] = 1
-    return _complex_out(ctx, node, ctx.op("Pad", [t, ctx.ints(pads)]))
+    return _complex_out(ctx, node, real_to_pair(ctx, x, _REAL[cdt]))
 
 
 def _parts(ctx, x) -> tuple[int, int]:
     """(real, imaginary) of a complex operand, as [..., 1] tensors."""
     return ctx.op("Split", [x, ctx.ints([1, 1])], {"axis": -1}, num_outputs=2)
-
-
-def _real_factor(ctx, r, dt) -> int:
-    """A real operand broadcast against [..., 2]: a tensor gets a trailing axis of 1."""
-    t = ctx.as_tensor(r, dt)
-    return ctx.op("Unsqueeze", [t, ctx.ints([-1])]) if isinstance(r, V) else t
-
-
-@complex_converter(aten.mul.Tensor, aten.mul.Scalar)
-def _mul(ctx, node, a, b):
-    """(ar + i ai)(br + i bi) = ar br - ai bi + i (ar bi + ai br); a real factor scales both."""
-    dt = _REAL[node.meta["val"].dtype]
-    if not (is_complex(a) and is_complex(b)):
-        c, r = (a, b) if is_complex(a) else (b, a)
-        if c.dtype != node.meta["val"].dtype:
-            ctx.unsupported(f"mul of {c.dtype} by a value that makes {node.meta['val'].dtype}")
-        return _complex_out(ctx, node, ctx.op("Mul", [c.id, _real_factor(ctx, r, dt)]))
-    (ar, ai), (br, bi) = _parts(ctx, a), _parts(ctx, b)
-    re = ctx.op("Sub", [ctx.op("Mul", [ar, br]), ctx.op("Mul", [ai, bi])])
-    im = ctx.op("Add", [ctx.op("Mul", [ar, bi]), ctx.op("Mul", [ai, br])])
-    return _complex_out(ctx, node, ctx.op("Concat", [re, im], {"axis": -1}))
-
-
-def _add_sub(onnx_op: str):
-    def convert(ctx, node, a, b, alpha=1):
-        if alpha != 1 or not (is_complex(a) and is_complex(b)) or a.dtype != b.dtype:
-            ctx.unsupported(f"{onnx_op.lower()} of a complex tensor and a real one, or with "
-                            "alpha (only complex with complex of one dtype)")
-        return _complex_out(ctx, node, ctx.op(onnx_op, [a.id, b.id]))
-
-    return convert
-
-
-complex_converter(aten.add.Tensor)(_add_sub("Add"))
-complex_converter(aten.sub.Tensor)(_add_sub("Sub"))
 
 
 # ---- data movement, products and sums of complex values ----
@@ -294,6 +265,26 @@ def _c_select(ctx, node, x, dim, index):
     return _on_real(node.target, ctx, node, x, _axis(dim, x.rank), index)
 
 
+@complex_only(aten._assert_tensor_metadata.default)
+def _c_assert_metadata(ctx, node, *args, **kwargs):  # export's check of a dtype: nothing to run
+    return None
+
+
+@complex_only(aten.flip.default)
+def _c_flip(ctx, node, x, dims):
+    return _on_real(node.target, ctx, node, x, [_axis(d, x.rank) for d in dims])
+
+
+@complex_only(aten.index_select.default)
+def _c_index_select(ctx, node, x, dim, index):  # torch.roll and fftshift are index_selects
+    return _on_real(node.target, ctx, node, x, _axis(dim, x.rank), index)
+
+
+@complex_only(aten.index.Tensor)
+def _c_index(ctx, node, x, indices):  # the [..., 2] axis is past the indexed dims: a ':'
+    return _on_real(node.target, ctx, node, x, indices)
+
+
 @complex_only(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _c_view(ctx, node, x, sizes):
     return _on_real(node.target, ctx, node, x, list(sizes) + [2])
@@ -357,27 +348,6 @@ def _sum(onnx_op: str):
 
 complex_only(aten.sum.dim_IntList, aten.sum.default)(_sum("ReduceSum"))
 complex_only(aten.mean.dim, aten.mean.default)(_sum("ReduceMean"))
-
-
-@complex_only(aten.neg.default)
-def _c_neg(ctx, node, x):
-    return _complex_out(ctx, node, ctx.op("Neg", [x.id]))
-
-
-@complex_converter(aten._conj.default, aten.conj_physical.default, aten.conj.default)
-def _conj(ctx, node, x):
-    if not is_complex(x):
-        return ctx.value(ctx.op("Identity", [x]), like=node)
-    return _complex_out(ctx, node, ctx.op("Mul", [x.id, ctx.constant([1.0, -1.0],
-                                                                     _real_dtype(x))]))
-
-
-@complex_only(aten.div.Tensor, aten.div.Scalar)
-def _c_div(ctx, node, a, b):
-    """A complex value divided by a real one (both parts divided)."""
-    if is_complex(b) or a.dtype != node.meta["val"].dtype:
-        ctx.unsupported("a division by a complex value")
-    return _complex_out(ctx, node, ctx.op("Div", [a.id, _real_factor(ctx, b, _real_dtype(a))]))
 
 
 @complex_only(aten.bmm.default, aten.matmul.default, aten.mm.default)

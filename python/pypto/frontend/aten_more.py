@@ -32,18 +32,30 @@ converter(aten.log2.default)(_log_base(2.0))
 converter(aten.log10.default)(_log_base(10.0))
 
 
-@converter(aten.atan2.default)
-def _atan2(ctx, node, y, x):
-    """atan(y / x), moved to the right quadrant where x < 0; 0 where x = y = 0."""
-    dt = _float_out(node)
-    ty, tx = ctx.as_tensor(y, dt), ctx.as_tensor(x, dt)
+def signbit_id(ctx, t: int, dt) -> int:
+    """Whether t's sign bit is set (-0.0 too, as C's signbit): t < 0, or 1 / t = -inf."""
+    zero = ctx.constant(0.0, dt)
+    return ctx.op("Or", [ctx.op("Less", [t, zero]),
+                         ctx.op("Less", [ctx.op("Div", [ctx.constant(1.0, dt), t]), zero])])
+
+
+def atan2_id(ctx, ty: int, tx: int, dt) -> int:
+    """atan(y / x), moved to the right quadrant where x < 0 (by -pi where y's sign bit is set,
+    -0.0 included, as C's atan2); +-0 (y's sign) where x = y = 0, and +-pi where x is -0."""
     zero = ctx.constant(0.0, dt)
     a = ctx.op("Atan", [ctx.op("Div", [ty, tx])])  # x = 0: y/x = +-inf, atan = +-pi/2
-    turn = ctx.op("Where", [ctx.op("GreaterOrEqual", [ty, zero]), ctx.constant(math.pi, dt),
-                            ctx.constant(-math.pi, dt)])
-    a = ctx.op("Where", [ctx.op("Less", [tx, zero]), ctx.op("Add", [a, turn]), a])
+    y_neg = signbit_id(ctx, ty, dt)
+    turn = ctx.op("Where", [y_neg, ctx.constant(-math.pi, dt), ctx.constant(math.pi, dt)])
+    a = ctx.op("Where", [signbit_id(ctx, tx, dt), ctx.op("Add", [a, turn]), a])
     both_zero = ctx.op("And", [ctx.op("Equal", [tx, zero]), ctx.op("Equal", [ty, zero])])
-    return out(ctx, node, ctx.op("Where", [both_zero, zero, a]))
+    at_origin = ctx.op("Where", [signbit_id(ctx, tx, dt), turn, ty])  # y itself: +-0
+    return ctx.op("Where", [both_zero, at_origin, a])
+
+
+@converter(aten.atan2.default)
+def _atan2(ctx, node, y, x):
+    dt = _float_out(node)
+    return out(ctx, node, atan2_id(ctx, ctx.as_tensor(y, dt), ctx.as_tensor(x, dt), dt))
 
 
 @converter(aten.var.correction, aten.var.dim, aten.var.default)

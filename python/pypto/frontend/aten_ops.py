@@ -386,6 +386,10 @@ def _full(ctx, node, *args, **kwargs):
     if name.startswith("new_"):
         args = args[1:]
     if name.startswith("scalar_tensor"):
+        if val.dtype.is_complex:  # a [2] tensor of (real, imaginary)
+            from .aten_fft import complex_fill
+
+            return complex_fill(ctx, node, ctx.ints([]), args[0])
         return out(ctx, node, ctx.constant(args[0], val.dtype))
     size = args[0]
     if name.startswith("full") or name.startswith("new_full"):
@@ -1189,4 +1193,4 @@ def _quantized_conv2d(ctx, node, x, weight, weight_scale, bias, x_scale, x_zero_
     return out(ctx, node, y)
 
 
-from . import aten_fft, aten_more, aten_rnn, aten_scatter  # noqa: E402, F401  (register their converters)
+from . import aten_complex, aten_fft, aten_more, aten_rnn, aten_scatter  # noqa: E402, F401  (register their converters)

@@ -404,11 +404,15 @@ class FxImporter:
         _load_lazy(node.target)
         fn = CONVERTERS.get(node.target)
         args, kwargs = self.resolve(node.args), self.resolve(node.kwargs)
-        if any(isinstance(a, V) and a.dtype.is_complex
-               for a in _leaves((args, tuple(kwargs.values())))):
+        leaves = list(_leaves((args, tuple(kwargs.values()))))
+        if any(isinstance(a, V) and a.dtype.is_complex for a in leaves):
             from .aten_fft import complex_converter_for
 
             fn = complex_converter_for(self, node, args, kwargs)
+        elif any(isinstance(a, complex) for a in leaves):  # 1j * x: real in, complex out
+            from .aten_fft import COMPLEX_CONVERTERS
+
+            fn = COMPLEX_CONVERTERS.get(node.target, fn)
         if fn is None:
             from .. import custom_ops as custom_op
 
