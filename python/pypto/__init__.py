@@ -50,9 +50,22 @@ def __getattr__(name: str):
 
 def _with_torch() -> None:
     """Once torch is loaded: threading "auto" (if asked for) now runs on its OpenMP team, and
-    torch.compile(backend="pypto") is registered."""
+    torch.compile(backend="pypto") is registered. The backend loads pypto.dynamo (and with it
+    the converters) at its first use, not here: torch is often imported by a pypto module
+    (`import pypto.quantization` first in a process), and importing the converters in the
+    middle of that module would find it half initialized."""
     _C.recheck_threading()
-    from . import dynamo  # noqa: F401 - registers the backend
+    from torch._dynamo import list_backends, register_backend
+
+    if "pypto" not in list_backends(exclude_tags=()):
+        register_backend(name="pypto")(_dynamo_backend)
+
+
+def _dynamo_backend(gm, example_inputs, **kwargs):
+    """torch.compile(backend="pypto"): pypto.dynamo.backend, imported when first called."""
+    from .dynamo import backend
+
+    return backend(gm, example_inputs, **kwargs)
 
 
 def _register_backend_with_torch() -> None:

@@ -278,6 +278,33 @@ def test_import_does_not_load_torch_and_the_backend_registers_when_it_loads(tmp_
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
+@pytest.mark.parametrize("first", [
+    "from pypto.quantization import quantize_dynamic", "import pypto.amp", "import pypto.debug",
+    "import pypto.dynamo", "from pypto.custom_ops import custom_op", "import pypto.tuning",
+    "from pypto.frontend import aten_more", "import pypto.profiler"])
+def test_a_module_imported_first_loads_torch_cleanly(first):
+    """A pypto module that imports torch itself, imported first in a process: torch's import
+    hook must not load the converters in the middle of that module (`from pypto.quantization
+    import quantize_dynamic` as the seeds write it was an AttributeError: its torch ops were not
+    defined yet); torch.compile(backend="pypto") still works afterwards."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (f"{first}\n"
+            "import torch\n"
+            "f = torch.compile(lambda x: torch.relu(x) * 2, backend='pypto')\n"
+            "assert f(torch.tensor([-1.0, 3.0])).tolist() == [0.0, 6.0]\n"
+            "import pypto.dynamo\n"
+            "assert pypto.dynamo.stats()['pypto_runs'] == 1\n"
+            "print('ok')\n")
+    package = str(Path(pypto.__file__).resolve().parents[1])
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": package})
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
 def test_cache_sizes_override_reaches_the_cache_model():
     """PTO_CACHE_SIZES changes what kernels block for (device_info()["cache_model"]); a malformed
     value is a clear error, not a silent default."""

@@ -46,6 +46,18 @@ def complex_converter(*targets):
     return register
 
 
+def complex_only(*targets):
+    """Registers the converter of targets for the case where an input is complex only; their
+    real converters (aten_ops) stay as they are."""
+
+    def register(fn):
+        for t in targets:
+            COMPLEX_CONVERTERS[t] = fn
+        return fn
+
+    return register
+
+
 def is_complex(x) -> bool:
     return isinstance(x, V) and x.dtype.is_complex
 
@@ -156,8 +168,8 @@ def _view_as_complex(ctx, node, x):
     return V(x.id, _COMPLEX[x.dtype], tuple(x.shape[:-1]))
 
 
-@complex_converter(aten.clone.default, aten._to_copy.default,
-                   torch.ops.prims.convert_element_type.default)
+@complex_only(aten.clone.default, aten._to_copy.default,
+              torch.ops.prims.convert_element_type.default)
 def _copy(ctx, node, x, *args, **kwargs):
     to = node.meta["val"].dtype
     if to == x.dtype:
@@ -196,18 +208,6 @@ def _parts(ctx, x) -> tuple[int, int]:
 # tensor, their axes counted in the complex rank, the last axis left where it is (torch.stft's
 # permute of the frames, a Fourier neural operator's mode slicing, bmm and slice_scatter, the
 # Llama reference's rotary embedding as a complex product).
-
-
-def complex_only(*targets):
-    """Registers the converter of targets for the case where an input is complex only; their
-    real converters (aten_ops) stay as they are."""
-
-    def register(fn):
-        for t in targets:
-            COMPLEX_CONVERTERS[t] = fn
-        return fn
-
-    return register
 
 
 def _as_real(x: V) -> V:

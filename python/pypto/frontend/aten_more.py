@@ -10,6 +10,7 @@ import math
 import torch
 
 from .. import dtypes
+from .aten_complex import atan2_id
 from .aten_ops import _batch_norm, _dims, _fill, _float_out, _onnx_pads, axis, out
 from .fx_importer import V, converter, is_static
 
@@ -30,26 +31,6 @@ def _log_base(base: float):
 
 converter(aten.log2.default)(_log_base(2.0))
 converter(aten.log10.default)(_log_base(10.0))
-
-
-def signbit_id(ctx, t: int, dt) -> int:
-    """Whether t's sign bit is set (-0.0 too, as C's signbit): t < 0, or 1 / t = -inf."""
-    zero = ctx.constant(0.0, dt)
-    return ctx.op("Or", [ctx.op("Less", [t, zero]),
-                         ctx.op("Less", [ctx.op("Div", [ctx.constant(1.0, dt), t]), zero])])
-
-
-def atan2_id(ctx, ty: int, tx: int, dt) -> int:
-    """atan(y / x), moved to the right quadrant where x < 0 (by -pi where y's sign bit is set,
-    -0.0 included, as C's atan2); +-0 (y's sign) where x = y = 0, and +-pi where x is -0."""
-    zero = ctx.constant(0.0, dt)
-    a = ctx.op("Atan", [ctx.op("Div", [ty, tx])])  # x = 0: y/x = +-inf, atan = +-pi/2
-    y_neg = signbit_id(ctx, ty, dt)
-    turn = ctx.op("Where", [y_neg, ctx.constant(-math.pi, dt), ctx.constant(math.pi, dt)])
-    a = ctx.op("Where", [signbit_id(ctx, tx, dt), ctx.op("Add", [a, turn]), a])
-    both_zero = ctx.op("And", [ctx.op("Equal", [tx, zero]), ctx.op("Equal", [ty, zero])])
-    at_origin = ctx.op("Where", [signbit_id(ctx, tx, dt), turn, ty])  # y itself: +-0
-    return ctx.op("Where", [both_zero, at_origin, a])
 
 
 @converter(aten.atan2.default)
