@@ -21,7 +21,8 @@ from .options import (get_num_threads, get_optimization_options, get_threading,
 from .runtime import CompiledGraph
 from .serialization import load, save, save_graph
 from . import amp, debug, memory, onnx, profiler, tuning
-from .memory import enable_pool as enable_memory_pool, stats as memory_stats
+from .memory import enable_pool as enable_memory_pool, set_allocator as set_memory_allocator
+from .memory import stats as memory_stats
 
 __version__ = "0.1.0"
 
@@ -105,7 +106,7 @@ _register_backend_with_torch()
 
 __all__ = [
     "CompiledGraph", "OptimizedModule", "amp", "custom_op", "debug", "device_info",
-    "enable_memory_pool", "get_num_threads", "memory", "memory_stats",
+    "enable_memory_pool", "get_num_threads", "memory", "memory_stats", "set_memory_allocator",
     "get_optimization_options", "get_threading", "is_available", "jit", "load", "onnx",
     "optimize", "profiler", "quantization", "reset_optimization_options", "save", "save_graph", "set_num_threads",
     "set_optimization_options", "set_threading", "tuning",

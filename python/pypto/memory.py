@@ -1,6 +1,7 @@
 """The memory compiled models allocate from.
 
     pypto.enable_memory_pool()     # models compiled from now on share one process-wide pool
+    pypto.set_memory_allocator("unified")   # the same ("per_model": each model its own, default)
     pypto.memory_stats()           # {'reserved_bytes': ..., 'in_use_bytes': ..., ...}
     pypto.memory.set_policy(nontemporal="never", reuse_distance=2)   # how the caches are used
 
@@ -25,6 +26,22 @@ def enable_pool(enabled: bool = True) -> None:
     if not isinstance(enabled, bool):
         raise TypeError(f"enable_memory_pool: enabled must be a bool, not {type(enabled).__name__}")
     _C.enable_memory_pool(enabled)
+
+
+_ALLOCATORS = {"unified": True, "per_model": False}
+
+
+def set_allocator(kind: str) -> None:
+    """Which pool models compiled from now on allocate from: "unified", one process-wide pool
+    (enable_pool()), or "per_model", each model its own (the default). PyPTO runs on the CPU, so
+    host memory is the only memory: a device allocator name is a ValueError."""
+    if not isinstance(kind, str):
+        raise TypeError(f"set_memory_allocator: kind must be a str, not {type(kind).__name__}")
+    if kind not in _ALLOCATORS:
+        raise ValueError(f"set_memory_allocator: unknown allocator {kind!r}; one of 'unified' "
+                         "(one process-wide pool shared by every model compiled after the call) "
+                         "or 'per_model' (each model its own pool, the default)")
+    enable_pool(_ALLOCATORS[kind])
 
 
 def pool_enabled() -> bool:

@@ -15,6 +15,7 @@ task of each kernel on the thread that ran it. The recording and the reports are
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import sys
@@ -23,7 +24,8 @@ from typing import Any
 from . import _C
 from . import runtime as _runtime
 
-__all__ = ["profile", "record_function", "EventList", "FunctionEventAvg"]
+__all__ = ["AdvancedProfiler", "EventList", "FunctionEventAvg", "ProfilerActivity", "profile",
+           "record_function"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Frames of these files are the machinery between a user's call and the run, not its call site.
@@ -105,6 +107,34 @@ class EventList(list):
         return self.table()
 
 
+class ProfilerActivity(enum.Enum):
+    """What a profile records, as torch.profiler.ProfilerActivity names it. PyPTO runs models on
+    the CPU cores, so CPU is the one activity there is; CUDA and NPU (the names other profilers'
+    users write) are refused by profile(activities=...) with the reason, not ignored."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+    NPU = "npu"
+
+
+def _activities(activities) -> None:
+    """Checks profile(activities=...): CPU (PyPTO's or torch.profiler's) is what is recorded."""
+    if activities is None:
+        return
+    if isinstance(activities, (str, ProfilerActivity)) or not hasattr(activities, "__iter__"):
+        raise TypeError("profile: activities must be a list such as [ProfilerActivity.CPU], got "
+                        f"{activities!r}")
+    for a in activities:
+        name = getattr(a, "name", a if isinstance(a, str) else None)
+        if not isinstance(name, str):
+            raise TypeError(f"profile: activities holds {a!r}; use pypto.profiler.ProfilerActivity"
+                            ".CPU (torch.profiler.ProfilerActivity.CPU is accepted too)")
+        if name.upper() != "CPU":
+            raise ValueError(f"profile: activity {name.upper()} cannot be recorded: PyPTO runs "
+                             "models on the CPU cores (no CUDA or NPU backend yet), so "
+                             "ProfilerActivity.CPU is the only activity; drop the others")
+
+
 class profile:
     """Records every compiled-model call made while it is open (a context manager).
 
@@ -115,10 +145,13 @@ class profile:
     with_stack: the Python call site of each model call (file:line in function, innermost
         first): key_averages gives each call site its own "call" row, the trace's call slices
         carry the stack.
+    activities: as torch.profiler's, a list of ProfilerActivity; PyPTO records CPU work only,
+        so anything but [ProfilerActivity.CPU] (or torch.profiler's CPU) is a ValueError.
     """
 
-    def __init__(self, *, record_shapes: bool = False, profile_memory: bool = False,
-                 with_stack: bool = False):
+    def __init__(self, *, activities=None, record_shapes: bool = False,
+                 profile_memory: bool = False, with_stack: bool = False):
+        _activities(activities)
         for name, v in (("record_shapes", record_shapes), ("profile_memory", profile_memory),
                         ("with_stack", with_stack)):
             if not isinstance(v, bool):
@@ -173,6 +206,10 @@ class profile:
         """Writes an SVG picture: a row per thread, a box per tile task colored by kernel, a
         legend of the kernels that took the most time, a time axis."""
         self.profile.write_timeline_svg(os.fspath(path), width)
+
+
+# The name some guides use for a profile with shapes, memory and stacks: the same object.
+AdvancedProfiler = profile
 
 
 class record_function:

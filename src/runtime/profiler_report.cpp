@@ -214,6 +214,13 @@ std::string canonical_sort_key(const std::string& k) {
   };
   auto it = keys.find(k);
   if (it != keys.end()) return it->second;
+  for (const char* device : {"cuda", "npu", "device", "xpu"}) {
+    if (k.find(device) != std::string::npos) {
+      throw ValueError(cat("profiler table: sort_by '", k,
+                           "' is a device time; PyPTO runs models on the CPU cores, so sort by "
+                           "self_time_total or cpu_time_total"));
+    }
+  }
   std::string all;
   for (const auto& [name, _] : keys) all += (all.empty() ? "" : ", ") + name;
   throw ValueError(cat("profiler table: unknown sort_by '", k, "' (one of: ", all, ")"));

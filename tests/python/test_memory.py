@@ -35,9 +35,14 @@ def no_shared_pool():
 
 
 @pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("by", ["enable_memory_pool", "set_memory_allocator"])
 def test_a_shared_pool_serves_the_next_model_from_the_blocks_the_first_gave_back(
-        tmp_path, no_shared_pool, shared):
-    pypto.enable_memory_pool(shared)
+        tmp_path, no_shared_pool, shared, by):
+    if by == "enable_memory_pool":
+        pypto.enable_memory_pool(shared)
+    else:  # the name some guides use: "unified" is the process-wide pool
+        pypto.enable_memory_pool(not shared)
+        pypto.set_memory_allocator("unified" if shared else "per_model")
     assert pypto.memory.pool_enabled() == shared
     x = np.random.default_rng(0).standard_normal((256, 384)).astype(np.float32)
     a = pypto.onnx.load(_model(tmp_path / "a.onnx", 256, 384))
@@ -75,6 +80,14 @@ def test_memory_stats_sum_the_live_pools(tmp_path, no_shared_pool):
     del outs, models
     gc.collect()
     assert pypto.memory_stats()["reserved_bytes"] <= now["reserved_bytes"]
+
+
+def test_set_memory_allocator_rejects_other_allocators(no_shared_pool):
+    with pytest.raises(ValueError, match="unknown allocator 'npu'.*'unified'.*'per_model'"):
+        pypto.set_memory_allocator("npu")
+    with pytest.raises(TypeError, match="kind must be a str"):
+        pypto.set_memory_allocator(True)
+    assert not pypto.memory.pool_enabled()
 
 
 def test_enable_memory_pool_takes_a_bool():

@@ -378,6 +378,8 @@ def test_key_averages_table_flops_and_sorting():
     assert "Input Shapes" in shaped and str(list(x.shape)) in shaped
     with pytest.raises(ValueError, match="unknown sort_by 'bogus'"):
         rows.table(sort_by="bogus")
+    with pytest.raises(ValueError, match="'npu_time_total' is a device time.*cpu_time_total"):
+        rows.table(sort_by="npu_time_total")
     with pytest.raises(TypeError):
         rows.table(row_limit="5")
 
@@ -532,6 +534,30 @@ def test_timeline_svg(tmp_path):
     assert legend                                                   # kernels by time
     with pytest.raises(ValueError, match="width"):
         prof.export_timeline(path, width=10)
+
+
+def test_activities_as_other_profilers_take_them(tmp_path):
+    """profile(activities=[...]) as torch.profiler and the guides write it (AdvancedProfiler is
+    the same object): CPU, PyPTO's or torch's, records; a device activity is refused."""
+    _, fast, x = compiled(threads=1)
+    P = pypto.profiler
+    for activities in ([P.ProfilerActivity.CPU], [torch.profiler.ProfilerActivity.CPU]):
+        with P.profile(activities=activities) as prof:
+            fast(x)
+        assert len([r for r in prof.key_averages() if r.kind == "kernel"]) == len(
+            fast.compiled.steps)
+    adv = P.AdvancedProfiler(activities=[P.ProfilerActivity.CPU], record_shapes=True,
+                             profile_memory=True, with_stack=True)
+    with adv:
+        fast(x)
+    adv.export_chrome_trace(tmp_path / "trace.json")
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    for device in (P.ProfilerActivity.NPU, P.ProfilerActivity.CUDA,
+                   torch.profiler.ProfilerActivity.CUDA):
+        with pytest.raises(ValueError, match=f"activity {device.name} cannot be recorded.*CPU"):
+            P.profile(activities=[P.ProfilerActivity.CPU, device])
+    with pytest.raises(TypeError, match="activities must be a list"):
+        P.profile(activities=P.ProfilerActivity.CPU)
 
 
 def test_errors():
