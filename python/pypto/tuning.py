@@ -45,9 +45,29 @@ def _graph_and_inputs(module: Any, example_inputs: Any) -> tuple[CompiledGraph, 
                     f"{type(module).__name__}")
 
 
+def _from_tune_config(config, level, num_trials, early_stop):
+    """(level, num_trials, early_stop) with auto_tune's tune_config dict applied."""
+    if not isinstance(config, dict):
+        raise TypeError(f"auto_tune: tune_config must be a dict, got {type(config).__name__}")
+    unknown = sorted(set(config) - {"level", "num_trials", "early_stop"})
+    if unknown:
+        raise ValueError(f"auto_tune: unknown tune_config key(s) {', '.join(map(repr, unknown))} "
+                         "(known: level, num_trials, early_stop)")
+    given = {"level": (level, "normal"), "num_trials": (num_trials, None),
+             "early_stop": (early_stop, True)}
+    for key, value in config.items():
+        arg, default = given[key]
+        if arg != default and arg != value:
+            raise ValueError(f"auto_tune: {key} given twice ({key}={arg!r} and "
+                             f"tune_config['{key}']={value!r})")
+    return (config.get("level", level), config.get("num_trials", num_trials),
+            config.get("early_stop", early_stop))
+
+
 def auto_tune(module: Any, level: str = "normal", num_trials: int | None = None,
               early_stop: bool = True, example_inputs: Any = None,
-              cache: str | None = None, for_load: bool = False) -> dict:
+              cache: str | None = None, for_load: bool = False, *,
+              tune_config: dict | None = None) -> dict:
     """Tunes `module` (what ``pypto.optimize`` returned, or a ``CompiledGraph``) on
     `example_inputs` (the module's arguments, or one array per graph input of a CompiledGraph;
     default: the module's example or first-call inputs), stores the winners in the tuning cache
@@ -66,7 +86,14 @@ def auto_tune(module: Any, level: str = "normal", num_trials: int | None = None,
     ratio, won), ``pool_speedup`` and ``contended`` (the pool probe: the threads' speed-up over
     one; 0 on one thread), ``model_checks`` (the check's (planner, tuned) medians),
     ``model_planner_seconds`` and ``model_tuned_seconds`` (0 when nothing beat the planner), ``kept`` (False: the model was not faster with the winners, which were
-    dropped), ``trials``, ``seconds`` and ``cache``."""
+    dropped), ``trials``, ``seconds`` and ``cache``.
+
+    tune_config: the same three settings as one dict, as some guides write it
+    (``{"level": "exhaustive", "num_trials": 1000, "early_stop": True}``); a setting given both
+    ways with different values is a ValueError."""
+    if tune_config is not None:
+        level, num_trials, early_stop = _from_tune_config(tune_config, level, num_trials,
+                                                          early_stop)
     if level not in _LEVELS:
         raise ValueError(f"auto_tune: level must be one of {', '.join(_LEVELS)}, got {level!r}")
     if num_trials is not None and (isinstance(num_trials, bool) or not isinstance(num_trials, int)

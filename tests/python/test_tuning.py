@@ -99,6 +99,26 @@ def test_bad_arguments():
         pypto.tuning.auto_tune(object())
     with pytest.raises(ValueError, match="example inputs"):
         pypto.tuning.auto_tune(pypto.optimize(mlp()))
+    with pytest.raises(ValueError, match="level must be one of"):  # the dict is read
+        pypto.tuning.auto_tune(fast, tune_config={"level": "quick"})
+    with pytest.raises(ValueError, match="unknown tune_config key.*'trials'"):
+        pypto.tuning.auto_tune(fast, tune_config={"trials": 3})
+    with pytest.raises(ValueError, match=r"level given twice \(level='fast' and"):
+        pypto.tuning.auto_tune(fast, level="fast", tune_config={"level": "exhaustive"})
+    with pytest.raises(TypeError, match="tune_config must be a dict"):
+        pypto.tuning.auto_tune(fast, tune_config=["fast"])
+
+
+def test_auto_tune_takes_its_settings_as_one_dict(tmp_path):
+    """auto_tune(model, tune_config={level, num_trials, early_stop}) as the guides write it: the
+    dict's num_trials caps the trials as the keyword does."""
+    model, x = mlp(), torch.randn(16, 256)
+    fast = pypto.optimize(model, example_inputs=(x,))
+    report = pypto.tuning.auto_tune(fast, tune_config={"level": "exhaustive", "num_trials": 3,
+                                                       "early_stop": True},
+                                    cache=str(tmp_path / "t.json"))
+    assert 1 <= report["trials"] <= 3
+    torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
 
 
 def test_auto_tune_tries_every_conv_algorithm(tmp_path):
