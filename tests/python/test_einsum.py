@@ -104,6 +104,36 @@ def test_einsum_attention_becomes_one_kernel(tmp_path):
     assert ops == ["Attention"], ops
 
 
+def test_einsum_attention_over_a_symbolic_batch(tmp_path):
+    """MaxViT's window attention as the dynamo exporter writes it, with a symbolic batch: the
+    first einsum's output keeps the batch symbol through the bias Add and Softmax, so the second
+    one's operands have one batch dim and both go to the GEMM (the type inference of an Einsum
+    over symbolic dims made it unknown, and the second einsum ran on the reference)."""
+    g, h, s, d = 4, 2, 7, 8
+    eq1, eq2 = "B G H I D, B G H J D -> B G H I J", "B G H I J, B G H J D -> B G H I D"
+    nodes = [
+        helper.make_node("Einsum", ["q", "k"], ["s"], equation=eq1),
+        helper.make_node("Add", ["s", "bias"], ["sb"]),
+        helper.make_node("Softmax", ["sb"], ["p"], axis=-1),
+        helper.make_node("Einsum", ["p", "v"], ["y"], equation=eq2),
+    ]
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", g, h, s, d])
+          for n in "qkv"]
+    rng = np.random.default_rng(4)
+    graph = helper.make_graph(nodes, "window_attention", vi,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(
+                                  rng.standard_normal((1, h, s, s)).astype(np.float32), "bias")])
+    path = str(tmp_path / "attn.onnx")
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
+    exe = pypto.onnx.load(path)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        feeds = {n: rng.standard_normal((batch, g, h, s, d)).astype(np.float32) for n in "qkv"}
+        np.testing.assert_allclose(exe(**feeds), sess.run(None, feeds)[0], rtol=1e-5, atol=1e-6)
+    assert {b for _, b in exe._compiled.node_backends} == {"cpu"}, exe._compiled.node_backends
+
+
 @pytest.mark.parametrize("equation, shapes", [
     ("ii->i", [(5, 5)]),
     ("ii->", [(7, 7)]),                              # a trace

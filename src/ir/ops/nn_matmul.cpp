@@ -1,4 +1,6 @@
 // Contractions: Gemm, MatMul (numpy matmul), MatMulInteger and Einsum.
+#include <map>
+
 #include "einsum_equation.h"
 #include "infer_util.h"
 #include "op_params.h"
@@ -61,7 +63,17 @@ void infer_einsum(InferContext& c) {
     std::vector<int64_t> size = einsum::label_sizes(e, shapes, c.where());
     for (int l : e.output) y.push_back(size[l]);
   } else {
-    y.assign(e.output.size(), Dim::unknown());
+    // Each label's dim over the axes bearing it, broadcast as numpy broadcasts (a symbol kept:
+    // an attention einsum over a symbolic batch stays [batch, ...], so LowerEinsum sees its
+    // readers' batch as the same dim).
+    std::map<int, Dim> size;
+    for (size_t i = 0; i < e.inputs.size(); ++i)
+      for (size_t j = 0; j < e.inputs[i].size(); ++j) {
+        const Dim& d = (*c.inputs[i].shape)[j];
+        auto [it, fresh] = size.emplace(e.inputs[i][j], d);
+        if (!fresh) it->second = broadcast_shapes({it->second}, {d}, c.where())[0];
+      }
+    for (int l : e.output) y.push_back(size.at(l));
   }
   infer::set(c, 0, c.inputs[0].dtype, y);
 }
