@@ -65,7 +65,7 @@ TEST(CpuPool, OneDimensionalAndEmpty) {
 // Stride 1 along the rows folds each row's windows as lane shifts of the vertical folds in
 // registers: rows shorter than, equal to and a little past one or two vectors (8 lanes on AVX2, 16
 // on AVX-512), wide and dilated windows whose column offsets reach a whole vector either way, pads
-// on one side only, and NaN / infinities for max's first-element rule.
+// on one side only, and NaN / infinities for max's NaN rule.
 TEST(CpuPool, RowsFoldedByLaneShifts) {
   uint32_t seed = 90;
   for (int64_t w : {3, 7, 8, 9, 15, 16, 17, 33})
@@ -86,7 +86,7 @@ TEST(CpuPool, RowsFoldedByLaneShifts) {
 // Stride 2 along the rows folds each row's windows as lane shifts of the even and odd columns of
 // the vertical folds (pool_row_shifted2): rows around one, two and four vectors, windows whose
 // column offsets reach two vectors either way (5 wide, dilation 4), pads on either side, and NaN /
-// infinities for max's first-element rule.
+// infinities for max's NaN rule.
 TEST(CpuPool, StrideTwoRowsFoldedByLaneShifts) {
   uint32_t seed = 190;
   for (int64_t w : {3, 8, 15, 16, 17, 31, 32, 33, 65})
@@ -144,6 +144,19 @@ TEST(CpuPool, ThreeDimensionalWindows) {
     expect_matches(pool_case(op, random_f32({1, 2, 2, 5, 5}, seed++), {3, 2, 2}, {1, 1, 1},
                              {1, 1, 1}, {0, 0, 0, 0, 0, 0}, false, "NOTSET", false),
                    tol);
+  }
+}
+
+// Level 3's channel blocks (NCHWc, a unit window on the last axis) of one and two vectors of lanes
+// on every ISA (8, 16, 32) and of neither (5): a window holding a NaN, at any position, is NaN.
+TEST(CpuPool, ChannelBlocksPropagateNaN) {
+  uint32_t seed = 300;
+  for (int64_t c : {5, 8, 16, 32}) {
+    const Tensor x = with_specials(random_f32({1, 2, 7, 9, c}, seed++));
+    for (int64_t s : {1, 2})
+      expect_matches(pool_case("MaxPool", x, {3, 3, 1}, {s, s, 1}, {1, 1, 1}, {1, 1, 0, 1, 1, 0},
+                               false, "NOTSET", false),
+                     {});
   }
 }
 

@@ -190,3 +190,132 @@ def test_long_chains_compile_in_linear_time():
         x = np.array([-1.0, 0.5, -2.0, 3.0], np.float32)
         np.testing.assert_array_equal(np.asarray(exe(x)), np.maximum(x, 0))
         assert took < budget, f"{n} Relus: {took:.1f} s to compile"
+
+
+# ---- NaN through max pooling -------------------------------------------------------------------
+# onnxruntime 1.32 gives NaN or not by where the NaN sits in the window (a 1x4 MaxPool of
+# [nan, 1, 2, 3] is 3, of [1, 2, 3, nan] NaN; its ArgMax of [1, nan, 2, 3] is 3): no reference.
+# PyTorch's max_pool and amax, like numpy's max, give NaN for any window holding one; PyPTO
+# followed onnxruntime's "NaN only when first" on some paths. Compared with torch here.
+
+def _with_nans(shape, seed, frac=0.03):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[rng.random(shape) < frac] = np.nan
+    return x
+
+
+def _assert_same_with_nan(got, want):
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.nan_to_num(got), np.nan_to_num(want))
+
+
+def _backends(exe):
+    return {b for _, b in exe._compiled.node_backends}
+
+
+@pytest.mark.parametrize("shape,kernel,strides,pads", [
+    ([2, 8, 19, 23], [3, 3], [1, 1], [1, 1, 1, 1]),    # folded by lane shifts
+    ([1, 64, 28, 28], [3, 3], [2, 2], [1, 1, 1, 1]),   # ResNet's stem pool: even / odd lanes
+    ([2, 3, 17, 37], [2, 3], [3, 3], [0, 1, 0, 1]),    # the buffered row
+    ([2, 4, 40], [3], [2], [1, 1]),                     # 1-D
+    ([1, 3, 6, 10, 10], [2, 3, 3], [1, 2, 2], [0, 1, 1, 0, 1, 1]),  # 3-D, separably
+    ([1, 2, 9, 11, 16], [3, 3, 1], [2, 2, 1], [1, 1, 0, 1, 1, 0]),  # level 3's NCHWc blocks
+    ([1, 2, 9, 11, 32], [3, 3, 1], [1, 1, 1], [1, 1, 0, 1, 1, 0]),
+    ([1, 2, 9, 11, 8], [3, 3, 1], [2, 2, 1], [1, 1, 0, 1, 1, 0]),
+    ([1, 2, 9, 11, 5], [3, 3, 1], [2, 2, 1], [1, 1, 0, 1, 1, 0]),
+])
+def test_max_pool_of_a_window_holding_nan_is_nan(shape, kernel, strides, pads):
+    import torch
+
+    x = _with_nans(shape, len(shape) * 100 + shape[-1])
+    m = _model([helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=kernel,
+                                 strides=strides, pads=pads)], [_x(shape)])
+    exe = pypto.onnx.load(m)
+    assert _backends(exe) == {"cpu"}
+    pool = {1: torch.nn.functional.max_pool1d, 2: torch.nn.functional.max_pool2d,
+            3: torch.nn.functional.max_pool3d}[len(kernel)]
+    want = pool(torch.from_numpy(x), kernel, strides, [p for p in pads[:len(kernel)]]).numpy()
+    got = np.asarray(exe(x))
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    _assert_same_with_nan(got, want)
+
+
+def test_max_pool_indices_point_at_the_nan():
+    """With Indices (the reference interpreter's kernel): NaN and the window's last NaN, as
+    torch's max_pool2d_with_indices."""
+    import torch
+
+    x = _with_nans([2, 3, 11, 13], 7, frac=0.05)
+    g = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y", "i"], name="pool", kernel_shape=[3, 3],
+                          strides=[2, 2], pads=[1, 1, 1, 1])], "g", [_x(list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("i", TensorProto.INT64, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    exe = pypto.onnx.load(m)
+    assert _backends(exe) == {"reference"}
+    y, i = exe(x)
+    want_y, want_i = torch.nn.functional.max_pool2d_with_indices(torch.from_numpy(x), 3, 2, 1)
+    _assert_same_with_nan(np.asarray(y), want_y.numpy())
+    # torch's indices are within each plane; ONNX's count the planes before it.
+    planes = np.arange(6).reshape(2, 3, 1, 1) * 11 * 13
+    np.testing.assert_array_equal(np.asarray(i), want_i.numpy() + planes)
+
+
+@pytest.mark.parametrize("shape", [[2, 64, 7, 7], [2, 5, 3, 17], [1, 3, 4, 5, 6]])
+def test_global_max_pool_of_a_plane_holding_nan_is_nan(shape):
+    import torch
+
+    x = np.random.default_rng(11).standard_normal(shape).astype(np.float32)
+    planes = x.reshape(shape[0] * shape[1], -1)
+    planes[0, 1] = planes[-1, -1] = np.nan  # neither the first element of its plane
+    m = _model([helper.make_node("GlobalMaxPool", ["x"], ["y"], name="gmp")], [_x(shape)])
+    exe = pypto.onnx.load(m)
+    assert _backends(exe) == {"cpu"}
+    want = torch.amax(torch.from_numpy(x), tuple(range(2, len(shape))), keepdim=True).numpy()
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    _assert_same_with_nan(np.asarray(exe(x)), want)
+
+
+def test_level_3_max_pool_after_a_conv_propagates_nan():
+    """The conv's output is channel-blocked (NCHWc) at level 3; the pool reads the blocks."""
+    import torch
+
+    x = np.random.default_rng(3).standard_normal((1, 32, 16, 16)).astype(np.float32)
+    w = np.random.default_rng(4).standard_normal((32, 32, 1, 1)).astype(np.float32) * 0.1
+    x[0, :, 5, 7] = np.nan  # a 1x1 conv keeps the NaN at its pixel
+    m = _model([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[1, 1]),
+                helper.make_node("MaxPool", ["c"], ["y"], name="pool", kernel_shape=[3, 3],
+                                 strides=[2, 2], pads=[1, 1, 1, 1])],
+               [_x([1, 32, 16, 16])], initializers=[numpy_helper.from_array(w, "w")])
+    exe = pypto.onnx.load(m, level=3)
+    got = np.asarray(exe(x))
+    want = torch.nn.functional.max_pool2d(
+        torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w)), 3, 2, 1).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(want).sum() == 32 * 4
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("op,attrs", [("ReduceMax", {"axes": [1], "keepdims": 0}),
+                                      ("ReduceMin", {"axes": [3], "keepdims": 0}),
+                                      ("ArgMax", {"axis": 1, "keepdims": 0}),
+                                      ("ArgMin", {"axis": 3, "keepdims": 0})])
+def test_reductions_over_nan_follow_torch(op, attrs):
+    """These were right already (guarded here): NaN is the max and min, and the first NaN's index
+    is the arg (torch.argmax; onnxruntime's ArgMax skips a NaN that is not first)."""
+    import torch
+
+    x = _with_nans([2, 33, 5, 19], 5, frac=0.05)
+    out = TensorProto.INT64 if op.startswith("Arg") else TensorProto.FLOAT
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], name="r", **attrs)], "g",
+                          [_x(list(x.shape))], [helper.make_tensor_value_info("y", out, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    axis = attrs.get("axis", attrs.get("axes", [None])[0])
+    t = torch.from_numpy(x)
+    want = {"ReduceMax": lambda: torch.amax(t, axis), "ReduceMin": lambda: torch.amin(t, axis),
+            "ArgMax": lambda: torch.argmax(t, axis), "ArgMin": lambda: torch.argmin(t, axis)}[op]()
+    _assert_same_with_nan(np.asarray(pypto.onnx.load(m)(x)), want.numpy())

@@ -15,25 +15,18 @@
 namespace pto::cpu {
 namespace {
 
-// Per output position along one axis: the first input index its window reads (-1: none) and how
-// many positions it counts. Positions past in + pad_begin + pad_end (ceil_mode's overhang) are
-// neither read nor counted; padding counts when count_pad.
-struct AxisTable {
-  std::vector<int64_t> first;
-  std::vector<float> count;
-};
-AxisTable axis_table(int64_t in, int64_t out, int64_t k, int64_t s, int64_t d, int64_t pb,
-                     int64_t pe, bool count_pad) {
-  AxisTable t{std::vector<int64_t>(out, -1), std::vector<float>(out, 0)};
+// Per output position along one axis: how many positions its window counts. Positions past
+// in + pad_begin + pad_end (ceil_mode's overhang) are not counted; padding counts when count_pad.
+std::vector<float> axis_counts(int64_t in, int64_t out, int64_t k, int64_t s, int64_t d, int64_t pb,
+                               int64_t pe, bool count_pad) {
+  std::vector<float> count(static_cast<size_t>(out), 0.0f);
   for (int64_t o = 0; o < out; ++o)
     for (int64_t j = 0; j < k; ++j) {
       const int64_t q = o * s + j * d;
       if (q >= in + pb + pe) break;
-      const bool inside = q - pb >= 0 && q - pb < in;
-      if (inside && t.first[o] < 0) t.first[o] = q - pb;
-      if (inside || count_pad) t.count[o] += 1;
+      if ((q - pb >= 0 && q - pb < in) || count_pad) count[o] += 1;
     }
-  return t;
+  return count;
 }
 
 // A channel-blocked value [N, C/c, H, W, c] (level 3's NCHWc) pooled over H and W: a 3-D window
@@ -44,20 +37,21 @@ bool lanes_untouched(const window::Params& p) {
 }
 
 // Pools `planes` planes of x ([planes, h, w, lanes]) into y ([planes, oh, ow, lanes]) with one
-// axis's window on the rows and another's on the columns, in parallel over the planes.
-// Without nan_first, a max ignores every NaN (the caller applies the first-element rule).
+// axis's window on the rows and another's on the columns, in parallel over the planes. A max
+// window holding a NaN gives NaN (torch's max_pool, numpy's max).
 void pool_2d(PoolGeom g, const window::Axis& ah, const window::Axis& aw, bool is_max,
-             bool count_pad, const float* xp, float* yp, int64_t planes, bool nan_first = true) {
+             bool count_pad, const float* xp, float* yp, int64_t planes) {
   g.oh = ah.out;
   g.ow = aw.out;
   g.ph = ah.pad_begin;
   g.pw = aw.pad_begin;
   if (planes * g.oh * g.ow * g.lanes == 0) return;
   g.span = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
-  AxisTable rows = axis_table(g.h, g.oh, g.kh, g.sh, g.dh, g.ph, ah.pad_end, count_pad);
-  const AxisTable cols = axis_table(g.w, g.ow, g.kw, g.sw, g.dw, g.pw, aw.pad_end, count_pad);
-  if (!nan_first) std::fill(rows.first.begin(), rows.first.end(), -1);
-  const PoolIndex ix{rows.first.data(), cols.first.data(), rows.count.data(), cols.count.data()};
+  const std::vector<float> rows =
+      axis_counts(g.h, g.oh, g.kh, g.sh, g.dh, g.ph, ah.pad_end, count_pad);
+  const std::vector<float> cols =
+      axis_counts(g.w, g.ow, g.kw, g.sw, g.dw, g.pw, aw.pad_end, count_pad);
+  const PoolIndex ix{rows.data(), cols.data()};
   const int64_t work = g.oh * (g.kh * g.span + g.kw * g.span) * g.lanes + 1;
   parallel_for(0, planes, std::max<int64_t>(1, kParallelGrain / work), [&](int64_t p0, int64_t p1) {
     std::vector<float> scratch(static_cast<size_t>(2 * g.span * g.lanes));
@@ -68,8 +62,7 @@ void pool_2d(PoolGeom g, const window::Axis& ah, const window::Axis& aw, bool is
 // A 3-D window over [N, C, D, H, W] (MViT's attention pooling, 3-D CNNs), separably: the H x W
 // window on each of the N C D planes, then the D window on [N C, D, 1, OH OW] as a column of
 // positions whose OH OW values are the lanes. Max and sums separate exactly, an average's count
-// is the product of the axes' counts. Both passes of a max ignore NaN; the rule that keeps the
-// NaN of the first element a window reads is applied to the 3-D window at the end.
+// is the product of the axes' counts; a NaN carries through both passes of a max.
 Tensor pool_3d(const Tensor& x, const window::Params& p, bool is_max, bool count_pad,
                const std::string& w) {
   window::Axis ax[3];
@@ -79,30 +72,13 @@ Tensor pool_3d(const Tensor& x, const window::Params& p, bool is_max, bool count
   PoolGeom g{};
   g.h = h, g.w = wd, g.kh = p.kernel[1], g.kw = p.kernel[2];
   g.sh = p.strides[1], g.sw = p.strides[2], g.dh = p.dilations[1], g.dw = p.dilations[2];
-  pool_2d(g, ax[1], ax[2], is_max, count_pad, x.data<float>(), t.data<float>(), nc * d, false);
+  pool_2d(g, ax[1], ax[2], is_max, count_pad, x.data<float>(), t.data<float>(), nc * d);
   Tensor y = Tensor::empty(DType::kF32, {x.dim(0), x.dim(1), ax[0].out, ax[1].out, ax[2].out});
   PoolGeom gd{};
   gd.h = d, gd.w = 1, gd.kh = p.kernel[0], gd.kw = 1, gd.sh = p.strides[0], gd.sw = 1;
   gd.dh = p.dilations[0], gd.dw = 1, gd.lanes = ax[1].out * ax[2].out;
-  pool_2d(gd, ax[0], window::Axis{1, 0, 0}, is_max, count_pad, t.data<float>(), y.data<float>(), nc,
-          false);
-  if (!is_max || y.numel() == 0) return y;
-  std::vector<int64_t> first[3];
-  for (size_t i = 0; i < 3; ++i)
-    first[i] = axis_table(x.dim(2 + i), ax[i].out, p.kernel[i], p.strides[i], p.dilations[i],
-                          ax[i].pad_begin, ax[i].pad_end, false)
-                   .first;
-  const float* xp = x.data<float>();
-  float* yp = y.data<float>();
-  for (int64_t q = 0; q < nc; ++q)
-    for (int64_t od = 0; od < ax[0].out; ++od)
-      for (int64_t oh = 0; oh < ax[1].out; ++oh)
-        for (int64_t ow = 0; ow < ax[2].out; ++ow) {
-          const int64_t fd = first[0][od], fh = first[1][oh], fw = first[2][ow];
-          if (fd < 0 || fh < 0 || fw < 0) continue;
-          const float v = xp[((q * d + fd) * h + fh) * wd + fw];
-          if (std::isnan(v)) yp[((q * ax[0].out + od) * ax[1].out + oh) * ax[2].out + ow] = v;
-        }
+  pool_2d(gd, ax[0], window::Axis{1, 0, 0}, is_max, count_pad, t.data<float>(), y.data<float>(),
+          nc);
   return y;
 }
 
@@ -167,14 +143,12 @@ std::vector<Tensor> run_global_pool(const KernelContext& c, bool is_max) {
   const int64_t size = x.numel() / planes;
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
-  fold_all(is_max ? Fold::kMaxSkipNaN : Fold::kSum, xp, planes, size, 1, nullptr, yp);
+  fold_all(is_max ? Fold::kMax : Fold::kSum, xp, planes, size, 1, nullptr, yp);  // NaN propagates
   for (int64_t k = 0; k < planes; ++k) {
     if (!is_max)
       yp[k] /= static_cast<float>(size);
     else if (size == 0)
       yp[k] = std::numeric_limits<float>::lowest();  // the reference's empty max
-    else if (std::isnan(xp[k * size]))
-      yp[k] = xp[k * size];  // NaN wins only as the first element
   }
   return one(std::move(y));
 }

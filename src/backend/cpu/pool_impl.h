@@ -2,10 +2,10 @@
 // pool_generic.cpp). The window is separable: for each output row, the valid input rows of its
 // window are folded into one padded row (vectors along the width), then kw taps of that row are
 // folded at every column a window can start on (vectors again, for any stride), and a stride > 1
-// keeps every sw-th. Max ignores NaN here and the caller's rule (NaN only when it is the first
-// element the window reads, as the reference walks it) is applied per output at the end. A
-// channel-blocked plane (NCHWc, [H, W, c]) folds the same windows on vectors of a position's c
-// channels.
+// keeps every sw-th. The vector folds of a max ignore NaN; a row whose windows read one is
+// fixed after (mark_nan_windows: a window holding a NaN gives NaN, as torch's max_pool2d and
+// numpy's max), so rows without NaN pay only the test for one. A channel-blocked plane (NCHWc,
+// [H, W, c]) folds the same windows on vectors of a position's c channels.
 #pragma once
 
 #include <algorithm>
@@ -33,17 +33,6 @@ inline Vec take(bool is_max, Vec acc, Vec v) {
   return is_max ? max_ignoring_nan(acc, v) : acc + v;
 }
 
-// Max's NaN rule on output row r of plane x: an output whose window's first element is NaN is
-// that NaN. It reads only elements the fold loaded: without a NaN among them (nan_seen), nothing
-// to fix (a per-output scalar pass that took most of a 5x5 pool's time on 10x10 planes).
-void keep_first_nan(const PoolGeom& g, const PoolIndex& ix, const float* x, float* y, int64_t r,
-                    Mask nan_seen) {
-  if (ix.row_first[r] < 0 || !any(nan_seen)) return;
-  const float* first = x + ix.row_first[r] * g.w;
-  for (int64_t o = 0; o < g.ow; ++o)
-    if (ix.col_first[o] >= 0 && std::isnan(first[ix.col_first[o]])) y[o] = first[ix.col_first[o]];
-}
-
 // The rows of output row r's window inside the plane: k0 <= k < k1, the first at row `first`
 // (integer divisions only for dilated windows: they cost a row).
 struct WindowRows {
@@ -59,28 +48,63 @@ inline WindowRows window_rows(const PoolGeom& g, int64_t r) {
   return {k0, std::min(g.kh, top < g.h ? (g.h - 1 - top) / g.dh + 1 : 0), top + k0 * g.dh};
 }
 
+// Max's NaN rule on output row r of plane x (lanes c = g.lanes per position): an output whose
+// window holds a NaN is that NaN. Called only for rows whose window rows may hold one (the folds'
+// tests also fire on infinities, a false alarm this check settles): the NaN of each padded column
+// over the window's rows first, then of each output's kw columns, O(span + ow kw) per row and lane.
+[[gnu::noinline]] void mark_nan_windows(const PoolGeom& g, const float* x, float* y, int64_t r) {
+  const int64_t c = g.lanes;
+  const WindowRows w = window_rows(g, r);
+  std::vector<float> col(static_cast<size_t>(g.span * c), 0.0f);  // a NaN, or 0: none
+  const int64_t lo = std::min(g.pw, g.span), hi = std::min(g.pw + g.w, g.span);
+  for (int64_t k = w.k0; k < w.k1; ++k) {
+    const float* row = x + (w.first + (k - w.k0) * g.dh) * g.w * c;
+    for (int64_t j = lo; j < hi; ++j)  // padded column j reads input column j - pw
+      for (int64_t l = 0; l < c; ++l)
+        if (std::isnan(row[(j - g.pw) * c + l]) && !std::isnan(col[j * c + l]))
+          col[j * c + l] = row[(j - g.pw) * c + l];
+  }
+  for (int64_t o = 0; o < g.ow; ++o)
+    for (int64_t k = 0; k < g.kw; ++k)
+      for (int64_t l = 0; l < c; ++l) {
+        const float v = col[(o * g.sw + k * g.dw) * c + l];
+        if (std::isnan(v) && !std::isnan(y[o * c + l])) y[o * c + l] = v;
+      }
+}
+
+// mark_nan_windows for each row p * oh + r of `rows` (NCHW planes). The lane-shift folds only
+// report a NaN: a call inside their loops cost a 3x3 / 2 pool over [1, 64, 112, 112] 4% (Zen 4),
+// its vectors spilled around it.
+void mark_nan_rows(const PoolGeom& g, const float* x, float* y, const std::vector<int64_t>& rows) {
+  for (int64_t pr : rows) mark_nan_windows(g, x + pr / g.oh * g.h * g.w, y + pr * g.ow, pr % g.oh);
+}
+
 // The vertical fold of output row r's window rows over input columns j..j+L of an NCHW plane
-// (pool_row_shifted, pool_row_shifted2); `nan_seen` collects the lanes that held a NaN.
+// (pool_row_shifted, pool_row_shifted2). For a max, `sum` adds every element read: NaN when one
+// was (or when infinities of both signs were, which only costs the exact check of
+// mark_nan_windows). One add a load: a compare into a mask and an OR made the 3x3 / 2 pool over
+// [1, 64, 112, 112] 168 us, 158 this way (Zen 4, 1 thread).
 template <bool is_max>
 struct RowFold {
   const PoolGeom& g;
   WindowRows w;
   const float* rows;
-  Mask nan_seen;
+  Vec sum = Vec::zero();
 
   RowFold(const PoolGeom& geom, const float* x, int64_t r)
-      : g(geom), w(window_rows(geom, r)), rows(x + w.first * geom.w), nan_seen(is_nan(idv())) {}
+      : g(geom), w(window_rows(geom, r)), rows(x + w.first * geom.w) {}
   static Vec idv() { return Vec::set1(is_max ? -INFINITY : 0.0f); }
+  bool saw_nan() const { return any(is_nan(sum)); }
   Vec operator()(int64_t j) {
     if (j >= g.w) return idv();
     const int n = lanes_left(g.w, j);
     const int64_t step = g.dh * g.w;
     Vec acc = idv();
     for (int64_t k = w.k0; k < w.k1; ++k) {
-      Vec v = Vec::load(rows + (k - w.k0) * step + j, n);
+      Vec v = Vec::load(rows + (k - w.k0) * step + j, n);  // zeros past n
       if (is_max) {
+        sum = sum + v;
         if (n < Vec::kLanes) v = select(first_lanes(n), v, idv());
-        nan_seen = nan_seen | is_nan(v);
       }
       acc = take(is_max, acc, v);
     }
@@ -103,7 +127,7 @@ bool row_shifts_fit(const PoolGeom& g) {
 // dw - pw (+ L when negative), the index of column k's value among the two vectors it reads; the
 // first `left` columns are left of the output (k * dw < pw).
 template <bool is_max>
-void pool_row_shifted(const PoolGeom& g, const PoolIndex& ix, const float* x, float* y, int64_t r,
+bool pool_row_shifted(const PoolGeom& g, const PoolIndex& ix, const float* x, float* y, int64_t r,
                       const VecI* shift, int64_t left) {
   constexpr int64_t L = Vec::kLanes;
   const Vec idv = RowFold<is_max>::idv();
@@ -122,7 +146,7 @@ void pool_row_shifted(const PoolGeom& g, const PoolIndex& ix, const float* x, fl
     prev = cur;
     cur = next;
   }
-  if (is_max) keep_first_nan(g, ix, x, y, r, fold_rows.nan_seen);
+  return is_max && fold_rows.saw_nan();
 }
 
 // Whether pool_row_shifted2 applies: stride 2 along the row, every column offset s = k * dw - pw of
@@ -140,7 +164,7 @@ bool row_shifts2_fit(const PoolGeom& g) {
 // pool_row's buffer, horizontal folds at every start and scalar gather of every second took
 // 117 us on [1, 24, 112, 112] (Zen 4, 1 thread). tap[k]: (p, t) of offset k's column.
 template <bool is_max>
-void pool_row_shifted2(const PoolGeom& g, const PoolIndex& ix, const float* x, float* y, int64_t r,
+bool pool_row_shifted2(const PoolGeom& g, const PoolIndex& ix, const float* x, float* y, int64_t r,
                        const VecI* idx, const int* tap) {
   constexpr int64_t L = Vec::kLanes;
   const Vec idv = RowFold<is_max>::idv();
@@ -171,7 +195,7 @@ void pool_row_shifted2(const PoolGeom& g, const PoolIndex& ix, const float* x, f
     acc.store(y + q, n);
     for (int e = 0; e < 2; ++e) seq[e][0] = seq[e][1], seq[e][1] = seq[e][2];
   }
-  if (is_max) keep_first_nan(g, ix, x, y, r, fold_rows.nan_seen);
+  return is_max && fold_rows.saw_nan();
 }
 
 // One output row r of plane x into y: buf (g.span) holds the folded rows, hb the horizontal folds.
@@ -207,7 +231,7 @@ void pool_row(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* 
   if (g.sw != 1)
     for (int64_t o = 0; o < g.ow; ++o) y[o] = hb[o * g.sw];
   if (is_max) {
-    keep_first_nan(g, ix, x, y, r, nan_seen);
+    if (any(nan_seen)) mark_nan_windows(g, x, y, r);
   } else {
     const Vec rc = Vec::set1(ix.row_count[r]);
     for (int64_t o = 0; o < g.ow; o += Vec::kLanes) {
@@ -255,14 +279,7 @@ void pool_row_blocked_v(const PoolGeom& g, const PoolIndex& ix, const float* x, 
       acc.store(y + o * c + v * L);
     }
   }
-  if (kMax && ix.row_first[r] >= 0 && any(is_nan(nan_acc))) {
-    const float* first = x + ix.row_first[r] * g.w * c;
-    for (int64_t o = 0; o < g.ow; ++o)
-      if (ix.col_first[o] >= 0)
-        for (int64_t l = 0; l < c; ++l)
-          if (std::isnan(first[ix.col_first[o] * c + l]))
-            y[o * c + l] = first[ix.col_first[o] * c + l];
-  }
+  if (kMax && any(is_nan(nan_acc))) mark_nan_windows(g, x, y, r);
 }
 
 // One output row r of a channel-blocked plane [H, W, c] (NCHWc): the same window, each position a
@@ -288,11 +305,7 @@ void pool_row_blocked(const PoolGeom& g, const PoolIndex& ix, bool is_max, const
       acc.store(buf + j * c + l, n);
     }
   }
-  const bool fix_nan = any(nan_seen);
   for (int64_t o = 0; o < g.ow; ++o) {
-    const float* first = fix_nan && ix.row_first[r] >= 0 && ix.col_first[o] >= 0
-                             ? x + (ix.row_first[r] * g.w + ix.col_first[o]) * c
-                             : nullptr;
     const Vec div = Vec::set1(ix.row_count[r] * ix.col_count[o]);
     for (int64_t l = 0; l < c; l += Vec::kLanes) {
       const int n = lanes_left(c, l);
@@ -302,10 +315,8 @@ void pool_row_blocked(const PoolGeom& g, const PoolIndex& ix, bool is_max, const
       if (!is_max) acc = acc / div;
       acc.store(y + o * c + l, n);
     }
-    if (first)
-      for (int64_t l = 0; l < c; ++l)
-        if (std::isnan(first[l])) y[o * c + l] = first[l];
   }
+  if (any(nan_seen)) mark_nan_windows(g, x, y, r);
 }
 
 }  // namespace
@@ -313,6 +324,7 @@ void pool_row_blocked(const PoolGeom& g, const PoolIndex& ix, bool is_max, const
 void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,
                  int64_t p0, int64_t p1, float* scratch) {
   const int64_t c = g.lanes;
+  std::vector<int64_t> nan_rows;  // p * oh + r of the rows a lane-shift fold saw a NaN in
   if (row_shifts_fit(g)) {
     std::vector<VecI> shift(static_cast<size_t>(g.kw));
     for (int64_t k = 0; k < g.kw; ++k) {
@@ -322,12 +334,15 @@ void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const floa
     const int64_t left = std::min(g.kw, (g.pw + g.dw - 1) / g.dw);
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t r = 0; r < g.oh; ++r)
-        if (is_max)
-          pool_row_shifted<true>(g, ix, x + p * g.h * g.w, y + (p * g.oh + r) * g.ow, r,
-                                 shift.data(), left);
-        else
+        if (is_max) {
+          if (pool_row_shifted<true>(g, ix, x + p * g.h * g.w, y + (p * g.oh + r) * g.ow, r,
+                                     shift.data(), left))
+            nan_rows.push_back(p * g.oh + r);
+        } else {
           pool_row_shifted<false>(g, ix, x + p * g.h * g.w, y + (p * g.oh + r) * g.ow, r,
                                   shift.data(), left);
+        }
+    mark_nan_rows(g, x, y, nan_rows);
     return;
   }
   if (row_shifts2_fit(g)) {
@@ -341,12 +356,15 @@ void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const floa
     }
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t r = 0; r < g.oh; ++r)
-        if (is_max)
-          pool_row_shifted2<true>(g, ix, x + p * g.h * g.w, y + (p * g.oh + r) * g.ow, r,
-                                  idx.data(), tap.data());
-        else
+        if (is_max) {
+          if (pool_row_shifted2<true>(g, ix, x + p * g.h * g.w, y + (p * g.oh + r) * g.ow, r,
+                                      idx.data(), tap.data()))
+            nan_rows.push_back(p * g.oh + r);
+        } else {
           pool_row_shifted2<false>(g, ix, x + p * g.h * g.w, y + (p * g.oh + r) * g.ow, r,
                                    idx.data(), tap.data());
+        }
+    mark_nan_rows(g, x, y, nan_rows);
     return;
   }
   for (int64_t p = p0; p < p1; ++p)

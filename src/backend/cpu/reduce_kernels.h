@@ -12,7 +12,7 @@ namespace pto::cpu {
 class KernelRegistry;
 
 // What a fold accumulates over the reduced axis. The max/min folds propagate NaN; kMaxSkipNaN
-// ignores it (pooling's rule is applied by the caller); kMaxFinite is the largest finite element
+// ignores it (Hardmax's search); kMaxFinite is the largest finite element
 // (-inf when none), the shift of LogSumExp; kSumExp adds exp(x - shift) with shift per output.
 enum class Fold { kSum, kSumSquare, kSumAbs, kProd, kMax, kMin, kMaxSkipNaN, kMaxFinite, kSumExp };
 
@@ -33,10 +33,9 @@ struct PoolGeom {
   int64_t lanes = 1;  // channels per position: 1 for NCHW planes, the block c for NCHWc [H, W, c]
 };
 
-// Per output row and column: the first input row / column its window reads (-1: none), and how
-// many positions it counts (AveragePool's divisor is row_count * col_count).
+// Per output row and column: how many positions its window counts (AveragePool's divisor is
+// row_count * col_count).
 struct PoolIndex {
-  const int64_t *row_first, *col_first;
   const float *row_count, *col_count;
 };
 

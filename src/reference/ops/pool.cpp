@@ -4,11 +4,21 @@
 // that (the overhang ceil_mode allows) it is neither read nor counted.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "nn_kernels.h"
 
 namespace pto::reference {
 namespace {
+
+// Whether v is NaN, for every compute type (integers never are).
+template <class CT>
+bool is_nan_value(CT v) {
+  if constexpr (std::is_floating_point_v<CT>)
+    return std::isnan(v);
+  else
+    return false;
+}
 
 enum class PoolKind { kMax, kAverage, kLp };
 
@@ -104,13 +114,14 @@ std::vector<Tensor> max_pool(const KernelContext& c) {
       for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
         for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
           for (int64_t o2 = 0; o2 < g.out[2]; ++o2, ++o) {
-            // The first maximum wins; a NaN is kept only when it comes first.
+            // The first maximum wins, and a NaN over any number: the window's last NaN, as
+            // torch's max_pool2d_with_indices takes it (numpy's max is NaN there too).
             int64_t best_off = -1;
             CT best = std::numeric_limits<CT>::lowest();
             for_window(g, o0, o1, o2, [&](int64_t off) {
               if (off < 0) return;
               const CT v = static_cast<CT>(x[off]);
-              if (best_off < 0 || v > best) {
+              if (best_off < 0 || v > best || is_nan_value(v)) {
                 best = v;
                 best_off = off;
               }
@@ -175,9 +186,12 @@ std::vector<Tensor> global_pool(const KernelContext& c, PoolKind kind) {
       using CT = compute_t<T>;
       const T* xp = X.data<T>();
       for (int64_t pl = 0; pl < planes; ++pl) {
+        // A NaN anywhere makes the max NaN (torch's amax, numpy's max).
         CT best = size > 0 ? static_cast<CT>(xp[pl * size]) : std::numeric_limits<CT>::lowest();
-        for (int64_t i = 1; i < size; ++i)
-          best = std::max(best, static_cast<CT>(xp[pl * size + i]));
+        for (int64_t i = 1; i < size && !is_nan_value(best); ++i) {
+          const CT v = static_cast<CT>(xp[pl * size + i]);
+          if (v > best || is_nan_value(v)) best = v;
+        }
         Y.data<T>()[pl] = static_cast<T>(best);
       }
     });
