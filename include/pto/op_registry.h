@@ -64,7 +64,8 @@ using InferFn = std::function<void(InferContext&)>;
 
 // The kind of value an attribute holds: one per Attribute alternative, plus kDType, an ONNX element
 // type given as its code (Cast's `to`) or, as Cast-1 wrote it, its name ("FLOAT"), and kType, a
-// value type (Optional's `type`) as a string the parser reads ("seq<f32[5]>", parse_type).
+// value type (Optional's `type`) as a string the parser reads ("seq<f32[5]>", parse_type), and
+// kBool, an int of 0 or 1.
 enum class AttrKind : uint8_t {
   kInt,
   kFloat,
@@ -76,6 +77,7 @@ enum class AttrKind : uint8_t {
   kGraph,
   kDType,
   kType,  // a value type (ONNX TypeProto), held as the string TensorType::str writes
+  kBool,  // an int that must be 0 or 1 (ONNX's boolean attributes: keepdims, ceil_mode, transA)
 };
 const char* attr_kind_name(AttrKind k);  // "int", "float", "ints", "dtype", ...
 
@@ -104,6 +106,13 @@ inline AttrDef required_attr(std::string name, AttrKind kind, std::string doc = 
 }
 inline AttrDef optional_attr(std::string name, AttrKind kind, std::string doc = {}) {
   return AttrDef(std::move(name), kind, AttrUse::kOptional, std::move(doc));
+}
+// A boolean attribute: an int the verifier accepts only as 0 or 1, as ONNX defines them
+// (onnxruntime reads keepdims=2 as false, transA=2 as true and refuses CumSum's exclusive=2).
+inline AttrDef bool_attr(std::string name, bool default_value, std::string doc = {}) {
+  AttrDef d(std::move(name), int64_t{default_value}, std::move(doc));
+  d.kind = AttrKind::kBool;
+  return d;
 }
 
 // The attributes an op accepts. An op registered without one (a user's op of its own domain) is

@@ -34,6 +34,8 @@ const char* attr_kind_name(AttrKind k) {
       return "dtype";
     case AttrKind::kType:
       return "type";
+    case AttrKind::kBool:
+      return "bool";
   }
   return "?";
 }
@@ -76,6 +78,8 @@ bool fits(AttrKind want, const Attribute& value) {
       return given == AttrKind::kInt;
     case AttrKind::kDType:
       return given == AttrKind::kInt || given == AttrKind::kString;
+    case AttrKind::kBool:
+      return given == AttrKind::kInt;
     case AttrKind::kType:
       return given == AttrKind::kString;
     default:
@@ -164,6 +168,12 @@ void check_attributes(const Node& n) {
       throw ValueError(cat(n.where(), ": attribute '", name, "' of operator ", n.op,
                            " should be of kind ", attr_kind_name(d->kind), ", got ",
                            attr_kind_name(kind_of(value))));
+    if (d->kind == AttrKind::kBool) {
+      const int64_t v = std::get<int64_t>(value);
+      if (v != 0 && v != 1)
+        throw ValueError(cat(n.where(), ": attribute '", name, "' of operator ", n.op,
+                             " is a boolean and must be 0 or 1, got ", v));
+    }
   }
   for (const AttrDef& d : schema.defs())
     if (d.use == AttrUse::kRequired && !n.attrs.has(d.name))

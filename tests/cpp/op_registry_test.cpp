@@ -122,6 +122,7 @@ TEST(AttrSchema, EveryOpDeclaresOne) {
       n.def = &def;
       switch (a.kind) {
         case AttrKind::kInt:
+        case AttrKind::kBool:
           EXPECT_NO_THROW(n.attr_int(a.name)) << name;
           break;
         case AttrKind::kFloat:
@@ -187,6 +188,30 @@ TEST(AttrSchema, WrongKindIsRejected) {
   Attributes f;
   f.set("alpha", Dims{1, 2});
   EXPECT_NE(verify_error("LeakyRelu", f).find("kind float, got ints"), std::string::npos);
+}
+
+// ONNX's boolean attributes are ints of 0 or 1: 2 or -1 is refused naming the attribute (it was
+// read as true, where onnxruntime reads keepdims=2 as false).
+TEST(AttrSchema, BooleanOutsideZeroOrOneIsRejected) {
+  for (int64_t v : {int64_t{2}, int64_t{-1}}) {
+    Attributes a;
+    a.set("keepdims", v);
+    const std::string e = verify_error("ReduceMax", a);
+    EXPECT_NE(e.find(cat("[ReduceMax] node 'n1': attribute 'keepdims' of operator ReduceMax is a "
+                         "boolean and must be 0 or 1, got ",
+                         v)),
+              std::string::npos)
+        << e;
+  }
+  for (int64_t v : {int64_t{0}, int64_t{1}}) {
+    Attributes a;
+    a.set("keepdims", v);
+    EXPECT_NO_THROW(verify_node("ReduceMax", a));
+  }
+  Attributes f;
+  f.set("ceil_mode", 1.0);
+  EXPECT_NE(verify_error("MaxPool", f).find("should be of kind bool, got float"),
+            std::string::npos);
 }
 
 TEST(AttrSchema, LenientKindsAreAccepted) {

@@ -319,3 +319,53 @@ def test_reductions_over_nan_follow_torch(op, attrs):
     want = {"ReduceMax": lambda: torch.amax(t, axis), "ReduceMin": lambda: torch.amin(t, axis),
             "ArgMax": lambda: torch.argmax(t, axis), "ArgMin": lambda: torch.argmin(t, axis)}[op]()
     _assert_same_with_nan(np.asarray(pypto.onnx.load(m)(x)), want.numpy())
+
+
+# ---- Boolean attributes ------------------------------------------------------------------------
+# PyPTO read any nonzero as true. onnxruntime 1.32 has no one rule: keepdims=2, ceil_mode=2 and
+# largest=2 are false there, transA=2 and count_include_pad=2 true, CumSum's exclusive=2 an error.
+# ONNX defines them as 0 or 1; anything else is refused, naming the node and the attribute.
+
+@pytest.mark.parametrize("op,attrs,inputs,opset", [
+    ("ReduceMax", {"axes": [1], "keepdims": 2}, ["x"], 17),
+    ("ReduceSum", {"keepdims": -1}, ["x"], 17),
+    ("ArgMax", {"axis": 1, "keepdims": 2}, ["x"], 17),
+    ("MaxPool", {"kernel_shape": [2, 2], "ceil_mode": 2}, ["x"], 17),
+    ("AveragePool", {"kernel_shape": [2, 2], "count_include_pad": 5}, ["x"], 17),
+    ("Gemm", {"transA": 2}, ["x2", "b"], 17),
+    ("CumSum", {"exclusive": 2}, ["x", "a"], 17),
+    ("TopK", {"largest": 2}, ["x", "k"], 17),
+])
+def test_a_boolean_attribute_other_than_0_or_1_is_refused(op, attrs, inputs, opset):
+    import onnxruntime as ort
+
+    inits = [numpy_helper.from_array(np.ones((4, 2), np.float32), "b"),
+             numpy_helper.from_array(np.array(1, np.int64), "a"),
+             numpy_helper.from_array(np.array([1], np.int64), "k")]
+    outputs = ("y", "i") if op == "TopK" else ("y",)
+    x2 = helper.make_tensor_value_info("x2", TensorProto.FLOAT, [4, 3])
+    m = _model([helper.make_node(op, inputs, list(outputs), name="n", **attrs)],
+               [x2] if inputs[0] == "x2" else [_x([1, 2, 4, 4])], outputs=outputs,
+               initializers=inits, opset=opset)
+    for o in m.graph.output:  # ArgMax's output and TopK's indices
+        if op == "ArgMax" or o.name == "i":
+            o.type.tensor_type.elem_type = TensorProto.INT64
+    name, value = next((k, v) for k, v in attrs.items() if k not in ("axes", "axis",
+                                                                     "kernel_shape"))
+    with pytest.raises(ValueError, match=rf"\[{op}\] node 'n': attribute '{name}' of operator "
+                                         rf"{op} is a boolean and must be 0 or 1, got {value}"):
+        pypto.onnx.load(m)
+    # 0 and 1 load, and give what onnxruntime gives.
+    for v in (0, 1):
+        m.graph.node[0].attribute[[a.name for a in m.graph.node[0].attribute].index(name)].i = v
+        feeds = ({"x2": np.arange(12, dtype=np.float32).reshape(4, 3)} if inputs[0] == "x2"
+                 else {"x": np.random.default_rng(v).standard_normal((1, 2, 4, 4))
+                       .astype(np.float32)})
+        if op == "Gemm" and v == 0:
+            continue  # [4, 3] x [4, 2] needs transA
+        want = ort.InferenceSession(m.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, feeds)
+        got = pypto.onnx.load(m)(*feeds.values())
+        got = got if isinstance(got, (list, tuple)) else [got]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6, atol=1e-6)

@@ -40,7 +40,7 @@ void register_attention_ops(OpRegistry& r) {
          .min_outputs = 1,
          .max_outputs = 4,
          .properties = kOpaque,
-         .attrs = {{"is_causal", int64_t{0}},
+         .attrs = {bool_attr("is_causal", false),
                    optional_attr("kv_num_heads", AttrKind::kInt, "3-D inputs only"),
                    optional_attr("q_num_heads", AttrKind::kInt, "3-D inputs only"),
                    {"qk_matmul_output_mode", int64_t{0}, "which matrix output 3 holds"},
@@ -65,7 +65,7 @@ void register_attention_ops(OpRegistry& r) {
          .min_inputs = 3,
          .max_inputs = 4,
          .properties = kOpaque,
-         .attrs = {{"interleaved", int64_t{0}},
+         .attrs = {bool_attr("interleaved", false),
                    optional_attr("num_heads", AttrKind::kInt, "3-D input only"),
                    {"rotary_embedding_dim", int64_t{0}, "0: the whole head"}},
          .infer = [](InferContext& c) { infer::same_as_input(c); }});

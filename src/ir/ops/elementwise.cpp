@@ -102,7 +102,7 @@ void register_elementwise_ops(OpRegistry& r) {
   unary(r, "Gelu", {{"approximate", "none", "\"none\" (erf) or \"tanh\""}});
   unary(r, "Swish", {{"alpha", 1.0, "x * sigmoid(alpha * x)"}});
   predicate(r, "IsNaN", AttrSchema::none());
-  predicate(r, "IsInf", {{"detect_negative", int64_t{1}}, {"detect_positive", int64_t{1}}});
+  predicate(r, "IsInf", {bool_attr("detect_negative", true), bool_attr("detect_positive", true)});
 
   // PRelu: slope broadcasts unidirectionally to X, so the output is X's type.
   r.add({.name = "PRelu",
@@ -130,7 +130,7 @@ void register_elementwise_ops(OpRegistry& r) {
   for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"})
     binary(r, op, kCommutative, AttrSchema::none());
   binary(r, "Pow", 0, legacy_broadcast());
-  binary(r, "Mod", 0, {{"fmod", int64_t{0}, "1: C fmod (sign of the dividend)"}});
+  binary(r, "Mod", 0, {bool_attr("fmod", false, "1: C fmod (sign of the dividend)")});
   binary(r, "BitShift", 0, {required_attr("direction", AttrKind::kString, "LEFT or RIGHT")});
 
   comparison(r, "Equal", kCommutative, legacy_broadcast());

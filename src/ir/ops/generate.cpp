@@ -96,7 +96,7 @@ namespace {
 
 // Cast's and CastLike's attributes besides Cast's `to`.
 AttrSchema cast_attrs() {
-  return {{"saturate", int64_t{1}, "opset 19+: float8 targets saturate"},
+  return {bool_attr("saturate", true, "opset 19+: float8 targets saturate"),
           {"round_mode", "up", "opset 24+: rounding to float8e8m0"}};
 }
 
@@ -167,7 +167,7 @@ void register_generate_ops(OpRegistry& r) {
          .min_inputs = 1,
          .max_inputs = 2,
          .properties = kInjective,
-         .attrs = {{"upper", int64_t{1}}},
+         .attrs = {bool_attr("upper", true)},
          .infer = [](InferContext& c) { infer::same_as_input(c); }});
 }
 

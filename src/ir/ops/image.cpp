@@ -152,13 +152,13 @@ void infer_max_unpool(InferContext& c) {
 void register_image_ops(OpRegistry& r) {
   infer::add_opaque(
       r, "GridSample", 2, 2,
-      {{"align_corners", int64_t{0}},
+      {bool_attr("align_corners", false),
        {"mode", "linear", "linear, nearest or cubic (bilinear, bicubic before opset 20)"},
        {"padding_mode", "zeros", "zeros, border or reflection"}},
       infer_grid_sample,
       "samples X at the normalized coordinates of grid (nearest, N-linear or N-cubic)");
   infer::add_opaque(
-      r, "AffineGrid", 2, 2, {{"align_corners", int64_t{0}}}, infer_affine_grid,
+      r, "AffineGrid", 2, 2, {bool_attr("align_corners", false)}, infer_affine_grid,
       "the sampling grid of an affine transform theta for an output of the given size");
   infer::add_opaque(
       r, "CenterCropPad", 2, 2, {optional_attr("axes", AttrKind::kInts, "absent: all axes")},

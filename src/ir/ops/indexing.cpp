@@ -138,7 +138,7 @@ void register_indexing_ops(OpRegistry& r) {
          .max_outputs = 4,
          .properties = kOpaque,
          .attrs = {optional_attr("axis", AttrKind::kInt, "absent: the flattened input"),
-                   {"sorted", int64_t{1}}},
+                   bool_attr("sorted", true)},
          .infer = infer_unique,
          .doc = "unique values (or slices along axis), first indices, inverse indices, counts"});
 }

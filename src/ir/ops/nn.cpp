@@ -182,7 +182,7 @@ void register_nn_ops(OpRegistry& r) {
          .min_inputs = 1,
          .max_inputs = 1,
          .properties = kOpaque,
-         .attrs = window::pool_attrs().with({{"count_include_pad", int64_t{0}}}),
+         .attrs = window::pool_attrs().with({bool_attr("count_include_pad", false)}),
          .infer = infer_pool});
   // LpPool-1 took a float p; it is read as an int (opset 2+), so such a node is rejected.
   r.add({.name = "LpPool",

@@ -61,7 +61,7 @@ void register_nn_norm_ops(OpRegistry& r) {
          .properties = kOpaque,
          .attrs = {{"epsilon", 1e-5},
                    {"momentum", 0.9},
-                   {"training_mode", int64_t{0}, "opset 14+"},
+                   bool_attr("training_mode", false, "opset 14+"),
                    {"spatial", int64_t{1}, "opset < 9: 0 for per-element statistics"},
                    optional_attr("is_test", AttrKind::kInt, "opset < 7"),
                    optional_attr("consumed_inputs", AttrKind::kInts, "opset 1 only; ignored")},

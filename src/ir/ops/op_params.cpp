@@ -77,8 +77,8 @@ std::string product_precision_name(DType precision) {
 
 AttrSchema reduce_attrs() {
   return {optional_attr("axes", AttrKind::kInts, "before the axes input; absent: all axes"),
-          {"keepdims", int64_t{1}},
-          {"noop_with_empty_axes", int64_t{0}, "1: no axes means identity, not all axes"}};
+          bool_attr("keepdims", true),
+          bool_attr("noop_with_empty_axes", false, "1: no axes means identity, not all axes")};
 }
 
 std::vector<bool> Reduce::reduced(int64_t rank, const std::string& where) const {

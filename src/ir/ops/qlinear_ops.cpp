@@ -148,7 +148,7 @@ void register_qlinear_ops(OpRegistry& r) {
          .min_inputs = 6,
          .max_inputs = 9,
          .properties = kOpaque,
-         .attrs = {{"alpha", 1.0}, {"transA", int64_t{0}}, {"transB", int64_t{0}}},
+         .attrs = {{"alpha", 1.0}, bool_attr("transA", false), bool_attr("transB", false)},
          .infer = infer_qgemm,
          .doc = "com.microsoft: (A - a_zp)' (B - b_zp)' + C in int32, scaled by alpha * a_scale "
                 "* b_scale; requantized with y_scale, else float",

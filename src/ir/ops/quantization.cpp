@@ -99,7 +99,7 @@ void register_quantization_ops(OpRegistry& r) {
          .max_inputs = 3,
          .properties = kElementwise,
          .attrs = quantize_attrs().with(
-             {{"saturate", int64_t{1}, "opset 19+: float8 targets saturate"},
+             {bool_attr("saturate", true, "opset 19+: float8 targets saturate"),
               {"precision", int64_t{0}, "opset 23+: type code of the division; 0: the input's"}}),
          .infer = infer_quantize});
   r.add({.name = "DequantizeLinear",

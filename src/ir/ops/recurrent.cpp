@@ -86,8 +86,8 @@ void infer_causal_conv(InferContext& c) {
 
 void register_recurrent_ops(OpRegistry& r) {
   add(r, "RNN", 6, 2, {});
-  add(r, "GRU", 6, 2, {{"linear_before_reset", int64_t{0}}});
-  add(r, "LSTM", 8, 3, {{"input_forget", int64_t{0}}});
+  add(r, "GRU", 6, 2, {bool_attr("linear_before_reset", false)});
+  add(r, "LSTM", 8, 3, {bool_attr("input_forget", false)});
   r.add(
       {.name = "LinearAttention",
        .min_inputs = 3,

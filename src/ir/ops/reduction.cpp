@@ -98,8 +98,8 @@ void register_reduction_ops(OpRegistry& r) {
            .max_inputs = 1,
            .properties = kReduction,
            .attrs = {{"axis", int64_t{0}},
-                     {"keepdims", int64_t{1}},
-                     {"select_last_index", int64_t{0}, "opset 12+"}},
+                     bool_attr("keepdims", true),
+                     bool_attr("select_last_index", false, "opset 12+")},
            .infer = infer_arg});
   // Scans keep the input's shape: not reductions in the sense passes rely on (smaller output).
   for (const char* op : {"CumSum", "CumProd"})
@@ -107,7 +107,7 @@ void register_reduction_ops(OpRegistry& r) {
            .min_inputs = 2,
            .max_inputs = 2,
            .properties = kOpaque,
-           .attrs = {{"exclusive", int64_t{0}}, {"reverse", int64_t{0}}},
+           .attrs = {bool_attr("exclusive", false), bool_attr("reverse", false)},
            .infer = [](InferContext& c) { infer::same_as_input(c); }});
   r.add({.name = "TopK",
          .min_inputs = 1,
@@ -116,8 +116,8 @@ void register_reduction_ops(OpRegistry& r) {
          .max_outputs = 2,
          .properties = kOpaque,
          .attrs = {{"axis", int64_t{-1}},
-                   {"largest", int64_t{1}, "opset 11+"},
-                   {"sorted", int64_t{1}, "opset 11+"},
+                   bool_attr("largest", true, "opset 11+"),
+                   bool_attr("sorted", true, "opset 11+"),
                    optional_attr("k", AttrKind::kInt, "opset 1-9; an input from 10")},
          .infer = infer_topk,
          .doc = "the k largest (or smallest) values along an axis and their indices"});

@@ -170,10 +170,10 @@ void register_sequence_ops(OpRegistry& r) {
       "the sequence without the element at position (default: the last)");
   add(r, "SequenceLength", 1, 1, AttrSchema::none(), infer_length,
       "the number of elements, an int64 scalar");
-  add(r, "SplitToSequence", 1, 2, {{"axis", int64_t{0}}, {"keepdims", int64_t{1}}}, infer_split,
+  add(r, "SplitToSequence", 1, 2, {{"axis", int64_t{0}}, bool_attr("keepdims", true)}, infer_split,
       "the input cut along axis into parts of the given sizes (default: 1) as a sequence");
   add(r, "ConcatFromSequence", 1, 1,
-      {required_attr("axis", AttrKind::kInt), {"new_axis", int64_t{0}}}, infer_concat,
+      {required_attr("axis", AttrKind::kInt), bool_attr("new_axis", false)}, infer_concat,
       "the elements concatenated along axis, or stacked along a new axis");
   add(r, "Optional", 0, 1,
       {optional_attr("type", AttrKind::kType, "the type of an empty optional")}, infer_optional,

@@ -110,20 +110,20 @@ void register_signal_ops(OpRegistry& r) {
   infer::add_opaque(
       r, "DFT", 1, 3,
       {{"axis", int64_t{1}, "opset 17-19; an input from 20 (default -2)"},
-       {"inverse", int64_t{0}},
-       {"onesided", int64_t{0}}},
+       bool_attr("inverse", false),
+       bool_attr("onesided", false)},
       infer_dft,
       "discrete Fourier transform along one axis; complex values as a trailing [re, im] axis");
-  infer::add_opaque(r, "STFT", 2, 4, {{"onesided", int64_t{1}}}, infer_stft,
+  infer::add_opaque(r, "STFT", 2, 4, {bool_attr("onesided", true)}, infer_stft,
                     "short-time Fourier transform of windowed frames");
   infer::add_opaque(r, "HannWindow", 1, 1,
-                    {{"output_datatype", int64_t{1}}, {"periodic", int64_t{1}}}, infer_window,
+                    {{"output_datatype", int64_t{1}}, bool_attr("periodic", true)}, infer_window,
                     "sin^2(pi n / N)");
   infer::add_opaque(r, "HammingWindow", 1, 1,
-                    {{"output_datatype", int64_t{1}}, {"periodic", int64_t{1}}}, infer_window,
+                    {{"output_datatype", int64_t{1}}, bool_attr("periodic", true)}, infer_window,
                     "25/46 - 21/46 cos(2 pi n / N)");
   infer::add_opaque(r, "BlackmanWindow", 1, 1,
-                    {{"output_datatype", int64_t{1}}, {"periodic", int64_t{1}}}, infer_window,
+                    {{"output_datatype", int64_t{1}}, bool_attr("periodic", true)}, infer_window,
                     "0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N)");
   infer::add_opaque(r, "MelWeightMatrix", 5, 5, {{"output_datatype", int64_t{1}}}, infer_mel,
                     "triangular mel filter bank, [dft_length / 2 + 1, num_mel_bins]");

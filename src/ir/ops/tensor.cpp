@@ -454,7 +454,7 @@ void register_tensor_ops(OpRegistry& r) {
          .min_inputs = 1,
          .max_inputs = 2,
          .properties = kInjective | kView,
-         .attrs = {{"allowzero", int64_t{0}, "opset 14+: 1 keeps a 0 in the shape literally"},
+         .attrs = {bool_attr("allowzero", false, "opset 14+: 1 keeps a 0 in the shape literally"),
                    optional_attr("shape", AttrKind::kInts, "opset 1-4; an input from 5"),
                    optional_attr("consumed_inputs", AttrKind::kInts, "opset 1 only; ignored")},
          .infer = infer_reshape});

@@ -50,7 +50,7 @@ AttrSchema window_attrs() {
 
 AttrSchema pool_attrs() {
   return {{"auto_pad", "NOTSET", "NOTSET, SAME_UPPER, SAME_LOWER or VALID"},
-          {"ceil_mode", int64_t{0}, "opset 10+: 1 rounds output sizes up"},
+          bool_attr("ceil_mode", false, "opset 10+: 1 rounds output sizes up"),
           optional_attr("dilations", AttrKind::kInts, "opset 10+; absent: 1 per spatial axis"),
           required_attr("kernel_shape", AttrKind::kInts),
           optional_attr("pads", AttrKind::kInts, "begins then ends; absent: 0"),
