@@ -48,6 +48,12 @@ std::string cat(const Args&... args) {
   return os.str();
 }
 
+// Inside a catch block: throws the error being handled again with its message prefixed
+// ("model.onnx: " + "[Conv] node 'c': ..."), as the same ValueError, TypeError or
+// UnsupportedError. An InternalError, another exception, or a message that starts with `prefix`
+// already is thrown again as it is.
+[[noreturn]] void rethrow_with(const std::string& prefix);
+
 namespace detail {
 
 // Collects the message of a failed PTO_CHECK and throws InternalError when the statement ends.

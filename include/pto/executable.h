@@ -190,6 +190,11 @@ class Executable {
                                const reference::NodeObserver& node_observer,
                                const ValueObserver& value_observer,
                                const std::vector<Tensor>& destinations = {}) const;
+  // run_impl without the prefix of graph().source on its errors.
+  std::vector<Tensor> run_steps(const std::vector<Tensor>& inputs,
+                                const reference::NodeObserver& node_observer,
+                                const ValueObserver& value_observer,
+                                const std::vector<Tensor>& destinations) const;
   friend Executable compile_partitioned(Graph g, KernelPartition partition,
                                         const CompileOptions& options,
                                         std::vector<PassReport> passes, size_t nodes_in);

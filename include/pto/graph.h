@@ -174,6 +174,9 @@ class Graph {
 
   std::string name;
   int opset = 0;  // default-domain opset the graph was imported with (0: not from ONNX)
+  // The model file it was imported from ("<bytes>" for a model given as bytes), or empty: errors
+  // compiling or running it start with it, as its import errors do ("model.onnx: [Conv] ...").
+  std::string source;
   // For a subgraph (a control-flow node's attribute): how many of its inputs, the last ones, are
   // captures: values of the enclosing graph the subgraph reads. The node lists the same values as
   // its last inputs, in the same order, so that liveness, use counts and rewrites see those

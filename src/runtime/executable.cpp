@@ -841,6 +841,18 @@ std::vector<Tensor> Executable::run_impl(const std::vector<Tensor>& inputs,
                                          const reference::NodeObserver& observer,
                                          const ValueObserver& value_observer,
                                          const std::vector<Tensor>& destinations) const {
+  if (graph_->source.empty()) return run_steps(inputs, observer, value_observer, destinations);
+  try {
+    return run_steps(inputs, observer, value_observer, destinations);
+  } catch (const Error&) {
+    rethrow_with(graph_->source + ": ");
+  }
+}
+
+std::vector<Tensor> Executable::run_steps(const std::vector<Tensor>& inputs,
+                                          const reference::NodeObserver& observer,
+                                          const ValueObserver& value_observer,
+                                          const std::vector<Tensor>& destinations) const {
   const Graph& g = *graph_;
   Plan& p = *plan_;
   if (inputs.size() != g.inputs().size())
@@ -1296,7 +1308,25 @@ void check_partition(const Graph& g, const KernelPartition& p) {
 
 }  // namespace
 
+namespace {
+
+Executable compile_graph(Graph g, const CompileOptions& options);
+
+}  // namespace
+
 Executable compile(Graph g, const CompileOptions& options) {
+  if (g.source.empty()) return compile_graph(std::move(g), options);
+  const std::string source = g.source;
+  try {
+    return compile_graph(std::move(g), options);
+  } catch (const Error&) {
+    rethrow_with(source + ": ");
+  }
+}
+
+namespace {
+
+Executable compile_graph(Graph g, const CompileOptions& options) {
   check_level(options);
   verify(g);
   infer_types(g);
@@ -1315,7 +1345,9 @@ Executable compile(Graph g, const CompileOptions& options) {
       options.on_progress({"pass", name, i, n, &after});
     };
   std::vector<PassReport> report;
+  std::string source = g.source;  // for the errors of runs; a pass may build a new graph
   g = run_passes(std::move(g), passes, &report);
+  g.source = std::move(source);
 
   // An elementwise node may join a fused group when the tile ISA can express it.
   FusionOptions fusion;
@@ -1344,6 +1376,8 @@ Executable compile(Graph g, const CompileOptions& options) {
   if (options.level >= 2) absorb_views(g, kg, part.trailing, part.leading);
   return compile_partitioned(std::move(g), std::move(part), options, std::move(report), nodes_in);
 }
+
+}  // namespace
 
 Executable compile_partitioned(Graph g, KernelPartition part, const CompileOptions& options,
                                std::vector<PassReport> passes, size_t nodes_in) {

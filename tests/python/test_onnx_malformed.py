@@ -369,3 +369,43 @@ def test_a_boolean_attribute_other_than_0_or_1_is_refused(op, attrs, inputs, ops
         got = got if isinstance(got, (list, tuple)) else [got]
         for g, w in zip(got, want):
             np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6, atol=1e-6)
+
+
+# ---- Errors after import name the file ----------------------------------------------------------
+
+def _gather_out_of_range():
+    """A constant Gather out of range: the error comes when the passes fold it (compile)."""
+    d = numpy_helper.from_array(np.arange(4, dtype=np.float32), "d")
+    i = numpy_helper.from_array(np.array([7], np.int64), "i")
+    return _model([helper.make_node("Gather", ["d", "i"], ["t"], name="gather"),
+                   helper.make_node("Add", ["x", "t"], ["y"], name="add")], [_x([1])],
+                  initializers=[d, i])
+
+
+def _reshape_to_an_input():
+    """Reshape to a shape given at run time: the error comes running it."""
+    s = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    return _model([helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [_x([6]), s])
+
+
+def test_errors_compiling_or_running_a_file_start_with_its_name(tmp_path):
+    """Import errors started with the file, errors of the compile and of a run did not."""
+    import onnx
+
+    path = str(tmp_path / "bad.onnx")
+    onnx.save(_gather_out_of_range(), path)
+    with pytest.raises(ValueError) as e:
+        pypto.onnx.load(path)(np.ones(1, np.float32))
+    assert str(e.value).startswith(f"{path}: [Gather] node 'gather': index 7 is out of range")
+    onnx.save(_reshape_to_an_input(), path)
+    exe = pypto.onnx.load(path)
+    with pytest.raises(ValueError) as e:
+        exe(np.ones(6, np.float32), np.array([4, 4], np.int64))
+    assert str(e.value) == f"{path}: [Reshape] node 'reshape': cannot reshape f32[6] (6 elements) " \
+                           "to [4, 4]"
+    # Bytes are "<bytes>", as at import; one prefix, however deep the error.
+    with pytest.raises(ValueError, match=r"^<bytes>: \[Reshape\] node 'reshape': cannot reshape"):
+        pypto.onnx.load(_reshape_to_an_input())(np.ones(6, np.float32), np.array([4, 4], np.int64))
+    np.testing.assert_array_equal(np.asarray(exe(np.ones(6, np.float32), np.array([2, 3]))),
+                                  np.ones((2, 3), np.float32))
+

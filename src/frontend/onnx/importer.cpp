@@ -544,18 +544,6 @@ void report_declared_types(const Graph& g, const std::vector<std::pair<std::stri
 
 }  // namespace
 
-void rethrow_with(const std::string& prefix) {
-  try {
-    throw;
-  } catch (const UnsupportedError& e) {
-    throw UnsupportedError(prefix + e.what());
-  } catch (const TypeError& e) {
-    throw TypeError(prefix + e.what());
-  } catch (const ValueError& e) {
-    throw ValueError(prefix + e.what());
-  }
-}
-
 int max_opset() {
   return PTO_ONNX_MAX_OPSET;
 }
@@ -577,6 +565,7 @@ Graph load_model(::onnx::ModelProto& m, const std::string& base_dir, const std::
   if (!m.has_graph()) throw ValueError(cat(source, ": the model has no graph"));
   std::vector<std::pair<std::string, DType>> declared;
   Graph g = convert(m, base_dir, source, declared);
+  g.source = source;
   try {
     verify(g);
     infer_types(g);

@@ -17,8 +17,4 @@ DType dtype_from_onnx(int32_t elem_type, const std::string& where);
 Tensor tensor_from_proto(const ::onnx::TensorProto& t, const std::string& base_dir,
                          const std::string& where);
 
-// Inside a catch block: rethrows the current pto::Error (not InternalError) with the same type and
-// `prefix` in front of its message.
-[[noreturn]] void rethrow_with(const std::string& prefix);
-
 }  // namespace pto::onnx
