@@ -409,3 +409,60 @@ def test_errors_compiling_or_running_a_file_start_with_its_name(tmp_path):
     np.testing.assert_array_equal(np.asarray(exe(np.ones(6, np.float32), np.array([2, 3]))),
                                   np.ones((2, 3), np.float32))
 
+
+# ---- Errors inside subgraphs and functions name the node that holds them -------------------------
+
+def _scan_adding(state_shape, x_shape, body_shapes):
+    from onnx import helper as h
+
+    body = h.make_graph(
+        [h.make_node("Add", ["s", "xi"], ["s2"], name="body_add"),
+         h.make_node("Identity", ["s2"], ["o"], name="body_id")], "body",
+        [h.make_tensor_value_info("s", TensorProto.FLOAT, body_shapes[0]),
+         h.make_tensor_value_info("xi", TensorProto.FLOAT, body_shapes[1])],
+        [h.make_tensor_value_info("s2", TensorProto.FLOAT, None),
+         h.make_tensor_value_info("o", TensorProto.FLOAT, None)])
+    s0 = h.make_tensor_value_info("s0", TensorProto.FLOAT, state_shape)
+    x = h.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)
+    return _model([h.make_node("Scan", ["s0", "x"], ["sN", "ys"], name="scan", body=body,
+                               num_scan_inputs=1)], [s0, x], outputs=("sN", "ys"))
+
+
+def test_a_scan_bodys_shape_error_names_the_scan():
+    """At import (the body's shapes known) and at run time (unknown until then), the error named
+    the body's Add alone."""
+    with pytest.raises(ValueError, match=r"^<bytes>: \[Scan\] node 'scan': subgraph 'body': "
+                                         r"\[Add\] node 'body_add': shapes \[2\] and \[3\] cannot"):
+        pypto.onnx.load(_scan_adding([2], [5, 3], ([2], [3])))
+    for level in (0, 2):  # the interpreter and the compiled body
+        exe = pypto.onnx.load(_scan_adding(["a"], ["n", "b"], (None, None)), level=level)
+        with pytest.raises(ValueError, match=r"^<bytes>: \[Scan\] node 'scan': subgraph 'body': "
+                                             r"\[Add\] node 'body_add': shapes"):
+            exe(np.ones(2, np.float32), np.ones((5, 3), np.float32))
+        s, ys = exe(np.ones(2, np.float32), np.ones((5, 2), np.float32))
+        np.testing.assert_array_equal(np.asarray(s), np.full(2, 6, np.float32))
+
+
+def test_a_function_output_its_body_does_not_compute_is_blamed_on_the_call():
+    """It was blamed on the node reading the output: "[Neg] node 'neg': input 'y2' is not
+    defined before this node"."""
+    from onnx import helper as h
+
+    ops = [h.make_operatorsetid("", 17), h.make_operatorsetid("local", 1)]
+    f = h.make_function("local", "F", ["a"], ["b", "c"], [h.make_node("Relu", ["a"], ["b"])],
+                        opset_imports=ops)
+    g = h.make_graph([h.make_node("F", ["x"], ["y1", "y2"], name="call", domain="local"),
+                      h.make_node("Neg", ["y2"], ["y"], name="neg")], "g", [_x([4])],
+                     [h.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    m = h.make_model(g, opset_imports=ops, functions=[f])
+    m.ir_version = 8
+    with pytest.raises(ValueError, match=r"^<bytes>: \[F\] node 'call' \(a call of function "
+                                         r"'F'\): output 1 \('c'\) of the function is not "
+                                         "computed by its body"):
+        pypto.onnx.load(m)
+    # Leaving that output out of the call is fine.
+    m.graph.node[0].output[1] = ""
+    m.graph.node[1].input[0] = "y1"
+    x = np.array([-1, 2, -3, 4], np.float32)
+    np.testing.assert_array_equal(np.asarray(pypto.onnx.load(m)(x)), -np.maximum(x, 0))
+

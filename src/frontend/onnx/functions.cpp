@@ -70,6 +70,13 @@ class Inliner {
       throw ValueError(cat(where, ": ", call.input_size(), " inputs and ", call.output_size(),
                            " outputs, the function has ", f.input_size(), " and ",
                            f.output_size()));
+    // An output the body never computes would be blamed on the node that reads it.
+    std::unordered_set<std::string> made(f.input().begin(), f.input().end());
+    for (const auto& node : f.node()) made.insert(node.output().begin(), node.output().end());
+    for (int i = 0; i < call.output_size(); ++i)
+      if (!call.output(i).empty() && !made.count(f.output(i)))
+        throw ValueError(cat(where, ": output ", i, " ('", f.output(i),
+                             "') of the function is not computed by its body"));
     std::unordered_map<std::string, std::string> names;  // body name -> graph name
     for (int i = 0; i < f.input_size(); ++i)
       names[f.input(i)] = i < call.input_size() ? call.input(i) : "";

@@ -163,8 +163,11 @@ namespace {
 // A copy of `sub` with its inputs typed `types` and its other values inferred again from them.
 // `fresh`: forget the node outputs' types first (a Loop body whose carried shapes were
 // generalized must not keep the dims of a first pass).
-std::shared_ptr<Graph> typed_copy(const Graph& sub, const std::vector<TensorType>& types,
-                                  bool fresh) {
+// An error inferring it names the node and the subgraph's attribute ("[Scan] node 's': subgraph
+// 'body': [Add] node 'a': ...").
+std::shared_ptr<Graph> typed_copy(const InferContext& c, const char* attr,
+                                  const std::vector<TensorType>& types, bool fresh) {
+  const Graph& sub = c.attrs().get_graph(attr);
   auto g = std::make_shared<Graph>(sub);
   for (size_t i = 0; i < types.size() && i < g->inputs().size(); ++i) {
     TensorType& t = g->value(g->inputs()[i]).type;
@@ -176,7 +179,11 @@ std::shared_ptr<Graph> typed_copy(const Graph& sub, const std::vector<TensorType
     for (const Node& n : g->nodes())
       for (ValueId v : n.outputs)
         if (v != kNoValue) g->value(v).type.shape.reset();
-  infer_types(*g);
+  try {
+    infer_types(*g);
+  } catch (const Error&) {
+    rethrow_with(cat(c.where(), ": subgraph '", attr, "': "));
+  }
   return g;
 }
 
@@ -224,9 +231,9 @@ void infer_if(InferContext& c) {
   // other branch is kept as it was (FoldConstants replaces the If by the taken branch).
   const std::optional<bool> cond = known_cond(c);
   auto typed_or_kept = [&](const char* attr, bool taken) -> std::shared_ptr<Graph> {
-    if (!cond || taken) return typed_copy(c.attrs().get_graph(attr), captures, false);
+    if (!cond || taken) return typed_copy(c, attr, captures, false);
     try {
-      return typed_copy(c.attrs().get_graph(attr), captures, false);
+      return typed_copy(c, attr, captures, false);
     } catch (const ValueError&) {
     } catch (const TypeError&) {
     } catch (const UnsupportedError&) {
@@ -272,10 +279,9 @@ TensorType stacked(const TensorType& t, Dim count, int64_t axis, const std::stri
 void infer_loop(InferContext& c) {
   control_flow::verify_subgraphs(c.node);
   const control_flow::Arity a = control_flow::loop_arity(c.node);
-  const Graph& body = c.attrs().get_graph("body");
   std::vector<TensorType> types{{DType::kI64, Shape{}}, {DType::kBool, Shape{}}};
   for (size_t i = 2; i < c.inputs.size(); ++i) types.push_back(c.inputs[i]);
-  auto g = typed_copy(body, types, false);
+  auto g = typed_copy(c, "body", types, false);
   // Carried values whose type the body changes (a growing sequence) get the common type.
   bool changed = false;
   for (size_t i = 0; i < a.carried; ++i) {
@@ -287,7 +293,7 @@ void infer_loop(InferContext& c) {
       changed = true;
     }
   }
-  if (changed) g = typed_copy(body, types, true);
+  if (changed) g = typed_copy(c, "body", types, true);
   Dim trips = Dim::unknown();
   if (!c.has_input(1))
     if (auto m = infer::constant_ints(c, 0); m && m->size() == 1 && (*m)[0] >= 0)
@@ -313,7 +319,6 @@ void infer_scan(InferContext& c) {
     }
     in_ranks.push_back(static_cast<int64_t>(t.shape->size()) - static_cast<int64_t>(batch_dims));
   }
-  const Graph& body = c.attrs().get_graph("body");
   std::vector<TensorType> types;
   for (size_t i = 0; i < a.carried; ++i) {
     TensorType t = c.inputs[first + i];
@@ -333,7 +338,7 @@ void infer_scan(InferContext& c) {
   }
   for (size_t i = first + a.carried + a.scan_inputs; i < c.inputs.size(); ++i)
     types.push_back(c.inputs[i]);
-  auto g = typed_copy(body, types, false);
+  auto g = typed_copy(c, "body", types, false);
   const Dim batch = v8 && c.inputs[first].shape && !c.inputs[first].shape->empty()
                         ? c.inputs[first].shape->front()
                         : Dim::unknown();
@@ -355,7 +360,7 @@ void infer_sequence_map(InferContext& c) {
   if (!types[0].sequence || types[0].optional)
     throw TypeError(cat(c.where(), ": input 0 should be a sequence, got ", types[0].str()));
   for (size_t i = 0; i < formal; ++i) types[i].sequence = false;
-  auto g = typed_copy(c.attrs().get_graph("body"), types, false);
+  auto g = typed_copy(c, "body", types, false);
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     TensorType t = output_type(*g, i);
     if (!t.is_tensor())

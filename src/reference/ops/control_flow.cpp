@@ -299,14 +299,27 @@ std::vector<Tensor> run_sequence_map(const KernelContext& c, const SubgraphRunne
   return result;
 }
 
+// run_sub with its errors naming node n and the subgraph ("[Scan] node 's': subgraph 'body':
+// [Add] node 'a': ..."): a body's node alone does not say where it is.
+SubgraphRunnerInto naming(const Node& n, const SubgraphRunnerInto& run_sub) {
+  return [&n, run_sub](const std::string& attr, const std::vector<Tensor>& in,
+                       const std::vector<Tensor>& dests) {
+    try {
+      return run_sub(attr, in, dests);
+    } catch (const Error&) {
+      rethrow_with(cat(n.where(), ": subgraph '", attr, "': "));
+    }
+  };
+}
+
 // The reference kernel of a control-flow op: its subgraphs on the interpreter (which writes no
 // destination; the scan copies).
 Kernel interpreted(std::vector<Tensor> (*op)(const KernelContext&, const SubgraphRunnerInto&)) {
   return [op](const KernelContext& c) {
-    return op(
-        c, [&](const std::string& attr, const std::vector<Tensor>& in, const std::vector<Tensor>&) {
-          return reference::run(c.attrs().get_graph(attr), in);
-        });
+    return op(c, naming(c.node, [&](const std::string& attr, const std::vector<Tensor>& in,
+                                    const std::vector<Tensor>&) {
+                return reference::run(c.attrs().get_graph(attr), in);
+              }));
   };
 }
 
@@ -322,10 +335,11 @@ std::vector<Tensor> run_control_flow(const Node& n, std::vector<Tensor> inputs,
 std::vector<Tensor> run_control_flow_into(const Node& n, std::vector<Tensor> inputs,
                                           const SubgraphRunnerInto& run_sub) {
   const KernelContext c{n, std::move(inputs), n.outputs.size()};
-  if (n.op == "If") return run_if(c, run_sub);
-  if (n.op == "Loop") return run_loop(c, run_sub);
-  if (n.op == "Scan") return run_scan(c, run_sub);
-  if (n.op == "SequenceMap") return run_sequence_map(c, run_sub);
+  const SubgraphRunnerInto named = naming(n, run_sub);
+  if (n.op == "If") return run_if(c, named);
+  if (n.op == "Loop") return run_loop(c, named);
+  if (n.op == "Scan") return run_scan(c, named);
+  if (n.op == "SequenceMap") return run_sequence_map(c, named);
   throw InternalError(cat(n.where(), ": run_control_flow: not a control-flow op"));
 }
 
