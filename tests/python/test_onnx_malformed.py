@@ -466,3 +466,35 @@ def test_a_function_output_its_body_does_not_compute_is_blamed_on_the_call():
     x = np.array([-1, 2, -3, 4], np.float32)
     np.testing.assert_array_equal(np.asarray(pypto.onnx.load(m)(x)), -np.maximum(x, 0))
 
+
+def _nested_functions(levels):
+    from onnx import helper as h
+
+    ops = [h.make_operatorsetid("", 17), h.make_operatorsetid("local", 1)]
+    fs = []
+    for i in range(levels):
+        body = ([h.make_node("Relu", ["a"], ["b"])] if i == 0 else
+                [h.make_node(f"G{i - 1}", ["a"], ["t"], domain="local"),
+                 h.make_node(f"G{i - 1}", ["t"], ["b"], domain="local")])
+        fs.append(h.make_function("local", f"G{i}", ["a"], ["b"], body, opset_imports=ops))
+    g = h.make_graph([h.make_node(f"G{levels - 1}", ["x"], ["y"], name="call", domain="local")],
+                     "g", [_x([4])], [h.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    m = h.make_model(g, opset_imports=ops, functions=fs)
+    m.ir_version = 8
+    return m
+
+
+def test_functions_inlining_to_millions_of_nodes_are_refused_before_inlining():
+    """25 levels of a function calling the one below twice (1 KB) inlined 2^24 Relus for 25-45 s,
+    then a MemoryError; refused now at once, naming the call."""
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"^<bytes>: \[G24\] node 'call' \(a call of function "
+                                         r"'G24'\): model-local functions would inline to more "
+                                         r"than 4194304 nodes here"):
+        pypto.onnx.load(_nested_functions(25))
+    assert time.perf_counter() - start < 5
+    x = np.array([-1, 2, -3, 4], np.float32)  # 2^9 Relus are fine
+    np.testing.assert_array_equal(np.asarray(pypto.onnx.load(_nested_functions(10))(x)),
+                                  np.maximum(x, 0))

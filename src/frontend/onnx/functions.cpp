@@ -1,6 +1,7 @@
 // Inlining of model-local functions (functions.h).
 #include "functions.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -11,6 +12,10 @@ namespace pto::onnx {
 namespace {
 
 using FunctionKey = std::tuple<std::string, std::string, std::string>;  // domain, name, overload
+
+// The most nodes model-local functions may inline to: 40 times the largest real ONNX graphs
+// (~100k nodes); 4M nodes would take minutes to compile.
+constexpr int64_t kMaxInlinedNodes = int64_t{1} << 22;
 
 std::string domain_of(const std::string& d) {
   return d == "ai.onnx" ? "" : d;
@@ -27,6 +32,26 @@ class Inliner {
   }
 
   bool any() const { return !functions_.empty(); }
+
+  // Refuses a model whose functions would inline to more than kMaxInlinedNodes nodes, before
+  // inlining any: a function that calls another twice, nested 25 deep, is 1 KB of model and 2^24
+  // nodes inlined (minutes, then out of memory). Names the call that passes the limit.
+  void check_inlined_size(const ::onnx::GraphProto& g) {
+    int64_t total = 0;
+    for (const auto& n : g.node()) {
+      const int64_t add = nodes_of(n);
+      total = std::min(total + add, kMaxInlinedNodes + 1);
+      if (total <= kMaxInlinedNodes) continue;
+      const ::onnx::FunctionProto* f = find(n);
+      throw ValueError(
+          cat(src_, ": [", n.op_type(), "] node '", n.name(), "'",
+              f ? cat(" (a call of function '", f->name(), "')") : std::string(),
+              ": model-local functions would inline to more than ", kMaxInlinedNodes, " nodes",
+              add > kMaxInlinedNodes ? " here" : cat(" in all with this node's ", add),
+              " (the limit; functions that call others several times grow exponentially with their "
+              "nesting)"));
+    }
+  }
 
   // Inlines the calls in `g`'s nodes and in their subgraphs.
   void graph(::onnx::GraphProto& g, int depth) {
@@ -52,6 +77,33 @@ class Inliner {
   const ::onnx::FunctionProto* find(const ::onnx::NodeProto& n) const {
     auto it = functions_.find({domain_of(n.domain()), n.op_type(), n.overload()});
     return it == functions_.end() ? nullptr : it->second;
+  }
+
+  // The nodes `n` stands for once inlined (its subgraphs' included), at most kMaxInlinedNodes + 1;
+  // each function counted once (memo). A function that calls itself counts 1 per call: graph()
+  // refuses it by depth.
+  int64_t nodes_of(const ::onnx::NodeProto& n) {
+    const ::onnx::FunctionProto* f = find(n);
+    if (!f) {
+      int64_t count = 1;
+      for (const auto& a : n.attribute()) {
+        if (a.has_g()) count = std::min(count + nodes_of(a.g()), kMaxInlinedNodes + 1);
+        for (const auto& sub : a.graphs())
+          count = std::min(count + nodes_of(sub), kMaxInlinedNodes + 1);
+      }
+      return count;
+    }
+    auto [it, fresh] = sizes_.emplace(f, 1);  // 1 while being counted: a recursive call
+    if (!fresh) return it->second;
+    int64_t count = 0;
+    for (const auto& b : f->node()) count = std::min(count + nodes_of(b), kMaxInlinedNodes + 1);
+    sizes_[f] = count;
+    return count;
+  }
+  int64_t nodes_of(const ::onnx::GraphProto& g) {
+    int64_t count = 0;
+    for (const auto& n : g.node()) count = std::min(count + nodes_of(n), kMaxInlinedNodes + 1);
+    return count;
   }
 
   void subgraphs(::onnx::NodeProto& n, int depth) {
@@ -146,6 +198,7 @@ class Inliner {
 
   const std::string& src_;
   std::map<FunctionKey, const ::onnx::FunctionProto*> functions_;
+  std::unordered_map<const ::onnx::FunctionProto*, int64_t> sizes_;  // nodes_of each function
   int calls_ = 0;
 };
 
@@ -154,6 +207,7 @@ class Inliner {
 void inline_functions(::onnx::ModelProto& m, const std::string& src) {
   Inliner inliner(m, src);
   if (!inliner.any()) return;
+  inliner.check_inlined_size(m.graph());
   inliner.graph(*m.mutable_graph(), 0);
 }
 
