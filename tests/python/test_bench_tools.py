@@ -121,6 +121,28 @@ def test_zoo_speed_rejects_bad_options(args, message):
     assert p.returncode == 2 and message in p.stderr, p.stderr
 
 
+def test_onnx_exporter_sweep_checks_a_dynamo_export_against_eager(tmp_path):
+    """bench/onnx_exporter_sweep.py on one small model, dynamic batch: the dynamo exporter's file
+    runs in onnxruntime and PyPTO (levels 2, 3) at batches 1 and 3, each within 1e-4 of eager
+    PyTorch, every node on a CPU kernel; an unknown model is a usage error."""
+    import json
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "onnx_exporter_sweep.py"
+    out = tmp_path / "rows.jsonl"
+    p = subprocess.run([sys.executable, str(bench), "--models", "squeezenet1_1", "--dynamic",
+                        "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["status"] == "ok" and row["reference_ops"] == [], row
+    assert set(row["err"]) == {f"{e} b{b}" for e in ("ort", "L2", "L3") for b in (1, 3)}
+    assert max(row["err"].values()) <= 1e-4, row
+    assert "1 ok" in p.stdout
+    p = subprocess.run([sys.executable, str(bench), "--models", "nosuch"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "not zoo models: nosuch" in p.stderr, p.stderr
+
+
 def test_zoo_profile_lists_both_engines_kernels(tmp_path):
     """bench/zoo_profile.py on a Conv -> Relu -> MatMul file: onnxruntime's nodes and PyPTO's
     kernels, each covering the graph, with positive times."""
