@@ -1,0 +1,1031 @@
+"""Differential fuzzer for VALID ONNX programs: random graphs run through onnxruntime (all graph
+optimizations off: the plain reference) and through `pypto.onnx.load` at levels 0-3 on one and two
+threads; any difference beyond tolerance, crash or hang is a finding.
+
+    # a campaign of 2000 graphs from seed 0 (one worker process, 60 s per case)
+    PYTHONPATH=python python tests/python/fuzz_valid.py --seeds 0:2000 --out /tmp/dfz
+    # one case, verbose, keeping the model as /tmp/dfz/case.onnx
+    PYTHONPATH=python python tests/python/fuzz_valid.py --one 1234 --save /tmp/dfz/case.onnx
+    # the torch-level variant (pypto.optimize against eager)
+    PYTHONPATH=python python tests/python/fuzz_valid.py --torch --seeds 0:500
+
+A graph is a pure function of its seed (`make_model(seed)`), so a finding is reproduced from
+its number alone; failing models are also written to `<out>/fail/<seed>.onnx`. The comparison:
+floats within 1e-4 * max(1, max|ref|) per output (NaN where the reference has NaN), integers and
+booleans exact. Values that feed an ArgMax/TopK index or an integer Cast come only from exact
+ops (data movement, Relu, Max, ...) so rounding cannot flip them. tests/python/test_fuzz_valid.py
+runs a fixed set of seeds in CI (PTO_FUZZ_VALID=N for N more).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F, I, B = "f", "i", "b"  # the value kinds: float32, int64, bool
+_ONNX_TYPE = {F: TensorProto.FLOAT, I: TensorProto.INT64, B: TensorProto.BOOL}
+ODD_SIZES = [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 33]
+
+
+class Val:
+    __slots__ = ("name", "shape", "kind", "exact")
+
+    def __init__(self, name, shape, kind, exact):
+        self.name, self.shape, self.kind, self.exact = name, tuple(shape), kind, exact
+
+
+class Gen:
+    """Builds one random graph: a pool of values (shape, kind) that each new node reads from."""
+
+    def __init__(self, seed: int, max_nodes: int | None = None):
+        self.rng = np.random.default_rng(seed)
+        self.opset = int(self.rng.choice([17, 18, 19, 20, 21]))
+        self.nodes, self.inputs, self.inits, self.feeds = [], [], [], {}
+        self.pool: list[Val] = []
+        self.n = 0
+        self.budget = int(self.rng.integers(3, 26)) if max_nodes is None else max_nodes
+        self.numel_cap = 40000
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def name(self, p="v"):
+        self.n += 1
+        return f"{p}{self.n}"
+
+    def r(self, a, b=None):
+        return int(self.rng.integers(a, b)) if b is not None else int(self.rng.integers(0, a))
+
+    def coin(self, p=0.5):
+        return bool(self.rng.random() < p)
+
+    def pick(self, seq):
+        return seq[self.r(len(seq))]
+
+    def size(self, big=33):
+        s = self.pick(ODD_SIZES)
+        return s if s <= big else self.pick([1, 3, 5])
+
+    def data(self, shape, kind):
+        if kind == F:
+            a = self.rng.standard_normal(shape).astype(np.float32)
+            if self.coin(0.2):
+                a *= np.float32(self.pick([0.01, 4.0, 30.0]))
+            return a
+        if kind == I:
+            return self.rng.integers(-5, 6, size=shape).astype(np.int64)
+        return self.rng.random(shape) < 0.5
+
+    def new_input(self, shape, kind=F):
+        v = Val(self.name("in"), shape, kind, True)
+        self.inputs.append(helper.make_tensor_value_info(v.name, _ONNX_TYPE[kind], list(shape)))
+        self.feeds[v.name] = self.data(shape, kind)
+        self.pool.append(v)
+        return v
+
+    def const(self, arr, exact=True, add=False):
+        arr = np.asarray(arr)
+        kind = F if arr.dtype == np.float32 else I if arr.dtype == np.int64 else B
+        v = Val(self.name("c"), arr.shape, kind, exact)
+        self.inits.append(numpy_helper.from_array(arr, v.name))
+        if add:
+            self.pool.append(v)
+        return v
+
+    def node(self, op, ins, outs_spec, add=True, **attrs):
+        """outs_spec: [(shape, kind, exact)]; returns the output Vals."""
+        outs = [Val(self.name(), s, k, e) for s, k, e in outs_spec]
+        self.nodes.append(helper.make_node(op, [i.name if isinstance(i, Val) else i for i in ins],
+                                           [o.name for o in outs], **attrs))
+        if add:
+            self.pool.extend(outs)
+        return outs
+
+    def one(self, op, ins, shape, kind=F, exact=False, **attrs):
+        return self.node(op, ins, [(shape, kind, exact)], **attrs)[0]
+
+    def vals(self, kind=None, rank=None, min_rank=0):
+        return [v for v in self.pool if (kind is None or v.kind == kind) and
+                (rank is None or len(v.shape) == rank) and len(v.shape) >= min_rank]
+
+    def choose(self, kind=F, rank=None, min_rank=0):
+        vs = self.vals(kind, rank, min_rank)
+        if not vs:
+            return None
+        # Favour recent values (chains), sometimes reuse an old one (several readers).
+        return vs[-1 - min(self.r(len(vs)), self.r(3))] if self.coin(0.7) else self.pick(vs)
+
+    def float_val(self, rank=None, min_rank=0):
+        v = self.choose(F, rank, min_rank)
+        if v is None:
+            shape = self.shape_of_rank(rank if rank is not None else max(min_rank, self.r(1, 5)))
+            v = self.new_input(shape)
+        return v
+
+    def shape_of_rank(self, rank):
+        shape = [self.size() for _ in range(rank)]
+        while np.prod(shape) > self.numel_cap:
+            shape[self.r(rank)] = 1
+        return tuple(shape)
+
+    def bcast_shape(self, shape):
+        """A shape broadcastable to `shape` (leading dims dropped, some dims 1)."""
+        s = list(shape)
+        if s and self.coin(0.3):
+            s = s[self.r(len(s) + 1):]
+        return tuple(1 if self.coin(0.3) else d for d in s)
+
+    def operand(self, shape, kind=F):
+        """A second operand for a binary op on `shape`: an existing value of a compatible shape,
+        a new input or a constant, of `shape` or broadcastable to it (or `shape` broadcast up)."""
+        same = [v for v in self.vals(kind) if v.shape == tuple(shape)]
+        if same and self.coin(0.35):
+            return self.pick(same)
+        bs = self.bcast_shape(shape) if self.coin(0.6) else tuple(shape)
+        if self.coin(0.5):
+            return self.const(self.data(bs, kind))
+        return self.new_input(bs, kind)
+
+    # ---- ops ---------------------------------------------------------------------------------
+    def op_unary(self):
+        x = self.float_val()
+        s, kind = x.shape, self.r(14)
+        if kind == 0:
+            return self.one("Relu", [x], s, exact=x.exact)
+        if kind == 1:
+            return self.one("Sigmoid", [x], s)
+        if kind == 2:
+            return self.one("Tanh", [x], s)
+        if kind == 3:
+            t = self.one("Tanh", [x], s) if not self.coin(0.3) else self.one(
+                "Clip", [x, self.const(np.float32(-4)), self.const(np.float32(4))], s, exact=x.exact)
+            return self.one("Exp", [t], s)
+        if kind == 4:
+            a = self.one("Abs", [x], s, exact=x.exact)
+            p = self.one("Add", [a, self.const(np.float32(0.5))], s)
+            return self.one("Log", [p], s)
+        if kind == 5:
+            return self.one("Sqrt", [self.one("Abs", [x], s, exact=x.exact)], s)
+        if kind == 6:
+            return self.one("Erf", [x], s)
+        if kind == 7 and self.opset >= 20:
+            return self.one("Gelu", [x], s, approximate=self.pick(["none", "tanh"]))
+        if kind == 8:
+            return self.one("LeakyRelu", [x], s, alpha=float(self.pick([0.01, 0.1, 0.2])))
+        if kind == 9:
+            lo, hi = sorted(self.rng.standard_normal(2).astype(np.float32))
+            ins = [x, self.const(np.float32(lo)), self.const(np.float32(hi))]
+            if self.coin(0.3):
+                ins = ins[:2] if self.coin() else [x, "", ins[2]]
+            return self.one("Clip", ins, s, exact=x.exact)
+        if kind == 10:
+            return self.one("Neg", [x], s, exact=x.exact)
+        if kind == 11:
+            return self.one("Abs", [x], s, exact=x.exact)
+        if kind == 12:
+            # x * sigmoid(x) (SiLU), or the GELU spelled out
+            if self.coin():
+                return self.one("Mul", [x, self.one("Sigmoid", [x], s)], s)
+            d = self.one("Div", [x, self.const(np.float32(1.4142135))], s)
+            e = self.one("Erf", [d], s)
+            a = self.one("Add", [e, self.const(np.float32(1.0))], s)
+            m = self.one("Mul", [x, a], s)
+            return self.one("Mul", [m, self.const(np.float32(0.5))], s)
+        return self.one("Floor" if self.coin() else "Ceil", [x], s, exact=x.exact)
+
+    def op_binary(self):
+        x = self.float_val()
+        y = self.operand(x.shape)
+        if self.coin(0.3):
+            x, y = y, x
+        s = tuple(np.broadcast_shapes(x.shape, y.shape))
+        if np.prod(s) > self.numel_cap:
+            return None
+        op = self.pick(["Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Add", "Mul"])
+        exact = x.exact and y.exact and op in ("Max", "Min")
+        if op == "Div":
+            a = self.one("Abs", [y], y.shape, exact=y.exact)
+            y = self.one("Add", [a, self.const(np.float32(0.5))], y.shape)
+        if op == "Pow":
+            if self.coin():
+                e = self.const(np.float32(self.pick([2.0, 0.5, 3.0, 1.0, -1.0])))
+                base = self.one("Add", [self.one("Abs", [x], x.shape), self.const(np.float32(0.25))],
+                                x.shape)
+                return self.one("Pow", [base, e], x.shape)
+            base = self.one("Add", [self.one("Abs", [x], x.shape), self.const(np.float32(0.5))],
+                            x.shape)
+            ex = self.one("Tanh", [y], y.shape)
+            return self.one("Pow", [base, ex], s)
+        return self.one(op, [x, y], s, exact=exact)
+
+    def op_compare_where(self):
+        x = self.float_val()
+        y = self.operand(x.shape)
+        s = tuple(np.broadcast_shapes(x.shape, y.shape))
+        if np.prod(s) > self.numel_cap:
+            return None
+        op = self.pick(["Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual"])
+        if op == "Equal" and not (x.exact and y.exact):
+            op = "Greater"
+        c = self.one(op, [x, y], s, kind=B, exact=True)
+        if self.coin(0.3):
+            c = self.one("Not", [c], s, kind=B, exact=True)
+        if self.coin(0.2):
+            other = self.choose(B) or c
+            if _bcast(other.shape, s) == s:
+                c = self.one(self.pick(["And", "Or", "Xor"]), [c, other], s, kind=B, exact=True)
+        if self.coin(0.25):
+            return self.one("Cast", [c], s, exact=True, to=TensorProto.FLOAT)
+        a = self.float_val() if self.coin(0.4) else x
+        b = self.operand(a.shape)
+        try:
+            so = tuple(np.broadcast_shapes(c.shape, a.shape, b.shape))
+        except ValueError:
+            return None
+        if np.prod(so) > self.numel_cap:
+            return None
+        return self.one("Where", [c, a, b], so, exact=a.exact and b.exact)
+
+    def op_int(self):
+        """Integer and bool work: an int input or an exact float cast to int64, arithmetic, back."""
+        x = self.choose(I)
+        if x is None or self.coin(0.3):
+            f = self.choose(F)
+            if f is not None and f.exact and self.coin():
+                fl = self.one("Floor", [f], f.shape, exact=True)
+                x = self.one("Cast", [fl], f.shape, kind=I, exact=True, to=TensorProto.INT64)
+            else:
+                x = self.new_input(self.shape_of_rank(self.r(1, 4)), I)
+        y = self.operand(x.shape, I)
+        s = tuple(np.broadcast_shapes(x.shape, y.shape))
+        op = self.pick(["Add", "Sub", "Mul", "Max", "Min", "Neg", "Abs", "Greater", "Equal"])
+        if op in ("Neg", "Abs"):
+            r = self.one(op, [x], x.shape, kind=I, exact=True)
+        elif op in ("Greater", "Equal"):
+            r = self.one(op, [x, y], s, kind=B, exact=True)
+        else:
+            r = self.one(op, [x, y], s, kind=I, exact=True)
+        if self.coin(0.6):
+            return self.one("Cast", [r], r.shape, exact=True, to=TensorProto.FLOAT)
+        return r
+
+    def axes_input(self, axes):
+        return self.const(np.array(axes, np.int64))
+
+    def op_reduce(self):
+        x = self.float_val(min_rank=1)
+        rank = len(x.shape)
+        op = self.pick(["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare",
+                        "ReduceL2", "ReduceLogSumExp", "ReduceProd"])
+        if op == "ReduceProd":
+            x = self.one("Add", [self.one("Tanh", [x], x.shape), self.const(np.float32(1.5))],
+                         x.shape)
+        axes = sorted(set(int(a) for a in self.rng.choice(rank, self.r(1, rank + 1),
+                                                          replace=False)))
+        if self.coin(0.15):
+            axes = []
+        keep = self.r(2)
+        shape = tuple((1 if keep else None) if (i in axes or not axes) else d
+                      for i, d in enumerate(x.shape))
+        shape = tuple(d for d in shape if d is not None)
+        neg = [a - rank if self.coin(0.3) else a for a in axes]
+        exact = x.exact and op in ("ReduceMax", "ReduceMin")
+        attrs = {"keepdims": keep}
+        attr_axes = self.opset < 18 and op != "ReduceSum"
+        if attr_axes:
+            if neg:
+                attrs["axes"] = neg
+            return self.one(op, [x], shape, exact=exact, **attrs)
+        ins = [x] if not neg else [x, self.axes_input(neg)]
+        return self.one(op, ins, shape, exact=exact, **attrs)
+
+    def op_softmax(self):
+        x = self.float_val(min_rank=1)
+        rank = len(x.shape)
+        ax = self.r(-rank, rank)
+        return self.one(self.pick(["Softmax", "LogSoftmax", "Softmax"]), [x], x.shape, axis=ax)
+
+    def op_layernorm(self):
+        x = self.float_val(min_rank=1)
+        rank = len(x.shape)
+        ax = self.r(-rank, rank) if self.coin(0.4) else -1
+        norm = x.shape[ax % rank:]
+        sc = self.const(self.data(norm, F), exact=False)
+        ins = [x, sc] + ([self.const(self.data(norm, F))] if self.coin(0.7) else [])
+        return self.one("LayerNormalization", ins, x.shape, axis=ax,
+                        epsilon=float(self.pick([1e-5, 1e-3])))
+
+    def op_matmul(self):
+        x = self.float_val(min_rank=1)
+        if len(x.shape) > 4 or (len(x.shape) == 1 and self.coin(0.7)):
+            return None
+        k = x.shape[-1]
+        n = self.size()
+        if self.coin(0.6):
+            w = self.const(self.data((k, n), F) * np.float32(1 / np.sqrt(k)))
+        else:
+            lead = x.shape[:-2] if len(x.shape) >= 3 and self.coin(0.5) else ()
+            lead = tuple(1 if self.coin(0.3) else d for d in lead)
+            w = self.new_input(lead + (k, n))
+        if len(x.shape) == 1:
+            out = w.shape[:-2] + (n,)
+        else:
+            out = tuple(np.broadcast_shapes(x.shape[:-2], w.shape[:-2])) + (x.shape[-2], n)
+        if np.prod(out) > self.numel_cap:
+            return None
+        return self.one("MatMul", [x, w], out)
+
+    def op_gemm(self):
+        x = self.float_val(rank=2)
+        ta, tb = self.r(2), self.r(2)
+        m, k = (x.shape[1], x.shape[0]) if ta else x.shape
+        n = self.size()
+        wshape = (n, k) if tb else (k, n)
+        w = self.const(self.data(wshape, F)) if self.coin(0.7) else self.new_input(wshape)
+        ins = [x, w]
+        if self.coin(0.7):
+            cs = self.pick([(n,), (1, n), (m, n), (m, 1), ()])
+            ins.append(self.const(self.data(cs, F)) if self.coin(0.8) else self.new_input(cs))
+        attrs = dict(transA=ta, transB=tb)
+        if self.coin(0.3):
+            attrs["alpha"] = float(self.pick([0.5, 2.0]))
+        if self.coin(0.3):
+            attrs["beta"] = float(self.pick([0.5, 2.0, 0.0]))
+        return self.one("Gemm", ins, (m, n), **attrs)
+
+    def image(self):
+        v = self.choose(F, rank=4)
+        if v is None or self.coin(0.25):
+            c = self.pick([1, 2, 3, 4, 5, 8, 12, 15, 16, 17, 24, 32, 33, 40])
+            hw = self.pick([1, 3, 5, 7, 8, 9, 12, 16, 17])
+            v = self.new_input((self.pick([1, 1, 2]), c, hw, self.pick([hw, hw, 1, 5, 13])))
+        return v
+
+    def op_conv(self):
+        x = self.image()
+        n, c, hh, ww = x.shape
+        groups = 1
+        r = self.r(4)
+        if r == 1:
+            groups = c  # depthwise
+        elif r == 2:
+            divs = [g for g in range(1, c + 1) if c % g == 0]
+            groups = self.pick(divs)
+        cout = groups * self.r(1, max(2, 40 // groups + 1)) if groups > 1 else self.r(1, 41)
+        if r == 1 and self.coin(0.6):
+            cout = c
+        kh = self.pick([1, 1, 3, 3, 5, 2, 7])
+        kw = kh if self.coin(0.8) else self.pick([1, 3])
+        stride = self.pick([1, 1, 1, 2, 3])
+        dil = self.pick([1, 1, 1, 2])
+        pads = [self.r(0, (k - 1) * dil // 2 + 2) for k in (kh, kw)] * 2
+        if self.coin(0.2):
+            pads = [self.r(0, 3) for _ in range(4)]
+        pads = [min(p, k * dil - 1) if k > 1 else 0 for p, k in zip(pads, (kh, kw, kh, kw))]
+        oh = (hh + pads[0] + pads[2] - dil * (kh - 1) - 1) // stride + 1
+        ow = (ww + pads[1] + pads[3] - dil * (kw - 1) - 1) // stride + 1
+        if oh < 1 or ow < 1 or n * cout * oh * ow > self.numel_cap:
+            return None
+        w = self.const(self.data((cout, c // groups, kh, kw), F) *
+                       np.float32(1 / np.sqrt(c // groups * kh * kw)))
+        ins = [x, w] + ([self.const(self.data((cout,), F))] if self.coin(0.6) else [])
+        attrs = dict(group=groups, strides=[stride, stride], dilations=[dil, dil])
+        if self.coin(0.15) and stride == 1 and dil == 1:
+            attrs["auto_pad"] = "SAME_UPPER"
+            oh, ow = hh, ww
+        else:
+            attrs["pads"] = pads
+        if self.coin(0.5):
+            attrs["kernel_shape"] = [kh, kw]
+        y = self.one("Conv", ins, (n, cout, oh, ow), **attrs)
+        if self.coin(0.5):
+            sc = self.rng.uniform(0.5, 1.5, cout).astype(np.float32)
+            bi = self.data((cout,), F)
+            mean = self.data((cout,), F)
+            var = self.rng.uniform(0.5, 2, cout).astype(np.float32)
+            y = self.one("BatchNormalization", [y] + [self.const(a) for a in (sc, bi, mean, var)],
+                         y.shape, epsilon=1e-5)
+        if self.coin(0.6):
+            if self.coin():
+                y = self.one("Relu", [y], y.shape)
+            else:
+                y = self.one("Clip", [y, self.const(np.float32(0)), self.const(np.float32(6))],
+                             y.shape)
+        return y
+
+    def op_bn(self):
+        x = self.image() if self.coin(0.8) else self.float_val(min_rank=2)
+        c = x.shape[1]
+        sc = self.rng.uniform(0.5, 1.5, c).astype(np.float32)
+        var = self.rng.uniform(0.5, 2, c).astype(np.float32)
+        return self.one("BatchNormalization", [x, self.const(sc), self.const(self.data((c,), F)),
+                                               self.const(self.data((c,), F)), self.const(var)],
+                        x.shape, epsilon=1e-5)
+
+    def op_pool(self):
+        x = self.image()
+        n, c, hh, ww = x.shape
+        op = self.pick(["MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"])
+        if op.startswith("Global"):
+            return self.one(op, [x], (n, c, 1, 1), exact=x.exact and op == "GlobalMaxPool")
+        k = [self.pick([1, 2, 3]), self.pick([1, 2, 3])]
+        if self.coin(0.7):
+            k[1] = k[0]
+        s = [self.pick([1, 2]), self.pick([1, 2])]
+        pads = [self.r(0, kk // 2 + 1) for kk in k] * 2
+        ceil = int(self.coin(0.2))
+        dims = []
+        for i, d in enumerate((hh, ww)):
+            num = d + pads[i] + pads[i + 2] - k[i]
+            if num < 0:
+                return None
+            o = (-(-num // s[i]) if ceil else num // s[i]) + 1
+            if ceil and (o - 1) * s[i] >= d + pads[i]:
+                o -= 1
+            dims.append(o)
+        attrs = dict(kernel_shape=k, strides=s, pads=pads, ceil_mode=ceil)
+        if op == "AveragePool":
+            attrs["count_include_pad"] = self.r(2)
+        return self.one(op, [x], (n, c, dims[0], dims[1]), exact=x.exact and op == "MaxPool",
+                        **attrs)
+
+    def op_reshape(self):
+        x = self.float_val() if self.coin(0.85) else (self.choose(I) or self.float_val())
+        total = int(np.prod(x.shape))
+        # a random factorization of total into 1-4 dims
+        dims, rest = [], total
+        for _ in range(self.r(0, 3)):
+            divs = [d for d in range(1, rest + 1) if rest % d == 0]
+            d = self.pick(divs)
+            dims.append(d)
+            rest //= d
+        dims.append(rest)
+        self.rng.shuffle(dims)
+        dims = [int(d) for d in dims]
+        spec = list(dims)
+        if self.coin(0.4):
+            spec[self.r(len(spec))] = -1
+        if self.coin(0.2) and len(x.shape) >= 1 and len(spec) >= 1 and spec[0] == x.shape[0]:
+            spec[0] = 0
+        op = self.r(3)
+        if op == 0 or len(x.shape) == 0:
+            return self.one("Reshape", [x, self.const(np.array(spec, np.int64))], tuple(dims),
+                            kind=x.kind, exact=x.exact)
+        if op == 1:
+            ax = self.r(-len(x.shape), len(x.shape) + 1)
+            a = ax + len(x.shape) if ax < 0 else ax
+            a0 = int(np.prod(x.shape[:a]))
+            return self.one("Flatten", [x], (a0, total // a0), kind=x.kind, exact=x.exact,
+                            axis=ax)
+        # Squeeze / Unsqueeze
+        ones = [i for i, d in enumerate(x.shape) if d == 1]
+        if ones and self.coin():
+            ax = [i for i in ones if self.coin()] or ones[:1]
+            shape = tuple(d for i, d in enumerate(x.shape) if i not in ax)
+            axes = [a - len(x.shape) if self.coin(0.3) else a for a in ax]
+            return self.one("Squeeze", [x, self.axes_input(axes)], shape, kind=x.kind,
+                            exact=x.exact)
+        if len(x.shape) >= 5:
+            return None
+        a = self.r(len(x.shape) + 1)
+        shape = x.shape[:a] + (1,) + x.shape[a:]
+        return self.one("Unsqueeze", [x, self.axes_input([a])], shape, kind=x.kind,
+                        exact=x.exact)
+
+    def op_transpose(self):
+        x = self.float_val(min_rank=2)
+        perm = [int(p) for p in self.rng.permutation(len(x.shape))]
+        return self.one("Transpose", [x], tuple(x.shape[p] for p in perm), exact=x.exact,
+                        perm=perm)
+
+    def op_concat(self):
+        x = self.float_val(min_rank=1)
+        ax = self.r(len(x.shape))
+        parts = [x]
+        for _ in range(self.r(1, 3)):
+            shp = list(x.shape)
+            shp[ax] = self.size(8)
+            cands = [v for v in self.vals(F) if len(v.shape) == len(shp) and all(
+                a == b for i, (a, b) in enumerate(zip(v.shape, shp)) if i != ax)]
+            if cands and self.coin(0.6):
+                parts.append(self.pick(cands))
+            elif self.coin(0.5):
+                parts.append(self.const(self.data(tuple(shp), F)))
+            else:
+                parts.append(self.new_input(tuple(shp)))
+        shape = list(x.shape)
+        shape[ax] = sum(p.shape[ax] for p in parts)
+        if np.prod(shape) > self.numel_cap:
+            return None
+        return self.one("Concat", parts, tuple(shape), exact=all(p.exact for p in parts),
+                        axis=ax - len(shape) if self.coin(0.3) else ax)
+
+    def op_slice(self):
+        x = self.float_val(min_rank=1)
+        rank = len(x.shape)
+        axes = sorted(set(int(a) for a in self.rng.choice(rank, self.r(1, rank + 1),
+                                                          replace=False)))
+        starts, ends, steps, shape = [], [], [], list(x.shape)
+        for a in axes:
+            d = x.shape[a]
+            step = self.pick([1, 1, 1, 2, 3, -1, -1, -2])
+            if step > 0:
+                s = self.r(0, d)
+                e = self.r(s + 1, d + 1)
+                if self.coin(0.2):
+                    e = 2**31  # INT_MAX-like end
+                n = len(range(s, min(e, d), step))
+                if self.coin(0.3):
+                    s -= d  # negative start
+            else:
+                s = self.r(0, d)
+                e = self.r(-1, s)
+                n = len(range(s, e, step))
+                if e == -1:
+                    e = -(2**31)  # to the start
+            if n == 0:
+                return None
+            starts.append(s)
+            ends.append(e)
+            steps.append(step)
+            shape[a] = n
+        ins = [x, self.const(np.array(starts, np.int64)), self.const(np.array(ends, np.int64))]
+        if self.coin(0.8) or any(s != 1 for s in steps):
+            ins += [self.const(np.array(axes, np.int64)), self.const(np.array(steps, np.int64))]
+        elif axes != list(range(len(axes))):
+            ins.append(self.const(np.array(axes, np.int64)))
+        return self.one("Slice", ins, tuple(shape), exact=x.exact)
+
+    def op_gather(self):
+        x = self.float_val(min_rank=1)
+        rank = len(x.shape)
+        ax = self.r(rank)
+        d = x.shape[ax]
+        ishape = self.pick([(), (self.r(1, 5),), (2, self.r(1, 4))])
+        idx = self.rng.integers(-d, d, size=ishape).astype(np.int64)
+        shape = x.shape[:ax] + tuple(ishape) + x.shape[ax + 1:]
+        if np.prod(shape) > self.numel_cap:
+            return None
+        iv = self.const(idx) if self.coin(0.7) else self.new_input(ishape, I)
+        if iv.name in self.feeds:
+            self.feeds[iv.name] = self.rng.integers(-d, d, size=ishape).astype(np.int64)
+        return self.one("Gather", [x, iv], shape, exact=x.exact,
+                        axis=ax - rank if self.coin(0.3) else ax)
+
+    def op_expand(self):
+        x = self.float_val()
+        shape = [d if d != 1 else self.pick([1, 2, 3, 17]) for d in x.shape]
+        if self.coin(0.3) and len(shape) < 4:
+            shape = [self.pick([2, 3])] + shape
+        if np.prod(shape) > self.numel_cap:
+            return None
+        spec = [1 if (i >= len(shape) - len(x.shape) and x.shape[i - len(shape) + len(x.shape)]
+                      == d and self.coin(0.3)) else d for i, d in enumerate(shape)]
+        return self.one("Expand", [x, self.const(np.array(spec, np.int64))], tuple(shape),
+                        exact=x.exact)
+
+    def op_split(self):
+        x = self.float_val(min_rank=1)
+        ax = self.r(len(x.shape))
+        d = x.shape[ax]
+        if d < 2:
+            return None
+        k = self.r(2, min(d, 4) + 1)
+        if self.coin(0.5):
+            cuts = sorted(self.rng.choice(np.arange(1, d), k - 1, replace=False))
+            sizes = np.diff([0] + [int(c) for c in cuts] + [d]).tolist()
+            ins = [x, self.const(np.array(sizes, np.int64))]
+            attrs = {}
+        else:
+            per = -(-d // k)
+            sizes = [min(per, d - i * per) for i in range(k) if d - i * per > 0]
+            if self.opset < 18 and d % k != 0:
+                return None
+            ins, attrs = [x], ({"num_outputs": len(sizes)} if self.opset >= 18 else {})
+            if self.opset < 18:
+                sizes = [d // k] * k
+        specs = []
+        for sz in sizes:
+            shp = list(x.shape)
+            shp[ax] = sz
+            specs.append((tuple(shp), F, x.exact))
+        return self.node("Split", ins, specs, axis=ax, **attrs)[0]
+
+    def op_pad(self):
+        x = self.float_val(min_rank=1)
+        rank = len(x.shape)
+        mode = self.pick(["constant", "constant", "reflect", "edge"])
+        pads = []
+        for i in range(2 * rank):
+            d = x.shape[i % rank]
+            lim = d - 1 if mode == "reflect" else 3
+            pads.append(self.r(0, lim + 1) if self.coin(0.5) else 0)
+        if mode == "constant" and self.coin(0.3):
+            pads = [p - self.r(0, 2) if x.shape[i % rank] > 2 else p for i, p in enumerate(pads)]
+        shape = tuple(d + pads[i] + pads[i + rank] for i, d in enumerate(x.shape))
+        if min(shape) < 1 or np.prod(shape) > self.numel_cap:
+            return None
+        ins = [x, self.const(np.array(pads, np.int64))]
+        if mode == "constant" and self.coin(0.5):
+            ins.append(self.const(np.float32(self.pick([0.0, 1.5, -2.0]))))
+        return self.one("Pad", ins, shape, exact=x.exact, mode=mode)
+
+    def op_resize(self):
+        x = self.image()
+        n, c, hh, ww = x.shape
+        mode = self.pick(["nearest", "linear", "nearest"])
+        sc = self.pick([2.0, 2.0, 3.0, 0.5])
+        oh, ow = int(np.floor(hh * sc)), int(np.floor(ww * sc))
+        if oh < 1 or ow < 1 or n * c * oh * ow > self.numel_cap:
+            return None
+        attrs = {"mode": mode}
+        if mode == "nearest":
+            attrs["nearest_mode"] = self.pick(["floor", "round_prefer_floor"])
+            attrs["coordinate_transformation_mode"] = self.pick(["asymmetric", "half_pixel"])
+        else:
+            attrs["coordinate_transformation_mode"] = self.pick(["half_pixel", "align_corners",
+                                                                 "asymmetric"])
+        # With scales, align_corners divides by (in * scale - 1) in the ONNX reference and by
+        # (floor(in * scale) - 1) in onnxruntime: only sizes are unambiguous there.
+        fractional = hh * sc != oh or ww * sc != ow
+        if self.coin() and not (fractional and attrs["coordinate_transformation_mode"] ==
+                                "align_corners"):
+            ins = [x, "", self.const(np.array([1, 1, sc, sc], np.float32))]
+        else:
+            ins = [x, "", "", self.const(np.array([n, c, oh, ow], np.int64))]
+        return self.one("Resize", ins, (n, c, oh, ow), exact=x.exact and mode == "nearest",
+                        **attrs)
+
+    def op_cumsum(self):
+        x = self.float_val(min_rank=1)
+        ax = self.r(-len(x.shape), len(x.shape))
+        return self.one("CumSum", [x, self.const(np.array(ax, np.int64))], x.shape,
+                        exclusive=self.r(2), reverse=self.r(2))
+
+    def op_argmax(self):
+        cands = [v for v in self.vals(F, min_rank=1) if v.exact]
+        x = self.pick(cands) if cands else self.new_input(self.shape_of_rank(self.r(1, 4)))
+        rank = len(x.shape)
+        ax = self.r(-rank, rank)
+        keep = self.r(2)
+        shape = tuple(1 if i == ax % rank else d for i, d in enumerate(x.shape)) if keep else \
+            tuple(d for i, d in enumerate(x.shape) if i != ax % rank)
+        op = self.pick(["ArgMax", "ArgMin"])
+        r = self.one(op, [x], shape, kind=I, exact=True, axis=ax, keepdims=keep)
+        if self.coin(0.5):
+            return self.one("Cast", [r], shape, exact=True, to=TensorProto.FLOAT)
+        return r
+
+    def op_topk(self):
+        cands = [v for v in self.vals(F, min_rank=1) if v.exact]
+        x = self.pick(cands) if cands else self.new_input(self.shape_of_rank(self.r(1, 4)))
+        rank = len(x.shape)
+        ax = self.r(-rank, rank)
+        d = x.shape[ax % rank]
+        k = self.r(1, d + 1)
+        shape = tuple(k if i == ax % rank else s for i, s in enumerate(x.shape))
+        vals, idx = self.node("TopK", [x, self.const(np.array([k], np.int64))],
+                              [(shape, F, True), (shape, I, True)], axis=ax,
+                              largest=self.r(2), sorted=1)
+        return vals
+
+    def op_misc_shape(self):
+        """Shape / Size arithmetic (folded), Identity and the `Reshape(x, Shape(y))` idiom."""
+        x = self.float_val(min_rank=1)
+        sh = self.one("Shape", [x], (len(x.shape),), kind=I, exact=True, add=False)
+        return self.one("Reshape", [self.one("Identity", [x], x.shape, exact=x.exact), sh],
+                        x.shape, exact=x.exact)
+
+    OPS = [("op_unary", 10), ("op_binary", 12), ("op_compare_where", 4), ("op_int", 2),
+           ("op_reduce", 4), ("op_softmax", 3), ("op_layernorm", 2), ("op_matmul", 3),
+           ("op_gemm", 2), ("op_conv", 5), ("op_bn", 1), ("op_pool", 2), ("op_reshape", 4),
+           ("op_transpose", 3), ("op_concat", 2), ("op_slice", 3), ("op_gather", 2),
+           ("op_expand", 1), ("op_split", 2), ("op_pad", 2), ("op_resize", 1), ("op_cumsum", 1),
+           ("op_argmax", 1), ("op_topk", 1), ("op_misc_shape", 1)]
+
+    def build(self) -> onnx.ModelProto:
+        names = [n for n, _ in self.OPS]
+        w = np.array([wt for _, wt in self.OPS], float)
+        # Each graph leans towards a few families: conv nets, or matrix/row work.
+        w *= self.rng.uniform(0.2, 2.0, len(w))
+        w /= w.sum()
+        self.new_input(self.shape_of_rank(self.r(1, 5)) if self.coin(0.6) else
+                       (1, self.pick([3, 8, 16, 17]), self.pick([5, 8, 9]), self.pick([5, 8, 9])))
+        tries = 0
+        while len(self.nodes) < self.budget and tries < 200:
+            tries += 1
+            getattr(self, names[self.rng.choice(len(names), p=w)])()
+        # Outputs: every value no node reads, plus a few that are also read (intermediates).
+        read = {i for nd in self.nodes for i in nd.input}
+        made = [v for v in self.pool if v.name not in self.feeds and v.name not in
+                {t.name for t in self.inits}]
+        outs = [v for v in made if v.name not in read]
+        outs += [v for v in made if v.name in read and self.coin(0.15)]
+        if not outs:
+            outs = made[-1:] or [self.one("Identity", [self.pool[0]], self.pool[0].shape,
+                                          kind=self.pool[0].kind)]
+        # Unused inputs are dropped (pypto and ORT agree on them, but they only add noise).
+        used = read | {v.name for v in outs}
+        inputs = [i for i in self.inputs if i.name in used]
+        self.feeds = {k: v for k, v in self.feeds.items() if k in used}
+        outputs = [helper.make_tensor_value_info(v.name, _ONNX_TYPE[v.kind], list(v.shape))
+                   for v in outs]
+        g = helper.make_graph(self.nodes, "fuzz", inputs, outputs, self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
+        m.ir_version = 8
+        return m
+
+
+def _bcast(*shapes):
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        return None
+
+
+def make_case(seed: int):
+    """(model, feeds) for a seed: deterministic."""
+    g = Gen(seed)
+    return g.build(), g.feeds
+
+
+# ---- running and comparing -------------------------------------------------------------------
+def run_ort(model, feeds):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)
+
+
+def compare(got, want, tol=1e-4) -> str | None:
+    """None when `got` matches the reference `want`, else why not."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return f"shape {got.shape} vs {want.shape}"
+    if want.dtype.kind in "biu":
+        if got.dtype.kind not in "biu" or not np.array_equal(got, want):
+            bad = int(np.sum(got != want)) if got.shape == want.shape else -1
+            return f"{bad} of {want.size} integer/bool elements differ (dtype {got.dtype})"
+        return None
+    got = got.astype(np.float64)
+    want = want.astype(np.float64)
+    nw, ng = np.isnan(want), np.isnan(got)
+    if not np.array_equal(nw, ng):
+        return f"NaN positions differ ({int(nw.sum())} in ref, {int(ng.sum())} got)"
+    fin = ~nw
+    if not fin.any():
+        return None
+    w, gg = want[fin], got[fin]
+    infw = np.isinf(w)
+    if not np.array_equal(w[infw], gg[infw]) or np.isinf(gg[~infw]).any():
+        return "Inf positions differ"
+    w, gg = w[~infw], gg[~infw]
+    if w.size == 0:
+        return None
+    scale = max(1.0, float(np.abs(w).max()))
+    d = float(np.abs(w - gg).max())
+    if d > tol * scale:
+        return f"max|diff| {d:.3g} > {tol:g} * {scale:.3g}"
+    return None
+
+
+RUNS = [(0, 1), (1, 1), (2, 1), (3, 1), (2, 2), (3, 2)]
+
+
+def check_case(model, feeds, runs=RUNS, tol=1e-4):
+    """Runs the model on onnxruntime and pypto; returns a list of findings (strings), empty when
+    all agree. A model onnxruntime rejects is the generator's fault: ('skip', reason)."""
+    import pypto
+    try:
+        want = run_ort(model, feeds)
+    except Exception as e:  # noqa: BLE001 - a generator slip, not a finding
+        return ("skip", f"onnxruntime: {str(e)[:300]}")
+    findings = []
+    saved = pypto.get_num_threads()
+    data = model.SerializeToString()
+    try:
+        for level, threads in runs:
+            pypto.set_num_threads(threads)
+            try:
+                exe = pypto.onnx.load(data, level=level)
+                got = exe(**{k: v.copy() for k, v in feeds.items()})
+            except Exception as e:  # noqa: BLE001
+                findings.append(f"L{level} t{threads}: error {type(e).__name__}: "
+                                f"{str(e).splitlines()[0][:300] if str(e) else ''}")
+                continue
+            if len(want) == 1:
+                got = (got,)
+            names = [o.name for o in model.graph.output]
+            for name, gv, wv in zip(names, got, want):
+                why = compare(gv, wv, tol)
+                if why:
+                    findings.append(f"L{level} t{threads}: output {name}: {why}")
+    finally:
+        pypto.set_num_threads(saved)
+    return findings
+
+
+# ---- the torch-level variant -----------------------------------------------------------------
+def make_torch_case(seed: int):
+    """A random nn.Module of torch ops (views, permute, slicing, where, masked_fill, cat, ...)
+    and its example inputs."""
+    import torch
+    rng = np.random.default_rng(seed)
+    steps = []
+    rank = int(rng.integers(2, 5))
+    shape = [int(rng.choice(ODD_SIZES)) for _ in range(rank)]
+    while np.prod(shape) > 20000:
+        shape[int(rng.integers(rank))] = 1
+    n = int(rng.integers(3, 12))
+    for _ in range(n):
+        steps.append(int(rng.integers(0, 20)))
+    params = rng.standard_normal(shape).astype(np.float32)
+    wdim = int(rng.choice(ODD_SIZES))
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("p", torch.from_numpy(params))
+            self.lin = torch.nn.Linear(shape[-1], wdim)
+            self.lin2 = torch.nn.Linear(wdim, shape[-1])
+
+        def forward(self, x, y):
+            outs = []
+            for s in steps:
+                if s == 0:
+                    x = torch.relu(x) + y
+                elif s == 1:
+                    x = x.transpose(-1, -2).contiguous().transpose(-1, -2) * 0.5
+                elif s == 2:
+                    x = torch.where(x > 0.1, x, y * 2)
+                elif s == 3:
+                    x = x.masked_fill(y < -0.5, -1.0)
+                elif s == 4:
+                    x = torch.softmax(x, dim=int(seed % x.dim()))
+                elif s == 5:
+                    x = torch.cat([x[..., :1], x[..., 1:] * 2], dim=-1)
+                elif s == 6:
+                    x = self.lin2(torch.nn.functional.gelu(self.lin(x)))
+                elif s == 7:
+                    x = x - x.mean(dim=-1, keepdim=True)
+                elif s == 8:
+                    x = torch.sigmoid(x) * x + self.p
+                elif s == 9:
+                    outs.append(x.sum(dim=0))
+                elif s == 10:
+                    x = torch.flip(x, dims=[-1]) + x
+                elif s == 11:
+                    x = torch.nn.functional.layer_norm(x, x.shape[-1:])
+                elif s == 12:
+                    x = x.clamp(-1, 1) / (y.abs() + 1)
+                elif s == 13:
+                    x = x.reshape(-1).reshape(x.shape).tanh()
+                elif s == 14:
+                    x = torch.maximum(x, y.flip(0)).exp().log1p()
+                elif s == 15:
+                    outs.append(x.amax(dim=-1))
+                elif s == 16:
+                    x = x[..., ::2].repeat_interleave(2, dim=-1)[..., :x.shape[-1]] + x
+                elif s == 17:
+                    x = torch.cumsum(x, dim=-1) * 0.1
+                elif s == 18:
+                    x = x.permute(*reversed(range(x.dim()))).contiguous().permute(
+                        *reversed(range(x.dim()))) + 1
+                else:
+                    x = torch.nn.functional.leaky_relu(x, 0.1) ** 2
+            return (x, *outs)
+
+    torch.manual_seed(seed)
+    m = M().eval()
+    x = torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
+    y = torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
+    return m, (x, y)
+
+
+def check_torch_case(seed: int, levels=(1, 2, 3), tol=1e-4):
+    import torch
+    import pypto
+    m, args = make_torch_case(seed)
+    with torch.no_grad():
+        want = m(*args)
+    findings = []
+    for level in levels:
+        try:
+            fast = pypto.optimize(m, args, level=level)
+            with torch.no_grad():
+                got = fast(*args)
+        except Exception as e:  # noqa: BLE001
+            findings.append(f"L{level}: error {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            continue
+        got = got if isinstance(got, (tuple, list)) else (got,)
+        for i, (g, w) in enumerate(zip(got, want)):
+            why = compare(g.detach().numpy(), w.numpy(), tol)
+            if why:
+                findings.append(f"L{level}: output {i}: {why}")
+    return findings
+
+
+# ---- the campaign driver ---------------------------------------------------------------------
+def _worker(conn, torch_mode):
+    while True:
+        seed = conn.recv()
+        if seed is None:
+            return
+        try:
+            if torch_mode:
+                res = check_torch_case(seed)
+            else:
+                model, feeds = make_case(seed)
+                res = check_case(model, feeds)
+        except Exception:  # noqa: BLE001
+            res = [f"harness: {traceback.format_exc()[-600:]}"]
+        conn.send(res)
+
+
+def campaign(seeds, out, timeout, torch_mode=False):
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    os.makedirs(os.path.join(out, "fail"), exist_ok=True)
+    log = open(os.path.join(out, "torch.log" if torch_mode else "campaign.log"), "a")
+    proc = conn = None
+    counts = {"ok": 0, "skip": 0, "fail": 0, "crash": 0, "timeout": 0}
+    t0 = time.time()
+    for seed in seeds:
+        if proc is None or not proc.is_alive():
+            conn, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(child, torch_mode), daemon=True)
+            proc.start()
+            child.close()  # the worker's end: its death is then an EOF here
+        conn.send(seed)
+        done = False
+        try:
+            done = conn.poll(timeout)
+        except (EOFError, OSError):
+            done = True
+        if done:
+            try:
+                res = conn.recv()
+            except (EOFError, OSError):
+                proc.join(5)
+                res = [f"crash: the worker died (exit {proc.exitcode})"]
+        else:
+            res = [f"timeout after {timeout} s"]
+            proc.kill()
+            proc.join()
+            proc = None
+        if proc is not None and not proc.is_alive():
+            res = res if res and "crash" in str(res) else ["crash: worker died (exit %s)" %
+                                                           proc.exitcode]
+            proc = None
+        if isinstance(res, tuple) and res[0] == "skip":
+            counts["skip"] += 1
+            log.write(f"{seed} SKIP {res[1][:200]}\n")
+        elif res:
+            kind = "timeout" if "timeout" in res[0] else "crash" if "crash" in res[0] else "fail"
+            counts[kind] += 1
+            log.write(f"{seed} {kind.upper()} " + " | ".join(res)[:1500] + "\n")
+            if not torch_mode:
+                onnx.save(make_case(seed)[0], os.path.join(out, "fail", f"{seed}.onnx"))
+        else:
+            counts["ok"] += 1
+        log.flush()
+    if proc is not None:
+        conn.send(None)
+        proc.join(5)
+    print(f"{len(seeds)} cases in {time.time() - t0:.0f} s: {counts}")
+    return counts
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="0:100", help="first:last (exclusive)")
+    ap.add_argument("--out", default="/tmp/dfz")
+    ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument("--one", type=int, help="run one seed in this process and print findings")
+    ap.add_argument("--save", help="with --one: write the model here")
+    ap.add_argument("--torch", action="store_true", help="the torch-level variant")
+    a = ap.parse_args()
+    if a.one is not None:
+        if a.torch:
+            print(check_torch_case(a.one))
+            return
+        model, feeds = make_case(a.one)
+        if a.save:
+            onnx.save(model, a.save)
+        print(onnx.helper.printable_graph(model.graph))
+        print(check_case(model, feeds))
+        return
+    lo, hi = (int(x) for x in a.seeds.split(":"))
+    campaign(range(lo, hi), a.out, a.timeout, a.torch)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
