@@ -492,8 +492,13 @@ std::optional<TileProgram> tile_epilogue_of(const Graph& g, const KernelGroup& g
   std::optional<TileProgram> program = lower_epilogue(g, group, a.outputs[0]);
   if (program && conv && !conv_operands_map(g, *program, a.outputs[0])) return std::nullopt;
   // A half result (the chain ends in a Cast to bf16/f16): the float GEMMs store it (c_half).
-  if (program && program->outputs[0].dtype != TileDType::kF32 && a.op != "MatMul" && a.op != "Gemm")
-    return std::nullopt;
+  // Nothing else: a bool or integer result (a comparison ending the chain) is no half store.
+  if (program) {
+    const TileDType out = program->outputs[0].dtype;
+    const bool half = out == TileDType::kBF16 || out == TileDType::kF16;
+    if (out != TileDType::kF32 && !(half && (a.op == "MatMul" || a.op == "Gemm")))
+      return std::nullopt;
+  }
   return program;
 }
 
