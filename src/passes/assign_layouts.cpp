@@ -719,9 +719,12 @@ class Rewriter {
       extend("pads", 0, true);
       n.inputs[0] = xb;
     } else {
+      // An elementwise op's constants broadcast (scalars, values per channel); a GatherChannels
+      // reads a constant as the channel planes it is, reordered like any NCHW input.
+      const bool gather = g_.nodes()[i].op == "GatherChannels";
       for (ValueId& in : inputs) {
         if (in == kNoValue) continue;
-        if (const Tensor* t = constant(g_, in)) {
+        if (const Tensor* t = gather ? nullptr : constant(g_, in)) {
           if (t->numel() == C && C > 1)
             in = g_.add_constant(g_.value(in).name + "_blocked", blocked_constant(*t, C, block_));
         } else {

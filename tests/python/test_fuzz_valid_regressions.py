@@ -47,3 +47,19 @@ def test_matmul_then_comparison(op, x_shape, w_shape, b_shape):
     inits = {"w": rng.standard_normal(w_shape).astype(np.float32)}
     _agrees([helper.make_node("MatMul", ["x", "w"], ["m"]),
              helper.make_node(op, ["m", "b"], ["y"])], feeds, inits, ["y"])
+
+
+@pytest.mark.parametrize("axis", [1, -3])
+def test_blocked_concat_with_a_constant_of_odd_channels(axis):
+    # Level 3: a Concat on channels of a blocked conv's output and a constant, channel counts not
+    # whole blocks, becomes a GatherChannels; AssignLayouts read its constant input as an
+    # elementwise op's broadcast operand and left it 4-D beside the 5-D blocked value.
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((3, 16, 17, 5)).astype(np.float32)}
+    inits = {"w1": rng.standard_normal((16, 1, 3, 3)).astype(np.float32),
+             "w2": rng.standard_normal((16, 1, 3, 1)).astype(np.float32),
+             "c": rng.standard_normal((3, 1, 10, 2)).astype(np.float32)}
+    _agrees([helper.make_node("Conv", ["x", "w1"], ["a"], group=16, pads=[1, 0, 1, 0],
+                              strides=[2, 2]),
+             helper.make_node("Conv", ["a", "w2"], ["b"], group=16, pads=[1, 0, 2, 0]),
+             helper.make_node("Concat", ["b", "c"], ["y"], axis=axis)], feeds, inits, ["y"])
