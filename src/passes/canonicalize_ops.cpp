@@ -231,7 +231,8 @@ bool matmul_expand(Rewrite& rw, size_t i, const PassContext&) {
 // Conv(Pad(x)): a constant-mode Pad by zeros on the spatial axes only (tf2onnx writes one before
 // each stride-2 conv, as TensorFlow pads "SAME" asymmetrically) becomes the conv's own padding,
 // which the conv kernels apply without a copy of the input. The Pad must have no other reader and
-// the conv no auto_pad; pads of either sign combine only when every result is >= 0.
+// the conv no auto_pad. A negative pad (a crop) does not combine: it drops the input's edge,
+// which the conv's zeros would then replace, where lowering the conv's padding keeps the edge.
 bool pad_into_conv(Rewrite& rw, size_t i, const PassContext&) {
   const Node& n = node_at(rw, i);
   if (n.op != "Conv" || n.inputs.empty() || n.attrs.get_string("auto_pad", "NOTSET") != "NOTSET")
@@ -261,12 +262,13 @@ bool pad_into_conv(Rewrite& rw, size_t i, const PassContext&) {
   if (!shape || shape->size() < 3 || pads.size() != 2 * shape->size()) return false;
   const size_t rank = shape->size(), spatial = rank - 2;
   if (pads[0] || pads[1] || pads[rank] || pads[rank + 1]) return false;  // batch and channels
+  for (int64_t q : pads)
+    if (q < 0) return false;
   std::vector<int64_t> conv = n.attrs.get_ints("pads", std::vector<int64_t>(2 * spatial, 0));
   if (conv.size() != 2 * spatial) return false;
   for (size_t k = 0; k < spatial; ++k) {
     conv[k] += pads[2 + k];
     conv[spatial + k] += pads[rank + 2 + k];
-    if (conv[k] < 0 || conv[spatial + k] < 0) return false;
   }
   const size_t pad_at = static_cast<size_t>(g.value(padded).producer);
   Node& m = g.mutable_nodes()[i];

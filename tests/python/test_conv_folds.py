@@ -72,13 +72,17 @@ def test_zero_pad_folds_into_conv(tmp_path, pads, stride):
     assert ops == ["Conv"], ops
 
 
-@pytest.mark.parametrize("case", ["reflect", "value", "channels"])
+@pytest.mark.parametrize("case", ["reflect", "value", "channels", "crop"])
 def test_other_pads_stay(tmp_path, case):
-    pads = [0, 1, 1, 1, 0, 0, 1, 1] if case == "channels" else [0, 0, 1, 1, 0, 0, 1, 1]
+    # A crop (negative pad) before a padded conv: the conv's zeros replace the cropped edge, the
+    # combined padding would keep it (found by fuzz_valid.py).
+    pads = {"channels": [0, 1, 1, 1, 0, 0, 1, 1],
+            "crop": [0, 0, 0, 2, 0, 0, -1, -1]}.get(case, [0, 0, 1, 1, 0, 0, 1, 1])
     ins = ["x", "pads"] + (["v"] if case == "value" else [])
     attrs = {"mode": "reflect"} if case == "reflect" else {}
     nodes = [helper.make_node("Pad", ins, ["xp"], **attrs),
-             helper.make_node("Conv", ["xp", "w"], ["y"])]
+             helper.make_node("Conv", ["xp", "w"], ["y"],
+                              **({"pads": [2, 1, 2, 1]} if case == "crop" else {}))]
     inits = {"w": _w(4, 5 if case == "channels" else 4, 3, 3), "pads": np.array(pads, np.int64),
              "v": np.float32(0.5)}
     ops = _run(tmp_path, nodes, inits, [1, 4, 7, 7])
