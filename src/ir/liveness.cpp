@@ -25,14 +25,16 @@ Liveness analyze_liveness(const Graph& g, const KernelGraph& kg) {
     for (ValueId o : k.outputs) l.def[o] = step;
     // A view op inside a group hands its root on to the group's outputs that descend from it; a
     // root made inside the group (a product the group then reshapes) is defined by this step.
+    // Made inside means by one of the group's nodes: a view of a view of an earlier step's
+    // output (Unsqueeze(Flatten(y)), each its own kernel) reads neither the root nor makes it.
     for (int32_t i : k.nodes) {
       const Node& n = g.nodes()[i];
       if (!n.def || !n.def->is_view() || n.inputs.empty() || n.inputs[0] == kNoValue) continue;
       const ValueId root = l.root[n.inputs[0]];
       for (ValueId o : n.outputs)
         if (o != kNoValue) l.root[o] = root;
-      if (g.value(root).producer >= 0 &&
-          std::find(k.inputs.begin(), k.inputs.end(), root) == k.inputs.end())
+      const int32_t made_by = g.value(root).producer;
+      if (made_by >= 0 && std::find(k.nodes.begin(), k.nodes.end(), made_by) != k.nodes.end())
         l.def[root] = step;
     }
   }

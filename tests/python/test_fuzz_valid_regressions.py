@@ -63,3 +63,25 @@ def test_blocked_concat_with_a_constant_of_odd_channels(axis):
                               strides=[2, 2]),
              helper.make_node("Conv", ["a", "w2"], ["b"], group=16, pads=[1, 0, 2, 0]),
              helper.make_node("Concat", ["b", "c"], ["y"], axis=axis)], feeds, inits, ["y"])
+
+
+def test_view_of_a_view_keeps_its_buffer():
+    # Unsqueeze(Flatten(y)) and Squeeze(Flatten(y)), graph outputs, each view its own kernel:
+    # liveness took the Unsqueeze's step as the one that made y (the root of both views), so the
+    # step that did make y and a same-size sibling planned only the sibling; y took the sibling's
+    # arena slot, which a later int64 Add then overwrote (one thread, level 2 and 3).
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.standard_normal((1, 3, 8, 8)).astype(np.float32),
+             "b": rng.uniform(0.5, 2, (1, 3, 8, 8)).astype(np.float32),
+             "i": rng.integers(-5, 6, (1, 3, 8, 8)).astype(np.int64)}
+    inits = {"ax0": np.array([0], np.int64), "j": rng.integers(-5, 6, (1, 3, 8, 8))}
+    _agrees([helper.make_node("Tanh", ["a"], ["t"]),
+             helper.make_node("Pow", ["b", "t"], ["y"]),
+             helper.make_node("Sigmoid", ["t"], ["s"]),
+             helper.make_node("ReduceL2", ["s"], ["r"], axes=[0, -3, 2], keepdims=0),
+             helper.make_node("Flatten", ["y"], ["f"], axis=0),
+             helper.make_node("Unsqueeze", ["f", "ax0"], ["u"]),
+             helper.make_node("Squeeze", ["f", "ax0"], ["q"]),
+             helper.make_node("Add", ["i", "j"], ["k"]),
+             helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT)],
+            feeds, inits, ["r", "u", "q", "kf"], opset=17)
