@@ -452,7 +452,9 @@ class Gen:
                 return None
             o = (-(-num // s[i]) if ceil else num // s[i]) + 1
             if ceil and (o - 1) * s[i] >= d + pads[i]:
-                o -= 1
+                # The last window would start in the padding: onnxruntime (and PyTorch) drop it,
+                # ONNX's shape inference keeps it, and the graph is rejected downstream.
+                return None
             dims.append(o)
         attrs = dict(kernel_shape=k, strides=s, pads=pads, ceil_mode=ceil)
         if op == "AveragePool":
