@@ -899,7 +899,8 @@ def check_case(model, feeds, runs=RUNS, tol=1e-4, conditioned=True, second_opini
                         continue
                     # Two references apart by d: rounding noise of that size is no finding.
                     noise = _float_gap(wv, second[k]) if second else 0.0
-                    if noise and not compare(gv, wv, tol, max(float((sens[k] if sens else 0) or 0), noise / 2)):
+                    own = float((sens[k] if sens else 0) or 0)
+                    if noise and not compare(gv, wv, tol, max(own, noise / 2)):
                         continue
                 if why:
                     findings.append(f"L{level} t{threads}: output {name}: {why}")
