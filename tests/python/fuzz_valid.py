@@ -140,10 +140,12 @@ class Gen:
             s = s[self.r(len(s) + 1):]
         return tuple(1 if self.coin(0.3) else d for d in s)
 
-    def operand(self, shape, kind=F, fresh=False):
+    def operand(self, shape, kind=F, fresh=False, exact_only=False):
         """A second operand for a binary op on `shape`: an existing value of a compatible shape
-        (not when `fresh`), a new input or a constant, of `shape` or broadcastable to it."""
-        same = [v for v in self.vals(kind) if v.shape == tuple(shape)]
+        (not when `fresh`; only an exact one with `exact_only`), a new input or a constant, of
+        `shape` or broadcastable to it."""
+        same = [v for v in self.vals(kind) if v.shape == tuple(shape) and
+                (v.exact or not exact_only)]
         if same and not fresh and self.coin(0.35):
             return self.pick(same)
         bs = self.bcast_shape(shape) if self.coin(0.6) else tuple(shape)
@@ -229,7 +231,7 @@ class Gen:
         x = self.float_val()
         # Two rounded values may tie (tanh(x) < x for tiny x is decided by the last ulp): a
         # rounded value is compared with a fresh input or constant only.
-        y = self.operand(x.shape, fresh=not x.exact)
+        y = self.operand(x.shape, fresh=not x.exact, exact_only=True)
         s = tuple(np.broadcast_shapes(x.shape, y.shape))
         if np.prod(s) > self.numel_cap:
             return None
