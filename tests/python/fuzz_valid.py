@@ -1095,6 +1095,8 @@ def campaign(seeds, out, timeout, torch_mode=False):
                 onnx.save(make_case(seed)[0], os.path.join(out, "fail", f"{seed}.onnx"))
         else:
             counts["ok"] += 1
+        if (seed - seeds[0]) % 1000 == 999:
+            print(f"seed {seed}: {counts} in {time.time() - t0:.0f} s", flush=True)
         log.flush()
     if proc is not None:
         conn.send(None)
