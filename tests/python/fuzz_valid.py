@@ -426,6 +426,79 @@ class Gen:
                              y.shape)
         return y
 
+    def conv(self, x, cout, k=3, stride=1, groups=1, dil=1, bias=True):
+        """Conv of `x` with "same" padding (at stride 1); the output Val."""
+        n, c, hh, ww = x.shape
+        p = dil * (k - 1) // 2
+        pads = [p, p, dil * (k - 1) - p, dil * (k - 1) - p]
+        oh = (hh + pads[0] + pads[2] - dil * (k - 1) - 1) // stride + 1
+        ow = (ww + pads[1] + pads[3] - dil * (k - 1) - 1) // stride + 1
+        w = self.const(self.data((cout, c // groups, k, k), F) *
+                       np.float32(1 / np.sqrt(c // groups * k * k)))
+        ins = [x, w] + ([self.const(self.data((cout,), F))] if bias else [])
+        return self.one("Conv", ins, (n, cout, oh, ow), group=groups, pads=pads,
+                        strides=[stride, stride], dilations=[dil, dil], kernel_shape=[k, k])
+
+    def op_convnet(self):
+        """A chain of convolutions with what CNNs put between them (what level 3 runs in the
+        blocked layout): activations, BN, residual adds, per-channel scales, squeeze-excitation,
+        pools, concats and splits on channels, 2x upsampling; channel counts not whole blocks."""
+        chans = [3, 4, 8, 12, 16, 17, 20, 24, 31, 32, 33, 40]
+        # Level 3 blocks a conv from NCHW only when its channels nearly fill whole blocks of 16
+        # (AssignLayouts' cost rule); after that, any count.
+        full = [15, 16, 16, 31, 32]
+        x = self.image()
+        prev = x
+        for step in range(self.r(2, 6)):
+            c = x.shape[1]
+            kind = self.r(10) if step else 0
+            if kind <= 3:
+                dw = self.coin(0.3)
+                y = self.conv(x, c if dw else self.pick(full if step == 0 else chans),
+                              k=self.pick([1, 3, 3, 5]),
+                              stride=self.pick([1, 1, 1, 2]), groups=c if dw else 1,
+                              dil=self.pick([1, 1, 2]), bias=self.coin(0.8))
+            elif kind == 4 and prev.shape == x.shape and prev is not x:
+                y = self.one("Add", [x, prev], x.shape)
+            elif kind == 5:
+                s = self.rng.uniform(0.5, 1.5, (c, 1, 1)).astype(np.float32)
+                y = self.one(self.pick(["Mul", "Add"]), [x, self.const(s)], x.shape)
+            elif kind == 6:  # squeeze-excitation
+                g = self.one("GlobalAveragePool", [x], x.shape[:2] + (1, 1))
+                h = self.one("Relu", [self.conv(g, max(1, c // 4), k=1)], g.shape[:1] +
+                             (max(1, c // 4), 1, 1))
+                e = self.one("Sigmoid", [self.conv(h, c, k=1)], g.shape)
+                y = self.one("Mul", [x, e], x.shape)
+            elif kind == 7:
+                other = self.conv(x, self.pick(chans), k=1)
+                y = self.one("Concat", [x, other], (x.shape[0], c + other.shape[1]) +
+                             x.shape[2:], axis=1)
+            elif kind == 8 and c >= 2:
+                a = self.r(1, c)
+                y, _ = self.node("Split", [x, self.const(np.array([a, c - a], np.int64))],
+                                 [(x.shape[:1] + (a,) + x.shape[2:], F, False),
+                                  (x.shape[:1] + (c - a,) + x.shape[2:], F, False)], axis=1)
+            elif kind == 9 and np.prod(x.shape) * 4 <= self.numel_cap:
+                y = self.one("Resize", [x, "", self.const(np.array([1, 1, 2, 2], np.float32))],
+                             x.shape[:2] + (x.shape[2] * 2, x.shape[3] * 2), mode="nearest")
+            else:
+                y = self.one("MaxPool", [x], x.shape, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+            if self.coin(0.5):
+                act = self.r(4)
+                if act == 0:
+                    y = self.one("Relu", [y], y.shape)
+                elif act == 1:
+                    y = self.one("Clip", [y, self.const(np.float32(0)), self.const(np.float32(6))],
+                                 y.shape)
+                elif act == 2:
+                    y = self.one("Mul", [y, self.one("Sigmoid", [y], y.shape)], y.shape)
+                else:
+                    y = self.one("LeakyRelu", [y], y.shape, alpha=0.1)
+            if np.prod(y.shape) > self.numel_cap:
+                return y
+            prev, x = x, y
+        return x
+
     def op_bn(self):
         x = self.image() if self.coin(0.8) else self.float_val(min_rank=2)
         c = x.shape[1]
@@ -713,7 +786,7 @@ class Gen:
 
     OPS = [("op_unary", 10), ("op_binary", 12), ("op_compare_where", 4), ("op_int", 2),
            ("op_reduce", 4), ("op_softmax", 3), ("op_layernorm", 2), ("op_matmul", 3),
-           ("op_gemm", 2), ("op_conv", 5), ("op_bn", 1), ("op_pool", 2), ("op_reshape", 4),
+           ("op_gemm", 2), ("op_conv", 5), ("op_convnet", 4), ("op_bn", 1), ("op_pool", 2), ("op_reshape", 4),
            ("op_transpose", 3), ("op_concat", 2), ("op_slice", 3), ("op_gather", 2),
            ("op_expand", 1), ("op_split", 2), ("op_pad", 2), ("op_resize", 1), ("op_cumsum", 1),
            ("op_argmax", 1), ("op_topk", 1), ("op_misc_shape", 1)]
@@ -723,6 +796,8 @@ class Gen:
         w = np.array([wt for _, wt in self.OPS], float)
         # Each graph leans towards a few families: conv nets, or matrix/row work.
         w *= self.rng.uniform(0.2, 2.0, len(w))
+        if self.coin(0.3):  # a conv net
+            w[names.index("op_convnet")] *= 8
         w /= w.sum()
         self.new_input(self.shape_of_rank(self.r(1, 5)) if self.coin(0.6) else
                        (1, self.pick([3, 8, 16, 17]), self.pick([5, 8, 9]), self.pick([5, 8, 9])))
