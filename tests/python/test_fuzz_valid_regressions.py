@@ -85,3 +85,29 @@ def test_view_of_a_view_keeps_its_buffer():
              helper.make_node("Add", ["i", "j"], ["k"]),
              helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT)],
             feeds, inits, ["r", "u", "q", "kf"], opset=17)
+
+
+@pytest.mark.parametrize("case", ["depthwise", "pointwise", "small", "two_convs", "plain"])
+def test_conv_relu_keeps_nan(case):
+    # Relu and Clip applied in a conv kernel's registers (min(max(y, lo), hi)) turned a NaN into
+    # the lower bound: VMAXPS returns its second operand when either is NaN. Relu(NaN) is NaN.
+    x_shape, w_shape, group = {"depthwise": ((1, 40, 9, 13), (40, 1, 3, 3), 40),
+                               "pointwise": ((3, 47, 2, 9), (8, 47, 1, 1), 1),
+                               "small": ((1, 3, 9, 9), (16, 3, 3, 3), 1),
+                               "two_convs": ((1, 16, 9, 9), (32, 16, 3, 3), 1),
+                               "plain": ((2, 8, 17, 17), (12, 8, 3, 3), 1)}[case]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    x.reshape(-1)[::37] = np.nan
+    pads = [0, 0, 0, 0] if w_shape[-1] == 1 else [1, 1, 1, 1]
+    inits = {"w": rng.standard_normal(w_shape).astype(np.float32), "lo": np.float32(0),
+             "hi": np.float32(6)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=group, pads=pads)]
+    if case == "two_convs":
+        inits["w2"] = rng.standard_normal((16, 32, 3, 3)).astype(np.float32)
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c0"], pads=pads),
+                 helper.make_node("Relu", ["c0"], ["c1"]),
+                 helper.make_node("Conv", ["c1", "w2"], ["c"], pads=pads)]
+    act = "Clip" if case == "small" else "Relu"
+    nodes.append(helper.make_node(act, ["c"] + (["lo", "hi"] if act == "Clip" else []), ["y"]))
+    _agrees(nodes, {"x": x}, inits, ["y"])

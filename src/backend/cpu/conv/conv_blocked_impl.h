@@ -12,6 +12,7 @@
 // pairs: general_padded, PairKernel::block<.., kPadded>); the depthwise kernel and the NCHW stem
 // take a checked one-pixel path for those pixels. The interior has no bounds checks.
 #include "backend/cpu/conv/conv_isa.h"
+#include "backend/cpu/isa/vmath.h"
 #include "backend/cpu/isa/simd.h"
 
 namespace pto::cpu::PTO_ISA_NS {
@@ -156,7 +157,7 @@ struct RowKernel {
           const int64_t at = o * ys + (ox0 + r) * B + v * kLanes;
           Vec a = acc[r][o][v];
           if (res) a = fma(scale, Vec::load(res + at), a);
-          if (clamp) a = min(max(a, lo), hi);
+          if (clamp) a = min_keep_nan(max_keep_nan(a, lo), hi);
           a.store(yb + at);
         }
   }
@@ -559,7 +560,7 @@ struct PairKernel {
         const int64_t at = o * ys + (ox0 + r) * 16;
         __m512 a = acc[r][o];
         if (res) a = _mm512_fmadd_ps(scale, _mm512_loadu_ps(res + at), a);
-        if (clamp) a = _mm512_min_ps(_mm512_max_ps(a, lo), hi);
+        if (clamp) a = _mm512_min_ps(hi, _mm512_max_ps(lo, a));  // a NaN stays
         _mm512_storeu_ps(yb + at, a);
       }
   }

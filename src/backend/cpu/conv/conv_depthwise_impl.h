@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "backend/cpu/conv/conv_isa.h"
+#include "backend/cpu/isa/vmath.h"
 #include "backend/cpu/conv/conv_simd.h"
 
 namespace pto::cpu::PTO_ISA_NS {
@@ -153,7 +154,7 @@ inline void flat_block(const FlatArgs& a, int64_t c0, int64_t v0, const Vec* wre
     float* y = a.y + (c0 + c) * a.hw + v0 * V;
     for (int u = 0; u < NB; ++u) {
       Vec r = acc[c][u];
-      if (a.p->clamp) r = min(max(r, lo), hi);
+      if (a.p->clamp) r = min_keep_nan(max_keep_nan(r, lo), hi);
       const int64_t left = a.hw - (v0 + u) * V;
       if (!kMasked || left >= V)
         r.store(y + u * V);
@@ -404,7 +405,7 @@ inline void rows_planes(const RowsArgs& a, int64_t c0) {
     }
     for (int g = 0; g < G; ++g) {
       __m512 r = acc[g];
-      if (p.clamp) r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
+      if (p.clamp) r = _mm512_min_ps(vhi, _mm512_max_ps(vlo, r));  // a NaN stays
       _mm512_mask_storeu_ps(a.y + (c0 + g) * hw + oy * p.ow, a.out_mask, r);
     }
   }
@@ -458,7 +459,7 @@ inline void chunked_planes(const ChunkArgs& a, int64_t c0) {
       }
       for (int g = 0; g < G; ++g) {
         __m512 r = acc[g];
-        if (p.clamp) r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
+        if (p.clamp) r = _mm512_min_ps(vhi, _mm512_max_ps(vlo, r));  // a NaN stays
         _mm512_mask_storeu_ps(a.y + (c0 + g) * hw + oy * p.ow + j * a.cw, a.out_mask[j], r);
       }
     }
@@ -532,7 +533,7 @@ inline void gapped_rows(const DepthwiseFlat& p, const DepthwiseGapped& g, const 
 #pragma GCC unroll 16
   for (int u = 0; u < NB; ++u) {
     __m512 r = acc[u];
-    if (p.clamp) r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+    if (p.clamp) r = _mm512_min_ps(hi, _mm512_max_ps(lo, r));  // a NaN stays
     _mm512_mask_storeu_ps(y + (y0 + u) * p.ow + j * 16, mask, r);
   }
 }

@@ -97,7 +97,7 @@ struct DepthwiseFlat : ConvWindow {
   const uint32_t* mask = nullptr;   // [vectors][kh * kw]
   const uint64_t* full = nullptr;   // [vectors]: bit t set where tap t < 64 reads all lanes
   const uint8_t* inside = nullptr;  // [vectors]: every tap's whole vector lies in the source
-  bool clamp = false;               // y = min(max(y, lo), hi) in registers (ReLU, Clip)
+  bool clamp = false;  // y = min(max(y, lo), hi) in registers (ReLU, Clip), a NaN y kept
   float lo = 0.0f, hi = 0.0f;
 };
 

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backend/cpu/conv/conv_isa.h"
+#include "backend/cpu/isa/vmath.h"
 #include "backend/cpu/conv/conv_simd.h"
 
 namespace pto::cpu::PTO_ISA_NS {
@@ -53,7 +54,7 @@ void block(const SmallConvBlock& b, int64_t m0, int tail) {
   if (b.clamp) {
     const Vec lo = Vec::set1(b.lo), hi = Vec::set1(b.hi);
     for (int q = 0; q < P; ++q)
-      for (int j = 0; j < NB; ++j) acc[q][j] = min(max(acc[q][j], lo), hi);
+      for (int j = 0; j < NB; ++j) acc[q][j] = min_keep_nan(max_keep_nan(acc[q][j], lo), hi);
   }
   if (b.ldy == 1 && P == 1) {  // one position per image: the channels are contiguous in y
     for (int j = 0; j < NB; ++j) acc[0][j].store(b.y + m0 + j * V, j == NB - 1 ? tail : V);
