@@ -32,6 +32,9 @@ from onnx import TensorProto, helper, numpy_helper
 F, I, B = "f", "i", "b"  # the value kinds: float32, int64, bool
 _ONNX_TYPE = {F: TensorProto.FLOAT, I: TensorProto.INT64, B: TensorProto.BOOL}
 ODD_SIZES = [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 33]
+# PTO_FUZZ_SPECIALS=1: NaN and +-Inf in the float inputs and constants (a separate campaign:
+# their propagation through Max/Min/pools/ArgMax is where references differ most).
+SPECIALS = os.environ.get("PTO_FUZZ_SPECIALS", "0") == "1"
 
 
 class Val:
@@ -78,6 +81,11 @@ class Gen:
             a = self.rng.standard_normal(shape).astype(np.float32)
             if self.coin(0.2):
                 a *= np.float32(self.pick([0.01, 4.0, 30.0]))
+            if SPECIALS and a.size and self.coin(0.5):  # NaN and +-Inf in a few places
+                flat = a.reshape(-1)
+                at = self.rng.integers(0, a.size, max(1, a.size // 50))
+                flat[at] = self.rng.choice(np.array([np.nan, np.inf, -np.inf], np.float32),
+                                           len(at))
             return a
         if kind == I:
             return self.rng.integers(-5, 6, size=shape).astype(np.int64)
