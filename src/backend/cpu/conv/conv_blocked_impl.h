@@ -12,8 +12,8 @@
 // pairs: general_padded, PairKernel::block<.., kPadded>); the depthwise kernel and the NCHW stem
 // take a checked one-pixel path for those pixels. The interior has no bounds checks.
 #include "backend/cpu/conv/conv_isa.h"
-#include "backend/cpu/isa/vmath.h"
 #include "backend/cpu/isa/simd.h"
+#include "backend/cpu/isa/vmath.h"
 
 namespace pto::cpu::PTO_ISA_NS {
 namespace {

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "backend/cpu/conv/conv_isa.h"
-#include "backend/cpu/isa/vmath.h"
 #include "backend/cpu/conv/conv_simd.h"
+#include "backend/cpu/isa/vmath.h"
 
 namespace pto::cpu::PTO_ISA_NS {
 namespace {
