@@ -184,7 +184,8 @@ class Gen:
             return self.one("Tanh", [x], s)
         if kind == 3:
             t = self.one("Tanh", [x], s) if not self.coin(0.3) else self.one(
-                "Clip", [x, self.const(np.float32(-4)), self.const(np.float32(4))], s, exact=x.exact)
+                "Clip", [x, self.const(np.float32(-4)), self.const(np.float32(4))], s,
+                exact=x.exact)
             return self.one("Exp", [t], s)
         if kind == 4:
             a = self.one("Abs", [x], s, exact=x.exact)
@@ -240,8 +241,8 @@ class Gen:
                                 x.shape)
             if self.coin():
                 e = self.const(np.float32(self.pick([2.0, 0.5, 3.0, 1.0, -1.0])))
-                base = self.one("Add", [self.one("Abs", [x], x.shape), self.const(np.float32(0.25))],
-                                x.shape)
+                a = self.one("Abs", [x], x.shape)
+                base = self.one("Add", [a, self.const(np.float32(0.25))], x.shape)
                 return self.one("Pow", [base, e], x.shape)
             base = self.one("Add", [self.one("Abs", [x], x.shape), self.const(np.float32(0.5))],
                             x.shape)
@@ -1002,7 +1003,8 @@ class Gen:
 
     OPS = [("op_unary", 10), ("op_binary", 12), ("op_compare_where", 4), ("op_int", 2),
            ("op_reduce", 4), ("op_softmax", 3), ("op_layernorm", 2), ("op_matmul", 3),
-           ("op_gemm", 2), ("op_conv", 5), ("op_convnet", 4), ("op_bn", 1), ("op_pool", 2), ("op_reshape", 4),
+           ("op_gemm", 2), ("op_conv", 5), ("op_convnet", 4), ("op_bn", 1), ("op_pool", 2),
+           ("op_reshape", 4),
            ("op_transpose", 3), ("op_concat", 2), ("op_slice", 3), ("op_gather", 2),
            ("op_expand", 1), ("op_split", 2), ("op_pad", 2), ("op_resize", 1), ("op_cumsum", 1),
            ("op_argmax", 1), ("op_topk", 1), ("op_misc_shape", 1),
