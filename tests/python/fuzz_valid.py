@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 import traceback
 
@@ -1168,13 +1169,15 @@ def sensitivity(model, feeds, want, tries=3):
 RUNS = [(0, 1), (1, 1), (2, 1), (3, 1), (2, 2), (3, 2), (3, 4)]
 
 
-def check_case(model, feeds, runs=RUNS, tol=1e-4, conditioned=True, second_opinion=True):
+def check_case(model, feeds, runs=RUNS, tol=1e-4, conditioned=True, second_opinion=True,
+               roundtrip=True):
     """Runs the model on onnxruntime and pypto; returns a list of findings (strings), empty when
     all agree. A model onnxruntime rejects is the generator's fault: ('skip', reason). With
     `conditioned`, an output that differs is compared again within what two-ulp perturbations
     of the inputs do to the reference (ill-conditioned graphs are not findings). With
     `second_opinion`, differences where PyPTO agrees with the ONNX reference evaluator instead
-    are returned as ('disagree', what): onnxruntime's numerics or reading of the spec."""
+    are returned as ('disagree', what): onnxruntime's numerics or reading of the spec. With
+    `roundtrip`, the one-thread level 2 and 3 compiles run after a pypto.save / pypto.load."""
     import pypto
     try:
         want = run_ort(model, feeds)
@@ -1191,6 +1194,10 @@ def check_case(model, feeds, runs=RUNS, tol=1e-4, conditioned=True, second_opini
             pypto.set_num_threads(threads)
             try:
                 exe = pypto.onnx.load(data, level=level)
+                if roundtrip and level >= 2 and threads == 1:  # through pypto.save / load too
+                    with tempfile.TemporaryDirectory() as tmp:
+                        pypto.save(exe, os.path.join(tmp, "m.pto"))
+                        exe = pypto.load(os.path.join(tmp, "m.pto"))
                 got = exe(**{k: v.copy() for k, v in feeds.items()})
             except Exception as e:  # noqa: BLE001
                 findings.append(f"L{level} t{threads}: error {type(e).__name__}: "
