@@ -103,7 +103,7 @@ bool fold_into_gemm(Rewrite& rw, size_t layer, const BnAffine& a) {
         c->rank() >= 1 && static_cast<size_t>(c->numel()) == N && c->dim(-1) == c->numel();
     if (c->numel() != 1 && !per_column) return false;
     const double beta = n.attrs.get_float("beta", 1.0);
-    for (size_t j = 0; j < N; ++j)
+    for (size_t j = 0; j < N && beta != 0.0; ++j)  // beta = 0: C unread, as the reference
       bias[j] = beta * c->item_as_double(c->numel() == 1 ? 0 : static_cast<int64_t>(j));
   }
   std::vector<double> bv = to_doubles(*b);

@@ -111,3 +111,34 @@ def test_conv_relu_keeps_nan(case):
     act = "Clip" if case == "small" else "Relu"
     nodes.append(helper.make_node(act, ["c"] + (["lo", "hi"] if act == "Clip" else []), ["y"]))
     _agrees(nodes, {"x": x}, inits, ["y"])
+
+
+@pytest.mark.parametrize("c_shape", [(4,), (2, 4), ()])
+@pytest.mark.parametrize("const_c", [False, True])
+def test_gemm_beta_zero_leaves_c_unread(c_shape, const_c):
+    # beta = 0: onnxruntime and ONNX's reference evaluator do not read C (BLAS's convention);
+    # PyPTO computed 0 * C, a NaN where C holds an Inf or a NaN.
+    rng = np.random.default_rng(0)
+    c = rng.standard_normal(c_shape).astype(np.float32)
+    c.reshape(-1)[0] = np.inf
+    if c.size > 1:
+        c.reshape(-1)[1] = np.nan
+    feeds = {"a": rng.standard_normal((2, 3)).astype(np.float32)}
+    inits = {"b": rng.standard_normal((3, 4)).astype(np.float32)}
+    (inits if const_c else feeds)["c"] = c
+    _agrees([helper.make_node("Gemm", ["a", "b", "c"], ["y"], beta=0.0, alpha=2.0)], feeds, inits,
+            ["y"])
+
+
+def test_gemm_beta_zero_then_batch_norm():
+    # FoldBatchNorm folds beta * C into the new bias: with beta = 0, C stays unread there too.
+    rng = np.random.default_rng(0)
+    inits = {"b": rng.standard_normal((3, 4)).astype(np.float32),
+             "c": np.array([np.inf, np.nan, 1, 2], np.float32),
+             "s": rng.uniform(0.5, 1.5, 4).astype(np.float32),
+             "t": rng.standard_normal(4).astype(np.float32),
+             "mu": rng.standard_normal(4).astype(np.float32),
+             "var": rng.uniform(0.5, 1.5, 4).astype(np.float32)}
+    _agrees([helper.make_node("Gemm", ["a", "b", "c"], ["g"], beta=0.0),
+             helper.make_node("BatchNormalization", ["g", "s", "t", "mu", "var"], ["y"])],
+            {"a": rng.standard_normal((2, 3)).astype(np.float32)}, inits, ["y"])

@@ -164,9 +164,11 @@ Tensor gemm_typed(const KernelContext& c, V alpha, V beta) {
     const Tensor& C = c.input(2);
     if (C.rank() > 2 || broadcast_dims(C.shape(), {M, N}, w) != Dims{M, N})
       throw ValueError(cat(w, ": C ", C.str(), " does not broadcast to [", M, ", ", N, "]"));
-    const std::vector<V> cv = values_as<V>(C, w);
+    // beta = 0 leaves C unread (as BLAS, onnxruntime and ONNX's reference do): an Inf or NaN in
+    // C does not make 0 * C a NaN.
+    const std::vector<V> cv = beta == V(0) ? std::vector<V>() : values_as<V>(C, w);
     const std::vector<int64_t> off = broadcast_offsets(C.shape(), {M, N});
-    for (size_t i = 0; i < y.size(); ++i) y[i] += beta * cv[off[i]];
+    for (size_t i = 0; i < y.size() && beta != V(0); ++i) y[i] += beta * cv[off[i]];
   }
   return tensor_from(params::product_result_dtype(c.node, A.dtype()), {M, N}, y, w);
 }

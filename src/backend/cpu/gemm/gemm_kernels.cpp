@@ -244,7 +244,8 @@ std::vector<Tensor> gemm(const KernelContext& c) {
   g.alpha = alpha;
   g.precision = *precision_of(c.node);
   std::vector<float> bias;  // beta * C when C is a row, a column or a scalar
-  if (c.has_input(2)) {
+  // beta = 0 leaves C unread, as the reference does (an Inf or NaN in C is no 0 * C = NaN).
+  if (c.has_input(2) && beta != 0.0f) {
     const Tensor& C = c.input(2);
     const int64_t cm = C.rank() == 2 ? C.dim(0) : 1, cn = C.rank() >= 1 ? C.dim(-1) : 1;
     if (C.rank() > 2 || (cm != 1 && cm != M) || (cn != 1 && cn != N))
