@@ -953,7 +953,8 @@ class Gen:
                 x.shape, exact=True)
             i = self.one("Cast", [base], x.shape, kind=I, exact=True, to=TensorProto.INT64)
             return self.one("Cast", [i], x.shape, exact=True, to=TensorProto.FLOAT)
-        if k == 1:
+        if k == 1:  # x != 0 of a rounded x flips where it underflows: exact values only
+            x = x if x.exact else self.new_input(x.shape)
             y = self.one("Relu", [x], x.shape, exact=x.exact)
             b = self.one("Cast", [y], x.shape, kind=B, exact=x.exact, to=TensorProto.BOOL)
             return self.one("Cast", [b], x.shape, exact=x.exact, to=TensorProto.FLOAT)
