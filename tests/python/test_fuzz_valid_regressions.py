@@ -142,3 +142,19 @@ def test_gemm_beta_zero_then_batch_norm():
     _agrees([helper.make_node("Gemm", ["a", "b", "c"], ["g"], beta=0.0),
              helper.make_node("BatchNormalization", ["g", "s", "t", "mu", "var"], ["y"])],
             {"a": rng.standard_normal((2, 3)).astype(np.float32)}, inits, ["y"])
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 7, 8), (1, 2, 67, 16), (2, 3, 300, 32)])
+def test_attention_nan_in_a_query(shape):
+    # A NaN in a query makes its row of scores NaN, and softmax's row NaN; the fused Attention
+    # kernel took the row for one with no visible key (the max over NaN scores stayed -inf) and
+    # wrote zeros.
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in "qkv"}
+    feeds["q"][0, 0, 3, 2] = np.nan
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Mul", ["s", "c"], ["s2"]),
+             helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    _agrees(nodes, feeds, {"c": np.float32(shape[-1] ** -0.5)}, ["y"])

@@ -380,7 +380,9 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
         std::copy_n(w.l, rows, out + plan.task_rows * (Dv + 1));
         continue;
       }
-      for (int64_t i = 0; i < rows; ++i) w.corr[i] = w.l[i] > 0 ? 1.0f / w.l[i] : 0.0f;
+      // l = 0: no visible key, a row of zeros; l NaN (a NaN score): a row of NaN, as softmax's.
+      for (int64_t i = 0; i < rows; ++i)
+        w.corr[i] = w.l[i] > 0 || std::isnan(w.l[i]) ? 1.0f / w.l[i] : 0.0f;
       for (int64_t g = 0; g < group; ++g)
         PTO_ISA_DISPATCH(attention_scale_rows, y_row(unit, g, 0), y_rows.ss, w.o + g * r * Dv, Dv,
                          w.corr + g * r, nullptr, 0, r, Dv);
@@ -398,8 +400,11 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
         float m = kNegInf;
         for (int64_t p = 0; p < parts; ++p)
           m = std::max(m, base[p * partial_floats + plan.task_rows * Dv + row]);
-        if (m == kNegInf) {
-          std::fill_n(yr, Dv, 0.0f);
+        if (m == kNegInf) {  // no visible key in any part: 0, or NaN where a score was NaN
+          bool nan = false;
+          for (int64_t p = 0; p < parts; ++p)
+            nan = nan || std::isnan(base[p * partial_floats + plan.task_rows * (Dv + 1) + row]);
+          std::fill_n(yr, Dv, nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
           continue;
         }
         float l = 0;

@@ -47,7 +47,10 @@ void attention_softmax_chunk(const SoftmaxChunk& c) {
     max(max(mx, mx1), max(mx2, mx3)).store(lanes);
     float m_new = c.m[r];  // NaN lanes skipped: their exps make the row's output NaN
     for (int64_t k = 0; k < L; ++k) m_new = std::max(m_new, lanes[k]);
-    if (m_new == -INFINITY) {  // nothing visible yet: no contribution, nothing to rescale
+    // Nothing visible yet: no contribution, nothing to rescale. Unless a score is NaN (a NaN
+    // in the query, say: every score of the row is), which makes the row NaN as softmax does;
+    // the max above may have dropped it (VMAXPS returns its second operand on NaN).
+    if (m_new == -INFINITY && std::none_of(s, s + v, [](float x) { return std::isnan(x); })) {
       std::fill_n(s, c.n, 0.0f);
       c.corr[r] = 1.0f;
       continue;
