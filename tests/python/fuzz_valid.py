@@ -1376,13 +1376,21 @@ def campaign(seeds, out, timeout, torch_mode=False):
     proc = conn = None
     counts = {"ok": 0, "skip": 0, "fail": 0, "crash": 0, "timeout": 0}
     t0 = time.time()
+    def start():
+        conn, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(child, torch_mode), daemon=True)
+        proc.start()
+        child.close()  # the worker's end: its death is then an EOF here
+        return proc, conn
+
     for seed in seeds:
         if proc is None or not proc.is_alive():
-            conn, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(child, torch_mode), daemon=True)
-            proc.start()
-            child.close()  # the worker's end: its death is then an EOF here
-        conn.send(seed)
+            proc, conn = start()
+        try:
+            conn.send(seed)
+        except OSError:  # the worker died after its last answer
+            proc, conn = start()
+            conn.send(seed)
         done = False
         try:
             done = conn.poll(timeout)
