@@ -50,15 +50,7 @@ def child(name: str, dynamic: bool, folder: str) -> dict:
     row: dict = {"name": name}
     model = tm.randomize_(tm.build(name))
 
-    class First(torch.nn.Module):  # the main output, as the other zoo benchmarks take it
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, *xs):
-            return tm.first_tensor(self.m(*xs))
-
-    wrapped = First(model).eval()
+    wrapped = tm.FirstOutput(model).eval()
     args = tm.inputs(name, 2)
     names = [f"x{i}" for i in range(len(args))]
     path = os.path.join(folder, f"{name}.onnx")

@@ -219,15 +219,7 @@ def child(name: str, a) -> dict:
         args = tm.inputs(name, 1)
     r["inputs"] = [list(x.shape) for x in args]
 
-    class First(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, *xs):
-            return tm.first_tensor(self.m(*xs))
-
-    wrapped = First(model).eval()
+    wrapped = tm.FirstOutput(model).eval()
     with torch.inference_mode():
         want = wrapped(*args).float().numpy()
     names = [f"x{i}" for i in range(len(args))]
