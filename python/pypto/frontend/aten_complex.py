@@ -156,8 +156,11 @@ def _log(ctx, z: int, dt) -> int:
     return _join(ctx, ctx.op("Log", [_modulus(ctx, z, dt)]), _angle(ctx, z, dt))
 
 
-def _scalar(z: complex, dt) -> torch.Tensor:
-    return torch.tensor([z.real, z.imag], dtype=dt)
+def _real_factor(ctx, r, dt) -> int:
+    """A real operand that scales both parts of a [..., 2] tensor: a tensor gets a trailing axis
+    of 1, a number is a scalar constant."""
+    t = ctx.as_tensor(r, dt)
+    return _unsq(ctx, t) if isinstance(r, V) else t
 
 
 # ---- arithmetic ----
@@ -169,9 +172,7 @@ def _mul(ctx, node, a, b):
     dt = _out_real(ctx, node)
     if _is_real_operand(a) or _is_real_operand(b):
         c, r = (b, a) if _is_real_operand(a) else (a, b)
-        r = ctx.op("Unsqueeze", [ctx.as_tensor(r, dt), ctx.ints([-1])]) if isinstance(
-            r, V) else ctx.as_tensor(r, dt)
-        return _complex_out(ctx, node, ctx.op("Mul", [_pair(ctx, c, dt), r]))
+        return _complex_out(ctx, node, ctx.op("Mul", [_pair(ctx, c, dt), _real_factor(ctx, r, dt)]))
     return _complex_out(ctx, node, _product(ctx, _pair(ctx, a, dt), _pair(ctx, b, dt)))
 
 
@@ -197,9 +198,8 @@ complex_only(aten.sub.Tensor, aten.sub.Scalar)(_add_sub("Sub"))
 
 
 @complex_only(aten.rsub.Tensor, aten.rsub.Scalar)
-def _rsub(ctx, node, a, b, alpha=1):
-    return _add_sub("Sub")(ctx, node, b, a * alpha if isinstance(a, numbers.Number) else a,
-                           1 if isinstance(a, numbers.Number) else alpha)
+def _rsub(ctx, node, a, b, alpha=1):  # b - alpha * a
+    return _add_sub("Sub")(ctx, node, b, a, alpha)
 
 
 @complex_only(aten.div.Tensor, aten.div.Scalar)
@@ -210,10 +210,9 @@ def _div(ctx, node, a, b, *, rounding_mode=None):
         ctx.unsupported(f"a complex division with rounding_mode={rounding_mode!r}")
     dt = _out_real(ctx, node)
     if _is_real_operand(b):
-        r = _unsq(ctx, ctx.as_tensor(b, dt)) if isinstance(b, V) else ctx.as_tensor(b, dt)
-        return _complex_out(ctx, node, ctx.op("Div", [_pair(ctx, a, dt), r]))
+        return _complex_out(ctx, node, ctx.op("Div", [_pair(ctx, a, dt), _real_factor(ctx, b, dt)]))
     if isinstance(b, numbers.Number):
-        inv = ctx.constant(_scalar(1 / complex(b), dt).tolist(), dt)
+        inv = _pair(ctx, 1 / complex(b), dt)
         return _complex_out(ctx, node, _product(ctx, _pair(ctx, a, dt), inv))
     return _complex_out(ctx, node, _quotient(ctx, _pair(ctx, a, dt), _pair(ctx, b, dt), dt))
 
