@@ -16,11 +16,16 @@ workers that spin or compete show there even when the machine's load blurs the w
   PTO_THREADING     own (PyPTO's pool) or omp (PyPTO's regions on torch's OpenMP team), auto
   PTO_SPIN_US       how long PyPTO's idle workers spin before sleeping (own)
 
-so the slowdown can be put down to one runtime's spinning workers or the other's.
+so the slowdown can be put down to one runtime's spinning workers or the other's. The peer,
+ONNX Runtime (--engines ort; ORT_ENABLE_ALL, T intra-op threads, its own spinning pool), runs
+the same loops on the same CNN exported to ONNX, in children of its own, once per distinct
+OMP_WAIT_POLICY: what a call slows after the torch op there is not PyPTO's to remove (the op's
+data evicting the model's from the caches shows on one thread, where no pools can fight).
 
     PY=~/.cache/pypto/venv/bin/python
     PYTHONPATH=$PWD/python nice -n 19 $PY bench/coexist.py               # a few minutes
     PYTHONPATH=$PWD/python $PY bench/coexist.py --threads 2 --configs default,passive --rounds 5
+    PYTHONPATH=$PWD/python $PY bench/coexist.py --configs own,omp --engines pypto,ort --repeat 3
 """
 
 from __future__ import annotations
@@ -49,14 +54,33 @@ CONFIGS = {
 }
 
 
+def compile_engine(engine: str, net, x, threads: int):
+    """The small CNN as a callable of x on `engine`: pypto.optimize, or ONNX Runtime (the peer:
+    ORT_ENABLE_ALL, `threads` intra-op threads, its default spinning) on the exported file."""
+    if engine == "pypto":
+        import pypto
+
+        pypto.set_num_threads(threads)
+        return pypto.optimize(net, (x,))
+    import tempfile
+
+    import onnxruntime as ort
+    import torch
+
+    path = os.path.join(tempfile.mkdtemp(prefix="coexist-"), "net.onnx")
+    torch.onnx.export(net, (x,), path, input_names=["x"], dynamo=False)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    return lambda t: torch.from_numpy(sess.run(None, {"x": t.numpy()})[0])
+
+
 def child(args) -> dict:
     import torch
 
-    import pypto
-
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    pypto.set_num_threads(args.threads)
     net = torch.nn.Sequential(
         torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(),
         torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
@@ -65,11 +89,11 @@ def child(args) -> dict:
     x = torch.randn(1, 16, 32, 32)
     with torch.inference_mode():
         want = net(x)
-    fast = pypto.optimize(net, (x,))
+    fast = compile_engine(args.engine, net, x, args.threads)
     got = fast(x)
     err = (got - want).abs().max().item()
     if err > 1e-3 * max(1.0, want.abs().max().item()):
-        raise SystemExit(f"pypto differs from eager by {err:.3g}")
+        raise SystemExit(f"{args.engine} differs from eager by {err:.3g}")
 
     if args.torch_op == "matmul":
         a, b = torch.randn(512, 512), torch.randn(512, 512)
@@ -113,14 +137,22 @@ def child(args) -> dict:
                 cpu_mixed.append(c2 - c)
     util = (cpu() - cpu0) / (clock() - wall0)
     med = lambda v: statistics.median(v) * 1e6  # noqa: E731
-    return {"pypto_alone_us": med(pto_alone), "pypto_mixed_us": med(pto_mixed),
+    return {"alone_us": med(pto_alone), "mixed_us": med(pto_mixed),
             "torch_alone_us": med(torch_alone), "torch_mixed_us": med(torch_mixed),
-            "pypto_alone_cpu_us": med(cpu_alone), "pypto_mixed_cpu_us": med(cpu_mixed),
+            "alone_cpu_us": med(cpu_alone), "mixed_cpu_us": med(cpu_mixed),
             "calls": len(pto_alone), "cpu_util": util,
-            "threading": pypto._C.threading() if hasattr(pypto._C, "threading") else "own"}
+            "threading": threading_mode(args.engine)}
 
 
-def run_config(name: str, threads: int, args) -> dict:
+def threading_mode(engine: str) -> str:
+    if engine != "pypto":
+        return engine
+    import pypto
+
+    return pypto._C.threading() if hasattr(pypto._C, "threading") else "own"
+
+
+def run_config(name: str, threads: int, engine: str, args) -> dict:
     env = dict(os.environ)
     for var in ("OMP_WAIT_POLICY", "PTO_THREADING", "PTO_SPIN_US", "GOMP_SPINCOUNT"):
         env.pop(var, None)
@@ -130,13 +162,14 @@ def run_config(name: str, threads: int, args) -> dict:
     for var in ("PTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[var] = str(threads)
     env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, __file__, "--child", "--threads", str(threads), "--rounds",
+    cmd = [sys.executable, __file__, "--child", "--engine", engine, "--threads", str(threads),
+           "--rounds",
            str(args.rounds), "--calls", str(args.calls), "--torch-op", args.torch_op]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith(MARK)), None)
     if out.returncode != 0 or line is None:
         raise SystemExit(f"{name} threads={threads} failed:\n{out.stderr[-3000:]}")
-    return {"config": name, "threads": threads, "env": CONFIGS[name],
+    return {"config": name, "threads": threads, "engine": engine, "env": CONFIGS[name],
             **json.loads(line[len(MARK):])}
 
 
@@ -144,6 +177,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--configs", default="own_oldspin,own,own_nospin,omp,own_passive,omp_passive")
+    ap.add_argument("--engines", default="pypto,ort",
+                    help="pypto, and ort: ONNX Runtime in the same loops, the peer (run under "
+                         "the configurations' distinct OMP_WAIT_POLICY values only)")
+    ap.add_argument("--engine", default="pypto", help=argparse.SUPPRESS)
     ap.add_argument("--torch-op", choices=["matmul", "conv"], default="matmul")
     ap.add_argument("--rounds", type=int, default=80)
     ap.add_argument("--calls", type=int, default=5, help="calls per loop per round")
@@ -155,20 +192,31 @@ def main() -> None:
         args.threads = int(args.threads)
         print(MARK + json.dumps(child(args)), flush=True)
         return
+    engines = args.engines.split(",")
+    if not set(engines) <= {"pypto", "ort"}:
+        raise SystemExit(f"--engines: pypto and/or ort, not {args.engines}")
     results = []
     for _ in range(args.repeat):
         for threads in (int(t) for t in args.threads.split(",")):
+            ort_policies = set()  # ORT ignores PTO_*: once per OMP_WAIT_POLICY
             for name in args.configs.split(","):
-                results.append(run_config(name, threads, args))
-                r = results[-1]
-                print(f"{name:12} T={threads} ({r['threading']:4}) "
-                      f"pypto {r['pypto_alone_us']:8.1f} -> {r['pypto_mixed_us']:8.1f} us "
-                      f"({r['pypto_mixed_us'] / r['pypto_alone_us'] - 1:+6.1%})   "
-                      f"torch {args.torch_op} {r['torch_alone_us']:8.1f} -> "
-                      f"{r['torch_mixed_us']:8.1f} us "
-                      f"({r['torch_mixed_us'] / r['torch_alone_us'] - 1:+6.1%})   "
-                      f"pypto cpu {r['pypto_alone_cpu_us']:7.1f} -> {r['pypto_mixed_cpu_us']:7.1f}"
-                      f" us   util {r['cpu_util']:.2f}", flush=True)
+                for engine in engines:
+                    if engine == "ort":
+                        policy = CONFIGS[name]["OMP_WAIT_POLICY"]
+                        if policy in ort_policies:
+                            continue
+                        ort_policies.add(policy)
+                    results.append(run_config(name, threads, engine, args))
+                    r = results[-1]
+                    label = name if engine == "pypto" else f"ort/{policy or 'default'}"
+                    print(f"{label:14} T={threads} ({r['threading']:5}) "
+                          f"{engine:5} {r['alone_us']:8.1f} -> {r['mixed_us']:8.1f} us "
+                          f"({r['mixed_us'] / r['alone_us'] - 1:+6.1%})   "
+                          f"torch {args.torch_op} {r['torch_alone_us']:8.1f} -> "
+                          f"{r['torch_mixed_us']:8.1f} us "
+                          f"({r['torch_mixed_us'] / r['torch_alone_us'] - 1:+6.1%})   "
+                          f"cpu {r['alone_cpu_us']:7.1f} -> {r['mixed_cpu_us']:7.1f}"
+                          f" us   util {r['cpu_util']:.2f}", flush=True)
     path = args.json or os.path.join(
         ROOT, "bench", "results", f"coexist-{time.strftime('%Y%m%d-%H%M%S')}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
