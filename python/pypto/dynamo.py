@@ -73,6 +73,11 @@ def _log_fallback(op: str, problem: str):
                     op, problem)
 
 
+# The Python type a graph's scalar output (a size, or a constant number) is returned as.
+_SCALAR_TYPES = {torch.SymInt: int, int: int, torch.SymFloat: float, float: float,
+                 torch.SymBool: bool, bool: bool}
+
+
 class PyptoPiece(torch.nn.Module):
     """One partition of the graph, compiled on its first call. The graph's input types come from
     Dynamo's FakeTensors: symbolic sizes stay symbolic, so one compilation serves every size
@@ -96,6 +101,7 @@ class PyptoPiece(torch.nn.Module):
         # without a conjugate or negative bit): Dynamo's guards hold the graph's inputs to that
         # metadata, and the PyTorch ops between pieces produce what their FakeTensors say.
         self._trusted = all(_trusted_value(n.meta.get("val")) for n in placeholders)
+        self._scalar_outs: list[tuple[int, type]] = []  # (output, int/float/bool), by _compile
         _pieces.add(self)
 
     def forward(self, *args):
@@ -118,7 +124,14 @@ class PyptoPiece(torch.nn.Module):
         Executable directly: each tensor goes over as a DLPack capsule and each output comes back
         as a tensor sharing its memory, as in CompiledGraph.run, without run()'s per-call
         checks of types, devices, grad and conjugate bits. Otherwise it is run() itself."""
-        sym, size = self._sym, self._size
+        sym, size, scalars = self._sym, self._size, self._scalar_outs
+
+        def as_scalars(outs):
+            outs = list(outs)
+            for i, kind in scalars:
+                outs[i] = kind(outs[i].item())
+            return outs
+
         if not self._trusted:
             def checked(args):
                 if sym:
@@ -126,6 +139,8 @@ class PyptoPiece(torch.nn.Module):
                     for i in sym:
                         args[i] = size(args[i])
                 outs = compiled.run(args)
+                if scalars:
+                    outs = as_scalars(outs)
                 return outs[0] if single else tuple(outs)
             return checked
 
@@ -143,6 +158,8 @@ class PyptoPiece(torch.nn.Module):
                     args[i] = size(args[i])
             outs = exe_run([x if type(x) is ndarray else to_dlpack(x) for x in args])
             outs = [from_numpy(o) if type(o) is ndarray else from_dlpack(o) for o in outs]
+            if scalars:
+                outs = as_scalars(outs)
             return outs[0] if single else tuple(outs)
         return trusted
 
@@ -163,7 +180,14 @@ class PyptoPiece(torch.nn.Module):
                     raise NotImplementedError(f"[torch.compile] input '{n.name}' is not a tensor")
         result = imp.convert_body(self.gm.graph).args[0]
         single = not isinstance(result, (tuple, list))
-        outs = [imp.resolve(r) for r in ([result] if single else result)]
+        results = [result] if single else list(result)
+        # Sizes the graph returns (a SymInt output: a length the code after a graph break
+        # computes with, as transformers' mask functions do) come back as one-element tensors;
+        # the caller expects Python numbers.
+        self._scalar_outs = [(i, _SCALAR_TYPES[type(v)]) for i, r in enumerate(results)
+                             if isinstance(r, torch.fx.Node)
+                             and type(v := r.meta.get("val")) in _SCALAR_TYPES]
+        outs = [imp.resolve(r) for r in results]
         imp.set_outputs(outs)
         compiled = CompiledGraph(imp.g, self.level)
         _stats["pypto_pieces"] += 1
@@ -181,6 +205,19 @@ def _trusted_value(val) -> bool:
     return (isinstance(val, torch.Tensor) and val.device.type == "cpu"
             and val.layout == torch.strided and not val.requires_grad and not val.is_conj()
             and not val.is_neg())
+
+
+def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of `gm`'s graph and modules that shares their tensors (constants the graph reads,
+    such as a rotary embedding's inv_freq). Copying those would clone their storage, which under
+    AOT autograd's fake tensor mode fails for a real tensor ("Attempted to set the storage of a
+    tensor on device meta ..."), and they are not changed by freezing anyway."""
+    memo = {}
+    for mod in gm.modules():
+        for t in (*mod._parameters.values(), *mod._buffers.values(), *vars(mod).values()):
+            if isinstance(t, torch.Tensor):
+                memo[id(t)] = t
+    return copy.deepcopy(gm, memo)
 
 
 def _to_constants(gm: torch.fx.GraphModule, consts: dict[torch.fx.Node, tuple[str, torch.Tensor]]):
@@ -357,7 +394,7 @@ class _FrozenWeights:
         if hit is None:
             log.info("pypto: a compiled graph called with other weights (a module sharing its "
                      "code); compiling it for those")
-            gm = copy.deepcopy(self.pristine)
+            gm = _copy_graph(self.pristine)
             placeholders = gm.graph.find_nodes(op="placeholder")
             _to_constants(gm, {placeholders[i]: (f"_frozen_{self.names[i]}", t)
                                for i, t in zip(self.frozen, current)})
@@ -405,7 +442,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
 
     def inference_compiler(fx_gm, inputs):
         arity = len(fx_gm.graph.find_nodes(op="placeholder"))
-        pristine = copy.deepcopy(fx_gm)
+        pristine = _copy_graph(fx_gm)
         keep = _freeze(fx_gm, example_inputs, names)
         fn = _compile_graph(fx_gm, level)
         if keep is None:

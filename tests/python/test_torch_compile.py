@@ -541,3 +541,66 @@ def test_profiler_with_stack_records_each_call_of_a_piece():
             fast(x)
     calls = [r for r in prof.key_averages() if r.kind == "call"]
     assert sum(r.count for r in calls) == 2 and all(" @ " in r.key for r in calls)
+
+
+def test_a_size_returned_before_a_graph_break_is_a_python_int():
+    # The code after a graph break computes with the sizes the graph before it returned
+    # (transformers' sliding-window masks call torch.arange(kv_length)): a SymInt output must come
+    # back as an int, not as a one-element tensor.
+    def f(x, n):
+        k = x.shape[1] + n.shape[0]
+        y = x * 2
+        torch._dynamo.graph_break()
+        return y, torch.arange(k), k
+
+    fast = torch.compile(f, backend="pypto", dynamic=True)
+    for s in (3, 5, 7):
+        x, n = torch.randn(2, s), torch.randn(s + 1)
+        y, a, k = fast(x, n)
+        assert type(k) is int and k == 2 * s + 1
+        assert torch.equal(a, torch.arange(2 * s + 1)) and torch.equal(y, x * 2)
+
+
+def _tiny_generator(name: str):
+    import transformers
+
+    torch.manual_seed(0)
+    if name == "t5":  # encoder-decoder: the encoder once, the decoder with its two caches
+        cfg = transformers.T5Config(d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
+                                    vocab_size=500, decoder_start_token_id=0)
+        return transformers.T5ForConditionalGeneration(cfg).eval()
+    config, model = {"llama": ("LlamaConfig", "LlamaForCausalLM"),  # grouped K/V heads
+                     "mistral": ("MistralConfig", "MistralForCausalLM"),  # sliding-window masks
+                     "gpt2": ("GPT2Config", "GPT2LMHeadModel")}[name]
+    kw = (dict(n_embd=64, n_layer=2, n_head=4) if name == "gpt2" else
+          dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2))
+    return getattr(transformers, model)(getattr(transformers, config)(vocab_size=500, **kw)).eval()
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "gpt2", "t5"])
+def test_generate_with_a_kv_cache_matches_eager(name):
+    # model.generate() with transformers' DynamicCache: a prefill graph, then decode steps whose
+    # cache grows by one position a call. Before, the backend failed on the first graph
+    # (deep-copying it cloned a real constant's storage under AOT's fake mode) and, for Mistral,
+    # returned its mask's sizes as tensors.
+    model = _tiny_generator(name)
+    ids = torch.randint(3, 500, (1, 12))
+
+    def generate():
+        with torch.inference_mode():
+            return model.generate(ids, max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                                  output_scores=True, return_dict_in_generate=True)
+
+    want = generate()
+    model.forward = torch.compile(model.forward, backend="pypto")
+    before = dynamo.stats()
+    got = generate()
+    d = _delta(before)
+    assert torch.equal(got.sequences, want.sequences)
+    for step, (g, w) in enumerate(zip(got.scores, want.scores)):
+        finite = torch.isfinite(w)  # min_new_tokens masks the end token with -inf
+        assert torch.equal(finite, torch.isfinite(g)), f"step {step}"
+        err = (g - w)[finite].abs().max().item() / w[finite].abs().max().item()
+        assert err <= 1e-5, f"step {step}: relative error {err:.2e}"
+    assert d["pypto_runs"] >= 8 and d["fallback_nodes"] == 0 and d["weight_inputs"] == 0
