@@ -344,3 +344,30 @@ def test_arange_of_types_onnx_range_lacks():
     x = torch.randn(3, 7)
     fast = pypto.optimize(Ranges(), (x,))
     torch.testing.assert_close(fast(x), Ranges()(x))
+
+
+def test_a_decoder_with_its_kv_cache_on_compiles_without_it(caplog):
+    # transformers' decoders load with config.use_cache on and return a Cache object that no
+    # compiled graph can return: the capture failed on it. Now it runs with the cache off, says
+    # so, and leaves the model's config as it was.
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=500, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 500, (1, 16))
+    with caplog.at_level(logging.WARNING, logger="pypto"):
+        fast = pypto.optimize(model, example_inputs=(ids,))
+    assert "compiling LlamaForCausalLM with use_cache=False" in caplog.text
+    assert "torch.compile(model.forward" in caplog.text
+    assert model.config.use_cache is True
+    for batch in (1, 3):
+        x = torch.randint(0, 500, (batch, 16))
+        with torch.inference_mode():
+            want = model(x).logits
+        got = fast(x)
+        assert got.past_key_values is None
+        err = (got.logits - want).abs().max().item() / want.abs().max().item()
+        assert err <= 1e-5, f"batch {batch}: relative error {err:.2e}"

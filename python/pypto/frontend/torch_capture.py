@@ -245,10 +245,35 @@ def _capturable_experts(module: torch.nn.Module):
             cfg._experts_implementation_internal = impl
 
 
+@contextlib.contextmanager
+def _without_kv_cache(module: torch.nn.Module, kwargs: dict | None):
+    """A transformers model whose config has use_cache on (decoders and encoder-decoders load
+    that way) returns its KV cache, a Cache object torch.export cannot return, so the capture
+    failed on it. A graph compiled for one call has no use for the cache: the capture runs with
+    config.use_cache off (restored after), unless the example passes use_cache itself. The
+    outputs then have no past_key_values; generate(), which needs them, is torch.compile's
+    (docs/python.md)."""
+    cfg = getattr(module, "config", None)
+    if (getattr(cfg, "use_cache", False) is not True or "use_cache" in (kwargs or {})
+            or "use_cache" not in inspect.signature(module.forward).parameters):
+        yield
+        return
+    log.warning("pypto: compiling %s with use_cache=False (its KV cache, a transformers Cache "
+                "object, cannot be a compiled graph's output): the outputs have no "
+                "past_key_values. For generate(), compile the model's forward instead: "
+                "model.forward = torch.compile(model.forward, backend=\"pypto\")",
+                type(module).__name__)
+    cfg.use_cache = False
+    try:
+        yield
+    finally:
+        cfg.use_cache = True
+
+
 def _capture(module: torch.nn.Module, args: tuple, kwargs: dict | None, *, dynamic: bool,
              dynamic_shapes, max_batch: int | None, what: str | None,
              output_names: list[str] | bool) -> Captured:
-    with _capturable_experts(module):
+    with _capturable_experts(module), _without_kv_cache(module, kwargs):
         return _capture_as_is(module, args, kwargs, dynamic=dynamic,
                               dynamic_shapes=dynamic_shapes, max_batch=max_batch, what=what,
                               output_names=output_names)
