@@ -604,3 +604,35 @@ def test_generate_with_a_kv_cache_matches_eager(name):
         err = (g - w)[finite].abs().max().item() / w[finite].abs().max().item()
         assert err <= 1e-5, f"step {step}: relative error {err:.2e}"
     assert d["pypto_runs"] >= 8 and d["fallback_nodes"] == 0 and d["weight_inputs"] == 0
+
+
+@pytest.mark.parametrize("how", ["left-padded batch", "beam search", "sampling"])
+def test_generate_batched_beams_and_sampling_match_eager(how):
+    # A batch of two prompts, one left-padded (its mask and positions differ), beam search
+    # (the cache reordered between steps) and top-k sampling. Their graphs sum cache lengths with
+    # torch.sym_sum, which was left to PyTorch before.
+    model = _tiny_generator("llama")
+    model.generation_config.pad_token_id = 0
+    ids = torch.randint(3, 500, (2, 10))
+    mask = torch.ones_like(ids)
+    ids[1, :4], mask[1, :4] = 0, 0
+    kw = {"left-padded batch": dict(do_sample=False), "beam search": dict(num_beams=3),
+          "sampling": dict(do_sample=True, top_k=20)}[how]
+
+    def generate():
+        torch.manual_seed(5)
+        with torch.inference_mode():
+            return model.generate(ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6,
+                                  output_scores=True, return_dict_in_generate=True, **kw)
+
+    want = generate()
+    model.forward = torch.compile(model.forward, backend="pypto")
+    before = dynamo.stats()
+    got = generate()
+    d = _delta(before)
+    assert torch.equal(got.sequences, want.sequences)
+    for g, w in zip(got.scores, want.scores):
+        finite = torch.isfinite(w)
+        assert torch.equal(finite, torch.isfinite(g))
+        assert (g - w)[finite].abs().max() <= 1e-5 * w[finite].abs().max()
+    assert d["pypto_runs"] >= 6 and d["fallback_nodes"] == 0 and d["weight_inputs"] == 0

@@ -520,6 +520,20 @@ converter(operator.mul)(_sym_binary("Mul", operator.mul))
 converter(operator.floordiv)(_sym_binary("Div", operator.floordiv))
 
 
+@converter(torch.sym_sum)
+def _sym_sum(ctx, node, terms):
+    """torch.sym_sum (Dynamo writes it for a sum of several sizes: transformers' cache lengths):
+    the known terms folded, the others added in turn."""
+    known = sum(t for t in terms if is_static(t))
+    unknown = [t for t in terms if not is_static(t)]
+    if not unknown:
+        return known
+    total = ctx.sym(unknown[0])
+    for t in unknown[1:] + ([known] if known else []):
+        total = ctx.op("Add", [total, ctx.sym(t)])
+    return SymV(total)
+
+
 @converter(operator.getitem)
 def _getitem(ctx, node, seq, i):
     return seq[i]
