@@ -339,3 +339,37 @@ def test_precision_rejects_an_unknown_level():
     p = subprocess.run([sys.executable, str(bench), "--level", "4"], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 2 and "--level" in p.stderr and "invalid choice" in p.stderr, p.stderr
+
+
+def test_generate_peer_matches_generate_and_counts_the_weights_a_step_reads(tmp_path):
+    # bench/generate.py's ONNX Runtime loop (the decoder exported with its KV cache) must produce
+    # what transformers' generate() does, and its bandwidth figure counts the weights a decode
+    # step reads: the tied GPT-2 head yes, Llama's gathered-only embedding table no.
+    import transformers
+
+    import generate
+    import generate_ort
+
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=300)).eval()
+    ids = torch.randint(0, 300, (1, 7))
+    with torch.inference_mode():
+        want = gpt2.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                             min_new_tokens=6, do_sample=False, output_scores=True,
+                             return_dict_in_generate=True, pad_token_id=0)
+    tokens, scores = generate_ort.ort_generator(gpt2, ids, 1, str(tmp_path))(6)
+    assert tokens == want.sequences[0, 7:].tolist()
+    for got, ref in zip(scores, want.scores):
+        finite = torch.isfinite(ref)
+        assert torch.equal(finite, torch.isfinite(got))
+        assert (got - ref)[finite].abs().max() <= 1e-4 * ref[finite].abs().max()
+    assert not gpt2.training
+
+    params = sum(p.numel() for p in gpt2.parameters()) * 4
+    assert generate.weight_bytes(gpt2) == params - gpt2.transformer.wpe.weight.numel() * 4
+    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+        vocab_size=300))
+    table = llama.model.embed_tokens.weight.numel() * 4
+    assert generate.weight_bytes(llama) == sum(p.numel() for p in llama.parameters()) * 4 - table

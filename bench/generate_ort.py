@@ -1,0 +1,134 @@
+"""ONNX Runtime as bench/generate.py's peer: a transformers decoder exported with its KV cache as
+inputs and outputs, and the greedy loop generate() runs, on an InferenceSession.
+
+The export wraps the model in a module whose forward takes input_ids [B, S], attention_mask
+[B, P + S], position_ids [B, S] and the past keys and values of each layer ([B, kv heads, P, head
+dim]), builds transformers' DynamicCache from them and returns the last position's logits and the
+new keys and values: one graph for the prompt (P = 0: empty past tensors) and every step (S = 1),
+exported once by torch.onnx.export (TorchScript exporter, opset 17; dynamic batch, sequence, past
+and total lengths, traced at B = 2, S = 3, P = 5 so that no size is taken for a constant).
+
+The loop binds each step's present keys and values (OrtValues) as the next step's past ones, so
+the cache never goes through numpy; only the logits come out. As generate() with min_new_tokens =
+max_new_tokens does, the end-of-text token is masked (-inf) before the argmax. ORT_ENABLE_ALL,
+intra_op_num_threads = T, inter_op_num_threads = 1, sequential execution.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+
+def version() -> str:
+    import onnxruntime
+
+    return onnxruntime.__version__
+
+
+def _geometry(config) -> tuple[int, int, int]:
+    """Layers, K/V heads and head size of a decoder's cache."""
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return config.num_hidden_layers, kv, head_dim
+
+
+class _DecoderWithPast(torch.nn.Module):
+    def __init__(self, model, layers: int):
+        super().__init__()
+        self.model, self.layers = model, layers
+
+    def forward(self, input_ids, attention_mask, position_ids, *past):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(ddp_cache_data=[(past[2 * i], past[2 * i + 1])
+                                             for i in range(self.layers)])
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         position_ids=position_ids, cache=cache, use_cache=True, logits_to_keep=1)
+        new = out.cache if "cache" in out else out.past_key_values
+        flat = [t for layer in new.layers for t in (layer.keys, layer.values)]
+        return (out.logits[:, -1, :], *flat)
+
+
+def export_decoder(model, path: str) -> tuple[list[str], list[str]]:
+    """Writes `model` with its cache as inputs and outputs to `path`; its input and output names."""
+    layers, kv, head_dim = _geometry(model.config)
+    # eval() on the wrapper too: the exporter restores the wrapper's training flag afterwards,
+    # which a fresh module has on, and that would put the model in training mode (dropout).
+    wrapper = _DecoderWithPast(model, layers).eval()
+    g = torch.Generator().manual_seed(1234)
+    b, s, p = 2, 3, 5
+    ids = torch.randint(0, model.config.vocab_size, (b, s), generator=g)
+    mask = torch.ones(b, p + s, dtype=torch.long)
+    pos = torch.arange(p, p + s).unsqueeze(0).expand(b, s).contiguous()
+    past = [torch.randn(b, kv, p, head_dim, generator=g) for _ in range(2 * layers)]
+    names = [f"{i // 2}_{'kv'[i % 2]}" for i in range(2 * layers)]
+    inputs = ["input_ids", "attention_mask", "position_ids"] + [f"past_{n}" for n in names]
+    outputs = ["logits"] + [f"present_{n}" for n in names]
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
+            "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch"}}
+    axes.update({n: {0: "batch", 2: "past"} for n in inputs[3:]})
+    axes.update({n: {0: "batch", 2: "total"} for n in outputs[1:]})
+    with torch.no_grad():
+        torch.onnx.export(wrapper, (ids, mask, pos, *past), path, input_names=inputs,
+                          output_names=outputs, dynamic_axes=axes, dynamo=False, opset_version=17)
+    model.eval()
+    return inputs, outputs
+
+
+def ort_generator(model, ids: torch.Tensor, threads: int, workdir: str):
+    """Exports `model` to workdir and returns run(new): greedy generation of `new` tokens after
+    the prompt `ids` [1, S] on ONNX Runtime, as (tokens, scores), the scores being the masked
+    logits of each step ([1, vocab] tensors) as generate(output_scores=True) gives them."""
+    import onnxruntime as ort
+
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "decoder.onnx")
+    inputs, outputs = export_decoder(model, path)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    _, kv, head_dim = _geometry(model.config)
+    eos = model.generation_config.eos_token_id
+    eos = [e for e in ([eos] if isinstance(eos, int) else list(eos or []))
+           if e < model.config.vocab_size]  # as generate() does: ids past the vocabulary are none
+    prompt = ids.numpy().astype(np.int64)
+    batch, length = prompt.shape
+    empty = np.zeros((batch, kv, 0, head_dim), dtype=np.float32)
+
+    def run(new: int):
+        io = session.io_binding()
+        tokens, scores = [], []
+        step_ids, past = prompt, [empty] * (len(inputs) - 3)
+        for step in range(new):
+            seen = length + step - step_ids.shape[1]  # positions already in the cache
+            io.clear_binding_inputs()
+            io.clear_binding_outputs()
+            io.bind_cpu_input("input_ids", step_ids)
+            io.bind_cpu_input("attention_mask",
+                              np.ones((batch, seen + step_ids.shape[1]), dtype=np.int64))
+            io.bind_cpu_input("position_ids", np.arange(seen, seen + step_ids.shape[1],
+                                                        dtype=np.int64)[None].repeat(batch, 0))
+            for name, value in zip(inputs[3:], past):
+                if isinstance(value, np.ndarray):
+                    io.bind_cpu_input(name, value)
+                else:
+                    io.bind_ortvalue_input(name, value)  # the previous step's present: no copy
+            for name in outputs:
+                io.bind_output(name, "cpu")
+            session.run_with_iobinding(io)
+            out = io.get_outputs()
+            logits = out[0].numpy().copy()
+            logits[:, eos] = -np.inf  # min_new_tokens = new: generate() masks it every step
+            nxt = logits.argmax(-1).astype(np.int64)
+            tokens.append(int(nxt[0]))
+            scores.append(torch.from_numpy(logits))
+            step_ids, past = nxt.reshape(batch, 1), out[1:]
+        return tokens, scores
+
+    return run
