@@ -571,14 +571,18 @@ def _tiny_generator(name: str):
         return transformers.T5ForConditionalGeneration(cfg).eval()
     config, model = {"llama": ("LlamaConfig", "LlamaForCausalLM"),  # grouped K/V heads
                      "mistral": ("MistralConfig", "MistralForCausalLM"),  # sliding-window masks
+                     # local layers' cache lengths through torch.sym_max, soft-capped scores
+                     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
                      "gpt2": ("GPT2Config", "GPT2LMHeadModel")}[name]
     kw = (dict(n_embd=64, n_layer=2, n_head=4) if name == "gpt2" else
           dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2))
+    if name == "gemma2":
+        kw.update(head_dim=16, sliding_window=8)  # shorter than prompt + new tokens
     return getattr(transformers, model)(getattr(transformers, config)(vocab_size=500, **kw)).eval()
 
 
-@pytest.mark.parametrize("name", ["llama", "mistral", "gpt2", "t5"])
+@pytest.mark.parametrize("name", ["llama", "mistral", "gemma2", "gpt2", "t5"])
 def test_generate_with_a_kv_cache_matches_eager(name):
     # model.generate() with transformers' DynamicCache: a prefill graph, then decode steps whose
     # cache grows by one position a call. Before, the backend failed on the first graph

@@ -520,6 +520,10 @@ converter(operator.mul)(_sym_binary("Mul", operator.mul))
 converter(operator.floordiv)(_sym_binary("Div", operator.floordiv))
 
 
+converter(torch.sym_max)(_sym_binary("Max", max))  # Gemma-2/3's sliding-window cache lengths
+converter(torch.sym_min)(_sym_binary("Min", min))
+
+
 @converter(torch.sym_sum)
 def _sym_sum(ctx, node, terms):
     """torch.sym_sum (Dynamo writes it for a sum of several sizes: transformers' cache lengths):
