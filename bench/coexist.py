@@ -64,15 +64,13 @@ def compile_engine(engine: str, net, x, threads: int):
         return pypto.optimize(net, (x,))
     import tempfile
 
-    import onnxruntime as ort
     import torch
+
+    from run import ort_session  # bench/run.py: the peer's settings (BENCHMARKING.md)
 
     path = os.path.join(tempfile.mkdtemp(prefix="coexist-"), "net.onnx")
     torch.onnx.export(net, (x,), path, input_names=["x"], dynamo=False)
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    sess = ort_session(path, threads)
     return lambda t: torch.from_numpy(sess.run(None, {"x": t.numpy()})[0])
 
 
@@ -163,8 +161,7 @@ def run_config(name: str, threads: int, engine: str, args) -> dict:
         env[var] = str(threads)
     env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, __file__, "--child", "--engine", engine, "--threads", str(threads),
-           "--rounds",
-           str(args.rounds), "--calls", str(args.calls), "--torch-op", args.torch_op]
+           "--rounds", str(args.rounds), "--calls", str(args.calls), "--torch-op", args.torch_op]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith(MARK)), None)
     if out.returncode != 0 or line is None:

@@ -10,8 +10,8 @@ and total lengths, traced at B = 2, S = 3, P = 5 so that no size is taken for a 
 
 The loop binds each step's present keys and values (OrtValues) as the next step's past ones, so
 the cache never goes through numpy; only the logits come out. As generate() with min_new_tokens =
-max_new_tokens does, the end-of-text token is masked (-inf) before the argmax. ORT_ENABLE_ALL,
-intra_op_num_threads = T, inter_op_num_threads = 1, sequential execution.
+max_new_tokens does, the end-of-text token is masked (-inf) before the argmax. The session is
+bench/run.py's (ORT_ENABLE_ALL, intra_op_num_threads = T, inter_op_num_threads = 1, sequential).
 """
 
 from __future__ import annotations
@@ -83,16 +83,12 @@ def ort_generator(model, ids: torch.Tensor, threads: int, workdir: str):
     """Exports `model` to workdir and returns run(new): greedy generation of `new` tokens after
     the prompt `ids` [1, S] on ONNX Runtime, as (tokens, scores), the scores being the masked
     logits of each step ([1, vocab] tensors) as generate(output_scores=True) gives them."""
-    import onnxruntime as ort
+    from run import ort_session  # bench/run.py: the peer's settings (BENCHMARKING.md)
 
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "decoder.onnx")
     inputs, outputs = export_decoder(model, path)
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    session = ort_session(path, threads)
     _, kv, head_dim = _geometry(model.config)
     eos = model.generation_config.eos_token_id
     eos = [e for e in ([eos] if isinstance(eos, int) else list(eos or []))
