@@ -13,7 +13,9 @@ same process), and the CPU time the whole process spent during each PyPTO call (
 workers that spin or compete show there even when the machine's load blurs the wall times). The children vary, per thread count (PyPTO and torch both at T threads):
 
   OMP_WAIT_POLICY   unset (libgomp's workers spin ~300k iterations after a region) or PASSIVE
-  PTO_THREADING     own (PyPTO's pool) or omp (PyPTO's regions on torch's OpenMP team), auto
+  PTO_THREADING     own (PyPTO's pool), omp (PyPTO's regions on torch's OpenMP team) or auto
+                    (the team, but own threads for a while after a region whose end waited
+                    long for a descheduled team thread)
   PTO_SPIN_US       how long PyPTO's idle workers spin before sleeping (own)
 
 so the slowdown can be put down to one runtime's spinning workers or the other's. The peer,
@@ -21,11 +23,15 @@ ONNX Runtime (--engines ort; ORT_ENABLE_ALL, T intra-op threads, its own spinnin
 the same loops on the same CNN exported to ONNX, in children of its own, once per distinct
 OMP_WAIT_POLICY: what a call slows after the torch op there is not PyPTO's to remove (the op's
 data evicting the model's from the caches shows on one thread, where no pools can fight).
+--busy N runs N busy loops (processes of their own) beside every child: a machine other work
+also holds, where a team thread the OS has descheduled shows as stalls the median hides (the
+mean and p99 of the call after the torch op are reported too).
 
     PY=~/.cache/pypto/venv/bin/python
     PYTHONPATH=$PWD/python nice -n 19 $PY bench/coexist.py               # a few minutes
     PYTHONPATH=$PWD/python $PY bench/coexist.py --threads 2 --configs default,passive --rounds 5
     PYTHONPATH=$PWD/python $PY bench/coexist.py --configs own,omp --engines pypto,ort --repeat 3
+    PYTHONPATH=$PWD/python $PY bench/coexist.py --configs own,auto --threads 2 --busy 4
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ CONFIGS = {
     "own_oldspin": {"OMP_WAIT_POLICY": None, "PTO_THREADING": "own", "PTO_SPIN_US": "540"},
     "omp": {"OMP_WAIT_POLICY": None, "PTO_THREADING": "omp"},
     "omp_passive": {"OMP_WAIT_POLICY": "PASSIVE", "PTO_THREADING": "omp"},
+    "auto": {"OMP_WAIT_POLICY": None, "PTO_THREADING": "auto"},
+    "auto_passive": {"OMP_WAIT_POLICY": "PASSIVE", "PTO_THREADING": "auto"},
 }
 
 
@@ -136,6 +144,8 @@ def child(args) -> dict:
     util = (cpu() - cpu0) / (clock() - wall0)
     med = lambda v: statistics.median(v) * 1e6  # noqa: E731
     return {"alone_us": med(pto_alone), "mixed_us": med(pto_mixed),
+            "mixed_mean_us": statistics.fmean(pto_mixed) * 1e6,
+            "mixed_p99_us": statistics.quantiles(pto_mixed, n=100)[98] * 1e6,
             "torch_alone_us": med(torch_alone), "torch_mixed_us": med(torch_mixed),
             "alone_cpu_us": med(cpu_alone), "mixed_cpu_us": med(cpu_mixed),
             "calls": len(pto_alone), "cpu_util": util,
@@ -182,6 +192,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=80)
     ap.add_argument("--calls", type=int, default=5, help="calls per loop per round")
     ap.add_argument("--repeat", type=int, default=1, help="runs of every configuration")
+    ap.add_argument("--busy", type=int, default=0,
+                    help="busy loops (processes) running beside every child")
     ap.add_argument("--json", help="also write the results here (default bench/results/)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -192,6 +204,30 @@ def main() -> None:
     engines = args.engines.split(",")
     if not set(engines) <= {"pypto", "ort"}:
         raise SystemExit(f"--engines: pypto and/or ort, not {args.engines}")
+    unknown = set(args.configs.split(",")) - set(CONFIGS)
+    if unknown:
+        raise SystemExit(f"--configs: unknown {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(CONFIGS)}")
+    if args.busy < 0:
+        raise SystemExit("--busy: a number of busy loops, >= 0")
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(args.busy)]
+    try:
+        results = measure(args, engines)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    path = args.json or os.path.join(
+        ROOT, "bench", "results", f"coexist-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"torch_op": args.torch_op, "rounds": args.rounds, "calls": args.calls,
+                   "busy": args.busy, "results": results}, f, indent=1)
+    print(f"written to {path}")
+
+
+def measure(args, engines: list[str]) -> list[dict]:
     results = []
     for _ in range(args.repeat):
         for threads in (int(t) for t in args.threads.split(",")):
@@ -208,19 +244,14 @@ def main() -> None:
                     label = name if engine == "pypto" else f"ort/{policy or 'default'}"
                     print(f"{label:14} T={threads} ({r['threading']:5}) "
                           f"{engine:5} {r['alone_us']:8.1f} -> {r['mixed_us']:8.1f} us "
-                          f"({r['mixed_us'] / r['alone_us'] - 1:+6.1%})   "
+                          f"({r['mixed_us'] / r['alone_us'] - 1:+6.1%}; mean "
+                          f"{r['mixed_mean_us']:8.1f}, p99 {r['mixed_p99_us']:8.1f})   "
                           f"torch {args.torch_op} {r['torch_alone_us']:8.1f} -> "
                           f"{r['torch_mixed_us']:8.1f} us "
                           f"({r['torch_mixed_us'] / r['torch_alone_us'] - 1:+6.1%})   "
                           f"cpu {r['alone_cpu_us']:7.1f} -> {r['mixed_cpu_us']:7.1f}"
                           f" us   util {r['cpu_util']:.2f}", flush=True)
-    path = args.json or os.path.join(
-        ROOT, "bench", "results", f"coexist-{time.strftime('%Y%m%d-%H%M%S')}.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump({"torch_op": args.torch_op, "rounds": args.rounds, "calls": args.calls,
-                   "results": results}, f, indent=1)
-    print(f"written to {path}")
+    return results
 
 
 if __name__ == "__main__":

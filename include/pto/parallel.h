@@ -25,14 +25,15 @@ void set_num_threads(int n);
 // Where the pool's threads come from: "own" (threads of its own, which spin PTO_SPIN_US
 // microseconds when idle, default 50, then sleep), "omp" (the OpenMP team of the libgomp.so.1 the
 // process has loaded, PyTorch's: no second set of threads fighting the first for the cores) or
-// "auto" (omp when libgomp.so.1 is loaded, else own). Default: PTO_THREADING, else own (measured
-// better on a loaded machine: docs/backend/runtime.md). The work is cut the same way in both, so
-// results are the same bits. "omp" without libgomp loaded and
+// "auto" (that team while it keeps up: a region that ends long after its last task, a member
+// descheduled by other processes, sends the jobs to own threads for a while; own threads alone
+// without libgomp loaded). Default: PTO_THREADING, else auto (docs/backend/runtime.md). The work
+// is cut the same way in all, so results are the same bits. "omp" without libgomp loaded and
 // unknown modes are errors. Not to be called while kernels run.
 void set_threading(std::string_view mode);
 // Decides "auto" again (after a library that brings libgomp, such as PyTorch, was loaded).
 void recheck_threading();
-// The mode in effect: "own" or "omp".
+// The mode in effect: "own", "omp" or "auto" ("own" where "auto" found no libgomp).
 std::string threading();
 
 // Calls fn(begin, end) over [begin, end) in chunks of at least `grain` elements, in parallel.

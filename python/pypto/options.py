@@ -153,9 +153,11 @@ _THREADING = ("auto", "own", "omp")
 
 
 def set_threading(mode: str) -> None:
-    """Where the kernel threads come from: "own" (PyPTO's pool; the default, or PTO_THREADING),
-    "omp" (the OpenMP team of the libgomp PyTorch loaded) or "auto" (omp when PyTorch's libgomp is
-    loaded, else own). Same results in every mode. Not while models run."""
+    """Where the kernel threads come from: "own" (PyPTO's pool), "omp" (the OpenMP team of the
+    libgomp PyTorch loaded) or "auto" (the default, or PTO_THREADING: that team while it keeps
+    up; a parallel region that ends long after its last task, a team thread descheduled by other
+    processes, sends the work to PyPTO's own threads for a while; own threads alone until PyTorch
+    is loaded). Same results in every mode. Not while models run."""
     if not isinstance(mode, str):
         raise TypeError(f"set_threading expects a str, got {type(mode).__name__}")
     if mode not in _THREADING:
@@ -165,5 +167,5 @@ def set_threading(mode: str) -> None:
 
 
 def get_threading() -> str:
-    """The mode in effect: "own" or "omp"."""
+    """The mode in effect: "own", "omp" or "auto" ("own" while "auto" finds no libgomp)."""
     return _C.threading()

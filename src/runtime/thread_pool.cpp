@@ -10,20 +10,24 @@
 // sleep on a condition variable.
 //
 // PTO_THREADING=omp runs the same jobs on the OpenMP team of the libgomp the process has already
-// loaded (PyTorch's) instead of on threads of its own (`auto`: omp when libgomp.so.1 is loaded).
-// The tasks and their boundaries are the same in both modes, so are the bits. The default is own:
-// on a loaded machine a libgomp team with its default (active) wait policy made a PyPTO call right
-// after a torch op 100x slower (the region's end barrier waits for every member, descheduled or
-// not), while own threads that spin only PTO_SPIN_US removed most of the slowdown
-// (bench/coexist.py).
+// loaded (PyTorch's) instead of on threads of its own. The tasks and their boundaries are the same
+// in both modes, so are the bits. On a loaded machine a libgomp team with its default (active)
+// wait policy made a PyPTO call right after a torch op 100x slower (the region's end barrier waits
+// for every member, descheduled or not), while own threads that spin only PTO_SPIN_US removed most
+// of the slowdown (bench/coexist.py). `auto`, the default, runs on the team and watches that
+// barrier: a region that ends long after its last task sends the jobs to own threads for a while
+// (team_guard.h); without libgomp in the process it is own.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <immintrin.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -31,12 +35,15 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "pto/error.h"
+#include "pto/log.h"
 #include "pto/parallel.h"
 #include "runtime/profiler_hooks.h"
+#include "runtime/team_guard.h"
 
 namespace pto {
 namespace {
@@ -104,7 +111,7 @@ Threading parse_threading(std::string_view mode, const char* where) {
 
 Threading requested_default() {
   const char* env = std::getenv("PTO_THREADING");
-  return env && *env ? parse_threading(env, "PTO_THREADING") : Threading::kOwn;
+  return env && *env ? parse_threading(env, "PTO_THREADING") : Threading::kAuto;
 }
 
 int default_threads() {
@@ -146,6 +153,9 @@ struct Job {
   std::mutex error_mutex;
   int64_t error_task = -1;
   std::exception_ptr error;
+  // With stamp_end, when the last task ended (written by the thread that ended it).
+  bool stamp_end = false;
+  detail::TeamGuard::Clock::time_point last_done{};
 
   // Runs tasks until none are left.
   void work() {
@@ -161,18 +171,24 @@ struct Job {
           error = std::current_exception();
         }
       }
-      done.fetch_add(1, std::memory_order_acq_rel);
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == tasks && stamp_end)
+        last_done = detail::TeamGuard::Clock::now();
     }
   }
 };
 
 class ThreadPool {
  public:
-  // With gomp.parallel the jobs run on that OpenMP team and the pool starts no thread.
-  ThreadPool(int threads, Gomp gomp, std::chrono::microseconds spin)
-      : threads_(threads), gomp_(gomp), spin_(spin), cpu_(new std::atomic<int>[threads]) {
+  // With gomp.parallel the jobs run on that OpenMP team and the pool starts no thread, unless
+  // `guarded`: then a team that stalls hands the jobs to threads of the pool's own for a while.
+  ThreadPool(int threads, Gomp gomp, bool guarded, std::chrono::microseconds spin)
+      : threads_(threads),
+        gomp_(gomp),
+        guarded_(guarded && gomp.parallel),
+        spin_(spin),
+        cpu_(new std::atomic<int>[threads]) {
     for (int i = 0; i < threads; ++i) cpu_[i].store(-1);
-    if (gomp_.parallel) return;
+    if (gomp_.parallel && !guarded_) return;
     for (int i = 1; i < threads; ++i)
       workers_.emplace_back([this, i] {
         profiler::set_thread_name(cat("pto worker ", i));
@@ -191,7 +207,11 @@ class ThreadPool {
   }
 
   int threads() const { return threads_; }
-  bool on_omp() const { return gomp_.parallel != nullptr; }
+  // "own", "omp", or "auto" (the team, guarded).
+  static const char* mode_name(bool team, bool guarded) {
+    return !team ? "own" : guarded ? "auto" : "omp";
+  }
+  const char* mode() const { return mode_name(gomp_.parallel != nullptr, guarded_); }
 
   void run(int64_t tasks, const std::function<void(int64_t)>& fn) {
     // One job at a time; a second caller (another thread running a graph) works alone.
@@ -205,11 +225,14 @@ class ThreadPool {
     job.fn = &fn;
     job.profile = profiler::detail::t_context;
     job.tasks = tasks;
-    if (gomp_.parallel) {
+    if (gomp_.parallel && (!guarded_ || guard_.use_team(detail::TeamGuard::Clock::now(),
+                                                        [&] { return crowded(); }))) {
       // Every member of the team (the caller is its master) works until no task is left; the
       // team may be smaller than asked (a nested region gets one thread), which only takes longer.
+      job.stamp_end = guarded_;
       gomp_.parallel([](void* j) { static_cast<Job*>(j)->work(); }, &job,
                      static_cast<unsigned>(std::min<int64_t>(threads_, tasks)), 0);
+      if (guarded_) judge_team(job);
     } else {
       run_on_workers(job);
     }
@@ -217,6 +240,57 @@ class ThreadPool {
   }
 
  private:
+  void judge_team(const Job& job) {
+    const auto now = detail::TeamGuard::Clock::now();
+    const auto stall = now - job.last_done;
+    if (guard_.judge(now, stall) && log_enabled(LogLevel::kInfo))
+      log(LogLevel::kInfo,
+          cat("threading auto: a region on the OpenMP team ended ",
+              std::chrono::duration_cast<std::chrono::microseconds>(stall).count(),
+              " us after its last task (a member was descheduled); own threads for the next ",
+              guard_.backoff().count(), " ms"));
+  }
+
+  // Whether the cores cannot hold this pool's threads beside the threads other processes have
+  // runnable now (/proc/loadavg's count of runnable threads, less this process's own in
+  // /proc/self/task; ~10-50 us, asked once per backoff).
+  bool crowded() const {
+    long running = 0;
+    if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+      double load[3];
+      long total = 0;
+      if (std::fscanf(f, "%lf %lf %lf %ld/%ld", &load[0], &load[1], &load[2], &running, &total) !=
+          5)
+        running = 0;
+      std::fclose(f);
+    }
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (running <= 0 || cores <= 0) return false;
+    return running - running_threads_of_this_process() + threads_ > cores;
+  }
+
+  // Threads of this process the OS has runnable now (state R in /proc/self/task/*/stat).
+  static long running_threads_of_this_process() {
+    DIR* dir = opendir("/proc/self/task");
+    if (!dir) return 1;
+    long running = 0;
+    while (const dirent* entry = readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      char path[320], stat[512];
+      std::snprintf(path, sizeof(path), "/proc/self/task/%s/stat", entry->d_name);
+      std::FILE* f = std::fopen(path, "r");
+      if (!f) continue;
+      const size_t n = std::fread(stat, 1, sizeof(stat) - 1, f);
+      std::fclose(f);
+      stat[n] = '\0';
+      // "tid (name) S ...": the state follows the last ')' (a name may hold one)
+      const char* close = std::strrchr(stat, ')');
+      if (close && close[1] == ' ' && close[2] == 'R') ++running;
+    }
+    closedir(dir);
+    return std::max(running, 1L);  // this caller is running
+  }
+
   void run_on_workers(Job& job) {
     job_.store(&job);
     {
@@ -285,6 +359,8 @@ class ThreadPool {
 
   int threads_;
   Gomp gomp_;
+  bool guarded_;
+  detail::TeamGuard guard_;  // under job_mutex_
   std::chrono::microseconds spin_;
   // Per pool thread (0: the caller of the last job), the CPU it last ran a task on, or -1.
   std::unique_ptr<std::atomic<int>[]> cpu_;
@@ -301,10 +377,10 @@ class ThreadPool {
 
 std::mutex g_pool_mutex;
 std::unique_ptr<ThreadPool> g_pool;
-std::optional<Threading> g_requested;  // set_threading's mode, else PTO_THREADING's, else own
+std::optional<Threading> g_requested;  // set_threading's mode, else PTO_THREADING's, else auto
 
 // The team the requested mode gives now: libgomp's for omp (an error without one), libgomp's for
-// auto when the process has loaded it, else none (own threads).
+// auto when the process has loaded it (guarded), else none (own threads).
 Gomp resolve(Threading mode) {
   if (mode == Threading::kOwn) return {};
   Gomp g = loaded_gomp();
@@ -320,11 +396,12 @@ Gomp resolve(Threading mode) {
 void make_pool(int threads) {
   if (!g_requested) g_requested = requested_default();
   Gomp gomp = resolve(*g_requested);
-  if (g_pool && g_pool->threads() == threads && g_pool->on_omp() == (gomp.parallel != nullptr))
-    return;
+  const bool guarded = *g_requested == Threading::kAuto;
+  const std::string_view mode = ThreadPool::mode_name(gomp.parallel != nullptr, guarded);
+  if (g_pool && g_pool->threads() == threads && g_pool->mode() == mode) return;
   const auto spin = spin_time();  // checked before the pool goes
   g_pool.reset();
-  g_pool = std::make_unique<ThreadPool>(threads, gomp, spin);
+  g_pool = std::make_unique<ThreadPool>(threads, gomp, guarded, spin);
 }
 
 ThreadPool& pool() {
@@ -372,7 +449,7 @@ void recheck_threading() {
 }
 
 std::string threading() {
-  return pool().on_omp() ? "omp" : "own";
+  return pool().mode();
 }
 
 bool in_parallel_region() {

@@ -19,6 +19,7 @@
 #include "pto/parallel.h"
 #include "pto/reference.h"
 #include "pto/runtime.h"
+#include "runtime/team_guard.h"
 
 namespace pto {
 namespace {
@@ -311,12 +312,81 @@ TEST(ThreadPool, OmpTeamGivesTheBitsOfTheOwnThreads) {
     for (int64_t i = 0; i < own.numel(); ++i)
       ASSERT_NEAR(own.item_as_double(i), want.item_as_double(i), 1e-5) << i;
   }
-  set_threading("auto");  // libgomp is loaded now
-  EXPECT_EQ(threading(), "omp");
-
   set_num_threads(2);
   expect_two_threads_meet();
   expect_lowest_failure_rethrown(2);
+
+  // auto: the team, guarded; the same bits, both threads at work, errors as on the pool
+  set_threading("auto");  // libgomp is loaded now
+  EXPECT_EQ(threading(), "auto");
+  Executable exe = compile(g);
+  Tensor own = [&] {
+    set_threading("own");
+    return compile(g).run({x})[0];
+  }();
+  set_threading("auto");
+  for (int rep = 0; rep < 3; ++rep) {
+    Tensor got = exe.run({x})[0];
+    EXPECT_EQ(std::memcmp(got.raw_data(), own.raw_data(), own.nbytes()), 0);
+  }
+  expect_two_threads_meet();
+  expect_lowest_failure_rethrown(2);
+}
+
+// auto's guard: a region that ends long after its last task sends the jobs to own threads for a
+// backoff that doubles while the stalls go on and goes back to the first after a calm spell; a
+// backoff that ends on a crowded machine starts the next without trying the team.
+TEST(ThreadPool, TeamGuardBacksOffFromAStallingTeam) {
+  using namespace std::chrono_literals;
+  using detail::TeamGuard;
+  TeamGuard guard(TeamGuard::Limits{200us, 50ms, 400ms, 1000ms});
+  int asked = 0;
+  bool crowded = false;
+  auto ask = [&] {
+    ++asked;
+    return crowded;
+  };
+  TeamGuard::Clock::time_point t{};
+  t += 1h;
+  EXPECT_TRUE(guard.use_team(t, ask));
+  EXPECT_FALSE(guard.judge(t, 150us));  // a barrier that waited for a last task's end: fine
+  EXPECT_TRUE(guard.use_team(t, ask));
+  EXPECT_TRUE(guard.judge(t, 3ms));  // a member descheduled for a time slice
+  EXPECT_EQ(guard.backoff(), 50ms);
+  EXPECT_FALSE(guard.use_team(t + 49ms, ask));
+  EXPECT_EQ(asked, 0);  // the machine is looked at only when a backoff ends
+  EXPECT_TRUE(guard.use_team(t + 50ms, ask));
+  EXPECT_TRUE(guard.use_team(t + 50ms, ask));
+  EXPECT_EQ(asked, 1);
+  // back on the team, stalling again at once: twice as long, up to the limit
+  std::chrono::milliseconds want[] = {100ms, 200ms, 400ms, 400ms};
+  for (auto backoff : want) {
+    t += guard.backoff();
+    ASSERT_TRUE(guard.use_team(t, ask));
+    EXPECT_TRUE(guard.judge(t, 1ms));
+    EXPECT_EQ(guard.backoff(), backoff);
+    EXPECT_FALSE(guard.use_team(t + backoff - 1ms, ask));
+  }
+  EXPECT_EQ(guard.stalls(), 5);
+  // a second on the team without a stall: the next one backs off for the first time again
+  t += guard.backoff();
+  EXPECT_TRUE(guard.use_team(t, ask));
+  EXPECT_FALSE(guard.judge(t + 999ms, 10us));
+  EXPECT_FALSE(guard.judge(t + 1000ms, 10us));
+  EXPECT_TRUE(guard.judge(t + 1001ms, 5ms));
+  EXPECT_EQ(guard.backoff(), 50ms);
+  EXPECT_EQ(guard.stalls(), 6);
+  // the backoff ends on a crowded machine: the next one starts at once, longer
+  t += 1001ms + 50ms;
+  crowded = true;
+  const int before = asked;
+  EXPECT_FALSE(guard.use_team(t, ask));
+  EXPECT_EQ(asked, before + 1);
+  EXPECT_EQ(guard.backoff(), 100ms);
+  EXPECT_FALSE(guard.use_team(t + 99ms, ask));
+  crowded = false;
+  EXPECT_TRUE(guard.use_team(t + 100ms, ask));
+  EXPECT_EQ(guard.stalls(), 7);
 }
 
 // ---- memory pool ----

@@ -93,17 +93,21 @@ def run_env(code: str, **env) -> subprocess.CompletedProcess:
 
 def test_threading_follows_torch():
     # auto: PyPTO's own threads until torch (and its libgomp) is loaded, then torch's OpenMP team
+    # (guarded)
     code = ("import pypto; pypto.set_num_threads(2); print(pypto.get_threading()); "
             "import torch; print(pypto.get_threading()); pypto.set_threading('own'); "
             "print(pypto.get_threading())")
     r = run_env(code, PTO_THREADING="auto")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["own", "omp", "own"]
-    # the default is own, torch or not
+    assert r.stdout.split() == ["own", "auto", "own"]
+    # the default is auto: torch's team beside torch, own threads without it
     r = run_env("import torch, pypto; print(pypto.get_threading()); pypto.set_threading('omp'); "
                 "print(pypto.get_threading())")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["own", "omp"]
+    assert r.stdout.split() == ["auto", "omp"]
+    r = run_env("import pypto; print(pypto.get_threading())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["own"]
     r = run_env("import pypto; pypto.set_threading('omp')")
     assert r.returncode != 0 and "needs the process to have loaded libgomp.so.1" in r.stderr
 
@@ -132,13 +136,13 @@ def test_threading_modes_give_the_same_bits(threads):
     pypto.set_num_threads(threads)
     got = {}
     try:
-        for mode in ["own", "omp", "own"]:
+        for mode in ["own", "omp", "auto", "own"]:
             pypto.set_threading(mode)
             assert pypto.get_threading() == mode
             fast = pypto.optimize(net, (x,))
             got.setdefault(mode, []).append(fast(x))
     finally:
-        pypto.set_threading("own")
-    for y in got["own"] + got["omp"]:
+        pypto.set_threading("auto")  # the default
+    for y in got["own"] + got["omp"] + got["auto"]:
         assert torch.equal(y, got["own"][0])  # the same bits in every mode
     torch.testing.assert_close(got["omp"][0], want, rtol=1e-4, atol=1e-5)
