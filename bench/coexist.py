@@ -183,7 +183,7 @@ def run_config(name: str, threads: int, engine: str, args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--configs", default="own_oldspin,own,own_nospin,omp,own_passive,omp_passive")
+    ap.add_argument("--configs", default="auto,own,omp,own_nospin,auto_passive,own_passive")
     ap.add_argument("--engines", default="pypto,ort",
                     help="pypto, and ort: ONNX Runtime in the same loops, the peer (run under "
                          "the configurations' distinct OMP_WAIT_POLICY values only)")
