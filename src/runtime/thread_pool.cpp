@@ -19,6 +19,7 @@
 // (team_guard.h); without libgomp in the process it is own.
 #include <dirent.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <immintrin.h>
 #include <sched.h>
 #include <unistd.h>
@@ -379,10 +380,36 @@ std::mutex g_pool_mutex;
 std::unique_ptr<ThreadPool> g_pool;
 std::optional<Threading> g_requested;  // set_threading's mode, else PTO_THREADING's, else auto
 
+// In a child made by fork() only the forking thread exists: the parent's pool threads are gone,
+// and libgomp's team, if the parent ran a region on it, waits in the child for threads that never
+// come (the child's first region hangs; PyTorch's own ops hang there too). The child drops the
+// parent's pool without joining its threads, starts threads of its own, and never uses the team.
+std::atomic<bool> g_forked{false};
+bool g_in_forked_child = false;  // under g_pool_mutex
+
+void watch_for_fork() {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, [] { g_forked.store(true); }); });
+}
+
+// Under g_pool_mutex.
+void leave_parent_pool_after_fork() {
+  if (!g_forked.exchange(false)) return;
+  g_in_forked_child = true;
+  (void)g_pool.release();  // its threads do not exist here: nothing to join, nothing to free
+}
+
 // The team the requested mode gives now: libgomp's for omp (an error without one), libgomp's for
 // auto when the process has loaded it (guarded), else none (own threads).
 Gomp resolve(Threading mode) {
   if (mode == Threading::kOwn) return {};
+  if (g_in_forked_child) {
+    if (mode == Threading::kOmp)
+      log(LogLevel::kWarn,
+          "threading 'omp': this process was made by fork() after its parent's OpenMP team ran, "
+          "and that team cannot run here; using PyPTO's own threads");
+    return {};
+  }
   Gomp g = loaded_gomp();
   if (mode == Threading::kOmp && !g.parallel)
     throw ValueError(
@@ -394,6 +421,8 @@ Gomp resolve(Threading mode) {
 // Under g_pool_mutex: a pool of `threads` threads in the requested mode, replacing the current
 // one if it differs.
 void make_pool(int threads) {
+  watch_for_fork();
+  leave_parent_pool_after_fork();
   if (!g_requested) g_requested = requested_default();
   Gomp gomp = resolve(*g_requested);
   const bool guarded = *g_requested == Threading::kAuto;
@@ -406,6 +435,10 @@ void make_pool(int threads) {
 
 ThreadPool& pool() {
   std::lock_guard lock(g_pool_mutex);
+  if (g_forked.load(std::memory_order_relaxed)) {
+    const int threads = g_pool ? g_pool->threads() : default_threads();
+    make_pool(threads);
+  }
   if (!g_pool) make_pool(default_threads());
   return *g_pool;
 }

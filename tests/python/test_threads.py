@@ -146,3 +146,28 @@ def test_threading_modes_give_the_same_bits(threads):
     for y in got["own"] + got["omp"] + got["auto"]:
         assert torch.equal(y, got["own"][0])  # the same bits in every mode
     torch.testing.assert_close(got["omp"][0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_forked_child_runs_after_the_parent_used_the_team():
+    # the parent ran kernels on torch's OpenMP team (auto) and on its own threads; a child made by
+    # fork() (multiprocessing's default on Linux) runs the same model to the same bits in each mode
+    code = """
+import os, signal, torch, pypto
+torch.manual_seed(0)
+pypto.set_num_threads(2)
+net = torch.nn.Sequential(torch.nn.Conv2d(8, 32, 3, padding=1), torch.nn.ReLU(),
+                          torch.nn.Conv2d(32, 16, 3)).eval()
+x = torch.randn(2, 8, 24, 24)
+fast = pypto.optimize(net, (x,))
+for mode in ["auto", "own", "omp"]:
+    pypto.set_threading(mode)
+    want = fast(x)
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(60)
+        os._exit(0 if torch.equal(fast(x), want) else 3)
+    print(mode, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+    r = run_env(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["auto", "0", "own", "0", "omp", "0"], r.stdout
