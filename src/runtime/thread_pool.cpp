@@ -19,8 +19,8 @@
 // (team_guard.h); without libgomp in the process it is own.
 #include <dirent.h>
 #include <dlfcn.h>
-#include <pthread.h>
 #include <immintrin.h>
+#include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
 
