@@ -2,7 +2,8 @@
 //
 // Beside PyTorch the team is the right place: after a torch op its workers spin waiting for the
 // next region, and PyPTO's own threads woken next to them make three runnable threads on two cores
-// (GPT-2's generate() on 2 threads: 24-26 ms a step on own threads, 20-22 on the team). But an
+// (GPT-2's generate() on 2 threads: 22.9-26.6 ms a step on own threads, 18.2-20.8 on the team,
+// bench/generate.py). But an
 // OpenMP region ends in a barrier that waits for every member of the team, so where other
 // processes hold the cores a member the OS has descheduled holds the caller for its time slice
 // after all the tasks are done (the call after a torch op 14-60 ms on the team beside four busy
@@ -10,9 +11,9 @@
 // wait: a job whose region ended more than `stall_limit` after its last task sends the jobs to
 // own threads for a backoff, which doubles at each stall that follows a return to the team (up to
 // `max_backoff`) and goes back to `first_backoff` after `forgive` on the team without a stall.
-// When a backoff ends, the team is tried again only if the machine is not crowded (more runnable
-// threads of other processes than cores: the stall would come back at once); a crowded machine
-// starts the next backoff as a stall would.
+// When a backoff ends, the team is tried again only if the machine is not crowded (the cores
+// cannot hold the pool's threads beside the threads other processes have runnable: the stall
+// would come back at once); a crowded machine starts the next backoff as a stall would.
 #pragma once
 
 #include <algorithm>
