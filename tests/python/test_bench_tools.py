@@ -373,3 +373,25 @@ def test_generate_peer_matches_generate_and_counts_the_weights_a_step_reads(tmp_
         vocab_size=300))
     table = llama.model.embed_tokens.weight.numel() * 4
     assert generate.weight_bytes(llama) == sum(p.numel() for p in llama.parameters()) * 4 - table
+
+
+def test_threading_alone_times_every_mode_and_rejects_unknown_ones(tmp_path):
+    """bench/threading_alone.py on one small model: a median per round for each mode asked."""
+    import json
+    import subprocess
+
+    out = tmp_path / "modes.json"
+    r = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[2] / "bench" / "threading_alone.py"),
+         "--models", "mobilenet_v3_small", "--modes", "own,auto", "--rounds", "2", "--calls", "3",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    results = json.loads(out.read_text())["results"]["mobilenet_v3_small"]
+    assert set(results) == {"own", "auto"}
+    assert all(len(v) == 2 and all(t > 0 for t in v) for v in results.values())
+    assert "mobilenet_v3_small" in r.stdout and "median" in r.stdout
+    r = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "bench" /
+                                            "threading_alone.py"), "--modes", "gomp"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--modes: own, auto and/or omp" in r.stderr
