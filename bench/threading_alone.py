@@ -7,8 +7,8 @@ loaded, each model compiled once with pypto.optimize; the modes are alternated r
 alike. Prints every round's median and the median of those, per model and mode, in ms.
 
     PY=~/.cache/pypto/venv/bin/python
-    PYTHONPATH=$PWD/python $PY bench/threading_alone.py                       # ~2 min
-    PYTHONPATH=$PWD/python $PY bench/threading_alone.py --modes own,auto,omp --rounds 8
+    $PY bench/threading_alone.py                       # ~2 min
+    $PY bench/threading_alone.py --modes own,auto,omp --rounds 8
 """
 
 from __future__ import annotations
@@ -18,12 +18,16 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def measure(models: list[str], modes: list[str], threads: int, rounds: int, calls: int) -> dict:
     import torch
     import torchvision
 
+    sys.path.insert(0, str(REPO / "python"))  # this checkout's pypto, without PYTHONPATH
     import pypto
 
     torch.manual_seed(0)
