@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     modes = args.modes.split(",")
-    if not modes or not set(modes) <= {"own", "auto", "omp"}:
+    if not set(modes) <= {"own", "auto", "omp"}:
         ap.error(f"--modes: own, auto and/or omp, not {args.modes!r}")
     if args.threads < 1 or args.rounds < 1 or args.calls < 1:
         ap.error("--threads, --rounds and --calls must be at least 1")

@@ -256,13 +256,9 @@ class ThreadPool {
   // runnable now (/proc/loadavg's count of runnable threads, less this process's own in
   // /proc/self/task; ~10-50 us, asked once per backoff).
   bool crowded() const {
-    long running = 0;
+    long running = 0;  // "0.52 0.58 0.59 3/213 ...": the fourth field's first number
     if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-      double load[3];
-      long total = 0;
-      if (std::fscanf(f, "%lf %lf %lf %ld/%ld", &load[0], &load[1], &load[2], &running, &total) !=
-          5)
-        running = 0;
+      if (std::fscanf(f, "%*f %*f %*f %ld/", &running) != 1) running = 0;
       std::fclose(f);
     }
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -435,11 +431,8 @@ void make_pool(int threads) {
 
 ThreadPool& pool() {
   std::lock_guard lock(g_pool_mutex);
-  if (g_forked.load(std::memory_order_relaxed)) {
-    const int threads = g_pool ? g_pool->threads() : default_threads();
-    make_pool(threads);
-  }
-  if (!g_pool) make_pool(default_threads());
+  if (!g_pool || g_forked.load(std::memory_order_relaxed))
+    make_pool(g_pool ? g_pool->threads() : default_threads());
   return *g_pool;
 }
 
