@@ -26,6 +26,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_fold_transpose_into_gemm(*r);
     passes::register_recognize_composites(*r);
     passes::register_recognize_attention(*r);
+    passes::register_recognize_rotary_embedding(*r);
     passes::register_fold_constants(*r);
     passes::register_eliminate_no_ops(*r);
     passes::register_simplify_transposes(*r);
@@ -59,11 +60,22 @@ std::vector<std::string> pipeline(int level) {
   // Level 1: clean-up that keeps every value's bits. Names absent from the registry (a pass not
   // built yet) are skipped, so the list below is the whole intended order.
   std::vector<std::string> order = {
-      "CanonicalizeOps",    "FoldConstants",           "ResolveShapes",
-      "UnflattenMatMul",    "EliminateNoOps",          "SimplifyTransposes",
-      "FoldBatchNorm",      "FoldTransposeIntoGemm",   "RecognizeComposites",
-      "RecognizeAttention", "FuseDynamicQuantization", "EliminateCommonSubexpressions",
-      "FoldAttentionHeads", "FuseChannelMoves",        "EliminateDeadCode",
+      "CanonicalizeOps",
+      "FoldConstants",
+      "ResolveShapes",
+      "UnflattenMatMul",
+      "EliminateNoOps",
+      "SimplifyTransposes",
+      "FoldBatchNorm",
+      "FoldTransposeIntoGemm",
+      "RecognizeComposites",
+      "RecognizeRotaryEmbedding",
+      "RecognizeAttention",
+      "FuseDynamicQuantization",
+      "EliminateCommonSubexpressions",
+      "FoldAttentionHeads",
+      "FuseChannelMoves",
+      "EliminateDeadCode",
   };
   // Level 2: QDQ-quantized products on the integer kernels (rounding moves by float ulps),
   // first, before FoldConstants turns the dequantized weights into float ones; before that,

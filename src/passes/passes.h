@@ -13,6 +13,7 @@ void register_fold_batch_norm(PassRegistry& r);
 void register_fold_transpose_into_gemm(PassRegistry& r);
 void register_recognize_composites(PassRegistry& r);
 void register_recognize_attention(PassRegistry& r);
+void register_recognize_rotary_embedding(PassRegistry& r);
 void register_fold_constants(PassRegistry& r);
 void register_eliminate_no_ops(PassRegistry& r);
 void register_simplify_transposes(PassRegistry& r);

@@ -30,7 +30,11 @@
 // V of rank 4 and dtype float32; equal batch and head dims on Q, K and V (MatMul's broadcasting
 // of them is not Attention's grouped heads); a mask of rank <= 4 whose dims are 1 or equal to the
 // scores' and whose last dim is the key length (Attention pads a shorter one as masked); every
-// intermediate read only inside the pattern. Anything else is left as it was.
+// intermediate read only inside the pattern. Anything else is left as it was. The two contracted
+// pairs (Q's head size with K's, the key length of the scores with V's) only need to be not known
+// to differ: each MatMul requires them equal, and Attention raises at run time where they are not
+// (a decoder's K/V cache, Concat(past, new), has a length no shape inference names, and Dynamo
+// gives the past keys and the past values symbols of their own).
 //
 // The one change in meaning: an unguarded Softmax of a row whose every score is -inf is NaN in
 // the primitive form and 0 in Attention (as in torch's SDPA); rows with any visible key agree to
@@ -245,6 +249,14 @@ class AttentionMatcher {
     return div->inputs[1 - j];
   }
 
+  // Whether x times the one-element constant c has x's shape: c's rank is not above x's (the
+  // dims themselves may be unnamed, as a decoder's cache length).
+  bool keeps_shape(ValueId c, ValueId x) {
+    const TensorType& t = g_.value(x).type;
+    const Tensor* k = constant(g_, c);  // none: a Constant node's value_float or value_int
+    return t.shape && (!k || k->rank() <= static_cast<int64_t>(t.shape->size()));
+  }
+
   // v without a Mul or Div by a scalar constant (folded into the scale).
   ValueId scaled(ValueId v) {
     for (;;) {
@@ -252,7 +264,8 @@ class AttentionMatcher {
       if (!n || (n->op != "Mul" && n->op != "Div") || n->inputs.size() != 2) return v;
       const int k = n->op == "Mul" && scalar_constant(g_, n->inputs[0]) ? 0 : 1;
       std::optional<double> c = scalar_constant(g_, n->inputs[k]);
-      if (!c || *c == 0 || !std::isfinite(*c) || !same_shape(g_, n->inputs[1 - k], v)) return v;
+      if (!c || *c == 0 || !std::isfinite(*c) || !keeps_shape(n->inputs[k], n->inputs[1 - k]))
+        return v;
       if (!inner(v, n->op)) return v;
       m_.scale *= n->op == "Div" ? 1.0 / *c : *c;
       v = n->inputs[1 - k];
@@ -265,6 +278,12 @@ class AttentionMatcher {
   ValueId guarded_scores_ = kNoValue;         // read by Softmax and the guard's ReduceMax
   ValueId guarded_probabilities_ = kNoValue;  // read by IsNaN and the guard's Where
 };
+
+// Whether two dims may be equal at run time: not two different known sizes. For the contracted
+// dims of a MatMul, which must be equal for the MatMul to run.
+bool may_be_equal(const Dim& a, const Dim& b) {
+  return !(a.is_known() && b.is_known() && a.value != b.value);
+}
 
 const Shape* shape4(const Graph& g, ValueId v) {
   const TensorType& t = g.value(v).type;
@@ -294,8 +313,12 @@ std::optional<KeyPlan> key_plan(const Graph& g, const std::vector<int>& uses, Va
 // K or V repeated over the query heads of its group, as Hugging Face's repeat_kv and PyPTO's own
 // SDPA converter (enable_gqa) write it: Reshape(Expand(Unsqueeze(x, 2), [b, hkv, g, s, d]),
 // [b, hkv * g, s, d]), x = [b, hkv, s, d]. Attention takes x itself (query head h reads K/V head
-// h / g, the same pairing), so the copies are never made. Checked on the values' shapes, however
-// the axes and target shapes are spelled; every intermediate read only here.
+// h / g, the same pairing), so the copies are never made. Checked on the ops' constants and the
+// values' shapes, however the target shapes are spelled: Unsqueeze's axis is 2; Expand makes g
+// copies on it and keeps x's axes (a constant target: every other entry 1 or x's size); the
+// Reshape's result has x's batch and head size (the same size or symbol) and hkv * g heads, so
+// its length is x's, whatever shape inference could name of it (a decoder's cache length, a
+// Concat's, is unnamed). Every intermediate read only here.
 struct Repeated {
   ValueId source = kNoValue;
   int64_t groups = 0;
@@ -312,25 +335,48 @@ std::optional<Repeated> repeated_heads(const Graph& g, const std::vector<int>& u
   };
   const Node* r = only(v, "Reshape");
   const Node* e = r ? only(r->inputs[0], "Expand") : nullptr;
-  const Node* u = e ? only(e->inputs[0], "Unsqueeze") : nullptr;
+  const Node* u = e && e->inputs.size() == 2 ? only(e->inputs[0], "Unsqueeze") : nullptr;
   if (!u) return std::nullopt;
   const ValueId x = u->inputs[0];
-  const std::optional<Shape>&xs = g.value(x).type.shape, &us = g.value(e->inputs[0]).type.shape,
-        &es = g.value(r->inputs[0]).type.shape, &rs = g.value(v).type.shape;
-  if (!xs || !us || !es || !rs || xs->size() != 4 || us->size() != 5 || es->size() != 5 ||
-      rs->size() != 4)
-    return std::nullopt;
-  const Dim &hkv = (*xs)[1], &groups = (*es)[2];
-  if (!hkv.is_known() || !groups.is_known() || groups.value < 2 || !(*us)[2].is_known() ||
-      (*us)[2].value != 1 || !(*rs)[1].is_known() || (*rs)[1].value != hkv.value * groups.value)
-    return std::nullopt;
-  for (int d : {0, 1, 2, 3}) {  // x's axes around the new one, unchanged by Unsqueeze and Expand
-    const int five = d < 2 ? d : d + 1;
-    if (!same_dim((*us)[five], (*xs)[d]) || !same_dim((*es)[five], (*xs)[d])) return std::nullopt;
+  const std::optional<Shape>&xs = g.value(x).type.shape, &rs = g.value(v).type.shape;
+  if (!xs || !rs || xs->size() != 4 || rs->size() != 4) return std::nullopt;
+  // Unsqueeze's one axis: an input (opset 13+) or an attribute.
+  std::vector<int64_t> axes;
+  if (u->inputs.size() > 1 && u->inputs[1] != kNoValue) {
+    const Tensor* c = constant(g, u->inputs[1]);
+    if (!c) return std::nullopt;
+    for (double d : to_doubles(*c)) axes.push_back(static_cast<int64_t>(d));
+  } else {
+    axes = u->attrs.get_ints("axes", {});
   }
-  for (int d : {0, 2, 3})
-    if (!same_dim((*rs)[d], (*xs)[d])) return std::nullopt;
-  Repeated out{x, groups.value, {}};
+  if (axes.size() != 1 || (axes[0] != 2 && axes[0] != -3)) return std::nullopt;
+  // Expand's result: g >= 2 on the new axis, x's sizes on the others. Read from the target when
+  // it is a constant (each other entry 1, or x's known size there), else from the shapes.
+  const std::optional<Shape>& es = g.value(r->inputs[0]).type.shape;
+  if (!es || es->size() != 5 || !(*es)[2].is_known()) return std::nullopt;
+  const int64_t groups = (*es)[2].value;
+  if (groups < 2) return std::nullopt;
+  const Tensor* target = constant(g, e->inputs[1]);
+  const std::vector<double> t =
+      target && target->numel() == 5 ? to_doubles(*target) : std::vector<double>();
+  if (!t.empty() && t[2] != static_cast<double>(groups)) return std::nullopt;
+  for (int d : {0, 1, 2, 3}) {
+    const int five = d < 2 ? d : d + 1;
+    const Dim& have = (*xs)[d];
+    const bool kept =
+        t.empty() ? same_dim((*es)[five], have)
+                  : t[five] == 1 || (have.is_known() && static_cast<double>(have.value) == t[five]);
+    if (!kept) return std::nullopt;
+  }
+  // The Reshape: [b, hkv * g, s, d] from [b, hkv, g, s, d], its element count x's times g.
+  const Dim& hkv = (*xs)[1];
+  if (!hkv.is_known() || !(*rs)[1].is_known() || (*rs)[1].value != hkv.value * groups ||
+      !same_dim((*rs)[0], (*xs)[0]) || !same_dim((*rs)[3], (*xs)[3]))
+    return std::nullopt;
+  const Dim& length = (*rs)[2];
+  if (!same_dim(length, (*xs)[2]) && (length.is_known() || length.is_symbolic()))
+    return std::nullopt;
+  Repeated out{x, groups, {}};
   for (const ValueId y : {v, r->inputs[0], e->inputs[0]})
     out.nodes.push_back(static_cast<size_t>(g.value(y).producer));
   return out;
@@ -349,7 +395,7 @@ bool attention(Rewrite& rw, size_t i, const PassContext& ctx) {
   // Q [b, h, sq, d], Kt [b, h, d, skv], V [b, h, skv, dv]: no broadcasting between them.
   for (int d = 0; d < 2; ++d)
     if (!same_dim((*q)[d], (*kt)[d]) || !same_dim((*q)[d], (*v)[d])) return false;
-  if (!same_dim((*q)[3], (*kt)[2]) || !same_dim((*kt)[3], (*v)[2])) return false;
+  if (!may_be_equal((*q)[3], (*kt)[2]) || !may_be_equal((*kt)[3], (*v)[2])) return false;
   std::optional<TensorType> summed;  // the type of added + mask
   if (m->added != kNoValue) {
     const TensorType &a = g.value(m->added).type, &b = g.value(m->mask).type;

@@ -4,6 +4,8 @@
 //   Reshape-like(Reshape-like(x)) with a static result shape
 //                                        -> Reshape(x, constant shape) (Reshape, Flatten, Squeeze,
 //                                           Unsqueeze: all only relabel the row-major elements)
+//   Transpose(x, p) moving only axes of size 1 (static shapes)
+//                                        -> Reshape(x, constant shape)
 //   Cast(Cast(x, T1), T2) where x -> T1 is lossless
 //                                        -> Cast(x, T2), or x when T2 is x's dtype
 // One forward sweep, rewriting the outer node in place: a chain of three collapses as it goes,
@@ -94,6 +96,36 @@ struct Sweep {
     g.mutable_nodes()[i].attrs.set("perm", r);
     rewire(i, inner, x);
     ctx.note("SimplifyTransposes/Transpose-Transpose");
+  }
+
+  // A Transpose that moves only axes of size 1 keeps the row-major order of the elements: it is
+  // a Reshape (a view, no copy), merged with a Reshape-like node before it. A decode step's head
+  // split is one: [1, 1, 12, 64] -> [1, 12, 1, 64].
+  void unit_moves(size_t i) {
+    const Node& n = g.nodes()[i];
+    const std::optional<Dims> in = static_dims(g, n.inputs[0]), out = static_dims(g, n.outputs[0]);
+    const std::optional<std::vector<int64_t>> p = perm_of(g, n);
+    if (!in || !out || !p || p->size() != in->size() || n.inputs.size() != 1) return;
+    if (std::find(out->begin(), out->end(), 0) != out->end()) return;  // Reshape's 0 copies
+    int64_t last = -1;
+    for (const int64_t a : *p) {
+      if (a < 0 || a >= static_cast<int64_t>(in->size())) return;
+      if ((*in)[static_cast<size_t>(a)] == 1) continue;
+      if (a < last) return;
+      last = a;
+    }
+    const ValueId shape =
+        g.add_constant(g.value(n.outputs[0]).name + "_shape",
+                       Tensor::from_vector(*out, {static_cast<int64_t>(out->size())}));
+    uses.push_back(1);
+    Node& r = g.mutable_nodes()[i];
+    r.op = "Reshape";
+    r.def = OpRegistry::global().find("Reshape");
+    r.attrs = Attributes();
+    r.attrs.where = r.where();
+    r.inputs = {r.inputs[0], shape};
+    ctx.note("SimplifyTransposes/Transpose=Reshape");
+    reshapes(i);
   }
 
   static bool reshape_like(const Node& n) {
@@ -206,12 +238,14 @@ struct Sweep {
           n.outputs[0] == kNoValue || !n.domain.empty())
         continue;
       try {
-        if (n.op == "Transpose")
+        if (n.op == "Transpose") {
           transposes(i);
-        else if (reshape_like(n))
+          if (!removed[i] && g.nodes()[i].op == "Transpose") unit_moves(i);
+        } else if (reshape_like(n)) {
           reshapes(i);
-        else if (n.op == "Cast")
+        } else if (n.op == "Cast") {
           casts(i);
+        }
       } catch (const Error&) {  // a malformed attribute: no match
       }
     }

@@ -1,13 +1,15 @@
 // The model-level rewrites of level 1 (FoldBatchNorm, CanonicalizeOps, FoldTransposeIntoGemm,
-// RecognizeComposites): each test builds a small graph, runs one pass alone, checks the structure
-// it expects, and compares the reference interpreter's outputs on the graph before and after the
-// pass, on random inputs from a fixed seed. Negative cases must keep their form and their numbers.
+// RecognizeComposites, RecognizeAttention, RecognizeRotaryEmbedding): each test builds a small
+// graph, runs one pass alone, checks the structure it expects, and compares the reference
+// interpreter's outputs on the graph before and after the pass, on random inputs from a fixed seed.
+// Negative cases must keep their form and their numbers.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numbers>
 #include <random>
 
+#include "pto/executable.h"
 #include "pto/passes.h"
 #include "pto/reference.h"
 
@@ -794,6 +796,56 @@ TEST(PassRecognizeAttention, GroupedKeyValueHeadsAreReadWithoutTheirCopies) {
   }
 }
 
+// A decode step of a grouped-query decoder as torch.compile hands it over: the K and V caches
+// are inputs of their own symbolic lengths (Dynamo names past keys and past values apart), the
+// step's key and value are concatenated to them (a length no shape inference names), and
+// repeat_kv reshapes to [1, 6, -1, d]. Attention reads the caches' 2 heads, whatever their length
+// (it raises where K and V disagree, as the MatMul would). An Expand that also grows the batch is
+// not a repeat: its copies stay.
+TEST(PassRecognizeAttention, DecodeStepOverConcatenatedCachesOfUnnamedLength) {
+  for (bool grows_batch : {false, true}) {
+    SCOPED_TRACE(grows_batch);
+    Builder b;
+    const int64_t batch = grows_batch ? 2 : 1;
+    auto cache = [&](const char* name, const char* len, int64_t d) {
+      b.input_shapes.push_back({1, 2, 6, d});
+      return b.g.add_input(name, {DType::kF32, Shape{1, 2, Dim::sym(len), d}});
+    };
+    ValueId past_k = cache("past_k", "s_k", 8), past_v = cache("past_v", "s_v", 4);
+    ValueId q = b.input("q", {batch, 6, 1, 8}), k = b.input("k", {1, 2, 1, 8}),
+            v = b.input("v", {1, 2, 1, 4});
+    const Attributes on_length = b.attrs({{"axis", int64_t{2}}});
+    ValueId keys = b.op("Concat", {past_k, k}, on_length),
+            values = b.op("Concat", {past_v, v}, on_length);
+    auto repeat = [&](ValueId x, int64_t d) {
+      ValueId u = b.op("Unsqueeze", {x, b.constant("ax", Tensor::from_vector<int64_t>({2}, {1}))});
+      ValueId e = b.op(
+          "Expand", {u, b.constant("rep", Tensor::from_vector<int64_t>({batch, 1, 3, 1, 1}, {5}))});
+      return b.op("Reshape",
+                  {e, b.constant("to", Tensor::from_vector<int64_t>({batch, 6, -1, d}, {4}))});
+    };
+    b.g.add_output(sdpa(b, q, repeat(keys, 8), repeat(values, 4), kNoValue, 0.35f));
+    b.g.add_output(keys);  // the updated caches are outputs too
+    b.g.add_output(values);
+    Graph g = run_and_compare(b, "RecognizeAttention");
+    if (grows_batch) {  // [2, 6, ?, d] from [1, 2, ?, d]: MatMul's batch broadcast, not grouping
+      EXPECT_EQ(count(g, "Expand"), 2) << print(g);
+      continue;
+    }
+    EXPECT_EQ(g.value(keys).type.str(), "f32[1, 2, ?, 8]");
+    const Node& a = only(g, "Attention");
+    EXPECT_EQ(a.inputs[1], keys) << print(g);
+    EXPECT_EQ(a.inputs[2], values);
+    EXPECT_EQ(count(g, "Expand") + count(g, "Softmax") + count(g, "MatMul"), 0) << print(g);
+    // Caches of different lengths: the MatMul raised; Attention raises too, compiled or not.
+    std::vector<Tensor> bad = b.inputs(9);
+    bad[1] = random_f32({1, 2, 5, 4}, 3);
+    EXPECT_ANY_THROW(reference::run(b.g, bad));
+    EXPECT_ANY_THROW(reference::run(g, bad));
+    EXPECT_ANY_THROW(compile(b.g).run(bad));
+  }
+}
+
 // T5-style relative position bias added before the padding mask, (s + bias) + pad (the bias on
 // the left of its Add): one Attention with the mask bias + pad, [1, 2, 5, 7] + [2, 1, 1, 7]
 // summed once. A third float mask has no place: that form stays as it was.
@@ -850,6 +902,69 @@ TEST(PassRecognizeAttention, FormsThatAreNotAttentionStay) {
     Graph after = run_passes(b.g, {.only = {"RecognizeAttention"}});
     EXPECT_EQ(count(after, "Attention"), 0) << print(after);
     compare(before, after, b.inputs(3), 0);
+  }
+}
+
+// ---- RecognizeRotaryEmbedding ----
+
+// transformers' apply_rotary_pos_emb on x = [b, 3, 5, 8]: x * cos + rotate_half(x) * sin, the
+// caches built as transformers builds them, Unsqueeze(Cos(Concat(f, f)), 1) from angles f
+// [b, 5, 4] (or [5, 8] without the Unsqueeze); `variant` spells the same thing in other orders.
+struct RotaryForm {
+  int variant = 0;     // 0: as written; 1: Add and Mul operands swapped; 2: 2-D caches
+  bool proved = true;  // the caches' halves come from Concat(f, f)
+  int64_t split = 4;   // where rotate_half cuts the head (4 = the half)
+};
+
+Builder rotary_graph(const RotaryForm& form) {
+  Builder b;
+  const bool flat = form.variant == 2;
+  const Dims angles = flat ? Dims{5, 4} : Dims{1, 5, 4};
+  ValueId x = b.input("x", {1, 3, 5, 8}), f = b.input("f", angles);
+  ValueId g = form.proved ? f : b.input("g", angles);  // another table: halves not equal
+  const int64_t last = flat ? 1 : 2;
+  auto cache = [&](const char* op) {
+    ValueId c = b.op(op, {b.op("Concat", {f, g}, b.attrs({{"axis", last}}))});
+    if (flat) return c;
+    return b.op("Unsqueeze", {c, b.constant("one", Tensor::from_vector<int64_t>({1}, {1}))});
+  };
+  const ValueId cos = cache("Cos"), sin = cache("Sin");
+  auto slice = [&](int64_t lo, int64_t hi) {
+    auto ints = [&](int64_t v) { return b.constant("i", Tensor::from_vector<int64_t>({v}, {1})); };
+    return b.op("Slice", {x, ints(lo), ints(hi), ints(-1), ints(1)});
+  };
+  ValueId rotated =
+      b.op("Concat", {b.op("Neg", {slice(form.split, INT64_MAX)}), slice(0, form.split)},
+           b.attrs({{"axis", int64_t{-1}}}));
+  const bool swap = form.variant == 1;
+  ValueId a = swap ? b.op("Mul", {cos, x}) : b.op("Mul", {x, cos});
+  ValueId r = swap ? b.op("Mul", {sin, rotated}) : b.op("Mul", {rotated, sin});
+  b.g.add_output(swap ? b.op("Add", {r, a}) : b.op("Add", {a, r}));
+  return b;
+}
+
+TEST(PassRecognizeRotaryEmbedding, RotateHalfWithEqualHalvesBecomesOneOp) {
+  for (int variant : {0, 1, 2}) {
+    SCOPED_TRACE(variant);
+    Builder b = rotary_graph({.variant = variant});
+    Graph g = run_and_compare(b, "RecognizeRotaryEmbedding", 1e-6);
+    const Node& rope = only(g, "RotaryEmbedding");
+    EXPECT_EQ(rope.inputs[0], g.inputs()[0]) << print(g);
+    EXPECT_EQ(count(g, "Neg") + count(g, "Mul") + count(g, "Add"), 0) << print(g);
+    EXPECT_EQ(count(g, "Slice"), 2);  // each cache's first half, as [1, 5, 4]
+    for (ValueId c : {rope.inputs[1], rope.inputs[2]})
+      EXPECT_EQ(g.value(c).type.str(), "f32[1, 5, 4]");
+  }
+}
+
+TEST(PassRecognizeRotaryEmbedding, FormsThatAreNotRotationsStay) {
+  // Caches whose halves are not proved equal (a Concat of two tables), and a rotate_half cut
+  // elsewhere than the middle: both compute something RotaryEmbedding does not.
+  for (const RotaryForm form : {RotaryForm{.proved = false}, RotaryForm{.split = 3}}) {
+    SCOPED_TRACE(form.split);
+    Builder b = rotary_graph(form);
+    Graph g = run_and_compare(b, "RecognizeRotaryEmbedding", 0);
+    EXPECT_EQ(count(g, "RotaryEmbedding"), 0) << print(g);
   }
 }
 

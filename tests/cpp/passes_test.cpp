@@ -578,6 +578,38 @@ TEST(PassSimplifyTransposes, MergesReshapeChains) {
   EXPECT_EQ(fired["SimplifyTransposes/Reshape-Reshape"], 2);
 }
 
+// A Transpose that moves only axes of size 1 is a Reshape (a view): a decode step's head split
+// and merge, [1, 1, 12, 64] <-> [1, 12, 1, 64], merged with the Reshapes around them. A Transpose
+// that swaps two axes of more than one element stays.
+TEST(PassSimplifyTransposes, TransposesOfUnitAxesBecomeReshapes) {
+  auto fired = expect_pass("SimplifyTransposes", R"(graph t (opset 18)
+  input %x: f32[1, 96]
+  const %s: i64[4] = [1, 1, 12, 8]
+  const %flat: i64[2] = [1, 96]
+  %a = Reshape(%x, %s)
+  %b = Transpose(%a) {perm=[0, 2, 1, 3]}
+  %c = Exp(%b)
+  %d = Transpose(%c) {perm=[0, 2, 1, 3]}
+  %e = Reshape(%d, %flat)
+  return %e
+)",
+                           R"(graph t (opset 18)
+  input %x: f32[1, 96]
+  const %b_shape: i64[4] = [1, 12, 1, 8]
+  const %e_shape: i64[2] = [1, 96]
+  %b = Reshape(%x, %b_shape)
+  %c = Exp(%b)
+  %e = Reshape(%c, %e_shape)
+  return %e
+)");
+  EXPECT_EQ(fired["SimplifyTransposes/Transpose=Reshape"], 2);
+  expect_unchanged("SimplifyTransposes", R"(graph t (opset 18)
+  input %x: f32[1, 2, 12, 8]
+  %b = Transpose(%x) {perm=[0, 2, 1, 3]}
+  return %b
+)");
+}
+
 TEST(PassSimplifyTransposes, DropsLosslessIntermediateCasts) {
   expect_pass("SimplifyTransposes", R"(graph t (opset 18)
   input %x: f32[5]

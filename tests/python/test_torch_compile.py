@@ -596,7 +596,23 @@ def test_generate_with_a_kv_cache_matches_eager(name):
             return model.generate(ids, max_new_tokens=8, min_new_tokens=8, do_sample=False,
                                   output_scores=True, return_dict_in_generate=True)
 
+    old = {id(g) for g in dynamo.pieces()}
     _generates_as_eager_on_pypto(model, generate, 8)
+    # Prefill and decode graphs alike run each attention as one Attention kernel (a decode
+    # step's K and V are Concat(cache, new), of a length no shape names; Llama's and Mistral's
+    # grouped heads read without their repeat_kv copies) and each rotary embedding as one
+    # RotaryEmbedding. Gemma-2's eager attention adds a mask sliced to the key length, which
+    # the pass cannot prove as long as the scores: it stays MatMul/Softmax/MatMul; so does T5's
+    # decoder self-attention in a decode step (its position bias is sliced to the key length).
+    graphs = [g for g in dynamo.pieces() if id(g) not in old]
+    assert len(graphs) >= 2  # the prompt's and the decode steps'
+    for g in graphs:
+        ops = [step["rule"] or step["op"] for step in g.steps]
+        if name in ("llama", "mistral", "gpt2"):
+            assert ops.count("Attention") >= 2 and "Softmax" not in ops, ops
+            assert "Expand" not in ops, ops
+        if name in ("llama", "mistral", "gemma2"):
+            assert ops.count("RotaryEmbedding") == 4 and "Neg" not in ops, ops
 
 
 def _generates_as_eager_on_pypto(model, generate, new_tokens: int):
