@@ -29,7 +29,9 @@
 // Conditions, each checked on the static or symbolic shapes (a rewrite never guesses): Q, K and
 // V of rank 4 and dtype float32; equal batch and head dims on Q, K and V (MatMul's broadcasting
 // of them is not Attention's grouped heads); a mask of rank <= 4 whose dims are 1 or equal to the
-// scores' and whose last dim is the key length (Attention pads a shorter one as masked); every
+// scores' and whose last dim is the key length (Attention pads a shorter one as masked) or, when
+// that length is not proved, may be (Attention then gets PyPTO's mask_broadcast: the mask's last
+// axis broadcasts, 1 or the key count, as in the Add or Where; anything else raises); every
 // intermediate read only inside the pattern. Anything else is left as it was. The two contracted
 // pairs (Q's head size with K's, the key length of the scores with V's) only need to be not known
 // to differ: each MatMul requires them equal, and Attention raises at run time where they are not
@@ -397,6 +399,7 @@ bool attention(Rewrite& rw, size_t i, const PassContext& ctx) {
     if (!same_dim((*q)[d], (*kt)[d]) || !same_dim((*q)[d], (*v)[d])) return false;
   if (!may_be_equal((*q)[3], (*kt)[2]) || !may_be_equal((*kt)[3], (*v)[2])) return false;
   std::optional<TensorType> summed;  // the type of added + mask
+  bool mask_broadcast = false;       // Attention's mask_broadcast: the key axis not proved
   if (m->added != kNoValue) {
     const TensorType &a = g.value(m->added).type, &b = g.value(m->mask).type;
     if (a.dtype != b.dtype || !a.shape || !b.shape) return false;
@@ -414,7 +417,14 @@ bool attention(Rewrite& rw, size_t i, const PassContext& ctx) {
     const size_t off = 4 - ms.size();
     for (size_t d = 0; d < ms.size(); ++d) {
       const bool one = ms[d].is_known() && ms[d].value == 1;
-      if (!same_dim(ms[d], scores[off + d]) && !(one && off + d < 3)) return false;
+      if (same_dim(ms[d], scores[off + d]) || (one && off + d < 3)) continue;
+      // The key axis, of a length not proved the scores' (a decoder's padding mask sliced to
+      // the cache's length): the mask broadcasts there as in the Add or Where it came from.
+      if (off + d == 3 && (one || may_be_equal(ms[d], scores[3]))) {
+        mask_broadcast = true;
+        continue;
+      }
+      return false;
     }
     if (m->mask_negated && mt.dtype != DType::kBool) return false;
   }
@@ -459,6 +469,7 @@ bool attention(Rewrite& rw, size_t i, const PassContext& ctx) {
   attrs.set("scale", m->scale);
   if (m->causal) attrs.set("is_causal", int64_t{1});
   if (m->softcap > 0) attrs.set("softcap", m->softcap);
+  if (mask_broadcast) attrs.set("mask_broadcast", int64_t{1});
   std::vector<ValueId> inputs = {m->q, k, value};
   if (mask != kNoValue) inputs.push_back(mask);
   retarget(g.mutable_nodes()[at], "Attention", std::move(inputs), std::move(attrs));

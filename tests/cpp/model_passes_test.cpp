@@ -880,6 +880,46 @@ TEST(PassRecognizeAttention, TwoAddedMasksBecomeTheirSum) {
   }
 }
 
+// A mask whose key axis is not proved the scores' length: one of 1 (the same for every key), or
+// a decode step's padding mask of its own unnamed length. Attention gets mask_broadcast, so the
+// mask broadcasts as in the Add (ONNX's Attention would pad a shorter one as masked), and a mask
+// that does not broadcast raises, compiled or not, as the Add did.
+TEST(PassRecognizeAttention, MaskOfAnUnprovedKeyLengthBroadcastsAsTheAdd) {
+  for (bool decode : {false, true}) {
+    SCOPED_TRACE(decode);
+    Builder b;
+    ValueId q = b.input("q", {2, 2, 5, 8}), k = b.input("k", {2, 2, 7, 8}),
+            v = b.input("v", {2, 2, 7, 4}), mask;
+    if (decode) {
+      b.input_shapes.push_back({2, 1, 1, 7});
+      mask = b.g.add_input("mask", {DType::kF32, Shape{2, 1, 1, Dim::sym("keys")}});
+      k = b.op("Concat", {k, b.input("k_new", {2, 2, 1, 8})}, b.attrs({{"axis", int64_t{2}}}));
+      v = b.op("Concat", {v, b.input("v_new", {2, 2, 1, 4})}, b.attrs({{"axis", int64_t{2}}}));
+      b.input_shapes[3] = {2, 1, 1, 8};  // the mask covers the cache and the new key
+    } else {
+      mask = b.input("mask", {2, 1, 1, 1});
+    }
+    ValueId s = b.op("Mul", {b.op("MatMul", {q, b.op("Transpose", {k}, perm({0, 1, 3, 2}))}),
+                             b.scalar("scale", 0.35f)});
+    s = b.op("Add", {s, mask});
+    b.g.add_output(b.op("MatMul", {b.op("Softmax", {s}, b.attrs({{"axis", int64_t{-1}}})), v}));
+    Graph g = run_and_compare(b, "RecognizeAttention");
+    const Node& a = only(g, "Attention");
+    EXPECT_EQ(a.attrs.get_int("mask_broadcast", 0), 1) << print(g);
+    EXPECT_EQ(a.inputs[3], mask);
+    const std::vector<Tensor> in = b.inputs(11);  // compiled: the CPU kernel, or its reference
+    const std::vector<Tensor> want = reference::run(b.g, in), got = compile(b.g).run(in);
+    for (int64_t i = 0; i < want[0].numel(); ++i)
+      ASSERT_NEAR(got[0].item_as_double(i), want[0].item_as_double(i), 1e-5) << i;
+    if (!decode) continue;
+    std::vector<Tensor> bad = b.inputs(9);
+    bad[3] = random_f32({2, 1, 1, 3}, 4);  // 3 keys' mask against 8 keys
+    EXPECT_ANY_THROW(reference::run(b.g, bad));
+    EXPECT_ANY_THROW(reference::run(g, bad));
+    EXPECT_ANY_THROW(compile(b.g).run(bad));
+  }
+}
+
 TEST(PassRecognizeAttention, FormsThatAreNotAttentionStay) {
   auto build = [](int variant) {
     Builder b;
@@ -887,14 +927,13 @@ TEST(PassRecognizeAttention, FormsThatAreNotAttentionStay) {
     ValueId q = b.input("q", {q_broadcast ? 1 : 2, 2, 5, 4});
     ValueId k = b.input("k", {2, k_broadcast ? 1 : 2, 5, 4}), v = b.input("v", {2, 2, 5, 4});
     ValueId s = b.op("MatMul", {q, b.op("Transpose", {k}, perm({0, 1, 3, 2}))});
-    if (variant == 2) s = b.op("Add", {s, b.input("m", {2, 2, 5, 1})});  // short key axis
-    if (variant == 3) b.g.add_output(s);                                 // the scores are an output
+    if (variant == 3) b.g.add_output(s);  // the scores are an output
     if (variant == 4) s = b.op("Mul", {s, b.random("per_head", {2, 1, 1})});  // not a scalar
     const int64_t axis = variant == 5 ? 2 : -1;  // softmax over queries
     b.g.add_output(b.op("MatMul", {b.op("Softmax", {s}, b.attrs({{"axis", axis}})), v}));
     return b;
   };
-  for (int variant = 0; variant < 6; ++variant) {
+  for (int variant : {0, 1, 3, 4, 5}) {
     SCOPED_TRACE(variant);
     Builder b = build(variant);
     infer_types(b.g);

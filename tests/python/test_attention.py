@@ -7,6 +7,7 @@ outputs match eager PyTorch. Tiny configs, random weights."""
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -329,3 +330,31 @@ def test_sdpa_decode_matches_float64(queries, heads, kv_heads, head, causal, til
         mask = torch.ones(2, 1, 1, length, dtype=torch.bool)
         mask[1, ..., 3000:] = False
     _expect_sdpa_matches_float64(q, k, v, mask, causal)
+
+
+def test_mask_broadcast_over_the_keys_matches_eager_and_exports(tmp_path):
+    """SDPA with a float mask of one column ([b, 1, q, 1]: the same bias for every key, which
+    torch broadcasts) is one Attention with PyPTO's mask_broadcast (ONNX's Attention would pad
+    the short key axis as masked instead); equal to eager. Exported, the attribute becomes an
+    Expand of the mask to the keys' count, and the file runs to the same values."""
+    import torch.nn.functional as F
+
+    class Biased(torch.nn.Module):
+        def forward(self, q, k, v, bias):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+    torch.manual_seed(0)
+    args = (torch.randn(2, 4, 5, 8), torch.randn(2, 4, 7, 8), torch.randn(2, 4, 7, 8),
+            torch.randn(2, 1, 5, 1))
+    with torch.inference_mode():
+        want = Biased()(*args)
+    fast = pypto.optimize(Biased().eval(), example_inputs=args)
+    torch.testing.assert_close(fast(*args), want, rtol=1e-4, atol=1e-5)
+    assert "mask_broadcast=1" in str(fast.compiled.graph), fast.compiled.graph
+    assert [step["rule"] or step["op"] for step in fast.compiled.steps] == ["Attention"]
+    path = tmp_path / "biased.onnx"
+    pypto.onnx.export(fast, args, path)
+    again = pypto.onnx.load(path, level=0)
+    assert "mask_broadcast" not in str(again.graph) and "Expand(" in str(again.graph)
+    got = again(*(a.numpy() for a in args))
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)

@@ -344,11 +344,47 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp, int opset,
       ap->set_type(::onnx::AttributeProto::INT);
       ap->set_i(-1);
     }
+    // Nodes the exporter adds in front of an Attention to make its inputs ONNX's: named after the
+    // node, their outputs fresh names.
+    const std::string att_base = n.name.empty() ? "attention" : n.name;
+    auto fresh = [&](std::string name) {
+      while (!taken.insert(name).second) name += "_";
+      return name;
+    };
+    auto node = [&](const std::string& base, const std::string& op, std::vector<std::string> ins,
+                    std::vector<std::pair<std::string, int64_t>> ints) {
+      auto* p = gp.add_node();
+      p->set_op_type(op);
+      p->set_name(fresh(cat(base, "/", op)));
+      for (const std::string& i : ins) p->add_input(i);
+      const std::string out = fresh(cat(base, "/", op));
+      p->add_output(out);
+      for (const auto& [key, v] : ints) {
+        auto* a = p->add_attribute();
+        a->set_name(key);
+        a->set_type(::onnx::AttributeProto::INT);
+        a->set_i(v);
+      }
+      return out;
+    };
+    const bool has_mask =
+        n.domain.empty() && n.op == "Attention" && n.inputs.size() > 3 && n.inputs[3] != kNoValue;
+    // PyPTO's mask_broadcast (the mask's last axis broadcasts, where ONNX pads a shorter one) is
+    // not ONNX: the file expands the mask's last axis to the keys' count (K's axis -2, in the 4-D
+    // and the 3-D form), which fails where the mask would not broadcast, as the kernel does.
+    const bool mask_broadcast = has_mask && n.attrs.get_int("mask_broadcast", 0) != 0;
+    if (mask_broadcast) {
+      const std::string base = cat(att_base, "/mask_keys");
+      const std::string lead = node(base, "Shape", {inputs[3]}, {{"end", -1}});
+      const std::string keys = node(base, "Shape", {inputs[1]}, {{"start", -2}, {"end", -1}});
+      const std::string shape = node(base, "Concat", {lead, keys}, {{"axis", 0}});
+      inputs[3] = node(base, "Expand", {inputs[3], shape}, {});
+    }
     // A mask with one row for every query ([batch, 1, 1, keys]: a padding mask) is ONNX
     // (broadcast to [batch, heads, queries, keys]) and PyPTO's kernels read it as is, but
     // onnxruntime's Attention wants the query axis of the mask to be Q's sequence length when Q
     // is 3-D ([batch, seq, hidden]): the file expands the mask's rows to it there.
-    if (n.domain.empty() && n.op == "Attention" && n.inputs.size() > 3 && n.inputs[3] != kNoValue) {
+    if (has_mask) {
       const auto& mask = g.value(n.inputs[3]).type.shape;
       const auto& q = g.value(n.inputs[0]).type.shape;
       const int64_t q_rank = q ? static_cast<int64_t>(q->size()) : 0;
@@ -356,34 +392,14 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp, int opset,
       const Dim* q_seq = !q ? nullptr : packed_q ? &(*q)[1] : q_rank == 4 ? &(*q)[2] : nullptr;
       if (packed_q && mask && mask->size() >= 2 && (*mask)[mask->size() - 2] == Dim(1) && q_seq &&
           !(*q_seq == Dim(1))) {
-        const std::string base = cat(n.name.empty() ? "attention" : n.name, "/mask_rows");
-        auto fresh = [&](std::string name) {
-          while (!taken.insert(name).second) name += "_";
-          return name;
-        };
-        auto node = [&](const std::string& op, std::vector<std::string> ins,
-                        std::vector<std::pair<std::string, int64_t>> ints) {
-          auto* p = gp.add_node();
-          p->set_op_type(op);
-          p->set_name(fresh(cat(base, "/", op)));
-          for (const std::string& i : ins) p->add_input(i);
-          const std::string out = fresh(cat(base, "/", op));
-          p->add_output(out);
-          for (const auto& [key, v] : ints) {
-            auto* a = p->add_attribute();
-            a->set_name(key);
-            a->set_type(::onnx::AttributeProto::INT);
-            a->set_i(v);
-          }
-          return out;
-        };
+        const std::string base = cat(att_base, "/mask_rows");
         const int64_t seq_axis = packed_q ? 1 : 2;
         const std::string seq =
-            node("Shape", {inputs[0]}, {{"start", seq_axis}, {"end", seq_axis + 1}});
-        const std::string lead = node("Shape", {inputs[3]}, {{"end", -2}});
-        const std::string last = node("Shape", {inputs[3]}, {{"start", -1}});
-        const std::string shape = node("Concat", {lead, seq, last}, {{"axis", 0}});
-        inputs[3] = node("Expand", {inputs[3], shape}, {});
+            node(base, "Shape", {inputs[0]}, {{"start", seq_axis}, {"end", seq_axis + 1}});
+        const std::string lead = node(base, "Shape", {inputs[3]}, {{"end", -2}});
+        const std::string last = node(base, "Shape", {inputs[3]}, {{"start", -1}});
+        const std::string shape = node(base, "Concat", {lead, seq, last}, {{"axis", 0}});
+        inputs[3] = node(base, "Expand", {inputs[3], shape}, {});
       }
     }
     const std::string moved = attribute_made_input(n, opset);
@@ -398,7 +414,8 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp, int opset,
     for (const std::string& in : inputs) np->add_input(in);
     for (ValueId v : n.outputs) np->add_output(name_of(v));
     for (const auto& [key, a] : n.attrs.all()) {
-      if ((reduced && key == "precision") || (packed_qkv && key == "qkv_split") || key == moved)
+      if ((reduced && key == "precision") || (packed_qkv && key == "qkv_split") || key == moved ||
+          (n.op == "Attention" && key == "mask_broadcast"))
         continue;
       auto* ap = np->add_attribute();
       if (const auto* sub = std::get_if<GraphAttr>(&a); sub && *sub) {

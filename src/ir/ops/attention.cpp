@@ -52,7 +52,9 @@ void register_attention_ops(OpRegistry& r) {
                    {"right_window_size", int64_t{-1}},
                    optional_attr("qkv_split", AttrKind::kInts,
                                  "PyPTO: inputs 0-2 are one 3-D tensor, Q, K and V side by side "
-                                 "on its last axis with these widths")},
+                                 "on its last axis with these widths"),
+                   {"mask_broadcast", int64_t{0},
+                    "PyPTO: 1: the mask's last axis broadcasts (1 or the key count), not padded"}},
          .infer = infer_attention,
          .doc = "softmax(Q K^T * scale + mask) V with GQA, KV cache, causal and window masks"});
   r.add({.name = "RMSNormalization",

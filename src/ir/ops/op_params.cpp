@@ -113,7 +113,7 @@ Attention attention(const Node& n) {
               n.attr_int("is_causal") != 0,    n.attr_int("qk_matmul_output_mode"),
               n.attr_float("softcap"),         n.attr_int("left_window_size"),
               n.attr_int("right_window_size"), std::nullopt,
-              a.get_ints("qkv_split", {})};
+              a.get_ints("qkv_split", {}),     a.get_int("mask_broadcast", 0) != 0};
   if (a.has("scale")) p.scale = a.get_float("scale");
   return p;
 }

@@ -91,6 +91,10 @@ struct Attention {
   // PyPTO: {Q, K, V} widths when inputs 0-2 are one 3-D tensor holding Q, K and V side by side
   // on its last axis (FoldAttentionHeads); empty: three tensors, as ONNX has them.
   std::vector<int64_t> qkv_split;
+  // PyPTO: the mask broadcasts to the scores by numpy's rules on every axis, its last one too (1:
+  // the same for every key), where ONNX pads a shorter last axis with "masked"
+  // (RecognizeAttention, for a mask whose length it cannot prove the scores').
+  bool mask_broadcast = false;
 
   double scale_for(int64_t head_size) const;
 };

@@ -134,11 +134,15 @@ std::vector<Tensor> attention(const KernelContext& c) {
                              ", ", Sq, ", ", L, "]"));
     if (mdims[3] > L)
       throw ValueError(cat(w, ": attn_mask's last dimension ", mdims[3], " exceeds ", L));
+    if (p.mask_broadcast && mdims[3] != L && mdims[3] != 1)
+      throw ValueError(cat(w, ": attn_mask ", M.str(), " does not broadcast to the scores [", B,
+                           ", ", Hq, ", ", Sq, ", ", L, "] (mask_broadcast)"));
     mask_bool = M.dtype() == DType::kBool;
     mask = to_doubles(M, w);
   }
   auto mask_at = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
     if (mask.empty()) return 0.0;
+    if (p.mask_broadcast && mdims[3] == 1) j = 0;  // the same for every key
     if (j >= mdims[3]) return kNegInf;
     int64_t idx = (((mdims[0] == 1 ? 0 : b) * mdims[1] + (mdims[1] == 1 ? 0 : h)) * mdims[2] +
                    (mdims[2] == 1 ? 0 : i)) *
