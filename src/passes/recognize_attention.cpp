@@ -203,10 +203,11 @@ class AttentionMatcher {
   // Whether v is (a scaled or masked form of) a MatMul: tells scores from an added mask, on
   // either side of the Add. Either answer keeps a rewrite exact (Add commutes); it only chooses
   // the side the match follows.
-  bool leads_to_scores(ValueId v, int hops = 5) {
+  bool leads_to_scores(ValueId v, int hops = 6) {
     const Node* n = producer(g_, v);
     if (!n || hops == 0) return false;
     if (n->op == "MatMul") return true;
+    if (n->op == "Tanh") return leads_to_scores(n->inputs[0], hops - 1);  // a soft cap
     if (n->op == "Where" && n->inputs.size() == 3)
       return leads_to_scores(n->inputs[scalar_constant(g_, n->inputs[1]) == kNegInf ? 2 : 1],
                              hops - 1);

@@ -920,6 +920,27 @@ TEST(PassRecognizeAttention, MaskOfAnUnprovedKeyLengthBroadcastsAsTheAdd) {
   }
 }
 
+// Gemma-2's eager attention: scores * scale, a soft cap c tanh(s / c), then the mask added on
+// the right. Which operand of the Add is the scores is found through the Tanh (it was taken for
+// the mask before): one Attention with the scale, the soft cap and the mask.
+TEST(PassRecognizeAttention, SoftCappedScoresWithTheMaskAddedAfter) {
+  Builder b;
+  ValueId q = b.input("q", {1, 4, 3, 8}), k = b.input("k", {1, 4, 6, 8}),
+          v = b.input("v", {1, 4, 6, 8}), mask = b.input("mask", {1, 1, 3, 6});
+  const ValueId cap = b.scalar("cap", 50.0f);
+  ValueId s = b.op("Mul", {b.op("MatMul", {q, b.op("Transpose", {k}, perm({0, 1, 3, 2}))}),
+                           b.scalar("scale", 0.0625f)});
+  s = b.op("Mul", {b.op("Tanh", {b.op("Div", {s, cap})}), cap});
+  s = b.op("Add", {s, mask});
+  b.g.add_output(b.op("MatMul", {b.op("Softmax", {s}, b.attrs({{"axis", int64_t{3}}})), v}));
+  Graph g = run_and_compare(b, "RecognizeAttention");
+  ASSERT_EQ(g.nodes().size(), 1u) << print(g);
+  const Node& a = only(g, "Attention");
+  EXPECT_NEAR(a.attrs.get_float("softcap"), 50.0, 1e-9);
+  EXPECT_NEAR(a.attrs.get_float("scale"), 0.0625, 1e-9);
+  EXPECT_EQ(a.inputs[3], mask);
+}
+
 TEST(PassRecognizeAttention, FormsThatAreNotAttentionStay) {
   auto build = [](int variant) {
     Builder b;
