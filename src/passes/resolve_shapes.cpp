@@ -7,8 +7,11 @@
 // integer arithmetic make of them. Then each Reshape
 // whose target is such a vector gets a constant target: a known element stays, an element equal
 // to the input's dimension at the same position becomes 0 (copy it), and one remaining element
-// becomes -1. Expand likewise, with 1 for a dimension the input already has. The shape
-// computations left without readers go with EliminateDeadCode.
+// becomes -1. Expand likewise, with 1 for a dimension the input already has. And every int64
+// value whose elements are all known (Gather(Shape(x), 3) of x = [batch, 12, seq, 64], and what
+// arithmetic makes of it: the TorchScript exporter's x.shape[-1] // 2 before rotate_half's
+// Slice) becomes a constant, so the ops that read it see a literal (a Slice's bounds, a
+// Reshape's target). The shape computations left without readers go with EliminateDeadCode.
 #include <unordered_map>
 
 #include "passes/passes.h"
@@ -68,6 +71,7 @@ Graph resolve_shapes(Graph g, const PassContext& ctx) {
   for (const auto& [v, t] : g.initializers())
     if (auto c = shape_value_of_constant(t)) sv[v] = *c;
   std::vector<std::pair<size_t, std::vector<int64_t>>> targets;  // node, new input 1
+  std::vector<ValueId> known;  // computed int64 values whose every element is known
   const auto& nodes = g.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
@@ -78,7 +82,13 @@ Graph resolve_shapes(Graph g, const PassContext& ctx) {
         types.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
         values.push_back(v == kNoValue ? nullptr : find(sv, v));
       }
-      if (auto r = evaluate_shape_value(n, types, values)) sv[n.outputs[0]] = std::move(*r);
+      if (auto r = evaluate_shape_value(n, types, values)) {
+        const ValueId y = n.outputs[0];
+        if (r->literal() && n.op != "Constant" && !g.initializer(y) && !g.is_output(y) &&
+            dtype_of_value(g, y) == DType::kI64)
+          known.push_back(y);
+        sv[y] = std::move(*r);
+      }
     }
     if ((n.op != "Reshape" && n.op != "Expand") || n.inputs.size() < 2) continue;
     if (constant_of(g, n.inputs[1])) continue;  // already constant
@@ -91,6 +101,16 @@ Graph resolve_shapes(Graph g, const PassContext& ctx) {
     else if (n.op == "Expand")
       t = expand_target(*s, x);
     if (t) targets.push_back({i, std::move(*t)});
+  }
+  for (const ValueId y : known) {
+    const ShapeValue& v = sv.at(y);
+    std::vector<int64_t> data;
+    for (const Dim& d : v.dims) data.push_back(d.value);
+    const TensorType& t = g.value(y).type;
+    const Dims dims = v.scalar ? Dims{} : Dims{static_cast<int64_t>(data.size())};
+    if (!t.shape || to_shape(dims) != *t.shape) continue;  // a type that says otherwise: leave it
+    g.replace_uses(y, g.add_constant(g.value(y).name + "_known", Tensor::from_vector(data, dims)));
+    ctx.note("ResolveShapes/Known");
   }
   for (auto& [i, t] : targets) {
     Node& n = g.mutable_nodes()[i];

@@ -1,6 +1,7 @@
 // ResolveShapes: Reshape and Expand targets computed from Shape() on a symbolic batch become
-// constants (0 copies a dimension, -1 infers one); results equal the reference interpreter's on
-// the original graph for several batch sizes.
+// constants (0 copies a dimension, -1 infers one), and shape arithmetic whose every element is
+// known becomes a constant; results equal the reference interpreter's on the original graph for
+// several batch sizes.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -81,6 +82,55 @@ TEST(PassResolveShapes, SymbolicBatchTargetsBecomeConstants) {
   for (int64_t batch : {1, 3}) {
     Tensor x = random_tensor({batch, 6, 4}, 10 + static_cast<uint32_t>(batch));
     std::vector<Tensor> want = reference::run(g, {x}), got = reference::run(out, {x});
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(got[i].shape(), want[i].shape());
+      for (int64_t k = 0; k < want[i].numel(); ++k)
+        ASSERT_EQ(got[i].item_as_double(k), want[i].item_as_double(k));
+    }
+  }
+}
+
+// The TorchScript exporter's rotate_half on x = [batch, seq, 8]: Slice(x, 0, x.shape[-1] // 2),
+// the bound Unsqueeze(Div(Gather(Shape(x), 2), 2)). Every element of that arithmetic is known
+// (8 / 2), so the Slice reads a constant 4, whatever the batch and the sequence; the Shape, the
+// Gather and the Div go with EliminateDeadCode. A value with a symbolic element (the batch)
+// stays computed.
+TEST(PassResolveShapes, KnownShapeArithmeticBecomesConstant) {
+  Graph g;
+  ValueId x = g.add_input("x", {DType::kF32, Shape{Dim::sym("batch"), Dim::sym("seq"), 8}});
+  auto constant = [&](const std::string& name, std::vector<int64_t> v, Dims shape) {
+    ValueId c = g.add_value(name);
+    g.set_initializer(c, Tensor::from_vector<int64_t>(v, std::move(shape)));
+    return c;
+  };
+  ValueId s = g.add_value("s"), d = g.add_value("d"), h = g.add_value("h"), u = g.add_value("u");
+  ValueId y = g.add_value("y"), b = g.add_value("b");
+  g.add_node("Shape", {x}, {s}, {}, "shape");
+  g.add_node("Gather", {s, constant("two", {2}, {})}, {d}, {}, "gather");
+  g.add_node("Div", {d, constant("half", {2}, {})}, {h}, {}, "div");
+  g.add_node("Unsqueeze", {h, constant("ax", {0}, {1})}, {u}, {}, "unsqueeze");
+  g.add_node("Slice", {x, constant("zero", {0}, {1}), u, constant("last", {-1}, {1})}, {y}, {},
+             "slice");
+  g.add_node("Gather", {s, constant("first", {0}, {})}, {b}, {}, "batch");
+  g.add_output(y);
+  g.add_output(b);  // the batch: symbolic, stays computed (and an output)
+  infer_types(g);
+  std::vector<PassReport> report;
+  Graph out = run_passes(g, {.only = {"ResolveShapes", "EliminateDeadCode"}}, &report);
+  EXPECT_GE(report[0].fired["ResolveShapes/Known"], 1);
+  const Node* slice = nullptr;
+  for (const Node& n : out.nodes()) {
+    EXPECT_TRUE(n.op != "Div" && n.op != "Unsqueeze") << print(out);
+    if (n.op == "Slice") slice = &n;
+  }
+  ASSERT_NE(slice, nullptr);
+  const Tensor* end = out.initializer(slice->inputs[2]);
+  ASSERT_NE(end, nullptr) << print(out);
+  EXPECT_EQ(ints(*end), (std::vector<int64_t>{4}));
+  EXPECT_EQ(out.value(out.outputs()[0]).type.str(), "f32[batch, seq, 4]");
+  for (int64_t batch : {1, 3}) {
+    Tensor in = random_tensor({batch, 5, 8}, 20 + static_cast<uint32_t>(batch));
+    std::vector<Tensor> want = reference::run(g, {in}), got = reference::run(out, {in});
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_EQ(got[i].shape(), want[i].shape());
       for (int64_t k = 0; k < want[i].numel(); ++k)
