@@ -34,6 +34,17 @@ std::vector<int64_t> ints(const Tensor& t) {
   return out;
 }
 
+// The reference's outputs of `before` and `after` on input x: the same shapes and bits.
+void expect_same_outputs(const Graph& before, const Graph& after, const Tensor& x) {
+  const std::vector<Tensor> want = reference::run(before, {x}), got = reference::run(after, {x});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].shape(), want[i].shape());
+    for (int64_t k = 0; k < want[i].numel(); ++k)
+      ASSERT_EQ(got[i].item_as_double(k), want[i].item_as_double(k)) << "output " << i;
+  }
+}
+
 // x: [batch, 6, 4] -> Reshape(x, Concat(Shape(x)[0:1], [3, 8])) and a head split as BERT's
 // exporters write it: Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), Gather(Shape(x), 1), [2,
 // 2])).
@@ -79,15 +90,8 @@ TEST(PassResolveShapes, SymbolicBatchTargetsBecomeConstants) {
   EXPECT_EQ(report[0].fired["ResolveShapes/Reshape"], 1);
   for (const Node& n : out.nodes()) EXPECT_NE(n.op, "Shape") << print(out);
   EXPECT_EQ(out.value(out.outputs()[0]).type.str(), "f32[batch, 3, 8]");
-  for (int64_t batch : {1, 3}) {
-    Tensor x = random_tensor({batch, 6, 4}, 10 + static_cast<uint32_t>(batch));
-    std::vector<Tensor> want = reference::run(g, {x}), got = reference::run(out, {x});
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_EQ(got[i].shape(), want[i].shape());
-      for (int64_t k = 0; k < want[i].numel(); ++k)
-        ASSERT_EQ(got[i].item_as_double(k), want[i].item_as_double(k));
-    }
-  }
+  for (int64_t batch : {1, 3})
+    expect_same_outputs(g, out, random_tensor({batch, 6, 4}, 10 + static_cast<uint32_t>(batch)));
 }
 
 // The TorchScript exporter's rotate_half on x = [batch, seq, 8]: Slice(x, 0, x.shape[-1] // 2),
@@ -128,15 +132,8 @@ TEST(PassResolveShapes, KnownShapeArithmeticBecomesConstant) {
   ASSERT_NE(end, nullptr) << print(out);
   EXPECT_EQ(ints(*end), (std::vector<int64_t>{4}));
   EXPECT_EQ(out.value(out.outputs()[0]).type.str(), "f32[batch, seq, 4]");
-  for (int64_t batch : {1, 3}) {
-    Tensor in = random_tensor({batch, 5, 8}, 20 + static_cast<uint32_t>(batch));
-    std::vector<Tensor> want = reference::run(g, {in}), got = reference::run(out, {in});
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_EQ(got[i].shape(), want[i].shape());
-      for (int64_t k = 0; k < want[i].numel(); ++k)
-        ASSERT_EQ(got[i].item_as_double(k), want[i].item_as_double(k));
-    }
-  }
+  for (int64_t batch : {1, 3})
+    expect_same_outputs(g, out, random_tensor({batch, 5, 8}, 20 + static_cast<uint32_t>(batch)));
 }
 
 TEST(PassResolveShapes, TwoUnknownsStayComputed) {
