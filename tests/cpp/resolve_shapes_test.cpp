@@ -34,8 +34,9 @@ std::vector<int64_t> ints(const Tensor& t) {
   return out;
 }
 
-// The reference's outputs of `before` and `after` on input x: the same shapes and bits.
-void expect_same_outputs(const Graph& before, const Graph& after, const Tensor& x) {
+// The reference's outputs of `before` and `after` on input x: the same shapes and bits (the
+// passes further down compare within a tolerance, expect_same_outputs).
+void expect_identical_outputs(const Graph& before, const Graph& after, const Tensor& x) {
   const std::vector<Tensor> want = reference::run(before, {x}), got = reference::run(after, {x});
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
@@ -91,7 +92,8 @@ TEST(PassResolveShapes, SymbolicBatchTargetsBecomeConstants) {
   for (const Node& n : out.nodes()) EXPECT_NE(n.op, "Shape") << print(out);
   EXPECT_EQ(out.value(out.outputs()[0]).type.str(), "f32[batch, 3, 8]");
   for (int64_t batch : {1, 3})
-    expect_same_outputs(g, out, random_tensor({batch, 6, 4}, 10 + static_cast<uint32_t>(batch)));
+    expect_identical_outputs(g, out,
+                             random_tensor({batch, 6, 4}, 10 + static_cast<uint32_t>(batch)));
 }
 
 // The TorchScript exporter's rotate_half on x = [batch, seq, 8]: Slice(x, 0, x.shape[-1] // 2),
@@ -133,7 +135,8 @@ TEST(PassResolveShapes, KnownShapeArithmeticBecomesConstant) {
   EXPECT_EQ(ints(*end), (std::vector<int64_t>{4}));
   EXPECT_EQ(out.value(out.outputs()[0]).type.str(), "f32[batch, seq, 4]");
   for (int64_t batch : {1, 3})
-    expect_same_outputs(g, out, random_tensor({batch, 5, 8}, 20 + static_cast<uint32_t>(batch)));
+    expect_identical_outputs(g, out,
+                             random_tensor({batch, 5, 8}, 20 + static_cast<uint32_t>(batch)));
 }
 
 TEST(PassResolveShapes, TwoUnknownsStayComputed) {
