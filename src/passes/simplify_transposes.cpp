@@ -98,6 +98,22 @@ struct Sweep {
     ctx.note("SimplifyTransposes/Transpose-Transpose");
   }
 
+  // Node i becomes Reshape(its input 0, constant `dims`); its other inputs lose a reader.
+  void make_reshape(size_t i, const Dims& dims) {
+    const ValueId shape =
+        g.add_constant(g.value(g.nodes()[i].outputs[0]).name + "_shape",
+                       Tensor::from_vector(dims, {static_cast<int64_t>(dims.size())}));
+    uses.push_back(1);
+    Node& n = g.mutable_nodes()[i];
+    for (size_t k = 1; k < n.inputs.size(); ++k)
+      if (n.inputs[k] != kNoValue) --uses[n.inputs[k]];
+    n.op = "Reshape";
+    n.def = OpRegistry::global().find("Reshape");
+    n.attrs = Attributes();
+    n.attrs.where = n.where();
+    n.inputs = {n.inputs[0], shape};
+  }
+
   // A Transpose that moves only axes of size 1 keeps the row-major order of the elements: it is
   // a Reshape (a view, no copy), merged with a Reshape-like node before it. A decode step's head
   // split is one: [1, 1, 12, 64] -> [1, 12, 1, 64].
@@ -114,16 +130,7 @@ struct Sweep {
       if (a < last) return;
       last = a;
     }
-    const ValueId shape =
-        g.add_constant(g.value(n.outputs[0]).name + "_shape",
-                       Tensor::from_vector(*out, {static_cast<int64_t>(out->size())}));
-    uses.push_back(1);
-    Node& r = g.mutable_nodes()[i];
-    r.op = "Reshape";
-    r.def = OpRegistry::global().find("Reshape");
-    r.attrs = Attributes();
-    r.attrs.where = r.where();
-    r.inputs = {r.inputs[0], shape};
+    make_reshape(i, *out);
     ctx.note("SimplifyTransposes/Transpose=Reshape");
     reshapes(i);
   }
@@ -141,18 +148,7 @@ struct Sweep {
     if (!dims || std::find(dims->begin(), dims->end(), 0) != dims->end()) return;
     if (outer.opset > 0 && outer.opset < 5) return;  // Reshape-1 took its shape as an attribute
     ValueId x = g.nodes()[inner].inputs[0];
-    ValueId shape =
-        g.add_constant(g.value(outer.outputs[0]).name + "_shape",
-                       Tensor::from_vector(*dims, {static_cast<int64_t>(dims->size())}));
-    uses.push_back(1);
-    Node& n = g.mutable_nodes()[i];
-    for (size_t k = 1; k < n.inputs.size(); ++k)
-      if (n.inputs[k] != kNoValue) --uses[n.inputs[k]];
-    n.op = "Reshape";
-    n.def = OpRegistry::global().find("Reshape");
-    n.attrs = Attributes();
-    n.attrs.where = n.where();
-    n.inputs = {n.inputs[0], shape};
+    make_reshape(i, *dims);
     rewire(i, inner, x);
     ctx.note("SimplifyTransposes/Reshape-Reshape");
   }
