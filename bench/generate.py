@@ -18,7 +18,9 @@ One process per model x threads x engine:
 - pypto-bf16: the same on the bfloat16 model (PyPTO computes in fp32 with bf16 products, its
   weights packed in bf16);
 - ort: ONNX Runtime (ORT_ENABLE_ALL) on the decoder exported with its past keys and values as
-  inputs and outputs, driven by a greedy loop in Python (bench/generate_ort.py).
+  inputs and outputs, driven by a greedy loop in Python (bench/generate_ort.py);
+- pypto-onnx: the same exported file and loop on pypto.onnx.load, fp32 (PyPTO's ONNX path on
+  ONNX Runtime's own terms: no generate(), no Dynamo).
 Before timing, each engine's tokens are compared with eager fp32's: fp32 engines must give the
 same tokens (and scores within 1e-4 of max |score|); bf16 engines report the error of their first
 scores (the prompt's logits) against fp32 (within 3e-2) and how many tokens agree before the first
@@ -48,7 +50,7 @@ import run as base  # noqa: E402  (bench/run.py: children, timing, ceilings)
 
 REPO = base.REPO
 MARK = "@@generate@@ "
-ENGINES = ["eager", "eager-bf16", "inductor", "pypto", "pypto-bf16", "ort"]
+ENGINES = ["eager", "eager-bf16", "inductor", "pypto", "pypto-bf16", "ort", "pypto-onnx"]
 MODELS = ["gpt2", "llama"]
 TORCH_ENGINES = {"eager", "eager-bf16", "inductor"}  # run under both OpenMP wait policies
 
@@ -108,15 +110,18 @@ def child(args) -> dict:
     result["weight_bytes"] = weight_bytes(model)
 
     t0 = time.perf_counter()
-    if args.engine == "ort":
+    if args.engine in ("ort", "pypto-onnx"):
         import generate_ort
 
-        workdir = tempfile.mkdtemp(prefix="pto-gen-ort-")
+        workdir = tempfile.mkdtemp(prefix="pto-gen-onnx-")
+        make = (generate_ort.ort_generator if args.engine == "ort"
+                else generate_ort.pypto_onnx_generator)
         try:
-            run = generate_ort.ort_generator(model, ids, args.threads, workdir)
+            run = make(model, ids, args.threads, workdir)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)  # the session holds the weights
-        result["onnxruntime"] = generate_ort.version()
+        if args.engine == "ort":
+            result["onnxruntime"] = generate_ort.version()
     else:
         if args.engine == "inductor":
             import torch._inductor.config as inductor_config

@@ -1,5 +1,6 @@
 """ONNX Runtime as bench/generate.py's peer: a transformers decoder exported with its KV cache as
-inputs and outputs, and the greedy loop generate() runs, on an InferenceSession.
+inputs and outputs, and the greedy loop generate() runs, on an InferenceSession (and the same
+file and loop on pypto.onnx.load: PyPTO's ONNX path against ONNX Runtime).
 
 The export wraps the model in a module whose forward takes input_ids [B, S], attention_mask
 [B, P + S], position_ids [B, S] and the past keys and values of each layer ([B, kv heads, P, head
@@ -12,6 +13,7 @@ The loop binds each step's present keys and values (OrtValues) as the next step'
 the cache never goes through numpy; only the logits come out. As generate() with min_new_tokens =
 max_new_tokens does, the end-of-text token is masked (-inf) before the argmax. The session is
 bench/run.py's (ORT_ENABLE_ALL, intra_op_num_threads = T, inter_op_num_threads = 1, sequential).
+On PyPTO each step's present keys and values (numpy arrays PyPTO wrote) are the next step's past.
 """
 
 from __future__ import annotations
@@ -79,16 +81,12 @@ def export_decoder(model, path: str) -> tuple[list[str], list[str]]:
     return inputs, outputs
 
 
-def ort_generator(model, ids: torch.Tensor, threads: int, workdir: str):
-    """Exports `model` to workdir and returns run(new): greedy generation of `new` tokens after
-    the prompt `ids` [1, S] on ONNX Runtime, as (tokens, scores), the scores being the masked
-    logits of each step ([1, vocab] tensors) as generate(output_scores=True) gives them."""
-    from run import ort_session  # bench/run.py: the peer's settings (BENCHMARKING.md)
-
-    os.makedirs(workdir, exist_ok=True)
-    path = os.path.join(workdir, "decoder.onnx")
-    inputs, outputs = export_decoder(model, path)
-    session = ort_session(path, threads)
+def _greedy(model, ids: torch.Tensor, names: list[str], step):
+    """run(new): greedy generation of `new` tokens after the prompt `ids` [1, S], as (tokens,
+    scores), the scores being the masked logits of each step ([1, vocab] tensors) as
+    generate(output_scores=True) gives them. step(feeds) runs the exported decoder on feeds (its
+    input names -> arrays, or the previous step's present values as they came out) and returns
+    (logits as a numpy array, the present keys and values)."""
     _, kv, head_dim = _geometry(model.config)
     eos = model.generation_config.eos_token_id
     eos = [e for e in ([eos] if isinstance(eos, int) else list(eos or []))
@@ -98,33 +96,68 @@ def ort_generator(model, ids: torch.Tensor, threads: int, workdir: str):
     empty = np.zeros((batch, kv, 0, head_dim), dtype=np.float32)
 
     def run(new: int):
-        io = session.io_binding()
         tokens, scores = [], []
-        step_ids, past = prompt, [empty] * (len(inputs) - 3)
-        for step in range(new):
-            seen = length + step - step_ids.shape[1]  # positions already in the cache
-            io.clear_binding_inputs()
-            io.clear_binding_outputs()
-            io.bind_cpu_input("input_ids", step_ids)
-            io.bind_cpu_input("attention_mask",
-                              np.ones((batch, seen + step_ids.shape[1]), dtype=np.int64))
-            io.bind_cpu_input("position_ids", np.arange(seen, seen + step_ids.shape[1],
-                                                        dtype=np.int64)[None].repeat(batch, 0))
-            for name, value in zip(inputs[3:], past):
-                if isinstance(value, np.ndarray):
-                    io.bind_cpu_input(name, value)
-                else:
-                    io.bind_ortvalue_input(name, value)  # the previous step's present: no copy
-            for name in outputs:
-                io.bind_output(name, "cpu")
-            session.run_with_iobinding(io)
-            out = io.get_outputs()
-            logits = out[0].numpy().copy()
+        step_ids, past = prompt, [empty] * (len(names) - 3)
+        for i in range(new):
+            seen = length + i - step_ids.shape[1]  # positions already in the cache
+            feeds = {"input_ids": step_ids,
+                     "attention_mask": np.ones((batch, seen + step_ids.shape[1]), dtype=np.int64),
+                     "position_ids": np.arange(seen, seen + step_ids.shape[1],
+                                               dtype=np.int64)[None].repeat(batch, 0)}
+            feeds.update(zip(names[3:], past))
+            logits, past = step(feeds)
+            logits = logits.copy()
             logits[:, eos] = -np.inf  # min_new_tokens = new: generate() masks it every step
             nxt = logits.argmax(-1).astype(np.int64)
             tokens.append(int(nxt[0]))
             scores.append(torch.from_numpy(logits))
-            step_ids, past = nxt.reshape(batch, 1), out[1:]
+            step_ids = nxt.reshape(batch, 1)
         return tokens, scores
 
     return run
+
+
+def ort_generator(model, ids: torch.Tensor, threads: int, workdir: str):
+    """Exports `model` to workdir and returns _greedy's run(new) on ONNX Runtime: each step's
+    present keys and values stay OrtValues bound as the next step's past (no copy)."""
+    from run import ort_session  # bench/run.py: the peer's settings (BENCHMARKING.md)
+
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "decoder.onnx")
+    inputs, outputs = export_decoder(model, path)
+    session = ort_session(path, threads)
+    io = session.io_binding()
+
+    def step(feeds):
+        io.clear_binding_inputs()
+        io.clear_binding_outputs()
+        for name, value in feeds.items():
+            if isinstance(value, np.ndarray):
+                io.bind_cpu_input(name, value)
+            else:
+                io.bind_ortvalue_input(name, value)  # the previous step's present: no copy
+        for name in outputs:
+            io.bind_output(name, "cpu")
+        session.run_with_iobinding(io)
+        out = io.get_outputs()
+        return out[0].numpy(), out[1:]
+
+    return _greedy(model, ids, inputs, step)
+
+
+def pypto_onnx_generator(model, ids: torch.Tensor, threads: int, workdir: str):
+    """The same exported file and loop on PyPTO (pypto.onnx.load, T threads): the ONNX path
+    against ONNX Runtime on one file, without generate()'s and Dynamo's per-token Python."""
+    import pypto
+
+    pypto.set_num_threads(threads)
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "decoder.onnx")
+    inputs, _ = export_decoder(model, path)
+    exe = pypto.onnx.load(path)
+
+    def step(feeds):
+        out = exe(*(feeds[n] for n in inputs))
+        return np.asarray(out[0]), list(out[1:])
+
+    return _greedy(model, ids, inputs, step)

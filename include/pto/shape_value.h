@@ -13,14 +13,28 @@
 namespace pto {
 
 struct ShapeValue {
-  Shape dims;           // one per element; Dim::unknown() where not known
-  bool scalar = false;  // a 0-D tensor (a Gather by a scalar index)
-  // Per element: an exact integer (a -1 in dims is a real -1, as Reshape's "infer this one"),
-  // not a symbol or an unknown. Per element because exporters mix the two in one vector:
-  // Concat(batch, [-1], seq, seq) as an Expand target.
-  std::vector<bool> exact;
+  // What is known of one element beyond its Dim.
+  struct Element {
+    // An exact integer (a -1 in dims is a real -1, as Reshape's "infer this one"), not a symbol
+    // or an unknown. Per element because exporters mix the two in one vector: Concat(batch,
+    // [-1], seq, seq) as an Expand target.
+    bool exact = false;
+    // A dimension's size, or sums and products of sizes: never negative even where the value is
+    // unknown (the length of Concat(past, new) along the cache axis).
+    bool size = false;
+    // The size of `tensor` along `axis` (an element of Shape(tensor), wherever it travels), so an
+    // unknown length can still be matched to the dimension it measures; kNoValue otherwise.
+    ValueId tensor = kNoValue;
+    int64_t axis = 0;
+  };
 
-  bool is_exact(size_t i) const { return i < exact.size() && exact[i]; }
+  Shape dims;                     // one per element; Dim::unknown() where not known
+  bool scalar = false;            // a 0-D tensor (a Gather by a scalar index)
+  std::vector<Element> elements;  // one per element
+
+  bool is_exact(size_t i) const { return i < elements.size() && elements[i].exact; }
+  // Provably >= 0: a size, a symbol, or an exact non-negative literal.
+  bool never_negative(size_t i) const;
   bool literal() const;  // every element exact
 };
 

@@ -13,18 +13,26 @@ std::optional<int64_t> literal(const std::vector<const ShapeValue*>& in, size_t 
   return in[i]->dims[0].value;
 }
 
-// A value whose elements are exact where known (a computed -1 is an unknown, never a literal).
-ShapeValue computed(Shape dims, bool scalar) {
+// A value whose elements are exact where known (a computed -1 is an unknown, never a literal);
+// size[i] says element i is never negative (all of them when size has one entry).
+ShapeValue computed(Shape dims, bool scalar, const std::vector<bool>& size) {
   ShapeValue out{std::move(dims), scalar, {}};
-  for (const Dim& d : out.dims) out.exact.push_back(d.is_known());
+  for (size_t i = 0; i < out.dims.size(); ++i)
+    out.elements.push_back({out.dims[i].is_known(), size[size.size() == 1 ? 0 : i]});
   return out;
+}
+
+// Appends element i of v to out.
+void append(ShapeValue& out, const ShapeValue& v, size_t i) {
+  out.dims.push_back(v.dims[i]);
+  out.elements.push_back(i < v.elements.size() ? v.elements[i] : ShapeValue::Element{});
 }
 
 // Elements [begin, end) of v (bounds already clamped).
 ShapeValue elements(const ShapeValue& v, size_t begin, size_t end, bool scalar) {
-  return ShapeValue{{v.dims.begin() + begin, v.dims.begin() + end},
-                    scalar,
-                    {v.exact.begin() + begin, v.exact.begin() + end}};
+  ShapeValue out{{}, scalar, {}};
+  for (size_t i = begin; i < end; ++i) append(out, v, i);
+  return out;
 }
 
 std::optional<int64_t> int_attr_or_input(const Node& n, const std::vector<const ShapeValue*>& in,
@@ -59,9 +67,14 @@ Dim arithmetic(const std::string& op, const Dim& a, const Dim& b) {
 
 }  // namespace
 
+bool ShapeValue::never_negative(size_t i) const {
+  if (i >= dims.size() || i >= elements.size()) return false;
+  return elements[i].size || dims[i].is_symbolic() || (elements[i].exact && dims[i].value >= 0);
+}
+
 bool ShapeValue::literal() const {
-  return exact.size() == dims.size() &&
-         std::all_of(exact.begin(), exact.end(), [](bool e) { return e; });
+  return elements.size() == dims.size() &&
+         std::all_of(elements.begin(), elements.end(), [](const Element& e) { return e.exact; });
 }
 
 std::optional<ShapeValue> shape_value_of_constant(const Tensor& t) {
@@ -76,7 +89,7 @@ std::optional<ShapeValue> shape_value_of_constant(const Tensor& t) {
     for (int64_t i = 0; i < c.numel(); ++i)
       out.dims.push_back(Dim(static_cast<int64_t>(c.data<T>()[i])));
   });
-  out.exact.assign(out.dims.size(), true);
+  out.elements.assign(out.dims.size(), {.exact = true});
   return out;
 }
 
@@ -93,13 +106,18 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
     if (end < 0) end += rank;
     start = std::clamp<int64_t>(start, 0, rank);
     end = std::clamp<int64_t>(end, start, rank);
-    return computed({s.begin() + start, s.begin() + end}, false);
+    ShapeValue out = computed({s.begin() + start, s.begin() + end}, false, {true});
+    for (int64_t i = start; i < end; ++i) {
+      out.elements[i - start].tensor = n.inputs[0];
+      out.elements[i - start].axis = i;
+    }
+    return out;
   }
   if (n.op == "Size") {
     if (input_types.empty() || !input_types[0].shape) return std::nullopt;
     Dim total(1);
     for (const Dim& d : *input_types[0].shape) total = arithmetic("Mul", total, d);
-    return computed({total}, true);
+    return computed({total}, true, {true});
   }
   if (n.op == "Identity" || n.op == "Cast") {
     if (!value(0) || (n.op == "Cast" && !is_integral(n.attrs.get_dtype("to")))) return std::nullopt;
@@ -112,8 +130,7 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
     for (const Dim& d : value(1)->dims) {
       int64_t i = d.value < 0 ? d.value + size : d.value;
       if (i < 0 || i >= size) return std::nullopt;
-      out.dims.push_back(value(0)->dims[i]);
-      out.exact.push_back(value(0)->is_exact(static_cast<size_t>(i)));
+      append(out, *value(0), static_cast<size_t>(i));
     }
     return out;
   }
@@ -133,8 +150,7 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
     ShapeValue out{{}, false, {}};
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (!value(i) || value(i)->scalar) return std::nullopt;
-      out.dims.insert(out.dims.end(), value(i)->dims.begin(), value(i)->dims.end());
-      out.exact.insert(out.exact.end(), value(i)->exact.begin(), value(i)->exact.end());
+      for (size_t j = 0; j < value(i)->dims.size(); ++j) append(out, *value(i), j);
     }
     return out;
   }
@@ -172,13 +188,14 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
       Dim r;
       if (xe && ye)
         r = Dim(x.value == y.value ? 1 : 0);
-      else if ((x.is_symbolic() && ye && y.value < 0) || (y.is_symbolic() && xe && x.value < 0))
+      else if ((a.never_negative(ia) && ye && y.value < 0) ||
+               (b.never_negative(ib) && xe && x.value < 0))
         r = Dim(0);
       else if (x.is_symbolic() && x == y)
         r = Dim(1);
       out.push_back(r);
     }
-    return computed(std::move(out), a.scalar && b.scalar);
+    return computed(std::move(out), a.scalar && b.scalar, {false});
   }
   if (n.op == "Where" && value(0) && value(1) && value(2)) {
     const ShapeValue &c = *value(0), &a = *value(1), &b = *value(2);
@@ -191,9 +208,7 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
       const Dim& pick = c.dims[nc == 1 ? 0 : i];
       if (!pick.is_known()) return std::nullopt;
       const ShapeValue& from = pick.value != 0 ? a : b;
-      const size_t j = from.dims.size() == 1 ? 0 : i;
-      out.dims.push_back(from.dims[j]);
-      out.exact.push_back(from.is_exact(j));
+      append(out, from, from.dims.size() == 1 ? 0 : i);
     }
     return out;
   }
@@ -202,9 +217,14 @@ std::optional<ShapeValue> evaluate_shape_value(const Node& n,
     const size_t na = a.dims.size(), nb = b.dims.size();
     if (na != nb && na != 1 && nb != 1) return std::nullopt;
     Shape out;
-    for (size_t i = 0; i < std::max(na, nb); ++i)
-      out.push_back(arithmetic(n.op, a.dims[na == 1 ? 0 : i], b.dims[nb == 1 ? 0 : i]));
-    return computed(std::move(out), a.scalar && b.scalar);
+    std::vector<bool> sizes;
+    for (size_t i = 0; i < std::max(na, nb); ++i) {
+      const size_t ia = na == 1 ? 0 : i, ib = nb == 1 ? 0 : i;
+      out.push_back(arithmetic(n.op, a.dims[ia], b.dims[ib]));
+      // Sums, products and quotients of sizes stay sizes (Div truncates toward zero).
+      sizes.push_back(n.op != "Sub" && a.never_negative(ia) && b.never_negative(ib));
+    }
+    return computed(std::move(out), a.scalar && b.scalar, std::move(sizes));
   }
   return std::nullopt;
 }

@@ -11,7 +11,8 @@
 // value whose elements are all known (Gather(Shape(x), 3) of x = [batch, 12, seq, 64], and what
 // arithmetic makes of it: the TorchScript exporter's x.shape[-1] // 2 before rotate_half's
 // Slice) becomes a constant, so the ops that read it see a literal (a Slice's bounds, a
-// Reshape's target). The shape computations left without readers go with EliminateDeadCode.
+// Reshape's target). The shape computations left without readers go.
+#include <algorithm>
 #include <unordered_map>
 
 #include "passes/passes.h"
@@ -28,8 +29,43 @@ const ShapeValue* find(const ShapeValues& sv, ValueId v) {
   return it == sv.end() ? nullptr : &it->second;
 }
 
+// Whether axis `axis` of x is the same dimension as axis `of_axis` of `of`: the same value, or x
+// made from it by Identity and Unsqueeze (constant axes; repeat_kv's Unsqueeze(kv, 2)).
+bool same_dimension(const Graph& g, ValueId x, int64_t axis, ValueId of, int64_t of_axis) {
+  for (int hops = 0; hops < 8; ++hops) {
+    if (x == of) return axis == of_axis;
+    const Node* n = producer(g, x);
+    if (!n || !n->domain.empty() || n->outputs.size() != 1 || n->inputs.empty()) return false;
+    if (n->op == "Unsqueeze") {
+      const std::optional<Shape>& xs = g.value(x).type.shape;
+      std::optional<std::vector<int64_t>> axes =
+          n->inputs.size() > 1 ? constant_ints(g, *n, 1) : n->attrs.get_ints("axes", {});
+      if (!xs || !axes || axes->empty()) return false;
+      const auto rank = static_cast<int64_t>(xs->size());
+      for (int64_t& a : *axes) a = a < 0 ? a + rank : a;
+      if (std::find(axes->begin(), axes->end(), axis) != axes->end()) return false;  // a new axis
+      axis -= std::count_if(axes->begin(), axes->end(), [&](int64_t a) { return a < axis; });
+    } else if (n->op != "Identity") {
+      return false;
+    }
+    x = n->inputs[0];
+  }
+  return false;
+}
+
+// Whether element i of s is x's dimension `axis`: the same known size or symbol, or an element
+// of Shape() of the tensor whose dimension it is (an unnamed length).
+bool is_dimension(const Graph& g, const ShapeValue& s, size_t i, ValueId x, int64_t axis) {
+  const Dim& d = s.dims[i];
+  const std::optional<Shape>& xs = g.value(x).type.shape;
+  if (xs && d.is_symbolic() && (*xs)[axis] == d) return true;
+  const ShapeValue::Element& e = s.elements[i];
+  return !d.is_known() && e.tensor != kNoValue && same_dimension(g, x, axis, e.tensor, e.axis);
+}
+
 // Reshape's target as constants, or nullopt when more than one element stays unknown.
-std::optional<std::vector<int64_t>> reshape_target(const ShapeValue& s, const TensorType& x) {
+std::optional<std::vector<int64_t>> reshape_target(const Graph& g, const ShapeValue& s, ValueId x) {
+  const std::optional<Shape>& xs = g.value(x).type.shape;
   std::vector<int64_t> out;
   int unresolved = 0;
   for (size_t i = 0; i < s.dims.size(); ++i) {
@@ -37,7 +73,7 @@ std::optional<std::vector<int64_t>> reshape_target(const ShapeValue& s, const Te
     if (d.is_known()) {
       if (d.value == -1) ++unresolved;
       out.push_back(d.value);
-    } else if (d.is_symbolic() && x.shape && i < x.shape->size() && (*x.shape)[i] == d) {
+    } else if (xs && i < xs->size() && is_dimension(g, s, i, x, static_cast<int64_t>(i))) {
       out.push_back(0);  // copy the input's dimension
     } else {
       ++unresolved;
@@ -49,17 +85,17 @@ std::optional<std::vector<int64_t>> reshape_target(const ShapeValue& s, const Te
 }
 
 // Expand's target as constants: 1 keeps a dimension the input has (right-aligned).
-std::optional<std::vector<int64_t>> expand_target(const ShapeValue& s, const TensorType& x) {
-  if (!x.shape) return std::nullopt;
+std::optional<std::vector<int64_t>> expand_target(const Graph& g, const ShapeValue& s, ValueId x) {
+  const std::optional<Shape>& xs = g.value(x).type.shape;
+  if (!xs) return std::nullopt;
   std::vector<int64_t> out;
-  const size_t rank = s.dims.size(), xrank = x.shape->size();
+  const size_t rank = s.dims.size(), xrank = xs->size();
   for (size_t i = 0; i < rank; ++i) {
-    const Dim& d = s.dims[i];
-    if (d.is_known()) {
-      out.push_back(d.value);
+    if (s.dims[i].is_known()) {
+      out.push_back(s.dims[i].value);
       continue;
     }
-    if (i + xrank < rank || !d.is_symbolic() || !((*x.shape)[i + xrank - rank] == d))
+    if (i + xrank < rank || !is_dimension(g, s, i, x, static_cast<int64_t>(i + xrank - rank)))
       return std::nullopt;
     out.push_back(1);
   }
@@ -94,12 +130,11 @@ Graph resolve_shapes(Graph g, const PassContext& ctx) {
     if (constant_of(g, n.inputs[1])) continue;  // already constant
     const ShapeValue* s = find(sv, n.inputs[1]);
     if (!s || s->scalar) continue;
-    const TensorType& x = g.value(n.inputs[0]).type;
     std::optional<std::vector<int64_t>> t;
     if (n.op == "Reshape" && n.attrs.get_int("allowzero", 0) == 0)
-      t = reshape_target(*s, x);
+      t = reshape_target(g, *s, n.inputs[0]);
     else if (n.op == "Expand")
-      t = expand_target(*s, x);
+      t = expand_target(g, *s, n.inputs[0]);
     if (t) targets.push_back({i, std::move(*t)});
   }
   for (const ValueId y : known) {
@@ -117,6 +152,29 @@ Graph resolve_shapes(Graph g, const PassContext& ctx) {
     const auto len = static_cast<int64_t>(t.size());
     n.inputs[1] = g.add_constant(n.name + "_shape", Tensor::from_vector<int64_t>(t, {len}));
     ctx.note(cat("ResolveShapes/", n.op));
+  }
+  // The shape arithmetic the constants left unread goes now, not only at EliminateDeadCode: a
+  // Shape(v) nobody reads would still count as a reader of v for the passes between (a
+  // single-reader check such as RecognizeAttention's on repeat_kv).
+  std::vector<int> readers(g.values().size(), 0);
+  for (const Node& n : g.nodes())
+    for (ValueId v : n.inputs)
+      if (v != kNoValue) ++readers[v];
+  std::vector<bool> dead(g.nodes().size(), false);
+  int removed = 0;
+  for (size_t i = g.nodes().size(); i-- > 0;) {
+    const Node& n = g.nodes()[i];
+    if (n.outputs.size() != 1 || n.outputs[0] == kNoValue || !sv.count(n.outputs[0]) ||
+        readers[n.outputs[0]] != 0 || g.is_output(n.outputs[0]))
+      continue;
+    dead[i] = true;
+    ++removed;
+    for (ValueId v : n.inputs)
+      if (v != kNoValue) --readers[v];
+  }
+  if (removed) {
+    g.remove_nodes(dead);
+    ctx.note("ResolveShapes/unread", removed);
   }
   return g;
 }

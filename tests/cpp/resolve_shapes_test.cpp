@@ -4,8 +4,10 @@
 // several batch sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include "pto/passes.h"
 #include "pto/reference.h"
@@ -572,6 +574,78 @@ TEST(PassUnflattenMatMul, ComputedUnflattenTargetOnSymbolicDims) {
       expect_same_outputs(
           g, out, {random_tensor(heads ? Dims{batch, seq, 2, 3} : Dims{batch, seq, 6}, 99)});
   }
+}
+
+// The legacy ONNX exporter's repeat_kv over a decoder's cache: kv = Concat(past, new) has a length
+// shape inference cannot name, and the Expand target is Where(Equal(dims, -1), 1, dims) with dims
+// = [Shape(kv)[0], 2, 3, Shape(kv)[2], 4]. A size is never -1 (unknown or not), so the Where picks
+// dims; Shape(kv)[2] is the length Unsqueeze(kv, 2) has on axis 3, so the target is the constant
+// [1, 2, 3, 1, 4]. The head merge's Reshape copies the batch (0) and infers the length (-1).
+// The same element read against another tensor's axis proves nothing: that Expand stays
+// computed. The shape arithmetic left unread goes in the same pass.
+TEST(PassResolveShapes, RepeatedCacheOfUnnamedLength) {
+  Graph g;
+  const Dim b = Dim::sym("b");
+  ValueId past = g.add_input("past", {DType::kF32, Shape{b, 2, Dim::sym("p"), 4}});
+  ValueId fresh = g.add_input("new", {DType::kF32, Shape{b, 2, Dim::sym("s"), 4}});
+  auto ints1 = [&](const std::string& name, std::vector<int64_t> v) {
+    ValueId c = g.add_value(name);
+    const auto n = static_cast<int64_t>(v.size());
+    g.set_initializer(c, Tensor::from_vector<int64_t>(v, {n}));
+    return c;
+  };
+  Attributes on_length;
+  on_length.set("axis", int64_t{2});
+  ValueId kv = g.add_value("kv"), other = g.add_value("other");
+  g.add_node("Concat", {past, fresh}, {kv}, on_length, "cache");
+  g.add_node("Concat", {fresh, past}, {other}, on_length, "other_order");
+  ValueId shape = g.add_value("shape"), batch = g.add_value("batch"), len = g.add_value("len");
+  g.add_node("Shape", {kv}, {shape}, {}, "shape");
+  g.add_node("Gather", {shape, ints1("i0", {0})}, {batch}, axis0(), "batch");
+  g.add_node("Gather", {shape, ints1("i2", {2})}, {len}, axis0(), "len");
+  ValueId dims = g.add_value("dims"), eq = g.add_value("eq"), target = g.add_value("target");
+  g.add_node("Concat", {batch, ints1("kv_heads", {2}), ints1("groups", {3}), len, ints1("d", {4})},
+             {dims}, axis0(), "dims");
+  g.add_node("Equal", {dims, ints1("minus", {-1, -1, -1, -1, -1})}, {eq}, {}, "eq");
+  g.add_node("Where", {eq, ints1("ones", {1, 1, 1, 1, 1}), dims}, {target}, {}, "where");
+  ValueId merged = g.add_value("merged");
+  g.add_node("Concat", {batch, ints1("heads", {6}), len, ints1("d2", {4})}, {merged}, axis0(),
+             "merged");
+  ValueId y = g.add_value("y");
+  for (ValueId source : {kv, other}) {
+    const std::string name = g.value(source).name;
+    ValueId u = g.add_value(name + "_u"), e = g.add_value(name + "_e");
+    g.add_node("Unsqueeze", {source, ints1(name + "_axis", {2})}, {u}, {}, name + "_unsqueeze");
+    g.add_node("Expand", {u, target}, {e}, {}, name + "_expand");
+    if (source == kv) {
+      g.add_node("Reshape", {e, merged}, {y}, {}, "merge");
+      g.add_output(y);
+    } else {
+      g.add_output(e);
+    }
+  }
+  infer_types(g);
+  EXPECT_EQ(g.value(y).type.str(), "f32[b, 6, ?, 4]");
+  Graph out = run_passes(g, {.only = {"ResolveShapes"}});
+  const Node* expand = nullptr;
+  for (const Node& n : out.nodes())
+    if (n.op == "Expand" && n.name == "kv_expand") expand = &n;
+  ASSERT_NE(expand, nullptr);
+  ASSERT_NE(out.initializer(expand->inputs[1]), nullptr) << print(out);
+  EXPECT_EQ(ints(*out.initializer(expand->inputs[1])), (std::vector<int64_t>{1, 2, 3, 1, 4}));
+  EXPECT_EQ(ints(target_of(out, "Reshape")), (std::vector<int64_t>{0, 6, -1, 4}));
+  for (const Node& n : out.nodes()) {
+    if (n.name == "other_expand") {
+      EXPECT_EQ(out.initializer(n.inputs[1]), nullptr) << print(out);
+    }
+  }
+  // What is left: the two caches, their Unsqueezes and Expands, the Reshape, and the shape
+  // arithmetic only the computed Expand still reads.
+  const std::vector<std::string> ops = ops_of(out);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "Shape"), 1) << print(out);
+  EXPECT_LT(ops.size(), ops_of(g).size());
+  for (auto [n, p, s] : {std::tuple<int64_t, int64_t, int64_t>{1, 0, 3}, {2, 5, 1}, {3, 9, 2}})
+    expect_same_outputs(g, out, {random_tensor({n, 2, p, 4}, 11), random_tensor({n, 2, s, 4}, 12)});
 }
 
 }  // namespace

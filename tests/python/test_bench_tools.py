@@ -342,7 +342,7 @@ def test_precision_rejects_an_unknown_level():
 
 
 def test_generate_peer_matches_generate_and_counts_the_weights_a_step_reads(tmp_path):
-    # bench/generate.py's ONNX Runtime loop (the decoder exported with its KV cache) must produce
+    # bench/generate.py's ONNX loops (the decoder exported with its KV cache) must produce
     # what transformers' generate() does, and its bandwidth figure counts the weights a decode
     # step reads: the tied GPT-2 head yes, Llama's gathered-only embedding table no.
     import transformers
@@ -358,13 +358,20 @@ def test_generate_peer_matches_generate_and_counts_the_weights_a_step_reads(tmp_
         want = gpt2.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
                              min_new_tokens=6, do_sample=False, output_scores=True,
                              return_dict_in_generate=True, pad_token_id=0)
-    tokens, scores = generate_ort.ort_generator(gpt2, ids, 1, str(tmp_path))(6)
-    assert tokens == want.sequences[0, 7:].tolist()
-    for got, ref in zip(scores, want.scores):
-        finite = torch.isfinite(ref)
-        assert torch.equal(finite, torch.isfinite(got))
-        assert (got - ref)[finite].abs().max() <= 1e-4 * ref[finite].abs().max()
-    assert not gpt2.training
+    # ONNX Runtime's loop, and the same file and loop on pypto.onnx.load (the pypto-onnx engine).
+    import pypto
+
+    try:
+        for make in (generate_ort.ort_generator, generate_ort.pypto_onnx_generator):
+            tokens, scores = make(gpt2, ids, 1, str(tmp_path / make.__name__))(6)
+            assert tokens == want.sequences[0, 7:].tolist(), make.__name__
+            for got, ref in zip(scores, want.scores):
+                finite = torch.isfinite(ref)
+                assert torch.equal(finite, torch.isfinite(got))
+                assert (got - ref)[finite].abs().max() <= 1e-4 * ref[finite].abs().max()
+            assert not gpt2.training
+    finally:
+        pypto.set_num_threads(None)  # the PyPTO loop set 1 thread for this process
 
     params = sum(p.numel() for p in gpt2.parameters()) * 4
     assert generate.weight_bytes(gpt2) == params - gpt2.transformer.wpe.weight.numel() * 4

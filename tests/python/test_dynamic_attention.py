@@ -5,6 +5,9 @@ model matches eager PyTorch / onnxruntime at every size, batch 1 and odd lengths
 configs, random weights. BERT's Q, K and V projections are one GEMM (MergeSiblingMatMuls) at
 symbolic sizes too, which Attention reads in place (FoldAttentionHeads), on and off."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -213,3 +216,42 @@ def test_causal_sdpa_with_a_symbolic_sequence_is_one_op(grouped):
         args = qkv(s)
         torch.testing.assert_close(fast(*args), Causal()(*args), rtol=1e-4, atol=1e-5)
     assert [s["rule"] or s["op"] for s in fast.compiled.steps] == ["Attention"]
+
+
+def test_exported_llama_decoder_with_its_cache_reads_the_kv_heads(tmp_path):
+    """A Llama decoder exported to ONNX with its K/V cache by the TorchScript exporter (symbolic
+    batch, sequence and past; bench/generate_ort.py's export): repeat_kv's Expand target is
+    Where(Equal(shape, -1), 1, shape) over Shape(Concat(past, new)), a length shape inference
+    cannot name. ResolveShapes proves that target [1, kv, groups, 1, d] (sizes are never -1; the
+    length is the cache's own), so each layer is one Attention reading the kv heads of the cache
+    (no repeated copies), and every output matches onnxruntime: a prefill with an empty cache, a
+    decode step, batch 1 and 2."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import generate_ort
+
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=300)).eval()
+    path = str(tmp_path / "decoder.onnx")
+    names, _ = generate_ort.export_decoder(model, path)
+    exe = pypto.onnx.load(path)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for batch, seq, past in [(1, 5, 0), (2, 1, 9), (1, 1, 17)]:
+        feeds = [rng.integers(0, 300, (batch, seq)), np.ones((batch, past + seq), np.int64),
+                 np.tile(np.arange(past, past + seq), (batch, 1))]
+        feeds += [rng.standard_normal((batch, 2, past, 16), dtype=np.float32) for _ in range(4)]
+        want = session.run(None, dict(zip(names, feeds)))
+        got = exe(*feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
+        steps = [s["rule"] or s["op"] for s in exe._compiled.steps]
+        assert steps.count("Attention") == 2, (batch, seq, past)
+    graph = str(exe._compiled.graph)
+    assert "Softmax(" not in graph
+    # The only Expand left is the boolean mask's; K and V reach Attention unrepeated.
+    expands = [line for line in graph.splitlines() if "= Expand(" in line]
+    assert all(": bool[" in line for line in expands), expands
+    attention = [line for line in graph.splitlines() if "= Attention(" in line]
+    assert len(attention) == 2 and all("present_" in line for line in attention), attention
