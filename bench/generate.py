@@ -20,7 +20,8 @@ One process per model x threads x engine:
 - ort: ONNX Runtime (ORT_ENABLE_ALL) on the decoder exported with its past keys and values as
   inputs and outputs, driven by a greedy loop in Python (bench/generate_ort.py);
 - pypto-onnx: the same exported file and loop on pypto.onnx.load, fp32 (PyPTO's ONNX path on
-  ONNX Runtime's own terms: no generate(), no Dynamo).
+  ONNX Runtime's own terms: no generate(), no Dynamo). --exporter picks the file's exporter
+  (TorchScript, the default, or dynamo).
 Before timing, each engine's tokens are compared with eager fp32's: fp32 engines must give the
 same tokens (and scores within 1e-4 of max |score|); bf16 engines report the error of their first
 scores (the prompt's logits) against fp32 (within 3e-2) and how many tokens agree before the first
@@ -117,11 +118,12 @@ def child(args) -> dict:
         make = (generate_ort.ort_generator if args.engine == "ort"
                 else generate_ort.pypto_onnx_generator)
         try:
-            run = make(model, ids, args.threads, workdir)
+            run = make(model, ids, args.threads, workdir, dynamo=args.exporter == "dynamo")
         finally:
             shutil.rmtree(workdir, ignore_errors=True)  # the session holds the weights
         if args.engine == "ort":
             result["onnxruntime"] = generate_ort.version()
+        result["exporter"] = args.exporter
     else:
         if args.engine == "inductor":
             import torch._inductor.config as inductor_config
@@ -176,7 +178,7 @@ def run_engine(args, model: str, engine: str, threads: int) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--engine", engine,
            "--model", model, "--threads", str(threads), "--prompt-tokens",
            str(args.prompt_tokens), "--new-tokens", str(args.new_tokens),
-           *(["--quick"] if args.quick else [])]
+           "--exporter", args.exporter, *(["--quick"] if args.quick else [])]
     best = None
     policies = [None, "PASSIVE"] if engine in TORCH_ENGINES and threads > 1 else [None]
     for policy in policies:
@@ -211,6 +213,9 @@ def markdown(results: dict) -> str:
     for t, ceiling in results["read_gbps"].items():
         lines.append(f"Threads {t}: memory read ceiling {ceiling:.1f} GB/s (pto_bench, arrays 4x "
                      "the L3)." if ceiling else f"Threads {t}: no memory ceiling measured.")
+    exporters = {r["exporter"] for r in results["runs"] if "exporter" in r}
+    if exporters:
+        lines.append(f"ONNX engines' file: {', '.join(sorted(exporters))} exporter.")
     lines.append("")
     lines.append("| model | threads | engine | tokens/s | prefill ms | decode ms/token | decode GB/s "
                  "(% read ceiling) | compile s | check |")
@@ -241,6 +246,8 @@ def main() -> int:
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--quick", action="store_true", help="the short timing protocol")
+    ap.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript",
+                    help="the ONNX exporter of the ort and pypto-onnx engines' file")
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per child")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "generate"))
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

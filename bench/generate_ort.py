@@ -55,8 +55,9 @@ class _DecoderWithPast(torch.nn.Module):
         return (out.logits[:, -1, :], *flat)
 
 
-def export_decoder(model, path: str) -> tuple[list[str], list[str]]:
-    """Writes `model` with its cache as inputs and outputs to `path`; its input and output names."""
+def export_decoder(model, path: str, dynamo: bool = False) -> tuple[list[str], list[str]]:
+    """Writes `model` with its cache as inputs and outputs to `path`; its input and output names.
+    dynamo: torch.export's exporter (dynamic_shapes) instead of the TorchScript one."""
     layers, kv, head_dim = _geometry(model.config)
     # eval() on the wrapper too: the exporter restores the wrapper's training flag afterwards,
     # which a fresh module has on, and that would put the model in training mode (dropout).
@@ -70,13 +71,26 @@ def export_decoder(model, path: str) -> tuple[list[str], list[str]]:
     names = [f"{i // 2}_{'kv'[i % 2]}" for i in range(2 * layers)]
     inputs = ["input_ids", "attention_mask", "position_ids"] + [f"past_{n}" for n in names]
     outputs = ["logits"] + [f"present_{n}" for n in names]
-    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
-            "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch"}}
-    axes.update({n: {0: "batch", 2: "past"} for n in inputs[3:]})
-    axes.update({n: {0: "batch", 2: "total"} for n in outputs[1:]})
     with torch.no_grad():
-        torch.onnx.export(wrapper, (ids, mask, pos, *past), path, input_names=inputs,
-                          output_names=outputs, dynamic_axes=axes, dynamo=False, opset_version=17)
+        if dynamo:
+            from torch.export import Dim
+
+            batch, seq = Dim("batch", max=64), Dim("seq", max=4096)
+            total, length = Dim("total", max=8192), Dim("past", max=8192)
+            shapes = ({0: batch, 1: seq}, {0: batch, 1: total}, {0: batch, 1: seq},
+                      tuple({0: batch, 2: length} for _ in past))
+            torch.onnx.export(wrapper, (ids, mask, pos, *past), path, input_names=inputs,
+                              output_names=outputs, dynamic_shapes=shapes, dynamo=True,
+                              opset_version=18, verbose=False)
+        else:
+            axes = {"input_ids": {0: "batch", 1: "seq"},
+                    "attention_mask": {0: "batch", 1: "total"},
+                    "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch"}}
+            axes.update({n: {0: "batch", 2: "past"} for n in inputs[3:]})
+            axes.update({n: {0: "batch", 2: "total"} for n in outputs[1:]})
+            torch.onnx.export(wrapper, (ids, mask, pos, *past), path, input_names=inputs,
+                              output_names=outputs, dynamic_axes=axes, dynamo=False,
+                              opset_version=17)
     model.eval()
     return inputs, outputs
 
@@ -117,14 +131,14 @@ def _greedy(model, ids: torch.Tensor, names: list[str], step):
     return run
 
 
-def ort_generator(model, ids: torch.Tensor, threads: int, workdir: str):
+def ort_generator(model, ids: torch.Tensor, threads: int, workdir: str, dynamo: bool = False):
     """Exports `model` to workdir and returns _greedy's run(new) on ONNX Runtime: each step's
     present keys and values stay OrtValues bound as the next step's past (no copy)."""
     from run import ort_session  # bench/run.py: the peer's settings (BENCHMARKING.md)
 
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "decoder.onnx")
-    inputs, outputs = export_decoder(model, path)
+    inputs, outputs = export_decoder(model, path, dynamo)
     session = ort_session(path, threads)
     io = session.io_binding()
 
@@ -145,7 +159,8 @@ def ort_generator(model, ids: torch.Tensor, threads: int, workdir: str):
     return _greedy(model, ids, inputs, step)
 
 
-def pypto_onnx_generator(model, ids: torch.Tensor, threads: int, workdir: str):
+def pypto_onnx_generator(model, ids: torch.Tensor, threads: int, workdir: str,
+                         dynamo: bool = False):
     """The same exported file and loop on PyPTO (pypto.onnx.load, T threads): the ONNX path
     against ONNX Runtime on one file, without generate()'s and Dynamo's per-token Python."""
     import pypto
@@ -153,7 +168,7 @@ def pypto_onnx_generator(model, ids: torch.Tensor, threads: int, workdir: str):
     pypto.set_num_threads(threads)
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "decoder.onnx")
-    inputs, _ = export_decoder(model, path)
+    inputs, _ = export_decoder(model, path, dynamo)
     exe = pypto.onnx.load(path)
 
     def step(feeds):

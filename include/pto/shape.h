@@ -50,7 +50,8 @@ Dims broadcast_dims(const Dims& a, const Dims& b, const std::string& where);
 Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& where);
 
 // Whether two shapes can be the same at run time: the same rank, and each pair of dimensions
-// equal, or one of them unknown. (A symbol never equals a different symbol or a known size.)
+// equal, or one of them unknown or a sum. (A symbol never equals a different symbol or a known
+// size; a sum, a computed length such as a cache's "(past+seq)", is taken as an unknown.)
 bool may_equal(const Shape& a, const Shape& b);
 
 // Arithmetic on dims. A symbolic dim may be a product, written in a canonical form: an integer
@@ -59,6 +60,12 @@ bool may_equal(const Shape& a, const Shape& b);
 // quotient when the divisor's symbols all appear in the dividend and its factor divides.
 Dim dim_mul(const Dim& a, const Dim& b);
 std::optional<Dim> dim_div(const Dim& a, const Dim& b);
+// Sums: a sum of monomials is written "(t1+t2+c)", the terms in a canonical order with like terms
+// merged and the constant last, "(past+seq)", "(2*s+1)", so two equal sums are equal Dims; one
+// term alone is itself (s + s = "2*s"). dim_add is unknown when either side is; dim_sub gives
+// the difference when no coefficient (nor the constant) goes negative.
+Dim dim_add(const Dim& a, const Dim& b);
+std::optional<Dim> dim_sub(const Dim& a, const Dim& b);
 
 // Normalizes a possibly negative axis into [0, rank); throws ValueError when out of range.
 int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <string_view>
 
@@ -192,6 +193,121 @@ Dim dim_mul(const Dim& a, const Dim& b) {
   return from_monomial(m);
 }
 
+namespace {
+
+// A dim as a sum of monomials and a constant: "(past+seq)", "(2*s+1)"; nullopt for an unknown
+// dim. Terms keyed by their sorted symbols.
+struct Linear {
+  std::map<std::vector<std::string>, int64_t> terms;
+  int64_t constant = 0;
+};
+
+// The '+' of a sum outside nested parentheses, inside the outer pair: "(a+min(1,b))" splits once.
+std::vector<std::string_view> top_level_terms(std::string_view s) {
+  std::vector<std::string_view> out;
+  int depth = 0;
+  size_t begin = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '(') ++depth;
+    if (s[i] == ')') --depth;
+    if (s[i] == '+' && depth == 0) {
+      out.push_back(s.substr(begin, i - begin));
+      begin = i + 1;
+    }
+  }
+  out.push_back(s.substr(begin));
+  return out;
+}
+
+// Whether s is one parenthesized group: "(a+b)", not "(a+b)*(c+d)".
+bool one_group(std::string_view s) {
+  if (s.size() < 2 || s.front() != '(' || s.back() != ')') return false;
+  int depth = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '(') ++depth;
+    if (s[i] == ')' && --depth == 0 && i + 1 != s.size()) return false;
+  }
+  return true;
+}
+
+bool add_term(Linear& l, const Monomial& m) {
+  if (m.symbols.empty()) return !__builtin_add_overflow(l.constant, m.factor, &l.constant);
+  int64_t& c = l.terms[m.symbols];
+  return !__builtin_add_overflow(c, m.factor, &c);
+}
+
+std::optional<Linear> linear(const Dim& d) {
+  Linear l;
+  if (d.is_known()) {
+    l.constant = d.value;
+    return l;
+  }
+  if (!d.is_symbolic()) return std::nullopt;
+  const std::string_view s = d.symbol;
+  std::vector<std::string_view> parts;
+  if (one_group(s)) parts = top_level_terms(s.substr(1, s.size() - 2));
+  if (parts.size() < 2) parts = {s};  // a product, a plain symbol, or "(...)" that is no sum
+  for (std::string_view part : parts) {
+    auto m = monomial(Dim::sym(std::string(part)));
+    if (!m || !add_term(l, *m)) return std::nullopt;
+  }
+  return l;
+}
+
+// The canonical spelling: terms in key order, the constant last, "(...)" around a sum; a single
+// monomial or a constant as itself.
+std::optional<Dim> from_linear(const Linear& l) {
+  std::vector<std::string> terms;
+  for (const auto& [symbols, factor] : l.terms) {
+    if (factor < 0) return std::nullopt;  // a difference: not a size we can write
+    if (factor > 0) terms.push_back(from_monomial(Monomial{factor, symbols}).symbol);
+  }
+  if (l.constant < 0) return std::nullopt;
+  if (terms.empty()) return Dim(l.constant);
+  if (terms.size() == 1 && l.constant == 0) return Dim::sym(terms[0]);
+  if (l.constant != 0) terms.push_back(std::to_string(l.constant));
+  std::string s(1, '(');
+  for (size_t i = 0; i < terms.size(); ++i) {
+    if (i) s.push_back('+');
+    s.append(terms[i]);
+  }
+  s.push_back(')');
+  return Dim::sym(std::move(s));
+}
+
+}  // namespace
+
+Dim dim_add(const Dim& a, const Dim& b) {
+  auto x = linear(a), y = linear(b);
+  if (!x || !y) return Dim::unknown();
+  if (__builtin_add_overflow(x->constant, y->constant, &x->constant)) return Dim::unknown();
+  for (const auto& [symbols, factor] : y->terms)
+    if (!add_term(*x, Monomial{factor, symbols})) return Dim::unknown();
+  return from_linear(*x).value_or(Dim::unknown());
+}
+
+std::optional<Dim> dim_sub(const Dim& a, const Dim& b) {
+  auto x = linear(a), y = linear(b);
+  if (!x || !y) return std::nullopt;
+  if (__builtin_sub_overflow(x->constant, y->constant, &x->constant)) return std::nullopt;
+  for (const auto& [symbols, factor] : y->terms)
+    if (!add_term(*x, Monomial{-factor, symbols})) return std::nullopt;
+  return from_linear(*x);
+}
+
+namespace {
+
+// A sum of symbols ("(past+seq)"): the length of a Concat of symbolic parts. Distinct input
+// symbols are taken to differ where shapes are compared for fusion; a sum is a computed size
+// that may equal any other, as an unknown dim may.
+bool is_sum(const Dim& d) {
+  if (!d.is_symbolic() || d.symbol.front() != '(') return false;
+  const auto l = linear(d);
+  return l && l->terms.size() + (l->constant != 0 ? 1 : 0) > 1;
+}
+
+}  // namespace
+
 std::optional<Dim> dim_div(const Dim& a, const Dim& b) {
   auto x = monomial(a), y = monomial(b);
   if (!x || !y || y->factor <= 0 || x->factor % y->factor != 0) return std::nullopt;
@@ -214,8 +330,8 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where) {
 bool may_equal(const Shape& a, const Shape& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    const bool unknown =
-        (!a[i].is_known() && !a[i].is_symbolic()) || (!b[i].is_known() && !b[i].is_symbolic());
+    const bool unknown = (!a[i].is_known() && !a[i].is_symbolic()) ||
+                         (!b[i].is_known() && !b[i].is_symbolic()) || is_sum(a[i]) || is_sum(b[i]);
     if (!unknown && !(a[i] == b[i])) return false;
   }
   return true;

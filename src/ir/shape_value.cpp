@@ -46,23 +46,16 @@ std::optional<int64_t> int_attr_or_input(const Node& n, const std::vector<const 
   return fallback;
 }
 
-// One element of Add/Sub/Mul/Div: products and exact quotients of symbolic dims, sums and
-// differences of known ones, a symbol kept when the other side is 0 for Add/Sub.
+// One element of Add/Sub/Mul/Div: products and exact quotients of symbolic dims, sums of any
+// ("(past+seq)"), differences that stay sizes.
 Dim arithmetic(const std::string& op, const Dim& a, const Dim& b) {
   if (op == "Mul") return dim_mul(a, b);
   if (op == "Div") {
     if (a.is_known() && b.is_known()) return b.value > 0 ? Dim(a.value / b.value) : Dim();
     return dim_div(a, b).value_or(Dim::unknown());
   }
-  if (a.is_known() && b.is_known()) {
-    int64_t r = 0;
-    if (op == "Add" && !__builtin_add_overflow(a.value, b.value, &r)) return Dim(r);
-    if (op == "Sub" && a.value >= b.value) return Dim(a.value - b.value);
-    return Dim::unknown();
-  }
-  if (a.is_symbolic() && b.is_known() && b.value == 0) return a;
-  if (op == "Add" && b.is_symbolic() && a.is_known() && a.value == 0) return b;
-  return Dim::unknown();
+  if (op == "Add") return dim_add(a, b);
+  return dim_sub(a, b).value_or(Dim::unknown());  // Sub
 }
 
 }  // namespace

@@ -156,26 +156,8 @@ Graph resolve_shapes(Graph g, const PassContext& ctx) {
   // The shape arithmetic the constants left unread goes now, not only at EliminateDeadCode: a
   // Shape(v) nobody reads would still count as a reader of v for the passes between (a
   // single-reader check such as RecognizeAttention's on repeat_kv).
-  std::vector<int> readers(g.values().size(), 0);
-  for (const Node& n : g.nodes())
-    for (ValueId v : n.inputs)
-      if (v != kNoValue) ++readers[v];
-  std::vector<bool> dead(g.nodes().size(), false);
-  int removed = 0;
-  for (size_t i = g.nodes().size(); i-- > 0;) {
-    const Node& n = g.nodes()[i];
-    if (n.outputs.size() != 1 || n.outputs[0] == kNoValue || !sv.count(n.outputs[0]) ||
-        readers[n.outputs[0]] != 0 || g.is_output(n.outputs[0]))
-      continue;
-    dead[i] = true;
-    ++removed;
-    for (ValueId v : n.inputs)
-      if (v != kNoValue) --readers[v];
-  }
-  if (removed) {
-    g.remove_nodes(dead);
+  if (const int removed = remove_unread_shape_arithmetic(g))
     ctx.note("ResolveShapes/unread", removed);
-  }
   return g;
 }
 

@@ -222,4 +222,29 @@ bool takes_reduced_products(const Graph& g, const Node& n) {
   return w && w->size() >= 2 && (*w)[1] > 1;  // not one input channel per group (depthwise)
 }
 
+int remove_unread_shape_arithmetic(Graph& g) {
+  std::vector<int> readers(g.values().size(), 0);
+  for (const Node& n : g.nodes())
+    for (ValueId v : n.inputs)
+      if (v != kNoValue) ++readers[v];
+  std::vector<bool> dead(g.nodes().size(), false);
+  int removed = 0;
+  for (size_t i = g.nodes().size(); i-- > 0;) {
+    const Node& n = g.nodes()[i];
+    if (n.outputs.size() != 1 || n.outputs[0] == kNoValue || readers[n.outputs[0]] != 0 ||
+        g.is_output(n.outputs[0]) || !n.domain.empty())
+      continue;
+    const TensorType& t = g.value(n.outputs[0]).type;
+    const bool shape_like =
+        n.op == "Shape" || (is_integral(t.dtype) && t.shape && t.shape->size() <= 1);
+    if (!shape_like) continue;
+    dead[i] = true;
+    ++removed;
+    for (ValueId v : n.inputs)
+      if (v != kNoValue) --readers[v];
+  }
+  if (removed) g.remove_nodes(dead);
+  return removed;
+}
+
 }  // namespace pto::passes

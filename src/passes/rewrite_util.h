@@ -164,6 +164,12 @@ inline std::optional<std::vector<int64_t>> constant_ints(const Graph& g, const N
   return out;
 }
 
+// Removes the shape arithmetic nobody reads any more (Shape, and nodes whose one output is an
+// integer vector of rank <= 1 with no reader and not a graph output), transitively; the count
+// removed. A pass that made such a computation dead calls it so that the passes after it do not
+// count the dead Shape(v) as a reader of v (single-reader checks), before EliminateDeadCode.
+int remove_unread_shape_arithmetic(Graph& g);
+
 // Whether every use of `from` may become a use of `to`. A graph output keeps the name callers
 // see only when `to` is an intermediate value (replace_uses then renames it); a graph input, a
 // constant or another output would show up under its own name, so such a rewrite is refused.

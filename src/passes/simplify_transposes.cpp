@@ -6,6 +6,10 @@
 //                                           Unsqueeze: all only relabel the row-major elements)
 //   Transpose(x, p) moving only axes of size 1 (static shapes)
 //                                        -> Reshape(x, constant shape)
+//   Reshape(Transpose(Reshape(x), p), s) that merges x's k leading axes, permutes the others
+//   (p[0] = 0) and splits the leading ones back (shapes proved, symbols included)
+//                                        -> Transpose(x, [0..k-1, k-1+p[1], ...]) (the dynamo
+//                                           exporter's batched-matmul form of K^T)
 //   Cast(Cast(x, T1), T2) where x -> T1 is lossless
 //                                        -> Cast(x, T2), or x when T2 is x's dtype
 // One forward sweep, rewriting the outer node in place: a chain of three collapses as it goes,
@@ -135,6 +139,61 @@ struct Sweep {
     reshapes(i);
   }
 
+  // Reshape(Transpose(Reshape(x, [d0*..*dk-1, rest]), p), [d0, .., dk-1, p(rest)]) with p[0] = 0:
+  // the leading axes only ride along, so it is one Transpose of x. The dynamo exporter writes
+  // K^T of a [b, h, L, d] key that way: [b*h, L, d] -> [b*h, d, L] -> [b, h, d, L].
+  bool grouped_transpose(size_t i) {
+    const Node& outer = g.nodes()[i];
+    const int t =
+        single_use_producer(outer.inputs[0], [](const Node& n) { return n.op == "Transpose"; });
+    if (t < 0 || (outer.opset > 0 && outer.opset < 5)) return false;
+    const int r = single_use_producer(g.nodes()[t].inputs[0],
+                                      [](const Node& n) { return n.op == "Reshape"; });
+    if (r < 0) return false;
+    const ValueId x = g.nodes()[r].inputs[0];
+    const std::optional<Shape>&xs = g.value(x).type.shape,
+          &merged = g.value(g.nodes()[r].outputs[0]).type.shape,
+          &ys = g.value(outer.outputs[0]).type.shape;
+    const std::optional<std::vector<int64_t>> p = perm_of(g, g.nodes()[t]);
+    if (!xs || !merged || !ys || !p || ys->size() != xs->size() || merged->empty() ||
+        p->size() != merged->size() || (*p)[0] != 0)
+      return false;
+    const size_t n = xs->size(), m = merged->size(), k = n - m + 1;
+    if (k < 2 || k > n) return false;
+    auto named = [](const Dim& d) { return d.is_known() || d.is_symbolic(); };
+    Dim lead(1);
+    for (size_t a = 0; a < k; ++a) {
+      if (!named((*xs)[a]) || !((*ys)[a] == (*xs)[a])) return false;
+      lead = dim_mul(lead, (*xs)[a]);
+    }
+    if (!named(lead) || !((*merged)[0] == lead)) return false;
+    std::vector<int64_t> perm(n);
+    std::iota(perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(k), 0);
+    for (size_t j = 1; j < m; ++j) {
+      const int64_t from = (*p)[j];
+      if (from < 1 || from >= static_cast<int64_t>(m)) return false;
+      const auto src = static_cast<size_t>(from);
+      if (!named((*merged)[j]) || !((*merged)[j] == (*xs)[k - 1 + j]) ||
+          !((*ys)[k - 1 + j] == (*merged)[src]))
+        return false;
+      perm[k - 1 + j] = static_cast<int64_t>(k - 1 + src);
+    }
+    Node& node = g.mutable_nodes()[i];
+    for (size_t a = 1; a < node.inputs.size(); ++a)
+      if (node.inputs[a] != kNoValue) --uses[node.inputs[a]];
+    node.op = "Transpose";
+    node.def = OpRegistry::global().find("Transpose");
+    node.attrs = Attributes();
+    node.attrs.where = node.where();
+    node.attrs.set("perm", perm);
+    node.inputs = {node.inputs[0]};
+    rewire(i, t, x);
+    uses[g.nodes()[r].outputs[0]] = 0;
+    drop(r);
+    ctx.note("SimplifyTransposes/Reshape-Transpose-Reshape");
+    return true;
+  }
+
   static bool reshape_like(const Node& n) {
     return n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze";
   }
@@ -237,6 +296,8 @@ struct Sweep {
         if (n.op == "Transpose") {
           transposes(i);
           if (!removed[i] && g.nodes()[i].op == "Transpose") unit_moves(i);
+        } else if (n.op == "Reshape" && grouped_transpose(i)) {
+          transposes(i);  // with a Transpose before x
         } else if (reshape_like(n)) {
           reshapes(i);
         } else if (n.op == "Cast") {
@@ -253,6 +314,9 @@ Graph simplify_transposes(Graph g, const PassContext& ctx) {
   s.run();
   if (std::find(s.removed.begin(), s.removed.end(), true) != s.removed.end())
     g.remove_nodes(s.removed);
+  // The targets of the Reshapes a rule dropped: gone now, so they count as no one's reader.
+  if (const int removed = remove_unread_shape_arithmetic(g))
+    ctx.note("SimplifyTransposes/unread", removed);
   return g;
 }
 

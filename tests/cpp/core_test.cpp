@@ -55,6 +55,33 @@ TEST(Shape, Broadcast) {
   EXPECT_EQ(shape_str(broadcast_shapes(pos, {1, Dim::sym("len"), 7}, "t")), "[1, ?, 7]");
 }
 
+// Sums of symbols, as a Concat of symbolic lengths makes them: one canonical spelling for equal
+// sums (terms sorted, like terms merged, the constant last), differences only while they stay
+// sizes, unknown in unknown out. For fusion a sum compares like an unknown dim.
+TEST(Shape, SumsOfSymbols) {
+  const Dim past = Dim::sym("past"), seq = Dim::sym("seq"), s = Dim::sym("s");
+  EXPECT_EQ(dim_add(past, seq).str(), "(past+seq)");
+  EXPECT_EQ(dim_add(seq, past), dim_add(past, seq));
+  EXPECT_EQ(dim_add(s, s).str(), "2*s");
+  EXPECT_EQ(dim_add(Dim(0), s), s);
+  EXPECT_EQ(dim_add(Dim(3), Dim(4)), Dim(7));
+  EXPECT_EQ(dim_add(dim_add(past, seq), Dim(1)).str(), "(past+seq+1)");
+  EXPECT_EQ(dim_add(dim_add(s, Dim(1)), dim_mul(s, Dim(2))).str(), "(3*s+1)");
+  EXPECT_EQ(dim_add(past, Dim::sym("min(16,seq)")).str(), "(min(16,seq)+past)");
+  const Dim total = dim_add(past, seq);
+  EXPECT_EQ(dim_mul(total, Dim::sym("b")).str(), "(past+seq)*b");
+  EXPECT_EQ(dim_add(dim_mul(total, Dim::sym("b")), Dim(1)).str(), "((past+seq)*b+1)");
+  EXPECT_FALSE(dim_add(past, Dim::unknown()).is_known() || dim_add(past, Dim()).is_symbolic());
+  EXPECT_EQ(dim_sub(total, seq), past);
+  EXPECT_EQ(dim_sub(dim_add(total, Dim(1)), Dim(1)), total);
+  EXPECT_EQ(dim_sub(Dim(5), Dim(2)), Dim(3));
+  EXPECT_FALSE(dim_sub(past, seq));  // would be negative where seq > past
+  EXPECT_FALSE(dim_sub(Dim(2), Dim(5)));
+  EXPECT_FALSE(dim_sub(total, Dim(1)));  // the constant would go negative
+  EXPECT_TRUE(may_equal({total, 4}, {Dim::sym("len"), 4}));
+  EXPECT_FALSE(may_equal({past, 4}, {Dim::sym("len"), 4}));
+}
+
 TEST(Shape, NumelOverflowIsAnError) {
   EXPECT_THROW(checked_numel({1LL << 40, 1LL << 40}), ValueError);
   EXPECT_THROW(checked_numel({-1}), ValueError);

@@ -798,10 +798,10 @@ TEST(PassRecognizeAttention, GroupedKeyValueHeadsAreReadWithoutTheirCopies) {
 
 // A decode step of a grouped-query decoder as torch.compile hands it over: the K and V caches
 // are inputs of their own symbolic lengths (Dynamo names past keys and past values apart), the
-// step's key and value are concatenated to them (a length no shape inference names), and
-// repeat_kv reshapes to [1, 6, -1, d]. Attention reads the caches' 2 heads, whatever their length
-// (it raises where K and V disagree, as the MatMul would). An Expand that also grows the batch is
-// not a repeat: its copies stay.
+// step's key and value are concatenated to them (lengths (s_k+1) and (s_v+1), which no shape
+// inference can prove equal), and repeat_kv reshapes to [1, 6, -1, d]. Attention reads the caches'
+// 2 heads, whatever their length (it raises where K and V disagree, as the MatMul would). An Expand
+// that also grows the batch is not a repeat: its copies stay.
 TEST(PassRecognizeAttention, DecodeStepOverConcatenatedCachesOfUnnamedLength) {
   for (bool grows_batch : {false, true}) {
     SCOPED_TRACE(grows_batch);
@@ -832,7 +832,7 @@ TEST(PassRecognizeAttention, DecodeStepOverConcatenatedCachesOfUnnamedLength) {
       EXPECT_EQ(count(g, "Expand"), 2) << print(g);
       continue;
     }
-    EXPECT_EQ(g.value(keys).type.str(), "f32[1, 2, ?, 8]");
+    EXPECT_EQ(g.value(keys).type.str(), "f32[1, 2, (s_k+1), 8]");
     const Node& a = only(g, "Attention");
     EXPECT_EQ(a.inputs[1], keys) << print(g);
     EXPECT_EQ(a.inputs[2], values);

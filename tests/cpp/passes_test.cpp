@@ -610,6 +610,38 @@ TEST(PassSimplifyTransposes, TransposesOfUnitAxesBecomeReshapes) {
 )");
 }
 
+// The dynamo exporter's K^T of a [b, h, L, d] key: merge b and h, swap the last two axes, split
+// b and h back. One Transpose of the 4-D key (which RecognizeAttention then reads as K). A split
+// other than the merge's ([h, b] from b * h) stays.
+TEST(PassSimplifyTransposes, BatchedTransposeBetweenReshapesIsOneTranspose) {
+  auto fired = expect_pass("SimplifyTransposes", R"(graph t (opset 18)
+  input %x: f32[2, 3, 5, 4]
+  const %merge: i64[3] = [6, 5, 4]
+  const %split: i64[4] = [2, 3, 4, 5]
+  %a = Reshape(%x, %merge)
+  %b = Transpose(%a) {perm=[0, 2, 1]}
+  %c = Reshape(%b, %split)
+  %d = Exp(%c)
+  return %d
+)",
+                           R"(graph t (opset 18)
+  input %x: f32[2, 3, 5, 4]
+  %c = Transpose(%x) {perm=[0, 1, 3, 2]}
+  %d = Exp(%c)
+  return %d
+)");
+  EXPECT_EQ(fired["SimplifyTransposes/Reshape-Transpose-Reshape"], 1);
+  expect_unchanged("SimplifyTransposes", R"(graph t (opset 18)
+  input %x: f32[2, 3, 5, 4]
+  const %merge: i64[3] = [6, 5, 4]
+  const %split: i64[4] = [3, 2, 4, 5]
+  %a = Reshape(%x, %merge)
+  %b = Transpose(%a) {perm=[0, 2, 1]}
+  %c = Reshape(%b, %split)
+  return %c
+)");
+}
+
 TEST(PassSimplifyTransposes, DropsLosslessIntermediateCasts) {
   expect_pass("SimplifyTransposes", R"(graph t (opset 18)
   input %x: f32[5]

@@ -576,17 +576,18 @@ TEST(PassUnflattenMatMul, ComputedUnflattenTargetOnSymbolicDims) {
   }
 }
 
-// The legacy ONNX exporter's repeat_kv over a decoder's cache: kv = Concat(past, new) has a length
-// shape inference cannot name, and the Expand target is Where(Equal(dims, -1), 1, dims) with dims
-// = [Shape(kv)[0], 2, 3, Shape(kv)[2], 4]. A size is never -1 (unknown or not), so the Where picks
-// dims; Shape(kv)[2] is the length Unsqueeze(kv, 2) has on axis 3, so the target is the constant
-// [1, 2, 3, 1, 4]. The head merge's Reshape copies the batch (0) and infers the length (-1).
-// The same element read against another tensor's axis proves nothing: that Expand stays
-// computed. The shape arithmetic left unread goes in the same pass.
+// The legacy ONNX exporter's repeat_kv over a decoder's cache: kv = Concat(past, new), past of a
+// length the file leaves unnamed, so kv's has no name either, and the Expand target is
+// Where(Equal(dims, -1), 1, dims) with dims = [Shape(kv)[0], 2, 3, Shape(kv)[2], 4]. A size is
+// never -1 (unknown or not), so the Where picks dims; Shape(kv)[2] is the length
+// Unsqueeze(kv, 2) has on axis 3, so the target is the constant [1, 2, 3, 1, 4]. The head
+// merge's Reshape copies the batch (0) and infers the length (-1). The same element read against
+// another tensor's axis proves nothing: that Expand stays computed. The shape arithmetic left
+// unread goes in the same pass.
 TEST(PassResolveShapes, RepeatedCacheOfUnnamedLength) {
   Graph g;
   const Dim b = Dim::sym("b");
-  ValueId past = g.add_input("past", {DType::kF32, Shape{b, 2, Dim::sym("p"), 4}});
+  ValueId past = g.add_input("past", {DType::kF32, Shape{b, 2, Dim::unknown(), 4}});
   ValueId fresh = g.add_input("new", {DType::kF32, Shape{b, 2, Dim::sym("s"), 4}});
   auto ints1 = [&](const std::string& name, std::vector<int64_t> v) {
     ValueId c = g.add_value(name);
@@ -646,6 +647,64 @@ TEST(PassResolveShapes, RepeatedCacheOfUnnamedLength) {
   EXPECT_LT(ops.size(), ops_of(g).size());
   for (auto [n, p, s] : {std::tuple<int64_t, int64_t, int64_t>{1, 0, 3}, {2, 5, 1}, {3, 9, 2}})
     expect_same_outputs(g, out, {random_tensor({n, 2, p, 4}, 11), random_tensor({n, 2, s, 4}, 12)});
+}
+
+// The same repeat_kv as the dynamo exporter writes it: the length in the targets is
+// Reshape(Add(Shape(past)[2], Shape(ids)[1]), [-1]), torch's sym_size past + seq, and kv's length
+// is the same sum, "(p+s)", by Concat's shape inference: the Expand target is [1, 2, 3, 1, 4], the
+// merge's Reshape [0, 6, -1, 4] (its input's axis 2 is the groups'), and the shape arithmetic
+// goes.
+TEST(PassResolveShapes, RepeatedCacheOfASymbolicSum) {
+  Graph g;
+  const Dim b = Dim::sym("b"), p = Dim::sym("p"), s = Dim::sym("s");
+  ValueId past = g.add_input("past", {DType::kF32, Shape{b, 2, p, 4}});
+  ValueId fresh = g.add_input("new", {DType::kF32, Shape{b, 2, s, 4}});
+  ValueId ids = g.add_input("ids", {DType::kI64, Shape{b, s}});
+  auto constant = [&](const std::string& name, std::vector<int64_t> v, Dims shape) {
+    ValueId c = g.add_value(name);
+    g.set_initializer(c, Tensor::from_vector<int64_t>(v, std::move(shape)));
+    return c;
+  };
+  Attributes on_length;
+  on_length.set("axis", int64_t{2});
+  ValueId kv = g.add_value("kv");
+  g.add_node("Concat", {past, fresh}, {kv}, on_length, "cache");
+  ValueId past_shape = g.add_value("past_shape"), ids_shape = g.add_value("ids_shape"),
+          p_len = g.add_value("p_len"), s_len = g.add_value("s_len"), sum = g.add_value("sum"),
+          sum1 = g.add_value("sum1"), batch = g.add_value("batch");
+  g.add_node("Shape", {past}, {past_shape}, {}, "past_shape");
+  g.add_node("Shape", {ids}, {ids_shape}, {}, "ids_shape");
+  g.add_node("Gather", {past_shape, constant("two", {2}, {})}, {p_len}, axis0(), "p_len");
+  g.add_node("Gather", {ids_shape, constant("one", {1}, {})}, {s_len}, axis0(), "s_len");
+  g.add_node("Add", {p_len, s_len}, {sum}, {}, "sum");
+  g.add_node("Reshape", {sum, constant("flat", {-1}, {1})}, {sum1}, {}, "sum1");
+  g.add_node("Gather", {past_shape, constant("zero", {0}, {1})}, {batch}, axis0(), "batch");
+  ValueId target = g.add_value("target"), merged = g.add_value("merged");
+  g.add_node("Concat",
+             {batch, constant("kv_heads", {2}, {1}), constant("groups", {3}, {1}), sum1,
+              constant("d", {4}, {1})},
+             {target}, axis0(), "target");
+  g.add_node("Concat", {batch, constant("heads", {6}, {1}), sum1, constant("d2", {4}, {1})},
+             {merged}, axis0(), "merged");
+  ValueId u = g.add_value("u"), e = g.add_value("e"), y = g.add_value("y");
+  g.add_node("Unsqueeze", {kv, constant("axis", {2}, {1})}, {u}, {}, "unsqueeze");
+  g.add_node("Expand", {u, target}, {e}, {}, "expand");
+  g.add_node("Reshape", {e, merged}, {y}, {}, "merge");
+  g.add_output(y);
+  infer_types(g);
+  EXPECT_EQ(g.value(kv).type.str(), "f32[b, 2, (p+s), 4]");
+  EXPECT_EQ(g.value(y).type.str(), "f32[b, 6, (p+s), 4]");
+  Graph out = run_passes(g, {.only = {"ResolveShapes"}});
+  EXPECT_EQ(ints(target_of(out, "Expand")), (std::vector<int64_t>{1, 2, 3, 1, 4}));
+  EXPECT_EQ(ints(target_of(out, "Reshape")), (std::vector<int64_t>{0, 6, -1, 4}));
+  EXPECT_EQ(ops_of(out), (std::vector<std::string>{"Concat", "Unsqueeze", "Expand", "Reshape"}))
+      << print(out);
+  for (auto [n, pl, sl] : {std::tuple<int64_t, int64_t, int64_t>{1, 0, 3}, {2, 5, 1}}) {
+    std::vector<Tensor> in = {
+        random_tensor({n, 2, pl, 4}, 11), random_tensor({n, 2, sl, 4}, 12),
+        Tensor::from_vector<int64_t>(std::vector<int64_t>(n * sl, 0), {n, sl})};
+    expect_same_outputs(g, out, in);
+  }
 }
 
 }  // namespace

@@ -218,14 +218,17 @@ def test_causal_sdpa_with_a_symbolic_sequence_is_one_op(grouped):
     assert [s["rule"] or s["op"] for s in fast.compiled.steps] == ["Attention"]
 
 
-def test_exported_llama_decoder_with_its_cache_reads_the_kv_heads(tmp_path):
-    """A Llama decoder exported to ONNX with its K/V cache by the TorchScript exporter (symbolic
-    batch, sequence and past; bench/generate_ort.py's export): repeat_kv's Expand target is
-    Where(Equal(shape, -1), 1, shape) over Shape(Concat(past, new)), a length shape inference
-    cannot name. ResolveShapes proves that target [1, kv, groups, 1, d] (sizes are never -1; the
-    length is the cache's own), so each layer is one Attention reading the kv heads of the cache
-    (no repeated copies), and every output matches onnxruntime: a prefill with an empty cache, a
-    decode step, batch 1 and 2."""
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_exported_llama_decoder_with_its_cache_reads_the_kv_heads(dynamo, tmp_path):
+    """A Llama decoder exported to ONNX with its K/V cache (symbolic batch, sequence and past;
+    bench/generate_ort.py's export), by both exporters. The TorchScript one writes repeat_kv's
+    Expand target as Where(Equal(shape, -1), 1, shape) over Shape(Concat(past, new)):
+    ResolveShapes proves it [1, kv, groups, 1, d] (sizes are never -1; the length is the cache's
+    own). The dynamo one writes the length as past + seq and K^T as a [b * h, L, d] batched
+    transpose: the cache's length is the sum (past+seq) by Concat's inference, and
+    SimplifyTransposes makes the batched transpose one. Either way each layer is one Attention
+    reading the kv heads of the cache (no repeated copies), and every output matches onnxruntime:
+    a prefill with an empty cache, a decode step, batch 1 and 2."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     import generate_ort
 
@@ -234,7 +237,7 @@ def test_exported_llama_decoder_with_its_cache_reads_the_kv_heads(tmp_path):
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=300)).eval()
     path = str(tmp_path / "decoder.onnx")
-    names, _ = generate_ort.export_decoder(model, path)
+    names, _ = generate_ort.export_decoder(model, path, dynamo=dynamo)
     exe = pypto.onnx.load(path)
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
@@ -250,8 +253,8 @@ def test_exported_llama_decoder_with_its_cache_reads_the_kv_heads(tmp_path):
         assert steps.count("Attention") == 2, (batch, seq, past)
     graph = str(exe._compiled.graph)
     assert "Softmax(" not in graph
-    # The only Expand left is the boolean mask's; K and V reach Attention unrepeated.
+    # The Expands left build the mask (bool, int64); K and V reach Attention unrepeated.
     expands = [line for line in graph.splitlines() if "= Expand(" in line]
-    assert all(": bool[" in line for line in expands), expands
+    assert not any(": f32[" in line for line in expands), expands
     attention = [line for line in graph.splitlines() if "= Attention(" in line]
     assert len(attention) == 2 and all("present_" in line for line in attention), attention

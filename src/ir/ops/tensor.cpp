@@ -236,32 +236,22 @@ void infer_concat(InferContext& c) {
   int64_t axis = c.node.attr_int("axis");
   axis = normalize_axis(axis, r, c.where());
   Shape out = *first;
-  // Other axes: any input that knows the dim; the concat axis: the sum when every input's is
-  // known, or the one non-zero dim when all others are known zeros.
-  int64_t sum = 0;
-  std::optional<Dim> single;
-  bool sum_known = true, single_ok = true;
+  // Other axes: any input that knows the dim; the concat axis: the sum of the inputs' (a sum of
+  // symbols where they are symbolic: a cache's Concat(past, new) is "(past+seq)").
+  Dim length(0);
   for (size_t i = 0; i < c.num_inputs(); ++i) {
     const auto& s = shape_of(c, i);
     if (!s) {
-      sum_known = single_ok = false;
+      length = Dim::unknown();
       continue;
     }
     if (static_cast<int64_t>(s->size()) != r)
       throw ValueError(cat(c.where(), ": input ", i, " has rank ", s->size(), ", input 0 has ", r));
     for (int64_t k = 0; k < r; ++k)
       if (k != axis && !out[k].is_known() && (*s)[k].is_known()) out[k] = (*s)[k];
-    const Dim& d = (*s)[axis];
-    if (d.is_known()) {
-      if (__builtin_add_overflow(sum, d.value, &sum)) sum_known = false;
-      if (d.value != 0) single_ok = false;
-    } else {
-      sum_known = false;
-      if (single) single_ok = false;
-      single = d;
-    }
+    length = dim_add(length, (*s)[axis]);
   }
-  out[axis] = sum_known ? Dim(sum) : (single_ok && single ? *single : Dim::unknown());
+  out[axis] = length;
   set_like_input(c, out);
 }
 
