@@ -102,20 +102,26 @@ struct Sweep {
     ctx.note("SimplifyTransposes/Transpose-Transpose");
   }
 
-  // Node i becomes Reshape(its input 0, constant `dims`); its other inputs lose a reader.
+  // Node i becomes op `op` of its input 0 alone, no attributes; its other inputs lose a reader.
+  Node& become(size_t i, const char* op) {
+    Node& n = g.mutable_nodes()[i];
+    for (size_t k = 1; k < n.inputs.size(); ++k)
+      if (n.inputs[k] != kNoValue) --uses[n.inputs[k]];
+    n.op = op;
+    n.def = OpRegistry::global().find(op);
+    n.attrs = Attributes();
+    n.attrs.where = n.where();
+    n.inputs = {n.inputs[0]};
+    return n;
+  }
+
+  // Node i becomes Reshape(its input 0, constant `dims`).
   void make_reshape(size_t i, const Dims& dims) {
     const ValueId shape =
         g.add_constant(g.value(g.nodes()[i].outputs[0]).name + "_shape",
                        Tensor::from_vector(dims, {static_cast<int64_t>(dims.size())}));
     uses.push_back(1);
-    Node& n = g.mutable_nodes()[i];
-    for (size_t k = 1; k < n.inputs.size(); ++k)
-      if (n.inputs[k] != kNoValue) --uses[n.inputs[k]];
-    n.op = "Reshape";
-    n.def = OpRegistry::global().find("Reshape");
-    n.attrs = Attributes();
-    n.attrs.where = n.where();
-    n.inputs = {n.inputs[0], shape};
+    become(i, "Reshape").inputs.push_back(shape);
   }
 
   // A Transpose that moves only axes of size 1 keeps the row-major order of the elements: it is
@@ -178,15 +184,7 @@ struct Sweep {
         return false;
       perm[k - 1 + j] = static_cast<int64_t>(k - 1 + src);
     }
-    Node& node = g.mutable_nodes()[i];
-    for (size_t a = 1; a < node.inputs.size(); ++a)
-      if (node.inputs[a] != kNoValue) --uses[node.inputs[a]];
-    node.op = "Transpose";
-    node.def = OpRegistry::global().find("Transpose");
-    node.attrs = Attributes();
-    node.attrs.where = node.where();
-    node.attrs.set("perm", perm);
-    node.inputs = {node.inputs[0]};
+    become(i, "Transpose").attrs.set("perm", perm);
     rewire(i, t, x);
     uses[g.nodes()[r].outputs[0]] = 0;
     drop(r);
