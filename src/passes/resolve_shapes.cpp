@@ -102,7 +102,9 @@ std::optional<std::vector<int64_t>> expand_target(const Graph& g, const ShapeVal
   return out;
 }
 
-Graph resolve_shapes(Graph g, const PassContext& ctx) {
+// One forward sweep: the targets and known values it can prove now; whether it changed anything.
+bool resolve_once(Graph& g, const PassContext& ctx) {
+  const std::vector<int> uses = g.use_counts();
   ShapeValues sv;
   for (const auto& [v, t] : g.initializers())
     if (auto c = shape_value_of_constant(t)) sv[v] = *c;
@@ -121,7 +123,7 @@ Graph resolve_shapes(Graph g, const PassContext& ctx) {
       if (auto r = evaluate_shape_value(n, types, values)) {
         const ValueId y = n.outputs[0];
         if (r->literal() && n.op != "Constant" && !g.initializer(y) && !g.is_output(y) &&
-            dtype_of_value(g, y) == DType::kI64)
+            uses[y] > 0 && dtype_of_value(g, y) == DType::kI64)
           known.push_back(y);
         sv[y] = std::move(*r);
       }
@@ -137,6 +139,7 @@ Graph resolve_shapes(Graph g, const PassContext& ctx) {
       t = expand_target(g, *s, n.inputs[0]);
     if (t) targets.push_back({i, std::move(*t)});
   }
+  bool known_replaced = false;
   for (const ValueId y : known) {
     const ShapeValue& v = sv.at(y);
     std::vector<int64_t> data;
@@ -146,13 +149,23 @@ Graph resolve_shapes(Graph g, const PassContext& ctx) {
     if (!t.shape || to_shape(dims) != *t.shape) continue;  // a type that says otherwise: leave it
     g.replace_uses(y, g.add_constant(g.value(y).name + "_known", Tensor::from_vector(data, dims)));
     ctx.note("ResolveShapes/Known");
+    known_replaced = true;
   }
+  const bool changed = known_replaced || !targets.empty();
   for (auto& [i, t] : targets) {
     Node& n = g.mutable_nodes()[i];
     const auto len = static_cast<int64_t>(t.size());
     n.inputs[1] = g.add_constant(n.name + "_shape", Tensor::from_vector<int64_t>(t, {len}));
     ctx.note(cat("ResolveShapes/", n.op));
   }
+  return changed;
+}
+
+Graph resolve_shapes(Graph g, const PassContext& ctx) {
+  // A constant found in one sweep sharpens the types after it (a Slice's end, known now, gives
+  // its result a known last dim, whose Shape() the TorchScript exporter's rotate_half reads):
+  // sweep again with the types inferred anew while that finds more, a few times at most.
+  for (int round = 0; round < 4 && resolve_once(g, ctx); ++round) infer_types(g);
   // The shape arithmetic the constants left unread goes now, not only at EliminateDeadCode: a
   // Shape(v) nobody reads would still count as a reader of v for the passes between (a
   // single-reader check such as RecognizeAttention's on repeat_kv).

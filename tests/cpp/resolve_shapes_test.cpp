@@ -707,5 +707,49 @@ TEST(PassResolveShapes, RepeatedCacheOfASymbolicSum) {
   }
 }
 
+// Phi-3 as the TorchScript exporter writes it: q_rot = q[..., :Shape(q)[3]] (an end only the
+// sweep proves 16), then rotate_half's q_rot.shape[-1] // 2. That second value is known only once
+// q_rot's type has its last dim, after the first sweep: ResolveShapes sweeps again with the types
+// inferred anew, so both Slice ends are constants.
+TEST(PassResolveShapes, ASecondSweepSeesTheTypesTheFirstSharpened) {
+  Graph g;
+  ValueId q = g.add_input("q", {DType::kF32, Shape{Dim::sym("b"), 4, Dim::sym("s"), 16}});
+  auto constant = [&](const std::string& name, std::vector<int64_t> v, Dims shape) {
+    ValueId c = g.add_value(name);
+    g.set_initializer(c, Tensor::from_vector<int64_t>(v, std::move(shape)));
+    return c;
+  };
+  const ValueId zero = constant("zero", {0}, {1}), last = constant("last", {3}, {1}),
+                three = constant("three", {3}, {}), two = constant("two", {2}, {}),
+                axis = constant("axis", {0}, {1});
+  // end = Unsqueeze(Gather(Shape(q), 3)); rot = Slice(q, 0, end, 3)
+  ValueId sq = g.add_value("sq"), d = g.add_value("d"), end = g.add_value("end"),
+          rot = g.add_value("rot");
+  g.add_node("Shape", {q}, {sq}, {}, "shape_q");
+  g.add_node("Gather", {sq, three}, {d}, axis0(), "d");
+  g.add_node("Unsqueeze", {d, axis}, {end}, {}, "end");
+  g.add_node("Slice", {q, zero, end, last}, {rot}, {}, "rot");
+  // half = Unsqueeze(Div(Gather(Shape(rot), 3), 2)); first = Slice(rot, 0, half, 3)
+  ValueId sr = g.add_value("sr"), dr = g.add_value("dr"), div = g.add_value("div"),
+          half = g.add_value("half"), first = g.add_value("first");
+  g.add_node("Shape", {rot}, {sr}, {}, "shape_rot");
+  g.add_node("Gather", {sr, three}, {dr}, axis0(), "dr");
+  g.add_node("Div", {dr, two}, {div}, {}, "div");
+  g.add_node("Unsqueeze", {div, axis}, {half}, {}, "half");
+  g.add_node("Slice", {rot, zero, half, last}, {first}, {}, "first");
+  g.add_output(first);
+  infer_types(g);
+  Graph out = run_passes(g, {.only = {"ResolveShapes"}});
+  for (const Node& n : out.nodes()) {
+    if (n.op != "Slice") continue;
+    const Tensor* e = out.initializer(n.inputs[2]);
+    ASSERT_NE(e, nullptr) << n.name << " end is computed:\n" << print(out);
+    EXPECT_EQ(ints(*e), (std::vector<int64_t>{n.name == "rot" ? 16 : 8})) << n.name;
+  }
+  EXPECT_EQ(out.value(out.outputs()[0]).type.str(), "f32[b, 4, s, 8]");
+  EXPECT_EQ(ops_of(out), (std::vector<std::string>{"Slice", "Slice"})) << print(out);
+  for (int64_t b : {1, 2}) expect_same_outputs(g, out, {random_tensor({b, 4, 3, 16}, 21)});
+}
+
 }  // namespace
 }  // namespace pto

@@ -258,3 +258,54 @@ def test_exported_llama_decoder_with_its_cache_reads_the_kv_heads(dynamo, tmp_pa
     assert not any(": f32[" in line for line in expands), expands
     attention = [line for line in graph.splitlines() if "= Attention(" in line]
     assert len(attention) == 2 and all("present_" in line for line in attention), attention
+
+
+def _decoder(family):
+    base = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                vocab_size=300)
+    if family == "phi3":
+        return transformers.Phi3ForCausalLM(transformers.Phi3Config(
+            num_key_value_heads=2, pad_token_id=0, **base))
+    if family == "gptneox":  # rotary on a quarter of each head, the rest passed through
+        return transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(**base))
+    if family == "falcon":
+        return transformers.FalconForCausalLM(transformers.FalconConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=300,
+            new_decoder_architecture=True, num_kv_heads=2))
+    return transformers.StableLmForCausalLM(transformers.StableLmConfig(  # partial rotary too
+        num_key_value_heads=2, **base))
+
+
+@pytest.mark.parametrize("family,dynamo", [("phi3", False), ("gptneox", False),
+                                           ("falcon", True), ("stablelm", True)])
+def test_exported_decoders_of_other_families_fuse_attention_and_rotary(family, dynamo, tmp_path):
+    """Other decoder families exported with their cache: Phi-3's fused QKV projection sliced
+    three ways, GPT-NeoX's and StableLM's rotary embedding on part of each head (the rest
+    concatenated back), Falcon's grouped heads. Each layer is one Attention over the cache and
+    two RotaryEmbedding (the TorchScript exporter's rotate_half halves come from Shape() of a
+    slice whose end ResolveShapes proves in an earlier sweep), and every output matches
+    onnxruntime."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import generate_ort
+
+    torch.manual_seed(0)
+    model = _decoder(family).eval()
+    path = str(tmp_path / "decoder.onnx")
+    names, _ = generate_ort.export_decoder(model, path, dynamo=dynamo)
+    _, kv, head = generate_ort._geometry(model.config)
+    exe = pypto.onnx.load(path)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for batch, seq, past in [(1, 4, 0), (2, 1, 7)]:
+        feeds = [rng.integers(0, 300, (batch, seq)), np.ones((batch, past + seq), np.int64),
+                 np.tile(np.arange(past, past + seq), (batch, 1))]
+        feeds += [rng.standard_normal((batch, kv, past, head), dtype=np.float32)
+                  for _ in names[3:]]
+        want = session.run(None, dict(zip(names, feeds)))
+        for g, w in zip(exe(*feeds), want):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
+    ops = [s["rule"] or s["op"] for s in exe._compiled.steps]
+    assert ops.count("Attention") == 2 and ops.count("RotaryEmbedding") == 4, ops
+    assert "Softmax" not in ops and "Neg" not in ops, ops
+    expands = [line for line in str(exe._compiled.graph).splitlines() if "= Expand(" in line]
+    assert not any(": f32[" in line for line in expands), expands
