@@ -223,16 +223,13 @@ bool takes_reduced_products(const Graph& g, const Node& n) {
 }
 
 int remove_unread_shape_arithmetic(Graph& g) {
-  std::vector<int> readers(g.values().size(), 0);
-  for (const Node& n : g.nodes())
-    for (ValueId v : n.inputs)
-      if (v != kNoValue) ++readers[v];
+  std::vector<int> readers = g.use_counts();  // a graph output counts as read
   std::vector<bool> dead(g.nodes().size(), false);
   int removed = 0;
   for (size_t i = g.nodes().size(); i-- > 0;) {
     const Node& n = g.nodes()[i];
     if (n.outputs.size() != 1 || n.outputs[0] == kNoValue || readers[n.outputs[0]] != 0 ||
-        g.is_output(n.outputs[0]) || !n.domain.empty())
+        !n.domain.empty())
       continue;
     const TensorType& t = g.value(n.outputs[0]).type;
     const bool shape_like =

@@ -362,9 +362,13 @@ def test_generate_peer_matches_generate_and_counts_the_weights_a_step_reads(tmp_
     import pypto
 
     try:
-        for make in (generate_ort.ort_generator, generate_ort.pypto_onnx_generator):
-            tokens, scores = make(gpt2, ids, 1, str(tmp_path / make.__name__))(6)
-            assert tokens == want.sequences[0, 7:].tolist(), make.__name__
+        # Both runtimes on the TorchScript export; PyPTO on the dynamo one too (--exporter dynamo).
+        for make, dynamo in ((generate_ort.ort_generator, False),
+                             (generate_ort.pypto_onnx_generator, False),
+                             (generate_ort.pypto_onnx_generator, True)):
+            name = f"{make.__name__}-{dynamo}"
+            tokens, scores = make(gpt2, ids, 1, str(tmp_path / name), dynamo=dynamo)(6)
+            assert tokens == want.sequences[0, 7:].tolist(), name
             for got, ref in zip(scores, want.scores):
                 finite = torch.isfinite(ref)
                 assert torch.equal(finite, torch.isfinite(got))
@@ -380,6 +384,15 @@ def test_generate_peer_matches_generate_and_counts_the_weights_a_step_reads(tmp_
         vocab_size=300))
     table = llama.model.embed_tokens.weight.numel() * 4
     assert generate.weight_bytes(llama) == sum(p.numel() for p in llama.parameters()) * 4 - table
+
+
+def test_generate_rejects_an_unknown_exporter():
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "generate.py"
+    p = subprocess.run([sys.executable, str(bench), "--exporter", "onnxscript"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--exporter" in p.stderr and "invalid choice" in p.stderr, p.stderr
 
 
 def test_threading_alone_times_every_mode_and_rejects_unknown_ones(tmp_path):
