@@ -3,6 +3,7 @@
 #include "pto/device_info.h"
 
 #include <sched.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -212,6 +213,14 @@ void read_cpuid(DeviceInfo& d) {
     d.avx512_fp16 = d.avx512f && (e & (1u << 23));
     d.amx_bf16 = os_amx && (e & (1u << 22)) && (e & (1u << 24));  // AMX-BF16 and AMX-TILE
     d.amx_int8 = os_amx && (e & (1u << 25)) && (e & (1u << 24));
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    // Linux hands a process the tiles' 8 KiB of register state only on request (ARCH_REQ_XCOMP_PERM
+    // for XTILEDATA, process-wide); until then the first tile instruction faults. Refused (a
+    // sigaltstack too small for the larger signal frame): no AMX.
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    if ((d.amx_bf16 || d.amx_int8) && syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) != 0)
+      d.amx_bf16 = d.amx_int8 = false;
+#endif
     if (sub_leaves >= 1) {
       __cpuid_count(7, 1, a, b, c, e);
       d.avx512_bf16 = d.avx512f && (a & (1u << 5));

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -195,14 +196,37 @@ TEST(CpuGemm, MatchesDoubleLoopForEveryShapeAndTranspose) {
   });
 }
 
-// Reduced-precision products: every shape and transpose, on every ISA, 1 and 2 threads, with the
-// extension `ext` on and turned off (VDPBF16PS or the fp32 kernels on rounded values for bf16;
-// F16C or scalar rounding for f16), against the double loop on rounded operands; and the result
-// is not the fp32 one (the rounding happened).
-void expect_rounded_products(Precision precision, Ext ext_used) {
-  for (bool ext : {true, false}) {
-    std::optional<ExtScope> off;
-    if (!ext) off.emplace(ext_used);
+// The ways a product in `precision` runs on this machine, as the extensions each turns off: all
+// on; for bf16 AMX off (VDPBF16PS for every shape) where the CPU has it; and the extension of
+// the precision off (the fp32 kernels on rounded values for bf16, scalar rounding for f16).
+std::vector<std::vector<Ext>> ways_to_run(Precision precision) {
+  std::vector<std::vector<Ext>> ways = {{}};
+  if (precision == Precision::kBF16 && has_ext(Ext::kAmxBf16)) ways.push_back({Ext::kAmxBf16});
+  ways.push_back({precision == Precision::kBF16 ? Ext::kAvx512Bf16 : Ext::kF16c});
+  return ways;
+}
+
+// The extensions `off` turned off while alive.
+struct ExtsOff {
+  std::vector<std::unique_ptr<ExtScope>> scopes;
+  explicit ExtsOff(const std::vector<Ext>& off) {
+    for (Ext e : off) scopes.push_back(std::make_unique<ExtScope>(e));
+  }
+  static std::string name(const std::vector<Ext>& off) {
+    std::string s;
+    for (Ext e : off) s += cat(" without ", ext_name(e));
+    return s;
+  }
+};
+
+// Reduced-precision products: every shape and transpose, on every ISA, 1 and 2 threads, in each
+// of ways_to_run(precision) (AMX tiles, VDPBF16PS or the fp32 kernels on rounded values for
+// bf16; F16C or scalar rounding for f16), against the double loop on rounded operands; and the
+// result is not the fp32 one (the rounding happened).
+void expect_rounded_products(Precision precision) {
+  for (const std::vector<Ext>& way : ways_to_run(precision)) {
+    const ExtsOff off(way);
+    const bool ext = way.empty() || way[0] == Ext::kAmxBf16;
     for_each_config([&](const std::string& cfg) {
       if (!ext && active_isa() == Isa::kGeneric) return;  // it never has them
       for (const Case& s : kShapes)
@@ -217,11 +241,9 @@ void expect_rounded_products(Precision precision, Ext ext_used) {
             p.g.epilogue.act = Activation::kRelu;
           }
           sgemm(p.g);
-          const std::string what = cfg + ", " + precision_name(precision) +
-                                   (has_ext(ext_used) ? " with " : " without ") +
-                                   ext_name(ext_used) + ", " + std::to_string(s.m) + "x" +
-                                   std::to_string(s.n) + "x" + std::to_string(s.k) + " t" +
-                                   std::to_string(t);
+          const std::string what =
+              cat(cfg, ", ", precision_name(precision), ExtsOff::name(way), ", ",
+                  plan_gemm(p.g).str(), ", ", s.m, "x", s.n, "x", s.k, " t", t);
           expect_matches(p.g, what);
           if (s.m * s.n * s.k >= 1000 && t == 0) {  // and it differs from fp32 products
             std::vector<float> bf = p.c;
@@ -237,12 +259,12 @@ void expect_rounded_products(Precision precision, Ext ext_used) {
   }
 }
 
-TEST(CpuGemmBf16, MatchesRoundedDoubleLoopWithAndWithoutVdpbf16ps) {
-  expect_rounded_products(Precision::kBF16, Ext::kAvx512Bf16);
+TEST(CpuGemmBf16, MatchesRoundedDoubleLoopWithAndWithoutAmxAndVdpbf16ps) {
+  expect_rounded_products(Precision::kBF16);
 }
 
 TEST(CpuGemmF16, MatchesRoundedDoubleLoopWithAndWithoutF16c) {
-  expect_rounded_products(Precision::kF16, Ext::kF16c);
+  expect_rounded_products(Precision::kF16);
 }
 
 // Half-precision storage (GemmArgs::a_half, c_half): A read from bf16 / f16 bits and C stored
@@ -356,18 +378,15 @@ template <class F>
 void expect_packed_runs_anywhere(Problem& p, const std::string& what, F multiply,
                                  Precision precision = Precision::kBF16) {
   p.g.precision = precision;  // what expect_matches checks against
-  const Ext ext_used = precision == Precision::kBF16 ? Ext::kAvx512Bf16 : Ext::kF16c;
-  for (bool ext : {true, false}) {
-    std::optional<ExtScope> off;
-    if (!ext) off.emplace(ext_used);
+  for (const std::vector<Ext>& way : ways_to_run(precision)) {
+    const ExtsOff off(way);
     for (Isa run_isa : supported_isas()) {
       IsaScope scope(run_isa);
       std::fill(p.c.begin(), p.c.end(), NAN);
       GemmArgs g = p.g;
       g.precision = Precision::kF32;  // ignored: the packing's precision rules
       multiply(g);
-      expect_matches(p.g, cat(what, ", run on ", isa_name(run_isa), ext ? "" : " without ",
-                              ext ? "" : ext_name(ext_used)));
+      expect_matches(p.g, cat(what, ", run on ", isa_name(run_isa), ExtsOff::name(way)));
     }
   }
 }
@@ -444,6 +463,68 @@ TEST(CpuGemmBf16, PackedARunsAnywhere) {
       expect_packed_runs_anywhere(p, ta ? "packed A bf16 transA" : "packed A bf16",
                                   [&](const GemmArgs& g) { sgemm_packed_a(g, packed); });
     }
+}
+
+// bf16 products of 16 rows or more run on AMX tiles where the CPU has AMX-BF16 (fewer rows, or
+// AMX turned off: VDPBF16PS), and the plan says which. On the tiles: K in several slices (the
+// "gemm.blocks" knob) with a last chunk of fewer than 16 pair steps, rows and columns that fill
+// no whole tile, alpha 1 and not, a per-row bias and a residual, A transposed, and A packed ahead
+// with AMX on and off and run either way: all against the double loop on rounded operands.
+TEST(CpuGemmBf16, AmxTilesWhereTheCpuHasThem) {
+  GemmArgs g;
+  g.m = 16;
+  g.n = g.k = 256;
+  g.precision = Precision::kBF16;
+  const bool amx = active_isa() == Isa::kAvx512 && has_ext(Ext::kAmxBf16);
+  EXPECT_EQ(plan_gemm(g).amx, amx);
+  EXPECT_EQ(plan_gemm(g).mr, amx ? 32 : plan_gemm(GemmArgs{.m = 16, .n = 256, .k = 256}).mr);
+  if (amx) {
+    EXPECT_NE(plan_gemm(g).str().find("AMX tiles"), std::string::npos) << plan_gemm(g).str();
+  }
+  g.m = 15;
+  EXPECT_FALSE(plan_gemm(g).amx);
+  g.m = 64;
+  {
+    ExtScope off(Ext::kAmxBf16);
+    EXPECT_FALSE(plan_gemm(g).amx);
+  }
+  g.precision = Precision::kF32;
+  EXPECT_FALSE(plan_gemm(g).amx);
+
+  for (const Case& s : {Case{45, 77, 301}, Case{16, 16, 32}, Case{97, 130, 64}, Case{31, 33, 1}})
+    for (bool ta : {false, true})
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Problem p(s, ta, false, static_cast<uint32_t>(s.m + s.k));
+        p.g.precision = Precision::kBF16;
+        p.g.alpha = threads == 1 ? 1.0f : -0.5f;  // tiles stored in place, or scaled
+        p.g.block_kc = 48;                        // 3 tiles of pair steps a slice
+        std::vector<float> bias = random_vector(s.m, 3), residual = random_vector(s.m * s.n, 4);
+        p.g.epilogue.bias_kind = Epilogue::Bias::kPerRow;
+        p.g.epilogue.bias = bias.data();
+        p.g.epilogue.residual = residual.data();
+        p.g.epilogue.ldr = s.n;
+        const std::string what = cat(s.m, "x", s.n, "x", s.k, ta ? " transA" : "", " x", threads,
+                                     ", ", plan_gemm(p.g).str());
+        sgemm(p.g);
+        expect_matches(p.g, what);
+        for (bool amx_packed : {true, false}) {
+          std::optional<ExtScope> off;
+          if (!amx_packed) off.emplace(Ext::kAmxBf16);
+          const PackedA a = pack_a(s.m, s.k, p.g.a, p.g.lda, ta, Precision::kBF16);
+          off.reset();
+          EXPECT_EQ(a.chunk_steps() > 0, amx && amx_packed) << what;
+          for (bool amx_run : {true, false}) {
+            std::optional<ExtScope> run_off;
+            if (!amx_run) run_off.emplace(Ext::kAmxBf16);
+            std::fill(p.c.begin(), p.c.end(), NAN);
+            sgemm_packed_a(p.g, a);
+            expect_matches(p.g, cat(what, ", A packed ", amx_packed ? "with" : "without",
+                                    " AMX, run ", amx_run ? "with" : "without"));
+          }
+        }
+      }
+  set_num_threads(0);
 }
 
 TEST(CpuGemm, AppliesEveryEpilogue) {

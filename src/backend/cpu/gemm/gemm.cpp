@@ -96,12 +96,21 @@ const Blocking& blocking() {
   return per_isa[static_cast<int>(active_isa())];
 }
 
-// The blocking of one call: the machine's, with GemmArgs' block sizes where set.
-Blocking blocking_of(const GemmArgs& g) {
-  Blocking b = blocking();
-  if (g.block_kc > 0) b.kc = round_down(g.block_kc, 8);
-  if (g.block_mc > 0) b.mc = round_down(g.block_mc, b.mr);
-  if (g.block_nc > 0) b.nc = round_down(g.block_nc, b.nr);
+// The AMX kernel's blocking (gemm_amx_avx512.cpp): A panels of kAmxMR rows, the VDPBF16PS B
+// panels, KC in whole tiles of steps. MC: 4 A panels, whose block (MC x KC) every 32 columns of
+// B meet in turn; KC: that block in a quarter of L2, at most 768 steps (1536 values of K). Tile
+// products outrun the loads, so fewer, longer K slices (fewer C tile loads and stores) beat
+// blocks that keep B's half panel in L1. One thread of a Xeon with AMX (2 MiB L2, B packed
+// ahead, GFLOP/s for 1024^3 / 128x768x3072 / 512x3072x768): KC 192, MC 1344 (the fp32
+// rule): 462 / 781 / 735; KC 512, MC 128: 827 / 823 / 793; KC 768, MC 128: 816-840 / 854-865 /
+// 837-840; KC 128, A panel held and B streamed (loops swapped): 845 / 603 / 897.
+Blocking amx_blocking() {
+  const CacheModel& c = cache_model();
+  Blocking b{avx512::kAmxMR, 64, 0, 4 * avx512::kAmxMR, 0};
+  const auto l2 = static_cast<int64_t>(c.l2), l3 = static_cast<int64_t>(c.l3);
+  const int64_t f = sizeof(float);
+  b.kc = std::clamp<int64_t>(round_down(l2 / 4 / (f * b.mc), avx512::kAmxStepsPerTile), 128, 768);
+  b.nc = round_down(std::max(l3, l2) / 2 / (f * b.kc), b.nr);
   return b;
 }
 
@@ -131,15 +140,38 @@ const float* widen_a_block(const GemmArgs& g, int64_t offset, int64_t rows, int6
 struct PanelOps {
   Precision precision = Precision::kF32;
   bool pairs = false;
-  int unit = 1;  // values of K per step
+  bool amx = false;     // the pairs multiplied on AMX tiles (A in kAmxMR-row chunked panels)
+  int unit = 1;         // values of K per step
+  int64_t kc_unit = 8;  // KC is a multiple of this many steps
 };
 
-PanelOps panel_ops(Precision p) {
+// Rows from which a bf16 product runs on AMX tiles: a tile holds 16 rows of A, and fewer (a
+// decode step's) leave most of each TDPBF16PS idle where VDPBF16PS's 6-row block wastes less.
+constexpr int64_t kAmxMinRows = 16;
+
+// The panels for products in `p` of `m` rows of A (m only matters for AMX).
+PanelOps panel_ops(Precision p, int64_t m) {
   PanelOps o;
   o.precision = p;
   o.pairs = p == Precision::kBF16 && active_isa() == Isa::kAvx512 && has_ext(Ext::kAvx512Bf16);
+  o.amx = o.pairs && m >= kAmxMinRows && has_ext(Ext::kAmxBf16);
   o.unit = o.pairs ? 2 : 1;
+  o.kc_unit = o.amx ? avx512::kAmxStepsPerTile : 8;
   return o;
+}
+
+// The register block's rows (an A panel's) for `o`.
+int64_t a_panel_rows(const PanelOps& o) {
+  return o.amx ? avx512::kAmxMR : mr_of(active_isa());
+}
+
+// The blocking of one call: the machine's, with GemmArgs' block sizes where set.
+Blocking blocking_of(const GemmArgs& g, const PanelOps& o) {
+  Blocking b = o.amx ? amx_blocking() : blocking();
+  if (g.block_kc > 0) b.kc = round_down(g.block_kc, o.kc_unit);
+  if (g.block_mc > 0) b.mc = round_down(g.block_mc, b.mr);
+  if (g.block_nc > 0) b.nc = round_down(g.block_nc, b.nr);
+  return b;
 }
 
 // Whether B panels of `p` halves (kF16, kBF16) are made and read here: on a vector ISA (the
@@ -147,12 +179,13 @@ PanelOps panel_ops(Precision p) {
 // run (its pairs are the better form).
 bool half_panels_run(Precision p) {
   if (active_isa() == Isa::kGeneric || p == Precision::kF32) return false;
-  return p == Precision::kF16 ? has_ext(Ext::kF16c) : !panel_ops(p).pairs;
+  return p == Precision::kF16 ? has_ext(Ext::kF16c) : !panel_ops(p, 0).pairs;
 }
 
 // gemm_pack_a for `o`: rows [0, m) x the real k values at `a`.
 void pack_a_for(const PanelOps& o, const float* a, int64_t lda, bool trans, int64_t m, int64_t k,
                 float* dst) {
+  if (o.amx) return avx512::gemm_pack_a_amx(a, lda, trans, m, k, dst);
   if (o.pairs) return avx512::gemm_pack_a_bf16(a, lda, trans, m, k, dst);
   PTO_ISA_DISPATCH(gemm_pack_a, a, lda, trans, m, k, dst);
   const int64_t mr = mr_of(active_isa());
@@ -179,6 +212,7 @@ void pack_b_for(const PanelOps& o, const float* b, int64_t ldb, bool trans, int6
 }
 
 void macro_for(const PanelOps& o, const MacroBlock& blk) {
+  if (o.amx) return avx512::gemm_macro_amx(blk);
   if (o.pairs) return avx512::gemm_macro_bf16(blk);
   PTO_ISA_DISPATCH(gemm_macro, blk);
 }
@@ -293,7 +327,7 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
   const bool direct = packed == nullptr && !packs_b(g, i1 - i0, bl);
   const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
   // The K slices depend on K alone, so every C element sums the same slices on any thread count.
-  const int64_t kc_even = even_block(K, bl.kc, 8);
+  const int64_t kc_even = even_block(K, bl.kc, o.kc_unit);
   const int64_t mc_even = even_block(i1 - i0, bl.mc, bl.mr);
   const int64_t slices = K == 0 ? 1 : ceil_div(K, kc_even);
   for (int64_t jc = j0; jc < j1; jc += bl.nc) {
@@ -368,7 +402,7 @@ void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int 
   static thread_local ScratchBuffer shared;  // the caller's: the workers only write into it
   const int64_t K = ceil_div(g.k, o.unit), nr = bl.nr, mp = ceil_div(g.m, bl.mr);
   const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
-  const int64_t kc_even = even_block(K, bl.kc, 8);
+  const int64_t kc_even = even_block(K, bl.kc, o.kc_unit);
   const int64_t slices = ceil_div(K, kc_even);
   for (int64_t jc = 0; jc < g.n; jc += bl.nc) {
     const int64_t nc = std::min(bl.nc, g.n - jc), panels = ceil_div(nc, nr);
@@ -467,15 +501,16 @@ constexpr int64_t kColumnTaskPanels = 2;
 
 // How run_gemm splits and blocks one call: what it executes, and what describe_gemm prints.
 GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int threads) {
-  const Blocking bl = blocking_of(g);
-  const PanelOps o = panel_ops(g.precision);
+  const PanelOps o = panel_ops(g.precision, g.m);
+  const Blocking bl = blocking_of(g, o);
   const int64_t steps = ceil_div(g.k, o.unit);
   GemmPlan p;
   p.mr = bl.mr;
   p.nr = bl.nr;
   p.k_per_step = o.unit;
+  p.amx = o.amx;
   p.precision = g.precision;
-  p.kc = steps > 0 ? even_block(steps, bl.kc, 8) : 0;
+  p.kc = steps > 0 ? even_block(steps, bl.kc, o.kc_unit) : 0;
   p.k_slices = steps > 0 ? ceil_div(steps, p.kc) : 1;
   p.mc = bl.mc;
   p.nc = bl.nc;
@@ -524,8 +559,8 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
               int64_t stride_b, int64_t stride_c, int64_t stride_r) {
   if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
   PTO_CHECK(!(args.b_rows && args.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
-  const Blocking bl = blocking_of(args);
-  const PanelOps ops = panel_ops(args.precision);
+  const PanelOps ops = panel_ops(args.precision, args.m);
+  const Blocking bl = blocking_of(args, ops);
   const GemmPlan plan = make_plan(args, pre, batch, in_parallel_region() ? 1 : num_threads());
   if (plan.b == GemmPlan::B::kPackedShared) {
     run_shared_b(args, ops, bl, plan.threads);
@@ -580,6 +615,7 @@ std::string GemmPlan::str() const {
                        "packed ahead"};
   return cat(
       precision == Precision::kF32 ? ""
+      : amx                        ? "bf16 (AMX tiles, K in pairs), "
       : k_per_step == 2
           ? "bf16 (vdpbf16ps, K in pairs), "
           : cat(precision_name(precision),
@@ -645,7 +681,13 @@ std::vector<float> PackedPanels::unpack() const {
   const float* p = data();
   for (int64_t i = 0; i < len_; ++i)
     for (int64_t q = 0; q < k_; ++q) {
-      const float* word = p + (i / width_) * steps * width_ + (q / unit_) * width_ + i % width_;
+      const int64_t step = q / unit_;
+      const float* panel = p + (i / width_) * steps * width_;
+      const float* word = panel + step * width_ + i % width_;
+      if (chunk_ > 0) {  // the step's chunk holds each row's steps of it in turn
+        const int64_t first = step / chunk_ * chunk_, w = std::min<int64_t>(chunk_, steps - first);
+        word = panel + first * width_ + (i % width_) * w + (step - first);
+      }
       if (unit_ == 1) {
         out[i * k_ + q] = *word;
         continue;
@@ -662,7 +704,7 @@ PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
                Precision precision) {
   PackedB p;
   const int64_t nr = nr_of(active_isa());
-  const PanelOps o = panel_ops(precision);
+  const PanelOps o = panel_ops(precision, 0);  // B's panels are the same for AMX
   const int64_t stride = ceil_div(k, o.unit) * nr;
   if (half_panels_run(precision)) {  // rounded once, stored as halves
     auto* dst = reinterpret_cast<uint16_t*>(p.allocate(n, k, nr, precision, 1, precision));
@@ -686,7 +728,7 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
   GemmArgs g = args;
   g.precision = packed.precision();
   if (static_cast<Isa>(packed.isa()) == active_isa() &&
-      panel_ops(g.precision).unit == packed.k_per_step() &&
+      panel_ops(g.precision, 0).unit == packed.k_per_step() &&
       (packed.half_panels() == Precision::kF32 || half_panels_run(packed.half_panels()))) {
     run_gemm(g, {nullptr, packed.data(), packed.half_panels()}, 1, 0, 0, 0, 0);
     return;
@@ -708,7 +750,7 @@ int64_t packed_b_floats(int64_t k, int64_t n) {
 }
 
 void pack_b_into(float* dst, int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b) {
-  pack_b_for(panel_ops(Precision::kF32), b, ldb, trans_b, k, n, dst, k * nr_of(active_isa()));
+  pack_b_for(panel_ops(Precision::kF32, 0), b, ldb, trans_b, k, n, dst, k * nr_of(active_isa()));
 }
 
 void sgemm_prepacked(const GemmArgs& args, const float* packed_b) {
@@ -721,8 +763,9 @@ void sgemm_prepacked(const GemmArgs& args, const float* packed_b) {
 PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a,
                Precision precision) {
   PackedA p;
-  const PanelOps o = panel_ops(precision);
-  float* dst = p.allocate(m, k, mr_of(active_isa()), precision, o.unit);
+  const PanelOps o = panel_ops(precision, m);
+  float* dst = p.allocate(m, k, a_panel_rows(o), precision, o.unit);
+  if (o.amx) p.chunk_ = avx512::kAmxStepsPerTile;
   pack_a_for(o, a, lda, trans_a, m, k, dst);
   return p;
 }
@@ -733,13 +776,16 @@ void sgemm_packed_a(const GemmArgs& args, const PackedA& packed) {
       << args.m << " x " << args.k;
   GemmArgs g = args;
   g.precision = packed.precision();
-  if (static_cast<Isa>(packed.isa()) == active_isa() &&
-      panel_ops(g.precision).unit == packed.k_per_step()) {
+  const PanelOps o = panel_ops(g.precision, args.m);
+  if (static_cast<Isa>(packed.isa()) == active_isa() && o.unit == packed.k_per_step() &&
+      packed.width() == a_panel_rows(o) &&
+      packed.chunk_steps() == (o.amx ? avx512::kAmxStepsPerTile : 0)) {
     run_gemm(g, {packed.data(), nullptr}, 1, 0, 0, 0, 0);
     return;
   }
-  // Packed for another ISA's panel height, or bf16 pairs where VDPBF16PS is now off: unpack to
-  // M x K and run the plain path (bf16 values stay bf16: rounding is idempotent).
+  // Packed for another ISA's panel height, bf16 pairs where VDPBF16PS is now off, or for or
+  // against AMX where it is now off or on: unpack to M x K and run the plain path (bf16 values
+  // stay bf16: rounding is idempotent).
   const std::vector<float> a = packed.unpack();
   g.a = a.data();
   g.lda = args.k;

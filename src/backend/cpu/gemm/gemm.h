@@ -57,8 +57,10 @@ inline constexpr int kGemmRowsSlack = 8;
 
 // What the products are computed in. kBF16: A and B rounded to bf16 (to nearest even) and the
 // products accumulated in fp32, as torch.autocast and oneDNN's bf16 math compute a bf16 matmul;
-// VDPBF16PS where the CPU has AVX512_BF16 (twice the FMA rate, half the packed bytes), else the
-// fp32 kernels on the rounded values (same results up to the order of additions). kF16: A and B
+// AMX tiles where the CPU has AMX-BF16 and A has 16 rows or more (TDPBF16PS: 16 times
+// VDPBF16PS's work per instruction), VDPBF16PS where it has AVX512_BF16 (twice the FMA rate,
+// half the packed bytes), else the fp32 kernels on the rounded values (same results up to the
+// order of additions). kF16: A and B
 // rounded to IEEE half (nearest even) and the products accumulated in fp32, as torch.autocast's
 // fp16 matmul; x86 without AVX512_FP16 has no fp16 arithmetic, so the operands are rounded while
 // packed (F16C: VCVTPS2PH and back) and the fp32 kernels run: fp32 speed, fp16 results.
@@ -119,6 +121,10 @@ class PackedPanels {
   int isa() const { return isa_; }
   Precision precision() const { return precision_; }
   int k_per_step() const { return unit_; }
+  int64_t width() const { return width_; }
+  // Steps grouped in chunks of this many, each holding its steps row after row (A for AMX:
+  // gemm_kernel.h), or 0: step after step, `width` values each.
+  int chunk_steps() const { return chunk_; }
   // kF16 / kBF16: the values are stored as those half bits; kF32: as floats.
   Precision half_panels() const { return half_; }
   size_t bytes() const { return bytes_; }  // what the panels hold in memory
@@ -137,6 +143,7 @@ class PackedPanels {
   int isa_ = 0;  // the cpu::Isa it was packed for
   Precision precision_ = Precision::kF32;
   int unit_ = 1;                      // values of K per step
+  int chunk_ = 0;                     // chunk_steps()
   Precision half_ = Precision::kF32;  // stored as these half bits, not floats
   std::shared_ptr<float[]> data_;
 };
@@ -183,7 +190,8 @@ class PackedA : public PackedPanels {
                         Precision precision);
 };
 
-// A packed for products in `precision` (bf16: half the bytes where VDPBF16PS runs).
+// A packed for products in `precision` (bf16: half the bytes where VDPBF16PS runs; for AMX tiles
+// where the CPU has AMX-BF16 and m fills a tile).
 PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a,
                Precision precision = Precision::kF32);
 
@@ -203,6 +211,7 @@ struct GemmPlan {
   int64_t mr = 0, nr = 0;  // register block
   Precision precision = Precision::kF32;
   int k_per_step = 1;                  // 2: bf16 pairs (VDPBF16PS); KC counts steps
+  bool amx = false;                    // the bf16 pairs multiplied on AMX tiles
   Precision b_half = Precision::kF32;  // B packed ahead as these halves, widened in registers
   int64_t kc = 0, k_slices = 1;        // K cut into equal slices of at most KC
   int64_t mc = 0, nc = 0;              // rows of A and columns of B packed per block

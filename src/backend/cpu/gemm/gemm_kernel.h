@@ -66,6 +66,15 @@ void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_
                       int64_t panel_stride, const int64_t* rows = nullptr);
 // blk.k in steps; B packed (b_row_stride NR, no b_rows).
 void gemm_macro_bf16(const MacroBlock& blk);
+
+// bf16 products on AMX tiles (gemm_amx_avx512.cpp), where cpu::has_ext(Ext::kAmxBf16): B in the
+// VDPBF16PS panels above; A in panels of kAmxMR rows whose steps are grouped by
+// kAmxStepsPerTile (chunk c: the rows' pairs of its steps row after row), the same size and
+// slice offsets as kAmxMR-row step-major panels. KC is a multiple of kAmxStepsPerTile but in
+// the last slice.
+inline constexpr int kAmxMR = 32, kAmxStepsPerTile = 16;
+void gemm_pack_a_amx(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, float* dst);
+void gemm_macro_amx(const MacroBlock& blk);
 }  // namespace avx512
 
 }  // namespace pto::cpu

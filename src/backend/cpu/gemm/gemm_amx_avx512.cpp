@@ -1,0 +1,210 @@
+// bf16 products on AMX tiles (Intel AMX-BF16: Sapphire Rapids and later): the bf16 GEMM's
+// packing of A and its macro-kernel, for the driver in gemm.cpp (gemm_kernel.h says what each
+// function promises).
+//
+// A tile register holds up to 16 rows of 64 bytes. TDPBF16PS C += A B takes A as 16 rows of 16
+// bf16 pairs (32 values of K), B as 16 rows of pairs (one row per pair step, 16 columns) and C as
+// 16 x 16 floats: 16 x 16 x 32 multiply-adds in one instruction, 16 times VDPBF16PS's work. The
+// B panels are the VDPBF16PS kernels' (NR = 64 columns of pairs per step, 256 bytes a step): a B
+// tile is 16 steps of 16 of its columns read with a 256-byte stride, so a weight packed once
+// serves both kernels. A is packed into panels of kAmxMR = 32 rows whose steps are grouped in
+// chunks of 16: chunk c holds the 32 rows' pairs of steps 16c..16c+15 row after row (64 bytes a
+// row), so each half of a chunk is one A tile read with a 64-byte stride, and a panel takes
+// exactly the space of a 32-row step-major one (slices of K start at the same offsets). The last
+// chunk of a K shorter than a whole number of chunks holds its w < 16 steps the same way, w
+// pairs a row; the micro-kernel copies it (and B's last steps) into zero-padded tiles.
+//
+// The micro-kernel keeps a 32 x 32 block of C in four tiles (two A tiles by two B tiles: all
+// eight tile registers), so every tile loaded feeds two TDPBF16PS.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/gemm/gemm_kernel.h"
+
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16,avx512bf16")
+
+namespace pto::cpu::avx512 {
+namespace {
+
+constexpr int kMR = kAmxMR;               // rows of an A panel: two tiles
+constexpr int kNR = 64;                   // columns of a B panel (gemm_impl.h's AVX-512 NR)
+constexpr int kChunk = kAmxStepsPerTile;  // pair steps per tile (64 bytes of bf16 pairs)
+constexpr int kTile = 16;                 // rows (and fp32 columns) of a tile
+
+// The tile registers: C blocks 0-3 (row tile r, column tile c at 2r + c), A row tiles 4-5, B
+// column tiles 6-7, all 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+void configure_tiles() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = kTile;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+// The tile instructions are asm statements that do not tell the compiler they touch memory: this
+// orders the plain stores that fill a buffer before a tile load of it, and a tile store before
+// the plain loads that read it.
+inline void memory_fence() {
+  __asm__ volatile("" ::: "memory");
+}
+
+// One A panel from mr <= 32 rows of A (row r at a + r * lda), k values of K: row r's pairs of
+// chunk c at dst + c * 16 * kMR + r * w (w = the chunk's steps, 16 but in the last chunk).
+// Rows past mr are zero pairs.
+void pack_a_rows(const float* a, int64_t lda, int mr, int64_t k, float* dst) {
+  const int64_t k2 = (k + 1) / 2;
+  for (int64_t s = 0; s < k2; s += kChunk) {
+    const int64_t w = std::min<int64_t>(kChunk, k2 - s);
+    const __mmask16 keep = static_cast<__mmask16>((1u << w) - 1);
+    float* d = dst + s * kMR;
+    const int64_t n = std::min<int64_t>(2 * kChunk, k - 2 * s);  // values of K in this chunk
+    const __mmask16 lo = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+    const __mmask16 hi = n >= 32   ? __mmask16(0xffff)
+                         : n <= 16 ? __mmask16(0)
+                                   : __mmask16((1u << (n - 16)) - 1);
+    for (int r = 0; r < kMR; ++r) {
+      __m512i pairs = _mm512_setzero_si512();
+      if (r < mr) {
+        const float* x = a + r * lda + 2 * s;
+        pairs = reinterpret_cast<__m512i>(
+            _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, x + 16), _mm512_maskz_loadu_ps(lo, x)));
+      }
+      _mm512_mask_storeu_epi32(d + r * w, keep, pairs);
+    }
+  }
+}
+
+thread_local std::vector<float> t_rows;  // a transposed A's rows, made contiguous
+
+// C[mi x nj] (=|+=) alpha * A_panel B over k2 steps, with TR A row tiles and TC B column tiles
+// (16 rows or columns each; mi <= 16 TR, nj <= 16 TC). `b` points at the block's first column in
+// a B panel (kNR pairs a step). A full block with alpha 1 is loaded and stored by the tiles in
+// place; any other goes through a 32 x 32 buffer.
+template <int TR, int TC>
+void micro_amx(int64_t k2, const float* a, const float* b, float* c, int64_t ldc, int mi, int nj,
+               float alpha, bool accumulate) {
+  constexpr int64_t kBStride = kNR * 4, kAStride = kChunk * 4;  // bytes between tile rows
+  const bool in_place = alpha == 1.0f && mi == kTile * TR && nj == kTile * TC;
+  const int64_t ldc_bytes = ldc * 4;
+  memory_fence();
+  if (in_place && accumulate) {
+    _tile_loadd(0, c, ldc_bytes);
+    if constexpr (TC == 2) _tile_loadd(1, c + kTile, ldc_bytes);
+    if constexpr (TR == 2) _tile_loadd(2, c + kTile * ldc, ldc_bytes);
+    if constexpr (TR == 2 && TC == 2) _tile_loadd(3, c + kTile * ldc + kTile, ldc_bytes);
+  } else {
+    _tile_zero(0);
+    if constexpr (TC == 2) _tile_zero(1);
+    if constexpr (TR == 2) _tile_zero(2);
+    if constexpr (TR == 2 && TC == 2) _tile_zero(3);
+  }
+  auto step = [&](const float* a0, int64_t a_stride, const float* b0, int64_t b_stride) {
+    _tile_loadd(4, a0, a_stride);
+    if constexpr (TR == 2) _tile_loadd(5, a0 + kTile * a_stride / 4, a_stride);
+    _tile_loadd(6, b0, b_stride);
+    if constexpr (TC == 2) _tile_loadd(7, b0 + kTile, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (TC == 2) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (TR == 2) _tile_dpbf16ps(2, 5, 6);
+    if constexpr (TR == 2 && TC == 2) _tile_dpbf16ps(3, 5, 7);
+  };
+  int64_t s = 0;
+  for (; s + kChunk <= k2; s += kChunk) step(a + s * kMR, kAStride, b + s * kNR, kBStride);
+  if (s < k2) {  // the last w < 16 steps, zero-padded to a whole tile
+    const int64_t w = k2 - s;
+    alignas(64) float at[kMR * kChunk] = {}, bt[kChunk * 2 * kTile] = {};
+    for (int r = 0; r < kTile * TR; ++r) std::memcpy(at + r * kChunk, a + s * kMR + r * w, w * 4);
+    for (int64_t p = 0; p < w; ++p) std::memcpy(bt + p * 2 * kTile, b + (s + p) * kNR, TC * 64);
+    memory_fence();
+    step(at, kAStride, bt, 2 * kTile * 4);
+  }
+  if (in_place) {
+    _tile_stored(0, c, ldc_bytes);
+    if constexpr (TC == 2) _tile_stored(1, c + kTile, ldc_bytes);
+    if constexpr (TR == 2) _tile_stored(2, c + kTile * ldc, ldc_bytes);
+    if constexpr (TR == 2 && TC == 2) _tile_stored(3, c + kTile * ldc + kTile, ldc_bytes);
+    memory_fence();
+    return;
+  }
+  alignas(64) float out[2 * kTile * 2 * kTile];
+  constexpr int64_t kOut = 2 * kTile * 4;  // bytes per row of `out`
+  _tile_stored(0, out, kOut);
+  if constexpr (TC == 2) _tile_stored(1, out + kTile, kOut);
+  if constexpr (TR == 2) _tile_stored(2, out + kTile * 2 * kTile, kOut);
+  if constexpr (TR == 2 && TC == 2) _tile_stored(3, out + kTile * 2 * kTile + kTile, kOut);
+  memory_fence();
+  const __m512 va = _mm512_set1_ps(alpha);
+  for (int r = 0; r < mi; ++r)
+    for (int j = 0; j < nj; j += kTile) {
+      const __mmask16 m = nj - j >= kTile ? __mmask16(0xffff) : __mmask16((1u << (nj - j)) - 1);
+      __m512 x = _mm512_mul_ps(_mm512_load_ps(out + r * 2 * kTile + j), va);
+      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, c + r * ldc + j));
+      _mm512_mask_storeu_ps(c + r * ldc + j, m, x);
+    }
+}
+
+using MicroAmx = void (*)(int64_t, const float*, const float*, float*, int64_t, int, int, float,
+                          bool);
+constexpr MicroAmx kMicro[2][2] = {{&micro_amx<1, 1>, &micro_amx<1, 2>},
+                                   {&micro_amx<2, 1>, &micro_amx<2, 2>}};
+
+}  // namespace
+
+void gemm_pack_a_amx(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, float* dst) {
+  const int64_t k2 = (k + 1) / 2;
+  for (int64_t i0 = 0; i0 < m; i0 += kMR, dst += k2 * kMR) {
+    const int mr = static_cast<int>(std::min<int64_t>(kMR, m - i0));
+    if (!trans) {
+      pack_a_rows(a + i0 * lda, lda, mr, k, dst);
+      continue;
+    }
+    // A is K x M: its mr columns from i0 copied out as rows first.
+    t_rows.resize(static_cast<size_t>(mr * k));
+    for (int64_t q = 0; q < k; ++q)
+      for (int r = 0; r < mr; ++r) t_rows[r * k + q] = a[q * lda + i0 + r];
+    pack_a_rows(t_rows.data(), k, mr, k, dst);
+  }
+}
+
+void gemm_macro_amx(const MacroBlock& blk) {
+  configure_tiles();
+  const int64_t np = (blk.n + kNR - 1) / kNR, mp = (blk.m + kMR - 1) / kMR;
+  const int64_t as = blk.a_panel_stride ? blk.a_panel_stride : blk.k * kMR;
+  for (int64_t j = 0; j < np; ++j) {
+    const int nj = static_cast<int>(std::min<int64_t>(kNR, blk.n - j * kNR));
+    const float* bp = blk.b + j * blk.b_panel_stride;
+    // Each 32-column half of the panel against every A panel of the block.
+    for (int h = 0; h < nj; h += 2 * kTile) {
+      const int nh = std::min(2 * kTile, nj - h);
+      for (int64_t i = 0; i < mp; ++i) {
+        const int mi = static_cast<int>(std::min<int64_t>(kMR, blk.m - i * kMR));
+        float* c = blk.c + i * kMR * blk.ldc + j * kNR + h;
+        kMicro[mi > kTile][nh > kTile](blk.k, blk.a + i * as, bp + h, c, blk.ldc, mi, nh, blk.alpha,
+                                       blk.accumulate);
+      }
+    }
+    if (blk.epilogue)
+      for (int64_t i = 0; i < mp; ++i) {
+        const int64_t mi = std::min<int64_t>(kMR, blk.m - i * kMR);
+        apply_epilogue(*blk.epilogue, blk.c + i * kMR * blk.ldc + j * kNR, blk.ldc,
+                       blk.m0 + i * kMR, mi, blk.n0 + j * kNR, nj);
+      }
+  }
+  _tile_release();
+}
+
+}  // namespace pto::cpu::avx512
+
+#pragma GCC pop_options
