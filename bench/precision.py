@@ -206,7 +206,7 @@ def cmd(args, *extra) -> list[str]:
 
 def gemm_table(pbs: dict) -> list[str]:
     rows = ["| threads | shape M x K x N | fp32 GFLOP/s | bf16 GFLOP/s | int8 GOPS | bf16 / fp32 | "
-            "int8 / fp32 | fp32 % of FMA peak | bf16 % of VDPBF16PS peak |",
+            "int8 / fp32 | fp32 % of FMA peak | bf16 % of its peak (AMX or VDPBF16PS) |",
             "|---|---|---|---|---|---|---|---|---|"]
 
     def med(g):
@@ -217,11 +217,13 @@ def gemm_table(pbs: dict) -> list[str]:
             continue
         peaks = {f["isa"]: med(f["gflops"]) for f in pb.get("fma", []) if f["threads"] == t}
         fma = max((v for k, v in peaks.items() if k in ("avx512", "avx2", "generic")), default=0)
-        dp = peaks.get("avx512_bf16")
-        by = {}
+        dp, amx = peaks.get("avx512_bf16"), peaks.get("amx_bf16")
+        by, bf16_peak = {}, {}
         for s in pb.get("sgemm", []):
             if "gflops" in s:
                 by.setdefault((s["m"], s["k"], s["n"]), {})[s["precision"]] = med(s["gflops"])
+                if s["precision"] == "bf16":  # the ceiling of the kernel its plan ran
+                    bf16_peak[(s["m"], s["k"], s["n"])] = amx if "AMX" in s.get("plan", "") else dp
         for s in pb.get("igemm", []):
             if "gops" in s and s["threads"] == t:
                 by.setdefault((s["m"], s["k"], s["n"]), {})["int8"] = med(s["gops"])
@@ -235,8 +237,9 @@ def gemm_table(pbs: dict) -> list[str]:
                         f"{num(b16 / f32 if b16 and f32 else None, '{:.2f}x')} | "
                         f"{num(i8 / f32 if i8 and f32 else None, '{:.2f}x')} | "
                         f"{num(100 * f32 / fma if f32 and fma else None, '{:.0f}%')} | "
-                        f"{num(100 * b16 / dp if b16 and dp else None, '{:.0f}%')} |")
-        rows.append(f"| {t} | ceilings | FMA {fma:.0f} | VDPBF16PS {dp or 0:.0f} | | | | | |")
+                        f"{num(100 * b16 / bf16_peak[(m, k, n)] if b16 and bf16_peak.get((m, k, n)) else None, '{:.0f}%')} |")
+        rows.append(f"| {t} | ceilings | FMA {fma:.0f} | VDPBF16PS {dp or 0:.0f}"
+                    f"{f', AMX {amx:.0f}' if amx else ''} | | | | | |")
     return rows
 
 

@@ -370,6 +370,24 @@ void bench_fma(Json& j, const std::vector<int>& threads, const Timing& timing) {
     }
     (void)sink;
   }
+  if (cpu::has_ext(cpu::Ext::kAmxBf16)) {  // the AMX tiles' ceiling, counted the same way
+    volatile float sink = 0;
+    const int64_t iterations = 20000;
+    for (int t : threads) {
+      set_num_threads(t);
+      std::cerr << "tdpbf16 threads " << t << "\n";
+      std::vector<float> sums(static_cast<size_t>(t));
+      Sample s = measure(timing, [&] {
+        parallel_tasks(t, [&](int64_t i) { sums[i] = cpu::avx512::tdpbf16_chains(iterations); });
+      });
+      for (float x : sums) sink = sink + x;
+      const double per = static_cast<double>(cpu::avx512::tdpbf16_flops_per_iteration());
+      j.open('{').key("isa").str("amx_bf16").key("threads").num(t);
+      j.key("flops_per_iteration").num(per);
+      j.sample(s, per * static_cast<double>(iterations) * t / 1e9, "gflops").close('}');
+    }
+    (void)sink;
+  }
   j.close(']');
 }
 

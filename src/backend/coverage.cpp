@@ -16,13 +16,15 @@ namespace pto {
 
 std::vector<PrecisionPath> precision_paths() {
   const bool dp = cpu::has_ext(cpu::Ext::kAvx512Bf16);
+  const bool amx = dp && cpu::has_ext(cpu::Ext::kAmxBf16);
   return {
       {"bf16", dp,
-       dp ? "VDPBF16PS (avx512_bf16)"
-          : cat("fp32 FMA on rounded operands (",
-                device_info().avx512_bf16 ? "avx512_bf16 turned off or another ISA chosen"
-                                          : "no avx512_bf16",
-                ")")},
+       amx  ? "AMX tiles (amx_bf16) for products of 16 rows or more, VDPBF16PS (avx512_bf16) below"
+       : dp ? "VDPBF16PS (avx512_bf16)"
+            : cat("fp32 FMA on rounded operands (",
+                  device_info().avx512_bf16 ? "avx512_bf16 turned off or another ISA chosen"
+                                            : "no avx512_bf16",
+                  ")")},
       // No fp16 kernel: x86's fp16 arithmetic (AVX512_FP16, AMX-FP16) is not used, so f16 is
       // never fast; it gives fp16 results (operands rounded), not fp16 speed.
       {"f16", false,

@@ -205,6 +205,36 @@ void gemm_macro_amx(const MacroBlock& blk) {
   _tile_release();
 }
 
+float tdpbf16_chains(int64_t iterations) {
+  configure_tiles();
+  alignas(64) float ab[kTile * kTile] = {};
+  for (int i = 0; i < kTile * kTile; ++i) ab[i] = 1.0f;  // bf16 pairs of small values
+  memory_fence();
+  _tile_loadd(4, ab, 64);
+  _tile_loadd(5, ab, 64);
+  _tile_loadd(6, ab, 64);
+  _tile_loadd(7, ab, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t i = 0; i < iterations; ++i) {  // four independent accumulator tiles
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float out[kTile * kTile];
+  _tile_stored(0, out, 64);
+  memory_fence();
+  _tile_release();
+  return out[0];
+}
+
+int64_t tdpbf16_flops_per_iteration() {
+  return 4 * kTile * kTile * 2 * kChunk * 2;  // 4 tiles of 16 x 16 x 32 multiply-adds
+}
+
 }  // namespace pto::cpu::avx512
 
 #pragma GCC pop_options

@@ -16,6 +16,10 @@ PTO_ISA_DECLARE(float fma_chains(int64_t iterations, float mul, float add);
 namespace avx512 {
 float dpbf16_chains(int64_t iterations, float mul);
 int64_t dpbf16_flops_per_iteration();
+// The AMX tile products (TDPBF16PS into four independent tiles, gemm_amx_avx512.cpp): run only
+// where has_ext(Ext::kAmxBf16).
+float tdpbf16_chains(int64_t iterations);
+int64_t tdpbf16_flops_per_iteration();
 }  // namespace avx512
 
 // fma_chains / fma_flops_per_iteration of `isa`'s build.
