@@ -51,6 +51,14 @@ bool supports_isa(const DeviceInfo& d, const std::string& isa);
 // order, for pto info, pypto.device_info() and a saved model's requirements.
 std::vector<std::pair<std::string, bool>> extension_flags(const DeviceInfo& d);
 
+// Whether extension `name` (one of those names) is turned off for this process: named in the
+// environment variable PTO_DISABLE_EXT (a comma-separated list, read once) or by a live
+// cpu::ExtScope (which calls set_ext_turned_off). The kernels check cpu::has_ext, which says the
+// same; a compile-time choice that depends on an extension (AssignLayouts keeps bf16 convs on the
+// AMX GEMM) reads it here.
+bool ext_turned_off(const std::string& name);
+void set_ext_turned_off(const std::string& name, bool off);
+
 // The caches as kernels size their blocks from them: the detected sizes, sanity-checked (a VM may
 // report none, or a 300 MB L3), or the environment variable PTO_CACHE_SIZES ("l1d=48K,l2=2M,l3=4M",
 // any subset) for experiments. `l3` is one core's share of the last level.

@@ -35,9 +35,11 @@ std::vector<PrecisionPath> precision_paths() {
            device_info().avx512_fp16 ? "; avx512_fp16 is not used" : "; no avx512_fp16 or amx_fp16",
            "): fp32 speed")},
       {"int8", cpu::igemm_uses_vnni(),
-       cpu::igemm_uses_vnni() ? (cpu::active_isa() == cpu::Isa::kAvx512 ? "VPDPBUSD (avx512_vnni)"
-                                                                        : "VPDPBUSD (avx_vnni)")
-                              : "int16 widening, VPMADDWD (no VNNI in use)"}};
+       cpu::igemm_uses_vnni() && cpu::igemm_uses_amx()
+           ? "AMX tiles (amx_int8) for products of 16 rows or more, VPDPBUSD (avx512_vnni) below"
+       : cpu::igemm_uses_vnni() ? (cpu::active_isa() == cpu::Isa::kAvx512 ? "VPDPBUSD (avx512_vnni)"
+                                                                          : "VPDPBUSD (avx_vnni)")
+                                : "int16 widening, VPMADDWD (no VNNI in use)"}};
 }
 
 std::vector<OpCoverage> op_coverage() {

@@ -251,6 +251,36 @@ bool supports_isa(const DeviceInfo& d, const std::string& isa) {
   return false;
 }
 
+namespace {
+std::mutex g_ext_mutex;
+std::set<std::string> g_ext_scoped_off;  // set_ext_turned_off's
+}  // namespace
+
+bool ext_turned_off(const std::string& name) {
+  static const std::set<std::string> env_off = [] {
+    std::set<std::string> names;
+    const char* v = std::getenv("PTO_DISABLE_EXT");
+    const std::string list = v ? v : "";
+    for (size_t start = 0; start <= list.size();) {
+      const size_t end = std::min(list.find(',', start), list.size());
+      names.insert(list.substr(start, end - start));
+      start = end + 1;
+    }
+    return names;
+  }();
+  if (env_off.count(name)) return true;
+  std::lock_guard<std::mutex> lock(g_ext_mutex);
+  return g_ext_scoped_off.count(name) > 0;
+}
+
+void set_ext_turned_off(const std::string& name, bool off) {
+  std::lock_guard<std::mutex> lock(g_ext_mutex);
+  if (off)
+    g_ext_scoped_off.insert(name);
+  else
+    g_ext_scoped_off.erase(name);
+}
+
 std::vector<std::pair<std::string, bool>> extension_flags(const DeviceInfo& d) {
   return {{"avx2", d.avx2},
           {"fma", d.fma},

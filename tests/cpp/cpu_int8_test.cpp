@@ -27,23 +27,32 @@
 namespace pto::cpu {
 namespace {
 
-// Runs body(config name) on every ISA, with the VNNI extensions on and off, on 1 and 2 threads.
+// Runs body(config name) on every ISA, with the VNNI extensions on and off (and AMX-INT8 with
+// them), and with AMX-INT8 alone off where the CPU has it, on 1 and 2 threads.
 template <class F>
 void for_each_config(F body, bool threads_too = true) {
+  const bool amx = has_ext(Ext::kAmxInt8);
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
-    for (int off = 0; off < 2; ++off) {
-      std::unique_ptr<ExtScope> e1, e2;
-      if (off) {
+    for (int off = 0; off < (amx ? 3 : 2); ++off) {
+      std::unique_ptr<ExtScope> e1, e2, e3;
+      if (off == 1) {
         e1 = std::make_unique<ExtScope>(Ext::kAvx512Vnni);
         e2 = std::make_unique<ExtScope>(Ext::kAvxVnni);
       }
+      if (off >= 1) e3 = std::make_unique<ExtScope>(Ext::kAmxInt8);
+      if (off == 2 && isa != Isa::kAvx512) continue;  // the same as all on
       for (int threads : {1, 2}) {
         if (threads == 2 && !threads_too) continue;
         set_num_threads(threads);
-        body(std::string(isa_name(isa)) + (off ? ", VNNI off" : "") + ", " +
-             std::to_string(threads) + " thread(s)" +
-             (igemm_uses_vnni() ? " [vnni]" : " [widening]"));
+        body(std::string(isa_name(isa)) +
+             (off == 1   ? ", VNNI off"
+              : off == 2 ? ", AMX off"
+                         : "") +
+             ", " + std::to_string(threads) + " thread(s)" +
+             (igemm_uses_amx()    ? " [amx from 16 rows]"
+              : igemm_uses_vnni() ? " [vnni]"
+                                  : " [widening]"));
       }
     }
   }
@@ -67,8 +76,11 @@ int64_t value(const std::vector<uint8_t>& v, int64_t i, bool is_signed) {
 struct Shape {
   int64_t m, n, k;
 };
-const Shape kShapes[] = {{1, 1, 1},      {1, 70, 13},  {7, 13, 5},      {6, 64, 8}, {33, 65, 17},
-                         {13, 130, 259}, {100, 47, 3}, {129, 200, 770}, {2, 17, 0}};
+// With 16 rows or more on AMX tiles: K in a part chunk ({33, 65, 17}), in several slices of whole
+// chunks and a part one ({48, 70, 1100}), columns in two blocks ({129, 300, 770}).
+const Shape kShapes[] = {{1, 1, 1},    {1, 70, 13},    {7, 13, 5},   {6, 64, 8},
+                         {33, 65, 17}, {13, 130, 259}, {100, 47, 3}, {129, 300, 770},
+                         {2, 17, 0},   {48, 70, 1100}, {16, 16, 64}};
 
 TEST(CpuIgemm, MatchesAnIntegerLoop) {
   for_each_config([](const std::string& cfg) {

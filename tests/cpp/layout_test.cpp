@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <random>
 
 #include "backend/cpu/isa/isa.h"
@@ -763,6 +764,10 @@ TEST(LayoutKernels, StemReadsNchwInput) {
 // products on bf16 pairs (AVX512_BF16, blocks of 16) or on rounded operands, against the
 // reference's rounded operands; with the extension turned off too, before and after compiling.
 TEST(LayoutKernels, DepthwiseAndPointwiseFuse) {
+  // Where bf16 products run on AMX tiles the 1x1 convs stay on the implicit GEMM
+  // (AssignLayouts): turned off, so that the fused bf16 kernel compiles here too.
+  std::optional<cpu::ExtScope> no_amx;
+  if (cpu::has_ext(cpu::Ext::kAmxBf16)) no_amx.emplace(cpu::Ext::kAmxBf16);
   struct Block {
     int64_t n, c, h, w, e, stride;
     std::string act;   // between the depthwise and the project conv
@@ -1083,6 +1088,42 @@ TEST(LayoutKernels, Bf16ConvTakesWinogradOnlyOnLargePlanes) {
     EXPECT_EQ(kinds.find("direct/bf16 pairs") != std::string::npos, !winograd)
         << side << ": " << kinds;
     expect_close(exe.run(in)[0], want, cat(side, "x", side), winograd ? 1e-4 : 1e-5);
+  }
+}
+
+// At level 3 bf16 convs stay on the NCHW implicit GEMM where its products run on AMX tiles (the
+// blocked direct kernel's VDPBF16PS pairs are several times slower there), and run blocked where
+// they do not (no AMX, or AMX turned off): the cost rule asks the machine. Both match the
+// reference.
+TEST(LayoutPass, Bf16ConvsStayOnTheGemmWhereAmxTilesRunThem) {
+  std::mt19937 rng(8);
+  Graph g;
+  const ValueId x = g.add_input("x", {DType::kF32, Shape{1, 32, 14, 14}});
+  const ValueId w1 = g.add_constant("w1", random_tensor({48, 32, 3, 3}, rng));
+  const ValueId w2 = g.add_constant("w2", random_tensor({64, 48, 1, 1}, rng));
+  Attributes a;
+  a.set("pads", Dims{1, 1, 1, 1});
+  a.set("precision", std::string("bf16"));
+  const ValueId y = g.add_value("y"), r = g.add_value("r"), z = g.add_value("z");
+  g.add_node("Conv", {x, w1}, {y}, a, "conv3x3");
+  g.add_node("Relu", {y}, {r});
+  a.set("pads", Dims{0, 0, 0, 0});
+  g.add_node("Conv", {r, w2}, {z}, a, "conv1x1");
+  g.add_output(z);
+  infer_types(g);
+  const std::vector<Tensor> in = random_inputs(g, 10);
+  const Tensor want = reference::run(g, in)[0];
+  for (bool amx_off : {false, true}) {
+    std::optional<cpu::ExtScope> off;
+    if (amx_off) off.emplace(cpu::Ext::kAmxBf16);
+    const bool amx = cpu::has_ext(cpu::Ext::kAmxBf16);
+    Executable exe = compile(g, {.level = 3});
+    const std::string what = cat(amx ? "AMX tiles" : "no AMX", ": ", print(exe.graph()));
+    EXPECT_EQ(count_ops(exe.graph(), "ConvBlocked"), amx ? 0 : 2) << what;
+    std::string kinds;
+    for (size_t s = 0; s < exe.num_steps(); ++s) kinds += exe.describe_step(s) + "; ";
+    EXPECT_EQ(kinds.find("bf16 pairs for AMX tiles") != std::string::npos, amx) << kinds;
+    expect_close(exe.run(in)[0], want, what, 1e-4);
   }
 }
 

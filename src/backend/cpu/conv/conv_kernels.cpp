@@ -637,7 +637,8 @@ void register_conv_kernels(KernelRegistry& r) {
       return !p.groups.empty() && p.groups[0].precision() != Precision::kF32
                  ? cat(precision_name(p.groups[0].precision()),
                        " products: implicit GEMM, weights packed as ",
-                       p.groups[0].k_per_step() == 2
+                       p.groups[0].chunk_steps() > 0 ? "bf16 pairs for AMX tiles"
+                       : p.groups[0].k_per_step() == 2
                            ? "bf16 pairs (vdpbf16ps)"
                            : cat(precision_name(p.groups[0].precision()), "-rounded fp32"))
                  : std::string();

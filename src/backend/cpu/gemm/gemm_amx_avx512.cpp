@@ -16,6 +16,14 @@
 //
 // The micro-kernel keeps a 32 x 32 block of C in four tiles (two A tiles by two B tiles: all
 // eight tile registers), so every tile loaded feeds two TDPBF16PS.
+//
+// int8 products (AMX-INT8, igemm.cpp) the same way with TDPBUSD: unsigned A bytes times signed B
+// bytes, four of K a 32-bit lane (VPDPBUSD's quads), 16 x 64 by 64 x 16 into 16 x 16 int32. The
+// igemm B panels, 16 columns of [k4][16][4] bytes, are B tiles as they are (64 contiguous bytes a
+// quad row); A is packed like the bf16 A above in chunks of 16 quads, the last one zero-padded
+// to a whole tile, so the tile rows of B past K meet zeros (pack_i8_b leaves room past its last
+// panel for those reads). C is igemm's contiguous int32 block, whose padding rows and columns
+// take whole tiles.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -23,9 +31,10 @@
 #include <vector>
 
 #include "backend/cpu/gemm/gemm_kernel.h"
+#include "backend/cpu/gemm/igemm_kernel.h"
 
 #pragma GCC push_options
-#pragma GCC target("amx-tile,amx-bf16,avx512bf16")
+#pragma GCC target("amx-tile,amx-bf16,amx-int8,avx512bf16")
 
 namespace pto::cpu::avx512 {
 namespace {
@@ -201,6 +210,109 @@ void gemm_macro_amx(const MacroBlock& blk) {
         apply_epilogue(*blk.epilogue, blk.c + i * kMR * blk.ldc + j * kNR, blk.ldc,
                        blk.m0 + i * kMR, mi, blk.n0 + j * kNR, nj);
       }
+  }
+  _tile_release();
+}
+
+// ---- int8 (AMX-INT8) ----
+
+void igemm_pack_a_amx(const uint8_t* a, int64_t lda, bool a_signed, int64_t m, int64_t k,
+                      uint8_t* dst, int32_t* rowsum) {
+  const int64_t chunks = (k + 4 * kChunk - 1) / (4 * kChunk);
+  const __m512i flip = _mm512_set1_epi8(a_signed ? static_cast<char>(0x80) : 0);
+  for (int64_t i0 = 0; i0 < m; i0 += kMR, dst += chunks * kChunk * kMR * 4, rowsum += kMR) {
+    for (int r = 0; r < kMR; ++r) {
+      const bool row = i0 + r < m;
+      __m512i sums = _mm512_setzero_si512();
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t q = c * 64, n = row ? std::min<int64_t>(64, k - q) : 0;
+        const __mmask64 keep = n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+        // a' = a ^ 0x80 for int8 (uint8 a + 128), only where there are values: padding stays 0.
+        const __m512i x =
+            _mm512_xor_si512(_mm512_maskz_loadu_epi8(keep, row ? a + (i0 + r) * lda + q : a),
+                             _mm512_maskz_mov_epi8(keep, flip));
+        _mm512_storeu_si512(dst + (c * kMR + r) * 4 * kChunk, x);
+        sums = _mm512_add_epi64(sums, _mm512_sad_epu8(x, _mm512_setzero_si512()));
+      }
+      alignas(64) int64_t lanes[8];  // (GCC 12 misreads _mm512_reduce_add_epi64 as uninitialized)
+      _mm512_store_si512(lanes, sums);
+      int64_t sum = 0;
+      for (int64_t x : lanes) sum += x;
+      rowsum[r] = static_cast<int32_t>(sum);
+    }
+  }
+}
+
+namespace {
+
+// The int32 C block at c (ldc apart) (=|+=) the A panel's 32 rows by TC 16-column B panels (bs
+// bytes apart) over k4 quads (in whole chunks: A is padded), then the zero-point corrections
+// where `rowsum` is set (the first K slice): rowsum[r] * beta[j] + alpha[r] * cs2[j], wrapping.
+template <int TC>
+void imicro_amx(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs, int32_t* c, int64_t ldc,
+                bool accumulate, const int32_t* rowsum, const int32_t* alpha, const int32_t* beta,
+                const int32_t* cs2) {
+  const int64_t ldc_bytes = ldc * 4;
+  memory_fence();
+  if (accumulate) {
+    _tile_loadd(0, c, ldc_bytes);
+    if constexpr (TC == 2) _tile_loadd(1, c + kTile, ldc_bytes);
+    _tile_loadd(2, c + kTile * ldc, ldc_bytes);
+    if constexpr (TC == 2) _tile_loadd(3, c + kTile * ldc + kTile, ldc_bytes);
+  } else {
+    _tile_zero(0);
+    if constexpr (TC == 2) _tile_zero(1);
+    _tile_zero(2);
+    if constexpr (TC == 2) _tile_zero(3);
+  }
+  for (int64_t s = 0; s < k4; s += kChunk) {
+    const uint8_t* a0 = a + s * kMR * 4;
+    _tile_loadd(4, a0, 64);
+    _tile_loadd(5, a0 + kTile * 64, 64);
+    _tile_loadd(6, b + s * 64, 64);
+    if constexpr (TC == 2) _tile_loadd(7, b + bs + s * 64, 64);
+    _tile_dpbusd(0, 4, 6);
+    if constexpr (TC == 2) _tile_dpbusd(1, 4, 7);
+    _tile_dpbusd(2, 5, 6);
+    if constexpr (TC == 2) _tile_dpbusd(3, 5, 7);
+  }
+  _tile_stored(0, c, ldc_bytes);
+  if constexpr (TC == 2) _tile_stored(1, c + kTile, ldc_bytes);
+  _tile_stored(2, c + kTile * ldc, ldc_bytes);
+  if constexpr (TC == 2) _tile_stored(3, c + kTile * ldc + kTile, ldc_bytes);
+  memory_fence();
+  if (!rowsum) return;
+  for (int r = 0; r < kMR; ++r) {
+    const __m512i rs = _mm512_set1_epi32(rowsum[r]), al = _mm512_set1_epi32(alpha[r]);
+    for (int v = 0; v < TC; ++v) {
+      int32_t* row = c + r * ldc + v * kTile;
+      const __m512i x = _mm512_add_epi32(
+          _mm512_loadu_si512(row),
+          _mm512_add_epi32(_mm512_mullo_epi32(rs, _mm512_loadu_si512(beta + v * kTile)),
+                           _mm512_mullo_epi32(al, _mm512_loadu_si512(cs2 + v * kTile))));
+      _mm512_storeu_si512(row, x);
+    }
+  }
+}
+
+}  // namespace
+
+void igemm_macro_amx(const IgemmBlock& blk) {
+  configure_tiles();
+  const int64_t mp = (blk.m + kMR - 1) / kMR;
+  const int64_t as = blk.a_panel_stride;
+  const bool first = !blk.accumulate;
+  for (int64_t j = 0; j < blk.n; j += 2 * kTile) {
+    const int8_t* bp = blk.b + (j / kTile) * blk.b_stride;
+    const bool two = j + kTile < blk.n;  // a second 16-column panel in this block
+    for (int64_t i = 0; i < mp; ++i) {
+      const int64_t r = i * kMR;
+      (two ? &imicro_amx<2>
+           : &imicro_amx<1>)(blk.k4, blk.a + i * as, bp, blk.b_stride, blk.c + r * blk.ldc + j,
+                             blk.ldc, blk.accumulate, first ? blk.rowsum + r : nullptr,
+                             first ? blk.alpha + r : nullptr, first ? blk.beta + j : nullptr,
+                             first ? blk.cs2 + j : nullptr);
+    }
   }
   _tile_release();
 }

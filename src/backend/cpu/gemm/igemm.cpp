@@ -54,6 +54,12 @@ bool uses_vnni() {
   }
 }
 
+// Whether a product of m rows runs on AMX tiles: the CPU has AMX-INT8 (and the avx512 kernels
+// run), and A fills a tile's 16 rows (fewer would leave most of each TDPBUSD idle).
+bool uses_amx(int64_t m) {
+  return active_isa() == Isa::kAvx512 && has_ext(Ext::kAmxInt8) && m >= 16;
+}
+
 thread_local ScratchBuffer t_pack_a, t_rows, t_acc;
 
 // Rows [0, m) of A (k columns, lda apart) into panels of mr rows, [k4][mr][4] bytes each, as
@@ -106,6 +112,7 @@ struct Shared {
   const int32_t* beta;  // per column, padded to a multiple of NR
   const int32_t* cs2;
   bool vnni;
+  bool amx;  // AMX tiles (uses_amx): A packed in chunks of 16 quads, K sliced in whole chunks
   bool fill_in_task;  // each task fills its own rows of A (IgemmArgs::fill_a)
 };
 
@@ -197,10 +204,12 @@ int64_t a_block_bytes() {
 void run_task(const Shared& s, const Task& t) {
   const IgemmArgs& g = *s.g;
   const int64_t k4 = s.k4, mr = s.mr;
+  const int64_t unit = s.amx ? avx512::kAmxQuadsPerTile : 1;  // K slices start at whole units
+  const int64_t k4p = ceil_div(k4, unit) * unit;              // A panels' quads (padded)
   const int64_t mc =
-      std::max<int64_t>(mr, a_block_bytes() / std::max<int64_t>(k4 * 4, 1) / mr * mr);
+      std::max<int64_t>(mr, a_block_bytes() / std::max<int64_t>(k4p * 4, 1) / mr * mr);
   const int64_t rows_cap = ceil_div(std::min(mc, t.i1 - t.i0), mr) * mr;
-  auto* ap = static_cast<uint8_t*>(t_pack_a.get(static_cast<size_t>(rows_cap * k4 * 4)));
+  auto* ap = static_cast<uint8_t*>(t_pack_a.get(static_cast<size_t>(rows_cap * k4p * 4)));
   auto* rows = static_cast<int32_t*>(t_rows.get(static_cast<size_t>(rows_cap * 2) * 4));
   int32_t* rowsum = rows;
   int32_t* alpha = rows + rows_cap;
@@ -209,13 +218,17 @@ void run_task(const Shared& s, const Task& t) {
   auto* acc = static_cast<int32_t*>(t_acc.get(static_cast<size_t>(rows_cap * kNC) * 4));
   const int32_t offset_a = g.a_signed ? -128 : 0;
   // K slices depend on K alone (the sums wrap, so any split gives the same bits anyway).
-  const int64_t slices = std::max<int64_t>(1, ceil_div(k4, kc4_of_cache()));
-  const int64_t kc4 = ceil_div(k4, slices);
+  int64_t slices = std::max<int64_t>(1, ceil_div(k4, kc4_of_cache()));
+  const int64_t kc4 = std::max<int64_t>(unit, ceil_div(ceil_div(k4, slices), unit) * unit);
+  slices = std::max<int64_t>(1, ceil_div(k4, kc4));
   for (int64_t ic = t.i0; ic < t.i1; ic += mc) {
     const int64_t m = std::min(mc, t.i1 - ic);
     if (s.fill_in_task) g.fill_a(ic, ic + m);
-    pack_a(static_cast<const uint8_t*>(g.a) + ic * g.lda, g.lda, g.a_signed, m, g.k, mr, ap,
-           rowsum);
+    const uint8_t* a = static_cast<const uint8_t*>(g.a) + ic * g.lda;
+    if (s.amx)
+      avx512::igemm_pack_a_amx(a, g.lda, g.a_signed, m, g.k, ap, rowsum);
+    else
+      pack_a(a, g.lda, g.a_signed, m, g.k, mr, ap, rowsum);
     for (int64_t i = 0; i < ceil_div(m, mr) * mr; ++i) {
       const int32_t za = g.a_zp ? g.a_zp[g.a_zp_per_row ? std::min(ic + i, g.m - 1) : 0] : 0;
       alpha[i] = offset_a - za;
@@ -225,7 +238,7 @@ void run_task(const Shared& s, const Task& t) {
       IgemmBlock blk;
       blk.m = m;
       blk.n = n;
-      blk.a_panel_stride = k4 * mr * 4;
+      blk.a_panel_stride = k4p * mr * 4;
       blk.b_stride = i8_panel_stride(g.k);
       blk.vnni = s.vnni;
       blk.c = acc;
@@ -241,7 +254,10 @@ void run_task(const Shared& s, const Task& t) {
         blk.alpha = sl ? nullptr : alpha;
         blk.beta = sl ? nullptr : s.beta + jc;
         blk.cs2 = sl ? nullptr : s.cs2 + jc;
-        PTO_ISA_DISPATCH(igemm_macro, blk);
+        if (s.amx)
+          avx512::igemm_macro_amx(blk);
+        else
+          PTO_ISA_DISPATCH(igemm_macro, blk);
       }
       convert(g, acc, kNC, ic, m, jc, n);
       if (g.out == IgemmArgs::Out::kF32 && g.epilogue)
@@ -262,13 +278,19 @@ bool igemm_uses_vnni() {
   return uses_vnni();
 }
 
+bool igemm_uses_amx() {
+  return uses_amx(16);
+}
+
 PackedI8B pack_i8_b(int64_t k, int64_t n, const void* b, int64_t ldb, bool trans, bool b_signed) {
   PackedI8B p;
   p.k_ = k;
   p.n_ = n;
   p.signed_ = b_signed;
   const int64_t panels = ceil_div(n, 16), stride = i8_panel_stride(k);
-  p.bytes_ = static_cast<size_t>(std::max<int64_t>(panels * stride, 64));
+  // With room past the last panel for the AMX kernel's last tile, whose quad rows past K (met by
+  // zeros in A) may read up to 15 rows of 64 bytes beyond it.
+  p.bytes_ = static_cast<size_t>(panels * stride + 16 * 64);
   const std::shared_ptr<uint8_t[]> memory = panel_memory(p.bytes_);  // zeroed, huge pages
   p.data_ = std::shared_ptr<int8_t[]>(memory, reinterpret_cast<int8_t*>(memory.get()));
   int8_t* data = p.data_.get();
@@ -298,6 +320,8 @@ void igemm(const IgemmArgs& g, const PackedI8B& b) {
   register_block(&s.mr, &s.nr);
   s.k4 = ceil_div(g.k, 4);
   s.vnni = uses_vnni();
+  s.amx = uses_amx(g.m);
+  if (s.amx) s.mr = avx512::kAmxRows;
   // Per column: beta = offset_b - zb, cs2 = colsum(b') + K * beta (igemm.h), wrapping.
   const int64_t padded = ceil_div(g.n, s.nr) * s.nr;
   std::vector<int32_t> beta(static_cast<size_t>(padded), 0), cs2(static_cast<size_t>(padded), 0);

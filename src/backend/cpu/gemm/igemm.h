@@ -15,7 +15,8 @@
 // once, AVX2 one, the generic kernel one), with its column sums. The epilogue adds an optional
 // int32 bias per column (QLinearConv's B) and writes int32, float (scale_a * scale_b[n] * acc +
 // bias[n]) or requantized uint8/int8 (QLinearMatMul, QLinearConv). Without VNNI (an older CPU,
-// PTO_DISABLE_EXT, ExtScope) the same panels run on a widening VPMADDWD kernel.
+// PTO_DISABLE_EXT, ExtScope) the same panels run on a widening VPMADDWD kernel; with AMX-INT8
+// a product of 16 rows or more runs on AMX tiles (TDPBUSD), the panels being its B tiles.
 // docs/backend/gemm.md has the measurements.
 #pragma once
 
@@ -116,5 +117,7 @@ void igemm_epilogue(const IgemmArgs& args, const int32_t* acc, int64_t lda, int6
 
 // Whether igemm on the active ISA uses VNNI (VPDPBUSD) or its widening fallback.
 bool igemm_uses_vnni();
+// Whether igemm on the active ISA runs products of 16 rows or more on AMX tiles (TDPBUSD).
+bool igemm_uses_amx();
 
 }  // namespace pto::cpu

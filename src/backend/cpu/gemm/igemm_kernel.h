@@ -51,4 +51,19 @@ PTO_ISA_DECLARE(
     void igemm_requantize(const IgemmRequant& r, const int32_t* acc, int64_t lda, int64_t m,
                           int64_t n, void* y, int64_t ldy);)
 
+// int8 products on AMX tiles (TDPBUSD, gemm_amx_avx512.cpp), where cpu::has_ext(Ext::kAmxInt8):
+// B in the panels above; A in panels of kAmxRows rows, [k4 / 16][kAmxRows][16][4] bytes with K
+// padded with zeros to whole chunks of 16 quads (a panel is chunks * 16 * kAmxRows * 4 bytes);
+// a K slice starts at a whole chunk. The block's C (blk.c) holds whole 16 x 16 tiles: its rows
+// padded to kAmxRows, its columns to 16 (igemm's scratch block), and the B panels past blk.n
+// that a tile reads exist or are zero.
+namespace avx512 {
+inline constexpr int kAmxRows = 32, kAmxQuadsPerTile = 16;
+// Rows [0, m) of A (k bytes each, lda apart) as a' (int8 moved to uint8), rowsum[i] their sums
+// (rowsum padded to whole panels, the padding 0).
+void igemm_pack_a_amx(const uint8_t* a, int64_t lda, bool a_signed, int64_t m, int64_t k,
+                      uint8_t* dst, int32_t* rowsum);
+void igemm_macro_amx(const IgemmBlock& blk);
+}  // namespace avx512
+
 }  // namespace pto::cpu

@@ -119,10 +119,13 @@ bool has_ext(Ext e) {
   return false;
 }
 
-ExtScope::ExtScope(Ext e) : saved_(g_ext_off.fetch_or(1u << static_cast<int>(e))) {}
+ExtScope::ExtScope(Ext e) : ext_(e), saved_(g_ext_off.fetch_or(1u << static_cast<int>(e))) {
+  set_ext_turned_off(ext_name(e), true);  // for compile-time choices (pto/device_info.h)
+}
 
 ExtScope::~ExtScope() {
   g_ext_off.store(saved_);
+  set_ext_turned_off(ext_name(ext_), (saved_ >> static_cast<int>(ext_)) & 1u);
 }
 
 IsaScope::IsaScope(Isa isa) {

@@ -58,6 +58,7 @@ class ExtScope {
   ExtScope& operator=(const ExtScope&) = delete;
 
  private:
+  Ext ext_;
   unsigned saved_;
 };
 
