@@ -351,43 +351,29 @@ void bench_fma(Json& j, const std::vector<int>& threads, const Timing& timing) {
     }
     (void)sink;
   }
-  if (cpu::has_ext(cpu::Ext::kAvx512Bf16)) {  // the bf16 ceiling, counted as a bf16 GEMM counts
+  // The extensions' ceilings, counted as a GEMM of their precision counts: `chains(iterations)`
+  // on every thread, `per` FLOPs an iteration, reported as `name` beside the ISAs'.
+  auto ext_ceiling = [&](const char* name, int64_t iterations, int64_t per, auto chains) {
     volatile float sink = 0;
-    const int64_t iterations = 200000;
     for (int t : threads) {
       set_num_threads(t);
-      std::cerr << "dpbf16 threads " << t << "\n";
+      std::cerr << name << " threads " << t << "\n";
       std::vector<float> sums(static_cast<size_t>(t));
-      Sample s = measure(timing, [&] {
-        parallel_tasks(t,
-                       [&](int64_t i) { sums[i] = cpu::avx512::dpbf16_chains(iterations, mul); });
-      });
+      Sample s = measure(
+          timing, [&] { parallel_tasks(t, [&](int64_t i) { sums[i] = chains(iterations); }); });
       for (float x : sums) sink = sink + x;
-      const double per = static_cast<double>(cpu::avx512::dpbf16_flops_per_iteration());
-      j.open('{').key("isa").str("avx512_bf16").key("threads").num(t);
-      j.key("flops_per_iteration").num(per);
-      j.sample(s, per * static_cast<double>(iterations) * t / 1e9, "gflops").close('}');
+      j.open('{').key("isa").str(name).key("threads").num(t);
+      j.key("flops_per_iteration").num(static_cast<double>(per));
+      j.sample(s, static_cast<double>(per * iterations) * t / 1e9, "gflops").close('}');
     }
     (void)sink;
-  }
-  if (cpu::has_ext(cpu::Ext::kAmxBf16)) {  // the AMX tiles' ceiling, counted the same way
-    volatile float sink = 0;
-    const int64_t iterations = 20000;
-    for (int t : threads) {
-      set_num_threads(t);
-      std::cerr << "tdpbf16 threads " << t << "\n";
-      std::vector<float> sums(static_cast<size_t>(t));
-      Sample s = measure(timing, [&] {
-        parallel_tasks(t, [&](int64_t i) { sums[i] = cpu::avx512::tdpbf16_chains(iterations); });
-      });
-      for (float x : sums) sink = sink + x;
-      const double per = static_cast<double>(cpu::avx512::tdpbf16_flops_per_iteration());
-      j.open('{').key("isa").str("amx_bf16").key("threads").num(t);
-      j.key("flops_per_iteration").num(per);
-      j.sample(s, per * static_cast<double>(iterations) * t / 1e9, "gflops").close('}');
-    }
-    (void)sink;
-  }
+  };
+  if (cpu::has_ext(cpu::Ext::kAvx512Bf16))
+    ext_ceiling("avx512_bf16", 200000, cpu::avx512::dpbf16_flops_per_iteration(),
+                [&](int64_t n) { return cpu::avx512::dpbf16_chains(n, mul); });
+  if (cpu::has_ext(cpu::Ext::kAmxBf16))
+    ext_ceiling("amx_bf16", 20000, cpu::avx512::tdpbf16_flops_per_iteration(),
+                [](int64_t n) { return cpu::avx512::tdpbf16_chains(n); });
   j.close(']');
 }
 
