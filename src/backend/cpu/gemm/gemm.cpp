@@ -103,7 +103,9 @@ const Blocking& blocking() {
 // blocks that keep B's half panel in L1. One thread of a Xeon with AMX (2 MiB L2, B packed
 // ahead, GFLOP/s for 1024^3 / 128x768x3072 / 512x3072x768): KC 192, MC 1344 (the fp32
 // rule): 462 / 781 / 735; KC 512, MC 128: 827 / 823 / 793; KC 768, MC 128: 816-840 / 854-865 /
-// 837-840; KC 128, A panel held and B streamed (loops swapped): 845 / 603 / 897.
+// 837-840; KC 128, A panel held and B streamed (loops swapped): 845 / 603 / 897. NC from L2
+// instead of L3 (B's slice held in L2 across the row blocks) lost: NC 320 721-722 / 742-765 /
+// 694-707, NC 192 636-639 / 696-699 / 638-657 against 837-845 / 820-862 / 834-847.
 Blocking amx_blocking() {
   const CacheModel& c = cache_model();
   Blocking b{avx512::kAmxMR, 64, 0, 4 * avx512::kAmxMR, 0};
