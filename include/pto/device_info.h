@@ -58,6 +58,9 @@ std::vector<std::pair<std::string, bool>> extension_flags(const DeviceInfo& d);
 // AMX GEMM) reads it here.
 bool ext_turned_off(const std::string& name);
 void set_ext_turned_off(const std::string& name, bool off);
+// The names PTO_DISABLE_EXT lists (read once, empty entries dropped), unchecked: cpu::has_ext
+// rejects a name it does not know.
+const std::vector<std::string>& exts_disabled_by_env();
 
 // The caches as kernels size their blocks from them: the detected sizes, sanity-checked (a VM may
 // report none, or a 300 MB L3), or the environment variable PTO_CACHE_SIZES ("l1d=48K,l2=2M,l3=4M",

@@ -256,19 +256,24 @@ std::mutex g_ext_mutex;
 std::set<std::string> g_ext_scoped_off;  // set_ext_turned_off's
 }  // namespace
 
-bool ext_turned_off(const std::string& name) {
-  static const std::set<std::string> env_off = [] {
-    std::set<std::string> names;
+const std::vector<std::string>& exts_disabled_by_env() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
     const char* v = std::getenv("PTO_DISABLE_EXT");
     const std::string list = v ? v : "";
-    for (size_t start = 0; start <= list.size();) {
+    for (size_t start = 0; start < list.size();) {
       const size_t end = std::min(list.find(',', start), list.size());
-      names.insert(list.substr(start, end - start));
+      if (end > start) out.push_back(list.substr(start, end - start));
       start = end + 1;
     }
-    return names;
+    return out;
   }();
-  if (env_off.count(name)) return true;
+  return names;
+}
+
+bool ext_turned_off(const std::string& name) {
+  const std::vector<std::string>& env = exts_disabled_by_env();
+  if (std::find(env.begin(), env.end(), name) != env.end()) return true;
   std::lock_guard<std::mutex> lock(g_ext_mutex);
   return g_ext_scoped_off.count(name) > 0;
 }

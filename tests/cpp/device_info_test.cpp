@@ -69,6 +69,20 @@ TEST(DeviceInfo, ExtensionsFollowTheIsaAndScopes) {
     EXPECT_EQ(cpu::has_ext(cpu::Ext::kAvx512Vnni), d.avx512_vnni && d.isa == "avx512");
   }
   EXPECT_EQ(cpu::has_ext(cpu::Ext::kAvx512Bf16), d.avx512_bf16 && d.isa == "avx512");
+  // A scope also turns the extension off for compile-time choices (ext_turned_off), nested
+  // scopes of one extension restoring in turn.
+  EXPECT_FALSE(ext_turned_off("amx_bf16"));
+  {
+    cpu::ExtScope outer(cpu::Ext::kAmxBf16);
+    EXPECT_TRUE(ext_turned_off("amx_bf16"));
+    {
+      cpu::ExtScope inner(cpu::Ext::kAmxBf16);
+      EXPECT_TRUE(ext_turned_off("amx_bf16"));
+    }
+    EXPECT_TRUE(ext_turned_off("amx_bf16"));
+    EXPECT_FALSE(ext_turned_off("amx_int8"));
+  }
+  EXPECT_FALSE(ext_turned_off("amx_bf16"));
   if (d.avx512_bf16 && supports_isa(d, "avx2")) {  // the avx2 kernels cannot issue it
     cpu::IsaScope avx2(cpu::Isa::kAvx2);
     EXPECT_FALSE(cpu::has_ext(cpu::Ext::kAvx512Bf16));

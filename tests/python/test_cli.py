@@ -179,6 +179,19 @@ def test_info_isa_override():
     expect_error(pto("info", env={"PTO_ISA": "sse9"}), "PTO_ISA='sse9'")
 
 
+def test_info_disable_ext():
+    """PTO_DISABLE_EXT takes an extension out of the kernels pto info reports (AMX tiles, where the
+    CPU has them, give way to the vector kernels); an unknown name is an error."""
+    both = pto("info", env={"PTO_DISABLE_EXT": "amx_bf16,amx_int8"})
+    assert both.returncode == 0, both.stderr
+    assert "AMX tiles" not in both.stdout
+    plain = pto("info")
+    if "+amx_bf16" in plain.stdout:
+        assert "bf16:        AMX tiles (amx_bf16)" in plain.stdout
+    expect_error(pto("info", env={"PTO_DISABLE_EXT": "amx_bf17"}),
+                 "PTO_DISABLE_EXT: unknown extension 'amx_bf17'")
+
+
 # ---- pto run ----
 
 def test_run_matches_onnxruntime(tmp_path):

@@ -20,26 +20,19 @@ std::atomic<unsigned> g_ext_off{0};
 
 // PTO_DISABLE_EXT as a mask; an unknown name is an error (a typo must not test nothing).
 unsigned env_ext_off() {
-  const char* v = std::getenv("PTO_DISABLE_EXT");
-  if (v == nullptr || *v == '\0') return 0;
   unsigned mask = 0;
-  std::string list = v;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t end = std::min(list.find(',', start), list.size());
-    const std::string name = list.substr(start, end - start);
+  for (const std::string& name : exts_disabled_by_env()) {
     bool known = false;
     for (int i = 0; i < kNumExts; ++i)
       if (name == ext_name(static_cast<Ext>(i))) {
         mask |= 1u << i;
         known = true;
       }
-    if (!known && !name.empty()) {
+    if (!known) {
       std::string names;
       for (int i = 0; i < kNumExts; ++i) names += cat(i ? ", " : "", ext_name(static_cast<Ext>(i)));
       throw ValueError(cat("PTO_DISABLE_EXT: unknown extension '", name, "' (known: ", names, ")"));
     }
-    start = end + 1;
   }
   return mask;
 }
