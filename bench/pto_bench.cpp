@@ -16,13 +16,17 @@
 //   checked against a double-precision dot product on sampled entries before it is timed.
 //   --packed b times sgemm_packed with B packed ahead (constant weights, as MatMul and Gemm run
 //   them), --packed a sgemm_packed_a with A packed ahead (Conv's weights); packing is not timed.
+//   --weight-copies N (with --packed b) packs N copies of B and calls take them in turn, so B
+//   comes from beyond L2 as a model's weights do, one layer after another (default 1: B stays
+//   in cache from one call to the next).
 //   --precision f32,bf16,f16 times each shape with fp32, bf16 and f16 products
 //   (GemmArgs::precision; checked against operands rounded to bf16 or f16); on AVX512_BF16 the
 //   fma section then also measures the VDPBF16PS ceiling ("isa": "avx512_bf16").
 // - igemm: pto::cpu::igemm (uint8 A x int8 B -> int32, B packed ahead as MatMulInteger packs a
 //   constant weight) on the same shapes, GOPS counting a multiply-add as 2 operations, checked
 //   exactly on sampled entries; "vnni" says whether VPDPBUSD or the widening fallback ran.
-// - vmath (only when asked): exp, sigmoid, silu, tanh and gelu_tanh (pto::cpu::unary_f32) over
+// - vmath (only when asked): exp, sigmoid, silu, tanh, gelu and gelu_tanh (pto::cpu::unary_f32)
+// over
 //   a row in L1 on one thread, per ISA, in ns per element and per 16 floats.
 // - vmath_large (only when asked): every transcendental activation and Softmax on N(0, 1) rows
 //   against rows with 5-40% of their lanes beyond +-90 or +-20, interleaved, active ISA only
@@ -203,11 +207,10 @@ void bench_vmath(Json& j, const Timing& timing) {
   constexpr int64_t kRow = 1024, kReps = 4096;
   std::vector<float> x(kRow), y(kRow);
   for (int64_t i = 0; i < kRow; ++i) x[i] = -10.0f + 20.0f * static_cast<float>(i) / kRow;
-  const std::pair<const char*, cpu::UnaryOp> ops[] = {{"exp", cpu::UnaryOp::kExp},
-                                                      {"sigmoid", cpu::UnaryOp::kSigmoid},
-                                                      {"silu", cpu::UnaryOp::kSilu},
-                                                      {"tanh", cpu::UnaryOp::kTanh},
-                                                      {"gelu_tanh", cpu::UnaryOp::kGeluTanh}};
+  const std::pair<const char*, cpu::UnaryOp> ops[] = {
+      {"exp", cpu::UnaryOp::kExp},   {"sigmoid", cpu::UnaryOp::kSigmoid},
+      {"silu", cpu::UnaryOp::kSilu}, {"tanh", cpu::UnaryOp::kTanh},
+      {"gelu", cpu::UnaryOp::kGelu}, {"gelu_tanh", cpu::UnaryOp::kGeluTanh}};
   set_num_threads(1);
   j.key("vmath").open('[');
   for (cpu::Isa isa : cpu::supported_isas()) {
@@ -539,7 +542,7 @@ double sgemm_error(const Shape& s, const float* a, const float* b, const float* 
 // Gemm run constant weights) or "a" (A packed once with pack_a, then sgemm_packed_a: Conv).
 void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
                  const std::vector<Shape>& shapes, const std::string& packed,
-                 const std::vector<cpu::Precision>& precisions) {
+                 const std::vector<cpu::Precision>& precisions, int weight_copies) {
   j.key("sgemm").open('[');
   for (const Shape& s : shapes)
     for (cpu::Precision precision : precisions) {
@@ -555,13 +558,15 @@ void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
       g.b = b.data(), g.ldb = s.n;
       g.c = c.data(), g.ldc = s.n;
       g.precision = precision;
-      const cpu::PackedB pb =
-          packed == "b" ? cpu::pack_b(s.k, s.n, b.data(), s.n, false, precision) : cpu::PackedB();
+      std::vector<cpu::PackedB> pbs;
+      for (int w = 0; packed == "b" && w < weight_copies; ++w)
+        pbs.push_back(cpu::pack_b(s.k, s.n, b.data(), s.n, false, precision));
+      size_t calls = 0;
       const cpu::PackedA pa =
           packed == "a" ? cpu::pack_a(s.m, s.k, a.data(), s.k, false, precision) : cpu::PackedA();
       auto run = [&] {
         if (packed == "b")
-          cpu::sgemm_packed(g, pb);
+          cpu::sgemm_packed(g, pbs[calls++ % pbs.size()]);
         else if (packed == "a")
           cpu::sgemm_packed_a(g, pa);
         else
@@ -577,6 +582,7 @@ void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
         bool ok = err <= 1e-4;
         j.open('{').key("m").num(s.m).key("k").num(s.k).key("n").num(s.n).key("label").str(s.label);
         j.key("packed").str(packed).key("precision").str(cpu::precision_name(precision));
+        if (packed == "b") j.key("weight_copies").num(weight_copies);
         j.key("threads").num(t).key("isa").str(cpu::isa_name(cpu::active_isa()));
         j.key("max_rel_err").num(err).key("ok").boolean(ok);
         j.key("plan").str(packed == "a" ? std::string("A packed ahead")
@@ -645,7 +651,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 const char* kUsage =
     "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm,vmath,vmath_large] [--shapes "
     "S|MxKxN,...]\n"
-    "                 [--quick] [--packed a|b] [--precision f32,bf16,f16] [--warmup-calls N]\n"
+    "                 [--quick] [--packed a|b] [--weight-copies N] [--precision f32,bf16,f16]\n"
+    "                 [--warmup-calls N]\n"
     "                 [--warmup-time S] [--min-calls N]\n"
     "                 [--min-time S] [--max-time S] [--cpu-clock]\n";
 
@@ -655,6 +662,7 @@ int main_impl(int argc, char** argv) {
   std::vector<Shape> shapes;
   bool quick = false, cpu_clock = false;
   std::string packed;
+  int weight_copies = 1;
   std::vector<cpu::Precision> precisions = {cpu::Precision::kF32};
   Timing timing;
   for (int i = 1; i < argc; ++i) {
@@ -685,6 +693,10 @@ int main_impl(int argc, char** argv) {
     } else if (arg == "--packed") {
       packed = value();
       if (packed != "a" && packed != "b") throw ValueError(cat("--packed: expected a or b"));
+    } else if (arg == "--weight-copies") {
+      const double w = number();
+      if (w < 1 || w != std::floor(w)) throw ValueError("--weight-copies: expected a count >= 1");
+      weight_copies = static_cast<int>(w);
     } else if (arg == "--precision") {
       precisions.clear();
       for (const auto& p : split(value(), ',')) {
@@ -718,6 +730,8 @@ int main_impl(int argc, char** argv) {
     }
   }
   if (shapes.empty()) shapes = default_shapes(quick);
+  if (weight_copies != 1 && packed != "b")
+    throw ValueError("--weight-copies: only with --packed b (copies of the packed B)");
   timing.cpu_clock = cpu_clock;
   auto wants = [&](const char* what) { return std::count(only.begin(), only.end(), what) > 0; };
 
@@ -729,7 +743,7 @@ int main_impl(int argc, char** argv) {
   j.key("l3_bytes").num(static_cast<double>(d.l3_bytes)).close('}');
   if (wants("fma")) bench_fma(j, threads, timing);
   if (wants("memory")) bench_memory(j, threads, timing, quick);
-  if (wants("sgemm")) bench_sgemm(j, threads, timing, shapes, packed, precisions);
+  if (wants("sgemm")) bench_sgemm(j, threads, timing, shapes, packed, precisions, weight_copies);
   if (wants("igemm")) bench_igemm(j, threads, timing, shapes);
   if (wants("vmath")) bench_vmath(j, timing);
   if (wants("vmath_large")) bench_vmath_large(j);

@@ -192,6 +192,29 @@ def test_pto_bench_rejects_an_unknown_benchmark_and_runs_a_known_one(pto_bin):
     assert out["fma"] and "memory" not in out and out["fma"][0]["gflops"] > 0
 
 
+def test_pto_bench_weight_copies(pto_bin):
+    """--weight-copies N packs N copies of B that calls take in turn (the product still checked
+    against the double loop); it needs --packed b and a count of at least 1."""
+    import json
+    import subprocess
+
+    bench = str(pto_bin.parent / "bench" / "pto_bench")
+    p = subprocess.run([bench, "--only", "sgemm", "--shapes", "48x64x80", "--packed", "b",
+                        "--weight-copies", "3", "--precision", "f32,bf16", "--threads", "1",
+                        "--quick", "--max-time", "0.05"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)["sgemm"]
+    assert [r["weight_copies"] for r in rows] == [3, 3]
+    assert all(r["ok"] and r["gflops"] > 0 for r in rows), rows
+    for args, why in ((["--weight-copies", "2"], "only with --packed b"),
+                      (["--packed", "b", "--weight-copies", "0"], "a count >= 1"),
+                      (["--packed", "b", "--weight-copies", "1.5"], "a count >= 1")):
+        p = subprocess.run([bench, "--only", "sgemm", *args], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode != 0 and why in p.stderr, (args, p.stderr)
+
+
 UNSEEN = Path(__file__).resolve().parents[2] / "bench" / "unseen_models.py"
 
 

@@ -258,6 +258,8 @@ struct Prepacked {
 void pack_a_block(const GemmArgs& g, const PanelOps& o, int64_t ic, int64_t mc, int64_t k0,
                   int64_t k_real, float* ap) {
   const int64_t offset = g.trans_a ? k0 * g.lda + ic : ic * g.lda + k0;
+  if (g.a_half && o.amx && !g.trans_a && g.a_half_type == Precision::kBF16)  // no widening
+    return avx512::gemm_pack_a_amx_bf16(g.a_half + offset, g.lda, mc, k_real, ap);
   if (g.a_half) {  // widened: mc x k_real (k_real x mc transposed), packed from there
     const float* w =
         g.trans_a ? widen_a_block(g, offset, k_real, mc) : widen_a_block(g, offset, mc, k_real);

@@ -97,13 +97,32 @@ void pack_a_rows(const float* a, int64_t lda, int mr, int64_t k, float* dst) {
 
 thread_local std::vector<float> t_rows;  // a transposed A's rows, made contiguous
 
+// The B block a later call reads (32 columns of a B panel: two lines of each 256-byte step),
+// brought into L2 `per` steps a chunk from `b` on, while this call's tiles multiply: a B panel
+// first met comes from L3 or memory, where tile loads alone wait out the latency of each line.
+struct NextB {
+  const float* b = nullptr;
+  int64_t steps = 0;  // steps to fetch from b on
+  int64_t per = 0;    // steps per chunk
+};
+
+inline void prefetch_steps(NextB& nx) {
+  const int64_t n = std::min(nx.per, nx.steps);
+  for (int64_t p = 0; p < n; ++p) {
+    __builtin_prefetch(nx.b + p * kNR, 0, 2);
+    __builtin_prefetch(nx.b + p * kNR + kTile, 0, 2);
+  }
+  nx.b += n * kNR;
+  nx.steps -= n;
+}
+
 // C[mi x nj] (=|+=) alpha * A_panel B over k2 steps, with TR A row tiles and TC B column tiles
 // (16 rows or columns each; mi <= 16 TR, nj <= 16 TC). `b` points at the block's first column in
 // a B panel (kNR pairs a step). A full block with alpha 1 is loaded and stored by the tiles in
-// place; any other goes through a 32 x 32 buffer.
+// place; any other goes through a 32 x 32 buffer. Each whole chunk also fetches a share of `nx`.
 template <int TR, int TC>
 void micro_amx(int64_t k2, const float* a, const float* b, float* c, int64_t ldc, int mi, int nj,
-               float alpha, bool accumulate) {
+               float alpha, bool accumulate, NextB nx) {
   constexpr int64_t kBStride = kNR * 4, kAStride = kChunk * 4;  // bytes between tile rows
   const bool in_place = alpha == 1.0f && mi == kTile * TR && nj == kTile * TC;
   const int64_t ldc_bytes = ldc * 4;
@@ -130,7 +149,10 @@ void micro_amx(int64_t k2, const float* a, const float* b, float* c, int64_t ldc
     if constexpr (TR == 2 && TC == 2) _tile_dpbf16ps(3, 5, 7);
   };
   int64_t s = 0;
-  for (; s + kChunk <= k2; s += kChunk) step(a + s * kMR, kAStride, b + s * kNR, kBStride);
+  for (; s + kChunk <= k2; s += kChunk) {
+    if (nx.steps > 0) prefetch_steps(nx);
+    step(a + s * kMR, kAStride, b + s * kNR, kBStride);
+  }
   if (s < k2) {  // the last w < 16 steps, zero-padded to a whole tile
     const int64_t w = k2 - s;
     alignas(64) float at[kMR * kChunk] = {}, bt[kChunk * 2 * kTile] = {};
@@ -165,7 +187,7 @@ void micro_amx(int64_t k2, const float* a, const float* b, float* c, int64_t ldc
 }
 
 using MicroAmx = void (*)(int64_t, const float*, const float*, float*, int64_t, int, int, float,
-                          bool);
+                          bool, NextB);
 constexpr MicroAmx kMicro[2][2] = {{&micro_amx<1, 1>, &micro_amx<1, 2>},
                                    {&micro_amx<2, 1>, &micro_amx<2, 2>}};
 
@@ -187,21 +209,50 @@ void gemm_pack_a_amx(const float* a, int64_t lda, bool trans, int64_t m, int64_t
   }
 }
 
+void gemm_pack_a_amx_bf16(const uint16_t* a, int64_t lda, int64_t m, int64_t k, float* dst) {
+  const int64_t k2 = (k + 1) / 2;
+  for (int64_t i0 = 0; i0 < m; i0 += kMR, dst += k2 * kMR) {
+    const int mr = static_cast<int>(std::min<int64_t>(kMR, m - i0));
+    for (int64_t s = 0; s < k2; s += kChunk) {
+      const int64_t w = std::min<int64_t>(kChunk, k2 - s);
+      const int64_t n = std::min<int64_t>(2 * kChunk, k - 2 * s);  // values of K in this chunk
+      const __mmask32 keep = static_cast<__mmask32>((uint64_t{1} << (2 * w)) - 1);
+      const __mmask32 have = static_cast<__mmask32>((uint64_t{1} << n) - 1);
+      auto* d = reinterpret_cast<uint16_t*>(dst + s * kMR);
+      for (int r = 0; r < kMR; ++r) {
+        const __m512i x = r < mr ? _mm512_maskz_loadu_epi16(have, a + (i0 + r) * lda + 2 * s)
+                                 : _mm512_setzero_si512();
+        _mm512_mask_storeu_epi16(d + r * 2 * w, keep, x);  // an odd K's last pair ends in 0
+      }
+    }
+  }
+}
+
 void gemm_macro_amx(const MacroBlock& blk) {
   configure_tiles();
   const int64_t np = (blk.n + kNR - 1) / kNR, mp = (blk.m + kMR - 1) / kMR;
   const int64_t as = blk.a_panel_stride ? blk.a_panel_stride : blk.k * kMR;
+  // While a 32-column half of a B panel meets the mp A panels, the next half comes into L2, a
+  // share of its steps in each of the mp calls.
+  const int64_t share = (blk.k + mp - 1) / mp, chunks = std::max<int64_t>(1, blk.k / kChunk);
   for (int64_t j = 0; j < np; ++j) {
     const int nj = static_cast<int>(std::min<int64_t>(kNR, blk.n - j * kNR));
     const float* bp = blk.b + j * blk.b_panel_stride;
     // Each 32-column half of the panel against every A panel of the block.
     for (int h = 0; h < nj; h += 2 * kTile) {
       const int nh = std::min(2 * kTile, nj - h);
+      const float* next = h + 2 * kTile < nj ? bp + h + 2 * kTile
+                          : j + 1 < np       ? bp + blk.b_panel_stride
+                                             : blk.b_after;
       for (int64_t i = 0; i < mp; ++i) {
         const int mi = static_cast<int>(std::min<int64_t>(kMR, blk.m - i * kMR));
         float* c = blk.c + i * kMR * blk.ldc + j * kNR + h;
+        NextB nx;
+        if (next && i * share < blk.k)
+          nx = {next + i * share * kNR, std::min(share, blk.k - i * share),
+                (share + chunks - 1) / chunks};
         kMicro[mi > kTile][nh > kTile](blk.k, blk.a + i * as, bp + h, c, blk.ldc, mi, nh, blk.alpha,
-                                       blk.accumulate);
+                                       blk.accumulate, nx);
       }
     }
     if (blk.epilogue)

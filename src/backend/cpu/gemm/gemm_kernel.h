@@ -74,6 +74,9 @@ void gemm_macro_bf16(const MacroBlock& blk);
 // the last slice.
 inline constexpr int kAmxMR = 32, kAmxStepsPerTile = 16;
 void gemm_pack_a_amx(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, float* dst);
+// The same panels from an A already in bf16 (not transposed, row stride lda halves): each row's
+// pairs are its values as they lie, so a chunk's row is a copy of up to 64 bytes.
+void gemm_pack_a_amx_bf16(const uint16_t* a, int64_t lda, int64_t m, int64_t k, float* dst);
 void gemm_macro_amx(const MacroBlock& blk);
 }  // namespace avx512
 
