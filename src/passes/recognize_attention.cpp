@@ -38,6 +38,10 @@
 // (a decoder's K/V cache, Concat(past, new), has a length no shape inference names, and Dynamo
 // gives the past keys and the past values symbols of their own).
 //
+// Two MatMuls with the same precision attribute (AutoMixedPrecision's "bf16": it runs before this
+// pass) give Attention that precision, whose products round the same operands and the
+// probabilities too (op_params.h); MatMuls that differ give a float32 Attention.
+//
 // The one change in meaning: an unguarded Softmax of a row whose every score is -inf is NaN in
 // the primitive form and 0 in Attention (as in torch's SDPA); rows with any visible key agree to
 // float rounding.
@@ -60,6 +64,7 @@ struct Match {
   bool causal = false;
   double scale = 1.0;
   double softcap = 0.0;  // > 0: c tanh(s / c) on the scaled scores (Gemma-2)
+  std::string precision;  // both MatMuls' precision attribute, when they agree
 };
 
 class AttentionMatcher {
@@ -81,6 +86,8 @@ class AttentionMatcher {
     if (!qk || qk->inputs.size() != 2) return std::nullopt;
     m_.q = scaled(qk->inputs[0]);
     m_.kt = scaled(qk->inputs[1]);
+    const std::string p = root.attrs.get_string("precision", "");
+    if (p == qk->attrs.get_string("precision", "")) m_.precision = p;
     return m_;
   }
 
@@ -471,6 +478,7 @@ bool attention(Rewrite& rw, size_t i, const PassContext& ctx) {
   if (m->causal) attrs.set("is_causal", int64_t{1});
   if (m->softcap > 0) attrs.set("softcap", m->softcap);
   if (mask_broadcast) attrs.set("mask_broadcast", int64_t{1});
+  if (!m->precision.empty()) attrs.set("precision", m->precision);
   std::vector<ValueId> inputs = {m->q, k, value};
   if (mask != kNoValue) inputs.push_back(mask);
   retarget(g.mutable_nodes()[at], "Attention", std::move(inputs), std::move(attrs));

@@ -18,8 +18,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "backend/cpu/attention_plan.h"
+#include "backend/cpu/isa/isa.h"
 #include "cpu_reduce_test_util.h"
 #include "env_guard.h"
 
@@ -369,6 +371,72 @@ std::pair<int64_t, int64_t> head_sizes(int64_t i) {
   static const std::pair<int64_t, int64_t> kSizes[] = {{8, 8},     {64, 64}, {80, 48},
                                                        {128, 128}, {64, 80}, {128, 8}};
   return kSizes[i % std::size(kSizes)];
+}
+
+// The largest |a - b| over two tensors' elements.
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  double d = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    d = std::max(d, std::fabs(a.item_as_double(i) - b.item_as_double(i)));
+  return d;
+}
+
+// precision="bf16" / "f16" (AutoMixedPrecision): both products take rounded operands (Q, K, then
+// the unnormalized probabilities and V). The kernel against the reference under the same
+// attribute, within a tolerance far below the gap between the reference with and without it
+// (so a kernel computing in fp32 fails), on every ISA and 1 and 2 threads, with the AMX tiles
+// and VDPBF16PS on and off (rows from 16 run on the tiles): grouped heads, odd lengths, float and
+// boolean masks, causal, several key chunks. The decode kernel (few rows) computes in fp32
+// whatever the precision: it matches the fp32 reference to the fp32 tolerance.
+TEST(CpuAttention, ReducedPrecisionRoundsBothProducts) {
+  struct Case {
+    int64_t b, hq, hkv, sq, l, d, dv;
+    int mask;           // 0 none, 1 float, 2 boolean, 3 causal
+    const char* tiles;  // PTO_ATTENTION_TILES, or null
+  };
+  uint32_t seed = 900;
+  for (const char* precision : {"bf16", "f16"})
+    for (const Case& k :
+         {Case{1, 12, 12, 128, 128, 64, 64, 0, nullptr}, Case{2, 4, 2, 70, 70, 32, 24, 1, nullptr},
+          Case{1, 2, 1, 37, 300, 64, 64, 2, nullptr}, Case{1, 4, 4, 200, 200, 64, 64, 3, nullptr},
+          Case{1, 3, 3, 40, 50, 64, 64, 0, "9,32"}}) {  // tasks of 9 rows: below the tiles
+      EnvGuard tiles_env("PTO_ATTENTION_TILES", k.tiles ? k.tiles : "");
+      SCOPED_TRACE(::testing::Message() << precision << " " << k.b << "x" << k.hq << "/" << k.hkv
+                                        << " q" << k.sq << " l" << k.l << " mask " << k.mask);
+      // Scores of order 10: rounding Q and K moves them (and the result) well past the tolerance.
+      std::vector<Tensor> in = {random_f32({k.b, k.hq, k.sq, k.d}, seed++, -4, 4),
+                                random_f32({k.b, k.hkv, k.l, k.d}, seed++, -4, 4),
+                                random_f32({k.b, k.hkv, k.l, k.dv}, seed++)};
+      if (k.mask == 1) in.push_back(random_f32({k.sq, k.l}, seed++, -3, 1));
+      if (k.mask == 2) in.push_back(random_bool({k.b, 1, 1, k.l}, seed++));
+      NodeCase c = attention(in, k.mask == 3, 0.125);
+      std::vector<Tensor> feeds, same;
+      const Graph fp32 = one_node(c, &feeds);
+      const Tensor exact = reference::run(fp32, feeds)[0];
+      c.attrs.set("precision", std::string(precision));
+      const Graph g = one_node(c, &same);
+      const Tensor rounded = reference::run(g, feeds)[0];
+      const Tol tol{0, std::string(precision) == "bf16" ? 4e-3 : 6e-4};
+      EXPECT_GT(max_abs_diff(exact, rounded), 2 * tol.atol);  // the attribute has an effect
+      const Executable exe = compile(g, {.level = 0});
+      ASSERT_EQ(exe.node_backend(0), "cpu");
+      for (const int off : {0, 1, 2}) {  // nothing off; the tiles off; the tiles and pairs off
+        std::optional<cpu::ExtScope> tiles, pairs;
+        if (off >= 1) tiles.emplace(cpu::Ext::kAmxBf16);
+        if (off >= 2) pairs.emplace(cpu::Ext::kAvx512Bf16);
+        SCOPED_TRACE(::testing::Message() << "extensions off: " << off);
+        expect_runs_match(g, exe, feeds, tol);
+      }
+    }
+  // A decode step (one query, 8 heads over 2): fp32 whatever the precision.
+  const Tensor q = random_f32({1, 8, 1, 64}, 950, -4, 4),
+               k = random_f32({1, 2, 600, 64}, 951, -4, 4), v = random_f32({1, 2, 600, 64}, 952);
+  NodeCase c = attention({q, k, v}, false, 0.125);
+  std::vector<Tensor> feeds, same;
+  const Graph fp32 = one_node(c, &feeds);
+  c.attrs.set("precision", std::string("bf16"));
+  const Executable exe = compile(one_node(c, &same), {.level = 0});
+  expect_runs_match(fp32, exe, feeds, attention_tol());
 }
 
 TEST(CpuAttention, DecodeLengthsGroupsAndHeadSizes) {

@@ -713,6 +713,44 @@ TEST(PassRecognizeAttention, TorchSdpaWithBooleanMaskAndGuard) {
   }
 }
 
+// AutoMixedPrecision (which runs first) marks both MatMuls "bf16": the Attention that replaces
+// them computes in bf16 too, and equals the marked graph to bf16's rounding of the probabilities
+// (the one operand the MatMuls' form rounds after normalizing); an Attention made directly (the
+// PyTorch frontend's SDPA) is marked by AutoMixedPrecision itself. MatMuls that disagree give a
+// float32 Attention.
+TEST(PassRecognizeAttention, ReducedPrecisionProductsGiveAReducedPrecisionAttention) {
+  Builder b;
+  ValueId q = b.input("q", {1, 2, 9, 16}), k = b.input("k", {1, 2, 11, 16}),
+          v = b.input("v", {1, 2, 11, 8});
+  b.g.add_output(sdpa(b, q, k, v, kNoValue, 0.25f));
+  infer_types(b.g);
+  const Graph marked =
+      run_passes(b.g, {.level = 1, .auto_mixed_precision = true, .only = {"AutoMixedPrecision"}});
+  EXPECT_EQ(count(marked, "MatMul"), 2);
+  for (const Node& n : marked.nodes())
+    if (n.op == "MatMul") {
+      EXPECT_EQ(n.attrs.get_string("precision"), "bf16");
+    }
+  const Graph g = run_passes(marked, {.level = 2, .only = {"RecognizeAttention"}});
+  ASSERT_EQ(g.nodes().size(), 1u) << print(g);
+  EXPECT_EQ(only(g, "Attention").attrs.get_string("precision"), "bf16");
+  for (uint32_t seed : {7u, 8u}) compare(marked, g, b.inputs(seed), 1e-2);
+  // The Attention alone (no MatMuls to recognize): AutoMixedPrecision marks it.
+  const Graph direct =
+      run_passes(g, {.level = 1, .auto_mixed_precision = true, .only = {"AutoMixedPrecision"}});
+  EXPECT_EQ(only(direct, "Attention").attrs.get_string("precision"), "bf16");
+  // One MatMul marked, the other not: float32.
+  Graph mixed = b.g;
+  for (Node& n : mixed.mutable_nodes())
+    if (n.op == "MatMul") {
+      n.attrs.set("precision", std::string("bf16"));
+      break;
+    }
+  const Graph f32 = run_passes(mixed, {.level = 2, .only = {"RecognizeAttention"}});
+  ASSERT_EQ(f32.nodes().size(), 1u) << print(f32);
+  EXPECT_FALSE(only(f32, "Attention").attrs.has("precision"));
+}
+
 TEST(PassRecognizeAttention, BertEagerFormWithHeadSplitAndAdditiveMask) {
   // scores = q @ k.permute(0, 2, 3, 1) / 8 + mask; softmax; @ v — K's head split is inside the
   // transpose, so a [0, 2, 1, 3] transpose is inserted for K.

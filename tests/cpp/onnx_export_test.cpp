@@ -168,6 +168,62 @@ TEST(OnnxExport, Bf16PrecisionBecomesCasts) {
   EXPECT_TRUE(same_bits(reference::run(back, feed)[0], reference::run(g, feed)[0]));
 }
 
+// Attention with precision="bf16" rounds Q, K and V through Casts (once under qkv_split, whose
+// three inputs are one tensor); the probabilities' rounding has no ONNX form, so the re-imported
+// graph equals the marked one to bf16's rounding of them, and differs from the fp32 graph by more.
+TEST(OnnxExport, Bf16AttentionRoundsItsOperandsThroughCasts) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-3, 3);
+  auto random = [&](Dims shape) {
+    Tensor t = Tensor::empty(DType::kF32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+    return t;
+  };
+  for (const bool split : {false, true}) {
+    SCOPED_TRACE(split ? "qkv_split" : "Q, K, V");
+    Graph f32;
+    f32.opset = 23;
+    Attributes attrs;
+    std::vector<ValueId> in;
+    std::vector<Tensor> feed;
+    if (split) {
+      in.assign(3, f32.add_input("qkv", {DType::kF32, Shape{1, 6, 96}}));
+      feed = {random({1, 6, 96})};
+      attrs.set("qkv_split", std::vector<int64_t>{32, 32, 32});
+      attrs.set("q_num_heads", int64_t{2});
+      attrs.set("kv_num_heads", int64_t{2});
+    } else {
+      for (const char* name : {"q", "k", "v"}) {
+        in.push_back(f32.add_input(name, {DType::kF32, Shape{1, 2, 6, 16}}));
+        feed.push_back(random({1, 2, 6, 16}));
+      }
+    }
+    const ValueId y = f32.add_value("y");
+    f32.add_node("Attention", in, {y}, attrs, "attention");
+    f32.add_output(y);
+    infer_types(f32);
+    Graph g = f32;
+    g.mutable_nodes()[0].attrs.set("precision", std::string("bf16"));
+    const ::onnx::ModelProto m = parse(onnx::save_to_bytes(g));
+    int bf16_casts = 0;
+    for (const auto& n : m.graph().node())
+      for (const auto& at : n.attribute()) {
+        EXPECT_NE(at.name(), "precision");
+        if (n.op_type() == "Cast" && at.name() == "to" && at.i() == 16) ++bf16_casts;
+      }
+    EXPECT_EQ(bf16_casts, split ? 1 : 3);
+    const Tensor back = reference::run(round_trip(g), feed)[0], want = reference::run(g, feed)[0];
+    const Tensor exact = reference::run(f32, feed)[0];
+    double to_marked = 0, to_exact = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      to_marked = std::max(to_marked, std::fabs(back.item_as_double(i) - want.item_as_double(i)));
+      to_exact = std::max(to_exact, std::fabs(back.item_as_double(i) - exact.item_as_double(i)));
+    }
+    EXPECT_LT(to_marked, 1e-2);
+    EXPECT_GT(to_exact, 2 * to_marked);
+  }
+}
+
 TEST(OnnxExport, AttributesOfEveryKind) {
   // Constant's value_* attributes cover every kind; nodes are checked against their op's schema
   // (one value_* is what Constant means, but only the schema is checked here). Relu's opset-1

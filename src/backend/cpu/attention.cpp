@@ -32,6 +32,13 @@
 //
 // A mask that is exactly the top-left causal pattern (is_causal_mask) runs as is_causal without it.
 //
+// precision="bf16" or "f16" (AutoMixedPrecision, as torch.autocast runs SDPA in bf16): both
+// products take their operands rounded to that type (Q, K, V, and the chunk's unnormalized
+// probabilities exp(S - m)), accumulating in fp32; the softmax, its running sums and the
+// rescaling stay fp32. bf16 products run on AMX tiles or VDPBF16PS where the CPU has them (K^T
+// and V chunks packed as pairs), f16 ones on rounded floats. The decode kernel (a few rows, bound
+// by reading K and V) computes in fp32 whatever the precision: more exact, no slower.
+//
 // softcap (Gemma-2's c tanh(s / c) on the scaled scores, before the mask) is applied in the
 // online softmax's first pass over each chunk of scores.
 //
@@ -67,7 +74,7 @@ bool accepts_attention(const NodeInfo& n) {
   if (n.dtype(3) != DType::kUndefined && n.dtype(3) != DType::kF32 && n.dtype(3) != DType::kBool)
     return false;
   return n.node.outputs.size() == 1 && a.qk_matmul_output_mode == 0 && a.left_window_size == -1 &&
-         a.right_window_size == -1;
+         a.right_window_size == -1 && precision_of(n.node).has_value();
 }
 
 // The mask broadcast to [B, H, Sq, L]: additive float values (a boolean mask as 0 / -inf), the
@@ -269,6 +276,7 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
   }
   const auto scale = static_cast<float>(a.scale_for(D));
   const int64_t group = H / Hkv;
+  const Precision precision = *precision_of(c.node);  // accepts_attention: one it knows
 
   Tensor y = Tensor::empty(DType::kF32, ops->packed ? Dims{B, Sq, H * Dv} : Dims{B, H, Sq, Dv});
   if (y.numel() == 0) return one(std::move(y));
@@ -357,8 +365,8 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
                                                                .o = w.o});
           continue;
         }
-        pack_b_into(w.k, D, n, k + j0 * ldk, ldk, true);
-        pack_b_into(w.v, n, Dv, v + j0 * ldv, ldv, false);
+        pack_b_into(w.k, D, n, k + j0 * ldk, ldk, true, precision);
+        pack_b_into(w.v, n, Dv, v + j0 * ldv, ldv, false, precision);
         sgemm_prepacked({.m = rows,
                          .n = n,
                          .k = D,
@@ -366,11 +374,19 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
                          .lda = D,
                          .c = w.s,
                          .ldc = plan.block,
-                         .alpha = scale},
+                         .alpha = scale,
+                         .precision = precision},
                         w.k);
         PTO_ISA_DISPATCH(attention_softmax_chunk, sm);
-        sgemm_prepacked(
-            {.m = rows, .n = Dv, .k = n, .a = w.s, .lda = plan.block, .c = w.pv, .ldc = Dv}, w.v);
+        sgemm_prepacked({.m = rows,
+                         .n = Dv,
+                         .k = n,
+                         .a = w.s,
+                         .lda = plan.block,
+                         .c = w.pv,
+                         .ldc = Dv,
+                         .precision = precision},
+                        w.v);
         PTO_ISA_DISPATCH(attention_scale_rows, w.o, Dv, w.o, Dv, w.corr, w.pv, Dv, rows, Dv);
       }
       if (parts > 1) {  // the part's O, m and l, merged below

@@ -283,9 +283,9 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp, int opset,
     return name;
   };
   for (const Node& n : g.nodes()) {
-    // PyPTO's precision="bf16" / "f16" on MatMul/Gemm/Conv (AutoMixedPrecision) is not ONNX:
-    // each product operand goes through Cast(to=bfloat16 or float16) and Cast(to=float) instead,
-    // which rounds it the same way.
+    // PyPTO's precision="bf16" / "f16" on MatMul/Gemm/Conv/Attention (AutoMixedPrecision) is not
+    // ONNX: each product operand goes through Cast(to=bfloat16 or float16) and Cast(to=float)
+    // instead, which rounds it the same way (Attention's probabilities excepted: op_params.h).
     const bool reduced =
         n.domain.empty() && params::has_precision_attr(n.op) && n.attrs.has("precision");
     const std::optional<DType> precision = params::product_precision(n);
@@ -301,7 +301,11 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp, int opset,
       outer.push_back(name_of(n.inputs[i]));
     for (size_t i = 0; i + captures < n.inputs.size(); ++i) {
       std::string in = name_of(n.inputs[i]);
-      if (reduced && i < 2) {
+      // Attention's products read Q, K, V (one input under qkv_split) and a cache's past K and
+      // V (inputs 4 and 5).
+      const bool qkv = i == 0 || ((i == 1 || i == 2) && !n.attrs.has("qkv_split"));
+      const bool operand = n.op == "Attention" ? qkv || i == 4 || i == 5 : i < 2;
+      if (reduced && operand && n.inputs[i] != kNoValue) {
         std::string half = cat(in, "_", h), rounded = cat(in, "_", h, "f");
         while (!taken.insert(half).second) half += "_";
         while (!taken.insert(rounded).second) rounded += "_";

@@ -54,7 +54,8 @@ void register_attention_ops(OpRegistry& r) {
                                  "PyPTO: inputs 0-2 are one 3-D tensor, Q, K and V side by side "
                                  "on its last axis with these widths"),
                    {"mask_broadcast", int64_t{0},
-                    "PyPTO: 1: the mask's last axis broadcasts (1 or the key count), not padded"}},
+                    "PyPTO: 1: the mask's last axis broadcasts (1 or the key count), not padded"},
+                   params::precision_attr()},
          .infer = infer_attention,
          .doc = "softmax(Q K^T * scale + mask) V with GQA, KV cache, causal and window masks"});
   r.add({.name = "RMSNormalization",

@@ -11,7 +11,7 @@ AttrDef precision_attr() {
 }
 
 bool has_precision_attr(const std::string& op) {
-  return op == "MatMul" || op == "Gemm" || op == "Conv";
+  return op == "MatMul" || op == "Gemm" || op == "Conv" || op == "Attention";
 }
 
 DType product_result_dtype(const Node& n, DType a) {

@@ -14,13 +14,16 @@
 
 namespace pto::params {
 
-// ---- precision: PyPTO's mixed precision on MatMul, Gemm and Conv ----
+// ---- precision: PyPTO's mixed precision on MatMul, Gemm, Conv and Attention ----
 // "bf16" ("f16"; the AutoMixedPrecision and PromoteHalf passes) rounds the two product operands
 // (A and B; Conv's X and W) to bf16 (IEEE half) before the products, which accumulate in fp32;
 // the value stays fp32. The ONNX exporter writes it as Cast(to=bfloat16 or float16) and
-// Cast(to=float) on each operand, which means the same.
+// Cast(to=float) on each operand, which means the same. On Attention both products round their
+// operands: Q and K, then the unnormalized probabilities exp(s - max) and V (as PyTorch's CPU
+// flash attention under autocast); the softmax and its sums stay fp32. The exporter's Casts
+// round Q, K and V; the probabilities' rounding has no ONNX form (the file computes them in fp32).
 AttrDef precision_attr();
-// Whether `op` (default domain) has the attribute: MatMul, Gemm, Conv.
+// Whether `op` (default domain) has the attribute: MatMul, Gemm, Conv, Attention.
 bool has_precision_attr(const std::string& op);
 // Under the attribute a MatMul's or Gemm's A and B may each be float32 or stored in the
 // precision's own type already (StoreHalfOperands: the rounding is then exact), and the result is

@@ -3,8 +3,10 @@
 #include <cmath>
 #include <limits>
 
+#include "cast.h"
 #include "ir/ops/op_params.h"
 #include "kernel_util.h"
+#include "nn_kernels.h"
 
 namespace pto::reference {
 namespace {
@@ -72,7 +74,9 @@ std::vector<Tensor> attention(const KernelContext& c) {
     parts[1] = {split[0], split[1]};
     parts[2] = {split[0] + split[1], split[2]};
   }
-  std::vector<double> qd = to_doubles(Q, w), kd = to_doubles(K, w), vd = to_doubles(V, w);
+  // Under precision="bf16" / "f16" Q, K, V (and a cache) are rounded as product operands.
+  std::vector<double> qd = product_operand(c, Q, w), kd = product_operand(c, K, w),
+                      vd = product_operand(c, V, w);
   Heads q = heads_of(Q, qd, q_heads_attr, "Q", w, parts[0]);
   Heads k = heads_of(K, kd, kv_heads_attr, "K", w, parts[1]);
   Heads v = heads_of(V, vd, kv_heads_attr, "V", w, parts[2]);
@@ -96,8 +100,8 @@ std::vector<Tensor> attention(const KernelContext& c) {
       throw ValueError(cat(w, ": past_key ", PK.str(), " / past_value ", PV.str(),
                            " do not match [batch, kv_heads, past, head_size]"));
     P = PK.dim(2);
-    pk = to_doubles(PK, w);
-    pv = to_doubles(PV, w);
+    pk = product_operand(c, PK, w);
+    pv = product_operand(c, PV, w);
   }
   std::vector<int64_t> nonpad;
   if (c.has_input(6)) {
@@ -154,6 +158,7 @@ std::vector<Tensor> attention(const KernelContext& c) {
 
   const double scale = p.scale_for(Dq);
   const int64_t group = Hq / Hkv;
+  const std::optional<DType> precision = params::product_precision(c.node);  // known: above
   std::vector<double> y(B * Hq * Sq * Dv), qk_out(B * Hq * Sq * L);
   std::vector<double> raw(L), biased(L), prob(L);
   for (int64_t b = 0; b < B; ++b) {
@@ -183,15 +188,24 @@ std::vector<Tensor> attention(const KernelContext& c) {
         double sum = 0;
         for (int64_t j = 0; j < L; ++j)
           sum += prob[j] = std::isinf(m) && m < 0 ? 0.0 : std::exp(biased[j] - m);
-        for (int64_t j = 0; j < L; ++j)
-          prob[j] = (bias_max == kNegInf || sum == 0) ? 0.0 : prob[j] / sum;
+        // Under a precision, P V takes the unnormalized exp(s - max) rounded (the sum is not).
+        std::vector<double> weight = prob;
+        if (*precision != DType::kF32)
+          dispatch(*precision, kFloatTypes, w, [&]<class H>() {
+            for (double& x : weight) x = static_cast<float>(cast_value<H>(x));
+          });
+        for (int64_t j = 0; j < L; ++j) {
+          const bool none = bias_max == kNegInf || sum == 0;
+          prob[j] = none ? 0.0 : prob[j] / sum;
+          weight[j] = none ? 0.0 : weight[j] / sum;
+        }
         for (int64_t j = 0; j < L; ++j) {
           double o = mode == 3 ? prob[j] : mode == 2 ? biased[j] : raw[j];
           qk_out[((b * Hq + h) * Sq + i) * L + j] = o;
         }
         for (int64_t d = 0; d < Dv; ++d) {
           double acc = 0;
-          for (int64_t j = 0; j < L; ++j) acc += prob[j] * vv[((b * Hkv + hk) * L + j) * Dv + d];
+          for (int64_t j = 0; j < L; ++j) acc += weight[j] * vv[((b * Hkv + hk) * L + j) * Dv + d];
           if (Q.rank() == 4)
             y[((b * Hq + h) * Sq + i) * Dv + d] = acc;
           else

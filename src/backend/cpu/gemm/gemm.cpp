@@ -748,18 +748,19 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
   sgemm(g);
 }
 
-int64_t packed_b_floats(int64_t k, int64_t n) {
+int64_t packed_b_floats(int64_t k, int64_t n, Precision precision) {
   const int64_t nr = nr_of(active_isa());
-  return ceil_div(n, nr) * nr * k;
+  return ceil_div(n, nr) * nr * ceil_div(k, panel_ops(precision, 0).unit);
 }
 
-void pack_b_into(float* dst, int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b) {
-  pack_b_for(panel_ops(Precision::kF32, 0), b, ldb, trans_b, k, n, dst, k * nr_of(active_isa()));
+void pack_b_into(float* dst, int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
+                 Precision precision) {
+  const PanelOps o = panel_ops(precision, 0);  // B's panels are the same for AMX
+  pack_b_for(o, b, ldb, trans_b, k, n, dst, ceil_div(k, o.unit) * nr_of(active_isa()));
 }
 
 void sgemm_prepacked(const GemmArgs& args, const float* packed_b) {
   GemmArgs g = args;
-  g.precision = Precision::kF32;
   g.b_rows = nullptr;
   run_gemm(g, {nullptr, packed_b}, 1, 0, 0, 0, 0);
 }

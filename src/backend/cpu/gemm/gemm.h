@@ -168,14 +168,17 @@ PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
 // unpacking when the active ISA or bf16 support differs from the packing's.
 void sgemm_packed(const GemmArgs& args, const PackedB& packed);
 
-// B packed as fp32 panels for the active ISA into caller memory (`dst`, 64-byte aligned, at least
-// packed_b_floats(k, n) floats), with no allocation: for a kernel that packs a block of B once into
-// its own scratch and multiplies several A blocks against it (Attention's K and V chunks).
-int64_t packed_b_floats(int64_t k, int64_t n);
-void pack_b_into(float* dst, int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b);
+// B packed for products in `precision` on the active ISA into caller memory (`dst`, 64-byte
+// aligned, at least packed_b_floats(k, n, precision) floats), with no allocation: for a kernel
+// that packs a block of B once into its own scratch and multiplies several A blocks against it
+// (Attention's K and V chunks). bf16 where VDPBF16PS runs: its pair panels (which the AMX tiles
+// read too); otherwise fp32 panels of values rounded to `precision`.
+int64_t packed_b_floats(int64_t k, int64_t n, Precision precision = Precision::kF32);
+void pack_b_into(float* dst, int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
+                 Precision precision = Precision::kF32);
 
-// As sgemm (fp32 products) with B taken from panels that pack_b_into made on the active ISA for
-// args.k x args.n (args.b, ldb, trans_b and precision are ignored). No allocation beyond sgemm's
+// As sgemm with B taken from panels that pack_b_into made on the active ISA for args.k x args.n
+// in args.precision (args.b, ldb and trans_b are ignored). No allocation beyond sgemm's
 // per-thread scratch.
 void sgemm_prepacked(const GemmArgs& args, const float* packed_b);
 
