@@ -272,6 +272,54 @@ def assert_every_product_bf16(fast):
     assert all('precision="bf16"' in line for line in products), products
 
 
+class _Sdpa(torch.nn.Module):
+    def __init__(self, causal):
+        super().__init__()
+        self.causal = causal
+
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_attention_computes_its_products_in_bf16(causal, tmp_path):
+    """pypto.optimize(dtype=torch.bfloat16) on SDPA: the Attention op computes in bf16 (Q, K, V
+    and the probabilities rounded), as torch.autocast runs SDPA: nearer autocast's result than
+    fp32 is, and further from the fp32 result than fp32's rounding; the ONNX export (Q, K, V
+    rounded by Casts) runs on ONNX Runtime to bf16's rounding of the probabilities."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 4, 80, 64, generator=g) * 2 for _ in range(3))
+    model = _Sdpa(causal).eval()
+    with torch.no_grad():
+        exact = model(q, k, v)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast = model(q, k, v).float()
+    fast = pypto.optimize(model, (q, k, v), dtype=torch.bfloat16)
+    attention = [line for line in str(fast.compiled.graph).splitlines() if "Attention(" in line]
+    assert len(attention) == 1 and 'precision="bf16"' in attention[0], attention
+    got = fast(q, k, v).float()
+    scale = exact.abs().max().item()
+    to_exact = (got - exact).abs().max().item() / scale
+    to_autocast = (got - autocast).abs().max().item() / scale
+    assert 1e-3 < to_exact < 3e-2, to_exact  # bf16's error, not fp32's
+    assert to_autocast < to_exact
+
+    ort = pytest.importorskip("onnxruntime")
+    pypto.set_optimization_options({"auto_mixed_precision": True})
+    try:
+        amp = pypto.optimize(model, (q, k, v))
+    finally:
+        pypto.reset_optimization_options()
+    path = tmp_path / "sdpa_bf16.onnx"
+    pypto.onnx.export(amp, (q, k, v), path)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = dict(zip([i.name for i in sess.get_inputs()], (q.numpy(), k.numpy(), v.numpy())))
+    ort_out = torch.from_numpy(sess.run(None, feed)[0])
+    ours = amp(q, k, v).float()
+    assert (ort_out - ours).abs().max().item() < 1e-2
+    assert (ort_out - exact).abs().max().item() > 1e-3  # ORT saw rounded operands
+
+
 def test_onnx_export_of_a_bf16_model_runs_on_onnx_runtime(mlp, tmp_path):
     model, x = mlp
     _, ort_out = amp_compile_on_onnx_runtime(model, x, tmp_path)
