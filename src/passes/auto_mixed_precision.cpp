@@ -4,6 +4,7 @@
 //
 //   %y = MatMul(%a, %w)   ->   %y = MatMul(%a, %w) {precision="bf16"}   (or "f16")
 //   %y = Conv(%x, %w, %b) ->   %y = Conv(%x, %w, %b) {precision="bf16"}
+//   %y = Attention(%q, %k, %v) -> %y = Attention(%q, %k, %v) {precision="bf16"}
 //
 // "bf16" means: both operands rounded to bf16 (nearest even), the products accumulated in fp32,
 // the result fp32 — what torch.autocast does to a matmul, less the rounding of its output; "f16"
@@ -17,9 +18,12 @@
 // interpreter and the CPU kernels honour the attribute (VDPBF16PS where the CPU has it; fp16 via
 // F16C conversions to fp32), and the ONNX exporter writes it as Casts.
 //
+// Attention is marked too, as autocast runs SDPA in bf16: both of its products round their
+// operands (Q and K; the unnormalized probabilities and V), its softmax stays fp32.
+//
 // Not marked: products of integers or of other float types; depthwise convolutions (one input
 // channel per group: memory bound, so bf16 products would not make them faster and their CPU
-// kernel computes in fp32), attention (its kernel computes in fp32).
+// kernel computes in fp32).
 #include "ir/ops/op_params.h"
 #include "passes/passes.h"
 #include "passes/rewrite_util.h"
@@ -29,7 +33,7 @@ namespace {
 
 Graph auto_mixed_precision(Graph g, const PassContext& ctx) {
   const std::string precision = params::product_precision_name(ctx.mixed_precision);
-  int marked = 0, convs = 0;
+  int marked = 0, convs = 0, attentions = 0;
   for (Node& n : g.mutable_nodes()) {
     if (!takes_reduced_products(g, n) || n.attrs.has("precision")) continue;
     bool f32 = n.inputs.size() >= 2;
@@ -37,9 +41,10 @@ Graph auto_mixed_precision(Graph g, const PassContext& ctx) {
       f32 = n.inputs[i] != kNoValue && dtype_of_value(g, n.inputs[i]) == DType::kF32;
     if (!f32) continue;
     n.attrs.set("precision", precision);
-    ++(n.op == "Conv" ? convs : marked);
+    ++(n.op == "Conv" ? convs : n.op == "Attention" ? attentions : marked);
   }
   if (marked) ctx.note(cat("AutoMixedPrecision/", precision, " MatMul/Gemm"), marked);
+  if (attentions) ctx.note(cat("AutoMixedPrecision/", precision, " Attention"), attentions);
   if (convs) ctx.note(cat("AutoMixedPrecision/", precision, " Conv"), convs);
   return g;
 }

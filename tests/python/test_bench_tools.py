@@ -57,6 +57,30 @@ def test_attention_flops_count_the_visible_keys():
     assert attention.flops("gqa-decode-4096") == 4 * 32 * 4096 * 128
 
 
+def test_attention_table_sets_each_precision_beside_its_peer():
+    """bench/attention.py's table: a column per engine that ran, PyPTO over torch in fp32 and in
+    bf16 (each against its own precision), GFLOP/s of the PyPTO engines, a failed run named."""
+    import attention
+
+    def r(engine, ms, **extra):
+        return {"engine": engine, "case": "s128", "threads": 1, "status": "ok",
+                "median": ms / 1e3, "peak_mib": 1.0, "max_rel_error": 1e-3, **extra}
+
+    results = [r("torch", 0.5), r("pypto", 0.4, planned_mib=0.0), r("torch-bf16", 0.3),
+               r("pypto-bf16", 0.2, planned_mib=0.0),
+               {"engine": "pypto-unfused", "case": "s128", "threads": 1, "status": "WRONG"}]
+    lines = attention.table(results, {1: 200.0})
+    head = next(line for line in lines if line.startswith("| case"))
+    row = next(line for line in lines if line.startswith("| s128"))
+    cells = dict(zip([c.strip() for c in head.split("|")[1:-1]],
+                     [c.strip() for c in row.split("|")[1:-1]]))
+    assert cells["pypto / torch"] == "1.25x" and cells["pypto-bf16 / torch-bf16"] == "1.50x"
+    assert cells["pypto-unfused ms"] == "WRONG"
+    gf = attention.flops("s128") / 0.2e-3 / 1e9
+    assert cells["pypto-bf16 GFLOP/s (% FMA peak)"] == f"{gf:.1f} ({100 * gf / 200:.0f}%)"
+    assert attention.TOLERANCE["pypto-bf16"] == 3e-2 and "pypto" not in attention.TOLERANCE
+
+
 def test_compile_vs_optimize_summary_takes_the_median_round_and_ratios():
     import compile_vs_optimize as cvo
 
