@@ -16,9 +16,9 @@
 //   checked against a double-precision dot product on sampled entries before it is timed.
 //   --packed b times sgemm_packed with B packed ahead (constant weights, as MatMul and Gemm run
 //   them), --packed a sgemm_packed_a with A packed ahead (Conv's weights); packing is not timed.
-//   --weight-copies N (with --packed b) packs N copies of B and calls take them in turn, so B
-//   comes from beyond L2 as a model's weights do, one layer after another (default 1: B stays
-//   in cache from one call to the next).
+//   --weight-copies N (with --packed b, and for igemm) packs N copies of B and calls take them
+//   in turn, so B comes from beyond L2 as a model's weights do, one layer after another (default
+//   1: B stays in cache from one call to the next).
 //   --precision f32,bf16,f16 times each shape with fp32, bf16 and f16 products
 //   (GemmArgs::precision; checked against operands rounded to bf16 or f16); on AVX512_BF16 the
 //   fma section then also measures the VDPBF16PS ceiling ("isa": "avx512_bf16").
@@ -598,7 +598,7 @@ void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
 }
 
 void bench_igemm(Json& j, const std::vector<int>& threads, const Timing& timing,
-                 const std::vector<Shape>& shapes) {
+                 const std::vector<Shape>& shapes, int weight_copies) {
   j.key("igemm").open('[');
   for (const Shape& s : shapes) {
     std::vector<uint8_t> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
@@ -610,8 +610,11 @@ void bench_igemm(Json& j, const std::vector<int>& threads, const Timing& timing,
     g.m = s.m, g.n = s.n, g.k = s.k;
     g.a = a.data(), g.lda = s.k;
     g.c = c.data(), g.ldc = s.n;
-    const cpu::PackedI8B pb = cpu::pack_i8_b(s.k, s.n, b.data(), s.n, false, true);
-    auto run = [&] { cpu::igemm(g, pb); };
+    std::vector<cpu::PackedI8B> pbs;
+    for (int w = 0; w < weight_copies; ++w)
+      pbs.push_back(cpu::pack_i8_b(s.k, s.n, b.data(), s.n, false, true));
+    size_t calls = 0;
+    auto run = [&] { cpu::igemm(g, pbs[calls++ % pbs.size()]); };
     for (int t : threads) {
       set_num_threads(t);
       std::cerr << "igemm " << s.m << "x" << s.k << "x" << s.n << " threads " << t << "\n";
@@ -630,6 +633,7 @@ void bench_igemm(Json& j, const std::vector<int>& threads, const Timing& timing,
       j.open('{').key("m").num(s.m).key("k").num(s.k).key("n").num(s.n).key("label").str(s.label);
       j.key("threads").num(t).key("isa").str(cpu::isa_name(cpu::active_isa()));
       j.key("vnni").boolean(cpu::igemm_uses_vnni()).key("ok").boolean(ok);
+      j.key("weight_copies").num(weight_copies);
       if (ok) {
         Sample sm = measure(timing, run);
         j.sample(sm, 2.0 * s.m * s.n * s.k / 1e9, "gops");
@@ -730,8 +734,9 @@ int main_impl(int argc, char** argv) {
     }
   }
   if (shapes.empty()) shapes = default_shapes(quick);
-  if (weight_copies != 1 && packed != "b")
-    throw ValueError("--weight-copies: only with --packed b (copies of the packed B)");
+  const bool igemm_asked = std::count(only.begin(), only.end(), "igemm") > 0;
+  if (weight_copies != 1 && packed != "b" && !igemm_asked)
+    throw ValueError("--weight-copies: only with --packed b or igemm (copies of the packed B)");
   timing.cpu_clock = cpu_clock;
   auto wants = [&](const char* what) { return std::count(only.begin(), only.end(), what) > 0; };
 
@@ -744,7 +749,7 @@ int main_impl(int argc, char** argv) {
   if (wants("fma")) bench_fma(j, threads, timing);
   if (wants("memory")) bench_memory(j, threads, timing, quick);
   if (wants("sgemm")) bench_sgemm(j, threads, timing, shapes, packed, precisions, weight_copies);
-  if (wants("igemm")) bench_igemm(j, threads, timing, shapes);
+  if (wants("igemm")) bench_igemm(j, threads, timing, shapes, weight_copies);
   if (wants("vmath")) bench_vmath(j, timing);
   if (wants("vmath_large")) bench_vmath_large(j);
   j.close('}');

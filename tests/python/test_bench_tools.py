@@ -218,7 +218,8 @@ def test_pto_bench_rejects_an_unknown_benchmark_and_runs_a_known_one(pto_bin):
 
 def test_pto_bench_weight_copies(pto_bin):
     """--weight-copies N packs N copies of B that calls take in turn (the product still checked
-    against the double loop); it needs --packed b and a count of at least 1."""
+    against the double loop, or exactly for igemm); it needs --packed b or igemm and a count of at
+    least 1."""
     import json
     import subprocess
 
@@ -231,7 +232,13 @@ def test_pto_bench_weight_copies(pto_bin):
     rows = json.loads(p.stdout)["sgemm"]
     assert [r["weight_copies"] for r in rows] == [3, 3]
     assert all(r["ok"] and r["gflops"] > 0 for r in rows), rows
-    for args, why in ((["--weight-copies", "2"], "only with --packed b"),
+    p = subprocess.run([bench, "--only", "igemm", "--shapes", "48x64x80", "--weight-copies", "2",
+                        "--threads", "1", "--quick", "--max-time", "0.05"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    (row,) = json.loads(p.stdout)["igemm"]
+    assert row["weight_copies"] == 2 and row["ok"] and row["gops"] > 0, row
+    for args, why in ((["--weight-copies", "2"], "only with --packed b or igemm"),
                       (["--packed", "b", "--weight-copies", "0"], "a count >= 1"),
                       (["--packed", "b", "--weight-copies", "1.5"], "a count >= 1")):
         p = subprocess.run([bench, "--only", "sgemm", *args], capture_output=True, text=True,

@@ -53,13 +53,16 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
+// LDTILECFG written out with the whole 64-byte config as its operand: GCC's _tile_loadconfig
+// declares only a pointer's 8 bytes read, so GCC 12 dropped the column-width stores as dead and
+// the instruction faulted on the half-written config (a #GP: SIGSEGV) once inlining changed.
 void configure_tiles() {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {
     cfg.colsb[t] = 64;
     cfg.rows[t] = kTile;
   }
-  _tile_loadconfig(&cfg);
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
 // The tile instructions are asm statements that do not tell the compiler they touch memory: this
@@ -299,10 +302,30 @@ namespace {
 // The int32 C block at c (ldc apart) (=|+=) the A panel's 32 rows by TC 16-column B panels (bs
 // bytes apart) over k4 quads (in whole chunks: A is padded), then the zero-point corrections
 // where `rowsum` is set (the first K slice): rowsum[r] * beta[j] + alpha[r] * cs2[j], wrapping.
+// The 16-column B panels a later call reads (one or two: 64 contiguous bytes a quad row, `bs`
+// apart), brought into L2 `per` quad rows a chunk, as NextB does for bf16.
+struct NextI8 {
+  const int8_t* b = nullptr;
+  bool two = false;
+  int64_t bs = 0;
+  int64_t rows = 0;  // quad rows to fetch from b on
+  int64_t per = 0;   // quad rows per chunk
+};
+
+inline void prefetch_rows(NextI8& nx) {
+  const int64_t n = std::min(nx.per, nx.rows);
+  for (int64_t p = 0; p < n; ++p) {
+    __builtin_prefetch(nx.b + p * 64, 0, 2);
+    if (nx.two) __builtin_prefetch(nx.b + nx.bs + p * 64, 0, 2);
+  }
+  nx.b += n * 64;
+  nx.rows -= n;
+}
+
 template <int TC>
 void imicro_amx(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs, int32_t* c, int64_t ldc,
                 bool accumulate, const int32_t* rowsum, const int32_t* alpha, const int32_t* beta,
-                const int32_t* cs2) {
+                const int32_t* cs2, NextI8 nx) {
   const int64_t ldc_bytes = ldc * 4;
   memory_fence();
   if (accumulate) {
@@ -317,6 +340,7 @@ void imicro_amx(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs, int32
     if constexpr (TC == 2) _tile_zero(3);
   }
   for (int64_t s = 0; s < k4; s += kChunk) {
+    if (nx.rows > 0) prefetch_rows(nx);
     const uint8_t* a0 = a + s * kMR * 4;
     _tile_loadd(4, a0, 64);
     _tile_loadd(5, a0 + kTile * 64, 64);
@@ -353,16 +377,27 @@ void igemm_macro_amx(const IgemmBlock& blk) {
   const int64_t mp = (blk.m + kMR - 1) / kMR;
   const int64_t as = blk.a_panel_stride;
   const bool first = !blk.accumulate;
+  // While a block of 32 columns meets the mp A panels, the next block's two panels (this call's,
+  // or the first of blk.next_cols after it) come into L2, a share of their rows with each.
+  const int64_t end = blk.n + blk.next_cols;  // columns whose panels follow blk.b's
+  const int64_t share = (blk.k4 + mp - 1) / mp;
+  const int64_t chunks = std::max<int64_t>(1, blk.k4 / kChunk);
   for (int64_t j = 0; j < blk.n; j += 2 * kTile) {
     const int8_t* bp = blk.b + (j / kTile) * blk.b_stride;
     const bool two = j + kTile < blk.n;  // a second 16-column panel in this block
+    // The next block's first column, and where its columns end: this call's, or the next's.
+    const int64_t jn = std::min(j + 2 * kTile, blk.n), jn_end = jn < blk.n ? blk.n : end;
     for (int64_t i = 0; i < mp; ++i) {
       const int64_t r = i * kMR;
+      NextI8 nx;
+      if (jn < jn_end && i * share < blk.k4)
+        nx = {blk.b + (jn / kTile) * blk.b_stride + i * share * 64, jn + kTile < jn_end,
+              blk.b_stride, std::min(share, blk.k4 - i * share), (share + chunks - 1) / chunks};
       (two ? &imicro_amx<2>
            : &imicro_amx<1>)(blk.k4, blk.a + i * as, bp, blk.b_stride, blk.c + r * blk.ldc + j,
                              blk.ldc, blk.accumulate, first ? blk.rowsum + r : nullptr,
                              first ? blk.alpha + r : nullptr, first ? blk.beta + j : nullptr,
-                             first ? blk.cs2 + j : nullptr);
+                             first ? blk.cs2 + j : nullptr, nx);
     }
   }
   _tile_release();
