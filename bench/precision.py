@@ -14,6 +14,8 @@ Measures, on each thread count, in one process per configuration, engines interl
   - eager-bf16: the same under torch.autocast("cpu", dtype=torch.bfloat16);
   - ort: ONNX Runtime fp32 (bench/run.py's settings, the same cached export);
   - inductor: torch.compile (Inductor, freezing) fp32, as bench/run.py runs it;
+  - inductor-bf16: the same compiled and called under torch.autocast("cpu", dtype=torch.bfloat16)
+    (the bf16 peer: oneDNN's bf16 kernels, on AMX where the CPU has it);
   - pypto: pypto.optimize(model, level=2), fp32 (--level: another level for every pypto engine);
   - pypto-bf16: pypto.optimize(model, level=2, dtype=torch.bfloat16);
   - eager-int8: torch.ao.quantization.quantize_dynamic(model, {Linear}, torch.qint8) (eager;
@@ -49,13 +51,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as base  # noqa: E402  (bench/run.py: children, timing, exports, ceilings)
 
 REPO = base.REPO
-ENGINES = ["eager", "eager-bf16", "ort", "inductor", "pypto", "pypto-bf16", "eager-int8",
+ENGINES = ["eager", "eager-bf16", "ort", "inductor", "inductor-bf16", "pypto", "pypto-bf16",
+           "eager-int8",
            "ort-int8", "pypto-int8", "pypto-quant"]
 TITLES = {"eager": "eager fp32", "eager-bf16": "eager autocast bf16", "ort": "ORT fp32",
+          "inductor-bf16": "Inductor autocast bf16",
           "inductor": "Inductor fp32", "pypto": "PyPTO fp32", "pypto-bf16": "PyPTO bf16", "eager-int8": "eager int8 (dynamic)",
           "ort-int8": "ORT int8", "pypto-int8": "PyPTO int8 (ORT's file)",
           "pypto-quant": "PyPTO int8 (pypto.quantization)"}
-TOLERANCE = {"eager-bf16": 3e-2, "pypto-bf16": 3e-2, "eager-int8": 0.25, "ort-int8": 0.25,
+TOLERANCE = {"eager-bf16": 3e-2, "pypto-bf16": 3e-2, "inductor-bf16": 3e-2, "eager-int8": 0.25, "ort-int8": 0.25,
              "pypto-int8": 0.25, "pypto-quant": 0.25}
 MODELS = ["bert", "gpt2"]
 CALIBRATION = 4  # random batches for static quantization (ORT's quantize_static, calibrate)
@@ -92,8 +96,9 @@ def child(args) -> dict:
                     return model(*x)
             with torch.inference_mode():
                 got = torch_models.first_tensor(run()).float()
-        elif args.engine == "inductor":
-            run, got = base.setup_inductor(args, model, x, result)
+        elif args.engine in ("inductor", "inductor-bf16"):
+            run, got = base.setup_inductor(args, model, x, result,
+                                           bf16=args.engine == "inductor-bf16")
         elif args.engine in ("ort", "ort-int8"):
             run, got = base.setup_ort(args, model, x, result)
         elif args.engine == "eager-int8" and base.MODELS[args.model][1] == "image":
@@ -245,9 +250,10 @@ def gemm_table(pbs: dict) -> list[str]:
 
 def model_table(results: list[dict]) -> list[str]:
     head = ["model", "threads", *(TITLES[e] for e in ENGINES), "PyPTO bf16 vs fp32",
-            "vs eager bf16", "vs ORT fp32", "vs Inductor fp32", "PyPTO int8 vs ORT int8",
+            "vs eager bf16", "vs Inductor bf16", "vs ORT fp32", "vs Inductor fp32",
+            "PyPTO int8 vs ORT int8",
             "vs eager int8", "PyPTO quantization vs ORT int8", "vs eager int8",
-            "bf16 rel. error (PyPTO / eager)",
+            "bf16 rel. error (PyPTO / eager / Inductor)",
             "int8 rel. error (PyPTO ORT file / pypto.quantization / ORT / eager)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
@@ -272,13 +278,14 @@ def model_table(results: list[dict]) -> list[str]:
                                        *(cell(e) for e in ENGINES),
                                        ratio("pypto", "pypto-bf16"),
                                        ratio("eager-bf16", "pypto-bf16"),
+                                       ratio("inductor-bf16", "pypto-bf16"),
                                        ratio("ort", "pypto-bf16"),
                                        ratio("inductor", "pypto-bf16"),
                                        ratio("ort-int8", "pypto-int8"),
                                        ratio("eager-int8", "pypto-int8"),
                                        ratio("ort-int8", "pypto-quant"),
                                        ratio("eager-int8", "pypto-quant"),
-                                       errs(("pypto-bf16", "eager-bf16")),
+                                       errs(("pypto-bf16", "eager-bf16", "inductor-bf16")),
                                        errs(("pypto-int8", "pypto-quant", "ort-int8",
                                              "eager-int8"))]) + " |")
     return rows
@@ -317,7 +324,7 @@ def driver(args) -> int:
                     extra += ["--onnx", path]
                 env = base.child_env(t)
                 cache = None
-                if e == "inductor":  # a cold cache, compiled on the child's own thread, as run.py
+                if e.startswith("inductor"):  # a cold cache, compiled on the child's own thread
                     cache = tempfile.mkdtemp(prefix="pto-bench-inductor-")
                     env.update(TORCHINDUCTOR_CACHE_DIR=cache, TORCHINDUCTOR_COMPILE_THREADS="1")
                 try:

@@ -279,7 +279,12 @@ def setup_eager(args, model, x, result):
     return (lambda: model(*x)), None
 
 
-def setup_inductor(args, model, x, result):
+def setup_inductor(args, model, x, result, bf16: bool = False):
+    """torch.compile (Inductor, freezing on) of `model`; with bf16, compiled and called under
+    torch.autocast("cpu", dtype=torch.bfloat16) (its products on bf16 operands, oneDNN's kernels
+    on AMX or AVX512_BF16 where the CPU has them): (the timed call, its first output)."""
+    import contextlib
+
     import torch
     import torch._inductor.config as inductor_config
 
@@ -288,11 +293,19 @@ def setup_inductor(args, model, x, result):
     inductor_config.freezing = True
     result["torch"] = torch.__version__
     compiled = torch.compile(model)  # default mode, default backend (Inductor)
+
+    def context():
+        return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+    def run():
+        with context():
+            return compiled(*x)
+
     t0 = time.perf_counter()
     with torch.inference_mode():
-        got = torch_models.first_tensor(compiled(*x))
+        got = torch_models.first_tensor(run())
     result["compile_s"] = time.perf_counter() - t0  # capture, lowering, C++ build, first call
-    return (lambda: compiled(*x)), got
+    return run, got.float() if bf16 else got
 
 
 def ort_session(path: str, threads: int, optimized_path: str | None = None):
