@@ -63,7 +63,7 @@ struct Match {
   bool mask_added = false;    // the mask is a float one (Add)
   bool causal = false;
   double scale = 1.0;
-  double softcap = 0.0;  // > 0: c tanh(s / c) on the scaled scores (Gemma-2)
+  double softcap = 0.0;   // > 0: c tanh(s / c) on the scaled scores (Gemma-2)
   std::string precision;  // both MatMuls' precision attribute, when they agree
 };
 
