@@ -160,7 +160,7 @@ std::vector<Tensor> attention(const KernelContext& c) {
   const int64_t group = Hq / Hkv;
   const std::optional<DType> precision = params::product_precision(c.node);  // known: above
   std::vector<double> y(B * Hq * Sq * Dv), qk_out(B * Hq * Sq * L);
-  std::vector<double> raw(L), biased(L), prob(L);
+  std::vector<double> raw(L), biased(L), prob(L), weight(L);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t offset = has_past ? P : (nonpad.empty() ? 0 : nonpad[b] - Sq);
     for (int64_t h = 0; h < Hq; ++h) {
@@ -189,7 +189,7 @@ std::vector<Tensor> attention(const KernelContext& c) {
         for (int64_t j = 0; j < L; ++j)
           sum += prob[j] = std::isinf(m) && m < 0 ? 0.0 : std::exp(biased[j] - m);
         // Under a precision, P V takes the unnormalized exp(s - max) rounded (the sum is not).
-        std::vector<double> weight = prob;
+        weight = prob;
         if (*precision != DType::kF32)
           dispatch(*precision, kFloatTypes, w, [&]<class H>() {
             for (double& x : weight) x = static_cast<float>(cast_value<H>(x));
