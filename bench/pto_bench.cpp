@@ -25,9 +25,9 @@
 // - igemm: pto::cpu::igemm (uint8 A x int8 B -> int32, B packed ahead as MatMulInteger packs a
 //   constant weight) on the same shapes, GOPS counting a multiply-add as 2 operations, checked
 //   exactly on sampled entries; "vnni" says whether VPDPBUSD or the widening fallback ran.
-// - vmath (only when asked): exp, sigmoid, silu, tanh, gelu and gelu_tanh (pto::cpu::unary_f32)
-// over
-//   a row in L1 on one thread, per ISA, in ns per element and per 16 floats.
+// - vmath (only when asked): exp, sigmoid, silu, tanh, gelu and gelu_tanh
+//   (pto::cpu::unary_f32) over a row in L1 on one thread, per ISA, in ns per element and per 16
+//   floats.
 // - vmath_large (only when asked): every transcendental activation and Softmax on N(0, 1) rows
 //   against rows with 5-40% of their lanes beyond +-90 or +-20, interleaved, active ISA only
 //   (PTO_ISA picks another), and the slowdown of each.
@@ -734,11 +734,10 @@ int main_impl(int argc, char** argv) {
     }
   }
   if (shapes.empty()) shapes = default_shapes(quick);
-  const bool igemm_asked = std::count(only.begin(), only.end(), "igemm") > 0;
-  if (weight_copies != 1 && packed != "b" && !igemm_asked)
-    throw ValueError("--weight-copies: only with --packed b or igemm (copies of the packed B)");
   timing.cpu_clock = cpu_clock;
   auto wants = [&](const char* what) { return std::count(only.begin(), only.end(), what) > 0; };
+  if (weight_copies != 1 && packed != "b" && !wants("igemm"))
+    throw ValueError("--weight-copies: only with --packed b or igemm (copies of the packed B)");
 
   const DeviceInfo& d = device_info();
   Json j;

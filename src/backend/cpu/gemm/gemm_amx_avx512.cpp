@@ -100,32 +100,42 @@ void pack_a_rows(const float* a, int64_t lda, int mr, int64_t k, float* dst) {
 
 thread_local std::vector<float> t_rows;  // a transposed A's rows, made contiguous
 
-// The B block a later call reads (32 columns of a B panel: two lines of each 256-byte step),
-// brought into L2 `per` steps a chunk from `b` on, while this call's tiles multiply: a B panel
+// The B rows a later call reads, brought into L2 while this call's tiles multiply: a B panel
 // first met comes from L3 or memory, where tile loads alone wait out the latency of each line.
-struct NextB {
-  const float* b = nullptr;
-  int64_t steps = 0;  // steps to fetch from b on
-  int64_t per = 0;    // steps per chunk
+// `rows` rows from `p` on, `stride` bytes apart, each a line at p and, with `second`, one that many
+// bytes on; `per` rows each chunk. bf16: the next 32-column half of a B panel (two lines of each
+// 256-byte step); int8: the next block's one or two 16-column panels (64 bytes a quad row).
+struct Ahead {
+  const char* p = nullptr;
+  int64_t stride = 0, second = 0;
+  int64_t rows = 0, per = 0;
 };
 
-inline void prefetch_steps(NextB& nx) {
-  const int64_t n = std::min(nx.per, nx.steps);
-  for (int64_t p = 0; p < n; ++p) {
-    __builtin_prefetch(nx.b + p * kNR, 0, 2);
-    __builtin_prefetch(nx.b + p * kNR + kTile, 0, 2);
+inline void fetch_ahead(Ahead& a) {
+  const int64_t n = std::min(a.per, a.rows);
+  for (int64_t r = 0; r < n; ++r) {
+    __builtin_prefetch(a.p + r * a.stride, 0, 2);
+    if (a.second) __builtin_prefetch(a.p + r * a.stride + a.second, 0, 2);
   }
-  nx.b += n * kNR;
-  nx.steps -= n;
+  a.p += n * a.stride;
+  a.rows -= n;
+}
+
+// A share of the rows from `p` on for the i-th of mp calls over k rows in chunks of kChunk.
+Ahead ahead_share(const void* p, int64_t stride, int64_t second, int64_t k, int64_t mp, int64_t i) {
+  const int64_t share = (k + mp - 1) / mp, chunks = std::max<int64_t>(1, k / kChunk);
+  if (!p || i * share >= k) return {};
+  return {static_cast<const char*>(p) + i * share * stride, stride, second,
+          std::min(share, k - i * share), (share + chunks - 1) / chunks};
 }
 
 // C[mi x nj] (=|+=) alpha * A_panel B over k2 steps, with TR A row tiles and TC B column tiles
 // (16 rows or columns each; mi <= 16 TR, nj <= 16 TC). `b` points at the block's first column in
 // a B panel (kNR pairs a step). A full block with alpha 1 is loaded and stored by the tiles in
-// place; any other goes through a 32 x 32 buffer. Each whole chunk also fetches a share of `nx`.
+// place; any other goes through a 32 x 32 buffer. Each whole chunk also fetches a share of `ahead`.
 template <int TR, int TC>
 void micro_amx(int64_t k2, const float* a, const float* b, float* c, int64_t ldc, int mi, int nj,
-               float alpha, bool accumulate, NextB nx) {
+               float alpha, bool accumulate, Ahead ahead) {
   constexpr int64_t kBStride = kNR * 4, kAStride = kChunk * 4;  // bytes between tile rows
   const bool in_place = alpha == 1.0f && mi == kTile * TR && nj == kTile * TC;
   const int64_t ldc_bytes = ldc * 4;
@@ -153,7 +163,7 @@ void micro_amx(int64_t k2, const float* a, const float* b, float* c, int64_t ldc
   };
   int64_t s = 0;
   for (; s + kChunk <= k2; s += kChunk) {
-    if (nx.steps > 0) prefetch_steps(nx);
+    if (ahead.rows > 0) fetch_ahead(ahead);
     step(a + s * kMR, kAStride, b + s * kNR, kBStride);
   }
   if (s < k2) {  // the last w < 16 steps, zero-padded to a whole tile
@@ -190,7 +200,7 @@ void micro_amx(int64_t k2, const float* a, const float* b, float* c, int64_t ldc
 }
 
 using MicroAmx = void (*)(int64_t, const float*, const float*, float*, int64_t, int, int, float,
-                          bool, NextB);
+                          bool, Ahead);
 constexpr MicroAmx kMicro[2][2] = {{&micro_amx<1, 1>, &micro_amx<1, 2>},
                                    {&micro_amx<2, 1>, &micro_amx<2, 2>}};
 
@@ -237,7 +247,6 @@ void gemm_macro_amx(const MacroBlock& blk) {
   const int64_t as = blk.a_panel_stride ? blk.a_panel_stride : blk.k * kMR;
   // While a 32-column half of a B panel meets the mp A panels, the next half comes into L2, a
   // share of its steps in each of the mp calls.
-  const int64_t share = (blk.k + mp - 1) / mp, chunks = std::max<int64_t>(1, blk.k / kChunk);
   for (int64_t j = 0; j < np; ++j) {
     const int nj = static_cast<int>(std::min<int64_t>(kNR, blk.n - j * kNR));
     const float* bp = blk.b + j * blk.b_panel_stride;
@@ -250,12 +259,9 @@ void gemm_macro_amx(const MacroBlock& blk) {
       for (int64_t i = 0; i < mp; ++i) {
         const int mi = static_cast<int>(std::min<int64_t>(kMR, blk.m - i * kMR));
         float* c = blk.c + i * kMR * blk.ldc + j * kNR + h;
-        NextB nx;
-        if (next && i * share < blk.k)
-          nx = {next + i * share * kNR, std::min(share, blk.k - i * share),
-                (share + chunks - 1) / chunks};
         kMicro[mi > kTile][nh > kTile](blk.k, blk.a + i * as, bp + h, c, blk.ldc, mi, nh, blk.alpha,
-                                       blk.accumulate, nx);
+                                       blk.accumulate,
+                                       ahead_share(next, kNR * 4, kTile * 4, blk.k, mp, i));
       }
     }
     if (blk.epilogue)
@@ -302,30 +308,12 @@ namespace {
 // The int32 C block at c (ldc apart) (=|+=) the A panel's 32 rows by TC 16-column B panels (bs
 // bytes apart) over k4 quads (in whole chunks: A is padded), then the zero-point corrections
 // where `rowsum` is set (the first K slice): rowsum[r] * beta[j] + alpha[r] * cs2[j], wrapping.
-// The 16-column B panels a later call reads (one or two: 64 contiguous bytes a quad row, `bs`
-// apart), brought into L2 `per` quad rows a chunk, as NextB does for bf16.
-struct NextI8 {
-  const int8_t* b = nullptr;
-  bool two = false;
-  int64_t bs = 0;
-  int64_t rows = 0;  // quad rows to fetch from b on
-  int64_t per = 0;   // quad rows per chunk
-};
-
-inline void prefetch_rows(NextI8& nx) {
-  const int64_t n = std::min(nx.per, nx.rows);
-  for (int64_t p = 0; p < n; ++p) {
-    __builtin_prefetch(nx.b + p * 64, 0, 2);
-    if (nx.two) __builtin_prefetch(nx.b + nx.bs + p * 64, 0, 2);
-  }
-  nx.b += n * 64;
-  nx.rows -= n;
-}
+// Each chunk also fetches a share of `ahead`.
 
 template <int TC>
 void imicro_amx(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs, int32_t* c, int64_t ldc,
                 bool accumulate, const int32_t* rowsum, const int32_t* alpha, const int32_t* beta,
-                const int32_t* cs2, NextI8 nx) {
+                const int32_t* cs2, Ahead ahead) {
   const int64_t ldc_bytes = ldc * 4;
   memory_fence();
   if (accumulate) {
@@ -340,7 +328,7 @@ void imicro_amx(int64_t k4, const uint8_t* a, const int8_t* b, int64_t bs, int32
     if constexpr (TC == 2) _tile_zero(3);
   }
   for (int64_t s = 0; s < k4; s += kChunk) {
-    if (nx.rows > 0) prefetch_rows(nx);
+    if (ahead.rows > 0) fetch_ahead(ahead);
     const uint8_t* a0 = a + s * kMR * 4;
     _tile_loadd(4, a0, 64);
     _tile_loadd(5, a0 + kTile * 64, 64);
@@ -380,24 +368,21 @@ void igemm_macro_amx(const IgemmBlock& blk) {
   // While a block of 32 columns meets the mp A panels, the next block's two panels (this call's,
   // or the first of blk.next_cols after it) come into L2, a share of their rows with each.
   const int64_t end = blk.n + blk.next_cols;  // columns whose panels follow blk.b's
-  const int64_t share = (blk.k4 + mp - 1) / mp;
-  const int64_t chunks = std::max<int64_t>(1, blk.k4 / kChunk);
   for (int64_t j = 0; j < blk.n; j += 2 * kTile) {
     const int8_t* bp = blk.b + (j / kTile) * blk.b_stride;
     const bool two = j + kTile < blk.n;  // a second 16-column panel in this block
     // The next block's first column, and where its columns end: this call's, or the next's.
     const int64_t jn = std::min(j + 2 * kTile, blk.n), jn_end = jn < blk.n ? blk.n : end;
+    const int8_t* next = jn < jn_end ? blk.b + (jn / kTile) * blk.b_stride : nullptr;
+    const int64_t second = jn + kTile < jn_end ? blk.b_stride : 0;
     for (int64_t i = 0; i < mp; ++i) {
       const int64_t r = i * kMR;
-      NextI8 nx;
-      if (jn < jn_end && i * share < blk.k4)
-        nx = {blk.b + (jn / kTile) * blk.b_stride + i * share * 64, jn + kTile < jn_end,
-              blk.b_stride, std::min(share, blk.k4 - i * share), (share + chunks - 1) / chunks};
       (two ? &imicro_amx<2>
            : &imicro_amx<1>)(blk.k4, blk.a + i * as, bp, blk.b_stride, blk.c + r * blk.ldc + j,
                              blk.ldc, blk.accumulate, first ? blk.rowsum + r : nullptr,
                              first ? blk.alpha + r : nullptr, first ? blk.beta + j : nullptr,
-                             first ? blk.cs2 + j : nullptr, nx);
+                             first ? blk.cs2 + j : nullptr,
+                             ahead_share(next, 64, second, blk.k4, mp, i));
     }
   }
   _tile_release();
