@@ -19,8 +19,9 @@
 //   --weight-copies N (with --packed b, and for igemm) packs N copies of B and calls take them
 //   in turn, so B comes from beyond L2 as a model's weights do, one layer after another (default
 //   1: B stays in cache from one call to the next).
-//   --precision f32,bf16,f16 times each shape with fp32, bf16 and f16 products
-//   (GemmArgs::precision; checked against operands rounded to bf16 or f16); on AVX512_BF16 the
+//   --precision f32,bf16,f16,bf16x3 times each shape with fp32, bf16, f16 and bf16x3 products
+//   (GemmArgs::precision; checked against operands rounded to bf16 or f16, bf16x3 against the
+//   exact product); on AVX512_BF16 the
 //   fma section then also measures the VDPBF16PS ceiling ("isa": "avx512_bf16").
 // - igemm: pto::cpu::igemm (uint8 A x int8 B -> int32, B packed ahead as MatMulInteger packs a
 //   constant weight) on the same shapes, GOPS counting a multiply-add as 2 operations, checked
@@ -511,9 +512,11 @@ Shape parse_shape(const std::string& s) {
 }
 
 // x to the nearest bf16 or f16 (ties to even; 8 or 11 significant bits, the operands of the
-// benchmark are normal in both), by arithmetic; fp32 keeps it.
+// benchmark are normal in both), by arithmetic; fp32 keeps it, and so does bf16x3 (its error
+// is measured against the exact product: about 1e-5, where fp32's is 1e-7).
 double to_precision(double x, cpu::Precision p) {
-  if (p == cpu::Precision::kF32 || x == 0 || !std::isfinite(x)) return x;
+  if (p == cpu::Precision::kF32 || p == cpu::Precision::kBF16x3 || x == 0 || !std::isfinite(x))
+    return x;
   const int bits = p == cpu::Precision::kBF16 ? 8 : 11;
   int e = 0;
   const double m = std::frexp(x, &e);
@@ -655,7 +658,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 const char* kUsage =
     "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm,vmath,vmath_large] [--shapes "
     "S|MxKxN,...]\n"
-    "                 [--quick] [--packed a|b] [--weight-copies N] [--precision f32,bf16,f16]\n"
+    "                 [--quick] [--packed a|b] [--weight-copies N] [--precision "
+    "f32,bf16,f16,bf16x3]\n"
     "                 [--warmup-calls N]\n"
     "                 [--warmup-time S] [--min-calls N]\n"
     "                 [--min-time S] [--max-time S] [--cpu-clock]\n";
@@ -704,11 +708,12 @@ int main_impl(int argc, char** argv) {
     } else if (arg == "--precision") {
       precisions.clear();
       for (const auto& p : split(value(), ',')) {
-        if (p != "f32" && p != "bf16" && p != "f16")
-          throw ValueError(cat("--precision: expected f32, bf16 or f16"));
-        precisions.push_back(p == "bf16"  ? cpu::Precision::kBF16
-                             : p == "f16" ? cpu::Precision::kF16
-                                          : cpu::Precision::kF32);
+        if (p != "f32" && p != "bf16" && p != "f16" && p != "bf16x3")
+          throw ValueError(cat("--precision: expected f32, bf16, f16 or bf16x3"));
+        precisions.push_back(p == "bf16"     ? cpu::Precision::kBF16
+                             : p == "f16"    ? cpu::Precision::kF16
+                             : p == "bf16x3" ? cpu::Precision::kBF16x3
+                                             : cpu::Precision::kF32);
       }
     } else if (arg == "--cpu-clock") {
       cpu_clock = true;

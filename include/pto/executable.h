@@ -58,6 +58,9 @@ struct CompileOptions {
   // fp16 (F16C) on the fp32 kernels. Convolutions stay fp32.
   bool auto_mixed_precision = false;
   DType mixed_precision = DType::kBF16;
+  // Float32 MatMul/Gemm not marked by auto_mixed_precision: "highest" (fp32), "high" (bf16x3 on
+  // AMX tiles) or "medium" (bf16), as torch.set_float32_matmul_precision (PassOptions).
+  std::string matmul_precision = "highest";
   std::vector<std::string> dump_after;  // passes after which the graph is printed (PTO_DUMP_AFTER)
   // Tile shapes pinned for tile kernels instead of the planner's ({rows, cols} of the output
   // merged to 2-D, or {cols}): kernel name -> shape, where a kernel is named by any of its nodes

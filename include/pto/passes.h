@@ -22,8 +22,9 @@ namespace pto {
 // What a pass sees besides the graph; passes report what they did through note().
 struct PassContext {
   int level = 2;
-  DType mixed_precision = DType::kBF16;  // what AutoMixedPrecision marks products with
-  size_t max_folded_bytes = 0;           // PassOptions::max_folded_bytes
+  DType mixed_precision = DType::kBF16;      // what AutoMixedPrecision marks products with
+  std::string matmul_precision = "highest";  // PassOptions::matmul_precision (MatMulPrecision)
+  size_t max_folded_bytes = 0;               // PassOptions::max_folded_bytes
   // Rewrites that fired, by rule name ("FoldBatchNorm/Conv" -> 20); filled by note().
   mutable std::map<std::string, int> fired;
   void note(const std::string& rule, int count = 1) const { fired[rule] += count; }
@@ -61,6 +62,12 @@ struct PassOptions {
   // AutoMixedPrecision runs first, at any level (it changes what the products compute).
   bool auto_mixed_precision = false;
   DType mixed_precision = DType::kBF16;  // ... in kBF16 or kF16
+  // What float32 MatMul and Gemm compute in, as torch.set_float32_matmul_precision says
+  // (the MatMulPrecision pass, after AutoMixedPrecision, at any level): "highest" fp32; "high"
+  // three bf16 products of the operands' heads and tails ("bf16x3": about 2^-16 relative error
+  // per product) where the CPU has AMX-BF16, else fp32; "medium" bf16 products where it has
+  // AVX512_BF16, else fp32. Anything else is a ValueError.
+  std::string matmul_precision = "highest";
   // Names of passes after which the graph is printed to stderr (in addition to PTO_DUMP_AFTER);
   // "all" prints after every pass. An unknown name is a ValueError listing the known ones.
   std::vector<std::string> dump_after;

@@ -256,7 +256,8 @@ def _torch_autocast_on() -> bool:
 
 def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | None = None, *,
              example_kwargs: dict | None = None, dynamic: bool = True, dynamic_shapes=None,
-             max_batch: int | None = None, dtype: torch.dtype | None = None) -> OptimizedModule:
+             max_batch: int | None = None, dtype: torch.dtype | None = None,
+             matmul_precision: str | None = None) -> OptimizedModule:
     """Compiles `model` for inference on PyPTO.
 
     example_inputs: a tuple of arguments (or a single tensor) the model is called with. Without
@@ -271,6 +272,12 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
         torch.float16 the same in fp16 (on x86 the fp32 kernels on operands rounded to fp16: fp16
         results at fp32 speed). See docs/precision.md. None or torch.float32: fp32 throughout
         (unless the auto_mixed_precision option is on). Other dtypes are a ValueError.
+    matmul_precision: what the float32 matrix products (Linear, matmul) compute in, as
+        torch.set_float32_matmul_precision: "highest" fp32; "high" three bf16 products of the
+        operands' heads and tails (bf16x3: about 1e-5 relative error, where fp32's is 1e-7 and
+        bf16's 1e-2; on AMX tiles, faster than fp32), fp32 on a CPU without AMX-BF16; "medium"
+        bf16 products. Everything else stays fp32. None: the matmul_precision option, else
+        torch.get_float32_matmul_precision(). See docs/precision.md.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"pypto.optimize expects a torch.nn.Module, got {type(model).__name__}"
@@ -283,7 +290,7 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
     from .options import compile_options
     from .quantization import from_torch_ao
 
-    compile_options(level)  # validates level before the (slow) capture
+    compile_options(level, matmul=matmul_precision)  # validates before the (slow) capture
     reduced = {torch.bfloat16: "bf16", torch.float16: "f16"}
     if dtype is not None and dtype != torch.float32 and dtype not in reduced:
         raise ValueError(f"pypto.optimize: dtype={dtype!r} is not supported; supported: None, "
@@ -310,6 +317,7 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
             finally:
                 bar.finish()
         return captured, CompiledGraph(captured.graph, level, mixed_precision=mixed_precision,
+                                       matmul_precision=matmul_precision,
                                        _progress="pypto.optimize")
 
     fast = OptimizedModule(model, compile_fn)

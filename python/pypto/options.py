@@ -19,6 +19,11 @@ _DEFAULTS: dict[str, Any] = {
     # docs/precision.md; "mixed_precision_dtype" says which ("bf16" or "f16")
     "auto_mixed_precision": False,
     "mixed_precision_dtype": "bf16",
+    # what float32 MatMul/Gemm compute in, as torch.set_float32_matmul_precision: "highest"
+    # (fp32), "high" (bf16x3: three bf16 products of the operands' heads and tails, where the CPU
+    # has AMX-BF16), "medium" (bf16 products); None follows torch.get_float32_matmul_precision()
+    # when torch is imported, else "highest" (docs/precision.md)
+    "matmul_precision": None,
     # drop the graph's copy of weights the GEMM/conv kernels hold packed (memory held once)
     "release_packed_weights": True,
     # run independent kernels too small to fill the machine at the same time, one per thread
@@ -34,10 +39,12 @@ _DEFAULTS: dict[str, Any] = {
 }
 _TYPES = {"graph_optimization_level": int, "memory_optimization": bool,
           "auto_mixed_precision": bool, "mixed_precision_dtype": str,
+          "matmul_precision": (str, type(None)),
           "release_packed_weights": bool,
           "concurrent_kernels": bool, "specialize_subgraphs": bool, "tune_cache": bool, "tune_cache_path": str}
 _current = dict(_DEFAULTS)
 _MIXED = ("bf16", "f16")  # what mixed precision can round the products' operands to
+_MATMUL = ("highest", "high", "medium")  # torch.set_float32_matmul_precision's values
 
 
 def set_optimization_options(options: dict[str, Any]) -> None:
@@ -51,11 +58,15 @@ def set_optimization_options(options: dict[str, Any]) -> None:
                              f"(known: {', '.join(sorted(_DEFAULTS))})")
         want = _TYPES[key]
         if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-            raise TypeError(f"set_optimization_options: '{key}' must be {want.__name__}, "
+            names = " or ".join("None" if w is type(None) else w.__name__
+                                for w in (want if isinstance(want, tuple) else (want,)))
+            raise TypeError(f"set_optimization_options: '{key}' must be {names}, "
                             f"got {type(value).__name__}")
         if key == "graph_optimization_level" and not 0 <= value <= 3:
             raise ValueError(f"set_optimization_options: graph_optimization_level must be 0..3, "
                              f"got {value}")
+        if key == "matmul_precision" and value is not None:
+            check_matmul_precision(value, "set_optimization_options: matmul_precision")
         if key == "mixed_precision_dtype" and value not in _MIXED:
             raise ValueError(f"set_optimization_options: mixed_precision_dtype must be one of "
                              f"{', '.join(map(repr, _MIXED))}, got {value!r}")
@@ -72,6 +83,32 @@ def reset_optimization_options() -> None:
     """Back to the defaults."""
     _current.clear()
     _current.update(_DEFAULTS)
+
+
+def check_matmul_precision(value: Any, what: str) -> str:
+    """`value` if it is one of torch.set_float32_matmul_precision's values, else an error."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    if value not in _MATMUL:
+        raise ValueError(f"{what} must be one of {', '.join(map(repr, _MATMUL))} (as "
+                         f"torch.set_float32_matmul_precision), got {value!r}")
+    return value
+
+
+def matmul_precision(value: str | None = None) -> str:
+    """What float32 MatMul/Gemm compute in for one compilation: `value` if given, else the
+    matmul_precision option, else torch.get_float32_matmul_precision() when torch is imported
+    (the process's own setting, which PyTorch's CPU matmuls follow too), else "highest"."""
+    if value is not None:
+        return check_matmul_precision(value, "matmul_precision")
+    if _current["matmul_precision"] is not None:
+        return _current["matmul_precision"]
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_float32_matmul_precision"):
+        got = torch.get_float32_matmul_precision()
+        return got if got in _MATMUL else "highest"
+    return "highest"
 
 
 def tile_option(tile: Any, what: str = "tile") -> dict[str, list[int]]:
@@ -104,10 +141,12 @@ def tile_option(tile: Any, what: str = "tile") -> dict[str, list[int]]:
 
 
 def compile_options(level: int | None = None, tile: Any = None,
-                    mixed_precision: bool | str | None = None) -> _C.CompileOptions:
+                    mixed_precision: bool | str | None = None,
+                    matmul: str | None = None) -> _C.CompileOptions:
     """The C++ CompileOptions for one compilation: the current options, `level`, the pinned
-    `tile` (see tile_option) and `mixed_precision` if given: "bf16" or "f16" products, True (the
-    mixed_precision_dtype option's) or False (fp32)."""
+    `tile` (see tile_option), `mixed_precision` if given: "bf16" or "f16" products, True (the
+    mixed_precision_dtype option's) or False (fp32), and the float32 matmul precision `matmul`
+    (see matmul_precision)."""
     if level is None:
         level = _current["graph_optimization_level"]
     if isinstance(level, bool) or not isinstance(level, int):
@@ -122,6 +161,7 @@ def compile_options(level: int | None = None, tile: Any = None,
     o.auto_mixed_precision = bool(mixed_precision)
     o.mixed_precision = (mixed_precision if isinstance(mixed_precision, str)
                          else _current["mixed_precision_dtype"])
+    o.matmul_precision = matmul_precision(matmul)
     o.release_packed_weights = _current["release_packed_weights"]
     o.tiles = tile_option(tile)
     o.concurrent_kernels = _current["concurrent_kernels"]

@@ -118,6 +118,9 @@ void bind_runtime(nb::module_& m) {
             o.mixed_precision = dt;
           },
           "What auto_mixed_precision rounds the products' operands to: 'bf16' or 'f16'.")
+      .def_rw("matmul_precision", &CompileOptions::matmul_precision,
+              "Float32 MatMul/Gemm as torch.set_float32_matmul_precision: 'highest' (fp32), "
+              "'high' (bf16x3 on AMX tiles) or 'medium' (bf16).")
       .def_rw("release_packed_weights", &CompileOptions::release_packed_weights)
       .def_rw("concurrent_kernels", &CompileOptions::concurrent_kernels)
       .def_rw("specialize_subgraphs", &CompileOptions::specialize_subgraphs)

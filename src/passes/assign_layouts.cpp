@@ -80,16 +80,6 @@ bool blocked_pays(int64_t in_channels, int64_t out_channels, int block, bool inp
   return filled(out_channels) && (in_channels < block || filled(in_channels));
 }
 
-// Whether this machine's bf16 products run on AMX tiles (AMX-BF16 on the avx512 kernels, not
-// turned off): there the NCHW Conv's implicit GEMM multiplies on the tiles, which beats the
-// blocked direct kernel's VDPBF16PS pairs by far (ResNet-50 bf16, 2-core Xeon with AMX, one
-// thread: 26.1 ms NCHW at level 2 against 81.1 ms blocked at level 3, whose fp32 run is 57.1).
-bool machine_has_amx_bf16() {
-  const DeviceInfo& d = device_info();
-  return d.isa == "avx512" && d.amx_bf16 && d.avx512_bf16 && !ext_turned_off("amx_bf16") &&
-         !ext_turned_off("avx512_bf16");
-}
-
 // Whether Conv `n` runs blocked: float32, 2-D, fp32 or bf16 products (ConvBlocked keeps
 // precision="bf16"), constant weights (and bias), group 1, groups whose channels fill whole
 // blocks, or depthwise with one output per input channel and fp32 products (AutoMixedPrecision
@@ -116,6 +106,9 @@ bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked
                        C % (group * block) == 0 && w->dim(0) % (group * block) == 0;
   if (!(group == 1 && w->dim(1) == C) && !depthwise && !grouped) return false;
   if (depthwise && n.attrs.has("precision")) return false;
+  // On AMX tiles the NCHW Conv's implicit GEMM beats the blocked direct kernel's VDPBF16PS pairs
+  // by far (ResNet-50 bf16, 2-core Xeon with AMX, one thread: 26.1 ms NCHW at level 2 against
+  // 81.1 ms blocked at level 3, whose fp32 run is 57.1).
   if (cost_rule && params::product_precision(n) == DType::kBF16 && machine_has_amx_bf16())
     return false;
   return !cost_rule || blocked_pays(C, w->dim(0), block, input_blocked);

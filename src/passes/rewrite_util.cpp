@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "ir/ops/op_params.h"
+#include "pto/device_info.h"
 
 namespace pto::passes {
 
@@ -220,6 +221,12 @@ bool takes_reduced_products(const Graph& g, const Node& n) {
   if (n.op != "Conv" || n.attrs.get_int("group", 1) == 1) return true;
   const std::optional<Dims> w = static_dims(g, n.inputs[1]);
   return w && w->size() >= 2 && (*w)[1] > 1;  // not one input channel per group (depthwise)
+}
+
+bool machine_has_amx_bf16() {
+  const DeviceInfo& d = device_info();
+  return d.isa == "avx512" && d.amx_bf16 && d.avx512_bf16 && !ext_turned_off("amx_bf16") &&
+         !ext_turned_off("avx512_bf16");
 }
 
 int remove_unread_shape_arithmetic(Graph& g) {

@@ -61,6 +61,13 @@ void ArgReader::fail(const std::string& what) const {
 }
 
 bool read_precision_option(ArgReader& a, CompileOptions& o) {
+  if (a.is("--matmul-precision")) {
+    const std::string v = a.value();
+    if (v != "highest" && v != "high" && v != "medium")
+      a.fail(cat("--matmul-precision takes highest, high or medium, got '", v, "'"));
+    o.matmul_precision = v;
+    return true;
+  }
   if (!a.is("--precision")) return false;
   const std::string v = a.value();
   if (v != "f32" && v != "bf16" && v != "f16")

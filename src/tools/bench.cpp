@@ -34,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 
 const char* kUsage =
     "usage: pto bench model.onnx [--batch N] [--threads T] [--level L] [--precision P]\n"
-    "                 [--warmup W]\n"
+    "                 [--matmul-precision M] [--warmup W]\n"
     "                 [--iterations I] [--compare onnxruntime]\n"
     "                 [--input NAME=FILE.npy ...] [--dim SYMBOL=VALUE ...] [--seed N]\n"
     "\n"
@@ -53,6 +53,10 @@ const char* kUsage =
     "  --precision P          f32, bf16 or f16: bf16/f16 computes the matrix products on\n"
     "                         operands rounded to it, with fp32 accumulation, the rest fp32\n"
     "                         (docs/precision.md); default f32\n"
+    "  --matmul-precision M   highest, high or medium, as torch.set_float32_matmul_precision:\n"
+    "                         high computes fp32 MatMul/Gemm as three bf16 products of the\n"
+    "                         operands' heads and tails (bf16x3, ~1e-5 relative error) where\n"
+    "                         the CPU has AMX-BF16, medium as bf16 products (docs/precision.md)\n"
     "  --warmup W             untimed runs first (default 10)\n"
     "  --iterations I         timed runs (default 100)\n"
     "  --compare onnxruntime  also time ONNX Runtime (CPU, ORT_ENABLE_ALL, T intra-op threads)\n"
@@ -343,7 +347,8 @@ int bench_main(const std::vector<std::string>& args) {
   auto t0 = Clock::now();
   Executable exe = compile(g, {.level = o.level,
                                .auto_mixed_precision = o.precision.auto_mixed_precision,
-                               .mixed_precision = o.precision.mixed_precision});
+                               .mixed_precision = o.precision.mixed_precision,
+                               .matmul_precision = o.precision.matmul_precision});
   const double compile_ms = ms_since(t0);
   std::cout << "model:      " << o.model << ", level " << o.level << ", " << num_threads()
             << " threads, batch " << batch << " (compiled in " << format_ms(compile_ms) << ")\n";

@@ -77,7 +77,8 @@ class ArgReader {
 
 // Takes the current argument when it is --precision f32|bf16|f16 (bf16, f16: CompileOptions::
 // auto_mixed_precision with that mixed_precision, docs/precision.md), setting those two fields of
-// `o`; false for any other argument.
+// `o`, or --matmul-precision highest|high|medium (CompileOptions::matmul_precision); false for
+// any other argument.
 bool read_precision_option(ArgReader& a, CompileOptions& o);
 
 // Takes the current argument when it is --no-tune-cache: compiles in this process then ignore the

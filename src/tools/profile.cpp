@@ -18,7 +18,7 @@ namespace {
 const char* kUsage =
     "usage: pto profile model.onnx [--trace trace.json] [--timeline timeline.svg]\n"
     "                   [--threads N] [--level L] [--precision f32|bf16|f16] [--repeat N]\n"
-    "                   [--warmup N]\n"
+    "                   [--matmul-precision highest|high|medium] [--warmup N]\n"
     "                   [--input NAME=FILE.npy ...] [--dim SYMBOL=VALUE ...] [--seed N]\n"
     "                   [--sort-by KEY] [--row-limit N] [--shapes]\n"
     "\n"
@@ -38,6 +38,10 @@ const char* kUsage =
     "  --no-tune-cache        ignore the tuning cache: the planner's knobs only\n"
     "  --precision P          f32, bf16 or f16: bf16/f16 computes the matrix products on\n"
     "                         operands rounded to it (docs/precision.md)\n"
+    "  --matmul-precision M   highest, high or medium, as torch.set_float32_matmul_precision:\n"
+    "                         high computes fp32 MatMul/Gemm as three bf16 products of the\n"
+    "                         operands' heads and tails (bf16x3, ~1e-5 relative error) where\n"
+    "                         the CPU has AMX-BF16, medium as bf16 products (docs/precision.md)\n"
     "  --repeat N             profiled runs (default 1)\n"
     "  --warmup N             runs before profiling, not recorded (default 1)\n"
     "  --input NAME=FILE.npy  feed graph input NAME from a .npy file (or .pb; see 'pto run')\n"
@@ -108,7 +112,8 @@ int profile_main(const std::vector<std::string>& args) {
   const Executable exe =
       compile(onnx::load(o.model), {.level = static_cast<int>(o.level),
                                     .auto_mixed_precision = o.precision.auto_mixed_precision,
-                                    .mixed_precision = o.precision.mixed_precision});
+                                    .mixed_precision = o.precision.mixed_precision,
+                                    .matmul_precision = o.precision.matmul_precision});
   const std::vector<Tensor> inputs = make_inputs(exe.graph(), o.inputs);
   for (int64_t i = 0; i < o.warmup; ++i) exe.run(inputs);
   profiler::start({.record_shapes = o.shapes, .profile_memory = true});

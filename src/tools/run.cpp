@@ -31,6 +31,7 @@ const char* kUsage =
     "N]\n"
     "               [--dim SYMBOL=VALUE ...] [--repeat N] [--print-graph] [--threads N]\n"
     "               [--level L] [--precision f32|bf16|f16] [--engine cpu|reference]\n"
+    "               [--matmul-precision highest|high|medium]\n"
     "\n"
     "Loads an ONNX model, runs it and prints each output's name, dtype, shape, min/max/mean/std\n"
     "and first values, with the load time and the run time (median of --repeat runs).\n"
@@ -59,6 +60,10 @@ const char* kUsage =
     "  --no-tune-cache        ignore the tuning cache: the planner's knobs only\n"
     "  --precision P          f32, bf16 or f16: bf16/f16 computes the matrix products on\n"
     "                         operands rounded to it (docs/precision.md)\n"
+    "  --matmul-precision M   highest, high or medium, as torch.set_float32_matmul_precision:\n"
+    "                         high computes fp32 MatMul/Gemm as three bf16 products of the\n"
+    "                         operands' heads and tails (bf16x3, ~1e-5 relative error) where\n"
+    "                         the CPU has AMX-BF16, medium as bf16 products (docs/precision.md)\n"
     "  --engine E             cpu (default: the compiled Executable) or reference (the\n"
     "                         reference interpreter alone, the oracle)\n"
     "\n"
@@ -158,17 +163,21 @@ int run_main(const std::vector<std::string>& args) {
   if (o.threads) set_num_threads(static_cast<int>(*o.threads));
   if (o.level && o.engine == "reference")
     std::cerr << "note: --level has no effect on the reference engine\n";
-  if (o.precision.auto_mixed_precision && o.engine == "reference")
+  if ((o.precision.auto_mixed_precision || o.precision.matmul_precision != "highest") &&
+      o.engine == "reference")
     throw UsageError(
-        "--precision bf16/f16 needs the cpu engine (the reference runs the graph as it is)", "run");
+        "--precision bf16/f16 and --matmul-precision need the cpu engine (the reference runs the "
+        "graph as it is)",
+        "run");
   auto t0 = Clock::now();
   std::optional<Executable> exe;
   std::optional<LoadedExecutable> saved;
   if (is_saved_model(o.model)) {  // compiled already: no passes, no fusion, no --level
-    if (o.level || o.precision.auto_mixed_precision)
+    if (o.level || o.precision.auto_mixed_precision || o.precision.matmul_precision != "highest")
       throw UsageError(
           cat(o.model, " is a saved model, compiled already at the level and ",
-              "precision its file records: --level and --precision apply to ONNX ", "models"),
+              "precision its file records: --level, --precision and --matmul-precision apply to ",
+              "ONNX models"),
           "run");
     saved.emplace(load_executable(o.model));
   }
@@ -188,6 +197,7 @@ int run_main(const std::vector<std::string>& args) {
       exe.emplace(compile(g, {.level = static_cast<int>(o.level.value_or(2)),
                               .auto_mixed_precision = o.precision.auto_mixed_precision,
                               .mixed_precision = o.precision.mixed_precision,
+                              .matmul_precision = o.precision.matmul_precision,
                               .on_progress = progress_on(bar)}));
     }
     size_t on_cpu = 0;

@@ -61,7 +61,7 @@ double activate(const Epilogue& ep, double x) {
 // bf16 keeps 8 significant bits; IEEE half 11, with subnormals below 2^-14 (a quantum of 2^-24)
 // and infinity from 65520 up.
 double to_precision(double x, Precision p) {
-  if (p == Precision::kF32 || x == 0 || !std::isfinite(x)) return x;
+  if (p == Precision::kF32 || p == Precision::kBF16x3 || x == 0 || !std::isfinite(x)) return x;
   const int bits = p == Precision::kBF16 ? 8 : 11;
   if (p == Precision::kF16 && std::fabs(x) >= 65520) return std::copysign(INFINITY, x);
   if (p == Precision::kF16 && std::fabs(x) < std::ldexp(1.0, -14))
@@ -71,9 +71,18 @@ double to_precision(double x, Precision p) {
   return std::ldexp(std::nearbyint(std::ldexp(m, bits)), e - bits);
 }
 
+// bf16x3's parts of an fp32 value: its bf16 head and the bf16 tail of what the head leaves.
+double head_of(double x) {
+  return to_precision(x, Precision::kBF16);
+}
+double tail_of(double x) {
+  return to_precision(static_cast<float>(x) - static_cast<float>(head_of(x)), Precision::kBF16);
+}
+
 // Checks C (as sgemm left it) against the definition in double precision (with A and B rounded
-// to bf16 or f16 first when g.precision says so); the tolerance grows with sqrt(K) and the
-// magnitude of the terms.
+// to bf16 or f16 first when g.precision says so, or split for bf16x3); the tolerance grows with
+// sqrt(K) and the magnitude of the terms, except bf16x3's: fp32 accumulation only (a few 1e-8 of
+// the terms' magnitude; plain bf16 products are 1e-3 of each term off, fp32 ones 1e-5).
 void expect_matches(const GemmArgs& g, const std::string& what) {
   int bad = 0;
   // op(A) as M x K and op(B) as K x N in double, rounded for reduced-precision products.
@@ -88,12 +97,20 @@ void expect_matches(const GemmArgs& g, const std::string& what) {
       const double b = g.trans_b ? g.b[j * g.ldb + p] : g.b[p * g.ldb + j];
       bm[p * g.n + j] = to_precision(b, g.precision);
     }
+  // bf16x3: each term the sum of three products of heads and tails.
+  const bool split = g.precision == Precision::kBF16x3;
+  std::vector<double> ah, al, bh, bl;
+  if (split) {
+    for (double x : am) ah.push_back(head_of(x)), al.push_back(tail_of(x));
+    for (double x : bm) bh.push_back(head_of(x)), bl.push_back(tail_of(x));
+  }
   for (int64_t i = 0; i < g.m; ++i)
     for (int64_t j = 0; j < g.n; ++j) {
       double s = 0, mag = 0;
       for (int64_t p = 0; p < g.k; ++p) {
-        const double a = am[i * g.k + p], b = bm[p * g.n + j];
-        s += a * b;
+        const int64_t x = i * g.k + p, y = p * g.n + j;
+        const double a = am[x], b = bm[y];
+        s += split ? ah[x] * bh[y] + al[x] * bh[y] + ah[x] * bl[y] : a * b;
         mag += std::fabs(a * b);
       }
       double x = g.alpha * s;
@@ -112,7 +129,10 @@ void expect_matches(const GemmArgs& g, const std::string& what) {
       }
       const double want = activate(ep, x), got = g.c[i * g.ldc + j];
       const double tol =
-          1e-5 * std::sqrt(static_cast<double>(std::max<int64_t>(g.k, 1))) * (mag + 1.0) + 1e-6;
+          g.precision == Precision::kBF16x3
+              ? 1e-6 * (mag + 1.0)
+              : 1e-5 * std::sqrt(static_cast<double>(std::max<int64_t>(g.k, 1))) * (mag + 1.0) +
+                    1e-6;
       if (!(std::fabs(got - want) <= tol) && bad++ < 3)
         ADD_FAILURE() << what << " at (" << i << ", " << j << "): got " << got << ", want " << want;
     }
@@ -201,8 +221,9 @@ TEST(CpuGemm, MatchesDoubleLoopForEveryShapeAndTranspose) {
 // the precision off (the fp32 kernels on rounded values for bf16, scalar rounding for f16).
 std::vector<std::vector<Ext>> ways_to_run(Precision precision) {
   std::vector<std::vector<Ext>> ways = {{}};
-  if (precision == Precision::kBF16 && has_ext(Ext::kAmxBf16)) ways.push_back({Ext::kAmxBf16});
-  ways.push_back({precision == Precision::kBF16 ? Ext::kAvx512Bf16 : Ext::kF16c});
+  const bool bf16 = precision == Precision::kBF16 || precision == Precision::kBF16x3;
+  if (bf16 && has_ext(Ext::kAmxBf16)) ways.push_back({Ext::kAmxBf16});
+  ways.push_back({bf16 ? Ext::kAvx512Bf16 : Ext::kF16c});
   return ways;
 }
 
@@ -245,14 +266,15 @@ void expect_rounded_products(Precision precision) {
               cat(cfg, ", ", precision_name(precision), ExtsOff::name(way), ", ",
                   plan_gemm(p.g).str(), ", ", s.m, "x", s.n, "x", s.k, " t", t);
           expect_matches(p.g, what);
-          if (s.m * s.n * s.k >= 1000 && t == 0) {  // and it differs from fp32 products
+          if (s.m * s.n * s.k >= 1000 && t == 0) {  // and it differs from fp32 (bf16) products
             std::vector<float> bf = p.c;
-            p.g.precision = Precision::kF32;
+            const bool split = precision == Precision::kBF16x3;
+            p.g.precision = split ? Precision::kBF16 : Precision::kF32;
             sgemm(p.g);
             double diff = 0;
             for (int64_t i = 0; i < s.m * p.g.ldc; ++i)
               if (std::isfinite(p.c[i])) diff = std::max<double>(diff, std::fabs(p.c[i] - bf[i]));
-            EXPECT_GT(diff, precision == Precision::kBF16 ? 1e-4 : 1e-6) << what;
+            EXPECT_GT(diff, precision == Precision::kF16 ? 1e-6 : 1e-4) << what;
           }
         }
     });
@@ -265,6 +287,52 @@ TEST(CpuGemmBf16, MatchesRoundedDoubleLoopWithAndWithoutAmxAndVdpbf16ps) {
 
 TEST(CpuGemmF16, MatchesRoundedDoubleLoopWithAndWithoutF16c) {
   expect_rounded_products(Precision::kF16);
+}
+
+TEST(CpuGemmBf16x3, MatchesTheSplitProductsWithAndWithoutAmxAndVdpbf16ps) {
+  expect_rounded_products(Precision::kBF16x3);
+}
+
+// bf16x3 keeps 16 significant bits of each operand, no more: with every a = 1 + 2^-9 + 2^-20
+// (head 1, tail 2^-9, the 2^-20 past the tail) and b = 1 + 2^-10 + 2^-21 (head 1, tail 2^-10),
+// each term is 1 + 2^-9 + 2^-10 exactly, where fp32 products give 1 + 2^-9 + 2^-10 + 2^-19 + ...
+// and bf16 ones 1; a part multiplied twice or left out gives another value. On AMX tiles (16 rows
+// and more), VDPBF16PS and the fp32 kernels on rounded values, every ISA, B packed or not.
+TEST(CpuGemmBf16x3, KeepsSixteenBitsOfEachOperand) {
+  const float a_value = 1.0f + std::ldexp(1.0f, -9) + std::ldexp(1.0f, -20);
+  const float b_value = 1.0f + std::ldexp(1.0f, -10) + std::ldexp(1.0f, -21);
+  for (const std::vector<Ext>& way : ways_to_run(Precision::kBF16x3)) {
+    const ExtsOff off(way);
+    for_each_config([&](const std::string& cfg) {
+      for (const Case& s : {Case{1, 3, 5}, Case{32, 40, 7}, Case{17, 64, 40}})
+        for (bool packed : {false, true}) {
+          std::vector<float> a(static_cast<size_t>(s.m * s.k), a_value);
+          std::vector<float> b(static_cast<size_t>(s.k * s.n), b_value), c(s.m * s.n, NAN);
+          GemmArgs g{.m = s.m,
+                     .n = s.n,
+                     .k = s.k,
+                     .a = a.data(),
+                     .lda = s.k,
+                     .b = b.data(),
+                     .ldb = s.n,
+                     .c = c.data(),
+                     .ldc = s.n};
+          g.precision = Precision::kBF16x3;
+          if (packed)
+            sgemm_packed(g, pack_b(s.k, s.n, b.data(), s.n, false, Precision::kBF16x3));
+          else
+            sgemm(g);
+          const float want =
+              static_cast<float>(s.k * (1.0 + std::ldexp(1.0, -9) + std::ldexp(1.0, -10)));
+          int bad = 0;
+          for (float x : c)
+            if (x != want && bad++ < 2)
+              ADD_FAILURE() << cfg << ExtsOff::name(way) << ", " << s.m << "x" << s.n << "x" << s.k
+                            << (packed ? " packed" : "") << ": got " << x << ", want " << want
+                            << " (" << plan_gemm(g, 1, packed).str() << ")";
+        }
+    });
+  }
 }
 
 // Half-precision storage (GemmArgs::a_half, c_half): A read from bf16 / f16 bits and C stored
@@ -463,6 +531,63 @@ TEST(CpuGemmBf16, PackedARunsAnywhere) {
       expect_packed_runs_anywhere(p, ta ? "packed A bf16 transA" : "packed A bf16",
                                   [&](const GemmArgs& g) { sgemm_packed_a(g, packed); });
     }
+}
+
+// B and A packed for bf16x3 hold K three times as bf16 pairs, run anywhere (unpacked to head +
+// tail and split again where the ISA or extensions differ), give back head + tail, and compute
+// the split products.
+TEST(CpuGemmBf16x3, PackedOperandsRunAnywhere) {
+  for (const Case& s : {Case{1, 70, 600}, Case{33, 65, 17}, Case{129, 31, 257}, Case{6, 64, 2}})
+    for (bool t : {false, true}) {
+      Problem p(s, t, t, 11);
+      const PackedB b = pack_b(s.k, s.n, p.g.b, p.g.ldb, t, Precision::kBF16x3);
+      EXPECT_EQ(b.precision(), Precision::kBF16x3);
+      EXPECT_EQ(b.k(), s.k);
+      EXPECT_EQ(b.packed_k(), 3 * s.k);
+      const std::vector<float> back = b.unpack();  // N x K: values that split the same way
+      for (int64_t j = 0; j < s.n; ++j)
+        for (int64_t q = 0; q < s.k; ++q) {
+          const double x = t ? p.g.b[j * p.g.ldb + q] : p.g.b[q * p.g.ldb + j];
+          const double y = back[j * s.k + q];
+          ASSERT_EQ(head_of(y), head_of(x)) << j << "," << q;
+          ASSERT_EQ(tail_of(y), tail_of(x)) << j << "," << q;
+          ASSERT_NEAR(y, x, std::ldexp(std::fabs(x), -15)) << j << "," << q;
+        }
+      expect_packed_runs_anywhere(
+          p, cat("packed B bf16x3", t ? " transB" : ""),
+          [&](const GemmArgs& g) { sgemm_packed(g, b); }, Precision::kBF16x3);
+      const PackedA a = pack_a(s.m, s.k, p.g.a, p.g.lda, t, Precision::kBF16x3);
+      EXPECT_EQ(a.k(), s.k);
+      expect_packed_runs_anywhere(
+          p, cat("packed A bf16x3", t ? " transA" : ""),
+          [&](const GemmArgs& g) { sgemm_packed_a(g, a); }, Precision::kBF16x3);
+    }
+  // Batched with a broadcast A and B, each item's B split.
+  for_each_config([](const std::string& cfg) {
+    const Case s{20, 30, 50};
+    for (int64_t stride_a : {int64_t{0}, s.m * s.k}) {
+      std::vector<float> a = random_vector(3 * s.m * s.k, 1), b = random_vector(3 * s.k * s.n, 2);
+      std::vector<float> c(3 * s.m * s.n, NAN);
+      GemmArgs g{.m = s.m,
+                 .n = s.n,
+                 .k = s.k,
+                 .a = a.data(),
+                 .lda = s.k,
+                 .b = b.data(),
+                 .ldb = s.n,
+                 .c = c.data(),
+                 .ldc = s.n};
+      g.precision = Precision::kBF16x3;
+      sgemm_batched(g, 3, stride_a, s.k * s.n, s.m * s.n);
+      for (int64_t i = 0; i < 3; ++i) {
+        GemmArgs item = g;
+        item.a += i * stride_a;
+        item.b += i * s.k * s.n;
+        item.c += i * s.m * s.n;
+        expect_matches(item, cat(cfg, ", batched bf16x3 item ", i, stride_a ? "" : " (A shared)"));
+      }
+    }
+  });
 }
 
 // bf16 products of 16 rows or more run on AMX tiles where the CPU has AMX-BF16 (fewer rows, or
@@ -913,9 +1038,9 @@ TEST(CpuGemmKernels, GemmMatchesTheReference) {
   });
 }
 
-// precision="bf16" or "f16" (AutoMixedPrecision) on the CPU kernels, with `ext` (VDPBF16PS,
-// F16C) on and off, against the reference interpreter, which rounds the operands itself; and the
-// reference's rounding changes the result.
+// precision="bf16" or "f16" (AutoMixedPrecision), or "bf16x3" (MatMulPrecision), on the CPU
+// kernels, with `ext` (VDPBF16PS, F16C, AMX-BF16) on and off, against the reference interpreter,
+// which rounds (splits) the operands itself; and the reference's rounding changes the result.
 void expect_precision_matches_reference(const std::string& precision, Ext ext_used) {
   Attributes reduced;
   reduced.set("precision", precision);
@@ -953,8 +1078,8 @@ void expect_precision_matches_reference(const std::string& precision, Ext ext_us
   double diff = 0;
   for (int64_t i = 0; i < 16; ++i)
     diff = std::max(diff, std::fabs(out[0].item_as_double(i) - out[1].item_as_double(i)));
-  EXPECT_GT(diff, precision == "bf16" ? 1e-4 : 1e-6) << precision;
-  EXPECT_LT(diff, precision == "bf16" ? 0.1 : 1e-2) << precision;
+  EXPECT_GT(diff, precision == "bf16" ? 1e-4 : precision == "f16" ? 1e-6 : 1e-7) << precision;
+  EXPECT_LT(diff, precision == "bf16" ? 0.1 : precision == "f16" ? 1e-2 : 1e-4) << precision;
 }
 
 TEST(CpuGemmKernels, Bf16PrecisionMatchesTheReference) {
@@ -963,6 +1088,10 @@ TEST(CpuGemmKernels, Bf16PrecisionMatchesTheReference) {
 
 TEST(CpuGemmKernels, F16PrecisionMatchesTheReference) {
   expect_precision_matches_reference("f16", Ext::kF16c);
+}
+
+TEST(CpuGemmKernels, Bf16x3PrecisionMatchesTheReference) {
+  expect_precision_matches_reference("bf16x3", Ext::kAmxBf16);
 }
 
 TEST(CpuGemmKernels, OtherDtypesFallBackToTheReference) {

@@ -9,6 +9,8 @@
 #include <numbers>
 #include <random>
 
+#include "backend/cpu/isa/isa.h"
+#include "pto/device_info.h"
 #include "pto/executable.h"
 #include "pto/passes.h"
 #include "pto/reference.h"
@@ -749,6 +751,72 @@ TEST(PassRecognizeAttention, ReducedPrecisionProductsGiveAReducedPrecisionAttent
   const Graph f32 = run_passes(mixed, {.level = 2, .only = {"RecognizeAttention"}});
   ASSERT_EQ(f32.nodes().size(), 1u) << print(f32);
   EXPECT_FALSE(only(f32, "Attention").attrs.has("precision"));
+  // Both split into bf16x3 products (MatMulPrecision "high"), which Attention has no form of:
+  // float32 (more exact), equal to the split MatMuls within their ~1e-5.
+  Graph split = b.g;
+  for (Node& n : split.mutable_nodes())
+    if (n.op == "MatMul") n.attrs.set("precision", std::string("bf16x3"));
+  const Graph exact = run_passes(split, {.level = 2, .only = {"RecognizeAttention"}});
+  ASSERT_EQ(exact.nodes().size(), 1u) << print(exact);
+  EXPECT_FALSE(only(exact, "Attention").attrs.has("precision"));
+  compare(split, exact, b.inputs(9), 1e-4);
+}
+
+// ---- MatMulPrecision ----
+
+// torch.set_float32_matmul_precision's meaning for float32 MatMul and Gemm: "high" splits them
+// into bf16x3 products where this machine has AMX-BF16 (not with AMX turned off), except a
+// product of fewer than 16 rows by its static shape; "medium" rounds them to bf16 where it has
+// AVX512_BF16; "highest" (the default) leaves the pipeline without the pass; products already
+// marked (AutoMixedPrecision) and other ops stay as they are; an unknown value is a ValueError.
+TEST(PassMatMulPrecision, FollowsTorchsFloat32MatmulPrecision) {
+  Builder b;
+  const ValueId x = b.input("x", {2, 16, 64}), row = b.input("row", {1, 64});
+  const ValueId w = b.random("w", {64, 32});
+  const ValueId big = b.op("MatMul", {x, w});  // 32 rows: A's batch folds into M
+  const ValueId gemm =
+      b.op("Gemm",
+           {b.op("Reshape", {x, b.constant("s", Tensor::from_vector<int64_t>({32, 64}, {2}))}), w});
+  const ValueId one = b.op("MatMul", {row, w});  // one row: stays fp32 under "high"
+  const ValueId kept = b.op("MatMul", {row, w}, b.attrs({{"precision", std::string("f16")}}));
+  for (ValueId v : {big, gemm, one, kept}) b.g.add_output(v);
+  infer_types(b.g);
+  auto precisions = [](const Graph& g) {
+    std::vector<std::string> p;
+    for (const Node& n : g.nodes())
+      if (n.op == "MatMul" || n.op == "Gemm") p.push_back(n.attrs.get_string("precision", "-"));
+    return p;
+  };
+  const DeviceInfo& d = device_info();
+  const bool amx = d.isa == "avx512" && d.amx_bf16 && d.avx512_bf16 && !ext_turned_off("amx_bf16");
+  const bool bf16 = d.isa == "avx512" && d.avx512_bf16 && !ext_turned_off("avx512_bf16");
+  std::vector<PassReport> report;
+  const Graph high = run_passes(
+      b.g, {.level = 1, .matmul_precision = "high", .only = {"MatMulPrecision"}}, &report);
+  using V = std::vector<std::string>;
+  EXPECT_EQ(precisions(high),
+            amx ? V({"bf16x3", "bf16x3", "-", "f16"}) : V({"-", "-", "-", "f16"}));
+  EXPECT_EQ(report.front().fired.count(amx ? "MatMulPrecision/bf16x3 MatMul/Gemm"
+                                           : "MatMulPrecision/float32: no AMX-BF16"),
+            1u);
+  if (amx) {  // and the split products are within ~1e-5 of fp32 ones on the reference
+    compare(b.g, high, b.inputs(3), 1e-4);
+    cpu::ExtScope off(cpu::Ext::kAmxBf16);
+    EXPECT_EQ(precisions(run_passes(
+                  b.g, {.level = 1, .matmul_precision = "high", .only = {"MatMulPrecision"}})),
+              V({"-", "-", "-", "f16"}));
+  }
+  const Graph medium =
+      run_passes(b.g, {.level = 1, .matmul_precision = "medium", .only = {"MatMulPrecision"}});
+  EXPECT_EQ(precisions(medium),
+            bf16 ? V({"bf16", "bf16", "bf16", "f16"}) : V({"-", "-", "-", "f16"}));
+  report.clear();
+  run_passes(b.g, {.level = 1, .matmul_precision = "high"}, &report);  // first in the pipeline
+  EXPECT_EQ(report.front().name, "MatMulPrecision");
+  report.clear();
+  run_passes(b.g, {.level = 1}, &report);
+  for (const PassReport& r : report) EXPECT_NE(r.name, "MatMulPrecision");
+  EXPECT_THROW(run_passes(b.g, {.level = 1, .matmul_precision = "fast"}), ValueError);
 }
 
 TEST(PassRecognizeAttention, BertEagerFormWithHeadSplitAndAdditiveMask) {

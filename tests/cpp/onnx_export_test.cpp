@@ -168,6 +168,78 @@ TEST(OnnxExport, Bf16PrecisionBecomesCasts) {
   EXPECT_TRUE(same_bits(reference::run(back, feed)[0], reference::run(g, feed)[0]));
 }
 
+// PyPTO's precision="bf16x3" on MatMul and Gemm (MatMulPrecision) is written as the sum of its
+// three products, (Ah Bh) + ((Al Bh) + (Ah Bl)), of heads Cast(Cast(x, bfloat16), float) and tails
+// (the same of x - head); a Gemm's C (beta) with the first product, alpha and transB with all.
+// The re-imported graph runs on the reference interpreter to the marked graph's values within
+// fp32 rounding of the three sums, and differs from the fp32 graph by more.
+TEST(OnnxExport, Bf16x3PrecisionBecomesItsThreeProducts) {
+  Graph g;
+  g.opset = 17;
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto constant = [&](const std::string& name, Dims shape) {
+    std::vector<float> v(static_cast<size_t>(shape[0] * (shape.size() > 1 ? shape[1] : 1)));
+    for (float& x : v) x = u(rng);
+    const ValueId id = g.add_value(name);
+    g.set_initializer(id, Tensor::from_vector<float>(v, shape));
+    return id;
+  };
+  const ValueId a = g.add_input("a", {DType::kF32, Shape{3, 40}});
+  const ValueId w = constant("w", {6, 40}), c = constant("c", {6}), w2 = constant("w2", {6, 5});
+  const ValueId y = g.add_value("y"), z = g.add_value("z");
+  Attributes attrs;
+  attrs.set("transB", int64_t{1});
+  attrs.set("alpha", 0.5);
+  attrs.set("beta", -2.0);
+  attrs.set("precision", std::string("bf16x3"));
+  g.add_node("Gemm", {a, w, c}, {y}, attrs, "fc");
+  Attributes split;
+  split.set("precision", std::string("bf16x3"));
+  g.add_node("MatMul", {y, w2}, {z}, split, "mm");
+  g.add_output(z);
+  infer_types(g);
+
+  const ::onnx::ModelProto m = parse(onnx::save_to_bytes(g));
+  std::multiset<std::string> ops;
+  int bf16_casts = 0;
+  for (const auto& n : m.graph().node()) {
+    ops.insert(n.op_type());
+    for (const auto& at : n.attribute()) {
+      EXPECT_NE(at.name(), "precision");
+      if (n.op_type() == "Cast" && at.name() == "to" && at.i() == 16) ++bf16_casts;
+    }
+  }
+  EXPECT_EQ(ops.count("Gemm"), 3u);
+  EXPECT_EQ(ops.count("MatMul"), 3u);
+  EXPECT_EQ(ops.count("Add"), 4u);
+  EXPECT_EQ(ops.count("Sub"), 4u);
+  EXPECT_EQ(bf16_casts, 8);  // a head and a tail of each of four operands
+
+  const Graph back = round_trip(g);
+  std::vector<float> av(3 * 40);
+  for (float& x : av) x = u(rng);
+  const std::vector<Tensor> feed = {Tensor::from_vector<float>(av, {3, 40})};
+  const Tensor got = reference::run(back, feed)[0], want = reference::run(g, feed)[0];
+  Graph f32 = g;
+  for (Node& n : f32.mutable_nodes()) {
+    Attributes kept;
+    for (const auto& [key, v] : n.attrs.all())
+      if (key != "precision") kept.set(key, v);
+    n.attrs = kept;
+  }
+  const Tensor exact = reference::run(f32, feed)[0];
+  double diff = 0, split_error = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    diff = std::max(diff, std::fabs(got.item_as_double(i) - want.item_as_double(i)));
+    split_error =
+        std::max(split_error, std::fabs(exact.item_as_double(i) - want.item_as_double(i)));
+  }
+  EXPECT_LT(diff, 2e-6);
+  EXPECT_GT(split_error, 4 * diff);
+  EXPECT_LT(split_error, 1e-3);
+}
+
 // Attention with precision="bf16" rounds Q, K and V through Casts (once under qkv_split, whose
 // three inputs are one tensor); the probabilities' rounding has no ONNX form, so the re-imported
 // graph equals the marked one to bf16's rounding of them, and differs from the fp32 graph by more.

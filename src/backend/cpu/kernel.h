@@ -171,8 +171,8 @@ class KernelRegistry {
 std::vector<Tensor> run_reference(const KernelContext& c);
 
 // A MatMul, Gemm or Conv node's precision attribute as the GEMM's (gemm_kernels.cpp): absent is
-// fp32; nullopt for anything but "bf16" and "f16" (the kernel declines; the reference says what
-// is wrong).
+// fp32, "bf16x3" on a MatMul or Gemm kBF16x3; nullopt for anything but those, "bf16" and "f16"
+// (the kernel declines; the reference says what is wrong).
 std::optional<Precision> precision_of(const Node& n);
 
 // Kernel families register themselves through these (explicit calls, as for the reference).

@@ -235,6 +235,54 @@ void attribute_to_proto(const std::string& name, const Attribute& a, const std::
       a);
 }
 
+// PyPTO's precision="bf16x3" on a MatMul or Gemm (MatMulPrecision) is not ONNX: the file splits
+// A and B into bf16 heads, Cast(Cast(x, bfloat16), float), and tails, the same of x - head, and
+// sums the three products the op sums, (Ah Bh) + ((Al Bh) + (Ah Bl)); a Gemm's C (beta) goes with
+// the first, its alpha and transposes with all three.
+void split_products_to_proto(const Node& n, const std::vector<std::string>& names,
+                             std::unordered_set<std::string>& taken, ::onnx::GraphProto& gp) {
+  const std::string base = n.name.empty() ? n.op : n.name;
+  auto add = [&](const std::string& op, std::vector<std::string> ins, std::string out = "") {
+    auto* p = gp.add_node();
+    p->set_op_type(op);
+    std::string name = cat(base, "/bf16x3/", op);
+    while (!taken.insert(name).second) name += "_";
+    p->set_name(name);
+    for (const std::string& i : ins) p->add_input(i);
+    p->add_output(out.empty() ? name : out);  // the node's fresh name, or the op's output
+    return p;
+  };
+  auto cast = [&](const std::string& x, int64_t to) {
+    auto* p = add("Cast", {x});
+    auto* a = p->add_attribute();
+    a->set_name("to");
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(to);
+    return p->output(0);
+  };
+  auto round = [&](const std::string& x) {
+    return cast(cast(x, onnx_code(DType::kBF16)), onnx_code(DType::kF32));
+  };
+  std::string head[2], tail[2];
+  for (int i = 0; i < 2; ++i) {
+    head[i] = round(names[n.inputs[i]]);
+    tail[i] = round(add("Sub", {names[n.inputs[i]], head[i]})->output(0));
+  }
+  const bool has_c = n.op == "Gemm" && n.inputs.size() > 2 && n.inputs[2] != kNoValue;
+  auto product = [&](const std::string& a, const std::string& b, bool with_c) {
+    std::vector<std::string> ins{a, b};
+    if (with_c) ins.push_back(names[n.inputs[2]]);
+    auto* p = add(n.op, ins);
+    for (const auto& [key, v] : n.attrs.all())
+      if (key != "precision" && (with_c || key != "beta"))
+        attribute_to_proto(key, v, n.where(), *p->add_attribute());
+    return p->output(0);
+  };
+  const std::string hh = product(head[0], head[1], has_c), lh = product(tail[0], head[1], false),
+                    hl = product(head[0], tail[1], false);
+  add("Add", {hh, add("Add", {lh, hl})->output(0)}, names[n.outputs[0]]);
+}
+
 // `capture_names`: for a subgraph, the outer names of its captures, which are not written as
 // inputs: ONNX subgraphs read outer values by name.
 // `opset`: the default domain's, which nodes of an older one are written in the form of.
@@ -283,6 +331,10 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp, int opset,
     return name;
   };
   for (const Node& n : g.nodes()) {
+    if (n.domain.empty() && params::split_bf16_products(n)) {
+      split_products_to_proto(n, names, taken, gp);
+      continue;
+    }
     // PyPTO's precision="bf16" / "f16" on MatMul/Gemm/Conv/Attention (AutoMixedPrecision) is not
     // ONNX: each product operand goes through Cast(to=bfloat16 or float16) and Cast(to=float)
     // instead, which rounds it the same way (Attention's probabilities excepted: op_params.h).

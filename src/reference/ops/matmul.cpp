@@ -16,7 +16,8 @@ std::vector<double> product_operand(const KernelContext& c, const Tensor& t, con
   const std::optional<DType> p = params::product_precision(c.node);
   if (!p)
     throw UnsupportedError(cat(w, ": precision '", c.node.attrs.get_string("precision"),
-                               "' is not one PyPTO knows (\"bf16\", \"f16\")"));
+                               "' is not one PyPTO knows for ", c.node.op,
+                               " (\"bf16\", \"f16\"; \"bf16x3\" on MatMul and Gemm)"));
   if (*p == DType::kF32) return v;
   dispatch(*p, kFloatTypes, w, [&]<class H>() {
     for (double& x : v) x = static_cast<float>(cast_value<H>(x));  // Cast's own rounding
@@ -25,6 +26,31 @@ std::vector<double> product_operand(const KernelContext& c, const Tensor& t, con
 }
 
 namespace {
+
+// A bf16x3 product (params::split_bf16_products) as the sum of its three: with each operand's
+// head h = bf16(x) and tail l = bf16(x - h), product(Ah, Bh) + product(Al, Bh) + product(Ah, Bl).
+template <class Product>
+std::vector<double> split_products(const std::vector<double>& a, const std::vector<double>& b,
+                                   Product product) {
+  auto split = [](const std::vector<double>& v, std::vector<double>& head,
+                  std::vector<double>& tail) {
+    head.resize(v.size());
+    tail.resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const auto x = static_cast<float>(v[i]);
+      const auto h = static_cast<float>(cast_value<BFloat16>(x));
+      head[i] = h;
+      tail[i] = static_cast<float>(cast_value<BFloat16>(x - h));
+    }
+  };
+  std::vector<double> ah, al, bh, bl;
+  split(a, ah, al);
+  split(b, bh, bl);
+  std::vector<double> y = product(ah, bh);
+  const std::vector<double> y2 = product(al, bh), y3 = product(ah, bl);
+  for (size_t i = 0; i < y.size(); ++i) y[i] += y2[i] + y3[i];
+  return y;
+}
 
 // numpy matmul of A and B: the result shape and, per broadcast batch, where each operand's matrix
 // starts.
@@ -114,9 +140,18 @@ std::vector<Tensor> matmul(const KernelContext& c) {
   const Tensor &A = c.input(0), &B = c.input(1);
   params::check_product_operands(c.node, A.dtype(), B.dtype(), w);
   const Plan p = plan_matmul(A.shape(), B.shape(), w);
-  if (is_floating(A.dtype()))
-    return {tensor_from(params::product_result_dtype(c.node, A.dtype()), p.yshape,
-                        run_plan(p, product_operand(c, A, w), product_operand(c, B, w)), w)};
+  if (is_floating(A.dtype())) {
+    const std::vector<double> av = product_operand(c, A, w), bv = product_operand(c, B, w);
+    return {tensor_from(
+        params::product_result_dtype(c.node, A.dtype()), p.yshape,
+        params::split_bf16_products(c.node)
+            ? split_products(av, bv,
+                             [&](const std::vector<double>& x, const std::vector<double>& y) {
+                               return run_plan(p, x, y);
+                             })
+            : run_plan(p, av, bv),
+        w)};
+  }
   return {tensor_from(A.dtype(), p.yshape,
                       run_plan(p, values_as<uint64_t>(A, w), values_as<uint64_t>(B, w)), w)};
 }
@@ -157,8 +192,16 @@ Tensor gemm_typed(const KernelContext& c, V alpha, V beta) {
     av = values_as<V>(A, w);
     bv = values_as<V>(B, w);
   }
-  std::vector<V> y = run_plan(p, maybe_transpose(av, A.dim(0), A.dim(1), ta),
-                              maybe_transpose(bv, B.dim(0), B.dim(1), tb));
+  av = maybe_transpose(av, A.dim(0), A.dim(1), ta);
+  bv = maybe_transpose(bv, B.dim(0), B.dim(1), tb);
+  std::vector<V> y;
+  if constexpr (std::is_same_v<V, double>) {
+    if (params::split_bf16_products(c.node))
+      y = split_products(av, bv, [&](const std::vector<double>& x, const std::vector<double>& z) {
+        return run_plan(p, x, z);
+      });
+  }
+  if (y.empty()) y = run_plan(p, av, bv);
   for (V& v : y) v *= alpha;
   if (c.has_input(2)) {
     const Tensor& C = c.input(2);

@@ -117,7 +117,55 @@ Blocking amx_blocking() {
 }
 
 thread_local ScratchBuffer t_pack_a, t_pack_b, t_pack_edge;  // packed panels
-thread_local ScratchBuffer t_widen_a;                        // a half A block as floats
+thread_local ScratchBuffer t_widen_a;  // a half A block as floats; a bf16x3 A block split
+thread_local ScratchBuffer t_split_b;  // a bf16x3 B not packed ahead, its K tripled
+
+// ---- bf16x3 (Precision::kBF16x3): one bf16 product over K tripled ----
+// Along K, A becomes [A, A - bf16(A), A] and B [B; B; B - bf16(B)] in floats; packing rounds
+// each part to bf16, so A's parts are its head, tail, head and B's head, head, tail, and the
+// pairs sum Ah Bh + Al Bh + Ah Bl. (x - bf16(x) is exact in fp32: x and its rounding share an
+// exponent but for the last binade.)
+constexpr int kSplitParts = 3;
+constexpr bool kTailOfA[kSplitParts] = {false, true, false};
+constexpr bool kTailOfB[kSplitParts] = {false, false, true};
+
+// v[i] -= bf16(v[i]): each value's tail, before its own rounding to bf16.
+void keep_tail(float* v, int64_t n) {
+  constexpr int64_t kRun = 256;
+  alignas(64) float head[kRun];
+  for (int64_t i = 0; i < n; i += kRun) {
+    const int64_t w = std::min(kRun, n - i);
+    std::memcpy(head, v + i, w * sizeof(float));
+    round_to_bf16(head, w);
+    for (int64_t j = 0; j < w; ++j) v[i + j] -= head[j];
+  }
+}
+
+// Columns [q0, q0 + w) of a row of the tripled K (each value at x[q % k]) into dst, the tails
+// where `tail` says so.
+void split_row(const float* x, int64_t k, int64_t q0, int64_t w, const bool* tail, float* dst) {
+  for (int64_t q = q0; q < q0 + w;) {
+    const int64_t part = q / k, c = q % k, run = std::min(k - c, q0 + w - q);
+    std::memcpy(dst + (q - q0), x + c, run * sizeof(float));
+    if (tail[part]) keep_tail(dst + (q - q0), run);
+    q += run;
+  }
+}
+
+// op(X) with its K tripled into `dst` (contiguous): K along the rows of X (k_rows: X is K x
+// `other`, row stride ld, giving 3K x other) or along its columns (other x K giving other x 3K).
+void split_operand(const float* x, int64_t ld, bool k_rows, int64_t other, int64_t k,
+                   const bool* tail, float* dst) {
+  if (!k_rows) {
+    for (int64_t r = 0; r < other; ++r)
+      split_row(x + r * ld, k, 0, kSplitParts * k, tail, dst + r * kSplitParts * k);
+    return;
+  }
+  for (int64_t q = 0; q < kSplitParts * k; ++q) {
+    std::memcpy(dst + q * other, x + (q % k) * ld, other * sizeof(float));
+    if (tail[q / k]) keep_tail(dst + q * other, other);
+  }
+}
 
 // n half values (kBF16 or kF16 bits) <-> floats.
 void widen_half(Precision type, const uint16_t* x, float* y, int64_t n) {
@@ -141,6 +189,7 @@ const float* widen_a_block(const GemmArgs& g, int64_t offset, int64_t rows, int6
 // steps; the packing functions take the real K of a slice.
 struct PanelOps {
   Precision precision = Precision::kF32;
+  bool split = false;  // kBF16x3: bf16 products over K tripled (precision kBF16; g.k is 3 K)
   bool pairs = false;
   bool amx = false;     // the pairs multiplied on AMX tiles (A in kAmxMR-row chunked panels)
   int unit = 1;         // values of K per step
@@ -154,6 +203,8 @@ constexpr int64_t kAmxMinRows = 16;
 // The panels for products in `p` of `m` rows of A (m only matters for AMX).
 PanelOps panel_ops(Precision p, int64_t m) {
   PanelOps o;
+  o.split = p == Precision::kBF16x3;
+  if (o.split) p = Precision::kBF16;
   o.precision = p;
   o.pairs = p == Precision::kBF16 && active_isa() == Isa::kAvx512 && has_ext(Ext::kAvx512Bf16);
   o.amx = o.pairs && m >= kAmxMinRows && has_ext(Ext::kAmxBf16);
@@ -180,6 +231,7 @@ Blocking blocking_of(const GemmArgs& g, const PanelOps& o) {
 // generic kernels would widen element by element), f16 with F16C, bf16 where VDPBF16PS does not
 // run (its pairs are the better form).
 bool half_panels_run(Precision p) {
+  if (p == Precision::kBF16x3) p = Precision::kBF16;
   if (active_isa() == Isa::kGeneric || p == Precision::kF32) return false;
   return p == Precision::kF16 ? has_ext(Ext::kF16c) : !panel_ops(p, 0).pairs;
 }
@@ -257,6 +309,21 @@ struct Prepacked {
 // first when A is held as halves).
 void pack_a_block(const GemmArgs& g, const PanelOps& o, int64_t ic, int64_t mc, int64_t k0,
                   int64_t k_real, float* ap) {
+  if (o.split) {  // this block of [A, A - bf16(A), A] made first (g.k: the tripled K)
+    const int64_t k = g.k / kSplitParts;
+    float* w = t_widen_a.get_as<float>(mc * k_real);
+    if (g.trans_a) {  // k_real rows of mc
+      for (int64_t q = k0; q < k0 + k_real; ++q) {
+        float* row = w + (q - k0) * mc;
+        std::memcpy(row, g.a + (q % k) * g.lda + ic, mc * sizeof(float));
+        if (kTailOfA[q / k]) keep_tail(row, mc);
+      }
+    } else {
+      for (int64_t r = 0; r < mc; ++r)
+        split_row(g.a + (ic + r) * g.lda, k, k0, k_real, kTailOfA, w + r * k_real);
+    }
+    return pack_a_for(o, w, g.trans_a ? mc : k_real, g.trans_a, mc, k_real, ap);
+  }
   const int64_t offset = g.trans_a ? k0 * g.lda + ic : ic * g.lda + k0;
   if (g.a_half && o.amx && !g.trans_a && g.a_half_type == Precision::kBF16)  // no widening
     return avx512::gemm_pack_a_amx_bf16(g.a_half + offset, g.lda, mc, k_real, ap);
@@ -559,10 +626,9 @@ GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int t
   return p;
 }
 
-void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t stride_a,
-              int64_t stride_b, int64_t stride_c, int64_t stride_r) {
-  if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
-  PTO_CHECK(!(args.b_rows && args.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
+// One call (bf16x3: its K already tripled, B packed ahead or split) over the blocking and tasks.
+void run_blocked(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t stride_a,
+                 int64_t stride_b, int64_t stride_c, int64_t stride_r) {
   const PanelOps ops = panel_ops(args.precision, args.m);
   const Blocking bl = blocking_of(args, ops);
   const GemmPlan plan = make_plan(args, pre, batch, in_parallel_region() ? 1 : num_threads());
@@ -601,25 +667,60 @@ void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t
   }
 }
 
+// bf16x3's arguments as the driver runs them: K tripled (A is split as it is packed).
+GemmArgs tripled(const GemmArgs& args) {
+  if (args.precision != Precision::kBF16x3) return args;
+  PTO_CHECK(!args.a_half && !args.b_rows)
+      << "sgemm: bf16x3 products take a float A and B (no a_half, no b_rows)";
+  GemmArgs g = args;
+  g.k = kSplitParts * args.k;
+  return g;
+}
+
+void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t stride_a,
+              int64_t stride_b, int64_t stride_c, int64_t stride_r) {
+  if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
+  PTO_CHECK(!(args.b_rows && args.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
+  GemmArgs g = tripled(args);
+  if (g.precision == Precision::kBF16x3 && !pre.b) {  // each item's B split here, once
+    const int64_t items = stride_b ? batch : 1, size = g.k * g.n;
+    float* b = t_split_b.get_as<float>(items * size);
+    for (int64_t i = 0; i < items; ++i)
+      split_operand(args.b + i * stride_b, args.ldb, !args.trans_b, args.n, args.k, kTailOfB,
+                    b + i * size);
+    g.b = b;
+    g.ldb = g.trans_b ? g.k : g.n;
+    stride_b = stride_b ? size : 0;
+  }
+  run_blocked(g, pre, batch, stride_a, stride_b, stride_c, stride_r);
+}
 }  // namespace
 
 void round_to_precision(Precision p, float* v, int64_t n) {
-  if (p == Precision::kBF16)
+  if (p == Precision::kBF16 || p == Precision::kBF16x3)
     round_to_bf16(v, n);
   else if (p == Precision::kF16)
     round_to_f16(v, n);
 }
 
 const char* precision_name(Precision p) {
-  return p == Precision::kBF16 ? "bf16" : p == Precision::kF16 ? "f16" : "f32";
+  return p == Precision::kBF16     ? "bf16"
+         : p == Precision::kF16    ? "f16"
+         : p == Precision::kBF16x3 ? "bf16x3"
+                                   : "f32";
 }
 
 std::string GemmPlan::str() const {
   const char* how[] = {"read in place", "packed per task", "packed once and shared by the threads",
                        "packed ahead"};
   return cat(
-      precision == Precision::kF32 ? ""
-      : amx                        ? "bf16 (AMX tiles, K in pairs), "
+      precision == Precision::kF32      ? ""
+      : precision == Precision::kBF16x3 ? cat("bf16x3 (three bf16 products, K tripled, ",
+                                              amx               ? "AMX tiles"
+                                              : k_per_step == 2 ? "vdpbf16ps"
+                                                                : "rounded, fp32 FMA",
+                                              "), ")
+      : amx                             ? "bf16 (AMX tiles, K in pairs), "
       : k_per_step == 2
           ? "bf16 (vdpbf16ps, K in pairs), "
           : cat(precision_name(precision),
@@ -637,7 +738,7 @@ GemmPlan plan_gemm(const GemmArgs& args, int64_t batch, bool b_packed_ahead, int
   static const float kSentinel = 0;
   const Precision half =
       b_packed_ahead && half_panels_run(args.precision) ? args.precision : Precision::kF32;
-  return make_plan(args, {nullptr, b_packed_ahead ? &kSentinel : nullptr, half}, batch,
+  return make_plan(tripled(args), {nullptr, b_packed_ahead ? &kSentinel : nullptr, half}, batch,
                    threads > 0 ? threads : num_threads());
 }
 
@@ -672,6 +773,24 @@ float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width, Precision p
 }
 
 std::vector<float> PackedPanels::unpack() const {
+  if (precision_ == Precision::kBF16x3) {  // K three times: head + tail of each value
+    PackedPanels parts = *this;
+    parts.precision_ = Precision::kBF16;
+    const std::vector<float> all = parts.unpack();
+    const int64_t k = k_ / kSplitParts;
+    std::vector<float> out(static_cast<size_t>(len_ * k));
+    for (int64_t i = 0; i < len_; ++i)
+      for (int64_t q = 0; q < k; ++q) {  // head (part 0) + tail
+        const float head = all[i * k_ + q], tail = all[i * k_ + tail_part_ * k + q];
+        float v = head + tail, rounded = v;
+        round_to_bf16(&rounded, 1);
+        // A tail of half the head's ulp makes a tie that bf16 may round away from the head: then
+        // the value a hair nearer the head (exact in fp32), which splits into the same two again.
+        if (rounded != head) v = head + tail * (1.0f - 1.0f / 512);
+        out[i * k + q] = v;
+      }
+    return out;
+  }
   std::vector<float> out(static_cast<size_t>(len_ * k_));
   const int64_t steps = ceil_div(k_, unit_);
   if (half_ != Precision::kF32) {
@@ -706,17 +825,27 @@ std::vector<float> PackedPanels::unpack() const {
 
 PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
                Precision precision) {
+  std::vector<float> split;  // bf16x3: B with its K tripled, packed as bf16 pairs
+  if (precision == Precision::kBF16x3) {
+    split.resize(static_cast<size_t>(kSplitParts * k * n));
+    split_operand(b, ldb, !trans_b, n, k, kTailOfB, split.data());
+    b = split.data();
+    k *= kSplitParts;
+    ldb = trans_b ? k : n;
+  }
   PackedB p;
   const int64_t nr = nr_of(active_isa());
   const PanelOps o = panel_ops(precision, 0);  // B's panels are the same for AMX
   const int64_t stride = ceil_div(k, o.unit) * nr;
-  if (half_panels_run(precision)) {  // rounded once, stored as halves
-    auto* dst = reinterpret_cast<uint16_t*>(p.allocate(n, k, nr, precision, 1, precision));
+  p.tail_part_ = 2;
+  if (half_panels_run(precision)) {      // rounded once, stored as halves
+    const Precision half = o.precision;  // bf16 for bf16x3
+    auto* dst = reinterpret_cast<uint16_t*>(p.allocate(n, k, nr, precision, 1, half));
     std::vector<float> panel(static_cast<size_t>(stride));
     for (int64_t j = 0; j < n; j += nr) {
       const float* src = trans_b ? b + j * ldb : b + j;
       pack_b_for(o, src, ldb, trans_b, k, std::min(nr, n - j), panel.data(), stride);
-      narrow_half(precision, panel.data(), dst + j / nr * stride, stride);
+      narrow_half(half, panel.data(), dst + j / nr * stride, stride);
     }
     return p;
   }
@@ -750,12 +879,21 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
 
 int64_t packed_b_floats(int64_t k, int64_t n, Precision precision) {
   const int64_t nr = nr_of(active_isa());
+  if (precision == Precision::kBF16x3) k *= kSplitParts;
   return ceil_div(n, nr) * nr * ceil_div(k, panel_ops(precision, 0).unit);
 }
 
 void pack_b_into(float* dst, int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
                  Precision precision) {
   const PanelOps o = panel_ops(precision, 0);  // B's panels are the same for AMX
+  if (o.split) {                               // K tripled first
+    float* split = t_split_b.get_as<float>(kSplitParts * k * n);
+    split_operand(b, ldb, !trans_b, n, k, kTailOfB, split);
+    k *= kSplitParts;
+    pack_b_for(o, split, trans_b ? k : n, trans_b, k, n, dst,
+               ceil_div(k, o.unit) * nr_of(active_isa()));
+    return;
+  }
   pack_b_for(o, b, ldb, trans_b, k, n, dst, ceil_div(k, o.unit) * nr_of(active_isa()));
 }
 
@@ -767,7 +905,16 @@ void sgemm_prepacked(const GemmArgs& args, const float* packed_b) {
 
 PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a,
                Precision precision) {
+  std::vector<float> split;  // bf16x3: A with its K tripled, packed as bf16 pairs
+  if (precision == Precision::kBF16x3) {
+    split.resize(static_cast<size_t>(kSplitParts * k * m));
+    split_operand(a, lda, trans_a, m, k, kTailOfA, split.data());
+    a = split.data();
+    k *= kSplitParts;
+    lda = trans_a ? m : k;
+  }
   PackedA p;
+  p.tail_part_ = 1;
   const PanelOps o = panel_ops(precision, m);
   float* dst = p.allocate(m, k, a_panel_rows(o), precision, o.unit);
   if (o.amx) p.chunk_ = avx512::kAmxStepsPerTile;

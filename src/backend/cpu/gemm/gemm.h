@@ -64,8 +64,17 @@ inline constexpr int kGemmRowsSlack = 8;
 // rounded to IEEE half (nearest even) and the products accumulated in fp32, as torch.autocast's
 // fp16 matmul; x86 without AVX512_FP16 has no fp16 arithmetic, so the operands are rounded while
 // packed (F16C: VCVTPS2PH and back) and the fp32 kernels run: fp32 speed, fp16 results.
-enum class Precision { kF32, kBF16, kF16 };
-const char* precision_name(Precision p);  // "f32", "bf16", "f16"
+//
+// kBF16x3 ("split bf16", what torch.set_float32_matmul_precision("high") allows and JAX calls
+// Precision.HIGH): each fp32 operand is split into a bf16 head h = bf16(x) and a bf16 tail
+// l = bf16(x - h) (16 of fp32's 24 significand bits), and C = Ah Bh + Al Bh + Ah Bl, accumulated
+// in fp32: the one product of the tails left out and the bits past the tail make a relative error
+// of about 2^-16 per product (fp32: 2^-24, bf16: 2^-8). It runs as one bf16 product over K
+// tripled, A as [Ah Al Ah] and B as [Bh; Bh; Bl] along K: on AMX tiles three bf16 products cost
+// less than one fp32 product on the FMA units (what it is for); elsewhere it is three times the
+// bf16 work, slower than fp32. A packed B holds its K three times (6 bytes a weight).
+enum class Precision { kF32, kBF16, kF16, kBF16x3 };
+const char* precision_name(Precision p);  // "f32", "bf16", "f16", "bf16x3"
 
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
@@ -83,7 +92,8 @@ struct GemmArgs {
   int64_t ldc = 0;
   float alpha = 1.0f;
   Epilogue epilogue;
-  Precision precision = Precision::kF32;  // kBF16, kF16: B is always packed (b_rows: from the rows)
+  // kBF16, kF16: B is always packed (b_rows: from the rows); kBF16x3: no b_rows, no a_half
+  Precision precision = Precision::kF32;
   // Half-precision storage (kBF16 or kF16 bits): A's elements at a_half instead of `a` (same
   // lda and trans_a), widened exactly block by block before packing; and C's result also stored
   // rounded at c_half (C's layout: ldc), each block right after its epilogue while it is in
@@ -101,7 +111,7 @@ struct GemmArgs {
 };
 
 // Rounds n floats to what products in `p` see, kept in fp32: bf16 (round_to_bf16, elementwise.h),
-// IEEE half (round_to_f16: F16C where the CPU has it); fp32 values stay.
+// IEEE half (round_to_f16: F16C where the CPU has it); fp32 values stay. kBF16x3: the head, bf16.
 void round_to_precision(Precision p, float* v, int64_t n);
 
 // C = epilogue(alpha * op(A) op(B)); parallel over the thread pool unless called from inside a
@@ -116,7 +126,9 @@ void sgemm(const GemmArgs& args);
 // `width` halves per step, widened in registers).
 class PackedPanels {
  public:
-  int64_t k() const { return k_; }
+  // K of the operand (the panels of a kBF16x3 packing hold it three times: packed_k()).
+  int64_t k() const { return precision_ == Precision::kBF16x3 ? k_ / 3 : k_; }
+  int64_t packed_k() const { return k_; }
   const float* data() const { return data_.get(); }
   int isa() const { return isa_; }
   Precision precision() const { return precision_; }
@@ -129,7 +141,8 @@ class PackedPanels {
   Precision half_panels() const { return half_; }
   size_t bytes() const { return bytes_; }  // what the panels hold in memory
   // The operand back as a plain row-major len x k matrix (rows of A; columns of B, so B comes
-  // back transposed): for running without the packing, or giving the original back.
+  // back transposed): for running without the packing, or giving the original back. kBF16x3:
+  // head + tail of each value (its 16 significant bits), a value that splits into them again.
   std::vector<float> unpack() const;
 
  protected:
@@ -145,6 +158,7 @@ class PackedPanels {
   int unit_ = 1;                      // values of K per step
   int chunk_ = 0;                     // chunk_steps()
   Precision half_ = Precision::kF32;  // stored as these half bits, not floats
+  int tail_part_ = 0;                 // kBF16x3: the third of K holding the tails (A 1, B 2)
   std::shared_ptr<float[]> data_;
 };
 

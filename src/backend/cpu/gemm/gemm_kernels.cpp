@@ -326,6 +326,7 @@ void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::
 std::optional<Precision> precision_of(const Node& n) {
   const std::optional<DType> p = params::product_precision(n);
   if (!p) return std::nullopt;
+  if (params::split_bf16_products(n)) return Precision::kBF16x3;
   return *p == DType::kBF16  ? Precision::kBF16
          : *p == DType::kF16 ? Precision::kF16
                              : Precision::kF32;
