@@ -18,6 +18,10 @@ Measures, on each thread count, in one process per configuration, engines interl
     (the bf16 peer: oneDNN's bf16 kernels, on AMX where the CPU has it);
   - pypto: pypto.optimize(model, level=2), fp32 (--level: another level for every pypto engine);
   - pypto-bf16: pypto.optimize(model, level=2, dtype=torch.bfloat16);
+  - inductor-high: inductor with torch.set_float32_matmul_precision("high") (PyTorch's CPU
+    matmuls stay fp32 under it: TF32 is a GPU format, and oneDNN has no bf16x3);
+  - pypto-high: pypto.optimize(model, level=2, matmul_precision="high"): the float32 products as
+    three bf16 products of heads and tails (bf16x3) where the CPU has AMX-BF16;
   - eager-int8: torch.ao.quantization.quantize_dynamic(model, {Linear}, torch.qint8) (eager;
     transformers only: it leaves convolutions in fp32);
   - ort-int8: ONNX Runtime on the export quantized by onnxruntime.quantization.quantize_dynamic
@@ -52,11 +56,13 @@ import run as base  # noqa: E402  (bench/run.py: children, timing, exports, ceil
 
 REPO = base.REPO
 ENGINES = ["eager", "eager-bf16", "ort", "inductor", "inductor-bf16", "pypto", "pypto-bf16",
-           "eager-int8",
+           "inductor-high", "pypto-high", "eager-int8",
            "ort-int8", "pypto-int8", "pypto-quant"]
 TITLES = {"eager": "eager fp32", "eager-bf16": "eager autocast bf16", "ort": "ORT fp32",
           "inductor-bf16": "Inductor autocast bf16",
-          "inductor": "Inductor fp32", "pypto": "PyPTO fp32", "pypto-bf16": "PyPTO bf16", "eager-int8": "eager int8 (dynamic)",
+          "inductor": "Inductor fp32", "pypto": "PyPTO fp32", "pypto-bf16": "PyPTO bf16",
+          "inductor-high": "Inductor matmul 'high'", "pypto-high": "PyPTO matmul 'high' (bf16x3)",
+          "eager-int8": "eager int8 (dynamic)",
           "ort-int8": "ORT int8", "pypto-int8": "PyPTO int8 (ORT's file)",
           "pypto-quant": "PyPTO int8 (pypto.quantization)"}
 TOLERANCE = {"eager-bf16": 3e-2, "pypto-bf16": 3e-2, "inductor-bf16": 3e-2, "eager-int8": 0.25, "ort-int8": 0.25,
@@ -96,7 +102,9 @@ def child(args) -> dict:
                     return model(*x)
             with torch.inference_mode():
                 got = torch_models.first_tensor(run()).float()
-        elif args.engine in ("inductor", "inductor-bf16"):
+        elif args.engine in ("inductor", "inductor-bf16", "inductor-high"):
+            if args.engine == "inductor-high":
+                torch.set_float32_matmul_precision("high")
             run, got = base.setup_inductor(args, model, x, result,
                                            bf16=args.engine == "inductor-bf16")
         elif args.engine in ("ort", "ort-int8"):
@@ -132,7 +140,8 @@ def child(args) -> dict:
                 model = pypto.quantization.calibrate(model, calibration_batches(args.model))
             elif args.engine == "pypto-quant":
                 model = pypto.quantization.quantize_dynamic(model, {torch.nn.Linear}, torch.qint8)
-            fast = pypto.optimize(model, example_inputs=x, level=args.level, dtype=dtype)
+            fast = pypto.optimize(model, example_inputs=x, level=args.level, dtype=dtype,
+                                  matmul_precision="high" if args.engine == "pypto-high" else None)
             result["compile_s"] = time.perf_counter() - t0
             result["level"] = args.level
             result["kernels"] = sorted({s["rule"] or s["op"] for s in fast.compiled.steps})
@@ -211,8 +220,9 @@ def cmd(args, *extra) -> list[str]:
 
 def gemm_table(pbs: dict) -> list[str]:
     rows = ["| threads | shape M x K x N | fp32 GFLOP/s | bf16 GFLOP/s | int8 GOPS | bf16 / fp32 | "
-            "int8 / fp32 | fp32 % of FMA peak | bf16 % of its peak (AMX or VDPBF16PS) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "int8 / fp32 | fp32 % of FMA peak | bf16 % of its peak (AMX or VDPBF16PS) | "
+            "bf16x3 fp32-GFLOP/s | bf16x3 / fp32 | bf16x3 % of FMA peak |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def med(g):
         return g["median"] if isinstance(g, dict) else g
@@ -233,7 +243,7 @@ def gemm_table(pbs: dict) -> list[str]:
             if "gops" in s and s["threads"] == t:
                 by.setdefault((s["m"], s["k"], s["n"]), {})["int8"] = med(s["gops"])
         for (m, k, n), v in by.items():
-            f32, b16, i8 = v.get("f32"), v.get("bf16"), v.get("int8")
+            f32, b16, i8, x3 = v.get("f32"), v.get("bf16"), v.get("int8"), v.get("bf16x3")
 
             def num(x, fmt="{:.0f}"):
                 return fmt.format(x) if x else "-"
@@ -242,18 +252,22 @@ def gemm_table(pbs: dict) -> list[str]:
                         f"{num(b16 / f32 if b16 and f32 else None, '{:.2f}x')} | "
                         f"{num(i8 / f32 if i8 and f32 else None, '{:.2f}x')} | "
                         f"{num(100 * f32 / fma if f32 and fma else None, '{:.0f}%')} | "
-                        f"{num(100 * b16 / bf16_peak[(m, k, n)] if b16 and bf16_peak.get((m, k, n)) else None, '{:.0f}%')} |")
+                        f"{num(100 * b16 / bf16_peak[(m, k, n)] if b16 and bf16_peak.get((m, k, n)) else None, '{:.0f}%')} | "
+                        f"{num(x3)} | {num(x3 / f32 if x3 and f32 else None, '{:.2f}x')} | "
+                        f"{num(100 * x3 / fma if x3 and fma else None, '{:.0f}%')} |")
         rows.append(f"| {t} | ceilings | FMA {fma:.0f} | VDPBF16PS {dp or 0:.0f}"
-                    f"{f', AMX {amx:.0f}' if amx else ''} | | | | | |")
+                    f"{f', AMX {amx:.0f}' if amx else ''} | | | | | | | | |")
     return rows
 
 
 def model_table(results: list[dict]) -> list[str]:
     head = ["model", "threads", *(TITLES[e] for e in ENGINES), "PyPTO bf16 vs fp32",
             "vs eager bf16", "vs Inductor bf16", "vs ORT fp32", "vs Inductor fp32",
+            "PyPTO 'high' vs ORT fp32", "vs Inductor fp32", "vs Inductor 'high'",
             "PyPTO int8 vs ORT int8",
             "vs eager int8", "PyPTO quantization vs ORT int8", "vs eager int8",
             "bf16 rel. error (PyPTO / eager / Inductor)",
+            "'high' rel. error (PyPTO / Inductor; PyPTO fp32)",
             "int8 rel. error (PyPTO ORT file / pypto.quantization / ORT / eager)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
@@ -281,11 +295,15 @@ def model_table(results: list[dict]) -> list[str]:
                                        ratio("inductor-bf16", "pypto-bf16"),
                                        ratio("ort", "pypto-bf16"),
                                        ratio("inductor", "pypto-bf16"),
+                                       ratio("ort", "pypto-high"),
+                                       ratio("inductor", "pypto-high"),
+                                       ratio("inductor-high", "pypto-high"),
                                        ratio("ort-int8", "pypto-int8"),
                                        ratio("eager-int8", "pypto-int8"),
                                        ratio("ort-int8", "pypto-quant"),
                                        ratio("eager-int8", "pypto-quant"),
                                        errs(("pypto-bf16", "eager-bf16", "inductor-bf16")),
+                                       errs(("pypto-high", "inductor-high", "pypto")),
                                        errs(("pypto-int8", "pypto-quant", "ort-int8",
                                              "eager-int8"))]) + " |")
     return rows
@@ -306,7 +324,7 @@ def driver(args) -> int:
     pbs = {}
     for t in threads:
         pbs[t] = base.pto_bench(Path(args.pto_bench), t, "fma,sgemm,igemm", args.quick, args.timeout,
-                                ("--precision", "f32,bf16", "--packed", "b", "--shapes",
+                                ("--precision", "f32,bf16,bf16x3", "--packed", "b", "--shapes",
                                  GEMM_SHAPES))
     results = []
     for m in models:

@@ -166,8 +166,8 @@ int run_main(const std::vector<std::string>& args) {
   if ((o.precision.auto_mixed_precision || o.precision.matmul_precision != "highest") &&
       o.engine == "reference")
     throw UsageError(
-        "--precision bf16/f16 and --matmul-precision need the cpu engine (the reference runs the "
-        "graph as it is)",
+        cat(o.precision.auto_mixed_precision ? "--precision bf16/f16" : "--matmul-precision",
+            " needs the cpu engine (the reference runs the graph as it is)"),
         "run");
   auto t0 = Clock::now();
   std::optional<Executable> exe;

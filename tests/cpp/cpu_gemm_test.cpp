@@ -533,9 +533,9 @@ TEST(CpuGemmBf16, PackedARunsAnywhere) {
     }
 }
 
-// B and A packed for bf16x3 hold K three times as bf16 pairs, run anywhere (unpacked to head +
-// tail and split again where the ISA or extensions differ), give back head + tail, and compute
-// the split products.
+// B and A packed for bf16x3 hold the panels of their heads and of their tails, run anywhere
+// (unpacked to head + tail and split again where the ISA or extensions differ), give back head +
+// tail, and compute the split products.
 TEST(CpuGemmBf16x3, PackedOperandsRunAnywhere) {
   for (const Case& s : {Case{1, 70, 600}, Case{33, 65, 17}, Case{129, 31, 257}, Case{6, 64, 2}})
     for (bool t : {false, true}) {
@@ -543,7 +543,7 @@ TEST(CpuGemmBf16x3, PackedOperandsRunAnywhere) {
       const PackedB b = pack_b(s.k, s.n, p.g.b, p.g.ldb, t, Precision::kBF16x3);
       EXPECT_EQ(b.precision(), Precision::kBF16x3);
       EXPECT_EQ(b.k(), s.k);
-      EXPECT_EQ(b.packed_k(), 3 * s.k);
+      EXPECT_EQ(b.parts(), 2);
       const std::vector<float> back = b.unpack();  // N x K: values that split the same way
       for (int64_t j = 0; j < s.n; ++j)
         for (int64_t q = 0; q < s.k; ++q) {

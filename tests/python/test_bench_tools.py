@@ -472,3 +472,30 @@ def test_threading_alone_times_every_mode_and_rejects_unknown_ones(tmp_path):
                                             "threading_alone.py"), "--modes", "gomp"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--modes: own, auto and/or omp" in r.stderr
+
+
+def test_precision_tables_set_matmul_high_beside_its_peers():
+    """bench/precision.py's tables: PyPTO under matmul precision "high" beside ORT, Inductor fp32
+    and Inductor under torch's own "high", with its error; the GEMM table's bf16x3 column as
+    fp32-equivalent GFLOP/s against fp32's and the FMA peak."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import precision
+
+    ok = lambda ms, err=1e-6: {"status": "ok", "median": ms / 1e3, "max_rel_err": err}  # noqa: E731
+    results = [{"model": "bert", "threads": 1,
+                "results": {"ort": ok(150), "inductor": ok(120), "inductor-high": ok(125),
+                            "pypto": ok(140, 6e-7), "pypto-high": ok(100, 9e-6)}}]
+    head, _, row = precision.model_table(results)
+    cells = dict(zip([c.strip() for c in head.strip("|").split("|")],
+                     [c.strip() for c in row.strip("|").split("|")]))
+    assert cells["PyPTO matmul 'high' (bf16x3)"] == "100.00 ms"
+    assert cells["Inductor matmul 'high'"] == "125.00 ms"
+    assert cells["PyPTO 'high' vs ORT fp32"] == "1.50x"
+    assert cells["vs Inductor 'high'"] == "1.25x"
+    assert cells["'high' rel. error (PyPTO / Inductor; PyPTO fp32)"] == "9.0e-06 / 1.0e-06 / 6.0e-07"
+    pb = {"fma": [{"isa": "avx512", "threads": 1, "gflops": 200.0}],
+          "sgemm": [{"m": 128, "k": 768, "n": 768, "precision": p, "gflops": g, "plan": ""}
+                    for p, g in (("f32", 150.0), ("bf16", 800.0), ("bf16x3", 270.0))]}
+    rows = precision.gemm_table({1: pb})
+    cells = [c.strip() for c in rows[2].strip("|").split("|")]
+    assert cells[-3:] == ["270", "1.80x", "135%"], cells

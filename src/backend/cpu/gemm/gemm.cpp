@@ -117,17 +117,13 @@ Blocking amx_blocking() {
 }
 
 thread_local ScratchBuffer t_pack_a, t_pack_b, t_pack_edge;  // packed panels
-thread_local ScratchBuffer t_widen_a;  // a half A block as floats; a bf16x3 A block split
-thread_local ScratchBuffer t_split_b;  // a bf16x3 B not packed ahead, its K tripled
+thread_local ScratchBuffer t_widen_a;  // a half A block as floats; a bf16x3 A block's tails
+thread_local ScratchBuffer t_split_b;  // a bf16x3 B not packed ahead: its heads, then its tails
 
-// ---- bf16x3 (Precision::kBF16x3): one bf16 product over K tripled ----
-// Along K, A becomes [A, A - bf16(A), A] and B [B; B; B - bf16(B)] in floats; packing rounds
-// each part to bf16, so A's parts are its head, tail, head and B's head, head, tail, and the
-// pairs sum Ah Bh + Al Bh + Ah Bl. (x - bf16(x) is exact in fp32: x and its rounding share an
-// exponent but for the last binade.)
-constexpr int kSplitParts = 3;
-constexpr bool kTailOfA[kSplitParts] = {false, true, false};
-constexpr bool kTailOfB[kSplitParts] = {false, false, true};
+// ---- bf16x3 (Precision::kBF16x3): Ah Bh + Al Bh + Ah Bl ----
+// Each operand is packed twice, as bf16 pairs of its values (the heads: packing rounds them) and
+// of its tails x - bf16(x) (exact in fp32: x and its rounding share an exponent but for the last
+// binade); the macro-kernels multiply the three pairs of parts (MacroBlock::a_tail, b_tail).
 
 // v[i] -= bf16(v[i]): each value's tail, before its own rounding to bf16.
 void keep_tail(float* v, int64_t n) {
@@ -141,29 +137,11 @@ void keep_tail(float* v, int64_t n) {
   }
 }
 
-// Columns [q0, q0 + w) of a row of the tripled K (each value at x[q % k]) into dst, the tails
-// where `tail` says so.
-void split_row(const float* x, int64_t k, int64_t q0, int64_t w, const bool* tail, float* dst) {
-  for (int64_t q = q0; q < q0 + w;) {
-    const int64_t part = q / k, c = q % k, run = std::min(k - c, q0 + w - q);
-    std::memcpy(dst + (q - q0), x + c, run * sizeof(float));
-    if (tail[part]) keep_tail(dst + (q - q0), run);
-    q += run;
-  }
-}
-
-// op(X) with its K tripled into `dst` (contiguous): K along the rows of X (k_rows: X is K x
-// `other`, row stride ld, giving 3K x other) or along its columns (other x K giving other x 3K).
-void split_operand(const float* x, int64_t ld, bool k_rows, int64_t other, int64_t k,
-                   const bool* tail, float* dst) {
-  if (!k_rows) {
-    for (int64_t r = 0; r < other; ++r)
-      split_row(x + r * ld, k, 0, kSplitParts * k, tail, dst + r * kSplitParts * k);
-    return;
-  }
-  for (int64_t q = 0; q < kSplitParts * k; ++q) {
-    std::memcpy(dst + q * other, x + (q % k) * ld, other * sizeof(float));
-    if (tail[q / k]) keep_tail(dst + q * other, other);
+// The tails of a rows x cols matrix (row stride ld) into dst, contiguous.
+void tails_of(const float* x, int64_t ld, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(dst + r * cols, x + r * ld, cols * sizeof(float));
+    keep_tail(dst + r * cols, cols);
   }
 }
 
@@ -189,7 +167,7 @@ const float* widen_a_block(const GemmArgs& g, int64_t offset, int64_t rows, int6
 // steps; the packing functions take the real K of a slice.
 struct PanelOps {
   Precision precision = Precision::kF32;
-  bool split = false;  // kBF16x3: bf16 products over K tripled (precision kBF16; g.k is 3 K)
+  bool split = false;  // kBF16x3: bf16 products of heads and tails (precision kBF16)
   bool pairs = false;
   bool amx = false;     // the pairs multiplied on AMX tiles (A in kAmxMR-row chunked panels)
   int unit = 1;         // values of K per step
@@ -266,7 +244,20 @@ void pack_b_for(const PanelOps& o, const float* b, int64_t ldb, bool trans, int6
 }
 
 void macro_for(const PanelOps& o, const MacroBlock& blk) {
-  if (o.amx) return avx512::gemm_macro_amx(blk);
+  if (o.amx) return avx512::gemm_macro_amx(blk);  // the tails too, each B panel while in cache
+  if (blk.a_tail) {  // Ah Bh, Al Bh, Ah Bl in turn, the epilogue after the last
+    MacroBlock part = blk;
+    part.a_tail = part.b_tail = nullptr;
+    part.epilogue = nullptr;
+    macro_for(o, part);
+    part.accumulate = true;
+    part.a = blk.a_tail;
+    macro_for(o, part);
+    part.a = blk.a;
+    part.b = blk.b_tail;
+    part.epilogue = blk.epilogue;
+    return macro_for(o, part);
+  }
   if (o.pairs) return avx512::gemm_macro_bf16(blk);
   PTO_ISA_DISPATCH(gemm_macro, blk);
 }
@@ -303,26 +294,21 @@ struct Prepacked {
   const float* a = nullptr;
   const float* b = nullptr;
   Precision b_half = Precision::kF32;  // b holds these half bits (PackedPanels::half_panels)
+  // bf16x3: where the tails' panels are, in elements after a's and b's (PackedPanels::parts);
+  // with B not packed ahead, where B's tails are after g.b (run_gemm).
+  int64_t a_tail = 0, b_tail = 0;
 };
 
 // Rows ic..ic+mc of op(A) by its k_real values of K from k0, packed into panels at `ap` (widened
 // first when A is held as halves).
+// With `tail` (bf16x3) the tails of those values instead.
 void pack_a_block(const GemmArgs& g, const PanelOps& o, int64_t ic, int64_t mc, int64_t k0,
-                  int64_t k_real, float* ap) {
-  if (o.split) {  // this block of [A, A - bf16(A), A] made first (g.k: the tripled K)
-    const int64_t k = g.k / kSplitParts;
-    float* w = t_widen_a.get_as<float>(mc * k_real);
-    if (g.trans_a) {  // k_real rows of mc
-      for (int64_t q = k0; q < k0 + k_real; ++q) {
-        float* row = w + (q - k0) * mc;
-        std::memcpy(row, g.a + (q % k) * g.lda + ic, mc * sizeof(float));
-        if (kTailOfA[q / k]) keep_tail(row, mc);
-      }
-    } else {
-      for (int64_t r = 0; r < mc; ++r)
-        split_row(g.a + (ic + r) * g.lda, k, k0, k_real, kTailOfA, w + r * k_real);
-    }
-    return pack_a_for(o, w, g.trans_a ? mc : k_real, g.trans_a, mc, k_real, ap);
+                  int64_t k_real, float* ap, bool tail = false) {
+  if (tail) {  // mc x k_real (k_real x mc transposed) tails, packed from there
+    const int64_t rows = g.trans_a ? k_real : mc, cols = g.trans_a ? mc : k_real;
+    float* w = t_widen_a.get_as<float>(rows * cols);
+    tails_of(g.trans_a ? g.a + k0 * g.lda + ic : g.a + ic * g.lda + k0, g.lda, rows, cols, w);
+    return pack_a_for(o, w, cols, g.trans_a, mc, k_real, ap);
   }
   const int64_t offset = g.trans_a ? k0 * g.lda + ic : ic * g.lda + k0;
   if (g.a_half && o.amx && !g.trans_a && g.a_half_type == Precision::kBF16)  // no widening
@@ -371,13 +357,17 @@ void multiply_rows(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
     if (pre.a) {  // ic is a whole number of panels
       blk.a = pre.a + ic * K + pc * bl.mr;
       blk.a_panel_stride = K * bl.mr;
+      if (o.split) blk.a_tail = blk.a + pre.a_tail;
     } else if (in_place) {
       blk.a = g.a + ic * g.lda + k0;
       blk.a_row_stride = g.lda;
     } else {
-      float* ap = t_pack_a.get_as<float>(ceil_div(mc, bl.mr) * bl.mr * kc);
+      const int64_t size = ceil_div(mc, bl.mr) * bl.mr * kc;  // the tails' panels after the heads'
+      float* ap = t_pack_a.get_as<float>((o.split ? 2 : 1) * size);
       pack_a_block(g, o, ic, mc, k0, k_real, ap);
+      if (o.split) pack_a_block(g, o, ic, mc, k0, k_real, ap + size, true);
       blk.a = ap;
+      blk.a_tail = o.split ? ap + size : nullptr;
       blk.a_panel_stride = 0;
     }
     blk.m = mc;
@@ -409,14 +399,15 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
       blk.n = nc;
       blk.k = kc;
       if (packed) {  // offsets in elements: floats, or halves (blk.b_half)
-        auto panel = [&](int64_t j, int64_t p) {
-          const int64_t at = (j / nr) * K * nr + p * nr;
+        // (`from`: bf16x3's tails, pre.b_tail elements on.)
+        auto panel = [&](int64_t j, int64_t p, int64_t from = 0) {
+          const int64_t at = from + (j / nr) * K * nr + p * nr;
           return pre.b_half != Precision::kF32 ? reinterpret_cast<const float*>(
                                                      reinterpret_cast<const uint16_t*>(packed) + at)
                                                : packed + at;
         };
         blk.b = panel(jc, pc);
-        // What this task reads next: the next slice's first panel, or the next column block's.
+        if (o.split) blk.b_tail = panel(jc, pc, pre.b_tail);
         if (s + 1 < slices)
           blk.b_after = panel(jc, pc + kc);
         else if (jc + nc < j1)
@@ -449,11 +440,16 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
           blk.b_edge = edge;
         }
       } else {
-        float* bp = t_pack_b.get_as<float>(ceil_div(nc, nr) * kc * nr);
+        const int64_t size = ceil_div(nc, nr) * kc * nr;  // the tails' panels after the heads'
+        float* bp = t_pack_b.get_as<float>((o.split ? 2 : 1) * size);
         const int64_t k0 = pc * o.unit, k_real = std::min(kc * o.unit, g.k - k0);
         pack_b_for(o, b_source(g, k0, jc), g.ldb, g.trans_b, k_real, nc, bp, kc * nr,
                    g.b_rows ? g.b_rows + k0 : nullptr);
+        if (o.split)
+          pack_b_for(o, b_source(g, k0, jc) + pre.b_tail, g.ldb, g.trans_b, k_real, nc, bp + size,
+                     kc * nr);
         blk.b = bp;
+        blk.b_tail = o.split ? bp + size : nullptr;
         blk.b_panel_stride = kc * nr;
         blk.b_row_stride = nr;
       }
@@ -469,7 +465,8 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
 // buffer, then each multiplies its own range of rows (packing only its own A) against all of it.
 // Two pool dispatches per block; run_gemm takes this path only when every thread has at least
 // one MC block of rows. Each C element sees the same micro-kernel and K slices as on one thread.
-void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int threads) {
+void run_shared_b(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, const Blocking& bl,
+                  int threads) {
   static thread_local ScratchBuffer shared;  // the caller's: the workers only write into it
   const int64_t K = ceil_div(g.k, o.unit), nr = bl.nr, mp = ceil_div(g.m, bl.mr);
   const Epilogue* ep = has_epilogue(g.epilogue) ? &g.epilogue : nullptr;
@@ -479,7 +476,8 @@ void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int 
     const int64_t nc = std::min(bl.nc, g.n - jc), panels = ceil_div(nc, nr);
     for (int64_t s = 0; s < slices; ++s) {
       const int64_t pc = s * kc_even, kc = std::min(kc_even, K - pc);
-      float* bp = shared.get_as<float>(panels * kc * nr);
+      const int64_t size = panels * kc * nr;  // bf16x3: the tails' panels after the heads'
+      float* bp = shared.get_as<float>((o.split ? 2 : 1) * size);
       parallel_tasks(threads, [&](int64_t t) {
         const int64_t p0 = t * panels / threads, p1 = (t + 1) * panels / threads;
         if (p0 == p1) return;
@@ -487,11 +485,15 @@ void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int 
         const int64_t k0 = pc * o.unit, k_real = std::min(kc * o.unit, g.k - k0);
         pack_b_for(o, b_source(g, k0, j), g.ldb, g.trans_b, k_real, w, bp + p0 * kc * nr, kc * nr,
                    g.b_rows ? g.b_rows + k0 : nullptr);
+        if (o.split)
+          pack_b_for(o, b_source(g, k0, j) + pre.b_tail, g.ldb, g.trans_b, k_real, w,
+                     bp + size + p0 * kc * nr, kc * nr);
       });
       MacroBlock blk;
       blk.n = nc;
       blk.k = kc;
       blk.b = bp;
+      blk.b_tail = o.split ? bp + size : nullptr;
       blk.b_panel_stride = kc * nr;
       blk.b_row_stride = nr;
       blk.accumulate = s > 0;
@@ -500,7 +502,7 @@ void run_shared_b(const GemmArgs& g, const PanelOps& o, const Blocking& bl, int 
         const int64_t i0 = t * mp / threads * bl.mr;
         const int64_t i1 = std::min(g.m, (t + 1) * mp / threads * bl.mr);
         if (i0 < i1)
-          multiply_rows(g, o, {}, bl, blk, jc, pc, i0, i1, even_block(i1 - i0, bl.mc, bl.mr),
+          multiply_rows(g, o, pre, bl, blk, jc, pc, i0, i1, even_block(i1 - i0, bl.mc, bl.mr),
                         s == slices - 1);
       });
     }
@@ -517,13 +519,17 @@ void run_shared_a(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, co
                   const GemmPlan& plan) {
   static thread_local ScratchBuffer shared;  // the caller's: the workers only write into it
   const int64_t K = ceil_div(g.k, o.unit), mp = ceil_div(g.m, bl.mr), np = ceil_div(g.n, bl.nr);
-  float* ap = shared.get_as<float>(mp * bl.mr * K);
+  const int64_t size = mp * bl.mr * K;  // bf16x3: the tails' panels after the heads'
+  float* ap = shared.get_as<float>((o.split ? 2 : 1) * size);
   parallel_tasks(plan.threads, [&](int64_t t) {
     const int64_t p0 = t * mp / plan.threads, p1 = (t + 1) * mp / plan.threads;
     const int64_t i0 = p0 * bl.mr, rows = std::min(g.m, p1 * bl.mr) - i0;
     if (rows > 0) pack_a_block(g, o, i0, rows, 0, g.k, ap + i0 * K);
+    if (rows > 0 && o.split) pack_a_block(g, o, i0, rows, 0, g.k, ap + size + i0 * K, true);
   });
-  const Prepacked both{ap, pre.b, pre.b_half};
+  Prepacked both = pre;
+  both.a = ap;
+  both.a_tail = size;
   parallel_tasks(plan.tn, [&](int64_t t) {
     const int64_t j0 = std::min(g.n, t * np / plan.tn * bl.nr);
     const int64_t j1 = std::min(g.n, (t + 1) * np / plan.tn * bl.nr);
@@ -626,14 +632,37 @@ GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int t
   return p;
 }
 
-// One call (bf16x3: its K already tripled, B packed ahead or split) over the blocking and tasks.
-void run_blocked(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t stride_a,
-                 int64_t stride_b, int64_t stride_c, int64_t stride_r) {
+void run_gemm(const GemmArgs& given, const Prepacked& given_pre, int64_t batch, int64_t stride_a,
+              int64_t stride_b, int64_t stride_c, int64_t stride_r) {
+  if (given.m <= 0 || given.n <= 0 || batch <= 0) return;
+  PTO_CHECK(!(given.b_rows && given.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
+  GemmArgs args = given;
+  Prepacked pre = given_pre;
+  if (args.precision == Precision::kBF16x3) {
+    PTO_CHECK(!args.a_half && !args.b_rows)
+        << "sgemm: bf16x3 products take a float A and B (no a_half, no b_rows)";
+    if (!pre.b) {  // each item's B as its values, then its tails, once for every task
+      const int64_t items = stride_b ? batch : 1, size = args.k * args.n;
+      const int64_t rows = args.trans_b ? args.n : args.k, cols = args.trans_b ? args.k : args.n;
+      float* b = t_split_b.get_as<float>(items * 2 * size);
+      for (int64_t i = 0; i < items; ++i) {
+        const float* from = given.b + i * stride_b;
+        float* to = b + i * 2 * size;
+        for (int64_t r = 0; r < rows; ++r)
+          std::memcpy(to + r * cols, from + r * given.ldb, cols * sizeof(float));
+        tails_of(from, given.ldb, rows, cols, to + size);
+      }
+      args.b = b;
+      args.ldb = cols;
+      stride_b = stride_b ? 2 * size : 0;
+      pre.b_tail = size;
+    }
+  }
   const PanelOps ops = panel_ops(args.precision, args.m);
   const Blocking bl = blocking_of(args, ops);
   const GemmPlan plan = make_plan(args, pre, batch, in_parallel_region() ? 1 : num_threads());
   if (plan.b == GemmPlan::B::kPackedShared) {
-    run_shared_b(args, ops, bl, plan.threads);
+    run_shared_b(args, ops, pre, bl, plan.threads);
     return;
   }
   if (plan.a_shared) {
@@ -666,34 +695,6 @@ void run_blocked(const GemmArgs& args, const Prepacked& pre, int64_t batch, int6
     parallel_tasks(tasks, task);
   }
 }
-
-// bf16x3's arguments as the driver runs them: K tripled (A is split as it is packed).
-GemmArgs tripled(const GemmArgs& args) {
-  if (args.precision != Precision::kBF16x3) return args;
-  PTO_CHECK(!args.a_half && !args.b_rows)
-      << "sgemm: bf16x3 products take a float A and B (no a_half, no b_rows)";
-  GemmArgs g = args;
-  g.k = kSplitParts * args.k;
-  return g;
-}
-
-void run_gemm(const GemmArgs& args, const Prepacked& pre, int64_t batch, int64_t stride_a,
-              int64_t stride_b, int64_t stride_c, int64_t stride_r) {
-  if (args.m <= 0 || args.n <= 0 || batch <= 0) return;
-  PTO_CHECK(!(args.b_rows && args.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
-  GemmArgs g = tripled(args);
-  if (g.precision == Precision::kBF16x3 && !pre.b) {  // each item's B split here, once
-    const int64_t items = stride_b ? batch : 1, size = g.k * g.n;
-    float* b = t_split_b.get_as<float>(items * size);
-    for (int64_t i = 0; i < items; ++i)
-      split_operand(args.b + i * stride_b, args.ldb, !args.trans_b, args.n, args.k, kTailOfB,
-                    b + i * size);
-    g.b = b;
-    g.ldb = g.trans_b ? g.k : g.n;
-    stride_b = stride_b ? size : 0;
-  }
-  run_blocked(g, pre, batch, stride_a, stride_b, stride_c, stride_r);
-}
 }  // namespace
 
 void round_to_precision(Precision p, float* v, int64_t n) {
@@ -715,7 +716,7 @@ std::string GemmPlan::str() const {
                        "packed ahead"};
   return cat(
       precision == Precision::kF32      ? ""
-      : precision == Precision::kBF16x3 ? cat("bf16x3 (three bf16 products, K tripled, ",
+      : precision == Precision::kBF16x3 ? cat("bf16x3 (three bf16 products of heads and tails, ",
                                               amx               ? "AMX tiles"
                                               : k_per_step == 2 ? "vdpbf16ps"
                                                                 : "rounded, fp32 FMA",
@@ -738,7 +739,7 @@ GemmPlan plan_gemm(const GemmArgs& args, int64_t batch, bool b_packed_ahead, int
   static const float kSentinel = 0;
   const Precision half =
       b_packed_ahead && half_panels_run(args.precision) ? args.precision : Precision::kF32;
-  return make_plan(tripled(args), {nullptr, b_packed_ahead ? &kSentinel : nullptr, half}, batch,
+  return make_plan(args, {nullptr, b_packed_ahead ? &kSentinel : nullptr, half}, batch,
                    threads > 0 ? threads : num_threads());
 }
 
@@ -752,8 +753,9 @@ void sgemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_
 }
 
 float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width, Precision precision, int unit,
-                              Precision half) {
+                              Precision half, int parts) {
   k_ = k;
+  parts_ = parts;
   len_ = len;
   width_ = width;
   isa_ = static_cast<int>(active_isa());
@@ -761,7 +763,8 @@ float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width, Precision p
   unit_ = unit;
   half_ = half;
   // 64-byte aligned: B panels are steps * NR floats apart, so no vector load of one splits a line.
-  const size_t values = static_cast<size_t>(ceil_div(len, width) * width * ceil_div(k, unit)) + 1;
+  part_size_ = ceil_div(len, width) * width * ceil_div(k, unit);
+  const size_t values = static_cast<size_t>(parts * part_size_) + 1;
   const size_t bytes = (values * (half != Precision::kF32 ? 2 : sizeof(float)) + 63) / 64 * 64;
   // On huge pages where large (scratch.h panel_memory): weights stream from memory every call
   // (a cold 1 x 1280 x 1000 Gemm, weights evicted between calls: 360 -> 304 us, 4096 x 4096
@@ -773,22 +776,25 @@ float* PackedPanels::allocate(int64_t len, int64_t k, int64_t width, Precision p
 }
 
 std::vector<float> PackedPanels::unpack() const {
-  if (precision_ == Precision::kBF16x3) {  // K three times: head + tail of each value
-    PackedPanels parts = *this;
-    parts.precision_ = Precision::kBF16;
-    const std::vector<float> all = parts.unpack();
-    const int64_t k = k_ / kSplitParts;
-    std::vector<float> out(static_cast<size_t>(len_ * k));
-    for (int64_t i = 0; i < len_; ++i)
-      for (int64_t q = 0; q < k; ++q) {  // head (part 0) + tail
-        const float head = all[i * k_ + q], tail = all[i * k_ + tail_part_ * k + q];
-        float v = head + tail, rounded = v;
-        round_to_bf16(&rounded, 1);
-        // A tail of half the head's ulp makes a tie that bf16 may round away from the head: then
-        // the value a hair nearer the head (exact in fp32), which splits into the same two again.
-        if (rounded != head) v = head + tail * (1.0f - 1.0f / 512);
-        out[i * k + q] = v;
-      }
+  if (parts_ == 2) {  // bf16x3: head + tail of each value
+    PackedPanels part = *this;
+    part.parts_ = 1;
+    part.precision_ = Precision::kBF16;
+    const std::vector<float> heads = part.unpack();
+    part.data_ = std::shared_ptr<float[]>(
+        data_, half_ != Precision::kF32
+                   ? reinterpret_cast<float*>(reinterpret_cast<uint16_t*>(data_.get()) + part_size_)
+                   : data_.get() + part_size_);
+    const std::vector<float> tails = part.unpack();
+    std::vector<float> out(heads.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      float v = heads[i] + tails[i], rounded = v;
+      round_to_bf16(&rounded, 1);
+      // A tail of half the head's ulp makes a tie that bf16 may round away from the head: then
+      // the value a hair nearer the head (exact in fp32), which splits into the same two again.
+      if (rounded != heads[i]) v = heads[i] + tails[i] * (1.0f - 1.0f / 512);
+      out[i] = v;
+    }
     return out;
   }
   std::vector<float> out(static_cast<size_t>(len_ * k_));
@@ -825,32 +831,35 @@ std::vector<float> PackedPanels::unpack() const {
 
 PackedB pack_b(int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
                Precision precision) {
-  std::vector<float> split;  // bf16x3: B with its K tripled, packed as bf16 pairs
-  if (precision == Precision::kBF16x3) {
-    split.resize(static_cast<size_t>(kSplitParts * k * n));
-    split_operand(b, ldb, !trans_b, n, k, kTailOfB, split.data());
-    b = split.data();
-    k *= kSplitParts;
-    ldb = trans_b ? k : n;
-  }
   PackedB p;
   const int64_t nr = nr_of(active_isa());
   const PanelOps o = panel_ops(precision, 0);  // B's panels are the same for AMX
   const int64_t stride = ceil_div(k, o.unit) * nr;
-  p.tail_part_ = 2;
+  const int parts = o.split ? 2 : 1;
+  std::vector<float> tails;  // bf16x3: B's tails, packed after its values
+  const int64_t cols = trans_b ? k : n;
+  if (o.split) {
+    tails.resize(static_cast<size_t>(k * n));
+    tails_of(b, ldb, trans_b ? n : k, cols, tails.data());
+  }
+  auto source = [&](int part) { return part ? tails.data() : b; };
+  auto stride_of = [&](int part) { return part ? cols : ldb; };
   if (half_panels_run(precision)) {      // rounded once, stored as halves
     const Precision half = o.precision;  // bf16 for bf16x3
-    auto* dst = reinterpret_cast<uint16_t*>(p.allocate(n, k, nr, precision, 1, half));
+    auto* dst = reinterpret_cast<uint16_t*>(p.allocate(n, k, nr, precision, 1, half, parts));
     std::vector<float> panel(static_cast<size_t>(stride));
-    for (int64_t j = 0; j < n; j += nr) {
-      const float* src = trans_b ? b + j * ldb : b + j;
-      pack_b_for(o, src, ldb, trans_b, k, std::min(nr, n - j), panel.data(), stride);
-      narrow_half(half, panel.data(), dst + j / nr * stride, stride);
-    }
+    for (int part = 0; part < parts; ++part)
+      for (int64_t j = 0; j < n; j += nr) {
+        const int64_t ld = stride_of(part);
+        const float* src = trans_b ? source(part) + j * ld : source(part) + j;
+        pack_b_for(o, src, ld, trans_b, k, std::min(nr, n - j), panel.data(), stride);
+        narrow_half(half, panel.data(), dst + part * p.part_size() + j / nr * stride, stride);
+      }
     return p;
   }
-  float* dst = p.allocate(n, k, nr, precision, o.unit);
-  pack_b_for(o, b, ldb, trans_b, k, n, dst, stride);
+  float* dst = p.allocate(n, k, nr, precision, o.unit, Precision::kF32, parts);
+  for (int part = 0; part < parts; ++part)
+    pack_b_for(o, source(part), stride_of(part), trans_b, k, n, dst + part * p.part_size(), stride);
   return p;
 }
 
@@ -863,7 +872,8 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
   if (static_cast<Isa>(packed.isa()) == active_isa() &&
       panel_ops(g.precision, 0).unit == packed.k_per_step() &&
       (packed.half_panels() == Precision::kF32 || half_panels_run(packed.half_panels()))) {
-    run_gemm(g, {nullptr, packed.data(), packed.half_panels()}, 1, 0, 0, 0, 0);
+    run_gemm(g, {nullptr, packed.data(), packed.half_panels(), 0, packed.part_size()}, 1, 0, 0, 0,
+             0);
     return;
   }
   // Packed for another ISA's panel width, bf16 pairs where VDPBF16PS is now off, or halves where
@@ -879,46 +889,45 @@ void sgemm_packed(const GemmArgs& args, const PackedB& packed) {
 
 int64_t packed_b_floats(int64_t k, int64_t n, Precision precision) {
   const int64_t nr = nr_of(active_isa());
-  if (precision == Precision::kBF16x3) k *= kSplitParts;
-  return ceil_div(n, nr) * nr * ceil_div(k, panel_ops(precision, 0).unit);
+  const PanelOps o = panel_ops(precision, 0);
+  return (o.split ? 2 : 1) * ceil_div(n, nr) * nr * ceil_div(k, o.unit);  // bf16x3: heads, tails
 }
 
 void pack_b_into(float* dst, int64_t k, int64_t n, const float* b, int64_t ldb, bool trans_b,
                  Precision precision) {
   const PanelOps o = panel_ops(precision, 0);  // B's panels are the same for AMX
-  if (o.split) {                               // K tripled first
-    float* split = t_split_b.get_as<float>(kSplitParts * k * n);
-    split_operand(b, ldb, !trans_b, n, k, kTailOfB, split);
-    k *= kSplitParts;
-    pack_b_for(o, split, trans_b ? k : n, trans_b, k, n, dst,
-               ceil_div(k, o.unit) * nr_of(active_isa()));
-    return;
+  const int64_t stride = ceil_div(k, o.unit) * nr_of(active_isa());
+  pack_b_for(o, b, ldb, trans_b, k, n, dst, stride);
+  if (o.split) {  // the tails' panels after the values'
+    const int64_t rows = trans_b ? n : k, cols = trans_b ? k : n;
+    float* tails = t_split_b.get_as<float>(k * n);
+    tails_of(b, ldb, rows, cols, tails);
+    pack_b_for(o, tails, cols, trans_b, k, n, dst + packed_b_floats(k, n, precision) / 2, stride);
   }
-  pack_b_for(o, b, ldb, trans_b, k, n, dst, ceil_div(k, o.unit) * nr_of(active_isa()));
 }
 
 void sgemm_prepacked(const GemmArgs& args, const float* packed_b) {
   GemmArgs g = args;
   g.b_rows = nullptr;
-  run_gemm(g, {nullptr, packed_b}, 1, 0, 0, 0, 0);
+  const int64_t tails =
+      g.precision == Precision::kBF16x3 ? packed_b_floats(g.k, g.n, g.precision) / 2 : 0;
+  run_gemm(g, {nullptr, packed_b, Precision::kF32, 0, tails}, 1, 0, 0, 0, 0);
 }
 
 PackedA pack_a(int64_t m, int64_t k, const float* a, int64_t lda, bool trans_a,
                Precision precision) {
-  std::vector<float> split;  // bf16x3: A with its K tripled, packed as bf16 pairs
-  if (precision == Precision::kBF16x3) {
-    split.resize(static_cast<size_t>(kSplitParts * k * m));
-    split_operand(a, lda, trans_a, m, k, kTailOfA, split.data());
-    a = split.data();
-    k *= kSplitParts;
-    lda = trans_a ? m : k;
-  }
   PackedA p;
-  p.tail_part_ = 1;
   const PanelOps o = panel_ops(precision, m);
-  float* dst = p.allocate(m, k, a_panel_rows(o), precision, o.unit);
+  float* dst =
+      p.allocate(m, k, a_panel_rows(o), precision, o.unit, Precision::kF32, o.split ? 2 : 1);
   if (o.amx) p.chunk_ = avx512::kAmxStepsPerTile;
   pack_a_for(o, a, lda, trans_a, m, k, dst);
+  if (o.split) {  // the tails' panels after the values'
+    const int64_t rows = trans_a ? k : m, cols = trans_a ? m : k;
+    std::vector<float> tails(static_cast<size_t>(rows * cols));
+    tails_of(a, lda, rows, cols, tails.data());
+    pack_a_for(o, tails.data(), cols, trans_a, m, k, dst + p.part_size());
+  }
   return p;
 }
 
@@ -932,7 +941,7 @@ void sgemm_packed_a(const GemmArgs& args, const PackedA& packed) {
   if (static_cast<Isa>(packed.isa()) == active_isa() && o.unit == packed.k_per_step() &&
       packed.width() == a_panel_rows(o) &&
       packed.chunk_steps() == (o.amx ? avx512::kAmxStepsPerTile : 0)) {
-    run_gemm(g, {packed.data(), nullptr}, 1, 0, 0, 0, 0);
+    run_gemm(g, {packed.data(), nullptr, Precision::kF32, packed.part_size(), 0}, 1, 0, 0, 0, 0);
     return;
   }
   // Packed for another ISA's panel height, bf16 pairs where VDPBF16PS is now off, or for or

@@ -126,9 +126,7 @@ void sgemm(const GemmArgs& args);
 // `width` halves per step, widened in registers).
 class PackedPanels {
  public:
-  // K of the operand (the panels of a kBF16x3 packing hold it three times: packed_k()).
-  int64_t k() const { return precision_ == Precision::kBF16x3 ? k_ / 3 : k_; }
-  int64_t packed_k() const { return k_; }
+  int64_t k() const { return k_; }
   const float* data() const { return data_.get(); }
   int isa() const { return isa_; }
   Precision precision() const { return precision_; }
@@ -140,6 +138,10 @@ class PackedPanels {
   // kF16 / kBF16: the values are stored as those half bits; kF32: as floats.
   Precision half_panels() const { return half_; }
   size_t bytes() const { return bytes_; }  // what the panels hold in memory
+  // 2 for kBF16x3: the panels of the values' bf16 heads, then (part_size() elements on: floats,
+  // or halves) the same panels of their tails; else 1.
+  int parts() const { return parts_; }
+  int64_t part_size() const { return part_size_; }
   // The operand back as a plain row-major len x k matrix (rows of A; columns of B, so B comes
   // back transposed): for running without the packing, or giving the original back. kBF16x3:
   // head + tail of each value (its 16 significant bits), a value that splits into them again.
@@ -149,7 +151,7 @@ class PackedPanels {
   // Storage for `len` rows (A) or columns (B) of K in panels of `width`, for the active ISA,
   // `unit` values of K per step.
   float* allocate(int64_t len, int64_t k, int64_t width, Precision precision, int unit,
-                  Precision half = Precision::kF32);
+                  Precision half = Precision::kF32, int parts = 1);
   int64_t k_ = 0, len_ = 0;  // len_: rows of A or columns of B
   int64_t width_ = 0;        // MR or NR of the packing ISA
   size_t bytes_ = 0;
@@ -158,7 +160,8 @@ class PackedPanels {
   int unit_ = 1;                      // values of K per step
   int chunk_ = 0;                     // chunk_steps()
   Precision half_ = Precision::kF32;  // stored as these half bits, not floats
-  int tail_part_ = 0;                 // kBF16x3: the third of K holding the tails (A 1, B 2)
+  int parts_ = 1;
+  int64_t part_size_ = 0;
   std::shared_ptr<float[]> data_;
 };
 

@@ -103,39 +103,49 @@ thread_local std::vector<float> t_rows;  // a transposed A's rows, made contiguo
 // The B rows a later call reads, brought into L2 while this call's tiles multiply: a B panel
 // first met comes from L3 or memory, where tile loads alone wait out the latency of each line.
 // `rows` rows from `p` on, `stride` bytes apart, each a line at p and, with `second`, one that many
-// bytes on; `per` rows each chunk. bf16: the next 32-column half of a B panel (two lines of each
+// bytes on (and with `other` the same lines that many bytes on: bf16x3's tails); `per` rows each
+// chunk. bf16: the next 32-column half of a B panel (two lines of each
 // 256-byte step); int8: the next block's one or two 16-column panels (64 bytes a quad row).
 struct Ahead {
   const char* p = nullptr;
-  int64_t stride = 0, second = 0;
+  int64_t stride = 0, second = 0, other = 0;
   int64_t rows = 0, per = 0;
 };
 
 inline void fetch_ahead(Ahead& a) {
   const int64_t n = std::min(a.per, a.rows);
-  for (int64_t r = 0; r < n; ++r) {
-    __builtin_prefetch(a.p + r * a.stride, 0, 2);
-    if (a.second) __builtin_prefetch(a.p + r * a.stride + a.second, 0, 2);
-  }
+  for (int64_t r = 0; r < n; ++r)
+    for (const char* q = a.p + r * a.stride;; q += a.other) {
+      __builtin_prefetch(q, 0, 2);
+      if (a.second) __builtin_prefetch(q + a.second, 0, 2);
+      if (!a.other || q != a.p + r * a.stride) break;
+    }
   a.p += n * a.stride;
   a.rows -= n;
 }
 
 // A share of the rows from `p` on for the i-th of mp calls over k rows in chunks of kChunk.
-Ahead ahead_share(const void* p, int64_t stride, int64_t second, int64_t k, int64_t mp, int64_t i) {
+Ahead ahead_share(const void* p, int64_t stride, int64_t second, int64_t k, int64_t mp, int64_t i,
+                  int64_t other = 0) {
   const int64_t share = (k + mp - 1) / mp, chunks = std::max<int64_t>(1, k / kChunk);
   if (!p || i * share >= k) return {};
-  return {static_cast<const char*>(p) + i * share * stride, stride, second,
-          std::min(share, k - i * share), (share + chunks - 1) / chunks};
+  return {static_cast<const char*>(p) + i * share * stride,
+          stride,
+          second,
+          other,
+          std::min(share, k - i * share),
+          (share + chunks - 1) / chunks};
 }
 
 // C[mi x nj] (=|+=) alpha * A_panel B over k2 steps, with TR A row tiles and TC B column tiles
 // (16 rows or columns each; mi <= 16 TR, nj <= 16 TC). `b` points at the block's first column in
 // a B panel (kNR pairs a step). A full block with alpha 1 is loaded and stored by the tiles in
 // place; any other goes through a 32 x 32 buffer. Each whole chunk also fetches a share of `ahead`.
-template <int TR, int TC>
-void micro_amx(int64_t k2, const float* a, const float* b, float* c, int64_t ldc, int mi, int nj,
-               float alpha, bool accumulate, Ahead ahead) {
+// kSplit (bf16x3): `at` and `bt` are the tails' panels laid out as a's and b's, and the block is
+// alpha (A B + At B + A Bt): each chunk loads A, B, At, A again and Bt for its 12 products.
+template <int TR, int TC, bool kSplit>
+void micro_amx(int64_t k2, const float* a, const float* b, const float* at, const float* bt,
+               float* c, int64_t ldc, int mi, int nj, float alpha, bool accumulate, Ahead ahead) {
   constexpr int64_t kBStride = kNR * 4, kAStride = kChunk * 4;  // bytes between tile rows
   const bool in_place = alpha == 1.0f && mi == kTile * TR && nj == kTile * TC;
   const int64_t ldc_bytes = ldc * 4;
@@ -151,28 +161,52 @@ void micro_amx(int64_t k2, const float* a, const float* b, float* c, int64_t ldc
     if constexpr (TR == 2) _tile_zero(2);
     if constexpr (TR == 2 && TC == 2) _tile_zero(3);
   }
-  auto step = [&](const float* a0, int64_t a_stride, const float* b0, int64_t b_stride) {
+  auto load_a = [&](const float* a0, int64_t a_stride) {
     _tile_loadd(4, a0, a_stride);
     if constexpr (TR == 2) _tile_loadd(5, a0 + kTile * a_stride / 4, a_stride);
+  };
+  auto load_b = [&](const float* b0, int64_t b_stride) {
     _tile_loadd(6, b0, b_stride);
     if constexpr (TC == 2) _tile_loadd(7, b0 + kTile, b_stride);
+  };
+  auto products = [] {
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (TC == 2) _tile_dpbf16ps(1, 4, 7);
     if constexpr (TR == 2) _tile_dpbf16ps(2, 5, 6);
     if constexpr (TR == 2 && TC == 2) _tile_dpbf16ps(3, 5, 7);
   };
+  // One chunk: a0, b0 (and the tails' at0, bt0) with rows a_stride and b_stride bytes apart.
+  auto step = [&](const float* a0, const float* at0, int64_t a_stride, const float* b0,
+                  const float* bt0, int64_t b_stride) {
+    load_a(a0, a_stride);
+    load_b(b0, b_stride);
+    products();
+    if constexpr (kSplit) {
+      load_a(at0, a_stride);
+      products();
+      load_a(a0, a_stride);
+      load_b(bt0, b_stride);
+      products();
+    }
+  };
   int64_t s = 0;
   for (; s + kChunk <= k2; s += kChunk) {
     if (ahead.rows > 0) fetch_ahead(ahead);
-    step(a + s * kMR, kAStride, b + s * kNR, kBStride);
+    step(a + s * kMR, kSplit ? at + s * kMR : nullptr, kAStride, b + s * kNR,
+         kSplit ? bt + s * kNR : nullptr, kBStride);
   }
   if (s < k2) {  // the last w < 16 steps, zero-padded to a whole tile
     const int64_t w = k2 - s;
-    alignas(64) float at[kMR * kChunk] = {}, bt[kChunk * 2 * kTile] = {};
-    for (int r = 0; r < kTile * TR; ++r) std::memcpy(at + r * kChunk, a + s * kMR + r * w, w * 4);
-    for (int64_t p = 0; p < w; ++p) std::memcpy(bt + p * 2 * kTile, b + (s + p) * kNR, TC * 64);
+    alignas(64) float pa[2][kMR * kChunk] = {}, pb[2][kChunk * 2 * kTile] = {};
+    for (int part = 0; part < (kSplit ? 2 : 1); ++part) {
+      const float *x = part ? at : a, *y = part ? bt : b;
+      for (int r = 0; r < kTile * TR; ++r)
+        std::memcpy(pa[part] + r * kChunk, x + s * kMR + r * w, w * 4);
+      for (int64_t p = 0; p < w; ++p)
+        std::memcpy(pb[part] + p * 2 * kTile, y + (s + p) * kNR, TC * 64);
+    }
     memory_fence();
-    step(at, kAStride, bt, 2 * kTile * 4);
+    step(pa[0], pa[1], kAStride, pb[0], pb[1], 2 * kTile * 4);
   }
   if (in_place) {
     _tile_stored(0, c, ldc_bytes);
@@ -199,10 +233,13 @@ void micro_amx(int64_t k2, const float* a, const float* b, float* c, int64_t ldc
     }
 }
 
-using MicroAmx = void (*)(int64_t, const float*, const float*, float*, int64_t, int, int, float,
-                          bool, Ahead);
-constexpr MicroAmx kMicro[2][2] = {{&micro_amx<1, 1>, &micro_amx<1, 2>},
-                                   {&micro_amx<2, 1>, &micro_amx<2, 2>}};
+using MicroAmx = void (*)(int64_t, const float*, const float*, const float*, const float*, float*,
+                          int64_t, int, int, float, bool, Ahead);
+// [bf16x3][two row tiles][two column tiles]
+constexpr MicroAmx kMicro[2][2][2] = {{{&micro_amx<1, 1, false>, &micro_amx<1, 2, false>},
+                                       {&micro_amx<2, 1, false>, &micro_amx<2, 2, false>}},
+                                      {{&micro_amx<1, 1, true>, &micro_amx<1, 2, true>},
+                                       {&micro_amx<2, 1, true>, &micro_amx<2, 2, true>}}};
 
 }  // namespace
 
@@ -246,7 +283,10 @@ void gemm_macro_amx(const MacroBlock& blk) {
   const int64_t np = (blk.n + kNR - 1) / kNR, mp = (blk.m + kMR - 1) / kMR;
   const int64_t as = blk.a_panel_stride ? blk.a_panel_stride : blk.k * kMR;
   // While a 32-column half of a B panel meets the mp A panels, the next half comes into L2, a
-  // share of its steps in each of the mp calls.
+  // share of its steps in each of the mp calls. bf16x3 (a_tail, b_tail): the half of the heads'
+  // panel meets each A panel's heads and tails, then the half of the tails' panel its heads, while
+  // both halves are in cache (the tails' next half is fetched beside the heads').
+  const int64_t tails = blk.b_tail ? blk.b_tail - blk.b : 0;  // floats from a head to its tail
   for (int64_t j = 0; j < np; ++j) {
     const int nj = static_cast<int>(std::min<int64_t>(kNR, blk.n - j * kNR));
     const float* bp = blk.b + j * blk.b_panel_stride;
@@ -259,9 +299,10 @@ void gemm_macro_amx(const MacroBlock& blk) {
       for (int64_t i = 0; i < mp; ++i) {
         const int mi = static_cast<int>(std::min<int64_t>(kMR, blk.m - i * kMR));
         float* c = blk.c + i * kMR * blk.ldc + j * kNR + h;
-        kMicro[mi > kTile][nh > kTile](blk.k, blk.a + i * as, bp + h, c, blk.ldc, mi, nh, blk.alpha,
-                                       blk.accumulate,
-                                       ahead_share(next, kNR * 4, kTile * 4, blk.k, mp, i));
+        kMicro[tails != 0][mi > kTile][nh > kTile](
+            blk.k, blk.a + i * as, bp + h, tails ? blk.a_tail + i * as : nullptr,
+            tails ? bp + tails + h : nullptr, c, blk.ldc, mi, nh, blk.alpha, blk.accumulate,
+            ahead_share(next, kNR * 4, kTile * 4, blk.k, mp, i, tails * 4));
       }
     }
     if (blk.epilogue)

@@ -36,6 +36,10 @@ struct MacroBlock {
   // count halves), widened in registers as the micro-kernel loads them (VCVTPH2PS for IEEE
   // half, a 16-bit shift for bf16). kF32: floats.
   Precision b_half = Precision::kF32;
+  // bf16x3 (Precision::kBF16x3): the panels of A's and B's tails, laid out as a's and b's (the
+  // values' heads); the block is then alpha (Ah Bh + Al Bh + Ah Bl). Null otherwise.
+  const float* a_tail = nullptr;
+  const float* b_tail = nullptr;
   // The B panel the caller multiplies right after this block (B packed ahead: the next K slice's
   // or next column block's first panel, at the same row stride), or null: fetched into L2 during
   // the last panel, as every panel fetches its successor, so no block starts on a cold panel.
