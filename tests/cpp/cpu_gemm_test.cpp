@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <random>
@@ -556,6 +557,17 @@ TEST(CpuGemmBf16x3, PackedOperandsRunAnywhere) {
       expect_packed_runs_anywhere(
           p, cat("packed B bf16x3", t ? " transB" : ""),
           [&](const GemmArgs& g) { sgemm_packed(g, b); }, Precision::kBF16x3);
+      // Into caller memory (pack_b_into, sgemm_prepacked), heads then tails.
+      std::vector<float> into(static_cast<size_t>(packed_b_floats(s.k, s.n, Precision::kBF16x3)) +
+                              16);
+      auto* aligned =
+          reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(into.data()) + 63) / 64 * 64);
+      pack_b_into(aligned, s.k, s.n, p.g.b, p.g.ldb, t, Precision::kBF16x3);
+      std::fill(p.c.begin(), p.c.end(), NAN);
+      GemmArgs g = p.g;
+      g.precision = Precision::kBF16x3;
+      sgemm_prepacked(g, aligned);
+      expect_matches(g, cat("pack_b_into bf16x3", t ? " transB" : ""));
       const PackedA a = pack_a(s.m, s.k, p.g.a, p.g.lda, t, Precision::kBF16x3);
       EXPECT_EQ(a.k(), s.k);
       expect_packed_runs_anywhere(

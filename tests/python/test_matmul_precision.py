@@ -137,6 +137,17 @@ def test_torch_float32_matmul_precision_is_followed_and_the_option_wins(mlp):
         pypto.reset_optimization_options()
 
 
+def test_a_saved_model_keeps_its_split_products(mlp, tmp_path):
+    """pypto.save writes the weights back from their heads and tails (values that split the same
+    way again) and the graph's precision="bf16x3": the loaded model gives the same bits."""
+    model, x = mlp
+    fast = pypto.optimize(model, (x,), matmul_precision="high")
+    pypto.save(fast, tmp_path / "high.pto")
+    back = pypto.load(tmp_path / "high.pto")
+    assert torch.equal(back(x), fast(x))
+    assert ('precision="bf16x3"' in str(back.compiled.graph)) == AMX
+
+
 def test_bad_values_are_errors(mlp):
     model, x = mlp
     with pytest.raises(ValueError, match="'highest', 'high', 'medium'"):

@@ -408,6 +408,7 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
         };
         blk.b = panel(jc, pc);
         if (o.split) blk.b_tail = panel(jc, pc, pre.b_tail);
+        // What this task reads next: the next slice's first panel, or the next column block's.
         if (s + 1 < slices)
           blk.b_after = panel(jc, pc + kc);
         else if (jc + nc < j1)
@@ -695,6 +696,7 @@ void run_gemm(const GemmArgs& given, const Prepacked& given_pre, int64_t batch, 
     parallel_tasks(tasks, task);
   }
 }
+
 }  // namespace
 
 void round_to_precision(Precision p, float* v, int64_t n) {
