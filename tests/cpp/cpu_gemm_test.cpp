@@ -290,6 +290,17 @@ TEST(CpuGemmF16, MatchesRoundedDoubleLoopWithAndWithoutF16c) {
   expect_rounded_products(Precision::kF16);
 }
 
+// A bf16x3 product of row-major A, B and C of shape s, packed tightly.
+GemmArgs split_args(const Case& s, const float* a, const float* b, float* c) {
+  GemmArgs g;
+  g.m = s.m, g.n = s.n, g.k = s.k;
+  g.a = a, g.lda = s.k;
+  g.b = b, g.ldb = s.n;
+  g.c = c, g.ldc = s.n;
+  g.precision = Precision::kBF16x3;
+  return g;
+}
+
 TEST(CpuGemmBf16x3, MatchesTheSplitProductsWithAndWithoutAmxAndVdpbf16ps) {
   expect_rounded_products(Precision::kBF16x3);
 }
@@ -309,16 +320,7 @@ TEST(CpuGemmBf16x3, KeepsSixteenBitsOfEachOperand) {
         for (bool packed : {false, true}) {
           std::vector<float> a(static_cast<size_t>(s.m * s.k), a_value);
           std::vector<float> b(static_cast<size_t>(s.k * s.n), b_value), c(s.m * s.n, NAN);
-          GemmArgs g{.m = s.m,
-                     .n = s.n,
-                     .k = s.k,
-                     .a = a.data(),
-                     .lda = s.k,
-                     .b = b.data(),
-                     .ldb = s.n,
-                     .c = c.data(),
-                     .ldc = s.n};
-          g.precision = Precision::kBF16x3;
+          GemmArgs g = split_args(s, a.data(), b.data(), c.data());
           if (packed)
             sgemm_packed(g, pack_b(s.k, s.n, b.data(), s.n, false, Precision::kBF16x3));
           else
@@ -580,16 +582,7 @@ TEST(CpuGemmBf16x3, PackedOperandsRunAnywhere) {
     for (int64_t stride_a : {int64_t{0}, s.m * s.k}) {
       std::vector<float> a = random_vector(3 * s.m * s.k, 1), b = random_vector(3 * s.k * s.n, 2);
       std::vector<float> c(3 * s.m * s.n, NAN);
-      GemmArgs g{.m = s.m,
-                 .n = s.n,
-                 .k = s.k,
-                 .a = a.data(),
-                 .lda = s.k,
-                 .b = b.data(),
-                 .ldb = s.n,
-                 .c = c.data(),
-                 .ldc = s.n};
-      g.precision = Precision::kBF16x3;
+      GemmArgs g = split_args(s, a.data(), b.data(), c.data());
       sgemm_batched(g, 3, stride_a, s.k * s.n, s.m * s.n);
       for (int64_t i = 0; i < 3; ++i) {
         GemmArgs item = g;

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "onnx_model_builder.h"
 #include "pto/onnx.h"
@@ -126,6 +128,21 @@ Graph constant_graph() {
   return g;
 }
 
+// The ops of g's export and its Casts to bfloat16; no node keeps PyPTO's precision attribute.
+std::pair<std::multiset<std::string>, int> exported_ops(const Graph& g) {
+  const ::onnx::ModelProto m = parse(onnx::save_to_bytes(g));
+  std::multiset<std::string> ops;
+  int bf16_casts = 0;
+  for (const auto& n : m.graph().node()) {
+    ops.insert(n.op_type());
+    for (const auto& at : n.attribute()) {
+      EXPECT_NE(at.name(), "precision");
+      if (n.op_type() == "Cast" && at.name() == "to" && at.i() == 16) ++bf16_casts;
+    }
+  }
+  return {ops, bf16_casts};
+}
+
 // PyPTO's precision="bf16" on MatMul/Gemm (AutoMixedPrecision) is written as a Cast to bfloat16
 // and back on each operand: valid ONNX with the same meaning. The re-imported graph runs on the
 // reference interpreter to the same values as the marked one, and carries no such attribute.
@@ -147,16 +164,7 @@ TEST(OnnxExport, Bf16PrecisionBecomesCasts) {
   g.add_output(y);
   infer_types(g);
 
-  const ::onnx::ModelProto m = parse(onnx::save_to_bytes(g));
-  std::multiset<std::string> ops;
-  int bf16_casts = 0;
-  for (const auto& n : m.graph().node()) {
-    ops.insert(n.op_type());
-    for (const auto& at : n.attribute()) {
-      EXPECT_NE(at.name(), "precision");
-      if (n.op_type() == "Cast" && at.name() == "to" && at.i() == 16) ++bf16_casts;
-    }
-  }
+  const auto [ops, bf16_casts] = exported_ops(g);
   EXPECT_EQ(ops.count("Cast"), 4u);
   EXPECT_EQ(bf16_casts, 2);
   EXPECT_EQ(ops.count("Gemm"), 1u);
@@ -200,16 +208,7 @@ TEST(OnnxExport, Bf16x3PrecisionBecomesItsThreeProducts) {
   g.add_output(z);
   infer_types(g);
 
-  const ::onnx::ModelProto m = parse(onnx::save_to_bytes(g));
-  std::multiset<std::string> ops;
-  int bf16_casts = 0;
-  for (const auto& n : m.graph().node()) {
-    ops.insert(n.op_type());
-    for (const auto& at : n.attribute()) {
-      EXPECT_NE(at.name(), "precision");
-      if (n.op_type() == "Cast" && at.name() == "to" && at.i() == 16) ++bf16_casts;
-    }
-  }
+  const auto [ops, bf16_casts] = exported_ops(g);
   EXPECT_EQ(ops.count("Gemm"), 3u);
   EXPECT_EQ(ops.count("MatMul"), 3u);
   EXPECT_EQ(ops.count("Add"), 4u);

@@ -202,29 +202,11 @@ def test_bert_under_high_is_near_fp32():
         assert fired(fast).get("MatMulPrecision/bf16x3 MatMul/Gemm", 0) >= 2 * 6
 
 
-def high_onnx(path):
-    """Gemm -> Relu -> MatMul on 32 rows (a tile's worth), random weights."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    w1 = numpy_helper.from_array(rng.standard_normal((48, 64)).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array(rng.standard_normal((48, 5)).astype(np.float32), "w2")
-    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"], transB=1, name="fc1"),
-             helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
-    g = helper.make_graph(nodes, "mlp",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 5])],
-                          [w1, w2])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return path
-
-
 def test_cli_matmul_precision(tmp_path):
     from test_cli import expect_error, pto
+    from test_precision import mlp_onnx
 
-    model = high_onnx(tmp_path / "mlp.onnx")
+    model = mlp_onnx(tmp_path / "mlp.onnx", rows=32)  # a tile's worth of rows
     r = pto("compile", model, "--matmul-precision", "high", "--stats")
     assert r.returncode == 0, r.stderr
     how = pypto.device_info()["precision"]["bf16x3"]["how"]

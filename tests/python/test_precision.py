@@ -411,8 +411,8 @@ def test_precision_report_against_an_fp32_compile(mlp):
 
 # ---- the command line: --precision bf16 ----
 
-def mlp_onnx(path):
-    """Gemm -> Relu -> MatMul, random weights: what --precision bf16 changes."""
+def mlp_onnx(path, rows=3):
+    """Gemm -> Relu -> MatMul on `rows` rows, random weights: what --precision bf16 changes."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -422,8 +422,8 @@ def mlp_onnx(path):
              helper.make_node("Relu", ["h"], ["r"], name="relu"),
              helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
     g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                       [3, 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])],
+                                                                       [rows, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, 5])],
                           [w1, w2])
     import onnx
 
