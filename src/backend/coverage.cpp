@@ -28,7 +28,7 @@ std::vector<PrecisionPath> precision_paths() {
       // bf16x3 (torch's float32 matmul precision "high"): fast only where AMX multiplies the three
       // bf16 products; elsewhere they cost three times one bf16 product, more than fp32's one.
       {"bf16x3", amx,
-       amx  ? "AMX tiles (three bf16 products over K tripled) for 16 rows or more, VDPBF16PS below"
+       amx  ? "AMX tiles: three bf16 products of heads and tails, C held in the tiles"
        : dp ? "VDPBF16PS, three products: slower than fp32 (no amx_bf16; \"high\" keeps fp32)"
             : "fp32 FMA on rounded heads and tails, three products (\"high\" keeps fp32)"},
       // No fp16 kernel: x86's fp16 arithmetic (AVX512_FP16, AMX-FP16) is not used, so f16 is

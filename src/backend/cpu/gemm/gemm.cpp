@@ -176,6 +176,10 @@ struct PanelOps {
 
 // Rows from which a bf16 product runs on AMX tiles: a tile holds 16 rows of A, and fewer (a
 // decode step's) leave most of each TDPBF16PS idle where VDPBF16PS's 6-row block wastes less.
+// bf16x3 runs on the tiles at any row count: the fused micro-kernel reads each B panel once for
+// its three products, where VDPBF16PS's macro-kernel runs three passes (one thread, weights from
+// memory, GFLOP/s tiles / three passes: 8 x 768 x 768 79-84 / 28-30, 4 x 768 x 2304 22-23 /
+// 18-19, 1 x 768 x 3072 5.7-5.8 / 5.3-5.5; fp32 102, 30, 7.7: a decode step still costs more).
 constexpr int64_t kAmxMinRows = 16;
 
 // The panels for products in `p` of `m` rows of A (m only matters for AMX).
@@ -185,7 +189,7 @@ PanelOps panel_ops(Precision p, int64_t m) {
   if (o.split) p = Precision::kBF16;
   o.precision = p;
   o.pairs = p == Precision::kBF16 && active_isa() == Isa::kAvx512 && has_ext(Ext::kAvx512Bf16);
-  o.amx = o.pairs && m >= kAmxMinRows && has_ext(Ext::kAmxBf16);
+  o.amx = o.pairs && (m >= kAmxMinRows || o.split) && has_ext(Ext::kAmxBf16);
   o.unit = o.pairs ? 2 : 1;
   o.kc_unit = o.amx ? avx512::kAmxStepsPerTile : 8;
   return o;
