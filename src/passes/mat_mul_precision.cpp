@@ -3,7 +3,6 @@
 // matmul_precision, pypto.optimize(matmul_precision=...), pto --matmul-precision).
 //
 //   "high":   %y = MatMul(%a, %w)  ->  %y = MatMul(%a, %w) {precision="bf16x3"}
-//             %o = Attention(%q, %k, %v) -> %o = Attention(%q, %k, %v) {precision="bf16x3"}
 //   "medium": %y = MatMul(%a, %w)  ->  %y = MatMul(%a, %w) {precision="bf16"}
 //   (Gemm the same; "highest", the default, does not run the pass)
 //
@@ -16,9 +15,6 @@
 // CPU matmul under "medium") where the CPU has AVX512_BF16. Elsewhere the products stay float32
 // and the pass says so (a note), as PyTorch's do.
 //
-// Under "high" an Attention's two products (Q K^T, the probabilities times V) are split too, as
-// its MatMuls would be (RecognizeAttention, later, gives the Attention it makes their precision);
-// its softmax stays float32, and its decode kernel (a step's few query rows) computes in fp32.
 // Only the products change: activations, softmax, norms and every other op stay float32, and
 // the operands and results stay float32 values (unlike AutoMixedPrecision, which runs first and
 // whose marks this pass leaves as they are). Not marked under "high": products whose A has
@@ -58,22 +54,15 @@ Graph mat_mul_precision(Graph g, const PassContext& ctx) {
   const bool fast = split ? machine_has_amx_bf16() : machine_has_avx512_bf16();
   const std::string precision = split ? params::kSplitBf16 : "bf16";
   int marked = 0, kept = 0, few_rows = 0;
-  int attentions = 0;
   for (Node& n : g.mutable_nodes()) {
-    const bool attention = split && n.op == "Attention";  // its two products, under "high"
-    if (!n.domain.empty() || (n.op != "MatMul" && n.op != "Gemm" && !attention) ||
-        n.inputs.size() < 2 || n.attrs.has("precision"))
+    if (!n.domain.empty() || (n.op != "MatMul" && n.op != "Gemm") || n.inputs.size() < 2 ||
+        n.attrs.has("precision"))
       continue;
     if (dtype_of_value(g, n.inputs[0]) != DType::kF32 ||
         dtype_of_value(g, n.inputs[1]) != DType::kF32)
       continue;
     if (!fast) {
       ++kept;
-      continue;
-    }
-    if (attention) {  // a decode step's few query rows run in fp32 whatever the precision
-      n.attrs.set("precision", precision);
-      ++attentions;
       continue;
     }
     if (const int64_t rows = static_rows(g, n); split && rows >= 0 && rows < kMinSplitRows) {
@@ -84,7 +73,6 @@ Graph mat_mul_precision(Graph g, const PassContext& ctx) {
     ++marked;
   }
   if (marked) ctx.note(cat("MatMulPrecision/", precision, " MatMul/Gemm"), marked);
-  if (attentions) ctx.note(cat("MatMulPrecision/", precision, " Attention"), attentions);
   if (few_rows) ctx.note("MatMulPrecision/float32: fewer than 16 rows", few_rows);
   if (kept)
     ctx.note(

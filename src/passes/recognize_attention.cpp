@@ -38,10 +38,10 @@
 // (a decoder's K/V cache, Concat(past, new), has a length no shape inference names, and Dynamo
 // gives the past keys and the past values symbols of their own).
 //
-// Two MatMuls with the same precision attribute (AutoMixedPrecision's "bf16" or MatMulPrecision's
-// "bf16x3": they run before this pass) give Attention that precision, whose products round (split)
-// the same operands and the probabilities too (op_params.h); MatMuls that differ give a float32
-// Attention.
+// Two MatMuls with the same precision attribute (AutoMixedPrecision's "bf16": it runs before this
+// pass) give Attention that precision, whose products round the same operands and the
+// probabilities too (op_params.h); MatMuls that differ, or split into bf16x3 products (which
+// only MatMul and Gemm have), give a float32 Attention.
 //
 // The one change in meaning: an unguarded Softmax of a row whose every score is -inf is NaN in
 // the primitive form and 0 in Attention (as in torch's SDPA); rows with any visible key agree to
@@ -49,6 +49,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ir/ops/op_params.h"
 #include "passes/rewrite_util.h"
 
 namespace pto::passes {
@@ -88,7 +89,8 @@ class AttentionMatcher {
     m_.q = scaled(qk->inputs[0]);
     m_.kt = scaled(qk->inputs[1]);
     const std::string p = root.attrs.get_string("precision", "");
-    if (p == qk->attrs.get_string("precision", "")) m_.precision = p;
+    // "bf16x3" has no Attention form: its Attention computes in float32 (more exact).
+    if (p == qk->attrs.get_string("precision", "") && p != params::kSplitBf16) m_.precision = p;
     return m_;
   }
 

@@ -237,19 +237,6 @@ TEST(OnnxExport, Bf16x3PrecisionBecomesItsThreeProducts) {
   EXPECT_LT(diff, 2e-6);
   EXPECT_GT(split_error, 4 * diff);
   EXPECT_LT(split_error, 1e-3);
-
-  // An Attention's bf16x3 has no ONNX form: the file's Attention computes in float32, no Casts.
-  Graph att;
-  att.opset = 23;
-  const ValueId q = att.add_input("q", {DType::kF32, Shape{1, 2, 5, 8}});
-  const ValueId k = att.add_input("k", {DType::kF32, Shape{1, 2, 5, 8}});
-  const ValueId o = att.add_value("o");
-  att.add_node("Attention", {q, k, k}, {o}, split, "attention");
-  att.add_output(o);
-  infer_types(att);
-  const auto [att_ops, att_casts] = exported_ops(att);
-  EXPECT_EQ(att_ops, (std::multiset<std::string>{"Attention"}));
-  EXPECT_EQ(att_casts, 0);
 }
 
 // Attention with precision="bf16" rounds Q, K and V through Casts (once under qkv_split, whose

@@ -36,11 +36,8 @@
 // products take their operands rounded to that type (Q, K, V, and the chunk's unnormalized
 // probabilities exp(S - m)), accumulating in fp32; the softmax, its running sums and the
 // rescaling stay fp32. bf16 products run on AMX tiles or VDPBF16PS where the CPU has them (K^T
-// and V chunks packed as pairs), f16 ones on rounded floats. precision="bf16x3" (MatMulPrecision
-// under torch's "high") splits the same operands into bf16 heads and tails, three bf16 products
-// each (the K^T and V chunks packed as heads and tails, sgemm's kBF16x3). The decode kernel (a
-// few rows, bound by reading K and V) computes in fp32 whatever the precision: more exact, no
-// slower.
+// and V chunks packed as pairs), f16 ones on rounded floats. The decode kernel (a few rows, bound
+// by reading K and V) computes in fp32 whatever the precision: more exact, no slower.
 //
 // softcap (Gemma-2's c tanh(s / c) on the scaled scores, before the mask) is applied in the
 // online softmax's first pass over each chunk of scores.
@@ -226,12 +223,12 @@ struct TaskScratch {
   float *s, *k, *v, *q, *o, *pv, *m, *l, *corr;
   const float** mask;
   int64_t* limit;
-  TaskScratch(const AttentionPlan& p, int64_t D, int64_t Dv, Precision precision) {
+  TaskScratch(const AttentionPlan& p, int64_t D, int64_t Dv) {
     const int64_t t = p.task_rows;
     const auto round = [](int64_t n) { return (n + 15) / 16 * 16; };
     const int64_t sizes[] = {t * p.block,
-                             p.decode ? 0 : packed_b_floats(D, p.block, precision),
-                             p.decode ? 0 : packed_b_floats(p.block, Dv, precision),
+                             p.decode ? 0 : packed_b_floats(D, p.block),
+                             p.decode ? 0 : packed_b_floats(p.block, Dv),
                              t * D,
                              t * Dv,
                              t * Dv,
@@ -306,7 +303,7 @@ std::vector<Tensor> run_attention(const KernelContext& c) {
     return y_rows.row(bk / Hkv, bk % Hkv * group + g, i0 + i);
   };
   parallel_for(0, units * parts, 1, [&](int64_t t0, int64_t t1) {
-    const TaskScratch w(plan, D, Dv, precision);
+    const TaskScratch w(plan, D, Dv);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t unit = t / parts, part = t % parts;
       const int64_t bk = unit / blocks, i0 = unit % blocks * plan.rows;

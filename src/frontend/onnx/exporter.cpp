@@ -331,9 +331,7 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp, int opset,
     return name;
   };
   for (const Node& n : g.nodes()) {
-    // bf16x3 on Attention has no ONNX form either: the file's Attention computes in float32.
-    const bool split = n.domain.empty() && params::split_bf16_products(n);
-    if (split && n.op != "Attention") {
+    if (n.domain.empty() && params::split_bf16_products(n)) {
       split_products_to_proto(n, names, taken, gp);
       continue;
     }
@@ -341,7 +339,7 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp, int opset,
     // ONNX: each product operand goes through Cast(to=bfloat16 or float16) and Cast(to=float)
     // instead, which rounds it the same way (Attention's probabilities excepted: op_params.h).
     const bool reduced =
-        n.domain.empty() && params::has_precision_attr(n.op) && n.attrs.has("precision") && !split;
+        n.domain.empty() && params::has_precision_attr(n.op) && n.attrs.has("precision");
     const std::optional<DType> precision = params::product_precision(n);
     if (reduced && !precision)
       throw ValueError(cat("onnx export: ", n.where(), " has precision '",
@@ -472,8 +470,8 @@ void graph_to_proto(const Graph& g, ::onnx::GraphProto& gp, int opset,
     for (const std::string& in : inputs) np->add_input(in);
     for (ValueId v : n.outputs) np->add_output(name_of(v));
     for (const auto& [key, a] : n.attrs.all()) {
-      if (((reduced || split) && key == "precision") || (packed_qkv && key == "qkv_split") ||
-          key == moved || (n.op == "Attention" && key == "mask_broadcast"))
+      if ((reduced && key == "precision") || (packed_qkv && key == "qkv_split") || key == moved ||
+          (n.op == "Attention" && key == "mask_broadcast"))
         continue;
       auto* ap = np->add_attribute();
       if (const auto* sub = std::get_if<GraphAttr>(&a); sub && *sub) {

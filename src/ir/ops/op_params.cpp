@@ -7,8 +7,8 @@ namespace pto::params {
 AttrDef precision_attr() {
   return optional_attr("precision", AttrKind::kString,
                        "PyPTO: \"bf16\" or \"f16\" rounds the product operands to that type "
-                       "(fp32 accumulation); \"bf16x3\" (MatMul, Gemm, Attention) sums three "
-                       "bf16 products of their heads and tails");
+                       "(fp32 accumulation); \"bf16x3\" (MatMul, Gemm) sums three bf16 "
+                       "products of their heads and tails");
 }
 
 bool has_precision_attr(const std::string& op) {
@@ -67,13 +67,12 @@ std::optional<DType> product_precision(const Node& n) {
   if (p.empty()) return DType::kF32;
   if (p == product_precision_name(DType::kBF16)) return DType::kBF16;
   if (p == product_precision_name(DType::kF16)) return DType::kF16;
-  if (p == kSplitBf16 && n.op != "Conv") return DType::kF32;
+  if (p == kSplitBf16 && (n.op == "MatMul" || n.op == "Gemm")) return DType::kF32;
   return std::nullopt;
 }
 
 bool split_bf16_products(const Node& n) {
-  return n.op != "Conv" && has_precision_attr(n.op) &&
-         n.attrs.get_string("precision", "") == kSplitBf16;
+  return (n.op == "MatMul" || n.op == "Gemm") && n.attrs.get_string("precision", "") == kSplitBf16;
 }
 
 std::string product_precision_name(DType precision) {

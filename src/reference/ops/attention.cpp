@@ -159,20 +159,8 @@ std::vector<Tensor> attention(const KernelContext& c) {
   const double scale = p.scale_for(Dq);
   const int64_t group = Hq / Hkv;
   const std::optional<DType> precision = params::product_precision(c.node);  // known: above
-  // bf16x3: each product of two fp32 values as its three products of bf16 heads and tails.
-  const bool split_products = params::split_bf16_products(c.node);
-  auto head = [](double x) {
-    return static_cast<double>(cast_value<BFloat16>(static_cast<float>(x)));
-  };
-  auto product = [&](double a, double b) {
-    if (!split_products) return a * b;
-    const double ah = head(a), bh = head(b);
-    const double al = head(static_cast<float>(a) - static_cast<float>(ah));
-    const double bl = head(static_cast<float>(b) - static_cast<float>(bh));
-    return ah * bh + al * bh + ah * bl;
-  };
   std::vector<double> y(B * Hq * Sq * Dv), qk_out(B * Hq * Sq * L);
-  std::vector<double> raw(L), biased(L), prob(L), weight(L), unnormalized(L);
+  std::vector<double> raw(L), biased(L), prob(L), weight(L);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t offset = has_past ? P : (nonpad.empty() ? 0 : nonpad[b] - Sq);
     for (int64_t h = 0; h < Hq; ++h) {
@@ -187,7 +175,7 @@ std::vector<Tensor> attention(const KernelContext& c) {
           if (!nonpad.empty() && j >= nonpad[b]) bias += kNegInf;
           double s = 0;
           for (int64_t d = 0; d < Dq; ++d)
-            s += product(q.at(b, h, i, d), kk[((b * Hkv + hk) * L + j) * Dq + d]);
+            s += q.at(b, h, i, d) * kk[((b * Hkv + hk) * L + j) * Dq + d];
           s *= scale;
           if (softcap > 0) s = softcap * std::tanh(s / softcap);
           raw[j] = s;
@@ -200,9 +188,7 @@ std::vector<Tensor> attention(const KernelContext& c) {
         double sum = 0;
         for (int64_t j = 0; j < L; ++j)
           sum += prob[j] = std::isinf(m) && m < 0 ? 0.0 : std::exp(biased[j] - m);
-        // Under a precision, P V takes the unnormalized exp(s - max) rounded (the sum is not);
-        // under bf16x3 split (`unnormalized`, divided by the sum after the product).
-        unnormalized = prob;
+        // Under a precision, P V takes the unnormalized exp(s - max) rounded (the sum is not).
         weight = prob;
         if (*precision != DType::kF32)
           dispatch(*precision, kFloatTypes, w, [&]<class H>() {
@@ -219,11 +205,7 @@ std::vector<Tensor> attention(const KernelContext& c) {
         }
         for (int64_t d = 0; d < Dv; ++d) {
           double acc = 0;
-          const bool none = bias_max == kNegInf || sum == 0;
-          for (int64_t j = 0; j < L && !none; ++j)
-            acc += split_products
-                       ? product(unnormalized[j], vv[((b * Hkv + hk) * L + j) * Dv + d]) / sum
-                       : weight[j] * vv[((b * Hkv + hk) * L + j) * Dv + d];
+          for (int64_t j = 0; j < L; ++j) acc += weight[j] * vv[((b * Hkv + hk) * L + j) * Dv + d];
           if (Q.rank() == 4)
             y[((b * Hq + h) * Sq + i) * Dv + d] = acc;
           else
