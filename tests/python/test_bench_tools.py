@@ -246,6 +246,26 @@ def test_pto_bench_weight_copies(pto_bin):
         assert p.returncode != 0 and why in p.stderr, (args, p.stderr)
 
 
+def test_pto_bench_bf16x3_precision(pto_bin):
+    """--precision bf16x3 times the split products, checked against the exact product (within
+    its ~1e-5, not fp32's 1e-7 nor bf16's 1e-3); an unknown precision is rejected by name."""
+    import json
+    import subprocess
+
+    bench = str(pto_bin.parent / "bench" / "pto_bench")
+    p = subprocess.run([bench, "--only", "sgemm", "--shapes", "48x64x80", "--packed", "b",
+                        "--precision", "f32,bf16x3", "--threads", "1", "--quick", "--max-time",
+                        "0.05"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    f32, split = json.loads(p.stdout)["sgemm"]
+    assert split["precision"] == "bf16x3" and split["ok"] and split["gflops"] > 0, split
+    assert f32["max_rel_err"] < split["max_rel_err"] < 1e-4, (f32, split)
+    assert split["plan"].startswith("bf16x3 ("), split["plan"]
+    p = subprocess.run([bench, "--only", "sgemm", "--precision", "tf32"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0 and "expected f32, bf16, f16 or bf16x3" in p.stderr, p.stderr
+
+
 UNSEEN = Path(__file__).resolve().parents[2] / "bench" / "unseen_models.py"
 
 

@@ -89,7 +89,7 @@ def test_high_splits_the_products_on_amx_and_keeps_fp32_elsewhere(mlp):
 
 def test_few_rows_stay_fp32_under_high(mlp):
     """A product of fewer than 16 rows (a decode step's) by its static shape keeps fp32: too few
-    rows for a tile, and the tripled weights cost more to read than fp32's."""
+    rows for a tile, and the weights' heads and tails stream slower than fp32's panels."""
     model, _ = mlp
     x = torch.randn(3, 96)
     fast = pypto.optimize(model, (x,), matmul_precision="high", dynamic=False)

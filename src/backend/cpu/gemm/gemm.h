@@ -69,10 +69,11 @@ inline constexpr int kGemmRowsSlack = 8;
 // Precision.HIGH): each fp32 operand is split into a bf16 head h = bf16(x) and a bf16 tail
 // l = bf16(x - h) (16 of fp32's 24 significand bits), and C = Ah Bh + Al Bh + Ah Bl, accumulated
 // in fp32: the one product of the tails left out and the bits past the tail make a relative error
-// of about 2^-16 per product (fp32: 2^-24, bf16: 2^-8). It runs as one bf16 product over K
-// tripled, A as [Ah Al Ah] and B as [Bh; Bh; Bl] along K: on AMX tiles three bf16 products cost
-// less than one fp32 product on the FMA units (what it is for); elsewhere it is three times the
-// bf16 work, slower than fp32. A packed B holds its K three times (6 bytes a weight).
+// of about 2^-16 per product (fp32: 2^-24, bf16: 2^-8). Each operand is packed as the bf16 panels
+// of its heads, then of its tails (PackedPanels::parts: 4 bytes a weight, as fp32), and the AMX
+// micro-kernel multiplies all three pairs of parts per chunk: on the tiles three bf16 products
+// cost less than one fp32 product on the FMA units (what it is for), at any row count; without
+// AMX, three passes of the bf16 kernels, slower than fp32.
 enum class Precision { kF32, kBF16, kF16, kBF16x3 };
 const char* precision_name(Precision p);  // "f32", "bf16", "f16", "bf16x3"
 
