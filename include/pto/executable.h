@@ -61,6 +61,9 @@ struct CompileOptions {
   // Float32 MatMul/Gemm not marked by auto_mixed_precision: "highest" (fp32), "high" (bf16x3 on
   // AMX tiles) or "medium" (bf16), as torch.set_float32_matmul_precision (PassOptions).
   std::string matmul_precision = "highest";
+  // Float32 Conv the same (not depthwise ones), as torch.backends.mkldnn.conv.fp32_precision:
+  // "highest" (its "ieee"), "high" ("tf32": bf16x3 on AMX tiles), "medium" ("bf16").
+  std::string conv_precision = "highest";
   std::vector<std::string> dump_after;  // passes after which the graph is printed (PTO_DUMP_AFTER)
   // Tile shapes pinned for tile kernels instead of the planner's ({rows, cols} of the output
   // merged to 2-D, or {cols}): kernel name -> shape, where a kernel is named by any of its nodes

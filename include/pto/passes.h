@@ -24,6 +24,7 @@ struct PassContext {
   int level = 2;
   DType mixed_precision = DType::kBF16;      // what AutoMixedPrecision marks products with
   std::string matmul_precision = "highest";  // PassOptions::matmul_precision (MatMulPrecision)
+  std::string conv_precision = "highest";    // PassOptions::conv_precision (ConvPrecision)
   size_t max_folded_bytes = 0;               // PassOptions::max_folded_bytes
   // Rewrites that fired, by rule name ("FoldBatchNorm/Conv" -> 20); filled by note().
   mutable std::map<std::string, int> fired;
@@ -68,6 +69,10 @@ struct PassOptions {
   // per product) where the CPU has AMX-BF16, else fp32; "medium" bf16 products where it has
   // AVX512_BF16, else fp32. Anything else is a ValueError.
   std::string matmul_precision = "highest";
+  // The same for float32 Conv, as torch.backends.mkldnn.conv.fp32_precision says (its "ieee",
+  // "tf32" and "bf16" are "highest", "high" and "medium" here; the ConvPrecision pass, next):
+  // depthwise convs stay fp32.
+  std::string conv_precision = "highest";
   // Names of passes after which the graph is printed to stderr (in addition to PTO_DUMP_AFTER);
   // "all" prints after every pass. An unknown name is a ValueError listing the known ones.
   std::vector<std::string> dump_after;

@@ -257,7 +257,8 @@ def _torch_autocast_on() -> bool:
 def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | None = None, *,
              example_kwargs: dict | None = None, dynamic: bool = True, dynamic_shapes=None,
              max_batch: int | None = None, dtype: torch.dtype | None = None,
-             matmul_precision: str | None = None) -> OptimizedModule:
+             matmul_precision: str | None = None,
+             conv_precision: str | None = None) -> OptimizedModule:
     """Compiles `model` for inference on PyPTO.
 
     example_inputs: a tuple of arguments (or a single tensor) the model is called with. Without
@@ -277,7 +278,12 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
         operands' heads and tails (bf16x3: about 1e-5 relative error, where fp32's is 1e-7 and
         bf16's 1e-2; on AMX tiles, faster than fp32), fp32 on a CPU without AMX-BF16; "medium"
         bf16 products. Everything else stays fp32. None: the matmul_precision option, else
-        torch.get_float32_matmul_precision(). See docs/precision.md.
+        PyTorch's CPU setting (torch.set_float32_matmul_precision, or
+        torch.backends.mkldnn.matmul.fp32_precision: "ieee", "tf32", "bf16"). See
+        docs/precision.md.
+    conv_precision: the same for float32 convolutions (not depthwise ones): "high" bf16x3 on
+        AMX, "medium" bf16. None: the conv_precision option, else
+        torch.backends.mkldnn.conv.fp32_precision ("tf32" is "high", "bf16" "medium").
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"pypto.optimize expects a torch.nn.Module, got {type(model).__name__}"
@@ -290,7 +296,7 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
     from .options import compile_options
     from .quantization import from_torch_ao
 
-    compile_options(level, matmul=matmul_precision)  # validates before the (slow) capture
+    compile_options(level, matmul=matmul_precision, conv=conv_precision)  # validates early
     reduced = {torch.bfloat16: "bf16", torch.float16: "f16"}
     if dtype is not None and dtype != torch.float32 and dtype not in reduced:
         raise ValueError(f"pypto.optimize: dtype={dtype!r} is not supported; supported: None, "
@@ -318,6 +324,7 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
                 bar.finish()
         return captured, CompiledGraph(captured.graph, level, mixed_precision=mixed_precision,
                                        matmul_precision=matmul_precision,
+                                       conv_precision=conv_precision,
                                        _progress="pypto.optimize")
 
     fast = OptimizedModule(model, compile_fn)

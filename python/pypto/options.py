@@ -21,9 +21,14 @@ _DEFAULTS: dict[str, Any] = {
     "mixed_precision_dtype": "bf16",
     # what float32 MatMul/Gemm compute in, as torch.set_float32_matmul_precision: "highest"
     # (fp32), "high" (bf16x3: three bf16 products of the operands' heads and tails, where the CPU
-    # has AMX-BF16), "medium" (bf16 products); None follows torch.get_float32_matmul_precision()
-    # when torch is imported, else "highest" (docs/precision.md)
+    # has AMX-BF16), "medium" (bf16 products); None follows torch's CPU setting (its
+    # torch.backends.mkldnn.matmul.fp32_precision, which torch.set_float32_matmul_precision
+    # sets) when torch is imported, else "highest" (docs/precision.md)
     "matmul_precision": None,
+    # the same for float32 Conv (not depthwise): None follows
+    # torch.backends.mkldnn.conv.fp32_precision ("ieee", "tf32", "bf16": "highest", "high",
+    # "medium"; torch.set_float32_matmul_precision leaves convolutions alone)
+    "conv_precision": None,
     # drop the graph's copy of weights the GEMM/conv kernels hold packed (memory held once)
     "release_packed_weights": True,
     # run independent kernels too small to fill the machine at the same time, one per thread
@@ -39,7 +44,7 @@ _DEFAULTS: dict[str, Any] = {
 }
 _TYPES = {"graph_optimization_level": int, "memory_optimization": bool,
           "auto_mixed_precision": bool, "mixed_precision_dtype": str,
-          "matmul_precision": (str, type(None)),
+          "matmul_precision": (str, type(None)), "conv_precision": (str, type(None)),
           "release_packed_weights": bool,
           "concurrent_kernels": bool, "specialize_subgraphs": bool, "tune_cache": bool, "tune_cache_path": str}
 _current = dict(_DEFAULTS)
@@ -65,8 +70,8 @@ def set_optimization_options(options: dict[str, Any]) -> None:
         if key == "graph_optimization_level" and not 0 <= value <= 3:
             raise ValueError(f"set_optimization_options: graph_optimization_level must be 0..3, "
                              f"got {value}")
-        if key == "matmul_precision" and value is not None:
-            check_matmul_precision(value, "set_optimization_options: matmul_precision")
+        if key in ("matmul_precision", "conv_precision") and value is not None:
+            check_matmul_precision(value, f"set_optimization_options: {key}")
         if key == "mixed_precision_dtype" and value not in _MIXED:
             raise ValueError(f"set_optimization_options: mixed_precision_dtype must be one of "
                              f"{', '.join(map(repr, _MIXED))}, got {value!r}")
@@ -95,20 +100,44 @@ def check_matmul_precision(value: Any, what: str) -> str:
     return value
 
 
-def matmul_precision(value: str | None = None) -> str:
-    """What float32 MatMul/Gemm compute in for one compilation: `value` if given, else the
-    matmul_precision option, else torch.get_float32_matmul_precision() when torch is imported
-    (the process's own setting, which PyTorch's CPU matmuls follow too), else "highest"."""
-    if value is not None:
-        return check_matmul_precision(value, "matmul_precision")
-    if _current["matmul_precision"] is not None:
-        return _current["matmul_precision"]
+_TORCH_FP32 = {"ieee": "highest", "tf32": "high", "bf16": "medium"}  # fp32_precision's values
+
+
+def torch_fp32_precision(op: str) -> str | None:
+    """What PyTorch's CPU `op` ("matmul" or "conv") computes float32 in, in
+    torch.set_float32_matmul_precision's words, when torch is imported: its
+    torch.backends.mkldnn.<op>.fp32_precision (PyTorch 2.9+), whose "none" defers to
+    torch.backends.mkldnn.fp32_precision and then torch.backends.fp32_precision; for matmul
+    without that API, torch.get_float32_matmul_precision(). None where nothing is set (or torch is
+    not imported)."""
     import sys
     torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "get_float32_matmul_precision"):
-        got = torch.get_float32_matmul_precision()
-        return got if got in _MATMUL else "highest"
-    return "highest"
+    if torch is None:
+        return None
+    backends = getattr(torch, "backends", None)
+    mkldnn = getattr(backends, "mkldnn", None)
+    chain = (getattr(getattr(mkldnn, op, None), "fp32_precision", None),
+             getattr(mkldnn, "fp32_precision", None), getattr(backends, "fp32_precision", None))
+    for got in chain:
+        if got in _TORCH_FP32:
+            return _TORCH_FP32[got]
+    if op == "matmul" and not any(isinstance(got, str) for got in chain):
+        getter = getattr(torch, "get_float32_matmul_precision", None)  # before PyTorch 2.9
+        got = getter() if getter else None
+        return got if got in _MATMUL else None
+    return None
+
+
+def matmul_precision(value: str | None = None, op: str = "matmul") -> str:
+    """What float32 MatMul/Gemm (op "matmul") or Conv (op "conv") compute in for one compilation:
+    `value` if given, else the matmul_precision (conv_precision) option, else PyTorch's own CPU
+    setting when torch is imported (torch_fp32_precision), else "highest"."""
+    key = f"{op}_precision"
+    if value is not None:
+        return check_matmul_precision(value, key)
+    if _current[key] is not None:
+        return _current[key]
+    return torch_fp32_precision(op) or "highest"
 
 
 def tile_option(tile: Any, what: str = "tile") -> dict[str, list[int]]:
@@ -142,11 +171,11 @@ def tile_option(tile: Any, what: str = "tile") -> dict[str, list[int]]:
 
 def compile_options(level: int | None = None, tile: Any = None,
                     mixed_precision: bool | str | None = None,
-                    matmul: str | None = None) -> _C.CompileOptions:
+                    matmul: str | None = None, conv: str | None = None) -> _C.CompileOptions:
     """The C++ CompileOptions for one compilation: the current options, `level`, the pinned
     `tile` (see tile_option), `mixed_precision` if given: "bf16" or "f16" products, True (the
-    mixed_precision_dtype option's) or False (fp32), and the float32 matmul precision `matmul`
-    (see matmul_precision)."""
+    mixed_precision_dtype option's) or False (fp32), and the float32 matmul and conv precisions
+    `matmul` and `conv` (see matmul_precision)."""
     if level is None:
         level = _current["graph_optimization_level"]
     if isinstance(level, bool) or not isinstance(level, int):
@@ -162,6 +191,7 @@ def compile_options(level: int | None = None, tile: Any = None,
     o.mixed_precision = (mixed_precision if isinstance(mixed_precision, str)
                          else _current["mixed_precision_dtype"])
     o.matmul_precision = matmul_precision(matmul)
+    o.conv_precision = matmul_precision(conv, "conv")
     o.release_packed_weights = _current["release_packed_weights"]
     o.tiles = tile_option(tile)
     o.concurrent_kernels = _current["concurrent_kernels"]

@@ -90,16 +90,17 @@ class CompiledGraph:
 
     def __init__(self, graph: _C.Graph, level: int | None = None, *, tile: Any = None,
                  mixed_precision: bool | str | None = None, matmul_precision: str | None = None,
-                 _consume: bool = False,
+                 conv_precision: str | None = None, _consume: bool = False,
                  _progress: str = "compiling"):
         # _consume: the caller hands the graph over (pypto.onnx.load): its weights can be freed
         # as the kernels pack them, and `graph` is left empty. tile: pinned tile shapes
         # (options.tile_option). mixed_precision: "bf16" or "f16"
-        # products, True/False (None: the options' values). matmul_precision: "highest", "high"
-        # or "medium" (None: options.matmul_precision).
+        # products, True/False (None: the options' values). matmul_precision, conv_precision:
+        # "highest", "high" or "medium" (None: options.matmul_precision).
         # _progress: the label of the progress bar a terminal shows.
         self._set_executable(_C.compile(
-            graph, _options.compile_options(level, tile, mixed_precision, matmul_precision),
+            graph, _options.compile_options(level, tile, mixed_precision, matmul_precision,
+                                            conv_precision),
             _consume, _progress))
 
     @classmethod

@@ -121,6 +121,9 @@ void bind_runtime(nb::module_& m) {
       .def_rw("matmul_precision", &CompileOptions::matmul_precision,
               "Float32 MatMul/Gemm as torch.set_float32_matmul_precision: 'highest' (fp32), "
               "'high' (bf16x3 on AMX tiles) or 'medium' (bf16).")
+      .def_rw("conv_precision", &CompileOptions::conv_precision,
+              "Float32 Conv (not depthwise) the same, as torch.backends.mkldnn.conv.fp32_precision "
+              "('ieee', 'tf32', 'bf16'): 'highest', 'high' or 'medium'.")
       .def_rw("release_packed_weights", &CompileOptions::release_packed_weights)
       .def_rw("concurrent_kernels", &CompileOptions::concurrent_kernels)
       .def_rw("specialize_subgraphs", &CompileOptions::specialize_subgraphs)

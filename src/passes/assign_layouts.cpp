@@ -81,15 +81,16 @@ bool blocked_pays(int64_t in_channels, int64_t out_channels, int block, bool inp
 }
 
 // Whether Conv `n` runs blocked: float32, 2-D, fp32 or bf16 products (ConvBlocked keeps
-// precision="bf16"), constant weights (and bias), group 1, groups whose channels fill whole
-// blocks, or depthwise with one output per input channel and fp32 products (AutoMixedPrecision
-// never marks one; the NCHW kernel honours a hand-written marking on rounded copies), and the
-// cost rule says it pays (never for bf16 products where they run on AMX tiles).
+// precision="bf16"; bf16x3 ones stay the NCHW kernel's implicit GEMM), constant weights (and bias),
+// group 1, groups whose channels fill whole blocks, or depthwise with one output per input channel
+// and fp32 products (AutoMixedPrecision never marks one; the NCHW kernel honours a hand-written
+// marking on rounded copies), and the cost rule says it pays (never for bf16 products where they
+// run on AMX tiles).
 bool conv_blockable(const Graph& g, const Node& n, int block, bool input_blocked, bool cost_rule) {
   if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
     return false;
   if (const std::optional<DType> p = params::product_precision(n);
-      p != DType::kF32 && p != DType::kBF16)
+      (p != DType::kF32 && p != DType::kBF16) || params::split_bf16_products(n))
     return false;
   const std::optional<Shape> x = nchw_f32(g, n.inputs[0]);
   const Tensor* w = constant(g, n.inputs[1]);

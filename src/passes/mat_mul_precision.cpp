@@ -23,7 +23,6 @@
 #include "ir/ops/op_params.h"
 #include "passes/passes.h"
 #include "passes/rewrite_util.h"
-#include "pto/device_info.h"
 
 namespace pto::passes {
 namespace {
@@ -39,11 +38,6 @@ int64_t static_rows(const Graph& g, const Node& n) {
   int64_t rows = 1;
   for (size_t i = 0; i + 1 < a->size(); ++i) rows *= (*a)[i];
   return rows;
-}
-
-bool machine_has_avx512_bf16() {
-  const DeviceInfo& d = device_info();
-  return d.isa == "avx512" && d.avx512_bf16 && !ext_turned_off("avx512_bf16");
 }
 
 constexpr int64_t kMinSplitRows = 16;  // an AMX tile's rows (gemm.cpp kAmxMinRows)

@@ -35,6 +35,7 @@ PassRegistry& PassRegistry::global() {
     passes::register_fuse_blocked_convs(*r);
     passes::register_auto_mixed_precision(*r);
     passes::register_mat_mul_precision(*r);
+    passes::register_conv_precision(*r);
     passes::register_store_half_operands(*r);
     passes::register_promote_half(*r);
     passes::register_fuse_dynamic_quantization(*r);
@@ -151,13 +152,17 @@ void check_known(const std::vector<std::string>& names, const char* what) {
 
 Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* report) {
   std::vector<std::string> names = options.only.empty() ? pipeline(options.level) : options.only;
-  const std::string& mp = options.matmul_precision;
-  if (mp != "highest" && mp != "high" && mp != "medium")
-    throw ValueError(
-        cat("matmul_precision must be 'highest', 'high' or 'medium' (as "
-            "torch.set_float32_matmul_precision), got '",
-            mp, "'"));
-  if (mp != "highest" && options.only.empty()) names.insert(names.begin(), "MatMulPrecision");
+  for (const auto& [what, value] : {std::pair{"matmul_precision", &options.matmul_precision},
+                                    std::pair{"conv_precision", &options.conv_precision}})
+    if (*value != "highest" && *value != "high" && *value != "medium")
+      throw ValueError(cat(what,
+                           " must be 'highest', 'high' or 'medium' (the names of "
+                           "torch.set_float32_matmul_precision), got '",
+                           *value, "'"));
+  if (options.conv_precision != "highest" && options.only.empty())
+    names.insert(names.begin(), "ConvPrecision");
+  if (options.matmul_precision != "highest" && options.only.empty())
+    names.insert(names.begin(), "MatMulPrecision");
   if (options.auto_mixed_precision && options.only.empty())
     names.insert(names.begin(), "AutoMixedPrecision");
   // A graph computing in bf16 or f16 runs on the fp32 kernels with half-precision products
@@ -192,6 +197,7 @@ Graph run_passes(Graph g, const PassOptions& options, std::vector<PassReport>* r
     ctx.max_folded_bytes = options.max_folded_bytes;
     ctx.mixed_precision = options.mixed_precision;
     ctx.matmul_precision = options.matmul_precision;
+    ctx.conv_precision = options.conv_precision;
     PassReport r{name, 0, g.nodes().size(), 0, {}};
     // A pass that leaves the graph as it was cannot change results: verifying needs the copy.
     std::optional<Graph> before;

@@ -24,6 +24,7 @@ void register_assign_layouts(PassRegistry& r);
 void register_fuse_blocked_convs(PassRegistry& r);
 void register_auto_mixed_precision(PassRegistry& r);
 void register_mat_mul_precision(PassRegistry& r);
+void register_conv_precision(PassRegistry& r);
 void register_promote_half(PassRegistry& r);
 void register_fuse_dynamic_quantization(PassRegistry& r);
 void register_lower_qdq_to_integer(PassRegistry& r);

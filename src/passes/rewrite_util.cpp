@@ -229,6 +229,11 @@ bool machine_has_amx_bf16() {
          !ext_turned_off("avx512_bf16");
 }
 
+bool machine_has_avx512_bf16() {
+  const DeviceInfo& d = device_info();
+  return d.isa == "avx512" && d.avx512_bf16 && !ext_turned_off("avx512_bf16");
+}
+
 int remove_unread_shape_arithmetic(Graph& g) {
   std::vector<int> readers = g.use_counts();  // a graph output counts as read
   std::vector<bool> dead(g.nodes().size(), false);

@@ -83,6 +83,8 @@ bool takes_reduced_products(const Graph& g, const Node& n);
 // Whether this machine's bf16 products run on AMX tiles (AMX-BF16 on the avx512 kernels, neither
 // it nor AVX512_BF16 turned off: pto/device_info.h).
 bool machine_has_amx_bf16();
+// Whether the machine runs bf16 products as VDPBF16PS pairs (AVX512_BF16, not turned off).
+bool machine_has_avx512_bf16();
 
 // One sweep's bookkeeping: nodes marked for removal go at the end of the sweep. Rules insert
 // nodes through insert() so that the marks follow the nodes they were put on.

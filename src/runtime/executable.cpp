@@ -1340,6 +1340,7 @@ Executable compile_graph(Graph g, const CompileOptions& options) {
   passes.auto_mixed_precision = options.auto_mixed_precision;
   passes.mixed_precision = options.mixed_precision;
   passes.matmul_precision = options.matmul_precision;
+  passes.conv_precision = options.conv_precision;
   passes.dump_after = options.dump_after;
   if (options.on_progress)
     passes.after_pass = [&](const std::string& name, size_t i, size_t n, const Graph& after) {

@@ -60,12 +60,24 @@ void ArgReader::fail(const std::string& what) const {
   throw UsageError(command_.empty() ? what : cat(command_, ": ", what), command_);
 }
 
+bool reduces_precision(const CompileOptions& o) {
+  return o.auto_mixed_precision || o.matmul_precision != "highest" || o.conv_precision != "highest";
+}
+
+std::string precision_flag(const CompileOptions& o) {
+  return o.auto_mixed_precision            ? "--precision bf16/f16"
+         : o.matmul_precision != "highest" ? "--matmul-precision"
+                                           : "--conv-precision";
+}
+
 bool read_precision_option(ArgReader& a, CompileOptions& o) {
-  if (a.is("--matmul-precision")) {
+  for (auto [flag, field] : {std::pair{"--matmul-precision", &CompileOptions::matmul_precision},
+                             std::pair{"--conv-precision", &CompileOptions::conv_precision}}) {
+    if (!a.is(flag)) continue;
     const std::string v = a.value();
     if (v != "highest" && v != "high" && v != "medium")
-      a.fail(cat("--matmul-precision takes highest, high or medium, got '", v, "'"));
-    o.matmul_precision = v;
+      a.fail(cat(flag, " takes highest, high or medium, got '", v, "'"));
+    o.*field = v;
     return true;
   }
   if (!a.is("--precision")) return false;

@@ -34,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 
 const char* kUsage =
     "usage: pto bench model.onnx [--batch N] [--threads T] [--level L] [--precision P]\n"
-    "                 [--matmul-precision M] [--warmup W]\n"
+    "                 [--matmul-precision M] [--conv-precision M] [--warmup W]\n"
     "                 [--iterations I] [--compare onnxruntime]\n"
     "                 [--input NAME=FILE.npy ...] [--dim SYMBOL=VALUE ...] [--seed N]\n"
     "\n"
@@ -57,6 +57,8 @@ const char* kUsage =
     "                         high computes fp32 MatMul/Gemm as three bf16 products of the\n"
     "                         operands' heads and tails (bf16x3, ~1e-5 relative error) where\n"
     "                         the CPU has AMX-BF16, medium as bf16 products (docs/precision.md)\n"
+    "  --conv-precision M     the same for fp32 Conv (not depthwise), as torch.backends.mkldnn.\n"
+    "                         conv.fp32_precision (ieee, tf32, bf16: highest, high, medium)\n"
     "  --warmup W             untimed runs first (default 10)\n"
     "  --iterations I         timed runs (default 100)\n"
     "  --compare onnxruntime  also time ONNX Runtime (CPU, ORT_ENABLE_ALL, T intra-op threads)\n"
@@ -348,7 +350,8 @@ int bench_main(const std::vector<std::string>& args) {
   Executable exe = compile(g, {.level = o.level,
                                .auto_mixed_precision = o.precision.auto_mixed_precision,
                                .mixed_precision = o.precision.mixed_precision,
-                               .matmul_precision = o.precision.matmul_precision});
+                               .matmul_precision = o.precision.matmul_precision,
+                               .conv_precision = o.precision.conv_precision});
   const double compile_ms = ms_since(t0);
   std::cout << "model:      " << o.model << ", level " << o.level << ", " << num_threads()
             << " threads, batch " << batch << " (compiled in " << format_ms(compile_ms) << ")\n";

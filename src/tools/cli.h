@@ -77,9 +77,13 @@ class ArgReader {
 
 // Takes the current argument when it is --precision f32|bf16|f16 (bf16, f16: CompileOptions::
 // auto_mixed_precision with that mixed_precision, docs/precision.md), setting those two fields of
-// `o`, or --matmul-precision highest|high|medium (CompileOptions::matmul_precision); false for
-// any other argument.
+// `o`, or --matmul-precision / --conv-precision highest|high|medium (CompileOptions::
+// matmul_precision, conv_precision); false for any other argument.
 bool read_precision_option(ArgReader& a, CompileOptions& o);
+// Whether `o` changes what products compute in (--precision bf16/f16, --matmul-precision or
+// --conv-precision other than highest), and the flag that does, for messages.
+bool reduces_precision(const CompileOptions& o);
+std::string precision_flag(const CompileOptions& o);
 
 // Takes the current argument when it is --no-tune-cache: compiles in this process then ignore the
 // tuning cache (PTO_TUNE_CACHE=off, docs/tuning.md); false for any other argument.

@@ -41,6 +41,7 @@ namespace {
 const char* kUsage =
     "usage: pto compile model.onnx [-o model.pto] [--level L] [--precision f32|bf16|f16]\n"
     "                   [--matmul-precision highest|high|medium]\n"
+    "                   [--conv-precision highest|high|medium]\n"
     "                   [--dump-after PASS[,PASS...]|all]\n"
     "                   [--dump-tiles] [--tile [KERNEL=]ROWSxCOLS] [--stats] [--list-passes]\n"
     "                   [--graph FILE.svg|.png|.pdf|.dot] [--graph-after PASS]\n"
@@ -62,6 +63,8 @@ const char* kUsage =
     "                     heads and tails (bf16x3, ~1e-5 relative error) where the CPU has\n"
     "                     AMX-BF16, medium as bf16 products; the rest stays fp32. Default\n"
     "                     highest (fp32 products)\n"
+    "  --conv-precision M the same for fp32 Conv (not depthwise), as torch.backends.mkldnn.conv.\n"
+    "                     fp32_precision (its ieee, tf32, bf16: highest, high, medium)\n"
     "  --dump-after PASS  print the graph after these passes (as PTO_DUMP_AFTER does)\n"
     "  --dump-tiles       print every kernel: its nodes, fusion rule, backend, tile program and\n"
     "                     tiling plan (tile shape, tiles, working set against the cache budget)\n"
@@ -86,6 +89,7 @@ void list_passes() {
   }
   std::cout << "--precision bf16|f16: AutoMixedPrecision first, at any level\n";
   std::cout << "--matmul-precision high|medium: MatMulPrecision next, at any level\n";
+  std::cout << "--conv-precision high|medium: ConvPrecision next, at any level\n";
 }
 
 // "[KERNEL=]ROWSxCOLS" or "[KERNEL=]COLS" into options.tiles.
@@ -229,21 +233,21 @@ void write_picture(const std::string& dot, const std::string& path, const std::s
                          rc ? cat(" to start (", std::strerror(rc), ")") : std::string()));
 }
 
-// --precision bf16 (or --matmul-precision high|medium) --stats: the reduced-precision compile
-// against an fp32 compile of the same model on random inputs, per output (docs/precision.md), and
-// how this machine computes it.
+// --precision bf16 (or --matmul-precision / --conv-precision high|medium) --stats: the
+// reduced-precision compile against an fp32 compile of the same model on random inputs, per output
+// (docs/precision.md), and how this machine computes it.
 void print_precision_report(const Graph& original, const Executable& reduced) {
   const CompileOptions& given = reduced.options();
-  const std::string name = given.auto_mixed_precision
-                               ? std::string(dtype_name(given.mixed_precision))
-                           : given.matmul_precision == "high" ? "bf16x3"
-                                                              : "bf16";
+  const std::string name =
+      given.auto_mixed_precision ? std::string(dtype_name(given.mixed_precision))
+      : given.matmul_precision == "high" || given.conv_precision == "high" ? "bf16x3"
+                                                                           : "bf16";
   std::string how;
   for (const PrecisionPath& p : precision_paths())
     if (p.precision == name) how = p.how;
   CompileOptions f32 = given;
   f32.auto_mixed_precision = false;
-  f32.matmul_precision = "highest";
+  f32.matmul_precision = f32.conv_precision = "highest";
   const Executable full = compile(original, f32);
   std::cout << "precision: " << name << " products (" << how
             << ") against fp32, on random inputs:\n";
@@ -328,12 +332,10 @@ int compile_main(const std::vector<std::string>& args) {
   ProgressBar bar("compiling");
   if (is_saved_model(o.model)) {
     if (o.level_given || !options.dump_after.empty() || !options.tiles.empty() ||
-        !o.graph_after.empty() || options.auto_mixed_precision ||
-        options.matmul_precision != "highest")
+        !o.graph_after.empty() || reduces_precision(options))
       a.fail(cat(o.model,
                  " is a saved model, compiled already: --level, --precision, --matmul-precision, "
-                 "--dump-after, "
-                 "--tile and --graph-after apply to ONNX models"));
+                 "--conv-precision, --dump-after, --tile and --graph-after apply to ONNX models"));
     const auto t0 = std::chrono::steady_clock::now();
     LoadedExecutable m = load_executable(o.model);
     std::cerr
@@ -350,8 +352,7 @@ int compile_main(const std::vector<std::string>& args) {
       draw(p);
     };
     Graph g = onnx::load(o.model);
-    if ((options.auto_mixed_precision || options.matmul_precision != "highest") && o.stats)
-      original = g;
+    if (reduces_precision(options) && o.stats) original = g;
     exe.emplace(compile(std::move(g), options));
     bar.finish();
   }

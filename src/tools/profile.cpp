@@ -18,7 +18,8 @@ namespace {
 const char* kUsage =
     "usage: pto profile model.onnx [--trace trace.json] [--timeline timeline.svg]\n"
     "                   [--threads N] [--level L] [--precision f32|bf16|f16] [--repeat N]\n"
-    "                   [--matmul-precision highest|high|medium] [--warmup N]\n"
+    "                   [--matmul-precision highest|high|medium]\n"
+    "                   [--conv-precision highest|high|medium] [--warmup N]\n"
     "                   [--input NAME=FILE.npy ...] [--dim SYMBOL=VALUE ...] [--seed N]\n"
     "                   [--sort-by KEY] [--row-limit N] [--shapes]\n"
     "\n"
@@ -42,6 +43,8 @@ const char* kUsage =
     "                         high computes fp32 MatMul/Gemm as three bf16 products of the\n"
     "                         operands' heads and tails (bf16x3, ~1e-5 relative error) where\n"
     "                         the CPU has AMX-BF16, medium as bf16 products (docs/precision.md)\n"
+    "  --conv-precision M     the same for fp32 Conv (not depthwise), as torch.backends.mkldnn.\n"
+    "                         conv.fp32_precision (ieee, tf32, bf16: highest, high, medium)\n"
     "  --repeat N             profiled runs (default 1)\n"
     "  --warmup N             runs before profiling, not recorded (default 1)\n"
     "  --input NAME=FILE.npy  feed graph input NAME from a .npy file (or .pb; see 'pto run')\n"
@@ -113,7 +116,8 @@ int profile_main(const std::vector<std::string>& args) {
       compile(onnx::load(o.model), {.level = static_cast<int>(o.level),
                                     .auto_mixed_precision = o.precision.auto_mixed_precision,
                                     .mixed_precision = o.precision.mixed_precision,
-                                    .matmul_precision = o.precision.matmul_precision});
+                                    .matmul_precision = o.precision.matmul_precision,
+                                    .conv_precision = o.precision.conv_precision});
   const std::vector<Tensor> inputs = make_inputs(exe.graph(), o.inputs);
   for (int64_t i = 0; i < o.warmup; ++i) exe.run(inputs);
   profiler::start({.record_shapes = o.shapes, .profile_memory = true});

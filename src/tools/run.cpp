@@ -32,6 +32,7 @@ const char* kUsage =
     "               [--dim SYMBOL=VALUE ...] [--repeat N] [--print-graph] [--threads N]\n"
     "               [--level L] [--precision f32|bf16|f16] [--engine cpu|reference]\n"
     "               [--matmul-precision highest|high|medium]\n"
+    "               [--conv-precision highest|high|medium]\n"
     "\n"
     "Loads an ONNX model, runs it and prints each output's name, dtype, shape, min/max/mean/std\n"
     "and first values, with the load time and the run time (median of --repeat runs).\n"
@@ -64,6 +65,8 @@ const char* kUsage =
     "                         high computes fp32 MatMul/Gemm as three bf16 products of the\n"
     "                         operands' heads and tails (bf16x3, ~1e-5 relative error) where\n"
     "                         the CPU has AMX-BF16, medium as bf16 products (docs/precision.md)\n"
+    "  --conv-precision M     the same for fp32 Conv (not depthwise), as torch.backends.mkldnn.\n"
+    "                         conv.fp32_precision (ieee, tf32, bf16: highest, high, medium)\n"
     "  --engine E             cpu (default: the compiled Executable) or reference (the\n"
     "                         reference interpreter alone, the oracle)\n"
     "\n"
@@ -163,21 +166,19 @@ int run_main(const std::vector<std::string>& args) {
   if (o.threads) set_num_threads(static_cast<int>(*o.threads));
   if (o.level && o.engine == "reference")
     std::cerr << "note: --level has no effect on the reference engine\n";
-  if ((o.precision.auto_mixed_precision || o.precision.matmul_precision != "highest") &&
-      o.engine == "reference")
-    throw UsageError(
-        cat(o.precision.auto_mixed_precision ? "--precision bf16/f16" : "--matmul-precision",
-            " needs the cpu engine (the reference runs the graph as it is)"),
-        "run");
+  if (reduces_precision(o.precision) && o.engine == "reference")
+    throw UsageError(cat(precision_flag(o.precision),
+                         " needs the cpu engine (the reference runs the graph as it is)"),
+                     "run");
   auto t0 = Clock::now();
   std::optional<Executable> exe;
   std::optional<LoadedExecutable> saved;
   if (is_saved_model(o.model)) {  // compiled already: no passes, no fusion, no --level
-    if (o.level || o.precision.auto_mixed_precision || o.precision.matmul_precision != "highest")
+    if (o.level || reduces_precision(o.precision))
       throw UsageError(
           cat(o.model, " is a saved model, compiled already at the level and ",
-              "precision its file records: --level, --precision and --matmul-precision apply to ",
-              "ONNX models"),
+              "precision its file records: --level, --precision, --matmul-precision and ",
+              "--conv-precision apply to ONNX models"),
           "run");
     saved.emplace(load_executable(o.model));
   }
@@ -198,6 +199,7 @@ int run_main(const std::vector<std::string>& args) {
                               .auto_mixed_precision = o.precision.auto_mixed_precision,
                               .mixed_precision = o.precision.mixed_precision,
                               .matmul_precision = o.precision.matmul_precision,
+                              .conv_precision = o.precision.conv_precision,
                               .on_progress = progress_on(bar)}));
     }
     size_t on_cpu = 0;

@@ -443,6 +443,126 @@ TEST(CpuConvBf16, MatchesTheRoundedReference) {
   }
 }
 
+// precision="bf16x3" (ConvPrecision under "high"): against the reference's three products of
+// X's and W's bf16 heads and tails, to fp32 accumulation (5e-7 + 1.5e-8 K relative to values
+// past 1: far inside the split's own ~2^-16), on every ISA with 1 and 2 threads, with AMX (the fused tile kernel), without it
+// (VDPBF16PS pairs) and without AVX512_BF16 (the fp32 kernels, three passes), and at level 2 (the
+// NCHW kernel, never the blocked one); and the result is further from the fp32 conv's than that
+// (the operands were split, not used whole).
+void check_split(ConvCase c) {
+  c.attrs.set("precision", std::string("bf16x3"));
+  Built b = conv_graph(c);
+  const Tensor want = reference::run(b.g, b.feeds)[0];
+  const double tol = 5e-7 + 1.5e-8 * static_cast<double>(k_of(c));
+  auto expect_within = [&](const Tensor& got, const std::string& what) {
+    ASSERT_EQ(got.shape(), want.shape()) << what;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const double d = std::fabs(got.item_as_double(i) - want.item_as_double(i));
+      if (!(d <= tol * std::max(1.0, std::fabs(want.item_as_double(i)))) && bad++ < 3)
+        ADD_FAILURE() << what << ": element " << i << " is " << got.item_as_double(i)
+                      << ", reference " << want.item_as_double(i);
+    }
+    EXPECT_EQ(bad, 0) << what;
+  };
+  const int saved = num_threads();
+  for (std::optional<cpu::Ext> off_ext :
+       {std::optional<cpu::Ext>(), std::optional(cpu::Ext::kAmxBf16),
+        std::optional(cpu::Ext::kAvx512Bf16)}) {
+    std::optional<cpu::ExtScope> off;
+    if (off_ext) off.emplace(*off_ext);
+    for (cpu::Isa isa : cpu::supported_isas()) {
+      IsaScope scope(isa);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Executable exe = compile(b.g, {.level = 0});
+        ASSERT_EQ(exe.node_backend(0), "cpu");
+        expect_within(
+            exe.run(b.feeds)[0],
+            cat("bf16x3 X ", dims_str(c.x), " W ", dims_str(c.w), " on ", cpu::isa_name(isa), ", ",
+                threads, " thread(s)", off_ext ? cat(", without ", cpu::ext_name(*off_ext)) : ""));
+      }
+    }
+  }
+  set_num_threads(saved);
+  const Tensor got = compile(b.g, {.level = 2}).run(b.feeds)[0];
+  expect_within(got, cat("bf16x3 level 2, X ", dims_str(c.x), " W ", dims_str(c.w)));
+  c.attrs = without_precision(c.attrs);
+  Built f = conv_graph(c);
+  const Tensor f32 = reference::run(f.g, f.feeds)[0];
+  double diff = 0;
+  for (int64_t i = 0; i < got.numel(); ++i)
+    diff = std::max(diff, std::fabs(got.item_as_double(i) - f32.item_as_double(i)));
+  if (got.numel() >= 64 && k_of(c) >= 16) {
+    EXPECT_GT(diff, 4 * tol) << dims_str(c.x) << " " << dims_str(c.w);
+  }
+}
+
+// bf16x3 products on the implicit GEMM's paths: 1x1 (the input as B, strided, padded), 3x3 on
+// the shifted rows (the GEMM reads B through b_rows and packs heads and tails from them) and on
+// im2col, 7x7 strided, a small plane the fp32 kernel runs blocked, several column blocks, groups,
+// dilations, 1-D, weights as inputs, K odd; random geometries. A depthwise conv marked by hand
+// (ConvPrecision never marks one) has no bf16x3 CPU kernel: it runs on the reference.
+TEST(CpuConvBf16x3, MatchesTheSplitReference) {
+  const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
+  check_split({{1, 20, 7, 9}, {17, 20, 1, 1}, true});
+  check_split({{2, 9, 5, 3}, {10, 9, 1, 1}, false});  // K odd
+  check_split({{2, 8, 7, 9}, {5, 8, 1, 1}, true, attrs_of({{"strides", Dims{2, 2}}})});
+  check_split({{1, 6, 5, 4}, {3, 6, 1, 1}, true, attrs_of({{"pads", Dims{1, 0, 0, 2}}})});
+  check_split({{1, 19, 9, 11}, {18, 19, 3, 3}, true, pad1});
+  check_split({{3, 5, 9, 7},
+               {7, 5, 3, 3},
+               false,
+               attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}})});
+  check_split({{1, 3, 23, 21},
+               {16, 3, 7, 7},
+               true,
+               attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{2, 2}}})});
+  check_split({{1, 64, 20, 20}, {40, 64, 3, 3}, true, pad1});  // several column blocks
+  check_split({{1, 8, 30, 30}, {16, 8, 3, 3}, true, pad1});    // shifted rows
+  check_split({{2, 24, 7, 7}, {40, 24, 3, 3}, true, pad1});    // blocked in fp32
+  check_split({{1, 6, 11, 13},
+               {5, 6, 3, 3},
+               true,
+               attrs_of({{"dilations", Dims{2, 2}}, {"pads", Dims{2, 2, 2, 2}}})});
+  check_split({{3, 12, 6, 5},
+               {8, 3, 3, 3},
+               true,
+               attrs_of({{"group", int64_t{4}}, {"strides", Dims{2, 1}}})});
+  check_split(
+      {{2, 6, 17}, {5, 6, 3}, true, attrs_of({{"pads", Dims{1, 1}}, {"strides", Dims{2}}})});
+  ConvCase inputs{{2, 5, 6, 7}, {4, 5, 3, 3}, true, pad1};
+  inputs.weights_as_inputs = true;
+  check_split(inputs);
+  std::mt19937 rng(23);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int i = 0; i < 6; ++i) {
+    const int64_t k = std::array<int64_t, 3>{1, 3, 7}[pick(0, 2)];
+    const int64_t s = pick(1, 2), p = pick(0, k / 2), group = pick(1, 3);
+    const int64_t c = group * pick(2, 9), m = group * pick(1, 13);
+    SCOPED_TRACE(cat("random case ", i));
+    check_split(
+        {{pick(1, 2), c, pick(k, 20), pick(k, 20)},
+         {m, c / group, k, k},
+         pick(0, 1) == 1,
+         attrs_of({{"pads", Dims{p, p, p, p}}, {"strides", Dims{s, s}}, {"group", group}})});
+  }
+  ConvCase depthwise{{1, 19, 9, 21},
+                     {19, 1, 3, 3},
+                     true,
+                     attrs_of({{"pads", Dims{1, 1, 1, 1}},
+                               {"group", int64_t{19}},
+                               {"precision", std::string("bf16x3")}})};
+  Built d = conv_graph(depthwise);
+  Executable exe = compile(d.g, {.level = 0});
+  EXPECT_EQ(exe.node_backend(0), "reference");
+  const Tensor got = exe.run(d.feeds)[0], want = reference::run(d.g, d.feeds)[0];
+  for (int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_EQ(got.item_as_double(i), want.item_as_double(i)) << i;
+}
+
 // f16 products take the same paths (operands rounded to IEEE half while packed, fp32 kernels):
 // pointwise, 3x3 on the shifted and im2col paths, 7x7 strided, grouped and a depthwise conv
 // marked by hand (rounded copies).

@@ -819,6 +819,70 @@ TEST(PassMatMulPrecision, FollowsTorchsFloat32MatmulPrecision) {
   EXPECT_THROW(run_passes(b.g, {.level = 1, .matmul_precision = "fast"}), ValueError);
 }
 
+// ---- ConvPrecision ----
+
+// torch.backends.mkldnn.conv.fp32_precision's meaning for float32 Conv ("tf32" and "bf16" are
+// "high" and "medium" here): "high" splits convs of 128 or more output and input channels into
+// bf16x3 products where this machine has AMX-BF16 (not with AMX turned off), "medium" rounds
+// every dense or grouped conv to bf16 where it has AVX512_BF16; depthwise convs, convs already
+// marked and MatMuls stay as they are; the pass runs first, only when asked; an unknown value is
+// a ValueError.
+TEST(PassConvPrecision, FollowsTorchsConvFp32Precision) {
+  Builder b;
+  const ValueId x = b.input("x", {1, 128, 6, 6});
+  const ValueId pad1 = b.op("Conv", {x, b.random("w1", {128, 128, 3, 3}, -0.05f, 0.05f)},
+                            b.attrs({{"pads", Dims{1, 1, 1, 1}}}));              // large: split
+  const ValueId narrow = b.op("Conv", {pad1, b.random("w2", {64, 128, 1, 1})});  // 64 outputs
+  const ValueId grouped = b.op("Conv", {pad1, b.random("w3", {256, 64, 1, 1})},
+                               b.attrs({{"group", int64_t{2}}}));  // 128 per group, depth 64
+  const ValueId depthwise = b.op("Conv", {pad1, b.random("w4", {128, 1, 3, 3})},
+                                 b.attrs({{"group", int64_t{128}}, {"pads", Dims{1, 1, 1, 1}}}));
+  const ValueId kept = b.op("Conv", {x, b.random("w5", {128, 128, 1, 1})},
+                            b.attrs({{"precision", std::string("f16")}}));
+  const ValueId mm = b.op("MatMul", {b.input("a", {32, 64}), b.random("wm", {64, 32})});
+  for (ValueId v : {narrow, grouped, depthwise, kept, mm}) b.g.add_output(v);
+  infer_types(b.g);
+  auto precisions = [](const Graph& g) {
+    std::vector<std::string> p;
+    for (const Node& n : g.nodes())
+      if (n.op == "Conv" || n.op == "MatMul") p.push_back(n.attrs.get_string("precision", "-"));
+    return p;
+  };
+  const DeviceInfo& d = device_info();
+  const bool amx = d.isa == "avx512" && d.amx_bf16 && d.avx512_bf16 && !ext_turned_off("amx_bf16");
+  const bool bf16 = d.isa == "avx512" && d.avx512_bf16 && !ext_turned_off("avx512_bf16");
+  using V = std::vector<std::string>;
+  std::vector<PassReport> report;
+  const Graph high =
+      run_passes(b.g, {.level = 1, .conv_precision = "high", .only = {"ConvPrecision"}}, &report);
+  EXPECT_EQ(precisions(high),
+            amx ? V({"bf16x3", "-", "-", "-", "f16", "-"}) : V({"-", "-", "-", "-", "f16", "-"}));
+  EXPECT_EQ(report.front().fired.count(amx ? "ConvPrecision/bf16x3 Conv"
+                                           : "ConvPrecision/float32: no AMX-BF16"),
+            1u);
+  if (amx) {  // the split products are within ~1e-5 of the fp32 ones on the reference
+    EXPECT_EQ(report.front().fired.at("ConvPrecision/float32: fewer than 128 channels"), 2);
+    compare(b.g, high, b.inputs(3), 1e-4);
+    cpu::ExtScope off(cpu::Ext::kAmxBf16);
+    EXPECT_EQ(precisions(run_passes(
+                  b.g, {.level = 1, .conv_precision = "high", .only = {"ConvPrecision"}})),
+              V({"-", "-", "-", "-", "f16", "-"}));
+  }
+  const Graph medium =
+      run_passes(b.g, {.level = 1, .conv_precision = "medium", .only = {"ConvPrecision"}});
+  EXPECT_EQ(precisions(medium), bf16 ? V({"bf16", "bf16", "bf16", "-", "f16", "-"})
+                                     : V({"-", "-", "-", "-", "f16", "-"}));
+  report.clear();
+  run_passes(b.g, {.level = 1, .matmul_precision = "high", .conv_precision = "medium"}, &report);
+  ASSERT_GE(report.size(), 2u);
+  EXPECT_EQ(report[0].name, "MatMulPrecision");
+  EXPECT_EQ(report[1].name, "ConvPrecision");
+  report.clear();
+  run_passes(b.g, {.level = 1}, &report);
+  for (const PassReport& r : report) EXPECT_NE(r.name, "ConvPrecision");
+  EXPECT_THROW(run_passes(b.g, {.level = 1, .conv_precision = "tf32"}), ValueError);
+}
+
 TEST(PassRecognizeAttention, BertEagerFormWithHeadSplitAndAdditiveMask) {
   // scores = q @ k.permute(0, 2, 3, 1) / 8 + mask; softmax; @ v — K's head split is inside the
   // transpose, so a [0, 2, 1, 3] transpose is inserted for K.

@@ -239,6 +239,61 @@ TEST(OnnxExport, Bf16x3PrecisionBecomesItsThreeProducts) {
   EXPECT_LT(split_error, 1e-3);
 }
 
+// A bf16x3 Conv (ConvPrecision) the same way: three Convs of the heads and tails of X and W with
+// the conv's strides, pads and groups, the bias with the first. Re-imported, the reference runs it
+// to the marked Conv's values (whose reference computes the three products itself) within fp32
+// rounding, both further from the fp32 Conv.
+TEST(OnnxExport, Bf16x3ConvBecomesItsThreeConvs) {
+  Graph g;
+  g.opset = 17;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto random = [&](Dims shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = u(rng);
+    return Tensor::from_vector<float>(v, shape);
+  };
+  const ValueId x = g.add_input("x", {DType::kF32, Shape{1, 8, 9, 9}});
+  const ValueId w = g.add_value("w"), b = g.add_value("b"), y = g.add_value("y");
+  g.set_initializer(w, random({6, 4, 3, 3}));
+  g.set_initializer(b, random({6}));
+  Attributes attrs;
+  attrs.set("group", int64_t{2});
+  attrs.set("strides", Dims{2, 1});
+  attrs.set("pads", Dims{1, 1, 1, 1});
+  attrs.set("precision", std::string("bf16x3"));
+  g.add_node("Conv", {x, w, b}, {y}, attrs, "conv");
+  g.add_output(y);
+  infer_types(g);
+
+  const auto [ops, bf16_casts] = exported_ops(g);
+  EXPECT_EQ(ops.count("Conv"), 3u);
+  EXPECT_EQ(ops.count("Add"), 2u);
+  EXPECT_EQ(ops.count("Sub"), 2u);
+  EXPECT_EQ(bf16_casts, 4);
+
+  const Graph back = round_trip(g);
+  const std::vector<Tensor> feed = {random({1, 8, 9, 9})};
+  const Tensor got = reference::run(back, feed)[0], want = reference::run(g, feed)[0];
+  Graph f32 = g;
+  f32.mutable_nodes()[0].attrs = Attributes();
+  for (const auto& [key, v] : g.nodes()[0].attrs.all())
+    if (key != "precision") f32.mutable_nodes()[0].attrs.set(key, v);
+  const Tensor exact = reference::run(f32, feed)[0];
+  ASSERT_EQ(got.shape(), want.shape());
+  double diff = 0, split_error = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    diff = std::max(diff, std::fabs(got.item_as_double(i) - want.item_as_double(i)));
+    split_error =
+        std::max(split_error, std::fabs(exact.item_as_double(i) - want.item_as_double(i)));
+  }
+  EXPECT_LT(diff, 2e-6);
+  EXPECT_GT(split_error, 4 * diff);
+  EXPECT_LT(split_error, 1e-3);
+}
+
 // Attention with precision="bf16" rounds Q, K and V through Casts (once under qkv_split, whose
 // three inputs are one tensor); the probabilities' rounding has no ONNX form, so the re-imported
 // graph equals the marked one to bf16's rounding of them, and differs from the fp32 graph by more.

@@ -235,10 +235,11 @@ void attribute_to_proto(const std::string& name, const Attribute& a, const std::
       a);
 }
 
-// PyPTO's precision="bf16x3" on a MatMul or Gemm (MatMulPrecision) is not ONNX: the file splits
-// A and B into bf16 heads, Cast(Cast(x, bfloat16), float), and tails, the same of x - head, and
-// sums the three products the op sums, (Ah Bh) + ((Al Bh) + (Ah Bl)); a Gemm's C (beta) goes with
-// the first, its alpha and transposes with all three.
+// PyPTO's precision="bf16x3" on a MatMul, Gemm or Conv (MatMulPrecision, ConvPrecision) is not
+// ONNX: the file splits A and B (a Conv's X and W) into bf16 heads, Cast(Cast(x, bfloat16),
+// float), and tails, the same of x - head, and sums the three products the op sums,
+// (Ah Bh) + ((Al Bh) + (Ah Bl)); a Gemm's C (beta) and a Conv's bias go with the first, the other
+// attributes (alpha, transposes; strides, pads, groups) with all three.
 void split_products_to_proto(const Node& n, const std::vector<std::string>& names,
                              std::unordered_set<std::string>& taken, ::onnx::GraphProto& gp) {
   const std::string base = n.name.empty() ? n.op : n.name;
@@ -268,7 +269,7 @@ void split_products_to_proto(const Node& n, const std::vector<std::string>& name
     head[i] = round(names[n.inputs[i]]);
     tail[i] = round(add("Sub", {names[n.inputs[i]], head[i]})->output(0));
   }
-  const bool has_c = n.op == "Gemm" && n.inputs.size() > 2 && n.inputs[2] != kNoValue;
+  const bool has_c = n.op != "MatMul" && n.inputs.size() > 2 && n.inputs[2] != kNoValue;
   auto product = [&](const std::string& a, const std::string& b, bool with_c) {
     std::vector<std::string> ins{a, b};
     if (with_c) ins.push_back(names[n.inputs[2]]);

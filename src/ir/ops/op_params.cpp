@@ -7,7 +7,7 @@ namespace pto::params {
 AttrDef precision_attr() {
   return optional_attr("precision", AttrKind::kString,
                        "PyPTO: \"bf16\" or \"f16\" rounds the product operands to that type "
-                       "(fp32 accumulation); \"bf16x3\" (MatMul, Gemm) sums three bf16 "
+                       "(fp32 accumulation); \"bf16x3\" (MatMul, Gemm, Conv) sums three bf16 "
                        "products of their heads and tails");
 }
 
@@ -67,12 +67,13 @@ std::optional<DType> product_precision(const Node& n) {
   if (p.empty()) return DType::kF32;
   if (p == product_precision_name(DType::kBF16)) return DType::kBF16;
   if (p == product_precision_name(DType::kF16)) return DType::kF16;
-  if (p == kSplitBf16 && (n.op == "MatMul" || n.op == "Gemm")) return DType::kF32;
+  if (p == kSplitBf16 && split_bf16_products(n)) return DType::kF32;
   return std::nullopt;
 }
 
 bool split_bf16_products(const Node& n) {
-  return (n.op == "MatMul" || n.op == "Gemm") && n.attrs.get_string("precision", "") == kSplitBf16;
+  return (n.op == "MatMul" || n.op == "Gemm" || n.op == "Conv") &&
+         n.attrs.get_string("precision", "") == kSplitBf16;
 }
 
 std::string product_precision_name(DType precision) {

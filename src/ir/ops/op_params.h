@@ -23,10 +23,11 @@ namespace pto::params {
 // flash attention under autocast); the softmax and its sums stay fp32. The exporter's Casts
 // round Q, K and V; the probabilities' rounding has no ONNX form (the file computes them in fp32).
 //
-// "bf16x3" (MatMul and Gemm only; the MatMulPrecision pass, torch's float32 matmul precision
-// "high"): each fp32 operand x is split into a bf16 head h = bf16(x) and tail l = bf16(x - h),
-// and the product sums Ah Bh + Al Bh + Ah Bl in fp32 (about 2^-16 relative error per product
-// instead of fp32's 2^-24; cpu/gemm.h). The operands and the result stay fp32.
+// "bf16x3" (MatMul, Gemm and Conv; the MatMulPrecision and ConvPrecision passes, torch's
+// float32 precision "high" / "tf32"): each fp32 operand x is split into a bf16 head h = bf16(x) and tail
+// l = bf16(x - h), and the product sums Ah Bh + Al Bh + Ah Bl in fp32 (about 2^-16 relative
+// error per product instead of fp32's 2^-24; cpu/gemm.h); a Conv's bias is added once. The
+// operands and the result stay fp32.
 AttrDef precision_attr();
 inline constexpr const char* kSplitBf16 = "bf16x3";
 // Whether `op` (default domain) has the attribute: MatMul, Gemm, Conv, Attention.
@@ -67,10 +68,11 @@ Gemm gemm(const Node& n);
 
 // ---- MatMul, Gemm: PyPTO's `precision` (AutoMixedPrecision, PromoteHalf) ----
 // What the products round both operands to before accumulating in fp32: kF32 (no attribute, no
-// rounding; and "bf16x3" on a MatMul or Gemm, which splits its operands instead of rounding
-// them), kBF16 ("bf16") or kF16 ("f16"); nullopt for any other string.
+// rounding; and "bf16x3" on a MatMul, Gemm or Conv, which splits its operands instead of
+// rounding them), kBF16 ("bf16") or kF16 ("f16"); nullopt for any other string.
 std::optional<DType> product_precision(const Node& n);
-// Whether a MatMul or Gemm sums three bf16 products of its operands' heads and tails ("bf16x3").
+// Whether a MatMul, Gemm or Conv sums three bf16 products of its operands' heads and tails
+// ("bf16x3").
 bool split_bf16_products(const Node& n);
 // The attribute value for a reduced precision: "bf16" or "f16" (dtype_name).
 std::string product_precision_name(DType precision);

@@ -1,7 +1,9 @@
 // Reference Conv and ConvTranspose: direct loops over 1-3 spatial axes in double precision (Conv's
-// X and W rounded to bf16 first under precision="bf16", see AutoMixedPrecision). The
+// X and W rounded to bf16 first under precision="bf16", see AutoMixedPrecision; split into bf16
+// heads and tails under "bf16x3", see ConvPrecision). The
 // loop order keeps the innermost loop a contiguous row of the output (Conv) or input
 // (ConvTranspose), so ResNet-sized models run in seconds.
+#include "ir/ops/op_params.h"
 #include "nn_kernels.h"
 
 namespace pto::reference {
@@ -76,41 +78,49 @@ std::vector<Tensor> conv(const KernelContext& c) {
   const int64_t Cg = s.C / s.group, Mg = s.M / s.group;
   const int64_t in_size = c.input(0).numel() ? g.in_size() : 0;
   const int64_t out_size = g.out_size(), k_size = g.k_size();
-  std::vector<double> y(static_cast<size_t>(s.N * s.M * out_size));
-  for (int64_t n = 0; n < s.N; ++n)
-    for (int64_t m = 0; m < s.M; ++m) {
-      double* acc = y.data() + (n * s.M + m) * out_size;
-      const int64_t grp = m / Mg;
-      for (int64_t ic = 0; ic < Cg; ++ic) {
-        const double* xp = x.data() + (n * s.C + grp * Cg + ic) * in_size;
-        const double* wp = wt.data() + (m * Cg + ic) * k_size;
-        for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
-          const int64_t off0 = k0 * g.d[0] - g.pb[0];
-          const Range r0 = valid_range(g.out[0], g.in[0], g.s[0], off0);
-          for (int64_t k1 = 0; k1 < g.k[1]; ++k1) {
-            const int64_t off1 = k1 * g.d[1] - g.pb[1];
-            const Range r1 = valid_range(g.out[1], g.in[1], g.s[1], off1);
-            for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
-              const int64_t off2 = k2 * g.d[2] - g.pb[2];
-              const Range r2 = valid_range(g.out[2], g.in[2], g.s[2], off2);
-              const double wv = wp[(k0 * g.k[1] + k1) * g.k[2] + k2];
-              for (int64_t o0 = r0.lo; o0 < r0.hi; ++o0) {
-                const int64_t i0 = o0 * g.s[0] + off0;
-                for (int64_t o1 = r1.lo; o1 < r1.hi; ++o1) {
-                  const int64_t i1 = o1 * g.s[1] + off1;
-                  const int64_t xbase = (i0 * g.in[1] + i1) * g.in[2] + off2;
-                  double* arow = acc + (o0 * g.out[1] + o1) * g.out[2];
-                  const int64_t st = g.s[2];
-                  for (int64_t o2 = r2.lo; o2 < r2.hi; ++o2) arow[o2] += wv * xp[xbase + o2 * st];
+  auto convolve = [&](const std::vector<double>& xs, const std::vector<double>& ws) {
+    std::vector<double> y(static_cast<size_t>(s.N * s.M * out_size));
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t m = 0; m < s.M; ++m) {
+        double* acc = y.data() + (n * s.M + m) * out_size;
+        const int64_t grp = m / Mg;
+        for (int64_t ic = 0; ic < Cg; ++ic) {
+          const double* xp = xs.data() + (n * s.C + grp * Cg + ic) * in_size;
+          const double* wp = ws.data() + (m * Cg + ic) * k_size;
+          for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
+            const int64_t off0 = k0 * g.d[0] - g.pb[0];
+            const Range r0 = valid_range(g.out[0], g.in[0], g.s[0], off0);
+            for (int64_t k1 = 0; k1 < g.k[1]; ++k1) {
+              const int64_t off1 = k1 * g.d[1] - g.pb[1];
+              const Range r1 = valid_range(g.out[1], g.in[1], g.s[1], off1);
+              for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
+                const int64_t off2 = k2 * g.d[2] - g.pb[2];
+                const Range r2 = valid_range(g.out[2], g.in[2], g.s[2], off2);
+                const double wv = wp[(k0 * g.k[1] + k1) * g.k[2] + k2];
+                for (int64_t o0 = r0.lo; o0 < r0.hi; ++o0) {
+                  const int64_t i0 = o0 * g.s[0] + off0;
+                  for (int64_t o1 = r1.lo; o1 < r1.hi; ++o1) {
+                    const int64_t i1 = o1 * g.s[1] + off1;
+                    const int64_t xbase = (i0 * g.in[1] + i1) * g.in[2] + off2;
+                    double* arow = acc + (o0 * g.out[1] + o1) * g.out[2];
+                    const int64_t st = g.s[2];
+                    for (int64_t o2 = r2.lo; o2 < r2.hi; ++o2) arow[o2] += wv * xp[xbase + o2 * st];
+                  }
                 }
               }
             }
           }
         }
       }
-      if (!bias.empty())
-        for (int64_t i = 0; i < out_size; ++i) acc[i] += bias[m];
-    }
+    return y;
+  };
+  // bf16x3: the three products of the split X and W, the bias added once.
+  std::vector<double> y =
+      params::split_bf16_products(c.node) ? split_products(x, wt, convolve) : convolve(x, wt);
+  if (!bias.empty())
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t m = 0; m < s.M; ++m)
+        for (int64_t i = 0; i < out_size; ++i) y[(n * s.M + m) * out_size + i] += bias[m];
   return {from_doubles(c.input(0).dtype(), yshape, y, w)};
 }
 

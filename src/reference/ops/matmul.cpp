@@ -17,7 +17,7 @@ std::vector<double> product_operand(const KernelContext& c, const Tensor& t, con
   if (!p)
     throw UnsupportedError(cat(w, ": precision '", c.node.attrs.get_string("precision"),
                                "' is not one PyPTO knows for ", c.node.op,
-                               " (\"bf16\", \"f16\"; \"bf16x3\" on MatMul and Gemm)"));
+                               " (\"bf16\", \"f16\"; \"bf16x3\" on MatMul, Gemm and Conv)"));
   if (*p == DType::kF32) return v;
   dispatch(*p, kFloatTypes, w, [&]<class H>() {
     for (double& x : v) x = static_cast<float>(cast_value<H>(x));  // Cast's own rounding
@@ -25,13 +25,8 @@ std::vector<double> product_operand(const KernelContext& c, const Tensor& t, con
   return v;
 }
 
-namespace {
-
-// A bf16x3 product (params::split_bf16_products) as the sum of its three: with each operand's
-// head h = bf16(x) and tail l = bf16(x - h), product(Ah, Bh) + product(Al, Bh) + product(Ah, Bl).
-template <class Product>
 std::vector<double> split_products(const std::vector<double>& a, const std::vector<double>& b,
-                                   Product product) {
+                                   const Product& product) {
   auto split = [](const std::vector<double>& v, std::vector<double>& head,
                   std::vector<double>& tail) {
     head.resize(v.size());
@@ -51,6 +46,8 @@ std::vector<double> split_products(const std::vector<double>& a, const std::vect
   for (size_t i = 0; i < y.size(); ++i) y[i] += y2[i] + y3[i];
   return y;
 }
+
+namespace {
 
 // numpy matmul of A and B: the result shape and, per broadcast batch, where each operand's matrix
 // starts.

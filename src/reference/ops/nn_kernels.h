@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <algorithm>
+#include <functional>
 #include <type_traits>
 
 #include "ir/ops/window.h"
@@ -26,6 +27,14 @@ void register_blocked_layout_kernels(
 // each to bf16 (IEEE half) as Cast does (matmul.cpp).
 std::vector<double> product_operand(const KernelContext& c, const Tensor& t,
                                     const std::string& where);
+
+// A bf16x3 product (params::split_bf16_products) as the sum of its three: with each operand's
+// head h = bf16(x) and tail l = bf16(x - h), product(Ah, Bh) + product(Al, Bh) + product(Ah, Bl)
+// (matmul.cpp).
+using Product =
+    std::function<std::vector<double>(const std::vector<double>&, const std::vector<double>&)>;
+std::vector<double> split_products(const std::vector<double>& a, const std::vector<double>& b,
+                                   const Product& product);
 
 // The opset a node was written for; 0 (a graph not from ONNX) means the newest.
 inline int opset_of(const KernelContext& c) {

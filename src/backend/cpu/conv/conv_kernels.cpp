@@ -1,8 +1,8 @@
-// Registers the CPU Conv kernel: float32, NCHW, 1-D and 2-D (conv.h), fp32 or bf16 products
-// (precision="bf16": always an implicit GEMM, see conv.h). 3-D convolutions reach it as 2-D ones
-// over depth windows (the LowerConv3D pass, level 2); at levels 0 and 1, and in other dtypes, they
-// are declined and run on the reference interpreter. The blocked-layout kernels are in
-// conv_blocked.cpp.
+// Registers the CPU Conv kernel: float32, NCHW, 1-D and 2-D (conv.h), fp32, bf16 or bf16x3
+// products (precision="bf16" or "bf16x3": always an implicit GEMM, see conv.h). 3-D convolutions
+// reach it as 2-D ones over depth windows (the LowerConv3D pass, level 2); at levels 0 and 1, and
+// in other dtypes, they are declined and run on the reference interpreter. The blocked-layout
+// kernels are in conv_blocked.cpp.
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -17,6 +17,7 @@
 #include "backend/cpu/tile_exec.h"
 #include "backend/cpu/tile_kernel.h"
 #include "ir/ops/blocked_layout.h"
+#include "ir/ops/op_params.h"
 #include "pto/error.h"
 #include "pto/parallel.h"
 
@@ -27,7 +28,13 @@ namespace {
 constexpr int kBlockedScratch = 2;
 
 bool accepts(const NodeInfo& info) {
-  return accepts_f32_conv(info) && precision_of(info.node).has_value();
+  if (!accepts_f32_conv(info) || !precision_of(info.node)) return false;
+  // bf16x3 products run as an implicit GEMM; a grouped conv with one input channel per group (a
+  // depthwise one, never marked by ConvPrecision: memory bound) has no such kernel here.
+  if (!params::split_bf16_products(info.node) || info.node.attrs.get_int("group", 1) == 1)
+    return true;
+  const auto& w = info.inputs[1].shape;
+  return w && w->size() >= 2 && (*w)[1].value > 1;
 }
 
 // A constant W packed once per group as the GEMM's A operand, and W's shape to give it back; or,

@@ -118,7 +118,6 @@ Blocking amx_blocking() {
 
 thread_local ScratchBuffer t_pack_a, t_pack_b, t_pack_edge;  // packed panels
 thread_local ScratchBuffer t_widen_a;  // a half A block as floats; a bf16x3 A block's tails
-thread_local ScratchBuffer t_split_b;  // a bf16x3 B not packed ahead: its heads, then its tails
 
 // ---- bf16x3 (Precision::kBF16x3): Ah Bh + Al Bh + Ah Bl ----
 // Each operand is packed twice, as bf16 pairs of its values (the heads: packing rounds them) and
@@ -229,10 +228,13 @@ void pack_a_for(const PanelOps& o, const float* a, int64_t lda, bool trans, int6
 }
 
 // gemm_pack_b for `o`: the real k values by columns [0, n); with `rows` (not trans), row q of B
-// at b + rows[q] (the bf16 products of an implicit-GEMM conv's shifted rows).
+// at b + rows[q] (the bf16 products of an implicit-GEMM conv's shifted rows); with `tails`
+// (bf16x3), the values' tails x - bf16(x) instead of the values.
 void pack_b_for(const PanelOps& o, const float* b, int64_t ldb, bool trans, int64_t k, int64_t n,
-                float* dst, int64_t panel_stride, const int64_t* rows = nullptr) {
-  if (o.pairs) return avx512::gemm_pack_b_bf16(b, ldb, trans, k, n, dst, panel_stride, rows);
+                float* dst, int64_t panel_stride, const int64_t* rows = nullptr,
+                bool tails = false) {
+  if (o.pairs)
+    return avx512::gemm_pack_b_bf16(b, ldb, trans, k, n, dst, panel_stride, rows, tails);
   if (rows) {  // one row of K at a time: row q is step q of every panel
     for (int64_t q = 0; q < k; ++q)
       PTO_ISA_DISPATCH(gemm_pack_b, b + rows[q], ldb, false, 1, n, dst + q * nr_of(active_isa()),
@@ -242,8 +244,10 @@ void pack_b_for(const PanelOps& o, const float* b, int64_t ldb, bool trans, int6
   }
   if (o.precision != Precision::kF32) {
     const int64_t nr = nr_of(active_isa());
-    for (int64_t j = 0; j < ceil_div(n, nr); ++j)
+    for (int64_t j = 0; j < ceil_div(n, nr); ++j) {
+      if (tails) keep_tail(dst + j * panel_stride, k * nr);
       round_to_precision(o.precision, dst + j * panel_stride, k * nr);
+    }
   }
 }
 
@@ -299,7 +303,7 @@ struct Prepacked {
   const float* b = nullptr;
   Precision b_half = Precision::kF32;  // b holds these half bits (PackedPanels::half_panels)
   // bf16x3: where the tails' panels are, in elements after a's and b's (PackedPanels::parts);
-  // with B not packed ahead, where B's tails are after g.b (run_gemm).
+  // a B not packed ahead has its tails packed from its values (pack_b_for).
   int64_t a_tail = 0, b_tail = 0;
 };
 
@@ -451,8 +455,8 @@ void compute_block(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
         pack_b_for(o, b_source(g, k0, jc), g.ldb, g.trans_b, k_real, nc, bp, kc * nr,
                    g.b_rows ? g.b_rows + k0 : nullptr);
         if (o.split)
-          pack_b_for(o, b_source(g, k0, jc) + pre.b_tail, g.ldb, g.trans_b, k_real, nc, bp + size,
-                     kc * nr);
+          pack_b_for(o, b_source(g, k0, jc), g.ldb, g.trans_b, k_real, nc, bp + size, kc * nr,
+                     g.b_rows ? g.b_rows + k0 : nullptr, true);
         blk.b = bp;
         blk.b_tail = o.split ? bp + size : nullptr;
         blk.b_panel_stride = kc * nr;
@@ -491,8 +495,8 @@ void run_shared_b(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, co
         pack_b_for(o, b_source(g, k0, j), g.ldb, g.trans_b, k_real, w, bp + p0 * kc * nr, kc * nr,
                    g.b_rows ? g.b_rows + k0 : nullptr);
         if (o.split)
-          pack_b_for(o, b_source(g, k0, j) + pre.b_tail, g.ldb, g.trans_b, k_real, w,
-                     bp + size + p0 * kc * nr, kc * nr);
+          pack_b_for(o, b_source(g, k0, j), g.ldb, g.trans_b, k_real, w, bp + size + p0 * kc * nr,
+                     kc * nr, g.b_rows ? g.b_rows + k0 : nullptr, true);
       });
       MacroBlock blk;
       blk.n = nc;
@@ -643,26 +647,9 @@ void run_gemm(const GemmArgs& given, const Prepacked& given_pre, int64_t batch, 
   PTO_CHECK(!(given.b_rows && given.trans_b)) << "sgemm: b_rows needs a B that is not transposed";
   GemmArgs args = given;
   Prepacked pre = given_pre;
-  if (args.precision == Precision::kBF16x3) {
-    PTO_CHECK(!args.a_half && !args.b_rows)
-        << "sgemm: bf16x3 products take a float A and B (no a_half, no b_rows)";
-    if (!pre.b) {  // each item's B as its values, then its tails, once for every task
-      const int64_t items = stride_b ? batch : 1, size = args.k * args.n;
-      const int64_t rows = args.trans_b ? args.n : args.k, cols = args.trans_b ? args.k : args.n;
-      float* b = t_split_b.get_as<float>(items * 2 * size);
-      for (int64_t i = 0; i < items; ++i) {
-        const float* from = given.b + i * stride_b;
-        float* to = b + i * 2 * size;
-        for (int64_t r = 0; r < rows; ++r)
-          std::memcpy(to + r * cols, from + r * given.ldb, cols * sizeof(float));
-        tails_of(from, given.ldb, rows, cols, to + size);
-      }
-      args.b = b;
-      args.ldb = cols;
-      stride_b = stride_b ? 2 * size : 0;
-      pre.b_tail = size;
-    }
-  }
+  // bf16x3: a B not packed ahead is split as it is packed (pack_b_for's tails).
+  PTO_CHECK(args.precision != Precision::kBF16x3 || !args.a_half)
+      << "sgemm: bf16x3 products take a float A (no a_half)";
   const PanelOps ops = panel_ops(args.precision, args.m);
   const Blocking bl = blocking_of(args, ops);
   const GemmPlan plan = make_plan(args, pre, batch, in_parallel_region() ? 1 : num_threads());
@@ -904,12 +891,9 @@ void pack_b_into(float* dst, int64_t k, int64_t n, const float* b, int64_t ldb, 
   const PanelOps o = panel_ops(precision, 0);  // B's panels are the same for AMX
   const int64_t stride = ceil_div(k, o.unit) * nr_of(active_isa());
   pack_b_for(o, b, ldb, trans_b, k, n, dst, stride);
-  if (o.split) {  // the tails' panels after the values'
-    const int64_t rows = trans_b ? n : k, cols = trans_b ? k : n;
-    float* tails = t_split_b.get_as<float>(k * n);
-    tails_of(b, ldb, rows, cols, tails);
-    pack_b_for(o, tails, cols, trans_b, k, n, dst + packed_b_floats(k, n, precision) / 2, stride);
-  }
+  if (o.split)  // the tails' panels after the values'
+    pack_b_for(o, b, ldb, trans_b, k, n, dst + packed_b_floats(k, n, precision) / 2, stride,
+               nullptr, true);
 }
 
 void sgemm_prepacked(const GemmArgs& args, const float* packed_b) {

@@ -93,7 +93,7 @@ struct GemmArgs {
   int64_t ldc = 0;
   float alpha = 1.0f;
   Epilogue epilogue;
-  // kBF16, kF16: B is always packed (b_rows: from the rows); kBF16x3: no b_rows, no a_half
+  // kBF16, kF16, kBF16x3: B is always packed (b_rows: from the rows); kBF16x3: no a_half
   Precision precision = Precision::kF32;
   // Half-precision storage (kBF16 or kF16 bits): A's elements at a_half instead of `a` (same
   // lda and trans_a), widened exactly block by block before packing; and C's result also stored

@@ -366,21 +366,38 @@ namespace {
 
 #define PTO_BF16 __attribute__((target("avx512bf16")))
 
+// With Tail (bf16x3), each loaded value v stands for its tail v - bf16(v) (keep_tail).
+template <bool Tail>
+PTO_BF16 __m512 part_of(__m512 v) {
+  if constexpr (Tail) {
+    const auto head = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+    return _mm512_sub_ps(v,
+                         _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(head), 16)));
+  } else {
+    return v;
+  }
+}
+
 // Pairs (x[2i], x[2i + 1]) of n <= 32 floats of a contiguous row as 16 words, to bf16.
+template <bool Tail = false>
 PTO_BF16 __m512i pairs_of_row(const float* x, int64_t n) {
   const __mmask16 lo = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
   const __mmask16 hi = n >= 32   ? __mmask16(0xffff)
                        : n <= 16 ? __mmask16(0)
                                  : __mmask16((1u << (n - 16)) - 1);
-  const __m512 a = _mm512_maskz_loadu_ps(lo, x), b = _mm512_maskz_loadu_ps(hi, x + 16);
+  const __m512 a = part_of<Tail>(_mm512_maskz_loadu_ps(lo, x)),
+               b = part_of<Tail>(_mm512_maskz_loadu_ps(hi, x + 16));
   return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
 }
 
 // Pairs (r0[j], r1[j]) of two rows at n <= 16 columns as 16 words, to bf16.
+template <bool Tail = false>
 PTO_BF16 __m512i pairs_of_rows(const float* r0, const float* r1, int64_t n) {
   const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-  const __m256i x = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0)));
-  const __m256i y = r1 ? reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1)))
+  const __m256i x =
+      reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(part_of<Tail>(_mm512_maskz_loadu_ps(m, r0))));
+  const __m256i y = r1 ? reinterpret_cast<__m256i>(
+                             _mm512_cvtneps_pbh(part_of<Tail>(_mm512_maskz_loadu_ps(m, r1))))
                        : _mm256_setzero_si256();
   return _mm512_or_si512(_mm512_cvtepu16_epi32(x), _mm512_slli_epi32(_mm512_cvtepu16_epi32(y), 16));
 }
@@ -524,8 +541,11 @@ void gemm_pack_a_bf16(const float* a, int64_t lda, bool trans, int64_t m, int64_
   }
 }
 
-void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float* dst,
-                      int64_t panel_stride, const int64_t* rows) {
+namespace {
+
+template <bool Tail>
+void pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float* dst,
+                 int64_t panel_stride, const int64_t* rows) {
   const int64_t k2 = (k + 1) / 2;
   for (int64_t j0 = 0; j0 < n; j0 += kNR, dst += panel_stride) {
     const int64_t nr = n - j0 < kNR ? n - j0 : kNR;
@@ -538,7 +558,7 @@ void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_
         const float* row = b + (j0 + c) * ldb;
         for (int64_t q = 0; q < k; q += 32) {
           const int64_t w = k - q < 32 ? k - q : 32;
-          scatter_words(pairs_of_row(row + q, w), (w + 1) / 2, dst + (q / 2) * kNR + c, kNR);
+          scatter_words(pairs_of_row<Tail>(row + q, w), (w + 1) / 2, dst + (q / 2) * kNR + c, kNR);
         }
       }
       continue;
@@ -550,12 +570,23 @@ void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_
       const float* r1 = 2 * p + 1 < k ? row(2 * p + 1) : nullptr;
       for (int64_t c = 0; c < kNR; c += kL) {
         const int64_t w = nr - c;
-        const __m512i v = w > 0 ? pairs_of_rows(r0 + c, r1 ? r1 + c : nullptr, w > kL ? kL : w)
-                                : _mm512_setzero_si512();
+        const __m512i v = w > 0
+                              ? pairs_of_rows<Tail>(r0 + c, r1 ? r1 + c : nullptr, w > kL ? kL : w)
+                              : _mm512_setzero_si512();
         _mm512_storeu_si512(dst + p * kNR + c, v);
       }
     }
   }
+}
+
+}  // namespace
+
+void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float* dst,
+                      int64_t panel_stride, const int64_t* rows, bool tails) {
+  if (tails)
+    pack_b_bf16<true>(b, ldb, trans, k, n, dst, panel_stride, rows);
+  else
+    pack_b_bf16<false>(b, ldb, trans, k, n, dst, panel_stride, rows);
 }
 
 void gemm_macro_bf16(const MacroBlock& blk) {

@@ -64,10 +64,11 @@ PTO_ISA_DECLARE(
 // kernels have them, and only when cpu::has_ext(Ext::kAvx512Bf16) may they run.
 namespace avx512 {
 // As gemm_pack_a / gemm_pack_b with `k` the real K (not steps), writing ceil(k / 2) steps. With
-// `rows` (B not transposed), row q of B is at b + rows[q] instead (GemmArgs::b_rows).
+// `rows` (B not transposed), row q of B is at b + rows[q] instead (GemmArgs::b_rows); with
+// `tails` (bf16x3), B's tails x - bf16(x) are packed instead of its values.
 void gemm_pack_a_bf16(const float* a, int64_t lda, bool trans, int64_t m, int64_t k, float* dst);
 void gemm_pack_b_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float* dst,
-                      int64_t panel_stride, const int64_t* rows = nullptr);
+                      int64_t panel_stride, const int64_t* rows = nullptr, bool tails = false);
 // blk.k in steps; B packed (b_row_stride NR, no b_rows).
 void gemm_macro_bf16(const MacroBlock& blk);
 

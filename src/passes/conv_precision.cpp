@@ -1,0 +1,82 @@
+// ConvPrecision: what the float32 convolutions compute in, as PyTorch's
+// torch.backends.mkldnn.conv.fp32_precision says for its CPU convolutions (PassContext::
+// conv_precision, CompileOptions::conv_precision, pypto.optimize(conv_precision=...),
+// pto --conv-precision), in torch.set_float32_matmul_precision's words:
+//
+//   "high"   (torch's "tf32"): %y = Conv(%x, %w, %b) -> %y = Conv(%x, %w, %b) {precision="bf16x3"}
+//   "medium" (torch's "bf16"): %y = Conv(%x, %w, %b) -> %y = Conv(%x, %w, %b) {precision="bf16"}
+//   ("highest", torch's "ieee" and the default, does not run the pass)
+//
+// As MatMulPrecision does for MatMul and Gemm: "bf16x3" (the products of X's and W's bf16 heads
+// and tails, about 2^-16 relative error per product; op_params.h) where the CPU has AMX-BF16, on
+// whose tiles the conv's implicit GEMM runs them; "bf16" (rounded operands, fp32 accumulation, as
+// oneDNN computes PyTorch's CPU conv under "bf16") where it has AVX512_BF16. Elsewhere the
+// convolutions stay float32 and the pass says so (a note). The bias, the activations and every
+// other op stay float32.
+//
+// Not marked: convolutions of other types; depthwise ones (one input channel per group: memory
+// bound, so neither form would make them faster; takes_reduced_products); under "high", convs
+// with fewer than 128 output or input channels (pays_split). Runs after AutoMixedPrecision, whose
+// marks win, and MatMulPrecision.
+#include "ir/ops/op_params.h"
+#include "passes/passes.h"
+#include "passes/rewrite_util.h"
+
+namespace pto::passes {
+namespace {
+
+constexpr int64_t kMinSplitRows = 128, kMinSplitDepth = 128;
+
+// Whether bf16x3 products make Conv `n` faster: its implicit GEMM has 128 rows (output channels
+// per group) or more and a depth (input channels per group x kernel size) of 128 or more, so the
+// heads and tails of its input, packed on every call, feed enough tile products. Fewer do not
+// pay (ResNet-50, 2-core Xeon with AMX, one thread, each conv fp32 -> bf16x3: the 64-channel
+// 3x3 and 1x1 convs at 56x56 0.53-0.89x, the 7x7 stem on 3 channels 0.85x; 128 or more both
+// ways 1.2-2.1x).
+bool pays_split(const Graph& g, const Node& n) {
+  const std::optional<Dims> w = static_dims(g, n.inputs[1]);
+  if (!w || w->size() < 3) return false;
+  int64_t depth = 1;
+  for (size_t d = 1; d < w->size(); ++d) depth *= (*w)[d];
+  return (*w)[0] / n.attrs.get_int("group", 1) >= kMinSplitRows && depth >= kMinSplitDepth;
+}
+
+Graph conv_precision(Graph g, const PassContext& ctx) {
+  const bool split = ctx.conv_precision == "high";
+  if (!split && ctx.conv_precision != "medium") return g;
+  const bool fast = split ? machine_has_amx_bf16() : machine_has_avx512_bf16();
+  const std::string precision = split ? params::kSplitBf16 : "bf16";
+  int marked = 0, kept = 0, few = 0;
+  for (Node& n : g.mutable_nodes()) {
+    if (n.op != "Conv" || !takes_reduced_products(g, n) || n.attrs.has("precision")) continue;
+    if (dtype_of_value(g, n.inputs[0]) != DType::kF32 ||
+        dtype_of_value(g, n.inputs[1]) != DType::kF32)
+      continue;
+    if (!fast) {
+      ++kept;
+      continue;
+    }
+    if (split && !pays_split(g, n)) {
+      ++few;
+      continue;
+    }
+    n.attrs.set("precision", precision);
+    ++marked;
+  }
+  if (marked) ctx.note(cat("ConvPrecision/", precision, " Conv"), marked);
+  if (few) ctx.note("ConvPrecision/float32: fewer than 128 channels", few);
+  if (kept)
+    ctx.note(split ? "ConvPrecision/float32: no AMX-BF16" : "ConvPrecision/float32: no AVX512_BF16",
+             kept);
+  return g;
+}
+
+}  // namespace
+
+void register_conv_precision(PassRegistry& r) {
+  r.add({"ConvPrecision", conv_precision,
+         "float32 Conv as torch.backends.mkldnn.conv.fp32_precision says: \"high\" (tf32) bf16x3 "
+         "on AMX, \"medium\" (bf16) bf16"});
+}
+
+}  // namespace pto::passes
