@@ -24,8 +24,8 @@ namespace pto::params {
 // round Q, K and V; the probabilities' rounding has no ONNX form (the file computes them in fp32).
 //
 // "bf16x3" (MatMul, Gemm and Conv; the MatMulPrecision and ConvPrecision passes, torch's
-// float32 precision "high" / "tf32"): each fp32 operand x is split into a bf16 head h = bf16(x) and tail
-// l = bf16(x - h), and the product sums Ah Bh + Al Bh + Ah Bl in fp32 (about 2^-16 relative
+// float32 precision "high" / "tf32"): each fp32 operand x is split into a bf16 head h = bf16(x) and
+// tail l = bf16(x - h), and the product sums Ah Bh + Al Bh + Ah Bl in fp32 (about 2^-16 relative
 // error per product instead of fp32's 2^-24; cpu/gemm.h); a Conv's bias is added once. The
 // operands and the result stay fp32.
 AttrDef precision_attr();

@@ -233,8 +233,7 @@ void pack_a_for(const PanelOps& o, const float* a, int64_t lda, bool trans, int6
 void pack_b_for(const PanelOps& o, const float* b, int64_t ldb, bool trans, int64_t k, int64_t n,
                 float* dst, int64_t panel_stride, const int64_t* rows = nullptr,
                 bool tails = false) {
-  if (o.pairs)
-    return avx512::gemm_pack_b_bf16(b, ldb, trans, k, n, dst, panel_stride, rows, tails);
+  if (o.pairs) return avx512::gemm_pack_b_bf16(b, ldb, trans, k, n, dst, panel_stride, rows, tails);
   if (rows) {  // one row of K at a time: row q is step q of every panel
     for (int64_t q = 0; q < k; ++q)
       PTO_ISA_DISPATCH(gemm_pack_b, b + rows[q], ldb, false, 1, n, dst + q * nr_of(active_isa()),
