@@ -445,10 +445,10 @@ TEST(CpuConvBf16, MatchesTheRoundedReference) {
 
 // precision="bf16x3" (ConvPrecision under "high"): against the reference's three products of
 // X's and W's bf16 heads and tails, to fp32 accumulation (5e-7 + 1.5e-8 K relative to values
-// past 1: far inside the split's own ~2^-16), on every ISA with 1 and 2 threads, with AMX (the fused tile kernel), without it
-// (VDPBF16PS pairs) and without AVX512_BF16 (the fp32 kernels, three passes), and at level 2 (the
-// NCHW kernel, never the blocked one); and the result is further from the fp32 conv's than that
-// (the operands were split, not used whole).
+// past 1: far inside the split's own ~2^-16), on every ISA with 1 and 2 threads, with AMX (the
+// fused tile kernel), without it (VDPBF16PS pairs) and without AVX512_BF16 (the fp32 kernels, three
+// passes), and at level 2 (the NCHW kernel, never the blocked one); and the result is further from
+// the fp32 conv's than that (the operands were split, not used whole).
 void check_split(ConvCase c) {
   c.attrs.set("precision", std::string("bf16x3"));
   Built b = conv_graph(c);
