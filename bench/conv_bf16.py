@@ -1,9 +1,12 @@
 """bf16 convolutions layer by layer: every distinct Conv2d (+ ReLU) of a torchvision model
 (bench/conv_layers.py's collection, seed-0 weights, batch 1) compiled by PyPTO at one level in
-fp32 and with bf16 products (auto_mixed_precision: fp32 inputs and outputs), each engine's kernel
-as `describe_step` names it, the median of interleaved repetitions and bf16 / fp32 speed.
+fp32 and with bf16 products (auto_mixed_precision: fp32 inputs and outputs) or, with --precision
+bf16x3, with bf16x3 ones (conv_precision="high" on every conv: PTO_CONV_SPLIT_ALL=1 drops the
+ConvPrecision pass's channel rule, whose measurement this is), each engine's kernel as
+`describe_step` names it, the median of interleaved repetitions and reduced / fp32 speed.
 
     python bench/conv_bf16.py --model resnet50 --threads 1 [--level 3] [--quick]
+    python bench/conv_bf16.py --model resnet50 --precision bf16x3
 
 This is the measurement behind the Conv kernel's choice of path for bf16 convs
 (docs/backend/conv.md, "bf16 products"): the fp32 kernels (blocked direct, Winograd, shifted,
@@ -37,8 +40,10 @@ def main() -> int:
     ap.add_argument("--level", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--layers", default="", help="name patterns, comma-separated (default: all)")
+    ap.add_argument("--precision", choices=("bf16", "bf16x3"), default="bf16")
     args = ap.parse_args()
     os.environ["PTO_NUM_THREADS"] = str(args.threads)
+    os.environ["PTO_CONV_SPLIT_ALL"] = "1"  # read by bf16x3 compiles only
     import torch
 
     import conv_layers
@@ -47,24 +52,28 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     pypto.set_num_threads(args.threads)
     reps, rep_s = (5, 0.002) if args.quick else (11, 0.01)
-    rows = ["| layer | count | GFLOP | fp32 kernel | fp32 ms | bf16 ms | bf16 / fp32 speed | "
-            "bf16 GFLOP/s |", "|---|---|---|---|---|---|---|---|"]
+    low = args.precision
+    rows = [f"| layer | count | GFLOP | fp32 kernel | fp32 ms | {low} ms | {low} / fp32 speed | "
+            f"{low} GFLOP/s (fp32 work) |", "|---|---|---|---|---|---|---|---|"]
     total = {"f32": 0.0, "bf16": 0.0}
     for layer, count in conv_layers.select(conv_layers.collect_layers(args.model), args.layers):
         module = layer.module(relu=True)
         torch.manual_seed(1)
         x = torch.randn(1, layer.c, layer.h, layer.w)
-        fast = {"f32": pypto.optimize(module, (x,), level=args.level)}
-        pypto.set_optimization_options({"auto_mixed_precision": True})
-        try:
-            fast["bf16"] = pypto.optimize(module, (x,), level=args.level)
-        finally:
-            pypto.reset_optimization_options()
+        fast = {"f32": pypto.optimize(module, (x,), level=args.level, conv_precision="highest")}
+        if low == "bf16x3":
+            fast["bf16"] = pypto.optimize(module, (x,), level=args.level, conv_precision="high")
+        else:
+            pypto.set_optimization_options({"auto_mixed_precision": True})
+            try:
+                fast["bf16"] = pypto.optimize(module, (x,), level=args.level)
+            finally:
+                pypto.reset_optimization_options()
         with torch.inference_mode():
             want = module(x)
             for key, f in fast.items():
                 err = ((f(x) - want).abs().max() / want.abs().max()).item()
-                if err > (3e-2 if key == "bf16" else 1e-3):
+                if err > (3e-2 if key == "bf16" and low == "bf16" else 1e-3):
                     raise SystemExit(f"{layer.name()} {key}: relative error {err:.1e}")
             times = {k: [] for k in fast}
             for _ in range(reps):  # interleaved: one untimed call, then about rep_s of calls

@@ -18,10 +18,12 @@ Measures, on each thread count, in one process per configuration, engines interl
     (the bf16 peer: oneDNN's bf16 kernels, on AMX where the CPU has it);
   - pypto: pypto.optimize(model, level=2), fp32 (--level: another level for every pypto engine);
   - pypto-bf16: pypto.optimize(model, level=2, dtype=torch.bfloat16);
-  - inductor-high: inductor with torch.set_float32_matmul_precision("high") (PyTorch's CPU
-    matmuls stay fp32 under it: TF32 is a GPU format, and oneDNN has no bf16x3);
-  - pypto-high: pypto.optimize(model, level=2, matmul_precision="high"): the float32 products as
-    three bf16 products of heads and tails (bf16x3) where the CPU has AMX-BF16;
+  - inductor-high: inductor with torch.backends.mkldnn.fp32_precision = "tf32" (the matmuls'
+    and convolutions' "high"; PyTorch's CPU matmuls and convs stay fp32 under it: TF32 is a GPU
+    format, and oneDNN has no bf16x3);
+  - pypto-high: pypto.optimize(model, level=2, matmul_precision="high", conv_precision="high"):
+    the float32 products (MatMul, Gemm, convs of 128+ channels) as three bf16 products of heads
+    and tails (bf16x3) where the CPU has AMX-BF16;
   - eager-int8: torch.ao.quantization.quantize_dynamic(model, {Linear}, torch.qint8) (eager;
     transformers only: it leaves convolutions in fp32);
   - ort-int8: ONNX Runtime on the export quantized by onnxruntime.quantization.quantize_dynamic
@@ -61,7 +63,7 @@ ENGINES = ["eager", "eager-bf16", "ort", "inductor", "inductor-bf16", "pypto", "
 TITLES = {"eager": "eager fp32", "eager-bf16": "eager autocast bf16", "ort": "ORT fp32",
           "inductor-bf16": "Inductor autocast bf16",
           "inductor": "Inductor fp32", "pypto": "PyPTO fp32", "pypto-bf16": "PyPTO bf16",
-          "inductor-high": "Inductor matmul 'high'", "pypto-high": "PyPTO matmul 'high' (bf16x3)",
+          "inductor-high": "Inductor 'high' (tf32)", "pypto-high": "PyPTO 'high' (bf16x3)",
           "eager-int8": "eager int8 (dynamic)",
           "ort-int8": "ORT int8", "pypto-int8": "PyPTO int8 (ORT's file)",
           "pypto-quant": "PyPTO int8 (pypto.quantization)"}
@@ -104,7 +106,7 @@ def child(args) -> dict:
                 got = torch_models.first_tensor(run()).float()
         elif args.engine in ("inductor", "inductor-bf16", "inductor-high"):
             if args.engine == "inductor-high":
-                torch.set_float32_matmul_precision("high")
+                torch.backends.mkldnn.fp32_precision = "tf32"
             run, got = base.setup_inductor(args, model, x, result,
                                            bf16=args.engine == "inductor-bf16")
         elif args.engine in ("ort", "ort-int8"):
@@ -140,8 +142,9 @@ def child(args) -> dict:
                 model = pypto.quantization.calibrate(model, calibration_batches(args.model))
             elif args.engine == "pypto-quant":
                 model = pypto.quantization.quantize_dynamic(model, {torch.nn.Linear}, torch.qint8)
+            high = "high" if args.engine == "pypto-high" else None
             fast = pypto.optimize(model, example_inputs=x, level=args.level, dtype=dtype,
-                                  matmul_precision="high" if args.engine == "pypto-high" else None)
+                                  matmul_precision=high, conv_precision=high)
             result["compile_s"] = time.perf_counter() - t0
             result["level"] = args.level
             result["kernels"] = sorted({s["rule"] or s["op"] for s in fast.compiled.steps})

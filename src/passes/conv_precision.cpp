@@ -18,6 +18,9 @@
 // bound, so neither form would make them faster; takes_reduced_products); under "high", convs
 // with fewer than 128 output or input channels (pays_split). Runs after AutoMixedPrecision, whose
 // marks win, and MatMulPrecision.
+#include <cstdlib>
+#include <cstring>
+
 #include "ir/ops/op_params.h"
 #include "passes/passes.h"
 #include "passes/rewrite_util.h"
@@ -29,11 +32,21 @@ constexpr int64_t kMinSplitRows = 128, kMinSplitDepth = 128;
 
 // Whether bf16x3 products make Conv `n` faster: its implicit GEMM has 128 rows (output channels
 // per group) or more and a depth (input channels per group x kernel size) of 128 or more, so the
-// heads and tails of its input, packed on every call, feed enough tile products. Fewer do not
-// pay (ResNet-50, 2-core Xeon with AMX, one thread, each conv fp32 -> bf16x3: the 64-channel
-// 3x3 and 1x1 convs at 56x56 0.53-0.89x, the 7x7 stem on 3 channels 0.85x; 128 or more both
-// ways 1.2-2.1x).
+// heads and tails of its input, packed on every call, feed enough tile products. Measured on
+// ResNet-50 (2-core Xeon with AMX, one thread): alone (bench/conv_bf16.py --precision bf16x3)
+// its convs of 128 channels or more run 1.27-2.36x faster split, the 64-channel ones 1.08-1.24x
+// and the 7x7 stem on 3 channels 0.95x; inside the model, where a split conv leaves level 3's
+// blocked layout for the NCHW implicit GEMM, the 64-channel stage's convs ran 0.53-0.89x (their
+// reorders included) and the whole model split everywhere 41.9 ms against 39.7 with this rule
+// (fp32 53-55).
+// PTO_CONV_SPLIT_ALL=1 drops the rule (every dense or grouped conv split: the per-layer A/B of
+// bench/conv_bf16.py --precision bf16x3); unset or 0 keeps it; anything else is an error.
 bool pays_split(const Graph& g, const Node& n) {
+  if (const char* e = std::getenv("PTO_CONV_SPLIT_ALL"); e && *e && std::strcmp(e, "0") != 0) {
+    if (std::strcmp(e, "1") != 0)
+      throw ValueError(cat("PTO_CONV_SPLIT_ALL='", e, "': expected 0 or 1"));
+    return true;
+  }
   const std::optional<Dims> w = static_dims(g, n.inputs[1]);
   if (!w || w->size() < 3) return false;
   int64_t depth = 1;

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "backend/cpu/isa/isa.h"
+#include "env_guard.h"
 #include "pto/device_info.h"
 #include "pto/executable.h"
 #include "pto/passes.h"
@@ -863,6 +864,18 @@ TEST(PassConvPrecision, FollowsTorchsConvFp32Precision) {
   if (amx) {  // the split products are within ~1e-5 of the fp32 ones on the reference
     EXPECT_EQ(report.front().fired.at("ConvPrecision/float32: fewer than 128 channels"), 2);
     compare(b.g, high, b.inputs(3), 1e-4);
+    {  // PTO_CONV_SPLIT_ALL=1 (the per-layer A/B) drops the channel rule
+      testing::EnvGuard all("PTO_CONV_SPLIT_ALL", "1");
+      EXPECT_EQ(precisions(run_passes(
+                    b.g, {.level = 1, .conv_precision = "high", .only = {"ConvPrecision"}})),
+                V({"bf16x3", "bf16x3", "bf16x3", "-", "f16", "-"}));
+    }
+    {
+      testing::EnvGuard bad("PTO_CONV_SPLIT_ALL", "yes");
+      EXPECT_THROW(
+          run_passes(b.g, {.level = 1, .conv_precision = "high", .only = {"ConvPrecision"}}),
+          ValueError);
+    }
     cpu::ExtScope off(cpu::Ext::kAmxBf16);
     EXPECT_EQ(precisions(run_passes(
                   b.g, {.level = 1, .conv_precision = "high", .only = {"ConvPrecision"}})),

@@ -508,8 +508,8 @@ def test_precision_tables_set_matmul_high_beside_its_peers():
     head, _, row = precision.model_table(results)
     cells = dict(zip([c.strip() for c in head.strip("|").split("|")],
                      [c.strip() for c in row.strip("|").split("|")]))
-    assert cells["PyPTO matmul 'high' (bf16x3)"] == "100.00 ms"
-    assert cells["Inductor matmul 'high'"] == "125.00 ms"
+    assert cells["PyPTO 'high' (bf16x3)"] == "100.00 ms"
+    assert cells["Inductor 'high' (tf32)"] == "125.00 ms"
     assert cells["PyPTO 'high' vs ORT fp32"] == "1.50x"
     assert cells["vs Inductor 'high'"] == "1.25x"
     assert cells["'high' rel. error (PyPTO / Inductor; PyPTO fp32)"] == "9.0e-06 / 1.0e-06 / 6.0e-07"
