@@ -128,6 +128,8 @@ Graph lower_conv3d(Graph g, const PassContext& ctx) {
     a2.set("dilations", std::vector<int64_t>{c.dilations[1], c.dilations[2]});
     a2.set("pads", std::vector<int64_t>{c.pads[1], c.pads[2], c.pads[4], c.pads[5]});
     a2.set("group", c.group);
+    // The same products: what they compute in (AutoMixedPrecision, ConvPrecision) carries over.
+    if (n.attrs.has("precision")) a2.set("precision", n.attrs.get_string("precision"));
     std::vector<ValueId> conv_in{xc, w};
     if (n.inputs.size() > 2 && n.inputs[2] != kNoValue) conv_in.push_back(n.inputs[2]);
     const ValueId y2 = add("Conv", conv_in, value("_2d", {rows, c.m, c.hout, c.wout}), a2);

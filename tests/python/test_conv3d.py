@@ -60,3 +60,30 @@ def test_conv3d_onnx_file_matches_onnx_runtime(tmp_path):
     plain = pypto.onnx.load(path, level=1)
     assert "Conv" in _on_reference(plain._compiled)
     np.testing.assert_allclose(plain(feed), sess.run(None, {"x": feed})[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["high", "medium", "bf16"])
+def test_conv3d_keeps_its_reduced_precision_when_lowered(precision):
+    """A 3-D conv marked by ConvPrecision ("high": bf16x3, "medium": bf16) or by
+    dtype=torch.bfloat16 keeps the mark on the 2-D conv LowerConv3D makes of it: level 2 gives
+    what the reference interpreter computes for the marked 3-D conv at level 1 (the same
+    products), and not the fp32 result."""
+    info = pypto.device_info()["precision"]
+    if not info["bf16x3" if precision == "high" else "bf16"]["fast"]:
+        pytest.skip("the CPU computes this precision in fp32: nothing is marked")
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Conv3d(16, 128, 3, padding=1)).eval()
+    x = torch.randn(1, 16, 4, 6, 6)
+    kw = ({"dtype": torch.bfloat16} if precision == "bf16"
+          else {"conv_precision": precision})
+    fast = pypto.optimize(model, (x,), **kw)
+    assert _on_reference(fast.compiled) == []
+    assert "precision=" in str(fast.compiled.graph)
+    oracle = pypto.optimize(model, (x,), level=1, **kw)  # the 3-D conv on the reference
+    assert "Conv" in _on_reference(oracle.compiled)
+    got, want = fast(x).float(), oracle(x).float()
+    with torch.inference_mode():
+        f32 = model(x)
+    scale = f32.abs().max()
+    assert ((got - want).abs().max() / scale) < (1e-6 if precision == "high" else 5e-3)
+    assert ((got - f32).abs().max() / scale) > (5e-7 if precision == "high" else 1e-4)
