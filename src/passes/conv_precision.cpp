@@ -21,7 +21,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "ir/ops/op_params.h"
 #include "passes/passes.h"
 #include "passes/rewrite_util.h"
 
@@ -54,33 +53,13 @@ bool pays_split(const Graph& g, const Node& n) {
   return (*w)[0] / n.attrs.get_int("group", 1) >= kMinSplitRows && depth >= kMinSplitDepth;
 }
 
+bool is_conv(const Graph& g, const Node& n) {
+  return n.op == "Conv" && takes_reduced_products(g, n);
+}
+
 Graph conv_precision(Graph g, const PassContext& ctx) {
-  const bool split = ctx.conv_precision == "high";
-  if (!split && ctx.conv_precision != "medium") return g;
-  const bool fast = split ? machine_has_amx_bf16() : machine_has_avx512_bf16();
-  const std::string precision = split ? params::kSplitBf16 : "bf16";
-  int marked = 0, kept = 0, few = 0;
-  for (Node& n : g.mutable_nodes()) {
-    if (n.op != "Conv" || !takes_reduced_products(g, n) || n.attrs.has("precision")) continue;
-    if (dtype_of_value(g, n.inputs[0]) != DType::kF32 ||
-        dtype_of_value(g, n.inputs[1]) != DType::kF32)
-      continue;
-    if (!fast) {
-      ++kept;
-      continue;
-    }
-    if (split && !pays_split(g, n)) {
-      ++few;
-      continue;
-    }
-    n.attrs.set("precision", precision);
-    ++marked;
-  }
-  if (marked) ctx.note(cat("ConvPrecision/", precision, " Conv"), marked);
-  if (few) ctx.note("ConvPrecision/float32: fewer than 128 channels", few);
-  if (kept)
-    ctx.note(split ? "ConvPrecision/float32: no AMX-BF16" : "ConvPrecision/float32: no AVX512_BF16",
-             kept);
+  mark_float32_products(g, ctx, ctx.conv_precision,
+                        {"ConvPrecision", "Conv", is_conv, pays_split, "fewer than 128 channels"});
   return g;
 }
 

@@ -20,7 +20,6 @@
 // whose marks this pass leaves as they are). Not marked under "high": products whose A has
 // fewer than 16 rows where the shapes say so (a decode step's): too few rows for a tile, and
 // streaming the weights' heads and tails then runs at 0.75-0.8x the fp32 product's speed.
-#include "ir/ops/op_params.h"
 #include "passes/passes.h"
 #include "passes/rewrite_util.h"
 
@@ -42,36 +41,19 @@ int64_t static_rows(const Graph& g, const Node& n) {
 
 constexpr int64_t kMinSplitRows = 16;  // an AMX tile's rows (gemm.cpp kAmxMinRows)
 
+bool is_product(const Graph&, const Node& n) {
+  return n.op == "MatMul" || n.op == "Gemm";
+}
+
+bool enough_rows(const Graph& g, const Node& n) {
+  const int64_t rows = static_rows(g, n);
+  return rows < 0 || rows >= kMinSplitRows;
+}
+
 Graph mat_mul_precision(Graph g, const PassContext& ctx) {
-  const bool split = ctx.matmul_precision == "high";
-  if (!split && ctx.matmul_precision != "medium") return g;
-  const bool fast = split ? machine_has_amx_bf16() : machine_has_avx512_bf16();
-  const std::string precision = split ? params::kSplitBf16 : "bf16";
-  int marked = 0, kept = 0, few_rows = 0;
-  for (Node& n : g.mutable_nodes()) {
-    if (!n.domain.empty() || (n.op != "MatMul" && n.op != "Gemm") || n.inputs.size() < 2 ||
-        n.attrs.has("precision"))
-      continue;
-    if (dtype_of_value(g, n.inputs[0]) != DType::kF32 ||
-        dtype_of_value(g, n.inputs[1]) != DType::kF32)
-      continue;
-    if (!fast) {
-      ++kept;
-      continue;
-    }
-    if (const int64_t rows = static_rows(g, n); split && rows >= 0 && rows < kMinSplitRows) {
-      ++few_rows;
-      continue;
-    }
-    n.attrs.set("precision", precision);
-    ++marked;
-  }
-  if (marked) ctx.note(cat("MatMulPrecision/", precision, " MatMul/Gemm"), marked);
-  if (few_rows) ctx.note("MatMulPrecision/float32: fewer than 16 rows", few_rows);
-  if (kept)
-    ctx.note(
-        split ? "MatMulPrecision/float32: no AMX-BF16" : "MatMulPrecision/float32: no AVX512_BF16",
-        kept);
+  mark_float32_products(
+      g, ctx, ctx.matmul_precision,
+      {"MatMulPrecision", "MatMul/Gemm", is_product, enough_rows, "fewer than 16 rows"});
   return g;
 }
 

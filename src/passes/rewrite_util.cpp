@@ -234,6 +234,36 @@ bool machine_has_avx512_bf16() {
   return d.isa == "avx512" && d.avx512_bf16 && !ext_turned_off("avx512_bf16");
 }
 
+void mark_float32_products(Graph& g, const PassContext& ctx, const std::string& setting,
+                           const ProductMarking& m) {
+  const bool split = setting == "high";
+  if (!split && setting != "medium") return;
+  const bool fast = split ? machine_has_amx_bf16() : machine_has_avx512_bf16();
+  const std::string precision = split ? params::kSplitBf16 : "bf16";
+  int marked = 0, kept = 0, few = 0;
+  for (Node& n : g.mutable_nodes()) {
+    if (!n.domain.empty() || n.inputs.size() < 2 || n.attrs.has("precision") || !m.takes(g, n))
+      continue;
+    if (dtype_of_value(g, n.inputs[0]) != DType::kF32 ||
+        dtype_of_value(g, n.inputs[1]) != DType::kF32)
+      continue;
+    if (!fast) {
+      ++kept;
+      continue;
+    }
+    if (split && !m.pays(g, n)) {
+      ++few;
+      continue;
+    }
+    n.attrs.set("precision", precision);
+    ++marked;
+  }
+  if (marked) ctx.note(cat(m.pass, "/", precision, " ", m.what), marked);
+  if (few) ctx.note(cat(m.pass, "/float32: ", m.few), few);
+  if (kept)
+    ctx.note(cat(m.pass, split ? "/float32: no AMX-BF16" : "/float32: no AVX512_BF16"), kept);
+}
+
 int remove_unread_shape_arithmetic(Graph& g) {
   std::vector<int> readers = g.use_counts();  // a graph output counts as read
   std::vector<bool> dead(g.nodes().size(), false);

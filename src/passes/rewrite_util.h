@@ -86,6 +86,21 @@ bool machine_has_amx_bf16();
 // Whether the machine runs bf16 products as VDPBF16PS pairs (AVX512_BF16, not turned off).
 bool machine_has_avx512_bf16();
 
+// What MatMulPrecision and ConvPrecision share: under `setting` "high" the float32 products that
+// `takes` selects (both operands float32, no precision yet) get precision="bf16x3" where the
+// machine has AMX-BF16 and `pays` accepts them, under "medium" "bf16" where it has AVX512_BF16;
+// the rest stay float32. Notes "<pass>/<precision> <what>", "<pass>/float32: <few>" for those
+// `pays` rejected and "<pass>/float32: no AMX-BF16" (AVX512_BF16) where the machine lacks it.
+struct ProductMarking {
+  const char* pass;
+  const char* what;  // the ops, for the note: "MatMul/Gemm"
+  bool (*takes)(const Graph&, const Node&);
+  bool (*pays)(const Graph&, const Node&);  // under "high"
+  const char* few;
+};
+void mark_float32_products(Graph& g, const PassContext& ctx, const std::string& setting,
+                           const ProductMarking& m);
+
 // One sweep's bookkeeping: nodes marked for removal go at the end of the sweep. Rules insert
 // nodes through insert() so that the marks follow the nodes they were put on.
 class Rewrite {

@@ -386,60 +386,69 @@ TEST(CpuConv, GeometryErrors) {
   EXPECT_THROW(cpu::conv_geometry(none, {1, 4, 5, 5, 5}, {2, 4, 3, 3, 3}, "conv"), ValueError);
 }
 
-// bf16 products on every geometry the fp32 tests cover: 1x1 (the input as B, strided, padded),
-// 3x3 and 7x7 with strides and pads, shifted rows (the GEMM packs them into pairs), a small plane
-// the fp32 kernel runs blocked (here the bf16 implicit GEMM), groups, depthwise (rounded copies,
-// fp32 kernel), 1-D, dilations, weights as inputs; K and the output plane with tails against the
-// GEMM's blocks (K odd: a half pair).
-TEST(CpuConvBf16, MatchesTheRoundedReference) {
+// The geometries the reduced-precision conv tests run: 1x1 (the input as B, strided, padded),
+// 3x3 and 7x7 with strides and pads, shifted rows (the GEMM packs them into pairs, reading them
+// through b_rows), a small plane the fp32 kernel runs blocked (here the implicit GEMM), several
+// column blocks, groups, depthwise (with `depthwise`), 1-D, dilations, weights as inputs; K and
+// the output plane with tails against the GEMM's blocks (K odd: a half pair); then `random`
+// random ones from `seed` (channels, planes, kernels, strides, pads and groups with tails).
+std::vector<ConvCase> product_geometries(bool depthwise, int random, uint32_t seed) {
   const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
   const Attributes s2p1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}});
-  check_reduced({{1, 20, 7, 9}, {17, 20, 1, 1}, true});
-  check_reduced({{2, 9, 5, 3}, {10, 9, 1, 1}, false});  // K odd
-  check_reduced({{2, 8, 7, 9}, {5, 8, 1, 1}, true, attrs_of({{"strides", Dims{2, 2}}})});
-  check_reduced({{1, 6, 5, 4}, {3, 6, 1, 1}, true, attrs_of({{"pads", Dims{1, 0, 0, 2}}})});
-  check_reduced({{1, 19, 9, 11}, {18, 19, 3, 3}, true, pad1});
-  check_reduced({{3, 5, 9, 7}, {7, 5, 3, 3}, false, s2p1});
-  check_reduced({{1, 3, 23, 21},
-                 {16, 3, 7, 7},
-                 true,
-                 attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{2, 2}}})});
-  check_reduced({{1, 64, 20, 20}, {8, 64, 3, 3}, true, pad1});  // several column blocks
-  check_reduced(
-      {{1, 8, 30, 30}, {16, 8, 3, 3}, true, pad1});  // shifted: the rows packed into pairs
-  check_reduced({{2, 24, 7, 7}, {40, 24, 3, 3}, true, pad1});  // blocked in fp32
-  check_reduced({{1, 6, 11, 13},
-                 {5, 6, 3, 3},
-                 true,
-                 attrs_of({{"dilations", Dims{2, 2}}, {"pads", Dims{2, 2, 2, 2}}})});
-  check_reduced({{3, 12, 6, 5},
-                 {8, 3, 3, 3},
-                 true,
-                 attrs_of({{"group", int64_t{4}}, {"strides", Dims{2, 1}}})});
-  check_reduced({{1, 19, 9, 21},
-                 {19, 1, 3, 3},
-                 true,
-                 attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{19}}})});
-  check_reduced(
-      {{2, 6, 17}, {5, 6, 3}, true, attrs_of({{"pads", Dims{1, 1}}, {"strides", Dims{2}}})});
+  std::vector<ConvCase> cases = {
+      {{1, 20, 7, 9}, {17, 20, 1, 1}, true},
+      {{2, 9, 5, 3}, {10, 9, 1, 1}, false},  // K odd
+      {{2, 8, 7, 9}, {5, 8, 1, 1}, true, attrs_of({{"strides", Dims{2, 2}}})},
+      {{1, 6, 5, 4}, {3, 6, 1, 1}, true, attrs_of({{"pads", Dims{1, 0, 0, 2}}})},
+      {{1, 19, 9, 11}, {18, 19, 3, 3}, true, pad1},
+      {{3, 5, 9, 7}, {7, 5, 3, 3}, false, s2p1},
+      {{1, 3, 23, 21},
+       {16, 3, 7, 7},
+       true,
+       attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{2, 2}}})},
+      {{1, 64, 20, 20}, {8, 64, 3, 3}, true, pad1},  // several column blocks
+      {{1, 8, 30, 30}, {16, 8, 3, 3}, true, pad1},   // shifted: the rows packed into pairs
+      {{2, 24, 7, 7}, {40, 24, 3, 3}, true, pad1},   // blocked in fp32
+      {{1, 6, 11, 13},
+       {5, 6, 3, 3},
+       true,
+       attrs_of({{"dilations", Dims{2, 2}}, {"pads", Dims{2, 2, 2, 2}}})},
+      {{3, 12, 6, 5},
+       {8, 3, 3, 3},
+       true,
+       attrs_of({{"group", int64_t{4}}, {"strides", Dims{2, 1}}})},
+      {{2, 6, 17}, {5, 6, 3}, true, attrs_of({{"pads", Dims{1, 1}}, {"strides", Dims{2}}})}};
+  if (depthwise)
+    cases.push_back({{1, 19, 9, 21},
+                     {19, 1, 3, 3},
+                     true,
+                     attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{19}}})});
   ConvCase inputs{{2, 5, 6, 7}, {4, 5, 3, 3}, true, pad1};
   inputs.weights_as_inputs = true;
-  check_reduced(inputs);
-  // Random geometries: channels, planes, kernels, strides, pads and groups with tails.
-  std::mt19937 rng(17);
+  cases.push_back(inputs);
+  std::mt19937 rng(seed);
   auto pick = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < random; ++i) {
     const int64_t k = std::array<int64_t, 3>{1, 3, 7}[pick(0, 2)];
     const int64_t s = pick(1, 2), p = pick(0, k / 2), group = pick(1, 3);
     const int64_t c = group * pick(2, 9), m = group * pick(1, 13);
-    SCOPED_TRACE(cat("random case ", i));
-    check_reduced(
+    cases.push_back(
         {{pick(1, 2), c, pick(k, 20), pick(k, 20)},
          {m, c / group, k, k},
          pick(0, 1) == 1,
          attrs_of({{"pads", Dims{p, p, p, p}}, {"strides", Dims{s, s}}, {"group", group}})});
+  }
+  return cases;
+}
+
+// bf16 products on every geometry above, depthwise included (rounded copies, fp32 kernel).
+TEST(CpuConvBf16, MatchesTheRoundedReference) {
+  const std::vector<ConvCase> cases = product_geometries(true, 12, 17);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cat("case ", i));
+    check_reduced(cases[i]);
   }
 }
 
@@ -498,56 +507,13 @@ void check_split(ConvCase c) {
   }
 }
 
-// bf16x3 products on the implicit GEMM's paths: 1x1 (the input as B, strided, padded), 3x3 on
-// the shifted rows (the GEMM reads B through b_rows and packs heads and tails from them) and on
-// im2col, 7x7 strided, a small plane the fp32 kernel runs blocked, several column blocks, groups,
-// dilations, 1-D, weights as inputs, K odd; random geometries. A depthwise conv marked by hand
+// bf16x3 products on the same geometries (not the depthwise one). A depthwise conv marked by hand
 // (ConvPrecision never marks one) has no bf16x3 CPU kernel: it runs on the reference.
 TEST(CpuConvBf16x3, MatchesTheSplitReference) {
-  const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
-  check_split({{1, 20, 7, 9}, {17, 20, 1, 1}, true});
-  check_split({{2, 9, 5, 3}, {10, 9, 1, 1}, false});  // K odd
-  check_split({{2, 8, 7, 9}, {5, 8, 1, 1}, true, attrs_of({{"strides", Dims{2, 2}}})});
-  check_split({{1, 6, 5, 4}, {3, 6, 1, 1}, true, attrs_of({{"pads", Dims{1, 0, 0, 2}}})});
-  check_split({{1, 19, 9, 11}, {18, 19, 3, 3}, true, pad1});
-  check_split({{3, 5, 9, 7},
-               {7, 5, 3, 3},
-               false,
-               attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}})});
-  check_split({{1, 3, 23, 21},
-               {16, 3, 7, 7},
-               true,
-               attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{2, 2}}})});
-  check_split({{1, 64, 20, 20}, {40, 64, 3, 3}, true, pad1});  // several column blocks
-  check_split({{1, 8, 30, 30}, {16, 8, 3, 3}, true, pad1});    // shifted rows
-  check_split({{2, 24, 7, 7}, {40, 24, 3, 3}, true, pad1});    // blocked in fp32
-  check_split({{1, 6, 11, 13},
-               {5, 6, 3, 3},
-               true,
-               attrs_of({{"dilations", Dims{2, 2}}, {"pads", Dims{2, 2, 2, 2}}})});
-  check_split({{3, 12, 6, 5},
-               {8, 3, 3, 3},
-               true,
-               attrs_of({{"group", int64_t{4}}, {"strides", Dims{2, 1}}})});
-  check_split(
-      {{2, 6, 17}, {5, 6, 3}, true, attrs_of({{"pads", Dims{1, 1}}, {"strides", Dims{2}}})});
-  ConvCase inputs{{2, 5, 6, 7}, {4, 5, 3, 3}, true, pad1};
-  inputs.weights_as_inputs = true;
-  check_split(inputs);
-  std::mt19937 rng(23);
-  auto pick = [&](int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
-  for (int i = 0; i < 6; ++i) {
-    const int64_t k = std::array<int64_t, 3>{1, 3, 7}[pick(0, 2)];
-    const int64_t s = pick(1, 2), p = pick(0, k / 2), group = pick(1, 3);
-    const int64_t c = group * pick(2, 9), m = group * pick(1, 13);
-    SCOPED_TRACE(cat("random case ", i));
-    check_split(
-        {{pick(1, 2), c, pick(k, 20), pick(k, 20)},
-         {m, c / group, k, k},
-         pick(0, 1) == 1,
-         attrs_of({{"pads", Dims{p, p, p, p}}, {"strides", Dims{s, s}}, {"group", group}})});
+  const std::vector<ConvCase> cases = product_geometries(false, 6, 23);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cat("case ", i));
+    check_split(cases[i]);
   }
   ConvCase depthwise{{1, 19, 9, 21},
                      {19, 1, 3, 3},
