@@ -727,6 +727,8 @@ void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* 
             const Epilogue& ep, const PackedA* packed_w, Precision precision) {
   if (g.n * g.m * g.out_plane() == 0) return;
   if (packed_w) precision = packed_w[0].precision();
+  PTO_CHECK(!(g.depthwise() && precision == Precision::kBF16x3))
+      << "conv2d: a depthwise conv has no bf16x3 products";
   if (g.depthwise() && precision != Precision::kF32) {
     // Not what the passes mark (memory bound: bf16/f16 products would not make it faster), but
     // the attribute's meaning on rounded copies of X and W.

@@ -12,7 +12,9 @@
 // X and W rounded to bf16, fp32 accumulation; VDPBF16PS where the CPU has AVX512_BF16), its
 // weights packed once as bf16 pairs, never the fp32 small-plane blocked kernel (at level 3,
 // ConvBlocked has bf16 products of its own: conv_blocked.cpp); a depthwise conv stays fp32
-// (memory bound: bf16 products would not speed it up).
+// (memory bound: bf16 products would not speed it up). bf16x3 products (precision="bf16x3",
+// ConvPrecision: X's and W's heads and tails) take the same implicit GEMM; a depthwise conv has
+// no bf16x3 form (conv2d rejects it; the Conv kernel declines it to the reference).
 // Bias, residual and activation are applied by the GEMM's epilogue (or, for depthwise, while the
 // output plane is still in cache); any other elementwise chain, as a tile program (Epilogue::tile),
 // on whole rows of each finished GEMM block, per channel row (shifted) or per plane (depthwise).
@@ -83,7 +85,7 @@ double valid_tap_share(const ConvGeometry& g);
 // Conv + Add + ReLU passes them here. Parallel over the pool; deterministic per thread count.
 // `packed_w`, when set, holds each group's weights as pack_weights packed them (the GEMM path then
 // does not read `w`, and computes in the packing's precision). `precision`: the products' (a
-// depthwise conv computes in fp32 either way).
+// depthwise conv computes on X and W rounded to it, in fp32; not kBF16x3).
 void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y,
             const Epilogue& ep = {}, const PackedA* packed_w = nullptr,
             Precision precision = Precision::kF32);
