@@ -278,3 +278,23 @@ def test_cli_conv_precision(tmp_path):
                  "--conv-precision", code=2)
     assert "ConvPrecision" in pto("compile", "--list-passes").stdout
 
+
+
+def test_torch_compile_follows_the_conv_precision_option(cnn):
+    """torch.compile(backend="pypto") compiles with the options too: its convs split where
+    optimize's are, to the same values (the float64 split reference on AMX, fp32 elsewhere)."""
+    model, x = cnn
+    pypto.set_optimization_options({"conv_precision": "high"})
+    try:
+        compiled = torch.compile(model, backend="pypto")
+        with torch.no_grad():
+            got = compiled(x)
+    finally:
+        pypto.reset_optimization_options()
+        torch._dynamo.reset()
+    if AMX:
+        assert relative(got, split_reference(model, x)) < 2e-6
+        assert relative(got, exact(model, x)) > relative(
+            pypto.optimize(model, (x,), conv_precision="highest")(x), exact(model, x))
+    else:
+        assert relative(got, exact(model, x)) < 2e-6
