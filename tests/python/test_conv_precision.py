@@ -6,6 +6,7 @@ default) in fp32; depthwise convs stay fp32. The option, the optimize() argument
 settings (old and new API), the CLI flag, the ONNX export and the errors, each against an
 independent reference (float64 PyTorch, ONNX Runtime)."""
 
+import os
 import re
 import subprocess
 import sys
@@ -130,8 +131,9 @@ def test_matmul_and_conv_precisions_are_separate(cnn):
 
 
 def run_python(code):
+    package = str(Path(pypto.__file__).resolve().parents[1])  # this pypto, however it was found
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": package})
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 
