@@ -126,22 +126,33 @@ class OptimizedModule(torch.nn.Module):
         """The error of the reduced-precision compile against a float32 compile of the same
         module, on these arguments or the example inputs: per output, the max and mean relative
         error (max |got - fp32| / max |fp32|, mean |got - fp32| / mean |fp32|). For a module
-        optimized with dtype=torch.bfloat16 or torch.float16, or otherwise its pypto.amp.autocast
-        copy (the dtype of the pypto.amp.autocast this is called in, else bf16)."""
+        optimized with dtype=torch.bfloat16 or torch.float16; a float32 one compiled under
+        matmul_precision or conv_precision "high" ("bf16x3") or "medium" ("bf16"), itself
+        against strict fp32; otherwise its pypto.amp.autocast copy (the dtype of the
+        pypto.amp.autocast this is called in, else bf16)."""
         self._ensure_compiled(args or None, kwargs or None)
         if not args and not kwargs:
             if self._example_args is None:
                 raise RuntimeError("precision_report: no example inputs; pass arguments")
             args, kwargs = self._example_args
         float_model = _float_model_of(self._orig_mod)
+        o = self._compiled.options
+        # A float32 module under matmul_precision / conv_precision "high" or "medium" (or torch's
+        # settings): the report is its own split or bf16 products against strict fp32.
+        own = (float_model is None and self._dtype is None and amp_dtype() is None and
+               (o.matmul_precision, o.conv_precision) != ("highest", "highest"))
         precision = ("int8" if float_model is not None else
-                     dtypes.name(self._dtype or amp_dtype() or torch.bfloat16))
-        if self._dtype is not None or float_model is not None:
+                     ("bf16x3" if "high" in (o.matmul_precision, o.conv_precision) else "bf16")
+                     if own else dtypes.name(self._dtype or amp_dtype() or torch.bfloat16))
+        if self._dtype is not None or float_model is not None or own:
             reduced = self._compiled
         else:
             reduced = self._amp_variant(args, kwargs, precision)
         with self._lock:
-            if self._f32_compiled is None and float_model is not None:
+            if self._f32_compiled is None and own:
+                self._f32_compiled = self._compile_fn(args, kwargs, True, False, "highest",
+                                                      "highest")[1]
+            elif self._f32_compiled is None and float_model is not None:
                 # A quantized model's baseline is the float model it was quantized from.
                 self._f32_compiled = optimize(float_model, tuple(args), self._level,
                                               example_kwargs=dict(kwargs), dynamic=False).compiled
@@ -306,7 +317,8 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
     # torch.ao.quantization.quantize_dynamic's Linear modules: their int8 equivalents.
     model = from_torch_ao(model)
 
-    def compile_fn(args, kwargs, output_names=True, mixed_precision=reduced.get(dtype)):
+    def compile_fn(args, kwargs, output_names=True, mixed_precision=reduced.get(dtype),
+                   matmul=matmul_precision, conv=conv_precision):
         # On a terminal: "pypto.optimize: torch.export", then the passes and kernels.
         bar = _C.ProgressBar("pypto.optimize", 0.0)
         bar.update(0, 1, f"torch.export: {type(model).__name__}")
@@ -323,8 +335,7 @@ def optimize(model: torch.nn.Module, example_inputs: Any = None, level: int | No
             finally:
                 bar.finish()
         return captured, CompiledGraph(captured.graph, level, mixed_precision=mixed_precision,
-                                       matmul_precision=matmul_precision,
-                                       conv_precision=conv_precision,
+                                       matmul_precision=matmul, conv_precision=conv,
                                        _progress="pypto.optimize")
 
     fast = OptimizedModule(model, compile_fn)

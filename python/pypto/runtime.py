@@ -130,6 +130,11 @@ class CompiledGraph:
         return self._exe.level
 
     @property
+    def options(self) -> _C.CompileOptions:
+        """A copy of the CompileOptions it was compiled with."""
+        return self._exe.options
+
+    @property
     def node_backends(self) -> list[tuple[str, str]]:
         """(op, "cpu" or "reference") for every node, in execution order: which ran on a CPU
         backend kernel and which fell back to the reference interpreter's. A control-flow node

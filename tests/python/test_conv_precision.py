@@ -300,3 +300,20 @@ def test_torch_compile_follows_the_conv_precision_option(cnn):
             pypto.optimize(model, (x,), conv_precision="highest")(x), exact(model, x))
     else:
         assert relative(got, exact(model, x)) < 2e-6
+
+
+def test_precision_report_measures_the_chosen_precision(cnn):
+    """precision_report() of a float32 module compiled under conv_precision (or
+    matmul_precision) is that mode against strict fp32: "bf16x3" for "high", "bf16" for
+    "medium", with the error the outputs show against an fp32 compile, not a bf16 autocast copy."""
+    model, x = cnn
+    f32 = pypto.optimize(model, (x,), conv_precision="highest")(x)
+    for setting, name, lo, hi in (("high", "bf16x3", 2e-7, 5e-5), ("medium", "bf16", 1e-4, 3e-2)):
+        fast = pypto.optimize(model, (x,), conv_precision=setting)
+        report = fast.precision_report()
+        assert report.precision == name
+        assert report.how == pypto.device_info()["precision"][name]["how"]
+        err = report.max_rel_error
+        assert err == pytest.approx(relative(fast(x), f32), rel=1e-6, abs=1e-12)
+        fast_hw = AMX if setting == "high" else BF16
+        assert (lo < err < hi) if fast_hw else err == 0, (setting, err)
