@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
@@ -111,10 +112,10 @@ int64_t k_of(const ConvCase& c) {
   return c.w[1] * (c.w.size() > 2 ? c.w[2] : 1) * (c.w.size() > 3 ? c.w[3] : 1);
 }
 
-// Runs the case on every ISA with 1 and 2 threads; the node must run on the CPU kernel.
-void check(const ConvCase& c) {
-  Built b = conv_graph(c);
-  const std::vector<Tensor> want = reference::run(b.g, b.feeds);
+// Runs the built case at level 0 on every ISA with 1 and 2 threads (the node must run on the CPU
+// kernel), handing each output and what ran it to `expect`.
+void run_everywhere(const Built& b, const ConvCase& c,
+                    const std::function<void(const Tensor&, const std::string&)>& expect) {
   const int saved = num_threads();
   for (cpu::Isa isa : cpu::supported_isas()) {
     IsaScope scope(isa);
@@ -122,13 +123,23 @@ void check(const ConvCase& c) {
       set_num_threads(threads);
       Executable exe = compile(b.g, {.level = 0});
       ASSERT_EQ(exe.node_backend(0), "cpu");
-      const std::string what =
-          cat("X ", dims_str(c.x), " W ", dims_str(c.w), " on ", cpu::isa_name(isa), ", ", threads,
-              " thread(s)", cpu::has_ext(cpu::Ext::kAvx512Bf16) ? "" : ", no avx512_bf16");
-      expect_close(exe.run(b.feeds)[0], want[0], k_of(c), what);
+      expect(exe.run(b.feeds)[0],
+             cat(c.attrs.get_string("precision", "f32"), " X ", dims_str(c.x), " W ", dims_str(c.w),
+                 " on ", cpu::isa_name(isa), ", ", threads, " thread(s)",
+                 cpu::has_ext(cpu::Ext::kAmxBf16) ? "" : ", no amx_bf16",
+                 cpu::has_ext(cpu::Ext::kAvx512Bf16) ? "" : ", no avx512_bf16"));
     }
   }
   set_num_threads(saved);
+}
+
+// Runs the case everywhere (run_everywhere) against the reference.
+void check(const ConvCase& c) {
+  Built b = conv_graph(c);
+  const std::vector<Tensor> want = reference::run(b.g, b.feeds);
+  run_everywhere(b, c, [&](const Tensor& got, const std::string& what) {
+    expect_close(got, want[0], k_of(c), what);
+  });
 }
 
 // The case with bf16 products (precision="bf16") against the reference, which rounds X and W to
@@ -474,26 +485,13 @@ void check_split(ConvCase c) {
     }
     EXPECT_EQ(bad, 0) << what;
   };
-  const int saved = num_threads();
   for (std::optional<cpu::Ext> off_ext :
        {std::optional<cpu::Ext>(), std::optional(cpu::Ext::kAmxBf16),
         std::optional(cpu::Ext::kAvx512Bf16)}) {
     std::optional<cpu::ExtScope> off;
     if (off_ext) off.emplace(*off_ext);
-    for (cpu::Isa isa : cpu::supported_isas()) {
-      IsaScope scope(isa);
-      for (int threads : {1, 2}) {
-        set_num_threads(threads);
-        Executable exe = compile(b.g, {.level = 0});
-        ASSERT_EQ(exe.node_backend(0), "cpu");
-        expect_within(
-            exe.run(b.feeds)[0],
-            cat("bf16x3 X ", dims_str(c.x), " W ", dims_str(c.w), " on ", cpu::isa_name(isa), ", ",
-                threads, " thread(s)", off_ext ? cat(", without ", cpu::ext_name(*off_ext)) : ""));
-      }
-    }
+    run_everywhere(b, c, expect_within);
   }
-  set_num_threads(saved);
   const Tensor got = compile(b.g, {.level = 2}).run(b.feeds)[0];
   expect_within(got, cat("bf16x3 level 2, X ", dims_str(c.x), " W ", dims_str(c.w)));
   c.attrs = without_precision(c.attrs);
