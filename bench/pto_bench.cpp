@@ -1,7 +1,8 @@
 // pto_bench: the machine's ceilings and PyPTO's SGEMM, measured in one run, as JSON on stdout
 // (progress on stderr). bench/run.py runs it and sets the numbers beside PyTorch's.
 //
-//   pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm,vmath,vmath_large] [--shapes
+//   pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm,vmath,vmath_large,amx_stores]
+//             [--shapes
 //   512,128x768x3072]
 //             [--quick] [--packed a|b]
 //             [--warmup-calls N] [--warmup-time S] [--min-calls N] [--min-time S] [--max-time S]
@@ -32,6 +33,11 @@
 // - vmath_large (only when asked): every transcendental activation and Softmax on N(0, 1) rows
 //   against rows with 5-40% of their lanes beyond +-90 or +-20, interleaved, active ISA only
 //   (PTO_ISA picks another), and the slowdown of each.
+// - amx_stores (only when asked, AMX-BF16 machines): the AMX tile products with C stored as a
+//   short-K GEMM stores it (tdpbf16_stores: 32 x 32 blocks of K = 64..576 on L1-resident A and
+//   B), C of 0.5 MiB (in L2) and 8 MiB (beyond it) per thread, stored by the tiles as fp32 or
+//   through L1 as bf16: the ceiling of the AMX GEMM where K is short (a conv's 1x1 layers),
+//   against the register-only amx_bf16 one of the fma section.
 // Every measurement times calls one by one after a warm-up and reports the median, p10, p90, the
 // count and the CPU utilisation (CPU seconds / wall seconds) of the timed calls. --cpu-clock times
 // each call by the process's CPU seconds over the thread count: on a machine time-shared with other
@@ -381,6 +387,64 @@ void bench_fma(Json& j, const std::vector<int>& threads, const Timing& timing) {
   j.close(']');
 }
 
+// Operands on 64-byte lines, as the runtime allocates tensors (kTensorAlignment): a std::vector
+// of megabytes starts 16 bytes into a page, so every row of C straddled two lines and each
+// AMX tile store paid two reads-for-ownership per row (512 x 64 x 800 bf16: 300 GFLOP/s, not
+// the model's speed).
+template <class T>
+struct LineAligned {
+  using value_type = T;
+  LineAligned() = default;
+  template <class U>
+  LineAligned(const LineAligned<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64}));
+  }
+  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
+  bool operator==(const LineAligned&) const { return true; }
+};
+template <class T>
+using Operand = std::vector<T, LineAligned<T>>;
+
+// The AMX ceiling with C's stores (tdpbf16_stores), per K, C size and output type.
+void bench_amx_stores(Json& j, const std::vector<int>& threads, const Timing& timing) {
+  j.key("amx_stores").open('[');
+  if (!cpu::has_ext(cpu::Ext::kAmxBf16)) {
+    std::cerr << "amx_stores: no AMX-BF16 on this CPU\n";
+    j.close(']');
+    return;
+  }
+  struct Size {
+    const char* where;
+    int64_t m, n;
+  };
+  const Size sizes[] = {{"l2", 256, 512}, {"memory", 1024, 2048}};
+  volatile float sink = 0;
+  for (const Size& z : sizes) {
+    const int64_t per_thread = z.m * z.n;
+    Operand<float> c(static_cast<size_t>(per_thread * 8));
+    for (int64_t k : {64, 128, 256, 576})
+      for (bool half : {false, true})
+        for (int t : threads) {
+          set_num_threads(t);
+          std::cerr << "amx_stores K " << k << " C " << z.where << (half ? " bf16" : " f32")
+                    << " threads " << t << "\n";
+          Sample s = measure(timing, [&] {
+            parallel_tasks(t, [&](int64_t i) {
+              sink = sink +
+                     cpu::avx512::tdpbf16_stores(k / 32, c.data() + i * per_thread, z.m, z.n, half);
+            });
+          });
+          const double gflop = 2.0 * static_cast<double>(z.m * z.n * k) * t / 1e9;
+          j.open('{').key("k").num(static_cast<double>(k)).key("c").str(z.where);
+          j.key("c_kib").num(static_cast<double>(per_thread * (half ? 2 : 4) / 1024));
+          j.key("out").str(half ? "bf16" : "f32").key("threads").num(t);
+          j.sample(s, gflop, "gflops").close('}');
+        }
+  }
+  j.close(']');
+}
+
 // ---- memory bandwidth ----
 
 // y[i] = f(i) for i in [lo, hi), 16-byte groups (f4(i): y[i..i+3]) stored past the cache, so the
@@ -549,8 +613,8 @@ void bench_sgemm(Json& j, const std::vector<int>& threads, const Timing& timing,
   j.key("sgemm").open('[');
   for (const Shape& s : shapes)
     for (cpu::Precision precision : precisions) {
-      std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
-      std::vector<float> c(static_cast<size_t>(s.m * s.n));
+      Operand<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
+      Operand<float> c(static_cast<size_t>(s.m * s.n));
       std::mt19937 rng(0);
       std::uniform_real_distribution<float> u(-1, 1);
       for (float& x : a) x = u(rng);
@@ -604,8 +668,8 @@ void bench_igemm(Json& j, const std::vector<int>& threads, const Timing& timing,
                  const std::vector<Shape>& shapes, int weight_copies) {
   j.key("igemm").open('[');
   for (const Shape& s : shapes) {
-    std::vector<uint8_t> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
-    std::vector<int32_t> c(static_cast<size_t>(s.m * s.n));
+    Operand<uint8_t> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
+    Operand<int32_t> c(static_cast<size_t>(s.m * s.n));
     std::mt19937 rng(0);
     for (auto& x : a) x = static_cast<uint8_t>(rng());
     for (auto& x : b) x = static_cast<uint8_t>(rng());
@@ -656,7 +720,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 const char* kUsage =
-    "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm,vmath,vmath_large] [--shapes "
+    "usage: pto_bench [--threads 1,2] [--only fma,memory,sgemm,igemm,vmath,vmath_large,"
+    "amx_stores] [--shapes "
     "S|MxKxN,...]\n"
     "                 [--quick] [--packed a|b] [--weight-copies N] [--precision "
     "f32,bf16,f16,bf16x3]\n"
@@ -693,9 +758,10 @@ int main_impl(int argc, char** argv) {
       only = split(value(), ',');
       for (const auto& o : only)
         if (o != "fma" && o != "memory" && o != "sgemm" && o != "igemm" && o != "vmath" &&
-            o != "vmath_large")
-          throw ValueError(cat("--only: unknown benchmark '", o,
-                               "' (expected fma, memory, sgemm, igemm, vmath, vmath_large)"));
+            o != "vmath_large" && o != "amx_stores")
+          throw ValueError(
+              cat("--only: unknown benchmark '", o,
+                  "' (expected fma, memory, sgemm, igemm, vmath, vmath_large, amx_stores)"));
     } else if (arg == "--shapes") {
       for (const auto& s : split(value(), ',')) shapes.push_back(parse_shape(s));
     } else if (arg == "--packed") {
@@ -756,6 +822,7 @@ int main_impl(int argc, char** argv) {
   if (wants("igemm")) bench_igemm(j, threads, timing, shapes, weight_copies);
   if (wants("vmath")) bench_vmath(j, timing);
   if (wants("vmath_large")) bench_vmath_large(j);
+  if (wants("amx_stores")) bench_amx_stores(j, threads, timing);
   j.close('}');
   std::cout << j.text() << "\n";
   return 0;

@@ -14,6 +14,7 @@
 
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/isa/ceiling.h"
 #include "backend/cpu/isa/isa.h"
 #include "pto/device_info.h"
 #include "pto/error.h"
@@ -1107,6 +1108,24 @@ TEST(CpuGemmKernels, OtherDtypesFallBackToTheReference) {
   g.add_node("MatMul", {a, b}, {y}, {}, "mm");
   g.add_output(y);
   EXPECT_EQ(compile(g, {.level = 0}).node_backend(0), "reference");
+}
+
+// pto_bench's amx_stores ceiling computes what it says: every 32 x 32 block of C is the K/32
+// chunks of products of pairs (0, 1) by pairs (0, 1) (the bits of 1.0f as bf16 pairs), 16 per
+// chunk, stored as fp32 rows n floats apart or as bf16 rows n halves apart; nothing else is
+// written.
+TEST(AmxCeiling, StoresEveryBlockOfC) {
+  if (!has_ext(Ext::kAmxBf16)) GTEST_SKIP() << "no AMX-BF16 on this CPU";
+  constexpr int64_t m = 64, n = 96, chunks = 3;
+  std::vector<float> c(m * n + 64, -1.0f);
+  float* aligned = c.data() + (64 - reinterpret_cast<uintptr_t>(c.data()) % 64) % 64 / 4;
+  EXPECT_EQ(avx512::tdpbf16_stores(chunks, aligned, m, n, false), 16.0f * chunks);
+  for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(aligned[i], 16.0f * chunks) << i;
+  std::fill(c.begin(), c.end(), -1.0f);
+  avx512::tdpbf16_stores(chunks, aligned, m, n, true);
+  const auto* half = reinterpret_cast<const uint16_t*>(aligned);
+  for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(half[i], 0x4240) << i;  // bf16 48.0
+  for (int64_t i = m * n / 2; i < m * n; ++i) ASSERT_EQ(aligned[i], -1.0f) << i;
 }
 
 }  // namespace

@@ -216,6 +216,33 @@ def test_pto_bench_rejects_an_unknown_benchmark_and_runs_a_known_one(pto_bin):
     assert out["fma"] and "memory" not in out and out["fma"][0]["gflops"] > 0
 
 
+def test_pto_bench_amx_stores(pto_bin):
+    """--only amx_stores measures the AMX products with C's stores for each K, C size and output
+    type (where the CPU has AMX-BF16; an empty list and a note elsewhere), and only when asked."""
+    import json
+    import subprocess
+
+    bench = str(pto_bin.parent / "bench" / "pto_bench")
+    p = subprocess.run([bench, "--only", "amx_stores", "--threads", "1", "--quick", "--max-time",
+                        "0.02", "--min-calls", "1"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    rows = out["amx_stores"]
+    if "amx_bf16" not in open("/proc/cpuinfo").read():
+        assert rows == [] and "no AMX-BF16" in p.stderr, (rows, p.stderr)
+        return
+    keys = {(r["k"], r["c"], r["out"]) for r in rows}
+    assert keys == {(k, c, o) for k in (64, 128, 256, 576) for c in ("l2", "memory")
+                    for o in ("f32", "bf16")}, keys
+    for r in rows:
+        assert r["gflops"] > 0 and r["threads"] == 1, r
+        assert r["c_kib"] == (128 if r["c"] == "l2" else 2048) * (
+            2 if r["out"] == "bf16" else 4), r
+    p = subprocess.run([bench, "--only", "fma", "--quick", "--threads", "1"],
+                       capture_output=True, text=True, timeout=120)
+    assert "amx_stores" not in json.loads(p.stdout)
+
+
 def test_pto_bench_weight_copies(pto_bin):
     """--weight-copies N packs N copies of B that calls take in turn (the product still checked
     against the double loop, or exactly for igemm); it needs --packed b or igemm and a count of at

@@ -459,6 +459,61 @@ int64_t tdpbf16_flops_per_iteration() {
   return 4 * kTile * kTile * 2 * kChunk * 2;  // 4 tiles of 16 x 16 x 32 multiply-adds
 }
 
+float tdpbf16_stores(int64_t chunks, float* c, int64_t m, int64_t n, bool half) {
+  configure_tiles();
+  // A and B: one 32-row A panel chunk (2 KiB) and one 32-column B chunk (4 KiB, 256-byte rows,
+  // as the packed panels), per chunk of K up to 8, then again: L1-resident operands.
+  alignas(64) static float ab[8 * 1536];
+  static const bool filled = [] {
+    for (float& x : ab) x = 1.0f;
+    return true;
+  }();
+  (void)filled;
+  alignas(64) float out[2 * kTile * 2 * kTile];
+  auto* c_half = reinterpret_cast<uint16_t*>(c);
+  memory_fence();
+  for (int64_t j = 0; j + 2 * kTile <= n; j += 2 * kTile)
+    for (int64_t i = 0; i + kMR <= m; i += kMR) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t s = 0; s < chunks; ++s) {
+        const float* a = ab + (s % 8) * 1536;
+        _tile_loadd(4, a, 64);
+        _tile_loadd(5, a + 256, 64);
+        _tile_loadd(6, a + 512, 256);
+        _tile_loadd(7, a + 512 + kTile, 256);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      float* ci = c + i * n + j;
+      if (!half) {
+        _tile_stored(0, ci, n * 4);
+        _tile_stored(1, ci + kTile, n * 4);
+        _tile_stored(2, ci + kTile * n, n * 4);
+        _tile_stored(3, ci + kTile * n + kTile, n * 4);
+        continue;
+      }
+      constexpr int64_t kOut = 2 * kTile * 4;
+      _tile_stored(0, out, kOut);
+      _tile_stored(1, out + kTile, kOut);
+      _tile_stored(2, out + kTile * 2 * kTile, kOut);
+      _tile_stored(3, out + kTile * 2 * kTile + kTile, kOut);
+      memory_fence();
+      for (int r = 0; r < kMR; ++r)
+        _mm512_storeu_si512(
+            c_half + (i + r) * n + j,
+            reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(
+                _mm512_load_ps(out + r * 2 * kTile + kTile), _mm512_load_ps(out + r * 2 * kTile))));
+    }
+  memory_fence();
+  _tile_release();
+  return c[0];
+}
+
 }  // namespace pto::cpu::avx512
 
 #pragma GCC pop_options

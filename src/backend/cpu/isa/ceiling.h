@@ -20,6 +20,12 @@ int64_t dpbf16_flops_per_iteration();
 // where has_ext(Ext::kAmxBf16).
 float tdpbf16_chains(int64_t iterations);
 int64_t tdpbf16_flops_per_iteration();
+// The same products as a GEMM with short K runs them: an m x n fp32 C (rows n floats apart, both
+// multiples of 32) in 32 x 32 blocks, each `chunks` chunks of 32 values of K on L1-resident A
+// and B, then stored by its four tile stores (or, with `half`, through an L1 buffer as bf16
+// into c's first m x n halves). What a short K costs once C's lines are not in L1:
+// 2 * 32 * 32 * 32 * chunks FLOPs a block.
+float tdpbf16_stores(int64_t chunks, float* c, int64_t m, int64_t n, bool half);
 }  // namespace avx512
 
 // fma_chains / fma_flops_per_iteration of `isa`'s build.
