@@ -45,9 +45,10 @@ bool is_pointwise(const ConvGeometry& g) {
 // amortised over at least 256 columns, and otherwise a block of col of at most about 512 KB (a
 // share of L2). The block is also the unit of work on several threads (conv_gemm: one task per
 // block, when there are at least 3 per thread or a multiple of the threads), so there the plane is
-// cut into blocks of equal size, a multiple of the threads when few: blocks of the target size and
-// a remainder made two tasks of 8192 and 4352 columns on MobileNetV2's 112x112 planes, one thread
-// idle a third of the time, and its stem's three blocks ran one after another (2.1x slower).
+// cut into blocks of equal size, a multiple of the threads: blocks of the target size and a
+// remainder made two tasks of 8192 and 4352 columns on MobileNetV2's 112x112 planes, one thread
+// idle a third of the time, and its stem's three blocks ran one after another (2.1x slower); 7
+// blocks left one thread 4 and the other 3 (now 8).
 int64_t column_block(const ConvGeometry& g, int64_t k) {
   const int64_t plane = g.out_plane(), threads = num_threads();
   if (g.cols > 0) return std::min(plane, g.cols);
@@ -55,7 +56,7 @@ int64_t column_block(const ConvGeometry& g, int64_t k) {
   const int64_t full = (target + 15) / 16 * 16;
   if (threads == 1) return std::min(plane, full);
   int64_t blocks = ceil_div(plane, full);
-  if (blocks > 1 && blocks < 3 * threads) blocks = ceil_div(blocks, threads) * threads;
+  if (blocks > 1) blocks = ceil_div(blocks, threads) * threads;
   return std::min(plane, (ceil_div(plane, blocks) + 15) / 16 * 16);
 }
 
@@ -203,7 +204,14 @@ void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const f
   const std::vector<int64_t>& rows = in.rows;
   // Column blocks of whole output rows, a C block of about 256 KB (at least 512 columns).
   const int64_t target = std::max<int64_t>(512, (int64_t{64} << 10) / Mg);
-  const int64_t rb = std::clamp<int64_t>(target / p.wp, 1, g.oh), blocks = ceil_div(g.oh, rb);
+  const int64_t threads = num_threads();
+  int64_t rb = std::clamp<int64_t>(target / p.wp, 1, g.oh), blocks = ceil_div(g.oh, rb);
+  // As many rows for each thread: 56 rows in blocks of 17 ran 34 rows on one thread and 22 on
+  // the other (bf16 64 -> 64 @56 3x3 on 2 threads, p50 0.43-0.45 -> 0.33-0.36 ms as 4 x 14).
+  if (blocks > 1 && threads > 1) {
+    rb = ceil_div(g.oh, ceil_div(blocks, threads) * threads);
+    blocks = ceil_div(g.oh, rb);
+  }
   const int64_t tasks = g.n * g.group * blocks;
   Epilogue rest = ep;
   rest.bias_kind = bias ? Epilogue::Bias::kPerRow : Epilogue::Bias::kNone;
@@ -243,7 +251,6 @@ void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const f
     }
   };
 
-  const int64_t threads = num_threads();
   if (threads > 1 && (tasks >= 3 * threads || tasks % threads == 0))
     parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) task(t);
