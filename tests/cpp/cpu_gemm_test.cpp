@@ -521,10 +521,11 @@ TEST(CpuGemmF16, PackedBHalvesTheBytesAndRunsAnywhere) {
 }
 
 // A packed for bf16 (a conv's weights): pairs where VDPBF16PS runs, with tails in M and K and a
-// transposed A; runs anywhere.
+// transposed A; runs anywhere, on one thread and two (256 rows: the threads pack B together and
+// split the rows, run_shared_b with A packed ahead).
 TEST(CpuGemmBf16, PackedARunsAnywhere) {
-  for (const Case& s :
-       {Case{1, 70, 600}, Case{33, 65, 17}, Case{129, 31, 257}, Case{13, 40, 64}, Case{7, 20, 33}})
+  for (const Case& s : {Case{1, 70, 600}, Case{33, 65, 17}, Case{129, 31, 257}, Case{13, 40, 64},
+                        Case{7, 20, 33}, Case{256, 100, 150}})
     for (bool ta : {false, true}) {
       Problem p(s, ta, false, 9);
       const PackedA packed = pack_a(s.m, s.k, p.g.a, p.g.lda, ta, Precision::kBF16);
@@ -532,8 +533,13 @@ TEST(CpuGemmBf16, PackedARunsAnywhere) {
       if (has_ext(Ext::kAvx512Bf16)) {
         EXPECT_EQ(packed.k_per_step(), 2);
       }
-      expect_packed_runs_anywhere(p, ta ? "packed A bf16 transA" : "packed A bf16",
-                                  [&](const GemmArgs& g) { sgemm_packed_a(g, packed); });
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        expect_packed_runs_anywhere(
+            p, cat(ta ? "packed A bf16 transA" : "packed A bf16", " x", threads),
+            [&](const GemmArgs& g) { sgemm_packed_a(g, packed); });
+      }
+      set_num_threads(0);
     }
 }
 
@@ -577,6 +583,17 @@ TEST(CpuGemmBf16x3, PackedOperandsRunAnywhere) {
           p, cat("packed A bf16x3", t ? " transA" : ""),
           [&](const GemmArgs& g) { sgemm_packed_a(g, a); }, Precision::kBF16x3);
     }
+  // A packed ahead on two threads that pack B's heads and tails together (run_shared_b).
+  {
+    const Case s{256, 100, 150};
+    Problem p(s, false, false, 12);
+    const PackedA a = pack_a(s.m, s.k, p.g.a, p.g.lda, false, Precision::kBF16x3);
+    set_num_threads(2);
+    expect_packed_runs_anywhere(
+        p, "packed A bf16x3 x2", [&](const GemmArgs& g) { sgemm_packed_a(g, a); },
+        Precision::kBF16x3);
+    set_num_threads(0);
+  }
   // Batched with a broadcast A and B, each item's B split.
   for_each_config([](const std::string& cfg) {
     const Case s{20, 30, 50};

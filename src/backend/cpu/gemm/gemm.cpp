@@ -602,8 +602,19 @@ GemmPlan make_plan(const GemmArgs& g, const Prepacked& pre, int64_t batch, int t
   p.threads = threads;
   // A pinned grid (gemm.grid) replaces the planner's split, the shared B and the column tasks.
   const bool pinned = g.grid_tm > 0 && g.grid_tn > 0 && threads > 1;
-  const bool shared = !pinned && batch == 1 && threads > 1 && pre.a == nullptr &&
-                      pre.b == nullptr && packs_b(g, g.m, bl) && g.m >= threads * bl.mc;
+  const bool shared_b = !pinned && batch == 1 && threads > 1 && pre.b == nullptr &&
+                        packs_b(g, g.m, bl) && g.m >= threads * bl.mc;
+  // With A packed ahead (a conv's weights) too, where each thread has fewer than two MC blocks
+  // of rows and the planner would split the rows anyway: each row task packing all of B for
+  // itself packed it `threads` times, which few rows do not repay (bf16 on AMX, 2 threads, p50:
+  // 256 x 2304 x 196 0.40-0.45 -> 0.34-0.35 ms, 256 x 1024 x 196 0.108-0.116 -> 0.101-0.108;
+  // with more rows the per-task packing was the faster, 1024 x 256 x 196 0.086-0.092 against
+  // 0.099-0.103 and 512 x 4608 x 49 0.29-0.31 against 0.32).
+  const bool shared = shared_b && (pre.a == nullptr ||
+                                   (g.m < 2 * threads * bl.mc &&
+                                    choose_task_grid(batch, g.m, g.n, g.k, bl.mr,
+                                                     std::min<int64_t>(bl.nr, kColumnUnit), threads)
+                                            .tn == 1));
   // Column ranges in vectors where each task reads or packs its own columns of B (the
   // micro-kernel's partial panels do only the vectors they hold: 196 columns on 2 threads split
   // 112 + 84, not 128 + 68 as whole 64-column panels; MobileNetV2's 384 -> 64 @14 conv alone,
