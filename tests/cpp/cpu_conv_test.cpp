@@ -791,6 +791,63 @@ TEST(CpuConv, DepthwiseFlatEnvIsChecked) {
   EXPECT_FALSE(applies({1, 4, 257, 256}, 3, 1, 1));  // past 2^16 positions
 }
 
+// The taps kernel (bf16 products on AMX tiles, B read from planes of channel pairs:
+// conv_amx_avx512.cpp) on convs it takes: input channels padded to a chunk of 32 (33, 48),
+// output channels past one panel of 32 (40, 70), 5x5 and 1x3 kernels, no pads and asymmetric
+// ones, batch 2, planes from 7x7 (the threads split the output channels) to 20x40 (they split the
+// rows). The Conv node against the rounded reference everywhere (check_reduced: with AMX the
+// kernel runs it), and conv_taps itself with a residual and ReLU, on 1 and 2 threads; where the CPU
+// has no AMX-BF16 it applies to none. PTO_CONV_TAPS=0 turns it off, another value is an error.
+TEST(CpuConvBf16, TapsKernel) {
+  const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
+  const std::vector<ConvCase> cases = {
+      {{1, 64, 20, 23}, {40, 64, 3, 3}, true, pad1},
+      {{2, 48, 14, 14}, {64, 48, 3, 3}, true, pad1},
+      {{1, 32, 9, 40}, {16, 32, 5, 5}, true, attrs_of({{"pads", Dims{2, 2, 2, 2}}})},
+      {{1, 64, 7, 7}, {96, 64, 3, 3}, true, pad1},
+      {{1, 40, 16, 16}, {32, 40, 1, 3}, true, attrs_of({{"pads", Dims{0, 1, 0, 1}}})},
+      {{1, 33, 12, 40}, {70, 33, 3, 3}, true, {}},
+      {{2, 32, 10, 30}, {32, 32, 3, 3}, true, attrs_of({{"pads", Dims{2, 1, 0, 1}}})},
+  };
+  const int saved = num_threads();
+  for (const ConvCase& c : cases) {
+    SCOPED_TRACE(cat("X ", dims_str(c.x), " W ", dims_str(c.w)));
+    check_reduced(c);
+    const cpu::ConvGeometry g = cpu::conv_geometry(c.attrs, c.x, c.w, "conv");
+    if (!cpu::has_ext(cpu::Ext::kAmxBf16)) {
+      EXPECT_FALSE(cpu::taps_conv_applies(g));
+      continue;
+    }
+    EXPECT_TRUE(cpu::taps_conv_applies(g));
+    {
+      DepthwiseFlatEnv off("0", "PTO_CONV_TAPS");
+      EXPECT_FALSE(cpu::taps_conv_applies(g));
+      DepthwiseFlatEnv bad("2", "PTO_CONV_TAPS");
+      EXPECT_THROW(cpu::taps_conv_applies(g), ValueError);
+    }
+    ConvCase rounded = c;
+    rounded.attrs.set("precision", std::string("bf16"));
+    const ConvWithReference r = conv_with_reference(rounded);
+    Tensor want = Tensor::empty(DType::kF32, r.want_conv.shape());
+    for (int64_t i = 0; i < want.numel(); ++i)
+      want.data<float>()[i] = std::max(
+          0.0f, static_cast<float>(r.want_conv.item_as_double(i)) + 0.5f * r.res.data<float>()[i]);
+    const cpu::PackedA packed = cpu::pack_taps_weights(r.w.data<float>(), g);
+    ASSERT_EQ(packed.m(), g.m);
+    cpu::Epilogue ep;
+    ep.residual = r.res.data<float>();
+    ep.residual_scale = 0.5f;
+    ep.act = cpu::Activation::kRelu;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Tensor y = Tensor::empty(DType::kF32, want.shape());
+      cpu::conv_taps(g, r.x.data<float>(), packed, r.bias.data<float>(), y.data<float>(), ep);
+      expect_close(y, want, k_of(c), cat("conv_taps, ", threads, " thread(s)"));
+    }
+  }
+  set_num_threads(saved);
+}
+
 // Relu(Conv(x, W, B) + r): W and B random constants, x and r graph inputs of the given shapes.
 Graph conv_add_relu(const Shape& x, const Dims& w, const Shape& r, const Attributes& a) {
   Graph g;

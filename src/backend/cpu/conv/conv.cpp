@@ -10,6 +10,7 @@
 #include <map>
 #include <vector>
 
+#include "backend/cpu/conv/conv_amx.h"
 #include "backend/cpu/gemm/gemm_kernel.h"
 #include "backend/cpu/scratch.h"
 #include "backend/cpu/tile_exec.h"
@@ -258,6 +259,111 @@ void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const f
   else
     for (int64_t t = 0; t < tasks; ++t) task(t);
 }
+
+// ---- taps path: bf16 products on AMX tiles, B read from pair planes (conv_amx_avx512.cpp) ----
+
+constexpr int64_t kTapsChunk = 32;  // input channels per A chunk (16 pairs: one tile's K)
+
+TapsGeometry taps_geometry(const ConvGeometry& g) {
+  TapsGeometry t;
+  t.c = g.c;
+  t.ih = g.ih;
+  t.iw = g.iw;
+  t.oh = g.oh;
+  t.ow = g.ow;
+  t.ph = g.ph;
+  t.pw = g.pw;
+  t.rpp = g.oh + g.kh - 1;
+  t.wp = g.ow + g.kw - 1;
+  t.plane = t.rpp * t.wp;
+  t.chunks = ceil_div(g.c, kTapsChunk);
+  t.taps = g.kh * g.kw;
+  return t;
+}
+
+}  // namespace
+
+// The junk columns (wp - ow per output row) cost tile products but no packing: up to 30% of the
+// output (a 7x7 plane's 2 of 9) the tiles still win (bf16 512 -> 512 @7 3x3, one thread: 0.47 ->
+// 0.41 ms), where the shifted path stops at 12.5%.
+bool taps_conv_applies(const ConvGeometry& g) {
+  return active_isa() == Isa::kAvx512 && has_ext(Ext::kAmxBf16) && g.group == 1 &&
+         g.c >= kTapsChunk && g.kh * g.kw > 1 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
+         (g.ow + g.kw - 1) * 10 <= g.ow * 13 && conv_switch("PTO_CONV_TAPS");
+}
+
+PackedA pack_taps_weights(const float* w, const ConvGeometry& g) {
+  const int64_t taps = g.kh * g.kw, cpad = ceil_div(g.c, kTapsChunk) * kTapsChunk;
+  const int64_t k = taps * cpad;
+  std::vector<float> t(static_cast<size_t>(g.m * k), 0.0f);
+  for (int64_t m = 0; m < g.m; ++m)
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int64_t q = 0; q < taps; ++q) t[m * k + q * cpad + c] = w[(m * g.c + c) * taps + q];
+  PackedA packed = pack_a(g.m, k, t.data(), k, false, Precision::kBF16);
+  if (packed.chunk_steps() != avx512::kAmxStepsPerTile || packed.width() != avx512::kAmxMR)
+    return PackedA();  // not packed for the tiles (AMX off, too few rows): not this path
+  return packed;
+}
+
+void conv_taps(const ConvGeometry& g, const float* x, const PackedA& w, const float* bias, float* y,
+               const Epilogue& ep) {
+  TapsGeometry t = taps_geometry(g);
+  std::vector<int64_t> offsets(static_cast<size_t>(t.taps));
+  for (int64_t ky = 0; ky < g.kh; ++ky)
+    for (int64_t kx = 0; kx < g.kw; ++kx) offsets[ky * g.kw + kx] = ky * t.wp + kx;
+  t.tap_offset = offsets.data();
+  // Every image's pair planes, then what the last block's tile loads read past them (junk
+  // columns only), zeroed.
+  const int64_t pairs = t.chunks * kTapsChunk / 2, image = pairs * t.plane;
+  const int64_t slack = 2 * kTapsChunk + g.kw;
+  auto* planes =
+      scratch_as<uint32_t>(static_cast<size_t>(g.n * image + slack), kShiftedInputScratch);
+  std::fill(planes + g.n * image, planes + g.n * image + slack, 0u);
+  parallel_for(0, g.n * pairs, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1;) {
+      const int64_t n = p / pairs, e = std::min(p1, (n + 1) * pairs);
+      avx512::taps_planes(t, x + n * g.c * g.in_plane(), p - n * pairs, e - n * pairs,
+                          planes + n * image);
+      p = e;
+    }
+  });
+  // Tasks: blocks of whole output rows (about 2048 columns each) by parts of the output
+  // channels, as many for every thread. Every row block reads all the weights and every part
+  // all the planes, so the threads split what is larger: the rows where the planes are (56x56,
+  // 64 channels: 0.43 MB of planes, 0.07 MB of weights), the channels where the weights are (7x7,
+  // 512 channels: 4.7 MB of weights read by both threads made the conv 1.7x slower on two).
+  const int64_t threads = num_threads(), HW = g.out_plane();
+  const int64_t panels = ceil_div(g.m, avx512::kAmxMR);
+  const bool split_m = threads > 1 && g.m * w.k() > t.chunks * kTapsChunk * t.plane;
+  int64_t blocks = std::max<int64_t>(1, ceil_div(g.oh * t.wp, 2048));
+  if (threads > 1 && !split_m) blocks = ceil_div(blocks, threads) * threads;
+  const int64_t rb = ceil_div(g.oh, std::min(blocks, g.oh));
+  blocks = ceil_div(g.oh, rb);
+  const int64_t parts = split_m ? std::min<int64_t>(panels, threads) : 1;
+  Epilogue rest = ep;
+  rest.bias_kind = bias ? Epilogue::Bias::kPerRow : Epilogue::Bias::kNone;
+  rest.ldr = HW;
+  const int64_t panel_floats = w.k() / 2 * avx512::kAmxMR;  // one A panel: 32 rows of K pairs
+  parallel_for(0, g.n * blocks * parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t part = task % parts, b = task / parts % blocks, n = task / parts / blocks;
+      const int64_t oy0 = b * rb, oy1 = std::min(g.oh, oy0 + rb);
+      const int64_t m0 = part * panels / parts * avx512::kAmxMR;
+      const int64_t m1 = std::min(g.m, (part + 1) * panels / parts * avx512::kAmxMR);
+      float* yn = y + n * g.m * HW;
+      avx512::taps_rows(t, w.data() + m0 / avx512::kAmxMR * panel_floats, m1 - m0,
+                        planes + n * image, oy0, oy1, yn + m0 * HW);
+      EpilogueOperand operands[kTileMaxRegs];
+      Epilogue e = epilogue_at(rest, n, 0, 0, operands);
+      if (bias) e.bias = bias;
+      if (ep.residual) e.residual = ep.residual + n * g.m * HW;
+      for (int64_t m = m0; m < m1; ++m)
+        apply_epilogue(e, yn + m * HW + oy0 * g.ow, HW, m, 1, oy0 * g.ow, (oy1 - oy0) * g.ow);
+    }
+  });
+}
+
+namespace {
 
 // ---- stem path: the shifted path's micro-kernels writing Y's rows directly ----
 

@@ -96,6 +96,20 @@ void conv2d(const ConvGeometry& g, const float* x, const float* w, const float* 
 std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t kh, int64_t kw,
                                   int64_t group, Precision precision = Precision::kF32);
 
+// ---- bf16 convs on AMX tiles with B read in place (conv_amx_avx512.cpp) ----
+// A stride-1, undilated, ungrouped conv of 32+ input channels whose products are bf16, on a CPU
+// with AMX-BF16, where the shifted path would run it (few junk columns): the input is converted
+// once into padded planes of channel pairs, from which the tiles load every tap's B directly (no
+// per-call packing of B), against weights packed with K tap-major. PTO_CONV_TAPS=0 turns it off
+// (the implicit GEMM then runs it).
+bool taps_conv_applies(const ConvGeometry& g);
+// The weights w [m, c, kh, kw] for conv_taps: [m, kh kw (c padded to 32)] packed for the tiles;
+// an empty PackedA (m() == 0) where the packing is not the AMX one (the tiles turned off).
+PackedA pack_taps_weights(const float* w, const ConvGeometry& g);
+// y = the conv with bf16 products as conv2d computes it (the same epilogue), on the tiles.
+void conv_taps(const ConvGeometry& g, const float* x, const PackedA& w, const float* bias, float* y,
+               const Epilogue& ep = {});
+
 // ---- small-output convs (conv_small) ----
 // A conv whose output plane has few positions (Silero VAD's: 1 to 4) is a GEMM with that many
 // columns, which the implicit GEMM's micro-tiles (vectors along the positions) mostly waste. The

@@ -54,6 +54,13 @@ struct LateSmall {
   Tensor w;
 };
 
+// The taps kernel's weights (pack_taps_weights) of a bf16 conv, made from the packed ones the
+// first time a run takes that kernel (taps_conv_applies: the machine and the plane decide).
+struct LateTaps {
+  std::once_flag once;
+  PackedA w;
+};
+
 struct PreparedW {
   std::vector<PackedA> groups;
   Dims shape;
@@ -61,6 +68,7 @@ struct PreparedW {
   // out (`groups` then empty).
   Tensor small;
   std::shared_ptr<LateSmall> late_small;  // set: the plane is unknown at compile time
+  std::shared_ptr<LateTaps> taps;         // set: bf16 products, one group
   // Set: the plane is unknown at compile time, the channels fit the blocked kernel, and a run
   // whose output plane is small (small_plane_blocked) takes it, with weights made on first use.
   std::shared_ptr<LateBlocked> late;
@@ -362,6 +370,7 @@ std::any prepare(const NodeInfo& info) {
                    group, precision);
   if (packed.empty()) return {};
   PreparedW p{std::move(packed), w.shape()};
+  if (precision == Precision::kBF16 && group == 1) p.taps = std::make_shared<LateTaps>();
   if (precision == Precision::kF32 && late_blockable(info, w, group, block)) {
     p.late = std::make_shared<LateBlocked>();
     p.late_block = block;
@@ -524,6 +533,16 @@ std::vector<Tensor> run_conv(const KernelContext& c) {
       PTO_CHECK(static_cast<int64_t>(p.groups.size()) == g.group && !g.depthwise())
           << where << ": W was packed for " << p.groups.size() << " groups";
       packed = p.groups.data();
+      if (p.taps && x.rank() == 4 && packed[0].precision() == Precision::kBF16 &&
+          taps_conv_applies(g)) {
+        std::call_once(p.taps->once, [&] {
+          p.taps->w = pack_taps_weights(unpack(*c.state, 1).data<float>(), g);
+        });
+        if (p.taps->w.m() == g.m) {
+          conv_taps(g, x.data<float>(), p.taps->w, bias, y.data<float>(), ep);
+          return one(std::move(y));
+        }
+      }
     }
   }
   conv2d(g, x.data<float>(), wp, bias, y.data<float>(), ep, packed, *precision_of(c.node));

@@ -1,0 +1,31 @@
+// The bf16 conv on AMX tiles that reads B straight from padded planes of channel pairs
+// (conv_amx_avx512.cpp says how): plain structs and declarations for conv.cpp.
+#pragma once
+
+#include <cstdint>
+
+namespace pto::cpu {
+
+// One image's geometry for the taps kernel (stride 1, no dilation): c input channels as
+// pairs planes of rpp x wp pairs (`plane` = rpp * wp), chunks = channels padded to 32 / 32, and the
+// pair offset of each of the taps (ky wp + kx).
+struct TapsGeometry {
+  int64_t c = 0, ih = 0, iw = 0, oh = 0, ow = 0, ph = 0, pw = 0;
+  int64_t rpp = 0, wp = 0, plane = 0;
+  int64_t chunks = 0, taps = 0;
+  const int64_t* tap_offset = nullptr;
+};
+
+namespace avx512 {
+// Channel pairs [pair0, pair1) of one image x [c, ih, iw] into `planes` (pair p at
+// planes + p * plane), zero pairs where they read padding or channels past c.
+void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t pair1,
+                 uint32_t* planes);
+// Output rows [oy0, oy1) of m output channels into y (the image's [m, oh, ow]): A is the
+// weights packed for AMX tiles with K tap-major (pack_a of [m, taps * chunks * 32]), `planes`
+// one image's pair planes (with at least 64 + kw pairs readable past the last).
+void taps_rows(const TapsGeometry& t, const float* a, int64_t m, const uint32_t* planes,
+               int64_t oy0, int64_t oy1, float* y);
+}  // namespace avx512
+
+}  // namespace pto::cpu

@@ -1,0 +1,166 @@
+// bf16 convolutions on AMX tiles with no packing of B (conv_amx.h): the input is converted once
+// into padded planes of channel pairs, in which every B tile of every tap is a plain tile load.
+//
+// The implicit GEMM (conv.cpp) multiplies the weights [M, C kh kw] by a B of C kh kw rows (each
+// a shifted view of an input channel) that it packs into bf16 pairs for every call: nine times
+// the input's values for a 3x3 conv, written and read back, a third of a bf16 ResNet-50's conv
+// time. Here the input is laid out once as the tiles read B:
+//
+//   planes[p][r][q] = (x[2p][r - ph][q - pw], x[2p + 1][r - ph][q - pw]) as a bf16 pair,
+//                     zero outside the input and for channels past C,
+//
+// rpp = oh + kh - 1 rows of wp = ow + kw - 1 columns each (the shifted path's geometry, stride
+// 1). Output position (oy, ox) is column q = oy wp + ox, and tap (ky, kx) reads it at column
+// q + ky wp + kx of every plane, so the 16 x 16 B tile of tap (ky, kx), channel pairs
+// [16 c, 16 c + 16) and columns [j, j + 16) is 16 rows of 64 bytes, one per plane, a plane apart:
+// one TILELOADD. The weights are packed once with K in tap-major order (tap, then channels padded
+// to a multiple of 32), so chunk (t, c) of an A panel meets exactly that tile. The wp - ow junk
+// columns of each output row are computed and dropped, as the shifted path does.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/conv/conv_amx.h"
+
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16,avx512bf16")
+
+namespace pto::cpu::avx512 {
+namespace {
+
+constexpr int kTile = 16;
+constexpr int kBlock = 32;  // rows and columns of the C block the four tiles hold
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// As gemm_amx_avx512.cpp's: the whole config as LDTILECFG's operand (GCC 12 drops stores to a
+// config it thinks unread).
+void configure_tiles() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = kTile;
+  }
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+inline void memory_fence() {
+  __asm__ volatile("" ::: "memory");
+}
+
+// The pairs of two rows of n <= 16 floats (zeros where a row is null), interleaved as bf16 words.
+inline __m512i pairs16(const float* r0, const float* r1, int64_t n) {
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+  const __m512 x = r0 ? _mm512_maskz_loadu_ps(m, r0) : _mm512_setzero_ps();
+  const __m512 y = r1 ? _mm512_maskz_loadu_ps(m, r1) : _mm512_setzero_ps();
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave),
+                                  reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(y, x)));
+}
+
+// C block (32 rows of an A panel x 32 columns from `b`) over every tap and channel chunk, into
+// `out` (32 x 32 floats).
+void taps_block(const TapsGeometry& t, const float* a, const uint32_t* b, float* out) {
+  const int64_t plane_bytes = t.plane * 4;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t tap = 0; tap < t.taps; ++tap) {
+    const uint32_t* bt = b + t.tap_offset[tap];
+    for (int64_t c = 0; c < t.chunks; ++c, a += kBlock * kTile) {
+      const uint32_t* bc = bt + c * kTile * t.plane;
+      _tile_loadd(4, a, 64);
+      _tile_loadd(5, a + kTile * kTile, 64);
+      _tile_loadd(6, bc, plane_bytes);
+      _tile_loadd(7, bc + kTile, plane_bytes);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  constexpr int64_t kOut = kBlock * 4;
+  _tile_stored(0, out, kOut);
+  _tile_stored(1, out + kTile, kOut);
+  _tile_stored(2, out + kTile * kBlock, kOut);
+  _tile_stored(3, out + kTile * kBlock + kTile, kOut);
+  memory_fence();
+}
+
+}  // namespace
+
+void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t pair1,
+                 uint32_t* planes) {
+  const int64_t in_plane = t.ih * t.iw;
+  for (int64_t p = pair0; p < pair1; ++p) {
+    uint32_t* d = planes + p * t.plane;
+    const float* x0 = 2 * p < t.c ? x + 2 * p * in_plane : nullptr;
+    const float* x1 = 2 * p + 1 < t.c ? x + (2 * p + 1) * in_plane : nullptr;
+    for (int64_t r = 0; r < t.rpp; ++r) {
+      uint32_t* row = d + r * t.wp;
+      const int64_t iy = r - t.ph;
+      if (iy < 0 || iy >= t.ih || !x0) {
+        std::memset(row, 0, static_cast<size_t>(t.wp) * 4);
+        continue;
+      }
+      // Columns [0, pw) and [pw + iw, wp) are padding; the input row goes in between.
+      const int64_t left = std::min(t.pw, t.wp), end = std::min(t.pw + t.iw, t.wp);
+      std::memset(row, 0, static_cast<size_t>(left) * 4);
+      const float* r0 = x0 + iy * t.iw;
+      const float* r1 = x1 ? x1 + iy * t.iw : nullptr;
+      for (int64_t q = left; q < end; q += kTile) {
+        const int64_t n = std::min<int64_t>(kTile, end - q), ix = q - t.pw;
+        const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+        _mm512_mask_storeu_epi32(row + q, m, pairs16(r0 + ix, r1 ? r1 + ix : nullptr, n));
+      }
+      if (end < t.wp) std::memset(row + end, 0, static_cast<size_t>(t.wp - end) * 4);
+    }
+  }
+}
+
+void taps_rows(const TapsGeometry& t, const float* a, int64_t m, const uint32_t* planes,
+               int64_t oy0, int64_t oy1, float* y) {
+  configure_tiles();
+  alignas(64) float out[kBlock * kBlock];
+  const int64_t q0 = oy0 * t.wp, q1 = oy1 * t.wp, panel = t.taps * t.chunks * kBlock * kTile;
+  const int64_t hw = t.oh * t.ow;
+  for (int64_t i = 0; i < m; i += kBlock, a += panel) {
+    const int64_t rows = std::min<int64_t>(kBlock, m - i);
+    for (int64_t j = q0; j < q1; j += kBlock) {
+      taps_block(t, a, planes + j, out);
+      // Column q of the block is output (q / wp, q % wp): each run of it within one padded row
+      // keeps its first ow - q % wp columns.
+      for (int64_t q = j; q < std::min(j + kBlock, q1);) {
+        const int64_t oy = q / t.wp, ox = q % t.wp;
+        const int64_t run = std::min(std::min(j + kBlock, q1) - q, t.wp - ox);
+        const int64_t keep = std::clamp<int64_t>(t.ow - ox, 0, run);
+        if (keep > 0) {
+          const float* src = out + (q - j);
+          float* dst = y + i * hw + oy * t.ow + ox;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t v = 0; v < keep; v += kTile) {
+              const int64_t n = std::min<int64_t>(kTile, keep - v);
+              const __mmask16 mk = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+              _mm512_mask_storeu_ps(dst + r * hw + v, mk,
+                                    _mm512_maskz_loadu_ps(mk, src + r * kBlock + v));
+            }
+        }
+        q += run;
+      }
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace pto::cpu::avx512
+
+#pragma GCC pop_options
