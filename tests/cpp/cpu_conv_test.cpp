@@ -795,11 +795,13 @@ TEST(CpuConv, DepthwiseFlatEnvIsChecked) {
 // conv_amx_avx512.cpp) on convs it takes: input channels padded to a chunk of 32 (33, 48),
 // output channels past one panel of 32 (40, 70), 5x5 and 1x3 kernels, no pads and asymmetric
 // ones, batch 2, planes from 7x7 (the threads split the output channels) to 20x40 (they split the
-// rows). The Conv node against the rounded reference everywhere (check_reduced: with AMX the
-// kernel runs it), and conv_taps itself with a residual and ReLU, on 1 and 2 threads; where the CPU
-// has no AMX-BF16 it applies to none. PTO_CONV_TAPS=0 turns it off, another value is an error.
+// rows), strides of 2 (the planes split by phase, as the shifted path splits them). The Conv node
+// against the rounded reference everywhere (check_reduced: with AMX the kernel runs it), and
+// conv_taps itself with a residual and ReLU, on 1 and 2 threads; where the CPU has no AMX-BF16 it
+// applies to none. PTO_CONV_TAPS=0 turns it off, another value is an error.
 TEST(CpuConvBf16, TapsKernel) {
   const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
+  const Attributes s2p1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}});
   const std::vector<ConvCase> cases = {
       {{1, 64, 20, 23}, {40, 64, 3, 3}, true, pad1},
       {{2, 48, 14, 14}, {64, 48, 3, 3}, true, pad1},
@@ -808,6 +810,17 @@ TEST(CpuConvBf16, TapsKernel) {
       {{1, 40, 16, 16}, {32, 40, 1, 3}, true, attrs_of({{"pads", Dims{0, 1, 0, 1}}})},
       {{1, 33, 12, 40}, {70, 33, 3, 3}, true, {}},
       {{2, 32, 10, 30}, {32, 32, 3, 3}, true, attrs_of({{"pads", Dims{2, 1, 0, 1}}})},
+      // Strided: the pair planes split by stride phase.
+      {{1, 64, 28, 28}, {64, 64, 3, 3}, true, s2p1},
+      {{2, 32, 15, 17}, {40, 32, 3, 3}, true, s2p1},
+      {{1, 48, 12, 20},
+       {32, 48, 3, 3},
+       true,
+       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 1}}})},
+      {{1, 32, 20, 21},
+       {16, 32, 5, 5},
+       true,
+       attrs_of({{"pads", Dims{2, 2, 2, 2}}, {"strides", Dims{2, 2}}})},
   };
   const int saved = num_threads();
   for (const ConvCase& c : cases) {

@@ -273,9 +273,11 @@ TapsGeometry taps_geometry(const ConvGeometry& g) {
   t.ow = g.ow;
   t.ph = g.ph;
   t.pw = g.pw;
-  t.rpp = g.oh + g.kh - 1;
-  t.wp = g.ow + g.kw - 1;
-  t.plane = t.rpp * t.wp;
+  t.sh = g.sh;
+  t.sw = g.sw;
+  t.rpp = g.oh + (g.kh - 1) / g.sh;
+  t.wp = g.ow + (g.kw - 1) / g.sw;
+  t.plane = g.sh * g.sw * t.rpp * t.wp;
   t.chunks = ceil_div(g.c, kTapsChunk);
   t.taps = g.kh * g.kw;
   return t;
@@ -288,8 +290,8 @@ TapsGeometry taps_geometry(const ConvGeometry& g) {
 // 0.41 ms), where the shifted path stops at 12.5%.
 bool taps_conv_applies(const ConvGeometry& g) {
   return active_isa() == Isa::kAvx512 && has_ext(Ext::kAmxBf16) && g.group == 1 &&
-         g.c >= kTapsChunk && g.kh * g.kw > 1 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
-         (g.ow + g.kw - 1) * 10 <= g.ow * 13 && conv_switch("PTO_CONV_TAPS");
+         g.c >= kTapsChunk && g.kh * g.kw > 1 && g.sh <= 2 && g.sw <= 2 && g.dh == 1 && g.dw == 1 &&
+         (g.ow + (g.kw - 1) / g.sw) * 10 <= g.ow * 13 && conv_switch("PTO_CONV_TAPS");
 }
 
 PackedA pack_taps_weights(const float* w, const ConvGeometry& g) {
@@ -310,7 +312,9 @@ void conv_taps(const ConvGeometry& g, const float* x, const PackedA& w, const fl
   TapsGeometry t = taps_geometry(g);
   std::vector<int64_t> offsets(static_cast<size_t>(t.taps));
   for (int64_t ky = 0; ky < g.kh; ++ky)
-    for (int64_t kx = 0; kx < g.kw; ++kx) offsets[ky * g.kw + kx] = ky * t.wp + kx;
+    for (int64_t kx = 0; kx < g.kw; ++kx)
+      offsets[ky * g.kw + kx] =
+          ((ky % g.sh) * g.sw + kx % g.sw) * t.rpp * t.wp + ky / g.sh * t.wp + kx / g.sw;
   t.tap_offset = offsets.data();
   // Every image's pair planes, then what the last block's tile loads read past them (junk
   // columns only), zeroed.

@@ -100,30 +100,49 @@ void taps_block(const TapsGeometry& t, const float* a, const uint32_t* b, float*
 
 void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t pair1,
                  uint32_t* planes) {
-  const int64_t in_plane = t.ih * t.iw;
+  const int64_t in_plane = t.ih * t.iw, phase = t.rpp * t.wp;
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int64_t p = pair0; p < pair1; ++p) {
-    uint32_t* d = planes + p * t.plane;
     const float* x0 = 2 * p < t.c ? x + 2 * p * in_plane : nullptr;
     const float* x1 = 2 * p + 1 < t.c ? x + (2 * p + 1) * in_plane : nullptr;
-    for (int64_t r = 0; r < t.rpp; ++r) {
-      uint32_t* row = d + r * t.wp;
-      const int64_t iy = r - t.ph;
-      if (iy < 0 || iy >= t.ih || !x0) {
-        std::memset(row, 0, static_cast<size_t>(t.wp) * 4);
-        continue;
+    for (int64_t py = 0; py < t.sh; ++py)
+      for (int64_t px = 0; px < t.sw; ++px) {
+        uint32_t* d = planes + p * t.plane + (py * t.sw + px) * phase;
+        // Columns j of a phase row read input column j sw + px - pw: those in [j0, j1) exist.
+        const int64_t j0 = std::min(t.wp, std::max<int64_t>(0, (t.pw - px + t.sw - 1) / t.sw));
+        const int64_t j1 = std::clamp<int64_t>((t.iw + t.pw - px + t.sw - 1) / t.sw, j0, t.wp);
+        for (int64_t i = 0; i < t.rpp; ++i) {
+          uint32_t* row = d + i * t.wp;
+          const int64_t iy = i * t.sh + py - t.ph;
+          if (iy < 0 || iy >= t.ih || !x0 || j0 == j1) {
+            std::memset(row, 0, static_cast<size_t>(t.wp) * 4);
+            continue;
+          }
+          std::memset(row, 0, static_cast<size_t>(j0) * 4);
+          const float* r0 = x0 + iy * t.iw;
+          const float* r1 = x1 ? x1 + iy * t.iw : nullptr;
+          for (int64_t j = j0; j < j1; j += kTile) {
+            const int64_t n = std::min<int64_t>(kTile, j1 - j), ix = j * t.sw + px - t.pw;
+            const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+            __m512i v;
+            if (t.sw == 1) {
+              v = pairs16(r0 + ix, r1 ? r1 + ix : nullptr, n);
+            } else {  // every sw-th value: gathered
+              const __m512i at =
+                  _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(t.sw)));
+              const __m512 a = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, at, r0 + ix, 4);
+              const __m512 b = r1 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, at, r1 + ix, 4)
+                                  : _mm512_setzero_ps();
+              alignas(64) float ra[16], rb[16];
+              _mm512_store_ps(ra, a);
+              _mm512_store_ps(rb, b);
+              v = pairs16(ra, rb, 16);
+            }
+            _mm512_mask_storeu_epi32(row + j, m, v);
+          }
+          if (j1 < t.wp) std::memset(row + j1, 0, static_cast<size_t>(t.wp - j1) * 4);
+        }
       }
-      // Columns [0, pw) and [pw + iw, wp) are padding; the input row goes in between.
-      const int64_t left = std::min(t.pw, t.wp), end = std::min(t.pw + t.iw, t.wp);
-      std::memset(row, 0, static_cast<size_t>(left) * 4);
-      const float* r0 = x0 + iy * t.iw;
-      const float* r1 = x1 ? x1 + iy * t.iw : nullptr;
-      for (int64_t q = left; q < end; q += kTile) {
-        const int64_t n = std::min<int64_t>(kTile, end - q), ix = q - t.pw;
-        const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-        _mm512_mask_storeu_epi32(row + q, m, pairs16(r0 + ix, r1 ? r1 + ix : nullptr, n));
-      }
-      if (end < t.wp) std::memset(row + end, 0, static_cast<size_t>(t.wp - end) * 4);
-    }
   }
 }
 
