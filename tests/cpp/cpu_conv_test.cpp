@@ -795,7 +795,8 @@ TEST(CpuConv, DepthwiseFlatEnvIsChecked) {
 // conv_amx_avx512.cpp) on convs it takes: input channels padded to a chunk of 32 (33, 48),
 // output channels past one panel of 32 (40, 70), 5x5 and 1x3 kernels, no pads and asymmetric
 // ones, batch 2, planes from 7x7 (the threads split the output channels) to 20x40 (they split the
-// rows), strides of 2 (the planes split by phase, as the shifted path splits them). The Conv node
+// rows), strides of 2 (the planes split by phase, as the shifted path splits them); bf16 and
+// bf16x3 products (the planes and weights of the tails too: check_split's tolerance). The Conv node
 // against the rounded reference everywhere (check_reduced: with AMX the kernel runs it), and
 // conv_taps itself with a residual and ReLU, on 1 and 2 threads; where the CPU has no AMX-BF16 it
 // applies to none. PTO_CONV_TAPS=0 turns it off, another value is an error.
@@ -826,6 +827,7 @@ TEST(CpuConvBf16, TapsKernel) {
   for (const ConvCase& c : cases) {
     SCOPED_TRACE(cat("X ", dims_str(c.x), " W ", dims_str(c.w)));
     check_reduced(c);
+    check_split(c);
     const cpu::ConvGeometry g = cpu::conv_geometry(c.attrs, c.x, c.w, "conv");
     if (!cpu::has_ext(cpu::Ext::kAmxBf16)) {
       EXPECT_FALSE(cpu::taps_conv_applies(g));
@@ -838,24 +840,28 @@ TEST(CpuConvBf16, TapsKernel) {
       DepthwiseFlatEnv bad("2", "PTO_CONV_TAPS");
       EXPECT_THROW(cpu::taps_conv_applies(g), ValueError);
     }
-    ConvCase rounded = c;
-    rounded.attrs.set("precision", std::string("bf16"));
-    const ConvWithReference r = conv_with_reference(rounded);
-    Tensor want = Tensor::empty(DType::kF32, r.want_conv.shape());
-    for (int64_t i = 0; i < want.numel(); ++i)
-      want.data<float>()[i] = std::max(
-          0.0f, static_cast<float>(r.want_conv.item_as_double(i)) + 0.5f * r.res.data<float>()[i]);
-    const cpu::PackedA packed = cpu::pack_taps_weights(r.w.data<float>(), g);
-    ASSERT_EQ(packed.m(), g.m);
-    cpu::Epilogue ep;
-    ep.residual = r.res.data<float>();
-    ep.residual_scale = 0.5f;
-    ep.act = cpu::Activation::kRelu;
-    for (int threads : {1, 2}) {
-      set_num_threads(threads);
-      Tensor y = Tensor::empty(DType::kF32, want.shape());
-      cpu::conv_taps(g, r.x.data<float>(), packed, r.bias.data<float>(), y.data<float>(), ep);
-      expect_close(y, want, k_of(c), cat("conv_taps, ", threads, " thread(s)"));
+    for (const std::string precision : {"bf16", "bf16x3"}) {
+      ConvCase rounded = c;
+      rounded.attrs.set("precision", precision);
+      const ConvWithReference r = conv_with_reference(rounded);
+      Tensor want = Tensor::empty(DType::kF32, r.want_conv.shape());
+      for (int64_t i = 0; i < want.numel(); ++i)
+        want.data<float>()[i] = std::max(0.0f, static_cast<float>(r.want_conv.item_as_double(i)) +
+                                                   0.5f * r.res.data<float>()[i]);
+      const cpu::PackedA packed = cpu::pack_taps_weights(
+          r.w.data<float>(), g,
+          precision == "bf16" ? cpu::Precision::kBF16 : cpu::Precision::kBF16x3);
+      ASSERT_EQ(packed.m(), g.m);
+      cpu::Epilogue ep;
+      ep.residual = r.res.data<float>();
+      ep.residual_scale = 0.5f;
+      ep.act = cpu::Activation::kRelu;
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Tensor y = Tensor::empty(DType::kF32, want.shape());
+        cpu::conv_taps(g, r.x.data<float>(), packed, r.bias.data<float>(), y.data<float>(), ep);
+        expect_close(y, want, k_of(c), cat("conv_taps ", precision, ", ", threads, " thread(s)"));
+      }
     }
   }
   set_num_threads(saved);

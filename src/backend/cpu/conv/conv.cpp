@@ -294,14 +294,16 @@ bool taps_conv_applies(const ConvGeometry& g) {
          (g.ow + (g.kw - 1) / g.sw) * 10 <= g.ow * 13 && conv_switch("PTO_CONV_TAPS");
 }
 
-PackedA pack_taps_weights(const float* w, const ConvGeometry& g) {
+PackedA pack_taps_weights(const float* w, const ConvGeometry& g, Precision precision) {
   const int64_t taps = g.kh * g.kw, cpad = ceil_div(g.c, kTapsChunk) * kTapsChunk;
   const int64_t k = taps * cpad;
   std::vector<float> t(static_cast<size_t>(g.m * k), 0.0f);
   for (int64_t m = 0; m < g.m; ++m)
     for (int64_t c = 0; c < g.c; ++c)
       for (int64_t q = 0; q < taps; ++q) t[m * k + q * cpad + c] = w[(m * g.c + c) * taps + q];
-  PackedA packed = pack_a(g.m, k, t.data(), k, false, Precision::kBF16);
+  PTO_CHECK(precision == Precision::kBF16 || precision == Precision::kBF16x3)
+      << "pack_taps_weights: bf16 or bf16x3 products, not " << precision_name(precision);
+  PackedA packed = pack_a(g.m, k, t.data(), k, false, precision);
   if (packed.chunk_steps() != avx512::kAmxStepsPerTile || packed.width() != avx512::kAmxMR)
     return PackedA();  // not packed for the tiles (AMX off, too few rows): not this path
   return packed;
@@ -316,18 +318,20 @@ void conv_taps(const ConvGeometry& g, const float* x, const PackedA& w, const fl
       offsets[ky * g.kw + kx] =
           ((ky % g.sh) * g.sw + kx % g.sw) * t.rpp * t.wp + ky / g.sh * t.wp + kx / g.sw;
   t.tap_offset = offsets.data();
-  // Every image's pair planes, then what the last block's tile loads read past them (junk
-  // columns only), zeroed.
+  // Every image's pair planes (bf16x3: then the planes of their tails), then what the last
+  // block's tile loads read past them (junk columns only), zeroed.
+  const bool split = w.precision() == Precision::kBF16x3;
   const int64_t pairs = t.chunks * kTapsChunk / 2, image = pairs * t.plane;
-  const int64_t slack = 2 * kTapsChunk + g.kw;
-  auto* planes =
-      scratch_as<uint32_t>(static_cast<size_t>(g.n * image + slack), kShiftedInputScratch);
-  std::fill(planes + g.n * image, planes + g.n * image + slack, 0u);
-  parallel_for(0, g.n * pairs, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1;) {
-      const int64_t n = p / pairs, e = std::min(p1, (n + 1) * pairs);
-      avx512::taps_planes(t, x + n * g.c * g.in_plane(), p - n * pairs, e - n * pairs,
-                          planes + n * image);
+  const int64_t slack = 2 * kTapsChunk + g.kw, all = (split ? 2 : 1) * g.n * image;
+  auto* planes = scratch_as<uint32_t>(static_cast<size_t>(all + slack), kShiftedInputScratch);
+  uint32_t* tails = split ? planes + g.n * image : nullptr;
+  std::fill(planes + all, planes + all + slack, 0u);
+  parallel_for(0, (split ? 2 : 1) * g.n * pairs, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1;) {  // p: part (heads, tails), image, pair
+      const int64_t q = p % (g.n * pairs), n = q / pairs, e = std::min(p1, p - q % pairs + pairs);
+      const bool tail = p >= g.n * pairs;
+      avx512::taps_planes(t, x + n * g.c * g.in_plane(), q % pairs, q % pairs + (e - p), tail,
+                          (tail ? tails : planes) + n * image);
       p = e;
     }
   });
@@ -355,8 +359,9 @@ void conv_taps(const ConvGeometry& g, const float* x, const PackedA& w, const fl
       const int64_t m0 = part * panels / parts * avx512::kAmxMR;
       const int64_t m1 = std::min(g.m, (part + 1) * panels / parts * avx512::kAmxMR);
       float* yn = y + n * g.m * HW;
-      avx512::taps_rows(t, w.data() + m0 / avx512::kAmxMR * panel_floats, m1 - m0,
-                        planes + n * image, oy0, oy1, yn + m0 * HW);
+      const float* a = w.data() + m0 / avx512::kAmxMR * panel_floats;
+      avx512::taps_rows(t, a, split ? a + w.part_size() : nullptr, m1 - m0, planes + n * image,
+                        split ? tails + n * image : nullptr, oy0, oy1, yn + m0 * HW);
       EpilogueOperand operands[kTileMaxRegs];
       Epilogue e = epilogue_at(rest, n, 0, 0, operands);
       if (bias) e.bias = bias;

@@ -103,10 +103,12 @@ std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t
 // per-call packing of B), against weights packed with K tap-major. PTO_CONV_TAPS=0 turns it off
 // (the implicit GEMM then runs it).
 bool taps_conv_applies(const ConvGeometry& g);
-// The weights w [m, c, kh, kw] for conv_taps: [m, kh kw (c padded to 32)] packed for the tiles;
-// an empty PackedA (m() == 0) where the packing is not the AMX one (the tiles turned off).
-PackedA pack_taps_weights(const float* w, const ConvGeometry& g);
-// y = the conv with bf16 products as conv2d computes it (the same epilogue), on the tiles.
+// The weights w [m, c, kh, kw] for conv_taps: [m, kh kw (c padded to 32)] packed for the tiles
+// for `precision` (kBF16 or kBF16x3: heads and tails); an empty PackedA (m() == 0) where the
+// packing is not the AMX one (the tiles turned off).
+PackedA pack_taps_weights(const float* w, const ConvGeometry& g, Precision precision);
+// y = the conv with bf16 (or, weights packed for kBF16x3, bf16x3) products as conv2d computes
+// it (the same epilogue), on the tiles.
 void conv_taps(const ConvGeometry& g, const float* x, const PackedA& w, const float* bias, float* y,
                const Epilogue& ep = {});
 

@@ -20,14 +20,17 @@ struct TapsGeometry {
 
 namespace avx512 {
 // Channel pairs [pair0, pair1) of one image x [c, ih, iw] into `planes` (pair p at
-// planes + p * plane), zero pairs where they read padding or channels past c.
-void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t pair1,
+// planes + p * plane), zero pairs where they read padding or channels past c; with `tails`, the
+// pairs of what bf16 rounding leaves of each value (x - bf16(x): bf16x3's tails).
+void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t pair1, bool tails,
                  uint32_t* planes);
 // Output rows [oy0, oy1) of m output channels into y (the image's [m, oh, ow]): A is the
 // weights packed for AMX tiles with K tap-major (pack_a of [m, taps * chunks * 32]), `planes`
-// one image's pair planes (with at least 64 + kw pairs readable past the last).
-void taps_rows(const TapsGeometry& t, const float* a, int64_t m, const uint32_t* planes,
-               int64_t oy0, int64_t oy1, float* y);
+// one image's pair planes (with at least 64 + kw pairs readable past the last). bf16x3:
+// `a_tails` and `tails` the weights' and the planes' tails (else null), the products
+// A B + At B + A Bt.
+void taps_rows(const TapsGeometry& t, const float* a, const float* a_tails, int64_t m,
+               const uint32_t* planes, const uint32_t* tails, int64_t oy0, int64_t oy1, float* y);
 }  // namespace avx512
 
 }  // namespace pto::cpu

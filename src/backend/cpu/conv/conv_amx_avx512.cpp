@@ -54,38 +54,66 @@ inline void memory_fence() {
   __asm__ volatile("" ::: "memory");
 }
 
-// The pairs of two rows of n <= 16 floats (zeros where a row is null), interleaved as bf16 words.
-inline __m512i pairs16(const float* r0, const float* r1, int64_t n) {
+// v, or with `tail` what bf16 rounding leaves of it: v - bf16(v) (exact in fp32).
+inline __m512 part(__m512 v, bool tail) {
+  if (!tail) return v;
+  const auto head = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+  // (The maskz forms: GCC 12 warns that the unmasked ones' undefined vectors are uninitialized.)
+  const __m512i widened = _mm512_maskz_cvtepu16_epi32(0xffff, head);
+  return _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, widened, 16)));
+}
+
+// The pairs of two rows of n <= 16 floats (zeros where a row is null), interleaved as bf16 words
+// (with `tail`, of their tails).
+inline __m512i pairs16(const float* r0, const float* r1, int64_t n, bool tail) {
   alignas(64) static constexpr uint16_t kInterleave[32] = {
       0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-  const __m512 x = r0 ? _mm512_maskz_loadu_ps(m, r0) : _mm512_setzero_ps();
-  const __m512 y = r1 ? _mm512_maskz_loadu_ps(m, r1) : _mm512_setzero_ps();
+  const __m512 x = r0 ? part(_mm512_maskz_loadu_ps(m, r0), tail) : _mm512_setzero_ps();
+  const __m512 y = r1 ? part(_mm512_maskz_loadu_ps(m, r1), tail) : _mm512_setzero_ps();
   return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave),
                                   reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(y, x)));
 }
 
+inline void products() {
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
 // C block (32 rows of an A panel x 32 columns from `b`) over every tap and channel chunk, into
-// `out` (32 x 32 floats).
-void taps_block(const TapsGeometry& t, const float* a, const uint32_t* b, float* out) {
-  const int64_t plane_bytes = t.plane * 4;
+// `out` (32 x 32 floats). kSplit (bf16x3): `at` and `bt` are the tails' panel and planes, laid
+// out as a's and b's, and the block is A B + At B + A Bt.
+template <bool kSplit>
+void taps_block(const TapsGeometry& t, const float* a, const float* at, const uint32_t* b,
+                const uint32_t* bt, float* out) {
+  const int64_t plane_bytes = t.plane * 4, tails = kSplit ? at - a : 0;
+  const int64_t b_tails = kSplit ? bt - b : 0;
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
   for (int64_t tap = 0; tap < t.taps; ++tap) {
-    const uint32_t* bt = b + t.tap_offset[tap];
+    const uint32_t* bp = b + t.tap_offset[tap];
     for (int64_t c = 0; c < t.chunks; ++c, a += kBlock * kTile) {
-      const uint32_t* bc = bt + c * kTile * t.plane;
+      const uint32_t* bc = bp + c * kTile * t.plane;
       _tile_loadd(4, a, 64);
       _tile_loadd(5, a + kTile * kTile, 64);
       _tile_loadd(6, bc, plane_bytes);
       _tile_loadd(7, bc + kTile, plane_bytes);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
+      products();
+      if constexpr (kSplit) {
+        _tile_loadd(4, a + tails, 64);
+        _tile_loadd(5, a + tails + kTile * kTile, 64);
+        products();
+        _tile_loadd(4, a, 64);
+        _tile_loadd(5, a + kTile * kTile, 64);
+        _tile_loadd(6, bc + b_tails, plane_bytes);
+        _tile_loadd(7, bc + b_tails + kTile, plane_bytes);
+        products();
+      }
     }
   }
   constexpr int64_t kOut = kBlock * 4;
@@ -98,7 +126,7 @@ void taps_block(const TapsGeometry& t, const float* a, const uint32_t* b, float*
 
 }  // namespace
 
-void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t pair1,
+void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t pair1, bool tails,
                  uint32_t* planes) {
   const int64_t in_plane = t.ih * t.iw, phase = t.rpp * t.wp;
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -126,7 +154,7 @@ void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t p
             const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
             __m512i v;
             if (t.sw == 1) {
-              v = pairs16(r0 + ix, r1 ? r1 + ix : nullptr, n);
+              v = pairs16(r0 + ix, r1 ? r1 + ix : nullptr, n, tails);
             } else {  // every sw-th value: gathered
               const __m512i at =
                   _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(t.sw)));
@@ -136,7 +164,7 @@ void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t p
               alignas(64) float ra[16], rb[16];
               _mm512_store_ps(ra, a);
               _mm512_store_ps(rb, b);
-              v = pairs16(ra, rb, 16);
+              v = pairs16(ra, rb, 16, tails);
             }
             _mm512_mask_storeu_epi32(row + j, m, v);
           }
@@ -146,16 +174,19 @@ void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t p
   }
 }
 
-void taps_rows(const TapsGeometry& t, const float* a, int64_t m, const uint32_t* planes,
-               int64_t oy0, int64_t oy1, float* y) {
+void taps_rows(const TapsGeometry& t, const float* a, const float* a_tails, int64_t m,
+               const uint32_t* planes, const uint32_t* tails, int64_t oy0, int64_t oy1, float* y) {
   configure_tiles();
   alignas(64) float out[kBlock * kBlock];
   const int64_t q0 = oy0 * t.wp, q1 = oy1 * t.wp, panel = t.taps * t.chunks * kBlock * kTile;
   const int64_t hw = t.oh * t.ow;
-  for (int64_t i = 0; i < m; i += kBlock, a += panel) {
+  for (int64_t i = 0; i < m; i += kBlock, a += panel, a_tails += a_tails ? panel : 0) {
     const int64_t rows = std::min<int64_t>(kBlock, m - i);
     for (int64_t j = q0; j < q1; j += kBlock) {
-      taps_block(t, a, planes + j, out);
+      if (a_tails)
+        taps_block<true>(t, a, a_tails, planes + j, tails + j, out);
+      else
+        taps_block<false>(t, a, nullptr, planes + j, nullptr, out);
       // Column q of the block is output (q / wp, q % wp): each run of it within one padded row
       // keeps its first ow - q % wp columns.
       for (int64_t q = j; q < std::min(j + kBlock, q1);) {

@@ -54,8 +54,8 @@ struct LateSmall {
   Tensor w;
 };
 
-// The taps kernel's weights (pack_taps_weights) of a bf16 conv, made from the packed ones the
-// first time a run takes that kernel (taps_conv_applies: the machine and the plane decide).
+// The taps kernel's weights (pack_taps_weights) of a bf16 or bf16x3 conv, made from the packed ones
+// the first time a run takes that kernel (taps_conv_applies: the machine and the plane decide).
 struct LateTaps {
   std::once_flag once;
   PackedA w;
@@ -370,7 +370,8 @@ std::any prepare(const NodeInfo& info) {
                    group, precision);
   if (packed.empty()) return {};
   PreparedW p{std::move(packed), w.shape()};
-  if (precision == Precision::kBF16 && group == 1) p.taps = std::make_shared<LateTaps>();
+  if ((precision == Precision::kBF16 || precision == Precision::kBF16x3) && group == 1)
+    p.taps = std::make_shared<LateTaps>();
   if (precision == Precision::kF32 && late_blockable(info, w, group, block)) {
     p.late = std::make_shared<LateBlocked>();
     p.late_block = block;
@@ -533,10 +534,10 @@ std::vector<Tensor> run_conv(const KernelContext& c) {
       PTO_CHECK(static_cast<int64_t>(p.groups.size()) == g.group && !g.depthwise())
           << where << ": W was packed for " << p.groups.size() << " groups";
       packed = p.groups.data();
-      if (p.taps && x.rank() == 4 && packed[0].precision() == Precision::kBF16 &&
-          taps_conv_applies(g)) {
+      if (p.taps && x.rank() == 4 && taps_conv_applies(g)) {
         std::call_once(p.taps->once, [&] {
-          p.taps->w = pack_taps_weights(unpack(*c.state, 1).data<float>(), g);
+          p.taps->w =
+              pack_taps_weights(unpack(*c.state, 1).data<float>(), g, packed[0].precision());
         });
         if (p.taps->w.m() == g.m) {
           conv_taps(g, x.data<float>(), p.taps->w, bias, y.data<float>(), ep);
