@@ -22,6 +22,7 @@
 #include <cstring>
 
 #include "backend/cpu/conv/conv_amx.h"
+#include "backend/cpu/isa/amx_tiles.h"
 
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,avx512bf16")
@@ -32,27 +33,8 @@ namespace {
 constexpr int kTile = 16;
 constexpr int kBlock = 32;  // rows and columns of the C block the four tiles hold
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// As gemm_amx_avx512.cpp's: the whole config as LDTILECFG's operand (GCC 12 drops stores to a
-// config it thinks unread).
-void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = kTile;
-  }
-  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
-}
-
-inline void memory_fence() {
-  __asm__ volatile("" ::: "memory");
-}
+using amx::configure_tiles;
+using amx::memory_fence;
 
 // v, or with `tail` what bf16 rounding leaves of it: v - bf16(v) (exact in fp32).
 inline __m512 part(__m512 v, bool tail) {

@@ -32,6 +32,7 @@
 
 #include "backend/cpu/gemm/gemm_kernel.h"
 #include "backend/cpu/gemm/igemm_kernel.h"
+#include "backend/cpu/isa/amx_tiles.h"
 
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,amx-int8,avx512bf16")
@@ -44,33 +45,8 @@ constexpr int kNR = 64;                   // columns of a B panel (gemm_impl.h's
 constexpr int kChunk = kAmxStepsPerTile;  // pair steps per tile (64 bytes of bf16 pairs)
 constexpr int kTile = 16;                 // rows (and fp32 columns) of a tile
 
-// The tile registers: C blocks 0-3 (row tile r, column tile c at 2r + c), A row tiles 4-5, B
-// column tiles 6-7, all 16 rows of 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// LDTILECFG written out with the whole 64-byte config as its operand: GCC's _tile_loadconfig
-// declares only a pointer's 8 bytes read, so GCC 12 dropped the column-width stores as dead and
-// the instruction faulted on the half-written config (a #GP: SIGSEGV) once inlining changed.
-void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = kTile;
-  }
-  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
-}
-
-// The tile instructions are asm statements that do not tell the compiler they touch memory: this
-// orders the plain stores that fill a buffer before a tile load of it, and a tile store before
-// the plain loads that read it.
-inline void memory_fence() {
-  __asm__ volatile("" ::: "memory");
-}
+using amx::configure_tiles;
+using amx::memory_fence;
 
 // One A panel from mr <= 32 rows of A (row r at a + r * lda), k values of K: row r's pairs of
 // chunk c at dst + c * 16 * kMR + r * w (w = the chunk's steps, 16 but in the last chunk).

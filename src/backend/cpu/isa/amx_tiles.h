@@ -1,0 +1,40 @@
+// What every AMX kernel (gemm_amx_avx512.cpp, conv_amx_avx512.cpp) sets up its tiles with: the
+// one tile configuration they use and the compiler fence around tile loads and stores. Plain
+// inline asm, so it needs no target attributes of its own.
+#pragma once
+
+#include <cstdint>
+
+namespace pto::cpu::amx {
+
+constexpr int kTileRows = 16;  // rows of a tile (and fp32 columns: 64 bytes a row)
+
+// The tile registers: C blocks 0-3 (row tile r, column tile c at 2r + c), A row tiles 4-5, B
+// column tiles 6-7, all 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// LDTILECFG written out with the whole 64-byte config as its operand: GCC's _tile_loadconfig
+// declares only a pointer's 8 bytes read, so GCC 12 dropped the column-width stores as dead and
+// the instruction faulted on the half-written config (a #GP: SIGSEGV) once inlining changed.
+inline void configure_tiles() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = kTileRows;
+  }
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+// The tile instructions are asm statements that do not tell the compiler they touch memory: this
+// orders the plain stores that fill a buffer before a tile load of it, and a tile store before
+// the plain loads that read it.
+inline void memory_fence() {
+  __asm__ volatile("" ::: "memory");
+}
+
+}  // namespace pto::cpu::amx
