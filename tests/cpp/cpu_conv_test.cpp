@@ -834,8 +834,15 @@ TEST(CpuConvBf16, TapsKernel) {
       continue;
     }
     EXPECT_TRUE(cpu::taps_conv_applies(g));
+    ConvCase marked = c;
+    marked.attrs.set("precision", std::string("bf16"));
+    EXPECT_NE(compile(conv_graph(marked).g, {.level = 0}).describe_step(0).find("AMX taps kernel"),
+              std::string::npos);
     {
       DepthwiseFlatEnv off("0", "PTO_CONV_TAPS");
+      EXPECT_EQ(
+          compile(conv_graph(marked).g, {.level = 0}).describe_step(0).find("AMX taps kernel"),
+          std::string::npos);
       EXPECT_FALSE(cpu::taps_conv_applies(g));
       DepthwiseFlatEnv bad("2", "PTO_CONV_TAPS");
       EXPECT_THROW(cpu::taps_conv_applies(g), ValueError);

@@ -68,7 +68,8 @@ struct PreparedW {
   // out (`groups` then empty).
   Tensor small;
   std::shared_ptr<LateSmall> late_small;  // set: the plane is unknown at compile time
-  std::shared_ptr<LateTaps> taps;         // set: bf16 products, one group
+  std::shared_ptr<LateTaps> taps;         // set: bf16 or bf16x3 products, one group
+  bool taps_expected = false;  // the compile-time shapes take the taps kernel on this machine
   // Set: the plane is unknown at compile time, the channels fit the blocked kernel, and a run
   // whose output plane is small (small_plane_blocked) takes it, with weights made on first use.
   std::shared_ptr<LateBlocked> late;
@@ -370,8 +371,11 @@ std::any prepare(const NodeInfo& info) {
                    group, precision);
   if (packed.empty()) return {};
   PreparedW p{std::move(packed), w.shape()};
-  if ((precision == Precision::kBF16 || precision == Precision::kBF16x3) && group == 1)
+  if ((precision == Precision::kBF16 || precision == Precision::kBF16x3) && group == 1) {
     p.taps = std::make_shared<LateTaps>();
+    const std::optional<ConvGeometry> g = small_output_geometry(info, w, group);
+    p.taps_expected = g && g->ih > 0 && taps_conv_applies(*g);
+  }
   if (precision == Precision::kF32 && late_blockable(info, w, group, block)) {
     p.late = std::make_shared<LateBlocked>();
     p.late_block = block;
@@ -660,6 +664,10 @@ void register_conv_kernels(KernelRegistry& r) {
       return std::string(
           "small output: output channels along the vector lanes, weights packed in panels of 16 "
           "output channels [M/16][K][16]");
+    if (p.taps_expected)
+      return cat(precision_name(p.groups[0].precision()),
+                 " products: AMX taps kernel (every tap's B tile loaded from planes of channel "
+                 "pairs), weights packed tap-major on the first run");
     if (!p.blocked.defined())
       return !p.groups.empty() && p.groups[0].precision() != Precision::kF32
                  ? cat(precision_name(p.groups[0].precision()),
