@@ -838,6 +838,18 @@ TEST(CpuConvBf16, TapsKernel) {
     marked.attrs.set("precision", std::string("bf16"));
     EXPECT_NE(compile(conv_graph(marked).g, {.level = 0}).describe_step(0).find("AMX taps kernel"),
               std::string::npos);
+    // Compiled for the taps kernel (the GEMM's weights not kept), then run where it is off: the
+    // implicit GEMM on weights packed from the taps ones, the same products.
+    for (const std::string precision : {"bf16", "bf16x3"}) {
+      marked.attrs.set("precision", precision);
+      const Built b = conv_graph(marked);
+      const Tensor want = reference::run(b.g, b.feeds)[0];
+      Executable exe = compile(b.g, {.level = 0});
+      expect_close(exe.run(b.feeds)[0], want, k_of(c), cat(precision, " on the taps kernel"));
+      DepthwiseFlatEnv off("0", "PTO_CONV_TAPS");
+      expect_close(exe.run(b.feeds)[0], want, k_of(c), cat(precision, " turned off after"));
+    }
+    marked.attrs.set("precision", std::string("bf16"));
     {
       DepthwiseFlatEnv off("0", "PTO_CONV_TAPS");
       EXPECT_EQ(

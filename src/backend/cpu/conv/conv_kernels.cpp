@@ -54,11 +54,20 @@ struct LateSmall {
   Tensor w;
 };
 
-// The taps kernel's weights (pack_taps_weights) of a bf16 or bf16x3 conv, made from the packed ones
-// the first time a run takes that kernel (taps_conv_applies: the machine and the plane decide).
+// The taps kernel's weights (pack_taps_weights) of a bf16 or bf16x3 conv: packed in prepare() where
+// the compile-time shapes take that kernel, else from the packed ones the first time a run takes
+// it (taps_conv_applies: the machine and the plane decide).
 struct LateTaps {
   std::once_flag once;
   PackedA w;
+};
+
+// The implicit GEMM's weights (pack_weights) of a conv whose weights prepare() packed for the taps
+// kernel only, made from those the first time a run does not take it (another plane, the tiles
+// or the kernel turned off).
+struct LateGroups {
+  std::once_flag once;
+  std::vector<PackedA> groups;
 };
 
 struct PreparedW {
@@ -70,6 +79,7 @@ struct PreparedW {
   std::shared_ptr<LateSmall> late_small;  // set: the plane is unknown at compile time
   std::shared_ptr<LateTaps> taps;         // set: bf16 or bf16x3 products, one group
   bool taps_expected = false;  // the compile-time shapes take the taps kernel on this machine
+  std::shared_ptr<LateGroups> late_groups;  // set: `groups` dropped for the taps weights
   // Set: the plane is unknown at compile time, the channels fit the blocked kernel, and a run
   // whose output plane is small (small_plane_blocked) takes it, with weights made on first use.
   std::shared_ptr<LateBlocked> late;
@@ -375,6 +385,15 @@ std::any prepare(const NodeInfo& info) {
     p.taps = std::make_shared<LateTaps>();
     const std::optional<ConvGeometry> g = small_output_geometry(info, w, group);
     p.taps_expected = g && g->ih > 0 && taps_conv_applies(*g);
+    if (p.taps_expected)  // packed now, so the first run is not slower and stats count them
+      std::call_once(p.taps->once,
+                     [&] { p.taps->w = pack_taps_weights(w.data<float>(), *g, precision); });
+    p.taps_expected = p.taps_expected && p.taps->w.m() == w.dim(0);  // else the GEMM's
+    // The weights held once: the GEMM's packing only where a run needs it.
+    if (p.taps_expected) {
+      p.groups.clear();
+      p.late_groups = std::make_shared<LateGroups>();
+    }
   }
   if (precision == Precision::kF32 && late_blockable(info, w, group, block)) {
     p.late = std::make_shared<LateBlocked>();
@@ -411,6 +430,15 @@ Tensor unpack(const std::any& state, size_t input) {
           out[(o * c + i) * k + q] =
               p.depthwise ? d[((o / b) * k + q) * b + o % b]
                           : d[((((o / b) * icb + i / b) * k + q) * b + i % b) * b + o % b];
+    return w;
+  }
+  if (p.groups.empty() && p.taps) {  // [m, taps x channels padded to a chunk] -> [m, c, taps]
+    const std::vector<float> rows = p.taps->w.unpack();
+    const int64_t m = p.shape[0], c = p.shape[1], taps = p.shape[2] * p.shape[3];
+    const int64_t k = p.taps->w.k(), cpad = k / taps;
+    for (int64_t o = 0; o < m; ++o)
+      for (int64_t i = 0; i < c; ++i)
+        for (int64_t t = 0; t < taps; ++t) out[(o * c + i) * taps + t] = rows[o * k + t * cpad + i];
     return w;
   }
   for (const PackedA& a : p.groups) {
@@ -535,19 +563,27 @@ std::vector<Tensor> run_conv(const KernelContext& c) {
       unpacked = unpack(*c.state, 1);
       wp = unpacked.data<float>();
     } else {
-      PTO_CHECK(static_cast<int64_t>(p.groups.size()) == g.group && !g.depthwise())
-          << where << ": W was packed for " << p.groups.size() << " groups";
-      packed = p.groups.data();
       if (p.taps && x.rank() == 4 && taps_conv_applies(g)) {
         std::call_once(p.taps->once, [&] {
           p.taps->w =
-              pack_taps_weights(unpack(*c.state, 1).data<float>(), g, packed[0].precision());
+              pack_taps_weights(unpack(*c.state, 1).data<float>(), g,
+                                p.groups.empty() ? p.taps->w.precision() : p.groups[0].precision());
         });
         if (p.taps->w.m() == g.m) {
           conv_taps(g, x.data<float>(), p.taps->w, bias, y.data<float>(), ep);
           return one(std::move(y));
         }
       }
+      if (p.late_groups)
+        std::call_once(p.late_groups->once, [&] {
+          const Tensor wu = unpack(*c.state, 1);
+          p.late_groups->groups = pack_weights(wu.data<float>(), g.m, g.cg(), g.kh, g.kw, g.group,
+                                               p.taps->w.precision());
+        });
+      const std::vector<PackedA>& groups = p.late_groups ? p.late_groups->groups : p.groups;
+      PTO_CHECK(static_cast<int64_t>(groups.size()) == g.group && !g.depthwise())
+          << where << ": W was packed for " << groups.size() << " groups";
+      packed = groups.data();
     }
   }
   conv2d(g, x.data<float>(), wp, bias, y.data<float>(), ep, packed, *precision_of(c.node));
@@ -653,6 +689,7 @@ void register_conv_kernels(KernelRegistry& r) {
     if (p.blocked.defined()) n += p.blocked.nbytes();
     if (p.small.defined()) n += p.small.nbytes();
     if (p.winograd) n += p.winograd->bytes();
+    if (p.taps_expected) n += p.taps->w.bytes();  // packed in prepare (else on a first run)
     return n;
   };
   conv.unpack = unpack;
@@ -665,9 +702,9 @@ void register_conv_kernels(KernelRegistry& r) {
           "small output: output channels along the vector lanes, weights packed in panels of 16 "
           "output channels [M/16][K][16]");
     if (p.taps_expected)
-      return cat(precision_name(p.groups[0].precision()),
+      return cat(precision_name(p.taps->w.precision()),
                  " products: AMX taps kernel (every tap's B tile loaded from planes of channel "
-                 "pairs), weights packed tap-major on the first run");
+                 "pairs), weights packed tap-major");
     if (!p.blocked.defined())
       return !p.groups.empty() && p.groups[0].precision() != Precision::kF32
                  ? cat(precision_name(p.groups[0].precision()),
