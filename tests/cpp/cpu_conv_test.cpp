@@ -56,6 +56,14 @@ Attributes attrs_of(std::initializer_list<std::pair<std::string, Attribute>> kv)
   return a;
 }
 
+// Pads of 1 on every side (a 3x3 conv's "same"), and the same with strides of 2: most cases here.
+Attributes pads1() {
+  return attrs_of({{"pads", Dims{1, 1, 1, 1}}});
+}
+Attributes stride2_pads1() {
+  return attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}});
+}
+
 Attributes without_precision(const Attributes& a) {
   Attributes out;
   for (const auto& [k, v] : a.all())
@@ -178,7 +186,7 @@ TEST(CpuConv, Pointwise) {
 }
 
 TEST(CpuConv, Dense3x3And7x7) {
-  const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
+  const Attributes pad1 = pads1();
   check({{1, 19, 9, 11}, {18, 19, 3, 3}, true, pad1});
   check({{3, 5, 9, 7},
          {7, 5, 3, 3},
@@ -342,7 +350,7 @@ TEST(CpuConv, Grouped) {
 }
 
 TEST(CpuConv, Depthwise) {
-  const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
+  const Attributes pad1 = pads1();
   auto dw = [](Attributes a, int64_t g) {
     a.set("group", g);
     return a;
@@ -404,8 +412,8 @@ TEST(CpuConv, GeometryErrors) {
 // the output plane with tails against the GEMM's blocks (K odd: a half pair); then `random`
 // random ones from `seed` (channels, planes, kernels, strides, pads and groups with tails).
 std::vector<ConvCase> product_geometries(bool depthwise, int random, uint32_t seed) {
-  const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
-  const Attributes s2p1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}});
+  const Attributes pad1 = pads1();
+  const Attributes s2p1 = stride2_pads1();
   std::vector<ConvCase> cases = {
       {{1, 20, 7, 9}, {17, 20, 1, 1}, true},
       {{2, 9, 5, 3}, {10, 9, 1, 1}, false},  // K odd
@@ -531,7 +539,7 @@ TEST(CpuConvBf16x3, MatchesTheSplitReference) {
 // pointwise, 3x3 on the shifted and im2col paths, 7x7 strided, grouped and a depthwise conv
 // marked by hand (rounded copies).
 TEST(CpuConvF16, MatchesTheRoundedReference) {
-  const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
+  const Attributes pad1 = pads1();
   check_reduced({{1, 20, 7, 9}, {17, 20, 1, 1}, true}, "f16");
   check_reduced({{1, 8, 30, 30}, {16, 8, 3, 3}, true, pad1}, "f16");
   check_reduced({{3, 5, 9, 7},
@@ -801,8 +809,8 @@ TEST(CpuConv, DepthwiseFlatEnvIsChecked) {
 // conv_taps itself with a residual and ReLU, on 1 and 2 threads; where the CPU has no AMX-BF16 it
 // applies to none. PTO_CONV_TAPS=0 turns it off, another value is an error.
 TEST(CpuConvBf16, TapsKernel) {
-  const Attributes pad1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}});
-  const Attributes s2p1 = attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}});
+  const Attributes pad1 = pads1();
+  const Attributes s2p1 = stride2_pads1();
   const std::vector<ConvCase> cases = {
       {{1, 64, 20, 23}, {40, 64, 3, 3}, true, pad1},
       {{2, 48, 14, 14}, {64, 48, 3, 3}, true, pad1},

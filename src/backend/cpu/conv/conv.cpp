@@ -187,9 +187,7 @@ ShiftedInput shifted_input(const ConvGeometry& g, const float* x, int64_t slack)
   in.rows.resize(static_cast<size_t>(K + kGemmRowsSlack));
   for (int64_t k = 0; k < K; ++k) {
     const int64_t kx = k % g.kw, ky = k / g.kw % g.kh, ci = k / (g.kw * g.kh);
-    const int64_t py = ky * g.dh % g.sh, px = kx * g.dw % g.sw;
-    in.rows[static_cast<size_t>(k)] =
-        ci * chan + (py * g.sw + px) * phase + ky * g.dh / g.sh * p.wp + kx * g.dw / g.sw;
+    in.rows[static_cast<size_t>(k)] = ci * chan + shifted_tap_offset(p, ky, kx);
   }
   return in;
 }
@@ -266,17 +264,8 @@ constexpr int64_t kTapsChunk = 32;  // input channels per A chunk (16 pairs: one
 
 TapsGeometry taps_geometry(const ConvGeometry& g) {
   TapsGeometry t;
+  static_cast<ShiftedPlane&>(t) = shifted_plane_of(g);
   t.c = g.c;
-  t.ih = g.ih;
-  t.iw = g.iw;
-  t.oh = g.oh;
-  t.ow = g.ow;
-  t.ph = g.ph;
-  t.pw = g.pw;
-  t.sh = g.sh;
-  t.sw = g.sw;
-  t.rpp = g.oh + (g.kh - 1) / g.sh;
-  t.wp = g.ow + (g.kw - 1) / g.sw;
   t.plane = g.sh * g.sw * t.rpp * t.wp;
   t.chunks = ceil_div(g.c, kTapsChunk);
   t.taps = g.kh * g.kw;
@@ -295,14 +284,14 @@ bool taps_conv_applies(const ConvGeometry& g) {
 }
 
 PackedA pack_taps_weights(const float* w, const ConvGeometry& g, Precision precision) {
+  PTO_CHECK(precision == Precision::kBF16 || precision == Precision::kBF16x3)
+      << "pack_taps_weights: bf16 or bf16x3 products, not " << precision_name(precision);
   const int64_t taps = g.kh * g.kw, cpad = ceil_div(g.c, kTapsChunk) * kTapsChunk;
   const int64_t k = taps * cpad;
   std::vector<float> t(static_cast<size_t>(g.m * k), 0.0f);
   for (int64_t m = 0; m < g.m; ++m)
     for (int64_t c = 0; c < g.c; ++c)
       for (int64_t q = 0; q < taps; ++q) t[m * k + q * cpad + c] = w[(m * g.c + c) * taps + q];
-  PTO_CHECK(precision == Precision::kBF16 || precision == Precision::kBF16x3)
-      << "pack_taps_weights: bf16 or bf16x3 products, not " << precision_name(precision);
   PackedA packed = pack_a(g.m, k, t.data(), k, false, precision);
   if (packed.chunk_steps() != avx512::kAmxStepsPerTile || packed.width() != avx512::kAmxMR)
     return PackedA();  // not packed for the tiles (AMX off, too few rows): not this path
@@ -314,9 +303,7 @@ void conv_taps(const ConvGeometry& g, const float* x, const PackedA& w, const fl
   TapsGeometry t = taps_geometry(g);
   std::vector<int64_t> offsets(static_cast<size_t>(t.taps));
   for (int64_t ky = 0; ky < g.kh; ++ky)
-    for (int64_t kx = 0; kx < g.kw; ++kx)
-      offsets[ky * g.kw + kx] =
-          ((ky % g.sh) * g.sw + kx % g.sw) * t.rpp * t.wp + ky / g.sh * t.wp + kx / g.sw;
+    for (int64_t kx = 0; kx < g.kw; ++kx) offsets[ky * g.kw + kx] = shifted_tap_offset(t, ky, kx);
   t.tap_offset = offsets.data();
   // Every image's pair planes (bf16x3: then the planes of their tails), then what the last
   // block's tile loads read past them (junk columns only), zeroed.

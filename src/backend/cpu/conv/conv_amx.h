@@ -4,17 +4,17 @@
 
 #include <cstdint>
 
+#include "backend/cpu/conv/conv_isa.h"
+
 namespace pto::cpu {
 
-// One image's geometry for the taps kernel (no dilation): c input channels as pair planes, each
-// the sh x sw phase planes of the padded input (as the shifted path splits a strided conv's
-// input: phase (py, px) row i, column j is padded input (i sh + py, j sw + px)) of rpp x wp pairs,
-// `plane` = sh sw rpp wp pairs apart; chunks = channels padded to 32 / 32, and the pair offset of
-// each of the taps ((ky % sh) sw + kx % sw) rpp wp + (ky / sh) wp + kx / sw.
-struct TapsGeometry {
-  int64_t c = 0, ih = 0, iw = 0, oh = 0, ow = 0, ph = 0, pw = 0, sh = 1, sw = 1;
-  int64_t rpp = 0, wp = 0, plane = 0;
-  int64_t chunks = 0, taps = 0;
+// One image's geometry for the taps kernel (no dilation): the shifted path's phase-split padded
+// input (ShiftedPlane: phase (py, px) row i, column j is padded input (i sh + py, j sw + px), rpp
+// x wp of them), its c channels as pair planes `plane` = sh sw rpp wp pairs apart; chunks =
+// channels padded to 32 / 32, and each of the taps' pair offset into a plane
+// (shifted_tap_offset).
+struct TapsGeometry : ShiftedPlane {
+  int64_t c = 0, plane = 0, chunks = 0, taps = 0;
   const int64_t* tap_offset = nullptr;
 };
 

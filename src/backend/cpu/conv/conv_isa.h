@@ -31,6 +31,13 @@ struct ShiftedPlane : ConvWindow {
   int64_t wp = 0;   // columns per phase plane: ow + (kw - 1) * dw / sw
 };
 
+// Where tap (ky, kx) reads output position 0 in a channel's sh * sw phase planes: its phase
+// plane, then its row and column offset in it (output (oy, ox) is oy wp + ox further on).
+inline int64_t shifted_tap_offset(const ShiftedPlane& p, int64_t ky, int64_t kx) {
+  const int64_t py = ky * p.dh % p.sh, px = kx * p.dw % p.sw;
+  return (py * p.sw + px) * p.rpp * p.wp + ky * p.dh / p.sh * p.wp + kx * p.dw / p.sw;
+}
+
 // Copies input plane x into dst as ShiftedPlane describes: phase plane (py, px), at
 // dst + (py * sw + px) * rpp * wp, row i column q holds input (i sh + py - ph, q sw + px - pw),
 // zero outside the input.
