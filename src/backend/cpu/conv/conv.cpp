@@ -291,7 +291,8 @@ PackedA pack_taps_weights(const float* w, const ConvGeometry& g, Precision preci
   std::vector<float> t(static_cast<size_t>(g.m * k), 0.0f);
   for (int64_t m = 0; m < g.m; ++m)
     for (int64_t c = 0; c < g.c; ++c)
-      for (int64_t q = 0; q < taps; ++q) t[m * k + q * cpad + c] = w[(m * g.c + c) * taps + q];
+      for (int64_t q = 0; q < taps; ++q)
+        t[m * k + taps_weight_column(c, q, taps)] = w[(m * g.c + c) * taps + q];
   PackedA packed = pack_a(g.m, k, t.data(), k, false, precision);
   if (packed.chunk_steps() != avx512::kAmxStepsPerTile || packed.width() != avx512::kAmxMR)
     return PackedA();  // not packed for the tiles (AMX off, too few rows): not this path

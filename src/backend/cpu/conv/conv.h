@@ -100,13 +100,18 @@ std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t
 // A stride-1, undilated, ungrouped conv of 32+ input channels whose products are bf16, on a CPU
 // with AMX-BF16, where the shifted path would run it (few junk columns): the input is converted
 // once into padded planes of channel pairs, from which the tiles load every tap's B directly (no
-// per-call packing of B), against weights packed with K tap-major. PTO_CONV_TAPS=0 turns it off
+// per-call packing of B), against weights packed with K chunk-major. PTO_CONV_TAPS=0 turns it off
 // (the implicit GEMM then runs it).
 bool taps_conv_applies(const ConvGeometry& g);
 // The weights w [m, c, kh, kw] for conv_taps: [m, kh kw (c padded to 32)] packed for the tiles
 // for `precision` (kBF16 or kBF16x3: heads and tails); an empty PackedA (m() == 0) where the
 // packing is not the AMX one (the tiles turned off).
 PackedA pack_taps_weights(const float* w, const ConvGeometry& g, Precision precision);
+// The column of K that weight (channel, tap) takes in that packing: K is chunk-major, each chunk
+// of 32 channels holding all the taps (so one chunk's B tiles, shifted per tap, stay in L1).
+inline int64_t taps_weight_column(int64_t channel, int64_t tap, int64_t taps) {
+  return (channel / 32 * taps + tap) * 32 + channel % 32;
+}
 // y = the conv with bf16 (or, weights packed for kBF16x3, bf16x3) products as conv2d computes
 // it (the same epilogue), on the tiles.
 void conv_taps(const ConvGeometry& g, const float* x, const PackedA& w, const float* bias, float* y,

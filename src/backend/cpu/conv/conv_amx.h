@@ -25,7 +25,8 @@ namespace avx512 {
 void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t pair1, bool tails,
                  uint32_t* planes);
 // Output rows [oy0, oy1) of m output channels into y (the image's [m, oh, ow]): A is the
-// weights packed for AMX tiles with K tap-major (pack_a of [m, taps * chunks * 32]), `planes`
+// weights packed for AMX tiles with K chunk-major (pack_a of [m, chunks * taps * 32],
+// taps_weight_column), `planes`
 // one image's pair planes (with at least 64 + kw pairs readable past the last). bf16x3:
 // `a_tails` and `tails` the weights' and the planes' tails (else null), the products
 // A B + At B + A Bt.

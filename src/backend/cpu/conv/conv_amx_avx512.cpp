@@ -13,8 +13,9 @@
 // 1). Output position (oy, ox) is column q = oy wp + ox, and tap (ky, kx) reads it at column
 // q + ky wp + kx of every plane, so the 16 x 16 B tile of tap (ky, kx), channel pairs
 // [16 c, 16 c + 16) and columns [j, j + 16) is 16 rows of 64 bytes, one per plane, a plane apart:
-// one TILELOADD. The weights are packed once with K in tap-major order (tap, then channels padded
-// to a multiple of 32), so chunk (t, c) of an A panel meets exactly that tile. The wp - ow junk
+// one TILELOADD. The weights are packed once with K chunk-major (channels padded to a multiple of
+// 32; each chunk of 32 holds every tap, taps_weight_column), so step (c, t) of an A panel meets
+// exactly that tile. The wp - ow junk
 // columns of each output row are computed and dropped, as the shifted path does.
 #include <immintrin.h>
 
@@ -67,20 +68,28 @@ inline void products() {
 
 // C block (32 rows of an A panel x 32 columns from `b`) over every tap and channel chunk, into
 // `out` (32 x 32 floats). kSplit (bf16x3): `at` and `bt` are the tails' panel and planes, laid
-// out as a's and b's, and the block is A B + At B + A Bt.
+// out as a's and b's, and the block is A B + At B + A Bt. K runs chunk by chunk, every tap of a
+// chunk in turn, so the chunk's 16 planes stay in L1 while the taps read them shifted (tap-major,
+// the planes of all chunks passed through L1 once per tap: 512 -> 512 @7 3x3, 16 chained, one
+// thread, 8.5-9.0 -> 6.4-6.7 ms). `stream`: the panel's first block, which meets its A for the
+// first time; it fetches A ahead into L2 (amx::prefetch_a_chunk), and the later blocks find it there.
 template <bool kSplit>
 void taps_block(const TapsGeometry& t, const float* a, const float* at, const uint32_t* b,
-                const uint32_t* bt, float* out) {
+                const uint32_t* bt, float* out, bool stream) {
   const int64_t plane_bytes = t.plane * 4, tails = kSplit ? at - a : 0;
   const int64_t b_tails = kSplit ? bt - b : 0;
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  for (int64_t tap = 0; tap < t.taps; ++tap) {
-    const uint32_t* bp = b + t.tap_offset[tap];
-    for (int64_t c = 0; c < t.chunks; ++c, a += kBlock * kTile) {
-      const uint32_t* bc = bp + c * kTile * t.plane;
+  for (int64_t c = 0; c < t.chunks; ++c) {
+    const uint32_t* bp = b + c * kTile * t.plane;
+    for (int64_t tap = 0; tap < t.taps; ++tap, a += kBlock * kTile) {
+      const uint32_t* bc = bp + t.tap_offset[tap];
+      if (stream) {
+        amx::prefetch_a_chunk(a);
+        if constexpr (kSplit) amx::prefetch_a_chunk(a + tails);
+      }
       _tile_loadd(4, a, 64);
       _tile_loadd(5, a + kTile * kTile, 64);
       _tile_loadd(6, bc, plane_bytes);
@@ -166,9 +175,9 @@ void taps_rows(const TapsGeometry& t, const float* a, const float* a_tails, int6
     const int64_t rows = std::min<int64_t>(kBlock, m - i);
     for (int64_t j = q0; j < q1; j += kBlock) {
       if (a_tails)
-        taps_block<true>(t, a, a_tails, planes + j, tails + j, out);
+        taps_block<true>(t, a, a_tails, planes + j, tails + j, out, j == q0);
       else
-        taps_block<false>(t, a, nullptr, planes + j, nullptr, out);
+        taps_block<false>(t, a, nullptr, planes + j, nullptr, out, j == q0);
       // Column q of the block is output (q / wp, q % wp): each run of it within one padded row
       // keeps its first ow - q % wp columns.
       for (int64_t q = j; q < std::min(j + kBlock, q1);) {

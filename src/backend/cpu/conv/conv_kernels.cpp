@@ -432,13 +432,14 @@ Tensor unpack(const std::any& state, size_t input) {
                           : d[((((o / b) * icb + i / b) * k + q) * b + i % b) * b + o % b];
     return w;
   }
-  if (p.groups.empty() && p.taps) {  // [m, taps x channels padded to a chunk] -> [m, c, taps]
+  if (p.groups.empty() && p.taps) {  // [m, chunks x taps x 32 channels] -> [m, c, taps]
     const std::vector<float> rows = p.taps->w.unpack();
     const int64_t m = p.shape[0], c = p.shape[1], taps = p.shape[2] * p.shape[3];
-    const int64_t k = p.taps->w.k(), cpad = k / taps;
+    const int64_t k = p.taps->w.k();
     for (int64_t o = 0; o < m; ++o)
       for (int64_t i = 0; i < c; ++i)
-        for (int64_t t = 0; t < taps; ++t) out[(o * c + i) * taps + t] = rows[o * k + t * cpad + i];
+        for (int64_t t = 0; t < taps; ++t)
+          out[(o * c + i) * taps + t] = rows[o * k + taps_weight_column(i, t, taps)];
     return w;
   }
   for (const PackedA& a : p.groups) {
@@ -704,7 +705,7 @@ void register_conv_kernels(KernelRegistry& r) {
     if (p.taps_expected)
       return cat(precision_name(p.taps->w.precision()),
                  " products: AMX taps kernel (every tap's B tile loaded from planes of channel "
-                 "pairs), weights packed tap-major");
+                 "pairs), weights packed chunk-major");
     if (!p.blocked.defined())
       return !p.groups.empty() && p.groups[0].precision() != Precision::kF32
                  ? cat(precision_name(p.groups[0].precision()),
