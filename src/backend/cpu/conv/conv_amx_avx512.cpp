@@ -72,7 +72,8 @@ inline void products() {
 // chunk in turn, so the chunk's 16 planes stay in L1 while the taps read them shifted (tap-major,
 // the planes of all chunks passed through L1 once per tap: 512 -> 512 @7 3x3, 16 chained, one
 // thread, 8.5-9.0 -> 6.4-6.7 ms). `stream`: the panel's first block, which meets its A for the
-// first time; it fetches A ahead into L2 (amx::prefetch_a_chunk), and the later blocks find it there.
+// first time; it fetches A ahead into L2 (amx::prefetch_a_chunk), and the later blocks find it
+// there.
 template <bool kSplit>
 void taps_block(const TapsGeometry& t, const float* a, const float* at, const uint32_t* b,
                 const uint32_t* bt, float* out, bool stream) {
