@@ -803,7 +803,9 @@ TEST(CpuConv, DepthwiseFlatEnvIsChecked) {
 // conv_amx_avx512.cpp) on convs it takes: input channels padded to a chunk of 32 (33, 48),
 // output channels past one panel of 32 (40, 70), 5x5 and 1x3 kernels, no pads and asymmetric
 // ones, batch 2, planes from 7x7 (the threads split the output channels) to 20x40 (they split the
-// rows), strides of 2 (the planes split by phase, as the shifted path splits them); bf16 and
+// rows), strides of 2 (the planes split by phase, as the shifted path splits them), 1-D convs;
+// folded ones (fewer than 32 input channels: the kernel's columns, and rows as fit, folded into
+// the channels, strides up to 4, K shorter than a tile's); bf16 and
 // bf16x3 products (the planes and weights of the tails too: check_split's tolerance). The Conv node
 // against the rounded reference everywhere (check_reduced: with AMX the kernel runs it), and
 // conv_taps itself with a residual and ReLU, on 1 and 2 threads; where the CPU has no AMX-BF16 it
@@ -830,6 +832,30 @@ TEST(CpuConvBf16, TapsKernel) {
        {16, 32, 5, 5},
        true,
        attrs_of({{"pads", Dims{2, 2, 2, 2}}, {"strides", Dims{2, 2}}})},
+      // 1-D: one output row, split by positions between the threads.
+      {{1, 40, 100}, {48, 40, 3}, true, attrs_of({{"pads", Dims{1, 1}}})},
+      // Folded (fewer than 32 channels): a ResNet stem (one kernel row a tap, 21 values, two
+      // phases); 3x3 on 3 and 1 channels (all three rows folded: one tap, 27 and 9 values);
+      // 16 channels (48 values a row: two chunks); stride 4; 7x3 on 2 channels (five rows a
+      // tap: the second tap's last three rows past the kernel); strides (3, 2) with asymmetric
+      // pads; 1-D with stride 2.
+      {{1, 3, 30, 28},
+       {40, 3, 7, 7},
+       true,
+       attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{2, 2}}})},
+      {{2, 3, 21, 19}, {32, 3, 3, 3}, true, s2p1},
+      {{1, 1, 17, 40}, {24, 1, 3, 3}, true, pad1},
+      {{1, 16, 12, 12}, {20, 16, 3, 3}, true, pad1},
+      {{1, 3, 33, 33},
+       {16, 3, 7, 7},
+       true,
+       attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{4, 4}}})},
+      {{1, 2, 20, 18}, {16, 2, 7, 3}, true, attrs_of({{"pads", Dims{3, 1, 3, 1}}})},
+      {{1, 2, 9, 15},
+       {16, 2, 5, 3},
+       true,
+       attrs_of({{"pads", Dims{2, 1, 1, 0}}, {"strides", Dims{3, 2}}})},
+      {{2, 1, 300}, {32, 1, 5}, true, attrs_of({{"pads", Dims{2, 2}}, {"strides", Dims{2}}})},
   };
   const int saved = num_threads();
   for (const ConvCase& c : cases) {
@@ -867,27 +893,41 @@ TEST(CpuConvBf16, TapsKernel) {
       DepthwiseFlatEnv bad("2", "PTO_CONV_TAPS");
       EXPECT_THROW(cpu::taps_conv_applies(g), ValueError);
     }
+    // conv_taps itself: a residual and ReLU or Clip are applied as the outputs are written, a
+    // LeakyReLU by the epilogue's pass after.
     for (const std::string precision : {"bf16", "bf16x3"}) {
       ConvCase rounded = c;
       rounded.attrs.set("precision", precision);
       const ConvWithReference r = conv_with_reference(rounded);
-      Tensor want = Tensor::empty(DType::kF32, r.want_conv.shape());
-      for (int64_t i = 0; i < want.numel(); ++i)
-        want.data<float>()[i] = std::max(0.0f, static_cast<float>(r.want_conv.item_as_double(i)) +
-                                                   0.5f * r.res.data<float>()[i]);
       const cpu::PackedA packed = cpu::pack_taps_weights(
           r.w.data<float>(), g,
           precision == "bf16" ? cpu::Precision::kBF16 : cpu::Precision::kBF16x3);
       ASSERT_EQ(packed.m(), g.m);
-      cpu::Epilogue ep;
-      ep.residual = r.res.data<float>();
-      ep.residual_scale = 0.5f;
-      ep.act = cpu::Activation::kRelu;
-      for (int threads : {1, 2}) {
-        set_num_threads(threads);
-        Tensor y = Tensor::empty(DType::kF32, want.shape());
-        cpu::conv_taps(g, r.x.data<float>(), packed, r.bias.data<float>(), y.data<float>(), ep);
-        expect_close(y, want, k_of(c), cat("conv_taps ", precision, ", ", threads, " thread(s)"));
+      for (const cpu::Activation act :
+           {cpu::Activation::kRelu, cpu::Activation::kClip, cpu::Activation::kLeakyRelu}) {
+        cpu::Epilogue ep;
+        ep.residual = r.res.data<float>();
+        ep.residual_scale = 0.5f;
+        ep.act = act;
+        ep.lo = act == cpu::Activation::kLeakyRelu ? 0.125f : -0.25f;
+        ep.hi = 0.5f;
+        Tensor want = Tensor::empty(DType::kF32, r.want_conv.shape());
+        for (int64_t i = 0; i < want.numel(); ++i) {
+          const float v =
+              static_cast<float>(r.want_conv.item_as_double(i)) + 0.5f * r.res.data<float>()[i];
+          want.data<float>()[i] = act == cpu::Activation::kRelu   ? std::max(0.0f, v)
+                                  : act == cpu::Activation::kClip ? std::clamp(v, -0.25f, 0.5f)
+                                  : v < 0                         ? 0.125f * v
+                                                                  : v;
+        }
+        for (int threads : {1, 2}) {
+          set_num_threads(threads);
+          Tensor y = Tensor::empty(DType::kF32, want.shape());
+          cpu::conv_taps(g, r.x.data<float>(), packed, r.bias.data<float>(), y.data<float>(), ep);
+          expect_close(y, want, k_of(c),
+                       cat("conv_taps ", precision, " act ", static_cast<int>(act), ", ", threads,
+                           " thread(s)"));
+        }
       }
     }
   }

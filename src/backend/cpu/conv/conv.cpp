@@ -266,10 +266,29 @@ TapsGeometry taps_geometry(const ConvGeometry& g) {
   TapsGeometry t;
   static_cast<ShiftedPlane&>(t) = shifted_plane_of(g);
   t.c = g.c;
-  t.plane = g.sh * g.sw * t.rpp * t.wp;
-  t.chunks = ceil_div(g.c, kTapsChunk);
-  t.taps = g.kh * g.kw;
+  t.fold = taps_fold(g.c, g.kh, g.kw);
+  if (t.fold == 0) {
+    t.phases = g.sh * g.sw;
+    t.chunks = ceil_div(g.c, kTapsChunk);
+    t.taps = g.kh * g.kw;
+  } else {  // phases split the rows only; a tap is `fold` kernel rows
+    const int64_t values = t.fold * g.c * g.kw;
+    t.taps = ceil_div(g.kh, t.fold);
+    t.chunks = ceil_div(values, kTapsChunk);
+    if (t.chunks == 1) t.k_pairs = ceil_div(values, 2);
+    t.rpp = g.oh + (t.taps - 1) * t.fold * g.dh / g.sh;
+    t.wp = g.ow;
+    t.phases = t.taps > 1 ? g.sh : 1;
+  }
+  t.plane = t.phases * t.rpp * t.wp;
   return t;
+}
+
+// Where tap `tap` of t reads output position 0 in a pair plane.
+int64_t taps_offset(const TapsGeometry& t, int64_t tap) {
+  if (t.fold == 0) return shifted_tap_offset(t, tap / t.kw, tap % t.kw);
+  const int64_t row = tap * t.fold * t.dh;
+  return row % t.sh * t.rpp * t.wp + row / t.sh * t.wp;
 }
 
 }  // namespace
@@ -278,21 +297,26 @@ TapsGeometry taps_geometry(const ConvGeometry& g) {
 // output (a 7x7 plane's 2 of 9) the tiles still win (bf16 512 -> 512 @7 3x3, one thread: 0.47 ->
 // 0.41 ms), where the shifted path stops at 12.5%.
 bool taps_conv_applies(const ConvGeometry& g) {
-  return active_isa() == Isa::kAvx512 && has_ext(Ext::kAmxBf16) && g.group == 1 &&
-         g.c >= kTapsChunk && g.kh * g.kw > 1 && g.sh <= 2 && g.sw <= 2 && g.dh == 1 && g.dw == 1 &&
-         (g.ow + (g.kw - 1) / g.sw) * 10 <= g.ow * 13 && conv_switch("PTO_CONV_TAPS");
+  if (active_isa() != Isa::kAvx512 || !has_ext(Ext::kAmxBf16) || g.group != 1 || g.kh * g.kw == 1 ||
+      g.dh != 1 || g.dw != 1 || g.c == 0)
+    return false;
+  const bool fits = taps_fold(g.c, g.kh, g.kw) > 0
+                        ? g.c * g.kw <= 2 * kTapsChunk && g.sh <= 4 && g.sw <= 4
+                        : g.sh <= 2 && g.sw <= 2 && (g.ow + (g.kw - 1) / g.sw) * 10 <= g.ow * 13;
+  return fits && conv_switch("PTO_CONV_TAPS");
 }
 
 PackedA pack_taps_weights(const float* w, const ConvGeometry& g, Precision precision) {
   PTO_CHECK(precision == Precision::kBF16 || precision == Precision::kBF16x3)
       << "pack_taps_weights: bf16 or bf16x3 products, not " << precision_name(precision);
-  const int64_t taps = g.kh * g.kw, cpad = ceil_div(g.c, kTapsChunk) * kTapsChunk;
-  const int64_t k = taps * cpad;
+  const TapsGeometry tg = taps_geometry(g);
+  const int64_t k = tg.taps * tg.chunks * kTapsChunk, taps = g.kh * g.kw;
   std::vector<float> t(static_cast<size_t>(g.m * k), 0.0f);
   for (int64_t m = 0; m < g.m; ++m)
     for (int64_t c = 0; c < g.c; ++c)
       for (int64_t q = 0; q < taps; ++q)
-        t[m * k + taps_weight_column(c, q, taps)] = w[(m * g.c + c) * taps + q];
+        t[m * k + taps_weight_column(c, q / g.kw, q % g.kw, g.c, g.kh, g.kw)] =
+            w[(m * g.c + c) * taps + q];
   PackedA packed = pack_a(g.m, k, t.data(), k, false, precision);
   if (packed.chunk_steps() != avx512::kAmxStepsPerTile || packed.width() != avx512::kAmxMR)
     return PackedA();  // not packed for the tiles (AMX off, too few rows): not this path
@@ -303,13 +327,13 @@ void conv_taps(const ConvGeometry& g, const float* x, const PackedA& w, const fl
                const Epilogue& ep) {
   TapsGeometry t = taps_geometry(g);
   std::vector<int64_t> offsets(static_cast<size_t>(t.taps));
-  for (int64_t ky = 0; ky < g.kh; ++ky)
-    for (int64_t kx = 0; kx < g.kw; ++kx) offsets[ky * g.kw + kx] = shifted_tap_offset(t, ky, kx);
+  for (int64_t tap = 0; tap < t.taps; ++tap) offsets[tap] = taps_offset(t, tap);
   t.tap_offset = offsets.data();
   // Every image's pair planes (bf16x3: then the planes of their tails), then what the last
   // block's tile loads read past them (junk columns only), zeroed.
   const bool split = w.precision() == Precision::kBF16x3;
-  const int64_t pairs = t.chunks * kTapsChunk / 2, image = pairs * t.plane;
+  const int64_t pairs = t.chunks == 1 ? t.k_pairs : t.chunks * kTapsChunk / 2;
+  const int64_t image = pairs * t.plane;
   const int64_t slack = 2 * kTapsChunk + g.kw, all = (split ? 2 : 1) * g.n * image;
   auto* planes = scratch_as<uint32_t>(static_cast<size_t>(all + slack), kShiftedInputScratch);
   uint32_t* tails = split ? planes + g.n * image : nullptr;
@@ -323,39 +347,51 @@ void conv_taps(const ConvGeometry& g, const float* x, const PackedA& w, const fl
       p = e;
     }
   });
-  // Tasks: blocks of whole output rows (about 2048 columns each) by parts of the output
-  // channels, as many for every thread. Every row block reads all the weights and every part
-  // all the planes, so the threads split what is larger: the rows where the planes are (56x56,
-  // 64 channels: 0.43 MB of planes, 0.07 MB of weights), the channels where the weights are (7x7,
-  // 512 channels: 4.7 MB of weights read by both threads made the conv 1.7x slower on two).
+  // Tasks: blocks of output positions (whole rows where there are enough: about 2048 columns
+  // each) by parts of the output channels, as many for every thread. Every position block reads
+  // all the weights and every part all the planes, so the threads split what is larger: the
+  // positions where the planes are (56x56, 64 channels: 0.43 MB of planes, 0.07 MB of weights),
+  // the channels where the weights are (7x7, 512 channels: 4.7 MB of weights read by both threads
+  // made the conv 1.7x slower on two). A 1-D conv's one row is split by its positions.
   const int64_t threads = num_threads(), HW = g.out_plane();
   const int64_t panels = ceil_div(g.m, avx512::kAmxMR);
   const bool split_m = threads > 1 && g.m * w.k() > t.chunks * kTapsChunk * t.plane;
   int64_t blocks = std::max<int64_t>(1, ceil_div(g.oh * t.wp, 2048));
   if (threads > 1 && !split_m) blocks = ceil_div(blocks, threads) * threads;
-  const int64_t rb = ceil_div(g.oh, std::min(blocks, g.oh));
-  blocks = ceil_div(g.oh, rb);
+  blocks = std::clamp<int64_t>(blocks, 1, ceil_div(HW, 32));
+  const bool by_rows = g.oh >= blocks;
   const int64_t parts = split_m ? std::min<int64_t>(panels, threads) : 1;
   Epilogue rest = ep;
   rest.bias_kind = bias ? Epilogue::Bias::kPerRow : Epilogue::Bias::kNone;
   rest.ldr = HW;
   const int64_t panel_floats = w.k() / 2 * avx512::kAmxMR;  // one A panel: 32 rows of K pairs
+  auto column = [&](int64_t p) { return p / g.ow * t.wp + p % g.ow; };  // of output position p
+  // A residual and ReLU or Clip are applied as the outputs are written; others after, per block.
+  Epilogue plain = ep;
+  plain.bias_kind = Epilogue::Bias::kNone;
+  RowEpilogue in_regs;
+  const bool fused = row_epilogue(plain, &in_regs);
   parallel_for(0, g.n * blocks * parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t part = task % parts, b = task / parts % blocks, n = task / parts / blocks;
-      const int64_t oy0 = b * rb, oy1 = std::min(g.oh, oy0 + rb);
+      const int64_t p0 = by_rows ? b * g.oh / blocks * g.ow : b * HW / blocks;
+      const int64_t p1 = by_rows ? (b + 1) * g.oh / blocks * g.ow : (b + 1) * HW / blocks;
+      if (p0 == p1) continue;
       const int64_t m0 = part * panels / parts * avx512::kAmxMR;
       const int64_t m1 = std::min(g.m, (part + 1) * panels / parts * avx512::kAmxMR);
       float* yn = y + n * g.m * HW;
       const float* a = w.data() + m0 / avx512::kAmxMR * panel_floats;
+      RowEpilogue e_n = in_regs;
+      if (in_regs.residual) e_n.residual += (n * g.m + m0) * HW;
       avx512::taps_rows(t, a, split ? a + w.part_size() : nullptr, m1 - m0, planes + n * image,
-                        split ? tails + n * image : nullptr, oy0, oy1, yn + m0 * HW);
+                        split ? tails + n * image : nullptr, column(p0), column(p1 - 1) + 1,
+                        yn + m0 * HW, bias ? bias + m0 : nullptr, fused ? &e_n : nullptr);
+      if (fused) continue;
       EpilogueOperand operands[kTileMaxRegs];
       Epilogue e = epilogue_at(rest, n, 0, 0, operands);
       if (bias) e.bias = bias;
       if (ep.residual) e.residual = ep.residual + n * g.m * HW;
-      for (int64_t m = m0; m < m1; ++m)
-        apply_epilogue(e, yn + m * HW + oy0 * g.ow, HW, m, 1, oy0 * g.ow, (oy1 - oy0) * g.ow);
+      for (int64_t m = m0; m < m1; ++m) apply_epilogue(e, yn + m * HW + p0, HW, m, 1, p0, p1 - p0);
     }
   });
 }

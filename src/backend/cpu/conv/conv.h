@@ -97,20 +97,36 @@ std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t
                                   int64_t group, Precision precision = Precision::kF32);
 
 // ---- bf16 convs on AMX tiles with B read in place (conv_amx_avx512.cpp) ----
-// A stride-1, undilated, ungrouped conv of 32+ input channels whose products are bf16, on a CPU
-// with AMX-BF16, where the shifted path would run it (few junk columns): the input is converted
-// once into padded planes of channel pairs, from which the tiles load every tap's B directly (no
-// per-call packing of B), against weights packed with K chunk-major. PTO_CONV_TAPS=0 turns it off
-// (the implicit GEMM then runs it).
+// An undilated, ungrouped conv (kernel larger than 1x1) whose products are bf16 or bf16x3, on a
+// CPU with AMX-BF16: the input is converted once into padded planes of channel pairs, from which
+// the tiles load every tap's B directly (no per-call packing of B), against weights packed with K
+// chunk-major. Either 32+ input channels, strides up to 2 and few junk columns, or (folded: the
+// kernel's columns, and rows as fit, folded into the channels) fewer than 32 channels, at most 64
+// values c kw per kernel row and strides up to 4: a stem. PTO_CONV_TAPS=0 turns it off (the
+// implicit GEMM then runs it).
 bool taps_conv_applies(const ConvGeometry& g);
-// The weights w [m, c, kh, kw] for conv_taps: [m, kh kw (c padded to 32)] packed for the tiles
+// The weights w [m, c, kh, kw] for conv_taps: [m, K] (taps_weight_column) packed for the tiles
 // for `precision` (kBF16 or kBF16x3: heads and tails); an empty PackedA (m() == 0) where the
 // packing is not the AMX one (the tiles turned off).
 PackedA pack_taps_weights(const float* w, const ConvGeometry& g, Precision precision);
-// The column of K that weight (channel, tap) takes in that packing: K is chunk-major, each chunk
-// of 32 channels holding all the taps (so one chunk's B tiles, shifted per tap, stay in L1).
-inline int64_t taps_weight_column(int64_t channel, int64_t tap, int64_t taps) {
-  return (channel / 32 * taps + tap) * 32 + channel % 32;
+// How many kernel rows the taps kernel folds into K beside the kernel's columns, for a conv of c
+// input channels and a kh x kw kernel: 0 (none) for 32+ channels, whose taps read the channel
+// planes shifted; else as many as fit one chunk of 32 values c kw per row, at least one (a stem;
+// conv_amx.h, TapsGeometry::fold).
+inline int64_t taps_fold(int64_t c, int64_t kh, int64_t kw) {
+  if (c >= 32) return 0;
+  const int64_t rows = 32 / (c * kw);
+  return rows < 1 ? 1 : rows > kh ? kh : rows;
+}
+// The column of K that weight (ci, ky, kx) takes in that packing: chunk-major, each chunk of 32
+// channels holding every tap in turn (so a chunk's B tiles, shifted per tap, stay in L1); folded,
+// the channels are the values (ky % fold, ci, kx) and the taps the groups of `fold` kernel rows.
+inline int64_t taps_weight_column(int64_t ci, int64_t ky, int64_t kx, int64_t c, int64_t kh,
+                                  int64_t kw) {
+  const int64_t fold = taps_fold(c, kh, kw);
+  if (fold == 0) return (ci / 32 * kh * kw + ky * kw + kx) * 32 + ci % 32;
+  const int64_t v = ((ky % fold) * c + ci) * kw + kx, taps = (kh + fold - 1) / fold;
+  return (v / 32 * taps + ky / fold) * 32 + v % 32;
 }
 // y = the conv with bf16 (or, weights packed for kBF16x3, bf16x3) products as conv2d computes
 // it (the same epilogue), on the tiles.
@@ -162,6 +178,10 @@ bool accepts_f32_conv(const NodeInfo& info);
 // For prepare(): the node's W when it is a constant float32 tensor of rank 3 or 4 whose dim 0 the
 // node's group count (set through `group`) divides; nullptr otherwise (run() reports errors).
 const Tensor* constant_conv_weight(const NodeInfo& info, int64_t* group);
+
+// The register-level form of a fused epilogue (conv_isa.h's RowEpilogue) when it has one: a
+// scaled residual and ReLU or Clip, no bias and no general tile program.
+bool row_epilogue(const Epilogue& ep, RowEpilogue* e);
 
 // The residual and activation of a fused group (null: none) as the conv kernels' Epilogue; throws
 // KernelDeclined when the residual's shape is not the output's `yshape`. The bias is the caller's.

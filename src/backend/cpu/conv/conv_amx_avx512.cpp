@@ -46,17 +46,91 @@ inline __m512 part(__m512 v, bool tail) {
   return _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, widened, 16)));
 }
 
-// The pairs of two rows of n <= 16 floats (zeros where a row is null), interleaved as bf16 words
-// (with `tail`, of their tails).
-inline __m512i pairs16(const float* r0, const float* r1, int64_t n, bool tail) {
+// Lanes x[i] and y[i] as the bf16 pair of word 2i and 2i + 1 (with `tail`, of their tails).
+inline __m512i pair_words(__m512 x, __m512 y, bool tail) {
   alignas(64) static constexpr uint16_t kInterleave[32] = {
       0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return _mm512_permutexvar_epi16(
+      _mm512_load_si512(kInterleave),
+      reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(part(y, tail), part(x, tail))));
+}
+
+// The pairs of two rows of n <= 16 floats (zeros where a row is null), interleaved as bf16 words
+// (with `tail`, of their tails).
+inline __m512i pairs16(const float* r0, const float* r1, int64_t n, bool tail) {
   const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-  const __m512 x = r0 ? part(_mm512_maskz_loadu_ps(m, r0), tail) : _mm512_setzero_ps();
-  const __m512 y = r1 ? part(_mm512_maskz_loadu_ps(m, r1), tail) : _mm512_setzero_ps();
-  return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave),
-                                  reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(y, x)));
+  const __m512 x = r0 ? _mm512_maskz_loadu_ps(m, r0) : _mm512_setzero_ps();
+  const __m512 y = r1 ? _mm512_maskz_loadu_ps(m, r1) : _mm512_setzero_ps();
+  return pair_words(x, y, tail);
+}
+
+// The 16 values row[(q + l) step + off], zero where that column is outside [0, iw) (masked lanes
+// are not read) or row is null; lanes with q + l >= n are zero, or with step 2 any value.
+inline __m512 strided16(const float* row, int64_t q, int64_t n, int64_t step, int64_t off,
+                        int64_t iw) {
+  if (!row) return _mm512_setzero_ps();
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i col = _mm512_add_epi32(
+      _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(q))),
+                         _mm512_set1_epi32(static_cast<int>(step))),
+      _mm512_set1_epi32(static_cast<int>(off)));
+  __mmask16 m = n - q >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - q)) - 1);
+  m &= _mm512_cmpge_epi32_mask(col, _mm512_setzero_si512()) &
+       _mm512_cmplt_epi32_mask(col, _mm512_set1_epi32(static_cast<int>(iw)));
+  if (step == 1) return _mm512_maskz_loadu_ps(m, row + q + off);
+  if (step == 2) {  // the even ones of the 32 floats from column 2q + off: two loads, a permute
+    const int64_t c0 = 2 * q + off;
+    const __m512i lo = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(c0)));
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(16));
+    const __m512i limit = _mm512_set1_epi32(static_cast<int>(iw));
+    auto valid = [&](__m512i c) {  // even lanes whose column is in [0, iw) (past n: not stored)
+      return __mmask16(0x5555) & _mm512_cmpge_epi32_mask(c, _mm512_setzero_si512()) &
+             _mm512_cmplt_epi32_mask(c, limit);
+    };
+    alignas(64) static constexpr int32_t kEven[16] = {0,  2,  4,  6,  8,  10, 12, 14,
+                                                      16, 18, 20, 22, 24, 26, 28, 30};
+    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(valid(lo), row + c0),
+                                  _mm512_load_si512(kEven),
+                                  _mm512_maskz_loadu_ps(valid(hi), row + c0 + 16));
+  }
+  return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, col, row, 4);
+}
+
+// taps_planes for a folded geometry: pair p holds values 2p and 2p + 1 of (f, ci, kx).
+void folded_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t pair1, bool tails,
+                   uint32_t* planes) {
+  const int64_t phase = t.rpp * t.wp, row_values = t.c * t.kw, values = t.fold * row_values;
+  for (int64_t p = pair0; p < pair1; ++p) {
+    // Value v = (f, ci, kx): channel ci's plane, rows f dh and columns kx dw - pw on.
+    const float* plane[2] = {nullptr, nullptr};
+    int64_t down[2] = {0, 0}, off[2] = {0, 0};
+    for (int h = 0; h < 2; ++h)
+      if (const int64_t v = 2 * p + h; v < values) {
+        plane[h] = x + v % row_values / t.kw * t.ih * t.iw;
+        down[h] = v / row_values * t.dh;
+        off[h] = v % t.kw * t.dw - t.pw;
+      }
+    for (int64_t py = 0; py < t.phases; ++py)
+      for (int64_t i = 0; i < t.rpp; ++i) {
+        uint32_t* row = planes + p * t.plane + py * phase + i * t.wp;
+        const float* r[2] = {nullptr, nullptr};
+        for (int h = 0; h < 2; ++h)
+          if (const int64_t iy = i * t.sh + py - t.ph + down[h]; plane[h] && iy >= 0 && iy < t.ih)
+            r[h] = plane[h] + iy * t.iw;
+        if (!r[0] && !r[1]) {
+          std::memset(row, 0, static_cast<size_t>(t.wp) * 4);
+          continue;
+        }
+        for (int64_t q = 0; q < t.wp; q += kTile) {
+          const int64_t n = std::min<int64_t>(kTile, t.wp - q);
+          const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+          _mm512_mask_storeu_epi32(row + q, m,
+                                   pair_words(strided16(r[0], q, t.wp, t.sw, off[0], t.iw),
+                                              strided16(r[1], q, t.wp, t.sw, off[1], t.iw), tails));
+        }
+      }
+  }
 }
 
 inline void products() {
@@ -120,6 +194,7 @@ void taps_block(const TapsGeometry& t, const float* a, const float* at, const ui
 
 void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t pair1, bool tails,
                  uint32_t* planes) {
+  if (t.fold > 0) return folded_planes(t, x, pair0, pair1, tails, planes);
   const int64_t in_plane = t.ih * t.iw, phase = t.rpp * t.wp;
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int64_t p = pair0; p < pair1; ++p) {
@@ -167,10 +242,11 @@ void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t p
 }
 
 void taps_rows(const TapsGeometry& t, const float* a, const float* a_tails, int64_t m,
-               const uint32_t* planes, const uint32_t* tails, int64_t oy0, int64_t oy1, float* y) {
-  configure_tiles();
+               const uint32_t* planes, const uint32_t* tails, int64_t q0, int64_t q1, float* y,
+               const float* bias, const RowEpilogue* e) {
+  configure_tiles(static_cast<int>(t.k_pairs));
   alignas(64) float out[kBlock * kBlock];
-  const int64_t q0 = oy0 * t.wp, q1 = oy1 * t.wp, panel = t.taps * t.chunks * kBlock * kTile;
+  const int64_t panel = t.taps * t.chunks * kBlock * kTile;
   const int64_t hw = t.oh * t.ow;
   for (int64_t i = 0; i < m; i += kBlock, a += panel, a_tails += a_tails ? panel : 0) {
     const int64_t rows = std::min<int64_t>(kBlock, m - i);
@@ -187,14 +263,25 @@ void taps_rows(const TapsGeometry& t, const float* a, const float* a_tails, int6
         const int64_t keep = std::clamp<int64_t>(t.ow - ox, 0, run);
         if (keep > 0) {
           const float* src = out + (q - j);
-          float* dst = y + i * hw + oy * t.ow + ox;
-          for (int64_t r = 0; r < rows; ++r)
+          const int64_t at = i * hw + oy * t.ow + ox;  // output (channel i, position) in y
+          for (int64_t r = 0; r < rows; ++r) {
+            const __m512 b = _mm512_set1_ps(e && bias ? bias[i + r] : 0.0f);
             for (int64_t v = 0; v < keep; v += kTile) {
               const int64_t n = std::min<int64_t>(kTile, keep - v);
               const __mmask16 mk = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-              _mm512_mask_storeu_ps(dst + r * hw + v, mk,
-                                    _mm512_maskz_loadu_ps(mk, src + r * kBlock + v));
+              __m512 x = _mm512_maskz_loadu_ps(mk, src + r * kBlock + v);
+              if (e) {  // as apply_epilogue: bias, then the scaled residual, then the clamp
+                x = _mm512_add_ps(x, b);
+                if (e->residual)
+                  x = _mm512_fmadd_ps(_mm512_set1_ps(e->scale),
+                                      _mm512_maskz_loadu_ps(mk, e->residual + at + r * hw + v), x);
+                if (e->clamp)  // max(lo, x), min(hi, x): a NaN x is kept (maskz: GCC 12)
+                  x = _mm512_maskz_min_ps(0xffff, _mm512_set1_ps(e->hi),
+                                          _mm512_maskz_max_ps(0xffff, _mm512_set1_ps(e->lo), x));
+              }
+              _mm512_mask_storeu_ps(y + at + r * hw + v, mk, x);
             }
+          }
         }
         q += run;
       }

@@ -143,8 +143,8 @@ BlockedConv blocked_geometry(const Tensor& x, const Tensor& w, const Attributes&
   return g;
 }
 
-// The register-level form of a fused epilogue (conv_isa.h's RowEpilogue) when it has one: a
-// scaled residual and ReLU or Clip, no bias and no general tile program.
+}  // namespace
+
 bool row_epilogue(const Epilogue& ep, RowEpilogue* e) {
   if (ep.tile || ep.bias_kind != Epilogue::Bias::kNone) return false;
   if (ep.act != Activation::kNone && ep.act != Activation::kRelu && ep.act != Activation::kClip)
@@ -156,6 +156,8 @@ bool row_epilogue(const Epilogue& ep, RowEpilogue* e) {
   e->hi = ep.act == Activation::kClip ? ep.hi : std::numeric_limits<float>::infinity();
   return true;
 }
+
+namespace {
 
 // The fused residual and activation on floats [at, at + count) of each plane of blocks [o0, o1) of
 // image n of a blocked output [N, ocb, OH, OW, c] (`plane` = OH * OW * c floats), while they are

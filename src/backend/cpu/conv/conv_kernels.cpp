@@ -432,14 +432,16 @@ Tensor unpack(const std::any& state, size_t input) {
                           : d[((((o / b) * icb + i / b) * k + q) * b + i % b) * b + o % b];
     return w;
   }
-  if (p.groups.empty() && p.taps) {  // [m, chunks x taps x 32 channels] -> [m, c, taps]
+  if (p.groups.empty() && p.taps) {  // [m, chunks x taps x 32 channels] -> [m, c, (kh,) kw]
     const std::vector<float> rows = p.taps->w.unpack();
-    const int64_t m = p.shape[0], c = p.shape[1], taps = p.shape[2] * p.shape[3];
+    const int64_t m = p.shape[0], c = p.shape[1], kw = p.shape.back();
+    const int64_t kh = p.shape.size() == 4 ? p.shape[2] : 1;
     const int64_t k = p.taps->w.k();
     for (int64_t o = 0; o < m; ++o)
       for (int64_t i = 0; i < c; ++i)
-        for (int64_t t = 0; t < taps; ++t)
-          out[(o * c + i) * taps + t] = rows[o * k + taps_weight_column(i, t, taps)];
+        for (int64_t t = 0; t < kh * kw; ++t)
+          out[(o * c + i) * kh * kw + t] =
+              rows[o * k + taps_weight_column(i, t / kw, t % kw, c, kh, kw)];
     return w;
   }
   for (const PackedA& a : p.groups) {
@@ -564,7 +566,7 @@ std::vector<Tensor> run_conv(const KernelContext& c) {
       unpacked = unpack(*c.state, 1);
       wp = unpacked.data<float>();
     } else {
-      if (p.taps && x.rank() == 4 && taps_conv_applies(g)) {
+      if (p.taps && taps_conv_applies(g)) {
         std::call_once(p.taps->once, [&] {
           p.taps->w =
               pack_taps_weights(unpack(*c.state, 1).data<float>(), g,
@@ -704,8 +706,12 @@ void register_conv_kernels(KernelRegistry& r) {
           "output channels [M/16][K][16]");
     if (p.taps_expected)
       return cat(precision_name(p.taps->w.precision()),
-                 " products: AMX taps kernel (every tap's B tile loaded from planes of channel "
-                 "pairs), weights packed chunk-major");
+                 taps_fold(p.shape[1], p.shape[2], p.shape.back()) > 0
+                     ? " products: AMX taps kernel, folded (every kernel row's B tile loaded from "
+                       "planes of pairs of (channel, kernel column) values), weights packed "
+                       "chunk-major"
+                     : " products: AMX taps kernel (every tap's B tile loaded from planes of "
+                       "channel pairs), weights packed chunk-major");
     if (!p.blocked.defined())
       return !p.groups.empty() && p.groups[0].precision() != Precision::kF32
                  ? cat(precision_name(p.groups[0].precision()),

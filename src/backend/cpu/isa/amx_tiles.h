@@ -21,11 +21,13 @@ struct alignas(64) TileConfig {
 // LDTILECFG written out with the whole 64-byte config as its operand: GCC's _tile_loadconfig
 // declares only a pointer's 8 bytes read, so GCC 12 dropped the column-width stores as dead and
 // the instruction faulted on the half-written config (a #GP: SIGSEGV) once inlining changed.
-inline void configure_tiles() {
+// `k_pairs` (1 to 16): the pairs of K a product step takes, the A tiles' 4-byte columns and the
+// B tiles' rows (fewer than 16 where K is short: a product costs the same, the loads less).
+inline void configure_tiles(int k_pairs = kTileRows) {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = kTileRows;
+    cfg.colsb[t] = static_cast<uint16_t>(t == 4 || t == 5 ? 4 * k_pairs : 64);
+    cfg.rows[t] = static_cast<uint8_t>(t >= 6 ? k_pairs : kTileRows);
   }
   __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
