@@ -692,27 +692,33 @@ TEST(CpuGemm, AppliesEveryEpilogue) {
                     {Epilogue::Bias::kPerCol, true, Activation::kGeluTanh, 0, 0},
                     {Epilogue::Bias::kScalar, true, Activation::kSilu, 0, 0},
                     {Epilogue::Bias::kPerRow, false, Activation::kHardSwish, 0, 0}};
+  // fp32, bf16 and bf16x3 products on every configuration (AMX tiles where the CPU has them:
+  // with K of 128 or more the epilogue runs on each finished 32 x 32 block, so on the second
+  // half of a 64-column panel too).
   for_each_config([&](const std::string& cfg) {
     for (const Case& s : {Case{33, 65, 17}, Case{70, 45, 450}, Case{1, 9, 3}})
-      for (const Ep& e : eps) {
-        Problem p(s, false, true, 5);
-        const std::vector<float> bias = random_vector(std::max(s.m, s.n), 9);
-        const std::vector<float> res = random_vector(s.m * (s.n + 4), 10);
-        p.g.alpha = 0.75f;
-        p.g.epilogue.bias_kind = e.bias;
-        p.g.epilogue.bias = e.bias == Epilogue::Bias::kNone ? nullptr : bias.data();
-        if (e.residual) {
-          p.g.epilogue.residual = res.data();
-          p.g.epilogue.ldr = s.n + 4;
-          p.g.epilogue.residual_scale = -1.5f;
+      for (const Ep& e : eps)
+        for (const Precision precision : {Precision::kF32, Precision::kBF16, Precision::kBF16x3}) {
+          Problem p(s, false, true, 5);
+          p.g.precision = precision;
+          const std::vector<float> bias = random_vector(std::max(s.m, s.n), 9);
+          const std::vector<float> res = random_vector(s.m * (s.n + 4), 10);
+          p.g.alpha = 0.75f;
+          p.g.epilogue.bias_kind = e.bias;
+          p.g.epilogue.bias = e.bias == Epilogue::Bias::kNone ? nullptr : bias.data();
+          if (e.residual) {
+            p.g.epilogue.residual = res.data();
+            p.g.epilogue.ldr = s.n + 4;
+            p.g.epilogue.residual_scale = -1.5f;
+          }
+          p.g.epilogue.act = e.act;
+          p.g.epilogue.lo = e.lo;
+          p.g.epilogue.hi = e.hi;
+          sgemm(p.g);
+          expect_matches(p.g, cfg + ", activation " + std::to_string(static_cast<int>(e.act)) +
+                                  ", " + std::to_string(s.m) + "x" + std::to_string(s.n) + " " +
+                                  precision_name(precision));
         }
-        p.g.epilogue.act = e.act;
-        p.g.epilogue.lo = e.lo;
-        p.g.epilogue.hi = e.hi;
-        sgemm(p.g);
-        expect_matches(p.g, cfg + ", activation " + std::to_string(static_cast<int>(e.act)) + ", " +
-                                std::to_string(s.m) + "x" + std::to_string(s.n));
-      }
   });
 }
 
