@@ -805,7 +805,8 @@ TEST(CpuConv, DepthwiseFlatEnvIsChecked) {
 // ones, batch 2, planes from 7x7 (the threads split the output channels) to 20x40 (they split the
 // rows), strides of 2 (the planes split by phase, as the shifted path splits them), 1-D convs;
 // folded ones (fewer than 32 input channels: the kernel's columns, and rows as fit, folded into
-// the channels, strides up to 4, K shorter than a tile's); bf16 and
+// the channels, strides up to 4, K shorter than a tile's); grouped ones (each panel reading the
+// chunks of its groups' channels); bf16 and
 // bf16x3 products (the planes and weights of the tails too: check_split's tolerance). The Conv node
 // against the rounded reference everywhere (check_reduced: with AMX the kernel runs it), and
 // conv_taps itself with a residual and ReLU, on 1 and 2 threads; where the CPU has no AMX-BF16 it
@@ -856,6 +857,30 @@ TEST(CpuConvBf16, TapsKernel) {
        true,
        attrs_of({{"pads", Dims{2, 1, 1, 0}}, {"strides", Dims{3, 2}}})},
       {{2, 1, 300}, {32, 1, 5}, true, attrs_of({{"pads", Dims{2, 2}}, {"strides", Dims{2}}})},
+      // Grouped: ResNeXt's 32 groups of 4 (a panel's 8 groups in one chunk), groups of 8, two
+      // output channels an input one (stride 2), groups of 24 (panels across group and chunk
+      // edges), two groups of 64, groups of 4 inputs and 8 outputs.
+      {{1, 128, 14, 14},
+       {128, 4, 3, 3},
+       true,
+       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{32}}})},
+      {{1, 64, 10, 12}, {64, 8, 3, 3}, true, attrs_of({{"group", int64_t{8}}})},
+      {{1, 64, 9, 9},
+       {128, 16, 3, 3},
+       true,
+       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}, {"group", int64_t{4}}})},
+      {{1, 96, 8, 8},
+       {96, 24, 3, 3},
+       true,
+       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{4}}})},
+      {{1, 128, 7, 7},
+       {128, 64, 3, 3},
+       true,
+       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{2}}})},
+      {{2, 64, 12, 12},
+       {128, 4, 3, 3},
+       true,
+       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{16}}})},
   };
   const int saved = num_threads();
   for (const ConvCase& c : cases) {
@@ -932,6 +957,12 @@ TEST(CpuConvBf16, TapsKernel) {
     }
   }
   set_num_threads(saved);
+  // Groups of 2 channels would make a panel's chunk 16 times its channels: not taken.
+  if (cpu::has_ext(cpu::Ext::kAmxBf16)) {
+    const Attributes a = attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{32}}});
+    EXPECT_FALSE(
+        cpu::taps_conv_applies(cpu::conv_geometry(a, {1, 64, 8, 8}, {64, 2, 3, 3}, "conv")));
+  }
 }
 
 // Relu(Conv(x, W, B) + r): W and B random constants, x and r graph inputs of the given shapes.

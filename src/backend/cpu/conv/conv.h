@@ -97,15 +97,16 @@ std::vector<PackedA> pack_weights(const float* w, int64_t m, int64_t cg, int64_t
                                   int64_t group, Precision precision = Precision::kF32);
 
 // ---- bf16 convs on AMX tiles with B read in place (conv_amx_avx512.cpp) ----
-// An undilated, ungrouped conv (kernel larger than 1x1) whose products are bf16 or bf16x3, on a
-// CPU with AMX-BF16: the input is converted once into padded planes of channel pairs, from which
-// the tiles load every tap's B directly (no per-call packing of B), against weights packed with K
-// chunk-major. Either 32+ input channels, strides up to 2 and few junk columns, or (folded: the
-// kernel's columns, and rows as fit, folded into the channels) fewer than 32 channels, at most 64
-// values c kw per kernel row and strides up to 4: a stem. PTO_CONV_TAPS=0 turns it off (the
-// implicit GEMM then runs it).
+// An undilated conv (kernel larger than 1x1) whose products are bf16 or bf16x3, on a CPU with
+// AMX-BF16: the input is converted once into padded planes of channel pairs, from which the
+// tiles load every tap's B directly (no per-call packing of B), against weights packed with K
+// chunk-major (TapsLayout). Either 32+ input channels, strides up to 2 and few junk columns (in
+// groups too, not depthwise, where a panel's chunks are at most 8 times its groups' channels),
+// or (folded: the kernel's columns, and rows as fit, folded into the channels) one group of
+// fewer than 32 channels, at most 64 values c kw per kernel row and strides up to 4: a stem.
+// PTO_CONV_TAPS=0 turns it off (the implicit GEMM then runs it).
 bool taps_conv_applies(const ConvGeometry& g);
-// The weights w [m, c, kh, kw] for conv_taps: [m, K] (taps_weight_column) packed for the tiles
+// The weights w [m, c / group, kh, kw] for conv_taps: [m, K] (TapsLayout) packed for the tiles
 // for `precision` (kBF16 or kBF16x3: heads and tails); an empty PackedA (m() == 0) where the
 // packing is not the AMX one (the tiles turned off).
 PackedA pack_taps_weights(const float* w, const ConvGeometry& g, Precision precision);
@@ -118,16 +119,24 @@ inline int64_t taps_fold(int64_t c, int64_t kh, int64_t kw) {
   const int64_t rows = 32 / (c * kw);
   return rows < 1 ? 1 : rows > kh ? kh : rows;
 }
-// The column of K that weight (ci, ky, kx) takes in that packing: chunk-major, each chunk of 32
-// channels holding every tap in turn (so a chunk's B tiles, shifted per tap, stay in L1); folded,
-// the channels are the values (ky % fold, ci, kx) and the taps the groups of `fold` kernel rows.
-inline int64_t taps_weight_column(int64_t ci, int64_t ky, int64_t kx, int64_t c, int64_t kh,
-                                  int64_t kw) {
-  const int64_t fold = taps_fold(c, kh, kw);
-  if (fold == 0) return (ci / 32 * kh * kw + ky * kw + kx) * 32 + ci % 32;
-  const int64_t v = ((ky % fold) * c + ci) * kw + kx, taps = (kh + fold - 1) / fold;
-  return (v / 32 * taps + ky / fold) * 32 + v % 32;
-}
+
+// How the taps kernel lays out K for a conv of c input channels, m output channels in `group`
+// groups and a kh x kw kernel: each panel of 32 output channels reads `panel_chunks` chunks of 32
+// input channels from first_chunk(panel) on, every tap of a chunk in turn (so a chunk's B tiles,
+// shifted per tap, stay in L1). One group: every chunk; grouped: the chunks that hold the
+// panel's groups' channels (the weights zero for the others in them: ResNeXt's 32 groups of 4
+// channels make one chunk per panel, a quarter of it its own group's). Folded (one group, fewer
+// than 32 channels): the channels are the values (ky % fold, ci, kx) and the taps the groups of
+// `fold` kernel rows.
+struct TapsLayout {
+  int64_t c = 0, m = 0, group = 1, kh = 1, kw = 1;
+  int64_t fold = 0, taps = 0, chunks = 0, panel_chunks = 0;
+  int64_t k() const { return panel_chunks * taps * 32; }
+  int64_t first_chunk(int64_t panel) const;
+  // The column of K that weight (o, ci, ky, kx) takes (ci within o's group).
+  int64_t column(int64_t o, int64_t ci, int64_t ky, int64_t kx) const;
+};
+TapsLayout taps_layout(int64_t c, int64_t m, int64_t group, int64_t kh, int64_t kw);
 // y = the conv with bf16 (or, weights packed for kBF16x3, bf16x3) products as conv2d computes
 // it (the same epilogue), on the tiles.
 void conv_taps(const ConvGeometry& g, const float* x, const PackedA& w, const float* bias, float* y,

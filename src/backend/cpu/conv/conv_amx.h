@@ -22,8 +22,12 @@ namespace pto::cpu {
 // phase py, row i, column q is x[ci][i sh + py - ph + f dh][q sw + kx dw - pw], and tap t reads
 // output row oy at padded row oy sh + t fold dh. A one-chunk conv's B tiles hold only k_pairs
 // rows (its A tiles as many pairs a row), and it has only that many planes.
+//
+// Grouped (conv.h TapsLayout): a panel of 32 output channels reads panel_chunks chunks from
+// first_chunk[its index] on (null: from chunk 0; `chunks` is all the planes' chunks).
 struct TapsGeometry : ShiftedPlane {
-  int64_t c = 0, plane = 0, chunks = 0, taps = 0;
+  int64_t c = 0, plane = 0, chunks = 0, taps = 0, panel_chunks = 0;
+  const int64_t* first_chunk = nullptr;
   int64_t fold = 0, phases = 1;  // kernel rows a tap folds (0: not folded); its planes' phases
   int64_t k_pairs = 16;          // pairs of K a step's tiles hold (one chunk folded: fewer)
   const int64_t* tap_offset = nullptr;
@@ -38,7 +42,7 @@ void taps_planes(const TapsGeometry& t, const float* x, int64_t pair0, int64_t p
                  uint32_t* planes);
 // The outputs at padded columns [q0, q1) (column q is output q / wp, q % wp, where q % wp < ow) of
 // m output channels into y (the image's [m, oh, ow]): A is the weights packed for AMX tiles with
-// K chunk-major (pack_a of [m, chunks * taps * 32], taps_weight_column), `planes` one image's
+// K chunk-major (pack_a of [m, panel_chunks * taps * 32], conv.h TapsLayout), `planes` one image's
 // pair planes (with at least 64 + kw pairs readable past the last). bf16x3: `a_tails` and
 // `tails` the weights' and the planes' tails (else null), the products A B + At B + A Bt. With
 // `e`, each output gets bias[channel] (bias: the m channels' values, or null) and e's scaled

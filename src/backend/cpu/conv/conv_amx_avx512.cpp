@@ -14,7 +14,7 @@
 // q + ky wp + kx of every plane, so the 16 x 16 B tile of tap (ky, kx), channel pairs
 // [16 c, 16 c + 16) and columns [j, j + 16) is 16 rows of 64 bytes, one per plane, a plane apart:
 // one TILELOADD. The weights are packed once with K chunk-major (channels padded to a multiple of
-// 32; each chunk of 32 holds every tap, taps_weight_column), so step (c, t) of an A panel meets
+// 32; each chunk of 32 holds every tap, conv.h TapsLayout), so step (c, t) of an A panel meets
 // exactly that tile. The wp - ow junk
 // columns of each output row are computed and dropped, as the shifted path does.
 #include <immintrin.h>
@@ -157,7 +157,7 @@ void taps_block(const TapsGeometry& t, const float* a, const float* at, const ui
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  for (int64_t c = 0; c < t.chunks; ++c) {
+  for (int64_t c = 0; c < t.panel_chunks; ++c) {
     const uint32_t* bp = b + c * kTile * t.plane;
     for (int64_t tap = 0; tap < t.taps; ++tap, a += kBlock * kTile) {
       const uint32_t* bc = bp + t.tap_offset[tap];
@@ -246,15 +246,16 @@ void taps_rows(const TapsGeometry& t, const float* a, const float* a_tails, int6
                const float* bias, const RowEpilogue* e) {
   configure_tiles(static_cast<int>(t.k_pairs));
   alignas(64) float out[kBlock * kBlock];
-  const int64_t panel = t.taps * t.chunks * kBlock * kTile;
+  const int64_t panel = t.taps * t.panel_chunks * kBlock * kTile;
   const int64_t hw = t.oh * t.ow;
   for (int64_t i = 0; i < m; i += kBlock, a += panel, a_tails += a_tails ? panel : 0) {
     const int64_t rows = std::min<int64_t>(kBlock, m - i);
+    const int64_t from = t.first_chunk ? t.first_chunk[i / kBlock] * kTile * t.plane : 0;
     for (int64_t j = q0; j < q1; j += kBlock) {
       if (a_tails)
-        taps_block<true>(t, a, a_tails, planes + j, tails + j, out, j == q0);
+        taps_block<true>(t, a, a_tails, planes + from + j, tails + from + j, out, j == q0);
       else
-        taps_block<false>(t, a, nullptr, planes + j, nullptr, out, j == q0);
+        taps_block<false>(t, a, nullptr, planes + from + j, nullptr, out, j == q0);
       // Column q of the block is output (q / wp, q % wp): each run of it within one padded row
       // keeps its first ow - q % wp columns.
       for (int64_t q = j; q < std::min(j + kBlock, q1);) {

@@ -60,6 +60,7 @@ struct LateSmall {
 struct LateTaps {
   std::once_flag once;
   PackedA w;
+  int64_t group = 1;
 };
 
 // The implicit GEMM's weights (pack_weights) of a conv whose weights prepare() packed for the taps
@@ -381,8 +382,9 @@ std::any prepare(const NodeInfo& info) {
                    group, precision);
   if (packed.empty()) return {};
   PreparedW p{std::move(packed), w.shape()};
-  if ((precision == Precision::kBF16 || precision == Precision::kBF16x3) && group == 1) {
+  if (precision == Precision::kBF16 || precision == Precision::kBF16x3) {
     p.taps = std::make_shared<LateTaps>();
+    p.taps->group = group;
     const std::optional<ConvGeometry> g = small_output_geometry(info, w, group);
     p.taps_expected = g && g->ih > 0 && taps_conv_applies(*g);
     if (p.taps_expected)  // packed now, so the first run is not slower and stats count them
@@ -432,16 +434,15 @@ Tensor unpack(const std::any& state, size_t input) {
                           : d[((((o / b) * icb + i / b) * k + q) * b + i % b) * b + o % b];
     return w;
   }
-  if (p.groups.empty() && p.taps) {  // [m, chunks x taps x 32 channels] -> [m, c, (kh,) kw]
+  if (p.groups.empty() && p.taps) {  // [m, K] (TapsLayout) -> [m, cg, (kh,) kw]
     const std::vector<float> rows = p.taps->w.unpack();
-    const int64_t m = p.shape[0], c = p.shape[1], kw = p.shape.back();
+    const int64_t m = p.shape[0], cg = p.shape[1], kw = p.shape.back();
     const int64_t kh = p.shape.size() == 4 ? p.shape[2] : 1;
-    const int64_t k = p.taps->w.k();
+    const TapsLayout l = taps_layout(cg * p.taps->group, m, p.taps->group, kh, kw);
     for (int64_t o = 0; o < m; ++o)
-      for (int64_t i = 0; i < c; ++i)
+      for (int64_t i = 0; i < cg; ++i)
         for (int64_t t = 0; t < kh * kw; ++t)
-          out[(o * c + i) * kh * kw + t] =
-              rows[o * k + taps_weight_column(i, t / kw, t % kw, c, kh, kw)];
+          out[(o * cg + i) * kh * kw + t] = rows[o * l.k() + l.column(o, i, t / kw, t % kw)];
     return w;
   }
   for (const PackedA& a : p.groups) {
@@ -706,7 +707,7 @@ void register_conv_kernels(KernelRegistry& r) {
           "output channels [M/16][K][16]");
     if (p.taps_expected)
       return cat(precision_name(p.taps->w.precision()),
-                 taps_fold(p.shape[1], p.shape[2], p.shape.back()) > 0
+                 p.taps->group == 1 && taps_fold(p.shape[1], p.shape[2], p.shape.back()) > 0
                      ? " products: AMX taps kernel, folded (every kernel row's B tile loaded from "
                        "planes of pairs of (channel, kernel column) values), weights packed "
                        "chunk-major"
