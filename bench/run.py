@@ -57,6 +57,9 @@ MODELS = {  # name in tests/python/torch_models.py -> (title, kind)
     "shufflenet_v2_x0_5": ("ShuffleNetV2 x0.5", "image"),
     "ghostnet_100": ("GhostNet-100", "image"),
     "levit_128s": ("LeViT-128S", "image"),
+    "resnext50_32x4d": ("ResNeXt-50 32x4d", "image"),
+    "regnet_y_400mf": ("RegNetY-400MF", "image"),
+    "convnext_tiny": ("ConvNeXt-T", "image"),
     "bert": ("BERT-base", "text"),
     "gpt2": ("GPT-2 small", "text"),
 }
