@@ -380,6 +380,14 @@ void multiply_rows(const GemmArgs& g, const PanelOps& o, const Prepacked& pre, c
     blk.m = mc;
     blk.c = g.c + ic * g.ldc + jc;
     blk.m0 = ic;
+    // One K slice on the tiles: each block rounded into c_half from an L1 buffer, C not written
+    // (a short K's fp32 tile stores are its ceiling: gemm.md).
+    if (g.c_half && o.amx && pc == 0 && last_slice) {
+      blk.c_half = g.c_half + ic * g.ldc + jc;
+      blk.c_half_type = g.c_half_type;
+      macro_for(o, blk);
+      continue;
+    }
     macro_for(o, blk);
     if (g.c_half && last_slice)  // the finished block, still in cache, rounded into c_half
       for (int64_t r = ic; r < ic + mc; ++r)

@@ -30,6 +30,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/elementwise.h"
 #include "backend/cpu/gemm/gemm_kernel.h"
 #include "backend/cpu/gemm/igemm_kernel.h"
 #include "backend/cpu/isa/amx_tiles.h"
@@ -269,6 +270,7 @@ void gemm_macro_amx(const MacroBlock& blk) {
   // 512 @28 0.15 -> 0.13, 256 -> 1024 @14 0.14 -> 0.12, but 64 -> 256 @56 (K = 64) 0.30 -> 0.33;
   // ResNet-50 bf16 17.7 -> 17.0 ms on one thread, 10.9 -> 10.3 on two.
   const bool block_epilogue = blk.epilogue && blk.k >= 64;
+  alignas(64) float half_buf[kMR * 2 * kTile];  // a block on its way to c_half
   for (int64_t j = 0; j < np; ++j) {
     const int nj = static_cast<int>(std::min<int64_t>(kNR, blk.n - j * kNR));
     const float* bp = blk.b + j * blk.b_panel_stride;
@@ -280,16 +282,23 @@ void gemm_macro_amx(const MacroBlock& blk) {
                                              : blk.b_after;
       for (int64_t i = 0; i < mp; ++i) {
         const int mi = static_cast<int>(std::min<int64_t>(kMR, blk.m - i * kMR));
-        float* c = blk.c + i * kMR * blk.ldc + j * kNR + h;
+        const int64_t at = i * kMR * blk.ldc + j * kNR + h;  // the block's offset in C
+        float* c = blk.c_half ? half_buf : blk.c + at;
+        const int64_t ldc = blk.c_half ? 2 * kTile : blk.ldc;
         kMicro[tails != 0][mi > kTile][nh > kTile](
             blk.k, blk.a + i * as, bp + h, tails ? blk.a_tail + i * as : nullptr,
-            tails ? bp + tails + h : nullptr, c, blk.ldc, mi, nh, blk.alpha, blk.accumulate,
+            tails ? bp + tails + h : nullptr, c, ldc, mi, nh, blk.alpha,
+            blk.accumulate && !blk.c_half,
             ahead_share(next, kNR * 4, kTile * 4, blk.k, mp, i, tails * 4));
-        if (block_epilogue)
-          apply_epilogue(*blk.epilogue, c, blk.ldc, blk.m0 + i * kMR, mi, blk.n0 + j * kNR + h, nh);
+        if (block_epilogue || (blk.c_half && blk.epilogue))
+          apply_epilogue(*blk.epilogue, c, ldc, blk.m0 + i * kMR, mi, blk.n0 + j * kNR + h, nh);
+        if (blk.c_half)
+          for (int r = 0; r < mi; ++r)
+            (blk.c_half_type == Precision::kBF16 ? f32_to_bf16 : f32_to_f16)(
+                half_buf + r * 2 * kTile, blk.c_half + at + r * blk.ldc, nh);
       }
     }
-    if (blk.epilogue && !block_epilogue)
+    if (blk.epilogue && !block_epilogue && !blk.c_half)
       for (int64_t i = 0; i < mp; ++i) {
         const int64_t mi = std::min<int64_t>(kMR, blk.m - i * kMR);
         apply_epilogue(*blk.epilogue, blk.c + i * kMR * blk.ldc + j * kNR, blk.ldc,

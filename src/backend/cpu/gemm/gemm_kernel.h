@@ -44,6 +44,11 @@ struct MacroBlock {
   // or next column block's first panel, at the same row stride), or null: fetched into L2 during
   // the last panel, as every panel fetches its successor, so no block starts on a cold panel.
   const float* b_after = nullptr;
+  // The AMX macro-kernel, C wanted in half precision (GemmArgs::c_half) and this the only K slice:
+  // each block goes through an L1 buffer (its epilogue applied there) straight into c_half (C's
+  // row stride ldc, at the block's own offset from blk.c), and `c` is never written.
+  uint16_t* c_half = nullptr;
+  Precision c_half_type = Precision::kF32;
 };
 
 PTO_ISA_DECLARE(
