@@ -15,8 +15,9 @@
 // [16 c, 16 c + 16) and columns [j, j + 16) is 16 rows of 64 bytes, one per plane, a plane apart:
 // one TILELOADD. The weights are packed once with K chunk-major (channels padded to a multiple of
 // 32; each chunk of 32 holds every tap, conv.h TapsLayout), so step (c, t) of an A panel meets
-// exactly that tile. The wp - ow junk
-// columns of each output row are computed and dropped, as the shifted path does.
+// exactly that tile. The wp - ow junk columns of each output row are computed and dropped, as the
+// shifted path does. Stems (conv_amx.h, folded) and grouped convs lay K out otherwise, the same
+// kernel multiplying it.
 #include <immintrin.h>
 
 #include <algorithm>
