@@ -965,6 +965,72 @@ TEST(CpuConvBf16, TapsKernel) {
   }
 }
 
+// The taps kernel where the plane is known only at run time: a dense, a grouped and a folded
+// (stem) conv with bf16 products, compiled with symbolic H and W and run on planes it takes and
+// planes it does not (too many junk columns: the implicit GEMM then, its weights made from the
+// taps ones, or the other way round), with a SiLU after (the epilogue's pass, not the in-place
+// clamp); each against the reference, which rounds X and W as the products do.
+TEST(CpuConvBf16, TapsKernelPlaneChosenAtRunTime) {
+  struct Case {
+    int64_t c;
+    Dims w;
+    Attributes attrs;
+    std::vector<std::pair<int64_t, int64_t>> planes;  // input (h, w), in order
+    bool mixed;  // planes the kernel takes and planes it does not
+  };
+  const std::vector<Case> cases = {
+      {48, {40, 48, 3, 3}, pads1(), {{6, 6}, {20, 23}, {5, 7}, {14, 14}}, true},
+      {64,
+       {64, 4, 3, 3},
+       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{16}}}),
+       {{18, 16}, {5, 5}, {9, 30}},
+       true},
+      {3,
+       {32, 3, 7, 7},
+       attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{2, 2}}}),
+       {{30, 28}, {17, 45}},
+       false},
+  };
+  const int saved = num_threads();
+  for (const Case& t : cases) {
+    Attributes a = t.attrs;
+    a.set("precision", std::string("bf16"));
+    Graph g;
+    ValueId xv =
+        g.add_input("x", {DType::kF32, Shape{Dim(1), Dim(t.c), Dim::sym("h"), Dim::sym("w")}});
+    ValueId wv = g.add_value("w"), bv = g.add_value("b");
+    g.set_initializer(wv, random_tensor(t.w, 2));
+    g.set_initializer(bv, random_tensor({t.w[0]}, 3));
+    ValueId c = g.add_value("c"), s = g.add_value("s"), out = g.add_value("out");
+    g.add_node("Conv", {xv, wv, bv}, {c}, a, "conv");
+    g.add_node("Sigmoid", {c}, {s}, {}, "sigmoid");
+    g.add_node("Mul", {c, s}, {out}, {}, "mul");
+    g.add_output(out);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Executable exe = compile(g, {.level = 2});
+      ASSERT_EQ(exe.num_steps(), 1u);
+      int taken = 0;
+      for (const auto& [h, w] : t.planes) {
+        const std::vector<Tensor> feeds = {random_tensor({1, t.c, h, w}, 1 + h)};
+        Graph typed = g;
+        typed.value(typed.inputs()[0]).type.shape = to_shape(feeds[0].shape());
+        taken += cpu::taps_conv_applies(cpu::conv_geometry(a, feeds[0].shape(), t.w, "conv"));
+        const Tensor want = reference::run(typed, feeds)[0];
+        expect_close(exe.run(feeds)[0], want, t.w[1] * t.w[2] * t.w[3],
+                     cat(dims_str(t.w), " on ", h, "x", w, ", ", threads, " thread(s)"));
+      }
+      if (cpu::has_ext(cpu::Ext::kAmxBf16)) {
+        EXPECT_GE(taken, 1) << dims_str(t.w);
+        if (t.mixed) {
+          EXPECT_LT(taken, static_cast<int>(t.planes.size())) << dims_str(t.w);
+        }
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
 // Relu(Conv(x, W, B) + r): W and B random constants, x and r graph inputs of the given shapes.
 Graph conv_add_relu(const Shape& x, const Dims& w, const Shape& r, const Attributes& a) {
   Graph g;
