@@ -132,6 +132,33 @@ def test_zoo_speed_times_a_model_against_eager_and_onnxruntime(tmp_path):
     assert "2 thread(s)" in p.stdout and "mnasnet0_5" in p.stdout and "slowest relative to onnxruntime" in p.stdout
 
 
+def test_conv_bf16_times_the_taps_kernel_against_itself_turned_off():
+    """bench/conv_bf16.py --baseline taps-off on ResNet-18's stem alone: the bf16 model timed with
+    the AMX taps kernel on and off (PTO_CONV_TAPS around the baseline's calls), both within bf16's
+    tolerance of eager fp32 (the script checks), one table row with both times and their ratio;
+    an unknown baseline is refused."""
+    import os
+    import subprocess
+
+    import pypto
+
+    env = dict(os.environ, PYTHONPATH=str(Path(pypto.__file__).resolve().parents[1]))
+    env.pop("PTO_CONV_TAPS", None)
+    bench = Path(__file__).resolve().parents[2] / "bench" / "conv_bf16.py"
+    p = subprocess.run([sys.executable, str(bench), "--model", "resnet18", "--layers", "7x7",
+                        "--baseline", "taps-off", "--quick"], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "| bf16 taps off ms | bf16 taps on ms |" in p.stdout, p.stdout
+    (row,) = [r for r in p.stdout.splitlines() if r.startswith("| 3->64 @224 7x7 s2 |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    off, on, ratio = float(cells[4]), float(cells[5]), float(cells[6].rstrip("x"))
+    assert off > 0 and on > 0 and ratio == pytest.approx(off / on, rel=0.01)
+    p = subprocess.run([sys.executable, str(bench), "--baseline", "nosuch"], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert p.returncode == 2 and "invalid choice" in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("args,message", [(["--rounds", "0"], "--rounds must be at least 1"),
                                           (["--models", "nosuch"], "unknown model(s) nosuch"),
                                           (["--threads", "0"], "--threads must be at least 1"),
