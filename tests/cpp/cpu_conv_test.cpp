@@ -63,6 +63,11 @@ Attributes pads1() {
 Attributes stride2_pads1() {
   return attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}});
 }
+// a with `group` groups.
+Attributes grouped(Attributes a, int64_t group) {
+  a.set("group", group);
+  return a;
+}
 
 Attributes without_precision(const Attributes& a) {
   Attributes out;
@@ -860,27 +865,12 @@ TEST(CpuConvBf16, TapsKernel) {
       // Grouped: ResNeXt's 32 groups of 4 (a panel's 8 groups in one chunk), groups of 8, two
       // output channels an input one (stride 2), groups of 24 (panels across group and chunk
       // edges), two groups of 64, groups of 4 inputs and 8 outputs.
-      {{1, 128, 14, 14},
-       {128, 4, 3, 3},
-       true,
-       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{32}}})},
-      {{1, 64, 10, 12}, {64, 8, 3, 3}, true, attrs_of({{"group", int64_t{8}}})},
-      {{1, 64, 9, 9},
-       {128, 16, 3, 3},
-       true,
-       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"strides", Dims{2, 2}}, {"group", int64_t{4}}})},
-      {{1, 96, 8, 8},
-       {96, 24, 3, 3},
-       true,
-       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{4}}})},
-      {{1, 128, 7, 7},
-       {128, 64, 3, 3},
-       true,
-       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{2}}})},
-      {{2, 64, 12, 12},
-       {128, 4, 3, 3},
-       true,
-       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{16}}})},
+      {{1, 128, 14, 14}, {128, 4, 3, 3}, true, grouped(pad1, 32)},
+      {{1, 64, 10, 12}, {64, 8, 3, 3}, true, grouped({}, 8)},
+      {{1, 64, 9, 9}, {128, 16, 3, 3}, true, grouped(s2p1, 4)},
+      {{1, 96, 8, 8}, {96, 24, 3, 3}, true, grouped(pad1, 4)},
+      {{1, 128, 7, 7}, {128, 64, 3, 3}, true, grouped(pad1, 2)},
+      {{2, 64, 12, 12}, {128, 4, 3, 3}, true, grouped(pad1, 16)},
   };
   const int saved = num_threads();
   for (const ConvCase& c : cases) {
@@ -959,7 +949,7 @@ TEST(CpuConvBf16, TapsKernel) {
   set_num_threads(saved);
   // Groups of 2 channels would make a panel's chunk 16 times its channels: not taken.
   if (cpu::has_ext(cpu::Ext::kAmxBf16)) {
-    const Attributes a = attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{32}}});
+    const Attributes a = grouped(pad1, 32);
     EXPECT_FALSE(
         cpu::taps_conv_applies(cpu::conv_geometry(a, {1, 64, 8, 8}, {64, 2, 3, 3}, "conv")));
   }
@@ -980,11 +970,7 @@ TEST(CpuConvBf16, TapsKernelPlaneChosenAtRunTime) {
   };
   const std::vector<Case> cases = {
       {48, {40, 48, 3, 3}, pads1(), {{6, 6}, {20, 23}, {5, 7}, {14, 14}}, true},
-      {64,
-       {64, 4, 3, 3},
-       attrs_of({{"pads", Dims{1, 1, 1, 1}}, {"group", int64_t{16}}}),
-       {{18, 16}, {5, 5}, {9, 30}},
-       true},
+      {64, {64, 4, 3, 3}, grouped(pads1(), 16), {{18, 16}, {5, 5}, {9, 30}}, true},
       {3,
        {32, 3, 7, 7},
        attrs_of({{"pads", Dims{3, 3, 3, 3}}, {"strides", Dims{2, 2}}}),

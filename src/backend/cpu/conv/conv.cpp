@@ -260,8 +260,6 @@ void conv_shifted(const ConvGeometry& g, const float* x, const float* w, const f
 
 // ---- taps path: bf16 products on AMX tiles, B read from pair planes (conv_amx_avx512.cpp) ----
 
-constexpr int64_t kTapsChunk = 32;  // input channels per A chunk (16 pairs: one tile's K)
-
 TapsGeometry taps_geometry(const ConvGeometry& g) {
   const TapsLayout l = taps_layout(g.c, g.m, g.group, g.kh, g.kw);
   TapsGeometry t;
@@ -294,7 +292,8 @@ int64_t taps_offset(const TapsGeometry& t, int64_t tap) {
 
 TapsLayout taps_layout(int64_t c, int64_t m, int64_t group, int64_t kh, int64_t kw) {
   TapsLayout l{c, m, group, kh, kw};
-  l.fold = group == 1 ? taps_fold(c, kh, kw) : 0;
+  if (group == 1 && c < kTapsChunk)  // folded: as many kernel rows as fit a chunk, at least one
+    l.fold = std::clamp<int64_t>(kTapsChunk / (c * kw), 1, kh);
   if (l.fold > 0) {
     l.taps = ceil_div(kh, l.fold);
     l.chunks = l.panel_chunks = ceil_div(l.fold * c * kw, kTapsChunk);

@@ -110,15 +110,7 @@ bool taps_conv_applies(const ConvGeometry& g);
 // for `precision` (kBF16 or kBF16x3: heads and tails); an empty PackedA (m() == 0) where the
 // packing is not the AMX one (the tiles turned off).
 PackedA pack_taps_weights(const float* w, const ConvGeometry& g, Precision precision);
-// How many kernel rows the taps kernel folds into K beside the kernel's columns, for a conv of c
-// input channels and a kh x kw kernel: 0 (none) for 32+ channels, whose taps read the channel
-// planes shifted; else as many as fit one chunk of 32 values c kw per row, at least one (a stem;
-// conv_amx.h, TapsGeometry::fold).
-inline int64_t taps_fold(int64_t c, int64_t kh, int64_t kw) {
-  if (c >= 32) return 0;
-  const int64_t rows = 32 / (c * kw);
-  return rows < 1 ? 1 : rows > kh ? kh : rows;
-}
+inline constexpr int64_t kTapsChunk = 32;  // input channels per A chunk (16 pairs: one tile's K)
 
 // How the taps kernel lays out K for a conv of c input channels, m output channels in `group`
 // groups and a kh x kw kernel: each panel of 32 output channels reads `panel_chunks` chunks of 32
@@ -127,11 +119,11 @@ inline int64_t taps_fold(int64_t c, int64_t kh, int64_t kw) {
 // panel's groups' channels (the weights zero for the others in them: ResNeXt's 32 groups of 4
 // channels make one chunk per panel, a quarter of it its own group's). Folded (one group, fewer
 // than 32 channels): the channels are the values (ky % fold, ci, kx) and the taps the groups of
-// `fold` kernel rows.
+// `fold` kernel rows: as many as fit one chunk of 32 values c kw, at least one.
 struct TapsLayout {
   int64_t c = 0, m = 0, group = 1, kh = 1, kw = 1;
   int64_t fold = 0, taps = 0, chunks = 0, panel_chunks = 0;
-  int64_t k() const { return panel_chunks * taps * 32; }
+  int64_t k() const { return panel_chunks * taps * kTapsChunk; }
   int64_t first_chunk(int64_t panel) const;
   // The column of K that weight (o, ci, ky, kx) takes (ci within o's group).
   int64_t column(int64_t o, int64_t ci, int64_t ky, int64_t kx) const;

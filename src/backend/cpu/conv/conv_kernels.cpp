@@ -409,6 +409,12 @@ std::any prepare(const NodeInfo& info) {
   return p;
 }
 
+// The taps kernel's layout of K for the weights p holds (W [m, cg, (kh,) kw]).
+TapsLayout taps_layout_of(const PreparedW& p) {
+  const int64_t kh = p.shape.size() == 4 ? p.shape[2] : 1;
+  return taps_layout(p.shape[1] * p.taps->group, p.shape[0], p.taps->group, kh, p.shape.back());
+}
+
 // W [m, cg, kh, kw] is the groups' A matrices [m/group, cg*kh*kw] one after another, or the
 // blocked weights blocked_conv_weights made.
 Tensor unpack(const std::any& state, size_t input) {
@@ -436,13 +442,12 @@ Tensor unpack(const std::any& state, size_t input) {
   }
   if (p.groups.empty() && p.taps) {  // [m, K] (TapsLayout) -> [m, cg, (kh,) kw]
     const std::vector<float> rows = p.taps->w.unpack();
-    const int64_t m = p.shape[0], cg = p.shape[1], kw = p.shape.back();
-    const int64_t kh = p.shape.size() == 4 ? p.shape[2] : 1;
-    const TapsLayout l = taps_layout(cg * p.taps->group, m, p.taps->group, kh, kw);
-    for (int64_t o = 0; o < m; ++o)
+    const TapsLayout l = taps_layout_of(p);
+    const int64_t cg = l.c / l.group, taps = l.kh * l.kw;
+    for (int64_t o = 0; o < l.m; ++o)
       for (int64_t i = 0; i < cg; ++i)
-        for (int64_t t = 0; t < kh * kw; ++t)
-          out[(o * cg + i) * kh * kw + t] = rows[o * l.k() + l.column(o, i, t / kw, t % kw)];
+        for (int64_t t = 0; t < taps; ++t)
+          out[(o * cg + i) * taps + t] = rows[o * l.k() + l.column(o, i, t / l.kw, t % l.kw)];
     return w;
   }
   for (const PackedA& a : p.groups) {
@@ -707,7 +712,7 @@ void register_conv_kernels(KernelRegistry& r) {
           "output channels [M/16][K][16]");
     if (p.taps_expected)
       return cat(precision_name(p.taps->w.precision()),
-                 p.taps->group == 1 && taps_fold(p.shape[1], p.shape[2], p.shape.back()) > 0
+                 taps_layout_of(p).fold > 0
                      ? " products: AMX taps kernel, folded (every kernel row's B tile loaded from "
                        "planes of pairs of (channel, kernel column) values), weights packed "
                        "chunk-major"

@@ -268,8 +268,9 @@ void gemm_macro_amx(const MacroBlock& blk) {
   // that its call per block is small beside the block's products; else on each column panel of
   // the mp blocks. bf16 1x1 convs + ReLU, one thread, p50 ms: 256 -> 64 @56 0.34 -> 0.28, 128 ->
   // 512 @28 0.15 -> 0.13, 256 -> 1024 @14 0.14 -> 0.12, but 64 -> 256 @56 (K = 64) 0.30 -> 0.33;
-  // ResNet-50 bf16 17.7 -> 17.0 ms on one thread, 10.9 -> 10.3 on two.
-  const bool block_epilogue = blk.epilogue && blk.k >= 64;
+  // ResNet-50 bf16 17.7 -> 17.0 ms on one thread, 10.9 -> 10.3 on two. A block on its way to
+  // c_half gets it in the L1 buffer too.
+  const bool block_epilogue = blk.epilogue && (blk.k >= 64 || blk.c_half);
   alignas(64) float half_buf[kMR * 2 * kTile];  // a block on its way to c_half
   for (int64_t j = 0; j < np; ++j) {
     const int nj = static_cast<int>(std::min<int64_t>(kNR, blk.n - j * kNR));
@@ -287,10 +288,9 @@ void gemm_macro_amx(const MacroBlock& blk) {
         const int64_t ldc = blk.c_half ? 2 * kTile : blk.ldc;
         kMicro[tails != 0][mi > kTile][nh > kTile](
             blk.k, blk.a + i * as, bp + h, tails ? blk.a_tail + i * as : nullptr,
-            tails ? bp + tails + h : nullptr, c, ldc, mi, nh, blk.alpha,
-            blk.accumulate && !blk.c_half,
+            tails ? bp + tails + h : nullptr, c, ldc, mi, nh, blk.alpha, blk.accumulate,
             ahead_share(next, kNR * 4, kTile * 4, blk.k, mp, i, tails * 4));
-        if (block_epilogue || (blk.c_half && blk.epilogue))
+        if (block_epilogue)
           apply_epilogue(*blk.epilogue, c, ldc, blk.m0 + i * kMR, mi, blk.n0 + j * kNR + h, nh);
         if (blk.c_half)
           for (int r = 0; r < mi; ++r)
@@ -298,7 +298,7 @@ void gemm_macro_amx(const MacroBlock& blk) {
                 half_buf + r * 2 * kTile, blk.c_half + at + r * blk.ldc, nh);
       }
     }
-    if (blk.epilogue && !block_epilogue && !blk.c_half)
+    if (blk.epilogue && !block_epilogue)
       for (int64_t i = 0; i < mp; ++i) {
         const int64_t mi = std::min<int64_t>(kMR, blk.m - i * kMR);
         apply_epilogue(*blk.epilogue, blk.c + i * kMR * blk.ldc + j * kNR, blk.ldc,
