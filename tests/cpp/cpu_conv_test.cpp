@@ -702,6 +702,15 @@ TEST(CpuConv, DepthwiseFlatKernel) {
       {1, 6, 14, 14, 2, 5, 5, 1, 1, {2, 2, 2, 2}},
       {1, 2, 11, 56, 1, 3, 3, 1, 1, {1, 1, 1, 1}},
       {1, 3, 23, 12, 1, 5, 5, 1, 1, {2, 2, 2, 2}},
+      // 7x7 (ConvNeXt's): the weights a column at a time, blocks of up to 14 rows: rows of 7 to
+      // 56 (one lane in three used, a masked tail, three whole vectors and a tail), 1 to 30
+      // rows (one block, 15 as 8 + 7, 30 as 10 + 10 + 10), asymmetric pads, multiplier 2.
+      {1, 5, 7, 7, 1, 7, 7, 1, 1, {3, 3, 3, 3}},
+      {2, 3, 15, 17, 1, 7, 7, 1, 1, {3, 3, 3, 3}},
+      {1, 4, 30, 56, 1, 7, 7, 1, 1, {3, 3, 3, 3}},
+      {1, 3, 1, 14, 1, 7, 7, 1, 1, {3, 3, 3, 3}},
+      {1, 3, 14, 14, 1, 7, 7, 1, 1, {1, 2, 5, 4}},
+      {1, 2, 9, 12, 2, 7, 7, 1, 1, {3, 3, 3, 3}},
   };
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {
@@ -713,7 +722,7 @@ TEST(CpuConv, DepthwiseFlatKernel) {
                      Dims{p, p, pick(0, 2), p}});
   }
   const int saved = num_threads();
-  int flat = 0, rows = 0, gapped = 0;
+  int flat = 0, rows = 0, gapped = 0, gapped7 = 0;
   const std::vector<cpu::Isa> isas = cpu::supported_isas();
   const bool has512 = std::find(isas.begin(), isas.end(), cpu::Isa::kAvx512) != isas.end();
   for (const Case& t : cases) {
@@ -732,6 +741,7 @@ TEST(CpuConv, DepthwiseFlatKernel) {
       IsaScope scope(cpu::Isa::kAvx512);
       rows += cpu::depthwise_rows_applies(g);
       gapped += cpu::depthwise_gapped_applies(g);
+      gapped7 += cpu::depthwise_gapped_applies(g) && t.kh == 7;
     }
     for (int e = 0; e < 4; ++e) {  // none, Relu, Clip, residual Add + Relu
       cpu::Epilogue ep;
@@ -776,7 +786,8 @@ TEST(CpuConv, DepthwiseFlatKernel) {
   EXPECT_GE(flat, 20);  // most cases take the flat kernel; the rest the padded-plane one
   if (has512) {
     EXPECT_GE(rows, 8);     // strided rows of <= 16 outputs
-    EXPECT_GE(gapped, 10);  // stride 1, "same" sizes, 3x3 and 5x5, rows that fill vectors
+    EXPECT_GE(gapped, 16);  // stride 1, "same" sizes, 3x3 and 5x5 rows that fill vectors, 7x7
+    EXPECT_EQ(gapped7, 6);  // every 7x7 case above
   }
 }
 

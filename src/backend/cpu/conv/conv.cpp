@@ -845,15 +845,19 @@ bool depthwise_gapped_enabled() {
   return conv_switch("PTO_DEPTHWISE_GAPPED");
 }
 
-// The gapped kernel takes the flat path's stride-1, undilated 3x3 and 5x5 convs of "same" output
-// size on AVX-512 (its only kernel) whose rows fill enough of their 16-column vectors: 7/8 for 3x3
-// (rows of 14-16, 28-32, 48, 56, 112, ...), 5/8 and 12 columns for 5x5, whose 25 taps amortize
-// more junk lanes. Conv alone, 1 thread, min of 25 calls, flat kernel -> gapped, us: 3x3 576 @14
-// 63.7 -> 57.4, 144 @56 193 -> 180, 32 @112 169 -> 157, but 256 @12 19.5 -> 21.3, 128 @17 20.9 ->
-// 27.8; 5x5 672 @14 171 -> 121 (ORT 129), 240 @28 206 -> 143 (ORT 156), 128 @20 62.7 -> 54.5,
-// 256 @12 45.0 -> 41.8, but 256 @10 35.0 -> 34.1-35.0 and 256 @8 20.1 -> 29.7.
+// The gapped kernel takes the flat path's stride-1, undilated 3x3, 5x5 and 7x7 convs of "same"
+// output size on AVX-512 (its only kernel) whose rows fill enough of their 16-column vectors: 7/8
+// for 3x3 (rows of 14-16, 28-32, 48, 56, 112, ...), 5/8 and 12 columns for 5x5, whose 25 taps
+// amortize more junk lanes. Conv alone, 1 thread, min of 25 calls, flat kernel -> gapped, us: 3x3
+// 576 @14 63.7 -> 57.4, 144 @56 193 -> 180, 32 @112 169 -> 157, but 256 @12 19.5 -> 21.3, 128
+// @17 20.9 -> 27.8; 5x5 672 @14 171 -> 121 (ORT 129), 240 @28 206 -> 143 (ORT 156), 128 @20 62.7
+// -> 54.5, 256 @12 45.0 -> 41.8, but 256 @10 35.0 -> 34.1-35.0 and 256 @8 20.1 -> 29.7. 7x7 takes
+// every row width: its 49 masked taps a vector cost the flat kernel more than any junk lanes cost
+// here (p50 of 400 calls, us: 96 @56 578 -> 277, 192 @28 299 -> 130, 384 @14 182 -> 70, 768 @7, a
+// vector 7/16 full, 101 -> 77, 256 @9 51 -> 30, 32 @112 681 -> 373; ORT 397, 201, 95, 51, 29, 550).
 bool gapped_fills_rows(const ConvGeometry& g) {
   const int64_t lanes = ceil_div(g.ow, 16) * 16;
+  if (g.kh == 7) return true;
   return g.kh == 3 ? 8 * g.ow >= 7 * lanes : 8 * g.ow >= 5 * lanes && g.ow >= 12;
 }
 
@@ -862,7 +866,7 @@ bool gapped_fills_rows(const ConvGeometry& g) {
 bool depthwise_gapped_applies(const ConvGeometry& g) {
   return depthwise_flat_enabled() && depthwise_flat_applies(g) &&
          PTO_ISA_DISPATCH(depthwise_flat_lanes) == 16 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
-         g.dw == 1 && ((g.kh == 3 && g.kw == 3) || (g.kh == 5 && g.kw == 5)) && g.ih == g.oh &&
+         g.dw == 1 && g.kh == g.kw && (g.kh == 3 || g.kh == 5 || g.kh == 7) && g.ih == g.oh &&
          g.iw == g.ow && g.pw >= 0 && g.pw < g.kw && g.ph >= 0 && g.ph < g.kh &&
          gapped_fills_rows(g) && depthwise_gapped_enabled();
 }

@@ -509,24 +509,36 @@ bool depthwise_rows_chunked(const DepthwiseFlat& p, const float* x, int64_t x_pl
 // every output row of the block it reaches (up to KH of them): (NB + KH - 1) KW loads for
 // NB KH KW multiply-adds, the weights in registers. (One load a multiply-add, each of them
 // across two cache lines where the shift kx is not 0, kept the flat kernel at 2.5-2.9 cycles a
-// multiply-add; NCHWc loads whole lines.)
+// multiply-add; NCHWc loads whole lines.) Up to 5x5 every weight stays in a register (wreg) for
+// the plane; a 7x7's 49 do not fit beside 14 accumulators, so each tap column broadcasts its KH
+// weights from w as it starts (14 + 7 + the input row: 23 registers). With all 49 held as
+// vectors on the stack, GCC interleaved their loads with the FMAs and 96 @56 took 371 us, not 277.
+
+template <int KH, int KW>
+constexpr bool kGappedWeightsInRegs = KH* KW <= 25;
+
 template <int KH, int KW, int NB>
 inline void gapped_rows(const DepthwiseFlat& p, const DepthwiseGapped& g, const float* src,
-                        const __m512* wreg, float bias, float* y, int64_t y0, int64_t j) {
+                        const __m512* wreg, const float* w, float bias, float* y, int64_t y0,
+                        int64_t j) {
   __m512 acc[NB];
 #pragma GCC unroll 16
   for (int u = 0; u < NB; ++u) acc[u] = _mm512_set1_ps(bias);
   const float* base = src + y0 * g.stride + j * 16;
 #pragma GCC unroll 8
-  for (int kx = 0; kx < KW; ++kx)
+  for (int kx = 0; kx < KW; ++kx) {
+    __m512 wc[KH];
+#pragma GCC unroll 8
+    for (int ky = 0; ky < KH; ++ky)
+      wc[ky] = kGappedWeightsInRegs<KH, KW> ? wreg[ky * KW + kx] : _mm512_set1_ps(w[ky * KW + kx]);
 #pragma GCC unroll 20
     for (int i = 0; i < NB + KH - 1; ++i) {
       const __m512 in = _mm512_loadu_ps(base + i * g.stride + kx);
 #pragma GCC unroll 8
       for (int ky = 0; ky < KH; ++ky)
-        if (i - ky >= 0 && i - ky < NB)
-          acc[i - ky] = _mm512_fmadd_ps(wreg[ky * KW + kx], in, acc[i - ky]);
+        if (i - ky >= 0 && i - ky < NB) acc[i - ky] = _mm512_fmadd_ps(wc[ky], in, acc[i - ky]);
     }
+  }
   const __m512 lo = _mm512_set1_ps(p.lo), hi = _mm512_set1_ps(p.hi);
   const int64_t left = p.ow - j * 16;
   const auto mask = static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1);
@@ -540,9 +552,9 @@ inline void gapped_rows(const DepthwiseFlat& p, const DepthwiseGapped& g, const 
 
 template <int KH, int KW, int... N>
 inline void gapped_rows_of(int64_t nb, const DepthwiseFlat& p, const DepthwiseGapped& g,
-                           const float* src, const __m512* wreg, float bias, float* y, int64_t y0,
-                           int64_t j, std::integer_sequence<int, N...>) {
-  (void)((nb == N + 1 ? (gapped_rows<KH, KW, N + 1>(p, g, src, wreg, bias, y, y0, j), true)
+                           const float* src, const __m512* wreg, const float* w, float bias,
+                           float* y, int64_t y0, int64_t j, std::integer_sequence<int, N...>) {
+  (void)((nb == N + 1 ? (gapped_rows<KH, KW, N + 1>(p, g, src, wreg, w, bias, y, y0, j), true)
                       : false) ||
          ...);
 }
@@ -553,13 +565,16 @@ inline void gapped_rows_of(int64_t nb, const DepthwiseFlat& p, const DepthwiseGa
 template <int KH, int KW, int NBMAX>
 [[gnu::noinline]] void gapped_plane(const DepthwiseFlat& p, const DepthwiseGapped& g,
                                     const float* src, const float* w, float bias, float* y) {
-  __m512 wreg[KH * KW];
-  for (int t = 0; t < KH * KW; ++t) wreg[t] = _mm512_set1_ps(w[t]);
+  constexpr bool kInRegs = kGappedWeightsInRegs<KH, KW>;
+  __m512 wbuf[kInRegs ? KH * KW : 1];
+  if constexpr (kInRegs)
+    for (int t = 0; t < KH * KW; ++t) wbuf[t] = _mm512_set1_ps(w[t]);
+  const __m512* wreg = kInRegs ? wbuf : nullptr;
   const int64_t blocks = (p.oh + NBMAX - 1) / NBMAX, vectors = (p.ow + 15) / 16;
   for (int64_t b = 0, y0 = 0; b < blocks; ++b) {
     const int64_t nb = p.oh / blocks + (b < p.oh % blocks ? 1 : 0);
     for (int64_t j = 0; j < vectors; ++j)
-      gapped_rows_of<KH, KW>(nb, p, g, src, wreg, bias, y, y0, j,
+      gapped_rows_of<KH, KW>(nb, p, g, src, wreg, w, bias, y, y0, j,
                              std::make_integer_sequence<int, NBMAX>{});
     y0 += nb;
   }
@@ -587,8 +602,10 @@ bool depthwise_gapped(const DepthwiseFlat& p, const DepthwiseGapped& g, const fl
     const float b = bias ? bias[c] : 0.0f;
     if (taps == 9)
       gapped_plane<3, 3, 12>(p, g, buf, wc, b, y + c * hw);
-    else
+    else if (taps == 25)
       gapped_plane<5, 5, 5>(p, g, buf, wc, b, y + c * hw);
+    else
+      gapped_plane<7, 7, 14>(p, g, buf, wc, b, y + c * hw);
   }
   return true;
 #else

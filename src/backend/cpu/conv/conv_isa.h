@@ -108,7 +108,7 @@ struct DepthwiseFlat : ConvWindow {
   float lo = 0.0f, hi = 0.0f;
 };
 
-// The gapped copy of a stride-1, undilated 3x3 or 5x5 depthwise conv with "same" output size
+// The gapped copy of a stride-1, undilated 3x3, 5x5 or 7x7 depthwise conv with "same" output size
 // (conv.cpp conv_depthwise_flat, AVX-512): each input plane copied into rows `stride` floats
 // apart (input row r at lead + r * stride), the stride - iw floats between two rows and the rows
 // above and below zero, so that output (oy, ox) reads tap (ky, kx) at (oy + ky) * stride + ox + kx
