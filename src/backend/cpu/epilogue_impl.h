@@ -11,9 +11,9 @@ namespace {
 
 enum BiasForm { kNoBias, kRowBias, kColBias };  // kRowBias: one value per row (or a scalar)
 
-template <UnaryOp Op, BiasForm Bias, bool Residual>
-void epilogue_rows(const Epilogue& ep, const UnaryParams& p, float* c, int64_t ldc, int64_t m0,
-                   int64_t m, int64_t n0, int64_t n) {
+template <class Act, BiasForm Bias, bool Residual>
+void epilogue_rows(const Epilogue& ep, Act act, float* c, int64_t ldc, int64_t m0, int64_t m,
+                   int64_t n0, int64_t n) {
   constexpr int L = Vec::kLanes;
   const Vec rs = Vec::set1(ep.residual_scale);
   const float* col_bias = Bias == kColBias ? ep.bias + n0 : nullptr;
@@ -29,7 +29,7 @@ void epilogue_rows(const Epilogue& ep, const UnaryParams& p, float* c, int64_t l
       if constexpr (Bias == kColBias) x = x + load(col_bias + j);
       if constexpr (Bias == kRowBias) x = x + rb;
       if constexpr (Residual) x = fma(rs, load(res + j), x);
-      store(unary<Op>(x, p), row + j);
+      store(act(x), row + j);
     };
     int64_t j = 0;
 #pragma GCC unroll 2
@@ -45,16 +45,17 @@ void epilogue_rows(const Epilogue& ep, const UnaryParams& p, float* c, int64_t l
   }
 }
 
-template <UnaryOp Op>
-void epilogue_for(const Epilogue& ep, const UnaryParams& p, float* c, int64_t ldc, int64_t m0,
-                  int64_t m, int64_t n0, int64_t n) {
+// act: Vec -> Vec, the activation.
+template <class Act>
+void epilogue_for(const Epilogue& ep, Act act, float* c, int64_t ldc, int64_t m0, int64_t m,
+                  int64_t n0, int64_t n) {
   using B = Epilogue::Bias;
   BiasForm bias = ep.bias_kind == B::kPerCol ? kColBias
                   : ep.bias_kind == B::kNone ? kNoBias
                                              : kRowBias;
   auto run = [&]<BiasForm F>() {
-    if (ep.residual) return epilogue_rows<Op, F, true>(ep, p, c, ldc, m0, m, n0, n);
-    return epilogue_rows<Op, F, false>(ep, p, c, ldc, m0, m, n0, n);
+    if (ep.residual) return epilogue_rows<Act, F, true>(ep, act, c, ldc, m0, m, n0, n);
+    return epilogue_rows<Act, F, false>(ep, act, c, ldc, m0, m, n0, n);
   };
   if (bias == kColBias) return run.template operator()<kColBias>();
   if (bias == kRowBias) return run.template operator()<kRowBias>();
@@ -68,7 +69,10 @@ void apply_epilogue(const Epilogue& ep, float* c, int64_t ldc, int64_t m0, int64
   if (m <= 0 || n <= 0) return;
   if (ep.tile) return run_tile_epilogue(ep, c, ldc, m0, m, n0, n);
   const UnaryParams p{ep.lo, ep.hi};
-  auto go = [&]<UnaryOp Op>() { epilogue_for<Op>(ep, p, c, ldc, m0, m, n0, n); };
+  auto go = [&]<UnaryOp Op>() {
+    epilogue_for(
+        ep, [&p](Vec x) { return unary<Op>(x, p); }, c, ldc, m0, m, n0, n);
+  };
   using enum UnaryOp;
   switch (ep.act) {
     case Activation::kNone:
@@ -85,6 +89,9 @@ void apply_epilogue(const Epilogue& ep, float* c, int64_t ldc, int64_t m0, int64
     case Activation::kTanh:
       return go.template operator()<kTanh>();
     case Activation::kGelu:
+      if (ep.half_store)
+        return epilogue_for(
+            ep, [](Vec x) { return gelu_erf_half(x); }, c, ldc, m0, m, n0, n);
       return go.template operator()<kGelu>();
     case Activation::kGeluTanh:
       return go.template operator()<kGeluTanh>();

@@ -321,6 +321,7 @@ void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::
   ep.act = f.act;
   ep.lo = f.lo;
   ep.hi = f.hi;
+  ep.half_store = f.store != DType::kF32;
 }
 
 std::optional<Precision> precision_of(const Node& n) {
