@@ -19,6 +19,7 @@
 #include "backend/cpu/isa/ceiling.h"
 #include "backend/cpu/isa/isa.h"
 #include "backend/cpu/kernel.h"
+#include "env_guard.h"
 #include "pto/device_info.h"
 #include "pto/error.h"
 #include "pto/executable.h"
@@ -497,6 +498,19 @@ TEST(CpuGemmHalf, GeluBeforeAHalfStoreTakesTheRationalErf) {
     Epilogue ep;
     apply_fused(f, Tensor::empty(DType::kF32, {2, 3}), 3, "test", ep);
     EXPECT_EQ(ep.half_store, store != DType::kF32) << dtype_name(store);
+  }
+  // PTO_GELU_HALF=0 turns it off; anything but 0 or 1 is refused.
+  f.store = DType::kBF16;
+  for (const char* value : {"0", "1", "yes"}) {
+    pto::testing::EnvGuard env("PTO_GELU_HALF", value);
+    Epilogue ep;
+    const Tensor y = Tensor::empty(DType::kF32, {2, 3});
+    if (std::string(value) == "yes") {
+      EXPECT_THROW(apply_fused(f, y, 3, "test", ep), ValueError);
+    } else {
+      apply_fused(f, y, 3, "test", ep);
+      EXPECT_EQ(ep.half_store, std::string(value) == "1");
+    }
   }
 }
 

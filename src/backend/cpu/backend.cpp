@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "backend/cpu/conv/conv.h"
+#include "backend/cpu/env_switch.h"
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/tile_kernel.h"
 #include "fusion/epilogue_chain.h"
@@ -311,10 +312,7 @@ const Kernel* takes_casts(const Graph& g, const fusion::NodeCasts& casts) {
 // PTO_ADD_NORM=0 leaves Add+LayerNormalization (RMSNormalization) groups to the tile program
 // (A/B and tests); unset or 1, the norm's kernel runs them. Anything else is an error.
 bool add_norm_enabled() {
-  const char* e = std::getenv("PTO_ADD_NORM");
-  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
-  if (std::strcmp(e, "0") == 0) return false;
-  throw ValueError(cat("PTO_ADD_NORM='", e, "': expected 0 or 1"));
+  return env_switch("PTO_ADD_NORM");
 }
 
 // The norm kernel of a SumNorm group when it can compute the sum: float32 values, the normalized

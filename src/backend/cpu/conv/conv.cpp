@@ -343,7 +343,7 @@ bool taps_conv_applies(const ConvGeometry& g) {
                          : g.c >= kTapsChunk && g.sh <= 2 && g.sw <= 2 &&
                                (g.ow + (g.kw - 1) / g.sw) * 10 <= g.ow * 13;
   if (g.group > 1) fits = fits && l.panel_chunks * kTapsChunk <= 8 * g.cg();
-  return fits && conv_switch("PTO_CONV_TAPS");
+  return fits && env_switch("PTO_CONV_TAPS");
 }
 
 PackedA pack_taps_weights(const float* w, const ConvGeometry& g, Precision precision) {
@@ -468,7 +468,7 @@ constexpr int64_t kStemMaxChannels = 4, kStemMaxOutputs = 64, kStemMinWidth = 16
 // PTO_CONV_STEM=0 keeps stems on the shifted / im2col paths (A/B and tests); unset or 1 lets them
 // take the stem path. Anything else is an error.
 bool stem_enabled() {
-  return conv_switch("PTO_CONV_STEM");
+  return env_switch("PTO_CONV_STEM");
 }
 
 bool use_stem(const ConvGeometry& g) {
@@ -778,17 +778,10 @@ SmallInput small_input_of(const ConvGeometry& g) {
 
 }  // namespace
 
-bool conv_switch(const char* name) {
-  const char* e = std::getenv(name);
-  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
-  if (std::strcmp(e, "0") == 0) return false;
-  throw ValueError(cat(name, "='", e, "': expected 0 or 1"));
-}
-
 // PTO_DEPTHWISE_FLAT=0 keeps every depthwise conv on the padded-plane kernel (A/B and tests);
 // unset or 1, the flat kernel takes the convs it applies to. Anything else is an error.
 bool depthwise_flat_enabled() {
-  return conv_switch("PTO_DEPTHWISE_FLAT");
+  return env_switch("PTO_DEPTHWISE_FLAT");
 }
 
 // The flat kernel (DepthwiseFlat) applies when every input column a tap reads has an output
@@ -827,7 +820,7 @@ int64_t rows_max_width(const ConvGeometry& g) {
 // PTO_DEPTHWISE_ROWS=0 keeps strided small-row depthwise convs off the rows kernel (A/B and
 // tests); unset or 1 lets them take it. Anything else is an error.
 bool depthwise_rows_enabled() {
-  return conv_switch("PTO_DEPTHWISE_ROWS");
+  return env_switch("PTO_DEPTHWISE_ROWS");
 }
 
 bool depthwise_rows_applies(const ConvGeometry& g) {
@@ -842,7 +835,7 @@ namespace {
 // PTO_DEPTHWISE_GAPPED=0 keeps stride-1 depthwise convs on the masked flat kernel (A/B and
 // tests); unset or 1, those the gapped kernel applies to take it. Anything else is an error.
 bool depthwise_gapped_enabled() {
-  return conv_switch("PTO_DEPTHWISE_GAPPED");
+  return env_switch("PTO_DEPTHWISE_GAPPED");
 }
 
 // The gapped kernel takes the flat path's stride-1, undilated 3x3, 5x5 and 7x7 convs of "same"

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "backend/cpu/conv/conv_isa.h"
+#include "backend/cpu/env_switch.h"
 #include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/tile_kernel.h"
 #include "pto/graph.h"
@@ -62,9 +63,6 @@ int64_t conv_column_block(const ConvGeometry& g);
 // output column (ceil(iw / sw) <= ow), and PTO_DEPTHWISE_FLAT is not 0 (then the padded-plane
 // kernel runs every depthwise conv, and the blocked kernel its small planes; ValueError for a
 // value other than 0 or 1).
-// An A/B switch of the conv kernels read from the environment variable `name`: unset, empty or
-// "1" is on, "0" off, anything else a ValueError naming the variable.
-bool conv_switch(const char* name);
 bool depthwise_flat_enabled();
 bool depthwise_flat_applies(const ConvGeometry& g);
 // Whether the flat path of g runs the strided rows kernel instead (conv_isa.h depthwise_rows:

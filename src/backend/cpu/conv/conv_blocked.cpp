@@ -247,13 +247,13 @@ const float* padded_depthwise_input(BlockedConv& g, const float* x) {
 // PTO_DWPW_FLAT=0 keeps DwPwConvBlocked's small planes row by row (A/B); unset or 1 projects
 // them as one row. Anything else is an error.
 bool dwpw_flat_enabled() {
-  return conv_switch("PTO_DWPW_FLAT");
+  return env_switch("PTO_DWPW_FLAT");
 }
 
 // PTO_DWPW_CHANNEL_SPLIT=0 keeps DwPwConvBlocked's small planes whose rows the threads do not
 // split evenly in runs of pixels (A/B); unset or 1 splits their two halves apart (below).
 bool dwpw_channel_split_enabled() {
-  return conv_switch("PTO_DWPW_CHANNEL_SPLIT");
+  return env_switch("PTO_DWPW_CHANNEL_SPLIT");
 }
 }  // namespace
 

@@ -44,6 +44,7 @@ struct Epilogue {
   // The result is rounded to bf16 or f16 right after (GemmArgs::c_half): kGelu then takes the
   // rational erf (vmath.h gelu_erf_half: 2.1x faster, error 4.3e-7 max(1, |x|) absolute, far
   // below the rounding that follows) instead of the one accurate to a few ulp everywhere.
+  // apply_fused sets it from the fused group's store, unless PTO_GELU_HALF=0.
   bool half_store = false;
   // A general elementwise chain (tile/lower.h lower_epilogue) run on each C block while it is in
   // L1, instead of residual and act (which are then ignored); a bias (a conv's own) is added

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/env_switch.h"
 #include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/scratch.h"
@@ -321,7 +322,8 @@ void apply_fused(const FusedEpilogue& f, const Tensor& Y, int64_t N, const std::
   ep.act = f.act;
   ep.lo = f.lo;
   ep.hi = f.hi;
-  ep.half_store = f.store != DType::kF32;
+  // PTO_GELU_HALF=0 keeps the accurate GELU before a half store too (A/B and tests).
+  ep.half_store = f.store != DType::kF32 && env_switch("PTO_GELU_HALF");
 }
 
 std::optional<Precision> precision_of(const Node& n) {
