@@ -14,6 +14,7 @@
 #include <cstring>
 #include <optional>
 
+#include "backend/cpu/elementwise.h"
 #include "cpu_reduce_test_util.h"
 #include "pto/memory_policy.h"
 
@@ -238,13 +239,13 @@ TEST(CpuLayerNorm, StreamedRowsSameBitsAsRowByRow) {
   set_memory_policy(saved);
 }
 
-// Rows of at most four vectors run as one call per task with each row in registers
-// (layer_norm_rows_short): lengths around every vector count of AVX-512 and AVX2 (and 65, past
-// them), one row and many (split over 2 threads), with and without bias, Mean and InvStdDev too,
-// a large mean (kept exact by the shift) and a row with a NaN.
+// Rows of at most four vectors (eight under AVX-512) run as one call per task with each row in
+// registers (layer_norm_rows_short): lengths around every vector count of AVX-512 and AVX2 (and
+// 129, past them), one row and many (split over 2 threads), with and without bias, Mean and
+// InvStdDev too, a large mean (kept exact by the shift) and a row with a NaN.
 TEST(CpuLayerNorm, ShortRowsInRegisters) {
   uint32_t seed = 120;
-  for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65})
+  for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 80, 96, 127, 128, 129})
     for (int64_t rows : {1, 300}) {
       Tensor x = random_f32({rows, n}, seed++, -2, 3);
       for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] += rows == 1 ? 1000.0f : 0.0f;
@@ -496,7 +497,8 @@ TEST(CpuNormCasts, SoftmaxRowsColumnsAndSpecials) {
 
 TEST(CpuNormCasts, LayerNormRowsAndTheReferenceForm) {
   uint32_t seed = 300;
-  for (const Dims& shape : {Dims{7}, Dims{3, 37}, Dims{4, 1, 33}, Dims{128, 768}, Dims{2, 0, 5}}) {
+  for (const Dims& shape : {Dims{7}, Dims{3, 37}, Dims{4, 1, 33}, Dims{300, 96}, Dims{5, 128},
+                            Dims{128, 768}, Dims{2, 0, 5}}) {
     const Dims norm = {shape.back()};
     for (bool with_bias : {false, true}) {
       NodeCase c{"LayerNormalization",
@@ -512,6 +514,40 @@ TEST(CpuNormCasts, LayerNormRowsAndTheReferenceForm) {
   // A Scale that broadcasts over rows: the reference kernel at run time, through float32.
   NodeCase c{"LayerNormalization", {random_f32({5, 64}, 3), random_f32({5, 64}, 4)}, {}, 17};
   expect_casts_match(c, norm_tol());
+}
+
+// A LayerNormalization with a bf16 Cast after it stores the bits its float32 result rounds to
+// (f32_to_bf16), on every ISA: rows in registers (up to 8 vectors under AVX-512, where the kernel
+// rounds them itself) and row by row.
+TEST(CpuNormCasts, LayerNormBf16IsItsFloatResultRounded) {
+  uint32_t seed = 700;
+  for (const Dims& shape : {Dims{300, 96}, Dims{7, 128}, Dims{9, 37}, Dims{4, 129}, Dims{3, 768}}) {
+    const Dims norm = {shape.back()};
+    NodeCase c{
+        "LayerNormalization",
+        {random_f32(shape, seed++, -2, 3), random_f32(norm, seed++), random_f32(norm, seed++)},
+        {},
+        17};
+    c.constant = {false, true, true};
+    std::vector<Tensor> feeds32, feeds16;
+    const Graph g32 = with_casts(c, DType::kF32, DType::kF32, &feeds32);
+    const Graph g16 = with_casts(c, DType::kF32, DType::kBF16, &feeds16);
+    const Executable e32 = compile(g32, {.level = 2}), e16 = compile(g16, {.level = 2});
+    ASSERT_EQ(e16.step(0).rule, "LayerNormalization+Cast");
+    for (cpu::Isa isa : cpu::supported_isas()) {
+      cpu::IsaScope scope(isa);
+      const Tensor y32 = e32.run(feeds32)[0], y16 = e16.run(feeds16)[0];
+      ASSERT_EQ(y16.dtype(), DType::kBF16);
+      std::vector<uint16_t> want(static_cast<size_t>(y32.numel()));
+      cpu::f32_to_bf16(y32.data<float>(), want.data(), y32.numel());
+      const auto* got = static_cast<const uint16_t*>(y16.raw_data());
+      int bad = 0;
+      for (size_t i = 0; i < want.size(); ++i)
+        if (got[i] != want[i] && bad++ < 3)
+          ADD_FAILURE() << dims_str(shape) << " " << cpu::isa_name(isa) << " at " << i << ": 0x"
+                        << std::hex << got[i] << ", want 0x" << want[i] << std::dec;
+    }
+  }
 }
 
 TEST(CpuNormCasts, BatchInstanceAndGroupNorm) {

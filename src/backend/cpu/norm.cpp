@@ -362,18 +362,22 @@ std::vector<Tensor> run_layer_norm(const KernelContext& c) {
                          reinterpret_cast<uintptr_t>(y.raw_data()) % 64 == 0;
   // A sum's rows are in the cache already (computed a piece at a time): nothing to prefetch.
   const bool prefetch = memory_policy().prefetch_distance != 0 && !fused;
-  // Rows of at most kShortNormVectors vectors, float32 in and out: one call per task, each row
-  // in registers. Row by row, a row's two dispatched calls and their loops' set-up cost more than
-  // its arithmetic: [3136, 16] 137 -> 65 us, [3136, 64] 167 -> 106 us (1 thread, Zen 4;
-  // onnxruntime 82 and 130). Streamed or not, so that the memory policy never changes the bits.
+  // Rows of at most short_norm_vectors() vectors, float32 in, float32 or (AVX-512) bf16 out: one
+  // call per task, each row in registers. Row by row, a row's two dispatched calls and their
+  // loops' set-up cost more than its arithmetic: [3136, 16] 137 -> 65 us, [3136, 64] 167 -> 106
+  // us (1 thread, Zen 4; onnxruntime 82 and 130); [3136, 96] (ConvNeXt-T's stage 1, 6 vectors,
+  // inside the model) 157 -> 92 us, with its bf16 Cast 240 -> 160 (1 thread, Xeon; alone 72 us,
+  // onnxruntime 177). Streamed or not, so that the memory policy never changes the bits.
   const Isa isa = active_isa();
   const int64_t lanes = isa == Isa::kAvx512 ? 16 : isa == Isa::kAvx2 ? 8 : 1;
-  const bool short_rows =
-      n > 0 && n <= kShortNormVectors * lanes && x_dtype == DType::kF32 && y.dtype() == DType::kF32;
+  const bool bf16_out = y.dtype() == DType::kBF16 && isa == Isa::kAvx512;
+  const bool short_rows = n > 0 && n <= PTO_ISA_DISPATCH(short_norm_vectors) * lanes &&
+                          x_dtype == DType::kF32 && (y.dtype() == DType::kF32 || bf16_out);
   auto norm_rows = [&](const float* xs, int64_t r0, int64_t r1, int64_t end) {
     if (short_rows) {
-      PTO_ISA_DISPATCH(layer_norm_rows_short, xs, y.data<float>() + r0 * n, r1 - r0, n, eps, scale,
-                       bias, mp + r0, ip + r0, stream);
+      auto* out = static_cast<std::byte*>(y.raw_data()) + r0 * n * dtype_size(y.dtype());
+      PTO_ISA_DISPATCH(layer_norm_rows_short, xs, out, bf16_out, r1 - r0, n, eps, scale, bias,
+                       mp + r0, ip + r0, stream);
       return;
     }
     if (pipelined) {

@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "backend/cpu/elementwise_ops.h"
 #include "backend/cpu/isa/vmath.h"
 #include "backend/cpu/reduce_kernels.h"
 #include "backend/cpu/reduce_simd.h"
@@ -294,12 +295,21 @@ void normalize_affine(const float* x, float* y, int64_t n, float shift, float me
 
 namespace {
 
+#if defined(PTO_ISA_AVX512)
+// The first k lanes of v rounded to bf16 (round_bf16: f32_to_bf16's bits) at y.
+inline void store_bf16_lanes(Vec v, uint16_t* y, int k) {
+  const __m512i b = _mm512_srli_epi32(bits(round_bf16(v)).v, 16);
+  _mm512_mask_cvtepi32_storeu_epi16(y, static_cast<__mmask16>((1u << k) - 1), b);
+}
+#endif
+
 // layer_norm_rows_short for rows of NV vectors (the last one `last` lanes wide): the row's
-// vectors, scale and bias in registers.
-template <int NV>
-void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int last, float eps,
+// vectors, scale and bias in registers; y float32, or bf16 (Bf16, AVX-512).
+template <int NV, bool Bf16>
+void layer_norm_short(const float* x, void* out, int64_t rows, int64_t n, int last, float eps,
                       const float* scale, const float* bias, float* mean, float* inv_std,
                       bool stream) {
+  auto* y = static_cast<float*>(out);
   constexpr int64_t L = Vec::kLanes;
   const Mask tail = first_lanes(last);
   const int64_t paired = n / (2 * L) * 2;  // vectors in block_sums2's pairs
@@ -308,7 +318,7 @@ void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int las
     return i < NV - 1 ? Vec::load(p + i * L) : Vec::load(p + i * L, last);
   };
   Vec g[NV], b[NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < NV; ++i) {
     g[i] = load(scale, i);
     b[i] = bias ? load(bias, i) : Vec::zero();
@@ -316,7 +326,7 @@ void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int las
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     Vec v[NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < NV; ++i) v[i] = load(xr, i);
     // moments' statistics, its sums taken from the registers in block_sums2's order (pairs of
     // whole vectors into the first accumulators, the rest into the second), so that a row gives
@@ -325,7 +335,7 @@ void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int las
                               static_cast<int>(n < L ? n : L), xr[0]);
     const Vec sh = Vec::set1(c);
     Vec a0 = Vec::zero(), a1 = Vec::zero(), q0 = Vec::zero(), q1 = Vec::zero();
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < NV; ++i) {
       const Vec d = i < NV - 1 ? v[i] - sh : select(tail, v[i] - sh, Vec::zero());
       if (i < paired && i % 2 == 0) {
@@ -343,9 +353,15 @@ void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int las
     inv_std[r] = inv;
     const Vec mv = Vec::set1(m);
     const Vec iv = Vec::set1(inv);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < NV; ++i) {
       const Vec t = fma((v[i] - sh - mv) * iv, g[i], b[i]);
+#if defined(PTO_ISA_AVX512)
+      if constexpr (Bf16) {
+        store_bf16_lanes(t, static_cast<uint16_t*>(out) + r * n + i * L, i < NV - 1 ? L : last);
+        continue;
+      }
+#endif
       float* dst = y + r * n + i * L;
       if (i < NV - 1 || last == L) {
         if (stream && reinterpret_cast<uintptr_t>(dst) % (L * sizeof(float)) == 0)
@@ -362,20 +378,48 @@ void layer_norm_short(const float* x, float* y, int64_t rows, int64_t n, int las
 
 }  // namespace
 
-void layer_norm_rows_short(const float* x, float* y, int64_t rows, int64_t n, float eps,
+int short_norm_vectors() {
+#if defined(PTO_ISA_AVX512)
+  return 8;
+#else
+  return 4;
+#endif
+}
+
+void layer_norm_rows_short(const float* x, void* y, bool bf16, int64_t rows, int64_t n, float eps,
                            const float* scale, const float* bias, float* mean, float* inv_std,
                            bool stream) {
   constexpr int64_t L = Vec::kLanes;
   const int nv = static_cast<int>((n + L - 1) / L), last = static_cast<int>(n - (nv - 1) * L);
+  auto run = [&]<int NV>() {
+    if (bf16)
+      return layer_norm_short<NV, true>(x, y, rows, n, last, eps, scale, bias, mean, inv_std,
+                                        stream);
+    return layer_norm_short<NV, false>(x, y, rows, n, last, eps, scale, bias, mean, inv_std,
+                                       stream);
+  };
   switch (nv) {
     case 1:
-      return layer_norm_short<1>(x, y, rows, n, last, eps, scale, bias, mean, inv_std, stream);
+      return run.template operator()<1>();
     case 2:
-      return layer_norm_short<2>(x, y, rows, n, last, eps, scale, bias, mean, inv_std, stream);
+      return run.template operator()<2>();
     case 3:
-      return layer_norm_short<3>(x, y, rows, n, last, eps, scale, bias, mean, inv_std, stream);
+      return run.template operator()<3>();
+#if defined(PTO_ISA_AVX512)
+    case 4:
+      return run.template operator()<4>();
+    case 5:
+      return run.template operator()<5>();
+    case 6:
+      return run.template operator()<6>();
+    case 7:
+      return run.template operator()<7>();
     default:
-      return layer_norm_short<4>(x, y, rows, n, last, eps, scale, bias, mean, inv_std, stream);
+      return run.template operator()<8>();
+#else
+    default:
+      return run.template operator()<4>();
+#endif
   }
 }
 

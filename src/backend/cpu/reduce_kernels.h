@@ -94,15 +94,19 @@ PTO_ISA_DECLARE(
     void layer_norm_rows_streamed(const float* x, float* y, int64_t rows, int64_t n, float eps,
                                   const float* scale, const float* bias, float* mean,
                                   float* inv_std, bool prefetch);
-    // LayerNormalization of `rows` contiguous rows of 0 < n <= kShortNormVectors vectors, each row
-    // held in registers: its moments (the row read again from L1: the same bits as row by row)
-    // and normalize_affine in one pass over memory, scale
-    // and bias loaded once for all the rows. Each row's mean to mean[r], 1 / sqrt(var + eps) to
-    // inv_std[r]. With `stream`, y's whole aligned vectors go past the cache, then a fence (the
-    // same values either way).
-    void layer_norm_rows_short(const float* x, float* y, int64_t rows, int64_t n, float eps,
-                               const float* scale, const float* bias, float* mean, float* inv_std,
-                               bool stream);
+    // LayerNormalization of `rows` contiguous rows of 0 < n <= short_norm_vectors() vectors, each
+    // row held in registers: its moments (the row read again from L1: the same bits as row by
+    // row) and normalize_affine in one pass over memory, scale and bias loaded once for all the
+    // rows. Each row's mean to mean[r], 1 / sqrt(var + eps) to inv_std[r]. y holds float32, or
+    // (`bf16`, AVX-512 only) bf16 rounded as f32_to_bf16 rounds the float results: the bits of the
+    // float path and a Cast. With `stream`, y's whole aligned float32 vectors go past the cache,
+    // then a fence (the same values either way).
+    void layer_norm_rows_short(const float* x, void* y, bool bf16, int64_t rows, int64_t n,
+                               float eps, const float* scale, const float* bias, float* mean,
+                               float* inv_std, bool stream);
+    // The longest rows, in vectors, layer_norm_rows_short takes: 8 under AVX-512 (its 32
+    // registers hold a row, its scale and bias), 4 elsewhere.
+    int short_norm_vectors();
 
     // Max or average pooling of planes [p0, p1); `scratch` has room for 2 * g.span floats.
     void pool_planes(const PoolGeom& g, const PoolIndex& ix, bool is_max, const float* x, float* y,
@@ -115,8 +119,6 @@ void fold_all(Fold op, const float* x, int64_t outer, int64_t reduce, int64_t in
 
 // Work below this many elements stays on one thread.
 inline constexpr int64_t kParallelGrain = 32768;
-// layer_norm_rows_short takes rows of at most this many vectors (64 floats on AVX-512).
-inline constexpr int64_t kShortNormVectors = 4;
 
 void register_norm_kernels(KernelRegistry& r);  // norm.cpp: Softmax, LogSoftmax, the norms
 void register_pool_kernels(KernelRegistry& r);  // pool.cpp: MaxPool, AveragePool, Global*Pool
