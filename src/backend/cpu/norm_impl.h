@@ -13,6 +13,7 @@
 #include "backend/cpu/isa/vmath.h"
 #include "backend/cpu/reduce_kernels.h"
 #include "backend/cpu/reduce_simd.h"
+#include "pto/error.h"
 
 namespace pto::cpu::PTO_ISA_NS {
 
@@ -361,6 +362,8 @@ void layer_norm_short(const float* x, void* out, int64_t rows, int64_t n, int la
         store_bf16_lanes(t, static_cast<uint16_t*>(out) + r * n + i * L, i < NV - 1 ? L : last);
         continue;
       }
+#else
+      static_assert(!Bf16);
 #endif
       float* dst = y + r * n + i * L;
       if (i < NV - 1 || last == L) {
@@ -391,10 +394,15 @@ void layer_norm_rows_short(const float* x, void* y, bool bf16, int64_t rows, int
                            bool stream) {
   constexpr int64_t L = Vec::kLanes;
   const int nv = static_cast<int>((n + L - 1) / L), last = static_cast<int>(n - (nv - 1) * L);
+#if !defined(PTO_ISA_AVX512)
+  PTO_CHECK(!bf16) << "layer_norm_rows_short: bf16 rows are AVX-512's only";
+#endif
   auto run = [&]<int NV>() {
+#if defined(PTO_ISA_AVX512)
     if (bf16)
       return layer_norm_short<NV, true>(x, y, rows, n, last, eps, scale, bias, mean, inv_std,
                                         stream);
+#endif
     return layer_norm_short<NV, false>(x, y, rows, n, last, eps, scale, bias, mean, inv_std,
                                        stream);
   };
