@@ -16,6 +16,15 @@ inline Vec round_bf16(Vec x) {
   return select(is_nan(x), from_bits((u | set1_int(0x00400000)) & hi), from_bits(r));
 }
 
+#if defined(PTO_ISA_AVX512)
+// The first k lanes of v rounded to bf16 (round_bf16: f32_to_bf16's bits) stored at y: a kernel
+// that rounds its own float results while they are in registers.
+inline void store_bf16_lanes(Vec v, uint16_t* y, int k) {
+  const __m512i b = _mm512_srli_epi32(bits(round_bf16(v)).v, 16);
+  _mm512_mask_cvtepi32_storeu_epi16(y, static_cast<__mmask16>((1u << k) - 1), b);
+}
+#endif
+
 template <UnaryOp Op>
 inline Vec unary(Vec x, const UnaryParams& p) {
   const Vec zero = Vec::zero(), one = Vec::set1(1.0f);

@@ -296,14 +296,6 @@ void normalize_affine(const float* x, float* y, int64_t n, float shift, float me
 
 namespace {
 
-#if defined(PTO_ISA_AVX512)
-// The first k lanes of v rounded to bf16 (round_bf16: f32_to_bf16's bits) at y.
-inline void store_bf16_lanes(Vec v, uint16_t* y, int k) {
-  const __m512i b = _mm512_srli_epi32(bits(round_bf16(v)).v, 16);
-  _mm512_mask_cvtepi32_storeu_epi16(y, static_cast<__mmask16>((1u << k) - 1), b);
-}
-#endif
-
 // layer_norm_rows_short for rows of NV vectors (the last one `last` lanes wide): the row's
 // vectors, scale and bias in registers; y float32, or bf16 (Bf16, AVX-512).
 template <int NV, bool Bf16>

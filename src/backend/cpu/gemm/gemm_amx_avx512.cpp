@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backend/cpu/elementwise.h"
+#include "backend/cpu/elementwise_ops.h"
 #include "backend/cpu/gemm/gemm_kernel.h"
 #include "backend/cpu/gemm/igemm_kernel.h"
 #include "backend/cpu/isa/amx_tiles.h"
@@ -292,10 +293,19 @@ void gemm_macro_amx(const MacroBlock& blk) {
             ahead_share(next, kNR * 4, kTile * 4, blk.k, mp, i, tails * 4));
         if (block_epilogue)
           apply_epilogue(*blk.epilogue, c, ldc, blk.m0 + i * kMR, mi, blk.n0 + j * kNR + h, nh);
-        if (blk.c_half)
+        if (blk.c_half &&
+            blk.c_half_type == Precision::kBF16) {  // rounded here: a call a row of 32 cost
+          for (int r = 0; r < mi; ++r)              // more than its two vectors' rounding
+            for (int j = 0; j < nh; j += kTile) {
+              const float* src = half_buf + r * 2 * kTile + j;
+              const int k = std::min(kTile, nh - j);
+              const Vec v{_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << k) - 1), src)};
+              store_bf16_lanes(v, blk.c_half + at + r * blk.ldc + j, k);
+            }
+        } else if (blk.c_half) {
           for (int r = 0; r < mi; ++r)
-            (blk.c_half_type == Precision::kBF16 ? f32_to_bf16 : f32_to_f16)(
-                half_buf + r * 2 * kTile, blk.c_half + at + r * blk.ldc, nh);
+            f32_to_f16(half_buf + r * 2 * kTile, blk.c_half + at + r * blk.ldc, nh);
+        }
       }
     }
     if (blk.epilogue && !block_epilogue)
