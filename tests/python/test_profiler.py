@@ -297,7 +297,8 @@ def test_kernel_self_times_sum_to_the_wall_time():
     # call, the kernels' self times cover at least 90% of the wall time measured here around the
     # call (the rest: the torch wrapper, DLPack, the runtime between kernels; the median over the
     # calls, as one call may be preempted in Python on a loaded machine), never more than all of
-    # it, and at least 97% of the call's span as the runtime measured it.
+    # it, and at least 97% of the call's span as the runtime measured it (the median too: a call
+    # preempted between two kernels once showed 96.3% on a loaded CI machine).
     _, fast, x = compiled(threads=1, batch=4)
     walls = []
     calls = 7
@@ -313,7 +314,8 @@ def test_kernel_self_times_sum_to_the_wall_time():
                for c in range(calls)]
     for k, c, w in zip(kernel_ns, call_ns, walls):
         assert k <= c <= w
-        assert k >= 0.97 * c, (k, c)
+    of_call = sorted(k / c for k, c in zip(kernel_ns, call_ns))
+    assert of_call[calls // 2] >= 0.97, of_call
     ratios = sorted(k / w for k, w in zip(kernel_ns, walls))
     assert ratios[calls // 2] >= 0.9, ratios
     rows = prof.key_averages()
