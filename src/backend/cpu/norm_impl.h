@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cmath>
+#include <utility>
 
 #include "backend/cpu/elementwise_ops.h"
 #include "backend/cpu/isa/vmath.h"
@@ -373,12 +374,14 @@ void layer_norm_short(const float* x, void* out, int64_t rows, int64_t n, int la
 
 }  // namespace
 
-int short_norm_vectors() {
 #if defined(PTO_ISA_AVX512)
-  return 8;
+constexpr int kShortNormVectors = 8;
 #else
-  return 4;
+constexpr int kShortNormVectors = 4;
 #endif
+
+int short_norm_vectors() {
+  return kShortNormVectors;
 }
 
 void layer_norm_rows_short(const float* x, void* y, bool bf16, int64_t rows, int64_t n, float eps,
@@ -386,6 +389,8 @@ void layer_norm_rows_short(const float* x, void* y, bool bf16, int64_t rows, int
                            bool stream) {
   constexpr int64_t L = Vec::kLanes;
   const int nv = static_cast<int>((n + L - 1) / L), last = static_cast<int>(n - (nv - 1) * L);
+  PTO_CHECK(nv >= 1 && nv <= kShortNormVectors)
+      << "layer_norm_rows_short: rows of " << n << " floats are not short";
 #if !defined(PTO_ISA_AVX512)
   PTO_CHECK(!bf16) << "layer_norm_rows_short: bf16 rows are AVX-512's only";
 #endif
@@ -398,29 +403,11 @@ void layer_norm_rows_short(const float* x, void* y, bool bf16, int64_t rows, int
     return layer_norm_short<NV, false>(x, y, rows, n, last, eps, scale, bias, mean, inv_std,
                                        stream);
   };
-  switch (nv) {
-    case 1:
-      return run.template operator()<1>();
-    case 2:
-      return run.template operator()<2>();
-    case 3:
-      return run.template operator()<3>();
-#if defined(PTO_ISA_AVX512)
-    case 4:
-      return run.template operator()<4>();
-    case 5:
-      return run.template operator()<5>();
-    case 6:
-      return run.template operator()<6>();
-    case 7:
-      return run.template operator()<7>();
-    default:
-      return run.template operator()<8>();
-#else
-    default:
-      return run.template operator()<4>();
-#endif
+  // The kernel for nv vectors, one instance per count up to kShortNormVectors.
+  [&]<int... N>(std::integer_sequence<int, N...>) {
+    (void)((nv == N + 1 ? (run.template operator()<N + 1>(), true) : false) || ...);
   }
+  (std::make_integer_sequence<int, kShortNormVectors>{});
 }
 
 namespace {
